@@ -1,0 +1,38 @@
+# PipeStudio: `make run` and `make test` are the two commands a newcomer needs.
+# Both install missing Debian packages first (packaging/install-deps.sh), then build.
+
+JOBS ?= 2
+PRESET ?= release
+BUILD_DIR := build/$(PRESET)
+# CI builds treat warnings in our own code as errors (STYLE.md).
+WERROR := $(if $(CI),ON,OFF)
+CTEST_ARGS ?=
+
+.PHONY: run test bench package deps configure build clean format
+
+deps:
+	@bash packaging/install-deps.sh
+
+configure: deps
+	@cmake --preset $(PRESET) -DPIPESTUDIO_WERROR=$(WERROR) >/dev/null || cmake --preset $(PRESET) -DPIPESTUDIO_WERROR=$(WERROR)
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j$(JOBS)
+
+run: build
+	@bash packaging/run-default.sh $(BUILD_DIR)
+
+test: build
+	@cd $(BUILD_DIR) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure -j$(JOBS) --timeout 600 $(CTEST_ARGS)
+
+bench: build
+	@bash bench/run.sh $(BUILD_DIR)
+
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB
+
+format:
+	@git ls-files '*.cpp' '*.hpp' '*.cu' | xargs clang-format -i
+
+clean:
+	@rm -rf build

@@ -1,0 +1,57 @@
+#pragma once
+/// \file Result types used across module boundaries (no exceptions cross a module).
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace pipestudio {
+
+/// A human-readable error: where (file, line, JSON pointer, host, rank), what, what was expected.
+struct Error {
+  std::string message;
+};
+
+/// A value or an Error. Modelled on Orbit's ErrorMessageOr<T>.
+template <typename T>
+class [[nodiscard]] Expected {
+ public:
+  Expected(T value) : m_v(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Expected(Error error) : m_v(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
+
+  bool hasValue() const { return m_v.index() == 0; }
+  explicit operator bool() const { return hasValue(); }
+
+  T& value() & { assert(hasValue()); return std::get<0>(m_v); }
+  const T& value() const& { assert(hasValue()); return std::get<0>(m_v); }
+  T&& value() && { assert(hasValue()); return std::get<0>(std::move(m_v)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+  const Error& error() const { assert(!hasValue()); return std::get<1>(m_v); }
+  const std::string& message() const { return error().message; }
+
+ private:
+  std::variant<T, Error> m_v;
+};
+
+/// Success or an Error, for operations with no value.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : m_error(std::move(error.message)), m_ok(false) {}  // NOLINT(google-explicit-constructor)
+  static Status ok() { return {}; }
+  bool isOk() const { return m_ok; }
+  explicit operator bool() const { return m_ok; }
+  const std::string& message() const { return m_error; }
+  Error error() const { return Error{m_error}; }
+
+ private:
+  std::string m_error;
+  bool m_ok = true;
+};
+
+}  // namespace pipestudio

@@ -1,0 +1,58 @@
+#pragma once
+/// \file ClusterSpec: `pipestudio.cluster/1` (DESIGN.md §2).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pipestudio {
+
+inline constexpr const char* kClusterSchema = "pipestudio.cluster/1";
+
+struct GpuSpec {
+  std::string name;
+  double peakTflops = 0;   ///< dense bf16 peak
+  double memoryGib = 0;
+  double efficiency = 0.5; ///< achieved fraction of peak for the GEMM-heavy layers
+  /// Sustained FLOP/s this GPU delivers: peak × efficiency.
+  double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
+  std::int64_t memoryBytes() const { return static_cast<std::int64_t>(memoryGib * 1024.0 * 1024.0 * 1024.0); }
+};
+
+struct SshSpec {
+  std::string user;
+  int port = 22;
+  std::string identityFile;
+};
+
+struct NodeSpec {
+  std::string host;
+  int gpus = 0;
+  std::optional<SshSpec> ssh;
+  std::optional<GpuSpec> gpu;  ///< a node with other GPUs than the cluster default
+};
+
+struct LinkSpec {
+  double bandwidthGBps = 0;  ///< gigabytes per second
+  double latencyUs = 0;
+};
+
+struct ClusterSpec {
+  std::string name;
+  GpuSpec gpu;
+  std::vector<NodeSpec> nodes;
+  LinkSpec intraNode;
+  LinkSpec interNode;
+  /// Optional measured device-to-device bandwidth, [from][to], GB/s; overrides links.
+  std::vector<std::vector<double>> bandwidthMatrixGBps;
+
+  int totalGpus() const;
+  /// Node index of global device `device` (devices numbered node by node).
+  int nodeOfDevice(int device) const;
+  const GpuSpec& gpuOfDevice(int device) const;
+  /// Time to move `bytes` from `from` to `to`: bytes / bandwidth + latency (0 when from == to).
+  double transferMs(int from, int to, double bytes) const;
+};
+
+}  // namespace pipestudio

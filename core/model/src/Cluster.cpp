@@ -1,0 +1,45 @@
+#include "pipestudio/model/Cluster.hpp"
+
+namespace pipestudio {
+
+int ClusterSpec::totalGpus() const {
+  int total = 0;
+  for (const auto& n : nodes) total += n.gpus;
+  return total;
+}
+
+int ClusterSpec::nodeOfDevice(int device) const {
+  int first = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (device < first + nodes[i].gpus) return static_cast<int>(i);
+    first += nodes[i].gpus;
+  }
+  // Devices past the cluster's GPUs (a plan for a larger cluster) stay on the last node.
+  return nodes.empty() ? 0 : static_cast<int>(nodes.size()) - 1;
+}
+
+const GpuSpec& ClusterSpec::gpuOfDevice(int device) const {
+  if (nodes.empty()) return gpu;
+  const auto& node = nodes[static_cast<std::size_t>(nodeOfDevice(device))];
+  return node.gpu ? *node.gpu : gpu;
+}
+
+double ClusterSpec::transferMs(int from, int to, double bytes) const {
+  if (from == to || bytes <= 0) return 0.0;
+  double bandwidthGBps = 0;
+  double latencyUs = 0;
+  const bool sameNode = nodeOfDevice(from) == nodeOfDevice(to);
+  const LinkSpec& link = sameNode ? intraNode : interNode;
+  bandwidthGBps = link.bandwidthGBps;
+  latencyUs = link.latencyUs;
+  const auto f = static_cast<std::size_t>(from);
+  const auto t = static_cast<std::size_t>(to);
+  if (f < bandwidthMatrixGBps.size() && t < bandwidthMatrixGBps[f].size() && bandwidthMatrixGBps[f][t] > 0) {
+    bandwidthGBps = bandwidthMatrixGBps[f][t];
+  }
+  if (bandwidthGBps <= 0) return latencyUs / 1000.0;
+  // GB/s = 1e9 bytes/s → ms = bytes / (GB/s · 1e6)
+  return bytes / (bandwidthGBps * 1e6) + latencyUs / 1000.0;
+}
+
+}  // namespace pipestudio

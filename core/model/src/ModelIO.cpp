@@ -1,0 +1,497 @@
+#include "pipestudio/model/ModelIO.hpp"
+
+#include <functional>
+#include <map>
+#include <set>
+
+namespace pipestudio {
+namespace {
+
+// Bounds that separate "large" from "absurd": anything past them is a typo or an attack.
+constexpr double kMaxMs = 1.0e7;                       // ~2.8 hours for one layer pass
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;  // 1 PiB
+constexpr std::int64_t kMaxLayers = 100000;
+constexpr std::int64_t kMaxDim = 10'000'000;
+constexpr std::int64_t kMaxGpus = 1'000'000;
+
+std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, const std::string& kind) {
+  if (!r.isObject(node)) return std::nullopt;
+  r.rejectUnknown(node, {"hidden", "seq", "heads", "ffn", "vocab"});
+  TransformerShape s;
+  const auto hidden = r.integer(node, "hidden", Presence::Required, 1, kMaxDim);
+  const auto seq = r.integer(node, "seq", Presence::Required, 1, kMaxDim);
+  const auto heads = r.integer(node, "heads", Presence::Required, 1, 100000);
+  const auto ffn = r.integer(node, "ffn", Presence::Optional, 1, kMaxDim);
+  const auto vocab = r.integer(node, "vocab", Presence::Optional, 1, 100'000'000);
+  if (!hidden || !seq || !heads) return std::nullopt;
+  s.hidden = *hidden;
+  s.seq = *seq;
+  s.heads = *heads;
+  s.ffn = ffn.value_or(0);
+  s.vocab = vocab;
+  if (s.hidden % s.heads != 0) {
+    r.error(node.child("heads"), "hidden " + std::to_string(s.hidden) + " is not divisible by heads " +
+                                     std::to_string(s.heads) + " (expected hidden = heads × head_dim)");
+  }
+  if ((kind == "lm_head" || kind == "embedding") && !s.vocab) {
+    r.error(node, "a " + kind + " layer needs 'vocab' in its transformer shape");
+  }
+  return s;
+}
+
+// Reads one layer entry; `repeat` expands it into several identical layers.
+void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<Layer>& out) {
+  if (!r.isObject(node)) return;
+  r.rejectUnknown(node, {"name", "kind", "repeat", "forward_ms", "backward_input_ms", "backward_weight_ms",
+                         "activation_bytes", "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer",
+                         "flops_forward", "params"});
+  Layer layer;
+  const auto name = r.string(node, "name", Presence::Required);
+  layer.name = name.value_or("");
+  layer.kind = r.string(node, "kind", Presence::Optional).value_or("generic");
+  layer.forwardMs = r.number(node, "forward_ms", Presence::Optional, 0, kMaxMs);
+  layer.backwardInputMs = r.number(node, "backward_input_ms", Presence::Optional, 0, kMaxMs);
+  layer.backwardWeightMs = r.number(node, "backward_weight_ms", Presence::Optional, 0, kMaxMs);
+  layer.activationBytes = r.integer(node, "activation_bytes", Presence::Optional, 0, kMaxBytes);
+  layer.weightGradBytes = r.integer(node, "weight_grad_bytes", Presence::Optional, 0, kMaxBytes);
+  layer.parameterBytes = r.integer(node, "parameter_bytes", Presence::Optional, 0, kMaxBytes);
+  layer.outputBytes = r.integer(node, "output_bytes", Presence::Optional, 0, kMaxBytes);
+  layer.flopsForward = r.number(node, "flops_forward", Presence::Optional, 0, 1.0e21);
+  layer.params = r.integer(node, "params", Presence::Optional, 0, kMaxBytes);
+  if (auto shape = r.field(node, "transformer", Presence::Optional)) {
+    layer.transformer = readShape(r, *shape, layer.kind);
+  }
+  if (!layer.forwardMs && !layer.transformer && !layer.flopsForward && !node.value->contains("transformer")) {
+    r.error(node, "layer '" + layer.name +
+                      "' has neither measured costs nor a shape (expected forward_ms, transformer or flops_forward)");
+  }
+  if (!trainable) {
+    for (const char* key : {"backward_input_ms", "backward_weight_ms", "weight_grad_bytes"}) {
+      if (node.value->contains(key)) {
+        r.error(node.child(key), std::string("a non-trainable component's layer has no backward (remove '") + key +
+                                     "' or make the component trainable)");
+      }
+    }
+  }
+  if (layer.activationBytes && layer.weightGradBytes && *layer.weightGradBytes > *layer.activationBytes) {
+    r.error(node.child("weight_grad_bytes"), "exceeds activation_bytes (expected a part of the activations)");
+  }
+  const auto repeat = r.integer(node, "repeat", Presence::Optional, 1, kMaxLayers);
+  if (repeat && static_cast<std::int64_t>(out.size()) + *repeat > kMaxLayers) {
+    r.error(node.child("repeat"), "would make more than " + std::to_string(kMaxLayers) + " layers");
+    return;
+  }
+  if (!repeat) {
+    out.push_back(std::move(layer));
+    return;
+  }
+  for (std::int64_t i = 0; i < *repeat; ++i) {
+    Layer copy = layer;
+    copy.name = layer.name + "." + std::to_string(i);
+    out.push_back(std::move(copy));
+  }
+}
+
+std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool defaultTrainable,
+                                       std::string defaultName) {
+  Component c;
+  c.trainable = defaultTrainable;
+  c.name = std::move(defaultName);
+  if (!r.isObject(node)) return std::nullopt;
+  if (c.name.empty()) {
+    r.rejectUnknown(node, {"name", "trainable", "feeds", "layers"});
+    c.name = r.string(node, "name", Presence::Required).value_or("");
+    c.trainable = r.boolean(node, "trainable", Presence::Required).value_or(true);
+    if (auto feeds = r.array(node, "feeds", Presence::Optional)) {
+      for (std::size_t i = 0; i < feeds->value->size(); ++i) {
+        if (auto f = r.stringValue(feeds->child(i))) c.feeds.push_back(*f);
+      }
+    }
+  }
+  auto layers = r.array(node, "layers", Presence::Required);
+  if (!layers) return c;
+  if (layers->value->empty()) {
+    r.error(*layers, "component '" + c.name + "' has no layers (expected at least one)");
+  }
+  for (std::size_t i = 0; i < layers->value->size(); ++i) {
+    readLayer(r, layers->child(i), c.trainable, c.layers);
+    if (static_cast<std::int64_t>(c.layers.size()) >= kMaxLayers) break;
+  }
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    auto [it, fresh] = seen.emplace(c.layers[i].name, i);
+    if (!fresh && !c.layers[i].name.empty()) {
+      r.error(*layers, "duplicate layer name '" + c.layers[i].name + "' in component '" + c.name +
+                           "' (expected unique names)");
+    }
+  }
+  return c;
+}
+
+void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& m) {
+  std::map<std::string, int> index;
+  for (std::size_t i = 0; i < m.components.size(); ++i) index[m.components[i].name] = static_cast<int>(i);
+  std::vector<std::vector<int>> edges(m.components.size());
+  for (std::size_t i = 0; i < m.components.size(); ++i) {
+    const auto& c = m.components[i];
+    for (std::size_t k = 0; k < c.feeds.size(); ++k) {
+      const std::string ptr = componentsNode.pointer + "/" + std::to_string(i) + "/feeds/" + std::to_string(k);
+      auto it = index.find(c.feeds[k]);
+      if (it == index.end()) {
+        std::string known;
+        for (const auto& other : m.components) known += (known.empty() ? "" : ", ") + other.name;
+        r.error(ptr, "'" + c.feeds[k] + "' is not a component of this model (expected one of: " + known + ")");
+      } else if (it->second == static_cast<int>(i)) {
+        r.error(ptr, "component '" + c.name + "' feeds itself (expected an acyclic data flow)");
+      } else {
+        edges[i].push_back(it->second);
+      }
+    }
+  }
+  // Cycle detection (iterative DFS with colours); reports the cycle's names.
+  std::vector<int> colour(m.components.size(), 0), parent(m.components.size(), -1);
+  for (std::size_t s = 0; s < m.components.size(); ++s) {
+    if (colour[s]) continue;
+    std::vector<std::pair<int, std::size_t>> stack{{static_cast<int>(s), 0}};
+    colour[s] = 1;
+    while (!stack.empty()) {
+      auto& [u, next] = stack.back();
+      if (next < edges[static_cast<std::size_t>(u)].size()) {
+        const int v = edges[static_cast<std::size_t>(u)][next++];
+        if (colour[static_cast<std::size_t>(v)] == 0) {
+          colour[static_cast<std::size_t>(v)] = 1;
+          parent[static_cast<std::size_t>(v)] = u;
+          stack.emplace_back(v, 0);
+        } else if (colour[static_cast<std::size_t>(v)] == 1) {
+          std::string cycle = m.components[static_cast<std::size_t>(v)].name;
+          for (int w = u; w != v && w >= 0; w = parent[static_cast<std::size_t>(w)]) {
+            cycle = m.components[static_cast<std::size_t>(w)].name + " → " + cycle;
+          }
+          cycle = m.components[static_cast<std::size_t>(v)].name + " → " + cycle;
+          r.error(componentsNode.pointer + "/" + std::to_string(u) + "/feeds",
+                  "feeds form a cycle: " + cycle + " (expected an acyclic data flow)");
+          return;
+        }
+      } else {
+        colour[static_cast<std::size_t>(u)] = 2;
+        stack.pop_back();
+      }
+    }
+  }
+}
+
+std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node) {
+  if (!r.isObject(node)) return std::nullopt;
+  r.rejectUnknown(node, {"name", "peak_tflops", "memory_gib", "efficiency"});
+  GpuSpec g;
+  g.name = r.string(node, "name", Presence::Required).value_or("");
+  const auto peak = r.number(node, "peak_tflops", Presence::Required, 1e-3, 1e5);
+  const auto mem = r.number(node, "memory_gib", Presence::Required, 1e-3, 1e5);
+  const auto eff = r.number(node, "efficiency", Presence::Optional, 1e-3, 1.0);
+  if (!peak || !mem) return std::nullopt;
+  g.peakTflops = *peak;
+  g.memoryGib = *mem;
+  g.efficiency = eff.value_or(0.5);
+  return g;
+}
+
+std::optional<LinkSpec> readLink(JsonReader& r, const JsonNode& node) {
+  if (!r.isObject(node)) return std::nullopt;
+  r.rejectUnknown(node, {"bandwidth_gbps", "latency_us"});
+  const auto bw = r.number(node, "bandwidth_gbps", Presence::Required, 1e-6, 1e6);
+  const auto lat = r.number(node, "latency_us", Presence::Optional, 0, 1e7);
+  if (!bw) return std::nullopt;
+  return LinkSpec{*bw, lat.value_or(0)};
+}
+
+std::optional<SshSpec> readSsh(JsonReader& r, const JsonNode& node) {
+  if (!r.isObject(node)) return std::nullopt;
+  r.rejectUnknown(node, {"user", "port", "identity_file"});
+  if (node.value->contains("password")) r.error(node.child("password"), "passwords are never stored");
+  SshSpec s;
+  s.user = r.string(node, "user", Presence::Optional).value_or("");
+  s.port = static_cast<int>(r.integer(node, "port", Presence::Optional, 1, 65535).value_or(22));
+  s.identityFile = r.string(node, "identity_file", Presence::Optional).value_or("");
+  return s;
+}
+
+template <typename T>
+Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReader&, const JsonNode&)) {
+  auto doc = loadJsonFile(path);
+  if (!doc) return doc.error();
+  JsonReader reader(*doc);
+  auto value = read(reader, reader.root());
+  if (!reader.ok() || !value) {
+    if (reader.ok()) return Error{path + ": invalid document"};
+    return reader.toError();
+  }
+  return std::move(*value);
+}
+
+}  // namespace
+
+std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
+  if (!r.isObject(at)) return std::nullopt;
+  r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "components", "layers", "optimizer", "description"});
+  if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
+  ModelSpec m;
+  m.name = r.string(at, "name", Presence::Required).value_or("");
+  m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
+  if (auto opt = r.object(at, "optimizer", Presence::Optional)) {
+    r.rejectUnknown(*opt, {"distributed"});
+    m.optimizer.distributed = r.boolean(*opt, "distributed", Presence::Optional).value_or(false);
+  }
+  const bool hasComponents = at.value->contains("components");
+  const bool hasLayers = at.value->contains("layers");
+  if (hasComponents && hasLayers) {
+    r.error(at, "has both 'components' and 'layers' (expected one: 'layers' is shorthand for one trainable "
+                "component 'backbone')");
+    return std::nullopt;
+  }
+  if (hasLayers) {
+    if (auto c = readComponent(r, at, true, "backbone")) m.components.push_back(std::move(*c));
+  } else {
+    auto comps = r.array(at, "components", Presence::Required);
+    if (!comps) return std::nullopt;
+    if (comps->value->empty()) {
+      r.error(*comps, "no components (expected at least one)");
+      return std::nullopt;
+    }
+    if (comps->value->size() > 1000) {
+      r.error(*comps, "more than 1000 components");
+      return std::nullopt;
+    }
+    std::map<std::string, std::size_t> seen;
+    for (std::size_t i = 0; i < comps->value->size(); ++i) {
+      auto c = readComponent(r, comps->child(i), true, "");
+      if (!c) continue;
+      if (!c->name.empty() && !seen.emplace(c->name, i).second) {
+        r.error(comps->child(i).child("name"), "duplicate component name '" + c->name + "' (expected unique names)");
+      }
+      m.components.push_back(std::move(*c));
+    }
+    if (r.ok()) checkFeeds(r, *comps, m);
+  }
+  std::size_t total = 0;
+  for (const auto& c : m.components) total += c.layers.size();
+  if (static_cast<std::int64_t>(total) > kMaxLayers) {
+    r.error(at, "more than " + std::to_string(kMaxLayers) + " layers in all");
+  }
+  if (r.ok() && m.trainableComponents().empty()) {
+    r.error(at, "no trainable component (expected at least one backbone to pipeline)");
+  }
+  return m;
+}
+
+std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
+  if (!r.isObject(at)) return std::nullopt;
+  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "bandwidth_matrix_gbps",
+                       "description"});
+  if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
+  ClusterSpec c;
+  c.name = r.string(at, "name", Presence::Required).value_or("");
+  if (auto g = r.object(at, "gpu", Presence::Required)) {
+    if (auto gpu = readGpu(r, *g)) c.gpu = *gpu;
+  }
+  auto nodesNode = r.field(at, "nodes", Presence::Required);
+  if (nodesNode && nodesNode->value->is_array()) {
+    if (at.value->contains("gpus_per_node")) {
+      r.error(at.child("gpus_per_node"), "only with an integer 'nodes' (the nodes array gives 'gpus' per node)");
+    }
+    if (nodesNode->value->empty()) r.error(*nodesNode, "no nodes (expected at least one)");
+    if (nodesNode->value->size() > 100000) {
+      r.error(*nodesNode, "more than 100000 nodes");
+      return std::nullopt;
+    }
+    for (std::size_t i = 0; i < nodesNode->value->size(); ++i) {
+      const JsonNode n = nodesNode->child(i);
+      if (!r.isObject(n)) continue;
+      r.rejectUnknown(n, {"host", "gpus", "ssh", "gpu"});
+      NodeSpec node;
+      node.host = r.string(n, "host", Presence::Required).value_or("");
+      node.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, 1, 1024).value_or(0));
+      if (auto s = r.field(n, "ssh", Presence::Optional)) node.ssh = readSsh(r, *s);
+      if (auto g = r.field(n, "gpu", Presence::Optional)) node.gpu = readGpu(r, *g);
+      c.nodes.push_back(std::move(node));
+    }
+  } else if (nodesNode) {
+    const auto count = r.integerValue(*nodesNode, 1, 100000);
+    const auto perNode = r.integer(at, "gpus_per_node", Presence::Required, 1, 1024);
+    if (count && perNode) {
+      for (std::int64_t i = 0; i < *count; ++i) {
+        c.nodes.push_back(NodeSpec{"node" + std::to_string(i), static_cast<int>(*perNode), std::nullopt, std::nullopt});
+      }
+    }
+  }
+  if (r.ok() && c.totalGpus() == 0) r.error(at, "zero GPUs (expected at least one)");
+  if (r.ok() && c.totalGpus() > kMaxGpus) r.error(at, "more than " + std::to_string(kMaxGpus) + " GPUs");
+  if (auto links = r.object(at, "links", Presence::Required)) {
+    r.rejectUnknown(*links, {"intra_node", "inter_node"});
+    if (auto intra = r.field(*links, "intra_node", Presence::Required)) {
+      if (auto l = readLink(r, *intra)) c.intraNode = *l;
+    }
+    const bool multiNode = c.nodes.size() > 1;
+    if (auto inter = r.field(*links, "inter_node", multiNode ? Presence::Required : Presence::Optional)) {
+      if (auto l = readLink(r, *inter)) c.interNode = *l;
+    } else {
+      c.interNode = c.intraNode;
+    }
+  }
+  if (auto matrix = r.array(at, "bandwidth_matrix_gbps", Presence::Optional)) {
+    const std::size_t n = static_cast<std::size_t>(c.totalGpus());
+    if (matrix->value->size() != n) {
+      r.error(*matrix, "has " + std::to_string(matrix->value->size()) + " rows (expected " + std::to_string(n) +
+                           ", one per GPU)");
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const JsonNode row = matrix->child(i);
+        if (!r.isArray(row)) continue;
+        if (row.value->size() != n) {
+          r.error(row, "has " + std::to_string(row.value->size()) + " entries (expected " + std::to_string(n) + ")");
+          continue;
+        }
+        std::vector<double> values;
+        for (std::size_t k = 0; k < n; ++k) values.push_back(r.numberValue(row.child(k), 0, 1e6).value_or(0));
+        c.bandwidthMatrixGBps.push_back(std::move(values));
+      }
+    }
+  }
+  return c;
+}
+
+std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
+  if (!r.isObject(at)) return std::nullopt;
+  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description"});
+  if (!r.checkSchema(at, kHostsSchema)) return std::nullopt;
+  HostsSpec h;
+  if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
+    if (*launcher != "ssh" && *launcher != "slurm" && *launcher != "mpirun") {
+      r.error(at.child("launcher"), "'" + *launcher + "' is not a launcher (expected ssh, slurm or mpirun)");
+    } else {
+      h.launcher = *launcher;
+    }
+  }
+  auto hosts = r.array(at, "hosts", Presence::Required);
+  if (!hosts) return std::nullopt;
+  if (hosts->value->empty()) r.error(*hosts, "no hosts (expected at least one)");
+  if (hosts->value->size() > 100000) {
+    r.error(*hosts, "more than 100000 hosts");
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < hosts->value->size(); ++i) {
+    const JsonNode n = hosts->child(i);
+    if (!r.isObject(n)) continue;
+    r.rejectUnknown(n, {"host", "port", "user", "identity_file", "known_hosts_file", "gpus", "remote_dir"});
+    if (n.value->contains("password")) r.error(n.child("password"), "passwords are never stored");
+    HostEntry e;
+    e.host = r.string(n, "host", Presence::Required).value_or("");
+    e.port = static_cast<int>(r.integer(n, "port", Presence::Optional, 1, 65535).value_or(22));
+    e.user = r.string(n, "user", Presence::Optional).value_or("");
+    e.identityFile = r.string(n, "identity_file", Presence::Optional).value_or("");
+    e.knownHostsFile = r.string(n, "known_hosts_file", Presence::Optional).value_or("");
+    e.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, 1, 1024).value_or(1));
+    e.remoteDir = r.string(n, "remote_dir", Presence::Optional).value_or("~/.pipestudio");
+    h.hosts.push_back(std::move(e));
+  }
+  return h;
+}
+
+Expected<ModelSpec> loadModel(const std::string& path) { return loadWith<ModelSpec>(path, &readModel); }
+Expected<ClusterSpec> loadCluster(const std::string& path) { return loadWith<ClusterSpec>(path, &readCluster); }
+Expected<HostsSpec> loadHosts(const std::string& path) { return loadWith<HostsSpec>(path, &readHosts); }
+
+namespace {
+Json layerToJson(const Layer& l) {
+  Json j;
+  j["name"] = l.name;
+  j["kind"] = l.kind;
+  if (l.forwardMs) j["forward_ms"] = *l.forwardMs;
+  if (l.backwardInputMs) j["backward_input_ms"] = *l.backwardInputMs;
+  if (l.backwardWeightMs) j["backward_weight_ms"] = *l.backwardWeightMs;
+  if (l.activationBytes) j["activation_bytes"] = *l.activationBytes;
+  if (l.weightGradBytes) j["weight_grad_bytes"] = *l.weightGradBytes;
+  if (l.parameterBytes) j["parameter_bytes"] = *l.parameterBytes;
+  if (l.outputBytes) j["output_bytes"] = *l.outputBytes;
+  if (l.transformer) {
+    Json t{{"hidden", l.transformer->hidden}, {"seq", l.transformer->seq}, {"heads", l.transformer->heads}};
+    if (l.transformer->ffn > 0) t["ffn"] = l.transformer->ffn;
+    if (l.transformer->vocab) t["vocab"] = *l.transformer->vocab;
+    j["transformer"] = t;
+  }
+  if (l.flopsForward) j["flops_forward"] = *l.flopsForward;
+  if (l.params) j["params"] = *l.params;
+  return j;
+}
+
+Json gpuToJson(const GpuSpec& g) {
+  return Json{{"name", g.name}, {"peak_tflops", g.peakTflops}, {"memory_gib", g.memoryGib}, {"efficiency", g.efficiency}};
+}
+}  // namespace
+
+Json modelToJson(const ModelSpec& m) {
+  Json j{{"schema", kModelSchema}, {"name", m.name}, {"samples_per_microbatch", m.samplesPerMicrobatch}};
+  if (m.optimizer.distributed) j["optimizer"] = Json{{"distributed", true}};
+  Json comps = Json::array();
+  for (const auto& c : m.components) {
+    Json cj{{"name", c.name}, {"trainable", c.trainable}};
+    if (!c.feeds.empty()) cj["feeds"] = c.feeds;
+    Json layers = Json::array();
+    for (const auto& l : c.layers) layers.push_back(layerToJson(l));
+    cj["layers"] = std::move(layers);
+    comps.push_back(std::move(cj));
+  }
+  j["components"] = std::move(comps);
+  return j;
+}
+
+Json clusterToJson(const ClusterSpec& c) {
+  Json j{{"schema", kClusterSchema}, {"name", c.name}, {"gpu", gpuToJson(c.gpu)}};
+  Json nodes = Json::array();
+  for (const auto& n : c.nodes) {
+    Json nj{{"host", n.host}, {"gpus", n.gpus}};
+    if (n.ssh) {
+      Json s{{"port", n.ssh->port}};
+      if (!n.ssh->user.empty()) s["user"] = n.ssh->user;
+      if (!n.ssh->identityFile.empty()) s["identity_file"] = n.ssh->identityFile;
+      nj["ssh"] = s;
+    }
+    if (n.gpu) nj["gpu"] = gpuToJson(*n.gpu);
+    nodes.push_back(std::move(nj));
+  }
+  j["nodes"] = std::move(nodes);
+  j["links"] = Json{{"intra_node", {{"bandwidth_gbps", c.intraNode.bandwidthGBps}, {"latency_us", c.intraNode.latencyUs}}},
+                    {"inter_node", {{"bandwidth_gbps", c.interNode.bandwidthGBps}, {"latency_us", c.interNode.latencyUs}}}};
+  if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
+  return j;
+}
+
+Json hostsToJson(const HostsSpec& h) {
+  Json hosts = Json::array();
+  for (const auto& e : h.hosts) {
+    Json j{{"host", e.host}, {"port", e.port}, {"gpus", e.gpus}, {"remote_dir", e.remoteDir}};
+    if (!e.user.empty()) j["user"] = e.user;
+    if (!e.identityFile.empty()) j["identity_file"] = e.identityFile;
+    if (!e.knownHostsFile.empty()) j["known_hosts_file"] = e.knownHostsFile;
+    hosts.push_back(std::move(j));
+  }
+  return Json{{"schema", kHostsSchema}, {"launcher", h.launcher}, {"hosts", std::move(hosts)}};
+}
+
+Expected<std::string> documentKind(const JsonDocument& doc) {
+  if (!doc.root.is_object()) {
+    return Error{doc.where("") + ": is a " + jsonTypeName(doc.root) + " (expected an object with a 'schema' field)"};
+  }
+  const auto it = doc.root.find("schema");
+  if (it == doc.root.end() || !it->is_string()) {
+    return Error{doc.where("") + ": missing required field 'schema' (expected e.g. \"pipestudio.model/1\")"};
+  }
+  const std::string schema = it->get<std::string>();
+  for (const char* kind : {"model", "cluster", "plan", "hosts", "workspace"}) {
+    if (schema.rfind(std::string("pipestudio.") + kind + "/", 0) == 0) return std::string(kind);
+  }
+  return Error{doc.where("/schema") + ": schema '" + schema +
+               "' is not a PipeStudio document (expected pipestudio.model/1, pipestudio.cluster/1, "
+               "pipestudio.plan/1, pipestudio.hosts/1 or pipestudio.workspace/1)"};
+}
+
+}  // namespace pipestudio

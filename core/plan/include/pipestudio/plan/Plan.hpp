@@ -1,0 +1,96 @@
+#pragma once
+/// \file Plan: `pipestudio.plan/1` (DESIGN.md §2) — what the solvers produce, the GUI draws
+/// and the executor runs.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipestudio/model/Cluster.hpp"
+#include "pipestudio/model/Model.hpp"
+
+namespace pipestudio {
+
+inline constexpr const char* kPlanSchema = "pipestudio.plan/1";
+
+/// F forward, B input-gradient backward, W weight-gradient backward, BW fused backward,
+/// N non-trainable forward (bubble filling), S/T vocabulary passes, OPT optimizer step.
+enum class OpKind : std::uint8_t { F, B, W, BW, N, S, T, OPT };
+inline constexpr int kOpKindCount = 8;
+
+std::string_view opKindName(OpKind kind);
+std::optional<OpKind> opKindFromName(std::string_view name);
+
+struct PlanConfig {
+  std::string schedule;
+  int devices = 1;
+  int microbatches = 1;
+  int chunksPerDevice = 1;
+  std::string partition = "uniform";
+  std::string fill = "none";
+  std::optional<std::int64_t> memoryLimitBytes;
+  int dataParallel = 1;  ///< replicas of the whole pipeline (throughput and optimizer memory)
+};
+
+/// A contiguous range of one component's layers placed on one device.
+struct VirtualStage {
+  int id = 0;
+  int device = 0;
+  int chunk = 0;
+  int component = 0;   ///< index into model.components
+  int firstLayer = 0;  ///< inclusive
+  int lastLayer = 0;   ///< inclusive
+  int pipeline = 0;    ///< 0 or 1 for bidirectional schedules
+};
+
+/// One compute op. 16-bit/32-bit fields keep 200k-op plans compact.
+struct Op {
+  std::int32_t device = 0;
+  std::int32_t virtualStage = 0;
+  OpKind kind = OpKind::F;
+  std::int32_t microbatch = 0;
+  double startMs = 0;
+  double endMs = 0;
+  std::int32_t samples = 0;  ///< partial-batch fill: samples this op covers; 0 = whole microbatch
+  double durationMs() const { return endMs - startMs; }
+};
+
+struct Comm {
+  int fromDevice = 0;
+  int toDevice = 0;
+  int microbatch = 0;
+  OpKind kind = OpKind::F;  ///< F: activations forward; B: gradients backward
+  int virtualStage = 0;     ///< the producing virtual stage
+  double startMs = 0;
+  double endMs = 0;
+  std::int64_t bytes = 0;
+};
+
+struct DeviceMetrics {
+  double busyMs = 0;
+  double spanMs = 0;
+  std::int64_t peakMemoryBytes = 0;
+  std::int64_t peakActivationBytes = 0;
+  std::int64_t staticMemoryBytes = 0;
+};
+
+struct Metrics {
+  double makespanMs = 0;
+  double bubbleRatio = 0;
+  double throughputSamplesPerS = 0;
+  std::vector<DeviceMetrics> devices;
+};
+
+struct Plan {
+  PlanConfig config;
+  ModelSpec model;
+  ClusterSpec cluster;
+  std::vector<VirtualStage> virtualStages;  ///< in pipeline order (by id)
+  std::vector<Op> ops;                      ///< per device in execution order
+  std::vector<Comm> comms;
+  Metrics metrics;
+};
+
+}  // namespace pipestudio

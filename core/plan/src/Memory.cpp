@@ -1,0 +1,159 @@
+#include "pipestudio/plan/Memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipestudio {
+
+std::vector<StageCosts> stageCosts(const Plan& plan) {
+  std::vector<StageCosts> out(plan.virtualStages.size());
+  for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
+    const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
+    const GpuSpec& gpu = plan.cluster.gpuOfDevice(vs.device);
+    StageCosts& s = out[i];
+    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
+      const LayerCosts c = layerCosts(comp.layers[static_cast<std::size_t>(l)], gpu, plan.model.samplesPerMicrobatch,
+                                      comp.trainable);
+      s.forwardMs += c.forwardMs;
+      s.backwardInputMs += c.backwardInputMs;
+      s.backwardWeightMs += c.backwardWeightMs;
+      s.activationBytes += c.activationBytes;
+      s.weightGradBytes += c.weightGradBytes;
+      s.outputBytes = c.outputBytes;
+      (comp.trainable ? s.trainableParameters : s.frozenParameters) += c.parameterCount();
+    }
+  }
+  return out;
+}
+
+std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
+  std::vector<double> bytes(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0.0);
+  for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
+    const int d = plan.virtualStages[i].device;
+    if (d < 0 || d >= static_cast<int>(bytes.size())) continue;
+    bytes[static_cast<std::size_t>(d)] += staticMemoryBytes(costs[i].trainableParameters, costs[i].frozenParameters,
+                                                           plan.model.optimizer, plan.config.dataParallel);
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(bytes.size());
+  for (double b : bytes) out.push_back(static_cast<std::int64_t>(std::llround(b)));
+  return out;
+}
+
+MemoryTimeline memoryTimeline(const Plan& plan) {
+  const auto costs = stageCosts(plan);
+  MemoryTimeline t;
+  const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
+  t.staticBytes = staticMemoryPerDevice(plan, costs);
+  t.devices.assign(devices, {});
+  t.peakBytes.assign(devices, 0);
+  t.peakActivationBytes.assign(devices, 0);
+
+  // (time, delta) events per device; at equal times releases go first (a device finishing a
+  // B and starting an F at the same instant does not hold both).
+  struct Event {
+    double timeMs;
+    std::int64_t delta;
+  };
+  std::vector<std::vector<Event>> events(devices);
+  const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+  for (const Op& op : plan.ops) {
+    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
+    if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= costs.size()) continue;
+    const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
+    const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
+    const auto act = static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction));
+    const auto wgrad = static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction));
+    auto& ev = events[static_cast<std::size_t>(op.device)];
+    switch (op.kind) {
+      case OpKind::F:
+      case OpKind::S:
+        ev.push_back({op.startMs, act});
+        break;
+      case OpKind::B:
+        ev.push_back({op.endMs, -(act - wgrad)});
+        break;
+      case OpKind::W:
+        ev.push_back({op.endMs, -wgrad});
+        break;
+      case OpKind::BW:
+      case OpKind::T:
+        ev.push_back({op.endMs, -act});
+        break;
+      case OpKind::N:
+        // Frozen forward: no backward, activations live only while the op runs.
+        ev.push_back({op.startMs, act});
+        ev.push_back({op.endMs, -act});
+        break;
+      case OpKind::OPT:
+        break;
+    }
+  }
+  for (std::size_t d = 0; d < devices; ++d) {
+    auto& ev = events[d];
+    std::stable_sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
+      if (a.timeMs != b.timeMs) return a.timeMs < b.timeMs;
+      return a.delta < b.delta;
+    });
+    const std::int64_t base = t.staticBytes[d];
+    std::int64_t live = 0;
+    std::int64_t peakLive = 0;
+    auto& curve = t.devices[d];
+    curve.push_back({ev.empty() ? 0.0 : ev.front().timeMs, base});
+    for (const Event& e : ev) {
+      live += e.delta;
+      peakLive = std::max(peakLive, live);
+      if (!curve.empty() && curve.back().timeMs == e.timeMs) {
+        curve.back().bytes = base + live;
+      } else {
+        curve.push_back({e.timeMs, base + live});
+      }
+    }
+    t.peakActivationBytes[d] = peakLive;
+    t.peakBytes[d] = base + peakLive;
+  }
+  return t;
+}
+
+Metrics computeMetrics(const Plan& plan) {
+  Metrics m;
+  const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
+  m.devices.assign(devices, {});
+  if (plan.ops.empty()) return m;
+  double first = plan.ops.front().startMs;
+  double last = plan.ops.front().endMs;
+  std::vector<double> devFirst(devices, INFINITY), devLast(devices, -INFINITY);
+  for (const Op& op : plan.ops) {
+    first = std::min(first, op.startMs);
+    last = std::max(last, op.endMs);
+    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
+    const auto d = static_cast<std::size_t>(op.device);
+    m.devices[d].busyMs += op.durationMs();
+    devFirst[d] = std::min(devFirst[d], op.startMs);
+    devLast[d] = std::max(devLast[d], op.endMs);
+  }
+  m.makespanMs = last - first;
+  double busy = 0;
+  for (std::size_t d = 0; d < devices; ++d) {
+    if (devLast[d] >= devFirst[d]) m.devices[d].spanMs = devLast[d] - devFirst[d];
+    busy += m.devices[d].busyMs;
+  }
+  if (m.makespanMs > 0 && devices > 0) {
+    m.bubbleRatio = 1.0 - busy / (static_cast<double>(devices) * m.makespanMs);
+    const double samples = static_cast<double>(plan.config.microbatches) *
+                           static_cast<double>(plan.model.samplesPerMicrobatch) *
+                           static_cast<double>(std::max(1, plan.config.dataParallel));
+    m.throughputSamplesPerS = samples / (m.makespanMs / 1000.0);
+  }
+  const MemoryTimeline mem = memoryTimeline(plan);
+  for (std::size_t d = 0; d < devices; ++d) {
+    m.devices[d].peakMemoryBytes = mem.peakBytes[d];
+    m.devices[d].peakActivationBytes = mem.peakActivationBytes[d];
+    m.devices[d].staticMemoryBytes = mem.staticBytes[d];
+  }
+  return m;
+}
+
+}  // namespace pipestudio

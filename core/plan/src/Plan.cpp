@@ -1,0 +1,19 @@
+#include "pipestudio/plan/Plan.hpp"
+
+#include <array>
+
+namespace pipestudio {
+namespace {
+constexpr std::array<std::string_view, kOpKindCount> kNames = {"F", "B", "W", "BW", "N", "S", "T", "OPT"};
+}
+
+std::string_view opKindName(OpKind kind) { return kNames[static_cast<std::size_t>(kind)]; }
+
+std::optional<OpKind> opKindFromName(std::string_view name) {
+  for (std::size_t i = 0; i < kNames.size(); ++i) {
+    if (kNames[i] == name) return static_cast<OpKind>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace pipestudio
