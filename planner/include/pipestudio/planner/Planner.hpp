@@ -1,0 +1,72 @@
+#pragma once
+/// \file The planner's public contract (shared by the schedule engine, the partitioners, the
+/// bubble filler, the configurator, the CLI and the GUI). Qt-free.
+///
+/// Pipeline of a solve: partition (layer ranges per virtual stage) → schedule (placement of
+/// virtual stages on devices and the per-device op order) → fill (frozen-component N ops into
+/// bubbles) → simulate (times, comms, metrics) → Plan.
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio {
+
+/// One op in a device's execution order, before timing.
+struct OrderedOp {
+  std::int32_t virtualStage = 0;
+  OpKind kind = OpKind::F;
+  std::int32_t microbatch = 0;
+  std::int32_t samples = 0;  ///< partial batch (frozen fill); 0 = whole microbatch
+};
+
+/// What a schedule generator produces: placement and per-device order, no times.
+struct ScheduleSkeleton {
+  std::vector<VirtualStage> virtualStages;        ///< in id order
+  std::vector<std::vector<OrderedOp>> devices;    ///< devices[d] = execution order on device d
+};
+
+/// Everything a solve needs. `config` names schedule, devices, microbatches, chunks,
+/// partition, fill and memory limit exactly as the plan document does.
+struct PlanRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  PlanConfig config;
+};
+
+/// Cooperative cancellation and progress for long solves (GUI worker threads).
+struct SolveControl {
+  const std::atomic<bool>* cancel = nullptr;          ///< polled; true → return Error{"cancelled"}
+  std::function<void(double)> progress;               ///< 0..1, may be empty
+  bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
+};
+
+/// Names of every schedule the planner knows, in the order `pipestudio-cli schedules` prints.
+std::vector<std::string> scheduleNames();
+
+/// Full solve: partition, schedule, fill, simulate. Impossible requests (m < p where the
+/// schedule needs more, odd p for DualPipe, chunks that do not divide the layers, a memory
+/// limit below one microbatch, …) return an Error saying what the schedule needs.
+Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control = {});
+
+/// Times a skeleton: discrete-event, dependency-driven (F after the previous virtual stage's
+/// F plus transfer, B after the next stage's B, W after its B; compute ops on one device never
+/// overlap; transfers of one device pair serialise on their link). Returns a Plan with ops,
+/// comms and metrics; a deadlock comes back as an Error naming the waiting cycle.
+Expected<Plan> simulate(const PlanRequest& request, const ScheduleSkeleton& skeleton);
+
+/// Re-times an existing plan keeping each device's op order (e.g. after editing durations in
+/// the embedded model), as `pipestudio-cli simulate` does.
+Expected<Plan> resimulate(const Plan& plan);
+
+/// Memory feasibility of a timed plan against the GPU memory (or config.memoryLimitBytes):
+/// Error with per-device numbers when a device's peak exceeds it.
+Status checkMemory(const Plan& plan);
+
+}  // namespace pipestudio
