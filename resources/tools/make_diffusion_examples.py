@@ -25,7 +25,9 @@ The numbers are ESTIMATES computed here from those shapes, not measurements:
 - output_bytes: the tensor handed to the next layer plus every UNet skip tensor still
   waiting for its decoder block: a pipeline cut there must ship all of them.
 
-Run from the repository root: python3 resources/tools/make_diffusion_examples.py
+It also rewrites resources/workspaces/default.pipestudio (SD 2.1 on the 1x8 A100 cluster).
+
+Run: python3 resources/tools/make_diffusion_examples.py
 """
 import json
 import os
@@ -249,6 +251,16 @@ def main():
         "UNet, plus the frozen text and VAE encoders. Numbers are estimates from the released shapes "
         "(resources/tools/make_diffusion_examples.py).",
         [text_c, vae_c, control, unet_c]))
+    # The default workspace opens the SD 2.1 example on the 1x8 A100 cluster (resources/README.md).
+    with open(os.path.join(root, "..", "clusters", "a100-1x8-nvlink.json")) as f:
+        cluster = json.load(f)
+    with open(os.path.join(root, "stable-diffusion-2.1.json")) as f:
+        model = json.load(f)
+    write(os.path.join(root, "..", "workspaces", "default.pipestudio"), {
+        "schema": "pipestudio.workspace/1", "name": "Stable Diffusion 2.1 on 1x8 A100",
+        "model": model, "cluster": cluster,
+        "solver": {"schedule": "1f1b", "devices": 8, "microbatches": 16, "chunks": 1,
+                   "partition": "diffusionpipe", "fill": "greedy"}})
 
 
 if __name__ == "__main__":
