@@ -3,6 +3,7 @@
 /// binary-safe; a decoder that keeps every complete frame of a truncated stream.
 /// Qt-free, SQLite-free: the executor links it on bare GPU nodes.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,29 @@
 namespace pipestudio::trace {
 
 inline constexpr std::uint16_t kStreamVersion = 1;
+
+/// Wire constants (core/trace/FORMAT.md). A stream starts with kStreamMagic followed by
+/// the version (u16 LE) and a reserved u16 (0); then frames of
+/// `u8 type | u32 LE payload length | payload`.
+inline constexpr char kStreamMagic[4] = {'P', 'S', 'T', 'R'};
+inline constexpr std::size_t kStreamStartBytes = 8;
+inline constexpr std::size_t kFrameHeaderBytes = 5;
+/// Upper bound on one frame's payload: a corrupt length never makes the decoder buffer or
+/// allocate more than this (4 MiB holds a Summary of 500k step times).
+inline constexpr std::uint32_t kMaxFramePayloadBytes = 4u << 20;
+
+/// Frame type codes on the wire. 1..127 are defined (unknown ones there are corruption);
+/// 128..255 are optional extension frames that a decoder skips (counted in skippedFrames()).
+enum class FrameType : std::uint8_t {
+  Header = 1,
+  NcclId = 2,
+  OpRange = 3,
+  Activity = 4,
+  MemorySample = 5,
+  ErrorReport = 6,
+  Summary = 7,
+};
+inline constexpr std::uint8_t kFirstExtensionFrameType = 128;
 
 /// First frame of every stream.
 struct Header {
@@ -86,6 +110,11 @@ using Frame = std::variant<Header, NcclId, OpRange, Activity, MemorySample, Erro
 /// and version written by encodeStreamStart().
 void encodeStreamStart(std::string& out);
 void encodeFrame(const Frame& frame, std::string& out);
+/// Stream start followed by every frame (tests, files).
+std::string encodeStream(const std::vector<Frame>& frames);
+/// The wire type of a frame, and its name ("header", "op_range", …) for messages.
+FrameType frameType(const Frame& frame);
+std::string_view frameTypeName(FrameType type);
 
 /// Incremental decoder: feed bytes as they arrive, pull complete frames. A truncated tail is
 /// kept until more bytes come; corrupt input stops decoding with an error naming the byte
@@ -100,8 +129,17 @@ class StreamDecoder {
   /// Bytes buffered that do not form a complete frame yet (non-zero at EOF = truncated).
   std::size_t pendingBytes() const { return m_buffer.size() - m_pos; }
   std::uint64_t consumedBytes() const { return m_consumed; }
+  /// Extension frames (types >= 128) skipped so far.
+  std::uint64_t skippedFrames() const { return m_skipped; }
+  /// True once the first frame (which must be a Header) has been decoded.
+  bool headerSeen() const { return m_headerSeen; }
 
  private:
+  void fail(std::uint64_t offset, const std::string& what);
+  void compact();
+
+  bool m_headerSeen = false;
+  std::uint64_t m_skipped = 0;
   std::string m_buffer;
   std::size_t m_pos = 0;
   std::uint64_t m_consumed = 0;
@@ -114,6 +152,7 @@ struct DecodedStream {
   std::vector<Frame> frames;
   std::optional<std::string> error;
   std::size_t truncatedBytes = 0;
+  std::uint64_t skippedFrames = 0;
 };
 DecodedStream decodeAll(std::string_view bytes);
 
