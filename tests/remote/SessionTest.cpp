@@ -1,0 +1,314 @@
+// Real sshd on 127.0.0.1 (SshdFixture): host keys, authentication, commands, SFTP, quoting.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "SshdFixture.hpp"
+#include "pipestudio/remote/LaunchCommand.hpp"
+#include "pipestudio/remote/Sha256.hpp"
+#include "pipestudio/remote/ShellQuote.hpp"
+#include "pipestudio/remote/SshSession.hpp"
+
+namespace pipestudio::remote {
+namespace {
+
+using test::Sshd;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// One sshd for the whole suite: starting one costs ~100 ms, but keys and the fixture dir
+// are shared state the tests only read (each test uses its own subdirectory).
+class SessionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { s_sshd = new Sshd(); }
+  static void TearDownTestSuite() {
+    delete s_sshd;
+    s_sshd = nullptr;
+  }
+  void SetUp() override {
+    if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
+  }
+  static Sshd* s_sshd;
+};
+Sshd* SessionTest::s_sshd = nullptr;
+
+TEST_F(SessionTest, ConnectsWithTrustedHostKeyAndRunsCommand) {
+  auto s = SshSession::connect(s_sshd->hostEntry(), {});
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ((*s)->hostPort(), "127.0.0.1:" + std::to_string(s_sshd->port()));
+  EXPECT_EQ((*s)->fingerprint().rfind("SHA256:", 0), 0U);
+  auto r = (*s)->run("echo out; echo err >&2; exit 3");
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_EQ(r->out, "out\n");
+  EXPECT_EQ(r->err, "err\n");
+  EXPECT_EQ(r->exitStatus, 3);
+}
+
+TEST_F(SessionTest, ChangedHostKeyIsRefusedShowingBothFingerprints) {
+  const std::string dir = s_sshd->dir() + "/changed";
+  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N '' -f '" + dir + "/other' </dev/null"), 0);
+  std::istringstream pub(slurp(dir + "/other.pub"));
+  std::string type;
+  std::string key;
+  pub >> type >> key;
+  std::ofstream(dir + "/known_hosts") << "[127.0.0.1]:" << s_sshd->port() << ' ' << type << ' ' << key << '\n';
+  std::string otherFp;
+  ASSERT_EQ(test::runLocal("ssh-keygen -l -E sha256 -f '" + dir + "/other.pub' | cut -d' ' -f2", &otherFp), 0);
+  std::string serverFp;
+  ASSERT_EQ(test::runLocal("ssh-keygen -l -E sha256 -f '" + s_sshd->hostKeyPub() + "' | cut -d' ' -f2", &serverFp), 0);
+  otherFp.pop_back();
+  serverFp.pop_back();
+
+  HostEntry h = s_sshd->hostEntry();
+  h.knownHostsFile = dir + "/known_hosts";
+  bool asked = false;
+  SessionCallbacks cb;
+  cb.unknownHostKey = [&](const HostKeyPrompt&) {
+    asked = true;
+    return HostKeyDecision::AcceptAndSave;
+  };
+  auto s = SshSession::connect(h, cb);
+  ASSERT_FALSE(s);
+  EXPECT_FALSE(asked) << "a changed key must never be offered for acceptance";
+  EXPECT_NE(s.message().find("CHANGED"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(s_sshd->port())), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(otherFp), std::string::npos) << s.message() << "\nexpected " << otherFp;
+  EXPECT_NE(s.message().find(serverFp), std::string::npos) << s.message() << "\nexpected " << serverFp;
+}
+
+TEST_F(SessionTest, UnknownHostAsksAndRefusesOrSaves) {
+  const std::string dir = s_sshd->dir() + "/unknown";
+  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "'"), 0);
+  HostEntry h = s_sshd->hostEntry();
+  h.knownHostsFile = dir + "/known_hosts";  // does not exist yet
+
+  auto refused = SshSession::connect(h, {});  // no callback: refuse
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.message().find("unknown host key"), std::string::npos) << refused.message();
+
+  HostKeyPrompt seen;
+  SessionCallbacks cb;
+  cb.unknownHostKey = [&](const HostKeyPrompt& p) {
+    seen = p;
+    return HostKeyDecision::Reject;
+  };
+  ASSERT_FALSE(SshSession::connect(h, cb));
+  std::string serverFp;
+  ASSERT_EQ(test::runLocal("ssh-keygen -l -E sha256 -f '" + s_sshd->hostKeyPub() + "' | cut -d' ' -f2", &serverFp), 0);
+  serverFp.pop_back();
+  EXPECT_EQ(seen.fingerprintSha256, serverFp);
+  EXPECT_EQ(seen.keyType, "ssh-ed25519");
+  EXPECT_EQ(seen.hostPort, "127.0.0.1:" + std::to_string(s_sshd->port()));
+  EXPECT_EQ(seen.knownHostsFile, h.knownHostsFile);
+
+  cb.unknownHostKey = [](const HostKeyPrompt&) { return HostKeyDecision::AcceptOnce; };
+  ASSERT_TRUE(SshSession::connect(h, cb));
+  EXPECT_TRUE(slurp(h.knownHostsFile).empty()) << "AcceptOnce must not write known_hosts";
+
+  cb.unknownHostKey = [](const HostKeyPrompt&) { return HostKeyDecision::AcceptAndSave; };
+  ASSERT_TRUE(SshSession::connect(h, cb));
+  // Saved: the next connection needs no decision.
+  auto again = SshSession::connect(h, {});
+  EXPECT_TRUE(again) << again.message();
+}
+
+TEST_F(SessionTest, WrongUserKeyFailsNamingTheHost) {
+  const std::string dir = s_sshd->dir() + "/wrongkey";
+  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N '' -f '" + dir + "/key' </dev/null"), 0);
+  HostEntry h = s_sshd->hostEntry();
+  h.identityFile = dir + "/key";
+  auto s = SshSession::connect(h, {});
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("authentication failed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(s_sshd->port())), std::string::npos) << s.message();
+
+  // Without the .pub next to it the private key itself is offered and refused.
+  ASSERT_EQ(::unlink((dir + "/key.pub").c_str()), 0);
+  auto s2 = SshSession::connect(h, {});
+  ASSERT_FALSE(s2);
+  EXPECT_NE(s2.message().find("authentication failed"), std::string::npos) << s2.message();
+
+  h.identityFile = dir + "/missing";
+  auto s3 = SshSession::connect(h, {});
+  ASSERT_FALSE(s3);
+  EXPECT_NE(s3.message().find(dir + "/missing"), std::string::npos) << s3.message();
+}
+
+TEST_F(SessionTest, EncryptedKeyAsksForThePassphraseOncePerSession) {
+  const std::string dir = s_sshd->dir() + "/passphrase";
+  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N 'open sesame' -f '" + dir +
+                           "/key' </dev/null && cat '" + dir + "/key.pub' >> '" + s_sshd->dir() + "/authorized_keys'"),
+            0);
+  HostEntry h = s_sshd->hostEntry();
+  h.identityFile = dir + "/key";
+  int asked = 0;
+  SessionCallbacks cb;
+  cb.passphrase = [&](const std::string& prompt) -> std::optional<std::string> {
+    ++asked;
+    EXPECT_NE(prompt.find("127.0.0.1:"), std::string::npos);
+    return std::string("open sesame");
+  };
+  auto s = SshSession::connect(h, cb);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(asked, 1);
+
+  cb.passphrase = [&](const std::string&) -> std::optional<std::string> {
+    ++asked;
+    return std::string("wrong");
+  };
+  auto wrong = SshSession::connect(h, cb);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(asked, 2) << "asked once for the new session, not again after a wrong answer";
+  EXPECT_NE(wrong.message().find("passphrase"), std::string::npos) << wrong.message();
+
+  auto declined = SshSession::connect(h, {});
+  ASSERT_FALSE(declined);
+}
+
+TEST_F(SessionTest, SftpUploadSkipsWhenChecksumMatches) {
+  auto s = SshSession::connect(s_sshd->hostEntry(), {});
+  ASSERT_TRUE(s) << s.message();
+  const std::string local = s_sshd->dir() + "/payload.bin";
+  std::string payload;
+  for (int i = 0; i < 200000; ++i) payload.push_back(static_cast<char>((i * 7919) & 0xff));
+  std::ofstream(local, std::ios::binary) << payload;
+
+  auto remoteDir = (*s)->resolvePath(s_sshd->dir() + "/up load/nested dir");
+  ASSERT_TRUE(remoteDir) << remoteDir.message();
+  ASSERT_TRUE((*s)->makeDirectories(*remoteDir));
+  ASSERT_TRUE((*s)->makeDirectories(*remoteDir)) << "mkdir -p is idempotent";
+  const std::string remote = *remoteDir + "/payload.bin";
+
+  auto first = (*s)->upload(local, remote, 0755);
+  ASSERT_TRUE(first) << first.message();
+  EXPECT_EQ(*first, UploadAction::Uploaded);
+  EXPECT_EQ(slurp(remote), payload);
+  EXPECT_EQ((*s)->remoteSha256(remote), sha256Hex(payload));
+  EXPECT_EQ(::access(remote.c_str(), X_OK), 0);
+
+  auto second = (*s)->upload(local, remote, 0755);
+  ASSERT_TRUE(second) << second.message();
+  EXPECT_EQ(*second, UploadAction::Skipped);
+
+  payload[100] ^= 1;
+  std::ofstream(local, std::ios::binary) << payload;
+  auto third = (*s)->upload(local, remote, 0644);
+  ASSERT_TRUE(third) << third.message();
+  EXPECT_EQ(*third, UploadAction::Uploaded);
+  EXPECT_EQ(slurp(remote), payload);
+
+  // A file in the way of a directory is an error that names it.
+  auto st = (*s)->makeDirectories(remote + "/sub");
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("not a directory"), std::string::npos) << st.message();
+  // Home-relative paths resolve against the remote home.
+  auto home = (*s)->resolvePath("~/x");
+  ASSERT_TRUE(home);
+  EXPECT_EQ(*home, std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") + "/x");
+}
+
+TEST_F(SessionTest, QuotingSurvivesARealRemoteShell) {
+  auto s = SshSession::connect(s_sshd->hostEntry(), {});
+  ASSERT_TRUE(s) << s.message();
+  const std::vector<std::string> words = {"plain",        "with space",   "it's",         "\"double\"",
+                                          "$HOME",        "`id`",         "$(touch /tmp/pwned)",
+                                          "a;b&&c|d",     "line\nbreak",  "back\\slash",  "*",
+                                          "",             "'",            "--opt=x y",    "~"};
+  // printf prints each word between markers; any expansion or word splitting shows.
+  auto r = (*s)->run("printf '<%s>' " + joinShellWords(words));
+  ASSERT_TRUE(r) << r.message();
+  std::string expected;
+  for (const auto& w : words) expected += "<" + w + ">";
+  EXPECT_EQ(r->out, expected);
+  EXPECT_EQ(r->exitStatus, 0);
+}
+
+TEST_F(SessionTest, StartedProcessStreamsAndReportsItsExitStatus) {
+  auto s = SshSession::connect(s_sshd->hostEntry(), {});
+  ASSERT_TRUE(s) << s.message();
+  auto p = (*s)->start(watchdogCommand(s_sshd->dir(), {"sh", "-c", "pwd; echo oops >&2; exit 7"}));
+  ASSERT_TRUE(p) << p.message();
+  std::string out;
+  std::string err;
+  for (int i = 0; i < 500 && !(*p)->ended(); ++i) {
+    ASSERT_TRUE((*p)->poll(out, err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE((*p)->poll(out, err));
+  EXPECT_EQ(out, s_sshd->dir() + "\n");
+  EXPECT_EQ(err, "oops\n");
+  EXPECT_EQ((*p)->exitStatus(), 7);
+}
+
+TEST_F(SessionTest, ClosingStdinStopsAWatchdoggedRank) {
+  auto s = SshSession::connect(s_sshd->hostEntry(), {});
+  ASSERT_TRUE(s) << s.message();
+  const std::string marker = "301." + std::to_string(::getpid());
+  auto p = (*s)->start(watchdogCommand("/", {"sleep", marker}, 1));
+  ASSERT_TRUE(p) << p.message();
+  std::string out;
+  std::string err;
+  bool started = false;
+  for (int i = 0; i < 200 && !started; ++i) {
+    started = !test::processesMatching("sleep " + marker).empty();
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(started);
+  (*p)->closeStdin();
+  for (int i = 0; i < 500 && !(*p)->ended(); ++i) {
+    ASSERT_TRUE((*p)->poll(out, err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE((*p)->ended());
+  EXPECT_EQ((*p)->exitStatus(), 128 + SIGTERM);
+  EXPECT_TRUE(test::processesMatching("sleep " + marker).empty());
+}
+
+TEST_F(SessionTest, WatchdogEndsTheRankWhenTheWorkstationDies) {
+  // A unique duration marks the remote process: sleep 300.<pid>.
+  const std::string marker = "300." + std::to_string(::getpid());
+  const HostEntry h = s_sshd->hostEntry();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The "workstation": starts the rank, then polls it until it is killed.
+    auto s = SshSession::connect(h, {});
+    if (!s) ::_exit(3);
+    auto p = (*s)->start(watchdogCommand("/", {"sleep", marker}));
+    if (!p) ::_exit(4);
+    std::string out;
+    std::string err;
+    for (;;) {
+      if (!(*p)->poll(out, err)) ::_exit(5);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  bool started = false;
+  for (int i = 0; i < 200 && !started; ++i) {
+    started = !test::processesMatching("sleep " + marker).empty();
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(started) << "the remote rank never started";
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {  // 10 s at most
+    gone = test::processesMatching("sleep " + marker).empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "the remote rank outlived its SSH session";
+}
+
+}  // namespace
+}  // namespace pipestudio::remote

@@ -1,0 +1,50 @@
+#pragma once
+// A real OpenSSH sshd on 127.0.0.1 for the remote tests (issue 8): a free port, generated
+// host and user keys, a private sshd_config in a temp dir. Tests skip (with the reason)
+// only when sshd cannot start here.
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "pipestudio/model/Hosts.hpp"
+
+namespace pipestudio::remote::test {
+
+class Sshd {
+ public:
+  /// Starts sshd; on failure `error()` says why and `running()` is false.
+  Sshd();
+  ~Sshd();
+  Sshd(const Sshd&) = delete;
+  Sshd& operator=(const Sshd&) = delete;
+
+  bool running() const { return m_pid > 0; }
+  const std::string& error() const { return m_error; }
+  int port() const { return m_port; }
+  const std::string& dir() const { return m_dir; }
+  std::string userKey() const { return m_dir + "/user_key"; }
+  std::string hostKeyPub() const { return m_dir + "/host_key.pub"; }
+  /// A known_hosts file that trusts this sshd's host key.
+  std::string knownHosts() const { return m_dir + "/known_hosts"; }
+
+  /// A hosts entry for this sshd (trusted known_hosts, the user key, remote_dir in dir()).
+  HostEntry hostEntry(int gpus = 1) const;
+
+  /// SIGKILL the listener and every per-connection sshd it forked: the connection drops
+  /// as it would when a node dies.
+  void killAll();
+
+ private:
+  std::string m_dir;
+  std::string m_error;
+  int m_port = 0;
+  pid_t m_pid = -1;
+};
+
+/// Runs a local command, returns its exit status and stdout.
+int runLocal(const std::string& command, std::string* out = nullptr);
+/// Process ids whose command line contains `needle` (scans /proc).
+std::vector<pid_t> processesMatching(const std::string& needle);
+
+}  // namespace pipestudio::remote::test
