@@ -1,4 +1,6 @@
+#include <cstdint>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,28 @@
 
 namespace pipestudio::cli {
 namespace {
+
+// The `solver` block of a workspace: the settings of `pipestudio-cli plan`.
+void checkSolver(JsonReader& r, const JsonNode& s, const std::optional<ClusterSpec>& cluster) {
+  r.rejectUnknown(s, {"schedule", "devices", "microbatches", "chunks", "partition", "fill", "memory_limit_bytes"});
+  (void)r.string(s, "schedule", Presence::Optional);
+  const auto devices = r.integer(s, "devices", Presence::Optional, 1, 1'000'000);
+  (void)r.integer(s, "microbatches", Presence::Optional, 1, 1'000'000);
+  (void)r.integer(s, "chunks", Presence::Optional, 1, 1024);
+  (void)r.integer(s, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
+  if (auto p = r.string(s, "partition", Presence::Optional)) {
+    if (*p != "uniform" && *p != "balanced" && *p != "dp" && *p != "diffusionpipe") {
+      r.error(s.child("partition"), "'" + *p + "' is not a partitioner (expected uniform, balanced, dp or diffusionpipe)");
+    }
+  }
+  if (auto f = r.string(s, "fill", Presence::Optional)) {
+    if (*f != "none" && *f != "greedy") r.error(s.child("fill"), "'" + *f + "' is not a fill mode (expected none or greedy)");
+  }
+  if (devices && cluster && *devices > cluster->totalGpus()) {
+    r.error(s.child("devices"), "is " + std::to_string(*devices) + " but the cluster has " +
+                                    std::to_string(cluster->totalGpus()) + " GPUs (expected at most that many)");
+  }
+}
 
 // Validates one file of any PipeStudio kind; prints a one-line summary or every problem.
 bool validateFile(const std::string& path) {
@@ -42,21 +66,26 @@ bool validateFile(const std::string& path) {
   } else if (*kind == "plan") {
     if (auto p = readPlan(reader, reader.root())) {
       if (auto st = validatePlanStructure(*p); !st) {
-        std::cerr << path << ": " << st.message() << '\n';
+        std::cerr << locatePlanProblem(*doc, st.message()) << '\n';
         return false;
       }
       summary = "plan '" + p->config.schedule + "', " + std::to_string(p->config.devices) + " device(s), " +
                 std::to_string(p->ops.size()) + " op(s)";
     }
   } else if (*kind == "workspace") {
-    // A workspace embeds a model and a cluster; both are checked with their own rules.
+    // A workspace embeds a model and a cluster; both are checked with their own rules
+    // (resources/README.md describes the format).
     const JsonNode root = reader.root();
-    if (!reader.checkSchema(root, "pipestudio.workspace/1")) {
-      // reported by checkSchema
-    } else {
-      if (auto m = reader.field(root, "model", Presence::Required)) (void)readModel(reader, *m);
-      if (auto c = reader.field(root, "cluster", Presence::Required)) (void)readCluster(reader, *c);
-      summary = "workspace";
+    reader.rejectUnknown(root, {"schema", "name", "description", "model", "cluster", "solver"});
+    if (reader.checkSchema(root, "pipestudio.workspace/1")) {
+      std::optional<ModelSpec> model;
+      std::optional<ClusterSpec> cluster;
+      if (auto m = reader.field(root, "model", Presence::Required)) model = readModel(reader, *m);
+      if (auto c = reader.field(root, "cluster", Presence::Required)) cluster = readCluster(reader, *c);
+      if (auto s = reader.object(root, "solver", Presence::Optional)) checkSolver(reader, *s, cluster);
+      summary = "workspace '" + reader.string(root, "name", Presence::Optional).value_or("") + "'";
+      if (model) summary += ", model '" + model->name + "'";
+      if (cluster) summary += ", cluster '" + cluster->name + "'";
     }
   }
   if (!reader.ok()) {

@@ -39,13 +39,23 @@ std::optional<std::pair<std::size_t, std::string>> prescan(std::string_view text
       stringStart = i;
     } else if (c == '{' || c == '[') {
       if (++depth > limits.maxDepth) {
-        return std::pair{i, "nesting deeper than " + std::to_string(limits.maxDepth) + " levels"};
+        return std::pair{i, "nesting deeper than " + std::to_string(limits.maxDepth) +
+                                   " levels (expected at most " + std::to_string(limits.maxDepth) + ")"};
       }
     } else if (c == '}' || c == ']') {
       if (depth > 0) --depth;
     }
   }
   return std::nullopt;
+}
+
+// Parser messages quote the input ("last read: '…'"): keep binary garbage off the terminal.
+std::string printable(std::string text) {
+  for (char& c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';
+  }
+  return text;
 }
 
 // Skips whitespace from `i`; returns the new index.
@@ -235,10 +245,27 @@ Expected<JsonDocument> parseJson(std::string text, std::string path, const JsonL
     if (const auto colon = what.find(": ", what.find("column")); colon != std::string::npos) {
       what = what.substr(colon + 2);
     }
-    if (offset + 1 >= text.size()) what = "truncated JSON: " + what;
-    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " + what};
+    if (offset + 1 >= text.size()) {
+      what = "truncated JSON: " + what + " (expected the rest of the document)";
+    } else {
+      what += " (expected valid JSON)";
+    }
+    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " + printable(what)};
+  } catch (const Json::out_of_range& e) {
+    // nlohmann reports number overflow ("1e999") without a position: find the literal.
+    std::string what = e.what();
+    const auto quote = what.find("parsing '");
+    std::size_t offset = 0;
+    if (quote != std::string::npos) {
+      const std::string literal = what.substr(quote + 9, what.rfind('\'') - quote - 9);
+      what = "number " + literal + " is out of range";
+      if (const auto at = text.find(literal); at != std::string::npos) offset = at;
+    }
+    const TextLocation loc = locationOfOffset(text, offset);
+    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " +
+                 printable(what) + " (expected a finite number)"};
   } catch (const std::exception& e) {
-    return Error{path + ":1:1: " + e.what()};
+    return Error{path + ":1:1: " + printable(e.what()) + " (expected valid JSON)"};
   }
   doc.path = std::move(path);
   doc.text = std::move(text);
@@ -249,7 +276,7 @@ Expected<JsonDocument> loadJsonFile(const std::string& path, const JsonLimits& l
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) {
-    return Error{path + ": cannot open: no such file"};
+    return Error{path + ": cannot open: no such file (expected an existing JSON file)"};
   }
   if (std::filesystem::is_directory(status)) {
     return Error{path + ": is a directory (expected a JSON file)"};

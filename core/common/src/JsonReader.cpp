@@ -21,6 +21,12 @@ std::string jsonTypeName(const Json& value) {
   return "unknown";
 }
 
+std::string jsonTypeWithArticle(const Json& value) {
+  const std::string name = jsonTypeName(value);
+  const bool vowel = !name.empty() && std::string_view("aeiou").find(name.front()) != std::string_view::npos;
+  return (vowel ? "an " : "a ") + name;
+}
+
 JsonNode JsonNode::child(std::string_view key) const {
   return JsonNode{&value->at(std::string(key)), pointer + "/" + jsonPointerEscape(key)};
 }
@@ -52,13 +58,13 @@ Error JsonReader::toError() const {
 
 bool JsonReader::isObject(const JsonNode& node) {
   if (node.value->is_object()) return true;
-  error(node, "is a " + jsonTypeName(*node.value) + " (expected an object)");
+  error(node, "is " + jsonTypeWithArticle(*node.value) + " (expected an object)");
   return false;
 }
 
 bool JsonReader::isArray(const JsonNode& node) {
   if (node.value->is_array()) return true;
-  error(node, "is a " + jsonTypeName(*node.value) + " (expected an array)");
+  error(node, "is " + jsonTypeWithArticle(*node.value) + " (expected an array)");
   return false;
 }
 
@@ -66,7 +72,7 @@ std::optional<JsonNode> JsonReader::field(const JsonNode& obj, std::string_view 
   if (!obj.value->is_object()) return std::nullopt;
   const auto it = obj.value->find(std::string(key));
   if (it == obj.value->end()) {
-    if (presence == Presence::Required) error(obj, "missing required field '" + std::string(key) + "'");
+    if (presence == Presence::Required) error(obj, "missing required field '" + std::string(key) + "' (expected it in this object)");
     return std::nullopt;
   }
   return obj.child(key);
@@ -86,7 +92,7 @@ std::optional<JsonNode> JsonReader::array(const JsonNode& obj, std::string_view 
 
 std::optional<std::string> JsonReader::stringValue(const JsonNode& node, bool allowEmpty) {
   if (!node.value->is_string()) {
-    error(node, "is a " + jsonTypeName(*node.value) + " (expected a string)");
+    error(node, "is " + jsonTypeWithArticle(*node.value) + " (expected a string)");
     return std::nullopt;
   }
   std::string s = node.value->get<std::string>();
@@ -99,7 +105,7 @@ std::optional<std::string> JsonReader::stringValue(const JsonNode& node, bool al
 
 std::optional<double> JsonReader::numberValue(const JsonNode& node, double min, double max) {
   if (!node.value->is_number()) {
-    error(node, "is a " + jsonTypeName(*node.value) + " (expected a number)");
+    error(node, "is " + jsonTypeWithArticle(*node.value) + " (expected a number)");
     return std::nullopt;
   }
   const double v = node.value->get<double>();
@@ -132,8 +138,17 @@ std::optional<std::int64_t> JsonReader::integerValue(const JsonNode& node, std::
   } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
              std::abs(v.get<double>()) < 9.0e15) {
     value = static_cast<std::int64_t>(v.get<double>());
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())) {
+    std::ostringstream msg;
+    msg << "is " << v.get<double>() << " (expected an integer in [" << min << ", " << max << "])";
+    error(node, msg.str());
+    return std::nullopt;
+  } else if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    // dump() would print a non-finite number as "null".
+    error(node, "is not finite (expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "])");
+    return std::nullopt;
   } else {
-    error(node, "is a " + jsonTypeName(v) + (v.is_number() ? " " + v.dump() : std::string()) +
+    error(node, "is " + jsonTypeWithArticle(v) + (v.is_number() ? " " + v.dump() : std::string()) +
                     " (expected an integer)");
     return std::nullopt;
   }
@@ -156,7 +171,7 @@ std::optional<bool> JsonReader::boolean(const JsonNode& obj, std::string_view ke
   auto node = field(obj, key, presence);
   if (!node) return std::nullopt;
   if (!node->value->is_boolean()) {
-    error(*node, "is a " + jsonTypeName(*node->value) + " (expected true or false)");
+    error(*node, "is " + jsonTypeWithArticle(*node->value) + " (expected true or false)");
     return std::nullopt;
   }
   return node->value->get<bool>();

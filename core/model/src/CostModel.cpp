@@ -14,7 +14,13 @@ double msForFlops(double flops, const GpuSpec& gpu) {
   return flops / flopsPerS * 1000.0;
 }
 
-std::int64_t toBytes(double v) { return static_cast<std::int64_t>(std::llround(std::max(0.0, v))); }
+// Saturates instead of overflowing: shapes at the loader's bounds (seq, hidden up to 1e7) give
+// byte counts beyond int64, and converting those is undefined behaviour.
+std::int64_t toBytes(double v) {
+  constexpr double kMaxBytes = 9.0e18;
+  if (!(v > 0)) return 0;
+  return static_cast<std::int64_t>(std::llround(std::min(v, kMaxBytes)));
+}
 
 }  // namespace
 

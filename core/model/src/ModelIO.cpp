@@ -34,13 +34,15 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
                                      std::to_string(s.heads) + " (expected hidden = heads × head_dim)");
   }
   if ((kind == "lm_head" || kind == "embedding") && !s.vocab) {
-    r.error(node, "a " + kind + " layer needs 'vocab' in its transformer shape");
+    r.error(node, "a " + kind + " layer's transformer shape has no 'vocab' (expected the vocabulary size)");
   }
   return s;
 }
 
-// Reads one layer entry; `repeat` expands it into several identical layers.
-void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<Layer>& out) {
+// Reads one layer entry; `repeat` expands it into several identical layers. `layersLeft` is the
+// model-wide budget (kMaxLayers in all), so `repeat` in many components cannot multiply up.
+void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<Layer>& out,
+               std::int64_t& layersLeft) {
   if (!r.isObject(node)) return;
   r.rejectUnknown(node, {"name", "kind", "repeat", "forward_ms", "backward_input_ms", "backward_weight_ms",
                          "activation_bytes", "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer",
@@ -61,7 +63,9 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   if (auto shape = r.field(node, "transformer", Presence::Optional)) {
     layer.transformer = readShape(r, *shape, layer.kind);
   }
-  if (!layer.forwardMs && !layer.transformer && !layer.flopsForward && !node.value->contains("transformer")) {
+  // Judged on the keys present, so a bad value (reported above) does not also count as missing.
+  const Json& v = *node.value;
+  if (!v.contains("forward_ms") && !v.contains("transformer") && !v.contains("flops_forward")) {
     r.error(node, "layer '" + layer.name +
                       "' has neither measured costs nor a shape (expected forward_ms, transformer or flops_forward)");
   }
@@ -77,10 +81,14 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
     r.error(node.child("weight_grad_bytes"), "exceeds activation_bytes (expected a part of the activations)");
   }
   const auto repeat = r.integer(node, "repeat", Presence::Optional, 1, kMaxLayers);
-  if (repeat && static_cast<std::int64_t>(out.size()) + *repeat > kMaxLayers) {
-    r.error(node.child("repeat"), "would make more than " + std::to_string(kMaxLayers) + " layers");
+  const std::int64_t count = repeat.value_or(1);
+  if (count > layersLeft) {
+    r.error(repeat ? node.child("repeat") : node,
+            "would make more than " + std::to_string(kMaxLayers) + " layers in the model (expected fewer)");
+    layersLeft = 0;
     return;
   }
+  layersLeft -= count;
   if (!repeat) {
     out.push_back(std::move(layer));
     return;
@@ -93,7 +101,7 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
 }
 
 std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool defaultTrainable,
-                                       std::string defaultName) {
+                                       std::string defaultName, std::int64_t& layersLeft) {
   Component c;
   c.trainable = defaultTrainable;
   c.name = std::move(defaultName);
@@ -114,8 +122,8 @@ std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool
     r.error(*layers, "component '" + c.name + "' has no layers (expected at least one)");
   }
   for (std::size_t i = 0; i < layers->value->size(); ++i) {
-    readLayer(r, layers->child(i), c.trainable, c.layers);
-    if (static_cast<std::int64_t>(c.layers.size()) >= kMaxLayers) break;
+    readLayer(r, layers->child(i), c.trainable, c.layers, layersLeft);
+    if (layersLeft <= 0) break;
   }
   std::map<std::string, std::size_t> seen;
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
@@ -206,8 +214,8 @@ std::optional<LinkSpec> readLink(JsonReader& r, const JsonNode& node) {
 
 std::optional<SshSpec> readSsh(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"user", "port", "identity_file"});
-  if (node.value->contains("password")) r.error(node.child("password"), "passwords are never stored");
+  r.rejectUnknown(node, {"user", "port", "identity_file", "password"});  // password: reported below
+  if (node.value->contains("password")) r.error(node.child("password"), "passwords are never stored (expected key or agent authentication: identity_file)");
   SshSpec s;
   s.user = r.string(node, "user", Presence::Optional).value_or("");
   s.port = static_cast<int>(r.integer(node, "port", Presence::Optional, 1, 65535).value_or(22));
@@ -241,6 +249,7 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
     r.rejectUnknown(*opt, {"distributed"});
     m.optimizer.distributed = r.boolean(*opt, "distributed", Presence::Optional).value_or(false);
   }
+  std::int64_t layersLeft = kMaxLayers;
   const bool hasComponents = at.value->contains("components");
   const bool hasLayers = at.value->contains("layers");
   if (hasComponents && hasLayers) {
@@ -249,7 +258,7 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
     return std::nullopt;
   }
   if (hasLayers) {
-    if (auto c = readComponent(r, at, true, "backbone")) m.components.push_back(std::move(*c));
+    if (auto c = readComponent(r, at, true, "backbone", layersLeft)) m.components.push_back(std::move(*c));
   } else {
     auto comps = r.array(at, "components", Presence::Required);
     if (!comps) return std::nullopt;
@@ -258,12 +267,12 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
       return std::nullopt;
     }
     if (comps->value->size() > 1000) {
-      r.error(*comps, "more than 1000 components");
+      r.error(*comps, "has " + std::to_string(comps->value->size()) + " components (expected at most 1000)");
       return std::nullopt;
     }
     std::map<std::string, std::size_t> seen;
     for (std::size_t i = 0; i < comps->value->size(); ++i) {
-      auto c = readComponent(r, comps->child(i), true, "");
+      auto c = readComponent(r, comps->child(i), true, "", layersLeft);
       if (!c) continue;
       if (!c->name.empty() && !seen.emplace(c->name, i).second) {
         r.error(comps->child(i).child("name"), "duplicate component name '" + c->name + "' (expected unique names)");
@@ -275,7 +284,7 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
   std::size_t total = 0;
   for (const auto& c : m.components) total += c.layers.size();
   if (static_cast<std::int64_t>(total) > kMaxLayers) {
-    r.error(at, "more than " + std::to_string(kMaxLayers) + " layers in all");
+    r.error(at, "has " + std::to_string(total) + " layers (expected at most " + std::to_string(kMaxLayers) + ")");
   }
   if (r.ok() && m.trainableComponents().empty()) {
     r.error(at, "no trainable component (expected at least one backbone to pipeline)");
@@ -296,11 +305,11 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   auto nodesNode = r.field(at, "nodes", Presence::Required);
   if (nodesNode && nodesNode->value->is_array()) {
     if (at.value->contains("gpus_per_node")) {
-      r.error(at.child("gpus_per_node"), "only with an integer 'nodes' (the nodes array gives 'gpus' per node)");
+      r.error(at.child("gpus_per_node"), "is only allowed with an integer 'nodes' (expected 'gpus' in each entry of the nodes array)");
     }
     if (nodesNode->value->empty()) r.error(*nodesNode, "no nodes (expected at least one)");
     if (nodesNode->value->size() > 100000) {
-      r.error(*nodesNode, "more than 100000 nodes");
+      r.error(*nodesNode, "has " + std::to_string(nodesNode->value->size()) + " nodes (expected at most 100000)");
       return std::nullopt;
     }
     for (std::size_t i = 0; i < nodesNode->value->size(); ++i) {
@@ -324,7 +333,7 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
     }
   }
   if (r.ok() && c.totalGpus() == 0) r.error(at, "zero GPUs (expected at least one)");
-  if (r.ok() && c.totalGpus() > kMaxGpus) r.error(at, "more than " + std::to_string(kMaxGpus) + " GPUs");
+  if (r.ok() && c.totalGpus() > kMaxGpus) r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
     r.rejectUnknown(*links, {"intra_node", "inter_node"});
     if (auto intra = r.field(*links, "intra_node", Presence::Required)) {
@@ -375,14 +384,15 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
   if (!hosts) return std::nullopt;
   if (hosts->value->empty()) r.error(*hosts, "no hosts (expected at least one)");
   if (hosts->value->size() > 100000) {
-    r.error(*hosts, "more than 100000 hosts");
+    r.error(*hosts, "has " + std::to_string(hosts->value->size()) + " hosts (expected at most 100000)");
     return std::nullopt;
   }
   for (std::size_t i = 0; i < hosts->value->size(); ++i) {
     const JsonNode n = hosts->child(i);
     if (!r.isObject(n)) continue;
-    r.rejectUnknown(n, {"host", "port", "user", "identity_file", "known_hosts_file", "gpus", "remote_dir"});
-    if (n.value->contains("password")) r.error(n.child("password"), "passwords are never stored");
+    // password is reported on its own below, not as an unknown field.
+    r.rejectUnknown(n, {"host", "port", "user", "identity_file", "known_hosts_file", "gpus", "remote_dir", "password"});
+    if (n.value->contains("password")) r.error(n.child("password"), "passwords are never stored (expected key or agent authentication: identity_file)");
     HostEntry e;
     e.host = r.string(n, "host", Presence::Required).value_or("");
     e.port = static_cast<int>(r.integer(n, "port", Presence::Optional, 1, 65535).value_or(22));
@@ -479,7 +489,7 @@ Json hostsToJson(const HostsSpec& h) {
 
 Expected<std::string> documentKind(const JsonDocument& doc) {
   if (!doc.root.is_object()) {
-    return Error{doc.where("") + ": is a " + jsonTypeName(doc.root) + " (expected an object with a 'schema' field)"};
+    return Error{doc.where("") + ": is " + jsonTypeWithArticle(doc.root) + " (expected an object with a 'schema' field)"};
   }
   const auto it = doc.root.find("schema");
   if (it == doc.root.end() || !it->is_string()) {

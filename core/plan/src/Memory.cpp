@@ -2,8 +2,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace pipestudio {
+namespace {
+
+// Byte counts saturate instead of overflowing: a hostile plan (10^5 layers of 1 PiB each,
+// millions of ops) must not reach signed-overflow undefined behaviour.
+void addSaturating(std::int64_t& total, std::int64_t delta) {
+  if (__builtin_add_overflow(total, delta, &total)) {
+    total = delta > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+  }
+}
+
+std::int64_t sumSaturating(std::int64_t a, std::int64_t b) {
+  addSaturating(a, b);
+  return a;
+}
+
+}  // namespace
 
 std::vector<StageCosts> stageCosts(const Plan& plan) {
   std::vector<StageCosts> out(plan.virtualStages.size());
@@ -19,8 +36,8 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
       s.forwardMs += c.forwardMs;
       s.backwardInputMs += c.backwardInputMs;
       s.backwardWeightMs += c.backwardWeightMs;
-      s.activationBytes += c.activationBytes;
-      s.weightGradBytes += c.weightGradBytes;
+      addSaturating(s.activationBytes, c.activationBytes);
+      addSaturating(s.weightGradBytes, c.weightGradBytes);
       s.outputBytes = c.outputBytes;
       (comp.trainable ? s.trainableParameters : s.frozenParameters) += c.parameterCount();
     }
@@ -103,16 +120,16 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
     auto& curve = t.devices[d];
     curve.push_back({ev.empty() ? 0.0 : ev.front().timeMs, base});
     for (const Event& e : ev) {
-      live += e.delta;
+      addSaturating(live, e.delta);
       peakLive = std::max(peakLive, live);
       if (!curve.empty() && curve.back().timeMs == e.timeMs) {
-        curve.back().bytes = base + live;
+        curve.back().bytes = sumSaturating(base, live);
       } else {
-        curve.push_back({e.timeMs, base + live});
+        curve.push_back({e.timeMs, sumSaturating(base, live)});
       }
     }
     t.peakActivationBytes[d] = peakLive;
-    t.peakBytes[d] = base + peakLive;
+    t.peakBytes[d] = sumSaturating(base, peakLive);
   }
   return t;
 }

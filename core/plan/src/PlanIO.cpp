@@ -30,31 +30,32 @@ struct FastFields {
   std::optional<std::int64_t> integer(const char* key, std::int64_t min, std::int64_t max, bool required) {
     const auto it = obj.find(key);
     if (it == obj.end()) {
-      if (required) r.error(ptr(nullptr), std::string("missing required field '") + key + "'");
+      if (required) r.error(ptr(nullptr), std::string("missing required field '") + key + "' (expected an integer)");
       return std::nullopt;
     }
     if (it->is_number_integer() || it->is_number_unsigned()) {
-      const auto v = it->get<std::int64_t>();
       if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
-        r.error(ptr(key), "is out of range (expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "])");
+        r.error(ptr(key), "is " + std::to_string(it->get<std::uint64_t>()) + " (expected an integer in [" +
+                              std::to_string(min) + ", " + std::to_string(max) + "])");
         return std::nullopt;
       }
+      const auto v = it->get<std::int64_t>();
       if (v >= min && v <= max) return v;
       r.error(ptr(key), "is " + std::to_string(v) + " (expected an integer in [" + std::to_string(min) + ", " +
                             std::to_string(max) + "])");
       return std::nullopt;
     }
-    r.error(ptr(key), "is a " + jsonTypeName(*it) + " (expected an integer)");
+    r.error(ptr(key), "is " + jsonTypeWithArticle(*it) + " (expected an integer)");
     return std::nullopt;
   }
   std::optional<double> number(const char* key, double min, double max) {
     const auto it = obj.find(key);
     if (it == obj.end()) {
-      r.error(ptr(nullptr), std::string("missing required field '") + key + "'");
+      r.error(ptr(nullptr), std::string("missing required field '") + key + "' (expected a number)");
       return std::nullopt;
     }
     if (!it->is_number()) {
-      r.error(ptr(key), "is a " + jsonTypeName(*it) + " (expected a number)");
+      r.error(ptr(key), "is " + jsonTypeWithArticle(*it) + " (expected a number)");
       return std::nullopt;
     }
     const double v = it->get<double>();
@@ -68,7 +69,7 @@ struct FastFields {
   std::optional<OpKind> kind() {
     const auto it = obj.find("kind");
     if (it == obj.end()) {
-      r.error(ptr(nullptr), "missing required field 'kind'");
+      r.error(ptr(nullptr), "missing required field 'kind' (expected one of F, B, W, BW, N, S, T, OPT)");
       return std::nullopt;
     }
     if (it->is_string()) {
@@ -122,15 +123,20 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       if (auto comp = r.string(s, "component", Presence::Required)) {
         vs.component = plan.model.componentIndex(*comp);
         if (vs.component < 0) {
-          r.error(s.child("component"), "'" + *comp + "' is not a component of the plan's model");
+          std::string known;
+          for (const auto& other : plan.model.components) known += (known.empty() ? "" : ", ") + other.name;
+          r.error(s.child("component"), "'" + *comp + "' is not a component of the plan's model (expected one of: " +
+                                            known + ")");
           continue;
         }
       }
       const auto& layers = plan.model.components[static_cast<std::size_t>(std::max(0, vs.component))].layers;
       const auto maxLayer = static_cast<std::int64_t>(layers.size()) - 1;
-      vs.firstLayer = static_cast<int>(r.integer(s, "first_layer", Presence::Required, 0, maxLayer).value_or(0));
-      vs.lastLayer = static_cast<int>(r.integer(s, "last_layer", Presence::Required, 0, maxLayer).value_or(0));
-      if (vs.lastLayer < vs.firstLayer) {
+      const auto first = r.integer(s, "first_layer", Presence::Required, 0, maxLayer);
+      const auto last = r.integer(s, "last_layer", Presence::Required, 0, maxLayer);
+      vs.firstLayer = static_cast<int>(first.value_or(0));
+      vs.lastLayer = static_cast<int>(last.value_or(0));
+      if (first && last && vs.lastLayer < vs.firstLayer) {
         r.error(s.child("last_layer"), "is before first_layer (expected first_layer ≤ last_layer)");
       }
       if (vs.id != static_cast<int>(i)) {
@@ -153,7 +159,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       const Json& o = (*ops->value)[i];
       FastFields f{r, *ops, i, o};
       if (!o.is_object()) {
-        r.error(f.ptr(nullptr), "is a " + jsonTypeName(o) + " (expected an op object)");
+        r.error(f.ptr(nullptr), "is " + jsonTypeWithArticle(o) + " (expected an op object)");
         continue;
       }
       Op op;
@@ -174,7 +180,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       const Json& o = (*comms->value)[i];
       FastFields f{r, *comms, i, o};
       if (!o.is_object()) {
-        r.error(f.ptr(nullptr), "is a " + jsonTypeName(o) + " (expected a comm object)");
+        r.error(f.ptr(nullptr), "is " + jsonTypeWithArticle(o) + " (expected a comm object)");
         continue;
       }
       Comm c;
@@ -195,13 +201,23 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   return plan;
 }
 
+std::string locatePlanProblem(const JsonDocument& doc, const std::string& message) {
+  // validatePlanStructure speaks in "/pointer: what"; put the file:line:col in front.
+  if (!message.empty() && message.front() == '/') {
+    if (const auto colon = message.find(": "); colon != std::string::npos) {
+      return doc.where(message.substr(0, colon)) + message.substr(colon);
+    }
+  }
+  return doc.path + ": " + message;
+}
+
 Expected<Plan> loadPlan(const std::string& path) {
   auto doc = loadJsonFile(path);
   if (!doc) return doc.error();
   JsonReader reader(*doc);
   auto plan = readPlan(reader, reader.root());
   if (!reader.ok() || !plan) return reader.ok() ? Error{path + ": invalid plan"} : reader.toError();
-  if (auto st = validatePlanStructure(*plan); !st) return Error{path + ": " + st.message()};
+  if (auto st = validatePlanStructure(*plan); !st) return Error{locatePlanProblem(*doc, st.message())};
   return std::move(*plan);
 }
 
@@ -290,12 +306,15 @@ Status validatePlanStructure(const Plan& plan) {
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
     if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= stages) {
-      return Error{"/ops/" + std::to_string(i) + "/virtual_stage: not a virtual stage of the plan"};
+      return Error{"/ops/" + std::to_string(i) + "/virtual_stage: " + std::to_string(op.virtualStage) +
+                   " is not a virtual stage of the plan (expected 0.." +
+                   std::to_string(static_cast<long long>(stages) - 1) + ")"};
     }
     const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
     if (vs.device != op.device) {
       return Error{"/ops/" + std::to_string(i) + "/device: op runs on device " + std::to_string(op.device) +
-                   " but virtual stage " + std::to_string(vs.id) + " is on device " + std::to_string(vs.device)};
+                   " but virtual stage " + std::to_string(vs.id) + " is on device " + std::to_string(vs.device) +
+                   " (expected the virtual stage's device)"};
     }
     if (op.kind == OpKind::F) ++forwards[{op.virtualStage, op.microbatch}];
   }

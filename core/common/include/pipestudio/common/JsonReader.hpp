@@ -72,5 +72,7 @@ class JsonReader {
 
 /// Human name of a JSON value's type ("string", "number", "object", ...).
 std::string jsonTypeName(const Json& value);
+/// The same with its article ("an integer", "a string"), for messages.
+std::string jsonTypeWithArticle(const Json& value);
 
 }  // namespace pipestudio

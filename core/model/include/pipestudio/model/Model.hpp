@@ -36,7 +36,7 @@ struct Layer {
 
   // Shapes.
   std::optional<TransformerShape> transformer;
-  std::optional<double> flopsForward;  ///< per microbatch
+  std::optional<double> flopsForward;  ///< per sample (the cost model scales by samples_per_microbatch)
   std::optional<std::int64_t> params;  ///< parameter count
 };
 

@@ -20,4 +20,8 @@ Status savePlan(const std::string& path, const Plan& plan);
 /// the JSON pointer of the offending entry (e.g. /ops/17).
 Status validatePlanStructure(const Plan& plan);
 
+/// Turns a validatePlanStructure message ("/ops/17/device: …") into
+/// "file:line:col: /ops/17/device: …" using the document the plan was read from.
+std::string locatePlanProblem(const JsonDocument& doc, const std::string& message);
+
 }  // namespace pipestudio
