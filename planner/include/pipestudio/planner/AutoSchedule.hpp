@@ -1,0 +1,96 @@
+#pragma once
+/// \file zb-auto: automatic zero-bubble scheduling under a per-device memory limit for arbitrary
+/// per-stage F/B/W times and communication cost (Qi et al. 2023, "Zero Bubble Pipeline
+/// Parallelism", §3 automatic scheduling). A portfolio of greedy list-scheduling policies (the
+/// paper's heuristic among them) is run, the best order is improved by critical-path moves, and
+/// small instances can be solved exactly by an ILP through CBC. Qt-free.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+
+namespace pipestudio {
+
+struct AutoScheduleOptions {
+  /// Critical-path local search after the policy portfolio.
+  bool localSearch = true;
+  /// Upper bound on the orders the local search times (keeps results deterministic).
+  int maxSearchEvaluations = 2000;
+  /// Wall-clock cap of the local search in seconds (a safety net; the evaluation cap binds first
+  /// on small instances).
+  double searchTimeLimitS = 0.4;
+  /// Solve the ILP through CBC (small instances only, see kExactMaxOps) starting from the
+  /// heuristic's order; proves optimality or reports the remaining gap.
+  bool exact = false;
+  double exactTimeLimitS = 30;
+};
+
+/// Outcome of the exact (ILP) mode.
+enum class ExactStatus {
+  NotRun,       ///< exact mode not requested
+  Unavailable,  ///< built without CBC
+  TooLarge,     ///< instance above the size the ILP is offered for
+  Optimal,      ///< proven optimal (among in-order schedules, see autoSchedule)
+  TimeLimit,    ///< stopped at the time limit; exactBoundMs/exactGap say how far from proven
+  Failed,       ///< CBC found no solution better than the heuristic's or failed
+};
+std::string_view exactStatusName(ExactStatus status);
+
+/// Instances the ILP is offered for: at most 4 devices and 8 microbatches (p·v·m·3 ops ≤ 192).
+inline constexpr int kExactMaxDevices = 4;
+inline constexpr int kExactMaxMicrobatches = 8;
+
+struct AutoScheduleReport {
+  double makespanMs = 0;            ///< of the returned order (auto-scheduler timing model)
+  double busiestDeviceWorkMs = 0;   ///< lower bound: the busiest device's total F+B+W work
+  double lowerBoundMs = 0;          ///< max(busiest work, max_d earliest start_d + work_d)
+  double gapToBusiestWork = 0;      ///< makespan / busiestDeviceWorkMs − 1
+  double gapToLowerBound = 0;       ///< makespan / lowerBoundMs − 1
+  double paperGreedyMakespanMs = 0; ///< the published greedy heuristic alone (Qi et al. 2023 §3)
+  double bestPolicyMakespanMs = 0;  ///< best of the portfolio, before local search
+  std::string bestPolicy;           ///< its name
+  int policiesTried = 0;
+  int searchEvaluations = 0;
+  int searchImprovements = 0;
+  std::vector<std::int64_t> peakBytes;  ///< per device, static included
+  ExactStatus exactStatus = ExactStatus::NotRun;
+  double exactMakespanMs = 0;       ///< ILP incumbent (its objective)
+  double exactBoundMs = 0;          ///< ILP best bound
+  double exactGap = 0;              ///< (incumbent − bound) / incumbent
+  double exactSeconds = 0;
+  std::string exactMessage;
+};
+
+struct AutoScheduleResult {
+  ScheduleSkeleton skeleton;
+  AutoScheduleReport report;
+};
+
+/// Schedules `input` (one pipeline, backward split into B and W, any placement). The memory
+/// limit (input.memoryLimitBytes, else each device's GPU memory when input.request is set,
+/// else unlimited) holds static bytes plus live activations (DESIGN.md §2) on every device.
+/// Every stage processes its F, B and W passes in microbatch order ("in-order" schedules, as
+/// every published schedule does); the ILP's optimality is proven within that class.
+/// A limit below what one microbatch needs is an Error naming the minimum.
+Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const AutoScheduleOptions& options = {});
+
+/// True when the build has CBC (exact mode available).
+bool exactSchedulingAvailable();
+
+/// Timing of a fixed order under the auto-scheduler's model: dependency-driven, transfers
+/// take StageEstimate::sendMs and serialise per directed device pair.
+struct OrderTiming {
+  double makespanMs = 0;
+  std::vector<std::int64_t> peakBytes;  ///< per device, static included
+};
+/// Error on a deadlocked or incomplete order.
+Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSkeleton& skeleton);
+
+/// The lower bound of any plan: the busiest device's busy time (DESIGN.md §2 metrics).
+double busiestDeviceWorkMs(const Plan& plan);
+
+}  // namespace pipestudio

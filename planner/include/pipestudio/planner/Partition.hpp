@@ -1,0 +1,80 @@
+#pragma once
+/// \file Stage partitioners: contiguous layer ranges of one trainable component over the
+/// virtual stages of a pipeline (`--partition balanced|dp`, DESIGN.md §3, issue 4).
+///
+/// The algorithms work on a PartitionProblem (plain numbers, no plan types) so they can be
+/// tested against brute force; buildPartitionProblem() derives one from a request and a
+/// schedule's placement.
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio {
+
+/// One virtual stage of the pipeline, in pipeline order, as the partitioner sees it.
+struct PartitionStage {
+  int device = 0;                 ///< for messages
+  int liveMicrobatches = 1;       ///< peak number of microbatches whose activations it holds
+  double memoryBudgetBytes = std::numeric_limits<double>::infinity();  ///< for this virtual stage
+};
+
+/// Layers 0..layers-1 of one component over `stages.size()` contiguous, non-empty stages.
+struct PartitionProblem {
+  int layers = 0;
+  int microbatches = 1;
+  std::vector<PartitionStage> stages;
+  /// computeMs[s][l]: F + B + W time of layer l when it runs on stage s's device.
+  std::vector<std::vector<double>> computeMs;
+  /// sendMs[s][l]: activation + gradient transfer time when stage s ends with layer l
+  /// (to stage s+1's device); all zero for the last stage.
+  std::vector<std::vector<double>> sendMs;
+  std::vector<double> activationBytes;  ///< per layer, one microbatch
+  std::vector<double> staticBytes;      ///< per layer: parameters, gradients, optimizer state
+};
+
+/// A partition: stage s holds layers [firstLayer[s], firstLayer[s+1]) (the last up to `layers`).
+struct PartitionResult {
+  std::vector<int> firstLayer;
+  std::vector<double> stageMs;  ///< compute + send time per stage
+  double sumMs = 0;
+  double maxMs = 0;
+  double objectiveMs = 0;       ///< sumMs + (microbatches − 1) · maxMs
+};
+
+/// Evaluates a partition (stage times, objective). Does not check memory.
+PartitionResult evaluatePartition(const PartitionProblem& problem, const std::vector<int>& firstLayer);
+
+/// Memory need of stage s holding layers [first, end): static + live × activations.
+double stageMemoryBytes(const PartitionProblem& problem, int stage, int first, int end);
+
+/// `balanced`: minimises the largest stage compute time (sends and memory ignored) by binary
+/// search on the bottleneck with a greedy fill per stage; exact for contiguous ranges.
+Expected<PartitionResult> balancedPartition(const PartitionProblem& problem);
+
+/// `dp`: the partition minimising Σ stage time + (m − 1) · max stage time (Alpa / AMP form,
+/// Zheng et al. 2022 §5.2, Li et al. 2022) with sends, per-device speeds and the memory
+/// budget of every stage. Infeasible memory → Error naming the stage and the bytes.
+/// O(levels · log(1/ε) · S · L log L): an inner DP minimises the sum under a bottleneck bound
+/// (prefix sums, range minimum over a window found by binary search), an outer search walks
+/// the bottleneck values where the minimum sum changes.
+Expected<PartitionResult> dpPartition(const PartitionProblem& problem, const SolveControl& control = {});
+
+/// Builds the problem for component `component` of the request, split over `stages`
+/// (devices, peak live microbatches, budgets) on the request's cluster. Static memory uses
+/// the model's optimizer and config.dataParallel.
+PartitionProblem buildPartitionProblem(const PlanRequest& request, int component,
+                                       const std::vector<PartitionStage>& stages);
+
+/// Peak live microbatches per virtual stage of a skeleton (F/S start one, B/BW/T end one):
+/// the schedule's activation count that the memory constraint multiplies.
+std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton);
+
+/// Names of the partitioners this module implements (besides `uniform`).
+std::vector<std::string> partitionNames();
+
+}  // namespace pipestudio

@@ -1,0 +1,80 @@
+#pragma once
+/// \file Schedule generators: the extension point every pipeline schedule implements.
+///
+/// A generator places virtual stages on devices (device, chunk, pipeline) and produces each
+/// device's op order (a ScheduleSkeleton). It never assigns times: the simulator does.
+/// Register a new generator in planner/src/schedules/Registry.cpp.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio {
+
+/// The size of a schedule request. `chunksPerDevice` counts every virtual stage a device
+/// holds, over both pipelines of a bidirectional schedule (dualpipe: 2, bitpipe: 4).
+struct ScheduleShape {
+  int devices = 1;
+  int microbatches = 1;
+  int chunksPerDevice = 1;
+};
+
+/// Cost estimates of one virtual stage, for generators whose order depends on costs
+/// (greedy constructions, zb-auto). Same order as ScheduleInput::virtualStages.
+struct StageEstimate {
+  double forwardMs = 0;
+  double backwardInputMs = 0;
+  double backwardWeightMs = 0;
+  std::int64_t activationBytes = 0;
+  std::int64_t weightGradBytes = 0;
+  /// Transfer time of this stage's output to the next virtual stage of its pipeline (0 for
+  /// the last stage or when both sit on one device); the gradient coming back costs the same.
+  double sendMs = 0;
+};
+
+/// What `ScheduleGenerator::order` gets: the placement with layer ranges filled in by the
+/// partitioner, per-stage costs, and the request (memory limit, cancellation).
+struct ScheduleInput {
+  ScheduleShape shape;
+  std::vector<VirtualStage> virtualStages;  ///< in id order; ids are 0..n-1
+  std::vector<StageEstimate> stages;        ///< parallel to virtualStages
+  std::vector<std::int64_t> staticBytes;    ///< per device: parameters, gradients, optimizer state
+  std::optional<std::int64_t> memoryLimitBytes;  ///< per device, static included (zb-auto)
+  const PlanRequest* request = nullptr;     ///< the whole request, for generators that need more
+  const SolveControl* control = nullptr;    ///< may be null
+};
+
+/// One pipeline schedule (gpipe, 1f1b, zb-v, …).
+class ScheduleGenerator {
+ public:
+  virtual ~ScheduleGenerator() = default;
+  /// The name users type (`--schedule NAME`).
+  virtual std::string_view name() const = 0;
+  /// Virtual stages per device when `--chunks` is not given.
+  virtual int defaultChunksPerDevice() const = 0;
+  /// true: backward split into B (input gradient) and W (weight gradient); false: fused BW.
+  virtual bool splitsBackward() const = 0;
+  /// 2 for bidirectional schedules (the model is held twice), else 1.
+  virtual int pipelines() const { return 1; }
+  /// Whether `shape` is possible; the error says what the schedule needs
+  /// ("dualpipe needs an even number of devices, got 3").
+  virtual Status validate(const ScheduleShape& shape) const = 0;
+  /// Virtual stages in id order with device, chunk and pipeline set (layer ranges are left to
+  /// the partitioner). Within a pipeline data flows in id order; pipeline 1's ids follow
+  /// pipeline 0's.
+  virtual std::vector<VirtualStage> placement(const ScheduleShape& shape) const = 0;
+  /// Per-device op order. Called only with a shape that passed validate().
+  virtual Expected<ScheduleSkeleton> order(const ScheduleInput& input) const = 0;
+};
+
+/// Every registered generator, in the order `pipestudio-cli schedules` prints.
+const std::vector<const ScheduleGenerator*>& scheduleGenerators();
+/// The generator named `name`, or nullptr.
+const ScheduleGenerator* findScheduleGenerator(std::string_view name);
+
+}  // namespace pipestudio

@@ -1,0 +1,75 @@
+#include "partition/Uniform.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace pipestudio::partition {
+
+Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std::vector<VirtualStage> placement) {
+  const std::vector<int> trainable = model.trainableComponents();
+  if (trainable.empty()) return Error{"model '" + model.name + "' has no trainable component to schedule"};
+  int pipelines = 1;
+  for (const auto& vs : placement) pipelines = std::max(pipelines, vs.pipeline + 1);
+  std::vector<std::vector<std::size_t>> chains(static_cast<std::size_t>(pipelines));
+  for (std::size_t i = 0; i < placement.size(); ++i) chains[static_cast<std::size_t>(placement[i].pipeline)].push_back(i);
+  const auto stages = static_cast<long>(chains.front().size());
+
+  long totalLayers = 0;
+  std::vector<long> layers;
+  for (int c : trainable) {
+    layers.push_back(static_cast<long>(model.components[static_cast<std::size_t>(c)].layers.size()));
+    totalLayers += layers.back();
+  }
+  if (stages > totalLayers) {
+    return Error{"partition 'uniform' cannot divide " + std::to_string(totalLayers) + " trainable layers over " +
+                 std::to_string(stages) + " virtual stages (devices × chunks per pipeline): every virtual stage needs "
+                 "at least one layer; use fewer --chunks or devices"};
+  }
+  if (static_cast<long>(trainable.size()) > stages) {
+    return Error{"partition 'uniform' needs at least one virtual stage per trainable component (" +
+                 std::to_string(trainable.size()) + "), got " + std::to_string(stages) + " (a virtual stage never spans two components)"};
+  }
+  // Stages per component: largest remainder of stages·layers_c/total, each at least one and
+  // never more than its layers.
+  const auto comps = trainable.size();
+  std::vector<long> share(comps, 1);
+  long given = static_cast<long>(comps);
+  while (given < stages) {
+    std::size_t best = comps;
+    double bestDeficit = -1e300;
+    for (std::size_t c = 0; c < comps; ++c) {
+      if (share[c] >= layers[c]) continue;
+      const double ideal = static_cast<double>(stages) * static_cast<double>(layers[c]) / static_cast<double>(totalLayers);
+      const double deficit = ideal - static_cast<double>(share[c]);
+      if (deficit > bestDeficit) {
+        bestDeficit = deficit;
+        best = c;
+      }
+    }
+    if (best == comps) break;  // cannot happen: stages <= totalLayers
+    ++share[best];
+    ++given;
+  }
+  for (const auto& chain : chains) {
+    std::size_t pos = 0;
+    for (std::size_t c = 0; c < comps; ++c) {
+      const long n = share[c];
+      const long base = layers[c] / n;
+      const long extra = layers[c] % n;
+      long first = 0;
+      for (long j = 0; j < n && pos < chain.size(); ++j, ++pos) {
+        // The last `extra` stages of a component take one more layer: early stages hold the
+        // most in-flight activations under 1F1B-like schedules.
+        const long size = base + (j >= n - extra ? 1 : 0);
+        VirtualStage& vs = placement[chain[pos]];
+        vs.component = trainable[c];
+        vs.firstLayer = static_cast<int>(first);
+        vs.lastLayer = static_cast<int>(first + size - 1);
+        first += size;
+      }
+    }
+  }
+  return placement;
+}
+
+}  // namespace pipestudio::partition

@@ -1,0 +1,20 @@
+#pragma once
+// The `uniform` partitioner. Partitioners share this shape: take the placement a schedule
+// generator made (device, chunk, pipeline per virtual stage) and fill in component and
+// layer ranges; every pipeline of a bidirectional schedule gets the same ranges.
+
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/model/Model.hpp"
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::partition {
+
+/// Spreads the trainable layers evenly over the virtual stages of each pipeline (sizes differ
+/// by at most one layer). Trainable components are chained in data-flow order; a virtual stage
+/// never spans two components, so each component gets a share of the stages proportional to
+/// its layer count (at least one). Frozen components are not placed (bubble filling does).
+Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std::vector<VirtualStage> placement);
+
+}  // namespace pipestudio::partition

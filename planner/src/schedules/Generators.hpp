@@ -1,0 +1,66 @@
+#pragma once
+// Private helpers shared by the schedule generators: placements, the greedy list
+// construction, and the factory functions Registry.cpp lists.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipestudio/planner/Schedules.hpp"
+
+namespace pipestudio::schedules {
+
+// Factories, one per generator file.
+std::unique_ptr<ScheduleGenerator> makeGpipe();
+std::unique_ptr<ScheduleGenerator> makeOneFOneB();
+std::unique_ptr<ScheduleGenerator> makeInterleaved();
+std::unique_ptr<ScheduleGenerator> makeZbH1();
+std::unique_ptr<ScheduleGenerator> makeZbH2();
+std::unique_ptr<ScheduleGenerator> makeZbV();
+std::unique_ptr<ScheduleGenerator> makeVHalf();
+std::unique_ptr<ScheduleGenerator> makeVMin();
+std::unique_ptr<ScheduleGenerator> makeDualPipeV();
+std::unique_ptr<ScheduleGenerator> makeBitPipe();
+std::unique_ptr<ScheduleGenerator> makeDualPipe();
+
+// Placements. Stage ids are dense; pipeline 1 (if any) follows pipeline 0.
+/// Megatron-LM interleaving: stage s on device s % p, chunk s / p.
+std::vector<VirtualStage> linearPlacement(int devices, int chunks, int pipeline = 0, int firstId = 0,
+                                          bool reversed = false);
+/// Wave ("V") placement: chunk c runs down the devices when c is even and back up when odd,
+/// so consecutive chunks meet on the same device (Qi et al. 2023 ZB-V, §6).
+std::vector<VirtualStage> wavePlacement(int devices, int chunks, int pipeline = 0, int firstId = 0,
+                                        bool mirrored = false);
+
+// Shared validation messages.
+Status requireMicrobatchesAtLeast(std::string_view schedule, const ScheduleShape& shape, int minimum,
+                                  std::string_view why);
+Status requireChunks(std::string_view schedule, const ScheduleShape& shape, bool ok, std::string_view what);
+
+/// Stage chains per pipeline (stage ids in data-flow order), from a placement.
+std::vector<std::vector<int>> pipelineChains(const std::vector<VirtualStage>& stages);
+
+/// Greedy, dependency-driven list construction of an order (the zero-bubble family's
+/// heuristic, Qi et al. 2023 §3 and Qi et al. 2024 §4): events are simulated with the stage
+/// estimates; a free device runs, in this priority, a ready B (or BW), a ready F of a
+/// microbatch it already admitted, a ready F admitting a new microbatch if the device's
+/// activation budget allows it, then a pending W ("W into the first free slot after its B"
+/// only when nothing on the critical path is ready).
+struct GreedyOptions {
+  bool splitBackward = true;
+  /// Activation budget per device in bytes (live from F start to B/W end, DESIGN.md §2).
+  /// A microbatch is admitted on a device only when its whole activation there fits.
+  std::vector<std::int64_t> capBytes;
+  /// Pipeline of each microbatch (size m); empty = all on pipeline 0.
+  std::vector<int> microbatchPipeline;
+  /// Prefer continuing admitted microbatches before starting a new one (V-shapes: true).
+  bool preferContinuing = true;
+};
+Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options);
+
+/// Activation bytes one microbatch leaves on each device (sum over its stages there),
+/// for the pipeline `pipeline`.
+std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline);
+
+}  // namespace pipestudio::schedules

@@ -1,0 +1,208 @@
+// Greedy list construction of a per-device order from stage estimates (see Generators.hpp).
+// Flat arrays indexed by stage·m + microbatch; one binary heap of events; no maps.
+#include <algorithm>
+#include <deque>
+#include <queue>
+#include <tuple>
+
+#include "schedules/Generators.hpp"
+
+namespace pipestudio::schedules {
+namespace {
+
+struct Event {
+  double timeMs;
+  std::int64_t seq;
+  int kind;  // 0: op done on its device, 1: input of an op arrived
+  OpKind op;
+  int stage;
+  int microbatch;
+};
+struct EventLater {
+  bool operator()(const Event& a, const Event& b) const {
+    if (a.timeMs != b.timeMs) return a.timeMs > b.timeMs;
+    return a.seq > b.seq;
+  }
+};
+
+// (microbatch, -chain position, stage): earliest microbatch first, deepest stage first.
+using Key = std::tuple<int, int, int>;
+using MinHeap = std::priority_queue<Key, std::vector<Key>, std::greater<>>;
+
+struct DeviceState {
+  bool busy = false;
+  std::int64_t committedBytes = 0;
+  MinHeap readyB;
+  MinHeap readyContinue;
+  MinHeap readyEnter;
+  std::deque<std::pair<int, int>> pendingW;  // (stage, microbatch) in B completion order
+};
+
+}  // namespace
+
+Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options) {
+  const int p = input.shape.devices;
+  const int m = input.shape.microbatches;
+  const int n = static_cast<int>(input.virtualStages.size());
+  const auto chains = pipelineChains(input.virtualStages);
+  const int pipelines = static_cast<int>(chains.size());
+
+  std::vector<int> chainPos(static_cast<std::size_t>(n)), nextStage(static_cast<std::size_t>(n), -1),
+      prevStage(static_cast<std::size_t>(n), -1), deviceOf(static_cast<std::size_t>(n));
+  for (const auto& chain : chains) {
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      const auto s = static_cast<std::size_t>(chain[i]);
+      chainPos[s] = static_cast<int>(i);
+      if (i > 0) prevStage[s] = chain[i - 1];
+      if (i + 1 < chain.size()) nextStage[s] = chain[i + 1];
+    }
+  }
+  for (int s = 0; s < n; ++s) deviceOf[static_cast<std::size_t>(s)] = input.virtualStages[static_cast<std::size_t>(s)].device;
+  // First chain position of each pipeline on each device: an F there admits a microbatch.
+  std::vector<int> firstPos(static_cast<std::size_t>(pipelines * p), 1 << 30);
+  for (int s = 0; s < n; ++s) {
+    const auto& vs = input.virtualStages[static_cast<std::size_t>(s)];
+    int& f = firstPos[static_cast<std::size_t>(vs.pipeline * p + vs.device)];
+    f = std::min(f, chainPos[static_cast<std::size_t>(s)]);
+  }
+  std::vector<std::vector<std::int64_t>> need;
+  for (int pl = 0; pl < pipelines; ++pl) need.push_back(activationPerMicrobatch(input, pl));
+
+  ScheduleSkeleton out;
+  out.virtualStages = input.virtualStages;
+  out.devices.resize(static_cast<std::size_t>(p));
+  std::vector<DeviceState> dev(static_cast<std::size_t>(p));
+  std::priority_queue<Event, std::vector<Event>, EventLater> events;
+  std::int64_t seq = 0;
+  auto push = [&](double t, int kind, OpKind op, int stage, int mb) { events.push({t, seq++, kind, op, stage, mb}); };
+
+  for (int mb = 0; mb < m; ++mb) {
+    const int pl = options.microbatchPipeline.empty() ? 0 : options.microbatchPipeline[static_cast<std::size_t>(mb)];
+    push(0.0, 1, OpKind::F, chains[static_cast<std::size_t>(pl)].front(), mb);
+  }
+  const bool split = options.splitBackward;
+  const std::size_t expected = static_cast<std::size_t>(n) * static_cast<std::size_t>(m) * (split ? 3U : 2U) /
+                               static_cast<std::size_t>(pipelines);
+  std::size_t emitted = 0;
+  std::vector<int> dirty;
+  std::vector<char> isDirty(static_cast<std::size_t>(p), 0);
+  auto markDirty = [&](int d) {
+    if (!isDirty[static_cast<std::size_t>(d)]) {
+      isDirty[static_cast<std::size_t>(d)] = 1;
+      dirty.push_back(d);
+    }
+  };
+  auto stageCost = [&](int s) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(s)]; };
+  std::int64_t processed = 0;
+
+  while (!events.empty()) {
+    if (input.control && (++processed & 4095) == 0 && input.control->cancelled()) return Error{"cancelled"};
+    const double now = events.top().timeMs;
+    while (!events.empty() && events.top().timeMs == now) {
+      const Event e = events.top();
+      events.pop();
+      const auto s = static_cast<std::size_t>(e.stage);
+      const int d = deviceOf[s];
+      DeviceState& ds = dev[static_cast<std::size_t>(d)];
+      markDirty(d);
+      const StageEstimate& c = stageCost(e.stage);
+      if (e.kind == 1) {
+        const Key key{e.microbatch, -chainPos[s], e.stage};
+        if (e.op == OpKind::F) {
+          const auto& vs = input.virtualStages[s];
+          const bool enters = chainPos[s] == firstPos[static_cast<std::size_t>(vs.pipeline * p + d)];
+          (enters ? ds.readyEnter : ds.readyContinue).push(key);
+        } else {
+          ds.readyB.push(key);
+        }
+        continue;
+      }
+      ds.busy = false;
+      switch (e.op) {
+        case OpKind::F:
+          if (nextStage[s] >= 0) {
+            push(now + c.sendMs, 1, OpKind::F, nextStage[s], e.microbatch);
+          } else {
+            ds.readyB.push({e.microbatch, -chainPos[s], e.stage});
+          }
+          break;
+        case OpKind::B:
+        case OpKind::BW:
+          if (e.op == OpKind::B) {
+            ds.committedBytes -= c.activationBytes - c.weightGradBytes;
+            ds.pendingW.emplace_back(e.stage, e.microbatch);
+          } else {
+            ds.committedBytes -= c.activationBytes;
+          }
+          if (prevStage[s] >= 0) push(now + stageCost(prevStage[s]).sendMs, 1, OpKind::B, prevStage[s], e.microbatch);
+          break;
+        case OpKind::W:
+          ds.committedBytes -= c.weightGradBytes;
+          break;
+        default:
+          break;
+      }
+    }
+    for (int d : dirty) {
+      isDirty[static_cast<std::size_t>(d)] = 0;
+      DeviceState& ds = dev[static_cast<std::size_t>(d)];
+      if (ds.busy) continue;
+      int stage = -1;
+      int mb = 0;
+      OpKind kind = OpKind::F;
+      double durationMs = 0;
+      if (!ds.readyB.empty()) {
+        std::tie(mb, std::ignore, stage) = ds.readyB.top();
+        ds.readyB.pop();
+        kind = split ? OpKind::B : OpKind::BW;
+        const StageEstimate& c = stageCost(stage);
+        durationMs = split ? c.backwardInputMs : c.backwardInputMs + c.backwardWeightMs;
+      } else {
+        const int pl = ds.readyEnter.empty() ? 0
+                                             : input.virtualStages[static_cast<std::size_t>(std::get<2>(ds.readyEnter.top()))].pipeline;
+        const std::int64_t needBytes = need[static_cast<std::size_t>(pl)][static_cast<std::size_t>(d)];
+        const bool admit = !ds.readyEnter.empty() &&
+                           (ds.committedBytes == 0 ||
+                            ds.committedBytes + needBytes <= options.capBytes[static_cast<std::size_t>(d)]);
+        const bool cont = !ds.readyContinue.empty();
+        bool takeContinue = cont && (options.preferContinuing || !admit ||
+                                     std::get<0>(ds.readyContinue.top()) <= std::get<0>(ds.readyEnter.top()));
+        if (takeContinue) {
+          std::tie(mb, std::ignore, stage) = ds.readyContinue.top();
+          ds.readyContinue.pop();
+          kind = OpKind::F;
+        } else if (admit) {
+          std::tie(mb, std::ignore, stage) = ds.readyEnter.top();
+          ds.readyEnter.pop();
+          ds.committedBytes += needBytes;
+          kind = OpKind::F;
+        } else if (!ds.pendingW.empty()) {
+          std::tie(stage, mb) = ds.pendingW.front();
+          ds.pendingW.pop_front();
+          kind = OpKind::W;
+        }
+        if (stage >= 0) {
+          const StageEstimate& c = stageCost(stage);
+          durationMs = kind == OpKind::F ? c.forwardMs : c.backwardWeightMs;
+        }
+      }
+      if (stage < 0) continue;
+      OrderedOp o;
+      o.virtualStage = stage;
+      o.kind = kind;
+      o.microbatch = mb;
+      out.devices[static_cast<std::size_t>(d)].push_back(o);
+      ++emitted;
+      ds.busy = true;
+      push(now + durationMs, 0, kind, stage, mb);
+    }
+    dirty.clear();
+  }
+  if (emitted != expected) {
+    return Error{"internal: the greedy construction stalled after " + std::to_string(emitted) + " of " +
+                 std::to_string(expected) + " ops (activation budget too small for one microbatch?)"};
+  }
+  return out;
+}
+
+}  // namespace pipestudio::schedules

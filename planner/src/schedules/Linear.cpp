@@ -1,0 +1,207 @@
+// Schedules on the linear placement (one chunk per device unless interleaved): GPipe,
+// 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron-LM) and the handcrafted zero-bubble
+// schedules ZB-H1 / ZB-H2 (Qi et al. 2023, §2).
+#include <algorithm>
+
+#include "schedules/Generators.hpp"
+
+namespace pipestudio::schedules {
+namespace {
+
+OrderedOp op(int stage, OpKind kind, int microbatch) {
+  OrderedOp o;
+  o.virtualStage = stage;
+  o.kind = kind;
+  o.microbatch = microbatch;
+  return o;
+}
+
+ScheduleSkeleton emptySkeleton(const ScheduleInput& input) {
+  ScheduleSkeleton s;
+  s.virtualStages = input.virtualStages;
+  s.devices.resize(static_cast<std::size_t>(input.shape.devices));
+  return s;
+}
+
+Status requireOneChunk(std::string_view name, const ScheduleShape& shape) {
+  return requireChunks(name, shape, shape.chunksPerDevice == 1, "one chunk per device");
+}
+
+class Gpipe final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "gpipe"; }
+  int defaultChunksPerDevice() const override { return 1; }
+  bool splitsBackward() const override { return false; }
+  Status validate(const ScheduleShape& shape) const override { return requireOneChunk(name(), shape); }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, 1);
+  }
+  // Huang et al. 2019: all forwards, then all backwards (fused BW).
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    ScheduleSkeleton s = emptySkeleton(input);
+    const int m = input.shape.microbatches;
+    for (int d = 0; d < input.shape.devices; ++d) {
+      auto& ops = s.devices[static_cast<std::size_t>(d)];
+      ops.reserve(static_cast<std::size_t>(2 * m));
+      for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::F, mb));
+      for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::BW, mb));
+    }
+    return s;
+  }
+};
+
+// 1F1B with the backward optionally split and W deferred by `lag[d]` backwards. With
+// lag 0 and no split this is PipeDream-Flush (Narayanan et al. 2021): warm-up p−d−1
+// forwards, then alternate F/B, then drain the backwards.
+void oneFOneB(ScheduleSkeleton& s, int m, const std::vector<int>& warmup, bool split, const std::vector<int>& lag) {
+  const int p = static_cast<int>(s.devices.size());
+  for (int d = 0; d < p; ++d) {
+    auto& ops = s.devices[static_cast<std::size_t>(d)];
+    ops.reserve(static_cast<std::size_t>(split ? 3 * m : 2 * m));
+    const int w = std::min(warmup[static_cast<std::size_t>(d)], m);
+    const int wlag = split ? lag[static_cast<std::size_t>(d)] : 0;
+    int nextF = 0;
+    int nextW = 0;
+    for (; nextF < w; ++nextF) ops.push_back(op(d, OpKind::F, nextF));
+    for (int b = 0; b < m; ++b) {
+      if (nextF < m) ops.push_back(op(d, OpKind::F, nextF++));
+      ops.push_back(op(d, split ? OpKind::B : OpKind::BW, b));
+      if (split && b - nextW >= wlag) ops.push_back(op(d, OpKind::W, nextW++));
+    }
+    for (; split && nextW < m; ++nextW) ops.push_back(op(d, OpKind::W, nextW));
+  }
+}
+
+class OneFOneB final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "1f1b"; }
+  int defaultChunksPerDevice() const override { return 1; }
+  bool splitsBackward() const override { return false; }
+  Status validate(const ScheduleShape& shape) const override { return requireOneChunk(name(), shape); }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, 1);
+  }
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    ScheduleSkeleton s = emptySkeleton(input);
+    const int p = input.shape.devices;
+    std::vector<int> warmup(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) warmup[static_cast<std::size_t>(d)] = p - d - 1;
+    oneFOneB(s, input.shape.microbatches, warmup, false, std::vector<int>(static_cast<std::size_t>(p), 0));
+    return s;
+  }
+};
+
+class Interleaved final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "interleaved-1f1b"; }
+  int defaultChunksPerDevice() const override { return 2; }
+  bool splitsBackward() const override { return false; }
+  Status validate(const ScheduleShape& shape) const override {
+    if (auto st = requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device"); !st) {
+      return st;
+    }
+    if (shape.microbatches % shape.devices != 0 || shape.microbatches < shape.devices) {
+      return Error{"interleaved-1f1b needs the number of microbatches to be a multiple of the " +
+                   std::to_string(shape.devices) + " devices (Megatron-LM groups microbatches by device count), got " +
+                   std::to_string(shape.microbatches)};
+    }
+    return {};
+  }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, shape.chunksPerDevice);
+  }
+  // Narayanan et al. 2021 §2.2 / Megatron-LM forward_backward_pipelining_with_interleaving:
+  // the k-th forward of a device runs chunk (k mod pv) / p on microbatch (k / pv)·p + k mod p;
+  // backwards walk the chunks in reverse; warm-up 2(p−d−1) + (v−1)·p forwards.
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    ScheduleSkeleton s = emptySkeleton(input);
+    const int p = input.shape.devices;
+    const int v = input.shape.chunksPerDevice;
+    const int m = input.shape.microbatches;
+    const int total = m * v;
+    auto stageOf = [&](int d, int k, bool forward) {
+      const int inGroup = (k % (p * v)) / p;
+      const int chunk = forward ? inGroup : v - 1 - inGroup;
+      return chunk * p + d;
+    };
+    auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+    for (int d = 0; d < p; ++d) {
+      auto& ops = s.devices[static_cast<std::size_t>(d)];
+      ops.reserve(static_cast<std::size_t>(2 * total));
+      const int warmup = std::min(2 * (p - d - 1) + (v - 1) * p, total);
+      for (int k = 0; k < warmup; ++k) ops.push_back(op(stageOf(d, k, true), OpKind::F, mbOf(k)));
+      const int steady = total - warmup;
+      for (int k = 0; k < steady; ++k) {
+        ops.push_back(op(stageOf(d, warmup + k, true), OpKind::F, mbOf(warmup + k)));
+        ops.push_back(op(stageOf(d, k, false), OpKind::BW, mbOf(k)));
+      }
+      for (int k = steady; k < total; ++k) ops.push_back(op(stageOf(d, k, false), OpKind::BW, mbOf(k)));
+    }
+    return s;
+  }
+};
+
+// ZB-H1 (Qi et al. 2023 §2.1): 1F1B's warm-up and in-flight count, backward split; device d
+// defers its W passes by d backwards, so B passes run back-to-back along the critical path
+// and the deferred W fill the drain. Device bubble (p−1)(F+B−W) with equal stages.
+class ZbH1 final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "zb-h1"; }
+  int defaultChunksPerDevice() const override { return 1; }
+  bool splitsBackward() const override { return true; }
+  Status validate(const ScheduleShape& shape) const override { return requireOneChunk(name(), shape); }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, 1);
+  }
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    ScheduleSkeleton s = emptySkeleton(input);
+    const int p = input.shape.devices;
+    std::vector<int> warmup(static_cast<std::size_t>(p));
+    std::vector<int> lag(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) {
+      warmup[static_cast<std::size_t>(d)] = p - d - 1;
+      lag[static_cast<std::size_t>(d)] = d;
+    }
+    oneFOneB(s, input.shape.microbatches, warmup, true, lag);
+    return s;
+  }
+};
+
+// ZB-H2 (Qi et al. 2023 §2.2): extra warm-up forwards fill the bubble before the first B
+// (device d runs 2(p−d)−1 forwards before its first B, about 2p activations on device 0) and
+// W are deferred by 2d backwards so the drain is filled too: zero device bubble when F=B=W.
+class ZbH2 final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "zb-h2"; }
+  int defaultChunksPerDevice() const override { return 1; }
+  bool splitsBackward() const override { return true; }
+  Status validate(const ScheduleShape& shape) const override {
+    if (auto st = requireOneChunk(name(), shape); !st) return st;
+    return requireMicrobatchesAtLeast(name(), shape, shape.devices, "(one per device, to fill its warm-up)");
+  }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, 1);
+  }
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    ScheduleSkeleton s = emptySkeleton(input);
+    const int p = input.shape.devices;
+    std::vector<int> warmup(static_cast<std::size_t>(p));
+    std::vector<int> lag(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) {
+      warmup[static_cast<std::size_t>(d)] = 2 * (p - d) - 2;
+      lag[static_cast<std::size_t>(d)] = 2 * d;
+    }
+    oneFOneB(s, input.shape.microbatches, warmup, true, lag);
+    return s;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleGenerator> makeGpipe() { return std::make_unique<Gpipe>(); }
+std::unique_ptr<ScheduleGenerator> makeOneFOneB() { return std::make_unique<OneFOneB>(); }
+std::unique_ptr<ScheduleGenerator> makeInterleaved() { return std::make_unique<Interleaved>(); }
+std::unique_ptr<ScheduleGenerator> makeZbH1() { return std::make_unique<ZbH1>(); }
+std::unique_ptr<ScheduleGenerator> makeZbH2() { return std::make_unique<ZbH2>(); }
+
+}  // namespace pipestudio::schedules

@@ -1,0 +1,52 @@
+// The schedule registry: an explicit list, in the order `pipestudio-cli schedules` prints.
+// To add a schedule, write its generator and add one line here.
+#include <memory>
+
+#include "schedules/Generators.hpp"
+
+namespace pipestudio {
+namespace {
+
+std::vector<std::unique_ptr<ScheduleGenerator>> buildRegistry() {
+  std::vector<std::unique_ptr<ScheduleGenerator>> all;
+  all.push_back(schedules::makeGpipe());
+  all.push_back(schedules::makeOneFOneB());
+  all.push_back(schedules::makeInterleaved());
+  all.push_back(schedules::makeZbH1());
+  all.push_back(schedules::makeZbH2());
+  all.push_back(schedules::makeZbV());
+  all.push_back(schedules::makeVHalf());
+  all.push_back(schedules::makeVMin());
+  all.push_back(schedules::makeBitPipe());
+  all.push_back(schedules::makeDualPipe());
+  all.push_back(schedules::makeDualPipeV());
+  // "auto" helper: zb-auto and custom go here.
+  return all;
+}
+
+}  // namespace
+
+const std::vector<const ScheduleGenerator*>& scheduleGenerators() {
+  static const auto owned = buildRegistry();
+  static const std::vector<const ScheduleGenerator*> view = [] {
+    std::vector<const ScheduleGenerator*> v;
+    for (const auto& g : owned) v.push_back(g.get());
+    return v;
+  }();
+  return view;
+}
+
+const ScheduleGenerator* findScheduleGenerator(std::string_view name) {
+  for (const ScheduleGenerator* g : scheduleGenerators()) {
+    if (g->name() == name) return g;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> scheduleNames() {
+  std::vector<std::string> names;
+  for (const ScheduleGenerator* g : scheduleGenerators()) names.emplace_back(g->name());
+  return names;
+}
+
+}  // namespace pipestudio
