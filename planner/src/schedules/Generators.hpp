@@ -56,6 +56,10 @@ struct GreedyOptions {
   std::vector<int> microbatchPipeline;
   /// Prefer continuing admitted microbatches before starting a new one (V-shapes: true).
   bool preferContinuing = true;
+  /// true: admitting a microbatch reserves its whole activation on the device at once, so
+  /// the peak never exceeds the budget (memory-first: v-half, v-min); false: only live bytes
+  /// count and the budget bounds admissions (throughput-first: zb-v keeps its zero bubble).
+  bool reserveWholeMicrobatch = false;
 };
 Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options);
 

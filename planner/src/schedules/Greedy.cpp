@@ -174,7 +174,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
         } else if (admit) {
           std::tie(mb, std::ignore, stage) = ds.readyEnter.top();
           ds.readyEnter.pop();
-          ds.committedBytes += needBytes;
+          if (options.reserveWholeMicrobatch) ds.committedBytes += needBytes;
           kind = OpKind::F;
         } else if (!ds.pendingW.empty()) {
           std::tie(stage, mb) = ds.pendingW.front();
@@ -184,6 +184,9 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
         if (stage >= 0) {
           const StageEstimate& c = stageCost(stage);
           durationMs = kind == OpKind::F ? c.forwardMs : c.backwardWeightMs;
+          // Live activations (DESIGN.md §2: from F start); admission compares live bytes
+          // plus the whole need of a new microbatch against the budget.
+          if (kind == OpKind::F && !options.reserveWholeMicrobatch) ds.committedBytes += c.activationBytes;
         }
       }
       if (stage < 0) continue;

@@ -32,6 +32,7 @@ struct Spec {
   int denominator;
   int extra;
   bool preferContinuing;
+  bool reserveWholeMicrobatch;
 };
 
 class GreedyGenerator final : public ScheduleGenerator {
@@ -86,6 +87,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     GreedyOptions options;
     options.splitBackward = true;
     options.preferContinuing = m_spec.preferContinuing;
+    options.reserveWholeMicrobatch = m_spec.reserveWholeMicrobatch;
     if (m_spec.pipelines == 2) {
       options.microbatchPipeline.resize(static_cast<std::size_t>(input.shape.microbatches));
       for (int mb = 0; mb < input.shape.microbatches; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
@@ -112,29 +114,29 @@ class GreedyGenerator final : public ScheduleGenerator {
 
 std::unique_ptr<ScheduleGenerator> makeZbV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true});
+      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeVHalf() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"v-half", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 2, 1, true});
+      Spec{"v-half", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 2, 1, true, true});
 }
 std::unique_ptr<ScheduleGenerator> makeVMin() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"v-min", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 3, 1, true});
+      Spec{"v-min", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 3, 1, true, true});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false});
+      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true});
 }
 std::unique_ptr<ScheduleGenerator> makeBitPipe() {
   return std::make_unique<GreedyGenerator>(Spec{"bitpipe", 4, 2, true, 4,
                                                 "a multiple of four chunks per device (two V-shaped pipelines)",
-                                                false, 1, 1, 1, 0, true});
+                                                false, 1, 1, 1, 0, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipe() {
   return std::make_unique<GreedyGenerator>(
       Spec{"dualpipe", 2, 2, false, 2, "an even number of chunks per device (one per direction)", true, 1, 1, 1, 1,
-           false});
+           false, true});
 }
 
 }  // namespace pipestudio::schedules

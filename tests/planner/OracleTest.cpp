@@ -1,0 +1,104 @@
+// Analytic oracles with equal stages and free communication (issue 3, "Tests").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "PlannerFixtures.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio {
+namespace {
+
+using test::equalLayers;
+using test::freeCluster;
+using test::request;
+
+double deviceBubble(const Plan& plan, int d) {
+  const auto& dm = plan.metrics.devices[static_cast<std::size_t>(d)];
+  return dm.spanMs - dm.busyMs;
+}
+
+Plan mustPlan(const PlanRequest& r) {
+  auto plan = makePlan(r);
+  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
+  return plan ? *plan : Plan{};
+}
+
+TEST(Oracle, GpipeAndOneFOneBMakespan) {
+  for (int p : {2, 4, 5}) {
+    for (int m : {1, 3, 8, 13}) {
+      // One layer per device: F=1, B=2, W=1.5 per stage.
+      const auto model = equalLayers(p, 1.0, 2.0, 1.5);
+      for (const char* s : {"gpipe", "1f1b"}) {
+        const Plan plan = mustPlan(request(model, freeCluster(p), s, p, m, 1));
+        EXPECT_NEAR(plan.metrics.makespanMs, (m + p - 1) * (1.0 + 2.0 + 1.5), 1e-9) << s << " p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(Oracle, InterleavedMakespan) {
+  for (int p : {2, 4}) {
+    for (int v : {2, 3}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        const auto model = equalLayers(p * v, 1.0, 1.0, 1.0);
+        const Plan plan = mustPlan(request(model, freeCluster(p), "interleaved-1f1b", p, m, v));
+        const double f = 1.0;
+        const double b = 2.0;  // per chunk: F=1, fused backward B+W=2
+        EXPECT_NEAR(plan.metrics.makespanMs, m * v * (f + b) + (p - 1) * (f + b), 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(Oracle, OneFOneBActivationsPerDevice) {
+  const int p = 4;
+  const auto model = equalLayers(p, 1.0, 1.0, 1.0, 1000, 400);
+  const Plan plan = mustPlan(request(model, freeCluster(p), "1f1b", p, 12, 1));
+  for (int d = 0; d < p; ++d) {
+    EXPECT_EQ(plan.metrics.devices[static_cast<std::size_t>(d)].peakActivationBytes, (p - d) * 1000) << "device " << d;
+  }
+}
+
+TEST(Oracle, ZbH1DeviceBubble) {
+  for (int p : {2, 4, 6}) {
+    for (int m : {p, 2 * p, 3 * p + 1}) {
+      const auto model = equalLayers(p, 1.0, 1.0, 1.0);
+      const Plan plan = mustPlan(request(model, freeCluster(p), "zb-h1", p, m, 1));
+      double worst = 0;
+      for (int d = 0; d < p; ++d) worst = std::max(worst, deviceBubble(plan, d));
+      EXPECT_NEAR(worst, (p - 1) * (1.0 + 1.0 - 1.0), 1e-9) << "p=" << p << " m=" << m;
+      // 1F1B memory: device 0 holds at most p microbatches' activations.
+      EXPECT_LE(plan.metrics.devices[0].peakActivationBytes, p * 1000);
+    }
+  }
+}
+
+TEST(Oracle, ZbH2AndZbVZeroBubble) {
+  for (int p : {2, 4}) {
+    const int m = 4 * p;
+    const Plan h2 = mustPlan(request(equalLayers(p, 1.0, 1.0, 1.0), freeCluster(p), "zb-h2", p, m, 1));
+    for (int d = 0; d < p; ++d) EXPECT_NEAR(deviceBubble(h2, d), 0.0, 1e-9) << "zb-h2 p=" << p << " device " << d;
+    const Plan zbv = mustPlan(request(equalLayers(2 * p, 1.0, 1.0, 1.0), freeCluster(p), "zb-v", p, m, 2));
+    for (int d = 0; d < p; ++d) EXPECT_NEAR(deviceBubble(zbv, d), 0.0, 1e-9) << "zb-v p=" << p << " device " << d;
+  }
+}
+
+TEST(Oracle, VHalfAndVMinUseLessMemoryThanOneFOneB) {
+  const int p = 8;
+  const int m = 32;
+  const Plan base = mustPlan(request(equalLayers(2 * p, 1.0, 1.0, 1.0), freeCluster(p), "1f1b", p, m, 1));
+  const Plan half = mustPlan(request(equalLayers(2 * p, 1.0, 1.0, 1.0), freeCluster(p), "v-half", p, m, 2));
+  const Plan min = mustPlan(request(equalLayers(2 * p, 1.0, 1.0, 1.0), freeCluster(p), "v-min", p, m, 2));
+  auto peak = [](const Plan& plan) {
+    std::int64_t most = 0;
+    for (const auto& d : plan.metrics.devices) most = std::max(most, d.peakActivationBytes);
+    return most;
+  };
+  EXPECT_LE(peak(half), peak(base) * 0.65);
+  EXPECT_LE(peak(min), peak(base) * 0.55);
+  EXPECT_LT(peak(min), peak(half));
+}
+
+}  // namespace
+}  // namespace pipestudio
