@@ -59,7 +59,7 @@ TEST(JsonReader, CollectsEveryProblemWithLocation) {
   ASSERT_EQ(r.errors().size(), 4u);
   EXPECT_NE(r.errors()[0].find("r.json:1:38: /extra: unknown field 'extra'"), std::string::npos) << r.errors()[0];
   EXPECT_NE(r.errors()[1].find("/k: is -1 (expected an integer in [0, 10])"), std::string::npos) << r.errors()[1];
-  EXPECT_NE(r.errors()[2].find("/s: is a integer (expected a string)"), std::string::npos) << r.errors()[2];
+  EXPECT_NE(r.errors()[2].find("/s: is an integer (expected a string)"), std::string::npos) << r.errors()[2];
   EXPECT_NE(r.errors()[3].find("missing required field 'missing'"), std::string::npos) << r.errors()[3];
 }
 

@@ -22,15 +22,17 @@ std::optional<std::pair<std::size_t, std::string>> prescan(std::string_view text
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (inString) {
+      // Checked on every byte, escapes included: a string of backslashes is still a string.
+      if (i - stringStart > limits.maxStringBytes) {
+        return std::pair{stringStart, "string longer than " + std::to_string(limits.maxStringBytes) +
+                                          " bytes (expected names and short text only)"};
+      }
       if (escape) {
         escape = false;
       } else if (c == '\\') {
         escape = true;
       } else if (c == '"') {
         inString = false;
-      } else if (i - stringStart > limits.maxStringBytes) {
-        return std::pair{stringStart, "string longer than " + std::to_string(limits.maxStringBytes) +
-                                          " bytes (expected names and short text only)"};
       }
       continue;
     }

@@ -44,6 +44,7 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
 void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<Layer>& out,
                std::int64_t& layersLeft) {
   if (!r.isObject(node)) return;
+  const std::size_t errorsBefore = r.errors().size();
   r.rejectUnknown(node, {"name", "kind", "repeat", "forward_ms", "backward_input_ms", "backward_weight_ms",
                          "activation_bytes", "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer",
                          "flops_forward", "params"});
@@ -65,15 +66,18 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   }
   // Judged on the keys present, so a bad value (reported above) does not also count as missing.
   const Json& v = *node.value;
-  if (!v.contains("forward_ms") && !v.contains("transformer") && !v.contains("flops_forward")) {
+  // Reported only when nothing else was wrong with the layer: a typo such as forward_msec
+  // (already reported as unknown) would otherwise be reported twice.
+  if (!v.contains("forward_ms") && !v.contains("transformer") && !v.contains("flops_forward") &&
+      r.errors().size() == errorsBefore) {
     r.error(node, "layer '" + layer.name +
                       "' has neither measured costs nor a shape (expected forward_ms, transformer or flops_forward)");
   }
   if (!trainable) {
     for (const char* key : {"backward_input_ms", "backward_weight_ms", "weight_grad_bytes"}) {
       if (node.value->contains(key)) {
-        r.error(node.child(key), std::string("a non-trainable component's layer has no backward (remove '") + key +
-                                     "' or make the component trainable)");
+        r.error(node.child(key), std::string("a non-trainable component's layer has no backward (expected no '") +
+                                     key + "', or \"trainable\": true on the component)");
       }
     }
   }

@@ -328,8 +328,10 @@ Status RemoteProcess::poll(std::string& out, std::string& err) {
       dst.append(buf.data(), static_cast<std::size_t>(n));
     }
   }
-  if (ssh_is_connected(ssh_channel_get_session(ch)) == 0 && !ended()) {
-    return Error{m_hostPort + ": connection lost"};
+  // A dropped connection also makes the channel look closed: check the session first.
+  if (ssh_is_connected(ssh_channel_get_session(ch)) == 0) {
+    const char* reason = ssh_get_error(ssh_channel_get_session(ch));
+    return Error{m_hostPort + ": connection lost" + (reason != nullptr && *reason ? std::string(": ") + reason : "")};
   }
   return Status::ok();
 }

@@ -1,0 +1,135 @@
+#pragma once
+/// \file Comparisons over the history (DESIGN.md §6, issue 6): run vs run, run vs its plan,
+/// and the per-device idle-time breakdown. All functions read through a HistoryStore and
+/// return value snapshots (safe to hand to the GUI thread).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Json.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+
+namespace pipestudio::history {
+
+/// Step-time statistics (ms). count == 0 when the run has no known steps.
+struct StepStats {
+  int count = 0;
+  double meanMs = 0;
+  double medianMs = 0;
+  double minMs = 0;
+  double maxMs = 0;
+  double stddevMs = 0;
+};
+StepStats stepStats(std::vector<double> stepsMs);
+
+/// Total duration and count of one kernel/op name in both runs (ops are named by kind: F, B…).
+struct NameComparison {
+  std::string name;
+  double aMs = 0;
+  double bMs = 0;
+  double deltaMs = 0;  ///< b − a
+  std::int64_t aCount = 0;
+  std::int64_t bCount = 0;
+};
+
+/// Busy = union of the device's op ranges (or, for runs without op ranges, of its GPU
+/// activity); idle = span − busy, span = first start … last end on the device (DESIGN.md §2).
+struct DeviceComparison {
+  int device = 0;
+  double aBusyMs = 0;
+  double bBusyMs = 0;
+  double aIdleMs = 0;
+  double bIdleMs = 0;
+};
+
+struct RunComparison {
+  RunSummary a;
+  RunSummary b;
+  std::vector<NameComparison> byName;  ///< largest total first
+  std::vector<DeviceComparison> byDevice;
+  StepStats stepA;
+  StepStats stepB;
+};
+
+/// `history compare A B`. Two 1M-event runs compare in well under a second (bench/history).
+Expected<RunComparison> compareRuns(HistoryStore& store, RunId a, RunId b);
+/// Exactly the keys of issue 6: a, b, by_name, by_device, step.
+Json comparisonToJson(const RunComparison& c);
+std::string comparisonTable(const RunComparison& c);
+
+/// One planned op matched with its measured ranges (averaged over iterations). Start times
+/// are relative to the start of the plan / of each measured iteration.
+struct OpDrift {
+  int device = 0;
+  int virtualStage = 0;
+  OpKind kind = OpKind::F;
+  int microbatch = 0;
+  double plannedStartMs = 0;
+  double plannedMs = 0;
+  double measuredStartMs = 0;
+  double measuredMs = 0;
+  double startDriftMs = 0;     ///< measured start − planned start
+  double durationDeltaMs = 0;  ///< measured − planned duration
+  int iterations = 0;          ///< measured ranges averaged
+};
+
+struct DeviceBubble {
+  int device = 0;
+  double plannedBusyMs = 0;
+  double plannedBubbleMs = 0;  ///< plan: span − busy
+  double measuredBusyMs = 0;   ///< mean over iterations
+  double measuredBubbleMs = 0;
+};
+
+struct PlanComparison {
+  RunSummary run;
+  PlanId planId = 0;
+  int iterations = 0;
+  std::vector<OpDrift> ops;         ///< every matched op, in plan order
+  std::vector<OpDrift> mostDrifted;  ///< by |start drift| + |duration delta|, largest first
+  std::vector<DeviceBubble> devices;
+  int unmatchedPlanned = 0;  ///< planned ops with no measured range
+  int unmatchedMeasured = 0;  ///< measured op ranges with no planned op
+};
+
+/// Run vs its plan (`plan` overrides the run's linked plan).
+Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> plan = std::nullopt,
+                                          int mostDriftedCount = 10);
+Json planComparisonToJson(const PlanComparison& c);
+std::string planComparisonTable(const PlanComparison& c);
+
+/// Where a device's idle time went, in the spirit of Holistic Trace Analysis' idle-time
+/// breakdown (github.com/facebookresearch/HolisticTraceAnalysis, "Idle Time Breakdown"),
+/// per iteration window and summed. Definitions (a gap is a stretch of the iteration window
+/// with no op running on the device; see Compare.cpp for the exact rules):
+/// - communicationMs: gap time covered by the device's communication (NCCL) activity;
+/// - dependencyWaitMs: gap time before the next op's input from another device was
+///   produced, beyond what the plan itself leaves idle there (an upstream device was late);
+/// - hostWaitMs: gap time after the input was ready and before the op started (the host had
+///   not launched it: launch latency, CPU contention, synchronisation);
+/// - bubbleMs: the pipeline's own bubble: idle before the device's first op and after its
+///   last op in the iteration (fill/drain), plus dependency waits the plan also has.
+struct IdleBreakdown {
+  int device = 0;
+  double windowMs = 0;  ///< sum of iteration windows
+  double busyMs = 0;
+  double idleMs = 0;    ///< = communication + dependency + host + bubble
+  double communicationMs = 0;
+  double dependencyWaitMs = 0;
+  double hostWaitMs = 0;
+  double bubbleMs = 0;
+};
+/// Uses the run's linked plan (if any) for dependencies between virtual stages and for the
+/// planned idle; without one, stage s feeds stage s+1 and only fill/drain counts as bubble.
+Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId run);
+Json idleBreakdownToJson(const std::vector<IdleBreakdown>& rows);
+
+/// id, name, status, events, created (ISO 8601 UTC), created_unix_ms, plan (id or null),
+/// source, source_path, user, host, backend, gpu, executor_version, devices, iterations,
+/// duration_ms, notes, error.
+Json runSummaryToJson(const RunSummary& s);
+std::string formatUnixMs(std::int64_t unixMs);
+
+}  // namespace pipestudio::history

@@ -1,0 +1,556 @@
+// Chrome trace JSON import (Trace Event Format, as written by PipeStudio's export, the PyTorch
+// profiler / Kineto and Perfetto's JSON export). Parsed with nlohmann::json::sax_parse and our
+// own handler: only the event being read is held in memory (plus open B ranges), never the
+// document, so a 1 GB trace imports in bounded memory.
+
+#include <cstdio>
+#include <cmath>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "Impl.hpp"
+
+namespace pipestudio::history {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// An input iterator over a FILE* read in 1 MiB chunks; it also tells how many bytes the
+// parser has consumed, which locates semantic errors (the SAX callbacks carry no position).
+class ChunkedFile {
+ public:
+  explicit ChunkedFile(std::FILE* f) : m_file(f), m_buffer(1 << 20) {}
+  bool atEnd() {
+    if (m_pos < m_length) return false;
+    if (m_eof) return true;
+    m_offset += m_length;
+    m_length = std::fread(m_buffer.data(), 1, m_buffer.size(), m_file);
+    m_pos = 0;
+    if (m_length == 0) m_eof = true;
+    return m_length == 0;
+  }
+  char current() const { return m_buffer[m_pos]; }
+  void advance() { ++m_pos; }
+  std::uint64_t offset() const { return m_offset + m_pos; }
+
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = char;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const char*;
+    using reference = const char&;
+    Iterator() = default;
+    explicit Iterator(ChunkedFile* f) : m_f(f) {}
+    char operator*() const { return m_f->current(); }
+    Iterator& operator++() {
+      m_f->advance();
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator old = *this;
+      m_f->advance();
+      return old;
+    }
+    bool operator==(const Iterator& o) const { return done() == o.done(); }
+    bool operator!=(const Iterator& o) const { return !(*this == o); }
+
+   private:
+    bool done() const { return m_f == nullptr || m_f->atEnd(); }
+    ChunkedFile* m_f = nullptr;
+  };
+  Iterator begin() { return Iterator(this); }
+  Iterator end() { return Iterator(); }
+
+ private:
+  std::FILE* m_file;
+  std::vector<char> m_buffer;
+  std::size_t m_pos = 0;
+  std::size_t m_length = 0;
+  std::uint64_t m_offset = 0;
+  bool m_eof = false;
+};
+
+// Appends JSON text for the `args` of the current event (compact, keys in input order).
+class ArgsWriter {
+ public:
+  static constexpr std::size_t kMaxArgsBytes = 64 * 1024;  // larger args are dropped, the event kept
+  void clear() {
+    m_out.clear();
+    m_stack.clear();
+    m_needComma = false;
+    m_tooBig = false;
+  }
+  void key(const std::string& k) {
+    if (m_needComma) m_out += ',';
+    quote(k);
+    m_out += ':';
+    m_needComma = false;
+  }
+  void scalar(std::string_view text) {
+    prefix();
+    m_out.append(text);
+    m_needComma = true;
+    check();
+  }
+  void string(const std::string& s) {
+    prefix();
+    quote(s);
+    m_needComma = true;
+    check();
+  }
+  void open(char c) {
+    prefix();
+    m_out += c;
+    m_stack.push_back(c);
+    m_needComma = false;
+  }
+  void close(char c) {
+    m_out += c;
+    if (!m_stack.empty()) m_stack.pop_back();
+    m_needComma = true;
+  }
+  std::string_view result() const { return m_tooBig ? std::string_view() : std::string_view(m_out); }
+
+ private:
+  void prefix() {
+    if (!m_stack.empty() && m_stack.back() == '[' && m_needComma) m_out += ',';
+  }
+  void check() {
+    if (m_out.size() > kMaxArgsBytes) m_tooBig = true;
+  }
+  void quote(const std::string& s) {
+    // nlohmann's serializer escapes exactly as JSON requires (control characters, quotes).
+    m_out += Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  std::string m_out;
+  std::vector<char> m_stack;
+  bool m_needComma = false;
+  bool m_tooBig = false;
+};
+
+struct PendingEvent {
+  std::string ph;
+  std::string name;
+  std::string cat;
+  std::optional<double> tsUs;
+  std::optional<double> durUs;
+  std::optional<std::int64_t> pid;
+  std::optional<std::int64_t> tid;
+  std::string pidText;
+  std::string tidText;
+  std::optional<std::int64_t> argDevice;
+  std::optional<std::int64_t> argMicrobatch;
+  std::optional<std::int64_t> argVirtualStage;
+  std::optional<std::int64_t> argIteration;
+  std::optional<std::int64_t> argStream;
+  std::optional<std::int64_t> argCorrelation;
+  std::optional<std::int64_t> argBytes;
+  std::string argKind;
+  std::string args;
+  std::uint64_t offset = 0;
+};
+
+bool startsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool containsNoCase(std::string_view s, std::string_view needle) {
+  if (needle.size() > s.size()) return false;
+  for (std::size_t i = 0; i + needle.size() <= s.size(); ++i) {
+    std::size_t k = 0;
+    while (k < needle.size() && std::tolower(static_cast<unsigned char>(s[i + k])) == needle[k]) ++k;
+    if (k == needle.size()) return true;
+  }
+  return false;
+}
+
+class ChromeHandler {
+ public:
+  ChromeHandler(HistoryStore::Impl& im, RunId run, RunState& state, ChunkedFile& file, std::string path)
+      : m_im(im), m_run(run), m_state(state), m_file(file), m_path(std::move(path)) {}
+
+  // --- nlohmann SAX interface ---
+  bool null() { return scalarValue("null", {}); }
+  bool boolean(bool v) { return scalarValue(v ? "true" : "false", {}); }
+  bool number_integer(Json::number_integer_t v) { return numberValue(static_cast<double>(v), v, std::to_string(v)); }
+  bool number_unsigned(Json::number_unsigned_t v) {
+    const auto clamped = static_cast<std::int64_t>(std::min<Json::number_unsigned_t>(v, INT64_MAX));
+    return numberValue(static_cast<double>(v), clamped, std::to_string(v));
+  }
+  bool number_float(Json::number_float_t v, const std::string& text) {
+    std::optional<std::int64_t> asInt;
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) asInt = static_cast<std::int64_t>(v);
+    return numberValue(v, asInt, text);
+  }
+  bool string(std::string& v) {
+    if (m_argsDepth > 0 && m_depth >= m_argsDepth) {
+      m_args.string(v);
+      if (m_depth == m_argsDepth && m_argKey == "kind") m_event.argKind = v;
+      return true;
+    }
+    if (inEventLevel()) {
+      if (m_eventKey == "ph") m_event.ph = std::move(v);
+      else if (m_eventKey == "name") m_event.name = std::move(v);
+      else if (m_eventKey == "cat") m_event.cat = std::move(v);
+      else if (m_eventKey == "pid") m_event.pidText = std::move(v);
+      else if (m_eventKey == "tid") m_event.tidText = std::move(v);
+      else if (m_eventKey == "ts" || m_eventKey == "dur") m_eventBad = "\"" + m_eventKey + "\" is a string (expected a number)";
+    } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth) {
+      noteSkip("a string in traceEvents (expected an event object)");
+    }
+    return true;
+  }
+  bool binary(Json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    ++m_depth;
+    if (m_depth == 1) {
+      m_rootIsObject = true;
+      return true;
+    }
+    if (m_argsDepth > 0 && m_depth > m_argsDepth) {
+      m_args.open('{');
+      return true;
+    }
+    if (m_eventsDepth > 0 && m_depth == m_eventsDepth + 1) {
+      m_inEvent = true;
+      m_event = PendingEvent{};
+      m_eventBad.clear();
+      m_event.offset = m_file.offset() > 0 ? m_file.offset() - 1 : 0;
+      m_args.clear();
+      return true;
+    }
+    if (m_inEvent && m_depth == m_eventsDepth + 2 && m_eventKey == "args") {
+      m_argsDepth = m_depth;
+      m_args.open('{');
+    }
+    return true;
+  }
+  bool key(std::string& k) {
+    if (m_argsDepth > 0 && m_depth >= m_argsDepth) {
+      m_args.key(k);
+      if (m_depth == m_argsDepth) m_argKey = k;
+      return true;
+    }
+    if (m_inEvent && m_depth == m_eventsDepth + 1) {
+      m_eventKey = std::move(k);
+    } else if (m_depth == 1) {
+      m_rootKey = std::move(k);
+    }
+    return true;
+  }
+  bool end_object() {
+    if (m_argsDepth > 0 && m_depth >= m_argsDepth) {
+      m_args.close('}');
+      if (m_depth == m_argsDepth) {
+        m_argsDepth = 0;
+        m_event.args.assign(m_args.result());
+      }
+    } else if (m_inEvent && m_depth == m_eventsDepth + 1) {
+      m_inEvent = false;
+      if (!finishEvent()) return false;
+    }
+    --m_depth;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    ++m_depth;
+    if (m_argsDepth > 0 && m_depth > m_argsDepth) {
+      m_args.open('[');
+      return true;
+    }
+    if (m_eventsDepth == 0 && ((m_depth == 1) || (m_depth == 2 && m_rootIsObject && m_rootKey == "traceEvents"))) {
+      m_eventsDepth = m_depth;
+      m_sawEvents = true;
+    } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth + 1) {
+      noteSkip("an array in traceEvents (expected an event object)");
+    }
+    return true;
+  }
+  bool end_array() {
+    if (m_argsDepth > 0 && m_depth > m_argsDepth) {
+      m_args.close(']');
+    } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth) {
+      m_eventsDepth = 0;  // a later traceEvents-like array is not read
+    }
+    --m_depth;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
+    std::string what = ex.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 7: …" → keep the tail.
+    if (const auto colon = what.find(": "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos) {
+      what = what.substr(colon + 2);
+    }
+    m_parseError = m_path + ": byte " + std::to_string(position) + ": " + what;
+    if (m_inEvent) ++m_skipped;  // the event cut by the error
+    return false;
+  }
+
+  // --- results ---
+  std::int64_t stored() const { return m_stored; }
+  std::int64_t skipped() const { return m_skipped; }
+  const std::optional<std::string>& firstError() const { return m_firstError; }
+  const std::optional<std::string>& parseError() const { return m_parseError; }
+  bool sawEvents() const { return m_sawEvents; }
+  const Status& dbStatus() const { return m_db; }
+
+  /// B ranges never closed count as skipped.
+  void finishOpenRanges() {
+    for (auto& [key, stack] : m_open) {
+      for (const auto& ev : stack) noteSkip("a \"B\" event without its \"E\"", ev.offset);
+    }
+    m_open.clear();
+  }
+
+ private:
+  bool inEventLevel() const { return m_inEvent && m_depth == m_eventsDepth + 1 && m_argsDepth == 0; }
+
+  bool scalarValue(std::string_view text, std::optional<double>) {
+    if (m_argsDepth > 0 && m_depth >= m_argsDepth) {
+      m_args.scalar(text);
+    } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth && !m_inEvent) {
+      noteSkip("a scalar in traceEvents (expected an event object)");
+    } else if (inEventLevel() && (m_eventKey == "ts" || m_eventKey == "dur")) {
+      m_eventBad = "\"" + m_eventKey + "\" is " + std::string(text) + " (expected a number)";
+    }
+    return true;
+  }
+
+  bool numberValue(double v, std::optional<std::int64_t> asInt, const std::string& text) {
+    if (m_argsDepth > 0 && m_depth >= m_argsDepth) {
+      m_args.scalar(text);
+      if (m_depth == m_argsDepth && asInt) {
+        const std::string& k = m_argKey;
+        if (k == "device") m_event.argDevice = asInt;
+        else if (k == "microbatch") m_event.argMicrobatch = asInt;
+        else if (k == "virtual_stage") m_event.argVirtualStage = asInt;
+        else if (k == "iteration") m_event.argIteration = asInt;
+        else if (k == "stream") m_event.argStream = asInt;
+        else if (k == "correlation") m_event.argCorrelation = asInt;
+        else if (k == "bytes") m_event.argBytes = asInt;
+      }
+      return true;
+    }
+    if (inEventLevel()) {
+      if (m_eventKey == "ts") m_event.tsUs = v;
+      else if (m_eventKey == "dur") m_event.durUs = v;
+      else if (m_eventKey == "pid") m_event.pid = asInt;
+      else if (m_eventKey == "tid") m_event.tid = asInt;
+    } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth && !m_inEvent) {
+      noteSkip("a number in traceEvents (expected an event object)");
+    }
+    return true;
+  }
+
+  void noteSkip(const std::string& what, std::optional<std::uint64_t> at = std::nullopt) {
+    ++m_skipped;
+    if (!m_firstError) {
+      m_firstError = m_path + ": byte " + std::to_string(at.value_or(m_file.offset())) + ": " + what;
+    }
+  }
+
+  static std::int64_t toNs(double us) { return std::llround(us * 1000.0); }
+
+  bool finishEvent() {
+    PendingEvent& e = m_event;
+    if (!m_eventBad.empty()) {
+      noteSkip("event skipped: " + m_eventBad, e.offset);
+      return true;
+    }
+    const std::string& ph = e.ph;
+    if (ph == "X" || ph == "B" || ph == "E") {
+      if (!e.tsUs || !std::isfinite(*e.tsUs)) {
+        noteSkip("\"" + ph + "\" event without a numeric \"ts\"", e.offset);
+        return true;
+      }
+    }
+    if ((ph == "X" || ph == "B") && !m_state.originKnown) {
+      // Stored times count from the first range's start (Kineto's are epoch microseconds).
+      m_state.originKnown = true;
+      m_state.originNs = toNs(*e.tsUs);
+      m_state.dirty = true;
+    }
+    if (ph == "X") {
+      if (!e.durUs || !std::isfinite(*e.durUs) || *e.durUs < 0) {
+        noteSkip("\"X\" event \"" + e.name + "\" without a non-negative \"dur\"", e.offset);
+        return true;
+      }
+      return store(e, toNs(*e.tsUs), toNs(*e.durUs));
+    }
+    const std::string key = (e.pid ? std::to_string(*e.pid) : e.pidText) + '/' + (e.tid ? std::to_string(*e.tid) : e.tidText);
+    if (ph == "B") {
+      auto& stack = m_open[key];
+      if (stack.size() >= 4096) {
+        noteSkip("\"B\" events nested deeper than 4096", e.offset);
+        return true;
+      }
+      stack.push_back(std::move(e));
+      return true;
+    }
+    if (ph == "E") {
+      auto it = m_open.find(key);
+      if (it == m_open.end() || it->second.empty()) {
+        noteSkip("\"E\" event without a matching \"B\"", e.offset);
+        return true;
+      }
+      PendingEvent b = std::move(it->second.back());
+      it->second.pop_back();
+      const std::int64_t startNs = toNs(*b.tsUs);
+      const std::int64_t endNs = toNs(*e.tsUs);
+      if (endNs < startNs) {
+        noteSkip("\"E\" event before its \"B\"", e.offset);
+        return true;
+      }
+      if (b.args.empty()) b.args = std::move(e.args);
+      return store(b, startNs, endNs - startNs);
+    }
+    // Metadata (M), instant (i/I), counter (C), flow (s/t/f), async (b/e/n) and object events
+    // carry no duration on a device lane: not measured events, not errors either.
+    if (ph.empty()) noteSkip("event without \"ph\"", e.offset);
+    return true;
+  }
+
+  bool store(const PendingEvent& e, std::int64_t absStartNs, std::int64_t durNs) {
+    EventRow row;
+    row.name = e.name;
+    row.startNs = absStartNs - m_state.originNs;
+    row.durationNs = durNs;
+    row.stream = e.argStream.value_or(e.tid.value_or(0));
+    row.correlationId = e.argCorrelation.value_or(0);
+    row.bytes = e.argBytes.value_or(0);
+    row.argsJson = e.args;
+    const auto opKind = opKindFromName(e.argKind);
+    // Our export and Kineto give the device in args; Kineto GPU lanes also use it as pid.
+    std::int64_t device = -1;
+    if (e.argDevice) {
+      device = *e.argDevice;
+    } else if (opKind && e.pid) {
+      device = *e.pid;
+    }
+    const std::string& cat = e.cat;
+    if (opKind && device >= 0) {
+      row.category = EventCategory::Op;
+      row.name = opKindName(*opKind);
+      row.kind = static_cast<int>(*opKind);
+      row.microbatch = static_cast<std::int32_t>(e.argMicrobatch.value_or(-1));
+      row.virtualStage = static_cast<std::int32_t>(e.argVirtualStage.value_or(-1));
+      row.iteration = static_cast<std::int32_t>(e.argIteration.value_or(-1));
+    } else if (containsNoCase(e.name, "nccl")) {
+      row.category = EventCategory::Nccl;
+    } else if (cat == "gpu_memcpy" || startsWith(e.name, "Memcpy") || startsWith(e.name, "memcpy")) {
+      row.category = EventCategory::Memcpy;
+    } else if (cat == "gpu_memset" || startsWith(e.name, "Memset") || startsWith(e.name, "memset")) {
+      row.category = EventCategory::Memset;
+    } else if (containsNoCase(cat, "kernel")) {
+      row.category = EventCategory::Kernel;
+    } else if (cat == "cuda_runtime" || cat == "cuda_driver" || containsNoCase(cat, "runtime")) {
+      row.category = EventCategory::Runtime;
+    } else {
+      row.category = EventCategory::Cpu;
+    }
+    const bool gpuSide = row.category != EventCategory::Runtime && row.category != EventCategory::Cpu;
+    if (device < 0 && gpuSide && e.pid && *e.pid >= 0 && *e.pid < 4096) device = *e.pid;  // Kineto GPU pid
+    row.device = static_cast<std::int32_t>(gpuSide || row.category == EventCategory::Op ? device : -1);
+    if (auto st = m_im.insert(m_run, m_state, row); !st) {
+      m_db = st;
+      return false;  // stops the parse: the database is the problem, not the file
+    }
+    ++m_stored;
+    // Kineto marks each training step with a "ProfilerStep#N" range.
+    if (startsWith(e.name, "ProfilerStep#")) {
+      const std::string digits = e.name.substr(13);
+      char* end = nullptr;
+      const long long step = std::strtoll(digits.c_str(), &end, 10);
+      if (end != digits.c_str()) {
+        Statement& s = m_im.insertStep;
+        s.bind(1, m_run);
+        s.bind(2, static_cast<std::int64_t>(step));
+        s.bind(3, static_cast<double>(durNs) / 1e6);
+        const int rc = s.step();
+        s.reset();
+        if (rc != SQLITE_DONE) {
+          m_db = Error{m_im.path + ": " + detail::lastError(m_im.db)};
+          return false;
+        }
+        ++m_steps;
+      }
+    }
+    return true;
+  }
+
+  using Statement = detail::Statement;
+  HistoryStore::Impl& m_im;
+  RunId m_run;
+  RunState& m_state;
+  ChunkedFile& m_file;
+  std::string m_path;
+
+  int m_depth = 0;
+  bool m_rootIsObject = false;
+  std::string m_rootKey;
+  int m_eventsDepth = 0;
+  bool m_sawEvents = false;
+  bool m_inEvent = false;
+  std::string m_eventKey;
+  std::string m_eventBad;
+  int m_argsDepth = 0;
+  std::string m_argKey;
+  ArgsWriter m_args;
+  PendingEvent m_event;
+  std::map<std::string, std::vector<PendingEvent>> m_open;
+
+  std::int64_t m_stored = 0;
+  std::int64_t m_skipped = 0;
+  std::int64_t m_steps = 0;
+  std::optional<std::string> m_firstError;
+  std::optional<std::string> m_parseError;
+  Status m_db;
+};
+
+}  // namespace
+
+Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, RunInfo info) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) return Error{file + ": cannot open"};
+  struct Closer {
+    std::FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{f};
+  if (info.source.empty()) info.source = "chrome";
+  if (info.sourcePath.empty()) info.sourcePath = file;
+  auto run = beginRun(info);
+  if (!run) return run.error();
+  auto state = m_impl->runState(*run);
+  if (!state) return state.error();
+  ChunkedFile input(f);
+  ChromeHandler handler(*m_impl, *run, **state, input, file);
+  // strict = false: trailing bytes after the document do not invalidate what was read.
+  const bool ok = Json::sax_parse(input.begin(), input.end(), &handler, Json::input_format_t::json, false);
+  if (!handler.dbStatus()) {
+    (void)finishRun(*run, RunStatus::Incomplete, handler.dbStatus().message());
+    return handler.dbStatus().error();
+  }
+  handler.finishOpenRanges();
+  ImportResult result;
+  result.runId = *run;
+  result.events = handler.stored();
+  result.skipped = handler.skipped();
+  // Skips are noted while parsing, so any of them lies before the parse error (which ends it).
+  result.firstError = handler.firstError() ? handler.firstError() : handler.parseError();
+  if (handler.stored() == 0 && (!ok || !handler.sawEvents())) {
+    (void)deleteRun(*run);
+    if (handler.parseError()) return Error{*handler.parseError() + " (no trace events could be read)"};
+    return Error{file + ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
+                        "\"traceEvents\" array)"};
+  }
+  std::string note;
+  if (handler.parseError()) note = *handler.parseError();
+  if (result.skipped > 0) {
+    if (!note.empty()) note += "; ";
+    note += std::to_string(result.skipped) + " event(s) skipped, first: " + handler.firstError().value_or("");
+  }
+  if (auto st = finishRun(*run, ok ? RunStatus::Complete : RunStatus::Incomplete, note); !st) return st.error();
+  return result;
+}
+
+}  // namespace pipestudio::history

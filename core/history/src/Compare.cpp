@@ -1,0 +1,687 @@
+#include "pipestudio/history/Compare.hpp"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <iomanip>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "Sqlite.hpp"
+#include "pipestudio/plan/Memory.hpp"
+
+namespace pipestudio::history {
+
+using detail::Statement;
+
+namespace {
+
+constexpr double kNsPerMs = 1e6;
+
+struct Interval {
+  std::int64_t start;
+  std::int64_t end;
+};
+
+// Sorts and merges overlapping intervals in place; returns the covered length.
+std::int64_t unionInPlace(std::vector<Interval>& v) {
+  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start < b.start; });
+  std::size_t out = 0;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (out > 0 && v[i].start <= v[out - 1].end) {
+      v[out - 1].end = std::max(v[out - 1].end, v[i].end);
+    } else {
+      v[out++] = v[i];
+    }
+  }
+  v.resize(out);
+  for (const auto& i : v) total += i.end - i.start;
+  return total;
+}
+
+// Length of [a, b) covered by a merged, sorted interval list.
+std::int64_t covered(const std::vector<Interval>& merged, std::int64_t a, std::int64_t b) {
+  if (b <= a || merged.empty()) return 0;
+  auto it = std::upper_bound(merged.begin(), merged.end(), a, [](std::int64_t t, const Interval& i) { return t < i.end; });
+  std::int64_t total = 0;
+  for (; it != merged.end() && it->start < b; ++it) total += std::min(b, it->end) - std::max(a, it->start);
+  return total;
+}
+
+bool isGpuActivity(int category) {
+  return category == static_cast<int>(EventCategory::Kernel) || category == static_cast<int>(EventCategory::Memcpy) ||
+         category == static_cast<int>(EventCategory::Memset) || category == static_cast<int>(EventCategory::Nccl);
+}
+
+// One pass over a run's events (primary-key range scan) into the aggregates compare needs.
+struct RunAggregate {
+  std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> byNameId;  // total ns, count
+  std::map<int, std::vector<Interval>> opIntervals;
+  std::map<int, std::vector<Interval>> gpuIntervals;
+  std::map<int, std::pair<std::int64_t, std::int64_t>> iterationWindow;  // from op ranges
+};
+
+Expected<RunAggregate> aggregateRun(HistoryStore& store, RunId run) {
+  sqlite3* db = store.connection();
+  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE run_id = ?1",
+               nullptr);
+  if (!st) return Error{store.path() + ": " + detail::lastError(db)};
+  st.bind(1, run);
+  RunAggregate agg;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    const int category = st.i32(0);
+    const int device = st.i32(1);
+    const std::int64_t start = st.i64(3);
+    const std::int64_t dur = std::max<std::int64_t>(0, st.i64(4));
+    auto& n = agg.byNameId[st.i64(2)];
+    n.first += dur;
+    ++n.second;
+    if (device < 0) continue;
+    if (category == static_cast<int>(EventCategory::Op)) {
+      agg.opIntervals[device].push_back({start, start + dur});
+      if (!st.isNull(5)) {
+        auto [it, inserted] = agg.iterationWindow.try_emplace(st.i32(5), start, start + dur);
+        if (!inserted) {
+          it->second.first = std::min(it->second.first, start);
+          it->second.second = std::max(it->second.second, start + dur);
+        }
+      }
+    } else if (isGpuActivity(category)) {
+      agg.gpuIntervals[device].push_back({start, start + dur});
+    }
+  }
+  if (rc != SQLITE_DONE) return Error{store.path() + ": " + detail::lastError(db)};
+  return agg;
+}
+
+struct BusyIdle {
+  double busyMs = 0;
+  double idleMs = 0;
+};
+
+std::map<int, BusyIdle> busyIdle(RunAggregate& agg) {
+  std::map<int, BusyIdle> out;
+  auto account = [&out](int device, std::vector<Interval>& v) {
+    if (v.empty()) return;
+    const std::int64_t busy = unionInPlace(v);
+    const std::int64_t span = v.back().end - v.front().start;
+    out[device] = {static_cast<double>(busy) / kNsPerMs, static_cast<double>(span - busy) / kNsPerMs};
+  };
+  for (auto& [device, v] : agg.opIntervals) account(device, v);
+  for (auto& [device, v] : agg.gpuIntervals) {
+    if (!agg.opIntervals.count(device)) account(device, v);
+  }
+  return out;
+}
+
+Expected<std::unordered_map<std::int64_t, std::string>> namesOf(HistoryStore& store, const RunAggregate& a,
+                                                                 const RunAggregate& b) {
+  std::unordered_map<std::int64_t, std::string> out;
+  Statement st(store.connection(), "SELECT name FROM names WHERE id = ?1", nullptr);
+  if (!st) return Error{store.path() + ": " + detail::lastError(store.connection())};
+  for (const auto* agg : {&a, &b}) {
+    for (const auto& [id, v] : agg->byNameId) {
+      if (out.count(id)) continue;
+      st.bind(1, id);
+      out[id] = st.step() == SQLITE_ROW ? st.text(0) : "#" + std::to_string(id);
+      st.reset();
+    }
+  }
+  return out;
+}
+
+Expected<StepStats> runSteps(HistoryStore& store, RunId run, const RunAggregate& agg) {
+  auto steps = store.stepTimesMs(run);
+  if (!steps) return steps.error();
+  if (steps->empty()) {
+    // No recorded step times: each iteration's op window is its step.
+    for (const auto& [iteration, w] : agg.iterationWindow) {
+      if (iteration >= 0) steps->push_back(static_cast<double>(w.second - w.first) / kNsPerMs);
+    }
+  }
+  return stepStats(std::move(*steps));
+}
+
+Json stepJson(const StepStats& s) {
+  if (s.count == 0) return nullptr;
+  return Json{{"count", s.count},   {"mean_ms", s.meanMs}, {"median_ms", s.medianMs},
+              {"min_ms", s.minMs},  {"max_ms", s.maxMs},   {"stddev_ms", s.stddevMs}};
+}
+
+std::string fixed(double v, int digits = 3) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+std::string pad(std::string s, std::size_t width, bool right = true) {
+  if (s.size() > width) {
+    s = s.substr(0, width - 1) + "~";
+  }
+  const std::string fill(width - s.size(), ' ');
+  return right ? fill + s : s + fill;
+}
+
+// Virtual-stage neighbours for dependency lookups.
+struct StageGraph {
+  std::map<int, int> previous;  // stage → the stage feeding it (forward)
+  std::map<int, int> next;
+  static StageGraph from(const Plan* plan, int maxStage) {
+    StageGraph g;
+    if (plan && !plan->virtualStages.empty()) {
+      std::map<int, std::vector<int>> byPipeline;
+      for (const auto& vs : plan->virtualStages) byPipeline[vs.pipeline].push_back(vs.id);
+      for (auto& [p, ids] : byPipeline) {
+        std::sort(ids.begin(), ids.end());
+        for (std::size_t i = 1; i < ids.size(); ++i) {
+          g.previous[ids[i]] = ids[i - 1];
+          g.next[ids[i - 1]] = ids[i];
+        }
+      }
+    } else {
+      for (int s = 1; s <= maxStage; ++s) {
+        g.previous[s] = s - 1;
+        g.next[s - 1] = s;
+      }
+    }
+    return g;
+  }
+};
+
+struct OpKey {
+  int iteration, virtualStage, kind, microbatch;
+  bool operator<(const OpKey& o) const {
+    return std::tie(iteration, virtualStage, kind, microbatch) < std::tie(o.iteration, o.virtualStage, o.kind, o.microbatch);
+  }
+};
+
+}  // namespace
+
+StepStats stepStats(std::vector<double> stepsMs) {
+  StepStats s;
+  if (stepsMs.empty()) return s;
+  std::sort(stepsMs.begin(), stepsMs.end());
+  s.count = static_cast<int>(stepsMs.size());
+  double sum = 0;
+  for (double v : stepsMs) sum += v;
+  s.meanMs = sum / s.count;
+  const std::size_t n = stepsMs.size();
+  s.medianMs = n % 2 ? stepsMs[n / 2] : 0.5 * (stepsMs[n / 2 - 1] + stepsMs[n / 2]);
+  s.minMs = stepsMs.front();
+  s.maxMs = stepsMs.back();
+  double var = 0;
+  for (double v : stepsMs) var += (v - s.meanMs) * (v - s.meanMs);
+  s.stddevMs = n > 1 ? std::sqrt(var / static_cast<double>(n - 1)) : 0.0;
+  return s;
+}
+
+std::string formatUnixMs(std::int64_t unixMs) {
+  const std::time_t seconds = static_cast<std::time_t>(unixMs / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json runSummaryToJson(const RunSummary& s) {
+  return Json{{"id", s.id},
+              {"name", s.name},
+              {"status", std::string(runStatusName(s.status))},
+              {"events", s.events},
+              {"created", formatUnixMs(s.createdUnixMs)},
+              {"created_unix_ms", s.createdUnixMs},
+              {"plan", s.planId ? Json(*s.planId) : Json(nullptr)},
+              {"source", s.source},
+              {"source_path", s.sourcePath},
+              {"user", s.user},
+              {"host", s.host},
+              {"backend", s.backend},
+              {"gpu", s.gpu},
+              {"executor_version", s.executorVersion},
+              {"devices", s.devices},
+              {"iterations", s.iterations},
+              {"duration_ms", s.durationMs},
+              {"notes", s.notes},
+              {"error", s.error}};
+}
+
+Expected<RunComparison> compareRuns(HistoryStore& store, RunId a, RunId b) {
+  if (auto st = store.flush(); !st) return st.error();
+  RunComparison c;
+  auto sa = store.runSummary(a);
+  if (!sa) return sa.error();
+  auto sb = store.runSummary(b);
+  if (!sb) return sb.error();
+  c.a = std::move(*sa);
+  c.b = std::move(*sb);
+  auto aggA = aggregateRun(store, a);
+  if (!aggA) return aggA.error();
+  auto aggB = aggregateRun(store, b);
+  if (!aggB) return aggB.error();
+  auto names = namesOf(store, *aggA, *aggB);
+  if (!names) return names.error();
+
+  std::map<std::string, NameComparison> byName;
+  for (const auto& [id, v] : aggA->byNameId) {
+    auto& row = byName[(*names)[id]];
+    row.aMs += static_cast<double>(v.first) / kNsPerMs;
+    row.aCount += v.second;
+  }
+  for (const auto& [id, v] : aggB->byNameId) {
+    auto& row = byName[(*names)[id]];
+    row.bMs += static_cast<double>(v.first) / kNsPerMs;
+    row.bCount += v.second;
+  }
+  for (auto& [name, row] : byName) {
+    row.name = name;
+    row.deltaMs = row.bMs - row.aMs;
+    c.byName.push_back(row);
+  }
+  std::sort(c.byName.begin(), c.byName.end(), [](const NameComparison& x, const NameComparison& y) {
+    const double mx = std::max(x.aMs, x.bMs), my = std::max(y.aMs, y.bMs);
+    return mx != my ? mx > my : x.name < y.name;
+  });
+
+  auto stepA = runSteps(store, a, *aggA);
+  if (!stepA) return stepA.error();
+  auto stepB = runSteps(store, b, *aggB);
+  if (!stepB) return stepB.error();
+  c.stepA = *stepA;
+  c.stepB = *stepB;
+
+  const auto da = busyIdle(*aggA);
+  const auto dbi = busyIdle(*aggB);
+  std::map<int, DeviceComparison> devices;
+  for (const auto& [d, v] : da) {
+    devices[d].aBusyMs = v.busyMs;
+    devices[d].aIdleMs = v.idleMs;
+  }
+  for (const auto& [d, v] : dbi) {
+    devices[d].bBusyMs = v.busyMs;
+    devices[d].bIdleMs = v.idleMs;
+  }
+  for (auto& [d, row] : devices) {
+    row.device = d;
+    c.byDevice.push_back(row);
+  }
+  return c;
+}
+
+Json comparisonToJson(const RunComparison& c) {
+  Json byName = Json::array();
+  for (const auto& r : c.byName) {
+    byName.push_back({{"name", r.name},
+                      {"a_ms", r.aMs},
+                      {"b_ms", r.bMs},
+                      {"delta_ms", r.deltaMs},
+                      {"a_count", r.aCount},
+                      {"b_count", r.bCount}});
+  }
+  Json byDevice = Json::array();
+  for (const auto& r : c.byDevice) {
+    byDevice.push_back({{"device", r.device},
+                        {"a_busy_ms", r.aBusyMs},
+                        {"b_busy_ms", r.bBusyMs},
+                        {"a_idle_ms", r.aIdleMs},
+                        {"b_idle_ms", r.bIdleMs}});
+  }
+  Json step{{"a", stepJson(c.stepA)}, {"b", stepJson(c.stepB)}};
+  step["delta_mean_ms"] = c.stepA.count && c.stepB.count ? Json(c.stepB.meanMs - c.stepA.meanMs) : Json(nullptr);
+  return Json{{"a", runSummaryToJson(c.a)},
+              {"b", runSummaryToJson(c.b)},
+              {"by_name", byName},
+              {"by_device", byDevice},
+              {"step", step}};
+}
+
+std::string comparisonTable(const RunComparison& c) {
+  std::ostringstream o;
+  o << "A: run " << c.a.id << " '" << c.a.name << "' (" << runStatusName(c.a.status) << ", " << c.a.events
+    << " events)\nB: run " << c.b.id << " '" << c.b.name << "' (" << runStatusName(c.b.status) << ", " << c.b.events
+    << " events)\n\n";
+  if (c.stepA.count || c.stepB.count) {
+    o << "step time (ms)      " << pad("A", 12) << pad("B", 12) << pad("delta", 12) << '\n';
+    auto line = [&o, &c](const char* what, double x, double y) {
+      o << pad(what, 19, false) << pad(c.stepA.count ? fixed(x) : "-", 12) << pad(c.stepB.count ? fixed(y) : "-", 12)
+        << pad(c.stepA.count && c.stepB.count ? fixed(y - x) : "-", 12) << '\n';
+    };
+    line("mean", c.stepA.meanMs, c.stepB.meanMs);
+    line("median", c.stepA.medianMs, c.stepB.medianMs);
+    line("min", c.stepA.minMs, c.stepB.minMs);
+    line("max", c.stepA.maxMs, c.stepB.maxMs);
+    o << '\n';
+  }
+  o << pad("device", 6) << pad("A busy ms", 14) << pad("B busy ms", 14) << pad("A idle ms", 14) << pad("B idle ms", 14)
+    << '\n';
+  for (const auto& r : c.byDevice) {
+    o << pad(std::to_string(r.device), 6) << pad(fixed(r.aBusyMs), 14) << pad(fixed(r.bBusyMs), 14)
+      << pad(fixed(r.aIdleMs), 14) << pad(fixed(r.bIdleMs), 14) << '\n';
+  }
+  o << '\n' << pad("name", 40, false) << pad("A ms", 13) << pad("B ms", 13) << pad("delta ms", 13) << pad("A n", 9)
+    << pad("B n", 9) << '\n';
+  std::size_t shown = 0;
+  for (const auto& r : c.byName) {
+    if (++shown > 30) {
+      o << "… " << c.byName.size() - 30 << " more names (use --json)\n";
+      break;
+    }
+    o << pad(r.name, 40, false) << pad(fixed(r.aMs), 13) << pad(fixed(r.bMs), 13) << pad(fixed(r.deltaMs), 13)
+      << pad(std::to_string(r.aCount), 9) << pad(std::to_string(r.bCount), 9) << '\n';
+  }
+  return o.str();
+}
+
+// ---- run vs plan --------------------------------------------------------------------------
+
+Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> planId,
+                                          int mostDriftedCount) {
+  auto summary = store.runSummary(run);
+  if (!summary) return summary.error();
+  if (!planId) planId = summary->planId;
+  if (!planId) {
+    return Error{store.path() + ": run " + std::to_string(run) + " is not linked to a plan (nothing to compare with)"};
+  }
+  auto plan = store.loadPlan(*planId);
+  if (!plan) return plan.error();
+  auto events = store.loadEvents(run, EventCategory::Op);
+  if (!events) return events.error();
+
+  PlanComparison c;
+  c.run = std::move(*summary);
+  c.planId = *planId;
+
+  // Measured: per iteration, times relative to that iteration's first op start.
+  std::map<int, std::int64_t> iterationStart;
+  for (const auto& e : *events) {
+    auto [it, inserted] = iterationStart.try_emplace(e.iteration, e.startNs);
+    if (!inserted) it->second = std::min(it->second, e.startNs);
+  }
+  c.iterations = static_cast<int>(iterationStart.size());
+  struct Acc {
+    double startMs = 0, durMs = 0;
+    int n = 0;
+    bool matched = false;
+  };
+  std::map<std::tuple<int, int, int, int>, Acc> measured;  // (device, stage, kind, microbatch)
+  std::map<std::pair<int, int>, std::pair<double, double>> devIterBusy;  // (device, iteration) → busy, span
+  std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> devIterWindow;
+  for (const auto& e : *events) {
+    auto& acc = measured[{e.device, e.virtualStage, e.kind, e.microbatch}];
+    acc.startMs += static_cast<double>(e.startNs - iterationStart[e.iteration]) / kNsPerMs;
+    acc.durMs += static_cast<double>(e.durationNs) / kNsPerMs;
+    ++acc.n;
+    devIterBusy[{e.device, e.iteration}].first += static_cast<double>(e.durationNs) / kNsPerMs;
+    auto [it, inserted] = devIterWindow.try_emplace({e.device, e.iteration}, e.startNs, e.startNs + e.durationNs);
+    if (!inserted) {
+      it->second.first = std::min(it->second.first, e.startNs);
+      it->second.second = std::max(it->second.second, e.startNs + e.durationNs);
+    }
+  }
+  double planStart = plan->ops.empty() ? 0.0 : plan->ops.front().startMs;
+  for (const Op& op : plan->ops) planStart = std::min(planStart, op.startMs);
+  for (const Op& op : plan->ops) {
+    auto it = measured.find({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+    if (it == measured.end() || it->second.n == 0) {
+      ++c.unmatchedPlanned;
+      continue;
+    }
+    it->second.matched = true;
+    OpDrift d;
+    d.device = op.device;
+    d.virtualStage = op.virtualStage;
+    d.kind = op.kind;
+    d.microbatch = op.microbatch;
+    d.plannedStartMs = op.startMs - planStart;
+    d.plannedMs = op.durationMs();
+    d.iterations = it->second.n;
+    d.measuredStartMs = it->second.startMs / it->second.n;
+    d.measuredMs = it->second.durMs / it->second.n;
+    d.startDriftMs = d.measuredStartMs - d.plannedStartMs;
+    d.durationDeltaMs = d.measuredMs - d.plannedMs;
+    c.ops.push_back(d);
+  }
+  for (const auto& [key, acc] : measured) {
+    if (!acc.matched) c.unmatchedMeasured += acc.n;
+  }
+  c.mostDrifted = c.ops;
+  std::sort(c.mostDrifted.begin(), c.mostDrifted.end(), [](const OpDrift& x, const OpDrift& y) {
+    return std::fabs(x.startDriftMs) + std::fabs(x.durationDeltaMs) > std::fabs(y.startDriftMs) + std::fabs(y.durationDeltaMs);
+  });
+  if (static_cast<int>(c.mostDrifted.size()) > mostDriftedCount) c.mostDrifted.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
+
+  const Metrics planned = computeMetrics(*plan);
+  std::map<int, DeviceBubble> devices;
+  for (std::size_t d = 0; d < planned.devices.size(); ++d) {
+    auto& row = devices[static_cast<int>(d)];
+    row.plannedBusyMs = planned.devices[d].busyMs;
+    row.plannedBubbleMs = planned.devices[d].spanMs - planned.devices[d].busyMs;
+  }
+  std::map<int, int> iterationsPerDevice;
+  for (const auto& [key, busy] : devIterBusy) {
+    const auto& w = devIterWindow[key];
+    auto& row = devices[key.first];
+    row.measuredBusyMs += busy.first;
+    row.measuredBubbleMs += static_cast<double>(w.second - w.first) / kNsPerMs - busy.first;
+    ++iterationsPerDevice[key.first];
+  }
+  for (auto& [d, row] : devices) {
+    row.device = d;
+    if (const int n = iterationsPerDevice[d]; n > 0) {
+      row.measuredBusyMs /= n;
+      row.measuredBubbleMs /= n;
+    }
+    c.devices.push_back(row);
+  }
+  return c;
+}
+
+namespace {
+Json driftJson(const OpDrift& d) {
+  return Json{{"device", d.device},
+              {"virtual_stage", d.virtualStage},
+              {"kind", std::string(opKindName(d.kind))},
+              {"microbatch", d.microbatch},
+              {"planned_start_ms", d.plannedStartMs},
+              {"planned_ms", d.plannedMs},
+              {"measured_start_ms", d.measuredStartMs},
+              {"measured_ms", d.measuredMs},
+              {"start_drift_ms", d.startDriftMs},
+              {"duration_delta_ms", d.durationDeltaMs},
+              {"iterations", d.iterations}};
+}
+}  // namespace
+
+Json planComparisonToJson(const PlanComparison& c) {
+  Json ops = Json::array();
+  for (const auto& d : c.ops) ops.push_back(driftJson(d));
+  Json top = Json::array();
+  for (const auto& d : c.mostDrifted) top.push_back(driftJson(d));
+  Json devices = Json::array();
+  for (const auto& d : c.devices) {
+    devices.push_back({{"device", d.device},
+                       {"planned_busy_ms", d.plannedBusyMs},
+                       {"planned_bubble_ms", d.plannedBubbleMs},
+                       {"measured_busy_ms", d.measuredBusyMs},
+                       {"measured_bubble_ms", d.measuredBubbleMs}});
+  }
+  return Json{{"run", runSummaryToJson(c.run)}, {"plan", c.planId},         {"iterations", c.iterations},
+              {"ops", ops},                     {"most_drifted", top},      {"by_device", devices},
+              {"unmatched_planned", c.unmatchedPlanned}, {"unmatched_measured", c.unmatchedMeasured}};
+}
+
+std::string planComparisonTable(const PlanComparison& c) {
+  std::ostringstream o;
+  o << "run " << c.run.id << " '" << c.run.name << "' vs plan " << c.planId << " (" << c.iterations
+    << " iteration(s), " << c.ops.size() << " ops matched, " << c.unmatchedPlanned << " planned ops unmeasured, "
+    << c.unmatchedMeasured << " measured ranges unplanned)\n\n";
+  o << pad("device", 6) << pad("planned busy", 14) << pad("planned bubble", 16) << pad("measured busy", 15)
+    << pad("measured bubble", 17) << "  (ms)\n";
+  for (const auto& d : c.devices) {
+    o << pad(std::to_string(d.device), 6) << pad(fixed(d.plannedBusyMs), 14) << pad(fixed(d.plannedBubbleMs), 16)
+      << pad(fixed(d.measuredBusyMs), 15) << pad(fixed(d.measuredBubbleMs), 17) << '\n';
+  }
+  o << "\nmost drifted ops\n"
+    << pad("device", 6) << pad("stage", 6) << pad("kind", 5) << pad("mb", 5) << pad("plan start", 12)
+    << pad("meas start", 12) << pad("plan ms", 10) << pad("meas ms", 10) << '\n';
+  for (const auto& d : c.mostDrifted) {
+    o << pad(std::to_string(d.device), 6) << pad(std::to_string(d.virtualStage), 6)
+      << pad(std::string(opKindName(d.kind)), 5) << pad(std::to_string(d.microbatch), 5)
+      << pad(fixed(d.plannedStartMs), 12) << pad(fixed(d.measuredStartMs), 12) << pad(fixed(d.plannedMs), 10)
+      << pad(fixed(d.measuredMs), 10) << '\n';
+  }
+  return o.str();
+}
+
+// ---- idle breakdown -----------------------------------------------------------------------
+
+Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId run) {
+  auto summary = store.runSummary(run);
+  if (!summary) return summary.error();
+  std::optional<Plan> plan;
+  if (summary->planId) {
+    if (auto p = store.loadPlan(*summary->planId)) plan = std::move(*p);
+  }
+  auto events = store.loadEvents(run);
+  if (!events) return events.error();
+
+  std::vector<const MeasuredEvent*> ops;
+  std::map<int, std::vector<Interval>> comm;
+  int maxStage = 0;
+  for (const auto& e : *events) {
+    if (e.category == EventCategory::Op && e.device >= 0) {
+      ops.push_back(&e);
+      maxStage = std::max(maxStage, e.virtualStage);
+    } else if (e.category == EventCategory::Nccl && e.device >= 0) {
+      comm[e.device].push_back({e.startNs, e.startNs + e.durationNs});
+    }
+  }
+  for (auto& [d, v] : comm) unionInPlace(v);
+  const StageGraph graph = StageGraph::from(plan ? &*plan : nullptr, maxStage);
+
+  // Producer lookup: the end time and device of each (iteration, stage, kind, microbatch).
+  std::map<OpKey, const MeasuredEvent*> byKey;
+  std::map<int, std::pair<std::int64_t, std::int64_t>> window;  // iteration → [first start, last end]
+  for (const auto* e : ops) {
+    byKey[{e->iteration, e->virtualStage, e->kind, e->microbatch}] = e;
+    auto [it, inserted] = window.try_emplace(e->iteration, e->startNs, e->startNs + e->durationNs);
+    if (!inserted) {
+      it->second.first = std::min(it->second.first, e->startNs);
+      it->second.second = std::max(it->second.second, e->startNs + e->durationNs);
+    }
+  }
+  // Planned idle before each op (its start − the previous op's end on its device).
+  std::map<std::tuple<int, int, int, int>, double> plannedIdleMs;  // (device, stage, kind, microbatch)
+  if (plan) {
+    std::map<int, double> lastEnd;
+    for (const Op& op : plan->ops) {
+      auto it = lastEnd.find(op.device);
+      if (it != lastEnd.end()) {
+        plannedIdleMs[{op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch}] =
+            std::max(0.0, op.startMs - it->second);
+      }
+      lastEnd[op.device] = std::max(it == lastEnd.end() ? op.endMs : it->second, op.endMs);
+    }
+  }
+  auto producerEnd = [&](const MeasuredEvent& e) -> std::optional<std::int64_t> {
+    const auto kind = static_cast<OpKind>(std::clamp(e.kind, 0, kOpKindCount - 1));
+    std::vector<OpKey> candidates;
+    if (kind == OpKind::F || kind == OpKind::N || kind == OpKind::S) {
+      auto p = graph.previous.find(e.virtualStage);
+      if (p == graph.previous.end()) return std::nullopt;
+      for (OpKind k : {OpKind::F, OpKind::N, OpKind::S}) candidates.push_back({e.iteration, p->second, static_cast<int>(k), e.microbatch});
+    } else if (kind == OpKind::B || kind == OpKind::BW || kind == OpKind::T) {
+      auto n = graph.next.find(e.virtualStage);
+      if (n == graph.next.end()) return std::nullopt;
+      for (OpKind k : {OpKind::B, OpKind::BW, OpKind::T}) candidates.push_back({e.iteration, n->second, static_cast<int>(k), e.microbatch});
+    } else {
+      return std::nullopt;  // W and OPT depend only on work of their own device
+    }
+    for (const auto& key : candidates) {
+      auto it = byKey.find(key);
+      if (it != byKey.end() && it->second->device != e.device) return it->second->startNs + it->second->durationNs;
+    }
+    return std::nullopt;
+  };
+
+  // Ops per (device, iteration) in start order.
+  std::map<std::pair<int, int>, std::vector<const MeasuredEvent*>> lanes;
+  for (const auto* e : ops) lanes[{e->device, e->iteration}].push_back(e);
+  std::map<int, IdleBreakdown> rows;
+  for (auto& [key, lane] : lanes) {
+    std::sort(lane.begin(), lane.end(), [](const auto* x, const auto* y) { return x->startNs < y->startNs; });
+    const auto [device, iteration] = key;
+    const auto [winStart, winEnd] = window[iteration];
+    IdleBreakdown& row = rows[device];
+    row.device = device;
+    row.windowMs += static_cast<double>(winEnd - winStart) / kNsPerMs;
+    static const std::vector<Interval> kNoComm;
+    const auto commIt = comm.find(device);
+    const std::vector<Interval>& c = commIt == comm.end() ? kNoComm : commIt->second;
+    // Fill and drain: before the first and after the last op of the device in the window.
+    auto edgeGap = [&](std::int64_t a, std::int64_t b) {
+      if (b <= a) return;
+      const std::int64_t cm = covered(c, a, b);
+      row.communicationMs += static_cast<double>(cm) / kNsPerMs;
+      row.bubbleMs += static_cast<double>(b - a - cm) / kNsPerMs;
+    };
+    std::int64_t cursor = winStart;
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+      const MeasuredEvent& e = *lane[i];
+      const std::int64_t end = e.startNs + e.durationNs;
+      if (e.startNs > cursor) {
+        if (i == 0) {
+          edgeGap(cursor, e.startNs);
+        } else {
+          const std::int64_t a = cursor, b = e.startNs;
+          const std::int64_t ready = std::clamp(producerEnd(e).value_or(a), a, b);
+          const std::int64_t commWait = covered(c, a, ready);
+          const std::int64_t commHost = covered(c, ready, b);
+          const double waitMs = static_cast<double>(ready - a - commWait) / kNsPerMs;
+          double plannedMs = 0;
+          if (auto p = plannedIdleMs.find({e.device, e.virtualStage, e.kind, e.microbatch}); p != plannedIdleMs.end()) {
+            plannedMs = p->second;
+          }
+          const double bubble = std::min(waitMs, plannedMs);
+          row.bubbleMs += bubble;
+          row.dependencyWaitMs += waitMs - bubble;
+          row.communicationMs += static_cast<double>(commWait + commHost) / kNsPerMs;
+          row.hostWaitMs += static_cast<double>(b - ready - commHost) / kNsPerMs;
+        }
+      }
+      if (end > cursor) {
+        row.busyMs += static_cast<double>(end - std::max(cursor, e.startNs)) / kNsPerMs;
+        cursor = end;
+      }
+    }
+    edgeGap(cursor, winEnd);
+  }
+  std::vector<IdleBreakdown> out;
+  for (auto& [d, row] : rows) {
+    row.idleMs = row.communicationMs + row.dependencyWaitMs + row.hostWaitMs + row.bubbleMs;
+    out.push_back(row);
+  }
+  return out;
+}
+
+Json idleBreakdownToJson(const std::vector<IdleBreakdown>& rows) {
+  Json out = Json::array();
+  for (const auto& r : rows) {
+    out.push_back({{"device", r.device},
+                   {"window_ms", r.windowMs},
+                   {"busy_ms", r.busyMs},
+                   {"idle_ms", r.idleMs},
+                   {"communication_ms", r.communicationMs},
+                   {"dependency_wait_ms", r.dependencyWaitMs},
+                   {"host_wait_ms", r.hostWaitMs},
+                   {"bubble_ms", r.bubbleMs}});
+  }
+  return out;
+}
+
+}  // namespace pipestudio::history

@@ -1,0 +1,89 @@
+#pragma once
+// The store's private state, shared by the store, the ingest paths and the comparisons.
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "Sqlite.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+
+namespace pipestudio::history {
+
+/// Per-device running aggregates of a run, kept while ingesting and written to run_metrics
+/// at every commit (so a killed ingest leaves metrics that match its committed events).
+struct DeviceAggregate {
+  std::int64_t firstNs = INT64_MAX;
+  std::int64_t lastNs = INT64_MIN;
+  std::int64_t opBusyNs = 0;
+  std::int64_t events = 0;
+};
+
+/// Ingest state of one run on this connection.
+struct RunState {
+  std::int64_t nextSeq = 0;
+  std::int64_t nextMemorySeq = 0;
+  std::int64_t committedEvents = 0;
+  std::int64_t pendingEvents = 0;
+  bool originKnown = false;
+  std::int64_t originNs = 0;  ///< absolute time that stored times are relative to
+  std::map<int, DeviceAggregate> devices;  ///< key -1: the whole run
+  bool dirty = false;
+};
+
+/// An event about to be stored; strings are views valid until insertEvent returns.
+struct EventRow {
+  EventCategory category = EventCategory::Op;
+  std::int32_t device = -1;
+  std::int64_t stream = 0;
+  std::string_view name;
+  std::int64_t startNs = 0;
+  std::int64_t durationNs = 0;
+  std::int32_t virtualStage = -1;
+  std::int32_t microbatch = -1;
+  std::int32_t iteration = -1;
+  std::int32_t kind = -1;
+  std::int64_t bytes = 0;
+  std::int64_t correlationId = 0;
+  std::string_view argsJson;
+};
+
+struct HistoryStore::Impl {
+  sqlite3* db = nullptr;
+  std::string path;
+  int version = 0;
+  bool readOnly = false;
+  int batchRows = 20000;
+  bool inTransaction = false;
+  int pendingRows = 0;
+  std::chrono::steady_clock::time_point transactionStart;
+
+  detail::Statement insertEvent;
+  detail::Statement insertName;
+  detail::Statement insertMemory;
+  detail::Statement insertStep;
+  detail::Statement upsertMetric;
+  detail::Statement updateRunEvents;
+  std::unordered_map<std::string, std::int64_t> nameIds;
+  std::unordered_map<RunId, RunState> runs;
+
+  ~Impl();
+  Status prepareWriteStatements();
+  Status begin();
+  Status commit();
+  /// Commits when the batch is full or has been open for more than a quarter second (live
+  /// streams: readers see progress even when events trickle in).
+  Status maybeCommit();
+  Expected<RunState*> runState(RunId run);
+  Expected<std::int64_t> nameId(std::string_view name);
+  Status insert(RunId run, RunState& state, const EventRow& row);
+  Status writeRunProgress(RunId run, RunState& state);
+};
+
+std::string hostName();
+std::int64_t nowUnixMs();
+
+}  // namespace pipestudio::history

@@ -1,0 +1,39 @@
+#include "Sqlite.hpp"
+
+namespace pipestudio::history::detail {
+
+Statement::Statement(sqlite3* db, std::string_view sql, std::string* error) {
+  // SQLITE_PREPARE_PERSISTENT: these statements live as long as the store and are reused
+  // for every row (SQLite docs, sqlite3_prepare_v3).
+  if (sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &m_stmt, nullptr) !=
+      SQLITE_OK) {
+    if (error) *error = std::string(sqlite3_errmsg(db)) + " (in: " + std::string(sql.substr(0, 80)) + ")";
+    sqlite3_finalize(m_stmt);
+    m_stmt = nullptr;
+  }
+}
+
+std::string lastError(sqlite3* db) { return sqlite3_errmsg(db); }
+
+Status exec(sqlite3* db, std::string_view sql) {
+  char* err = nullptr;
+  const std::string text(sql);
+  if (sqlite3_exec(db, text.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string message = err ? err : "unknown SQLite error";
+    sqlite3_free(err);
+    return Error{message};
+  }
+  return {};
+}
+
+Expected<std::int64_t> queryInt(sqlite3* db, std::string_view sql) {
+  std::string error;
+  Statement st(db, sql, &error);
+  if (!st) return Error{error};
+  const int rc = st.step();
+  if (rc == SQLITE_ROW) return st.i64(0);
+  if (rc == SQLITE_DONE) return std::int64_t{0};
+  return Error{lastError(db)};
+}
+
+}  // namespace pipestudio::history::detail

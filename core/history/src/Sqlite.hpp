@@ -1,0 +1,71 @@
+#pragma once
+// Thin RAII over the sqlite3 C API: a connection, prepared statements, transactions.
+// Private to core/history.
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "pipestudio/common/Expected.hpp"
+
+namespace pipestudio::history::detail {
+
+class Statement {
+ public:
+  Statement() = default;
+  Statement(sqlite3* db, std::string_view sql, std::string* error);
+  ~Statement() { sqlite3_finalize(m_stmt); }
+  Statement(Statement&& o) noexcept : m_stmt(std::exchange(o.m_stmt, nullptr)) {}
+  Statement& operator=(Statement&& o) noexcept {
+    if (this != &o) {
+      sqlite3_finalize(m_stmt);
+      m_stmt = std::exchange(o.m_stmt, nullptr);
+    }
+    return *this;
+  }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  explicit operator bool() const { return m_stmt != nullptr; }
+  sqlite3_stmt* get() const { return m_stmt; }
+
+  // Parameters are 1-based, as in SQLite.
+  void bind(int i, std::int64_t v) { sqlite3_bind_int64(m_stmt, i, v); }
+  void bind(int i, int v) { sqlite3_bind_int(m_stmt, i, v); }
+  void bind(int i, double v) { sqlite3_bind_double(m_stmt, i, v); }
+  void bind(int i, std::string_view v) {
+    sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void bindStatic(int i, std::string_view v) {  // caller keeps v alive until the step
+    sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  void bindNull(int i) { sqlite3_bind_null(m_stmt, i); }
+
+  /// SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(m_stmt); }
+  void reset() { sqlite3_reset(m_stmt); }
+
+  std::int64_t i64(int col) const { return sqlite3_column_int64(m_stmt, col); }
+  int i32(int col) const { return sqlite3_column_int(m_stmt, col); }
+  double f64(int col) const { return sqlite3_column_double(m_stmt, col); }
+  bool isNull(int col) const { return sqlite3_column_type(m_stmt, col) == SQLITE_NULL; }
+  std::string text(int col) const {
+    const auto* p = sqlite3_column_text(m_stmt, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, col)))
+             : std::string();
+  }
+
+ private:
+  sqlite3_stmt* m_stmt = nullptr;
+};
+
+/// Runs SQL without results (may hold several statements); returns SQLite's message on error.
+Status exec(sqlite3* db, std::string_view sql);
+/// The first column of the first row of a query as an integer (or the error).
+Expected<std::int64_t> queryInt(sqlite3* db, std::string_view sql);
+std::string lastError(sqlite3* db);
+
+}  // namespace pipestudio::history::detail

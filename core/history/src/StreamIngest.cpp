@@ -1,0 +1,225 @@
+#include <fstream>
+
+#include "Impl.hpp"
+
+namespace pipestudio::history {
+
+using detail::Statement;
+
+namespace {
+
+EventCategory categoryOf(trace::Activity::Kind kind) {
+  switch (kind) {
+    case trace::Activity::Kind::Kernel: return EventCategory::Kernel;
+    case trace::Activity::Kind::Memcpy: return EventCategory::Memcpy;
+    case trace::Activity::Kind::Memset: return EventCategory::Memset;
+    case trace::Activity::Kind::Nccl: return EventCategory::Nccl;
+  }
+  return EventCategory::Kernel;
+}
+
+Status execBound(HistoryStore::Impl& im, Statement& st) {
+  const int rc = st.step();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error{im.path + ": " + detail::lastError(im.db)};
+  return {};
+}
+
+}  // namespace
+
+StreamIngest::StreamIngest(HistoryStore& store, RunId run) : m_store(&store), m_run(run) {}
+
+Status StreamIngest::feed(std::string_view bytes) {
+  m_decoder.feed(bytes);
+  while (auto frame = m_decoder.next()) {
+    if (auto st = store(std::move(*frame)); !st) return st;
+  }
+  return {};
+}
+
+Status StreamIngest::flush() { return m_store->m_impl->commit(); }
+
+RunStatus StreamIngest::suggestedStatus() const {
+  if (m_decoder.error() || m_decoder.pendingBytes() > 0 || !m_summary) {
+    return m_errors.empty() ? RunStatus::Incomplete : RunStatus::Failed;
+  }
+  return m_summary->ok && m_errors.empty() ? RunStatus::Complete : RunStatus::Failed;
+}
+
+std::string StreamIngest::problem() const {
+  if (m_decoder.error()) return *m_decoder.error();
+  if (!m_errors.empty()) return m_errors.front();
+  if (m_decoder.pendingBytes() > 0) {
+    return "trace stream: truncated after byte " + std::to_string(m_decoder.consumedBytes()) + " (" +
+           std::to_string(m_decoder.pendingBytes()) + " bytes of an incomplete frame)";
+  }
+  if (!m_header) return "trace stream: no header received";
+  if (!m_summary) return "trace stream: ended without a summary (the executor stopped early)";
+  if (!m_summary->ok) return "executor reported failure";
+  return {};
+}
+
+Status StreamIngest::store(trace::Frame&& frame) {
+  HistoryStore::Impl& im = *m_store->m_impl;
+  auto stateOr = im.runState(m_run);
+  if (!stateOr) return stateOr.error();
+  RunState& state = **stateOr;
+  // Each rank timestamps relative to its own origin; shift onto the run's origin via the
+  // wall clock so ranks on different hosts line up (to NTP accuracy).
+  const auto rankBase = [this] {
+    return m_header && m_header->wallClockNs != 0 ? m_header->wallClockNs : (m_header ? m_header->clockOriginNs : 0);
+  };
+  const auto shift = [&] { return rankBase() - state.originNs; };
+
+  if (auto* h = std::get_if<trace::Header>(&frame)) {
+    m_header = std::move(*h);
+    if (!state.originKnown) {
+      state.originKnown = true;
+      state.originNs = rankBase();
+      state.dirty = true;
+    }
+    if (auto st = im.begin(); !st) return st;
+    Statement rank(im.db,
+                   "INSERT OR REPLACE INTO ranks(run_id, rank, world, host, backend, device_name, clock_origin_ns, "
+                   "wall_clock_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                   nullptr);
+    rank.bind(1, m_run);
+    rank.bind(2, m_header->rank);
+    rank.bind(3, m_header->world);
+    rank.bind(4, m_header->host);
+    rank.bind(5, m_header->backend);
+    rank.bind(6, m_header->deviceName);
+    rank.bind(7, m_header->clockOriginNs);
+    rank.bind(8, m_header->wallClockNs);
+    if (auto st = execBound(im, rank); !st) return st;
+    Statement run(im.db,
+                  "UPDATE runs SET host = CASE WHEN host = '' THEN ?2 ELSE host END, "
+                  "backend = CASE WHEN backend = '' THEN ?3 ELSE backend END, "
+                  "gpu = CASE WHEN gpu = '' THEN ?4 ELSE gpu END WHERE id = ?1",
+                  nullptr);
+    run.bind(1, m_run);
+    run.bind(2, m_header->host);
+    run.bind(3, m_header->backend);
+    run.bind(4, m_header->deviceName);
+    return execBound(im, run);
+  }
+  if (auto* o = std::get_if<trace::OpRange>(&frame)) {
+    if (o->begin) return {};  // live progress only; the end frame carries both times
+    EventRow row;
+    row.category = EventCategory::Op;
+    row.device = o->device;
+    row.name = opKindName(o->kind);
+    row.startNs = o->startNs + shift();
+    row.durationNs = o->endNs - o->startNs;
+    row.virtualStage = o->virtualStage;
+    row.microbatch = o->microbatch;
+    row.iteration = o->iteration;
+    row.kind = static_cast<int>(o->kind);
+    if (auto st = im.insert(m_run, state, row); !st) return st;
+    ++m_events;
+    return {};
+  }
+  if (auto* a = std::get_if<trace::Activity>(&frame)) {
+    EventRow row;
+    row.category = categoryOf(a->kind);
+    row.device = a->device;
+    row.stream = a->stream;
+    row.name = a->name;
+    row.startNs = a->startNs + shift();
+    row.durationNs = a->endNs - a->startNs;
+    row.bytes = static_cast<std::int64_t>(a->bytes);
+    row.correlationId = static_cast<std::int64_t>(a->correlationId);
+    if (auto st = im.insert(m_run, state, row); !st) return st;
+    ++m_events;
+    return {};
+  }
+  if (auto* m = std::get_if<trace::MemorySample>(&frame)) {
+    if (auto st = im.begin(); !st) return st;
+    Statement& s = im.insertMemory;
+    s.bind(1, m_run);
+    s.bind(2, state.nextMemorySeq++);
+    s.bind(3, m->device);
+    s.bind(4, m->timeNs + shift());
+    s.bind(5, m->bytesInUse);
+    s.bind(6, m->bytesReserved);
+    const int rc = s.step();
+    s.reset();
+    if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
+    ++im.pendingRows;
+    return im.maybeCommit();
+  }
+  if (auto* e = std::get_if<trace::ErrorReport>(&frame)) {
+    m_errors.push_back("rank " + std::to_string(e->rank) + ": " + e->message);
+    if (auto st = im.begin(); !st) return st;
+    Statement err(im.db,
+                  "INSERT INTO run_errors(run_id, seq, rank, message) VALUES(?1, "
+                  "(SELECT IFNULL(MAX(seq) + 1, 0) FROM run_errors WHERE run_id = ?1), ?2, ?3)",
+                  nullptr);
+    err.bind(1, m_run);
+    err.bind(2, e->rank);
+    err.bind(3, e->message);
+    return execBound(im, err);
+  }
+  if (auto* s = std::get_if<trace::Summary>(&frame)) {
+    m_summary = std::move(*s);
+    if (auto st = im.begin(); !st) return st;
+    for (std::size_t i = 0; i < m_summary->iterationMs.size(); ++i) {
+      Statement& step = im.insertStep;
+      step.bind(1, m_run);
+      step.bind(2, static_cast<std::int64_t>(i));
+      step.bind(3, m_summary->iterationMs[i]);
+      const int rc = step.step();
+      step.reset();
+      if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
+    }
+    Statement run(im.db, "UPDATE runs SET iterations = MAX(iterations, ?2), dropped_records = dropped_records + ?3 WHERE id = ?1",
+                  nullptr);
+    run.bind(1, m_run);
+    run.bind(2, m_summary->iterations);
+    run.bind(3, static_cast<std::int64_t>(m_summary->droppedRecords));
+    return execBound(im, run);
+  }
+  return {};  // NcclId: bootstrap only, nothing to keep
+}
+
+Expected<RunId> HistoryStore::ingestStream(std::string_view bytes, RunInfo info) {
+  if (info.source.empty()) info.source = "stream";
+  auto run = beginRun(info);
+  if (!run) return run.error();
+  StreamIngest ingest(*this, *run);
+  if (auto st = ingest.feed(bytes); !st) {
+    (void)finishRun(*run, RunStatus::Incomplete, st.message());
+    return st.error();
+  }
+  if (auto st = finishRun(*run, ingest.suggestedStatus(), ingest.problem()); !st) return st.error();
+  return *run;
+}
+
+Expected<ImportResult> HistoryStore::importStreamFile(const std::string& file, RunInfo info) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Error{file + ": cannot open"};
+  if (info.source.empty()) info.source = "stream";
+  if (info.sourcePath.empty()) info.sourcePath = file;
+  auto run = beginRun(info);
+  if (!run) return run.error();
+  StreamIngest ingest(*this, *run);
+  std::string chunk(1 << 20, '\0');
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    if (n == 0) break;
+    if (auto st = ingest.feed(std::string_view(chunk.data(), n)); !st) {
+      (void)finishRun(*run, RunStatus::Incomplete, st.message());
+      return st.error();
+    }
+  }
+  std::string problem = ingest.problem();
+  if (!problem.empty() && problem.rfind("trace stream", 0) == 0) problem = file + ": " + problem;
+  if (auto st = finishRun(*run, ingest.suggestedStatus(), problem); !st) return st.error();
+  ImportResult result;
+  result.runId = *run;
+  result.events = ingest.eventsStored();
+  if (!problem.empty()) result.firstError = problem;
+  return result;
+}
+
+}  // namespace pipestudio::history
