@@ -1,0 +1,56 @@
+#pragma once
+/// \file Starting pipestudio-exec ranks on this machine and reading their trace streams while
+/// they run (pipestudio-cli run, tests). POSIX only; no Qt.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/trace/Stream.hpp"
+
+namespace pipestudio::exec {
+
+struct LaunchRequest {
+  std::string executable;   ///< path of pipestudio-exec
+  std::string planPath;
+  std::string backend = "cpu";
+  int world = 1;            ///< processes: the plan's devices for `cuda`, 1 otherwise
+  int iterations = 1;
+  int warmup = 0;
+  std::string runId;
+  std::vector<std::string> extraArgs;   ///< appended to every rank's command line
+  double peerExitTimeoutS = 30;  ///< after one rank fails, how long the others get to stop
+};
+
+struct RankOutcome {
+  int rank = 0;
+  int exitStatus = -1;  ///< exit code, or -1 when killed by a signal
+  int signal = 0;
+  std::size_t frames = 0;
+  std::size_t truncatedBytes = 0;
+  std::optional<std::string> streamError;
+  std::string lastLog;  ///< last line the rank wrote on stderr
+};
+
+struct LaunchOutcome {
+  bool ok = false;
+  std::string failure;  ///< which rank failed and why, when !ok
+  std::vector<RankOutcome> ranks;
+};
+
+/// Frames as they arrive, tagged with the rank whose stream carried them.
+using FrameCallback = std::function<void(int rank, const trace::Frame& frame)>;
+
+/// Starts the ranks (rank 0 first; for `cuda` the others once rank 0 has sent its NCCL id),
+/// reads every stdout through a StreamDecoder and forwards stderr lines prefixed with the
+/// rank. A rank that fails makes the launcher give the others peerExitTimeoutS to stop,
+/// then kill them. Error only when nothing could be started.
+Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame);
+
+/// pipestudio-exec next to `selfPath` (the running binary), in <build>/executor/ relative to
+/// it, $PIPESTUDIO_EXEC, or on PATH.
+std::optional<std::string> findExecutor(const std::string& selfPath);
+
+}  // namespace pipestudio::exec

@@ -1,0 +1,75 @@
+#pragma once
+/// \file The plan-walking core shared by every executor backend: a `pipestudio.plan/1` compiled
+/// into per-device step lists with explicit cross-device transfers and activation buffers.
+/// Everything a backend may refuse (unknown kinds, inconsistent stages, orders that cannot
+/// run, memory that cannot fit) is found here, before the first kernel.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::exec {
+
+/// Data that moves between two devices: produced by plan op `producerOp`, consumed by plan op
+/// `consumerOp`. The pair (iteration, producerOp, consumerOp) identifies the message.
+struct Transfer {
+  std::int32_t producerOp = 0;
+  std::int32_t consumerOp = 0;
+  std::int32_t fromDevice = 0;
+  std::int32_t toDevice = 0;
+  std::int64_t sizeBytes = 0;
+};
+
+/// An activation buffer of the DESIGN.md §2 convention: allocated at an op's start, freed at
+/// the end of a later op on the same device.
+struct BufferRef {
+  std::int32_t buffer = 0;  ///< index into Program::buffers
+  std::int64_t sizeBytes = 0;
+};
+
+/// One op of one device, in the device's execution order.
+struct Step {
+  std::int32_t opIndex = 0;  ///< index into plan.ops
+  std::int32_t device = 0;
+  std::int32_t virtualStage = 0;
+  OpKind kind = OpKind::F;
+  std::int32_t microbatch = 0;
+  std::int32_t samples = 0;    ///< 0 = whole microbatch
+  double plannedMs = 0;        ///< end − start in the plan
+  std::vector<Transfer> receives;   ///< must have arrived before the op starts
+  std::vector<Transfer> sends;      ///< sent once the op has finished
+  std::vector<BufferRef> allocate;  ///< at op start
+  std::vector<BufferRef> release;   ///< at op end
+};
+
+struct DeviceProgram {
+  std::vector<Step> steps;
+  bool hasOptimizerStep = false;      ///< the plan lists an OPT op for this device
+  std::int64_t staticBytes = 0;       ///< parameters, gradients, optimizer state (Memory.hpp)
+  std::int64_t peakActivationBytes = 0;  ///< in plan order, under the convention
+  double trainableParameters = 0;
+};
+
+struct Program {
+  int devices = 0;
+  std::vector<DeviceProgram> perDevice;
+  std::int64_t bufferCount = 0;
+  std::int64_t transferCount = 0;
+  std::int64_t stepCount = 0;
+};
+
+/// Compiles a validated plan. Errors name the JSON pointer of the op at fault, e.g.
+/// "/ops/17: B of virtual stage 2 microbatch 3 runs before its F on device 1".
+/// Dependencies (F after the previous virtual stage's F of its pipeline and component, B/BW
+/// after the next one's B/BW, W after the local B, a frozen component's N after the previous
+/// stage's N covering the same samples) are checked by executing the program abstractly with
+/// buffered sends: a plan whose orders wait on each other in a cycle is refused.
+Expected<Program> compileProgram(const Plan& plan);
+
+/// Ops of `plan` for one device in execution order (plan order), as plan indices.
+std::vector<std::int32_t> deviceOrder(const Plan& plan, int device);
+
+}  // namespace pipestudio::exec

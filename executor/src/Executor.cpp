@@ -1,0 +1,300 @@
+#include "pipestudio/executor/Executor.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "Backend.hpp"
+#include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+
+namespace pipestudio::exec {
+namespace {
+
+Expected<std::int64_t> parseInt(const std::string& what, const std::string& text, std::int64_t lo, std::int64_t hi) {
+  std::int64_t v = 0;
+  const auto* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || p != end || v < lo || v > hi) {
+    return Error{what + ": '" + text + "' (expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                 ")"};
+  }
+  return v;
+}
+
+Expected<double> parseDouble(const std::string& what, const std::string& text, double lo, double hi) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(v >= lo && v <= hi)) {
+    return Error{what + ": '" + text + "' (expected a number in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                 ")"};
+  }
+  return v;
+}
+
+const char* envOf(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+}  // namespace
+
+Expected<FaultSpec> parseFault(const std::string& text) {
+  FaultSpec f;
+  if (text.empty()) return f;
+  std::vector<std::string> parts;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
+  const std::string where = "PIPESTUDIO_EXEC_FAULT='" + text + "'";
+  if (parts.empty()) return Error{where + ": empty"};
+  if (parts[0] == "crash") f.mode = FaultSpec::Mode::Crash;
+  else if (parts[0] == "die") f.mode = FaultSpec::Mode::Die;
+  else if (parts[0] == "hang") f.mode = FaultSpec::Mode::Hang;
+  else if (parts[0] == "error") f.mode = FaultSpec::Mode::Error;
+  else return Error{where + ": unknown mode '" + parts[0] + "' (expected crash, die, hang or error)"};
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const auto eq = parts[i].find('=');
+    const std::string key = parts[i].substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
+    if (key == "rank") {
+      auto v = parseInt(where + " rank", value, 0, 1 << 20);
+      if (!v) return v.error();
+      f.rank = static_cast<int>(*v);
+    } else if (key == "after_ops") {
+      auto v = parseInt(where + " after_ops", value, 1, std::int64_t{1} << 40);
+      if (!v) return v.error();
+      f.afterOps = *v;
+    } else {
+      return Error{where + ": unknown field '" + key + "' (expected rank=R and after_ops=N)"};
+    }
+  }
+  if (f.afterOps == 0) f.afterOps = 1;
+  return f;
+}
+
+std::string execUsage() {
+  return "usage: pipestudio-exec --plan PLAN.json [--backend cpu|cuda|cuda-single] [--iterations N] [--warmup K]\n"
+         "         [--rank R --world W] [--nccl-id HEX] [--run-id ID] [--time-scale F | --max-op-ms MS]\n"
+         "         [--timeout-s S] [--profile MODEL_OUT.json] [--baseline] [--cpu-memory-budget BYTES]\n"
+         "         [--device-memory BYTES]\n"
+         "Runs a pipestudio.plan/1 and writes the binary trace stream (DESIGN.md §2) on stdout; logs on stderr.\n"
+         "Rank/world also come from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE or SLURM_PROCID/NTASKS;\n"
+         "NCCL_COMM_ID lets every rank derive the NCCL id itself. Exit: 0 ok, 1 refused plan or failed run, 2 usage.\n";
+}
+
+Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
+  ExecOptions o;
+  bool rankGiven = false, worldGiven = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> Expected<std::string> {
+      if (i + 1 >= args.size()) return Error{a + ": missing value"};
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") return Error{"usage"};
+    if (a == "--baseline") {
+      o.baseline = true;
+      continue;
+    }
+    auto v = value();
+    if (!v) return v.error();
+    if (a == "--plan") {
+      o.planPath = *v;
+    } else if (a == "--backend") {
+      if (*v != "cpu" && *v != "cuda" && *v != "cuda-single") {
+        return Error{"--backend: '" + *v + "' (expected cpu, cuda or cuda-single)"};
+      }
+      o.backend = *v;
+    } else if (a == "--iterations" || a == "--warmup" || a == "--rank" || a == "--world") {
+      auto n = parseInt(a, *v, a == "--iterations" || a == "--world" ? 1 : 0, 1 << 20);
+      if (!n) return n.error();
+      if (a == "--iterations") o.iterations = static_cast<int>(*n);
+      if (a == "--warmup") o.warmup = static_cast<int>(*n);
+      if (a == "--rank") o.rank = static_cast<int>(*n), rankGiven = true;
+      if (a == "--world") o.world = static_cast<int>(*n), worldGiven = true;
+    } else if (a == "--nccl-id") {
+      o.ncclIdHex = *v;
+    } else if (a == "--run-id") {
+      o.runId = *v;
+    } else if (a == "--time-scale" || a == "--max-op-ms" || a == "--timeout-s") {
+      auto d = parseDouble(a, *v, 1e-6, 1e6);
+      if (!d) return d.error();
+      if (a == "--time-scale") o.timeScale = *d;
+      if (a == "--max-op-ms") o.maxOpMs = *d;
+      if (a == "--timeout-s") o.watchdogTimeoutS = *d;
+    } else if (a == "--profile") {
+      o.profileOut = *v;
+    } else if (a == "--cpu-memory-budget" || a == "--device-memory") {
+      auto b = parseBytes(*v);
+      if (!b || *b <= 0) return Error{a + ": '" + *v + "' (expected a size such as 64MiB)"};
+      if (a == "--cpu-memory-budget") o.cpuMemoryBudgetBytes = *b;
+      else o.deviceMemoryBytes = *b;
+    } else {
+      return Error{"unknown option '" + a + "'"};
+    }
+  }
+  if (o.planPath.empty()) return Error{"--plan is required"};
+  // Launchers with their own bootstrap (mpirun, srun) give rank and world in the environment.
+  const std::pair<const char*, const char*> launchers[] = {
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& [rankVar, sizeVar] : launchers) {
+    const char* r = envOf(rankVar);
+    const char* s = envOf(sizeVar);
+    if (r == nullptr || s == nullptr) continue;
+    if (!rankGiven) {
+      auto n = parseInt(rankVar, r, 0, 1 << 20);
+      if (!n) return n.error();
+      o.rank = static_cast<int>(*n);
+    }
+    if (!worldGiven) {
+      auto n = parseInt(sizeVar, s, 1, 1 << 20);
+      if (!n) return n.error();
+      o.world = static_cast<int>(*n);
+    }
+    break;
+  }
+  if (o.rank >= o.world) {
+    return Error{"--rank " + std::to_string(o.rank) + " is not below --world " + std::to_string(o.world)};
+  }
+  if (const char* fault = envOf("PIPESTUDIO_EXEC_FAULT")) {
+    auto f = parseFault(fault);
+    if (!f) return f.error();
+    o.fault = *f;
+  }
+  return o;
+}
+
+int runExecutor(const ExecOptions& options, int outFd) {
+  auto fail = [&](const std::string& message) {
+    std::cerr << "pipestudio-exec: rank " << options.rank << ": " << message << '\n';
+    return 1;
+  };
+  auto plan = loadPlan(options.planPath);
+  if (!plan) return fail("plan refused: " + plan.message());
+  auto program = compileProgram(*plan);
+  if (!program) return fail("plan refused: " + options.planPath + ": " + program.message());
+  if (options.backend == "cuda" && options.world != program->devices) {
+    return fail("plan refused: the plan has " + std::to_string(program->devices) + " devices but --world is " +
+                std::to_string(options.world) + " (cuda runs one process per device)");
+  }
+  double timeScale = options.timeScale;
+  if (options.maxOpMs) {
+    double longest = 0;
+    for (const Op& op : plan->ops) longest = std::max(longest, op.durationMs());
+    if (longest > 0) timeScale = *options.maxOpMs / longest;
+  }
+  if (options.profileOut) {
+    if (auto st = profileModel(*plan, options); !st) return fail("profile failed: " + st.message());
+    return 0;
+  }
+  if (options.baseline) {
+    auto ms = runBaseline(*plan, options, timeScale);
+    if (!ms) return fail("baseline failed: " + ms.message());
+    std::cout << "{\"baseline_ms\": " << *ms << "}\n";
+    return 0;
+  }
+
+  Clock clock;
+  FrameSink sink(outFd);
+  RunControl control(program->devices);
+  BackendContext ctx{*plan, *program, options, clock, sink, control, timeScale};
+  auto backend = options.backend == "cpu" ? makeCpuBackend(ctx) : makeCudaBackend(ctx, options.backend == "cuda-single");
+  if (!backend) return fail("plan refused: " + backend.message());
+  Backend& be = **backend;
+
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  trace::Header header;
+  header.runId = options.runId;
+  header.rank = options.backend == "cuda" ? options.rank : 0;
+  header.world = options.backend == "cuda" ? options.world : 1;
+  header.host = host;
+  header.backend = options.backend;
+  header.deviceName = be.deviceName();
+  header.clockOriginNs = clock.originNs();
+  header.wallClockNs = clock.wallNs();
+  sink.start();
+  sink.write(header);
+  be.afterHeader();
+
+  std::vector<Lane*> lanes = be.lanes();
+  std::vector<int> local;
+  for (Lane* l : lanes) local.push_back(l->device());
+  WalkOptions walk{options.iterations, options.warmup, options.fault, -1};
+  if (options.fault.mode != FaultSpec::Mode::None) walk.faultTarget = options.fault.rank;
+  Watchdog watchdog(control, options.watchdogTimeoutS, local, [&be] { be.abortTransport(); });
+
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> spans(lanes.size());
+  std::vector<std::thread> threads;
+  const std::int64_t startNs = clock.nowNs();
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Lane& lane = *lanes[i];
+      auto r = walkDevice((*program).perDevice[static_cast<std::size_t>(lane.device())], lane, control, walk);
+      if (r) {
+        spans[i] = std::move(*r);
+        return;
+      }
+      // "dead" is the silent-death fault: the others must find out through the watchdog.
+      if (r.message() != "dead" && r.message() != "aborted") control.fail(lane.device(), r.message());
+      if (r.message() == "aborted" && !control.aborted()) control.fail(lane.device(), "aborted");
+    });
+  }
+  for (auto& t : threads) t.join();
+  watchdog.stop();
+  const std::uint64_t dropped = be.finish();
+
+  trace::Summary summary;
+  summary.droppedRecords = dropped;
+  summary.elapsedNs = clock.nowNs() - startNs;
+  summary.ok = !control.aborted();
+  if (summary.ok) {
+    summary.iterations = options.iterations;
+    for (int it = 0; it < options.iterations; ++it) {
+      std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+      for (const auto& s : spans) {
+        if (static_cast<std::size_t>(it) >= s.size()) continue;
+        lo = std::min(lo, s[static_cast<std::size_t>(it)].first);
+        hi = std::max(hi, s[static_cast<std::size_t>(it)].second);
+      }
+      if (hi >= lo) summary.iterationMs.push_back(static_cast<double>(hi - lo) / 1e6);
+    }
+  } else {
+    const int rank = control.failedRank();
+    const std::string why = control.failure();
+    sink.write(trace::ErrorReport{rank, why});
+    sink.write(summary);
+    return fail("run failed: rank " + std::to_string(rank) + " failed: " + why);
+  }
+  sink.write(summary);
+  double total = 0;
+  for (double ms : summary.iterationMs) total += ms;
+  std::cerr << "pipestudio-exec: " << options.iterations << " iteration(s), mean step "
+            << (summary.iterationMs.empty() ? 0.0 : total / static_cast<double>(summary.iterationMs.size()))
+            << " ms\n";
+  return 0;
+}
+
+int execMain(int argc, char** argv) {
+  // A reader that goes away must not kill the rank before it has stopped its peers.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = parseExecArgs(args);
+  if (!options) {
+    if (options.message() == "usage") {
+      std::cout << execUsage();
+      return 0;
+    }
+    std::cerr << "pipestudio-exec: " << options.message() << '\n' << execUsage();
+    return 2;
+  }
+  return runExecutor(*options, STDOUT_FILENO);
+}
+
+}  // namespace pipestudio::exec

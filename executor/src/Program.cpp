@@ -1,0 +1,323 @@
+#include "pipestudio/executor/Program.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+
+namespace pipestudio::exec {
+namespace {
+
+std::string opWhere(std::int32_t index) { return "/ops/" + std::to_string(index); }
+
+std::string opName(const Op& op) {
+  return std::string(opKindName(op.kind)) + " of virtual stage " + std::to_string(op.virtualStage) + " microbatch " +
+         std::to_string(op.microbatch);
+}
+
+std::int64_t scaled(std::int64_t bytes, double fraction) {
+  return static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * fraction));
+}
+
+// Neighbours of each virtual stage along its data flow: the stages of the same component and
+// pipeline, in id order (DESIGN.md §2: "within a pipeline data flows through its virtual
+// stages in id order").
+struct Chain {
+  std::vector<int> previous;
+  std::vector<int> next;
+};
+
+Chain buildChain(const Plan& plan) {
+  const auto n = plan.virtualStages.size();
+  Chain c{std::vector<int>(n, -1), std::vector<int>(n, -1)};
+  std::map<std::pair<int, int>, int> last;  // (component, pipeline) → last stage seen
+  for (std::size_t i = 0; i < n; ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    const auto key = std::make_pair(vs.component, vs.pipeline);
+    if (auto it = last.find(key); it != last.end()) {
+      c.previous[i] = it->second;
+      c.next[static_cast<std::size_t>(it->second)] = static_cast<int>(i);
+    }
+    last[key] = static_cast<int>(i);
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::int32_t> deviceOrder(const Plan& plan, int device) {
+  std::vector<std::int32_t> out;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    if (plan.ops[i].device == device) out.push_back(static_cast<std::int32_t>(i));
+  }
+  return out;
+}
+
+Expected<Program> compileProgram(const Plan& plan) {
+  if (plan.config.devices < 1) return Error{"/config/devices: " + std::to_string(plan.config.devices) +
+                                            " devices (expected at least 1)"};
+  if (plan.ops.empty()) return Error{"/ops: the plan has no ops to execute"};
+  if (auto st = validatePlanStructure(plan); !st) return st.error();
+  for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    if (vs.id != static_cast<int>(i)) {
+      return Error{"/virtual_stages/" + std::to_string(i) + "/id: " + std::to_string(vs.id) +
+                   " (expected " + std::to_string(i) + ": virtual stages are listed in id order)"};
+    }
+    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
+      return Error{"/virtual_stages/" + std::to_string(i) + "/component: not a component of the embedded model"};
+    }
+    const auto layers = static_cast<int>(plan.model.components[static_cast<std::size_t>(vs.component)].layers.size());
+    if (vs.firstLayer < 0 || vs.lastLayer < vs.firstLayer || vs.lastLayer >= layers) {
+      return Error{"/virtual_stages/" + std::to_string(i) + ": layers " + std::to_string(vs.firstLayer) + ".." +
+                   std::to_string(vs.lastLayer) + " are not a range of the component's " + std::to_string(layers) +
+                   " layers"};
+    }
+  }
+
+  const int devices = plan.config.devices;
+  const auto costs = stageCosts(plan);
+  const Chain chain = buildChain(plan);
+  const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+
+  // Position of every op in its device's order, and the unique producers looked up by key.
+  std::vector<std::int32_t> position(plan.ops.size(), 0);
+  std::vector<std::int32_t> counter(static_cast<std::size_t>(devices), 0);
+  std::map<std::tuple<int, int, int>, std::int32_t> unique;  // (kind, stage, microbatch) for F, B, BW, W, S
+  std::map<std::pair<int, int>, std::vector<std::int32_t>> frozen;  // (stage, microbatch) → N ops in order
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    const auto idx = static_cast<std::int32_t>(i);
+    if (static_cast<int>(op.kind) >= kOpKindCount) {
+      return Error{opWhere(idx) + "/kind: unknown op kind " + std::to_string(static_cast<int>(op.kind))};
+    }
+    if (!(op.endMs >= op.startMs) || !std::isfinite(op.startMs) || !std::isfinite(op.endMs)) {
+      return Error{opWhere(idx) + ": end_ms before start_ms (expected a non-negative duration)"};
+    }
+    position[i] = counter[static_cast<std::size_t>(op.device)]++;
+    const bool trainable = plan.model.components[static_cast<std::size_t>(
+        plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].component)].trainable;
+    const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
+    if (backward && !trainable) {
+      return Error{opWhere(idx) + ": " + opName(op) + " is a backward op on a frozen component (expected N ops only)"};
+    }
+    if (op.kind == OpKind::N) {
+      frozen[{op.virtualStage, op.microbatch}].push_back(idx);
+    } else if (op.kind != OpKind::OPT && op.kind != OpKind::T) {
+      const auto key = std::make_tuple(static_cast<int>(op.kind == OpKind::BW ? OpKind::B : op.kind), op.virtualStage,
+                                       op.microbatch);
+      if (!unique.emplace(key, idx).second) {
+        return Error{opWhere(idx) + ": " + opName(op) + " appears twice (first at " + opWhere(unique[key]) + ")"};
+      }
+    }
+  }
+  auto find = [&](OpKind kind, int stage, int microbatch) -> std::int32_t {
+    auto it = unique.find({static_cast<int>(kind), stage, microbatch});
+    return it == unique.end() ? -1 : it->second;
+  };
+
+  Program program;
+  program.devices = devices;
+  program.perDevice.assign(static_cast<std::size_t>(devices), {});
+  std::vector<Step> steps(plan.ops.size());
+  // Buffers live per (stage, microbatch, part): part 0 = activations freed by B, part 1 = the
+  // weight-gradient share kept until W (DESIGN.md §2 activation convention).
+  std::map<std::tuple<int, int, int>, std::int32_t> bufferOf;
+  auto newBuffer = [&](int stage, int microbatch, int part) {
+    const auto id = static_cast<std::int32_t>(program.bufferCount++);
+    bufferOf[{stage, microbatch, part}] = id;
+    return id;
+  };
+
+  // A dependency on an op of the same device is honoured by the device order; on another
+  // device it becomes a transfer.
+  auto depend = [&](std::int32_t consumer, std::int32_t producer, std::int64_t sizeBytes) -> Status {
+    const Op& c = plan.ops[static_cast<std::size_t>(consumer)];
+    const Op& p = plan.ops[static_cast<std::size_t>(producer)];
+    if (p.device == c.device) {
+      if (position[static_cast<std::size_t>(producer)] >= position[static_cast<std::size_t>(consumer)]) {
+        return Error{opWhere(consumer) + ": " + opName(c) + " runs before " + opName(p) + " (" + opWhere(producer) +
+                     ") on device " + std::to_string(c.device) + ", which it needs"};
+      }
+      return {};
+    }
+    Transfer t{producer, consumer, p.device, c.device, std::max<std::int64_t>(0, sizeBytes)};
+    steps[static_cast<std::size_t>(consumer)].receives.push_back(t);
+    steps[static_cast<std::size_t>(producer)].sends.push_back(t);
+    ++program.transferCount;
+    return {};
+  };
+
+  std::map<std::pair<int, int>, std::int32_t> frozenSeen;  // N ops of (stage, microbatch) handled so far
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    const auto idx = static_cast<std::int32_t>(i);
+    const auto stage = static_cast<std::size_t>(op.virtualStage);
+    const StageCosts& cost = costs[stage];
+    const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
+    Step& s = steps[i];
+    s.opIndex = idx;
+    s.device = op.device;
+    s.virtualStage = op.virtualStage;
+    s.kind = op.kind;
+    s.microbatch = op.microbatch;
+    s.samples = op.samples;
+    s.plannedMs = op.durationMs();
+    const std::int64_t act = scaled(cost.activationBytes, fraction);
+    const std::int64_t wgrad = std::min(act, scaled(cost.weightGradBytes, fraction));
+    const int prev = chain.previous[stage];
+    const int next = chain.next[stage];
+    Status st;
+    switch (op.kind) {
+      case OpKind::F: {
+        if (prev >= 0) {
+          const std::int32_t producer = find(OpKind::F, prev, op.microbatch);
+          if (producer < 0) {
+            return Error{opWhere(idx) + ": " + opName(op) + " needs the F of virtual stage " + std::to_string(prev) +
+                         " for microbatch " + std::to_string(op.microbatch) + ", which the plan does not contain"};
+          }
+          st = depend(idx, producer, costs[static_cast<std::size_t>(prev)].outputBytes);
+        }
+        s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 0), act - wgrad});
+        s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 1), wgrad});
+        break;
+      }
+      case OpKind::B:
+      case OpKind::BW: {
+        const std::int32_t forward = find(OpKind::F, op.virtualStage, op.microbatch);
+        if (forward < 0) return Error{opWhere(idx) + ": " + opName(op) + " has no F in the plan"};
+        if (st = depend(idx, forward, 0); !st) return st.error();
+        if (next >= 0) {
+          const std::int32_t producer = find(OpKind::B, next, op.microbatch);
+          if (producer < 0) {
+            return Error{opWhere(idx) + ": " + opName(op) + " needs the backward of virtual stage " +
+                         std::to_string(next) + " for microbatch " + std::to_string(op.microbatch) +
+                         ", which the plan does not contain"};
+          }
+          if (st = depend(idx, producer, cost.outputBytes); !st) return st.error();
+        }
+        s.release.push_back({bufferOf.at({op.virtualStage, op.microbatch, 0}), act - wgrad});
+        if (op.kind == OpKind::BW) s.release.push_back({bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
+        break;
+      }
+      case OpKind::W: {
+        const std::int32_t b = find(OpKind::B, op.virtualStage, op.microbatch);
+        if (b < 0 || plan.ops[static_cast<std::size_t>(b)].kind != OpKind::B) {
+          return Error{opWhere(idx) + ": " + opName(op) + " has no B in the plan (a W follows a split B)"};
+        }
+        if (st = depend(idx, b, 0); !st) return st.error();
+        s.release.push_back({bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
+        break;
+      }
+      case OpKind::N: {
+        // Partial batches: the j-th N op of a (stage, microbatch) covers samples up to its
+        // cumulative count; it needs the first producer N op whose cumulative count reaches it.
+        const auto key = std::make_pair(op.virtualStage, op.microbatch);
+        const auto& mine = frozen[key];
+        const std::int32_t j = frozenSeen[key]++;
+        double need = 0;
+        for (std::int32_t k = 0; k <= j; ++k) {
+          const Op& o = plan.ops[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])];
+          need += o.samples > 0 ? o.samples : samplesPerMb;
+        }
+        if (prev >= 0) {
+          auto it = frozen.find({prev, op.microbatch});
+          std::int32_t producer = -1;
+          double have = 0;
+          if (it != frozen.end()) {
+            for (std::int32_t p : it->second) {
+              const Op& o = plan.ops[static_cast<std::size_t>(p)];
+              have += o.samples > 0 ? o.samples : samplesPerMb;
+              if (have + 1e-9 >= need) {
+                producer = p;
+                break;
+              }
+            }
+          }
+          if (producer < 0) {
+            return Error{opWhere(idx) + ": " + opName(op) + " needs " + std::to_string(static_cast<long long>(need)) +
+                         " samples of virtual stage " + std::to_string(prev) + ", which its N ops do not cover"};
+          }
+          st = depend(idx, producer, scaled(costs[static_cast<std::size_t>(prev)].outputBytes, fraction));
+        }
+        const std::int32_t temp = static_cast<std::int32_t>(program.bufferCount++);
+        s.allocate.push_back({temp, act});
+        s.release.push_back({temp, act});
+        break;
+      }
+      case OpKind::S:
+        s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 2), act});
+        break;
+      case OpKind::T:
+        if (auto it = bufferOf.find({op.virtualStage, op.microbatch, 2}); it != bufferOf.end()) {
+          s.release.push_back({it->second, act});
+        }
+        break;
+      case OpKind::OPT:
+        program.perDevice[static_cast<std::size_t>(op.device)].hasOptimizerStep = true;
+        break;
+    }
+    if (!st) return st.error();
+  }
+
+  const auto staticBytes = staticMemoryPerDevice(plan, costs);
+  for (int d = 0; d < devices; ++d) {
+    DeviceProgram& dp = program.perDevice[static_cast<std::size_t>(d)];
+    dp.staticBytes = staticBytes[static_cast<std::size_t>(d)];
+    for (std::size_t v = 0; v < plan.virtualStages.size(); ++v) {
+      if (plan.virtualStages[v].device == d) dp.trainableParameters += costs[v].trainableParameters;
+    }
+    std::int64_t live = 0;
+    for (std::int32_t idx : deviceOrder(plan, d)) {
+      Step& s = steps[static_cast<std::size_t>(idx)];
+      for (const auto& b : s.allocate) live += b.sizeBytes;
+      dp.peakActivationBytes = std::max(dp.peakActivationBytes, live);
+      for (const auto& b : s.release) live -= b.sizeBytes;
+      dp.steps.push_back(std::move(s));
+    }
+    program.stepCount += static_cast<std::int64_t>(dp.steps.size());
+  }
+
+  // Abstract run with buffered sends: every device advances while the data its next op
+  // needs has been produced. Anything left waiting is a cycle of waits (a deadlock).
+  std::vector<char> done(plan.ops.size(), 0);
+  std::vector<std::size_t> at(static_cast<std::size_t>(devices), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int d = 0; d < devices; ++d) {
+      const auto& ds = program.perDevice[static_cast<std::size_t>(d)].steps;
+      auto& pos = at[static_cast<std::size_t>(d)];
+      while (pos < ds.size()) {
+        const Step& s = ds[pos];
+        const bool ready = std::all_of(s.receives.begin(), s.receives.end(), [&](const Transfer& t) {
+          return done[static_cast<std::size_t>(t.producerOp)] != 0;
+        });
+        if (!ready) break;
+        done[static_cast<std::size_t>(s.opIndex)] = 1;
+        ++pos;
+        progress = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (int d = 0; d < devices; ++d) {
+    const auto& ds = program.perDevice[static_cast<std::size_t>(d)].steps;
+    const auto pos = at[static_cast<std::size_t>(d)];
+    if (pos >= ds.size()) continue;
+    const Step& s = ds[pos];
+    for (const Transfer& t : s.receives) {
+      if (done[static_cast<std::size_t>(t.producerOp)] != 0) continue;
+      stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d) + " at " + opWhere(s.opIndex) +
+               " (" + opName(plan.ops[static_cast<std::size_t>(s.opIndex)]) + ") waits for " + opWhere(t.producerOp) +
+               " on device " + std::to_string(t.fromDevice);
+      break;
+    }
+  }
+  if (!stuck.empty()) return Error{"/ops: the per-device orders wait on each other in a cycle: " + stuck};
+  return program;
+}
+
+}  // namespace pipestudio::exec

@@ -1,0 +1,304 @@
+#include "Runtime.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+namespace pipestudio::exec {
+
+Clock::Clock() : m_originNs(steadyNs()) {
+  m_wallNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+}
+
+std::int64_t Clock::steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t Clock::nowNs() const { return steadyNs() - m_originNs; }
+
+FrameSink::FrameSink(int fd) : m_fd(fd) {}
+
+void FrameSink::start() {
+  std::string bytes;
+  trace::encodeStreamStart(bytes);
+  std::lock_guard lock(m_mutex);
+  writeBytes(bytes);
+}
+
+void FrameSink::write(const trace::Frame& frame) {
+  std::string bytes;
+  trace::encodeFrame(frame, bytes);
+  std::lock_guard lock(m_mutex);
+  writeBytes(bytes);
+}
+
+void FrameSink::writeBytes(const std::string& bytes) {
+  std::size_t off = 0;
+  while (!m_broken && off < bytes.size()) {
+    const ssize_t n = ::write(m_fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // The reader went away: keep running (the ranks must still stop cleanly), stop writing.
+      m_broken = true;
+      std::cerr << "pipestudio-exec: trace stream closed by the reader: " << std::strerror(errno) << '\n';
+      return;
+    }
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+RunControl::RunControl(int devices) {
+  for (int d = 0; d < devices; ++d) {
+    m_lanes.push_back(std::make_unique<LaneInfo>());
+    m_lanes.back()->lastProgressNs = Clock::steadyNs();
+  }
+}
+
+void RunControl::fail(int rank, const std::string& why) {
+  std::vector<std::function<void()>> wakeups;
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_abort.load()) return;
+    m_failedRank = rank;
+    m_failure = why;
+    m_abort.store(true);
+    wakeups = m_wakeups;
+  }
+  for (auto& w : wakeups) w();
+}
+
+int RunControl::failedRank() const {
+  std::lock_guard lock(m_mutex);
+  return m_failedRank;
+}
+
+std::string RunControl::failure() const {
+  std::lock_guard lock(m_mutex);
+  return m_failure;
+}
+
+void RunControl::progress(int device, LaneState state, int waitingFor) {
+  if (device < 0 || device >= devices()) return;
+  LaneInfo& l = *m_lanes[static_cast<std::size_t>(device)];
+  l.state.store(static_cast<int>(state));
+  l.waitingFor.store(waitingFor);
+  l.lastProgressNs.store(Clock::steadyNs());
+}
+
+void RunControl::registerWakeup(std::function<void()> wake) {
+  std::lock_guard lock(m_mutex);
+  m_wakeups.push_back(std::move(wake));
+}
+
+RunControl::LaneView RunControl::view(int device) const {
+  const LaneInfo& l = *m_lanes[static_cast<std::size_t>(device)];
+  return {static_cast<LaneState>(l.state.load()), l.lastProgressNs.load(), l.waitingFor.load()};
+}
+
+Watchdog::Watchdog(RunControl& control, double timeoutS, std::vector<int> localDevices, std::function<void()> onAbort)
+    : m_control(control), m_timeoutS(timeoutS), m_local(std::move(localDevices)), m_onAbort(std::move(onAbort)) {
+  m_thread = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::stop() {
+  m_stop.store(true);
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void Watchdog::loop() {
+  const auto timeoutNs = static_cast<std::int64_t>(m_timeoutS * 1e9);
+  bool aborted = false;
+  while (!m_stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (m_control.aborted()) {
+      if (!aborted && m_onAbort) m_onAbort();
+      aborted = true;
+      continue;
+    }
+    // A run is stuck when no local lane has moved for the timeout.
+    const std::int64_t now = Clock::steadyNs();
+    bool anyActive = false;
+    std::int64_t latest = 0;
+    for (int d : m_local) {
+      const auto v = m_control.view(d);
+      if (v.state == LaneState::Done) continue;
+      anyActive = true;
+      latest = std::max(latest, v.lastProgressNs);
+    }
+    if (!anyActive || now - latest < timeoutNs) continue;
+    // Follow the chain of waits to the device that is not waiting on anyone local.
+    int blame = m_local.front();
+    for (int d : m_local) {
+      if (m_control.view(d).state != LaneState::Done) {
+        blame = d;
+        break;
+      }
+    }
+    std::string why;
+    for (int hops = 0; hops <= m_control.devices(); ++hops) {
+      const auto v = m_control.view(blame);
+      const bool local = std::find(m_local.begin(), m_local.end(), blame) != m_local.end();
+      if (!local) {
+        why = "sent nothing for " + std::to_string(static_cast<int>(m_timeoutS)) +
+              " s (the rank died or hung; watchdog)";
+        break;
+      }
+      if (v.state == LaneState::Dead) {
+        why = "died";
+        break;
+      }
+      if (v.state == LaneState::Computing || v.state == LaneState::Starting) {
+        why = "made no progress for " + std::to_string(static_cast<int>(m_timeoutS)) + " s (hung; watchdog)";
+        break;
+      }
+      if (v.state == LaneState::Waiting && v.waitingFor >= 0 && v.waitingFor != blame) {
+        blame = v.waitingFor;
+        continue;
+      }
+      why = "waited " + std::to_string(static_cast<int>(m_timeoutS)) + " s without progress (watchdog)";
+      break;
+    }
+    m_control.fail(blame, "device " + std::to_string(blame) + " " + why);
+  }
+}
+
+Mailbox::Mailbox(RunControl& control) : m_control(control) {
+  m_control.registerWakeup([this] {
+    std::lock_guard lock(m_mutex);
+    m_cv.notify_all();
+  });
+}
+
+void Mailbox::post(int iteration, const Transfer& t, std::shared_ptr<void> payload) {
+  {
+    std::lock_guard lock(m_mutex);
+    m_messages[{iteration, t.producerOp, t.consumerOp}] = std::move(payload);
+  }
+  m_cv.notify_all();
+}
+
+std::shared_ptr<void> Mailbox::take(int iteration, const Transfer& t) {
+  std::unique_lock lock(m_mutex);
+  const Key key{iteration, t.producerOp, t.consumerOp};
+  for (;;) {
+    if (m_control.aborted()) return nullptr;
+    auto it = m_messages.find(key);
+    if (it != m_messages.end()) {
+      auto payload = std::move(it->second);
+      m_messages.erase(it);
+      return payload;
+    }
+    m_cv.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const DeviceProgram& program, Lane& lane,
+                                                                        RunControl& control,
+                                                                        const WalkOptions& options) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  const int device = lane.device();
+  const bool faulty = options.faultTarget == device && options.fault.mode != FaultSpec::Mode::None;
+  std::int64_t measuredOps = 0;
+  const std::vector<Transfer> none;
+  for (int it = 0; it < options.warmup + options.iterations; ++it) {
+    const bool record = it >= options.warmup;
+    const int iteration = it - options.warmup;  // warm-up iterations are negative, never streamed
+    if (auto st = lane.beginIteration(iteration, record); !st) return st.error();
+    std::vector<char> live;
+    std::span<const Transfer> pendingSends;
+    for (const Step& step : program.steps) {
+      control.progress(device, LaneState::Waiting,
+                       step.receives.empty() ? -1 : step.receives.front().fromDevice);
+      if (auto st = lane.exchange(pendingSends, step.receives, iteration); !st) return st.error();
+      if (control.aborted()) return Error{"aborted"};
+      control.progress(device, LaneState::Computing);
+      for (const BufferRef& b : step.allocate) {
+        if (auto st = lane.allocate(b); !st) return st.error();
+      }
+      if (auto st = lane.compute(step, iteration, record); !st) return st.error();
+      for (const BufferRef& b : step.release) {
+        if (auto st = lane.release(b); !st) return st.error();
+      }
+      pendingSends = step.sends;
+      control.progress(device, LaneState::Computing);
+      if (record && faulty && ++measuredOps == options.fault.afterOps) {
+        switch (options.fault.mode) {
+          case FaultSpec::Mode::Crash:
+            std::cerr << "pipestudio-exec: fault injection: killing the process at device " << device << '\n';
+            std::cerr.flush();
+            ::kill(::getpid(), SIGKILL);
+            break;
+          case FaultSpec::Mode::Die:
+            std::cerr << "pipestudio-exec: fault injection: device " << device << " stops silently\n";
+            control.progress(device, LaneState::Dead);
+            return Error{"dead"};
+          case FaultSpec::Mode::Hang:
+            std::cerr << "pipestudio-exec: fault injection: device " << device << " hangs\n";
+            while (!control.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            return Error{"aborted"};
+          case FaultSpec::Mode::Error:
+            return Error{"fault injection after " + std::to_string(measuredOps) + " ops"};
+          case FaultSpec::Mode::None:
+            break;
+        }
+      }
+      if (control.aborted()) return Error{"aborted"};
+    }
+    if (auto st = lane.exchange(pendingSends, none, iteration); !st) return st.error();
+    if (!program.hasOptimizerStep) {
+      if (auto st = lane.optimizerStep(iteration, record); !st) return st.error();
+    }
+    if (auto st = lane.endIteration(iteration, record); !st) return st.error();
+    if (record) spans.push_back(lane.iterationSpanNs());
+  }
+  control.progress(device, LaneState::Done);
+  return spans;
+}
+
+namespace {
+// One GEMM unit: C += A·B on 32×32 floats (65,536 FLOPs), small enough to time ops of 0.1 ms.
+constexpr int kUnitN = 32;
+}  // namespace
+
+double runGemmUnits(std::int64_t units, const std::atomic<bool>* abort) {
+  thread_local std::vector<float> a(kUnitN * kUnitN, 0.5F), b(kUnitN * kUnitN, 0.25F), c(kUnitN * kUnitN, 0.0F);
+  for (std::int64_t u = 0; u < units; ++u) {
+    if (abort != nullptr && (u & 63) == 0 && abort->load(std::memory_order_relaxed)) break;
+    for (int i = 0; i < kUnitN; ++i) {
+      for (int k = 0; k < kUnitN; ++k) {
+        const float aik = a[static_cast<std::size_t>(i * kUnitN + k)];
+        for (int j = 0; j < kUnitN; ++j) {
+          c[static_cast<std::size_t>(i * kUnitN + j)] += aik * b[static_cast<std::size_t>(k * kUnitN + j)];
+        }
+      }
+    }
+    // Keep values bounded so the loop never degenerates into denormals or infinities.
+    c[static_cast<std::size_t>(u % (kUnitN * kUnitN))] *= 0.5F;
+  }
+  return static_cast<double>(c[0]);
+}
+
+double calibrateGemmUnitMs() {
+  // Best of several short runs: the fastest is the least disturbed by other processes.
+  double best = 1e9;
+  for (int r = 0; r < 5; ++r) {
+    const std::int64_t t0 = Clock::steadyNs();
+    volatile double sink = runGemmUnits(200, nullptr);
+    (void)sink;
+    const double ms = static_cast<double>(Clock::steadyNs() - t0) / 1e6 / 200.0;
+    best = std::min(best, ms);
+  }
+  return std::max(best, 1e-6);
+}
+
+}  // namespace pipestudio::exec

@@ -1,0 +1,202 @@
+// The CPU backend running real plans end to end through the pipestudio-exec binary.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "RunHelpers.hpp"
+#include "TestPlans.hpp"
+#include "pipestudio/executor/Program.hpp"
+#if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
+#include "pipestudio/planner/Planner.hpp"
+#endif
+
+namespace pipestudio {
+namespace {
+
+struct Measured {
+  trace::OpRange range;
+  std::size_t frameIndex;
+};
+
+// Checks everything the issue asks of a run: header first, each plan op exactly once per
+// iteration (plus one optimizer step per device), per-device plan order, every op after the
+// ops it depends on, memory samples reaching the program's peak, an ok summary.
+void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
+  ASSERT_TRUE(r.outcome.ok) << r.outcome.failure;
+  ASSERT_EQ(r.outcome.ranks.size(), 1U);
+  EXPECT_EQ(r.outcome.ranks[0].exitStatus, 0);
+  EXPECT_EQ(r.outcome.ranks[0].truncatedBytes, 0U);
+  const auto& frames = r.frames.at(0);
+  ASSERT_FALSE(frames.empty());
+  ASSERT_TRUE(std::holds_alternative<trace::Header>(frames.front()));
+  const auto& header = std::get<trace::Header>(frames.front());
+  EXPECT_EQ(header.backend, "cpu");
+  EXPECT_EQ(header.deviceName, "cpu");
+  ASSERT_TRUE(std::holds_alternative<trace::Summary>(frames.back()));
+  const auto& summary = std::get<trace::Summary>(frames.back());
+  EXPECT_TRUE(summary.ok);
+  EXPECT_EQ(summary.iterations, iterations);
+  EXPECT_EQ(summary.iterationMs.size(), static_cast<std::size_t>(iterations));
+
+  auto program = exec::compileProgram(plan);
+  ASSERT_TRUE(program.hasValue()) << program.message();
+  // (iteration, device) → measured op ranges in stream order.
+  std::map<std::pair<int, int>, std::vector<trace::OpRange>> ends;
+  std::map<int, std::int64_t> peakMemory;
+  int begins = 0;
+  for (const auto& f : frames) {
+    if (const auto* op = std::get_if<trace::OpRange>(&f)) {
+      if (op->begin) {
+        ++begins;
+        continue;
+      }
+      EXPECT_LE(op->startNs, op->endNs);
+      ends[{op->iteration, op->device}].push_back(*op);
+    } else if (const auto* m = std::get_if<trace::MemorySample>(&f)) {
+      peakMemory[m->device] = std::max(peakMemory[m->device], m->bytesInUse);
+    }
+  }
+  const int devices = plan.config.devices;
+  int endsTotal = 0;
+  for (int it = 0; it < iterations; ++it) {
+    std::map<std::tuple<int, int, int, int>, trace::OpRange> byKey;  // (kind, stage, mb, occurrence)
+    for (int d = 0; d < devices; ++d) {
+      const auto& got = ends[{it, d}];
+      const auto& steps = program->perDevice[static_cast<std::size_t>(d)].steps;
+      ASSERT_EQ(got.size(), steps.size() + 1) << "iteration " << it << " device " << d;
+      endsTotal += static_cast<int>(got.size());
+      std::map<std::tuple<int, int, int>, int> seen;
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        EXPECT_EQ(got[i].kind, steps[i].kind) << "device " << d << " op " << i;
+        EXPECT_EQ(got[i].virtualStage, steps[i].virtualStage);
+        EXPECT_EQ(got[i].microbatch, steps[i].microbatch);
+        if (i > 0) {
+          EXPECT_GE(got[i].startNs, got[i - 1].endNs) << "ops of one device overlap";
+        }
+        const auto k = std::make_tuple(static_cast<int>(got[i].kind), got[i].virtualStage, got[i].microbatch);
+        byKey[{std::get<0>(k), std::get<1>(k), std::get<2>(k), seen[k]++}] = got[i];
+      }
+      EXPECT_EQ(got.back().kind, OpKind::OPT) << "the optimizer step comes after the flush";
+    }
+    // Dependencies, checked from the plan's data flow rather than from the program.
+    for (const auto& [key, op] : byKey) {
+      const auto [kind, stage, mb, occurrence] = key;
+      const auto ok = static_cast<OpKind>(kind);
+      const auto& vs = plan.virtualStages[static_cast<std::size_t>(stage)];
+      int prev = -1, next = -1;
+      for (const auto& other : plan.virtualStages) {
+        if (other.component != vs.component || other.pipeline != vs.pipeline) continue;
+        if (other.id < stage) prev = other.id;
+        if (other.id > stage && next < 0) next = other.id;
+      }
+      auto endOf = [&](OpKind k, int s) -> std::int64_t {
+        auto found = byKey.find({static_cast<int>(k), s, mb, 0});
+        return found == byKey.end() ? -1 : found->second.endNs;
+      };
+      if (ok == OpKind::F && prev >= 0) {
+        EXPECT_GE(op.startNs, endOf(OpKind::F, prev)) << "F after upstream F";
+      }
+      if (ok == OpKind::B || ok == OpKind::BW) {
+        EXPECT_GE(op.startNs, endOf(OpKind::F, stage));
+        if (next >= 0) {
+          const std::int64_t b = std::max(endOf(OpKind::B, next), endOf(OpKind::BW, next));
+          EXPECT_GE(op.startNs, b) << "B after downstream B";
+        }
+      }
+      if (ok == OpKind::W) {
+        EXPECT_GE(op.startNs, endOf(OpKind::B, stage));
+      }
+      if (ok == OpKind::N && prev >= 0 && occurrence == 0) {
+        EXPECT_GE(op.startNs, endOf(OpKind::N, prev)) << "N after the upstream N of its samples";
+      }
+    }
+  }
+  EXPECT_EQ(begins, endsTotal) << "one begin frame per end frame";
+  for (int d = 0; d < devices; ++d) {
+    const auto& dp = program->perDevice[static_cast<std::size_t>(d)];
+    EXPECT_EQ(peakMemory[d], dp.staticBytes + dp.peakActivationBytes) << "device " << d;
+  }
+}
+
+class CpuRun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuRun, RunsThePlanEndToEnd) {
+  const Plan plan = test::makeTestPlan(GetParam(), 4, 6);
+  const std::string path = test::writePlan(plan, GetParam() + ".plan.json");
+  const auto r = test::runExec(path, "cpu", 2, {"--max-op-ms", "1", "--timeout-s", "30"});
+  checkRun(plan, r, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, CpuRun, ::testing::Values("1f1b", "zb-h1", "zb-v", "fill"));
+
+TEST(CpuRunWarmup, StreamsOnlyMeasuredIterations) {
+  const Plan plan = test::makeTestPlan("zb-h1", 2, 3);
+  const std::string path = test::writePlan(plan, "warmup.plan.json");
+  const auto r = test::runExec(path, "cpu", 1, {"--max-op-ms", "0.5", "--warmup", "2"});
+  checkRun(plan, r, 1);
+}
+
+TEST(CpuRunMemory, RefusesAPlanThatDoesNotFitBeforeTheFirstOp) {
+  const Plan plan = test::makeTestPlan("1f1b", 2, 4);
+  const std::string path = test::writePlan(plan, "oom.plan.json");
+  const auto r = test::runExec(path, "cpu", 1, {"--device-memory", "3MiB"});
+  EXPECT_FALSE(r.outcome.ok);
+  EXPECT_NE(r.outcome.failure.find("exited with status 1"), std::string::npos) << r.outcome.failure;
+  EXPECT_NE(r.outcome.ranks[0].lastLog.find("out of memory"), std::string::npos) << r.outcome.ranks[0].lastLog;
+  // Refused before anything ran: not even a header.
+  EXPECT_EQ(r.outcome.ranks[0].frames, 0U);
+}
+
+TEST(CpuRunRefusal, UnknownKindAndMissingFileAreClearErrors) {
+  const Plan plan = test::makeTestPlan("1f1b", 2, 2);
+  std::string text = planToJson(plan).dump();
+  const auto at = text.find("\"kind\":\"BW\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 11, "\"kind\":\"QQ\"");
+  const std::string path = test::tempPath("badkind.plan.json");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  const auto r = test::runExec(path, "cpu", 1);
+  EXPECT_FALSE(r.outcome.ok);
+  EXPECT_NE(r.outcome.ranks[0].lastLog.find("plan refused"), std::string::npos) << r.outcome.ranks[0].lastLog;
+  EXPECT_NE(r.outcome.ranks[0].lastLog.find("kind"), std::string::npos) << r.outcome.ranks[0].lastLog;
+
+  const auto missing = test::runExec(test::tempPath("nope.json"), "cpu", 1);
+  EXPECT_FALSE(missing.outcome.ok);
+  EXPECT_NE(missing.outcome.ranks[0].lastLog.find("nope.json"), std::string::npos);
+}
+
+#if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
+// Plans from the real planner, scaled down to ≤ 1 ms per op.
+TEST(CpuRunPlanner, RunsPlannerPlans) {
+  for (const std::string schedule : {"1f1b", "zb-h1", "zb-v"}) {
+    PlanRequest req;
+    req.model.name = "planner-test";
+    req.model.samplesPerMicrobatch = 1;
+    Component bb{"backbone", true, {}, {}};
+    for (int l = 0; l < 8; ++l) bb.layers.push_back(test::testLayer("l" + std::to_string(l), 1.0));
+    req.model.components.push_back(bb);
+    req.cluster = test::makeTestPlan("1f1b", 4, 1).cluster;
+    req.config.schedule = schedule;
+    req.config.devices = 4;
+    req.config.microbatches = 8;
+    req.config.chunksPerDevice = schedule == "zb-v" ? 2 : 1;
+    auto plan = makePlan(req);
+    if (!plan) {
+      ADD_FAILURE() << schedule << ": " << plan.message();
+      continue;
+    }
+    const std::string path = test::writePlan(*plan, schedule + "-planner.plan.json");
+    const auto r = test::runExec(path, "cpu", 1, {"--max-op-ms", "1"});
+    checkRun(*plan, r, 1);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace pipestudio

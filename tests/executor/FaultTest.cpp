@@ -1,0 +1,90 @@
+// A rank that dies, hangs or fails produces a failure naming it, within a bounded time.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "RunHelpers.hpp"
+#include "TestPlans.hpp"
+
+namespace pipestudio {
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const trace::ErrorReport* errorFrame(const test::RunResult& r) {
+  if (!r.frames.count(0)) return nullptr;
+  for (const auto& f : r.frames.at(0)) {
+    if (const auto* e = std::get_if<trace::ErrorReport>(&f)) return e;
+  }
+  return nullptr;
+}
+
+std::string planFor(const std::string& name) {
+  return test::writePlan(test::makeTestPlan("1f1b", 4, 8), name);
+}
+
+TEST(Fault, KilledProcessIsAFailureNotAHang) {
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "crash:rank=1:after_ops=3");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::runExec(planFor("crash.plan.json"), "cpu", 1, {"--max-op-ms", "1"});
+  EXPECT_LT(secondsSince(t0), 30.0);
+  EXPECT_FALSE(r.outcome.ok);
+  EXPECT_EQ(r.outcome.ranks[0].signal, 9);
+  EXPECT_NE(r.outcome.failure.find("rank 0 was killed by signal 9"), std::string::npos) << r.outcome.failure;
+  // Every frame written before the kill decodes; some op ranges made it out.
+  ASSERT_TRUE(r.frames.count(0));
+  EXPECT_TRUE(std::holds_alternative<trace::Header>(r.frames.at(0).front()));
+  EXPECT_FALSE(r.outcome.ranks[0].streamError.has_value());
+}
+
+TEST(Fault, SilentlyDeadDeviceIsNamedByTheWatchdog) {
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "die:rank=2:after_ops=2");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::runExec(planFor("die.plan.json"), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", "1"});
+  EXPECT_LT(secondsSince(t0), 30.0);
+  EXPECT_FALSE(r.outcome.ok);
+  EXPECT_EQ(r.outcome.ranks[0].exitStatus, 1);
+  const auto* e = errorFrame(r);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->rank, 2);
+  EXPECT_NE(e->message.find("died"), std::string::npos) << e->message;
+  EXPECT_NE(r.outcome.failure.find("rank 2 failed"), std::string::npos) << r.outcome.failure;
+  EXPECT_FALSE(std::get<trace::Summary>(r.frames.at(0).back()).ok);
+}
+
+TEST(Fault, HungDeviceIsNamedByTheWatchdog) {
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "hang:rank=1:after_ops=4");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::runExec(planFor("hang.plan.json"), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", "1"});
+  EXPECT_LT(secondsSince(t0), 30.0);
+  EXPECT_FALSE(r.outcome.ok);
+  const auto* e = errorFrame(r);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->rank, 1);
+  EXPECT_NE(e->message.find("hung"), std::string::npos) << e->message;
+}
+
+TEST(Fault, ReportedErrorStopsEveryDevice) {
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "error:rank=3:after_ops=1");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::runExec(planFor("error.plan.json"), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", "20"});
+  // The error path does not wait for the watchdog.
+  EXPECT_LT(secondsSince(t0), 15.0);
+  EXPECT_FALSE(r.outcome.ok);
+  const auto* e = errorFrame(r);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->rank, 3);
+  EXPECT_NE(e->message.find("fault injection"), std::string::npos) << e->message;
+}
+
+TEST(Fault, MalformedHookIsAUsageError) {
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "meltdown");
+  const auto r = test::runExec(planFor("usage.plan.json"), "cpu", 1);
+  EXPECT_FALSE(r.outcome.ok);
+  EXPECT_EQ(r.outcome.ranks[0].exitStatus, 2);
+}
+
+}  // namespace
+}  // namespace pipestudio
