@@ -1,0 +1,539 @@
+// zb-auto (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §3 "automatic scheduling").
+//
+// The paper's heuristic: warm up with as many F passes as the memory limit allows (optionally
+// one more F even if it delays the first B), then alternate F and B, fill a bubble with a
+// pending W when the bubble is at least as long as a W, run a W whenever the memory limit
+// blocks the next F, and finish with the remaining W passes. We run that heuristic as one
+// member of a portfolio of list-scheduling policies (warm-up caps relative to 1F1B,
+// W-postponement thresholds, eager W, F-vs-B priority, waiting for an imminent B), keep the
+// best, then improve the order by moves on its critical path, each judged by re-timing the
+// whole order. Small instances can be solved exactly (Ilp.cpp).
+#include "pipestudio/planner/AutoSchedule.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "autosched/Instance.hpp"
+
+namespace pipestudio {
+namespace autosched {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Policy {
+  std::string name;
+  double capScale = 0;   // admitted microbatches per device ≤ capScale · (stages from its first to the end); 0 = memory only
+  double alpha = 1;      // run a pending W in a bubble only if the bubble is ≥ alpha · W
+  bool eagerW = false;   // W right after its B (1F1B-like memory, no postponement)
+  bool preferF = false;  // admit new microbatches before running a ready B while under the cap
+  bool waitForB = false; // do not start an F when a B arrives before the F would end
+};
+
+struct ListResult {
+  bool ok = false;
+  Orders orders;
+  double makespanMs = kInf;
+};
+
+// Discrete-event list scheduling of one policy: the device whose next decision is earliest
+// decides next, so every arrival it could see is already known.
+ListResult runPolicy(const Instance& inst, const Policy& pol) {
+  const int n = inst.opCount();
+  const int m = inst.microbatches;
+  const int p = inst.devices;
+  const auto P = static_cast<std::size_t>(p);
+  std::vector<double> ready(static_cast<std::size_t>(n), -1.0);
+  for (int mb = 0; mb < m; ++mb) ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
+  std::vector<int> nextF(static_cast<std::size_t>(inst.stages), 0), nextB(static_cast<std::size_t>(inst.stages), 0);
+  std::vector<double> tFree(P, 0.0), noWUntil(P, 0.0), holdUntil(P, 0.0);
+  std::vector<std::int64_t> live(P, 0);
+  std::vector<int> admitted(P, 0), cap(P, std::numeric_limits<int>::max());
+  std::vector<std::vector<int>> pendingW(P);
+  std::vector<std::size_t> pendingHead(P, 0);
+  std::vector<std::int64_t> reserveAfter(static_cast<std::size_t>(inst.stages), 0);
+  std::vector<int> firstStage(P, 0);
+  for (int d = 0; d < p; ++d) {
+    const auto& st = inst.stagesOf[static_cast<std::size_t>(d)];
+    firstStage[static_cast<std::size_t>(d)] = st.front();
+    std::int64_t after = 0;
+    for (auto it = st.rbegin(); it != st.rend(); ++it) {
+      reserveAfter[static_cast<std::size_t>(*it)] = after;
+      after += inst.activationBytes[static_cast<std::size_t>(*it)];
+    }
+    if (pol.capScale > 0) {
+      const int base = inst.stages - st.front();
+      cap[static_cast<std::size_t>(d)] = std::max(1, static_cast<int>(std::ceil(pol.capScale * base)));
+    }
+  }
+  std::vector<double> linkFree(P * P, 0.0);
+  ListResult result;
+  result.orders.assign(P, {});
+
+  auto fitsMemory = [&](int d, int s) {
+    return live[static_cast<std::size_t>(d)] + inst.activationBytes[static_cast<std::size_t>(s)] +
+               reserveAfter[static_cast<std::size_t>(s)] <=
+           inst.budgetBytes[static_cast<std::size_t>(d)];
+  };
+  // An F may start: memory for it (and the rest of its microbatch on this device) and, when it
+  // admits a new microbatch to the device, the warm-up cap.
+  auto fAllowed = [&](int d, int s) {
+    if (s == firstStage[static_cast<std::size_t>(d)] && admitted[static_cast<std::size_t>(d)] >= cap[static_cast<std::size_t>(d)]) return false;
+    return fitsMemory(d, s);
+  };
+  auto hasPendingW = [&](int d) {
+    return pendingHead[static_cast<std::size_t>(d)] < pendingW[static_cast<std::size_t>(d)].size();
+  };
+  auto memoryBlocked = [&](int d, double t) {
+    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) {
+      const int i = nextF[static_cast<std::size_t>(s)];
+      if (i >= m) continue;
+      const double r = ready[static_cast<std::size_t>(inst.opId(s, kF, i))];
+      if (r >= 0 && r <= t && !fitsMemory(d, s)) return true;
+    }
+    return false;
+  };
+  // Earliest time each kind of candidate could start on d: B when it arrives, F after a hold
+  // (waiting for an imminent B), W after a hold or a postponement.
+  auto eventTime = [&](int d) {
+    const auto D = static_cast<std::size_t>(d);
+    const double t0 = tFree[D];
+    const double h = std::max(t0, holdUntil[D]);
+    double e = kInf;
+    for (int s : inst.stagesOf[D]) {
+      const int b = nextB[static_cast<std::size_t>(s)];
+      if (b < m) {
+        const double r = ready[static_cast<std::size_t>(inst.opId(s, kB, b))];
+        if (r >= 0) e = std::min(e, std::max(t0, r));
+      }
+      const int f = nextF[static_cast<std::size_t>(s)];
+      if (f < m && fAllowed(d, s)) {
+        const double r = ready[static_cast<std::size_t>(inst.opId(s, kF, f))];
+        if (r >= 0) e = std::min(e, std::max(h, r));
+      }
+    }
+    if (hasPendingW(d)) e = std::min(e, std::max(h, noWUntil[D]));
+    return e;
+  };
+  auto transfer = [&](int from, int to, double at, double ms) {
+    if (from == to || ms <= 0) return at;
+    double& link = linkFree[static_cast<std::size_t>(from) * P + static_cast<std::size_t>(to)];
+    const double begin = std::max(at, link);
+    link = begin + ms;
+    return link;
+  };
+  auto run = [&](int d, int op, double at) {
+    const double finish = at + inst.duration(op);
+    tFree[static_cast<std::size_t>(d)] = finish;
+    result.orders[static_cast<std::size_t>(d)].push_back(op);
+    const int s = inst.stageOf(op);
+    const int mb = inst.mbOf(op);
+    const auto S = static_cast<std::size_t>(s);
+    switch (inst.kindOf(op)) {
+      case kF:
+        ++nextF[S];
+        live[static_cast<std::size_t>(d)] += inst.activationBytes[S];
+        if (s == firstStage[static_cast<std::size_t>(d)]) ++admitted[static_cast<std::size_t>(d)];
+        if (s + 1 < inst.stages) {
+          ready[static_cast<std::size_t>(inst.opId(s + 1, kF, mb))] =
+              transfer(d, inst.device[S + 1], finish, inst.sendMs[S]);
+        } else {
+          ready[static_cast<std::size_t>(inst.opId(s, kB, mb))] = finish;
+        }
+        break;
+      case kB:
+        ++nextB[S];
+        live[static_cast<std::size_t>(d)] -= inst.activationBytes[S] - inst.weightGradBytes[S];
+        if (s == firstStage[static_cast<std::size_t>(d)]) --admitted[static_cast<std::size_t>(d)];
+        pendingW[static_cast<std::size_t>(d)].push_back(inst.opId(s, kW, mb));
+        if (s > 0) {
+          ready[static_cast<std::size_t>(inst.opId(s - 1, kB, mb))] =
+              transfer(d, inst.device[S - 1], finish, inst.sendMs[S - 1]);
+        }
+        break;
+      default:
+        live[static_cast<std::size_t>(d)] -= inst.weightGradBytes[S];
+        ++pendingHead[static_cast<std::size_t>(d)];
+        break;
+    }
+    result.makespanMs = std::max(result.makespanMs == kInf ? 0.0 : result.makespanMs, finish);
+  };
+
+  int scheduled = 0;
+  while (scheduled < n) {
+    int d = -1;
+    double T = kInf;
+    for (int c = 0; c < p; ++c) {
+      const double e = eventTime(c);
+      if (e < T) {
+        T = e;
+        d = c;
+      }
+    }
+    if (d < 0) return result;  // nothing can ever start: this policy deadlocked
+    const auto D = static_cast<std::size_t>(d);
+    const double h = std::max(tFree[D], holdUntil[D]);
+    int bOp = -1;
+    int bStage = -1;
+    double bReady = kInf;
+    int fOp = -1;
+    int fStage = -1;
+    double laterB = kInf;   // next B arrival after T
+    double laterFB = kInf;  // next B or allowed F arrival after T
+    for (int s : inst.stagesOf[D]) {
+      const auto S = static_cast<std::size_t>(s);
+      if (nextB[S] < m) {
+        const int op = inst.opId(s, kB, nextB[S]);
+        const double r = ready[static_cast<std::size_t>(op)];
+        if (r >= 0 && r <= T) {
+          // The earliest-arrived B; on a tie the later stage (it unblocks more of the pipeline).
+          if (r < bReady || (r == bReady && s > bStage)) {
+            bOp = op;
+            bReady = r;
+            bStage = s;
+          }
+        } else if (r > T) {
+          laterB = std::min(laterB, r);
+        }
+      }
+      if (nextF[S] < m && fAllowed(d, s)) {
+        const int op = inst.opId(s, kF, nextF[S]);
+        const double r = ready[static_cast<std::size_t>(op)];
+        if (r >= 0 && std::max(h, r) <= T) {
+          if (s > fStage) {  // continue an admitted microbatch before admitting a new one
+            fOp = op;
+            fStage = s;
+          }
+        } else if (r >= 0) {
+          laterFB = std::min(laterFB, std::max(h, r));
+        }
+      }
+    }
+    laterFB = std::min(laterFB, laterB);
+    const bool wReady = hasPendingW(d) && std::max(h, noWUntil[D]) <= T;
+    const int wOp = hasPendingW(d) ? pendingW[D][pendingHead[D]] : -1;
+    int choice = -1;
+    if (pol.eagerW && wReady) {
+      choice = wOp;
+    } else if (bOp >= 0 && !(pol.preferF && fOp >= 0 && fStage == firstStage[D])) {
+      choice = bOp;
+    } else if (fOp >= 0) {
+      if (pol.waitForB && bOp < 0 && laterB < T + inst.duration(fOp)) {
+        holdUntil[D] = laterB;  // an F now would delay the imminent B
+        continue;
+      }
+      choice = fOp;
+    } else if (bOp >= 0) {
+      choice = bOp;
+    } else if (wReady) {
+      // Fill the bubble with a W if it is long enough, or when memory blocks the next F.
+      if (memoryBlocked(d, T) || laterFB - T >= pol.alpha * inst.duration(wOp)) {
+        choice = wOp;
+      } else {
+        noWUntil[D] = laterFB;
+        continue;
+      }
+    }
+    if (choice < 0) return result;
+    run(d, choice, T);
+    ++scheduled;
+  }
+  result.ok = true;
+  return result;
+}
+
+std::vector<Policy> portfolio() {
+  std::vector<Policy> out;
+  // The published heuristic first (Qi et al. 2023 §3): memory-bound warm-up, F before B while
+  // memory allows, W into bubbles of at least one W, with and without the extra warm-up F.
+  out.push_back({"qi2023-greedy", 0, 1, false, true, false});
+  out.push_back({"qi2023-greedy-noextraF", 0, 1, false, true, true});
+  for (double capScale : {0.0, 1.0, 1.5, 2.0, 3.0}) {
+    for (bool preferF : {false, true}) {
+      for (bool waitForB : {false, true}) {
+        for (double alpha : {0.0, 0.5, 1.0}) {
+          for (bool eagerW : {false, true}) {
+            if (eagerW && alpha != 1.0) continue;  // alpha is moot when W follows its B at once
+            if (capScale == 0 && preferF && alpha == 1.0 && !eagerW) continue;  // the two above
+            std::string name = "cap" + (capScale == 0 ? std::string("=mem") : "x" + std::to_string(capScale).substr(0, 3)) +
+                               (preferF ? ",F-first" : ",B-first") + (waitForB ? ",wait-B" : "") +
+                               (eagerW ? ",eager-W" : ",W-gap>=" + std::to_string(alpha).substr(0, 3) + "W");
+            out.push_back({name, capScale, alpha, eagerW, preferF, waitForB});
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+double lowerBound(const Instance& inst, double& busiest) {
+  const double m = inst.microbatches;
+  busiest = 0;
+  double bound = 0;
+  // Earliest time stage s can start: the forward chain of microbatch 0 up to it.
+  std::vector<double> head(static_cast<std::size_t>(inst.stages), 0.0);
+  for (int s = 1; s < inst.stages; ++s) {
+    head[static_cast<std::size_t>(s)] = head[static_cast<std::size_t>(s - 1)] + inst.durationMs[kF][static_cast<std::size_t>(s - 1)] +
+                                        inst.sendMs[static_cast<std::size_t>(s - 1)];
+  }
+  for (int d = 0; d < inst.devices; ++d) {
+    double work = 0;
+    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) {
+      const auto S = static_cast<std::size_t>(s);
+      work += m * (inst.durationMs[kF][S] + inst.durationMs[kB][S] + inst.durationMs[kW][S]);
+    }
+    busiest = std::max(busiest, work);
+    bound = std::max(bound, head[static_cast<std::size_t>(inst.stagesOf[static_cast<std::size_t>(d)].front())] + work);
+  }
+  // One microbatch's full round trip: forward chain, backward chain, the first stage's W.
+  double path = inst.durationMs[kW][0];
+  for (int s = 0; s < inst.stages; ++s) {
+    const auto S = static_cast<std::size_t>(s);
+    path += inst.durationMs[kF][S] + inst.durationMs[kB][S] + 2 * inst.sendMs[S];
+  }
+  return std::max({bound, busiest, path});
+}
+
+// Critical-path moves: walk back from the last op along what bound each start; where an op
+// waited for the op before it on its device, try running it before that op (or running a
+// blocking W a few ops later). First improvement is kept; the walk restarts.
+void localSearch(const Instance& inst, Orders& orders, double& makespan, const AutoScheduleOptions& options,
+                 AutoScheduleReport& report) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(options.searchTimeLimitS);
+  std::vector<int> posOf(static_cast<std::size_t>(inst.opCount()), 0);
+  auto indexPositions = [&] {
+    for (const auto& order : orders) {
+      for (std::size_t i = 0; i < order.size(); ++i) posOf[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+    }
+  };
+  indexPositions();
+  while (report.searchEvaluations < options.maxSearchEvaluations && Clock::now() < deadline) {
+    const Timing timing = timeOrders(inst, orders, true);
+    if (!timing.ok) return;
+    int cur = 0;
+    for (int op = 0; op < inst.opCount(); ++op) {
+      if (timing.end[static_cast<std::size_t>(op)] > timing.end[static_cast<std::size_t>(cur)]) cur = op;
+    }
+    struct Move {
+      int device;
+      int from;  // position of the op to move later
+      int to;    // its new position
+    };
+    std::vector<Move> moves;
+    while (cur >= 0) {
+      const int c = timing.cause[static_cast<std::size_t>(cur)];
+      if (c < 0) break;
+      const int d = inst.deviceOf(cur);
+      const int pc = posOf[static_cast<std::size_t>(c)];
+      if (inst.deviceOf(c) == d && pc + 1 == posOf[static_cast<std::size_t>(cur)] &&
+          timing.start[static_cast<std::size_t>(cur)] == timing.end[static_cast<std::size_t>(c)]) {
+        const int size = static_cast<int>(orders[static_cast<std::size_t>(d)].size());
+        for (int k : {1, 2, 4}) {
+          if (pc + k < size) moves.push_back({d, pc, pc + k});
+          if (inst.kindOf(c) != kW) break;
+        }
+      }
+      cur = c;
+    }
+    bool improved = false;
+    for (const Move& mv : moves) {
+      if (report.searchEvaluations >= options.maxSearchEvaluations || Clock::now() >= deadline) break;
+      auto& order = orders[static_cast<std::size_t>(mv.device)];
+      std::rotate(order.begin() + mv.from, order.begin() + mv.from + 1, order.begin() + mv.to + 1);
+      ++report.searchEvaluations;
+      const Timing t = timeOrders(inst, orders, false);
+      if (t.ok && t.memoryOk && t.makespanMs < makespan - 1e-9) {
+        makespan = t.makespanMs;
+        ++report.searchImprovements;
+        improved = true;
+        indexPositions();
+        break;
+      }
+      std::rotate(order.begin() + mv.from, order.begin() + mv.to, order.begin() + mv.to + 1);
+    }
+    if (!improved) return;
+  }
+}
+
+ScheduleSkeleton toSkeleton(const Instance& inst, const Orders& orders, const std::vector<VirtualStage>& stages) {
+  ScheduleSkeleton skeleton;
+  skeleton.virtualStages = stages;
+  skeleton.devices.assign(orders.size(), {});
+  static constexpr OpKind kKinds[3] = {OpKind::F, OpKind::B, OpKind::W};
+  for (std::size_t d = 0; d < orders.size(); ++d) {
+    skeleton.devices[d].reserve(orders[d].size());
+    for (int op : orders[d]) {
+      skeleton.devices[d].push_back({inst.stageOf(op), kKinds[inst.kindOf(op)], inst.mbOf(op), 0});
+    }
+  }
+  return skeleton;
+}
+
+Expected<Orders> fromSkeleton(const Instance& inst, const ScheduleSkeleton& skeleton) {
+  if (static_cast<int>(skeleton.devices.size()) != inst.devices) {
+    return Error{"the order has " + std::to_string(skeleton.devices.size()) + " device(s), expected " +
+                 std::to_string(inst.devices)};
+  }
+  Orders orders(skeleton.devices.size());
+  std::vector<char> seen(static_cast<std::size_t>(inst.opCount()), 0);
+  for (std::size_t d = 0; d < skeleton.devices.size(); ++d) {
+    for (std::size_t i = 0; i < skeleton.devices[d].size(); ++i) {
+      const OrderedOp& o = skeleton.devices[d][i];
+      const std::string where = "device " + std::to_string(d) + ", op " + std::to_string(i) + ": ";
+      int kind = -1;
+      if (o.kind == OpKind::F) kind = kF;
+      if (o.kind == OpKind::B) kind = kB;
+      if (o.kind == OpKind::W) kind = kW;
+      if (kind < 0) return Error{where + std::string(opKindName(o.kind)) + " is not an F, B or W op"};
+      if (o.virtualStage < 0 || o.virtualStage >= inst.stages) return Error{where + "virtual stage out of range"};
+      if (inst.device[static_cast<std::size_t>(o.virtualStage)] != static_cast<int>(d)) {
+        return Error{where + "virtual stage " + std::to_string(o.virtualStage) + " is not on this device"};
+      }
+      if (o.microbatch < 0 || o.microbatch >= inst.microbatches) return Error{where + "microbatch out of range"};
+      const int op = inst.opId(o.virtualStage, kind, o.microbatch);
+      if (seen[static_cast<std::size_t>(op)]++) return Error{where + "duplicated op"};
+      orders[d].push_back(op);
+    }
+  }
+  for (int op = 0; op < inst.opCount(); ++op) {
+    if (!seen[static_cast<std::size_t>(op)]) {
+      return Error{std::string("missing op ") + "FBW"[inst.kindOf(op)] + std::to_string(inst.mbOf(op)) + " of stage " +
+                   std::to_string(inst.stageOf(op))};
+    }
+  }
+  return orders;
+}
+
+}  // namespace
+}  // namespace autosched
+
+std::string_view exactStatusName(ExactStatus status) {
+  switch (status) {
+    case ExactStatus::NotRun: return "not run";
+    case ExactStatus::Unavailable: return "unavailable (built without CBC)";
+    case ExactStatus::TooLarge: return "too large";
+    case ExactStatus::Optimal: return "optimal";
+    case ExactStatus::TimeLimit: return "time limit";
+    case ExactStatus::Failed: return "failed";
+  }
+  return "?";
+}
+
+bool exactSchedulingAvailable() {
+#ifdef PIPESTUDIO_HAVE_CBC
+  return true;
+#else
+  return false;
+#endif
+}
+
+double busiestDeviceWorkMs(const Plan& plan) {
+  std::vector<double> busy(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0.0);
+  for (const Op& op : plan.ops) {
+    if (op.device >= 0 && static_cast<std::size_t>(op.device) < busy.size()) busy[static_cast<std::size_t>(op.device)] += op.durationMs();
+  }
+  return busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
+}
+
+Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSkeleton& skeleton) {
+  using namespace autosched;
+  ScheduleInput unlimited = input;
+  unlimited.memoryLimitBytes.reset();
+  unlimited.request = nullptr;  // timing only: no memory check here
+  auto inst = buildInstance(unlimited);
+  if (!inst) return inst.error();
+  auto orders = fromSkeleton(*inst, skeleton);
+  if (!orders) return orders.error();
+  const Timing t = timeOrders(*inst, *orders);
+  if (!t.ok) return Error{t.problem};
+  OrderTiming out;
+  out.makespanMs = t.makespanMs;
+  for (int d = 0; d < inst->devices; ++d) {
+    out.peakBytes.push_back(inst->staticBytes[static_cast<std::size_t>(d)] + t.peakActivationBytes[static_cast<std::size_t>(d)]);
+  }
+  return out;
+}
+
+Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const AutoScheduleOptions& options) {
+  using namespace autosched;
+  auto built = buildInstance(input);
+  if (!built) return built.error();
+  const Instance& inst = *built;
+  AutoScheduleResult result;
+  AutoScheduleReport& report = result.report;
+  report.lowerBoundMs = lowerBound(inst, report.busiestDeviceWorkMs);
+
+  Orders best;
+  double bestMakespan = std::numeric_limits<double>::infinity();
+  report.paperGreedyMakespanMs = std::numeric_limits<double>::infinity();
+  const auto policies = portfolio();
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    if (input.control != nullptr && input.control->cancelled()) return Error{"cancelled"};
+    const ListResult r = runPolicy(inst, policies[i]);
+    ++report.policiesTried;
+    if (!r.ok) continue;
+    const Timing t = timeOrders(inst, r.orders);
+    if (!t.ok || !t.memoryOk) continue;
+    if (i < 2) report.paperGreedyMakespanMs = std::min(report.paperGreedyMakespanMs, t.makespanMs);
+    if (t.makespanMs < bestMakespan - 1e-9) {
+      bestMakespan = t.makespanMs;
+      best = r.orders;
+      report.bestPolicy = policies[i].name;
+    }
+    if (input.control != nullptr && input.control->progress) {
+      input.control->progress(0.5 * static_cast<double>(i + 1) / static_cast<double>(policies.size()));
+    }
+  }
+  if (best.empty()) {
+    return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};
+  }
+  report.bestPolicyMakespanMs = bestMakespan;
+  if (options.localSearch) localSearch(inst, best, bestMakespan, options, report);
+
+  if (options.exact) {
+    if (!exactSchedulingAvailable()) {
+      report.exactStatus = ExactStatus::Unavailable;
+      report.exactMessage = "exact mode needs CBC (coinor-libcbc-dev); this build has none";
+    } else if (inst.devices > kExactMaxDevices || inst.microbatches > kExactMaxMicrobatches ||
+               inst.stages > 2 * kExactMaxDevices) {
+      report.exactStatus = ExactStatus::TooLarge;
+      report.exactMessage = "exact mode is offered for at most " + std::to_string(kExactMaxDevices) + " devices and " +
+                            std::to_string(kExactMaxMicrobatches) + " microbatches";
+    } else {
+      const ExactResult exact = solveExact(inst, best, bestMakespan, options.exactTimeLimitS);
+      report.exactSeconds = exact.seconds;
+      report.exactMessage = exact.message;
+      report.exactMakespanMs = exact.objectiveMs;
+      report.exactBoundMs = exact.boundMs;
+      report.exactGap = exact.objectiveMs > 0 ? std::max(0.0, (exact.objectiveMs - exact.boundMs) / exact.objectiveMs) : 0.0;
+      report.exactStatus = !exact.solved ? ExactStatus::Failed
+                           : exact.optimal ? ExactStatus::Optimal
+                                           : ExactStatus::TimeLimit;
+      if (exact.solved) {
+        const Timing t = timeOrders(inst, exact.orders);
+        if (t.ok && t.memoryOk && t.makespanMs < bestMakespan - 1e-9) {
+          best = exact.orders;
+          bestMakespan = t.makespanMs;
+          report.bestPolicy += " + ILP";
+        }
+      }
+    }
+  }
+
+  const Timing final = timeOrders(inst, best);
+  report.makespanMs = final.makespanMs;
+  report.gapToBusiestWork = report.busiestDeviceWorkMs > 0 ? report.makespanMs / report.busiestDeviceWorkMs - 1 : 0;
+  report.gapToLowerBound = report.lowerBoundMs > 0 ? report.makespanMs / report.lowerBoundMs - 1 : 0;
+  for (int d = 0; d < inst.devices; ++d) {
+    report.peakBytes.push_back(inst.staticBytes[static_cast<std::size_t>(d)] + final.peakActivationBytes[static_cast<std::size_t>(d)]);
+  }
+  result.skeleton = toSkeleton(inst, best, input.virtualStages);
+  if (input.control != nullptr && input.control->progress) input.control->progress(1.0);
+  return result;
+}
+
+}  // namespace pipestudio

@@ -1,0 +1,197 @@
+#include "autosched/Instance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "pipestudio/common/Units.hpp"
+
+namespace pipestudio::autosched {
+
+Expected<Instance> buildInstance(const ScheduleInput& input) {
+  Instance inst;
+  inst.devices = input.shape.devices;
+  inst.microbatches = input.shape.microbatches;
+  inst.stages = static_cast<int>(input.virtualStages.size());
+  if (inst.devices <= 0) return Error{"zb-auto needs at least one device"};
+  if (inst.microbatches <= 0) return Error{"zb-auto needs at least one microbatch"};
+  if (inst.stages <= 0 || input.stages.size() != input.virtualStages.size()) {
+    return Error{"zb-auto: the request has no virtual stages with cost estimates"};
+  }
+  inst.device.resize(static_cast<std::size_t>(inst.stages));
+  inst.stagesOf.assign(static_cast<std::size_t>(inst.devices), {});
+  for (int k = 0; k < 3; ++k) inst.durationMs[k].resize(static_cast<std::size_t>(inst.stages));
+  for (int s = 0; s < inst.stages; ++s) {
+    const VirtualStage& vs = input.virtualStages[static_cast<std::size_t>(s)];
+    if (vs.id != s) return Error{"zb-auto: virtual stage ids must be 0..n-1 in order"};
+    if (vs.pipeline != 0) return Error{"zb-auto schedules one pipeline (bidirectional placements are not supported)"};
+    if (vs.device < 0 || vs.device >= inst.devices) {
+      return Error{"zb-auto: virtual stage " + std::to_string(s) + " is on device " + std::to_string(vs.device) +
+                   " outside 0.." + std::to_string(inst.devices - 1)};
+    }
+    const StageEstimate& e = input.stages[static_cast<std::size_t>(s)];
+    inst.device[static_cast<std::size_t>(s)] = vs.device;
+    inst.durationMs[kF][static_cast<std::size_t>(s)] = std::max(0.0, e.forwardMs);
+    inst.durationMs[kB][static_cast<std::size_t>(s)] = std::max(0.0, e.backwardInputMs);
+    inst.durationMs[kW][static_cast<std::size_t>(s)] = std::max(0.0, e.backwardWeightMs);
+    inst.activationBytes.push_back(std::max<std::int64_t>(0, e.activationBytes));
+    inst.weightGradBytes.push_back(std::clamp<std::int64_t>(e.weightGradBytes, 0, inst.activationBytes.back()));
+    inst.sendMs.push_back(s + 1 < inst.stages ? std::max(0.0, e.sendMs) : 0.0);
+    inst.stagesOf[static_cast<std::size_t>(vs.device)].push_back(s);
+  }
+  for (int d = 0; d < inst.devices; ++d) {
+    if (inst.stagesOf[static_cast<std::size_t>(d)].empty()) {
+      return Error{"zb-auto: device " + std::to_string(d) + " holds no virtual stage"};
+    }
+  }
+  inst.staticBytes.assign(static_cast<std::size_t>(inst.devices), 0);
+  for (std::size_t d = 0; d < input.staticBytes.size() && d < inst.staticBytes.size(); ++d) {
+    inst.staticBytes[d] = input.staticBytes[d];
+  }
+  inst.budgetBytes.assign(static_cast<std::size_t>(inst.devices), kUnlimited);
+  for (int d = 0; d < inst.devices; ++d) {
+    std::int64_t limit = kUnlimited;
+    if (input.memoryLimitBytes) {
+      limit = *input.memoryLimitBytes;
+    } else if (input.request != nullptr && input.request->cluster.gpu.memoryGib > 0) {
+      limit = input.request->cluster.gpuOfDevice(d).memoryBytes();
+    }
+    if (limit >= kUnlimited) continue;
+    // One microbatch must pass through all of the device's stages: their activations are
+    // live together (F of the last chunk starts before the B of the first one ends).
+    std::int64_t oneMicrobatch = 0;
+    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
+    const std::int64_t staticBytes = inst.staticBytes[static_cast<std::size_t>(d)];
+    if (staticBytes + oneMicrobatch > limit) {
+      return Error{"zb-auto: the memory limit of " + formatBytes(static_cast<double>(limit)) + " is below one microbatch on device " +
+                   std::to_string(d) + ": it needs at least " + formatBytes(static_cast<double>(staticBytes + oneMicrobatch)) +
+                   " (" + std::to_string(staticBytes + oneMicrobatch) + " bytes: static " +
+                   formatBytes(static_cast<double>(staticBytes)) + " + activations of one microbatch " +
+                   formatBytes(static_cast<double>(oneMicrobatch)) + ")"};
+    }
+    inst.budgetBytes[static_cast<std::size_t>(d)] = limit - staticBytes;
+  }
+  return inst;
+}
+
+std::vector<std::int64_t> peakActivations(const Instance& inst, const Orders& orders) {
+  std::vector<std::int64_t> peak(orders.size(), 0);
+  for (std::size_t d = 0; d < orders.size(); ++d) {
+    std::int64_t live = 0;
+    for (int op : orders[d]) {
+      const auto s = static_cast<std::size_t>(inst.stageOf(op));
+      switch (inst.kindOf(op)) {
+        case kF: live += inst.activationBytes[s]; break;
+        case kB: live -= inst.activationBytes[s] - inst.weightGradBytes[s]; break;
+        default: live -= inst.weightGradBytes[s]; break;
+      }
+      peak[d] = std::max(peak[d], live);
+    }
+  }
+  return peak;
+}
+
+Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
+  Timing t;
+  const int n = inst.opCount();
+  const int m = inst.microbatches;
+  const int p = inst.devices;
+  t.start.assign(static_cast<std::size_t>(n), 0.0);
+  t.end.assign(static_cast<std::size_t>(n), -1.0);
+  if (withCauses) t.cause.assign(static_cast<std::size_t>(n), -1);
+  std::vector<double> ready(static_cast<std::size_t>(n), -1.0);
+  std::vector<int> producer;
+  if (withCauses) producer.assign(static_cast<std::size_t>(n), -1);
+  for (int mb = 0; mb < m; ++mb) ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
+  std::vector<double> linkFree(static_cast<std::size_t>(p) * static_cast<std::size_t>(p), 0.0);
+  std::vector<std::size_t> pos(static_cast<std::size_t>(p), 0);
+  std::vector<double> free(static_cast<std::size_t>(p), 0.0);
+  std::vector<int> previous(static_cast<std::size_t>(p), -1);
+  std::vector<int> work;
+  std::vector<char> queued(static_cast<std::size_t>(p), 1);
+  for (int d = p - 1; d >= 0; --d) work.push_back(d);
+  auto transfer = [&](int from, int to, double at, double ms) {
+    if (from == to || ms <= 0) return at;
+    double& link = linkFree[static_cast<std::size_t>(from) * static_cast<std::size_t>(p) + static_cast<std::size_t>(to)];
+    const double begin = std::max(at, link);
+    link = begin + ms;
+    return link;
+  };
+  auto deliver = [&](int op, double at, int from) {
+    ready[static_cast<std::size_t>(op)] = at;
+    if (withCauses) producer[static_cast<std::size_t>(op)] = from;
+    const int d = inst.deviceOf(op);
+    if (!queued[static_cast<std::size_t>(d)]) {
+      queued[static_cast<std::size_t>(d)] = 1;
+      work.push_back(d);
+    }
+  };
+  int done = 0;
+  while (!work.empty()) {
+    const int d = work.back();
+    work.pop_back();
+    queued[static_cast<std::size_t>(d)] = 0;
+    const auto& order = orders[static_cast<std::size_t>(d)];
+    std::size_t& i = pos[static_cast<std::size_t>(d)];
+    while (i < order.size()) {
+      const int op = order[i];
+      const double r = ready[static_cast<std::size_t>(op)];
+      if (r < 0) break;
+      const double begin = std::max(free[static_cast<std::size_t>(d)], r);
+      const double finish = begin + inst.duration(op);
+      t.start[static_cast<std::size_t>(op)] = begin;
+      t.end[static_cast<std::size_t>(op)] = finish;
+      if (withCauses) {
+        t.cause[static_cast<std::size_t>(op)] =
+            r >= free[static_cast<std::size_t>(d)] ? producer[static_cast<std::size_t>(op)] : previous[static_cast<std::size_t>(d)];
+      }
+      free[static_cast<std::size_t>(d)] = finish;
+      previous[static_cast<std::size_t>(d)] = op;
+      ++i;
+      ++done;
+      const int s = inst.stageOf(op);
+      const int mb = inst.mbOf(op);
+      switch (inst.kindOf(op)) {
+        case kF:
+          if (s + 1 < inst.stages) {
+            deliver(inst.opId(s + 1, kF, mb), transfer(d, inst.device[static_cast<std::size_t>(s + 1)], finish, inst.sendMs[static_cast<std::size_t>(s)]), op);
+          } else {
+            deliver(inst.opId(s, kB, mb), finish, op);
+          }
+          break;
+        case kB:
+          deliver(inst.opId(s, kW, mb), finish, op);
+          if (s > 0) {
+            deliver(inst.opId(s - 1, kB, mb), transfer(d, inst.device[static_cast<std::size_t>(s - 1)], finish, inst.sendMs[static_cast<std::size_t>(s - 1)]), op);
+          }
+          break;
+        default: break;
+      }
+    }
+  }
+  if (done != n) {
+    std::ostringstream why;
+    why << "deadlock: ";
+    bool first = true;
+    for (int d = 0; d < p; ++d) {
+      const auto& order = orders[static_cast<std::size_t>(d)];
+      const std::size_t i = pos[static_cast<std::size_t>(d)];
+      if (i >= order.size()) continue;
+      const int op = order[i];
+      if (!first) why << "; ";
+      first = false;
+      why << "device " << d << " waits at " << "FBW"[inst.kindOf(op)] << inst.mbOf(op) << " of stage " << inst.stageOf(op);
+    }
+    t.problem = why.str();
+    return t;
+  }
+  t.ok = true;
+  for (int op = 0; op < n; ++op) t.makespanMs = std::max(t.makespanMs, t.end[static_cast<std::size_t>(op)]);
+  t.peakActivationBytes = peakActivations(inst, orders);
+  for (int d = 0; d < p; ++d) {
+    if (t.peakActivationBytes[static_cast<std::size_t>(d)] > inst.budgetBytes[static_cast<std::size_t>(d)]) t.memoryOk = false;
+  }
+  return t;
+}
+
+}  // namespace pipestudio::autosched

@@ -1,0 +1,382 @@
+// Schedule CSV in the compute-only format of torch.distributed.pipelining
+// (PipelineScheduleMulti._dump_csv / _load_csv, _Action.from_str): one CSV row per rank, each
+// cell an action `<stage_index><type><microbatch_index>`; types F (forward), I (backward input),
+// W (backward weight), B (full backward). Our virtual stage ids are PyTorch's stage indices (both
+// count model chunks in pipeline order) and our devices are its ranks.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pipestudio/planner/Export.hpp"
+
+namespace pipestudio {
+namespace {
+
+constexpr std::size_t kMaxCsvBytes = std::size_t{256} << 20;  // 256 MiB: far above 200k actions
+constexpr std::size_t kMaxReportedErrors = 20;
+constexpr int kMaxInferredStages = 1 << 16;
+
+std::string torchAction(int stage, OpKind kind, int microbatch) {
+  char type = 'F';
+  switch (kind) {
+    case OpKind::F: type = 'F'; break;
+    case OpKind::B: type = 'I'; break;
+    case OpKind::W: type = 'W'; break;
+    case OpKind::BW: type = 'B'; break;
+    default: break;
+  }
+  return std::to_string(stage) + type + std::to_string(microbatch);
+}
+
+std::string describe(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return "forward";
+    case OpKind::B: return "input gradient";
+    case OpKind::W: return "weight gradient";
+    case OpKind::BW: return "fused backward";
+    default: return std::string(opKindName(kind));
+  }
+}
+
+struct Cell {
+  std::string_view text;
+  std::size_t column = 1;  // 1-based byte column of the cell's first character
+};
+
+// Splits one CSV line into cells. PyTorch's csv.writer never quotes actions, but a hand-edited
+// file may (spreadsheets do): a quoted cell is unquoted, "" inside it is a quote.
+std::vector<Cell> splitCells(std::string_view line, std::string& scratch, std::vector<std::string>& owned) {
+  std::vector<Cell> cells;
+  std::size_t i = 0;
+  while (i <= line.size()) {
+    const std::size_t start = i;
+    std::size_t lead = i;
+    while (lead < line.size() && (line[lead] == ' ' || line[lead] == '\t')) ++lead;
+    if (lead < line.size() && line[lead] == '"') {
+      scratch.clear();
+      std::size_t j = lead + 1;
+      while (j < line.size()) {
+        if (line[j] == '"') {
+          if (j + 1 < line.size() && line[j + 1] == '"') {
+            scratch.push_back('"');
+            j += 2;
+            continue;
+          }
+          break;
+        }
+        scratch.push_back(line[j++]);
+      }
+      owned.push_back(scratch);
+      std::size_t end = j < line.size() ? j + 1 : j;
+      while (end < line.size() && line[end] != ',') ++end;
+      cells.push_back({owned.back(), lead + 2});
+      i = end + 1;
+      if (end >= line.size()) break;
+      continue;
+    }
+    std::size_t end = line.find(',', start);
+    if (end == std::string_view::npos) end = line.size();
+    cells.push_back({line.substr(start, end - start), start + 1});
+    i = end + 1;
+    if (end >= line.size()) break;
+  }
+  return cells;
+}
+
+std::string_view trim(std::string_view s, std::size_t& offset) {
+  offset = 0;
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+    ++offset;
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+struct ParsedAction {
+  int stage = 0;
+  OpKind kind = OpKind::F;
+  int microbatch = 0;
+};
+
+// `<digits><type><digits>`; returns an explanation on failure.
+std::optional<std::string> parseAction(std::string_view s, ParsedAction& out) {
+  std::size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  if (i == 0) return "expected an action such as 0F0, 1I3, 2W1 or 1B0 (stage, type F/I/W/B, microbatch)";
+  if (i > 9) return "stage index too large";
+  std::from_chars(s.data(), s.data() + i, out.stage);
+  std::size_t j = i;
+  while (j < s.size() && !(s[j] >= '0' && s[j] <= '9')) ++j;
+  const std::string_view type = s.substr(i, j - i);
+  if (type == "F") {
+    out.kind = OpKind::F;
+  } else if (type == "I") {
+    out.kind = OpKind::B;
+  } else if (type == "W") {
+    out.kind = OpKind::W;
+  } else if (type == "B") {
+    out.kind = OpKind::BW;
+  } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" ||
+             type == "RECV_F" || type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
+    return "'" + std::string(type) + "' is not a compute action (expected the compute-only format: F, I, W or B)";
+  } else {
+    return "unknown action type '" + std::string(type) + "' (expected F, I, W or B)";
+  }
+  const std::string_view mb = s.substr(j);
+  if (mb.empty()) return "missing microbatch index after '" + std::string(type) + "'";
+  if (mb.size() > 9) return "microbatch index too large";
+  for (char c : mb) {
+    if (c < '0' || c > '9') return "unexpected characters after the microbatch index";
+  }
+  std::from_chars(mb.data(), mb.data() + mb.size(), out.microbatch);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Expected<std::string> scheduleCsv(const Plan& plan) {
+  const int devices = std::max(0, plan.config.devices);
+  std::vector<std::string> rows(static_cast<std::size_t>(devices));
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (op.device < 0 || op.device >= devices) {
+      return Error{"/ops/" + std::to_string(i) + ": device " + std::to_string(op.device) + " out of range"};
+    }
+    if (op.kind != OpKind::F && op.kind != OpKind::B && op.kind != OpKind::W && op.kind != OpKind::BW) {
+      return Error{"/ops/" + std::to_string(i) + ": a " + std::string(opKindName(op.kind)) +
+                   " op has no torch.distributed.pipelining compute action (the CSV holds F, I, W and B only)"};
+    }
+    if (op.samples > 0) {
+      return Error{"/ops/" + std::to_string(i) + ": partial-batch ops cannot be written as CSV actions"};
+    }
+    std::string& row = rows[static_cast<std::size_t>(op.device)];
+    if (!row.empty()) row += ',';
+    row += torchAction(op.virtualStage, op.kind, op.microbatch);
+  }
+  std::string out;
+  for (const std::string& row : rows) {
+    out += row;
+    out += "\r\n";  // Python's csv.writer default line terminator
+  }
+  return out;
+}
+
+Status writeScheduleCsv(const std::string& path, const Plan& plan) {
+  auto text = scheduleCsv(plan);
+  if (!text) return Error{path + ": " + text.message()};
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Error{path + ": cannot open for writing"};
+  out << *text;
+  if (!out) return Error{path + ": write error"};
+  return {};
+}
+
+Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvScheduleShape& shape,
+                                            const std::string& source) {
+  std::vector<std::string> errors;
+  bool truncated = false;
+  auto fail = [&](std::size_t line, std::size_t column, const std::string& what) {
+    if (errors.size() >= kMaxReportedErrors) {
+      truncated = true;
+      return;
+    }
+    errors.push_back(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
+  };
+  if (shape.devices <= 0) return Error{source + ": the plan has no devices"};
+  if (shape.microbatches <= 0) return Error{source + ": the plan has no microbatches"};
+  const bool inferPlacement = shape.virtualStages.empty();
+  const int stageLimit = inferPlacement ? kMaxInferredStages : static_cast<int>(shape.virtualStages.size());
+
+  // stage → device (given, or the first row naming it); op kinds seen per stage.
+  std::vector<int> stageDevice;
+  if (!inferPlacement) {
+    for (const VirtualStage& vs : shape.virtualStages) stageDevice.push_back(vs.device);
+  }
+  struct Seen {
+    std::size_t line = 0;
+    std::size_t column = 0;
+  };
+  // seen[stage][kind][mb] — allocated lazily per stage (hostile stage indices cost nothing).
+  std::vector<std::vector<std::vector<Seen>>> seen;
+  auto seenOf = [&](int stage) -> std::vector<std::vector<Seen>>& {
+    if (static_cast<int>(seen.size()) <= stage) seen.resize(static_cast<std::size_t>(stage) + 1);
+    auto& s = seen[static_cast<std::size_t>(stage)];
+    if (s.empty()) s.assign(kOpKindCount, std::vector<Seen>(static_cast<std::size_t>(shape.microbatches)));
+    return s;
+  };
+  std::vector<std::size_t> rowLine(static_cast<std::size_t>(shape.devices), 0);
+  std::vector<std::size_t> rowEnd(static_cast<std::size_t>(shape.devices), 1);
+
+  ScheduleSkeleton skeleton;
+  skeleton.devices.assign(static_cast<std::size_t>(shape.devices), {});
+  std::size_t lineNo = 0;
+  int row = 0;
+  std::size_t pos = 0;
+  std::string scratch;
+  std::vector<std::string> owned;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++lineNo;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (row >= shape.devices) {
+      // Trailing blank lines are harmless; a row of actions for a device that does not exist is not.
+      if (line.find_first_not_of(" \t,") != std::string_view::npos) {
+        fail(lineNo, 1,
+             "row " + std::to_string(row) + " has actions but the plan has only " + std::to_string(shape.devices) +
+                 " device(s) (expected one row per device)");
+      }
+      ++row;
+      continue;
+    }
+    rowLine[static_cast<std::size_t>(row)] = lineNo;
+    rowEnd[static_cast<std::size_t>(row)] = line.size() + 1;
+    owned.clear();
+    for (const Cell& cell : splitCells(line, scratch, owned)) {
+      std::size_t lead = 0;
+      const std::string_view action = trim(cell.text, lead);
+      if (action.empty() || action == "None") continue;  // an idle step
+      const std::size_t column = cell.column + lead;
+      ParsedAction a;
+      if (auto why = parseAction(action, a)) {
+        fail(lineNo, column, "'" + std::string(action) + "': " + *why);
+        continue;
+      }
+      if (a.stage >= stageLimit) {
+        fail(lineNo, column,
+             "'" + std::string(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
+                 std::to_string(stageLimit - 1) + ")");
+        continue;
+      }
+      if (a.microbatch >= shape.microbatches) {
+        fail(lineNo, column,
+             "'" + std::string(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
+                 std::to_string(shape.microbatches - 1) + ")");
+        continue;
+      }
+      if (static_cast<int>(stageDevice.size()) <= a.stage) stageDevice.resize(static_cast<std::size_t>(a.stage) + 1, -1);
+      int& device = stageDevice[static_cast<std::size_t>(a.stage)];
+      if (device < 0) device = row;
+      if (device != row) {
+        fail(lineNo, column,
+             "'" + std::string(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
+                 std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
+        continue;
+      }
+      Seen& s = seenOf(a.stage)[static_cast<std::size_t>(a.kind)][static_cast<std::size_t>(a.microbatch)];
+      if (s.line != 0) {
+        fail(lineNo, column,
+             "'" + std::string(action) + "': duplicated op (first at line " + std::to_string(s.line) + ", column " +
+                 std::to_string(s.column) + ")");
+        continue;
+      }
+      s = {lineNo, column};
+      skeleton.devices[static_cast<std::size_t>(row)].push_back({a.stage, a.kind, a.microbatch, 0});
+    }
+    ++row;
+  }
+
+  // Completeness: every stage, every microbatch: F and either B (fused) or I and W.
+  const int stages = static_cast<int>(stageDevice.size());
+  for (int stage = 0; stage < stages; ++stage) {
+    const int device = stageDevice[static_cast<std::size_t>(stage)];
+    if (device < 0 || device >= shape.devices) {
+      fail(lineNo + 1, 1,
+           "stage " + std::to_string(stage) + " never appears (expected its actions on one row; stages are numbered "
+                                              "0.." + std::to_string(stages - 1) + ")");
+      continue;
+    }
+    const auto& s = seenOf(stage);
+    const auto any = [&](OpKind k) {
+      const auto& v = s[static_cast<std::size_t>(k)];
+      return std::any_of(v.begin(), v.end(), [](const Seen& x) { return x.line != 0; });
+    };
+    const bool fused = any(OpKind::BW);
+    const bool split = any(OpKind::B) || any(OpKind::W);
+    const std::size_t line = rowLine[static_cast<std::size_t>(device)] ? rowLine[static_cast<std::size_t>(device)]
+                                                                       : lineNo + 1;
+    const std::size_t column = rowEnd[static_cast<std::size_t>(device)];
+    if (fused && split) {
+      fail(line, column,
+           "stage " + std::to_string(stage) + " mixes fused backward (B) with split backward (I/W) (expected one form "
+                                              "per stage)");
+      continue;
+    }
+    std::vector<OpKind> needed{OpKind::F};
+    if (fused) {
+      needed.push_back(OpKind::BW);
+    } else {
+      needed.push_back(OpKind::B);
+      needed.push_back(OpKind::W);
+    }
+    for (OpKind k : needed) {
+      for (int mb = 0; mb < shape.microbatches; ++mb) {
+        if (s[static_cast<std::size_t>(k)][static_cast<std::size_t>(mb)].line == 0) {
+          fail(line, column,
+               "missing op " + torchAction(stage, k, mb) + " (" + describe(k) + " of microbatch " + std::to_string(mb) +
+                   " on stage " + std::to_string(stage) + ", device " + std::to_string(device) + ")");
+        }
+      }
+    }
+  }
+  if (!errors.empty()) {
+    std::string message;
+    for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
+    if (truncated) message += "\n(further problems not shown)";
+    return Error{message};
+  }
+
+  if (inferPlacement) {
+    std::vector<int> chunks(static_cast<std::size_t>(shape.devices), 0);
+    for (int stage = 0; stage < stages; ++stage) {
+      VirtualStage vs;
+      vs.id = stage;
+      vs.device = stageDevice[static_cast<std::size_t>(stage)];
+      vs.chunk = chunks[static_cast<std::size_t>(vs.device)]++;
+      skeleton.virtualStages.push_back(vs);
+    }
+  } else {
+    skeleton.virtualStages = shape.virtualStages;
+  }
+  return skeleton;
+}
+
+Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return Error{path + ": cannot read: " + ec.message()};
+  if (size > kMaxCsvBytes) {
+    return Error{path + ": file of " + std::to_string(size) + " bytes is larger than the " +
+                 std::to_string(kMaxCsvBytes) + "-byte limit for schedule CSV"};
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot open"};
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return parseScheduleCsv(buffer.str(), shape, path);
+}
+
+Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const std::string& source) {
+  CsvScheduleShape shape;
+  shape.devices = base.config.devices;
+  shape.microbatches = base.config.microbatches;
+  shape.virtualStages = base.virtualStages;
+  if (shape.virtualStages.empty()) return Error{source + ": the plan has no virtual stages to place the CSV on"};
+  auto skeleton = parseScheduleCsv(text, shape, source);
+  if (!skeleton) return skeleton.error();
+  PlanRequest request{base.model, base.cluster, base.config};
+  request.config.schedule = "custom";
+  auto plan = simulate(request, *skeleton);
+  if (!plan) return Error{source + ": " + plan.message()};
+  return plan;
+}
+
+}  // namespace pipestudio

@@ -1,0 +1,217 @@
+// zb-auto: validity (every op once, dependencies, memory limit), quality against the lower
+// bound, the published greedy heuristic and the ILP optimum on small instances, bad input.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "pipestudio/planner/AutoSchedule.hpp"
+
+namespace pipestudio {
+namespace {
+
+constexpr std::int64_t kMiBytes = 1 << 20;
+
+// One stage per device (or a V placement with two), per-stage costs drawn at random.
+ScheduleInput randomInput(int devices, int microbatches, unsigned seed, bool vShape = false, double sendMs = 0.1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> ms(0.5, 2.0);
+  ScheduleInput in;
+  const int chunks = vShape ? 2 : 1;
+  in.shape = {devices, microbatches, chunks};
+  const int stages = devices * chunks;
+  for (int s = 0; s < stages; ++s) {
+    VirtualStage vs;
+    vs.id = s;
+    vs.device = s < devices ? s : 2 * devices - 1 - s;
+    vs.chunk = s < devices ? 0 : 1;
+    in.virtualStages.push_back(vs);
+    StageEstimate e;
+    e.forwardMs = ms(rng);
+    e.backwardInputMs = ms(rng);
+    e.backwardWeightMs = ms(rng);
+    e.activationBytes = 8 * kMiBytes;
+    e.weightGradBytes = 3 * kMiBytes;
+    in.stages.push_back(e);
+  }
+  for (int s = 0; s + 1 < stages; ++s) {
+    const bool crossDevice = in.virtualStages[static_cast<std::size_t>(s)].device != in.virtualStages[static_cast<std::size_t>(s + 1)].device;
+    in.stages[static_cast<std::size_t>(s)].sendMs = crossDevice ? sendMs : 0.0;
+  }
+  in.staticBytes.assign(static_cast<std::size_t>(devices), 100 * kMiBytes);
+  return in;
+}
+
+ScheduleInput equalInput(int devices, int microbatches) {
+  ScheduleInput in = randomInput(devices, microbatches, 1, false, 0.0);
+  for (StageEstimate& e : in.stages) {
+    e.forwardMs = e.backwardInputMs = e.backwardWeightMs = 1.0;
+    e.sendMs = 0;
+  }
+  return in;
+}
+
+// Every op exactly once on its stage's device, per-stage in microbatch order, and the order
+// times without deadlock (so every dependency can be met).
+void expectValid(const ScheduleInput& in, const ScheduleSkeleton& sk) {
+  ASSERT_EQ(sk.devices.size(), static_cast<std::size_t>(in.shape.devices));
+  std::set<std::tuple<int, int, int>> seen;
+  for (std::size_t d = 0; d < sk.devices.size(); ++d) {
+    for (const OrderedOp& o : sk.devices[d]) {
+      ASSERT_GE(o.virtualStage, 0);
+      ASSERT_LT(o.virtualStage, static_cast<int>(in.virtualStages.size()));
+      EXPECT_EQ(in.virtualStages[static_cast<std::size_t>(o.virtualStage)].device, static_cast<int>(d));
+      EXPECT_TRUE(o.kind == OpKind::F || o.kind == OpKind::B || o.kind == OpKind::W);
+      EXPECT_TRUE(seen.insert({o.virtualStage, static_cast<int>(o.kind), o.microbatch}).second) << "duplicate op";
+    }
+  }
+  EXPECT_EQ(seen.size(), in.virtualStages.size() * 3 * static_cast<std::size_t>(in.shape.microbatches));
+  // Same-device dependencies in order: W after its B, B after its F.
+  for (const auto& ops : sk.devices) {
+    std::set<std::tuple<int, int, int>> done;
+    for (const OrderedOp& o : ops) {
+      if (o.kind == OpKind::W) {
+        EXPECT_TRUE(done.count({o.virtualStage, static_cast<int>(OpKind::B), o.microbatch}));
+      }
+      if (o.kind == OpKind::B) {
+        EXPECT_TRUE(done.count({o.virtualStage, static_cast<int>(OpKind::F), o.microbatch}));
+      }
+      done.insert({o.virtualStage, static_cast<int>(o.kind), o.microbatch});
+    }
+  }
+  auto timing = timeAutoOrder(in, sk);
+  ASSERT_TRUE(timing) << timing.message();
+}
+
+TEST(AutoSchedule, RandomInstancesAreValidAndRespectTheMemoryLimit) {
+  for (unsigned seed = 1; seed <= 12; ++seed) {
+    const int p = 2 + static_cast<int>(seed % 5);
+    const int m = p + static_cast<int>(seed % 7);
+    ScheduleInput in = randomInput(p, m, seed, seed % 3 == 0);
+    // Room for static memory plus 2–4 microbatches of activations per stage.
+    const std::int64_t perMb = in.shape.chunksPerDevice * 8 * kMiBytes;
+    in.memoryLimitBytes = 100 * kMiBytes + perMb * (2 + seed % 3);
+    auto r = autoSchedule(in);
+    ASSERT_TRUE(r) << r.message();
+    expectValid(in, r->skeleton);
+    for (std::int64_t peak : r->report.peakBytes) EXPECT_LE(peak, *in.memoryLimitBytes) << "seed " << seed;
+    auto timing = timeAutoOrder(in, r->skeleton);
+    ASSERT_TRUE(timing);
+    EXPECT_DOUBLE_EQ(timing->makespanMs, r->report.makespanMs);
+    EXPECT_GE(r->report.makespanMs, r->report.lowerBoundMs - 1e-9);
+    EXPECT_GE(r->report.lowerBoundMs, r->report.busiestDeviceWorkMs);
+    // The portfolio holds the published heuristic, so it is never worse than it.
+    EXPECT_LE(r->report.makespanMs, r->report.paperGreedyMakespanMs + 1e-9);
+  }
+}
+
+TEST(AutoSchedule, TightestLimitRunsOneMicrobatchAtATime) {
+  ScheduleInput in = randomInput(3, 4, 5);
+  in.memoryLimitBytes = 100 * kMiBytes + 8 * kMiBytes;
+  auto r = autoSchedule(in);
+  ASSERT_TRUE(r) << r.message();
+  expectValid(in, r->skeleton);
+  for (std::int64_t peak : r->report.peakBytes) EXPECT_LE(peak, *in.memoryLimitBytes);
+}
+
+TEST(AutoSchedule, EqualStagesWithEnoughMemoryReachZeroBubble) {
+  // F = B = W, free transfers, 2p activations allowed: ZB-H2's setting, where the steady state
+  // has no bubble; only the warm-up/cool-down offset (p−1)·F remains above the busiest work.
+  const int p = 4, m = 16;
+  ScheduleInput in = equalInput(p, m);
+  in.memoryLimitBytes = 100 * kMiBytes + 2 * p * 8 * kMiBytes;
+  auto r = autoSchedule(in);
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_DOUBLE_EQ(r->report.busiestDeviceWorkMs, 3.0 * m);
+  EXPECT_LE(r->report.makespanMs, 3.0 * m + (p - 1) * 1.0 + 1e-9);
+}
+
+TEST(AutoSchedule, MemoryLimitBelowOneMicrobatchSaysTheMinimum) {
+  ScheduleInput in = randomInput(4, 8, 3);
+  in.memoryLimitBytes = 100 * kMiBytes + 4 * kMiBytes;
+  auto r = autoSchedule(in);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("below one microbatch"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("needs at least"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find(std::to_string(108 * kMiBytes) + " bytes"), std::string::npos) << r.message();
+}
+
+TEST(AutoSchedule, BadInputIsAnError) {
+  ScheduleInput in = randomInput(2, 2, 1);
+  in.stages.pop_back();
+  EXPECT_FALSE(autoSchedule(in));
+  ScheduleInput two = randomInput(2, 2, 1);
+  two.virtualStages[1].pipeline = 1;
+  EXPECT_FALSE(autoSchedule(two));
+  ScheduleInput empty = randomInput(2, 2, 1);
+  empty.virtualStages[1].device = 0;  // device 1 holds nothing
+  EXPECT_FALSE(autoSchedule(empty));
+}
+
+TEST(AutoSchedule, TimingRejectsBrokenOrders) {
+  ScheduleInput in = randomInput(2, 2, 1);
+  auto r = autoSchedule(in);
+  ASSERT_TRUE(r);
+  ScheduleSkeleton missing = r->skeleton;
+  missing.devices[0].pop_back();
+  EXPECT_FALSE(timeAutoOrder(in, missing));
+  ScheduleSkeleton deadlock = r->skeleton;
+  std::reverse(deadlock.devices[1].begin(), deadlock.devices[1].end());
+  auto t = timeAutoOrder(in, deadlock);
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.message().find("deadlock"), std::string::npos);
+}
+
+TEST(AutoScheduleExact, TooLargeOrUnavailableIsReported) {
+  ScheduleInput in = randomInput(5, 10, 2);
+  AutoScheduleOptions options;
+  options.exact = true;
+  auto r = autoSchedule(in, options);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->report.exactStatus, exactSchedulingAvailable() ? ExactStatus::TooLarge : ExactStatus::Unavailable);
+}
+
+// The heuristic against the ILP optimum on small instances with a binding memory limit.
+// Measured worst gap over these instances is recorded in the assertion's bound.
+TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
+  if (!exactSchedulingAvailable()) GTEST_SKIP() << "built without CBC";
+  struct Case {
+    int p;
+    int m;
+    unsigned seed;
+    int mbsOfMemory;
+  };
+  const Case cases[] = {{2, 4, 11, 2}, {3, 4, 12, 2}, {3, 6, 13, 3}, {4, 4, 14, 2}, {4, 6, 15, 3}, {2, 8, 16, 2}};
+  double worstGap = 0;
+  int proven = 0;
+  for (const Case& c : cases) {
+    ScheduleInput in = randomInput(c.p, c.m, c.seed);
+    in.memoryLimitBytes = 100 * kMiBytes + c.mbsOfMemory * 8 * kMiBytes;
+    auto heuristic = autoSchedule(in);
+    ASSERT_TRUE(heuristic) << heuristic.message();
+    AutoScheduleOptions options;
+    options.exact = true;
+    options.exactTimeLimitS = 20;
+    auto exact = autoSchedule(in, options);
+    ASSERT_TRUE(exact) << exact.message();
+    const AutoScheduleReport& rep = exact->report;
+    ASSERT_TRUE(rep.exactStatus == ExactStatus::Optimal || rep.exactStatus == ExactStatus::TimeLimit)
+        << exactStatusName(rep.exactStatus) << ": " << rep.exactMessage;
+    expectValid(in, exact->skeleton);
+    for (std::int64_t peak : rep.peakBytes) EXPECT_LE(peak, *in.memoryLimitBytes);
+    // The ILP's bound never exceeds what the heuristic found (it started from it).
+    EXPECT_LE(rep.exactBoundMs, heuristic->report.makespanMs + 1e-6);
+    if (rep.exactStatus == ExactStatus::Optimal) ++proven;
+    const double gap = heuristic->report.makespanMs / rep.exactBoundMs - 1.0;
+    worstGap = std::max(worstGap, gap);
+    std::printf("p=%d m=%d: heuristic %.3f ms, paper greedy %.3f ms, ILP %.3f ms (bound %.3f, %s, %.1f s), gap %.2f%%\n",
+                c.p, c.m, heuristic->report.makespanMs, heuristic->report.paperGreedyMakespanMs, rep.exactMakespanMs,
+                rep.exactBoundMs, std::string(exactStatusName(rep.exactStatus)).c_str(), rep.exactSeconds, 100 * gap);
+  }
+  EXPECT_GE(proven, 4);
+  EXPECT_LE(worstGap, 0.10);
+}
+
+}  // namespace
+}  // namespace pipestudio

@@ -1,0 +1,197 @@
+// Schedule CSV (torch.distributed.pipelining compute-only format): export, parse, hostile input,
+// and the import round trip through the simulator.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "pipestudio/planner/Export.hpp"
+
+namespace pipestudio {
+namespace {
+
+// Two devices, one stage each, two microbatches, split backward (ZB-H1-like order).
+Plan smallPlan() {
+  Plan plan;
+  plan.config.schedule = "zb-h1";
+  plan.config.devices = 2;
+  plan.config.microbatches = 2;
+  plan.virtualStages = {{0, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 1, 1, 0}};
+  const int order0[][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 2, 0}, {0, 1, 1}, {0, 2, 1}};
+  const int order1[][3] = {{1, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 0}, {1, 2, 1}};
+  const OpKind kinds[] = {OpKind::F, OpKind::B, OpKind::W};
+  double t = 0;
+  for (const auto& o : order0) {
+    plan.ops.push_back({0, o[0], kinds[o[1]], o[2], t, t + 1, 0});
+    t += 1;
+  }
+  t = 1;
+  for (const auto& o : order1) {
+    plan.ops.push_back({1, o[0], kinds[o[1]], o[2], t, t + 1, 0});
+    t += 1;
+  }
+  return plan;
+}
+
+CsvScheduleShape shapeOf(const Plan& plan) {
+  return {plan.config.devices, plan.config.microbatches, plan.virtualStages};
+}
+
+std::string errorOf(std::string_view csv, const CsvScheduleShape& shape) {
+  auto parsed = parseScheduleCsv(csv, shape, "s.csv");
+  EXPECT_FALSE(parsed.hasValue()) << csv;
+  return parsed ? std::string() : parsed.message();
+}
+
+TEST(ScheduleCsv, ExportsOneRowPerDeviceInTorchActionSyntax) {
+  auto csv = scheduleCsv(smallPlan());
+  ASSERT_TRUE(csv) << csv.message();
+  EXPECT_EQ(*csv, "0F0,0F1,0I0,0W0,0I1,0W1\r\n1F0,1I0,1F1,1I1,1W0,1W1\r\n");
+}
+
+TEST(ScheduleCsv, FusedBackwardIsTorchB) {
+  Plan plan = smallPlan();
+  for (Op& op : plan.ops) {
+    if (op.kind == OpKind::B) op.kind = OpKind::BW;
+  }
+  std::erase_if(plan.ops, [](const Op& op) { return op.kind == OpKind::W; });
+  auto csv = scheduleCsv(plan);
+  ASSERT_TRUE(csv);
+  EXPECT_EQ(*csv, "0F0,0F1,0B0,0B1\r\n1F0,1B0,1F1,1B1\r\n");
+  auto parsed = parseScheduleCsv(*csv, shapeOf(plan));
+  ASSERT_TRUE(parsed) << parsed.message();
+  EXPECT_EQ(parsed->devices[1][1].kind, OpKind::BW);
+}
+
+TEST(ScheduleCsv, ParseGivesBackTheSameOrder) {
+  const Plan plan = smallPlan();
+  auto csv = scheduleCsv(plan);
+  ASSERT_TRUE(csv);
+  auto parsed = parseScheduleCsv(*csv, shapeOf(plan));
+  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_EQ(parsed->devices.size(), 2u);
+  std::size_t i = 0;
+  for (int d = 0; d < 2; ++d) {
+    for (const OrderedOp& o : parsed->devices[static_cast<std::size_t>(d)]) {
+      const Op& op = plan.ops[i++];
+      EXPECT_EQ(op.device, d);
+      EXPECT_EQ(o.virtualStage, op.virtualStage);
+      EXPECT_EQ(o.kind, op.kind);
+      EXPECT_EQ(o.microbatch, op.microbatch);
+    }
+  }
+  EXPECT_EQ(i, plan.ops.size());
+}
+
+TEST(ScheduleCsv, ToleratesIdleStepsQuotesSpacesAndLf) {
+  const Plan plan = smallPlan();
+  const std::string csv = "0F0,,0F1, 0I0 ,\"0W0\",0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n\n";
+  auto parsed = parseScheduleCsv(csv, shapeOf(plan));
+  ASSERT_TRUE(parsed) << parsed.message();
+  EXPECT_EQ(parsed->devices[0].size(), 6u);
+  EXPECT_EQ(parsed->devices[0][3].kind, OpKind::W);
+}
+
+TEST(ScheduleCsv, InfersPlacementWithoutAPlan) {
+  CsvScheduleShape shape{2, 1, {}};
+  auto parsed = parseScheduleCsv("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n", shape);
+  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_EQ(parsed->virtualStages.size(), 4u);
+  EXPECT_EQ(parsed->virtualStages[3].device, 0);
+  EXPECT_EQ(parsed->virtualStages[3].chunk, 1);
+  EXPECT_EQ(parsed->virtualStages[2].device, 1);
+}
+
+TEST(ScheduleCsvHostile, UnknownActionNamesLineAndColumn) {
+  const auto shape = shapeOf(smallPlan());
+  const std::string e = errorOf("0F0,0F1,0X0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n", shape);
+  EXPECT_NE(e.find("s.csv:1:9:"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown action type 'X'"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, CommunicationActionsAreNotComputeOnly) {
+  const std::string e = errorOf("0F0,0SEND_F0\n", {1, 1, {}});
+  EXPECT_NE(e.find("s.csv:1:5:"), std::string::npos) << e;
+  EXPECT_NE(e.find("compute-only"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, MissingOp) {
+  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1\n1F0,1I0,1F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
+  EXPECT_NE(e.find("s.csv:1:"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing op 0W1"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, DuplicatedOp) {
+  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1,0W1,0F1\n1F0,1I0,1F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
+  EXPECT_NE(e.find("s.csv:1:25:"), std::string::npos) << e;
+  EXPECT_NE(e.find("duplicated op (first at line 1, column 5)"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, StageOnTheWrongDevice) {
+  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,0F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
+  EXPECT_NE(e.find("s.csv:2:9:"), std::string::npos) << e;
+  EXPECT_NE(e.find("stage 0 is placed on device 0, not on device 1"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, StageAndMicrobatchOutOfRange) {
+  const auto shape = shapeOf(smallPlan());
+  EXPECT_NE(errorOf("0F0,0F1,7I0\n", shape).find("stage 7 does not exist (expected 0..1)"), std::string::npos);
+  EXPECT_NE(errorOf("0F0,0F9,0I0\n", shape).find("microbatch 9 out of range (expected 0..1)"), std::string::npos);
+  EXPECT_NE(errorOf("0F99999999999\n", shape).find("too large"), std::string::npos);
+  EXPECT_NE(errorOf("0F\n", shape).find("missing microbatch"), std::string::npos);
+  EXPECT_NE(errorOf("F0\n", shape).find("expected an action"), std::string::npos);
+  EXPECT_NE(errorOf("0F0x\n", shape).find("unexpected characters"), std::string::npos);
+}
+
+TEST(ScheduleCsvHostile, TooManyRows) {
+  const std::string e =
+      errorOf("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n2F0\n", shapeOf(smallPlan()));
+  EXPECT_NE(e.find("s.csv:3:1:"), std::string::npos) << e;
+  EXPECT_NE(e.find("only 2 device(s)"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, MixingFusedAndSplitBackward) {
+  const std::string e = errorOf("0F0,0F1,0B0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
+  EXPECT_NE(e.find("mixes fused backward"), std::string::npos) << e;
+}
+
+TEST(ScheduleCsvHostile, EmptyAndGarbageInput) {
+  const auto shape = shapeOf(smallPlan());
+  EXPECT_NE(errorOf("", shape).find("missing op 0F0"), std::string::npos);
+  EXPECT_FALSE(parseScheduleCsv(std::string("\0\xff\xfe,,\"", 6), shape).hasValue());
+  EXPECT_FALSE(parseScheduleCsv("\"0F0", shape).hasValue());
+  // Many problems: the report is bounded.
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += "zz,";
+  const std::string e = errorOf(many, shape);
+  EXPECT_NE(e.find("further problems not shown"), std::string::npos);
+  EXPECT_LT(e.size(), 4000u);
+}
+
+TEST(ScheduleCsvHostile, ExportRefusesOpsTorchCannotExpress) {
+  Plan plan = smallPlan();
+  plan.ops.push_back({0, 0, OpKind::N, 0, 10, 11, 0});
+  auto csv = scheduleCsv(plan);
+  ASSERT_FALSE(csv);
+  EXPECT_NE(csv.message().find("/ops/12"), std::string::npos) << csv.message();
+}
+
+TEST(ScheduleCsvHostile, MissingFileIsAnError) {
+  auto r = loadScheduleCsv("/nonexistent/dir/s.csv", shapeOf(smallPlan()));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("/nonexistent/dir/s.csv"), std::string::npos);
+}
+
+TEST(ScheduleCsv, WriteAndLoadFile) {
+  const Plan plan = smallPlan();
+  const auto path = std::filesystem::temp_directory_path() / "pipestudio-csv-test.csv";
+  ASSERT_TRUE(writeScheduleCsv(path.string(), plan));
+  auto parsed = loadScheduleCsv(path.string(), shapeOf(plan));
+  ASSERT_TRUE(parsed) << parsed.message();
+  EXPECT_EQ(parsed->devices[0].size(), 6u);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace pipestudio
