@@ -1,0 +1,65 @@
+#pragma once
+/// \file Table models over plan metrics: per-device busy/idle/peak of one plan, and the diff of
+/// two plans (baseline vs current) that the compare view and the metrics panel show.
+
+#include <memory>
+
+#include <QAbstractTableModel>
+
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::viz {
+
+/// One row per device: busy, idle (span − busy), bubble share of the span, peak memory,
+/// peak activations. Metrics come from the plan (computeMetrics when the plan has none).
+class MetricsModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Device, BusyMs, IdleMs, BubblePercent, PeakMemory, PeakActivations, ColumnCount };
+  explicit MetricsModel(QObject* parent = nullptr);
+  void setPlan(std::shared_ptr<const Plan> plan);
+  const Metrics& metrics() const { return m_metrics; }
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  Metrics m_metrics;
+};
+
+/// Baseline vs current: rows for makespan, bubble ratio, throughput, peak memory, then per
+/// device busy, idle and peak memory; columns baseline, current, delta.
+class CompareModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Quantity, Baseline, Current, Delta, ColumnCount };
+  explicit CompareModel(QObject* parent = nullptr);
+  void setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current);
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+  enum class Unit { Ms, Ratio, Bytes, Throughput };
+  struct Row {
+    QString name;
+    Unit unit = Unit::Ms;
+    double baseline = 0;
+    double current = 0;
+    bool hasBaseline = false;
+    bool hasCurrent = false;
+    bool lowerIsBetter = true;
+  };
+  const std::vector<Row>& rows() const { return m_rows; }
+
+ private:
+  std::vector<Row> m_rows;
+};
+
+/// Metrics of a plan: stored ones when present, else computed (DESIGN.md §2 definitions).
+Metrics metricsOf(const Plan& plan);
+
+}  // namespace pipestudio::viz

@@ -1,0 +1,137 @@
+#pragma once
+/// \file The timeline's view of a plan: lanes of intervals sorted by start, chunked into blocks
+/// with min/max times, plus the dependency queries (waiting-for, chain, critical path) behind
+/// the hover tooltip and the click highlight. Built once per plan; Qt-free so it can be
+/// tested and benchmarked without a widget.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::viz {
+
+/// Colour slot of an interval: one per op kind plus two for transfers (activations forward,
+/// gradients backward). Each slot has two shades (even / odd microbatch) so neighbouring ops
+/// of one kind stay distinguishable.
+enum class ColourSlot : std::uint8_t { F, B, W, BW, N, S, T, OPT, CommForward, CommBackward };
+inline constexpr int kColourSlotCount = 10;
+inline constexpr int kShadeCount = 2 * kColourSlotCount;
+
+/// Reference to what an interval shows: an op (index into plan.ops) or a transfer.
+struct ItemRef {
+  enum class Kind : std::uint8_t { None, Op, Comm };
+  Kind kind = Kind::None;
+  std::int32_t index = -1;
+  bool valid() const { return kind != Kind::None && index >= 0; }
+  friend bool operator==(const ItemRef&, const ItemRef&) = default;
+};
+
+/// Ops within a lane are grouped into blocks of kBlockSize consecutive intervals; a block keeps
+/// the earliest start and the latest end so draw() and hit tests skip whole blocks.
+struct LaneBlock {
+  double minStartMs = 0;
+  double maxEndMs = 0;
+};
+
+/// One horizontal row of the timeline: the compute ops of a device (or of one pipeline of a
+/// bidirectional schedule on it), or the transfers a device sends.
+struct Lane {
+  int device = 0;
+  bool comm = false;
+  int pipeline = 0;
+  double valueLo = 0;  ///< vertical extent in plot coordinates (device d spans [d, d + 1))
+  double valueHi = 0;
+  std::vector<double> startMs;  ///< sorted ascending
+  std::vector<double> endMs;
+  std::vector<std::uint8_t> shade;  ///< ColourSlot * 2 + (microbatch & 1)
+  std::vector<std::int32_t> microbatch;
+  std::vector<ItemRef> items;
+  std::vector<LaneBlock> blocks;
+  double maxDurationMs = 0;  ///< the cull step-back: an interval starting before the window
+                             ///< by at most this much may still reach into it
+  double firstStartMs = 0;   ///< device span (compute lanes): idle inside it is bubble
+  double lastEndMs = 0;
+  std::size_t size() const { return startMs.size(); }
+  /// First index whose interval can overlap [fromMs, ∞): steps back by maxDurationMs.
+  std::size_t firstVisible(double fromMs) const;
+};
+
+/// Why an op started when it did.
+struct WaitReason {
+  ItemRef waitedFor;      ///< the op whose completion released it (none: it started at 0)
+  bool sameDevice = false;  ///< the device's previous op (compute-bound) vs a data dependency
+  double transferMs = 0;  ///< transfer time between the dependency and this op, if any
+};
+
+class TimelineData {
+ public:
+  static constexpr std::size_t kBlockSize = 256;
+
+  TimelineData() = default;
+  explicit TimelineData(std::shared_ptr<const Plan> plan);
+
+  const Plan* plan() const { return m_plan.get(); }
+  std::shared_ptr<const Plan> planPtr() const { return m_plan; }
+  const std::vector<Lane>& lanes() const { return m_lanes; }
+  int deviceCount() const { return m_devices; }
+  double beginMs() const { return m_beginMs; }
+  double endMs() const { return m_endMs; }
+  bool empty() const { return m_lanes.empty(); }
+
+  /// The interval under (timeMs, value), value in lane coordinates; tolerancePx-free (exact).
+  /// `slackMs` widens every interval on both sides (sub-pixel ops remain clickable).
+  ItemRef hitTest(double timeMs, double value, double slackMs = 0) const;
+  /// Lane index at `value`, or -1.
+  int laneAt(double value) const;
+  /// Start/end of any item.
+  double itemStartMs(ItemRef ref) const;
+  double itemEndMs(ItemRef ref) const;
+  /// Lane and position of an item, for drawing overlays.
+  int laneOf(ItemRef ref) const;
+
+  /// Data-flow predecessors of an op: previous virtual stage's F for F, next stage's B for
+  /// B/BW (the last stage's own F), own B for W; plus the device's previous op.
+  std::vector<int> dataPredecessors(int op) const;
+  int devicePredecessor(int op) const;
+  WaitReason waitReason(int op) const;
+  /// The op's upstream dependency chain (transitively what it waited for by data flow and
+  /// device order, following only the binding predecessor) plus everything downstream of it
+  /// by data flow, as op indices.
+  std::vector<int> dependencyChain(int op) const;
+  /// Critical path of the iteration: from the last-ending op back through binding
+  /// predecessors to the first op (in time order).
+  std::vector<int> criticalPath() const;
+
+  /// Human text for the tooltip (kind, microbatch, virtual stage, layers, times, waiting-for).
+  std::string describe(ItemRef ref) const;
+
+  /// Approximate heap bytes held by this view (bench: view memory).
+  std::size_t memoryBytes() const;
+
+ private:
+  void buildIndex() const;
+  int findOp(int virtualStage, OpKind kind, int microbatch) const;
+
+  std::shared_ptr<const Plan> m_plan;
+  std::vector<Lane> m_lanes;
+  std::vector<int> m_laneOfDevice;        ///< first lane of device d
+  std::vector<std::int32_t> m_opLane;     ///< lane of each op
+  std::vector<std::int32_t> m_opSlot;     ///< position of each op inside its lane
+  std::vector<std::int32_t> m_commLane;
+  std::vector<std::int32_t> m_commSlot;
+  std::vector<std::int32_t> m_prevOnDevice;
+  std::vector<int> m_prevStage;  ///< previous virtual stage in data flow, -1 for the first
+  std::vector<int> m_nextStage;
+  int m_devices = 0;
+  double m_beginMs = 0;
+  double m_endMs = 0;
+  // (virtualStage, kind, microbatch) → op; built on first dependency query.
+  mutable std::vector<std::int32_t> m_opIndex;
+  mutable bool m_indexBuilt = false;
+  int m_maxMicrobatch = 0;
+};
+
+}  // namespace pipestudio::viz
