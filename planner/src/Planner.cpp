@@ -4,9 +4,11 @@
 #include <cmath>
 #include <sstream>
 
+#include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
@@ -22,16 +24,15 @@ std::string knownSchedules() {
 
 // Extension point (partitioners): fills component and layer ranges into the placement.
 Expected<std::vector<VirtualStage>> partitionStages(const PlanRequest& request, std::vector<VirtualStage> placement,
-                                                    const SolveControl& /*control*/) {
+                                                    const SolveControl& control) {
   const std::string& name = request.config.partition;
   if (name == "uniform") return partition::partitionUniform(request.model, std::move(placement));
-  return Error{"partition '" + name + "' is not available (known: uniform)"};
+  return partition::partitionNamed(request, std::move(placement), control);  // part: balanced, dp, diffusionpipe
 }
 
 // Extension point (bubble filling): adds frozen-component N ops to the skeleton.
-Status fillBubbles(const PlanRequest& request, ScheduleSkeleton& /*skeleton*/, const SolveControl& /*control*/) {
-  if (request.config.fill == "none") return {};
-  return Error{"fill '" + request.config.fill + "' is not available (known: none)"};
+Status fillBubbles(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control) {
+  return fillSkeleton(request, skeleton, control);  // part: --fill none|greedy (Fill.hpp)
 }
 
 // A memory limit below what one microbatch needs can never be met by any order.

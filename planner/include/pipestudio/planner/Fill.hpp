@@ -1,0 +1,67 @@
+#pragma once
+/// \file Bubble filling with frozen components (`--fill greedy|none`, DiffusionPipe, Tian et
+/// al., MLSys 2024, §4.3) and the numbers that compare it (FillReport).
+///
+/// Frozen (non-trainable) components run forward only (N ops). Each frozen component is split
+/// into a few layer groups; every (component, microbatch) is computed on one device, group by
+/// group, possibly in partial batches (Op::samples). The plan is one steady-state iteration:
+/// its N ops compute the frozen outputs of the *next* iteration (cross-iteration overlap), so
+/// the backbone never waits for them within the iteration.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio {
+
+/// How one device's idle time was used.
+struct DeviceFill {
+  double bubbleMs = 0;    ///< idle time of the backbone-only iteration on this device
+  double filledMs = 0;    ///< frozen work placed inside those bubbles
+  double overflowMs = 0;  ///< frozen work that ran after the backbone iteration's end
+};
+
+/// Comparison of a filled plan with its baselines (all iteration times in ms).
+struct FillReport {
+  std::string mode;               ///< "greedy" or "none"
+  double backboneOnlyMs = 0;      ///< the pipeline without any frozen work
+  double noFillMs = 0;            ///< `--fill none`: frozen components before the pipeline
+  double iterationMs = 0;         ///< this plan's iteration (makespan)
+  double frozenWorkMs = 0;        ///< Σ N-op durations (the frozen forward work)
+  int frozenSamples = 0;          ///< Σ samples over N ops of each component's first group
+  std::vector<DeviceFill> devices;
+  bool usedNoFillLayout = false;  ///< greedy could not beat `none`, so the plan is `none`'s
+  double speedupOverNoFill = 1;   ///< noFillMs / iterationMs
+  /// Plain data parallelism on the same devices: one whole-model replica per device,
+  /// m·b/p samples each plus a ring all-reduce of the gradients; empty when a replica does
+  /// not fit in GPU memory (dataParallelNote says why).
+  std::optional<double> dataParallelMs;
+  std::string dataParallelNote;
+  double speedupOverDataParallel = 0;  ///< dataParallelMs / iterationMs (0 when no DP)
+};
+
+/// Adds the frozen components' N ops to `skeleton` (a backbone schedule of `request`) as
+/// config.fill says: "greedy" fills the bubbles of the simulated backbone, "none" runs the
+/// frozen work before the pipeline. A model without frozen components is left unchanged.
+/// Frozen work is never dropped: what does not fit runs after the backbone and lengthens the
+/// iteration. `report` (optional) receives the per-device figures of the greedy placement.
+Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control = {},
+                    FillReport* report = nullptr);
+
+/// Solves `request` three ways (backbone only, --fill none, --fill greedy) and compares them
+/// with data parallelism. The returned plan is the request's fill mode.
+struct FilledPlan {
+  Plan plan;
+  FillReport report;
+};
+Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveControl& control = {});
+
+/// Iteration time of plain data parallelism over `devices` replicas (see FillReport), or an
+/// Error saying why a replica does not fit.
+Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSpec& cluster, int devices,
+                                         int microbatches);
+
+}  // namespace pipestudio

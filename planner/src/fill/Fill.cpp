@@ -1,0 +1,639 @@
+// Bubble filling with frozen components (issue 4; DiffusionPipe, Tian et al., MLSys 2024,
+// §4.3 "greedy filling of non-trainable parts", partial batches and cross-iteration overlap).
+//
+// Work unit: one frozen component for one microbatch, computed on one device group by group
+// (a group is a contiguous range of its layers). Keeping a (component, microbatch) on one
+// device means its groups need no transfers and the device order alone carries their
+// dependencies, which is exactly what the simulator re-derives from a plan (a frozen stage
+// chains only to stages that ran the same microbatch).
+#include "pipestudio/planner/Fill.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/CostModel.hpp"
+#include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Simulator.hpp"
+
+namespace pipestudio {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEpsMs = 1e-9;
+// Layer groups per frozen component: finer groups pack bubbles tighter, coarser ones keep the
+// plan small. Four is enough for the encoders of the bundled examples.
+constexpr int kMaxGroups = 4;
+
+struct Group {
+  int component = 0;
+  int firstLayer = 0;
+  int lastLayer = 0;
+  std::vector<double> forwardMs;  // per device, whole microbatch
+  double activationBytes = 0;     // whole microbatch, live while the op runs
+  double weightBytes = 0;         // frozen parameters (bf16), resident on every device that runs it
+};
+
+struct Idle {
+  double startMs = 0;
+  double endMs = kInf;
+  double levelBytes = 0;  // memory in use on the device during this gap (static + live)
+};
+
+struct Piece {
+  int device = 0;
+  int group = 0;  // index into groups
+  int microbatch = 0;
+  int samples = 0;
+  double startMs = 0;
+  double endMs = 0;
+};
+
+double limitOf(const Plan& plan, int device) {
+  if (plan.config.memoryLimitBytes) return static_cast<double>(*plan.config.memoryLimitBytes);
+  const double bytes = static_cast<double>(plan.cluster.gpuOfDevice(device).memoryBytes());
+  return bytes > 0 ? bytes : kInf;
+}
+
+// Frozen components in topological order of `feeds` (the model lists them in data-flow
+// order already; this only guards against a feeder listed after its consumer).
+std::vector<int> frozenOrder(const ModelSpec& model) {
+  std::vector<int> frozen = model.frozenComponents();
+  std::vector<int> out;
+  std::vector<char> placed(model.components.size(), 0);
+  for (std::size_t round = 0; round < frozen.size() && out.size() < frozen.size(); ++round) {
+    for (int c : frozen) {
+      if (placed[static_cast<std::size_t>(c)]) continue;
+      bool ready = true;
+      for (int f : frozen) {
+        if (f == c || placed[static_cast<std::size_t>(f)]) continue;
+        const auto& feeds = model.components[static_cast<std::size_t>(f)].feeds;
+        if (std::find(feeds.begin(), feeds.end(), model.components[static_cast<std::size_t>(c)].name) != feeds.end()) {
+          ready = false;
+        }
+      }
+      if (ready) {
+        placed[static_cast<std::size_t>(c)] = 1;
+        out.push_back(c);
+      }
+    }
+  }
+  for (int c : frozen) {
+    if (!placed[static_cast<std::size_t>(c)]) out.push_back(c);  // a feeds cycle: keep model order
+  }
+  return out;
+}
+
+// The frozen feeder of component c whose device a microbatch must share (first one listed).
+int feederOf(const ModelSpec& model, int c) {
+  for (int f : model.frozenComponents()) {
+    const auto& feeds = model.components[static_cast<std::size_t>(f)].feeds;
+    if (f != c && std::find(feeds.begin(), feeds.end(), model.components[static_cast<std::size_t>(c)].name) != feeds.end()) {
+      return f;
+    }
+  }
+  return -1;
+}
+
+std::vector<Group> makeGroups(const Plan& shell, int component) {
+  const ModelSpec& model = shell.model;
+  const Component& comp = model.components[static_cast<std::size_t>(component)];
+  const int layers = static_cast<int>(comp.layers.size());
+  std::vector<Group> out;
+  if (layers == 0) return out;
+  const int devices = shell.config.devices;
+  std::vector<std::vector<LayerCosts>> costs(static_cast<std::size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    for (const Layer& l : comp.layers) {
+      costs[static_cast<std::size_t>(d)].push_back(
+          layerCosts(l, shell.cluster.gpuOfDevice(d), model.samplesPerMicrobatch, false));
+    }
+  }
+  // Groups of balanced forward time (device 0's GPU): the `balanced` partitioner.
+  const int k = std::min(kMaxGroups, layers);
+  PartitionProblem p;
+  p.layers = layers;
+  p.stages.assign(static_cast<std::size_t>(k), PartitionStage{});
+  p.computeMs.assign(static_cast<std::size_t>(k), std::vector<double>(static_cast<std::size_t>(layers)));
+  p.sendMs.assign(static_cast<std::size_t>(k), std::vector<double>(static_cast<std::size_t>(layers), 0.0));
+  p.activationBytes.assign(static_cast<std::size_t>(layers), 0.0);
+  p.staticBytes.assign(static_cast<std::size_t>(layers), 0.0);
+  for (int s = 0; s < k; ++s) {
+    for (int l = 0; l < layers; ++l) {
+      p.computeMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = costs[0][static_cast<std::size_t>(l)].forwardMs;
+    }
+  }
+  std::vector<int> first;
+  if (auto r = balancedPartition(p)) {
+    first = r->firstLayer;
+  } else {
+    for (int s = 0; s < k; ++s) first.push_back(s * layers / k);
+  }
+  for (int g = 0; g < k; ++g) {
+    Group grp;
+    grp.component = component;
+    grp.firstLayer = first[static_cast<std::size_t>(g)];
+    grp.lastLayer = (g + 1 < k ? first[static_cast<std::size_t>(g) + 1] : layers) - 1;
+    grp.forwardMs.assign(static_cast<std::size_t>(devices), 0.0);
+    for (int l = grp.firstLayer; l <= grp.lastLayer; ++l) {
+      for (int d = 0; d < devices; ++d) {
+        grp.forwardMs[static_cast<std::size_t>(d)] += costs[static_cast<std::size_t>(d)][static_cast<std::size_t>(l)].forwardMs;
+      }
+      const LayerCosts& c = costs[0][static_cast<std::size_t>(l)];
+      // Frozen forward: only one layer's activations are live at a time (no backward keeps
+      // them); the largest layer bounds the op's footprint.
+      grp.activationBytes = std::max(grp.activationBytes, static_cast<double>(c.activationBytes));
+      grp.weightBytes += 2.0 * c.parameterCount();
+    }
+    out.push_back(std::move(grp));
+  }
+  return out;
+}
+
+// Idle gaps of every device in a timed backbone plan, with the memory level during each.
+std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
+  const int devices = plan.config.devices;
+  std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(devices));
+  for (const Op& op : plan.ops) {
+    if (op.device >= 0 && op.device < devices) busy[static_cast<std::size_t>(op.device)].emplace_back(op.startMs, op.endMs);
+  }
+  const MemoryTimeline mem = memoryTimeline(plan);
+  std::vector<std::vector<Idle>> out(static_cast<std::size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    auto& b = busy[static_cast<std::size_t>(d)];
+    std::sort(b.begin(), b.end());
+    const auto& curve = mem.devices[static_cast<std::size_t>(d)];
+    const double staticBytes = static_cast<double>(mem.staticBytes[static_cast<std::size_t>(d)]);
+    auto levelAt = [&](double t) {
+      double level = staticBytes;
+      for (const MemoryPoint& pt : curve) {  // few hundred points per device
+        if (pt.timeMs <= t + kEpsMs) level = static_cast<double>(pt.bytes);
+        else break;
+      }
+      return level;
+    };
+    double cursor = 0;
+    for (const auto& [s, e] : b) {
+      if (s > cursor + kEpsMs) out[static_cast<std::size_t>(d)].push_back({cursor, s, levelAt(cursor)});
+      cursor = std::max(cursor, e);
+    }
+    out[static_cast<std::size_t>(d)].push_back({cursor, kInf, staticBytes});
+  }
+  return out;
+}
+
+// Places `samples` of group g (per-sample time t, per-sample activation a) on a device's gaps
+// from `readyMs` on; carves the gaps; appends pieces. Returns the end of the last piece, or
+// +inf when memory never allows one sample.
+double placeGroup(std::vector<Idle>& gaps, double readyMs, int samples, double perSampleMs, double perSampleBytes,
+                  double headroomBase, int device, int group, int microbatch, std::vector<Piece>& out) {
+  int remaining = samples;
+  double endMs = readyMs;
+  for (std::size_t i = 0; i < gaps.size() && remaining > 0; ++i) {
+    Idle& gap = gaps[i];
+    if (gap.endMs <= readyMs + kEpsMs) continue;
+    const double start = std::max(gap.startMs, readyMs);
+    const double room = gap.endMs - start;
+    int k = remaining;
+    if (perSampleMs > 0 && !std::isinf(room)) k = std::min(k, static_cast<int>(std::floor(room / perSampleMs + 1e-9)));
+    if (perSampleBytes > 0) {
+      const double head = headroomBase - gap.levelBytes;
+      k = std::min(k, head <= 0 ? 0 : static_cast<int>(std::min(1e9, std::floor(head / perSampleBytes))));
+    }
+    if (k <= 0) continue;
+    Piece pc{device, group, microbatch, k, start, start + perSampleMs * k};
+    out.push_back(pc);
+    remaining -= k;
+    endMs = pc.endMs;
+    readyMs = pc.endMs;
+    // Carve [start, end) out of the gap.
+    const Idle before{gap.startMs, start, gap.levelBytes};
+    gap.startMs = pc.endMs;
+    if (before.endMs - before.startMs > kEpsMs) {
+      gaps.insert(gaps.begin() + static_cast<std::ptrdiff_t>(i), before);
+      ++i;
+    }
+  }
+  return remaining > 0 ? kInf : endMs;
+}
+
+struct Layout {
+  std::vector<Group> groups;
+  std::vector<Piece> pieces;
+  std::vector<double> extraStaticBytes;  // frozen weights per device
+};
+
+// Rebuilds the skeleton: frozen virtual stages for every used (group, device), N ops merged
+// into each device's order by time (`before` true: all N ops first), extra dependencies
+// re-indexed.
+ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const Layout& layout, bool before) {
+  ScheduleSkeleton out;
+  out.virtualStages = base.virtualStages;
+  const int devices = static_cast<int>(base.devices.size());
+  std::vector<int> chunkCount(static_cast<std::size_t>(devices), 0);
+  for (const auto& vs : out.virtualStages) {
+    if (vs.device >= 0 && vs.device < devices) {
+      chunkCount[static_cast<std::size_t>(vs.device)] = std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
+    }
+  }
+  // Stage ids ordered (component, device, group) so a frozen chain only links stages that
+  // share a device (Simulator: chains per frozen component in id order).
+  std::map<std::tuple<int, int, int>, int> stageOf;
+  std::vector<std::tuple<int, int, int>> keys;
+  for (const Piece& pc : layout.pieces) {
+    keys.emplace_back(layout.groups[static_cast<std::size_t>(pc.group)].component, pc.device, pc.group);
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  for (const auto& key : keys) {
+    const auto& [component, device, group] = key;
+    const Group& g = layout.groups[static_cast<std::size_t>(group)];
+    VirtualStage vs;
+    vs.id = static_cast<int>(out.virtualStages.size());
+    vs.device = device;
+    vs.chunk = chunkCount[static_cast<std::size_t>(device)]++;
+    vs.component = component;
+    vs.firstLayer = g.firstLayer;
+    vs.lastLayer = g.lastLayer;
+    stageOf[key] = vs.id;
+    out.virtualStages.push_back(vs);
+  }
+  // Backbone op start times per device, in lane order (plan.ops is per device in order).
+  std::vector<std::vector<double>> startOf(static_cast<std::size_t>(devices));
+  for (const Op& op : timed.ops) startOf[static_cast<std::size_t>(op.device)].push_back(op.startMs);
+  std::vector<std::vector<Piece>> perDevice(static_cast<std::size_t>(devices));
+  for (const Piece& pc : layout.pieces) perDevice[static_cast<std::size_t>(pc.device)].push_back(pc);
+  out.devices.resize(static_cast<std::size_t>(devices));
+  std::vector<std::vector<std::int32_t>> remap(static_cast<std::size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    auto& pcs = perDevice[du];
+    std::stable_sort(pcs.begin(), pcs.end(), [](const Piece& a, const Piece& b) { return a.startMs < b.startMs; });
+    const auto& lane = base.devices[du];
+    auto& dst = out.devices[du];
+    remap[du].resize(lane.size());
+    std::size_t k = 0;
+    auto emit = [&](const Piece& pc) {
+      const Group& g = layout.groups[static_cast<std::size_t>(pc.group)];
+      OrderedOp o;
+      o.virtualStage = stageOf[{g.component, pc.device, pc.group}];
+      o.kind = OpKind::N;
+      o.microbatch = pc.microbatch;
+      o.samples = pc.samples;
+      dst.push_back(o);
+    };
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+      const double s = i < startOf[du].size() ? startOf[du][i] : kInf;
+      while (k < pcs.size() && (before || pcs[k].startMs < s - kEpsMs || pcs[k].endMs <= s + kEpsMs)) emit(pcs[k++]);
+      remap[du][i] = static_cast<std::int32_t>(dst.size());
+      dst.push_back(lane[i]);
+    }
+    while (k < pcs.size()) emit(pcs[k++]);
+  }
+  for (OpDependency dep : base.extraDependencies) {
+    dep.from.index = remap[static_cast<std::size_t>(dep.from.device)][static_cast<std::size_t>(dep.from.index)];
+    dep.to.index = remap[static_cast<std::size_t>(dep.to.device)][static_cast<std::size_t>(dep.to.index)];
+    out.extraDependencies.push_back(dep);
+  }
+  if (before) {
+    // `--fill none`: the pipeline starts when every device's frozen prologue is done.
+    for (int d = 0; d < devices; ++d) {
+      const auto du = static_cast<std::size_t>(d);
+      if (perDevice[du].empty()) continue;
+      const auto lastN = static_cast<std::int32_t>(perDevice[du].size()) - 1;
+      for (int e = 0; e < devices; ++e) {
+        const auto eu = static_cast<std::size_t>(e);
+        if (e == d || base.devices[eu].empty()) continue;
+        out.extraDependencies.push_back({{d, lastN}, {e, remap[eu][0]}, 0});
+      }
+    }
+  }
+  return out;
+}
+
+struct Frozen {
+  std::vector<int> order;        // components
+  std::vector<std::vector<int>> groupsOf;  // per component index → indices into groups
+  std::vector<Group> groups;
+};
+
+Frozen frozenGroups(const Plan& shell) {
+  Frozen f;
+  f.order = frozenOrder(shell.model);
+  f.groupsOf.resize(shell.model.components.size());
+  for (int c : f.order) {
+    for (Group& g : makeGroups(shell, c)) {
+      f.groupsOf[static_cast<std::size_t>(c)].push_back(static_cast<int>(f.groups.size()));
+      f.groups.push_back(std::move(g));
+    }
+  }
+  return f;
+}
+
+// Greedy: each (component, microbatch) in topological order goes to the device where all its
+// groups finish earliest, filling that device's gaps first (partial batches) and running past
+// the backbone's end only when the gaps are full.
+Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useGaps) {
+  const int devices = timed.config.devices;
+  const int m = timed.config.microbatches;
+  const int samples = static_cast<int>(std::max<std::int64_t>(1, timed.model.samplesPerMicrobatch));
+  Layout layout;
+  layout.groups = frozen.groups;
+  layout.extraStaticBytes.assign(static_cast<std::size_t>(devices), 0.0);
+  std::vector<std::vector<Idle>> gaps;
+  if (useGaps) {
+    gaps = idleGaps(timed);
+  } else {
+    // `none`: a prologue before the pipeline; each device is free from 0 on, at static memory.
+    const MemoryTimeline mem = memoryTimeline(timed);
+    for (int d = 0; d < devices; ++d) gaps.push_back({Idle{0, kInf, static_cast<double>(mem.staticBytes[static_cast<std::size_t>(d)])}});
+  }
+  std::vector<double> peak(static_cast<std::size_t>(devices), 0.0);
+  for (int d = 0; d < devices; ++d) {
+    peak[static_cast<std::size_t>(d)] = static_cast<double>(timed.metrics.devices[static_cast<std::size_t>(d)].peakMemoryBytes);
+  }
+  std::vector<std::vector<char>> hasGroup(static_cast<std::size_t>(devices), std::vector<char>(frozen.groups.size(), 0));
+  // device and completion per (component, microbatch)
+  std::map<std::pair<int, int>, std::pair<int, double>> done;
+  for (int c : frozen.order) {
+    const auto& gs = frozen.groupsOf[static_cast<std::size_t>(c)];
+    if (gs.empty()) continue;
+    const int feeder = feederOf(timed.model, c);
+    for (int mb = 0; mb < m; ++mb) {
+      int forced = -1;
+      double ready = 0;
+      if (feeder >= 0) {
+        auto it = done.find({feeder, mb});
+        if (it != done.end()) {
+          forced = it->second.first;
+          ready = it->second.second;
+        }
+      }
+      double bestEnd = kInf;
+      int bestDevice = -1;
+      std::vector<Piece> bestPieces;
+      std::vector<Idle> bestGaps;
+      for (int d = 0; d < devices; ++d) {
+        if (forced >= 0 && d != forced) continue;
+        const auto du = static_cast<std::size_t>(d);
+        const double limit = limitOf(timed, d);
+        // Weights of groups this device does not hold yet raise its static memory for the
+        // whole iteration.
+        double newWeights = 0;
+        for (int g : gs) {
+          if (!hasGroup[du][static_cast<std::size_t>(g)]) newWeights += frozen.groups[static_cast<std::size_t>(g)].weightBytes;
+        }
+        if (peak[du] + layout.extraStaticBytes[du] + newWeights > limit) continue;
+        std::vector<Idle> trial = gaps[du];
+        std::vector<Piece> pieces;
+        double t = ready;
+        for (int g : gs) {
+          const Group& grp = frozen.groups[static_cast<std::size_t>(g)];
+          const double perSampleMs = grp.forwardMs[du] / samples;
+          const double perSampleBytes = grp.activationBytes / samples;
+          t = placeGroup(trial, t, samples, perSampleMs, perSampleBytes, limit - layout.extraStaticBytes[du] - newWeights, d,
+                         g, mb, pieces);
+          if (std::isinf(t)) break;
+        }
+        if (t < bestEnd - kEpsMs) {
+          bestEnd = t;
+          bestDevice = d;
+          bestPieces = std::move(pieces);
+          bestGaps = std::move(trial);
+        }
+      }
+      if (bestDevice < 0) {
+        const Component& comp = timed.model.components[static_cast<std::size_t>(c)];
+        return Error{"fill: frozen component '" + comp.name + "' fits on no device: its weights and one sample's "
+                     "activations exceed the memory left next to the backbone on every device" +
+                     (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
+      }
+      const auto bu = static_cast<std::size_t>(bestDevice);
+      for (int g : gs) {
+        if (!hasGroup[bu][static_cast<std::size_t>(g)]) {
+          hasGroup[bu][static_cast<std::size_t>(g)] = 1;
+          layout.extraStaticBytes[bu] += frozen.groups[static_cast<std::size_t>(g)].weightBytes;
+        }
+      }
+      gaps[bu] = std::move(bestGaps);
+      done[{c, mb}] = {bestDevice, bestEnd};
+      layout.pieces.insert(layout.pieces.end(), bestPieces.begin(), bestPieces.end());
+    }
+  }
+  return layout;
+}
+
+Plan shellOf(const PlanRequest& request, const ScheduleSkeleton& skeleton) {
+  Plan shell;
+  shell.config = request.config;
+  shell.model = request.model;
+  shell.cluster = request.cluster;
+  shell.virtualStages = skeleton.virtualStages;
+  return shell;
+}
+
+}  // namespace
+
+Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control,
+                    FillReport* report) {
+  const std::string& mode = request.config.fill;
+  if (mode != "none" && mode != "greedy") return Error{"fill '" + mode + "' is not available (known: none, greedy)"};
+  if (request.model.frozenComponents().empty()) return {};
+  auto backbone = simulateSkeleton(shellOf(request, skeleton), skeleton);
+  if (!backbone) return Error{"fill: the backbone schedule does not simulate: " + backbone.message()};
+  if (control.cancelled()) return Error{"cancelled"};
+  const Frozen frozen = frozenGroups(*backbone);
+  if (frozen.groups.empty()) return {};
+
+  auto noneLayout = greedyLayout(*backbone, frozen, false);
+  if (!noneLayout) return noneLayout.error();
+  ScheduleSkeleton noneSkeleton = assemble(skeleton, *backbone, *noneLayout, true);
+  ScheduleSkeleton chosen = noneSkeleton;
+  const Layout* chosenLayout = &*noneLayout;
+  std::optional<Layout> greedy;
+  double noneMs = 0;
+  if (auto nonePlan = simulateSkeleton(shellOf(request, noneSkeleton), noneSkeleton,
+                                       SimulationOptions{false, true})) {
+    noneMs = nonePlan->metrics.makespanMs;
+  } else {
+    return Error{"fill none: " + nonePlan.message()};
+  }
+  bool usedNone = mode == "none";
+  double iterationMs = noneMs;
+  if (mode == "greedy") {
+    auto g = greedyLayout(*backbone, frozen, true);
+    if (!g) return g.error();
+    greedy = std::move(*g);
+    ScheduleSkeleton filled = assemble(skeleton, *backbone, *greedy, false);
+    auto filledPlan = simulateSkeleton(shellOf(request, filled), filled, SimulationOptions{false, true});
+    if (!filledPlan) return Error{"fill greedy: " + filledPlan.message()};
+    // Never worse than running the frozen work first: keep `none`'s layout if it is faster.
+    if (filledPlan->metrics.makespanMs <= noneMs + kEpsMs) {
+      chosen = std::move(filled);
+      chosenLayout = &*greedy;
+      usedNone = false;
+      iterationMs = filledPlan->metrics.makespanMs;
+    } else {
+      usedNone = true;
+    }
+  }
+  if (report) {
+    FillReport r;
+    r.mode = mode;
+    r.backboneOnlyMs = backbone->metrics.makespanMs;
+    r.noFillMs = noneMs;
+    r.iterationMs = iterationMs;
+    r.usedNoFillLayout = usedNone && mode == "greedy";
+    const int devices = request.config.devices;
+    r.devices.assign(static_cast<std::size_t>(devices), {});
+    const double t0 = backbone->metrics.makespanMs;
+    for (int d = 0; d < devices; ++d) {
+      r.devices[static_cast<std::size_t>(d)].bubbleMs = t0 - backbone->metrics.devices[static_cast<std::size_t>(d)].busyMs;
+    }
+    for (const Piece& pc : chosenLayout->pieces) {
+      auto& df = r.devices[static_cast<std::size_t>(pc.device)];
+      const double dur = pc.endMs - pc.startMs;
+      r.frozenWorkMs += dur;
+      if (usedNone) {
+        df.overflowMs += dur;
+        continue;
+      }
+      const double inside = std::clamp(t0 - pc.startMs, 0.0, dur);
+      df.filledMs += inside;
+      df.overflowMs += dur - inside;
+    }
+    for (const Piece& pc : chosenLayout->pieces) {
+      const Group& g = chosenLayout->groups[static_cast<std::size_t>(pc.group)];
+      if (g.firstLayer == 0) r.frozenSamples += pc.samples;
+    }
+    r.speedupOverNoFill = iterationMs > 0 ? noneMs / iterationMs : 1.0;
+    auto dp = dataParallelIterationMs(request.model, request.cluster, devices, request.config.microbatches);
+    if (dp) {
+      r.dataParallelMs = *dp;
+      r.speedupOverDataParallel = iterationMs > 0 ? *dp / iterationMs : 0.0;
+    } else {
+      r.dataParallelNote = dp.message();
+    }
+    *report = std::move(r);
+  }
+  skeleton = std::move(chosen);
+  return {};
+}
+
+Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSpec& cluster, int devices,
+                                         int microbatches) {
+  if (devices < 1) return Error{"data parallel: needs at least one device"};
+  double trainableParams = 0;
+  double frozenParams = 0;
+  double activationBytes = 0;
+  double frozenActivationBytes = 0;
+  double worstMbMs = 0;
+  for (int d = 0; d < devices; ++d) {
+    const GpuSpec& gpu = cluster.gpuOfDevice(d);
+    double mbMs = 0;
+    double tp = 0, fp = 0, act = 0, fact = 0;
+    for (const Component& comp : model.components) {
+      for (const Layer& l : comp.layers) {
+        const LayerCosts c = layerCosts(l, gpu, model.samplesPerMicrobatch, comp.trainable);
+        mbMs += c.forwardMs + c.backwardInputMs + c.backwardWeightMs;
+        if (comp.trainable) {
+          tp += c.parameterCount();
+          act += static_cast<double>(c.activationBytes);
+        } else {
+          fp += c.parameterCount();
+          fact = std::max(fact, static_cast<double>(c.activationBytes));
+        }
+      }
+    }
+    worstMbMs = std::max(worstMbMs, mbMs);
+    trainableParams = tp;
+    frozenParams = fp;
+    activationBytes = act;
+    frozenActivationBytes = fact;
+    // A replica holds every parameter with its optimizer state plus one microbatch's
+    // activations (gradient accumulation runs microbatches one after another).
+    const double need = staticMemoryBytes(tp, fp, model.optimizer, devices) + std::max(act, fact);
+    const double have = static_cast<double>(gpu.memoryBytes());
+    if (have > 0 && need > have) {
+      return Error{"a whole-model replica needs " + formatBytes(need) + " on device " + std::to_string(d) + ", which has " +
+                   formatBytes(have)};
+    }
+  }
+  (void)frozenParams;
+  (void)activationBytes;
+  (void)frozenActivationBytes;
+  // m·b samples split evenly over the replicas (microbatch time scales with samples).
+  const double computeMs = worstMbMs * static_cast<double>(microbatches) / static_cast<double>(devices);
+  // Ring all-reduce of bf16 gradients: 2(p−1)/p of the bytes over the slowest link plus
+  // 2(p−1) latency steps (Patarasuk & Yuan 2009; NCCL's ring algorithm).
+  double allReduceMs = 0;
+  if (devices > 1) {
+    const double gradBytes = 2.0 * trainableParams;
+    bool multiNode = false;
+    for (int d = 1; d < devices; ++d) multiNode = multiNode || cluster.nodeOfDevice(d) != cluster.nodeOfDevice(0);
+    const LinkSpec& link = multiNode ? cluster.interNode : cluster.intraNode;
+    const double p = static_cast<double>(devices);
+    const double bw = link.bandwidthGBps > 0 ? link.bandwidthGBps : kInf;
+    allReduceMs = 2.0 * (p - 1.0) / p * gradBytes / (bw * 1e6) + 2.0 * (p - 1.0) * link.latencyUs / 1000.0;
+  }
+  return computeMs + allReduceMs;
+}
+
+Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveControl& control) {
+  // makePlan runs fillSkeleton itself; this re-runs the fill on the same skeleton path to
+  // obtain the report for the request's mode.
+  auto plan = makePlan(request, control);
+  if (!plan) return plan.error();
+  FilledPlan out;
+  out.plan = std::move(*plan);
+  // Backbone skeleton = the plan without its N ops and frozen virtual stages.
+  ScheduleSkeleton skeleton;
+  std::vector<int> keep(out.plan.virtualStages.size(), -1);
+  for (const VirtualStage& vs : out.plan.virtualStages) {
+    if (vs.component >= 0 && out.plan.model.components[static_cast<std::size_t>(vs.component)].trainable) {
+      keep[static_cast<std::size_t>(vs.id)] = static_cast<int>(skeleton.virtualStages.size());
+      VirtualStage copy = vs;
+      copy.id = keep[static_cast<std::size_t>(vs.id)];
+      skeleton.virtualStages.push_back(copy);
+    }
+  }
+  skeleton.devices.resize(static_cast<std::size_t>(out.plan.config.devices));
+  bool hasExtra = false;
+  for (const Op& op : out.plan.ops) {
+    if (op.kind == OpKind::N) continue;
+    if (op.kind == OpKind::S || op.kind == OpKind::T) hasExtra = true;
+    OrderedOp o{keep[static_cast<std::size_t>(op.virtualStage)], op.kind, op.microbatch, op.samples};
+    skeleton.devices[static_cast<std::size_t>(op.device)].push_back(o);
+  }
+  if (hasExtra) {
+    // Vocabulary passes carry extra dependencies the plan does not store: report without
+    // re-deriving (the plan itself is complete).
+    out.report.mode = request.config.fill;
+    out.report.iterationMs = out.plan.metrics.makespanMs;
+    return out;
+  }
+  FillReport report;
+  if (auto st = fillSkeleton(request, skeleton, control, &report); !st) return st.error();
+  if (report.mode.empty()) {
+    // No frozen components: every figure is the backbone's own.
+    report.mode = request.config.fill;
+    report.backboneOnlyMs = report.noFillMs = report.iterationMs = out.plan.metrics.makespanMs;
+    report.devices.assign(static_cast<std::size_t>(out.plan.config.devices), {});
+    auto dp = dataParallelIterationMs(request.model, request.cluster, request.config.devices, request.config.microbatches);
+    if (dp) {
+      report.dataParallelMs = *dp;
+      report.speedupOverDataParallel = report.iterationMs > 0 ? *dp / report.iterationMs : 0;
+    } else {
+      report.dataParallelNote = dp.message();
+    }
+  }
+  report.iterationMs = out.plan.metrics.makespanMs;
+  report.speedupOverNoFill = report.iterationMs > 0 ? report.noFillMs / report.iterationMs : 1.0;
+  if (report.dataParallelMs) report.speedupOverDataParallel = *report.dataParallelMs / report.iterationMs;
+  out.report = std::move(report);
+  return out;
+}
+
+}  // namespace pipestudio

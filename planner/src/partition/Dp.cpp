@@ -1,0 +1,385 @@
+// `balanced` and `dp` partitioners (issue 4). See Partition.hpp for the contract.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "pipestudio/common/Units.hpp"
+#include "pipestudio/planner/Partition.hpp"
+
+namespace pipestudio {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Relative precision of the bottleneck searches: stage times are sums of doubles, so two
+// partitions closer than this are treated as equal.
+constexpr double kRelEps = 1e-8;
+
+struct Prefix {
+  // cost[s][j] = Σ_{l<j} computeMs[s][l]
+  std::vector<std::vector<double>> cost;
+  std::vector<double> act;     // Σ activationBytes
+  std::vector<double> stat;    // Σ staticBytes
+};
+
+Prefix makePrefix(const PartitionProblem& p) {
+  Prefix x;
+  const auto L = static_cast<std::size_t>(p.layers);
+  x.cost.assign(p.stages.size(), std::vector<double>(L + 1, 0.0));
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    for (std::size_t l = 0; l < L; ++l) x.cost[s][l + 1] = x.cost[s][l] + std::max(0.0, p.computeMs[s][l]);
+  }
+  x.act.assign(L + 1, 0.0);
+  x.stat.assign(L + 1, 0.0);
+  for (std::size_t l = 0; l < L; ++l) {
+    x.act[l + 1] = x.act[l] + std::max(0.0, p.activationBytes[l]);
+    x.stat[l + 1] = x.stat[l] + std::max(0.0, p.staticBytes[l]);
+  }
+  return x;
+}
+
+double sendOf(const PartitionProblem& p, std::size_t s, int end) {
+  if (s + 1 >= p.stages.size() || end <= 0) return 0.0;
+  return std::max(0.0, p.sendMs[s][static_cast<std::size_t>(end - 1)]);
+}
+
+Status checkShape(const PartitionProblem& p) {
+  const auto S = p.stages.size();
+  if (S == 0) return Error{"partition: no virtual stages"};
+  if (p.layers < static_cast<int>(S)) {
+    return Error{"partition: " + std::to_string(p.layers) + " layer(s) cannot fill " + std::to_string(S) +
+                 " virtual stages (every virtual stage needs at least one layer)"};
+  }
+  const auto L = static_cast<std::size_t>(p.layers);
+  if (p.computeMs.size() != S || p.sendMs.size() != S || p.activationBytes.size() != L || p.staticBytes.size() != L) {
+    return Error{"partition: inconsistent problem dimensions"};
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    if (p.computeMs[s].size() != L || p.sendMs[s].size() != L) return Error{"partition: inconsistent problem dimensions"};
+  }
+  return Status::ok();
+}
+
+// Sparse table for range-minimum with argmin over a fixed array (rebuilt per stage).
+class RangeMin {
+ public:
+  void build(const std::vector<double>& v) {
+    m_n = v.size();
+    std::size_t levels = 1;
+    while ((std::size_t{1} << levels) <= m_n) ++levels;
+    m_idx.resize(levels);
+    m_idx[0].resize(m_n);
+    for (std::size_t i = 0; i < m_n; ++i) m_idx[0][i] = static_cast<int>(i);
+    m_v = &v;
+    for (std::size_t k = 1; k < levels; ++k) {
+      const std::size_t len = std::size_t{1} << k;
+      m_idx[k].resize(m_n >= len ? m_n - len + 1 : 0);
+      for (std::size_t i = 0; i + len <= m_n; ++i) {
+        const int a = m_idx[k - 1][i];
+        const int b = m_idx[k - 1][i + len / 2];
+        m_idx[k][i] = v[static_cast<std::size_t>(b)] < v[static_cast<std::size_t>(a)] ? b : a;
+      }
+    }
+  }
+  // argmin over [lo, hi], inclusive, lo <= hi.
+  int query(std::size_t lo, std::size_t hi) const {
+    const std::size_t len = hi - lo + 1;
+    std::size_t k = 0;
+    while ((std::size_t{2} << k) <= len) ++k;
+    const int a = m_idx[k][lo];
+    const int b = m_idx[k][hi + 1 - (std::size_t{1} << k)];
+    return (*m_v)[static_cast<std::size_t>(b)] < (*m_v)[static_cast<std::size_t>(a)] ? b : a;
+  }
+
+ private:
+  std::size_t m_n = 0;
+  const std::vector<double>* m_v = nullptr;
+  std::vector<std::vector<int>> m_idx;
+};
+
+struct Solution {
+  bool feasible = false;
+  std::vector<int> firstLayer;
+  double sum = kInf;
+  double max = kInf;
+};
+
+// Minimum Σ stage time over partitions whose every stage time is ≤ boundMs and fits its
+// memory budget. Stage s over [i, j): t = C_s[j] + send_s(j) − C_s[i], so
+//   dp[s+1][j] = C_s[j] + send_s(j) + min_{i ∈ window} (dp[s][i] − C_s[i]),
+// where the window [lo, j−1] comes from the bound (C_s[i] ≥ C_s[j] + send − bound) and from
+// memory (G_s[i] ≥ G_s[j] − budget, G = static + live·activation prefix): both prefixes are
+// non-decreasing, so lo is a binary search and the min a sparse-table query.
+class Solver {
+ public:
+  Solver(const PartitionProblem& p, const Prefix& x) : m_p(p), m_x(x) {
+    const auto S = p.stages.size();
+    const auto L = static_cast<std::size_t>(p.layers);
+    m_dp.assign(S + 1, std::vector<double>(L + 1, kInf));
+    m_arg.assign(S + 1, std::vector<int>(L + 1, -1));
+    m_val.resize(L + 1);
+    // Bound-independent parts, computed once: the stage's time up to its end (C_s[j] + send)
+    // and the first start the memory budget allows.
+    m_top.assign(S, std::vector<double>(L + 1, 0.0));
+    m_memLo.assign(S, std::vector<int>(L + 1, 0));
+    std::vector<double> mem(L + 1);
+    for (std::size_t s = 0; s < S; ++s) {
+      const double live = std::max(0, p.stages[s].liveMicrobatches);
+      const double budget = p.stages[s].memoryBudgetBytes;
+      for (std::size_t i = 0; i <= L; ++i) mem[i] = x.stat[i] + live * x.act[i];
+      for (std::size_t j = 1; j <= L; ++j) {
+        m_top[s][j] = x.cost[s][j] + sendOf(p, s, static_cast<int>(j));
+        if (!std::isinf(budget)) {
+          const double need = mem[j] - budget * (1.0 + 1e-12);
+          m_memLo[s][j] = static_cast<int>(std::lower_bound(mem.begin(), mem.begin() + static_cast<std::ptrdiff_t>(j), need) -
+                                           mem.begin());
+        }
+      }
+    }
+  }
+
+  // For messages: the stage where the memory-only DP first runs out of choices.
+  int lastFailedStage() const { return m_failedStage; }
+
+  Solution solve(double boundMs) {
+    const auto S = m_p.stages.size();
+    const int L = m_p.layers;
+    const double bound = std::isinf(boundMs) ? kInf : boundMs * (1.0 + 1e-12) + 1e-12;
+    for (auto& row : m_dp) std::fill(row.begin(), row.end(), kInf);
+    m_dp[0][0] = 0.0;
+    m_failedStage = -1;
+    for (std::size_t s = 0; s < S; ++s) {
+      const auto& C = m_x.cost[s];
+      const auto& topRow = m_top[s];
+      const auto& memLo = m_memLo[s];
+      for (int i = 0; i <= L; ++i) {
+        const auto ui = static_cast<std::size_t>(i);
+        m_val[ui] = m_dp[s][ui] - C[ui];
+      }
+      m_rmq.build(m_val);
+      // Stage s ends at j: at least s+1 layers before, S−s−1 after.
+      const int jLo = static_cast<int>(s) + 1;
+      const int jHi = L - static_cast<int>(S - s - 1);
+      bool any = false;
+      for (int j = jLo; j <= jHi; ++j) {
+        const auto uj = static_cast<std::size_t>(j);
+        const double top = topRow[uj];
+        int lo = std::max(static_cast<int>(s), memLo[uj]);  // stage s−1 ended at ≥ s
+        if (!std::isinf(bound)) {
+          const double need = top - bound;
+          if (C[static_cast<std::size_t>(lo)] < need) {
+            lo = static_cast<int>(std::lower_bound(C.begin() + lo, C.begin() + j, need) - C.begin());
+          }
+        }
+        if (lo > j - 1) continue;
+        const int i = m_rmq.query(static_cast<std::size_t>(lo), static_cast<std::size_t>(j - 1));
+        const double v = m_val[static_cast<std::size_t>(i)];
+        if (std::isinf(v)) continue;
+        m_dp[s + 1][uj] = top + v;
+        m_arg[s + 1][uj] = i;
+        any = true;
+      }
+      if (!any) {
+        m_failedStage = static_cast<int>(s);
+        return {};
+      }
+    }
+    const auto uL = static_cast<std::size_t>(L);
+    if (std::isinf(m_dp[S][uL])) {
+      m_failedStage = static_cast<int>(S) - 1;
+      return {};
+    }
+    Solution out;
+    out.feasible = true;
+    out.firstLayer.assign(S, 0);
+    int j = L;
+    for (std::size_t s = S; s > 0; --s) {
+      const int i = m_arg[s][static_cast<std::size_t>(j)];
+      out.firstLayer[s - 1] = i;
+      j = i;
+    }
+    const PartitionResult r = evaluatePartition(m_p, out.firstLayer);
+    out.sum = r.sumMs;
+    out.max = r.maxMs;
+    return out;
+  }
+
+ private:
+  const PartitionProblem& m_p;
+  const Prefix& m_x;
+  std::vector<std::vector<double>> m_dp;
+  std::vector<std::vector<int>> m_arg;
+  std::vector<double> m_val;
+  std::vector<std::vector<double>> m_top;
+  std::vector<std::vector<int>> m_memLo;
+  RangeMin m_rmq;
+  int m_failedStage = -1;
+};
+
+Error memoryError(const PartitionProblem& p, const Prefix& x, int stage) {
+  // The smallest need of the failing stage: its lightest single layer among those it could hold.
+  const auto s = static_cast<std::size_t>(std::max(0, stage));
+  const double live = std::max(0, p.stages[s].liveMicrobatches);
+  double best = kInf;
+  int bestLayer = 0;
+  for (int l = static_cast<int>(s); l < p.layers - static_cast<int>(p.stages.size() - s - 1); ++l) {
+    const double need = stageMemoryBytes(p, static_cast<int>(s), l, l + 1);
+    if (need < best) {
+      best = need;
+      bestLayer = l;
+    }
+  }
+  (void)x;
+  const double total = stageMemoryBytes(p, 0, 0, p.layers);
+  std::ostringstream msg;
+  msg << "partition dp: memory infeasible: virtual stage " << stage << " on device " << p.stages[s].device
+      << " cannot hold its layers within " << formatBytes(static_cast<std::int64_t>(p.stages[s].memoryBudgetBytes))
+      << " (" << static_cast<std::int64_t>(p.stages[s].memoryBudgetBytes) << " bytes); even its lightest layer "
+      << bestLayer << " needs " << static_cast<std::int64_t>(best) << " bytes (static + " << live
+      << " live microbatches × activations), and all layers together need about "
+      << static_cast<std::int64_t>(total) << " bytes";
+  return Error{msg.str()};
+}
+
+}  // namespace
+
+PartitionResult evaluatePartition(const PartitionProblem& p, const std::vector<int>& firstLayer) {
+  PartitionResult r;
+  r.firstLayer = firstLayer;
+  const auto S = firstLayer.size();
+  r.stageMs.assign(S, 0.0);
+  for (std::size_t s = 0; s < S; ++s) {
+    const int a = firstLayer[s];
+    const int b = s + 1 < S ? firstLayer[s + 1] : p.layers;
+    double t = 0;
+    for (int l = a; l < b; ++l) t += std::max(0.0, p.computeMs[s][static_cast<std::size_t>(l)]);
+    t += sendOf(p, s, b);
+    r.stageMs[s] = t;
+    r.sumMs += t;
+    r.maxMs = std::max(r.maxMs, t);
+  }
+  r.objectiveMs = r.sumMs + static_cast<double>(std::max(0, p.microbatches - 1)) * r.maxMs;
+  return r;
+}
+
+double stageMemoryBytes(const PartitionProblem& p, int stage, int first, int end) {
+  const double live = std::max(0, p.stages[static_cast<std::size_t>(stage)].liveMicrobatches);
+  double bytes = 0;
+  for (int l = first; l < end; ++l) {
+    bytes += std::max(0.0, p.staticBytes[static_cast<std::size_t>(l)]) +
+             live * std::max(0.0, p.activationBytes[static_cast<std::size_t>(l)]);
+  }
+  return bytes;
+}
+
+Expected<PartitionResult> balancedPartition(const PartitionProblem& p) {
+  if (auto st = checkShape(p); !st) return st.error();
+  // Min-max of compute only: sends and memory are not part of `balanced`. A greedy "fill each
+  // stage up to the bound" is not exact once stages must be non-empty and devices differ, so
+  // the bound is searched with the DP's feasibility (reachability) instead.
+  PartitionProblem q = p;
+  for (auto& row : q.sendMs) std::fill(row.begin(), row.end(), 0.0);
+  for (auto& st : q.stages) st.memoryBudgetBytes = kInf;
+  const Prefix x = makePrefix(q);
+  Solver solver(q, x);
+  Solution best = solver.solve(kInf);
+  if (!best.feasible) return Error{"partition balanced: internal error (no partition without a bound)"};
+  double lo = 0;
+  double hi = best.max;
+  for (int it = 0; it < 200 && hi - lo > kRelEps * std::max(hi, 1e-300); ++it) {
+    const double mid = 0.5 * (lo + hi);
+    Solution s = solver.solve(mid);
+    if (s.feasible) {
+      hi = s.max;
+      best = std::move(s);
+    } else {
+      lo = mid;
+    }
+  }
+  return evaluatePartition(p, best.firstLayer);
+}
+
+Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveControl& control) {
+  if (auto st = checkShape(p); !st) return st.error();
+  const Prefix x = makePrefix(p);
+  Solver solver(p, x);
+  const double mMinus1 = static_cast<double>(std::max(0, p.microbatches - 1));
+
+  Solution top = solver.solve(kInf);
+  if (!top.feasible) return memoryError(p, x, solver.lastFailedStage());
+  if (control.cancelled()) return Error{"cancelled"};
+
+  // Tmin: the smallest feasible bottleneck (every partition's max is ≥ it).
+  double lo = 0;
+  double hi = top.max;
+  Solution tminSol = top;
+  for (int it = 0; it < 100 && hi - lo > kRelEps * std::max(hi, 1e-300); ++it) {
+    const double mid = 0.5 * (lo + hi);
+    Solution s = solver.solve(mid);
+    if (s.feasible) {
+      hi = s.max;
+      tminSol = std::move(s);
+    } else {
+      lo = mid;
+    }
+    if (control.cancelled()) return Error{"cancelled"};
+  }
+  const double tMin = hi;
+  const double tMinLo = lo;
+
+  // Walk the levels of f(T) = min Σ under bottleneck T. A level's best objective is at the
+  // smallest T with the same minimum sum; below it the sum grows. Only T with
+  // fInf + (m−1)·T < best can win, so the walk starts at that bound (close to Tmin when m is
+  // large) and goes down; it stops once level + (m−1)·Tmin ≥ best.
+  Solution best = tminSol;
+  double bestObj = tminSol.sum + mMinus1 * tminSol.max;
+  const double fInf = top.sum;
+  if (mMinus1 == 0) {
+    best = top;
+    bestObj = top.sum;
+  }
+  auto upperBound = [&] { return mMinus1 > 0 ? (bestObj - fInf) / mMinus1 : kInf; };
+  Solution cur = upperBound() >= top.max ? std::move(top) : solver.solve(upperBound());
+  for (int level = 0; level < 100000 && cur.feasible && mMinus1 > 0; ++level) {
+    if (control.progress) control.progress(std::min(0.99, 0.1 + 0.01 * level));
+    if (cur.sum + mMinus1 * tMin >= bestObj * (1 - 1e-12)) break;
+    const double levelSum = cur.sum;
+    const double tol = kRelEps * std::abs(levelSum) + 1e-12;
+    // This level beats `best` only below Tcut; probe there first. If the minimum sum under
+    // Tcut is already larger, every level between cannot win either (their sums are ≥ this
+    // one's and their bottlenecks ≥ Tcut): jump straight to the probe's level.
+    const double tCut = (bestObj - levelSum) / mMinus1;
+    Solution probe = tCut < cur.max ? solver.solve(tCut * (1 - kRelEps)) : cur;
+    if (control.cancelled()) return Error{"cancelled"};
+    if (!probe.feasible) break;
+    if (probe.sum > levelSum + tol) {
+      cur = std::move(probe);
+      continue;
+    }
+    double h = probe.max;
+    double l = tMinLo;
+    Solution atLevel = std::move(probe);
+    for (int it = 0; it < 100 && h - l > kRelEps * std::max(h, 1e-300); ++it) {
+      const double mid = 0.5 * (l + h);
+      Solution s = solver.solve(mid);
+      if (s.feasible && s.sum <= levelSum + tol) {
+        h = s.max;
+        atLevel = std::move(s);
+      } else {
+        l = mid;
+      }
+      if (control.cancelled()) return Error{"cancelled"};
+    }
+    const double obj = atLevel.sum + mMinus1 * atLevel.max;
+    if (obj < bestObj) {
+      bestObj = obj;
+      best = atLevel;
+    }
+    if (h <= tMin * (1 + kRelEps)) break;
+    cur = solver.solve(std::min(h * (1 - kRelEps) - 1e-15, upperBound()));
+  }
+  if (control.progress) control.progress(1.0);
+  return evaluatePartition(p, best.firstLayer);
+}
+
+}  // namespace pipestudio

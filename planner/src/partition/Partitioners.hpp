@@ -1,0 +1,25 @@
+#pragma once
+// Dispatch of the partitioners this folder implements (balanced, dp, diffusionpipe) from
+// makePlan's extension point. Private to the planner.
+
+#include <vector>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+
+namespace pipestudio::partition {
+
+/// Fills component and layer ranges into `placement` with `request.config.partition`
+/// (balanced | dp | diffusionpipe). Each trainable component keeps the stage share uniform
+/// gives it; its layers are then split over those stages by the named algorithm. Pipeline 1
+/// of a bidirectional placement mirrors pipeline 0's ranges.
+Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, std::vector<VirtualStage> placement,
+                                                   const SolveControl& control);
+
+/// Partition with the peak live-microbatch counts of `generator`'s order (dp's memory term).
+Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
+                                                  std::vector<VirtualStage> placement, const std::string& algorithm,
+                                                  const SolveControl& control);
+
+}  // namespace pipestudio::partition

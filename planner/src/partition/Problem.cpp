@@ -1,0 +1,86 @@
+// Building partition problems from requests and schedules (issue 4).
+#include <algorithm>
+
+#include "pipestudio/model/CostModel.hpp"
+#include "pipestudio/planner/Partition.hpp"
+
+namespace pipestudio {
+
+PartitionProblem buildPartitionProblem(const PlanRequest& request, int component,
+                                       const std::vector<PartitionStage>& stages) {
+  PartitionProblem p;
+  const Component& comp = request.model.components.at(static_cast<std::size_t>(component));
+  p.layers = static_cast<int>(comp.layers.size());
+  p.microbatches = request.config.microbatches;
+  p.stages = stages;
+  const auto L = comp.layers.size();
+  const auto S = stages.size();
+  p.computeMs.assign(S, std::vector<double>(L, 0.0));
+  p.sendMs.assign(S, std::vector<double>(L, 0.0));
+  p.activationBytes.assign(L, 0.0);
+  p.staticBytes.assign(L, 0.0);
+  // Layer costs depend on the device only through its GPU; cache per distinct GPU spec.
+  std::vector<const GpuSpec*> gpus;
+  std::vector<std::vector<LayerCosts>> costsByGpu;
+  auto costsFor = [&](int device) -> const std::vector<LayerCosts>& {
+    const GpuSpec* g = &request.cluster.gpuOfDevice(device);
+    for (std::size_t k = 0; k < gpus.size(); ++k) {
+      if (gpus[k] == g) return costsByGpu[k];
+    }
+    gpus.push_back(g);
+    auto& v = costsByGpu.emplace_back();
+    v.reserve(L);
+    for (const Layer& layer : comp.layers) {
+      v.push_back(layerCosts(layer, *g, request.model.samplesPerMicrobatch, comp.trainable));
+    }
+    return v;
+  };
+  const int dataParallel = std::max(1, request.config.dataParallel);
+  for (std::size_t s = 0; s < S; ++s) {
+    const auto& c = costsFor(stages[s].device);
+    for (std::size_t l = 0; l < L; ++l) {
+      p.computeMs[s][l] = c[l].forwardMs + c[l].backwardInputMs + c[l].backwardWeightMs;
+      if (s + 1 < S) {
+        // Activations go forward and their gradients come back: two transfers of the output.
+        p.sendMs[s][l] = 2.0 * request.cluster.transferMs(stages[s].device, stages[s + 1].device,
+                                                          static_cast<double>(c[l].outputBytes));
+      }
+      if (s == 0) {
+        p.activationBytes[l] = static_cast<double>(c[l].activationBytes);
+        const double params = c[l].parameterCount();
+        p.staticBytes[l] = staticMemoryBytes(comp.trainable ? params : 0.0, comp.trainable ? 0.0 : params,
+                                             request.model.optimizer, dataParallel);
+      }
+    }
+  }
+  return p;
+}
+
+std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton) {
+  std::vector<int> live(skeleton.virtualStages.size(), 0);
+  std::vector<int> peak(skeleton.virtualStages.size(), 0);
+  for (const auto& order : skeleton.devices) {
+    for (const OrderedOp& op : order) {
+      if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= live.size()) continue;
+      const auto v = static_cast<std::size_t>(op.virtualStage);
+      switch (op.kind) {
+        case OpKind::F:
+          ++live[v];
+          peak[v] = std::max(peak[v], live[v]);
+          break;
+        case OpKind::B:
+        case OpKind::BW:
+          --live[v];
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  for (int& p : peak) p = std::max(1, p);
+  return peak;
+}
+
+std::vector<std::string> partitionNames() { return {"uniform", "balanced", "dp", "diffusionpipe"}; }
+
+}  // namespace pipestudio

@@ -1,0 +1,163 @@
+// Partitioners against brute force on many random small instances (issue 4).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "pipestudio/planner/Partition.hpp"
+
+namespace pipestudio {
+namespace {
+
+PartitionProblem randomProblem(std::mt19937& rng, int layers, int stages, bool memory) {
+  std::uniform_real_distribution<double> cost(0.1, 10.0);
+  std::uniform_real_distribution<double> send(0.0, 3.0);
+  std::uniform_real_distribution<double> bytes(1.0, 100.0);
+  std::uniform_int_distribution<int> live(1, 4);
+  PartitionProblem p;
+  p.layers = layers;
+  p.microbatches = std::uniform_int_distribution<int>(1, 16)(rng);
+  p.stages.resize(static_cast<std::size_t>(stages));
+  p.computeMs.assign(static_cast<std::size_t>(stages), {});
+  p.sendMs.assign(static_cast<std::size_t>(stages), {});
+  std::vector<double> base(static_cast<std::size_t>(layers));
+  for (double& b : base) b = cost(rng);
+  for (int s = 0; s < stages; ++s) {
+    auto& st = p.stages[static_cast<std::size_t>(s)];
+    st.device = s;
+    st.liveMicrobatches = live(rng);
+    // Heterogeneous devices: a per-device speed factor on the same layer costs.
+    const double speed = std::uniform_real_distribution<double>(0.5, 2.0)(rng);
+    for (double b : base) {
+      p.computeMs[static_cast<std::size_t>(s)].push_back(b / speed);
+      p.sendMs[static_cast<std::size_t>(s)].push_back(s + 1 < stages ? send(rng) : 0.0);
+    }
+  }
+  for (int l = 0; l < layers; ++l) {
+    p.activationBytes.push_back(bytes(rng));
+    p.staticBytes.push_back(bytes(rng));
+  }
+  if (memory) {
+    double total = 0;
+    for (int l = 0; l < layers; ++l) total += p.activationBytes[static_cast<std::size_t>(l)] * 4 + p.staticBytes[static_cast<std::size_t>(l)];
+    for (auto& st : p.stages) st.memoryBudgetBytes = total / stages * std::uniform_real_distribution<double>(0.6, 1.6)(rng);
+  }
+  return p;
+}
+
+// Every composition of `layers` into `stages` non-empty contiguous parts.
+void forEachPartition(int layers, int stages, const std::function<void(const std::vector<int>&)>& f) {
+  std::vector<int> first(static_cast<std::size_t>(stages), 0);
+  std::function<void(int, int)> rec = [&](int s, int start) {
+    first[static_cast<std::size_t>(s)] = start;
+    if (s + 1 == stages) {
+      f(first);
+      return;
+    }
+    for (int next = start + 1; next <= layers - (stages - s - 1); ++next) rec(s + 1, next);
+  };
+  rec(0, 0);
+}
+
+bool fits(const PartitionProblem& p, const std::vector<int>& first) {
+  const auto S = first.size();
+  for (std::size_t s = 0; s < S; ++s) {
+    const int end = s + 1 < S ? first[s + 1] : p.layers;
+    if (stageMemoryBytes(p, static_cast<int>(s), first[s], end) > p.stages[s].memoryBudgetBytes) return false;
+  }
+  return true;
+}
+
+TEST(DpPartition, OptimalAgainstBruteForce) {
+  std::mt19937 rng(12345);
+  int feasibleCases = 0;
+  int infeasibleCases = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int stages = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
+    const PartitionProblem p = randomProblem(rng, layers, stages, trial % 2 == 1);
+    double best = std::numeric_limits<double>::infinity();
+    forEachPartition(layers, stages, [&](const std::vector<int>& first) {
+      if (!fits(p, first)) return;
+      best = std::min(best, evaluatePartition(p, first).objectiveMs);
+    });
+    auto r = dpPartition(p);
+    if (std::isinf(best)) {
+      ++infeasibleCases;
+      ASSERT_FALSE(r.hasValue()) << "trial " << trial;
+      EXPECT_NE(r.message().find("memory infeasible"), std::string::npos) << r.message();
+      EXPECT_NE(r.message().find("virtual stage"), std::string::npos) << r.message();
+      continue;
+    }
+    ++feasibleCases;
+    ASSERT_TRUE(r.hasValue()) << "trial " << trial << ": " << r.message();
+    EXPECT_TRUE(fits(p, r->firstLayer)) << "trial " << trial;
+    EXPECT_NEAR(r->objectiveMs, best, 1e-6 * best) << "trial " << trial;
+    const PartitionResult again = evaluatePartition(p, r->firstLayer);
+    EXPECT_NEAR(again.objectiveMs, r->objectiveMs, 1e-9 * best);
+  }
+  EXPECT_GT(feasibleCases, 300);
+  EXPECT_GT(infeasibleCases, 5);
+}
+
+TEST(DpPartition, EqualDevicesNoCommIsMinMax) {
+  // With equal devices and free transfers Σ is constant, so the objective reduces to min-max.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int stages = std::uniform_int_distribution<int>(1, 5)(rng);
+    const int layers = std::uniform_int_distribution<int>(stages, 10)(rng);
+    PartitionProblem p = randomProblem(rng, layers, stages, false);
+    p.microbatches = 8;  // m = 1 minimises Σ only
+    for (int s = 1; s < stages; ++s) p.computeMs[static_cast<std::size_t>(s)] = p.computeMs[0];
+    for (auto& row : p.sendMs) std::fill(row.begin(), row.end(), 0.0);
+    auto dp = dpPartition(p);
+    auto bal = balancedPartition(p);
+    ASSERT_TRUE(dp.hasValue());
+    ASSERT_TRUE(bal.hasValue());
+    EXPECT_NEAR(dp->maxMs, bal->maxMs, 1e-6 * bal->maxMs);
+  }
+}
+
+TEST(BalancedPartition, MinMaxAgainstBruteForce) {
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int stages = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
+    PartitionProblem p = randomProblem(rng, layers, stages, false);
+    for (auto& row : p.sendMs) std::fill(row.begin(), row.end(), 0.0);
+    double best = std::numeric_limits<double>::infinity();
+    forEachPartition(layers, stages, [&](const std::vector<int>& first) {
+      best = std::min(best, evaluatePartition(p, first).maxMs);
+    });
+    auto r = balancedPartition(p);
+    ASSERT_TRUE(r.hasValue());
+    EXPECT_NEAR(r->maxMs, best, 1e-6 * best) << "trial " << trial;
+  }
+}
+
+TEST(Partition, TooFewLayersIsAnError) {
+  std::mt19937 rng(1);
+  PartitionProblem p = randomProblem(rng, 4, 4, false);
+  p.layers = 3;
+  auto r = dpPartition(p);
+  ASSERT_FALSE(r.hasValue());
+  EXPECT_NE(r.message().find("at least one layer"), std::string::npos) << r.message();
+  EXPECT_FALSE(balancedPartition(p).hasValue());
+}
+
+TEST(Partition, CancelIsHonoured) {
+  std::mt19937 rng(3);
+  PartitionProblem p = randomProblem(rng, 50, 8, false);
+  std::atomic<bool> cancel{true};
+  SolveControl control;
+  control.cancel = &cancel;
+  auto r = dpPartition(p, control);
+  ASSERT_FALSE(r.hasValue());
+  EXPECT_EQ(r.message(), "cancelled");
+}
+
+}  // namespace
+}  // namespace pipestudio
