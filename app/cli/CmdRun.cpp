@@ -1,11 +1,174 @@
+// pipestudio-cli run: executes a plan on this machine with pipestudio-exec and records the
+// run in the history (DESIGN.md §9, issue 7).
+//
+// Where pipestudio-exec is found: $PIPESTUDIO_EXEC, next to pipestudio-cli, in
+// <build>/executor/ (the build tree layout: <build>/app/pipestudio-cli), then PATH.
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "Commands.hpp"
+#include "pipestudio/executor/Launcher.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::cli {
+namespace {
+
+struct RunArgs {
+  std::string plan;
+  std::string backend = "cpu";
+  int iterations = 1;
+  int warmup = 0;
+  std::string history;
+  bool json = false;
+  double maxOpMs = 0;
+  double timeoutS = 60;
+};
+
+// The rank streams go into one history run, one StreamIngest per rank, while they arrive.
+class RunRecorder {
+ public:
+  static Expected<RunRecorder> start(const RunArgs& args, const Plan& plan) {
+    const std::string path = args.history.empty() ? history::defaultHistoryPath() : args.history;
+    auto store = history::HistoryStore::open(path);
+    if (!store) return Error{path + ": " + store.message()};
+    RunRecorder r(std::make_unique<history::HistoryStore>(std::move(*store)));
+    auto planId = r.m_store->addPlan(plan, args.plan);
+    if (!planId) return Error{path + ": " + planId.message()};
+    history::RunInfo info;
+    info.name = plan.config.schedule + " on " + args.backend;
+    info.source = "run";
+    info.sourcePath = args.plan;
+    info.planId = *planId;
+    info.backend = args.backend;
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    info.host = host;
+    if (const char* user = std::getenv("USER")) info.user = user;
+    info.executorVersion = "0.1.0";
+    auto run = r.m_store->beginRun(info);
+    if (!run) return Error{path + ": " + run.message()};
+    r.m_run = *run;
+    return r;
+  }
+
+  history::RunId id() const { return m_run; }
+
+  void feed(int rank, std::string_view bytes) {
+    while (static_cast<int>(m_ingest.size()) <= rank) {
+      m_ingest.push_back(std::make_unique<history::StreamIngest>(*m_store, m_run));
+    }
+    if (auto st = m_ingest[static_cast<std::size_t>(rank)]->feed(bytes); !st && m_dbError.empty()) {
+      m_dbError = st.message();
+    }
+  }
+
+  // Final status: the launcher's verdict first (a killed rank), then what the streams say.
+  Status finish(const exec::LaunchOutcome& outcome, std::string& message) {
+    history::RunStatus status = history::RunStatus::Complete;
+    message = outcome.ok ? "" : outcome.failure;
+    if (!outcome.ok) status = history::RunStatus::Failed;
+    for (auto& ingest : m_ingest) {
+      if (auto st = ingest->flush(); !st && m_dbError.empty()) m_dbError = st.message();
+      const auto s = ingest->suggestedStatus();
+      if (s == history::RunStatus::Failed) status = history::RunStatus::Failed;
+      if (s == history::RunStatus::Incomplete && status == history::RunStatus::Complete) {
+        status = history::RunStatus::Incomplete;
+      }
+      if (message.empty() && !ingest->problem().empty()) message = ingest->problem();
+    }
+    if (m_ingest.empty()) status = history::RunStatus::Failed;
+    if (!m_dbError.empty()) message += (message.empty() ? "" : "; ") + ("history: " + m_dbError);
+    m_status = status;
+    return m_store->finishRun(m_run, status, message);
+  }
+
+  history::RunStatus status() const { return m_status; }
+
+ private:
+  explicit RunRecorder(std::unique_ptr<history::HistoryStore> store) : m_store(std::move(store)) {}
+  std::unique_ptr<history::HistoryStore> m_store;
+  history::RunId m_run = 0;
+  std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
+  std::string m_dbError;
+  history::RunStatus m_status = history::RunStatus::Running;
+};
+
+int runPlan(const RunArgs& args) {
+  auto plan = loadPlan(args.plan);
+  if (!plan) {
+    std::cerr << plan.message() << '\n';
+    return kExitFailure;
+  }
+  auto executable = exec::findExecutor("pipestudio-cli");
+  if (!executable) {
+    std::cerr << "pipestudio-cli run: pipestudio-exec not found (looked in $PIPESTUDIO_EXEC, next to pipestudio-cli, "
+                 "in <build>/executor/ and on PATH)\n";
+    return kExitFailure;
+  }
+  auto recorder = RunRecorder::start(args, *plan);
+  if (!recorder) {
+    std::cerr << "pipestudio-cli run: " << recorder.message() << '\n';
+    return kExitFailure;
+  }
+  exec::LaunchRequest req;
+  req.executable = *executable;
+  req.planPath = args.plan;
+  req.backend = args.backend;
+  req.world = args.backend == "cuda" ? plan->config.devices : 1;
+  req.iterations = args.iterations;
+  req.warmup = args.warmup;
+  req.runId = std::to_string(recorder->id());
+  req.peerExitTimeoutS = args.timeoutS + 10;
+  req.extraArgs = {"--timeout-s", std::to_string(args.timeoutS)};
+  if (args.maxOpMs > 0) req.extraArgs.insert(req.extraArgs.end(), {"--max-op-ms", std::to_string(args.maxOpMs)});
+  auto outcome = exec::launchLocal(req, {}, [&](int rank, std::string_view bytes) { recorder->feed(rank, bytes); });
+  exec::LaunchOutcome result;
+  if (outcome) {
+    result = *outcome;
+  } else {
+    result.failure = outcome.message();
+  }
+  std::string message;
+  if (auto st = recorder->finish(result, message); !st) {
+    std::cerr << "pipestudio-cli run: history: " << st.message() << '\n';
+    return kExitFailure;
+  }
+  const auto status = recorder->status();
+  if (args.json) {
+    std::cout << "{\"id\": " << recorder->id() << ", \"status\": \"" << history::runStatusName(status) << "\"}\n";
+  } else {
+    std::cout << recorder->id() << '\n';
+  }
+  if (status != history::RunStatus::Complete) {
+    std::cerr << "pipestudio-cli run: run " << recorder->id() << " " << history::runStatusName(status) << ": "
+              << (message.empty() ? "the executor stopped early" : message) << '\n';
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 void addRunCommand(CLI::App& root, int& exitCode) {
-  auto* cmd = root.add_subcommand("run", "not implemented yet");
-  cmd->allow_extras();
-  cmd->callback([&exitCode] { exitCode = notImplemented("run"); });
+  static RunArgs args;
+  auto* cmd = root.add_subcommand("run", "Run a plan on this machine (pipestudio-exec) and record it in the history");
+  cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
+  cmd->add_option("--backend", args.backend, "cpu, cuda (one process per GPU) or cuda-single (one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-single"}));
+  cmd->add_option("--iterations", args.iterations, "Measured iterations")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--warmup", args.warmup, "Warm-up iterations, not recorded")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--history", args.history, "History database (default: the GUI's)");
+  cmd->add_option("--max-op-ms", args.maxOpMs, "Scale planned times so the longest op lasts this long")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--timeout-s", args.timeoutS, "A rank without progress for this long fails the run")
+      ->check(CLI::Range(0.1, 1e5));
+  cmd->add_flag("--json", args.json, "Print {\"id\": …} on stdout");
+  cmd->callback([&exitCode] { exitCode = runPlan(args); });
 }
 
 }  // namespace pipestudio::cli

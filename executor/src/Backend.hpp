@@ -29,8 +29,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::vector<Lane*> lanes() = 0;
   virtual std::string deviceName() const = 0;
-  /// Extra data right after the header (rank 0's NCCL id).
-  virtual void afterHeader() {}
+  /// Right after the header: rank 0 sends its NCCL id, every rank joins the communicator.
+  virtual Status afterHeader() { return {}; }
   /// Runs on the watchdog thread after a failure (NCCL abort).
   virtual void abortTransport() {}
   /// Flushes activity records and reports how many were dropped.

@@ -189,6 +189,9 @@ int runExecutor(const ExecOptions& options, int outFd) {
     for (const Op& op : plan->ops) longest = std::max(longest, op.durationMs());
     if (longest > 0) timeScale = *options.maxOpMs / longest;
   }
+  if ((options.profileOut || options.baseline) && options.backend == "cpu") {
+    return fail("--profile and --baseline measure GPU kernels: use --backend cuda-single or cuda");
+  }
   if (options.profileOut) {
     if (auto st = profileModel(*plan, options); !st) return fail("profile failed: " + st.message());
     return 0;
@@ -221,7 +224,13 @@ int runExecutor(const ExecOptions& options, int outFd) {
   header.wallClockNs = clock.wallNs();
   sink.start();
   sink.write(header);
-  be.afterHeader();
+  if (auto st = be.afterHeader(); !st) {
+    sink.write(trace::ErrorReport{header.rank, st.message()});
+    trace::Summary failed;
+    failed.ok = false;
+    sink.write(failed);
+    return fail(st.message());
+  }
 
   std::vector<Lane*> lanes = be.lanes();
   std::vector<int> local;
@@ -270,7 +279,11 @@ int runExecutor(const ExecOptions& options, int outFd) {
     const std::string why = control.failure();
     sink.write(trace::ErrorReport{rank, why});
     sink.write(summary);
-    return fail("run failed: rank " + std::to_string(rank) + " failed: " + why);
+    const int code = fail("run failed: rank " + std::to_string(rank) + " failed: " + why);
+    // A GPU whose communicator was aborted may never finish its streams: leave without the
+    // CUDA runtime's teardown, which would wait for them.
+    if (options.backend != "cpu") std::_Exit(code);
+    return code;
   }
   sink.write(summary);
   double total = 0;

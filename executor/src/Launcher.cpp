@@ -95,7 +95,8 @@ std::optional<std::string> findExecutor(const std::string& selfPath) {
   return std::nullopt;
 }
 
-Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame) {
+Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
+                                    const BytesCallback& onBytes) {
   auto argsFor = [&](int rank, const std::string& ncclId) {
     std::vector<std::string> a{request.executable, "--plan", request.planPath, "--backend", request.backend,
                                "--iterations", std::to_string(request.iterations), "--warmup",
@@ -175,7 +176,9 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
         }
         continue;
       }
-      c.decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+      const std::string_view bytes(buffer.data(), static_cast<std::size_t>(n));
+      if (onBytes) onBytes(c.rank, bytes);
+      c.decoder.feed(bytes);
       while (auto frame = c.decoder.next()) {
         ++c.outcome.frames;
         if (const auto* id = std::get_if<trace::NcclId>(&*frame); id != nullptr && !othersStarted) {

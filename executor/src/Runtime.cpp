@@ -93,6 +93,13 @@ void RunControl::progress(int device, LaneState state, int waitingFor) {
   l.lastProgressNs.store(Clock::steadyNs());
 }
 
+void RunControl::setState(int device, LaneState state, int waitingFor) {
+  if (device < 0 || device >= devices()) return;
+  LaneInfo& l = *m_lanes[static_cast<std::size_t>(device)];
+  l.state.store(static_cast<int>(state));
+  l.waitingFor.store(waitingFor);
+}
+
 void RunControl::registerWakeup(std::function<void()> wake) {
   std::lock_guard lock(m_mutex);
   m_wakeups.push_back(std::move(wake));

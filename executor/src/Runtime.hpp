@@ -68,6 +68,8 @@ class RunControl {
   int failedRank() const;
   std::string failure() const;
   void progress(int device, LaneState state, int waitingFor = -1);
+  /// Like progress() without counting as progress (a lane polling a GPU that does not finish).
+  void setState(int device, LaneState state, int waitingFor = -1);
   /// Called by waiters so they wake on abort.
   void registerWakeup(std::function<void()> wake);
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -42,12 +43,15 @@ struct LaunchOutcome {
 
 /// Frames as they arrive, tagged with the rank whose stream carried them.
 using FrameCallback = std::function<void(int rank, const trace::Frame& frame)>;
+/// The raw stream bytes as read (for history::StreamIngest, which decodes itself).
+using BytesCallback = std::function<void(int rank, std::string_view bytes)>;
 
 /// Starts the ranks (rank 0 first; for `cuda` the others once rank 0 has sent its NCCL id),
 /// reads every stdout through a StreamDecoder and forwards stderr lines prefixed with the
 /// rank. A rank that fails makes the launcher give the others peerExitTimeoutS to stop,
 /// then kill them. Error only when nothing could be started.
-Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame);
+Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
+                                    const BytesCallback& onBytes = {});
 
 /// pipestudio-exec next to `selfPath` (the running binary), in <build>/executor/ relative to
 /// it, $PIPESTUDIO_EXEC, or on PATH.

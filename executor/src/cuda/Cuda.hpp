@@ -1,0 +1,92 @@
+#pragma once
+// Private to the CUDA backends: error checks, the kernels of Kernels.cu, the per-stage GEMM
+// workload and the CUPTI activity collector. Kept small: everything that is not GPU-specific
+// lives in the shared runtime (Runtime.hpp).
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../Runtime.hpp"
+#include "Kernels.hpp"
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::exec::cuda {
+
+Status check(cudaError_t rc, const char* what);
+Status check(cublasStatus_t rc, const char* what);
+
+/// Row-major GEMM shape: an M×K input times a K×N weight.
+struct Gemm {
+  std::int64_t m = 0;
+  std::int64_t k = 0;
+  std::int64_t n = 0;
+};
+
+/// What one op of one virtual stage runs: GEMMs from the layer shapes plus a calibrated
+/// remainder for layers given only as times.
+struct PassWork {
+  std::vector<Gemm> gemms;
+  std::int64_t elementwise = 0;  ///< bf16 elements touched by the elementwise op
+  double calibratedMs = 0;       ///< of the reference GEMM loop, before the run's time scale
+};
+
+/// F (also N, S), B and W work of every virtual stage. Shaped transformer layers without
+/// measured times become their four GEMMs (QKV, projection, FC1, FC2; lm_head: the logits
+/// GEMM) with tokens = samples × seq; the rest are calibrated time.
+struct StageWork {
+  PassWork forward, backwardInput, backwardWeight;
+};
+std::vector<StageWork> buildStageWork(const Plan& plan);
+
+/// Runs the work of `kind` (F, B, W, BW, N, S, T) for one op on `stream`: GEMMs on the three
+/// scratch buffers, the elementwise op, then `referenceCount` reference GEMMs.
+class Workload {
+ public:
+  Status init(cudaStream_t stream, const std::vector<StageWork>& work);
+  ~Workload();
+  Workload() = default;
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+  /// Milliseconds of one reference GEMM, measured with events (calibration at start-up).
+  Expected<double> calibrate();
+  /// variant: 0 forward (Y = X·W), 1 input gradient (dX = dY·Wᵀ), 2 weight gradient (dW = Xᵀ·dY).
+  Status run(const PassWork& pass, int variant, double fraction, double timeScale);
+  void* scratch(int i) const { return m_scratch[i]; }
+  std::size_t scratchBytes() const { return m_scratchBytes; }
+  double referenceMs() const { return m_referenceMs; }
+  void setReferenceMs(double ms) { m_referenceMs = ms; }
+  cudaStream_t stream() const { return m_stream; }
+
+ private:
+  Status gemm(const Gemm& g, int variant);
+  cudaStream_t m_stream = nullptr;
+  cublasHandle_t m_cublas = nullptr;
+  void* m_scratch[3] = {nullptr, nullptr, nullptr};
+  std::size_t m_scratchBytes = 0;
+  double m_referenceMs = 0;
+};
+
+/// CUPTI Activity API collector: kernels (NCCL kernels recognised by name), memcpy and memset,
+/// in 4 MiB buffers, converted to the host clock and written as Activity frames. One per
+/// process (CUPTI's callbacks are process-wide).
+class Cupti {
+ public:
+  /// `rankDevice` >= 0: the trace device of every record (cuda); -1: by stream (cuda-single).
+  static Status start(const Clock& clock, FrameSink& sink, int rankDevice);
+  /// Records made on `stream` belong to trace device `device` (cuda-single: one stream per
+  /// plan device on one GPU).
+  static void mapStream(cudaStream_t stream, int device);
+  /// Forces delivery of every pending record (end of iteration).
+  static void flush();
+  static std::uint64_t dropped();
+  static void stop();
+  /// Re-measures the CUPTI → host clock offset (call at iteration boundaries).
+  static void resync();
+};
+
+}  // namespace pipestudio::exec::cuda

@@ -1,0 +1,100 @@
+// pipestudio-cli run: the CPU backend through the CLI into a real SQLite history.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "RunHelpers.hpp"
+#include "TestPlans.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+
+namespace pipestudio {
+namespace {
+
+struct CliResult {
+  int status = -1;
+  std::string out;
+};
+
+CliResult cli(const std::string& args) {
+  CliResult r;
+  const std::string cmd = std::string(PIPESTUDIO_CLI_BINARY) + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::int64_t idOf(const std::string& json) {
+  const auto at = json.find("\"id\":");
+  return at == std::string::npos ? -1 : std::stoll(json.substr(at + 5));
+}
+
+TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {
+  const std::string plan = test::writePlan(test::makeTestPlan("zb-h1", 3, 4), "cli.plan.json");
+  const std::string db = test::tempPath("cli-history.sqlite");
+  const auto r = cli("run " + plan + " --backend cpu --iterations 2 --max-op-ms 1 --history " + db + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto id = idOf(r.out);
+  ASSERT_GT(id, 0) << r.out;
+  auto store = history::HistoryStore::open(db);
+  ASSERT_TRUE(store.hasValue()) << store.message();
+  auto summary = store->runSummary(id);
+  ASSERT_TRUE(summary.hasValue()) << summary.message();
+  EXPECT_EQ(summary->status, history::RunStatus::Complete);
+  EXPECT_EQ(summary->backend, "cpu");
+  EXPECT_EQ(summary->devices, 3);
+  EXPECT_TRUE(summary->planId.has_value());
+  auto ops = store->loadEvents(id, history::EventCategory::Op);
+  ASSERT_TRUE(ops.hasValue());
+  // 2 iterations × (plan ops + one optimizer step per device).
+  const Plan p = test::makeTestPlan("zb-h1", 3, 4);
+  EXPECT_EQ(ops->size(), 2 * (p.ops.size() + 3));
+  auto steps = store->stepTimesMs(id);
+  ASSERT_TRUE(steps.hasValue());
+  EXPECT_EQ(steps->size(), 2U);
+}
+
+TEST(CliRun, KilledRankIsRecordedFailed) {
+  const std::string plan = test::writePlan(test::makeTestPlan("1f1b", 4, 8), "cli-crash.plan.json");
+  const std::string db = test::tempPath("cli-crash.sqlite");
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "crash:rank=2:after_ops=4");
+  const auto r = cli("run " + plan + " --backend cpu --max-op-ms 1 --history " + db + " --json");
+  EXPECT_EQ(r.status, 1);
+  const auto id = idOf(r.out);
+  ASSERT_GT(id, 0) << r.out;
+  auto store = history::HistoryStore::open(db);
+  ASSERT_TRUE(store.hasValue());
+  auto summary = store->runSummary(id);
+  ASSERT_TRUE(summary.hasValue());
+  EXPECT_EQ(summary->status, history::RunStatus::Failed);
+  EXPECT_NE(summary->error.find("signal 9"), std::string::npos) << summary->error;
+  EXPECT_GT(summary->events, 0) << "events received before the kill are kept";
+}
+
+TEST(CliRun, HungDeviceIsRecordedFailedNamingIt) {
+  const std::string plan = test::writePlan(test::makeTestPlan("1f1b", 4, 8), "cli-hang.plan.json");
+  const std::string db = test::tempPath("cli-hang.sqlite");
+  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "hang:rank=3:after_ops=2");
+  const auto r = cli("run " + plan + " --backend cpu --max-op-ms 1 --timeout-s 1 --history " + db + " --json");
+  EXPECT_EQ(r.status, 1);
+  auto store = history::HistoryStore::open(db);
+  ASSERT_TRUE(store.hasValue());
+  auto summary = store->runSummary(idOf(r.out));
+  ASSERT_TRUE(summary.hasValue());
+  EXPECT_EQ(summary->status, history::RunStatus::Failed);
+  EXPECT_NE(summary->error.find("device 3"), std::string::npos) << summary->error;
+}
+
+TEST(CliRun, BadInputIsExitOneAndUsageIsExitTwo) {
+  EXPECT_EQ(cli("run " + test::tempPath("missing.plan.json") + " --history " + test::tempPath("x.sqlite")).status, 1);
+  EXPECT_EQ(cli("run").status, 2);
+  EXPECT_EQ(cli("run p.json --backend tpu").status, 2);
+}
+
+}  // namespace
+}  // namespace pipestudio
