@@ -21,11 +21,13 @@ void checkSolver(JsonReader& r, const JsonNode& s, const std::optional<ClusterSp
   (void)r.integer(s, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
   if (auto p = r.string(s, "partition", Presence::Optional)) {
     if (*p != "uniform" && *p != "balanced" && *p != "dp" && *p != "diffusionpipe") {
-      r.error(s.child("partition"), "'" + *p + "' is not a partitioner (expected uniform, balanced, dp or diffusionpipe)");
+      r.error(s.child("partition"),
+              "'" + *p + "' is not a partitioner (expected uniform, balanced, dp or diffusionpipe)");
     }
   }
   if (auto f = r.string(s, "fill", Presence::Optional)) {
-    if (*f != "none" && *f != "greedy") r.error(s.child("fill"), "'" + *f + "' is not a fill mode (expected none or greedy)");
+    if (*f != "none" && *f != "greedy")
+      r.error(s.child("fill"), "'" + *f + "' is not a fill mode (expected none or greedy)");
   }
   if (devices && cluster && *devices > cluster->totalGpus()) {
     r.error(s.child("devices"), "is " + std::to_string(*devices) + " but the cluster has " +

@@ -15,8 +15,9 @@ namespace {
 class TempFile {
  public:
   explicit TempFile(const std::string& name, const std::string& text)
-      : m_path((std::filesystem::temp_directory_path() / ("pipestudio-limits-" + std::to_string(::getpid()) + "-" + name))
-                   .string()) {
+      : m_path(
+            (std::filesystem::temp_directory_path() / ("pipestudio-limits-" + std::to_string(::getpid()) + "-" + name))
+                .string()) {
     std::ofstream(m_path, std::ios::binary) << text;
   }
   ~TempFile() {
@@ -49,7 +50,8 @@ TEST(JsonLimits, DeepArraysInsideStringsDoNotCount) {
 }
 
 TEST(JsonLimits, MultiMegabyteStringIsRejectedWhereItStarts) {
-  const std::string text = "{\n  \"schema\": \"pipestudio.model/1\",\n  \"name\": \"" + std::string(5 << 20, 'x') + "\"\n}\n";
+  const std::string text =
+      "{\n  \"schema\": \"pipestudio.model/1\",\n  \"name\": \"" + std::string(5 << 20, 'x') + "\"\n}\n";
   TempFile file("bigstring.json", text);
   auto doc = loadJsonFile(file.path());
   ASSERT_FALSE(doc);

@@ -23,7 +23,7 @@ struct Case {
   const char* pointer;  ///< JSON pointer the first message names
   int line;             ///< where that value sits in the file
   int column;
-  const char* what;     ///< a fragment of the message
+  const char* what;  ///< a fragment of the message
 };
 
 std::string load(Kind kind, const std::string& path) {
@@ -98,7 +98,8 @@ const Case kCases[] = {
      "'unte' is not a component of this model (expected one of: text, unet)"},
     {"model-feeds-cycle.json", Kind::Model, "/components/2/feeds", 37, 16, "feeds form a cycle: a → b → c → a"},
     {"model-feeds-self.json", Kind::Model, "/components/0/feeds/0", 10, 9, "feeds itself"},
-    {"model-unknown-field.json", Kind::Model, "/components/0/layers/0/forward_msec", 12, 27, "unknown field 'forward_msec'"},
+    {"model-unknown-field.json", Kind::Model, "/components/0/layers/0/forward_msec", 12, 27,
+     "unknown field 'forward_msec'"},
     {"model-no-costs.json", Kind::Model, "/components/0/layers/0", 10, 9, "neither measured costs nor a shape"},
     {"model-frozen-backward.json", Kind::Model, "/components/0/layers/0/backward_input_ms", 17, 32, "has no backward"},
     {"model-heads-not-dividing.json", Kind::Model, "/components/0/layers/0/transformer/heads", 16, 22,

@@ -96,10 +96,10 @@ TEST(Examples, ParameterCountsMatchThePublishedModels) {
       {"gpt3-1.3b.json", "backbone", 1.2e9, 1.5e9},
       {"gpt3-175b.json", "backbone", 1.70e11, 1.80e11},
       {"llama2-70b.json", "backbone", 5.5e10, 7.5e10},
-      {"stable-diffusion-2.1.json", "unet", 8.5e8, 8.8e8},        // 865M released
-      {"stable-diffusion-2.1.json", "vae_encoder", 3.3e7, 3.6e7}, // 34M
-      {"stable-diffusion-2.1.json", "text_encoder", 3.3e8, 3.7e8},// OpenCLIP ViT-H text, 23 of 24 layers
-      {"controlnet.json", "controlnet", 3.4e8, 3.9e8},            // ~361M released
+      {"stable-diffusion-2.1.json", "unet", 8.5e8, 8.8e8},          // 865M released
+      {"stable-diffusion-2.1.json", "vae_encoder", 3.3e7, 3.6e7},   // 34M
+      {"stable-diffusion-2.1.json", "text_encoder", 3.3e8, 3.7e8},  // OpenCLIP ViT-H text, 23 of 24 layers
+      {"controlnet.json", "controlnet", 3.4e8, 3.9e8},              // ~361M released
   };
   for (const auto& e : expects) {
     auto m = loadModel((kResources / "models" / e.file).string());

@@ -36,7 +36,8 @@ TEST_P(BadPlan, NamesFileLinePointerAndExpectation) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << "one problem, one message:\n" << message;
   EXPECT_TRUE(std::regex_match(message, std::regex("^(.+):([0-9]+):([0-9]+): (/[^: ]*): (.+) \\(expected .+\\)$")))
       << message;
-  const std::string prefix = path + ":" + std::to_string(c.line) + ":" + std::to_string(c.column) + ": " + c.pointer + ": ";
+  const std::string prefix =
+      path + ":" + std::to_string(c.line) + ":" + std::to_string(c.column) + ": " + c.pointer + ": ";
   EXPECT_EQ(message.rfind(prefix, 0), 0U) << message << "\nexpected prefix " << prefix;
   EXPECT_NE(message.find(c.what), std::string::npos) << message;
 }
@@ -87,8 +88,8 @@ TEST(BadPlan, HugeByteCountsSaturateInsteadOfOverflowing) {
   j["config"]["microbatches"] = 20000;
   Json ops = Json::array();
   for (int mb = 0; mb < 20000; ++mb) {
-    ops.push_back(Json{{"device", 0}, {"virtual_stage", 0}, {"kind", "F"}, {"microbatch", mb},
-                       {"start_ms", mb}, {"end_ms", mb + 1}});
+    ops.push_back(Json{
+        {"device", 0}, {"virtual_stage", 0}, {"kind", "F"}, {"microbatch", mb}, {"start_ms", mb}, {"end_ms", mb + 1}});
   }
   j["ops"] = ops;
   auto copy = parseJson(j.dump(), "<huge>");

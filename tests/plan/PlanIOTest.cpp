@@ -31,8 +31,8 @@ Plan tinyPlan() {
   p.cluster.intraNode = LinkSpec{100, 0};
   p.cluster.interNode = LinkSpec{10, 0};
   p.virtualStages = {{0, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 1, 1, 0}};
-  p.ops = {{0, 0, OpKind::F, 0, 0, 1, 0},  {1, 1, OpKind::F, 0, 1, 2, 0}, {1, 1, OpKind::B, 0, 2, 3, 0},
-           {1, 1, OpKind::W, 0, 3, 4, 0},  {0, 0, OpKind::B, 0, 3, 4, 0}, {0, 0, OpKind::W, 0, 4, 5, 0}};
+  p.ops = {{0, 0, OpKind::F, 0, 0, 1, 0}, {1, 1, OpKind::F, 0, 1, 2, 0}, {1, 1, OpKind::B, 0, 2, 3, 0},
+           {1, 1, OpKind::W, 0, 3, 4, 0}, {0, 0, OpKind::B, 0, 3, 4, 0}, {0, 0, OpKind::W, 0, 4, 5, 0}};
   p.metrics = computeMetrics(p);
   return p;
 }

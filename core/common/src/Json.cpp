@@ -41,8 +41,8 @@ std::optional<std::pair<std::size_t, std::string>> prescan(std::string_view text
       stringStart = i;
     } else if (c == '{' || c == '[') {
       if (++depth > limits.maxDepth) {
-        return std::pair{i, "nesting deeper than " + std::to_string(limits.maxDepth) +
-                                   " levels (expected at most " + std::to_string(limits.maxDepth) + ")"};
+        return std::pair{i, "nesting deeper than " + std::to_string(limits.maxDepth) + " levels (expected at most " +
+                                std::to_string(limits.maxDepth) + ")"};
       }
     } else if (c == '}' || c == ']') {
       if (depth > 0) --depth;
@@ -264,8 +264,8 @@ Expected<JsonDocument> parseJson(std::string text, std::string path, const JsonL
       if (const auto at = text.find(literal); at != std::string::npos) offset = at;
     }
     const TextLocation loc = locationOfOffset(text, offset);
-    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " +
-                 printable(what) + " (expected a finite number)"};
+    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " + printable(what) +
+                 " (expected a finite number)"};
   } catch (const std::exception& e) {
     return Error{path + ":1:1: " + printable(e.what()) + " (expected valid JSON)"};
   }
@@ -293,8 +293,8 @@ Expected<JsonDocument> loadJsonFile(const std::string& path, const JsonLimits& l
     return Error{path + ": cannot determine file size"};
   }
   if (static_cast<std::size_t>(size) > limits.maxFileBytes) {
-    return Error{path + ":1:1: file is " + std::to_string(static_cast<long long>(size)) +
-                 " bytes (expected at most " + std::to_string(limits.maxFileBytes) + ")"};
+    return Error{path + ":1:1: file is " + std::to_string(static_cast<long long>(size)) + " bytes (expected at most " +
+                 std::to_string(limits.maxFileBytes) + ")"};
   }
   in.seekg(0);
   std::string text(static_cast<std::size_t>(size), '\0');

@@ -7,16 +7,25 @@ namespace pipestudio {
 
 std::string jsonTypeName(const Json& value) {
   switch (value.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "object";
-    case Json::value_t::array: return "array";
-    case Json::value_t::string: return "string";
-    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::boolean:
+      return "boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    case Json::value_t::number_float: return "number";
-    case Json::value_t::binary: return "binary";
-    case Json::value_t::discarded: return "discarded";
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "number";
+    case Json::value_t::binary:
+      return "binary";
+    case Json::value_t::discarded:
+      return "discarded";
   }
   return "unknown";
 }
@@ -27,12 +36,24 @@ std::string jsonTypeWithArticle(const Json& value) {
   return (vowel ? "an " : "a ") + name;
 }
 
+// A child that does not exist is a null node with the right pointer (never a throw): error
+// paths often name a member that may be absent, and the fuzzer found one that was.
+const Json& missingValue() {
+  static const Json kNull;
+  return kNull;
+}
+
 JsonNode JsonNode::child(std::string_view key) const {
-  return JsonNode{&value->at(std::string(key)), pointer + "/" + jsonPointerEscape(key)};
+  const Json* found = &missingValue();
+  if (value->is_object()) {
+    if (const auto it = value->find(std::string(key)); it != value->end()) found = &*it;
+  }
+  return JsonNode{found, pointer + "/" + jsonPointerEscape(key)};
 }
 
 JsonNode JsonNode::child(std::size_t index) const {
-  return JsonNode{&value->at(index), pointer + "/" + std::to_string(index)};
+  const Json* found = value->is_array() && index < value->size() ? &(*value)[index] : &missingValue();
+  return JsonNode{found, pointer + "/" + std::to_string(index)};
 }
 
 void JsonReader::error(const JsonNode& at, const std::string& message) { error(at.pointer, message); }
@@ -72,7 +93,8 @@ std::optional<JsonNode> JsonReader::field(const JsonNode& obj, std::string_view 
   if (!obj.value->is_object()) return std::nullopt;
   const auto it = obj.value->find(std::string(key));
   if (it == obj.value->end()) {
-    if (presence == Presence::Required) error(obj, "missing required field '" + std::string(key) + "' (expected it in this object)");
+    if (presence == Presence::Required)
+      error(obj, "missing required field '" + std::string(key) + "' (expected it in this object)");
     return std::nullopt;
   }
   return obj.child(key);
@@ -148,8 +170,8 @@ std::optional<std::int64_t> JsonReader::integerValue(const JsonNode& node, std::
     error(node, "is not finite (expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "])");
     return std::nullopt;
   } else {
-    error(node, "is " + jsonTypeWithArticle(v) + (v.is_number() ? " " + v.dump() : std::string()) +
-                    " (expected an integer)");
+    error(node,
+          "is " + jsonTypeWithArticle(v) + (v.is_number() ? " " + v.dump() : std::string()) + " (expected an integer)");
     return std::nullopt;
   }
   if (value < min || value > max) {

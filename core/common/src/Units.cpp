@@ -19,16 +19,26 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
   while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
   std::string unit = s.substr(pos);
   double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB" || unit == "kB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else if (unit == "TB") scale = 1e12;
-  else return Error{"'" + s + "' has an unknown unit '" + unit + "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB" || unit == "kB")
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
+  else if (unit == "TB")
+    scale = 1e12;
+  else
+    return Error{"'" + s + "' has an unknown unit '" + unit + "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
   const double bytes = value * scale;
   if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18) {
     return Error{"'" + s + "' is out of range (expected 0 to 8 EiB)"};
@@ -51,9 +61,12 @@ std::string formatBytes(double bytes) {
 
 std::string formatMs(double ms) {
   char buf[64];
-  if (std::abs(ms) < 1.0) std::snprintf(buf, sizeof buf, "%.1f µs", ms * 1000);
-  else if (std::abs(ms) < 1000.0) std::snprintf(buf, sizeof buf, "%.2f ms", ms);
-  else std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);
+  if (std::abs(ms) < 1.0)
+    std::snprintf(buf, sizeof buf, "%.1f µs", ms * 1000);
+  else if (std::abs(ms) < 1000.0)
+    std::snprintf(buf, sizeof buf, "%.2f ms", ms);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);
   return buf;
 }
 

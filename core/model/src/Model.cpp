@@ -1,5 +1,6 @@
-#include "pipestudio/model/Hosts.hpp"
 #include "pipestudio/model/Model.hpp"
+
+#include "pipestudio/model/Hosts.hpp"
 
 namespace pipestudio {
 

@@ -8,7 +8,7 @@ namespace pipestudio {
 namespace {
 
 // Bounds that separate "large" from "absurd": anything past them is a typo or an attack.
-constexpr double kMaxMs = 1.0e7;                       // ~2.8 hours for one layer pass
+constexpr double kMaxMs = 1.0e7;                           // ~2.8 hours for one layer pass
 constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;  // 1 PiB
 constexpr std::int64_t kMaxLayers = 100000;
 constexpr std::int64_t kMaxDim = 10'000'000;
@@ -41,13 +41,12 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
 
 // Reads one layer entry; `repeat` expands it into several identical layers. `layersLeft` is the
 // model-wide budget (kMaxLayers in all), so `repeat` in many components cannot multiply up.
-void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<Layer>& out,
-               std::int64_t& layersLeft) {
+void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<Layer>& out, std::int64_t& layersLeft) {
   if (!r.isObject(node)) return;
   const std::size_t errorsBefore = r.errors().size();
-  r.rejectUnknown(node, {"name", "kind", "repeat", "forward_ms", "backward_input_ms", "backward_weight_ms",
-                         "activation_bytes", "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer",
-                         "flops_forward", "params"});
+  r.rejectUnknown(
+      node, {"name", "kind", "repeat", "forward_ms", "backward_input_ms", "backward_weight_ms", "activation_bytes",
+             "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer", "flops_forward", "params"});
   Layer layer;
   const auto name = r.string(node, "name", Presence::Required);
   layer.name = name.value_or("");
@@ -76,8 +75,8 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   if (!trainable) {
     for (const char* key : {"backward_input_ms", "backward_weight_ms", "weight_grad_bytes"}) {
       if (node.value->contains(key)) {
-        r.error(node.child(key), std::string("a non-trainable component's layer has no backward (expected no '") +
-                                     key + "', or \"trainable\": true on the component)");
+        r.error(node.child(key), std::string("a non-trainable component's layer has no backward (expected no '") + key +
+                                     "', or \"trainable\": true on the component)");
       }
     }
   }
@@ -133,8 +132,8 @@ std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
     auto [it, fresh] = seen.emplace(c.layers[i].name, i);
     if (!fresh && !c.layers[i].name.empty()) {
-      r.error(*layers, "duplicate layer name '" + c.layers[i].name + "' in component '" + c.name +
-                           "' (expected unique names)");
+      r.error(*layers,
+              "duplicate layer name '" + c.layers[i].name + "' in component '" + c.name + "' (expected unique names)");
     }
   }
   return c;
@@ -219,7 +218,8 @@ std::optional<LinkSpec> readLink(JsonReader& r, const JsonNode& node) {
 std::optional<SshSpec> readSsh(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node, {"user", "port", "identity_file", "password"});  // password: reported below
-  if (node.value->contains("password")) r.error(node.child("password"), "passwords are never stored (expected key or agent authentication: identity_file)");
+  if (node.value->contains("password"))
+    r.error(node.child("password"), "passwords are never stored (expected key or agent authentication: identity_file)");
   SshSpec s;
   s.user = r.string(node, "user", Presence::Optional).value_or("");
   s.port = static_cast<int>(r.integer(node, "port", Presence::Optional, 1, 65535).value_or(22));
@@ -257,8 +257,9 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
   const bool hasComponents = at.value->contains("components");
   const bool hasLayers = at.value->contains("layers");
   if (hasComponents && hasLayers) {
-    r.error(at, "has both 'components' and 'layers' (expected one: 'layers' is shorthand for one trainable "
-                "component 'backbone')");
+    r.error(at,
+            "has both 'components' and 'layers' (expected one: 'layers' is shorthand for one trainable "
+            "component 'backbone')");
     return std::nullopt;
   }
   if (hasLayers) {
@@ -298,8 +299,8 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
 
 std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "bandwidth_matrix_gbps",
-                       "description"});
+  r.rejectUnknown(at,
+                  {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "bandwidth_matrix_gbps", "description"});
   if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
@@ -309,7 +310,8 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   auto nodesNode = r.field(at, "nodes", Presence::Required);
   if (nodesNode && nodesNode->value->is_array()) {
     if (at.value->contains("gpus_per_node")) {
-      r.error(at.child("gpus_per_node"), "is only allowed with an integer 'nodes' (expected 'gpus' in each entry of the nodes array)");
+      r.error(at.child("gpus_per_node"),
+              "is only allowed with an integer 'nodes' (expected 'gpus' in each entry of the nodes array)");
     }
     if (nodesNode->value->empty()) r.error(*nodesNode, "no nodes (expected at least one)");
     if (nodesNode->value->size() > 100000) {
@@ -337,7 +339,8 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
     }
   }
   if (r.ok() && c.totalGpus() == 0) r.error(at, "zero GPUs (expected at least one)");
-  if (r.ok() && c.totalGpus() > kMaxGpus) r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
+  if (r.ok() && c.totalGpus() > kMaxGpus)
+    r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
     r.rejectUnknown(*links, {"intra_node", "inter_node"});
     if (auto intra = r.field(*links, "intra_node", Presence::Required)) {
@@ -396,7 +399,8 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
     if (!r.isObject(n)) continue;
     // password is reported on its own below, not as an unknown field.
     r.rejectUnknown(n, {"host", "port", "user", "identity_file", "known_hosts_file", "gpus", "remote_dir", "password"});
-    if (n.value->contains("password")) r.error(n.child("password"), "passwords are never stored (expected key or agent authentication: identity_file)");
+    if (n.value->contains("password"))
+      r.error(n.child("password"), "passwords are never stored (expected key or agent authentication: identity_file)");
     HostEntry e;
     e.host = r.string(n, "host", Presence::Required).value_or("");
     e.port = static_cast<int>(r.integer(n, "port", Presence::Optional, 1, 65535).value_or(22));
@@ -438,7 +442,8 @@ Json layerToJson(const Layer& l) {
 }
 
 Json gpuToJson(const GpuSpec& g) {
-  return Json{{"name", g.name}, {"peak_tflops", g.peakTflops}, {"memory_gib", g.memoryGib}, {"efficiency", g.efficiency}};
+  return Json{
+      {"name", g.name}, {"peak_tflops", g.peakTflops}, {"memory_gib", g.memoryGib}, {"efficiency", g.efficiency}};
 }
 }  // namespace
 
@@ -473,8 +478,9 @@ Json clusterToJson(const ClusterSpec& c) {
     nodes.push_back(std::move(nj));
   }
   j["nodes"] = std::move(nodes);
-  j["links"] = Json{{"intra_node", {{"bandwidth_gbps", c.intraNode.bandwidthGBps}, {"latency_us", c.intraNode.latencyUs}}},
-                    {"inter_node", {{"bandwidth_gbps", c.interNode.bandwidthGBps}, {"latency_us", c.interNode.latencyUs}}}};
+  j["links"] =
+      Json{{"intra_node", {{"bandwidth_gbps", c.intraNode.bandwidthGBps}, {"latency_us", c.intraNode.latencyUs}}},
+           {"inter_node", {{"bandwidth_gbps", c.interNode.bandwidthGBps}, {"latency_us", c.interNode.latencyUs}}}};
   if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
   return j;
 }
@@ -493,7 +499,8 @@ Json hostsToJson(const HostsSpec& h) {
 
 Expected<std::string> documentKind(const JsonDocument& doc) {
   if (!doc.root.is_object()) {
-    return Error{doc.where("") + ": is " + jsonTypeWithArticle(doc.root) + " (expected an object with a 'schema' field)"};
+    return Error{doc.where("") + ": is " + jsonTypeWithArticle(doc.root) +
+                 " (expected an object with a 'schema' field)"};
   }
   const auto it = doc.root.find("schema");
   if (it == doc.root.end() || !it->is_string()) {

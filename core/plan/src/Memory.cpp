@@ -31,8 +31,8 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
     const GpuSpec& gpu = plan.cluster.gpuOfDevice(vs.device);
     StageCosts& s = out[i];
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
-      const LayerCosts c = layerCosts(comp.layers[static_cast<std::size_t>(l)], gpu, plan.model.samplesPerMicrobatch,
-                                      comp.trainable);
+      const LayerCosts c =
+          layerCosts(comp.layers[static_cast<std::size_t>(l)], gpu, plan.model.samplesPerMicrobatch, comp.trainable);
       s.forwardMs += c.forwardMs;
       s.backwardInputMs += c.backwardInputMs;
       s.backwardWeightMs += c.backwardWeightMs;
@@ -51,7 +51,7 @@ std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vec
     const int d = plan.virtualStages[i].device;
     if (d < 0 || d >= static_cast<int>(bytes.size())) continue;
     bytes[static_cast<std::size_t>(d)] += staticMemoryBytes(costs[i].trainableParameters, costs[i].frozenParameters,
-                                                           plan.model.optimizer, plan.config.dataParallel);
+                                                            plan.model.optimizer, plan.config.dataParallel);
   }
   std::vector<std::int64_t> out;
   out.reserve(bytes.size());

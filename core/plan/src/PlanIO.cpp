@@ -84,8 +84,8 @@ struct FastFields {
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "metrics",
-                       "generator", "notes"});
+  r.rejectUnknown(
+      at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "metrics", "generator", "notes"});
   if (!r.checkSchema(at, kPlanSchema)) return std::nullopt;
   Plan plan;
   if (auto cfg = r.object(at, "config", Presence::Required)) {
@@ -94,7 +94,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     PlanConfig& c = plan.config;
     c.schedule = r.string(*cfg, "schedule", Presence::Required).value_or("");
     c.devices = static_cast<int>(r.integer(*cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
-    c.microbatches = static_cast<int>(r.integer(*cfg, "microbatches", Presence::Required, 1, kMaxMicrobatches).value_or(1));
+    c.microbatches =
+        static_cast<int>(r.integer(*cfg, "microbatches", Presence::Required, 1, kMaxMicrobatches).value_or(1));
     c.chunksPerDevice = static_cast<int>(r.integer(*cfg, "chunks_per_device", Presence::Optional, 1, 1024).value_or(1));
     c.partition = r.string(*cfg, "partition", Presence::Optional).value_or("uniform");
     c.fill = r.string(*cfg, "fill", Presence::Optional).value_or("none");
@@ -116,7 +117,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       if (!r.isObject(s)) continue;
       r.rejectUnknown(s, {"id", "device", "chunk", "component", "first_layer", "last_layer", "pipeline"});
       VirtualStage vs;
-      vs.id = static_cast<int>(r.integer(s, "id", Presence::Required, 0, kMaxDevices * 1024).value_or(0));
+      const auto id = r.integer(s, "id", Presence::Required, 0, kMaxDevices * 1024);
+      vs.id = static_cast<int>(id.value_or(static_cast<std::int64_t>(i)));
       vs.device = static_cast<int>(r.integer(s, "device", Presence::Required, 0, plan.config.devices - 1).value_or(0));
       vs.chunk = static_cast<int>(r.integer(s, "chunk", Presence::Optional, 0, 1023).value_or(0));
       vs.pipeline = static_cast<int>(r.integer(s, "pipeline", Presence::Optional, 0, 1).value_or(0));
@@ -125,8 +127,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
         if (vs.component < 0) {
           std::string known;
           for (const auto& other : plan.model.components) known += (known.empty() ? "" : ", ") + other.name;
-          r.error(s.child("component"), "'" + *comp + "' is not a component of the plan's model (expected one of: " +
-                                            known + ")");
+          r.error(s.child("component"),
+                  "'" + *comp + "' is not a component of the plan's model (expected one of: " + known + ")");
           continue;
         }
       }
@@ -139,7 +141,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       if (first && last && vs.lastLayer < vs.firstLayer) {
         r.error(s.child("last_layer"), "is before first_layer (expected first_layer ≤ last_layer)");
       }
-      if (vs.id != static_cast<int>(i)) {
+      if (id && vs.id != static_cast<int>(i)) {
         r.error(s.child("id"), "is " + std::to_string(vs.id) + " (expected " + std::to_string(i) +
                                    ": virtual stages are listed in id order)");
       }
@@ -151,7 +153,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
   if (auto ops = r.array(at, "ops", Presence::Required)) {
     if (ops->value->size() > kMaxOps) {
-      r.error(*ops, "has " + std::to_string(ops->value->size()) + " ops (expected at most " + std::to_string(kMaxOps) + ")");
+      r.error(*ops,
+              "has " + std::to_string(ops->value->size()) + " ops (expected at most " + std::to_string(kMaxOps) + ")");
       return std::nullopt;
     }
     plan.ops.reserve(ops->value->size());
@@ -164,7 +167,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       }
       Op op;
       op.device = static_cast<std::int32_t>(f.integer("device", 0, plan.config.devices - 1, true).value_or(0));
-      op.virtualStage = static_cast<std::int32_t>(f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), true).value_or(0));
+      op.virtualStage = static_cast<std::int32_t>(
+          f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), true).value_or(0));
       op.kind = f.kind().value_or(OpKind::F);
       op.microbatch = static_cast<std::int32_t>(f.integer("microbatch", -1, kMaxMicrobatches, true).value_or(0));
       op.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
@@ -188,7 +192,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       c.toDevice = static_cast<int>(f.integer("to_device", 0, plan.config.devices - 1, true).value_or(0));
       c.microbatch = static_cast<int>(f.integer("microbatch", -1, kMaxMicrobatches, true).value_or(0));
       c.kind = f.kind().value_or(OpKind::F);
-      c.virtualStage = static_cast<int>(f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), false).value_or(0));
+      c.virtualStage =
+          static_cast<int>(f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), false).value_or(0));
       c.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
       c.endMs = f.number("end_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
       c.bytes = f.integer("bytes", 0, std::int64_t{1} << 50, false).value_or(0);
@@ -223,9 +228,9 @@ Expected<Plan> loadPlan(const std::string& path) {
 
 Json planToJson(const Plan& plan) {
   const PlanConfig& c = plan.config;
-  Json cfg{{"schedule", c.schedule},   {"devices", c.devices},
+  Json cfg{{"schedule", c.schedule},         {"devices", c.devices},
            {"microbatches", c.microbatches}, {"chunks_per_device", c.chunksPerDevice},
-           {"partition", c.partition}, {"fill", c.fill}};
+           {"partition", c.partition},       {"fill", c.fill}};
   if (c.memoryLimitBytes) cfg["memory_limit_bytes"] = *c.memoryLimitBytes;
   if (c.dataParallel != 1) cfg["data_parallel"] = c.dataParallel;
   Json stages = Json::array();
@@ -244,12 +249,9 @@ Json planToJson(const Plan& plan) {
   }
   Json ops = Json::array();
   for (const auto& op : plan.ops) {
-    Json o{{"device", op.device},
-           {"virtual_stage", op.virtualStage},
-           {"kind", std::string(opKindName(op.kind))},
-           {"microbatch", op.microbatch},
-           {"start_ms", op.startMs},
-           {"end_ms", op.endMs}};
+    Json o{
+        {"device", op.device},         {"virtual_stage", op.virtualStage}, {"kind", std::string(opKindName(op.kind))},
+        {"microbatch", op.microbatch}, {"start_ms", op.startMs},           {"end_ms", op.endMs}};
     if (op.samples > 0) o["samples"] = op.samples;
     if (op.kind == OpKind::N) {
       const auto& vs = plan.virtualStages.at(static_cast<std::size_t>(op.virtualStage));

@@ -17,21 +17,33 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : m_v(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Expected(T value) : m_v(std::in_place_index<0>, std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Expected(Error error) : m_v(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool hasValue() const { return m_v.index() == 0; }
   explicit operator bool() const { return hasValue(); }
 
-  T& value() & { assert(hasValue()); return std::get<0>(m_v); }
-  const T& value() const& { assert(hasValue()); return std::get<0>(m_v); }
-  T&& value() && { assert(hasValue()); return std::get<0>(std::move(m_v)); }
+  T& value() & {
+    assert(hasValue());
+    return std::get<0>(m_v);
+  }
+  const T& value() const& {
+    assert(hasValue());
+    return std::get<0>(m_v);
+  }
+  T&& value() && {
+    assert(hasValue());
+    return std::get<0>(std::move(m_v));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
-  const Error& error() const { assert(!hasValue()); return std::get<1>(m_v); }
+  const Error& error() const {
+    assert(!hasValue());
+    return std::get<1>(m_v);
+  }
   const std::string& message() const { return error().message; }
 
  private:

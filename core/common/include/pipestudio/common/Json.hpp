@@ -3,10 +3,9 @@
 /// `file:line:col: /json/pointer: what is wrong (expected …)`.
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "pipestudio/common/Expected.hpp"
 
@@ -16,9 +15,9 @@ using Json = nlohmann::json;
 
 /// Limits that keep hostile input from costing unbounded time, stack or memory.
 struct JsonLimits {
-  std::size_t maxFileBytes = std::size_t{1} << 30;   ///< 1 GiB: a 200k-op plan is ~40 MB
-  std::size_t maxDepth = 64;                         ///< our formats nest < 8 deep
-  std::size_t maxStringBytes = std::size_t{1} << 20; ///< 1 MiB: names and notes, not blobs
+  std::size_t maxFileBytes = std::size_t{1} << 30;    ///< 1 GiB: a 200k-op plan is ~40 MB
+  std::size_t maxDepth = 64;                          ///< our formats nest < 8 deep
+  std::size_t maxStringBytes = std::size_t{1} << 20;  ///< 1 MiB: names and notes, not blobs
 };
 
 struct TextLocation {

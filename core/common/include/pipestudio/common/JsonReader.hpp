@@ -17,6 +17,7 @@ namespace pipestudio {
 struct JsonNode {
   const Json* value = nullptr;
   std::string pointer;  ///< "" is the root
+  /// The member `key` / element `index`; a null node (with that pointer) when absent.
   JsonNode child(std::string_view key) const;
   JsonNode child(std::size_t index) const;
 };
@@ -50,10 +51,9 @@ class JsonReader {
                                     bool allowEmpty = false);
   std::optional<bool> boolean(const JsonNode& obj, std::string_view key, Presence presence);
   /// A finite number in [min, max]; `what` describes the range in the message.
-  std::optional<double> number(const JsonNode& obj, std::string_view key, Presence presence, double min,
-                               double max);
-  std::optional<std::int64_t> integer(const JsonNode& obj, std::string_view key, Presence presence,
-                                      std::int64_t min, std::int64_t max);
+  std::optional<double> number(const JsonNode& obj, std::string_view key, Presence presence, double min, double max);
+  std::optional<std::int64_t> integer(const JsonNode& obj, std::string_view key, Presence presence, std::int64_t min,
+                                      std::int64_t max);
   /// Same checks applied to a node itself (for array elements).
   std::optional<std::string> stringValue(const JsonNode& node, bool allowEmpty = false);
   std::optional<double> numberValue(const JsonNode& node, double min, double max);

@@ -12,9 +12,9 @@ inline constexpr const char* kClusterSchema = "pipestudio.cluster/1";
 
 struct GpuSpec {
   std::string name;
-  double peakTflops = 0;   ///< dense bf16 peak
+  double peakTflops = 0;  ///< dense bf16 peak
   double memoryGib = 0;
-  double efficiency = 0.5; ///< achieved fraction of peak for the GEMM-heavy layers
+  double efficiency = 0.5;  ///< achieved fraction of peak for the GEMM-heavy layers
   /// Sustained FLOP/s this GPU delivers: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   std::int64_t memoryBytes() const { return static_cast<std::int64_t>(memoryGib * 1024.0 * 1024.0 * 1024.0); }

@@ -29,10 +29,10 @@ struct Layer {
   std::optional<double> forwardMs;
   std::optional<double> backwardInputMs;
   std::optional<double> backwardWeightMs;
-  std::optional<std::int64_t> activationBytes;   ///< live from F start to B end
-  std::optional<std::int64_t> weightGradBytes;   ///< part of activationBytes kept until W ends
-  std::optional<std::int64_t> parameterBytes;    ///< weights as stored (bf16: 2 bytes/param)
-  std::optional<std::int64_t> outputBytes;       ///< sent to the next virtual stage
+  std::optional<std::int64_t> activationBytes;  ///< live from F start to B end
+  std::optional<std::int64_t> weightGradBytes;  ///< part of activationBytes kept until W ends
+  std::optional<std::int64_t> parameterBytes;   ///< weights as stored (bf16: 2 bytes/param)
+  std::optional<std::int64_t> outputBytes;      ///< sent to the next virtual stage
 
   // Shapes.
   std::optional<TransformerShape> transformer;
