@@ -64,6 +64,7 @@ Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<Stage
 
 Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control) {
   const PlanConfig& cfg = request.config;
+  if (cfg.partition == "diffusionpipe" && !partition::inDiffusionPipeSearch()) return partition::solveDiffusionPipe(request, control);  // part
   const ScheduleGenerator* generator = findScheduleGenerator(cfg.schedule);
   if (!generator) return Error{"unknown schedule '" + cfg.schedule + "' (known: " + knownSchedules() + ")"};
   if (cfg.devices < 1) return Error{"--devices must be at least 1, got " + std::to_string(cfg.devices)};

@@ -615,7 +615,9 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
     return out;
   }
   FillReport report;
-  if (auto st = fillSkeleton(request, skeleton, control, &report); !st) return st.error();
+  PlanRequest solved = request;
+  solved.config = out.plan.config;  // diffusionpipe may have chosen another schedule
+  if (auto st = fillSkeleton(solved, skeleton, control, &report); !st) return st.error();
   if (report.mode.empty()) {
     // No frozen components: every figure is the backbone's own.
     report.mode = request.config.fill;

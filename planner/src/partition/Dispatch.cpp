@@ -39,6 +39,26 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   auto uniform = partitionUniform(request.model, placement);
   if (!uniform) return Error{"partition '" + algorithm + "': " + uniform.message()};
   std::vector<VirtualStage> stages = std::move(*uniform);
+  if (request.config.partition == "diffusionpipe") {
+    // Two backbones in opposite directions on a V: re-assign components per leg, with a
+    // uniform split inside each leg as the starting point for the live counts.
+    std::vector<VirtualStage> legs = stages;
+    if (assignLegs(request.model, legs)) {
+      std::map<int, std::vector<std::size_t>> byComp;
+      for (std::size_t i = 0; i < legs.size(); ++i) {
+        if (legs[i].pipeline == 0) byComp[legs[i].component].push_back(i);
+      }
+      for (auto& [comp, idx] : byComp) {
+        const int n = static_cast<int>(request.model.components[static_cast<std::size_t>(comp)].layers.size());
+        const int k = static_cast<int>(idx.size());
+        for (int j = 0; j < k; ++j) {
+          legs[idx[static_cast<std::size_t>(j)]].firstLayer = j * n / k;
+          legs[idx[static_cast<std::size_t>(j)]].lastLayer = (j + 1) * n / k - 1;
+        }
+      }
+      stages = std::move(legs);
+    }
+  }
   auto live = liveCounts(request, generator, stages, control);
   if (!live) return live.error();
 

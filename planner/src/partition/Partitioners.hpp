@@ -22,4 +22,14 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
                                                   const SolveControl& control);
 
+/// `diffusionpipe`: dp jointly with the schedule choice; returns the fastest filled plan.
+Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control);
+/// True while solveDiffusionPipe runs its candidates (makePlan then partitions with dp).
+bool inDiffusionPipeSearch();
+/// The schedules (with chunks) the joint search tries for `request`.
+std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request);
+/// V-shaped placement and exactly two trainable backbones: first backbone on the down leg,
+/// second on the up leg (opposite directions). false: placement left as it was.
+bool assignLegs(const ModelSpec& model, std::vector<VirtualStage>& stages);
+
 }  // namespace pipestudio::partition

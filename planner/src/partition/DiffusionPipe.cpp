@@ -1,0 +1,102 @@
+// `diffusionpipe`: the dp partition searched jointly with the schedule (DiffusionPipe, Tian et
+// al., MLSys 2024, §4.2: partitioning and scheduling of the trainable backbone(s) unified,
+// then greedy filling of the frozen parts). Every candidate schedule is partitioned with dp
+// under its own live-activation counts, filled and simulated; the fastest memory-feasible
+// plan wins.
+//
+// Two trainable backbones (ControlNet: controlnet feeds unet; cascaded models) run in opposite
+// directions on V-shaped placements: the first backbone takes the down leg (devices 0 → p−1),
+// the second the up leg (p−1 → 0). The hand-over happens on one device without a transfer,
+// and one backbone's warm-up and cool-down overlap the other's steady phase.
+#include <algorithm>
+#include <limits>
+
+#include "partition/Partitioners.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+
+namespace pipestudio::partition {
+namespace {
+
+thread_local bool tInSearch = false;
+
+struct SearchGuard {
+  SearchGuard() { tInSearch = true; }
+  ~SearchGuard() { tInSearch = false; }
+  SearchGuard(const SearchGuard&) = delete;
+  SearchGuard& operator=(const SearchGuard&) = delete;
+};
+
+}  // namespace
+
+bool inDiffusionPipeSearch() { return tInSearch; }
+
+std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request) {
+  std::vector<PlanConfig> out;
+  auto add = [&](const std::string& schedule, int chunks) {
+    PlanConfig c = request.config;
+    c.schedule = schedule;
+    c.chunksPerDevice = chunks;
+    for (const auto& o : out) {
+      if (o.schedule == c.schedule && o.chunksPerDevice == c.chunksPerDevice) return;
+    }
+    out.push_back(c);
+  };
+  add(request.config.schedule, request.config.chunksPerDevice);
+  for (const char* name : {"1f1b", "zb-h1", "zb-v", "v-half", "interleaved-1f1b", "gpipe"}) {
+    const ScheduleGenerator* g = findScheduleGenerator(name);
+    if (!g) continue;
+    const int chunks = std::string(name) == "interleaved-1f1b" ? 2 : g->defaultChunksPerDevice();
+    add(name, chunks);
+  }
+  return out;
+}
+
+Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control) {
+  SearchGuard guard;
+  const auto candidates = diffusionPipeCandidates(request);
+  std::optional<Plan> best;
+  std::string reasons;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (control.cancelled()) return Error{"cancelled"};
+    PlanRequest r = request;
+    r.config = candidates[i];
+    const ScheduleGenerator* g = findScheduleGenerator(r.config.schedule);
+    if (!g || !g->validate({r.config.devices, r.config.microbatches, r.config.chunksPerDevice})) {
+      reasons += "\n  " + r.config.schedule + ": not applicable to this shape";
+      continue;
+    }
+    SolveControl inner;
+    inner.cancel = control.cancel;
+    auto plan = makePlan(r, inner);
+    if (control.progress) control.progress(static_cast<double>(i + 1) / static_cast<double>(candidates.size()));
+    if (!plan) {
+      reasons += "\n  " + r.config.schedule + ": " + plan.message();
+      continue;
+    }
+    if (!best || plan->metrics.makespanMs < best->metrics.makespanMs) best = std::move(*plan);
+  }
+  if (!best) return Error{"partition diffusionpipe: no schedule gives a feasible plan:" + reasons};
+  return std::move(*best);
+}
+
+// Leg assignment for V-shaped placements with two trainable backbones: the first half of the
+// chain (down leg) holds the first backbone, the second half (up leg) the second.
+bool assignLegs(const ModelSpec& model, std::vector<VirtualStage>& stages) {
+  const auto trainable = model.trainableComponents();
+  if (trainable.size() != 2) return false;
+  std::vector<std::size_t> chain;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].pipeline == 0) chain.push_back(i);
+  }
+  if (chain.size() < 2 || chain.size() % 2 != 0) return false;
+  const std::size_t half = chain.size() / 2;
+  // A V shape: the turn sits on one device (chain[half−1] and chain[half] share it).
+  if (stages[chain[half - 1]].device != stages[chain[half]].device) return false;
+  for (std::size_t k = 0; k < 2; ++k) {
+    if (static_cast<std::size_t>(half) > model.components[static_cast<std::size_t>(trainable[k])].layers.size()) return false;
+  }
+  for (std::size_t k = 0; k < chain.size(); ++k) stages[chain[k]].component = trainable[k < half ? 0 : 1];
+  return true;
+}
+
+}  // namespace pipestudio::partition
