@@ -143,38 +143,48 @@ void Watchdog::loop() {
       latest = std::max(latest, v.lastProgressNs);
     }
     if (!anyActive || now - latest < timeoutNs) continue;
-    // Follow the chain of waits to the device that is not waiting on anyone local.
-    int blame = m_local.front();
-    for (int d : m_local) {
-      if (m_control.view(d).state != LaneState::Done) {
-        blame = d;
-        break;
-      }
-    }
+    // Blame, in order: a lane that died, a lane stuck computing, else the end of the chain
+    // of waits (a device of another process, or a cycle).
+    const std::string timeout = std::to_string(static_cast<int>(std::ceil(m_timeoutS)));
+    int blame = -1;
     std::string why;
-    for (int hops = 0; hops <= m_control.devices(); ++hops) {
-      const auto v = m_control.view(blame);
-      const bool local = std::find(m_local.begin(), m_local.end(), blame) != m_local.end();
-      if (!local) {
-        why = "sent nothing for " + std::to_string(static_cast<int>(m_timeoutS)) +
-              " s (the rank died or hung; watchdog)";
-        break;
-      }
-      if (v.state == LaneState::Dead) {
+    for (int d : m_local) {
+      if (m_control.view(d).state == LaneState::Dead) {
+        blame = d;
         why = "died";
         break;
       }
-      if (v.state == LaneState::Computing || v.state == LaneState::Starting) {
-        why = "made no progress for " + std::to_string(static_cast<int>(m_timeoutS)) + " s (hung; watchdog)";
-        break;
-      }
-      if (v.state == LaneState::Waiting && v.waitingFor >= 0 && v.waitingFor != blame) {
-        blame = v.waitingFor;
-        continue;
-      }
-      why = "waited " + std::to_string(static_cast<int>(m_timeoutS)) + " s without progress (watchdog)";
-      break;
     }
+    for (int d : m_local) {
+      const auto s = m_control.view(d).state;
+      if (blame < 0 && (s == LaneState::Computing || s == LaneState::Starting)) {
+        blame = d;
+        why = "made no progress for " + timeout + " s (hung; watchdog)";
+      }
+    }
+    if (blame < 0) {
+      for (int d : m_local) {
+        if (m_control.view(d).state == LaneState::Waiting) {
+          blame = d;
+          break;
+        }
+      }
+      for (int hops = 0; blame >= 0 && hops <= m_control.devices(); ++hops) {
+        const bool local = std::find(m_local.begin(), m_local.end(), blame) != m_local.end();
+        if (!local) {
+          why = "sent nothing for " + timeout + " s (the rank died or hung; watchdog)";
+          break;
+        }
+        const auto v = m_control.view(blame);
+        if (v.state != LaneState::Waiting || v.waitingFor < 0 || v.waitingFor == blame) {
+          why = "waited " + timeout + " s without progress (watchdog)";
+          break;
+        }
+        blame = v.waitingFor;
+      }
+      if (why.empty()) why = "waits in a cycle (watchdog)";
+    }
+    if (blame < 0) blame = m_local.front();
     m_control.fail(blame, "device " + std::to_string(blame) + " " + why);
   }
 }

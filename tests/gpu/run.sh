@@ -42,7 +42,8 @@ if [ -x "$cli" ]; then
   "$cli" plan --model "$out/measured.model.json" --cluster "$cluster" --schedule 1f1b --devices 1 \
     --microbatches 8 -o "$plan"
 else
-  echo "(no pipestudio-cli: running the seed plan; the simulated step below is the seed plan's)"
+  echo "(no pipestudio-cli at $cli: set PIPESTUDIO_CLI to compare with the simulated step;"
+  echo " running the seed plan, whose times are placeholders: only the overhead figure applies)"
   plan=$seed_plan
 fi
 
@@ -52,16 +53,23 @@ backend=cuda-single
 cat "$out/run.log"
 measured=$(sed -n 's/.*mean step \([0-9.e+-]*\) ms.*/\1/p' "$out/run.log" | tail -1)
 baseline=$("$exec_bin" --plan "$plan" --backend "$backend" --baseline | sed -n 's/.*"baseline_ms": \([0-9.e+-]*\).*/\1/p')
-simulated=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['metrics']['makespan_ms'])" "$plan")
+simulated=0
+if [ "$plan" != "$seed_plan" ]; then
+  simulated=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['metrics']['makespan_ms'])" "$plan")
+fi
 python3 - "$measured" "$simulated" "$baseline" <<'PY'
 import sys
 measured, simulated, baseline = map(float, sys.argv[1:])
-step_err = (measured - simulated) / simulated * 100
 overhead = (measured - baseline) / baseline * 100
 print(f"measured step   {measured:10.3f} ms")
-print(f"simulated step  {simulated:10.3f} ms   difference {step_err:+.2f} %  (target within 5 %)")
+ok = overhead <= 3
+if simulated > 0:
+    step_err = (measured - simulated) / simulated * 100
+    print(f"simulated step  {simulated:10.3f} ms   difference {step_err:+.2f} %  (target within 5 %)")
+    ok = ok and abs(step_err) <= 5
+else:
+    print("simulated step  (skipped: no plan made from the profiled model)")
 print(f"kernels b2b     {baseline:10.3f} ms   executor overhead {overhead:+.2f} %  (target within 3 %)")
-ok = abs(step_err) <= 5 and overhead <= 3
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY
