@@ -1,11 +1,263 @@
+// pipestudio-cli history [--db DB] list|show ID|compare A B|import FILE [--json]  (DESIGN.md §9)
+// plus rename/note/delete for scripts. Reads and writes the run history (core/history).
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+
 #include "Commands.hpp"
+#include "pipestudio/history/Compare.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::cli {
+namespace {
+
+using namespace pipestudio::history;
+
+struct HistoryOptions {
+  std::string db;
+  bool json = false;
+  std::string idA;
+  std::string idB;
+  std::string file;
+  std::string planFile;
+  std::string name;
+  std::string text;
+};
+
+HistoryOptions& options() {
+  static HistoryOptions o;
+  return o;
+}
+
+std::optional<RunId> parseId(const std::string& text) {
+  if (text.empty() || text.size() > 18) return std::nullopt;
+  RunId v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v > 0 ? std::optional<RunId>(v) : std::nullopt;
+}
+
+int fail(const std::string& message) {
+  std::cerr << "pipestudio-cli history: " << message << '\n';
+  return kExitFailure;
+}
+
+int usage(const std::string& message) {
+  std::cerr << "pipestudio-cli history: " << message << '\n';
+  return kExitUsage;
+}
+
+Expected<HistoryStore> openStore() {
+  const std::string path = options().db.empty() ? defaultHistoryPath() : options().db;
+  return HistoryStore::open(path);
+}
+
+void printSummaryText(const RunSummary& s) {
+  std::cout << "run " << s.id << "  " << s.name << '\n'
+            << "  status     " << runStatusName(s.status) << (s.error.empty() ? "" : "  (" + s.error + ")") << '\n'
+            << "  created    " << formatUnixMs(s.createdUnixMs) << '\n'
+            << "  events     " << s.events << " on " << s.devices << " device(s), " << s.durationMs << " ms\n"
+            << "  plan       " << (s.planId ? std::to_string(*s.planId) : "-") << '\n'
+            << "  source     " << s.source << (s.sourcePath.empty() ? "" : " " + s.sourcePath) << '\n';
+  if (!s.host.empty() || !s.gpu.empty()) std::cout << "  host/gpu   " << s.host << " " << s.backend << " " << s.gpu << '\n';
+  if (!s.notes.empty()) std::cout << "  notes      " << s.notes << '\n';
+}
+
+int runList() {
+  auto store = openStore();
+  if (!store) return fail(store.message());
+  auto runs = store->listRuns();
+  if (!runs) return fail(runs.message());
+  if (options().json) {
+    Json out = Json::array();
+    for (const auto& r : *runs) out.push_back(runSummaryToJson(r));
+    std::cout << out.dump(2) << '\n';
+    return kExitOk;
+  }
+  if (runs->empty()) {
+    std::cout << "no runs in " << store->path() << '\n';
+    return kExitOk;
+  }
+  for (const auto& r : *runs) {
+    std::cout << r.id << '\t' << runStatusName(r.status) << '\t' << formatUnixMs(r.createdUnixMs) << '\t' << r.events
+              << " events\t" << (r.planId ? "plan " + std::to_string(*r.planId) : "no plan") << '\t' << r.name << '\n';
+  }
+  return kExitOk;
+}
+
+int runShow() {
+  const auto id = parseId(options().idA);
+  if (!id) return usage("run id '" + options().idA + "' is not a positive integer");
+  auto store = openStore();
+  if (!store) return fail(store.message());
+  auto s = store->runSummary(*id);
+  if (!s) return fail(s.message());
+  auto idle = idleBreakdown(*store, *id);
+  if (!idle) return fail(idle.message());
+  if (options().json) {
+    Json out = runSummaryToJson(*s);
+    out["idle"] = idleBreakdownToJson(*idle);
+    std::cout << out.dump(2) << '\n';
+    return kExitOk;
+  }
+  printSummaryText(*s);
+  if (!idle->empty()) {
+    std::cout << "\n  idle breakdown per device (ms): busy, communication, dependency wait, host wait, bubble\n";
+    for (const auto& r : *idle) {
+      std::cout << "  device " << r.device << ": " << r.busyMs << ", " << r.communicationMs << ", " << r.dependencyWaitMs
+                << ", " << r.hostWaitMs << ", " << r.bubbleMs << '\n';
+    }
+  }
+  return kExitOk;
+}
+
+int runCompare() {
+  const auto a = parseId(options().idA);
+  if (!a) return usage("run id '" + options().idA + "' is not a positive integer");
+  auto store = openStore();
+  if (!store) return fail(store.message());
+  // B may be another run, "plan" (A's linked plan) or "plan:ID".
+  if (options().idB == "plan" || options().idB.rfind("plan:", 0) == 0) {
+    std::optional<PlanId> plan;
+    if (options().idB != "plan") {
+      plan = parseId(options().idB.substr(5));
+      if (!plan) return usage("plan id in '" + options().idB + "' is not a positive integer");
+    }
+    auto c = compareRunToPlan(*store, *a, plan);
+    if (!c) return fail(c.message());
+    if (options().json) {
+      Json out = planComparisonToJson(*c);
+      if (auto idle = idleBreakdown(*store, *a)) out["idle"] = idleBreakdownToJson(*idle);
+      std::cout << out.dump(2) << '\n';
+    } else {
+      std::cout << planComparisonTable(*c);
+    }
+    return kExitOk;
+  }
+  const auto b = parseId(options().idB);
+  if (!b) return usage("run id '" + options().idB + "' is not a positive integer (or 'plan', 'plan:ID')");
+  auto c = compareRuns(*store, *a, *b);
+  if (!c) return fail(c.message());
+  if (options().json) {
+    std::cout << comparisonToJson(*c).dump(2) << '\n';
+  } else {
+    std::cout << comparisonTable(*c);
+  }
+  return kExitOk;
+}
+
+bool looksLikeStream(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::string_view(magic, 4) == std::string_view(trace::kStreamMagic, 4);
+}
+
+int runImport() {
+  const std::string& file = options().file;
+  if (!std::ifstream(file)) return fail(file + ": cannot open");
+  std::optional<Plan> plan;
+  if (!options().planFile.empty()) {
+    auto p = loadPlan(options().planFile);
+    if (!p) return fail(p.message());
+    plan = std::move(*p);
+  }
+  auto store = openStore();
+  if (!store) return fail(store.message());
+  RunInfo info;
+  info.name = options().name;
+  if (plan) {
+    auto planId = store->addPlan(*plan, options().planFile);
+    if (!planId) return fail(planId.message());
+    info.planId = *planId;
+  }
+  auto result = looksLikeStream(file) ? store->importStreamFile(file, info) : store->importChromeTrace(file, info);
+  if (!result) return fail(result.message());
+  if (result->skipped > 0 || result->firstError) {
+    std::cerr << "pipestudio-cli history import: " << file << ": stored " << result->events << " event(s), skipped "
+              << result->skipped << (result->firstError ? "; first problem: " + *result->firstError : "") << '\n';
+  }
+  if (options().json) {
+    std::cout << Json{{"id", result->runId}, {"events", result->events}, {"skipped", result->skipped}}.dump() << '\n';
+  } else {
+    std::cout << result->runId << '\n';
+  }
+  return kExitOk;
+}
+
+int runEdit(const char* what) {
+  const auto id = parseId(options().idA);
+  if (!id) return usage("run id '" + options().idA + "' is not a positive integer");
+  auto store = openStore();
+  if (!store) return fail(store.message());
+  Status st;
+  if (std::string_view(what) == "rename") {
+    st = store->renameRun(*id, options().text);
+  } else if (std::string_view(what) == "note") {
+    st = store->annotateRun(*id, options().text);
+  } else {
+    st = store->deleteRun(*id);
+  }
+  if (!st) return fail(st.message());
+  if (options().json) std::cout << Json{{"id", *id}}.dump() << '\n';
+  return kExitOk;
+}
+
+void addCommon(CLI::App* sub) {
+  sub->add_option("--db", options().db, "History database (default: $XDG_DATA_HOME/pipestudio/history.sqlite)");
+  sub->add_flag("--json", options().json, "Print one JSON document on stdout");
+}
+
+}  // namespace
 
 void addHistoryCommand(CLI::App& root, int& exitCode) {
-  auto* cmd = root.add_subcommand("history", "not implemented yet");
-  cmd->allow_extras();
-  cmd->callback([&exitCode] { exitCode = notImplemented("history"); });
+  auto* cmd = root.add_subcommand("history", "Recorded runs: list, show, compare, import");
+  addCommon(cmd);
+  cmd->require_subcommand(1);
+
+  auto* list = cmd->add_subcommand("list", "List runs, newest first");
+  addCommon(list);
+  list->callback([&exitCode] { exitCode = runList(); });
+
+  auto* show = cmd->add_subcommand("show", "Show one run with its idle-time breakdown");
+  show->add_option("id", options().idA, "Run id")->required();
+  addCommon(show);
+  show->callback([&exitCode] { exitCode = runShow(); });
+
+  auto* compare = cmd->add_subcommand("compare", "Compare run A with run B, or with its plan (B = plan | plan:ID)");
+  compare->add_option("a", options().idA, "Run id")->required();
+  compare->add_option("b", options().idB, "Run id, 'plan' or 'plan:ID'")->required();
+  addCommon(compare);
+  compare->callback([&exitCode] { exitCode = runCompare(); });
+
+  auto* import = cmd->add_subcommand("import", "Import a Chrome trace JSON or a PipeStudio trace stream file");
+  import->add_option("file", options().file, "Trace file")->required();
+  import->add_option("--plan", options().planFile, "Plan file the run executed (stored and linked)");
+  import->add_option("--name", options().name, "Name of the new run");
+  addCommon(import);
+  import->callback([&exitCode] { exitCode = runImport(); });
+
+  auto* rename = cmd->add_subcommand("rename", "Rename a run");
+  rename->add_option("id", options().idA, "Run id")->required();
+  rename->add_option("name", options().text, "New name")->required();
+  addCommon(rename);
+  rename->callback([&exitCode] { exitCode = runEdit("rename"); });
+
+  auto* note = cmd->add_subcommand("note", "Set a run's notes");
+  note->add_option("id", options().idA, "Run id")->required();
+  note->add_option("text", options().text, "Notes")->required();
+  addCommon(note);
+  note->callback([&exitCode] { exitCode = runEdit("note"); });
+
+  auto* del = cmd->add_subcommand("delete", "Delete a run and its events");
+  del->add_option("id", options().idA, "Run id")->required();
+  addCommon(del);
+  del->callback([&exitCode] { exitCode = runEdit("delete"); });
 }
 
 }  // namespace pipestudio::cli

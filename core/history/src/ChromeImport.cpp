@@ -281,7 +281,8 @@ class ChromeHandler {
     if (const auto colon = what.find(": "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos) {
       what = what.substr(colon + 2);
     }
-    m_parseError = m_path + ": byte " + std::to_string(position) + ": " + what;
+    // At end of input nlohmann counts the EOF as a character read: clamp to the real size.
+    m_parseError = m_path + ": byte " + std::to_string(std::min<std::uint64_t>(position, m_file.offset())) + ": " + what;
     if (m_inEvent) ++m_skipped;  // the event cut by the error
     return false;
   }

@@ -36,11 +36,12 @@ class Statement {
   void bind(int i, std::int64_t v) { sqlite3_bind_int64(m_stmt, i, v); }
   void bind(int i, int v) { sqlite3_bind_int(m_stmt, i, v); }
   void bind(int i, double v) { sqlite3_bind_double(m_stmt, i, v); }
+  // A default-constructed string_view has a null data(), which SQLite would store as NULL.
   void bind(int i, std::string_view v) {
-    sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(m_stmt, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_TRANSIENT);
   }
   void bindStatic(int i, std::string_view v) {  // caller keeps v alive until the step
-    sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+    sqlite3_bind_text(m_stmt, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_STATIC);
   }
   void bindNull(int i) { sqlite3_bind_null(m_stmt, i); }
 

@@ -1,0 +1,177 @@
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "TestSupport.hpp"
+
+using namespace pipestudio;
+using namespace pipestudio::history;
+using namespace pipestudio::history::testing;
+
+namespace {
+std::int64_t count(HistoryStore& s, const std::string& sql) {
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr);
+  std::int64_t v = -1;
+  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+// Events a stream of `frames` stores: op end frames and activities.
+std::int64_t storedEvents(const std::vector<trace::Frame>& frames) {
+  std::int64_t n = 0;
+  for (const auto& f : frames) {
+    if (const auto* o = std::get_if<trace::OpRange>(&f)) n += o->begin ? 0 : 1;
+    if (std::holds_alternative<trace::Activity>(f)) ++n;
+  }
+  return n;
+}
+}  // namespace
+
+TEST(StreamIngest, CompleteStreamStoresEveryRecord) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  const auto frames = executorFrames(smallPlan(), {.iterations = 3});
+  auto run = store->ingestStream(trace::encodeStream(frames));
+  ASSERT_TRUE(run) << run.message();
+  auto s = store->runSummary(*run);
+  EXPECT_EQ(s->status, RunStatus::Complete);
+  EXPECT_EQ(s->events, storedEvents(frames));
+  EXPECT_EQ(s->error, "");
+  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM memory_samples"), 3);
+  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM steps"), 3);
+  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE host = 'testhost' AND device_name = 'cpu'"), 1);
+  auto ops = store->loadEvents(*run, EventCategory::Op);
+  ASSERT_TRUE(ops);
+  EXPECT_EQ(ops->size(), smallPlan().ops.size() * 3);
+  const auto& first = ops->front();
+  EXPECT_EQ(first.name, "F");
+  EXPECT_EQ(first.kind, static_cast<int>(OpKind::F));
+  EXPECT_EQ(first.device, 0);
+  EXPECT_EQ(first.iteration, 0);
+  EXPECT_EQ(first.durationNs, 1'000'000);
+  auto nccl = store->loadEvents(*run, EventCategory::Nccl);
+  ASSERT_TRUE(nccl);
+  ASSERT_FALSE(nccl->empty());
+  EXPECT_EQ(nccl->front().name, "ncclDevKernel_SendRecv");
+  EXPECT_EQ(nccl->front().bytes, 4096);
+}
+
+TEST(StreamIngest, TruncatedStreamsKeepEveryCompleteFrameAndAreIncomplete) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  const auto frames = executorFrames(smallPlan(), {.iterations = 1});
+  const std::string bytes = trace::encodeStream(frames);
+  // Cut at every 7th byte (every offset is covered by tests/trace; this checks the store side).
+  for (std::size_t cut = 0; cut < bytes.size(); cut += 7) {
+    const auto decoded = trace::decodeAll(std::string_view(bytes).substr(0, cut));
+    auto run = store->ingestStream(std::string_view(bytes).substr(0, cut));
+    ASSERT_TRUE(run) << run.message();
+    auto s = store->runSummary(*run);
+    EXPECT_EQ(s->status, RunStatus::Incomplete) << "cut " << cut;
+    EXPECT_EQ(s->events, storedEvents(decoded.frames)) << "cut " << cut;
+    EXPECT_FALSE(s->error.empty());
+  }
+}
+
+TEST(StreamIngest, CorruptStreamReportsTheByteOffset) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  const auto frames = executorFrames(smallPlan(), {.iterations = 1});
+  std::string bytes = trace::encodeStream(frames);
+  std::string prefix;
+  trace::encodeStreamStart(prefix);
+  for (std::size_t i = 0; i < 5; ++i) trace::encodeFrame(frames[i], prefix);
+  bytes[prefix.size()] = 99;  // frame 5's type byte
+  const std::string file = dir.file("corrupt.pstrace");
+  writeFile(file, bytes);
+  auto result = store->importStreamFile(file);
+  ASSERT_TRUE(result) << result.message();
+  ASSERT_TRUE(result->firstError);
+  EXPECT_NE(result->firstError->find("byte " + std::to_string(prefix.size())), std::string::npos) << *result->firstError;
+  EXPECT_NE(result->firstError->find(file), std::string::npos);
+  auto s = store->runSummary(result->runId);
+  EXPECT_EQ(s->status, RunStatus::Incomplete);
+  EXPECT_EQ(s->events, storedEvents({frames.begin(), frames.begin() + 5}));
+  EXPECT_EQ(s->sourcePath, file);
+}
+
+TEST(StreamIngest, FailedRunsAndErrorFrames) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  auto notOk = store->ingestStream(trace::encodeStream(executorFrames(smallPlan(), {.summaryOk = false})));
+  ASSERT_TRUE(notOk);
+  EXPECT_EQ(store->runSummary(*notOk)->status, RunStatus::Failed);
+
+  auto frames = executorFrames(smallPlan(), {.withSummary = false});
+  frames.emplace_back(trace::ErrorReport{1, "CUDA error: an illegal memory access was encountered"});
+  auto crashed = store->ingestStream(trace::encodeStream(frames));
+  ASSERT_TRUE(crashed);
+  auto s = store->runSummary(*crashed);
+  EXPECT_EQ(s->status, RunStatus::Failed);
+  EXPECT_NE(s->error.find("rank 1: CUDA error"), std::string::npos) << s->error;
+  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM run_errors WHERE run_id = " + std::to_string(*crashed)), 1);
+
+  auto stopped = store->ingestStream(trace::encodeStream(executorFrames(smallPlan(), {.withSummary = false})));
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(store->runSummary(*stopped)->status, RunStatus::Incomplete);
+  EXPECT_NE(store->runSummary(*stopped)->error.find("without a summary"), std::string::npos);
+}
+
+TEST(StreamIngest, SeveralRanksFeedOneRunOnAlignedClocks) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  auto run = store->beginRun({.name = "two ranks", .source = "deploy"});
+  ASSERT_TRUE(run);
+  // Rank 1 started its clock 3 ms after rank 0: its timestamps shift by +3 ms on the run clock.
+  const auto r0 = executorFrames(smallPlan(), {.iterations = 1, .rank = 0, .withKernels = false});
+  auto r1 = executorFrames(smallPlan(), {.iterations = 1, .rank = 1, .withKernels = false,
+                                         .wallClockNs = 1'700'000'000'000'000'000 + 3'000'000});
+  StreamIngest a(*store, *run);
+  StreamIngest b(*store, *run);
+  const std::string sa = trace::encodeStream(r0), sb = trace::encodeStream(r1);
+  // Interleave chunks as a deployer reading two channels would.
+  for (std::size_t off = 0; off < std::max(sa.size(), sb.size()); off += 13) {
+    if (off < sa.size()) {
+      ASSERT_TRUE(a.feed(std::string_view(sa).substr(off, 13)));
+    }
+    if (off < sb.size()) {
+      ASSERT_TRUE(b.feed(std::string_view(sb).substr(off, 13)));
+    }
+  }
+  EXPECT_EQ(a.suggestedStatus(), RunStatus::Complete);
+  EXPECT_EQ(b.suggestedStatus(), RunStatus::Complete);
+  auto finished = store->finishRun(*run, RunStatus::Complete);
+  ASSERT_TRUE(finished) << finished.message();
+  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE run_id = " + std::to_string(*run)), 2);
+  auto events = store->loadEvents(*run, EventCategory::Op);
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->size(), 2 * smallPlan().ops.size());
+  std::int64_t minStart = INT64_MAX, maxStart = INT64_MIN;
+  for (const auto& e : *events) {
+    minStart = std::min(minStart, e.startNs);
+    maxStart = std::max(maxStart, e.startNs);
+  }
+  EXPECT_EQ(minStart, 0);
+  EXPECT_EQ(maxStart, 3'000'000 + 7'000'000);  // rank 1's last op (7 ms) shifted by 3 ms
+  EXPECT_EQ(store->runSummary(*run)->name, "two ranks");
+}
+
+TEST(StreamIngest, LargeStreamInSmallBatches) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  store->setBatchRows(997);
+  auto run = store->ingestStream(largeStream(20000, 4));
+  ASSERT_TRUE(run) << run.message();
+  auto s = store->runSummary(*run);
+  EXPECT_EQ(s->events, 20000);
+  EXPECT_EQ(s->devices, 4);
+  EXPECT_EQ(s->status, RunStatus::Complete);
+  EXPECT_EQ(*store->integrityCheck(), "ok");
+}

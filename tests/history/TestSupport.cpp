@@ -1,0 +1,159 @@
+#include "TestSupport.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "pipestudio/plan/Memory.hpp"
+
+namespace pipestudio::history::testing {
+
+TempDir::TempDir() {
+  static int counter = 0;
+  m_path = std::filesystem::temp_directory_path() /
+           ("pipestudio-history-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(m_path);
+  std::filesystem::create_directories(m_path);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(m_path, ec);
+}
+
+Plan smallPlan() {
+  Plan p;
+  p.config.schedule = "1f1b";
+  p.config.devices = 2;
+  p.config.microbatches = 2;
+  p.model.name = "tiny";
+  p.model.samplesPerMicrobatch = 4;
+  Component c{"backbone", true, {}, {}};
+  for (int i = 0; i < 2; ++i) {
+    Layer l;
+    l.name = "l" + std::to_string(i);
+    l.forwardMs = 1;
+    l.backwardInputMs = 1;
+    l.backwardWeightMs = 1;
+    l.activationBytes = 100;
+    l.weightGradBytes = 40;
+    l.parameterBytes = 2000;
+    c.layers.push_back(l);
+  }
+  p.model.components.push_back(c);
+  p.cluster.name = "c";
+  p.cluster.gpu = GpuSpec{"g", 100, 80, 0.5};
+  p.cluster.nodes.push_back(NodeSpec{"n", 2, std::nullopt, std::nullopt});
+  p.cluster.intraNode = LinkSpec{100, 0};
+  p.cluster.interNode = LinkSpec{10, 0};
+  p.virtualStages = {{0, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 1, 1, 0}};
+  // device 0: F0 F1 . . B0 W0 B1 W1 ; device 1: . F0 B0 W0 F1 B1 W1
+  p.ops = {{0, 0, OpKind::F, 0, 0, 1, 0}, {0, 0, OpKind::F, 1, 1, 2, 0}, {0, 0, OpKind::B, 0, 3, 4, 0},
+           {0, 0, OpKind::W, 0, 4, 5, 0}, {0, 0, OpKind::B, 1, 6, 7, 0}, {0, 0, OpKind::W, 1, 7, 8, 0},
+           {1, 1, OpKind::F, 0, 1, 2, 0}, {1, 1, OpKind::B, 0, 2, 3, 0}, {1, 1, OpKind::W, 0, 3, 4, 0},
+           {1, 1, OpKind::F, 1, 4, 5, 0}, {1, 1, OpKind::B, 1, 5, 6, 0}, {1, 1, OpKind::W, 1, 6, 7, 0}};
+  p.metrics = computeMetrics(p);
+  return p;
+}
+
+std::vector<trace::Frame> executorFrames(const Plan& plan, const StreamOptions& o) {
+  std::vector<trace::Frame> frames;
+  trace::Header h;
+  h.runId = "test-run";
+  h.rank = o.rank;
+  h.world = plan.config.devices;
+  h.host = "testhost";
+  h.backend = "cpu";
+  h.deviceName = "cpu";
+  h.clockOriginNs = 5'000'000;
+  h.wallClockNs = o.wallClockNs;
+  frames.emplace_back(h);
+  const double iterationMs = plan.metrics.makespanMs * o.slowdown + 2.0;
+  std::vector<double> steps;
+  for (int it = 0; it < o.iterations; ++it) {
+    const double base = it * iterationMs;
+    for (const Op& op : plan.ops) {
+      const auto start = static_cast<std::int64_t>((base + op.startMs * o.slowdown) * 1e6) + o.launchDelayNs;
+      const auto dur = static_cast<std::int64_t>(op.durationMs() * o.slowdown * 1e6);
+      const bool crossDevice = (op.kind == OpKind::F && op.virtualStage > 0) || (op.kind == OpKind::B && op.virtualStage == 0);
+      if (crossDevice && o.withKernels) {
+        frames.emplace_back(trace::Activity{trace::Activity::Kind::Nccl, op.device, 1, start - 200'000, start - 100'000,
+                                            4096, 0, "ncclDevKernel_SendRecv"});
+      }
+      frames.emplace_back(trace::OpRange{true, op.device, op.virtualStage, op.kind, op.microbatch, it, start, start});
+      if (o.withKernels) {
+        frames.emplace_back(trace::Activity{trace::Activity::Kind::Kernel, op.device, 0, start, start + dur, 0,
+                                            static_cast<std::uint64_t>(frames.size()),
+                                            op.kind == OpKind::F ? "sgemm_fwd" : "sgemm_bwd"});
+      }
+      frames.emplace_back(trace::OpRange{false, op.device, op.virtualStage, op.kind, op.microbatch, it, start, start + dur});
+    }
+    frames.emplace_back(trace::MemorySample{0, static_cast<std::int64_t>(base * 1e6), 1000 + it, 2000});
+    steps.push_back(iterationMs);
+  }
+  if (o.withSummary) {
+    trace::Summary s;
+    s.iterations = o.iterations;
+    s.ok = o.summaryOk;
+    s.elapsedNs = static_cast<std::int64_t>(o.iterations * iterationMs * 1e6);
+    s.iterationMs = steps;
+    frames.emplace_back(s);
+  }
+  return frames;
+}
+
+std::string largeStream(std::int64_t events, int devices) {
+  std::string out;
+  trace::encodeStreamStart(out);
+  trace::Header h;
+  h.runId = "bench";
+  h.world = devices;
+  h.host = "bench";
+  h.backend = "cuda";
+  h.deviceName = "NVIDIA H100 80GB HBM3";
+  trace::encodeFrame(h, out);
+  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "flash_fwd_kernel",
+                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "elementwise_kernel", "ncclDevKernel_SendRecv",
+                                 "Memcpy DtoD (Device -> Device)", "vectorized_layer_norm_kernel", "reduce_kernel"};
+  std::vector<std::int64_t> clock(static_cast<std::size_t>(devices), 0);
+  for (std::int64_t i = 0; i < events; ++i) {
+    const int device = static_cast<int>(i % devices);
+    auto& t = clock[static_cast<std::size_t>(device)];
+    const std::int64_t dur = 1000 + (i * 7919) % 50000;
+    if (i % 10 == 0) {
+      const auto kind = static_cast<OpKind>((i / 10) % 3);
+      trace::encodeFrame(trace::OpRange{false, device, device, kind, static_cast<std::int32_t>((i / 40) % 16),
+                                        static_cast<std::int32_t>(i / 100000), t, t + dur},
+                         out);
+    } else {
+      const int n = static_cast<int>(i % 8);
+      const auto kind = n == 4 ? trace::Activity::Kind::Nccl : n == 5 ? trace::Activity::Kind::Memcpy : trace::Activity::Kind::Kernel;
+      trace::encodeFrame(trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t, t + dur,
+                                         n == 5 ? 1u << 20 : 0u, static_cast<std::uint64_t>(i), kNames[n]},
+                         out);
+    }
+    t += dur + 500;
+  }
+  trace::Summary s;
+  s.iterations = 10;
+  s.iterationMs = {100, 101, 99, 100.5, 100, 102, 98, 100, 100, 101};
+  trace::encodeFrame(s, out);
+  return out;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+}  // namespace pipestudio::history::testing
