@@ -56,6 +56,8 @@ const Case kCases[] = {
     {"plan-embedded-model-bad.json", "/model/components/0/layers/1/forward_ms", 28, 27, "is -2"},
     {"plan-zero-devices.json", "/config/devices", 5, 16, "is 0 (expected an integer in [1, 1000000])"},
     {"plan-future-schema.json", "/schema", 2, 13, "'pipestudio.plan/2' is a version"},
+    // Found by fuzz_loaders: a virtual stage without "id" made the reader throw.
+    {"plan-stage-missing-id.json", "/virtual_stages/1", 65, 5, "missing required field 'id'"},
     {"plan-op-time-wrong-type.json", "/ops/0/start_ms", 80, 19, "is a string (expected a number)"},
 };
 
