@@ -16,8 +16,21 @@
 
 namespace pipestudio::test {
 
+inline std::filesystem::path tempDir() {
+  return std::filesystem::temp_directory_path() / ("pipestudio-exec-test-" + std::to_string(::getpid()));
+}
+
+// Removes this process's scratch directory when the test program exits.
+struct TempDirCleanup {
+  ~TempDirCleanup() {
+    std::error_code ec;
+    std::filesystem::remove_all(tempDir(), ec);
+  }
+};
+inline const TempDirCleanup kTempDirCleanup{};
+
 inline std::string tempPath(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("pipestudio-exec-test-" + std::to_string(::getpid()));
+  const auto dir = tempDir();
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }

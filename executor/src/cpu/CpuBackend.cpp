@@ -71,11 +71,12 @@ class CpuLane final : public Lane {
       m_ctx.control.progress(m_device, LaneState::Waiting, t.fromDevice);
       auto payload = std::static_pointer_cast<Bytes>(m_mailbox.take(iteration, t));
       if (!payload) return Error{"aborted"};
+      const std::int64_t start = m_ctx.clock.nowNs();
       m_inbox.resize(std::max(m_inbox.size(), payload->size()));
       std::memcpy(m_inbox.data(), payload->data(), payload->size());
       if (iteration >= 0) {
         const std::int64_t now = m_ctx.clock.nowNs();
-        m_ctx.sink.write(trace::Activity{trace::Activity::Kind::Memcpy, m_device, 1, now, now,
+        m_ctx.sink.write(trace::Activity{trace::Activity::Kind::Memcpy, m_device, 1, start, now,
                                          static_cast<std::uint64_t>(t.sizeBytes),
                                          static_cast<std::uint64_t>(t.producerOp),
                                          "recv from device " + std::to_string(t.fromDevice)});

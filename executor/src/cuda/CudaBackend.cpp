@@ -306,7 +306,9 @@ class CudaLane final : public Lane {
 
   Status exchange(std::span<const Transfer> sends, std::span<const Transfer> receives, int iteration) override {
     if (sends.empty() && receives.empty()) return {};
-    m_lastPeer = receives.empty() ? m_lastPeer : receives.back().fromDevice;
+    // The peer this lane depends on now: what the watchdog blames if the exchange never ends.
+    m_lastPeer = receives.empty() ? sends.back().toDevice : receives.back().fromDevice;
+    m_ctx.control.setState(m_device, LaneState::Waiting, m_lastPeer);
     return m_mailbox != nullptr ? exchangeInProcess(sends, receives, iteration) : exchangeNccl(sends, receives);
   }
 
