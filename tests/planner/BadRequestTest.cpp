@@ -1,0 +1,114 @@
+// Impossible requests and broken orders: clear messages, no crash, no hang.
+#include <gtest/gtest.h>
+
+#include "PlannerFixtures.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Simulator.hpp"
+
+namespace pipestudio {
+namespace {
+
+std::string errorOf(const PlanRequest& r) {
+  auto plan = makePlan(r);
+  EXPECT_FALSE(plan.hasValue());
+  return plan ? std::string() : plan.message();
+}
+
+TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
+  const auto model = test::equalLayers(8, 1, 1, 1);
+  const auto cluster = test::freeCluster(8);
+  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 3, 6, 2)).find("even number of devices"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 4, 2, 2)).find("at least 4 microbatches"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "zb-h2", 4, 3, 1)).find("at least 4 microbatches"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 6, 2)).find("multiple of the 4 devices"),
+            std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "zb-v", 4, 8, 3)).find("even number of chunks"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "bitpipe", 4, 8, 2)).find("multiple of four chunks"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 4, 8, 2)).find("one chunk per device"), std::string::npos);
+  // 8 layers cannot be divided over 4 devices × 3 chunks.
+  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 8, 3)).find("cannot divide 8 trainable layers"),
+            std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "nope", 4, 8, 1)).find("unknown schedule 'nope'"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 16, 8, 1)).find("exceeds the 8 GPUs"), std::string::npos);
+  auto part = test::request(model, cluster, "1f1b", 4, 8, 1);
+  part.config.partition = "dp";
+  EXPECT_NE(errorOf(part).find("partition 'dp' is not available"), std::string::npos);
+}
+
+TEST(BadRequest, MemoryLimitBelowOneMicrobatchAndInfeasiblePlans) {
+  auto r = test::request(test::equalLayers(4, 1, 1, 1, 1'000'000'000), test::freeCluster(4), "gpipe", 4, 8, 1);
+  r.config.memoryLimitBytes = 100'000'000;
+  EXPECT_NE(errorOf(r).find("is below what one microbatch needs on device 0"), std::string::npos);
+  // One microbatch fits (1 GB + static), eight in flight (GPipe) do not.
+  r.config.memoryLimitBytes = 3'000'000'000;
+  const std::string msg = errorOf(r);
+  EXPECT_NE(msg.find("does not fit in memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device 0: peak"), std::string::npos) << msg;
+  // The same limit is fine for 1F1B on the last device but not the first: still infeasible.
+  r.config.schedule = "1f1b";
+  r.config.memoryLimitBytes = 9'000'000'000;
+  auto ok = makePlan(r);
+  EXPECT_TRUE(ok.hasValue()) << (ok ? "" : ok.message());
+}
+
+TEST(Deadlock, PlantedCycleIsReported) {
+  // Device 0 wants B of microbatch 0 before sending F of microbatch 1; device 1 wants F of
+  // microbatch 1 before running B of microbatch 0: a cycle, reported instead of hanging.
+  const auto model = test::equalLayers(2, 1, 1, 1);
+  PlanRequest r = test::request(model, test::freeCluster(2), "1f1b", 2, 2, 1);
+  ScheduleSkeleton s;
+  for (int d = 0; d < 2; ++d) {
+    VirtualStage vs;
+    vs.id = d;
+    vs.device = d;
+    vs.component = 0;
+    vs.firstLayer = d;
+    vs.lastLayer = d;
+    s.virtualStages.push_back(vs);
+  }
+  auto op = [](int stage, OpKind k, int mb) {
+    OrderedOp o;
+    o.virtualStage = stage;
+    o.kind = k;
+    o.microbatch = mb;
+    return o;
+  };
+  s.devices = {{op(0, OpKind::F, 0), op(0, OpKind::BW, 0), op(0, OpKind::F, 1), op(0, OpKind::BW, 1)},
+               {op(1, OpKind::F, 1), op(1, OpKind::F, 0), op(1, OpKind::BW, 0), op(1, OpKind::BW, 1)}};
+  auto plan = simulate(r, s);
+  ASSERT_FALSE(plan.hasValue());
+  const std::string msg = plan.message();
+  EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device 0 waits at BW(stage 0, microbatch 0) for BW(stage 1, microbatch 0) on device 1"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("device 1 waits at F(stage 1, microbatch 1) for F(stage 0, microbatch 1) on device 0"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("cycle: device 0 → 1 → 0"), std::string::npos) << msg;
+
+  // Self-wait: W before its B on one device.
+  s.devices = {{op(0, OpKind::F, 0), op(0, OpKind::F, 1), op(0, OpKind::BW, 0), op(0, OpKind::BW, 1)},
+               {op(1, OpKind::F, 0), op(1, OpKind::BW, 0), op(1, OpKind::F, 1), op(1, OpKind::BW, 1)}};
+  EXPECT_TRUE(simulate(r, s).hasValue());
+  // Missing and duplicated ops.
+  auto broken = s;
+  broken.devices[1].pop_back();
+  auto missing = simulate(r, broken);
+  ASSERT_FALSE(missing.hasValue());
+  EXPECT_NE(missing.message().find("needs BW(stage 1, microbatch 1), which no device runs"), std::string::npos)
+      << missing.message();
+  broken = s;
+  broken.devices[0].push_back(op(0, OpKind::F, 1));
+  auto dup = simulate(r, broken);
+  ASSERT_FALSE(dup.hasValue());
+  EXPECT_NE(dup.message().find("appears twice"), std::string::npos) << dup.message();
+  broken = s;
+  broken.devices[0][0] = op(1, OpKind::F, 0);
+  auto wrong = simulate(r, broken);
+  ASSERT_FALSE(wrong.hasValue());
+  EXPECT_NE(wrong.message().find("belongs to device 1"), std::string::npos) << wrong.message();
+}
+
+}  // namespace
+}  // namespace pipestudio

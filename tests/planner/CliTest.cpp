@@ -1,0 +1,100 @@
+// Runs the built pipestudio-cli: schedules, plan, simulate and their bad-input exits.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "pipestudio/common/Json.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+const std::string kCli = std::string(PIPESTUDIO_BINARY_DIR) + "/app/pipestudio-cli";
+const std::string kResources = PIPESTUDIO_RESOURCES;
+
+Run run(const std::string& args) {
+  Run r;
+  FILE* pipe = popen((kCli + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int st = pclose(pipe);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kCli)) GTEST_SKIP() << kCli << " not built";
+    if (!fs::exists(kResources + "/models/gpt3-1.3b.json") || !fs::exists(kResources + "/clusters/a100-1x8-nvlink.json")) {
+      GTEST_SKIP() << "example resources missing";
+    }
+  }
+  std::string model = kResources + "/models/gpt3-1.3b.json";
+  std::string cluster = kResources + "/clusters/a100-1x8-nvlink.json";
+};
+
+TEST_F(Cli, SchedulesListsEveryName) {
+  const Run r = run("schedules");
+  EXPECT_EQ(r.status, 0);
+  for (const char* s : {"gpipe\n", "1f1b\n", "interleaved-1f1b\n", "zb-h1\n", "zb-v\n", "v-min\n", "dualpipe-v\n"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+}
+
+TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-plan-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "plan.json").string();
+  const Run human = run("plan --model " + model + " --cluster " + cluster +
+                        " --schedule 1f1b --devices 4 --microbatches 8 -o " + out);
+  ASSERT_EQ(human.status, 0) << human.out;
+  EXPECT_NE(human.out.find("makespan"), std::string::npos);
+  EXPECT_NE(human.out.find("bubble ratio"), std::string::npos);
+  const Run json = run("plan --model " + model + " --cluster " + cluster +
+                       " --schedule zb-v --devices 4 --microbatches 8 --json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  auto doc = pipestudio::parseJson(json.out, "<stdout>");
+  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  EXPECT_EQ(doc->root["config"]["schedule"], "zb-v");
+  EXPECT_GT(doc->root["metrics"]["makespan_ms"].get<double>(), 0.0);
+  const Run sim = run("simulate " + out + " --json");
+  ASSERT_EQ(sim.status, 0) << sim.out;
+  auto simDoc = pipestudio::parseJson(sim.out, "<stdout>");
+  ASSERT_TRUE(simDoc.hasValue()) << simDoc.message();
+  auto saved = pipestudio::loadJsonFile(out);
+  ASSERT_TRUE(saved.hasValue());
+  EXPECT_NEAR(simDoc->root["metrics"]["makespan_ms"].get<double>(), saved->root["metrics"]["makespan_ms"].get<double>(),
+              1e-6);
+  fs::remove_all(dir);
+}
+
+TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
+  Run r = run("plan --model " + model + " --cluster " + cluster + " --schedule dualpipe --devices 3 --microbatches 6");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("even number of devices"), std::string::npos) << r.out;
+  r = run("plan --model " + model + " --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8 --memory-limit 1MiB");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("below what one microbatch needs"), std::string::npos) << r.out;
+  r = run("plan --model /nonexistent/model.json --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("/nonexistent/model.json"), std::string::npos) << r.out;
+  r = run("simulate /nonexistent/plan.json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("/nonexistent/plan.json"), std::string::npos) << r.out;
+  r = run("plan --model " + model);
+  EXPECT_EQ(r.status, 2) << r.out;  // usage
+}
+
+}  // namespace
