@@ -1,11 +1,281 @@
+// pipestudio-cli deploy (DESIGN.md §9, issue 8): run a plan on the hosts of a hosts file over
+// SSH and record the run in the history while the ranks stream their traces back.
+#include <termios.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "Commands.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/remote/Deploy.hpp"
 
 namespace pipestudio::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The executor to upload: --executor, $PIPESTUDIO_EXEC, next to pipestudio-cli (installed),
+// the build tree's executor/ (pipestudio-cli lives in <build>/app), then PATH.
+std::string findExecutor(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("PIPESTUDIO_EXEC"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& p : {self.parent_path() / "pipestudio-exec", self.parent_path() / "../executor/pipestudio-exec"}) {
+      if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+    }
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    std::size_t start = 0;
+    while (start <= dirs.size()) {
+      const auto end = dirs.find(':', start);
+      const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (!dir.empty() && ::access((dir + "/pipestudio-exec").c_str(), X_OK) == 0) return dir + "/pipestudio-exec";
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+  return "pipestudio-exec";  // reported as not found by the deployment
+}
+
+// Reads a passphrase from the terminal without echo; nullopt when there is no terminal.
+std::optional<std::string> askPassphrase(const std::string& prompt) {
+  if (::isatty(STDIN_FILENO) == 0) return std::nullopt;
+  std::cerr << prompt << ": " << std::flush;
+  termios old{};
+  const bool haveTermios = ::tcgetattr(STDIN_FILENO, &old) == 0;
+  if (haveTermios) {
+    termios quiet = old;
+    quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+    ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+  }
+  std::string line;
+  const bool ok = static_cast<bool>(std::getline(std::cin, line));
+  if (haveTermios) ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &old);
+  std::cerr << '\n';
+  if (!ok) return std::nullopt;
+  return line;
+}
+
+// Feeds every rank's stream into one history run (one StreamIngest per rank). The
+// Deployment serialises calls, so one store connection is enough.
+class HistorySink final : public remote::TraceSink {
+ public:
+  HistorySink(history::HistoryStore& store, history::RunInfo info) : m_store(store), m_info(std::move(info)) {}
+
+  Status onStart(int ranks) override {
+    auto run = m_store.beginRun(m_info);
+    if (!run) return run.error();
+    m_run = *run;
+    for (int r = 0; r < ranks; ++r) m_ingest.push_back(std::make_unique<history::StreamIngest>(m_store, m_run));
+    return Status::ok();
+  }
+  Status onStreamBytes(int rank, std::string_view bytes) override {
+    return m_ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
+  }
+  void onLog(int rank, std::string_view text) override {
+    if (m_echoLogs) {
+      // Executor logs go to our stderr, prefixed by the rank, one line at a time.
+      std::string& pending = m_logLines[rank];
+      pending.append(text);
+      std::size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        std::cerr << "[rank " << rank << "] " << pending.substr(0, nl) << '\n';
+        pending.erase(0, nl + 1);
+      }
+    }
+  }
+
+  bool started() const { return m_run != 0; }
+  history::RunId runId() const { return m_run; }
+  void setEchoLogs(bool echo) { m_echoLogs = echo; }
+
+  /// Final status: the deploy outcome, made stricter by what the streams say.
+  Status finish(const remote::DeployResult& result) {
+    history::RunStatus status = history::RunStatus::Complete;
+    std::string why = result.message;
+    switch (result.outcome) {
+      case remote::DeployOutcome::Complete: status = history::RunStatus::Complete; break;
+      case remote::DeployOutcome::Failed: status = history::RunStatus::Failed; break;
+      case remote::DeployOutcome::Incomplete: status = history::RunStatus::Incomplete; break;
+    }
+    for (auto& ingest : m_ingest) {
+      if (auto st = ingest->flush(); !st) return st;
+      if (status == history::RunStatus::Complete && ingest->suggestedStatus() != history::RunStatus::Complete) {
+        status = ingest->suggestedStatus();
+        why = ingest->problem();
+      }
+    }
+    return m_store.finishRun(m_run, status, status == history::RunStatus::Complete ? std::string_view{} : why);
+  }
+
+ private:
+  history::HistoryStore& m_store;
+  history::RunInfo m_info;
+  history::RunId m_run = 0;
+  std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
+  std::map<int, std::string> m_logLines;
+  bool m_echoLogs = true;
+};
+
+std::atomic<remote::Deployment*> g_active{nullptr};
+
+extern "C" void onInterrupt(int /*signal*/) {
+  // Async-signal-safe: only an atomic store inside cancel().
+  if (remote::Deployment* d = g_active.load()) d->cancel();
+}
+
+struct DeployArgs {
+  std::string plan;
+  std::string hosts;
+  std::string backend = "cuda";
+  std::string history;
+  std::string executor;
+  int iterations = 0;
+  bool acceptNewHostKeys = false;
+  bool json = false;
+  std::vector<std::string> execArgs;
+};
+
+int deploy(const DeployArgs& a) {
+  auto plan = loadPlan(a.plan);
+  if (!plan) {
+    std::cerr << plan.message() << '\n';
+    return kExitFailure;
+  }
+  if (auto st = validatePlanStructure(*plan); !st) {
+    std::cerr << a.plan << ": " << st.message() << '\n';
+    return kExitFailure;
+  }
+  auto hosts = loadHosts(a.hosts);
+  if (!hosts) {
+    std::cerr << hosts.message() << '\n';
+    return kExitFailure;
+  }
+  const std::string dbPath = a.history.empty() ? history::defaultHistoryPath() : a.history;
+  auto store = history::HistoryStore::open(dbPath);
+  if (!store) {
+    std::cerr << store.message() << '\n';
+    return kExitFailure;
+  }
+  auto planId = store->addPlan(*plan, fs::path(a.plan).stem().string());
+  if (!planId) {
+    std::cerr << planId.message() << '\n';
+    return kExitFailure;
+  }
+
+  remote::DeployRequest request;
+  request.planPath = a.plan;
+  request.devices = plan->config.devices;
+  request.hosts = *hosts;
+  request.backend = a.backend;
+  request.iterations = a.iterations;
+  request.executorPath = findExecutor(a.executor);
+  request.runId = "deploy-" + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  std::chrono::system_clock::now().time_since_epoch())
+                                                  .count()) +
+                  "-" + std::to_string(::getpid());
+  request.executorArgs = a.execArgs;
+
+  history::RunInfo info;
+  info.name = fs::path(a.plan).stem().string() + " on " + hosts->hosts.front().host;
+  info.source = "deploy";
+  info.sourcePath = fs::absolute(a.plan).string();
+  info.planId = *planId;
+  info.host = hosts->hosts.front().host;
+  info.backend = a.backend;
+  HistorySink sink(*store, info);
+
+  remote::DeployCallbacks callbacks;
+  const bool accept = a.acceptNewHostKeys;
+  callbacks.session.unknownHostKey = [accept](const remote::HostKeyPrompt& p) {
+    if (!accept) return remote::HostKeyDecision::Reject;
+    std::cerr << p.hostPort << ": adding host key " << p.keyType << ' ' << p.fingerprintSha256 << " to "
+              << p.knownHostsFile << '\n';
+    return remote::HostKeyDecision::AcceptAndSave;
+  };
+  callbacks.session.passphrase = &askPassphrase;
+  std::mutex progressMutex;
+  std::map<int, std::string> lastState;
+  callbacks.progress = [&](const remote::RankProgress& p) {
+    // One line per state change, plus iteration progress; the GUI shows the same reports.
+    std::lock_guard lock(progressMutex);
+    std::string line = std::string(remote::rankStateName(p.state));
+    if (p.state == remote::RankState::Running && p.events > 0) {
+      line += " iteration " + std::to_string(p.iteration) +
+              (p.iterations > 0 ? "/" + std::to_string(p.iterations) : std::string()) + ", " +
+              std::to_string(p.events) + " events";
+    }
+    if (lastState[p.rank] == line) return;
+    lastState[p.rank] = line;
+    std::cerr << "rank " << p.rank << " " << p.hostPort << ": " << line
+              << (p.message.empty() || p.state == remote::RankState::Running ? "" : " (" + p.message + ")") << '\n';
+  };
+
+  remote::Deployment deployment(request, callbacks, sink);
+  g_active = &deployment;
+  auto previousInt = std::signal(SIGINT, onInterrupt);
+  auto previousTerm = std::signal(SIGTERM, onInterrupt);
+  auto result = deployment.run();
+  std::signal(SIGINT, previousInt);
+  std::signal(SIGTERM, previousTerm);
+  g_active = nullptr;
+
+  if (!result) {
+    std::cerr << "deploy: " << result.message() << '\n';
+    if (sink.started()) (void)store->finishRun(sink.runId(), history::RunStatus::Failed, result.message());
+    return kExitFailure;
+  }
+  if (auto st = sink.finish(*result); !st) {
+    std::cerr << "deploy: " << st.message() << '\n';
+    return kExitFailure;
+  }
+  auto summary = store->runSummary(sink.runId());
+  const std::string status = summary ? std::string(history::runStatusName(summary->status)) : "?";
+  if (a.json) {
+    std::cout << "{\"id\": " << sink.runId() << "}\n";
+  } else {
+    std::cout << "run " << sink.runId() << ": " << status << " (" << result->message << ")\n";
+  }
+  if (status != "complete") {
+    std::cerr << "deploy: run " << sink.runId() << " " << status << ": " << result->message << '\n';
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 void addDeployCommand(CLI::App& root, int& exitCode) {
-  auto* cmd = root.add_subcommand("deploy", "not implemented yet");
-  cmd->allow_extras();
-  cmd->callback([&exitCode] { exitCode = notImplemented("deploy"); });
+  auto* cmd = root.add_subcommand("deploy", "Run a plan on the hosts of a hosts file over SSH, record it in the history");
+  static DeployArgs args;
+  cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
+  cmd->add_option("--hosts", args.hosts, "Hosts file (pipestudio.hosts/1)")->required();
+  cmd->add_option("--backend", args.backend, "Executor backend")->check(CLI::IsMember({"cuda", "cuda-single", "cpu"}));
+  cmd->add_option("--history", args.history, "History database (default: the GUI's)");
+  cmd->add_option("--iterations", args.iterations, "Measured iterations (default: the executor's)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--accept-new-host-keys", args.acceptNewHostKeys,
+                "Trust hosts seen for the first time and add their keys to known_hosts (changed keys are always refused)");
+  cmd->add_option("--executor", args.executor, "Local pipestudio-exec to upload (default: the one built with this CLI)");
+  cmd->add_option("--exec-arg", args.execArgs, "Extra pipestudio-exec option, repeatable (e.g. --exec-arg=--max-op-ms --exec-arg=5)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--json", args.json, "Print {\"id\": RUN} on stdout");
+  cmd->callback([&exitCode] { exitCode = deploy(args); });
 }
 
 }  // namespace pipestudio::cli
