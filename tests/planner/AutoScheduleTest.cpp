@@ -173,7 +173,9 @@ TEST(AutoScheduleExact, TooLargeOrUnavailableIsReported) {
 }
 
 // The heuristic against the ILP optimum on small instances with a binding memory limit.
-// Measured worst gap over these instances is recorded in the assertion's bound.
+// Measured (2026-11, CBC 2.10.8): the heuristic matched the proven optimum on all of these
+// (gap 0.00 %, also on p=3 m=6 and p=2 m=8, which take CBC 20–30 s to prove and are left out to
+// keep the suite fast); the published greedy alone was up to 15 % worse. The assertion allows 1 %.
 TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
   if (!exactSchedulingAvailable()) GTEST_SKIP() << "built without CBC";
   struct Case {
@@ -182,7 +184,7 @@ TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
     unsigned seed;
     int mbsOfMemory;
   };
-  const Case cases[] = {{2, 4, 11, 2}, {3, 4, 12, 2}, {3, 6, 13, 3}, {4, 4, 14, 2}, {4, 6, 15, 3}, {2, 8, 16, 2}};
+  const Case cases[] = {{2, 4, 11, 2}, {3, 4, 12, 2}, {4, 4, 14, 2}, {4, 6, 15, 3}};
   double worstGap = 0;
   int proven = 0;
   for (const Case& c : cases) {
@@ -192,7 +194,7 @@ TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
     ASSERT_TRUE(heuristic) << heuristic.message();
     AutoScheduleOptions options;
     options.exact = true;
-    options.exactTimeLimitS = 20;
+    options.exactTimeLimitS = 60;  // these prove in ≤ 2 s; the limit only guards a loaded machine
     auto exact = autoSchedule(in, options);
     ASSERT_TRUE(exact) << exact.message();
     const AutoScheduleReport& rep = exact->report;
@@ -209,8 +211,50 @@ TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
                 c.p, c.m, heuristic->report.makespanMs, heuristic->report.paperGreedyMakespanMs, rep.exactMakespanMs,
                 rep.exactBoundMs, std::string(exactStatusName(rep.exactStatus)).c_str(), rep.exactSeconds, 100 * gap);
   }
-  EXPECT_GE(proven, 4);
-  EXPECT_LE(worstGap, 0.10);
+  EXPECT_EQ(proven, 4);
+  EXPECT_LE(worstGap, 0.01);
+}
+
+}  // namespace
+}  // namespace pipestudio
+
+#include "PlannerFixtures.hpp"
+
+namespace pipestudio {
+namespace {
+
+// Through makePlan: the simulator's makespan equals the auto-scheduler's own timing (both time
+// transfers on directed links, first come first served), and the memory limit holds.
+TEST(AutoSchedulePlan, SimulatorAgreesWithTheAutoSchedulerTiming) {
+  ModelSpec model = test::equalLayers(8, 1.0, 1.0, 1.0, 1 << 20, 1 << 18, 1 << 16);
+  for (std::size_t i = 0; i < model.components[0].layers.size(); ++i) {
+    model.components[0].layers[i].forwardMs = 0.5 + 0.15 * static_cast<double>(i);
+  }
+  for (int chunks : {1, 2}) {
+    PlanRequest request = test::request(model, test::freeCluster(4, 20.0, 3.0), "zb-auto", 4, 12, chunks);
+    // Static memory is ~18 kB; one microbatch holds 2 MiB per device: room for 6 in flight.
+    request.config.memoryLimitBytes = 12 * (std::int64_t{1} << 20) + 200000;
+    AutoScheduleReport report;
+    auto plan = makeAutoPlan(request, {}, &report);
+    ASSERT_TRUE(plan) << plan.message();
+    EXPECT_EQ(plan->config.schedule, "zb-auto");
+    EXPECT_NEAR(plan->metrics.makespanMs, report.makespanMs, 1e-9);
+    EXPECT_NEAR(busiestDeviceWorkMs(*plan), report.busiestDeviceWorkMs, 1e-9);
+    for (const DeviceMetrics& d : plan->metrics.devices) EXPECT_LE(d.peakMemoryBytes, *request.config.memoryLimitBytes);
+    EXPECT_FALSE(formatAutoScheduleReport(report).empty());
+    EXPECT_TRUE(autoScheduleReportJson(report).contains("gap_to_busiest_work"));
+  }
+}
+
+TEST(AutoSchedulePlan, RegisteredAndLimitBelowOneMicrobatchIsRefused) {
+  const auto names = scheduleNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), "zb-auto"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "custom"), names.end());
+  PlanRequest request = test::request(test::equalLayers(4, 1, 1, 1, 1 << 20), test::freeCluster(4), "zb-auto", 4, 8, 1);
+  request.config.memoryLimitBytes = 1000;
+  auto plan = makePlan(request);
+  ASSERT_FALSE(plan);
+  EXPECT_NE(plan.message().find("one microbatch"), std::string::npos) << plan.message();
 }
 
 }  // namespace

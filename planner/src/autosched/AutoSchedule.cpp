@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 
@@ -22,6 +23,7 @@ namespace autosched {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kOptimalTolerance = 1e-4;  // relative: within 0.01 % of the lower bound is optimal
 
 struct Policy {
   std::string name;
@@ -161,12 +163,20 @@ ListResult runPolicy(const Instance& inst, const Policy& pol) {
     result.makespanMs = std::max(result.makespanMs == kInf ? 0.0 : result.makespanMs, finish);
   };
 
+  // Event times change only on the device that ran an op and on the devices its outputs reach,
+  // so they are cached and recomputed for those alone.
+  std::vector<double> event(P, kInf);
+  std::vector<char> dirty(P, 1);
   int scheduled = 0;
   while (scheduled < n) {
     int d = -1;
     double T = kInf;
     for (int c = 0; c < p; ++c) {
-      const double e = eventTime(c);
+      if (dirty[static_cast<std::size_t>(c)]) {
+        event[static_cast<std::size_t>(c)] = eventTime(c);
+        dirty[static_cast<std::size_t>(c)] = 0;
+      }
+      const double e = event[static_cast<std::size_t>(c)];
       if (e < T) {
         T = e;
         d = c;
@@ -174,6 +184,7 @@ ListResult runPolicy(const Instance& inst, const Policy& pol) {
     }
     if (d < 0) return result;  // nothing can ever start: this policy deadlocked
     const auto D = static_cast<std::size_t>(d);
+    dirty[D] = 1;
     const double h = std::max(tFree[D], holdUntil[D]);
     int bOp = -1;
     int bStage = -1;
@@ -239,6 +250,10 @@ ListResult runPolicy(const Instance& inst, const Policy& pol) {
     if (choice < 0) return result;
     run(d, choice, T);
     ++scheduled;
+    // The op's outputs reach the neighbouring stages' devices.
+    const int s = inst.stageOf(choice);
+    if (s + 1 < inst.stages) dirty[static_cast<std::size_t>(inst.device[static_cast<std::size_t>(s + 1)])] = 1;
+    if (s > 0) dirty[static_cast<std::size_t>(inst.device[static_cast<std::size_t>(s - 1)])] = 1;
   }
   result.ok = true;
   return result;
@@ -411,6 +426,52 @@ Expected<Orders> fromSkeleton(const Instance& inst, const ScheduleSkeleton& skel
 }  // namespace
 }  // namespace autosched
 
+std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof line,
+                "zb-auto: makespan %.3f ms; lower bound %.3f ms (busiest device work %.3f ms); gap %.2f%% to the "
+                "bound, %.2f%% to the busiest work\n",
+                r.makespanMs, r.lowerBoundMs, r.busiestDeviceWorkMs, 100 * r.gapToLowerBound, 100 * r.gapToBusiestWork);
+  out += line;
+  std::snprintf(line, sizeof line,
+                "zb-auto: best of %d policies %.3f ms (%s); published greedy %.3f ms; local search %d/%d moves kept\n",
+                r.policiesTried, r.bestPolicyMakespanMs, r.bestPolicy.c_str(), r.paperGreedyMakespanMs,
+                r.searchImprovements, r.searchEvaluations);
+  out += line;
+  if (r.exactStatus != ExactStatus::NotRun) {
+    std::snprintf(line, sizeof line, "zb-auto exact (ILP, CBC): %s; incumbent %.3f ms, bound %.3f ms, gap %.2f%%, %.1f s%s%s\n",
+                  std::string(exactStatusName(r.exactStatus)).c_str(), r.exactMakespanMs, r.exactBoundMs, 100 * r.exactGap,
+                  r.exactSeconds, r.exactMessage.empty() ? "" : "; ", r.exactMessage.c_str());
+    out += line;
+  }
+  return out;
+}
+
+Json autoScheduleReportJson(const AutoScheduleReport& r) {
+  Json j{{"makespan_ms", r.makespanMs},
+         {"lower_bound_ms", r.lowerBoundMs},
+         {"busiest_device_work_ms", r.busiestDeviceWorkMs},
+         {"gap_to_lower_bound", r.gapToLowerBound},
+         {"gap_to_busiest_work", r.gapToBusiestWork},
+         {"best_policy", r.bestPolicy},
+         {"best_policy_makespan_ms", r.bestPolicyMakespanMs},
+         {"published_greedy_makespan_ms", r.paperGreedyMakespanMs},
+         {"policies_tried", r.policiesTried},
+         {"search_evaluations", r.searchEvaluations},
+         {"search_improvements", r.searchImprovements},
+         {"peak_bytes", r.peakBytes}};
+  if (r.exactStatus != ExactStatus::NotRun) {
+    j["exact"] = Json{{"status", std::string(exactStatusName(r.exactStatus))},
+                      {"makespan_ms", r.exactMakespanMs},
+                      {"bound_ms", r.exactBoundMs},
+                      {"gap", r.exactGap},
+                      {"seconds", r.exactSeconds},
+                      {"message", r.exactMessage}};
+  }
+  return j;
+}
+
 std::string_view exactStatusName(ExactStatus status) {
   switch (status) {
     case ExactStatus::NotRun: return "not run";
@@ -487,12 +548,16 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     if (input.control != nullptr && input.control->progress) {
       input.control->progress(0.5 * static_cast<double>(i + 1) / static_cast<double>(policies.size()));
     }
+    // At the lower bound (to rounding) nothing can beat it; the paper's policies always run.
+    if (i >= 1 && bestMakespan <= report.lowerBoundMs * (1 + kOptimalTolerance)) break;
   }
   if (best.empty()) {
     return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};
   }
   report.bestPolicyMakespanMs = bestMakespan;
-  if (options.localSearch) localSearch(inst, best, bestMakespan, options, report);
+  if (options.localSearch && bestMakespan > report.lowerBoundMs * (1 + kOptimalTolerance)) {
+    localSearch(inst, best, bestMakespan, options, report);
+  }
 
   if (options.exact) {
     if (!exactSchedulingAvailable()) {

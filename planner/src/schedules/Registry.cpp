@@ -2,6 +2,7 @@
 // To add a schedule, write its generator and add one line here.
 #include <memory>
 
+#include "autosched/Generators.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio {
@@ -21,6 +22,8 @@ std::vector<std::unique_ptr<ScheduleGenerator>> buildRegistry() {
   all.push_back(schedules::makeDualPipe());
   all.push_back(schedules::makeDualPipeV());
   // "auto" helper: zb-auto and custom go here.
+  all.push_back(autosched::makeZbAutoGenerator());
+  all.push_back(autosched::makeCustomGenerator());
   return all;
 }
 

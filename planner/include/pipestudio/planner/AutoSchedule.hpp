@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Json.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
@@ -92,5 +93,23 @@ Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSk
 
 /// The lower bound of any plan: the busiest device's busy time (DESIGN.md §2 metrics).
 double busiestDeviceWorkMs(const Plan& plan);
+
+/// makePlan with schedule `zb-auto` and these options (partition, memory checks and simulation
+/// as makePlan does them); `report`, when given, receives the auto-scheduler's report.
+Expected<Plan> makeAutoPlan(const PlanRequest& request, const AutoScheduleOptions& options,
+                            AutoScheduleReport* report = nullptr, const SolveControl& control = {});
+
+/// makePlan with schedule `custom`: the per-device order (and the placement of the virtual
+/// stages, chunks per device = the most any device holds) comes from schedule CSV text
+/// (Export.hpp format); config.partition splits the layers over those stages.
+Expected<Plan> makeCustomPlan(const PlanRequest& request, const std::string& csvText, const std::string& source,
+                              const SolveControl& control = {});
+
+/// Reads a schedule CSV file (bounded size) for makeCustomPlan.
+Expected<std::string> readScheduleCsvFile(const std::string& path);
+
+/// Human-readable lines and a JSON object describing a report (CLI `plan --schedule zb-auto`).
+std::string formatAutoScheduleReport(const AutoScheduleReport& report);
+Json autoScheduleReportJson(const AutoScheduleReport& report);
 
 }  // namespace pipestudio

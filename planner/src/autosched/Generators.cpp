@@ -1,0 +1,138 @@
+// Generators for `zb-auto` and `custom`. Both need more than a ScheduleShape (zb-auto: its
+// options and a place for its report; custom: the CSV text), which makeAutoPlan and
+// makeCustomPlan hand over through a per-thread context around makePlan — so the partition,
+// fill, simulation and memory checks stay makePlan's, and solver threads do not interfere.
+#include "autosched/Generators.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "pipestudio/planner/AutoSchedule.hpp"
+#include "pipestudio/planner/Export.hpp"
+#include "schedules/Generators.hpp"
+
+namespace pipestudio {
+namespace autosched {
+namespace {
+
+struct Context {
+  const AutoScheduleOptions* options = nullptr;
+  AutoScheduleReport* report = nullptr;
+  const std::string* csv = nullptr;
+  const std::string* source = nullptr;
+};
+thread_local Context tContext;
+
+class ContextScope {
+ public:
+  explicit ContextScope(const Context& c) : m_saved(tContext) { tContext = c; }
+  ~ContextScope() { tContext = m_saved; }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  Context m_saved;
+};
+
+class ZbAuto final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "zb-auto"; }
+  int defaultChunksPerDevice() const override { return 1; }
+  bool splitsBackward() const override { return true; }
+  Status validate(const ScheduleShape& shape) const override {
+    if (shape.devices < 1 || shape.microbatches < 1 || shape.chunksPerDevice < 1) {
+      return Error{"zb-auto needs at least one device, microbatch and chunk"};
+    }
+    return {};
+  }
+  // One chunk: stage d on device d. More: the V (wave) placement of ZB-V, so consecutive chunks
+  // meet on one device and the turn costs no transfer.
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    if (shape.chunksPerDevice == 1) return schedules::linearPlacement(shape.devices, 1);
+    return schedules::wavePlacement(shape.devices, shape.chunksPerDevice);
+  }
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    const AutoScheduleOptions defaults;
+    auto result = autoSchedule(input, tContext.options ? *tContext.options : defaults);
+    if (!result) return result.error();
+    if (tContext.report) *tContext.report = result->report;
+    return std::move(result->skeleton);
+  }
+};
+
+class Custom final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "custom"; }
+  int defaultChunksPerDevice() const override { return 1; }
+  bool splitsBackward() const override { return true; }
+  Status validate(const ScheduleShape& shape) const override {
+    if (tContext.csv == nullptr) {
+      return Error{"custom: the order comes from a schedule CSV (pipestudio-cli plan --schedule custom --csv FILE)"};
+    }
+    auto parsed = parseInferred(shape);
+    if (!parsed) return parsed.error();
+    return {};
+  }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    auto parsed = parseInferred(shape);
+    return parsed ? parsed->virtualStages : std::vector<VirtualStage>{};
+  }
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    if (tContext.csv == nullptr) return Error{"custom: no schedule CSV given"};
+    return parseScheduleCsv(*tContext.csv, {input.shape.devices, input.shape.microbatches, input.virtualStages},
+                            tContext.source ? *tContext.source : "<csv>");
+  }
+
+ private:
+  static Expected<ScheduleSkeleton> parseInferred(const ScheduleShape& shape) {
+    if (tContext.csv == nullptr) return Error{"custom: no schedule CSV given"};
+    return parseScheduleCsv(*tContext.csv, {shape.devices, shape.microbatches, {}},
+                            tContext.source ? *tContext.source : "<csv>");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleGenerator> makeZbAutoGenerator() { return std::make_unique<ZbAuto>(); }
+std::unique_ptr<ScheduleGenerator> makeCustomGenerator() { return std::make_unique<Custom>(); }
+
+}  // namespace autosched
+
+Expected<Plan> makeAutoPlan(const PlanRequest& request, const AutoScheduleOptions& options, AutoScheduleReport* report,
+                            const SolveControl& control) {
+  PlanRequest r = request;
+  r.config.schedule = "zb-auto";
+  autosched::ContextScope scope({&options, report, nullptr, nullptr});
+  return makePlan(r, control);
+}
+
+Expected<Plan> makeCustomPlan(const PlanRequest& request, const std::string& csvText, const std::string& source,
+                              const SolveControl& control) {
+  PlanRequest r = request;
+  r.config.schedule = "custom";
+  // The CSV decides the placement; chunks per device is the most any device holds.
+  auto parsed = parseScheduleCsv(csvText, {r.config.devices, r.config.microbatches, {}}, source);
+  if (!parsed) return parsed.error();
+  std::vector<int> perDevice(static_cast<std::size_t>(std::max(1, r.config.devices)), 0);
+  for (const VirtualStage& vs : parsed->virtualStages) ++perDevice[static_cast<std::size_t>(vs.device)];
+  r.config.chunksPerDevice = std::max(1, *std::max_element(perDevice.begin(), perDevice.end()));
+  autosched::ContextScope scope({nullptr, nullptr, &csvText, &source});
+  return makePlan(r, control);
+}
+
+Expected<std::string> readScheduleCsvFile(const std::string& path) {
+  constexpr std::uintmax_t kMaxBytes = std::uintmax_t{256} << 20;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return Error{path + ": cannot read: " + ec.message()};
+  if (size > kMaxBytes) return Error{path + ": larger than the 256 MiB limit for schedule CSV"};
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot open"};
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace pipestudio
