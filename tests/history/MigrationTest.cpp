@@ -39,10 +39,10 @@ void insertV1Run(HistoryStore& s) {
   execSql(s,
           "INSERT INTO runs(id, created_ms, status, source, events) VALUES(7, 1700000000000, 'complete', 'chrome', 3);"
           "INSERT INTO names(id, name) VALUES(1, 'F'), (2, 'sgemm');"
-          "INSERT INTO events(run_id, seq, category, device, stream, name_id, start_ns, dur_ns, kind) VALUES"
-          "(7, 0, 0, 0, 0, 1, 1000000, 2000000, 0),"
-          "(7, 1, 1, 0, 7, 2, 1500000, 500000, NULL),"
-          "(7, 2, 0, 1, 0, 1, 4000000, 3000000, 0);");
+          "INSERT INTO events(id, category, device, stream, name_id, start_ns, dur_ns, kind) VALUES"
+          "((7 << 32) | 0, 0, 0, 0, 1, 1000000, 2000000, 0),"
+          "((7 << 32) | 1, 1, 0, 7, 2, 1500000, 500000, NULL),"
+          "((7 << 32) | 2, 0, 1, 0, 1, 4000000, 3000000, 0);");
 }
 
 }  // namespace
@@ -80,7 +80,7 @@ TEST(Migration, To2AddsRunNamesAndNotes) {
   EXPECT_TRUE(hasColumn(*s, "runs", "name"));
   EXPECT_TRUE(hasColumn(*s, "runs", "notes"));
   EXPECT_EQ(queryInt(*s, "SELECT COUNT(*) FROM runs WHERE id = 7 AND name = 'run 7' AND notes = ''"), 1);
-  EXPECT_EQ(queryInt(*s, "SELECT COUNT(*) FROM events WHERE run_id = 7"), 3);
+  EXPECT_EQ(queryInt(*s, "SELECT COUNT(*) FROM run_events WHERE run_id = 7"), 3);
 }
 
 TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {

@@ -114,7 +114,7 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   ASSERT_TRUE(other);
   ASSERT_TRUE(store->deleteRun(*run));
   EXPECT_FALSE(store->runSummary(*run));
-  EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM events WHERE run_id = " + std::to_string(*run)).c_str()), 0);
+  EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)).c_str()), 0);
   EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)).c_str()), 0);
   EXPECT_TRUE(store->runSummary(*other));
   EXPECT_FALSE(store->deleteRun(*run));

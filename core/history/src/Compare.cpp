@@ -67,7 +67,7 @@ struct RunAggregate {
 
 Expected<RunAggregate> aggregateRun(HistoryStore& store, RunId run) {
   sqlite3* db = store.connection();
-  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE run_id = ?1",
+  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295",
                nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(db)};
   st.bind(1, run);

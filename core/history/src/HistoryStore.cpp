@@ -154,9 +154,9 @@ HistoryStore::Impl::~Impl() {
 Status HistoryStore::Impl::prepareWriteStatements() {
   std::string error;
   insertEvent = Statement(db,
-                          "INSERT INTO events(run_id, seq, category, device, stream, name_id, start_ns, dur_ns, "
+                          "INSERT INTO events(id, category, device, stream, name_id, start_ns, dur_ns, "
                           "virtual_stage, microbatch, iteration, kind, bytes, correlation, args) "
-                          "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                          "VALUES(?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                           &error);
   if (!insertEvent) return Error{error};
   insertName = Statement(db, "INSERT INTO names(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET name = name RETURNING id",
@@ -249,7 +249,7 @@ Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
   auto it = runs.find(run);
   if (it != runs.end()) return &it->second;
   // First write to this run on this connection: continue after what is stored.
-  Statement st(db, "SELECT status, events, origin_ns, (SELECT IFNULL(MAX(seq) + 1, 0) FROM events WHERE run_id = ?1), "
+  Statement st(db, "SELECT status, events, origin_ns, (SELECT IFNULL((MAX(id) & 4294967295) + 1, 0) FROM events WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295), "
                    "(SELECT IFNULL(MAX(seq) + 1, 0) FROM memory_samples WHERE run_id = ?1) FROM runs WHERE id = ?1",
                nullptr);
   if (!st) return Error{detail::lastError(db)};
@@ -303,9 +303,11 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
   if (auto st = begin(); !st) return st;
   auto name = nameId(row.name);
   if (!name) return name.error();
+  if (state.nextSeq > 0xffffffffLL || run < 0 || run > 0x7fffffffLL) {
+    return Error{withPath(path, "run " + std::to_string(run) + " cannot hold more events (limit 2^32 per run)")};
+  }
   Statement& s = insertEvent;
-  s.bind(1, run);
-  s.bind(2, state.nextSeq);
+  s.bind(2, (run << 32) | state.nextSeq);
   s.bind(3, static_cast<int>(row.category));
   s.bind(4, row.device);
   s.bind(5, row.stream);
@@ -520,7 +522,7 @@ Expected<int> HistoryStore::recoverInterruptedRuns() {
   if (auto st = exec(db, "BEGIN IMMEDIATE"); !st) return Error{withPath(m_impl->path, st.message())};
   Statement upd(db,
                 "UPDATE runs SET status = 'incomplete', finished_ms = ?2, "
-                "events = (SELECT COUNT(*) FROM events WHERE run_id = ?1), "
+                "events = (SELECT COUNT(*) FROM events WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295), "
                 "error = CASE WHEN error = '' THEN ?3 ELSE error END WHERE id = ?1 AND status = 'running'",
                 nullptr);
   for (const auto& c : dead) {
@@ -650,8 +652,9 @@ Status HistoryStore::deleteRun(RunId id) {
   if (auto st = im.begin(); !st) return st;
   bool found = false;
   for (const char* table : {"events", "memory_samples", "steps", "ranks", "run_errors", "run_metrics", "runs"}) {
-    Statement st(im.db, std::string("DELETE FROM ") + table + (std::string_view(table) == "runs" ? " WHERE id = ?1" : " WHERE run_id = ?1"),
-                 nullptr);
+    const std::string_view t(table);
+    const char* where = t == "runs" ? " WHERE id = ?1" : t == "events" ? " WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295" : " WHERE run_id = ?1";
+    Statement st(im.db, std::string("DELETE FROM ") + table + where, nullptr);
     st.bind(1, id);
     if (st.step() != SQLITE_DONE) {
       (void)exec(im.db, "ROLLBACK");
@@ -674,7 +677,7 @@ Expected<std::vector<MeasuredEvent>> HistoryStore::loadEvents(RunId id, std::opt
   std::string sql =
       "SELECT e.category, e.device, e.stream, n.name, e.start_ns, e.dur_ns, e.virtual_stage, e.microbatch, "
       "e.iteration, e.kind, e.bytes, e.correlation, e.args FROM events e JOIN names n ON n.id = e.name_id "
-      "WHERE e.run_id = ?1";
+      "WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295";
   if (category) sql += " AND e.category = ?2";
   Statement st(m_impl->db, sql, nullptr);
   if (!st) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
@@ -819,7 +822,7 @@ Status HistoryStore::finishRun(RunId id, RunStatus status, std::string_view erro
   if (auto st = im.commit(); !st) return st;
   Statement st(im.db,
                "UPDATE runs SET status = ?2, finished_ms = ?3, error = CASE WHEN ?4 = '' THEN error ELSE ?4 END, "
-               "events = (SELECT COUNT(*) FROM events WHERE run_id = ?1) WHERE id = ?1",
+               "events = (SELECT COUNT(*) FROM events WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295) WHERE id = ?1",
                nullptr);
   st.bind(1, id);
   st.bind(2, runStatusName(status));

@@ -13,12 +13,15 @@ namespace {
 // add a new one (tests/history/MigrationTest.cpp has one test per migration).
 //
 // Layout notes:
-// - events, memory_samples, planned_ops and steps are WITHOUT ROWID tables keyed by
-//   (run_id|plan_id, seq): a run's rows form one contiguous primary-key range, so every
-//   per-run query (compare, show, timeline, delete) is a range scan of that key, and ingest
-//   appends at the end of the range with a single B-tree to maintain (SQLite docs,
-//   "The WITHOUT ROWID Optimization"). Aggregation happens in C++ in one pass over the range,
-//   which is why events carry no secondary index: it would halve ingest speed and serve no query.
+// - events: the rowid is run_id << 32 | seq (view run_events splits it back). A run's events
+//   form one contiguous rowid range, so every per-run query (compare, show, timeline, delete)
+//   is a range scan of the table's own B-tree, and ingest appends at the end of that range on
+//   SQLite's fast rowid-append path with no second B-tree to maintain. Aggregation happens in
+//   C++ in one pass over the range, which is why events carry no secondary index: it would
+//   roughly halve ingest speed and serve no query. 2^32 events per run is the limit.
+// - memory_samples, planned_ops, steps, ranks: WITHOUT ROWID tables keyed by
+//   (run_id|plan_id, seq), contiguous per run/plan for the same reason (SQLite docs,
+//   "The WITHOUT ROWID Optimization").
 // - Names (kernel and op names) are interned in `names`: a 1M-event run repeats a few hundred.
 // - No foreign-key enforcement on the bulk tables (a parent lookup per inserted row);
 //   deleteRun removes children explicitly in one transaction.
@@ -79,8 +82,7 @@ CREATE TABLE names(
   id INTEGER PRIMARY KEY,
   name TEXT NOT NULL UNIQUE);
 CREATE TABLE events(
-  run_id INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
+  id INTEGER PRIMARY KEY,
   category INTEGER NOT NULL,
   device INTEGER NOT NULL,
   stream INTEGER NOT NULL,
@@ -93,8 +95,8 @@ CREATE TABLE events(
   kind INTEGER,
   bytes INTEGER,
   correlation INTEGER,
-  args TEXT,
-  PRIMARY KEY(run_id, seq)) WITHOUT ROWID;
+  args TEXT);
+CREATE VIEW run_events AS SELECT id >> 32 AS run_id, id & 4294967295 AS seq, * FROM events;
 CREATE TABLE memory_samples(
   run_id INTEGER NOT NULL,
   seq INTEGER NOT NULL,
@@ -134,16 +136,16 @@ CREATE TABLE run_metrics(
   value REAL NOT NULL,
   PRIMARY KEY(run_id, device, key)) WITHOUT ROWID;
 INSERT INTO run_metrics(run_id, device, key, value)
-  SELECT run_id, device, 'first_ns', MIN(start_ns) FROM events GROUP BY run_id, device
-  UNION ALL SELECT run_id, device, 'last_ns', MAX(start_ns + dur_ns) FROM events GROUP BY run_id, device
-  UNION ALL SELECT run_id, device, 'events', COUNT(*) FROM events GROUP BY run_id, device
+  SELECT run_id, device, 'first_ns', MIN(start_ns) FROM run_events GROUP BY run_id, device
+  UNION ALL SELECT run_id, device, 'last_ns', MAX(start_ns + dur_ns) FROM run_events GROUP BY run_id, device
+  UNION ALL SELECT run_id, device, 'events', COUNT(*) FROM run_events GROUP BY run_id, device
   UNION ALL SELECT run_id, device, 'op_busy_ns', TOTAL(CASE WHEN category = 0 THEN dur_ns ELSE 0 END)
-            FROM events GROUP BY run_id, device
-  UNION ALL SELECT run_id, -1, 'first_ns', MIN(start_ns) FROM events GROUP BY run_id
-  UNION ALL SELECT run_id, -1, 'last_ns', MAX(start_ns + dur_ns) FROM events GROUP BY run_id
-  UNION ALL SELECT run_id, -1, 'events', COUNT(*) FROM events GROUP BY run_id
+            FROM run_events GROUP BY run_id, device
+  UNION ALL SELECT run_id, -1, 'first_ns', MIN(start_ns) FROM run_events GROUP BY run_id
+  UNION ALL SELECT run_id, -1, 'last_ns', MAX(start_ns + dur_ns) FROM run_events GROUP BY run_id
+  UNION ALL SELECT run_id, -1, 'events', COUNT(*) FROM run_events GROUP BY run_id
   UNION ALL SELECT run_id, -1, 'op_busy_ns', TOTAL(CASE WHEN category = 0 THEN dur_ns ELSE 0 END)
-            FROM events GROUP BY run_id;
+            FROM run_events GROUP BY run_id;
 CREATE INDEX runs_by_created ON runs(created_ms);
 CREATE INDEX runs_by_plan ON runs(plan_id);
 CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
