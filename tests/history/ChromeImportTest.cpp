@@ -51,7 +51,7 @@ const char* kKineto = R"json({
 // Perfetto's JSON export style: a bare array, B/E pairs, a counter and an instant event.
 const char* kPerfetto = R"json([
   {"ph": "B", "name": "outer", "pid": 1, "tid": 2, "ts": 10},
-  {"ph": "B", "name": "inner", "pid": 1, "tid": 2, "ts": 12, "args": {"note": "nested \"quoted\" \u00e9"}},
+  {"ph": "B", "name": "inner", "pid": 1, "tid": 2, "ts": 12, "args": {"note": "nested \"quoted\" \u00e9 back\\slash\n\u0001"}},
   {"ph": "E", "pid": 1, "tid": 2, "ts": 15},
   {"ph": "C", "name": "mem", "pid": 1, "ts": 16, "args": {"bytes": 100}},
   {"ph": "E", "pid": 1, "tid": 2, "ts": 20},
@@ -142,7 +142,7 @@ TEST(ChromeImport, PerfettoBeginEndPairs) {
   EXPECT_EQ(byName["outer"].durationNs, 10'000);
   EXPECT_EQ(byName["inner"].durationNs, 3'000);
   EXPECT_EQ(byName["inner"].startNs, 2'000);
-  EXPECT_EQ(Json::parse(byName["inner"].argsJson)["note"], "nested \"quoted\" \xc3\xa9");
+  EXPECT_EQ(Json::parse(byName["inner"].argsJson)["note"], "nested \"quoted\" \xc3\xa9 back\\slash\n\x01");
 }
 
 TEST(ChromeImport, TruncatedTraceKeepsWhatWasWellFormed) {

@@ -122,8 +122,24 @@ class ArgsWriter {
     if (m_out.size() > kMaxArgsBytes) m_tooBig = true;
   }
   void quote(const std::string& s) {
-    // nlohmann's serializer escapes exactly as JSON requires (control characters, quotes).
-    m_out += Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+    // JSON string escaping (RFC 8259 §7): quote, backslash and control characters. The text
+    // came out of a JSON parser, so it is already valid UTF-8.
+    m_out += '"';
+    for (char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        m_out += '\\';
+        m_out += c;
+      } else if (u < 0x20) {
+        static constexpr char kHex[] = "0123456789abcdef";
+        m_out += "\\u00";
+        m_out += kHex[u >> 4];
+        m_out += kHex[u & 15];
+      } else {
+        m_out += c;
+      }
+    }
+    m_out += '"';
   }
   std::string m_out;
   std::vector<char> m_stack;
