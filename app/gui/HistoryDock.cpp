@@ -1,0 +1,219 @@
+#include "HistoryDock.hpp"
+
+#include <QDateTime>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QInputDialog>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "pipestudio/common/Units.hpp"
+
+namespace pipestudio::gui {
+
+namespace {
+/// A cell of this flat table (quietly false for the invalid indexes views and testers probe).
+bool isCell(const QAbstractItemModel* model, const QModelIndex& index) {
+  return index.isValid() && index.model() == model && !index.parent().isValid() && index.row() < model->rowCount() &&
+         index.column() < model->columnCount();
+}
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+}  // namespace
+
+HistoryModel::HistoryModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void HistoryModel::setRuns(std::vector<history::RunSummary> runs) {
+  beginResetModel();
+  m_runs = std::move(runs);
+  endResetModel();
+}
+
+int HistoryModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(m_runs.size());
+}
+
+int HistoryModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+
+QVariant HistoryModel::data(const QModelIndex& index, int role) const {
+  if (!isCell(this, index)) return {};
+  const history::RunSummary& r = m_runs[static_cast<std::size_t>(index.row())];
+  if (role == Qt::DisplayRole) {
+    switch (index.column()) {
+      case Id: return static_cast<qlonglong>(r.id);
+      case Name: return q(r.name);
+      case Status: return q(std::string(history::runStatusName(r.status)));
+      case Created: return QDateTime::fromMSecsSinceEpoch(r.createdUnixMs).toString(QStringLiteral("yyyy-MM-dd HH:mm"));
+      case Backend: return q(r.backend);
+      case Devices: return r.devices;
+      case Iterations: return r.iterations;
+      case DurationMs: return q(formatMs(r.durationMs));
+      case Events: return static_cast<qlonglong>(r.events);
+      case Notes: return q(r.notes);
+      default: return {};
+    }
+  }
+  if (role == Qt::UserRole) {  // sort keys
+    switch (index.column()) {
+      case Created: return static_cast<qlonglong>(r.createdUnixMs);
+      case DurationMs: return r.durationMs;
+      default: return data(index, Qt::DisplayRole);
+    }
+  }
+  if (role == Qt::ToolTipRole && !r.error.empty()) return q(r.error);
+  return {};
+}
+
+QVariant HistoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
+  static const char* const kNames[] = {"Id", "Name", "Status", "Created", "Backend", "Devices", "Iterations",
+                                       "Duration", "Events", "Notes"};
+  return section >= 0 && section < ColumnCount ? QVariant(QString::fromLatin1(kNames[section])) : QVariant();
+}
+
+HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  m_filter = new QLineEdit(this);
+  m_filter->setPlaceholderText(QStringLiteral("Filter runs (name, status, backend, notes)…"));
+  m_filter->setClearButtonEnabled(true);
+  layout->addWidget(m_filter);
+  m_model = new HistoryModel(this);
+  m_proxy = new QSortFilterProxyModel(this);
+  m_proxy->setSourceModel(m_model);
+  m_proxy->setSortRole(Qt::UserRole);
+  m_proxy->setFilterKeyColumn(-1);
+  m_proxy->setFilterCaseSensitivity(Qt::CaseInsensitive);
+  m_view = new QTableView(this);
+  m_view->setModel(m_proxy);
+  m_view->setSortingEnabled(true);
+  m_view->sortByColumn(HistoryModel::Id, Qt::DescendingOrder);
+  m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_view->verticalHeader()->setVisible(false);
+  m_view->horizontalHeader()->setStretchLastSection(true);
+  layout->addWidget(m_view);
+  auto* buttons = new QHBoxLayout;
+  auto addButton = [&](const QString& text, void (HistoryDock::*slot)()) {
+    auto* b = new QPushButton(text, this);
+    connect(b, &QPushButton::clicked, this, slot);
+    buttons->addWidget(b);
+  };
+  addButton(QStringLiteral("Open"), &HistoryDock::openSelected);
+  addButton(QStringLiteral("Compare"), &HistoryDock::compareSelected);
+  addButton(QStringLiteral("Rename…"), &HistoryDock::renameSelected);
+  addButton(QStringLiteral("Note…"), &HistoryDock::annotateSelected);
+  addButton(QStringLiteral("Delete"), &HistoryDock::deleteSelected);
+  addButton(QStringLiteral("Refresh"), &HistoryDock::refresh);
+  layout->addLayout(buttons);
+  m_status = new QLabel(this);
+  m_status->setWordWrap(true);
+  layout->addWidget(m_status);
+  connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
+  connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex&) { openSelected(); });
+}
+
+HistoryDock::~HistoryDock() = default;
+
+bool HistoryDock::openDatabase(const QString& path) {
+  auto store = history::HistoryStore::open(path.toStdString());
+  if (!store) {
+    m_status->setText(q(store.message()));
+    m_store.reset();
+    m_model->setRuns({});
+    return false;
+  }
+  m_store = std::make_unique<history::HistoryStore>(std::move(*store));
+  m_status->setText(path);
+  refresh();
+  return true;
+}
+
+void HistoryDock::refresh() {
+  if (!m_store) return;
+  auto runs = m_store->listRuns();
+  if (!runs) {
+    m_status->setText(q(runs.message()));
+    return;
+  }
+  m_model->setRuns(std::move(*runs));
+}
+
+std::vector<history::RunId> HistoryDock::selectedRuns() const {
+  std::vector<history::RunId> ids;
+  for (const QModelIndex& index : m_view->selectionModel()->selectedRows()) {
+    ids.push_back(m_model->run(m_proxy->mapToSource(index).row()).id);
+  }
+  return ids;
+}
+
+Expected<Plan> HistoryDock::runPlan(history::RunId id) {
+  if (!m_store) return Error{"no history database is open"};
+  return m_store->runAsPlan(id, 0);
+}
+
+void HistoryDock::openSelected() {
+  const auto ids = selectedRuns();
+  if (ids.empty()) return;
+  auto plan = runPlan(ids.front());
+  if (!plan) {
+    Q_EMIT message(q(plan.message()), true);
+    return;
+  }
+  Q_EMIT openRunRequested(std::make_shared<const Plan>(std::move(*plan)), QStringLiteral("run %1").arg(ids.front()));
+}
+
+void HistoryDock::compareSelected() {
+  const auto ids = selectedRuns();
+  if (ids.size() != 2) {
+    Q_EMIT message(QStringLiteral("Select exactly two runs to compare"), true);
+    return;
+  }
+  auto a = runPlan(ids[0]);
+  auto b = runPlan(ids[1]);
+  if (!a || !b) {
+    Q_EMIT message(q(!a ? a.message() : b.message()), true);
+    return;
+  }
+  Q_EMIT compareRequested(std::make_shared<const Plan>(std::move(*a)), std::make_shared<const Plan>(std::move(*b)));
+}
+
+void HistoryDock::renameSelected() {
+  const auto ids = selectedRuns();
+  if (ids.empty() || !m_store) return;
+  bool ok = false;
+  const QString name = QInputDialog::getText(this, QStringLiteral("Rename run"), QStringLiteral("Name"),
+                                             QLineEdit::Normal, QString(), &ok);
+  if (!ok) return;
+  if (Status s = m_store->renameRun(ids.front(), name.toStdString()); !s) Q_EMIT message(q(s.message()), true);
+  refresh();
+}
+
+void HistoryDock::annotateSelected() {
+  const auto ids = selectedRuns();
+  if (ids.empty() || !m_store) return;
+  bool ok = false;
+  const QString notes = QInputDialog::getMultiLineText(this, QStringLiteral("Annotate run"), QStringLiteral("Notes"),
+                                                       QString(), &ok);
+  if (!ok) return;
+  if (Status s = m_store->annotateRun(ids.front(), notes.toStdString()); !s) Q_EMIT message(q(s.message()), true);
+  refresh();
+}
+
+void HistoryDock::deleteSelected() {
+  const auto ids = selectedRuns();
+  if (ids.empty() || !m_store) return;
+  if (QMessageBox::question(this, QStringLiteral("Delete runs"),
+                            QStringLiteral("Delete %1 run(s) and their events?").arg(ids.size())) != QMessageBox::Yes)
+    return;
+  for (history::RunId id : ids) {
+    if (Status s = m_store->deleteRun(id); !s) Q_EMIT message(q(s.message()), true);
+  }
+  refresh();
+}
+
+}  // namespace pipestudio::gui

@@ -1,0 +1,77 @@
+#pragma once
+// History browser (DESIGN.md §6, §7): the runs of the SQLite history as a sortable, filterable
+// table; open a run in the timeline, pick two to compare, rename, annotate, delete.
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <QAbstractTableModel>
+#include <QWidget>
+
+#include "pipestudio/history/HistoryStore.hpp"
+
+class QSortFilterProxyModel;
+class QTableView;
+class QLineEdit;
+class QLabel;
+
+namespace pipestudio::gui {
+
+class HistoryModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Id, Name, Status, Created, Backend, Devices, Iterations, DurationMs, Events, Notes, ColumnCount };
+  explicit HistoryModel(QObject* parent = nullptr);
+  void setRuns(std::vector<history::RunSummary> runs);
+  const history::RunSummary& run(int row) const { return m_runs[static_cast<std::size_t>(row)]; }
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<history::RunSummary> m_runs;
+};
+
+class HistoryDock : public QWidget {
+  Q_OBJECT
+ public:
+  explicit HistoryDock(QWidget* parent = nullptr);
+  ~HistoryDock() override;
+
+  /// Opens the database at `path` (created when missing). Errors are shown in the dock.
+  bool openDatabase(const QString& path);
+  void refresh();
+  HistoryModel* model() const { return m_model; }
+  QSortFilterProxyModel* proxy() const { return m_proxy; }
+  QTableView* view() const { return m_view; }
+  history::HistoryStore* store() const { return m_store.get(); }
+  /// Selected run ids (in view order).
+  std::vector<history::RunId> selectedRuns() const;
+  /// The run as a drawable plan (first iteration), or an error.
+  Expected<Plan> runPlan(history::RunId id);
+
+ Q_SIGNALS:
+  void openRunRequested(std::shared_ptr<const pipestudio::Plan> plan, const QString& title);
+  void compareRequested(std::shared_ptr<const pipestudio::Plan> baseline,
+                        std::shared_ptr<const pipestudio::Plan> current);
+  void message(const QString& text, bool error);
+
+ private:
+  void openSelected();
+  void compareSelected();
+  void renameSelected();
+  void annotateSelected();
+  void deleteSelected();
+
+  std::unique_ptr<history::HistoryStore> m_store;
+  HistoryModel* m_model = nullptr;
+  QSortFilterProxyModel* m_proxy = nullptr;
+  QTableView* m_view = nullptr;
+  QLineEdit* m_filter = nullptr;
+  QLabel* m_status = nullptr;
+};
+
+}  // namespace pipestudio::gui

@@ -1,0 +1,62 @@
+#pragma once
+// Runs solves off the GUI thread (STYLE.md, Threads): each request gets a generation number and
+// its own cancel flag; a newer request cancels the older one, and a result whose generation is
+// no longer current is dropped when it arrives. Progress is throttled to whole percents.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include <QObject>
+#include <QString>
+#include <QTimer>
+
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio::gui {
+
+class SolveController : public QObject {
+  Q_OBJECT
+ public:
+  using SolveFunction = std::function<Expected<Plan>(const PlanRequest&, const SolveControl&)>;
+
+  explicit SolveController(QObject* parent = nullptr);
+  ~SolveController() override;
+
+  /// Replaces makePlan (the bench and tests use the real one; this exists for `resimulate`).
+  void setSolveFunction(SolveFunction function) { m_solve = std::move(function); }
+  /// Delay of scheduleSolve() (edits in quick succession coalesce into one solve).
+  void setDebounceMs(int ms) { m_debounce.setInterval(ms); }
+
+  /// Starts solving now, cancelling whatever runs. Returns the generation.
+  quint64 solve(PlanRequest request);
+  /// Solves after the debounce delay; a newer call restarts the delay.
+  void scheduleSolve(PlanRequest request);
+  /// Cancels the running solve (and a pending scheduled one).
+  void cancel();
+  bool isRunning() const { return m_running; }
+  bool isPending() const { return m_debounce.isActive(); }
+  quint64 generation() const { return m_generation; }
+  /// Waits (processing events) until no solve runs; for tests and shutdown. false on timeout.
+  bool waitForIdle(int timeoutMs);
+
+ Q_SIGNALS:
+  void started(quint64 generation);
+  void progress(double fraction);
+  void solved(std::shared_ptr<const pipestudio::Plan> plan, double elapsedMs);
+  void failed(const QString& message);
+  void cancelled();
+
+ private:
+  void finish(quint64 generation, std::shared_ptr<Expected<Plan>> result, double elapsedMs, bool wasCancelled);
+
+  SolveFunction m_solve;
+  QTimer m_debounce;
+  PlanRequest m_pendingRequest;
+  quint64 m_generation = 0;
+  std::shared_ptr<std::atomic<bool>> m_cancel;
+  bool m_running = false;
+  int m_inFlight = 0;
+};
+
+}  // namespace pipestudio::gui

@@ -1,0 +1,175 @@
+#include "Workspace.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+#include "pipestudio/common/JsonReader.hpp"
+#include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/trace/Stream.hpp"
+
+namespace pipestudio::gui {
+
+Expected<Workspace> readWorkspace(const JsonDocument& doc) {
+  JsonReader reader(doc);
+  const JsonNode root = reader.root();
+  Workspace ws;
+  if (!reader.isObject(root)) return reader.toError();
+  reader.checkSchema(root, kWorkspaceSchema);
+  reader.rejectUnknown(root, {"schema", "name", "description", "model", "cluster", "solver", "plan"});
+  if (auto name = reader.string(root, "name", Presence::Optional, true)) ws.name = *name;
+  if (auto node = reader.object(root, "model", Presence::Required)) {
+    if (auto model = readModel(reader, *node)) ws.model = std::move(*model);
+  }
+  if (auto node = reader.object(root, "cluster", Presence::Required)) {
+    if (auto cluster = readCluster(reader, *node)) ws.cluster = std::move(*cluster);
+  }
+  if (auto solver = reader.object(root, "solver", Presence::Required)) {
+    reader.rejectUnknown(*solver, {"schedule", "devices", "microbatches", "chunks", "partition", "fill",
+                                   "memory_limit_bytes", "memory_limit"});
+    PlanConfig& c = ws.solver;
+    if (auto v = reader.string(*solver, "schedule", Presence::Required)) c.schedule = *v;
+    if (auto v = reader.integer(*solver, "devices", Presence::Required, 1, 4096)) c.devices = static_cast<int>(*v);
+    if (auto v = reader.integer(*solver, "microbatches", Presence::Required, 1, 1 << 20))
+      c.microbatches = static_cast<int>(*v);
+    if (auto v = reader.integer(*solver, "chunks", Presence::Optional, 1, 64)) c.chunksPerDevice = static_cast<int>(*v);
+    if (auto v = reader.string(*solver, "partition", Presence::Optional)) c.partition = *v;
+    if (auto v = reader.string(*solver, "fill", Presence::Optional)) c.fill = *v;
+    if (auto v = reader.integer(*solver, "memory_limit_bytes", Presence::Optional, 1,
+                                std::numeric_limits<std::int64_t>::max()))
+      c.memoryLimitBytes = *v;
+    if (auto v = reader.string(*solver, "memory_limit", Presence::Optional)) {
+      const auto bytes = parseBytes(*v);
+      if (bytes && *bytes > 0) c.memoryLimitBytes = *bytes;
+      else reader.error(solver->child("memory_limit"), "'" + *v + "' is not a size (expected e.g. 40GiB)");
+    }
+  }
+  if (auto node = reader.object(root, "plan", Presence::Optional)) {
+    if (auto plan = readPlan(reader, *node)) ws.plan = std::move(*plan);
+  }
+  if (!reader.ok()) return reader.toError();
+  return ws;
+}
+
+Expected<Workspace> loadWorkspace(const std::string& path) {
+  auto doc = loadJsonFile(path);
+  if (!doc) return doc.error();
+  return readWorkspace(*doc);
+}
+
+Json workspaceToJson(const Workspace& ws) {
+  Json j;
+  j["schema"] = kWorkspaceSchema;
+  j["name"] = ws.name;
+  j["model"] = modelToJson(ws.model);
+  j["cluster"] = clusterToJson(ws.cluster);
+  Json solver;
+  solver["schedule"] = ws.solver.schedule;
+  solver["devices"] = ws.solver.devices;
+  solver["microbatches"] = ws.solver.microbatches;
+  solver["chunks"] = ws.solver.chunksPerDevice;
+  solver["partition"] = ws.solver.partition;
+  solver["fill"] = ws.solver.fill;
+  if (ws.solver.memoryLimitBytes) solver["memory_limit_bytes"] = *ws.solver.memoryLimitBytes;
+  j["solver"] = std::move(solver);
+  if (ws.plan) j["plan"] = planToJson(*ws.plan);
+  return j;
+}
+
+Status saveWorkspace(const std::string& path, const Workspace& workspace) {
+  return saveJsonFile(path, workspaceToJson(workspace));
+}
+
+Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& path) {
+  const trace::DecodedStream decoded = trace::decodeAll(bytes);
+  Plan plan;
+  plan.config.schedule = "measured";
+  std::int64_t originNs = std::numeric_limits<std::int64_t>::max();
+  std::vector<const trace::OpRange*> ranges;
+  int devices = 0;
+  for (const trace::Frame& frame : decoded.frames) {
+    if (const auto* range = std::get_if<trace::OpRange>(&frame)) {
+      if (range->begin || range->iteration != 0) continue;  // one iteration, completed ranges
+      ranges.push_back(range);
+      originNs = std::min(originNs, range->startNs);
+      devices = std::max(devices, range->device + 1);
+    } else if (const auto* header = std::get_if<trace::Header>(&frame)) {
+      plan.config.schedule = "measured (" + header->backend + ")";
+      devices = std::max(devices, header->world);
+    }
+  }
+  if (ranges.empty()) {
+    std::string why = decoded.error ? *decoded.error : "no completed op ranges of iteration 0";
+    return Error{path + ": not a readable trace stream: " + why};
+  }
+  std::stable_sort(ranges.begin(), ranges.end(), [](const trace::OpRange* a, const trace::OpRange* b) {
+    return a->device != b->device ? a->device < b->device : a->startNs < b->startNs;
+  });
+  for (const trace::OpRange* r : ranges) {
+    Op op;
+    op.device = r->device;
+    op.virtualStage = r->virtualStage;
+    op.kind = r->kind;
+    op.microbatch = r->microbatch;
+    op.startMs = static_cast<double>(r->startNs - originNs) / 1e6;
+    op.endMs = static_cast<double>(std::max(r->endNs, r->startNs) - originNs) / 1e6;
+    plan.ops.push_back(op);
+    plan.config.microbatches = std::max(plan.config.microbatches, r->microbatch + 1);
+  }
+  plan.config.devices = devices;
+  plan.metrics = computeMetrics(plan);
+  return plan;
+}
+
+Expected<OpenedDocument> openDocument(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot open file"};
+  char magic[4] = {};
+  in.read(magic, 4);
+  if (in.gcount() == 4 && std::equal(magic, magic + 4, trace::kStreamMagic)) {
+    in.seekg(0);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto plan = planFromTraceStream(bytes, path);
+    if (!plan) return plan.error();
+    OpenedDocument out;
+    out.kind = DocumentKind::Trace;
+    out.plan = std::move(*plan);
+    return out;
+  }
+  in.close();
+  auto doc = loadJsonFile(path);
+  if (!doc) return doc.error();
+  auto kind = documentKind(*doc);
+  if (!kind) return kind.error();
+  OpenedDocument out;
+  JsonReader reader(*doc);
+  if (*kind == "workspace") {
+    auto ws = readWorkspace(*doc);
+    if (!ws) return ws.error();
+    out.kind = DocumentKind::Workspace;
+    out.workspace = std::move(*ws);
+  } else if (*kind == "model") {
+    out.kind = DocumentKind::Model;
+    out.model = readModel(reader, reader.root());
+  } else if (*kind == "cluster") {
+    out.kind = DocumentKind::Cluster;
+    out.cluster = readCluster(reader, reader.root());
+  } else if (*kind == "plan") {
+    out.kind = DocumentKind::Plan;
+    out.plan = readPlan(reader, reader.root());
+    if (out.plan) {
+      if (Status s = validatePlanStructure(*out.plan); !s) return Error{path + ": " + s.message()};
+    }
+  } else {
+    return Error{path + ": a " + *kind + " document cannot be opened in the workstation (expected a workspace, "
+                                         "model, cluster, plan or trace)"};
+  }
+  if (!reader.ok()) return reader.toError();
+  return out;
+}
+
+}  // namespace pipestudio::gui

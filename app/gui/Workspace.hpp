@@ -1,0 +1,49 @@
+#pragma once
+// Workspace documents (`pipestudio.workspace/1`): model, cluster, solver settings and the last
+// plan in one file, plus opening any document the window accepts (workspace, model, cluster,
+// plan, trace stream).
+
+#include <optional>
+#include <string>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Json.hpp"
+#include "pipestudio/model/Cluster.hpp"
+#include "pipestudio/model/Model.hpp"
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::gui {
+
+inline constexpr const char* kWorkspaceSchema = "pipestudio.workspace/1";
+
+struct Workspace {
+  std::string name;
+  ModelSpec model;
+  ClusterSpec cluster;
+  PlanConfig solver;          ///< schedule, devices, microbatches, chunks, partition, fill, limit
+  std::optional<Plan> plan;   ///< the last solved plan, if saved with one
+};
+
+Expected<Workspace> readWorkspace(const JsonDocument& doc);
+Expected<Workspace> loadWorkspace(const std::string& path);
+Json workspaceToJson(const Workspace& workspace);
+Status saveWorkspace(const std::string& path, const Workspace& workspace);
+
+enum class DocumentKind { Workspace, Model, Cluster, Plan, Trace };
+
+struct OpenedDocument {
+  DocumentKind kind = DocumentKind::Workspace;
+  std::optional<Workspace> workspace;
+  std::optional<ModelSpec> model;
+  std::optional<ClusterSpec> cluster;
+  std::optional<Plan> plan;  ///< plans and traces (a trace becomes a plan of measured op ranges)
+};
+
+/// Opens a workspace, model, cluster, plan (JSON by `schema`) or trace stream (binary, by magic).
+Expected<OpenedDocument> openDocument(const std::string& path);
+
+/// A trace stream's op ranges as a timed plan (one iteration: the first), so the timeline can
+/// draw measured runs like plans.
+Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& path);
+
+}  // namespace pipestudio::gui
