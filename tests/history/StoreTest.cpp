@@ -249,3 +249,26 @@ TEST(Store, ReadersSeeCommittedBatchesWhileAnIngestWrites) {
   EXPECT_EQ(final->status, RunStatus::Complete);
   EXPECT_EQ(final->events, 1000);
 }
+
+TEST(Store, TricklingStreamIsCommittedWithinAQuarterSecond) {
+  TempDir dir;
+  const std::string path = dir.file("h.sqlite");
+  auto writer = HistoryStore::open(path);
+  ASSERT_TRUE(writer);
+  auto reader = HistoryStore::open(path, {.readOnly = true});
+  ASSERT_TRUE(reader);
+  auto run = writer->beginRun({});
+  ASSERT_TRUE(run);
+  StreamIngest ingest(*writer, *run);
+  const auto frames = executorFrames(smallPlan(), {.iterations = 1, .withKernels = false});
+  std::string first;
+  trace::encodeStreamStart(first);
+  trace::encodeFrame(frames[0], first);  // header
+  trace::encodeFrame(frames[2], first);  // one op end frame
+  ASSERT_TRUE(ingest.feed(first));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string second;
+  trace::encodeFrame(frames[4], second);
+  ASSERT_TRUE(ingest.feed(second));  // the transaction is stale now: committed
+  EXPECT_EQ(reader->runSummary(*run)->events, 2);
+}

@@ -245,6 +245,13 @@ Status HistoryStore::Impl::maybeCommit() {
   return {};
 }
 
+Status HistoryStore::Impl::commitIfStale() {
+  if (inTransaction && std::chrono::steady_clock::now() - transactionStart > std::chrono::milliseconds(250)) {
+    return commit();
+  }
+  return {};
+}
+
 Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
   auto it = runs.find(run);
   if (it != runs.end()) return &it->second;

@@ -77,6 +77,9 @@ struct HistoryStore::Impl {
   /// Commits when the batch is full or has been open for more than a quarter second (live
   /// streams: readers see progress even when events trickle in).
   Status maybeCommit();
+  /// Commits when the open transaction is older than a quarter second, whatever its size:
+  /// called after each chunk of a live stream so a trickling run becomes visible promptly.
+  Status commitIfStale();
   Expected<RunState*> runState(RunId run);
   Expected<std::int64_t> nameId(std::string_view name);
   Status insert(RunId run, RunState& state, const EventRow& row);

@@ -33,7 +33,7 @@ Status StreamIngest::feed(std::string_view bytes) {
   while (auto frame = m_decoder.next()) {
     if (auto st = store(std::move(*frame)); !st) return st;
   }
-  return {};
+  return m_store->m_impl->commitIfStale();
 }
 
 Status StreamIngest::flush() { return m_store->m_impl->commit(); }
