@@ -278,6 +278,33 @@ TEST_F(DeployTest, SshdKilledMidRunKeepsEventsAndTheRanksDie) {
   s_sshd = new Sshd();
 }
 
+TEST_F(DeployTest, SlurmLauncherRunsTheGeneratedSrunLine) {
+  // A stand-in for Slurm's srun on the remote PATH: starts --ntasks copies of the task
+  // command with SLURM_PROCID set, as srun does on one node.
+  const std::string srun = s_sshd->binDir() + "/srun";
+  std::ofstream(srun) << "#!/bin/sh\n"
+                         "n=1\n"
+                         "while [ $# -gt 0 ]; do case \"$1\" in --ntasks=*) n=${1#--ntasks=} ;; --*) ;; *) break ;; esac; shift; done\n"
+                         "i=0; pids=\n"
+                         "while [ $i -lt $n ]; do SLURM_PROCID=$i SLURM_NTASKS=$n \"$@\" & pids=\"$pids $!\"; i=$((i+1)); done\n"
+                         "s=0; for p in $pids; do wait $p || s=$?; done; exit $s\n";
+  fs::permissions(srun, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  DeployRequest req = request("slurm remote");
+  req.hosts.launcher = "slurm";
+  HistoryTestSink sink(*m_store);
+  Deployment d(req, {}, sink);
+  auto result = d.run();
+  fs::remove(srun);
+  ASSERT_TRUE(result) << result.message();
+  EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\nlog:\n" << sink.log;
+  ASSERT_TRUE(sink.finish(*result));
+  auto summary = m_store->runSummary(sink.runId);
+  ASSERT_TRUE(summary);
+  EXPECT_EQ(summary->status, history::RunStatus::Complete) << summary->error;
+  EXPECT_GT(summary->events, 0);
+  EXPECT_TRUE(fs::exists(m_dir + "/slurm remote/runs/t1/rank-0.trace"));
+}
+
 TEST_F(DeployTest, CliDeployPrintsTheRunIdAndRecordsIt) {
   if (::access(kCli.c_str(), X_OK) != 0) GTEST_SKIP() << kCli << " not built";
   const HostEntry h = s_sshd->hostEntry(2);

@@ -137,6 +137,7 @@ Sshd::Sshd() {
   {
     std::ofstream(m_dir + "/authorized_keys") << readFile(m_dir + "/user_key.pub");
   }
+  ::mkdir((m_dir + "/bin").c_str(), 0755);
   ::mkdir("/run/sshd", 0755);  // privilege separation dir sshd insists on (Debian creates it at boot)
 
   for (int attempt = 0; attempt < 3 && m_pid <= 0; ++attempt) {
@@ -147,7 +148,9 @@ Sshd::Sshd() {
           << "PidFile " << m_dir << "/sshd.pid\nAuthorizedKeysFile " << m_dir << "/authorized_keys\n"
           << "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
           << "KbdInteractiveAuthentication no\nAllowUsers *\nMaxSessions 64\nMaxStartups 64\n"
-          << "Subsystem sftp internal-sftp\nLogLevel VERBOSE\n";
+          << "Subsystem sftp internal-sftp\nLogLevel VERBOSE\n"
+          // Tests put stand-ins for cluster tools (srun) in binDir().
+          << "SetEnv PATH=" << m_dir << "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n";
     }
     const std::string cfgPath = m_dir + "/sshd_config";
     const std::string logPath = m_dir + "/sshd.log";

@@ -23,6 +23,8 @@ class Sshd {
   const std::string& error() const { return m_error; }
   int port() const { return m_port; }
   const std::string& dir() const { return m_dir; }
+  /// First on the PATH of remote sessions (SetEnv): stand-ins for cluster tools.
+  std::string binDir() const { return m_dir + "/bin"; }
   std::string userKey() const { return m_dir + "/user_key"; }
   std::string hostKeyPub() const { return m_dir + "/host_key.pub"; }
   /// A known_hosts file that trusts this sshd's host key.
