@@ -12,6 +12,12 @@ namespace pipestudio::viz {
 
 namespace {
 
+/// A cell of this flat table (quietly false for the invalid indexes views and testers probe).
+bool isCell(const QAbstractItemModel* model, const QModelIndex& index) {
+  return index.isValid() && index.model() == model && !index.parent().isValid() && index.row() < model->rowCount() &&
+         index.column() < model->columnCount();
+}
+
 QString bytesText(double bytes) { return QString::fromStdString(formatBytes(bytes)); }
 QString msText(double ms) { return QString::fromStdString(formatMs(ms)); }
 
@@ -37,7 +43,7 @@ int MetricsModel::rowCount(const QModelIndex& parent) const {
 int MetricsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
 
 QVariant MetricsModel::data(const QModelIndex& index, int role) const {
-  if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
+  if (!isCell(this, index)) return {};
   const DeviceMetrics& d = m_metrics.devices[static_cast<std::size_t>(index.row())];
   const double idle = std::max(0.0, d.spanMs - d.busyMs);
   const double bubble = d.spanMs > 0 ? idle / d.spanMs : 0.0;
@@ -123,7 +129,7 @@ int CompareModel::rowCount(const QModelIndex& parent) const {
 int CompareModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
 
 QVariant CompareModel::data(const QModelIndex& index, int role) const {
-  if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
+  if (!isCell(this, index)) return {};
   const Row& row = m_rows[static_cast<std::size_t>(index.row())];
   auto text = [&](double v) -> QString {
     switch (row.unit) {

@@ -13,6 +13,12 @@ namespace pipestudio::viz {
 
 namespace {
 
+/// A cell of this flat table (quietly false for the invalid indexes views and testers probe).
+bool isCell(const QAbstractItemModel* model, const QModelIndex& index) {
+  return index.isValid() && index.model() == model && !index.parent().isValid() && index.row() < model->rowCount() &&
+         index.column() < model->columnCount();
+}
+
 /// One cell edit; redo/undo write the value through the model so views and dependents update.
 class SetCellCommand : public QUndoCommand {
  public:
@@ -70,7 +76,7 @@ QVariant SpecTableModel::headerData(int section, Qt::Orientation orientation, in
 }
 
 Qt::ItemFlags SpecTableModel::flags(const QModelIndex& index) const {
-  if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return Qt::NoItemFlags;
+  if (!isCell(this, index)) return Qt::NoItemFlags;
   Qt::ItemFlags f = Qt::ItemIsSelectable | Qt::ItemIsEnabled;
   if (isEditable(index.row(), index.column())) {
     if (cellValue(index.row(), index.column()).typeId() == QMetaType::Bool) f |= Qt::ItemIsUserCheckable;
@@ -80,7 +86,7 @@ Qt::ItemFlags SpecTableModel::flags(const QModelIndex& index) const {
 }
 
 QVariant SpecTableModel::data(const QModelIndex& index, int role) const {
-  if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
+  if (!isCell(this, index)) return {};
   const auto key = std::make_pair(index.row(), index.column());
   const auto rejected = m_rejectedText.find(key);
   const auto cellError = m_cellErrors.find(key);
@@ -116,7 +122,7 @@ QVariant SpecTableModel::data(const QModelIndex& index, int role) const {
 }
 
 bool SpecTableModel::setData(const QModelIndex& index, const QVariant& rawValue, int role) {
-  if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return false;
+  if (!isCell(this, index)) return false;
   const int row = index.row();
   const int column = index.column();
   if (!isEditable(row, column)) return false;

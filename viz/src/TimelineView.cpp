@@ -119,10 +119,10 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   m_memoryRect->axis(QCPAxis::atLeft)->setTicker(numberTicker);
 
   m_timeline = new TimelinePlottable(m_timelineRect->axis(QCPAxis::atBottom), m_timelineRect->axis(QCPAxis::atLeft));
-  m_plot->addLayer(QStringLiteral("overlay"), m_plot->layer(QStringLiteral("main")), QCustomPlot::limAbove);
-  m_plot->layer(QStringLiteral("overlay"))->setMode(QCPLayer::lmBuffered);
+  m_plot->addLayer(QStringLiteral("highlights"), m_plot->layer(QStringLiteral("main")), QCustomPlot::limAbove);
+  m_plot->layer(QStringLiteral("highlights"))->setMode(QCPLayer::lmBuffered);
   m_overlay = new TimelineOverlay(m_timeline);
-  m_overlay->setLayer(QStringLiteral("overlay"));
+  m_overlay->setLayer(QStringLiteral("highlights"));
 
   m_peaks = m_plot->addGraph(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
   m_peaks->setLineStyle(QCPGraph::lsNone);
@@ -267,11 +267,18 @@ void TimelineView::rebuildMemory() {
     m_peaks->setData(peakKeys, peakValues);
   }
   const double limitGiB = static_cast<double>(m_memoryLimitBytes) / kGiB;
-  m_limitLine->setVisible(m_memoryLimitBytes > 0);
+  // A limit far above the peaks would flatten the curves: then it is named in the axis label
+  // instead of drawn (the line shows once the peaks come within 2.5x of it).
+  const bool limitOnScale = m_memoryLimitBytes > 0 && limitGiB <= 2.5 * std::max(maxGiB, 1e-3);
+  m_limitLine->setVisible(limitOnScale);
   m_limitLine->point1->setCoords(0, limitGiB);
   m_limitLine->point2->setCoords(1, limitGiB);
-  const double top = std::max({maxGiB, m_memoryLimitBytes > 0 ? limitGiB : 0.0, 1e-3}) * 1.12;
-  m_memoryRect->axis(QCPAxis::atLeft)->setRange(0, top);
+  QCPAxis* memoryAxis = m_memoryRect->axis(QCPAxis::atLeft);
+  memoryAxis->setLabel(m_memoryLimitBytes > 0 && !limitOnScale
+                           ? QStringLiteral("GiB (limit %1)").arg(limitGiB, 0, 'f', 0)
+                           : QStringLiteral("memory (GiB)"));
+  const double top = std::max({maxGiB, limitOnScale ? limitGiB : 0.0, 1e-3}) * 1.12;
+  memoryAxis->setRange(0, top);
 }
 
 void TimelineView::setMemoryLimit(std::int64_t bytes) {
@@ -302,7 +309,7 @@ void TimelineView::selectOp(int op) {
   } else {
     m_overlay->setChain(m_data->dependencyChain(op), op);
   }
-  m_plot->layer(QStringLiteral("overlay"))->replot();
+  m_plot->layer(QStringLiteral("highlights"))->replot();
   m_plot->update();
   Q_EMIT opSelected(m_overlay->selectedOp());
 }
@@ -313,7 +320,7 @@ void TimelineView::onHover(QPointF pixel) {
   const ItemRef ref = pixel.x() < 0 ? ItemRef{} : m_timeline->itemAt(pixel);
   if (ref == m_overlay->hover()) return;
   m_overlay->setHover(ref);
-  m_plot->layer(QStringLiteral("overlay"))->replot();
+  m_plot->layer(QStringLiteral("highlights"))->replot();
   m_plot->update();
   const QString text = m_data && ref.valid() ? QString::fromStdString(m_data->describe(ref)) : QString();
   if (text.isEmpty()) QToolTip::hideText();

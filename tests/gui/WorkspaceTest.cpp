@@ -1,0 +1,105 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "Workspace.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/trace/Stream.hpp"
+
+namespace pipestudio::gui {
+namespace {
+
+const std::string kDefault = std::string(PIPESTUDIO_RESOURCES) + "/workspaces/default.pipestudio";
+
+std::string tempPath(const std::string& name) {
+  const auto dir = std::filesystem::path(PIPESTUDIO_BINARY_DIR) / "test-output" / "gui";
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+void writeText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+TEST(Workspace, BundledDefaultLoadsAndRoundTrips) {
+  auto ws = loadWorkspace(kDefault);
+  ASSERT_TRUE(ws) << ws.message();
+  EXPECT_FALSE(ws->model.components.empty());
+  EXPECT_GE(ws->solver.devices, 1);
+  const std::string path = tempPath("roundtrip.pipestudio");
+  ASSERT_TRUE(saveWorkspace(path, *ws));
+  auto again = loadWorkspace(path);
+  ASSERT_TRUE(again) << again.message();
+  EXPECT_EQ(workspaceToJson(*again), workspaceToJson(*ws));
+}
+
+TEST(Workspace, WorkspaceWithPlanRoundTrips) {
+  auto ws = loadWorkspace(kDefault);
+  ASSERT_TRUE(ws) << ws.message();
+  auto plan = makePlan(PlanRequest{ws->model, ws->cluster, ws->solver});
+  ASSERT_TRUE(plan) << plan.message();
+  ws->plan = *plan;
+  const std::string path = tempPath("with-plan.pipestudio");
+  ASSERT_TRUE(saveWorkspace(path, *ws));
+  auto doc = openDocument(path);
+  ASSERT_TRUE(doc) << doc.message();
+  ASSERT_EQ(doc->kind, DocumentKind::Workspace);
+  ASSERT_TRUE(doc->workspace->plan.has_value());
+  EXPECT_EQ(doc->workspace->plan->ops.size(), plan->ops.size());
+}
+
+TEST(Workspace, BadInputSaysWhereAndWhat) {
+  const std::string path = tempPath("bad.pipestudio");
+  writeText(path, R"({"schema": "pipestudio.workspace/1", "model": {}, "solver": {"schedule": "1f1b", "devices": 0}})");
+  auto ws = loadWorkspace(path);
+  ASSERT_FALSE(ws);
+  EXPECT_NE(ws.message().find(path), std::string::npos);
+  EXPECT_NE(ws.message().find("cluster"), std::string::npos) << ws.message();
+  EXPECT_NE(ws.message().find("/solver/devices"), std::string::npos) << ws.message();
+
+  writeText(path, "{ not json");
+  EXPECT_FALSE(openDocument(path));
+  writeText(path, R"({"schema": "pipestudio.hosts/1", "hosts": []})");
+  auto hosts = openDocument(path);
+  ASSERT_FALSE(hosts);
+  EXPECT_NE(hosts.message().find("cannot be opened"), std::string::npos);
+  EXPECT_FALSE(openDocument(tempPath("does-not-exist.json")));
+  writeText(path, std::string("PSTR\x01\x00\x00\x00garbage", 15));
+  EXPECT_FALSE(openDocument(path));
+}
+
+TEST(Workspace, TraceStreamOpensAsMeasuredPlan) {
+  std::vector<trace::Frame> frames;
+  trace::Header header;
+  header.runId = "r1";
+  header.world = 2;
+  header.backend = "cpu";
+  frames.emplace_back(header);
+  for (int d = 0; d < 2; ++d) {
+    for (int mb = 0; mb < 3; ++mb) {
+      trace::OpRange r;
+      r.device = d;
+      r.virtualStage = d;
+      r.kind = OpKind::F;
+      r.microbatch = mb;
+      r.startNs = 1'000'000'000LL + (d + mb) * 2'000'000LL;
+      r.endNs = r.startNs + 1'500'000LL;
+      frames.emplace_back(r);
+    }
+  }
+  const std::string path = tempPath("run.pstrace");
+  writeText(path, trace::encodeStream(frames));
+  auto doc = openDocument(path);
+  ASSERT_TRUE(doc) << doc.message();
+  EXPECT_EQ(doc->kind, DocumentKind::Trace);
+  ASSERT_EQ(doc->plan->ops.size(), 6u);
+  EXPECT_DOUBLE_EQ(doc->plan->ops.front().startMs, 0.0);
+  EXPECT_DOUBLE_EQ(doc->plan->ops.front().endMs, 1.5);
+  EXPECT_EQ(doc->plan->config.devices, 2);
+}
+
+}  // namespace
+}  // namespace pipestudio::gui
