@@ -1,0 +1,139 @@
+// Configurator and vocabulary parallelism (issue 4).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Configurator.hpp"
+#include "pipestudio/planner/Vocab.hpp"
+
+namespace pipestudio {
+namespace {
+
+std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
+
+TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
+  auto model = loadModel(res("models/gpt3-1.3b.json"));
+  ASSERT_TRUE(model.hasValue()) << model.message();
+  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
+  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  ConfigureOptions options;
+  options.schedules = {"1f1b", "zb-v", "dualpipe", "interleaved-1f1b"};
+  auto result = configure(*model, *cluster, options);
+  ASSERT_TRUE(result.hasValue()) << result.message();
+  ASSERT_FALSE(result->feasible.empty());
+  for (std::size_t i = 1; i < result->feasible.size(); ++i) {
+    EXPECT_GE(result->feasible[i - 1].throughputSamplesPerS, result->feasible[i].throughputSamplesPerS);
+  }
+  for (const auto& c : result->feasible) {
+    EXPECT_EQ(c.config.devices * c.config.dataParallel, 8);
+    EXPECT_LE(c.peakMemoryBytes, cluster->gpu.memoryBytes());
+    EXPECT_NEAR(c.iterationMs, c.makespanMs + c.allReduceMs, 1e-9);
+  }
+  // dualpipe needs an even device count: the p = 1 family is rejected with that reason.
+  bool sawReason = false;
+  for (const auto& r : result->rejected) {
+    EXPECT_FALSE(r.reason.empty());
+    if (r.schedule == "dualpipe" && r.pipelineDegree == 1) sawReason = true;
+  }
+  EXPECT_TRUE(sawReason);
+}
+
+TEST(Configure, MemoryInfeasibleFamiliesAreRejectedWithNumbers) {
+  auto model = loadModel(res("models/gpt3-175b.json"));
+  ASSERT_TRUE(model.hasValue()) << model.message();
+  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
+  ASSERT_TRUE(cluster.hasValue());
+  ConfigureOptions options;
+  options.schedules = {"1f1b"};
+  options.microbatchesPerDevice = {1};
+  auto result = configure(*model, *cluster, options);
+  ASSERT_TRUE(result.hasValue()) << result.message();
+  EXPECT_TRUE(result->feasible.empty());  // 175B does not fit on 8 × 80 GB
+  ASSERT_FALSE(result->rejected.empty());
+  for (const auto& r : result->rejected) EXPECT_NE(r.reason.find("memory"), std::string::npos) << r.reason;
+}
+
+TEST(Configure, CancelStopsTheSearch) {
+  auto model = loadModel(res("models/gpt3-1.3b.json"));
+  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
+  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
+  std::atomic<bool> cancel{true};
+  SolveControl control;
+  control.cancel = &cancel;
+  auto result = configure(*model, *cluster, {}, control);
+  ASSERT_FALSE(result.hasValue());
+  EXPECT_EQ(result.message(), "cancelled");
+}
+
+TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {
+  auto model = loadModel(res("models/gpt3-1.3b.json"));
+  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
+  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
+  for (const char* schedule : {"1f1b", "v-half"}) {
+    PlanRequest r;
+    r.model = *model;
+    r.cluster = *cluster;
+    r.config.schedule = schedule;
+    r.config.devices = 4;
+    r.config.microbatches = 8;
+    r.config.chunksPerDevice = std::string(schedule) == "v-half" ? 2 : 1;
+    auto cmp = compareVocabParallel(r);
+    ASSERT_TRUE(cmp.hasValue()) << schedule << ": " << cmp.message();
+    EXPECT_LT(cmp->vocabImbalance, cmp->baselineImbalance) << schedule;
+    // Every device runs one S and one T per microbatch.
+    std::vector<int> s(4, 0), t(4, 0);
+    for (const Op& op : cmp->vocabParallel.ops) {
+      if (op.kind == OpKind::S) ++s[static_cast<std::size_t>(op.device)];
+      if (op.kind == OpKind::T) ++t[static_cast<std::size_t>(op.device)];
+    }
+    for (int d = 0; d < 4; ++d) {
+      EXPECT_EQ(s[static_cast<std::size_t>(d)], 8);
+      EXPECT_EQ(t[static_cast<std::size_t>(d)], 8);
+    }
+    // Activation count grows by at most 2 microbatches' worth of one stage (Yeung et al.):
+    // compare peak activation bytes against baseline + 2 × the largest stage's activations.
+    const auto costs = stageCosts(cmp->baseline);
+    std::int64_t largest = 0;
+    for (const auto& c : costs) largest = std::max(largest, c.activationBytes);
+    std::int64_t basePeak = 0, vocabPeak = 0;
+    for (const auto& d : cmp->baseline.metrics.devices) basePeak = std::max(basePeak, d.peakActivationBytes);
+    for (const auto& d : cmp->vocabParallel.metrics.devices) vocabPeak = std::max(vocabPeak, d.peakActivationBytes);
+    EXPECT_LE(vocabPeak, basePeak + 2 * largest) << schedule;
+    // S after the last stage's F, T after every S, the last stage's B after every T.
+    const auto& ops = cmp->vocabParallel.ops;
+    for (const Op& sOp : ops) {
+      if (sOp.kind != OpKind::S) continue;
+      for (const Op& f : ops) {
+        if (f.kind == OpKind::F && f.microbatch == sOp.microbatch && f.virtualStage == cmp->baseline.virtualStages.back().id &&
+            cmp->vocabParallel.virtualStages[static_cast<std::size_t>(f.virtualStage)].pipeline == 0) {
+          EXPECT_GE(sOp.startMs, f.endMs - 1e-9);
+        }
+      }
+      for (const Op& tOp : ops) {
+        if (tOp.kind == OpKind::T && tOp.microbatch == sOp.microbatch) {
+          EXPECT_GE(tOp.startMs, sOp.endMs - 1e-9);
+        }
+      }
+    }
+  }
+}
+
+TEST(Vocab, ModelWithoutVocabularyIsAnError) {
+  auto model = loadModel(res("models/synthetic-measured.json"));
+  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
+  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
+  PlanRequest r;
+  r.model = *model;
+  r.cluster = *cluster;
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  auto plan = makeVocabParallelPlan(r);
+  ASSERT_FALSE(plan.hasValue());
+  EXPECT_NE(plan.message().find("no embedding or lm_head"), std::string::npos) << plan.message();
+}
+
+}  // namespace
+}  // namespace pipestudio
