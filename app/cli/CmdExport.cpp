@@ -1,11 +1,141 @@
+// pipestudio-cli export PLAN|--run ID [--db DB] --format chrome|csv -o FILE (DESIGN.md §9):
+// a plan's or a measured run's timeline as Chrome trace JSON (Perfetto) or its per-device op
+// order as torch.distributed.pipelining schedule CSV.
+#include <iostream>
+#include <optional>
+#include <string>
+
 #include "Commands.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Export.hpp"
+
+#if __has_include("pipestudio/history/HistoryStore.hpp")
+#include "pipestudio/history/HistoryStore.hpp"
+#define PIPESTUDIO_CLI_HAVE_HISTORY 1
+#endif
 
 namespace pipestudio::cli {
+namespace {
+
+struct ExportOptions {
+  std::string plan;
+  std::optional<std::int64_t> run;
+  std::string db;
+  std::string format;
+  std::string output;
+  int iteration = -1;
+};
+
+int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptions& trace) {
+  const Status st = o.format == "chrome" ? writeChromeTrace(o.output, plan, trace) : writeScheduleCsv(o.output, plan);
+  if (!st) {
+    std::cerr << "export: " << st.message() << '\n';
+    return kExitFailure;
+  }
+  std::cout << "wrote " << o.output << " (" << (o.format == "chrome" ? "Chrome trace, " : "schedule CSV, ")
+            << plan.ops.size() << " ops)\n";
+  return kExitOk;
+}
+
+#ifdef PIPESTUDIO_CLI_HAVE_HISTORY
+std::optional<std::string> activityCategory(history::EventCategory c) {
+  switch (c) {
+    case history::EventCategory::Kernel: return "kernel";
+    case history::EventCategory::Memcpy: return "memcpy";
+    case history::EventCategory::Memset: return "memset";
+    case history::EventCategory::Nccl: return "nccl";
+    default: return std::nullopt;  // op ranges are the plan's ops; host ranges are not device lanes
+  }
+}
+
+int exportRun(const ExportOptions& o) {
+  const std::string db = o.db.empty() ? history::defaultHistoryPath() : o.db;
+  history::OpenOptions open;
+  open.readOnly = true;
+  auto store = history::HistoryStore::open(db, open);
+  if (!store) {
+    std::cerr << "export: " << db << ": " << store.message() << '\n';
+    return kExitFailure;
+  }
+  // CSV holds one iteration's order; measured runs repeat it, so take the first unless told.
+  const int iteration = o.iteration >= 0 ? o.iteration : (o.format == "csv" ? 0 : -1);
+  auto plan = store->runAsPlan(*o.run, iteration);
+  if (plan && plan->ops.empty() && iteration == 0 && o.iteration < 0) plan = store->runAsPlan(*o.run, -1);
+  if (!plan) {
+    std::cerr << "export: " << db << ": run " << *o.run << ": " << plan.message() << '\n';
+    return kExitFailure;
+  }
+  if (plan->ops.empty()) {
+    std::cerr << "export: " << db << ": run " << *o.run << " has no measured op ranges"
+              << (iteration >= 0 ? " in iteration " + std::to_string(iteration) : std::string()) << '\n';
+    return kExitFailure;
+  }
+  ChromeTraceOptions trace;
+  trace.title = "run " + std::to_string(*o.run);
+  if (o.format == "chrome") {
+    auto events = store->loadEvents(*o.run);
+    if (!events) {
+      std::cerr << "export: " << db << ": run " << *o.run << ": " << events.message() << '\n';
+      return kExitFailure;
+    }
+    // runAsPlan's times start at the first op range (of the chosen iteration); kernels follow it.
+    std::int64_t originNs = INT64_MAX;
+    for (const auto& e : *events) {
+      if (e.category != history::EventCategory::Op || e.device < 0 || e.kind < 0) continue;
+      if (iteration >= 0 && e.iteration != iteration) continue;
+      originNs = std::min(originNs, e.startNs);
+    }
+    for (const auto& e : *events) {
+      const auto category = activityCategory(e.category);
+      if (!category || e.device < 0 || originNs == INT64_MAX) continue;
+      const double startMs = static_cast<double>(e.startNs - originNs) / 1e6;
+      trace.activities.push_back({e.device, static_cast<int>(e.stream), e.name, *category, startMs,
+                                  startMs + static_cast<double>(e.durationNs) / 1e6});
+    }
+  }
+  return writeExport(*plan, o, trace);
+}
+#endif
+
+int runExport(const ExportOptions& o) {
+  if (o.plan.empty() == !o.run.has_value()) {
+    std::cerr << "export: give either a PLAN file or --run ID (not both)\n";
+    return kExitUsage;
+  }
+  if (o.run) {
+#ifdef PIPESTUDIO_CLI_HAVE_HISTORY
+    return exportRun(o);
+#else
+    std::cerr << "export --run: this build has no history module (core/history), which measured runs come from\n";
+    return kExitFailure;
+#endif
+  }
+  auto plan = loadPlan(o.plan);
+  if (!plan) {
+    std::cerr << plan.message() << '\n';
+    return kExitFailure;
+  }
+  if (auto st = validatePlanStructure(*plan); !st) {
+    std::cerr << o.plan << ": " << st.message() << '\n';
+    return kExitFailure;
+  }
+  return writeExport(*plan, o, {"plan " + plan->config.schedule, {}});
+}
+
+}  // namespace
 
 void addExportCommand(CLI::App& root, int& exitCode) {
-  auto* cmd = root.add_subcommand("export", "not implemented yet");
-  cmd->allow_extras();
-  cmd->callback([&exitCode] { exitCode = notImplemented("export"); });
+  static ExportOptions o;
+  auto* cmd = root.add_subcommand("export", "Export a plan or a measured run as Chrome trace JSON or schedule CSV");
+  cmd->add_option("plan", o.plan, "Plan file (pipestudio.plan/1)");
+  cmd->add_option("--run", o.run, "Measured run id in the history database");
+  cmd->add_option("--db", o.db, "History database (default: the GUI's)");
+  cmd->add_option("--iteration", o.iteration, "Measured runs: keep one iteration (csv default: 0)");
+  cmd->add_option("--format", o.format, "chrome (Perfetto trace JSON) or csv (torch.distributed.pipelining)")
+      ->required()
+      ->check(CLI::IsMember({"chrome", "csv"}));
+  cmd->add_option("-o,--output", o.output, "Output file")->required();
+  cmd->callback([&exitCode] { exitCode = runExport(o); });
 }
 
 }  // namespace pipestudio::cli

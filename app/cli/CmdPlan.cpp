@@ -4,6 +4,7 @@
 #include "Commands.hpp"
 #include "PlanSummary.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
@@ -14,6 +15,9 @@ struct PlanOptions {
   std::string model, cluster, schedule, partition = "uniform", fill = "none", memoryLimit, output;
   int devices = 0, microbatches = 0, chunks = 0;
   bool json = false;
+  std::string csv;               // custom: the schedule CSV ("auto" helper)
+  bool exact = false;            // zb-auto: ILP through CBC ("auto" helper)
+  double exactTimeLimitS = 30;
 };
 
 int runPlan(const PlanOptions& o) {
@@ -46,7 +50,28 @@ int runPlan(const PlanOptions& o) {
     }
     cfg.memoryLimitBytes = *bytes;
   }
-  auto plan = makePlan(request);
+  // zb-auto and custom take extra inputs (AutoSchedule.hpp); every other schedule is makePlan.
+  if ((!o.csv.empty() && o.schedule != "custom") || (o.exact && o.schedule != "zb-auto")) {
+    std::cerr << "plan: --csv applies to --schedule custom, --exact to --schedule zb-auto\n";
+    return kExitUsage;
+  }
+  AutoScheduleReport autoReport;
+  Expected<Plan> plan = Error{"no plan"};
+  if (o.schedule == "custom" && !o.csv.empty()) {
+    auto text = readScheduleCsvFile(o.csv);
+    if (!text) {
+      std::cerr << "plan: " << text.message() << '\n';
+      return kExitFailure;
+    }
+    plan = makeCustomPlan(request, *text, o.csv);
+  } else if (o.schedule == "zb-auto") {
+    AutoScheduleOptions autoOptions;
+    autoOptions.exact = o.exact;
+    autoOptions.exactTimeLimitS = o.exactTimeLimitS;
+    plan = makeAutoPlan(request, autoOptions, &autoReport);
+  } else {
+    plan = makePlan(request);
+  }
   if (!plan) {
     std::cerr << "plan: " << plan.message() << '\n';
     return kExitFailure;
@@ -58,9 +83,12 @@ int runPlan(const PlanOptions& o) {
     }
   }
   if (o.json) {
-    std::cout << planSummaryJson(*plan).dump(2) << '\n';
+    Json summary = planSummaryJson(*plan);
+    if (o.schedule == "zb-auto") summary["zb_auto"] = autoScheduleReportJson(autoReport);
+    std::cout << summary.dump(2) << '\n';
   } else {
     printPlanSummary(*plan, std::cout);
+    if (o.schedule == "zb-auto") std::cout << formatAutoScheduleReport(autoReport);
     if (!o.output.empty()) std::cout << "plan written to " << o.output << '\n';
   }
   return kExitOk;
@@ -82,6 +110,9 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--memory-limit", o.memoryLimit, "Per-device memory limit, bytes or e.g. 40GiB");
   cmd->add_option("-o,--output", o.output, "Write the plan document here");
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");
+  cmd->add_option("--csv", o.csv, "custom: per-device order from a torch.distributed.pipelining schedule CSV");
+  cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
+  cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)");
   cmd->callback([&exitCode] { exitCode = runPlan(o); });
 }
 

@@ -303,6 +303,22 @@ double lowerBound(const Instance& inst, double& busiest) {
     busiest = std::max(busiest, work);
     bound = std::max(bound, head[static_cast<std::size_t>(inst.stagesOf[static_cast<std::size_t>(d)].front())] + work);
   }
+  // Memory: at most k_d microbatches' activations of device d's first stage are live at once,
+  // each for at least the round trip R_d from that stage's F start to its B end, so the k_d
+  // "slots" hold m intervals of length ≥ R_d: makespan ≥ ceil(m / k_d) · R_d.
+  for (int d = 0; d < inst.devices; ++d) {
+    const std::int64_t budget = inst.budgetBytes[static_cast<std::size_t>(d)];
+    const int s0 = inst.stagesOf[static_cast<std::size_t>(d)].front();
+    const std::int64_t act = inst.activationBytes[static_cast<std::size_t>(s0)];
+    if (budget >= kUnlimited || act <= 0) continue;
+    const double slots = std::max<double>(1, static_cast<double>(budget / act));
+    double roundTrip = inst.durationMs[kF][static_cast<std::size_t>(s0)] + inst.durationMs[kB][static_cast<std::size_t>(s0)];
+    for (int s = s0 + 1; s < inst.stages; ++s) {
+      roundTrip += inst.durationMs[kF][static_cast<std::size_t>(s)] + inst.durationMs[kB][static_cast<std::size_t>(s)] +
+                   2 * inst.sendMs[static_cast<std::size_t>(s - 1)];
+    }
+    bound = std::max(bound, std::ceil(m / slots) * roundTrip);
+  }
   // One microbatch's full round trip: forward chain, backward chain, the first stage's W.
   double path = inst.durationMs[kW][0];
   for (int s = 0; s < inst.stages; ++s) {
@@ -532,6 +548,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   double bestMakespan = std::numeric_limits<double>::infinity();
   report.paperGreedyMakespanMs = std::numeric_limits<double>::infinity();
   const auto policies = portfolio();
+  const auto portfolioDeadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.portfolioTimeLimitS);
   for (std::size_t i = 0; i < policies.size(); ++i) {
     if (input.control != nullptr && input.control->cancelled()) return Error{"cancelled"};
     const ListResult r = runPolicy(inst, policies[i]);
@@ -550,6 +568,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     }
     // At the lower bound (to rounding) nothing can beat it; the paper's policies always run.
     if (i >= 1 && bestMakespan <= report.lowerBoundMs * (1 + kOptimalTolerance)) break;
+    // Large instances: the portfolio stops at its time budget (most productive policies first).
+    if (i >= 2 && std::chrono::steady_clock::now() >= portfolioDeadline) break;
   }
   if (best.empty()) {
     return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};

@@ -17,13 +17,16 @@
 namespace pipestudio {
 
 struct AutoScheduleOptions {
+  /// Wall-clock budget of the policy portfolio in seconds (the published heuristic and one
+  /// more policy always run); small instances finish all policies far below it.
+  double portfolioTimeLimitS = 0.5;
   /// Critical-path local search after the policy portfolio.
   bool localSearch = true;
   /// Upper bound on the orders the local search times (keeps results deterministic).
   int maxSearchEvaluations = 2000;
   /// Wall-clock cap of the local search in seconds (a safety net; the evaluation cap binds first
   /// on small instances).
-  double searchTimeLimitS = 0.4;
+  double searchTimeLimitS = 0.3;
   /// Solve the ILP through CBC (small instances only, see kExactMaxOps) starting from the
   /// heuristic's order; proves optimality or reports the remaining gap.
   bool exact = false;
@@ -48,7 +51,7 @@ inline constexpr int kExactMaxMicrobatches = 8;
 struct AutoScheduleReport {
   double makespanMs = 0;            ///< of the returned order (auto-scheduler timing model)
   double busiestDeviceWorkMs = 0;   ///< lower bound: the busiest device's total F+B+W work
-  double lowerBoundMs = 0;          ///< max(busiest work, max_d earliest start_d + work_d)
+  double lowerBoundMs = 0;          ///< max(busiest work, earliest start + work, memory slots × round trip, one round trip)
   double gapToBusiestWork = 0;      ///< makespan / busiestDeviceWorkMs − 1
   double gapToLowerBound = 0;       ///< makespan / lowerBoundMs − 1
   double paperGreedyMakespanMs = 0; ///< the published greedy heuristic alone (Qi et al. 2023 §3)
