@@ -1,10 +1,12 @@
 # pipestudio_module(<target>): our own code gets the strict warning set.
 function(pipestudio_warnings target)
+  # -Wshadow=local is GCC's; -Wrestrict/-Wstringop-overflow give GCC 12 false positives on
+  # std::string concatenation (GCC PR 105329).
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wnon-virtual-dtor>
-    # -Wshadow=local is GCC's; -Wrestrict/-Wstringop-overflow give GCC 12 false positives on
-    # std::string concatenation (GCC PR 105329).
-    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wshadow=local -Wno-restrict -Wno-stringop-overflow>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wshadow=local>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict -Wno-stringop-overflow>
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${PIPESTUDIO_WERROR}>>:-Werror>)
 endfunction()
 
