@@ -31,8 +31,8 @@ TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
   EXPECT_NE(errorOf(test::request(model, cluster, "nope", 4, 8, 1)).find("unknown schedule 'nope'"), std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 16, 8, 1)).find("exceeds the 8 GPUs"), std::string::npos);
   auto part = test::request(model, cluster, "1f1b", 4, 8, 1);
-  part.config.partition = "dp";
-  EXPECT_NE(errorOf(part).find("partition 'dp' is not available"), std::string::npos);
+  part.config.partition = "bogus";
+  EXPECT_NE(errorOf(part).find("partition 'bogus' is not available"), std::string::npos);
 }
 
 TEST(BadRequest, MemoryLimitBelowOneMicrobatchAndInfeasiblePlans) {

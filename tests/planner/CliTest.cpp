@@ -13,7 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct CliRun {
   int status = -1;
   std::string out;
 };
@@ -21,8 +21,8 @@ struct Run {
 const std::string kCli = std::string(PIPESTUDIO_BINARY_DIR) + "/app/pipestudio-cli";
 const std::string kResources = PIPESTUDIO_RESOURCES;
 
-Run run(const std::string& args) {
-  Run r;
+CliRun run(const std::string& args) {
+  CliRun r;
   FILE* pipe = popen((kCli + " " + args + " 2>&1").c_str(), "r");
   if (!pipe) return r;
   char buf[4096];
@@ -46,7 +46,7 @@ class Cli : public ::testing::Test {
 };
 
 TEST_F(Cli, SchedulesListsEveryName) {
-  const Run r = run("schedules");
+  const CliRun r = run("schedules");
   EXPECT_EQ(r.status, 0);
   for (const char* s : {"gpipe\n", "1f1b\n", "interleaved-1f1b\n", "zb-h1\n", "zb-v\n", "v-min\n", "dualpipe-v\n"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
@@ -57,19 +57,19 @@ TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
   const fs::path dir = fs::temp_directory_path() / ("ps-cli-plan-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string out = (dir / "plan.json").string();
-  const Run human = run("plan --model " + model + " --cluster " + cluster +
+  const CliRun human = run("plan --model " + model + " --cluster " + cluster +
                         " --schedule 1f1b --devices 4 --microbatches 8 -o " + out);
   ASSERT_EQ(human.status, 0) << human.out;
   EXPECT_NE(human.out.find("makespan"), std::string::npos);
   EXPECT_NE(human.out.find("bubble ratio"), std::string::npos);
-  const Run json = run("plan --model " + model + " --cluster " + cluster +
+  const CliRun json = run("plan --model " + model + " --cluster " + cluster +
                        " --schedule zb-v --devices 4 --microbatches 8 --json");
   ASSERT_EQ(json.status, 0) << json.out;
   auto doc = pipestudio::parseJson(json.out, "<stdout>");
   ASSERT_TRUE(doc.hasValue()) << doc.message();
   EXPECT_EQ(doc->root["config"]["schedule"], "zb-v");
   EXPECT_GT(doc->root["metrics"]["makespan_ms"].get<double>(), 0.0);
-  const Run sim = run("simulate " + out + " --json");
+  const CliRun sim = run("simulate " + out + " --json");
   ASSERT_EQ(sim.status, 0) << sim.out;
   auto simDoc = pipestudio::parseJson(sim.out, "<stdout>");
   ASSERT_TRUE(simDoc.hasValue()) << simDoc.message();
@@ -81,7 +81,7 @@ TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
 }
 
 TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
-  Run r = run("plan --model " + model + " --cluster " + cluster + " --schedule dualpipe --devices 3 --microbatches 6");
+  CliRun r = run("plan --model " + model + " --cluster " + cluster + " --schedule dualpipe --devices 3 --microbatches 6");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("even number of devices"), std::string::npos) << r.out;
   r = run("plan --model " + model + " --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8 --memory-limit 1MiB");

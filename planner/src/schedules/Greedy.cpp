@@ -95,9 +95,22 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   auto stageCost = [&](int s) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(s)]; };
   std::int64_t processed = 0;
 
-  while (!events.empty()) {
+  double now = 0;
+  // When every device waits on its activation budget while holding microbatches that need
+  // another device's admission (the two directions of bitpipe/dualpipe on few devices), no
+  // event is left. Then the oldest waiting microbatch is admitted over budget rather than
+  // failing; the plan's memory check still judges the result against the real limit.
+  bool forceAdmit = false;
+  while (true) {
     if (input.control && (++processed & 4095) == 0 && input.control->cancelled()) return Error{"cancelled"};
-    const double now = events.top().timeMs;
+    if (events.empty()) {
+      if (emitted >= expected || forceAdmit) break;
+      forceAdmit = true;
+      for (int d = 0; d < p; ++d) markDirty(d);
+    } else {
+      forceAdmit = false;
+      now = events.top().timeMs;
+    }
     while (!events.empty() && events.top().timeMs == now) {
       const Event e = events.top();
       events.pop();
@@ -162,7 +175,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
                                              : input.virtualStages[static_cast<std::size_t>(std::get<2>(ds.readyEnter.top()))].pipeline;
         const std::int64_t needBytes = need[static_cast<std::size_t>(pl)][static_cast<std::size_t>(d)];
         const bool admit = !ds.readyEnter.empty() &&
-                           (ds.committedBytes == 0 ||
+                           (ds.committedBytes == 0 || forceAdmit ||
                             ds.committedBytes + needBytes <= options.capBytes[static_cast<std::size_t>(d)]);
         const bool cont = !ds.readyContinue.empty();
         bool takeContinue = cont && (options.preferContinuing || !admit ||
@@ -190,6 +203,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
         }
       }
       if (stage < 0) continue;
+      forceAdmit = false;  // one over-budget admission per stall
       OrderedOp o;
       o.virtualStage = stage;
       o.kind = kind;

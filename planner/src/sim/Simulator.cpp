@@ -208,7 +208,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         edges.push_back({own, i, 0});
         if (nextStage[s] != kNone) {
           const std::int32_t src = bIdx[static_cast<std::size_t>(nextStage[s]) * m_ + mb];
-          if (src == kNone) return missing(i, OpKind::B, nextStage[s], op.microbatch);
+          if (src == kNone) return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, nextStage[s], op.microbatch);
           edges.push_back({src, i, costs[s].outputBytes});
         }
         break;
