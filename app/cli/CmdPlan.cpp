@@ -1,12 +1,18 @@
+#include <cstdio>
 #include <iostream>
+#include <optional>
+#include <ostream>
 #include <string>
 
 #include "Commands.hpp"
 #include "PlanSummary.hpp"
+#include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
+#include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "pipestudio/planner/Vocab.hpp"
 
 namespace pipestudio::cli {
 namespace {
@@ -17,8 +23,54 @@ struct PlanOptions {
   bool json = false;
   std::string csv;               // custom: the schedule CSV ("auto" helper)
   bool exact = false;            // zb-auto: ILP through CBC ("auto" helper)
+  bool vocabParallel = false;    // embedding/LM head split over all devices (Vocab.hpp)
   double exactTimeLimitS = 30;
 };
+
+Json fillReportJson(const FillReport& r) {
+  Json devices = Json::array();
+  for (const auto& d : r.devices) {
+    devices.push_back(Json{{"bubble_ms", d.bubbleMs}, {"filled_ms", d.filledMs}, {"overflow_ms", d.overflowMs}});
+  }
+  Json j{{"mode", r.mode},
+         {"backbone_only_ms", r.backboneOnlyMs},
+         {"no_fill_ms", r.noFillMs},
+         {"iteration_ms", r.iterationMs},
+         {"frozen_work_ms", r.frozenWorkMs},
+         {"speedup_over_no_fill", r.speedupOverNoFill},
+         {"devices", std::move(devices)}};
+  if (r.dataParallelMs) {
+    j["data_parallel_ms"] = *r.dataParallelMs;
+    j["speedup_over_data_parallel"] = r.speedupOverDataParallel;
+  } else {
+    j["data_parallel_note"] = r.dataParallelNote;
+  }
+  return j;
+}
+
+std::string times(double factor) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", factor);
+  return buf;
+}
+
+void printFillReport(const FillReport& r, std::ostream& out) {
+  out << "\nfrozen components (fill " << r.mode << (r.usedNoFillLayout ? ", greedy kept the no-fill layout" : "")
+      << "): backbone only " << formatMs(r.backboneOnlyMs) << ", fill none " << formatMs(r.noFillMs)
+      << ", this plan " << formatMs(r.iterationMs) << " (" << times(r.speedupOverNoFill) << " over fill none)\n";
+  if (r.dataParallelMs) {
+    out << "data parallel on the same devices: " << formatMs(*r.dataParallelMs) << " (the pipeline runs at "
+        << times(r.speedupOverDataParallel) << " its speed)\n";
+  } else {
+    out << "data parallel: " << r.dataParallelNote << '\n';
+  }
+  out << "device  bubble      filled      overflow\n";
+  for (std::size_t d = 0; d < r.devices.size(); ++d) {
+    const auto& dev = r.devices[d];
+    out << "  " << d << "     " << formatMs(dev.bubbleMs) << "  " << formatMs(dev.filledMs) << "  "
+        << formatMs(dev.overflowMs) << '\n';
+  }
+}
 
 int runPlan(const PlanOptions& o) {
   auto model = loadModel(o.model);
@@ -56,8 +108,11 @@ int runPlan(const PlanOptions& o) {
     return kExitUsage;
   }
   AutoScheduleReport autoReport;
+  std::optional<FillReport> fillReport;
   Expected<Plan> plan = Error{"no plan"};
-  if (o.schedule == "custom" && !o.csv.empty()) {
+  if (o.vocabParallel) {
+    plan = makeVocabParallelPlan(request);
+  } else if (o.schedule == "custom" && !o.csv.empty()) {
     auto text = readScheduleCsvFile(o.csv);
     if (!text) {
       std::cerr << "plan: " << text.message() << '\n';
@@ -69,6 +124,16 @@ int runPlan(const PlanOptions& o) {
     autoOptions.exact = o.exact;
     autoOptions.exactTimeLimitS = o.exactTimeLimitS;
     plan = makeAutoPlan(request, autoOptions, &autoReport);
+  } else if (!request.model.frozenComponents().empty()) {
+    // Models with frozen components: solve through the filler so the report can say how
+    // much bubble was filled and what it gains over --fill none and data parallelism.
+    auto filled = makeFilledPlan(request);
+    if (filled) {
+      fillReport = filled->report;
+      plan = std::move(filled->plan);
+    } else {
+      plan = filled.error();
+    }
   } else {
     plan = makePlan(request);
   }
@@ -85,10 +150,12 @@ int runPlan(const PlanOptions& o) {
   if (o.json) {
     Json summary = planSummaryJson(*plan);
     if (o.schedule == "zb-auto") summary["zb_auto"] = autoScheduleReportJson(autoReport);
+    if (fillReport) summary["fill"] = fillReportJson(*fillReport);
     std::cout << summary.dump(2) << '\n';
   } else {
     printPlanSummary(*plan, std::cout);
     if (o.schedule == "zb-auto") std::cout << formatAutoScheduleReport(autoReport);
+    if (fillReport) printFillReport(*fillReport, std::cout);
     if (!o.output.empty()) std::cout << "plan written to " << o.output << '\n';
   }
   return kExitOk;
@@ -111,6 +178,8 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("-o,--output", o.output, "Write the plan document here");
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");
   cmd->add_option("--csv", o.csv, "custom: per-device order from a torch.distributed.pipelining schedule CSV");
+  cmd->add_flag("--vocab-parallel", o.vocabParallel,
+                "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
   cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)");
   cmd->callback([&exitCode] { exitCode = runPlan(o); });

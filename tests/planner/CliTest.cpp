@@ -80,6 +80,40 @@ TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
   fs::remove_all(dir);
 }
 
+TEST_F(Cli, FrozenComponentsReportTheFillAndVocabParallelSplitsTheHead) {
+  const std::string sd = kResources + "/models/stable-diffusion-2.1.json";
+  const CliRun filled = run("plan --model " + sd + " --cluster " + cluster +
+                            " --schedule 1f1b --devices 8 --microbatches 16 --partition dp --fill greedy --json");
+  ASSERT_EQ(filled.status, 0) << filled.out;
+  auto doc = pipestudio::parseJson(filled.out, "<stdout>");
+  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  const auto& fill = doc->root["fill"];
+  ASSERT_TRUE(fill.is_object()) << filled.out;
+  EXPECT_EQ(fill["mode"], "greedy");
+  EXPECT_EQ(fill["devices"].size(), 8u);
+  // Filling never loses to running the frozen work before the pipeline.
+  EXPECT_GE(fill["speedup_over_no_fill"].get<double>(), 1.0);
+  EXPECT_LE(fill["iteration_ms"].get<double>(), fill["no_fill_ms"].get<double>() + 1e-9);
+
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-vocab-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "vocab.plan.json").string();
+  const CliRun vocab = run("plan --model " + model + " --cluster " + cluster +
+                           " --schedule 1f1b --devices 4 --microbatches 8 --vocab-parallel -o " + out);
+  ASSERT_EQ(vocab.status, 0) << vocab.out;
+  auto saved = pipestudio::loadJsonFile(out);
+  ASSERT_TRUE(saved.hasValue()) << saved.message();
+  int s = 0;
+  int t = 0;
+  for (const auto& op : saved->root["ops"]) {
+    s += op["kind"] == "S";
+    t += op["kind"] == "T";
+  }
+  EXPECT_EQ(s, 4 * 8);  // one S and one T per device and microbatch
+  EXPECT_EQ(t, 4 * 8);
+  fs::remove_all(dir);
+}
+
 TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
   CliRun r = run("plan --model " + model + " --cluster " + cluster + " --schedule dualpipe --devices 3 --microbatches 6");
   EXPECT_EQ(r.status, 1);
