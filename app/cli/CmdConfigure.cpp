@@ -4,6 +4,7 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "Inputs.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -61,26 +62,19 @@ int runVocabComparison(const ModelSpec& model, const ClusterSpec& cluster) {
 }
 
 int runConfigure(const ConfigureCliOptions& o) {
-  auto model = loadModel(o.model);
-  if (!model) {
-    std::cerr << model.message() << '\n';
-    return kExitFailure;
-  }
-  auto cluster = loadCluster(o.cluster);
-  if (!cluster) {
-    std::cerr << cluster.message() << '\n';
-    return kExitFailure;
-  }
-  if (o.vocabParallel) return runVocabComparison(*model, *cluster);
-  auto result = configure(*model, *cluster);
+  auto inputs = loadModelAndCluster(o.model, o.cluster);
+  if (!inputs) return kExitFailure;
+  const auto& [model, cluster] = *inputs;
+  if (o.vocabParallel) return runVocabComparison(model, cluster);
+  auto result = configure(model, cluster);
   if (!result) {
     std::cerr << "configure: " << result.message() << '\n';
     return kExitFailure;
   }
   if (o.json) {
     Json doc;
-    doc["model"] = model->name;
-    doc["cluster"] = cluster->name;
+    doc["model"] = model.name;
+    doc["cluster"] = cluster.name;
     doc["evaluated"] = result->evaluated;
     Json feasible = Json::array();
     for (const auto& c : result->feasible) {
@@ -110,7 +104,7 @@ int runConfigure(const ConfigureCliOptions& o) {
     std::cout << doc.dump(2) << '\n';
     return kExitOk;
   }
-  std::cout << "model '" << model->name << "' on cluster '" << cluster->name << "': " << result->evaluated
+  std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "': " << result->evaluated
             << " configurations simulated, " << result->feasible.size() << " fit in memory\n\n";
   std::printf("%4s %-17s %3s %3s %4s %3s %-9s %11s %10s %12s %7s %10s\n", "rank", "schedule", "pp", "dp", "m", "v",
               "partition", "iter ms", "allred ms", "samples/s", "bubble", "peak mem");

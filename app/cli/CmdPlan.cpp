@@ -5,6 +5,7 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "Inputs.hpp"
 #include "PlanSummary.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -73,19 +74,11 @@ void printFillReport(const FillReport& r, std::ostream& out) {
 }
 
 int runPlan(const PlanOptions& o) {
-  auto model = loadModel(o.model);
-  if (!model) {
-    std::cerr << model.message() << '\n';
-    return kExitFailure;
-  }
-  auto cluster = loadCluster(o.cluster);
-  if (!cluster) {
-    std::cerr << cluster.message() << '\n';
-    return kExitFailure;
-  }
+  auto inputs = loadModelAndCluster(o.model, o.cluster);
+  if (!inputs) return kExitFailure;
   PlanRequest request;
-  request.model = std::move(*model);
-  request.cluster = std::move(*cluster);
+  request.model = std::move(inputs->first);
+  request.cluster = std::move(inputs->second);
   PlanConfig& cfg = request.config;
   cfg.schedule = o.schedule;
   cfg.devices = o.devices;
