@@ -33,6 +33,9 @@
 #include <QVBoxLayout>
 
 #include "SolveController.hpp"
+#ifdef PIPESTUDIO_HAVE_REMOTE
+#include "DeployDialog.hpp"
+#endif
 #ifdef PIPESTUDIO_HAVE_HISTORY
 #include "HistoryDock.hpp"
 #endif
@@ -387,6 +390,12 @@ void MainWindow::buildActions() {
     m_compare->setPlans(nullptr, m_plan);
     updateMetricsSummary();
   });
+#ifdef PIPESTUDIO_HAVE_REMOTE
+  plan->addSeparator();
+  m_deployAction = makeAction(plan, QStringLiteral("&Deploy…"), QKeySequence(Qt::CTRL | Qt::Key_D), this,
+                              &MainWindow::openDeployDialog);
+  m_deployAction->setEnabled(m_plan != nullptr);
+#endif
 
   auto* tools = addToolBar(QStringLiteral("Main"));
   tools->setObjectName(QStringLiteral("MainToolBar"));
@@ -485,6 +494,50 @@ void MainWindow::showPlan(std::shared_ptr<const Plan> plan) {
   m_metrics->setPlan(m_plan);
   m_compare->setPlans(m_baseline, m_plan);
   updateMetricsSummary();
+  if (m_deployAction != nullptr) m_deployAction->setEnabled(m_plan != nullptr);
+}
+
+void MainWindow::openDeployDialog() {
+#ifdef PIPESTUDIO_HAVE_REMOTE
+  if (!m_plan) {
+    setStatus(QStringLiteral("Deploy: no plan (solve first)"), true);
+    return;
+  }
+  // The run goes into the database the history dock shows (the default one until opened).
+  const QString historyPath =
+      m_history->store() != nullptr ? q(m_history->store()->path()) : q(history::defaultHistoryPath());
+  const QString name = m_workspaceName.isEmpty() ? q(m_plan->config.schedule)
+                                                 : m_workspaceName + QLatin1Char('-') + q(m_plan->config.schedule);
+  auto* dialog = new DeployDialog(m_plan, name, historyPath, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  const std::shared_ptr<const Plan> deployed = m_plan;
+  connect(dialog, &DeployDialog::runRecorded, this, [this, historyPath](history::RunId run) {
+    if (m_history->store() == nullptr) {
+      m_history->openDatabase(historyPath);
+    } else {
+      m_history->refresh();
+    }
+    setStatus(QStringLiteral("Deployed run %1 recorded in the history").arg(run));
+  });
+  connect(dialog, &DeployDialog::openRunRequested, this, [this, deployed, historyPath](history::RunId run) {
+    if (m_history->store() == nullptr) m_history->openDatabase(historyPath);
+    auto measured = m_history->runPlan(run);
+    if (!measured) {
+      setStatus(QStringLiteral("Open run %1: %2").arg(run).arg(q(measured.message())), true);
+      return;
+    }
+    // The measured run against the plan it executed (issue 8: the finished run opens in the
+    // compare view against its plan).
+    m_solver->cancel();
+    m_baseline = deployed;
+    showPlan(std::make_shared<const Plan>(std::move(*measured)));
+    m_tabs->setCurrentIndex(1);
+    setStatus(QStringLiteral("Opened deployed run %1 against its plan").arg(run));
+  });
+  dialog->show();
+#else
+  setStatus(QStringLiteral("Deploy: this build has no SSH support (core/remote)"), true);
+#endif
 }
 
 void MainWindow::pinBaseline() {

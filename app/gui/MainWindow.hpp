@@ -93,6 +93,10 @@ class MainWindow : public QMainWindow {
   QString statusText() const;
   /// The history browser, or nullptr in builds without core/history.
   HistoryDock* historyDock() const { return m_history; }
+  /// Plan > Deploy… (nullptr in builds without core/remote); enabled while a plan is shown.
+  QAction* deployAction() const { return m_deployAction; }
+  /// Opens the deploy dialog for the plan on screen (non-modal, deleted on close).
+  void openDeployDialog();
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -131,6 +135,7 @@ class MainWindow : public QMainWindow {
   QUndoStack* m_undo = nullptr;
   SolveController* m_solver = nullptr;
   HistoryDock* m_history = nullptr;
+  QAction* m_deployAction = nullptr;
   SolverPanel m_panel;
   QMenu* m_recentMenu = nullptr;
   QString m_workspacePath;
