@@ -13,7 +13,9 @@ if [ -x "$build/app/gui/pipestudio" ]; then
 fi
 cli="$build/app/pipestudio-cli"
 "$cli" validate "$root"/resources/models/*.json "$root"/resources/clusters/*.json
+# The same solver settings as resources/workspaces/default.pipestudio.
 if "$cli" schedules >/dev/null 2>&1; then
   "$cli" plan --model "$root/resources/models/stable-diffusion-2.1.json" \
-    --cluster "$root/resources/clusters/a100-1x8-nvlink.json" --schedule 1f1b --devices 8 --microbatches 16
+    --cluster "$root/resources/clusters/a100-1x8-nvlink.json" --schedule 1f1b --devices 8 --microbatches 16 \
+    --partition diffusionpipe --fill greedy
 fi
