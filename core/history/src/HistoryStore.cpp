@@ -287,10 +287,7 @@ Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
 }
 
 Expected<std::int64_t> HistoryStore::Impl::nameId(std::string_view name) {
-  // Heterogeneous lookup would avoid this copy; names are short and the hit path dominates.
-  thread_local std::string key;
-  key.assign(name);
-  auto it = nameIds.find(key);
+  auto it = nameIds.find(name);
   if (it != nameIds.end()) return it->second;
   insertName.bind(1, name);
   const int rc = insertName.step();
@@ -302,7 +299,7 @@ Expected<std::int64_t> HistoryStore::Impl::nameId(std::string_view name) {
   while (insertName.step() == SQLITE_ROW) {
   }
   insertName.reset();
-  nameIds.emplace(key, id);
+  nameIds.emplace(std::string(name), id);
   return id;
 }
 

@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <map>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "Sqlite.hpp"
@@ -51,6 +53,13 @@ struct EventRow {
   std::string_view argsJson;
 };
 
+/// Hash for heterogeneous lookup: the name cache is probed with the event's string_view, so
+/// the per-event hit path neither copies nor allocates (C++20 transparent unordered lookup).
+struct NameHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
 struct HistoryStore::Impl {
   sqlite3* db = nullptr;
   std::string path;
@@ -67,7 +76,7 @@ struct HistoryStore::Impl {
   detail::Statement insertStep;
   detail::Statement upsertMetric;
   detail::Statement updateRunEvents;
-  std::unordered_map<std::string, std::int64_t> nameIds;
+  std::unordered_map<std::string, std::int64_t, NameHash, std::equal_to<>> nameIds;
   std::unordered_map<RunId, RunState> runs;
 
   ~Impl();
