@@ -21,7 +21,4 @@ void addRunCommand(CLI::App& root, int& exitCode);
 void addDeployCommand(CLI::App& root, int& exitCode);
 void addHistoryCommand(CLI::App& root, int& exitCode);
 
-/// For sub-commands whose issue has not landed: says so on stderr, exit 2.
-int notImplemented(const char* command);
-
 }  // namespace pipestudio::cli

@@ -4,15 +4,6 @@
 
 #include "Commands.hpp"
 
-namespace pipestudio::cli {
-
-int notImplemented(const char* command) {
-  std::cerr << "pipestudio-cli " << command << ": not implemented yet\n";
-  return kExitUsage;
-}
-
-}  // namespace pipestudio::cli
-
 int main(int argc, char** argv) {
   using namespace pipestudio::cli;
   CLI::App app{"PipeStudio: plan, simulate, run and compare pipeline-parallel training", "pipestudio-cli"};
