@@ -6,10 +6,10 @@
 #include "pipestudio/planner/Simulator.hpp"
 
 #include <algorithm>
-#include <queue>
 #include <sstream>
 
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Fill.hpp"
 
 namespace pipestudio {
 namespace {
@@ -27,11 +27,11 @@ struct Edge {
   std::int64_t bytes;
 };
 
+// 16 bytes: an op that ended (code = op index) or an input of op ~code that arrived.
 struct Event {
   double timeMs;
-  std::int64_t seq;
-  std::int32_t op;      // op that ended (type 0) or the consumer whose input arrived (type 1)
-  std::int32_t type;
+  std::uint32_t seq;
+  std::int32_t code;
 };
 struct EventLater {
   bool operator()(const Event& a, const Event& b) const {
@@ -115,6 +115,10 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
 
   // Flatten ops in device order: plan.ops is exactly this order.
   std::vector<std::int32_t> offset(static_cast<std::size_t>(p) + 1, 0);
+  std::size_t totalOps = 0;
+  for (int d = 0; d < p; ++d) totalOps += skeleton.devices[static_cast<std::size_t>(d)].size();
+  // Op indices are int32 and event sequence numbers uint32 (at most 3 events per op).
+  if (totalOps > (std::size_t{1} << 30)) return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
   for (int d = 0; d < p; ++d) {
     offset[static_cast<std::size_t>(d) + 1] =
         offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(skeleton.devices[static_cast<std::size_t>(d)].size());
@@ -125,21 +129,22 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   const auto table = static_cast<std::size_t>(nStages) * static_cast<std::size_t>(m);
   std::vector<std::int32_t> fIdx(table, kNone), bIdx(table, kNone), wIdx(table, kNone), nIdx(table, kNone);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch));
+  // Error messages name an op by its place in its device's order; built only on error.
+  auto where = [](int d, std::size_t i) { return "device " + std::to_string(d) + " op " + std::to_string(i); };
   for (int d = 0; d < p; ++d) {
     const auto& lane = skeleton.devices[static_cast<std::size_t>(d)];
     for (std::size_t i = 0; i < lane.size(); ++i) {
       const OrderedOp& o = lane[i];
       const std::int32_t idx = offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(i);
-      const std::string where = "device " + std::to_string(d) + " op " + std::to_string(i);
       if (o.virtualStage < 0 || o.virtualStage >= nStages) {
-        return Error{where + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
+        return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
       }
       if (o.microbatch < 0 || o.microbatch >= m) {
-        return Error{where + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." + std::to_string(m - 1)};
+        return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." + std::to_string(m - 1)};
       }
       const VirtualStage& vs = shell.virtualStages[static_cast<std::size_t>(o.virtualStage)];
       if (vs.device != d) {
-        return Error{where + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
+        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
                      std::to_string(vs.device)};
       }
       Op& op = shell.ops[static_cast<std::size_t>(idx)];
@@ -171,7 +176,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       }
       if (slot) {
         if (*slot != kNone) {
-          return Error{where + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
+          return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
                        std::to_string(*slot - offset[static_cast<std::size_t>(d)]) + " of device " +
                        std::to_string(d) + ")"};
         }
@@ -180,36 +185,38 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     }
   }
 
-  // Dependencies (edges producer → consumer).
-  std::vector<Edge> edges;
-  edges.reserve(static_cast<std::size_t>(nOps) * 2);
+  // Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
+  // B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), kept in
+  // two flat slots per op in that order. Extra dependencies follow, in skeleton order.
+  std::vector<Edge> preds(static_cast<std::size_t>(nOps) * 2, Edge{kNone, kNone, 0});
   auto missing = [&](std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) {
     const Op& c = shell.ops[static_cast<std::size_t>(consumer)];
     return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) +
                  " needs " + opName(kind, stage, mb) + ", which no device runs"};
   };
+  const auto m_ = static_cast<std::size_t>(m);
   for (std::int32_t i = 0; i < nOps; ++i) {
     const Op& op = shell.ops[static_cast<std::size_t>(i)];
     const auto s = static_cast<std::size_t>(op.virtualStage);
     const auto mb = static_cast<std::size_t>(op.microbatch);
-    const auto m_ = static_cast<std::size_t>(m);
+    Edge* slot = &preds[static_cast<std::size_t>(i) * 2];
     switch (op.kind) {
       case OpKind::F:
         if (prevStage[s] != kNone) {
           const std::int32_t src = fIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
           if (src == kNone) return missing(i, OpKind::F, prevStage[s], op.microbatch);
-          edges.push_back({src, i, costs[static_cast<std::size_t>(prevStage[s])].outputBytes});
+          *slot = {src, i, costs[static_cast<std::size_t>(prevStage[s])].outputBytes};
         }
         break;
       case OpKind::B:
       case OpKind::BW: {
         const std::int32_t own = fIdx[s * m_ + mb];
         if (own == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
-        edges.push_back({own, i, 0});
+        slot[0] = {own, i, 0};
         if (nextStage[s] != kNone) {
           const std::int32_t src = bIdx[static_cast<std::size_t>(nextStage[s]) * m_ + mb];
           if (src == kNone) return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, nextStage[s], op.microbatch);
-          edges.push_back({src, i, costs[s].outputBytes});
+          slot[1] = {src, i, costs[s].outputBytes};
         }
         break;
       }
@@ -218,19 +225,21 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         if (src == kNone || shell.ops[static_cast<std::size_t>(src)].kind != OpKind::B) {
           return missing(i, OpKind::B, op.virtualStage, op.microbatch);
         }
-        edges.push_back({src, i, 0});
+        *slot = {src, i, 0};
         break;
       }
       case OpKind::N:
         if (prevStage[s] != kNone) {
           const std::int32_t src = nIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
-          if (src != kNone) edges.push_back({src, i, costs[static_cast<std::size_t>(prevStage[s])].outputBytes});
+          if (src != kNone) *slot = {src, i, costs[static_cast<std::size_t>(prevStage[s])].outputBytes};
         }
         break;
       default:
         break;
     }
   }
+  std::vector<Edge> extra;
+  extra.reserve(skeleton.extraDependencies.size());
   for (const OpDependency& dep : skeleton.extraDependencies) {
     auto resolve = [&](const OpRef& r) -> std::int32_t {
       if (r.device < 0 || r.device >= p) return kNone;
@@ -241,32 +250,70 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     const std::int32_t a = resolve(dep.from);
     const std::int32_t b = resolve(dep.to);
     if (a == kNone || b == kNone) return Error{"extra dependency names an op that is not in the schedule"};
-    edges.push_back({a, b, dep.bytes});
+    extra.push_back({a, b, dep.bytes});
   }
 
-  // CSR of consumers per producer; pending input count per op.
+  // CSR of consumers per producer with everything the hot loop needs inline (consumer,
+  // its device, transfer time), in the order the edges were listed above: per producer,
+  // consumers by op index, extra dependencies last. That order fixes the event sequence
+  // numbers and the order transfers queue on a link, so it must not change.
+  struct Out {
+    std::int32_t to;
+    std::int32_t toDevice;
+    double transferMs;
+    std::int64_t bytes;
+  };
   std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
   std::vector<std::int32_t> pending(static_cast<std::size_t>(nOps), 0);
-  for (const Edge& e : edges) {
+  std::size_t crossEdges = 0;
+  auto count = [&](const Edge& e) {
+    if (e.from == kNone) return;
     ++firstOut[static_cast<std::size_t>(e.from) + 1];
     ++pending[static_cast<std::size_t>(e.to)];
-  }
+    if (shell.ops[static_cast<std::size_t>(e.from)].device != shell.ops[static_cast<std::size_t>(e.to)].device) ++crossEdges;
+  };
+  for (const Edge& e : preds) count(e);
+  for (const Edge& e : extra) count(e);
   for (std::int32_t i = 0; i < nOps; ++i) firstOut[static_cast<std::size_t>(i) + 1] += firstOut[static_cast<std::size_t>(i)];
-  std::vector<std::int32_t> outEdge(edges.size());
+  std::vector<Out> outs(static_cast<std::size_t>(firstOut.back()));
   {
+    // Transfers between a stage and its chain neighbour always carry the same bytes between
+    // the same two devices: compute each once (ClusterSpec::transferMs is pure).
+    std::vector<double> sendCache(static_cast<std::size_t>(nStages) * 2, -1.0);
     std::vector<std::int32_t> fillPos(firstOut.begin(), firstOut.end() - 1);
-    for (std::size_t e = 0; e < edges.size(); ++e) {
-      outEdge[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(edges[e].from)]++)] = static_cast<std::int32_t>(e);
-    }
+    auto place = [&](const Edge& e, bool cacheable) {
+      if (e.from == kNone) return;
+      const Op& from = shell.ops[static_cast<std::size_t>(e.from)];
+      const Op& to = shell.ops[static_cast<std::size_t>(e.to)];
+      double ms = 0;
+      if (from.device != to.device) {
+        // Key: the producing stage and the direction (toward the next or previous stage).
+        const std::size_t key = static_cast<std::size_t>(from.virtualStage) * 2 + (to.virtualStage < from.virtualStage ? 1U : 0U);
+        if (cacheable && sendCache[key] >= 0) {
+          ms = sendCache[key];
+        } else {
+          ms = shell.cluster.transferMs(from.device, to.device, static_cast<double>(e.bytes));
+          if (cacheable) sendCache[key] = ms;
+        }
+      }
+      outs[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(e.from)]++)] = {e.to, to.device, ms, e.bytes};
+    };
+    for (const Edge& e : preds) place(e, true);
+    for (const Edge& e : extra) place(e, false);
   }
 
   std::vector<std::int32_t> position(static_cast<std::size_t>(p), 0);
   std::vector<char> busy(static_cast<std::size_t>(p), 0);
   std::vector<double> linkFreeMs(static_cast<std::size_t>(p) * static_cast<std::size_t>(p), 0.0);
-  std::vector<char> done(static_cast<std::size_t>(nOps), 0);
-  std::priority_queue<Event, std::vector<Event>, EventLater> events;
-  std::int64_t seq = 0;
-  if (options.recordComms) shell.comms.reserve(edges.size() / 2);
+  std::vector<Event> heap;
+  heap.reserve(static_cast<std::size_t>(p) * 4);
+  std::uint32_t seq = 0;
+  const EventLater later;
+  auto push = [&](double timeMs, std::int32_t code) {
+    heap.push_back({timeMs, seq++, code});
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
+  if (options.recordComms) shell.comms.reserve(crossEdges);
 
   auto tryStart = [&](int d, double now) {
     const auto du = static_cast<std::size_t>(d);
@@ -277,49 +324,50 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     op.startMs = now;
     op.endMs = now + duration[static_cast<std::size_t>(idx)];
     busy[du] = 1;
-    events.push({op.endMs, seq++, idx, 0});
+    push(op.endMs, idx);
   };
   for (int d = 0; d < p; ++d) tryStart(d, 0.0);
   std::int32_t completed = 0;
-  while (!events.empty()) {
-    const Event ev = events.top();
-    events.pop();
-    if (ev.type == 1) {
-      --pending[static_cast<std::size_t>(ev.op)];
-      tryStart(shell.ops[static_cast<std::size_t>(ev.op)].device, ev.timeMs);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Event ev = heap.back();
+    heap.pop_back();
+    if (ev.code < 0) {  // an input of op ~code arrived
+      const std::int32_t consumer = ~ev.code;
+      --pending[static_cast<std::size_t>(consumer)];
+      tryStart(shell.ops[static_cast<std::size_t>(consumer)].device, ev.timeMs);
       continue;
     }
-    const Op& op = shell.ops[static_cast<std::size_t>(ev.op)];
+    const Op& op = shell.ops[static_cast<std::size_t>(ev.code)];
     const auto du = static_cast<std::size_t>(op.device);
-    done[static_cast<std::size_t>(ev.op)] = 1;
     ++completed;
     busy[du] = 0;
     ++position[du];
-    for (std::int32_t k = firstOut[static_cast<std::size_t>(ev.op)]; k < firstOut[static_cast<std::size_t>(ev.op) + 1]; ++k) {
-      const Edge& e = edges[static_cast<std::size_t>(outEdge[static_cast<std::size_t>(k)])];
-      const Op& consumer = shell.ops[static_cast<std::size_t>(e.to)];
-      if (consumer.device == op.device) {
-        --pending[static_cast<std::size_t>(e.to)];
+    const Out* o = outs.data() + firstOut[static_cast<std::size_t>(ev.code)];
+    const Out* oEnd = outs.data() + firstOut[static_cast<std::size_t>(ev.code) + 1];
+    for (; o != oEnd; ++o) {
+      if (o->toDevice == op.device) {
         // Same device: the consumer is later in this order; tryStart below covers it.
+        --pending[static_cast<std::size_t>(o->to)];
         continue;
       }
-      const std::size_t link = du * static_cast<std::size_t>(p) + static_cast<std::size_t>(consumer.device);
+      const std::size_t link = du * static_cast<std::size_t>(p) + static_cast<std::size_t>(o->toDevice);
       const double startMs = std::max(ev.timeMs, linkFreeMs[link]);
-      const double endMs = startMs + shell.cluster.transferMs(op.device, consumer.device, static_cast<double>(e.bytes));
+      const double endMs = startMs + o->transferMs;
       linkFreeMs[link] = endMs;
       if (options.recordComms) {
         Comm c;
         c.fromDevice = op.device;
-        c.toDevice = consumer.device;
+        c.toDevice = o->toDevice;
         c.microbatch = op.microbatch;
         c.kind = (op.kind == OpKind::B || op.kind == OpKind::BW || op.kind == OpKind::T) ? OpKind::B : OpKind::F;
         c.virtualStage = op.virtualStage;
         c.startMs = startMs;
         c.endMs = endMs;
-        c.bytes = e.bytes;
+        c.bytes = o->bytes;
         shell.comms.push_back(c);
       }
-      events.push({endMs, seq++, e.to, 1});
+      push(endMs, ~o->to);
     }
     tryStart(op.device, ev.timeMs);
   }
@@ -335,8 +383,17 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       if (idx >= offset[du + 1]) continue;
       const Op& op = shell.ops[static_cast<std::size_t>(idx)];
       msg << "\n  device " << d << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
-      for (const Edge& e : edges) {  // error path only: a linear scan is fine
-        if (e.to != idx || done[static_cast<std::size_t>(e.from)]) continue;
+      auto isDone = [&](std::int32_t x) {
+        const Op& o = shell.ops[static_cast<std::size_t>(x)];
+        return x < offset[static_cast<std::size_t>(o.device)] + position[static_cast<std::size_t>(o.device)];
+      };
+      // The producers of the stuck op, in the order the simulator lists them.
+      std::vector<Edge> waits{preds[static_cast<std::size_t>(idx) * 2], preds[static_cast<std::size_t>(idx) * 2 + 1]};
+      for (const Edge& e : extra) {
+        if (e.to == idx) waits.push_back(e);
+      }
+      for (const Edge& e : waits) {
+        if (e.from == kNone || isDone(e.from)) continue;
         const Op& need = shell.ops[static_cast<std::size_t>(e.from)];
         msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << need.device;
         if (need.device == d) msg << " (later in its own order)";
@@ -364,6 +421,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     }
     return Error{msg.str()};
   }
+  if (options.recordComms) appendFrozenTransfers(shell);  // part: frozen outputs to their consumers (Fill.hpp)
   if (options.computeMetrics) shell.metrics = computeMetrics(shell);
   return shell;
 }
@@ -391,6 +449,8 @@ Expected<Plan> resimulate(const Plan& plan) {
     o.samples = op.samples;
     skeleton.devices[static_cast<std::size_t>(op.device)].push_back(o);
   }
+  // part: dependencies the plan implies but does not store (frozen outputs, vocabulary S/T).
+  skeleton.extraDependencies = derivedDependencies(plan, skeleton.devices);
   Plan shell;
   shell.config = plan.config;
   shell.model = plan.model;
