@@ -142,6 +142,7 @@ HistoryStore::Impl::~Impl() {
     if (inTransaction) (void)commit();
     // Finalize statements before closing (sqlite3_close refuses with live statements).
     insertEvent = {};
+    insertEventBlock = {};
     insertName = {};
     insertMemory = {};
     insertStep = {};
@@ -153,12 +154,19 @@ HistoryStore::Impl::~Impl() {
 
 Status HistoryStore::Impl::prepareWriteStatements() {
   std::string error;
-  insertEvent = Statement(db,
-                          "INSERT INTO events(id, category, device, stream, name_id, start_ns, dur_ns, "
-                          "virtual_stage, microbatch, iteration, kind, bytes, correlation, args) "
-                          "VALUES(?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-                          &error);
+  // Anonymous parameters: row r binds 1 + r * kEventColumns .. (r + 1) * kEventColumns.
+  const auto eventInsert = [](int rows) {
+    std::string sql =
+        "INSERT INTO events(id, category, device, stream, name_id, start_ns, dur_ns, virtual_stage, microbatch, "
+        "iteration, kind, bytes, correlation, args) VALUES";
+    for (int r = 0; r < rows; ++r) sql += r ? ",(?,?,?,?,?,?,?,?,?,?,?,?,?,?)" : "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    return sql;
+  };
+  insertEvent = Statement(db, eventInsert(1), &error);
   if (!insertEvent) return Error{error};
+  insertEventBlock = Statement(db, eventInsert(kEventInsertRows), &error);
+  if (!insertEventBlock) return Error{error};
+  bufferedEvents.reserve(kEventInsertRows);
   insertName = Statement(db, "INSERT INTO names(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET name = name RETURNING id",
                          &error);
   if (!insertName) return Error{error};
@@ -221,6 +229,7 @@ Status HistoryStore::Impl::writeRunProgress(RunId run, RunState& state) {
 
 Status HistoryStore::Impl::commit() {
   if (!inTransaction) return {};
+  if (auto st = flushEvents(); !st) return st;
   for (auto& [run, state] : runs) {
     if (auto st = writeRunProgress(run, state); !st) return st;
   }
@@ -303,6 +312,69 @@ Expected<std::int64_t> HistoryStore::Impl::nameId(std::string_view name) {
   return id;
 }
 
+namespace {
+constexpr int kEventColumns = 14;
+
+// Binds one buffered event as row `row` of a multi-row INSERT. Every parameter is bound each
+// time (bindings persist across executions, so a NULL must be bound explicitly).
+void bindEvent(sqlite3_stmt* s, int row, const BufferedEvent& e, const std::string& args) {
+  const int p = 1 + row * kEventColumns;
+  sqlite3_bind_int64(s, p, e.id);
+  sqlite3_bind_int(s, p + 1, e.category);
+  sqlite3_bind_int(s, p + 2, e.device);
+  sqlite3_bind_int64(s, p + 3, e.stream);
+  sqlite3_bind_int64(s, p + 4, e.nameId);
+  sqlite3_bind_int64(s, p + 5, e.startNs);
+  sqlite3_bind_int64(s, p + 6, e.durationNs);
+  if (e.isOp) {
+    sqlite3_bind_int(s, p + 7, e.virtualStage);
+    sqlite3_bind_int(s, p + 8, e.microbatch);
+    sqlite3_bind_int(s, p + 9, e.iteration);
+    sqlite3_bind_int(s, p + 10, e.kind);
+  } else {
+    for (int i = 7; i <= 10; ++i) sqlite3_bind_null(s, p + i);
+  }
+  if (e.bytes != 0) {
+    sqlite3_bind_int64(s, p + 11, e.bytes);
+  } else {
+    sqlite3_bind_null(s, p + 11);
+  }
+  if (e.correlationId != 0) {
+    sqlite3_bind_int64(s, p + 12, e.correlationId);
+  } else {
+    sqlite3_bind_null(s, p + 12);
+  }
+  if (e.hasArgs) {
+    // SQLITE_STATIC: bufferedArgs is not touched until the statement has run.
+    sqlite3_bind_text(s, p + 13, args.data() + e.argsOffset, static_cast<int>(e.argsBytes), SQLITE_STATIC);
+  } else {
+    sqlite3_bind_null(s, p + 13);
+  }
+}
+}  // namespace
+
+Status HistoryStore::Impl::flushEvents() {
+  const std::size_t n = bufferedEvents.size();
+  std::size_t done = 0;
+  Status result;
+  while (done < n) {
+    const bool block = n - done >= static_cast<std::size_t>(kEventInsertRows);
+    Statement& s = block ? insertEventBlock : insertEvent;
+    const int rows = block ? kEventInsertRows : 1;
+    for (int r = 0; r < rows; ++r) bindEvent(s.get(), r, bufferedEvents[done + static_cast<std::size_t>(r)], bufferedArgs);
+    const int rc = s.step();
+    s.reset();
+    if (rc != SQLITE_DONE) {
+      result = Error{withPath(path, "storing an event failed: " + detail::lastError(db))};
+      break;
+    }
+    done += static_cast<std::size_t>(rows);
+  }
+  bufferedEvents.clear();
+  bufferedArgs.clear();
+  return result;
+}
+
 Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& row) {
   if (auto st = begin(); !st) return st;
   auto name = nameId(row.name);
@@ -310,43 +382,30 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
   if (state.nextSeq > 0xffffffffLL || run < 0 || run > 0x7fffffffLL) {
     return Error{withPath(path, "run " + std::to_string(run) + " cannot hold more events (limit 2^32 per run)")};
   }
-  Statement& s = insertEvent;
-  s.bind(2, (run << 32) | state.nextSeq);
-  s.bind(3, static_cast<int>(row.category));
-  s.bind(4, row.device);
-  s.bind(5, row.stream);
-  s.bind(6, *name);
-  s.bind(7, row.startNs);
-  s.bind(8, row.durationNs);
-  if (row.category == EventCategory::Op) {
-    s.bind(9, row.virtualStage);
-    s.bind(10, row.microbatch);
-    s.bind(11, row.iteration);
-    s.bind(12, row.kind);
-  } else {
-    s.bindNull(9);
-    s.bindNull(10);
-    s.bindNull(11);
-    s.bindNull(12);
-  }
-  if (row.bytes != 0) {
-    s.bind(13, row.bytes);
-  } else {
-    s.bindNull(13);
-  }
-  if (row.correlationId != 0) {
-    s.bind(14, row.correlationId);
-  } else {
-    s.bindNull(14);
-  }
+  BufferedEvent& e = bufferedEvents.emplace_back();
+  e.id = (run << 32) | state.nextSeq;
+  e.nameId = *name;
+  e.stream = row.stream;
+  e.startNs = row.startNs;
+  e.durationNs = row.durationNs;
+  e.bytes = row.bytes;
+  e.correlationId = row.correlationId;
+  e.category = static_cast<int>(row.category);
+  e.device = row.device;
+  e.isOp = row.category == EventCategory::Op;
+  e.virtualStage = row.virtualStage;
+  e.microbatch = row.microbatch;
+  e.iteration = row.iteration;
+  e.kind = row.kind;
   if (!row.argsJson.empty()) {
-    s.bindStatic(15, row.argsJson);
-  } else {
-    s.bindNull(15);
+    e.hasArgs = true;
+    e.argsOffset = static_cast<std::uint32_t>(bufferedArgs.size());
+    e.argsBytes = static_cast<std::uint32_t>(row.argsJson.size());
+    bufferedArgs.append(row.argsJson);
   }
-  const int rc = s.step();
-  s.reset();
-  if (rc != SQLITE_DONE) return Error{withPath(path, "storing an event failed: " + detail::lastError(db))};
+  if (bufferedEvents.size() >= static_cast<std::size_t>(kEventInsertRows)) {
+    if (auto st = flushEvents(); !st) return st;
+  }
   ++state.nextSeq;
   ++state.pendingEvents;
   state.dirty = true;
