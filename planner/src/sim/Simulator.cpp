@@ -6,6 +6,7 @@
 #include "pipestudio/planner/Simulator.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <sstream>
 
 #include "pipestudio/plan/Memory.hpp"
@@ -27,7 +28,7 @@ struct Edge {
   std::int64_t bytes;
 };
 
-// 16 bytes: an op that ended (code = op index) or an input of op ~code that arrived.
+// 16 bytes: the end of op `code`; ties in time go by push order (seq).
 struct Event {
   double timeMs;
   std::uint32_t seq;
@@ -117,7 +118,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   std::vector<std::int32_t> offset(static_cast<std::size_t>(p) + 1, 0);
   std::size_t totalOps = 0;
   for (int d = 0; d < p; ++d) totalOps += skeleton.devices[static_cast<std::size_t>(d)].size();
-  // Op indices are int32 and event sequence numbers uint32 (at most 3 events per op).
+  // Op indices are int32 and event sequence numbers uint32 (one event per op).
   if (totalOps > (std::size_t{1} << 30)) return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
   for (int d = 0; d < p; ++d) {
     offset[static_cast<std::size_t>(d) + 1] =
@@ -187,8 +188,14 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
 
   // Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
   // B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), kept in
-  // two flat slots per op in that order. Extra dependencies follow, in skeleton order.
-  std::vector<Edge> preds(static_cast<std::size_t>(nOps) * 2, Edge{kNone, kNone, 0});
+  // two flat slots per op in that order (producer op and its stage, so that devices and
+  // bytes come from small per-stage tables, not from random reads of ops). Extra
+  // dependencies follow, in skeleton order.
+  struct Pred {
+    std::int32_t from;
+    std::int32_t fromStage;
+  };
+  std::vector<Pred> preds(static_cast<std::size_t>(nOps) * 2, Pred{kNone, kNone});
   auto missing = [&](std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) {
     const Op& c = shell.ops[static_cast<std::size_t>(consumer)];
     return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) +
@@ -199,24 +206,24 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     const Op& op = shell.ops[static_cast<std::size_t>(i)];
     const auto s = static_cast<std::size_t>(op.virtualStage);
     const auto mb = static_cast<std::size_t>(op.microbatch);
-    Edge* slot = &preds[static_cast<std::size_t>(i) * 2];
+    Pred* slot = &preds[static_cast<std::size_t>(i) * 2];
     switch (op.kind) {
       case OpKind::F:
         if (prevStage[s] != kNone) {
           const std::int32_t src = fIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
           if (src == kNone) return missing(i, OpKind::F, prevStage[s], op.microbatch);
-          *slot = {src, i, costs[static_cast<std::size_t>(prevStage[s])].outputBytes};
+          *slot = {src, prevStage[s]};
         }
         break;
       case OpKind::B:
       case OpKind::BW: {
         const std::int32_t own = fIdx[s * m_ + mb];
         if (own == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
-        slot[0] = {own, i, 0};
+        slot[0] = {own, op.virtualStage};
         if (nextStage[s] != kNone) {
           const std::int32_t src = bIdx[static_cast<std::size_t>(nextStage[s]) * m_ + mb];
           if (src == kNone) return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, nextStage[s], op.microbatch);
-          slot[1] = {src, i, costs[s].outputBytes};
+          slot[1] = {src, nextStage[s]};
         }
         break;
       }
@@ -225,13 +232,13 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         if (src == kNone || shell.ops[static_cast<std::size_t>(src)].kind != OpKind::B) {
           return missing(i, OpKind::B, op.virtualStage, op.microbatch);
         }
-        *slot = {src, i, 0};
+        *slot = {src, op.virtualStage};
         break;
       }
       case OpKind::N:
         if (prevStage[s] != kNone) {
           const std::int32_t src = nIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
-          if (src != kNone) *slot = {src, i, costs[static_cast<std::size_t>(prevStage[s])].outputBytes};
+          if (src != kNone) *slot = {src, prevStage[s]};
         }
         break;
       default:
@@ -252,6 +259,13 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     if (a == kNone || b == kNone) return Error{"extra dependency names an op that is not in the schedule"};
     extra.push_back({a, b, dep.bytes});
   }
+  // Bytes on a data-flow edge: activations forward (the producing stage's output) or
+  // gradients backward (the consuming stage's output); nothing within one stage.
+  auto edgeBytes = [&](std::int32_t fromStage, std::int32_t toStage) -> std::int64_t {
+    if (fromStage == toStage) return 0;
+    return costs[static_cast<std::size_t>(std::min(fromStage, toStage))].outputBytes;
+  };
+  auto stageDevice = [&](std::int32_t stage) { return shell.virtualStages[static_cast<std::size_t>(stage)].device; };
 
   // CSR of consumers per producer with everything the hot loop needs inline (consumer,
   // its device, transfer time), in the order the edges were listed above: per producer,
@@ -264,91 +278,106 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     std::int64_t bytes;
   };
   std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
-  std::vector<std::int32_t> pending(static_cast<std::size_t>(nOps), 0);
+  std::vector<std::int32_t> pending(static_cast<std::size_t>(nOps), 0);  // producers not yet completed
   std::size_t crossEdges = 0;
-  auto count = [&](const Edge& e) {
-    if (e.from == kNone) return;
+  for (std::int32_t i = 0; i < nOps; ++i) {
+    const Op& op = shell.ops[static_cast<std::size_t>(i)];
+    std::int32_t& st = pending[static_cast<std::size_t>(i)];
+    for (int k = 0; k < 2; ++k) {
+      const Pred& pr = preds[static_cast<std::size_t>(i) * 2 + static_cast<std::size_t>(k)];
+      if (pr.from == kNone) continue;
+      ++firstOut[static_cast<std::size_t>(pr.from) + 1];
+      ++st;
+      if (stageDevice(pr.fromStage) != op.device) ++crossEdges;
+    }
+  }
+  for (const Edge& e : extra) {
     ++firstOut[static_cast<std::size_t>(e.from) + 1];
     ++pending[static_cast<std::size_t>(e.to)];
     if (shell.ops[static_cast<std::size_t>(e.from)].device != shell.ops[static_cast<std::size_t>(e.to)].device) ++crossEdges;
-  };
-  for (const Edge& e : preds) count(e);
-  for (const Edge& e : extra) count(e);
+  }
   for (std::int32_t i = 0; i < nOps; ++i) firstOut[static_cast<std::size_t>(i) + 1] += firstOut[static_cast<std::size_t>(i)];
-  std::vector<Out> outs(static_cast<std::size_t>(firstOut.back()));
+  // Every slot is written below: no value-initialisation of this (large) array.
+  const auto outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(firstOut.back()));
   {
     // Transfers between a stage and its chain neighbour always carry the same bytes between
-    // the same two devices: compute each once (ClusterSpec::transferMs is pure).
+    // the same two devices: compute each once (ClusterSpec::transferMs is pure). Key: the
+    // producing stage and the direction (toward a later or an earlier stage).
     std::vector<double> sendCache(static_cast<std::size_t>(nStages) * 2, -1.0);
     std::vector<std::int32_t> fillPos(firstOut.begin(), firstOut.end() - 1);
-    auto place = [&](const Edge& e, bool cacheable) {
-      if (e.from == kNone) return;
-      const Op& from = shell.ops[static_cast<std::size_t>(e.from)];
-      const Op& to = shell.ops[static_cast<std::size_t>(e.to)];
-      double ms = 0;
-      if (from.device != to.device) {
-        // Key: the producing stage and the direction (toward the next or previous stage).
-        const std::size_t key = static_cast<std::size_t>(from.virtualStage) * 2 + (to.virtualStage < from.virtualStage ? 1U : 0U);
-        if (cacheable && sendCache[key] >= 0) {
+    for (std::int32_t i = 0; i < nOps; ++i) {
+      const Op& op = shell.ops[static_cast<std::size_t>(i)];
+      for (int k = 0; k < 2; ++k) {
+        const Pred& pr = preds[static_cast<std::size_t>(i) * 2 + static_cast<std::size_t>(k)];
+        if (pr.from == kNone) continue;
+        const int fromDevice = stageDevice(pr.fromStage);
+        const std::int64_t bytes = edgeBytes(pr.fromStage, op.virtualStage);
+        double ms = 0;
+        if (fromDevice != op.device) {
+          const std::size_t key = static_cast<std::size_t>(pr.fromStage) * 2 + (op.virtualStage < pr.fromStage ? 1U : 0U);
+          if (sendCache[key] < 0) sendCache[key] = shell.cluster.transferMs(fromDevice, op.device, static_cast<double>(bytes));
           ms = sendCache[key];
-        } else {
-          ms = shell.cluster.transferMs(from.device, to.device, static_cast<double>(e.bytes));
-          if (cacheable) sendCache[key] = ms;
         }
+        outs[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(pr.from)]++)] = {i, op.device, ms, bytes};
       }
-      outs[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(e.from)]++)] = {e.to, to.device, ms, e.bytes};
-    };
-    for (const Edge& e : preds) place(e, true);
-    for (const Edge& e : extra) place(e, false);
+    }
+    for (const Edge& e : extra) {
+      const int fromDevice = shell.ops[static_cast<std::size_t>(e.from)].device;
+      const int toDevice = shell.ops[static_cast<std::size_t>(e.to)].device;
+      const double ms = fromDevice == toDevice ? 0.0 : shell.cluster.transferMs(fromDevice, toDevice, static_cast<double>(e.bytes));
+      outs[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(e.from)]++)] = {e.to, toDevice, ms, e.bytes};
+    }
   }
 
+  // Event loop over op completions only. An op starts when its device is free and every
+  // input has arrived: start = max(device free, latest arrival). Arrival times are known as
+  // soon as the producer completes (its transfer queues on the link then), so no arrival
+  // events are needed: an op whose producers have all completed starts at that maximum,
+  // possibly later than the current event. Transfers on a link queue in the order their
+  // producers complete, which is the sending device's op order.
   std::vector<std::int32_t> position(static_cast<std::size_t>(p), 0);
   std::vector<char> busy(static_cast<std::size_t>(p), 0);
+  std::vector<double> deviceFreeMs(static_cast<std::size_t>(p), 0.0);
+  std::vector<double> readyMs(static_cast<std::size_t>(nOps), 0.0);
   std::vector<double> linkFreeMs(static_cast<std::size_t>(p) * static_cast<std::size_t>(p), 0.0);
   std::vector<Event> heap;
-  heap.reserve(static_cast<std::size_t>(p) * 4);
+  heap.reserve(static_cast<std::size_t>(p) + 1);
   std::uint32_t seq = 0;
   const EventLater later;
-  auto push = [&](double timeMs, std::int32_t code) {
-    heap.push_back({timeMs, seq++, code});
-    std::push_heap(heap.begin(), heap.end(), later);
-  };
   if (options.recordComms) shell.comms.reserve(crossEdges);
 
-  auto tryStart = [&](int d, double now) {
+  auto tryStart = [&](int d) {
     const auto du = static_cast<std::size_t>(d);
     if (busy[du]) return;
     const std::int32_t idx = offset[du] + position[du];
     if (idx >= offset[du + 1] || pending[static_cast<std::size_t>(idx)] != 0) return;
     Op& op = shell.ops[static_cast<std::size_t>(idx)];
-    op.startMs = now;
-    op.endMs = now + duration[static_cast<std::size_t>(idx)];
+    op.startMs = std::max(deviceFreeMs[du], readyMs[static_cast<std::size_t>(idx)]);
+    op.endMs = op.startMs + duration[static_cast<std::size_t>(idx)];
     busy[du] = 1;
-    push(op.endMs, idx);
+    heap.push_back({op.endMs, seq++, idx});
+    std::push_heap(heap.begin(), heap.end(), later);
   };
-  for (int d = 0; d < p; ++d) tryStart(d, 0.0);
+  for (int d = 0; d < p; ++d) tryStart(d);
   std::int32_t completed = 0;
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), later);
     const Event ev = heap.back();
     heap.pop_back();
-    if (ev.code < 0) {  // an input of op ~code arrived
-      const std::int32_t consumer = ~ev.code;
-      --pending[static_cast<std::size_t>(consumer)];
-      tryStart(shell.ops[static_cast<std::size_t>(consumer)].device, ev.timeMs);
-      continue;
-    }
     const Op& op = shell.ops[static_cast<std::size_t>(ev.code)];
     const auto du = static_cast<std::size_t>(op.device);
     ++completed;
     busy[du] = 0;
+    deviceFreeMs[du] = ev.timeMs;
     ++position[du];
-    const Out* o = outs.data() + firstOut[static_cast<std::size_t>(ev.code)];
-    const Out* oEnd = outs.data() + firstOut[static_cast<std::size_t>(ev.code) + 1];
+    const Out* o = outs.get() + firstOut[static_cast<std::size_t>(ev.code)];
+    const Out* oEnd = outs.get() + firstOut[static_cast<std::size_t>(ev.code) + 1];
     for (; o != oEnd; ++o) {
+      std::int32_t& consumerPending = pending[static_cast<std::size_t>(o->to)];
       if (o->toDevice == op.device) {
-        // Same device: the consumer is later in this order; tryStart below covers it.
-        --pending[static_cast<std::size_t>(o->to)];
+        // Same device: the consumer is later in this order and cannot start before this
+        // op's end; tryStart below covers it.
+        --consumerPending;
         continue;
       }
       const std::size_t link = du * static_cast<std::size_t>(p) + static_cast<std::size_t>(o->toDevice);
@@ -367,9 +396,11 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         c.bytes = o->bytes;
         shell.comms.push_back(c);
       }
-      push(endMs, ~o->to);
+      double& ready = readyMs[static_cast<std::size_t>(o->to)];
+      ready = std::max(ready, endMs);
+      if (--consumerPending == 0) tryStart(o->toDevice);
     }
-    tryStart(op.device, ev.timeMs);
+    tryStart(op.device);
   }
 
   if (completed != nOps) {
@@ -388,7 +419,8 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         return x < offset[static_cast<std::size_t>(o.device)] + position[static_cast<std::size_t>(o.device)];
       };
       // The producers of the stuck op, in the order the simulator lists them.
-      std::vector<Edge> waits{preds[static_cast<std::size_t>(idx) * 2], preds[static_cast<std::size_t>(idx) * 2 + 1]};
+      std::vector<Edge> waits;
+      for (std::size_t k = 0; k < 2; ++k) waits.push_back({preds[static_cast<std::size_t>(idx) * 2 + k].from, idx, 0});
       for (const Edge& e : extra) {
         if (e.to == idx) waits.push_back(e);
       }
