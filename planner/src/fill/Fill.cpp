@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/CostModel.hpp"
@@ -226,8 +227,8 @@ struct Layout {
 };
 
 // Rebuilds the skeleton: frozen virtual stages for every used (group, device), N ops merged
-// into each device's order by time (`before` true: all N ops first), extra dependencies
-// re-indexed.
+// into each device's order by time (`before` true: all N ops first), the base skeleton's extra
+// dependencies re-indexed.
 ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const Layout& layout, bool before) {
   ScheduleSkeleton out;
   out.virtualStages = base.virtualStages;
@@ -297,19 +298,8 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
     dep.to.index = remap[static_cast<std::size_t>(dep.to.device)][static_cast<std::size_t>(dep.to.index)];
     out.extraDependencies.push_back(dep);
   }
-  if (before) {
-    // `--fill none`: the pipeline starts when every device's frozen prologue is done.
-    for (int d = 0; d < devices; ++d) {
-      const auto du = static_cast<std::size_t>(d);
-      if (perDevice[du].empty()) continue;
-      const auto lastN = static_cast<std::int32_t>(perDevice[du].size()) - 1;
-      for (int e = 0; e < devices; ++e) {
-        const auto eu = static_cast<std::size_t>(e);
-        if (e == d || base.devices[eu].empty()) continue;
-        out.extraDependencies.push_back({{d, lastN}, {e, remap[eu][0]}, 0});
-      }
-    }
-  }
+  // Frozen outputs reach their consumers through derived dependencies (fill none) or timed
+  // cross-iteration transfers (greedy), both computed from the plan itself (Dependencies.cpp).
   return out;
 }
 
@@ -355,13 +345,32 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
     peak[static_cast<std::size_t>(d)] = static_cast<double>(timed.metrics.devices[static_cast<std::size_t>(d)].peakMemoryBytes);
   }
   std::vector<std::vector<char>> hasGroup(static_cast<std::size_t>(devices), std::vector<char>(frozen.groups.size(), 0));
+  // Where each frozen output goes: consumer devices, and per microbatch the consumer's first
+  // F start (the cross-iteration deadline is that start plus the iteration period).
+  const double periodMs = timed.metrics.makespanMs;
+  std::vector<double> fStart(timed.virtualStages.size() * static_cast<std::size_t>(m), kInf);
+  for (const Op& op : timed.ops) {
+    if (op.kind == OpKind::F) fStart[static_cast<std::size_t>(op.virtualStage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(op.microbatch)] = op.startMs;
+  }
   // device and completion per (component, microbatch)
   std::map<std::pair<int, int>, std::pair<int, double>> done;
   for (int c : frozen.order) {
     const auto& gs = frozen.groupsOf[static_cast<std::size_t>(c)];
     if (gs.empty()) continue;
     const int feeder = feederOf(timed.model, c);
+    const std::vector<int> consumerStages = frozenConsumerStagesOf(timed, c);
+    const auto outputBytes = static_cast<double>(frozenOutputBytes(timed.model, timed.cluster, c));
     for (int mb = 0; mb < m; ++mb) {
+      // (consumer device, deadline) for this microbatch; the deadline only binds
+      // cross-iteration fill (useGaps), `none` minimises the arrival itself.
+      std::map<int, double> consumers;
+      for (int s : consumerStages) {
+        const int dc = timed.virtualStages[static_cast<std::size_t>(s)].device;
+        const double f = fStart[static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb)];
+        auto it = consumers.find(dc);
+        if (it == consumers.end()) consumers.emplace(dc, f);
+        else it->second = std::min(it->second, f);
+      }
       int forced = -1;
       double ready = 0;
       if (feeder >= 0) {
@@ -372,6 +381,8 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
         }
       }
       double bestEnd = kInf;
+      double bestArrival = kInf;
+      bool bestLate = true;
       int bestDevice = -1;
       std::vector<Piece> bestPieces;
       std::vector<Idle> bestGaps;
@@ -397,7 +408,19 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
                          g, mb, pieces);
           if (std::isinf(t)) break;
         }
-        if (t < bestEnd - kEpsMs) {
+        if (std::isinf(t)) continue;
+        // Prefer the device whose output reaches every consumer first (computing next to the
+        // consumer saves the transfer), and one that meets the next iteration's deadline.
+        double arrival = t;
+        bool late = false;
+        for (const auto& [dc, firstF] : consumers) {
+          const double at = dc == d ? t : t + timed.cluster.transferMs(d, dc, outputBytes);
+          arrival = std::max(arrival, at);
+          late = late || (useGaps && at > periodMs + firstF + kEpsMs);
+        }
+        if ((!late && bestLate) || (late == bestLate && arrival < bestArrival - kEpsMs)) {
+          bestLate = late;
+          bestArrival = arrival;
           bestEnd = t;
           bestDevice = d;
           bestPieces = std::move(pieces);
@@ -434,6 +457,12 @@ Plan shellOf(const PlanRequest& request, const ScheduleSkeleton& skeleton) {
   return shell;
 }
 
+// Appends the dependencies the filled plan implies (the same ones resimulate derives).
+void withFrozenDependencies(const PlanRequest& request, ScheduleSkeleton& sk) {
+  const std::vector<OpDependency> deps = frozenDependencies(shellOf(request, sk), sk.devices);
+  sk.extraDependencies.insert(sk.extraDependencies.end(), deps.begin(), deps.end());
+}
+
 }  // namespace
 
 Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control,
@@ -449,34 +478,56 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
 
   auto noneLayout = greedyLayout(*backbone, frozen, false);
   if (!noneLayout) return noneLayout.error();
+  // `--fill none`: frozen work first, its outputs sent to the consuming F in this iteration.
+  PlanRequest noneRequest = request;
+  noneRequest.config.fill = "none";
   ScheduleSkeleton noneSkeleton = assemble(skeleton, *backbone, *noneLayout, true);
+  withFrozenDependencies(noneRequest, noneSkeleton);
+  auto nonePlan = simulateSkeleton(shellOf(noneRequest, noneSkeleton), noneSkeleton, SimulationOptions{false, true});
+  if (!nonePlan) return Error{"fill none: " + nonePlan.message()};
+  const double noneMs = nonePlan->metrics.makespanMs;
   ScheduleSkeleton chosen = noneSkeleton;
   const Layout* chosenLayout = &*noneLayout;
   std::optional<Layout> greedy;
-  double noneMs = 0;
-  if (auto nonePlan = simulateSkeleton(shellOf(request, noneSkeleton), noneSkeleton,
-                                       SimulationOptions{false, true})) {
-    noneMs = nonePlan->metrics.makespanMs;
-  } else {
-    return Error{"fill none: " + nonePlan.message()};
-  }
   bool usedNone = mode == "none";
   double iterationMs = noneMs;
   if (mode == "greedy") {
     auto g = greedyLayout(*backbone, frozen, true);
     if (!g) return g.error();
     greedy = std::move(*g);
-    ScheduleSkeleton filled = assemble(skeleton, *backbone, *greedy, false);
-    auto filledPlan = simulateSkeleton(shellOf(request, filled), filled, SimulationOptions{false, true});
-    if (!filledPlan) return Error{"fill greedy: " + filledPlan.message()};
-    // Never worse than running the frozen work first: keep `none`'s layout if it is faster.
-    if (filledPlan->metrics.makespanMs <= noneMs + kEpsMs) {
-      chosen = std::move(filled);
+    // Two cross-iteration candidates: the greedy placement in the bubbles, and the `none`
+    // layout (frozen work first) whose outputs also serve the next iteration. Each is timed
+    // with its transfers; an output arriving after the next iteration needs it stretches the
+    // period by that lateness.
+    struct Candidate {
+      ScheduleSkeleton skeleton;
+      double periodMs = kInf;
+      double makespanMs = kInf;
+    };
+    auto timeCandidate = [&](ScheduleSkeleton sk) -> Expected<Candidate> {
+      withFrozenDependencies(request, sk);
+      auto plan = simulateSkeleton(shellOf(request, sk), sk, SimulationOptions{true, true});
+      if (!plan) return plan.error();
+      const FrozenTransfers t = frozenTransfers(*plan);
+      Candidate c;
+      c.makespanMs = plan->metrics.makespanMs;
+      c.periodMs = c.makespanMs + std::max(0.0, t.latenessMs);
+      c.skeleton = std::move(sk);
+      return c;
+    };
+    auto filled = timeCandidate(assemble(skeleton, *backbone, *greedy, false));
+    if (!filled) return Error{"fill greedy: " + filled.message()};
+    auto firstLayout = timeCandidate(assemble(skeleton, *backbone, *noneLayout, true));
+    if (!firstLayout) return Error{"fill greedy: " + firstLayout.message()};
+    if (filled->periodMs <= firstLayout->periodMs + kEpsMs) {
+      chosen = std::move(filled->skeleton);
       chosenLayout = &*greedy;
       usedNone = false;
-      iterationMs = filledPlan->metrics.makespanMs;
+      iterationMs = filled->periodMs;
     } else {
+      chosen = std::move(firstLayout->skeleton);
       usedNone = true;
+      iterationMs = firstLayout->periodMs;
     }
   }
   if (report) {

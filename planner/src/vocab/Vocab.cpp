@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
@@ -25,6 +26,81 @@ double imbalance(const Plan& plan) {
 }
 
 }  // namespace
+
+std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes) {
+  std::vector<OpDependency> out;
+  const int m = shell.config.microbatches;
+  const int p = static_cast<int>(lanes.size());
+  const auto nStages = shell.virtualStages.size();
+  if (m <= 0 || p <= 0) return out;
+  const auto mu = static_cast<std::size_t>(m);
+  const auto pu = static_cast<std::size_t>(p);
+  auto okStage = [&](int s) { return s >= 0 && static_cast<std::size_t>(s) < nStages; };
+  // Shards: the stages running S/T; their indices per (device, microbatch).
+  std::vector<char> shard(nStages, 0);
+  std::vector<std::int32_t> sIndex(pu * mu, -1), tIndex(pu * mu, -1);
+  bool any = false;
+  for (std::size_t d = 0; d < pu; ++d) {
+    for (std::size_t i = 0; i < lanes[d].size(); ++i) {
+      const OrderedOp& o = lanes[d][i];
+      if ((o.kind != OpKind::S && o.kind != OpKind::T) || !okStage(o.virtualStage) || o.microbatch < 0 || o.microbatch >= m) continue;
+      any = true;
+      shard[static_cast<std::size_t>(o.virtualStage)] = 1;
+      auto& slot = (o.kind == OpKind::S ? sIndex : tIndex)[d * mu + static_cast<std::size_t>(o.microbatch)];
+      if (slot < 0) slot = static_cast<std::int32_t>(i);
+    }
+  }
+  if (!any) return out;
+  // The last trainable stage of pipeline 0 that is not a shard feeds the output layer.
+  int last = -1;
+  for (const VirtualStage& vs : shell.virtualStages) {
+    if (vs.pipeline != 0 || shard[static_cast<std::size_t>(vs.id >= 0 && static_cast<std::size_t>(vs.id) < nStages ? vs.id : 0)]) continue;
+    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= shell.model.components.size()) continue;
+    if (!shell.model.components[static_cast<std::size_t>(vs.component)].trainable) continue;
+    last = std::max(last, vs.id);
+  }
+  if (!okStage(last)) return out;
+  const int lastDevice = shell.virtualStages[static_cast<std::size_t>(last)].device;
+  if (lastDevice < 0 || lastDevice >= p) return out;
+  std::vector<std::int32_t> fLast(mu, -1), bLast(mu, -1);
+  const auto& lane = lanes[static_cast<std::size_t>(lastDevice)];
+  for (std::size_t i = 0; i < lane.size(); ++i) {
+    const OrderedOp& o = lane[i];
+    if (o.virtualStage != last || o.microbatch < 0 || o.microbatch >= m) continue;
+    if (o.kind == OpKind::F) fLast[static_cast<std::size_t>(o.microbatch)] = static_cast<std::int32_t>(i);
+    if (o.kind == OpKind::B || o.kind == OpKind::BW) bLast[static_cast<std::size_t>(o.microbatch)] = static_cast<std::int32_t>(i);
+  }
+  const auto costs = stageCosts(shell);
+  const std::int64_t hiddenBytes = static_cast<std::size_t>(last) < costs.size() ? costs[static_cast<std::size_t>(last)].outputBytes : 0;
+  // Softmax statistics: max and sum per token (fp32), for the shards' LM head sequence.
+  std::int64_t seq = 1;
+  for (std::size_t s = 0; s < nStages && seq == 1; ++s) {
+    if (!shard[s]) continue;
+    const int c = shell.virtualStages[s].component;
+    if (c < 0 || static_cast<std::size_t>(c) >= shell.model.components.size()) continue;
+    for (const Layer& l : shell.model.components[static_cast<std::size_t>(c)].layers) {
+      if (l.kind == "lm_head") {
+        if (l.transformer) seq = l.transformer->seq;
+        break;
+      }
+    }
+  }
+  const std::int64_t statsBytes = 8 * shell.model.samplesPerMicrobatch * seq;
+  for (std::size_t mb = 0; mb < mu; ++mb) {
+    for (std::size_t d = 0; d < pu; ++d) {
+      const std::int32_t sI = sIndex[d * mu + mb];
+      const std::int32_t tI = tIndex[d * mu + mb];
+      const int dev = static_cast<int>(d);
+      if (fLast[mb] >= 0 && sI >= 0) out.push_back({{lastDevice, fLast[mb]}, {dev, sI}, hiddenBytes});
+      for (std::size_t e = 0; e < pu && tI >= 0; ++e) {
+        const std::int32_t sE = sIndex[e * mu + mb];
+        if (sE >= 0) out.push_back({{static_cast<int>(e), sE}, {dev, tI}, statsBytes});
+      }
+      if (bLast[mb] >= 0 && tI >= 0) out.push_back({{dev, tI}, {lastDevice, bLast[mb]}, hiddenBytes});
+    }
+  }
+  return out;
+}
 
 Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveControl& control) {
   const int p = request.config.devices;
@@ -106,10 +182,13 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
     vocabStage[static_cast<std::size_t>(d)] = vs.id;
     sk.virtualStages.push_back(vs);
   }
-  // The last backbone stage of pipeline 0 (it feeds the output layer).
+  // The last trainable stage of pipeline 0 (it feeds the output layer; frozen stages of a
+  // filled backbone come after it in id order).
   int last = -1;
   for (const auto& vs : backbone->virtualStages) {
-    if (vs.pipeline == 0) last = std::max(last, vs.id);
+    if (vs.pipeline == 0 && backbone->model.components[static_cast<std::size_t>(vs.component)].trainable) {
+      last = std::max(last, vs.id);
+    }
   }
   if (last < 0) return Error{"vocabulary parallelism: the backbone has no stage"};
   const int m = request.config.microbatches;
@@ -117,67 +196,36 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   for (const Op& op : backbone->ops) {
     if (op.virtualStage == last && op.kind == OpKind::F) fLastEnd[static_cast<std::size_t>(op.microbatch)] = op.endMs;
   }
-  const auto costs = stageCosts(*backbone);
-  const std::int64_t hiddenBytes = costs[static_cast<std::size_t>(last)].outputBytes;
-  const std::int64_t statsBytes = 8 * request.model.samplesPerMicrobatch *
-                                  (heads.empty() || !heads.front().transformer ? 1 : heads.front().transformer->seq);
 
   // Merge: S(mb) and T(mb) go before the first op that starts at or after F(last, mb) ends.
   sk.devices.assign(static_cast<std::size_t>(p), {});
   std::vector<std::vector<Op>> lanes(static_cast<std::size_t>(p));
   for (const Op& op : backbone->ops) lanes[static_cast<std::size_t>(op.device)].push_back(op);
-  std::vector<std::vector<std::int32_t>> sIndex(static_cast<std::size_t>(p), std::vector<std::int32_t>(static_cast<std::size_t>(m)));
-  std::vector<std::vector<std::int32_t>> tIndex = sIndex;
-  std::vector<std::int32_t> bLastIndex(static_cast<std::size_t>(m), -1);
   std::vector<int> order(static_cast<std::size_t>(m));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return fLastEnd[static_cast<std::size_t>(a)] < fLastEnd[static_cast<std::size_t>(b)]; });
-  const int lastDevice = backbone->virtualStages[static_cast<std::size_t>(last)].device;
   for (int d = 0; d < p; ++d) {
     auto& dst = sk.devices[static_cast<std::size_t>(d)];
+    const int shard = vocabStage[static_cast<std::size_t>(d)];
     std::size_t next = 0;
     for (const Op& op : lanes[static_cast<std::size_t>(d)]) {
       while (next < order.size() && fLastEnd[static_cast<std::size_t>(order[next])] <= op.startMs + 1e-9) {
         const int mb = order[next++];
-        sIndex[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = static_cast<std::int32_t>(dst.size());
-        dst.push_back({vocabStage[static_cast<std::size_t>(d)], OpKind::S, mb, 0});
-        tIndex[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = static_cast<std::int32_t>(dst.size());
-        dst.push_back({vocabStage[static_cast<std::size_t>(d)], OpKind::T, mb, 0});
-      }
-      if (d == lastDevice && op.virtualStage == last && (op.kind == OpKind::B || op.kind == OpKind::BW)) {
-        bLastIndex[static_cast<std::size_t>(op.microbatch)] = static_cast<std::int32_t>(dst.size());
+        dst.push_back({shard, OpKind::S, mb, 0});
+        dst.push_back({shard, OpKind::T, mb, 0});
       }
       dst.push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
     }
     while (next < order.size()) {
       const int mb = order[next++];
-      sIndex[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = static_cast<std::int32_t>(dst.size());
-      dst.push_back({vocabStage[static_cast<std::size_t>(d)], OpKind::S, mb, 0});
-      tIndex[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = static_cast<std::int32_t>(dst.size());
-      dst.push_back({vocabStage[static_cast<std::size_t>(d)], OpKind::T, mb, 0});
+      dst.push_back({shard, OpKind::S, mb, 0});
+      dst.push_back({shard, OpKind::T, mb, 0});
     }
   }
-  // F(last, mb) index on its device.
-  std::vector<std::int32_t> fLastIndex(static_cast<std::size_t>(m), -1);
-  {
-    const auto& lane = sk.devices[static_cast<std::size_t>(lastDevice)];
-    for (std::size_t i = 0; i < lane.size(); ++i) {
-      if (lane[i].virtualStage == last && lane[i].kind == OpKind::F) fLastIndex[static_cast<std::size_t>(lane[i].microbatch)] = static_cast<std::int32_t>(i);
-    }
-  }
-  for (int mb = 0; mb < m; ++mb) {
-    const auto mu = static_cast<std::size_t>(mb);
-    for (int d = 0; d < p; ++d) {
-      const auto du = static_cast<std::size_t>(d);
-      // Hidden states broadcast to every shard; softmax statistics all-reduced; gradient
-      // partial sums reduced back to the last stage.
-      sk.extraDependencies.push_back({{lastDevice, fLastIndex[mu]}, {d, sIndex[du][mu]}, hiddenBytes});
-      for (int e = 0; e < p; ++e) {
-        sk.extraDependencies.push_back({{e, sIndex[static_cast<std::size_t>(e)][mu]}, {d, tIndex[du][mu]}, statsBytes});
-      }
-      if (bLastIndex[mu] >= 0) sk.extraDependencies.push_back({{d, tIndex[du][mu]}, {lastDevice, bLastIndex[mu]}, hiddenBytes});
-    }
-  }
+  // The S/T edges (and any frozen-output edges of a filled backbone) come from the plan
+  // itself, exactly as resimulate derives them.
+  shell.virtualStages = sk.virtualStages;
+  sk.extraDependencies = derivedDependencies(shell, sk.devices);
   auto plan = simulateSkeleton(std::move(shell), sk);
   if (!plan) return Error{"vocabulary parallelism: " + plan.message()};
   if (auto st = checkMemory(*plan); !st) return st.error();

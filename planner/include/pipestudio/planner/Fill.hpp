@@ -8,6 +8,7 @@
 /// its N ops compute the frozen outputs of the *next* iteration (cross-iteration overlap), so
 /// the backbone never waits for them within the iteration.
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,48 @@ struct FillReport {
   std::string dataParallelNote;
   double speedupOverDataParallel = 0;  ///< dataParallelMs / iterationMs (0 when no DP)
 };
+
+/// Virtual stages of trainable component `consumer` that read the output of frozen component
+/// `feeder`. The model names consuming components (`feeds`), not layers, so the rule is: a
+/// feeder whose last layer is a token sequence (kind `transformer` or `embedding`, a text
+/// encoder) is read by every consumer stage holding an `attention` layer (cross-attention);
+/// any other feeder (VAE latents), or a consumer without attention layers, by the consumer's
+/// first stage of each pipeline (the stage holding layer 0).
+std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consumer);
+
+/// frozenConsumerStages over every trainable component that `feeder` feeds, sorted, unique.
+std::vector<int> frozenConsumerStagesOf(const Plan& shell, int feeder);
+
+/// Bytes of frozen component `component`'s output for one whole microbatch (its last layer's
+/// output size); partial batches send their share.
+std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluster, int component);
+
+/// `--fill none` (frozen work in the same iteration): one dependency per (frozen component,
+/// microbatch, producing device, consuming device) from the last N op of the component's final
+/// layer group to the consumer device's first F of that microbatch that reads it, carrying the
+/// output bytes. Empty for cross-iteration fill (see frozenTransfers).
+std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
+/// Cross-iteration overlap (`--fill greedy`): the N ops of a plan compute the next iteration's
+/// frozen outputs, so their transfers gate no op of this iteration. Each is timed on its link
+/// after the producing N op ends, in the first window the backbone's transfers leave idle, and
+/// must end before the consumer's F of that microbatch in the next iteration (its start plus
+/// the iteration period). `latenessMs` is the largest amount by which one misses that
+/// deadline (≤ 0: every output arrives in time).
+struct FrozenTransfers {
+  std::vector<Comm> comms;  ///< kind N
+  double latenessMs = -std::numeric_limits<double>::infinity();
+};
+FrozenTransfers frozenTransfers(const Plan& timed);
+
+/// Names the simulator's transfers out of frozen stages kind N and, for cross-iteration fill,
+/// appends frozenTransfers(timed).comms. Called by the simulator after timing a plan.
+void appendFrozenTransfers(Plan& timed);
+
+/// Every dependency a plan implies beyond the simulator's data flow, derived from the plan
+/// alone (config, model, virtual stages, per-device op order) so that makePlan, resimulate and
+/// the executor agree: frozenDependencies + vocabDependencies (Vocab.hpp).
+std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
 /// Adds the frozen components' N ops to `skeleton` (a backbone schedule of `request`) as
 /// config.fill says: "greedy" fills the bubbles of the simulated backbone, "none" runs the

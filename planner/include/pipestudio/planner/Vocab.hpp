@@ -20,6 +20,12 @@ namespace pipestudio {
 /// Error when the model has no embedding or lm_head layer with a vocabulary.
 Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveControl& control = {});
 
+/// The S/T dependencies of a vocabulary-parallel plan, derived from the plan alone (the stages
+/// whose ops are S/T are the shards; the last trainable stage of pipeline 0 feeds them): per
+/// microbatch, F(last) → S on every device (hidden states), every S → every T (softmax
+/// statistics), every T → B/BW(last) (gradient partial sums). Empty without S/T ops.
+std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
 /// Per-device busy time and peak memory with and without vocabulary parallelism.
 struct VocabComparison {
   Plan baseline;
