@@ -10,20 +10,27 @@
 namespace pipestudio::schedules {
 namespace {
 
+// 16 bytes. All events of one instant are applied before any device picks its next op, and
+// applying them commutes (ready heaps are keyed, byte counts are sums, a device completes
+// at most one op per instant), so events are ordered by time alone.
+// payload = ((stage·m + microbatch)·2 + kind)·4 + op code; kind 0: op done on its device,
+// 1: an input of the op arrived.
 struct Event {
   double timeMs;
-  std::int64_t seq;
-  int kind;  // 0: op done on its device, 1: input of an op arrived
-  OpKind op;
-  int stage;
-  int microbatch;
+  std::uint64_t payload;
 };
 struct EventLater {
-  bool operator()(const Event& a, const Event& b) const {
-    if (a.timeMs != b.timeMs) return a.timeMs > b.timeMs;
-    return a.seq > b.seq;
-  }
+  bool operator()(const Event& a, const Event& b) const { return a.timeMs > b.timeMs; }
 };
+constexpr OpKind kOpOfCode[4] = {OpKind::F, OpKind::B, OpKind::BW, OpKind::W};
+int opCode(OpKind k) {
+  switch (k) {
+    case OpKind::B: return 1;
+    case OpKind::BW: return 2;
+    case OpKind::W: return 3;
+    default: return 0;
+  }
+}
 
 // (microbatch, -chain position, stage): earliest microbatch first, deepest stage first.
 using Key = std::tuple<int, int, int>;
@@ -72,15 +79,25 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   out.virtualStages = input.virtualStages;
   out.devices.resize(static_cast<std::size_t>(p));
   std::vector<DeviceState> dev(static_cast<std::size_t>(p));
-  std::priority_queue<Event, std::vector<Event>, EventLater> events;
-  std::int64_t seq = 0;
-  auto push = [&](double t, int kind, OpKind op, int stage, int mb) { events.push({t, seq++, kind, op, stage, mb}); };
+  std::vector<Event> events;
+  events.reserve(static_cast<std::size_t>(m) + 4 * static_cast<std::size_t>(p));
+  const EventLater later;
+  const auto mU = static_cast<std::uint64_t>(m);
+  auto push = [&](double t, int kind, OpKind op, int stage, int mb) {
+    const std::uint64_t key = static_cast<std::uint64_t>(stage) * mU + static_cast<std::uint64_t>(mb);
+    events.push_back({t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op))});
+    std::push_heap(events.begin(), events.end(), later);
+  };
 
   for (int mb = 0; mb < m; ++mb) {
     const int pl = options.microbatchPipeline.empty() ? 0 : options.microbatchPipeline[static_cast<std::size_t>(mb)];
     push(0.0, 1, OpKind::F, chains[static_cast<std::size_t>(pl)].front(), mb);
   }
   const bool split = options.splitBackward;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(p); ++d) {
+    out.devices[d].reserve(static_cast<std::size_t>(m) * (split ? 3U : 2U) * static_cast<std::size_t>(n) /
+                           static_cast<std::size_t>(p * pipelines) + 16);
+  }
   const std::size_t expected = static_cast<std::size_t>(n) * static_cast<std::size_t>(m) * (split ? 3U : 2U) /
                                static_cast<std::size_t>(pipelines);
   std::size_t emitted = 0;
@@ -109,11 +126,19 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
       for (int d = 0; d < p; ++d) markDirty(d);
     } else {
       forceAdmit = false;
-      now = events.top().timeMs;
+      now = events.front().timeMs;
     }
-    while (!events.empty() && events.top().timeMs == now) {
-      const Event e = events.top();
-      events.pop();
+    while (!events.empty() && events.front().timeMs == now) {
+      std::pop_heap(events.begin(), events.end(), later);
+      const std::uint64_t payload = events.back().payload;
+      events.pop_back();
+      struct {
+        int kind;
+        OpKind op;
+        int stage;
+        int microbatch;
+      } e{static_cast<int>((payload >> 2) & 1U), kOpOfCode[payload & 3U], static_cast<int>((payload >> 3) / mU),
+          static_cast<int>((payload >> 3) % mU)};
       const auto s = static_cast<std::size_t>(e.stage);
       const int d = deviceOf[s];
       DeviceState& ds = dev[static_cast<std::size_t>(d)];
