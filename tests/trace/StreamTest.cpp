@@ -120,6 +120,34 @@ TEST(Stream, RoundTripsEveryFrameType) {
   for (int t = 1; t <= 7; ++t) EXPECT_TRUE(seen[t]) << frameTypeName(static_cast<FrameType>(t));
 }
 
+// next(Frame&) reuses the frame it is given: a long name followed by a shorter one, a
+// Summary with many step times followed by one with fewer, and every type switch in between
+// must decode exactly what next() decodes, with nothing left over from the previous frame.
+TEST(Stream, DecodingIntoAReusedFrameLeavesNothingBehind) {
+  std::vector<Frame> frames = sampleFrames();
+  frames.emplace_back(Activity{Activity::Kind::Kernel, 1, 2, 3, 4, 5, 6, std::string(300, 'k')});
+  frames.emplace_back(Activity{Activity::Kind::Memset, 0, 0, 0, 0, 0, 0, "x"});
+  frames.emplace_back(Activity{Activity::Kind::Kernel, 3, 1, 7, 9, 0, 0, ""});
+  Summary few;
+  few.iterationMs = {1.0};
+  frames.emplace_back(few);
+  frames.emplace_back(sampleHeader());
+  frames.emplace_back(OpRange{false, 0, 0, OpKind::F, 0, 0, 1, 2});
+  const std::string bytes = encodeStream(frames);
+  StreamDecoder decoder;
+  decoder.feed(bytes);
+  Frame reused;
+  std::size_t i = 0;
+  while (decoder.next(reused)) {
+    ASSERT_LT(i, frames.size());
+    EXPECT_TRUE(sameFrame(frames[i], reused)) << "frame " << i;
+    ++i;
+  }
+  EXPECT_EQ(i, frames.size());
+  EXPECT_FALSE(decoder.error());
+  EXPECT_EQ(decoder.pendingBytes(), 0u);
+}
+
 TEST(Stream, FixedLittleEndianLayout) {
   // The exact bytes of a start and one memory sample: guards FORMAT.md against drift.
   std::string out;

@@ -29,10 +29,18 @@ Status execBound(HistoryStore::Impl& im, Statement& st) {
 StreamIngest::StreamIngest(HistoryStore& store, RunId run) : m_store(&store), m_run(run) {}
 
 Status StreamIngest::feed(std::string_view bytes) {
-  m_decoder.feed(bytes);
-  while (auto frame = m_decoder.next()) {
-    if (auto st = store(std::move(*frame)); !st) return st;
-  }
+  // At most 1 MiB at a time: the decoder copies what it is fed into its buffer, and a whole
+  // in-memory stream (ingestStream) would otherwise be copied at once, page faults included;
+  // this way the buffer stays small and in cache.
+  constexpr std::size_t kSliceBytes = 1 << 20;
+  do {
+    const std::string_view slice = bytes.substr(0, kSliceBytes);
+    bytes.remove_prefix(slice.size());
+    m_decoder.feed(slice);
+    while (m_decoder.next(m_frame)) {
+      if (auto st = store(m_frame); !st) return st;
+    }
+  } while (!bytes.empty() && !m_decoder.error());
   return m_store->m_impl->commitIfStale();
 }
 
@@ -58,7 +66,7 @@ std::string StreamIngest::problem() const {
   return {};
 }
 
-Status StreamIngest::store(trace::Frame&& frame) {
+Status StreamIngest::store(trace::Frame& frame) {
   HistoryStore::Impl& im = *m_store->m_impl;
   auto stateOr = im.runState(m_run);
   if (!stateOr) return stateOr.error();

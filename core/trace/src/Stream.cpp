@@ -129,11 +129,19 @@ class Reader {
   std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
   double f64() { return std::bit_cast<double>(u64()); }
   std::string str() {
-    const std::uint32_t n = u32();
-    if (!need(n)) return {};
-    std::string s(m_data.substr(m_pos, n));
-    m_pos += n;
+    std::string s;
+    strInto(s);
     return s;
+  }
+  /// Reads a string into `out`, reusing its capacity (no allocation for a name that fits).
+  void strInto(std::string& out) {
+    const std::uint32_t n = u32();
+    if (!need(n)) {
+      out.clear();
+      return;
+    }
+    out.assign(m_data.data() + m_pos, n);
+    m_pos += n;
   }
 
  private:
@@ -149,39 +157,44 @@ class Reader {
   bool m_bad = false;
 };
 
-// Decodes one known frame's payload; returns an error description or the frame.
+// The alternative T of `frame`, reusing it when `frame` already holds a T (so its strings and
+// vectors keep their capacity), else a freshly constructed one.
+template <typename T>
+T& reuse(Frame& frame) {
+  if (auto* p = std::get_if<T>(&frame)) return *p;
+  return frame.emplace<T>();
+}
+
+// Decodes one known frame's payload into `frame`; returns an error description (then `frame`
+// holds a partly decoded value). Every field is written, so nothing of a reused frame leaks.
 // Extra trailing bytes are allowed (fields may be appended within version 1, FORMAT.md).
-std::variant<Frame, std::string> decodePayload(FrameType type, std::string_view payload) {
+std::optional<std::string> decodePayload(FrameType type, std::string_view payload, Frame& frame) {
   Reader r(payload);
   auto boolean = [&r](const char* field) -> std::variant<bool, std::string> {
     const std::uint8_t b = r.u8();
     if (b > 1) return std::string(field) + " is " + std::to_string(b) + " (expected 0 or 1)";
     return b == 1;
   };
-  Frame frame;
   switch (type) {
     case FrameType::Header: {
-      Header h;
+      Header& h = reuse<Header>(frame);
       h.version = r.u16();
-      h.runId = r.str();
+      r.strInto(h.runId);
       h.rank = r.i32();
       h.world = r.i32();
-      h.host = r.str();
-      h.backend = r.str();
-      h.deviceName = r.str();
+      r.strInto(h.host);
+      r.strInto(h.backend);
+      r.strInto(h.deviceName);
       h.clockOriginNs = r.i64();
       h.wallClockNs = r.i64();
-      frame = std::move(h);
       break;
     }
     case FrameType::NcclId: {
-      NcclId n;
-      n.bytes = r.str();
-      frame = std::move(n);
+      r.strInto(reuse<NcclId>(frame).bytes);
       break;
     }
     case FrameType::OpRange: {
-      OpRange o;
+      OpRange& o = reuse<OpRange>(frame);
       auto b = boolean("begin flag");
       if (auto* e = std::get_if<std::string>(&b)) return *e;
       o.begin = std::get<bool>(b);
@@ -196,11 +209,10 @@ std::variant<Frame, std::string> decodePayload(FrameType type, std::string_view 
       o.iteration = r.i32();
       o.startNs = r.i64();
       o.endNs = r.i64();
-      frame = o;
       break;
     }
     case FrameType::Activity: {
-      Activity a;
+      Activity& a = reuse<Activity>(frame);
       const std::uint8_t kind = r.u8();
       if (!r.bad() && kind > static_cast<std::uint8_t>(Activity::Kind::Nccl)) {
         return "activity kind " + std::to_string(kind) + " out of range (expected 0..3)";
@@ -212,28 +224,25 @@ std::variant<Frame, std::string> decodePayload(FrameType type, std::string_view 
       a.endNs = r.i64();
       a.bytes = r.u64();
       a.correlationId = r.u64();
-      a.name = r.str();
-      frame = std::move(a);
+      r.strInto(a.name);
       break;
     }
     case FrameType::MemorySample: {
-      MemorySample m;
+      MemorySample& m = reuse<MemorySample>(frame);
       m.device = r.i32();
       m.timeNs = r.i64();
       m.bytesInUse = r.i64();
       m.bytesReserved = r.i64();
-      frame = m;
       break;
     }
     case FrameType::ErrorReport: {
-      ErrorReport e;
+      ErrorReport& e = reuse<ErrorReport>(frame);
       e.rank = r.i32();
-      e.message = r.str();
-      frame = std::move(e);
+      r.strInto(e.message);
       break;
     }
     case FrameType::Summary: {
-      Summary s;
+      Summary& s = reuse<Summary>(frame);
       s.iterations = r.i32();
       s.droppedRecords = r.u64();
       s.elapsedNs = r.i64();
@@ -246,14 +255,14 @@ std::variant<Frame, std::string> decodePayload(FrameType type, std::string_view 
       if (!r.bad() && (payload.size() - r.offset()) / 8 < n) {
         return "step-time count " + std::to_string(n) + " exceeds the frame";
       }
+      s.iterationMs.clear();
       s.iterationMs.reserve(n);
       for (std::uint32_t i = 0; i < n; ++i) s.iterationMs.push_back(r.f64());
-      frame = std::move(s);
       break;
     }
   }
   if (r.bad()) return "payload of " + std::to_string(payload.size()) + " bytes is too short for its fields";
-  return frame;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -320,6 +329,12 @@ void StreamDecoder::feed(std::string_view bytes) {
 }
 
 std::optional<Frame> StreamDecoder::next() {
+  Frame frame;
+  if (!next(frame)) return std::nullopt;
+  return frame;
+}
+
+bool StreamDecoder::next(Frame& frame) {
   while (!m_error) {
     std::string_view avail(m_buffer.data() + m_pos, m_buffer.size() - m_pos);
     if (!m_startSeen) {
@@ -327,37 +342,37 @@ std::optional<Frame> StreamDecoder::next() {
       const std::size_t n = std::min(avail.size(), sizeof kStreamMagic);
       if (std::memcmp(avail.data(), kStreamMagic, n) != 0) {
         fail(m_consumed, "bad magic (not a PipeStudio trace stream; expected \"PSTR\")");
-        return std::nullopt;
+        return false;
       }
-      if (avail.size() < kStreamStartBytes) return std::nullopt;
+      if (avail.size() < kStreamStartBytes) return false;
       Reader r(avail.substr(4, 4));
       const std::uint16_t version = r.u16();
       if (version != kStreamVersion) {
         fail(m_consumed + 4, "unsupported stream version " + std::to_string(version) + " (this build reads version " +
                                  std::to_string(kStreamVersion) + ")");
-        return std::nullopt;
+        return false;
       }
       m_startSeen = true;
       m_pos += kStreamStartBytes;
       m_consumed += kStreamStartBytes;
       continue;
     }
-    if (avail.size() < 1) return std::nullopt;
+    if (avail.size() < 1) return false;
     const auto type = static_cast<std::uint8_t>(avail[0]);
     const bool extension = type >= kFirstExtensionFrameType;
     if (!extension && (type == 0 || type > static_cast<std::uint8_t>(FrameType::Summary))) {
       fail(m_consumed, "unknown frame type " + std::to_string(type));
-      return std::nullopt;
+      return false;
     }
-    if (avail.size() < kFrameHeaderBytes) return std::nullopt;
+    if (avail.size() < kFrameHeaderBytes) return false;
     Reader lr(avail.substr(1, 4));
     const std::uint32_t length = lr.u32();
     if (length > kMaxFramePayloadBytes) {
       fail(m_consumed, "frame length " + std::to_string(length) + " exceeds the limit of " +
                            std::to_string(kMaxFramePayloadBytes) + " bytes");
-      return std::nullopt;
+      return false;
     }
-    if (avail.size() - kFrameHeaderBytes < length) return std::nullopt;  // truncated so far
+    if (avail.size() - kFrameHeaderBytes < length) return false;  // truncated so far
     const std::uint64_t frameOffset = m_consumed;
     const std::string_view payload = avail.substr(kFrameHeaderBytes, length);
     m_pos += kFrameHeaderBytes + length;
@@ -369,17 +384,16 @@ std::optional<Frame> StreamDecoder::next() {
     const auto ft = static_cast<FrameType>(type);
     if (!m_headerSeen && ft != FrameType::Header) {
       fail(frameOffset, std::string(frameTypeName(ft)) + " frame before the header (expected a header frame first)");
-      return std::nullopt;
+      return false;
     }
-    auto decoded = decodePayload(ft, payload);
-    if (auto* err = std::get_if<std::string>(&decoded)) {
+    if (auto err = decodePayload(ft, payload, frame)) {
       fail(frameOffset, std::string(frameTypeName(ft)) + " frame: " + *err);
-      return std::nullopt;
+      return false;
     }
     m_headerSeen = true;
-    return std::get<Frame>(std::move(decoded));
+    return true;
   }
-  return std::nullopt;
+  return false;
 }
 
 DecodedStream decodeAll(std::string_view bytes) {

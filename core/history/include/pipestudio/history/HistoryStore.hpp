@@ -228,11 +228,12 @@ class StreamIngest {
   std::string problem() const;
 
  private:
-  Status store(trace::Frame&& frame);
+  Status store(trace::Frame& frame);
 
   HistoryStore* m_store;
   RunId m_run;
   trace::StreamDecoder m_decoder;
+  trace::Frame m_frame;  ///< decoded into in place, so its strings keep their capacity
   std::optional<trace::Header> m_header;
   std::optional<trace::Summary> m_summary;
   std::vector<std::string> m_errors;

@@ -124,6 +124,10 @@ class StreamDecoder {
   void feed(std::string_view bytes);
   /// Next complete frame, or nullopt when more bytes are needed (or after an error).
   std::optional<Frame> next();
+  /// Same as next(), decoding into `frame` and reusing its storage when it already holds the
+  /// next frame's type (a kernel name then costs no allocation): the ingest hot path.
+  /// Returns false where next() returns nullopt; `frame` is then unspecified.
+  bool next(Frame& frame);
   /// Set once the stream is known to be corrupt (bad magic, unknown version, bad frame).
   const std::optional<std::string>& error() const { return m_error; }
   /// Bytes buffered that do not form a complete frame yet (non-zero at EOF = truncated).
