@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
   std::printf("## Stable Diffusion 2.1 / ControlNet: bubble filling and data parallelism (%s, 8 GPUs)\n\n",
               cluster->name.c_str());
   std::printf("| model | schedule | partition | m | backbone only ms | fill none ms | fill greedy ms | bubble filled | "
-              "data parallel ms | greedy vs none | greedy vs DP |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "data parallel ms | greedy vs none | greedy vs DP | frozen transfers |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const char* name : {"stable-diffusion-2.1", "controlnet"}) {
     auto model = loadModel(resources + "/models/" + name + ".json");
@@ -63,13 +63,22 @@ int main(int argc, char** argv) {
         std::snprintf(dp, sizeof dp, "%.1f", *f.dataParallelMs);
         std::snprintf(vsDp, sizeof vsDp, "%.2f×", f.speedupOverDataParallel);
       }
-      std::printf("| %s | %s%s | %s | %d | %.1f | %.1f | %.1f | %.0f%% | %s | %.2f× | %s |\n", name,
+      // Frozen outputs sent to the devices that consume them (cross-iteration, kind N).
+      int transfers = 0;
+      double transferBytes = 0;
+      for (const Comm& c : filled->plan.comms) {
+        if (c.kind != OpKind::N) continue;
+        ++transfers;
+        transferBytes += static_cast<double>(c.bytes);
+      }
+      std::printf("| %s | %s%s | %s | %d | %.1f | %.1f | %.1f | %.0f%% | %s | %.2f× | %s | %d, %.0f MB |\n", name,
                   filled->plan.config.schedule.c_str(), f.usedNoFillLayout ? " (none layout)" : "", row.partition,
                   row.microbatches, f.backboneOnlyMs, f.noFillMs, f.iterationMs, bubble > 0 ? 100.0 * used / bubble : 0.0,
-                  dp, f.speedupOverNoFill, vsDp);
+                  dp, f.speedupOverNoFill, vsDp, transfers, transferBytes / 1e6);
     }
   }
   std::printf("\nbubble filled = frozen work placed in the backbone's idle time / that idle time, over all devices;\n"
-              "data parallel = one whole-model replica per GPU, m·b/8 samples each plus a ring all-reduce of bf16 gradients.\n");
+              "data parallel = one whole-model replica per GPU, m·b/8 samples each plus a ring all-reduce of bf16 gradients;\n"
+              "frozen transfers = frozen outputs (text embeddings, VAE latents) sent to the devices whose stages read them.\n");
   return failures == 0 ? 0 : 1;
 }
