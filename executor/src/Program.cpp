@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -46,7 +47,127 @@ Chain buildChain(const Plan& plan) {
   return c;
 }
 
+// Groups for a rendezvous transport. The abstract run above is one valid global order of
+// every op; a transfer takes the place of its producer in it (ties by consumer). Each device
+// posts its transfers in that one global order, so the earliest unfinished transfer is always
+// next on both of its devices and no two devices can wait on each other. Before an op, a
+// device posts everything it takes part in that the global order placed before the op: sends
+// of its earlier ops as soon as they exist, receives as early as they can be known, and
+// nothing that depends on the op itself or later ones (which would make the op wait on its
+// own consequences).
+void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pass) {
+  struct Item {
+    std::int64_t producerPass;
+    std::int64_t consumerPass;
+    bool send;
+    Transfer transfer;
+  };
+  for (int d = 0; d < program.devices; ++d) {
+    DeviceProgram& dp = program.perDevice[static_cast<std::size_t>(d)];
+    std::vector<Item> queue;
+    for (const Step& s : dp.steps) {
+      for (const Transfer& t : s.sends) {
+        queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)],
+                         true, t});
+      }
+      for (const Transfer& t : s.receives) {
+        queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)],
+                         false, t});
+      }
+    }
+    std::sort(queue.begin(), queue.end(), [](const Item& a, const Item& b) {
+      return std::tie(a.producerPass, a.consumerPass) < std::tie(b.producerPass, b.consumerPass);
+    });
+    std::size_t next = 0;
+    auto post = [&](CommGroup& group, std::int64_t before) {
+      for (; next < queue.size() && queue[next].producerPass < before; ++next) {
+        (queue[next].send ? group.sends : group.receives).push_back(queue[next].transfer);
+      }
+    };
+    for (Step& s : dp.steps) post(s.rendezvous, pass[static_cast<std::size_t>(s.opIndex)]);
+    post(dp.trailing, std::numeric_limits<std::int64_t>::max());
+  }
+}
+
 }  // namespace
+
+Status checkRendezvous(const Program& program) {
+  // Groups of each device in posting order: (the step they precede, the group).
+  struct GroupRef {
+    std::size_t beforeStep;
+    const CommGroup* group;
+  };
+  const auto devices = static_cast<std::size_t>(program.devices);
+  std::vector<std::vector<GroupRef>> groups(devices);
+  using Key = std::pair<std::int32_t, std::int32_t>;  // (producer op, consumer op)
+  std::map<Key, std::pair<std::size_t, std::size_t>> sender, receiver;  // transfer → (device, group)
+  for (std::size_t d = 0; d < devices; ++d) {
+    const DeviceProgram& dp = program.perDevice[d];
+    auto add = [&](std::size_t beforeStep, const CommGroup& g) {
+      if (g.empty()) return;
+      const std::size_t index = groups[d].size();
+      groups[d].push_back({beforeStep, &g});
+      for (const Transfer& t : g.sends) sender[{t.producerOp, t.consumerOp}] = {d, index};
+      for (const Transfer& t : g.receives) receiver[{t.producerOp, t.consumerOp}] = {d, index};
+    };
+    for (std::size_t k = 0; k < dp.steps.size(); ++k) add(k, dp.steps[k].rendezvous);
+    add(dp.steps.size(), dp.trailing);
+  }
+  std::vector<std::size_t> step(devices, 0), group(devices, 0);
+  std::vector<char> started(devices, 0);
+  auto hasStarted = [&](std::pair<std::size_t, std::size_t> at) {
+    return group[at.first] > at.second || (group[at.first] == at.second && started[at.first] != 0);
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t d = 0; d < devices; ++d) {
+      const auto& steps = program.perDevice[d].steps;
+      for (bool moved = true; moved;) {
+        moved = false;
+        if (group[d] < groups[d].size()) {
+          const GroupRef& g = groups[d][group[d]];
+          if (started[d] == 0 && (g.group->sends.empty() || step[d] >= g.beforeStep)) {
+            started[d] = 1;
+            moved = true;
+          }
+          if (started[d] != 0) {
+            bool met = true;
+            for (const Transfer& t : g.group->sends) met = met && hasStarted(receiver.at({t.producerOp, t.consumerOp}));
+            for (const Transfer& t : g.group->receives) met = met && hasStarted(sender.at({t.producerOp, t.consumerOp}));
+            if (met) {
+              ++group[d];
+              started[d] = 0;
+              moved = true;
+            }
+          }
+        }
+        while (step[d] < steps.size()) {
+          const Step& s = steps[step[d]];
+          const bool ready = std::all_of(s.receives.begin(), s.receives.end(), [&](const Transfer& t) {
+            const auto at = receiver.find({t.producerOp, t.consumerOp});
+            return at != receiver.end() && group[d] > at->second.second;
+          });
+          if (!ready) break;
+          ++step[d];
+          moved = true;
+        }
+        progress = progress || moved;
+      }
+    }
+  }
+  std::string stuck;
+  for (std::size_t d = 0; d < devices; ++d) {
+    const auto& steps = program.perDevice[d].steps;
+    if (step[d] >= steps.size() && group[d] >= groups[d].size()) continue;
+    stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d);
+    if (step[d] < steps.size()) stuck += " at " + opWhere(steps[step[d]].opIndex);
+    if (group[d] < groups[d].size()) {
+      stuck += started[d] != 0 ? " (a posted group waits for its peers)" : " (a group waits for the op before it)";
+    }
+  }
+  if (!stuck.empty()) return Error{"NCCL point-to-point groups would deadlock: " + stuck};
+  return {};
+}
 
 std::vector<std::int32_t> deviceOrder(const Plan& plan, int device) {
   std::vector<std::int32_t> out;
@@ -284,6 +405,8 @@ Expected<Program> compileProgram(const Plan& plan) {
   // Abstract run with buffered sends: every device advances while the data its next op
   // needs has been produced. Anything left waiting is a cycle of waits (a deadlock).
   std::vector<char> done(plan.ops.size(), 0);
+  std::vector<std::int64_t> pass(plan.ops.size(), 0);  // when the abstract run executed each op
+  std::int64_t passed = 0;
   std::vector<std::size_t> at(static_cast<std::size_t>(devices), 0);
   for (bool progress = true; progress;) {
     progress = false;
@@ -297,6 +420,7 @@ Expected<Program> compileProgram(const Plan& plan) {
         });
         if (!ready) break;
         done[static_cast<std::size_t>(s.opIndex)] = 1;
+        pass[static_cast<std::size_t>(s.opIndex)] = passed++;
         ++pos;
         progress = true;
       }
@@ -317,6 +441,7 @@ Expected<Program> compileProgram(const Plan& plan) {
     }
   }
   if (!stuck.empty()) return Error{"/ops: the per-device orders wait on each other in a cycle: " + stuck};
+  buildRendezvousGroups(program, pass);
   return program;
 }
 

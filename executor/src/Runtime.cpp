@@ -231,12 +231,15 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
     const bool record = it >= options.warmup;
     const int iteration = it - options.warmup;  // warm-up iterations are negative, never streamed
     if (auto st = lane.beginIteration(iteration, record); !st) return st.error();
-    std::vector<char> live;
     std::span<const Transfer> pendingSends;
+    const bool rendezvous = lane.rendezvous();
     for (const Step& step : program.steps) {
       control.progress(device, LaneState::Waiting,
                        step.receives.empty() ? -1 : step.receives.front().fromDevice);
-      if (auto st = lane.exchange(pendingSends, step.receives, iteration); !st) return st.error();
+      const Status exchanged = rendezvous
+                                   ? lane.exchange(step.rendezvous.sends, step.rendezvous.receives, iteration)
+                                   : lane.exchange(pendingSends, step.receives, iteration);
+      if (!exchanged) return exchanged.error();
       if (control.aborted()) return Error{"aborted"};
       control.progress(device, LaneState::Computing);
       for (const BufferRef& b : step.allocate) {
@@ -271,7 +274,9 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
       }
       if (control.aborted()) return Error{"aborted"};
     }
-    if (auto st = lane.exchange(pendingSends, none, iteration); !st) return st.error();
+    const Status flushed = rendezvous ? lane.exchange(program.trailing.sends, program.trailing.receives, iteration)
+                                      : lane.exchange(pendingSends, none, iteration);
+    if (!flushed) return flushed.error();
     if (!program.hasOptimizerStep) {
       if (auto st = lane.optimizerStep(iteration, record); !st) return st.error();
     }

@@ -143,6 +143,10 @@ class Lane {
   /// Sends the data of the previous op and receives what the next op needs (grouped where
   /// the transport requires it; NCCL point-to-point pairs, Megatron-style).
   virtual Status exchange(std::span<const Transfer> sends, std::span<const Transfer> receives, int iteration) = 0;
+  /// True when sends block until the peer receives (NCCL): the driver then posts the
+  /// program's rendezvous groups (Step::rendezvous) instead of the buffered sends/receives,
+  /// and compute() must wait for the groups holding the op's receives.
+  virtual bool rendezvous() const { return false; }
   virtual Status allocate(const BufferRef& buffer) = 0;
   virtual Status release(const BufferRef& buffer) = 0;
   /// The op's work; records its range (record=false during warm-up).

@@ -263,6 +263,7 @@ class CudaLane final : public Lane {
   ~CudaLane() override {
     cudaSetDevice(m_gpu);
     for (cudaEvent_t e : m_events) cudaEventDestroy(e);
+    for (cudaEvent_t e : m_groupEvents) cudaEventDestroy(e);
     if (m_sendBuf != nullptr) cudaFree(m_sendBuf);
     if (m_recvBuf != nullptr) cudaFree(m_recvBuf);
   }
@@ -282,18 +283,29 @@ class CudaLane final : public Lane {
       return ms.error();
     }
     const DeviceProgram& dp = program();
-    // Events: begin/end per step, transfers done, the optimizer step, the iteration
-    // reference and done.
-    m_events.resize(2 * dp.steps.size() + 5);
+    // Events: begin/end per step, the optimizer step, the iteration reference and done.
+    m_events.resize(2 * dp.steps.size() + 4);
     for (cudaEvent_t& e : m_events) {
       if (auto st = check(cudaEventCreate(&e), "event"); !st) return st;
     }
-    std::size_t maxSend = 1, maxRecv = 1;
-    for (const Step& s : dp.steps) {
+    std::size_t maxSend = 1, maxRecv = 1, groups = 1;
+    auto account = [&](std::span<const Transfer> sends, std::span<const Transfer> receives) {
       std::size_t recv = 0;
-      for (const Transfer& t : s.receives) recv += static_cast<std::size_t>(std::max<std::int64_t>(1, t.sizeBytes));
-      for (const Transfer& t : s.sends) maxSend = std::max(maxSend, static_cast<std::size_t>(t.sizeBytes));
+      for (const Transfer& t : receives) recv += static_cast<std::size_t>(std::max<std::int64_t>(1, t.sizeBytes));
+      for (const Transfer& t : sends) maxSend = std::max(maxSend, static_cast<std::size_t>(t.sizeBytes));
       maxRecv = std::max(maxRecv, recv);
+    };
+    for (const Step& s : dp.steps) {
+      account(s.sends, s.receives);
+      account(s.rendezvous.sends, s.rendezvous.receives);
+      groups += s.rendezvous.empty() ? 0 : 1;
+    }
+    account(dp.trailing.sends, dp.trailing.receives);
+    if (rendezvous()) {
+      m_groupEvents.resize(groups);
+      for (cudaEvent_t& e : m_groupEvents) {
+        if (auto st = check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event"); !st) return st;
+      }
     }
     if (auto st = check(cudaMalloc(&m_sendBuf, maxSend), "allocating send buffer"); !st) return st;
     if (auto st = check(cudaMalloc(&m_recvBuf, maxRecv), "allocating receive buffer"); !st) return st;
@@ -303,6 +315,7 @@ class CudaLane final : public Lane {
 
   double referenceMs() const { return m_work.referenceMs(); }
   int device() const override { return m_device; }
+  bool rendezvous() const override { return m_mailbox == nullptr; }
 
   Status exchange(std::span<const Transfer> sends, std::span<const Transfer> receives, int iteration) override {
     if (sends.empty() && receives.empty()) return {};
@@ -338,6 +351,20 @@ class CudaLane final : public Lane {
 
   Status compute(const Step& step, int /*iteration*/, bool /*record*/) override {
     const auto i = static_cast<std::size_t>(m_stepIndex);
+    if (rendezvous()) {
+      // The op waits for the groups that delivered its inputs, not for every group posted so
+      // far: a group may hold receives of later ops whose senders still need this op's output.
+      int waited = -1;
+      for (const Transfer& t : step.receives) {
+        const auto it = m_receivedIn.find(transferKey(t));
+        if (it == m_receivedIn.end()) {
+          return Error{"device " + std::to_string(m_device) + ": internal: a receive of /ops/" +
+                       std::to_string(t.consumerOp) + " was never posted"};
+        }
+        if (it->second > waited) waited = it->second;
+      }
+      if (waited >= 0) cudaStreamWaitEvent(m_compute, m_groupEvents[static_cast<std::size_t>(waited)], 0);
+    }
     cudaEventRecord(m_events[2 * i], m_compute);
     const StageWork& work = (*m_stageWork)[static_cast<std::size_t>(step.virtualStage)];
     if (auto st = runOp(m_work, work, step.kind, fractionOf(m_ctx.plan, step.samples), step.plannedMs,
@@ -370,6 +397,8 @@ class CudaLane final : public Lane {
     m_referenceHostNs = m_ctx.clock.nowNs();
     Cupti::resync();
     m_stepIndex = 0;
+    m_groupIndex = 0;
+    m_receivedIn.clear();
     m_ranOptimizer = false;
     m_lastEnd = reference();
     m_memory.clear();
@@ -377,6 +406,8 @@ class CudaLane final : public Lane {
   }
 
   Status endIteration(int iteration, bool record) override {
+    // The iteration ends when its last transfers (the trailing sends) have been delivered.
+    if (m_groupIndex > 0) cudaStreamWaitEvent(m_compute, m_groupEvents[m_groupIndex - 1], 0);
     for (auto& [id, buffer] : m_buffers) cudaFreeAsync(buffer.first, m_compute);
     m_buffers.clear();
     m_inUse = 0;
@@ -472,10 +503,18 @@ class CudaLane final : public Lane {
     return {};
   }
 
+  static std::int64_t transferKey(const Transfer& t) {
+    return (std::int64_t{t.consumerOp} << 32) | static_cast<std::uint32_t>(t.producerOp);
+  }
+
+  // One rendezvous group of the program (Program.hpp: buildRendezvousGroups orders them so
+  // that no two ranks wait on each other). Only a group that sends waits for the op before
+  // it; receives are posted as early as the order allows.
   Status exchangeNccl(std::span<const Transfer> sends, std::span<const Transfer> receives) {
-    // Sends of the previous op and receives of the next one form one group (Megatron-LM's
-    // batched send/recv): the two neighbours of a 1F1B pair never wait on each other.
-    cudaStreamWaitEvent(m_commStream, m_lastEnd, 0);
+    if (m_groupIndex >= m_groupEvents.size()) {
+      return Error{"device " + std::to_string(m_device) + ": internal: more NCCL groups than the program holds"};
+    }
+    if (!sends.empty()) cudaStreamWaitEvent(m_commStream, m_lastEnd, 0);
     ncclGroupStart();
     for (const Transfer& t : sends) {
       ncclSend(m_sendBuf, static_cast<std::size_t>(std::max<std::int64_t>(1, t.sizeBytes)), ncclInt8, t.toDevice,
@@ -495,9 +534,9 @@ class CudaLane final : public Lane {
       if (rc == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     if (auto st = checkNccl(rc, "send/recv group"); !st) return st;
-    cudaEvent_t commDone = m_events[m_events.size() - 5];
-    cudaEventRecord(commDone, m_commStream);
-    cudaStreamWaitEvent(m_compute, commDone, 0);
+    const auto group = static_cast<int>(m_groupIndex);
+    for (const Transfer& t : receives) m_receivedIn[transferKey(t)] = group;
+    cudaEventRecord(m_groupEvents[m_groupIndex++], m_commStream);
     return {};
   }
 
@@ -539,6 +578,9 @@ class CudaLane final : public Lane {
   Workload m_work;
   OptimizerState m_optimizer;
   std::vector<cudaEvent_t> m_events;
+  std::vector<cudaEvent_t> m_groupEvents;  ///< one per rendezvous group of the iteration
+  std::size_t m_groupIndex = 0;
+  std::unordered_map<std::int64_t, int> m_receivedIn;  ///< transfer → the group that received it
   cudaEvent_t m_lastEnd = nullptr;
   void* m_sendBuf = nullptr;
   void* m_recvBuf = nullptr;

@@ -30,6 +30,17 @@ struct BufferRef {
   std::int64_t sizeBytes = 0;
 };
 
+/// Point-to-point operations a rendezvous transport posts together as one group. NCCL's send
+/// and receive block the GPU until the peer's matching call runs, and one communicator runs
+/// its operations in the order they were issued (NCCL user guide, "Point-to-point
+/// communication"), so the order of these groups, not the buffered order of `Step::sends` and
+/// `Step::receives`, decides whether a plan can deadlock.
+struct CommGroup {
+  std::vector<Transfer> sends;
+  std::vector<Transfer> receives;
+  bool empty() const { return sends.empty() && receives.empty(); }
+};
+
 /// One op of one device, in the device's execution order.
 struct Step {
   std::int32_t opIndex = 0;  ///< index into plan.ops
@@ -43,6 +54,9 @@ struct Step {
   std::vector<Transfer> sends;      ///< sent once the op has finished
   std::vector<BufferRef> allocate;  ///< at op start
   std::vector<BufferRef> release;   ///< at op end
+  /// For rendezvous transports: posted before the op. Its sends come from earlier ops; its
+  /// receives may serve later ops (posted early so that no peer waits on a late receive).
+  CommGroup rendezvous;
 };
 
 struct DeviceProgram {
@@ -51,6 +65,7 @@ struct DeviceProgram {
   std::int64_t staticBytes = 0;       ///< parameters, gradients, optimizer state (Memory.hpp)
   std::int64_t peakActivationBytes = 0;  ///< in plan order, under the convention
   double trainableParameters = 0;
+  CommGroup trailing;  ///< rendezvous operations left after the last op (its sends)
 };
 
 struct Program {
@@ -68,6 +83,14 @@ struct Program {
 /// stage's N covering the same samples) are checked by executing the program abstractly with
 /// buffered sends: a plan whose orders wait on each other in a cycle is refused.
 Expected<Program> compileProgram(const Plan& plan);
+
+/// Runs the program's rendezvous groups abstractly under NCCL semantics: a group starts when
+/// the device's previous group has completed and, if it sends, the op before it has finished;
+/// a transfer happens once the groups holding it on both devices have started; a group
+/// completes when all its transfers have happened; an op starts when the op before it and the
+/// groups holding its receives have completed. Returns an error naming the stuck devices when
+/// that cannot finish (what the GPUs would do: hang). compileProgram builds groups that pass.
+Status checkRendezvous(const Program& program);
 
 /// Ops of `plan` for one device in execution order (plan order), as plan indices.
 std::vector<std::int32_t> deviceOrder(const Plan& plan, int device);
