@@ -2,10 +2,12 @@
 // the given order; an op starts when the device is free and all its inputs have arrived.
 // Cross-device inputs travel on the directed link (from, to): bytes / bandwidth + latency,
 // transfers on one link served first-come first-served (they serialise). Everything is flat
-// arrays indexed by op number; the only container in the hot loop is one binary heap.
+// arrays indexed by op number; the only structure in the hot loop is a winner tree over devices.
 #include "pipestudio/planner/Simulator.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -28,17 +30,40 @@ struct Edge {
   std::int64_t bytes;
 };
 
-// 16 bytes: the end of op `code`; ties in time go by push order (seq).
-struct Event {
-  double timeMs;
-  std::uint32_t seq;
-  std::int32_t code;
-};
-struct EventLater {
-  bool operator()(const Event& a, const Event& b) const {
-    if (a.timeMs != b.timeMs) return a.timeMs > b.timeMs;
-    return a.seq > b.seq;
+// The pending events are the ends of the ops running now, at most one per device, so a
+// winner tree over devices replaces a heap: the root names the device whose op ends first
+// (ties: the lower device), and a device's change costs log2(devices) comparisons.
+class DeviceWinnerTree {
+ public:
+  explicit DeviceWinnerTree(int devices) {
+    while (m_leaves < devices) m_leaves *= 2;
+    m_keyMs.assign(static_cast<std::size_t>(m_leaves), kIdle);
+    m_tree.resize(static_cast<std::size_t>(m_leaves) * 2);
+    for (int d = 0; d < m_leaves; ++d) m_tree[static_cast<std::size_t>(m_leaves + d)] = d;
+    for (int i = m_leaves - 1; i >= 1; --i) m_tree[static_cast<std::size_t>(i)] = winner(2 * i, 2 * i + 1);
   }
+  /// The device whose running op ends first, or -1 when no device runs an op.
+  int top() const {
+    const int d = m_tree[1];
+    return m_keyMs[static_cast<std::size_t>(d)] == kIdle ? -1 : d;
+  }
+  double keyMs(int d) const { return m_keyMs[static_cast<std::size_t>(d)]; }
+  void set(int d, double endMs) { m_keyMs[static_cast<std::size_t>(d)] = endMs; fix(d); }
+  void clear(int d) { set(d, kIdle); }
+
+ private:
+  static constexpr double kIdle = std::numeric_limits<double>::infinity();
+  int winner(int a, int b) const {
+    const int x = m_tree[static_cast<std::size_t>(a)];
+    const int y = m_tree[static_cast<std::size_t>(b)];
+    return m_keyMs[static_cast<std::size_t>(y)] < m_keyMs[static_cast<std::size_t>(x)] ? y : x;  // x < y
+  }
+  void fix(int d) {
+    for (int i = (m_leaves + d) / 2; i >= 1; i /= 2) m_tree[static_cast<std::size_t>(i)] = winner(2 * i, 2 * i + 1);
+  }
+  int m_leaves = 1;
+  std::vector<double> m_keyMs;
+  std::vector<int> m_tree;
 };
 
 // Chains of data flow: per pipeline, trainable stages in id order; each frozen component's
@@ -118,7 +143,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   std::vector<std::int32_t> offset(static_cast<std::size_t>(p) + 1, 0);
   std::size_t totalOps = 0;
   for (int d = 0; d < p; ++d) totalOps += skeleton.devices[static_cast<std::size_t>(d)].size();
-  // Op indices are int32 and event sequence numbers uint32 (one event per op).
+  // Op indices are int32.
   if (totalOps > (std::size_t{1} << 30)) return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
   for (int d = 0; d < p; ++d) {
     offset[static_cast<std::size_t>(d) + 1] =
@@ -164,6 +189,9 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         case OpKind::OPT: dur = 0; break;
       }
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / samplesPerMb;
+      if (!std::isfinite(dur)) {
+        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
+      }
       duration[static_cast<std::size_t>(idx)] = dur;
       const std::size_t key = static_cast<std::size_t>(o.virtualStage) * static_cast<std::size_t>(m) +
                               static_cast<std::size_t>(o.microbatch);
@@ -196,6 +224,12 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     std::int32_t fromStage;
   };
   std::vector<Pred> preds(static_cast<std::size_t>(nOps) * 2, Pred{kNone, kNone});
+  // Out-degree per producer (CSR offsets below), producers not yet completed per op, and
+  // the number of transfers, counted while the producers are found.
+  std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
+  std::vector<std::int32_t> pending(static_cast<std::size_t>(nOps), 0);
+  std::size_t crossEdges = 0;
+  auto stageDevice = [&](std::int32_t stage) { return shell.virtualStages[static_cast<std::size_t>(stage)].device; };
   auto missing = [&](std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) {
     const Op& c = shell.ops[static_cast<std::size_t>(consumer)];
     return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) +
@@ -244,6 +278,12 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       default:
         break;
     }
+    for (int k = 0; k < 2; ++k) {
+      if (slot[k].from == kNone) continue;
+      ++firstOut[static_cast<std::size_t>(slot[k].from) + 1];
+      ++pending[static_cast<std::size_t>(i)];
+      if (stageDevice(slot[k].fromStage) != op.device) ++crossEdges;
+    }
   }
   std::vector<Edge> extra;
   extra.reserve(skeleton.extraDependencies.size());
@@ -265,32 +305,17 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     if (fromStage == toStage) return 0;
     return costs[static_cast<std::size_t>(std::min(fromStage, toStage))].outputBytes;
   };
-  auto stageDevice = [&](std::int32_t stage) { return shell.virtualStages[static_cast<std::size_t>(stage)].device; };
 
   // CSR of consumers per producer with everything the hot loop needs inline (consumer,
   // its device, transfer time), in the order the edges were listed above: per producer,
-  // consumers by op index, extra dependencies last. That order fixes the event sequence
-  // numbers and the order transfers queue on a link, so it must not change.
+  // consumers by op index, extra dependencies last. That order fixes the order in which
+  // one producer's transfers queue on a link.
   struct Out {
     std::int32_t to;
     std::int32_t toDevice;
     double transferMs;
     std::int64_t bytes;
   };
-  std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
-  std::vector<std::int32_t> pending(static_cast<std::size_t>(nOps), 0);  // producers not yet completed
-  std::size_t crossEdges = 0;
-  for (std::int32_t i = 0; i < nOps; ++i) {
-    const Op& op = shell.ops[static_cast<std::size_t>(i)];
-    std::int32_t& st = pending[static_cast<std::size_t>(i)];
-    for (int k = 0; k < 2; ++k) {
-      const Pred& pr = preds[static_cast<std::size_t>(i) * 2 + static_cast<std::size_t>(k)];
-      if (pr.from == kNone) continue;
-      ++firstOut[static_cast<std::size_t>(pr.from) + 1];
-      ++st;
-      if (stageDevice(pr.fromStage) != op.device) ++crossEdges;
-    }
-  }
   for (const Edge& e : extra) {
     ++firstOut[static_cast<std::size_t>(e.from) + 1];
     ++pending[static_cast<std::size_t>(e.to)];
@@ -340,30 +365,31 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   std::vector<double> deviceFreeMs(static_cast<std::size_t>(p), 0.0);
   std::vector<double> readyMs(static_cast<std::size_t>(nOps), 0.0);
   std::vector<double> linkFreeMs(static_cast<std::size_t>(p) * static_cast<std::size_t>(p), 0.0);
-  std::vector<Event> heap;
-  heap.reserve(static_cast<std::size_t>(p) + 1);
-  std::uint32_t seq = 0;
-  const EventLater later;
+  DeviceWinnerTree running(p);
   if (options.recordComms) shell.comms.reserve(crossEdges);
 
+  // Starts device d's next op if it is idle and every producer of that op has completed;
+  // returns whether it did.
   auto tryStart = [&](int d) {
     const auto du = static_cast<std::size_t>(d);
-    if (busy[du]) return;
+    if (busy[du]) return false;
     const std::int32_t idx = offset[du] + position[du];
-    if (idx >= offset[du + 1] || pending[static_cast<std::size_t>(idx)] != 0) return;
+    if (idx >= offset[du + 1] || pending[static_cast<std::size_t>(idx)] != 0) return false;
     Op& op = shell.ops[static_cast<std::size_t>(idx)];
     op.startMs = std::max(deviceFreeMs[du], readyMs[static_cast<std::size_t>(idx)]);
     op.endMs = op.startMs + duration[static_cast<std::size_t>(idx)];
     busy[du] = 1;
-    heap.push_back({op.endMs, seq++, idx});
-    std::push_heap(heap.begin(), heap.end(), later);
+    running.set(d, op.endMs);
+    return true;
   };
   for (int d = 0; d < p; ++d) tryStart(d);
   std::int32_t completed = 0;
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    const Event ev = heap.back();
-    heap.pop_back();
+  for (int dev = running.top(); dev >= 0; dev = running.top()) {
+    const std::int32_t code = offset[static_cast<std::size_t>(dev)] + position[static_cast<std::size_t>(dev)];
+    const struct {
+      double timeMs;
+      std::int32_t code;
+    } ev{running.keyMs(dev), code};
     const Op& op = shell.ops[static_cast<std::size_t>(ev.code)];
     const auto du = static_cast<std::size_t>(op.device);
     ++completed;
@@ -400,7 +426,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       ready = std::max(ready, endMs);
       if (--consumerPending == 0) tryStart(o->toDevice);
     }
-    tryStart(op.device);
+    if (!tryStart(op.device)) running.clear(op.device);
   }
 
   if (completed != nOps) {
