@@ -75,14 +75,31 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
     std::int64_t delta;
   };
   std::vector<std::vector<Event>> events(devices);
+  {
+    std::vector<std::size_t> perDevice(devices, 0);
+    for (const Op& op : plan.ops) {
+      if (op.device >= 0 && static_cast<std::size_t>(op.device) < devices) ++perDevice[static_cast<std::size_t>(op.device)];
+    }
+    for (std::size_t d = 0; d < devices; ++d) events[d].reserve(perDevice[d] + perDevice[d] / 8);
+  }
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+  // Whole-microbatch bytes per stage, rounded exactly as a fraction of 1.0 would be.
+  std::vector<std::int64_t> wholeAct(costs.size()), wholeWgrad(costs.size());
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    wholeAct[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].activationBytes) * 1.0));
+    wholeWgrad[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].weightGradBytes) * 1.0));
+  }
   for (const Op& op : plan.ops) {
     if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
     if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= costs.size()) continue;
-    const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
+    const auto stage = static_cast<std::size_t>(op.virtualStage);
+    const StageCosts& c = costs[stage];
     const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
-    const auto act = static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction));
-    const auto wgrad = static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction));
+    const auto act = op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
+                                    : wholeAct[stage];
+    const auto wgrad = op.samples > 0
+                           ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction))
+                           : wholeWgrad[stage];
     auto& ev = events[static_cast<std::size_t>(op.device)];
     switch (op.kind) {
       case OpKind::F:
@@ -110,10 +127,12 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
   }
   for (std::size_t d = 0; d < devices; ++d) {
     auto& ev = events[d];
-    std::stable_sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
+    const auto earlier = [](const Event& a, const Event& b) {
       if (a.timeMs != b.timeMs) return a.timeMs < b.timeMs;
       return a.delta < b.delta;
-    });
+    };
+    // A simulated device's ops do not overlap, so its events usually come in order already.
+    if (!std::is_sorted(ev.begin(), ev.end(), earlier)) std::stable_sort(ev.begin(), ev.end(), earlier);
     const std::int64_t base = t.staticBytes[d];
     std::int64_t live = 0;
     std::int64_t peakLive = 0;
