@@ -291,3 +291,49 @@ TEST(Transfers, PlansWithoutFrozenOrVocabularyDeriveNothing) {
 
 }  // namespace
 }  // namespace pipestudio
+
+namespace pipestudio {
+namespace {
+
+// Two trainable backbones of equal layer counts, the second 4× costlier per layer: uniform
+// gives them the same number of stages; dp searches the shares and gives the second more.
+TEST(BackboneShares, CostlierBackboneGetsMoreStages) {
+  ModelSpec m;
+  m.name = "two-backbones";
+  m.samplesPerMicrobatch = 1;
+  Component a{"control", true, {"main"}, {}};
+  Component b{"main", true, {}, {}};
+  for (int i = 0; i < 16; ++i) {
+    a.layers.push_back(layer("a" + std::to_string(i), "conv", 0.25, 0.25, 0.2, 1 << 20, 1 << 20));
+    b.layers.push_back(layer("b" + std::to_string(i), "conv", 1.0, 1.0, 0.8, 1 << 20, 1 << 20));
+  }
+  m.components = {a, b};
+  PlanRequest r = request(m, 8, 16, "1f1b", "none");
+  r.config.partition = "uniform";
+  auto uniform = makePlan(r);
+  ASSERT_TRUE(uniform.hasValue()) << uniform.message();
+  r.config.partition = "dp";
+  auto dp = makePlan(r);
+  ASSERT_TRUE(dp.hasValue()) << dp.message();
+  auto stagesOf = [](const Plan& plan, int component) {
+    int n = 0;
+    for (const VirtualStage& vs : plan.virtualStages) n += vs.component == component ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(stagesOf(*uniform, 0), stagesOf(*uniform, 1));
+  EXPECT_GT(stagesOf(*dp, 1), stagesOf(*dp, 0));
+  EXPECT_LT(dp->metrics.makespanMs, uniform->metrics.makespanMs);
+  // Each component's stages are consecutive in the chain and cover its layers exactly once.
+  for (int c = 0; c < 2; ++c) {
+    int next = 0;
+    for (const VirtualStage& vs : dp->virtualStages) {
+      if (vs.component != c) continue;
+      EXPECT_EQ(vs.firstLayer, next);
+      next = vs.lastLayer + 1;
+    }
+    EXPECT_EQ(next, 16);
+  }
+}
+
+}  // namespace
+}  // namespace pipestudio

@@ -18,6 +18,7 @@ namespace pipestudio::partition {
 namespace {
 
 thread_local bool tInSearch = false;
+thread_local bool tKeepShares = false;
 
 struct SearchGuard {
   SearchGuard() { tInSearch = true; }
@@ -29,6 +30,7 @@ struct SearchGuard {
 }  // namespace
 
 bool inDiffusionPipeSearch() { return tInSearch; }
+bool keepBackboneShares() { return tKeepShares; }
 
 std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request) {
   std::vector<PlanConfig> out;
@@ -67,13 +69,21 @@ Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl
     }
     SolveControl inner;
     inner.cancel = control.cancel;
-    auto plan = makePlan(r, inner);
-    if (control.progress) control.progress(static_cast<double>(i + 1) / static_cast<double>(candidates.size()));
-    if (!plan) {
-      reasons += "\n  " + r.config.schedule + ": " + plan.message();
-      continue;
+    // With several backbones, the stage share that is best for the backbone alone is not
+    // always best once the frozen work fills the bubbles (a perfectly balanced backbone has
+    // fewer of them): try the searched shares and the default ones, keep the faster plan.
+    const bool twoShares = request.model.trainableComponents().size() >= 2;
+    for (int variant = 0; variant < (twoShares ? 2 : 1); ++variant) {
+      tKeepShares = variant == 1;
+      auto plan = makePlan(r, inner);
+      tKeepShares = false;
+      if (!plan) {
+        if (variant == 0) reasons += "\n  " + r.config.schedule + ": " + plan.message();
+        continue;
+      }
+      if (!best || plan->metrics.makespanMs < best->metrics.makespanMs - 1e-9) best = std::move(*plan);
     }
-    if (!best || plan->metrics.makespanMs < best->metrics.makespanMs) best = std::move(*plan);
+    if (control.progress) control.progress(static_cast<double>(i + 1) / static_cast<double>(candidates.size()));
   }
   if (!best) return Error{"partition diffusionpipe: no schedule gives a feasible plan:" + reasons};
   return std::move(*best);

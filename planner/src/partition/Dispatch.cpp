@@ -67,42 +67,109 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   // simulator's memory check has the last word).
   std::map<int, int> stagesOnDevice;
   for (const auto& vs : stages) ++stagesOnDevice[vs.device];
-
   std::vector<std::size_t> pipeline0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     if (stages[i].pipeline == 0) pipeline0.push_back(i);
   }
-  for (int comp : request.model.trainableComponents()) {
-    std::vector<std::size_t> mine;
-    for (std::size_t i : pipeline0) {
-      if (stages[i].component == comp) mine.push_back(i);
+  // Splits every trainable component's layers over the stages `assigned` gives it; returns
+  // the estimated iteration: one microbatch's latency through the chain (Σ stage times) plus
+  // (m − 1) × the busiest device's time per microbatch (the steady-state bottleneck; with one
+  // stage per device this is dp's own objective).
+  auto splitLayers = [&](std::vector<VirtualStage>& assigned) -> Expected<double> {
+    double sumMs = 0;
+    std::map<int, double> deviceMs;
+    for (int comp : request.model.trainableComponents()) {
+      std::vector<std::size_t> mine;
+      for (std::size_t i : pipeline0) {
+        if (assigned[i].component == comp) mine.push_back(i);
+      }
+      if (mine.empty()) continue;
+      std::vector<PartitionStage> ps;
+      for (std::size_t i : mine) {
+        PartitionStage st;
+        st.device = assigned[i].device;
+        st.liveMicrobatches = (*live)[i];
+        const double limit = request.config.memoryLimitBytes
+                                 ? static_cast<double>(*request.config.memoryLimitBytes)
+                                 : static_cast<double>(request.cluster.gpuOfDevice(st.device).memoryBytes());
+        if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
+        ps.push_back(st);
+      }
+      const PartitionProblem problem = buildPartitionProblem(request, comp, ps);
+      auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
+      if (!result) {
+        // Name the virtual stage by its id in the plan, not by its index within the component.
+        return Error{result.message() + " [component '" + request.model.components[static_cast<std::size_t>(comp)].name +
+                     "', virtual stages " + std::to_string(assigned[mine.front()].id) + ".." +
+                     std::to_string(assigned[mine.back()].id) + " of the plan]"};
+      }
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        VirtualStage& vs = assigned[mine[k]];
+        vs.firstLayer = result->firstLayer[k];
+        vs.lastLayer = (k + 1 < mine.size() ? result->firstLayer[k + 1] : problem.layers) - 1;
+        const double ms = k < result->stageMs.size() ? result->stageMs[k] : 0.0;
+        sumMs += ms;
+        deviceMs[vs.device] += ms;
+      }
     }
-    if (mine.empty()) continue;
-    std::vector<PartitionStage> ps;
-    for (std::size_t i : mine) {
-      PartitionStage st;
-      st.device = stages[i].device;
-      st.liveMicrobatches = (*live)[i];
-      const double limit = request.config.memoryLimitBytes
-                               ? static_cast<double>(*request.config.memoryLimitBytes)
-                               : static_cast<double>(request.cluster.gpuOfDevice(st.device).memoryBytes());
-      if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
-      ps.push_back(st);
-    }
-    const PartitionProblem problem = buildPartitionProblem(request, comp, ps);
-    auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
-    if (!result) {
-      // Name the virtual stage by its id in the plan, not by its index within the component.
-      std::string msg = result.message();
-      return Error{msg + " [component '" + request.model.components[static_cast<std::size_t>(comp)].name +
-                   "', virtual stages " + std::to_string(stages[mine.front()].id) + ".." +
-                   std::to_string(stages[mine.back()].id) + " of the plan]"};
-    }
-    for (std::size_t k = 0; k < mine.size(); ++k) {
-      VirtualStage& vs = stages[mine[k]];
-      vs.firstLayer = result->firstLayer[k];
-      vs.lastLayer = (k + 1 < mine.size() ? result->firstLayer[k + 1] : problem.layers) - 1;
-    }
+    double maxDeviceMs = 0;
+    for (const auto& [d, ms] : deviceMs) maxDeviceMs = std::max(maxDeviceMs, ms);
+    return sumMs + static_cast<double>(std::max(0, request.config.microbatches - 1)) * maxDeviceMs;
+  };
+  auto first = splitLayers(stages);
+  if (!first) return first.error();
+  // Several trainable backbones share the chain in data-flow order (DiffusionPipe §4.2):
+  // search how many consecutive stages each one gets instead of keeping the share uniform
+  // (or the V's legs) gave it; a backbone much cheaper than the other then takes fewer
+  // stages. Compositions of the chain's stages are enumerated while they stay few.
+  const std::vector<int> trainable = request.model.trainableComponents();
+  const auto chainStages = static_cast<int>(pipeline0.size());
+  const auto components = static_cast<int>(trainable.size());
+  bool contiguous = components >= 2 && chainStages >= components;
+  for (std::size_t k = 1; contiguous && k < pipeline0.size(); ++k) {
+    // Only chains whose components already come in data-flow order as consecutive blocks.
+    const auto prevAt = std::find(trainable.begin(), trainable.end(), stages[pipeline0[k - 1]].component);
+    const auto at = std::find(trainable.begin(), trainable.end(), stages[pipeline0[k]].component);
+    contiguous = at != trainable.end() && prevAt != trainable.end() && at >= prevAt;
+  }
+  constexpr double kMaxCompositions = 2048;
+  double compositions = 1;  // C(S − 1, C − 1)
+  for (int i = 1; i < components && contiguous; ++i) {
+    compositions = compositions * static_cast<double>(chainStages - i) / static_cast<double>(i);
+  }
+  if (contiguous && compositions <= kMaxCompositions && !keepBackboneShares()) {
+    double bestMs = *first;
+    std::vector<int> share(static_cast<std::size_t>(components), 1);
+    // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
+    auto layersOf = [&](int i) {
+      return static_cast<int>(request.model.components[static_cast<std::size_t>(trainable[static_cast<std::size_t>(i)])].layers.size());
+    };
+    auto visit = [&](auto&& self, int i, int left) -> Status {
+      if (control.cancelled()) return Error{"cancelled"};
+      if (i == components - 1) {
+        if (left < 1 || left > layersOf(i)) return {};
+        share[static_cast<std::size_t>(i)] = left;
+        std::vector<VirtualStage> trial = stages;
+        std::size_t pos = 0;
+        for (int c = 0; c < components; ++c) {
+          for (int k = 0; k < share[static_cast<std::size_t>(c)]; ++k) {
+            trial[pipeline0[pos++]].component = trainable[static_cast<std::size_t>(c)];
+          }
+        }
+        auto ms = splitLayers(trial);
+        if (ms && *ms < bestMs - 1e-9) {
+          bestMs = *ms;
+          stages = std::move(trial);
+        }
+        return {};
+      }
+      for (int k = 1; k <= std::min(layersOf(i), left - (components - 1 - i)); ++k) {
+        share[static_cast<std::size_t>(i)] = k;
+        if (auto st = self(self, i + 1, left - k); !st) return st;
+      }
+      return {};
+    };
+    if (auto st = visit(visit, 0, chainStages); !st) return st.error();
   }
   // Bidirectional schedules hold the model twice: pipeline 1 mirrors pipeline 0's ranges.
   std::vector<std::size_t> pipeline1;

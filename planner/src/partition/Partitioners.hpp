@@ -11,9 +11,11 @@
 namespace pipestudio::partition {
 
 /// Fills component and layer ranges into `placement` with `request.config.partition`
-/// (balanced | dp | diffusionpipe). Each trainable component keeps the stage share uniform
-/// gives it; its layers are then split over those stages by the named algorithm. Pipeline 1
-/// of a bidirectional placement mirrors pipeline 0's ranges.
+/// (balanced | dp | diffusionpipe). Several trainable components take consecutive blocks of
+/// the chain in data-flow order; the number of stages each gets is searched (the estimate:
+/// Σ stage times + (m − 1) × the busiest device), and each one's layers are split over its
+/// stages by the named algorithm. Pipeline 1 of a bidirectional placement mirrors pipeline
+/// 0's ranges.
 Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, std::vector<VirtualStage> placement,
                                                    const SolveControl& control);
 
@@ -26,6 +28,9 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
 Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control);
 /// True while solveDiffusionPipe runs its candidates (makePlan then partitions with dp).
 bool inDiffusionPipeSearch();
+/// True while solveDiffusionPipe tries a candidate with the backbones' default stage shares
+/// (uniform's, or the V's legs) instead of searching them.
+bool keepBackboneShares();
 /// The schedules (with chunks) the joint search tries for `request`.
 std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request);
 /// V-shaped placement and exactly two trainable backbones: first backbone on the down leg,
