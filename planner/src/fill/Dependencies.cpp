@@ -268,6 +268,7 @@ FrozenTransfers frozenTransfers(const Plan& timed) {
 }
 
 void appendFrozenTransfers(Plan& timed) {
+  if (timed.model.frozenComponents().empty()) return;  // the common case: nothing to name or add
   // The simulator names a transfer F or B; one leaving a frozen stage carries N output.
   for (Comm& c : timed.comms) {
     if (!validStage(timed, c.virtualStage)) continue;

@@ -6,8 +6,25 @@
 //
 // Two trainable backbones (ControlNet: controlnet feeds unet; cascaded models) run in opposite
 // directions on V-shaped placements: the first backbone takes the down leg (devices 0 → p−1),
-// the second the up leg (p−1 → 0). The hand-over happens on one device without a transfer,
-// and one backbone's warm-up and cool-down overlap the other's steady phase.
+// the second the up leg (p−1 → 0), so every device holds one chunk of each and one backbone's
+// warm-up and cool-down overlap the other's steady phase. How many stages each backbone gets
+// is searched (Dispatch.cpp); the candidates also keep the V's legs.
+//
+// Why one V chain and not two plan pipelines (pipeline 0 / 1, DESIGN.md §2): the plan format
+// lets a bidirectional plan hold two pipelines only when every microbatch passes through
+// exactly one of them (Chimera/DualPipe replicas). ControlNet and UNet are not independent:
+// each microbatch runs both, and the ControlNet's output feeds the UNet (`feeds`), so the
+// backward of the UNet must hand gradients back to the ControlNet. Placing them as pipeline 1
+// (p−1 → 0) and pipeline 0 (0 → p−1) with that hand-over is the same V: the ControlNet's last
+// stage and the UNet's first share device 0 (or p−1), the same ops, the same dependencies.
+// A second pipeline would only win if the UNet could start a microbatch before the
+// ControlNet finished it — true in the real network (Zhang et al. 2023 §3.2: the ControlNet's
+// residuals enter the UNet's skip connections and middle block, so the UNet encoder does not
+// wait for them) — but the model format names consuming components, not consuming layers, so
+// any such overlap would rest on a guess; and it only shortens warm-up/cool-down, since the
+// steady phase is bounded by the busiest device's work, which the V already balances.
+// Independent backbones (no `feeds` between them) are chained the same way; this imposes a
+// false per-microbatch order between them, again costing only warm-up/cool-down.
 #include <algorithm>
 #include <limits>
 
