@@ -175,3 +175,61 @@ TEST(StreamIngest, LargeStreamInSmallBatches) {
   EXPECT_EQ(s->status, RunStatus::Complete);
   EXPECT_EQ(*store->integrityCheck(), "ok");
 }
+
+// Two runs ingested at once, in interleaved chunks and small transactions: events reach the
+// table in blocks whose ids are, or are not, right after the table's last row (the ingest
+// appends without a search only in the first case). Every event must land under its own run
+// with seqs in arrival order: event k of either stream is seq k, on device k % 4, with
+// correlation id k (kernels) or an op kind (every tenth event).
+TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
+  TempDir dir;
+  auto store = HistoryStore::open(dir.file("h.sqlite"));
+  ASSERT_TRUE(store);
+  store->setBatchRows(1000);
+  constexpr std::int64_t kEvents = 6000;
+  const std::string streamA = largeStream(kEvents, 4);
+  const std::string streamB = largeStream(kEvents, 4);
+  auto a = store->beginRun({.name = "a", .source = "stream"});
+  auto b = store->beginRun({.name = "b", .source = "stream"});
+  ASSERT_TRUE(a && b);
+  StreamIngest ia(*store, *a);
+  StreamIngest ib(*store, *b);
+  std::size_t posA = 0;
+  std::size_t posB = 0;
+  // A gets ahead first (its blocks append while B has no events), then both alternate.
+  ASSERT_TRUE(ia.feed(std::string_view(streamA).substr(0, 50'000)));
+  posA = 50'000;
+  while (posA < streamA.size() || posB < streamB.size()) {
+    const std::string_view ca = std::string_view(streamA).substr(std::min(posA, streamA.size()), 7919);
+    const std::string_view cb = std::string_view(streamB).substr(std::min(posB, streamB.size()), 3001);
+    ASSERT_TRUE(ia.feed(ca));
+    ASSERT_TRUE(ib.feed(cb));
+    posA += ca.size();
+    posB += cb.size();
+  }
+  ASSERT_TRUE(store->finishRun(*a, ia.suggestedStatus(), ia.problem()));
+  ASSERT_TRUE(store->finishRun(*b, ib.suggestedStatus(), ib.problem()));
+  for (RunId run : {*a, *b}) {
+    sqlite3_stmt* st = nullptr;
+    const std::string sql = "SELECT seq, device, category, correlation, kind FROM run_events WHERE run_id = " +
+                            std::to_string(run) + " ORDER BY seq";
+    ASSERT_EQ(sqlite3_prepare_v2(store->connection(), sql.c_str(), -1, &st, nullptr), SQLITE_OK);
+    std::int64_t k = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      ASSERT_EQ(sqlite3_column_int64(st, 0), k) << "run " << run;
+      EXPECT_EQ(sqlite3_column_int64(st, 1), k % 4) << "run " << run << " seq " << k;
+      if (k % 10 == 0) {
+        EXPECT_EQ(sqlite3_column_int(st, 2), static_cast<int>(EventCategory::Op)) << "seq " << k;
+        EXPECT_EQ(sqlite3_column_type(st, 4), SQLITE_INTEGER) << "seq " << k;
+      } else {
+        EXPECT_EQ(sqlite3_column_int64(st, 3), k) << "run " << run << " seq " << k;
+      }
+      ++k;
+    }
+    sqlite3_finalize(st);
+    EXPECT_EQ(k, kEvents) << "run " << run;
+    EXPECT_EQ(store->runSummary(run)->events, kEvents);
+    EXPECT_EQ(store->runSummary(run)->status, RunStatus::Complete);
+  }
+  EXPECT_EQ(*store->integrityCheck(), "ok");
+}

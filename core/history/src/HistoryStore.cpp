@@ -143,6 +143,8 @@ HistoryStore::Impl::~Impl() {
     // Finalize statements before closing (sqlite3_close refuses with live statements).
     insertEvent = {};
     insertEventBlock = {};
+    appendEventBlock = {};
+    maxEventId = {};
     insertName = {};
     insertMemory = {};
     insertStep = {};
@@ -155,17 +157,22 @@ HistoryStore::Impl::~Impl() {
 Status HistoryStore::Impl::prepareWriteStatements() {
   std::string error;
   // Anonymous parameters: row r binds 1 + r * kEventColumns .. (r + 1) * kEventColumns.
-  const auto eventInsert = [](int rows) {
-    std::string sql =
-        "INSERT INTO events(id, category, device, stream, name_id, start_ns, dur_ns, virtual_stage, microbatch, "
-        "iteration, kind, bytes, correlation, args) VALUES";
-    for (int r = 0; r < rows; ++r) sql += r ? ",(?,?,?,?,?,?,?,?,?,?,?,?,?,?)" : "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+  const auto eventInsert = [](int rows, bool withId) {
+    std::string sql = withId ? "INSERT INTO events(id, " : "INSERT INTO events(";
+    sql += "category, device, stream, name_id, start_ns, dur_ns, virtual_stage, microbatch, iteration, kind, bytes, "
+           "correlation, args) VALUES";
+    const char* row = withId ? "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)" : "(?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    for (int r = 0; r < rows; ++r) (sql += r ? "," : "") += row;
     return sql;
   };
-  insertEvent = Statement(db, eventInsert(1), &error);
+  insertEvent = Statement(db, eventInsert(1, true), &error);
   if (!insertEvent) return Error{error};
-  insertEventBlock = Statement(db, eventInsert(kEventInsertRows), &error);
+  insertEventBlock = Statement(db, eventInsert(kEventInsertRows, true), &error);
   if (!insertEventBlock) return Error{error};
+  appendEventBlock = Statement(db, eventInsert(kEventInsertRows, false), &error);
+  if (!appendEventBlock) return Error{error};
+  maxEventId = Statement(db, "SELECT IFNULL(MAX(id), -1) FROM events", &error);
+  if (!maxEventId) return Error{error};
   bufferedEvents.reserve(kEventInsertRows);
   insertName = Statement(db, "INSERT INTO names(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET name = name RETURNING id",
                          &error);
@@ -192,6 +199,7 @@ Status HistoryStore::Impl::begin() {
   if (auto st = exec(db, "BEGIN IMMEDIATE"); !st) return Error{withPath(path, "cannot start a write: " + st.message())};
   inTransaction = true;
   pendingRows = 0;
+  lastEventId = -1;
   transactionStart = std::chrono::steady_clock::now();
   return {};
 }
@@ -317,9 +325,10 @@ constexpr int kEventColumns = 14;
 
 // Binds one buffered event as row `row` of a multi-row INSERT. Every parameter is bound each
 // time (bindings persist across executions, so a NULL must be bound explicitly).
-void bindEvent(sqlite3_stmt* s, int row, const BufferedEvent& e, const std::string& args) {
-  const int p = 1 + row * kEventColumns;
-  sqlite3_bind_int64(s, p, e.id);
+void bindEvent(sqlite3_stmt* s, int row, const BufferedEvent& e, const std::string& args, bool withId) {
+  // Parameter p + 1 is the category column; without ids every row is one parameter shorter.
+  const int p = withId ? 1 + row * kEventColumns : row * (kEventColumns - 1);
+  if (withId) sqlite3_bind_int64(s, p, e.id);
   sqlite3_bind_int(s, p + 1, e.category);
   sqlite3_bind_int(s, p + 2, e.device);
   sqlite3_bind_int64(s, p + 3, e.stream);
@@ -359,15 +368,42 @@ Status HistoryStore::Impl::flushEvents() {
   Status result;
   while (done < n) {
     const bool block = n - done >= static_cast<std::size_t>(kEventInsertRows);
-    Statement& s = block ? insertEventBlock : insertEvent;
     const int rows = block ? kEventInsertRows : 1;
-    for (int r = 0; r < rows; ++r) bindEvent(s.get(), r, bufferedEvents[done + static_cast<std::size_t>(r)], bufferedArgs);
+    const std::int64_t firstId = bufferedEvents[done].id;
+    const std::int64_t lastId = bufferedEvents[done + static_cast<std::size_t>(rows) - 1].id;
+    bool append = false;
+    if (block && (firstId >> 32) == (lastId >> 32) && lastId - firstId == kEventInsertRows - 1) {
+      // One run's consecutive seqs (a run's seqs only grow, so equal run and a span of
+      // exactly rows - 1 means no other id lies between): the implicit rowids are these ids
+      // exactly when the table ends right before the first.
+      if (lastEventId < 0) {
+        const int rc = maxEventId.step();
+        lastEventId = rc == SQLITE_ROW ? maxEventId.i64(0) : -1;
+        maxEventId.reset();
+        if (rc != SQLITE_ROW) {
+          result = Error{withPath(path, "reading the events table failed: " + detail::lastError(db))};
+          break;
+        }
+      }
+      append = firstId == lastEventId + 1;
+    }
+    Statement& s = append ? appendEventBlock : block ? insertEventBlock : insertEvent;
+    for (int r = 0; r < rows; ++r) {
+      bindEvent(s.get(), r, bufferedEvents[done + static_cast<std::size_t>(r)], bufferedArgs, !append);
+    }
     const int rc = s.step();
     s.reset();
     if (rc != SQLITE_DONE) {
       result = Error{withPath(path, "storing an event failed: " + detail::lastError(db))};
       break;
     }
+    if (append && sqlite3_last_insert_rowid(db) != lastId) {
+      // Cannot happen with SQLite's documented rowid choice (largest + 1, below 2^63 - 1);
+      // refuse rather than keep events under ids other than the run's.
+      result = Error{withPath(path, "storing events failed: rowids not assigned in sequence")};
+      break;
+    }
+    lastEventId = std::max(lastEventId, lastId);
     done += static_cast<std::size_t>(rows);
   }
   bufferedEvents.clear();

@@ -101,6 +101,14 @@ struct HistoryStore::Impl {
 
   detail::Statement insertEvent;       ///< one row (the tail of a batch)
   detail::Statement insertEventBlock;  ///< kEventInsertRows rows
+  /// kEventInsertRows rows without the id column: SQLite gives each the table's largest rowid
+  /// plus one and appends without a B-tree search ("ROWIDs and the INTEGER PRIMARY KEY"), used
+  /// only when exactly those ids are the ones wanted.
+  detail::Statement appendEventBlock;
+  detail::Statement maxEventId;
+  /// The events table's largest id within the open transaction; -1 until read (reset by
+  /// begin(): another connection may have written between our transactions).
+  std::int64_t lastEventId = -1;
   /// Events accepted by insert() and not yet in the events table. Always written before the
   /// transaction commits (commit() flushes first), so crash safety is that of the
   /// transaction: a committed event is stored, an uncommitted one never was.
