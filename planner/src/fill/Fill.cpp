@@ -367,6 +367,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       for (int s : consumerStages) {
         const int dc = timed.virtualStages[static_cast<std::size_t>(s)].device;
         const double f = fStart[static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb)];
+        if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
         auto it = consumers.find(dc);
         if (it == consumers.end()) consumers.emplace(dc, f);
         else it->second = std::min(it->second, f);

@@ -61,7 +61,10 @@ std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request) {
     out.push_back(c);
   };
   add(request.config.schedule, request.config.chunksPerDevice);
-  for (const char* name : {"1f1b", "zb-h1", "zb-v", "v-half", "interleaved-1f1b", "gpipe"}) {
+  // Bidirectional schedules (DualPipe, BitPipe) hold the backbone twice, one copy per
+  // direction: their bubbles differ from the one-directional ones, so they join the search.
+  for (const char* name : {"1f1b", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "interleaved-1f1b", "gpipe", "dualpipe",
+                           "dualpipe-v", "bitpipe"}) {
     const ScheduleGenerator* g = findScheduleGenerator(name);
     if (!g) continue;
     const int chunks = std::string(name) == "interleaved-1f1b" ? 2 : g->defaultChunksPerDevice();
