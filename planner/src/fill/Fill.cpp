@@ -325,7 +325,7 @@ Frozen frozenGroups(const Plan& shell) {
 // Greedy: each (component, microbatch) in topological order goes to the device where all its
 // groups finish earliest, filling that device's gaps first (partial batches) and running past
 // the backbone's end only when the gaps are full.
-Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useGaps) {
+Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useGaps, bool largestFirst = true) {
   const int devices = timed.config.devices;
   const int m = timed.config.microbatches;
   const int samples = static_cast<int>(std::max<std::int64_t>(1, timed.model.samplesPerMicrobatch));
@@ -354,7 +354,22 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   }
   // device and completion per (component, microbatch)
   std::map<std::pair<int, int>, std::pair<int, double>> done;
-  for (int c : frozen.order) {
+  // Largest units first (LPT, Graham 1969): a (component, microbatch) is indivisible across
+  // devices, so placing the big ones (VAE) while many gaps are free and the small ones (text
+  // encoder) last packs the bubbles and balances the overflow better than model order. Only
+  // when no frozen component feeds another (otherwise the topological order stays).
+  std::vector<int> order = frozen.order;
+  bool independent = true;
+  for (int c : order) independent = independent && feederOf(timed.model, c) < 0;
+  if (independent && largestFirst) {
+    auto workOf = [&](int c) {
+      double ms = 0;
+      for (int g : frozen.groupsOf[static_cast<std::size_t>(c)]) ms += frozen.groups[static_cast<std::size_t>(g)].forwardMs[0];
+      return ms;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return workOf(a) > workOf(b); });
+  }
+  for (int c : order) {
     const auto& gs = frozen.groupsOf[static_cast<std::size_t>(c)];
     if (gs.empty()) continue;
     const int feeder = feederOf(timed.model, c);
@@ -518,6 +533,14 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
     };
     auto filled = timeCandidate(assemble(skeleton, *backbone, *greedy, false));
     if (!filled) return Error{"fill greedy: " + filled.message()};
+    // The same greedy in model order: LPT usually packs better, not always.
+    if (auto modelOrder = greedyLayout(*backbone, frozen, true, false)) {
+      auto alt = timeCandidate(assemble(skeleton, *backbone, *modelOrder, false));
+      if (alt && alt->periodMs < filled->periodMs - kEpsMs) {
+        filled = std::move(alt);
+        greedy = std::move(*modelOrder);
+      }
+    }
     auto firstLayout = timeCandidate(assemble(skeleton, *backbone, *noneLayout, true));
     if (!firstLayout) return Error{"fill greedy: " + firstLayout.message()};
     if (filled->periodMs <= firstLayout->periodMs + kEpsMs) {
