@@ -64,13 +64,8 @@ int main(int argc, char** argv) {
         std::snprintf(vsDp, sizeof vsDp, "%.2f×", f.speedupOverDataParallel);
       }
       // Frozen outputs sent to the devices that consume them (cross-iteration, kind N).
-      int transfers = 0;
-      double transferBytes = 0;
-      for (const Comm& c : filled->plan.comms) {
-        if (c.kind != OpKind::N) continue;
-        ++transfers;
-        transferBytes += static_cast<double>(c.bytes);
-      }
+      const int transfers = f.frozenTransfers;
+      const auto transferBytes = static_cast<double>(f.frozenTransferBytes);
       std::printf("| %s | %s%s | %s | %d | %.1f | %.1f | %.1f | %.0f%% | %s | %.2f× | %s | %d, %.0f MB |\n", name,
                   filled->plan.config.schedule.c_str(), f.usedNoFillLayout ? " (none layout)" : "", row.partition,
                   row.microbatches, f.backboneOnlyMs, f.noFillMs, f.iterationMs, bubble > 0 ? 100.0 * used / bubble : 0.0,

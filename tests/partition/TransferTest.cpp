@@ -269,6 +269,7 @@ TEST(Transfers, VocabularyPlanResimulatesToItself) {
     r.config.devices = 4;
     r.config.microbatches = 8;
     if (const auto* g = findScheduleGenerator(schedule)) r.config.chunksPerDevice = g->defaultChunksPerDevice();
+    if (r.config.chunksPerDevice > 1) r.config.partition = "balanced";  // uniform may not split evenly
     auto plan = makeVocabParallelPlan(r);
     ASSERT_TRUE(plan.hasValue()) << schedule << ": " << plan.message();
     const Plan loaded = saveAndLoad(*plan);
@@ -368,6 +369,52 @@ TEST(Transfers, DiffusionExamples) {
       auto again = resimulate(saveAndLoad(*plan));
       ASSERT_TRUE(again.hasValue()) << again.message();
       expectSameTiming(*plan, *again);
+    }
+  }
+}
+
+// Edited vocabulary plans: the derived S/T edges never crash the resimulation; a T moved
+// before the S it needs deadlocks with a message, and a pass on an unknown stage or
+// microbatch is reported by the simulator.
+TEST(Transfers, EditedVocabularyPlansAreReportedNotCrashed) {
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
+  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
+  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
+  PlanRequest r;
+  r.model = *model;
+  r.cluster = *cluster;
+  r.config.schedule = "1f1b";
+  r.config.devices = 2;
+  r.config.microbatches = 2;
+  auto plan = makeVocabParallelPlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  {
+    // Swap device 1's first S with the T that follows it.
+    Plan edited = *plan;
+    for (std::size_t i = 0; i + 1 < edited.ops.size(); ++i) {
+      if (edited.ops[i].device == 1 && edited.ops[i].kind == OpKind::S) {
+        ASSERT_EQ(edited.ops[i + 1].kind, OpKind::T);
+        std::swap(edited.ops[i], edited.ops[i + 1]);
+        break;
+      }
+    }
+    auto again = resimulate(edited);
+    ASSERT_FALSE(again.hasValue());
+    EXPECT_NE(again.message().find("deadlock"), std::string::npos) << again.message();
+  }
+  for (int field = 0; field < 3; ++field) {
+    Plan edited = *plan;
+    for (Op& op : edited.ops) {
+      if (op.kind != OpKind::S) continue;
+      if (field == 0) op.microbatch = 99;
+      if (field == 1) op.virtualStage = 999;
+      if (field == 2) op.virtualStage = 0;  // an S on a backbone stage
+      break;
+    }
+    auto again = resimulate(edited);
+    if (field < 2) {
+      ASSERT_FALSE(again.hasValue()) << field;
+      EXPECT_FALSE(again.message().empty());
     }
   }
 }

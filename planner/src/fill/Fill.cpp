@@ -707,6 +707,11 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
     }
   }
   report.iterationMs = out.plan.metrics.makespanMs;
+  for (const Comm& c : out.plan.comms) {
+    if (c.kind != OpKind::N) continue;
+    ++report.frozenTransfers;
+    report.frozenTransferBytes += c.bytes;
+  }
   report.speedupOverNoFill = report.iterationMs > 0 ? report.noFillMs / report.iterationMs : 1.0;
   if (report.dataParallelMs) report.speedupOverDataParallel = *report.dataParallelMs / report.iterationMs;
   out.report = std::move(report);

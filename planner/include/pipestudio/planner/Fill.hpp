@@ -42,6 +42,8 @@ struct FillReport {
   std::optional<double> dataParallelMs;
   std::string dataParallelNote;
   double speedupOverDataParallel = 0;  ///< dataParallelMs / iterationMs (0 when no DP)
+  int frozenTransfers = 0;             ///< frozen outputs sent to a consuming device (kind N comms)
+  std::int64_t frozenTransferBytes = 0;
 };
 
 /// Virtual stages of trainable component `consumer` that read the output of frozen component
