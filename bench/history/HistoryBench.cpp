@@ -145,7 +145,13 @@ void BM_ImportChromeJson(benchmark::State& state) {
     if (!store) state.SkipWithError(store.message().c_str());
     state.ResumeTiming();
     auto r = store->importChromeTrace(file);
-    if (!r || r->events != events) state.SkipWithError("import failed");
+    if (!r || r->events != events) {
+      const std::string why = !r ? r.message()
+                                 : "imported " + std::to_string(r->events) + " of " + std::to_string(events) +
+                                       " events: " + r->firstError.value_or("");
+      state.SkipWithError(why.c_str());
+      break;
+    }
   }
   state.SetItemsProcessed(state.iterations() * events);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(std::filesystem::file_size(file)));

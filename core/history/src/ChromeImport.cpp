@@ -1,80 +1,19 @@
 // Chrome trace JSON import (Trace Event Format, as written by PipeStudio's export, the PyTorch
-// profiler / Kineto and Perfetto's JSON export). Parsed with nlohmann::json::sax_parse and our
-// own handler: only the event being read is held in memory (plus open B ranges), never the
-// document, so a 1 GB trace imports in bounded memory.
+// profiler / Kineto and Perfetto's JSON export). Parsed by our streaming SAX parser
+// (JsonSax.hpp; it replaced nlohmann::json::sax_parse, whose lexer was half the import time)
+// and the handler below: only the event being read is held in memory (plus open B ranges),
+// never the document, so a 1 GB trace imports in bounded memory.
 
 #include <cstdio>
 #include <cmath>
 #include <map>
 
-#include <nlohmann/json.hpp>
-
 #include "Impl.hpp"
+#include "JsonSax.hpp"
 
 namespace pipestudio::history {
 
 namespace {
-
-using Json = nlohmann::json;
-
-// An input iterator over a FILE* read in 1 MiB chunks; it also tells how many bytes the
-// parser has consumed, which locates semantic errors (the SAX callbacks carry no position).
-class ChunkedFile {
- public:
-  explicit ChunkedFile(std::FILE* f) : m_file(f), m_buffer(1 << 20) {}
-  // The lexer asks this once per input byte: keep the in-buffer case inlineable and the
-  // refill out of line.
-  bool atEnd() { return m_pos >= m_length && refill(); }
-  [[gnu::noinline]] bool refill() {
-    if (m_pos < m_length) return false;
-    if (m_eof) return true;
-    m_offset += m_length;
-    m_length = std::fread(m_buffer.data(), 1, m_buffer.size(), m_file);
-    m_pos = 0;
-    if (m_length == 0) m_eof = true;
-    return m_length == 0;
-  }
-  char current() const { return m_buffer[m_pos]; }
-  void advance() { ++m_pos; }
-  std::uint64_t offset() const { return m_offset + m_pos; }
-
-  class Iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = char;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const char*;
-    using reference = const char&;
-    Iterator() = default;
-    explicit Iterator(ChunkedFile* f) : m_f(f) {}
-    char operator*() const { return m_f->current(); }
-    Iterator& operator++() {
-      m_f->advance();
-      return *this;
-    }
-    Iterator operator++(int) {
-      Iterator old = *this;
-      m_f->advance();
-      return old;
-    }
-    bool operator==(const Iterator& o) const { return done() == o.done(); }
-    bool operator!=(const Iterator& o) const { return !(*this == o); }
-
-   private:
-    bool done() const { return m_f == nullptr || m_f->atEnd(); }
-    ChunkedFile* m_f = nullptr;
-  };
-  Iterator begin() { return Iterator(this); }
-  Iterator end() { return Iterator(); }
-
- private:
-  std::FILE* m_file;
-  std::vector<char> m_buffer;
-  std::size_t m_pos = 0;
-  std::size_t m_length = 0;
-  std::uint64_t m_offset = 0;
-  bool m_eof = false;
-};
 
 // Appends JSON text for the `args` of the current event (compact, keys in input order).
 class ArgsWriter {
@@ -236,22 +175,19 @@ bool containsNoCase(std::string_view s, std::string_view needle) {
 
 class ChromeHandler {
  public:
-  ChromeHandler(HistoryStore::Impl& im, RunId run, RunState& state, ChunkedFile& file, std::string path)
+  ChromeHandler(HistoryStore::Impl& im, RunId run, RunState& state, detail::JsonFileReader& file, std::string path)
       : m_im(im), m_run(run), m_state(state), m_file(file), m_path(std::move(path)) {}
 
-  // --- nlohmann SAX interface ---
+  // --- JsonSaxParser handler interface (JsonSax.hpp) ---
   bool null() { return scalarValue("null", {}); }
   bool boolean(bool v) { return scalarValue(v ? "true" : "false", {}); }
-  // The decimal text is only needed inside "args" (re-serialised); elsewhere skipping the
-  // per-number to_string saves an allocation per field on the hot path.
-  bool number_integer(Json::number_integer_t v) {
-    return numberValue(static_cast<double>(v), v, inArgs() ? std::to_string(v) : std::string());
+  // `text` is the number as written: kept verbatim inside "args".
+  bool number_integer(std::int64_t v, std::string_view text) { return numberValue(static_cast<double>(v), v, text); }
+  bool number_unsigned(std::uint64_t v, std::string_view text) {
+    const auto clamped = static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX));
+    return numberValue(static_cast<double>(v), clamped, text);
   }
-  bool number_unsigned(Json::number_unsigned_t v) {
-    const auto clamped = static_cast<std::int64_t>(std::min<Json::number_unsigned_t>(v, INT64_MAX));
-    return numberValue(static_cast<double>(v), clamped, inArgs() ? std::to_string(v) : std::string());
-  }
-  bool number_float(Json::number_float_t v, const std::string& text) {
+  bool number_float(double v, std::string_view text) {
     std::optional<std::int64_t> asInt;
     if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) asInt = static_cast<std::int64_t>(v);
     return numberValue(v, asInt, text);
@@ -280,8 +216,7 @@ class ChromeHandler {
     }
     return true;
   }
-  bool binary(Json::binary_t&) { return true; }
-  bool start_object(std::size_t) {
+  bool start_object() {
     ++m_depth;
     if (m_depth == 1) {
       m_rootIsObject = true;
@@ -333,7 +268,7 @@ class ChromeHandler {
     --m_depth;
     return true;
   }
-  bool start_array(std::size_t) {
+  bool start_array() {
     ++m_depth;
     if (m_argsDepth > 0 && m_depth > m_argsDepth) {
       m_args.open('[');
@@ -356,14 +291,8 @@ class ChromeHandler {
     --m_depth;
     return true;
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-    std::string what = ex.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 7: …" → keep the tail.
-    if (const auto colon = what.find(": "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos) {
-      what = what.substr(colon + 2);
-    }
-    // At end of input nlohmann counts the EOF as a character read: clamp to the real size.
-    m_parseError = m_path + ": byte " + std::to_string(std::min<std::uint64_t>(position, m_file.offset())) + ": " + what;
+  bool parse_error(std::uint64_t position, const std::string& what) {
+    m_parseError = m_path + ": byte " + std::to_string(position) + ": " + what;
     if (m_inEvent) ++m_skipped;  // the event cut by the error
     return false;
   }
@@ -399,7 +328,7 @@ class ChromeHandler {
     return true;
   }
 
-  bool numberValue(double v, std::optional<std::int64_t> asInt, const std::string& text) {
+  bool numberValue(double v, std::optional<std::int64_t> asInt, std::string_view text) {
     if (m_argsDepth > 0 && m_depth >= m_argsDepth) {
       m_args.scalar(text);
       if (m_depth == m_argsDepth && asInt) {
@@ -570,7 +499,7 @@ class ChromeHandler {
   HistoryStore::Impl& m_im;
   RunId m_run;
   RunState& m_state;
-  ChunkedFile& m_file;
+  detail::JsonFileReader& m_file;
   std::string m_path;
 
   int m_depth = 0;
@@ -611,10 +540,10 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
   if (!run) return run.error();
   auto state = m_impl->runState(*run);
   if (!state) return state.error();
-  ChunkedFile input(f);
+  detail::JsonFileReader input(f);
   ChromeHandler handler(*m_impl, *run, **state, input, file);
-  // strict = false: trailing bytes after the document do not invalidate what was read.
-  const bool ok = Json::sax_parse(input.begin(), input.end(), &handler, Json::input_format_t::json, false);
+  // Trailing bytes after the document are not read and do not invalidate what was read.
+  const bool ok = detail::JsonSaxParser<ChromeHandler>(input, handler).parse();
   if (!handler.dbStatus()) {
     (void)finishRun(*run, RunStatus::Incomplete, handler.dbStatus().message());
     return handler.dbStatus().error();
