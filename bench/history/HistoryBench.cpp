@@ -134,6 +134,21 @@ void BM_DecodeStreamOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeStreamOnly)->Unit(benchmark::kMillisecond);
 
+// What the ingest does: decode into one reused frame (no allocation per kernel name).
+void BM_DecodeStreamReusedFrame(benchmark::State& state) {
+  const std::string& bytes = stream1M();
+  for (auto _ : state) {
+    trace::StreamDecoder d;
+    d.feed(bytes);
+    trace::Frame frame;
+    std::int64_t n = 0;
+    while (d.next(frame)) ++n;
+    benchmark::DoNotOptimize(n);
+  }
+  state.SetItemsProcessed(state.iterations() * 1'000'000);
+}
+BENCHMARK(BM_DecodeStreamReusedFrame)->Unit(benchmark::kMillisecond);
+
 void BM_ImportChromeJson(benchmark::State& state) {
   const std::int64_t events = state.range(0);
   const std::string file = makeChromeFile(events);
