@@ -19,7 +19,7 @@ namespace pipestudio::cli {
 namespace {
 
 struct PlanOptions {
-  std::string model, cluster, schedule, partition = "uniform", fill = "none", memoryLimit, output;
+  std::string model, cluster, schedule, partition = "balanced", fill = "none", memoryLimit, output;
   int devices = 0, microbatches = 0, chunks = 0;
   bool json = false;
   std::string csv;               // custom: the schedule CSV ("auto" helper)
@@ -165,7 +165,8 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--devices", o.devices, "Pipeline devices")->required();
   cmd->add_option("--microbatches", o.microbatches, "Microbatches per iteration")->required();
   cmd->add_option("--chunks", o.chunks, "Virtual stages per device (default: the schedule's)");
-  cmd->add_option("--partition", o.partition, "uniform|balanced|dp|diffusionpipe");
+  cmd->add_option("--partition", o.partition,
+                  "uniform|balanced|dp|diffusionpipe (default balanced: uniform refuses unequal chunks for multi-chunk schedules)");
   cmd->add_option("--fill", o.fill, "none|greedy");
   cmd->add_option("--memory-limit", o.memoryLimit, "Per-device memory limit, bytes or e.g. 40GiB");
   cmd->add_option("-o,--output", o.output, "Write the plan document here");

@@ -26,7 +26,10 @@ std::string knownSchedules() {
 Expected<std::vector<VirtualStage>> partitionStages(const PlanRequest& request, std::vector<VirtualStage> placement,
                                                     const SolveControl& control) {
   const std::string& name = request.config.partition;
-  if (name == "uniform") return partition::partitionUniform(request.model, std::move(placement));
+  if (name == "uniform") {
+    return partition::partitionUniformStrict(request.model, std::move(placement), request.config.devices,
+                                             request.config.schedule);
+  }
   return partition::partitionNamed(request, std::move(placement), control);  // part: balanced, dp, diffusionpipe
 }
 

@@ -1,6 +1,9 @@
 // Impossible requests and broken orders: clear messages, no crash, no hang.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
+
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
@@ -33,6 +36,38 @@ TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
   auto part = test::request(model, cluster, "1f1b", 4, 8, 1);
   part.config.partition = "bogus";
   EXPECT_NE(errorOf(part).find("partition 'bogus' is not available"), std::string::npos);
+}
+
+// Issue 3: "chunks that do not divide the layers" — uniform refuses unequal chunks for
+// schedules with several chunks per device and says what the schedule needs.
+TEST(BadRequest, UniformRefusesChunksThatDoNotDivideTheLayers) {
+  const auto cluster = test::freeCluster(8);
+  const auto gptLike = test::equalLayers(26, 1, 1, 1);  // GPT-3 1.3B: 24 blocks + embedding + head
+  const std::string msg = errorOf(test::request(gptLike, cluster, "zb-v", 4, 8, 2));
+  EXPECT_NE(msg.find("zb-v needs chunks of equal size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("26 layers"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("8 virtual stages (4 devices × 2 chunks)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("multiple of 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--partition balanced"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--partition dp"), std::string::npos) << msg;
+  const std::string interleaved = errorOf(test::request(test::equalLayers(12, 1, 1, 1), cluster, "interleaved-1f1b", 4, 8, 2));
+  EXPECT_NE(interleaved.find("interleaved-1f1b needs chunks of equal size"), std::string::npos) << interleaved;
+  EXPECT_NE(errorOf(test::request(test::equalLayers(20, 1, 1, 1), cluster, "bitpipe", 4, 8, 4)).find("multiple of 8"),
+            std::string::npos);
+
+  // What keeps working: one chunk per device (near-even split), divisible counts, and the
+  // partitioners that balance unequal chunks.
+  for (const auto& [schedule, layers, chunks] : {std::tuple<std::string, int, int>{"1f1b", 26, 1}, {"zb-h1", 26, 1},
+                                                 {"dualpipe", 26, 2}, {"zb-v", 24, 2}, {"interleaved-1f1b", 16, 2},
+                                                 {"bitpipe", 32, 4}}) {
+    auto plan = makePlan(test::request(test::equalLayers(layers, 1, 1, 1), cluster, schedule, 4, 8, chunks));
+    EXPECT_TRUE(plan.hasValue()) << schedule << ": " << (plan ? "" : plan.message());
+  }
+  auto balanced = test::request(gptLike, cluster, "zb-v", 4, 8, 2);
+  balanced.config.partition = "balanced";
+  auto plan = makePlan(balanced);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_EQ(plan->virtualStages.size(), 8u);
 }
 
 TEST(BadRequest, MemoryLimitBelowOneMicrobatchAndInfeasiblePlans) {

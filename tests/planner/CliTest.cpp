@@ -131,4 +131,24 @@ TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
   EXPECT_EQ(r.status, 2) << r.out;  // usage
 }
 
+// GPT-3 1.3B has 26 layers: a V schedule on 4 devices has 8 chunks that uniform cannot make
+// equal. Asked for explicitly, uniform exits 1 saying what zb-v needs; the default partition
+// (balanced) plans it.
+TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
+  const std::string base = "plan --model " + model + " --cluster " + cluster + " --schedule zb-v --devices 4 --microbatches 8";
+  CliRun r = run(base + " --partition uniform");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("zb-v needs chunks of equal size"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("26 layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 virtual stages"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--partition balanced"), std::string::npos) << r.out;
+  r = run(base + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto doc = pipestudio::parseJson(r.out, "<stdout>");
+  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  EXPECT_EQ(doc->root["config"]["partition"], "balanced");
+  r = run("plan --model " + model + " --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8 --partition uniform");
+  EXPECT_EQ(r.status, 0) << r.out;  // one chunk per device: near-even split
+}
+
 }  // namespace

@@ -72,4 +72,41 @@ Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std
   return placement;
 }
 
+Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& model, std::vector<VirtualStage> placement,
+                                                           int devices, const std::string& schedule) {
+  auto stages = partitionUniform(model, std::move(placement));
+  if (!stages) return stages;
+  // Virtual stages per pipeline, and how many of them each device holds.
+  const int perPipeline = static_cast<int>(std::count_if(stages->begin(), stages->end(), [](const VirtualStage& vs) {
+    return vs.pipeline == 0;
+  }));
+  const int chunks = devices > 0 ? perPipeline / devices : 1;
+  if (chunks <= 1) return stages;
+  for (int c : model.trainableComponents()) {
+    long count = 0;
+    long minLayers = -1;
+    long maxLayers = 0;
+    for (const VirtualStage& vs : *stages) {
+      if (vs.pipeline != 0 || vs.component != c) continue;
+      const long size = static_cast<long>(vs.lastLayer) - vs.firstLayer + 1;
+      ++count;
+      minLayers = minLayers < 0 ? size : std::min(minLayers, size);
+      maxLayers = std::max(maxLayers, size);
+    }
+    if (count == 0 || minLayers == maxLayers) continue;
+    const Component& comp = model.components[static_cast<std::size_t>(c)];
+    const std::string what = count == perPipeline
+                                 ? std::to_string(count) + " virtual stages (" + std::to_string(devices) + " devices × " +
+                                       std::to_string(chunks) + " chunks)"
+                                 : std::to_string(count) + " of the " + std::to_string(perPipeline) +
+                                       " virtual stages (" + std::to_string(devices) + " devices × " +
+                                       std::to_string(chunks) + " chunks)";
+    return Error{schedule + " needs chunks of equal size, but partition 'uniform' cannot divide the " +
+                 std::to_string(comp.layers.size()) + " layers of component '" + comp.name + "' evenly over its " + what +
+                 ": the layer count must be a multiple of " + std::to_string(count) +
+                 "; use --partition balanced or --partition dp (they balance unequal chunks), or other --devices/--chunks"};
+  }
+  return stages;
+}
+
 }  // namespace pipestudio::partition

@@ -3,6 +3,7 @@
 // generator made (device, chunk, pipeline per virtual stage) and fill in component and
 // layer ranges; every pipeline of a bidirectional schedule gets the same ranges.
 
+#include <string>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -16,5 +17,14 @@ namespace pipestudio::partition {
 /// never spans two components, so each component gets a share of the stages proportional to
 /// its layer count (at least one). Frozen components are not placed (bubble filling does).
 Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std::vector<VirtualStage> placement);
+
+/// `--partition uniform` as users ask for it: the split above, refused when a schedule with
+/// several chunks per device (interleaved, V-shaped, bitpipe) would get chunks of unequal
+/// size, i.e. when a component's layers are not divisible by its virtual stages. Those
+/// schedules' properties (interleaving's bubble, ZB-V's zero bubble at 1F1B memory) assume
+/// equal chunks. One chunk per device keeps the near-even split (sizes differ by at most one
+/// layer). `schedule` names the schedule in the message.
+Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& model, std::vector<VirtualStage> placement,
+                                                           int devices, const std::string& schedule);
 
 }  // namespace pipestudio::partition
