@@ -84,6 +84,22 @@ TEST(Oracle, ZbH2AndZbVZeroBubble) {
   }
 }
 
+// Qi et al. 2023 §6: ZB-V keeps 1F1B's peak activation memory (2p chunks of half size in
+// flight = p microbatches) while reaching zero bubble when F = B = W.
+TEST(Oracle, ZbVPeakActivationAtMostOneFOneB) {
+  for (const auto& [p, m] : {std::pair{4, 16}, {6, 24}, {8, 32}, {8, 64}}) {
+    const Plan base = mustPlan(request(equalLayers(2 * p, 1.0, 1.0, 1.0), freeCluster(p), "1f1b", p, m, 1));
+    const Plan zbv = mustPlan(request(equalLayers(2 * p, 1.0, 1.0, 1.0), freeCluster(p), "zb-v", p, m, 2));
+    std::int64_t basePeak = 0;
+    for (const auto& d : base.metrics.devices) basePeak = std::max(basePeak, d.peakActivationBytes);
+    for (int d = 0; d < p; ++d) {
+      EXPECT_LE(zbv.metrics.devices[static_cast<std::size_t>(d)].peakActivationBytes, basePeak)
+          << "p=" << p << " m=" << m << " device " << d;
+      EXPECT_NEAR(deviceBubble(zbv, d), 0.0, 1e-9) << "p=" << p << " m=" << m << " device " << d;
+    }
+  }
+}
+
 TEST(Oracle, VHalfAndVMinUseLessMemoryThanOneFOneB) {
   const int p = 8;
   const int m = 32;

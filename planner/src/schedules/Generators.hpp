@@ -60,8 +60,20 @@ struct GreedyOptions {
   /// the peak never exceeds the budget (memory-first: v-half, v-min); false: only live bytes
   /// count and the budget bounds admissions (throughput-first: zb-v keeps its zero bubble).
   bool reserveWholeMicrobatch = false;
+  /// true: every forward, not only an admission, respects the budget while a pending W can
+  /// free bytes first (W placed before the F instead of after it). With live accounting this
+  /// bounds the peak by the budget whenever a W is pending (zb-v: 1F1B memory, Qi et al.
+  /// 2023 §6; the same rule as the authors' ZB-V construction, which flushes W before an F
+  /// that would exceed the memory limit).
+  bool boundEveryForward = false;
 };
-Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options);
+/// What the construction's own timeline (stage estimates) says about the order it built.
+struct GreedyEstimate {
+  double makespanMs = 0;
+  double maxDeviceBubbleMs = 0;  ///< max over devices of span − busy
+};
+Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options,
+                                       GreedyEstimate* estimate = nullptr);
 
 /// Activation bytes one microbatch leaves on each device (sum over its stages there),
 /// for the pipeline `pipeline`.

@@ -39,6 +39,10 @@ using MinHeap = std::priority_queue<Key, std::vector<Key>, std::greater<>>;
 struct DeviceState {
   bool busy = false;
   std::int64_t committedBytes = 0;
+  // The construction's own timeline (stage estimates, transfers not serialised).
+  double firstStartMs = -1;
+  double lastEndMs = 0;
+  double busyMs = 0;
   MinHeap readyB;
   MinHeap readyContinue;
   MinHeap readyEnter;
@@ -47,7 +51,7 @@ struct DeviceState {
 
 }  // namespace
 
-Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options) {
+Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options, GreedyEstimate* estimate) {
   const int p = input.shape.devices;
   const int m = input.shape.microbatches;
   const int n = static_cast<int>(input.virtualStages.size());
@@ -199,10 +203,20 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
         const int pl = ds.readyEnter.empty() ? 0
                                              : input.virtualStages[static_cast<std::size_t>(std::get<2>(ds.readyEnter.top()))].pipeline;
         const std::int64_t needBytes = need[static_cast<std::size_t>(pl)][static_cast<std::size_t>(d)];
-        const bool admit = !ds.readyEnter.empty() &&
+        bool admit = !ds.readyEnter.empty() &&
                            (ds.committedBytes == 0 || forceAdmit ||
                             ds.committedBytes + needBytes <= options.capBytes[static_cast<std::size_t>(d)]);
-        const bool cont = !ds.readyContinue.empty();
+        bool cont = !ds.readyContinue.empty();
+        // Budget on every forward (zb-v): a forward that would lift the live bytes over the
+        // budget waits while a pending W can free weight-gradient bytes first.
+        const bool wFirst = options.boundEveryForward && !ds.pendingW.empty() &&
+                            ds.committedBytes + (cont ? stageCost(std::get<2>(ds.readyContinue.top())).activationBytes
+                                                      : std::int64_t{0}) >
+                                options.capBytes[static_cast<std::size_t>(d)];
+        if (wFirst) {
+          cont = false;
+          admit = false;
+        }
         bool takeContinue = cont && (options.preferContinuing || !admit ||
                                      std::get<0>(ds.readyContinue.top()) <= std::get<0>(ds.readyEnter.top()));
         if (takeContinue) {
@@ -236,6 +250,9 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
       out.devices[static_cast<std::size_t>(d)].push_back(o);
       ++emitted;
       ds.busy = true;
+      if (ds.firstStartMs < 0) ds.firstStartMs = now;
+      ds.lastEndMs = now + durationMs;
+      ds.busyMs += durationMs;
       push(now + durationMs, 0, kind, stage, mb);
     }
     dirty.clear();
@@ -243,6 +260,16 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   if (emitted != expected) {
     return Error{"internal: the greedy construction stalled after " + std::to_string(emitted) + " of " +
                  std::to_string(expected) + " ops (activation budget too small for one microbatch?)"};
+  }
+  if (estimate) {
+    estimate->makespanMs = 0;
+    estimate->maxDeviceBubbleMs = 0;
+    for (const DeviceState& ds : dev) {
+      estimate->makespanMs = std::max(estimate->makespanMs, ds.lastEndMs);
+      if (ds.firstStartMs >= 0) {
+        estimate->maxDeviceBubbleMs = std::max(estimate->maxDeviceBubbleMs, ds.lastEndMs - ds.firstStartMs - ds.busyMs);
+      }
+    }
   }
   return out;
 }

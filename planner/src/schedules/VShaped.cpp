@@ -33,6 +33,7 @@ struct Spec {
   int extra;
   bool preferContinuing;
   bool reserveWholeMicrobatch;
+  bool boundEveryForward;  // GreedyOptions::boundEveryForward
 };
 
 class GreedyGenerator final : public ScheduleGenerator {
@@ -88,6 +89,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     options.splitBackward = true;
     options.preferContinuing = m_spec.preferContinuing;
     options.reserveWholeMicrobatch = m_spec.reserveWholeMicrobatch;
+    options.boundEveryForward = m_spec.boundEveryForward;
     if (m_spec.pipelines == 2) {
       options.microbatchPipeline.resize(static_cast<std::size_t>(input.shape.microbatches));
       for (int mb = 0; mb < input.shape.microbatches; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
@@ -103,7 +105,21 @@ class GreedyGenerator final : public ScheduleGenerator {
     for (int d = 0; d < p; ++d) {
       options.capBytes[static_cast<std::size_t>(d)] = std::max<std::int64_t>(1, units) * perMb[static_cast<std::size_t>(d)];
     }
-    return greedyOrder(input, options);
+    if (!options.boundEveryForward) return greedyOrder(input, options);
+    // zb-v: the budget on every forward keeps 1F1B's peak; on very short pipelines (p = 2)
+    // it can cost the drain a W to fill a gap. Keep it unless the unbounded order (the
+    // budget on admissions only) has a smaller device bubble, like the authors' ZB-V
+    // construction, which tries several fill policies and keeps the one with least bubble.
+    GreedyEstimate bounded;
+    auto order = greedyOrder(input, options, &bounded);
+    if (!order || bounded.maxDeviceBubbleMs <= 1e-9 * std::max(1.0, bounded.makespanMs)) return order;
+    options.boundEveryForward = false;
+    GreedyEstimate unbounded;
+    auto alternative = greedyOrder(input, options, &unbounded);
+    if (alternative && unbounded.maxDeviceBubbleMs + 1e-9 * std::max(1.0, unbounded.makespanMs) < bounded.maxDeviceBubbleMs) {
+      return alternative;
+    }
+    return order;
   }
 
  private:
@@ -114,29 +130,29 @@ class GreedyGenerator final : public ScheduleGenerator {
 
 std::unique_ptr<ScheduleGenerator> makeZbV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false});
+      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true});
 }
 std::unique_ptr<ScheduleGenerator> makeVHalf() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"v-half", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 2, 1, true, true});
+      Spec{"v-half", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 2, 1, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeVMin() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"v-min", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 3, 1, true, true});
+      Spec{"v-min", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 3, 1, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true});
+      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeBitPipe() {
   return std::make_unique<GreedyGenerator>(Spec{"bitpipe", 4, 2, true, 4,
                                                 "a multiple of four chunks per device (two V-shaped pipelines)",
-                                                false, 1, 1, 1, 0, true, false});
+                                                false, 1, 1, 1, 0, true, false, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipe() {
   return std::make_unique<GreedyGenerator>(
       Spec{"dualpipe", 2, 2, false, 2, "an even number of chunks per device (one per direction)", true, 1, 1, 1, 1,
-           false, true});
+           false, true, false});
 }
 
 }  // namespace pipestudio::schedules
