@@ -107,12 +107,18 @@ class GreedyGenerator final : public ScheduleGenerator {
     }
     if (!options.boundEveryForward) return greedyOrder(input, options);
     // zb-v: the budget on every forward keeps 1F1B's peak; on very short pipelines (p = 2)
-    // it can cost the drain a W to fill a gap. Keep it unless the unbounded order (the
-    // budget on admissions only) has a smaller device bubble, like the authors' ZB-V
-    // construction, which tries several fill policies and keeps the one with least bubble.
+    // it can leave the drain one W short of filling a gap. Keep it unless the unbounded
+    // order (the budget on admissions only) has a smaller device bubble, like the authors'
+    // ZB-V construction, which tries several fill policies and keeps the one with least
+    // bubble. The gap is at most about one W per device, negligible against a long
+    // iteration, so large instances (where a second construction costs tens of ms) skip it.
+    constexpr double kSecondTryMaxOps = 1 << 16;
     GreedyEstimate bounded;
     auto order = greedyOrder(input, options, &bounded);
-    if (!order || bounded.maxDeviceBubbleMs <= 1e-9 * std::max(1.0, bounded.makespanMs)) return order;
+    const double ops = 6.0 * input.shape.devices * static_cast<double>(input.shape.microbatches);
+    if (!order || ops > kSecondTryMaxOps || bounded.maxDeviceBubbleMs <= 1e-9 * std::max(1.0, bounded.makespanMs)) {
+      return order;
+    }
     options.boundEveryForward = false;
     GreedyEstimate unbounded;
     auto alternative = greedyOrder(input, options, &unbounded);
