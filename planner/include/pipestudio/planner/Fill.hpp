@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio {
@@ -46,27 +47,6 @@ struct FillReport {
   std::int64_t frozenTransferBytes = 0;
 };
 
-/// Virtual stages of trainable component `consumer` that read the output of frozen component
-/// `feeder`. The model names consuming components (`feeds`), not layers, so the rule is: a
-/// feeder whose last layer is a token sequence (kind `transformer` or `embedding`, a text
-/// encoder) is read by every consumer stage holding an `attention` layer (cross-attention);
-/// any other feeder (VAE latents), or a consumer without attention layers, by the consumer's
-/// first stage of each pipeline (the stage holding layer 0).
-std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consumer);
-
-/// frozenConsumerStages over every trainable component that `feeder` feeds, sorted, unique.
-std::vector<int> frozenConsumerStagesOf(const Plan& shell, int feeder);
-
-/// Bytes of frozen component `component`'s output for one whole microbatch (its last layer's
-/// output size); partial batches send their share.
-std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluster, int component);
-
-/// `--fill none` (frozen work in the same iteration): one dependency per (frozen component,
-/// microbatch, producing device, consuming device) from the last N op of the component's final
-/// layer group to the consumer device's first F of that microbatch that reads it, carrying the
-/// output bytes. Empty for cross-iteration fill (see frozenTransfers).
-std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
-
 /// Cross-iteration overlap (`--fill greedy`): the N ops of a plan compute the next iteration's
 /// frozen outputs, so their transfers gate no op of this iteration. Each is timed on its link
 /// after the producing N op ends, in the first window the backbone's transfers leave idle, and
@@ -82,11 +62,6 @@ FrozenTransfers frozenTransfers(const Plan& timed);
 /// Names the simulator's transfers out of frozen stages kind N and, for cross-iteration fill,
 /// appends frozenTransfers(timed).comms. Called by the simulator after timing a plan.
 void appendFrozenTransfers(Plan& timed);
-
-/// Every dependency a plan implies beyond the simulator's data flow, derived from the plan
-/// alone (config, model, virtual stages, per-device op order) so that makePlan, resimulate and
-/// the executor agree: frozenDependencies + vocabDependencies (Vocab.hpp).
-std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
 /// Adds the frozen components' N ops to `skeleton` (a backbone schedule of `request`) as
 /// config.fill says: "greedy" fills the bubbles of the simulated backbone, "none" runs the

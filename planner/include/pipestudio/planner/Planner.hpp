@@ -13,33 +13,11 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio {
-
-/// One op in a device's execution order, before timing.
-struct OrderedOp {
-  std::int32_t virtualStage = 0;
-  OpKind kind = OpKind::F;
-  std::int32_t microbatch = 0;
-  std::int32_t samples = 0;  ///< partial batch (frozen fill); 0 = whole microbatch
-};
-
-/// An op named by its place in a skeleton: devices[device][index].
-struct OpRef {
-  std::int32_t device = 0;
-  std::int32_t index = 0;
-};
-
-/// A dependency the simulator cannot derive from the data flow (F after the previous stage's
-/// F, B after the next stage's B, W after its B), e.g. vocabulary-parallel passes: `to` starts
-/// no earlier than `from` ends plus the transfer of `bytes` between their devices.
-struct OpDependency {
-  OpRef from;
-  OpRef to;
-  std::int64_t bytes = 0;
-};
 
 /// What a schedule generator produces: placement and per-device order, no times.
 struct ScheduleSkeleton {

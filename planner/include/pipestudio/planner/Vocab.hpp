@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio {
@@ -19,12 +20,6 @@ namespace pipestudio {
 /// shard per device (vocab / p rows each); the backbone is partitioned without them.
 /// Error when the model has no embedding or lm_head layer with a vocabulary.
 Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveControl& control = {});
-
-/// The S/T dependencies of a vocabulary-parallel plan, derived from the plan alone (the stages
-/// whose ops are S/T are the shards; the last trainable stage of pipeline 0 feeds them): per
-/// microbatch, F(last) → S on every device (hidden states), every S → every T (softmax
-/// statistics), every T → B/BW(last) (gradient partial sums). Empty without S/T ops.
-std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
 /// Per-device busy time and peak memory with and without vocabulary parallelism.
 struct VocabComparison {

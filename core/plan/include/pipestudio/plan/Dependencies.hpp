@@ -1,0 +1,84 @@
+#pragma once
+/// \file Dependencies a plan implies beyond the data flow of its virtual stages (F after the
+/// previous stage's F, B after the next stage's B, W after its B): frozen outputs that reach
+/// their consumers and the vocabulary-parallel S/T passes. The plan format (DESIGN.md §2)
+/// stores no dependency list, so the planner's simulator and the executor derive them here,
+/// from the plan alone, and agree.
+
+#include <cstdint>
+#include <vector>
+
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio {
+
+/// One op of a device's execution order, without times.
+struct OrderedOp {
+  std::int32_t virtualStage = 0;
+  OpKind kind = OpKind::F;
+  std::int32_t microbatch = 0;
+  std::int32_t samples = 0;  ///< partial batch (frozen fill); 0 = whole microbatch
+};
+
+/// An op named by its place in per-device orders: lanes[device][index].
+struct OpRef {
+  std::int32_t device = 0;
+  std::int32_t index = 0;
+};
+
+/// A dependency beyond the data flow: `to` starts no earlier than `from` ends plus the
+/// transfer of `bytes` between their devices.
+struct OpDependency {
+  OpRef from;
+  OpRef to;
+  std::int64_t bytes = 0;
+};
+
+/// The plan's ops as per-device orders (plan order per device). `opIndex`, when given,
+/// receives for every lane entry its index in plan.ops.
+std::vector<std::vector<OrderedOp>> planLanes(const Plan& plan,
+                                              std::vector<std::vector<std::int32_t>>* opIndex = nullptr);
+
+/// Virtual stages of trainable component `consumer` that read the output of frozen component
+/// `feeder`. The model names consuming components (`feeds`), not layers, so the rule is: a
+/// feeder whose last layer is a token sequence (kind `transformer` or `embedding`, a text
+/// encoder) is read by every consumer stage holding an `attention` layer (cross-attention);
+/// any other feeder (VAE latents), or a consumer without attention layers, by the consumer's
+/// first stage of each pipeline (the stage holding layer 0).
+std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consumer);
+
+/// frozenConsumerStages over every trainable component that `feeder` feeds, sorted, unique.
+std::vector<int> frozenConsumerStagesOf(const Plan& shell, int feeder);
+
+/// Bytes of frozen component `component`'s output for one whole microbatch (its last layer's
+/// output size); partial batches send their share.
+std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluster, int component);
+
+/// `--fill none` (frozen work in the same iteration): one dependency per (frozen component,
+/// microbatch, producing device, consuming device) from the last N op of the component's final
+/// layer group to the consumer device's first F of that microbatch that reads it, carrying the
+/// output bytes. Empty for cross-iteration fill (see crossIterationFrozenOutputs).
+std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
+/// The S/T dependencies of a vocabulary-parallel plan (Yeung et al. 2024): the stages whose
+/// ops are S/T are the shards; the last trainable stage of pipeline 0 feeds them. Per
+/// microbatch, F(last) → S on every device (hidden states), every S → every T (softmax
+/// statistics), every T → B/BW(last) (gradient partial sums). Empty without S/T ops.
+std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
+/// frozenDependencies + vocabDependencies: every dependency a plan implies beyond its data
+/// flow, as makePlan, resimulate and the executor use them.
+std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
+/// A frozen output computed in this iteration for the next one (cross-iteration overlap, every
+/// fill mode but `none`): it leaves the producing N op for a device whose backbone reads it.
+struct FrozenHandoff {
+  OpRef producer;
+  std::int32_t consumerDevice = 0;
+  std::int64_t bytes = 0;
+};
+/// Every such hand-off across devices (producer and consumer on one device need none).
+std::vector<FrozenHandoff> crossIterationFrozenOutputs(const Plan& plan,
+                                                       const std::vector<std::vector<OrderedOp>>& lanes);
+
+}  // namespace pipestudio
