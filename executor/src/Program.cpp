@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -23,9 +24,12 @@ std::int64_t scaled(std::int64_t bytes, double fraction) {
   return static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * fraction));
 }
 
-// Neighbours of each virtual stage along its data flow: the stages of the same component and
-// pipeline, in id order (DESIGN.md §2: "within a pipeline data flows through its virtual
-// stages in id order").
+// Neighbours of each virtual stage along its data flow: for trainable components the stages of
+// the same component and pipeline, in id order (DESIGN.md §2: "within a pipeline data flows
+// through its virtual stages in id order"). A frozen component may be placed once per device
+// (bubble filling computes each microbatch's frozen work on one device), so its chains follow
+// the layers: a stage continues the nearest earlier stage that ends at the layer before its
+// first, preferring one on its own device; a stage starting at layer 0 begins a chain.
 struct Chain {
   std::vector<int> previous;
   std::vector<int> next;
@@ -37,6 +41,23 @@ Chain buildChain(const Plan& plan) {
   std::map<std::pair<int, int>, int> last;  // (component, pipeline) → last stage seen
   for (std::size_t i = 0; i < n; ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
+    const bool frozen = !plan.model.components[static_cast<std::size_t>(vs.component)].trainable;
+    if (frozen) {
+      if (vs.firstLayer == 0) continue;
+      int best = -1;
+      for (std::size_t k = i; k-- > 0;) {
+        const VirtualStage& o = plan.virtualStages[k];
+        if (o.component != vs.component || o.lastLayer + 1 != vs.firstLayer) continue;
+        if (o.device == vs.device) {
+          best = static_cast<int>(k);
+          break;
+        }
+        if (best < 0) best = static_cast<int>(k);
+      }
+      c.previous[i] = best;
+      if (best >= 0 && c.next[static_cast<std::size_t>(best)] < 0) c.next[static_cast<std::size_t>(best)] = static_cast<int>(i);
+      continue;
+    }
     const auto key = std::make_pair(vs.component, vs.pipeline);
     if (auto it = last.find(key); it != last.end()) {
       c.previous[i] = it->second;
@@ -64,16 +85,22 @@ void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pa
   };
   for (int d = 0; d < program.devices; ++d) {
     DeviceProgram& dp = program.perDevice[static_cast<std::size_t>(d)];
+    // A consumer below 0 is the end of the iteration on another device (Program.hpp).
+    auto passOf = [&](std::int32_t op) {
+      return op < 0 ? std::numeric_limits<std::int64_t>::max() : pass[static_cast<std::size_t>(op)];
+    };
     std::vector<Item> queue;
     for (const Step& s : dp.steps) {
       for (const Transfer& t : s.sends) {
-        queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)],
-                         true, t});
+        queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], passOf(t.consumerOp), true, t});
       }
       for (const Transfer& t : s.receives) {
         queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)],
                          false, t});
       }
+    }
+    for (const Transfer& t : dp.endReceives) {
+      queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], std::numeric_limits<std::int64_t>::max(), false, t});
     }
     std::sort(queue.begin(), queue.end(), [](const Item& a, const Item& b) {
       return std::tie(a.producerPass, a.consumerPass) < std::tie(b.producerPass, b.consumerPass);
@@ -132,8 +159,12 @@ Status checkRendezvous(const Program& program) {
           }
           if (started[d] != 0) {
             bool met = true;
-            for (const Transfer& t : g.group->sends) met = met && hasStarted(receiver.at({t.producerOp, t.consumerOp}));
-            for (const Transfer& t : g.group->receives) met = met && hasStarted(sender.at({t.producerOp, t.consumerOp}));
+            auto peerStarted = [&](const auto& peers, const Transfer& t) {
+              const auto at = peers.find(Key{t.producerOp, t.consumerOp});
+              return at != peers.end() && hasStarted(at->second);
+            };
+            for (const Transfer& t : g.group->sends) met = met && peerStarted(receiver, t);
+            for (const Transfer& t : g.group->receives) met = met && peerStarted(sender, t);
             if (met) {
               ++group[d];
               started[d] = 0;
@@ -384,6 +415,31 @@ Expected<Program> compileProgram(const Plan& plan) {
     if (!st) return st.error();
   }
 
+  // Dependencies beyond the data flow, derived exactly as the planner's simulator derives them.
+  std::vector<std::vector<std::int32_t>> laneOp;
+  const auto lanes = planLanes(plan, &laneOp);
+  auto planIndex = [&](const OpRef& r) -> std::int32_t {
+    if (r.device < 0 || static_cast<std::size_t>(r.device) >= laneOp.size()) return -1;
+    const auto& ops = laneOp[static_cast<std::size_t>(r.device)];
+    return r.index >= 0 && static_cast<std::size_t>(r.index) < ops.size() ? ops[static_cast<std::size_t>(r.index)] : -1;
+  };
+  for (const OpDependency& dep : derivedDependencies(plan, lanes)) {
+    const std::int32_t producer = planIndex(dep.from);
+    const std::int32_t consumer = planIndex(dep.to);
+    if (producer < 0 || consumer < 0) continue;
+    if (auto st = depend(consumer, producer, dep.bytes); !st) return st.error();
+  }
+  std::vector<Transfer> endReceives;
+  for (const FrozenHandoff& h : crossIterationFrozenOutputs(plan, lanes)) {
+    const std::int32_t producer = planIndex(h.producer);
+    if (producer < 0 || h.consumerDevice < 0 || h.consumerDevice >= devices) continue;
+    const Transfer t{producer, -1 - h.consumerDevice, plan.ops[static_cast<std::size_t>(producer)].device,
+                     h.consumerDevice, std::max<std::int64_t>(0, h.bytes)};
+    steps[static_cast<std::size_t>(producer)].sends.push_back(t);
+    endReceives.push_back(t);
+    ++program.transferCount;
+  }
+
   const auto staticBytes = staticMemoryPerDevice(plan, costs);
   for (int d = 0; d < devices; ++d) {
     DeviceProgram& dp = program.perDevice[static_cast<std::size_t>(d)];
@@ -400,6 +456,9 @@ Expected<Program> compileProgram(const Plan& plan) {
       dp.steps.push_back(std::move(s));
     }
     program.stepCount += static_cast<std::int64_t>(dp.steps.size());
+    for (const Transfer& t : endReceives) {
+      if (t.toDevice == d) dp.endReceives.push_back(t);
+    }
   }
 
   // Abstract run with buffered sends: every device advances while the data its next op

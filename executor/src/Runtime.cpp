@@ -226,7 +226,6 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
   const int device = lane.device();
   const bool faulty = options.faultTarget == device && options.fault.mode != FaultSpec::Mode::None;
   std::int64_t measuredOps = 0;
-  const std::vector<Transfer> none;
   for (int it = 0; it < options.warmup + options.iterations; ++it) {
     const bool record = it >= options.warmup;
     const int iteration = it - options.warmup;  // warm-up iterations are negative, never streamed
@@ -275,7 +274,7 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
       if (control.aborted()) return Error{"aborted"};
     }
     const Status flushed = rendezvous ? lane.exchange(program.trailing.sends, program.trailing.receives, iteration)
-                                      : lane.exchange(pendingSends, none, iteration);
+                                      : lane.exchange(pendingSends, program.endReceives, iteration);
     if (!flushed) return flushed.error();
     if (!program.hasOptimizerStep) {
       if (auto st = lane.optimizerStep(iteration, record); !st) return st.error();

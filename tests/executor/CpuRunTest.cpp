@@ -7,8 +7,11 @@
 #include "RunHelpers.hpp"
 #include "TestPlans.hpp"
 #include "pipestudio/executor/Program.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
+#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Vocab.hpp"
 #endif
 
 namespace pipestudio {
@@ -112,6 +115,22 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
       }
     }
   }
+  // Dependencies beyond the data flow (frozen outputs to their consumers, vocabulary S/T),
+  // derived from the plan as the planner derives them.
+  const auto lanes = planLanes(plan);
+  const auto derived = derivedDependencies(plan, lanes);
+  for (int it = 0; it < iterations; ++it) {
+    for (const OpDependency& dep : derived) {
+      const auto& from = ends[{it, dep.from.device}];
+      const auto& to = ends[{it, dep.to.device}];
+      ASSERT_LT(static_cast<std::size_t>(dep.from.index), from.size());
+      ASSERT_LT(static_cast<std::size_t>(dep.to.index), to.size());
+      EXPECT_GE(to[static_cast<std::size_t>(dep.to.index)].startNs, from[static_cast<std::size_t>(dep.from.index)].endNs)
+          << opKindName(to[static_cast<std::size_t>(dep.to.index)].kind) << " on device " << dep.to.device
+          << " starts before the " << opKindName(from[static_cast<std::size_t>(dep.from.index)].kind) << " on device "
+          << dep.from.device << " it depends on";
+    }
+  }
   EXPECT_EQ(begins, endsTotal) << "one begin frame per end frame";
   for (int d = 0; d < devices; ++d) {
     const auto& dp = program->perDevice[static_cast<std::size_t>(d)];
@@ -194,6 +213,50 @@ TEST(CpuRunPlanner, RunsPlannerPlans) {
     const std::string path = test::writePlan(*plan, schedule + "-planner.plan.json");
     const auto r = test::runExec(path, "cpu", 1, {"--max-op-ms", "1"});
     checkRun(*plan, r, 1);
+  }
+}
+
+// Plans whose dependencies go beyond the data flow: vocabulary-parallel S/T passes, and frozen
+// outputs that must reach their consumers (in the iteration for --fill none, by the end of the
+// iteration for the next one with --fill greedy).
+TEST(CpuRunPlanner, RunsVocabularyParallelAndFrozenOutputPlans) {
+  const std::string resources = PIPESTUDIO_RESOURCES;
+  auto cluster = loadCluster(resources + "/clusters/a100-1x8-nvlink.json");
+  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  struct Case {
+    std::string model;
+    std::string fill;
+    bool vocab;
+  };
+  for (const Case& c : {Case{"gpt3-1.3b.json", "none", true}, Case{"stable-diffusion-2.1.json", "none", false},
+                        Case{"stable-diffusion-2.1.json", "greedy", false}}) {
+    auto model = loadModel(resources + "/models/" + c.model);
+    ASSERT_TRUE(model.hasValue()) << model.message();
+    PlanRequest req;
+    req.model = *model;
+    req.cluster = *cluster;
+    req.config.schedule = "1f1b";
+    req.config.devices = 4;
+    req.config.microbatches = 8;
+    req.config.partition = "balanced";
+    req.config.fill = c.fill;
+    auto plan = c.vocab ? makeVocabParallelPlan(req) : makePlan(req);
+    ASSERT_TRUE(plan.hasValue()) << c.model << ": " << plan.message();
+    const auto lanes = planLanes(*plan);
+    if (c.vocab) {
+      EXPECT_FALSE(vocabDependencies(*plan, lanes).empty()) << "a vocabulary-parallel plan has S/T dependencies";
+    } else if (c.fill == "none") {
+      EXPECT_FALSE(frozenDependencies(*plan, lanes).empty()) << "frozen outputs cross devices";
+    } else {
+      EXPECT_FALSE(crossIterationFrozenOutputs(*plan, lanes).empty()) << "frozen outputs cross devices";
+    }
+    auto program = exec::compileProgram(*plan);
+    ASSERT_TRUE(program.hasValue()) << program.message();
+    const Status rendezvous = exec::checkRendezvous(*program);
+    EXPECT_TRUE(rendezvous.isOk()) << rendezvous.message();
+    const std::string path = test::writePlan(*plan, c.model + "-" + c.fill + ".plan.json");
+    const auto r = test::runExec(path, "cpu", 2, {"--max-op-ms", "1"});
+    checkRun(*plan, r, 2);
   }
 }
 #endif

@@ -66,6 +66,10 @@ struct DeviceProgram {
   std::int64_t peakActivationBytes = 0;  ///< in plan order, under the convention
   double trainableParameters = 0;
   CommGroup trailing;  ///< rendezvous operations left after the last op (its sends)
+  /// Data for the next iteration that must have arrived when this one ends: frozen outputs
+  /// computed in this iteration's bubbles on another device (cross-iteration overlap).
+  /// Their `consumerOp` is −1 − this device (there is no consuming op in this iteration).
+  std::vector<Transfer> endReceives;
 };
 
 struct Program {
@@ -80,8 +84,9 @@ struct Program {
 /// "/ops/17: B of virtual stage 2 microbatch 3 runs before its F on device 1".
 /// Dependencies (F after the previous virtual stage's F of its pipeline and component, B/BW
 /// after the next one's B/BW, W after the local B, a frozen component's N after the previous
-/// stage's N covering the same samples) are checked by executing the program abstractly with
-/// buffered sends: a plan whose orders wait on each other in a cycle is refused.
+/// stage's N covering the same samples, and those of plan/Dependencies.hpp: frozen outputs to
+/// their consumers, vocabulary S/T passes) are checked by executing the program abstractly
+/// with buffered sends: a plan whose orders wait on each other in a cycle is refused.
 Expected<Program> compileProgram(const Plan& plan);
 
 /// Runs the program's rendezvous groups abstractly under NCCL semantics: a group starts when
