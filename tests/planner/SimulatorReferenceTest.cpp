@@ -1,0 +1,181 @@
+// The optimized simulator (flat arrays, CSR of consumers, winner tree of running ops, no
+// arrival events) against a straightforward reference written from the rules of issue 3:
+// an op starts when its device has finished the previous op and every input has arrived;
+// an input from another device arrives after a transfer of bytes / bandwidth + latency on
+// the directed link, transfers of one link served in the order their producers finish.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "PlannerFixtures.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+#include "pipestudio/planner/Simulator.hpp"
+
+namespace pipestudio {
+namespace {
+
+struct RefTimes {
+  std::vector<double> startMs, endMs;
+  std::vector<std::tuple<int, int, int, int, double, double>> comms;  // from, to, microbatch, stage, start, end
+};
+
+// Quadratic and map-based on purpose: small plans only.
+RefTimes referenceSimulate(const Plan& plan) {
+  const auto costs = stageCosts(plan);
+  const auto n = plan.ops.size();
+  // Chain neighbours: stages of one pipeline in id order (single trainable component here).
+  std::map<int, int> prev, next;
+  std::map<int, int> lastOfPipeline;
+  for (const VirtualStage& vs : plan.virtualStages) {
+    auto it = lastOfPipeline.find(vs.pipeline);
+    if (it != lastOfPipeline.end()) {
+      prev[vs.id] = it->second;
+      next[it->second] = vs.id;
+    }
+    lastOfPipeline[vs.pipeline] = vs.id;
+  }
+  std::map<std::tuple<int, OpKind, int>, std::size_t> index;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& op = plan.ops[i];
+    const OpKind k = op.kind == OpKind::BW ? OpKind::B : op.kind;
+    index[{op.virtualStage, k, op.microbatch}] = i;
+  }
+  // Producers of each op, in the simulator's documented order.
+  std::vector<std::vector<std::size_t>> producers(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& op = plan.ops[i];
+    switch (op.kind) {
+      case OpKind::F:
+        if (prev.count(op.virtualStage)) producers[i].push_back(index.at({prev[op.virtualStage], OpKind::F, op.microbatch}));
+        break;
+      case OpKind::B:
+      case OpKind::BW:
+        producers[i].push_back(index.at({op.virtualStage, OpKind::F, op.microbatch}));
+        if (next.count(op.virtualStage)) producers[i].push_back(index.at({next[op.virtualStage], OpKind::B, op.microbatch}));
+        break;
+      case OpKind::W:
+        producers[i].push_back(index.at({op.virtualStage, OpKind::B, op.microbatch}));
+        break;
+      default:
+        break;
+    }
+  }
+  auto duration = [&](const Op& op) {
+    const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
+    switch (op.kind) {
+      case OpKind::B: return c.backwardInputMs;
+      case OpKind::W: return c.backwardWeightMs;
+      case OpKind::BW: return c.backwardInputMs + c.backwardWeightMs;
+      default: return c.forwardMs;
+    }
+  };
+  RefTimes t;
+  t.startMs.assign(n, -1);
+  t.endMs.assign(n, -1);
+  std::vector<double> arrival(n * n, -1);  // arrival[consumer * n + producer]
+  std::map<std::pair<int, int>, double> linkFree;
+  std::vector<std::vector<std::size_t>> lanes(static_cast<std::size_t>(plan.config.devices));
+  for (std::size_t i = 0; i < n; ++i) lanes[static_cast<std::size_t>(plan.ops[i].device)].push_back(i);
+  std::vector<std::size_t> pos(lanes.size(), 0);
+  std::vector<double> free(lanes.size(), 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t d = 0; d < lanes.size(); ++d) {
+      while (pos[d] < lanes[d].size()) {
+        const std::size_t i = lanes[d][pos[d]];
+        double start = free[d];
+        bool ready = true;
+        for (std::size_t pr : producers[i]) {
+          if (t.endMs[pr] < 0) ready = false;
+          else start = std::max(start, arrival[i * n + pr] >= 0 ? arrival[i * n + pr] : t.endMs[pr]);
+        }
+        if (!ready) break;
+        const Op& op = plan.ops[i];
+        t.startMs[i] = start;
+        t.endMs[i] = start + duration(op);
+        free[d] = t.endMs[i];
+        ++pos[d];
+        progress = true;
+        // Outgoing transfers, consumers by op index.
+        for (std::size_t c = 0; c < n; ++c) {
+          if (std::find(producers[c].begin(), producers[c].end(), i) == producers[c].end()) continue;
+          const Op& to = plan.ops[c];
+          if (to.device == op.device) continue;
+          const int lower = std::min(op.virtualStage, to.virtualStage);
+          const auto bytes = static_cast<double>(costs[static_cast<std::size_t>(lower)].outputBytes);
+          double& link = linkFree[{op.device, to.device}];
+          const double s = std::max(t.endMs[i], link);
+          const double e = s + plan.cluster.transferMs(op.device, to.device, bytes);
+          link = e;
+          arrival[c * n + i] = e;
+          t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
+        }
+      }
+    }
+  }
+  std::sort(t.comms.begin(), t.comms.end());
+  return t;
+}
+
+TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
+  std::mt19937 rng(2024);
+  std::uniform_real_distribution<double> ms(0.1, 3.0);
+  int compared = 0;
+  for (const ScheduleGenerator* g : scheduleGenerators()) {
+    const std::string name(g->name());
+    if (name == "zb-auto" || name == "custom") continue;
+    for (int trial = 0; trial < 6; ++trial) {
+      const int p = name == "dualpipe" ? 2 * std::uniform_int_distribution<int>(1, 2)(rng)
+                                       : std::uniform_int_distribution<int>(1, 5)(rng);
+      const int chunks = g->defaultChunksPerDevice();
+      int m = p * std::uniform_int_distribution<int>(1, 3)(rng);
+      if (g->pipelines() == 2) m += m % 2;
+      const int stagesPerPipeline = p * chunks / g->pipelines();
+      ModelSpec model = test::equalLayers(stagesPerPipeline * std::uniform_int_distribution<int>(1, 2)(rng), 1, 1, 1);
+      for (auto& l : model.components[0].layers) {
+        l.forwardMs = ms(rng);
+        l.backwardInputMs = ms(rng);
+        l.backwardWeightMs = ms(rng);
+        l.outputBytes = std::uniform_int_distribution<std::int64_t>(0, 4)(rng) * 1'000'000;
+      }
+      // Two nodes with slow links on odd trials: transfers queue on links.
+      ClusterSpec cluster = test::freeCluster(p, 2.0, 20);
+      if (trial % 2 == 1 && p > 1) {
+        cluster.nodes[0].gpus = p / 2 + p % 2;
+        NodeSpec second = cluster.nodes[0];
+        second.host = "node2";
+        second.gpus = p / 2;
+        cluster.nodes.push_back(second);
+        cluster.interNode = {0.5, 50};
+      }
+      if (!g->validate({p, m, chunks})) continue;
+      auto plan = makePlan(test::request(model, cluster, name, p, m, chunks));
+      ASSERT_TRUE(plan.hasValue()) << name << ": " << plan.message();
+      const std::string what = name + " p=" + std::to_string(p) + " m=" + std::to_string(m);
+      const RefTimes ref = referenceSimulate(*plan);
+      ASSERT_EQ(ref.startMs.size(), plan->ops.size());
+      for (std::size_t i = 0; i < plan->ops.size(); ++i) {
+        ASSERT_GE(ref.startMs[i], 0.0) << what << ": the reference could not run op " << i;
+        // Same operations in the same order (max, +): equal to the last bit.
+        EXPECT_EQ(plan->ops[i].startMs, ref.startMs[i]) << what << " op " << i;
+        EXPECT_EQ(plan->ops[i].endMs, ref.endMs[i]) << what << " op " << i;
+      }
+      std::vector<std::tuple<int, int, int, int, double, double>> got;
+      for (const Comm& c : plan->comms) got.emplace_back(c.fromDevice, c.toDevice, c.microbatch, c.virtualStage, c.startMs, c.endMs);
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, ref.comms) << what;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 40);
+}
+
+}  // namespace
+}  // namespace pipestudio
