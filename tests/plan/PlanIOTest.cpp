@@ -36,6 +36,15 @@ Plan tinyPlan() {
   p.metrics = computeMetrics(p);
   return p;
 }
+TEST(PlanKinds, TransfersNameWhatTheyCarry) {
+  EXPECT_EQ(commPayloadName(OpKind::F), "activation");
+  EXPECT_EQ(commPayloadName(OpKind::B), "gradient");
+  EXPECT_EQ(commPayloadName(OpKind::BW), "gradient");
+  EXPECT_EQ(commPayloadName(OpKind::N), "frozen output");
+  EXPECT_EQ(commPayloadName(OpKind::S), "vocabulary");
+  EXPECT_EQ(commPayloadName(OpKind::T), "vocabulary");
+}
+
 }  // namespace
 
 TEST(Plan, MetricsFollowDesignDefinitions) {

@@ -394,7 +394,7 @@ std::string TimelineData::describe(ItemRef ref) const {
   if (ref.kind == ItemRef::Kind::Comm) {
     const Comm& c = p.comms[static_cast<std::size_t>(ref.index)];
     std::snprintf(buf, sizeof buf, "%s transfer · microbatch %d\ndevice %d → device %d · virtual stage %d\n",
-                  c.kind == OpKind::F ? "activation" : "gradient", c.microbatch, c.fromDevice, c.toDevice,
+                  std::string(commPayloadName(c.kind)).c_str(), c.microbatch, c.fromDevice, c.toDevice,
                   c.virtualStage);
     out += buf;
     out += "start " + formatMs(c.startMs) + " · end " + formatMs(c.endMs) + " · duration " +

@@ -9,6 +9,16 @@ constexpr std::array<std::string_view, kOpKindCount> kNames = {"F", "B", "W", "B
 
 std::string_view opKindName(OpKind kind) { return kNames[static_cast<std::size_t>(kind)]; }
 
+std::string_view commPayloadName(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return "activation";
+    case OpKind::N: return "frozen output";
+    case OpKind::S:
+    case OpKind::T: return "vocabulary";
+    default: return "gradient";
+  }
+}
+
 std::optional<OpKind> opKindFromName(std::string_view name) {
   for (std::size_t i = 0; i < kNames.size(); ++i) {
     if (kNames[i] == name) return static_cast<OpKind>(i);

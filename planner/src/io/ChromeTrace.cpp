@@ -77,9 +77,12 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
                           {"args", std::move(args)}});
   }
   for (const Comm& c : plan.comms) {
-    const bool forward = c.kind == OpKind::F;
+    // Short track labels: act, grad, frozen output, vocabulary (commPayloadName).
+    const std::string_view payload = c.kind == OpKind::F   ? std::string_view("act")
+                                     : commPayloadName(c.kind) == "gradient" ? std::string_view("grad")
+                                                                             : commPayloadName(c.kind);
     events.push_back(
-        Json{{"name", std::string(forward ? "act " : "grad ") + std::to_string(c.microbatch) + " (vs " +
+        Json{{"name", std::string(payload) + " " + std::to_string(c.microbatch) + " (vs " +
                           std::to_string(c.virtualStage) + ")"},
              {"cat", "comm"},
              {"ph", "X"},

@@ -22,6 +22,9 @@ inline constexpr int kOpKindCount = 8;
 
 std::string_view opKindName(OpKind kind);
 std::optional<OpKind> opKindFromName(std::string_view name);
+/// What a transfer named by `kind` (Comm::kind, the producing op's kind) carries:
+/// "activation" (F), "frozen output" (N), "vocabulary" (S, T), else "gradient".
+std::string_view commPayloadName(OpKind kind);
 
 struct PlanConfig {
   std::string schedule;
