@@ -15,12 +15,6 @@
 namespace pipestudio {
 namespace {
 
-bool validStage(const Plan& shell, int stage) {
-  if (stage < 0 || static_cast<std::size_t>(stage) >= shell.virtualStages.size()) return false;
-  const int c = shell.virtualStages[static_cast<std::size_t>(stage)].component;
-  return c >= 0 && static_cast<std::size_t>(c) < shell.model.components.size();
-}
-
 bool isSequenceKind(const std::string& kind) { return kind == "transformer" || kind == "embedding"; }
 
 // The last N op (lane order) of a frozen component's final layer group, per (component,
@@ -245,6 +239,12 @@ std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vect
   return out;
 }
 
+
+bool validStage(const Plan& shell, int stage) {
+  if (stage < 0 || static_cast<std::size_t>(stage) >= shell.virtualStages.size()) return false;
+  const int c = shell.virtualStages[static_cast<std::size_t>(stage)].component;
+  return c >= 0 && static_cast<std::size_t>(c) < shell.model.components.size();
+}
 
 std::vector<std::vector<OrderedOp>> planLanes(const Plan& plan, std::vector<std::vector<std::int32_t>>* opIndex) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));

@@ -9,15 +9,6 @@
 #include "pipestudio/planner/Fill.hpp"
 
 namespace pipestudio {
-namespace {
-
-bool validStage(const Plan& shell, int stage) {
-  if (stage < 0 || static_cast<std::size_t>(stage) >= shell.virtualStages.size()) return false;
-  const int c = shell.virtualStages[static_cast<std::size_t>(stage)].component;
-  return c >= 0 && static_cast<std::size_t>(c) < shell.model.components.size();
-}
-
-}  // namespace
 
 FrozenTransfers frozenTransfers(const Plan& timed) {
   FrozenTransfers out;

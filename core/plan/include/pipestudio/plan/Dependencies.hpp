@@ -34,6 +34,10 @@ struct OpDependency {
   std::int64_t bytes = 0;
 };
 
+/// Whether `stage` names a virtual stage of `shell` whose component exists (edited plans may
+/// not; derivations skip such ops rather than fail).
+bool validStage(const Plan& shell, int stage);
+
 /// The plan's ops as per-device orders (plan order per device). `opIndex`, when given,
 /// receives for every lane entry its index in plan.ops.
 std::vector<std::vector<OrderedOp>> planLanes(const Plan& plan,
