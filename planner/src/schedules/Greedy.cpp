@@ -13,8 +13,8 @@ namespace {
 // 16 bytes. All events of one instant are applied before any device picks its next op, and
 // applying them commutes (ready heaps are keyed, byte counts are sums, a device completes
 // at most one op per instant), so events are ordered by time alone.
-// payload = ((stage·m + microbatch)·2 + kind)·4 + op code; kind 0: op done on its device,
-// 1: an input of the op arrived.
+// payload = stage << 35 | microbatch << 3 | kind << 2 | op code; kind 0: op done on its
+// device, 1: an input of the op arrived (stage < 2^29, microbatch < 2^32).
 struct Event {
   double timeMs;
   std::uint64_t payload;
@@ -86,9 +86,8 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   std::vector<Event> events;
   events.reserve(static_cast<std::size_t>(m) + 4 * static_cast<std::size_t>(p));
   const EventLater later;
-  const auto mU = static_cast<std::uint64_t>(m);
   auto push = [&](double t, int kind, OpKind op, int stage, int mb) {
-    const std::uint64_t key = static_cast<std::uint64_t>(stage) * mU + static_cast<std::uint64_t>(mb);
+    const std::uint64_t key = (static_cast<std::uint64_t>(stage) << 32) | static_cast<std::uint32_t>(mb);
     events.push_back({t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op))});
     std::push_heap(events.begin(), events.end(), later);
   };
@@ -141,8 +140,8 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
         OpKind op;
         int stage;
         int microbatch;
-      } e{static_cast<int>((payload >> 2) & 1U), kOpOfCode[payload & 3U], static_cast<int>((payload >> 3) / mU),
-          static_cast<int>((payload >> 3) % mU)};
+      } e{static_cast<int>((payload >> 2) & 1U), kOpOfCode[payload & 3U], static_cast<int>(payload >> 35),
+          static_cast<int>((payload >> 3) & 0xffffffffU)};
       const auto s = static_cast<std::size_t>(e.stage);
       const int d = deviceOf[s];
       DeviceState& ds = dev[static_cast<std::size_t>(d)];
