@@ -186,7 +186,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   auto store = HistoryStore::open(dir.file("h.sqlite"));
   ASSERT_TRUE(store);
   store->setBatchRows(1000);
-  constexpr std::int64_t kEvents = 6000;
+  constexpr std::int64_t kEvents = 20000;
   const std::string streamA = largeStream(kEvents, 4);
   const std::string streamB = largeStream(kEvents, 4);
   auto a = store->beginRun({.name = "a", .source = "stream"});
@@ -197,13 +197,24 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   std::size_t posA = 0;
   std::size_t posB = 0;
   // A gets ahead first (its blocks append while B has no events), then both alternate.
-  ASSERT_TRUE(ia.feed(std::string_view(streamA).substr(0, 50'000)));
+  const Status head = ia.feed(std::string_view(streamA).substr(0, 50'000));
+  ASSERT_TRUE(head) << head.message();
   posA = 50'000;
+  // Chunk sizes from a fixed pseudo-random sequence: blocks then mix the runs in every order
+  // (the last row of a block is not always its largest id) and either run gets long enough
+  // stretches to fill whole blocks alone.
+  std::uint64_t lcg = 12345;
+  const auto nextSize = [&lcg] {
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(1 + (lcg >> 33) % 40000);
+  };
   while (posA < streamA.size() || posB < streamB.size()) {
-    const std::string_view ca = std::string_view(streamA).substr(std::min(posA, streamA.size()), 7919);
-    const std::string_view cb = std::string_view(streamB).substr(std::min(posB, streamB.size()), 3001);
-    ASSERT_TRUE(ia.feed(ca));
-    ASSERT_TRUE(ib.feed(cb));
+    const std::string_view ca = std::string_view(streamA).substr(std::min(posA, streamA.size()), nextSize());
+    const std::string_view cb = std::string_view(streamB).substr(std::min(posB, streamB.size()), nextSize());
+    const Status fedA = ia.feed(ca);
+    ASSERT_TRUE(fedA) << fedA.message();
+    const Status fedB = ib.feed(cb);
+    ASSERT_TRUE(fedB) << fedB.message();
     posA += ca.size();
     posB += cb.size();
   }

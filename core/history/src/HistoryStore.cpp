@@ -167,13 +167,14 @@ Status HistoryStore::Impl::prepareWriteStatements() {
   };
   insertEvent = Statement(db, eventInsert(1, true), &error);
   if (!insertEvent) return Error{error};
-  insertEventBlock = Statement(db, eventInsert(kEventInsertRows, true), &error);
+  eventBlockRows = std::clamp(sqlite3_limit(db, SQLITE_LIMIT_VARIABLE_NUMBER, -1) / kEventColumns, 1, kEventInsertRows);
+  insertEventBlock = Statement(db, eventInsert(eventBlockRows, true), &error);
   if (!insertEventBlock) return Error{error};
-  appendEventBlock = Statement(db, eventInsert(kEventInsertRows, false), &error);
+  appendEventBlock = Statement(db, eventInsert(eventBlockRows, false), &error);
   if (!appendEventBlock) return Error{error};
   maxEventId = Statement(db, "SELECT IFNULL(MAX(id), -1) FROM events", &error);
   if (!maxEventId) return Error{error};
-  bufferedEvents.reserve(kEventInsertRows);
+  bufferedEvents.reserve(static_cast<std::size_t>(eventBlockRows));
   insertName = Statement(db, "INSERT INTO names(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET name = name RETURNING id",
                          &error);
   if (!insertName) return Error{error};
@@ -321,7 +322,6 @@ Expected<std::int64_t> HistoryStore::Impl::nameId(std::string_view name) {
 }
 
 namespace {
-constexpr int kEventColumns = 14;
 
 // Binds one buffered event as row `row` of a multi-row INSERT. Every parameter is bound each
 // time (bindings persist across executions, so a NULL must be bound explicitly).
@@ -367,12 +367,12 @@ Status HistoryStore::Impl::flushEvents() {
   std::size_t done = 0;
   Status result;
   while (done < n) {
-    const bool block = n - done >= static_cast<std::size_t>(kEventInsertRows);
-    const int rows = block ? kEventInsertRows : 1;
+    const bool block = n - done >= static_cast<std::size_t>(eventBlockRows);
+    const int rows = block ? eventBlockRows : 1;
     const std::int64_t firstId = bufferedEvents[done].id;
     const std::int64_t lastId = bufferedEvents[done + static_cast<std::size_t>(rows) - 1].id;
     bool append = false;
-    if (block && (firstId >> 32) == (lastId >> 32) && lastId - firstId == kEventInsertRows - 1) {
+    if (block && (firstId >> 32) == (lastId >> 32) && lastId - firstId == eventBlockRows - 1) {
       // One run's consecutive seqs (a run's seqs only grow, so equal run and a span of
       // exactly rows - 1 means no other id lies between): the implicit rowids are these ids
       // exactly when the table ends right before the first.
@@ -388,8 +388,13 @@ Status HistoryStore::Impl::flushEvents() {
       append = firstId == lastEventId + 1;
     }
     Statement& s = append ? appendEventBlock : block ? insertEventBlock : insertEvent;
+    // The largest id written, not the last: a block may mix runs (several ingests on one
+    // connection), and a later block may only append after the table's true end.
+    std::int64_t maxId = lastId;
     for (int r = 0; r < rows; ++r) {
-      bindEvent(s.get(), r, bufferedEvents[done + static_cast<std::size_t>(r)], bufferedArgs, !append);
+      const BufferedEvent& e = bufferedEvents[done + static_cast<std::size_t>(r)];
+      maxId = std::max(maxId, e.id);
+      bindEvent(s.get(), r, e, bufferedArgs, !append);
     }
     const int rc = s.step();
     s.reset();
@@ -403,7 +408,7 @@ Status HistoryStore::Impl::flushEvents() {
       result = Error{withPath(path, "storing events failed: rowids not assigned in sequence")};
       break;
     }
-    lastEventId = std::max(lastEventId, lastId);
+    lastEventId = std::max(lastEventId, maxId);
     done += static_cast<std::size_t>(rows);
   }
   bufferedEvents.clear();
@@ -439,7 +444,7 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
     e.argsBytes = static_cast<std::uint32_t>(row.argsJson.size());
     bufferedArgs.append(row.argsJson);
   }
-  if (bufferedEvents.size() >= static_cast<std::size_t>(kEventInsertRows)) {
+  if (bufferedEvents.size() >= static_cast<std::size_t>(eventBlockRows)) {
     if (auto st = flushEvents(); !st) return st;
   }
   ++state.nextSeq;

@@ -86,8 +86,11 @@ struct BufferedEvent {
 /// Rows per multi-row INSERT into events. One statement execution per row was most of the
 /// ingest profile (statement setup, cursor open and a B-tree descent from the root each
 /// time); a multi-row VALUES list keeps one cursor on the table's last leaf, so appending is
-/// O(1) per row and the per-statement cost is shared by kEventInsertRows rows.
+/// O(1) per row and the per-statement cost is shared by the block's rows. 128 rows of 14
+/// parameters fit SQLite's default parameter limit since 3.32 (32766); older libraries
+/// (limit 999) get smaller blocks (Impl::eventBlockRows).
 inline constexpr int kEventInsertRows = 128;
+inline constexpr int kEventColumns = 14;  ///< bound per row, id included
 
 struct HistoryStore::Impl {
   sqlite3* db = nullptr;
@@ -100,8 +103,9 @@ struct HistoryStore::Impl {
   std::chrono::steady_clock::time_point transactionStart;
 
   detail::Statement insertEvent;       ///< one row (the tail of a batch)
-  detail::Statement insertEventBlock;  ///< kEventInsertRows rows
-  /// kEventInsertRows rows without the id column: SQLite gives each the table's largest rowid
+  int eventBlockRows = kEventInsertRows;
+  detail::Statement insertEventBlock;  ///< eventBlockRows rows
+  /// eventBlockRows rows without the id column: SQLite gives each the table's largest rowid
   /// plus one and appends without a B-tree search ("ROWIDs and the INTEGER PRIMARY KEY"), used
   /// only when exactly those ids are the ones wanted.
   detail::Statement appendEventBlock;
