@@ -9,6 +9,12 @@
 //   bitpipe    (Wu et al. 2024): two V-shaped pipelines in opposite directions.
 // Bidirectional schedules alternate microbatches between the two pipelines so both
 // directions fill the pipeline from their own end at once.
+// Not modelled: DualPipe's overlap of a forward chunk of one direction with a backward
+// chunk of the other on one device (DeepSeek-V3 §3.2.1 hides the all-to-all and PP
+// communication of one behind the computation of the other). The simulator runs one
+// compute op at a time per device and a transfer beside computation, so dualpipe and
+// dualpipe-v are timed with their F and B back to back: their makespan is an upper bound,
+// pessimistic by at most the overlapped time.
 #include <algorithm>
 #include <cmath>
 
