@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <memory>
+
 #include "TestSupport.hpp"
 
 using namespace pipestudio;
@@ -176,51 +178,50 @@ TEST(StreamIngest, LargeStreamInSmallBatches) {
   EXPECT_EQ(*store->integrityCheck(), "ok");
 }
 
-// Two runs ingested at once, in interleaved chunks and small transactions: events reach the
-// table in blocks whose ids are, or are not, right after the table's last row (the ingest
+// Three runs ingested at once, in interleaved chunks and small transactions: events reach
+// the table in blocks whose ids are, or are not, right after the table's last row (the ingest
 // appends without a search only in the first case). Every event must land under its own run
-// with seqs in arrival order: event k of either stream is seq k, on device k % 4, with
+// with seqs in arrival order: event k of each stream is seq k, on device k % 4, with
 // correlation id k (kernels) or an op kind (every tenth event).
 TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   TempDir dir;
   auto store = HistoryStore::open(dir.file("h.sqlite"));
   ASSERT_TRUE(store);
-  store->setBatchRows(1000);
+  store->setBatchRows(333);  // many transactions: each starts with the table's end unknown
   constexpr std::int64_t kEvents = 20000;
-  const std::string streamA = largeStream(kEvents, 4);
-  const std::string streamB = largeStream(kEvents, 4);
-  auto a = store->beginRun({.name = "a", .source = "stream"});
-  auto b = store->beginRun({.name = "b", .source = "stream"});
-  ASSERT_TRUE(a && b);
-  StreamIngest ia(*store, *a);
-  StreamIngest ib(*store, *b);
-  std::size_t posA = 0;
-  std::size_t posB = 0;
-  // A gets ahead first (its blocks append while B has no events), then both alternate.
-  const Status head = ia.feed(std::string_view(streamA).substr(0, 50'000));
-  ASSERT_TRUE(head) << head.message();
-  posA = 50'000;
-  // Chunk sizes from a fixed pseudo-random sequence: blocks then mix the runs in every order
-  // (the last row of a block is not always its largest id) and either run gets long enough
-  // stretches to fill whole blocks alone.
-  std::uint64_t lcg = 12345;
-  const auto nextSize = [&lcg] {
-    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<std::size_t>(1 + (lcg >> 33) % 40000);
-  };
-  while (posA < streamA.size() || posB < streamB.size()) {
-    const std::string_view ca = std::string_view(streamA).substr(std::min(posA, streamA.size()), nextSize());
-    const std::string_view cb = std::string_view(streamB).substr(std::min(posB, streamB.size()), nextSize());
-    const Status fedA = ia.feed(ca);
-    ASSERT_TRUE(fedA) << fedA.message();
-    const Status fedB = ib.feed(cb);
-    ASSERT_TRUE(fedB) << fedB.message();
-    posA += ca.size();
-    posB += cb.size();
+  const std::string stream = largeStream(kEvents, 4);
+  std::vector<RunId> runs;
+  std::vector<std::unique_ptr<StreamIngest>> ingests;
+  std::vector<std::size_t> pos(3, 0);
+  for (const char* name : {"a", "b", "c"}) {
+    auto run = store->beginRun({.name = name, .source = "stream"});
+    ASSERT_TRUE(run) << run.message();
+    runs.push_back(*run);
+    ingests.push_back(std::make_unique<StreamIngest>(*store, *run));
   }
-  ASSERT_TRUE(store->finishRun(*a, ia.suggestedStatus(), ia.problem()));
-  ASSERT_TRUE(store->finishRun(*b, ib.suggestedStatus(), ib.problem()));
-  for (RunId run : {*a, *b}) {
+  // Run a gets ahead first (its blocks append while the others have no events). Then runs
+  // and chunk sizes follow a fixed pseudo-random sequence: blocks mix the runs in every
+  // order (a block's last row is not always its largest id; the largest may belong to a run
+  // not in it) and each run gets stretches long enough to fill whole blocks alone.
+  const Status head = ingests[0]->feed(std::string_view(stream).substr(0, 50'000));
+  ASSERT_TRUE(head) << head.message();
+  pos[0] = 50'000;
+  std::uint64_t lcg = 12345;
+  const auto next = [&lcg](std::uint64_t bound) {
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>((lcg >> 33) % bound);
+  };
+  while (pos[0] < stream.size() || pos[1] < stream.size() || pos[2] < stream.size()) {
+    const std::size_t r = next(3);
+    const std::string_view chunk = std::string_view(stream).substr(std::min(pos[r], stream.size()), 1 + next(40000));
+    const Status fed = ingests[r]->feed(chunk);
+    ASSERT_TRUE(fed) << fed.message();
+    pos[r] += chunk.size();
+  }
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    ASSERT_TRUE(store->finishRun(runs[r], ingests[r]->suggestedStatus(), ingests[r]->problem()));
+  }
+  for (RunId run : runs) {
     sqlite3_stmt* st = nullptr;
     const std::string sql = "SELECT seq, device, category, correlation, kind FROM run_events WHERE run_id = " +
                             std::to_string(run) + " ORDER BY seq";

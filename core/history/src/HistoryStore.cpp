@@ -200,7 +200,7 @@ Status HistoryStore::Impl::begin() {
   if (auto st = exec(db, "BEGIN IMMEDIATE"); !st) return Error{withPath(path, "cannot start a write: " + st.message())};
   inTransaction = true;
   pendingRows = 0;
-  lastEventId = -1;
+  lastEventId.reset();
   transactionStart = std::chrono::steady_clock::now();
   return {};
 }
@@ -376,20 +376,21 @@ Status HistoryStore::Impl::flushEvents() {
       // One run's consecutive seqs (a run's seqs only grow, so equal run and a span of
       // exactly rows - 1 means no other id lies between): the implicit rowids are these ids
       // exactly when the table ends right before the first.
-      if (lastEventId < 0) {
+      if (!lastEventId) {
         const int rc = maxEventId.step();
-        lastEventId = rc == SQLITE_ROW ? maxEventId.i64(0) : -1;
+        if (rc == SQLITE_ROW) lastEventId = maxEventId.i64(0);
         maxEventId.reset();
         if (rc != SQLITE_ROW) {
           result = Error{withPath(path, "reading the events table failed: " + detail::lastError(db))};
           break;
         }
       }
-      append = firstId == lastEventId + 1;
+      append = firstId == *lastEventId + 1;
     }
     Statement& s = append ? appendEventBlock : block ? insertEventBlock : insertEvent;
     // The largest id written, not the last: a block may mix runs (several ingests on one
-    // connection), and a later block may only append after the table's true end.
+    // connection), and a later block may only append after the table's true end. While that
+    // end is unknown it stays unknown: rows of a lower run tell nothing about it.
     std::int64_t maxId = lastId;
     for (int r = 0; r < rows; ++r) {
       const BufferedEvent& e = bufferedEvents[done + static_cast<std::size_t>(r)];
@@ -408,7 +409,7 @@ Status HistoryStore::Impl::flushEvents() {
       result = Error{withPath(path, "storing events failed: rowids not assigned in sequence")};
       break;
     }
-    lastEventId = std::max(lastEventId, maxId);
+    if (lastEventId) lastEventId = std::max(*lastEventId, maxId);
     done += static_cast<std::size_t>(rows);
   }
   bufferedEvents.clear();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -110,9 +111,9 @@ struct HistoryStore::Impl {
   /// only when exactly those ids are the ones wanted.
   detail::Statement appendEventBlock;
   detail::Statement maxEventId;
-  /// The events table's largest id within the open transaction; -1 until read (reset by
-  /// begin(): another connection may have written between our transactions).
-  std::int64_t lastEventId = -1;
+  /// The events table's largest id within the open transaction (-1: empty); unknown until
+  /// read, and forgotten by begin(): another connection may write between our transactions.
+  std::optional<std::int64_t> lastEventId;
   /// Events accepted by insert() and not yet in the events table. Always written before the
   /// transaction commits (commit() flushes first), so crash safety is that of the
   /// transaction: a committed event is stored, an uncommitted one never was.
