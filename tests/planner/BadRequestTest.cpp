@@ -1,6 +1,7 @@
 // Impossible requests and broken orders: clear messages, no crash, no hang.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -68,6 +69,15 @@ TEST(BadRequest, UniformRefusesChunksThatDoNotDivideTheLayers) {
   auto plan = makePlan(balanced);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   EXPECT_EQ(plan->virtualStages.size(), 8u);
+}
+
+// A layer without a finite duration (API callers can build one; the loaders refuse it)
+// is reported by the simulator instead of stalling its event order.
+TEST(BadRequest, NonFiniteDurationIsReported) {
+  auto model = test::equalLayers(4, 1, 1, 1);
+  model.components[0].layers[2].forwardMs = std::numeric_limits<double>::infinity();
+  const std::string msg = errorOf(test::request(model, test::freeCluster(4), "1f1b", 4, 8, 1));
+  EXPECT_NE(msg.find("has no finite duration"), std::string::npos) << msg;
 }
 
 TEST(BadRequest, MemoryLimitBelowOneMicrobatchAndInfeasiblePlans) {
