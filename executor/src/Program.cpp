@@ -24,50 +24,6 @@ std::int64_t scaled(std::int64_t bytes, double fraction) {
   return static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * fraction));
 }
 
-// Neighbours of each virtual stage along its data flow: for trainable components the stages of
-// the same component and pipeline, in id order (DESIGN.md §2: "within a pipeline data flows
-// through its virtual stages in id order"). A frozen component may be placed once per device
-// (bubble filling computes each microbatch's frozen work on one device), so its chains follow
-// the layers: a stage continues the nearest earlier stage that ends at the layer before its
-// first, preferring one on its own device; a stage starting at layer 0 begins a chain.
-struct Chain {
-  std::vector<int> previous;
-  std::vector<int> next;
-};
-
-Chain buildChain(const Plan& plan) {
-  const auto n = plan.virtualStages.size();
-  Chain c{std::vector<int>(n, -1), std::vector<int>(n, -1)};
-  std::map<std::pair<int, int>, int> last;  // (component, pipeline) → last stage seen
-  for (std::size_t i = 0; i < n; ++i) {
-    const VirtualStage& vs = plan.virtualStages[i];
-    const bool frozen = !plan.model.components[static_cast<std::size_t>(vs.component)].trainable;
-    if (frozen) {
-      if (vs.firstLayer == 0) continue;
-      int best = -1;
-      for (std::size_t k = i; k-- > 0;) {
-        const VirtualStage& o = plan.virtualStages[k];
-        if (o.component != vs.component || o.lastLayer + 1 != vs.firstLayer) continue;
-        if (o.device == vs.device) {
-          best = static_cast<int>(k);
-          break;
-        }
-        if (best < 0) best = static_cast<int>(k);
-      }
-      c.previous[i] = best;
-      if (best >= 0 && c.next[static_cast<std::size_t>(best)] < 0) c.next[static_cast<std::size_t>(best)] = static_cast<int>(i);
-      continue;
-    }
-    const auto key = std::make_pair(vs.component, vs.pipeline);
-    if (auto it = last.find(key); it != last.end()) {
-      c.previous[i] = it->second;
-      c.next[static_cast<std::size_t>(it->second)] = static_cast<int>(i);
-    }
-    last[key] = static_cast<int>(i);
-  }
-  return c;
-}
-
 // Groups for a rendezvous transport. The abstract run above is one valid global order of
 // every op; a transfer takes the place of its producer in it (ties by consumer). Each device
 // posts its transfers in that one global order, so the earliest unfinished transfer is always
@@ -232,7 +188,7 @@ Expected<Program> compileProgram(const Plan& plan) {
 
   const int devices = plan.config.devices;
   const auto costs = stageCosts(plan);
-  const Chain chain = buildChain(plan);
+  const StageNeighbours chain = stageNeighbours(plan);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
 
   // Position of every op in its device's order, and the unique producers looked up by key.

@@ -36,6 +36,7 @@ Plan tinyPlan() {
   p.metrics = computeMetrics(p);
   return p;
 }
+
 TEST(PlanKinds, TransfersNameWhatTheyCarry) {
   EXPECT_EQ(commPayloadName(OpKind::F), "activation");
   EXPECT_EQ(commPayloadName(OpKind::B), "gradient");

@@ -246,6 +246,66 @@ bool validStage(const Plan& shell, int stage) {
   return c >= 0 && static_cast<std::size_t>(c) < shell.model.components.size();
 }
 
+StageNeighbours stageNeighbours(const Plan& shell) {
+  const auto n = shell.virtualStages.size();
+  StageNeighbours c{std::vector<int>(n, -1), std::vector<int>(n, -1)};
+  const auto& comps = shell.model.components;
+  auto componentOf = [&](std::size_t i) { return shell.virtualStages[i].component; };
+  auto trainable = [&](int component) {
+    return component < 0 || static_cast<std::size_t>(component) >= comps.size() ||
+           comps[static_cast<std::size_t>(component)].trainable;
+  };
+  auto feeds = [&](int from, int to) {
+    if (from < 0 || to < 0 || static_cast<std::size_t>(from) >= comps.size() ||
+        static_cast<std::size_t>(to) >= comps.size()) {
+      return false;
+    }
+    const auto& names = comps[static_cast<std::size_t>(from)].feeds;
+    return std::find(names.begin(), names.end(), comps[static_cast<std::size_t>(to)].name) != names.end();
+  };
+  auto link = [&](std::size_t from, std::size_t to) {
+    c.previous[to] = static_cast<int>(from);
+    if (c.next[from] < 0) c.next[from] = static_cast<int>(to);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const VirtualStage& vs = shell.virtualStages[i];
+    if (!trainable(vs.component)) {
+      if (vs.firstLayer == 0) continue;
+      std::size_t best = n;
+      for (std::size_t k = i; k-- > 0;) {
+        const VirtualStage& o = shell.virtualStages[k];
+        if (o.component != vs.component || o.lastLayer + 1 != vs.firstLayer) continue;
+        if (o.device == vs.device) {
+          best = k;
+          break;
+        }
+        if (best == n) best = k;
+      }
+      if (best < n) link(best, i);
+      continue;
+    }
+    // The nearest earlier trainable stage of this pipeline continues into this one when it
+    // is of the same component or its component feeds this one; otherwise this stage
+    // continues the last earlier stage of its own component, if any.
+    std::size_t candidate = n, sameComponent = n;
+    for (std::size_t k = i; k-- > 0;) {
+      const VirtualStage& o = shell.virtualStages[k];
+      if (o.pipeline != vs.pipeline || !trainable(o.component)) continue;
+      if (candidate == n) candidate = k;
+      if (o.component == vs.component) {
+        sameComponent = k;
+        break;
+      }
+    }
+    if (candidate < n && (componentOf(candidate) == vs.component || feeds(componentOf(candidate), vs.component))) {
+      link(candidate, i);
+    } else if (sameComponent < n) {
+      link(sameComponent, i);
+    }
+  }
+  return c;
+}
+
 std::vector<std::vector<OrderedOp>> planLanes(const Plan& plan, std::vector<std::vector<std::int32_t>>* opIndex) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   std::vector<std::vector<OrderedOp>> lanes(devices);

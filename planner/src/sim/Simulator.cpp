@@ -31,29 +31,11 @@ struct Edge {
   std::int64_t bytes;
 };
 
-// Chains of data flow: per pipeline, trainable stages in id order; each frozen component's
-// stages form their own chain (frozen outputs feed the next iteration, DESIGN.md §2).
+// Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
 void chainNeighbours(const Plan& shell, std::vector<std::int32_t>& prev, std::vector<std::int32_t>& next) {
-  const auto n = shell.virtualStages.size();
-  prev.assign(n, kNone);
-  next.assign(n, kNone);
-  std::vector<std::pair<long, std::int32_t>> lastOfChain;  // (chain key, last stage)
-  for (std::size_t i = 0; i < n; ++i) {
-    const VirtualStage& vs = shell.virtualStages[i];
-    bool trainable = true;
-    if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < shell.model.components.size()) {
-      trainable = shell.model.components[static_cast<std::size_t>(vs.component)].trainable;
-    }
-    const long key = static_cast<long>(vs.pipeline) * 100000L + (trainable ? 0L : 1L + vs.component);
-    auto it = std::find_if(lastOfChain.begin(), lastOfChain.end(), [&](const auto& e) { return e.first == key; });
-    if (it == lastOfChain.end()) {
-      lastOfChain.emplace_back(key, static_cast<std::int32_t>(i));
-    } else {
-      prev[i] = it->second;
-      next[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
-      it->second = static_cast<std::int32_t>(i);
-    }
-  }
+  const StageNeighbours n = stageNeighbours(shell);
+  prev.assign(n.previous.begin(), n.previous.end());
+  next.assign(n.next.begin(), n.next.end());
 }
 
 }  // namespace

@@ -38,6 +38,22 @@ struct OpDependency {
 /// not; derivations skip such ops rather than fail).
 bool validStage(const Plan& shell, int stage);
 
+/// Data-flow neighbours of every virtual stage (−1: none), the one definition the simulator and
+/// the executor share. Trainable stages: within a pipeline data flows in id order (DESIGN.md
+/// §2) from a stage to the next stage of its component, and from a component's last stage to
+/// the next trainable stage when its component feeds that one (ControlNet → UNet); a
+/// trainable component that nothing upstream feeds starts its own chain, so independent
+/// backbones (cascaded models) placed on the same devices do not wait on each other. Frozen
+/// stages: a frozen component may be placed once per device (bubble filling computes each
+/// microbatch's frozen work on one device), so its chains follow the layers: a stage continues
+/// the nearest earlier stage of its component that ends at the layer before its first,
+/// preferring one on its own device; a stage starting at layer 0 begins a chain.
+struct StageNeighbours {
+  std::vector<int> previous;
+  std::vector<int> next;
+};
+StageNeighbours stageNeighbours(const Plan& shell);
+
 /// The plan's ops as per-device orders (plan order per device). `opIndex`, when given,
 /// receives for every lane entry its index in plan.ops.
 std::vector<std::vector<OrderedOp>> planLanes(const Plan& plan,
