@@ -32,9 +32,17 @@ int opCode(OpKind k) {
   }
 }
 
-// (microbatch, -chain position, stage): earliest microbatch first, deepest stage first.
-using Key = std::tuple<int, int, int>;
+// Ready ops in one 64-bit key, smallest first: earliest microbatch, then deepest chain
+// position, then lowest stage (microbatch << 32 | (0xffff − chain position) << 16 | stage;
+// stages and chain positions < 2^16, checked on entry).
+using Key = std::uint64_t;
 using MinHeap = std::priority_queue<Key, std::vector<Key>, std::greater<>>;
+constexpr int kMaxStages = 0xffff;
+Key makeKey(int microbatch, int chainPos, int stage) {
+  return (static_cast<Key>(microbatch) << 32) | (static_cast<Key>(kMaxStages - chainPos) << 16) | static_cast<Key>(stage);
+}
+int keyMicrobatch(Key k) { return static_cast<int>(k >> 32); }
+int keyStage(Key k) { return static_cast<int>(k & 0xffffU); }
 
 struct DeviceState {
   bool busy = false;
@@ -55,6 +63,10 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   const int p = input.shape.devices;
   const int m = input.shape.microbatches;
   const int n = static_cast<int>(input.virtualStages.size());
+  if (n > kMaxStages) {
+    return Error{"the greedy construction handles at most " + std::to_string(kMaxStages) + " virtual stages, got " +
+                 std::to_string(n)};
+  }
   const auto chains = pipelineChains(input.virtualStages);
   const int pipelines = static_cast<int>(chains.size());
 
@@ -148,7 +160,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
       markDirty(d);
       const StageEstimate& c = stageCost(e.stage);
       if (e.kind == 1) {
-        const Key key{e.microbatch, -chainPos[s], e.stage};
+        const Key key = makeKey(e.microbatch, chainPos[s], e.stage);
         if (e.op == OpKind::F) {
           const auto& vs = input.virtualStages[s];
           const bool enters = chainPos[s] == firstPos[static_cast<std::size_t>(vs.pipeline * p + d)];
@@ -164,7 +176,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
           if (nextStage[s] >= 0) {
             push(now + c.sendMs, 1, OpKind::F, nextStage[s], e.microbatch);
           } else {
-            ds.readyB.push({e.microbatch, -chainPos[s], e.stage});
+            ds.readyB.push(makeKey(e.microbatch, chainPos[s], e.stage));
           }
           break;
         case OpKind::B:
@@ -193,14 +205,15 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
       OpKind kind = OpKind::F;
       double durationMs = 0;
       if (!ds.readyB.empty()) {
-        std::tie(mb, std::ignore, stage) = ds.readyB.top();
+        mb = keyMicrobatch(ds.readyB.top());
+        stage = keyStage(ds.readyB.top());
         ds.readyB.pop();
         kind = split ? OpKind::B : OpKind::BW;
         const StageEstimate& c = stageCost(stage);
         durationMs = split ? c.backwardInputMs : c.backwardInputMs + c.backwardWeightMs;
       } else {
         const int pl = ds.readyEnter.empty() ? 0
-                                             : input.virtualStages[static_cast<std::size_t>(std::get<2>(ds.readyEnter.top()))].pipeline;
+                                             : input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
         const std::int64_t needBytes = need[static_cast<std::size_t>(pl)][static_cast<std::size_t>(d)];
         bool admit = !ds.readyEnter.empty() &&
                            (ds.committedBytes == 0 || forceAdmit ||
@@ -209,7 +222,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
         // Budget on every forward (zb-v): a forward that would lift the live bytes over the
         // budget waits while a pending W can free weight-gradient bytes first.
         const bool wFirst = options.boundEveryForward && !ds.pendingW.empty() &&
-                            ds.committedBytes + (cont ? stageCost(std::get<2>(ds.readyContinue.top())).activationBytes
+                            ds.committedBytes + (cont ? stageCost(keyStage(ds.readyContinue.top())).activationBytes
                                                       : std::int64_t{0}) >
                                 options.capBytes[static_cast<std::size_t>(d)];
         if (wFirst) {
@@ -217,13 +230,15 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
           admit = false;
         }
         bool takeContinue = cont && (options.preferContinuing || !admit ||
-                                     std::get<0>(ds.readyContinue.top()) <= std::get<0>(ds.readyEnter.top()));
+                                     keyMicrobatch(ds.readyContinue.top()) <= keyMicrobatch(ds.readyEnter.top()));
         if (takeContinue) {
-          std::tie(mb, std::ignore, stage) = ds.readyContinue.top();
+          mb = keyMicrobatch(ds.readyContinue.top());
+          stage = keyStage(ds.readyContinue.top());
           ds.readyContinue.pop();
           kind = OpKind::F;
         } else if (admit) {
-          std::tie(mb, std::ignore, stage) = ds.readyEnter.top();
+          mb = keyMicrobatch(ds.readyEnter.top());
+          stage = keyStage(ds.readyEnter.top());
           ds.readyEnter.pop();
           if (options.reserveWholeMicrobatch) ds.committedBytes += needBytes;
           kind = OpKind::F;
