@@ -23,8 +23,12 @@
 // wait for them) — but the model format names consuming components, not consuming layers, so
 // any such overlap would rest on a guess; and it only shortens warm-up/cool-down, since the
 // steady phase is bounded by the busiest device's work, which the V already balances.
-// Independent backbones (no `feeds` between them) are chained the same way; this imposes a
-// false per-microbatch order between them, again costing only warm-up/cool-down.
+// Independent backbones (no `feeds` path between them, cascaded models) are not chained: the
+// simulator times them as separate chains (plan/Dependencies.hpp stageNeighbours), the share
+// search (Dispatch.cpp) counts the latency of the longest chain instead of the sum, and for
+// exactly two of them one more candidate puts them on zb-v's V in opposite directions with an
+// order built for two concurrent chains (Opposed.cpp). With more than two independent
+// backbones a V has no third direction: only the chain layouts are tried.
 #include <algorithm>
 #include <limits>
 
@@ -105,8 +109,29 @@ Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl
     }
     if (control.progress) control.progress(static_cast<double>(i + 1) / static_cast<double>(candidates.size()));
   }
+  if (independentBackbonePair(request.model) && !control.cancelled()) {
+    SolveControl inner;
+    inner.cancel = control.cancel;
+    auto plan = solveOpposedBackbones(request, inner);
+    if (!plan) {
+      reasons += "\n  zb-v, backbones in opposite directions: " + plan.message();
+    } else if (!best || plan->metrics.makespanMs < best->metrics.makespanMs - 1e-9) {
+      best = std::move(*plan);
+    }
+  }
   if (!best) return Error{"partition diffusionpipe: no schedule gives a feasible plan:" + reasons};
   return std::move(*best);
+}
+
+Expected<std::vector<VirtualStage>> partitionWithLegs(const PlanRequest& request, const ScheduleGenerator& generator,
+                                                      std::vector<VirtualStage> placement, const SolveControl& control) {
+  PlanRequest r = request;
+  r.config.partition = "diffusionpipe";  // assignLegs applies to diffusionpipe's placements
+  const bool keep = tKeepShares;
+  tKeepShares = true;
+  auto out = partitionWith(r, generator, std::move(placement), "dp", control);
+  tKeepShares = keep;
+  return out;
 }
 
 // Leg assignment for V-shaped placements with two trainable backbones: the first half of the

@@ -71,12 +71,20 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   for (std::size_t i = 0; i < stages.size(); ++i) {
     if (stages[i].pipeline == 0) pipeline0.push_back(i);
   }
+  // Independent backbones (no `feeds` path between them) run as separate chains, so one
+  // microbatch's latency is that of the longest chain, not the sum over all components.
+  std::map<int, std::size_t> groupOf;
+  const auto groups = dependentBackboneGroups(request.model);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (int c : groups[g]) groupOf[c] = g;
+  }
   // Splits every trainable component's layers over the stages `assigned` gives it; returns
-  // the estimated iteration: one microbatch's latency through the chain (Σ stage times) plus
-  // (m − 1) × the busiest device's time per microbatch (the steady-state bottleneck; with one
-  // stage per device this is dp's own objective).
+  // the estimated iteration: one microbatch's latency through the longest chain (Σ stage
+  // times of a group of dependent backbones) plus (m − 1) × the busiest device's time per
+  // microbatch (the steady-state bottleneck; with one stage per device this is dp's own
+  // objective).
   auto splitLayers = [&](std::vector<VirtualStage>& assigned) -> Expected<double> {
-    double sumMs = 0;
+    std::vector<double> chainMs(groups.size() + 1, 0.0);
     std::map<int, double> deviceMs;
     for (int comp : request.model.trainableComponents()) {
       std::vector<std::size_t> mine;
@@ -108,12 +116,13 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         vs.firstLayer = result->firstLayer[k];
         vs.lastLayer = (k + 1 < mine.size() ? result->firstLayer[k + 1] : problem.layers) - 1;
         const double ms = k < result->stageMs.size() ? result->stageMs[k] : 0.0;
-        sumMs += ms;
+        chainMs[groupOf.count(comp) ? groupOf[comp] : groups.size()] += ms;
         deviceMs[vs.device] += ms;
       }
     }
     double maxDeviceMs = 0;
     for (const auto& [d, ms] : deviceMs) maxDeviceMs = std::max(maxDeviceMs, ms);
+    const double sumMs = *std::max_element(chainMs.begin(), chainMs.end());
     return sumMs + static_cast<double>(std::max(0, request.config.microbatches - 1)) * maxDeviceMs;
   };
   auto first = splitLayers(stages);

@@ -37,4 +37,19 @@ std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request);
 /// second on the up leg (opposite directions). false: placement left as it was.
 bool assignLegs(const ModelSpec& model, std::vector<VirtualStage>& stages);
 
+/// Trainable components grouped by `feeds` paths (in either direction, through any
+/// components): components of one group depend on each other, different groups are
+/// independent backbones (cascaded models) that the simulator times as separate chains.
+std::vector<std::vector<int>> dependentBackboneGroups(const ModelSpec& model);
+/// Exactly two trainable components and no `feeds` path between them.
+bool independentBackbonePair(const ModelSpec& model);
+/// partitionWith(…, "dp") with the V's legs kept: first backbone on the down leg, second on
+/// the up leg, each split by dp over its leg.
+Expected<std::vector<VirtualStage>> partitionWithLegs(const PlanRequest& request, const ScheduleGenerator& generator,
+                                                      std::vector<VirtualStage> placement, const SolveControl& control);
+/// Two independent backbones on zb-v's V placement in opposite directions (A down, B up),
+/// ordered as two concurrent chains (Opposed.cpp), filled and simulated. Error when the model
+/// has no independent pair or the shape does not allow zb-v.
+Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveControl& control);
+
 }  // namespace pipestudio::partition
