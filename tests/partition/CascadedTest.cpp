@@ -2,12 +2,15 @@
 // of diffusionpipe, its dependencies and its makespan against the chain layouts (issue 4).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
+#include <random>
 #include <string>
 
 #include "partition/Partitioners.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
@@ -181,6 +184,95 @@ TEST(Cascaded, SecondBackboneStartsWithoutWaitingForTheFirst) {
   ASSERT_GE(baseLastF0End, 0);
   ASSERT_GE(srFirstF0Start, 0);
   EXPECT_LT(srFirstF0Start, baseLastF0End);
+}
+
+// Every composition of `layers` into `stages` non-empty contiguous parts (first layers).
+void forEachSplit(int layers, int stages, const std::function<void(const std::vector<int>&)>& f) {
+  std::vector<int> first(static_cast<std::size_t>(stages), 0);
+  std::function<void(int, int)> rec = [&](int s, int start) {
+    first[static_cast<std::size_t>(s)] = start;
+    if (s + 1 == stages) {
+      f(first);
+      return;
+    }
+    for (int next = start + 1; next <= layers - (stages - s - 1); ++next) rec(s + 1, next);
+  };
+  rec(0, 0);
+}
+
+// The joint split of the opposed legs minimises the busiest device (A's stage d plus B's
+// stage p−1−d, sends included) against brute force over all pairs of splits.
+TEST(Cascaded, BalancedLegsAreOptimalAgainstBruteForce) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.1, 5.0);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int p = std::uniform_int_distribution<int>(2, 3)(rng);
+    const int la = std::uniform_int_distribution<int>(p, 7)(rng);
+    const int lb = std::uniform_int_distribution<int>(p, 7)(rng);
+    ModelSpec m;
+    m.name = "random-cascade";
+    m.samplesPerMicrobatch = 1;
+    Component a{"a", true, {}, {}};
+    Component b{"b", true, {}, {}};
+    for (int l = 0; l < la; ++l) a.layers.push_back(layer("a" + std::to_string(l), "conv", cost(rng), cost(rng), cost(rng), 1 << 20, (1 << 20) * (1 + l % 3)));
+    for (int l = 0; l < lb; ++l) b.layers.push_back(layer("b" + std::to_string(l), "conv", cost(rng), cost(rng), cost(rng), 1 << 20, (1 << 22) * (1 + l % 2)));
+    m.components = {a, b};
+    const PlanRequest r = request(m, p, 4, "zb-v", "diffusionpipe", "none");
+    std::vector<VirtualStage> legs;
+    for (int k = 0; k < 2 * p; ++k) {
+      VirtualStage vs;
+      vs.id = k;
+      vs.device = k < p ? k : 2 * p - 1 - k;
+      vs.chunk = k < p ? 0 : 1;
+      vs.component = k < p ? 0 : 1;
+      const int s = k % p;
+      const int n = k < p ? la : lb;
+      vs.firstLayer = s * n / p;
+      vs.lastLayer = (s + 1) * n / p - 1;
+      legs.push_back(vs);
+    }
+    std::vector<PartitionStage> sa(static_cast<std::size_t>(p)), sb(static_cast<std::size_t>(p));
+    for (int k = 0; k < p; ++k) {
+      sa[static_cast<std::size_t>(k)].device = k;
+      sb[static_cast<std::size_t>(k)].device = p - 1 - k;
+    }
+    const PartitionProblem pa = buildPartitionProblem(r, 0, sa);
+    const PartitionProblem pb = buildPartitionProblem(r, 1, sb);
+    auto busiest = [&](const std::vector<int>& fa, const std::vector<int>& fb) {
+      const auto ea = evaluatePartition(pa, fa);
+      const auto eb = evaluatePartition(pb, fb);
+      double worst = 0;
+      for (int d = 0; d < p; ++d) {
+        worst = std::max(worst, ea.stageMs[static_cast<std::size_t>(d)] + eb.stageMs[static_cast<std::size_t>(p - 1 - d)]);
+      }
+      return worst;
+    };
+    double brute = 1e300;
+    forEachSplit(la, p, [&](const std::vector<int>& fa) {
+      forEachSplit(lb, p, [&](const std::vector<int>& fb) { brute = std::min(brute, busiest(fa, fb)); });
+    });
+    auto joint = partition::balanceOpposedLegs(r, legs);
+    ASSERT_TRUE(joint.has_value()) << "trial " << trial;
+    std::vector<int> fa, fb;
+    int nextA = 0, nextB = 0;
+    for (int k = 0; k < 2 * p; ++k) {
+      const VirtualStage& vs = (*joint)[static_cast<std::size_t>(k)];
+      EXPECT_EQ(vs.device, legs[static_cast<std::size_t>(k)].device);
+      EXPECT_LE(vs.firstLayer, vs.lastLayer);
+      if (k < p) {
+        EXPECT_EQ(vs.firstLayer, nextA);
+        nextA = vs.lastLayer + 1;
+        fa.push_back(vs.firstLayer);
+      } else {
+        EXPECT_EQ(vs.firstLayer, nextB);
+        nextB = vs.lastLayer + 1;
+        fb.push_back(vs.firstLayer);
+      }
+    }
+    ASSERT_EQ(nextA, la);
+    ASSERT_EQ(nextB, lb);
+    EXPECT_NEAR(busiest(fa, fb), brute, 1e-6 * brute) << "trial " << trial << " p " << p << " layers " << la << "/" << lb;
+  }
 }
 
 // diffusionpipe keeps the fastest plan: never slower than the opposed layout nor than any

@@ -17,9 +17,12 @@
 // runs both backbones, DESIGN.md §2), and stageNeighbours gives it the same two chains.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "partition/Partitioners.hpp"
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
@@ -73,6 +76,157 @@ std::vector<std::vector<int>> dependentBackboneGroups(const ModelSpec& model) {
   return groups;
 }
 
+// Joint split of the two legs that minimises the busiest device's time per microbatch. Device
+// d holds backbone A's stage d and backbone B's stage p−1−d, so splitting each backbone alone
+// balances its own stages but not their sums per device. Bisection on the bound T with an
+// exact feasibility DP over the devices in order 0..p−1: A is consumed from its first layer,
+// B from its last (device 0 holds B's last stage). The state is the pair (A prefix placed,
+// B suffix placed); sends depend on where a stage ends, so no pair dominates another and all
+// reachable pairs are kept. O(p · L_A² · L_B) per bound; memory is left to the simulator's
+// check (the caller keeps the per-leg dp split when this one does not fit).
+std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& request,
+                                                            const std::vector<VirtualStage>& legs,
+                                                            const SolveControl& control) {
+  const int p = request.config.devices;
+  const auto trainable = request.model.trainableComponents();
+  std::vector<PartitionStage> stagesA(static_cast<std::size_t>(p));
+  std::vector<PartitionStage> stagesB(static_cast<std::size_t>(p));
+  for (int k = 0; k < p; ++k) {
+    stagesA[static_cast<std::size_t>(k)].device = k;
+    stagesB[static_cast<std::size_t>(k)].device = p - 1 - k;
+  }
+  const PartitionProblem a = buildPartitionProblem(request, trainable[0], stagesA);
+  const PartitionProblem b = buildPartitionProblem(request, trainable[1], stagesB);
+  const int la = a.layers;
+  const int lb = b.layers;
+  if (la < p || lb < p || legs.size() != static_cast<std::size_t>(2 * p)) return std::nullopt;
+  constexpr double kMaxWork = 2e7;  // transitions per bound; beyond it keep the per-leg split
+  if (static_cast<double>(p) * la * la * lb > kMaxWork) return std::nullopt;
+  auto prefix = [](const PartitionProblem& q) {
+    std::vector<std::vector<double>> c(q.stages.size(), std::vector<double>(static_cast<std::size_t>(q.layers) + 1, 0.0));
+    for (std::size_t s = 0; s < q.stages.size(); ++s) {
+      for (std::size_t l = 0; l < static_cast<std::size_t>(q.layers); ++l) c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
+    }
+    return c;
+  };
+  const auto ca = prefix(a);
+  const auto cb = prefix(b);
+  // Stage s of q ends with layer end−1: its send to the next stage (none for the last one).
+  auto send = [](const PartitionProblem& q, int s, int end) {
+    return s + 1 < static_cast<int>(q.stages.size()) ? std::max(0.0, q.sendMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(end - 1)]) : 0.0;
+  };
+  const auto ua = static_cast<std::size_t>(la) + 1;
+  const auto ub = static_cast<std::size_t>(lb) + 1;
+  auto timeA = [&](int d, int i, int i2) {
+    return ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i2)] - ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)] + send(a, d, i2);
+  };
+  auto timeB = [&](int k, int j2, int j) {
+    return cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)] - cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j2)] + send(b, k, j);
+  };
+  // reach[d][i·ub + j]: after devices 0..d, A's first i layers and B's layers from j on are
+  // placed. Given A's stage d = [i, i2) and B's end j, B's stage k = [j2, j) fits the bound for
+  // every j2 from the smallest allowed one up to j − 1 (its send depends on j only), so the
+  // new states form an interval per i2, marked with a difference array.
+  std::vector<std::vector<char>> reach(static_cast<std::size_t>(p), std::vector<char>(ua * ub, 0));
+  auto feasible = [&](double bound) {
+    std::vector<char> cur(ua * ub, 0);
+    cur[static_cast<std::size_t>(lb)] = 1;  // i = 0, j = lb
+    std::vector<int> diff(ub + 1);
+    for (int d = 0; d < p; ++d) {
+      const int k = p - 1 - d;  // B's stage on device d
+      const auto& row = cb[static_cast<std::size_t>(k)];
+      auto& next = reach[static_cast<std::size_t>(d)];
+      std::fill(next.begin(), next.end(), 0);
+      const int iHi = la - (p - 1 - d);  // A's later stages keep a layer each
+      for (int i2 = d + 1; i2 <= iHi; ++i2) {
+        std::fill(diff.begin(), diff.end(), 0);
+        bool any = false;
+        for (int i = i2 - 1; i >= d; --i) {
+          const double ta = timeA(d, i, i2);
+          if (ta > bound) break;  // A's stage only grows as it starts earlier
+          for (int j = k + 1; j <= lb; ++j) {
+            if (!cur[static_cast<std::size_t>(i) * ub + static_cast<std::size_t>(j)]) continue;
+            // Smallest j2 ≥ k (B's earlier stages keep a layer; stage 0 starts at 0).
+            const double need = row[static_cast<std::size_t>(j)] + send(b, k, j) - (bound - ta);
+            int lo = static_cast<int>(std::lower_bound(row.begin() + k, row.begin() + j, need) - row.begin());
+            if (k == 0) lo = lo == 0 ? 0 : j;
+            const int hi = k == 0 ? std::min(j, 1) : j;  // stage 0 must start at layer 0
+            if (lo >= hi) continue;
+            ++diff[static_cast<std::size_t>(lo)];
+            --diff[static_cast<std::size_t>(hi)];
+            any = true;
+          }
+        }
+        if (!any) continue;
+        int run = 0;
+        for (std::size_t j2 = 0; j2 < ub; ++j2) {
+          run += diff[j2];
+          if (run > 0) next[static_cast<std::size_t>(i2) * ub + j2] = 1;
+        }
+      }
+      cur = next;
+    }
+    return cur[static_cast<std::size_t>(la) * ub] != 0;
+  };
+  // Upper bound: the per-leg dp split's busiest device.
+  double hi = 0;
+  {
+    std::vector<double> device(static_cast<std::size_t>(p), 0.0);
+    for (std::size_t k = 0; k < legs.size(); ++k) {
+      const VirtualStage& vs = legs[k];
+      const bool isA = static_cast<int>(k) < p;
+      const PartitionProblem& q = isA ? a : b;
+      const auto& c = isA ? ca : cb;
+      const int s = isA ? static_cast<int>(k) : static_cast<int>(k) - p;
+      device[static_cast<std::size_t>(vs.device)] += c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.lastLayer) + 1] -
+                                                     c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.firstLayer)] +
+                                                     send(q, s, vs.lastLayer + 1);
+    }
+    hi = *std::max_element(device.begin(), device.end()) * (1 + 1e-9) + 1e-12;
+  }
+  if (!feasible(hi)) return std::nullopt;
+  double lo = 0;
+  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+    if (control.cancelled()) return std::nullopt;
+    const double mid = 0.5 * (lo + hi);
+    (feasible(mid) ? hi : lo) = mid;
+  }
+  if (!feasible(hi)) return std::nullopt;
+  // Walk back from (la, 0) after the last device: any reachable predecessor whose two stages
+  // fit the bound.
+  std::vector<VirtualStage> out = legs;
+  std::vector<int> firstA(static_cast<std::size_t>(p)), firstB(static_cast<std::size_t>(p));
+  int i2 = la;
+  int j2 = 0;
+  for (int d = p - 1; d >= 0; --d) {
+    const int k = p - 1 - d;
+    firstB[static_cast<std::size_t>(k)] = j2;
+    bool found = false;
+    for (int i = d; i < i2 && !found; ++i) {
+      for (int j = j2 + 1; j <= lb && !found; ++j) {
+        const bool reachable = d == 0 ? (i == 0 && j == lb)
+                                      : reach[static_cast<std::size_t>(d - 1)][static_cast<std::size_t>(i) * ub + static_cast<std::size_t>(j)] != 0;
+        if (!reachable || timeA(d, i, i2) + timeB(k, j2, j) > hi * (1 + 1e-9)) continue;
+        firstA[static_cast<std::size_t>(d)] = i;
+        i2 = i;
+        j2 = j;
+        found = true;
+      }
+    }
+    if (!found) return std::nullopt;  // cannot happen after feasible(hi)
+  }
+  for (int k = 0; k < p; ++k) {
+    const auto uk = static_cast<std::size_t>(k);
+    VirtualStage& va = out[uk];
+    va.firstLayer = firstA[uk];
+    va.lastLayer = (k + 1 < p ? firstA[uk + 1] : la) - 1;
+    VirtualStage& vb = out[static_cast<std::size_t>(p + k)];
+    vb.firstLayer = firstB[uk];
+    vb.lastLayer = (k + 1 < p ? firstB[uk + 1] : lb) - 1;
+  }
+  return out;
+}
+
 bool independentBackbonePair(const ModelSpec& model) {
   return model.trainableComponents().size() == 2 && dependentBackboneGroups(model).size() == 2;
 }
@@ -96,6 +250,9 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
   auto stages = partitionWithLegs(r, *generator, generator->placement(shape), control);
   if (!stages) return stages.error();
   const auto trainable = r.model.trainableComponents();
+  if (stages->size() != static_cast<std::size_t>(2 * p)) {
+    return Error{"opposed backbones: the V placement did not split into one leg per backbone"};
+  }
   for (int k = 0; k < 2 * p; ++k) {
     const VirtualStage& vs = (*stages)[static_cast<std::size_t>(k)];
     const int expectedDevice = k < p ? k : 2 * p - 1 - k;
@@ -104,48 +261,67 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
     }
   }
 
-  Plan shell;
-  shell.config = r.config;
-  shell.model = r.model;
-  shell.cluster = r.cluster;
-  shell.virtualStages = *stages;
+  // Two candidates: each backbone split by dp on its own leg, and the joint split that
+  // balances the devices (each holds one stage of each backbone); the faster feasible wins.
+  std::vector<std::vector<VirtualStage>> layouts{*stages};
+  if (auto joint = balanceOpposedLegs(r, *stages, control)) layouts.push_back(std::move(*joint));
+  auto finish = [&](const std::vector<VirtualStage>& layout) -> Expected<Plan> {
+    Plan shell;
+    shell.config = r.config;
+    shell.model = r.model;
+    shell.cluster = r.cluster;
+    shell.virtualStages = layout;
 
-  // The construction's view: two pipelines, one per leg, and 2m pseudo-microbatches.
-  ScheduleInput input;
-  input.shape = {p, 2 * m, 2};
-  input.virtualStages = shell.virtualStages;
-  for (std::size_t k = static_cast<std::size_t>(p); k < input.virtualStages.size(); ++k) input.virtualStages[k].pipeline = 1;
-  input.stages = stageEstimates(shell);
-  input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
-  input.memoryLimitBytes = r.config.memoryLimitBytes;
-  input.request = &r;
-  input.control = &control;
-  schedules::GreedyOptions options;
-  options.splitBackward = true;
-  options.preferContinuing = true;
-  options.boundEveryForward = true;
-  options.microbatchPipeline.resize(static_cast<std::size_t>(2 * m));
-  for (int mb = 0; mb < 2 * m; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
-  // Activation budget: p microbatches of both backbones per device, zb-v's 1F1B-level peak
-  // (each real microbatch is one pseudo-microbatch per leg).
-  const auto a0 = schedules::activationPerMicrobatch(input, 0);
-  const auto a1 = schedules::activationPerMicrobatch(input, 1);
-  options.capBytes.resize(static_cast<std::size_t>(p));
-  for (std::size_t d = 0; d < static_cast<std::size_t>(p); ++d) {
-    options.capBytes[d] = std::max<std::int64_t>(1, static_cast<std::int64_t>(p) * (a0[d] + a1[d]));
+    // The construction's view: two pipelines, one per leg, and 2m pseudo-microbatches.
+    ScheduleInput input;
+    input.shape = {p, 2 * m, 2};
+    input.virtualStages = shell.virtualStages;
+    for (std::size_t k = static_cast<std::size_t>(p); k < input.virtualStages.size(); ++k) input.virtualStages[k].pipeline = 1;
+    input.stages = stageEstimates(shell);
+    input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
+    input.memoryLimitBytes = r.config.memoryLimitBytes;
+    input.request = &r;
+    input.control = &control;
+    schedules::GreedyOptions options;
+    options.splitBackward = true;
+    options.preferContinuing = true;
+    options.boundEveryForward = true;
+    options.microbatchPipeline.resize(static_cast<std::size_t>(2 * m));
+    for (int mb = 0; mb < 2 * m; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
+    // Activation budget: p microbatches of both backbones per device, zb-v's 1F1B-level peak
+    // (each real microbatch is one pseudo-microbatch per leg).
+    const auto a0 = schedules::activationPerMicrobatch(input, 0);
+    const auto a1 = schedules::activationPerMicrobatch(input, 1);
+    options.capBytes.resize(static_cast<std::size_t>(p));
+    for (std::size_t d = 0; d < static_cast<std::size_t>(p); ++d) {
+      options.capBytes[d] = std::max<std::int64_t>(1, static_cast<std::int64_t>(p) * (a0[d] + a1[d]));
+    }
+    auto skeleton = schedules::greedyOrder(input, options);
+    if (!skeleton) return Error{"opposed backbones: " + skeleton.message()};
+    skeleton->virtualStages = shell.virtualStages;
+    for (auto& lane : skeleton->devices) {
+      for (OrderedOp& op : lane) op.microbatch /= 2;
+    }
+    if (control.cancelled()) return Error{"cancelled"};
+    if (auto st = fillSkeleton(r, *skeleton, control); !st) return st.error();
+    auto plan = simulateSkeleton(std::move(shell), *skeleton);
+    if (!plan) return Error{"opposed backbones: " + plan.message()};
+    if (auto st = checkMemory(*plan); !st) return st.error();
+    return plan;
+  };
+  std::optional<Plan> best;
+  std::string reason;
+  for (const auto& layout : layouts) {
+    if (control.cancelled()) return Error{"cancelled"};
+    auto plan = finish(layout);
+    if (!plan) {
+      if (reason.empty()) reason = plan.message();
+      continue;
+    }
+    if (!best || plan->metrics.makespanMs < best->metrics.makespanMs - 1e-9) best = std::move(*plan);
   }
-  auto skeleton = schedules::greedyOrder(input, options);
-  if (!skeleton) return Error{"opposed backbones: " + skeleton.message()};
-  skeleton->virtualStages = shell.virtualStages;
-  for (auto& lane : skeleton->devices) {
-    for (OrderedOp& op : lane) op.microbatch /= 2;
-  }
-  if (control.cancelled()) return Error{"cancelled"};
-  if (auto st = fillSkeleton(r, *skeleton, control); !st) return st.error();
-  auto plan = simulateSkeleton(std::move(shell), *skeleton);
-  if (!plan) return Error{"opposed backbones: " + plan.message()};
-  if (auto st = checkMemory(*plan); !st) return st.error();
-  return plan;
+  if (!best) return Error{reason};
+  return std::move(*best);
 }
 
 }  // namespace pipestudio::partition

@@ -2,6 +2,7 @@
 // Dispatch of the partitioners this folder implements (balanced, dp, diffusionpipe) from
 // makePlan's extension point. Private to the planner.
 
+#include <optional>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -47,6 +48,13 @@ bool independentBackbonePair(const ModelSpec& model);
 /// the up leg, each split by dp over its leg.
 Expected<std::vector<VirtualStage>> partitionWithLegs(const PlanRequest& request, const ScheduleGenerator& generator,
                                                       std::vector<VirtualStage> placement, const SolveControl& control);
+/// The V's legs (`legs`: 2p trainable stages, A on 0..p−1 over devices 0..p−1, B on p..2p−1
+/// over devices p−1..0) re-split jointly so the busiest device's F+B+W+send time per
+/// microbatch is minimal (each device holds one stage of each). nullopt when the instance
+/// is too large for the exact search or `legs` is not such a V.
+std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& request,
+                                                            const std::vector<VirtualStage>& legs,
+                                                            const SolveControl& control = {});
 /// Two independent backbones on zb-v's V placement in opposite directions (A down, B up),
 /// ordered as two concurrent chains (Opposed.cpp), filled and simulated. Error when the model
 /// has no independent pair or the shape does not allow zb-v.
