@@ -342,12 +342,12 @@ TEST(BackboneShares, CostlierBackboneGetsMoreStages) {
   }
 }
 
-// The bundled diffusion examples: every frozen output reaches its consumers in time, and the
-// saved plan re-times to itself.
+// The bundled diffusion examples (cascaded-sd: two independent backbones): every frozen
+// output reaches its consumers in time, and the saved plan re-times to itself.
 TEST(Transfers, DiffusionExamples) {
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
   ASSERT_TRUE(cluster.hasValue()) << cluster.message();
-  for (const char* name : {"stable-diffusion-2.1", "controlnet"}) {
+  for (const char* name : {"stable-diffusion-2.1", "controlnet", "cascaded-sd"}) {
     auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + name + ".json");
     ASSERT_TRUE(model.hasValue()) << model.message();
     for (const char* fill : {"none", "greedy"}) {
