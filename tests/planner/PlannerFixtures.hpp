@@ -55,6 +55,7 @@ inline PlanRequest request(const ModelSpec& model, const ClusterSpec& cluster, c
   r.config.devices = p;
   r.config.microbatches = m;
   r.config.chunksPerDevice = chunks;
+  r.config.partition = "uniform";  // the analytic oracles assume equal layer counts per stage
   return r;
 }
 

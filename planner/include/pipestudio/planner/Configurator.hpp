@@ -18,7 +18,7 @@ struct ConfigureOptions {
   /// Schedules to try (empty: every registered one except those needing extra input, such as
   /// custom and zb-auto).
   std::vector<std::string> schedules;
-  std::vector<std::string> partitions = {"uniform", "dp"};
+  std::vector<std::string> partitions = {"balanced", "dp"};
 };
 
 /// One simulated, memory-feasible configuration.

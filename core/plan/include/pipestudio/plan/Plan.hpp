@@ -31,7 +31,7 @@ struct PlanConfig {
   int devices = 1;
   int microbatches = 1;
   int chunksPerDevice = 1;
-  std::string partition = "uniform";
+  std::string partition = "balanced";  // uniform refuses layer counts that do not divide (issue 3)
   std::string fill = "none";
   std::optional<std::int64_t> memoryLimitBytes;
   int dataParallel = 1;  ///< replicas of the whole pipeline (throughput and optimizer memory)
