@@ -36,6 +36,7 @@ PlanRequest bigRequest(const std::string& schedule, int chunks) {
   r.config.devices = 64;
   r.config.microbatches = 1024;
   r.config.chunksPerDevice = chunks;
+  r.config.partition = "uniform";  // the issue times schedule generation + simulation, not partitioning
   return r;
 }
 
