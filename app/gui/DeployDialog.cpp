@@ -54,7 +54,7 @@ class GuiHistorySink final : public remote::TraceSink {
     if (!run) return run.error();
     m_run = *run;
     for (int r = 0; r < ranks; ++r) m_ingest.push_back(std::make_unique<history::StreamIngest>(m_store, m_run));
-    return Status::ok();
+    return Status{};
   }
   Status onStreamBytes(int rank, std::string_view bytes) override {
     return m_ingest.at(static_cast<std::size_t>(rank))->feed(bytes);

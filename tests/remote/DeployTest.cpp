@@ -35,7 +35,7 @@ class HistoryTestSink final : public TraceSink {
     if (!run) return run.error();
     runId = *run;
     for (int r = 0; r < ranks; ++r) ingest.push_back(std::make_unique<history::StreamIngest>(m_store, runId));
-    return Status::ok();
+    return Status{};
   }
   Status onStreamBytes(int rank, std::string_view bytes) override {
     bytesReceived += bytes.size();

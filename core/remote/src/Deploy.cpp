@@ -384,7 +384,7 @@ Expected<DeployResult> Deployment::run() {
     }
     r.process = std::move(*p);
     st.setState(r, RankState::Running, "running");
-    return Status::ok();
+    return Status{};
   };
 
   std::string launchError;

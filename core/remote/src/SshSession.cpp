@@ -104,7 +104,7 @@ Status verifyHostKey(SshSession::Impl& impl, const HostEntry& host, const std::s
 
   switch (ssh_session_is_known_server(impl.session)) {
     case SSH_KNOWN_HOSTS_OK:
-      return Status::ok();
+      return Status{};
     case SSH_KNOWN_HOSTS_CHANGED:
     case SSH_KNOWN_HOSTS_OTHER: {
       std::string stored;
@@ -127,7 +127,7 @@ Status verifyHostKey(SshSession::Impl& impl, const HostEntry& host, const std::s
       if (d == HostKeyDecision::AcceptAndSave && ssh_session_update_known_hosts(impl.session) != SSH_OK) {
         return Error{impl.error("cannot add the host key to " + knownHostsFile)};
       }
-      return Status::ok();
+      return Status{};
     }
     case SSH_KNOWN_HOSTS_ERROR:
     default:
@@ -161,15 +161,15 @@ Status authenticate(SshSession::Impl& impl, const HostEntry& host, const std::st
     }
     const int rc = ssh_userauth_publickey(impl.session, nullptr, key);
     ssh_key_free(key);
-    if (rc == SSH_AUTH_SUCCESS) return Status::ok();
+    if (rc == SSH_AUTH_SUCCESS) return Status{};
     if (rc == SSH_AUTH_ERROR) return Error{impl.error("authentication error for " + who)};
     return Error{impl.hostPort + ": authentication failed for " + who + " with identity file " + path};
   }
   if (const char* sock = std::getenv("SSH_AUTH_SOCK"); sock != nullptr && *sock != '\0') {
-    if (ssh_userauth_agent(impl.session, nullptr) == SSH_AUTH_SUCCESS) return Status::ok();
+    if (ssh_userauth_agent(impl.session, nullptr) == SSH_AUTH_SUCCESS) return Status{};
   }
   const int rc = ssh_userauth_publickey_auto(impl.session, nullptr, nullptr);
-  if (rc == SSH_AUTH_SUCCESS) return Status::ok();
+  if (rc == SSH_AUTH_SUCCESS) return Status{};
   if (rc == SSH_AUTH_ERROR) return Error{impl.error("authentication error for " + who)};
   return Error{impl.hostPort + ": authentication failed for " + who +
                " (tried ssh-agent and the default keys in ~/.ssh; set identity_file in the hosts file)"};
@@ -201,7 +201,7 @@ std::string SshSession::Impl::sftpError(const std::string& what) const {
 }
 
 Status SshSession::Impl::openSftp() {
-  if (sftp != nullptr) return Status::ok();
+  if (sftp != nullptr) return Status{};
   sftp = sftp_new(session);
   if (sftp == nullptr) return Error{error("cannot start SFTP")};
   if (sftp_init(sftp) != SSH_OK) {
@@ -209,7 +209,7 @@ Status SshSession::Impl::openSftp() {
     sftp = nullptr;
     return Error{error("cannot start SFTP (is the sftp subsystem enabled in sshd_config?)")};
   }
-  return Status::ok();
+  return Status{};
 }
 
 SshSession::SshSession(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
@@ -333,7 +333,7 @@ Status RemoteProcess::poll(std::string& out, std::string& err) {
     const char* reason = ssh_get_error(ssh_channel_get_session(ch));
     return Error{m_hostPort + ": connection lost" + (reason != nullptr && *reason ? std::string(": ") + reason : "")};
   }
-  return Status::ok();
+  return Status{};
 }
 
 bool RemoteProcess::ended() const {
@@ -388,7 +388,7 @@ Status SshSession::makeDirectories(const std::string& absolutePath) {
       return Error{m_impl->sftpError("cannot create directory " + prefix)};
     }
   }
-  return Status::ok();
+  return Status{};
 }
 
 std::optional<std::string> SshSession::remoteSha256(const std::string& absolutePath) {

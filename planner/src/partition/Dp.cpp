@@ -57,7 +57,7 @@ Status checkShape(const PartitionProblem& p) {
   for (std::size_t s = 0; s < S; ++s) {
     if (p.computeMs[s].size() != L || p.sendMs[s].size() != L) return Error{"partition: inconsistent problem dimensions"};
   }
-  return Status::ok();
+  return Status{};
 }
 
 // Sparse table for range-minimum with argmin over a fixed array (rebuilt per stage).

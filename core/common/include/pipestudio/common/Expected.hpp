@@ -50,12 +50,13 @@ class [[nodiscard]] Expected {
   std::variant<T, Error> m_v;
 };
 
-/// Success or an Error, for operations with no value.
+/// Success or an Error, for operations with no value. Success is `Status{}` (or `return {};`);
+/// there is deliberately no static `ok()`, which `st.ok()` would call on an instance and read
+/// as a test of `st`.
 class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Error error) : m_error(std::move(error.message)), m_ok(false) {}  // NOLINT(google-explicit-constructor)
-  static Status ok() { return {}; }
   bool isOk() const { return m_ok; }
   explicit operator bool() const { return m_ok; }
   const std::string& message() const { return m_error; }
