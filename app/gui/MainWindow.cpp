@@ -303,6 +303,7 @@ QWidget* MainWindow::buildSolverPanel() {
   m_panel.progress->setVisible(false);
   form->addRow(m_panel.progress);
   m_panel.message = new QLabel(widget);
+  m_panel.message->setObjectName(QStringLiteral("SolverMessage"));
   m_panel.message->setWordWrap(true);
   m_panel.message->setTextInteractionFlags(Qt::TextSelectableByMouse);
   form->addRow(m_panel.message);
@@ -464,7 +465,11 @@ void MainWindow::onSolved(std::shared_ptr<const Plan> plan, double elapsedMs) {
   m_panel.cancel->setEnabled(false);
   m_statusProgress->setVisible(false);
   m_panel.message->setStyleSheet(QString());
-  m_panel.message->setText(QStringLiteral("Solved in %1").arg(q(formatMs(elapsedMs))));
+  // DiffusionPipe picks the schedule itself: say so rather than let the panel's choice stand.
+  const QString chosen = q(plan->config.schedule);
+  const bool picked = plan->config.partition == "diffusionpipe" && chosen != m_panel.schedule->currentText();
+  m_panel.message->setText(picked ? QStringLiteral("Solved in %1; DiffusionPipe chose %2").arg(q(formatMs(elapsedMs)), chosen)
+                                  : QStringLiteral("Solved in %1").arg(q(formatMs(elapsedMs))));
   showPlan(std::move(plan));
   const Metrics& m = m_metrics->metrics();
   setStatus(QStringLiteral("Solved %1: makespan %2, bubble %3 % (%4)")

@@ -3,6 +3,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFileInfo>
+#include <QLabel>
 #include <QSpinBox>
 #include <QUndoStack>
 
@@ -52,6 +53,16 @@ TEST_F(MainWindowTest, OpensTheDefaultWorkspaceSolved) {
   EXPECT_GT(window->layerModel()->rowCount(), 0);
   EXPECT_GT(window->componentModel()->rowCount(), 0);
   EXPECT_GT(window->clusterModel()->rowCount(), 2);
+  // The workspace asks for 1f1b with the diffusionpipe partition, which picks the schedule
+  // itself: the solver panel names the one it chose.
+  const auto* message = window->findChild<QLabel*>(QStringLiteral("SolverMessage"));
+  ASSERT_NE(message, nullptr);
+  if (plan->config.schedule != "1f1b") {
+    EXPECT_TRUE(message->text().contains(QStringLiteral("DiffusionPipe chose ") + QString::fromStdString(plan->config.schedule)))
+        << message->text().toStdString();
+  } else {
+    EXPECT_FALSE(message->text().contains(QStringLiteral("chose"))) << message->text().toStdString();
+  }
 }
 
 TEST_F(MainWindowTest, EditingACellReSolves) {
