@@ -11,7 +11,7 @@
 
 namespace pipestudio::schedules {
 
-// Factories, one per generator file.
+// Factories (VShaped.cpp: zb-v, dualpipe, dualpipe-v, bitpipe; BuildingBlock.cpp: v-half, v-min).
 std::unique_ptr<ScheduleGenerator> makeGpipe();
 std::unique_ptr<ScheduleGenerator> makeOneFOneB();
 std::unique_ptr<ScheduleGenerator> makeInterleaved();

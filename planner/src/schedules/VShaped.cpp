@@ -2,8 +2,6 @@
 // Greedy.cpp under a per-device activation budget that gives each schedule its published
 // memory profile:
 //   zb-v       (Qi et al. 2023 §6): V placement, 1F1B memory (p microbatches' activations).
-//   v-half     (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", §4): ~½ of it.
-//   v-min      (same paper): ~⅓ of it.
 //   dualpipe-v (DeepSeek-V3 report §3.2.1, "cut-in-half" DualPipe): V placement, (p+1) chunks.
 //   dualpipe   (DeepSeek-V3 report §3.2.1): two directions, model held twice, (p+1) stages.
 //   bitpipe    (Wu et al. 2024): two V-shaped pipelines in opposite directions.
@@ -143,14 +141,6 @@ class GreedyGenerator final : public ScheduleGenerator {
 std::unique_ptr<ScheduleGenerator> makeZbV() {
   return std::make_unique<GreedyGenerator>(
       Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true});
-}
-std::unique_ptr<ScheduleGenerator> makeVHalf() {
-  return std::make_unique<GreedyGenerator>(
-      Spec{"v-half", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 2, 1, true, true, false});
-}
-std::unique_ptr<ScheduleGenerator> makeVMin() {
-  return std::make_unique<GreedyGenerator>(
-      Spec{"v-min", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 3, 1, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(

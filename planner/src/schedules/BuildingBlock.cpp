@@ -1,0 +1,366 @@
+// v-half and v-min: V-shaped schedules built from a repeating building block (Qi, Wan,
+// Amar, Lin 2024, "Pipeline Parallelism with Controllable Memory", §3–§4).
+//
+// A building block lays out the F, B and W passes of one microbatch over all virtual
+// stages. Repeating it every period T (one microbatch's work on a device) gives the steady
+// state, and the block's lifespans (F start to W end of a stage) fix the peak activation
+// memory: a stage whose lifespan is L holds ⌈L/T⌉ microbatches at once (§3). The V
+// placement pairs a long-lived first-half stage with its short-lived mirror on each
+// device, so every device holds about the same (§4).
+//
+// Construction of a block:
+//   * F of stage s+1 aims δF slots (one slot = an average pass) after F of s on the ideal
+//     line, B of s δB slots after B of s+1, B of the last stage right after its F; a pass
+//     never starts before its input is ready (transfer included). The lifespan of stage s
+//     is then about (n−1−s)(δF+δB) slots: δF+δB = 2 is v-min (the paper's table: (p+4)/3
+//     microbatches, ~⅓ of 1F1B), 3 is v-half ((p+2)/2, ~½).
+//   * A pass that would collide, modulo T, with a pass of the block already on its device
+//     (the two would overlap once the block repeats) moves to the next free gap; W goes
+//     into the first free gap after its B (§4). Aiming at the ideal line rather than at the
+//     predecessor keeps such pushes from accumulating down the chain.
+//   * Slot blocks take every pass as one slot (the paper designs blocks with
+//     T_F = T_B = T_W): their memory is the paper's whatever the real costs. Timed blocks
+//     use the stage estimates' durations: fewer stalls when F, B and W differ, at the price
+//     of lifespans (memory) that depend on the costs. A pass that fits no gap of a timed
+//     block (the period fragmented) takes the widest one and overlaps its neighbour.
+// Repetition: device d's order is its passes sorted by start modulo T, once per period,
+// each pass taking microbatch (period index − ⌊start / T⌋); microbatches outside 0..m−1
+// are left out. Squeeze: the simulator starts every op as soon as its inputs and its device
+// allow, in this order, which removes the empty slots of the warm-up and cool-down. A
+// device's live activations change only at its own ops, so a fixed order keeps the peak.
+// Choice: each schedule builds a few blocks (offsets × slot/timed), times each repeated
+// order on the stage estimates, and keeps v-min: the least memory (then the fastest);
+// v-half: the fastest within the paper's (p+2)/2 microbatches (else the least memory).
+// Not done: the paper's optional reordering of the warm-up and cool-down passes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "schedules/Generators.hpp"
+
+namespace pipestudio::schedules {
+namespace {
+
+struct BlockShape {
+  double forwardOffset;   // δF in slots
+  double backwardOffset;  // δB in slots
+  bool timed;             // stage estimates' durations (else one slot per pass)
+};
+
+struct BlockPass {
+  double start;  // within the block, may exceed the period (slots or ms)
+  OpKind kind;
+  int stage;
+};
+
+struct Block {
+  double period = 0;
+  std::vector<std::vector<BlockPass>> devices;  // passes of one microbatch, per device
+  int lastWindow = 0;                           // max over passes of ⌊start / period⌋
+};
+
+double workOf(const StageEstimate& e) { return e.forwardMs + e.backwardInputMs + e.backwardWeightMs; }
+
+Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, const BlockShape& shape) {
+  const int p = input.shape.devices;
+  const auto n = chain.size();
+  double total = 0;
+  std::vector<double> deviceWork(static_cast<std::size_t>(p), 0.0);
+  for (std::size_t s = 0; s < input.stages.size(); ++s) {
+    total += workOf(input.stages[s]);
+    deviceWork[static_cast<std::size_t>(input.virtualStages[s].device)] += workOf(input.stages[s]);
+  }
+  const double slotMs = total / (3.0 * static_cast<double>(std::max<std::size_t>(1, input.stages.size())));
+  std::vector<int> perDevice(static_cast<std::size_t>(p), 0);
+  for (const auto& vs : input.virtualStages) ++perDevice[static_cast<std::size_t>(vs.device)];
+
+  Block block;
+  block.period = shape.timed ? std::max(1e-9, *std::max_element(deviceWork.begin(), deviceWork.end()))
+                             : 3.0 * *std::max_element(perDevice.begin(), perDevice.end());
+  block.devices.resize(static_cast<std::size_t>(p));
+  const double period = block.period;
+  const double unit = shape.timed ? slotMs : 1.0;  // one slot in the block's time unit
+  const double eps = 1e-9 * std::max(1.0, period);
+  auto est = [&](int stage) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(stage)]; };
+  auto fwd = [&](int stage) { return shape.timed ? est(stage).forwardMs : 1.0; };
+  auto bwd = [&](int stage) { return shape.timed ? est(stage).backwardInputMs : 1.0; };
+  auto wgt = [&](int stage) { return shape.timed ? est(stage).backwardWeightMs : 1.0; };
+  auto send = [&](int stage) {
+    const double ms = est(stage).sendMs;
+    if (shape.timed) return ms;
+    return slotMs > 0 ? std::floor(ms / slotMs + 0.5) : 0.0;  // a transfer under half a slot hides
+  };
+
+  // Occupied intervals modulo the period, per device: [a, b) with 0 ≤ a < period.
+  std::vector<std::vector<std::pair<double, double>>> taken(static_cast<std::size_t>(p));
+  // The end (unwrapped near t) of the first taken interval that [t, t + d) meets, or t.
+  auto conflictEnd = [&](const std::vector<std::pair<double, double>>& busy, double t, double d) {
+    const double base = std::floor(t / period) * period;
+    for (const auto& [a, b] : busy) {
+      for (double shift : {base - period, base, base + period}) {
+        if (a + shift < t + d - eps && t < b + shift - eps) return b + shift;
+      }
+    }
+    return t;
+  };
+  auto place = [&](int stage, OpKind kind, double duration, double earliest) {
+    const int d = input.virtualStages[static_cast<std::size_t>(stage)].device;
+    auto& busy = taken[static_cast<std::size_t>(d)];
+    double t = earliest;
+    bool placed = false;
+    for (std::size_t tries = 0; tries <= 2 * busy.size() + 2; ++tries) {
+      const double next = conflictEnd(busy, t, duration);
+      if (next == t) {
+        placed = true;
+        break;
+      }
+      t = next;
+    }
+    if (!placed) {
+      // No gap is wide enough (timed blocks only: slots always fit): take the widest gap
+      // at or after `earliest`; the simulator serialises the overlap.
+      auto sorted = busy;
+      std::sort(sorted.begin(), sorted.end());
+      double bestWidth = -1;
+      for (std::size_t i = 0; i < sorted.size(); ++i) {
+        const double gapStart = sorted[i].second;
+        const double gapEnd = i + 1 < sorted.size() ? sorted[i + 1].first : sorted.front().first + period;
+        const double shift = std::ceil((earliest - gapEnd) / period) * period;  // first copy ending after earliest
+        const double begin = std::max(gapStart + shift, earliest);
+        if (gapEnd + shift - begin > bestWidth + eps) {
+          bestWidth = gapEnd + shift - begin;
+          t = begin;
+        }
+      }
+    }
+    const double a = t - std::floor(t / period) * period;
+    busy.emplace_back(a, a + duration);
+    block.devices[static_cast<std::size_t>(d)].push_back({t, kind, stage});
+    block.lastWindow = std::max(block.lastWindow, static_cast<int>(std::floor(t / period)));
+    return t;
+  };
+
+  std::vector<double> f(n), b(n);
+  double target = 0;  // the ideal line
+  for (std::size_t i = 0; i < n; ++i) {
+    double earliest = 0;
+    if (i > 0) {
+      const double ready = fwd(chain[i - 1]) + send(chain[i - 1]);
+      target += std::max(ready, shape.forwardOffset * unit);
+      earliest = std::max(f[i - 1] + ready, target);
+    }
+    f[i] = place(chain[i], OpKind::F, fwd(chain[i]), earliest);
+  }
+  target += fwd(chain[n - 1]);
+  for (std::size_t k = n; k-- > 0;) {
+    double earliest = f[k] + fwd(chain[k]);
+    if (k + 1 < n) {
+      const double ready = bwd(chain[k + 1]) + send(chain[k]);
+      target += std::max(ready, shape.backwardOffset * unit);
+      earliest = std::max(b[k + 1] + ready, target);
+    }
+    b[k] = place(chain[k], OpKind::B, bwd(chain[k]), earliest);
+  }
+  for (std::size_t k = n; k-- > 0;) place(chain[k], OpKind::W, wgt(chain[k]), b[k] + bwd(chain[k]));
+  return block;
+}
+
+// Repetition: per device, the block's passes by start modulo the period, once per period.
+Expected<std::vector<std::vector<OrderedOp>>> repeatBlock(Block block, int microbatches, const SolveControl* control) {
+  std::vector<std::vector<OrderedOp>> out(block.devices.size());
+  const double period = block.period;
+  for (std::size_t d = 0; d < block.devices.size(); ++d) {
+    auto& passes = block.devices[d];
+    auto window = [period](const BlockPass& pass) { return static_cast<int>(std::floor(pass.start / period)); };
+    std::sort(passes.begin(), passes.end(), [&](const BlockPass& x, const BlockPass& y) {
+      return x.start - window(x) * period < y.start - window(y) * period;
+    });
+    out[d].reserve(passes.size() * static_cast<std::size_t>(microbatches));
+    for (int w = 0; w < microbatches + block.lastWindow; ++w) {
+      if (control && (w & 1023) == 1023 && control->cancelled()) return Error{"cancelled"};
+      for (const BlockPass& pass : passes) {
+        const int mb = w - window(pass);
+        if (mb < 0 || mb >= microbatches) continue;
+        OrderedOp o;
+        o.virtualStage = pass.stage;
+        o.kind = pass.kind;
+        o.microbatch = mb;
+        out[d].push_back(o);
+      }
+    }
+  }
+  return out;
+}
+
+struct OrderEstimate {
+  double makespanMs = 0;
+  double peakRatio = 0;  // max over devices of peak live activation / one microbatch's activation there
+};
+
+// Times a per-device order on the stage estimates (transfers not serialised) and measures
+// its activation peaks (DESIGN.md §2: live from F start; B frees all but the weight-gradient
+// part, W the rest). The orders come from a collision-free repetition, so they never stall.
+OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& chain,
+                            const std::vector<std::vector<OrderedOp>>& order, int microbatches) {
+  const auto n = input.virtualStages.size();
+  std::vector<int> prev(n, -1), next(n, -1);
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    if (i > 0) prev[static_cast<std::size_t>(chain[i])] = chain[i - 1];
+    if (i + 1 < chain.size()) next[static_cast<std::size_t>(chain[i])] = chain[i + 1];
+  }
+  const double kNotYet = -1;
+  const auto mbs = static_cast<std::size_t>(microbatches);
+  std::vector<double> fEnd(n * mbs, kNotYet), bEnd(n * mbs, kNotYet);
+  const std::size_t p = order.size();
+  std::vector<std::size_t> at(p, 0);
+  std::vector<double> freeAt(p, 0.0);
+  std::vector<std::int64_t> live(p, 0), peak(p, 0), perMicrobatch(p, 0);
+  for (std::size_t s = 0; s < n; ++s) {
+    perMicrobatch[static_cast<std::size_t>(input.virtualStages[s].device)] += input.stages[s].activationBytes;
+  }
+  OrderEstimate result;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t d = 0; d < p; ++d) {
+      for (; at[d] < order[d].size(); ++at[d]) {
+        const OrderedOp& o = order[d][at[d]];
+        const auto s = static_cast<std::size_t>(o.virtualStage);
+        const StageEstimate& e = input.stages[s];
+        const std::size_t k = s * mbs + static_cast<std::size_t>(o.microbatch);
+        double ready = 0;
+        double duration = 0;
+        if (o.kind == OpKind::F) {
+          if (prev[s] >= 0) {
+            const auto ps = static_cast<std::size_t>(prev[s]);
+            ready = fEnd[ps * mbs + static_cast<std::size_t>(o.microbatch)];
+            if (ready == kNotYet) break;
+            ready += input.stages[ps].sendMs;
+          }
+          duration = e.forwardMs;
+        } else if (o.kind == OpKind::B) {
+          if (next[s] >= 0) {
+            ready = bEnd[static_cast<std::size_t>(next[s]) * mbs + static_cast<std::size_t>(o.microbatch)];
+            if (ready == kNotYet) break;
+            ready += e.sendMs;
+          } else {
+            ready = fEnd[k];
+            if (ready == kNotYet) break;
+          }
+          duration = e.backwardInputMs;
+        } else {
+          ready = bEnd[k];
+          if (ready == kNotYet) break;
+          duration = e.backwardWeightMs;
+        }
+        const double end = std::max(ready, freeAt[d]) + duration;
+        freeAt[d] = end;
+        result.makespanMs = std::max(result.makespanMs, end);
+        if (o.kind == OpKind::F) {
+          fEnd[k] = end;
+          live[d] += e.activationBytes;
+          peak[d] = std::max(peak[d], live[d]);
+        } else if (o.kind == OpKind::B) {
+          bEnd[k] = end;
+          live[d] -= e.activationBytes - e.weightGradBytes;
+        } else {
+          live[d] -= e.weightGradBytes;
+        }
+        progress = true;
+      }
+    }
+  }
+  for (std::size_t d = 0; d < p; ++d) {
+    if (perMicrobatch[d] > 0) {
+      result.peakRatio = std::max(result.peakRatio, static_cast<double>(peak[d]) / static_cast<double>(perMicrobatch[d]));
+    }
+  }
+  return result;
+}
+
+enum class Goal { LeastMemory, FastestWithinHalf };
+
+struct BlockSpec {
+  const char* name;
+  Goal goal;
+  std::vector<BlockShape> candidates;
+};
+
+class BlockGenerator final : public ScheduleGenerator {
+ public:
+  explicit BlockGenerator(BlockSpec spec) : m_spec(std::move(spec)) {}
+  std::string_view name() const override { return m_spec.name; }
+  int defaultChunksPerDevice() const override { return 2; }
+  bool splitsBackward() const override { return true; }
+
+  Status validate(const ScheduleShape& shape) const override {
+    const int v = shape.chunksPerDevice;
+    return requireChunks(name(), shape, v >= 2 && v % 2 == 0, "an even number of chunks per device (V shape)");
+  }
+
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return wavePlacement(shape.devices, shape.chunksPerDevice);
+  }
+
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    const int p = input.shape.devices;
+    const int m = input.shape.microbatches;
+    const auto chain = pipelineChains(input.virtualStages).front();
+    // The paper's V-Half budget, (p+2)/2 microbatches (its table), in units of one
+    // microbatch's activation on a device.
+    const double halfBudget = static_cast<double>((p + 2) / 2) + 1e-9;
+
+    std::vector<Block> blocks;
+    int horizon = 0;
+    for (const BlockShape& shape : m_spec.candidates) {
+      blocks.push_back(buildBlock(input, chain, shape));
+      horizon = std::max(horizon, blocks.back().lastWindow);
+    }
+    // Compare candidates on enough microbatches to reach their steady state (where the
+    // memory peak is) plus a few periods; the choice does not depend on m beyond that.
+    const int evalMicrobatches = std::min(m, horizon + 4);
+    std::size_t best = 0;
+    OrderEstimate bestEstimate;
+    for (std::size_t c = 0; c < blocks.size(); ++c) {
+      if (blocks.size() == 1) break;
+      auto trial = repeatBlock(blocks[c], evalMicrobatches, input.control);
+      if (!trial) return trial.error();
+      const OrderEstimate e = estimateOrder(input, chain, *trial, evalMicrobatches);
+      bool better = c == 0;
+      if (!better && m_spec.goal == Goal::LeastMemory) {
+        better = e.peakRatio < bestEstimate.peakRatio - 1e-9 ||
+                 (e.peakRatio <= bestEstimate.peakRatio + 1e-9 && e.makespanMs < bestEstimate.makespanMs);
+      } else if (!better) {
+        const bool fits = e.peakRatio <= halfBudget;
+        const bool bestFits = bestEstimate.peakRatio <= halfBudget;
+        better = fits ? (!bestFits || e.makespanMs < bestEstimate.makespanMs)
+                      : (!bestFits && e.peakRatio < bestEstimate.peakRatio);
+      }
+      if (better) {
+        best = c;
+        bestEstimate = e;
+      }
+    }
+    auto devices = repeatBlock(std::move(blocks[best]), m, input.control);
+    if (!devices) return devices.error();
+    ScheduleSkeleton out;
+    out.virtualStages = input.virtualStages;
+    out.devices = std::move(*devices);
+    return out;
+  }
+
+ private:
+  BlockSpec m_spec;
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleGenerator> makeVHalf() {
+  return std::make_unique<BlockGenerator>(BlockSpec{"v-half", Goal::FastestWithinHalf,
+                                                    {{2, 1, false}, {1, 2, false}, {1.5, 1.5, false},
+                                                     {2, 1, true}, {1, 2, true}, {1.5, 1.5, true}}});
+}
+std::unique_ptr<ScheduleGenerator> makeVMin() {
+  return std::make_unique<BlockGenerator>(BlockSpec{"v-min", Goal::LeastMemory, {{1, 1, false}, {1, 1, true}}});
+}
+
+}  // namespace pipestudio::schedules
