@@ -57,7 +57,7 @@ struct GreedyOptions {
   /// Prefer continuing admitted microbatches before starting a new one (V-shapes: true).
   bool preferContinuing = true;
   /// true: admitting a microbatch reserves its whole activation on the device at once, so
-  /// the peak never exceeds the budget (memory-first: v-half, v-min); false: only live bytes
+  /// the peak never exceeds the budget (memory-first: dualpipe, dualpipe-v); false: only live bytes
   /// count and the budget bounds admissions (throughput-first: zb-v keeps its zero bubble).
   bool reserveWholeMicrobatch = false;
   /// true: every forward, not only an admission, respects the budget while a pending W can
