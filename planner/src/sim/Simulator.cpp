@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "pipestudio/plan/Memory.hpp"
@@ -23,6 +24,18 @@ constexpr std::int32_t kNone = -1;
 std::string opName(OpKind kind, int stage, int microbatch) {
   return std::string(opKindName(kind)) + "(stage " + std::to_string(stage) + ", microbatch " +
          std::to_string(microbatch) + ")";
+}
+
+// An op's duration for a whole microbatch (partial batches scale it by their share).
+double baseDurationMs(OpKind kind, const StageCosts& c) {
+  switch (kind) {
+    case OpKind::F: case OpKind::N: case OpKind::S: return c.forwardMs;
+    case OpKind::B: return c.backwardInputMs;
+    case OpKind::W: return c.backwardWeightMs;
+    case OpKind::BW: case OpKind::T: return c.backwardInputMs + c.backwardWeightMs;
+    case OpKind::OPT: return 0;
+  }
+  return 0;
 }
 
 struct Edge {
@@ -98,7 +111,6 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   }
   const std::int32_t nOps = offset.back();
   shell.ops.resize(static_cast<std::size_t>(nOps));
-  std::vector<double> duration(static_cast<std::size_t>(nOps));
   const auto table = static_cast<std::size_t>(nStages) * static_cast<std::size_t>(m);
   std::vector<std::int32_t> fIdx(table, kNone), bIdx(table, kNone), wIdx(table, kNone), nIdx(table, kNone);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch));
@@ -126,20 +138,11 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       op.kind = o.kind;
       op.microbatch = o.microbatch;
       op.samples = o.samples;
-      const StageCosts& c = costs[static_cast<std::size_t>(o.virtualStage)];
-      double dur = 0;
-      switch (o.kind) {
-        case OpKind::F: case OpKind::N: case OpKind::S: dur = c.forwardMs; break;
-        case OpKind::B: dur = c.backwardInputMs; break;
-        case OpKind::W: dur = c.backwardWeightMs; break;
-        case OpKind::BW: case OpKind::T: dur = c.backwardInputMs + c.backwardWeightMs; break;
-        case OpKind::OPT: dur = 0; break;
-      }
+      double dur = baseDurationMs(o.kind, costs[static_cast<std::size_t>(o.virtualStage)]);
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / samplesPerMb;
       if (!std::isfinite(dur)) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
       }
-      duration[static_cast<std::size_t>(idx)] = dur;
       const std::size_t key = static_cast<std::size_t>(o.virtualStage) * static_cast<std::size_t>(m) +
                               static_cast<std::size_t>(o.microbatch);
       std::int32_t* slot = nullptr;
@@ -162,20 +165,15 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   }
 
   // Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
-  // B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), kept in
-  // two flat slots per op in that order (producer op and its stage, so that devices and
-  // bytes come from small per-stage tables, not from random reads of ops). Extra
-  // dependencies follow, in skeleton order.
+  // B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), found
+  // from the (stage, microbatch) tables in that order. They are looked up again when the
+  // consumer lists are filled (and for a deadlock message) instead of being stored: the
+  // lookups are cheap, an array of them is 16 bytes per op. Extra dependencies follow, in
+  // skeleton order.
   struct Pred {
     std::int32_t from;
     std::int32_t fromStage;
   };
-  std::vector<Pred> preds(static_cast<std::size_t>(nOps) * 2, Pred{kNone, kNone});
-  // Out-degree per producer (CSR offsets below), producers not yet completed per op, and
-  // the number of transfers, counted while the producers are found.
-  std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
-  std::vector<std::int32_t> pending(static_cast<std::size_t>(nOps), 0);
-  std::size_t crossEdges = 0;
   auto stageDevice = [&](std::int32_t stage) { return shell.virtualStages[static_cast<std::size_t>(stage)].device; };
   auto missing = [&](std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) {
     const Op& c = shell.ops[static_cast<std::size_t>(consumer)];
@@ -183,17 +181,19 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
                  " needs " + opName(kind, stage, mb) + ", which no device runs"};
   };
   const auto m_ = static_cast<std::size_t>(m);
-  for (std::int32_t i = 0; i < nOps; ++i) {
+  // Fills slot[0..1] with op i's producers (kNone where there is none); an error when one
+  // that must exist does not.
+  auto producers = [&](std::int32_t i, Pred* slot) -> std::optional<Error> {
+    slot[0] = slot[1] = Pred{kNone, kNone};
     const Op& op = shell.ops[static_cast<std::size_t>(i)];
     const auto s = static_cast<std::size_t>(op.virtualStage);
     const auto mb = static_cast<std::size_t>(op.microbatch);
-    Pred* slot = &preds[static_cast<std::size_t>(i) * 2];
     switch (op.kind) {
       case OpKind::F:
         if (prevStage[s] != kNone) {
           const std::int32_t src = fIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
           if (src == kNone) return missing(i, OpKind::F, prevStage[s], op.microbatch);
-          *slot = {src, prevStage[s]};
+          slot[0] = {src, prevStage[s]};
         }
         break;
       case OpKind::B:
@@ -213,23 +213,46 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         if (src == kNone || shell.ops[static_cast<std::size_t>(src)].kind != OpKind::B) {
           return missing(i, OpKind::B, op.virtualStage, op.microbatch);
         }
-        *slot = {src, op.virtualStage};
+        slot[0] = {src, op.virtualStage};
         break;
       }
       case OpKind::N:
         if (prevStage[s] != kNone) {
           const std::int32_t src = nIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
-          if (src != kNone) *slot = {src, prevStage[s]};
+          if (src != kNone) slot[0] = {src, prevStage[s]};
         }
         break;
       default:
         break;
     }
-    for (int k = 0; k < 2; ++k) {
-      if (slot[k].from == kNone) continue;
-      ++firstOut[static_cast<std::size_t>(slot[k].from) + 1];
-      ++pending[static_cast<std::size_t>(i)];
-      if (stageDevice(slot[k].fromStage) != op.device) ++crossEdges;
+    return std::nullopt;
+  };
+  // Per op: producers not yet completed and the latest arrival of an input, side by side
+  // (the hot loop touches both for a consumer). Out-degree per producer goes into firstOut
+  // (CSR offsets below); the number of transfers is counted while the producers are found.
+  // A producer earlier in the consumer's own device order has always completed by the time
+  // the consumer is next on that device (a device runs its order one op at a time), and
+  // brings no transfer: such an edge is neither counted nor listed. A producer later in the
+  // same order (a deadlock) still is.
+  auto implied = [](std::int32_t from, std::int32_t to, bool sameDevice) { return sameDevice && from < to; };
+  struct OpState {
+    double readyMs = 0;
+    std::int32_t pending = 0;
+  };
+  std::vector<OpState> state(static_cast<std::size_t>(nOps));
+  std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
+  std::size_t crossEdges = 0;
+  for (std::int32_t i = 0; i < nOps; ++i) {
+    Pred slot[2];
+    if (auto err = producers(i, slot)) return std::move(*err);
+    const int device = shell.ops[static_cast<std::size_t>(i)].device;
+    for (const Pred& pr : slot) {
+      if (pr.from == kNone) continue;
+      const bool sameDevice = stageDevice(pr.fromStage) == device;
+      if (!sameDevice) ++crossEdges;
+      if (implied(pr.from, i, sameDevice)) continue;
+      ++firstOut[static_cast<std::size_t>(pr.from)];
+      ++state[static_cast<std::size_t>(i)].pending;
     }
   }
   std::vector<Edge> extra;
@@ -253,53 +276,94 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     return costs[static_cast<std::size_t>(std::min(fromStage, toStage))].outputBytes;
   };
 
-  // CSR of consumers per producer with everything the hot loop needs inline (consumer,
-  // its device, transfer time), in the order the edges were listed above: per producer,
-  // consumers by op index, extra dependencies last. That order fixes the order in which
-  // one producer's transfers queue on a link.
+  // CSR of consumers per producer, in the order the edges were listed above: per producer,
+  // consumers by op index, extra dependencies last. That order fixes the order in which one
+  // producer's transfers queue on a link. An entry is the consumer and its edge class: what
+  // the hot loop needs of an edge (consumer device, transfer time, bytes) depends only on
+  // the producing stage and whether the consumer is that stage, its chain successor or its
+  // chain predecessor, so data-flow edges share 3 classes per stage (ClusterSpec::transferMs
+  // is pure); every extra dependency gets a class of its own.
   struct Out {
     std::int32_t to;
-    std::int32_t toDevice;
-    double transferMs;
-    std::int64_t bytes;
+    std::int32_t edgeClass;
+  };
+  struct EdgeClass {
+    std::int32_t toDevice = kNone;
+    double transferMs = 0;
+    std::int64_t bytes = 0;
+  };
+  std::vector<EdgeClass> classes(static_cast<std::size_t>(nStages) * 3);
+  auto dataFlowClass = [&](std::int32_t fromStage, std::int32_t toStage) -> std::int32_t {
+    const auto fs = static_cast<std::size_t>(fromStage);
+    int relation = -1;
+    if (toStage == fromStage) relation = 0;
+    else if (toStage == nextStage[fs]) relation = 1;
+    else if (toStage == prevStage[fs]) relation = 2;
+    std::size_t c = 0;
+    if (relation >= 0) {
+      c = fs * 3 + static_cast<std::size_t>(relation);
+      if (classes[c].toDevice != kNone) return static_cast<std::int32_t>(c);
+    } else {
+      c = classes.size();  // not a chain neighbour (not produced by stageNeighbours): its own class
+      classes.emplace_back();
+    }
+    const int fromDevice = stageDevice(fromStage);
+    const int toDevice = stageDevice(toStage);
+    EdgeClass& e = classes[c];
+    e.toDevice = toDevice;
+    e.bytes = edgeBytes(fromStage, toStage);
+    e.transferMs = fromDevice == toDevice ? 0.0 : shell.cluster.transferMs(fromDevice, toDevice, static_cast<double>(e.bytes));
+    return static_cast<std::int32_t>(c);
   };
   for (const Edge& e : extra) {
-    ++firstOut[static_cast<std::size_t>(e.from) + 1];
-    ++pending[static_cast<std::size_t>(e.to)];
-    if (shell.ops[static_cast<std::size_t>(e.from)].device != shell.ops[static_cast<std::size_t>(e.to)].device) ++crossEdges;
+    const bool sameDevice = shell.ops[static_cast<std::size_t>(e.from)].device == shell.ops[static_cast<std::size_t>(e.to)].device;
+    if (!sameDevice) ++crossEdges;
+    if (implied(e.from, e.to, sameDevice)) continue;
+    ++firstOut[static_cast<std::size_t>(e.from)];
+    ++state[static_cast<std::size_t>(e.to)].pending;
   }
-  for (std::int32_t i = 0; i < nOps; ++i) firstOut[static_cast<std::size_t>(i) + 1] += firstOut[static_cast<std::size_t>(i)];
+  // Inclusive prefix sums: firstOut[x] is the end of x's consumers; filling backwards with
+  // --firstOut[x] leaves it at their start, so firstOut[x + 1] is their end.
+  for (std::int32_t i = 1; i < nOps; ++i) firstOut[static_cast<std::size_t>(i)] += firstOut[static_cast<std::size_t>(i) - 1];
+  if (nOps > 0) firstOut[static_cast<std::size_t>(nOps)] = firstOut[static_cast<std::size_t>(nOps) - 1];
   // Every slot is written below: no value-initialisation of this (large) array.
   const auto outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(firstOut.back()));
-  {
-    // Transfers between a stage and its chain neighbour always carry the same bytes between
-    // the same two devices: compute each once (ClusterSpec::transferMs is pure). Key: the
-    // producing stage and the direction (toward a later or an earlier stage).
-    std::vector<double> sendCache(static_cast<std::size_t>(nStages) * 2, -1.0);
-    std::vector<std::int32_t> fillPos(firstOut.begin(), firstOut.end() - 1);
-    for (std::int32_t i = 0; i < nOps; ++i) {
-      const Op& op = shell.ops[static_cast<std::size_t>(i)];
-      for (int k = 0; k < 2; ++k) {
-        const Pred& pr = preds[static_cast<std::size_t>(i) * 2 + static_cast<std::size_t>(k)];
-        if (pr.from == kNone) continue;
-        const int fromDevice = stageDevice(pr.fromStage);
-        const std::int64_t bytes = edgeBytes(pr.fromStage, op.virtualStage);
-        double ms = 0;
-        if (fromDevice != op.device) {
-          const std::size_t key = static_cast<std::size_t>(pr.fromStage) * 2 + (op.virtualStage < pr.fromStage ? 1U : 0U);
-          if (sendCache[key] < 0) sendCache[key] = shell.cluster.transferMs(fromDevice, op.device, static_cast<double>(bytes));
-          ms = sendCache[key];
-        }
-        outs[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(pr.from)]++)] = {i, op.device, ms, bytes};
-      }
-    }
-    for (const Edge& e : extra) {
-      const int fromDevice = shell.ops[static_cast<std::size_t>(e.from)].device;
-      const int toDevice = shell.ops[static_cast<std::size_t>(e.to)].device;
-      const double ms = fromDevice == toDevice ? 0.0 : shell.cluster.transferMs(fromDevice, toDevice, static_cast<double>(e.bytes));
-      outs[static_cast<std::size_t>(fillPos[static_cast<std::size_t>(e.from)]++)] = {e.to, toDevice, ms, e.bytes};
+  for (auto e = extra.rbegin(); e != extra.rend(); ++e) {
+    const int fromDevice = shell.ops[static_cast<std::size_t>(e->from)].device;
+    const int toDevice = shell.ops[static_cast<std::size_t>(e->to)].device;
+    if (implied(e->from, e->to, fromDevice == toDevice)) continue;
+    EdgeClass c;
+    c.toDevice = toDevice;
+    c.bytes = e->bytes;
+    c.transferMs = fromDevice == toDevice ? 0.0 : shell.cluster.transferMs(fromDevice, toDevice, static_cast<double>(e->bytes));
+    classes.push_back(c);
+    outs[static_cast<std::size_t>(--firstOut[static_cast<std::size_t>(e->from)])] = {e->to, static_cast<std::int32_t>(classes.size() - 1)};
+  }
+  for (std::int32_t i = nOps - 1; i >= 0; --i) {
+    Pred slot[2];
+    (void)producers(i, slot);  // cannot fail: the same lookups succeeded above
+    const Op& op = shell.ops[static_cast<std::size_t>(i)];
+    for (int k = 1; k >= 0; --k) {
+      const Pred& pr = slot[k];
+      if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
+      outs[static_cast<std::size_t>(--firstOut[static_cast<std::size_t>(pr.from)])] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
     }
   }
+
+  // Duration of each op kind per stage (the expressions of the validation pass above, so
+  // the values are the same bits); a partial batch scales it by its share of the samples.
+  std::vector<double> kindDurationMs(static_cast<std::size_t>(nStages) * kOpKindCount, 0.0);
+  for (std::int32_t s = 0; s < nStages; ++s) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      kindDurationMs[static_cast<std::size_t>(s) * kOpKindCount + static_cast<std::size_t>(k)] =
+          baseDurationMs(static_cast<OpKind>(k), costs[static_cast<std::size_t>(s)]);
+    }
+  }
+  auto durationMs = [&](const Op& op) {
+    double dur = kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
+    if (op.samples > 0) dur *= static_cast<double>(op.samples) / samplesPerMb;
+    return dur;
+  };
 
   // Event loop over op completions only. An op starts when its device is free and every
   // input has arrived: start = max(device free, latest arrival). Arrival times are known as
@@ -310,7 +374,6 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   std::vector<std::int32_t> position(static_cast<std::size_t>(p), 0);
   std::vector<char> busy(static_cast<std::size_t>(p), 0);
   std::vector<double> deviceFreeMs(static_cast<std::size_t>(p), 0.0);
-  std::vector<double> readyMs(static_cast<std::size_t>(nOps), 0.0);
   std::vector<double> linkFreeMs(static_cast<std::size_t>(p) * static_cast<std::size_t>(p), 0.0);
   DeviceWinnerTree running(p);
   if (options.recordComms) shell.comms.reserve(crossEdges);
@@ -321,10 +384,12 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     const auto du = static_cast<std::size_t>(d);
     if (busy[du]) return false;
     const std::int32_t idx = offset[du] + position[du];
-    if (idx >= offset[du + 1] || pending[static_cast<std::size_t>(idx)] != 0) return false;
+    if (idx >= offset[du + 1]) return false;
+    const OpState& st = state[static_cast<std::size_t>(idx)];
+    if (st.pending != 0) return false;
     Op& op = shell.ops[static_cast<std::size_t>(idx)];
-    op.startMs = std::max(deviceFreeMs[du], readyMs[static_cast<std::size_t>(idx)]);
-    op.endMs = op.startMs + duration[static_cast<std::size_t>(idx)];
+    op.startMs = std::max(deviceFreeMs[du], st.readyMs);
+    op.endMs = op.startMs + durationMs(op);
     busy[du] = 1;
     running.set(d, op.endMs);
     return true;
@@ -332,48 +397,44 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   for (int d = 0; d < p; ++d) tryStart(d);
   std::int32_t completed = 0;
   for (int dev = running.top(); dev >= 0; dev = running.top()) {
-    const std::int32_t code = offset[static_cast<std::size_t>(dev)] + position[static_cast<std::size_t>(dev)];
-    const struct {
-      double timeMs;
-      std::int32_t code;
-    } ev{running.keyMs(dev), code};
-    const Op& op = shell.ops[static_cast<std::size_t>(ev.code)];
-    const auto du = static_cast<std::size_t>(op.device);
+    const auto du = static_cast<std::size_t>(dev);
+    const std::int32_t code = offset[du] + position[du];
+    const double timeMs = running.keyMs(dev);
+    const Op& op = shell.ops[static_cast<std::size_t>(code)];
     ++completed;
     busy[du] = 0;
-    deviceFreeMs[du] = ev.timeMs;
+    deviceFreeMs[du] = timeMs;
     ++position[du];
-    const Out* o = outs.get() + firstOut[static_cast<std::size_t>(ev.code)];
-    const Out* oEnd = outs.get() + firstOut[static_cast<std::size_t>(ev.code) + 1];
+    const Out* o = outs.get() + firstOut[static_cast<std::size_t>(code)];
+    const Out* oEnd = outs.get() + firstOut[static_cast<std::size_t>(code) + 1];
     for (; o != oEnd; ++o) {
-      std::int32_t& consumerPending = pending[static_cast<std::size_t>(o->to)];
-      if (o->toDevice == op.device) {
-        // Same device: the consumer is later in this order and cannot start before this
-        // op's end; tryStart below covers it.
-        --consumerPending;
+      OpState& consumer = state[static_cast<std::size_t>(o->to)];
+      const EdgeClass& edge = classes[static_cast<std::size_t>(o->edgeClass)];
+      if (edge.toDevice == dev) {
+        // Same device, consumer earlier in this order: never runs (deadlock, reported below).
+        --consumer.pending;
         continue;
       }
-      const std::size_t link = du * static_cast<std::size_t>(p) + static_cast<std::size_t>(o->toDevice);
-      const double startMs = std::max(ev.timeMs, linkFreeMs[link]);
-      const double endMs = startMs + o->transferMs;
+      const std::size_t link = du * static_cast<std::size_t>(p) + static_cast<std::size_t>(edge.toDevice);
+      const double startMs = std::max(timeMs, linkFreeMs[link]);
+      const double endMs = startMs + edge.transferMs;
       linkFreeMs[link] = endMs;
       if (options.recordComms) {
-        Comm c;
-        c.fromDevice = op.device;
-        c.toDevice = o->toDevice;
+        // Fields written in place: a Comm built on the stack and copied cost a store-forwarding stall.
+        Comm& c = shell.comms.emplace_back();
+        c.fromDevice = dev;
+        c.toDevice = edge.toDevice;
         c.microbatch = op.microbatch;
         c.kind = (op.kind == OpKind::B || op.kind == OpKind::BW || op.kind == OpKind::T) ? OpKind::B : OpKind::F;
         c.virtualStage = op.virtualStage;
         c.startMs = startMs;
         c.endMs = endMs;
-        c.bytes = o->bytes;
-        shell.comms.push_back(c);
+        c.bytes = edge.bytes;
       }
-      double& ready = readyMs[static_cast<std::size_t>(o->to)];
-      ready = std::max(ready, endMs);
-      if (--consumerPending == 0) tryStart(o->toDevice);
+      consumer.readyMs = std::max(consumer.readyMs, endMs);
+      if (--consumer.pending == 0) tryStart(edge.toDevice);
     }
-    if (!tryStart(op.device)) running.clear(op.device);
+    if (!tryStart(dev)) running.clear(dev);
   }
 
   if (completed != nOps) {
@@ -393,7 +454,9 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       };
       // The producers of the stuck op, in the order the simulator lists them.
       std::vector<Edge> waits;
-      for (std::size_t k = 0; k < 2; ++k) waits.push_back({preds[static_cast<std::size_t>(idx) * 2 + k].from, idx, 0});
+      Pred slot[2];
+      (void)producers(idx, slot);
+      for (const Pred& pr : slot) waits.push_back({pr.from, idx, 0});
       for (const Edge& e : extra) {
         if (e.to == idx) waits.push_back(e);
       }
