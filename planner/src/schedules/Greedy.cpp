@@ -1,6 +1,9 @@
 // Greedy list construction of a per-device order from stage estimates (see Generators.hpp).
-// Flat arrays indexed by stage·m + microbatch; one binary heap of events; no maps.
+// Flat arrays indexed by stage·m + microbatch; one monotone event queue; no maps.
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
 #include <deque>
 #include <queue>
 #include <tuple>
@@ -22,6 +25,87 @@ struct Event {
 struct EventLater {
   bool operator()(const Event& a, const Event& b) const { return a.timeMs > b.timeMs; }
 };
+// The pending events, popped one instant at a time. Event times never decrease when every
+// stage time is a non-negative finite number (each event is `now` plus such a time), and
+// then a radix heap over the bit patterns of the times (non-negative doubles order like
+// their bits as unsigned integers) replaces the binary heap: a push appends to a bucket,
+// and the elements of a bucket move down a few times at most before they come out.
+// Bucket 0 holds the events of the current instant (key equal to the last minimum);
+// bucket i > 0 those whose key first differs from it in bit i − 1 (Ahuja, Mehlhorn, Orlin
+// and Tarjan, "Faster algorithms for the shortest path problem", J. ACM 37(2), 1990).
+// Stage times that could make time go backwards (negative, NaN) keep the binary heap.
+// The order of events within one instant does not matter (see Event), so both give the
+// same construction.
+class EventQueue {
+ public:
+  explicit EventQueue(bool monotone) : m_monotone(monotone) {}
+  bool empty() const { return m_monotone ? m_size == 0 : m_heap.empty(); }
+  void push(double timeMs, std::uint64_t payload) {
+    if (!m_monotone) {
+      m_heap.push_back({timeMs, payload});
+      std::push_heap(m_heap.begin(), m_heap.end(), EventLater{});
+      return;
+    }
+    const std::uint64_t key = std::bit_cast<std::uint64_t>(timeMs + 0.0);  // −0 → +0
+    const std::size_t b = bucketOf(key);
+    m_buckets[b].push_back({key, payload});
+    m_occupied |= bit(b);
+    ++m_size;
+  }
+  // The earliest pending instant. Precondition: !empty() and the previous instant drained.
+  double advance() {
+    if (!m_monotone) return m_heap.front().timeMs;
+    if (m_buckets[0].empty()) {
+      // Bit i − 1 of m_occupied: bucket i is not empty (bucket 0 is tracked by its size).
+      const auto i = static_cast<std::size_t>(std::countr_zero(m_occupied)) + 1;
+      std::vector<Keyed>& from = m_buckets[i];
+      std::uint64_t least = from.front().key;
+      for (const Keyed& e : from) least = std::min(least, e.key);
+      m_last = least;
+      m_occupied &= ~bit(i);
+      for (const Keyed& e : from) {
+        const std::size_t b = bucketOf(e.key);
+        m_buckets[b].push_back(e);
+        m_occupied |= bit(b);
+      }
+      from.clear();
+    }
+    return std::bit_cast<double>(m_last);
+  }
+  // Pops an event at instant nowMs (what advance() returned) into payload; false when none is left.
+  bool popAt(double nowMs, std::uint64_t& payload) {
+    if (!m_monotone) {
+      if (m_heap.empty() || m_heap.front().timeMs != nowMs) return false;
+      std::pop_heap(m_heap.begin(), m_heap.end(), EventLater{});
+      payload = m_heap.back().payload;
+      m_heap.pop_back();
+      return true;
+    }
+    std::vector<Keyed>& now = m_buckets[0];
+    if (now.empty()) return false;
+    payload = now.back().payload;
+    now.pop_back();
+    --m_size;
+    return true;
+  }
+
+ private:
+  struct Keyed {
+    std::uint64_t key;
+    std::uint64_t payload;
+  };
+  static std::uint64_t bit(std::size_t bucket) { return bucket == 0 ? 0 : std::uint64_t{1} << (bucket - 1); }
+  std::size_t bucketOf(std::uint64_t key) const {
+    return key == m_last ? 0 : 64 - static_cast<std::size_t>(std::countl_zero(key ^ m_last));
+  }
+  bool m_monotone;
+  std::vector<Event> m_heap;
+  std::array<std::vector<Keyed>, 65> m_buckets;
+  std::uint64_t m_last = 0;  // bits of +0.0
+  std::uint64_t m_occupied = 0;
+  std::size_t m_size = 0;
+};
+
 constexpr OpKind kOpOfCode[4] = {OpKind::F, OpKind::B, OpKind::BW, OpKind::W};
 int opCode(OpKind k) {
   switch (k) {
@@ -95,13 +179,14 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   out.virtualStages = input.virtualStages;
   out.devices.resize(static_cast<std::size_t>(p));
   std::vector<DeviceState> dev(static_cast<std::size_t>(p));
-  std::vector<Event> events;
-  events.reserve(static_cast<std::size_t>(m) + 4 * static_cast<std::size_t>(p));
-  const EventLater later;
+  const bool monotone = std::all_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& c) {
+    auto fine = [](double ms) { return std::isfinite(ms) && ms >= 0; };
+    return fine(c.forwardMs) && fine(c.backwardInputMs) && fine(c.backwardWeightMs) && fine(c.sendMs);
+  });
+  EventQueue events(monotone);
   auto push = [&](double t, int kind, OpKind op, int stage, int mb) {
     const std::uint64_t key = (static_cast<std::uint64_t>(stage) << 32) | static_cast<std::uint32_t>(mb);
-    events.push_back({t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op))});
-    std::push_heap(events.begin(), events.end(), later);
+    events.push(t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op)));
   };
 
   for (int mb = 0; mb < m; ++mb) {
@@ -141,12 +226,10 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
       for (int d = 0; d < p; ++d) markDirty(d);
     } else {
       forceAdmit = false;
-      now = events.front().timeMs;
+      now = events.advance();
     }
-    while (!events.empty() && events.front().timeMs == now) {
-      std::pop_heap(events.begin(), events.end(), later);
-      const std::uint64_t payload = events.back().payload;
-      events.pop_back();
+    std::uint64_t payload = 0;
+    while (events.popAt(now, payload)) {
       struct {
         int kind;
         OpKind op;
