@@ -161,6 +161,33 @@ Metrics computeMetrics(const Plan& plan) {
   double first = plan.ops.front().startMs;
   double last = plan.ops.front().endMs;
   std::vector<double> devFirst(devices, INFINITY), devLast(devices, -INFINITY);
+  // Peak memory in the same pass, without memoryTimeline's per-device event lists and
+  // curves: each device's events are replayed in plan order, which is memoryTimeline's
+  // order whenever its events are sorted (a simulated plan's are). A device whose events
+  // come out of order sends the whole computation to memoryTimeline below.
+  const auto costs = stageCosts(plan);
+  const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+  std::vector<std::int64_t> wholeAct(costs.size()), wholeWgrad(costs.size());
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    wholeAct[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].activationBytes) * 1.0));
+    wholeWgrad[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].weightGradBytes) * 1.0));
+  }
+  struct Replay {
+    double lastTimeMs = -INFINITY;
+    std::int64_t lastDelta = 0;
+    std::int64_t live = 0;
+    std::int64_t peakLive = 0;
+  };
+  std::vector<Replay> replay(devices);
+  bool inOrder = true;
+  auto apply = [&](Replay& r, double timeMs, std::int64_t delta) {
+    // memoryTimeline's order: by time, releases (smaller deltas) first at one instant.
+    if (timeMs < r.lastTimeMs || (timeMs == r.lastTimeMs && delta < r.lastDelta)) inOrder = false;
+    r.lastTimeMs = timeMs;
+    r.lastDelta = delta;
+    addSaturating(r.live, delta);
+    r.peakLive = std::max(r.peakLive, r.live);
+  };
   for (const Op& op : plan.ops) {
     first = std::min(first, op.startMs);
     last = std::max(last, op.endMs);
@@ -169,6 +196,39 @@ Metrics computeMetrics(const Plan& plan) {
     m.devices[d].busyMs += op.durationMs();
     devFirst[d] = std::min(devFirst[d], op.startMs);
     devLast[d] = std::max(devLast[d], op.endMs);
+    if (!inOrder || op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= costs.size()) continue;
+    // The events of memoryTimeline, in the same order per op.
+    const auto stage = static_cast<std::size_t>(op.virtualStage);
+    const StageCosts& c = costs[stage];
+    const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
+    const auto act = op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
+                                    : wholeAct[stage];
+    const auto wgrad = op.samples > 0
+                           ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction))
+                           : wholeWgrad[stage];
+    Replay& r = replay[d];
+    switch (op.kind) {
+      case OpKind::F:
+      case OpKind::S:
+        apply(r, op.startMs, act);
+        break;
+      case OpKind::B:
+        apply(r, op.endMs, -(act - wgrad));
+        break;
+      case OpKind::W:
+        apply(r, op.endMs, -wgrad);
+        break;
+      case OpKind::BW:
+      case OpKind::T:
+        apply(r, op.endMs, -act);
+        break;
+      case OpKind::N:
+        apply(r, op.startMs, act);
+        apply(r, op.endMs, -act);
+        break;
+      case OpKind::OPT:
+        break;
+    }
   }
   m.makespanMs = last - first;
   double busy = 0;
@@ -183,11 +243,20 @@ Metrics computeMetrics(const Plan& plan) {
                            static_cast<double>(std::max(1, plan.config.dataParallel));
     m.throughputSamplesPerS = samples / (m.makespanMs / 1000.0);
   }
-  const MemoryTimeline mem = memoryTimeline(plan);
+  if (!inOrder) {
+    const MemoryTimeline mem = memoryTimeline(plan);
+    for (std::size_t d = 0; d < devices; ++d) {
+      m.devices[d].peakMemoryBytes = mem.peakBytes[d];
+      m.devices[d].peakActivationBytes = mem.peakActivationBytes[d];
+      m.devices[d].staticMemoryBytes = mem.staticBytes[d];
+    }
+    return m;
+  }
+  const std::vector<std::int64_t> staticBytes = staticMemoryPerDevice(plan, costs);
   for (std::size_t d = 0; d < devices; ++d) {
-    m.devices[d].peakMemoryBytes = mem.peakBytes[d];
-    m.devices[d].peakActivationBytes = mem.peakActivationBytes[d];
-    m.devices[d].staticMemoryBytes = mem.staticBytes[d];
+    m.devices[d].peakMemoryBytes = sumSaturating(staticBytes[d], replay[d].peakLive);
+    m.devices[d].peakActivationBytes = replay[d].peakLive;
+    m.devices[d].staticMemoryBytes = staticBytes[d];
   }
   return m;
 }
