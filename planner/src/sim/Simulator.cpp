@@ -110,9 +110,11 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(skeleton.devices[static_cast<std::size_t>(d)].size());
   }
   const std::int32_t nOps = offset.back();
-  shell.ops.resize(static_cast<std::size_t>(nOps));
+  shell.ops.reserve(static_cast<std::size_t>(nOps));  // appended in index order below
   const auto table = static_cast<std::size_t>(nStages) * static_cast<std::size_t>(m);
   std::vector<std::int32_t> fIdx(table, kNone), bIdx(table, kNone), wIdx(table, kNone), nIdx(table, kNone);
+  // Whether bIdx names a fused BW (a W needs a B): a small table instead of a random read of the op.
+  std::vector<char> bIsFused(table, 0);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch));
   // Error messages name an op by its place in its device's order; built only on error.
   auto where = [](int d, std::size_t i) { return "device " + std::to_string(d) + " op " + std::to_string(i); };
@@ -132,7 +134,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
                      std::to_string(vs.device)};
       }
-      Op& op = shell.ops[static_cast<std::size_t>(idx)];
+      Op& op = shell.ops.emplace_back();  // index idx
       op.device = d;
       op.virtualStage = o.virtualStage;
       op.kind = o.kind;
@@ -148,7 +150,8 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       std::int32_t* slot = nullptr;
       switch (o.kind) {
         case OpKind::F: slot = &fIdx[key]; break;
-        case OpKind::B: case OpKind::BW: slot = &bIdx[key]; break;
+        case OpKind::B: slot = &bIdx[key]; break;
+        case OpKind::BW: slot = &bIdx[key]; bIsFused[key] = 1; break;
         case OpKind::W: slot = &wIdx[key]; break;
         case OpKind::N: nIdx[key] = idx; break;  // partial batches: several N per key
         default: break;
@@ -210,7 +213,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       }
       case OpKind::W: {
         const std::int32_t src = bIdx[s * m_ + mb];
-        if (src == kNone || shell.ops[static_cast<std::size_t>(src)].kind != OpKind::B) {
+        if (src == kNone || bIsFused[s * m_ + mb]) {
           return missing(i, OpKind::B, op.virtualStage, op.microbatch);
         }
         slot[0] = {src, op.virtualStage};
