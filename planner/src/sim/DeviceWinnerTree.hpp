@@ -8,38 +8,40 @@ namespace pipestudio {
 
 // The pending events are the ends of the ops running now, at most one per device, so a
 // winner tree over devices replaces a heap: the root names the device whose op ends first
-// (ties: the lower device), and a device's change costs log2(devices) comparisons.
+// (ties: the lower device), and a device's change costs log2(devices) comparisons. Nodes
+// hold the winner's key next to its device (no indirection) and are chosen without a
+// branch: which child wins is data-dependent and mispredicts half the time.
 class DeviceWinnerTree {
  public:
   explicit DeviceWinnerTree(int devices) {
     while (m_leaves < devices) m_leaves *= 2;
-    m_keyMs.assign(static_cast<std::size_t>(m_leaves), kIdle);
-    m_tree.resize(static_cast<std::size_t>(m_leaves) * 2);
-    for (int d = 0; d < m_leaves; ++d) m_tree[static_cast<std::size_t>(m_leaves + d)] = d;
-    for (int i = m_leaves - 1; i >= 1; --i) m_tree[static_cast<std::size_t>(i)] = winner(2 * i, 2 * i + 1);
+    m_nodes.resize(static_cast<std::size_t>(m_leaves) * 2);
+    for (int d = 0; d < m_leaves; ++d) m_nodes[static_cast<std::size_t>(m_leaves + d)] = {kIdle, d};
+    for (int i = m_leaves - 1; i >= 1; --i) m_nodes[static_cast<std::size_t>(i)] = winner(i);
   }
   // The device whose running op ends first, or -1 when no device runs an op.
-  int top() const {
-    const int d = m_tree[1];
-    return m_keyMs[static_cast<std::size_t>(d)] == kIdle ? -1 : d;
+  int top() const { return m_nodes[1].keyMs == kIdle ? -1 : m_nodes[1].device; }
+  double keyMs(int d) const { return m_nodes[static_cast<std::size_t>(m_leaves + d)].keyMs; }
+  void set(int d, double endMs) {
+    m_nodes[static_cast<std::size_t>(m_leaves + d)].keyMs = endMs;
+    for (int i = (m_leaves + d) / 2; i >= 1; i /= 2) m_nodes[static_cast<std::size_t>(i)] = winner(i);
   }
-  double keyMs(int d) const { return m_keyMs[static_cast<std::size_t>(d)]; }
-  void set(int d, double endMs) { m_keyMs[static_cast<std::size_t>(d)] = endMs; fix(d); }
   void clear(int d) { set(d, kIdle); }
 
  private:
   static constexpr double kIdle = std::numeric_limits<double>::infinity();
-  int winner(int a, int b) const {
-    const int x = m_tree[static_cast<std::size_t>(a)];
-    const int y = m_tree[static_cast<std::size_t>(b)];
-    return m_keyMs[static_cast<std::size_t>(y)] < m_keyMs[static_cast<std::size_t>(x)] ? y : x;  // x < y
-  }
-  void fix(int d) {
-    for (int i = (m_leaves + d) / 2; i >= 1; i /= 2) m_tree[static_cast<std::size_t>(i)] = winner(2 * i, 2 * i + 1);
+  struct Node {
+    double keyMs;
+    int device;
+  };
+  // The left child holds the lower devices, so it wins ties.
+  Node winner(int i) const {
+    const Node& left = m_nodes[static_cast<std::size_t>(2 * i)];
+    const Node& right = m_nodes[static_cast<std::size_t>(2 * i + 1)];
+    return right.keyMs < left.keyMs ? right : left;
   }
   int m_leaves = 1;
-  std::vector<double> m_keyMs;
-  std::vector<int> m_tree;
+  std::vector<Node> m_nodes;
 };
 
 }  // namespace pipestudio

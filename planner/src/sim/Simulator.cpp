@@ -398,7 +398,9 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     // Sixty-odd devices walk their orders side by side, too many streams for the hardware
     // prefetcher: fetch what this op's end and this device's next start will read.
     if (idx + 1 < offset[du + 1]) {
-      __builtin_prefetch(&shell.ops[static_cast<std::size_t>(idx) + 1]);
+      const Op* next = &shell.ops[static_cast<std::size_t>(idx) + 1];
+      __builtin_prefetch(next);
+      __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(Op) - 1);  // an Op may straddle two lines
       __builtin_prefetch(&state[static_cast<std::size_t>(idx) + 1]);
     }
     for (std::int32_t k = firstOut[static_cast<std::size_t>(idx)]; k < firstOut[static_cast<std::size_t>(idx) + 1]; ++k) {
