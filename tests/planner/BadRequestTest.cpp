@@ -27,6 +27,10 @@ TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
   EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 6, 2)).find("multiple of the 4 devices"),
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "zb-v", 4, 8, 3)).find("even number of chunks"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "v-half", 4, 8, 1)).find("v-half needs an even number of chunks"),
+            std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "v-min", 4, 8, 3)).find("v-min needs an even number of chunks"),
+            std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "bitpipe", 4, 8, 2)).find("multiple of four chunks"), std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 4, 8, 2)).find("one chunk per device"), std::string::npos);
   // 8 layers cannot be divided over 4 devices × 3 chunks.
