@@ -4,6 +4,7 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "Inputs.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
@@ -141,7 +142,7 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
                                                "partition; rank feasible configurations by throughput");
   cmd->add_option("--model", o.model, "Model file (pipestudio.model/1)")->required();
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
-  cmd->add_option("--top", o.top, "Rows to print (text output)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o.top, "Rows to print (text output)")->check(intIn(1, 1'000'000));
   cmd->add_flag("--json", o.json, "One JSON document on stdout");
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Compare 1f1b and v-half with and without vocabulary parallelism instead of searching");

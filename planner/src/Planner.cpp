@@ -6,6 +6,7 @@
 
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Fill.hpp"
@@ -78,6 +79,7 @@ Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control)
                  " GPUs of cluster '" + request.cluster.name + "'"};
   }
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
+  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) return st.error();
   const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice};
   if (auto st = generator->validate(shape); !st) return st.error();
   if (control.cancelled()) return Error{"cancelled"};

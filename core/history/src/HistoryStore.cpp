@@ -238,11 +238,24 @@ Status HistoryStore::Impl::writeRunProgress(RunId run, RunState& state) {
 
 Status HistoryStore::Impl::commit() {
   if (!inTransaction) return {};
-  if (auto st = flushEvents(); !st) return st;
+  // A batch that cannot be written (disk full, I/O error) is dropped whole: what was committed
+  // before stays, the space the failed batch took in the WAL is free again, and the caller can
+  // still mark its run incomplete (finishRun) instead of leaving it "running".
+  auto abandon = [this](Status failed) {
+    (void)exec(db, "ROLLBACK");
+    inTransaction = false;
+    pendingRows = 0;
+    bufferedEvents.clear();
+    bufferedArgs.clear();
+    for (auto& [run, state] : runs) state.pendingEvents = 0;
+    nameIds.clear();  // names inserted by the dropped batch are gone with it
+    return failed;
+  };
+  if (auto st = flushEvents(); !st) return abandon(st);
   for (auto& [run, state] : runs) {
-    if (auto st = writeRunProgress(run, state); !st) return st;
+    if (auto st = writeRunProgress(run, state); !st) return abandon(st);
   }
-  if (auto st = exec(db, "COMMIT"); !st) return Error{withPath(path, "commit failed: " + st.message())};
+  if (auto st = exec(db, "COMMIT"); !st) return abandon(Error{withPath(path, "commit failed: " + st.message())});
   inTransaction = false;
   pendingRows = 0;
   for (auto& [run, state] : runs) {
@@ -544,6 +557,12 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   sqlite3* db = impl->db;
   sqlite3_busy_timeout(db, options.busyTimeoutMs);
   sqlite3_extended_result_codes(db, 1);
+  // SQLite opens a write-protected file (permissions, a read-only mount) read-only without a
+  // word; every write would then fail. Say so once, here.
+  if (!options.readOnly && sqlite3_db_readonly(db, "main") == 1) {
+    return Error{withPath(path, "the history database is read-only (the file or its file system cannot be written); "
+                                "read commands (history list, show, compare, export --run) still open it")};
+  }
   if (!options.readOnly) {
     // New files: 8 KiB pages fit more event rows per leaf; must precede the WAL switch.
     if (!exists) (void)exec(db, "PRAGMA page_size = 8192");
