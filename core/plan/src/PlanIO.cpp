@@ -85,6 +85,19 @@ struct FastFields {
   }
 };
 
+// The plan's devices (× data-parallel replicas) fit its cluster's GPUs: readPlan checks it before
+// sizing anything by the device count, validatePlanStructure again for plans built in memory.
+Status checkDevicesFitCluster(const PlanConfig& config, const ClusterSpec& cluster) {
+  // Every device lane is a GPU of the plan's cluster (times the data-parallel replicas).
+  const std::int64_t gpus = cluster.totalGpus();
+  const std::int64_t needed = std::int64_t{config.devices} * std::max(1, config.dataParallel);
+  if (gpus <= 0 || needed <= gpus) return {};
+  return Error{std::to_string(config.devices) + " devices" +
+               (config.dataParallel > 1 ? " × " + std::to_string(config.dataParallel) + " replicas" : "") +
+               " but the plan's cluster '" + excerpt(cluster.name) + "' has " + std::to_string(gpus) +
+               " GPUs (expected at most that many)"};
+}
+
 }  // namespace
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
@@ -343,17 +356,6 @@ bool writePlanJson(std::ostream& out, const Plan& plan) {
 
 Status savePlan(const std::string& path, const Plan& plan) {
   return writeOutputFile(path, [&plan](std::ostream& out, std::string&) { return writePlanJson(out, plan); });
-}
-
-Status checkDevicesFitCluster(const PlanConfig& config, const ClusterSpec& cluster) {
-  // Every device lane is a GPU of the plan's cluster (times the data-parallel replicas).
-  const std::int64_t gpus = cluster.totalGpus();
-  const std::int64_t needed = std::int64_t{config.devices} * std::max(1, config.dataParallel);
-  if (gpus <= 0 || needed <= gpus) return {};
-  return Error{std::to_string(config.devices) + " devices" +
-               (config.dataParallel > 1 ? " × " + std::to_string(config.dataParallel) + " replicas" : "") +
-               " but the plan's cluster '" + excerpt(cluster.name) + "' has " + std::to_string(gpus) +
-               " GPUs (expected at most that many)"};
 }
 
 Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::int64_t microbatches) {

@@ -30,10 +30,6 @@ bool writePlanJson(std::ostream& out, const Plan& plan);
 /// split B). Messages start with the JSON pointer of the offending entry (e.g. /ops/17).
 Status validatePlanStructure(const Plan& plan);
 
-/// The plan's devices (× data-parallel replicas) fit its cluster's GPUs; readPlan checks it
-/// before sizing anything by the device count.
-Status checkDevicesFitCluster(const PlanConfig& config, const ClusterSpec& cluster);
-
 /// Refuses a plan request whose op count (up to 3 per virtual stage and microbatch) would
 /// pass kMaxPlanOps, before anything is allocated; the message has the numbers and the limit.
 Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::int64_t microbatches);
