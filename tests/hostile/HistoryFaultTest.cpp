@@ -62,9 +62,9 @@ TEST(HistoryFaults, DiskFullMidRunStopsTheRanksAndKeepsWhatWasCommitted) {
   const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script}, {.deadlineS = 200});
   ASSERT_NE(r.exitCode, 90) << r.err;
   EXPECT_NE(r.out.find("exit=1"), std::string::npos) << r.out << r.err;
-  EXPECT_NE(r.err.find("disk full"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("disk is full"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("\"status\": \"incomplete\""), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("disk full"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("disk is full"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\"events\": 0,"), std::string::npos) << "committed events were lost: " << r.out;
 }
 

@@ -57,7 +57,7 @@ TEST(HostileInput, MoreThanTheLayerLimitIsRefusedWithTheNumberNeverTruncated) {
 TEST(HostileInput, DuplicateKeysAreRefusedWithBothPlaces) {
   const auto r = cli({"validate", kData + "model-duplicate-key.json"});
   EXPECT_EQ(r.exitCode, 1);
-  EXPECT_NE(r.err.find("model-duplicate-key.json:5:40: duplicate key 'forward_ms' (first at line 5, column 21"),
+  EXPECT_NE(r.err.find("model-duplicate-key.json:5:39: duplicate key 'forward_ms' (first at line 5, column 20"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(cli({"validate", kData + "model-duplicate-escaped-key.json"}).exitCode, 1);
@@ -112,11 +112,11 @@ TEST(HostileInput, NumericFlagsAreRangeCheckedNamingTheFlag) {
 
 TEST(HostileInput, PlansPastTheOpLimitAreRefusedBeforeAllocating) {
   const auto r = cli({"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "1f1b", "--devices", "2",
-                      "--microbatches", "10000000"},
+                      "--microbatches", "1000000"},
                      {.deadlineS = 30});
   EXPECT_EQ(r.exitCode, 1) << r.out;
   EXPECT_NE(r.err.find("limit of 2000000 ops"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("6e+07"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("6e+06"), std::string::npos) << r.err;
   // 100k devices × 1000 microbatches on a cluster that has the GPUs.
   const std::string cluster = (tempDir() / "cluster-100k.json").string();
   spit(cluster, R"({"schema": "pipestudio.cluster/1", "name": "big", "gpu": {"name": "g", "peak_tflops": 100,
@@ -215,7 +215,7 @@ TEST(HostileInput, SwappedModelAndClusterSayWhatTheFileIs) {
   const auto r = cli({"plan", "--model", kCluster, "--cluster", kModel, "--schedule", "1f1b", "--devices", "2",
                       "--microbatches", "2"});
   EXPECT_EQ(r.exitCode, 1);
-  EXPECT_EQ(r.err.find("tiny-cluster.json"), 0U) << r.err;
+  EXPECT_EQ(r.err.rfind(kCluster, 0), 0U) << r.err;
   EXPECT_NE(r.err.find("this is a cluster description (schema 'pipestudio.cluster/1'), expected a model"),
             std::string::npos)
       << r.err;

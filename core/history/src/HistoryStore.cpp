@@ -490,6 +490,35 @@ sqlite3* HistoryStore::connection() const { return m_impl->db; }
 void HistoryStore::setBatchRows(int rows) { m_impl->batchRows = std::max(1, rows); }
 Status HistoryStore::flush() { return m_impl->commit(); }
 
+namespace {
+// A read-only open of a WAL database needs its -shm file; on a read-only mount without one,
+// SQLite cannot open it at all. Nobody can write there either, so it is opened immutable.
+int openReadOnly(const std::string& path, sqlite3** db, int extraFlags = 0) {
+  int rc = sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READONLY | extraFlags, nullptr);
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_exec(*db, "SELECT COUNT(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return rc;
+  }
+  if (::access(path.c_str(), W_OK) == 0 && ::access(std::filesystem::path(path).parent_path().c_str(), W_OK) == 0) {
+    return rc;  // writable: the failure is not a read-only mount
+  }
+  sqlite3_close(*db);
+  *db = nullptr;
+  std::string uri = "file:";
+  for (const char c : std::filesystem::absolute(path).string()) {
+    if (c == '?' || c == '#' || c == '%') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      uri += buf;
+    } else {
+      uri += c;
+    }
+  }
+  return sqlite3_open_v2((uri + "?immutable=1").c_str(), db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | extraFlags,
+                         nullptr);
+}
+}  // namespace
+
 Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOptions& options) {
   namespace fs = std::filesystem;
   if (options.targetSchemaVersion < 1 || options.targetSchemaVersion > kSchemaVersion) {
@@ -501,7 +530,7 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   // (WAL switch, migration, recovery) could write to it.
   if (exists) {
     sqlite3* probe = nullptr;
-    const int rc = sqlite3_open_v2(path.c_str(), &probe, SQLITE_OPEN_READONLY, nullptr);
+    const int rc = openReadOnly(path, &probe);
     if (rc != SQLITE_OK) {
       std::string m = probe ? sqlite3_errmsg(probe) : "out of memory";
       sqlite3_close(probe);
@@ -550,7 +579,9 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   impl->path = path;
   impl->readOnly = options.readOnly;
   const int flags = options.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &impl->db, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+  const int opened = options.readOnly ? openReadOnly(path, &impl->db, SQLITE_OPEN_NOMUTEX)
+                                      : sqlite3_open_v2(path.c_str(), &impl->db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (opened != SQLITE_OK) {
     return Error{withPath(path, std::string("cannot open history database: ") +
                                     (impl->db ? sqlite3_errmsg(impl->db) : "out of memory"))};
   }
