@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -266,9 +267,9 @@ void addDeployCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
   cmd->add_option("--hosts", args.hosts, "Hosts file (pipestudio.hosts/1)")->required();
   cmd->add_option("--backend", args.backend, "Executor backend")->check(CLI::IsMember({"cuda", "cuda-single", "cpu"}));
-  cmd->add_option("--history", args.history, "History database (default: the GUI's)");
+  cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--iterations", args.iterations, "Measured iterations (default: the executor's)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(intIn(1, 1 << 20));
   cmd->add_flag("--accept-new-host-keys", args.acceptNewHostKeys,
                 "Trust hosts seen for the first time and add their keys to known_hosts (changed keys are always refused)");
   cmd->add_option("--executor", args.executor, "Local pipestudio-exec to upload (default: the one built with this CLI)");

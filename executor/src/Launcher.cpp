@@ -53,7 +53,16 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const int rc = ::posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  // Our environment plus our pid, which the rank watches (kParentPidEnv).
+  const std::string parentVar = std::string(kParentPidEnv) + "=" + std::to_string(::getpid());
+  const std::string_view parentPrefix = std::string_view(parentVar).substr(0, std::strlen(kParentPidEnv) + 1);
+  std::vector<char*> envp;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::string_view(*e).rfind(parentPrefix, 0) != 0) envp.push_back(*e);
+  }
+  envp.push_back(const_cast<char*>(parentVar.c_str()));
+  envp.push_back(nullptr);
+  const int rc = ::posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(outPipe[1]);
   ::close(errPipe[1]);
@@ -145,6 +154,19 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
     bool running = false;
     for (Child& c : children) running = running || (c.pid > 0 && !c.exited);
     if (fds.empty() && !running && othersStarted) break;
+    if (!outcome.stopped && request.stopRequested) {
+      if (auto why = request.stopRequested()) {
+        // Stopped from outside (a signal, a full history disk): ask the ranks to end, then
+        // make sure they have.
+        outcome.stopped = true;
+        firstFailure = *why;
+        for (Child& c : children) {
+          if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGTERM);
+        }
+        othersStarted = true;  // ranks not started yet never will be
+        killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      }
+    }
     if (killAt && std::chrono::steady_clock::now() >= *killAt) {
       for (Child& c : children) {
         if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGKILL);

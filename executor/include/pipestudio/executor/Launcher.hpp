@@ -23,7 +23,16 @@ struct LaunchRequest {
   std::string runId;
   std::vector<std::string> extraArgs;   ///< appended to every rank's command line
   double peerExitTimeoutS = 30;  ///< after one rank fails, how long the others get to stop
+  /// Polled while the ranks run (every 100 ms at most): a reason ends the run now (SIGTERM,
+  /// then SIGKILL after 2 s) and comes back as LaunchOutcome::stopped / failure. The CLI stops
+  /// on SIGINT/SIGTERM and when the history can take no more (disk full).
+  std::function<std::optional<std::string>()> stopRequested;
 };
+
+/// Environment variable the launcher sets for its ranks: the launcher's pid. pipestudio-exec
+/// then asks the kernel to kill it when the launcher dies (PR_SET_PDEATHSIG), so no rank
+/// outlives a `kill -9` of pipestudio-cli.
+inline constexpr const char* kParentPidEnv = "PIPESTUDIO_EXEC_PARENT_PID";
 
 struct RankOutcome {
   int rank = 0;
@@ -37,6 +46,7 @@ struct RankOutcome {
 
 struct LaunchOutcome {
   bool ok = false;
+  bool stopped = false;  ///< ended by stopRequested (the run is incomplete, not failed)
   std::string failure;  ///< which rank failed and why, when !ok
   std::vector<RankOutcome> ranks;
 };
