@@ -181,6 +181,13 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
   buttons->addWidget(close);
   layout->addLayout(buttons);
 
+  m_jobState = new QLabel(this);
+  m_jobState->setObjectName(QStringLiteral("DeployJobState"));
+  m_jobState->setTextFormat(Qt::PlainText);
+  m_jobState->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_jobState->setVisible(false);
+  layout->addWidget(m_jobState);
+
   m_message = new QLabel(this);
   m_message->setObjectName(QStringLiteral("DeployMessage"));
   m_message->setWordWrap(true);
@@ -276,6 +283,8 @@ bool DeployDialog::loadHostsFile(const QString& path) {
                         cell(QString::number(h.gpus)), cell(q(h.remoteDir)), cell(QString())});
   }
   if (m_hosts->rowCount() > 0) m_hostsView->selectRow(0);
+  m_jobState->setVisible(m_spec.launcher == "slurm");
+  m_jobState->setText(QStringLiteral("Slurm job: not submitted"));
   showMessage(QStringLiteral("%1 host(s), %2 GPU(s), launcher %3")
                   .arg(m_spec.hosts.size())
                   .arg(m_spec.totalGpus())
@@ -442,6 +451,8 @@ void DeployDialog::deploy() {
   m_log->clear();
   while (m_logFilter->count() > 1) m_logFilter->removeItem(1);
   m_lastRun = 0;
+  m_deployButton->setText(QStringLiteral("Deploy"));
+  if (m_spec.launcher == "slurm") m_jobState->setText(QStringLiteral("Slurm job: submitting…"));
   {
     std::lock_guard lock(m_job->mutex);
     m_job->cancelRequested = false;
@@ -468,6 +479,9 @@ void DeployDialog::deploy() {
     callbacks.progress = [post](const remote::RankProgress& p) {
       post([p](DeployDialog& d) { d.applyProgress(p); });
     };
+    callbacks.job = [post](const remote::JobProgress& j) {
+      post([j](DeployDialog& d) { d.applyJob(j); });
+    };
     remote::Deployment deployment(req, callbacks, sink);
     {
       std::lock_guard lock(job->mutex);
@@ -481,6 +495,7 @@ void DeployDialog::deploy() {
     }
     QString message;
     bool error = true;
+    bool lost = false;
     history::RunId run = 0;
     if (!result) {
       message = QStringLiteral("Deploy failed: ") + q(result.message());
@@ -496,9 +511,10 @@ void DeployDialog::deploy() {
       auto summary = store->runSummary(run);
       const QString status = summary ? q(history::runStatusName(summary->status)) : QStringLiteral("?");
       error = status != QStringLiteral("complete");
+      lost = result->connectionLost;
       message = QStringLiteral("Run %1: %2 (%3)").arg(run).arg(status, q(result->message));
     }
-    post([message, error, run](DeployDialog& d) { d.finishDeploy(message, error, run); });
+    post([message, error, run, lost](DeployDialog& d) { d.finishDeploy(message, error, run, lost); });
   });
 }
 
@@ -536,6 +552,15 @@ void DeployDialog::applyProgress(const remote::RankProgress& p) {
   m_progress->item(row, RankMessage)->setText(q(p.message));
 }
 
+void DeployDialog::applyJob(const remote::JobProgress& job) {
+  // Failed, timed-out and cancelled jobs in the error colour; pending shows Slurm's reason.
+  const bool bad = job.state.rfind("FAILED", 0) == 0 || job.state == "TIMEOUT" || job.state.rfind("CANCELLED", 0) == 0 ||
+                   job.state == "NODE_FAIL" || job.state == "OUT_OF_MEMORY";
+  m_jobState->setStyleSheet(bad ? QStringLiteral("QLabel { color: #e53935; }") : QString());
+  m_jobState->setText(q(job.text()));
+  m_jobState->setVisible(true);
+}
+
 void DeployDialog::appendLog(int rank, const QString& text) {
   // Whole lines only (stderr arrives in arbitrary chunks); the rest waits for its newline.
   QString& pending = m_partialLines[rank];
@@ -560,7 +585,7 @@ void DeployDialog::rebuildLog() {
   }
 }
 
-void DeployDialog::finishDeploy(const QString& message, bool error, history::RunId run) {
+void DeployDialog::finishDeploy(const QString& message, bool error, history::RunId run, bool connectionLost) {
   joinWorker();
   // Flush what the ranks wrote without a final newline.
   for (auto& [rank, pending] : m_partialLines) {
@@ -568,6 +593,8 @@ void DeployDialog::finishDeploy(const QString& message, bool error, history::Run
   }
   m_lastRun = run;
   setBusy(false);
+  // A lost connection: deploying again is how to reconnect.
+  if (connectionLost) m_deployButton->setText(QStringLiteral("Reconnect and deploy again"));
   showMessage(message, error);
   if (run != 0) Q_EMIT runRecorded(run);
 }
