@@ -7,6 +7,7 @@
 
 #include "DeployState.hpp"
 #include "pipestudio/remote/LauncherOutput.hpp"
+#include "pipestudio/remote/ShellQuote.hpp"
 
 namespace pipestudio::remote {
 namespace {
@@ -147,6 +148,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
                       explainPermanentReason(s->reason) + ". Asked for " + std::to_string(spec.ranks) + " task(s)" +
                       (spec.cpusPerRank > 0 ? " of " + std::to_string(spec.cpusPerRank) + " CPU(s)" : std::string()) +
                       (hosts.slurm.partition.empty() ? std::string() : " in partition " + hosts.slurm.partition) +
+                      (hosts.slurm.extraArgs.empty() ? std::string() : " with extra_args " + joinShellWords(hosts.slurm.extraArgs)) +
                       "; the job was cancelled.";
       }
     } else if (s->state == "RUNNING" && !runningSeen) {
