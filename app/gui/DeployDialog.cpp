@@ -41,6 +41,9 @@ namespace {
 QString q(const std::string& s) { return QString::fromStdString(s); }
 QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 
+// Log lines of the launcher itself (launcher slurm|mpirun), shown under "All ranks".
+constexpr int kLauncherLog = -2;
+
 // Feeds every rank's stream into one history run (one StreamIngest per rank), the logic of
 // pipestudio-cli deploy's HistorySink; logs go to the dialog. The Deployment serialises the
 // calls, so one store connection (used only by the worker) is enough.
@@ -60,6 +63,8 @@ class GuiHistorySink final : public remote::TraceSink {
     return m_ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
   }
   void onLog(int rank, std::string_view text) override { m_log(rank, std::string(text)); }
+  /// srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
+  void onLauncherLog(std::string_view text) override { m_log(kLauncherLog, std::string(text)); }
 
   bool started() const { return m_run != 0; }
   history::RunId runId() const { return m_run; }
@@ -90,6 +95,11 @@ class GuiHistorySink final : public remote::TraceSink {
   history::RunId m_run = 0;
   std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
 };
+
+// What the log shows before a line: the rank, or the launcher's own words.
+QString logPrefix(int rank) {
+  return rank == kLauncherLog ? QStringLiteral("[launcher] ") : QStringLiteral("[rank %1] ").arg(rank);
+}
 
 QStandardItem* cell(const QString& text) {
   auto* item = new QStandardItem(text);
@@ -479,9 +489,7 @@ void DeployDialog::deploy() {
     callbacks.progress = [post](const remote::RankProgress& p) {
       post([p](DeployDialog& d) { d.applyProgress(p); });
     };
-    callbacks.job = [post](const remote::JobProgress& j) {
-      post([j](DeployDialog& d) { d.applyJob(j); });
-    };
+    callbacks.job = [post](const remote::JobProgress& j) { post([j](DeployDialog& d) { d.applyJob(j); }); };
     remote::Deployment deployment(req, callbacks, sink);
     {
       std::lock_guard lock(job->mutex);
@@ -554,8 +562,8 @@ void DeployDialog::applyProgress(const remote::RankProgress& p) {
 
 void DeployDialog::applyJob(const remote::JobProgress& job) {
   // Failed, timed-out and cancelled jobs in the error colour; pending shows Slurm's reason.
-  const bool bad = job.state.rfind("FAILED", 0) == 0 || job.state == "TIMEOUT" || job.state.rfind("CANCELLED", 0) == 0 ||
-                   job.state == "NODE_FAIL" || job.state == "OUT_OF_MEMORY";
+  const bool bad = job.state.rfind("FAILED", 0) == 0 || job.state == "TIMEOUT" ||
+                   job.state.rfind("CANCELLED", 0) == 0 || job.state == "NODE_FAIL" || job.state == "OUT_OF_MEMORY";
   m_jobState->setStyleSheet(bad ? QStringLiteral("QLabel { color: #e53935; }") : QString());
   m_jobState->setText(q(job.text()));
   m_jobState->setVisible(true);
@@ -570,8 +578,7 @@ void DeployDialog::appendLog(int rank, const QString& text) {
   while ((nl = pending.indexOf(QLatin1Char('\n'))) >= 0) {
     QString line = pending.left(nl);
     pending.remove(0, nl + 1);
-    if (filter < 0 || filter == rank)
-      m_log->appendPlainText(filter < 0 ? QStringLiteral("[rank %1] %2").arg(rank).arg(line) : line);
+    if (filter < 0 || filter == rank) m_log->appendPlainText(filter < 0 ? logPrefix(rank) + line : line);
     m_logLines.emplace_back(rank, std::move(line));
   }
 }
@@ -580,8 +587,7 @@ void DeployDialog::rebuildLog() {
   const int filter = m_logFilter->currentData().toInt();
   m_log->clear();
   for (const auto& [rank, line] : m_logLines) {
-    if (filter < 0 || filter == rank)
-      m_log->appendPlainText(filter < 0 ? QStringLiteral("[rank %1] %2").arg(rank).arg(line) : line);
+    if (filter < 0 || filter == rank) m_log->appendPlainText(filter < 0 ? logPrefix(rank) + line : line);
   }
 }
 

@@ -293,7 +293,8 @@ bool isNcclIdHex(const std::string& s) {
 
 // Ranks > 0: the id rank 0 wrote, once the file is complete (it appears by rename).
 Expected<std::string> waitForNcclId(const std::string& path, double timeoutS) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(timeoutS * 1000));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(timeoutS * 1000));
   for (;;) {
     std::ifstream in(path);
     std::string hex;
@@ -303,7 +304,8 @@ Expected<std::string> waitForNcclId(const std::string& path, double timeoutS) {
     }
     if (g_taskSignal.load() != 0) return Error{"stopped by signal " + std::to_string(g_taskSignal.load())};
     if (std::chrono::steady_clock::now() > deadline) {
-      return Error{"rank 0's NCCL id did not appear in " + path + " within " + std::to_string(static_cast<int>(timeoutS)) +
+      return Error{"rank 0's NCCL id did not appear in " + path + " within " +
+                   std::to_string(static_cast<int>(timeoutS)) +
                    " s (did rank 0 start? is the job directory on a file system every node shares?)"};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -318,7 +320,8 @@ Status publishNcclId(const std::string& path, const std::string& hex) {
     out.flush();
     if (!out) return Error{"cannot write " + tmp + ": " + std::strerror(errno)};
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Error{"cannot rename " + tmp + " to " + path + ": " + std::strerror(errno)};
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Error{"cannot rename " + tmp + " to " + path + ": " + std::strerror(errno)};
   return {};
 }
 
@@ -396,7 +399,8 @@ int runTask(const TaskOptions& options, const TaskPlace& place, const std::strin
   };
   auto log = [&](const std::string& text) {
     std::string lines;
-    trace::appendTaskLines(rank, trace::TaskLineKind::Log, "pipestudio-exec --task: rank " + std::to_string(rank) + ": " + text + "\n", lines);
+    trace::appendTaskLines(rank, trace::TaskLineKind::Log,
+                           "pipestudio-exec --task: rank " + std::to_string(rank) + ": " + text + "\n", lines);
     emit(lines);
   };
   auto finish = [&](int status) {

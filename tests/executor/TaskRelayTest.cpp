@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -110,7 +110,8 @@ TEST_F(TaskRelay, RankFromTheLaunchersEnvironmentAndTheWholeStreamAsLines) {
 TEST_F(TaskRelay, OpenMpiAndPmiVariables) {
   for (const auto& env : {std::vector<std::string>{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=1"},
                           std::vector<std::string>{"PMI_RANK=0", "PMI_SIZE=1"}}) {
-    const TaskRun r = runTask(env, {"--task", "mpirun", "--", "--plan", m_plan, "--backend", "cpu", "--iterations", "1"});
+    const TaskRun r =
+        runTask(env, {"--task", "mpirun", "--", "--plan", m_plan, "--backend", "cpu", "--iterations", "1"});
     EXPECT_EQ(r.status, 0) << env[0] << ": " << r.log;
     EXPECT_EQ(r.reportedExit, 0) << env[0];
   }
@@ -137,9 +138,10 @@ TEST_F(TaskRelay, MissingOrWrongLauncherVariablesAreNamed) {
   // Without the variables the relay says so on stderr and exits 2 (usage).
   const TaskRun r = runTask({}, {"--task", "slurm", "--", "--plan", m_plan});
   EXPECT_EQ(r.status, 2);
-  for (const auto& bad : std::vector<std::vector<std::string>>{
-           {"--task", "pbs", "--", "--plan", "p"}, {"--task", "slurm"}, {"--task", "slurm", "--nccl-timeout-s", "-1", "--", "x"},
-           {"--task", "slurm", "--bogus", "1", "--", "x"}}) {
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"--task", "pbs", "--", "--plan", "p"},
+                                                               {"--task", "slurm"},
+                                                               {"--task", "slurm", "--nccl-timeout-s", "-1", "--", "x"},
+                                                               {"--task", "slurm", "--bogus", "1", "--", "x"}}) {
     EXPECT_FALSE(exec::parseTaskArgs(bad)) << bad[1];
   }
 }
@@ -175,13 +177,13 @@ TEST_F(TaskRelay, RankGetsTheIdFromTheRendezvousFile) {
 
 TEST_F(TaskRelay, SignalsArePassedOnAndTheStatusSaysSo) {
   // scancel and mpirun stop ranks with SIGTERM: the executor gets it, the relay reports it.
-  const TaskRun r = runTask({"SLURM_PROCID=0", "SLURM_NTASKS=1"},
-                            {"--task", "slurm", "--", "--plan", m_plan, "--backend", "cpu", "--iterations", "100000",
-                             "--max-op-ms", "2"},
-                            [](pid_t pid) {
-                              std::this_thread::sleep_for(std::chrono::milliseconds(700));
-                              ::kill(pid, SIGTERM);
-                            });
+  const TaskRun r = runTask(
+      {"SLURM_PROCID=0", "SLURM_NTASKS=1"},
+      {"--task", "slurm", "--", "--plan", m_plan, "--backend", "cpu", "--iterations", "100000", "--max-op-ms", "2"},
+      [](pid_t pid) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        ::kill(pid, SIGTERM);
+      });
   EXPECT_EQ(r.status, 128 + SIGTERM);
   EXPECT_EQ(r.reportedExit, 128 + SIGTERM);
   EXPECT_NE(r.log.find("passing Terminated on to the executor"), std::string::npos) << r.log;

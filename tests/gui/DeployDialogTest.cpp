@@ -12,6 +12,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QStandardItemModel>
 #include <QTemporaryDir>
 #include <QTest>
@@ -182,15 +183,15 @@ TEST_F(DeployDialogTest, SlurmJobStateIsShownWithSlurmsReason) {
   if (!sshd.running()) GTEST_SKIP() << "sshd cannot start here: " << sshd.error();
   const HostEntry h = sshd.hostEntry(1);
   const QString hosts = m_dir.filePath(QStringLiteral("slurm-hosts.json"));
-  ASSERT_TRUE(deployWriteFile(hosts, QStringLiteral(R"({"schema": "pipestudio.hosts/1", "launcher": "slurm",
+  ASSERT_TRUE(
+      deployWriteFile(hosts, QStringLiteral(R"({"schema": "pipestudio.hosts/1", "launcher": "slurm",
       "slurm": {"partition": "debug", "extra_args": ["--cpus-per-task=64"]},
       "hosts": [{"host": "127.0.0.1", "port": %1, "identity_file": "%2", "known_hosts_file": "%3", "gpus": 1,
                  "remote_dir": "%4"}]})")
-                                         .arg(h.port)
-                                         .arg(QString::fromStdString(h.identityFile),
-                                              QString::fromStdString(h.knownHostsFile),
-                                              m_dir.filePath(QStringLiteral("slurm-remote")))
-                                         .toUtf8()));
+                                 .arg(h.port)
+                                 .arg(QString::fromStdString(h.identityFile), QString::fromStdString(h.knownHostsFile),
+                                      m_dir.filePath(QStringLiteral("slurm-remote")))
+                                 .toUtf8()));
   DeployDialog dialog(window->currentPlan(), QStringLiteral("test"), historyPath());
   ASSERT_TRUE(dialog.loadHostsFile(hosts)) << dialog.messageLabel()->text().toStdString();
   EXPECT_FALSE(dialog.jobLabel()->isHidden());
@@ -208,14 +209,18 @@ TEST_F(DeployDialogTest, SlurmJobStateIsShownWithSlurmsReason) {
       },
       60000))
       << "deploy did not end";
-  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(),
-                          [](const QString& t) { return t.contains(QStringLiteral(": PENDING (PartitionConfig)")); }))
-      << seen.join(QStringLiteral(" | ")).toStdString();
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](const QString& t) {
+    return t.contains(QStringLiteral(": PENDING (PartitionConfig)"));
+  })) << seen.join(QStringLiteral(" | ")).toStdString();
   EXPECT_TRUE(dialog.jobLabel()->text().startsWith(QStringLiteral("slurm job ")))
       << dialog.jobLabel()->text().toStdString();
   const QString message = dialog.messageLabel()->text();
-  EXPECT_TRUE(message.contains(QStringLiteral("cannot be scheduled: PENDING (PartitionConfig)"))) << message.toStdString();
+  EXPECT_TRUE(message.contains(QStringLiteral("cannot be scheduled: PENDING (PartitionConfig)")))
+      << message.toStdString();
   EXPECT_NE(dialog.lastRun(), 0) << "the refused job is recorded as a failed run";
+  // srun's own words are in the log, marked as the launcher's.
+  EXPECT_TRUE(dialog.logView()->toPlainText().contains(QStringLiteral("[launcher] srun: ")))
+      << dialog.logView()->toPlainText().toStdString();
 }
 
 }  // namespace

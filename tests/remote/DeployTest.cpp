@@ -275,8 +275,7 @@ TEST_F(DeployTest, KeepaliveNoticesASilentConnectionWithinTheInterval) {
   for (const pid_t p : frozen) ::kill(p, SIGSTOP);
   const auto stoppedAt = std::chrono::steady_clock::now();
   for (int i = 0; i < 600 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const double noticedAfterS =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stoppedAt).count();
+  const double noticedAfterS = std::chrono::duration<double>(std::chrono::steady_clock::now() - stoppedAt).count();
   for (const pid_t p : frozen) ::kill(p, SIGCONT);
   t.join();
   ASSERT_TRUE(result) << result.message();

@@ -30,7 +30,8 @@ void emit(const trace::Frame& frame) {
 
 std::string fromHex(const std::string& hex) {
   std::string out;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
   return out;
 }
 
@@ -45,11 +46,16 @@ int main(int argc, char** argv) {
   std::string runId;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--rank") rank = std::atoi(argv[++i]);
-    else if (a == "--world") world = std::atoi(argv[++i]);
-    else if (a == "--iterations") iterations = std::atoi(argv[++i]);
-    else if (a == "--nccl-id") ncclId = argv[++i];
-    else if (a == "--run-id") runId = argv[++i];
+    if (a == "--rank")
+      rank = std::atoi(argv[++i]);
+    else if (a == "--world")
+      world = std::atoi(argv[++i]);
+    else if (a == "--iterations")
+      iterations = std::atoi(argv[++i]);
+    else if (a == "--nccl-id")
+      ncclId = argv[++i];
+    else if (a == "--run-id")
+      runId = argv[++i];
   }
   std::string start;
   trace::encodeStreamStart(start);

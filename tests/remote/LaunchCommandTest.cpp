@@ -147,8 +147,8 @@ TEST(LauncherCommands, EveryRankRunsTheTaskRelay) {
   j.environment.clear();
   j.ncclRendezvous.clear();
   EXPECT_EQ(taskArgv("mpirun", j),
-            (std::vector<std::string>{"/home/me/.pipestudio/pipestudio-exec", "--task", "mpirun", "--",
-                                      "--plan", "/home/me/.pipestudio/plans/p.json", "--backend", "cuda"}));
+            (std::vector<std::string>{"/home/me/.pipestudio/pipestudio-exec", "--task", "mpirun", "--", "--plan",
+                                      "/home/me/.pipestudio/plans/p.json", "--backend", "cuda"}));
 }
 
 TEST(LauncherCommands, SrunLineCarriesTheHostsFilesSlurmOptions) {
@@ -160,10 +160,18 @@ TEST(LauncherCommands, SrunLineCarriesTheHostsFilesSlurmOptions) {
   s.nodes = 2;
   s.gpusPerTask = 1;
   s.extraArgs = {"--exclusive", "--constraint=a100&ib"};
-  std::vector<std::string> expected{"srun",           "--kill-on-bad-exit=1", "--job-name=pipestudio-r1",
-                                    "--nodes=2",      "--partition=gpu",      "--account=proj42",
-                                    "--time=01:30:00", "--qos=high",          "--ntasks=4",
-                                    "--gpus-per-task=1", "--exclusive",       "--constraint=a100&ib"};
+  std::vector<std::string> expected{"srun",
+                                    "--kill-on-bad-exit=1",
+                                    "--job-name=pipestudio-r1",
+                                    "--nodes=2",
+                                    "--partition=gpu",
+                                    "--account=proj42",
+                                    "--time=01:30:00",
+                                    "--qos=high",
+                                    "--ntasks=4",
+                                    "--gpus-per-task=1",
+                                    "--exclusive",
+                                    "--constraint=a100&ib"};
   expected.insert(expected.end(), kTask.begin(), kTask.end());
   EXPECT_EQ(slurmArgv(s, sampleJob()), expected);
   // gres instead of --gpus-per-task; the CPU backend asks for a CPU per device thread.
@@ -212,8 +220,8 @@ TEST(LauncherCommands, MpirunTagsTheOutputAndPassesTheHostList) {
   h.launcher = "mpirun";
   h.mpirun.extraArgs = {"--mca", "btl", "^openib"};
   LauncherJob j = sampleJob();
-  std::vector<std::string> expected{"mpirun", "-np",   "4",   "--host", "node a:2,node-b:3", "--tag-output",
-                                    "--mca",  "btl",   "^openib"};
+  std::vector<std::string> expected{"mpirun",       "-np",   "4",   "--host", "node a:2,node-b:3",
+                                    "--tag-output", "--mca", "btl", "^openib"};
   auto task = kTask;
   task[4] = "mpirun";
   expected.insert(expected.end(), task.begin(), task.end());

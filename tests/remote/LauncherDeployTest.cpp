@@ -83,8 +83,9 @@ struct Reports {
   }
   bool sawRank(RankState s, const std::string& message = {}) {
     std::lock_guard lock(mutex);
-    return std::any_of(ranks.begin(), ranks.end(),
-                       [&](const RankProgress& p) { return p.state == s && (message.empty() || p.message == message); });
+    return std::any_of(ranks.begin(), ranks.end(), [&](const RankProgress& p) {
+      return p.state == s && (message.empty() || p.message == message);
+    });
   }
 };
 
@@ -282,7 +283,8 @@ TEST_F(SlurmDeployTest, UnschedulableJobFailsWithSlurmsReasonAndDoesNotWait) {
   const double tookS = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ASSERT_TRUE(result) << result.message();
   EXPECT_EQ(result->outcome, DeployOutcome::Failed) << result->message;
-  EXPECT_NE(result->message.find("cannot be scheduled: PENDING (PartitionConfig)"), std::string::npos) << result->message;
+  EXPECT_NE(result->message.find("cannot be scheduled: PENDING (PartitionConfig)"), std::string::npos)
+      << result->message;
   EXPECT_NE(result->message.find("8 task(s)"), std::string::npos) << result->message;
   EXPECT_TRUE(reports.sawJob("PENDING", "PartitionConfig"));
   ASSERT_EQ(result->ranks.size(), 8U);
@@ -358,8 +360,8 @@ TEST_F(SlurmDeployTest, LostSessionEndsTheJob) {
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_TRUE(result->connectionLost);
   EXPECT_EQ(result->ranks[0].state, RankState::Lost);
-  EXPECT_TRUE(s_slurm->waitUntilGone("pipestudio-s7", 15000)) << "the allocation outlived the session: "
-                                                               << s_slurm->queued("pipestudio-s7");
+  EXPECT_TRUE(s_slurm->waitUntilGone("pipestudio-s7", 15000))
+      << "the allocation outlived the session: " << s_slurm->queued("pipestudio-s7");
   EXPECT_TRUE(executorsGone(m_dir + "/remote", 10000));
   delete s_sshd;  // later tests in this process get a fresh one
   s_sshd = new Sshd({"SLURM_CONF=" + s_slurm->conf()});
@@ -376,10 +378,10 @@ TEST_F(SlurmDeployTest, CliDeploysABatchJobAndShowsItsState) {
                        << h.knownHostsFile << R"(", "gpus": 1, "remote_dir": ")" << m_dir << R"(/cli remote"}]})";
   const std::string db = m_dir + "/cli.sqlite";
   std::string out;
-  const int status = test::runLocal("'" + kCli + "' deploy '" + kPlan + "' --hosts '" + hosts +
-                                        "' --backend cpu --history '" + db + "' --iterations 2 --executor '" +
-                                        kExecutor + "' --exec-arg=--max-op-ms --exec-arg=1 2>&1",
-                                    &out);
+  const int status =
+      test::runLocal("'" + kCli + "' deploy '" + kPlan + "' --hosts '" + hosts + "' --backend cpu --history '" + db +
+                         "' --iterations 2 --executor '" + kExecutor + "' --exec-arg=--max-op-ms --exec-arg=1 2>&1",
+                     &out);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find(": RUNNING on "), std::string::npos) << out;
   EXPECT_NE(out.find(": COMPLETED"), std::string::npos) << out;

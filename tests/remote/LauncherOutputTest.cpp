@@ -30,14 +30,24 @@ Collected collect(const std::vector<Item>& items) {
   Collected c;
   for (const auto& i : items) {
     switch (i.kind) {
-      case Item::Kind::Stream: c.stream[i.rank] += i.bytes; break;
-      case Item::Kind::Log: c.log[i.rank] += i.bytes; break;
-      case Item::Kind::Exit: c.exit[i.rank] = i.status; break;
-      case Item::Kind::Text:
-        if (i.rank < 0) c.launcherText += i.bytes;
-        else c.text[i.rank] += i.bytes;
+      case Item::Kind::Stream:
+        c.stream[i.rank] += i.bytes;
         break;
-      case Item::Kind::Malformed: c.malformed.push_back(i.bytes); break;
+      case Item::Kind::Log:
+        c.log[i.rank] += i.bytes;
+        break;
+      case Item::Kind::Exit:
+        c.exit[i.rank] = i.status;
+        break;
+      case Item::Kind::Text:
+        if (i.rank < 0)
+          c.launcherText += i.bytes;
+        else
+          c.text[i.rank] += i.bytes;
+        break;
+      case Item::Kind::Malformed:
+        c.malformed.push_back(i.bytes);
+        break;
     }
   }
   return c;
@@ -90,8 +100,7 @@ TEST(LauncherOutput, SrunLinesOfSeveralRanksAndTheLaunchersOwnText) {
   }
   EXPECT_EQ(c.exit.at(2), 137);
   EXPECT_EQ(c.exit.at(0), 0);
-  EXPECT_EQ(c.launcherText,
-            "srun: job 12 queued and waiting for resources\nsrun: error: psnode: task 2: Killed\n");
+  EXPECT_EQ(c.launcherText, "srun: job 12 queued and waiting for resources\nsrun: error: psnode: task 2: Killed\n");
   EXPECT_TRUE(c.malformed.empty());
 }
 

@@ -48,8 +48,9 @@ Slurm::Slurm(int cpus) {
   for (const char* tool : {"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/srun",
                            "/usr/bin/squeue", "/usr/bin/scancel", "/usr/bin/sbatch"}) {
     if (::access(tool, X_OK) != 0) {
-      m_error = std::string(tool) + " is not installed (packaging/install-deps.sh installs slurmctld, slurmd, "
-                                    "slurm-client and munge)";
+      m_error = std::string(tool) +
+                " is not installed (packaging/install-deps.sh installs slurmctld, slurmd, "
+                "slurm-client and munge)";
       return;
     }
   }

@@ -21,8 +21,12 @@ std::vector<std::string> splitLines(const std::string& text) {
 
 TEST(Base64, Rfc4648TestVectors) {
   // RFC 4648 §10.
-  const std::pair<const char*, const char*> vectors[] = {{"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},
-                                                         {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
                                                          {"foobar", "Zm9vYmFy"}};
   for (const auto& [plain, encoded] : vectors) {
     EXPECT_EQ(base64Encode(plain), encoded);
@@ -101,9 +105,9 @@ TEST(TaskLines, LauncherTextIsNotATaskLine) {
 
 TEST(TaskLines, MalformedLinesSayWhatIsWrong) {
   const std::pair<const char*, const char*> cases[] = {
-      {"@PS1 x s AAAA", "rank"},           {"@PS1 -1 s AAAA", "rank"},        {"@PS1 0", "rank"},
-      {"@PS1 0 q AAAA", "kind"},           {"@PS1 0 s AA!A", "base64"},       {"@PS1 0 x -3", "exit status"},
-      {"@PS1 0 x 12abc", "exit status"},   {"@PS1 99999999999 s AAAA", "rank"}, {"@PS1 0 s", "kind"},
+      {"@PS1 x s AAAA", "rank"},         {"@PS1 -1 s AAAA", "rank"},          {"@PS1 0", "rank"},
+      {"@PS1 0 q AAAA", "kind"},         {"@PS1 0 s AA!A", "base64"},         {"@PS1 0 x -3", "exit status"},
+      {"@PS1 0 x 12abc", "exit status"}, {"@PS1 99999999999 s AAAA", "rank"}, {"@PS1 0 s", "kind"},
   };
   for (const auto& [text, what] : cases) {
     TaskLine parsed;

@@ -11,14 +11,29 @@ constexpr std::size_t kMaxWordBytes = 256;
 // Options the deployer sets itself, or that would break the live streams (FORMAT.md,
 // "Launcher lines"): output redirection, labels, a pseudo-terminal, the task count.
 const std::vector<std::string_view> kReservedSlurm = {
-    "--ntasks", "-n",       "--job-name", "-J",     "--output", "-o",      "--error",  "-e",
-    "--input",  "-i",       "--label",    "-l",     "--pty",    "--unbuffered", "-u", "--chdir",
-    "-D",       "--kill-on-bad-exit", "-K", "--wrap", "--wait", "-W",     "--parsable", "--open-mode"};
-const std::vector<std::string_view> kReservedMpirun = {
-    "-np",         "--np",         "-n",           "-c",           "--host",      "-host",
-    "-H",          "--hostfile",   "-hostfile",    "--machinefile", "-machinefile", "--tag-output",
-    "-tag-output", "--output-filename", "-output-filename", "--timestamp-output", "-timestamp-output",
-    "--xml",       "-xml",         "--output"};
+    "--ntasks", "-n",      "--job-name", "-J",    "--output",     "-o",         "--error", "-e", "--input",
+    "-i",       "--label", "-l",         "--pty", "--unbuffered", "-u",         "--chdir", "-D", "--kill-on-bad-exit",
+    "-K",       "--wrap",  "--wait",     "-W",    "--parsable",   "--open-mode"};
+const std::vector<std::string_view> kReservedMpirun = {"-np",
+                                                       "--np",
+                                                       "-n",
+                                                       "-c",
+                                                       "--host",
+                                                       "-host",
+                                                       "-H",
+                                                       "--hostfile",
+                                                       "-hostfile",
+                                                       "--machinefile",
+                                                       "-machinefile",
+                                                       "--tag-output",
+                                                       "-tag-output",
+                                                       "--output-filename",
+                                                       "-output-filename",
+                                                       "--timestamp-output",
+                                                       "-timestamp-output",
+                                                       "--xml",
+                                                       "-xml",
+                                                       "--output"};
 
 // The reserved option `arg` spells ("--ntasks=4", "--ntasks", "-n4"), or empty.
 std::string_view reservedSpelling(std::string_view arg, const std::vector<std::string_view>& reserved) {
@@ -86,8 +101,8 @@ bool validSlurmTime(std::string_view t) {
   return parts <= 3;
 }
 
-std::vector<std::string> readExtraArgs(JsonReader& r, const JsonNode& obj, const std::vector<std::string_view>& reserved,
-                                       const std::string& launcher) {
+std::vector<std::string> readExtraArgs(JsonReader& r, const JsonNode& obj,
+                                       const std::vector<std::string_view>& reserved, const std::string& launcher) {
   std::vector<std::string> out;
   auto args = r.array(obj, "extra_args", Presence::Optional);
   if (!args) return out;
@@ -118,8 +133,8 @@ std::vector<std::string> readExtraArgs(JsonReader& r, const JsonNode& obj, const
 
 void readSlurm(JsonReader& r, const JsonNode& node, SlurmOptions& s) {
   if (!r.isObject(node)) return;
-  r.rejectUnknown(node, {"submit", "partition", "account", "time", "qos", "nodes", "gpus_per_task", "gres",
-                         "extra_args"});
+  r.rejectUnknown(node,
+                  {"submit", "partition", "account", "time", "qos", "nodes", "gpus_per_task", "gres", "extra_args"});
   if (auto submit = r.string(node, "submit", Presence::Optional)) {
     if (*submit != "srun" && *submit != "sbatch") {
       r.error(node.child("submit"), "'" + *submit + "' (expected srun or sbatch)");
@@ -167,7 +182,8 @@ void readLauncherSections(JsonReader& r, const JsonNode& at, HostsSpec& h) {
   }
   h.serverAliveIntervalS =
       static_cast<int>(r.integer(at, "server_alive_interval_s", Presence::Optional, 1, 3600).value_or(5));
-  h.serverAliveCountMax = static_cast<int>(r.integer(at, "server_alive_count_max", Presence::Optional, 1, 100).value_or(3));
+  h.serverAliveCountMax =
+      static_cast<int>(r.integer(at, "server_alive_count_max", Presence::Optional, 1, 100).value_or(3));
 }
 
 void writeLauncherSections(const HostsSpec& h, Json& j) {

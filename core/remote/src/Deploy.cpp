@@ -46,7 +46,8 @@ bool validEnvironmentEntry(const std::string& e) {
 
 std::string exitText(int status) {
   if (status == -1) return "ended without an exit status";
-  return "exit status " + std::to_string(status) + (status > 128 ? " (signal " + std::to_string(status - 128) + ")" : "");
+  return "exit status " + std::to_string(status) +
+         (status > 128 ? " (signal " + std::to_string(status - 128) + ")" : "");
 }
 
 }  // namespace
@@ -427,13 +428,20 @@ Expected<DeployResult> Deployment::run() {
       const auto deadline = Clock::now() + std::chrono::milliseconds(req.ncclIdTimeoutMs);
       auto& r0 = st.ranks[0];
       while (r0.ncclIdHex.empty() && !r0.ended && !m_cancel && Clock::now() < deadline) {
+        if (auto alive = st.sessions[r0.session]->keepAlive(st.keepalive()); !alive) {
+          std::lock_guard lock(st.mutex);
+          r0.ended = true;
+          st.setState(r0, RankState::Lost, alive.message());
+          break;
+        }
         if (!st.pump(r0)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       ncclId = r0.ncclIdHex;
       if (ncclId.empty() && !m_cancel) {
-        launchError = r0.ended ? "rank 0 on " + r0.result.hostPort + " ended before reporting its NCCL id"
-                               : "rank 0 on " + r0.result.hostPort + " did not report its NCCL id within " +
-                                     std::to_string(req.ncclIdTimeoutMs) + " ms";
+        launchError = r0.result.state == RankState::Lost ? r0.progress.message
+                      : r0.ended ? "rank 0 on " + r0.result.hostPort + " ended before reporting its NCCL id"
+                                 : "rank 0 on " + r0.result.hostPort + " did not report its NCCL id within " +
+                                       std::to_string(req.ncclIdTimeoutMs) + " ms";
       }
     }
     for (std::size_t i = 1; i < st.ranks.size() && launchError.empty() && !m_cancel; ++i) {

@@ -61,7 +61,8 @@ std::vector<std::string> taskArgv(const std::string& launcher, const LauncherJob
   }
   argv.insert(argv.end(), {job.executor, "--task", launcher});
   if (!job.ncclRendezvous.empty()) {
-    argv.insert(argv.end(), {"--nccl-rendezvous", job.ncclRendezvous, "--nccl-timeout-s", std::to_string(job.ncclTimeoutS)});
+    argv.insert(argv.end(),
+                {"--nccl-rendezvous", job.ncclRendezvous, "--nccl-timeout-s", std::to_string(job.ncclTimeoutS)});
   }
   argv.emplace_back("--");
   argv.insert(argv.end(), job.executorArgs.begin(), job.executorArgs.end());
@@ -93,8 +94,12 @@ std::vector<std::string> slurmArgv(const SlurmOptions& s, const LauncherJob& job
   if (s.submit == "sbatch") {
     appendTaskResources(s, job, srun);
     srun.insert(srun.end(), task.begin(), task.end());
-    std::vector<std::string> words{"sbatch", "--parsable", "--wait", "--open-mode=append",
-                                   "--output=" + job.workDir + "/job.out", "--error=" + job.workDir + "/job.err"};
+    std::vector<std::string> words{"sbatch",
+                                   "--parsable",
+                                   "--wait",
+                                   "--open-mode=append",
+                                   "--output=" + job.workDir + "/job.out",
+                                   "--error=" + job.workDir + "/job.err"};
     words.insert(words.end(), allocation.begin(), allocation.end());
     appendTaskResources(s, job, words);
     words.insert(words.end(), s.extraArgs.begin(), s.extraArgs.end());
@@ -125,7 +130,8 @@ std::vector<std::string> mpirunArgv(const HostsSpec& hosts, const LauncherJob& j
 
 std::string launcherCommand(const HostsSpec& hosts, const LauncherJob& job, int graceSeconds) {
   const std::string mode = hosts.launcher == "slurm" ? hosts.slurm.submit : "mpirun";
-  const std::vector<std::string> launcher = hosts.launcher == "slurm" ? slurmArgv(hosts.slurm, job) : mpirunArgv(hosts, job);
+  const std::vector<std::string> launcher =
+      hosts.launcher == "slurm" ? slurmArgv(hosts.slurm, job) : mpirunArgv(hosts, job);
   // $1 work dir, $2 srun|sbatch|mpirun, $3 job name, $4 grace seconds, then the launcher's
   // argv: nothing from the caller is parsed as shell code. The channel's stdin is kept as fd
   // 3 for the watcher (a background list gets /dev/null as stdin, POSIX XCU 2.9.3); the
@@ -135,16 +141,16 @@ std::string launcherCommand(const HostsSpec& hosts, const LauncherJob& job, int 
       "if [ \"$mode\" = sbatch ]; then : >>job.out; : >>job.err; fi; "
       "\"$@\" </dev/null 3<&- & p=$!; "
       "if [ \"$mode\" = sbatch ]; then "
-      "tail -c +1 -F --pid=\"$p\" job.out 2>/dev/null 3<&- & t1=$!; "
-      "tail -c +1 -F --pid=\"$p\" job.err 2>/dev/null >&2 3<&- & t2=$!; fi; "
+      "tail -c +1 -F -s 0.5 --pid=\"$p\" job.out 2>/dev/null 3<&- & t1=$!; "
+      "tail -c +1 -F -s 0.5 --pid=\"$p\" job.err 2>/dev/null >&2 3<&- & t2=$!; fi; "
       "{ cat <&3 >/dev/null 2>&1; "
       "if [ \"$mode\" != mpirun ]; then scancel --name=\"$name\" --user=\"$(id -un)\"; fi; "
       "kill -TERM \"$p\"; sleep \"$grace\"; kill -KILL \"$p\"; } </dev/null >/dev/null 2>&1 & w=$!; "
       "exec 3<&-; wait \"$p\"; s=$?; "
       "if [ \"$mode\" = sbatch ]; then wait \"$t1\"; wait \"$t2\"; fi; "
       "kill \"$w\" 2>/dev/null; exit \"$s\"";
-  std::vector<std::string> words{"sh", "-c", script, "pipestudio-launcher", job.workDir, mode, job.jobName,
-                                 std::to_string(graceSeconds)};
+  std::vector<std::string> words{"sh",        "-c", script,      "pipestudio-launcher",
+                                 job.workDir, mode, job.jobName, std::to_string(graceSeconds)};
   words.insert(words.end(), launcher.begin(), launcher.end());
   return joinShellWords(words);
 }
@@ -191,9 +197,9 @@ bool slurmStateIsFinal(const std::string& state) {
 bool slurmReasonIsPermanent(const std::string& reason) {
   // squeue's %r can carry details after the code ("ReqNodeNotAvail, UnavailableNodes:…").
   const std::string code = reason.substr(0, reason.find_first_of(", "));
-  for (const char* r : {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
-                        "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied", "AccountNotAllowed",
-                        "QOSNotAllowed"}) {
+  for (const char* r :
+       {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+        "DependencyNeverSatisfied", "AccountNotAllowed", "QOSNotAllowed"}) {
     if (code == r) return true;
   }
   // Per-job limits of a QoS or an association (QOSMaxCpuPerJobLimit, AssocMaxNodesPerJobLimit,

@@ -51,7 +51,8 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   spec.gpus = req.backend != "cpu";
   spec.executor = remoteExecutor;
   spec.executorArgs = {"--plan", remotePlan, "--backend", req.backend};
-  if (req.iterations > 0) spec.executorArgs.insert(spec.executorArgs.end(), {"--iterations", std::to_string(req.iterations)});
+  if (req.iterations > 0)
+    spec.executorArgs.insert(spec.executorArgs.end(), {"--iterations", std::to_string(req.iterations)});
   if (!req.runId.empty()) spec.executorArgs.insert(spec.executorArgs.end(), {"--run-id", req.runId});
   spec.executorArgs.insert(spec.executorArgs.end(), req.executorArgs.begin(), req.executorArgs.end());
   spec.environment = req.environment;
@@ -75,16 +76,17 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   RemoteProcess& launcher = **p;
 
   LauncherOutput output(slurm ? LauncherOutput::Tags::None : LauncherOutput::Tags::OpenMpi);
-  std::string problem;       // malformed launcher lines (the first one)
-  std::string launchError;   // why the job could not run
+  std::string problem;      // malformed launcher lines (the first one)
+  std::string launchError;  // why the job could not run
   bool lost = false;
-  bool stopping = false;     // stdin closed: the watcher cancels the job
+  bool stopping = false;  // stdin closed: the watcher cancels the job
   std::optional<Clock::time_point> giveUpAt;
   std::optional<Clock::time_point> failedAt;
   Clock::time_point nextPoll = Clock::now();
 
   auto rankOf = [&](int rank) -> Rank* {
-    return rank >= 0 && static_cast<std::size_t>(rank) < ranks.size() ? &ranks[static_cast<std::size_t>(rank)] : nullptr;
+    return rank >= 0 && static_cast<std::size_t>(rank) < ranks.size() ? &ranks[static_cast<std::size_t>(rank)]
+                                                                      : nullptr;
   };
   auto handle = [&](std::vector<LauncherOutput::Item> items) {
     std::lock_guard lock(mutex);
@@ -97,9 +99,9 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
         continue;
       }
       if (r == nullptr || item.kind == Kind::Malformed) {
-        const std::string what = item.kind == Kind::Malformed ? item.bytes : "a line for rank " + std::to_string(item.rank) +
-                                                                                  " of a job with " +
-                                                                                  std::to_string(ranks.size());
+        const std::string what = item.kind == Kind::Malformed ? item.bytes
+                                                              : "a line for rank " + std::to_string(item.rank) +
+                                                                    " of a job with " + std::to_string(ranks.size());
         if (problem.empty()) problem = "malformed output from " + hosts.launcher + ": " + what;
         if (r != nullptr && r->result.streamProblem.empty()) r->result.streamProblem = problem;
         continue;
@@ -133,7 +135,8 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
     if (!s) return;
     std::lock_guard lock(mutex);
     const std::string reason = s->reason == "None" ? std::string() : s->reason;
-    const bool changed = s->jobId != job.jobId || s->state != job.state || reason != job.reason || s->nodes != job.nodes;
+    const bool changed =
+        s->jobId != job.jobId || s->state != job.state || reason != job.reason || s->nodes != job.nodes;
     job.jobId = s->jobId;
     job.state = s->state;
     job.reason = reason;
@@ -148,7 +151,8 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
                       explainPermanentReason(s->reason) + ". Asked for " + std::to_string(spec.ranks) + " task(s)" +
                       (spec.cpusPerRank > 0 ? " of " + std::to_string(spec.cpusPerRank) + " CPU(s)" : std::string()) +
                       (hosts.slurm.partition.empty() ? std::string() : " in partition " + hosts.slurm.partition) +
-                      (hosts.slurm.extraArgs.empty() ? std::string() : " with extra_args " + joinShellWords(hosts.slurm.extraArgs)) +
+                      (hosts.slurm.extraArgs.empty() ? std::string()
+                                                     : " with extra_args " + joinShellWords(hosts.slurm.extraArgs)) +
                       "; the job was cancelled.";
       }
     } else if (s->state == "RUNNING" && !runningSeen) {
@@ -181,7 +185,9 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
     }
     if (launcher.ended()) break;
     if (auto alive = session.keepAlive(keepalive()); !alive) continue;  // the next poll reports it
-    if (slurm && Clock::now() >= nextPoll && !stopping) {
+    // squeue runs on the same connection and would block on a server that stopped answering.
+    const bool answering = session.silenceMs() < keepalive().intervalMs;
+    if (slurm && Clock::now() >= nextPoll && !stopping && answering) {
       pollJob(false);
       nextPoll = Clock::now() + (runningSeen ? std::chrono::milliseconds(kRunningPollInterval)
                                              : std::chrono::milliseconds(req.jobPollMs));
@@ -194,7 +200,8 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
     if (stopNow && !stopping) {
       stopping = true;
       launcher.closeStdin();
-      giveUpAt = Clock::now() + std::chrono::milliseconds(req.cancelGraceMs) + std::chrono::seconds(kLauncherGraceSeconds);
+      giveUpAt =
+          Clock::now() + std::chrono::milliseconds(req.cancelGraceMs) + std::chrono::seconds(kLauncherGraceSeconds);
     }
     if (giveUpAt && Clock::now() > *giveUpAt) break;
     if (out.empty() && err.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -227,9 +234,10 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
       // No exit line from this rank: the scheduler or the launcher ended it (TIMEOUT, node
       // failure, a task that never started), or its relay could not run.
       r.result.exitStatus = launcherStatus;
-      setState(r, RankState::Failed, "ended without reporting an exit status; " + jobText + ", launcher " +
-                                         (launcherStatus == -1 ? std::string("gave no exit status")
-                                                               : "exit status " + std::to_string(launcherStatus)));
+      setState(r, RankState::Failed,
+               "ended without reporting an exit status; " + jobText + ", launcher " +
+                   (launcherStatus == -1 ? std::string("gave no exit status")
+                                         : "exit status " + std::to_string(launcherStatus)));
       if (firstFailedRank < 0) firstFailedRank = r.placement.rank;
       const std::string tail = lastLines(launcherTail, 20);
       if (!tail.empty()) appendTail(r.result.stderrTail, tail + "\n");

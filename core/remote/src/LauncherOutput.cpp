@@ -31,8 +31,8 @@ int matchTag(std::string_view s, int& rank, bool& isStderr) {
   if (need(1)) return kIncomplete;
   if (s[i] != '<') return 0;
   ++i;
-  for (const std::string_view name : {std::string_view("stdout>:"), std::string_view("stderr>:"),
-                                      std::string_view("stddiag>:")}) {
+  for (const std::string_view name :
+       {std::string_view("stdout>:"), std::string_view("stderr>:"), std::string_view("stddiag>:")}) {
     const std::string_view rest = s.substr(i);
     const std::size_t n = std::min(rest.size(), name.size());
     if (rest.substr(0, n) != name.substr(0, n)) continue;

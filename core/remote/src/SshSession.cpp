@@ -1,6 +1,7 @@
 #include "pipestudio/remote/SshSession.hpp"
 
 #include <fcntl.h>
+#include <libssh/server.h>  // ssh_send_keepalive (a client may send it too)
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pwd.h>
@@ -15,8 +16,6 @@
 #include <fstream>
 #include <thread>
 #include <vector>
-
-#include <libssh/server.h>  // ssh_send_keepalive (a client may send it too)
 
 #include "SessionImpl.hpp"
 #include "pipestudio/remote/Sha256.hpp"
@@ -312,6 +311,14 @@ Expected<std::unique_ptr<RemoteProcess>> SshSession::start(const std::string& co
   return std::unique_ptr<RemoteProcess>(new RemoteProcess(ch, im.hostPort, &im.lostReason));
 }
 
+std::int64_t SshSession::silenceMs() const {
+  const socket_t fd = ssh_get_fd(m_impl->session);
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (fd == SSH_INVALID_SOCKET || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return static_cast<std::int64_t>(info.tcpi_last_data_recv);
+}
+
 Status SshSession::keepAlive(const KeepaliveSettings& settings) {
   Impl& im = *m_impl;
   if (!im.lostReason.empty()) return Error{im.lostReason};
@@ -328,15 +335,12 @@ Status SshSession::keepAlive(const KeepaliveSettings& settings) {
     ssh_send_keepalive(im.session);
     ssh_set_blocking(im.session, 1);
   }
-  tcp_info info{};
-  socklen_t len = sizeof(info);
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return Status{};  // not TCP: nothing to measure
+  const std::int64_t silent = silenceMs();  // 0 where the socket is not TCP: nothing to measure
   const std::int64_t limitMs = std::int64_t{settings.intervalMs} * settings.countMax;
-  if (static_cast<std::int64_t>(info.tcpi_last_data_recv) > limitMs) {
-    im.lostReason = im.hostPort + ": connection lost: no answer to keepalive for " +
-                    std::to_string(info.tcpi_last_data_recv / 1000) + " s (server_alive_interval_s " +
-                    std::to_string(settings.intervalMs / 1000) + " x server_alive_count_max " +
-                    std::to_string(settings.countMax) + ")";
+  if (silent > limitMs) {
+    im.lostReason = im.hostPort + ": connection lost: no answer to keepalive for " + std::to_string(silent / 1000) +
+                    " s (server_alive_interval_s " + std::to_string(settings.intervalMs / 1000) +
+                    " x server_alive_count_max " + std::to_string(settings.countMax) + ")";
     // Every later libssh call on this connection now fails at once instead of waiting for
     // a server that does not answer.
     ::shutdown(fd, SHUT_RDWR);

@@ -39,13 +39,13 @@ namespace pipestudio::remote {
 enum class RankState {
   Connecting,
   Connected,
-  Queued,     ///< waiting for the scheduler (Slurm job PENDING)
+  Queued,  ///< waiting for the scheduler (Slurm job PENDING)
   Uploading,
   Starting,
   Running,
-  Finished,   ///< exit status 0
-  Failed,     ///< non-zero exit status or an error frame
-  Lost,       ///< the SSH connection dropped while it ran
+  Finished,  ///< exit status 0
+  Failed,    ///< non-zero exit status or an error frame
+  Lost,      ///< the SSH connection dropped while it ran
   Cancelled,
 };
 std::string_view rankStateName(RankState state);
@@ -136,10 +136,10 @@ struct DeployResult {
   DeployOutcome outcome = DeployOutcome::Failed;
   std::string message;           ///< one paragraph: what happened, on which host/rank
   bool cancelled = false;
-  bool connectionLost = false;   ///< a session died or stopped answering: deploy again to reconnect
+  bool connectionLost = false;  ///< a session died or stopped answering: deploy again to reconnect
   std::vector<RankResult> ranks;
-  JobProgress job;               ///< launcher slurm: the job's last known state
-  std::string launcherLogTail;   ///< launcher slurm|mpirun: the last 64 KiB the launcher printed
+  JobProgress job;              ///< launcher slurm: the job's last known state
+  std::string launcherLogTail;  ///< launcher slurm|mpirun: the last 64 KiB the launcher printed
 };
 
 class Deployment {

@@ -56,15 +56,15 @@ std::string watchdogCommand(const std::string& workDir, const std::vector<std::s
 /// (executor/Launcher.hpp), which writes the rank's stream and log as launcher lines
 /// (trace/TaskLines.hpp) on the stdout the launcher merges and sends back over the session.
 struct LauncherJob {
-  std::string workDir;     ///< the job's directory (on a file system the nodes share)
-  std::string jobName;     ///< Slurm job name: how the job is found (squeue) and cancelled (scancel)
-  int ranks = 1;           ///< tasks (processes)
-  int cpusPerRank = 0;     ///< --cpus-per-task (cpu backend: a thread per device); 0: not given
-  bool gpus = false;       ///< cuda backends: ask for the GPUs (slurm gpus_per_task / gres)
-  std::string executor;    ///< pipestudio-exec on the remote side
+  std::string workDir;                    ///< the job's directory (on a file system the nodes share)
+  std::string jobName;                    ///< Slurm job name: how the job is found (squeue) and cancelled (scancel)
+  int ranks = 1;                          ///< tasks (processes)
+  int cpusPerRank = 0;                    ///< --cpus-per-task (cpu backend: a thread per device); 0: not given
+  bool gpus = false;                      ///< cuda backends: ask for the GPUs (slurm gpus_per_task / gres)
+  std::string executor;                   ///< pipestudio-exec on the remote side
   std::vector<std::string> executorArgs;  ///< --plan … --backend … (no --rank/--world)
   std::vector<std::string> environment;   ///< KEY=VALUE for every rank
-  std::string ncclRendezvous;  ///< file in workDir when ranks > 0 need rank 0's NCCL id
+  std::string ncclRendezvous;             ///< file in workDir when ranks > 0 need rank 0's NCCL id
   int ncclTimeoutS = 300;
 };
 

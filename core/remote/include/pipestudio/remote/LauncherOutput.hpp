@@ -59,8 +59,8 @@ class LauncherOutput {
   void feedTagged(std::string_view bytes, bool fromStderr);
 
   Tags m_tags;
-  std::map<Source, std::string> m_lines;  ///< partial lines per source
-  std::string m_held[2];                  ///< per channel: a tag that may be cut in two
+  std::map<Source, std::string> m_lines;            ///< partial lines per source
+  std::string m_held[2];                            ///< per channel: a tag that may be cut in two
   Source m_current[2] = {{-1, false}, {-1, true}};  ///< per channel: whose text is flowing
   std::vector<Item> m_items;
 };

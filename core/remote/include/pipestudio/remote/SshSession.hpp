@@ -3,6 +3,7 @@
 /// checking, agent or identity-file authentication, commands, SFTP upload with checksum
 /// skip (DESIGN.md §5). Qt-free; every message names host:port.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -123,6 +124,9 @@ class SshSession {
   /// not at TCP's timeout of many minutes. After an error the connection is shut down: every
   /// later call on this session and on its processes fails at once, naming the reason.
   Status keepAlive(const KeepaliveSettings& settings);
+  /// Milliseconds since anything arrived from the server (0 when unknown): callers skip
+  /// blocking requests while the server is not answering, so keepAlive() keeps its pace.
+  std::int64_t silenceMs() const;
 
   struct Impl;
   Impl& impl() { return *m_impl; }

@@ -39,7 +39,7 @@ struct TaskLine {
 enum class TaskLineParse {
   NotATaskLine,  ///< launcher text (srun's own messages, a shell error): no prefix
   Ok,
-  Malformed,     ///< has the prefix but not the form above (`why` says what is wrong)
+  Malformed,  ///< has the prefix but not the form above (`why` says what is wrong)
 };
 
 /// Parses one line without its newline; a trailing '\r' (a launcher that gives its tasks a
