@@ -33,6 +33,20 @@ std::string explainPermanentReason(const std::string& reason) {
   return "the job exceeds a per-job limit of its QoS or account";
 }
 
+// Final states in which Slurm, not a rank, ended the job.
+std::string explainEndState(const std::string& state, const std::string& timeLimit) {
+  if (state == "TIMEOUT") {
+    return "the job reached its time limit" + (timeLimit.empty() ? std::string() : " (time " + timeLimit + ")") +
+           " and Slurm stopped its ranks";
+  }
+  if (state == "NODE_FAIL") return "a node of the job failed";
+  if (state == "OUT_OF_MEMORY") return "a node ran out of memory";
+  if (state == "PREEMPTED") return "the job was preempted by another job";
+  if (state == "BOOT_FAIL") return "a node failed to boot";
+  if (state == "DEADLINE") return "the job missed its deadline";
+  return {};
+}
+
 }  // namespace
 
 std::string Deployment::State::runLauncher(const std::string& remoteDir, const std::string& remoteExecutor,
@@ -241,6 +255,15 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
       if (firstFailedRank < 0) firstFailedRank = r.placement.rank;
       const std::string tail = lastLines(launcherTail, 20);
       if (!tail.empty()) appendTail(r.result.stderrTail, tail + "\n");
+    }
+  }
+  // Slurm ended the job for a reason of its own: that, not the ranks it stopped, is the story.
+  if (launchError.empty() && !cancelled()) {
+    if (const std::string why = explainEndState(job.state, hosts.slurm.time); slurm && !why.empty()) {
+      launchError = job.text() + ": " + why;
+      const std::string tail = lastLines(launcherTail, 10);
+      if (!tail.empty()) launchError += "\nslurm:\n" + tail;
+      return launchError;
     }
   }
   if (launchError.empty() && !problem.empty() && stopReason.empty()) stopReason = problem;
