@@ -369,7 +369,6 @@ Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher) {
     if (!world) return world.error();
     p.rank = *rank;
     p.world = *world;
-    if (auto local = envInt("SLURM_LOCALID", 0, by)) p.localRank = *local;
   } else {
     const bool ompi = envValue("OMPI_COMM_WORLD_RANK") != nullptr;
     const std::string by = "to be started by mpirun";
@@ -379,7 +378,6 @@ Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher) {
     if (!world) return world.error();
     p.rank = *rank;
     p.world = *world;
-    if (auto local = envInt(ompi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "MPI_LOCALRANKID", 0, by)) p.localRank = *local;
   }
   if (p.rank >= p.world) {
     return Error{"rank " + std::to_string(p.rank) + " is not below the world size " + std::to_string(p.world)};

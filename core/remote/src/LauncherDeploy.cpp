@@ -115,7 +115,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
       if (r == nullptr || item.kind == Kind::Malformed) {
         const std::string what = item.kind == Kind::Malformed ? item.bytes
                                                               : "a line for rank " + std::to_string(item.rank) +
-                                                                    " of a job with " + std::to_string(ranks.size());
+                                                                    " of a job with " + std::to_string(ranks.size()) + " rank(s)";
         if (problem.empty()) problem = "malformed output from " + hosts.launcher + ": " + what;
         if (r != nullptr && r->result.streamProblem.empty()) r->result.streamProblem = problem;
         continue;

@@ -69,14 +69,14 @@ struct TaskOptions {
 };
 Expected<TaskOptions> parseTaskArgs(const std::vector<std::string>& args);
 
-/// Where this process sits in the launcher's job.
+/// Where this process sits in the launcher's job. (The GPU of a rank comes from the launcher's
+/// local rank, SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK, which the executor reads itself.)
 struct TaskPlace {
   int rank = 0;
   int world = 1;
-  int localRank = 0;
 };
-/// slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; mpirun: OMPI_COMM_WORLD_RANK/SIZE/
-/// LOCAL_RANK, else PMI_RANK/PMI_SIZE (MPICH's hydra). The error names the missing variable.
+/// slurm: SLURM_PROCID, SLURM_NTASKS; mpirun: OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE
+/// (MPICH's hydra). The error names the missing variable.
 Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher);
 
 /// Runs one rank as described above, spawning `executable` with the executor options plus
