@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -31,9 +32,10 @@ struct TaskRun {
   std::string otherOutput;
 };
 
-// Runs the real binary with `env` added to the environment; `whileRunning` gets its pid.
+// Runs the real binary with `env` added to the environment; `whileRunning` gets its pid and a
+// flag that turns true once stream lines come out.
 TaskRun runTask(const std::vector<std::string>& env, const std::vector<std::string>& args,
-                const std::function<void(pid_t)>& whileRunning = {}) {
+                const std::function<void(pid_t, const std::atomic<bool>&)>& whileRunning = {}) {
   std::vector<std::string> argv{PIPESTUDIO_EXEC_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargv;
@@ -58,11 +60,16 @@ TaskRun runTask(const std::vector<std::string>& env, const std::vector<std::stri
   EXPECT_EQ(::posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data()), 0);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
+  std::atomic<bool> streaming{false};
   std::thread side;
-  if (whileRunning) side = std::thread([&] { whileRunning(pid); });
+  if (whileRunning) side = std::thread([&] { whileRunning(pid, streaming); });
   std::string text;
   char buf[65536];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) {
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.find(" s ") != std::string::npos) streaming = true;
+  }
+  streaming = true;
   ::close(out[0]);
   if (side.joinable()) side.join();
   int status = 0;
@@ -180,8 +187,8 @@ TEST_F(TaskRelay, SignalsArePassedOnAndTheStatusSaysSo) {
   const TaskRun r = runTask(
       {"SLURM_PROCID=0", "SLURM_NTASKS=1"},
       {"--task", "slurm", "--", "--plan", m_plan, "--backend", "cpu", "--iterations", "100000", "--max-op-ms", "2"},
-      [](pid_t pid) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      [](pid_t pid, const std::atomic<bool>& streaming) {
+        for (int i = 0; i < 600 && !streaming; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
         ::kill(pid, SIGTERM);
       });
   EXPECT_EQ(r.status, 128 + SIGTERM);

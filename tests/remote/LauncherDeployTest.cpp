@@ -302,6 +302,8 @@ TEST_F(SlurmDeployTest, PendingJobShowsSlurmsReasonUntilTheNodeIsFree) {
   }
   ASSERT_NE(s_slurm->queued("blocker").find("RUNNING"), std::string::npos) << s_slurm->queued("blocker");
   DeployRequest req = request("s5");
+  req.iterations = 30;  // runs longer than squeue's polling interval: RUNNING is seen too
+  req.executorArgs = {"--max-op-ms", "10", "--timeout-s", "60"};
   HistoryTestSink sink(m_store.get(), kPlan);
   Reports reports;
   Deployment d(req, reports.callbacks(), sink);
@@ -380,9 +382,10 @@ TEST_F(SlurmDeployTest, CliDeploysABatchJobAndShowsItsState) {
   std::string out;
   const int status =
       test::runLocal("'" + kCli + "' deploy '" + kPlan + "' --hosts '" + hosts + "' --backend cpu --history '" + db +
-                         "' --iterations 2 --executor '" + kExecutor + "' --exec-arg=--max-op-ms --exec-arg=1 2>&1",
+                         "' --iterations 60 --executor '" + kExecutor + "' --exec-arg=--max-op-ms --exec-arg=10 2>&1",
                      &out);
   ASSERT_EQ(status, 0) << out;
+  // The job runs for seconds, longer than squeue's polling interval: RUNNING is seen.
   EXPECT_NE(out.find(": RUNNING on "), std::string::npos) << out;
   EXPECT_NE(out.find(": COMPLETED"), std::string::npos) << out;
   EXPECT_NE(out.find("complete"), std::string::npos) << out;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,47 +88,59 @@ Slurm::Slurm(int cpus) {
     return;
   }
 
-  const int ctldPort = freeTcpPort();
-  int slurmdPort = freeTcpPort();
-  while (slurmdPort == ctldPort) slurmdPort = freeTcpPort();
+  // Ports are free when picked but may be taken by the time a daemon binds: a few tries.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    m_error.clear();
+    const int ctldPort = freeTcpPort();
+    int slurmdPort = freeTcpPort();
+    while (slurmdPort == ctldPort) slurmdPort = freeTcpPort();
+    writeConf(cpus, ctldPort, slurmdPort, socket);
+    const std::size_t munge = m_daemons.size();
+    if (spawn({"/usr/sbin/slurmctld", "-D", "-i", "-f", conf()}, m_dir + "/log/slurmctld.out") <= 0 ||
+        !waitFor(20000, [&] { return client("scontrol ping 2>/dev/null | grep -q UP") == 0; })) {
+      m_error = "slurmctld did not start:\n" + logs();
+    } else if (spawn({"/usr/sbin/slurmd", "-D", "-N", m_node, "-f", conf()}, m_dir + "/log/slurmd.out") <= 0 ||
+               !waitFor(20000, [&] {
+                 std::string state;
+                 return client("sinfo -h -n " + m_node + " -o %T", &state) == 0 && state.rfind("idle", 0) == 0;
+               })) {
+      m_error = "slurmd did not register as idle:\n" + logs();
+    }
+    if (m_error.empty()) return;
+    // Stop this try's daemons, keep munged.
+    for (std::size_t i = m_daemons.size(); i > munge; --i) {
+      ::kill(m_daemons[i - 1], SIGKILL);
+      ::waitpid(m_daemons[i - 1], nullptr, 0);
+    }
+    m_daemons.resize(munge);
+  }
+  const std::string why = m_error;
+  stop();
+  m_error = why;
+}
+
+void Slurm::writeConf(int cpus, int ctldPort, int slurmdPort, const std::string& mungeSocket) const {
   const std::string user = userName();
-  {
-    std::ofstream c(conf());
-    c << "ClusterName=pipestudiotest\n"
-      << "SlurmctldHost=localhost(127.0.0.1)\n"
-      << "SlurmctldPort=" << ctldPort << "\nSlurmdPort=" << slurmdPort << '\n'
-      << "SlurmUser=" << user << "\nSlurmdUser=" << user << '\n'
-      << "AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=" << socket << '\n'
-      << "StateSaveLocation=" << m_dir << "/state\n"
-      << "SlurmdSpoolDir=" << m_dir << "/spool\n"
-      << "SlurmctldPidFile=" << m_dir << "/slurmctld.pid\nSlurmdPidFile=" << m_dir << "/slurmd.pid\n"
-      << "SlurmctldLogFile=" << m_dir << "/log/slurmctld.log\nSlurmdLogFile=" << m_dir << "/log/slurmd.log\n"
-      << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-      << "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
-      << "JobCompType=jobcomp/none\nMpiDefault=none\nMailProg=/bin/true\n"
-      << "SchedulerType=sched/backfill\nSelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
-      // The node declares `cpus` CPUs whatever this machine has.
-      << "SlurmdParameters=config_overrides\nReturnToService=2\n"
-      << "SlurmctldTimeout=30\nSlurmdTimeout=30\nInactiveLimit=0\nKillWait=2\nMinJobAge=300\n"
-      << "NodeName=" << m_node << " NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=" << cpus
-      << " RealMemory=1000 State=UNKNOWN\n"
-      << "PartitionName=debug Nodes=" << m_node << " Default=YES MaxTime=INFINITE State=UP\n";
-  }
-  if (spawn({"/usr/sbin/slurmctld", "-D", "-i", "-f", conf()}, m_dir + "/log/slurmctld.out") <= 0 ||
-      !waitFor(20000, [&] { return client("scontrol ping 2>/dev/null | grep -q UP") == 0; })) {
-    m_error = "slurmctld did not start:\n" + logs();
-    stop();
-    return;
-  }
-  if (spawn({"/usr/sbin/slurmd", "-D", "-N", m_node, "-f", conf()}, m_dir + "/log/slurmd.out") <= 0 ||
-      !waitFor(20000, [&] {
-        std::string state;
-        return client("sinfo -h -n " + m_node + " -o %T", &state) == 0 && state.rfind("idle", 0) == 0;
-      })) {
-    m_error = "slurmd did not register as idle:\n" + logs();
-    stop();
-    return;
-  }
+  std::ofstream c(conf(), std::ios::trunc);
+  c << "ClusterName=pipestudiotest\n"
+    << "SlurmctldHost=localhost(127.0.0.1)\n"
+    << "SlurmctldPort=" << ctldPort << "\nSlurmdPort=" << slurmdPort << '\n'
+    << "SlurmUser=" << user << "\nSlurmdUser=" << user << '\n'
+    << "AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=" << mungeSocket << '\n'
+    << "StateSaveLocation=" << m_dir << "/state\n"
+    << "SlurmdSpoolDir=" << m_dir << "/spool\n"
+    << "SlurmctldPidFile=" << m_dir << "/slurmctld.pid\nSlurmdPidFile=" << m_dir << "/slurmd.pid\n"
+    << "SlurmctldLogFile=" << m_dir << "/log/slurmctld.log\nSlurmdLogFile=" << m_dir << "/log/slurmd.log\n"
+    << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+    << "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+    << "JobCompType=jobcomp/none\nMpiDefault=none\nMailProg=/bin/true\n"
+    << "SchedulerType=sched/backfill\nSelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
+    // The node declares `cpus` CPUs whatever this machine has.
+    << "SlurmdParameters=config_overrides\nReturnToService=2\n"
+    << "SlurmctldTimeout=30\nSlurmdTimeout=30\nInactiveLimit=0\nKillWait=2\nMinJobAge=300\n"
+    << "NodeName=" << m_node << " NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=" << cpus
+    << " RealMemory=1000 State=UNKNOWN\n"
+    << "PartitionName=debug Nodes=" << m_node << " Default=YES MaxTime=INFINITE State=UP\n";
 }
 
 Slurm::~Slurm() {
@@ -147,9 +160,12 @@ pid_t Slurm::spawn(const std::vector<std::string>& argv, const std::string& log)
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ::setsid();  // not in the test's process group: a ctest timeout must not leave them half-killed
+    // A test killed by a timeout (no destructor runs) must not leave daemons behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, STDOUT_FILENO);

@@ -37,6 +37,7 @@ class Slurm {
 
  private:
   pid_t spawn(const std::vector<std::string>& argv, const std::string& log);
+  void writeConf(int cpus, int ctldPort, int slurmdPort, const std::string& mungeSocket) const;
   void stop();
   std::string logs() const;
 
