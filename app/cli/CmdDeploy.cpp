@@ -1,5 +1,6 @@
-// pipestudio-cli deploy (DESIGN.md §9, issue 8): run a plan on the hosts of a hosts file over
-// SSH and record the run in the history while the ranks stream their traces back.
+// pipestudio-cli deploy (DESIGN.md §9, issues 8 and 17): run a plan on the hosts of a hosts file
+// over SSH (directly, or through Slurm or mpirun from the first host) and record the run in the
+// history while the ranks stream their traces back; a Slurm job's state is printed as it changes.
 #include <termios.h>
 #include <unistd.h>
 
@@ -101,9 +102,15 @@ class HistorySink final : public remote::TraceSink {
     }
   }
 
+  void onLauncherLog(std::string_view text) override {
+    // srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
+    std::cerr << '[' << m_launcher << "] " << text << std::flush;
+  }
+
   bool started() const { return m_run != 0; }
   history::RunId runId() const { return m_run; }
   void setEchoLogs(bool echo) { m_echoLogs = echo; }
+  void setLauncher(std::string launcher) { m_launcher = std::move(launcher); }
 
   /// Final status: the deploy outcome, made stricter by what the streams say.
   Status finish(const remote::DeployResult& result) {
@@ -131,6 +138,7 @@ class HistorySink final : public remote::TraceSink {
   std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
   std::map<int, std::string> m_logLines;
   bool m_echoLogs = true;
+  std::string m_launcher = "launcher";
 };
 
 std::atomic<remote::Deployment*> g_active{nullptr};
@@ -200,6 +208,7 @@ int deploy(const DeployArgs& a) {
   info.host = hosts->hosts.front().host;
   info.backend = a.backend;
   HistorySink sink(*store, info);
+  sink.setLauncher(hosts->launcher);
 
   remote::DeployCallbacks callbacks;
   const bool accept = a.acceptNewHostKeys;
@@ -221,10 +230,18 @@ int deploy(const DeployArgs& a) {
               (p.iterations > 0 ? "/" + std::to_string(p.iterations) : std::string()) + ", " +
               std::to_string(p.events) + " events";
     }
+    if (p.state != remote::RankState::Running && !p.message.empty() && p.message != remote::rankStateName(p.state)) {
+      line += " (" + p.message + ")";
+    }
     if (lastState[p.rank] == line) return;
     lastState[p.rank] = line;
-    std::cerr << "rank " << p.rank << " " << p.hostPort << ": " << line
-              << (p.message.empty() || p.state == remote::RankState::Running ? "" : " (" + p.message + ")") << '\n';
+    // Under Slurm the node is known once the rank runs.
+    std::cerr << "rank " << p.rank << (p.hostPort.empty() ? "" : " " + p.hostPort) << ": " << line << '\n';
+  };
+  callbacks.job = [&](const remote::JobProgress& j) {
+    // The scheduler's view of the job: "slurm job 12: PENDING (Resources)", then RUNNING.
+    std::lock_guard lock(progressMutex);
+    std::cerr << j.text() << '\n';
   };
 
   remote::Deployment deployment(request, callbacks, sink);
@@ -254,6 +271,9 @@ int deploy(const DeployArgs& a) {
   }
   if (status != "complete") {
     std::cerr << "deploy: run " << sink.runId() << " " << status << ": " << result->message << '\n';
+    if (result->connectionLost) {
+      std::cerr << "deploy: to reconnect, run the same command again once the host answers\n";
+    }
     return kExitFailure;
   }
   return kExitOk;

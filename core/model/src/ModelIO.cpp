@@ -1,5 +1,6 @@
 #include "pipestudio/model/ModelIO.hpp"
 
+#include "HostsIO.hpp"
 #include "pipestudio/common/Text.hpp"
 
 #include <algorithm>
@@ -479,7 +480,8 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   // The schema first: a file of another kind is named as such, not listed as unknown fields.
   if (!r.checkSchema(at, kHostsSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description"});
+  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description", "slurm", "mpirun", "server_alive_interval_s",
+                       "server_alive_count_max"});
   HostsSpec h;
   if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
     if (*launcher != "ssh" && *launcher != "slurm" && *launcher != "mpirun") {
@@ -488,6 +490,7 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
       h.launcher = *launcher;
     }
   }
+  readLauncherSections(r, at, h);
   auto hosts = r.array(at, "hosts", Presence::Required);
   if (!hosts) return std::nullopt;
   if (hosts->value->empty()) r.error(*hosts, "no hosts (expected at least one)");
@@ -615,7 +618,9 @@ Json hostsToJson(const HostsSpec& h) {
     if (!e.knownHostsFile.empty()) j["known_hosts_file"] = e.knownHostsFile;
     hosts.push_back(std::move(j));
   }
-  return Json{{"schema", kHostsSchema}, {"launcher", h.launcher}, {"hosts", std::move(hosts)}};
+  Json j{{"schema", kHostsSchema}, {"launcher", h.launcher}, {"hosts", std::move(hosts)}};
+  writeLauncherSections(h, j);
+  return j;
 }
 
 Expected<std::string> documentKind(const JsonDocument& doc) {
