@@ -79,4 +79,30 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
 /// for the pipeline `pipeline`.
 std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline);
 
+/// The ZB-V construction of the Zero Bubble authors (VConstruction.cpp), for one V per device
+/// (wavePlacement(p, 2)). Live activation bytes never exceed budgetBytes[d] on device d.
+struct VConstructionOptions {
+  std::vector<std::int64_t> budgetBytes;  ///< per device
+  bool withTransfers = true;              ///< false: build as if every transfer were free
+  int maxRefinements = 16;                ///< re-runs with approved bubbles per fill policy
+  /// No re-run once the worst device bubble is at most this share of the makespan (0: the
+  /// reference's rule, re-run while it improves).
+  double refineAboveShare = 0;
+  int onlyPolicy = -1;                    ///< 0..3: build only this fill policy (VConstruction::policy)
+};
+struct VConstruction {
+  std::vector<std::vector<OrderedOp>> order;
+  double maxBubbleMs = 0;  ///< worst device bubble on the construction's own timeline
+  double makespanMs = 0;   ///< makespan on that timeline (transfers as delays, no link contention)
+  bool fillForward = false;
+  bool fillBackward = false;
+  int policy = 0;  ///< 0..3 in the reference's order (fill before B1 on/off × before forwards on/off)
+};
+/// Whether the placement is one V per device (stage d and 2p−1−d on device d, one pipeline).
+bool isSingleV(const ScheduleInput& input);
+/// The orders of the four fill policies that finish within the budgets, in the reference's
+/// order (fill before B1 on/off × fill before forwards on/off); empty when none does or
+/// the placement is not a single V.
+std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options);
+
 }  // namespace pipestudio::schedules
