@@ -1,22 +1,23 @@
 // zb-auto (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §3 "automatic scheduling").
 //
-// The paper's heuristic: warm up with as many F passes as the memory limit allows (optionally
-// one more F even if it delays the first B), then alternate F and B, fill a bubble with a
-// pending W when the bubble is at least as long as a W, run a W whenever the memory limit
-// blocks the next F, and finish with the remaining W passes. We run that heuristic as one
-// member of a portfolio of list-scheduling policies (warm-up caps relative to 1F1B,
-// W-postponement thresholds, eager W, F-vs-B priority, waiting for an imminent B), keep the
-// best, then improve the order by moves on its critical path, each judged by re-timing the
-// whole order. Small instances can be solved exactly (Ilp.cpp).
+// First answer: the authors' own greedy heuristic, ported (PublishedGreedy.cpp: zb.py's
+// manual_order for one stage per device, zbv.py's ZB-V construction for one V per device),
+// every variant of it timed and the best kept. Then, within a work budget (op steps, never
+// wall-clock time, so the same request always gives the same plan): a portfolio of
+// list-scheduling policies (warm-up caps relative to 1F1B, W-postponement thresholds, eager W,
+// F-vs-B priority, waiting for an imminent B), and moves on the critical path of the best
+// order, each judged by re-timing the whole order. Small instances can be solved exactly
+// (Ilp.cpp).
 #include "pipestudio/planner/AutoSchedule.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "autosched/Instance.hpp"
+#include "autosched/PublishedGreedy.hpp"
 
 namespace pipestudio {
 namespace autosched {
@@ -261,10 +262,10 @@ ListResult runPolicy(const Instance& inst, const Policy& pol) {
 
 std::vector<Policy> portfolio() {
   std::vector<Policy> out;
-  // The published heuristic first (Qi et al. 2023 §3): memory-bound warm-up, F before B while
-  // memory allows, W into bubbles of at least one W, with and without the extra warm-up F.
-  out.push_back({"qi2023-greedy", 0, 1, false, true, false});
-  out.push_back({"qi2023-greedy-noextraF", 0, 1, false, true, true});
+  // Memory-bound warm-up, F before B while memory allows, W into bubbles of at least one W,
+  // with and without waiting for an imminent B (the shape of the paper's §3 heuristic).
+  out.push_back({"mem-warmup", 0, 1, false, true, false});
+  out.push_back({"mem-warmup,wait-B", 0, 1, false, true, true});
   for (double capScale : {0.0, 1.0, 1.5, 2.0, 3.0}) {
     for (bool preferF : {false, true}) {
       for (bool waitForB : {false, true}) {
@@ -331,19 +332,26 @@ double lowerBound(const Instance& inst, double& busiest) {
 // Critical-path moves: walk back from the last op along what bound each start; where an op
 // waited for the op before it on its device, try running it before that op (or running a
 // blocking W a few ops later). First improvement is kept; the walk restarts.
+// Critical-path moves: walk back from the last op along what bound each start; where an op
+// waited for the op before it on its device, try running it before that op (or running a
+// blocking W a few ops later). First improvement is kept; the walk restarts. Each timing of
+// the whole order costs opCount() steps of `work`.
 void localSearch(const Instance& inst, Orders& orders, double& makespan, const AutoScheduleOptions& options,
-                 AutoScheduleReport& report) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(options.searchTimeLimitS);
+                 AutoScheduleReport& report, const std::function<bool()>& stop) {
+  const std::int64_t cost = inst.opCount();
   std::vector<int> posOf(static_cast<std::size_t>(inst.opCount()), 0);
   auto indexPositions = [&] {
     for (const auto& order : orders) {
       for (std::size_t i = 0; i < order.size(); ++i) posOf[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
     }
   };
+  auto affordable = [&] {
+    return report.searchEvaluations < options.maxSearchEvaluations && report.workSteps + cost <= options.workBudgetSteps;
+  };
   indexPositions();
-  while (report.searchEvaluations < options.maxSearchEvaluations && Clock::now() < deadline) {
+  while (affordable() && !stop()) {
     const Timing timing = timeOrders(inst, orders, true);
+    report.workSteps += cost;
     if (!timing.ok) return;
     int cur = 0;
     for (int op = 0; op < inst.opCount(); ++op) {
@@ -372,10 +380,11 @@ void localSearch(const Instance& inst, Orders& orders, double& makespan, const A
     }
     bool improved = false;
     for (const Move& mv : moves) {
-      if (report.searchEvaluations >= options.maxSearchEvaluations || Clock::now() >= deadline) break;
+      if (!affordable() || stop()) break;
       auto& order = orders[static_cast<std::size_t>(mv.device)];
       std::rotate(order.begin() + mv.from, order.begin() + mv.from + 1, order.begin() + mv.to + 1);
       ++report.searchEvaluations;
+      report.workSteps += cost;
       const Timing t = timeOrders(inst, orders, false);
       if (t.ok && t.memoryOk && t.makespanMs < makespan - 1e-9) {
         makespan = t.makespanMs;
@@ -450,10 +459,16 @@ std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
                 "bound, %.2f%% to the busiest work\n",
                 r.makespanMs, r.lowerBoundMs, r.busiestDeviceWorkMs, 100 * r.gapToLowerBound, 100 * r.gapToBusiestWork);
   out += line;
+  std::string published = "no published heuristic for this placement";
+  if (!r.publishedHeuristic.empty()) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "the authors' %s heuristic %.3f ms", r.publishedHeuristic.c_str(), r.paperGreedyMakespanMs);
+    published = buf;
+  }
   std::snprintf(line, sizeof line,
-                "zb-auto: best of %d policies %.3f ms (%s); published greedy %.3f ms; local search %d/%d moves kept\n",
-                r.policiesTried, r.bestPolicyMakespanMs, r.bestPolicy.c_str(), r.paperGreedyMakespanMs,
-                r.searchImprovements, r.searchEvaluations);
+                "zb-auto: best of %d policies %.3f ms (%s); %s; local search %d/%d moves kept; %lld work steps%s\n",
+                r.policiesTried, r.bestPolicyMakespanMs, r.bestPolicy.c_str(), published.c_str(), r.searchImprovements,
+                r.searchEvaluations, static_cast<long long>(r.workSteps), r.stoppedEarly ? " (stopped early)" : "");
   out += line;
   if (r.exactStatus != ExactStatus::NotRun) {
     std::snprintf(line, sizeof line, "zb-auto exact (ILP, CBC): %s; incumbent %.3f ms, bound %.3f ms, gap %.2f%%, %.1f s%s%s\n",
@@ -472,7 +487,10 @@ Json autoScheduleReportJson(const AutoScheduleReport& r) {
          {"gap_to_busiest_work", r.gapToBusiestWork},
          {"best_policy", r.bestPolicy},
          {"best_policy_makespan_ms", r.bestPolicyMakespanMs},
-         {"published_greedy_makespan_ms", r.paperGreedyMakespanMs},
+         {"published_heuristic", r.publishedHeuristic},
+         {"published_heuristic_makespan_ms", r.paperGreedyMakespanMs},
+         {"work_steps", r.workSteps},
+         {"stopped_early", r.stoppedEarly},
          {"policies_tried", r.policiesTried},
          {"search_evaluations", r.searchEvaluations},
          {"search_improvements", r.searchImprovements},
@@ -546,38 +564,82 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
 
   Orders best;
   double bestMakespan = std::numeric_limits<double>::infinity();
-  report.paperGreedyMakespanMs = std::numeric_limits<double>::infinity();
-  const auto policies = portfolio();
-  const auto portfolioDeadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.portfolioTimeLimitS);
-  for (std::size_t i = 0; i < policies.size(); ++i) {
-    if (input.control != nullptr && input.control->cancelled()) return Error{"cancelled"};
-    const ListResult r = runPolicy(inst, policies[i]);
-    ++report.policiesTried;
-    if (!r.ok) continue;
-    const Timing t = timeOrders(inst, r.orders);
-    if (!t.ok || !t.memoryOk) continue;
-    if (i < 2) report.paperGreedyMakespanMs = std::min(report.paperGreedyMakespanMs, t.makespanMs);
+  const std::int64_t opSteps = inst.opCount();
+  const bool canCancel = input.control != nullptr && input.control->cancel != nullptr;
+  auto cancelled = [&] { return canCancel && input.control->cancelled(); };
+  // Cancel before a first answer, or without keepBestOnCancel, is an error; after one it
+  // stops the search with the best order so far.
+  auto stop = [&] {
+    if (!cancelled()) return false;
+    report.stoppedEarly = true;
+    return true;
+  };
+  auto progress = [&] {
+    if (input.control != nullptr && input.control->progress) {
+      const double used = static_cast<double>(report.workSteps) / static_cast<double>(std::max<std::int64_t>(1, options.workBudgetSteps));
+      input.control->progress(std::min(0.99, used));
+    }
+  };
+  // Times an order and keeps it when it beats the best so far.
+  auto offer = [&](const Orders& orders, const std::string& name) {
+    const Timing t = timeOrders(inst, orders);
+    report.workSteps += opSteps;
+    if (!t.ok || !t.memoryOk) return std::numeric_limits<double>::infinity();
     if (t.makespanMs < bestMakespan - 1e-9) {
       bestMakespan = t.makespanMs;
-      best = r.orders;
-      report.bestPolicy = policies[i].name;
+      best = orders;
+      report.bestPolicy = name;
     }
-    if (input.control != nullptr && input.control->progress) {
-      input.control->progress(0.5 * static_cast<double>(i + 1) / static_cast<double>(policies.size()));
+    return t.makespanMs;
+  };
+  auto atBound = [&] { return bestMakespan <= report.lowerBoundMs * (1 + kOptimalTolerance); };
+
+  // --- the published heuristic: the first answer ---
+  report.paperGreedyMakespanMs = 0;
+  std::vector<PublishedRun> published = zbGreedyRuns(inst);
+  std::string publishedName = "zb.py";
+  if (published.empty()) {
+    published = zbvRuns(inst, input);
+    publishedName = "zbv.py";
+  }
+  report.workSteps += opSteps * static_cast<std::int64_t>(published.size());
+  if (!published.empty()) report.publishedHeuristic = publishedName;
+  const int choice = publishedChoice(published);
+  if (choice >= 0) {
+    // The reference's own pick first, so that a tie keeps it.
+    const double ms = offer(published[static_cast<std::size_t>(choice)].orders, publishedName);
+    if (std::isfinite(ms)) report.paperGreedyMakespanMs = ms;
+    for (std::size_t i = 0; i < published.size(); ++i) {
+      if (static_cast<int>(i) != choice && published[i].ok) offer(published[i].orders, publishedName + " variant " + std::to_string(i));
     }
-    // At the lower bound (to rounding) nothing can beat it; the paper's policies always run.
-    if (i >= 1 && bestMakespan <= report.lowerBoundMs * (1 + kOptimalTolerance)) break;
-    // Large instances: the portfolio stops at its time budget (most productive policies first).
-    if (i >= 2 && std::chrono::steady_clock::now() >= portfolioDeadline) break;
+    ++report.policiesTried;
+    progress();
+  }
+
+  // --- the policy portfolio, while the budget lasts ---
+  const auto policies = portfolio();
+  for (std::size_t i = 0; i < policies.size() && !atBound(); ++i) {
+    if (cancelled()) {
+      if (best.empty() || !options.keepBestOnCancel) return Error{"cancelled"};
+      report.stoppedEarly = true;
+      break;
+    }
+    // A policy places every op once and is timed once.
+    if (!best.empty() && report.workSteps + 2 * opSteps > options.workBudgetSteps) break;
+    const ListResult r = runPolicy(inst, policies[i]);
+    report.workSteps += opSteps;
+    ++report.policiesTried;
+    if (r.ok) offer(r.orders, policies[i].name);
+    progress();
   }
   if (best.empty()) {
     return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};
   }
   report.bestPolicyMakespanMs = bestMakespan;
-  if (options.localSearch && bestMakespan > report.lowerBoundMs * (1 + kOptimalTolerance)) {
-    localSearch(inst, best, bestMakespan, options, report);
+  if (options.localSearch && !atBound() && !report.stoppedEarly) {
+    localSearch(inst, best, bestMakespan, options, report, stop);
   }
+  if (report.stoppedEarly && !options.keepBestOnCancel) return Error{"cancelled"};
 
   if (options.exact) {
     if (!exactSchedulingAvailable()) {
