@@ -534,6 +534,32 @@ double busiestDeviceWorkMs(const Plan& plan) {
   return busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
 }
 
+Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const ScheduleSkeleton& start,
+                                        const std::vector<std::int64_t>& capBytes, int maxEvaluations) {
+  using namespace autosched;
+  ScheduleInput unlimited = input;
+  unlimited.memoryLimitBytes.reset();
+  unlimited.request = nullptr;
+  auto built = buildInstance(unlimited);
+  if (!built) return built.error();
+  Instance& inst = *built;
+  if (capBytes.size() != static_cast<std::size_t>(inst.devices)) return Error{"improveOrder: one cap per device expected"};
+  inst.budgetBytes = capBytes;
+  auto orders = fromSkeleton(inst, start);
+  if (!orders) return orders.error();
+  const Timing t = timeOrders(inst, *orders);
+  if (!t.ok) return Error{t.problem};
+  if (!t.memoryOk) return Error{"improveOrder: the order exceeds its activation caps"};
+  double makespan = t.makespanMs;
+  AutoScheduleOptions options;
+  options.maxSearchEvaluations = maxEvaluations;
+  options.workBudgetSteps = std::numeric_limits<std::int64_t>::max() / 2;
+  AutoScheduleReport report;
+  const SolveControl* control = input.control;
+  localSearch(inst, *orders, makespan, options, report, [control] { return control != nullptr && control->cancelled(); });
+  return toSkeleton(inst, *orders, input.virtualStages);
+}
+
 Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSkeleton& skeleton) {
   using namespace autosched;
   ScheduleInput unlimited = input;

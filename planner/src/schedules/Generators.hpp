@@ -2,8 +2,10 @@
 // Private helpers shared by the schedule generators: placements, the greedy list
 // construction, and the factory functions Registry.cpp lists.
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,22 @@ struct VConstruction {
   bool fillBackward = false;
   int policy = 0;  ///< 0..3 in the reference's order (fill before B1 on/off × before forwards on/off)
 };
+/// The building-block search of the Controllable Memory authors (BlockSearch.cpp) for one V
+/// per device, every pass one slot: the distinct orders of every block whose peak stays
+/// within maxMemUnits chunk activations (F/f take one, W/w free it), each with the block's
+/// key and peak, in the reference's order until the grids built would exceed maxCells slots
+/// (work, not time). vBlockBuild builds the one block `key` names for another microbatch
+/// count.
+struct VBlockCandidate {
+  std::array<int, 4> key{};  ///< starting pattern, offset k0, offset k1, devices on k0
+  int peakUnits = 0;
+  std::vector<std::vector<OrderedOp>> order;
+};
+std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int maxMemUnits, double maxCells,
+                                          const SolveControl* control);
+std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
+                                                              const std::array<int, 4>& key);
+
 /// Whether the placement is one V per device (stage d and 2p−1−d on device d, one pipeline).
 bool isSingleV(const ScheduleInput& input);
 /// The orders of the four fill policies that finish within the budgets, in the reference's

@@ -91,6 +91,15 @@ struct AutoScheduleResult {
 /// A limit below what one microbatch needs is an Error naming the minimum.
 Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const AutoScheduleOptions& options = {});
 
+/// Improves a complete order (one pipeline, B and W split) by zb-auto's critical-path moves
+/// (an op that waited for its device's previous op runs before it, or a blocking W a little
+/// later), each kept only when the whole order times faster and no device's live activation
+/// bytes exceed capBytes[d]; at most `maxEvaluations` orders are timed (work, not time).
+/// Returns the improved order (or `start` when no move helps); Error when `start` itself is
+/// not a valid order within the caps.
+Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const ScheduleSkeleton& start,
+                                        const std::vector<std::int64_t>& capBytes, int maxEvaluations);
+
 /// True when the build has CBC (exact mode available).
 bool exactSchedulingAvailable();
 
