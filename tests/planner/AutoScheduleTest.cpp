@@ -193,7 +193,7 @@ TEST(AutoSchedule, WorkBudgetBoundsTheSearch) {
   auto first = autoSchedule(in, small);
   ASSERT_TRUE(first) << first.message();
   EXPECT_EQ(first->report.bestPolicy.rfind("zb.py", 0), 0U) << first->report.bestPolicy;
-  EXPECT_DOUBLE_EQ(first->report.makespanMs, first->report.paperGreedyMakespanMs);
+  EXPECT_LE(first->report.makespanMs, first->report.paperGreedyMakespanMs + 1e-9);
   auto full = autoSchedule(in);
   ASSERT_TRUE(full);
   EXPECT_LE(full->report.makespanMs, first->report.makespanMs + 1e-9);

@@ -229,7 +229,7 @@ class ZbGreedy {
 
 }  // namespace
 
-std::vector<PublishedRun> zbGreedyRuns(const Instance& inst) {
+std::vector<PublishedRun> zbGreedyRuns(const Instance& inst, const PublishedSink& each) {
   std::vector<PublishedRun> out;
   if (inst.stages != inst.devices) return out;
   for (int s = 0; s < inst.stages; ++s) {
@@ -240,13 +240,16 @@ std::vector<PublishedRun> zbGreedyRuns(const Instance& inst) {
   // over (True, False).
   for (bool allowBubble : {true, false}) {
     for (bool prioritizeB : {true, false}) {
-      for (bool noBubbleGreedy : {true, false}) out.push_back(greedy.run(allowBubble, prioritizeB, noBubbleGreedy));
+      for (bool noBubbleGreedy : {true, false}) {
+        out.push_back(greedy.run(allowBubble, prioritizeB, noBubbleGreedy));
+        if (each) each(out.back());
+      }
     }
   }
   return out;
 }
 
-std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input) {
+std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input, const PublishedSink& each) {
   std::vector<PublishedRun> out;
   if (!schedules::isSingleV(input)) return out;
   schedules::VConstructionOptions options;
@@ -257,7 +260,7 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
     for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
     options.budgetBytes.push_back(budget >= kUnlimited ? oneMicrobatch * inst.devices : budget);
   }
-  for (auto& c : schedules::vShapeConstructions(input, options)) {
+  schedules::vShapeConstructions(input, options, [&](const schedules::VConstruction& c) {
     PublishedRun r;
     r.ok = true;
     r.criterionMs = c.maxBubbleMs;
@@ -269,7 +272,8 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
       }
     }
     out.push_back(std::move(r));
-  }
+    if (each) each(out.back());
+  });
   if (out.empty()) out.emplace_back();  // it applies, but no policy keeps the budget
   return out;
 }

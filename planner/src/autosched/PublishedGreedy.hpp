@@ -2,6 +2,7 @@
 // The Zero Bubble authors' own greedy heuristics, ported for zb-auto's portfolio and for the
 // "published greedy" figure of its report (PublishedGreedy.cpp).
 
+#include <functional>
 #include <vector>
 
 #include "autosched/Instance.hpp"
@@ -18,13 +19,15 @@ struct PublishedRun {
 /// combinations, in its order. criterionMs = its best_time, the longest device span on its
 /// own timeline; initial_solution keeps the first variant with the least.
 /// Empty when the placement is not one stage per device in order.
-std::vector<PublishedRun> zbGreedyRuns(const Instance& inst);
+/// `each` (optional) sees every run as soon as it is built.
+using PublishedSink = std::function<void(const PublishedRun&)>;
+std::vector<PublishedRun> zbGreedyRuns(const Instance& inst, const PublishedSink& each = {});
 
 /// zbv.py (one V per device): the four fill policies of PipelineGraph.create_schedule with
 /// the device budgets as its max_mem. criterionMs = the worst device bubble on its own
 /// timeline; create_schedule keeps the first policy with the least. Empty when the placement
 /// is not one V per device.
-std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input);
+std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input, const PublishedSink& each = {});
 
 /// Index of the run the reference itself would return (least criterion, first on a tie), or
 /// -1 when none finished.

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +93,9 @@ struct VConstructionOptions {
   double refineAboveShare = 0;
   int onlyPolicy = -1;                    ///< 0..3: build only this fill policy (VConstruction::policy)
 };
+struct VConstruction;
+/// Called with each policy's order as soon as it is built (before the next policy runs).
+using VConstructionSink = std::function<void(const VConstruction&)>;
 struct VConstruction {
   std::vector<std::vector<OrderedOp>> order;
   double maxBubbleMs = 0;  ///< worst device bubble on the construction's own timeline
@@ -121,6 +125,7 @@ bool isSingleV(const ScheduleInput& input);
 /// The orders of the four fill policies that finish within the budgets, in the reference's
 /// order (fill before B1 on/off × fill before forwards on/off); empty when none does or
 /// the placement is not a single V.
-std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options);
+std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options,
+                                               const VConstructionSink& each = {});
 
 }  // namespace pipestudio::schedules

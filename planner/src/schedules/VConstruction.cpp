@@ -17,9 +17,12 @@
 //   1. Warm-up: one F0 per device; then from the last device up, each device fills the wait
 //      for its first F1 with F0 passes (of every device up to it) while its memory leaves room
 //      for the microbatches still to come, and runs F1.
-//   2. Count balancing: each device catches up with the forward count of the device before it.
+//   2. Count balancing: each device catches up with the forward count of the device before it
+//      (as far as its budget allows).
 //   3. Steady state, 2m rounds: every device runs one backward (B0 when its B1 count is ahead,
-//      else B1 once its input is there), then one forward (F1 when its input is there, else F0);
+//      else B1 once its input is there), then one forward (F1 when its input is there, else F0)
+//      (with unequal stages, a device whose pass lacks its input skips the round, where the
+//      reference stops on an assertion, and rounds go on until every pass is placed);
 //      before each, pending W passes fill the wait for its input when they fit in it, and one
 //      more W goes in when the wait exceeds the largest device bubble so far (for B0 always;
 //      for B1 and forwards when the fill policy says so).
@@ -191,6 +194,10 @@ class VBuilder {
     return true;
   }
 
+  bool fits(int kind, int d) const {
+    return m_mem[static_cast<std::size_t>(d)] + m_memory[index(kind, d)] <= m_options.budgetBytes[static_cast<std::size_t>(d)];
+  }
+
   bool putW(int d) {
     auto& q = m_pendingW[static_cast<std::size_t>(d)];
     if (q.empty()) return false;
@@ -234,14 +241,16 @@ class VBuilder {
              (count(i, kF1) <= count(i - 1, kF1) && count(i - 1, kF1) < m_m)) {
         bool any = false;
         for (int j = m_p - 1; j >= i; --j) {
-          if (count(j, chunk) < m_m) {
+          // A pass over the budget (possible only with unequal stages, where the reference
+          // stops on an assertion) is left to the steady state.
+          if (count(j, chunk) < m_m && fits(chunk, j)) {
             if (!put(chunk, j)) return false;
             any = true;
           }
         }
         chunk = 1 - chunk;
         idle = any ? 0 : idle + 1;
-        if (idle >= 2) return false;  // nothing left to put: the counts cannot balance
+        if (idle >= 2) break;  // nothing more fits: the steady state takes over
       }
     }
     return true;
@@ -265,14 +274,30 @@ class VBuilder {
     return true;
   }
 
+  // Whether the input of the next `kind` pass on d has been produced (or needs none).
+  bool inputReady(int kind, int d) const {
+    const auto [k, from] = crossProducer(kind, d);
+    return k < 0 || endMs(k, from, m_count[static_cast<std::size_t>(d * kKinds + kind)]) >= 0;
+  }
+
   bool steadyState(bool fillForward, bool fillBackward) {
     const int p = m_p;
     std::vector<int> first, second;
-    for (int round = 0; round < 2 * m_m; ++round) {
-      // One backward per device: B1 devices from the last up, then B0 devices from the first.
+    // The reference runs 2m rounds, one backward and one forward per device each. With
+    // unequal stages a device's next pass can lack its input in its round (where the
+    // reference stops on an assertion); it then skips the round, and rounds go on while
+    // any pass is placed.
+    for (int round = 0;; ++round) {
+      bool pending = false;
+      for (int i = 0; i < p && !pending; ++i) pending = count(i, kB0) < m_m || count(i, kF1) < m_m;
+      if (!pending) break;
+      if (round >= 2 * m_m + 2 * p) return false;
+      bool progress = false;
+      // One backward per device: B0 devices from the last up, then B1 devices from the first.
       first.clear();
       second.clear();
       for (int i = 0; i < p; ++i) {
+        if (count(i, kB0) >= m_m) continue;
         if (count(i, kB0) >= count(i, kB1)) {
           second.push_back(i);  // B1 next
         } else if (i == p - 1 || endMs(kB0, i + 1, count(i, kB0)) >= 0 || count(i, kB1) >= m_m) {
@@ -282,10 +307,13 @@ class VBuilder {
         }
       }
       auto backward = [&](int i, int kind) {
+        // Its own forward chain must have reached it (same-device order) and its input be there.
+        if (endMs(kind - 1, i, count(i, kind)) < 0 || !inputReady(kind, i)) return true;
         const int mb = count(i, kind);
         bool exists = false;
         const double arrival = arrivalMs(kind, i, mb, exists);
         if (!fillWait(i, exists, arrival, kind == kB0 || fillBackward, kind == kB0 ? 0 : 2)) return false;
+        progress = true;
         return put(kind, i);
       };
       for (auto it = first.rbegin(); it != first.rend(); ++it) {
@@ -307,7 +335,7 @@ class VBuilder {
         } else if (count(i, kF0) < m_m && (i == 0 || endMs(kF0, i - 1, count(i, kF0)) >= 0)) {
           kind = kF0;
         }
-        if (kind < 0) continue;
+        if (kind < 0 || count(i, kind) >= m_m || !inputReady(kind, i)) continue;
         const auto iu = static_cast<std::size_t>(i);
         while (m_mem[iu] + m_memory[index(kind, i)] > m_options.budgetBytes[iu]) {
           if (!putW(i)) return false;  // over the budget and no W left to free memory
@@ -316,7 +344,9 @@ class VBuilder {
         const double arrival = arrivalMs(kind, i, count(i, kind), exists);
         if (!fillWait(i, exists, arrival, fillForward, 1)) return false;
         if (!put(kind, i)) return false;
+        progress = true;
       }
+      if (!progress) return false;
     }
     return true;
   }
@@ -370,7 +400,8 @@ bool isSingleV(const ScheduleInput& input) {
   return true;
 }
 
-std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options) {
+std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options,
+                                               const VConstructionSink& each) {
   std::vector<VConstruction> out;
   if (!isSingleV(input) || input.shape.microbatches < 1) return out;
   VBuilder builder(input, options);
@@ -414,6 +445,7 @@ std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const
       }
       done.push_back(chain);
       out.push_back({std::move(best.order), best.maxBubbleMs, best.makespanMs, fillForward, fillBackward, policy});
+      if (each) each(out.back());
     }
   }
   return out;

@@ -22,7 +22,7 @@ struct AutoScheduleOptions {
   /// the same plan on any machine. The authors' published heuristic always runs first (a good
   /// answer at once); the policy portfolio and the local search improve it while the budget
   /// lasts. Small instances finish everything far below the default.
-  std::int64_t workBudgetSteps = 40'000'000;
+  std::int64_t workBudgetSteps = 15'000'000;
   /// Critical-path local search after the policy portfolio.
   bool localSearch = true;
   /// Upper bound on the orders the local search times.
