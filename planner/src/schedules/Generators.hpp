@@ -78,6 +78,10 @@ struct GreedyEstimate {
 Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options,
                                        GreedyEstimate* estimate = nullptr);
 
+/// The memory limit of `device`, static bytes included (the request's limit, else its GPU's
+/// memory); 0 when there is none.
+std::int64_t deviceMemoryLimit(const ScheduleInput& input, int device);
+
 /// Activation bytes one microbatch leaves on each device (sum over its stages there),
 /// for the pipeline `pipeline`.
 std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline);
