@@ -137,7 +137,12 @@ class Interleaved final : public ScheduleGenerator {
       if (limit > 0 && staticBytes + peaks[static_cast<std::size_t>(d)] > limit) return megatron;
     }
     if (input.control && input.control->cancelled()) return Error{"cancelled"};
-    return fasterThan(timeOrder(input, ahead.devices), timeOrder(input, megatron.devices)) ? ahead : megatron;
+    // The two orders differ only in the warm-up: compare them on the first two groups.
+    ScheduleInput shortRun = input;
+    shortRun.shape.microbatches = std::min(input.shape.microbatches, 2 * p);
+    const ScheduleSkeleton shortAhead = build(shortRun, 1);
+    const ScheduleSkeleton shortMegatron = build(shortRun, 0);
+    return fasterThan(timeOrder(shortRun, shortAhead.devices), timeOrder(shortRun, shortMegatron.devices)) ? ahead : megatron;
   }
 
  private:

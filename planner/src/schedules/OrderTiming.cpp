@@ -68,13 +68,21 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
   std::vector<std::int32_t> offset(p + 1, 0);
   for (std::size_t d = 0; d < p; ++d) offset[d + 1] = offset[d] + static_cast<std::int32_t>(order[d].size());
   const auto total = static_cast<std::size_t>(offset[p]);
+  // Per op what the event loop needs: its duration, the one consumer on another device (a
+  // forward's next stage, a backward's previous stage; consumers on the op's own device are
+  // either implied by the order or wait forever, a deadlock) and that transfer's time.
+  struct OpState {
+    double durationMs = 0;
+    double readyMs = 0;
+    double sendMs = 0;
+    std::int32_t pending = 0;
+    std::int32_t consumer = kNone;
+  };
+  std::vector<OpState> state(total);
   std::vector<std::int32_t> fIdx(n * m, kNone), bIdx(n * m, kNone), wIdx(n * m, kNone);
-  std::vector<const OrderedOp*> ops(total);
-  std::vector<int> deviceOf(total);
   for (std::size_t d = 0; d < p; ++d) {
     for (std::size_t i = 0; i < order[d].size(); ++i) {
       const OrderedOp& o = order[d][i];
-      const auto idx = static_cast<std::size_t>(offset[d]) + i;
       if (o.virtualStage < 0 || static_cast<std::size_t>(o.virtualStage) >= n || o.microbatch < 0 ||
           static_cast<std::size_t>(o.microbatch) >= m ||
           input.virtualStages[static_cast<std::size_t>(o.virtualStage)].device != static_cast<int>(d)) {
@@ -83,102 +91,88 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
       const std::size_t key = static_cast<std::size_t>(o.virtualStage) * m + static_cast<std::size_t>(o.microbatch);
       std::int32_t* slot = o.kind == OpKind::F ? &fIdx[key] : o.kind == OpKind::W ? &wIdx[key] : &bIdx[key];
       if (*slot != kNone) return result;  // an op twice
+      const auto idx = static_cast<std::size_t>(offset[d]) + i;
       *slot = static_cast<std::int32_t>(idx);
-      ops[idx] = &o;
-      deviceOf[idx] = static_cast<int>(d);
+      state[idx].durationMs = durationOf(o.kind, input.stages[static_cast<std::size_t>(o.virtualStage)]);
     }
   }
-  // Producers not already implied by the device's own order (same device, earlier position).
-  std::vector<std::int32_t> pending(total, 0);
-  std::vector<double> readyMs(total, 0.0);
-  auto count = [&](std::int32_t producer, std::size_t consumer) {
-    if (producer == kNone) return false;
-    if (deviceOf[static_cast<std::size_t>(producer)] != deviceOf[consumer] ||
-        producer > static_cast<std::int32_t>(consumer)) {
-      ++pending[consumer];
-    }
-    return true;
+  auto deviceOfIndex = [&](std::int32_t idx) {
+    return static_cast<std::size_t>(std::upper_bound(offset.begin(), offset.end(), idx) - offset.begin()) - 1;
   };
-  for (std::size_t idx = 0; idx < total; ++idx) {
-    const OrderedOp& o = *ops[idx];
-    const auto s = static_cast<std::size_t>(o.virtualStage);
-    const auto mb = static_cast<std::size_t>(o.microbatch);
-    bool ok = true;
-    if (o.kind == OpKind::F) {
-      if (prev[s] != kNone) ok = count(fIdx[static_cast<std::size_t>(prev[s]) * m + mb], idx);
-    } else if (o.kind == OpKind::W) {
-      ok = count(bIdx[s * m + mb], idx);
-    } else {
-      ok = count(fIdx[s * m + mb], idx);
-      if (ok && next[s] != kNone) ok = count(bIdx[static_cast<std::size_t>(next[s]) * m + mb], idx);
+  // Producers not already implied by the device's own order (same device, earlier position);
+  // false when one that must exist is missing.
+  for (std::size_t d = 0; d < p; ++d) {
+    for (std::size_t i = 0; i < order[d].size(); ++i) {
+      const OrderedOp& o = order[d][i];
+      const auto idx = static_cast<std::int32_t>(static_cast<std::size_t>(offset[d]) + i);
+      const auto s = static_cast<std::size_t>(o.virtualStage);
+      const auto mb = static_cast<std::size_t>(o.microbatch);
+      auto depend = [&](std::int32_t producer, bool maybeCross, double sendMs) {
+        if (producer == kNone) return false;
+        const bool sameDevice = producer >= offset[d] && producer < offset[d + 1];
+        if (!sameDevice || producer > idx) ++state[static_cast<std::size_t>(idx)].pending;
+        if (!sameDevice && maybeCross) {
+          state[static_cast<std::size_t>(producer)].consumer = idx;
+          state[static_cast<std::size_t>(producer)].sendMs = sendMs;
+        }
+        return true;
+      };
+      bool ok = true;
+      if (o.kind == OpKind::F) {
+        if (prev[s] != kNone) {
+          ok = depend(fIdx[static_cast<std::size_t>(prev[s]) * m + mb], true, input.stages[static_cast<std::size_t>(prev[s])].sendMs);
+        }
+      } else if (o.kind == OpKind::W) {
+        ok = depend(bIdx[s * m + mb], false, 0);
+      } else {
+        ok = depend(fIdx[s * m + mb], false, 0);
+        if (ok && next[s] != kNone) ok = depend(bIdx[static_cast<std::size_t>(next[s]) * m + mb], true, input.stages[s].sendMs);
+      }
+      if (!ok) return result;  // a producer no device runs
     }
-    if (!ok) return result;  // a producer no device runs
   }
 
   std::vector<std::size_t> position(p, 0);
-  std::vector<char> busy(p, 0);
   std::vector<double> freeMs(p, 0.0), firstMs(p, -1.0), busyMs(p, 0.0);
   std::vector<double> linkFreeMs(withTransfers ? p * p : 0, 0.0);
   DeviceWinnerTree running(static_cast<int>(p));
+  // Starts device d's next op when its inputs are there.
   auto tryStart = [&](std::size_t d) {
-    if (busy[d] || position[d] >= order[d].size()) return false;
-    const auto idx = static_cast<std::size_t>(offset[d]) + position[d];
-    if (pending[idx] != 0) return false;
-    const OrderedOp& o = *ops[idx];
-    const double start = std::max(freeMs[d], readyMs[idx]);
-    const double duration = durationOf(o.kind, input.stages[static_cast<std::size_t>(o.virtualStage)]);
+    if (position[d] >= order[d].size()) return false;
+    OpState& op = state[static_cast<std::size_t>(offset[d]) + position[d]];
+    if (op.pending != 0) return false;
+    const double start = std::max(freeMs[d], op.readyMs);
     if (firstMs[d] < 0) firstMs[d] = start;
-    busyMs[d] += duration;
-    busy[d] = 1;
-    running.set(static_cast<int>(d), start + duration);
+    busyMs[d] += op.durationMs;
+    running.set(static_cast<int>(d), start + op.durationMs);
     return true;
   };
-  // A completed producer hands its output to a consumer (if any, and not implied).
-  auto deliver = [&](std::size_t from, std::int32_t consumer, double endMs, double sendMs) {
-    if (consumer == kNone) return;
-    const auto c = static_cast<std::size_t>(consumer);
-    const auto fromDevice = static_cast<std::size_t>(deviceOf[from]);
-    const auto toDevice = static_cast<std::size_t>(deviceOf[c]);
-    if (fromDevice == toDevice) {
-      if (consumer < static_cast<std::int32_t>(from)) --pending[c];  // earlier in the order: deadlock below
-      return;
-    }
-    double arrival = endMs;
-    if (withTransfers) {
-      double& link = linkFreeMs[fromDevice * p + toDevice];
-      arrival = std::max(endMs, link) + sendMs;
-      link = arrival;
-    }
-    readyMs[c] = std::max(readyMs[c], arrival);
-    if (--pending[c] == 0) tryStart(toDevice);
-  };
-  for (std::size_t d = 0; d < p; ++d) tryStart(d);
+  std::vector<char> busy(p, 0);
+  for (std::size_t d = 0; d < p; ++d) busy[d] = tryStart(d) ? 1 : 0;
   std::size_t completed = 0;
   double lastMs = 0;
   for (int dev = running.top(); dev >= 0; dev = running.top()) {
     const auto d = static_cast<std::size_t>(dev);
     const double endMs = running.keyMs(dev);
-    const auto idx = static_cast<std::size_t>(offset[d]) + position[d];
-    const OrderedOp& o = *ops[idx];
+    const OpState& op = state[static_cast<std::size_t>(offset[d]) + position[d]];
     ++completed;
     lastMs = std::max(lastMs, endMs);
-    busy[d] = 0;
     freeMs[d] = endMs;
     ++position[d];
-    const auto s = static_cast<std::size_t>(o.virtualStage);
-    const auto mb = static_cast<std::size_t>(o.microbatch);
-    const StageEstimate& e = input.stages[s];
-    if (o.kind == OpKind::F) {
-      if (next[s] != kNone) deliver(idx, fIdx[static_cast<std::size_t>(next[s]) * m + mb], endMs, e.sendMs);
-      deliver(idx, bIdx[s * m + mb], endMs, 0.0);
-    } else if (o.kind == OpKind::B || o.kind == OpKind::BW) {
-      if (o.kind == OpKind::B) deliver(idx, wIdx[s * m + mb], endMs, 0.0);
-      if (prev[s] != kNone) {
-        deliver(idx, bIdx[static_cast<std::size_t>(prev[s]) * m + mb], endMs,
-                input.stages[static_cast<std::size_t>(prev[s])].sendMs);
+    if (op.consumer != kNone) {
+      const auto to = deviceOfIndex(op.consumer);
+      double arrival = endMs;
+      if (withTransfers) {
+        double& link = linkFreeMs[d * p + to];
+        arrival = std::max(endMs, link) + op.sendMs;
+        link = arrival;
       }
+      OpState& c = state[static_cast<std::size_t>(op.consumer)];
+      c.readyMs = std::max(c.readyMs, arrival);
+      if (--c.pending == 0 && !busy[to]) busy[to] = tryStart(to) ? 1 : 0;
     }
-    if (!tryStart(d)) running.clear(dev);
+    busy[d] = tryStart(d) ? 1 : 0;
+    if (!busy[d]) running.clear(dev);
   }
   if (completed != total) return result;
   result.ok = true;

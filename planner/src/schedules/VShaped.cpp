@@ -26,6 +26,7 @@ namespace {
 // Up to this many ops every candidate is built in full and timed (OrderTiming.hpp); above,
 // candidates are compared on a short run and only the winner is built in full.
 constexpr double kExactChoiceOps = 1 << 17;
+constexpr double kFullRefineShare = 1e-3;
 
 struct Spec {
   const char* name;
@@ -201,7 +202,12 @@ class GreedyGenerator final : public ScheduleGenerator {
         VConstructionOptions v;
         v.budgetBytes = caps;
         v.withTransfers = withTransfers;
-        if (only) v.onlyPolicy = only->vPolicy;
+        if (only) {
+          // The short run's winner built in full: its bubble refined only while it is more
+          // than kFullRefineShare of the makespan (each refinement is a full construction).
+          v.onlyPolicy = only->vPolicy;
+          v.refineAboveShare = kFullRefineShare;
+        }
         auto built = vShapeConstructions(source(withTransfers), v);
         std::stable_sort(built.begin(), built.end(),
                          [](const VConstruction& a, const VConstruction& b) { return a.maxBubbleMs < b.maxBubbleMs; });
