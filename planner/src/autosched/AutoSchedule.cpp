@@ -631,12 +631,17 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     report.workSteps += opSteps;
     variantMs.push_back(run.ok ? offer(run.orders, publishedName + (index == 0 ? "" : " variant " + std::to_string(index)))
                                : std::numeric_limits<double>::infinity());
-    if (index == 0) progress();
+    if (index == 0 && best.size() > 0) progress();
   };
   std::vector<PublishedRun> published = zbGreedyRuns(inst, each);
   if (published.empty()) {
     publishedName = "zbv.py";
-    published = zbvRuns(inst, input, each);
+    // The construction's first order is an answer before its refinements run.
+    published = zbvRuns(inst, input, each, [&](const PublishedRun& run) {
+      report.workSteps += opSteps;
+      offer(run.orders, "zbv.py (unrefined)");
+      progress();
+    });
   }
   if (!published.empty()) {
     report.publishedHeuristic = publishedName;

@@ -249,7 +249,8 @@ std::vector<PublishedRun> zbGreedyRuns(const Instance& inst, const PublishedSink
   return out;
 }
 
-std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input, const PublishedSink& each) {
+std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input, const PublishedSink& each,
+                                  const PublishedSink& first) {
   std::vector<PublishedRun> out;
   if (!schedules::isSingleV(input)) return out;
   schedules::VConstructionOptions options;
@@ -260,7 +261,7 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
     for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
     options.budgetBytes.push_back(budget >= kUnlimited ? oneMicrobatch * inst.devices : budget);
   }
-  schedules::vShapeConstructions(input, options, [&](const schedules::VConstruction& c) {
+  auto toRun = [&](const schedules::VConstruction& c) {
     PublishedRun r;
     r.ok = true;
     r.criterionMs = c.maxBubbleMs;
@@ -271,9 +272,17 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
         r.orders[d].push_back(inst.opId(o.virtualStage, kind, o.microbatch));
       }
     }
-    out.push_back(std::move(r));
-    if (each) each(out.back());
-  });
+    return r;
+  };
+  schedules::VConstructionSink firstSink;
+  if (first) firstSink = [&](const schedules::VConstruction& c) { first(toRun(c)); };
+  schedules::vShapeConstructions(
+      input, options,
+      [&](const schedules::VConstruction& c) {
+        out.push_back(toRun(c));
+        if (each) each(out.back());
+      },
+      firstSink);
   if (out.empty()) out.emplace_back();  // it applies, but no policy keeps the budget
   return out;
 }

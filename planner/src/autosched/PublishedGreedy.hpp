@@ -27,7 +27,9 @@ std::vector<PublishedRun> zbGreedyRuns(const Instance& inst, const PublishedSink
 /// the device budgets as its max_mem. criterionMs = the worst device bubble on its own
 /// timeline; create_schedule keeps the first policy with the least. Empty when the placement
 /// is not one V per device.
-std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input, const PublishedSink& each = {});
+/// `first` (optional) sees the very first order, before its policy's refinements.
+std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& input, const PublishedSink& each = {},
+                                  const PublishedSink& first = {});
 
 /// Index of the run the reference itself would return (least criterion, first on a tie), or
 /// -1 when none finished.

@@ -129,7 +129,8 @@ bool isSingleV(const ScheduleInput& input);
 /// The orders of the four fill policies that finish within the budgets, in the reference's
 /// order (fill before B1 on/off × fill before forwards on/off); empty when none does or
 /// the placement is not a single V.
+/// `first` (optional) also sees the very first order built, before its policy's refinements.
 std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options,
-                                               const VConstructionSink& each = {});
+                                               const VConstructionSink& each = {}, const VConstructionSink& first = {});
 
 }  // namespace pipestudio::schedules

@@ -401,7 +401,7 @@ bool isSingleV(const ScheduleInput& input) {
 }
 
 std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options,
-                                               const VConstructionSink& each) {
+                                               const VConstructionSink& each, const VConstructionSink& first) {
   std::vector<VConstruction> out;
   if (!isSingleV(input) || input.shape.microbatches < 1) return out;
   VBuilder builder(input, options);
@@ -422,6 +422,9 @@ std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const
       });
       if (repeat) continue;
       auto best = builder.run(fillForward, fillBackward, {});
+      if (first && best.ok && out.empty() && done.empty()) {
+        first({best.order, best.maxBubbleMs, best.makespanMs, fillForward, fillBackward, policy});
+      }
       Chain chain{fillForward, fillBackward, best.usedFillForward, best.usedFillBackward};
       if (!best.ok) {
         done.push_back(chain);
