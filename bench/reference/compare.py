@@ -12,7 +12,7 @@ Every plan, ours and the reference's, is re-timed by the same simulator: the ref
 per-device orders are written as schedule CSV and planned with `pipestudio-cli plan --schedule
 custom --csv`, ours with `pipestudio-cli plan --schedule NAME`; makespan, device bubble (span −
 busy) and peak activation bytes come from the plans' metrics. Costs are per virtual stage (one
-layer each); a transfer takes the link latency (one byte at 10^6 GB/s adds 10^-12 ms).
+layer each); a transfer takes exactly the reference's cost_comm (output bytes over bandwidth).
 
     python3 bench/reference/compare.py [--cli build/release/app/pipestudio-cli] [--quick]
 
@@ -65,14 +65,23 @@ def load_reference(folder):
 
 # --- inputs for pipestudio-cli -------------------------------------------------------------
 
+def transfer(comm_ms):
+    """(output bytes, bandwidth GB/s) whose transfer takes exactly comm_ms (bytes / (GB/s · 1e6))."""
+    if comm_ms <= 0:
+        return 0, 1.0
+    if comm_ms >= 1e-6:
+        return int(round(comm_ms * 1e6)), 1.0
+    return 1, 1e-6 / comm_ms
+
+
 def model_doc(costs, wgrad_bytes, comm_ms):
-    """costs: per virtual stage (forward, backward_input, backward_weight) in ms. Without
-    communication the layers send nothing; with it one byte, whose transfer takes the latency."""
+    """costs: per virtual stage (forward, backward_input, backward_weight) in ms; each layer's
+    output takes comm_ms to the next device (see transfer)."""
     layers = []
     for i, (f, b, w) in enumerate(costs):
         layers.append({"name": f"l{i}", "kind": "generic", "forward_ms": f, "backward_input_ms": b,
                        "backward_weight_ms": w, "activation_bytes": ACT, "weight_grad_bytes": wgrad_bytes,
-                       "parameter_bytes": 0, "output_bytes": 1 if comm_ms > 0 else 0})
+                       "parameter_bytes": 0, "output_bytes": transfer(comm_ms)[0]})
     return {"schema": "pipestudio.model/1", "name": "reference-compare", "samples_per_microbatch": 1,
             "layers": layers}
 
@@ -81,7 +90,7 @@ def cluster_doc(devices, comm_ms):
     return {"schema": "pipestudio.cluster/1", "name": "reference-compare",
             "gpu": {"name": "gpu", "peak_tflops": 100, "memory_gib": 80, "efficiency": 0.5},
             "nodes": [{"host": "localhost", "gpus": devices}],
-            "links": {"intra_node": {"bandwidth_gbps": 1e6, "latency_us": comm_ms * 1000.0}}}
+            "links": {"intra_node": {"bandwidth_gbps": transfer(comm_ms)[1], "latency_us": 0}}}
 
 
 class Cli:
@@ -109,11 +118,15 @@ class Cli:
         run = subprocess.run(args, capture_output=True, text=True)
         if run.returncode != 0:
             return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
-        metrics = json.loads(run.stdout)["metrics"]
+        doc = json.loads(run.stdout)
+        metrics = doc["metrics"]
         devices = metrics["devices"]
-        return {"makespan": metrics["makespan_ms"],
-                "bubble": max(d["span_ms"] - d["busy_ms"] for d in devices),
-                "peak": max(d["peak_activation_bytes"] for d in devices) / ACT}
+        out = {"makespan": metrics["makespan_ms"],
+               "bubble": max(d["span_ms"] - d["busy_ms"] for d in devices),
+               "peak": max(d["peak_activation_bytes"] for d in devices) / ACT}
+        if "zb_auto" in doc:
+            out["published"] = doc["zb_auto"].get("published_heuristic_makespan_ms", 0)
+        return out
 
 
 # --- the reference schedulers, as per-device CSV rows ---------------------------------------
@@ -221,7 +234,7 @@ def zbv_cases(rng, quick):
 
 def vshape_cases(rng, quick):
     cases = [uniform_case(p, 4 * p, 100, 100, 100, 0, ACT, 2) for p in ([4, 8] if quick else [4, 6, 8, 12])]
-    for _ in range(4 if quick else 12):
+    for _ in range(4 if quick else 20):
         p = rng.choice([4, 6, 8])
         m = p * rng.choice([2, 3, 4])
         f, b, w = (rng.randint(50, 150) for _ in range(3))
@@ -355,13 +368,18 @@ def main():
             tallies += [auto, greedy]
         if not only or "zb-auto" in only:
             t = Tally("zb-auto", "zb.py (greedy)")
+            # Our port of zb.py's greedy alone (zb-auto's "published heuristic" figure): it should
+            # tie the reference everywhere.
+            port = Tally("zb-auto's published-heuristic figure", "zb.py (greedy)")
             for case in zb_cases(random.Random(args.seed + 2), args.quick):
                 limit_bytes = case["limit"] * ACT
                 rows = reference_rows(cache_key("zb", case), lambda: ref_zb(ref, case, case["limit"]))
                 ours = cli.plan(case, "zb-auto", 1, memory_limit=limit_bytes)
                 theirs = cli.plan(case, "custom", 1, rows) if rows else None
                 t.add(label(case) + f" limit={case['limit']}", ours, theirs, limit=case["limit"])
-            tallies.append(t)
+                if "published" in ours:
+                    port.add(label(case), dict(ours, makespan=ours["published"]), theirs)
+            tallies += [t, port]
     with open(cache_path, "w") as f:
         json.dump(cache, f)
 
