@@ -131,7 +131,8 @@ TEST(Issue20Oracle, VHalfAndVMinMeetThePaperAndTransfersOnlyShiftThem) {
         const Plan plan = mustPlan(request(model, freeCluster(p, 0, latencyUs), name, p, m, 2));
         EXPECT_LE(worstPeak(plan), budget * 2000) << what << " c=" << c;
         EXPECT_GE(plan.metrics.makespanMs, free.metrics.makespanMs - 1e-9) << what << " c=" << c;
-        EXPECT_LE(plan.metrics.makespanMs, free.metrics.makespanMs + (6.0 * m + 4 * p) * c + 1e-9) << what << " c=" << c;
+        EXPECT_LE(plan.metrics.makespanMs, free.metrics.makespanMs + (6.0 * m + 4 * p) * c + 1e-9)
+            << what << " c=" << c;
       }
     }
   }
@@ -148,7 +149,8 @@ TEST(Issue20Oracle, InterleavedPaysThePapersTransferLatencies) {
     const Plan free = mustPlan(request(model, freeCluster(p), "interleaved-1f1b", p, m, v));
     const Plan comm = mustPlan(request(model, freeCluster(p, 0, c * 1000), "interleaved-1f1b", p, m, v));
     const int latencies = m >= 2 * p ? 2 * p * v - p - 2 : 2 * p * v - 2;
-    EXPECT_NEAR(comm.metrics.makespanMs, free.metrics.makespanMs + latencies * c, 1e-6) << "p=" << p << " v=" << v << " m=" << m;
+    EXPECT_NEAR(comm.metrics.makespanMs, free.metrics.makespanMs + latencies * c, 1e-6)
+        << "p=" << p << " v=" << v << " m=" << m;
   }
   // A memory limit at Megatron-LM's peak leaves no room for the extra chunk: its order.
   const int p = 4, v = 2, m = 16;

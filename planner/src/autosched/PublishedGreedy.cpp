@@ -258,7 +258,8 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
     const std::int64_t budget = inst.budgetBytes[static_cast<std::size_t>(d)];
     // zbv.py's default max_mem without a limit: 1F1B's p microbatches (2p chunk activations).
     std::int64_t oneMicrobatch = 0;
-    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
+    for (int s : inst.stagesOf[static_cast<std::size_t>(d)])
+      oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
     options.budgetBytes.push_back(budget >= kUnlimited ? oneMicrobatch * inst.devices : budget);
   }
   auto toRun = [&](const schedules::VConstruction& c) {

@@ -10,9 +10,9 @@
 namespace pipestudio::autosched {
 
 struct PublishedRun {
-  bool ok = false;          ///< false: the variant cannot keep the memory budget
+  bool ok = false;  ///< false: the variant cannot keep the memory budget
   Orders orders;
-  double criterionMs = 0;   ///< the reference's own measure of the result (see below)
+  double criterionMs = 0;  ///< the reference's own measure of the result (see below)
 };
 
 /// zb.py (one stage per device): Graph.manual_order for each of initial_solution's eight flag

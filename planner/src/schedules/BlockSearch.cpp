@@ -43,13 +43,20 @@ using Grid = std::vector<std::string>;
 
 int passIndex(char c) {
   switch (c) {
-    case 'F': return 0;
-    case 'f': return 1;
-    case 'B': return 2;
-    case 'b': return 3;
-    case 'W': return 4;
-    case 'w': return 5;
-    default: return -1;
+    case 'F':
+      return 0;
+    case 'f':
+      return 1;
+    case 'B':
+      return 2;
+    case 'b':
+      return 3;
+    case 'W':
+      return 4;
+    case 'w':
+      return 5;
+    default:
+      return -1;
   }
 }
 bool isForward(char c) { return c == 'F' || c == 'f'; }
@@ -181,7 +188,8 @@ class SlotIndex {
  public:
   SlotIndex(int p, int m) : m_p(p), m_slots(static_cast<std::size_t>(p) * static_cast<std::size_t>(m) * kPattern, -1) {}
   long& at(int mb, int device, int pass) {
-    return m_slots[(static_cast<std::size_t>(mb) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device)) * kPattern +
+    return m_slots[(static_cast<std::size_t>(mb) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device)) *
+                       kPattern +
                    static_cast<std::size_t>(pass)];
   }
 
@@ -260,12 +268,18 @@ bool reorderWarmUp(Grid& g, int m) {
     int cF = 0, cF1 = 0, cB = 0, cW = 0;
     for (std::size_t j = 0; j < row.size(); ++j) {
       const char c = row[j];
-      if (c == 'F') ++cF;
-      else if (c == 'f') ++cF1;
-      else if (c == 'B') ++cB;
-      else if (c == 'W') ++cW;
-      else if (c == 'b') break;
-      else if (c != ' ') return false;
+      if (c == 'F')
+        ++cF;
+      else if (c == 'f')
+        ++cF1;
+      else if (c == 'B')
+        ++cB;
+      else if (c == 'W')
+        ++cW;
+      else if (c == 'b')
+        break;
+      else if (c != ' ')
+        return false;
       row[j] = ' ';
     }
     long j = i;
@@ -380,10 +394,14 @@ bool reorderCoolDown(Grid& g, int m) {
     }
     for (std::size_t j = 0; j < row.size(); ++j) {
       const char c = row[j];
-      if (c == 'B') ++cW;
-      else if (c == 'b') ++cW0;
-      else if (c == 'W') --cW;
-      else if (c == 'w') --cW0;
+      if (c == 'B')
+        ++cW;
+      else if (c == 'b')
+        ++cW0;
+      else if (c == 'W')
+        --cW;
+      else if (c == 'w')
+        --cW0;
       if (c == ' ' && static_cast<long>(j) > lastW) {
         if (cW > 0) {
           row[j] = 'W';
@@ -464,7 +482,8 @@ bool reorderGreedily(Grid& g, int m) {
       std::array<bool, kPattern> available{};
       int left = 0;
       for (int c = 0; c < kPattern; ++c) {
-        available[static_cast<std::size_t>(c)] = last[static_cast<std::size_t>(i)][static_cast<std::size_t>(c)] > static_cast<long>(j);
+        available[static_cast<std::size_t>(c)] =
+            last[static_cast<std::size_t>(i)][static_cast<std::size_t>(c)] > static_cast<long>(j);
         left += available[static_cast<std::size_t>(c)] ? 1 : 0;
       }
       int memDelta = 0, peakDelta = 0;
@@ -521,8 +540,10 @@ bool relabelW(Grid& g, int m) {
     }
     std::deque<char> queue;
     for (char& c : row) {
-      if (c == 'B') queue.push_back('W');
-      else if (c == 'b') queue.push_back('w');
+      if (c == 'B')
+        queue.push_back('W');
+      else if (c == 'b')
+        queue.push_back('w');
       else if (isWeight(c)) {
         if (queue.empty()) return false;
         c = queue.front();
@@ -694,11 +715,11 @@ std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int max
 }
 
 std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
-                                                              const std::array<int, 4>& key) {
+                                                               const std::array<int, 4>& key) {
   const auto starts = startingPatterns();
   if (key[0] < 0 || static_cast<std::size_t>(key[0]) >= starts.size()) return std::nullopt;
-  auto block = buildingBlock(starts[static_cast<std::size_t>(key[0])], {key[1], -1, key[1], -1}, {key[2], -1, key[2], -1},
-                             key[3], devices);
+  auto block = buildingBlock(starts[static_cast<std::size_t>(key[0])], {key[1], -1, key[1], -1},
+                             {key[2], -1, key[2], -1}, key[3], devices);
   if (!block) return std::nullopt;
   int peak = 0;
   auto grid = scheduleBlock(devices, microbatches, *block, std::min(2 * devices, maxMemUnits), peak);

@@ -14,11 +14,16 @@ constexpr std::int32_t kNone = -1;
 
 double durationOf(OpKind kind, const StageEstimate& e) {
   switch (kind) {
-    case OpKind::F: return e.forwardMs;
-    case OpKind::B: return e.backwardInputMs;
-    case OpKind::W: return e.backwardWeightMs;
-    case OpKind::BW: return e.backwardInputMs + e.backwardWeightMs;
-    default: return 0;
+    case OpKind::F:
+      return e.forwardMs;
+    case OpKind::B:
+      return e.backwardInputMs;
+    case OpKind::W:
+      return e.backwardWeightMs;
+    case OpKind::BW:
+      return e.backwardInputMs + e.backwardWeightMs;
+    default:
+      return 0;
   }
 }
 
@@ -31,11 +36,20 @@ std::vector<std::int64_t> orderPeakBytes(const ScheduleInput& input, const std::
     for (const OrderedOp& o : order[d]) {
       const StageEstimate& e = input.stages[static_cast<std::size_t>(o.virtualStage)];
       switch (o.kind) {
-        case OpKind::F: live += e.activationBytes; break;
-        case OpKind::B: live -= e.activationBytes - e.weightGradBytes; break;
-        case OpKind::BW: live -= e.activationBytes; break;
-        case OpKind::W: live -= e.weightGradBytes; break;
-        default: break;
+        case OpKind::F:
+          live += e.activationBytes;
+          break;
+        case OpKind::B:
+          live -= e.activationBytes - e.weightGradBytes;
+          break;
+        case OpKind::BW:
+          live -= e.activationBytes;
+          break;
+        case OpKind::W:
+          live -= e.weightGradBytes;
+          break;
+        default:
+          break;
       }
       peak[d] = std::max(peak[d], live);
     }
@@ -52,7 +66,8 @@ bool fasterThan(const OrderTiming& a, const OrderTiming& b) {
   return a.maxDeviceBubbleMs < b.maxDeviceBubbleMs - tolerance;
 }
 
-OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& order, bool withTransfers) {
+OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& order,
+                      bool withTransfers) {
   OrderTiming result;
   const auto p = order.size();
   const auto m = static_cast<std::size_t>(input.shape.microbatches);
@@ -120,13 +135,15 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
       bool ok = true;
       if (o.kind == OpKind::F) {
         if (prev[s] != kNone) {
-          ok = depend(fIdx[static_cast<std::size_t>(prev[s]) * m + mb], true, input.stages[static_cast<std::size_t>(prev[s])].sendMs);
+          ok = depend(fIdx[static_cast<std::size_t>(prev[s]) * m + mb], true,
+                      input.stages[static_cast<std::size_t>(prev[s])].sendMs);
         }
       } else if (o.kind == OpKind::W) {
         ok = depend(bIdx[s * m + mb], false, 0);
       } else {
         ok = depend(fIdx[s * m + mb], false, 0);
-        if (ok && next[s] != kNone) ok = depend(bIdx[static_cast<std::size_t>(next[s]) * m + mb], true, input.stages[s].sendMs);
+        if (ok && next[s] != kNone)
+          ok = depend(bIdx[static_cast<std::size_t>(next[s]) * m + mb], true, input.stages[s].sendMs);
       }
       if (!ok) return result;  // a producer no device runs
     }

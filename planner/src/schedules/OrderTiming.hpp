@@ -14,10 +14,10 @@
 namespace pipestudio::schedules {
 
 struct OrderTiming {
-  bool ok = false;                       ///< false: the order deadlocks or misses an op
-  double makespanMs = 0;                 ///< last end − first start
-  double maxDeviceBubbleMs = 0;          ///< max over devices of span − busy
-  std::vector<std::int64_t> peakBytes;   ///< per device: peak live activation bytes (DESIGN.md §2)
+  bool ok = false;                      ///< false: the order deadlocks or misses an op
+  double makespanMs = 0;                ///< last end − first start
+  double maxDeviceBubbleMs = 0;         ///< max over devices of span − busy
+  std::vector<std::int64_t> peakBytes;  ///< per device: peak live activation bytes (DESIGN.md §2)
 };
 
 /// Times `order` (one op list per device) on `input`'s stage estimates and placement.

@@ -59,8 +59,8 @@ class VBuilder {
     m_memory.resize(n);
     m_sendIn.resize(n);
     for (int d = 0; d < p; ++d) {
-      const int down = d;               // chunk 0
-      const int up = 2 * p - 1 - d;     // chunk 1
+      const int down = d;            // chunk 0
+      const int up = 2 * p - 1 - d;  // chunk 1
       const int stages[kKinds] = {down, up, up, down, up, down};
       for (int k = 0; k < kKinds; ++k) {
         const auto i = index(k, d);
@@ -162,7 +162,8 @@ class VBuilder {
     int& c = count(d, kind);
     if (c >= m_m) return false;
     const auto i = index(kind, d);
-    if (m_mem[static_cast<std::size_t>(d)] + m_memory[i] > m_options.budgetBytes[static_cast<std::size_t>(d)]) return false;
+    if (m_mem[static_cast<std::size_t>(d)] + m_memory[i] > m_options.budgetBytes[static_cast<std::size_t>(d)])
+      return false;
     // Same-device order: F1 after F0, B1 after F1, B0 after B1 of the microbatch (as the
     // reference asserts); W after its B (guaranteed by the pending queue).
     if (kind >= kF1 && kind <= kB0 && endMs(kind - 1, d, c) < 0) return false;
@@ -195,7 +196,8 @@ class VBuilder {
   }
 
   bool fits(int kind, int d) const {
-    return m_mem[static_cast<std::size_t>(d)] + m_memory[index(kind, d)] <= m_options.budgetBytes[static_cast<std::size_t>(d)];
+    return m_mem[static_cast<std::size_t>(d)] + m_memory[index(kind, d)] <=
+           m_options.budgetBytes[static_cast<std::size_t>(d)];
   }
 
   bool putW(int d) {
