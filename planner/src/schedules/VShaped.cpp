@@ -1,12 +1,16 @@
-// V-shaped and bidirectional schedules, built by the greedy list construction of
-// Greedy.cpp under a per-device activation budget that gives each schedule its published
-// memory profile:
+// V-shaped and bidirectional schedules under a per-device activation budget that gives each
+// schedule its published memory profile:
 //   zb-v       (Qi et al. 2023 §6): V placement, 1F1B memory (p microbatches' activations).
 //   dualpipe-v (DeepSeek-V3 report §3.2.1, "cut-in-half" DualPipe): V placement, (p+1) chunks.
 //   dualpipe   (DeepSeek-V3 report §3.2.1): two directions, model held twice, (p+1) stages.
 //   bitpipe    (Wu et al. 2024): two V-shaped pipelines in opposite directions.
-// Bidirectional schedules alternate microbatches between the two pipelines so both
-// directions fill the pipeline from their own end at once.
+// Candidate orders: the authors' ZB-V construction (VConstruction.cpp) where the placement is
+// one V per device (zb-v, dualpipe-v), and the greedy list construction of Greedy.cpp; each
+// built with the transfers and as if they were free (then the simulator shifts the pattern by
+// the transfers instead of a small transfer changing its decisions). The fastest candidate
+// that keeps the budget wins; zb-v and dualpipe-v never keep an order over it (no candidate
+// left is an Error that says so). Bidirectional schedules alternate microbatches between the
+// two pipelines so both directions fill the pipeline from their own end at once.
 // Not modelled: DualPipe's overlap of a forward chunk of one direction with a backward
 // chunk of the other on one device (DeepSeek-V3 §3.2.1 hides the all-to-all and PP
 // communication of one behind the computation of the other). The simulator runs one
