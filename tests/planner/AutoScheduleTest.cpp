@@ -7,6 +7,8 @@
 #include <set>
 #include <tuple>
 
+#include "PlannerFixtures.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 
 namespace pipestudio {
@@ -180,6 +182,22 @@ TEST(AutoSchedule, SameRequestSameOrder) {
     EXPECT_TRUE(sameOrder(a->skeleton, b->skeleton)) << "p=" << p;
     EXPECT_EQ(a->report.workSteps, b->report.workSteps);
     EXPECT_EQ(autoScheduleReportJson(a->report).dump(), autoScheduleReportJson(b->report).dump());
+  }
+}
+
+// Through makePlan, as the CLI and the GUI plan: the same request twice, the same plan JSON.
+TEST(AutoSchedule, SameRequestSamePlanJson) {
+  ModelSpec model = test::equalLayers(16, 1.0, 1.2, 0.8, 1 << 20, 1 << 18, 1 << 16);
+  for (std::size_t i = 0; i < model.components[0].layers.size(); ++i) {
+    model.components[0].layers[i].forwardMs = 0.6 + 0.11 * static_cast<double>(i % 5);
+  }
+  for (int chunks : {1, 2}) {
+    PlanRequest request = test::request(model, test::freeCluster(8, 20.0, 3.0), "zb-auto", 8, 32, chunks);
+    request.config.memoryLimitBytes = 6 * (std::int64_t{1} << 20) + 400000;
+    auto a = makeAutoPlan(request, {});
+    auto b = makeAutoPlan(request, {});
+    ASSERT_TRUE(a && b) << (a ? b.message() : a.message());
+    EXPECT_EQ(planToJson(*a).dump(), planToJson(*b).dump()) << "chunks " << chunks;
   }
 }
 
