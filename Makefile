@@ -8,7 +8,7 @@ BUILD_DIR := build/$(PRESET)
 WERROR := $(if $(CI),ON,OFF)
 CTEST_ARGS ?=
 
-.PHONY: run test bench package deps configure build clean format
+.PHONY: run test bench fidelity package deps configure build clean format
 
 deps:
 	@bash packaging/install-deps.sh
@@ -27,6 +27,10 @@ test: build
 
 bench: build
 	@bash bench/run.sh $(BUILD_DIR)
+
+# Predicted vs measured on published runs (bench/fidelity/published.json); README tables.
+fidelity: build
+	@$(BUILD_DIR)/bench/fidelity/pipestudio-fidelity --markdown
 
 package: build
 	@cd $(BUILD_DIR) && cpack -G DEB

@@ -3,6 +3,8 @@
 #include <iostream>
 #include <string>
 
+#include <unistd.h>
+
 #include "Commands.hpp"
 #include "Inputs.hpp"
 #include "pipestudio/common/Json.hpp"
@@ -17,6 +19,7 @@ namespace {
 struct ConfigureCliOptions {
   std::string model, cluster;
   int top = 15;
+  std::int64_t globalBatch = 0;
   bool json = false;
   bool vocabParallel = false;
 };
@@ -61,12 +64,73 @@ int runVocabComparison(const ModelSpec& model, const ClusterSpec& cluster) {
   return any ? kExitOk : kExitFailure;
 }
 
+Json candidateJson(const ConfigCandidate& c) {
+  const PlanConfig& cfg = c.config;
+  const Parallelism& par = cfg.parallel;
+  const Metrics& m = c.metrics;
+  Json devices = Json::array();
+  for (const DeviceMetrics& dm : m.devices) {
+    devices.push_back({{"peak_memory_bytes", dm.peakMemoryBytes},
+                       {"parameter_bytes", dm.memory.parameterBytes},
+                       {"gradient_bytes", dm.memory.gradientBytes},
+                       {"optimizer_bytes", dm.memory.optimizerBytes},
+                       {"activation_bytes", dm.memory.activationBytes},
+                       {"communication_bytes", dm.memory.communicationBytes},
+                       {"margin_bytes", dm.memory.marginBytes}});
+  }
+  return Json{{"schedule", cfg.schedule},
+              {"pipeline_devices", cfg.devices},
+              {"tp", par.tensor},
+              {"cp", par.context},
+              {"ep", par.expert},
+              {"dp", par.data},
+              {"data_parallel", par.data},
+              {"sequence_parallel", par.sequenceParallel},
+              {"recompute", std::string(recomputeName(par.recompute))},
+              {"zero", par.zeroStage},
+              {"micro_batch_size", c.samplesPerMicrobatch},
+              {"microbatches", cfg.microbatches},
+              {"chunks_per_device", cfg.chunksPerDevice},
+              {"partition", cfg.partition},
+              {"fill", cfg.fill},
+              {"gpus", cfg.totalGpus()},
+              {"makespan_ms", c.makespanMs},
+              {"all_reduce_ms", c.allReduceMs},
+              {"gradient_sync_ms", m.gradientSyncMs},
+              {"optimizer_ms", m.optimizerMs},
+              {"iteration_ms", c.iterationMs},
+              {"throughput_samples_per_s", c.throughputSamplesPerS},
+              {"tokens_per_s", m.tokensPerS},
+              {"model_tflops_per_gpu", m.modelTflopsPerGpu},
+              {"mfu", m.mfu},
+              {"bubble_ratio", c.bubbleRatio},
+              {"peak_memory_bytes", c.peakMemoryBytes},
+              {"devices", std::move(devices)}};
+}
+
 int runConfigure(const ConfigureCliOptions& o) {
   auto inputs = loadModelAndCluster(o.model, o.cluster);
   if (!inputs) return kExitFailure;
   const auto& [model, cluster] = *inputs;
   if (o.vocabParallel) return runVocabComparison(model, cluster);
-  auto result = configure(model, cluster);
+  ConfigureOptions options;
+  options.globalBatch = o.globalBatch;
+  options.keep = std::max(o.top, 1);
+  SolveControl control;
+  // Progress on stderr for the long searches (a terminal only, so scripts stay quiet).
+  const bool tty = isatty(2) != 0;
+  int lastPercent = -1;
+  if (tty && !o.json) {
+    control.progress = [&lastPercent](double f) {
+      const int percent = static_cast<int>(f * 100.0);
+      if (percent / 10 != lastPercent / 10) {
+        lastPercent = percent;
+        std::cerr << "\rconfigure: " << percent << "%" << std::flush;
+      }
+    };
+  }
+  auto result = configure(model, cluster, options, control);
+  if (tty && !o.json) std::cerr << "\r              \r";
   if (!result) {
     std::cerr << "configure: " << result.message() << '\n';
     return kExitFailure;
@@ -75,23 +139,13 @@ int runConfigure(const ConfigureCliOptions& o) {
     Json doc;
     doc["model"] = model.name;
     doc["cluster"] = cluster.name;
+    doc["global_batch"] = result->globalBatch;
+    doc["enumerated"] = result->enumerated;
+    doc["pruned_by_memory"] = result->prunedByMemory;
+    doc["bounded_out"] = result->boundedOut;
     doc["evaluated"] = result->evaluated;
     Json feasible = Json::array();
-    for (const auto& c : result->feasible) {
-      feasible.push_back({{"schedule", c.config.schedule},
-                          {"pipeline_devices", c.config.devices},
-                          {"data_parallel", c.config.dataParallel},
-                          {"microbatches", c.config.microbatches},
-                          {"chunks_per_device", c.config.chunksPerDevice},
-                          {"partition", c.config.partition},
-                          {"fill", c.config.fill},
-                          {"makespan_ms", c.makespanMs},
-                          {"all_reduce_ms", c.allReduceMs},
-                          {"iteration_ms", c.iterationMs},
-                          {"throughput_samples_per_s", c.throughputSamplesPerS},
-                          {"bubble_ratio", c.bubbleRatio},
-                          {"peak_memory_bytes", c.peakMemoryBytes}});
-    }
+    for (const auto& c : result->feasible) feasible.push_back(candidateJson(c));
     doc["feasible"] = feasible;
     Json rejected = Json::array();
     for (const auto& r : result->rejected) {
@@ -102,23 +156,36 @@ int runConfigure(const ConfigureCliOptions& o) {
     }
     doc["rejected"] = rejected;
     std::cout << doc.dump(2) << '\n';
-    return kExitOk;
+    return result->feasible.empty() ? kExitFailure : kExitOk;
   }
-  std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "': " << result->evaluated
-            << " configurations simulated, " << result->feasible.size() << " fit in memory\n\n";
-  std::printf("%4s %-17s %3s %3s %4s %3s %-9s %11s %10s %12s %7s %10s\n", "rank", "schedule", "pp", "dp", "m", "v",
-              "partition", "iter ms", "allred ms", "samples/s", "bubble", "peak mem");
+  std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "' (" << cluster.totalGpus()
+            << " GPUs), global batch " << result->globalBatch << " samples"
+            << (o.globalBatch > 0 ? "" : (model.globalBatch ? " (the model's)" : " (default: 4 per GPU; set --global-batch)"))
+            << ":\n  " << result->enumerated << " configurations, " << result->prunedByMemory
+            << " ruled out by memory bounds, " << result->evaluated << " simulated, " << result->boundedOut
+            << " bounded out, " << result->feasible.size() << " ranked\n\n";
+  std::printf("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s %10s %9s %12s %7s %5s %10s\n", "rank", "schedule",
+              "pp", "tp", "cp", "dp", "ep", "mbs", "m", "v", "recompute", "zero", "iter ms", "sync ms", "tokens/s",
+              "bubble", "mfu", "peak mem");
   int rank = 0;
   for (const auto& c : result->feasible) {
     if (++rank > o.top) break;
-    std::printf("%4d %-17s %3d %3d %4d %3d %-9s %11.2f %10.2f %12.1f %6.1f%% %10s\n", rank, c.config.schedule.c_str(),
-                c.config.devices, c.config.dataParallel, c.config.microbatches, c.config.chunksPerDevice,
-                c.config.partition.c_str(), c.iterationMs, c.allReduceMs, c.throughputSamplesPerS,
-                100.0 * c.bubbleRatio, formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
+    const Parallelism& par = c.config.parallel;
+    std::printf("%4d %-16s %3d %3d %3d %4d %3d %3lld %4d %3d %-9s %4d %10.1f %9.2f %12.0f %6.1f%% %4.1f%% %10s\n", rank,
+                c.config.schedule.c_str(), c.config.devices, par.tensor, par.context, par.data, par.expert,
+                static_cast<long long>(c.samplesPerMicrobatch), c.config.microbatches, c.config.chunksPerDevice,
+                std::string(recomputeName(par.recompute)).c_str(), par.zeroStage, c.iterationMs, c.allReduceMs,
+                c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
+                formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
   }
   if (!result->rejected.empty()) {
     std::cout << "\nrejected families (pipeline degree × data parallel, schedule):\n";
+    int shown = 0;
     for (const auto& r : result->rejected) {
+      if (++shown > 20) {
+        std::cout << "  … and " << (result->rejected.size() - 20) << " more (--json lists all)\n";
+        break;
+      }
       std::string reason = r.reason;
       const auto nl = reason.find('\n');
       if (nl != std::string::npos) reason = reason.substr(0, nl) + " …";
@@ -137,11 +204,15 @@ int runConfigure(const ConfigureCliOptions& o) {
 
 void addConfigureCommand(CLI::App& root, int& exitCode) {
   static ConfigureCliOptions o;
-  auto* cmd = root.add_subcommand("configure", "Search pipeline × data parallel, microbatches, schedule, chunks and "
-                                               "partition; rank feasible configurations by throughput");
+  auto* cmd = root.add_subcommand("configure", "Search tensor × context × pipeline × data (× expert) parallel degrees, "
+                                               "micro-batch size, schedule, chunks, recomputation and ZeRO for a fixed "
+                                               "global batch; rank feasible configurations by throughput");
   cmd->add_option("--model", o.model, "Model file (pipestudio.model/1)")->required();
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
-  cmd->add_option("--top", o.top, "Rows to print (text output)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o.top, "Configurations to rank (and print)")->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", o.globalBatch,
+                  "Global batch in samples, held fixed (default: the model's global_batch, else 4 per GPU)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o.json, "One JSON document on stdout");
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Compare 1f1b and v-half with and without vocabulary parallelism instead of searching");

@@ -26,6 +26,11 @@ struct PlanOptions {
   bool exact = false;            // zb-auto: ILP through CBC ("auto" helper)
   bool vocabParallel = false;    // embedding/LM head split over all devices (Vocab.hpp)
   double exactTimeLimitS = 30;
+  // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
+  int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
+  std::string recompute = "none", optimizerSync = "global";
+  bool sequenceParallel = false, noSequenceParallel = false, noOverlapGradReduce = false;
+  std::int64_t globalBatch = 0, microBatchSize = 0;
 };
 
 Json fillReportJson(const FillReport& r) {
@@ -85,6 +90,40 @@ int runPlan(const PlanOptions& o) {
   cfg.microbatches = o.microbatches;
   cfg.partition = o.partition;
   cfg.fill = o.fill;
+  if (o.microbatches <= 0 && o.globalBatch <= 0) {
+    std::cerr << "plan: give --microbatches M, or --global-batch G (with --micro-batch-size B: M = G / (B·D))\n";
+    return kExitUsage;
+  }
+  if (o.microbatches > 0 && o.globalBatch > 0) {
+    std::cerr << "plan: --microbatches and --global-batch both set the microbatch count (expected one of them)\n";
+    return kExitUsage;
+  }
+  Parallelism& par = cfg.parallel;
+  par.tensor = o.tp;
+  par.context = o.cp;
+  par.expert = o.ep;
+  par.data = o.dp;
+  par.zeroStage = o.zero;
+  par.overlapGradReduce = !o.noOverlapGradReduce;
+  // Sequence parallelism is on by default whenever T > 1 (Megatron-LM's recommendation).
+  par.sequenceParallel = o.tp > 1 && !o.noSequenceParallel;
+  if (o.sequenceParallel && o.noSequenceParallel) {
+    std::cerr << "plan: --sequence-parallel and --no-sequence-parallel contradict each other\n";
+    return kExitUsage;
+  }
+  if (auto r = recomputeFromName(o.recompute)) {
+    par.recompute = *r;
+  } else {
+    std::cerr << "plan: --recompute '" << o.recompute << "' is not a mode (expected none, selective or full)\n";
+    return kExitUsage;
+  }
+  if (o.optimizerSync != "global" && o.optimizerSync != "post-validation") {
+    std::cerr << "plan: --optimizer-sync '" << o.optimizerSync << "' is not a mode (expected global or post-validation)\n";
+    return kExitUsage;
+  }
+  cfg.optimizerSync = o.optimizerSync;
+  if (o.globalBatch > 0) cfg.globalBatch = o.globalBatch;
+  if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);
   cfg.chunksPerDevice = o.chunks > 0 ? o.chunks : (generator ? generator->defaultChunksPerDevice() : 1);
   if (!o.memoryLimit.empty()) {
@@ -163,7 +202,7 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
   cmd->add_option("--schedule", o.schedule, "Schedule name (see `schedules`)")->required();
   cmd->add_option("--devices", o.devices, "Pipeline devices")->required();
-  cmd->add_option("--microbatches", o.microbatches, "Microbatches per iteration")->required();
+  cmd->add_option("--microbatches", o.microbatches, "Microbatches per iteration (or --global-batch)");
   cmd->add_option("--chunks", o.chunks, "Virtual stages per device (default: the schedule's)");
   cmd->add_option("--partition", o.partition,
                   "uniform|balanced|dp|diffusionpipe (default balanced: uniform refuses unequal chunks for multi-chunk schedules)");
@@ -176,6 +215,20 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
                 "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
   cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)");
+  cmd->add_option("--tp", o.tp, "Tensor-parallel degree T (Megatron: QKV/MLP split over T GPUs of a node)");
+  cmd->add_option("--cp", o.cp, "Context-parallel degree C (ring attention, sequence split over C)");
+  cmd->add_option("--ep", o.ep, "Expert-parallel degree E (MoE, inside the data-parallel group)");
+  cmd->add_option("--dp", o.dp, "Data-parallel degree D (replicas of the whole pipeline)");
+  cmd->add_option("--zero", o.zero, "ZeRO stage 0|1|2|3 (1: distributed optimizer, 3: FSDP)");
+  cmd->add_option("--recompute", o.recompute, "Activation recomputation none|selective|full");
+  cmd->add_flag("--sequence-parallel", o.sequenceParallel, "Sequence parallelism (default on when --tp > 1)");
+  cmd->add_flag("--no-sequence-parallel", o.noSequenceParallel, "Turn sequence parallelism off");
+  cmd->add_flag("--no-overlap-grad-reduce", o.noOverlapGradReduce,
+                "Reduce gradients after the pipeline drains instead of during the last backward passes");
+  cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))");
+  cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)");
+  cmd->add_option("--optimizer-sync", o.optimizerSync,
+                  "global (default) | post-validation (Zero Bubble: iterations overlap, steady-state period)");
   cmd->callback([&exitCode] { exitCode = runPlan(o); });
 }
 

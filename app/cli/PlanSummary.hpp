@@ -11,19 +11,37 @@ namespace pipestudio::cli {
 
 inline void printPlanSummary(const Plan& plan, std::ostream& out) {
   const Metrics& m = plan.metrics;
-  out << "schedule " << plan.config.schedule << ", " << plan.config.devices << " devices, " << plan.config.microbatches
-      << " microbatches, " << plan.config.chunksPerDevice << " chunk(s) per device, " << plan.ops.size() << " ops\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "makespan %s   bubble ratio %.2f%%   throughput %.2f samples/s\n",
-                formatMs(m.makespanMs).c_str(), 100.0 * m.bubbleRatio, m.throughputSamplesPerS);
+  const PlanConfig& c = plan.config;
+  const Parallelism& par = c.parallel;
+  out << "schedule " << c.schedule << ", " << c.devices << " devices, " << c.microbatches << " microbatches of "
+      << plan.model.samplesPerMicrobatch << " sample(s), " << c.chunksPerDevice << " chunk(s) per device, "
+      << plan.ops.size() << " ops\n";
+  if (!par.isPurePipeline() || par.data > 1) {
+    out << "parallelism: pp " << c.devices << " × tp " << par.tensor << " × cp " << par.context << " × dp " << par.data
+        << " = " << c.totalGpus() << " GPUs (cluster has " << plan.cluster.totalGpus() << ")" << ", ep " << par.expert
+        << ", sequence parallel " << (par.sequenceParallel ? "on" : "off") << ", recompute "
+        << recomputeName(par.recompute) << ", ZeRO " << par.zeroStage << '\n';
+  }
+  char line[320];
+  std::snprintf(line, sizeof line, "makespan %s   bubble ratio %.2f%%   iteration %s (gradient sync %s, optimizer %s)\n",
+                formatMs(m.makespanMs).c_str(), 100.0 * m.bubbleRatio, formatMs(m.iterationMs).c_str(),
+                formatMs(m.gradientSyncMs).c_str(), formatMs(m.optimizerMs).c_str());
   out << line;
-  std::snprintf(line, sizeof line, "%6s  %12s  %12s  %12s  %12s\n", "device", "busy", "span", "bubble", "peak memory");
+  std::snprintf(line, sizeof line, "throughput %.2f samples/s, %.0f tokens/s, %.1f model TFLOP/s per GPU, MFU %.1f%%\n",
+                m.throughputSamplesPerS, m.tokensPerS, m.modelTflopsPerGpu, 100.0 * m.mfu);
+  out << line;
+  std::snprintf(line, sizeof line, "%6s  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", "device", "busy",
+                "span", "bubble", "peak memory", "params", "grads", "optimizer", "activation", "buffers", "margin");
   out << line;
   for (std::size_t d = 0; d < m.devices.size(); ++d) {
     const DeviceMetrics& dm = m.devices[d];
-    std::snprintf(line, sizeof line, "%6zu  %12s  %12s  %12s  %12s\n", d, formatMs(dm.busyMs).c_str(),
-                  formatMs(dm.spanMs).c_str(), formatMs(dm.spanMs - dm.busyMs).c_str(),
-                  formatBytes(static_cast<double>(dm.peakMemoryBytes)).c_str());
+    const MemoryBreakdown& mb = dm.memory;
+    auto bytes = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
+    std::snprintf(line, sizeof line, "%6zu  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", d,
+                  formatMs(dm.busyMs).c_str(), formatMs(dm.spanMs).c_str(), formatMs(dm.spanMs - dm.busyMs).c_str(),
+                  bytes(dm.peakMemoryBytes).c_str(), bytes(mb.parameterBytes).c_str(), bytes(mb.gradientBytes).c_str(),
+                  bytes(mb.optimizerBytes).c_str(), bytes(mb.activationBytes).c_str(),
+                  bytes(mb.communicationBytes).c_str(), bytes(mb.marginBytes).c_str());
     out << line;
   }
 }

@@ -1,6 +1,7 @@
 // makePlan: validate → place (schedule) → partition → order (schedule) → fill → simulate →
 // memory check. Dispatch points for other helpers are marked "extension point".
 #include <algorithm>
+#include "pipestudio/plan/Costs.hpp"
 #include <cmath>
 #include <sstream>
 
@@ -63,9 +64,111 @@ Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<Stage
   return {};
 }
 
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+// Shape checks of one transformer layer against the degrees (Megatron-LM's own requirements:
+// heads and query groups split over TP, experts over EP, a sequence that context parallelism
+// can cut into 2·C load-balanced chunks).
+Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, const Parallelism& par) {
+  const TransformerShape& t = *layer.transformer;
+  const int T = par.tensor;
+  const int C = par.context;
+  const int E = par.expert;
+  if (layer.kind == "embedding" || layer.kind == "lm_head") return {};
+  if (t.heads % T != 0) {
+    return Error{"--tp " + str(T) + " does not divide the " + str(t.heads) + " attention heads of " + where +
+                 " (expected a divisor of the heads)"};
+  }
+  if (t.kvHeadsOrHeads() % T != 0) {
+    return Error{"--tp " + str(T) + " does not divide the " + str(t.kvHeadsOrHeads()) + " key/value heads of " + where +
+                 " (expected a divisor of kv_heads: grouped-query attention splits its query groups over TP)"};
+  }
+  if (t.ffnOrDefault() % T != 0 && !t.isMoe()) {
+    return Error{"--tp " + str(T) + " does not divide the MLP size " + str(t.ffnOrDefault()) + " of " + where};
+  }
+  if (t.isMoe() && t.experts % E != 0) {
+    return Error{"--ep " + str(E) + " does not divide the " + str(t.experts) + " experts of " + where +
+                 " (expected a divisor of the experts)"};
+  }
+  if (t.isMoe() && t.expertFfnOrDefault() % T != 0) {
+    return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " + where};
+  }
+  if (C > 1 && (t.seq % (2 * C) != 0)) {
+    return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
+                 ") to be a multiple of 2·C = " + str(2 * C) + " (ring attention's load-balanced chunks)"};
+  }
+  return {};
+}
+
 }  // namespace
 
-Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control) {
+Expected<PlanRequest> resolveRequest(PlanRequest request) {
+  PlanConfig& cfg = request.config;
+  Parallelism& par = cfg.parallel;
+  const std::pair<const char*, int> degrees[] = {{"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert},
+                                                 {"--dp", par.data}};
+  for (const auto& [flag, value] : degrees) {
+    if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
+  }
+  if (par.zeroStage < 0 || par.zeroStage > 3) return Error{"--zero must be 0, 1, 2 or 3, got " + str(par.zeroStage)};
+  if (par.tensor == 1) par.sequenceParallel = false;
+  if (cfg.microBatchSize) {
+    if (*cfg.microBatchSize < 1) return Error{"--micro-batch-size must be at least 1, got " + str(*cfg.microBatchSize)};
+    request.model.samplesPerMicrobatch = *cfg.microBatchSize;
+  }
+  if (cfg.globalBatch) {
+    const std::int64_t perMicrobatch = request.model.samplesPerMicrobatch * par.data;
+    if (*cfg.globalBatch < 1) return Error{"--global-batch must be at least 1, got " + str(*cfg.globalBatch)};
+    if (*cfg.globalBatch % perMicrobatch != 0) {
+      return Error{"--global-batch " + str(*cfg.globalBatch) + " is not a multiple of micro-batch size " +
+                   str(request.model.samplesPerMicrobatch) + " × --dp " + str(par.data) + " = " + str(perMicrobatch) +
+                   " samples (expected microbatches = G / (B·D) to be whole)"};
+    }
+    const std::int64_t m = *cfg.globalBatch / perMicrobatch;
+    if (m > 1'000'000) {
+      return Error{"--global-batch " + str(*cfg.globalBatch) + " gives " + str(m) +
+                   " microbatches per pipeline (expected at most 1000000)"};
+    }
+    cfg.microbatches = static_cast<int>(m);
+    if (!cfg.microBatchSize) cfg.microBatchSize = request.model.samplesPerMicrobatch;
+  }
+  bool anyExperts = false;
+  for (const Component& comp : request.model.components) {
+    for (const Layer& layer : comp.layers) {
+      if (!layer.transformer) continue;
+      anyExperts = anyExperts || layer.transformer->isMoe();
+      if (par.isPurePipeline() && par.data == 1) continue;
+      if (auto st = checkLayerAgainstDegrees(layer, "layer '" + layer.name + "' (component '" + comp.name + "')", par);
+          !st) {
+        return st.error();
+      }
+    }
+  }
+  if (par.expert > 1 && !anyExperts) {
+    return Error{"--ep " + str(par.expert) + " needs a mixture-of-experts model (experts in a transformer shape); '" +
+                 request.model.name + "' has none"};
+  }
+  if (par.data % par.expert != 0) {
+    return Error{"--ep " + str(par.expert) + " must divide --dp " + str(par.data) +
+                 " (expert parallelism is carved out of the data-parallel group)"};
+  }
+  const std::int64_t gpus = cfg.totalGpus();
+  if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
+    return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) + " GPUs of cluster '" +
+                 request.cluster.name + "'"};
+  }
+  if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus()) {
+    return Error{"--tp " + str(par.tensor) + " × --cp " + str(par.context) + " × --devices " + str(cfg.devices) +
+                 " × --dp " + str(par.data) + " = " + str(gpus) + " GPUs, but cluster '" + request.cluster.name +
+                 "' has " + str(request.cluster.totalGpus())};
+  }
+  return request;
+}
+
+Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
+  auto resolved = resolveRequest(original);
+  if (!resolved) return resolved.error();
+  const PlanRequest& request = *resolved;
   const PlanConfig& cfg = request.config;
   if (cfg.partition == "diffusionpipe" && !partition::inDiffusionPipeSearch()) return partition::solveDiffusionPipe(request, control);  // part
   const ScheduleGenerator* generator = findScheduleGenerator(cfg.schedule);
@@ -73,10 +176,6 @@ Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control)
   if (cfg.devices < 1) return Error{"--devices must be at least 1, got " + std::to_string(cfg.devices)};
   if (cfg.microbatches < 1) return Error{"--microbatches must be at least 1, got " + std::to_string(cfg.microbatches)};
   if (cfg.chunksPerDevice < 1) return Error{"--chunks must be at least 1, got " + std::to_string(cfg.chunksPerDevice)};
-  if (request.cluster.totalGpus() > 0 && cfg.devices > request.cluster.totalGpus()) {
-    return Error{"--devices " + std::to_string(cfg.devices) + " exceeds the " + std::to_string(request.cluster.totalGpus()) +
-                 " GPUs of cluster '" + request.cluster.name + "'"};
-  }
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
   const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice};
   if (auto st = generator->validate(shape); !st) return st.error();
@@ -116,24 +215,42 @@ Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control)
 Status checkMemory(const Plan& plan) {
   std::ostringstream msg;
   bool fits = true;
+  const auto gib = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
   for (std::size_t d = 0; d < plan.metrics.devices.size(); ++d) {
     const DeviceMetrics& dm = plan.metrics.devices[d];
-    const std::int64_t limit = plan.config.memoryLimitBytes ? *plan.config.memoryLimitBytes
-                                                            : plan.cluster.gpuOfDevice(static_cast<int>(d)).memoryBytes();
-    if (limit <= 0 || dm.peakMemoryBytes <= limit) continue;
+    const bool explicitLimit = plan.config.memoryLimitBytes.has_value();
+    // A --memory-limit is what the plan may allocate; a GPU's capacity first keeps back the
+    // margin (CUDA context, workspaces, fragmentation: memoryMarginBytes).
+    const std::int64_t capacity =
+        explicitLimit ? *plan.config.memoryLimitBytes : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
+    const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes;
+    if (capacity <= 0 || dm.peakMemoryBytes + margin <= capacity) continue;
     if (fits) {
       msg << plan.config.schedule << " does not fit in memory ("
-          << (plan.config.memoryLimitBytes ? "--memory-limit " : "GPU memory ") << formatBytes(static_cast<double>(limit))
-          << " per device):";
+          << (explicitLimit ? "--memory-limit " : "GPU memory ") << gib(capacity) << " per GPU"
+          << (explicitLimit ? "" : ", of which " + gib(margin) + " is kept back as margin") << "):";
     }
     fits = false;
-    msg << "\n  device " << d << ": peak " << formatBytes(static_cast<double>(dm.peakMemoryBytes)) << " = static "
-        << formatBytes(static_cast<double>(dm.staticMemoryBytes)) << " + activations "
-        << formatBytes(static_cast<double>(dm.peakActivationBytes)) << ", over by "
-        << formatBytes(static_cast<double>(dm.peakMemoryBytes - limit));
+    const MemoryBreakdown& mb = dm.memory;
+    // The largest part is what to attack first.
+    const std::pair<const char*, std::int64_t> parts[] = {{"parameters", mb.parameterBytes},
+                                                          {"gradients", mb.gradientBytes},
+                                                          {"optimizer state", mb.optimizerBytes},
+                                                          {"activations", dm.peakActivationBytes},
+                                                          {"collective buffers", mb.communicationBytes}};
+    const auto* largest = &parts[0];
+    for (const auto& p : parts) {
+      if (p.second > largest->second) largest = &p;
+    }
+    msg << "\n  device " << d << ": peak " << gib(dm.peakMemoryBytes) << " = parameters " << gib(mb.parameterBytes)
+        << " + gradients " << gib(mb.gradientBytes) << " + optimizer " << gib(mb.optimizerBytes) << " + activations "
+        << gib(dm.peakActivationBytes);
+    if (mb.communicationBytes > 0) msg << " + buffers " << gib(mb.communicationBytes);
+    msg << ", over by " << gib(dm.peakMemoryBytes + margin - capacity) << " (largest part: " << largest->first << ")";
   }
   if (fits) return {};
-  msg << "\n  (use more devices, fewer in-flight microbatches, or a schedule with less activation memory such as v-half or v-min)";
+  msg << "\n  (use more devices, tensor parallelism, recomputation, ZeRO, fewer in-flight microbatches, or a schedule "
+         "with less activation memory such as v-half or v-min)";
   return Error{msg.str()};
 }
 

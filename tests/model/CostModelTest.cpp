@@ -19,10 +19,10 @@ TEST(CostModel, MeasuredCostsWinOverShape) {
   const LayerCosts c = layerCosts(l, gpu, 1, true);
   EXPECT_DOUBLE_EQ(c.forwardMs, 3.0);
   EXPECT_GT(c.backwardInputMs, 0);
-  // 12·h² parameters, 2 bytes each.
-  EXPECT_EQ(c.parameterBytes, 2 * 12 * 1024 * 1024);
-  // s·b·h·(34 + 5·a·s/h)
-  EXPECT_EQ(c.activationBytes, static_cast<std::int64_t>(1024.0 * 1024 * (34 + 5.0 * 16 * 1024 / 1024)));
+  // 12·h² parameters plus two norms of h, 2 bytes each.
+  EXPECT_EQ(c.parameterBytes, 2 * (12 * 1024 * 1024 + 2 * 1024));
+  // FlashAttention (the default): s·b·h·34 plus the fp32 log-sum-exp per head and token.
+  EXPECT_EQ(c.activationBytes, static_cast<std::int64_t>(1024.0 * 1024 * 34 + 4.0 * 16 * 1024));
 }
 
 TEST(CostModel, FrozenLayersHaveNoBackward) {

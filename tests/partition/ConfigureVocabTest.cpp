@@ -19,23 +19,33 @@ TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
   auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
   ASSERT_TRUE(cluster.hasValue()) << cluster.message();
   ConfigureOptions options;
-  options.schedules = {"1f1b", "zb-v", "dualpipe", "interleaved-1f1b"};
+  options.schedules = {"1f1b", "zb-v", "dualpipe", "interleaved-1f1b", "bitpipe"};
+  options.globalBatch = 64;
   auto result = configure(*model, *cluster, options);
   ASSERT_TRUE(result.hasValue()) << result.message();
   ASSERT_FALSE(result->feasible.empty());
+  EXPECT_EQ(result->globalBatch, 64);
   for (std::size_t i = 1; i < result->feasible.size(); ++i) {
     EXPECT_GE(result->feasible[i - 1].throughputSamplesPerS, result->feasible[i].throughputSamplesPerS);
   }
   for (const auto& c : result->feasible) {
-    EXPECT_EQ(c.config.devices * c.config.dataParallel, 8);
-    EXPECT_LE(c.peakMemoryBytes, cluster->gpu.memoryBytes());
-    EXPECT_NEAR(c.iterationMs, c.makespanMs + c.allReduceMs, 1e-9);
+    EXPECT_EQ(c.config.totalGpus(), 8);
+    // The recipe is held fixed: every configuration trains the same global batch.
+    EXPECT_EQ(static_cast<std::int64_t>(c.config.microbatches) * c.samplesPerMicrobatch * c.config.parallel.data, 64);
+    EXPECT_LE(c.peakMemoryBytes + memoryMarginBytes(cluster->gpu), cluster->gpu.memoryBytes());
+    EXPECT_GE(c.iterationMs, c.makespanMs);
+    // At P = 1 every schedule is the same plan: only one name survives.
+    if (c.config.devices == 1) {
+      EXPECT_EQ(c.config.schedule, "1f1b");
+    }
   }
-  // dualpipe needs an even device count: the p = 1 family is rejected with that reason.
+  // BitPipe on eight devices holds four chunks each: 32 virtual stages, more than 26 layers.
   bool sawReason = false;
   for (const auto& r : result->rejected) {
     EXPECT_FALSE(r.reason.empty());
-    if (r.schedule == "dualpipe" && r.pipelineDegree == 1) sawReason = true;
+    if (r.schedule == "bitpipe" && r.pipelineDegree == 8 && r.reason.find("virtual stages") != std::string::npos) {
+      sawReason = true;
+    }
   }
   EXPECT_TRUE(sawReason);
 }
@@ -47,10 +57,10 @@ TEST(Configure, MemoryInfeasibleFamiliesAreRejectedWithNumbers) {
   ASSERT_TRUE(cluster.hasValue());
   ConfigureOptions options;
   options.schedules = {"1f1b"};
-  options.microbatchesPerDevice = {1};
+  options.globalBatch = 8;
   auto result = configure(*model, *cluster, options);
   ASSERT_TRUE(result.hasValue()) << result.message();
-  EXPECT_TRUE(result->feasible.empty());  // 175B does not fit on 8 × 80 GB
+  EXPECT_TRUE(result->feasible.empty());  // 175B does not fit on 8 × 80 GB, whatever the split
   ASSERT_FALSE(result->rejected.empty());
   for (const auto& r : result->rejected) EXPECT_NE(r.reason.find("memory"), std::string::npos) << r.reason;
 }

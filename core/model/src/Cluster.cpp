@@ -1,5 +1,7 @@
 #include "pipestudio/model/Cluster.hpp"
 
+#include <algorithm>
+
 namespace pipestudio {
 
 int ClusterSpec::totalGpus() const {
@@ -7,6 +9,8 @@ int ClusterSpec::totalGpus() const {
   for (const auto& n : nodes) total += n.gpus;
   return total;
 }
+
+int ClusterSpec::gpusPerNode() const { return nodes.empty() ? 1 : std::max(1, nodes.front().gpus); }
 
 int ClusterSpec::nodeOfDevice(int device) const {
   int first = 0;

@@ -1,6 +1,8 @@
 #include "pipestudio/model/ModelIO.hpp"
 
 #include <functional>
+#include <initializer_list>
+#include <utility>
 #include <map>
 #include <set>
 
@@ -14,24 +16,73 @@ constexpr std::int64_t kMaxLayers = 100000;
 constexpr std::int64_t kMaxDim = 10'000'000;
 constexpr std::int64_t kMaxGpus = 1'000'000;
 
+// A string field restricted to a few names ("gelu" | "swiglu"), with the choices in the message.
+template <typename E>
+std::optional<E> readChoice(JsonReader& r, const JsonNode& node, const char* key,
+                            std::initializer_list<std::pair<const char*, E>> choices) {
+  const auto text = r.string(node, key, Presence::Optional);
+  if (!text) return std::nullopt;
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (*text == name) return value;
+    names += (names.empty() ? "" : " or ") + std::string(name);
+  }
+  r.error(node.child(key), "'" + *text + "' is not one of " + names);
+  return std::nullopt;
+}
+
 std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, const std::string& kind) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"hidden", "seq", "heads", "ffn", "vocab"});
+  r.rejectUnknown(node, {"hidden", "seq", "heads", "ffn", "vocab", "kv_heads", "mlp", "attention", "causal", "dropout",
+                         "experts", "top_k", "expert_ffn", "shared_experts", "capacity_factor"});
   TransformerShape s;
   const auto hidden = r.integer(node, "hidden", Presence::Required, 1, kMaxDim);
   const auto seq = r.integer(node, "seq", Presence::Required, 1, kMaxDim);
   const auto heads = r.integer(node, "heads", Presence::Required, 1, 100000);
   const auto ffn = r.integer(node, "ffn", Presence::Optional, 1, kMaxDim);
   const auto vocab = r.integer(node, "vocab", Presence::Optional, 1, 100'000'000);
+  const auto kvHeads = r.integer(node, "kv_heads", Presence::Optional, 1, 100000);
+  const auto experts = r.integer(node, "experts", Presence::Optional, 1, 100000);
+  const auto topK = r.integer(node, "top_k", Presence::Optional, 1, 100000);
+  const auto expertFfn = r.integer(node, "expert_ffn", Presence::Optional, 1, kMaxDim);
+  const auto shared = r.integer(node, "shared_experts", Presence::Optional, 0, 100000);
+  const auto capacity = r.number(node, "capacity_factor", Presence::Optional, 0.01, 1000.0);
+  s.mlp = readChoice<MlpKind>(r, node, "mlp", {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}}).value_or(MlpKind::Gelu);
+  s.attention = readChoice<AttentionKind>(r, node, "attention",
+                                          {{"flash", AttentionKind::Flash}, {"standard", AttentionKind::Standard}})
+                    .value_or(AttentionKind::Flash);
+  s.causal = r.boolean(node, "causal", Presence::Optional).value_or(true);
+  s.dropout = r.boolean(node, "dropout", Presence::Optional).value_or(true);
   if (!hidden || !seq || !heads) return std::nullopt;
   s.hidden = *hidden;
   s.seq = *seq;
   s.heads = *heads;
   s.ffn = ffn.value_or(0);
   s.vocab = vocab;
+  s.kvHeads = kvHeads.value_or(0);
+  s.experts = experts.value_or(0);
+  s.topK = topK.value_or(0);
+  s.expertFfn = expertFfn.value_or(0);
+  s.sharedExperts = shared.value_or(0);
+  s.capacityFactor = capacity.value_or(1.0);
   if (s.hidden % s.heads != 0) {
     r.error(node.child("heads"), "hidden " + std::to_string(s.hidden) + " is not divisible by heads " +
                                      std::to_string(s.heads) + " (expected hidden = heads × head_dim)");
+  }
+  if (kvHeads && (*kvHeads > s.heads || s.heads % *kvHeads != 0)) {
+    r.error(node.child("kv_heads"), "kv_heads " + std::to_string(*kvHeads) + " does not divide heads " +
+                                        std::to_string(s.heads) + " (expected a divisor: grouped-query attention)");
+  }
+  if (experts && !topK) {
+    r.error(node.child("experts"), "a mixture of experts needs 'top_k' (expected the experts each token is routed to)");
+  }
+  if (topK && !experts) r.error(node.child("top_k"), "is only meaningful with 'experts'");
+  if (topK && experts && *topK > *experts) {
+    r.error(node.child("top_k"), "top_k " + std::to_string(*topK) + " exceeds experts " + std::to_string(*experts) +
+                                     " (expected at most the number of experts)");
+  }
+  for (const char* key : {"expert_ffn", "shared_experts", "capacity_factor"}) {
+    if (node.value->contains(key) && !experts) r.error(node.child(key), "is only meaningful with 'experts'");
   }
   if ((kind == "lm_head" || kind == "embedding") && !s.vocab) {
     r.error(node, "a " + kind + " layer's transformer shape has no 'vocab' (expected the vocabulary size)");
@@ -46,7 +97,7 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   const std::size_t errorsBefore = r.errors().size();
   r.rejectUnknown(
       node, {"name", "kind", "repeat", "forward_ms", "backward_input_ms", "backward_weight_ms", "activation_bytes",
-             "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer", "flops_forward", "params"});
+             "weight_grad_bytes", "parameter_bytes", "output_bytes", "transformer", "flops_forward", "params", "tied"});
   Layer layer;
   const auto name = r.string(node, "name", Presence::Required);
   layer.name = name.value_or("");
@@ -60,6 +111,10 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   layer.outputBytes = r.integer(node, "output_bytes", Presence::Optional, 0, kMaxBytes);
   layer.flopsForward = r.number(node, "flops_forward", Presence::Optional, 0, 1.0e21);
   layer.params = r.integer(node, "params", Presence::Optional, 0, kMaxBytes);
+  layer.tied = r.boolean(node, "tied", Presence::Optional).value_or(false);
+  if (layer.tied && layer.kind != "embedding" && layer.kind != "lm_head") {
+    r.error(node.child("tied"), "only an embedding or lm_head layer can be tied (this layer's kind is '" + layer.kind + "')");
+  }
   if (auto shape = r.field(node, "transformer", Presence::Optional)) {
     layer.transformer = readShape(r, *shape, layer.kind);
   }
@@ -193,13 +248,17 @@ void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& 
 
 std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"name", "peak_tflops", "memory_gib", "efficiency"});
+  r.rejectUnknown(node, {"name", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps", "sm_count"});
   GpuSpec g;
   g.name = r.string(node, "name", Presence::Required).value_or("");
   const auto peak = r.number(node, "peak_tflops", Presence::Required, 1e-3, 1e5);
   const auto mem = r.number(node, "memory_gib", Presence::Required, 1e-3, 1e5);
   const auto eff = r.number(node, "efficiency", Presence::Optional, 1e-3, 1.0);
+  const auto hbm = r.number(node, "memory_bandwidth_gbps", Presence::Optional, 1e-3, 1e6);
+  const auto sms = r.integer(node, "sm_count", Presence::Optional, 1, 100000);
   if (!peak || !mem) return std::nullopt;
+  g.memoryBandwidthGBps = hbm.value_or(0);
+  g.smCount = static_cast<int>(sms.value_or(0));
   g.peakTflops = *peak;
   g.memoryGib = *mem;
   g.efficiency = eff.value_or(0.5);
@@ -244,11 +303,13 @@ Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReade
 
 std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "components", "layers", "optimizer", "description"});
+  r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
+                      "description"});
   if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
   ModelSpec m;
   m.name = r.string(at, "name", Presence::Required).value_or("");
   m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
+  m.globalBatch = r.integer(at, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40);
   if (auto opt = r.object(at, "optimizer", Presence::Optional)) {
     r.rejectUnknown(*opt, {"distributed"});
     m.optimizer.distributed = r.boolean(*opt, "distributed", Presence::Optional).value_or(false);
@@ -342,7 +403,8 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (r.ok() && c.totalGpus() > kMaxGpus)
     r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
-    r.rejectUnknown(*links, {"intra_node", "inter_node"});
+    r.rejectUnknown(*links, {"intra_node", "inter_node", "nics_per_node"});
+    c.nicsPerNode = static_cast<int>(r.integer(*links, "nics_per_node", Presence::Optional, 1, 1024).value_or(0));
     if (auto intra = r.field(*links, "intra_node", Presence::Required)) {
       if (auto l = readLink(r, *intra)) c.intraNode = *l;
     }
@@ -433,22 +495,39 @@ Json layerToJson(const Layer& l) {
   if (l.transformer) {
     Json t{{"hidden", l.transformer->hidden}, {"seq", l.transformer->seq}, {"heads", l.transformer->heads}};
     if (l.transformer->ffn > 0) t["ffn"] = l.transformer->ffn;
-    if (l.transformer->vocab) t["vocab"] = *l.transformer->vocab;
+    const TransformerShape& ts = *l.transformer;
+    if (ts.vocab) t["vocab"] = *ts.vocab;
+    if (ts.kvHeads > 0) t["kv_heads"] = ts.kvHeads;
+    if (ts.mlp == MlpKind::SwiGlu) t["mlp"] = "swiglu";
+    if (ts.attention == AttentionKind::Standard) t["attention"] = "standard";
+    if (!ts.causal) t["causal"] = false;
+    if (!ts.dropout) t["dropout"] = false;
+    if (ts.experts > 0) {
+      t["experts"] = ts.experts;
+      t["top_k"] = ts.topK;
+      if (ts.expertFfn > 0) t["expert_ffn"] = ts.expertFfn;
+      if (ts.sharedExperts > 0) t["shared_experts"] = ts.sharedExperts;
+      if (ts.capacityFactor != 1.0) t["capacity_factor"] = ts.capacityFactor;
+    }
     j["transformer"] = t;
   }
   if (l.flopsForward) j["flops_forward"] = *l.flopsForward;
   if (l.params) j["params"] = *l.params;
+  if (l.tied) j["tied"] = true;
   return j;
 }
 
 Json gpuToJson(const GpuSpec& g) {
-  return Json{
-      {"name", g.name}, {"peak_tflops", g.peakTflops}, {"memory_gib", g.memoryGib}, {"efficiency", g.efficiency}};
+  Json j{{"name", g.name}, {"peak_tflops", g.peakTflops}, {"memory_gib", g.memoryGib}, {"efficiency", g.efficiency}};
+  if (g.memoryBandwidthGBps > 0) j["memory_bandwidth_gbps"] = g.memoryBandwidthGBps;
+  if (g.smCount > 0) j["sm_count"] = g.smCount;
+  return j;
 }
 }  // namespace
 
 Json modelToJson(const ModelSpec& m) {
   Json j{{"schema", kModelSchema}, {"name", m.name}, {"samples_per_microbatch", m.samplesPerMicrobatch}};
+  if (m.globalBatch) j["global_batch"] = *m.globalBatch;
   if (m.optimizer.distributed) j["optimizer"] = Json{{"distributed", true}};
   Json comps = Json::array();
   for (const auto& c : m.components) {
@@ -481,6 +560,7 @@ Json clusterToJson(const ClusterSpec& c) {
   j["links"] =
       Json{{"intra_node", {{"bandwidth_gbps", c.intraNode.bandwidthGBps}, {"latency_us", c.intraNode.latencyUs}}},
            {"inter_node", {{"bandwidth_gbps", c.interNode.bandwidthGBps}, {"latency_us", c.interNode.latencyUs}}}};
+  if (c.nicsPerNode > 0) j["links"]["nics_per_node"] = c.nicsPerNode;
   if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
   return j;
 }

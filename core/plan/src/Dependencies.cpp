@@ -84,6 +84,7 @@ std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluste
   const Component& c = model.components[static_cast<std::size_t>(component)];
   if (c.layers.empty()) return 0;
   // Output size does not depend on the GPU; device 0's spec serves for all.
+  // Frozen components run whole on one GPU of a pipeline rank (not split by TP).
   return layerCosts(c.layers.back(), cluster.gpuOfDevice(0), model.samplesPerMicrobatch, false).outputBytes;
 }
 

@@ -1,5 +1,7 @@
 #include "pipestudio/plan/Memory.hpp"
 
+#include "pipestudio/plan/Costs.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -28,35 +30,97 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
     const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
-    const GpuSpec& gpu = plan.cluster.gpuOfDevice(vs.device);
+    const CostContext ctx =
+        costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     StageCosts& s = out[i];
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
-      const LayerCosts c =
-          layerCosts(comp.layers[static_cast<std::size_t>(l)], gpu, plan.model.samplesPerMicrobatch, comp.trainable);
+      const Layer& layer = comp.layers[static_cast<std::size_t>(l)];
+      const LayerCosts c = layerCosts(layer, ctx);
       s.forwardMs += c.forwardMs;
       s.backwardInputMs += c.backwardInputMs;
       s.backwardWeightMs += c.backwardWeightMs;
+      s.forwardCommMs += c.forwardCommMs;
+      s.backwardInputCommMs += c.backwardInputCommMs;
+      s.backwardWeightCommMs += c.backwardWeightCommMs;
       addSaturating(s.activationBytes, c.activationBytes);
       addSaturating(s.weightGradBytes, c.weightGradBytes);
       s.outputBytes = c.outputBytes;
+      s.communicationBytes = std::max(s.communicationBytes, c.communicationBytes);
       (comp.trainable ? s.trainableParameters : s.frozenParameters) += c.parameterCount();
+      if (comp.trainable) s.expertParameters += static_cast<double>(c.expertParameterBytes) / 2.0;
+      if (comp.trainable && layer.tied && layer.kind == "lm_head") s.tiedParameters += c.parameterCount();
+      s.modelFlopsForward += c.modelFlopsForward;
     }
   }
   return out;
 }
 
-std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
-  std::vector<double> bytes(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0.0);
+int effectiveZeroStage(const Plan& plan) {
+  return std::max(plan.config.parallel.zeroStage, plan.model.optimizer.distributed ? 1 : 0);
+}
+
+std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
+  const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
+  const int zero = effectiveZeroStage(plan);
+  const int dp = std::max(1, plan.config.parallel.data);
+  // Routed experts are replicated over the D/E ranks of their expert-data-parallel group.
+  const int expertDp = std::max(1, dp / std::max(1, plan.config.parallel.expert));
+  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, dp);
+  const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp);
+  std::vector<double> denseParams(devices, 0.0), expertParams(devices, 0.0), frozen(devices, 0.0);
+  std::vector<std::int64_t> buffers(devices, 0);
+  // A tied LM head on the embedding's device shares its weight (one tensor, one gradient).
+  std::vector<char> hasEmbedding(devices, 0);
+  for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    if (vs.device < 0 || static_cast<std::size_t>(vs.device) >= devices) continue;
+    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
+    const auto& layers = plan.model.components[static_cast<std::size_t>(vs.component)].layers;
+    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
+      if (layers[static_cast<std::size_t>(l)].kind == "embedding") hasEmbedding[static_cast<std::size_t>(vs.device)] = 1;
+    }
+  }
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
     const int d = plan.virtualStages[i].device;
-    if (d < 0 || d >= static_cast<int>(bytes.size())) continue;
-    bytes[static_cast<std::size_t>(d)] += staticMemoryBytes(costs[i].trainableParameters, costs[i].frozenParameters,
-                                                            plan.model.optimizer, plan.config.dataParallel);
+    if (d < 0 || static_cast<std::size_t>(d) >= devices) continue;
+    const auto du = static_cast<std::size_t>(d);
+    const StageCosts& c = costs[i];
+    double trainable = c.trainableParameters;
+    if (hasEmbedding[du]) trainable -= c.tiedParameters;
+    denseParams[du] += trainable - c.expertParameters;
+    expertParams[du] += c.expertParameters;
+    frozen[du] += c.frozenParameters;
+    buffers[du] = std::max(buffers[du], c.communicationBytes);
   }
-  std::vector<std::int64_t> out;
-  out.reserve(bytes.size());
-  for (double b : bytes) out.push_back(static_cast<std::int64_t>(std::llround(b)));
+  std::vector<MemoryBreakdown> out(devices);
+  for (std::size_t d = 0; d < devices; ++d) {
+    MemoryBreakdown& m = out[d];
+    m.parameterBytes = static_cast<std::int64_t>(
+        std::llround(denseParams[d] * dense.parameter + expertParams[d] * expert.parameter + frozen[d] * 2.0));
+    m.gradientBytes = static_cast<std::int64_t>(std::llround(denseParams[d] * dense.gradient + expertParams[d] * expert.gradient));
+    m.optimizerBytes =
+        static_cast<std::int64_t>(std::llround(denseParams[d] * dense.optimizer + expertParams[d] * expert.optimizer));
+    m.communicationBytes = buffers[d];
+  }
   return out;
+}
+
+std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
+  std::vector<std::int64_t> out;
+  for (const MemoryBreakdown& m : staticBreakdownPerDevice(plan, costs)) {
+    std::int64_t total = m.parameterBytes;
+    addSaturating(total, m.gradientBytes);
+    addSaturating(total, m.optimizerBytes);
+    addSaturating(total, m.communicationBytes);
+    out.push_back(total);
+  }
+  return out;
+}
+
+std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
+  constexpr std::int64_t kWorkspaceBytes = std::int64_t{1} << 30;  // CUDA context, cuBLAS and NCCL workspaces
+  constexpr double kFragmentation = 0.05;                          // caching allocator fragmentation
+  return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
 
 MemoryTimeline memoryTimeline(const Plan& plan) {
@@ -153,6 +217,142 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
   return t;
 }
 
+namespace {
+
+// Model FLOPs of one microbatch through the whole model (Korthikanti et al. 2022 Appendix A:
+// a trainable layer counts its forward and a backward of twice its forward, no recomputation;
+// a frozen layer its forward only).
+double modelFlopsPerMicrobatch(const Plan& plan) {
+  double flops = 0;
+  for (std::size_t c = 0; c < plan.model.components.size(); ++c) {
+    const Component& comp = plan.model.components[c];
+    const CostContext ctx = costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, 0, comp.trainable);
+    for (const Layer& layer : comp.layers) flops += (comp.trainable ? 3.0 : 1.0) * layerCosts(layer, ctx).modelFlopsForward;
+  }
+  return flops;
+}
+
+// Sequence length of the first trainable transformer-shaped layer (tokens per sample), or 0.
+std::int64_t tokensPerSample(const ModelSpec& model) {
+  for (const Component& comp : model.components) {
+    if (!comp.trainable) continue;
+    for (const Layer& layer : comp.layers) {
+      if (layer.transformer) return layer.transformer->seq;
+    }
+  }
+  return 0;
+}
+
+// The training step around the pipeline: each device's gradients are reduced over its data-
+// parallel group (Megatron-LM / PyTorch DDP overlap that with the last backward passes; ZeRO-3
+// reduce-scatters inside its W passes instead), a tied embedding's gradient is all-reduced
+// between the first and last pipeline ranks, then the optimizer steps (ZeRO-1/2 re-gather the
+// updated bf16 weights). Gradients travel in fp32.
+void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, const std::vector<double>& devFirst,
+                    const std::vector<double>& devLast, double first, Metrics& m) {
+  const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
+  const Parallelism& par = plan.config.parallel;
+  const int dp = std::max(1, par.data);
+  const int expertDp = std::max(1, dp / std::max(1, par.expert));
+  const int zero = effectiveZeroStage(plan);
+  const CollectiveLinks links = collectiveLinks(plan.cluster, par);
+  const int lastMb = plan.config.microbatches - 1;
+
+  std::vector<double> dense(devices, 0.0), expert(devices, 0.0), window(devices, 0.0);
+  std::vector<char> embedding(devices, 0), tiedHead(devices, 0);
+  double tiedBytes = 0;
+  for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    if (vs.device < 0 || static_cast<std::size_t>(vs.device) >= devices) continue;
+    const auto d = static_cast<std::size_t>(vs.device);
+    dense[d] += costs[i].trainableParameters - costs[i].expertParameters;
+    expert[d] += costs[i].expertParameters;
+    if (costs[i].tiedParameters > 0) {
+      tiedHead[d] = 1;
+      tiedBytes = std::max(tiedBytes, 4.0 * costs[i].tiedParameters);
+    }
+    if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < plan.model.components.size()) {
+      const auto& layers = plan.model.components[static_cast<std::size_t>(vs.component)].layers;
+      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
+        if (layers[static_cast<std::size_t>(l)].kind == "embedding") embedding[d] = 1;
+      }
+    }
+  }
+  for (const Op& op : plan.ops) {
+    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices || op.microbatch != lastMb) continue;
+    if (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW) {
+      window[static_cast<std::size_t>(op.device)] += op.durationMs();
+    }
+  }
+  // The tied weight's two copies live on different ranks only when no device has both halves.
+  bool tiedSplit = false;
+  int firstEmbeddingDevice = -1, firstHeadDevice = -1;
+  for (std::size_t d = 0; d < devices; ++d) {
+    if (embedding[d] && firstEmbeddingDevice < 0) firstEmbeddingDevice = static_cast<int>(d);
+    if (tiedHead[d] && firstHeadDevice < 0) firstHeadDevice = static_cast<int>(d);
+  }
+  if (firstEmbeddingDevice >= 0 && firstHeadDevice >= 0 && !embedding[static_cast<std::size_t>(firstHeadDevice)]) {
+    tiedSplit = true;
+  }
+  double tiedSyncMs = 0;
+  if (tiedSplit && tiedBytes > 0) {
+    const bool sameNode = plan.cluster.nodeOfDevice(deviceFirstGpu(plan.config, firstEmbeddingDevice)) ==
+                          plan.cluster.nodeOfDevice(deviceFirstGpu(plan.config, firstHeadDevice));
+    const LinkSpec& l = sameNode ? plan.cluster.intraNode : plan.cluster.interNode;
+    tiedSyncMs = allReduceMs(CollectiveLink{l.bandwidthGBps, l.latencyUs, !sameNode}, 2, tiedBytes);
+  }
+
+  double pipelineEnd = first;
+  double period = 0;
+  double worstExposed = 0;
+  double worstOptimizer = 0;
+  for (std::size_t d = 0; d < devices; ++d) {
+    double syncMs = 0;
+    if (zero <= 2) {
+      const auto reduce = [&](int ranks, double params) {
+        const double bytes = 4.0 * params;
+        return zero == 0 ? allReduceMs(links.data, ranks, bytes) : allGatherMs(links.data, ranks, bytes);
+      };
+      syncMs = reduce(dp, dense[d]) + reduce(expertDp, expert[d]);
+    }
+    double exposed = par.overlapGradReduce ? std::max(0.0, syncMs - window[d]) : syncMs;
+    if (tiedSplit && (embedding[d] || tiedHead[d])) exposed += tiedSyncMs;
+    const double shardDense = zero >= 1 ? dense[d] / dp : dense[d];
+    const double shardExpert = zero >= 1 ? expert[d] / expertDp : expert[d];
+    double optimizerMs = optimizerStepMs(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)), shardDense + shardExpert);
+    if (zero == 1 || zero == 2) {
+      optimizerMs += allGatherMs(links.data, dp, 2.0 * dense[d]) + allGatherMs(links.data, expertDp, 2.0 * expert[d]);
+    }
+    if (devLast[d] >= devFirst[d]) {
+      pipelineEnd = std::max(pipelineEnd, devLast[d] + exposed);
+      period = std::max(period, devLast[d] - devFirst[d] + exposed + optimizerMs);
+    }
+    worstExposed = std::max(worstExposed, exposed);
+    worstOptimizer = std::max(worstOptimizer, optimizerMs);
+  }
+  m.optimizerMs = worstOptimizer;
+  if (plan.config.optimizerSync == "post-validation") {
+    // Zero Bubble §5 (optimizer post-validation): a device starts its next iteration right after
+    // its own step, so iterations overlap and the steady-state period is the longest device span.
+    m.gradientSyncMs = worstExposed;
+    m.iterationMs = period;
+  } else {
+    m.gradientSyncMs = std::max(0.0, pipelineEnd - first - m.makespanMs);
+    m.iterationMs = (pipelineEnd - first) + worstOptimizer;
+  }
+  if (m.iterationMs <= 0) return;
+  const double microbatches = static_cast<double>(plan.config.microbatches) * dp;
+  const double samples = microbatches * static_cast<double>(plan.model.samplesPerMicrobatch);
+  const double seconds = m.iterationMs / 1000.0;
+  m.throughputSamplesPerS = samples / seconds;
+  m.tokensPerS = m.throughputSamplesPerS * static_cast<double>(tokensPerSample(plan.model));
+  const double gpus = static_cast<double>(std::max<std::int64_t>(1, plan.config.totalGpus()));
+  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan) * microbatches / seconds / gpus / 1e12;
+  if (plan.cluster.gpu.peakTflops > 0) m.mfu = m.modelTflopsPerGpu / plan.cluster.gpu.peakTflops;
+}
+
+}  // namespace
+
 Metrics computeMetrics(const Plan& plan) {
   Metrics m;
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
@@ -236,28 +436,29 @@ Metrics computeMetrics(const Plan& plan) {
     if (devLast[d] >= devFirst[d]) m.devices[d].spanMs = devLast[d] - devFirst[d];
     busy += m.devices[d].busyMs;
   }
-  if (m.makespanMs > 0 && devices > 0) {
-    m.bubbleRatio = 1.0 - busy / (static_cast<double>(devices) * m.makespanMs);
-    const double samples = static_cast<double>(plan.config.microbatches) *
-                           static_cast<double>(plan.model.samplesPerMicrobatch) *
-                           static_cast<double>(std::max(1, plan.config.dataParallel));
-    m.throughputSamplesPerS = samples / (m.makespanMs / 1000.0);
-  }
+  if (m.makespanMs > 0 && devices > 0) m.bubbleRatio = 1.0 - busy / (static_cast<double>(devices) * m.makespanMs);
+  std::vector<std::int64_t> peakLive(devices, 0);
   if (!inOrder) {
     const MemoryTimeline mem = memoryTimeline(plan);
-    for (std::size_t d = 0; d < devices; ++d) {
-      m.devices[d].peakMemoryBytes = mem.peakBytes[d];
-      m.devices[d].peakActivationBytes = mem.peakActivationBytes[d];
-      m.devices[d].staticMemoryBytes = mem.staticBytes[d];
-    }
-    return m;
+    for (std::size_t d = 0; d < devices; ++d) peakLive[d] = mem.peakActivationBytes[d];
+  } else {
+    for (std::size_t d = 0; d < devices; ++d) peakLive[d] = replay[d].peakLive;
   }
-  const std::vector<std::int64_t> staticBytes = staticMemoryPerDevice(plan, costs);
+  const std::vector<MemoryBreakdown> statics = staticBreakdownPerDevice(plan, costs);
   for (std::size_t d = 0; d < devices; ++d) {
-    m.devices[d].peakMemoryBytes = sumSaturating(staticBytes[d], replay[d].peakLive);
-    m.devices[d].peakActivationBytes = replay[d].peakLive;
-    m.devices[d].staticMemoryBytes = staticBytes[d];
+    DeviceMetrics& dm = m.devices[d];
+    dm.memory = statics[d];
+    dm.memory.activationBytes = peakLive[d];
+    dm.memory.marginBytes = memoryMarginBytes(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)));
+    std::int64_t staticTotal = dm.memory.parameterBytes;
+    addSaturating(staticTotal, dm.memory.gradientBytes);
+    addSaturating(staticTotal, dm.memory.optimizerBytes);
+    addSaturating(staticTotal, dm.memory.communicationBytes);
+    dm.staticMemoryBytes = staticTotal;
+    dm.peakActivationBytes = peakLive[d];
+    dm.peakMemoryBytes = sumSaturating(staticTotal, peakLive[d]);
   }
+  addStepMetrics(plan, costs, devFirst, devLast, first, m);
   return m;
 }
 

@@ -90,7 +90,9 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   Plan plan;
   if (auto cfg = r.object(at, "config", Presence::Required)) {
     r.rejectUnknown(*cfg, {"schedule", "devices", "microbatches", "chunks_per_device", "partition", "fill",
-                           "memory_limit_bytes", "data_parallel"});
+                           "memory_limit_bytes", "data_parallel", "dp", "tp", "cp", "ep", "sequence_parallel",
+                           "recompute", "zero", "overlap_grad_reduce", "global_batch", "micro_batch_size",
+                           "optimizer_sync"});
     PlanConfig& c = plan.config;
     c.schedule = r.string(*cfg, "schedule", Presence::Required).value_or("");
     c.devices = static_cast<int>(r.integer(*cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
@@ -100,7 +102,35 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     c.partition = r.string(*cfg, "partition", Presence::Optional).value_or("uniform");
     c.fill = r.string(*cfg, "fill", Presence::Optional).value_or("none");
     c.memoryLimitBytes = r.integer(*cfg, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
-    c.dataParallel = static_cast<int>(r.integer(*cfg, "data_parallel", Presence::Optional, 1, kMaxDevices).value_or(1));
+    // `data_parallel` is the name plans used before hybrid parallelism; `dp` is today's.
+    if (cfg->value->contains("dp") && cfg->value->contains("data_parallel")) {
+      r.error(cfg->child("data_parallel"), "is the old name of 'dp' (expected only one of them)");
+    }
+    Parallelism& par = c.parallel;
+    const char* dpKey = cfg->value->contains("data_parallel") ? "data_parallel" : "dp";
+    par.data = static_cast<int>(r.integer(*cfg, dpKey, Presence::Optional, 1, kMaxDevices).value_or(1));
+    par.tensor = static_cast<int>(r.integer(*cfg, "tp", Presence::Optional, 1, 1024).value_or(1));
+    par.context = static_cast<int>(r.integer(*cfg, "cp", Presence::Optional, 1, 1024).value_or(1));
+    par.expert = static_cast<int>(r.integer(*cfg, "ep", Presence::Optional, 1, kMaxDevices).value_or(1));
+    par.sequenceParallel = r.boolean(*cfg, "sequence_parallel", Presence::Optional).value_or(par.tensor > 1);
+    if (auto rc = r.string(*cfg, "recompute", Presence::Optional)) {
+      if (auto v = recomputeFromName(*rc)) {
+        par.recompute = *v;
+      } else {
+        r.error(cfg->child("recompute"), "'" + *rc + "' is not a recompute mode (expected none, selective or full)");
+      }
+    }
+    par.zeroStage = static_cast<int>(r.integer(*cfg, "zero", Presence::Optional, 0, 3).value_or(0));
+    par.overlapGradReduce = r.boolean(*cfg, "overlap_grad_reduce", Presence::Optional).value_or(true);
+    c.globalBatch = r.integer(*cfg, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40);
+    c.microBatchSize = r.integer(*cfg, "micro_batch_size", Presence::Optional, 1, 1'000'000);
+    if (auto sync = r.string(*cfg, "optimizer_sync", Presence::Optional)) {
+      if (*sync == "global" || *sync == "post-validation") {
+        c.optimizerSync = *sync;
+      } else {
+        r.error(cfg->child("optimizer_sync"), "'" + *sync + "' is not an optimizer sync (expected global or post-validation)");
+      }
+    }
   }
   if (auto m = r.field(at, "model", Presence::Required)) {
     if (auto model = readModel(r, *m)) plan.model = std::move(*model);
@@ -232,7 +262,19 @@ Json planToJson(const Plan& plan) {
            {"microbatches", c.microbatches}, {"chunks_per_device", c.chunksPerDevice},
            {"partition", c.partition},       {"fill", c.fill}};
   if (c.memoryLimitBytes) cfg["memory_limit_bytes"] = *c.memoryLimitBytes;
-  if (c.dataParallel != 1) cfg["data_parallel"] = c.dataParallel;
+  const Parallelism& par = c.parallel;
+  // Degrees are always written (scripts read them); the memory options only when set.
+  cfg["tp"] = par.tensor;
+  cfg["cp"] = par.context;
+  cfg["ep"] = par.expert;
+  cfg["dp"] = par.data;
+  cfg["sequence_parallel"] = par.sequenceParallel;
+  cfg["recompute"] = std::string(recomputeName(par.recompute));
+  cfg["zero"] = par.zeroStage;
+  if (!par.overlapGradReduce) cfg["overlap_grad_reduce"] = false;
+  if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;
+  if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
+  if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;
   Json stages = Json::array();
   for (const auto& vs : plan.virtualStages) {
     Json s{{"id", vs.id},
@@ -272,14 +314,29 @@ Json planToJson(const Plan& plan) {
   }
   Json devices = Json::array();
   for (const auto& d : plan.metrics.devices) {
+    const MemoryBreakdown& mb = d.memory;
     devices.push_back(Json{{"busy_ms", d.busyMs},
                            {"span_ms", d.spanMs},
                            {"peak_memory_bytes", d.peakMemoryBytes},
-                           {"peak_activation_bytes", d.peakActivationBytes}});
+                           {"peak_activation_bytes", d.peakActivationBytes},
+                           {"memory",
+                            {{"parameter_bytes", mb.parameterBytes},
+                             {"gradient_bytes", mb.gradientBytes},
+                             {"optimizer_bytes", mb.optimizerBytes},
+                             {"activation_bytes", mb.activationBytes},
+                             {"communication_bytes", mb.communicationBytes},
+                             {"margin_bytes", mb.marginBytes}}}});
   }
-  Json metrics{{"makespan_ms", plan.metrics.makespanMs},
-               {"bubble_ratio", plan.metrics.bubbleRatio},
-               {"throughput_samples_per_s", plan.metrics.throughputSamplesPerS},
+  const Metrics& mt = plan.metrics;
+  Json metrics{{"makespan_ms", mt.makespanMs},
+               {"iteration_ms", mt.iterationMs},
+               {"gradient_sync_ms", mt.gradientSyncMs},
+               {"optimizer_ms", mt.optimizerMs},
+               {"bubble_ratio", mt.bubbleRatio},
+               {"throughput_samples_per_s", mt.throughputSamplesPerS},
+               {"tokens_per_s", mt.tokensPerS},
+               {"model_tflops_per_gpu", mt.modelTflopsPerGpu},
+               {"mfu", mt.mfu},
                {"devices", std::move(devices)}};
   return Json{{"schema", kPlanSchema},
               {"config", std::move(cfg)},

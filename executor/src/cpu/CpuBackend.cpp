@@ -2,6 +2,7 @@
 // activations really allocated, transfers really copied between the device threads.
 
 #include <algorithm>
+#include "pipestudio/plan/Costs.hpp"
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -197,7 +198,7 @@ class CpuBackend final : public Backend {
       peak = std::max(peak, need);
       const std::int64_t capacity = o.deviceMemoryBytes ? *o.deviceMemoryBytes
                                                         : m_ctx.plan.config.memoryLimitBytes.value_or(
-                                                              m_ctx.plan.cluster.gpuOfDevice(d).memoryBytes());
+                                                              deviceGpu(m_ctx.plan.cluster, m_ctx.plan.config, d).memoryBytes());
       if (capacity > 0 && need > capacity) {
         return Error{"device " + std::to_string(d) + ": out of memory: the plan needs " + std::to_string(need) +
                      " bytes (static " + std::to_string(dp.staticBytes) + " + activations " +

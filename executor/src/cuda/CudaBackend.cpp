@@ -3,6 +3,7 @@
 // `cuda-single`: every plan device in one process on one GPU, one stream each, transfers as
 // device-to-device copies. Both drive lanes through the shared walkDevice loop.
 #include <nccl.h>
+#include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -77,7 +78,7 @@ std::vector<StageWork> buildStageWork(const Plan& plan) {
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
-    const GpuSpec& gpu = plan.cluster.gpuOfDevice(vs.device);
+    const CostContext ctx = costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     for (int l = vs.firstLayer; l <= vs.lastLayer; ++l) {
       const Layer& layer = comp.layers[static_cast<std::size_t>(l)];
       // Measured times win over shapes (CostModel.hpp): such layers are calibrated time.
@@ -85,7 +86,7 @@ std::vector<StageWork> buildStageWork(const Plan& plan) {
         addTransformer(layer, plan.model.samplesPerMicrobatch, comp.trainable, out[i]);
         continue;
       }
-      const LayerCosts c = layerCosts(layer, gpu, plan.model.samplesPerMicrobatch, comp.trainable);
+      const LayerCosts c = layerCosts(layer, ctx);
       out[i].forward.calibratedMs += c.forwardMs;
       out[i].backwardInput.calibratedMs += c.backwardInputMs;
       out[i].backwardWeight.calibratedMs += c.backwardWeightMs;

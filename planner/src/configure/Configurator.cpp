@@ -1,159 +1,495 @@
-// Configurator search (issue 4). Every (p, d = G/p) split of the cluster's G GPUs, each
-// schedule with its chunk choices, each partition and microbatch count is solved and
-// simulated; the pipeline iteration plus the data-parallel gradient all-reduce gives the
-// throughput. Memory-infeasible families are pruned after their first failure.
+// Configurator search (issues 4 and 13). Enumerate → bound → simulate best bound first.
+//
+// Every configuration (T, C, P, D, E, micro-batch size, schedule, chunks, recompute, ZeRO) of
+// the cluster's GPUs for a fixed global batch gets
+//  - a static-memory lower bound (average parameters, gradients and optimizer state per GPU:
+//    the fullest GPU holds at least that): pruned when it exceeds the GPU;
+//  - a uniform-stage profile of its schedule (the schedule's own placement, order and timing on
+//    identical stages with this model's F:B:W proportions, cached per schedule, depth, chunks,
+//    microbatches and proportions): the in-flight microbatches of the fullest device and the
+//    idle time beyond the busiest device's work (fill and drain);
+//  - from those, an activation estimate (pruned when it exceeds the GPU by 25 %) and an
+//    iteration estimate: the average device's compute over all microbatches, the schedule's
+//    idle, un-overlapped gradient reduction and the optimizer step of the average shard.
+// Candidates are simulated (makePlan: exact partition, order, timing and memory) best estimate
+// first, until the next estimate falls 1 % below the `keep`-th simulated throughput (or the
+// simulation budget is spent): uneven stages and transfers only lengthen a uniform schedule, so
+// the estimates are optimistic and the top of the list is what the simulator ranks first.
 #include "pipestudio/planner/Configurator.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <map>
+#include <numeric>
+#include <tuple>
 
+#include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio {
 namespace {
 
-bool isMemoryError(const std::string& msg) {
-  return msg.find("memory") != std::string::npos || msg.find("does not fit") != std::string::npos;
+// How far below the last ranked throughput an estimate may be and still be simulated.
+constexpr double kEstimateMargin = 0.01;
+
+std::vector<int> divisorsOf(std::int64_t n, std::int64_t limit) {
+  std::vector<int> out;
+  for (std::int64_t d = 1; d <= n && d <= limit; ++d) {
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  }
+  return out;
+}
+
+// What a configuration's bounds need from its layers, per microbatch, summed over the model.
+struct CostSummary {
+  double forwardMs = 0, backwardInputMs = 0, backwardWeightMs = 0;  // trainable layers, one microbatch
+  double trainableWorkMs = 0;  // F + B + W of every trainable layer (one microbatch)
+  double frozenWorkMs = 0;     // F of every frozen layer
+  double denseParams = 0;      // per GPU (TP/EP shards), trainable
+  double expertParams = 0;
+  double frozenParams = 0;
+  double activationBytes = 0;  // trainable layers, one microbatch, per GPU
+  double outputBytes = 0;      // the largest hidden state a trainable layer sends on (per GPU)
+};
+
+// A configuration before simulation.
+struct Candidate {
+  PlanConfig config;
+  std::int64_t samplesPerMicrobatch = 1;
+  double throughputEstimate = 0;  // samples/s from the uniform-stage profile (optimistic)
+  // Deterministic order among equal bounds: the config's degrees and names.
+  std::tuple<int, int, int, int, int, std::int64_t, std::string, int, int, int> key() const {
+    const Parallelism& p = config.parallel;
+    return {config.devices, p.tensor, p.context, p.data, p.expert, samplesPerMicrobatch, config.schedule,
+            config.chunksPerDevice, static_cast<int>(p.recompute), p.zeroStage};
+  }
+};
+
+struct Family {
+  int p = 0, d = 0;
+  std::string schedule;
+  bool anyFeasible = false;
+  bool anyUndecided = false;  // bounded out: never simulated, so not known to fail
+  std::string reason;
+};
+
+class Search {
+ public:
+  Search(const ModelSpec& model, const ClusterSpec& cluster, const ConfigureOptions& options,
+         const SolveControl& control)
+      : m_model(model), m_cluster(cluster), m_options(options), m_control(control) {}
+
+  Expected<Configuration> run();
+
+ private:
+  const CostSummary& summary(const Parallelism& par, std::int64_t mbs);
+  struct Profile {
+    double inflightMicrobatches = 0;  // on the fullest device
+    double idleStagePasses = 0;       // idle beyond the busiest device's work, in units of one stage's F+B+W
+  };
+  const Profile& uniformProfile(const ScheduleGenerator& g, int p, int chunks, int m, double f, double b, double w,
+                                double transferPasses);
+  void note(int p, int d, const std::string& schedule, const std::string& reason);
+  std::vector<std::string> scheduleNames() const;
+  bool allFlash() const;
+
+  const ModelSpec& m_model;
+  const ClusterSpec& m_cluster;
+  const ConfigureOptions& m_options;
+  const SolveControl& m_control;
+  std::map<std::tuple<int, int, int, int, int, int, bool, std::int64_t>, CostSummary> m_summaries;
+  std::map<std::tuple<std::string, int, int, int, int, int, int>, Profile> m_profiles;
+  std::map<std::tuple<int, int, std::string>, Family> m_families;
+};
+
+bool Search::allFlash() const {
+  for (const Component& c : m_model.components) {
+    for (const Layer& l : c.layers) {
+      if (l.transformer && l.transformer->attention == AttentionKind::Standard) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> Search::scheduleNames() const {
+  std::vector<std::string> out = m_options.schedules;
+  if (out.empty()) {
+    for (const ScheduleGenerator* g : scheduleGenerators()) {
+      const std::string n(g->name());
+      if (n == "custom" || n == "zb-auto") continue;  // need a CSV / a memory limit to mean anything
+      out.push_back(n);
+    }
+  }
+  return out;
+}
+
+const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
+  const auto key = std::make_tuple(par.tensor, par.context, par.expert, par.data, static_cast<int>(par.recompute),
+                                   par.zeroStage, par.sequenceParallel, mbs);
+  auto it = m_summaries.find(key);
+  if (it != m_summaries.end()) return it->second;
+  PlanConfig config;
+  config.parallel = par;
+  CostSummary s;
+  for (const Component& comp : m_model.components) {
+    const CostContext ctx = costContext(m_cluster, config, mbs, 0, comp.trainable);
+    // Repeated layers are identical: cost one per run of equal shapes.
+    const Layer* previous = nullptr;
+    LayerCosts c;
+    for (const Layer& layer : comp.layers) {
+      const bool same = previous && previous->kind == layer.kind && previous->tied == layer.tied &&
+                        !layer.forwardMs && !previous->forwardMs && !layer.activationBytes && !layer.parameterBytes &&
+                        previous->transformer && layer.transformer &&
+                        previous->transformer->hidden == layer.transformer->hidden &&
+                        previous->transformer->seq == layer.transformer->seq &&
+                        previous->transformer->heads == layer.transformer->heads &&
+                        previous->transformer->ffn == layer.transformer->ffn &&
+                        previous->transformer->vocab == layer.transformer->vocab &&
+                        previous->transformer->kvHeads == layer.transformer->kvHeads &&
+                        previous->transformer->mlp == layer.transformer->mlp &&
+                        previous->transformer->attention == layer.transformer->attention &&
+                        previous->transformer->experts == layer.transformer->experts &&
+                        previous->transformer->topK == layer.transformer->topK &&
+                        previous->transformer->expertFfn == layer.transformer->expertFfn &&
+                        previous->transformer->sharedExperts == layer.transformer->sharedExperts &&
+                        previous->transformer->causal == layer.transformer->causal &&
+                        previous->transformer->dropout == layer.transformer->dropout &&
+                        previous->transformer->capacityFactor == layer.transformer->capacityFactor;
+      if (!same) c = layerCosts(layer, ctx);
+      previous = &layer;
+      if (comp.trainable) {
+        s.trainableWorkMs += c.forwardMs + c.backwardInputMs + c.backwardWeightMs;
+        s.forwardMs += c.forwardMs;
+        s.backwardInputMs += c.backwardInputMs;
+        s.backwardWeightMs += c.backwardWeightMs;
+        s.denseParams += c.parameterCount() - static_cast<double>(c.expertParameterBytes) / 2.0;
+        s.expertParams += static_cast<double>(c.expertParameterBytes) / 2.0;
+        s.activationBytes += static_cast<double>(c.activationBytes);
+        s.outputBytes = std::max(s.outputBytes, static_cast<double>(c.outputBytes));
+      } else {
+        s.frozenWorkMs += c.forwardMs;
+        s.frozenParams += c.parameterCount();
+      }
+    }
+  }
+  return m_summaries.emplace(key, s).first->second;
+}
+
+// The schedule on identical stages (its own placement, order and simulator timing, free
+// transfers): how many microbatches its fullest device keeps in flight, and how long devices
+// idle beyond the busiest one's work. Fill and drain do not grow with the microbatch count past
+// the pipeline depth, so m is capped at p (or the next count the schedule accepts).
+const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p, int chunks, int m, double f, double b,
+                                              double w, double transferPasses) {
+  // F:B:W proportions in tenths and the transfer in twentieths of a stage's F+B+W (capped):
+  // a handful of profiles per schedule and depth.
+  const double sum = std::max(1e-12, f + b + w);
+  const int fk = static_cast<int>(std::lround(10.0 * f / sum));
+  const int bk = static_cast<int>(std::lround(10.0 * b / sum));
+  const int tk = static_cast<int>(std::lround(20.0 * std::min(transferPasses, 5.0)));
+  int mp = std::min(m, 2 * p);
+  while (mp < m && !g.validate({p, mp, chunks})) ++mp;
+  const auto key = std::make_tuple(std::string(g.name()), p, chunks, mp, fk, bk, tk);
+  if (auto it = m_profiles.find(key); it != m_profiles.end()) return it->second;
+  Profile profile;
+  profile.inflightMicrobatches = std::min(m, p);  // 1F1B's count if the schedule cannot be built
+  const int pipelines = g.pipelines();
+  const int layers = std::max(1, p * chunks / pipelines);
+  constexpr std::int64_t kActivation = 1000;
+  PlanRequest r;
+  r.model.name = "uniform";
+  Component c;
+  c.name = "uniform";
+  const double fu = std::max(1, fk) / 10.0;
+  const double bu = std::max(1, bk) / 10.0;
+  const double wu = std::max(0.05, 1.0 - fu - bu);
+  for (int l = 0; l < layers; ++l) {
+    Layer layer;
+    layer.name = "l" + std::to_string(l);
+    layer.forwardMs = fu;
+    layer.backwardInputMs = bu;
+    layer.backwardWeightMs = wu;
+    layer.activationBytes = kActivation;
+    layer.weightGradBytes = kActivation / 2;
+    layer.outputBytes = 1;  // its transfer is the link's latency below
+    c.layers.push_back(std::move(layer));
+  }
+  r.model.components.push_back(std::move(c));
+  r.cluster.name = "uniform";
+  r.cluster.gpu.peakTflops = 1;
+  r.cluster.gpu.memoryGib = 1e6;
+  r.cluster.nodes.push_back(NodeSpec{"n", p, std::nullopt, std::nullopt});
+  r.cluster.intraNode = LinkSpec{1e9, 1000.0 * (fu + bu + wu) * tk / 20.0};
+  r.cluster.interNode = r.cluster.intraNode;
+  r.config.schedule = std::string(g.name());
+  r.config.devices = p;
+  r.config.microbatches = mp;
+  r.config.chunksPerDevice = chunks;
+  r.config.partition = "uniform";
+  if (auto plan = makePlan(r)) {
+    double busiest = 0;
+    std::int64_t peak = 0;
+    for (const auto& d : plan->metrics.devices) {
+      busiest = std::max(busiest, d.busyMs);
+      peak = std::max(peak, d.peakActivationBytes);
+    }
+    const double perMicrobatch = static_cast<double>(kActivation) * chunks / pipelines;
+    profile.inflightMicrobatches = static_cast<double>(peak) / perMicrobatch;
+    profile.idleStagePasses = std::max(0.0, plan->metrics.makespanMs - busiest) / (fu + bu + wu);
+  }
+  return m_profiles.emplace(key, profile).first->second;
+}
+
+void Search::note(int p, int d, const std::string& schedule, const std::string& reason) {
+  Family& f = m_families[{p, d, schedule}];
+  f.p = p;
+  f.d = d;
+  f.schedule = schedule;
+  if (f.reason.empty()) f.reason = reason;
+}
+
+Expected<Configuration> Search::run() {
+  Configuration out;
+  const int gpus = m_cluster.totalGpus();
+  if (gpus < 1) return Error{"configure: cluster '" + m_cluster.name + "' has no GPUs"};
+  if (m_model.trainableComponents().empty()) return Error{"configure: model '" + m_model.name + "' has no trainable component"};
+  std::int64_t globalBatch = m_options.globalBatch;
+  if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
+  out.globalBatch = globalBatch;
+
+  int trainableLayers = 0;
+  std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0, experts = 0;
+  bool anyTransformer = false;
+  for (int c : m_model.trainableComponents()) {
+    for (const Layer& l : m_model.components[static_cast<std::size_t>(c)].layers) {
+      ++trainableLayers;
+      if (!l.transformer || l.kind == "embedding" || l.kind == "lm_head") continue;
+      anyTransformer = true;
+      minHeads = std::gcd(minHeads, l.transformer->heads);
+      minKvHeads = std::gcd(minKvHeads, l.transformer->kvHeadsOrHeads());
+      minSeq = minSeq == 0 ? l.transformer->seq : std::min(minSeq, l.transformer->seq);
+      if (l.transformer->isMoe()) experts = std::gcd(experts, l.transformer->experts);
+    }
+  }
+  const bool hasFrozen = !m_model.frozenComponents().empty();
+  const int perNode = m_cluster.gpusPerNode();
+  const std::vector<std::string> schedules = scheduleNames();
+  const bool flashOnly = allFlash();
+
+  // --- enumerate ---
+  std::vector<Candidate> candidates;
+  const std::vector<int> tensorDegrees =
+      anyTransformer ? divisorsOf(std::gcd(minHeads, minKvHeads), perNode) : std::vector<int>{1};
+  for (int T : tensorDegrees) {
+    if (gpus % T != 0) continue;
+    std::vector<int> contextDegrees{1};
+    if (anyTransformer) {
+      contextDegrees.clear();
+      for (int C = 1; C <= m_options.maxContextParallel; C *= 2) {
+        if (C == 1 || (minSeq % (2 * C) == 0 && gpus % (T * C) == 0)) contextDegrees.push_back(C);
+      }
+    }
+    for (int C : contextDegrees) {
+      if (gpus % (T * C) != 0) continue;
+      for (int P : divisorsOf(gpus / (T * C), trainableLayers)) {
+        const int D = gpus / (T * C * P);
+        const std::vector<int> expertDegrees = experts > 0 ? divisorsOf(std::gcd<std::int64_t>(experts, D), D) : std::vector<int>{1};
+        for (int E : expertDegrees) {
+          for (int mbs : m_options.microBatchSizes) {
+            if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * D) != 0) continue;
+            const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * D);
+            if (m64 < 1 || m64 > 100000) continue;
+            const int m = static_cast<int>(m64);
+            for (Recompute rc : m_options.recomputes) {
+              if (rc == Recompute::Selective && flashOnly) continue;  // the same plan as none
+              if (rc != Recompute::None && !anyTransformer) continue;
+              for (int zero : m_options.zeroStages) {
+                if (D == 1 && zero != 0) continue;  // nothing to shard
+                for (const std::string& schedule : schedules) {
+                  // At P = 1 every schedule is gradient accumulation: one plan, named 1f1b.
+                  if (P == 1 && schedule != "1f1b") continue;
+                  const ScheduleGenerator* g = findScheduleGenerator(schedule);
+                  if (!g) {
+                    note(P, D, schedule, "unknown schedule");
+                    continue;
+                  }
+                  std::vector<int> chunkChoices = {g->defaultChunksPerDevice()};
+                  if (schedule == "interleaved-1f1b") chunkChoices = {2, 4};
+                  for (int chunks : chunkChoices) {
+                    if (P * chunks > trainableLayers) {
+                      note(P, D, schedule,
+                           std::to_string(P * chunks) + " virtual stages but only " + std::to_string(trainableLayers) +
+                               " trainable layers");
+                      continue;
+                    }
+                    if (auto st = g->validate({P, m, chunks}); !st) {
+                      note(P, D, schedule, st.message());
+                      continue;
+                    }
+                    for (const std::string& partition : m_options.partitions) {
+                      Candidate cand;
+                      PlanConfig& cfg = cand.config;
+                      cfg.schedule = schedule;
+                      cfg.devices = P;
+                      cfg.microbatches = m;
+                      cfg.chunksPerDevice = chunks;
+                      cfg.partition = partition;
+                      cfg.fill = hasFrozen ? "greedy" : "none";
+                      cfg.parallel.tensor = T;
+                      cfg.parallel.context = C;
+                      cfg.parallel.data = D;
+                      cfg.parallel.expert = E;
+                      cfg.parallel.sequenceParallel = T > 1;
+                      cfg.parallel.recompute = rc;
+                      cfg.parallel.zeroStage = zero;
+                      cfg.globalBatch = globalBatch;
+                      cfg.microBatchSize = mbs;
+                      cand.samplesPerMicrobatch = mbs;
+                      candidates.push_back(std::move(cand));
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  out.enumerated = static_cast<int>(candidates.size());
+
+  // --- bound ---
+  std::vector<Candidate> viable;
+  viable.reserve(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if ((i & 255) == 0) {
+      if (m_control.cancelled()) return Error{"cancelled"};
+      if (m_control.progress) m_control.progress(0.3 * static_cast<double>(i) / static_cast<double>(candidates.size()));
+    }
+    Candidate& cand = candidates[i];
+    const PlanConfig& cfg = cand.config;
+    const Parallelism& par = cfg.parallel;
+    const CostSummary& s = summary(par, cand.samplesPerMicrobatch);
+    const int P = cfg.devices;
+    const int D = par.data;
+    const int expertDp = std::max(1, D / par.expert);
+    const GpuSpec& gpu = m_cluster.gpu;
+    const int zero = std::max(par.zeroStage, m_model.optimizer.distributed ? 1 : 0);
+    const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D);
+    const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp);
+    // Bidirectional schedules hold the model twice.
+    const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+    const double copies = g ? g->pipelines() : 1;
+    const double staticLb = copies * (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams) / P;
+    const double capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
+    if (staticLb > capacity) {
+      ++out.prunedByMemory;
+      note(P, D, cfg.schedule, "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
+                                   formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable");
+      continue;
+    }
+    Profile profile;
+    profile.inflightMicrobatches = P;
+    if (g) {
+      const double stageMs = s.trainableWorkMs * g->pipelines() / (static_cast<double>(P) * cfg.chunksPerDevice);
+      const double transferMs = P > 1 ? deviceTransferMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
+      profile = uniformProfile(*g, P, cfg.chunksPerDevice, cfg.microbatches, s.forwardMs, s.backwardInputMs,
+                               s.backwardWeightMs, stageMs > 0 ? transferMs / stageMs : 0.0);
+    }
+    const double inflight = profile.inflightMicrobatches;
+    const double activationEstimate = inflight * s.activationBytes / P;
+    if (staticLb + activationEstimate > 1.25 * capacity) {
+      ++out.prunedByMemory;
+      note(P, D, cfg.schedule, "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) +
+                                   " per GPU (" + formatBytes(activationEstimate) + " of activations for " +
+                                   std::to_string(static_cast<int>(std::lround(inflight))) +
+                                   " in-flight microbatches) of " + formatBytes(capacity) + " usable");
+      continue;
+    }
+    const CollectiveLinks links = collectiveLinks(m_cluster, par);
+    double syncLb = 0;
+    if (!par.overlapGradReduce && zero <= 2) {
+      const double perDevice = s.denseParams / P;
+      syncLb = zero == 0 ? allReduceMs(links.data, D, 4.0 * perDevice) : allGatherMs(links.data, D, 4.0 * perDevice);
+    }
+    const double shard = (zero >= 1 ? s.denseParams / D + s.expertParams / expertDp : s.denseParams + s.expertParams) / P;
+    // One virtual stage's F+B+W for one microbatch (a pipeline's stages share the model).
+    const double stagePassMs = s.trainableWorkMs * copies / (static_cast<double>(P) * cfg.chunksPerDevice);
+    const double iterationEstimate = (s.trainableWorkMs + s.frozenWorkMs) * cfg.microbatches / P +
+                                     profile.idleStagePasses * stagePassMs + syncLb + optimizerStepMs(gpu, shard);
+    cand.throughputEstimate =
+        iterationEstimate > 0 ? static_cast<double>(globalBatch) / (iterationEstimate / 1000.0) : 1e300;
+    viable.push_back(std::move(cand));
+  }
+  std::sort(viable.begin(), viable.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.throughputEstimate != b.throughputEstimate) return a.throughputEstimate > b.throughputEstimate;
+    return a.key() < b.key();
+  });
+
+  // --- simulate, best estimate first ---
+  const auto keep = static_cast<std::size_t>(std::max(1, m_options.keep));
+  const int budget = std::max(static_cast<int>(keep), m_options.maxSimulations);
+  for (std::size_t i = 0; i < viable.size(); ++i) {
+    if (m_control.cancelled()) return Error{"cancelled"};
+    if (m_control.progress) m_control.progress(0.3 + 0.7 * static_cast<double>(i) / static_cast<double>(viable.size()));
+    const Candidate& cand = viable[i];
+    const bool settled = out.feasible.size() >= keep &&
+                         cand.throughputEstimate < (1.0 - kEstimateMargin) * out.feasible[keep - 1].throughputSamplesPerS;
+    if (settled || out.evaluated >= budget) {
+      out.boundedOut = static_cast<int>(viable.size() - i);
+      for (std::size_t k = i; k < viable.size(); ++k) {
+        const PlanConfig& cfg = viable[k].config;
+        m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}].anyUndecided = true;
+      }
+      break;
+    }
+    PlanRequest r;
+    r.model = m_model;
+    r.cluster = m_cluster;
+    r.config = cand.config;
+    SolveControl inner;
+    inner.cancel = m_control.cancel;
+    auto plan = makePlan(r, inner);
+    ++out.evaluated;
+    const int P = cand.config.devices;
+    const int D = cand.config.parallel.data;
+    if (!plan) {
+      if (plan.message() == "cancelled") return Error{"cancelled"};
+      note(P, D, cand.config.schedule, plan.message());
+      continue;
+    }
+    m_families[{P, D, cand.config.schedule}].anyFeasible = true;
+    ConfigCandidate c;
+    c.config = plan->config;
+    c.samplesPerMicrobatch = plan->model.samplesPerMicrobatch;
+    c.metrics = plan->metrics;
+    c.makespanMs = plan->metrics.makespanMs;
+    c.allReduceMs = plan->metrics.gradientSyncMs;
+    c.iterationMs = plan->metrics.iterationMs;
+    c.throughputSamplesPerS = plan->metrics.throughputSamplesPerS;
+    c.bubbleRatio = plan->metrics.bubbleRatio;
+    for (const auto& dm : plan->metrics.devices) c.peakMemoryBytes = std::max(c.peakMemoryBytes, dm.peakMemoryBytes);
+    // Insert in rank order (stable: equal throughputs keep bound order) and keep the top.
+    auto at = std::upper_bound(out.feasible.begin(), out.feasible.end(), c.throughputSamplesPerS,
+                               [](double t, const ConfigCandidate& x) { return t > x.throughputSamplesPerS; });
+    out.feasible.insert(at, std::move(c));
+    if (out.feasible.size() > keep) out.feasible.pop_back();
+  }
+  for (auto& [key, f] : m_families) {
+    if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty()) out.rejected.push_back({f.p, f.d, f.schedule, f.reason});
+  }
+  if (m_control.progress) m_control.progress(1.0);
+  return out;
 }
 
 }  // namespace
 
-double ringAllReduceMs(const ClusterSpec& cluster, int firstDevice, int stride, int replicas, double bytes) {
-  if (replicas <= 1 || bytes <= 0) return 0.0;
-  double worstBandwidth = std::numeric_limits<double>::infinity();
-  double worstLatencyUs = 0;
-  for (int r = 0; r < replicas; ++r) {
-    const int a = firstDevice + r * stride;
-    const int b = firstDevice + ((r + 1) % replicas) * stride;
-    const bool sameNode = cluster.nodeOfDevice(a) == cluster.nodeOfDevice(b);
-    const LinkSpec& link = sameNode ? cluster.intraNode : cluster.interNode;
-    if (link.bandwidthGBps > 0) worstBandwidth = std::min(worstBandwidth, link.bandwidthGBps);
-    worstLatencyUs = std::max(worstLatencyUs, link.latencyUs);
-  }
-  const double n = static_cast<double>(replicas);
-  const double transferMs = std::isinf(worstBandwidth) ? 0.0 : 2.0 * (n - 1.0) / n * bytes / (worstBandwidth * 1e6);
-  return transferMs + 2.0 * (n - 1.0) * worstLatencyUs / 1000.0;
-}
-
 Expected<Configuration> configure(const ModelSpec& model, const ClusterSpec& cluster, const ConfigureOptions& options,
                                   const SolveControl& control) {
-  const int gpus = cluster.totalGpus();
-  if (gpus < 1) return Error{"configure: cluster '" + cluster.name + "' has no GPUs"};
-  if (model.trainableComponents().empty()) return Error{"configure: model '" + model.name + "' has no trainable component"};
-  std::vector<std::string> schedules = options.schedules;
-  if (schedules.empty()) {
-    for (const ScheduleGenerator* g : scheduleGenerators()) {
-      const std::string n(g->name());
-      if (n == "custom" || n == "zb-auto") continue;  // need a CSV / a memory limit to mean anything
-      schedules.push_back(n);
-    }
-  }
-  const bool hasFrozen = !model.frozenComponents().empty();
-  int trainableLayers = 0;
-  for (int c : model.trainableComponents()) {
-    trainableLayers += static_cast<int>(model.components[static_cast<std::size_t>(c)].layers.size());
-  }
-
-  struct Job {
-    int p;
-    std::string schedule;
-  };
-  std::vector<Job> families;
-  for (int p = 1; p <= gpus; ++p) {
-    if (gpus % p != 0) continue;
-    for (const auto& s : schedules) families.push_back({p, s});
-  }
-
-  Configuration out;
-  for (std::size_t f = 0; f < families.size(); ++f) {
-    if (control.cancelled()) return Error{"cancelled"};
-    if (control.progress) control.progress(static_cast<double>(f) / static_cast<double>(families.size()));
-    const auto& [p, schedule] = families[f];
-    const int d = gpus / p;
-    const ScheduleGenerator* g = findScheduleGenerator(schedule);
-    if (!g) {
-      out.rejected.push_back({p, d, schedule, "unknown schedule"});
-      continue;
-    }
-    std::vector<int> chunkChoices = {g->defaultChunksPerDevice()};
-    if (schedule == "interleaved-1f1b") chunkChoices = {2, 4};
-    std::string firstReason;
-    bool anyFeasible = false;
-    for (int chunks : chunkChoices) {
-      if (p * chunks > trainableLayers) {
-        if (firstReason.empty()) {
-          firstReason = std::to_string(p * chunks) + " virtual stages but only " + std::to_string(trainableLayers) +
-                        " trainable layers";
-        }
-        continue;
-      }
-      bool memoryFailed = false;
-      for (int perDevice : options.microbatchesPerDevice) {
-        const int m = p * perDevice;
-        if (m > options.maxMicrobatches || memoryFailed) continue;
-        const ScheduleShape shape{p, m, chunks};
-        if (auto st = g->validate(shape); !st) {
-          if (firstReason.empty()) firstReason = st.message();
-          continue;
-        }
-        for (const auto& partition : options.partitions) {
-          if (control.cancelled()) return Error{"cancelled"};
-          PlanRequest r;
-          r.model = model;
-          r.cluster = cluster;
-          r.config.schedule = schedule;
-          r.config.devices = p;
-          r.config.microbatches = m;
-          r.config.chunksPerDevice = chunks;
-          r.config.partition = partition;
-          r.config.fill = hasFrozen ? "greedy" : "none";
-          r.config.dataParallel = d;
-          SolveControl inner;
-          inner.cancel = control.cancel;
-          auto plan = makePlan(r, inner);
-          ++out.evaluated;
-          if (!plan) {
-            if (firstReason.empty()) firstReason = plan.message();
-            // More microbatches never lower activation memory: stop this family's counts.
-            if (isMemoryError(plan.message()) && partition == options.partitions.back()) memoryFailed = true;
-            continue;
-          }
-          // Gradient all-reduce: replicas of each pipeline device k are k + r·p; the
-          // slowest device (most trainable parameters) bounds the step.
-          const auto costs = stageCosts(*plan);
-          std::vector<double> params(static_cast<std::size_t>(p), 0.0);
-          for (std::size_t i = 0; i < plan->virtualStages.size(); ++i) {
-            params[static_cast<std::size_t>(plan->virtualStages[i].device)] += costs[i].trainableParameters;
-          }
-          double allReduceMs = 0;
-          for (int k = 0; k < p; ++k) {
-            allReduceMs = std::max(allReduceMs, ringAllReduceMs(cluster, k, p, d, 2.0 * params[static_cast<std::size_t>(k)]));
-          }
-          ConfigCandidate c;
-          c.config = plan->config;
-          c.makespanMs = plan->metrics.makespanMs;
-          c.allReduceMs = allReduceMs;
-          c.iterationMs = c.makespanMs + allReduceMs;
-          const double samples = static_cast<double>(m) * static_cast<double>(model.samplesPerMicrobatch) * d;
-          c.throughputSamplesPerS = c.iterationMs > 0 ? samples / (c.iterationMs / 1000.0) : 0.0;
-          c.bubbleRatio = plan->metrics.bubbleRatio;
-          for (const auto& dm : plan->metrics.devices) c.peakMemoryBytes = std::max(c.peakMemoryBytes, dm.peakMemoryBytes);
-          out.feasible.push_back(std::move(c));
-          anyFeasible = true;
-        }
-      }
-    }
-    if (!anyFeasible) {
-      out.rejected.push_back({p, d, schedule, firstReason.empty() ? "no configuration tried" : firstReason});
-    }
-  }
-  std::stable_sort(out.feasible.begin(), out.feasible.end(), [](const ConfigCandidate& a, const ConfigCandidate& b) {
-    return a.throughputSamplesPerS > b.throughputSamplesPerS;
-  });
-  if (control.progress) control.progress(1.0);
-  return out;
+  Search search(model, cluster, options, control);
+  return search.run();
 }
 
 }  // namespace pipestudio

@@ -7,6 +7,7 @@
 // dependencies, which is exactly what the simulator re-derives from a plan (a frozen stage
 // chains only to stages that ran the same microbatch).
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -54,7 +55,7 @@ struct Piece {
 
 double limitOf(const Plan& plan, int device) {
   if (plan.config.memoryLimitBytes) return static_cast<double>(*plan.config.memoryLimitBytes);
-  const double bytes = static_cast<double>(plan.cluster.gpuOfDevice(device).memoryBytes());
+  const double bytes = static_cast<double>(deviceGpu(plan.cluster, plan.config, device).memoryBytes());
   return bytes > 0 ? bytes : kInf;
 }
 
@@ -107,10 +108,8 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   const int devices = shell.config.devices;
   std::vector<std::vector<LayerCosts>> costs(static_cast<std::size_t>(devices));
   for (int d = 0; d < devices; ++d) {
-    for (const Layer& l : comp.layers) {
-      costs[static_cast<std::size_t>(d)].push_back(
-          layerCosts(l, shell.cluster.gpuOfDevice(d), model.samplesPerMicrobatch, false));
-    }
+    const CostContext ctx = costContext(shell.cluster, shell.config, model.samplesPerMicrobatch, d, false);
+    for (const Layer& l : comp.layers) costs[static_cast<std::size_t>(d)].push_back(layerCosts(l, ctx));
   }
   // Groups of balanced forward time (device 0's GPU): the `balanced` partitioner.
   const int k = std::min(kMaxGroups, layers);
@@ -430,7 +429,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
         double arrival = t;
         bool late = false;
         for (const auto& [dc, firstF] : consumers) {
-          const double at = dc == d ? t : t + timed.cluster.transferMs(d, dc, outputBytes);
+          const double at = dc == d ? t : t + deviceTransferMs(timed.cluster, timed.config, d, dc, outputBytes);
           arrival = std::max(arrival, at);
           late = late || (useGaps && at > periodMs + firstF + kEpsMs);
         }

@@ -1,6 +1,7 @@
 // Cross-iteration transfers of frozen outputs (issue 4): timed on their links after the
 // simulation. The dependencies themselves are derived in core/plan (Dependencies.hpp).
 #include <algorithm>
+#include "pipestudio/plan/Costs.hpp"
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -106,7 +107,7 @@ FrozenTransfers frozenTransfers(const Plan& timed) {
   });
   for (const Pending& t : pending) {
     auto& iv = busy[{t.from, t.to}];
-    const double durMs = timed.cluster.transferMs(t.from, t.to, static_cast<double>(t.bytes));
+    const double durMs = deviceTransferMs(timed.cluster, timed.config, t.from, t.to, static_cast<double>(t.bytes));
     double startMs = t.readyMs;
     std::size_t pos = 0;
     for (; pos < iv.size(); ++pos) {

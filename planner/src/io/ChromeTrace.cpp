@@ -3,6 +3,7 @@
 // processes and threads, counter events (ph C) for the memory curve. Perfetto and
 // chrome://tracing both read it.
 #include <algorithm>
+#include "pipestudio/plan/Costs.hpp"
 #include <set>
 #include <string>
 #include <utility>
@@ -41,7 +42,7 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
   for (int d = 0; d <= maxDevice; ++d) {
     std::string label = "device " + std::to_string(d);
     if (d < devices && !plan.cluster.nodes.empty()) {
-      const int node = plan.cluster.nodeOfDevice(d);
+      const int node = plan.cluster.nodeOfDevice(deviceFirstGpu(plan.config, d));
       if (node >= 0 && node < static_cast<int>(plan.cluster.nodes.size())) {
         label += " (" + plan.cluster.nodes[static_cast<std::size_t>(node)].host + ")";
       }

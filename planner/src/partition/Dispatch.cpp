@@ -1,5 +1,6 @@
 // Partitioner dispatch: balanced and dp over the stages a schedule placed (issue 4).
 #include <algorithm>
+#include "pipestudio/plan/Costs.hpp"
 #include <map>
 
 #include "partition/Partitioners.hpp"
@@ -99,7 +100,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         st.liveMicrobatches = (*live)[i];
         const double limit = request.config.memoryLimitBytes
                                  ? static_cast<double>(*request.config.memoryLimitBytes)
-                                 : static_cast<double>(request.cluster.gpuOfDevice(st.device).memoryBytes());
+                                 : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
         if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
         ps.push_back(st);
       }

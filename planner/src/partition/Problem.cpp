@@ -1,5 +1,6 @@
 // Building partition problems from requests and schedules (issue 4).
 #include <algorithm>
+#include "pipestudio/plan/Costs.hpp"
 
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Partition.hpp"
@@ -23,33 +24,35 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, int component
   std::vector<const GpuSpec*> gpus;
   std::vector<std::vector<LayerCosts>> costsByGpu;
   auto costsFor = [&](int device) -> const std::vector<LayerCosts>& {
-    const GpuSpec* g = &request.cluster.gpuOfDevice(device);
+    const GpuSpec* g = &deviceGpu(request.cluster, request.config, device);
     for (std::size_t k = 0; k < gpus.size(); ++k) {
       if (gpus[k] == g) return costsByGpu[k];
     }
     gpus.push_back(g);
     auto& v = costsByGpu.emplace_back();
     v.reserve(L);
-    for (const Layer& layer : comp.layers) {
-      v.push_back(layerCosts(layer, *g, request.model.samplesPerMicrobatch, comp.trainable));
-    }
+    const CostContext ctx =
+        costContext(request.cluster, request.config, request.model.samplesPerMicrobatch, device, comp.trainable);
+    for (const Layer& layer : comp.layers) v.push_back(layerCosts(layer, ctx));
     return v;
   };
-  const int dataParallel = std::max(1, request.config.dataParallel);
+  const int dataParallel = std::max(1, request.config.parallel.data);
+  const StaticBytesPerParameter perParam =
+      staticBytesPerParameter(std::max(request.config.parallel.zeroStage, request.model.optimizer.distributed ? 1 : 0),
+                              dataParallel);
   for (std::size_t s = 0; s < S; ++s) {
     const auto& c = costsFor(stages[s].device);
     for (std::size_t l = 0; l < L; ++l) {
       p.computeMs[s][l] = c[l].forwardMs + c[l].backwardInputMs + c[l].backwardWeightMs;
       if (s + 1 < S) {
         // Activations go forward and their gradients come back: two transfers of the output.
-        p.sendMs[s][l] = 2.0 * request.cluster.transferMs(stages[s].device, stages[s + 1].device,
-                                                          static_cast<double>(c[l].outputBytes));
+        p.sendMs[s][l] = 2.0 * deviceTransferMs(request.cluster, request.config, stages[s].device, stages[s + 1].device,
+                                                static_cast<double>(c[l].outputBytes));
       }
       if (s == 0) {
         p.activationBytes[l] = static_cast<double>(c[l].activationBytes);
         const double params = c[l].parameterCount();
-        p.staticBytes[l] = staticMemoryBytes(comp.trainable ? params : 0.0, comp.trainable ? 0.0 : params,
-                                             request.model.optimizer, dataParallel);
+        p.staticBytes[l] = comp.trainable ? params * perParam.total() : params * 2.0;
       }
     }
   }

@@ -4,6 +4,7 @@
 // transfers on one link served first-come first-served (they serialise). Everything is flat
 // arrays indexed by op number; the only structure in the hot loop is a winner tree over devices.
 #include "pipestudio/planner/Simulator.hpp"
+#include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -67,9 +68,9 @@ std::vector<StageEstimate> stageEstimates(const Plan& shell) {
     e.activationBytes = c.activationBytes;
     e.weightGradBytes = c.weightGradBytes;
     if (next[i] != kNone) {
-      e.sendMs = shell.cluster.transferMs(shell.virtualStages[i].device,
-                                          shell.virtualStages[static_cast<std::size_t>(next[i])].device,
-                                          static_cast<double>(c.outputBytes));
+      e.sendMs = deviceTransferMs(shell.cluster, shell.config, shell.virtualStages[i].device,
+                                  shell.virtualStages[static_cast<std::size_t>(next[i])].device,
+                                  static_cast<double>(c.outputBytes));
     }
   }
   return out;
@@ -315,7 +316,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     EdgeClass& e = classes[c];
     e.toDevice = toDevice;
     e.bytes = edgeBytes(fromStage, toStage);
-    e.transferMs = fromDevice == toDevice ? 0.0 : shell.cluster.transferMs(fromDevice, toDevice, static_cast<double>(e.bytes));
+    e.transferMs = deviceTransferMs(shell.cluster, shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
     return static_cast<std::int32_t>(c);
   };
   for (const Edge& e : extra) {
@@ -338,7 +339,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     EdgeClass c;
     c.toDevice = toDevice;
     c.bytes = e->bytes;
-    c.transferMs = fromDevice == toDevice ? 0.0 : shell.cluster.transferMs(fromDevice, toDevice, static_cast<double>(e->bytes));
+    c.transferMs = deviceTransferMs(shell.cluster, shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
     classes.push_back(c);
     outs[static_cast<std::size_t>(--firstOut[static_cast<std::size_t>(e->from)])] = {e->to, static_cast<std::int32_t>(classes.size() - 1)};
   }

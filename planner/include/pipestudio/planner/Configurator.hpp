@@ -1,7 +1,17 @@
 #pragma once
-/// \file The configurator (`pipestudio-cli configure`, issue 4): searches pipeline ×
-/// data-parallel degree, microbatch count, schedule, chunks and partition for a model on a
-/// cluster, simulates each, and ranks the memory-feasible ones by throughput.
+/// \file The configurator (`pipestudio-cli configure`, issues 4 and 13): for a model, a cluster
+/// and a fixed global batch (the training recipe), searches the factorizations of the cluster
+/// into tensor × context × pipeline × data (× expert) parallel degrees, the micro-batch size,
+/// schedule, chunks, recomputation and ZeRO stage, and ranks the memory-feasible plans by
+/// simulated throughput.
+///
+/// The space is large (tens of thousands of configurations for a 405B model on 16k GPUs), so
+/// every configuration first gets a static-memory lower bound (pruned when even that does not
+/// fit) and, from its schedule run on identical stages, an activation and an iteration estimate
+/// (Configurator.cpp says how); configurations are then simulated best estimate first until
+/// the next estimate falls 1 % below the `keep`-th simulated throughput or `maxSimulations` is
+/// spent. Configurations that are the same plan (every schedule at P = 1; selective
+/// recomputation with FlashAttention) are collapsed to one.
 
 #include <string>
 #include <vector>
@@ -12,27 +22,38 @@
 namespace pipestudio {
 
 struct ConfigureOptions {
-  /// Microbatches per iteration are tried as multiples of the pipeline degree p.
-  std::vector<int> microbatchesPerDevice = {1, 2, 4};
-  int maxMicrobatches = 128;
+  /// Samples per iteration, held fixed; 0: the model's `global_batch`, else 4 × GPUs ×
+  /// samples_per_microbatch.
+  std::int64_t globalBatch = 0;
+  std::vector<int> microBatchSizes = {1, 2, 4, 8};
   /// Schedules to try (empty: every registered one except those needing extra input, such as
   /// custom and zb-auto).
   std::vector<std::string> schedules;
-  std::vector<std::string> partitions = {"balanced", "dp"};
+  std::vector<std::string> partitions = {"balanced"};
+  std::vector<Recompute> recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
+  std::vector<int> zeroStages = {0, 1, 2, 3};
+  int maxContextParallel = 16;
+  /// Feasible configurations to rank (the rest are left out once no estimate can enter).
+  int keep = 25;
+  /// At most this many plans are simulated (time budget by work, never by the clock).
+  int maxSimulations = 200;
 };
 
 /// One simulated, memory-feasible configuration.
 struct ConfigCandidate {
-  PlanConfig config;               ///< devices = pipeline degree, dataParallel = replicas
-  double makespanMs = 0;           ///< simulated pipeline iteration
-  double allReduceMs = 0;          ///< gradient all-reduce across the replicas
-  double iterationMs = 0;          ///< makespan + all-reduce
+  PlanConfig config;                  ///< devices = pipeline degree; parallel = T, C, E, D, …
+  std::int64_t samplesPerMicrobatch = 1;
+  Metrics metrics;                    ///< iteration, throughput, MFU, memory breakdown …
+  double makespanMs = 0;              ///< simulated pipeline of one iteration
+  double allReduceMs = 0;             ///< exposed gradient synchronisation
+  double iterationMs = 0;             ///< one training step
   double throughputSamplesPerS = 0;
   double bubbleRatio = 0;
-  std::int64_t peakMemoryBytes = 0;  ///< the fullest device
+  std::int64_t peakMemoryBytes = 0;   ///< the fullest GPU
 };
 
-/// A (pipeline degree, schedule) family none of whose configurations could be used.
+/// A family (pipeline degree, data parallel, schedule) none of whose configurations could be
+/// used, with the first reason.
 struct ConfigRejection {
   int pipelineDegree = 0;
   int dataParallel = 0;
@@ -41,20 +62,17 @@ struct ConfigRejection {
 };
 
 struct Configuration {
-  std::vector<ConfigCandidate> feasible;  ///< best throughput first
+  std::int64_t globalBatch = 0;           ///< the batch every configuration trains
+  std::vector<ConfigCandidate> feasible;  ///< best throughput first, at most options.keep
   std::vector<ConfigRejection> rejected;
+  int enumerated = 0;                     ///< distinct configurations considered
+  int prunedByMemory = 0;                 ///< whose memory lower bound exceeds the GPU
+  int boundedOut = 0;                     ///< never simulated: their estimate cannot enter the top
   int evaluated = 0;                      ///< configurations simulated
 };
 
-/// Runs the search. Families whose smallest microbatch count already runs out of memory
-/// skip their larger counts (activation memory does not shrink with more microbatches).
-/// Honors control.cancel and reports progress.
+/// Runs the search. Honors control.cancel and reports progress.
 Expected<Configuration> configure(const ModelSpec& model, const ClusterSpec& cluster,
                                   const ConfigureOptions& options = {}, const SolveControl& control = {});
-
-/// Ring all-reduce time of `bytes` over `replicas` devices spaced `stride` apart (replica r of
-/// a device k is device k + r·stride): 2(n−1)/n · bytes / bandwidth + 2(n−1) · latency on the
-/// slowest link of the ring.
-double ringAllReduceMs(const ClusterSpec& cluster, int firstDevice, int stride, int replicas, double bytes);
 
 }  // namespace pipestudio

@@ -41,6 +41,14 @@ struct SolveControl {
   bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
 
+/// Resolves and checks the hybrid-parallel part of a request (issue 13), as makePlan does first:
+/// a global batch G with micro-batch size B gives microbatches = G / (B·D) and B samples per
+/// microbatch (the model's samples_per_microbatch otherwise); sequence parallelism is off at
+/// T = 1. Degrees must divide every transformer layer's heads and KV heads (T), the sequence
+/// (2·C, Megatron's load-balanced ring), the experts (E), the data-parallel degree (E), and
+/// T·C·P·D must fit the cluster. Errors name the flag and the numbers, never round silently.
+Expected<PlanRequest> resolveRequest(PlanRequest request);
+
 /// Names of every schedule the planner knows, in the order `pipestudio-cli schedules` prints.
 std::vector<std::string> scheduleNames();
 

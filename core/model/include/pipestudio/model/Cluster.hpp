@@ -14,9 +14,17 @@ struct GpuSpec {
   std::string name;
   double peakTflops = 0;  ///< dense bf16 peak
   double memoryGib = 0;
-  double efficiency = 0.5;  ///< achieved fraction of peak for the GEMM-heavy layers
-  /// Sustained FLOP/s this GPU delivers: peak × efficiency.
+  double efficiency = 0.5;  ///< achieved fraction of peak by large GEMMs: the one calibration knob
+  /// HBM bandwidth from the datasheet, GB/s (memory-bound kernels, skinny GEMMs); 0: derived as
+  /// peak FLOP/s / 200 FLOP per byte, typical of recent data-centre GPUs.
+  double memoryBandwidthGBps = 0;
+  /// Streaming multiprocessors (GEMM wave quantization); 0: not modelled.
+  int smCount = 0;
+  /// Sustained FLOP/s this GPU delivers on large GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
+  double memoryBytesPerS() const {
+    return memoryBandwidthGBps > 0 ? memoryBandwidthGBps * 1e9 : peakTflops * 1e12 / 200.0;
+  }
   std::int64_t memoryBytes() const { return static_cast<std::int64_t>(memoryGib * 1024.0 * 1024.0 * 1024.0); }
 };
 
@@ -43,11 +51,16 @@ struct ClusterSpec {
   GpuSpec gpu;
   std::vector<NodeSpec> nodes;
   LinkSpec intraNode;
-  LinkSpec interNode;
+  LinkSpec interNode;  ///< per NIC
+  /// NICs per node for inter-node traffic; 0: one per GPU (DGX-style). When fewer, the GPUs of a
+  /// node that cross nodes at once share them.
+  int nicsPerNode = 0;
   /// Optional measured device-to-device bandwidth, [from][to], GB/s; overrides links.
   std::vector<std::vector<double>> bandwidthMatrixGBps;
 
   int totalGpus() const;
+  /// GPUs of the first node (the node size collectives are placed against).
+  int gpusPerNode() const;
   /// Node index of global device `device` (devices numbered node by node).
   int nodeOfDevice(int device) const;
   const GpuSpec& gpuOfDevice(int device) const;

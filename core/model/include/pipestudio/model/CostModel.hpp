@@ -1,40 +1,115 @@
 #pragma once
-/// \file Layer shapes → per-microbatch costs (times, bytes) on a given GPU.
+/// \file Layer shapes → per-microbatch costs (times, bytes) on a given GPU under a given hybrid
+/// parallelism (issue 13). Every formula cites its source in CostModel.cpp.
+///
+/// Compute time comes from FLOPs at the GPU's calibrated GEMM efficiency with a shape term
+/// (GEMM wave quantization over the GPU's SMs and a memory-bandwidth roofline), plus the
+/// memory-bound element-wise kernels (norms, dropout, residual adds, activations, non-flash
+/// softmax) at the GPU's memory bandwidth. Tensor-, context- and expert-parallel collectives
+/// run on the links their groups cross and are part of the pass that issues them (their share
+/// is reported separately). Measured per-layer fields always win over shape formulas.
 
 #include <cstdint>
 
 #include "pipestudio/model/Cluster.hpp"
 #include "pipestudio/model/Model.hpp"
+#include "pipestudio/model/Parallelism.hpp"
 
 namespace pipestudio {
 
-/// Costs of one layer for one microbatch on one GPU. Frozen layers have zero backward.
+/// A collective's link, as seen by one GPU: bandwidth it gets while every GPU of its group
+/// communicates at once, and the per-hop latency.
+struct CollectiveLink {
+  double bandwidthGBps = 0;
+  double latencyUs = 0;
+  bool crossesNodes = false;
+};
+
+/// The links the tensor-, context-, expert- and data-parallel groups of a placement cross
+/// (Megatron order: TP innermost, then CP, then DP/EP).
+struct CollectiveLinks {
+  CollectiveLink tensor, context, expert, data;
+};
+CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel);
+
+/// Collective times over `ranks` GPUs on `link` (bytes are the full tensor, per GPU):
+/// all-reduce as NCCL chooses between ring (2(n−1)/n·B/bw + 2(n−1)·α) and tree
+/// (2·B/bw + 2·⌈log2 n⌉·α); all-gather / reduce-scatter (n−1)/n·B/bw + (n−1)·α;
+/// all-to-all (n−1)/n·B/bw + (n−1)·α.
+double allReduceMs(const CollectiveLink& link, int ranks, double bytes);
+double allGatherMs(const CollectiveLink& link, int ranks, double bytes);
+double allToAllMs(const CollectiveLink& link, int ranks, double bytes);
+
+/// Everything the cost of a layer depends on besides the layer.
+struct CostContext {
+  GpuSpec gpu;
+  Parallelism parallel;
+  CollectiveLinks links;
+  std::int64_t samplesPerMicrobatch = 1;
+  bool trainable = true;
+};
+
+/// Costs of one layer for one microbatch on one GPU of its pipeline rank. Frozen layers have
+/// zero backward. Byte counts are per GPU (sharded by TP/CP/EP as the layer is).
 struct LayerCosts {
   double forwardMs = 0;
   double backwardInputMs = 0;
   double backwardWeightMs = 0;
+  /// Collective time (TP/SP all-reduce or gather/scatter, CP ring exchange, EP all-to-all,
+  /// ZeRO-3 gathers) inside the three passes above, not overlapped with their compute.
+  double forwardCommMs = 0;
+  double backwardInputCommMs = 0;
+  double backwardWeightCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
-  std::int64_t parameterBytes = 0;
-  std::int64_t outputBytes = 0;
-  double parameterCount() const { return static_cast<double>(parameterBytes) / 2.0; }  // bf16 weights
+  std::int64_t parameterBytes = 0;  ///< bf16 weights of this GPU's shard (before ZeRO-3 sharding)
+  /// The part of parameterBytes in routed experts: replicated over D/E data-parallel ranks, not D.
+  std::int64_t expertParameterBytes = 0;
+  std::int64_t outputBytes = 0;     ///< what one GPU sends to the next virtual stage
+  std::int64_t communicationBytes = 0;  ///< transient collective buffers while a pass runs
+  /// Model FLOPs of one forward pass of the whole layer over the microbatch (all GPUs of the
+  /// pipeline rank together; no recomputation; Korthikanti et al. 2022 Appendix A counting).
+  double modelFlopsForward = 0;
+  /// Parameters of the whole layer (unsharded): model size, tied weights counted once.
+  double modelParameters = 0;
+  double parameterCount() const { return static_cast<double>(parameterBytes) / 2.0; }  // bf16 weights, this GPU
   double backwardMs() const { return backwardInputMs + backwardWeightMs; }
 };
 
 /// Resolves a layer: measured fields win, missing ones come from the shape formulas.
-/// `trainable` false zeroes the backward costs and the weight-gradient bytes.
+/// `context.trainable` false zeroes the backward costs and the weight-gradient bytes.
+LayerCosts layerCosts(const Layer& layer, const CostContext& context);
+
+/// Pure pipeline shorthand (one GPU per device, no TP/CP/EP, no recomputation).
 LayerCosts layerCosts(const Layer& layer, const GpuSpec& gpu, std::int64_t samplesPerMicrobatch, bool trainable);
 
-/// FLOPs of one forward pass of a transformer layer (24·b·s·h² + 4·b·s²·h for ffn = 4h).
+/// FLOPs of one forward pass of a transformer layer over `batch` samples as Korthikanti et al.
+/// 2022 Appendix A count them (24·b·s·h² + 4·b·s²·h for a 4h GELU MLP and multi-head attention;
+/// grouped-query attention, SwiGLU and MoE generalise the h² terms; full attention, no causal
+/// halving).
 double transformerForwardFlops(const TransformerShape& shape, std::int64_t batch);
 
-/// Static bytes per parameter of trainable weights: 18 (mixed-precision Adam) or 6 + 12/d
-/// with a distributed optimizer over `dataParallel` replicas.
+/// Static bytes per parameter of trainable weights under ZeRO stage `zeroStage` over
+/// `dataParallel` replicas: bf16 weight 2 + fp32 gradient 4 + fp32 master, momentum and
+/// variance 12 (mixed-precision Adam), the latter sharded by D from stage 1, the gradient
+/// from stage 2, the weight from stage 3 (Rajbhandari et al. 2020). Stage 1 is Megatron's
+/// distributed optimizer: 6 + 12/d.
+struct StaticBytesPerParameter {
+  double parameter = 2, gradient = 4, optimizer = 12;
+  double total() const { return parameter + gradient + optimizer; }
+};
+StaticBytesPerParameter staticBytesPerParameter(int zeroStage, int dataParallel);
+/// Legacy form: `optimizer.distributed` is ZeRO-1.
 double staticBytesPerParameter(const OptimizerSpec& optimizer, int dataParallel);
 
 /// Static memory of a set of layers: trainable parameters × staticBytesPerParameter,
 /// frozen parameters × 2 (bf16 weights only).
 double staticMemoryBytes(double trainableParameters, double frozenParameters, const OptimizerSpec& optimizer,
                          int dataParallel);
+
+/// Adam step time for `parameters` of this GPU's optimizer shard: memory-bound, ~34 bytes
+/// read or written per parameter (fp32 gradient, master weight, two moments, bf16 weight, the
+/// gradient-norm pass).
+double optimizerStepMs(const GpuSpec& gpu, double parameters);
 
 }  // namespace pipestudio

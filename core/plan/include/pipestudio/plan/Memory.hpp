@@ -10,21 +10,40 @@
 
 namespace pipestudio {
 
-/// Resolved costs of every virtual stage (sum over its layers, on its device's GPU).
+/// Resolved costs of every virtual stage (sum over its layers, on its device's GPU, under the
+/// plan's hybrid parallelism: Costs.hpp). Byte and parameter counts are per GPU.
 struct StageCosts {
   double forwardMs = 0;
   double backwardInputMs = 0;
   double backwardWeightMs = 0;
+  double forwardCommMs = 0;  ///< collective share of forwardMs (TP/CP/EP/ZeRO-3)
+  double backwardInputCommMs = 0;
+  double backwardWeightCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
   std::int64_t outputBytes = 0;  ///< of the stage's last layer: what is sent downstream
-  double trainableParameters = 0;
+  std::int64_t communicationBytes = 0;  ///< largest transient collective buffer of its layers
+  double trainableParameters = 0;  ///< this GPU's shard
+  double expertParameters = 0;     ///< part of trainableParameters in routed experts
   double frozenParameters = 0;
+  double tiedParameters = 0;       ///< part of trainableParameters in a tied LM head
+  double modelFlopsForward = 0;    ///< one microbatch, whole pipeline rank (Korthikanti App. A)
 };
 std::vector<StageCosts> stageCosts(const Plan& plan);
 
-/// Static memory (parameters, gradients, optimizer state) of each device.
+/// ZeRO stage in effect: the plan's, or 1 for a model whose optimizer says "distributed".
+int effectiveZeroStage(const Plan& plan);
+
+/// Static memory per GPU of each device: parameters, gradients, optimizer state (ZeRO-sharded),
+/// plus the largest collective buffer of its stages. Activations and margin are left zero.
+std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const std::vector<StageCosts>& costs);
+
+/// Static memory (parameters, gradients, optimizer state, collective buffers) of each device.
 std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs);
+
+/// What a GPU's capacity keeps back from the plan: the CUDA context, cuBLAS/NCCL workspaces
+/// (1 GiB) and allocator fragmentation (5 % of the capacity). Stated in the README.
+std::int64_t memoryMarginBytes(const GpuSpec& gpu);
 
 /// One step of a device's memory curve: from `timeMs` on, `bytes` are in use.
 struct MemoryPoint {
@@ -42,7 +61,12 @@ struct MemoryTimeline {
 /// weightGradBytes until W end). Partial-batch ops scale by samples.
 MemoryTimeline memoryTimeline(const Plan& plan);
 
-/// makespan, busy/span, bubble ratio, throughput, peaks.
+/// makespan, busy/span, bubble ratio, peaks with their breakdown, and the whole training step:
+/// exposed data-parallel gradient synchronisation (overlapped with each device's last
+/// backward passes when config.parallel.overlapGradReduce), the optimizer step (and the
+/// ZeRO-1/2 parameter all-gather), iteration time (steady state under post-validation:
+/// the longest device span plus its own synchronisation and step), throughput, tokens/s,
+/// model TFLOP/s per GPU and MFU.
 Metrics computeMetrics(const Plan& plan);
 
 }  // namespace pipestudio

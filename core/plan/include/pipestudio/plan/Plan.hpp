@@ -10,6 +10,7 @@
 
 #include "pipestudio/model/Cluster.hpp"
 #include "pipestudio/model/Model.hpp"
+#include "pipestudio/model/Parallelism.hpp"
 
 namespace pipestudio {
 
@@ -34,7 +35,19 @@ struct PlanConfig {
   std::string partition = "balanced";  // uniform refuses layer counts that do not divide (issue 3)
   std::string fill = "none";
   std::optional<std::int64_t> memoryLimitBytes;
-  int dataParallel = 1;  ///< replicas of the whole pipeline (throughput and optimizer memory)
+  /// Tensor/context/expert/data parallelism, recomputation and ZeRO around the pipeline
+  /// (`devices` is the pipeline degree P). Pure pipeline: all degrees 1.
+  Parallelism parallel;
+  /// The training recipe, in samples: global batch G and micro-batch size B give
+  /// microbatches = G / (B · D). Absent for plans that name their microbatch count directly.
+  std::optional<std::int64_t> globalBatch;
+  std::optional<std::int64_t> microBatchSize;
+  /// global: every device steps the optimizer after the last device's backward (default);
+  /// post-validation: Zero Bubble's optimizer post-validation lets iterations overlap, so the
+  /// steady-state period is the longest device span.
+  std::string optimizerSync = "global";
+  /// GPUs the plan uses: T·C·P·D.
+  std::int64_t totalGpus() const { return parallel.gpusPerPipelineRank() * devices; }
 };
 
 /// A contiguous range of one component's layers placed on one device.
@@ -71,18 +84,41 @@ struct Comm {
   std::int64_t bytes = 0;
 };
 
+/// Where one GPU's memory goes at its peak (bytes per GPU of the pipeline rank).
+struct MemoryBreakdown {
+  std::int64_t parameterBytes = 0;  ///< weights as held (bf16; sharded by TP/EP, by D under ZeRO-3)
+  std::int64_t gradientBytes = 0;   ///< fp32 gradient accumulation (sharded by D under ZeRO-2/3)
+  std::int64_t optimizerBytes = 0;  ///< fp32 master weights, Adam moments (sharded by D under ZeRO-1+)
+  std::int64_t activationBytes = 0; ///< live activations at the peak
+  std::int64_t communicationBytes = 0;  ///< collective and transfer buffers (ZeRO-3 gathers, all-to-all)
+  std::int64_t marginBytes = 0;     ///< allocator fragmentation and framework overhead (stated margin)
+  std::int64_t totalBytes() const {
+    return parameterBytes + gradientBytes + optimizerBytes + activationBytes + communicationBytes + marginBytes;
+  }
+};
+
 struct DeviceMetrics {
   double busyMs = 0;
   double spanMs = 0;
   std::int64_t peakMemoryBytes = 0;
   std::int64_t peakActivationBytes = 0;
   std::int64_t staticMemoryBytes = 0;
+  MemoryBreakdown memory;  ///< per GPU; peakMemoryBytes == memory.totalBytes()
 };
 
 struct Metrics {
   double makespanMs = 0;
   double bubbleRatio = 0;
   double throughputSamplesPerS = 0;
+  /// One training step of the whole job: pipeline, exposed gradient synchronisation and the
+  /// optimizer step (in steady state when iterations overlap).
+  double iterationMs = 0;
+  double gradientSyncMs = 0;  ///< exposed (not overlapped) data-parallel gradient reduction
+  double optimizerMs = 0;     ///< optimizer step (and ZeRO-1/2 parameter all-gather)
+  double tokensPerS = 0;
+  /// Model FLOPs (Korthikanti et al. 2022, Appendix A: no recomputation counted) per GPU per second.
+  double modelTflopsPerGpu = 0;
+  double mfu = 0;  ///< modelTflopsPerGpu / peak
   std::vector<DeviceMetrics> devices;
 };
 

@@ -1,0 +1,256 @@
+// Hybrid parallelism in the planner (issue 13): requests resolved and refused with the flag's
+// name, the bundled modern models planned as NVIDIA's recipes train them, the training step
+// around the pipeline (gradient synchronisation, optimizer, steady state), the configurator.
+#include <gtest/gtest.h>
+
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Costs.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Configurator.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio {
+namespace {
+
+std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
+
+PlanRequest request(const std::string& model, const std::string& cluster) {
+  auto m = loadModel(res("models/" + model));
+  auto c = loadCluster(res("clusters/" + cluster));
+  EXPECT_TRUE(m.hasValue()) << m.message();
+  EXPECT_TRUE(c.hasValue()) << c.message();
+  PlanRequest r;
+  if (m) r.model = *m;
+  if (c) r.cluster = *c;
+  return r;
+}
+
+// Issue 13: Llama-2-70B must plan on the bundled 4×8 H100 cluster as NVIDIA trains it (TP 8 ×
+// PP 4, FlashAttention, the distributed optimizer, recomputation).
+TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
+  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.parallel.tensor = 8;
+  r.config.parallel.sequenceParallel = true;
+  r.config.parallel.recompute = Recompute::Selective;
+  r.config.parallel.zeroStage = 1;
+  r.config.globalBatch = 128;
+  r.config.microBatchSize = 1;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_EQ(plan->config.microbatches, 128);
+  EXPECT_EQ(plan->config.totalGpus(), 32);
+  const Metrics& m = plan->metrics;
+  EXPECT_GT(m.mfu, 0.2);
+  EXPECT_LT(m.mfu, 0.8);
+  EXPECT_GT(m.tokensPerS, 0);
+  EXPECT_NEAR(m.tokensPerS, m.throughputSamplesPerS * 4096, 1e-6 * m.tokensPerS);
+  for (const DeviceMetrics& d : m.devices) {
+    const MemoryBreakdown& b = d.memory;
+    EXPECT_EQ(d.peakMemoryBytes, b.parameterBytes + b.gradientBytes + b.optimizerBytes + b.activationBytes +
+                                     b.communicationBytes);
+    EXPECT_LE(d.peakMemoryBytes + b.marginBytes, r.cluster.gpu.memoryBytes());
+  }
+}
+
+// Without tensor parallelism the same model cannot fit 4 pipeline ranks: the message says what
+// is over and by how much.
+TEST(HybridPlan, OutOfMemorySaysWhichPartIsOver) {
+  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  auto plan = makePlan(r);
+  ASSERT_FALSE(plan.hasValue());
+  EXPECT_NE(plan.message().find("over by"), std::string::npos) << plan.message();
+  EXPECT_NE(plan.message().find("largest part"), std::string::npos) << plan.message();
+}
+
+TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
+  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 2;
+  r.config.microbatches = 4;
+  r.config.parallel.tensor = 3;
+  auto bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("--tp 3"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("64 attention heads"), std::string::npos) << bad.message();
+
+  r.config.parallel.tensor = 16;  // divides 64 heads, not 8 key/value heads
+  bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("key/value heads"), std::string::npos) << bad.message();
+
+  r.config.parallel.tensor = 1;
+  r.config.parallel.expert = 2;
+  r.config.parallel.data = 2;
+  bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("--ep 2 needs a mixture-of-experts model"), std::string::npos) << bad.message();
+
+  r.config.parallel.expert = 1;
+  r.config.parallel.context = 3;
+  bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("--cp 3"), std::string::npos) << bad.message();
+
+  r.config.parallel.context = 1;
+  r.config.globalBatch = 7;  // not a multiple of B·D = 2
+  bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("--global-batch 7"), std::string::npos) << bad.message();
+
+  r.config.globalBatch.reset();
+  r.config.parallel.tensor = 8;
+  r.config.devices = 4;
+  r.config.parallel.data = 2;  // 64 GPUs on a 32-GPU cluster
+  bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("= 64 GPUs"), std::string::npos) << bad.message();
+}
+
+TEST(HybridPlan, ExpertParallelNeedsADivisor) {
+  PlanRequest r = request("mixtral-8x7b.json", "h100-8x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 2;
+  r.config.microbatches = 4;
+  r.config.parallel.data = 6;
+  r.config.parallel.expert = 3;  // divides D, not the 8 experts
+  auto bad = resolveRequest(r);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("8 experts"), std::string::npos) << bad.message();
+}
+
+// A pure pipeline has no data-parallel synchronisation; with D replicas and no overlap the
+// reduction is exposed after the drain, and the step is pipeline + sync + optimizer.
+TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
+  PlanRequest r = request("gpt3-1.3b.json", "a100-1x8-nvlink.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  auto pure = makePlan(r);
+  ASSERT_TRUE(pure.hasValue()) << pure.message();
+  EXPECT_EQ(pure->metrics.gradientSyncMs, 0);
+  EXPECT_GT(pure->metrics.optimizerMs, 0);
+  EXPECT_NEAR(pure->metrics.iterationMs, pure->metrics.makespanMs + pure->metrics.optimizerMs, 1e-9);
+
+  r.config.parallel.data = 2;
+  r.config.parallel.overlapGradReduce = false;
+  auto replicated = makePlan(r);
+  ASSERT_TRUE(replicated.hasValue()) << replicated.message();
+  const Metrics& m = replicated->metrics;
+  EXPECT_GT(m.gradientSyncMs, 0);
+  EXPECT_NEAR(m.iterationMs, m.makespanMs + m.gradientSyncMs + m.optimizerMs, 1e-9);
+  // D replicas train D times the samples.
+  EXPECT_NEAR(m.throughputSamplesPerS, 2.0 * 8 * r.model.samplesPerMicrobatch / (m.iterationMs / 1000.0), 1e-6);
+
+  r.config.parallel.overlapGradReduce = true;
+  auto overlapped = makePlan(r);
+  ASSERT_TRUE(overlapped.hasValue());
+  EXPECT_LT(overlapped->metrics.gradientSyncMs, m.gradientSyncMs);
+
+  // Zero Bubble's optimizer post-validation: iterations overlap, the period is the longest
+  // device span (plus that device's own synchronisation and step).
+  r.config.optimizerSync = "post-validation";
+  auto steady = makePlan(r);
+  ASSERT_TRUE(steady.hasValue());
+  double longest = 0;
+  for (const auto& d : steady->metrics.devices) longest = std::max(longest, d.spanMs);
+  EXPECT_GE(steady->metrics.iterationMs, longest);
+  EXPECT_LE(steady->metrics.iterationMs, overlapped->metrics.iterationMs + 1e-9);
+}
+
+// ZeRO shards the static memory over the data-parallel replicas, stage by stage.
+TEST(HybridPlan, ZeroStagesShrinkTheStaticMemory) {
+  PlanRequest r = request("gpt3-1.3b.json", "a100-1x8-nvlink.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 2;
+  r.config.microbatches = 4;
+  r.config.parallel.data = 4;
+  std::int64_t previous = -1;
+  for (int zero = 0; zero <= 3; ++zero) {
+    r.config.parallel.zeroStage = zero;
+    auto plan = makePlan(r);
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    const MemoryBreakdown& b = plan->metrics.devices[0].memory;
+    const std::int64_t statics = b.parameterBytes + b.gradientBytes + b.optimizerBytes;
+    if (previous >= 0) {
+      EXPECT_LT(statics, previous) << "ZeRO-" << zero;
+    }
+    previous = statics;
+  }
+}
+
+// The plan document carries the parallelism and reloads to the same metrics.
+TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
+  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  r.config.schedule = "interleaved-1f1b";
+  r.config.chunksPerDevice = 2;
+  r.config.devices = 2;
+  r.config.parallel.tensor = 4;
+  r.config.parallel.sequenceParallel = true;
+  r.config.parallel.context = 2;
+  r.config.parallel.data = 2;
+  r.config.parallel.recompute = Recompute::Full;
+  r.config.parallel.zeroStage = 1;
+  r.config.globalBatch = 32;
+  r.config.microBatchSize = 2;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const Json doc = planToJson(*plan);
+  EXPECT_EQ(doc["config"]["tp"], 4);
+  EXPECT_EQ(doc["config"]["cp"], 2);
+  EXPECT_EQ(doc["config"]["dp"], 2);
+  EXPECT_EQ(doc["config"]["recompute"], "full");
+  EXPECT_EQ(doc["config"]["zero"], 1);
+  EXPECT_EQ(doc["config"]["global_batch"], 32);
+  EXPECT_EQ(doc["config"]["micro_batch_size"], 2);
+  EXPECT_TRUE(doc["metrics"].contains("mfu"));
+  EXPECT_TRUE(doc["metrics"]["devices"][0].contains("memory"));
+  auto again = resimulate(*plan);
+  ASSERT_TRUE(again.hasValue()) << again.message();
+  EXPECT_DOUBLE_EQ(again->metrics.iterationMs, plan->metrics.iterationMs);
+}
+
+// Issue 13: configure returns feasible, ranked configurations for every bundled model on a
+// cluster large enough to hold it, and the same request ranks the same way every time.
+TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
+  const std::pair<const char*, const char*> cases[] = {{"llama2-70b.json", "h100-4x8-ib.json"},
+                                                       {"llama3-8b.json", "h100-8x8-ib.json"},
+                                                       {"llama3-70b.json", "h100-8x8-ib.json"},
+                                                       {"mixtral-8x7b.json", "h100-8x8-ib.json"},
+                                                       {"deepseek-v3-moe.json", "h100-128x8-ib.json"},
+                                                       {"gpt3-175b.json", "h100-8x8-ib.json"}};
+  for (const auto& [modelFile, clusterFile] : cases) {
+    PlanRequest r = request(modelFile, clusterFile);
+    ConfigureOptions options;
+    options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1"};
+    options.keep = 5;
+    auto result = configure(r.model, r.cluster, options);
+    ASSERT_TRUE(result.hasValue()) << modelFile << ": " << result.message();
+    EXPECT_FALSE(result->feasible.empty()) << modelFile << " on " << clusterFile;
+    for (const auto& c : result->feasible) EXPECT_GT(c.metrics.mfu, 0.05) << modelFile;
+  }
+}
+
+TEST(HybridPlan, ConfigureIsDeterministic) {
+  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  ConfigureOptions options;
+  options.schedules = {"1f1b", "zb-h1"};
+  options.keep = 8;
+  auto a = configure(r.model, r.cluster, options);
+  auto b = configure(r.model, r.cluster, options);
+  ASSERT_TRUE(a.hasValue() && b.hasValue());
+  ASSERT_EQ(a->feasible.size(), b->feasible.size());
+  for (std::size_t i = 0; i < a->feasible.size(); ++i) {
+    EXPECT_EQ(planToJson(Plan{a->feasible[i].config, {}, {}, {}, {}, {}, {}})["config"],
+              planToJson(Plan{b->feasible[i].config, {}, {}, {}, {}, {}, {}})["config"]);
+    EXPECT_DOUBLE_EQ(a->feasible[i].iterationMs, b->feasible[i].iterationMs);
+  }
+}
+
+}  // namespace
+}  // namespace pipestudio
