@@ -255,7 +255,7 @@ def zb_cases(rng, quick):
             costs = [tuple(rng.randint(50, 150) for _ in range(3)) for _ in range(p)]
         c = rng.choice([0, rng.randint(1, 20)])
         case = {"p": p, "m": m, "c": c, "wgrad": rng.choice([ACT, ACT // 3]), "costs": costs,
-                "limit": rng.choice([p, (3 * p) // 2, 2 * p])}
+                "limit": rng.choice([p // 2, p, (3 * p) // 2, 2 * p])}
         cases.append(case)
     return cases
 

@@ -9,6 +9,9 @@
 namespace pipestudio::schedules {
 namespace {
 
+// Interleaved 1F1B times its two candidate orders in full up to this many ops.
+constexpr double kExactChoiceOps = 1 << 17;
+
 OrderedOp op(int stage, OpKind kind, int microbatch) {
   OrderedOp o;
   o.virtualStage = stage;
@@ -122,8 +125,8 @@ class Interleaved final : public ScheduleGenerator {
   // nothing else to do meanwhile. Taking the next group's first chunk-0 forward into the
   // warm-up (one more forward, one more chunk's activation per device) hides that lap: the
   // paper's 2pv − p − 2. That order is used when it is faster on the stage estimates and the
-  // extra activation fits the memory limit; otherwise (no transfers, one group, a tight limit)
-  // Megatron-LM's.
+  // extra activation fits the memory limit; otherwise (no transfers, one group, a tight limit,
+  // unequal stages where the extra microbatch in flight costs more than it hides) Megatron-LM's.
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     ScheduleSkeleton megatron = build(input, 0);
     const int p = input.shape.devices;
@@ -137,9 +140,15 @@ class Interleaved final : public ScheduleGenerator {
       if (limit > 0 && staticBytes + peaks[static_cast<std::size_t>(d)] > limit) return megatron;
     }
     if (input.control && input.control->cancelled()) return Error{"cancelled"};
-    // The two orders differ only in the warm-up: compare them on the first two groups.
+    // With unequal stages the extra forward can also cost more than it hides (one more
+    // microbatch in flight shifts every later pairing): both orders are timed, in full up to
+    // 2^17 ops, else on their first two groups of microbatches.
     ScheduleInput shortRun = input;
-    shortRun.shape.microbatches = std::min(input.shape.microbatches, 2 * p);
+    const double ops = 2.0 * static_cast<double>(input.virtualStages.size()) * input.shape.microbatches;
+    if (ops > kExactChoiceOps) shortRun.shape.microbatches = std::min(input.shape.microbatches, 2 * p);
+    if (shortRun.shape.microbatches == input.shape.microbatches) {
+      return fasterThan(timeOrder(input, ahead.devices), timeOrder(input, megatron.devices)) ? ahead : megatron;
+    }
     const ScheduleSkeleton shortAhead = build(shortRun, 1);
     const ScheduleSkeleton shortMegatron = build(shortRun, 0);
     return fasterThan(timeOrder(shortRun, shortAhead.devices), timeOrder(shortRun, shortMegatron.devices)) ? ahead : megatron;
