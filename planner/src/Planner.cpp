@@ -26,13 +26,13 @@ std::string knownSchedules() {
 
 // Extension point (partitioners): fills component and layer ranges into the placement.
 Expected<std::vector<VirtualStage>> partitionStages(const PlanRequest& request, std::vector<VirtualStage> placement,
-                                                    const SolveControl& control) {
+                                                    const SolveControl& control, const partition::PartitionHints& hints) {
   const std::string& name = request.config.partition;
   if (name == "uniform") {
     return partition::partitionUniformStrict(request.model, std::move(placement), request.config.devices,
                                              request.config.schedule);
   }
-  return partition::partitionNamed(request, std::move(placement), control);  // part: balanced, dp, diffusionpipe
+  return partition::partitionNamed(request, std::move(placement), control, hints);  // part: balanced, dp, diffusionpipe
 }
 
 // Extension point (bubble filling): adds frozen-component N ops to the skeleton.
@@ -169,9 +169,15 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
   auto resolved = resolveRequest(original);
   if (!resolved) return resolved.error();
-  const PlanRequest& request = *resolved;
+  // DiffusionPipe searches the schedule jointly with the partition; its candidates come back
+  // through makeCandidatePlan.
+  if (resolved->config.partition == "diffusionpipe") return partition::solveDiffusionPipe(*resolved, control);
+  return partition::makeCandidatePlan(*resolved, control, {});
+}
+
+Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const SolveControl& control,
+                                            const PartitionHints& hints) {
   const PlanConfig& cfg = request.config;
-  if (cfg.partition == "diffusionpipe" && !partition::inDiffusionPipeSearch()) return partition::solveDiffusionPipe(request, control);  // part
   const ScheduleGenerator* generator = findScheduleGenerator(cfg.schedule);
   if (!generator) return Error{"unknown schedule '" + cfg.schedule + "' (known: " + knownSchedules() + ")"};
   if (cfg.devices < 1) return Error{"--devices must be at least 1, got " + std::to_string(cfg.devices)};
@@ -181,9 +187,9 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) return st.error();
   const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice};
   if (auto st = generator->validate(shape); !st) return st.error();
-  if (control.cancelled()) return Error{"cancelled"};
+  if (control.cancelled()) return Error::cancelled();
 
-  auto stages = partitionStages(request, generator->placement(shape), control);
+  auto stages = partitionStages(request, generator->placement(shape), control, hints);
   if (!stages) return stages.error();
   Plan shell;
   shell.config = cfg;
@@ -205,10 +211,10 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   if (!skeleton) return skeleton.error();
   if (control.progress) control.progress(0.5);
   if (auto st = fillBubbles(request, *skeleton, control); !st) return st.error();
-  if (control.cancelled()) return Error{"cancelled"};
+  if (control.cancelled()) return Error::cancelled();
 
   auto plan = simulateSkeleton(std::move(shell), *skeleton);
-  if (!plan) return Error{cfg.schedule + ": " + plan.message()};
+  if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
   if (auto st = checkMemory(*plan); !st) return st.error();
   if (control.progress) control.progress(1.0);
   return plan;

@@ -666,7 +666,7 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   const auto policies = portfolio();
   for (std::size_t i = 0; i < policies.size() && !atBound(); ++i) {
     if (cancelled()) {
-      if (best.empty() || !options.keepBestOnCancel) return Error{"cancelled"};
+      if (best.empty() || !options.keepBestOnCancel) return Error::cancelled();
       report.stoppedEarly = true;
       break;
     }
@@ -687,7 +687,7 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   if (options.localSearch && !atBound() && !report.stoppedEarly) {
     localSearch(inst, best, bestMakespan, options, report, stop);
   }
-  if (report.stoppedEarly && !options.keepBestOnCancel) return Error{"cancelled"};
+  if (report.stoppedEarly && !options.keepBestOnCancel) return Error::cancelled();
 
   if (options.exact) {
     if (!exactSchedulingAvailable()) {

@@ -486,8 +486,8 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
   if (mode != "none" && mode != "greedy") return Error{"fill '" + mode + "' is not available (known: none, greedy)"};
   if (request.model.frozenComponents().empty()) return {};
   auto backbone = simulateSkeleton(shellOf(request, skeleton), skeleton);
-  if (!backbone) return Error{"fill: the backbone schedule does not simulate: " + backbone.message()};
-  if (control.cancelled()) return Error{"cancelled"};
+  if (!backbone) return backbone.error().withPrefix("fill: the backbone schedule does not simulate: ");
+  if (control.cancelled()) return Error::cancelled();
   const Frozen frozen = frozenGroups(*backbone);
   if (frozen.groups.empty()) return {};
 
@@ -499,7 +499,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
   ScheduleSkeleton noneSkeleton = assemble(skeleton, *backbone, *noneLayout, true);
   withFrozenDependencies(noneRequest, noneSkeleton);
   auto nonePlan = simulateSkeleton(shellOf(noneRequest, noneSkeleton), noneSkeleton, SimulationOptions{false, true});
-  if (!nonePlan) return Error{"fill none: " + nonePlan.message()};
+  if (!nonePlan) return nonePlan.error().withPrefix("fill none: ");
   const double noneMs = nonePlan->metrics.makespanMs;
   ScheduleSkeleton chosen = noneSkeleton;
   const Layout* chosenLayout = &*noneLayout;
@@ -531,7 +531,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
       return c;
     };
     auto filled = timeCandidate(assemble(skeleton, *backbone, *greedy, false));
-    if (!filled) return Error{"fill greedy: " + filled.message()};
+    if (!filled) return filled.error().withPrefix("fill greedy: ");
     // The same greedy in model order: LPT usually packs better, not always.
     if (auto modelOrder = greedyLayout(*backbone, frozen, true, false)) {
       auto alt = timeCandidate(assemble(skeleton, *backbone, *modelOrder, false));
@@ -541,7 +541,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
       }
     }
     auto firstLayout = timeCandidate(assemble(skeleton, *backbone, *noneLayout, true));
-    if (!firstLayout) return Error{"fill greedy: " + firstLayout.message()};
+    if (!firstLayout) return firstLayout.error().withPrefix("fill greedy: ");
     if (filled->periodMs <= firstLayout->periodMs + kEpsMs) {
       chosen = std::move(filled->skeleton);
       chosenLayout = &*greedy;

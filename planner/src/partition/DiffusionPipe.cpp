@@ -36,22 +36,6 @@
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio::partition {
-namespace {
-
-thread_local bool tInSearch = false;
-thread_local bool tKeepShares = false;
-
-struct SearchGuard {
-  SearchGuard() { tInSearch = true; }
-  ~SearchGuard() { tInSearch = false; }
-  SearchGuard(const SearchGuard&) = delete;
-  SearchGuard& operator=(const SearchGuard&) = delete;
-};
-
-}  // namespace
-
-bool inDiffusionPipeSearch() { return tInSearch; }
-bool keepBackboneShares() { return tKeepShares; }
 
 std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request) {
   std::vector<PlanConfig> out;
@@ -78,12 +62,11 @@ std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request) {
 }
 
 Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control) {
-  SearchGuard guard;
   const auto candidates = diffusionPipeCandidates(request);
   std::optional<Plan> best;
   std::string reasons;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (control.cancelled()) return Error{"cancelled"};
+    if (control.cancelled()) return Error::cancelled();
     PlanRequest r = request;
     r.config = candidates[i];
     const ScheduleGenerator* g = findScheduleGenerator(r.config.schedule);
@@ -93,14 +76,13 @@ Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl
     }
     SolveControl inner;
     inner.cancel = control.cancel;
+    inner.refine = control.refine;
     // With several backbones, the stage share that is best for the backbone alone is not
     // always best once the frozen work fills the bubbles (a perfectly balanced backbone has
     // fewer of them): try the searched shares and the default ones, keep the faster plan.
     const bool twoShares = request.model.trainableComponents().size() >= 2;
     for (int variant = 0; variant < (twoShares ? 2 : 1); ++variant) {
-      tKeepShares = variant == 1;
-      auto plan = makePlan(r, inner);
-      tKeepShares = false;
+      auto plan = makeCandidatePlan(r, inner, PartitionHints{.keepBackboneShares = variant == 1});
       if (!plan) {
         if (variant == 0) reasons += "\n  " + r.config.schedule + ": " + plan.message();
         continue;
@@ -112,6 +94,7 @@ Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl
   if (independentBackbonePair(request.model) && !control.cancelled()) {
     SolveControl inner;
     inner.cancel = control.cancel;
+    inner.refine = control.refine;
     auto plan = solveOpposedBackbones(request, inner);
     if (!plan) {
       reasons += "\n  zb-v, backbones in opposite directions: " + plan.message();
@@ -127,11 +110,7 @@ Expected<std::vector<VirtualStage>> partitionWithLegs(const PlanRequest& request
                                                       std::vector<VirtualStage> placement, const SolveControl& control) {
   PlanRequest r = request;
   r.config.partition = "diffusionpipe";  // assignLegs applies to diffusionpipe's placements
-  const bool keep = tKeepShares;
-  tKeepShares = true;
-  auto out = partitionWith(r, generator, std::move(placement), "dp", control);
-  tKeepShares = keep;
-  return out;
+  return partitionWith(r, generator, std::move(placement), "dp", control, PartitionHints{.keepBackboneShares = true});
 }
 
 // Leg assignment for V-shaped placements with two trainable backbones: the first half of the

@@ -36,9 +36,9 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const Schedule
 
 Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
-                                                  const SolveControl& control) {
+                                                  const SolveControl& control, const PartitionHints& hints) {
   auto uniform = partitionUniform(request.model, placement);
-  if (!uniform) return Error{"partition '" + algorithm + "': " + uniform.message()};
+  if (!uniform) return uniform.error().withPrefix("partition '" + algorithm + "': ");
   std::vector<VirtualStage> stages = std::move(*uniform);
   if (request.config.partition == "diffusionpipe") {
     // Two backbones in opposite directions on a V: re-assign components per leg, with a
@@ -106,6 +106,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       }
       const PartitionProblem problem = buildPartitionProblem(request, comp, ps);
       auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
+      if (result.isCancelled()) return result.error();
       if (!result) {
         // Name the virtual stage by its id in the plan, not by its index within the component.
         return Error{result.message() + " [component '" + request.model.components[static_cast<std::size_t>(comp)].name +
@@ -147,7 +148,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   for (int i = 1; i < components && contiguous; ++i) {
     compositions = compositions * static_cast<double>(chainStages - i) / static_cast<double>(i);
   }
-  if (contiguous && compositions <= kMaxCompositions && !keepBackboneShares()) {
+  if (contiguous && compositions <= kMaxCompositions && !hints.keepBackboneShares) {
     double bestMs = *first;
     std::vector<int> share(static_cast<std::size_t>(components), 1);
     // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
@@ -155,7 +156,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       return static_cast<int>(request.model.components[static_cast<std::size_t>(trainable[static_cast<std::size_t>(i)])].layers.size());
     };
     auto visit = [&](auto&& self, int i, int left) -> Status {
-      if (control.cancelled()) return Error{"cancelled"};
+      if (control.cancelled()) return Error::cancelled();
       if (i == components - 1) {
         if (left < 1 || left > layersOf(i)) return {};
         share[static_cast<std::size_t>(i)] = left;
@@ -195,12 +196,13 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
 }
 
 Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, std::vector<VirtualStage> placement,
-                                                   const SolveControl& control) {
+                                                   const SolveControl& control, const PartitionHints& hints) {
   const std::string& name = request.config.partition;
   const ScheduleGenerator* generator = findScheduleGenerator(request.config.schedule);
   if (!generator) return Error{"unknown schedule '" + request.config.schedule + "'"};
   if (name == "balanced" || name == "dp" || name == "diffusionpipe") {
-    return partitionWith(request, *generator, std::move(placement), name == "balanced" ? "balanced" : "dp", control);
+    return partitionWith(request, *generator, std::move(placement), name == "balanced" ? "balanced" : "dp", control,
+                         hints);
   }
   return Error{"partition '" + name + "' is not available (known: uniform, balanced, dp, diffusionpipe)"};
 }

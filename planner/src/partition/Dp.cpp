@@ -307,7 +307,7 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
 
   Solution top = solver.solve(kInf);
   if (!top.feasible) return memoryError(p, x, solver.lastFailedStage());
-  if (control.cancelled()) return Error{"cancelled"};
+  if (control.cancelled()) return Error::cancelled();
 
   // Tmin: the smallest feasible bottleneck (every partition's max is ≥ it).
   double lo = 0;
@@ -322,7 +322,7 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
     } else {
       lo = mid;
     }
-    if (control.cancelled()) return Error{"cancelled"};
+    if (control.cancelled()) return Error::cancelled();
   }
   const double tMin = hi;
   const double tMinLo = lo;
@@ -350,7 +350,7 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
     // one's and their bottlenecks ≥ Tcut): jump straight to the probe's level.
     const double tCut = (bestObj - levelSum) / mMinus1;
     Solution probe = tCut < cur.max ? solver.solve(tCut * (1 - kRelEps)) : cur;
-    if (control.cancelled()) return Error{"cancelled"};
+    if (control.cancelled()) return Error::cancelled();
     if (!probe.feasible) break;
     if (probe.sum > levelSum + tol) {
       cur = std::move(probe);
@@ -368,7 +368,7 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
       } else {
         l = mid;
       }
-      if (control.cancelled()) return Error{"cancelled"};
+      if (control.cancelled()) return Error::cancelled();
     }
     const double obj = atLevel.sum + mMinus1 * atLevel.max;
     if (obj < bestObj) {

@@ -297,22 +297,22 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
       options.capBytes[d] = std::max<std::int64_t>(1, static_cast<std::int64_t>(p) * (a0[d] + a1[d]));
     }
     auto skeleton = schedules::greedyOrder(input, options);
-    if (!skeleton) return Error{"opposed backbones: " + skeleton.message()};
+    if (!skeleton) return skeleton.error().withPrefix("opposed backbones: ");
     skeleton->virtualStages = shell.virtualStages;
     for (auto& lane : skeleton->devices) {
       for (OrderedOp& op : lane) op.microbatch /= 2;
     }
-    if (control.cancelled()) return Error{"cancelled"};
+    if (control.cancelled()) return Error::cancelled();
     if (auto st = fillSkeleton(r, *skeleton, control); !st) return st.error();
     auto plan = simulateSkeleton(std::move(shell), *skeleton);
-    if (!plan) return Error{"opposed backbones: " + plan.message()};
+    if (!plan) return plan.error().withPrefix("opposed backbones: ");
     if (auto st = checkMemory(*plan); !st) return st.error();
     return plan;
   };
   std::optional<Plan> best;
   std::string reason;
   for (const auto& layout : layouts) {
-    if (control.cancelled()) return Error{"cancelled"};
+    if (control.cancelled()) return Error::cancelled();
     auto plan = finish(layout);
     if (!plan) {
       if (reason.empty()) reason = plan.message();

@@ -11,6 +11,17 @@
 
 namespace pipestudio::partition {
 
+/// How one candidate of a search is partitioned (passed explicitly down makePlan's steps).
+struct PartitionHints {
+  /// Keep the backbones' default stage shares (uniform's, or the V's legs) instead of
+  /// searching how many stages each backbone gets.
+  bool keepBackboneShares = false;
+};
+
+/// makePlan for exactly the request's schedule and partition, without the joint schedule
+/// search that `--partition diffusionpipe` starts (the search's own candidates come here).
+Expected<Plan> makeCandidatePlan(const PlanRequest& request, const SolveControl& control, const PartitionHints& hints);
+
 /// Fills component and layer ranges into `placement` with `request.config.partition`
 /// (balanced | dp | diffusionpipe). Several trainable components take consecutive blocks of
 /// the chain in data-flow order; the number of stages each gets is searched (the estimate:
@@ -19,20 +30,15 @@ namespace pipestudio::partition {
 /// one's layers are split over its stages by the named algorithm. Pipeline 1 of a bidirectional placement mirrors pipeline
 /// 0's ranges.
 Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, std::vector<VirtualStage> placement,
-                                                   const SolveControl& control);
+                                                   const SolveControl& control, const PartitionHints& hints = {});
 
 /// Partition with the peak live-microbatch counts of `generator`'s order (dp's memory term).
 Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
-                                                  const SolveControl& control);
+                                                  const SolveControl& control, const PartitionHints& hints = {});
 
 /// `diffusionpipe`: dp jointly with the schedule choice; returns the fastest filled plan.
 Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control);
-/// True while solveDiffusionPipe runs its candidates (makePlan then partitions with dp).
-bool inDiffusionPipeSearch();
-/// True while solveDiffusionPipe tries a candidate with the backbones' default stage shares
-/// (uniform's, or the V's legs) instead of searching them.
-bool keepBackboneShares();
 /// The schedules (with chunks) the joint search tries for `request`.
 std::vector<PlanConfig> diffusionPipeCandidates(const PlanRequest& request);
 /// V-shaped placement and exactly two trainable backbones: first backbone on the down leg,

@@ -231,7 +231,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
   // failing; the plan's memory check still judges the result against the real limit.
   bool forceAdmit = false;
   while (true) {
-    if (input.control && (++processed & 4095) == 0 && input.control->cancelled()) return Error{"cancelled"};
+    if (input.control && (++processed & 4095) == 0 && input.control->cancelled()) return Error::cancelled();
     if (events.empty()) {
       if (emitted >= expected || forceAdmit) break;
       forceAdmit = true;

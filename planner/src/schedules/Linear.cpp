@@ -139,7 +139,7 @@ class Interleaved final : public ScheduleGenerator {
       const std::int64_t staticBytes = static_cast<std::size_t>(d) < input.staticBytes.size() ? input.staticBytes[static_cast<std::size_t>(d)] : 0;
       if (limit > 0 && staticBytes + peaks[static_cast<std::size_t>(d)] > limit) return megatron;
     }
-    if (input.control && input.control->cancelled()) return Error{"cancelled"};
+    if (input.control && input.control->cancelled()) return Error::cancelled();
     // With unequal stages the extra forward can also cost more than it hides (one more
     // microbatch in flight shifts every later pairing): both orders are timed, in full up to
     // 2^17 ops, else on their first two groups of microbatches.

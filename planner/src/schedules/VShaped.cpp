@@ -197,7 +197,7 @@ class GreedyGenerator final : public ScheduleGenerator {
         bestTiming = std::move(t);
       }
     };
-    if (in.control && in.control->cancelled()) return Error{"cancelled"};
+    if (in.control && in.control->cancelled()) return Error::cancelled();
     // The authors' ZB-V construction where the placement is one V per device (its
     // reference's pick, the least worst-device bubble, first).
     if (m_spec.vConstruction && isSingleV(in)) {
@@ -216,7 +216,7 @@ class GreedyGenerator final : public ScheduleGenerator {
         std::stable_sort(built.begin(), built.end(),
                          [](const VConstruction& a, const VConstruction& b) { return a.maxBubbleMs < b.maxBubbleMs; });
         for (auto& c : built) consider({Recipe::Kind::V, withTransfers, c.policy}, std::move(c.order));
-        if (in.control && in.control->cancelled()) return Error{"cancelled"};
+        if (in.control && in.control->cancelled()) return Error::cancelled();
       }
     }
     // The greedy list construction.

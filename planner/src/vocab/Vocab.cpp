@@ -55,7 +55,7 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   }
   auto backbone = makePlan(base, control);
   if (!backbone) return backbone.error();
-  if (control.cancelled()) return Error{"cancelled"};
+  if (control.cancelled()) return Error::cancelled();
 
   // 2. Shard k: every vocabulary layer with ⌈V/p⌉ or ⌊V/p⌋ rows (measured costs scale by 1/p).
   for (int k = 0; k < p; ++k) {
@@ -152,7 +152,7 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   shell.virtualStages = sk.virtualStages;
   sk.extraDependencies = derivedDependencies(shell, sk.devices);
   auto plan = simulateSkeleton(std::move(shell), sk);
-  if (!plan) return Error{"vocabulary parallelism: " + plan.message()};
+  if (!plan) return plan.error().withPrefix("vocabulary parallelism: ");
   if (auto st = checkMemory(*plan); !st) return st.error();
   return plan;
 }

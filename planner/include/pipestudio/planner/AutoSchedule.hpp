@@ -28,7 +28,7 @@ struct AutoScheduleOptions {
   /// Upper bound on the orders the local search times.
   int maxSearchEvaluations = 2000;
   /// On cancel (SolveControl) after a first answer: return the best order so far (the report
-  /// says stoppedEarly) instead of Error{"cancelled"}.
+  /// says stoppedEarly) instead of Error::cancelled().
   bool keepBestOnCancel = false;
   /// Solve the ILP through CBC (small instances only, see kExactMaxOps) starting from the
   /// heuristic's order; proves optimality or reports the remaining gap. The ILP's time limit

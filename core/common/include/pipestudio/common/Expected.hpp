@@ -8,9 +8,22 @@
 
 namespace pipestudio {
 
+/// What kind of failure an Error is. Callers branch on the kind, never on the message text.
+enum class ErrorKind {
+  Failure,    ///< the input or the environment: the message says where and what
+  Cancelled,  ///< the caller asked to stop (SolveControl::cancel, a cancelled deployment)
+};
+
 /// A human-readable error: where (file, line, JSON pointer, host, rank), what, what was expected.
 struct Error {
   std::string message;
+  ErrorKind kind = ErrorKind::Failure;
+
+  /// The error a cancelled operation returns (modelled on Orbit's CanceledOr).
+  static Error cancelled() { return Error{"cancelled", ErrorKind::Cancelled}; }
+  bool isCancelled() const { return kind == ErrorKind::Cancelled; }
+  /// The same error (kind kept) with `prefix` in front of its message: "fill greedy: …".
+  Error withPrefix(const std::string& prefix) const { return Error{prefix + message, kind}; }
 };
 
 /// A value or an Error. Modelled on Orbit's ErrorMessageOr<T>.
@@ -45,6 +58,8 @@ class [[nodiscard]] Expected {
     return std::get<1>(m_v);
   }
   const std::string& message() const { return error().message; }
+  /// An error, and of kind Cancelled.
+  bool isCancelled() const { return !hasValue() && error().isCancelled(); }
 
  private:
   std::variant<T, Error> m_v;
@@ -56,14 +71,16 @@ class [[nodiscard]] Expected {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error error) : m_error(std::move(error.message)), m_ok(false) {}  // NOLINT(google-explicit-constructor)
+  Status(Error error) : m_error(std::move(error)), m_ok(false) {}  // NOLINT(google-explicit-constructor)
   bool isOk() const { return m_ok; }
   explicit operator bool() const { return m_ok; }
-  const std::string& message() const { return m_error; }
-  Error error() const { return Error{m_error}; }
+  const std::string& message() const { return m_error.message; }
+  const Error& error() const { return m_error; }
+  /// An error, and of kind Cancelled.
+  bool isCancelled() const { return !m_ok && m_error.isCancelled(); }
 
  private:
-  std::string m_error;
+  Error m_error;
   bool m_ok = true;
 };
 
