@@ -145,6 +145,7 @@ int runConfigure(const ConfigureCliOptions& o) {
     doc["pruned_by_memory"] = result->prunedByMemory;
     doc["bounded_out"] = result->boundedOut;
     doc["evaluated"] = result->evaluated;
+    doc["simulated_in_full"] = result->simulatedInFull;
     Json feasible = Json::array();
     for (const auto& c : result->feasible) feasible.push_back(candidateJson(c));
     doc["feasible"] = feasible;
@@ -163,7 +164,8 @@ int runConfigure(const ConfigureCliOptions& o) {
             << " GPUs), global batch " << result->globalBatch << " samples"
             << (o.globalBatch > 0 ? "" : (model.globalBatch ? " (the model's)" : " (default: 4 per GPU; set --global-batch)"))
             << ":\n  " << result->enumerated << " configurations, " << result->prunedByMemory
-            << " ruled out by memory bounds, " << result->evaluated << " simulated, " << result->boundedOut
+            << " ruled out by memory bounds, " << result->evaluated << " screened (short runs extended to the full batch), "
+            << result->simulatedInFull << " of them simulated in full, " << result->boundedOut
             << " bounded out, " << result->feasible.size() << " ranked\n\n";
   std::printf("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s %10s %9s %12s %7s %5s %10s\n", "rank", "schedule",
               "pp", "tp", "cp", "dp", "ep", "mbs", "m", "v", "recompute", "zero", "iter ms", "sync ms", "tokens/s",

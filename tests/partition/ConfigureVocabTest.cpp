@@ -1,11 +1,13 @@
 // Configurator and vocabulary parallelism (issue 4).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
 
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Configurator.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Vocab.hpp"
 
 namespace pipestudio {
@@ -74,7 +76,69 @@ TEST(Configure, CancelStopsTheSearch) {
   control.cancel = &cancel;
   auto result = configure(*model, *cluster, {}, control);
   ASSERT_FALSE(result.hasValue());
-  EXPECT_EQ(result.message(), "cancelled");
+  EXPECT_TRUE(result.isCancelled()) << result.message();
+}
+
+// The list is screened on short runs extended to the full microbatch count, but every
+// configuration returned was simulated in full: planning it again gives the same numbers.
+TEST(Configure, EveryRankedConfigurationReplaysExactly) {
+  auto model = loadModel(res("models/llama3-8b.json"));
+  ASSERT_TRUE(model.hasValue()) << model.message();
+  auto cluster = loadCluster(res("clusters/h100-8x8-ib.json"));
+  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  ConfigureOptions options;
+  options.keep = 5;
+  options.schedules = {"1f1b", "zb-h1", "gpipe", "interleaved-1f1b"};
+  auto result = configure(*model, *cluster, options);
+  ASSERT_TRUE(result.hasValue()) << result.message();
+  ASSERT_FALSE(result->feasible.empty());
+  for (const auto& c : result->feasible) {
+    PlanRequest r;
+    r.model = *model;
+    r.cluster = *cluster;
+    r.config = c.config;
+    auto plan = makePlan(r);
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    EXPECT_DOUBLE_EQ(plan->metrics.iterationMs, c.iterationMs) << c.config.schedule;
+    EXPECT_DOUBLE_EQ(plan->metrics.throughputSamplesPerS, c.throughputSamplesPerS);
+  }
+  // gpipe keeps every microbatch in flight: at 1024 samples and no recomputation it never
+  // fits, however short the screening runs were.
+  for (const auto& c : result->feasible) {
+    EXPECT_FALSE(c.config.schedule == "gpipe" && c.config.parallel.recompute == Recompute::None &&
+                 c.config.microbatches > 64)
+        << c.config.microbatches;
+  }
+}
+
+// A cancellation deep in the solve (fill, partition, search) comes back as a cancellation,
+// whatever context the layers above add to the message.
+TEST(Cancel, KindSurvivesEveryLayer) {
+  for (const char* model : {"models/controlnet.json", "models/stable-diffusion-2.1.json"}) {
+    for (const char* partition : {"dp", "diffusionpipe"}) {
+      auto m = loadModel(res(model));
+      auto c = loadCluster(res("clusters/a100-1x8-nvlink.json"));
+      ASSERT_TRUE(m.hasValue() && c.hasValue());
+      PlanRequest r;
+      r.model = *m;
+      r.cluster = *c;
+      r.config.devices = 4;
+      r.config.microbatches = 8;
+      r.config.schedule = "1f1b";
+      r.config.partition = partition;
+      r.config.fill = "greedy";
+      std::atomic<bool> cancel{false};
+      SolveControl control;
+      control.cancel = &cancel;
+      int calls = 0;
+      control.progress = [&](double) {
+        if (++calls == 1) cancel = true;
+      };
+      auto plan = makePlan(r, control);
+      ASSERT_FALSE(plan.hasValue()) << model << " " << partition;
+      EXPECT_TRUE(plan.isCancelled()) << model << " " << partition << ": " << plan.message();
+    }
+  }
 }
 
 TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
 #include "pipestudio/common/Units.hpp"
@@ -93,6 +94,13 @@ class Search {
                                 double transferPasses);
   void note(int p, int d, const std::string& schedule, const std::string& reason);
   std::vector<std::string> scheduleNames() const;
+  struct Screened {
+    PlanConfig config;
+    double throughput = 0;        // samples/s, extrapolated to the candidate's microbatches
+    std::optional<Plan> exact;    // when the candidate was short enough to simulate in full
+  };
+  Expected<Screened> screen(const Candidate& cand);
+  Expected<Plan> simulate(const PlanConfig& config, std::optional<int> microbatches = std::nullopt, bool refine = true);
   bool allFlash() const;
 
   const ModelSpec& m_model;
@@ -228,7 +236,9 @@ const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p,
   r.config.microbatches = mp;
   r.config.chunksPerDevice = chunks;
   r.config.partition = "uniform";
-  if (auto plan = makePlan(r)) {
+  SolveControl quick;  // the profile is an estimate: the schedule as first built
+  quick.refine = false;
+  if (auto plan = makePlan(r, quick)) {
     double busiest = 0;
     std::int64_t peak = 0;
     for (const auto& d : plan->metrics.devices) {
@@ -240,6 +250,69 @@ const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p,
     profile.idleStagePasses = std::max(0.0, plan->metrics.makespanMs - busiest) / (fu + bu + wu);
   }
   return m_profiles.emplace(key, profile).first->second;
+}
+
+Expected<Plan> Search::simulate(const PlanConfig& config, std::optional<int> microbatches, bool refine) {
+  PlanRequest r;
+  r.model = m_model;
+  r.cluster = m_cluster;
+  r.config = config;
+  if (microbatches) {
+    // resolveRequest derives the microbatches from the global batch: shorten both.
+    r.config.microbatches = *microbatches;
+    r.config.globalBatch = static_cast<std::int64_t>(*microbatches) * config.microBatchSize.value_or(1) * config.parallel.data;
+  }
+  SolveControl inner;
+  inner.cancel = m_control.cancel;
+  inner.refine = refine;
+  return makePlan(r, inner);
+}
+
+Expected<Search::Screened> Search::screen(const Candidate& cand) {
+  const PlanConfig& cfg = cand.config;
+  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+  const int m = cfg.microbatches;
+  const int p = cfg.devices;
+  auto validCount = [&](int want) {
+    int k = std::min(m, want);
+    while (k < m && g && !g->validate({p, k, cfg.chunksPerDevice})) ++k;
+    return k;
+  };
+  const int m1 = validCount(2 * p);
+  const int m2 = validCount(std::max(4 * p, m1 + 1));
+  Screened out;
+  out.config = cfg;
+  if (!g || m2 >= m || m1 >= m2) {
+    auto plan = simulate(cfg);
+    if (!plan) return plan.error();
+    out.throughput = plan->metrics.throughputSamplesPerS;
+    out.exact = std::move(*plan);
+    return out;
+  }
+  auto a = simulate(cfg, m1, false);
+  if (!a) return a.error();
+  auto b = simulate(cfg, m2, false);
+  if (!b) return b.error();
+  const double span = static_cast<double>(m2 - m1);
+  const double more = static_cast<double>(m - m2);
+  const double iterationMs =
+      b->metrics.iterationMs + more * std::max(0.0, b->metrics.iterationMs - a->metrics.iterationMs) / span;
+  // Each device's peak along its own line; over the GPU (less the margin) is out.
+  for (std::size_t d = 0; d < b->metrics.devices.size() && d < a->metrics.devices.size(); ++d) {
+    const DeviceMetrics& da = a->metrics.devices[d];
+    const DeviceMetrics& db = b->metrics.devices[d];
+    const double growth = std::max(0.0, static_cast<double>(db.peakMemoryBytes - da.peakMemoryBytes)) / span;
+    const double peak = static_cast<double>(db.peakMemoryBytes) + more * growth;
+    const GpuSpec gpu = deviceGpu(m_cluster, cfg, static_cast<int>(d));
+    const double capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
+    if (growth > 0 && peak > capacity) {
+      return Error{cfg.schedule + " does not fit in memory at " + std::to_string(m) + " microbatches: device " +
+                   std::to_string(d) + " peaks near " + formatBytes(peak) + " of " + formatBytes(capacity) +
+                   " usable (its in-flight activations grow with the microbatch count)"};
+    }
+  }
+  out.throughput = iterationMs > 0 ? static_cast<double>(cfg.globalBatch.value_or(0)) / (iterationMs / 1000.0) : 0.0;
+  return out;
 }
 
 void Search::note(int p, int d, const std::string& schedule, const std::string& reason) {
@@ -365,7 +438,7 @@ Expected<Configuration> Search::run() {
   viable.reserve(candidates.size());
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if ((i & 255) == 0) {
-      if (m_control.cancelled()) return Error{"cancelled"};
+      if (m_control.cancelled()) return Error::cancelled();
       if (m_control.progress) m_control.progress(0.3 * static_cast<double>(i) / static_cast<double>(candidates.size()));
     }
     Candidate& cand = candidates[i];
@@ -428,15 +501,21 @@ Expected<Configuration> Search::run() {
     return a.key() < b.key();
   });
 
-  // --- simulate, best estimate first ---
+  // --- screen, best estimate first ---
+  // A screening simulates the candidate's exact plan (partition, order, transfers, memory) on
+  // two short runs, m1 ≈ 2p and m2 ≈ 4p microbatches, and extends both lines to m: past the
+  // warm-up a schedule repeats itself, so the iteration time and each device's peak grow by
+  // the same amount per microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list
+  // is then simulated in full, screened-best first; only plans simulated in full are returned.
   const auto keep = static_cast<std::size_t>(std::max(1, m_options.keep));
   const int budget = std::max(static_cast<int>(keep), m_options.maxSimulations);
+  std::vector<Screened> screened;
   for (std::size_t i = 0; i < viable.size(); ++i) {
-    if (m_control.cancelled()) return Error{"cancelled"};
-    if (m_control.progress) m_control.progress(0.3 + 0.7 * static_cast<double>(i) / static_cast<double>(viable.size()));
+    if (m_control.cancelled()) return Error::cancelled();
+    if (m_control.progress) m_control.progress(0.3 + 0.5 * static_cast<double>(i) / static_cast<double>(viable.size()));
     const Candidate& cand = viable[i];
-    const bool settled = out.feasible.size() >= keep &&
-                         cand.throughputEstimate < (1.0 - kEstimateMargin) * out.feasible[keep - 1].throughputSamplesPerS;
+    const bool settled = screened.size() >= keep &&
+                         cand.throughputEstimate < (1.0 - kEstimateMargin) * screened[keep - 1].throughput;
     if (settled || out.evaluated >= budget) {
       out.boundedOut = static_cast<int>(viable.size() - i);
       for (std::size_t k = i; k < viable.size(); ++k) {
@@ -445,22 +524,33 @@ Expected<Configuration> Search::run() {
       }
       break;
     }
-    PlanRequest r;
-    r.model = m_model;
-    r.cluster = m_cluster;
-    r.config = cand.config;
-    SolveControl inner;
-    inner.cancel = m_control.cancel;
-    auto plan = makePlan(r, inner);
     ++out.evaluated;
-    const int P = cand.config.devices;
-    const int D = cand.config.parallel.data;
-    if (!plan) {
-      if (plan.message() == "cancelled") return Error{"cancelled"};
-      note(P, D, cand.config.schedule, plan.message());
+    auto sc = screen(cand);
+    if (!sc) {
+      if (sc.isCancelled()) return sc.error();
+      note(cand.config.devices, cand.config.parallel.data, cand.config.schedule, sc.message());
       continue;
     }
-    m_families[{P, D, cand.config.schedule}].anyFeasible = true;
+    auto at = std::upper_bound(screened.begin(), screened.end(), sc->throughput,
+                               [](double t, const Screened& x) { return t > x.throughput; });
+    screened.insert(at, std::move(*sc));
+  }
+
+  // --- simulate the screened list in full ---
+  for (std::size_t i = 0; i < screened.size() && out.feasible.size() < keep; ++i) {
+    if (m_control.cancelled()) return Error::cancelled();
+    if (m_control.progress) m_control.progress(0.8 + 0.2 * static_cast<double>(out.feasible.size()) / static_cast<double>(keep));
+    const Screened& sc = screened[i];
+    Expected<Plan> plan = sc.exact ? Expected<Plan>(std::move(*screened[i].exact)) : simulate(sc.config);
+    if (!sc.exact) ++out.simulatedInFull;
+    const int P = sc.config.devices;
+    const int D = sc.config.parallel.data;
+    if (!plan) {
+      if (plan.isCancelled()) return plan.error();
+      note(P, D, sc.config.schedule, plan.message());
+      continue;
+    }
+    m_families[{P, D, sc.config.schedule}].anyFeasible = true;
     ConfigCandidate c;
     c.config = plan->config;
     c.samplesPerMicrobatch = plan->model.samplesPerMicrobatch;
@@ -471,11 +561,10 @@ Expected<Configuration> Search::run() {
     c.throughputSamplesPerS = plan->metrics.throughputSamplesPerS;
     c.bubbleRatio = plan->metrics.bubbleRatio;
     for (const auto& dm : plan->metrics.devices) c.peakMemoryBytes = std::max(c.peakMemoryBytes, dm.peakMemoryBytes);
-    // Insert in rank order (stable: equal throughputs keep bound order) and keep the top.
+    // Insert in rank order (stable: equal throughputs keep screening order).
     auto at = std::upper_bound(out.feasible.begin(), out.feasible.end(), c.throughputSamplesPerS,
                                [](double t, const ConfigCandidate& x) { return t > x.throughputSamplesPerS; });
     out.feasible.insert(at, std::move(c));
-    if (out.feasible.size() > keep) out.feasible.pop_back();
   }
   for (auto& [key, f] : m_families) {
     if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty()) out.rejected.push_back({f.p, f.d, f.schedule, f.reason});

@@ -28,8 +28,12 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 
 #include "schedules/Generators.hpp"
@@ -678,7 +682,72 @@ std::vector<Pattern> startingPatterns() {
 
 }  // namespace
 
+namespace {
+
+// The search's result depends on its four numbers alone (not on costs): the configurator and
+// the DiffusionPipe search ask for the same (p, m) many times, so finished results are kept.
+// Least recently used first out, at most kCacheOps ops in all; a cancelled search's partial
+// result is never kept.
+constexpr std::size_t kCacheOps = std::size_t{1} << 22;  // 4M ops, 64 MB
+
+using SearchKey = std::tuple<int, int, int, double>;
+
+struct SearchCache {
+  std::mutex mutex;
+  std::list<std::pair<SearchKey, std::shared_ptr<const std::vector<VBlockCandidate>>>> entries;  // most recent first
+  std::size_t ops = 0;
+};
+
+SearchCache& searchCache() {
+  static SearchCache cache;
+  return cache;
+}
+
+std::size_t opsOf(const std::vector<VBlockCandidate>& found) {
+  std::size_t n = 0;
+  for (const auto& c : found) {
+    for (const auto& row : c.order) n += row.size();
+  }
+  return n;
+}
+
+std::vector<VBlockCandidate> searchBlocks(int devices, int microbatches, int maxMemUnits, double maxCells,
+                                          const SolveControl* control);
+
+}  // namespace
+
 std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int maxMemUnits, double maxCells,
+                                          const SolveControl* control) {
+  const SearchKey key{devices, microbatches, maxMemUnits, maxCells};
+  SearchCache& cache = searchCache();
+  {
+    std::lock_guard lock(cache.mutex);
+    for (auto it = cache.entries.begin(); it != cache.entries.end(); ++it) {
+      if (it->first != key) continue;
+      cache.entries.splice(cache.entries.begin(), cache.entries, it);
+      return *cache.entries.front().second;
+    }
+  }
+  auto found = searchBlocks(devices, microbatches, maxMemUnits, maxCells, control);
+  if (control && control->cancelled()) return found;
+  const std::size_t ops = opsOf(found);
+  if (ops > kCacheOps) return found;
+  std::lock_guard lock(cache.mutex);
+  for (const auto& e : cache.entries) {
+    if (e.first == key) return found;  // another thread finished the same search first
+  }
+  cache.entries.emplace_front(key, std::make_shared<const std::vector<VBlockCandidate>>(found));
+  cache.ops += ops;
+  while (cache.ops > kCacheOps && !cache.entries.empty()) {
+    cache.ops -= opsOf(*cache.entries.back().second);
+    cache.entries.pop_back();
+  }
+  return found;
+}
+
+namespace {
+
+std::vector<VBlockCandidate> searchBlocks(int devices, int microbatches, int maxMemUnits, double maxCells,
                                           const SolveControl* control) {
   std::vector<VBlockCandidate> out;
   const int p = devices;
@@ -713,6 +782,8 @@ std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int max
   }
   return out;
 }
+
+}  // namespace
 
 std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
                                                                const std::array<int, 4>& key) {

@@ -190,7 +190,7 @@ Expected<std::vector<std::vector<OrderedOp>>> repeatBlock(Block block, int micro
     });
     out[d].reserve(passes.size() * static_cast<std::size_t>(microbatches));
     for (int w = 0; w < microbatches + block.lastWindow; ++w) {
-      if (control && (w & 1023) == 1023 && control->cancelled()) return Error{"cancelled"};
+      if (control && (w & 1023) == 1023 && control->cancelled()) return Error::cancelled();
       for (const BlockPass& pass : passes) {
         const int mb = w - window(pass);
         if (mb < 0 || mb >= microbatches) continue;
@@ -466,7 +466,7 @@ class BlockGenerator final : public ScheduleGenerator {
     out.virtualStages = input.virtualStages;
     out.devices = std::move(*devices);
     const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m;
-    if (ops > kSearchMaxOps) return out;
+    if (ops > kSearchMaxOps || (input.control && !input.control->refine)) return out;
 
     // On instances small enough, more candidates within the schedule's budget (the paper's
     // table: v-half (p+2)/2 microbatches, v-min (p+4)/3, of each device's activation), every
@@ -516,7 +516,7 @@ class BlockGenerator final : public ScheduleGenerator {
         }
       }
     }
-    if (input.control && input.control->cancelled()) return Error{"cancelled"};
+    if (input.control && input.control->cancelled()) return Error::cancelled();
     if (!bestFits) return out;  // no candidate keeps the budget: the block as built
     const int evaluations = static_cast<int>(std::min(2000.0, kSearchSteps / ops));
     auto improved = improveOrder(input, out, caps, evaluations);

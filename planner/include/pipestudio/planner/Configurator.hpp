@@ -68,7 +68,8 @@ struct Configuration {
   int enumerated = 0;                     ///< distinct configurations considered
   int prunedByMemory = 0;                 ///< whose memory lower bound exceeds the GPU
   int boundedOut = 0;                     ///< never simulated: their estimate cannot enter the top
-  int evaluated = 0;                      ///< configurations simulated
+  int evaluated = 0;                      ///< configurations screened (simulated on short runs, or in full)
+  int simulatedInFull = 0;                ///< screened ones simulated again at their full microbatch count
 };
 
 /// Runs the search. Honors control.cancel and reports progress.

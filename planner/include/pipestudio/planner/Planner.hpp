@@ -36,8 +36,12 @@ struct PlanRequest {
 
 /// Cooperative cancellation and progress for long solves (GUI worker threads).
 struct SolveControl {
-  const std::atomic<bool>* cancel = nullptr;          ///< polled; true → return Error{"cancelled"}
+  const std::atomic<bool>* cancel = nullptr;          ///< polled; true → return Error::cancelled()
   std::function<void(double)> progress;               ///< 0..1, may be empty
+  /// false: schedules skip their optional refinement searches (v-half/v-min's building-block
+  /// search and critical-path moves) and return the plan as first built, a valid but possibly
+  /// slower order. The configurator screens its candidates so, then plans the best in full.
+  bool refine = true;
   bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
 
