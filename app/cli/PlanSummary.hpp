@@ -18,9 +18,14 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
       << plan.ops.size() << " ops\n";
   if (!par.isPurePipeline() || par.data > 1) {
     out << "parallelism: pp " << c.devices << " × tp " << par.tensor << " × cp " << par.context << " × dp " << par.data
-        << " = " << c.totalGpus() << " GPUs (cluster has " << plan.cluster.totalGpus() << ")" << ", ep " << par.expert
-        << ", sequence parallel " << (par.sequenceParallel ? "on" : "off") << ", recompute "
-        << recomputeName(par.recompute) << ", ZeRO " << par.zeroStage << '\n';
+        << " = " << c.totalGpus() << " GPUs, ep " << par.expert << ", sequence parallel "
+        << (par.sequenceParallel ? "on" : "off") << ", recompute " << recomputeName(par.recompute) << ", ZeRO "
+        << par.zeroStage << '\n';
+  }
+  const std::int64_t clusterGpus = plan.cluster.totalGpus();
+  if (clusterGpus > 0 && c.totalGpus() < clusterGpus) {
+    out << "note: the plan uses " << c.totalGpus() << " of the cluster's " << clusterGpus << " GPUs"
+        << (clusterGpus % c.totalGpus() != 0 ? " (T·C·P·D does not divide the cluster)" : "") << '\n';
   }
   char line[320];
   std::snprintf(line, sizeof line, "makespan %s   bubble ratio %.2f%%   iteration %s (gradient sync %s, optimizer %s)\n",
@@ -52,6 +57,7 @@ inline Json planSummaryJson(const Plan& plan) {
   Json out{{"schema", full["schema"]}, {"config", full["config"]}, {"metrics", full["metrics"]}};
   out["ops"] = plan.ops.size();
   out["comms"] = plan.comms.size();
+  out["gpus"] = Json{{"used", plan.config.totalGpus()}, {"cluster", plan.cluster.totalGpus()}};
   return out;
 }
 
