@@ -213,11 +213,11 @@ Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout) 
   for (char c : layout) {
     if (c != ',') s += c;
   }
-  const auto readCount = [&](std::size_t& k, std::size_t& n) -> bool {
+  const auto readCount = [](const std::string& text, std::size_t& k, std::size_t& n) -> bool {
     const std::size_t start = k;
     n = 0;
-    while (k < s.size() && s[k] >= '0' && s[k] <= '9') {
-      n = n * 10 + static_cast<std::size_t>(s[k] - '0');
+    while (k < text.size() && text[k] >= '0' && text[k] <= '9') {
+      n = n * 10 + static_cast<std::size_t>(text[k] - '0');
       if (n > 100000) return false;
       ++k;
     }
@@ -231,7 +231,7 @@ Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout) 
         return Error{"layout '" + std::string(layout) + "': '(' at " + std::to_string(i) + " needs ')*n'"};
       }
       std::size_t k = close + 2, n = 0;
-      if (!readCount(k, n)) return Error{"layout '" + std::string(layout) + "': repeat count expected after ')*'"};
+      if (!readCount(s, k, n)) return Error{"layout '" + std::string(layout) + "': repeat count expected after ')*'"};
       const std::string body = s.substr(i + 1, close - i - 1);
       if (body.size() * n > 1000000) return Error{"layout '" + std::string(layout) + "': expands too far"};
       for (std::size_t r = 0; r < n; ++r) groups += body;
@@ -244,7 +244,8 @@ Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout) 
   for (std::size_t i = 0; i < groups.size();) {
     if (i + 1 < groups.size() && groups[i + 1] == '*') {
       std::size_t k = i + 2, n = 0;
-      if (!readCount(k, n)) return Error{"layout '" + std::string(layout) + "': repeat count expected after '*'"};
+      if (!readCount(groups, k, n)) return Error{"layout '" + std::string(layout) + "': repeat count expected after '*'"};
+      if (n > 1000000 || flat.size() + n > 10000000) return Error{"layout '" + std::string(layout) + "': expands too far"};
       flat.append(n, groups[i]);
       i = k;
     } else {
@@ -286,7 +287,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
                  " schedule: it runs 1F1B, interleaved 1F1B, and the Zero Bubble fork's ZB and ZB-V schedules "
                  "(use --format torchtitan to run this order through torch.distributed.pipelining)"};
   }
-  if (c.parallel.zeroStage >= 2) {
+  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1) {
     return Error{"ZeRO-" + std::to_string(c.parallel.zeroStage) +
                  " is not expressible in Megatron-LM: its distributed optimizer (--use-distributed-optimizer) "
                  "shards the optimizer state only (ZeRO-1); re-plan with --zero 1 or 0"};
@@ -404,7 +405,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     add("--recompute-method", std::string("uniform"));
     add("--recompute-num-layers", std::string("1"));
   }
-  if (c.parallel.zeroStage == 1) add("--use-distributed-optimizer");
+  if (c.parallel.zeroStage >= 1) add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
   if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV)) add("--overlap-grad-reduce");
 
   std::ostringstream text;
@@ -442,7 +443,7 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
     return Error{"torchtitan needs the same number of stages on every rank (" +
                  std::to_string(plan.virtualStages.size()) + " stages over " + std::to_string(p) + " ranks)"};
   }
-  if (c.parallel.zeroStage == 1) {
+  if (c.parallel.zeroStage == 1 && c.parallel.data > 1) {
     return Error{"ZeRO-1 is not expressible in torchtitan: its data parallelism is DDP (replicate) or FSDP2 (shard: "
                  "ZeRO-3, or ZeRO-2 with fsdp_reshard_after_forward = \"never\"); re-plan with --zero 0, 2 or 3"};
   }
@@ -486,7 +487,7 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
     << "tensor_parallel_degree = " << c.parallel.tensor << '\n'
     << "context_parallel_degree = " << c.parallel.context << '\n'
     << "expert_parallel_degree = " << c.parallel.expert << '\n';
-  if (c.parallel.zeroStage == 0) {
+  if (c.parallel.zeroStage <= 1) {  // ZeRO-1 with one replica shards nothing
     t << "data_parallel_replicate_degree = " << c.parallel.data << '\n' << "data_parallel_shard_degree = 1\n";
   } else {
     t << "data_parallel_replicate_degree = 1\n"

@@ -379,6 +379,53 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   return skeleton;
 }
 
+Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from, CsvDialect to,
+                                         const std::string& source) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  std::string scratch;
+  std::vector<std::string> owned;
+  std::size_t pos = 0, lineNo = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    const bool lastLine = eol == std::string_view::npos;
+    if (lastLine) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++lineNo;
+    const bool cr = !line.empty() && line.back() == '\r';
+    if (cr) line.remove_suffix(1);
+    owned.clear();
+    bool first = true;
+    for (const Cell& cell : splitCells(line, scratch, owned)) {
+      if (!first) out += ',';
+      first = false;
+      std::size_t lead = 0;
+      const std::string_view action = trim(cell.text, lead);
+      if (action.empty() || action == "None") continue;
+      ParsedAction a;
+      if (auto why = parseAction(action, from, a)) {
+        if (why->find("is not a compute action") != std::string::npos) {
+          out += action;  // SEND_F, UNSHARD, … are spelled alike in both dialects
+          continue;
+        }
+        return Error{source + ":" + std::to_string(lineNo) + ":" + std::to_string(cell.column + lead) + ": '" +
+                     std::string(action) + "': " + *why};
+      }
+      std::string type;
+      switch (a.kind) {
+        case OpKind::F: type = "F"; break;
+        case OpKind::W: type = "W"; break;
+        case OpKind::B: type = to == CsvDialect::Legacy ? "B" : "I"; break;
+        default: type = to == CsvDialect::Legacy ? "BW" : "B"; break;
+      }
+      out += std::to_string(a.stage) + type + std::to_string(a.microbatch);
+    }
+    if (!lastLine) out += cr ? "\r\n" : "\n";
+  }
+  return out;
+}
+
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);

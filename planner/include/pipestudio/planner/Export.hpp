@@ -118,6 +118,12 @@ struct CsvScheduleShape {
 Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvScheduleShape& shape,
                                             const std::string& source = "<csv>");
 
+/// Rewrites schedule CSV text from one dialect's letters to the other's (legacy B ↔ I, BW ↔ B);
+/// communication and FSDP actions pass through. An unrecognised action is an Error naming the
+/// cell (`source:line:col`) and both dialects.
+Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from, CsvDialect to,
+                                         const std::string& source = "<csv>");
+
 /// Reads a CSV file (bounded size) and parses it as parseScheduleCsv does.
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape);
 
