@@ -515,7 +515,10 @@ class ChromeHandler {
     const bool gpuSide = row.category != EventCategory::Runtime && row.category != EventCategory::Cpu;
     if (device < 0 && gpuSide && e.pid && *e.pid >= 0 && *e.pid < 4096) device = *e.pid;  // Kineto GPU pid
     if (m_ctx && m_ctx->device && gpuSide && row.category != EventCategory::Op) device = *m_ctx->device;
+    // GPU annotation lanes (ProfilerStep#N, unmatched ranges) belong to the file's device.
+    const bool gpuAnnotation = m_ctx && m_ctx->device && e.cat == "gpu_user_annotation";
     row.device = static_cast<std::int32_t>(gpuSide || row.category == EventCategory::Op ? device : -1);
+    if (gpuAnnotation) row.device = *m_ctx->device;
     if (auto st = m_im.insert(m_run, m_state, row); !st) {
       m_db = st;
       return false;  // stops the parse: the database is the problem, not the file
@@ -789,7 +792,7 @@ Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& ma
   ScanHandler handler(matcher, path);
   const bool ok = JsonSaxParser<ScanHandler>(input, handler).parse();
   if (!src->error().empty()) return Error{src->error()};
-  if (!ok) {
+  if (!ok && !(handler.sawEvents() && handler.result.events > 0)) {
     return Error{handler.error().value_or(path + ": not JSON") +
                  " (expected a Chrome trace: a JSON array of events or an object with a \"traceEvents\" array)"};
   }
@@ -799,6 +802,7 @@ Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& ma
   }
   ScanResult r = std::move(handler.result);
   r.format = TraceFormat::ChromeJson;
+  if (!ok) r.truncated = handler.error().value_or(path + ": ends early");
   if (r.firstAbsNs) *r.firstAbsNs += r.baseNs;
   return r;
 }
@@ -812,12 +816,13 @@ Expected<IngestCounts> ingestChromeFile(HistoryStore::Impl& im, RunId run, RunSt
   const bool ok = JsonSaxParser<ChromeHandler>(input, handler).parse();
   if (!handler.dbStatus()) return handler.dbStatus().error();
   if (!src->error().empty()) return Error{src->error()};
-  if (!ok) return Error{handler.parseError().value_or(ctx.path + ": read error")};
+  if (!ok && !ctx.allowTruncated) return Error{handler.parseError().value_or(ctx.path + ": read error")};
   handler.finishOpenRanges();
   IngestCounts c;
+  if (!ok) c.incomplete = handler.parseError().value_or(ctx.path + ": ends early");
   c.stored = handler.stored();
   c.skipped = handler.skipped();
-  c.firstError = handler.firstError();
+  c.firstError = handler.firstError() ? handler.firstError() : handler.parseError();
   return c;
 }
 

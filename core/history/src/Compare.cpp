@@ -634,7 +634,12 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     for (const auto& [d, ws] : windows) c.iterations = std::max(c.iterations, static_cast<int>(ws.size()));
   }
   for (auto& [d, v] : busy) {
-    if (const auto t = nccl->transfer.find(d); t != nccl->transfer.end()) v.insert(v.end(), t->second.begin(), t->second.end());
+    // Without op ranges the GPU's own activity is the busy time, NCCL kernels only for their
+    // transfer part. With op ranges, busy is compute as in the plan (where exposed transfers
+    // are bubble too).
+    if (const auto t = nccl->transfer.find(d); events->empty() && t != nccl->transfer.end()) {
+      v.insert(v.end(), t->second.begin(), t->second.end());
+    }
     unionInPlace(v);
   }
   for (const auto& [d, ws] : windows) {

@@ -279,6 +279,7 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
     (*state)->dirty = true;
   }
   TraceImportResult result;
+  std::optional<std::string> incomplete;
   result.runId = *run;
   result.notes = notes;
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -290,6 +291,7 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
     ctx.useGpuAnnotations = scans[i].gpuAnnotations;
     ctx.legacy = legacy;
     ctx.recordSteps = i == 0;
+    ctx.allowTruncated = scans[i].truncated.has_value();
     ctx.matcher = matcher->get();
     ctx.stageDevice = options.plan ? &stageDevice : nullptr;
     auto counts = scans[i].format == TraceFormat::NsysSqlite
@@ -299,6 +301,7 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
     result.events += counts->stored;
     result.skipped += counts->skipped;
     if (!result.firstError && counts->firstError) result.firstError = counts->firstError;
+    if (counts->incomplete) incomplete = counts->incomplete;
   }
   if (auto st = store.flush(); !st) return fail(st.error());
   if (auto st = numberIterations(store, *run); !st) return fail(st.error());
@@ -313,11 +316,13 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
     ++result.measuredOps;
     if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++result.matchedOps;
   }
-  std::string note;
+  std::string note = incomplete.value_or("");
   if (result.skipped > 0) {
-    note = std::to_string(result.skipped) + " event(s) skipped, first: " + result.firstError.value_or("");
+    note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) + " event(s) skipped, first: " +
+            result.firstError.value_or("");
   }
-  if (auto st = store.finishRun(*run, RunStatus::Complete, note); !st) return fail(st.error());
+  const RunStatus status = incomplete ? RunStatus::Incomplete : RunStatus::Complete;
+  if (auto st = store.finishRun(*run, status, note); !st) return fail(st.error());
   return result;
 }
 

@@ -58,6 +58,9 @@ struct ScanResult {
   std::set<std::string> kindTexts;         ///< kinds of matched op names
   std::int64_t events = 0;
   std::string gpuName;
+  /// Plain JSON cut short after events were read (not gzip): the well-formed part is imported
+  /// and the run marked incomplete, as importChromeTrace does.
+  std::optional<std::string> truncated;
 };
 
 /// How the second read stores one file.
@@ -69,6 +72,7 @@ struct FileContext {
   bool useGpuAnnotations = false;   ///< op ranges from GPU annotation lanes only (else host ranges)
   bool legacy = false;              ///< B = input gradient, BW = full backward
   bool recordSteps = true;          ///< ProfilerStep#N / step ranges into the steps table
+  bool allowTruncated = false;      ///< the scan found a plain JSON file cut short after its events
   const OpMatcher* matcher = nullptr;
   const std::vector<int>* stageDevice = nullptr;  ///< plan placement; null without a plan
   /// Device of an annotated stage: the plan's placement, else this file's device.
@@ -84,6 +88,7 @@ struct IngestCounts {
   std::int64_t stored = 0;
   std::int64_t skipped = 0;
   std::optional<std::string> firstError;
+  std::optional<std::string> incomplete;  ///< why the file ended early (the run is then incomplete)
 };
 
 Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& matcher);

@@ -75,11 +75,12 @@ struct OpDrift {
   int iterations = 0;          ///< measured ranges averaged
 };
 
-/// Per device, mean over measured iterations. Measured busy is the union of op ranges (or, in
-/// runs without op ranges, of GPU activity) and of the transfer part of NCCL kernels; the
-/// measured bubble is the rest of the window: idle time plus the part of NCCL kernels spent
-/// waiting for the peer (a send/recv kernel starts before its peer's; where the trace pairs
-/// them, through the `PP:` SEND/RECV annotations, the difference of their starts is waiting).
+/// Per device, mean over measured iterations; the measured bubble is the window less busy time,
+/// as the plan's is span less compute. Busy is the union of op ranges; in runs without op
+/// ranges, of GPU activity with NCCL kernels counted only for their transfer part, so the time
+/// a send/recv kernel spends waiting for its peer is bubble (a kernel starts before its peer's;
+/// where the trace pairs them, through the `PP:` SEND/RECV annotations, the difference of their
+/// starts is waiting). Windows: iterations of op ranges, else ProfilerStep ranges of the device.
 struct DeviceBubble {
   int device = 0;
   double plannedBusyMs = 0;
