@@ -5,12 +5,13 @@
 // [parallelism] TOML with the schedule CSV beside it. Without -o the export goes to stdout
 // (torchtitan needs -o: its TOML names the CSV file written next to it).
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "Commands.hpp"
+#include "pipestudio/common/Files.hpp"
+#include "Flags.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -22,13 +23,8 @@
 namespace pipestudio::cli {
 namespace {
 
-Status writeTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Error{path + ": cannot open for writing"};
-  out << text;
-  if (!out) return Error{path + ": write error"};
-  return {};
-}
+// Never replaces a device, FIFO or symlink with a regular file; readers never see half a file.
+Status writeTextFile(const std::string& path, const std::string& text) { return writeOutputFile(path, text); }
 
 struct ExportOptions {
   std::string plan;
@@ -194,9 +190,10 @@ void addExportCommand(CLI::App& root, int& exitCode) {
   static ExportOptions o;
   auto* cmd = root.add_subcommand("export", "Export a plan or a measured run as Chrome trace JSON or schedule CSV");
   cmd->add_option("plan", o.plan, "Plan file (pipestudio.plan/1)");
-  cmd->add_option("--run", o.run, "Measured run id in the history database");
-  cmd->add_option("--db", o.db, "History database (default: the GUI's)");
-  cmd->add_option("--iteration", o.iteration, "Measured runs: keep one iteration (csv default: 0)");
+  cmd->add_option("--run", o.run, "Measured run id in the history database")->check(intIn(1, INT64_MAX));
+  cmd->add_option("--db", o.db, "History database (default: the GUI's)")->check(nonEmptyPath());
+  cmd->add_option("--iteration", o.iteration, "Measured runs: keep one iteration (csv default: 0)")
+      ->check(intIn(0, 1 << 30));
   cmd->add_option("--format", o.format,
                   "chrome (Perfetto trace JSON), csv (torch.distributed.pipelining), megatron (Megatron-LM arguments) "
                   "or torchtitan ([parallelism] TOML and the schedule CSV beside it)")
@@ -205,7 +202,8 @@ void addExportCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--csv-format", o.csvFormat,
                   "csv: compute_only (F/I/W/B) or compute_comms (with SEND/RECV as _PipelineScheduleRuntime lowers them)")
       ->check(CLI::IsMember({"compute_only", "compute_comms"}));
-  cmd->add_option("-o,--output", o.output, "Output file (default: stdout; torchtitan needs one)");
+  cmd->add_option("-o,--output", o.output, "Output file (default: stdout; torchtitan needs one)")
+      ->check(nonEmptyPath());
   cmd->callback([&exitCode] { exitCode = runExport(o); });
 }
 

@@ -12,6 +12,7 @@
 #include "Sqlite.hpp"
 #include "TraceImportImpl.hpp"
 #include "pipestudio/history/TraceImport.hpp"
+#include "pipestudio/common/Files.hpp"
 
 namespace pipestudio::history {
 
@@ -112,6 +113,7 @@ Status checkOpPattern(const std::string& pattern) {
 }
 
 Expected<TraceFormat> detectTraceFormat(const std::string& file) {
+  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error{file + ": cannot open"};
   char head[16] = {};
