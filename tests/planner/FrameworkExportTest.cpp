@@ -3,6 +3,7 @@
 // tests/data/export; PIPESTUDIO_UPDATE_GOLDENS=1 rewrites them (review the diff).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -111,6 +112,29 @@ TEST(MegatronExport, UnevenPartitionBecomesALayoutOfThePlansSplit) {
     }
     EXPECT_EQ((*stages)[static_cast<std::size_t>(vs.id)], expected) << "stage " << vs.id << " of " << m->layout;
   }
+}
+
+TEST(MegatronExport, AModelOfDecoderLayersOnlyGetsMegatronsOwnEmbeddingAndLoss) {
+  // Costs measured for the decoder layers alone: Megatron still builds the embedding (first
+  // stage) and the loss (last stage), and its layout must begin with E and end with L.
+  ModelSpec decoders = test::equalLayers(8, 1.0, 1.0, 0.5);
+  for (Layer& l : decoders.components.front().layers) l.kind = "transformer";
+  auto even = megatronExport(planOf(decoders, "zb-h1", 4, 8, 1, 1, "uniform"));
+  ASSERT_TRUE(even.hasValue()) << even.message();  // 2,2,2,2 is the fork's even split
+  EXPECT_TRUE(even->layout.empty());
+  EXPECT_NE(even->text.find("--untie-embeddings-and-output-weights"), std::string::npos);  // the fork asserts it
+  EXPECT_NE(even->text.find("no embedding layer"), std::string::npos) << even->text;
+
+  ModelSpec seven = test::equalLayers(7, 1.0, 1.0, 0.5);
+  for (Layer& l : seven.components.front().layers) l.kind = "transformer";
+  auto uneven = megatronExport(planOf(seven, "1f1b", 2, 4, 1, 1, "uniform"));
+  ASSERT_TRUE(uneven.hasValue()) << uneven.message();
+  auto stages = parseMegatronLayout(uneven->layout);
+  ASSERT_TRUE(stages.hasValue()) << uneven->layout;
+  ASSERT_EQ(stages->size(), 2u);
+  EXPECT_EQ(stages->front().front(), 'E') << uneven->layout;
+  EXPECT_EQ(stages->back().back(), 'L') << uneven->layout;
+  EXPECT_EQ(std::count(uneven->layout.begin(), uneven->layout.end(), 'E'), 1) << uneven->layout;
 }
 
 TEST(MegatronExport, LayoutGrammarAsMegatronReadsIt) {

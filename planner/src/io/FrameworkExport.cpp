@@ -274,6 +274,19 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   if (auto st = requireSingleBackbone(plan, "Megatron-LM"); !st) return st.error();
   auto stages = stageLayers(plan, "Megatron-LM");
   if (!stages) return stages.error();
+  std::vector<std::string> notes;
+  // Megatron always builds the embedding and the loss (its layout must begin with E and end
+  // with L); a model that does not cost them has them on the first and last stage.
+  const bool modelsEmbedding = std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.embedding > 0; });
+  const bool modelsHead = std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.head > 0; });
+  if (!modelsEmbedding && !stages->empty()) {
+    stages->front().embedding = 1;
+    notes.push_back("the plan's model has no embedding layer: Megatron-LM places its own on the first stage");
+  }
+  if (!modelsHead && !stages->empty()) {
+    stages->back().head = 1;
+    notes.push_back("the plan's model has no lm_head layer: Megatron-LM places its output layer and loss on the last stage");
+  }
 
   const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto";
   const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min";
@@ -301,7 +314,6 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
                                 [&](const StageLayers& s) { return s.decoder == decoders / std::max(1, p * v); });
 
   std::vector<std::string> args;
-  std::vector<std::string> notes;
   const auto add = [&](std::string flag, std::optional<std::string> value = std::nullopt) {
     args.push_back(std::move(flag));
     if (value) args.push_back(std::move(*value));
@@ -330,7 +342,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
       add("--moe-router-topk", std::to_string(t->topK));
     }
   }
-  if (front.embedding > 0 && !tiedEmbedding(plan)) add("--untie-embeddings-and-output-weights");
+  if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV)) add("--untie-embeddings-and-output-weights");
 
   std::string layout;
   if (zbFork || zbV) {
