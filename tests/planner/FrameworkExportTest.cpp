@@ -114,7 +114,7 @@ TEST(MegatronExport, UnevenPartitionBecomesALayoutOfThePlansSplit) {
   }
 }
 
-TEST(MegatronExport, AModelOfDecoderLayersOnlyGetsMegatronsOwnEmbeddingAndLoss) {
+TEST(FrameworkExport, AModelOfDecoderLayersOnlyGetsTheFrameworksOwnEmbeddingAndOutput) {
   // Costs measured for the decoder layers alone: Megatron still builds the embedding (first
   // stage) and the loss (last stage), and its layout must begin with E and end with L.
   ModelSpec decoders = test::equalLayers(8, 1.0, 1.0, 0.5);
@@ -135,6 +135,15 @@ TEST(MegatronExport, AModelOfDecoderLayersOnlyGetsMegatronsOwnEmbeddingAndLoss) 
   EXPECT_EQ(stages->front().front(), 'E') << uneven->layout;
   EXPECT_EQ(stages->back().back(), 'L') << uneven->layout;
   EXPECT_EQ(std::count(uneven->layout.begin(), uneven->layout.end(), 'E'), 1) << uneven->layout;
+
+  // torchtitan deletes every module no model part names: the ends are named all the same.
+  auto titan = torchtitanExport(planOf(decoders, "1f1b", 4, 8, 1, 1, "uniform"), "pp.csv");
+  ASSERT_TRUE(titan.hasValue()) << titan.message();
+  const auto& parts = titan->moduleFqnsPerModelPart;
+  ASSERT_EQ(parts.size(), 4u);
+  EXPECT_EQ(parts.front(), (std::vector<std::string>{"tok_embeddings", "layers.0", "layers.1"}));
+  EXPECT_EQ(parts.back(), (std::vector<std::string>{"layers.6", "layers.7", "norm", "output"}));
+  EXPECT_NE(titan->toml.find("# the plan's model has no embedding layer"), std::string::npos) << titan->toml;
 }
 
 TEST(MegatronExport, LayoutGrammarAsMegatronReadsIt) {

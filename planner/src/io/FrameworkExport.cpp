@@ -103,6 +103,27 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
   return out;
 }
 
+// Both frameworks always build the embedding and the output layer (Megatron's layout must begin
+// with E and end with L; torchtitan deletes every module no model part names): a model that costs
+// its decoder layers only gets them on the first and the last stage. Returns what was placed.
+std::vector<std::string> placeFrameworkEnds(std::vector<StageLayers>& stages, const std::string& framework) {
+  std::vector<std::string> notes;
+  if (stages.empty()) return notes;
+  const auto any = [&](int StageLayers::*count) {
+    return std::any_of(stages.begin(), stages.end(), [&](const StageLayers& s) { return s.*count > 0; });
+  };
+  if (!any(&StageLayers::embedding)) {
+    stages.front().embedding = 1;
+    notes.push_back("the plan's model has no embedding layer: " + framework + " places its own on the first stage");
+  }
+  if (!any(&StageLayers::head)) {
+    stages.back().head = 1;
+    notes.push_back("the plan's model has no lm_head layer: " + framework +
+                    " places its output layer and loss on the last stage");
+  }
+  return notes;
+}
+
 int decoderCount(const std::vector<StageLayers>& stages) {
   int n = 0;
   for (const auto& s : stages) n += s.decoder;
@@ -274,19 +295,8 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   if (auto st = requireSingleBackbone(plan, "Megatron-LM"); !st) return st.error();
   auto stages = stageLayers(plan, "Megatron-LM");
   if (!stages) return stages.error();
-  std::vector<std::string> notes;
-  // Megatron always builds the embedding and the loss (its layout must begin with E and end
-  // with L); a model that does not cost them has them on the first and last stage.
   const bool modelsEmbedding = std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.embedding > 0; });
-  const bool modelsHead = std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.head > 0; });
-  if (!modelsEmbedding && !stages->empty()) {
-    stages->front().embedding = 1;
-    notes.push_back("the plan's model has no embedding layer: Megatron-LM places its own on the first stage");
-  }
-  if (!modelsHead && !stages->empty()) {
-    stages->back().head = 1;
-    notes.push_back("the plan's model has no lm_head layer: Megatron-LM places its output layer and loss on the last stage");
-  }
+  std::vector<std::string> notes = placeFrameworkEnds(*stages, "Megatron-LM");
 
   const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto";
   const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min";
@@ -466,6 +476,8 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   auto csv = scheduleCsv(plan, CsvFormat::ComputeOnly);
   if (!csv) return csv.error();
 
+  const std::vector<std::string> notes = placeFrameworkEnds(*stages, "torchtitan");
+
   TorchtitanExport out;
   out.csv = std::move(*csv);
   for (const StageLayers& s : *stages) {
@@ -482,8 +494,9 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   std::ostringstream t;
   t << "# torchtitan settings for the " << c.schedule << " plan (pipestudio-cli export --format torchtitan)\n"
     << "# the schedule is the CSV beside this file; pipeline_parallel_schedule picks the stage placement ("
-    << (v ? "V" : "looped") << ")\n"
-    << "[parallelism]\n"
+    << (v ? "V" : "looped") << ")\n";
+  for (const std::string& n : notes) t << "# " << n << '\n';
+  t << "[parallelism]\n"
     << "pipeline_parallel_degree = " << p << '\n'
     << "pipeline_parallel_schedule = " << tomlString(v ? "ZBVZeroBubble" : "PipelineScheduleMulti") << '\n'
     << "pipeline_parallel_schedule_csv = " << tomlString(csvPath) << '\n'
