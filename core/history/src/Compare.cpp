@@ -642,15 +642,28 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     }
     unionInPlace(v);
   }
+  // A kernel waiting for its peer while the device computes on another stream costs nothing:
+  // only the wait in the device's idle time is bubble.
+  std::map<int, std::vector<Interval>> waits;
+  for (const auto& [d, v] : nccl->wait) {
+    auto& merged = waits[d] = v;
+    unionInPlace(merged);
+  }
   for (const auto& [d, ws] : windows) {
     auto& row = devices[d];
     const auto& b = busy[d];
+    const auto w = waits.find(d);
     for (const auto& [lo, hi] : ws) {
       const std::int64_t inside = covered(b, lo, hi);
       row.measuredBusyMs += static_cast<double>(inside) / kNsPerMs;
       row.measuredBubbleMs += static_cast<double>(hi - lo - inside) / kNsPerMs;
-      if (const auto w = nccl->wait.find(d); w != nccl->wait.end()) {
-        row.measuredCommWaitMs += static_cast<double>(coveredSum(w->second, lo, hi)) / kNsPerMs;
+      if (w != waits.end()) {
+        std::int64_t idleWait = 0;
+        for (const Interval& i : w->second) {
+          const std::int64_t a = std::max(lo, i.start), z = std::min(hi, i.end);
+          if (a < z) idleWait += (z - a) - covered(b, a, z);
+        }
+        row.measuredCommWaitMs += static_cast<double>(idleWait) / kNsPerMs;
       }
       if (const auto t = nccl->transfer.find(d); t != nccl->transfer.end()) {
         row.measuredCommTransferMs += static_cast<double>(coveredSum(t->second, lo, hi)) / kNsPerMs;

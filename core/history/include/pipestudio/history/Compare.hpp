@@ -87,7 +87,7 @@ struct DeviceBubble {
   double plannedBubbleMs = 0;  ///< plan: span − busy
   double measuredBusyMs = 0;   ///< mean over iterations
   double measuredBubbleMs = 0;
-  double measuredCommWaitMs = 0;      ///< NCCL kernel time waiting for the peer (part of the bubble)
+  double measuredCommWaitMs = 0;      ///< idle time with an NCCL kernel waiting for its peer (part of the bubble)
   double measuredCommTransferMs = 0;  ///< NCCL kernel time moving data
 };
 
