@@ -10,6 +10,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # core libraries
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libssh-dev coinor-libcbc-dev
+  # trace import: gzip (Kineto .json.gz) and PCRE2 (--op-pattern)
+  zlib1g-dev libpcre2-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # Qt 6 and QCustomPlot (Qt 6 build ships as libqcustomplot2.1-qt6)

@@ -1,11 +1,16 @@
-// pipestudio-cli export PLAN|--run ID [--db DB] --format chrome|csv -o FILE (DESIGN.md §9):
-// a plan's or a measured run's timeline as Chrome trace JSON (Perfetto) or its per-device op
-// order as torch.distributed.pipelining schedule CSV.
+// pipestudio-cli export PLAN|--run ID [--db DB] --format chrome|csv|megatron|torchtitan [-o FILE]
+// (DESIGN.md §9, issue 15): a plan's or a measured run's timeline as Chrome trace JSON
+// (Perfetto), its per-device op order as torch.distributed.pipelining schedule CSV
+// (--csv-format compute_only|compute_comms), Megatron-LM arguments, or torchtitan's
+// [parallelism] TOML with the schedule CSV beside it. Without -o the export goes to stdout
+// (torchtitan needs -o: its TOML names the CSV file written next to it).
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "Commands.hpp"
+#include "pipestudio/common/Files.hpp"
 #include "Flags.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
@@ -18,22 +23,74 @@
 namespace pipestudio::cli {
 namespace {
 
+// Never replaces a device, FIFO or symlink with a regular file; readers never see half a file.
+Status writeTextFile(const std::string& path, const std::string& text) { return writeOutputFile(path, text); }
+
 struct ExportOptions {
   std::string plan;
   std::optional<std::int64_t> run;
   std::string db;
   std::string format;
   std::string output;
+  std::string csvFormat = "compute_only";
   int iteration = -1;
 };
 
-int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptions& trace) {
-  const Status st = o.format == "chrome" ? writeChromeTrace(o.output, plan, trace) : writeScheduleCsv(o.output, plan);
-  if (!st) {
+// Writes `text` to -o (or stdout); "wrote …" goes to stderr when stdout carries the export.
+int emit(const ExportOptions& o, const std::string& text, const std::string& what) {
+  if (o.output.empty()) {
+    std::cout << text << std::flush;
+    return std::cout ? kExitOk : kExitFailure;
+  }
+  if (auto st = writeTextFile(o.output, text); !st) {
     std::cerr << "export: " << st.message() << '\n';
     return kExitFailure;
   }
-  std::cout << "wrote " << o.output << " (" << (o.format == "chrome" ? "Chrome trace, " : "schedule CSV, ")
+  std::cout << "wrote " << o.output << " (" << what << ")\n";
+  return kExitOk;
+}
+
+std::string besideOutput(const std::string& output, const std::string& extension) {
+  const std::filesystem::path p(output);
+  return (p.parent_path() / (p.stem().string() + extension)).string();
+}
+
+int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptions& trace) {
+  const auto fail = [](const std::string& message) {
+    std::cerr << "export: " << message << '\n';
+    return kExitFailure;
+  };
+  if (o.format == "chrome" && !o.output.empty()) {
+    if (auto st = writeChromeTrace(o.output, plan, trace); !st) return fail(st.message());
+    std::cout << "wrote " << o.output << " (Chrome trace, " << plan.ops.size() << " ops)\n";
+    return kExitOk;
+  }
+  if (o.format == "chrome") {
+    return emit(o, chromeTraceJson(plan, trace).dump(-1, ' ', false, Json::error_handler_t::replace) + "\n",
+                "Chrome trace, " + std::to_string(plan.ops.size()) + " ops");
+  }
+  if (o.format == "csv") {
+    const CsvFormat format = csvFormatFromName(o.csvFormat).value_or(CsvFormat::ComputeOnly);
+    auto text = scheduleCsv(plan, format);
+    if (!text) return fail(text.message());
+    return emit(o, *text, "schedule CSV " + o.csvFormat + ", " + std::to_string(plan.ops.size()) + " ops");
+  }
+  if (o.format == "megatron") {
+    auto m = megatronExport(plan);
+    if (!m) return fail("Megatron-LM cannot express this plan: " + m.message());
+    return emit(o, m->text, "Megatron-LM arguments");
+  }
+  // torchtitan: the TOML names the CSV, written beside it.
+  if (o.output.empty()) {
+    std::cerr << "export --format torchtitan: give -o FILE.toml (the schedule CSV is written beside it)\n";
+    return kExitUsage;
+  }
+  const std::string csvPath = besideOutput(o.output, ".csv");
+  auto t = torchtitanExport(plan, csvPath);
+  if (!t) return fail("torchtitan cannot express this plan: " + t.message());
+  if (auto st = writeTextFile(csvPath, t->csv); !st) return fail(st.message());
+  if (auto st = writeTextFile(o.output, t->toml); !st) return fail(st.message());
+  std::cout << "wrote " << o.output << " (torchtitan [parallelism]) and " << csvPath << " (schedule CSV, "
             << plan.ops.size() << " ops)\n";
   return kExitOk;
 }
@@ -57,6 +114,10 @@ int exportRun(const ExportOptions& o) {
   if (!store) {
     std::cerr << "export: " << db << ": " << store.message() << '\n';
     return kExitFailure;
+  }
+  if (o.format == "megatron" || o.format == "torchtitan") {
+    std::cerr << "export --run: " << o.format << " exports plans (give a plan file)\n";
+    return kExitUsage;
   }
   // CSV holds one iteration's order; measured runs repeat it, so take the first unless told.
   const int iteration = o.iteration >= 0 ? o.iteration : (o.format == "csv" ? 0 : -1);
@@ -133,10 +194,16 @@ void addExportCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--db", o.db, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--iteration", o.iteration, "Measured runs: keep one iteration (csv default: 0)")
       ->check(intIn(0, 1 << 30));
-  cmd->add_option("--format", o.format, "chrome (Perfetto trace JSON) or csv (torch.distributed.pipelining)")
+  cmd->add_option("--format", o.format,
+                  "chrome (Perfetto trace JSON), csv (torch.distributed.pipelining), megatron (Megatron-LM arguments) "
+                  "or torchtitan ([parallelism] TOML and the schedule CSV beside it)")
       ->required()
-      ->check(CLI::IsMember({"chrome", "csv"}));
-  cmd->add_option("-o,--output", o.output, "Output file")->required()->check(nonEmptyPath());
+      ->check(CLI::IsMember({"chrome", "csv", "megatron", "torchtitan"}));
+  cmd->add_option("--csv-format", o.csvFormat,
+                  "csv: compute_only (F/I/W/B) or compute_comms (with SEND/RECV as _PipelineScheduleRuntime lowers them)")
+      ->check(CLI::IsMember({"compute_only", "compute_comms"}));
+  cmd->add_option("-o,--output", o.output, "Output file (default: stdout; torchtitan needs one)")
+      ->check(nonEmptyPath());
   cmd->callback([&exitCode] { exitCode = runExport(o); });
 }
 

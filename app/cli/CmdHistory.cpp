@@ -12,6 +12,7 @@
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/history/TraceImport.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::cli {
@@ -25,7 +26,9 @@ struct HistoryOptions {
   std::string idA;
   std::string idB;
   std::string file;
+  std::vector<std::string> files;
   std::string planFile;
+  std::string opPattern;
   std::string name;
   std::string text;
 };
@@ -167,16 +170,14 @@ int runCompare() {
   return kExitOk;
 }
 
-bool looksLikeStream(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::string_view(magic, 4) == std::string_view(trace::kStreamMagic, 4);
-}
-
 int runImport() {
-  const std::string& file = options().file;
-  if (auto st = checkRegularFile(file); !st) return fail(st.message());  // a FIFO would hang the open
+  const auto& files = options().files;
+  if (!options().opPattern.empty()) {
+    if (auto st = checkOpPattern(options().opPattern); !st) return usage(st.message());
+  }
+  for (const std::string& file : files) {
+    if (auto st = checkRegularFile(file); !st) return fail(st.message());  // a FIFO would hang the open
+  }
   std::optional<Plan> plan;
   if (!options().planFile.empty()) {
     auto p = loadPlan(options().planFile);
@@ -185,21 +186,37 @@ int runImport() {
   }
   auto store = openStore();
   if (!store) return fail(store.message());
-  RunInfo info;
-  info.name = options().name;
-  if (plan) {
-    auto planId = store->addPlan(*plan, options().planFile);
-    if (!planId) return fail(planId.message());
-    info.planId = *planId;
-  }
-  auto result = looksLikeStream(file) ? store->importStreamFile(file, info) : store->importChromeTrace(file, info);
+  TraceImportOptions import;
+  import.info.name = options().name;
+  import.opPattern = options().opPattern;
+  if (plan) import.plan = &*plan;
+  auto result = importTraces(*store, files, import);
   if (!result) return fail(result.message());
+  // The plan is stored once the run is (a failed import leaves the history as it was).
+  if (plan) {
+    auto id = store->addPlan(*plan, options().planFile);
+    if (!id) return fail(id.message());
+    if (auto st = store->linkRunToPlan(result->runId, *id); !st) return fail(st.message());
+  }
+  for (const std::string& note : result->notes) std::cerr << "pipestudio-cli history import: " << note << '\n';
   if (result->skipped > 0 || result->firstError) {
-    std::cerr << "pipestudio-cli history import: " << file << ": stored " << result->events << " event(s), skipped "
-              << result->skipped << (result->firstError ? "; first problem: " + *result->firstError : "") << '\n';
+    std::cerr << "pipestudio-cli history import: stored " << result->events << " event(s), skipped " << result->skipped
+              << (result->firstError ? "; first problem: " + *result->firstError : "") << '\n';
+  }
+  if (plan && result->matchedOps == 0) {
+    std::cerr << "pipestudio-cli history import: no measured op matched the plan's ops ("
+              << result->measuredOps << " op range(s) found"
+              << (result->measuredOps == 0 ? "; the trace has no PP:<action> annotations or --op-pattern matches" : "")
+              << ")\n";
   }
   if (options().json) {
-    std::cout << Json{{"id", result->runId}, {"events", result->events}, {"skipped", result->skipped}}.dump() << '\n';
+    std::cout << Json{{"id", result->runId},
+                      {"events", result->events},
+                      {"matched_ops", result->matchedOps},
+                      {"measured_ops", result->measuredOps},
+                      {"skipped", result->skipped}}
+                     .dump()
+              << '\n';
   } else {
     std::cout << result->runId << '\n';
   }
@@ -252,9 +269,14 @@ void addHistoryCommand(CLI::App& root, int& exitCode) {
   addCommon(compare);
   compare->callback([&exitCode] { exitCode = runCompare(); });
 
-  auto* import = cmd->add_subcommand("import", "Import a Chrome trace JSON or a PipeStudio trace stream file");
-  import->add_option("file", options().file, "Trace file")->required();
-  import->add_option("--plan", options().planFile, "Plan file the run executed (stored and linked)");
+  auto* import = cmd->add_subcommand(
+      "import", "Import traces as one run: PyTorch profiler (Kineto) JSON or .json.gz and Nsight Systems SQLite "
+                "exports, one file per rank; or a PipeStudio trace stream");
+  import->add_option("files", options().files, "Trace files (one per rank)")->required();
+  import->add_option("--plan", options().planFile, "Plan file the run executed (stored and linked; places annotated stages)");
+  import->add_option("--op-pattern", options().opPattern,
+                     "Regular expression (PCRE2) naming ops, with named groups stage, kind and microbatch "
+                     "(default: torch.distributed.pipelining's PP:<stage><kind><microbatch>)");
   import->add_option("--name", options().name, "Name of the new run");
   addCommon(import);
   import->callback([&exitCode] { exitCode = runImport(); });

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "pipestudio/planner/Export.hpp"
 #include "Flags.hpp"
 #include "Inputs.hpp"
 #include "PlanSummary.hpp"
@@ -24,6 +25,7 @@ struct PlanOptions {
   int devices = 0, microbatches = 0, chunks = 0;
   bool json = false;
   std::string csv;               // custom: the schedule CSV ("auto" helper)
+  std::string csvDialect = "current";  // legacy: PyTorch ≈2.5 / Zero Bubble fork letters (B = I, BW = B)
   bool exact = false;            // zb-auto: ILP through CBC ("auto" helper)
   bool vocabParallel = false;    // embedding/LM head split over all devices (Vocab.hpp)
   double exactTimeLimitS = 30;
@@ -152,6 +154,7 @@ int runPlan(const PlanOptions& o) {
     plan = makeVocabParallelPlan(request);
   } else if (o.schedule == "custom" && !o.csv.empty()) {
     auto text = readScheduleCsvFile(o.csv);
+    if (text && o.csvDialect == "legacy") text = convertScheduleCsv(*text, CsvDialect::Legacy, CsvDialect::Current, o.csv);
     if (!text) {
       std::cerr << "plan: " << text.message() << '\n';
       return kExitFailure;
@@ -218,6 +221,10 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("-o,--output", o.output, "Write the plan document here")->check(nonEmptyPath());
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");
   cmd->add_option("--csv", o.csv, "custom: per-device order from a torch.distributed.pipelining schedule CSV");
+  cmd->add_option("--csv-dialect", o.csvDialect,
+                  "custom: current (I input gradient, B full backward) or legacy (PyTorch 2.5 and the Zero Bubble fork: "
+                  "B input gradient, BW full backward)")
+      ->check(CLI::IsMember({"current", "legacy"}));
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");

@@ -38,8 +38,10 @@
 #endif
 #ifdef PIPESTUDIO_HAVE_HISTORY
 #include "HistoryDock.hpp"
+#include "pipestudio/history/TraceImport.hpp"
 #endif
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/common/Files.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -338,6 +340,13 @@ void MainWindow::buildActions() {
                         [this]() { exportDialog(QStringLiteral("Chrome trace (*.json)"), QStringLiteral(".json")); });
   makeAction(exportMenu, QStringLiteral("Schedule C&SV…"), QKeySequence(), this,
                         [this]() { exportDialog(QStringLiteral("Schedule CSV (*.csv)"), QStringLiteral(".csv")); });
+  makeAction(exportMenu, QStringLiteral("&Megatron-LM Arguments…"), QKeySequence(), this,
+             [this]() { exportDialog(QStringLiteral("Megatron-LM arguments (*.sh)"), QStringLiteral(".sh")); });
+  makeAction(exportMenu, QStringLiteral("&torchtitan Config…"), QKeySequence(), this,
+             [this]() { exportDialog(QStringLiteral("torchtitan TOML (*.toml)"), QStringLiteral(".toml")); });
+#ifdef PIPESTUDIO_HAVE_HISTORY
+  makeAction(file, QStringLiteral("&Import Trace…"), QKeySequence(), this, [this]() { importTraceDialog(); });
+#endif
   file->addSeparator();
   makeAction(file, QStringLiteral("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
@@ -755,11 +764,24 @@ bool MainWindow::exportTo(const QString& path, QString* error) {
   } else if (lower.endsWith(QStringLiteral(".csv"))) {
     Status s = writeScheduleCsv(path.toStdString(), *m_plan);
     if (!s) return fail(q(s.message()));
+  } else if (lower.endsWith(QStringLiteral(".sh"))) {
+    auto m = megatronExport(*m_plan);
+    if (!m) return fail(q("Megatron-LM cannot express this plan: " + m.message()));
+    if (Status s = writeOutputFile(path.toStdString(), m->text); !s) return fail(q(s.message()));
+  } else if (lower.endsWith(QStringLiteral(".toml"))) {
+    const QFileInfo info(path);
+    const std::string csvPath =
+        QString(info.path() + QLatin1Char('/') + info.completeBaseName() + QStringLiteral(".csv")).toStdString();
+    auto t = torchtitanExport(*m_plan, csvPath);
+    if (!t) return fail(q("torchtitan cannot express this plan: " + t.message()));
+    if (Status s = writeOutputFile(csvPath, t->csv); !s) return fail(q(s.message()));
+    if (Status s = writeOutputFile(path.toStdString(), t->toml); !s) return fail(q(s.message()));
   } else if (lower.endsWith(QStringLiteral(".png")) || lower.endsWith(QStringLiteral(".svg")) ||
              lower.endsWith(QStringLiteral(".pdf"))) {
     if (!m_timeline->exportImage(path, 1600, 900)) return fail(QStringLiteral("Could not write %1").arg(path));
   } else {
-    return fail(QStringLiteral("%1: unknown export format (expected .png, .svg, .pdf, .json or .csv)").arg(path));
+    return fail(
+        QStringLiteral("%1: unknown export format (expected .png, .svg, .pdf, .json, .csv, .sh or .toml)").arg(path));
   }
   setStatus(QStringLiteral("Exported %1").arg(path));
   return true;
@@ -816,6 +838,50 @@ void MainWindow::saveDialog(bool saveAs) {
   QString error;
   if (!saveWorkspaceTo(path, &error)) QMessageBox::warning(this, QStringLiteral("Cannot save"), error);
 }
+
+#ifdef PIPESTUDIO_HAVE_HISTORY
+bool MainWindow::importTraces(const QStringList& files, QString* error) {
+  auto fail = [&](const QString& message) {
+    if (error) *error = message;
+    setStatus(message, true);
+    return false;
+  };
+  if (!m_history || !m_history->store()) return fail(QStringLiteral("No history database is open"));
+  std::vector<std::string> paths;
+  for (const QString& f : files) paths.push_back(f.toStdString());
+  history::TraceImportOptions options;
+  if (m_plan) options.plan = m_plan.get();
+  auto result = history::importTraces(*m_history->store(), paths, options);
+  if (!result) return fail(q(result.message()));
+  if (m_plan) {
+    if (auto id = m_history->store()->addPlan(*m_plan, "workspace plan")) {
+      (void)m_history->store()->linkRunToPlan(result->runId, *id);
+    }
+  }
+  m_history->refresh();
+  // The measured run drawn under the plan it executed (the compare view's lanes, one axis).
+  if (m_plan && result->matchedOps > 0) {
+    if (auto measured = m_history->store()->runAsPlan(result->runId, 0)) {
+      m_compare->setPlans(m_plan, std::make_shared<const Plan>(std::move(*measured)));
+      m_tabs->setCurrentIndex(1);
+    }
+  }
+  setStatus(QStringLiteral("Imported run %1: %2 events, %3 ops matched to the plan")
+                .arg(result->runId)
+                .arg(result->events)
+                .arg(result->matchedOps));
+  return true;
+}
+
+void MainWindow::importTraceDialog() {
+  const QStringList files = QFileDialog::getOpenFileNames(
+      this, QStringLiteral("Import Trace (one file per rank)"), QString(),
+      QStringLiteral("Profiler traces (*.json *.json.gz *.sqlite *.pstrace);;All files (*)"));
+  if (files.isEmpty()) return;
+  QString error;
+  if (!importTraces(files, &error)) QMessageBox::warning(this, QStringLiteral("Import failed"), error);
+}
+#endif
 
 void MainWindow::exportDialog(const QString& filter, const QString& suffix) {
   QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Export"), QString(), filter);

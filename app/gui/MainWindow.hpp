@@ -68,8 +68,15 @@ class MainWindow : public QMainWindow {
   void openStartupWorkspace();
   void setWorkspace(const Workspace& workspace, const QString& path);
   bool saveWorkspaceTo(const QString& path, QString* error = nullptr);
-  /// Export by suffix: .png/.svg/.pdf (timeline image), .json (Chrome trace), .csv (schedule).
+  /// Export by suffix: .png/.svg/.pdf (timeline image), .json (Chrome trace), .csv (schedule),
+  /// .sh (Megatron-LM arguments), .toml (torchtitan [parallelism] with the schedule CSV beside it).
   bool exportTo(const QString& path, QString* error = nullptr);
+#ifdef PIPESTUDIO_HAVE_HISTORY
+  /// File > Import Trace: the files as one run (one rank each) into the history dock's database,
+  /// aligned with the current plan when there is one; a run aligned op by op is drawn under the
+  /// plan in the compare view.
+  bool importTraces(const QStringList& files, QString* error = nullptr);
+#endif
 
   /// The solve the panel and editors describe now.
   PlanRequest currentRequest() const;
@@ -119,6 +126,9 @@ class MainWindow : public QMainWindow {
   void openDialog();
   void saveDialog(bool saveAs);
   void exportDialog(const QString& filter, const QString& suffix);
+#ifdef PIPESTUDIO_HAVE_HISTORY
+  void importTraceDialog();
+#endif
 
   viz::TimelineView* m_timeline = nullptr;
   viz::CompareView* m_compare = nullptr;

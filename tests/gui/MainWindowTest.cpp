@@ -5,11 +5,18 @@
 #include <QFileInfo>
 #include <QLabel>
 #include <QSpinBox>
+#include <QTabWidget>
+#include <QTemporaryDir>
 #include <QUndoStack>
 
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
+#ifdef PIPESTUDIO_HAVE_HISTORY
+#include "HistoryDock.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+#endif
+#include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/SpecModels.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
@@ -122,6 +129,94 @@ TEST_F(MainWindowTest, SavesOpensAndExports) {
   }
   EXPECT_FALSE(window->exportTo(dir + QStringLiteral("/export.xyz"), &error));
 }
+
+TEST_F(MainWindowTest, ExportsFrameworkConfigurations) {
+  const QString dir = outputDir();
+  QString error;
+  const QString sh = dir + QStringLiteral("/export.sh");
+  const QString toml = dir + QStringLiteral("/titan.toml");
+  const QString csv = dir + QStringLiteral("/titan.csv");
+  for (const QString& f : {sh, toml, csv}) QFile::remove(f);
+  // The default workspace trains around frozen components: neither framework can say that,
+  // and the refusal says why instead of writing a file.
+  EXPECT_FALSE(window->exportTo(sh, &error));
+  EXPECT_TRUE(error.startsWith(QStringLiteral("Megatron-LM cannot express this plan: "))) << error.toStdString();
+  EXPECT_FALSE(window->exportTo(toml, &error));
+  EXPECT_TRUE(error.contains(QStringLiteral("frozen"))) << error.toStdString();
+  for (const QString& f : {sh, toml, csv}) EXPECT_FALSE(QFileInfo::exists(f)) << f.toStdString();
+
+  // A one-stack zb-h1 plan (2 devices) goes to both.
+  ASSERT_TRUE(window->openFile(QStringLiteral(PIPESTUDIO_TEST_DATA "/trace/plan-zb-h1.json"), &error, true))
+      << error.toStdString();
+  ASSERT_TRUE(window->exportTo(sh, &error)) << error.toStdString();
+  QFile m(sh);
+  ASSERT_TRUE(m.open(QIODevice::ReadOnly));
+  EXPECT_TRUE(QString::fromUtf8(m.readAll()).contains(QStringLiteral("--pipeline-model-parallel-size 2")));
+  ASSERT_TRUE(window->exportTo(toml, &error)) << error.toStdString();
+  QFile t(toml);
+  ASSERT_TRUE(t.open(QIODevice::ReadOnly));
+  const QString text = QString::fromUtf8(t.readAll());
+  EXPECT_TRUE(text.contains(QStringLiteral("[parallelism]"))) << text.toStdString();
+  EXPECT_TRUE(text.contains(QStringLiteral("titan.csv"))) << text.toStdString();  // the CSV written beside it
+  EXPECT_GT(QFileInfo(csv).size(), 0);
+}
+
+#ifdef PIPESTUDIO_HAVE_HISTORY
+TEST_F(MainWindowTest, ImportsProfilerTracesAlignedWithThePlan) {
+  QTemporaryDir dir;
+  ASSERT_TRUE(dir.isValid());
+  ASSERT_TRUE(window->historyDock()->openDatabase(dir.filePath(QStringLiteral("history.sqlite"))));
+  auto* store = window->historyDock()->store();
+  const auto plan = window->currentPlan();
+  // One Kineto file per rank: GPU PP:<stage><action><mb> annotations over the plan's ops.
+  QStringList files;
+  for (int d = 0; d < plan->config.devices; ++d) {
+    std::string events;
+    for (const Op& op : plan->ops) {
+      if (op.device != d) continue;
+      const char* action = op.kind == OpKind::F ? "F" : op.kind == OpKind::B ? "I" : op.kind == OpKind::W ? "W"
+                                                        : op.kind == OpKind::BW ? "B" : nullptr;
+      if (!action) continue;
+      events += ",{\"ph\":\"X\",\"cat\":\"gpu_user_annotation\",\"pid\":0,\"tid\":7,\"name\":\"PP:" +
+                std::to_string(op.virtualStage) + action + std::to_string(op.microbatch) +
+                "\",\"ts\":" + std::to_string((op.startMs + 1.0) * 1000.0) +
+                ",\"dur\":" + std::to_string(op.durationMs() * 1000.0) + "}";
+    }
+    const QString path = dir.filePath(QStringLiteral("rank%1.json").arg(d));
+    QFile f(path);
+    ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+    f.write(("{\"distributedInfo\":{\"rank\":" + std::to_string(d) +
+             "},\"baseTimeNanoseconds\":1750000000000000000,\"traceEvents\":[" +
+             (events.empty() ? std::string() : events.substr(1)) + "]}")
+                .c_str());
+    files << path;
+  }
+  QString error;
+  ASSERT_TRUE(window->importTraces(files, &error)) << error.toStdString();
+  auto runs = store->listRuns();
+  ASSERT_TRUE(runs.hasValue());
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_TRUE(runs->front().planId.has_value());  // the plan on screen, linked
+  EXPECT_TRUE(window->statusText().contains(QStringLiteral("ops matched"))) << window->statusText().toStdString();
+  // The measured run is drawn under the plan.
+  EXPECT_EQ(window->centralTabs()->currentIndex(), 1);
+  EXPECT_EQ(window->compareView()->baseline(), plan);
+  ASSERT_NE(window->compareView()->current(), nullptr);
+  EXPECT_FALSE(window->compareView()->current()->ops.empty());
+
+  // A truncated gzip file is refused by name and leaves the history as it was.
+  const QString broken = dir.filePath(QStringLiteral("rank9.pt.trace.json.gz"));
+  QFile b(broken);
+  ASSERT_TRUE(b.open(QIODevice::WriteOnly));
+  b.write(QByteArray::fromHex("1f8b0800000000000003abe6"));
+  b.close();
+  EXPECT_FALSE(window->importTraces({broken}, &error));
+  EXPECT_TRUE(error.contains(QStringLiteral("rank9.pt.trace.json.gz"))) << error.toStdString();
+  runs = store->listRuns();
+  ASSERT_TRUE(runs.hasValue());
+  EXPECT_EQ(runs->size(), 1u);
+}
+#endif
 
 TEST_F(MainWindowTest, PinnedBaselineFeedsTheCompareView) {
   window->pinBaseline();

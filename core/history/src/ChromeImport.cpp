@@ -7,11 +7,15 @@
 #include <cstdio>
 #include <cmath>
 #include <map>
+#include <memory>
+
+#include <zlib.h>
 
 #include "Impl.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "JsonSax.hpp"
+#include "TraceImportImpl.hpp"
 
 namespace pipestudio::history {
 
@@ -177,8 +181,9 @@ bool containsNoCase(std::string_view s, std::string_view needle) {
 
 class ChromeHandler {
  public:
-  ChromeHandler(HistoryStore::Impl& im, RunId run, RunState& state, detail::JsonFileReader& file, std::string path)
-      : m_im(im), m_run(run), m_state(state), m_file(file), m_path(std::move(path)) {}
+  ChromeHandler(HistoryStore::Impl& im, RunId run, RunState& state, detail::JsonFileReader& file, std::string path,
+                const detail::FileContext* ctx = nullptr)
+      : m_im(im), m_run(run), m_state(state), m_file(file), m_path(std::move(path)), m_ctx(ctx) {}
 
   // --- JsonSaxParser handler interface (JsonSax.hpp) ---
   bool null() { return scalarValue("null", {}); }
@@ -369,6 +374,45 @@ class ChromeHandler {
   }
 
   static std::int64_t toNs(double us) { return std::llround(us * 1000.0); }
+  std::int64_t baseNs() const { return m_ctx ? m_ctx->baseNs : 0; }
+
+  // A pipelining annotation (PP:<action> or the user's pattern) on the lane ops are taken
+  // from: stored as an op range (compute) or a host range naming its stage and microbatch
+  // (communication and the other runtime actions). Returns false when `e` is none of these.
+  bool storeAnnotation(const PendingEvent& e, std::int64_t absStartNs, std::int64_t durNs, bool& ok) {
+    const bool gpuLane = e.cat == "gpu_user_annotation";
+    if (gpuLane != m_ctx->useGpuAnnotations) return false;
+    if (!gpuLane && (containsNoCase(e.cat, "kernel") || e.cat == "gpu_memcpy" || e.cat == "gpu_memset")) return false;
+    const auto name = m_ctx->matcher->match(e.name);
+    if (!name) return false;
+    EventRow row;
+    row.startNs = absStartNs - m_state.originNs;
+    row.durationNs = durNs;
+    row.stream = e.tid.value_or(0);
+    row.argsJson = e.args;
+    row.virtualStage = name->stage;
+    row.microbatch = name->microbatch;
+    const auto kind = detail::computeKind(name->kindText, m_ctx->legacy);
+    if (kind) {
+      row.category = EventCategory::Op;
+      row.name = opKindName(*kind);
+      row.kind = static_cast<int>(*kind);
+      row.device = m_ctx->opDevice(name->stage);
+    } else {
+      row.category = EventCategory::Cpu;
+      row.name = name->kindText;
+      row.device = m_ctx->device.value_or(m_ctx->opDevice(name->stage));
+    }
+    if (auto st = m_im.insert(m_run, m_state, row); !st) {
+      m_db = st;
+      ok = false;
+      return true;
+    }
+    ++m_stored;
+    ok = true;
+    return true;
+  }
+
   // Times and durations are stored as int64 nanoseconds: a value past ±2^61 ns (73 years) is
   // refused (the event is skipped and named) rather than wrapped to a negative duration;
   // start + duration then still fits.
@@ -402,7 +446,7 @@ class ChromeHandler {
     if ((ph == "X" || ph == "B") && !m_state.originKnown) {
       // Stored times count from the first range's start (Kineto's are epoch microseconds).
       m_state.originKnown = true;
-      m_state.originNs = toNs(*e.tsUs);
+      m_state.originNs = toNs(*e.tsUs) + baseNs();
       m_state.dirty = true;
     }
     if (ph == "X") {
@@ -416,7 +460,7 @@ class ChromeHandler {
                  e.offset);
         return true;
       }
-      return store(e, toNs(*e.tsUs), toNs(*e.durUs));
+      return store(e, toNs(*e.tsUs) + baseNs(), toNs(*e.durUs));
     }
     const std::string key = (e.pid ? std::to_string(*e.pid) : e.pidText) + '/' + (e.tid ? std::to_string(*e.tid) : e.tidText);
     if (ph == "B") {
@@ -436,8 +480,8 @@ class ChromeHandler {
       }
       PendingEvent b = std::move(it->second.back());
       it->second.pop_back();
-      const std::int64_t startNs = toNs(*b.tsUs);
-      const std::int64_t endNs = toNs(*e.tsUs);
+      const std::int64_t startNs = toNs(*b.tsUs) + baseNs();
+      const std::int64_t endNs = toNs(*e.tsUs) + baseNs();
       if (endNs < startNs) {
         noteSkip("\"E\" event before its \"B\"", e.offset);
         return true;
@@ -452,6 +496,10 @@ class ChromeHandler {
   }
 
   bool store(const PendingEvent& e, std::int64_t absStartNs, std::int64_t durNs) {
+    if (m_ctx && m_ctx->matcher) {
+      bool ok = true;
+      if (storeAnnotation(e, absStartNs, durNs, ok)) return ok;
+    }
     EventRow row;
     row.name = e.name;
     row.startNs = absStartNs - m_state.originNs;
@@ -491,14 +539,18 @@ class ChromeHandler {
     }
     const bool gpuSide = row.category != EventCategory::Runtime && row.category != EventCategory::Cpu;
     if (device < 0 && gpuSide && e.pid && *e.pid >= 0 && *e.pid < 4096) device = *e.pid;  // Kineto GPU pid
+    if (m_ctx && m_ctx->device && gpuSide && row.category != EventCategory::Op) device = *m_ctx->device;
+    // GPU annotation lanes (ProfilerStep#N, unmatched ranges) belong to the file's device.
+    const bool gpuAnnotation = m_ctx && m_ctx->device && e.cat == "gpu_user_annotation";
     row.device = static_cast<std::int32_t>(gpuSide || row.category == EventCategory::Op ? device : -1);
+    if (gpuAnnotation) row.device = *m_ctx->device;
     if (auto st = m_im.insert(m_run, m_state, row); !st) {
       m_db = st;
       return false;  // stops the parse: the database is the problem, not the file
     }
     ++m_stored;
-    // Kineto marks each training step with a "ProfilerStep#N" range.
-    if (startsWith(e.name, "ProfilerStep#")) {
+    // Kineto marks each training step with a "ProfilerStep#N" range (host lane; one rank's).
+    if (startsWith(e.name, "ProfilerStep#") && (!m_ctx || (m_ctx->recordSteps && e.cat != "gpu_user_annotation"))) {
       const std::string digits = e.name.substr(13);
       char* end = nullptr;
       const long long step = std::strtoll(digits.c_str(), &end, 10);
@@ -525,6 +577,7 @@ class ChromeHandler {
   RunState& m_state;
   detail::JsonFileReader& m_file;
   std::string m_path;
+  const detail::FileContext* m_ctx = nullptr;
 
   int m_depth = 0;
   bool m_rootIsObject = false;
@@ -597,3 +650,206 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
 }
 
 }  // namespace pipestudio::history
+
+// ---- Kineto / Chrome files for importTraces (TraceImport.hpp) --------------------------------
+
+namespace pipestudio::history::detail {
+
+namespace {
+
+// The first read of a Chrome/Kineto file: the header facts (baseTimeNanoseconds, the rank in
+// distributedInfo, which may come after traceEvents) and what the op names look like.
+class ScanHandler {
+ public:
+  ScanHandler(const OpMatcher& matcher, std::string path) : m_matcher(matcher), m_path(std::move(path)) {}
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(std::int64_t v, std::string_view) { return number(static_cast<double>(v), v); }
+  bool number_unsigned(std::uint64_t v, std::string_view) {
+    return number(static_cast<double>(v), static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX)));
+  }
+  bool number_float(double v, std::string_view) {
+    std::optional<std::int64_t> asInt;
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e18) asInt = static_cast<std::int64_t>(v);
+    return number(v, asInt);
+  }
+  bool string(std::string& v) {
+    if (inEvent()) {
+      if (m_key == "ph") m_ph = v;
+      if (m_key == "name") m_name = v;
+      if (m_key == "cat") m_cat = v;
+    }
+    return true;
+  }
+  bool start_object() {
+    ++m_depth;
+    if (m_depth == 1) m_rootObject = true;
+    if (m_eventsDepth > 0 && m_depth == m_eventsDepth + 1) {
+      m_ph.clear();
+      m_name.clear();
+      m_cat.clear();
+      m_ts.reset();
+    }
+    if (m_rootObject && m_depth == 2 && m_rootKey == "distributedInfo") m_inDistributed = true;
+    return true;
+  }
+  bool key(std::string& k) {
+    if (m_depth == 1) m_rootKey = k;
+    m_key = k;
+    return true;
+  }
+  bool end_object() {
+    if (m_eventsDepth > 0 && m_depth == m_eventsDepth + 1) finishEvent();
+    if (m_depth == 2) m_inDistributed = false;
+    --m_depth;
+    return true;
+  }
+  bool start_array() {
+    ++m_depth;
+    if (m_eventsDepth == 0 && !m_sawEvents && (m_depth == 1 || (m_depth == 2 && m_rootObject && m_rootKey == "traceEvents"))) {
+      m_eventsDepth = m_depth;
+      m_sawEvents = true;
+    }
+    return true;
+  }
+  bool end_array() {
+    if (m_eventsDepth > 0 && m_depth == m_eventsDepth) m_eventsDepth = 0;
+    --m_depth;
+    return true;
+  }
+  bool parse_error(std::uint64_t position, const std::string& what) {
+    m_error = m_path + ": byte " + std::to_string(position) + ": " + what;
+    return false;
+  }
+
+  ScanResult result;
+  const std::optional<std::string>& error() const { return m_error; }
+  bool sawEvents() const { return m_sawEvents; }
+
+ private:
+  bool inEvent() const { return m_eventsDepth > 0 && m_depth == m_eventsDepth + 1; }
+  bool number(double v, std::optional<std::int64_t> asInt) {
+    if (inEvent()) {
+      if (m_key == "ts" && std::isfinite(v)) m_ts = v;
+    } else if (m_depth == 1 && m_key == "baseTimeNanoseconds" && asInt) {
+      result.baseNs = *asInt;
+    } else if (m_inDistributed && m_depth == 2 && m_key == "rank" && asInt) {
+      result.rank = *asInt;
+    }
+    return true;
+  }
+  void finishEvent() {
+    if (m_ph != "X" && m_ph != "B") return;
+    ++result.events;
+    if (m_ts && std::fabs(*m_ts) < 9e15) {
+      const std::int64_t ns = std::llround(*m_ts * 1000.0);
+      if (!result.firstAbsNs || ns < *result.firstAbsNs) result.firstAbsNs = ns;
+    }
+    if (m_cat == "kernel" || m_cat == "gpu_memcpy" || m_cat == "gpu_memset") return;
+    if (auto op = m_matcher.match(m_name)) {
+      if (m_cat == "gpu_user_annotation") result.gpuAnnotations = true;
+      if (op->stage >= 0) result.stages.insert(op->stage);
+      result.kindTexts.insert(op->kindText);
+    }
+  }
+
+  const OpMatcher& m_matcher;
+  std::string m_path;
+  int m_depth = 0;
+  bool m_rootObject = false;
+  std::string m_rootKey;
+  std::string m_key;
+  int m_eventsDepth = 0;
+  bool m_sawEvents = false;
+  bool m_inDistributed = false;
+  std::string m_ph, m_name, m_cat;
+  std::optional<double> m_ts;
+  std::optional<std::string> m_error;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<GzipSource>> GzipSource::open(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) return Error{path + ": cannot open"};
+  gzbuffer(f, 1 << 20);
+  std::unique_ptr<GzipSource> s(new GzipSource());
+  s->m_file = f;
+  s->m_path = path;
+  return s;
+}
+
+GzipSource::~GzipSource() {
+  if (m_file) gzclose_r(static_cast<gzFile>(m_file));
+}
+
+long GzipSource::read(char* out, std::size_t size) {
+  if (!m_error.empty()) return -1;
+  const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(size, 1u << 30));
+  const int n = gzread(static_cast<gzFile>(m_file), out, chunk);
+  if (n < 0) {
+    int code = 0;
+    const char* what = gzerror(static_cast<gzFile>(m_file), &code);
+    m_error = m_path + ": gzip: " + (what ? what : "read error") +
+              (code == Z_BUF_ERROR ? " (the compressed file is truncated)" : "");
+    return -1;
+  }
+  if (n == 0) {
+    // zlib reports a gzip stream cut short only through gzerror once reading stops.
+    int code = 0;
+    const char* what = gzerror(static_cast<gzFile>(m_file), &code);
+    if (code != Z_OK && code != Z_STREAM_END) {
+      m_error = m_path + ": gzip: " + (what ? what : "read error") +
+                (code == Z_BUF_ERROR ? " (the compressed file is truncated)" : "");
+      return -1;
+    }
+  }
+  return n;
+}
+
+std::string GzipSource::error() const { return m_error; }
+
+Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& matcher) {
+  auto source = GzipSource::open(path);
+  if (!source) return source.error();
+  GzipSource* src = source->get();
+  JsonFileReader input([src](char* out, std::size_t n) { return src->read(out, n); });
+  ScanHandler handler(matcher, path);
+  const bool ok = JsonSaxParser<ScanHandler>(input, handler).parse();
+  if (!src->error().empty()) return Error{src->error()};
+  if (!ok && !(handler.sawEvents() && handler.result.events > 0)) {
+    return Error{handler.error().value_or(path + ": not JSON") +
+                 " (expected a Chrome trace: a JSON array of events or an object with a \"traceEvents\" array)"};
+  }
+  if (!handler.sawEvents()) {
+    return Error{path + ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
+                        "\"traceEvents\" array)"};
+  }
+  ScanResult r = std::move(handler.result);
+  r.format = TraceFormat::ChromeJson;
+  if (!ok) r.truncated = handler.error().value_or(path + ": ends early");
+  if (r.firstAbsNs) *r.firstAbsNs += r.baseNs;
+  return r;
+}
+
+Expected<IngestCounts> ingestChromeFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
+  auto source = GzipSource::open(ctx.path);
+  if (!source) return source.error();
+  GzipSource* src = source->get();
+  JsonFileReader input([src](char* out, std::size_t n) { return src->read(out, n); });
+  ChromeHandler handler(im, run, state, input, ctx.path, &ctx);
+  const bool ok = JsonSaxParser<ChromeHandler>(input, handler).parse();
+  if (!handler.dbStatus()) return handler.dbStatus().error();
+  if (!src->error().empty()) return Error{src->error()};
+  if (!ok && !ctx.allowTruncated) return Error{handler.parseError().value_or(ctx.path + ": read error")};
+  handler.finishOpenRanges();
+  IngestCounts c;
+  if (!ok) c.incomplete = handler.parseError().value_or(ctx.path + ": ends early");
+  c.stored = handler.stored();
+  c.skipped = handler.skipped();
+  c.firstError = handler.firstError() ? handler.firstError() : handler.parseError();
+  return c;
+}
+
+}  // namespace pipestudio::history::detail

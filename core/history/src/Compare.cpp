@@ -379,6 +379,108 @@ std::string comparisonTable(const RunComparison& c) {
 
 // ---- run vs plan --------------------------------------------------------------------------
 
+namespace {
+
+// ---- NCCL waits ---------------------------------------------------------------------------
+
+// NCCL send/recv kernels start when launched and wait inside for their peer. Pairs are found
+// through torch.distributed.pipelining's SEND/RECV annotations (stored as host ranges naming
+// stage and microbatch): each annotation claims the first NCCL kernel on its device starting
+// at or after it; SEND_F of stage s and RECV_F of stage s+1 (SEND_B of s and RECV_B of s-1) for
+// the same microbatch and iteration are one transfer. Of a pair, the kernel that started
+// first waited until the other started. Kernels without a pair count as transfer.
+struct NcclParts {
+  std::map<int, std::vector<Interval>> transfer;  ///< per device: the kernels' transfer parts
+  std::map<int, std::vector<Interval>> wait;      ///< per device: the waiting parts
+};
+
+Expected<NcclParts> ncclParts(HistoryStore& store, RunId run) {
+  sqlite3* db = store.connection();
+  Statement st(db,
+               "SELECT e.category, e.device, n.name, e.start_ns, e.dur_ns, e.virtual_stage, e.microbatch, e.iteration "
+               "FROM events e JOIN names n ON n.id = e.name_id WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295 "
+               "AND e.device >= 0 AND (e.category = ?2 OR (e.category = ?3 AND e.virtual_stage >= 0))",
+               nullptr);
+  if (!st) return Error{store.path() + ": " + detail::lastError(db)};
+  st.bind(1, run);
+  st.bind(2, static_cast<int>(EventCategory::Nccl));
+  st.bind(3, static_cast<int>(EventCategory::Cpu));
+  struct Kernel {
+    std::int64_t start, end;
+    bool claimed = false;
+    std::int64_t peerStart = -1;
+  };
+  struct Annotation {
+    std::int64_t start;
+    char dir;
+    int senderStage, microbatch, iteration;
+    bool send;
+  };
+  std::map<int, std::vector<Kernel>> kernels;
+  std::map<int, std::vector<Annotation>> annotations;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    const int device = st.i32(1);
+    const std::int64_t start = st.i64(3);
+    const std::int64_t end = start + std::max<std::int64_t>(0, st.i64(4));
+    if (st.i32(0) == static_cast<int>(EventCategory::Nccl)) {
+      kernels[device].push_back({start, end});
+      continue;
+    }
+    const std::string name = st.text(2);
+    const int stage = st.i32(5);
+    const bool send = name == "SEND_F" || name == "SEND_B";
+    const bool forward = name == "SEND_F" || name == "RECV_F";
+    if (!send && name != "RECV_F" && name != "RECV_B") continue;
+    const int sender = send ? stage : forward ? stage - 1 : stage + 1;
+    annotations[device].push_back({start, forward ? 'F' : 'B', sender, st.i32(6), st.isNull(7) ? -1 : st.i32(7), send});
+  }
+  if (rc != SQLITE_DONE) return Error{store.path() + ": " + detail::lastError(db)};
+  std::map<std::tuple<char, int, int, int>, std::pair<Kernel*, Kernel*>> pairs;  // (send, recv)
+  for (auto& [device, list] : annotations) {
+    auto& ks = kernels[device];
+    std::sort(ks.begin(), ks.end(), [](const Kernel& a, const Kernel& b) { return a.start < b.start; });
+    std::sort(list.begin(), list.end(), [](const Annotation& a, const Annotation& b) { return a.start < b.start; });
+    std::size_t k = 0;
+    for (const Annotation& a : list) {
+      while (k < ks.size() && (ks[k].start < a.start || ks[k].claimed)) ++k;
+      if (k >= ks.size()) break;
+      ks[k].claimed = true;
+      auto& slot = pairs[{a.dir, a.senderStage, a.microbatch, a.iteration}];
+      (a.send ? slot.first : slot.second) = &ks[k];
+      ++k;
+    }
+  }
+  for (auto& [key, pr] : pairs) {
+    if (pr.first && pr.second) {
+      pr.first->peerStart = pr.second->start;
+      pr.second->peerStart = pr.first->start;
+    }
+  }
+  NcclParts out;
+  for (auto& [device, ks] : kernels) {
+    for (const Kernel& k : ks) {
+      const std::int64_t ready = std::clamp(k.peerStart, k.start, k.end);
+      if (k.peerStart > k.start) out.wait[device].push_back({k.start, ready});
+      out.transfer[device].push_back({k.peerStart > k.start ? ready : k.start, k.end});
+    }
+  }
+  return out;
+}
+
+// Length of [a, b) covered by a sorted interval list whose intervals may overlap each other.
+std::int64_t coveredSum(const std::vector<Interval>& sorted, std::int64_t a, std::int64_t b) {
+  std::int64_t total = 0;
+  for (const Interval& i : sorted) {
+    if (i.start >= b) break;
+    total += std::max<std::int64_t>(0, std::min(b, i.end) - std::max(a, i.start));
+  }
+  return total;
+}
+
+}  // namespace
+
+
 Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> planId,
                                           int mostDriftedCount) {
   auto summary = store.runSummary(run);
@@ -455,6 +557,24 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
   });
   if (static_cast<int>(c.mostDrifted.size()) > mostDriftedCount) c.mostDrifted.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
 
+  c.latest = c.ops;
+  std::sort(c.latest.begin(), c.latest.end(),
+            [](const OpDrift& x, const OpDrift& y) { return x.startDriftMs > y.startDriftMs; });
+  if (static_cast<int>(c.latest.size()) > mostDriftedCount) c.latest.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
+  std::map<OpKind, KindComparison> kinds;
+  for (const OpDrift& d : c.ops) {
+    KindComparison& k = kinds[d.kind];
+    k.kind = d.kind;
+    ++k.count;
+    k.plannedMs += d.plannedMs;
+    k.measuredMs += d.measuredMs;
+  }
+  for (auto& [kind, k] : kinds) {
+    k.plannedMs /= k.count;
+    k.measuredMs /= k.count;
+    c.byKind.push_back(k);
+  }
+
   const Metrics planned = computeMetrics(*plan);
   std::map<int, DeviceBubble> devices;
   for (std::size_t d = 0; d < planned.devices.size(); ++d) {
@@ -462,20 +582,101 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     row.plannedBusyMs = planned.devices[d].busyMs;
     row.plannedBubbleMs = planned.devices[d].spanMs - planned.devices[d].busyMs;
   }
-  std::map<int, int> iterationsPerDevice;
-  for (const auto& [key, busy] : devIterBusy) {
-    const auto& w = devIterWindow[key];
-    auto& row = devices[key.first];
-    row.measuredBusyMs += busy.first;
-    row.measuredBubbleMs += static_cast<double>(w.second - w.first) / kNsPerMs - busy.first;
-    ++iterationsPerDevice[key.first];
+  auto nccl = ncclParts(store, run);
+  if (!nccl) return nccl.error();
+  for (auto* parts : {&nccl->transfer, &nccl->wait}) {
+    for (auto& [d, v] : *parts) {
+      std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start < b.start; });
+    }
+  }
+  // Busy intervals per device: op ranges, or GPU activity when the run has none; plus the
+  // transfer part of NCCL kernels (their wait part is the bubble's).
+  std::map<int, std::vector<Interval>> busy;
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> windows;  // per device, per iteration
+  if (!events->empty()) {
+    for (const auto& [key, w] : devIterWindow) windows[key.first].push_back(w);
+    for (const auto& e : *events) busy[e.device].push_back({e.startNs, e.startNs + e.durationNs});
+  } else {
+    // No op ranges: GPU activity (NCCL kernels enter below as their transfer parts), windows
+    // from the device's ProfilerStep ranges, else its whole span.
+    sqlite3* db = store.connection();
+    Statement st(db,
+                 "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
+                 "WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295 AND e.device >= 0 AND (e.category IN (?2, ?3, "
+                 "?4, ?5) OR n.name LIKE 'ProfilerStep#%')",
+                 nullptr);
+    if (!st) return Error{store.path() + ": " + detail::lastError(db)};
+    st.bind(1, run);
+    st.bind(2, static_cast<int>(EventCategory::Kernel));
+    st.bind(3, static_cast<int>(EventCategory::Memcpy));
+    st.bind(4, static_cast<int>(EventCategory::Memset));
+    st.bind(5, static_cast<int>(EventCategory::Nccl));
+    std::map<int, std::pair<std::int64_t, std::int64_t>> span;
+    int rc;
+    while ((rc = st.step()) == SQLITE_ROW) {
+      const int d = st.i32(0);
+      const std::int64_t lo = st.i64(1), hi = lo + std::max<std::int64_t>(0, st.i64(2));
+      const int category = st.i32(3);
+      if (!isGpuActivity(category)) {
+        windows[d].push_back({lo, hi});
+        continue;
+      }
+      auto [it, inserted] = span.try_emplace(d, lo, hi);
+      if (!inserted) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
+      if (category != static_cast<int>(EventCategory::Nccl)) busy[d].push_back({lo, hi});
+    }
+    if (rc != SQLITE_DONE) return Error{store.path() + ": " + detail::lastError(db)};
+    for (const auto& [d, w] : span) {
+      if (!windows.count(d)) windows[d].push_back(w);
+      busy[d];
+    }
+    c.iterations = 0;
+    for (const auto& [d, ws] : windows) c.iterations = std::max(c.iterations, static_cast<int>(ws.size()));
+  }
+  for (auto& [d, v] : busy) {
+    // Without op ranges the GPU's own activity is the busy time, NCCL kernels only for their
+    // transfer part. With op ranges, busy is compute as in the plan (where exposed transfers
+    // are bubble too).
+    if (const auto t = nccl->transfer.find(d); events->empty() && t != nccl->transfer.end()) {
+      v.insert(v.end(), t->second.begin(), t->second.end());
+    }
+    unionInPlace(v);
+  }
+  // A kernel waiting for its peer while the device computes on another stream costs nothing:
+  // only the wait in the device's idle time is bubble.
+  std::map<int, std::vector<Interval>> waits;
+  for (const auto& [d, v] : nccl->wait) {
+    auto& merged = waits[d] = v;
+    unionInPlace(merged);
+  }
+  for (const auto& [d, ws] : windows) {
+    auto& row = devices[d];
+    const auto& b = busy[d];
+    const auto w = waits.find(d);
+    for (const auto& [lo, hi] : ws) {
+      const std::int64_t inside = covered(b, lo, hi);
+      row.measuredBusyMs += static_cast<double>(inside) / kNsPerMs;
+      row.measuredBubbleMs += static_cast<double>(hi - lo - inside) / kNsPerMs;
+      if (w != waits.end()) {
+        std::int64_t idleWait = 0;
+        for (const Interval& i : w->second) {
+          const std::int64_t a = std::max(lo, i.start), z = std::min(hi, i.end);
+          if (a < z) idleWait += (z - a) - covered(b, a, z);
+        }
+        row.measuredCommWaitMs += static_cast<double>(idleWait) / kNsPerMs;
+      }
+      if (const auto t = nccl->transfer.find(d); t != nccl->transfer.end()) {
+        row.measuredCommTransferMs += static_cast<double>(coveredSum(t->second, lo, hi)) / kNsPerMs;
+      }
+    }
+    const double n = static_cast<double>(std::max<std::size_t>(1, ws.size()));
+    row.measuredBusyMs /= n;
+    row.measuredBubbleMs /= n;
+    row.measuredCommWaitMs /= n;
+    row.measuredCommTransferMs /= n;
   }
   for (auto& [d, row] : devices) {
     row.device = d;
-    if (const int n = iterationsPerDevice[d]; n > 0) {
-      row.measuredBusyMs /= n;
-      row.measuredBubbleMs /= n;
-    }
     c.devices.push_back(row);
   }
   return c;
@@ -508,11 +709,23 @@ Json planComparisonToJson(const PlanComparison& c) {
                        {"planned_busy_ms", d.plannedBusyMs},
                        {"planned_bubble_ms", d.plannedBubbleMs},
                        {"measured_busy_ms", d.measuredBusyMs},
-                       {"measured_bubble_ms", d.measuredBubbleMs}});
+                       {"measured_bubble_ms", d.measuredBubbleMs},
+                       {"measured_comm_wait_ms", d.measuredCommWaitMs},
+                       {"measured_comm_transfer_ms", d.measuredCommTransferMs}});
+  }
+  Json latest = Json::array();
+  for (const auto& d : c.latest) latest.push_back(driftJson(d));
+  Json kinds = Json::array();
+  for (const auto& k : c.byKind) {
+    kinds.push_back({{"kind", std::string(opKindName(k.kind))},
+                     {"count", k.count},
+                     {"planned_ms", k.plannedMs},
+                     {"measured_ms", k.measuredMs}});
   }
   return Json{{"run", runSummaryToJson(c.run)}, {"plan", c.planId},         {"iterations", c.iterations},
               {"ops", ops},                     {"most_drifted", top},      {"by_device", devices},
-              {"unmatched_planned", c.unmatchedPlanned}, {"unmatched_measured", c.unmatchedMeasured}};
+              {"unmatched_planned", c.unmatchedPlanned}, {"unmatched_measured", c.unmatchedMeasured},
+              {"latest", latest},               {"by_kind", kinds}};
 }
 
 std::string planComparisonTable(const PlanComparison& c) {
@@ -521,10 +734,26 @@ std::string planComparisonTable(const PlanComparison& c) {
     << " iteration(s), " << c.ops.size() << " ops matched, " << c.unmatchedPlanned << " planned ops unmeasured, "
     << c.unmatchedMeasured << " measured ranges unplanned)\n\n";
   o << pad("device", 6) << pad("planned busy", 14) << pad("planned bubble", 16) << pad("measured busy", 15)
-    << pad("measured bubble", 17) << "  (ms)\n";
+    << pad("measured bubble", 17) << pad("of it comm wait", 17) << "  (ms per iteration)\n";
   for (const auto& d : c.devices) {
     o << pad(std::to_string(d.device), 6) << pad(fixed(d.plannedBusyMs), 14) << pad(fixed(d.plannedBubbleMs), 16)
-      << pad(fixed(d.measuredBusyMs), 15) << pad(fixed(d.measuredBubbleMs), 17) << '\n';
+      << pad(fixed(d.measuredBusyMs), 15) << pad(fixed(d.measuredBubbleMs), 17) << pad(fixed(d.measuredCommWaitMs), 17)
+      << '\n';
+  }
+  if (!c.byKind.empty()) {
+    o << "\nper op kind (mean ms)\n" << pad("kind", 5) << pad("ops", 7) << pad("planned", 10) << pad("measured", 10) << '\n';
+    for (const auto& k : c.byKind) {
+      o << pad(std::string(opKindName(k.kind)), 5) << pad(std::to_string(k.count), 7) << pad(fixed(k.plannedMs), 10)
+        << pad(fixed(k.measuredMs), 10) << '\n';
+    }
+  }
+  o << "\nstarted latest relative to plan\n"
+    << pad("device", 6) << pad("stage", 6) << pad("kind", 5) << pad("mb", 5) << pad("plan start", 12)
+    << pad("meas start", 12) << pad("late by", 10) << '\n';
+  for (const auto& d : c.latest) {
+    o << pad(std::to_string(d.device), 6) << pad(std::to_string(d.virtualStage), 6)
+      << pad(std::string(opKindName(d.kind)), 5) << pad(std::to_string(d.microbatch), 5)
+      << pad(fixed(d.plannedStartMs), 12) << pad(fixed(d.measuredStartMs), 12) << pad(fixed(d.startDriftMs), 10) << '\n';
   }
   o << "\nmost drifted ops\n"
     << pad("device", 6) << pad("stage", 6) << pad("kind", 5) << pad("mb", 5) << pad("plan start", 12)

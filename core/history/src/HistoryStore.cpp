@@ -447,7 +447,9 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
   e.correlationId = row.correlationId;
   e.category = static_cast<int>(row.category);
   e.device = row.device;
-  e.isOp = row.category == EventCategory::Op;
+  // Op ranges, and host ranges that name a stage (imported pipelining SEND/RECV annotations),
+  // keep their stage, microbatch and iteration columns.
+  e.isOp = row.category == EventCategory::Op || row.virtualStage >= 0;
   e.virtualStage = row.virtualStage;
   e.microbatch = row.microbatch;
   e.iteration = row.iteration;

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -30,9 +31,20 @@ namespace pipestudio::history::detail {
 
 class JsonFileReader {
  public:
+  /// Reads up to `size` bytes into `out`: the count, 0 at the end, -1 on an error (the reader
+  /// remembers it; the parse then ends as if the input ended there).
+  using ReadFn = std::function<long(char* out, std::size_t size)>;
+
   /// `bufferBytes`: the read size (tests use tiny ones so every token crosses a refill).
   explicit JsonFileReader(std::FILE* f, std::size_t bufferBytes = 1 << 20)
-      : m_file(f), m_buffer(std::max<std::size_t>(1, bufferBytes)) {
+      : JsonFileReader(
+            [f](char* out, std::size_t size) -> long {
+              const std::size_t n = std::fread(out, 1, size, f);
+              return n == 0 && std::ferror(f) ? -1 : static_cast<long>(n);
+            },
+            bufferBytes) {}
+  explicit JsonFileReader(ReadFn read, std::size_t bufferBytes = 1 << 20)
+      : m_read(std::move(read)), m_buffer(std::max<std::size_t>(1, bufferBytes)) {
     m_pos = m_end = m_buffer.data();
   }
   /// Bytes consumed so far (offset of the next byte).
@@ -49,23 +61,29 @@ class JsonFileReader {
   const char* pos() const { return m_pos; }
   const char* end() const { return m_end; }
   void advanceTo(const char* p) { m_pos = p; }
+  /// Whether the source reported an error (as opposed to ending).
+  bool failed() const { return m_failed; }
 
  private:
   bool fill() {
     if (m_eof) return false;
     m_base += static_cast<std::uint64_t>(m_end - m_buffer.data());
-    const std::size_t n = std::fread(m_buffer.data(), 1, m_buffer.size(), m_file);
+    const long n = m_read(m_buffer.data(), m_buffer.size());
     m_pos = m_buffer.data();
-    m_end = m_pos + n;
-    if (n == 0) m_eof = true;
+    m_end = m_pos + std::max<long>(n, 0);
+    if (n <= 0) {
+      m_eof = true;
+      m_failed = n < 0;
+    }
     return n > 0;
   }
-  std::FILE* m_file;
+  ReadFn m_read;
   std::vector<char> m_buffer;
   const char* m_pos;
   const char* m_end;
   std::uint64_t m_base = 0;
   bool m_eof = false;
+  bool m_failed = false;
 };
 
 template <typename Handler>

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "TorchSchedule.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/planner/Export.hpp"
@@ -106,29 +107,43 @@ struct ParsedAction {
   int microbatch = 0;
 };
 
+const char* kDialects =
+    "current dialect: F forward, I input gradient, W weight gradient, B full backward; legacy dialect "
+    "(--csv-dialect legacy, PyTorch 2.5 and the Zero Bubble fork): F, B input gradient, W, BW full backward";
+
 // `<digits><type><digits>`; returns an explanation on failure.
-std::optional<std::string> parseAction(std::string_view s, ParsedAction& out) {
+std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, ParsedAction& out) {
   std::size_t i = 0;
   while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-  if (i == 0) return "expected an action such as 0F0, 1I3, 2W1 or 1B0 (stage, type F/I/W/B, microbatch)";
+  if (i == 0) {
+    return dialect == CsvDialect::Legacy
+               ? "expected an action such as 0F0, 1B3, 2W1 or 1BW0 (stage, type F/B/W/BW, microbatch)"
+               : "expected an action such as 0F0, 1I3, 2W1 or 1B0 (stage, type F/I/W/B, microbatch)";
+  }
   if (i > 9) return "stage index too large";
   std::from_chars(s.data(), s.data() + i, out.stage);
   std::size_t j = i;
   while (j < s.size() && !(s[j] >= '0' && s[j] <= '9')) ++j;
   const std::string_view type = s.substr(i, j - i);
+  const bool legacy = dialect == CsvDialect::Legacy;
   if (type == "F") {
     out.kind = OpKind::F;
-  } else if (type == "I") {
-    out.kind = OpKind::B;
   } else if (type == "W") {
     out.kind = OpKind::W;
-  } else if (type == "B") {
+  } else if (!legacy && type == "I") {
+    out.kind = OpKind::B;
+  } else if (!legacy && type == "B") {
+    out.kind = OpKind::BW;
+  } else if (legacy && type == "B") {
+    out.kind = OpKind::B;
+  } else if (legacy && type == "BW") {
     out.kind = OpKind::BW;
   } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" ||
              type == "RECV_F" || type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
-    return "'" + excerpt(type) + "' is not a compute action (expected the compute-only format: F, I, W or B)";
+    return "'" + excerpt(type) + "' is not a compute action (expected the compute-only format; " + kDialects + ")";
   } else {
-    return "unknown action type '" + excerpt(type) + "' (expected F, I, W or B)";
+    return "unknown action type '" + excerpt(type) + "' (" + (legacy ? "read as the legacy dialect" : "read as the current dialect") +
+           "; " + kDialects + ")";
   }
   const std::string_view mb = s.substr(j);
   if (mb.empty()) return "missing microbatch index after '" + excerpt(type) + "'";
@@ -142,35 +157,50 @@ std::optional<std::string> parseAction(std::string_view s, ParsedAction& out) {
 
 }  // namespace
 
-Expected<std::string> scheduleCsv(const Plan& plan) {
-  const int devices = std::max(0, plan.config.devices);
-  std::vector<std::string> rows(static_cast<std::size_t>(devices));
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const Op& op = plan.ops[i];
-    if (op.device < 0 || op.device >= devices) {
-      return Error{"/ops/" + std::to_string(i) + ": device " + std::to_string(op.device) + " out of range"};
-    }
-    if (op.kind != OpKind::F && op.kind != OpKind::B && op.kind != OpKind::W && op.kind != OpKind::BW) {
-      return Error{"/ops/" + std::to_string(i) + ": a " + std::string(opKindName(op.kind)) +
-                   " op has no torch.distributed.pipelining compute action (the CSV holds F, I, W and B only)"};
-    }
-    if (op.samples > 0) {
-      return Error{"/ops/" + std::to_string(i) + ": partial-batch ops cannot be written as CSV actions"};
-    }
-    std::string& row = rows[static_cast<std::size_t>(op.device)];
-    if (!row.empty()) row += ',';
-    row += torchAction(op.virtualStage, op.kind, op.microbatch);
-  }
-  std::string out;
-  for (const std::string& row : rows) {
-    out += row;
-    out += "\r\n";  // Python's csv.writer default line terminator
-  }
-  return out;
+std::optional<CsvFormat> csvFormatFromName(std::string_view name) {
+  if (name == "compute_only") return CsvFormat::ComputeOnly;
+  if (name == "compute_comms") return CsvFormat::ComputeComms;
+  return std::nullopt;
 }
 
-Status writeScheduleCsv(const std::string& path, const Plan& plan) {
-  auto text = scheduleCsv(plan);
+std::optional<CsvDialect> csvDialectFromName(std::string_view name) {
+  if (name == "current") return CsvDialect::Current;
+  if (name == "legacy") return CsvDialect::Legacy;
+  return std::nullopt;
+}
+
+Status validateTorchSchedule(const Plan& plan) {
+  auto order = torchpp::computeOrder(plan);
+  if (!order) return order.error();
+  if (auto st = torchpp::validate(*order, plan.config.devices, static_cast<int>(plan.virtualStages.size()),
+                                  plan.config.microbatches);
+      !st) {
+    return Error{"torch.distributed.pipelining would refuse this order: " + st.message()};
+  }
+  return {};
+}
+
+Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format) {
+  auto order = torchpp::computeOrder(plan);
+  if (!order) return order.error();
+  const int stages = static_cast<int>(plan.virtualStages.size());
+  if (auto st = torchpp::validate(*order, plan.config.devices, stages, plan.config.microbatches); !st) {
+    return Error{"torch.distributed.pipelining would refuse this order: " + st.message()};
+  }
+  if (format == CsvFormat::ComputeOnly) return torchpp::csvText(*order);
+  std::vector<int> stageDevice(static_cast<std::size_t>(stages), -1);
+  for (const VirtualStage& vs : plan.virtualStages) {
+    if (vs.id >= 0 && vs.id < stages) stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
+  }
+  auto lowered = torchpp::lowerWithComms(
+      *order, [&](int s) { return s >= 0 && s < stages ? stageDevice[static_cast<std::size_t>(s)] : -1; }, stages,
+      plan.config.microbatches);
+  if (!lowered) return lowered.error();
+  return torchpp::csvText(*lowered);
+}
+
+Status writeScheduleCsv(const std::string& path, const Plan& plan, CsvFormat format) {
+  auto text = scheduleCsv(plan, format);
   if (!text) return Error{path + ": " + text.message()};
   return writeOutputFile(path, *text);
 }
@@ -248,7 +278,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       if (action.empty() || action == "None") continue;  // an idle step
       const std::size_t column = cell.column + lead;
       ParsedAction a;
-      if (auto why = parseAction(action, a)) {
+      if (auto why = parseAction(action, shape.dialect, a)) {
         fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
         continue;
       }
@@ -351,14 +381,63 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   return skeleton;
 }
 
+Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from, CsvDialect to,
+                                         const std::string& source) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  std::string scratch;
+  std::vector<std::string> owned;
+  std::size_t pos = 0, lineNo = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    const bool lastLine = eol == std::string_view::npos;
+    if (lastLine) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++lineNo;
+    const bool cr = !line.empty() && line.back() == '\r';
+    if (cr) line.remove_suffix(1);
+    owned.clear();
+    bool first = true;
+    for (const Cell& cell : splitCells(line, scratch, owned)) {
+      if (!first) out += ',';
+      first = false;
+      std::size_t lead = 0;
+      const std::string_view action = trim(cell.text, lead);
+      if (action.empty() || action == "None") continue;
+      ParsedAction a;
+      if (auto why = parseAction(action, from, a)) {
+        if (why->find("is not a compute action") != std::string::npos) {
+          out += action;  // SEND_F, UNSHARD, … are spelled alike in both dialects
+          continue;
+        }
+        return Error{source + ":" + std::to_string(lineNo) + ":" + std::to_string(cell.column + lead) + ": '" +
+                     excerpt(action) + "': " + *why};
+      }
+      std::string type;
+      switch (a.kind) {
+        case OpKind::F: type = "F"; break;
+        case OpKind::W: type = "W"; break;
+        case OpKind::B: type = to == CsvDialect::Legacy ? "B" : "I"; break;
+        default: type = to == CsvDialect::Legacy ? "BW" : "B"; break;
+      }
+      out += std::to_string(a.stage) + type + std::to_string(a.microbatch);
+    }
+    if (!lastLine) out += cr ? "\r\n" : "\n";
+  }
+  return out;
+}
+
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
   auto text = readRegularFile(path, kMaxCsvBytes);
   if (!text) return text.error();
   return parseScheduleCsv(*text, shape, path);
 }
 
-Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const std::string& source) {
+Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const std::string& source,
+                                 CsvDialect dialect) {
   CsvScheduleShape shape;
+  shape.dialect = dialect;
   shape.devices = base.config.devices;
   shape.microbatches = base.config.microbatches;
   shape.virtualStages = base.virtualStages;

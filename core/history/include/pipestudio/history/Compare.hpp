@@ -75,12 +75,28 @@ struct OpDrift {
   int iterations = 0;          ///< measured ranges averaged
 };
 
+/// Per device, mean over measured iterations; the measured bubble is the window less busy time,
+/// as the plan's is span less compute. Busy is the union of op ranges; in runs without op
+/// ranges, of GPU activity with NCCL kernels counted only for their transfer part, so the time
+/// a send/recv kernel spends waiting for its peer is bubble (a kernel starts before its peer's;
+/// where the trace pairs them, through the `PP:` SEND/RECV annotations, the difference of their
+/// starts is waiting). Windows: iterations of op ranges, else ProfilerStep ranges of the device.
 struct DeviceBubble {
   int device = 0;
   double plannedBusyMs = 0;
   double plannedBubbleMs = 0;  ///< plan: span − busy
   double measuredBusyMs = 0;   ///< mean over iterations
   double measuredBubbleMs = 0;
+  double measuredCommWaitMs = 0;      ///< idle time with an NCCL kernel waiting for its peer (part of the bubble)
+  double measuredCommTransferMs = 0;  ///< NCCL kernel time moving data
+};
+
+/// Mean duration of one op kind, planned against measured.
+struct KindComparison {
+  OpKind kind = OpKind::F;
+  int count = 0;  ///< matched ops of this kind
+  double plannedMs = 0;
+  double measuredMs = 0;
 };
 
 struct PlanComparison {
@@ -89,7 +105,9 @@ struct PlanComparison {
   int iterations = 0;
   std::vector<OpDrift> ops;         ///< every matched op, in plan order
   std::vector<OpDrift> mostDrifted;  ///< by |start drift| + |duration delta|, largest first
+  std::vector<OpDrift> latest;       ///< by start drift, the latest relative to plan first
   std::vector<DeviceBubble> devices;
+  std::vector<KindComparison> byKind;
   int unmatchedPlanned = 0;  ///< planned ops with no measured range
   int unmatchedMeasured = 0;  ///< measured op ranges with no planned op
 };

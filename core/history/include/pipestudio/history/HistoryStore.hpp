@@ -192,6 +192,8 @@ class HistoryStore {
 
   /// Opaque state (src/Impl.hpp), shared with the ingest and compare code of this module.
   struct Impl;
+  /// This module's importers (src/TraceImport.cpp) write through the store's state.
+  Impl& impl() { return *m_impl; }
 
  private:
   friend class StreamIngest;

@@ -1,0 +1,331 @@
+// importTraces (TraceImport.hpp): reads every file once to learn its format, clock base, rank
+// and op names (scan), decides each file's device lane and the run's time origin, then stores
+// the files into one run (ingest) and numbers each op's iterations by time.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "Sqlite.hpp"
+#include "TraceImportImpl.hpp"
+#include "pipestudio/history/TraceImport.hpp"
+#include "pipestudio/common/Files.hpp"
+
+namespace pipestudio::history {
+
+namespace detail {
+
+// PCRE2 with a match limit: a user pattern is untrusted input; a catastrophic backtrack ends
+// as "no match" for that name rather than hanging the import.
+constexpr std::uint32_t kMatchLimit = 100000;
+
+Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& pattern) {
+  const std::string& text = pattern.empty() ? std::string(kPipeliningOpPattern) : pattern;
+  int code = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF, &code, &offset,
+                                 nullptr);
+  if (!re) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(code, message, sizeof message);
+    return Error{"--op-pattern: " + std::string(reinterpret_cast<const char*>(message)) + " at offset " +
+                 std::to_string(offset) + " of '" + text + "'"};
+  }
+  std::unique_ptr<OpMatcher> m(new OpMatcher());
+  m->m_code = re;
+  for (auto [name, slot] : {std::pair{"stage", &m->m_stage}, std::pair{"kind", &m->m_kind},
+                            std::pair{"microbatch", &m->m_microbatch}}) {
+    const int n = pcre2_substring_number_from_name(re, reinterpret_cast<PCRE2_SPTR>(name));
+    if (n < 0) {
+      return Error{"--op-pattern '" + text + "' has no named group (?<" + name +
+                   ">…) (expected groups stage, kind and microbatch)"};
+    }
+    *slot = static_cast<std::uint32_t>(n);
+  }
+  m->m_data = pcre2_match_data_create_from_pattern(re, nullptr);
+  m->m_ppPrefix = pattern.empty();
+  return m;
+}
+
+OpMatcher::~OpMatcher() {
+  if (m_data) pcre2_match_data_free(static_cast<pcre2_match_data*>(m_data));
+  if (m_code) pcre2_code_free(static_cast<pcre2_code*>(m_code));
+}
+
+std::optional<OpName> OpMatcher::match(std::string_view name) const {
+  if (m_ppPrefix && name.substr(0, 3) != "PP:") return std::nullopt;
+  static thread_local pcre2_match_context* context = [] {
+    pcre2_match_context* c = pcre2_match_context_create(nullptr);
+    pcre2_set_match_limit(c, kMatchLimit);
+    return c;
+  }();
+  auto* data = static_cast<pcre2_match_data*>(m_data);
+  const int rc = pcre2_match(static_cast<pcre2_code*>(m_code), reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0,
+                             0, data, context);
+  if (rc <= 0) return std::nullopt;
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
+  const auto group = [&](std::uint32_t n) -> std::string_view {
+    if (n >= static_cast<std::uint32_t>(rc) || ov[2 * n] == PCRE2_UNSET) return {};
+    return name.substr(ov[2 * n], ov[2 * n + 1] - ov[2 * n]);
+  };
+  const auto number = [](std::string_view s) -> std::optional<int> {
+    if (s.empty() || s.size() > 9) return std::nullopt;
+    int v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return std::nullopt;
+      v = v * 10 + (c - '0');
+    }
+    return v;
+  };
+  OpName out;
+  const auto stage = number(group(m_stage));
+  if (!stage) return std::nullopt;
+  out.stage = *stage;
+  out.kindText = std::string(group(m_kind));
+  if (out.kindText.empty()) return std::nullopt;
+  out.microbatch = number(group(m_microbatch)).value_or(-1);
+  if (computeKind(out.kindText, false) && out.microbatch < 0) return std::nullopt;
+  return out;
+}
+
+std::optional<OpKind> computeKind(std::string_view kind, bool legacy) {
+  if (kind == "F") return OpKind::F;
+  if (kind == "I") return OpKind::B;
+  if (kind == "W") return OpKind::W;
+  if (kind == "B") return legacy ? OpKind::B : OpKind::BW;
+  if (kind == "BW") return OpKind::BW;
+  return std::nullopt;
+}
+
+bool isCommAction(std::string_view kind) {
+  return kind == "SEND_F" || kind == "RECV_F" || kind == "SEND_B" || kind == "RECV_B";
+}
+
+}  // namespace detail
+
+Status checkOpPattern(const std::string& pattern) {
+  auto m = detail::OpMatcher::compile(pattern);
+  if (!m) return m.error();
+  return {};
+}
+
+Expected<TraceFormat> detectTraceFormat(const std::string& file) {
+  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Error{file + ": cannot open"};
+  char head[16] = {};
+  in.read(head, sizeof head);
+  const auto n = static_cast<std::size_t>(in.gcount());
+  if (n >= 4 && std::memcmp(head, trace::kStreamMagic, 4) == 0) return TraceFormat::Stream;
+  if (n >= 16 && std::memcmp(head, "SQLite format 3\0", 16) == 0) return TraceFormat::NsysSqlite;
+  return TraceFormat::ChromeJson;  // plain or gzip JSON; the reader says what else it is
+}
+
+namespace {
+
+const char* formatName(TraceFormat f) {
+  switch (f) {
+    case TraceFormat::Stream: return "PipeStudio stream";
+    case TraceFormat::ChromeJson: return "Chrome/Kineto JSON";
+    case TraceFormat::NsysSqlite: return "Nsight Systems SQLite";
+  }
+  return "?";
+}
+
+// Op ranges numbered 0, 1, … per (device, stage, kind, microbatch) in time order: the k-th
+// execution of an op is iteration k, however the files interleave their events.
+Status numberIterations(HistoryStore& store, RunId run) {
+  sqlite3* db = store.connection();
+  const std::string sql =
+      "UPDATE events SET iteration = t.rn FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY device, virtual_stage, "
+      "kind, microbatch, name_id, category ORDER BY start_ns, id) - 1 AS rn FROM events WHERE id BETWEEN (?1 << 32) "
+      "AND (?1 << 32) + 4294967295 AND virtual_stage IS NOT NULL AND virtual_stage >= 0) AS t WHERE events.id = t.id";
+  detail::Statement st(db, sql, nullptr);
+  if (!st) return Error{store.path() + ": " + detail::lastError(db)};
+  st.bind(1, run);
+  if (st.step() != SQLITE_DONE) return Error{store.path() + ": numbering iterations: " + detail::lastError(db)};
+  return {};
+}
+
+}  // namespace
+
+Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<std::string>& files,
+                                         const TraceImportOptions& options) {
+  if (files.empty()) return Error{"no trace files given"};
+  auto matcher = detail::OpMatcher::compile(options.opPattern);
+  if (!matcher) return matcher.error();
+
+  // --- scan: every file read once before anything is written ---
+  std::vector<detail::ScanResult> scans;
+  for (const std::string& file : files) {
+    auto format = detectTraceFormat(file);
+    if (!format) return format.error();
+    if (*format == TraceFormat::Stream) {
+      if (files.size() > 1) {
+        return Error{file + ": a PipeStudio trace stream holds every rank of its run; import it on its own"};
+      }
+      auto r = store.importStreamFile(file, options.info);
+      if (!r) return r.error();
+      TraceImportResult out;
+      out.runId = r->runId;
+      out.events = r->events;
+      out.skipped = r->skipped;
+      out.firstError = r->firstError;
+      auto ops = store.loadEvents(r->runId, EventCategory::Op);
+      if (ops && options.plan) {
+        std::set<std::tuple<int, int, int, int>> planned;
+        for (const Op& op : options.plan->ops) planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+        for (const auto& e : *ops) {
+          ++out.measuredOps;
+          if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++out.matchedOps;
+        }
+      } else if (ops) {
+        out.measuredOps = static_cast<std::int64_t>(ops->size());
+      }
+      return out;
+    }
+    auto scan = *format == TraceFormat::NsysSqlite ? detail::scanNsysFile(file, **matcher)
+                                                  : detail::scanChromeFile(file, **matcher);
+    if (!scan) return scan.error();
+    scans.push_back(std::move(*scan));
+  }
+
+  // --- decide: dialect, devices, time origin ---
+  bool legacy = false;
+  bool anyI = false, anyW = false;
+  for (const auto& s : scans) {
+    if (s.kindTexts.count("BW")) legacy = true;
+    anyI = anyI || s.kindTexts.count("I");
+    anyW = anyW || s.kindTexts.count("W");
+  }
+  if (anyW && !anyI) legacy = true;  // W without I: B was the input gradient (PyTorch ≈2.5)
+
+  std::vector<int> stageDevice;
+  if (options.plan) {
+    stageDevice.assign(options.plan->virtualStages.size(), -1);
+    for (const VirtualStage& vs : options.plan->virtualStages) {
+      if (vs.id >= 0 && vs.id < static_cast<int>(stageDevice.size())) stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
+    }
+  }
+  const bool multi = files.size() > 1;
+  std::vector<std::optional<int>> devices(files.size());
+  std::vector<std::string> notes;
+  std::map<int, std::size_t> deviceFile;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const auto& s = scans[i];
+    std::optional<int> device;
+    std::string why;
+    if (options.plan && !s.stages.empty()) {
+      std::set<int> lanes;
+      for (int stage : s.stages) {
+        if (stage >= static_cast<int>(stageDevice.size())) {
+          return Error{files[i] + ": annotations name stage " + std::to_string(stage) + " but the plan has " +
+                       std::to_string(stageDevice.size()) + " virtual stages (is this the plan the run executed?)"};
+        }
+        lanes.insert(stageDevice[static_cast<std::size_t>(stage)]);
+      }
+      if (lanes.size() > 1 && multi) {
+        return Error{files[i] + ": its annotations name stages of " + std::to_string(lanes.size()) +
+                     " different devices of the plan (expected one file per pipeline rank)"};
+      }
+      device = *lanes.begin();
+      why = "from its annotated stages";
+    } else if (s.rank) {
+      std::int64_t lane = *s.rank;
+      if (options.plan) {
+        const std::int64_t perRank = options.plan->config.parallel.gpusPerPipelineRank();
+        if (perRank > 1 && lane < options.plan->config.totalGpus()) lane /= perRank;
+      }
+      if (lane < 0 || lane > 1 << 20) return Error{files[i] + ": distributedInfo.rank " + std::to_string(*s.rank) + " out of range"};
+      device = static_cast<int>(lane);
+      why = "rank " + std::to_string(*s.rank);
+    } else if (multi) {
+      device = static_cast<int>(i);
+      why = "its position on the command line (no rank in the file)";
+    }
+    if (device && multi) {
+      auto [it, inserted] = deviceFile.try_emplace(*device, i);
+      if (!inserted) {
+        return Error{files[i] + " and " + files[it->second] + " are both device " + std::to_string(*device) +
+                     " (expected one file per pipeline rank)"};
+      }
+    }
+    devices[i] = device;
+    notes.push_back(files[i] + ": " + formatName(s.format) +
+                    (device ? ", device " + std::to_string(*device) + " (" + why + ")" : std::string(", devices as recorded")));
+  }
+  std::optional<std::int64_t> origin;
+  for (const auto& s : scans) {
+    if (s.firstAbsNs && (!origin || *s.firstAbsNs < *origin)) origin = *s.firstAbsNs;
+  }
+
+  // --- ingest ---
+  RunInfo info = options.info;
+  if (info.source.empty()) info.source = scans.front().format == TraceFormat::NsysSqlite ? "nsys" : "chrome";
+  if (info.sourcePath.empty()) info.sourcePath = files.front() + (multi ? " (+" + std::to_string(files.size() - 1) + ")" : "");
+  if (info.gpu.empty()) info.gpu = scans.front().gpuName;
+  auto run = store.beginRun(info);
+  if (!run) return run.error();
+  auto fail = [&](const Error& e) -> Expected<TraceImportResult> {
+    (void)store.deleteRun(*run);
+    return e;
+  };
+  auto state = store.impl().runState(*run);
+  if (!state) return fail(state.error());
+  if (origin) {
+    (*state)->originKnown = true;
+    (*state)->originNs = *origin;
+    (*state)->dirty = true;
+  }
+  TraceImportResult result;
+  std::optional<std::string> incomplete;
+  result.runId = *run;
+  result.notes = notes;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    detail::FileContext ctx;
+    ctx.path = files[i];
+    ctx.fileIndex = static_cast<int>(i);
+    ctx.baseNs = scans[i].baseNs;
+    ctx.device = devices[i];
+    ctx.useGpuAnnotations = scans[i].gpuAnnotations;
+    ctx.legacy = legacy;
+    ctx.recordSteps = i == 0;
+    ctx.allowTruncated = scans[i].truncated.has_value();
+    ctx.matcher = matcher->get();
+    ctx.stageDevice = options.plan ? &stageDevice : nullptr;
+    auto counts = scans[i].format == TraceFormat::NsysSqlite
+                      ? detail::ingestNsysFile(store.impl(), *run, **state, ctx)
+                      : detail::ingestChromeFile(store.impl(), *run, **state, ctx);
+    if (!counts) return fail(counts.error());
+    result.events += counts->stored;
+    result.skipped += counts->skipped;
+    if (!result.firstError && counts->firstError) result.firstError = counts->firstError;
+    if (counts->incomplete) incomplete = counts->incomplete;
+  }
+  if (auto st = store.flush(); !st) return fail(st.error());
+  if (auto st = numberIterations(store, *run); !st) return fail(st.error());
+
+  auto ops = store.loadEvents(*run, EventCategory::Op);
+  if (!ops) return fail(ops.error());
+  std::set<std::tuple<int, int, int, int>> planned;
+  if (options.plan) {
+    for (const Op& op : options.plan->ops) planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+  }
+  for (const auto& e : *ops) {
+    ++result.measuredOps;
+    if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++result.matchedOps;
+  }
+  std::string note = incomplete.value_or("");
+  if (result.skipped > 0) {
+    note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) + " event(s) skipped, first: " +
+            result.firstError.value_or("");
+  }
+  const RunStatus status = incomplete ? RunStatus::Incomplete : RunStatus::Complete;
+  if (auto st = store.finishRun(*run, status, note); !st) return fail(st.error());
+  return result;
+}
+
+}  // namespace pipestudio::history

@@ -1,0 +1,412 @@
+// torch.distributed.pipelining's schedule IR: the compute order of a plan, the checks of
+// `_validate_schedule`, and the lowering `_PipelineScheduleRuntime._prepare_schedule_with_comms`
+// applies to a compute-only order (torch/distributed/pipelining/schedules.py). The lowering is
+// reproduced step for step, so a compute_comms CSV we write is the one PyTorch would dump.
+#include "TorchSchedule.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace pipestudio::torchpp {
+namespace {
+
+// Iteration order of a CPython set of small non-negative ints (Objects/setobject.c, 3.11+):
+// open addressing with hash(i) = i, up to 9 linear probes then perturbed probing, a discarded
+// key leaves a dummy, an insert reuses the last dummy met on its probe path, and the table
+// grows to the next power of two above 4·used once fill·5 ≥ mask·3. `_add_unshard_reshard`
+// iterates such a set when it evicts and when it reshards what is left, so the order of those
+// RESHARD actions (and everything the round-robin lowering places after them) depends on it.
+class PySmallIntSet {
+ public:
+  bool contains(int key) const { return find(key) >= 0; }
+  void add(int key) {
+    const std::size_t mask = m_slots.size() - 1;
+    std::size_t i = static_cast<std::size_t>(key) & mask;
+    std::size_t perturb = static_cast<std::size_t>(key);
+    long freeSlot = -1;
+    for (;;) {
+      const int probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
+      for (int p = 0; p <= probes; ++p) {
+        Slot& s = m_slots[i + static_cast<std::size_t>(p)];
+        if (s.state == Empty) {
+          if (freeSlot >= 0) {
+            m_slots[static_cast<std::size_t>(freeSlot)] = {key, Active};
+            ++m_used;
+            return;
+          }
+          s = {key, Active};
+          ++m_used;
+          ++m_fill;
+          if (m_fill * 5 >= mask * 3) resize(m_used * 4);
+          return;
+        }
+        if (s.state == Active && s.key == key) return;
+        if (s.state == Dummy) freeSlot = static_cast<long>(i) + p;
+      }
+      perturb >>= kPerturbShift;
+      i = (i * 5 + 1 + perturb) & mask;
+    }
+  }
+  void discard(int key) {
+    const long at = find(key);
+    if (at < 0) return;
+    m_slots[static_cast<std::size_t>(at)].state = Dummy;
+    --m_used;
+  }
+  std::vector<int> items() const {
+    std::vector<int> out;
+    for (const Slot& s : m_slots) {
+      if (s.state == Active) out.push_back(s.key);
+    }
+    return out;
+  }
+
+ private:
+  enum State : std::uint8_t { Empty, Active, Dummy };
+  struct Slot {
+    int key = 0;
+    State state = Empty;
+  };
+  static constexpr std::size_t kLinearProbes = 9;
+  static constexpr int kPerturbShift = 5;
+
+  long find(int key) const {
+    const std::size_t mask = m_slots.size() - 1;
+    std::size_t i = static_cast<std::size_t>(key) & mask;
+    std::size_t perturb = static_cast<std::size_t>(key);
+    for (;;) {
+      const int probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
+      for (int p = 0; p <= probes; ++p) {
+        const Slot& s = m_slots[i + static_cast<std::size_t>(p)];
+        if (s.state == Empty) return -1;
+        if (s.state == Active && s.key == key) return static_cast<long>(i) + p;
+      }
+      perturb >>= kPerturbShift;
+      i = (i * 5 + 1 + perturb) & mask;
+    }
+  }
+  void resize(std::size_t minUsed) {
+    std::size_t size = 8;
+    while (size <= minUsed) size <<= 1;
+    std::vector<Slot> old(size);
+    old.swap(m_slots);
+    const std::size_t mask = size - 1;
+    for (const Slot& e : old) {
+      if (e.state != Active) continue;
+      std::size_t i = static_cast<std::size_t>(e.key) & mask;
+      std::size_t perturb = static_cast<std::size_t>(e.key);
+      for (bool placed = false; !placed;) {
+        const std::size_t probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
+        for (std::size_t p = 0; p <= probes && !placed; ++p) {
+          if (m_slots[i + p].state == Empty) {
+            m_slots[i + p] = e;
+            placed = true;
+          }
+        }
+        perturb >>= kPerturbShift;
+        i = (i * 5 + 1 + perturb) & mask;
+      }
+    }
+    m_fill = m_used;
+  }
+
+  std::vector<Slot> m_slots = std::vector<Slot>(8);
+  std::size_t m_used = 0;
+  std::size_t m_fill = 0;
+};
+
+// --- _add_unshard_reshard (max_active_stages = 3) ---
+std::vector<Action> addUnshardReshard(const std::vector<Action>& compute) {
+  constexpr std::size_t kMaxActiveStages = 3;
+  std::vector<Action> out;
+  out.reserve(compute.size() + 8);
+  PySmallIntSet active;
+  for (std::size_t i = 0; i < compute.size(); ++i) {
+    // The next three distinct stages this rank computes on, in order.
+    std::vector<int> next;
+    for (std::size_t j = i; j < compute.size() && next.size() < kMaxActiveStages; ++j) {
+      if (std::find(next.begin(), next.end(), compute[j].stage) == next.end()) next.push_back(compute[j].stage);
+    }
+    std::vector<int> evict;
+    for (int s : active.items()) {
+      if (std::find(next.begin(), next.end(), s) == next.end()) evict.push_back(s);
+    }
+    std::vector<int> fetch;
+    for (int s : next) {
+      if (!active.contains(s)) fetch.push_back(s);
+    }
+    for (int s : evict) {
+      active.discard(s);
+      out.push_back({s, ActionType::Reshard, -1});
+    }
+    for (int s : fetch) {
+      active.add(s);
+      out.push_back({s, ActionType::Unshard, -1});
+    }
+    out.push_back(compute[i]);
+  }
+  for (int s : active.items()) {
+    active.discard(s);
+    out.push_back({s, ActionType::Reshard, -1});
+  }
+  return out;
+}
+
+// --- _add_reduce_grad: after a stage's n-th W or B ---
+std::vector<Action> addReduceGrad(const std::vector<Action>& actions, int microbatches) {
+  std::vector<Action> out;
+  out.reserve(actions.size() + 4);
+  std::map<int, int> count;
+  for (const Action& a : actions) {
+    out.push_back(a);
+    if (a.type == ActionType::W || a.type == ActionType::B) {
+      if (++count[a.stage] == microbatches) out.push_back({a.stage, ActionType::ReduceGrad, -1});
+    }
+  }
+  return out;
+}
+
+struct ActionLess {
+  bool operator()(const Action& a, const Action& b) const {
+    return std::tie(a.stage, a.type, a.microbatch) < std::tie(b.stage, b.type, b.microbatch);
+  }
+};
+
+std::string describeType(ActionType t) {
+  switch (t) {
+    case ActionType::F: return "forward";
+    case ActionType::I: return "input-gradient backward";
+    case ActionType::W: return "weight-gradient backward";
+    case ActionType::B: return "full backward";
+    default: return typeName(t);
+  }
+}
+
+}  // namespace
+
+const char* typeName(ActionType type) {
+  switch (type) {
+    case ActionType::F: return "F";
+    case ActionType::I: return "I";
+    case ActionType::W: return "W";
+    case ActionType::B: return "B";
+    case ActionType::SendF: return "SEND_F";
+    case ActionType::RecvF: return "RECV_F";
+    case ActionType::SendB: return "SEND_B";
+    case ActionType::RecvB: return "RECV_B";
+    case ActionType::Unshard: return "UNSHARD";
+    case ActionType::Reshard: return "RESHARD";
+    case ActionType::ReduceGrad: return "REDUCE_GRAD";
+  }
+  return "?";
+}
+
+bool isCompute(ActionType type) {
+  return type == ActionType::F || type == ActionType::I || type == ActionType::W || type == ActionType::B;
+}
+
+std::string toString(const Action& a) {
+  std::string s = std::to_string(a.stage) + typeName(a.type);
+  if (a.microbatch >= 0) s += std::to_string(a.microbatch);
+  return s;
+}
+
+Expected<RankOrder> computeOrder(const Plan& plan) {
+  const int devices = std::max(0, plan.config.devices);
+  for (const VirtualStage& vs : plan.virtualStages) {
+    if (vs.pipeline != 0) {
+      return Error{"/virtual_stages/" + std::to_string(vs.id) + ": the plan holds the model twice (a bidirectional " +
+                   plan.config.schedule +
+                   " schedule); torch.distributed.pipelining runs one copy of each stage (expected one pipeline)"};
+    }
+  }
+  RankOrder order(static_cast<std::size_t>(devices));
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    const std::string where = "/ops/" + std::to_string(i);
+    if (op.device < 0 || op.device >= devices) {
+      return Error{where + ": device " + std::to_string(op.device) + " out of range (the plan has " +
+                   std::to_string(devices) + " devices)"};
+    }
+    ActionType type = ActionType::F;
+    switch (op.kind) {
+      case OpKind::F: type = ActionType::F; break;
+      case OpKind::B: type = ActionType::I; break;
+      case OpKind::W: type = ActionType::W; break;
+      case OpKind::BW: type = ActionType::B; break;
+      default:
+        return Error{where + ": a " + std::string(opKindName(op.kind)) + " op (" +
+                     (op.kind == OpKind::N ? std::string("frozen-component fill") : std::string("vocabulary or optimizer pass")) +
+                     ") has no torch.distributed.pipelining action (expected F, B, W or BW ops only)"};
+    }
+    if (op.samples > 0) {
+      return Error{where + ": a partial-batch op (" + std::to_string(op.samples) +
+                   " samples) has no torch.distributed.pipelining action (expected whole microbatches)"};
+    }
+    order[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, type, op.microbatch});
+  }
+  return order;
+}
+
+Status validate(const RankOrder& order, int ranks, int stages, int microbatches) {
+  if (static_cast<int>(order.size()) != ranks) {
+    return Error{"the schedule has " + std::to_string(order.size()) + " rank rows, expected " + std::to_string(ranks) +
+                 " (one per pipeline rank)"};
+  }
+  struct Seen {
+    std::set<int> f, b, i, w;
+  };
+  std::vector<Seen> seen(static_cast<std::size_t>(std::max(0, stages)));
+  std::map<int, std::pair<int, std::size_t>> stageRank;  // stage → (rank, step of first action)
+  for (int rank = 0; rank < ranks; ++rank) {
+    const auto& row = order[static_cast<std::size_t>(rank)];
+    for (std::size_t step = 0; step < row.size(); ++step) {
+      const Action& a = row[step];
+      const std::string at = "rank " + std::to_string(rank) + ", step " + std::to_string(step) + " (" + toString(a) + ")";
+      if (a.stage < 0 || a.stage >= stages) {
+        return Error{at + ": stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
+                     std::to_string(stages - 1) + ")"};
+      }
+      auto [it, inserted] = stageRank.try_emplace(a.stage, rank, step);
+      if (!inserted && it->second.first != rank) {
+        return Error{at + ": stage " + std::to_string(a.stage) + " is also on rank " + std::to_string(it->second.first) +
+                     " (step " + std::to_string(it->second.second) + "); PyTorch runs each stage on one rank"};
+      }
+      if (!isCompute(a.type)) continue;
+      Seen& s = seen[static_cast<std::size_t>(a.stage)];
+      const auto need = [&](const std::set<int>& before, ActionType t) -> Status {
+        if (before.count(a.microbatch) == 0) {
+          return Error{at + ": " + describeType(a.type) + " of stage " + std::to_string(a.stage) + ", microbatch " +
+                       std::to_string(a.microbatch) + " runs before its " + describeType(t) +
+                       " (PyTorch requires F before I or B, and I before W)"};
+        }
+        return {};
+      };
+      switch (a.type) {
+        case ActionType::F: s.f.insert(a.microbatch); break;
+        case ActionType::B:
+          if (auto st = need(s.f, ActionType::F); !st) return st;
+          s.b.insert(a.microbatch);
+          break;
+        case ActionType::I:
+          if (auto st = need(s.f, ActionType::F); !st) return st;
+          s.i.insert(a.microbatch);
+          break;
+        case ActionType::W:
+          if (auto st = need(s.i, ActionType::I); !st) return st;
+          s.w.insert(a.microbatch);
+          break;
+        default: break;
+      }
+    }
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    const Seen& s = seen[static_cast<std::size_t>(stage)];
+    const std::string where = "stage " + std::to_string(stage);
+    if (static_cast<int>(s.f.size()) != microbatches) {
+      return Error{where + ": " + std::to_string(s.f.size()) + " forward microbatches, expected " +
+                   std::to_string(microbatches)};
+    }
+    if (s.i.size() != s.w.size()) {
+      return Error{where + ": " + std::to_string(s.i.size()) + " input-gradient (I) and " + std::to_string(s.w.size()) +
+                   " weight-gradient (W) microbatches, PyTorch expects as many of each"};
+    }
+    if (static_cast<int>(s.b.size() + (s.i.size() + s.w.size()) / 2) != microbatches) {
+      return Error{where + ": " + std::to_string(s.b.size()) + " full (B) and " + std::to_string(s.i.size()) +
+                   " split (I/W) backwards, expected " + std::to_string(microbatches) + " in all"};
+    }
+  }
+  return {};
+}
+
+Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::function<int(int)>& stageToRank, int stages,
+                                   int microbatches, bool runtimePasses) {
+  const int ranks = static_cast<int>(computeOnly.size());
+  std::vector<std::vector<Action>> pending(computeOnly.size());
+  for (std::size_t r = 0; r < computeOnly.size(); ++r) {
+    pending[r] = runtimePasses ? addReduceGrad(addUnshardReshard(computeOnly[r]), microbatches) : computeOnly[r];
+  }
+  // --- _add_send_recv ---
+  const auto hasComms = [&](const Action& a) {
+    if (a.type == ActionType::F) return a.stage != stages - 1 && stageToRank(a.stage + 1) != stageToRank(a.stage);
+    if (a.type == ActionType::I || a.type == ActionType::B) {
+      return a.stage != 0 && stageToRank(a.stage - 1) != stageToRank(a.stage);
+    }
+    return false;
+  };
+  RankOrder out(computeOnly.size());
+  std::vector<std::set<Action, ActionLess>> done(computeOnly.size());
+  const auto ready = [&](const Action& a, const std::set<Action, ActionLess>& prev) {
+    if (a.type == ActionType::F && a.stage != 0) {
+      return prev.count({a.stage, ActionType::RecvF, a.microbatch}) > 0 ||
+             prev.count({a.stage - 1, ActionType::F, a.microbatch}) > 0;
+    }
+    if ((a.type == ActionType::I || a.type == ActionType::B) && a.stage != stages - 1) {
+      return prev.count({a.stage, ActionType::RecvB, a.microbatch}) > 0 ||
+             prev.count({a.stage + 1, ActionType::I, a.microbatch}) > 0 ||
+             prev.count({a.stage + 1, ActionType::B, a.microbatch}) > 0;
+    }
+    return true;
+  };
+  std::vector<std::size_t> next(computeOnly.size(), 0);
+  std::size_t remaining = 0;
+  for (const auto& p : pending) remaining += p.size();
+  while (remaining > 0) {
+    bool progress = false;
+    for (int rank = 0; rank < ranks; ++rank) {
+      auto& queue = pending[static_cast<std::size_t>(rank)];
+      std::size_t& k = next[static_cast<std::size_t>(rank)];
+      if (k >= queue.size()) continue;
+      const Action a = queue[k];
+      if (!ready(a, done[static_cast<std::size_t>(rank)])) continue;
+      out[static_cast<std::size_t>(rank)].push_back(a);
+      done[static_cast<std::size_t>(rank)].insert(a);
+      if (hasComms(a)) {
+        const bool forward = a.type == ActionType::F;
+        const Action send{a.stage, forward ? ActionType::SendF : ActionType::SendB, a.microbatch};
+        const Action recv{forward ? a.stage + 1 : a.stage - 1, forward ? ActionType::RecvF : ActionType::RecvB,
+                          a.microbatch};
+        out[static_cast<std::size_t>(rank)].push_back(send);
+        done[static_cast<std::size_t>(rank)].insert(send);
+        const int peer = stageToRank(recv.stage);
+        if (peer < 0 || peer >= ranks) {
+          return Error{"stage " + std::to_string(recv.stage) + " has no rank (expected 0.." + std::to_string(ranks - 1) + ")"};
+        }
+        out[static_cast<std::size_t>(peer)].push_back(recv);
+        done[static_cast<std::size_t>(peer)].insert(recv);
+      }
+      ++k;
+      --remaining;
+      progress = true;
+    }
+    if (!progress) {
+      std::string stuck;
+      for (int rank = 0; rank < ranks; ++rank) {
+        const auto& queue = pending[static_cast<std::size_t>(rank)];
+        const std::size_t k = next[static_cast<std::size_t>(rank)];
+        if (k < queue.size()) {
+          stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank) + " waits at " +
+                   toString(queue[k]);
+        }
+      }
+      return Error{"the order cannot be lowered to sends and receives: no rank can proceed (" + stuck +
+                   "); every action's input must be produced earlier on its rank or sent by another"};
+    }
+  }
+  return out;
+}
+
+std::string csvText(const RankOrder& order) {
+  std::string out;
+  for (const auto& row : order) {
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) out += ',';
+      out += toString(row[i]);
+    }
+    out += "\r\n";  // Python's csv.writer default line terminator
+  }
+  return out;
+}
+
+}  // namespace pipestudio::torchpp
