@@ -112,13 +112,13 @@ HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
       "recorded; select one and press <b>Compare with plan</b>.</p>"));
   m_empty->setVisible(false);
   layout->addWidget(m_empty);
-  // Two rows of buttons: the dock stays narrow enough to share a 1024-pixel screen.
+  // Rows of three buttons: the dock stays narrow enough to share a 1024-pixel screen.
   auto* buttons = new QGridLayout;
   int buttonCount = 0;
   auto addButton = [&](const QString& text, void (HistoryDock::*slot)()) {
     auto* b = new QPushButton(text, this);
     connect(b, &QPushButton::clicked, this, slot);
-    buttons->addWidget(b, buttonCount / 4, buttonCount % 4);
+    buttons->addWidget(b, buttonCount / 3, buttonCount % 3);
     ++buttonCount;
   };
   addButton(QStringLiteral("Open"), &HistoryDock::openSelected);
@@ -138,9 +138,19 @@ HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
   connect(m_watcher, &QFileSystemWatcher::fileChanged, this, [this]() { refresh(); });
   connect(m_watcher, &QFileSystemWatcher::directoryChanged, this, [this]() { refresh(); });
   m_poll = new QTimer(this);
-  m_poll->setInterval(2000);
+  m_poll->setInterval(1000);
   connect(m_poll, &QTimer::timeout, this, [this]() {
-    if (isVisible()) refresh();
+    // Cheap: the database is read only when its file or its write-ahead log changed.
+    if (!m_store) return;
+    const QString path = QString::fromStdString(m_store->path());
+    QString stamp;
+    for (const QString& f : {path, QString(path + QStringLiteral("-wal"))}) {
+      const QFileInfo info(f);
+      stamp += QStringLiteral("%1:%2;").arg(info.size()).arg(info.lastModified().toMSecsSinceEpoch());
+    }
+    if (stamp == m_fileStamp) return;
+    m_fileStamp = stamp;
+    refresh();
   });
 }
 

@@ -91,6 +91,7 @@ class HistoryDock : public QWidget {
   QFileSystemWatcher* m_watcher = nullptr;
   QTimer* m_poll = nullptr;
   QString m_signature;  ///< ids, statuses and event counts of the listed runs
+  QString m_fileStamp;  ///< sizes and times of the database and its log at the last poll
 };
 
 }  // namespace pipestudio::gui

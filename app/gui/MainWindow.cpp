@@ -728,14 +728,19 @@ void MainWindow::updateDerivedFields() {
   m_panel.microbatches->setEnabled(!fromBatch);
   m_panel.sequenceParallel->setEnabled(m_panel.tp->value() > 1);
   PlanRequest request = currentRequest();
+  if (fromBatch) {
+    // microbatches = G / (B·D) (resolveRequest's rule), shown even while another field is wrong.
+    const std::int64_t b = request.config.microBatchSize.value_or(request.model.samplesPerMicrobatch);
+    const std::int64_t perMicrobatch = std::max<std::int64_t>(1, b) * request.config.parallel.data;
+    const std::int64_t g = *request.config.globalBatch;
+    if (g % perMicrobatch == 0 && g / perMicrobatch <= m_panel.microbatches->maximum()) {
+      const QSignalBlocker block(m_panel.microbatches);
+      m_panel.microbatches->setValue(static_cast<int>(g / perMicrobatch));
+    }
+  }
+  m_panel.microbatches->setToolTip(fromBatch ? QStringLiteral("Derived: Global batch / (Micro-batch size × DP)") : QString());
   auto resolved = resolveRequest(request);
   if (resolved) {
-    if (fromBatch && resolved->config.microbatches != m_panel.microbatches->value()) {
-      const QSignalBlocker block(m_panel.microbatches);
-      m_panel.microbatches->setValue(resolved->config.microbatches);
-    }
-    m_panel.microbatches->setToolTip(fromBatch ? QStringLiteral("Derived: Global batch / (Micro-batch size × DP)")
-                                               : QString());
     m_layers->setCostContext(resolved->cluster, resolved->config, resolved->model.samplesPerMicrobatch);
   } else {
     m_layers->setCostContext(request.cluster, PlanConfig{}, request.model.samplesPerMicrobatch);

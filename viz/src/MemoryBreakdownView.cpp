@@ -41,7 +41,8 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   m_plot = new QCustomPlot(this);
   m_plot->setObjectName(QStringLiteral("MemoryBreakdownPlot"));
   m_plot->setMouseTracking(true);
-  m_plot->setMinimumHeight(140);
+  // An explicit minimum: the plot's own hint (axis and legend text) would widen its dock.
+  m_plot->setMinimumSize(120, 140);
   layout->addWidget(m_plot);
   const QPalette pal = palette();
   m_plot->setBackground(pal.color(QPalette::Base));
@@ -75,7 +76,7 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   legend->setFont(font());
   legend->setIconSize(10, 10);
   legend->setFillOrder(QCPLegend::foColumnsFirst);
-  legend->setWrap(3);
+  legend->setWrap(2);
   legend->setBorderPen(Qt::NoPen);
   legend->setBrush(Qt::NoBrush);
   legend->setTextColor(pal.color(QPalette::WindowText));

@@ -749,11 +749,14 @@ QString TimelineView::titleText() const {
   return parts.join(QStringLiteral(" · "));
 }
 
-void TimelineView::updateTitle() { m_title->setText(titleText()); }
+// A hidden text element still counts in the layout's minimum width: it holds text only while
+// shown (on screen or in an export).
+void TimelineView::updateTitle() { m_title->setText(m_titleVisible ? titleText() : QString()); }
 
 void TimelineView::setTitleVisible(bool visible) {
   m_titleVisible = visible;
   m_title->setVisible(visible);
+  updateTitle();
   requestReplot();
 }
 
@@ -1005,7 +1008,9 @@ bool TimelineView::exportImage(const QString& path, int width, int height, bool 
   const int w = width > 0 ? width : std::max(800, m_plot->width());
   const int h = height > 0 ? height : std::max(500, m_plot->height());
   const bool titleWas = m_title->visible();
-  m_title->setVisible(withTitle && !m_title->text().isEmpty());
+  const QString title = titleText();
+  m_title->setText(withTitle ? title : QString());
+  m_title->setVisible(withTitle && !title.isEmpty());
   const QString lower = path.toLower();
   bool ok = false;
   if (lower.endsWith(QStringLiteral(".pdf"))) {
@@ -1017,7 +1022,7 @@ bool TimelineView::exportImage(const QString& path, int width, int height, bool 
     generator.setFileName(path);
     generator.setSize(QSize(w, h));
     generator.setViewBox(QRect(0, 0, w, h));
-    generator.setTitle(m_title->text().isEmpty() ? QStringLiteral("PipeStudio timeline") : m_title->text());
+    generator.setTitle(title.isEmpty() ? QStringLiteral("PipeStudio timeline") : title);
     QCPPainter painter;
     if (painter.begin(&generator)) {
       m_plot->toPainter(&painter, w, h);
@@ -1028,6 +1033,7 @@ bool TimelineView::exportImage(const QString& path, int width, int height, bool 
     ok = m_plot->savePng(path, w, h);
   }
   m_title->setVisible(titleWas);
+  updateTitle();
   m_plot->replot(QCustomPlot::rpQueuedReplot);
   return ok;
 }
