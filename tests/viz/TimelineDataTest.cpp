@@ -180,6 +180,23 @@ TEST(TimelineData, SlackIsTheTotalFloatToTheIterationEnd) {
   double most = 0;
   for (int op = 0; op < static_cast<int>(big->ops.size()); ++op) most = std::max(most, bigData.slackMs(op));
   EXPECT_GT(most, 0.5);
+  // A transfer after the last op that feeds nothing in this iteration (a frozen hand-off to the
+  // next one) lengthens the drawn span but gives the critical path no slack.
+  Plan trailing = testing::syntheticPlan(4, 16);
+  const auto last = std::max_element(trailing.ops.begin(), trailing.ops.end(),
+                                     [](const Op& a, const Op& b) { return a.endMs < b.endMs; });
+  Comm handOff;
+  handOff.kind = OpKind::N;
+  handOff.microbatch = last->microbatch;
+  handOff.virtualStage = last->virtualStage;
+  handOff.fromDevice = last->device;
+  handOff.toDevice = (last->device + 1) % 4;
+  handOff.startMs = last->endMs;
+  handOff.endMs = last->endMs + 0.25;
+  trailing.comms.push_back(handOff);
+  TimelineData trailingData(std::make_shared<const Plan>(trailing));
+  EXPECT_GT(trailingData.endMs(), last->endMs);
+  for (int op : trailingData.criticalPath()) EXPECT_NEAR(trailingData.slackMs(op), 0.0, 1e-9) << op;
 }
 
 TEST(TimelineData, QueriesFindOpsByKindMicrobatchStageAndDevice) {

@@ -64,6 +64,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_baselineTimeline = new TimelinePlottable(m_top->axis(QCPAxis::atBottom), m_top->axis(QCPAxis::atLeft));
   m_currentTimeline = new TimelinePlottable(m_bottom->axis(QCPAxis::atBottom), m_bottom->axis(QCPAxis::atLeft));
   m_legend = new TimelineLegend(m_plot, m_currentTimeline);
+  m_legend->setOverlayEntries(false);  // the compare view draws no critical path or selection
   grid->addElement(0, 0, m_legend);
   m_topTicker = QSharedPointer<TimeAxisTicker>::create();
   m_bottomTicker = QSharedPointer<TimeAxisTicker>::create();

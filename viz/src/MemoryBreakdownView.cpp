@@ -57,7 +57,9 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   QCPBars* below = nullptr;
   for (int i = 0; i < kParts; ++i) {
     auto* bars = new QCPBars(m_plot->xAxis, m_plot->yAxis);
-    bars->setName(QString::fromLatin1(partNames()[static_cast<std::size_t>(i)]));
+    // Short names in the legend (the dock is narrow); the tooltip spells them out.
+    static const char* const kShort[kParts] = {"params", "grads", "optimizer", "activations", "buffers", "margin"};
+    bars->setName(QString::fromLatin1(kShort[i]));
     const QColor colour = QColor::fromRgb(kColours[static_cast<std::size_t>(i)]);
     bars->setBrush(colour);
     bars->setPen(QPen(colour.darker(130)));
@@ -75,8 +77,8 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   legend->setVisible(true);
   legend->setFont(font());
   legend->setIconSize(10, 10);
-  legend->setFillOrder(QCPLegend::foColumnsFirst);
-  legend->setWrap(2);
+  legend->setWrap(3);
+  legend->setFillOrder(QCPLegend::foColumnsFirst, true);  // rearranges the entries added above
   legend->setBorderPen(Qt::NoPen);
   legend->setBrush(Qt::NoBrush);
   legend->setTextColor(pal.color(QPalette::WindowText));
@@ -117,7 +119,7 @@ void MemoryBreakdownView::setPlan(std::shared_ptr<const Plan> plan) {
   m_capacity->point1->setCoords(-1, capacityGiB);
   m_capacity->point2->setCoords(n + 1, capacityGiB);
   auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-  const int step = n <= 16 ? 1 : (n <= 32 ? 2 : (n <= 64 ? 4 : 8));
+  const int step = n <= 8 ? 1 : (n <= 16 ? 2 : (n <= 32 ? 4 : (n <= 64 ? 8 : 16)));
   for (int d = 0; d < n; d += step) ticker->addTick(d, QString::number(d));
   m_plot->xAxis->setTicker(ticker);
   m_plot->xAxis->setLabel(n > 0 ? QStringLiteral("GPU (pipeline rank)") : QStringLiteral("no plan"));

@@ -130,7 +130,7 @@ QString SelectionPanel::measurementHtml() const {
   const auto& m = m_view->measurement();
   if (!m) return {};
   QString html = QStringLiteral("<h3 style='margin:2px'>Range %1 – %2</h3><p>duration <b>%3</b> · idle %4 over "
-                                "%5 devices</p><table cellspacing='1' border='0'><tr><th align='left'>device</th>"
+                                "%5 devices</p><table cellspacing='0' cellpadding='2' border='0'><tr><th align='left'>device</th>"
                                 "<th align='right'>busy</th><th align='right'>idle</th><th align='right'>idle %</th></tr>")
                      .arg(ms(m->fromMs), ms(m->toMs), ms(m->durationMs()), ms(m->idleMs()))
                      .arg(m->devices.size());

@@ -362,41 +362,48 @@ void TimelineData::buildSlack() const {
   buildSuccessors();
   const Plan& p = *m_plan;
   const std::size_t n = p.ops.size();
-  // Transfer time of each data hand-off, by (producing stage, kind, microbatch): a successor on
-  // another device can start no earlier than its producer's end plus that transfer.
-  std::map<std::tuple<int, int, int, int>, double> transfer;
-  for (const Comm& c : p.comms) {
-    auto& t = transfer[{c.virtualStage, static_cast<int>(c.kind), c.microbatch, c.toDevice}];
-    t = std::max(t, c.endMs - c.startMs);
-  }
-  // Latest finish without delaying the iteration's end: a backward pass over the ops in
-  // decreasing start order (every dependency ends before its consumer starts).
+  // Latest finish without delaying the last op's end (a transfer after it that feeds no op of
+  // this iteration, as a frozen hand-off to the next one, gives nothing slack): a backward pass
+  // over the ops in decreasing start order (every dependency ends before its consumer starts).
+  double endMs = -std::numeric_limits<double>::infinity();
+  for (const Op& op : p.ops) endMs = std::max(endMs, op.endMs);
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     return p.ops[static_cast<std::size_t>(a)].startMs > p.ops[static_cast<std::size_t>(b)].startMs;
   });
-  std::vector<double> latestFinish(n, m_endMs);
+  std::vector<double> latestFinish(n, endMs);
   auto latestStart = [&](std::size_t s) { return latestFinish[s] - p.ops[s].durationMs(); };
   for (int idx : order) {
     const auto i = static_cast<std::size_t>(idx);
-    const Op& op = p.ops[i];
-    double lf = m_endMs;
+    double lf = endMs;
     const int next = m_nextOnDevice[i];
     if (next >= 0) lf = std::min(lf, latestStart(static_cast<std::size_t>(next)));
     for (std::int32_t k = m_succBegin[i]; k < m_succBegin[i + 1]; ++k) {
       const auto s = static_cast<std::size_t>(m_succ[static_cast<std::size_t>(k)]);
-      double lag = 0;
-      if (p.ops[s].device != op.device) {
-        const auto it = transfer.find({op.virtualStage, static_cast<int>(op.kind), op.microbatch, p.ops[s].device});
-        if (it != transfer.end()) lag = it->second;
-      }
-      lf = std::min(lf, latestStart(s) - lag);
+      lf = std::min(lf, latestStart(s) - transferMs(idx, static_cast<int>(s)));
     }
     latestFinish[i] = lf;
   }
   m_slackMs.resize(n);
   for (std::size_t i = 0; i < n; ++i) m_slackMs[i] = std::max(0.0, latestFinish[i] - p.ops[i].endMs);
+}
+
+double TimelineData::transferMs(int from, int to) const {
+  const Plan& p = *m_plan;
+  const Op& a = p.ops[static_cast<std::size_t>(from)];
+  const Op& b = p.ops[static_cast<std::size_t>(to)];
+  if (a.device == b.device) return 0;
+  if (!m_transfersBuilt) {
+    // Transfer time of each data hand-off, by (producing stage, kind, microbatch, receiver).
+    m_transfersBuilt = true;
+    for (const Comm& c : p.comms) {
+      auto& t = m_transferMs[{c.virtualStage, static_cast<int>(c.kind), c.microbatch, c.toDevice}];
+      t = std::max(t, c.endMs - c.startMs);
+    }
+  }
+  const auto it = m_transferMs.find({a.virtualStage, static_cast<int>(a.kind), a.microbatch, b.device});
+  return it == m_transferMs.end() ? 0.0 : it->second;
 }
 
 double TimelineData::slackMs(int op) const {
@@ -606,9 +613,9 @@ WaitReason TimelineData::waitReason(int opIndex) const {
   }
   for (int dep : dataPredecessors(opIndex)) {
     const Op& d = m_plan->ops[static_cast<std::size_t>(dep)];
-    // Between a dependency on another device and this op lies its transfer: the ready time is
-    // the dependency's end plus the gap up to this op's start when nothing else explains it.
-    const double ready = d.endMs;
+    // Between a dependency on another device and this op lies its transfer: the data is ready
+    // when the transfer ends (the same lag the slack computation uses).
+    const double ready = d.endMs + transferMs(dep, opIndex);
     const bool later = ready > latest + 1e-9 || (d.device != op.device && ready >= latest - 1e-9);
     if (later) {
       latest = ready;

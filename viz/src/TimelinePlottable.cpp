@@ -503,8 +503,10 @@ void TimelineLegend::updateEntries() {
                          p.colour(ColourSlot::CommBackward, 1)});
   }
   m_entries.push_back({QStringLiteral("bubble (idle)"), Swatch::Hatch, p.bubbleHatch, p.laneBackground});
-  m_entries.push_back({QStringLiteral("critical path"), Swatch::Outline, p.critical, {}});
-  m_entries.push_back({QStringLiteral("selected microbatch"), Swatch::Outline, p.chain, {}});
+  if (m_overlayEntries) {
+    m_entries.push_back({QStringLiteral("critical path"), Swatch::Outline, p.critical, {}});
+    m_entries.push_back({QStringLiteral("selected microbatch"), Swatch::Outline, p.chain, {}});
+  }
 }
 
 QStringList TimelineLegend::entryNames() const {

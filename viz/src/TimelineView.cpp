@@ -232,6 +232,7 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   m_timelineRect->setMarginGroup(QCP::msLeft | QCP::msRight, group);
   m_memoryRect->setMarginGroup(QCP::msLeft | QCP::msRight, group);
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_plot->setAutoAddPlottableToLegend(false);  // memory curves join the memory legend only when few
 
   setupTimelineAxes(m_timelineRect, 1);
   m_laneTicker = QSharedPointer<QCPAxisTickerText>::create();

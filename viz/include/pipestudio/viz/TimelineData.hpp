@@ -5,6 +5,8 @@
 /// tested and benchmarked without a widget.
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -191,6 +193,8 @@ class TimelineData {
   void buildSuccessors() const;
   void buildSlack() const;
   int findOp(int virtualStage, OpKind kind, int microbatch) const;
+  /// Transfer time between an op and a data successor on another device (0 on one device).
+  double transferMs(int from, int to) const;
 
   std::shared_ptr<const Plan> m_plan;
   std::vector<Lane> m_lanes;
@@ -217,7 +221,8 @@ class TimelineData {
   mutable std::vector<std::int32_t> m_succ;
   mutable bool m_successorsBuilt = false;
   mutable std::vector<double> m_slackMs;
-  mutable std::vector<double> m_commMs;  ///< transfer time of each (stage, kind, mb) hand-off
+  mutable std::map<std::tuple<int, int, int, int>, double> m_transferMs;  ///< (stage, kind, mb, to) → ms
+  mutable bool m_transfersBuilt = false;
   mutable std::vector<StageCostsLite> m_stageCosts;
   mutable bool m_stageCostsBuilt = false;
   int m_maxMicrobatch = 0;

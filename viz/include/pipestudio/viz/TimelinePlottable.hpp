@@ -166,6 +166,12 @@ class TimelineLegend : public QCPLayoutElement {
     updateEntries();
   }
   QStringList entryNames() const;
+  /// Whether the overlay entries (critical path, selected microbatch) are listed: only where
+  /// the plot draws them.
+  void setOverlayEntries(bool shown) {
+    m_overlayEntries = shown;
+    updateEntries();
+  }
   QSize minimumOuterSizeHint() const override;
 
  protected:
@@ -183,6 +189,7 @@ class TimelineLegend : public QCPLayoutElement {
   TimelinePlottable* m_timeline;
   std::vector<Entry> m_entries;
   int m_rows = 1;
+  bool m_overlayEntries = true;
 };
 
 }  // namespace pipestudio::viz
