@@ -17,6 +17,9 @@ packages=(
   libgl-dev libxkbcommon-dev
   # real sshd for the remote tests, Xvfb for the real-display smoke test
   openssh-server openssh-client xvfb xauth
+  # launcher slurm|mpirun: a real single-node Slurm (the tests start private daemons, nothing
+  # system-wide) and Open MPI's mpirun for the remote tests; srun/squeue/scancel on login nodes
+  slurmctld slurmd slurm-client munge openmpi-bin
   # fonts so offscreen screenshots render text
   fonts-dejavu-core
 )

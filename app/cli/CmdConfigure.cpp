@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "Inputs.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
@@ -209,10 +210,10 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
                                                "global batch; rank feasible configurations by throughput");
   cmd->add_option("--model", o.model, "Model file (pipestudio.model/1)")->required();
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
-  cmd->add_option("--top", o.top, "Configurations to rank (and print)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o.top, "Configurations to rank (and print)")->check(intIn(1, 1'000'000));
   cmd->add_option("--global-batch", o.globalBatch,
                   "Global batch in samples, held fixed (default: the model's global_batch, else 4 per GPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(intIn(1, std::int64_t{1} << 40));
   cmd->add_flag("--json", o.json, "One JSON document on stdout");
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Compare 1f1b and v-half with and without vocabulary parallelism instead of searching");

@@ -1,5 +1,6 @@
-// pipestudio-cli deploy (DESIGN.md §9, issue 8): run a plan on the hosts of a hosts file over
-// SSH and record the run in the history while the ranks stream their traces back.
+// pipestudio-cli deploy (DESIGN.md §9, issues 8 and 17): run a plan on the hosts of a hosts file
+// over SSH (directly, or through Slurm or mpirun from the first host) and record the run in the
+// history while the ranks stream their traces back; a Slurm job's state is printed as it changes.
 #include <termios.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -100,9 +102,15 @@ class HistorySink final : public remote::TraceSink {
     }
   }
 
+  void onLauncherLog(std::string_view text) override {
+    // srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
+    std::cerr << '[' << m_launcher << "] " << text << std::flush;
+  }
+
   bool started() const { return m_run != 0; }
   history::RunId runId() const { return m_run; }
   void setEchoLogs(bool echo) { m_echoLogs = echo; }
+  void setLauncher(std::string launcher) { m_launcher = std::move(launcher); }
 
   /// Final status: the deploy outcome, made stricter by what the streams say.
   Status finish(const remote::DeployResult& result) {
@@ -130,6 +138,7 @@ class HistorySink final : public remote::TraceSink {
   std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
   std::map<int, std::string> m_logLines;
   bool m_echoLogs = true;
+  std::string m_launcher = "launcher";
 };
 
 std::atomic<remote::Deployment*> g_active{nullptr};
@@ -199,6 +208,7 @@ int deploy(const DeployArgs& a) {
   info.host = hosts->hosts.front().host;
   info.backend = a.backend;
   HistorySink sink(*store, info);
+  sink.setLauncher(hosts->launcher);
 
   remote::DeployCallbacks callbacks;
   const bool accept = a.acceptNewHostKeys;
@@ -220,10 +230,18 @@ int deploy(const DeployArgs& a) {
               (p.iterations > 0 ? "/" + std::to_string(p.iterations) : std::string()) + ", " +
               std::to_string(p.events) + " events";
     }
+    if (p.state != remote::RankState::Running && !p.message.empty() && p.message != remote::rankStateName(p.state)) {
+      line += " (" + p.message + ")";
+    }
     if (lastState[p.rank] == line) return;
     lastState[p.rank] = line;
-    std::cerr << "rank " << p.rank << " " << p.hostPort << ": " << line
-              << (p.message.empty() || p.state == remote::RankState::Running ? "" : " (" + p.message + ")") << '\n';
+    // Under Slurm the node is known once the rank runs.
+    std::cerr << "rank " << p.rank << (p.hostPort.empty() ? "" : " " + p.hostPort) << ": " << line << '\n';
+  };
+  callbacks.job = [&](const remote::JobProgress& j) {
+    // The scheduler's view of the job: "slurm job 12: PENDING (Resources)", then RUNNING.
+    std::lock_guard lock(progressMutex);
+    std::cerr << j.text() << '\n';
   };
 
   remote::Deployment deployment(request, callbacks, sink);
@@ -253,6 +271,9 @@ int deploy(const DeployArgs& a) {
   }
   if (status != "complete") {
     std::cerr << "deploy: run " << sink.runId() << " " << status << ": " << result->message << '\n';
+    if (result->connectionLost) {
+      std::cerr << "deploy: to reconnect, run the same command again once the host answers\n";
+    }
     return kExitFailure;
   }
   return kExitOk;
@@ -266,9 +287,9 @@ void addDeployCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
   cmd->add_option("--hosts", args.hosts, "Hosts file (pipestudio.hosts/1)")->required();
   cmd->add_option("--backend", args.backend, "Executor backend")->check(CLI::IsMember({"cuda", "cuda-single", "cpu"}));
-  cmd->add_option("--history", args.history, "History database (default: the GUI's)");
+  cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--iterations", args.iterations, "Measured iterations (default: the executor's)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(intIn(1, 1 << 20));
   cmd->add_flag("--accept-new-host-keys", args.acceptNewHostKeys,
                 "Trust hosts seen for the first time and add their keys to known_hosts (changed keys are always refused)");
   cmd->add_option("--executor", args.executor, "Local pipestudio-exec to upload (default: the one built with this CLI)");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -128,13 +129,14 @@ void addExportCommand(CLI::App& root, int& exitCode) {
   static ExportOptions o;
   auto* cmd = root.add_subcommand("export", "Export a plan or a measured run as Chrome trace JSON or schedule CSV");
   cmd->add_option("plan", o.plan, "Plan file (pipestudio.plan/1)");
-  cmd->add_option("--run", o.run, "Measured run id in the history database");
-  cmd->add_option("--db", o.db, "History database (default: the GUI's)");
-  cmd->add_option("--iteration", o.iteration, "Measured runs: keep one iteration (csv default: 0)");
+  cmd->add_option("--run", o.run, "Measured run id in the history database")->check(intIn(1, INT64_MAX));
+  cmd->add_option("--db", o.db, "History database (default: the GUI's)")->check(nonEmptyPath());
+  cmd->add_option("--iteration", o.iteration, "Measured runs: keep one iteration (csv default: 0)")
+      ->check(intIn(0, 1 << 30));
   cmd->add_option("--format", o.format, "chrome (Perfetto trace JSON) or csv (torch.distributed.pipelining)")
       ->required()
       ->check(CLI::IsMember({"chrome", "csv"}));
-  cmd->add_option("-o,--output", o.output, "Output file")->required();
+  cmd->add_option("-o,--output", o.output, "Output file")->required()->check(nonEmptyPath());
   cmd->callback([&exitCode] { exitCode = runExport(o); });
 }
 

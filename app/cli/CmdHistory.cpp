@@ -7,6 +7,9 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -52,24 +55,37 @@ int usage(const std::string& message) {
   return kExitUsage;
 }
 
-Expected<HistoryStore> openStore() {
+// Read commands open the database read-only: a read-only file or mount can still be listed.
+Expected<HistoryStore> openStore(bool write = true) {
   const std::string path = options().db.empty() ? defaultHistoryPath() : options().db;
-  return HistoryStore::open(path);
+  OpenOptions open;
+  open.readOnly = !write;
+  auto store = HistoryStore::open(path, open);
+  // An older schema needs one read-write open to migrate; a database not yet created reads as
+  // empty once created (as before).
+  if (!store && !write && (store.message().find("needs a migration") != std::string::npos ||
+                           store.message().find("no history database here") != std::string::npos)) {
+    return HistoryStore::open(path);
+  }
+  return store;
 }
 
+// Names, notes and errors are user text: one line each, whatever they contain.
+std::string shown(const std::string& text) { return excerpt(text, 200); }
+
 void printSummaryText(const RunSummary& s) {
-  std::cout << "run " << s.id << "  " << s.name << '\n'
-            << "  status     " << runStatusName(s.status) << (s.error.empty() ? "" : "  (" + s.error + ")") << '\n'
+  std::cout << "run " << s.id << "  " << shown(s.name) << '\n'
+            << "  status     " << runStatusName(s.status) << (s.error.empty() ? "" : "  (" + shown(s.error) + ")") << '\n'
             << "  created    " << formatUnixMs(s.createdUnixMs) << '\n'
             << "  events     " << s.events << " on " << s.devices << " device(s), " << s.durationMs << " ms\n"
             << "  plan       " << (s.planId ? std::to_string(*s.planId) : "-") << '\n'
-            << "  source     " << s.source << (s.sourcePath.empty() ? "" : " " + s.sourcePath) << '\n';
-  if (!s.host.empty() || !s.gpu.empty()) std::cout << "  host/gpu   " << s.host << " " << s.backend << " " << s.gpu << '\n';
-  if (!s.notes.empty()) std::cout << "  notes      " << s.notes << '\n';
+            << "  source     " << shown(s.source) << (s.sourcePath.empty() ? "" : " " + shown(s.sourcePath)) << '\n';
+  if (!s.host.empty() || !s.gpu.empty()) std::cout << "  host/gpu   " << shown(s.host) << " " << shown(s.backend) << " " << shown(s.gpu) << '\n';
+  if (!s.notes.empty()) std::cout << "  notes      " << shown(s.notes) << '\n';
 }
 
 int runList() {
-  auto store = openStore();
+  auto store = openStore(false);
   if (!store) return fail(store.message());
   auto runs = store->listRuns();
   if (!runs) return fail(runs.message());
@@ -85,7 +101,7 @@ int runList() {
   }
   for (const auto& r : *runs) {
     std::cout << r.id << '\t' << runStatusName(r.status) << '\t' << formatUnixMs(r.createdUnixMs) << '\t' << r.events
-              << " events\t" << (r.planId ? "plan " + std::to_string(*r.planId) : "no plan") << '\t' << r.name << '\n';
+              << " events\t" << (r.planId ? "plan " + std::to_string(*r.planId) : "no plan") << '\t' << shown(r.name) << '\n';
   }
   return kExitOk;
 }
@@ -93,7 +109,7 @@ int runList() {
 int runShow() {
   const auto id = parseId(options().idA);
   if (!id) return usage("run id '" + options().idA + "' is not a positive integer");
-  auto store = openStore();
+  auto store = openStore(false);
   if (!store) return fail(store.message());
   auto s = store->runSummary(*id);
   if (!s) return fail(s.message());
@@ -119,7 +135,7 @@ int runShow() {
 int runCompare() {
   const auto a = parseId(options().idA);
   if (!a) return usage("run id '" + options().idA + "' is not a positive integer");
-  auto store = openStore();
+  auto store = openStore(false);
   if (!store) return fail(store.message());
   // B may be another run, "plan" (A's linked plan) or "plan:ID".
   if (options().idB == "plan" || options().idB.rfind("plan:", 0) == 0) {
@@ -160,7 +176,7 @@ bool looksLikeStream(const std::string& path) {
 
 int runImport() {
   const std::string& file = options().file;
-  if (!std::ifstream(file)) return fail(file + ": cannot open");
+  if (auto st = checkRegularFile(file); !st) return fail(st.message());  // a FIFO would hang the open
   std::optional<Plan> plan;
   if (!options().planFile.empty()) {
     auto p = loadPlan(options().planFile);
@@ -209,7 +225,8 @@ int runEdit(const char* what) {
 }
 
 void addCommon(CLI::App* sub) {
-  sub->add_option("--db", options().db, "History database (default: $XDG_DATA_HOME/pipestudio/history.sqlite)");
+  sub->add_option("--db", options().db, "History database (default: $XDG_DATA_HOME/pipestudio/history.sqlite)")
+      ->check(nonEmptyPath());
   sub->add_flag("--json", options().json, "Print one JSON document on stdout");
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "Inputs.hpp"
 #include "PlanSummary.hpp"
 #include "pipestudio/common/Units.hpp"
@@ -126,6 +127,11 @@ int runPlan(const PlanOptions& o) {
   if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);
   cfg.chunksPerDevice = o.chunks > 0 ? o.chunks : (generator ? generator->defaultChunksPerDevice() : 1);
+  // Every schedule (zb-auto, custom, vocab-parallel too): refuse before anything is allocated.
+  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) {
+    std::cerr << "plan: " << st.message() << '\n';
+    return kExitFailure;
+  }
   if (!o.memoryLimit.empty()) {
     auto bytes = parseBytes(o.memoryLimit);
     if (!bytes) {
@@ -201,32 +207,34 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--model", o.model, "Model file (pipestudio.model/1)")->required();
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
   cmd->add_option("--schedule", o.schedule, "Schedule name (see `schedules`)")->required();
-  cmd->add_option("--devices", o.devices, "Pipeline devices")->required();
-  cmd->add_option("--microbatches", o.microbatches, "Microbatches per iteration (or --global-batch)");
-  cmd->add_option("--chunks", o.chunks, "Virtual stages per device (default: the schedule's)");
+  cmd->add_option("--devices", o.devices, "Pipeline devices")->required()->check(intIn(1, 1'000'000));
+  cmd->add_option("--microbatches", o.microbatches, "Microbatches per iteration (or --global-batch)")
+      ->check(intIn(1, 1'000'000));
+  cmd->add_option("--chunks", o.chunks, "Virtual stages per device (default: the schedule's)")->check(intIn(1, 1024));
   cmd->add_option("--partition", o.partition,
                   "uniform|balanced|dp|diffusionpipe (default balanced: uniform refuses unequal chunks for multi-chunk schedules)");
   cmd->add_option("--fill", o.fill, "none|greedy");
   cmd->add_option("--memory-limit", o.memoryLimit, "Per-device memory limit, bytes or e.g. 40GiB");
-  cmd->add_option("-o,--output", o.output, "Write the plan document here");
+  cmd->add_option("-o,--output", o.output, "Write the plan document here")->check(nonEmptyPath());
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");
   cmd->add_option("--csv", o.csv, "custom: per-device order from a torch.distributed.pipelining schedule CSV");
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
-  cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)");
-  cmd->add_option("--tp", o.tp, "Tensor-parallel degree T (Megatron: QKV/MLP split over T GPUs of a node)");
-  cmd->add_option("--cp", o.cp, "Context-parallel degree C (ring attention, sequence split over C)");
-  cmd->add_option("--ep", o.ep, "Expert-parallel degree E (MoE, inside the data-parallel group)");
-  cmd->add_option("--dp", o.dp, "Data-parallel degree D (replicas of the whole pipeline)");
-  cmd->add_option("--zero", o.zero, "ZeRO stage 0|1|2|3 (1: distributed optimizer, 3: FSDP)");
+  cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)")
+      ->check(numberIn(0.001, 86400));
+  cmd->add_option("--tp", o.tp, "Tensor-parallel degree T (Megatron: QKV/MLP split over T GPUs of a node)")->check(intIn(1, 1024));
+  cmd->add_option("--cp", o.cp, "Context-parallel degree C (ring attention, sequence split over C)")->check(intIn(1, 1024));
+  cmd->add_option("--ep", o.ep, "Expert-parallel degree E (MoE, inside the data-parallel group)")->check(intIn(1, 1'000'000));
+  cmd->add_option("--dp", o.dp, "Data-parallel degree D (replicas of the whole pipeline)")->check(intIn(1, 1'000'000));
+  cmd->add_option("--zero", o.zero, "ZeRO stage 0|1|2|3 (1: distributed optimizer, 3: FSDP)")->check(intIn(0, 3));
   cmd->add_option("--recompute", o.recompute, "Activation recomputation none|selective|full");
   cmd->add_flag("--sequence-parallel", o.sequenceParallel, "Sequence parallelism (default on when --tp > 1)");
   cmd->add_flag("--no-sequence-parallel", o.noSequenceParallel, "Turn sequence parallelism off");
   cmd->add_flag("--no-overlap-grad-reduce", o.noOverlapGradReduce,
                 "Reduce gradients after the pipeline drains instead of during the last backward passes");
-  cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))");
-  cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)");
+  cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))")->check(intIn(1, std::int64_t{1} << 40));
+  cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)")->check(intIn(1, 1'000'000));
   cmd->add_option("--optimizer-sync", o.optimizerSync,
                   "global (default) | post-validation (Zero Bubble: iterations overlap, steady-state period)");
   cmd->callback([&exitCode] { exitCode = runPlan(o); });

@@ -4,16 +4,22 @@
 //
 // Where pipestudio-exec is found: $PIPESTUDIO_EXEC, next to pipestudio-cli, in
 // <build>/executor/ (the build tree layout: <build>/app/pipestudio-cli), then PATH.
+#include <signal.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "Commands.hpp"
+#include "Flags.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
@@ -72,11 +78,18 @@ class RunRecorder {
     }
   }
 
-  // Final status: the launcher's verdict first (a killed rank), then what the streams say.
+  /// Why the run must stop now: the history cannot store what the ranks send (disk full).
+  std::optional<std::string> storeFailure() const {
+    if (m_dbError.empty()) return std::nullopt;
+    return "history: " + m_dbError;
+  }
+
+  // Final status: the launcher's verdict first (a killed rank; a run stopped from outside is
+  // incomplete), then what the streams say.
   Status finish(const exec::LaunchOutcome& outcome, std::string& message) {
     history::RunStatus status = history::RunStatus::Complete;
     message = outcome.ok ? "" : outcome.failure;
-    if (!outcome.ok) status = history::RunStatus::Failed;
+    if (!outcome.ok) status = outcome.stopped ? history::RunStatus::Incomplete : history::RunStatus::Failed;
     for (auto& ingest : m_ingest) {
       if (auto st = ingest->flush(); !st && m_dbError.empty()) m_dbError = st.message();
       const auto s = ingest->suggestedStatus();
@@ -86,8 +99,10 @@ class RunRecorder {
       }
       if (message.empty() && !ingest->problem().empty()) message = ingest->problem();
     }
-    if (m_ingest.empty()) status = history::RunStatus::Failed;
-    if (!m_dbError.empty()) message += (message.empty() ? "" : "; ") + ("history: " + m_dbError);
+    if (m_ingest.empty() && status == history::RunStatus::Complete) status = history::RunStatus::Failed;
+    if (!m_dbError.empty() && message.find(m_dbError) == std::string::npos) {
+      message += (message.empty() ? "" : "; ") + ("history: " + m_dbError);
+    }
     m_status = status;
     return m_store->finishRun(m_run, status, message);
   }
@@ -153,6 +168,40 @@ class PlanFileFor {
   std::string m_error;
 };
 
+std::atomic<int> g_stopSignal{0};
+
+extern "C" void onStopSignal(int sig) { g_stopSignal.store(sig); }  // async-signal-safe
+
+std::string sigabbrev(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+// Catches the signals that end an interactive run while the ranks run, restores them after.
+class SignalStop {
+ public:
+  SignalStop() {
+    g_stopSignal = 0;
+    struct sigaction sa{};
+    sa.sa_handler = onStopSignal;
+    sigemptyset(&sa.sa_mask);
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &sa, &m_previous[i]);
+  }
+  ~SignalStop() {
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &m_previous[i], nullptr);
+  }
+  SignalStop(const SignalStop&) = delete;
+  SignalStop& operator=(const SignalStop&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> m_previous{};
+};
+
 int runPlan(const RunArgs& args) {
   auto fromWorkspace = workspacePlan(args.plan);
   auto plan = fromWorkspace ? std::move(*fromWorkspace) : loadPlan(args.plan);
@@ -187,6 +236,13 @@ int runPlan(const RunArgs& args) {
   req.peerExitTimeoutS = args.timeoutS + 10;
   req.extraArgs = {"--timeout-s", std::to_string(args.timeoutS)};
   if (args.maxOpMs > 0) req.extraArgs.insert(req.extraArgs.end(), {"--max-op-ms", std::to_string(args.maxOpMs)});
+  // SIGINT/SIGTERM/SIGHUP stop the ranks and leave the run incomplete; so does a history that
+  // can store no more (disk full): what was committed stays.
+  const SignalStop signals;
+  req.stopRequested = [&]() -> std::optional<std::string> {
+    if (const int sig = g_stopSignal.load()) return std::string("interrupted by ") + sigabbrev(sig);
+    return recorder->storeFailure();
+  };
   auto outcome = exec::launchLocal(req, {}, [&](int rank, std::string_view bytes) { recorder->feed(rank, bytes); });
   exec::LaunchOutcome result;
   if (outcome) {
@@ -221,13 +277,13 @@ void addRunCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1), or a workspace saved with its plan")->required();
   cmd->add_option("--backend", args.backend, "cpu, cuda (one process per GPU) or cuda-single (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda", "cuda-single"}));
-  cmd->add_option("--iterations", args.iterations, "Measured iterations")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--warmup", args.warmup, "Warm-up iterations, not recorded")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--history", args.history, "History database (default: the GUI's)");
+  cmd->add_option("--iterations", args.iterations, "Measured iterations")->check(intIn(1, 1 << 20));
+  cmd->add_option("--warmup", args.warmup, "Warm-up iterations, not recorded")->check(intIn(0, 1 << 20));
+  cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--max-op-ms", args.maxOpMs, "Scale planned times so the longest op lasts this long")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(numberIn(0, 1e6));
   cmd->add_option("--timeout-s", args.timeoutS, "A rank without progress for this long fails the run")
-      ->check(CLI::Range(0.1, 1e5));
+      ->check(numberIn(0.1, 1e5));
   cmd->add_flag("--json", args.json, "Print {\"id\": …} on stdout");
   cmd->callback([&exitCode] { exitCode = runPlan(args); });
 }

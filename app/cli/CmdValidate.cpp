@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "Commands.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -22,12 +23,12 @@ void checkSolver(JsonReader& r, const JsonNode& s, const std::optional<ClusterSp
   if (auto p = r.string(s, "partition", Presence::Optional)) {
     if (*p != "uniform" && *p != "balanced" && *p != "dp" && *p != "diffusionpipe") {
       r.error(s.child("partition"),
-              "'" + *p + "' is not a partitioner (expected uniform, balanced, dp or diffusionpipe)");
+              "'" + excerpt(*p) + "' is not a partitioner (expected uniform, balanced, dp or diffusionpipe)");
     }
   }
   if (auto f = r.string(s, "fill", Presence::Optional)) {
     if (*f != "none" && *f != "greedy")
-      r.error(s.child("fill"), "'" + *f + "' is not a fill mode (expected none or greedy)");
+      r.error(s.child("fill"), "'" + excerpt(*f) + "' is not a fill mode (expected none or greedy)");
   }
   if (devices && cluster && *devices > cluster->totalGpus()) {
     r.error(s.child("devices"), "is " + std::to_string(*devices) + " but the cluster has " +
@@ -53,12 +54,12 @@ bool validateFile(const std::string& path) {
     if (auto m = readModel(reader, reader.root())) {
       std::size_t layers = 0;
       for (const auto& c : m->components) layers += c.layers.size();
-      summary = "model '" + m->name + "', " + std::to_string(m->components.size()) + " component(s), " +
+      summary = "model '" + excerpt(m->name) + "', " + std::to_string(m->components.size()) + " component(s), " +
                 std::to_string(layers) + " layer(s)";
     }
   } else if (*kind == "cluster") {
     if (auto c = readCluster(reader, reader.root())) {
-      summary = "cluster '" + c->name + "', " + std::to_string(c->nodes.size()) + " node(s), " +
+      summary = "cluster '" + excerpt(c->name) + "', " + std::to_string(c->nodes.size()) + " node(s), " +
                 std::to_string(c->totalGpus()) + " GPU(s)";
     }
   } else if (*kind == "hosts") {
@@ -71,7 +72,7 @@ bool validateFile(const std::string& path) {
         std::cerr << locatePlanProblem(*doc, st.message()) << '\n';
         return false;
       }
-      summary = "plan '" + p->config.schedule + "', " + std::to_string(p->config.devices) + " device(s), " +
+      summary = "plan '" + excerpt(p->config.schedule) + "', " + std::to_string(p->config.devices) + " device(s), " +
                 std::to_string(p->ops.size()) + " op(s)";
     }
   } else if (*kind == "workspace") {
@@ -85,9 +86,9 @@ bool validateFile(const std::string& path) {
       if (auto m = reader.field(root, "model", Presence::Required)) model = readModel(reader, *m);
       if (auto c = reader.field(root, "cluster", Presence::Required)) cluster = readCluster(reader, *c);
       if (auto s = reader.object(root, "solver", Presence::Optional)) checkSolver(reader, *s, cluster);
-      summary = "workspace '" + reader.string(root, "name", Presence::Optional).value_or("") + "'";
-      if (model) summary += ", model '" + model->name + "'";
-      if (cluster) summary += ", cluster '" + cluster->name + "'";
+      summary = "workspace '" + excerpt(reader.string(root, "name", Presence::Optional).value_or("")) + "'";
+      if (model) summary += ", model '" + excerpt(model->name) + "'";
+      if (cluster) summary += ", cluster '" + excerpt(cluster->name) + "'";
     }
   }
   if (!reader.ok()) {

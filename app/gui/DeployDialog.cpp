@@ -41,6 +41,9 @@ namespace {
 QString q(const std::string& s) { return QString::fromStdString(s); }
 QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 
+// Log lines of the launcher itself (launcher slurm|mpirun), shown under "All ranks".
+constexpr int kLauncherLog = -2;
+
 // Feeds every rank's stream into one history run (one StreamIngest per rank), the logic of
 // pipestudio-cli deploy's HistorySink; logs go to the dialog. The Deployment serialises the
 // calls, so one store connection (used only by the worker) is enough.
@@ -60,6 +63,8 @@ class GuiHistorySink final : public remote::TraceSink {
     return m_ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
   }
   void onLog(int rank, std::string_view text) override { m_log(rank, std::string(text)); }
+  /// srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
+  void onLauncherLog(std::string_view text) override { m_log(kLauncherLog, std::string(text)); }
 
   bool started() const { return m_run != 0; }
   history::RunId runId() const { return m_run; }
@@ -90,6 +95,11 @@ class GuiHistorySink final : public remote::TraceSink {
   history::RunId m_run = 0;
   std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
 };
+
+// What the log shows before a line: the rank, or the launcher's own words.
+QString logPrefix(int rank) {
+  return rank == kLauncherLog ? QStringLiteral("[launcher] ") : QStringLiteral("[rank %1] ").arg(rank);
+}
 
 QStandardItem* cell(const QString& text) {
   auto* item = new QStandardItem(text);
@@ -180,6 +190,13 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
   buttons->addStretch(1);
   buttons->addWidget(close);
   layout->addLayout(buttons);
+
+  m_jobState = new QLabel(this);
+  m_jobState->setObjectName(QStringLiteral("DeployJobState"));
+  m_jobState->setTextFormat(Qt::PlainText);
+  m_jobState->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_jobState->setVisible(false);
+  layout->addWidget(m_jobState);
 
   m_message = new QLabel(this);
   m_message->setObjectName(QStringLiteral("DeployMessage"));
@@ -276,6 +293,8 @@ bool DeployDialog::loadHostsFile(const QString& path) {
                         cell(QString::number(h.gpus)), cell(q(h.remoteDir)), cell(QString())});
   }
   if (m_hosts->rowCount() > 0) m_hostsView->selectRow(0);
+  m_jobState->setVisible(m_spec.launcher == "slurm");
+  m_jobState->setText(QStringLiteral("Slurm job: not submitted"));
   showMessage(QStringLiteral("%1 host(s), %2 GPU(s), launcher %3")
                   .arg(m_spec.hosts.size())
                   .arg(m_spec.totalGpus())
@@ -442,6 +461,8 @@ void DeployDialog::deploy() {
   m_log->clear();
   while (m_logFilter->count() > 1) m_logFilter->removeItem(1);
   m_lastRun = 0;
+  m_deployButton->setText(QStringLiteral("Deploy"));
+  if (m_spec.launcher == "slurm") m_jobState->setText(QStringLiteral("Slurm job: submitting…"));
   {
     std::lock_guard lock(m_job->mutex);
     m_job->cancelRequested = false;
@@ -468,6 +489,7 @@ void DeployDialog::deploy() {
     callbacks.progress = [post](const remote::RankProgress& p) {
       post([p](DeployDialog& d) { d.applyProgress(p); });
     };
+    callbacks.job = [post](const remote::JobProgress& j) { post([j](DeployDialog& d) { d.applyJob(j); }); };
     remote::Deployment deployment(req, callbacks, sink);
     {
       std::lock_guard lock(job->mutex);
@@ -481,6 +503,7 @@ void DeployDialog::deploy() {
     }
     QString message;
     bool error = true;
+    bool lost = false;
     history::RunId run = 0;
     if (!result) {
       message = QStringLiteral("Deploy failed: ") + q(result.message());
@@ -496,9 +519,10 @@ void DeployDialog::deploy() {
       auto summary = store->runSummary(run);
       const QString status = summary ? q(history::runStatusName(summary->status)) : QStringLiteral("?");
       error = status != QStringLiteral("complete");
+      lost = result->connectionLost;
       message = QStringLiteral("Run %1: %2 (%3)").arg(run).arg(status, q(result->message));
     }
-    post([message, error, run](DeployDialog& d) { d.finishDeploy(message, error, run); });
+    post([message, error, run, lost](DeployDialog& d) { d.finishDeploy(message, error, run, lost); });
   });
 }
 
@@ -536,6 +560,15 @@ void DeployDialog::applyProgress(const remote::RankProgress& p) {
   m_progress->item(row, RankMessage)->setText(q(p.message));
 }
 
+void DeployDialog::applyJob(const remote::JobProgress& job) {
+  // Failed, timed-out and cancelled jobs in the error colour; pending shows Slurm's reason.
+  const bool bad = job.state.rfind("FAILED", 0) == 0 || job.state == "TIMEOUT" ||
+                   job.state.rfind("CANCELLED", 0) == 0 || job.state == "NODE_FAIL" || job.state == "OUT_OF_MEMORY";
+  m_jobState->setStyleSheet(bad ? QStringLiteral("QLabel { color: #e53935; }") : QString());
+  m_jobState->setText(q(job.text()));
+  m_jobState->setVisible(true);
+}
+
 void DeployDialog::appendLog(int rank, const QString& text) {
   // Whole lines only (stderr arrives in arbitrary chunks); the rest waits for its newline.
   QString& pending = m_partialLines[rank];
@@ -545,8 +578,7 @@ void DeployDialog::appendLog(int rank, const QString& text) {
   while ((nl = pending.indexOf(QLatin1Char('\n'))) >= 0) {
     QString line = pending.left(nl);
     pending.remove(0, nl + 1);
-    if (filter < 0 || filter == rank)
-      m_log->appendPlainText(filter < 0 ? QStringLiteral("[rank %1] %2").arg(rank).arg(line) : line);
+    if (filter < 0 || filter == rank) m_log->appendPlainText(filter < 0 ? logPrefix(rank) + line : line);
     m_logLines.emplace_back(rank, std::move(line));
   }
 }
@@ -555,12 +587,11 @@ void DeployDialog::rebuildLog() {
   const int filter = m_logFilter->currentData().toInt();
   m_log->clear();
   for (const auto& [rank, line] : m_logLines) {
-    if (filter < 0 || filter == rank)
-      m_log->appendPlainText(filter < 0 ? QStringLiteral("[rank %1] %2").arg(rank).arg(line) : line);
+    if (filter < 0 || filter == rank) m_log->appendPlainText(filter < 0 ? logPrefix(rank) + line : line);
   }
 }
 
-void DeployDialog::finishDeploy(const QString& message, bool error, history::RunId run) {
+void DeployDialog::finishDeploy(const QString& message, bool error, history::RunId run, bool connectionLost) {
   joinWorker();
   // Flush what the ranks wrote without a final newline.
   for (auto& [rank, pending] : m_partialLines) {
@@ -568,6 +599,8 @@ void DeployDialog::finishDeploy(const QString& message, bool error, history::Run
   }
   m_lastRun = run;
   setBusy(false);
+  // A lost connection: deploying again is how to reconnect.
+  if (connectionLost) m_deployButton->setText(QStringLiteral("Reconnect and deploy again"));
   showMessage(message, error);
   if (run != 0) Q_EMIT runRecorded(run);
 }

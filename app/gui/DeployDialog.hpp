@@ -63,6 +63,10 @@ class DeployDialog : public QDialog {
   QSpinBox* iterationsSpin() const { return m_iterations; }
   QLineEdit* executorEdit() const { return m_executor; }
   QLabel* messageLabel() const { return m_message; }
+  /// The scheduler's view of a `launcher: slurm` job ("slurm job 12: PENDING (Resources)");
+  /// hidden for other launchers.
+  QLabel* jobLabel() const { return m_jobState; }
+  QPushButton* deployButton() const { return m_deployButton; }
   QPlainTextEdit* logView() const { return m_log; }
   QString planPath() const { return m_planPath; }
   /// The run recorded by the last deploy (0: none).
@@ -87,9 +91,10 @@ class DeployDialog : public QDialog {
   void setBusy(bool busy);
   void showMessage(const QString& text, bool error);
   void applyProgress(const remote::RankProgress& progress);
+  void applyJob(const remote::JobProgress& job);
   void appendLog(int rank, const QString& text);
   void rebuildLog();
-  void finishDeploy(const QString& message, bool error, history::RunId run);
+  void finishDeploy(const QString& message, bool error, history::RunId run, bool connectionLost);
   void joinWorker();
   remote::SessionCallbacks sessionCallbacks();
 
@@ -118,6 +123,7 @@ class DeployDialog : public QDialog {
   QComboBox* m_logFilter = nullptr;
   QPlainTextEdit* m_log = nullptr;
   QLabel* m_message = nullptr;
+  QLabel* m_jobState = nullptr;
 
   /// Every log line received, with its rank (the filter rebuilds the view from it).
   std::vector<std::pair<int, QString>> m_logLines;

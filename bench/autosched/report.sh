@@ -9,4 +9,4 @@ echo
 "$exe" --table
 echo
 echo "Lower bound = max(busiest device F+B+W work, earliest start of a device + its work, memory slots × one microbatch round trip, one microbatch round trip). Times on a shared, loaded 2-core machine."
-echo "Published greedy = Qi et al. 2023 §3 heuristic, run as one member of the policy portfolio."
+echo "Published heuristic = the authors' own greedy (zb.py manual_order/initial_solution for one stage per device, zbv.py for a V), ported; zb-auto's first answer. First answer = the first progress report; the rest of the default work budget (op steps, not time) improves it."

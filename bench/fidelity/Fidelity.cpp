@@ -303,6 +303,8 @@ std::optional<double> profiledBubble(const Json& row, const std::string& schedul
   r.config.partition = "uniform";
   Expected<Plan> plan = Error{""};
   if (schedule == "zb-auto") {
+    // ZB-1p/ZB-2p run with optimizer post-validation: zb-auto then minimises the longest span.
+    r.config.optimizerSync = "post-validation";
     r.config.memoryLimitBytes = static_cast<std::int64_t>(memoryFactor * p * kActivation);
     plan = makeAutoPlan(r, AutoScheduleOptions{});
   } else {

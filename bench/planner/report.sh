@@ -16,3 +16,7 @@ for r in csv.reader(rows):
     # columns: name,iterations,real_time,cpu_time,time_unit,...,ops (last user counter)
     print(f"| {name} | {int(float(r[-1])) if r[-1] else 0} | {float(r[2]):.1f} |")
 '
+echo
+echo "### V-shape schedules: activation memory and bubble against 1F1B"
+echo
+python3 "$(dirname "$0")/vshape_table.py" "$build/app/pipestudio-cli"

@@ -1,5 +1,6 @@
 #include "pipestudio/executor/Executor.hpp"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,31 +12,21 @@
 #include <thread>
 
 #include "Backend.hpp"
+#include "pipestudio/executor/Launcher.hpp"
+#include "pipestudio/common/NumberArg.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::exec {
 namespace {
 
+// The shared command-line number rules (core/common NumberArg.hpp), as pipestudio-cli uses.
 Expected<std::int64_t> parseInt(const std::string& what, const std::string& text, std::int64_t lo, std::int64_t hi) {
-  std::int64_t v = 0;
-  const auto* end = text.data() + text.size();
-  auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || p != end || v < lo || v > hi) {
-    return Error{what + ": '" + text + "' (expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
-                 ")"};
-  }
-  return v;
+  return parseIntegerArg(what, text, lo, hi);
 }
 
 Expected<double> parseDouble(const std::string& what, const std::string& text, double lo, double hi) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !(v >= lo && v <= hi)) {
-    return Error{what + ": '" + text + "' (expected a number in " + std::to_string(lo) + ".." + std::to_string(hi) +
-                 ")"};
-  }
-  return v;
+  return parseNumberArg(what, text, lo, hi);
 }
 
 const char* envOf(const char* name) {
@@ -85,7 +76,8 @@ std::string execUsage() {
          "         [--device-memory BYTES]\n"
          "Runs a pipestudio.plan/1 and writes the binary trace stream (DESIGN.md §2) on stdout; logs on stderr.\n"
          "Rank/world also come from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE or SLURM_PROCID/NTASKS;\n"
-         "NCCL_COMM_ID lets every rank derive the NCCL id itself. Exit: 0 ok, 1 refused plan or failed run, 2 usage.\n";
+         "NCCL_COMM_ID lets every rank derive the NCCL id itself. Exit: 0 ok, 1 refused plan or failed run, 2 usage.\n"
+         "Under srun or mpirun: pipestudio-exec --task slurm|mpirun [--nccl-rendezvous FILE] -- OPTIONS (Launcher.hpp).\n";
 }
 
 Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
@@ -206,6 +198,8 @@ int runExecutor(const ExecOptions& options, int outFd) {
   Clock clock;
   FrameSink sink(outFd);
   RunControl control(program->devices);
+  // Nobody receives the trace any more (reader gone, disk full): stop the run, it failed.
+  sink.setOnBroken([&control, rank = options.rank](const std::string& why) { control.fail(rank, why); });
   BackendContext ctx{*plan, *program, options, clock, sink, control, timeScale};
   auto backend = options.backend == "cpu" ? makeCpuBackend(ctx) : makeCudaBackend(ctx, options.backend == "cuda-single");
   if (!backend) return fail("plan refused: " + backend.message());
@@ -286,6 +280,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
     return code;
   }
   sink.write(summary);
+  if (sink.broken()) return fail("run failed: " + sink.brokenReason());
   double total = 0;
   for (double ms : summary.iterationMs) total += ms;
   std::cerr << "pipestudio-exec: " << options.iterations << " iteration(s), mean step "
@@ -295,6 +290,15 @@ int runExecutor(const ExecOptions& options, int outFd) {
 }
 
 int execMain(int argc, char** argv) {
+  // Started by a local launcher (pipestudio-cli run): die with it, even after a kill -9.
+  if (const char* parent = envOf(kParentPidEnv)) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The launcher may have died between spawning us and the prctl: then nobody reads us.
+    if (std::to_string(::getppid()) != parent) {
+      std::cerr << "pipestudio-exec: the launcher (pid " << parent << ") is gone; not starting\n";
+      return 1;
+    }
+  }
   // A reader that goes away must not kill the rank before it has stopped its peers.
   std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);

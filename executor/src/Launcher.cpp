@@ -8,11 +8,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <thread>
+
+#include "pipestudio/trace/TaskLines.hpp"
 
 extern char** environ;
 
@@ -48,12 +55,22 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, outPipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const int rc = ::posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  // Our environment plus our pid, which the rank watches (kParentPidEnv).
+  const std::string parentVar = std::string(kParentPidEnv) + "=" + std::to_string(::getpid());
+  const std::string_view parentPrefix = std::string_view(parentVar).substr(0, std::strlen(kParentPidEnv) + 1);
+  std::vector<char*> envp;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::string_view(*e).rfind(parentPrefix, 0) != 0) envp.push_back(*e);
+  }
+  envp.push_back(const_cast<char*>(parentVar.c_str()));
+  envp.push_back(nullptr);
+  const int rc = ::posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(outPipe[1]);
   ::close(errPipe[1]);
@@ -145,6 +162,19 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
     bool running = false;
     for (Child& c : children) running = running || (c.pid > 0 && !c.exited);
     if (fds.empty() && !running && othersStarted) break;
+    if (!outcome.stopped && request.stopRequested) {
+      if (auto why = request.stopRequested()) {
+        // Stopped from outside (a signal, a full history disk): ask the ranks to end, then
+        // make sure they have.
+        outcome.stopped = true;
+        firstFailure = *why;
+        for (Child& c : children) {
+          if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGTERM);
+        }
+        othersStarted = true;  // ranks not started yet never will be
+        killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      }
+    }
     if (killAt && std::chrono::steady_clock::now() >= *killAt) {
       for (Child& c : children) {
         if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGKILL);
@@ -231,6 +261,271 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
   outcome.ok = firstFailure.empty();
   outcome.failure = firstFailure;
   return outcome;
+}
+
+// --- the rank's side of a cluster launcher (pipestudio-exec --task) ---------------------
+
+namespace {
+
+// The executor this relay runs; signals are passed on to it (async-signal-safe: an atomic
+// load and kill()).
+std::atomic<pid_t> g_taskChild{-1};
+std::atomic<int> g_taskSignal{0};
+
+extern "C" void forwardTaskSignal(int sig) {
+  g_taskSignal.store(sig);
+  const pid_t child = g_taskChild.load();
+  if (child > 0) ::kill(child, sig);
+}
+
+const char* envValue(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+Expected<int> envInt(const char* name, int lo, const std::string& expected) {
+  const char* v = envValue(name);
+  if (v == nullptr) return Error{std::string(name) + " is not set (expected " + expected + ")"};
+  int value = 0;
+  const std::string_view text(v);
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || p != text.data() + text.size() || value < lo || value > (1 << 20)) {
+    return Error{std::string(name) + "='" + v + "' (expected an integer in " + std::to_string(lo) + "..1048576)"};
+  }
+  return value;
+}
+
+bool writeAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+bool isNcclIdHex(const std::string& s) {
+  if (s.size() != 256) return false;  // NCCL_UNIQUE_ID_BYTES = 128
+  for (const char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// Ranks > 0: the id rank 0 wrote, once the file is complete (it appears by rename).
+Expected<std::string> waitForNcclId(const std::string& path, double timeoutS) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(timeoutS * 1000));
+  for (;;) {
+    std::ifstream in(path);
+    std::string hex;
+    if (in && std::getline(in, hex)) {
+      if (isNcclIdHex(hex)) return hex;
+      return Error{path + ": not an NCCL id (expected 256 hex digits written by rank 0)"};
+    }
+    if (g_taskSignal.load() != 0) return Error{"stopped by signal " + std::to_string(g_taskSignal.load())};
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Error{"rank 0's NCCL id did not appear in " + path + " within " +
+                   std::to_string(static_cast<int>(timeoutS)) +
+                   " s (did rank 0 start? is the job directory on a file system every node shares?)"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+Status publishNcclId(const std::string& path, const std::string& hex) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << hex << '\n';
+    out.flush();
+    if (!out) return Error{"cannot write " + tmp + ": " + std::strerror(errno)};
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Error{"cannot rename " + tmp + " to " + path + ": " + std::strerror(errno)};
+  return {};
+}
+
+}  // namespace
+
+Expected<TaskOptions> parseTaskArgs(const std::vector<std::string>& args) {
+  TaskOptions o;
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (i + 1 >= args.size()) return Error{a + ": missing value"};
+    const std::string& v = args[++i];
+    if (a == "--task") {
+      if (v != "slurm" && v != "mpirun") return Error{"--task: '" + v + "' (expected slurm or mpirun)"};
+      o.launcher = v;
+    } else if (a == "--nccl-rendezvous") {
+      o.ncclRendezvous = v;
+    } else if (a == "--nccl-timeout-s") {
+      char* end = nullptr;
+      o.ncclTimeoutS = std::strtod(v.c_str(), &end);
+      if (v.empty() || end != v.c_str() + v.size() || !(o.ncclTimeoutS > 0 && o.ncclTimeoutS <= 86400)) {
+        return Error{"--nccl-timeout-s: '" + v + "' (expected seconds in (0, 86400])"};
+      }
+    } else {
+      return Error{"unknown option '" + a + "' before -- (expected --task, --nccl-rendezvous, --nccl-timeout-s)"};
+    }
+  }
+  if (o.launcher.empty()) return Error{"--task is required (slurm or mpirun)"};
+  o.executorArgs.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())), args.end());
+  if (o.executorArgs.empty()) return Error{"no executor options after -- (expected --plan PLAN …)"};
+  return o;
+}
+
+Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher) {
+  TaskPlace p;
+  if (launcher == "slurm") {
+    const std::string by = "to be started by srun";
+    auto rank = envInt("SLURM_PROCID", 0, by);
+    if (!rank) return rank.error();
+    auto world = envValue("SLURM_NTASKS") != nullptr ? envInt("SLURM_NTASKS", 1, by) : envInt("SLURM_NPROCS", 1, by);
+    if (!world) return world.error();
+    p.rank = *rank;
+    p.world = *world;
+  } else {
+    const bool ompi = envValue("OMPI_COMM_WORLD_RANK") != nullptr;
+    const std::string by = "to be started by mpirun";
+    auto rank = envInt(ompi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK", 0, by);
+    if (!rank) return Error{rank.message() + "; neither OMPI_COMM_WORLD_RANK nor PMI_RANK is set"};
+    auto world = envInt(ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE", 1, by);
+    if (!world) return world.error();
+    p.rank = *rank;
+    p.world = *world;
+  }
+  if (p.rank >= p.world) {
+    return Error{"rank " + std::to_string(p.rank) + " is not below the world size " + std::to_string(p.world)};
+  }
+  return p;
+}
+
+int runTask(const TaskOptions& options, const TaskPlace& place, const std::string& executable, int outFd) {
+  const int rank = place.rank;
+  bool outputBroken = false;
+  auto emit = [&](const std::string& lines) {
+    if (!outputBroken && !writeAll(outFd, lines)) {
+      // The launcher is gone: nobody will read this rank any more, so it must not run on.
+      outputBroken = true;
+      if (const pid_t c = g_taskChild.load(); c > 0) ::kill(c, SIGTERM);
+    }
+  };
+  auto log = [&](const std::string& text) {
+    std::string lines;
+    trace::appendTaskLines(rank, trace::TaskLineKind::Log,
+                           "pipestudio-exec --task: rank " + std::to_string(rank) + ": " + text + "\n", lines);
+    emit(lines);
+  };
+  auto finish = [&](int status) {
+    std::string lines;
+    trace::appendTaskExit(rank, status, lines);
+    emit(lines);
+    return status;
+  };
+
+  std::vector<std::string> argv{executable};
+  argv.insert(argv.end(), options.executorArgs.begin(), options.executorArgs.end());
+  argv.insert(argv.end(), {"--rank", std::to_string(rank), "--world", std::to_string(place.world)});
+  const bool handOver = !options.ncclRendezvous.empty() && place.world > 1;
+  if (handOver && rank > 0) {
+    log("waiting for rank 0's NCCL id in " + options.ncclRendezvous);
+    auto id = waitForNcclId(options.ncclRendezvous, options.ncclTimeoutS);
+    if (!id) {
+      log(id.message());
+      return finish(1);
+    }
+    argv.insert(argv.end(), {"--nccl-id", *id});
+  }
+
+  Child c;
+  c.rank = rank;
+  if (auto st = spawnRank(c, argv); !st) {
+    log(st.message());
+    return finish(127);
+  }
+  g_taskChild.store(c.pid);
+  if (g_taskSignal.load() != 0) ::kill(c.pid, g_taskSignal.load());  // a signal that came before the pid was known
+
+  bool idPublished = !handOver || rank > 0;
+  int forwarded = 0;
+  std::vector<char> buffer(1 << 16);
+  while (c.out >= 0 || c.err >= 0) {
+    std::vector<pollfd> fds;
+    if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+    if (c.err >= 0) fds.push_back({c.err, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 200);
+    if (const int sig = g_taskSignal.load(); sig != 0 && forwarded != sig) {
+      forwarded = sig;
+      log(std::string("passing ") + strsignal(sig) + " on to the executor");
+    }
+    for (const pollfd& p : fds) {
+      if (p.revents == 0) continue;
+      const ssize_t n = ::read(p.fd, buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      const bool isOut = p.fd == c.out;
+      if (n <= 0) {
+        ::close(p.fd);
+        (isOut ? c.out : c.err) = -1;
+        continue;
+      }
+      const std::string_view bytes(buffer.data(), static_cast<std::size_t>(n));
+      std::string lines;
+      trace::appendTaskLines(rank, isOut ? trace::TaskLineKind::Stream : trace::TaskLineKind::Log, bytes, lines);
+      emit(lines);
+      if (isOut && !idPublished) {
+        c.decoder.feed(bytes);
+        while (auto frame = c.decoder.next()) {
+          if (const auto* id = std::get_if<trace::NcclId>(&*frame)) {
+            if (auto st = publishNcclId(options.ncclRendezvous, hex(id->bytes)); !st) log(st.message());
+            idPublished = true;
+            break;
+          }
+        }
+        if (c.decoder.error()) idPublished = true;  // nothing more to find in a corrupt stream
+      }
+    }
+  }
+  int status = 0;
+  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_taskChild.store(-1);
+  const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    log(std::string("the executor was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+        strsignal(WTERMSIG(status)) + ")");
+  }
+  return finish(code);
+}
+
+int taskMain(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = parseTaskArgs(args);
+  if (!options) {
+    std::cerr << "pipestudio-exec --task: " << options.message() << '\n';
+    return 2;
+  }
+  auto place = taskPlaceFromEnvironment(options->launcher);
+  if (!place) {
+    // No rank to tag lines with: the launcher shows this on its own stderr.
+    std::cerr << "pipestudio-exec --task " << options->launcher << ": " << place.message() << '\n';
+    return 2;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = &forwardTaskSignal;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) self = argv[0];
+  return runTask(*options, *place, self, STDOUT_FILENO);
 }
 
 }  // namespace pipestudio::exec

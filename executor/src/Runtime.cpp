@@ -29,30 +29,67 @@ FrameSink::FrameSink(int fd) : m_fd(fd) {}
 void FrameSink::start() {
   std::string bytes;
   trace::encodeStreamStart(bytes);
-  std::lock_guard lock(m_mutex);
-  writeBytes(bytes);
+  bool brokeNow = false;
+  {
+    std::lock_guard lock(m_mutex);
+    brokeNow = writeBytes(bytes);
+  }
+  if (brokeNow) reportBroken();
 }
 
 void FrameSink::write(const trace::Frame& frame) {
   std::string bytes;
   trace::encodeFrame(frame, bytes);
-  std::lock_guard lock(m_mutex);
-  writeBytes(bytes);
+  bool brokeNow = false;
+  {
+    std::lock_guard lock(m_mutex);
+    brokeNow = writeBytes(bytes);
+  }
+  if (brokeNow) reportBroken();
 }
 
-void FrameSink::writeBytes(const std::string& bytes) {
+void FrameSink::setOnBroken(std::function<void(const std::string&)> onBroken) {
+  std::lock_guard lock(m_mutex);
+  m_onBroken = std::move(onBroken);
+}
+
+bool FrameSink::broken() const {
+  std::lock_guard lock(m_mutex);
+  return m_broken;
+}
+
+std::string FrameSink::brokenReason() const {
+  std::lock_guard lock(m_mutex);
+  return m_reason;
+}
+
+void FrameSink::reportBroken() {
+  std::function<void(const std::string&)> callback;
+  std::string why;
+  {
+    std::lock_guard lock(m_mutex);
+    callback = m_onBroken;
+    why = m_reason;
+  }
+  std::cerr << "pipestudio-exec: " << why << '\n';
+  if (callback) callback(why);
+}
+
+bool FrameSink::writeBytes(const std::string& bytes) {
   std::size_t off = 0;
   while (!m_broken && off < bytes.size()) {
     const ssize_t n = ::write(m_fd, bytes.data() + off, bytes.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      // The reader went away: keep running (the ranks must still stop cleanly), stop writing.
+      const int err = n < 0 ? errno : EIO;
       m_broken = true;
-      std::cerr << "pipestudio-exec: trace stream closed by the reader: " << std::strerror(errno) << '\n';
-      return;
+      m_reason = err == EPIPE ? "trace stream closed by the reader (broken pipe)"
+                              : std::string("cannot write the trace stream: ") + std::strerror(err);
+      return true;
     }
     off += static_cast<std::size_t>(n);
   }
+  return false;
 }
 
 RunControl::RunControl(int devices) {

@@ -41,19 +41,27 @@ class Clock {
   std::int64_t m_wallNs = 0;
 };
 
-/// Thread-safe writer of trace frames to a file descriptor. Frames are written whole; a
-/// closed reader (EPIPE) stops output without stopping the run.
+/// Thread-safe writer of trace frames to a file descriptor. Frames are written whole. A stream
+/// that cannot be written (the reader went away, a full disk) is a failed run: output stops,
+/// `onBroken` is called once (outside the sink's lock) and broken() stays true, so the process
+/// exits non-zero instead of reporting a run nobody received.
 class FrameSink {
  public:
   explicit FrameSink(int fd);
   void start();
   void write(const trace::Frame& frame);
+  void setOnBroken(std::function<void(const std::string& why)> onBroken);
+  bool broken() const;
+  std::string brokenReason() const;
 
  private:
-  void writeBytes(const std::string& bytes);
+  bool writeBytes(const std::string& bytes);  ///< false when this call broke the stream
+  void reportBroken();
   int m_fd;
-  std::mutex m_mutex;
+  mutable std::mutex m_mutex;
   bool m_broken = false;
+  std::string m_reason;
+  std::function<void(const std::string&)> m_onBroken;
 };
 
 enum class LaneState : int { Starting, Computing, Waiting, Done, Dead };

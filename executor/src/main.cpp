@@ -1,4 +1,11 @@
-// pipestudio-exec: the headless executor (DESIGN.md §4).
-#include "pipestudio/executor/Executor.hpp"
+// pipestudio-exec: the headless executor (DESIGN.md §4); `--task` first is one rank under a
+// cluster launcher (srun, mpirun), which runs the executor itself (Launcher.hpp).
+#include <string_view>
 
-int main(int argc, char** argv) { return pipestudio::exec::execMain(argc, argv); }
+#include "pipestudio/executor/Executor.hpp"
+#include "pipestudio/executor/Launcher.hpp"
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--task") return pipestudio::exec::taskMain(argc, argv);
+  return pipestudio::exec::execMain(argc, argv);
+}

@@ -7,6 +7,7 @@
 
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Fill.hpp"
@@ -177,6 +178,7 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   if (cfg.microbatches < 1) return Error{"--microbatches must be at least 1, got " + std::to_string(cfg.microbatches)};
   if (cfg.chunksPerDevice < 1) return Error{"--chunks must be at least 1, got " + std::to_string(cfg.chunksPerDevice)};
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
+  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) return st.error();
   const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice};
   if (auto st = generator->validate(shape); !st) return st.error();
   if (control.cancelled()) return Error{"cancelled"};

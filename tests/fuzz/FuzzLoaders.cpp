@@ -3,6 +3,7 @@
 // Any crash, sanitizer report, hang or unbounded allocation is a bug in core/.
 #include <cstddef>
 #include <cstdint>
+#include <sstream>
 #include <string>
 
 #include "pipestudio/common/Json.hpp"
@@ -37,8 +38,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   {
     JsonReader r(*doc);
     if (auto plan = readPlan(r, r.root())) {
+      // The shared validator (validate, simulate, run, pipestudio-exec) on whatever parsed.
       if (validatePlanStructure(*plan)) (void)memoryTimeline(*plan);
       (void)planToJson(*plan).dump();
+      std::ostringstream streamed;
+      (void)writePlanJson(streamed, *plan);
     }
   }
   (void)documentKind(*doc);

@@ -12,6 +12,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QStandardItemModel>
 #include <QTemporaryDir>
 #include <QTest>
@@ -19,7 +20,9 @@
 #include "DeployDialog.hpp"
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
+#include "SlurmFixture.hpp"
 #include "SolveController.hpp"
+#include "SshdFixture.hpp"
 
 namespace pipestudio::gui {
 namespace {
@@ -115,6 +118,7 @@ TEST_F(DeployDialogTest, LoadsAHostsFileIntoTheTable) {
   EXPECT_EQ(hosts->item(1, DeployDialog::HostRemoteDir)->text(), QStringLiteral("/scratch/ps"));
   EXPECT_TRUE(dialog.messageLabel()->text().contains(QStringLiteral("12 GPU")))
       << dialog.messageLabel()->text().toStdString();
+  EXPECT_TRUE(dialog.jobLabel()->isHidden()) << "no scheduler behind launcher ssh";
 
   // A broken hosts file empties the table and names the file.
   const QString bad = m_dir.filePath(QStringLiteral("bad.json"));
@@ -168,6 +172,55 @@ TEST_F(DeployDialogTest, ClosingDuringADeployDropsLateReports) {
   }
   QTest::qWait(50);
   SUCCEED();
+}
+
+TEST_F(DeployDialogTest, SlurmJobStateIsShownWithSlurmsReason) {
+  // A real single-node Slurm behind a real sshd; the job asks for more CPUs than the node
+  // has, so Slurm holds it PENDING (PartitionConfig) and the dialog must say so, then give up.
+  remote::test::Slurm slurm(4);
+  if (!slurm.running()) GTEST_SKIP() << "Slurm cannot start here: " << slurm.error();
+  remote::test::Sshd sshd({"SLURM_CONF=" + slurm.conf()});
+  if (!sshd.running()) GTEST_SKIP() << "sshd cannot start here: " << sshd.error();
+  const HostEntry h = sshd.hostEntry(1);
+  const QString hosts = m_dir.filePath(QStringLiteral("slurm-hosts.json"));
+  ASSERT_TRUE(
+      deployWriteFile(hosts, QStringLiteral(R"({"schema": "pipestudio.hosts/1", "launcher": "slurm",
+      "slurm": {"partition": "debug", "extra_args": ["--cpus-per-task=64"]},
+      "hosts": [{"host": "127.0.0.1", "port": %1, "identity_file": "%2", "known_hosts_file": "%3", "gpus": 1,
+                 "remote_dir": "%4"}]})")
+                                 .arg(h.port)
+                                 .arg(QString::fromStdString(h.identityFile), QString::fromStdString(h.knownHostsFile),
+                                      m_dir.filePath(QStringLiteral("slurm-remote")))
+                                 .toUtf8()));
+  DeployDialog dialog(window->currentPlan(), QStringLiteral("test"), historyPath());
+  ASSERT_TRUE(dialog.loadHostsFile(hosts)) << dialog.messageLabel()->text().toStdString();
+  EXPECT_FALSE(dialog.jobLabel()->isHidden());
+  EXPECT_EQ(dialog.jobLabel()->text(), QStringLiteral("Slurm job: not submitted"));
+  dialog.backendCombo()->setCurrentText(QStringLiteral("cpu"));
+  dialog.executorEdit()->setText(QStringLiteral(PIPESTUDIO_BINARY_DIR "/executor/pipestudio-exec"));
+  dialog.show();
+  dialog.deploy();
+  QStringList seen;
+  ASSERT_TRUE(deployWaitUntil(
+      [&] {
+        const QString text = dialog.jobLabel()->text();
+        if (seen.isEmpty() || seen.back() != text) seen << text;
+        return !dialog.busy();
+      },
+      60000))
+      << "deploy did not end";
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](const QString& t) {
+    return t.contains(QStringLiteral(": PENDING (PartitionConfig)"));
+  })) << seen.join(QStringLiteral(" | ")).toStdString();
+  EXPECT_TRUE(dialog.jobLabel()->text().startsWith(QStringLiteral("slurm job ")))
+      << dialog.jobLabel()->text().toStdString();
+  const QString message = dialog.messageLabel()->text();
+  EXPECT_TRUE(message.contains(QStringLiteral("cannot be scheduled: PENDING (PartitionConfig)")))
+      << message.toStdString();
+  EXPECT_NE(dialog.lastRun(), 0) << "the refused job is recorded as a failed run";
+  // srun's own words are in the log, marked as the launcher's.
+  EXPECT_TRUE(dialog.logView()->toPlainText().contains(QStringLiteral("[launcher] srun: ")))
+      << dialog.logView()->toPlainText().toStdString();
 }
 
 }  // namespace

@@ -178,7 +178,7 @@ const SyntaxCase kSyntaxCases[] = {
     {"nan-literal.json", 13, 25, "invalid literal"},
     {"single-quotes.json", 1, 2, "syntax error"},
     {"binary-garbage.bin", 1, 1, "syntax error"},
-    {"utf16-bom.json", 1, 1, "syntax error"},
+    {"utf16-bom.json", 1, 1, "is UTF-16 (little-endian) text (expected UTF-8)"},
     {"model-nonfinite-time.json", 18, 25, "number 1e999 is out of range (expected a finite number)"},
     {"model-nonfinite-size.json", 12, 30, "number -1e999 is out of range"},
     {"cluster-nonfinite-latency.json", 19, 21, "number 1e999 is out of range"},

@@ -52,7 +52,7 @@ const Case kCases[] = {
     {"plan-op-kind.json", "/ops/0/kind", 78, 15, "(expected one of F, B, W, BW, N, S, T, OPT)"},
     {"plan-end-before-start.json", "/ops/3/end_ms", 105, 17, "is before start_ms"},
     {"plan-op-device-mismatch.json", "/ops/1/device", 84, 17, "virtual stage 0 is on device 0"},
-    {"plan-duplicate-forward.json", "/ops", 74, 10, "has 2 F ops (expected exactly one)"},
+    {"plan-duplicate-forward.json", "/ops/4", 107, 5, "appears twice, first at /ops/0 (expected exactly one)"},
     {"plan-embedded-model-bad.json", "/model/components/0/layers/1/forward_ms", 28, 27, "is -2"},
     {"plan-zero-devices.json", "/config/devices", 5, 16, "is 0 (expected an integer in [1, 1000000])"},
     {"plan-future-schema.json", "/schema", 2, 13, "'pipestudio.plan/2' is a version"},

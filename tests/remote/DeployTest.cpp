@@ -1,6 +1,7 @@
 // End to end against a real sshd on 127.0.0.1: the real pipestudio-exec (CPU backend) is
 // uploaded, run under the watchdog and streams into a real history file.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "HistoryTestSink.hpp"
 #include "SshdFixture.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -26,41 +28,9 @@ const std::string kExecutor = std::string(PIPESTUDIO_BINARY_DIR) + "/executor/pi
 const std::string kCli = std::string(PIPESTUDIO_BINARY_DIR) + "/app/pipestudio-cli";
 const std::string kPlan = std::string(PIPESTUDIO_TEST_DATA) + "/good/tiny-plan.json";
 
-// The sink the CLI uses, in small: one StreamIngest per rank into a real history file.
-class HistoryTestSink final : public TraceSink {
+class HistoryTestSink : public test::HistoryTestSink {
  public:
-  explicit HistoryTestSink(history::HistoryStore& store) : m_store(store) {}
-  Status onStart(int ranks) override {
-    auto run = m_store.beginRun(history::RunInfo{"test", "deploy", kPlan, {}, "", "", "cpu", "", ""});
-    if (!run) return run.error();
-    runId = *run;
-    for (int r = 0; r < ranks; ++r) ingest.push_back(std::make_unique<history::StreamIngest>(m_store, runId));
-    return Status{};
-  }
-  Status onStreamBytes(int rank, std::string_view bytes) override {
-    bytesReceived += bytes.size();
-    return ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
-  }
-  void onFrame(int, const trace::Frame&) override { ++frames; }
-  void onLog(int, std::string_view text) override { log.append(text); }
-  Status finish(const DeployResult& r) {
-    for (auto& i : ingest) {
-      if (auto st = i->flush(); !st) return st;
-    }
-    const auto status = r.outcome == DeployOutcome::Complete ? history::RunStatus::Complete
-                        : r.outcome == DeployOutcome::Failed ? history::RunStatus::Failed
-                                                             : history::RunStatus::Incomplete;
-    return m_store.finishRun(runId, status, r.message);
-  }
-
-  history::RunId runId = 0;
-  std::vector<std::unique_ptr<history::StreamIngest>> ingest;
-  std::atomic<std::uint64_t> bytesReceived{0};
-  std::atomic<int> frames{0};
-  std::string log;
-
- private:
-  history::HistoryStore& m_store;
+  explicit HistoryTestSink(history::HistoryStore& store) : test::HistoryTestSink(&store, kPlan) {}
 };
 
 class DeployTest : public ::testing::Test {
@@ -278,31 +248,57 @@ TEST_F(DeployTest, SshdKilledMidRunKeepsEventsAndTheRanksDie) {
   s_sshd = new Sshd();
 }
 
-TEST_F(DeployTest, SlurmLauncherRunsTheGeneratedSrunLine) {
-  // A stand-in for Slurm's srun on the remote PATH: starts --ntasks copies of the task
-  // command with SLURM_PROCID set, as srun does on one node.
-  const std::string srun = s_sshd->binDir() + "/srun";
-  std::ofstream(srun) << "#!/bin/sh\n"
-                         "n=1\n"
-                         "while [ $# -gt 0 ]; do case \"$1\" in --ntasks=*) n=${1#--ntasks=} ;; --*) ;; *) break ;; esac; shift; done\n"
-                         "i=0; pids=\n"
-                         "while [ $i -lt $n ]; do SLURM_PROCID=$i SLURM_NTASKS=$n \"$@\" & pids=\"$pids $!\"; i=$((i+1)); done\n"
-                         "s=0; for p in $pids; do wait $p || s=$?; done; exit $s\n";
-  fs::permissions(srun, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
-  DeployRequest req = request("slurm remote");
-  req.hosts.launcher = "slurm";
+TEST_F(DeployTest, KeepaliveNoticesASilentConnectionWithinTheInterval) {
+  DeployRequest req = request("remote");
+  req.iterations = 100000;
+  req.executorArgs = {"--max-op-ms", "2", "--timeout-s", "60"};
+  req.hosts.serverAliveIntervalS = 1;
+  req.hosts.serverAliveCountMax = 2;
   HistoryTestSink sink(*m_store);
-  Deployment d(req, {}, sink);
-  auto result = d.run();
-  fs::remove(srun);
+  std::atomic<int> iteration{0};
+  DeployCallbacks cb;
+  cb.progress = [&](const RankProgress& p) { iteration = p.iteration; };
+  Deployment d(req, cb, sink);
+  Expected<DeployResult> result = Error{"not run"};
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    result = d.run();
+    returned = true;
+  });
+  for (int i = 0; i < 600 && iteration < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string marker = m_dir + "/remote/pipestudio-exec";
+  ASSERT_FALSE(test::processesMatching(marker).empty()) << "the rank never ran";
+  // A silent partition: the server's side of the connection stops answering, but nothing
+  // closes the TCP connection (the kernel still acknowledges every segment).
+  const auto frozen = s_sshd->connectionProcesses();
+  ASSERT_FALSE(frozen.empty());
+  for (const pid_t p : frozen) ::kill(p, SIGSTOP);
+  const auto stoppedAt = std::chrono::steady_clock::now();
+  for (int i = 0; i < 600 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double noticedAfterS = std::chrono::duration<double>(std::chrono::steady_clock::now() - stoppedAt).count();
+  for (const pid_t p : frozen) ::kill(p, SIGCONT);
+  t.join();
   ASSERT_TRUE(result) << result.message();
-  EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\nlog:\n" << sink.log;
+  EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
+  EXPECT_TRUE(result->connectionLost);
+  EXPECT_EQ(result->ranks[0].state, RankState::Lost);
+  EXPECT_NE(result->message.find("no answer to keepalive"), std::string::npos) << result->message;
+  EXPECT_NE(result->message.find("Deploy again to reconnect"), std::string::npos) << result->message;
+  // interval 1 s x count 2 = 2 s, with generous slack for a loaded machine: seconds, not
+  // the many minutes TCP would take.
+  EXPECT_LT(noticedAfterS, 8.0);
   ASSERT_TRUE(sink.finish(*result));
   auto summary = m_store->runSummary(sink.runId);
   ASSERT_TRUE(summary);
-  EXPECT_EQ(summary->status, history::RunStatus::Complete) << summary->error;
+  EXPECT_EQ(summary->status, history::RunStatus::Incomplete);
   EXPECT_GT(summary->events, 0);
-  EXPECT_TRUE(fs::exists(m_dir + "/slurm remote/runs/t1/rank-0.trace"));
+  // Once the server side runs again it finds the connection closed; the watchdog stops the rank.
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    gone = test::processesMatching(marker).empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "the remote rank outlived the connection";
 }
 
 TEST_F(DeployTest, CliDeployPrintsTheRunIdAndRecordsIt) {

@@ -1,6 +1,10 @@
 // Pure functions: quoting, SHA-256, rank placement, executor and launcher command lines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
 #include "SshdFixture.hpp"
 #include "pipestudio/remote/LaunchCommand.hpp"
 #include "pipestudio/remote/Sha256.hpp"
@@ -108,36 +112,189 @@ TEST(WatchdogCommand, RunsTheRankInItsDirectoryAndKeepsItsStatus) {
   EXPECT_EQ(runWithOpenStdin(watchdogCommand("/nonexistent dir", {"true"}) + " 2>/dev/null"), 126);
 }
 
-TEST(LauncherCommands, SrunAndMpirunLines) {
-  ExecutorArgs a;
-  a.executor = "/opt/ps/pipestudio-exec";
-  a.plan = "/opt/ps/p.json";
-  a.world = 4;
-  a.backend = "cuda";
-  a.iterations = 3;
-  const std::string task =
-      "'pipestudio-rank' '/opt/ps/run 1' '/opt/ps/pipestudio-exec' '--plan' '/opt/ps/p.json' '--world' '4' "
-      "'--backend' 'cuda' '--iterations' '3'";
-  EXPECT_EQ(slurmCommand(twoHosts(), "/opt/ps/run 1", a),
-            "'srun' '--nodes=2' '--ntasks=4' '--kill-on-bad-exit=1' '--gpus-per-task=1' 'sh' '-c' "
-            "'cd -- \"$1\" || exit 126; shift; r=\"${SLURM_PROCID:?not started by srun}\"; exec \"$@\" --rank "
-            "\"$r\" >\"rank-$r.trace\" 2>\"rank-$r.log\"' " +
-                task);
-  EXPECT_EQ(mpirunCommand(twoHosts(), "/opt/ps/run 1", a),
-            "'mpirun' '-np' '4' '--host' 'node a:2,node-b:3' 'sh' '-c' "
-            "'cd -- \"$1\" || exit 126; shift; r=\"${OMPI_COMM_WORLD_RANK:-${PMI_RANK:?not started by mpirun}}\"; "
-            "exec \"$@\" --rank \"$r\" >\"rank-$r.trace\" 2>\"rank-$r.log\"' " +
-                task);
-  // The per-task script really picks the launcher's rank: run it as srun would.
+LauncherJob sampleJob() {
+  LauncherJob j;
+  j.workDir = "/home/me/.pipestudio/runs/r1";
+  j.jobName = "pipestudio-r1";
+  j.ranks = 4;
+  j.gpus = true;
+  j.executor = "/home/me/.pipestudio/pipestudio-exec";
+  j.executorArgs = {"--plan", "/home/me/.pipestudio/plans/p.json", "--backend", "cuda"};
+  j.environment = {"NCCL_DEBUG=INFO"};
+  j.ncclRendezvous = "/home/me/.pipestudio/runs/r1/nccl-id";
+  j.ncclTimeoutS = 60;
+  return j;
+}
+
+const std::vector<std::string> kTask = {"env",
+                                        "NCCL_DEBUG=INFO",
+                                        "/home/me/.pipestudio/pipestudio-exec",
+                                        "--task",
+                                        "slurm",
+                                        "--nccl-rendezvous",
+                                        "/home/me/.pipestudio/runs/r1/nccl-id",
+                                        "--nccl-timeout-s",
+                                        "60",
+                                        "--",
+                                        "--plan",
+                                        "/home/me/.pipestudio/plans/p.json",
+                                        "--backend",
+                                        "cuda"};
+
+TEST(LauncherCommands, EveryRankRunsTheTaskRelay) {
+  EXPECT_EQ(taskArgv("slurm", sampleJob()), kTask);
+  LauncherJob j = sampleJob();
+  j.environment.clear();
+  j.ncclRendezvous.clear();
+  EXPECT_EQ(taskArgv("mpirun", j),
+            (std::vector<std::string>{"/home/me/.pipestudio/pipestudio-exec", "--task", "mpirun", "--", "--plan",
+                                      "/home/me/.pipestudio/plans/p.json", "--backend", "cuda"}));
+}
+
+TEST(LauncherCommands, SrunLineCarriesTheHostsFilesSlurmOptions) {
+  SlurmOptions s;
+  s.partition = "gpu";
+  s.account = "proj42";
+  s.time = "01:30:00";
+  s.qos = "high";
+  s.nodes = 2;
+  s.gpusPerTask = 1;
+  s.extraArgs = {"--exclusive", "--constraint=a100&ib"};
+  std::vector<std::string> expected{"srun",
+                                    "--kill-on-bad-exit=1",
+                                    "--job-name=pipestudio-r1",
+                                    "--nodes=2",
+                                    "--partition=gpu",
+                                    "--account=proj42",
+                                    "--time=01:30:00",
+                                    "--qos=high",
+                                    "--ntasks=4",
+                                    "--gpus-per-task=1",
+                                    "--exclusive",
+                                    "--constraint=a100&ib"};
+  expected.insert(expected.end(), kTask.begin(), kTask.end());
+  EXPECT_EQ(slurmArgv(s, sampleJob()), expected);
+  // gres instead of --gpus-per-task; the CPU backend asks for a CPU per device thread.
+  s = SlurmOptions{};
+  s.gpusPerTask = 0;
+  s.gres = "gpu:8";
+  LauncherJob cpu = sampleJob();
+  cpu.ranks = 1;
+  cpu.cpusPerRank = 4;
+  cpu.gpus = false;
+  const auto line = slurmArgv(s, cpu);
+  EXPECT_NE(std::find(line.begin(), line.end(), "--cpus-per-task=4"), line.end());
+  EXPECT_EQ(std::find(line.begin(), line.end(), "--gres=gpu:8"), line.end()) << "no GPUs for the cpu backend";
+  LauncherJob gpu = sampleJob();
+  const auto gpuLine = slurmArgv(s, gpu);
+  EXPECT_NE(std::find(gpuLine.begin(), gpuLine.end(), "--gres=gpu:8"), gpuLine.end());
+  EXPECT_EQ(std::find(gpuLine.begin(), gpuLine.end(), "--gpus-per-task=1"), gpuLine.end());
+}
+
+TEST(LauncherCommands, SbatchWaitsAndRunsSrunInsideTheAllocation) {
+  SlurmOptions s;
+  s.submit = "sbatch";
+  s.partition = "gpu";
+  s.extraArgs = {"--mem=0"};
+  const auto line = slurmArgv(s, sampleJob());
+  ASSERT_GE(line.size(), 8U);
+  EXPECT_EQ(std::vector<std::string>(line.begin(), line.begin() + 6),
+            (std::vector<std::string>{"sbatch", "--parsable", "--wait", "--open-mode=append",
+                                      "--output=/home/me/.pipestudio/runs/r1/job.out",
+                                      "--error=/home/me/.pipestudio/runs/r1/job.err"}));
+  EXPECT_NE(std::find(line.begin(), line.end(), "--job-name=pipestudio-r1"), line.end());
+  EXPECT_NE(std::find(line.begin(), line.end(), "--partition=gpu"), line.end());
+  EXPECT_NE(std::find(line.begin(), line.end(), "--mem=0"), line.end());
+  const std::string wrap = line.back();
+  ASSERT_EQ(wrap.rfind("--wrap='srun' '--kill-on-bad-exit=1' '--ntasks=4' '--gpus-per-task=1' 'env'", 0), 0U) << wrap;
+  // The wrapped line is shell-quoted: run through sh it gives back the task's argv.
   std::string out;
-  const std::string line = slurmCommand(twoHosts(), "/tmp", a);
-  const std::string script = line.substr(line.find("'sh'"));
-  ASSERT_EQ(test::runLocal("cd /tmp && rm -f rank-3.trace && SLURM_PROCID=3 " +
-                           script.substr(0, script.find("'/opt/ps/pipestudio-exec'")) +
-                           "'echo' ARGS && cat /tmp/rank-3.trace && rm -f /tmp/rank-3.trace /tmp/rank-3.log",
-                           &out),
-            0);
-  EXPECT_EQ(out, "ARGS --rank 3\n");
+  ASSERT_EQ(test::runLocal("set -- " + wrap.substr(7) + "; shift 4; printf '%s\\n' \"$@\"", &out), 0);
+  std::string expected;
+  for (const auto& w : kTask) expected += w + "\n";
+  EXPECT_EQ(out, expected);
+}
+
+TEST(LauncherCommands, MpirunTagsTheOutputAndPassesTheHostList) {
+  HostsSpec h = twoHosts();
+  h.launcher = "mpirun";
+  h.mpirun.extraArgs = {"--mca", "btl", "^openib"};
+  LauncherJob j = sampleJob();
+  std::vector<std::string> expected{"mpirun",       "-np",   "4",   "--host", "node a:2,node-b:3",
+                                    "--tag-output", "--mca", "btl", "^openib"};
+  auto task = kTask;
+  task[4] = "mpirun";
+  expected.insert(expected.end(), task.begin(), task.end());
+  EXPECT_EQ(mpirunArgv(h, j), expected);
+}
+
+// A stand-in launcher on PATH for the wrapper's own behaviour (the real srun and mpirun run in
+// SlurmDeployTest and MpirunDeployTest).
+class LauncherWrapper : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ps-launcher-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    m_dir = tmpl;
+    std::ofstream(m_dir + "/mpirun") << "#!/bin/sh\necho \"ran $# words in $(pwd)\"\nexec sleep \"${FAKE_SLEEP:-0}\"\n";
+    std::filesystem::permissions(m_dir + "/mpirun", std::filesystem::perms::owner_all);
+  }
+  void TearDown() override { std::filesystem::remove_all(m_dir); }
+  HostsSpec hosts() const {
+    HostsSpec h = twoHosts();
+    h.launcher = "mpirun";
+    return h;
+  }
+  LauncherJob job() const {
+    LauncherJob j = sampleJob();
+    j.workDir = m_dir;
+    return j;
+  }
+  std::string command(int sleepS) const {
+    return "PATH='" + m_dir + "':$PATH FAKE_SLEEP=" + std::to_string(sleepS) + " " + launcherCommand(hosts(), job(), 1);
+  }
+  std::string m_dir;
+};
+
+TEST_F(LauncherWrapper, RunsTheLauncherInTheJobDirectoryAndKeepsItsStatus) {
+  std::string out;
+  EXPECT_EQ(runWithOpenStdin(command(0), &out), 0);
+  EXPECT_EQ(out, "ran " + std::to_string(mpirunArgv(hosts(), job()).size() - 1) + " words in " + m_dir + "\n");
+}
+
+TEST_F(LauncherWrapper, StdinAtEofStopsTheLauncher) {
+  // The session died or the workstation cancelled: SIGTERM to the launcher (128 + 15).
+  EXPECT_EQ(test::runLocal(command(30) + " </dev/null >/dev/null"), 128 + 15);
+}
+
+TEST(SlurmJobState, ParsesSqueueAndKnowsWhichReasonsNeverClear) {
+  auto pending = parseSqueue("12|PENDING|Resources|\n");
+  ASSERT_TRUE(pending);
+  EXPECT_EQ(pending->jobId, "12");
+  EXPECT_EQ(slurmStateText(*pending), "PENDING (Resources)");
+  auto running = parseSqueue("12|RUNNING|None|node[01-02]\n");
+  ASSERT_TRUE(running);
+  EXPECT_EQ(running->nodes, "node[01-02]");
+  EXPECT_EQ(slurmStateText(*running), "RUNNING");
+  // A requeued job lists twice; the last line is the current one.
+  EXPECT_EQ(parseSqueue("7|FAILED|NonZeroExitCode|n1\n8|PENDING|Priority|\n")->jobId, "8");
+  EXPECT_FALSE(parseSqueue(""));
+  EXPECT_FALSE(parseSqueue("slurm_load_jobs error: Unable to contact slurm controller\n"));
+  EXPECT_FALSE(parseSqueue("||||\n"));
+  for (const char* r : {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                        "QOSMaxCpuPerJobLimit", "AssocMaxNodesPerJobLimit", "QOSMaxGRESPerJob", "InvalidAccount"}) {
+    EXPECT_TRUE(slurmReasonIsPermanent(r)) << r;
+  }
+  for (const char* r : {"Resources", "Priority", "None", "Dependency", "QOSMaxJobsPerUserLimit", "AssocGrpCpuLimit",
+                        "ReqNodeNotAvail, UnavailableNodes:n3", "JobHeldUser", "BeginTime"}) {
+    EXPECT_FALSE(slurmReasonIsPermanent(r)) << r;
+  }
+  for (const char* s : {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED by 1000", "NODE_FAIL", "OUT_OF_MEMORY"}) {
+    EXPECT_TRUE(slurmStateIsFinal(s)) << s;
+  }
+  for (const char* s : {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}) {
+    EXPECT_FALSE(slurmStateIsFinal(s)) << s;
+  }
 }
 
 }  // namespace

@@ -19,9 +19,8 @@
 #include <vector>
 
 namespace pipestudio::remote::test {
-namespace {
 
-int freePort() {
+int freeTcpPort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
@@ -37,6 +36,8 @@ int freePort() {
   ::close(fd);
   return port;
 }
+
+namespace {
 
 bool canConnect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -57,7 +58,11 @@ std::string readFile(const std::string& path) {
   return s.str();
 }
 
-// Direct and indirect children of `root`, from /proc/<pid>/stat (field 4 is the parent).
+}  // namespace
+
+std::string readWholeFile(const std::string& path) { return readFile(path); }
+
+// From /proc/<pid>/stat (field 4 is the parent).
 std::vector<pid_t> descendants(pid_t root) {
   std::vector<std::pair<pid_t, pid_t>> all;  // pid, ppid
   if (DIR* d = ::opendir("/proc")) {
@@ -84,8 +89,6 @@ std::vector<pid_t> descendants(pid_t root) {
   out.erase(out.begin());
   return out;
 }
-
-}  // namespace
 
 int runLocal(const std::string& command, std::string* out) {
   FILE* p = ::popen(command.c_str(), "r");
@@ -116,7 +119,7 @@ std::vector<pid_t> processesMatching(const std::string& needle) {
   return out;
 }
 
-Sshd::Sshd() {
+Sshd::Sshd(std::vector<std::string> environment) {
   const char* sshd = "/usr/sbin/sshd";
   if (::access(sshd, X_OK) != 0) {
     m_error = "sshd not installed at /usr/sbin/sshd (packaging/install-deps.sh installs openssh-server)";
@@ -141,7 +144,7 @@ Sshd::Sshd() {
   ::mkdir("/run/sshd", 0755);  // privilege separation dir sshd insists on (Debian creates it at boot)
 
   for (int attempt = 0; attempt < 3 && m_pid <= 0; ++attempt) {
-    m_port = freePort();
+    m_port = freeTcpPort();
     {
       std::ofstream cfg(m_dir + "/sshd_config");
       cfg << "Port " << m_port << "\nListenAddress 127.0.0.1\nHostKey " << m_dir << "/host_key\n"
@@ -150,7 +153,9 @@ Sshd::Sshd() {
           << "KbdInteractiveAuthentication no\nAllowUsers *\nMaxSessions 64\nMaxStartups 64\n"
           << "Subsystem sftp internal-sftp\nLogLevel VERBOSE\n"
           // Tests put stand-ins for cluster tools (srun) in binDir().
-          << "SetEnv PATH=" << m_dir << "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n";
+          << "SetEnv PATH=" << m_dir << "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+      for (const auto& e : environment) cfg << ' ' << e;
+      cfg << '\n';
     }
     const std::string cfgPath = m_dir + "/sshd_config";
     const std::string logPath = m_dir + "/sshd.log";
@@ -207,6 +212,15 @@ HostEntry Sshd::hostEntry(int gpus) const {
   h.gpus = gpus;
   h.remoteDir = m_dir + "/remote";
   return h;
+}
+
+std::vector<pid_t> Sshd::connectionProcesses() const {
+  std::vector<pid_t> out;
+  if (m_pid <= 0) return out;
+  for (const pid_t p : descendants(m_pid)) {
+    if (readFile("/proc/" + std::to_string(p) + "/comm").rfind("sshd", 0) == 0) out.push_back(p);
+  }
+  return out;
 }
 
 void Sshd::killAll() {

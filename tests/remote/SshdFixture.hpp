@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "pipestudio/model/Hosts.hpp"
 
@@ -13,8 +14,9 @@ namespace pipestudio::remote::test {
 
 class Sshd {
  public:
-  /// Starts sshd; on failure `error()` says why and `running()` is false.
-  Sshd();
+  /// Starts sshd; on failure `error()` says why and `running()` is false. `environment`
+  /// (NAME=value) is set in every session, as a login node's profile would (SLURM_CONF).
+  explicit Sshd(std::vector<std::string> environment = {});
   ~Sshd();
   Sshd(const Sshd&) = delete;
   Sshd& operator=(const Sshd&) = delete;
@@ -36,6 +38,9 @@ class Sshd {
   /// SIGKILL the listener and every per-connection sshd it forked: the connection drops
   /// as it would when a node dies.
   void killAll();
+  /// The per-connection sshd processes (not the listener): SIGSTOP them to make the network
+  /// go silent, SIGCONT to let it talk again.
+  std::vector<pid_t> connectionProcesses() const;
 
  private:
   std::string m_dir;
@@ -44,6 +49,12 @@ class Sshd {
   pid_t m_pid = -1;
 };
 
+/// A TCP port on 127.0.0.1 that nothing listens on right now.
+int freeTcpPort();
+/// Direct and indirect children of `root`.
+std::vector<pid_t> descendants(pid_t root);
+/// The whole file (empty when it cannot be read).
+std::string readWholeFile(const std::string& path);
 /// Runs a local command, returns its exit status and stdout.
 int runLocal(const std::string& command, std::string* out = nullptr);
 /// Process ids whose command line contains `needle` (scans /proc).

@@ -5,47 +5,108 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
+
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 
 namespace pipestudio {
 namespace {
 
 bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// Iterative pre-scan: refuses nesting deeper than the limit and over-long strings before
-// nlohmann builds a DOM, so hostile input costs O(n) time and no stack.
-std::optional<std::pair<std::size_t, std::string>> prescan(std::string_view text, const JsonLimits& limits) {
+// Iterative pre-scan: refuses nesting deeper than the limit, over-long strings and duplicate
+// object keys before nlohmann builds a DOM (which would silently keep the last of two equal
+// keys), so hostile input costs O(n) time and no stack. Keys are compared decoded ("a" and
+// "\u0061" are one key).
+struct Problem {
+  std::size_t offset;
+  std::string what;
+};
+
+std::string decodeKey(std::string_view t, std::size_t begin, std::size_t end);
+
+class KeyScope {
+ public:
+  // Returns the offset of an earlier equal key, if any; remembers this one otherwise.
+  std::optional<std::size_t> add(std::string key, std::size_t offset) {
+    if (m_keys.size() < kLinear) {
+      for (const auto& [k, at] : m_keys) {
+        if (k == key) return at;
+      }
+      m_keys.emplace_back(std::move(key), offset);
+      return std::nullopt;
+    }
+    if (m_index.empty()) {
+      for (const auto& [k, at] : m_keys) m_index.emplace(k, at);
+    }
+    const auto [it, inserted] = m_index.emplace(std::move(key), offset);
+    if (!inserted) return it->second;
+    return std::nullopt;
+  }
+
+ private:
+  static constexpr std::size_t kLinear = 16;  // our objects have few keys: a scan beats hashing
+  std::vector<std::pair<std::string, std::size_t>> m_keys;
+  std::unordered_map<std::string, std::size_t> m_index;
+};
+
+std::optional<Problem> prescan(std::string_view text, const JsonLimits& limits) {
   std::size_t depth = 0;
   bool inString = false;
   bool escape = false;
+  bool hasEscape = false;
   std::size_t stringStart = 0;
+  // One entry per open bracket: a key scope for objects, nullopt for arrays.
+  std::vector<std::optional<KeyScope>> scopes;
+  // In an object, a string is a key when it follows '{' or ','.
+  bool expectKey = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (inString) {
       // Checked on every byte, escapes included: a string of backslashes is still a string.
       if (i - stringStart > limits.maxStringBytes) {
-        return std::pair{stringStart, "string longer than " + std::to_string(limits.maxStringBytes) +
-                                          " bytes (expected names and short text only)"};
+        return Problem{stringStart, "string longer than " + std::to_string(limits.maxStringBytes) +
+                                        " bytes (expected names and short text only)"};
       }
       if (escape) {
         escape = false;
       } else if (c == '\\') {
-        escape = true;
+        escape = hasEscape = true;
       } else if (c == '"') {
         inString = false;
+        if (expectKey && !scopes.empty() && scopes.back()) {
+          std::string key = hasEscape ? decodeKey(text, stringStart, i + 1)
+                                      : std::string(text.substr(stringStart + 1, i - stringStart - 1));
+          if (auto first = scopes.back()->add(key, stringStart)) {
+            const TextLocation loc = locationOfOffset(text, *first);
+            return Problem{stringStart, "duplicate key '" + excerpt(key) + "' (first at line " +
+                                            std::to_string(loc.line) + ", column " + std::to_string(loc.column) +
+                                            "; expected each key once per object)"};
+          }
+        }
+        expectKey = false;
       }
       continue;
     }
     if (c == '"') {
       inString = true;
+      hasEscape = false;
       stringStart = i;
     } else if (c == '{' || c == '[') {
       if (++depth > limits.maxDepth) {
-        return std::pair{i, "nesting deeper than " + std::to_string(limits.maxDepth) + " levels (expected at most " +
-                                std::to_string(limits.maxDepth) + ")"};
+        return Problem{i, "nesting deeper than " + std::to_string(limits.maxDepth) + " levels (expected at most " +
+                              std::to_string(limits.maxDepth) + ")"};
       }
+      scopes.emplace_back(c == '{' ? std::optional<KeyScope>(KeyScope{}) : std::nullopt);
+      expectKey = c == '{';
     } else if (c == '}' || c == ']') {
       if (depth > 0) --depth;
+      if (!scopes.empty()) scopes.pop_back();
+      expectKey = false;
+    } else if (c == ',') {
+      expectKey = !scopes.empty() && scopes.back().has_value();
     }
   }
   return std::nullopt;
@@ -232,8 +293,8 @@ Expected<JsonDocument> parseJson(std::string text, std::string path, const JsonL
     return Error{path + ":1:1: file is empty (expected a JSON object)"};
   }
   if (auto problem = prescan(text, limits)) {
-    const TextLocation loc = locationOfOffset(text, problem->first);
-    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " + problem->second};
+    const TextLocation loc = locationOfOffset(text, problem->offset);
+    return Error{path + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": " + problem->what};
   }
   JsonDocument doc;
   try {
@@ -275,51 +336,17 @@ Expected<JsonDocument> parseJson(std::string text, std::string path, const JsonL
 }
 
 Expected<JsonDocument> loadJsonFile(const std::string& path, const JsonLimits& limits) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    return Error{path + ": cannot open: no such file (expected an existing JSON file)"};
-  }
-  if (std::filesystem::is_directory(status)) {
-    return Error{path + ": is a directory (expected a JSON file)"};
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Error{path + ": cannot open for reading"};
-  }
-  in.seekg(0, std::ios::end);
-  const auto size = in.tellg();
-  if (size < 0) {
-    return Error{path + ": cannot determine file size"};
-  }
-  if (static_cast<std::size_t>(size) > limits.maxFileBytes) {
-    return Error{path + ":1:1: file is " + std::to_string(static_cast<long long>(size)) + " bytes (expected at most " +
-                 std::to_string(limits.maxFileBytes) + ")"};
-  }
-  in.seekg(0);
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.read(text.data(), size);
-  if (!in) {
-    return Error{path + ": read error"};
-  }
-  return parseJson(std::move(text), path, limits);
+  // Regular files only (a FIFO would hang the read), UTF-8 only (UTF-16 is named as such).
+  auto text = readTextFile(path, limits.maxFileBytes);
+  if (!text) return text.error();
+  return parseJson(std::move(*text), path, limits);
 }
 
 Status saveJsonFile(const std::string& path, const Json& value, int indent) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Error{path + ": cannot open for writing"};
+  return writeOutputFile(path, [&](std::ostream& out, std::string&) {
     out << value.dump(indent < 0 ? -1 : indent, ' ', false, Json::error_handler_t::replace) << '\n';
-    if (!out) return Error{path + ": write error"};
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return Error{path + ": cannot replace file: " + ec.message()};
-  }
-  return {};
+    return static_cast<bool>(out);
+  });
 }
 
 }  // namespace pipestudio

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "pipestudio/common/Text.hpp"
+
 namespace pipestudio {
 
 std::string jsonTypeName(const Json& value) {
@@ -221,23 +223,47 @@ void JsonReader::rejectUnknown(const JsonNode& obj, std::initializer_list<std::s
     if (!found) {
       std::string expected;
       for (const auto k : known) expected += (expected.empty() ? "" : ", ") + std::string(k);
-      error(obj.child(key), "unknown field '" + key + "' (expected one of: " + expected + ")");
+      error(obj.child(key), "unknown field '" + excerpt(key) + "' (expected one of: " + expected + ")");
     }
   }
 }
 
+namespace {
+// "pipestudio.cluster/1" → "a cluster description"; empty for other schemas.
+std::string describeSchema(std::string_view schema) {
+  for (const char* kind : {"model", "cluster", "plan", "hosts", "workspace"}) {
+    const std::string family = std::string("pipestudio.") + kind + "/";
+    if (schema.rfind(family, 0) == 0) {
+      return std::string(kind == std::string_view("hosts") ? "a hosts file" : "a " + std::string(kind) + " description");
+    }
+  }
+  return {};
+}
+}  // namespace
+
 bool JsonReader::checkSchema(const JsonNode& obj, std::string_view expected) {
-  auto schema = string(obj, "schema", Presence::Required);
-  if (!schema) return false;
-  if (*schema == expected) return true;
+  auto node = field(obj, "schema", Presence::Required);
+  if (!node) return false;
+  if (!node->value->is_string()) {
+    error(*node, "is " + jsonTypeWithArticle(*node->value) + " (expected the string '" + std::string(expected) + "')");
+    return false;
+  }
+  const std::string schema = node->value->get<std::string>();
+  if (schema == expected) return true;
   const auto slash = expected.rfind('/');
   const std::string family(expected.substr(0, slash + 1));
-  if (schema->rfind(family, 0) == 0) {
-    error(obj.child("schema"), "schema '" + *schema + "' is a version this PipeStudio does not know (expected '" +
-                                   std::string(expected) + "'; a newer PipeStudio may read it)");
+  const std::string mine = describeSchema(expected);
+  const std::string theirs = describeSchema(schema);
+  if (schema.rfind(family, 0) == 0) {
+    error(*node, "schema '" + excerpt(schema) + "' is a version this PipeStudio does not know (expected '" +
+                     std::string(expected) + "'; a newer PipeStudio may read it)");
+  } else if (!theirs.empty()) {
+    // Swapped files (--model given a cluster): say what the file is first.
+    error(*node, "this is " + theirs + " (schema '" + excerpt(schema) + "'), expected " + mine + " ('" +
+                     std::string(expected) + "')");
   } else {
-    error(obj.child("schema"), "schema '" + *schema + "' is not a " + family.substr(0, family.size() - 1) +
-                                   " document (expected '" + std::string(expected) + "')");
+    error(*node, "schema '" + excerpt(schema) + "' is not a " + family.substr(0, family.size() - 1) +
+                     " document (expected '" + std::string(expected) + "')");
   }
   return false;
 }

@@ -9,6 +9,8 @@
 #include <map>
 
 #include "Impl.hpp"
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "JsonSax.hpp"
 
 namespace pipestudio::history {
@@ -367,6 +369,16 @@ class ChromeHandler {
   }
 
   static std::int64_t toNs(double us) { return std::llround(us * 1000.0); }
+  // Times and durations are stored as int64 nanoseconds: a value past ±2^61 ns (73 years) is
+  // refused (the event is skipped and named) rather than wrapped to a negative duration;
+  // start + duration then still fits.
+  static constexpr double kMaxAbsUs = 2305843009213693.0;  // 2^61 ns in µs
+  static bool representable(double us) { return std::isfinite(us) && std::fabs(us) <= kMaxAbsUs; }
+  static std::string usText(double us) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%g", us);
+    return buf;
+  }
 
   bool finishEvent() {
     PendingEvent& e = m_event;
@@ -380,6 +392,12 @@ class ChromeHandler {
         noteSkip("\"" + ph + "\" event without a numeric \"ts\"", e.offset);
         return true;
       }
+      if (!representable(*e.tsUs)) {
+        noteSkip("\"" + ph + "\" event \"" + excerpt(e.name) + "\": \"ts\" " + usText(*e.tsUs) +
+                     " µs is out of range (expected at most " + usText(kMaxAbsUs) + " µs in magnitude)",
+                 e.offset);
+        return true;
+      }
     }
     if ((ph == "X" || ph == "B") && !m_state.originKnown) {
       // Stored times count from the first range's start (Kineto's are epoch microseconds).
@@ -389,7 +407,13 @@ class ChromeHandler {
     }
     if (ph == "X") {
       if (!e.durUs || !std::isfinite(*e.durUs) || *e.durUs < 0) {
-        noteSkip("\"X\" event \"" + e.name + "\" without a non-negative \"dur\"", e.offset);
+        noteSkip("\"X\" event \"" + excerpt(e.name) + "\" without a non-negative \"dur\"", e.offset);
+        return true;
+      }
+      if (!representable(*e.durUs)) {
+        noteSkip("\"X\" event \"" + excerpt(e.name) + "\": \"dur\" " + usText(*e.durUs) +
+                     " µs is out of range (expected at most " + usText(kMaxAbsUs) + " µs, 73 years)",
+                 e.offset);
         return true;
       }
       return store(e, toNs(*e.tsUs), toNs(*e.durUs));
@@ -528,6 +552,7 @@ class ChromeHandler {
 }  // namespace
 
 Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, RunInfo info) {
+  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
   std::FILE* f = std::fopen(file.c_str(), "rb");
   if (!f) return Error{file + ": cannot open"};
   struct Closer {

@@ -238,11 +238,24 @@ Status HistoryStore::Impl::writeRunProgress(RunId run, RunState& state) {
 
 Status HistoryStore::Impl::commit() {
   if (!inTransaction) return {};
-  if (auto st = flushEvents(); !st) return st;
+  // A batch that cannot be written (disk full, I/O error) is dropped whole: what was committed
+  // before stays, the space the failed batch took in the WAL is free again, and the caller can
+  // still mark its run incomplete (finishRun) instead of leaving it "running".
+  auto abandon = [this](Status failed) {
+    (void)exec(db, "ROLLBACK");
+    inTransaction = false;
+    pendingRows = 0;
+    bufferedEvents.clear();
+    bufferedArgs.clear();
+    for (auto& [run, state] : runs) state.pendingEvents = 0;
+    nameIds.clear();  // names inserted by the dropped batch are gone with it
+    return failed;
+  };
+  if (auto st = flushEvents(); !st) return abandon(st);
   for (auto& [run, state] : runs) {
-    if (auto st = writeRunProgress(run, state); !st) return st;
+    if (auto st = writeRunProgress(run, state); !st) return abandon(st);
   }
-  if (auto st = exec(db, "COMMIT"); !st) return Error{withPath(path, "commit failed: " + st.message())};
+  if (auto st = exec(db, "COMMIT"); !st) return abandon(Error{withPath(path, "commit failed: " + st.message())});
   inTransaction = false;
   pendingRows = 0;
   for (auto& [run, state] : runs) {
@@ -477,6 +490,35 @@ sqlite3* HistoryStore::connection() const { return m_impl->db; }
 void HistoryStore::setBatchRows(int rows) { m_impl->batchRows = std::max(1, rows); }
 Status HistoryStore::flush() { return m_impl->commit(); }
 
+namespace {
+// A read-only open of a WAL database needs its -shm file; on a read-only mount without one,
+// SQLite cannot open it at all. Nobody can write there either, so it is opened immutable.
+int openReadOnly(const std::string& path, sqlite3** db, int extraFlags = 0) {
+  int rc = sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READONLY | extraFlags, nullptr);
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_exec(*db, "SELECT COUNT(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return rc;
+  }
+  if (::access(path.c_str(), W_OK) == 0 && ::access(std::filesystem::path(path).parent_path().c_str(), W_OK) == 0) {
+    return rc;  // writable: the failure is not a read-only mount
+  }
+  sqlite3_close(*db);
+  *db = nullptr;
+  std::string uri = "file:";
+  for (const char c : std::filesystem::absolute(path).string()) {
+    if (c == '?' || c == '#' || c == '%') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      uri += buf;
+    } else {
+      uri += c;
+    }
+  }
+  return sqlite3_open_v2((uri + "?immutable=1").c_str(), db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | extraFlags,
+                         nullptr);
+}
+}  // namespace
+
 Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOptions& options) {
   namespace fs = std::filesystem;
   if (options.targetSchemaVersion < 1 || options.targetSchemaVersion > kSchemaVersion) {
@@ -488,10 +530,11 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   // (WAL switch, migration, recovery) could write to it.
   if (exists) {
     sqlite3* probe = nullptr;
-    const int rc = sqlite3_open_v2(path.c_str(), &probe, SQLITE_OPEN_READONLY, nullptr);
+    const int rc = openReadOnly(path, &probe);
     if (rc != SQLITE_OK) {
       std::string m = probe ? sqlite3_errmsg(probe) : "out of memory";
       sqlite3_close(probe);
+      if (rc == SQLITE_NOTADB) return Error{withPath(path, "not a PipeStudio history database (" + m + ")")};
       return Error{withPath(path, "cannot open history database: " + m)};
     }
     sqlite3_busy_timeout(probe, options.busyTimeoutMs);
@@ -537,13 +580,21 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   impl->path = path;
   impl->readOnly = options.readOnly;
   const int flags = options.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &impl->db, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+  const int opened = options.readOnly ? openReadOnly(path, &impl->db, SQLITE_OPEN_NOMUTEX)
+                                      : sqlite3_open_v2(path.c_str(), &impl->db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (opened != SQLITE_OK) {
     return Error{withPath(path, std::string("cannot open history database: ") +
                                     (impl->db ? sqlite3_errmsg(impl->db) : "out of memory"))};
   }
   sqlite3* db = impl->db;
   sqlite3_busy_timeout(db, options.busyTimeoutMs);
   sqlite3_extended_result_codes(db, 1);
+  // SQLite opens a write-protected file (permissions, a read-only mount) read-only without a
+  // word; every write would then fail. Say so once, here.
+  if (!options.readOnly && sqlite3_db_readonly(db, "main") == 1) {
+    return Error{withPath(path, "the history database is read-only (the file or its file system cannot be written); "
+                                "read commands (history list, show, compare, export --run) still open it")};
+  }
   if (!options.readOnly) {
     // New files: 8 KiB pages fit more event rows per leaf; must precede the WAL switch.
     if (!exists) (void)exec(db, "PRAGMA page_size = 8192");

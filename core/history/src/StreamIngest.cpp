@@ -1,6 +1,7 @@
 #include <fstream>
 
 #include "Impl.hpp"
+#include "pipestudio/common/Files.hpp"
 
 namespace pipestudio::history {
 
@@ -203,6 +204,7 @@ Expected<RunId> HistoryStore::ingestStream(std::string_view bytes, RunInfo info)
 }
 
 Expected<ImportResult> HistoryStore::importStreamFile(const std::string& file, RunInfo info) {
+  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error{file + ": cannot open"};
   if (info.source.empty()) info.source = "stream";

@@ -1,5 +1,9 @@
 #include "pipestudio/model/ModelIO.hpp"
 
+#include "HostsIO.hpp"
+#include "pipestudio/common/Text.hpp"
+
+#include <algorithm>
 #include <functional>
 #include <initializer_list>
 #include <utility>
@@ -124,7 +128,7 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   // (already reported as unknown) would otherwise be reported twice.
   if (!v.contains("forward_ms") && !v.contains("transformer") && !v.contains("flops_forward") &&
       r.errors().size() == errorsBefore) {
-    r.error(node, "layer '" + layer.name +
+    r.error(node, "layer '" + excerpt(layer.name) +
                       "' has neither measured costs nor a shape (expected forward_ms, transformer or flops_forward)");
   }
   if (!trainable) {
@@ -141,9 +145,12 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   const auto repeat = r.integer(node, "repeat", Presence::Optional, 1, kMaxLayers);
   const std::int64_t count = repeat.value_or(1);
   if (count > layersLeft) {
+    // A refusal, never a truncation: the caller stops reading (layersLeft < 0) and the model
+    // is not returned.
     r.error(repeat ? node.child("repeat") : node,
-            "would make more than " + std::to_string(kMaxLayers) + " layers in the model (expected fewer)");
-    layersLeft = 0;
+            "would make more than " + std::to_string(kMaxLayers) + " layers in the model (expected at most " +
+                std::to_string(kMaxLayers) + ")");
+    layersLeft = -1;
     return;
   }
   layersLeft -= count;
@@ -179,16 +186,25 @@ std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool
   if (layers->value->empty()) {
     r.error(*layers, "component '" + c.name + "' has no layers (expected at least one)");
   }
-  for (std::size_t i = 0; i < layers->value->size(); ++i) {
+  const std::size_t entries = layers->value->size();
+  if (layersLeft < 0) return c;  // an earlier component already passed the limit
+  if (entries > static_cast<std::size_t>(std::max<std::int64_t>(0, layersLeft))) {
+    // Counted before reading: 10⁶ entries are refused with their number, not read and cut.
+    r.error(*layers, "component '" + excerpt(c.name) + "' lists " + std::to_string(entries) + " layers; the model may have at most " +
+                         std::to_string(kMaxLayers) + " layers in all");
+    layersLeft = -1;
+    return c;
+  }
+  for (std::size_t i = 0; i < entries; ++i) {
     readLayer(r, layers->child(i), c.trainable, c.layers, layersLeft);
-    if (layersLeft <= 0) break;
+    if (layersLeft < 0) break;
   }
   std::map<std::string, std::size_t> seen;
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
     auto [it, fresh] = seen.emplace(c.layers[i].name, i);
     if (!fresh && !c.layers[i].name.empty()) {
       r.error(*layers,
-              "duplicate layer name '" + c.layers[i].name + "' in component '" + c.name + "' (expected unique names)");
+              "duplicate layer name '" + excerpt(c.layers[i].name) + "' in component '" + excerpt(c.name) + "' (expected unique names)");
     }
   }
   return c;
@@ -206,7 +222,7 @@ void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& 
       if (it == index.end()) {
         std::string known;
         for (const auto& other : m.components) known += (known.empty() ? "" : ", ") + other.name;
-        r.error(ptr, "'" + c.feeds[k] + "' is not a component of this model (expected one of: " + known + ")");
+        r.error(ptr, "'" + excerpt(c.feeds[k]) + "' is not a component of this model (expected one of: " + known + ")");
       } else if (it->second == static_cast<int>(i)) {
         r.error(ptr, "component '" + c.name + "' feeds itself (expected an acyclic data flow)");
       } else {
@@ -303,9 +319,10 @@ Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReade
 
 std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
+  // The schema first: a file of another kind is named as such, not listed as unknown fields.
+  if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
   r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
                       "description"});
-  if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
   ModelSpec m;
   m.name = r.string(at, "name", Presence::Required).value_or("");
   m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
@@ -341,7 +358,7 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
       auto c = readComponent(r, comps->child(i), true, "", layersLeft);
       if (!c) continue;
       if (!c->name.empty() && !seen.emplace(c->name, i).second) {
-        r.error(comps->child(i).child("name"), "duplicate component name '" + c->name + "' (expected unique names)");
+        r.error(comps->child(i).child("name"), "duplicate component name '" + excerpt(c->name) + "' (expected unique names)");
       }
       m.components.push_back(std::move(*c));
     }
@@ -360,9 +377,10 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
 
 std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
+  // The schema first: a file of another kind is named as such, not listed as unknown fields.
+  if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
   r.rejectUnknown(at,
                   {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "bandwidth_matrix_gbps", "description"});
-  if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
   if (auto g = r.object(at, "gpu", Presence::Required)) {
@@ -437,18 +455,42 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   return c;
 }
 
+namespace {
+// Host and user names reach ssh, scp and srun command lines: one that starts with '-' would be
+// read as an option (-oProxyCommand=… runs a command), whitespace or a control character would
+// split or forge a line. Refused, not quoted.
+void checkSshName(JsonReader& r, const JsonNode& at, const std::string& value, const char* what) {
+  if (value.empty()) return;
+  if (value.front() == '-') {
+    r.error(at, "'" + excerpt(value) + "' begins with '-' (expected a " + what +
+                    "; a leading '-' would be read as an ssh option)");
+    return;
+  }
+  for (const char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F || c == ' ') {
+      r.error(at, "'" + excerpt(value) + "' contains whitespace or a control character (expected a " + what + ")");
+      return;
+    }
+  }
+}
+}  // namespace
+
 std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description"});
+  // The schema first: a file of another kind is named as such, not listed as unknown fields.
   if (!r.checkSchema(at, kHostsSchema)) return std::nullopt;
+  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description", "slurm", "mpirun", "server_alive_interval_s",
+                       "server_alive_count_max"});
   HostsSpec h;
   if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
     if (*launcher != "ssh" && *launcher != "slurm" && *launcher != "mpirun") {
-      r.error(at.child("launcher"), "'" + *launcher + "' is not a launcher (expected ssh, slurm or mpirun)");
+      r.error(at.child("launcher"), "'" + excerpt(*launcher) + "' is not a launcher (expected ssh, slurm or mpirun)");
     } else {
       h.launcher = *launcher;
     }
   }
+  readLauncherSections(r, at, h);
   auto hosts = r.array(at, "hosts", Presence::Required);
   if (!hosts) return std::nullopt;
   if (hosts->value->empty()) r.error(*hosts, "no hosts (expected at least one)");
@@ -467,6 +509,8 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
     e.host = r.string(n, "host", Presence::Required).value_or("");
     e.port = static_cast<int>(r.integer(n, "port", Presence::Optional, 1, 65535).value_or(22));
     e.user = r.string(n, "user", Presence::Optional).value_or("");
+    checkSshName(r, n.child("host"), e.host, "host name");
+    checkSshName(r, n.child("user"), e.user, "user name");
     e.identityFile = r.string(n, "identity_file", Presence::Optional).value_or("");
     e.knownHostsFile = r.string(n, "known_hosts_file", Presence::Optional).value_or("");
     e.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, 1, 1024).value_or(1));
@@ -574,7 +618,9 @@ Json hostsToJson(const HostsSpec& h) {
     if (!e.knownHostsFile.empty()) j["known_hosts_file"] = e.knownHostsFile;
     hosts.push_back(std::move(j));
   }
-  return Json{{"schema", kHostsSchema}, {"launcher", h.launcher}, {"hosts", std::move(hosts)}};
+  Json j{{"schema", kHostsSchema}, {"launcher", h.launcher}, {"hosts", std::move(hosts)}};
+  writeLauncherSections(h, j);
+  return j;
 }
 
 Expected<std::string> documentKind(const JsonDocument& doc) {
@@ -583,14 +629,18 @@ Expected<std::string> documentKind(const JsonDocument& doc) {
                  " (expected an object with a 'schema' field)"};
   }
   const auto it = doc.root.find("schema");
-  if (it == doc.root.end() || !it->is_string()) {
+  if (it == doc.root.end()) {
     return Error{doc.where("") + ": missing required field 'schema' (expected e.g. \"pipestudio.model/1\")"};
+  }
+  if (!it->is_string()) {
+    return Error{doc.where("/schema") + ": is " + jsonTypeWithArticle(*it) +
+                 " (expected a string such as \"pipestudio.model/1\")"};
   }
   const std::string schema = it->get<std::string>();
   for (const char* kind : {"model", "cluster", "plan", "hosts", "workspace"}) {
     if (schema.rfind(std::string("pipestudio.") + kind + "/", 0) == 0) return std::string(kind);
   }
-  return Error{doc.where("/schema") + ": schema '" + schema +
+  return Error{doc.where("/schema") + ": schema '" + excerpt(schema) +
                "' is not a PipeStudio document (expected pipestudio.model/1, pipestudio.cluster/1, "
                "pipestudio.plan/1, pipestudio.hosts/1 or pipestudio.workspace/1)"};
 }

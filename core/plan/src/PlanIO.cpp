@@ -3,9 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <cstdio>
 #include <set>
+#include <unordered_map>
+
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 
 namespace pipestudio {
@@ -13,7 +19,6 @@ namespace {
 
 constexpr std::int64_t kMaxDevices = 1'000'000;
 constexpr std::int64_t kMaxMicrobatches = 1'000'000;
-constexpr std::size_t kMaxOps = 50'000'000;
 constexpr double kMaxTimeMs = 1.0e12;
 
 // Ops are the bulk of a plan (hundreds of thousands): read them without building a JSON
@@ -80,13 +85,27 @@ struct FastFields {
   }
 };
 
+// The plan's devices (× data-parallel replicas) fit its cluster's GPUs: readPlan checks it before
+// sizing anything by the device count, validatePlanStructure again for plans built in memory.
+Status checkDevicesFitCluster(const PlanConfig& config, const ClusterSpec& cluster) {
+  // Every device lane is a pipeline rank of T·C·D GPUs of the plan's cluster.
+  const std::int64_t gpus = cluster.totalGpus();
+  const std::int64_t perRank = config.parallel.gpusPerPipelineRank();
+  const std::int64_t needed = std::int64_t{config.devices} * std::max<std::int64_t>(1, perRank);
+  if (gpus <= 0 || needed <= gpus) return {};
+  return Error{std::to_string(config.devices) + " devices" +
+               (perRank > 1 ? " × " + std::to_string(perRank) + " GPUs each (tp·cp·dp)" : "") +
+               " but the plan's cluster '" + excerpt(cluster.name) + "' has " + std::to_string(gpus) +
+               " GPUs (expected at most that many)"};
+}
+
 }  // namespace
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
+  if (!r.checkSchema(at, kPlanSchema)) return std::nullopt;  // first: a model given as a plan is named
   r.rejectUnknown(
       at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "metrics", "generator", "notes"});
-  if (!r.checkSchema(at, kPlanSchema)) return std::nullopt;
   Plan plan;
   if (auto cfg = r.object(at, "config", Presence::Required)) {
     r.rejectUnknown(*cfg, {"schedule", "devices", "microbatches", "chunks_per_device", "partition", "fill",
@@ -139,6 +158,11 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     if (auto cluster = readCluster(r, *c)) plan.cluster = std::move(*cluster);
   }
   if (!r.ok()) return std::nullopt;
+  // Before anything is sized by the device count (per-device metrics, lanes).
+  if (auto st = checkDevicesFitCluster(plan.config, plan.cluster); !st) {
+    r.error("/config/devices", st.message());
+    return std::nullopt;
+  }
 
   if (auto stages = r.array(at, "virtual_stages", Presence::Required)) {
     if (stages->value->empty()) r.error(*stages, "no virtual stages (expected at least one)");
@@ -158,7 +182,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
           std::string known;
           for (const auto& other : plan.model.components) known += (known.empty() ? "" : ", ") + other.name;
           r.error(s.child("component"),
-                  "'" + *comp + "' is not a component of the plan's model (expected one of: " + known + ")");
+                  "'" + excerpt(*comp) + "' is not a component of the plan's model (expected one of: " + known + ")");
           continue;
         }
       }
@@ -182,9 +206,9 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
 
   const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
   if (auto ops = r.array(at, "ops", Presence::Required)) {
-    if (ops->value->size() > kMaxOps) {
+    if (ops->value->size() > kMaxPlanOps) {
       r.error(*ops,
-              "has " + std::to_string(ops->value->size()) + " ops (expected at most " + std::to_string(kMaxOps) + ")");
+              "has " + std::to_string(ops->value->size()) + " ops (expected at most " + std::to_string(kMaxPlanOps) + ")");
       return std::nullopt;
     }
     plan.ops.reserve(ops->value->size());
@@ -256,6 +280,34 @@ Expected<Plan> loadPlan(const std::string& path) {
   return std::move(*plan);
 }
 
+namespace {
+
+Json opToJson(const Plan& plan, const Op& op) {
+  Json o{{"device", op.device},         {"virtual_stage", op.virtualStage}, {"kind", std::string(opKindName(op.kind))},
+         {"microbatch", op.microbatch}, {"start_ms", op.startMs},           {"end_ms", op.endMs}};
+  if (op.samples > 0) o["samples"] = op.samples;
+  if (op.kind == OpKind::N) {
+    const auto& vs = plan.virtualStages.at(static_cast<std::size_t>(op.virtualStage));
+    o["component"] = plan.model.components.at(static_cast<std::size_t>(vs.component)).name;
+  }
+  return o;
+}
+
+Json commToJson(const Comm& cm) {
+  return Json{{"from_device", cm.fromDevice},
+              {"to_device", cm.toDevice},
+              {"microbatch", cm.microbatch},
+              {"kind", std::string(opKindName(cm.kind))},
+              {"virtual_stage", cm.virtualStage},
+              {"start_ms", cm.startMs},
+              {"end_ms", cm.endMs},
+              {"bytes", cm.bytes}};
+}
+
+std::string dumpCompact(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace
+
 Json planToJson(const Plan& plan) {
   const PlanConfig& c = plan.config;
   Json cfg{{"schedule", c.schedule},         {"devices", c.devices},
@@ -290,28 +342,9 @@ Json planToJson(const Plan& plan) {
     stages.push_back(std::move(s));
   }
   Json ops = Json::array();
-  for (const auto& op : plan.ops) {
-    Json o{
-        {"device", op.device},         {"virtual_stage", op.virtualStage}, {"kind", std::string(opKindName(op.kind))},
-        {"microbatch", op.microbatch}, {"start_ms", op.startMs},           {"end_ms", op.endMs}};
-    if (op.samples > 0) o["samples"] = op.samples;
-    if (op.kind == OpKind::N) {
-      const auto& vs = plan.virtualStages.at(static_cast<std::size_t>(op.virtualStage));
-      o["component"] = plan.model.components.at(static_cast<std::size_t>(vs.component)).name;
-    }
-    ops.push_back(std::move(o));
-  }
+  for (const auto& op : plan.ops) ops.push_back(opToJson(plan, op));
   Json comms = Json::array();
-  for (const auto& cm : plan.comms) {
-    comms.push_back(Json{{"from_device", cm.fromDevice},
-                         {"to_device", cm.toDevice},
-                         {"microbatch", cm.microbatch},
-                         {"kind", std::string(opKindName(cm.kind))},
-                         {"virtual_stage", cm.virtualStage},
-                         {"start_ms", cm.startMs},
-                         {"end_ms", cm.endMs},
-                         {"bytes", cm.bytes}});
-  }
+  for (const auto& cm : plan.comms) comms.push_back(commToJson(cm));
   Json devices = Json::array();
   for (const auto& d : plan.metrics.devices) {
     const MemoryBreakdown& mb = d.memory;
@@ -348,39 +381,197 @@ Json planToJson(const Plan& plan) {
               {"metrics", std::move(metrics)}};
 }
 
-Status savePlan(const std::string& path, const Plan& plan) { return saveJsonFile(path, planToJson(plan), 1); }
-
-Status validatePlanStructure(const Plan& plan) {
-  const auto stages = plan.virtualStages.size();
-  for (std::size_t i = 0; i < stages; ++i) {
-    const VirtualStage& vs = plan.virtualStages[i];
-    if (vs.device < 0 || vs.device >= plan.config.devices) {
-      return Error{"/virtual_stages/" + std::to_string(i) + "/device: " + std::to_string(vs.device) +
-                   " is not a device of the plan (expected 0.." + std::to_string(plan.config.devices - 1) + ")"};
+bool writePlanJson(std::ostream& out, const Plan& plan) {
+  // Everything but ops and comms is small: build it as JSON; stream the two big arrays one
+  // element per line, in the document's (sorted) key order.
+  Plan head;
+  head.config = plan.config;
+  head.model = plan.model;
+  head.cluster = plan.cluster;
+  head.virtualStages = plan.virtualStages;
+  head.metrics = plan.metrics;
+  const Json doc = planToJson(head);
+  out << "{";
+  bool firstKey = true;
+  for (const auto& [key, value] : doc.items()) {
+    out << (firstKey ? "\n" : ",\n") << dumpCompact(Json(key)) << ": ";
+    firstKey = false;
+    if (key == "ops" || key == "comms") {
+      out << '[';
+      const bool ops = key == "ops";
+      const std::size_t n = ops ? plan.ops.size() : plan.comms.size();
+      for (std::size_t i = 0; i < n && out; ++i) {
+        out << (i ? ",\n" : "\n") << dumpCompact(ops ? opToJson(plan, plan.ops[i]) : commToJson(plan.comms[i]));
+      }
+      out << (n ? "\n]" : "]");
+    } else {
+      out << dumpCompact(value);
     }
   }
-  // Each trainable virtual stage has exactly one F per microbatch (partial-batch ops only
-  // occur for frozen components).
-  std::map<std::pair<int, int>, int> forwards;
+  out << "\n}\n";
+  return static_cast<bool>(out);
+}
+
+Status savePlan(const std::string& path, const Plan& plan) {
+  return writeOutputFile(path, [&plan](std::ostream& out, std::string&) { return writePlanJson(out, plan); });
+}
+
+Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::int64_t microbatches) {
+  // Up to F, B and W per virtual stage and microbatch; computed in double so it cannot overflow.
+  const double ops = 3.0 * static_cast<double>(devices) * static_cast<double>(chunksPerDevice) *
+                     static_cast<double>(microbatches);
+  if (ops <= static_cast<double>(kMaxPlanOps)) return {};
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", ops);
+  return Error{std::to_string(devices) + " devices × " + std::to_string(chunksPerDevice) + " chunk(s) × " +
+               std::to_string(microbatches) + " microbatches would make up to " + count +
+               " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
+               std::to_string(kMaxPlanOps) + " ops per plan (expected fewer devices, chunks or microbatches)"};
+}
+
+namespace {
+
+std::string opPointer(std::size_t i, const char* field = nullptr) {
+  return "/ops/" + std::to_string(i) + (field ? std::string("/") + field : std::string());
+}
+
+std::string opLabel(const Op& op) {
+  return std::string(opKindName(op.kind)) + "(stage " + std::to_string(op.virtualStage) + ", microbatch " +
+         std::to_string(op.microbatch) + ")";
+}
+
+// (kind class, stage, microbatch) in one key: the plan's unique ops, looked up by what needs them.
+std::uint64_t opKey(OpKind kind, std::int64_t stage, std::int64_t microbatch) {
+  return (static_cast<std::uint64_t>(stage) << 24 | static_cast<std::uint64_t>(microbatch) << 3) ^
+         static_cast<std::uint64_t>(kind);
+}
+
+Status checkStages(const Plan& plan) {
+  const int devices = plan.config.devices;
+  for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    const std::string at = "/virtual_stages/" + std::to_string(i);
+    if (vs.id != static_cast<int>(i)) {
+      return Error{at + "/id: " + std::to_string(vs.id) + " (expected " + std::to_string(i) +
+                   ": virtual stages are listed in id order)"};
+    }
+    if (vs.device < 0 || vs.device >= devices) {
+      return Error{at + "/device: " + std::to_string(vs.device) + " is not a device of the plan (expected 0.." +
+                   std::to_string(devices - 1) + ")"};
+    }
+    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
+      return Error{at + "/component: not a component of the plan's model"};
+    }
+    const auto layers = static_cast<int>(plan.model.components[static_cast<std::size_t>(vs.component)].layers.size());
+    if (vs.firstLayer < 0 || vs.lastLayer < vs.firstLayer || vs.lastLayer >= layers) {
+      return Error{at + ": layers " + std::to_string(vs.firstLayer) + ".." + std::to_string(vs.lastLayer) +
+                   " are not a range of the component's " + std::to_string(layers) + " layers"};
+    }
+    if (vs.pipeline < 0 || vs.pipeline > 1) {
+      return Error{at + "/pipeline: " + std::to_string(vs.pipeline) + " (expected 0 or 1)"};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status validatePlanStructure(const Plan& plan) {
+  const int devices = plan.config.devices;
+  const int microbatches = plan.config.microbatches;
+  if (devices < 1) return Error{"/config/devices: " + std::to_string(devices) + " (expected at least 1)"};
+  if (microbatches < 1) return Error{"/config/microbatches: " + std::to_string(microbatches) + " (expected at least 1)"};
+  if (auto st = checkDevicesFitCluster(plan.config, plan.cluster); !st) return Error{"/config/devices: " + st.message()};
+  if (plan.ops.size() > kMaxPlanOps) {
+    return Error{"/ops: " + std::to_string(plan.ops.size()) + " ops, more than the limit of " +
+                 std::to_string(kMaxPlanOps) + " per plan"};
+  }
+  // The simulator and executor keep per (virtual stage, microbatch) tables: bound them too.
+  if (static_cast<double>(plan.virtualStages.size()) * microbatches > static_cast<double>(kMaxPlanOps)) {
+    return Error{"/virtual_stages: " + std::to_string(plan.virtualStages.size()) + " virtual stages × " +
+                 std::to_string(microbatches) + " microbatches exceed the limit of " + std::to_string(kMaxPlanOps) +
+                 " (stage, microbatch) pairs per plan"};
+  }
+  if (auto st = checkStages(plan); !st) return st;
+
+  // Per op: references, kind, microbatch, times, frozen components; unique ops by key.
+  const auto stages = plan.virtualStages.size();
+  std::unordered_map<std::uint64_t, std::size_t> unique;
+  unique.reserve(plan.ops.size());
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
     if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= stages) {
-      return Error{"/ops/" + std::to_string(i) + "/virtual_stage: " + std::to_string(op.virtualStage) +
+      return Error{opPointer(i, "virtual_stage") + ": " + std::to_string(op.virtualStage) +
                    " is not a virtual stage of the plan (expected 0.." +
                    std::to_string(static_cast<long long>(stages) - 1) + ")"};
     }
     const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
     if (vs.device != op.device) {
-      return Error{"/ops/" + std::to_string(i) + "/device: op runs on device " + std::to_string(op.device) +
-                   " but virtual stage " + std::to_string(vs.id) + " is on device " + std::to_string(vs.device) +
+      return Error{opPointer(i, "device") + ": op runs on device " + std::to_string(op.device) + " but virtual stage " +
+                   std::to_string(vs.id) + " is on device " + std::to_string(vs.device) +
                    " (expected the virtual stage's device)"};
     }
-    if (op.kind == OpKind::F) ++forwards[{op.virtualStage, op.microbatch}];
+    if (static_cast<int>(op.kind) >= kOpKindCount) {
+      return Error{opPointer(i, "kind") + ": unknown op kind " + std::to_string(static_cast<int>(op.kind))};
+    }
+    const int lowest = op.kind == OpKind::OPT ? -1 : 0;
+    if (op.microbatch < lowest || op.microbatch >= microbatches) {
+      return Error{opPointer(i, "microbatch") + ": " + std::to_string(op.microbatch) +
+                   " is not a microbatch of the plan (expected 0.." + std::to_string(microbatches - 1) + ")"};
+    }
+    if (!std::isfinite(op.startMs) || !std::isfinite(op.endMs) || op.endMs < op.startMs) {
+      return Error{opPointer(i, "end_ms") + ": is before start_ms (expected end_ms ≥ start_ms, both finite)"};
+    }
+    const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
+    if (backward && !plan.model.components[static_cast<std::size_t>(vs.component)].trainable) {
+      return Error{opPointer(i, "kind") + ": " + opLabel(op) +
+                   " is a backward op on a frozen component (expected N ops only)"};
+    }
+    if (op.kind == OpKind::N || op.kind == OpKind::OPT || op.kind == OpKind::T) continue;
+    // B and BW share a key: a stage's microbatch has one backward, split or fused.
+    const OpKind cls = op.kind == OpKind::BW ? OpKind::B : op.kind;
+    if (const auto [it, inserted] = unique.emplace(opKey(cls, op.virtualStage, op.microbatch), i); !inserted) {
+      return Error{opPointer(i) + ": " + opLabel(op) + " appears twice, first at " + opPointer(it->second) +
+                   " (expected exactly one)"};
+    }
   }
-  for (const auto& [key, count] : forwards) {
-    if (count != 1) {
-      return Error{"/ops: virtual stage " + std::to_string(key.first) + " microbatch " + std::to_string(key.second) +
-                   " has " + std::to_string(count) + " F ops (expected exactly one)"};
+
+  // What each op needs (the data flow of plan/Dependencies.hpp, as simulator and executor
+  // derive it): F the previous stage's F; B/BW its own F and the next stage's backward; W its
+  // split B.
+  const StageNeighbours chain = stageNeighbours(plan);
+  auto find = [&](OpKind kind, int stage, int microbatch) -> const Op* {
+    const auto it = unique.find(opKey(kind, stage, microbatch));
+    return it == unique.end() ? nullptr : &plan.ops[it->second];
+  };
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    const auto s = static_cast<std::size_t>(op.virtualStage);
+    const int prev = chain.previous[s];
+    const int next = chain.next[s];
+    auto missing = [&](OpKind kind, int stage) {
+      return Error{opPointer(i) + ": " + opLabel(op) + " needs " + std::string(opKindName(kind)) + "(stage " +
+                   std::to_string(stage) + ", microbatch " + std::to_string(op.microbatch) +
+                   "), which the plan does not contain"};
+    };
+    switch (op.kind) {
+      case OpKind::F:
+        if (prev >= 0 && !find(OpKind::F, prev, op.microbatch)) return missing(OpKind::F, prev);
+        break;
+      case OpKind::B:
+      case OpKind::BW:
+        if (!find(OpKind::F, op.virtualStage, op.microbatch)) return missing(OpKind::F, op.virtualStage);
+        if (next >= 0 && !find(OpKind::B, next, op.microbatch)) return missing(OpKind::B, next);
+        break;
+      case OpKind::W: {
+        const Op* b = find(OpKind::B, op.virtualStage, op.microbatch);
+        if (!b || b->kind != OpKind::B) {
+          return Error{opPointer(i) + ": " + opLabel(op) + " has no split B of its own (a W follows a B, not a BW)"};
+        }
+        break;
+      }
+      default:
+        break;
     }
   }
   return {};

@@ -4,19 +4,16 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "DeployState.hpp"
 #include "pipestudio/remote/LaunchCommand.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
 
 namespace pipestudio::remote {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr std::size_t kStderrTailBytes = 64 * 1024;
 constexpr auto kProgressInterval = std::chrono::milliseconds(100);
 
 std::string baseName(const std::string& path) {
@@ -47,7 +44,14 @@ bool validEnvironmentEntry(const std::string& e) {
   return true;
 }
 
-// The last lines of a log, for one-paragraph messages.
+std::string exitText(int status) {
+  if (status == -1) return "ended without an exit status";
+  return "exit status " + std::to_string(status) +
+         (status > 128 ? " (signal " + std::to_string(status - 128) + ")" : "");
+}
+
+}  // namespace
+
 std::string lastLines(const std::string& text, int lines) {
   std::size_t end = text.size();
   while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r')) --end;
@@ -62,12 +66,16 @@ std::string lastLines(const std::string& text, int lines) {
   return out;
 }
 
-}  // namespace
+void appendTail(std::string& tail, std::string_view text) {
+  tail.append(text);
+  if (tail.size() > kStderrTailBytes) tail.erase(0, tail.size() - kStderrTailBytes);
+}
 
 std::string_view rankStateName(RankState s) {
   switch (s) {
     case RankState::Connecting: return "connecting";
     case RankState::Connected: return "connected";
+    case RankState::Queued: return "queued";
     case RankState::Uploading: return "uploading";
     case RankState::Starting: return "starting";
     case RankState::Running: return "running";
@@ -88,160 +96,179 @@ std::string_view deployOutcomeName(DeployOutcome o) {
   return "?";
 }
 
-// Everything one run() owns. Sessions are declared before ranks so that channels are freed
-// before the sessions they belong to.
-struct Deployment::State {
-  struct Rank {
-    RankPlacement placement;
-    std::size_t session = 0;  // index into sessions
-    std::unique_ptr<RemoteProcess> process;
-    trace::StreamDecoder decoder;
-    RankResult result;
-    RankProgress progress;
-    Clock::time_point lastReport{};
-    bool ended = false;
-    bool stdinClosed = false;
-    std::string ncclIdHex;
-  };
+std::string JobProgress::text() const {
+  std::string out = launcher + " job";
+  if (!jobId.empty()) out += " " + jobId;
+  if (state.empty()) return out + ": submitted";
+  out += ": " + state;
+  if (!reason.empty() && reason != "None") out += " (" + reason + ")";
+  if (!nodes.empty() && (state == "RUNNING" || state == "COMPLETING")) out += " on " + nodes;
+  return out;
+}
 
-  Deployment& owner;
-  std::mutex mutex;  // serialises sink and progress calls, and the fields below
-  std::vector<std::unique_ptr<SshSession>> sessions;
-  std::vector<Rank> ranks;
-  std::string stopReason;  // why everything is being stopped (a rank failed, the sink failed)
-  std::atomic<bool> stopAll{false};
+// --- State: shared by both paths -----------------------------------------------------------
 
-  explicit State(Deployment& d) : owner(d) {}
+KeepaliveSettings Deployment::State::keepalive() const {
+  const HostsSpec& h = request().hosts;
+  return KeepaliveSettings{h.serverAliveIntervalS * 1000, h.serverAliveCountMax};
+}
 
-  void report(Rank& r, bool force) {  // called with `mutex` held
-    const auto now = Clock::now();
-    if (!force && now - r.lastReport < kProgressInterval) return;
-    r.lastReport = now;
-    r.progress.events = r.result.events;
-    if (owner.m_callbacks.progress) owner.m_callbacks.progress(r.progress);
-  }
+void Deployment::State::report(Rank& r, bool force) {
+  const auto now = Clock::now();
+  if (!force && now - r.lastReport < kProgressInterval) return;
+  r.lastReport = now;
+  r.progress.events = r.result.events;
+  if (owner.m_callbacks.progress) owner.m_callbacks.progress(r.progress);
+}
 
-  void setState(Rank& r, RankState s, std::string message) {  // with `mutex` held
-    r.progress.state = s;
-    r.result.state = s;
-    r.progress.message = std::move(message);
-    report(r, true);
-  }
+void Deployment::State::setState(Rank& r, RankState s, std::string message) {
+  r.progress.state = s;
+  r.result.state = s;
+  r.progress.message = std::move(message);
+  report(r, true);
+}
 
-  void stop(const std::string& reason) {
-    std::lock_guard lock(mutex);
-    if (stopReason.empty()) stopReason = reason;
+void Deployment::State::reportJob() {
+  if (owner.m_callbacks.job) owner.m_callbacks.job(job);
+}
+
+void Deployment::State::ingestStream(Rank& r, std::string_view bytes) {
+  r.streaming = true;
+  if (auto st = owner.m_sink.onStreamBytes(r.placement.rank, bytes); !st) {
+    if (stopReason.empty()) {
+      stopReason = "storing the trace of rank " + std::to_string(r.placement.rank) + " failed: " + st.message();
+    }
     stopAll = true;
   }
-
-  // Reads what arrived for one rank; true when anything did.
-  bool pump(Rank& r) {
-    std::string out;
-    std::string err;
-    const Status polled = r.process->poll(out, err);
-    bool activity = !out.empty() || !err.empty();
-    {
-      std::lock_guard lock(mutex);
-      if (!out.empty()) {
-        if (auto st = owner.m_sink.onStreamBytes(r.placement.rank, out); !st) {
-          if (stopReason.empty()) stopReason = "storing the trace of rank " + std::to_string(r.placement.rank) +
-                                               " failed: " + st.message();
-          stopAll = true;
-        }
-        r.decoder.feed(out);
-        while (auto frame = r.decoder.next()) {
-          ++r.result.events;
-          if (const auto* op = std::get_if<trace::OpRange>(&*frame); op != nullptr && !op->begin) {
-            r.progress.iteration = std::max(r.progress.iteration, op->iteration + 1);
-          } else if (const auto* e = std::get_if<trace::ErrorReport>(&*frame)) {
-            if (!r.result.errorFrames.empty()) r.result.errorFrames += "; ";
-            r.result.errorFrames += e->message;
-          } else if (const auto* s = std::get_if<trace::Summary>(&*frame)) {
-            r.result.summarySeen = true;
-            r.result.summaryOk = s->ok;
-            r.progress.iteration = std::max(r.progress.iteration, s->iterations);
-          } else if (const auto* id = std::get_if<trace::NcclId>(&*frame)) {
-            r.ncclIdHex = toHex(id->bytes);
-          }
-          owner.m_sink.onFrame(r.placement.rank, *frame);
-        }
-        if (r.decoder.error()) r.result.streamProblem = *r.decoder.error();
-        report(r, false);
-      }
-      if (!err.empty()) {
-        r.result.stderrTail += err;
-        if (r.result.stderrTail.size() > kStderrTailBytes) {
-          r.result.stderrTail.erase(0, r.result.stderrTail.size() - kStderrTailBytes);
-        }
-        owner.m_sink.onLog(r.placement.rank, err);
-      }
-      if (!polled) {
-        r.ended = true;
-        setState(r, RankState::Lost, polled.message());
-        return true;
-      }
+  r.decoder.feed(bytes);
+  while (auto frame = r.decoder.next()) {
+    ++r.result.events;
+    if (const auto* op = std::get_if<trace::OpRange>(&*frame); op != nullptr && !op->begin) {
+      r.progress.iteration = std::max(r.progress.iteration, op->iteration + 1);
+    } else if (const auto* e = std::get_if<trace::ErrorReport>(&*frame)) {
+      if (!r.result.errorFrames.empty()) r.result.errorFrames += "; ";
+      r.result.errorFrames += e->message;
+    } else if (const auto* s = std::get_if<trace::Summary>(&*frame)) {
+      r.result.summarySeen = true;
+      r.result.summaryOk = s->ok;
+      r.progress.iteration = std::max(r.progress.iteration, s->iterations);
+    } else if (const auto* id = std::get_if<trace::NcclId>(&*frame)) {
+      r.ncclIdHex = toHex(id->bytes);
+    } else if (const auto* h = std::get_if<trace::Header>(&*frame); h != nullptr && r.progress.hostPort.empty()) {
+      // Launcher jobs: the scheduler chose the node; the rank's header names it.
+      r.progress.hostPort = h->host;
+      r.result.hostPort = h->host;
     }
-    if (r.process->ended()) {
-      const int status = r.process->exitStatus();
-      std::lock_guard lock(mutex);
+    owner.m_sink.onFrame(r.placement.rank, *frame);
+  }
+  if (r.decoder.error()) r.result.streamProblem = *r.decoder.error();
+  report(r, false);
+}
+
+void Deployment::State::ingestLog(Rank& r, std::string_view bytes) {
+  appendTail(r.result.stderrTail, bytes);
+  owner.m_sink.onLog(r.placement.rank, bytes);
+}
+
+void Deployment::State::rankEnded(Rank& r, int status) {
+  r.ended = true;
+  r.result.exitStatus = status;
+  if (r.decoder.pendingBytes() > 0 && r.result.streamProblem.empty()) {
+    r.result.streamProblem = "stream truncated: " + std::to_string(r.decoder.pendingBytes()) + " trailing bytes";
+  }
+  const bool killed = status == 128 + 15 || status == 128 + 9;
+  if ((r.stdinClosed || cancelled()) && status != 0) {
+    setState(r, RankState::Cancelled, "stopped");
+  } else if (status == 0 && r.result.errorFrames.empty()) {
+    setState(r, RankState::Finished, "exit status 0");
+  } else if (firstFailedRank >= 0 && killed) {
+    // The launcher (or we) stopped it because another rank failed first.
+    setState(r, RankState::Cancelled, "stopped after rank " + std::to_string(firstFailedRank) + " failed");
+  } else {
+    setState(r, RankState::Failed, exitText(status));
+    if (firstFailedRank < 0) firstFailedRank = r.placement.rank;
+    if (stopReason.empty()) stopReason = "rank " + std::to_string(r.placement.rank) + " failed";
+    stopAll = true;  // the other ranks would wait for it forever
+  }
+}
+
+void Deployment::State::stop(const std::string& reason) {
+  std::lock_guard lock(mutex);
+  if (stopReason.empty()) stopReason = reason;
+  stopAll = true;
+}
+
+bool Deployment::State::pump(Rank& r) {
+  std::string out;
+  std::string err;
+  const Status polled = r.process->poll(out, err);
+  bool activity = !out.empty() || !err.empty();
+  {
+    std::lock_guard lock(mutex);
+    if (!out.empty()) ingestStream(r, out);
+    if (!err.empty()) ingestLog(r, err);
+    if (!polled) {
       r.ended = true;
-      r.result.exitStatus = status;
-      if (r.decoder.pendingBytes() > 0 && r.result.streamProblem.empty()) {
-        r.result.streamProblem = "stream truncated: " + std::to_string(r.decoder.pendingBytes()) + " trailing bytes";
-      }
-      if (r.stdinClosed && status != 0) {
-        setState(r, RankState::Cancelled, "stopped");
-      } else if (status == 0 && r.result.errorFrames.empty()) {
-        setState(r, RankState::Finished, "exit status 0");
-      } else {
-        const std::string why = status == -1 ? "ended without an exit status"
-                                             : "exit status " + std::to_string(status) +
-                                                   (status > 128 ? " (signal " + std::to_string(status - 128) + ")" : "");
-        setState(r, RankState::Failed, why);
-        if (stopReason.empty()) stopReason = "rank " + std::to_string(r.placement.rank) + " failed";
-        stopAll = true;  // the other ranks would wait for it forever
-      }
-      activity = true;
+      setState(r, RankState::Lost, polled.message());
+      return true;
     }
-    return activity;
   }
+  if (r.process->ended()) {
+    const int status = r.process->exitStatus();
+    std::lock_guard lock(mutex);
+    rankEnded(r, status);
+    activity = true;
+  }
+  return activity;
+}
 
-  // Polls every rank of one session until all have ended (one worker thread per session).
-  void serve(std::size_t session, int cancelGraceMs) {
-    std::optional<Clock::time_point> giveUpAt;
-    for (;;) {
-      bool allEnded = true;
-      bool activity = false;
+void Deployment::State::serve(std::size_t session) {
+  const int cancelGraceMs = request().cancelGraceMs;
+  std::optional<Clock::time_point> giveUpAt;
+  for (;;) {
+    bool allEnded = true;
+    bool activity = false;
+    for (auto& r : ranks) {
+      if (r.session != session || r.ended) continue;
+      activity = pump(r) || activity;
+      allEnded = allEnded && r.ended;
+    }
+    if (allEnded) return;
+    if (auto alive = sessions[session]->keepAlive(keepalive()); !alive) {
+      std::lock_guard lock(mutex);
       for (auto& r : ranks) {
-        if (r.session != session || r.ended) continue;
-        activity = pump(r) || activity;
-        allEnded = allEnded && r.ended;
-      }
-      if (allEnded) return;
-      if (owner.m_cancel || stopAll) {
-        if (!giveUpAt) {
-          giveUpAt = Clock::now() + std::chrono::milliseconds(cancelGraceMs);
-          for (auto& r : ranks) {
-            if (r.session == session && !r.ended && !r.stdinClosed) {
-              r.stdinClosed = true;
-              r.process->closeStdin();
-            }
-          }
-        } else if (Clock::now() > *giveUpAt) {
-          std::lock_guard lock(mutex);
-          for (auto& r : ranks) {
-            if (r.session == session && !r.ended) {
-              r.ended = true;
-              setState(r, RankState::Cancelled, "did not stop within " + std::to_string(cancelGraceMs) + " ms");
-            }
-          }
-          return;
+        if (r.session == session && !r.ended) {
+          r.ended = true;
+          setState(r, RankState::Lost, alive.message());
         }
       }
-      if (!activity) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
     }
+    if (cancelled() || stopAll) {
+      if (!giveUpAt) {
+        giveUpAt = Clock::now() + std::chrono::milliseconds(cancelGraceMs);
+        for (auto& r : ranks) {
+          if (r.session == session && !r.ended && !r.stdinClosed) {
+            r.stdinClosed = true;
+            r.process->closeStdin();
+          }
+        }
+      } else if (Clock::now() > *giveUpAt) {
+        std::lock_guard lock(mutex);
+        for (auto& r : ranks) {
+          if (r.session == session && !r.ended) {
+            r.ended = true;
+            setState(r, RankState::Cancelled, "did not stop within " + std::to_string(cancelGraceMs) + " ms");
+          }
+        }
+        return;
+      }
+    }
+    if (!activity) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-};
+}
+
+// --- Deployment ------------------------------------------------------------------------------
 
 Deployment::Deployment(DeployRequest request, DeployCallbacks callbacks, TraceSink& sink)
     : m_request(std::move(request)), m_callbacks(std::move(callbacks)), m_sink(sink) {}
@@ -274,26 +301,34 @@ Expected<DeployResult> Deployment::run() {
   if (req.devices < 1) return Error{"plan: " + std::to_string(req.devices) + " devices (expected at least 1)"};
   const bool launcher = req.hosts.launcher != "ssh";
   const int world = ranksForBackend(req.backend, req.devices);
-  auto placements = placeRanks(req.hosts, world);
-  if (!placements) return placements.error();
+  std::vector<RankPlacement> placements;
+  if (req.hosts.launcher == "slurm") {
+    // Slurm places the ranks; the hosts file names only the login node.
+    for (int r = 0; r < world; ++r) placements.push_back(RankPlacement{r, 0, -1});
+  } else {
+    auto placed = placeRanks(req.hosts, world);
+    if (!placed) return placed.error();
+    placements = std::move(*placed);
+  }
 
   State st(*this);
   // Which hosts take part (in order) and the rank rows for progress.
   std::vector<std::size_t> usedHosts;
-  for (const auto& p : *placements) {
+  for (const auto& p : placements) {
     if (launcher) break;
     if (std::find(usedHosts.begin(), usedHosts.end(), p.hostIndex) == usedHosts.end()) usedHosts.push_back(p.hostIndex);
   }
   if (launcher) usedHosts.push_back(0);  // the launcher runs on the first host (the login node)
-  st.ranks.resize(placements->size());
-  for (std::size_t i = 0; i < placements->size(); ++i) {
+  st.ranks.resize(placements.size());
+  for (std::size_t i = 0; i < placements.size(); ++i) {
     auto& r = st.ranks[i];
-    r.placement = (*placements)[i];
+    r.placement = placements[i];
     const auto& h = req.hosts.hosts[r.placement.hostIndex];
     r.session = launcher ? 0 : static_cast<std::size_t>(
                                    std::find(usedHosts.begin(), usedHosts.end(), r.placement.hostIndex) - usedHosts.begin());
     r.result.rank = r.placement.rank;
-    r.result.hostPort = h.host + ":" + std::to_string(h.port);
+    // Slurm: the node is known once the rank's header arrives.
+    if (req.hosts.launcher != "slurm") r.result.hostPort = h.host + ":" + std::to_string(h.port);
     r.progress.rank = r.placement.rank;
     r.progress.hostPort = r.result.hostPort;
     r.progress.iterations = req.iterations;
@@ -344,116 +379,46 @@ Expected<DeployResult> Deployment::run() {
   if (m_cancel) return cancelledError();
 
   // --- launch --------------------------------------------------------------------------
-  auto argsFor = [&](const State::Rank& r) {
-    ExecutorArgs a;
-    a.executor = remoteExecutor[r.session];
-    a.plan = remotePlan[r.session];
-    a.rank = r.placement.rank;
-    a.world = world;
-    a.backend = req.backend;
-    a.iterations = req.iterations;
-    a.localDevice = req.backend == "cuda" ? r.placement.localDevice : -1;
-    return a;
-  };
-  auto fullArgv = [&](const ExecutorArgs& a) {
-    std::vector<std::string> argv = executorArgv(a);
-    if (!req.runId.empty()) argv.insert(argv.end(), {"--run-id", req.runId});
-    argv.insert(argv.end(), req.executorArgs.begin(), req.executorArgs.end());
-    if (!req.environment.empty()) {
-      if (argv.front() != "env") argv.insert(argv.begin(), "env");
-      argv.insert(argv.begin() + 1, req.environment.begin(), req.environment.end());
-    }
-    return argv;
-  };
   if (auto started = m_sink.onStart(static_cast<int>(st.ranks.size())); !started) return started.error();
-
-  DeployResult result;
-  auto startRank = [&](State::Rank& r, const std::string& ncclIdHex) -> Status {
-    ExecutorArgs a = argsFor(r);
-    a.ncclIdHex = ncclIdHex;
-    {
-      std::lock_guard lock(st.mutex);
-      st.setState(r, RankState::Starting, "starting on " + r.result.hostPort);
-    }
-    auto p = st.sessions[r.session]->start(watchdogCommand(remoteDir[r.session], fullArgv(a)));
-    std::lock_guard lock(st.mutex);
-    if (!p) {
-      st.setState(r, RankState::Failed, p.message());
-      r.ended = true;
-      return p.error();
-    }
-    r.process = std::move(*p);
-    st.setState(r, RankState::Running, "running");
-    return Status{};
-  };
-
   std::string launchError;
   if (launcher) {
-    // One command on the login node starts every rank; the ranks write per-rank files that
-    // are collected when the launcher ends (see LaunchCommand.hpp).
-    const std::string workDir = remoteDir[0] + "/runs/" + (req.runId.empty() ? std::string("run") : req.runId);
-    if (auto mk = st.sessions[0]->makeDirectories(workDir); !mk) return mk.error();
-    ExecutorArgs a = argsFor(st.ranks[0]);
-    const std::string line =
-        req.hosts.launcher == "slurm" ? slurmCommand(req.hosts, workDir, a) : mpirunCommand(req.hosts, workDir, a);
-    auto p = st.sessions[0]->start(watchdogCommand(workDir, {"sh", "-c", line}));
-    if (!p) return p.error();
-    forRanksOf(0, RankState::Running, "running under " + req.hosts.launcher);
-    std::string out;
-    std::string err;
-    bool lost = false;
-    std::optional<Clock::time_point> giveUpAt;
-    while (!(*p)->ended()) {
-      if (auto polled = (*p)->poll(out, err); !polled) {
-        launchError = polled.message();
-        lost = true;
-        break;
-      }
-      if (m_cancel && !giveUpAt) {
-        (*p)->closeStdin();
-        giveUpAt = Clock::now() + std::chrono::milliseconds(req.cancelGraceMs);
-      }
-      if (giveUpAt && Clock::now() > *giveUpAt) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const int launcherStatus = lost ? -1 : (*p)->exitStatus();
-    for (auto& r : st.ranks) {
-      const std::string file = workDir + "/rank-" + std::to_string(r.placement.rank);
-      if (!lost) {
-        if (auto trace = st.sessions[0]->run("cat -- " + shellQuote(file + ".trace")); trace && trace->exitStatus == 0) {
-          // Hand the collected stream over exactly as if it had been streamed.
-          std::lock_guard lock(st.mutex);
-          if (auto s = m_sink.onStreamBytes(r.placement.rank, trace->out); !s) launchError = s.message();
-          r.decoder.feed(trace->out);
-          while (auto frame = r.decoder.next()) {
-            ++r.result.events;
-            if (const auto* e = std::get_if<trace::ErrorReport>(&*frame)) r.result.errorFrames += e->message;
-            if (const auto* s = std::get_if<trace::Summary>(&*frame)) {
-              r.result.summarySeen = true;
-              r.result.summaryOk = s->ok;
-            }
-            m_sink.onFrame(r.placement.rank, *frame);
-          }
-        }
-        if (auto log = st.sessions[0]->run("cat -- " + shellQuote(file + ".log")); log && log->exitStatus == 0) {
-          r.result.stderrTail = log->out.size() > kStderrTailBytes ? log->out.substr(log->out.size() - kStderrTailBytes)
-                                                                   : log->out;
-          std::lock_guard lock(st.mutex);
-          m_sink.onLog(r.placement.rank, log->out);
-        }
-      }
-      r.result.exitStatus = launcherStatus;
-      std::lock_guard lock(st.mutex);
-      st.setState(r,
-                  lost ? RankState::Lost
-                  : m_cancel ? RankState::Cancelled
-                  : (launcherStatus == 0 && r.result.summaryOk) ? RankState::Finished
-                                                                : RankState::Failed,
-                  lost ? launchError : req.hosts.launcher + " exit status " + std::to_string(launcherStatus));
-      r.ended = true;
-    }
-    if (!err.empty() && !st.ranks.empty()) st.ranks[0].result.stderrTail = err + st.ranks[0].result.stderrTail;
+    launchError = st.runLauncher(remoteDir[0], remoteExecutor[0], remotePlan[0]);
   } else {
+    auto fullArgv = [&](const State::Rank& r, const std::string& ncclIdHex) {
+      ExecutorArgs a;
+      a.executor = remoteExecutor[r.session];
+      a.plan = remotePlan[r.session];
+      a.rank = r.placement.rank;
+      a.world = world;
+      a.backend = req.backend;
+      a.iterations = req.iterations;
+      a.ncclIdHex = ncclIdHex;
+      a.localDevice = req.backend == "cuda" ? r.placement.localDevice : -1;
+      std::vector<std::string> argv = executorArgv(a);
+      if (!req.runId.empty()) argv.insert(argv.end(), {"--run-id", req.runId});
+      argv.insert(argv.end(), req.executorArgs.begin(), req.executorArgs.end());
+      if (!req.environment.empty()) {
+        if (argv.front() != "env") argv.insert(argv.begin(), "env");
+        argv.insert(argv.begin() + 1, req.environment.begin(), req.environment.end());
+      }
+      return argv;
+    };
+    auto startRank = [&](State::Rank& r, const std::string& ncclIdHex) -> Status {
+      {
+        std::lock_guard lock(st.mutex);
+        st.setState(r, RankState::Starting, "starting on " + r.result.hostPort);
+      }
+      auto p = st.sessions[r.session]->start(watchdogCommand(remoteDir[r.session], fullArgv(r, ncclIdHex)));
+      std::lock_guard lock(st.mutex);
+      if (!p) {
+        st.setState(r, RankState::Failed, p.message());
+        r.ended = true;
+        return p.error();
+      }
+      r.process = std::move(*p);
+      st.setState(r, RankState::Running, "running");
+      return Status{};
+    };
     // cuda with several ranks: rank 0 creates the NCCL unique id and reports it on its stream
     // (DESIGN.md §4); the others start once it is known.
     const bool needsNcclId = req.backend == "cuda" && world > 1;
@@ -463,13 +428,20 @@ Expected<DeployResult> Deployment::run() {
       const auto deadline = Clock::now() + std::chrono::milliseconds(req.ncclIdTimeoutMs);
       auto& r0 = st.ranks[0];
       while (r0.ncclIdHex.empty() && !r0.ended && !m_cancel && Clock::now() < deadline) {
+        if (auto alive = st.sessions[r0.session]->keepAlive(st.keepalive()); !alive) {
+          std::lock_guard lock(st.mutex);
+          r0.ended = true;
+          st.setState(r0, RankState::Lost, alive.message());
+          break;
+        }
         if (!st.pump(r0)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       ncclId = r0.ncclIdHex;
       if (ncclId.empty() && !m_cancel) {
-        launchError = r0.ended ? "rank 0 on " + r0.result.hostPort + " ended before reporting its NCCL id"
-                               : "rank 0 on " + r0.result.hostPort + " did not report its NCCL id within " +
-                                     std::to_string(req.ncclIdTimeoutMs) + " ms";
+        launchError = r0.result.state == RankState::Lost ? r0.progress.message
+                      : r0.ended ? "rank 0 on " + r0.result.hostPort + " ended before reporting its NCCL id"
+                                 : "rank 0 on " + r0.result.hostPort + " did not report its NCCL id within " +
+                                       std::to_string(req.ncclIdTimeoutMs) + " ms";
       }
     }
     for (std::size_t i = 1; i < st.ranks.size() && launchError.empty() && !m_cancel; ++i) {
@@ -485,37 +457,54 @@ Expected<DeployResult> Deployment::run() {
     }
     // --- stream until every rank ended ---------------------------------------------------
     std::vector<std::thread> workers;
-    for (std::size_t s = 1; s < st.sessions.size(); ++s) workers.emplace_back([&st, s, this] { st.serve(s, m_request.cancelGraceMs); });
-    st.serve(0, req.cancelGraceMs);
+    for (std::size_t s = 1; s < st.sessions.size(); ++s) workers.emplace_back([&st, s] { st.serve(s); });
+    st.serve(0);
     for (auto& t : workers) t.join();
   }
 
   // --- how it ended ----------------------------------------------------------------------
+  DeployResult result;
   result.cancelled = m_cancel;
+  result.job = st.job;
+  result.launcherLogTail = st.launcherTail;
   for (auto& r : st.ranks) result.ranks.push_back(r.result);
   std::string lostMsg;
   std::string failMsg;
   bool allComplete = true;
+  auto failureOf = [&](const State::Rank& r) {
+    std::string msg = "rank " + std::to_string(r.result.rank) +
+                      (r.result.hostPort.empty() ? std::string() : " on " + r.result.hostPort) + " failed (" +
+                      r.progress.message + ")";
+    if (!r.result.errorFrames.empty()) msg += ": " + r.result.errorFrames;
+    const std::string tail = lastLines(r.result.stderrTail, 20);
+    if (!tail.empty()) msg += "\nstderr:\n" + tail;
+    return msg;
+  };
   for (const auto& r : st.ranks) {
     if (r.result.state == RankState::Lost && lostMsg.empty()) {
-      lostMsg = "rank " + std::to_string(r.result.rank) + " on " + r.result.hostPort + ": " + r.progress.message;
+      lostMsg = "rank " + std::to_string(r.result.rank) +
+                (r.result.hostPort.empty() ? std::string() : " on " + r.result.hostPort) + ": " + r.progress.message;
     }
-    if (r.result.state == RankState::Failed && failMsg.empty()) {
-      failMsg = "rank " + std::to_string(r.result.rank) + " on " + r.result.hostPort + " failed (" + r.progress.message + ")";
-      if (!r.result.errorFrames.empty()) failMsg += ": " + r.result.errorFrames;
-      const std::string tail = lastLines(r.result.stderrTail, 20);
-      if (!tail.empty()) failMsg += "\nstderr:\n" + tail;
-    }
+    if (r.result.state == RankState::Failed && failMsg.empty()) failMsg = failureOf(r);
     allComplete = allComplete && r.result.state == RankState::Finished && r.result.summarySeen && r.result.summaryOk;
+  }
+  // The rank that failed first explains the others (a launcher stops them after it).
+  if (st.firstFailedRank >= 0 && static_cast<std::size_t>(st.firstFailedRank) < st.ranks.size()) {
+    failMsg = failureOf(st.ranks[static_cast<std::size_t>(st.firstFailedRank)]);
   }
   std::uint64_t events = 0;
   for (const auto& r : st.ranks) events += r.result.events;
   if (!lostMsg.empty()) {
     result.outcome = DeployOutcome::Incomplete;
-    result.message = "connection lost: " + lostMsg + "; " + std::to_string(events) + " events received are kept";
-  } else if (!failMsg.empty() || !launchError.empty()) {
+    result.connectionLost = true;
+    result.message = "connection lost: " + lostMsg + "; " + std::to_string(events) +
+                     " events received are kept. Deploy again to reconnect once the host answers.";
+  } else if (!launchError.empty()) {
     result.outcome = DeployOutcome::Failed;
-    result.message = !failMsg.empty() ? failMsg : launchError;
+    result.message = launchError;
+  } else if (!failMsg.empty()) {
+    result.outcome = DeployOutcome::Failed;
+    result.message = failMsg;
   } else if (m_cancel) {
     result.outcome = DeployOutcome::Incomplete;
     result.message = "cancelled; " + std::to_string(events) + " events received are kept";
@@ -532,6 +521,7 @@ Expected<DeployResult> Deployment::run() {
       if (!r.result.streamProblem.empty()) result.message += " (rank " + std::to_string(r.result.rank) + ": " + r.result.streamProblem + ")";
     }
   }
+  if (!st.job.launcher.empty() && !st.job.state.empty()) result.message += " [" + st.job.text() + "]";
   return result;
 }
 

@@ -53,52 +53,159 @@ std::string watchdogCommand(const std::string& workDir, const std::vector<std::s
   return joinShellWords(words);
 }
 
+std::vector<std::string> taskArgv(const std::string& launcher, const LauncherJob& job) {
+  std::vector<std::string> argv;
+  if (!job.environment.empty()) {
+    argv.emplace_back("env");
+    argv.insert(argv.end(), job.environment.begin(), job.environment.end());
+  }
+  argv.insert(argv.end(), {job.executor, "--task", launcher});
+  if (!job.ncclRendezvous.empty()) {
+    argv.insert(argv.end(),
+                {"--nccl-rendezvous", job.ncclRendezvous, "--nccl-timeout-s", std::to_string(job.ncclTimeoutS)});
+  }
+  argv.emplace_back("--");
+  argv.insert(argv.end(), job.executorArgs.begin(), job.executorArgs.end());
+  return argv;
+}
+
 namespace {
 
-// The per-task part shared by srun and mpirun: pick the rank from the launcher's
-// environment, send the stream and the log to per-rank files in the work dir.
-std::vector<std::string> perTaskWords(const std::string& workDir, const ExecutorArgs& args, const char* rankExpr) {
-  ExecutorArgs a = args;
-  a.rank = 0;
-  a.localDevice = -1;  // the launcher binds GPUs
-  std::vector<std::string> argv = executorArgv(a);
-  // Drop "--rank 0": the script appends the launcher's rank.
-  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
-    if (argv[i] == "--rank") {
-      argv.erase(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.begin() + static_cast<std::ptrdiff_t>(i) + 2);
-      break;
-    }
-  }
-  const std::string script = std::string("cd -- \"$1\" || exit 126; shift; r=") + rankExpr +
-                             "; exec \"$@\" --rank \"$r\" >\"rank-$r.trace\" 2>\"rank-$r.log\"";
-  std::vector<std::string> words{"sh", "-c", script, "pipestudio-rank", workDir};
-  words.insert(words.end(), argv.begin(), argv.end());
-  return words;
+// Per-task resources, given to srun (and to sbatch for the allocation).
+void appendTaskResources(const SlurmOptions& s, const LauncherJob& job, std::vector<std::string>& words) {
+  words.push_back("--ntasks=" + std::to_string(job.ranks));
+  if (job.cpusPerRank > 0) words.push_back("--cpus-per-task=" + std::to_string(job.cpusPerRank));
+  if (job.gpus && s.gpusPerTask > 0) words.push_back("--gpus-per-task=" + std::to_string(s.gpusPerTask));
+  if (job.gpus && !s.gres.empty()) words.push_back("--gres=" + s.gres);
 }
 
 }  // namespace
 
-std::string slurmCommand(const HostsSpec& hosts, const std::string& workDir, const ExecutorArgs& args) {
-  std::vector<std::string> words{"srun",
-                                 "--nodes=" + std::to_string(hosts.hosts.size()),
-                                 "--ntasks=" + std::to_string(args.world),
-                                 "--kill-on-bad-exit=1"};
-  if (args.backend == "cuda") words.emplace_back("--gpus-per-task=1");
-  const auto task = perTaskWords(workDir, args, "\"${SLURM_PROCID:?not started by srun}\"");
-  words.insert(words.end(), task.begin(), task.end());
-  return joinShellWords(words);
+std::vector<std::string> slurmArgv(const SlurmOptions& s, const LauncherJob& job) {
+  const std::vector<std::string> task = taskArgv("slurm", job);
+  // srun's own options: a rank that fails takes the others down (they would wait for it).
+  std::vector<std::string> srun{"srun", "--kill-on-bad-exit=1"};
+  std::vector<std::string> allocation{"--job-name=" + job.jobName};
+  if (s.nodes > 0) allocation.push_back("--nodes=" + std::to_string(s.nodes));
+  if (!s.partition.empty()) allocation.push_back("--partition=" + s.partition);
+  if (!s.account.empty()) allocation.push_back("--account=" + s.account);
+  if (!s.time.empty()) allocation.push_back("--time=" + s.time);
+  if (!s.qos.empty()) allocation.push_back("--qos=" + s.qos);
+  if (s.submit == "sbatch") {
+    appendTaskResources(s, job, srun);
+    srun.insert(srun.end(), task.begin(), task.end());
+    std::vector<std::string> words{"sbatch",
+                                   "--parsable",
+                                   "--wait",
+                                   "--open-mode=append",
+                                   "--output=" + job.workDir + "/job.out",
+                                   "--error=" + job.workDir + "/job.err"};
+    words.insert(words.end(), allocation.begin(), allocation.end());
+    appendTaskResources(s, job, words);
+    words.insert(words.end(), s.extraArgs.begin(), s.extraArgs.end());
+    words.push_back("--wrap=" + joinShellWords(srun));
+    return words;
+  }
+  srun.insert(srun.end(), allocation.begin(), allocation.end());
+  appendTaskResources(s, job, srun);
+  srun.insert(srun.end(), s.extraArgs.begin(), s.extraArgs.end());
+  srun.insert(srun.end(), task.begin(), task.end());
+  return srun;
 }
 
-std::string mpirunCommand(const HostsSpec& hosts, const std::string& workDir, const ExecutorArgs& args) {
+std::vector<std::string> mpirunArgv(const HostsSpec& hosts, const LauncherJob& job) {
   std::string hostList;
   for (const auto& h : hosts.hosts) {
     if (!hostList.empty()) hostList.push_back(',');
     hostList += h.host + ":" + std::to_string(h.gpus);
   }
-  std::vector<std::string> words{"mpirun", "-np", std::to_string(args.world), "--host", hostList};
-  const auto task = perTaskWords(workDir, args, "\"${OMPI_COMM_WORLD_RANK:-${PMI_RANK:?not started by mpirun}}\"");
+  // --tag-output: every chunk of a rank's output carries "[job,rank]<stdout>:", which is what
+  // tells the ranks apart (mpirun interleaves their output in arbitrary chunks).
+  std::vector<std::string> words{"mpirun", "-np", std::to_string(job.ranks), "--host", hostList, "--tag-output"};
+  words.insert(words.end(), hosts.mpirun.extraArgs.begin(), hosts.mpirun.extraArgs.end());
+  const auto task = taskArgv("mpirun", job);
   words.insert(words.end(), task.begin(), task.end());
+  return words;
+}
+
+std::string launcherCommand(const HostsSpec& hosts, const LauncherJob& job, int graceSeconds) {
+  const std::string mode = hosts.launcher == "slurm" ? hosts.slurm.submit : "mpirun";
+  const std::vector<std::string> launcher =
+      hosts.launcher == "slurm" ? slurmArgv(hosts.slurm, job) : mpirunArgv(hosts, job);
+  // $1 work dir, $2 srun|sbatch|mpirun, $3 job name, $4 grace seconds, then the launcher's
+  // argv: nothing from the caller is parsed as shell code. The channel's stdin is kept as fd
+  // 3 for the watcher (a background list gets /dev/null as stdin, POSIX XCU 2.9.3); the
+  // watcher's output goes to /dev/null so it never holds the channel open.
+  const std::string script =
+      "cd -- \"$1\" || exit 126; mode=$2; name=$3; grace=$4; shift 4; exec 3<&0; "
+      "if [ \"$mode\" = sbatch ]; then : >>job.out; : >>job.err; fi; "
+      "\"$@\" </dev/null 3<&- & p=$!; "
+      "if [ \"$mode\" = sbatch ]; then "
+      "tail -c +1 -F -s 0.5 --pid=\"$p\" job.out 2>/dev/null 3<&- & t1=$!; "
+      "tail -c +1 -F -s 0.5 --pid=\"$p\" job.err 2>/dev/null >&2 3<&- & t2=$!; fi; "
+      "{ cat <&3 >/dev/null 2>&1; "
+      "if [ \"$mode\" != mpirun ]; then scancel --name=\"$name\" --user=\"$(id -un)\"; fi; "
+      "kill -TERM \"$p\"; sleep \"$grace\"; kill -KILL \"$p\"; } </dev/null >/dev/null 2>&1 & w=$!; "
+      "exec 3<&-; wait \"$p\"; s=$?; "
+      "if [ \"$mode\" = sbatch ]; then wait \"$t1\"; wait \"$t2\"; fi; "
+      "kill \"$w\" 2>/dev/null; exit \"$s\"";
+  std::vector<std::string> words{"sh",        "-c", script,      "pipestudio-launcher",
+                                 job.workDir, mode, job.jobName, std::to_string(graceSeconds)};
+  words.insert(words.end(), launcher.begin(), launcher.end());
   return joinShellWords(words);
+}
+
+std::string squeueCommand(const std::string& jobName) {
+  return joinShellWords({"squeue", "-h", "--states=all", "--name=" + jobName, "-o", "%i|%T|%r|%N"});
+}
+
+std::optional<SlurmJobState> parseSqueue(const std::string& out) {
+  std::optional<SlurmJobState> job;
+  std::size_t start = 0;
+  while (start < out.size()) {
+    auto end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    std::string line = out.substr(start, end - start);
+    start = end + 1;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    const auto a = line.find('|');
+    const auto b = a == std::string::npos ? a : line.find('|', a + 1);
+    if (b == std::string::npos || a == 0) continue;
+    const auto c = line.find('|', b + 1);
+    SlurmJobState s{line.substr(0, a), line.substr(a + 1, b - a - 1),
+                    line.substr(b + 1, c == std::string::npos ? std::string::npos : c - b - 1),
+                    c == std::string::npos ? std::string() : line.substr(c + 1)};
+    if (s.state.empty()) continue;
+    job = std::move(s);
+  }
+  return job;
+}
+
+std::string slurmStateText(const SlurmJobState& job) {
+  if (job.reason.empty() || job.reason == "None" || job.reason == "(null)") return job.state;
+  return job.state + " (" + job.reason + ")";
+}
+
+bool slurmStateIsFinal(const std::string& state) {
+  for (const char* s : {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                        "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}) {
+    if (state.rfind(s, 0) == 0) return true;  // "CANCELLED by 0"
+  }
+  return false;
+}
+
+bool slurmReasonIsPermanent(const std::string& reason) {
+  // squeue's %r can carry details after the code ("ReqNodeNotAvail, UnavailableNodes:…").
+  const std::string code = reason.substr(0, reason.find_first_of(", "));
+  for (const char* r :
+       {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+        "DependencyNeverSatisfied", "AccountNotAllowed", "QOSNotAllowed"}) {
+    if (code == r) return true;
+  }
+  // Per-job limits of a QoS or an association (QOSMaxCpuPerJobLimit, AssocMaxNodesPerJobLimit,
+  // QOSMaxGRESPerJob, …): the job itself is too large, waiting cannot help.
+  const bool limit = code.rfind("QOSMax", 0) == 0 || code.rfind("AssocMax", 0) == 0;
+  return limit && code.find("PerJob") != std::string::npos;
 }
 
 }  // namespace pipestudio::remote

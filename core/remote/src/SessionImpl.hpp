@@ -6,6 +6,7 @@
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -23,6 +24,10 @@ struct SshSession::Impl {
   std::optional<std::string> passphrase;
   bool passphraseAsked = false;
   ssh_callbacks_struct sshCallbacks{};
+  // Keepalive (SshSession::keepAlive): when the last probe went out, and why the session was
+  // given up (empty while it is alive).
+  std::chrono::steady_clock::time_point lastProbe{};
+  std::string lostReason;
 
   ~Impl();
   /// "host:port: what: libssh's reason"

@@ -1,7 +1,11 @@
 #include "pipestudio/remote/SshSession.hpp"
 
 #include <fcntl.h>
+#include <libssh/server.h>  // ssh_send_keepalive (a client may send it too)
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -304,7 +308,45 @@ Expected<std::unique_ptr<RemoteProcess>> SshSession::start(const std::string& co
     ssh_channel_free(ch);
     return e;
   }
-  return std::unique_ptr<RemoteProcess>(new RemoteProcess(ch, im.hostPort));
+  return std::unique_ptr<RemoteProcess>(new RemoteProcess(ch, im.hostPort, &im.lostReason));
+}
+
+std::int64_t SshSession::silenceMs() const {
+  const socket_t fd = ssh_get_fd(m_impl->session);
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (fd == SSH_INVALID_SOCKET || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return static_cast<std::int64_t>(info.tcpi_last_data_recv);
+}
+
+Status SshSession::keepAlive(const KeepaliveSettings& settings) {
+  Impl& im = *m_impl;
+  if (!im.lostReason.empty()) return Error{im.lostReason};
+  const socket_t fd = ssh_get_fd(im.session);
+  if (fd == SSH_INVALID_SOCKET || ssh_is_connected(im.session) == 0) return Error{im.error("connection lost")};
+  const auto now = std::chrono::steady_clock::now();
+  if (now - im.lastProbe >= std::chrono::milliseconds(settings.intervalMs)) {
+    im.lastProbe = now;
+    // Non-blocking, so a silent server cannot stall the caller. libssh keeps one global
+    // request in flight: the first call collects the previous answer, the second sends the
+    // next probe once that answer is in.
+    ssh_set_blocking(im.session, 0);
+    ssh_send_keepalive(im.session);
+    ssh_send_keepalive(im.session);
+    ssh_set_blocking(im.session, 1);
+  }
+  const std::int64_t silent = silenceMs();  // 0 where the socket is not TCP: nothing to measure
+  const std::int64_t limitMs = std::int64_t{settings.intervalMs} * settings.countMax;
+  if (silent > limitMs) {
+    im.lostReason = im.hostPort + ": connection lost: no answer to keepalive for " + std::to_string(silent / 1000) +
+                    " s (server_alive_interval_s " + std::to_string(settings.intervalMs / 1000) +
+                    " x server_alive_count_max " + std::to_string(settings.countMax) + ")";
+    // Every later libssh call on this connection now fails at once instead of waiting for
+    // a server that does not answer.
+    ::shutdown(fd, SHUT_RDWR);
+    return Error{im.lostReason};
+  }
+  return Status{};
 }
 
 RemoteProcess::~RemoteProcess() {
@@ -314,6 +356,7 @@ RemoteProcess::~RemoteProcess() {
 }
 
 Status RemoteProcess::poll(std::string& out, std::string& err) {
+  if (m_lostReason != nullptr && !m_lostReason->empty()) return Error{*m_lostReason};
   auto ch = static_cast<ssh_channel>(m_channel);
   std::array<char, 65536> buf{};
   for (int isStderr = 0; isStderr < 2; ++isStderr) {

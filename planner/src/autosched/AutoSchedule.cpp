@@ -1,22 +1,23 @@
 // zb-auto (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §3 "automatic scheduling").
 //
-// The paper's heuristic: warm up with as many F passes as the memory limit allows (optionally
-// one more F even if it delays the first B), then alternate F and B, fill a bubble with a
-// pending W when the bubble is at least as long as a W, run a W whenever the memory limit
-// blocks the next F, and finish with the remaining W passes. We run that heuristic as one
-// member of a portfolio of list-scheduling policies (warm-up caps relative to 1F1B,
-// W-postponement thresholds, eager W, F-vs-B priority, waiting for an imminent B), keep the
-// best, then improve the order by moves on its critical path, each judged by re-timing the
-// whole order. Small instances can be solved exactly (Ilp.cpp).
+// First answer: the authors' own greedy heuristic, ported (PublishedGreedy.cpp: zb.py's
+// manual_order for one stage per device, zbv.py's ZB-V construction for one V per device),
+// every variant of it timed and the best kept. Then, within a work budget (op steps, never
+// wall-clock time, so the same request always gives the same plan): a portfolio of
+// list-scheduling policies (warm-up caps relative to 1F1B, W-postponement thresholds, eager W,
+// F-vs-B priority, waiting for an imminent B), and moves on the critical path of the best
+// order, each judged by re-timing the whole order. Small instances can be solved exactly
+// (Ilp.cpp).
 #include "pipestudio/planner/AutoSchedule.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "autosched/Instance.hpp"
+#include "autosched/PublishedGreedy.hpp"
 
 namespace pipestudio {
 namespace autosched {
@@ -261,10 +262,10 @@ ListResult runPolicy(const Instance& inst, const Policy& pol) {
 
 std::vector<Policy> portfolio() {
   std::vector<Policy> out;
-  // The published heuristic first (Qi et al. 2023 §3): memory-bound warm-up, F before B while
-  // memory allows, W into bubbles of at least one W, with and without the extra warm-up F.
-  out.push_back({"qi2023-greedy", 0, 1, false, true, false});
-  out.push_back({"qi2023-greedy-noextraF", 0, 1, false, true, true});
+  // Memory-bound warm-up, F before B while memory allows, W into bubbles of at least one W,
+  // with and without waiting for an imminent B (the shape of the paper's §3 heuristic).
+  out.push_back({"mem-warmup", 0, 1, false, true, false});
+  out.push_back({"mem-warmup,wait-B", 0, 1, false, true, true});
   for (double capScale : {0.0, 1.0, 1.5, 2.0, 3.0}) {
     for (bool preferF : {false, true}) {
       for (bool waitForB : {false, true}) {
@@ -284,10 +285,14 @@ std::vector<Policy> portfolio() {
   return out;
 }
 
-double lowerBound(const Instance& inst, double& busiest) {
+// Lower bounds of the makespan and (spanBound) of the longest device span: the busiest
+// device's work, the memory slots and one microbatch's round trip bound both (all of them lie
+// within one device's span); the earliest start of a device plus its work only the makespan.
+double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
   const double m = inst.microbatches;
   busiest = 0;
   double bound = 0;
+  double slotsBound = 0;
   // Earliest time stage s can start: the forward chain of microbatch 0 up to it.
   std::vector<double> head(static_cast<std::size_t>(inst.stages), 0.0);
   for (int s = 1; s < inst.stages; ++s) {
@@ -317,7 +322,7 @@ double lowerBound(const Instance& inst, double& busiest) {
       roundTrip += inst.durationMs[kF][static_cast<std::size_t>(s)] + inst.durationMs[kB][static_cast<std::size_t>(s)] +
                    2 * inst.sendMs[static_cast<std::size_t>(s - 1)];
     }
-    bound = std::max(bound, std::ceil(m / slots) * roundTrip);
+    slotsBound = std::max(slotsBound, std::ceil(m / slots) * roundTrip);
   }
   // One microbatch's full round trip: forward chain, backward chain, the first stage's W.
   double path = inst.durationMs[kW][0];
@@ -325,30 +330,32 @@ double lowerBound(const Instance& inst, double& busiest) {
     const auto S = static_cast<std::size_t>(s);
     path += inst.durationMs[kF][S] + inst.durationMs[kB][S] + 2 * inst.sendMs[S];
   }
-  return std::max({bound, busiest, path});
+  spanBound = std::max({slotsBound, busiest, path});
+  return std::max({bound, spanBound});
 }
 
 // Critical-path moves: walk back from the last op along what bound each start; where an op
 // waited for the op before it on its device, try running it before that op (or running a
-// blocking W a few ops later). First improvement is kept; the walk restarts.
-void localSearch(const Instance& inst, Orders& orders, double& makespan, const AutoScheduleOptions& options,
-                 AutoScheduleReport& report) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(options.searchTimeLimitS);
+// blocking W a few ops later). First improvement is kept; the walk restarts. Each timing of
+// the whole order costs opCount() steps of `work`.
+void localSearch(const Instance& inst, Orders& orders, double& objective, const AutoScheduleOptions& options,
+                 AutoScheduleReport& report, const std::function<bool()>& stop) {
+  const std::int64_t cost = inst.opCount();
   std::vector<int> posOf(static_cast<std::size_t>(inst.opCount()), 0);
   auto indexPositions = [&] {
     for (const auto& order : orders) {
       for (std::size_t i = 0; i < order.size(); ++i) posOf[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
     }
   };
+  auto affordable = [&] {
+    return report.searchEvaluations < options.maxSearchEvaluations && report.workSteps + cost <= options.workBudgetSteps;
+  };
   indexPositions();
-  while (report.searchEvaluations < options.maxSearchEvaluations && Clock::now() < deadline) {
+  while (affordable() && !stop()) {
     const Timing timing = timeOrders(inst, orders, true);
+    report.workSteps += cost;
     if (!timing.ok) return;
-    int cur = 0;
-    for (int op = 0; op < inst.opCount(); ++op) {
-      if (timing.end[static_cast<std::size_t>(op)] > timing.end[static_cast<std::size_t>(cur)]) cur = op;
-    }
+    int cur = timing.objectiveOp;
     struct Move {
       int device;
       int from;  // position of the op to move later
@@ -372,13 +379,14 @@ void localSearch(const Instance& inst, Orders& orders, double& makespan, const A
     }
     bool improved = false;
     for (const Move& mv : moves) {
-      if (report.searchEvaluations >= options.maxSearchEvaluations || Clock::now() >= deadline) break;
+      if (!affordable() || stop()) break;
       auto& order = orders[static_cast<std::size_t>(mv.device)];
       std::rotate(order.begin() + mv.from, order.begin() + mv.from + 1, order.begin() + mv.to + 1);
       ++report.searchEvaluations;
+      report.workSteps += cost;
       const Timing t = timeOrders(inst, orders, false);
-      if (t.ok && t.memoryOk && t.makespanMs < makespan - 1e-9) {
-        makespan = t.makespanMs;
+      if (t.ok && t.memoryOk && t.objectiveMs < objective - 1e-9) {
+        objective = t.objectiveMs;
         ++report.searchImprovements;
         improved = true;
         indexPositions();
@@ -450,10 +458,21 @@ std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
                 "bound, %.2f%% to the busiest work\n",
                 r.makespanMs, r.lowerBoundMs, r.busiestDeviceWorkMs, 100 * r.gapToLowerBound, 100 * r.gapToBusiestWork);
   out += line;
+  if (r.objective != "makespan") {
+    std::snprintf(line, sizeof line, "zb-auto: minimised the %s (optimizer post-validation): %.3f ms\n", r.objective.c_str(),
+                  r.objectiveMs);
+    out += line;
+  }
+  std::string published = "no published heuristic for this placement";
+  if (!r.publishedHeuristic.empty()) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "the authors' %s heuristic %.3f ms", r.publishedHeuristic.c_str(), r.paperGreedyMakespanMs);
+    published = buf;
+  }
   std::snprintf(line, sizeof line,
-                "zb-auto: best of %d policies %.3f ms (%s); published greedy %.3f ms; local search %d/%d moves kept\n",
-                r.policiesTried, r.bestPolicyMakespanMs, r.bestPolicy.c_str(), r.paperGreedyMakespanMs,
-                r.searchImprovements, r.searchEvaluations);
+                "zb-auto: best of %d policies %.3f ms (%s); %s; local search %d/%d moves kept; %lld work steps%s\n",
+                r.policiesTried, r.bestPolicyMakespanMs, r.bestPolicy.c_str(), published.c_str(), r.searchImprovements,
+                r.searchEvaluations, static_cast<long long>(r.workSteps), r.stoppedEarly ? " (stopped early)" : "");
   out += line;
   if (r.exactStatus != ExactStatus::NotRun) {
     std::snprintf(line, sizeof line, "zb-auto exact (ILP, CBC): %s; incumbent %.3f ms, bound %.3f ms, gap %.2f%%, %.1f s%s%s\n",
@@ -465,14 +484,19 @@ std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
 }
 
 Json autoScheduleReportJson(const AutoScheduleReport& r) {
-  Json j{{"makespan_ms", r.makespanMs},
+  Json j{{"objective", r.objective},
+         {"objective_ms", r.objectiveMs},
+         {"makespan_ms", r.makespanMs},
          {"lower_bound_ms", r.lowerBoundMs},
          {"busiest_device_work_ms", r.busiestDeviceWorkMs},
          {"gap_to_lower_bound", r.gapToLowerBound},
          {"gap_to_busiest_work", r.gapToBusiestWork},
          {"best_policy", r.bestPolicy},
          {"best_policy_makespan_ms", r.bestPolicyMakespanMs},
-         {"published_greedy_makespan_ms", r.paperGreedyMakespanMs},
+         {"published_heuristic", r.publishedHeuristic},
+         {"published_heuristic_makespan_ms", r.paperGreedyMakespanMs},
+         {"work_steps", r.workSteps},
+         {"stopped_early", r.stoppedEarly},
          {"policies_tried", r.policiesTried},
          {"search_evaluations", r.searchEvaluations},
          {"search_improvements", r.searchImprovements},
@@ -516,6 +540,32 @@ double busiestDeviceWorkMs(const Plan& plan) {
   return busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
 }
 
+Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const ScheduleSkeleton& start,
+                                        const std::vector<std::int64_t>& capBytes, int maxEvaluations) {
+  using namespace autosched;
+  ScheduleInput unlimited = input;
+  unlimited.memoryLimitBytes.reset();
+  unlimited.request = nullptr;
+  auto built = buildInstance(unlimited);
+  if (!built) return built.error();
+  Instance& inst = *built;
+  if (capBytes.size() != static_cast<std::size_t>(inst.devices)) return Error{"improveOrder: one cap per device expected"};
+  inst.budgetBytes = capBytes;
+  auto orders = fromSkeleton(inst, start);
+  if (!orders) return orders.error();
+  const Timing t = timeOrders(inst, *orders);
+  if (!t.ok) return Error{t.problem};
+  if (!t.memoryOk) return Error{"improveOrder: the order exceeds its activation caps"};
+  double objective = t.objectiveMs;
+  AutoScheduleOptions options;
+  options.maxSearchEvaluations = maxEvaluations;
+  options.workBudgetSteps = std::numeric_limits<std::int64_t>::max() / 2;
+  AutoScheduleReport report;
+  const SolveControl* control = input.control;
+  localSearch(inst, *orders, objective, options, report, [control] { return control != nullptr && control->cancelled(); });
+  return toSkeleton(inst, *orders, input.virtualStages);
+}
+
 Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSkeleton& skeleton) {
   using namespace autosched;
   ScheduleInput unlimited = input;
@@ -542,42 +592,102 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   const Instance& inst = *built;
   AutoScheduleResult result;
   AutoScheduleReport& report = result.report;
-  report.lowerBoundMs = lowerBound(inst, report.busiestDeviceWorkMs);
+  double spanBound = 0;
+  report.lowerBoundMs = lowerBound(inst, report.busiestDeviceWorkMs, spanBound);
+  report.objective = inst.spanObjective ? "longest device span" : "makespan";
 
   Orders best;
   double bestMakespan = std::numeric_limits<double>::infinity();
-  report.paperGreedyMakespanMs = std::numeric_limits<double>::infinity();
-  const auto policies = portfolio();
-  const auto portfolioDeadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.portfolioTimeLimitS);
-  for (std::size_t i = 0; i < policies.size(); ++i) {
-    if (input.control != nullptr && input.control->cancelled()) return Error{"cancelled"};
-    const ListResult r = runPolicy(inst, policies[i]);
-    ++report.policiesTried;
-    if (!r.ok) continue;
-    const Timing t = timeOrders(inst, r.orders);
-    if (!t.ok || !t.memoryOk) continue;
-    if (i < 2) report.paperGreedyMakespanMs = std::min(report.paperGreedyMakespanMs, t.makespanMs);
-    if (t.makespanMs < bestMakespan - 1e-9) {
-      bestMakespan = t.makespanMs;
-      best = r.orders;
-      report.bestPolicy = policies[i].name;
-    }
+  const std::int64_t opSteps = inst.opCount();
+  const bool canCancel = input.control != nullptr && input.control->cancel != nullptr;
+  auto cancelled = [&] { return canCancel && input.control->cancelled(); };
+  // Cancel before a first answer, or without keepBestOnCancel, is an error; after one it
+  // stops the search with the best order so far.
+  auto stop = [&] {
+    if (!cancelled()) return false;
+    report.stoppedEarly = true;
+    return true;
+  };
+  auto progress = [&] {
     if (input.control != nullptr && input.control->progress) {
-      input.control->progress(0.5 * static_cast<double>(i + 1) / static_cast<double>(policies.size()));
+      const double used = static_cast<double>(report.workSteps) / static_cast<double>(std::max<std::int64_t>(1, options.workBudgetSteps));
+      input.control->progress(std::min(0.99, used));
     }
-    // At the lower bound (to rounding) nothing can beat it; the paper's policies always run.
-    if (i >= 1 && bestMakespan <= report.lowerBoundMs * (1 + kOptimalTolerance)) break;
-    // Large instances: the portfolio stops at its time budget (most productive policies first).
-    if (i >= 2 && std::chrono::steady_clock::now() >= portfolioDeadline) break;
+  };
+  // Times an order and keeps it when it beats the best so far.
+  auto offer = [&](const Orders& orders, const std::string& name) {
+    const Timing t = timeOrders(inst, orders);
+    report.workSteps += opSteps;
+    if (!t.ok || !t.memoryOk) return std::numeric_limits<double>::infinity();
+    if (t.objectiveMs < bestMakespan - 1e-9) {
+      bestMakespan = t.objectiveMs;
+      best = orders;
+      report.bestPolicy = name;
+    }
+    return t.objectiveMs;
+  };
+  // Nothing beats an objective at its lower bound (to rounding).
+  const double objectiveBound = inst.spanObjective ? spanBound : report.lowerBoundMs;
+  auto atBound = [&] { return bestMakespan <= objectiveBound * (1 + kOptimalTolerance); };
+
+  // --- the published heuristic: the first answer ---
+  // Every variant is timed as soon as it is built, so the first one is an answer at once.
+  report.paperGreedyMakespanMs = 0;
+  int variant = 0;
+  std::vector<double> variantMs;
+  std::string publishedName = "zb.py";
+  auto each = [&](const PublishedRun& run) {
+    const int index = variant++;
+    report.workSteps += opSteps;
+    variantMs.push_back(run.ok ? offer(run.orders, publishedName + (index == 0 ? "" : " variant " + std::to_string(index)))
+                               : std::numeric_limits<double>::infinity());
+    if (index == 0 && best.size() > 0) progress();
+  };
+  std::vector<PublishedRun> published = zbGreedyRuns(inst, each);
+  if (published.empty()) {
+    publishedName = "zbv.py";
+    // The construction's first order is an answer before its refinements run.
+    published = zbvRuns(inst, input, each, [&](const PublishedRun& run) {
+      report.workSteps += opSteps;
+      offer(run.orders, "zbv.py (unrefined)");
+      progress();
+    });
+  }
+  if (!published.empty()) {
+    report.publishedHeuristic = publishedName;
+    ++report.policiesTried;
+    const int choice = publishedChoice(published);
+    if (choice >= 0 && static_cast<std::size_t>(choice) < variantMs.size() && std::isfinite(variantMs[static_cast<std::size_t>(choice)])) {
+      report.paperGreedyMakespanMs = variantMs[static_cast<std::size_t>(choice)];
+    }
+  }
+
+  // --- the policy portfolio, while the budget lasts ---
+  const auto policies = portfolio();
+  for (std::size_t i = 0; i < policies.size() && !atBound(); ++i) {
+    if (cancelled()) {
+      if (best.empty() || !options.keepBestOnCancel) return Error{"cancelled"};
+      report.stoppedEarly = true;
+      break;
+    }
+    // A policy places every op once, looking at every device for the next decision (about
+    // 1 + p/8 steps per op, measured), and is timed once.
+    const std::int64_t policySteps = opSteps * (1 + inst.devices / 8);
+    if (!best.empty() && report.workSteps + policySteps + opSteps > options.workBudgetSteps) break;
+    const ListResult r = runPolicy(inst, policies[i]);
+    report.workSteps += policySteps;
+    ++report.policiesTried;
+    if (r.ok) offer(r.orders, policies[i].name);
+    progress();
   }
   if (best.empty()) {
     return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};
   }
   report.bestPolicyMakespanMs = bestMakespan;
-  if (options.localSearch && bestMakespan > report.lowerBoundMs * (1 + kOptimalTolerance)) {
-    localSearch(inst, best, bestMakespan, options, report);
+  if (options.localSearch && !atBound() && !report.stoppedEarly) {
+    localSearch(inst, best, bestMakespan, options, report, stop);
   }
+  if (report.stoppedEarly && !options.keepBestOnCancel) return Error{"cancelled"};
 
   if (options.exact) {
     if (!exactSchedulingAvailable()) {
@@ -600,9 +710,9 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
                                            : ExactStatus::TimeLimit;
       if (exact.solved) {
         const Timing t = timeOrders(inst, exact.orders);
-        if (t.ok && t.memoryOk && t.makespanMs < bestMakespan - 1e-9) {
+        if (t.ok && t.memoryOk && t.objectiveMs < bestMakespan - 1e-9) {
           best = exact.orders;
-          bestMakespan = t.makespanMs;
+          bestMakespan = t.objectiveMs;
           report.bestPolicy += " + ILP";
         }
       }
@@ -611,6 +721,7 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
 
   const Timing final = timeOrders(inst, best);
   report.makespanMs = final.makespanMs;
+  report.objectiveMs = final.objectiveMs;
   report.gapToBusiestWork = report.busiestDeviceWorkMs > 0 ? report.makespanMs / report.busiestDeviceWorkMs - 1 : 0;
   report.gapToLowerBound = report.lowerBoundMs > 0 ? report.makespanMs / report.lowerBoundMs - 1 : 0;
   for (int d = 0; d < inst.devices; ++d) {

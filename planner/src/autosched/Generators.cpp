@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "pipestudio/common/Files.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "schedules/Generators.hpp"
@@ -123,16 +124,8 @@ Expected<Plan> makeCustomPlan(const PlanRequest& request, const std::string& csv
 }
 
 Expected<std::string> readScheduleCsvFile(const std::string& path) {
-  constexpr std::uintmax_t kMaxBytes = std::uintmax_t{256} << 20;
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return Error{path + ": cannot read: " + ec.message()};
-  if (size > kMaxBytes) return Error{path + ": larger than the 256 MiB limit for schedule CSV"};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open"};
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  // Regular files only (a FIFO must not hang), 256 MiB at most; parseScheduleCsv judges the text.
+  return readRegularFile(path, std::size_t{256} << 20);
 }
 
 }  // namespace pipestudio

@@ -44,6 +44,7 @@ Expected<Instance> buildInstance(const ScheduleInput& input) {
       return Error{"zb-auto: device " + std::to_string(d) + " holds no virtual stage"};
     }
   }
+  inst.spanObjective = input.request != nullptr && input.request->config.optimizerSync == "post-validation";
   inst.staticBytes.assign(static_cast<std::size_t>(inst.devices), 0);
   for (std::size_t d = 0; d < input.staticBytes.size() && d < inst.staticBytes.size(); ++d) {
     inst.staticBytes[d] = input.staticBytes[d];
@@ -186,7 +187,24 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
     return t;
   }
   t.ok = true;
-  for (int op = 0; op < n; ++op) t.makespanMs = std::max(t.makespanMs, t.end[static_cast<std::size_t>(op)]);
+  for (int op = 0; op < n; ++op) {
+    if (t.end[static_cast<std::size_t>(op)] > t.makespanMs || t.objectiveOp < 0) {
+      t.makespanMs = t.end[static_cast<std::size_t>(op)];
+      t.objectiveOp = op;
+    }
+  }
+  t.objectiveMs = t.makespanMs;
+  if (inst.spanObjective) {
+    t.objectiveMs = 0;
+    for (const auto& order : orders) {
+      if (order.empty()) continue;
+      const double span = t.end[static_cast<std::size_t>(order.back())] - t.start[static_cast<std::size_t>(order.front())];
+      if (span > t.objectiveMs) {
+        t.objectiveMs = span;
+        t.objectiveOp = order.back();
+      }
+    }
+  }
   t.peakActivationBytes = peakActivations(inst, orders);
   for (int d = 0; d < p; ++d) {
     if (t.peakActivationBytes[static_cast<std::size_t>(d)] > inst.budgetBytes[static_cast<std::size_t>(d)]) t.memoryOk = false;

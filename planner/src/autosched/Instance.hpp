@@ -30,6 +30,9 @@ struct Instance {
   std::vector<std::int64_t> staticBytes;     // per device
   std::vector<std::int64_t> budgetBytes;     // per device: limit − static (kUnlimited if none)
   std::vector<std::vector<int>> stagesOf;    // per device, in pipeline order
+  // The objective: the makespan, or with optimizer post-validation (iterations overlap, the
+  // steady-state period is the longest device span, Qi et al. 2023 §5) the longest span.
+  bool spanObjective = false;
 
   int opCount() const { return stages * 3 * microbatches; }
   int opId(int stage, int kind, int mb) const { return (stage * 3 + kind) * microbatches + mb; }
@@ -48,6 +51,8 @@ Expected<Instance> buildInstance(const ScheduleInput& input);
 struct Timing {
   bool ok = false;
   double makespanMs = 0;
+  double objectiveMs = 0;     // makespan or longest device span (Instance::spanObjective)
+  int objectiveOp = -1;       // the op whose end sets it
   std::vector<double> start;  // per op
   std::vector<double> end;
   std::vector<int> cause;     // op that bound the start (-1: none)

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "pipestudio/common/Files.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -25,10 +26,10 @@ Json metadata(const char* name, int pid, int tid, Json args) {
   return Json{{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
 }
 
-}  // namespace
-
-Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
-  Json events = Json::array();
+// Every event of the trace in file order, one at a time: the export streams them (a 10⁶-op
+// plan would otherwise be a 3 GB document in memory).
+template <typename Emit>
+void emitChromeEvents(const Plan& plan, const ChromeTraceOptions& options, Emit&& emit) {
   const int devices = std::max(0, plan.config.devices);
 
   // Lane labels: one process per device (sorted by device), compute first, links, streams.
@@ -47,20 +48,20 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
         label += " (" + plan.cluster.nodes[static_cast<std::size_t>(node)].host + ")";
       }
     }
-    events.push_back(metadata("process_name", d, 0, {{"name", label}}));
-    events.push_back(metadata("process_sort_index", d, 0, {{"sort_index", d}}));
-    events.push_back(metadata("thread_name", d, kComputeTid, {{"name", "compute"}}));
-    events.push_back(metadata("thread_sort_index", d, kComputeTid, {{"sort_index", 0}}));
+    emit(metadata("process_name", d, 0, {{"name", label}}));
+    emit(metadata("process_sort_index", d, 0, {{"sort_index", d}}));
+    emit(metadata("thread_name", d, kComputeTid, {{"name", "compute"}}));
+    emit(metadata("thread_sort_index", d, kComputeTid, {{"sort_index", 0}}));
   }
   for (const auto& [from, to] : links) {
     const int tid = kLinkTidBase + to;
-    events.push_back(metadata("thread_name", from, tid, {{"name", "send → device " + std::to_string(to)}}));
-    events.push_back(metadata("thread_sort_index", from, tid, {{"sort_index", tid}}));
+    emit(metadata("thread_name", from, tid, {{"name", "send → device " + std::to_string(to)}}));
+    emit(metadata("thread_sort_index", from, tid, {{"sort_index", tid}}));
   }
   for (const auto& [device, stream] : streams) {
     const int tid = kStreamTidBase + stream;
-    events.push_back(metadata("thread_name", device, tid, {{"name", "stream " + std::to_string(stream)}}));
-    events.push_back(metadata("thread_sort_index", device, tid, {{"sort_index", tid}}));
+    emit(metadata("thread_name", device, tid, {{"name", "stream " + std::to_string(stream)}}));
+    emit(metadata("thread_sort_index", device, tid, {{"sort_index", tid}}));
   }
 
   for (const Op& op : plan.ops) {
@@ -68,7 +69,7 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
     Json args{{"kind", kind}, {"microbatch", op.microbatch}, {"virtual_stage", op.virtualStage},
               {"device", op.device}};
     if (op.samples > 0) args["samples"] = op.samples;
-    events.push_back(Json{{"name", kind + std::to_string(op.microbatch) + " (vs " + std::to_string(op.virtualStage) + ")"},
+    emit(Json{{"name", kind + std::to_string(op.microbatch) + " (vs " + std::to_string(op.virtualStage) + ")"},
                           {"cat", kind},
                           {"ph", "X"},
                           {"pid", op.device},
@@ -82,7 +83,7 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
     const std::string_view payload = c.kind == OpKind::F   ? std::string_view("act")
                                      : commPayloadName(c.kind) == "gradient" ? std::string_view("grad")
                                                                              : commPayloadName(c.kind);
-    events.push_back(
+    emit(
         Json{{"name", std::string(payload) + " " + std::to_string(c.microbatch) + " (vs " +
                           std::to_string(c.virtualStage) + ")"},
              {"cat", "comm"},
@@ -100,7 +101,7 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
                {"bytes", c.bytes}}}});
   }
   for (const TraceActivity& a : options.activities) {
-    events.push_back(Json{{"name", a.name},
+    emit(Json{{"name", a.name},
                           {"cat", a.category},
                           {"ph", "X"},
                           {"pid", a.device},
@@ -115,7 +116,7 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
     const MemoryTimeline memory = memoryTimeline(plan);
     for (std::size_t d = 0; d < memory.devices.size(); ++d) {
       for (const MemoryPoint& point : memory.devices[d]) {
-        events.push_back(Json{{"name", "memory"},
+        emit(Json{{"name", "memory"},
                               {"ph", "C"},
                               {"pid", static_cast<int>(d)},
                               {"ts", toUs(point.timeMs)},
@@ -124,17 +125,39 @@ Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
     }
   }
 
+}
+
+Json chromeOtherData(const Plan& plan, const ChromeTraceOptions& options) {
   Json other{{"schedule", plan.config.schedule},
              {"devices", plan.config.devices},
              {"microbatches", plan.config.microbatches},
              {"makespan_ms", plan.metrics.makespanMs},
              {"bubble_ratio", plan.metrics.bubbleRatio}};
   if (!options.title.empty()) other["title"] = options.title;
-  return Json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"otherData", std::move(other)}};
+  return other;
+}
+
+}  // namespace
+
+Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
+  Json events = Json::array();
+  emitChromeEvents(plan, options, [&events](Json event) { events.push_back(std::move(event)); });
+  return Json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"otherData", chromeOtherData(plan, options)}};
 }
 
 Status writeChromeTrace(const std::string& path, const Plan& plan, const ChromeTraceOptions& options) {
-  return saveJsonFile(path, chromeTraceJson(plan, options), -1);
+  return writeOutputFile(path, [&](std::ostream& out, std::string&) {
+    out << "{\"displayTimeUnit\":\"ms\",\"otherData\":"
+        << chromeOtherData(plan, options).dump(-1, ' ', false, Json::error_handler_t::replace)
+        << ",\"traceEvents\":[";
+    bool first = true;
+    emitChromeEvents(plan, options, [&](const Json& event) {
+      out << (first ? "\n" : ",\n") << event.dump(-1, ' ', false, Json::error_handler_t::replace);
+      first = false;
+    });
+    out << "\n]}\n";
+    return static_cast<bool>(out);
+  });
 }
 
 }  // namespace pipestudio

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/planner/Export.hpp"
 
 namespace pipestudio {
@@ -124,12 +126,12 @@ std::optional<std::string> parseAction(std::string_view s, ParsedAction& out) {
     out.kind = OpKind::BW;
   } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" ||
              type == "RECV_F" || type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
-    return "'" + std::string(type) + "' is not a compute action (expected the compute-only format: F, I, W or B)";
+    return "'" + excerpt(type) + "' is not a compute action (expected the compute-only format: F, I, W or B)";
   } else {
-    return "unknown action type '" + std::string(type) + "' (expected F, I, W or B)";
+    return "unknown action type '" + excerpt(type) + "' (expected F, I, W or B)";
   }
   const std::string_view mb = s.substr(j);
-  if (mb.empty()) return "missing microbatch index after '" + std::string(type) + "'";
+  if (mb.empty()) return "missing microbatch index after '" + excerpt(type) + "'";
   if (mb.size() > 9) return "microbatch index too large";
   for (char c : mb) {
     if (c < '0' || c > '9') return "unexpected characters after the microbatch index";
@@ -170,11 +172,7 @@ Expected<std::string> scheduleCsv(const Plan& plan) {
 Status writeScheduleCsv(const std::string& path, const Plan& plan) {
   auto text = scheduleCsv(plan);
   if (!text) return Error{path + ": " + text.message()};
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Error{path + ": cannot open for writing"};
-  out << *text;
-  if (!out) return Error{path + ": write error"};
-  return {};
+  return writeOutputFile(path, *text);
 }
 
 Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvScheduleShape& shape,
@@ -188,6 +186,10 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     }
     errors.push_back(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
   };
+  // UTF-16/32 is named as such; a UTF-8 byte order mark (spreadsheets write one) is skipped.
+  std::string head(text.substr(0, 4));
+  if (auto st = requireUtf8(head, source); !st) return st.error();
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   if (shape.devices <= 0) return Error{source + ": the plan has no devices"};
   if (shape.microbatches <= 0) return Error{source + ": the plan has no microbatches"};
   const bool inferPlacement = shape.virtualStages.empty();
@@ -247,18 +249,18 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       const std::size_t column = cell.column + lead;
       ParsedAction a;
       if (auto why = parseAction(action, a)) {
-        fail(lineNo, column, "'" + std::string(action) + "': " + *why);
+        fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
         continue;
       }
       if (a.stage >= stageLimit) {
         fail(lineNo, column,
-             "'" + std::string(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
+             "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
                  std::to_string(stageLimit - 1) + ")");
         continue;
       }
       if (a.microbatch >= shape.microbatches) {
         fail(lineNo, column,
-             "'" + std::string(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
+             "'" + excerpt(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
                  std::to_string(shape.microbatches - 1) + ")");
         continue;
       }
@@ -267,14 +269,14 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       if (device < 0) device = row;
       if (device != row) {
         fail(lineNo, column,
-             "'" + std::string(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
+             "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
                  std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
         continue;
       }
       Seen& s = seenOf(a.stage)[static_cast<std::size_t>(a.kind)][static_cast<std::size_t>(a.microbatch)];
       if (s.line != 0) {
         fail(lineNo, column,
-             "'" + std::string(action) + "': duplicated op (first at line " + std::to_string(s.line) + ", column " +
+             "'" + excerpt(action) + "': duplicated op (first at line " + std::to_string(s.line) + ", column " +
                  std::to_string(s.column) + ")");
         continue;
       }
@@ -350,18 +352,9 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
 }
 
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return Error{path + ": cannot read: " + ec.message()};
-  if (size > kMaxCsvBytes) {
-    return Error{path + ": file of " + std::to_string(size) + " bytes is larger than the " +
-                 std::to_string(kMaxCsvBytes) + "-byte limit for schedule CSV"};
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open"};
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return parseScheduleCsv(buffer.str(), shape, path);
+  auto text = readRegularFile(path, kMaxCsvBytes);
+  if (!text) return text.error();
+  return parseScheduleCsv(*text, shape, path);
 }
 
 Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const std::string& source) {

@@ -39,10 +39,20 @@
 #include <cmath>
 #include <limits>
 
+#include "pipestudio/planner/AutoSchedule.hpp"
 #include "schedules/Generators.hpp"
+#include "schedules/OrderTiming.hpp"
 
 namespace pipestudio::schedules {
 namespace {
+
+// The local search after the block: on instances up to kSearchMaxOps ops, with
+// kSearchSteps / ops order timings (at most 2000).
+constexpr double kSearchMaxOps = 1 << 16;
+constexpr double kSearchSteps = 4e6;
+constexpr std::size_t kSearchFinalists = 4;
+// Grid slots the building-block search may build (all of its blocks up to p = 16).
+constexpr double kSearchCells = 1e7;
 
 struct BlockShape {
   double forwardOffset;   // δF in slots
@@ -455,6 +465,62 @@ class BlockGenerator final : public ScheduleGenerator {
     ScheduleSkeleton out;
     out.virtualStages = input.virtualStages;
     out.devices = std::move(*devices);
+    const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m;
+    if (ops > kSearchMaxOps) return out;
+
+    // On instances small enough, more candidates within the schedule's budget (the paper's
+    // table: v-half (p+2)/2 microbatches, v-min (p+4)/3, of each device's activation), every
+    // one timed as the simulator times it, the fastest kept: the authors' building-block
+    // search (BlockSearch.cpp); then zb-auto's critical-path moves within the budget.
+    const int budgetMicrobatches = std::max(1, m_spec.goal == Goal::LeastMemory ? (p + 4) / 3 : (p + 2) / 2);
+    const auto perMb = activationPerMicrobatch(input, 0);
+    std::vector<std::int64_t> caps(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) caps[static_cast<std::size_t>(d)] = budgetMicrobatches * perMb[static_cast<std::size_t>(d)];
+    auto fits = [&](const std::vector<std::vector<OrderedOp>>& order) {
+      const auto peaks = orderPeakBytes(input, order);
+      for (int d = 0; d < p; ++d) {
+        if (peaks[static_cast<std::size_t>(d)] > caps[static_cast<std::size_t>(d)]) return false;
+      }
+      return true;
+    };
+    OrderTiming bestTiming = timeOrder(input, out.devices);
+    bool bestFits = fits(out.devices);
+    auto consider = [&](std::vector<std::vector<OrderedOp>>&& order) {
+      if (!fits(order)) return;
+      OrderTiming t = timeOrder(input, order);
+      if (!bestFits || fasterThan(t, bestTiming)) {
+        out.devices = std::move(order);
+        bestTiming = std::move(t);
+        bestFits = true;
+      }
+    };
+    if (isSingleV(input)) {
+      // The search on at most 2p microbatches (as many as the reference's own search builds
+      // its blocks with); with more, its kSearchFinalists fastest blocks are built in full.
+      const int units = 2 * budgetMicrobatches;
+      const int searchMicrobatches = std::min(m, 2 * p);
+      auto found = vBlockSearch(p, searchMicrobatches, units, kSearchCells, input.control);
+      if (searchMicrobatches == m) {
+        for (auto& c : found) consider(std::move(c.order));
+      } else {
+        ScheduleInput shortRun = input;
+        shortRun.shape.microbatches = searchMicrobatches;
+        std::vector<std::pair<OrderTiming, std::size_t>> ranked;
+        for (std::size_t i = 0; i < found.size(); ++i) {
+          OrderTiming t = timeOrder(shortRun, found[i].order);
+          if (t.ok) ranked.emplace_back(std::move(t), i);
+        }
+        std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return fasterThan(a.first, b.first); });
+        for (std::size_t r = 0; r < ranked.size() && r < kSearchFinalists; ++r) {
+          if (auto full = vBlockBuild(p, m, units, found[ranked[r].second].key)) consider(std::move(*full));
+        }
+      }
+    }
+    if (input.control && input.control->cancelled()) return Error{"cancelled"};
+    if (!bestFits) return out;  // no candidate keeps the budget: the block as built
+    const int evaluations = static_cast<int>(std::min(2000.0, kSearchSteps / ops));
+    auto improved = improveOrder(input, out, caps, evaluations);
+    if (improved) out = std::move(*improved);
     return out;
   }
 

@@ -57,6 +57,14 @@ std::vector<std::vector<int>> pipelineChains(const std::vector<VirtualStage>& st
   return chains;
 }
 
+std::int64_t deviceMemoryLimit(const ScheduleInput& input, int device) {
+  if (input.memoryLimitBytes) return *input.memoryLimitBytes;
+  if (input.request != nullptr && input.request->cluster.gpu.memoryGib > 0) {
+    return input.request->cluster.gpuOfDevice(device).memoryBytes();
+  }
+  return 0;
+}
+
 std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(input.shape.devices), 0);
   for (std::size_t i = 0; i < input.virtualStages.size(); ++i) {

@@ -2,8 +2,11 @@
 // Private helpers shared by the schedule generators: placements, the greedy list
 // construction, and the factory functions Registry.cpp lists.
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,8 +78,59 @@ struct GreedyEstimate {
 Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options,
                                        GreedyEstimate* estimate = nullptr);
 
+/// The memory limit of `device`, static bytes included (the request's limit, else its GPU's
+/// memory); 0 when there is none.
+std::int64_t deviceMemoryLimit(const ScheduleInput& input, int device);
+
 /// Activation bytes one microbatch leaves on each device (sum over its stages there),
 /// for the pipeline `pipeline`.
 std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline);
+
+/// The ZB-V construction of the Zero Bubble authors (VConstruction.cpp), for one V per device
+/// (wavePlacement(p, 2)). Live activation bytes never exceed budgetBytes[d] on device d.
+struct VConstructionOptions {
+  std::vector<std::int64_t> budgetBytes;  ///< per device
+  bool withTransfers = true;              ///< false: build as if every transfer were free
+  int maxRefinements = 16;                ///< re-runs with approved bubbles per fill policy
+  /// No re-run once the worst device bubble is at most this share of the makespan (0: the
+  /// reference's rule, re-run while it improves).
+  double refineAboveShare = 0;
+  int onlyPolicy = -1;                    ///< 0..3: build only this fill policy (VConstruction::policy)
+};
+struct VConstruction;
+/// Called with each policy's order as soon as it is built (before the next policy runs).
+using VConstructionSink = std::function<void(const VConstruction&)>;
+struct VConstruction {
+  std::vector<std::vector<OrderedOp>> order;
+  double maxBubbleMs = 0;  ///< worst device bubble on the construction's own timeline
+  double makespanMs = 0;   ///< makespan on that timeline (transfers as delays, no link contention)
+  bool fillForward = false;
+  bool fillBackward = false;
+  int policy = 0;  ///< 0..3 in the reference's order (fill before B1 on/off × before forwards on/off)
+};
+/// The building-block search of the Controllable Memory authors (BlockSearch.cpp) for one V
+/// per device, every pass one slot: the distinct orders of every block whose peak stays
+/// within maxMemUnits chunk activations (F/f take one, W/w free it), each with the block's
+/// key and peak, in the reference's order until the grids built would exceed maxCells slots
+/// (work, not time). vBlockBuild builds the one block `key` names for another microbatch
+/// count.
+struct VBlockCandidate {
+  std::array<int, 4> key{};  ///< starting pattern, offset k0, offset k1, devices on k0
+  int peakUnits = 0;
+  std::vector<std::vector<OrderedOp>> order;
+};
+std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int maxMemUnits, double maxCells,
+                                          const SolveControl* control);
+std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
+                                                              const std::array<int, 4>& key);
+
+/// Whether the placement is one V per device (stage d and 2p−1−d on device d, one pipeline).
+bool isSingleV(const ScheduleInput& input);
+/// The orders of the four fill policies that finish within the budgets, in the reference's
+/// order (fill before B1 on/off × fill before forwards on/off); empty when none does or
+/// the placement is not a single V.
+/// `first` (optional) also sees the very first order built, before its policy's refinements.
+std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const VConstructionOptions& options,
+                                               const VConstructionSink& each = {}, const VConstructionSink& first = {});
 
 }  // namespace pipestudio::schedules

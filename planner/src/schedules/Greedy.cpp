@@ -184,6 +184,18 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
     return fine(c.forwardMs) && fine(c.backwardInputMs) && fine(c.backwardWeightMs) && fine(c.sendMs);
   });
   EventQueue events(monotone);
+  // A transfer under a millionth of the mean pass time is taken as none: it would only make
+  // an input arrive an instant after its device frees up and so change a decision, where
+  // the simulator merely shifts the order by it (a 1e-12 ms transfer must not turn a
+  // zero-bubble pattern into another one).
+  double meanPassMs = 0;
+  for (const StageEstimate& c : input.stages) meanPassMs += (c.forwardMs + c.backwardInputMs + c.backwardWeightMs) / 3;
+  meanPassMs /= static_cast<double>(std::max<std::size_t>(1, input.stages.size()));
+  const double negligibleMs = 1e-6 * meanPassMs;
+  auto sendOf = [&](int stage) {
+    const double ms = input.stages[static_cast<std::size_t>(stage)].sendMs;
+    return ms <= negligibleMs ? 0.0 : ms;
+  };
   auto push = [&](double t, int kind, OpKind op, int stage, int mb) {
     const std::uint64_t key = (static_cast<std::uint64_t>(stage) << 32) | static_cast<std::uint32_t>(mb);
     events.push(t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op)));
@@ -257,7 +269,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
       switch (e.op) {
         case OpKind::F:
           if (nextStage[s] >= 0) {
-            push(now + c.sendMs, 1, OpKind::F, nextStage[s], e.microbatch);
+            push(now + sendOf(e.stage), 1, OpKind::F, nextStage[s], e.microbatch);
           } else {
             ds.readyB.push(makeKey(e.microbatch, chainPos[s], e.stage));
           }
@@ -270,7 +282,7 @@ Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyO
           } else {
             ds.committedBytes -= c.activationBytes;
           }
-          if (prevStage[s] >= 0) push(now + stageCost(prevStage[s]).sendMs, 1, OpKind::B, prevStage[s], e.microbatch);
+          if (prevStage[s] >= 0) push(now + sendOf(prevStage[s]), 1, OpKind::B, prevStage[s], e.microbatch);
           break;
         case OpKind::W:
           ds.committedBytes -= c.weightGradBytes;

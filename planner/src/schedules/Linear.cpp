@@ -4,9 +4,13 @@
 #include <algorithm>
 
 #include "schedules/Generators.hpp"
+#include "schedules/OrderTiming.hpp"
 
 namespace pipestudio::schedules {
 namespace {
+
+// Interleaved 1F1B times its two candidate orders in full up to this many ops.
+constexpr double kExactChoiceOps = 1 << 17;
 
 OrderedOp op(int stage, OpKind kind, int microbatch) {
   OrderedOp o;
@@ -113,29 +117,87 @@ class Interleaved final : public ScheduleGenerator {
   // Narayanan et al. 2021 §2.2 / Megatron-LM forward_backward_pipelining_with_interleaving:
   // the k-th forward of a device runs chunk (k mod pv) / p on microbatch (k / pv)·p + k mod p;
   // backwards walk the chunks in reverse; warm-up 2(p−d−1) + (v−1)·p forwards.
+  //
+  // With transfers that order has a full microbatch's round trip, 2pv − 2 transfers, on its
+  // critical path, where the Zero Bubble paper's 1F1B-I calculation counts 2pv − p − 2: after
+  // its warm-up a device runs the first microbatch's next chunk, whose input is still going
+  // round the whole pipeline (p transfers after the device sent it on), and the device has
+  // nothing else to do meanwhile. Taking the next group's first chunk-0 forward into the
+  // warm-up (one more forward, one more chunk's activation per device) hides that lap: the
+  // paper's 2pv − p − 2. That order is used when it is faster on the stage estimates and the
+  // extra activation fits the memory limit; otherwise (no transfers, one group, a tight limit,
+  // unequal stages where the extra microbatch in flight costs more than it hides) Megatron-LM's.
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    ScheduleSkeleton megatron = build(input, 0);
+    const int p = input.shape.devices;
+    const bool anyTransfer = std::any_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
+    if (!anyTransfer || input.shape.microbatches < 2 * p || input.shape.chunksPerDevice < 2) return megatron;
+    ScheduleSkeleton ahead = build(input, 1);
+    const auto peaks = orderPeakBytes(input, ahead.devices);
+    for (int d = 0; d < p; ++d) {
+      const std::int64_t limit = deviceMemoryLimit(input, d);
+      const std::int64_t staticBytes = static_cast<std::size_t>(d) < input.staticBytes.size() ? input.staticBytes[static_cast<std::size_t>(d)] : 0;
+      if (limit > 0 && staticBytes + peaks[static_cast<std::size_t>(d)] > limit) return megatron;
+    }
+    if (input.control && input.control->cancelled()) return Error{"cancelled"};
+    // With unequal stages the extra forward can also cost more than it hides (one more
+    // microbatch in flight shifts every later pairing): both orders are timed, in full up to
+    // 2^17 ops, else on their first two groups of microbatches.
+    ScheduleInput shortRun = input;
+    const double ops = 2.0 * static_cast<double>(input.virtualStages.size()) * input.shape.microbatches;
+    if (ops > kExactChoiceOps) shortRun.shape.microbatches = std::min(input.shape.microbatches, 2 * p);
+    if (shortRun.shape.microbatches == input.shape.microbatches) {
+      return fasterThan(timeOrder(input, ahead.devices), timeOrder(input, megatron.devices)) ? ahead : megatron;
+    }
+    const ScheduleSkeleton shortAhead = build(shortRun, 1);
+    const ScheduleSkeleton shortMegatron = build(shortRun, 0);
+    return fasterThan(timeOrder(shortRun, shortAhead.devices), timeOrder(shortRun, shortMegatron.devices)) ? ahead : megatron;
+  }
+
+ private:
+  // Megatron-LM's order with the first `ahead` chunk-0 forwards of the second group moved into
+  // the warm-up (before the first group's later chunks).
+  static ScheduleSkeleton build(const ScheduleInput& input, int ahead) {
     ScheduleSkeleton s = emptySkeleton(input);
     const int p = input.shape.devices;
     const int v = input.shape.chunksPerDevice;
     const int m = input.shape.microbatches;
     const int total = m * v;
-    auto stageOf = [&](int d, int k, bool forward) {
+    // The k-th forward (backward) of every device in Megatron-LM's order: (chunk, microbatch).
+    std::vector<std::pair<int, int>> forwards, backwards;
+    forwards.reserve(static_cast<std::size_t>(total));
+    backwards.reserve(static_cast<std::size_t>(total));
+    for (int k = 0; k < total; ++k) {
       const int inGroup = (k % (p * v)) / p;
-      const int chunk = forward ? inGroup : v - 1 - inGroup;
-      return chunk * p + d;
-    };
-    auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+      const int mb = (k / (p * v)) * p + k % p;
+      forwards.emplace_back(inGroup, mb);
+      backwards.emplace_back(v - 1 - inGroup, mb);
+    }
+    ahead = std::min(ahead, std::max(0, m - p));
+    if (ahead > 0) {
+      // Chunk 0 of microbatches p … p+ahead−1 right after the first group's chunk 0.
+      std::stable_partition(forwards.begin() + p, forwards.end(), [&](const std::pair<int, int>& f) {
+        return f.first == 0 && f.second >= p && f.second < p + ahead;
+      });
+    }
     for (int d = 0; d < p; ++d) {
       auto& ops = s.devices[static_cast<std::size_t>(d)];
       ops.reserve(static_cast<std::size_t>(2 * total));
-      const int warmup = std::min(2 * (p - d - 1) + (v - 1) * p, total);
-      for (int k = 0; k < warmup; ++k) ops.push_back(op(stageOf(d, k, true), OpKind::F, mbOf(k)));
-      const int steady = total - warmup;
-      for (int k = 0; k < steady; ++k) {
-        ops.push_back(op(stageOf(d, warmup + k, true), OpKind::F, mbOf(warmup + k)));
-        ops.push_back(op(stageOf(d, k, false), OpKind::BW, mbOf(k)));
+      auto forward = [&](int k) {
+        const auto [chunk, mb] = forwards[static_cast<std::size_t>(k)];
+        ops.push_back(op(chunk * p + d, OpKind::F, mb));
+      };
+      auto backward = [&](int k) {
+        const auto [chunk, mb] = backwards[static_cast<std::size_t>(k)];
+        ops.push_back(op(chunk * p + d, OpKind::BW, mb));
+      };
+      const int warmup = std::min(2 * (p - d - 1) + (v - 1) * p + ahead, total);
+      for (int k = 0; k < warmup; ++k) forward(k);
+      for (int k = 0; k < total - warmup; ++k) {
+        forward(warmup + k);
+        backward(k);
       }
-      for (int k = steady; k < total; ++k) ops.push_back(op(stageOf(d, k, false), OpKind::BW, mbOf(k)));
+      for (int k = total - warmup; k < total; ++k) backward(k);
     }
     return s;
   }

@@ -1,12 +1,16 @@
-// V-shaped and bidirectional schedules, built by the greedy list construction of
-// Greedy.cpp under a per-device activation budget that gives each schedule its published
-// memory profile:
+// V-shaped and bidirectional schedules under a per-device activation budget that gives each
+// schedule its published memory profile:
 //   zb-v       (Qi et al. 2023 §6): V placement, 1F1B memory (p microbatches' activations).
 //   dualpipe-v (DeepSeek-V3 report §3.2.1, "cut-in-half" DualPipe): V placement, (p+1) chunks.
 //   dualpipe   (DeepSeek-V3 report §3.2.1): two directions, model held twice, (p+1) stages.
 //   bitpipe    (Wu et al. 2024): two V-shaped pipelines in opposite directions.
-// Bidirectional schedules alternate microbatches between the two pipelines so both
-// directions fill the pipeline from their own end at once.
+// Candidate orders: the authors' ZB-V construction (VConstruction.cpp) where the placement is
+// one V per device (zb-v, dualpipe-v), and the greedy list construction of Greedy.cpp; each
+// built with the transfers and as if they were free (then the simulator shifts the pattern by
+// the transfers instead of a small transfer changing its decisions). The fastest candidate
+// that keeps the budget wins; zb-v and dualpipe-v never keep an order over it (no candidate
+// left is an Error that says so). Bidirectional schedules alternate microbatches between the
+// two pipelines so both directions fill the pipeline from their own end at once.
 // Not modelled: DualPipe's overlap of a forward chunk of one direction with a backward
 // chunk of the other on one device (DeepSeek-V3 §3.2.1 hides the all-to-all and PP
 // communication of one behind the computation of the other). The simulator runs one
@@ -15,11 +19,18 @@
 // pessimistic by at most the overlapped time.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "schedules/Generators.hpp"
+#include "schedules/OrderTiming.hpp"
 
 namespace pipestudio::schedules {
 namespace {
+
+// Up to this many ops every candidate is built in full and timed (OrderTiming.hpp); above,
+// candidates are compared on a short run and only the winner is built in full.
+constexpr double kExactChoiceOps = 1 << 17;
+constexpr double kFullRefineShare = 1e-3;
 
 struct Spec {
   const char* name;
@@ -38,6 +49,8 @@ struct Spec {
   bool preferContinuing;
   bool reserveWholeMicrobatch;
   bool boundEveryForward;  // GreedyOptions::boundEveryForward
+  bool strictBudget;       // every order kept must hold the budget on every device
+  bool vConstruction;      // also the authors' ZB-V construction (one V per device)
 };
 
 class GreedyGenerator final : public ScheduleGenerator {
@@ -89,15 +102,7 @@ class GreedyGenerator final : public ScheduleGenerator {
 
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const int p = input.shape.devices;
-    GreedyOptions options;
-    options.splitBackward = true;
-    options.preferContinuing = m_spec.preferContinuing;
-    options.reserveWholeMicrobatch = m_spec.reserveWholeMicrobatch;
-    options.boundEveryForward = m_spec.boundEveryForward;
-    if (m_spec.pipelines == 2) {
-      options.microbatchPipeline.resize(static_cast<std::size_t>(input.shape.microbatches));
-      for (int mb = 0; mb < input.shape.microbatches; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
-    }
+    const int m = input.shape.microbatches;
     const auto units = static_cast<std::int64_t>(
         std::ceil(static_cast<double>(m_spec.numerator * p) / static_cast<double>(m_spec.denominator)) + m_spec.extra);
     std::vector<std::int64_t> perMb(static_cast<std::size_t>(p), 0);
@@ -105,34 +110,147 @@ class GreedyGenerator final : public ScheduleGenerator {
       const auto a = activationPerMicrobatch(input, pl);
       for (int d = 0; d < p; ++d) perMb[static_cast<std::size_t>(d)] = std::max(perMb[static_cast<std::size_t>(d)], a[static_cast<std::size_t>(d)]);
     }
-    options.capBytes.resize(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d) {
-      options.capBytes[static_cast<std::size_t>(d)] = std::max<std::int64_t>(1, units) * perMb[static_cast<std::size_t>(d)];
+    std::vector<std::int64_t> caps(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) caps[static_cast<std::size_t>(d)] = std::max<std::int64_t>(1, units) * perMb[static_cast<std::size_t>(d)];
+
+    // Every candidate order is timed as the simulator times it and the fastest that keeps the
+    // budget (where the schedule promises it) wins, the earlier one on a tie. On large
+    // instances the candidates are compared on the first evalMicrobatches microbatches (past
+    // warm-up into the periodic steady state), and only the winner is built in full.
+    const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m / m_spec.pipelines;
+    if (ops <= kExactChoiceOps) {
+      auto chosen = choose(input, caps, units, nullptr);
+      if (!chosen) return chosen.error();
+      return skeleton(input, std::move(chosen->second));
     }
-    if (!options.boundEveryForward) return greedyOrder(input, options);
-    // zb-v: the budget on every forward keeps 1F1B's peak; on very short pipelines (p = 2)
-    // it can leave the drain one W short of filling a gap. Keep it unless the unbounded
-    // order (the budget on admissions only) has a smaller device bubble, like the authors'
-    // ZB-V construction, which tries several fill policies and keeps the one with least
-    // bubble. The gap is at most about one W per device, negligible against a long
-    // iteration, so large instances (where a second construction costs tens of ms) skip it.
-    constexpr double kSecondTryMaxOps = 1 << 16;
-    GreedyEstimate bounded;
-    auto order = greedyOrder(input, options, &bounded);
-    const double ops = 6.0 * input.shape.devices * static_cast<double>(input.shape.microbatches);
-    if (!order || ops > kSecondTryMaxOps || bounded.maxDeviceBubbleMs <= 1e-9 * std::max(1.0, bounded.makespanMs)) {
-      return order;
-    }
-    options.boundEveryForward = false;
-    GreedyEstimate unbounded;
-    auto alternative = greedyOrder(input, options, &unbounded);
-    if (alternative && unbounded.maxDeviceBubbleMs + 1e-9 * std::max(1.0, unbounded.makespanMs) < bounded.maxDeviceBubbleMs) {
-      return alternative;
-    }
-    return order;
+    ScheduleInput shortRun = input;
+    int evalMicrobatches = std::max(2 * p, 16);
+    evalMicrobatches += evalMicrobatches % m_spec.pipelines;
+    shortRun.shape.microbatches = std::min(m, evalMicrobatches);
+    auto chosen = choose(shortRun, caps, units, nullptr);
+    if (!chosen) return chosen.error();
+    const Recipe recipe = chosen->first;
+    auto full = choose(input, caps, units, &recipe);
+    if (!full) return full.error();
+    return skeleton(input, std::move(full->second));
   }
 
  private:
+  using Orders = std::vector<std::vector<OrderedOp>>;
+  // How a candidate order is built: the authors' V construction (one fill policy) or the
+  // greedy list construction (reservedAdmission: whole microbatches reserved, the budget's
+  // last resort), with the transfers or as if they were free.
+  struct Recipe {
+    enum class Kind { V, Greedy, GreedyReserved } kind = Kind::Greedy;
+    bool withTransfers = true;
+    int vPolicy = -1;
+  };
+
+  GreedyOptions greedyOptions(const ScheduleInput& in, const std::vector<std::int64_t>& caps, bool reserved) const {
+    GreedyOptions options;
+    options.splitBackward = true;
+    options.preferContinuing = m_spec.preferContinuing;
+    options.reserveWholeMicrobatch = m_spec.reserveWholeMicrobatch || reserved;
+    options.boundEveryForward = m_spec.boundEveryForward && !reserved;
+    options.capBytes = caps;
+    if (m_spec.pipelines == 2) {
+      options.microbatchPipeline.resize(static_cast<std::size_t>(in.shape.microbatches));
+      for (int mb = 0; mb < in.shape.microbatches; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
+    }
+    return options;
+  }
+
+  // Builds the candidates of `in` (only `only` when given) and returns the best with its
+  // recipe; an Error when none keeps the budget.
+  Expected<std::pair<Recipe, Orders>> choose(const ScheduleInput& in, const std::vector<std::int64_t>& caps,
+                                             std::int64_t units, const Recipe* only) const {
+    const int p = in.shape.devices;
+    const bool anyTransfer = std::any_of(in.stages.begin(), in.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
+    ScheduleInput withoutTransfers = in;
+    for (StageEstimate& e : withoutTransfers.stages) e.sendMs = 0;
+    auto source = [&](bool withTransfers) -> const ScheduleInput& { return withTransfers ? in : withoutTransfers; };
+    auto wanted = [&](Recipe::Kind kind, bool withTransfers) {
+      if (only) return only->kind == kind && only->withTransfers == withTransfers;
+      return withTransfers || anyTransfer;
+    };
+    std::optional<std::pair<Recipe, Orders>> best;
+    OrderTiming bestTiming;
+    auto consider = [&](const Recipe& recipe, Orders&& order) {
+      // Always timed with the transfers: a pattern built without them is shifted by them. A
+      // single candidate (the short run's winner built in full) needs no timing, only its
+      // memory check.
+      OrderTiming t;
+      if (only) {
+        t.ok = true;
+        t.peakBytes = orderPeakBytes(in, order);
+      } else {
+        t = timeOrder(in, order);
+      }
+      if (!t.ok) return;
+      if (m_spec.strictBudget) {
+        for (int d = 0; d < p; ++d) {
+          if (t.peakBytes[static_cast<std::size_t>(d)] > caps[static_cast<std::size_t>(d)]) return;
+        }
+      }
+      if (!best || fasterThan(t, bestTiming)) {
+        best.emplace(recipe, std::move(order));
+        bestTiming = std::move(t);
+      }
+    };
+    if (in.control && in.control->cancelled()) return Error{"cancelled"};
+    // The authors' ZB-V construction where the placement is one V per device (its
+    // reference's pick, the least worst-device bubble, first).
+    if (m_spec.vConstruction && isSingleV(in)) {
+      for (bool withTransfers : {true, false}) {
+        if (!wanted(Recipe::Kind::V, withTransfers)) continue;
+        VConstructionOptions v;
+        v.budgetBytes = caps;
+        v.withTransfers = withTransfers;
+        if (only) {
+          // The short run's winner built in full: its bubble refined only while it is more
+          // than kFullRefineShare of the makespan (each refinement is a full construction).
+          v.onlyPolicy = only->vPolicy;
+          v.refineAboveShare = kFullRefineShare;
+        }
+        auto built = vShapeConstructions(source(withTransfers), v);
+        std::stable_sort(built.begin(), built.end(),
+                         [](const VConstruction& a, const VConstruction& b) { return a.maxBubbleMs < b.maxBubbleMs; });
+        for (auto& c : built) consider({Recipe::Kind::V, withTransfers, c.policy}, std::move(c.order));
+        if (in.control && in.control->cancelled()) return Error{"cancelled"};
+      }
+    }
+    // The greedy list construction.
+    for (bool withTransfers : {true, false}) {
+      if (!wanted(Recipe::Kind::Greedy, withTransfers)) continue;
+      auto order = greedyOrder(source(withTransfers), greedyOptions(in, caps, false));
+      if (!order) return order.error();
+      consider({Recipe::Kind::Greedy, withTransfers, -1}, std::move(order->devices));
+    }
+    if ((!best && m_spec.strictBudget && !only) || (only && only->kind == Recipe::Kind::GreedyReserved)) {
+      auto order = greedyOrder(in, greedyOptions(in, caps, true));
+      if (!order) return order.error();
+      consider({Recipe::Kind::GreedyReserved, true, -1}, std::move(order->devices));
+    }
+    if (!best && only && only->kind != Recipe::Kind::GreedyReserved && m_spec.strictBudget) {
+      // The winner of the short run does not keep the budget in full: the last resort.
+      const Recipe reserved{Recipe::Kind::GreedyReserved, true, -1};
+      return choose(in, caps, units, &reserved);
+    }
+    if (!best) {
+      return Error{std::string(name()) + ": no order keeps its activation budget (" + std::to_string(units) +
+                   " microbatches per device, " + std::to_string(caps.empty() ? 0 : caps.front()) +
+                   " bytes on device 0) for this input"};
+    }
+    return std::move(*best);
+  }
+
+  static ScheduleSkeleton skeleton(const ScheduleInput& input, Orders&& devices) {
+    ScheduleSkeleton out;
+    out.virtualStages = input.virtualStages;
+    out.devices = std::move(devices);
+    return out;
+  }
+
   Spec m_spec;
 };
 
@@ -140,21 +258,21 @@ class GreedyGenerator final : public ScheduleGenerator {
 
 std::unique_ptr<ScheduleGenerator> makeZbV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true});
+      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true, true, true});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true, false});
+      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true, false, true, true});
 }
 std::unique_ptr<ScheduleGenerator> makeBitPipe() {
   return std::make_unique<GreedyGenerator>(Spec{"bitpipe", 4, 2, true, 4,
                                                 "a multiple of four chunks per device (two V-shaped pipelines)",
-                                                false, 1, 1, 1, 0, true, false, false});
+                                                false, 1, 1, 1, 0, true, false, false, false, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipe() {
   return std::make_unique<GreedyGenerator>(
       Spec{"dualpipe", 2, 2, false, 2, "an even number of chunks per device (one per direction)", true, 1, 1, 1, 1,
-           false, true, false});
+           false, true, false, false, false});
 }
 
 }  // namespace pipestudio::schedules

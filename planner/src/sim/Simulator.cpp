@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "sim/DeviceWinnerTree.hpp"
 
@@ -518,6 +519,9 @@ Expected<Plan> simulate(const PlanRequest& request, const ScheduleSkeleton& skel
 }
 
 Expected<Plan> resimulate(const Plan& plan) {
+  // The checks validate, run and pipestudio-exec apply (core/plan): an edited plan that passes
+  // them is one the simulator can time.
+  if (auto st = validatePlanStructure(plan); !st) return st.error();
   ScheduleSkeleton skeleton;
   skeleton.virtualStages = plan.virtualStages;
   skeleton.devices.resize(static_cast<std::size_t>(std::max(0, plan.config.devices)));

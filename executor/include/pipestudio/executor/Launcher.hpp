@@ -1,6 +1,7 @@
 #pragma once
 /// \file Starting pipestudio-exec ranks on this machine and reading their trace streams while
-/// they run (pipestudio-cli run, tests). POSIX only; no Qt.
+/// they run (pipestudio-cli run, tests), and the rank's side of a cluster launcher
+/// (`pipestudio-exec --task`, issue 17). POSIX only; no Qt.
 
 #include <functional>
 #include <optional>
@@ -23,7 +24,16 @@ struct LaunchRequest {
   std::string runId;
   std::vector<std::string> extraArgs;   ///< appended to every rank's command line
   double peerExitTimeoutS = 30;  ///< after one rank fails, how long the others get to stop
+  /// Polled while the ranks run (every 100 ms at most): a reason ends the run now (SIGTERM,
+  /// then SIGKILL after 2 s) and comes back as LaunchOutcome::stopped / failure. The CLI stops
+  /// on SIGINT/SIGTERM and when the history can take no more (disk full).
+  std::function<std::optional<std::string>()> stopRequested;
 };
+
+/// Environment variable the launcher sets for its ranks: the launcher's pid. pipestudio-exec
+/// then asks the kernel to kill it when the launcher dies (PR_SET_PDEATHSIG), so no rank
+/// outlives a `kill -9` of pipestudio-cli.
+inline constexpr const char* kParentPidEnv = "PIPESTUDIO_EXEC_PARENT_PID";
 
 struct RankOutcome {
   int rank = 0;
@@ -37,6 +47,7 @@ struct RankOutcome {
 
 struct LaunchOutcome {
   bool ok = false;
+  bool stopped = false;  ///< ended by stopRequested (the run is incomplete, not failed)
   std::string failure;  ///< which rank failed and why, when !ok
   std::vector<RankOutcome> ranks;
 };
@@ -52,6 +63,38 @@ using BytesCallback = std::function<void(int rank, std::string_view bytes)>;
 /// then kill them. Error only when nothing could be started.
 Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
                                     const BytesCallback& onBytes = {});
+
+/// `pipestudio-exec --task slurm|mpirun [--nccl-rendezvous FILE] [--nccl-timeout-s S] --
+/// EXECUTOR-OPTIONS…`: one rank started by srun or mpirun. Takes rank and world from the
+/// launcher's environment, gets rank 0's NCCL id through the rendezvous file (rank 0 writes
+/// it when its executor reports the id, the others wait for it), runs the executor and
+/// writes its trace stream, its log and its exit status as launcher lines (trace/TaskLines.hpp)
+/// on stdout — the launcher merges the stdout of every rank into one. Signals are passed on
+/// to the executor; the exit status is the executor's (128 + n for signal n).
+struct TaskOptions {
+  std::string launcher;        ///< slurm | mpirun
+  std::string ncclRendezvous;  ///< empty: no NCCL id to hand over (cpu, cuda-single, one rank)
+  double ncclTimeoutS = 300;   ///< how long ranks > 0 wait for rank 0's id
+  std::vector<std::string> executorArgs;
+};
+Expected<TaskOptions> parseTaskArgs(const std::vector<std::string>& args);
+
+/// Where this process sits in the launcher's job. (The GPU of a rank comes from the launcher's
+/// local rank, SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK, which the executor reads itself.)
+struct TaskPlace {
+  int rank = 0;
+  int world = 1;
+};
+/// slurm: SLURM_PROCID, SLURM_NTASKS; mpirun: OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE
+/// (MPICH's hydra). The error names the missing variable.
+Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher);
+
+/// Runs one rank as described above, spawning `executable` with the executor options plus
+/// --rank/--world (and --nccl-id); lines go to `outFd`. Returns the status to exit with.
+int runTask(const TaskOptions& options, const TaskPlace& place, const std::string& executable, int outFd);
+
+/// main() of `pipestudio-exec --task …` (argv[1] is "--task").
+int taskMain(int argc, char** argv);
 
 /// pipestudio-exec next to `selfPath` (the running binary), in <build>/executor/ relative to
 /// it, $PIPESTUDIO_EXEC, or on PATH.

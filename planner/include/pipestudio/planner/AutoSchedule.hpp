@@ -17,18 +17,22 @@
 namespace pipestudio {
 
 struct AutoScheduleOptions {
-  /// Wall-clock budget of the policy portfolio in seconds (the published heuristic and one
-  /// more policy always run); small instances finish all policies far below it.
-  double portfolioTimeLimitS = 0.5;
+  /// Work budget of the heuristics, in op steps (one op placed by a list-scheduling policy or
+  /// timed by an evaluation is one step). Work, not wall-clock time, so the same request gives
+  /// the same plan on any machine. The authors' published heuristic always runs first (a good
+  /// answer at once); the policy portfolio and the local search improve it while the budget
+  /// lasts. Small instances finish everything far below the default.
+  std::int64_t workBudgetSteps = 15'000'000;
   /// Critical-path local search after the policy portfolio.
   bool localSearch = true;
-  /// Upper bound on the orders the local search times (keeps results deterministic).
+  /// Upper bound on the orders the local search times.
   int maxSearchEvaluations = 2000;
-  /// Wall-clock cap of the local search in seconds (a safety net; the evaluation cap binds first
-  /// on small instances).
-  double searchTimeLimitS = 0.3;
+  /// On cancel (SolveControl) after a first answer: return the best order so far (the report
+  /// says stoppedEarly) instead of Error{"cancelled"}.
+  bool keepBestOnCancel = false;
   /// Solve the ILP through CBC (small instances only, see kExactMaxOps) starting from the
-  /// heuristic's order; proves optimality or reports the remaining gap.
+  /// heuristic's order; proves optimality or reports the remaining gap. The ILP's time limit
+  /// is the one wall-clock budget, asked for explicitly (results may differ when it binds).
   bool exact = false;
   double exactTimeLimitS = 30;
 };
@@ -49,17 +53,26 @@ inline constexpr int kExactMaxDevices = 4;
 inline constexpr int kExactMaxMicrobatches = 8;
 
 struct AutoScheduleReport {
+  /// What zb-auto minimises: "makespan" (optimizer sync global) or "longest device span"
+  /// (post-validation: iterations overlap and the steady-state period is the longest span).
+  std::string objective = "makespan";
+  double objectiveMs = 0;           ///< of the returned order
   double makespanMs = 0;            ///< of the returned order (auto-scheduler timing model)
   double busiestDeviceWorkMs = 0;   ///< lower bound: the busiest device's total F+B+W work
   double lowerBoundMs = 0;          ///< max(busiest work, earliest start + work, memory slots × round trip, one round trip)
   double gapToBusiestWork = 0;      ///< makespan / busiestDeviceWorkMs − 1
   double gapToLowerBound = 0;       ///< makespan / lowerBoundMs − 1
-  double paperGreedyMakespanMs = 0; ///< the published greedy heuristic alone (Qi et al. 2023 §3)
-  double bestPolicyMakespanMs = 0;  ///< best of the portfolio, before local search
+  /// The authors' published heuristic alone, as their code picks it (zb.py initial_solution for
+  /// one stage per device, zbv.py create_schedule for one V per device; 0 when neither applies).
+  double paperGreedyMakespanMs = 0;  ///< in the objective
+  std::string publishedHeuristic;   ///< which one ("zb.py", "zbv.py" or empty)
+  double bestPolicyMakespanMs = 0;  ///< best of the portfolio, before local search (in the objective)
   std::string bestPolicy;           ///< its name
   int policiesTried = 0;
   int searchEvaluations = 0;
   int searchImprovements = 0;
+  std::int64_t workSteps = 0;       ///< op steps spent by the heuristics (see workBudgetSteps)
+  bool stoppedEarly = false;        ///< cancelled with keepBestOnCancel: the best order so far
   std::vector<std::int64_t> peakBytes;  ///< per device, static included
   ExactStatus exactStatus = ExactStatus::NotRun;
   double exactMakespanMs = 0;       ///< ILP incumbent (its objective)
@@ -81,6 +94,15 @@ struct AutoScheduleResult {
 /// every published schedule does); the ILP's optimality is proven within that class.
 /// A limit below what one microbatch needs is an Error naming the minimum.
 Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const AutoScheduleOptions& options = {});
+
+/// Improves a complete order (one pipeline, B and W split) by zb-auto's critical-path moves
+/// (an op that waited for its device's previous op runs before it, or a blocking W a little
+/// later), each kept only when the whole order times faster and no device's live activation
+/// bytes exceed capBytes[d]; at most `maxEvaluations` orders are timed (work, not time).
+/// Returns the improved order (or `start` when no move helps); Error when `start` itself is
+/// not a valid order within the caps.
+Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const ScheduleSkeleton& start,
+                                        const std::vector<std::int64_t>& capBytes, int maxEvaluations);
 
 /// True when the build has CBC (exact mode available).
 bool exactSchedulingAvailable();

@@ -66,7 +66,7 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& problem, const Sol
 
 /// Builds the problem for component `component` of the request, split over `stages`
 /// (devices, peak live microbatches, budgets) on the request's cluster. Static memory uses
-/// the model's optimizer and config.dataParallel.
+/// the model's optimizer and config.parallel (ZeRO stage, data parallel degree).
 PartitionProblem buildPartitionProblem(const PlanRequest& request, int component,
                                        const std::vector<PartitionStage>& stages);
 

@@ -2,6 +2,7 @@
 /// \file Plan: `pipestudio.plan/1` (DESIGN.md §2) — what the solvers produce, the GUI draws
 /// and the executor runs.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,6 +16,10 @@
 namespace pipestudio {
 
 inline constexpr const char* kPlanSchema = "pipestudio.plan/1";
+
+/// Most ops a plan may have (10× the 200k-op plans the design is measured on): the planner
+/// refuses requests that would pass it before allocating, loaders refuse larger documents.
+inline constexpr std::size_t kMaxPlanOps = 2'000'000;
 
 /// F forward, B input-gradient backward, W weight-gradient backward, BW fused backward,
 /// N non-trainable forward (bubble filling), S/T vocabulary passes, OPT optimizer step.

@@ -1,6 +1,8 @@
 #pragma once
 /// \file Plan documents: load with full validation, save.
 
+#include <cstdint>
+#include <ostream>
 #include <string>
 
 #include "pipestudio/common/Expected.hpp"
@@ -13,12 +15,24 @@ namespace pipestudio {
 Expected<Plan> loadPlan(const std::string& path);
 std::optional<Plan> readPlan(JsonReader& reader, const JsonNode& at);
 Json planToJson(const Plan& plan);
+/// Writes the plan document to `path` (writeOutputFile rules), streaming ops and comms one per
+/// line: no document-sized JSON tree is built.
 Status savePlan(const std::string& path, const Plan& plan);
+/// The same document on a stream.
+bool writePlanJson(std::ostream& out, const Plan& plan);
 
-/// Structural checks beyond the JSON shape: stage/device indices in range, layer ranges
-/// inside their component, every microbatch's ops present, times ordered. Messages name
-/// the JSON pointer of the offending entry (e.g. /ops/17).
+/// The one plan validator `validate`, `simulate`, `run`, `export` and pipestudio-exec share
+/// (loadPlan applies it): the devices fit the plan's cluster; sizes within kMaxPlanOps;
+/// virtual stages in id order on devices of the plan, with a component and a layer range of
+/// it; every op on its stage's device, of a known kind, with a microbatch of the plan, finite
+/// ordered times, no backward on a frozen component, no duplicate; and every op's inputs in
+/// the plan (F: the previous stage's F; B/BW: its F and the next stage's backward; W: its
+/// split B). Messages start with the JSON pointer of the offending entry (e.g. /ops/17).
 Status validatePlanStructure(const Plan& plan);
+
+/// Refuses a plan request whose op count (up to 3 per virtual stage and microbatch) would
+/// pass kMaxPlanOps, before anything is allocated; the message has the numbers and the limit.
+Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::int64_t microbatches);
 
 /// Turns a validatePlanStructure message ("/ops/17/device: …") into
 /// "file:line:col: /ops/17/device: …" using the document the plan was read from.

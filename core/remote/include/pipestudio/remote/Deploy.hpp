@@ -1,7 +1,14 @@
 #pragma once
-/// \file Deploying a plan over SSH (DESIGN.md §5, issue 8): connect to the hosts, upload the
-/// executor and the plan, start one rank per GPU (or one launcher command), stream every
-/// rank's trace and log back without blocking, stop everything on cancel or lost connection.
+/// \file Deploying a plan over SSH (DESIGN.md §5, issues 8 and 17): connect to the hosts,
+/// upload the executor and the plan, start one rank per GPU (or one Slurm / mpirun job from
+/// the first host), stream every rank's trace and log back while it runs, stop everything on
+/// cancel or lost connection (a keepalive notices a silent one).
+///
+/// `launcher: slurm|mpirun`: every rank runs `pipestudio-exec --task`, which sends its stream,
+/// log and exit status as launcher lines on the job's merged stdout (trace/TaskLines.hpp);
+/// rank 0's NCCL id reaches the others through a rendezvous file in the job's directory. For
+/// Slurm the job's state comes from squeue while it is pending or running; cancel and a lost
+/// session end it with scancel.
 ///
 /// Used by `pipestudio-cli deploy` and the GUI deploy dialog. Qt-free and SQLite-free: the
 /// caller's TraceSink stores the streams (the CLI feeds history::StreamIngest).
@@ -32,12 +39,13 @@ namespace pipestudio::remote {
 enum class RankState {
   Connecting,
   Connected,
+  Queued,  ///< waiting for the scheduler (Slurm job PENDING)
   Uploading,
   Starting,
   Running,
-  Finished,   ///< exit status 0
-  Failed,     ///< non-zero exit status or an error frame
-  Lost,       ///< the SSH connection dropped while it ran
+  Finished,  ///< exit status 0
+  Failed,    ///< non-zero exit status or an error frame
+  Lost,      ///< the SSH connection dropped while it ran
   Cancelled,
 };
 std::string_view rankStateName(RankState state);
@@ -66,6 +74,19 @@ class TraceSink {
   virtual void onFrame(int /*rank*/, const trace::Frame& /*frame*/) {}
   /// stderr of a rank (the executor's log), as it arrives.
   virtual void onLog(int /*rank*/, std::string_view /*text*/) {}
+  /// What the launcher itself prints (srun's and mpirun's messages), whole lines.
+  virtual void onLauncherLog(std::string_view /*text*/) {}
+};
+
+/// The scheduler's view of a `launcher: slurm` job (mpirun has none: only `launcher` is set).
+struct JobProgress {
+  std::string launcher;  ///< slurm | mpirun
+  std::string jobId;     ///< empty until squeue lists the job
+  std::string state;     ///< PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, TIMEOUT, CANCELLED, …
+  std::string reason;    ///< Resources, Priority, PartitionConfig, … ("None" is dropped)
+  std::string nodes;     ///< where it runs ("node[01-04]")
+  /// "slurm job 12: PENDING (Resources)", "slurm job 12: RUNNING on node07".
+  std::string text() const;
 };
 
 struct DeployRequest {
@@ -81,11 +102,14 @@ struct DeployRequest {
   int connectTimeoutMs = 10000;
   int ncclIdTimeoutMs = 120000;  ///< how long rank 0 may take to report its NCCL id
   int cancelGraceMs = 8000;      ///< after cancel: how long to wait for ranks to exit
+  int jobPollMs = 1000;          ///< slurm: how often squeue is asked while the job is pending
 };
 
 struct DeployCallbacks {
   SessionCallbacks session;
   std::function<void(const RankProgress&)> progress;
+  /// Every change of the scheduler's job state (launcher slurm), from the deploying thread.
+  std::function<void(const JobProgress&)> job;
 };
 
 enum class DeployOutcome {
@@ -112,7 +136,10 @@ struct DeployResult {
   DeployOutcome outcome = DeployOutcome::Failed;
   std::string message;           ///< one paragraph: what happened, on which host/rank
   bool cancelled = false;
+  bool connectionLost = false;  ///< a session died or stopped answering: deploy again to reconnect
   std::vector<RankResult> ranks;
+  JobProgress job;              ///< launcher slurm: the job's last known state
+  std::string launcherLogTail;  ///< launcher slurm|mpirun: the last 64 KiB the launcher printed
 };
 
 class Deployment {

@@ -3,6 +3,7 @@
 /// checking, agent or identity-file authentication, commands, SFTP upload with checksum
 /// skip (DESIGN.md §5). Qt-free; every message names host:port.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -44,6 +45,12 @@ struct CommandResult {
 
 enum class UploadAction { Uploaded, Skipped };
 
+/// OpenSSH's ServerAliveInterval / ServerAliveCountMax for SshSession::keepAlive().
+struct KeepaliveSettings {
+  int intervalMs = 5000;
+  int countMax = 3;
+};
+
 /// A command running on an exec channel, read without blocking. Owned by the thread that
 /// polls it; the SshSession it came from must outlive it and must not be used by another
 /// thread at the same time (libssh sessions are not thread-safe).
@@ -66,9 +73,11 @@ class RemoteProcess {
 
  private:
   friend class SshSession;
-  RemoteProcess(void* channel, std::string hostPort) : m_channel(channel), m_hostPort(std::move(hostPort)) {}
+  RemoteProcess(void* channel, std::string hostPort, const std::string* lostReason)
+      : m_channel(channel), m_hostPort(std::move(hostPort)), m_lostReason(lostReason) {}
   void* m_channel;  // ssh_channel, kept opaque so libssh stays out of this header
   std::string m_hostPort;
+  const std::string* m_lostReason;  // the session's: set when keepAlive() gave up
   bool m_stdinClosed = false;
 };
 
@@ -106,6 +115,18 @@ class SshSession {
   /// to a temporary name and renames (a running executor keeps its file), sets `mode`, and
   /// verifies the checksum afterwards where sha256sum exists.
   Expected<UploadAction> upload(const std::string& localPath, const std::string& remotePath, int mode);
+
+  /// Call every poll round while processes run: sends a keepalive@openssh.com request
+  /// (which a live server must answer, RFC 4254 §4) once `intervalMs` passed since the last,
+  /// without blocking, and reports the connection lost when nothing at all has arrived from
+  /// the server for intervalMs × countMax (the kernel's time since data was last received,
+  /// TCP_INFO). A silent partition — a dead switch, a frozen node — is noticed in seconds,
+  /// not at TCP's timeout of many minutes. After an error the connection is shut down: every
+  /// later call on this session and on its processes fails at once, naming the reason.
+  Status keepAlive(const KeepaliveSettings& settings);
+  /// Milliseconds since anything arrived from the server (0 when unknown): callers skip
+  /// blocking requests while the server is not answering, so keepAlive() keeps its pace.
+  std::int64_t silenceMs() const;
 
   struct Impl;
   Impl& impl() { return *m_impl; }

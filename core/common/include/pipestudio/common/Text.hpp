@@ -1,0 +1,23 @@
+#pragma once
+/// \file Echoing untrusted text (names, CSV cells, host fields) in messages and listings:
+/// control characters escaped, long input cut to an excerpt that says how long it was.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace pipestudio {
+
+/// How many bytes of untrusted text a message quotes before cutting it.
+inline constexpr std::size_t kExcerptBytes = 80;
+
+/// `text` with every control character (C0, DEL, and the C1 range of UTF-8) written as an
+/// escape (\n, \t, \e, \x07, \u009b …) so it can neither move the cursor, ring the bell nor
+/// start a new line on a terminal; UTF-8 text otherwise passes unchanged.
+std::string escapeControl(std::string_view text);
+
+/// escapeControl(text) cut to about `maxBytes` (at a UTF-8 boundary) with "… (N bytes)"
+/// appended when cut: what a message quotes of a name or a cell.
+std::string excerpt(std::string_view text, std::size_t maxBytes = kExcerptBytes);
+
+}  // namespace pipestudio

@@ -1,0 +1,75 @@
+// The core/common mechanisms issue 14's fixes rest on: escaping echoed text, command-line
+// numbers, UTF-8 checks, duplicate JSON keys.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Json.hpp"
+#include "pipestudio/common/NumberArg.hpp"
+#include "pipestudio/common/Text.hpp"
+
+using namespace pipestudio;
+
+TEST(Text, EscapesControlCharactersAndKeepsUtf8) {
+  EXPECT_EQ(escapeControl("a\x1b[2Jb\x07\n\tc"), "a\\e[2Jb\\x07\\n\\tc");
+  EXPECT_EQ(escapeControl("größe µs"), "größe µs");
+  EXPECT_EQ(escapeControl("\xC2\x9B" "31m"), "\\u009b31m");  // C1 CSI
+  EXPECT_EQ(escapeControl("\x7f"), "\\x7f");
+}
+
+TEST(Text, ExcerptCutsLongTextAndSaysHowLong) {
+  const std::string cell(10 * 1024 * 1024, 'x');
+  const std::string e = excerpt(cell);
+  EXPECT_LT(e.size(), 200U);
+  EXPECT_NE(e.find("(10485760 bytes)"), std::string::npos) << e;
+  EXPECT_EQ(excerpt("short"), "short");
+  // A cut never splits a UTF-8 sequence.
+  const std::string e2 = excerpt(std::string(79, 'a') + "ü", 80);
+  EXPECT_EQ(e2.substr(0, 79), std::string(79, 'a'));
+  EXPECT_NE(e2.find("…"), std::string::npos);
+}
+
+TEST(NumberArg, RefusesNanInfinityAndOutOfRangeNamingTheFlag) {
+  for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e999", "", "3x", "0x"}) {
+    auto v = parseNumberArg("--max-op-ms", bad, 0, 1e6);
+    ASSERT_FALSE(v) << bad;
+    EXPECT_EQ(v.message().rfind("--max-op-ms: ", 0), 0U) << v.message();
+  }
+  EXPECT_FALSE(parseNumberArg("--timeout-s", "-1", 0.1, 1e5));
+  EXPECT_DOUBLE_EQ(*parseNumberArg("--timeout-s", "2.5", 0.1, 1e5), 2.5);
+  for (const char* bad : {"0", "-5", "1.5", "1e3", "99999999999999999999", " 3", "nan"}) {
+    auto v = parseIntegerArg("--chunks", bad, 1, 1024);
+    ASSERT_FALSE(v) << bad;
+    EXPECT_NE(v.message().find("--chunks"), std::string::npos);
+    EXPECT_NE(v.message().find("[1, 1024]"), std::string::npos) << v.message();
+  }
+  EXPECT_EQ(*parseIntegerArg("--chunks", "+4", 1, 1024), 4);
+}
+
+TEST(Utf8, SkipsABomAndNamesUtf16) {
+  std::string bom = "\xEF\xBB\xBF{}";
+  EXPECT_TRUE(requireUtf8(bom, "f"));
+  EXPECT_EQ(bom, "{}");
+  std::string le("\xFF\xFE{\0}\0", 6);
+  auto st = requireUtf8(le, "f");
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("UTF-16 (little-endian)"), std::string::npos);
+  std::string noBom("{\0\"\0", 4);
+  EXPECT_NE(requireUtf8(noBom, "f").message().find("UTF-16"), std::string::npos);
+}
+
+TEST(Json, DuplicateKeysAreRefusedWithBothPlaces) {
+  auto doc = parseJson("{\n  \"a\": 1,\n  \"b\": {\"a\": 2},\n  \"a\": 3\n}", "dup.json");
+  ASSERT_FALSE(doc);
+  EXPECT_EQ(doc.message().rfind("dup.json:4:3: duplicate key 'a' (first at line 2, column 3", 0), 0U) << doc.message();
+  // Escapes decode before comparing; equal keys in different objects are fine.
+  EXPECT_FALSE(parseJson(R"({"name": 1, "n\u0061me": 2})", "m"));
+  EXPECT_TRUE(parseJson(R"({"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]})", "m"));
+  // Many keys (the hashed path) still find the duplicate.
+  std::string many = "{";
+  for (int i = 0; i < 100; ++i) many += "\"k" + std::to_string(i) + "\": 0, ";
+  EXPECT_TRUE(parseJson(many + "\"z\": 0}", "m"));
+  EXPECT_FALSE(parseJson(many + "\"k42\": 1}", "m"));
+}

@@ -1,0 +1,244 @@
+// Issue 14, hostile inputs through the real pipestudio-cli: refusals, never truncation,
+// silent defaults, crashes or hangs; messages that name the file, the flag, the limit.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+
+#include "Spawn.hpp"
+
+using namespace hostile;
+
+namespace {
+
+const std::string kModel = kGood + "tiny-model.json";
+const std::string kCluster = kGood + "tiny-cluster.json";
+const std::string kPlan = kGood + "tiny-plan.json";
+
+// A model with `layers` layer entries, written once per test process.
+std::string bigModel(int layers) {
+  const std::string path = (tempDir() / ("layers-" + std::to_string(layers) + ".json")).string();
+  std::string text = "{\"schema\": \"pipestudio.model/1\", \"name\": \"big\", \"layers\": [\n";
+  for (int i = 0; i < layers; ++i) {
+    text += "{\"name\": \"l" + std::to_string(i) + "\", \"forward_ms\": 1}";
+    text += i + 1 < layers ? ",\n" : "\n";
+  }
+  spit(path, text + "]}\n");
+  return path;
+}
+
+bool hasControl(const std::string& s) {
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n') || u == 0x7F) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// --- Data silently lost or changed ---------------------------------------------------------
+
+TEST(HostileInput, MoreThanTheLayerLimitIsRefusedWithTheNumberNeverTruncated) {
+  for (int layers : {100'001, 1'000'000}) {
+    const auto r = cli({"validate", bigModel(layers)});
+    EXPECT_EQ(r.exitCode, 1) << layers << r.out;
+    EXPECT_NE(r.err.find("lists " + std::to_string(layers) + " layers"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("at most 100000"), std::string::npos) << r.err;
+    const auto p = cli({"plan", "--model", bigModel(layers), "--cluster", kCluster, "--schedule", "1f1b", "--devices",
+                        "2", "--microbatches", "2"});
+    EXPECT_EQ(p.exitCode, 1) << p.out;
+  }
+  const auto ok = cli({"validate", bigModel(100'000)});
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_NE(ok.out.find("100000 layer(s)"), std::string::npos) << ok.out;
+}
+
+TEST(HostileInput, DuplicateKeysAreRefusedWithBothPlaces) {
+  const auto r = cli({"validate", kData + "model-duplicate-key.json"});
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.err.find("model-duplicate-key.json:5:39: duplicate key 'forward_ms' (first at line 5, column 20"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(cli({"validate", kData + "model-duplicate-escaped-key.json"}).exitCode, 1);
+}
+
+TEST(HostileInput, SchemaOfTheWrongTypeIsNamedAsSuch) {
+  const auto r = cli({"validate", kData + "model-schema-number.json"});
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.err.find("/schema: is an integer (expected a string"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
+}
+
+TEST(HostileInput, NumericFlagsAreRangeCheckedNamingTheFlag) {
+  const std::vector<std::string> plan{"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "1f1b"};
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::vector<Case> cases{
+      {{"--devices", "2", "--microbatches", "2", "--chunks", "0"}, "--chunks"},
+      {{"--devices", "2", "--microbatches", "2", "--chunks", "-5"}, "--chunks"},
+      {{"--devices", "0", "--microbatches", "2"}, "--devices"},
+      {{"--devices", "2", "--microbatches", "nan"}, "--microbatches"},
+      {{"--devices", "2", "--microbatches", "2", "--exact-time-limit", "nan"}, "--exact-time-limit"},
+      {{"--devices", "2", "--microbatches", "2", "--exact-time-limit", "inf"}, "--exact-time-limit"},
+  };
+  for (const auto& c : cases) {
+    auto args = plan;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const auto r = cli(args);
+    EXPECT_EQ(r.exitCode, 2) << c.flag << ": " << r.err;
+    EXPECT_NE(r.err.find(c.flag), std::string::npos) << r.err;
+  }
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"run", kPlan, "--max-op-ms", "nan"},
+           {"run", kPlan, "--timeout-s", "inf"},
+           {"run", kPlan, "--iterations", "0"},
+           {"configure", "--model", kModel, "--cluster", kCluster, "--top", "0"},
+           {"export", kPlan, "--format", "csv", "-o", "x.csv", "--iteration", "-3"},
+           {"deploy", kPlan, "--hosts", "h.json", "--iterations", "-1"}}) {
+    const auto r = cli(args);
+    EXPECT_EQ(r.exitCode, 2) << args[1] << r.err;
+    EXPECT_NE(r.err.find(args[args.size() - 2]), std::string::npos) << r.err;
+  }
+  // pipestudio-exec applies the same rules.
+  const auto e = run({kExec, "--plan", kPlan, "--max-op-ms", "nan"});
+  EXPECT_EQ(e.exitCode, 2);
+  EXPECT_NE(e.err.find("--max-op-ms: 'nan' is not a finite number"), std::string::npos) << e.err;
+}
+
+// --- Crashes and unbounded memory ------------------------------------------------------------
+
+TEST(HostileInput, PlansPastTheOpLimitAreRefusedBeforeAllocating) {
+  const auto r = cli({"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "1f1b", "--devices", "2",
+                      "--microbatches", "1000000"},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 30});
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.err.find("limit of 2000000 ops"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("6e+06"), std::string::npos) << r.err;
+  // 100k devices × 1000 microbatches on a cluster that has the GPUs.
+  const std::string cluster = (tempDir() / "cluster-100k.json").string();
+  spit(cluster, R"({"schema": "pipestudio.cluster/1", "name": "big", "gpu": {"name": "g", "peak_tflops": 100,
+    "memory_gib": 80, "efficiency": 0.5}, "nodes": 12500, "gpus_per_node": 8,
+    "links": {"intra_node": {"bandwidth_gbps": 100, "latency_us": 5}, "inter_node": {"bandwidth_gbps": 10, "latency_us": 10}}})");
+  const auto big = cli({"plan", "--model", kModel, "--cluster", cluster, "--schedule", "1f1b", "--devices", "100000",
+                        "--microbatches", "1000"},
+                       {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 30});
+  EXPECT_EQ(big.exitCode, 1);
+  EXPECT_NE(big.err.find("limit of 2000000 ops"), std::string::npos) << big.err;
+}
+
+TEST(HostileInput, ValidateSimulateRunAndTheExecutorShareOneValidator) {
+  struct Case {
+    const char* file;
+    const char* what;
+  };
+  for (const Case& c : {Case{"plan-devices-beyond-cluster.json", "100000 devices but the plan's cluster 'c' has 2 GPUs"},
+                        Case{"plan-bw-without-f.json", "needs F(stage 1, microbatch 0)"},
+                        Case{"plan-b-without-next-backward.json", "needs B(stage 1, microbatch 0)"},
+                        Case{"plan-microbatch-out-of-range.json", "5 is not a microbatch of the plan (expected 0..0)"},
+                        Case{"plan-w-without-b.json", "has no split B of its own"}}) {
+    const std::string plan = kData + c.file;
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{kCli, "validate", plan}, {kCli, "simulate", plan},
+          {kCli, "run", plan, "--history", (tempDir() / "validator.sqlite").string()},
+          {kCli, "export", plan, "--format", "chrome", "-o", (tempDir() / "v.json").string()},
+          {kExec, "--plan", plan}}) {
+      const auto r = run(args, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+      EXPECT_EQ(r.exitCode, 1) << c.file << " " << args[1] << ": " << r.err;
+      EXPECT_NE(r.err.find(c.what), std::string::npos) << c.file << " " << args[1] << ": " << r.err;
+      EXPECT_NE(r.err.find(c.file), std::string::npos) << r.err;
+    }
+  }
+  const auto stage = cli({"validate", kData + "plan-stage-device-out-of-range.json"});
+  EXPECT_EQ(stage.exitCode, 1);
+  EXPECT_NE(stage.err.find("/virtual_stages/1/device"), std::string::npos) << stage.err;
+}
+
+// --- Terminal safety and messages ----------------------------------------------------------
+
+TEST(HostileInput, EchoedNamesAndCellsAreEscapedAndCut) {
+  const auto r = cli({"validate", kData + "model-escape-name.json"});
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_FALSE(hasControl(r.err)) << r.err;
+  EXPECT_NE(r.err.find("a\\e[2J\\x07b\\nfake: ok"), std::string::npos) << r.err;
+  const std::vector<std::string> custom{"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "custom",
+                                        "--devices", "2", "--microbatches", "1", "--csv"};
+  auto args = custom;
+  args.push_back(kData + "schedule-escape-cell.csv");
+  const auto csv = cli(args);
+  EXPECT_EQ(csv.exitCode, 1);
+  EXPECT_FALSE(hasControl(csv.err)) << csv.err;
+  EXPECT_NE(csv.err.find("\\e]0;pwned\\x07"), std::string::npos) << csv.err;
+  // A 10 MB cell is quoted as an excerpt with its length.
+  const std::string big = (tempDir() / "big-cell.csv").string();
+  spit(big, "0F0," + std::string(10 * 1024 * 1024, 'Z') + "\r\n1F0,1B0\r\n");
+  args = custom;
+  args.push_back(big);
+  const auto cell = cli(args);
+  EXPECT_EQ(cell.exitCode, 1);
+  EXPECT_LT(cell.err.size(), 4096U);
+  EXPECT_NE(cell.err.find("(10485760 bytes)"), std::string::npos) << cell.err.substr(0, 500);
+}
+
+TEST(HostileInput, HostsThatWouldInjectSshOptionsAreRefused) {
+  const auto nl = cli({"validate", kData + "hosts-newline-host.json"});
+  EXPECT_EQ(nl.exitCode, 1);
+  EXPECT_NE(nl.err.find("/hosts/0/host: 'node1\\nProxyCommand evil' contains whitespace or a control character"),
+            std::string::npos)
+      << nl.err;
+  const auto user = cli({"validate", kData + "hosts-dash-user.json"});
+  EXPECT_EQ(user.exitCode, 1);
+  EXPECT_NE(user.err.find("/hosts/0/user: '-oProxyCommand=touch /tmp/pwned' begins with '-'"), std::string::npos)
+      << user.err;
+  const auto host = cli({"validate", kData + "hosts-dash-host.json"});
+  EXPECT_EQ(host.exitCode, 1);
+  EXPECT_NE(host.err.find("begins with '-'"), std::string::npos) << host.err;
+}
+
+TEST(HostileInput, AFifoNobodyWritesToIsRefusedNotWaitedOn) {
+  const std::string fifo = (tempDir() / "in.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"validate", fifo}, {"simulate", fifo},
+        {"plan", "--model", fifo, "--cluster", kCluster, "--schedule", "1f1b", "--devices", "2", "--microbatches", "2"},
+        {"history", "--db", (tempDir() / "fifo.sqlite").string(), "import", fifo}}) {
+    const auto r = cli(args, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 20});
+    EXPECT_EQ(r.exitCode, 1) << args[0] << " (-2: hung)";
+    EXPECT_NE(r.err.find("is a FIFO (expected a regular file)"), std::string::npos) << r.err;
+  }
+  std::filesystem::remove(fifo);
+}
+
+TEST(HostileInput, SwappedModelAndClusterSayWhatTheFileIs) {
+  const auto r = cli({"plan", "--model", kCluster, "--cluster", kModel, "--schedule", "1f1b", "--devices", "2",
+                      "--microbatches", "2"});
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_EQ(r.err.rfind(kCluster, 0), 0U) << r.err;
+  EXPECT_NE(r.err.find("this is a cluster description (schema 'pipestudio.cluster/1'), expected a model"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.err.find("expected a model"), r.err.find('\n')) << "the kind comes first: " << r.err;
+  EXPECT_EQ(r.err.find("unknown field"), std::string::npos) << r.err;
+}
+
+TEST(HostileInput, ByteOrderMarksAndUtf16AreHandledByName) {
+  const std::vector<std::string> custom{"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "custom",
+                                        "--devices", "2", "--microbatches", "1", "--csv"};
+  auto args = custom;
+  args.push_back(kData + "schedule-bom.csv");
+  const auto bom = cli(args);
+  EXPECT_EQ(bom.exitCode, 0) << bom.err;
+  for (const char* f : {"schedule-utf16.csv", "schedule-utf16-nobom.csv"}) {
+    args = custom;
+    args.push_back(kData + f);
+    const auto r = cli(args);
+    EXPECT_EQ(r.exitCode, 1);
+    EXPECT_NE(r.err.find("is UTF-16 (little-endian) text"), std::string::npos) << r.err;
+  }
+  const auto json = cli({"validate", kData + "model-utf16.json"});
+  EXPECT_EQ(json.exitCode, 1);
+  EXPECT_NE(json.err.find("model-utf16.json:1:1: is UTF-16 (little-endian) text (expected UTF-8)"), std::string::npos)
+      << json.err;
+}

@@ -1,0 +1,130 @@
+// Issue 14, output files: `-o` renames atomically only over regular files; writes through
+// symlinks to their target; writes directly to character devices and FIFOs (never replacing
+// them: one run replaced a machine's /dev/full); refuses directories and ''.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <thread>
+
+#include "Spawn.hpp"
+
+using namespace hostile;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPlan = kGood + "tiny-plan.json";
+
+std::vector<std::string> planTo(const std::string& out) {
+  return {"plan", "--model", kGood + "tiny-model.json", "--cluster", kGood + "tiny-cluster.json", "--schedule", "1f1b",
+          "--devices", "2", "--microbatches", "2", "-o", out};
+}
+
+bool isCharDevice(const std::string& path) {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+}  // namespace
+
+TEST(OutputFile, RegularFilesAreReplacedWhole) {
+  const std::string out = (tempDir() / "plan.json").string();
+  spit(out, "old");
+  const auto r = cli(planTo(out));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(slurp(out).find("\"schema\": \"pipestudio.plan/1\""), std::string::npos);
+  EXPECT_EQ(cli({"validate", out}).exitCode, 0);
+  for (const auto& e : fs::directory_iterator(tempDir())) {
+    EXPECT_EQ(e.path().filename().string().find("plan.json.tmp"), std::string::npos) << "temp file left behind";
+  }
+}
+
+TEST(OutputFile, ASymlinkStaysALinkAndItsTargetIsWritten) {
+  const fs::path dir = tempDir() / "links";
+  fs::create_directories(dir);
+  fs::create_symlink("target.json", dir / "link.json");
+  const auto r = cli(planTo((dir / "link.json").string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_NE(slurp((dir / "target.json").string()).find("pipestudio.plan/1"), std::string::npos);
+  // Again, now that the target exists (rename over the target, not the link).
+  ASSERT_EQ(cli({"export", kPlan, "--format", "csv", "-o", (dir / "link.json").string()}).exitCode, 0);
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_EQ(slurp((dir / "target.json").string()).substr(0, 3), "0F0");
+}
+
+TEST(OutputFile, AFifoIsWrittenToNotReplaced) {
+  const std::string fifo = (tempDir() / "out.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string received;
+  std::thread reader([&] { received = slurp(fifo); });
+  const auto r = cli({"export", kPlan, "--format", "chrome", "-o", fifo}, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 30});
+  reader.join();
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  struct stat st{};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  EXPECT_NE(received.find("\"traceEvents\""), std::string::npos) << received.substr(0, 200);
+  fs::remove(fifo);
+}
+
+TEST(OutputFile, CharacterDevicesStayDevices) {
+  ASSERT_TRUE(isCharDevice("/dev/null"));
+  EXPECT_EQ(cli(planTo("/dev/null")).exitCode, 0);
+  EXPECT_TRUE(isCharDevice("/dev/null"));
+  // /dev/full refuses the bytes: the write fails with its reason, and the node stays a device.
+  ASSERT_TRUE(isCharDevice("/dev/full"));
+  const auto full = cli({"export", kPlan, "--format", "chrome", "-o", "/dev/full"});
+  EXPECT_EQ(full.exitCode, 1);
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+  EXPECT_TRUE(isCharDevice("/dev/full"));
+}
+
+TEST(OutputFile, DevStdoutIsWrittenThroughTheOpenDescriptor) {
+  const std::string captured = (tempDir() / "stdout.txt").string();
+  const auto r = cli({"export", kPlan, "--format", "csv", "-o", "/dev/stdout"}, {.stdinPath = "/dev/null", .stdoutPath = captured, .deadlineS = 120});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(captured));
+}
+
+TEST(OutputFile, DirectoriesAndEmptyNamesAreRefused) {
+  const auto dir = cli(planTo(tempDir().string()));
+  EXPECT_EQ(dir.exitCode, 1);
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+  EXPECT_TRUE(fs::is_directory(tempDir()));
+  const auto empty = cli(planTo(""));
+  EXPECT_EQ(empty.exitCode, 2);
+  EXPECT_NE(empty.err.find("--output: empty file name"), std::string::npos) << empty.err;
+  const auto exportEmpty = cli({"export", kPlan, "--format", "csv", "-o", ""});
+  EXPECT_EQ(exportEmpty.exitCode, 2);
+  const auto missingDir = cli(planTo((tempDir() / "no-such-dir" / "p.json").string()));
+  EXPECT_EQ(missingDir.exitCode, 1);
+  EXPECT_NE(missingDir.err.find("does not exist"), std::string::npos) << missingDir.err;
+}
+
+TEST(OutputFile, LargePlansAreWrittenAndExportedInBoundedMemory) {
+  // 8 devices × 62500 microbatches of 1f1b: 10⁶ ops. Under a 1.5 GiB address-space limit the
+  // plan is written and exported to Chrome trace (a DOM of it took 3.2 GB).
+  const std::string plan = (tempDir() / "million.json").string();
+  const std::string trace = (tempDir() / "million.trace.json").string();
+  const std::string model = (tempDir() / "eight.json").string();
+  spit(model, R"({"schema": "pipestudio.model/1", "name": "m", "layers": [{"name": "l", "forward_ms": 1, "repeat": 8}]})");
+  const std::string cluster = (tempDir() / "eight-gpus.json").string();
+  spit(cluster, R"({"schema": "pipestudio.cluster/1", "name": "c", "gpu": {"name": "g", "peak_tflops": 100,
+    "memory_gib": 1000, "efficiency": 0.5}, "nodes": [{"host": "h", "gpus": 8}],
+    "links": {"intra_node": {"bandwidth_gbps": 100, "latency_us": 5}}})");
+  const std::string limit = "ulimit -v 1572864; ";
+  const auto p = run({"/bin/sh", "-c",
+                      limit + kCli + " plan --model " + model + " --cluster " + cluster +
+                          " --schedule 1f1b --devices 8 --microbatches 62500 --partition uniform -o " + plan},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 240});
+  ASSERT_EQ(p.exitCode, 0) << p.err;
+  EXPECT_NE(p.out.find("1000000 ops"), std::string::npos) << p.out;
+  // Export loads the plan document (a JSON tree of the 10⁶ ops) and streams the trace: 3 GiB.
+  const auto e = run({"/bin/sh", "-c", "ulimit -v 3145728; " + kCli + " export " + plan + " --format chrome -o " + trace},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 240});
+  ASSERT_EQ(e.exitCode, 0) << e.err;
+  EXPECT_GT(fs::file_size(trace), 100'000'000U);
+  fs::remove(plan);
+  fs::remove(trace);
+}

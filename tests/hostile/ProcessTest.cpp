@@ -1,0 +1,134 @@
+// Issue 14, processes: ranks of `pipestudio-cli run` die with it (kill -9, SIGINT, SIGTERM) and
+// the run is recorded incomplete; pipestudio-exec fails (non-zero, reason on stderr) when
+// nobody receives its trace stream.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "Spawn.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
+
+using namespace hostile;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPlan = kGood + "tiny-plan.json";
+
+// Direct children of `pid` (from /proc/*/stat).
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t p = static_cast<pid_t>(std::atoi(e->d_name));
+    if (p <= 0) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid && state != 'Z') out.push_back(p);
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && line[close + 2] != 'Z';
+}
+
+// Starts a long `run` (every op stretched to 500 ms, 100 iterations) and waits for its rank.
+struct LongRun {
+  pid_t cli = -1;
+  pid_t rank = -1;
+  std::string db;
+  std::string err;
+};
+
+LongRun startLongRun(const std::string& name) {
+  LongRun r;
+  r.db = (tempDir() / (name + ".sqlite")).string();
+  r.err = (tempDir() / (name + ".err")).string();
+  r.cli = start({kCli, "run", kPlan, "--history", r.db, "--max-op-ms", "500", "--iterations", "100", "--json"},
+                (tempDir() / (name + ".out")).string(), r.err);
+  for (int i = 0; i < 500 && r.rank < 0; ++i) {
+    const auto kids = childrenOf(r.cli);
+    if (!kids.empty()) r.rank = kids.front();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Let it stream a little, so the run has committed events.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  return r;
+}
+
+bool goneWithin(pid_t pid, double seconds) {
+  for (int i = 0; i < seconds * 50; ++i) {
+    if (!alive(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+pipestudio::history::RunStatus onlyRunStatus(const std::string& db, std::string* error = nullptr) {
+  auto store = pipestudio::history::HistoryStore::open(db);  // read-write: recovers dead writers' runs
+  EXPECT_TRUE(store) << store.message();
+  auto runs = store->listRuns();
+  EXPECT_TRUE(runs && runs->size() == 1);
+  if (error) *error = runs->front().error;
+  return runs->front().status;
+}
+
+}  // namespace
+
+TEST(Processes, SigintAndSigtermStopTheRanksAndLeaveTheRunIncomplete) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    LongRun r = startLongRun("signal" + std::to_string(sig));
+    ASSERT_GT(r.rank, 0) << slurp(r.err);
+    ASSERT_EQ(::kill(r.cli, sig), 0);
+    const int code = waitFor(r.cli, 30);
+    EXPECT_EQ(code, 1) << slurp(r.err);
+    EXPECT_TRUE(goneWithin(r.rank, 5)) << "rank " << r.rank << " outlived the CLI";
+    EXPECT_NE(slurp(r.err).find(std::string("incomplete: interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM")),
+              std::string::npos)
+        << slurp(r.err);
+    std::string error;
+    EXPECT_EQ(onlyRunStatus(r.db, &error), pipestudio::history::RunStatus::Incomplete);
+    EXPECT_NE(error.find("interrupted"), std::string::npos) << error;
+  }
+}
+
+TEST(Processes, Kill9OfTheCliKillsItsRanks) {
+  LongRun r = startLongRun("kill9");
+  ASSERT_GT(r.rank, 0) << slurp(r.err);
+  ASSERT_EQ(::kill(r.cli, SIGKILL), 0);
+  EXPECT_EQ(waitFor(r.cli, 10), 128 + SIGKILL);
+  EXPECT_TRUE(goneWithin(r.rank, 5)) << "rank " << r.rank << " outlived a kill -9 of the CLI";
+  // The next read-write open finds the writer gone and marks the run incomplete.
+  EXPECT_EQ(onlyRunStatus(r.db), pipestudio::history::RunStatus::Incomplete);
+}
+
+TEST(Processes, ExecutorFailsWhenItsReaderIsGone) {
+  // stdout is a pipe whose reader closes at once (`| head -c 100`); bash gives the status.
+  const auto b = run({"/bin/bash", "-c",
+                      kExec + " --plan " + kPlan + " --max-op-ms 50 --iterations 20 | head -c 100 >/dev/null; "
+                              "exit ${PIPESTATUS[0]}"},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  EXPECT_EQ(b.exitCode, 1) << b.err;
+  EXPECT_NE(b.err.find("trace stream closed by the reader"), std::string::npos) << b.err;
+}
+
+TEST(Processes, ExecutorFailsWhenItsStreamCannotBeWritten) {
+  const auto r = run({kExec, "--plan", kPlan}, {.stdinPath = "/dev/null", .stdoutPath = "/dev/full", .deadlineS = 60});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot write the trace stream: No space left on device"), std::string::npos) << r.err;
+}
