@@ -839,7 +839,11 @@ void MainWindow::onSolved(std::shared_ptr<const Plan> plan, double elapsedMs) {
   const bool picked = plan->config.partition == "diffusionpipe";
   if (picked && m_panel.schedule->itemData(0).toString() == QLatin1String(kAuto)) {
     m_loading = true;
-    m_panel.schedule->setItemText(0, QStringLiteral("auto — DiffusionPipe chose %1").arg(chosen));
+    const QString text = QStringLiteral("auto — DiffusionPipe chose %1").arg(chosen);
+    m_panel.schedule->setItemText(0, text);
+    // The narrow box may cut the text: its tooltip says it whole.
+    m_panel.schedule->setToolTip(text + QStringLiteral(" (the diffusionpipe partition tries every schedule and keeps "
+                                                       "the fastest that fits)"));
     m_loading = false;
   }
   setPanelMessage(picked ? QStringLiteral("Solved in %1; DiffusionPipe chose %2").arg(q(formatMs(elapsedMs)), chosen)
@@ -1109,7 +1113,9 @@ void MainWindow::updateMetricsSummary() {
   const bool base = m_baseline != nullptr;
   QString html = QStringLiteral("<table cellspacing='2'>");
   auto row = [&](const QString& name, const QString& value, const QString& d) {
-    html += QStringLiteral("<tr><td>%1</td><td align='right'><b>%2</b>%3</td></tr>").arg(name, value, d);
+    // A value and its Δ never wrap apart in the narrow dock.
+    html += QStringLiteral("<tr><td>%1</td><td align='right' style='white-space:nowrap'><b>%2</b>%3</td></tr>")
+                .arg(name, value, d);
   };
   const PlanConfig& c = m_plan->config;
   const Parallelism& par = c.parallel;

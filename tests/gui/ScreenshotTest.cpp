@@ -117,7 +117,7 @@ TEST(Screenshots, ThirtyTwoDevicePlan) {
   ws.cluster = *cluster;
   ws.solver.schedule = "zb-h1";
   ws.solver.devices = 32;
-  ws.solver.partition = "balanced";
+  ws.solver.partition = "uniform";
   ws.solver.parallel.recompute = Recompute::Full;
   ws.solver.parallel.zeroStage = 1;
   ws.solver.globalBatch = 64;

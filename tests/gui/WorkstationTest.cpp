@@ -310,6 +310,7 @@ TEST_F(WorkstationTest, TheScheduleBoxNamesWhatDiffusionPipeChose) {
   const QString chosen = QString::fromStdString(window->currentPlan()->config.schedule);
   EXPECT_FALSE(schedule->isEnabled());
   EXPECT_EQ(schedule->currentText(), QStringLiteral("auto — DiffusionPipe chose ") + chosen);
+  EXPECT_TRUE(schedule->toolTip().contains(QStringLiteral("DiffusionPipe chose ") + chosen)) << schedule->toolTip().toStdString();
   // Another partition honours the schedule chosen before (the workspace's 1f1b).
   window->solverPanel().partition->setCurrentText(QStringLiteral("balanced"));
   EXPECT_TRUE(schedule->isEnabled());

@@ -220,6 +220,22 @@ TEST_F(TimelineViewTest, TimeAxisLabelsSwitchUnits) {
   EXPECT_TRUE(labels().contains(QStringLiteral(" s"))) << labels().toStdString();
   EXPECT_FALSE(labels().contains(QStringLiteral("ms"))) << labels().toStdString();
   EXPECT_TRUE(view->memoryRect()->axis(QCPAxis::atBottom)->label().contains(QStringLiteral("(s)")));
+  view->setVisibleRange(0.0, 11000.0);  // an 11 s window: "10 s", never "10000 ms"
+  EXPECT_TRUE(labels().contains(QStringLiteral(" s"))) << labels().toStdString();
+  EXPECT_FALSE(labels().contains(QStringLiteral("ms"))) << labels().toStdString();
+  // Every label reads back as its tick's time (a 2.5 s step is not rounded to "3 s").
+  QCPAxis* axis = view->timelineRect()->axis(QCPAxis::atBottom);
+  ASSERT_EQ(axis->tickVector().size(), axis->tickVectorLabels().size());
+  ASSERT_GE(axis->tickVector().size(), 3);
+  for (int i = 0; i < axis->tickVector().size(); ++i) {
+    const QString label = axis->tickVectorLabels().at(i);
+    bool ok = false;
+    const double seconds = QLocale().toDouble(label.section(QLatin1Char(' '), 0, 0), &ok);
+    ASSERT_TRUE(ok) << label.toStdString();
+    EXPECT_NEAR(seconds * 1000.0, axis->tickVector().at(i), 1e-6) << label.toStdString();
+  }
+  view->setVisibleRange(0.0, 4000.0);
+  EXPECT_TRUE(labels().contains(QStringLiteral(" ms"))) << labels().toStdString();
 }
 
 TEST_F(TimelineViewTest, AReSolveRefitsUnlessTheUserZoomed) {

@@ -55,7 +55,9 @@ QString q(const std::string& s) { return QString::fromStdString(s); }
 
 TimeAxisTicker::Unit TimeAxisTicker::unitFor(double windowMs) {
   if (windowMs < 2.0) return Unit::Us;
-  if (windowMs > 20000.0) return Unit::S;
+  // Seconds once the ticks are a second or more apart (an 11 s iteration reads "2.5 s … 10 s",
+  // not "10000 ms"), microseconds while they are below a millisecond.
+  if (windowMs > 5000.0) return Unit::S;
   return Unit::Ms;
 }
 
@@ -77,7 +79,13 @@ double TimeAxisTicker::getTickStep(const QCPRange& range) {
 
 QString TimeAxisTicker::getTickLabel(double tick, const QLocale& locale, QChar, int) {
   const double perUnit = m_unit == Unit::Us ? 1e-3 : (m_unit == Unit::S ? 1e3 : 1.0);
-  const int decimals = m_stepInUnit > 0 ? std::clamp(static_cast<int>(-std::floor(std::log10(m_stepInUnit) + 1e-9)), 0, 6) : 0;
+  // As many decimals as the step needs: a 2.5 s step reads "2.5 s, 5 s, 7.5 s", not "3 s, 5 s, 8 s".
+  int decimals = 0;
+  while (decimals < 6 && m_stepInUnit > 0) {
+    const double scaled = m_stepInUnit * std::pow(10.0, decimals);
+    if (std::abs(scaled - std::round(scaled)) <= 1e-6 * std::max(1.0, scaled)) break;
+    ++decimals;
+  }
   double value = tick / perUnit;
   if (std::abs(value) < 1e-9 * std::max(1.0, m_stepInUnit)) value = 0;  // no "-0"
   return locale.toString(value, 'f', decimals) + QLatin1Char(' ') + unitName(m_unit);
