@@ -477,6 +477,21 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
   ASSERT_FALSE(broken);
   EXPECT_NE(broken.message().find("/solver/recompute"), std::string::npos) << broken.message();
   EXPECT_NE(broken.message().find("/solver/tp"), std::string::npos) << broken.message();
+  // Each out-of-range field is named with what was expected.
+  const std::pair<const char*, Json> hostile[] = {{"zero", Json(7)},
+                                                   {"optimizer_sync", Json("later")},
+                                                   {"global_batch", Json(0)},
+                                                   {"micro_batch_size", Json(-2)},
+                                                   {"sequence_parallel", Json("yes")},
+                                                   {"dp", Json(1.5)}};
+  for (const auto& [field, value] : hostile) {
+    Json h = workspaceToJson(*ws);
+    h["solver"][field] = value;
+    ASSERT_TRUE(saveJsonFile(bad, h));
+    auto refused = loadWorkspace(bad);
+    ASSERT_FALSE(refused) << field;
+    EXPECT_NE(refused.message().find(std::string("/solver/") + field), std::string::npos) << refused.message();
+  }
 }
 
 TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
