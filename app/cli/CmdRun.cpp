@@ -1,5 +1,6 @@
 // pipestudio-cli run: executes a plan on this machine with pipestudio-exec and records the
-// run in the history (DESIGN.md §9, issue 7).
+// run in the history (DESIGN.md §9, issue 7). A workspace saved with its plan (the GUI's
+// File > Save) runs that plan (issue 16).
 //
 // Where pipestudio-exec is found: $PIPESTUDIO_EXEC, next to pipestudio-cli, in
 // <build>/executor/ (the build tree layout: <build>/app/pipestudio-cli), then PATH.
@@ -8,6 +9,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include <iostream>
@@ -18,7 +21,9 @@
 #include "Commands.hpp"
 #include "Flags.hpp"
 #include "pipestudio/executor/Launcher.hpp"
+#include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::cli {
@@ -113,6 +118,56 @@ class RunRecorder {
   history::RunStatus m_status = history::RunStatus::Running;
 };
 
+// The plan of a pipestudio.workspace/1 document (its "plan" member), or nullopt when `path` is
+// not a workspace (then it is read as a plan file).
+std::optional<Expected<Plan>> workspacePlan(const std::string& path) {
+  auto doc = loadJsonFile(path);
+  if (!doc) return std::nullopt;
+  auto kind = documentKind(*doc);
+  if (!kind || *kind != "workspace") return std::nullopt;
+  JsonReader reader(*doc);
+  auto node = reader.object(reader.root(), "plan", Presence::Optional);
+  if (!node) {
+    if (!reader.ok()) return Expected<Plan>(reader.toError());
+    return Expected<Plan>(Error{path + ": the workspace has no plan (solve it in the GUI, then save it, or export "
+                                       "the plan with File > Export > Plan JSON)"});
+  }
+  auto plan = readPlan(reader, *node);
+  if (!reader.ok() || !plan) return Expected<Plan>(reader.toError());
+  if (Status s = validatePlanStructure(*plan); !s) return Expected<Plan>(Error{path + ": /plan: " + s.message()});
+  return Expected<Plan>(std::move(*plan));
+}
+
+/// The executor reads a plan file: a workspace's plan goes to a private temporary one.
+class PlanFileFor {
+ public:
+  PlanFileFor(const std::string& source, const Plan& plan, bool fromWorkspace) : m_path(source) {
+    if (!fromWorkspace) return;
+    std::error_code ec;
+    std::string pattern = (std::filesystem::temp_directory_path(ec) / "pipestudio-run-XXXXXX").string();
+    const int fd = ::mkstemp(pattern.data());
+    if (fd < 0) {
+      m_error = "cannot create a temporary plan file";
+      return;
+    }
+    ::close(fd);
+    m_path = m_temp = pattern;
+    if (Status s = savePlan(m_path, plan); !s) m_error = s.message();
+  }
+  ~PlanFileFor() {
+    if (!m_temp.empty()) std::remove(m_temp.c_str());
+  }
+  PlanFileFor(const PlanFileFor&) = delete;
+  PlanFileFor& operator=(const PlanFileFor&) = delete;
+  const std::string& path() const { return m_path; }
+  const std::string& error() const { return m_error; }
+
+ private:
+  std::string m_path;
+  std::string m_temp;
+  std::string m_error;
+};
+
 std::atomic<int> g_stopSignal{0};
 
 extern "C" void onStopSignal(int sig) { g_stopSignal.store(sig); }  // async-signal-safe
@@ -148,9 +203,15 @@ class SignalStop {
 };
 
 int runPlan(const RunArgs& args) {
-  auto plan = loadPlan(args.plan);
+  auto fromWorkspace = workspacePlan(args.plan);
+  auto plan = fromWorkspace ? std::move(*fromWorkspace) : loadPlan(args.plan);
   if (!plan) {
     std::cerr << plan.message() << '\n';
+    return kExitFailure;
+  }
+  const PlanFileFor planFile(args.plan, *plan, fromWorkspace.has_value());
+  if (!planFile.error().empty()) {
+    std::cerr << "pipestudio-cli run: " << planFile.error() << '\n';
     return kExitFailure;
   }
   auto executable = exec::findExecutor("pipestudio-cli");
@@ -166,7 +227,7 @@ int runPlan(const RunArgs& args) {
   }
   exec::LaunchRequest req;
   req.executable = *executable;
-  req.planPath = args.plan;
+  req.planPath = planFile.path();
   req.backend = args.backend;
   req.world = args.backend == "cuda" ? plan->config.devices : 1;
   req.iterations = args.iterations;
@@ -213,7 +274,7 @@ int runPlan(const RunArgs& args) {
 void addRunCommand(CLI::App& root, int& exitCode) {
   static RunArgs args;
   auto* cmd = root.add_subcommand("run", "Run a plan on this machine (pipestudio-exec) and record it in the history");
-  cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
+  cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1), or a workspace saved with its plan")->required();
   cmd->add_option("--backend", args.backend, "cpu, cuda (one process per GPU) or cuda-single (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda", "cuda-single"}));
   cmd->add_option("--iterations", args.iterations, "Measured iterations")->check(intIn(1, 1 << 20));

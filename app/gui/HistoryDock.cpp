@@ -1,6 +1,10 @@
 #include "HistoryDock.hpp"
 
 #include <QDateTime>
+#include <QFileInfo>
+#include <QFileSystemWatcher>
+#include <QTimer>
+#include <QGridLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QInputDialog>
@@ -97,13 +101,28 @@ HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
   m_view->verticalHeader()->setVisible(false);
   m_view->horizontalHeader()->setStretchLastSection(true);
   layout->addWidget(m_view);
-  auto* buttons = new QHBoxLayout;
+  m_empty = new QLabel(this);
+  m_empty->setObjectName(QStringLiteral("HistoryEmptyHint"));
+  m_empty->setWordWrap(true);
+  m_empty->setTextFormat(Qt::RichText);
+  m_empty->setText(QStringLiteral(
+      "<p><b>No runs recorded yet.</b></p><p>To record one: <b>Plan &gt; Run Locally…</b> (Ctrl+R) runs the plan on "
+      "this machine; <b>Plan &gt; Deploy…</b> runs it on GPU nodes over SSH; or from a shell "
+      "<code>pipestudio-cli run plan.json</code> (a saved workspace works too). Runs appear here as they are "
+      "recorded; select one and press <b>Compare with plan</b>.</p>"));
+  m_empty->setVisible(false);
+  layout->addWidget(m_empty);
+  // Rows of three buttons: the dock stays narrow enough to share a 1024-pixel screen.
+  auto* buttons = new QGridLayout;
+  int buttonCount = 0;
   auto addButton = [&](const QString& text, void (HistoryDock::*slot)()) {
     auto* b = new QPushButton(text, this);
     connect(b, &QPushButton::clicked, this, slot);
-    buttons->addWidget(b);
+    buttons->addWidget(b, buttonCount / 3, buttonCount % 3);
+    ++buttonCount;
   };
   addButton(QStringLiteral("Open"), &HistoryDock::openSelected);
+  addButton(QStringLiteral("Compare with plan"), &HistoryDock::compareWithPlan);
   addButton(QStringLiteral("Compare"), &HistoryDock::compareSelected);
   addButton(QStringLiteral("Rename…"), &HistoryDock::renameSelected);
   addButton(QStringLiteral("Note…"), &HistoryDock::annotateSelected);
@@ -115,6 +134,24 @@ HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
   layout->addWidget(m_status);
   connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
   connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex&) { openSelected(); });
+  m_watcher = new QFileSystemWatcher(this);
+  connect(m_watcher, &QFileSystemWatcher::fileChanged, this, [this]() { refresh(); });
+  connect(m_watcher, &QFileSystemWatcher::directoryChanged, this, [this]() { refresh(); });
+  m_poll = new QTimer(this);
+  m_poll->setInterval(1000);
+  connect(m_poll, &QTimer::timeout, this, [this]() {
+    // Cheap: the database is read only when its file or its write-ahead log changed.
+    if (!m_store) return;
+    const QString path = QString::fromStdString(m_store->path());
+    QString stamp;
+    for (const QString& f : {path, QString(path + QStringLiteral("-wal"))}) {
+      const QFileInfo info(f);
+      stamp += QStringLiteral("%1:%2;").arg(info.size()).arg(info.lastModified().toMSecsSinceEpoch());
+    }
+    if (stamp == m_fileStamp) return;
+    m_fileStamp = stamp;
+    refresh();
+  });
 }
 
 HistoryDock::~HistoryDock() = default;
@@ -129,6 +166,15 @@ bool HistoryDock::openDatabase(const QString& path) {
   }
   m_store = std::make_unique<history::HistoryStore>(std::move(*store));
   m_status->setText(path);
+  // Other processes write the database (and its -wal file): watch both and their folder.
+  if (!m_watcher->files().isEmpty()) m_watcher->removePaths(m_watcher->files());
+  if (!m_watcher->directories().isEmpty()) m_watcher->removePaths(m_watcher->directories());
+  QStringList watched{path};
+  if (QFileInfo::exists(path + QStringLiteral("-wal"))) watched << path + QStringLiteral("-wal");
+  watched << QFileInfo(path).absolutePath();
+  m_watcher->addPaths(watched);
+  m_poll->start();
+  m_signature.clear();
   refresh();
   return true;
 }
@@ -140,7 +186,52 @@ void HistoryDock::refresh() {
     m_status->setText(q(runs.message()));
     return;
   }
+  QString signature;
+  for (const history::RunSummary& r : *runs) {
+    signature += QStringLiteral("%1:%2:%3:%4;").arg(r.id).arg(static_cast<int>(r.status)).arg(r.events).arg(q(r.name + r.notes));
+  }
+  const bool empty = runs->empty();
+  m_empty->setVisible(empty);
+  m_view->setVisible(!empty);
+  if (signature == m_signature) return;  // unchanged: keep the view (and its selection) as is
+  m_signature = signature;
+  const std::vector<history::RunId> selected = selectedRuns();
+  const int count = static_cast<int>(runs->size());
   m_model->setRuns(std::move(*runs));
+  for (history::RunId id : selected) {
+    for (int row = 0; row < m_model->rowCount(); ++row) {
+      if (m_model->run(row).id != id) continue;
+      m_view->selectionModel()->select(m_proxy->mapFromSource(m_model->index(row, 0)),
+                                       QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    }
+  }
+  Q_EMIT runsChanged(count);
+}
+
+void HistoryDock::compareWithPlan() {
+  const auto ids = selectedRuns();
+  if (ids.empty() || !m_store) {
+    Q_EMIT message(QStringLiteral("Select a run to compare with its plan"), true);
+    return;
+  }
+  auto summary = m_store->runSummary(ids.front());
+  if (!summary) {
+    Q_EMIT message(q(summary.message()), true);
+    return;
+  }
+  if (!summary->planId) {
+    Q_EMIT message(QStringLiteral("Run %1 has no plan recorded (imported traces carry none: use history import --plan)")
+                       .arg(ids.front()),
+                   true);
+    return;
+  }
+  auto plan = m_store->loadPlan(*summary->planId);
+  auto measured = runPlan(ids.front());
+  if (!plan || !measured) {
+    Q_EMIT message(q(!plan ? plan.message() : measured.message()), true);
+    return;
+  }
+  Q_EMIT compareRequested(std::make_shared<const Plan>(std::move(*plan)), std::make_shared<const Plan>(std::move(*measured)));
 }
 
 std::vector<history::RunId> HistoryDock::selectedRuns() const {

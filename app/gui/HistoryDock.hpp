@@ -1,6 +1,9 @@
 #pragma once
 // History browser (DESIGN.md §6, §7): the runs of the SQLite history as a sortable, filterable
-// table; open a run in the timeline, pick two to compare, rename, annotate, delete.
+// table; open a run in the timeline, compare it with its plan or with another run, rename,
+// annotate, delete. Runs recorded by other processes (pipestudio-cli run, a deploy) appear on
+// their own: the database file is watched, with a slow poll as a fallback (WAL writes do not
+// always touch the main file). With no runs, the dock says how to get one.
 
 #include <memory>
 #include <optional>
@@ -15,6 +18,8 @@ class QSortFilterProxyModel;
 class QTableView;
 class QLineEdit;
 class QLabel;
+class QFileSystemWatcher;
+class QTimer;
 
 namespace pipestudio::gui {
 
@@ -43,7 +48,10 @@ class HistoryDock : public QWidget {
 
   /// Opens the database at `path` (created when missing). Errors are shown in the dock.
   bool openDatabase(const QString& path);
+  /// Re-reads the runs (keeps the selection); cheap when nothing changed.
   void refresh();
+  /// The empty-state hint (visible when the database holds no runs).
+  QLabel* emptyHint() const { return m_empty; }
   HistoryModel* model() const { return m_model; }
   QSortFilterProxyModel* proxy() const { return m_proxy; }
   QTableView* view() const { return m_view; }
@@ -57,11 +65,18 @@ class HistoryDock : public QWidget {
   void openRunRequested(std::shared_ptr<const pipestudio::Plan> plan, const QString& title);
   void compareRequested(std::shared_ptr<const pipestudio::Plan> baseline,
                         std::shared_ptr<const pipestudio::Plan> current);
+  /// The number of runs changed (a run was added or deleted).
+  void runsChanged(int runs);
   void message(const QString& text, bool error);
 
  private:
   void openSelected();
   void compareSelected();
+  /// Compares the selected run with the plan it executed (public: the window's menu uses it).
+ public:
+  void compareWithPlan();
+
+ private:
   void renameSelected();
   void annotateSelected();
   void deleteSelected();
@@ -72,6 +87,11 @@ class HistoryDock : public QWidget {
   QTableView* m_view = nullptr;
   QLineEdit* m_filter = nullptr;
   QLabel* m_status = nullptr;
+  QLabel* m_empty = nullptr;
+  QFileSystemWatcher* m_watcher = nullptr;
+  QTimer* m_poll = nullptr;
+  QString m_signature;  ///< ids, statuses and event counts of the listed runs
+  QString m_fileStamp;  ///< sizes and times of the database and its log at the last poll
 };
 
 }  // namespace pipestudio::gui

@@ -12,9 +12,19 @@
 
 namespace pipestudio::gui {
 
-SolveController::SolveController(QObject* parent) : QObject(parent), m_solve([](const PlanRequest& r, const SolveControl& c) {
-  return makePlan(r, c);
-}) {
+/// What the worker hands back: the solve's result and, after a failure, its diagnosis.
+struct SolveController::Outcome {
+  explicit Outcome(Expected<Plan> r) : result(std::move(r)) {}
+  Expected<Plan> result;
+  std::shared_ptr<const MemoryDiagnosis> diagnosis;
+  double elapsedMs = 0;
+  bool cancelled = false;
+};
+
+SolveController::SolveController(QObject* parent)
+    : QObject(parent),
+      m_solve([](const PlanRequest& r, const SolveControl& c) { return makePlan(r, c); }),
+      m_diagnose([](const PlanRequest& r, const SolveControl& c) { return diagnoseMemoryFailure(r, c); }) {
   m_debounce.setSingleShot(true);
   m_debounce.setInterval(350);
   connect(&m_debounce, &QTimer::timeout, this, [this]() { solve(m_pendingRequest); });
@@ -37,8 +47,10 @@ quint64 SolveController::solve(PlanRequest request) {
   QPointer<SolveController> self(this);
   auto lastPercent = std::make_shared<std::atomic<int>>(-1);
   SolveFunction solveFunction = m_solve;
+  DiagnoseFunction diagnoseFunction = m_diagnose;
   // The worker owns copies of everything it reads; it reports back through queued calls only.
-  (void)QtConcurrent::run([self, solveFunction, request = std::move(request), cancelFlag, generation, lastPercent]() {
+  (void)QtConcurrent::run([self, solveFunction, diagnoseFunction, request = std::move(request), cancelFlag, generation,
+                           lastPercent]() {
     SolveControl control;
     control.cancel = cancelFlag.get();
     control.progress = [self, generation, lastPercent](double fraction) {
@@ -54,34 +66,39 @@ quint64 SolveController::solve(PlanRequest request) {
     };
     QElapsedTimer timer;
     timer.start();
-    auto result = std::make_shared<Expected<Plan>>(solveFunction(request, control));
-    const double elapsedMs = static_cast<double>(timer.nsecsElapsed()) / 1e6;
-    const bool wasCancelled = cancelFlag->load();
+    auto outcome = std::make_shared<Outcome>(solveFunction(request, control));
+    outcome->elapsedMs = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+    if (!outcome->result && !cancelFlag->load() && diagnoseFunction) {
+      SolveControl quiet;  // the diagnosis reports no progress: the solve already reached 100 %
+      quiet.cancel = cancelFlag.get();
+      if (auto diagnosis = diagnoseFunction(request, quiet))
+        outcome->diagnosis = std::make_shared<const MemoryDiagnosis>(std::move(*diagnosis));
+    }
+    outcome->cancelled = cancelFlag->load();
     if (!self) return;
     QMetaObject::invokeMethod(
         self.data(),
-        [self, generation, result, elapsedMs, wasCancelled]() {
-          if (self) self->finish(generation, result, elapsedMs, wasCancelled);
+        [self, generation, outcome]() {
+          if (self) self->finish(generation, outcome);
         },
         Qt::QueuedConnection);
   });
   return generation;
 }
 
-void SolveController::finish(quint64 generation, std::shared_ptr<Expected<Plan>> result, double elapsedMs,
-                             bool wasCancelled) {
+void SolveController::finish(quint64 generation, std::shared_ptr<Outcome> outcome) {
   --m_inFlight;
   if (generation != m_generation) return;  // stale: a newer request superseded it
   m_running = false;
-  if (wasCancelled) {
+  if (outcome->cancelled) {
     Q_EMIT cancelled();
     return;
   }
-  if (!*result) {
-    Q_EMIT failed(QString::fromStdString(result->message()));
+  if (!outcome->result) {
+    Q_EMIT failed(QString::fromStdString(outcome->result.message()), outcome->diagnosis);
     return;
   }
-  Q_EMIT solved(std::make_shared<const Plan>(std::move(*result).value()), elapsedMs);
+  Q_EMIT solved(std::make_shared<const Plan>(std::move(outcome->result).value()), outcome->elapsedMs);
 }
 
 void SolveController::scheduleSolve(PlanRequest request) {

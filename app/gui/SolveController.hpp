@@ -11,6 +11,7 @@
 #include <QString>
 #include <QTimer>
 
+#include "SolveDiagnosis.hpp"
 #include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio::gui {
@@ -19,12 +20,17 @@ class SolveController : public QObject {
   Q_OBJECT
  public:
   using SolveFunction = std::function<Expected<Plan>(const PlanRequest&, const SolveControl&)>;
+  /// Runs on the worker after a failed solve (not after a cancelled one): what the window can
+  /// show beyond the message. Default: diagnoseMemoryFailure.
+  using DiagnoseFunction =
+      std::function<std::optional<MemoryDiagnosis>(const PlanRequest&, const SolveControl&)>;
 
   explicit SolveController(QObject* parent = nullptr);
   ~SolveController() override;
 
   /// Replaces makePlan (the bench and tests use the real one; this exists for `resimulate`).
   void setSolveFunction(SolveFunction function) { m_solve = std::move(function); }
+  void setDiagnoseFunction(DiagnoseFunction function) { m_diagnose = std::move(function); }
   /// Delay of scheduleSolve() (edits in quick succession coalesce into one solve).
   void setDebounceMs(int ms) { m_debounce.setInterval(ms); }
 
@@ -44,13 +50,16 @@ class SolveController : public QObject {
   void started(quint64 generation);
   void progress(double fraction);
   void solved(std::shared_ptr<const pipestudio::Plan> plan, double elapsedMs);
-  void failed(const QString& message);
+  /// `diagnosis` is set when the plan did not fit in memory (per-device table, fitting size).
+  void failed(const QString& message, std::shared_ptr<const pipestudio::gui::MemoryDiagnosis> diagnosis);
   void cancelled();
 
  private:
-  void finish(quint64 generation, std::shared_ptr<Expected<Plan>> result, double elapsedMs, bool wasCancelled);
+  struct Outcome;
+  void finish(quint64 generation, std::shared_ptr<Outcome> outcome);
 
   SolveFunction m_solve;
+  DiagnoseFunction m_diagnose;
   QTimer m_debounce;
   PlanRequest m_pendingRequest;
   quint64 m_generation = 0;

@@ -1,5 +1,5 @@
-// pipestudio: the workstation. `pipestudio` opens the last workspace (or the bundled default,
-// already solved); `pipestudio FILE` opens a workspace, model, cluster, plan or trace.
+// pipestudio: the workstation. `pipestudio` restores the last session (or opens the bundled
+// default, already solved); `pipestudio FILE` opens a workspace, model, cluster, plan or trace.
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -31,12 +31,9 @@ int main(int argc, char** argv) {
   window.show();
   const QStringList files = parser.positionalArguments();
   if (!files.isEmpty()) {
-    QString error;
-    if (!window.openFile(files.front(), &error, true)) {
-      // Still open the window (with the default workspace) and show why the file was refused.
-      window.openDefaultWorkspace();
-      qWarning("%s", qPrintable(error));
-    }
+    // A file named on the command line (or by a file manager): when it cannot be opened the
+    // window says so in a dialog and stays empty, rather than quietly showing something else.
+    if (!window.openFromCommandLine(files.front())) qWarning("%s", qPrintable(window.statusText()));
   } else {
     window.openStartupWorkspace();
   }

@@ -1,11 +1,14 @@
-// Renders the default workspace to PNG files under <build>/screenshots/ so a person can look
-// at them: the window, the timeline zoomed in, the compare view.
+// Renders the real widgets to PNG files under <build>/screenshots/ so a person can look at them
+// (the README's pictures in docs/ are these files): the main window with its legend, a
+// 32-device hybrid plan, the compare view, and the selection dock with a measured range.
 #include <gtest/gtest.h>
 
 #include <QComboBox>
 #include <QDir>
+#include <QDockWidget>
 #include <QImage>
 #include <QPixmap>
+#include <QSettings>
 #include <QSpinBox>
 #include <QTabWidget>
 #include <algorithm>
@@ -14,7 +17,9 @@
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
+#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/viz/CompareView.hpp"
+#include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
 
 namespace pipestudio::gui {
@@ -29,24 +34,44 @@ int distinctColours(const QImage& image) {
   return static_cast<int>(colours.size());
 }
 
-TEST(Screenshots, DefaultWorkspace) {
-  pipestudio::testing::qtApp();
+QString screenshotDir() {
   const QString dir = QStringLiteral(PIPESTUDIO_BINARY_DIR) + QStringLiteral("/screenshots");
   QDir().mkpath(dir);
-  MainWindow window;
-  window.resize(1600, 1000);
-  window.show();
-  ASSERT_TRUE(window.openDefaultWorkspace());
-  ASSERT_TRUE(window.solveController()->waitForIdle(60000));
-  ASSERT_TRUE(window.currentPlan()) << window.statusText().toStdString();
+  return dir;
+}
+
+/// A window as a first start shows it (no saved layout), 1600×1000.
+std::unique_ptr<MainWindow> freshWindow() {
+  pipestudio::testing::qtApp();
+  QSettings().remove(QStringLiteral("window"));
+  auto window = std::make_unique<MainWindow>();
+  window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
+  window->resize(1600, 1000);
+  window->show();
+  return window;
+}
+
+QImage grabWindow(MainWindow& window) {
   QApplication::processEvents();
   window.timelineView()->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  window.compareView()->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  QApplication::processEvents();
+  return window.grab().toImage();
+}
 
-  const QImage full = window.grab().toImage();
+TEST(Screenshots, DefaultWorkspace) {
+  auto window = freshWindow();
+  ASSERT_TRUE(window->openDefaultWorkspace());
+  ASSERT_TRUE(window->solveController()->waitForIdle(60000));
+  ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
+  const QString dir = screenshotDir();
+
+  const QImage full = grabWindow(*window);
   ASSERT_TRUE(full.save(dir + QStringLiteral("/window.png")));
   EXPECT_GT(distinctColours(full), 20);
+  EXPECT_FALSE(window->timelineView()->legend()->entryNames().isEmpty());
 
-  viz::TimelineView* timeline = window.timelineView();
+  viz::TimelineView* timeline = window->timelineView();
   const QCPRange range = timeline->visibleRange();
   timeline->setVisibleRange(range.lower, range.lower + range.size() * 0.22);
   timeline->plot()->replot(QCustomPlot::rpImmediateRefresh);
@@ -54,18 +79,56 @@ TEST(Screenshots, DefaultWorkspace) {
   ASSERT_TRUE(zoomed.save(dir + QStringLiteral("/timeline-zoomed.png")));
   EXPECT_GT(distinctColours(zoomed), 10);
 
-  window.pinBaseline();
+  // The selection dock: an op of the critical path selected, a range measured.
+  timeline->fitToView();
+  const auto& critical = timeline->overlay()->criticalPath();
+  ASSERT_FALSE(critical.empty());
+  const int op = critical[critical.size() / 2];
+  timeline->selectOp(op);
+  const Op& o = window->currentPlan()->ops[static_cast<std::size_t>(op)];
+  timeline->measureRange(o.startMs - 40.0, o.endMs + 40.0);
+  timeline->selectOp(op);  // the selection dock in front
+  const QImage selection = grabWindow(*window);
+  ASSERT_TRUE(selection.save(dir + QStringLiteral("/selection.png")));
+  EXPECT_GT(distinctColours(selection), 20);
+
+  window->pinBaseline();
   // Compare against the same workspace with half the microbatches per iteration.
-  QSpinBox* microbatches = window.solverPanel().microbatches;
+  QSpinBox* microbatches = window->solverPanel().microbatches;
   microbatches->setValue(std::max(1, microbatches->value() / 2));
-  window.solveNow();
-  ASSERT_TRUE(window.solveController()->waitForIdle(60000));
-  window.centralTabs()->setCurrentIndex(1);
-  QApplication::processEvents();
-  window.compareView()->plot()->replot(QCustomPlot::rpImmediateRefresh);
-  const QImage compare = window.grab().toImage();
+  window->solveNow();
+  ASSERT_TRUE(window->solveController()->waitForIdle(60000));
+  window->centralTabs()->setCurrentIndex(1);
+  if (auto* metrics = window->findChild<QDockWidget*>(QStringLiteral("MetricsDock"))) metrics->raise();
+  const QImage compare = grabWindow(*window);
   ASSERT_TRUE(compare.save(dir + QStringLiteral("/compare.png")));
   EXPECT_GT(distinctColours(compare), 20);
+}
+
+TEST(Screenshots, ThirtyTwoDevicePlan) {
+  // Llama-2-70B over all 32 GPUs of the bundled 4×8 H100 cluster as one 32-deep pipeline.
+  auto window = freshWindow();
+  Workspace ws;
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama2-70b.json");
+  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  ASSERT_TRUE(model && cluster);
+  ws.name = "Llama-2-70B, 32-stage pipeline";
+  ws.model = *model;
+  ws.cluster = *cluster;
+  ws.solver.schedule = "zb-h1";
+  ws.solver.devices = 32;
+  ws.solver.partition = "uniform";
+  ws.solver.parallel.recompute = Recompute::Full;
+  ws.solver.parallel.zeroStage = 1;
+  ws.solver.globalBatch = 64;
+  ws.solver.microBatchSize = 1;
+  window->setWorkspace(ws, QString());
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
+  ASSERT_EQ(window->currentPlan()->config.devices, 32);
+  const QImage image = grabWindow(*window);
+  ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/plan-32-devices.png")));
+  EXPECT_GT(distinctColours(image), 20);
 }
 
 }  // namespace

@@ -49,10 +49,10 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_top = new QCPAxisRect(m_plot);
   m_bottomTitle = new QCPTextElement(m_plot, QString(), QFont(font().family(), font().pointSize(), QFont::Bold));
   m_bottom = new QCPAxisRect(m_plot);
-  grid->addElement(0, 0, m_topTitle);
-  grid->addElement(1, 0, m_top);
-  grid->addElement(2, 0, m_bottomTitle);
-  grid->addElement(3, 0, m_bottom);
+  grid->addElement(1, 0, m_topTitle);
+  grid->addElement(2, 0, m_top);
+  grid->addElement(3, 0, m_bottomTitle);
+  grid->addElement(4, 0, m_bottom);
   grid->setRowSpacing(0);
   auto* group = new QCPMarginGroup(m_plot);
   m_top->setMarginGroup(QCP::msLeft | QCP::msRight, group);
@@ -60,9 +60,16 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   setupTimelineAxes(m_top, 1);
   setupTimelineAxes(m_bottom, 1);
-  m_bottom->axis(QCPAxis::atBottom)->setLabel(QStringLiteral("time (ms)"));
+  m_bottom->axis(QCPAxis::atBottom)->setLabel(QStringLiteral("time"));
   m_baselineTimeline = new TimelinePlottable(m_top->axis(QCPAxis::atBottom), m_top->axis(QCPAxis::atLeft));
   m_currentTimeline = new TimelinePlottable(m_bottom->axis(QCPAxis::atBottom), m_bottom->axis(QCPAxis::atLeft));
+  m_legend = new TimelineLegend(m_plot, m_currentTimeline);
+  m_legend->setOverlayEntries(false);  // the compare view draws no critical path or selection
+  grid->addElement(0, 0, m_legend);
+  m_topTicker = QSharedPointer<TimeAxisTicker>::create();
+  m_bottomTicker = QSharedPointer<TimeAxisTicker>::create();
+  m_top->axis(QCPAxis::atBottom)->setTicker(m_topTicker);
+  m_bottom->axis(QCPAxis::atBottom)->setTicker(m_bottomTicker);
   const TimelinePalette palette = TimelinePalette::forPalette(this->palette());
   m_baselineTimeline->setTimelinePalette(palette);
   m_currentTimeline->setTimelinePalette(palette);
@@ -101,10 +108,14 @@ void CompareView::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr
   setupTimelineAxes(m_top, devicesA);
   setupTimelineAxes(m_bottom, devicesB);
   // Each plot's height follows its device count so lanes have the same thickness in both.
-  m_plot->plotLayout()->setRowStretchFactor(1, std::max(1, devicesA));
-  m_plot->plotLayout()->setRowStretchFactor(3, std::max(1, devicesB));
+  m_plot->plotLayout()->setRowStretchFactor(2, std::max(1, devicesA));
+  m_plot->plotLayout()->setRowStretchFactor(4, std::max(1, devicesB));
   m_plot->plotLayout()->setRowStretchFactor(0, 0.01);
-  m_plot->plotLayout()->setRowStretchFactor(2, 0.01);
+  m_plot->plotLayout()->setRowStretchFactor(1, 0.01);
+  m_plot->plotLayout()->setRowStretchFactor(3, 0.01);
+  // The legend names what either plan holds (a measured run has no transfers, its plan does).
+  m_legend->setTimelineSource(m_currentTimeline->timeline() && !m_currentTimeline->timeline()->empty() ? m_currentTimeline
+                                                                                                         : m_baselineTimeline);
   m_topTitle->setText(planTitle(QStringLiteral("Baseline"), m_baseline.get()));
   m_bottomTitle->setText(planTitle(QStringLiteral("Current"), m_current.get()));
   m_model->setPlans(m_baseline, m_current);
@@ -134,6 +145,10 @@ void CompareView::onRangeChanged(const QCPRange& range) {
   m_syncing = true;
   m_top->axis(QCPAxis::atBottom)->setRange(range);
   m_bottom->axis(QCPAxis::atBottom)->setRange(range);
+  m_topTicker->setWindow(range.size());
+  m_bottomTicker->setWindow(range.size());
+  m_bottom->axis(QCPAxis::atBottom)->setLabel(
+      QStringLiteral("time (%1)").arg(TimeAxisTicker::unitName(m_bottomTicker->unit())));
   m_syncing = false;
 }
 

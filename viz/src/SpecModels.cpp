@@ -8,6 +8,7 @@
 #include <QUndoCommand>
 
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio::viz {
 
@@ -108,7 +109,8 @@ QVariant SpecTableModel::data(const QModelIndex& index, int role) const {
     case Qt::ToolTipRole:
       if (!error.isEmpty()) return error;
       if (!value.isValid() && !placeholder(index.row(), index.column()).isEmpty())
-        return QStringLiteral("derived from the layer's shape by the cost model; type a value to override");
+        return QStringLiteral("derived from the layer's shape by the cost model (first pipeline rank, the solver's "
+                              "parallelism); type a value to override");
       return {};
     case Qt::BackgroundRole:
       if (!error.isEmpty()) return QBrush(QColor(0xe5, 0x39, 0x35, 110));
@@ -164,6 +166,18 @@ void SpecTableModel::applyValue(int row, int column, const QVariant& value) {
   Q_EMIT specEdited();
 }
 
+std::optional<SpecTableModel::CellProblem> SpecTableModel::firstProblem() const {
+  std::optional<CellProblem> best;
+  auto consider = [&](const std::map<std::pair<int, int>, QString>& problems) {
+    if (problems.empty()) return;
+    const auto& [cell, message] = *problems.begin();  // maps are ordered by (row, column)
+    if (!best || cell < std::make_pair(best->row, best->column)) best = CellProblem{cell.first, cell.second, message};
+  };
+  consider(m_cellErrors);
+  consider(m_errors);
+  return best;
+}
+
 void SpecTableModel::setCrossError(int row, int column, const QString& message) { m_errors[{row, column}] = message; }
 
 void SpecTableModel::resetErrors() { m_errors.clear(); }
@@ -181,7 +195,36 @@ void LayerTableModel::setModelSpec(ModelSpec spec) {
       m_rows.emplace_back(static_cast<int>(c), static_cast<int>(l));
   }
   resetErrors();
+  m_derived.assign(m_rows.size(), std::nullopt);
+  m_derivedDone.assign(m_rows.size(), 0);
   endResetModel();
+}
+
+void LayerTableModel::setCostContext(ClusterSpec cluster, PlanConfig config, std::int64_t samplesPerMicrobatch) {
+  m_costContext = CostContextArgs{std::move(cluster), std::move(config), std::max<std::int64_t>(1, samplesPerMicrobatch)};
+  m_derivedDone.assign(m_rows.size(), 0);
+  if (rowCount() > 0) Q_EMIT dataChanged(index(0, ForwardMs), index(rowCount() - 1, ColumnCount - 1));
+}
+
+const LayerCosts* LayerTableModel::derivedCosts(int row) const {
+  if (!m_costContext || row < 0 || static_cast<std::size_t>(row) >= m_rows.size()) return nullptr;
+  const auto r = static_cast<std::size_t>(row);
+  if (m_derivedDone.size() != m_rows.size()) {
+    m_derived.assign(m_rows.size(), std::nullopt);
+    m_derivedDone.assign(m_rows.size(), 0);
+  }
+  if (!m_derivedDone[r]) {
+    m_derivedDone[r] = 1;
+    const CostContextArgs& ctx = *m_costContext;
+    if (ctx.cluster.gpu.peakTflops > 0 && !ctx.cluster.nodes.empty()) {
+      // planLayerCosts with the resolved request's microbatch size (the spec keeps the model's).
+      const auto [c, l] = m_rows[r];
+      const pipestudio::Component& comp = m_spec.components[static_cast<std::size_t>(c)];
+      m_derived[r] = layerCosts(comp.layers[static_cast<std::size_t>(l)],
+                                costContext(ctx.cluster, ctx.config, ctx.samplesPerMicrobatch, 0, comp.trainable));
+    }
+  }
+  return m_derived[r] ? &*m_derived[r] : nullptr;
 }
 
 int LayerTableModel::rowCount(const QModelIndex& parent) const {
@@ -234,7 +277,22 @@ QVariant LayerTableModel::displayValue(int, int column, const QVariant& raw) con
 
 QString LayerTableModel::placeholder(int row, int column) const {
   if (column < ForwardMs) return {};
-  return hasShape(layer(row)) ? QStringLiteral("auto") : QStringLiteral("0");
+  if (!hasShape(layer(row))) return QStringLiteral("0");
+  const LayerCosts* costs = derivedCosts(row);
+  if (!costs) return QStringLiteral("auto");
+  auto msText = [](double v) { return QStringLiteral("auto · %1").arg(v, 0, 'g', 4); };
+  auto bytesText = [](std::int64_t v) {
+    return QStringLiteral("auto · %1").arg(QString::fromStdString(formatBytes(static_cast<double>(v))));
+  };
+  switch (column) {
+    case ForwardMs: return msText(costs->forwardMs);
+    case BackwardInputMs: return msText(costs->backwardInputMs);
+    case BackwardWeightMs: return msText(costs->backwardWeightMs);
+    case ActivationBytes: return bytesText(costs->activationBytes);
+    case ParameterBytes: return bytesText(costs->parameterBytes);
+    case OutputBytes: return bytesText(costs->outputBytes);
+    default: return QStringLiteral("auto");
+  }
 }
 
 std::optional<QString> LayerTableModel::validate(int row, int column, const QVariant& value) const {
@@ -278,6 +336,7 @@ std::optional<QString> LayerTableModel::validate(int row, int column, const QVar
 }
 
 void LayerTableModel::store(int row, int column, const QVariant& value) {
+  if (static_cast<std::size_t>(row) < m_derivedDone.size()) m_derivedDone[static_cast<std::size_t>(row)] = 0;
   Layer& l = layer(row);
   auto ms = [&](std::optional<double>& field) {
     if (isBlank(value)) field.reset();

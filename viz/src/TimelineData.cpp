@@ -4,9 +4,15 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <optional>
+#include <tuple>
+#include <cctype>
 
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
+#include "pipestudio/plan/Memory.hpp"
 
 namespace pipestudio::viz {
 
@@ -155,25 +161,13 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
     }
   }
 
-  // Data flow between virtual stages: the previous/next stage of the same component and pipeline
-  // in id order (DESIGN.md §2: within a pipeline data flows through its stages in id order).
-  m_prevStage.assign(static_cast<std::size_t>(stageCount), -1);
-  m_nextStage.assign(static_cast<std::size_t>(stageCount), -1);
-  std::vector<int> byId(static_cast<std::size_t>(stageCount));
-  std::iota(byId.begin(), byId.end(), 0);
-  std::stable_sort(byId.begin(), byId.end(), [&](int a, int b) {
-    return p.virtualStages[static_cast<std::size_t>(a)].id < p.virtualStages[static_cast<std::size_t>(b)].id;
-  });
-  for (std::size_t i = 0; i < byId.size(); ++i) {
-    const VirtualStage& a = p.virtualStages[static_cast<std::size_t>(byId[i])];
-    for (std::size_t j = i + 1; j < byId.size(); ++j) {
-      const VirtualStage& b = p.virtualStages[static_cast<std::size_t>(byId[j])];
-      if (b.pipeline == a.pipeline && b.component == a.component) {
-        m_nextStage[static_cast<std::size_t>(byId[i])] = byId[j];
-        m_prevStage[static_cast<std::size_t>(byId[j])] = byId[i];
-        break;
-      }
-    }
+  // Data flow between virtual stages: the one definition the simulator and executor use.
+  StageNeighbours neighbours = stageNeighbours(p);
+  m_prevStage = std::move(neighbours.previous);
+  m_nextStage = std::move(neighbours.next);
+  m_nextOnDevice.assign(p.ops.size(), -1);
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    if (m_prevOnDevice[i] >= 0) m_nextOnDevice[static_cast<std::size_t>(m_prevOnDevice[i])] = static_cast<std::int32_t>(i);
   }
 }
 
@@ -249,6 +243,29 @@ void TimelineData::buildIndex() const {
         static_cast<std::size_t>(op.microbatch);
     if (m_opIndex[key] < 0) m_opIndex[key] = static_cast<std::int32_t>(i);
   }
+  // Dependencies beyond the stage data flow (frozen outputs consumed this iteration, the
+  // vocabulary passes), exactly as the simulator derives them.
+  std::vector<std::vector<std::int32_t>> laneIndex;
+  const auto lanes = planLanes(p, &laneIndex);
+  const auto extra = derivedDependencies(p, lanes);
+  std::vector<std::int32_t> count(p.ops.size() + 1, 0);
+  auto opOf = [&](const OpRef& r) -> std::int32_t {
+    if (r.device < 0 || static_cast<std::size_t>(r.device) >= laneIndex.size()) return -1;
+    const auto& lane = laneIndex[static_cast<std::size_t>(r.device)];
+    return r.index >= 0 && static_cast<std::size_t>(r.index) < lane.size() ? lane[static_cast<std::size_t>(r.index)] : -1;
+  };
+  for (const OpDependency& dep : extra) {
+    const std::int32_t to = opOf(dep.to);
+    if (to >= 0 && opOf(dep.from) >= 0) ++count[static_cast<std::size_t>(to) + 1];
+  }
+  for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+  m_extraPredBegin = count;
+  m_extraPred.assign(static_cast<std::size_t>(count.back()), -1);
+  for (const OpDependency& dep : extra) {
+    const std::int32_t to = opOf(dep.to);
+    const std::int32_t from = opOf(dep.from);
+    if (to >= 0 && from >= 0) m_extraPred[static_cast<std::size_t>(count[static_cast<std::size_t>(to)]++)] = from;
+  }
 }
 
 int TimelineData::findOp(int virtualStage, OpKind kind, int microbatch) const {
@@ -275,6 +292,9 @@ std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
     case OpKind::F:
       if (m_prevStage[vs] >= 0) add(m_prevStage[vs], OpKind::F);
       break;
+    case OpKind::N:
+      if (m_prevStage[vs] >= 0) add(m_prevStage[vs], OpKind::N);
+      break;
     case OpKind::B:
     case OpKind::BW:
       if (m_nextStage[vs] >= 0) {
@@ -290,12 +310,294 @@ std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
     default:
       break;
   }
+  const auto i = static_cast<std::size_t>(opIndex);
+  if (i + 1 < m_extraPredBegin.size()) {
+    for (std::int32_t k = m_extraPredBegin[i]; k < m_extraPredBegin[i + 1]; ++k) {
+      const int from = m_extraPred[static_cast<std::size_t>(k)];
+      if (from != opIndex && std::find(out.begin(), out.end(), from) == out.end()) out.push_back(from);
+    }
+  }
   return out;
 }
 
 int TimelineData::devicePredecessor(int op) const {
   if (op < 0 || static_cast<std::size_t>(op) >= m_prevOnDevice.size()) return -1;
   return m_prevOnDevice[static_cast<std::size_t>(op)];
+}
+
+int TimelineData::deviceSuccessor(int op) const {
+  if (op < 0 || static_cast<std::size_t>(op) >= m_nextOnDevice.size()) return -1;
+  return m_nextOnDevice[static_cast<std::size_t>(op)];
+}
+
+void TimelineData::buildSuccessors() const {
+  if (m_successorsBuilt || !m_plan) return;
+  m_successorsBuilt = true;
+  const std::size_t n = m_plan->ops.size();
+  std::vector<std::vector<int>> preds(n);
+  std::vector<std::int32_t> count(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    preds[i] = dataPredecessors(static_cast<int>(i));
+    for (int p : preds[i]) ++count[static_cast<std::size_t>(p) + 1];
+  }
+  for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+  m_succBegin = count;
+  m_succ.assign(static_cast<std::size_t>(count.back()), -1);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (int p : preds[i]) m_succ[static_cast<std::size_t>(count[static_cast<std::size_t>(p)]++)] = static_cast<std::int32_t>(i);
+  }
+}
+
+std::vector<int> TimelineData::dataSuccessors(int op) const {
+  std::vector<int> out;
+  if (!m_plan || op < 0 || static_cast<std::size_t>(op) >= m_plan->ops.size()) return out;
+  buildSuccessors();
+  const auto i = static_cast<std::size_t>(op);
+  for (std::int32_t k = m_succBegin[i]; k < m_succBegin[i + 1]; ++k) out.push_back(m_succ[static_cast<std::size_t>(k)]);
+  return out;
+}
+
+void TimelineData::buildSlack() const {
+  if (!m_slackMs.empty() || !m_plan || m_plan->ops.empty()) return;
+  buildSuccessors();
+  const Plan& p = *m_plan;
+  const std::size_t n = p.ops.size();
+  // Latest finish without delaying the last op's end (a transfer after it that feeds no op of
+  // this iteration, as a frozen hand-off to the next one, gives nothing slack): a backward pass
+  // over the ops in decreasing start order (every dependency ends before its consumer starts).
+  double endMs = -std::numeric_limits<double>::infinity();
+  for (const Op& op : p.ops) endMs = std::max(endMs, op.endMs);
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return p.ops[static_cast<std::size_t>(a)].startMs > p.ops[static_cast<std::size_t>(b)].startMs;
+  });
+  std::vector<double> latestFinish(n, endMs);
+  auto latestStart = [&](std::size_t s) { return latestFinish[s] - p.ops[s].durationMs(); };
+  for (int idx : order) {
+    const auto i = static_cast<std::size_t>(idx);
+    double lf = endMs;
+    const int next = m_nextOnDevice[i];
+    if (next >= 0) lf = std::min(lf, latestStart(static_cast<std::size_t>(next)));
+    for (std::int32_t k = m_succBegin[i]; k < m_succBegin[i + 1]; ++k) {
+      const auto s = static_cast<std::size_t>(m_succ[static_cast<std::size_t>(k)]);
+      lf = std::min(lf, latestStart(s) - transferMs(idx, static_cast<int>(s)));
+    }
+    latestFinish[i] = lf;
+  }
+  m_slackMs.resize(n);
+  for (std::size_t i = 0; i < n; ++i) m_slackMs[i] = std::max(0.0, latestFinish[i] - p.ops[i].endMs);
+}
+
+double TimelineData::transferMs(int from, int to) const {
+  const Plan& p = *m_plan;
+  const Op& a = p.ops[static_cast<std::size_t>(from)];
+  const Op& b = p.ops[static_cast<std::size_t>(to)];
+  if (a.device == b.device) return 0;
+  if (!m_transfersBuilt) {
+    // Transfer time of each data hand-off, by (producing stage, kind, microbatch, receiver).
+    m_transfersBuilt = true;
+    for (const Comm& c : p.comms) {
+      auto& t = m_transferMs[{c.virtualStage, static_cast<int>(c.kind), c.microbatch, c.toDevice}];
+      t = std::max(t, c.endMs - c.startMs);
+    }
+  }
+  const auto it = m_transferMs.find({a.virtualStage, static_cast<int>(a.kind), a.microbatch, b.device});
+  return it == m_transferMs.end() ? 0.0 : it->second;
+}
+
+double TimelineData::slackMs(int op) const {
+  if (!m_plan || op < 0 || static_cast<std::size_t>(op) >= m_plan->ops.size()) return 0;
+  buildSlack();
+  return m_slackMs[static_cast<std::size_t>(op)];
+}
+
+CollectiveShare TimelineData::collectiveShare(int opIndex) const {
+  CollectiveShare share;
+  if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return share;
+  const Plan& p = *m_plan;
+  if (!m_stageCostsBuilt) {
+    m_stageCostsBuilt = true;
+    bool costed = !p.virtualStages.empty() && !p.model.components.empty();
+    for (std::size_t s = 0; costed && s < p.virtualStages.size(); ++s) {
+      const VirtualStage& vs = p.virtualStages[s];
+      costed = validStage(p, static_cast<int>(s)) && vs.device >= 0 && vs.device < std::max(1, p.config.devices) &&
+               vs.firstLayer >= 0 && vs.lastLayer >= vs.firstLayer &&
+               static_cast<std::size_t>(vs.lastLayer) < p.model.components[static_cast<std::size_t>(vs.component)].layers.size();
+    }
+    if (costed) {
+      for (const StageCosts& c : stageCosts(p)) {
+        StageCostsLite lite;
+        lite.passMs[0] = c.forwardMs;
+        lite.passMs[1] = c.backwardInputMs;
+        lite.passMs[2] = c.backwardWeightMs;
+        lite.collectiveMs[0] = c.forwardCommMs;
+        lite.collectiveMs[1] = c.backwardInputCommMs;
+        lite.collectiveMs[2] = c.backwardWeightCommMs;
+        m_stageCosts.push_back(lite);
+      }
+    }
+  }
+  const Op& op = p.ops[static_cast<std::size_t>(opIndex)];
+  if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= m_stageCosts.size()) return share;
+  const StageCostsLite& c = m_stageCosts[static_cast<std::size_t>(op.virtualStage)];
+  auto add = [&](int pass) {
+    share.passMs += c.passMs[pass];
+    share.collectiveMs += c.collectiveMs[pass];
+  };
+  switch (op.kind) {
+    case OpKind::F:
+    case OpKind::N: add(0); break;
+    case OpKind::B: add(1); break;
+    case OpKind::W: add(2); break;
+    case OpKind::BW: add(1); add(2); break;
+    default: break;
+  }
+  return share;
+}
+
+bool TimelineData::frozenWorkIsNextIteration() const {
+  if (!m_plan || m_plan->config.fill == "none") return false;
+  for (const Op& op : m_plan->ops) {
+    if (op.kind == OpKind::N) return true;
+  }
+  return false;
+}
+
+std::vector<int> TimelineData::findOps(const OpQuery& query) const {
+  std::vector<int> out;
+  if (!m_plan) return out;
+  for (std::size_t i = 0; i < m_plan->ops.size(); ++i) {
+    if (query.matches(*m_plan, m_plan->ops[i])) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+RangeMeasurement TimelineData::measure(double fromMs, double toMs) const {
+  RangeMeasurement m;
+  if (toMs < fromMs) std::swap(fromMs, toMs);
+  m.fromMs = fromMs;
+  m.toMs = toMs;
+  m.devices.assign(static_cast<std::size_t>(m_devices), {});
+  for (const Lane& lane : m_lanes) {
+    if (lane.comm) continue;
+    DeviceRangeUse& use = m.devices[static_cast<std::size_t>(lane.device)];
+    for (std::size_t k = lane.firstVisible(fromMs); k < lane.size() && lane.startMs[k] < toMs; ++k) {
+      const double a = std::max(fromMs, lane.startMs[k]);
+      const double b = std::min(toMs, lane.endMs[k]);
+      if (b > a) use.busyMs += b - a;
+    }
+  }
+  for (DeviceRangeUse& use : m.devices) {
+    use.busyMs = std::min(use.busyMs, toMs - fromMs);  // two pipelines of one device never overlap
+    use.idleMs = std::max(0.0, (toMs - fromMs) - use.busyMs);
+  }
+  return m;
+}
+
+std::string TimelineData::laneName(int lane) const {
+  if (lane < 0 || static_cast<std::size_t>(lane) >= m_lanes.size()) return {};
+  const Lane& l = m_lanes[static_cast<std::size_t>(lane)];
+  std::string name = "GPU " + std::to_string(l.device);
+  if (l.comm) return name + " transfers";
+  const int first = m_laneOfDevice[static_cast<std::size_t>(l.device)];
+  const bool twoPipelines = static_cast<std::size_t>(first + 1) < m_lanes.size() &&
+                            m_lanes[static_cast<std::size_t>(first + 1)].device == l.device &&
+                            !m_lanes[static_cast<std::size_t>(first + 1)].comm;
+  if (twoPipelines) name += " · pipeline " + std::to_string(l.pipeline);
+  return name;
+}
+
+double RangeMeasurement::idleMs() const {
+  double total = 0;
+  for (const DeviceRangeUse& d : devices) total += d.idleMs;
+  return total;
+}
+
+// --- queries ------------------------------------------------------------------------------
+
+bool OpQuery::matches(const Plan& plan, const Op& op) const {
+  auto inAny = [](const std::vector<Range>& ranges, int v) {
+    if (ranges.empty()) return true;
+    for (const Range& r : ranges) {
+      if (r.contains(v)) return true;
+    }
+    return false;
+  };
+  if (!kinds.empty() && std::find(kinds.begin(), kinds.end(), op.kind) == kinds.end()) return false;
+  if (!inAny(microbatches, op.microbatch) || !inAny(virtualStages, op.virtualStage) || !inAny(devices, op.device))
+    return false;
+  if (!chunks.empty()) {
+    if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= plan.virtualStages.size()) return false;
+    if (!inAny(chunks, plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].chunk)) return false;
+  }
+  return true;
+}
+
+Expected<OpQuery> parseOpQuery(std::string_view text) {
+  OpQuery q;
+  std::vector<std::string> tokens;
+  std::string cur;
+  for (char c : text) {
+    if (c == ' ' || c == ',' || c == '\t' || c == '=' || c == ':') {
+      if (!cur.empty()) tokens.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  if (!cur.empty()) tokens.push_back(std::move(cur));
+  auto parseRange = [](const std::string& t) -> std::optional<OpQuery::Range> {
+    const auto dash = t.find('-');
+    auto number = [](const std::string& s) -> std::optional<int> {
+      if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+      return std::stoi(s);
+    };
+    if (dash == std::string::npos) {
+      const auto v = number(t);
+      if (!v) return std::nullopt;
+      return OpQuery::Range{*v, *v};
+    }
+    const auto lo = number(t.substr(0, dash));
+    const auto hi = number(t.substr(dash + 1));
+    if (!lo || !hi || *hi < *lo) return std::nullopt;
+    return OpQuery::Range{*lo, *hi};
+  };
+  const std::pair<const char*, std::vector<OpQuery::Range> OpQuery::*> keys[] = {
+      {"mb", &OpQuery::microbatches},     {"microbatch", &OpQuery::microbatches}, {"vs", &OpQuery::virtualStages},
+      {"stage", &OpQuery::virtualStages}, {"gpu", &OpQuery::devices},            {"device", &OpQuery::devices},
+      {"dev", &OpQuery::devices},         {"chunk", &OpQuery::chunks}};
+  const std::string expected = " (expected op kinds F, B, W, BW, N, S, T, OPT, or mb N, vs N, gpu N, chunk N; N may be a range 4-7)";
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    std::string upper = t;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (auto kind = opKindFromName(upper)) {
+      q.kinds.push_back(*kind);
+      continue;
+    }
+    bool matched = false;
+    for (const auto& [key, member] : keys) {
+      const std::string k = key;
+      if (t.rfind(k, 0) != 0) continue;
+      std::string value = t.substr(k.size());
+      if (value.empty()) {
+        if (i + 1 >= tokens.size()) return Error{"'" + t + "' needs a number" + expected};
+        value = tokens[++i];
+      }
+      const auto range = parseRange(value);
+      if (!range) {
+        if (t.size() > k.size()) continue;  // e.g. "device" read as "dev" + "ice": try the next key
+        return Error{"'" + value + "' after '" + k + "' is not a number or range" + expected};
+      }
+      (q.*member).push_back(*range);
+      matched = true;
+      break;
+    }
+    if (!matched) return Error{"unknown search term '" + t + "'" + expected};
+  }
+  return q;
 }
 
 WaitReason TimelineData::waitReason(int opIndex) const {
@@ -311,9 +613,9 @@ WaitReason TimelineData::waitReason(int opIndex) const {
   }
   for (int dep : dataPredecessors(opIndex)) {
     const Op& d = m_plan->ops[static_cast<std::size_t>(dep)];
-    // Between a dependency on another device and this op lies its transfer: the ready time is
-    // the dependency's end plus the gap up to this op's start when nothing else explains it.
-    const double ready = d.endMs;
+    // Between a dependency on another device and this op lies its transfer: the data is ready
+    // when the transfer ends (the same lag the slack computation uses).
+    const double ready = d.endMs + transferMs(dep, opIndex);
     const bool later = ready > latest + 1e-9 || (d.device != op.device && ready >= latest - 1e-9);
     if (later) {
       latest = ready;
@@ -422,6 +724,12 @@ std::string TimelineData::describe(ItemRef ref) const {
   }
   out += "start " + formatMs(op.startMs) + " · end " + formatMs(op.endMs) + " · duration " +
          formatMs(op.durationMs());
+  const CollectiveShare share = collectiveShare(ref.index);
+  if (share.collectiveMs > 0) {
+    std::snprintf(buf, sizeof buf, "\ncollectives (TP/CP/EP/ZeRO-3): %.0f %% of the op (%s of %s)",
+                  100.0 * share.fraction(), formatMs(share.collectiveMs).c_str(), formatMs(share.passMs).c_str());
+    out += buf;
+  }
   const WaitReason why = waitReason(ref.index);
   if (why.waitedFor.valid()) {
     const Op& dep = p.ops[static_cast<std::size_t>(why.waitedFor.index)];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 
 #include <QPalette>
 
@@ -42,7 +43,17 @@ TimelinePalette TimelinePalette::light() {
   p.hover = QColor(0x10, 0x10, 0x10);
   p.chain = QColor(0xff, 0x8c, 0x00);
   p.critical = QColor(0xd0, 0x10, 0x30);
+  p.measure = QColor(0x1e, 0x88, 0xe5, 50);
   return p;
+}
+
+QColor TimelinePalette::faded(std::size_t shade) const {
+  const QColor& c = shades[shade % shades.size()];
+  // 25 % of the colour over the lane background: still tells kinds apart, clearly receded.
+  const double a = 0.25;
+  return QColor::fromRgbF(static_cast<float>(a * c.redF() + (1 - a) * laneBackground.redF()),
+                          static_cast<float>(a * c.greenF() + (1 - a) * laneBackground.greenF()),
+                          static_cast<float>(a * c.blueF() + (1 - a) * laneBackground.blueF()));
 }
 
 TimelinePalette TimelinePalette::dark() {
@@ -53,6 +64,7 @@ TimelinePalette TimelinePalette::dark() {
   p.hover = QColor(0xf0, 0xf0, 0xf0);
   p.chain = QColor(0xff, 0xb0, 0x40);
   p.critical = QColor(0xff, 0x50, 0x60);
+  p.measure = QColor(0x64, 0xb5, 0xf6, 60);
   return p;
 }
 
@@ -73,6 +85,8 @@ void TimelinePlottable::setTimeline(std::shared_ptr<const TimelineData> data) {
 }
 
 void TimelinePlottable::setTimelinePalette(const TimelinePalette& palette) { m_palette = palette; }
+
+void TimelinePlottable::setOpMask(std::vector<char> mask) { m_mask = std::move(mask); }
 
 const QStaticText& TimelinePlottable::labelText(std::int32_t microbatch) {
   auto it = m_labelCache.find(microbatch);
@@ -113,6 +127,8 @@ void TimelinePlottable::draw(QCPPainter* painter) {
   const int maxDigits = static_cast<int>(std::to_string(std::max(0, m_data->plan() ? static_cast<int>(m_data->plan()->config.microbatches) : 0)).size());
   const bool scaleLeftToRight = scale >= 0;
 
+  const bool fadeAll = m_dimmed;
+  const bool masking = !m_mask.empty();
   std::vector<QRect> backgrounds;
   backgrounds.reserve(m_data->lanes().size());
 
@@ -182,7 +198,15 @@ void TimelinePlottable::draw(QCPPainter* painter) {
       double pa = toPx(s);
       double pb = toPx(e);
       if (!scaleLeftToRight) std::swap(pa, pb);
-      const std::uint8_t shade = lane.shade[k];
+      std::uint8_t shade = lane.shade[k];
+      if (fadeAll) {
+        shade = static_cast<std::uint8_t>(shade + kShadeCount);
+      } else if (masking) {
+        const ItemRef ref = lane.items[k];
+        const bool keep = ref.kind == ItemRef::Kind::Op && static_cast<std::size_t>(ref.index) < m_mask.size() &&
+                          m_mask[static_cast<std::size_t>(ref.index)] != 0;
+        if (!keep) shade = static_cast<std::uint8_t>(shade + kShadeCount);
+      }
       if (pb - pa < 1.0) {
         // Sub-pixel: one column per pixel, coloured by the longest interval that falls in it.
         const int column = static_cast<int>(std::floor(pa));
@@ -220,13 +244,14 @@ void TimelinePlottable::draw(QCPPainter* painter) {
   for (std::size_t shade = 0; shade < m_buckets.size(); ++shade) {
     const auto& bucket = m_buckets[shade];
     if (bucket.empty()) continue;
-    painter->setBrush(m_palette.shades[shade]);
+    painter->setBrush(shade < static_cast<std::size_t>(kShadeCount) ? m_palette.shades[shade] : m_palette.faded(shade));
     painter->drawRects(bucket.data(), static_cast<int>(bucket.size()));
     ++m_stats.drawCalls;
   }
   if (!m_labels.empty()) {
     for (const Label& label : m_labels) {
-      const QColor& bg = m_palette.shades[label.shade];
+      const bool faded = label.shade >= kShadeCount;
+      const QColor bg = faded ? m_palette.faded(label.shade) : m_palette.shades[label.shade];
       painter->setPen(luminance(bg) < 150 ? m_palette.textOnDark : m_palette.textOnLight);
       const QStaticText& text = labelText(label.microbatch);
       const QSizeF size = text.size();
@@ -289,7 +314,10 @@ QCPRange TimelinePlottable::getValueRange(bool& foundRange, QCP::SignDomain, con
 // --- overlay -----------------------------------------------------------------------------
 
 TimelineOverlay::TimelineOverlay(TimelinePlottable* timeline)
-    : QCPAbstractPlottable(timeline->keyAxis(), timeline->valueAxis()), m_timeline(timeline) {
+    : QCPAbstractPlottable(timeline->keyAxis(), timeline->valueAxis()),
+      m_timeline(timeline),
+      m_measureFromMs(std::numeric_limits<double>::quiet_NaN()),
+      m_measureToMs(std::numeric_limits<double>::quiet_NaN()) {
   setSelectable(QCP::stNone);
   setAntialiased(false);
 }
@@ -303,6 +331,18 @@ void TimelineOverlay::setChain(std::vector<int> ops, int selectedOp) {
 
 void TimelineOverlay::setCriticalPath(std::vector<int> ops) { m_critical = std::move(ops); }
 
+void TimelineOverlay::setArrows(std::vector<int> predecessors, std::vector<int> successors) {
+  m_predecessors = std::move(predecessors);
+  m_successors = std::move(successors);
+}
+
+void TimelineOverlay::setMatches(std::vector<int> ops) { m_matches = std::move(ops); }
+
+void TimelineOverlay::setMeasuredRange(double fromMs, double toMs) {
+  m_measureFromMs = std::min(fromMs, toMs);
+  m_measureToMs = std::max(fromMs, toMs);
+}
+
 QCPRange TimelineOverlay::getKeyRange(bool& foundRange, QCP::SignDomain) const {
   foundRange = false;
   return {};
@@ -313,6 +353,22 @@ QCPRange TimelineOverlay::getValueRange(bool& foundRange, QCP::SignDomain, const
   return {};
 }
 
+namespace {
+
+void drawArrow(QCPPainter* painter, QPointF from, QPointF to) {
+  painter->drawLine(QLineF(from, to));
+  const QLineF line(to, from);
+  if (line.length() < 4) return;
+  const double angle = std::atan2(-line.dy(), line.dx());
+  constexpr double kHead = 7.0;
+  const QPointF a = to + QPointF(std::cos(angle + 0.45) * kHead, -std::sin(angle + 0.45) * kHead);
+  const QPointF b = to + QPointF(std::cos(angle - 0.45) * kHead, -std::sin(angle - 0.45) * kHead);
+  const QPointF head[3] = {to, a, b};
+  painter->drawPolygon(head, 3);
+}
+
+}  // namespace
+
 void TimelineOverlay::draw(QCPPainter* painter) {
   const TimelineData* data = m_timeline->timeline();
   if (!data || data->empty()) return;
@@ -320,13 +376,25 @@ void TimelineOverlay::draw(QCPPainter* painter) {
   const QRectF clip = clipRect();
   painter->setAntialiasing(false);
   painter->setBrush(Qt::NoBrush);
-  auto outline = [&](const std::vector<int>& ops, const QColor& colour, qreal width) {
+
+  if (std::isfinite(m_measureFromMs) && std::isfinite(m_measureToMs) && mKeyAxis) {
+    const double a = mKeyAxis->coordToPixel(m_measureFromMs);
+    const double b = mKeyAxis->coordToPixel(m_measureToMs);
+    QRectF band(QPointF(std::min(a, b), clip.top()), QPointF(std::max(a, b), clip.bottom()));
+    band = band.intersected(clip);
+    painter->setPen(QPen(palette.measure.darker(180), 1.0, Qt::DashLine));
+    painter->setBrush(palette.measure);
+    painter->drawRect(band);
+    painter->setBrush(Qt::NoBrush);
+  }
+
+  auto outline = [&](const std::vector<int>& ops, const QColor& colour, qreal width, double minWidthPx) {
     if (ops.empty()) return;
     std::vector<QRectF> rects;
     rects.reserve(ops.size());
     for (int op : ops) {
       QRectF r = m_timeline->itemRect({ItemRef::Kind::Op, op});
-      if (!r.intersects(clip)) continue;
+      if (!r.intersects(clip) || r.width() < minWidthPx) continue;
       if (r.width() < 2) r.setWidth(2);
       rects.push_back(r.adjusted(0.5, 0.5, -0.5, -0.5));
     }
@@ -335,11 +403,26 @@ void TimelineOverlay::draw(QCPPainter* painter) {
     painter->setPen(pen);
     painter->drawRects(rects.data(), static_cast<int>(rects.size()));
   };
-  outline(m_critical, palette.critical, 1.5);
+
   if (!m_critical.empty()) {
+    // At full view a critical op is a few pixels wide: an outline would paint over it (and a
+    // thick one over its neighbours). Narrow ops get a thin line along the lane's bottom edge,
+    // wide ones a 1.5 px outline.
+    double widthSum = 0;
+    for (int op : m_critical) widthSum += m_timeline->itemRect({ItemRef::Kind::Op, op}).width();
+    const double meanWidth = widthSum / static_cast<double>(m_critical.size());
+    m_lastCriticalPen = meanWidth >= 12.0 ? 1.5 : 1.0;
+    outline(m_critical, palette.critical, m_lastCriticalPen, 6.0);
+    std::vector<QLineF> underlines;
+    for (int op : m_critical) {
+      const QRectF r = m_timeline->itemRect({ItemRef::Kind::Op, op});
+      if (r.width() >= 6.0 || !r.intersects(clip)) continue;
+      underlines.emplace_back(QPointF(r.left(), r.bottom() - 0.5), QPointF(std::max(r.right(), r.left() + 1), r.bottom() - 0.5));
+    }
+    painter->setPen(QPen(palette.critical, 1.0));
+    painter->drawLines(underlines.data(), static_cast<int>(underlines.size()));
     // Connect consecutive critical ops so the path reads as one line across devices.
-    QPen pen(palette.critical, 1.0, Qt::DashLine);
-    painter->setPen(pen);
+    painter->setPen(QPen(palette.critical, 1.0, Qt::DashLine));
     for (std::size_t i = 1; i < m_critical.size(); ++i) {
       const QRectF a = m_timeline->itemRect({ItemRef::Kind::Op, m_critical[i - 1]});
       const QRectF b = m_timeline->itemRect({ItemRef::Kind::Op, m_critical[i]});
@@ -348,13 +431,159 @@ void TimelineOverlay::draw(QCPPainter* painter) {
       if (clip.contains(line.p1()) || clip.contains(line.p2())) painter->drawLine(line);
     }
   }
-  outline(m_chain, palette.chain, 2.0);
-  if (m_selected >= 0) outline({m_selected}, palette.hover, 2.5);
+  outline(m_matches, palette.hover, 1.0, 3.0);
+  outline(m_chain, palette.chain, 2.0, 0.0);
+  if (m_selected >= 0) {
+    outline({m_selected}, palette.hover, 2.5, 0.0);
+    // Dependency arrows: predecessors → selected → successors.
+    const QRectF self = m_timeline->itemRect({ItemRef::Kind::Op, m_selected});
+    painter->setAntialiasing(true);
+    painter->setPen(QPen(palette.hover, 1.3));
+    painter->setBrush(palette.hover);
+    for (int p : m_predecessors) {
+      const QRectF r = m_timeline->itemRect({ItemRef::Kind::Op, p});
+      if (r.isNull()) continue;
+      drawArrow(painter, QPointF(r.right(), r.center().y()), QPointF(self.left(), self.center().y()));
+    }
+    for (int s : m_successors) {
+      const QRectF r = m_timeline->itemRect({ItemRef::Kind::Op, s});
+      if (r.isNull()) continue;
+      drawArrow(painter, QPointF(self.right(), self.center().y()), QPointF(r.left(), r.center().y()));
+    }
+    painter->setBrush(Qt::NoBrush);
+    painter->setAntialiasing(false);
+  }
   if (m_hover.valid()) {
     QRectF r = m_timeline->itemRect(m_hover);
     if (r.width() < 3) r.adjust(-1.5, 0, 1.5, 0);
     painter->setPen(QPen(palette.hover, 1.0));
     painter->drawRect(r.adjusted(0.5, 0.5, -0.5, -0.5));
+  }
+}
+
+// --- legend ------------------------------------------------------------------------------
+
+TimelineLegend::TimelineLegend(QCustomPlot* plot, TimelinePlottable* timeline)
+    : QCPLayoutElement(plot), m_timeline(timeline) {
+  setMargins(QMargins(6, 2, 6, 2));
+  updateEntries();
+}
+
+void TimelineLegend::updateEntries() {
+  m_entries.clear();
+  const TimelinePalette& p = m_timeline->timelinePalette();
+  const TimelineData* data = m_timeline->timeline();
+  std::array<bool, kOpKindCount> present{};
+  bool comms = false;
+  if (data && data->plan()) {
+    for (const Op& op : data->plan()->ops) present[static_cast<std::size_t>(op.kind)] = true;
+    comms = !data->plan()->comms.empty();
+  } else {
+    present[static_cast<std::size_t>(OpKind::F)] = present[static_cast<std::size_t>(OpKind::B)] = true;
+  }
+  const bool nextIteration = data && data->frozenWorkIsNextIteration();
+  const std::pair<OpKind, QString> kinds[] = {
+      {OpKind::F, QStringLiteral("F forward")},
+      {OpKind::B, QStringLiteral("B input gradient")},
+      {OpKind::W, QStringLiteral("W weight gradient")},
+      {OpKind::BW, QStringLiteral("BW backward")},
+      {OpKind::N, nextIteration ? QStringLiteral("N frozen (next iteration)") : QStringLiteral("N frozen")},
+      {OpKind::S, QStringLiteral("S vocabulary")},
+      {OpKind::T, QStringLiteral("T vocabulary")},
+      {OpKind::OPT, QStringLiteral("OPT optimizer")}};
+  for (const auto& [kind, text] : kinds) {
+    if (!present[static_cast<std::size_t>(kind)]) continue;
+    const auto slot = static_cast<ColourSlot>(static_cast<int>(kind));
+    m_entries.push_back({text, Swatch::Fill, p.colour(slot, 0), p.colour(slot, 1)});
+  }
+  if (comms) {
+    m_entries.push_back({QStringLiteral("activation transfer"), Swatch::Fill, p.colour(ColourSlot::CommForward, 0),
+                         p.colour(ColourSlot::CommForward, 1)});
+    m_entries.push_back({QStringLiteral("gradient transfer"), Swatch::Fill, p.colour(ColourSlot::CommBackward, 0),
+                         p.colour(ColourSlot::CommBackward, 1)});
+  }
+  m_entries.push_back({QStringLiteral("bubble (idle)"), Swatch::Hatch, p.bubbleHatch, p.laneBackground});
+  if (m_overlayEntries) {
+    m_entries.push_back({QStringLiteral("critical path"), Swatch::Outline, p.critical, {}});
+    m_entries.push_back({QStringLiteral("selected microbatch"), Swatch::Outline, p.chain, {}});
+  }
+}
+
+QStringList TimelineLegend::entryNames() const {
+  QStringList names;
+  for (const Entry& e : m_entries) names << e.text;
+  return names;
+}
+
+int TimelineLegend::rowsFor(int width) const {
+  if (width <= 0 || !mParentPlot) return 1;
+  const QFontMetrics fm(mParentPlot->font());
+  const int swatch = fm.height();
+  int rows = 1;
+  int x = 0;
+  for (const Entry& e : m_entries) {
+    const int w = swatch + 4 + fm.horizontalAdvance(e.text) + 14;
+    if (x > 0 && x + w > width) {
+      ++rows;
+      x = 0;
+    }
+    x += w;
+  }
+  return rows;
+}
+
+QSize TimelineLegend::minimumOuterSizeHint() const {
+  const QFontMetrics fm(mParentPlot ? mParentPlot->font() : QFont());
+  const int rows = std::max(1, m_rows);
+  return {0, rows * (fm.height() + 4) + mMargins.top() + mMargins.bottom()};
+}
+
+void TimelineLegend::draw(QCPPainter* painter) {
+  const int rows = rowsFor(mRect.width());
+  if (rows != m_rows) {
+    // Takes effect on the next layout pass (the element's height comes from its size hint).
+    m_rows = rows;
+    if (mParentPlot) mParentPlot->replot(QCustomPlot::rpQueuedReplot);
+  }
+  const QFontMetrics fm(painter->font());
+  const int swatch = fm.height() - 2;
+  const int rowHeight = fm.height() + 4;
+  int x = mRect.left();
+  int y = mRect.top();
+  const QColor text = mParentPlot ? mParentPlot->palette().color(QPalette::WindowText) : QColor(Qt::black);
+  painter->setAntialiasing(false);
+  for (const Entry& e : m_entries) {
+    const int w = swatch + 4 + fm.horizontalAdvance(e.text) + 14;
+    if (x > mRect.left() && x + w > mRect.right()) {
+      x = mRect.left();
+      y += rowHeight;
+    }
+    const QRect box(x, y + (rowHeight - swatch) / 2, swatch, swatch);
+    switch (e.swatch) {
+      case Swatch::Fill:
+        painter->setPen(Qt::NoPen);
+        painter->setBrush(e.colour);
+        painter->drawRect(QRect(box.left(), box.top(), box.width() / 2, box.height()));
+        painter->setBrush(e.second);
+        painter->drawRect(QRect(box.left() + box.width() / 2, box.top(), box.width() - box.width() / 2, box.height()));
+        break;
+      case Swatch::Hatch:
+        painter->setPen(Qt::NoPen);
+        painter->setBrush(e.second);
+        painter->drawRect(box);
+        painter->setBrush(QBrush(e.colour, Qt::BDiagPattern));
+        painter->drawRect(box);
+        break;
+      case Swatch::Outline:
+      case Swatch::Dashed:
+        painter->setBrush(Qt::NoBrush);
+        painter->setPen(QPen(e.colour, 2.0, e.swatch == Swatch::Dashed ? Qt::DashLine : Qt::SolidLine));
+        painter->drawRect(box.adjusted(1, 1, -1, -1));
+        break;
+    }
+    painter->setPen(text);
+    painter->drawText(QRect(box.right() + 4, y, w, rowHeight), Qt::AlignLeft | Qt::AlignVCenter, e.text);
+    x += w;
   }
 }
 

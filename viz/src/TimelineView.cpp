@@ -2,13 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <QApplication>
+#include <QHBoxLayout>
 #include <QKeyEvent>
+#include <QLabel>
+#include <QLineEdit>
+#include <QScrollBar>
 #include <QSvgGenerator>
+#include <QToolButton>
 #include <QToolTip>
 #include <QVBoxLayout>
 
+#include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 
 namespace pipestudio::viz {
@@ -16,6 +23,12 @@ namespace pipestudio::viz {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// A device lane is legible from this height on (labels fit; ops tell apart).
+constexpr double kMinDevicePx = 16.0;
+/// Wheel zoom per notch (120 units), as QCustomPlot's default range zoom factor.
+constexpr double kWheelZoomPerNotch = 0.85;
+/// Memory curves get a clickable legend up to this many devices (beyond, hover reads them).
+constexpr int kMaxMemoryLegendDevices = 16;
 
 void styleAxis(QCPAxis* axis, const QPalette& palette) {
   const QColor text = palette.color(QPalette::WindowText);
@@ -30,7 +43,53 @@ void styleAxis(QCPAxis* axis, const QPalette& palette) {
   axis->grid()->setSubGridVisible(false);
 }
 
+QColor memoryColour(std::size_t device) {
+  return QColor::fromHsvF(static_cast<float>(std::fmod(0.58 + 0.62 * static_cast<double>(device), 1.0)), 0.65f, 0.85f);
+}
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
 }  // namespace
+
+// --- TimeAxisTicker -----------------------------------------------------------------------
+
+TimeAxisTicker::Unit TimeAxisTicker::unitFor(double windowMs) {
+  if (windowMs < 2.0) return Unit::Us;
+  // Seconds once the ticks are a second or more apart (an 11 s iteration reads "2.5 s … 10 s",
+  // not "10000 ms"), microseconds while they are below a millisecond.
+  if (windowMs > 5000.0) return Unit::S;
+  return Unit::Ms;
+}
+
+QString TimeAxisTicker::unitName(Unit unit) {
+  switch (unit) {
+    case Unit::Us: return QStringLiteral("µs");
+    case Unit::S: return QStringLiteral("s");
+    case Unit::Ms: break;
+  }
+  return QStringLiteral("ms");
+}
+
+double TimeAxisTicker::getTickStep(const QCPRange& range) {
+  const double perUnit = m_unit == Unit::Us ? 1e-3 : (m_unit == Unit::S ? 1e3 : 1.0);
+  const double exact = range.size() / perUnit / (static_cast<double>(mTickCount) + 1e-10);
+  m_stepInUnit = cleanMantissa(exact);
+  return m_stepInUnit * perUnit;
+}
+
+QString TimeAxisTicker::getTickLabel(double tick, const QLocale& locale, QChar, int) {
+  const double perUnit = m_unit == Unit::Us ? 1e-3 : (m_unit == Unit::S ? 1e3 : 1.0);
+  // As many decimals as the step needs: a 2.5 s step reads "2.5 s, 5 s, 7.5 s", not "3 s, 5 s, 8 s".
+  int decimals = 0;
+  while (decimals < 6 && m_stepInUnit > 0) {
+    const double scaled = m_stepInUnit * std::pow(10.0, decimals);
+    if (std::abs(scaled - std::round(scaled)) <= 1e-6 * std::max(1.0, scaled)) break;
+    ++decimals;
+  }
+  double value = tick / perUnit;
+  if (std::abs(value) < 1e-9 * std::max(1.0, m_stepInUnit)) value = 0;  // no "-0"
+  return locale.toString(value, 'f', decimals) + QLatin1Char(' ') + unitName(m_unit);
+}
 
 // --- TimelinePlot -------------------------------------------------------------------------
 
@@ -43,25 +102,56 @@ TimelinePlot::TimelinePlot(QWidget* parent) : QCustomPlot(parent) {
 }
 
 void TimelinePlot::mousePressEvent(QMouseEvent* event) {
-  // Shift+drag draws a rubber band that zooms to its time window; a plain drag pans.
-  setSelectionRectMode((event->modifiers() & Qt::ShiftModifier) ? QCP::srmCustom : QCP::srmNone);
   m_pressPos = event->pos();
   m_pressed = true;
+  // Ctrl+drag measures a range: neither panning nor a rubber band.
+  m_measuring = event->button() == Qt::LeftButton && (event->modifiers() & Qt::ControlModifier);
+  if (m_measuring) {
+    Q_EMIT measureDragged(event->position().x(), event->position().x(), false);
+    return;
+  }
+  // Shift+drag draws a rubber band that zooms to its time window; a plain drag pans.
+  setSelectionRectMode((event->modifiers() & Qt::ShiftModifier) ? QCP::srmCustom : QCP::srmNone);
   QCustomPlot::mousePressEvent(event);
 }
 
 void TimelinePlot::mouseMoveEvent(QMouseEvent* event) {
+  if (m_measuring) {
+    Q_EMIT measureDragged(m_pressPos.x(), event->position().x(), false);
+    return;
+  }
   QCustomPlot::mouseMoveEvent(event);
   if (event->buttons() == Qt::NoButton) Q_EMIT hoverMoved(event->position());
+  else if (m_pressed && (event->pos() - m_pressPos).manhattanLength() > 3) Q_EMIT dragged();
 }
 
 void TimelinePlot::mouseReleaseEvent(QMouseEvent* event) {
+  if (m_measuring) {
+    m_measuring = false;
+    m_pressed = false;
+    Q_EMIT measureDragged(m_pressPos.x(), event->position().x(), true);
+    return;
+  }
   const bool click = m_pressed && (event->pos() - m_pressPos).manhattanLength() <= 3 &&
                      event->button() == Qt::LeftButton;
   m_pressed = false;
   QCustomPlot::mouseReleaseEvent(event);
   setSelectionRectMode(QCP::srmNone);
   if (click) Q_EMIT clicked(event->position());
+}
+
+void TimelinePlot::wheelEvent(QWheelEvent* event) {
+  if (!m_ownerWheel) {
+    QCustomPlot::wheelEvent(event);
+    return;
+  }
+  // The whole delta of the event counts: a fast flick delivers several notches in one event
+  // (or a touchpad many small ones), and each must zoom by exactly its share.
+  double steps = event->angleDelta().y() / 120.0;
+  if (steps == 0 && event->angleDelta().x() != 0) steps = event->angleDelta().x() / 120.0;
+  if (steps == 0 && !event->pixelDelta().isNull()) steps = event->pixelDelta().y() / 120.0;
+  if (steps != 0) Q_EMIT wheelSteps(steps, event->position(), event->modifiers());
+  event->accept();
 }
 
 void TimelinePlot::leaveEvent(QEvent* event) {
@@ -82,7 +172,7 @@ void setupTimelineAxes(QCPAxisRect* rect, int devices) {
   valueAxis->setTicker(ticker);
   rect->setRangeDrag(Qt::Horizontal);
   rect->setRangeZoom(Qt::Horizontal);
-  rect->setRangeZoomFactor(0.85);
+  rect->setRangeZoomFactor(kWheelZoomPerNotch);
 }
 
 // --- TimelineView -------------------------------------------------------------------------
@@ -90,35 +180,85 @@ void setupTimelineAxes(QCPAxisRect* rect, int devices) {
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(0);
+
+  // Search bar (Ctrl+F), hidden until asked for.
+  m_searchBar = new QWidget(this);
+  auto* searchLayout = new QHBoxLayout(m_searchBar);
+  searchLayout->setContentsMargins(4, 2, 4, 2);
+  searchLayout->addWidget(new QLabel(QStringLiteral("Find:"), m_searchBar));
+  m_search = new QLineEdit(m_searchBar);
+  m_search->setObjectName(QStringLiteral("TimelineSearch"));
+  m_search->setPlaceholderText(QStringLiteral("mb 7 · W · vs 12 · gpu 3 · F B mb 4-7 (Enter: next match, Esc: close)"));
+  m_search->setClearButtonEnabled(true);
+  searchLayout->addWidget(m_search, 1);
+  m_searchSummary = new QLabel(m_searchBar);
+  searchLayout->addWidget(m_searchSummary);
+  auto* close = new QToolButton(m_searchBar);
+  close->setText(QStringLiteral("✕"));
+  close->setAutoRaise(true);
+  searchLayout->addWidget(close);
+  m_searchBar->setVisible(false);
+  layout->addWidget(m_searchBar);
+  connect(m_search, &QLineEdit::textChanged, this, [this](const QString& text) { setSearch(text); });
+  connect(m_search, &QLineEdit::returnPressed, this, [this]() { nextMatch(); });
+  connect(close, &QToolButton::clicked, this, [this]() {
+    m_search->clear();
+    m_searchBar->setVisible(false);
+    setFocus();
+  });
+
+  auto* row = new QHBoxLayout;
+  row->setContentsMargins(0, 0, 0, 0);
+  row->setSpacing(0);
   m_plot = new TimelinePlot(this);
-  layout->addWidget(m_plot);
+  m_plot->setWheelHandledByOwner(true);
+  row->addWidget(m_plot, 1);
+  m_laneScroll = new QScrollBar(Qt::Vertical, this);
+  m_laneScroll->setVisible(false);
+  row->addWidget(m_laneScroll);
+  layout->addLayout(row, 1);
   setFocusPolicy(Qt::StrongFocus);
 
   m_plot->plotLayout()->clear();
+  m_title = new QCPTextElement(m_plot, QString(), QFont(font().family(), font().pointSize(), QFont::Bold));
   m_timelineRect = new QCPAxisRect(m_plot);
   m_memoryRect = new QCPAxisRect(m_plot);
-  m_plot->plotLayout()->addElement(0, 0, m_timelineRect);
-  m_plot->plotLayout()->addElement(1, 0, m_memoryRect);
-  m_plot->plotLayout()->setRowStretchFactor(0, 3.0);
-  m_plot->plotLayout()->setRowStretchFactor(1, 1.0);
+  m_plot->plotLayout()->addElement(0, 0, m_title);
+  m_timeline = new TimelinePlottable(m_timelineRect->axis(QCPAxis::atBottom), m_timelineRect->axis(QCPAxis::atLeft));
+  m_legend = new TimelineLegend(m_plot, m_timeline);
+  m_plot->plotLayout()->addElement(1, 0, m_legend);
+  m_plot->plotLayout()->addElement(2, 0, m_timelineRect);
+  m_plot->plotLayout()->addElement(3, 0, m_memoryRect);
+  m_plot->plotLayout()->setRowStretchFactor(0, 0.001);
+  m_plot->plotLayout()->setRowStretchFactor(1, 0.001);
+  m_plot->plotLayout()->setRowStretchFactor(2, 3.0);
+  m_plot->plotLayout()->setRowStretchFactor(3, 1.0);
   m_plot->plotLayout()->setRowSpacing(2);
+  m_title->setVisible(false);
   auto* group = new QCPMarginGroup(m_plot);
   m_timelineRect->setMarginGroup(QCP::msLeft | QCP::msRight, group);
   m_memoryRect->setMarginGroup(QCP::msLeft | QCP::msRight, group);
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_plot->setAutoAddPlottableToLegend(false);  // memory curves join the memory legend only when few
 
   setupTimelineAxes(m_timelineRect, 1);
-  m_timelineRect->axis(QCPAxis::atBottom)->setTickLabels(false);
+  m_laneTicker = QSharedPointer<QCPAxisTickerText>::create();
+  m_timelineRect->axis(QCPAxis::atLeft)->setTicker(m_laneTicker);
+  m_timeTicker = QSharedPointer<TimeAxisTicker>::create();
+  m_memoryTimeTicker = QSharedPointer<TimeAxisTicker>::create();
+  m_timelineRect->axis(QCPAxis::atBottom)->setTicker(m_timeTicker);
+  m_timelineRect->axis(QCPAxis::atBottom)->setTickLabels(true);
+  m_memoryRect->axis(QCPAxis::atBottom)->setTicker(m_memoryTimeTicker);
   m_memoryRect->setRangeDrag(Qt::Horizontal);
   m_memoryRect->setRangeZoom(Qt::Horizontal);
-  m_memoryRect->setRangeZoomFactor(0.85);
-  m_memoryRect->axis(QCPAxis::atBottom)->setLabel(QStringLiteral("time (ms)"));
+  m_memoryRect->setRangeZoomFactor(kWheelZoomPerNotch);
+  m_memoryRect->axis(QCPAxis::atBottom)->setLabel(QStringLiteral("time"));
   m_memoryRect->axis(QCPAxis::atLeft)->setLabel(QStringLiteral("memory (GiB)"));
   auto numberTicker = QSharedPointer<QCPAxisTicker>::create();
   numberTicker->setTickCount(3);
   m_memoryRect->axis(QCPAxis::atLeft)->setTicker(numberTicker);
 
-  m_timeline = new TimelinePlottable(m_timelineRect->axis(QCPAxis::atBottom), m_timelineRect->axis(QCPAxis::atLeft));
   m_plot->addLayer(QStringLiteral("highlights"), m_plot->layer(QStringLiteral("main")), QCustomPlot::limAbove);
   m_plot->layer(QStringLiteral("highlights"))->setMode(QCPLayer::lmBuffered);
   m_overlay = new TimelineOverlay(m_timeline);
@@ -132,19 +272,88 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   m_limitLine->point1->setAxes(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
   m_limitLine->point2->setAxes(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
   m_limitLine->setVisible(false);
+  m_limitLabel = new QCPItemText(m_plot);
+  m_limitLabel->setClipAxisRect(m_memoryRect);
+  m_limitLabel->position->setAxisRect(m_memoryRect);
+  m_limitLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+  m_limitLabel->position->setTypeY(QCPItemPosition::ptPlotCoords);
+  m_limitLabel->position->setAxes(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
+  m_limitLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+  m_limitLabel->setVisible(false);
+  m_memoryReadout = new QCPItemText(m_plot);
+  m_memoryReadout->setClipAxisRect(m_memoryRect);
+  m_memoryReadout->setLayer(QStringLiteral("highlights"));
+  m_memoryReadout->position->setAxisRect(m_memoryRect);
+  m_memoryReadout->position->setType(QCPItemPosition::ptAxisRectRatio);
+  m_memoryReadout->position->setCoords(0.005, 0.02);
+  m_memoryReadout->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+  m_memoryReadout->setPadding(QMargins(4, 2, 4, 2));
+  m_memoryReadout->setVisible(false);
+  m_staleItem = new QCPItemText(m_plot);
+  m_staleItem->setClipAxisRect(m_timelineRect);
+  m_staleItem->setLayer(QStringLiteral("highlights"));
+  m_staleItem->position->setAxisRect(m_timelineRect);
+  m_staleItem->position->setType(QCPItemPosition::ptAxisRectRatio);
+  m_staleItem->position->setCoords(0.5, 0.02);
+  m_staleItem->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+  m_staleItem->setPadding(QMargins(8, 4, 8, 4));
+  m_staleItem->setVisible(false);
+
+  // Memory legend: inside the memory plot, one clickable entry per device (few devices only).
+  m_memoryLegend = new QCPLegend;
+  m_memoryRect->insetLayout()->addElement(m_memoryLegend, Qt::AlignRight | Qt::AlignTop);
+  m_memoryLegend->setLayer(QStringLiteral("legend"));
+  m_memoryLegend->setFillOrder(QCPLegend::foRowsFirst);
+  m_memoryLegend->setRowSpacing(0);
+  m_memoryLegend->setColumnSpacing(6);
+  m_memoryLegend->setIconSize(12, 8);
+  m_memoryLegend->setVisible(false);
+  connect(m_plot, &QCustomPlot::legendClick, this, [this](QCPLegend*, QCPAbstractLegendItem* item, QMouseEvent*) {
+    auto* entry = qobject_cast<QCPPlottableLegendItem*>(item);
+    if (!entry) return;
+    for (std::size_t d = 0; d < m_memoryGraphs.size(); ++d) {
+      if (m_memoryGraphs[d] == entry->plottable()) setMemoryCurveVisible(static_cast<int>(d), !m_memoryGraphs[d]->visible());
+    }
+  });
 
   connect(m_timelineRect->axis(QCPAxis::atBottom), qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
           &TimelineView::onKeyRangeChanged);
   connect(m_memoryRect->axis(QCPAxis::atBottom), qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
           &TimelineView::onKeyRangeChanged);
+  connect(m_timelineRect->axis(QCPAxis::atLeft), qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
+          &TimelineView::onValueRangeChanged);
+  connect(m_laneScroll, &QScrollBar::valueChanged, this, [this](int value) {
+    if (m_syncing) return;
+    m_userLanes = true;
+    const QCPRange lanes = visibleLanes();
+    setVisibleLanes(value / 100.0, value / 100.0 + lanes.size());
+  });
   connect(m_plot, &TimelinePlot::hoverMoved, this, &TimelineView::onHover);
   connect(m_plot, &TimelinePlot::clicked, this, &TimelineView::onClick);
+  connect(m_plot, &TimelinePlot::wheelSteps, this, &TimelineView::onWheel);
   connect(m_plot, &TimelinePlot::rubberBandZoom, this, [this](const QRect& rect) {
     if (rect.width() < 4) return;
     QCPAxis* axis = m_timelineRect->axis(QCPAxis::atBottom);
     setVisibleRange(axis->pixelToCoord(rect.left()), axis->pixelToCoord(rect.right()));
   });
+  connect(m_plot, &TimelinePlot::measureDragged, this, [this](double fromPx, double toPx, bool finished) {
+    QCPAxis* axis = m_timelineRect->axis(QCPAxis::atBottom);
+    if (std::abs(toPx - fromPx) < 3) {
+      if (finished) measureRange(std::numeric_limits<double>::quiet_NaN(), 0);
+      return;
+    }
+    measureRange(axis->pixelToCoord(fromPx), axis->pixelToCoord(toPx));
+  });
   connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this](QMouseEvent*) { fitToView(); });
+  connect(m_plot, &TimelinePlot::dragged, this, [this]() { m_userZoomed = true; });
+  connect(m_plot, &QCustomPlot::afterLayout, this, [this]() {
+    // Lane heights are known only after layout: refit the lanes (unless the user chose them)
+    // and relabel; both take effect on the next frame, requested only when they changed.
+    if (!m_userLanes) fitLanes();
+    const QStringList before = laneLabels();
+    updateLaneTicks();
+    if (laneLabels() != before) requestReplot();
+  });
   applyPalette();
 }
 
@@ -156,32 +365,57 @@ const TimelineData* TimelineView::timeline() const { return m_data.get(); }
 
 void TimelineView::setPlan(std::shared_ptr<const Plan> plan, bool keepRange) {
   const QCPRange previous = visibleRange();
+  const QCPRange previousLanes = visibleLanes();
   const double previousSpan = m_data ? m_data->endMs() - m_data->beginMs() : 0.0;
+  const int previousDevices = m_data ? m_data->deviceCount() : 0;
   m_data = plan ? std::make_shared<const TimelineData>(std::move(plan)) : nullptr;
   m_timeline->setTimeline(m_data);
+  m_timeline->setOpMask({});
+  m_matches.clear();
   m_overlay->setHover({});
   m_overlay->setChain({}, -1);
+  m_overlay->setArrows({}, {});
+  m_overlay->setMatches({});
+  m_overlay->setMeasuredRange(std::numeric_limits<double>::quiet_NaN(), 0);
+  m_measurement.reset();
   m_overlay->setCriticalPath(m_showCritical && m_data ? m_data->criticalPath() : std::vector<int>{});
-  setupTimelineAxes(m_timelineRect, m_data ? m_data->deviceCount() : 1);
+  m_legend->updateEntries();
+  const int devices = m_data ? m_data->deviceCount() : 1;
+  setupTimelineAxes(m_timelineRect, devices);
+  m_timelineRect->axis(QCPAxis::atLeft)->setTicker(m_laneTicker);
   rebuildMemory();
+  updateTitle();
   const double span = m_data ? m_data->endMs() - m_data->beginMs() : 0.0;
-  if (keepRange && previousSpan > 0 && span > 0 && std::abs(span - previousSpan) < 0.5 * previousSpan) {
-    setVisibleRange(previous.lower, previous.upper);
+  // A re-solve keeps the window only when the user chose it (zoomed or panned since the last
+  // fit) and the new plan is of similar length; otherwise the new plan is shown whole.
+  const bool keep = keepRange && m_userZoomed && previousSpan > 0 && span > 0 &&
+                    std::abs(span - previousSpan) < 0.5 * previousSpan;
+  if (keep) {
+    applyKeyRange(previous.lower, previous.upper);
+    if (devices == previousDevices && m_userLanes) setVisibleLanes(previousLanes.lower, previousLanes.upper);
+    else fitLanes();
   } else {
     fitToView();
   }
+  if (!m_search->text().trimmed().isEmpty()) setSearch(m_search->text());
   requestReplot();
 }
 
 QCPRange TimelineView::visibleRange() const { return m_timelineRect->axis(QCPAxis::atBottom)->range(); }
 
-void TimelineView::setVisibleRange(double fromMs, double toMs) {
+void TimelineView::applyKeyRange(double fromMs, double toMs) {
   if (toMs < fromMs) std::swap(fromMs, toMs);
   m_timelineRect->axis(QCPAxis::atBottom)->setRange(fromMs, toMs);
   requestReplot();
 }
 
+void TimelineView::setVisibleRange(double fromMs, double toMs) {
+  m_userZoomed = true;
+  applyKeyRange(fromMs, toMs);
+}
+
 void TimelineView::zoom(double factor, double centerMs) {
+  m_userZoomed = true;
   m_timelineRect->axis(QCPAxis::atBottom)->scaleRange(factor, centerMs);
   requestReplot();
 }
@@ -189,6 +423,7 @@ void TimelineView::zoom(double factor, double centerMs) {
 void TimelineView::zoom(double factor) { zoom(factor, visibleRange().center()); }
 
 void TimelineView::pan(double deltaMs) {
+  m_userZoomed = true;
   m_timelineRect->axis(QCPAxis::atBottom)->moveRange(deltaMs);
   requestReplot();
 }
@@ -201,7 +436,27 @@ void TimelineView::fitToView() {
     hi = m_data->endMs();
   }
   const double pad = (hi - lo) * 0.01;
-  setVisibleRange(lo - pad, hi + pad);
+  m_fitting = true;
+  applyKeyRange(lo - pad, hi + pad);
+  m_userLanes = false;
+  fitLanes();
+  m_fitting = false;
+  m_userZoomed = false;
+}
+
+void TimelineView::fitLanes() {
+  // All lanes when each keeps a legible height, else the first ones that do (the scroll bar,
+  // Shift+wheel and ↑/↓ reach the rest).
+  const int devices = m_data ? std::max(1, m_data->deviceCount()) : 1;
+  const double heightPx = std::max(1, m_timelineRect->height());
+  const double fitting = std::max(1.0, std::floor(heightPx / kMinDevicePx));
+  const double size = std::min<double>(devices, fitting);
+  const QCPRange now = visibleLanes();
+  if (std::abs(now.size() - size) < 1e-9 && now.lower >= 0 && now.upper <= devices + 1e-9) {
+    updateLaneScrollBar();
+    return;
+  }
+  setVisibleLanes(std::min(now.lower, devices - size), std::min(now.lower, devices - size) + size);
 }
 
 void TimelineView::onKeyRangeChanged(const QCPRange& requested) {
@@ -221,28 +476,134 @@ void TimelineView::onKeyRangeChanged(const QCPRange& requested) {
   }
   m_timelineRect->axis(QCPAxis::atBottom)->setRange(range);
   m_memoryRect->axis(QCPAxis::atBottom)->setRange(range);
+  m_timeTicker->setWindow(range.size());
+  m_memoryTimeTicker->setWindow(range.size());
+  m_memoryRect->axis(QCPAxis::atBottom)->setLabel(
+      QStringLiteral("time (%1)").arg(TimeAxisTicker::unitName(m_timeTicker->unit())));
   m_syncing = false;
   Q_EMIT visibleRangeChanged(range.lower, range.upper);
 }
 
+// --- lanes --------------------------------------------------------------------------------
+
+QCPRange TimelineView::visibleLanes() const {
+  // The value axis is reversed (device 0 on top); its range is still [lower, upper].
+  return m_timelineRect->axis(QCPAxis::atLeft)->range();
+}
+
+void TimelineView::setVisibleLanes(double fromDevice, double toDevice) {
+  if (toDevice < fromDevice) std::swap(fromDevice, toDevice);
+  const double devices = m_data ? std::max(1, m_data->deviceCount()) : 1;
+  double size = std::clamp(toDevice - fromDevice, 1.0, devices);
+  double lo = std::clamp(fromDevice, 0.0, devices - size);
+  m_timelineRect->axis(QCPAxis::atLeft)->setRange(lo, lo + size);
+  updateLaneScrollBar();
+  updateLaneTicks();
+  requestReplot();
+}
+
+void TimelineView::zoomLanes(double factor, double center) {
+  m_userLanes = true;
+  const QCPRange r = visibleLanes();
+  const double size = r.size() * factor;
+  const double t = r.size() > 0 ? (center - r.lower) / r.size() : 0.5;
+  setVisibleLanes(center - t * size, center - t * size + size);
+}
+
+void TimelineView::scrollLanes(double deltaDevices) {
+  m_userLanes = true;
+  const QCPRange r = visibleLanes();
+  setVisibleLanes(r.lower + deltaDevices, r.upper + deltaDevices);
+}
+
+void TimelineView::onValueRangeChanged(const QCPRange&) {
+  if (m_syncing) return;
+  updateLaneScrollBar();
+}
+
+void TimelineView::updateLaneScrollBar() {
+  const double devices = m_data ? std::max(1, m_data->deviceCount()) : 1;
+  const QCPRange r = visibleLanes();
+  const bool scrollable = r.size() < devices - 1e-9;
+  m_syncing = true;
+  m_laneScroll->setVisible(scrollable);
+  m_laneScroll->setRange(0, static_cast<int>(std::lround((devices - r.size()) * 100)));
+  m_laneScroll->setPageStep(static_cast<int>(std::lround(r.size() * 100)));
+  m_laneScroll->setSingleStep(100);
+  m_laneScroll->setValue(static_cast<int>(std::lround(r.lower * 100)));
+  m_syncing = false;
+}
+
+void TimelineView::updateLaneTicks() {
+  // Labels every device lane that has room for one (a step when they are dense), and names
+  // sub-lanes (second pipeline, transfers) once a device is tall enough for them.
+  m_laneTicker->clear();
+  if (!m_data || m_data->empty()) return;
+  const QCPRange r = visibleLanes();
+  const double pxPerDevice = m_timelineRect->height() / std::max(1e-9, r.size());
+  const QFontMetrics fm(m_timelineRect->axis(QCPAxis::atLeft)->tickLabelFont());
+  const double rowPx = fm.height();
+  int step = 1;
+  while (pxPerDevice * step < rowPx && step < 1 << 20) step *= 2;
+  const auto& lanes = m_data->lanes();
+  const bool subLabels = pxPerDevice >= 3.2 * rowPx;
+  const int first = std::max(0, static_cast<int>(std::floor(r.lower)));
+  const int last = std::min(m_data->deviceCount() - 1, static_cast<int>(std::ceil(r.upper)));
+  for (std::size_t l = 0; l < lanes.size(); ++l) {
+    const Lane& lane = lanes[l];
+    if (lane.device < first || lane.device > last) continue;
+    const double centre = 0.5 * (lane.valueLo + lane.valueHi);
+    if (!subLabels) {
+      if (lane.comm || lane.pipeline != 0 || lane.device % step != 0) continue;
+      m_laneTicker->addTick(lane.device + 0.4, QStringLiteral("GPU %1").arg(lane.device));
+      continue;
+    }
+    if (lane.comm) {
+      m_laneTicker->addTick(centre, QStringLiteral("transfers"));
+    } else {
+      m_laneTicker->addTick(centre, q(m_data->laneName(static_cast<int>(l))).replace(QStringLiteral(" · pipeline "),
+                                                                                      QStringLiteral(" · pipe ")));
+    }
+  }
+}
+
+QStringList TimelineView::laneLabels() const {
+  QStringList out;
+  for (const QString& label : m_laneTicker->ticks()) out << label;
+  return out;
+}
+
+void TimelineView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  if (!m_userLanes) fitLanes();
+}
+
+// --- memory -------------------------------------------------------------------------------
+
 void TimelineView::rebuildMemory() {
   for (QCPGraph* graph : m_memoryGraphs) m_plot->removeGraph(graph);
   m_memoryGraphs.clear();
+  m_memoryPens.clear();
+  m_memoryLegend->clearItems();
   m_peaks->data()->clear();
+  m_highlightedCurve = -1;
+  m_memoryReadout->setVisible(false);
   const Plan* p = m_data ? m_data->plan() : nullptr;
   double maxGiB = 0;
+  m_memory = {};
   if (p && !p->ops.empty()) {
-    const MemoryTimeline memory = memoryTimeline(*p);
-    const auto devices = memory.devices.size();
+    m_memory = memoryTimeline(*p);
+    const auto devices = m_memory.devices.size();
     QVector<double> peakKeys;
     QVector<double> peakValues;
     for (std::size_t d = 0; d < devices; ++d) {
-      const auto& points = memory.devices[d];
+      const auto& points = m_memory.devices[d];
       QCPGraph* graph = m_plot->addGraph(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
       graph->setLineStyle(QCPGraph::lsStepLeft);
       graph->setAdaptiveSampling(true);
-      const QColor colour = QColor::fromHsvF(std::fmod(0.58 + 0.62 * static_cast<double>(d), 1.0), 0.65, 0.85);
-      graph->setPen(QPen(colour, 1.2));
+      const QPen pen(memoryColour(d), 1.2);
+      graph->setPen(pen);
+      m_memoryPens.push_back(pen);
       graph->setName(QStringLiteral("GPU %1").arg(d));
       QVector<QCPGraphData> data;
       data.reserve(static_cast<qsizetype>(points.size() + 1));
@@ -263,21 +624,27 @@ void TimelineView::rebuildMemory() {
         maxGiB = std::max(maxGiB, static_cast<double>(peak) / kGiB);
       }
       m_memoryGraphs.push_back(graph);
+      if (static_cast<int>(devices) <= kMaxMemoryLegendDevices) graph->addToLegend(m_memoryLegend);
     }
     m_peaks->setData(peakKeys, peakValues);
+    if (!m_memoryGraphs.empty()) {
+      m_memoryLegend->setWrap(static_cast<int>(std::min<std::size_t>(2, m_memoryGraphs.size())));
+    }
   }
+  m_memoryLegend->setVisible(m_memoryLegend->itemCount() > 0);
   const double limitGiB = static_cast<double>(m_memoryLimitBytes) / kGiB;
-  // A limit far above the peaks would flatten the curves: then it is named in the axis label
-  // instead of drawn (the line shows once the peaks come within 2.5x of it).
-  const bool limitOnScale = m_memoryLimitBytes > 0 && limitGiB <= 2.5 * std::max(maxGiB, 1e-3);
-  m_limitLine->setVisible(limitOnScale);
+  // The limit is always drawn: the curves' scale includes it (a curve far below its limit is
+  // a fact worth seeing, not something to zoom away).
+  const bool hasLimit = m_memoryLimitBytes > 0;
+  m_limitLine->setVisible(hasLimit);
   m_limitLine->point1->setCoords(0, limitGiB);
   m_limitLine->point2->setCoords(1, limitGiB);
+  m_limitLabel->setVisible(hasLimit);
+  m_limitLabel->position->setCoords(0.005, limitGiB);
+  m_limitLabel->setText(QStringLiteral("limit %1").arg(q(formatBytes(static_cast<double>(m_memoryLimitBytes)))));
   QCPAxis* memoryAxis = m_memoryRect->axis(QCPAxis::atLeft);
-  memoryAxis->setLabel(m_memoryLimitBytes > 0 && !limitOnScale
-                           ? QStringLiteral("GiB (limit %1)").arg(limitGiB, 0, 'f', 0)
-                           : QStringLiteral("memory (GiB)"));
-  const double top = std::max({maxGiB, limitOnScale ? limitGiB : 0.0, 1e-3}) * 1.12;
+  memoryAxis->setLabel(QStringLiteral("memory (GiB)"));
+  const double top = std::max({maxGiB, hasLimit ? limitGiB : 0.0, 1e-3}) * 1.12;
   memoryAxis->setRange(0, top);
 }
 
@@ -289,13 +656,130 @@ void TimelineView::setMemoryLimit(std::int64_t bytes) {
 
 void TimelineView::setMemoryVisible(bool visible) {
   m_memoryRect->setVisible(visible);
-  if (visible && m_plot->plotLayout()->elementCount() < 2) m_plot->plotLayout()->addElement(1, 0, m_memoryRect);
-  if (!visible) m_plot->plotLayout()->take(m_memoryRect);
-  m_plot->plotLayout()->simplify();
-  m_timelineRect->axis(QCPAxis::atBottom)->setTickLabels(!visible);
-  m_timelineRect->axis(QCPAxis::atBottom)->setLabel(visible ? QString() : QStringLiteral("time (ms)"));
+  QCPLayoutGrid* grid = m_plot->plotLayout();
+  if (visible && !grid->hasElement(3, 0)) grid->addElement(3, 0, m_memoryRect);
+  if (!visible) grid->take(m_memoryRect);
+  grid->simplify();
   requestReplot();
 }
+
+void TimelineView::setMemoryCurveVisible(int device, bool visible) {
+  if (device < 0 || static_cast<std::size_t>(device) >= m_memoryGraphs.size()) return;
+  QCPGraph* graph = m_memoryGraphs[static_cast<std::size_t>(device)];
+  graph->setVisible(visible);
+  if (auto* item = m_memoryLegend->itemWithPlottable(graph)) {
+    QColor text = palette().color(QPalette::WindowText);
+    if (!visible) text.setAlpha(90);
+    item->setTextColor(text);
+  }
+  requestReplot();
+}
+
+void TimelineView::highlightMemoryCurve(int device) {
+  if (device == m_highlightedCurve) return;
+  m_highlightedCurve = device;
+  for (std::size_t d = 0; d < m_memoryGraphs.size(); ++d) {
+    QPen pen = m_memoryPens[d];
+    if (device >= 0 && static_cast<int>(d) == device) {
+      pen.setWidthF(2.6);
+    } else if (device >= 0) {
+      QColor c = pen.color();
+      c.setAlpha(70);
+      pen.setColor(c);
+    }
+    m_memoryGraphs[d]->setPen(pen);
+  }
+  if (device >= 0 && static_cast<std::size_t>(device) < m_memoryGraphs.size())
+    m_memoryGraphs[static_cast<std::size_t>(device)]->setLayer(QStringLiteral("main"));
+  requestReplot();
+}
+
+QString TimelineView::memoryReadout(QPointF pixel) {
+  if (!m_data || m_memory.devices.empty() || !m_memoryRect->visible() || !m_memoryRect->rect().contains(pixel.toPoint())) {
+    if (m_memoryReadout->visible()) {
+      m_memoryReadout->setVisible(false);
+      highlightMemoryCurve(-1);
+    }
+    return {};
+  }
+  QCPAxis* key = m_memoryRect->axis(QCPAxis::atBottom);
+  QCPAxis* value = m_memoryRect->axis(QCPAxis::atLeft);
+  const double t = key->pixelToCoord(pixel.x());
+  const double y = value->pixelToCoord(pixel.y());
+  int best = -1;
+  double bestDistance = std::numeric_limits<double>::infinity();
+  std::int64_t bestBytes = 0;
+  for (std::size_t d = 0; d < m_memory.devices.size(); ++d) {
+    if (d < m_memoryGraphs.size() && !m_memoryGraphs[d]->visible()) continue;
+    const auto& points = m_memory.devices[d];
+    if (points.empty()) continue;
+    // The step function's value at t: the last point at or before t.
+    auto it = std::upper_bound(points.begin(), points.end(), t,
+                               [](double time, const MemoryPoint& p) { return time < p.timeMs; });
+    const std::int64_t bytes = it == points.begin() ? points.front().bytes : std::prev(it)->bytes;
+    const double distance = std::abs(static_cast<double>(bytes) / kGiB - y);
+    if (distance < bestDistance) {
+      bestDistance = distance;
+      best = static_cast<int>(d);
+      bestBytes = bytes;
+    }
+  }
+  if (best < 0) return {};
+  QString text = QStringLiteral("GPU %1: %2 GiB at %3")
+                     .arg(best)
+                     .arg(static_cast<double>(bestBytes) / kGiB, 0, 'f', 2)
+                     .arg(q(formatMs(t)));
+  const auto staticBytes = static_cast<std::size_t>(best) < m_memory.staticBytes.size()
+                               ? m_memory.staticBytes[static_cast<std::size_t>(best)]
+                               : 0;
+  if (staticBytes > 0) {
+    text += QStringLiteral(" (static %1 + activations %2)")
+                .arg(q(formatBytes(static_cast<double>(staticBytes))),
+                     q(formatBytes(static_cast<double>(std::max<std::int64_t>(0, bestBytes - staticBytes)))));
+  }
+  m_memoryReadout->setText(text);
+  m_memoryReadout->setVisible(true);
+  highlightMemoryCurve(best);
+  return text;
+}
+
+// --- title, stale marker ------------------------------------------------------------------
+
+QString TimelineView::titleText() const {
+  const Plan* p = m_data ? m_data->plan() : nullptr;
+  if (!p) return {};
+  const Metrics m = p->metrics.makespanMs > 0 && !p->metrics.devices.empty() ? p->metrics : computeMetrics(*p);
+  QStringList parts;
+  if (!p->model.name.empty()) parts << q(p->model.name);
+  if (!p->cluster.name.empty()) parts << q(p->cluster.name);
+  parts << q(p->config.schedule);
+  parts << QStringLiteral("makespan %1").arg(q(formatMs(m.makespanMs)));
+  parts << QStringLiteral("bubble %1 %").arg(m.bubbleRatio * 100.0, 0, 'f', 1);
+  return parts.join(QStringLiteral(" · "));
+}
+
+// A hidden text element still counts in the layout's minimum width: it holds text only while
+// shown (on screen or in an export).
+void TimelineView::updateTitle() { m_title->setText(m_titleVisible ? titleText() : QString()); }
+
+void TimelineView::setTitleVisible(bool visible) {
+  m_titleVisible = visible;
+  m_title->setVisible(visible);
+  updateTitle();
+  requestReplot();
+}
+
+bool TimelineView::titleVisible() const { return m_titleVisible; }
+
+void TimelineView::setStale(const QString& label, bool dim) {
+  m_staleText = label;
+  m_timeline->setDimmed(!label.isEmpty() && dim);
+  m_staleItem->setText(label);
+  m_staleItem->setVisible(!label.isEmpty());
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+// --- selection, search, measurement -------------------------------------------------------
 
 void TimelineView::setShowCriticalPath(bool show) {
   m_showCritical = show;
@@ -306,8 +790,10 @@ void TimelineView::setShowCriticalPath(bool show) {
 void TimelineView::selectOp(int op) {
   if (!m_data || op < 0 || !m_data->plan() || static_cast<std::size_t>(op) >= m_data->plan()->ops.size()) {
     m_overlay->setChain({}, -1);
+    m_overlay->setArrows({}, {});
   } else {
     m_overlay->setChain(m_data->dependencyChain(op), op);
+    m_overlay->setArrows(m_data->dataPredecessors(op), m_data->dataSuccessors(op));
   }
   m_plot->layer(QStringLiteral("highlights"))->replot();
   m_plot->update();
@@ -316,8 +802,101 @@ void TimelineView::selectOp(int op) {
 
 int TimelineView::selectedOp() const { return m_overlay->selectedOp(); }
 
+void TimelineView::revealOp(int op) {
+  if (!m_data || op < 0 || static_cast<std::size_t>(op) >= m_data->plan()->ops.size()) return;
+  const Op& o = m_data->plan()->ops[static_cast<std::size_t>(op)];
+  const QCPRange r = visibleRange();
+  if (o.startMs < r.lower || o.endMs > r.upper) {
+    const double size = std::max(r.size(), 1.2 * o.durationMs());
+    m_userZoomed = true;
+    applyKeyRange(0.5 * (o.startMs + o.endMs) - size / 2, 0.5 * (o.startMs + o.endMs) + size / 2);
+  }
+  const QCPRange lanes = visibleLanes();
+  if (o.device < lanes.lower || o.device + 1 > lanes.upper) scrollLanes(o.device - lanes.lower - 0.5 * (lanes.size() - 1));
+}
+
+std::optional<QString> TimelineView::setSearch(const QString& query) {
+  m_matches.clear();
+  m_nextMatch = 0;
+  std::optional<QString> error;
+  if (m_data && !query.trimmed().isEmpty()) {
+    auto parsed = parseOpQuery(query.toStdString());
+    if (!parsed) {
+      error = q(parsed.message());
+    } else {
+      m_matches = m_data->findOps(*parsed);
+    }
+  }
+  if (m_data && !query.trimmed().isEmpty() && !error) {
+    std::vector<char> mask(m_data->plan()->ops.size(), 0);
+    for (int op : m_matches) mask[static_cast<std::size_t>(op)] = 1;
+    m_timeline->setOpMask(std::move(mask));
+  } else {
+    m_timeline->setOpMask({});
+  }
+  m_overlay->setMatches(m_matches);
+  QString summary;
+  if (error) summary = *error;
+  else if (!query.trimmed().isEmpty()) summary = QStringLiteral("%1 ops").arg(m_matches.size());
+  m_searchSummary->setText(summary);
+  m_searchSummary->setStyleSheet(error ? QStringLiteral("QLabel { color: #e53935; }") : QString());
+  if (m_search->text() != query) {
+    const QSignalBlocker block(m_search);
+    m_search->setText(query);
+  }
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  Q_EMIT searchChanged(summary);
+  return error;
+}
+
+bool TimelineView::nextMatch() {
+  if (m_matches.empty()) return false;
+  // Matches in time order, so Enter walks along the timeline.
+  std::vector<int> ordered = m_matches;
+  const Plan* p = m_data->plan();
+  std::stable_sort(ordered.begin(), ordered.end(), [&](int a, int b) {
+    return p->ops[static_cast<std::size_t>(a)].startMs < p->ops[static_cast<std::size_t>(b)].startMs;
+  });
+  const int op = ordered[m_nextMatch % ordered.size()];
+  ++m_nextMatch;
+  revealOp(op);
+  selectOp(op);
+  return true;
+}
+
+void TimelineView::showSearch() {
+  m_searchBar->setVisible(true);
+  m_search->setFocus();
+  m_search->selectAll();
+}
+
+void TimelineView::measureRange(double fromMs, double toMs) {
+  if (!m_data || !std::isfinite(fromMs) || !std::isfinite(toMs)) {
+    m_measurement.reset();
+    m_overlay->setMeasuredRange(std::numeric_limits<double>::quiet_NaN(), 0);
+  } else {
+    m_measurement = m_data->measure(fromMs, toMs);
+    m_overlay->setMeasuredRange(m_measurement->fromMs, m_measurement->toMs);
+    Q_EMIT rangeMeasured(*m_measurement);
+  }
+  m_plot->layer(QStringLiteral("highlights"))->replot();
+  m_plot->update();
+}
+
+// --- mouse and keys -----------------------------------------------------------------------
+
 void TimelineView::onHover(QPointF pixel) {
   const ItemRef ref = pixel.x() < 0 ? ItemRef{} : m_timeline->itemAt(pixel);
+  // The memory plot reads out the curve under the mouse; over the lanes, the hovered device's
+  // curve is the highlighted one.
+  const QString readout = pixel.x() < 0 ? QString() : memoryReadout(pixel);
+  if (readout.isEmpty() && pixel.x() >= 0 && m_timelineRect->rect().contains(pixel.toPoint()) && m_data) {
+    const int lane = m_data->laneAt(m_timelineRect->axis(QCPAxis::atLeft)->pixelToCoord(pixel.y()));
+    highlightMemoryCurve(lane >= 0 ? m_data->lanes()[static_cast<std::size_t>(lane)].device : -1);
+  } else if (pixel.x() < 0) {
+    highlightMemoryCurve(-1);
+  }
+  if (!readout.isEmpty()) Q_EMIT hovered(readout);
   if (ref == m_overlay->hover()) return;
   m_overlay->setHover(ref);
   m_plot->layer(QStringLiteral("highlights"))->replot();
@@ -325,12 +904,25 @@ void TimelineView::onHover(QPointF pixel) {
   const QString text = m_data && ref.valid() ? QString::fromStdString(m_data->describe(ref)) : QString();
   if (text.isEmpty()) QToolTip::hideText();
   else QToolTip::showText(m_plot->mapToGlobal(pixel.toPoint()) + QPoint(12, 12), text, m_plot);
-  Q_EMIT hovered(QString(text).replace(QLatin1Char('\n'), QStringLiteral(" · ")));
+  if (readout.isEmpty()) Q_EMIT hovered(QString(text).replace(QLatin1Char('\n'), QStringLiteral(" · ")));
 }
 
 void TimelineView::onClick(QPointF pixel) {
   const ItemRef ref = m_timeline->itemAt(pixel);
   selectOp(ref.kind == ItemRef::Kind::Op ? ref.index : -1);
+}
+
+void TimelineView::onWheel(double steps, QPointF pixel, Qt::KeyboardModifiers modifiers) {
+  if (modifiers & Qt::ShiftModifier) {
+    scrollLanes(-steps * std::max(1.0, visibleLanes().size() / 8.0));
+    return;
+  }
+  if (modifiers & Qt::ControlModifier) {
+    zoomLanes(std::pow(kWheelZoomPerNotch, steps), m_timelineRect->axis(QCPAxis::atLeft)->pixelToCoord(pixel.y()));
+    return;
+  }
+  QCPAxisRect* rect = m_memoryRect->visible() && m_memoryRect->rect().contains(pixel.toPoint()) ? m_memoryRect : m_timelineRect;
+  zoom(std::pow(kWheelZoomPerNotch, steps), rect->axis(QCPAxis::atBottom)->pixelToCoord(pixel.x()));
 }
 
 void TimelineView::requestReplot() { m_plot->replot(QCustomPlot::rpQueuedReplot); }
@@ -346,7 +938,23 @@ void TimelineView::applyPalette() {
   m_timelineRect->axis(QCPAxis::atLeft)->grid()->setVisible(false);
   const TimelinePalette& tp = m_timeline->timelinePalette();
   m_limitLine->setPen(QPen(tp.critical, 1.5, Qt::DashLine));
+  m_limitLabel->setColor(tp.critical);
   m_peaks->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, tp.critical, tp.critical, 7));
+  m_title->setTextColor(pal.color(QPalette::WindowText));
+  QColor readoutBg = pal.color(QPalette::ToolTipBase);
+  readoutBg.setAlpha(230);
+  m_memoryReadout->setBrush(readoutBg);
+  m_memoryReadout->setColor(pal.color(QPalette::ToolTipText));
+  m_memoryReadout->setPen(QPen(pal.color(QPalette::Mid)));
+  m_staleItem->setBrush(QColor(0xff, 0xf3, 0xcd, 235));
+  m_staleItem->setColor(QColor(0x5c, 0x40, 0x00));
+  m_staleItem->setPen(QPen(QColor(0xd9, 0xa4, 0x06)));
+  QColor legendBg = pal.color(QPalette::Base);
+  legendBg.setAlpha(200);
+  m_memoryLegend->setBrush(legendBg);
+  m_memoryLegend->setBorderPen(QPen(pal.color(QPalette::Mid)));
+  m_memoryLegend->setTextColor(pal.color(QPalette::WindowText));
+  m_legend->updateEntries();
   requestReplot();
 }
 
@@ -357,6 +965,11 @@ void TimelineView::changeEvent(QEvent* event) {
 
 void TimelineView::keyPressEvent(QKeyEvent* event) {
   const QCPRange range = visibleRange();
+  const bool shift = event->modifiers() & Qt::ShiftModifier;
+  if (event->matches(QKeySequence::Find)) {
+    showSearch();
+    return;
+  }
   switch (event->key()) {
     case Qt::Key_F:
     case Qt::Key_0:
@@ -379,34 +992,59 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
     case Qt::Key_D:
       pan(0.2 * range.size());
       break;
+    case Qt::Key_Up:
+      if (shift) zoomLanes(0.7, visibleLanes().center());
+      else scrollLanes(-std::max(1.0, visibleLanes().size() / 4));
+      break;
+    case Qt::Key_Down:
+      if (shift) zoomLanes(1.0 / 0.7, visibleLanes().center());
+      else scrollLanes(std::max(1.0, visibleLanes().size() / 4));
+      break;
     case Qt::Key_Escape:
       selectOp(-1);
+      measureRange(std::numeric_limits<double>::quiet_NaN(), 0);
+      if (m_searchBar->isVisible()) {
+        m_search->clear();
+        m_searchBar->setVisible(false);
+      }
       break;
     default:
       QWidget::keyPressEvent(event);
   }
 }
 
-bool TimelineView::exportImage(const QString& path, int width, int height) {
+bool TimelineView::exportImage(const QString& path, int width, int height, bool withTitle) {
   const int w = width > 0 ? width : std::max(800, m_plot->width());
   const int h = height > 0 ? height : std::max(500, m_plot->height());
+  const bool titleWas = m_title->visible();
+  const QString title = titleText();
+  m_title->setText(withTitle ? title : QString());
+  m_title->setVisible(withTitle && !title.isEmpty());
   const QString lower = path.toLower();
-  if (lower.endsWith(QStringLiteral(".pdf"))) return m_plot->savePdf(path, w, h);
-  if (lower.endsWith(QStringLiteral(".jpg")) || lower.endsWith(QStringLiteral(".jpeg")))
-    return m_plot->saveJpg(path, w, h);
-  if (lower.endsWith(QStringLiteral(".svg"))) {
+  bool ok = false;
+  if (lower.endsWith(QStringLiteral(".pdf"))) {
+    ok = m_plot->savePdf(path, w, h);
+  } else if (lower.endsWith(QStringLiteral(".jpg")) || lower.endsWith(QStringLiteral(".jpeg"))) {
+    ok = m_plot->saveJpg(path, w, h);
+  } else if (lower.endsWith(QStringLiteral(".svg"))) {
     QSvgGenerator generator;
     generator.setFileName(path);
     generator.setSize(QSize(w, h));
     generator.setViewBox(QRect(0, 0, w, h));
-    generator.setTitle(QStringLiteral("PipeStudio timeline"));
+    generator.setTitle(title.isEmpty() ? QStringLiteral("PipeStudio timeline") : title);
     QCPPainter painter;
-    if (!painter.begin(&generator)) return false;
-    m_plot->toPainter(&painter, w, h);
-    painter.end();
-    return true;
+    if (painter.begin(&generator)) {
+      m_plot->toPainter(&painter, w, h);
+      painter.end();
+      ok = true;
+    }
+  } else {
+    ok = m_plot->savePng(path, w, h);
   }
-  return m_plot->savePng(path, w, h);
+  m_title->setVisible(titleWas);
+  updateTitle();
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  return ok;
 }
 
 }  // namespace pipestudio::viz

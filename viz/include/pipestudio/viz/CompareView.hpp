@@ -15,6 +15,8 @@ namespace pipestudio::viz {
 
 class TimelinePlot;
 class TimelinePlottable;
+class TimelineLegend;
+class TimeAxisTicker;
 class CompareModel;
 
 class CompareView : public QWidget {
@@ -41,6 +43,9 @@ class CompareView : public QWidget {
   TimelinePlottable* m_currentTimeline = nullptr;
   QCPTextElement* m_topTitle = nullptr;
   QCPTextElement* m_bottomTitle = nullptr;
+  TimelineLegend* m_legend = nullptr;
+  QSharedPointer<TimeAxisTicker> m_topTicker;
+  QSharedPointer<TimeAxisTicker> m_bottomTicker;
   CompareModel* m_model = nullptr;
   QTableView* m_table = nullptr;
   std::shared_ptr<const Plan> m_baseline;

@@ -11,7 +11,9 @@
 #include <QUndoStack>
 
 #include "pipestudio/model/Cluster.hpp"
+#include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/Model.hpp"
+#include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::viz {
 
@@ -33,6 +35,14 @@ class SpecTableModel : public QAbstractTableModel {
   /// Problems of the current content, (row, column) → message (also flagged on load).
   const std::map<std::pair<int, int>, QString>& errors() const { return m_errors; }
   bool hasErrors() const { return !m_errors.empty(); }
+  /// A cell that blocks solving: a rejected edit (still shown in red) or a cross-row problem.
+  struct CellProblem {
+    int row = 0;
+    int column = 0;
+    QString message;
+  };
+  /// The first such cell in table order, or nullopt.
+  std::optional<CellProblem> firstProblem() const;
   /// Applies a value without validation or undo (used by the undo command).
   void applyValue(int row, int column, const QVariant& value);
 
@@ -72,6 +82,10 @@ class LayerTableModel : public SpecTableModel {
                 ParameterBytes, OutputBytes, ColumnCount };
   explicit LayerTableModel(QObject* parent = nullptr);
   void setModelSpec(ModelSpec spec);
+  /// Where shape-derived ("auto") cells get the value they show in grey: the layer's costs on
+  /// the first pipeline rank under `config`'s parallelism, for microbatches of
+  /// `samplesPerMicrobatch` samples (the resolved request's; core/plan costContext).
+  void setCostContext(ClusterSpec cluster, PlanConfig config, std::int64_t samplesPerMicrobatch);
   const ModelSpec& modelSpec() const { return m_spec; }
   int rowCount(const QModelIndex& parent = {}) const override;
   std::pair<int, int> layerOfRow(int row) const { return m_rows[static_cast<std::size_t>(row)]; }
@@ -88,8 +102,17 @@ class LayerTableModel : public SpecTableModel {
  private:
   const Layer& layer(int row) const;
   Layer& layer(int row);
+  const LayerCosts* derivedCosts(int row) const;
   ModelSpec m_spec;
   std::vector<std::pair<int, int>> m_rows;  // (component, layer)
+  struct CostContextArgs {
+    ClusterSpec cluster;
+    PlanConfig config;
+    std::int64_t samplesPerMicrobatch = 1;
+  };
+  std::optional<CostContextArgs> m_costContext;
+  mutable std::vector<std::optional<LayerCosts>> m_derived;  ///< per row, computed on demand
+  mutable std::vector<char> m_derivedDone;
 };
 
 /// Components: name, trainable, feeds (comma-separated names), layer count.

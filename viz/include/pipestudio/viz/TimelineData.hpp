@@ -5,13 +5,23 @@
 /// tested and benchmarked without a widget.
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "pipestudio/common/Expected.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::viz {
+
+/// Pass times of a virtual stage and their collective parts (from core/plan's StageCosts).
+struct StageCostsLite {
+  double passMs[3] = {0, 0, 0};        ///< F, B, W
+  double collectiveMs[3] = {0, 0, 0};
+};
 
 /// Colour slot of an interval: one per op kind plus two for transfers (activations forward,
 /// gradients backward). Each slot has two shades (even / odd microbatch) so neighbouring ops
@@ -66,6 +76,51 @@ struct WaitReason {
   double transferMs = 0;  ///< transfer time between the dependency and this op, if any
 };
 
+/// A search over a plan's ops (the timeline's Ctrl+F). Terms are separated by spaces or commas:
+/// op kinds (`F`, `B`, `W`, `BW`, `N`, `S`, `T`, `OPT`), `mb 7` (microbatch), `vs 12` (virtual
+/// stage), `gpu 3` (device), `chunk 1`; a number may be a range `4-7`. Terms of one key are
+/// alternatives, different keys must all hold: "F B mb 4-7 gpu 0" = F or B of microbatches 4–7
+/// on GPU 0. Empty queries match everything.
+struct OpQuery {
+  struct Range {
+    int lo = 0;
+    int hi = 0;
+    bool contains(int v) const { return v >= lo && v <= hi; }
+  };
+  std::vector<OpKind> kinds;
+  std::vector<Range> microbatches;
+  std::vector<Range> virtualStages;
+  std::vector<Range> devices;
+  std::vector<Range> chunks;
+  bool empty() const {
+    return kinds.empty() && microbatches.empty() && virtualStages.empty() && devices.empty() && chunks.empty();
+  }
+  bool matches(const Plan& plan, const Op& op) const;
+};
+/// Parses a query; an unknown term says what is accepted.
+Expected<OpQuery> parseOpQuery(std::string_view text);
+
+/// What a device did inside a time window (the timeline's range measurement).
+struct DeviceRangeUse {
+  double busyMs = 0;  ///< compute ops overlapping the window, clipped to it
+  double idleMs = 0;  ///< window − busy
+};
+struct RangeMeasurement {
+  double fromMs = 0;
+  double toMs = 0;
+  std::vector<DeviceRangeUse> devices;
+  double durationMs() const { return toMs - fromMs; }
+  double idleMs() const;  ///< summed over devices
+};
+
+/// Collective time inside an op (TP/CP/EP all-reduces, all-to-alls, ZeRO-3 gathers), from the
+/// plan's stage costs (core/plan stageCosts): the op's pass time and the collective part of it.
+struct CollectiveShare {
+  double passMs = 0;
+  double collectiveMs = 0;
+  double fraction() const { return passMs > 0 ? collectiveMs / passMs : 0.0; }
+};
+
 class TimelineData {
  public:
   static constexpr std::size_t kBlockSize = 256;
@@ -92,10 +147,15 @@ class TimelineData {
   /// Lane and position of an item, for drawing overlays.
   int laneOf(ItemRef ref) const;
 
-  /// Data-flow predecessors of an op: previous virtual stage's F for F, next stage's B for
-  /// B/BW (the last stage's own F), own B for W; plus the device's previous op.
+  /// Data-flow predecessors of an op (stage neighbours from core/plan's stageNeighbours, the
+  /// definition the simulator uses): previous virtual stage's F (N) for F (N), next stage's
+  /// B for B/BW (the last stage's own F), own B for W; plus what the plan's derived
+  /// dependencies add (frozen outputs, vocabulary passes). Not the device's previous op.
   std::vector<int> dataPredecessors(int op) const;
+  /// The ops that list `op` as a data predecessor.
+  std::vector<int> dataSuccessors(int op) const;
   int devicePredecessor(int op) const;
+  int deviceSuccessor(int op) const;
   WaitReason waitReason(int op) const;
   /// The op's upstream dependency chain (transitively what it waited for by data flow and
   /// device order, following only the binding predecessor) plus everything downstream of it
@@ -105,7 +165,24 @@ class TimelineData {
   /// predecessors to the first op (in time order).
   std::vector<int> criticalPath() const;
 
-  /// Human text for the tooltip (kind, microbatch, virtual stage, layers, times, waiting-for).
+  /// How long an op could be delayed without delaying the end of the iteration (its total
+  /// float: device order and transfer times held). 0 on the critical path.
+  double slackMs(int op) const;
+  /// Collective share of an op (zero when the plan has no costed model, e.g. measured runs).
+  CollectiveShare collectiveShare(int op) const;
+
+  /// Ops matching a query, in plan order.
+  std::vector<int> findOps(const OpQuery& query) const;
+  /// Busy and idle time of every device inside [fromMs, toMs].
+  RangeMeasurement measure(double fromMs, double toMs) const;
+  /// Name of a lane for the axis ("GPU 3", "GPU 3 · pipeline 1", "GPU 3 transfers").
+  std::string laneName(int lane) const;
+  /// Whether the plan's N ops compute frozen outputs for the next iteration (cross-iteration
+  /// fill) rather than for this one.
+  bool frozenWorkIsNextIteration() const;
+
+  /// Human text for the tooltip (kind, microbatch, virtual stage, layers, times, collective
+  /// share, waiting-for).
   std::string describe(ItemRef ref) const;
 
   /// Approximate heap bytes held by this view (bench: view memory).
@@ -113,7 +190,11 @@ class TimelineData {
 
  private:
   void buildIndex() const;
+  void buildSuccessors() const;
+  void buildSlack() const;
   int findOp(int virtualStage, OpKind kind, int microbatch) const;
+  /// Transfer time between an op and a data successor on another device (0 on one device).
+  double transferMs(int from, int to) const;
 
   std::shared_ptr<const Plan> m_plan;
   std::vector<Lane> m_lanes;
@@ -123,14 +204,27 @@ class TimelineData {
   std::vector<std::int32_t> m_commLane;
   std::vector<std::int32_t> m_commSlot;
   std::vector<std::int32_t> m_prevOnDevice;
-  std::vector<int> m_prevStage;  ///< previous virtual stage in data flow, -1 for the first
+  std::vector<int> m_prevStage;  ///< stageNeighbours(plan).previous: -1 for a chain's first
   std::vector<int> m_nextStage;
+  std::vector<std::int32_t> m_nextOnDevice;
   int m_devices = 0;
   double m_beginMs = 0;
   double m_endMs = 0;
   // (virtualStage, kind, microbatch) → op; built on first dependency query.
   mutable std::vector<std::int32_t> m_opIndex;
   mutable bool m_indexBuilt = false;
+  // Derived dependencies (frozen outputs, vocabulary passes) as predecessor lists, CSR.
+  mutable std::vector<std::int32_t> m_extraPredBegin;
+  mutable std::vector<std::int32_t> m_extraPred;
+  // Data successors, CSR; built on first successor or slack query.
+  mutable std::vector<std::int32_t> m_succBegin;
+  mutable std::vector<std::int32_t> m_succ;
+  mutable bool m_successorsBuilt = false;
+  mutable std::vector<double> m_slackMs;
+  mutable std::map<std::tuple<int, int, int, int>, double> m_transferMs;  ///< (stage, kind, mb, to) → ms
+  mutable bool m_transfersBuilt = false;
+  mutable std::vector<StageCostsLite> m_stageCosts;
+  mutable bool m_stageCostsBuilt = false;
   int m_maxMicrobatch = 0;
 };
 

@@ -28,6 +28,9 @@ struct TimelinePalette {
   QColor hover;
   QColor chain;
   QColor critical;
+  QColor measure;  ///< range measurement band
+  /// A shade faded towards the lane background (ops outside a search, a stale plan).
+  QColor faded(std::size_t shade) const;
   static TimelinePalette light();
   static TimelinePalette dark();
   /// Dark when the window colour is dark (follows the system palette).
@@ -55,6 +58,13 @@ class TimelinePlottable : public QCPAbstractPlottable {
   std::shared_ptr<const TimelineData> timelinePtr() const { return m_data; }
   void setTimelinePalette(const TimelinePalette& palette);
   const TimelinePalette& timelinePalette() const { return m_palette; }
+  /// Ops whose entry is 0 are drawn faded (search/filter); empty: every op in full colour.
+  /// Transfers fade whenever a mask is set.
+  void setOpMask(std::vector<char> mask);
+  const std::vector<char>& opMask() const { return m_mask; }
+  /// Draws everything faded (a plan that no longer matches the inputs).
+  void setDimmed(bool dimmed) { m_dimmed = dimmed; }
+  bool dimmed() const { return m_dimmed; }
 
   /// The interval at a pixel position of the plot (tolerance: a few pixels horizontally).
   ItemRef itemAt(const QPointF& pixel, double tolerancePx = 2.0) const;
@@ -82,7 +92,10 @@ class TimelinePlottable : public QCPAbstractPlottable {
 
   std::shared_ptr<const TimelineData> m_data;
   TimelinePalette m_palette;
-  std::array<std::vector<QRect>, kShadeCount> m_buckets;  // reused between draws
+  /// Full shades first, then their faded variants (kShadeCount + shade); reused between draws.
+  std::array<std::vector<QRect>, 2 * kShadeCount> m_buckets;
+  std::vector<char> m_mask;
+  bool m_dimmed = false;
   std::vector<QRect> m_hatch;
   std::vector<Label> m_labels;
   QHash<std::int32_t, QStaticText> m_labelCache;
@@ -99,7 +112,18 @@ class TimelineOverlay : public QCPAbstractPlottable {
   void setHover(ItemRef ref);
   void setChain(std::vector<int> ops, int selectedOp);
   void setCriticalPath(std::vector<int> ops);
+  /// Arrows from the selected op's predecessors to it and from it to its successors.
+  void setArrows(std::vector<int> predecessors, std::vector<int> successors);
+  /// Outlines of search matches (drawn only where the op is at least a few pixels wide).
+  void setMatches(std::vector<int> ops);
+  /// The measured time range (NaN: none).
+  void setMeasuredRange(double fromMs, double toMs);
   ItemRef hover() const { return m_hover; }
+  const std::vector<int>& arrowSources() const { return m_predecessors; }
+  const std::vector<int>& arrowTargets() const { return m_successors; }
+  const std::vector<int>& matches() const { return m_matches; }
+  /// Pen width the critical path was last drawn with (thin at full view), for tests.
+  double lastCriticalPenWidth() const { return m_lastCriticalPen; }
   const std::vector<int>& chain() const { return m_chain; }
   const std::vector<int>& criticalPath() const { return m_critical; }
   int selectedOp() const { return m_selected; }
@@ -117,7 +141,55 @@ class TimelineOverlay : public QCPAbstractPlottable {
   ItemRef m_hover;
   std::vector<int> m_chain;
   std::vector<int> m_critical;
+  std::vector<int> m_predecessors;
+  std::vector<int> m_successors;
+  std::vector<int> m_matches;
+  double m_measureFromMs;
+  double m_measureToMs;
+  double m_lastCriticalPen = 0;
   int m_selected = -1;
+};
+
+/// The timeline's legend as a layout element of the plot, so PNG/SVG/PDF exports carry it:
+/// op kinds present in the plan (F, B, W, BW, N — "next iteration" when frozen work is filled
+/// across iterations —, S, T, OPT), transfers, bubble hatching, critical path, selected
+/// microbatch. Wraps into as many rows as its width needs.
+class TimelineLegend : public QCPLayoutElement {
+  Q_OBJECT
+ public:
+  explicit TimelineLegend(QCustomPlot* plot, TimelinePlottable* timeline);
+  /// Rebuilds the entries from the timeline's plan.
+  void updateEntries();
+  /// Takes its entries (and colours) from another timeline (the compare view's two plans).
+  void setTimelineSource(TimelinePlottable* timeline) {
+    m_timeline = timeline;
+    updateEntries();
+  }
+  QStringList entryNames() const;
+  /// Whether the overlay entries (critical path, selected microbatch) are listed: only where
+  /// the plot draws them.
+  void setOverlayEntries(bool shown) {
+    m_overlayEntries = shown;
+    updateEntries();
+  }
+  QSize minimumOuterSizeHint() const override;
+
+ protected:
+  void draw(QCPPainter* painter) override;
+
+ private:
+  enum class Swatch { Fill, Hatch, Outline, Dashed };
+  struct Entry {
+    QString text;
+    Swatch swatch = Swatch::Fill;
+    QColor colour;
+    QColor second;
+  };
+  int rowsFor(int width) const;
+  TimelinePlottable* m_timeline;
+  std::vector<Entry> m_entries;
+  int m_rows = 1;
+  bool m_overlayEntries = true;
 };
 
 }  // namespace pipestudio::viz

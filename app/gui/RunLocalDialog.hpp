@@ -1,0 +1,78 @@
+#pragma once
+// Plan > Run Locally… (issue 16): backend, iterations and op scale, a Run button with progress,
+// the recorded run's status, and "Open against plan". The run (LocalRun.hpp) goes on one worker
+// thread; progress and the result come back as queued calls guarded by a QPointer, so a
+// report after the dialog is gone is dropped. Closing while a run is under way only hides the
+// dialog; its destructor waits for the run (bounded by the executor's own timeout).
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include <QDialog>
+
+#include "LocalRun.hpp"
+
+class QComboBox;
+class QSpinBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QPushButton;
+class QProgressBar;
+class QLabel;
+
+namespace pipestudio::gui {
+
+class RunLocalDialog : public QDialog {
+  Q_OBJECT
+ public:
+  RunLocalDialog(QWidget* parent = nullptr);
+  ~RunLocalDialog() override;
+
+  /// The plan to run, its name in the history and the database it is recorded in.
+  void setPlan(std::shared_ptr<const Plan> plan, const QString& name, const QString& historyPath);
+  /// Starts the run (no-op while one runs or without a plan).
+  void start();
+  bool busy() const { return m_busy; }
+  /// Processes events until the run ends; false on timeout (tests).
+  bool waitForFinished(int timeoutMs);
+  history::RunId lastRun() const { return m_lastRun; }
+  QComboBox* backendCombo() const { return m_backend; }
+  QSpinBox* iterationsSpin() const { return m_iterations; }
+  QDoubleSpinBox* maxOpSpin() const { return m_maxOpMs; }
+  QLineEdit* executorEdit() const { return m_executor; }
+  QProgressBar* progressBar() const { return m_progress; }
+  QLabel* messageLabel() const { return m_message; }
+
+ Q_SIGNALS:
+  /// A run ended and is in the history (any status).
+  void runRecorded(pipestudio::history::RunId run, bool complete, std::shared_ptr<const pipestudio::Plan> plan);
+  /// "Open against plan": the recorded run in the compare view against the plan it ran.
+  void openRunRequested(pipestudio::history::RunId run, std::shared_ptr<const pipestudio::Plan> plan);
+
+ private:
+  void finish(const QString& message, bool error, history::RunId run, bool complete);
+
+  std::shared_ptr<const Plan> m_plan;
+  QString m_name;
+  QString m_historyPath;
+  QComboBox* m_backend = nullptr;
+  QSpinBox* m_iterations = nullptr;
+  QDoubleSpinBox* m_maxOpMs = nullptr;
+  QLineEdit* m_executor = nullptr;
+  QLabel* m_planLabel = nullptr;
+  QPushButton* m_run = nullptr;
+  QPushButton* m_open = nullptr;
+  QProgressBar* m_progress = nullptr;
+  QLabel* m_message = nullptr;
+  bool m_busy = false;
+  history::RunId m_lastRun = 0;
+  std::shared_ptr<const Plan> m_lastPlan;
+  std::thread m_worker;
+};
+
+/// pipestudio-exec for the window's local runs and deployments: $PIPESTUDIO_EXEC, next to the
+/// application or in the build tree's executor/, then PATH.
+QString guiExecutorPath();
+
+}  // namespace pipestudio::gui

@@ -1,0 +1,44 @@
+#pragma once
+/// \file Per-device memory at its peak as a stacked bar (issue 13): parameters, gradients,
+/// optimizer state, activations, collective buffers and the margin a GPU keeps back (CUDA
+/// context, workspaces, fragmentation: core/plan memoryMarginBytes), against the GPU's
+/// capacity (or the plan's memory limit). Hovering a bar names every part.
+
+#include <array>
+#include <memory>
+
+#include <QWidget>
+
+#include "pipestudio/plan/Plan.hpp"
+#include "pipestudio/viz/Qcp.hpp"
+
+namespace pipestudio::viz {
+
+class MemoryBreakdownView : public QWidget {
+  Q_OBJECT
+ public:
+  static constexpr int kParts = 6;
+  /// Part names in stacking order (bottom first).
+  static const std::array<const char*, kParts>& partNames();
+  /// The parts of one device, bytes, in stacking order.
+  static std::array<double, kParts> partsOf(const DeviceMetrics& device);
+
+  explicit MemoryBreakdownView(QWidget* parent = nullptr);
+  void setPlan(std::shared_ptr<const Plan> plan);
+  QCustomPlot* plot() const { return m_plot; }
+  /// Capacity each bar is drawn against (bytes; 0 when the plan has no GPU).
+  std::int64_t capacityBytes() const { return m_capacityBytes; }
+  /// Text for device `d` (the hover tooltip).
+  QString describe(int device) const;
+  int deviceCount() const { return static_cast<int>(m_devices.size()); }
+
+ private:
+  void onHover(QMouseEvent* event);
+  QCustomPlot* m_plot = nullptr;
+  std::array<QCPBars*, kParts> m_bars{};
+  QCPItemStraightLine* m_capacity = nullptr;
+  std::vector<DeviceMetrics> m_devices;
+  std::int64_t m_capacityBytes = 0;
+};
+
+}  // namespace pipestudio::viz
