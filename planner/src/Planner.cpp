@@ -187,6 +187,7 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   if (!stages) return stages.error();
   Plan shell;
   shell.config = cfg;
+  generator->configure(shell.config);
   shell.model = request.model;
   shell.cluster = request.cluster;
   shell.virtualStages = std::move(*stages);
