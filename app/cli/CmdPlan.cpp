@@ -28,6 +28,8 @@ struct PlanOptions {
   std::string csvDialect = "current";  // legacy: PyTorch ≈2.5 / Zero Bubble fork letters (B = I, BW = B)
   bool exact = false;            // zb-auto: ILP through CBC ("auto" helper)
   bool vocabParallel = false;    // embedding/LM head split over all devices (Vocab.hpp)
+  int vocabBarriers = 1;         // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
+  int unit = 0;                  // zeropp: microbatches per scheduling unit (0: the schedule's default)
   double exactTimeLimitS = 30;
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
@@ -125,6 +127,8 @@ int runPlan(const PlanOptions& o) {
     return kExitUsage;
   }
   cfg.optimizerSync = o.optimizerSync;
+  cfg.vocabBarriers = o.vocabBarriers;
+  cfg.unitMicrobatches = o.unit;
   if (o.globalBatch > 0) cfg.globalBatch = o.globalBatch;
   if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);
@@ -227,6 +231,11 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
       ->check(CLI::IsMember({"current", "legacy"}));
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
+  cmd->add_option("--vocab-barriers", o.vocabBarriers,
+                  "--vocab-parallel: all-reduce barriers per microbatch, 1 (Vocab-1, default) or 2 (Vocab-2)")
+      ->check(intIn(1, 2));
+  cmd->add_option("--unit", o.unit, "zeropp: microbatches per scheduling unit (default: the devices)")
+      ->check(intIn(1, 1'000'000));
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
   cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)")
       ->check(numberIn(0.001, 86400));

@@ -26,6 +26,9 @@
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+#include "pipestudio/planner/Simulator.hpp"
+#include "pipestudio/planner/Vocab.hpp"
 
 namespace pipestudio {
 namespace {
@@ -317,6 +320,110 @@ std::optional<double> profiledBubble(const Json& row, const std::string& schedul
   return span > 0 ? (span - work) / span : 0.0;
 }
 
+// --- Vocabulary parallelism (Yeung et al. 2024), the authors' artifact runs ---
+// The model of artifact/README.md: `layers` blocks (GELU MLP of `ffn`), run by its
+// pretrain_gpt.sh with --use-flash-attn, --untie-embeddings-and-output-weights and dropout 0.
+ModelSpec vocabArtifactModel(const Json& table, int seq, int vocab) {
+  ModelSpec m = gptModel("vocab-artifact", table["layers"].get<int>(), table["hidden"].get<int>(), table["heads"].get<int>(), seq,
+                         vocab, AttentionKind::Flash, false);
+  for (Layer& l : m.components[0].layers) {
+    l.tied = false;
+    if (l.kind == "transformer") l.transformer->ffn = table["ffn"].get<int>();
+  }
+  return m;
+}
+
+// Megatron-LM's baseline: 1F1B, `layers`/p blocks per stage, the embedding on the first stage
+// and the output layer on the last (a partition none of the partitioners would choose).
+Expected<Plan> megatronVocabBaseline(const PlanRequest& r) {
+  const ScheduleGenerator* g = findScheduleGenerator("1f1b");
+  const int p = r.config.devices;
+  const ScheduleShape shape{p, r.config.microbatches, 1};
+  Plan shell;
+  shell.config = r.config;
+  shell.model = r.model;
+  shell.cluster = r.cluster;
+  shell.virtualStages = g->placement(shape);
+  const int blocks = static_cast<int>(r.model.components[0].layers.size()) - 2;
+  for (int s = 0; s < p; ++s) {
+    VirtualStage& vs = shell.virtualStages[static_cast<std::size_t>(s)];
+    vs.component = 0;
+    vs.firstLayer = s == 0 ? 0 : 1 + s * blocks / p;
+    vs.lastLayer = s == p - 1 ? blocks + 1 : (s + 1) * blocks / p;
+  }
+  ScheduleInput in;
+  in.shape = shape;
+  in.virtualStages = shell.virtualStages;
+  in.stages = stageEstimates(shell);
+  in.request = &r;
+  auto skeleton = g->order(in);
+  if (!skeleton) return skeleton.error();
+  return simulateSkeleton(std::move(shell), *skeleton);
+}
+
+// Prints measured against predicted MFU gain of Vocab-1 / Vocab-2 over the baseline per row;
+// returns false when a plan fails.
+bool printVocabTable(const Json& root, const std::map<std::string, ClusterSpec>& clusters, const Report& report, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  bool ok = true;
+  for (const Json& table : root["tables"]) {
+    if (table["id"] != "vocab") continue;
+    std::printf("\n## Vocabulary parallelism: MFU gain over the baseline (measured / predicted)\n\n");
+    if (markdown) {
+      std::printf("| run | baseline MFU (measured / ours) | Vocab-1 gain | error | Vocab-2 gain | error | Vocab-1 bubble |\n"
+                  "|---|---|---|---:|---|---:|---:|\n");
+    }
+    const std::string gpu = table["gpu"].get<std::string>();
+    ClusterSpec cluster = clusters.at(table["cluster"].get<std::string>());
+    if (report.efficiency.count(gpu)) cluster.gpu.efficiency = report.efficiency.at(gpu);
+    double sumErr = 0;
+    int n = 0;
+    for (const Json& row : table["rows"]) {
+      PlanRequest r;
+      r.model = vocabArtifactModel(table, row["seq"].get<int>(), row["vocab"].get<int>());
+      r.cluster = cluster;
+      r.config.schedule = "1f1b";
+      r.config.devices = table["pp"].get<int>();
+      r.config.microbatches = table["microbatches"].get<int>();
+      r.config.partition = "uniform";
+      r.config.memoryLimitBytes = std::int64_t{1} << 60;  // these runs did run
+      auto base = megatronVocabBaseline(r);
+      std::printf("%s %-10s %s", bar, row["name"].get<std::string>().c_str(), bar);
+      if (!base) {
+        std::printf(" baseline failed: %s\n", base.message().c_str());
+        ok = false;
+        continue;
+      }
+      const Json& measured = row["measured_mfu_pct"];
+      const double baseMfu = base->metrics.modelTflopsPerGpu / cluster.gpu.peakTflops * 100.0;
+      std::printf(" %5.1f%% / %5.1f%% %s", measured["baseline"].get<double>(), baseMfu, bar);
+      double bubble = 0;
+      for (int barriers : {1, 2}) {
+        PlanRequest vr = r;
+        vr.config.vocabBarriers = barriers;
+        auto vocab = makeVocabParallelPlan(vr);
+        if (!vocab) {
+          std::printf(" failed: %s %s", vocab.message().c_str(), bar);
+          ok = false;
+          continue;
+        }
+        if (barriers == 1) bubble = vocab->metrics.bubbleRatio;
+        const double gainMeasured =
+            measured[barriers == 1 ? "vocab-1" : "vocab-2"].get<double>() / measured["baseline"].get<double>();
+        const double gainOurs = base->metrics.iterationMs / vocab->metrics.iterationMs;
+        const double err = pctError(gainOurs, gainMeasured);
+        sumErr += std::abs(err);
+        ++n;
+        std::printf(" %.2fx / %.2fx %s %+6.1f%% %s", gainMeasured, gainOurs, bar, 100.0 * err, bar);
+      }
+      std::printf(" %5.1f%% %s\n", 100.0 * bubble, markdown ? "|" : "");
+    }
+    std::printf("\nmean absolute error of the predicted gain: %.1f%% over %d predictions (reported, not a target)\n",
+                n ? 100.0 * sumErr / n : 0.0, n);
+  }
+  return ok;
+}
+
 int run(const Options& o) {
   auto doc = loadJsonFile(o.data);
   if (!doc) {
@@ -492,6 +599,8 @@ int run(const Options& o) {
   ok = ok && bubblesMet;
   std::printf("\nlargest bubble-rate difference (1F1B, ZB-H1, ZB-H2): %.4f (target %.3f)%s\n", worst, kBubbleTarget,
               bubblesMet ? "" : " MISSED");
+
+  ok = printVocabTable(root, clusters, report, o.markdown) && ok;
 
   // The bundled clusters carry the calibrated value: the one knob is set in one place.
   std::printf("\n## Bundled clusters\n\n");

@@ -193,6 +193,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (!stages) return stages.error();
   Plan shell;
   shell.config = cfg;
+  generator->configure(shell.config);
   shell.model = request.model;
   shell.cluster = request.cluster;
   shell.virtualStages = std::move(*stages);

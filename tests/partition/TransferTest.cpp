@@ -2,6 +2,8 @@
 // (frozen transfers, vocabulary S/T) survive save → load → resimulate (issue 4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <random>
 #include <set>
@@ -389,15 +391,22 @@ TEST(Transfers, EditedVocabularyPlansAreReportedNotCrashed) {
   auto plan = makeVocabParallelPlan(r);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   {
-    // Swap device 1's first S with the T that follows it.
+    // Move device 1's T of its first S's microbatch right before that S (the passes sit
+    // apart in the steady state, other work between them).
     Plan edited = *plan;
-    for (std::size_t i = 0; i + 1 < edited.ops.size(); ++i) {
-      if (edited.ops[i].device == 1 && edited.ops[i].kind == OpKind::S) {
-        ASSERT_EQ(edited.ops[i + 1].kind, OpKind::T);
-        std::swap(edited.ops[i], edited.ops[i + 1]);
-        break;
+    bool moved = false;
+    for (std::size_t i = 0; i < edited.ops.size() && !moved; ++i) {
+      if (edited.ops[i].device != 1 || edited.ops[i].kind != OpKind::S) continue;
+      for (std::size_t j = i + 1; j < edited.ops.size(); ++j) {
+        if (edited.ops[j].device == 1 && edited.ops[j].kind == OpKind::T && edited.ops[j].microbatch == edited.ops[i].microbatch) {
+          std::rotate(edited.ops.begin() + static_cast<std::ptrdiff_t>(i), edited.ops.begin() + static_cast<std::ptrdiff_t>(j),
+                      edited.ops.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+          moved = true;
+          break;
+        }
       }
     }
+    ASSERT_TRUE(moved);
     auto again = resimulate(edited);
     ASSERT_FALSE(again.hasValue());
     EXPECT_NE(again.message().find("deadlock"), std::string::npos) << again.message();

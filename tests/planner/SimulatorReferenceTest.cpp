@@ -2,7 +2,8 @@
 // arrival events) against a straightforward reference written from the rules of issue 3:
 // an op starts when its device has finished the previous op and every input has arrived;
 // an input from another device arrives after a transfer of bytes / bandwidth + latency on
-// the directed link, transfers of one link served in the order their producers finish.
+// the directed link, transfers of one link served in the order their producers finish; and
+// DualPipe's overlapped F&B groups (Dependencies.hpp) start and end together.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "PlannerFixtures.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
@@ -76,6 +78,29 @@ RefTimes referenceSimulate(const Plan& plan) {
       default: return c.forwardMs;
     }
   };
+  auto collective = [&](const Op& op) {
+    const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
+    switch (op.kind) {
+      case OpKind::F: return c.forwardCommMs;
+      case OpKind::B: return c.backwardInputCommMs;
+      case OpKind::W: return c.backwardWeightCommMs;
+      case OpKind::BW: return c.backwardInputCommMs + c.backwardWeightCommMs;
+      default: return 0.0;
+    }
+  };
+  // Overlapped F&B groups (DualPipe): the ops of a group start together once every member's
+  // inputs are there and last max(Σ computation, Σ collectives), shown back to back in
+  // proportion to their own durations; their outputs leave when the group ends.
+  std::vector<int> groupOf(n, 1);  // size of the group an op leads; 0: a later member
+  {
+    std::vector<std::vector<std::int32_t>> opIndex;
+    const auto lanes = planLanes(plan, &opIndex);
+    for (const OverlapGroup& g : overlappedGroups(plan, lanes)) {
+      const auto& idx = opIndex[static_cast<std::size_t>(g.device)];
+      groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first)])] = g.size;
+      for (int k = 1; k < g.size; ++k) groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first + k)])] = 0;
+    }
+  }
   RefTimes t;
   t.startMs.assign(n, -1);
   t.endMs.assign(n, -1);
@@ -89,20 +114,43 @@ RefTimes referenceSimulate(const Plan& plan) {
     progress = false;
     for (std::size_t d = 0; d < lanes.size(); ++d) {
       while (pos[d] < lanes[d].size()) {
-        const std::size_t i = lanes[d][pos[d]];
+        const std::size_t lead = lanes[d][pos[d]];
+        const auto members = static_cast<std::size_t>(std::max(1, groupOf[lead]));
         double start = free[d];
         bool ready = true;
-        for (std::size_t pr : producers[i]) {
-          if (t.endMs[pr] < 0) ready = false;
-          else start = std::max(start, arrival[i * n + pr] >= 0 ? arrival[i * n + pr] : t.endMs[pr]);
+        double own = 0, compute = 0, comm = 0;
+        for (std::size_t k = 0; k < members; ++k) {
+          const std::size_t i = lanes[d][pos[d] + k];
+          for (std::size_t pr : producers[i]) {
+            const auto first = lanes[d].begin() + static_cast<std::ptrdiff_t>(pos[d]);
+            if (std::find(first, first + static_cast<std::ptrdiff_t>(members), pr) != first + static_cast<std::ptrdiff_t>(members)) {
+              continue;  // inside the group
+            }
+            if (t.endMs[pr] < 0) ready = false;
+            else start = std::max(start, arrival[i * n + pr] >= 0 ? arrival[i * n + pr] : t.endMs[pr]);
+          }
+          const double dur = duration(plan.ops[i]);
+          const double c = std::min(dur, collective(plan.ops[i]));
+          own += dur;
+          compute += dur - c;
+          comm += c;
         }
         if (!ready) break;
-        const Op& op = plan.ops[i];
-        t.startMs[i] = start;
-        t.endMs[i] = start + duration(op);
-        free[d] = t.endMs[i];
-        ++pos[d];
+        const double span = members > 1 ? std::max(compute, comm) : own;
+        double at = start;
+        for (std::size_t k = 0; k < members; ++k) {
+          const std::size_t i = lanes[d][pos[d] + k];
+          t.startMs[i] = at;
+          at += own > 0 ? span * duration(plan.ops[i]) / own : 0.0;
+          t.endMs[i] = k + 1 == members ? start + span : at;
+        }
+        free[d] = start + span;
+        pos[d] += members;
         progress = true;
+        for (std::size_t k = 0; k < members; ++k) {
+        const std::size_t i = lanes[d][pos[d] - members + k];
+        const Op& op = plan.ops[i];
+        const double leaves = start + span;
         // Outgoing transfers, consumers by op index.
         for (std::size_t c = 0; c < n; ++c) {
           if (std::find(producers[c].begin(), producers[c].end(), i) == producers[c].end()) continue;
@@ -111,11 +159,12 @@ RefTimes referenceSimulate(const Plan& plan) {
           const int lower = std::min(op.virtualStage, to.virtualStage);
           const auto bytes = static_cast<double>(costs[static_cast<std::size_t>(lower)].outputBytes);
           double& link = linkFree[{op.device, to.device}];
-          const double s = std::max(t.endMs[i], link);
+          const double s = std::max(leaves, link);
           const double e = s + plan.cluster.transferMs(op.device, to.device, bytes);
           link = e;
           arrival[c * n + i] = e;
           t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
+        }
         }
       }
     }

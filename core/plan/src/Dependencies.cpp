@@ -217,6 +217,7 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
     }
   }
   const std::int64_t statsBytes = 8 * shell.model.samplesPerMicrobatch * seq;
+  const bool oneBarrier = shell.config.vocabBarriers == 1;
   for (std::size_t mb = 0; mb < mu; ++mb) {
     for (std::size_t d = 0; d < pu; ++d) {
       const std::int32_t sI = sIndex[d * mu + mb];
@@ -227,7 +228,36 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
         const std::int32_t sE = sIndex[e * mu + mb];
         if (sE >= 0) out.push_back({{static_cast<int>(e), sE}, {dev, tI}, statsBytes});
       }
-      if (bLast[mb] >= 0 && tI >= 0) out.push_back({{dev, tI}, {lastDevice, bLast[mb]}, hiddenBytes});
+      // The input-gradient partial sums: with one barrier they travel with the statistics'
+      // all-reduce right after S (as fp32 partial sums, plus the statistics).
+      const std::int32_t gradFrom = oneBarrier ? sI : tI;
+      if (bLast[mb] >= 0 && gradFrom >= 0) {
+        out.push_back({{dev, gradFrom}, {lastDevice, bLast[mb]}, oneBarrier ? 2 * hiddenBytes + statsBytes : hiddenBytes});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<OverlapGroup> overlappedGroups(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes) {
+  std::vector<OverlapGroup> out;
+  if (!shell.config.overlapForwardBackward) return out;
+  for (std::size_t d = 0; d < lanes.size(); ++d) {
+    const auto& lane = lanes[d];
+    for (std::size_t i = 0; i + 1 < lane.size(); ++i) {
+      const OrderedOp& f = lane[i];
+      const OrderedOp& b = lane[i + 1];
+      if (f.kind != OpKind::F || (b.kind != OpKind::B && b.kind != OpKind::BW) || f.microbatch == b.microbatch ||
+          f.virtualStage == b.virtualStage || f.samples != 0 || b.samples != 0) {
+        continue;
+      }
+      std::int32_t size = 2;
+      if (b.kind == OpKind::B && i + 2 < lane.size()) {
+        const OrderedOp& w = lane[i + 2];
+        if (w.kind == OpKind::W && w.virtualStage == b.virtualStage && w.microbatch == b.microbatch) size = 3;
+      }
+      out.push_back({static_cast<std::int32_t>(d), static_cast<std::int32_t>(i), size});
+      i += static_cast<std::size_t>(size) - 1;
     }
   }
   return out;

@@ -26,16 +26,32 @@ std::int64_t sumSaturating(std::int64_t a, std::int64_t b) {
 
 std::vector<StageCosts> stageCosts(const Plan& plan) {
   std::vector<StageCosts> out(plan.virtualStages.size());
+  // Blockwise ZeRO-3 (zeropp, breadth-first): the share of each pass that is the gather is the
+  // difference to the same pass with resident parameters (ZeRO-2), layer by layer.
+  const bool blockwiseGathers = plan.config.unitMicrobatches > 0 && plan.config.parallel.zeroStage >= 3;
+  PlanConfig resident = plan.config;
+  resident.parallel.zeroStage = 2;
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
     const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
     const CostContext ctx =
         costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
+    const CostContext residentCtx =
+        costContext(plan.cluster, resident, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     StageCosts& s = out[i];
+    std::int64_t chunkBuffers = 0;
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
       const Layer& layer = comp.layers[static_cast<std::size_t>(l)];
       const LayerCosts c = layerCosts(layer, ctx);
+      if (blockwiseGathers) {
+        const LayerCosts r = layerCosts(layer, residentCtx);
+        s.zeroGatherForwardMs += std::max(0.0, c.forwardMs - r.forwardMs);
+        s.zeroGatherBackwardMs += std::max(0.0, c.backwardInputMs - r.backwardInputMs);
+        s.zeroScatterWeightMs += std::max(0.0, c.backwardWeightMs - r.backwardWeightMs);
+        // The whole chunk stays gathered over a block, and the next chunk is prefetched.
+        addSaturating(chunkBuffers, c.communicationBytes);
+      }
       s.forwardMs += c.forwardMs;
       s.backwardInputMs += c.backwardInputMs;
       s.backwardWeightMs += c.backwardWeightMs;
@@ -51,6 +67,7 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
       if (comp.trainable && layer.tied && layer.kind == "lm_head") s.tiedParameters += c.parameterCount();
       s.modelFlopsForward += c.modelFlopsForward;
     }
+    s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);
   }
   return out;
 }

@@ -111,7 +111,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     r.rejectUnknown(*cfg, {"schedule", "devices", "microbatches", "chunks_per_device", "partition", "fill",
                            "memory_limit_bytes", "data_parallel", "dp", "tp", "cp", "ep", "sequence_parallel",
                            "recompute", "zero", "overlap_grad_reduce", "global_batch", "micro_batch_size",
-                           "optimizer_sync"});
+                           "optimizer_sync", "vocab_barriers", "overlap_forward_backward", "unit_microbatches"});
     PlanConfig& c = plan.config;
     c.schedule = r.string(*cfg, "schedule", Presence::Required).value_or("");
     c.devices = static_cast<int>(r.integer(*cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
@@ -150,6 +150,11 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
         r.error(cfg->child("optimizer_sync"), "'" + *sync + "' is not an optimizer sync (expected global or post-validation)");
       }
     }
+    // Plans written before vocab_barriers existed timed their S/T passes with two barriers.
+    c.vocabBarriers = static_cast<int>(r.integer(*cfg, "vocab_barriers", Presence::Optional, 1, 2).value_or(2));
+    c.overlapForwardBackward = r.boolean(*cfg, "overlap_forward_backward", Presence::Optional).value_or(false);
+    c.unitMicrobatches =
+        static_cast<int>(r.integer(*cfg, "unit_microbatches", Presence::Optional, 1, kMaxMicrobatches).value_or(0));
   }
   if (auto m = r.field(at, "model", Presence::Required)) {
     if (auto model = readModel(r, *m)) plan.model = std::move(*model);
@@ -327,6 +332,12 @@ Json planToJson(const Plan& plan) {
   if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;
   if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
   if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;
+  // Only vocabulary-parallel plans (S/T ops) say how their passes synchronise.
+  if (std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
+    cfg["vocab_barriers"] = c.vocabBarriers;
+  }
+  if (c.overlapForwardBackward) cfg["overlap_forward_backward"] = true;
+  if (c.unitMicrobatches > 0) cfg["unit_microbatches"] = c.unitMicrobatches;
   Json stages = Json::array();
   for (const auto& vs : plan.virtualStages) {
     Json s{{"id", vs.id},

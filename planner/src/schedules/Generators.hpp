@@ -26,6 +26,9 @@ std::unique_ptr<ScheduleGenerator> makeVMin();
 std::unique_ptr<ScheduleGenerator> makeDualPipeV();
 std::unique_ptr<ScheduleGenerator> makeBitPipe();
 std::unique_ptr<ScheduleGenerator> makeDualPipe();
+// Blockwise.cpp: zeropp, breadth-first.
+std::unique_ptr<ScheduleGenerator> makeZeroPp();
+std::unique_ptr<ScheduleGenerator> makeBreadthFirst();
 
 // Placements. Stage ids are dense; pipeline 1 (if any) follows pipeline 0.
 /// Megatron-LM interleaving: stage s on device s % p, chunk s / p.
@@ -123,6 +126,11 @@ std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int max
                                           const SolveControl* control);
 std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
                                                               const std::array<int, 4>& key);
+
+/// DualPipe's own eight-step order (DualPipeOrder.cpp) on the dualpipe placement (p even, one
+/// chunk per direction on every device, microbatch k of direction q numbered 2k + q);
+/// nullopt when the shape is not one it builds (m odd or m/2 < p − 1).
+std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleInput& input);
 
 /// Whether the placement is one V per device (stage d and 2p−1−d on device d, one pipeline).
 bool isSingleV(const ScheduleInput& input);

@@ -21,6 +21,8 @@ std::vector<std::unique_ptr<ScheduleGenerator>> buildRegistry() {
   all.push_back(schedules::makeBitPipe());
   all.push_back(schedules::makeDualPipe());
   all.push_back(schedules::makeDualPipeV());
+  all.push_back(schedules::makeBreadthFirst());
+  all.push_back(schedules::makeZeroPp());
   // "auto" helper: zb-auto and custom go here.
   all.push_back(autosched::makeZbAutoGenerator());
   all.push_back(autosched::makeCustomGenerator());

@@ -11,16 +11,17 @@
 // that keeps the budget wins; zb-v and dualpipe-v never keep an order over it (no candidate
 // left is an Error that says so). Bidirectional schedules alternate microbatches between the
 // two pipelines so both directions fill the pipeline from their own end at once.
-// Not modelled: DualPipe's overlap of a forward chunk of one direction with a backward
-// chunk of the other on one device (DeepSeek-V3 §3.2.1 hides the all-to-all and PP
-// communication of one behind the computation of the other). The simulator runs one
-// compute op at a time per device and a transfer beside computation, so dualpipe and
-// dualpipe-v are timed with their F and B back to back: their makespan is an upper bound,
-// pessimistic by at most the overlapped time.
+// dualpipe also builds DualPipe's own eight-step order (DualPipeOrder.cpp) and plans with
+// PlanConfig::overlapForwardBackward: a forward followed by the other direction's backward on
+// a device runs overlapped with it, the collectives (expert all-to-all, TP) of one under the
+// computation of the other (DeepSeek-V3 §3.2.1). That order and the greedy winner are both
+// timed by the simulator with the overlap, and the faster is the plan. dualpipe-v is timed
+// with its F and B back to back (an upper bound, pessimistic by at most the overlapped time).
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
+#include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
 #include "schedules/OrderTiming.hpp"
 
@@ -51,6 +52,7 @@ struct Spec {
   bool boundEveryForward;  // GreedyOptions::boundEveryForward
   bool strictBudget;       // every order kept must hold the budget on every device
   bool vConstruction;      // also the authors' ZB-V construction (one V per device)
+  bool dualPipe;           // also DualPipe's own order, timed with overlapped F&B
 };
 
 class GreedyGenerator final : public ScheduleGenerator {
@@ -60,6 +62,9 @@ class GreedyGenerator final : public ScheduleGenerator {
   int defaultChunksPerDevice() const override { return m_spec.defaultChunks; }
   bool splitsBackward() const override { return true; }
   int pipelines() const override { return m_spec.pipelines; }
+  void configure(PlanConfig& config) const override {
+    if (m_spec.dualPipe) config.overlapForwardBackward = true;
+  }
 
   Status validate(const ScheduleShape& shape) const override {
     const int v = shape.chunksPerDevice;
@@ -118,21 +123,25 @@ class GreedyGenerator final : public ScheduleGenerator {
     // instances the candidates are compared on the first evalMicrobatches microbatches (past
     // warm-up into the periodic steady state), and only the winner is built in full.
     const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m / m_spec.pipelines;
+    Expected<ScheduleSkeleton> greedy = Error{""};
     if (ops <= kExactChoiceOps) {
       auto chosen = choose(input, caps, units, nullptr);
       if (!chosen) return chosen.error();
-      return skeleton(input, std::move(chosen->second));
+      greedy = skeleton(input, std::move(chosen->second));
+    } else {
+      ScheduleInput shortRun = input;
+      int evalMicrobatches = std::max(2 * p, 16);
+      evalMicrobatches += evalMicrobatches % m_spec.pipelines;
+      shortRun.shape.microbatches = std::min(m, evalMicrobatches);
+      auto chosen = choose(shortRun, caps, units, nullptr);
+      if (!chosen) return chosen.error();
+      const Recipe recipe = chosen->first;
+      auto full = choose(input, caps, units, &recipe);
+      if (!full) return full.error();
+      greedy = skeleton(input, std::move(full->second));
     }
-    ScheduleInput shortRun = input;
-    int evalMicrobatches = std::max(2 * p, 16);
-    evalMicrobatches += evalMicrobatches % m_spec.pipelines;
-    shortRun.shape.microbatches = std::min(m, evalMicrobatches);
-    auto chosen = choose(shortRun, caps, units, nullptr);
-    if (!chosen) return chosen.error();
-    const Recipe recipe = chosen->first;
-    auto full = choose(input, caps, units, &recipe);
-    if (!full) return full.error();
-    return skeleton(input, std::move(full->second));
+    if (m_spec.dualPipe) return withDualPipeOrder(input, std::move(*greedy));
+    return greedy;
   }
 
  private:
@@ -244,6 +253,26 @@ class GreedyGenerator final : public ScheduleGenerator {
     return std::move(*best);
   }
 
+  // DualPipe's own order against the greedy winner, both timed by the simulator with
+  // overlapped F&B (what the plan will be timed with); the greedy one on a tie.
+  ScheduleSkeleton withDualPipeOrder(const ScheduleInput& input, ScheduleSkeleton greedy) const {
+    auto faithful = dualPipeOrder(input);
+    if (!faithful || !input.request) return greedy;
+    Plan shell;
+    shell.config = input.request->config;
+    configure(shell.config);
+    shell.model = input.request->model;
+    shell.cluster = input.request->cluster;
+    shell.virtualStages = input.virtualStages;
+    ScheduleSkeleton own = skeleton(input, std::move(*faithful));
+    auto a = simulateSkeleton(shell, greedy);
+    auto b = simulateSkeleton(shell, own);
+    if (!b) return greedy;
+    if (!a) return own;
+    const double tolerance = 1e-9 * std::max(1.0, a->metrics.makespanMs);
+    return b->metrics.makespanMs < a->metrics.makespanMs - tolerance ? std::move(own) : std::move(greedy);
+  }
+
   static ScheduleSkeleton skeleton(const ScheduleInput& input, Orders&& devices) {
     ScheduleSkeleton out;
     out.virtualStages = input.virtualStages;
@@ -258,21 +287,21 @@ class GreedyGenerator final : public ScheduleGenerator {
 
 std::unique_ptr<ScheduleGenerator> makeZbV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true, true, true});
+      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(
-      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true, false, true, true});
+      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true, false, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeBitPipe() {
   return std::make_unique<GreedyGenerator>(Spec{"bitpipe", 4, 2, true, 4,
                                                 "a multiple of four chunks per device (two V-shaped pipelines)",
-                                                false, 1, 1, 1, 0, true, false, false, false, false});
+                                                false, 1, 1, 1, 0, true, false, false, false, false, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipe() {
   return std::make_unique<GreedyGenerator>(
       Spec{"dualpipe", 2, 2, false, 2, "an even number of chunks per device (one per direction)", true, 1, 1, 1, 1,
-           false, true, false, false, false});
+           false, true, false, false, false, true});
 }
 
 }  // namespace pipestudio::schedules

@@ -28,16 +28,77 @@ std::string opName(OpKind kind, int stage, int microbatch) {
          std::to_string(microbatch) + ")";
 }
 
-// An op's duration for a whole microbatch (partial batches scale it by their share).
-double baseDurationMs(OpKind kind, const StageCosts& c) {
+// An op's duration for a whole microbatch (partial batches scale it by their share). The
+// vocabulary passes split the shards' work by the plan's barrier count (PlanConfig::
+// vocabBarriers): with one barrier S also computes the input-gradient partial sums.
+double baseDurationMs(OpKind kind, const StageCosts& c, int vocabBarriers) {
   switch (kind) {
-    case OpKind::F: case OpKind::N: case OpKind::S: return c.forwardMs;
+    case OpKind::F: case OpKind::N: return c.forwardMs;
+    case OpKind::S: return vocabBarriers == 1 ? c.forwardMs + c.backwardInputMs : c.forwardMs;
     case OpKind::B: return c.backwardInputMs;
     case OpKind::W: return c.backwardWeightMs;
-    case OpKind::BW: case OpKind::T: return c.backwardInputMs + c.backwardWeightMs;
+    case OpKind::T: return vocabBarriers == 1 ? c.backwardWeightMs : c.backwardInputMs + c.backwardWeightMs;
+    case OpKind::BW: return c.backwardInputMs + c.backwardWeightMs;
     case OpKind::OPT: return 0;
   }
   return 0;
+}
+
+// The collective share of an op's duration (TP/CP/EP/ZeRO-3 inside the pass): what an
+// overlapped F&B group can hide under the other op's computation.
+double baseCommMs(OpKind kind, const StageCosts& c) {
+  switch (kind) {
+    case OpKind::F: return c.forwardCommMs;
+    case OpKind::B: return c.backwardInputCommMs;
+    case OpKind::W: return c.backwardWeightCommMs;
+    case OpKind::BW: return c.backwardInputCommMs + c.backwardWeightCommMs;
+    default: return 0;
+  }
+}
+
+// Blockwise ZeRO-3 (PlanConfig::unitMicrobatches): per op, how much of its gather (or W's
+// gradient reduce-scatter) it skips because it continues a run of its stage's passes in the
+// same direction on its device: F after F, B/BW after B/BW of the same stage (W, N, S, T in
+// between neither need nor drop the gathered parameters), W after W of the same stage
+// (gradients accumulate over the run, one reduce-scatter). Empty when the plan has no runs.
+std::vector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSkeleton& skeleton,
+                                             const std::vector<StageCosts>& costs) {
+  std::vector<double> out;
+  if (shell.config.unitMicrobatches <= 0 || shell.config.parallel.zeroStage < 3) return out;
+  for (const auto& lane : skeleton.devices) {
+    int lastF = -1, lastB = -1, lastW = -1;
+    OpKind lastParamKind = OpKind::OPT;
+    for (const OrderedOp& o : lane) {
+      double saved = 0;
+      const bool known = o.virtualStage >= 0 && static_cast<std::size_t>(o.virtualStage) < costs.size();
+      const StageCosts* c = known ? &costs[static_cast<std::size_t>(o.virtualStage)] : nullptr;
+      switch (o.kind) {
+        case OpKind::F:
+          if (c && lastParamKind == OpKind::F && lastF == o.virtualStage) saved = c->zeroGatherForwardMs;
+          lastParamKind = OpKind::F;
+          lastF = o.virtualStage;
+          break;
+        case OpKind::B:
+        case OpKind::BW:
+          if (c && lastParamKind == OpKind::B && lastB == o.virtualStage) {
+            saved = c->zeroGatherBackwardMs;
+            if (o.kind == OpKind::BW) saved += c->zeroScatterWeightMs;
+          }
+          lastParamKind = OpKind::B;
+          lastB = o.virtualStage;
+          break;
+        case OpKind::W:
+          if (c && lastW == o.virtualStage) saved = c->zeroScatterWeightMs;
+          lastW = o.virtualStage;
+          break;
+        default:
+          break;
+      }
+      if (o.samples > 0) saved = 0;  // partial batches are frozen work, never ZeRO-3-sharded passes
+      out.push_back(saved);
+    }
+  }
+  return out;
 }
 
 struct Edge {
@@ -54,6 +115,10 @@ void chainNeighbours(const Plan& shell, std::vector<std::int32_t>& prev, std::ve
 }
 
 }  // namespace
+
+double passDurationMs(OpKind kind, const StageCosts& costs, int vocabBarriers) {
+  return baseDurationMs(kind, costs, vocabBarriers);
+}
 
 std::vector<StageEstimate> stageEstimates(const Plan& shell) {
   const auto costs = stageCosts(shell);
@@ -142,7 +207,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       op.kind = o.kind;
       op.microbatch = o.microbatch;
       op.samples = o.samples;
-      double dur = baseDurationMs(o.kind, costs[static_cast<std::size_t>(o.virtualStage)]);
+      double dur = baseDurationMs(o.kind, costs[static_cast<std::size_t>(o.virtualStage)], shell.config.vocabBarriers);
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / samplesPerMb;
       if (!std::isfinite(dur)) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
@@ -361,14 +426,37 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   for (std::int32_t s = 0; s < nStages; ++s) {
     for (int k = 0; k < kOpKindCount; ++k) {
       kindDurationMs[static_cast<std::size_t>(s) * kOpKindCount + static_cast<std::size_t>(k)] =
-          baseDurationMs(static_cast<OpKind>(k), costs[static_cast<std::size_t>(s)]);
+          baseDurationMs(static_cast<OpKind>(k), costs[static_cast<std::size_t>(s)], shell.config.vocabBarriers);
     }
   }
-  auto durationMs = [&](const Op& op) {
+  const std::vector<double> gatherSavedMs = blockwiseGatherSavingsMs(shell, skeleton, costs);
+  auto durationMs = [&](const Op& op, std::int32_t idx) {
     double dur = kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
     if (op.samples > 0) dur *= static_cast<double>(op.samples) / samplesPerMb;
+    if (!gatherSavedMs.empty()) dur = std::max(0.0, dur - gatherSavedMs[static_cast<std::size_t>(idx)]);
     return dur;
   };
+
+  // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
+  // own; 0: a later member of a group). A group starts when its device is free and every
+  // member's inputs have arrived, and lasts max(Σ computation, Σ collectives) of its members
+  // (the collectives of one hide under the computation of the other, DeepSeek-V3 §3.2.1). The
+  // plan shows the members back to back, each with its share of that time in proportion to
+  // its own duration (so a device's ops never overlap and busy/span keep their meaning); every
+  // member's output leaves when the group ends.
+  std::vector<std::int8_t> groupSize;
+  if (shell.config.overlapForwardBackward) {
+    const auto groups = overlappedGroups(shell, skeleton.devices);
+    if (!groups.empty()) {
+      groupSize.assign(static_cast<std::size_t>(nOps), 1);
+      for (const OverlapGroup& g : groups) {
+        const std::int32_t lead = offset[static_cast<std::size_t>(g.device)] + g.first;
+        groupSize[static_cast<std::size_t>(lead)] = static_cast<std::int8_t>(g.size);
+        for (std::int32_t k = 1; k < g.size; ++k) groupSize[static_cast<std::size_t>(lead + k)] = 0;
+      }
+    }
+  }
+  auto commMs = [&](const Op& op) { return baseCommMs(op.kind, costs[static_cast<std::size_t>(op.virtualStage)]); };
 
   // Event loop over op completions only. An op starts when its device is free and every
   // input has arrived: start = max(device free, latest arrival). Arrival times are known as
@@ -385,6 +473,27 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
 
   // Starts device d's next op if it is idle and every producer of that op has completed;
   // returns whether it did.
+  // A group's members, timed together (see groupSize); returns the group's end.
+  auto startGroup = [&](std::int32_t lead, std::int32_t size, double readyMs) {
+    double computeMs = 0, collectiveMs = 0, ownMs = 0;
+    for (std::int32_t k = 0; k < size; ++k) {
+      const Op& member = shell.ops[static_cast<std::size_t>(lead + k)];
+      const double dur = durationMs(member, lead + k);
+      const double comm = std::min(dur, commMs(member));
+      ownMs += dur;
+      computeMs += dur - comm;
+      collectiveMs += comm;
+    }
+    const double spanMs = std::max(computeMs, collectiveMs);
+    double at = readyMs;
+    for (std::int32_t k = 0; k < size; ++k) {
+      Op& member = shell.ops[static_cast<std::size_t>(lead + k)];
+      member.startMs = at;
+      at += ownMs > 0 ? spanMs * durationMs(member, lead + k) / ownMs : 0.0;
+      member.endMs = k + 1 == size ? readyMs + spanMs : at;
+    }
+    return readyMs + spanMs;
+  };
   auto tryStart = [&](int d) {
     const auto du = static_cast<std::size_t>(d);
     if (busy[du]) return false;
@@ -393,8 +502,20 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
     const OpState& st = state[static_cast<std::size_t>(idx)];
     if (st.pending != 0) return false;
     Op& op = shell.ops[static_cast<std::size_t>(idx)];
+    const std::int32_t size = groupSize.empty() ? 1 : groupSize[static_cast<std::size_t>(idx)];
+    if (size > 1) {
+      double readyMs = std::max(deviceFreeMs[du], st.readyMs);
+      for (std::int32_t k = 1; k < size; ++k) {
+        const OpState& member = state[static_cast<std::size_t>(idx + k)];
+        if (member.pending != 0) return false;
+        readyMs = std::max(readyMs, member.readyMs);
+      }
+      busy[du] = 1;
+      running.set(d, startGroup(idx, size, readyMs));
+      return true;
+    }
     op.startMs = std::max(deviceFreeMs[du], st.readyMs);
-    op.endMs = op.startMs + durationMs(op);
+    op.endMs = op.startMs + durationMs(op, idx);
     busy[du] = 1;
     running.set(d, op.endMs);
     // Sixty-odd devices walk their orders side by side, too many streams for the hardware
@@ -414,12 +535,15 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   std::int32_t completed = 0;
   for (int dev = running.top(); dev >= 0; dev = running.top()) {
     const auto du = static_cast<std::size_t>(dev);
-    const std::int32_t code = offset[du] + position[du];
     const double timeMs = running.keyMs(dev);
-    const Op& op = shell.ops[static_cast<std::size_t>(code)];
-    ++completed;
     busy[du] = 0;
     deviceFreeMs[du] = timeMs;
+    const std::int32_t lead = offset[du] + position[du];
+    const std::int32_t members = groupSize.empty() ? 1 : std::max<std::int32_t>(1, groupSize[static_cast<std::size_t>(lead)]);
+    for (std::int32_t member = 0; member < members; ++member) {
+    const std::int32_t code = lead + member;
+    const Op& op = shell.ops[static_cast<std::size_t>(code)];
+    ++completed;
     ++position[du];
     const Out* o = outs.get() + firstOut[static_cast<std::size_t>(code)];
     const Out* oEnd = outs.get() + firstOut[static_cast<std::size_t>(code) + 1];
@@ -449,6 +573,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
       }
       consumer.readyMs = std::max(consumer.readyMs, endMs);
       if (--consumer.pending == 0) tryStart(edge.toDevice);
+    }
     }
     if (!tryStart(dev)) running.clear(dev);
   }

@@ -61,6 +61,10 @@ class ScheduleGenerator {
   virtual bool splitsBackward() const = 0;
   /// 2 for bidirectional schedules (the model is held twice), else 1.
   virtual int pipelines() const { return 1; }
+  /// Sets what the simulator needs to know about the schedule in the plan's config before it
+  /// is partitioned and timed: dualpipe overlaps F&B (overlapForwardBackward), zeropp and
+  /// breadth-first gather ZeRO-3 parameters per unit of microbatches (unitMicrobatches).
+  virtual void configure(PlanConfig& /*config*/) const {}
   /// Whether `shape` is possible; the error says what the schedule needs
   /// ("dualpipe needs an even number of devices, got 3").
   virtual Status validate(const ScheduleShape& shape) const = 0;

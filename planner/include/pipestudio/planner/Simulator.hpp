@@ -21,6 +21,12 @@ struct SimulationOptions {
 /// for, and the cycle).
 Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, const SimulationOptions& options = {});
 
+/// The simulated duration of one whole-microbatch op of `kind` on a stage with `costs`:
+/// F/N forward, B input gradient, W weight gradient, BW both; the vocabulary passes split the
+/// shard's work by the plan's barrier count (PlanConfig::vocabBarriers: with one, S also
+/// computes the input-gradient partial sums and T only the weight gradient).
+double passDurationMs(OpKind kind, const StageCosts& costs, int vocabBarriers);
+
 /// Per-stage estimates (times, bytes, transfer time to the next stage of its pipeline) of a
 /// plan shell whose virtual stages are placed and partitioned — what ScheduleInput carries.
 std::vector<StageEstimate> stageEstimates(const Plan& shell);

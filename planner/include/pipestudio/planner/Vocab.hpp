@@ -4,8 +4,14 @@
 /// are split evenly over all pipeline devices instead of sitting on the first and last stage.
 /// Each device runs an S pass (its vocabulary shard's forward: logits and partial softmax
 /// statistics) after the last stage's F of a microbatch, and a T pass (the shard's backward)
-/// once every device's S is done; the last stage's B waits for all T passes. S and T are
-/// inserted into the timed order of the base schedule (1f1b, v-half, …).
+/// once every device's S is done. With two barriers (config.vocabBarriers = 2, the paper's
+/// Algorithm 1, "Vocab-2") T computes the input gradient and the last stage's B waits for
+/// every T; with one (Algorithm 2, "Vocab-1", the default) S already computes the local
+/// input-gradient partial sums and the last stage's B waits for every S. As in the paper's
+/// schedules, every device runs one extra warm-up forward per barrier and S and T sit in the
+/// steady state between transformer passes, so the barriers overlap computation instead of
+/// stalling the pipeline: activation memory p + 1 (one barrier) or p + 2 (two) microbatches
+/// under 1F1B. Works on the order of any base schedule (1f1b, v-half, …).
 
 #include <vector>
 

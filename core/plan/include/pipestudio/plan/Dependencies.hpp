@@ -82,13 +82,32 @@ std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vecto
 
 /// The S/T dependencies of a vocabulary-parallel plan (Yeung et al. 2024): the stages whose
 /// ops are S/T are the shards; the last trainable stage of pipeline 0 feeds them. Per
-/// microbatch, F(last) → S on every device (hidden states), every S → every T (softmax
-/// statistics), every T → B/BW(last) (gradient partial sums). Empty without S/T ops.
+/// microbatch, F(last) → S on every device (hidden states) and every S → every T (the softmax
+/// statistics' all-reduce, the first barrier); the input-gradient partial sums reach
+/// B/BW(last) from every T with two barriers (config.vocabBarriers 2, Algorithm 1), from every
+/// S with one (Algorithm 2: S computes them, scaled once the statistics arrive). Empty without
+/// S/T ops.
 std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
 /// frozenDependencies + vocabDependencies: every dependency a plan implies beyond its data
 /// flow, as makePlan, resimulate and the executor use them.
 std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
+/// DualPipe's overlapped forward and backward (DeepSeek-V3 §3.2.1), for plans with
+/// config.overlapForwardBackward: on a device, an F immediately followed by a B or BW of
+/// another microbatch runs as one group with it (both start together; the collectives of one
+/// run under the computation of the other); a W right after that B, of the same stage and
+/// microbatch, joins the group (DualPipe's backward chunk is the full backward). Groups are
+/// taken left to right in each device's order and never share an op. Ops of one microbatch
+/// never pair (a B may need its own F), nor two passes of one stage (DualPipe pairs a chunk of
+/// one direction with a chunk of the other). Each entry: device, lane index of the group's F, and
+/// its size (2 or 3). Empty when the plan does not overlap.
+struct OverlapGroup {
+  std::int32_t device = 0;
+  std::int32_t first = 0;
+  std::int32_t size = 0;
+};
+std::vector<OverlapGroup> overlappedGroups(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
 /// A frozen output computed in this iteration for the next one (cross-iteration overlap, every
 /// fill mode but `none`): it leaves the producing N op for a device whose backbone reads it.

@@ -51,6 +51,20 @@ struct PlanConfig {
   /// post-validation: Zero Bubble's optimizer post-validation lets iterations overlap, so the
   /// steady-state period is the longest device span.
   std::string optimizerSync = "global";
+  /// Vocabulary parallelism (Yeung et al. 2024, S/T ops): all-reduce barriers per microbatch.
+  /// 2 (Algorithm 1, "Vocab-2"): S = logits and softmax statistics, T = input and weight
+  /// gradients, the last stage's backward waits for every T. 1 (Algorithm 2, "Vocab-1"): S
+  /// also computes the local input-gradient partial sums, T only the weight gradient, the last
+  /// stage's backward waits for every S. Plans written before the field: 2.
+  int vocabBarriers = 1;
+  /// DualPipe (DeepSeek-V3 §3.2.1): an F followed on its device by a backward of another
+  /// microbatch runs overlapped with it, the collectives of one under the computation of the
+  /// other (overlappedGroups in Dependencies.hpp says which ops pair; the simulator times them).
+  bool overlapForwardBackward = false;
+  /// Blockwise schedules (zeropp, breadth-first): microbatches per scheduling unit; 0 = none.
+  /// Under ZeRO-3 such a plan gathers a chunk's parameters once per run of consecutive passes
+  /// of that chunk in one direction (one gather per block), not once per pass.
+  int unitMicrobatches = 0;
   /// GPUs the plan uses: T·C·P·D.
   std::int64_t totalGpus() const { return parallel.gpusPerPipelineRank() * devices; }
 };

@@ -1,0 +1,276 @@
+// Blockwise schedules on the looping placement (stage s on device s mod p, chunk s / p):
+//   zeropp        (Tang et al. 2024, "Adaptive Blockwise Task-interleaved Pipeline
+//                 Parallelism"): the microbatches go through the pipeline in units of U
+//                 (PlanConfig::unitMicrobatches, `--unit`, default p). A device runs the
+//                 forwards of one unit on one chunk as a block, then the next chunk's block, and
+//                 once warm, alternates forward blocks with backward blocks (the unit's chunks in
+//                 reverse); the backward is split and the weight-gradient passes fill the time a
+//                 device would wait for its next block's input (task interleaving). Under ZeRO-3
+//                 a block gathers its chunk's parameters once (the simulator charges the gather
+//                 to the first pass of a run, Simulator.cpp), not once per microbatch.
+//   breadth-first (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"): one unit of all
+//                 m microbatches: every chunk's forwards for all microbatches, then every chunk's
+//                 fused backwards in reverse; one gather per chunk and direction, GPipe memory.
+// Both orders are built by a list construction timed on the stage estimates (transfers as
+// delays); the simulator times the plan.
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <queue>
+
+#include "schedules/Generators.hpp"
+
+namespace pipestudio::schedules {
+namespace {
+
+struct Pass {
+  int stage = 0;
+  int microbatch = 0;
+};
+
+class Blockwise final : public ScheduleGenerator {
+ public:
+  explicit Blockwise(bool breadthFirst) : m_breadthFirst(breadthFirst) {}
+  std::string_view name() const override { return m_breadthFirst ? "breadth-first" : "zeropp"; }
+  int defaultChunksPerDevice() const override { return 2; }
+  bool splitsBackward() const override { return !m_breadthFirst; }
+  void configure(PlanConfig& config) const override { config.unitMicrobatches = unitOf(config); }
+  Status validate(const ScheduleShape& shape) const override {
+    return requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device");
+  }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, shape.chunksPerDevice);
+  }
+
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    const int p = input.shape.devices;
+    const int v = input.shape.chunksPerDevice;
+    const int m = input.shape.microbatches;
+    int unit = m;
+    if (!m_breadthFirst) {
+      const int asked = input.request ? input.request->config.unitMicrobatches : 0;
+      if (asked > m) {
+        return Error{"zeropp: --unit " + std::to_string(asked) + " is more than the " + std::to_string(m) +
+                     " microbatches (a unit is a block of microbatches)"};
+      }
+      unit = input.request ? unitOf(input.request->config) : std::min(p, m);
+    }
+    const int n = p * v;
+    const auto nu = static_cast<std::size_t>(n);
+    const auto mu = static_cast<std::size_t>(m);
+    // Per device: the forward and backward sequences, block by block (unit, chunk), and where
+    // each block ends.
+    std::vector<std::vector<Pass>> fSeq(static_cast<std::size_t>(p)), bSeq(static_cast<std::size_t>(p));
+    std::vector<std::vector<int>> fEnd(static_cast<std::size_t>(p)), bEnd(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) {
+      auto& fs = fSeq[static_cast<std::size_t>(d)];
+      auto& bs = bSeq[static_cast<std::size_t>(d)];
+      auto& fe = fEnd[static_cast<std::size_t>(d)];
+      auto& be = bEnd[static_cast<std::size_t>(d)];
+      for (int first = 0; first < m; first += unit) {
+        const int last = std::min(m, first + unit);
+        for (int c = 0; c < v; ++c) {
+          for (int mb = first; mb < last; ++mb) fs.push_back({c * p + d, mb});
+          fe.resize(fs.size(), static_cast<int>(fs.size()));
+        }
+        for (int c = v - 1; c >= 0; --c) {
+          for (int mb = first; mb < last; ++mb) bs.push_back({c * p + d, mb});
+          be.resize(bs.size(), static_cast<int>(bs.size()));
+        }
+      }
+    }
+    // Forwards a device may hold (chunk activations): Megatron-LM's interleaved warm-up with
+    // the unit in place of its group of p, plus the unit's block (breadth-first: all).
+    std::vector<int> limit(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) limit[static_cast<std::size_t>(d)] = m_breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
+
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> fDone(nu * mu, inf), bDone(nu * mu, inf);
+    auto est = [&](int s) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(s)]; };
+    auto device = [&](int s) { return s % p; };
+    auto fReady = [&](const Pass& x) {
+      if (x.stage == 0) return 0.0;
+      const double up = fDone[static_cast<std::size_t>(x.stage - 1) * mu + static_cast<std::size_t>(x.microbatch)];
+      return up + (device(x.stage - 1) != device(x.stage) ? est(x.stage - 1).sendMs : 0.0);
+    };
+    auto bReady = [&](const Pass& x) {
+      const double own = fDone[static_cast<std::size_t>(x.stage) * mu + static_cast<std::size_t>(x.microbatch)];
+      if (x.stage == n - 1) return own;
+      const double down = bDone[static_cast<std::size_t>(x.stage + 1) * mu + static_cast<std::size_t>(x.microbatch)];
+      return std::max(own, down + (device(x.stage + 1) != device(x.stage) ? est(x.stage).sendMs : 0.0));
+    };
+
+    struct DeviceState {
+      std::size_t fPos = 0, bPos = 0;
+      int inflight = 0;
+      bool inBackward = false;  // the current block's direction
+      int blockEnd = 0;         // position where the current block ends (0: pick a new block)
+      bool busy = false;
+      double wakeMs = std::numeric_limits<double>::infinity();  // a wake-up already queued
+      std::deque<Pass> weights;
+    };
+    std::vector<DeviceState> st(static_cast<std::size_t>(p));
+    std::vector<std::vector<OrderedOp>> out(static_cast<std::size_t>(p));
+    // Events: a pass ends (kind 0 F, 1 B, 2 W) or an idle device wakes for an arrival (3).
+    struct Event {
+      double atMs;
+      int device;
+      int kind;
+      Pass pass;
+      bool operator>(const Event& o) const {
+        if (atMs != o.atMs) return atMs > o.atMs;
+        if (kind != o.kind) return (kind == 3) > (o.kind == 3);  // completions first
+        return device > o.device;
+      }
+    };
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+    const std::size_t total = static_cast<std::size_t>(n) * mu * (m_breadthFirst ? 2 : 3);
+    std::size_t placed = 0;
+
+    auto start = [&](int d, int kind, const Pass& x, double now) {
+      const StageEstimate& e = est(x.stage);
+      const double dur = kind == 0   ? e.forwardMs
+                         : kind == 1 ? e.backwardInputMs + (m_breadthFirst ? e.backwardWeightMs : 0.0)
+                                     : e.backwardWeightMs;
+      OrderedOp o;
+      o.virtualStage = x.stage;
+      o.microbatch = x.microbatch;
+      o.kind = kind == 0 ? OpKind::F : kind == 1 ? (m_breadthFirst ? OpKind::BW : OpKind::B) : OpKind::W;
+      out[static_cast<std::size_t>(d)].push_back(o);
+      ++placed;
+      st[static_cast<std::size_t>(d)].busy = true;
+      events.push({now + dur, d, kind, x});
+    };
+    auto weight = [&](int d, double now) {
+      DeviceState& s = st[static_cast<std::size_t>(d)];
+      if (s.weights.empty()) return false;
+      const Pass w = s.weights.front();
+      s.weights.pop_front();
+      start(d, 2, w, now);
+      return true;
+    };
+    // Tries to start something on idle device d at `now`; `force` lets a forward go over the
+    // limit (the way out when every device waits). Schedules a wake-up when it waits for an
+    // input in flight.
+    auto tryStart = [&](int d, double now, bool force) {
+      DeviceState& s = st[static_cast<std::size_t>(d)];
+      if (s.busy) return false;
+      const auto du = static_cast<std::size_t>(d);
+      const auto& fs = fSeq[du];
+      const auto& bs = bSeq[du];
+      const bool fLeft = s.fPos < fs.size();
+      const bool bLeft = s.bPos < bs.size();
+      const bool blockDone = s.blockEnd == 0 || static_cast<int>(s.inBackward ? s.bPos : s.fPos) >= s.blockEnd;
+      if (blockDone) {
+        // Weight passes beyond one unit's worth run first (they hold activation memory).
+        if (!m_breadthFirst && s.weights.size() > static_cast<std::size_t>(unit)) return weight(d, now);
+        const bool ownForwardDone =
+            bLeft && fDone[static_cast<std::size_t>(bs[s.bPos].stage) * mu + static_cast<std::size_t>(bs[s.bPos].microbatch)] < inf;
+        const bool canForward = fLeft && (s.inflight < limit[du] || force);
+        if (ownForwardDone && (bReady(bs[s.bPos]) <= now || !canForward)) {
+          s.inBackward = true;
+          s.blockEnd = bEnd[du][s.bPos];
+        } else if (canForward) {
+          s.inBackward = false;
+          s.blockEnd = fEnd[du][s.fPos];
+        } else {
+          s.blockEnd = 0;
+          return weight(d, now);
+        }
+      }
+      double wake = inf;
+      if (s.inBackward) {
+        const Pass& x = bs[s.bPos];
+        const double ready = bReady(x);
+        if (ready <= now) {
+          ++s.bPos;
+          --s.inflight;
+          start(d, 1, x, now);
+          return true;
+        }
+        wake = ready;
+      } else {
+        const Pass& x = fs[s.fPos];
+        const double ready = fReady(x);
+        if (s.inflight >= limit[du] && !force) {
+          s.blockEnd = 0;  // the block ends at the limit
+          return weight(d, now);
+        }
+        if (ready <= now) {
+          ++s.fPos;
+          ++s.inflight;
+          start(d, 0, x, now);
+          return true;
+        }
+        wake = ready;
+      }
+      // The block's next pass waits for its input: a weight-gradient pass fills the wait.
+      if (weight(d, now)) return true;
+      if (wake < inf && (wake < s.wakeMs || s.wakeMs <= now)) {
+        s.wakeMs = wake;
+        events.push({wake, d, 3, {}});
+      }
+      return false;
+    };
+
+    for (int d = 0; d < p; ++d) tryStart(d, 0.0, false);
+    double now = 0;
+    std::size_t steps = 0;
+    while (placed < total || !events.empty()) {
+      if ((++steps & 4095) == 0 && input.control && input.control->cancelled()) return Error::cancelled();
+      if (events.empty()) {
+        // Every device waits with no input in flight: the first whose forward is ready goes
+        // over its limit.
+        bool progressed = false;
+        for (int d = 0; d < p && !progressed; ++d) {
+          st[static_cast<std::size_t>(d)].blockEnd = 0;
+          progressed = tryStart(d, now, true);
+        }
+        if (!progressed) {
+          return Error{std::string(name()) + ": the blockwise construction stalled (" + std::to_string(placed) + " of " +
+                       std::to_string(total) + " passes placed)"};
+        }
+        continue;
+      }
+      const Event e = events.top();
+      events.pop();
+      now = e.atMs;
+      if (e.kind == 3) {
+        DeviceState& s = st[static_cast<std::size_t>(e.device)];
+        if (s.wakeMs == now) s.wakeMs = inf;
+        tryStart(e.device, now, false);
+        continue;
+      }
+      st[static_cast<std::size_t>(e.device)].busy = false;
+      const std::size_t key = static_cast<std::size_t>(e.pass.stage) * mu + static_cast<std::size_t>(e.pass.microbatch);
+      if (e.kind == 0) fDone[key] = now;
+      if (e.kind == 1) {
+        bDone[key] = now;
+        if (!m_breadthFirst) st[static_cast<std::size_t>(e.device)].weights.push_back(e.pass);
+      }
+      for (int d = 0; d < p; ++d) tryStart(d, now, false);
+    }
+    ScheduleSkeleton sk;
+    sk.virtualStages = input.virtualStages;
+    sk.devices = std::move(out);
+    return sk;
+  }
+
+ private:
+  // The unit of microbatches: breadth-first all of them; zeropp the asked one, else p
+  // (a unit fills the pipeline), never more than m.
+  int unitOf(const PlanConfig& config) const {
+    if (m_breadthFirst) return config.microbatches;
+    const int asked = config.unitMicrobatches > 0 ? config.unitMicrobatches : config.devices;
+    return std::max(1, std::min(asked, config.microbatches));
+  }
+
+  bool m_breadthFirst;
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleGenerator> makeZeroPp() { return std::make_unique<Blockwise>(false); }
+std::unique_ptr<ScheduleGenerator> makeBreadthFirst() { return std::make_unique<Blockwise>(true); }
+
+}  // namespace pipestudio::schedules
