@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "Impl.hpp"
 #include "Sqlite.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -69,7 +70,7 @@ struct RunAggregate {
 
 Expected<RunAggregate> aggregateRun(HistoryStore& store, RunId run) {
   sqlite3* db = store.connection();
-  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295",
+  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE " RUN_EVENT_RANGE,
                nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(db)};
   st.bind(1, run);
@@ -374,8 +375,8 @@ Expected<NcclParts> ncclParts(HistoryStore& store, RunId run) {
   sqlite3* db = store.connection();
   Statement st(db,
                "SELECT e.category, e.device, n.name, e.start_ns, e.dur_ns, e.virtual_stage, e.microbatch, e.iteration "
-               "FROM events e JOIN names n ON n.id = e.name_id WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295 "
-               "AND e.device >= 0 AND (e.category = ?2 OR (e.category = ?3 AND e.virtual_stage >= 0))",
+               "FROM events e JOIN names n ON n.id = e.name_id WHERE e." RUN_EVENT_RANGE
+               " AND e.device >= 0 AND (e.category = ?2 OR (e.category = ?3 AND e.virtual_stage >= 0))",
                nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(db)};
   st.bind(1, run);
@@ -578,7 +579,7 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     sqlite3* db = store.connection();
     Statement st(db,
                  "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
-                 "WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295 AND e.device >= 0 AND (e.category IN (?2, ?3, "
+                 "WHERE e." RUN_EVENT_RANGE " AND e.device >= 0 AND (e.category IN (?2, ?3, "
                  "?4, ?5) OR n.name LIKE 'ProfilerStep#%')",
                  nullptr);
     if (!st) return Error{store.path() + ": " + detail::lastError(db)};
