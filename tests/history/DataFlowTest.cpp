@@ -60,10 +60,10 @@ std::string recordedStream(const Plan& plan) {
   return trace::encodeStream(frames);
 }
 
-class DataFlow : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+class DataFlow : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(DataFlow, IdleBreakdownWaitsForTheSimulatorsProducers) {
-  const auto [model, fill] = GetParam();
+  const auto& [model, fill] = GetParam();
   const Plan plan = diffusionPlan(model, fill);
   ASSERT_FALSE(plan.ops.empty());
   ASSERT_FALSE(plan.comms.empty());
@@ -95,7 +95,7 @@ TEST_P(DataFlow, IdleBreakdownWaitsForTheSimulatorsProducers) {
 // names it), and every producer named ran on another device before the op started or on the
 // op's own device before it.
 TEST_P(DataFlow, ProducersAreTheSimulatorsProducers) {
-  const auto [model, fill] = GetParam();
+  const auto& [model, fill] = GetParam();
   const Plan plan = diffusionPlan(model, fill);
   ASSERT_FALSE(plan.ops.empty());
   const OpProducers producers(&plan, static_cast<int>(plan.virtualStages.size()) - 1);
@@ -128,8 +128,13 @@ TEST_P(DataFlow, ProducersAreTheSimulatorsProducers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Diffusion, DataFlow,
-                         ::testing::Combine(::testing::Values("controlnet", "cascaded-sd"),
-                                            ::testing::Values("none", "greedy")));
+                         ::testing::Combine(::testing::Values(std::string("controlnet"), std::string("cascaded-sd")),
+                                            ::testing::Values(std::string("none"), std::string("greedy"))),
+                         [](const ::testing::TestParamInfo<DataFlow::ParamType>& param) {
+                           std::string name = std::get<0>(param.param) + "_" + std::get<1>(param.param);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace pipestudio::history

@@ -46,10 +46,10 @@ bool simulatorFed(const Plan& plan, const Op& from, const Op& to) {
   return false;
 }
 
-class DataFlow : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+class DataFlow : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(DataFlow, WaitedForIsTheSimulatorsProducer) {
-  const auto [model, fill] = GetParam();
+  const auto& [model, fill] = GetParam();
   const auto plan = diffusionPlan(model, fill);
   ASSERT_FALSE(plan->ops.empty());
   TimelineData data(plan);
@@ -72,7 +72,7 @@ TEST_P(DataFlow, WaitedForIsTheSimulatorsProducer) {
 }
 
 TEST_P(DataFlow, CriticalPathFollowsTheSimulatorsProducers) {
-  const auto [model, fill] = GetParam();
+  const auto& [model, fill] = GetParam();
   const auto plan = diffusionPlan(model, fill);
   ASSERT_FALSE(plan->ops.empty());
   TimelineData data(plan);
@@ -90,8 +90,13 @@ TEST_P(DataFlow, CriticalPathFollowsTheSimulatorsProducers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Diffusion, DataFlow,
-                         ::testing::Combine(::testing::Values("controlnet", "cascaded-sd"),
-                                            ::testing::Values("none", "greedy")));
+                         ::testing::Combine(::testing::Values(std::string("controlnet"), std::string("cascaded-sd")),
+                                            ::testing::Values(std::string("none"), std::string("greedy"))),
+                         [](const ::testing::TestParamInfo<DataFlow::ParamType>& param) {
+                           std::string name = std::get<0>(param.param) + "_" + std::get<1>(param.param);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace pipestudio::viz
