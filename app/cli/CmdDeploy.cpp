@@ -19,6 +19,7 @@
 #include "Commands.hpp"
 #include "Flags.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/history/RunRecorder.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/remote/Deploy.hpp"
@@ -73,22 +74,14 @@ std::optional<std::string> askPassphrase(const std::string& prompt) {
   return line;
 }
 
-// Feeds every rank's stream into one history run (one StreamIngest per rank). The
-// Deployment serialises calls, so one store connection is enough.
+// Records the ranks' streams into one history run (history::RunRecorder, shared with the
+// GUI's deploy dialog); executor and launcher logs go to stderr.
 class HistorySink final : public remote::TraceSink {
  public:
-  HistorySink(history::HistoryStore& store, history::RunInfo info) : m_store(store), m_info(std::move(info)) {}
+  HistorySink(history::HistoryStore& store, history::RunInfo info) : m_recorder(store, std::move(info)) {}
 
-  Status onStart(int ranks) override {
-    auto run = m_store.beginRun(m_info);
-    if (!run) return run.error();
-    m_run = *run;
-    for (int r = 0; r < ranks; ++r) m_ingest.push_back(std::make_unique<history::StreamIngest>(m_store, m_run));
-    return Status{};
-  }
-  Status onStreamBytes(int rank, std::string_view bytes) override {
-    return m_ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
-  }
+  Status onStart(int ranks) override { return m_recorder.start(ranks); }
+  Status onStreamBytes(int rank, std::string_view bytes) override { return m_recorder.feed(rank, bytes); }
   void onLog(int rank, std::string_view text) override {
     if (m_echoLogs) {
       // Executor logs go to our stderr, prefixed by the rank, one line at a time.
@@ -107,35 +100,22 @@ class HistorySink final : public remote::TraceSink {
     std::cerr << '[' << m_launcher << "] " << text << std::flush;
   }
 
-  bool started() const { return m_run != 0; }
-  history::RunId runId() const { return m_run; }
+  bool started() const { return m_recorder.started(); }
+  history::RunId runId() const { return m_recorder.runId(); }
   void setEchoLogs(bool echo) { m_echoLogs = echo; }
   void setLauncher(std::string launcher) { m_launcher = std::move(launcher); }
 
-  /// Final status: the deploy outcome, made stricter by what the streams say.
+  /// The deployment's verdict, made stricter by what the streams say.
   Status finish(const remote::DeployResult& result) {
-    history::RunStatus status = history::RunStatus::Complete;
-    std::string why = result.message;
-    switch (result.outcome) {
-      case remote::DeployOutcome::Complete: status = history::RunStatus::Complete; break;
-      case remote::DeployOutcome::Failed: status = history::RunStatus::Failed; break;
-      case remote::DeployOutcome::Incomplete: status = history::RunStatus::Incomplete; break;
-    }
-    for (auto& ingest : m_ingest) {
-      if (auto st = ingest->flush(); !st) return st;
-      if (status == history::RunStatus::Complete && ingest->suggestedStatus() != history::RunStatus::Complete) {
-        status = ingest->suggestedStatus();
-        why = ingest->problem();
-      }
-    }
-    return m_store.finishRun(m_run, status, status == history::RunStatus::Complete ? std::string_view{} : why);
+    using remote::DeployOutcome;
+    const history::RunStatus status = result.outcome == DeployOutcome::Complete     ? history::RunStatus::Complete
+                                      : result.outcome == DeployOutcome::Incomplete ? history::RunStatus::Incomplete
+                                                                                    : history::RunStatus::Failed;
+    return m_recorder.finish(status, result.message);
   }
 
  private:
-  history::HistoryStore& m_store;
-  history::RunInfo m_info;
-  history::RunId m_run = 0;
-  std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
+  history::RunRecorder m_recorder;
   std::map<int, std::string> m_logLines;
   bool m_echoLogs = true;
   std::string m_launcher = "launcher";

@@ -31,6 +31,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "pipestudio/history/RunRecorder.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -44,56 +45,35 @@ QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<q
 // Log lines of the launcher itself (launcher slurm|mpirun), shown under "All ranks".
 constexpr int kLauncherLog = -2;
 
-// Feeds every rank's stream into one history run (one StreamIngest per rank), the logic of
-// pipestudio-cli deploy's HistorySink; logs go to the dialog. The Deployment serialises the
-// calls, so one store connection (used only by the worker) is enough.
+// Records the ranks' streams into one history run (history::RunRecorder, shared with
+// pipestudio-cli deploy); logs go to the dialog. The Deployment serialises the calls, so one
+// store connection (used only by the worker) is enough.
 class GuiHistorySink final : public remote::TraceSink {
  public:
   GuiHistorySink(history::HistoryStore& store, history::RunInfo info, std::function<void(int, std::string)> log)
-      : m_store(store), m_info(std::move(info)), m_log(std::move(log)) {}
+      : m_recorder(store, std::move(info)), m_log(std::move(log)) {}
 
-  Status onStart(int ranks) override {
-    auto run = m_store.beginRun(m_info);
-    if (!run) return run.error();
-    m_run = *run;
-    for (int r = 0; r < ranks; ++r) m_ingest.push_back(std::make_unique<history::StreamIngest>(m_store, m_run));
-    return Status{};
-  }
-  Status onStreamBytes(int rank, std::string_view bytes) override {
-    return m_ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
-  }
+  Status onStart(int ranks) override { return m_recorder.start(ranks); }
+  Status onStreamBytes(int rank, std::string_view bytes) override { return m_recorder.feed(rank, bytes); }
   void onLog(int rank, std::string_view text) override { m_log(rank, std::string(text)); }
   /// srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
   void onLauncherLog(std::string_view text) override { m_log(kLauncherLog, std::string(text)); }
 
-  bool started() const { return m_run != 0; }
-  history::RunId runId() const { return m_run; }
+  bool started() const { return m_recorder.started(); }
+  history::RunId runId() const { return m_recorder.runId(); }
 
-  /// Final status: the deploy outcome, made stricter by what the streams say.
+  /// The deployment's verdict, made stricter by what the streams say.
   Status finish(const remote::DeployResult& result) {
-    history::RunStatus status = history::RunStatus::Complete;
-    std::string why = result.message;
-    switch (result.outcome) {
-      case remote::DeployOutcome::Complete: status = history::RunStatus::Complete; break;
-      case remote::DeployOutcome::Failed: status = history::RunStatus::Failed; break;
-      case remote::DeployOutcome::Incomplete: status = history::RunStatus::Incomplete; break;
-    }
-    for (auto& ingest : m_ingest) {
-      if (auto st = ingest->flush(); !st) return st;
-      if (status == history::RunStatus::Complete && ingest->suggestedStatus() != history::RunStatus::Complete) {
-        status = ingest->suggestedStatus();
-        why = ingest->problem();
-      }
-    }
-    return m_store.finishRun(m_run, status, status == history::RunStatus::Complete ? std::string_view{} : why);
+    using remote::DeployOutcome;
+    const history::RunStatus status = result.outcome == DeployOutcome::Complete     ? history::RunStatus::Complete
+                                      : result.outcome == DeployOutcome::Incomplete ? history::RunStatus::Incomplete
+                                                                                    : history::RunStatus::Failed;
+    return m_recorder.finish(status, result.message);
   }
 
  private:
-  history::HistoryStore& m_store;
-  history::RunInfo m_info;
+  history::RunRecorder m_recorder;
   std::function<void(int, std::string)> m_log;
-  history::RunId m_run = 0;
-  std::vector<std::unique_ptr<history::StreamIngest>> m_ingest;
 };
 
 // What the log shows before a line: the rank, or the launcher's own words.

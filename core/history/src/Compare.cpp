@@ -8,9 +8,12 @@
 #include <iomanip>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
+#include "Impl.hpp"
 #include "Sqlite.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 
 namespace pipestudio::history {
@@ -67,7 +70,7 @@ struct RunAggregate {
 
 Expected<RunAggregate> aggregateRun(HistoryStore& store, RunId run) {
   sqlite3* db = store.connection();
-  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295",
+  Statement st(db, "SELECT category, device, name_id, start_ns, dur_ns, iteration FROM events WHERE " RUN_EVENT_RANGE,
                nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(db)};
   st.bind(1, run);
@@ -166,32 +169,6 @@ std::string pad(std::string s, std::size_t width, bool right = true) {
   const std::string fill(width - s.size(), ' ');
   return right ? fill + s : s + fill;
 }
-
-// Virtual-stage neighbours for dependency lookups.
-struct StageGraph {
-  std::map<int, int> previous;  // stage → the stage feeding it (forward)
-  std::map<int, int> next;
-  static StageGraph from(const Plan* plan, int maxStage) {
-    StageGraph g;
-    if (plan && !plan->virtualStages.empty()) {
-      std::map<int, std::vector<int>> byPipeline;
-      for (const auto& vs : plan->virtualStages) byPipeline[vs.pipeline].push_back(vs.id);
-      for (auto& [p, ids] : byPipeline) {
-        std::sort(ids.begin(), ids.end());
-        for (std::size_t i = 1; i < ids.size(); ++i) {
-          g.previous[ids[i]] = ids[i - 1];
-          g.next[ids[i - 1]] = ids[i];
-        }
-      }
-    } else {
-      for (int s = 1; s <= maxStage; ++s) {
-        g.previous[s] = s - 1;
-        g.next[s - 1] = s;
-      }
-    }
-    return g;
-  }
-};
 
 struct OpKey {
   int iteration, virtualStage, kind, microbatch;
@@ -398,8 +375,8 @@ Expected<NcclParts> ncclParts(HistoryStore& store, RunId run) {
   sqlite3* db = store.connection();
   Statement st(db,
                "SELECT e.category, e.device, n.name, e.start_ns, e.dur_ns, e.virtual_stage, e.microbatch, e.iteration "
-               "FROM events e JOIN names n ON n.id = e.name_id WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295 "
-               "AND e.device >= 0 AND (e.category = ?2 OR (e.category = ?3 AND e.virtual_stage >= 0))",
+               "FROM events e JOIN names n ON n.id = e.name_id WHERE e." RUN_EVENT_RANGE
+               " AND e.device >= 0 AND (e.category = ?2 OR (e.category = ?3 AND e.virtual_stage >= 0))",
                nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(db)};
   st.bind(1, run);
@@ -602,7 +579,7 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     sqlite3* db = store.connection();
     Statement st(db,
                  "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
-                 "WHERE e.id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295 AND e.device >= 0 AND (e.category IN (?2, ?3, "
+                 "WHERE e." RUN_EVENT_RANGE " AND e.device >= 0 AND (e.category IN (?2, ?3, "
                  "?4, ?5) OR n.name LIKE 'ProfilerStep#%')",
                  nullptr);
     if (!st) return Error{store.path() + ": " + detail::lastError(db)};
@@ -767,6 +744,55 @@ std::string planComparisonTable(const PlanComparison& c) {
   return o.str();
 }
 
+// ---- producers -----------------------------------------------------------------------------
+
+OpProducers::OpProducers(const Plan* plan, int maxStage) {
+  if (plan == nullptr || plan->virtualStages.empty()) {
+    for (int s = 0; s <= maxStage; ++s) {
+      m_previous.push_back(s - 1);
+      m_next.push_back(s + 1 <= maxStage ? s + 1 : -1);
+    }
+    m_fallback = true;
+    return;
+  }
+  StageNeighbours n = stageNeighbours(*plan);
+  m_previous = std::move(n.previous);
+  m_next = std::move(n.next);
+  const auto lanes = planLanes(*plan);
+  for (const OpDependency& dep : derivedDependencies(*plan, lanes)) {
+    const OrderedOp& from = lanes[static_cast<std::size_t>(dep.from.device)][static_cast<std::size_t>(dep.from.index)];
+    const OrderedOp& to = lanes[static_cast<std::size_t>(dep.to.device)][static_cast<std::size_t>(dep.to.index)];
+    auto& list = m_derived[{to.virtualStage, to.kind, to.microbatch}];
+    const StageOp key{from.virtualStage, from.kind, from.microbatch};
+    if (std::find(list.begin(), list.end(), key) == list.end()) list.push_back(key);
+  }
+}
+
+std::vector<OpProducers::StageOp> OpProducers::of(int virtualStage, OpKind kind, int microbatch) const {
+  std::vector<StageOp> out;
+  const bool known = virtualStage >= 0 && static_cast<std::size_t>(virtualStage) < m_previous.size();
+  const int previous = known ? m_previous[static_cast<std::size_t>(virtualStage)] : -1;
+  const int next = known ? m_next[static_cast<std::size_t>(virtualStage)] : -1;
+  auto add = [&](int stage, std::initializer_list<OpKind> kinds) {
+    if (stage < 0) return;
+    for (OpKind k : kinds) out.push_back({stage, k, microbatch});
+  };
+  if (m_fallback) {
+    // A trace names no component: any forward-direction pass of the stage before, any
+    // backward-direction pass of the stage after.
+    if (kind == OpKind::F || kind == OpKind::N || kind == OpKind::S) add(previous, {OpKind::F, OpKind::N, OpKind::S});
+    if (kind == OpKind::B || kind == OpKind::BW || kind == OpKind::T) add(next, {OpKind::B, OpKind::BW, OpKind::T});
+    return out;
+  }
+  if (kind == OpKind::F) add(previous, {OpKind::F});
+  if (kind == OpKind::N) add(previous, {OpKind::N});
+  if (kind == OpKind::B || kind == OpKind::BW) add(next, {OpKind::B, OpKind::BW});
+  if (auto it = m_derived.find({virtualStage, kind, microbatch}); it != m_derived.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+  return out;
+}
+
 // ---- idle breakdown -----------------------------------------------------------------------
 
 Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId run) {
@@ -791,13 +817,13 @@ Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId ru
     }
   }
   for (auto& [d, v] : comm) unionInPlace(v);
-  const StageGraph graph = StageGraph::from(plan ? &*plan : nullptr, maxStage);
+  const OpProducers producers(plan ? &*plan : nullptr, maxStage);
 
   // Producer lookup: the end time and device of each (iteration, stage, kind, microbatch).
-  std::map<OpKey, const MeasuredEvent*> byKey;
+  std::multimap<OpKey, const MeasuredEvent*> byKey;
   std::map<int, std::pair<std::int64_t, std::int64_t>> window;  // iteration → [first start, last end]
   for (const auto* e : ops) {
-    byKey[{e->iteration, e->virtualStage, e->kind, e->microbatch}] = e;
+    byKey.emplace(OpKey{e->iteration, e->virtualStage, e->kind, e->microbatch}, e);
     auto [it, inserted] = window.try_emplace(e->iteration, e->startNs, e->startNs + e->durationNs);
     if (!inserted) {
       it->second.first = std::min(it->second.first, e->startNs);
@@ -817,25 +843,19 @@ Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId ru
       lastEnd[op.device] = std::max(it == lastEnd.end() ? op.endMs : it->second, op.endMs);
     }
   }
+  // When the op's inputs from other devices were ready: the latest end of its producers
+  // there (partial-batch N ops share a key: the latest of them).
   auto producerEnd = [&](const MeasuredEvent& e) -> std::optional<std::int64_t> {
     const auto kind = static_cast<OpKind>(std::clamp(e.kind, 0, kOpKindCount - 1));
-    std::vector<OpKey> candidates;
-    if (kind == OpKind::F || kind == OpKind::N || kind == OpKind::S) {
-      auto p = graph.previous.find(e.virtualStage);
-      if (p == graph.previous.end()) return std::nullopt;
-      for (OpKind k : {OpKind::F, OpKind::N, OpKind::S}) candidates.push_back({e.iteration, p->second, static_cast<int>(k), e.microbatch});
-    } else if (kind == OpKind::B || kind == OpKind::BW || kind == OpKind::T) {
-      auto n = graph.next.find(e.virtualStage);
-      if (n == graph.next.end()) return std::nullopt;
-      for (OpKind k : {OpKind::B, OpKind::BW, OpKind::T}) candidates.push_back({e.iteration, n->second, static_cast<int>(k), e.microbatch});
-    } else {
-      return std::nullopt;  // W and OPT depend only on work of their own device
+    std::optional<std::int64_t> ready;
+    for (const OpProducers::StageOp& producer : producers.of(e.virtualStage, kind, e.microbatch)) {
+      const OpKey key{e.iteration, producer.virtualStage, static_cast<int>(producer.kind), producer.microbatch};
+      for (auto it = byKey.lower_bound(key); it != byKey.end() && !(key < it->first); ++it) {
+        const MeasuredEvent& p = *it->second;
+        if (p.device != e.device) ready = std::max(ready.value_or(p.startNs + p.durationNs), p.startNs + p.durationNs);
+      }
     }
-    for (const auto& key : candidates) {
-      auto it = byKey.find(key);
-      if (it != byKey.end() && it->second->device != e.device) return it->second->startNs + it->second->durationNs;
-    }
-    return std::nullopt;
+    return ready;
   };
 
   // Ops per (device, iteration) in start order.

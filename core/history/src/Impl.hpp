@@ -93,13 +93,23 @@ struct BufferedEvent {
 inline constexpr int kEventInsertRows = 128;
 inline constexpr int kEventColumns = 14;  ///< bound per row, id included
 
+/// The id of a run's seq-th event: run_id << 32 | seq (Schema.cpp: a run's events are one
+/// primary-key range, RUN_EVENT_RANGE).
+constexpr std::int64_t eventId(RunId run, std::int64_t seq) { return (run << 32) | seq; }
+/// SQL condition on events.id selecting the events of run ?1 (the range eventId spans). A
+/// macro so that it joins the string literals of a statement: "... WHERE e." RUN_EVENT_RANGE.
+#define RUN_EVENT_RANGE "id BETWEEN (?1 << 32) AND (?1 << 32) + 4294967295"
+
+inline std::string withPath(const std::string& path, const std::string& message) { return path + ": " + message; }
+
 struct HistoryStore::Impl {
-  sqlite3* db = nullptr;
+  detail::Connection db;  ///< first: closed after every statement below is finalised
   std::string path;
   int version = 0;
   bool readOnly = false;
   int batchRows = 20000;
-  bool inTransaction = false;
+  /// The open write batch (begin() to commit()): many inserts share one transaction.
+  std::optional<detail::Transaction> batch;
   int pendingRows = 0;
   std::chrono::steady_clock::time_point transactionStart;
 

@@ -34,6 +34,22 @@ Status exec(sqlite3* db, std::string_view sql) {
   return {};
 }
 
+Expected<Transaction> Transaction::begin(sqlite3* db) {
+  if (auto st = exec(db, "BEGIN IMMEDIATE"); !st) return st.error();
+  return Transaction(db);
+}
+
+Status Transaction::commit() {
+  if (m_db == nullptr) return Error{"no open transaction to commit"};
+  if (auto st = exec(m_db, "COMMIT"); !st) return st;
+  m_db = nullptr;
+  return {};
+}
+
+void Transaction::rollback() {
+  if (m_db != nullptr) (void)exec(std::exchange(m_db, nullptr), "ROLLBACK");
+}
+
 Expected<std::int64_t> queryInt(sqlite3* db, std::string_view sql) {
   std::string error;
   Statement st(db, sql, &error);

@@ -13,6 +13,37 @@
 
 namespace pipestudio::history::detail {
 
+/// An open database handle, closed on destruction. Statements prepared on it must be
+/// finalised first (sqlite3_close refuses while any is live): declare it before them.
+class Connection {
+ public:
+  Connection() = default;
+  ~Connection() { sqlite3_close(m_db); }
+  Connection(Connection&& o) noexcept : m_db(std::exchange(o.m_db, nullptr)) {}
+  Connection& operator=(Connection&& o) noexcept {
+    if (this != &o) {
+      sqlite3_close(m_db);
+      m_db = std::exchange(o.m_db, nullptr);
+    }
+    return *this;
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// For sqlite3_open_v2: closes the handle held so far and receives the new one (which
+  /// SQLite sets even when the open fails, to carry the message).
+  sqlite3** receive() {
+    sqlite3_close(std::exchange(m_db, nullptr));
+    return &m_db;
+  }
+  sqlite3* get() const { return m_db; }
+  operator sqlite3*() const { return m_db; }  // NOLINT(google-explicit-constructor): a handle
+  explicit operator bool() const { return m_db != nullptr; }
+
+ private:
+  sqlite3* m_db = nullptr;
+};
+
 class Statement {
  public:
   Statement() = default;
@@ -65,6 +96,34 @@ class Statement {
 
 /// Runs SQL without results (may hold several statements); returns SQLite's message on error.
 Status exec(sqlite3* db, std::string_view sql);
+
+/// A write transaction (BEGIN IMMEDIATE: the write lock is taken at once, waiting up to the
+/// busy timeout, rather than at the first write). Rolled back on destruction unless commit()
+/// succeeded, so every early return of a failed write leaves the database as it was.
+class Transaction {
+ public:
+  /// SQLite's message when the lock cannot be had.
+  static Expected<Transaction> begin(sqlite3* db);
+  ~Transaction() { rollback(); }
+  Transaction(Transaction&& o) noexcept : m_db(std::exchange(o.m_db, nullptr)) {}
+  Transaction& operator=(Transaction&& o) noexcept {
+    if (this != &o) {
+      rollback();
+      m_db = std::exchange(o.m_db, nullptr);
+    }
+    return *this;
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  /// Commits; on failure the transaction is still open and rolled back on destruction.
+  Status commit();
+  void rollback();
+
+ private:
+  explicit Transaction(sqlite3* db) : m_db(db) {}
+  sqlite3* m_db = nullptr;  ///< null once committed or rolled back
+};
 /// The first column of the first row of a query as an integer (or the error).
 Expected<std::int64_t> queryInt(sqlite3* db, std::string_view sql);
 std::string lastError(sqlite3* db);

@@ -141,8 +141,8 @@ Status numberIterations(HistoryStore& store, RunId run) {
   sqlite3* db = store.connection();
   const std::string sql =
       "UPDATE events SET iteration = t.rn FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY device, virtual_stage, "
-      "kind, microbatch, name_id, category ORDER BY start_ns, id) - 1 AS rn FROM events WHERE id BETWEEN (?1 << 32) "
-      "AND (?1 << 32) + 4294967295 AND virtual_stage IS NOT NULL AND virtual_stage >= 0) AS t WHERE events.id = t.id";
+      "kind, microbatch, name_id, category ORDER BY start_ns, id) - 1 AS rn FROM events WHERE " RUN_EVENT_RANGE
+      " AND virtual_stage IS NOT NULL AND virtual_stage >= 0) AS t WHERE events.id = t.id";
   detail::Statement st(db, sql, nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(db)};
   st.bind(1, run);

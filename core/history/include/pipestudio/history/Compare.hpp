@@ -3,8 +3,10 @@
 /// and the per-device idle-time breakdown. All functions read through a HistoryStore and
 /// return value snapshots (safe to hand to the GUI thread).
 
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -118,6 +120,37 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
 Json planComparisonToJson(const PlanComparison& c);
 std::string planComparisonTable(const PlanComparison& c);
 
+/// The ops whose output an op reads, named by (virtual stage, kind, microbatch), as the idle
+/// breakdown uses them. With a plan, the simulator's rules: data flow along
+/// plan/Dependencies.hpp's stageNeighbours (F after the previous stage's F, N after the previous
+/// stage's N, B/BW after the next stage's B or BW; a W, and the last stage's B after its own F,
+/// wait only for work of their own device) plus the plan's derived dependencies (frozen
+/// outputs under `--fill none`, the vocabulary S/T passes). Without one (an imported trace
+/// names no components), stage s feeds stage s+1: any forward-direction pass (F, N, S) of the
+/// stage before, any backward-direction pass (B, BW, T) of the stage after.
+class OpProducers {
+ public:
+  struct StageOp {
+    int virtualStage = 0;
+    OpKind kind = OpKind::F;
+    int microbatch = 0;
+    bool operator==(const StageOp&) const = default;
+    bool operator<(const StageOp& o) const {
+      return std::tie(virtualStage, kind, microbatch) < std::tie(o.virtualStage, o.kind, o.microbatch);
+    }
+  };
+  /// `plan` may be null (no linked plan); `maxStage` is the highest stage a run names.
+  OpProducers(const Plan* plan, int maxStage);
+  /// Candidate producers of one op: those a run holds are what it waited for.
+  std::vector<StageOp> of(int virtualStage, OpKind kind, int microbatch) const;
+
+ private:
+  std::vector<int> m_previous;
+  std::vector<int> m_next;
+  std::map<StageOp, std::vector<StageOp>> m_derived;
+  bool m_fallback = false;
+};
+
 /// Where a device's idle time went, in the spirit of Holistic Trace Analysis' idle-time
 /// breakdown (github.com/facebookresearch/HolisticTraceAnalysis, "Idle Time Breakdown"),
 /// per iteration window and summed. Definitions (a gap is a stretch of the iteration window
@@ -139,8 +172,9 @@ struct IdleBreakdown {
   double hostWaitMs = 0;
   double bubbleMs = 0;
 };
-/// Uses the run's linked plan (if any) for dependencies between virtual stages and for the
-/// planned idle; without one, stage s feeds stage s+1 and only fill/drain counts as bubble.
+/// Uses the run's linked plan (if any) for dependencies between virtual stages (OpProducers)
+/// and for the planned idle; without one, stage s feeds stage s+1 and only fill/drain counts
+/// as bubble.
 Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId run);
 Json idleBreakdownToJson(const std::vector<IdleBreakdown>& rows);
 

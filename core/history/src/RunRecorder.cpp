@@ -1,0 +1,43 @@
+#include "pipestudio/history/RunRecorder.hpp"
+
+#include <string>
+
+namespace pipestudio::history {
+
+RunRecorder::RunRecorder(HistoryStore& store, RunInfo info) : m_store(store), m_info(std::move(info)) {}
+
+RunRecorder::~RunRecorder() = default;
+
+Status RunRecorder::start(int ranks) {
+  if (started()) return Error{"the run " + std::to_string(m_run) + " is already being recorded"};
+  if (ranks < 1) return Error{"a deployment of " + std::to_string(ranks) + " ranks has nothing to record (expected 1 or more)"};
+  auto run = m_store.beginRun(m_info);
+  if (!run) return run.error();
+  m_run = *run;
+  for (int r = 0; r < ranks; ++r) m_ingest.push_back(std::make_unique<StreamIngest>(m_store, m_run));
+  return {};
+}
+
+Status RunRecorder::feed(int rank, std::string_view bytes) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= m_ingest.size()) {
+    return Error{"trace bytes from rank " + std::to_string(rank) + ", not a rank of run " + std::to_string(m_run) +
+                 " (expected 0.." + std::to_string(static_cast<int>(m_ingest.size()) - 1) + ")"};
+  }
+  return m_ingest[static_cast<std::size_t>(rank)]->feed(bytes);
+}
+
+Status RunRecorder::finish(RunStatus outcome, std::string_view message) {
+  if (!started()) return Error{"no run was started, so none can be finished"};
+  RunStatus status = outcome;
+  std::string why(message);
+  for (auto& ingest : m_ingest) {
+    if (auto st = ingest->flush(); !st) return st;
+    if (status == RunStatus::Complete && ingest->suggestedStatus() != RunStatus::Complete) {
+      status = ingest->suggestedStatus();
+      why = ingest->problem();
+    }
+  }
+  return m_store.finishRun(m_run, status, status == RunStatus::Complete ? std::string_view{} : std::string_view(why));
+}
+
+}  // namespace pipestudio::history

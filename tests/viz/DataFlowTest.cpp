@@ -1,0 +1,102 @@
+// The timeline's "waited for" and critical path name the producers the simulator waited for
+// (issue 18 item 1), on the ControlNet and cascaded plans (diffusionpipe, frozen fill) where a
+// rule other than plan/Dependencies.hpp's stageNeighbours names a different producer. The
+// simulator's choice is read from what it recorded: an op that starts after its device went
+// idle starts when a transfer to it ends, and that transfer names the producing stage.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/viz/TimelineData.hpp"
+
+namespace pipestudio::viz {
+namespace {
+
+constexpr double kEps = 1e-6;
+
+std::shared_ptr<const Plan> diffusionPlan(const std::string& model, const std::string& fill) {
+  auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + model + ".json");
+  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
+  EXPECT_TRUE(m.hasValue() && c.hasValue());
+  PlanRequest r;
+  r.model = *m;
+  r.cluster = *c;
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  r.config.partition = "diffusionpipe";
+  r.config.fill = fill;
+  auto plan = makePlan(r);
+  EXPECT_TRUE(plan.hasValue()) << plan.message();
+  return std::make_shared<const Plan>(plan ? *plan : Plan{});
+}
+
+// Whether the simulator delivered `from`'s output to `to` by a transfer ending at `to`'s start.
+bool simulatorFed(const Plan& plan, const Op& from, const Op& to) {
+  for (const Comm& c : plan.comms) {
+    if (c.fromDevice == from.device && c.toDevice == to.device && c.microbatch == to.microbatch &&
+        c.virtualStage == from.virtualStage && std::abs(c.endMs - to.startMs) < kEps) {
+      return true;
+    }
+  }
+  return false;
+}
+
+class DataFlow : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(DataFlow, WaitedForIsTheSimulatorsProducer) {
+  const auto& [model, fill] = GetParam();
+  const auto plan = diffusionPlan(model, fill);
+  ASSERT_FALSE(plan->ops.empty());
+  TimelineData data(plan);
+  int waits = 0;
+  for (std::size_t i = 0; i < plan->ops.size(); ++i) {
+    const Op& op = plan->ops[i];
+    const int prev = data.devicePredecessor(static_cast<int>(i));
+    const double freeMs = prev >= 0 ? plan->ops[static_cast<std::size_t>(prev)].endMs : 0.0;
+    if (op.startMs <= freeMs + kEps) continue;  // bound by its device, not by data
+    const WaitReason why = data.waitReason(static_cast<int>(i));
+    ASSERT_TRUE(why.waitedFor.valid()) << "op " << i;
+    const Op& from = plan->ops[static_cast<std::size_t>(why.waitedFor.index)];
+    EXPECT_FALSE(why.sameDevice) << "op " << i;
+    EXPECT_TRUE(simulatorFed(*plan, from, op))
+        << "op " << i << " (" << opKindName(op.kind) << " vs " << op.virtualStage << " mb " << op.microbatch
+        << ") waited for " << opKindName(from.kind) << " vs " << from.virtualStage << " on device " << from.device;
+    ++waits;
+  }
+  EXPECT_GT(waits, 0);
+}
+
+TEST_P(DataFlow, CriticalPathFollowsTheSimulatorsProducers) {
+  const auto& [model, fill] = GetParam();
+  const auto plan = diffusionPlan(model, fill);
+  ASSERT_FALSE(plan->ops.empty());
+  TimelineData data(plan);
+  const std::vector<int> path = data.criticalPath();
+  ASSERT_GE(path.size(), 2u);
+  for (std::size_t k = 1; k < path.size(); ++k) {
+    const Op& from = plan->ops[static_cast<std::size_t>(path[k - 1])];
+    const Op& to = plan->ops[static_cast<std::size_t>(path[k])];
+    if (data.devicePredecessor(path[k]) == path[k - 1]) {
+      EXPECT_NEAR(to.startMs, from.endMs, kEps);  // a device-bound step: back to back
+      continue;
+    }
+    EXPECT_TRUE(simulatorFed(*plan, from, to)) << "step " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Diffusion, DataFlow,
+                         ::testing::Combine(::testing::Values(std::string("controlnet"), std::string("cascaded-sd")),
+                                            ::testing::Values(std::string("none"), std::string("greedy"))),
+                         [](const ::testing::TestParamInfo<DataFlow::ParamType>& param) {
+                           std::string name = std::get<0>(param.param) + "_" + std::get<1>(param.param);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace pipestudio::viz
