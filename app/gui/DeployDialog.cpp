@@ -31,6 +31,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -163,7 +164,7 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
   form->addRow(m_hostsView);
 
   m_backend = new QComboBox(setup);
-  m_backend->addItems({QStringLiteral("cuda"), QStringLiteral("cuda-single"), QStringLiteral("cpu")});
+  for (Backend b : kBackends) m_backend->addItem(QString::fromStdString(std::string(name(b))), static_cast<int>(b));
   form->addRow(QStringLiteral("Backend"), m_backend);
   m_iterations = new QSpinBox(setup);
   m_iterations->setRange(0, 1 << 20);
@@ -293,12 +294,12 @@ bool DeployDialog::loadHostsFile(const QString& path) {
                         cell(QString::number(h.gpus)), cell(q(h.remoteDir)), cell(QString())});
   }
   if (m_hosts->rowCount() > 0) m_hostsView->selectRow(0);
-  m_jobState->setVisible(m_spec.launcher == "slurm");
+  m_jobState->setVisible(m_spec.launcher == Launcher::Slurm);
   m_jobState->setText(QStringLiteral("Slurm job: not submitted"));
   showMessage(QStringLiteral("%1 host(s), %2 GPU(s), launcher %3")
                   .arg(m_spec.hosts.size())
                   .arg(m_spec.totalGpus())
-                  .arg(q(m_spec.launcher)),
+                  .arg(q(std::string(name(m_spec.launcher)))),
               false);
   setBusy(m_busy);
   return true;
@@ -438,7 +439,7 @@ void DeployDialog::deploy() {
   request.planPath = m_planPath.toStdString();
   request.devices = m_plan->config.devices;
   request.hosts = m_spec;
-  request.backend = m_backend->currentText().toStdString();
+  request.backend = static_cast<Backend>(m_backend->currentData().toInt());
   request.iterations = m_iterations->value();
   request.executorPath = m_executor->text().trimmed().toStdString();
   request.runId = "deploy-" +
@@ -453,7 +454,7 @@ void DeployDialog::deploy() {
   info.sourcePath = request.planPath;
   info.planId = *planId;
   info.host = m_spec.hosts.front().host;
-  info.backend = request.backend;
+  info.backend = name(request.backend);
 
   m_progress->removeRows(0, m_progress->rowCount());
   m_logLines.clear();
@@ -462,7 +463,7 @@ void DeployDialog::deploy() {
   while (m_logFilter->count() > 1) m_logFilter->removeItem(1);
   m_lastRun = 0;
   m_deployButton->setText(QStringLiteral("Deploy"));
-  if (m_spec.launcher == "slurm") m_jobState->setText(QStringLiteral("Slurm job: submitting…"));
+  if (m_spec.launcher == Launcher::Slurm) m_jobState->setText(QStringLiteral("Slurm job: submitting…"));
   {
     std::lock_guard lock(m_job->mutex);
     m_job->cancelRequested = false;

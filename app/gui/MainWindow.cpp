@@ -57,6 +57,8 @@
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -359,10 +361,9 @@ QWidget* MainWindow::buildSolverPanel() {
   m_panel.chunks = new QSpinBox(pipeline);
   m_panel.chunks->setRange(1, 64);
   m_panel.partition = new QComboBox(pipeline);
-  m_panel.partition->addItems({QStringLiteral("uniform"), QStringLiteral("balanced"), QStringLiteral("dp"),
-                               QStringLiteral("diffusionpipe")});
+  for (const std::string& name : partitionNames()) m_panel.partition->addItem(q(name));
   m_panel.fill = new QComboBox(pipeline);
-  m_panel.fill->addItems({QStringLiteral("none"), QStringLiteral("greedy")});
+  for (const std::string& name : fillModeNames()) m_panel.fill->addItem(q(name));
   m_panel.memoryLimit = new QLineEdit(pipeline);
   m_panel.memoryLimit->setPlaceholderText(QStringLiteral("GPU memory"));
   m_panel.memoryLimit->setToolTip(QStringLiteral("Per-device memory limit, e.g. 40GiB; empty = the GPU's memory"));
