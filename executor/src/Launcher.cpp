@@ -520,7 +520,7 @@ int taskMain(int argc, char** argv) {
   auto place = taskPlaceFromEnvironment(options->launcher);
   if (!place) {
     // No rank to tag lines with: the launcher shows this on its own stderr.
-    std::cerr << "pipestudio-exec --task " << options->launcher << ": " << place.message() << '\n';
+    std::cerr << "pipestudio-exec --task " << name(options->launcher) << ": " << place.message() << '\n';
     return 2;
   }
   struct sigaction sa {};
