@@ -102,6 +102,15 @@ QString logPrefix(int rank) {
   return rank == kLauncherLog ? QStringLiteral("[launcher] ") : QStringLiteral("[rank %1] ").arg(rank);
 }
 
+/// What a connection test or a deployment hands back to the GUI thread.
+struct Outcome {
+  QString text;
+  QString fingerprint;  ///< connection test: the host key's SHA256 fingerprint
+  bool error = true;
+  history::RunId run = 0;
+  bool connectionLost = false;
+};
+
 QStandardItem* cell(const QString& text) {
   auto* item = new QStandardItem(text);
   item->setEditable(false);
@@ -253,7 +262,6 @@ DeployDialog::~DeployDialog() {
   // store live in the worker, its queued reports to this dialog are dropped by the QPointer.
   m_job->closing = true;
   cancelDeploy();
-  joinWorker();
 }
 
 QString DeployDialog::defaultExecutor() {
@@ -318,10 +326,6 @@ void DeployDialog::showMessage(const QString& text, bool error) {
   m_message->setText(text);
 }
 
-void DeployDialog::joinWorker() {
-  if (m_worker.joinable()) m_worker.join();
-}
-
 remote::SessionCallbacks DeployDialog::sessionCallbacks() {
   // Runs `ask` on the GUI thread and waits for its answer; `fallback` when the dialog goes
   // away first (a blocking queued call would deadlock against the destructor's join).
@@ -376,37 +380,32 @@ remote::SessionCallbacks DeployDialog::sessionCallbacks() {
 
 void DeployDialog::testConnection() {
   if (m_busy || !m_haveHosts) return;
-  joinWorker();
   int row = m_hostsView->currentIndex().isValid() ? m_hostsView->currentIndex().row() : 0;
   if (row < 0 || row >= static_cast<int>(m_spec.hosts.size())) row = 0;
   const HostEntry host = m_spec.hosts[static_cast<std::size_t>(row)];
   setBusy(true);
   m_cancelButton->setEnabled(false);  // nothing to cancel: the connect is bounded by its timeout
   showMessage(QStringLiteral("Connecting to %1:%2…").arg(q(host.host)).arg(host.port), false);
-  QPointer<DeployDialog> self(this);
-  m_worker = std::thread([self, host, row, callbacks = sessionCallbacks()]() {
-    auto report = remote::testConnection(host, callbacks);
-    QString text;
-    QString fingerprint;
-    bool error = !report;
-    if (report) {
-      fingerprint = q(report->fingerprintSha256);
-      text = QStringLiteral("%1: connected, %2, host key %3").arg(q(report->hostPort), q(report->system), fingerprint);
-    } else {
-      text = q(report.message());
-    }
-    QMetaObject::invokeMethod(
-        qApp,
-        [self, text, fingerprint, error, row]() {
-          if (!self) return;
-          self->joinWorker();
-          if (!fingerprint.isEmpty() && row < self->m_hosts->rowCount())
-            self->m_hosts->setItem(row, HostFingerprint, cell(fingerprint));
-          self->setBusy(false);
-          self->showMessage(text, error);
-        },
-        Qt::QueuedConnection);
-  });
+  m_work.start(
+      [host, callbacks = sessionCallbacks()](const JobTracker::Control&) {
+        auto report = remote::testConnection(host, callbacks);
+        Outcome out;
+        out.error = !report;
+        if (report) {
+          out.fingerprint = q(report->fingerprintSha256);
+          out.text = QStringLiteral("%1: connected, %2, host key %3")
+                         .arg(q(report->hostPort), q(report->system), out.fingerprint);
+        } else {
+          out.text = q(report.message());
+        }
+        return out;
+      },
+      [this, row](const Outcome& out) {
+        if (!out.fingerprint.isEmpty() && row < m_hosts->rowCount())
+          m_hosts->setItem(row, HostFingerprint, cell(out.fingerprint));
+        setBusy(false);
+        showMessage(out.text, out.error);
+      });
 }
 
 void DeployDialog::deploy() {
@@ -419,7 +418,6 @@ void DeployDialog::deploy() {
     showMessage(QStringLiteral("choose a hosts file first"), true);
     return;
   }
-  joinWorker();
   // The store is opened here (a bad history path is reported at once) and then used only by
   // the worker.
   auto opened = history::HistoryStore::open(m_historyPath.toStdString());
@@ -471,17 +469,11 @@ void DeployDialog::deploy() {
   setBusy(true);
   showMessage(QStringLiteral("Deploying %1 to %2 host(s)…").arg(q(planName)).arg(m_spec.hosts.size()), false);
 
-  QPointer<DeployDialog> self(this);
-  m_worker = std::thread([self, job = m_job, store, req = std::move(request), runInfo = std::move(info),
-                          session = sessionCallbacks()]() {
-    auto post = [self](auto f) {
-      QMetaObject::invokeMethod(
-          qApp,
-          [self, f = std::move(f)]() {
-            if (self) f(*self);
-          },
-          Qt::QueuedConnection);
-    };
+  // `this` is dereferenced only in what the tracker delivers, which never outlives the dialog.
+  m_work.start(
+      [this, job = m_job, store, req = std::move(request), runInfo = std::move(info),
+       session = sessionCallbacks()](const JobTracker::Control& control) {
+    auto post = [this, &control](auto f) { control.post([this, f]() mutable { f(*this); }); };
     GuiHistorySink sink(*store, runInfo, [post](int rank, std::string text) {
       post([rank, text = q(text)](DeployDialog& d) { d.appendLog(rank, text); });
     });
@@ -523,8 +515,14 @@ void DeployDialog::deploy() {
       lost = result->connectionLost;
       message = QStringLiteral("Run %1: %2 (%3)").arg(run).arg(status, q(result->message));
     }
-    post([message, error, run, lost](DeployDialog& d) { d.finishDeploy(message, error, run, lost); });
-  });
+    Outcome out;
+    out.text = message;
+    out.error = error;
+    out.run = run;
+    out.connectionLost = lost;
+    return out;
+  },
+  [this](const Outcome& out) { finishDeploy(out.text, out.error, out.run, out.connectionLost); });
 }
 
 void DeployDialog::cancelDeploy() {
@@ -593,7 +591,6 @@ void DeployDialog::rebuildLog() {
 }
 
 void DeployDialog::finishDeploy(const QString& message, bool error, history::RunId run, bool connectionLost) {
-  joinWorker();
   // Flush what the ranks wrote without a final newline.
   for (auto& [rank, pending] : m_partialLines) {
     if (!pending.isEmpty()) appendLog(rank, QStringLiteral("\n"));
