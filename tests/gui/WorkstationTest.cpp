@@ -632,6 +632,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
   QSignalSpy compare(dock, &HistoryDock::compareRequested);
   dock->view()->selectRow(0);
   dock->compareWithPlan();
+  ASSERT_TRUE(dock->waitForIdle(30000));
   ASSERT_EQ(compare.count(), 1);
   const auto planned = compare.value(0).value(0).value<std::shared_ptr<const Plan>>();
   ASSERT_TRUE(planned);
