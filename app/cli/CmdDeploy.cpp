@@ -152,7 +152,7 @@ extern "C" void onInterrupt(int /*signal*/) {
 struct DeployArgs {
   std::string plan;
   std::string hosts;
-  std::string backend{name(Backend::Cuda)};
+  std::string backend{pipestudio::name(Backend::Cuda)};
   std::string history;
   std::string executor;
   int iterations = 0;

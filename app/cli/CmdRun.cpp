@@ -32,7 +32,7 @@ namespace {
 
 struct RunArgs {
   std::string plan;
-  std::string backend{name(Backend::Cpu)};
+  std::string backend{pipestudio::name(Backend::Cpu)};
   int iterations = 1;
   int warmup = 0;
   std::string history;
