@@ -258,8 +258,8 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
 }
 
 DeployDialog::~DeployDialog() {
-  // Unblock a worker waiting for an answer, stop the ranks, and wait: the worker's sink and
-  // store live in the worker, its queued reports to this dialog are dropped by the QPointer.
+  // Unblock a worker waiting for an answer and stop the ranks; m_work's destructor then waits
+  // for the job (its sink and store live in the job) and drops its late reports.
   m_job->closing = true;
   cancelDeploy();
 }
