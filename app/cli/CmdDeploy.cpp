@@ -20,6 +20,7 @@
 #include "Flags.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/history/RunRecorder.hpp"
+#include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/remote/Deploy.hpp"
@@ -131,7 +132,7 @@ extern "C" void onInterrupt(int /*signal*/) {
 struct DeployArgs {
   std::string plan;
   std::string hosts;
-  std::string backend = "cuda";
+  std::string backend{pipestudio::name(Backend::Cuda)};
   std::string history;
   std::string executor;
   int iterations = 0;
@@ -171,7 +172,7 @@ int deploy(const DeployArgs& a) {
   request.planPath = a.plan;
   request.devices = plan->config.devices;
   request.hosts = *hosts;
-  request.backend = a.backend;
+  request.backend = parseBackend(a.backend).value_or(Backend::Cuda);  // checked by the option
   request.iterations = a.iterations;
   request.executorPath = findExecutor(a.executor);
   request.runId = "deploy-" + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -188,7 +189,7 @@ int deploy(const DeployArgs& a) {
   info.host = hosts->hosts.front().host;
   info.backend = a.backend;
   HistorySink sink(*store, info);
-  sink.setLauncher(hosts->launcher);
+  sink.setLauncher(std::string(name(hosts->launcher)));
 
   remote::DeployCallbacks callbacks;
   const bool accept = a.acceptNewHostKeys;
@@ -266,7 +267,7 @@ void addDeployCommand(CLI::App& root, int& exitCode) {
   static DeployArgs args;
   cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
   cmd->add_option("--hosts", args.hosts, "Hosts file (pipestudio.hosts/1)")->required();
-  cmd->add_option("--backend", args.backend, "Executor backend")->check(CLI::IsMember({"cuda", "cuda-single", "cpu"}));
+  cmd->add_option("--backend", args.backend, "Executor backend")->check(CLI::IsMember(backendNames()));
   cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--iterations", args.iterations, "Measured iterations (default: the executor's)")
       ->check(intIn(1, 1 << 20));

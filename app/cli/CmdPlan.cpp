@@ -13,6 +13,8 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Vocab.hpp"
@@ -219,8 +221,9 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
       ->check(intIn(1, 1'000'000));
   cmd->add_option("--chunks", o.chunks, "Virtual stages per device (default: the schedule's)")->check(intIn(1, 1024));
   cmd->add_option("--partition", o.partition,
-                  "uniform|balanced|dp|diffusionpipe (default balanced: uniform refuses unequal chunks for multi-chunk schedules)");
-  cmd->add_option("--fill", o.fill, "none|greedy");
+                  joinNames(partitionNames(), "|") +
+                      " (default balanced: uniform refuses unequal chunks for multi-chunk schedules)");
+  cmd->add_option("--fill", o.fill, joinNames(fillModeNames(), "|"));
   cmd->add_option("--memory-limit", o.memoryLimit, "Per-device memory limit, bytes or e.g. 40GiB");
   cmd->add_option("-o,--output", o.output, "Write the plan document here")->check(nonEmptyPath());
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");

@@ -23,6 +23,7 @@
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -31,7 +32,7 @@ namespace {
 
 struct RunArgs {
   std::string plan;
-  std::string backend = "cpu";
+  std::string backend{pipestudio::name(Backend::Cpu)};
   int iterations = 1;
   int warmup = 0;
   std::string history;
@@ -228,8 +229,8 @@ int runPlan(const RunArgs& args) {
   exec::LaunchRequest req;
   req.executable = *executable;
   req.planPath = planFile.path();
-  req.backend = args.backend;
-  req.world = args.backend == "cuda" ? plan->config.devices : 1;
+  req.backend = parseBackend(args.backend).value_or(Backend::Cpu);  // checked by the option
+  req.world = ranksFor(req.backend, plan->config.devices);
   req.iterations = args.iterations;
   req.warmup = args.warmup;
   req.runId = std::to_string(recorder->id());
@@ -276,7 +277,7 @@ void addRunCommand(CLI::App& root, int& exitCode) {
   auto* cmd = root.add_subcommand("run", "Run a plan on this machine (pipestudio-exec) and record it in the history");
   cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1), or a workspace saved with its plan")->required();
   cmd->add_option("--backend", args.backend, "cpu, cuda (one process per GPU) or cuda-single (one GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda", "cuda-single"}));
+      ->check(CLI::IsMember(backendNames()));
   cmd->add_option("--iterations", args.iterations, "Measured iterations")->check(intIn(1, 1 << 20));
   cmd->add_option("--warmup", args.warmup, "Warm-up iterations, not recorded")->check(intIn(0, 1 << 20));
   cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -8,6 +9,8 @@
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
 
 namespace pipestudio::cli {
 namespace {
@@ -21,14 +24,14 @@ void checkSolver(JsonReader& r, const JsonNode& s, const std::optional<ClusterSp
   (void)r.integer(s, "chunks", Presence::Optional, 1, 1024);
   (void)r.integer(s, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
   if (auto p = r.string(s, "partition", Presence::Optional)) {
-    if (*p != "uniform" && *p != "balanced" && *p != "dp" && *p != "diffusionpipe") {
-      r.error(s.child("partition"),
-              "'" + excerpt(*p) + "' is not a partitioner (expected uniform, balanced, dp or diffusionpipe)");
+    if (const auto names = partitionNames(); std::find(names.begin(), names.end(), *p) == names.end()) {
+      r.error(s.child("partition"), "'" + excerpt(*p) + "' is not a partitioner (expected " +
+                                        choiceList(partitionNames()) + ")");
     }
   }
   if (auto f = r.string(s, "fill", Presence::Optional)) {
-    if (*f != "none" && *f != "greedy")
-      r.error(s.child("fill"), "'" + excerpt(*f) + "' is not a fill mode (expected none or greedy)");
+    if (const auto modes = fillModeNames(); std::find(modes.begin(), modes.end(), *f) == modes.end())
+      r.error(s.child("fill"), "'" + excerpt(*f) + "' is not a fill mode (expected " + choiceList(fillModeNames()) + ")");
   }
   if (devices && cluster && *devices > cluster->totalGpus()) {
     r.error(s.child("devices"), "is " + std::to_string(*devices) + " but the cluster has " +

@@ -32,6 +32,7 @@
 #include <QVBoxLayout>
 
 #include "pipestudio/history/RunRecorder.hpp"
+#include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -80,6 +81,15 @@ class GuiHistorySink final : public remote::TraceSink {
 QString logPrefix(int rank) {
   return rank == kLauncherLog ? QStringLiteral("[launcher] ") : QStringLiteral("[rank %1] ").arg(rank);
 }
+
+/// What a connection test or a deployment hands back to the GUI thread.
+struct Outcome {
+  QString text;
+  QString fingerprint;  ///< connection test: the host key's SHA256 fingerprint
+  bool error = true;
+  history::RunId run = 0;
+  bool connectionLost = false;
+};
 
 QStandardItem* cell(const QString& text) {
   auto* item = new QStandardItem(text);
@@ -143,7 +153,7 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
   form->addRow(m_hostsView);
 
   m_backend = new QComboBox(setup);
-  m_backend->addItems({QStringLiteral("cuda"), QStringLiteral("cuda-single"), QStringLiteral("cpu")});
+  for (Backend b : kBackends) m_backend->addItem(QString::fromStdString(std::string(name(b))), static_cast<int>(b));
   form->addRow(QStringLiteral("Backend"), m_backend);
   m_iterations = new QSpinBox(setup);
   m_iterations->setRange(0, 1 << 20);
@@ -228,11 +238,10 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
 }
 
 DeployDialog::~DeployDialog() {
-  // Unblock a worker waiting for an answer, stop the ranks, and wait: the worker's sink and
-  // store live in the worker, its queued reports to this dialog are dropped by the QPointer.
+  // Unblock a worker waiting for an answer and stop the ranks; m_work's destructor then waits
+  // for the job (its sink and store live in the job) and drops its late reports.
   m_job->closing = true;
   cancelDeploy();
-  joinWorker();
 }
 
 QString DeployDialog::defaultExecutor() {
@@ -273,12 +282,12 @@ bool DeployDialog::loadHostsFile(const QString& path) {
                         cell(QString::number(h.gpus)), cell(q(h.remoteDir)), cell(QString())});
   }
   if (m_hosts->rowCount() > 0) m_hostsView->selectRow(0);
-  m_jobState->setVisible(m_spec.launcher == "slurm");
+  m_jobState->setVisible(m_spec.launcher == Launcher::Slurm);
   m_jobState->setText(QStringLiteral("Slurm job: not submitted"));
   showMessage(QStringLiteral("%1 host(s), %2 GPU(s), launcher %3")
                   .arg(m_spec.hosts.size())
                   .arg(m_spec.totalGpus())
-                  .arg(q(m_spec.launcher)),
+                  .arg(q(std::string(name(m_spec.launcher)))),
               false);
   setBusy(m_busy);
   return true;
@@ -295,10 +304,6 @@ void DeployDialog::setBusy(bool busy) {
 void DeployDialog::showMessage(const QString& text, bool error) {
   m_message->setStyleSheet(error ? QStringLiteral("QLabel { color: #e53935; }") : QString());
   m_message->setText(text);
-}
-
-void DeployDialog::joinWorker() {
-  if (m_worker.joinable()) m_worker.join();
 }
 
 remote::SessionCallbacks DeployDialog::sessionCallbacks() {
@@ -355,37 +360,32 @@ remote::SessionCallbacks DeployDialog::sessionCallbacks() {
 
 void DeployDialog::testConnection() {
   if (m_busy || !m_haveHosts) return;
-  joinWorker();
   int row = m_hostsView->currentIndex().isValid() ? m_hostsView->currentIndex().row() : 0;
   if (row < 0 || row >= static_cast<int>(m_spec.hosts.size())) row = 0;
   const HostEntry host = m_spec.hosts[static_cast<std::size_t>(row)];
   setBusy(true);
   m_cancelButton->setEnabled(false);  // nothing to cancel: the connect is bounded by its timeout
   showMessage(QStringLiteral("Connecting to %1:%2…").arg(q(host.host)).arg(host.port), false);
-  QPointer<DeployDialog> self(this);
-  m_worker = std::thread([self, host, row, callbacks = sessionCallbacks()]() {
-    auto report = remote::testConnection(host, callbacks);
-    QString text;
-    QString fingerprint;
-    bool error = !report;
-    if (report) {
-      fingerprint = q(report->fingerprintSha256);
-      text = QStringLiteral("%1: connected, %2, host key %3").arg(q(report->hostPort), q(report->system), fingerprint);
-    } else {
-      text = q(report.message());
-    }
-    QMetaObject::invokeMethod(
-        qApp,
-        [self, text, fingerprint, error, row]() {
-          if (!self) return;
-          self->joinWorker();
-          if (!fingerprint.isEmpty() && row < self->m_hosts->rowCount())
-            self->m_hosts->setItem(row, HostFingerprint, cell(fingerprint));
-          self->setBusy(false);
-          self->showMessage(text, error);
-        },
-        Qt::QueuedConnection);
-  });
+  m_work.start(
+      [host, callbacks = sessionCallbacks()](const JobTracker::Control&) {
+        auto report = remote::testConnection(host, callbacks);
+        Outcome out;
+        out.error = !report;
+        if (report) {
+          out.fingerprint = q(report->fingerprintSha256);
+          out.text = QStringLiteral("%1: connected, %2, host key %3")
+                         .arg(q(report->hostPort), q(report->system), out.fingerprint);
+        } else {
+          out.text = q(report.message());
+        }
+        return out;
+      },
+      [this, row](const Outcome& out) {
+        if (!out.fingerprint.isEmpty() && row < m_hosts->rowCount())
+          m_hosts->setItem(row, HostFingerprint, cell(out.fingerprint));
+        setBusy(false);
+        showMessage(out.text, out.error);
+      });
 }
 
 void DeployDialog::deploy() {
@@ -398,7 +398,6 @@ void DeployDialog::deploy() {
     showMessage(QStringLiteral("choose a hosts file first"), true);
     return;
   }
-  joinWorker();
   // The store is opened here (a bad history path is reported at once) and then used only by
   // the worker.
   auto opened = history::HistoryStore::open(m_historyPath.toStdString());
@@ -418,7 +417,7 @@ void DeployDialog::deploy() {
   request.planPath = m_planPath.toStdString();
   request.devices = m_plan->config.devices;
   request.hosts = m_spec;
-  request.backend = m_backend->currentText().toStdString();
+  request.backend = static_cast<Backend>(m_backend->currentData().toInt());
   request.iterations = m_iterations->value();
   request.executorPath = m_executor->text().trimmed().toStdString();
   request.runId = "deploy-" +
@@ -433,7 +432,7 @@ void DeployDialog::deploy() {
   info.sourcePath = request.planPath;
   info.planId = *planId;
   info.host = m_spec.hosts.front().host;
-  info.backend = request.backend;
+  info.backend = name(request.backend);
 
   m_progress->removeRows(0, m_progress->rowCount());
   m_logLines.clear();
@@ -442,7 +441,7 @@ void DeployDialog::deploy() {
   while (m_logFilter->count() > 1) m_logFilter->removeItem(1);
   m_lastRun = 0;
   m_deployButton->setText(QStringLiteral("Deploy"));
-  if (m_spec.launcher == "slurm") m_jobState->setText(QStringLiteral("Slurm job: submitting…"));
+  if (m_spec.launcher == Launcher::Slurm) m_jobState->setText(QStringLiteral("Slurm job: submitting…"));
   {
     std::lock_guard lock(m_job->mutex);
     m_job->cancelRequested = false;
@@ -450,17 +449,11 @@ void DeployDialog::deploy() {
   setBusy(true);
   showMessage(QStringLiteral("Deploying %1 to %2 host(s)…").arg(q(planName)).arg(m_spec.hosts.size()), false);
 
-  QPointer<DeployDialog> self(this);
-  m_worker = std::thread([self, job = m_job, store, req = std::move(request), runInfo = std::move(info),
-                          session = sessionCallbacks()]() {
-    auto post = [self](auto f) {
-      QMetaObject::invokeMethod(
-          qApp,
-          [self, f = std::move(f)]() {
-            if (self) f(*self);
-          },
-          Qt::QueuedConnection);
-    };
+  // `this` is dereferenced only in what the tracker delivers, which never outlives the dialog.
+  m_work.start(
+      [this, job = m_job, store, req = std::move(request), runInfo = std::move(info),
+       session = sessionCallbacks()](const JobTracker::Control& control) {
+    auto post = [this, &control](auto f) { control.post([this, f]() mutable { f(*this); }); };
     GuiHistorySink sink(*store, runInfo, [post](int rank, std::string text) {
       post([rank, text = q(text)](DeployDialog& d) { d.appendLog(rank, text); });
     });
@@ -502,8 +495,14 @@ void DeployDialog::deploy() {
       lost = result->connectionLost;
       message = QStringLiteral("Run %1: %2 (%3)").arg(run).arg(status, q(result->message));
     }
-    post([message, error, run, lost](DeployDialog& d) { d.finishDeploy(message, error, run, lost); });
-  });
+    Outcome out;
+    out.text = message;
+    out.error = error;
+    out.run = run;
+    out.connectionLost = lost;
+    return out;
+  },
+  [this](const Outcome& out) { finishDeploy(out.text, out.error, out.run, out.connectionLost); });
 }
 
 void DeployDialog::cancelDeploy() {
@@ -572,7 +571,6 @@ void DeployDialog::rebuildLog() {
 }
 
 void DeployDialog::finishDeploy(const QString& message, bool error, history::RunId run, bool connectionLost) {
-  joinWorker();
   // Flush what the ranks wrote without a final newline.
   for (auto& [rank, pending] : m_partialLines) {
     if (!pending.isEmpty()) appendLog(rank, QStringLiteral("\n"));

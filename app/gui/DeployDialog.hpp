@@ -2,16 +2,15 @@
 // Deploy dialog (DESIGN.md §5, §7, issue 8): run the plan on the hosts of a hosts file over SSH,
 // watch every rank's progress and log, record the run in the history, open it afterwards.
 //
-// Threads: connection tests and the deployment run on one worker std::thread at a time. The
-// worker never touches a widget: progress, logs and results arrive as queued calls on qApp,
-// guarded by a QPointer to this dialog (late reports after close are dropped). Questions to
+// Threads: connection tests and the deployment run one at a time as JobTracker jobs. The
+// worker never touches a widget: progress, logs and results arrive through the tracker on the
+// GUI thread (late reports after close are dropped). Questions to
 // the user (unknown host key, key passphrase) are queued to the GUI thread and the worker
 // waits for the answer; the wait gives up (reject) when the dialog closes, so closing never
 // deadlocks against a worker that is waiting for the GUI.
 
 #include <map>
 #include <memory>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include <QString>
 #include <QTemporaryDir>
 
+#include "JobTracker.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/Hosts.hpp"
 #include "pipestudio/plan/Plan.hpp"
@@ -95,7 +95,6 @@ class DeployDialog : public QDialog {
   void appendLog(int rank, const QString& text);
   void rebuildLog();
   void finishDeploy(const QString& message, bool error, history::RunId run, bool connectionLost);
-  void joinWorker();
   remote::SessionCallbacks sessionCallbacks();
 
   std::shared_ptr<const Plan> m_plan;
@@ -131,7 +130,7 @@ class DeployDialog : public QDialog {
 
   /// Shared with the worker: outlives the dialog only until the destructor joins it.
   std::shared_ptr<Job> m_job;
-  std::thread m_worker;
+  JobTracker m_work{this, 1};  // last member: destroyed first, waits for the running job
 };
 
 }  // namespace pipestudio::gui

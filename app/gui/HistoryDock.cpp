@@ -1,5 +1,8 @@
 #include "HistoryDock.hpp"
 
+#include <type_traits>
+#include <utility>
+
 #include <QDateTime>
 #include <QFileInfo>
 #include <QFileSystemWatcher>
@@ -157,6 +160,8 @@ HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
 HistoryDock::~HistoryDock() = default;
 
 bool HistoryDock::openDatabase(const QString& path) {
+  m_listJob.invalidate();  // what the previous database said no longer matters
+  m_readJob.invalidate();
   auto store = history::HistoryStore::open(path.toStdString());
   if (!store) {
     m_status->setText(q(store.message()));
@@ -181,7 +186,21 @@ bool HistoryDock::openDatabase(const QString& path) {
 
 void HistoryDock::refresh() {
   if (!m_store) return;
-  auto runs = m_store->listRuns();
+  m_listJob.start(
+      [path = m_store->path()](const JobTracker::Control&) -> Expected<std::vector<history::RunSummary>> {
+        auto store = history::HistoryStore::open(path);
+        if (!store) return store.error();
+        return store->listRuns();
+      },
+      [this](Expected<std::vector<history::RunSummary>> runs) { showRuns(std::move(runs)); });
+}
+
+bool HistoryDock::waitForIdle(int timeoutMs) const {
+  return m_listJob.waitForIdle(timeoutMs) && m_readJob.waitForIdle(timeoutMs);
+}
+
+void HistoryDock::showRuns(Expected<std::vector<history::RunSummary>> runs) {
+  if (!m_store) return;  // closed meanwhile
   if (!runs) {
     m_status->setText(q(runs.message()));
     return;
@@ -208,30 +227,60 @@ void HistoryDock::refresh() {
   Q_EMIT runsChanged(count);
 }
 
+template <typename Read, typename Done>
+void HistoryDock::readRunsInBackground(Read read, Done done) {
+  if (!m_store) {
+    Q_EMIT message(QStringLiteral("No history database is open"), true);
+    return;
+  }
+  using Result = std::invoke_result_t<Read&, history::HistoryStore&>;
+  m_readJob.start(
+      [path = m_store->path(), read](const JobTracker::Control&) -> Result {
+        auto store = history::HistoryStore::open(path);
+        if (!store) return store.error();
+        return read(*store);
+      },
+      [this, done](Result result) {
+        if (!result) {
+          Q_EMIT message(q(result.message()), true);
+          return;
+        }
+        done(std::move(*result));
+      });
+}
+
+namespace {
+using PlanPair = std::pair<std::shared_ptr<const Plan>, std::shared_ptr<const Plan>>;
+
+Expected<std::shared_ptr<const Plan>> sharedRunPlan(history::HistoryStore& store, history::RunId id) {
+  auto plan = store.runAsPlan(id, 0);
+  if (!plan) return plan.error();
+  return std::make_shared<const Plan>(std::move(*plan));
+}
+}  // namespace
+
 void HistoryDock::compareWithPlan() {
   const auto ids = selectedRuns();
   if (ids.empty() || !m_store) {
     Q_EMIT message(QStringLiteral("Select a run to compare with its plan"), true);
     return;
   }
-  auto summary = m_store->runSummary(ids.front());
-  if (!summary) {
-    Q_EMIT message(q(summary.message()), true);
-    return;
-  }
-  if (!summary->planId) {
-    Q_EMIT message(QStringLiteral("Run %1 has no plan recorded (imported traces carry none: use history import --plan)")
-                       .arg(ids.front()),
-                   true);
-    return;
-  }
-  auto plan = m_store->loadPlan(*summary->planId);
-  auto measured = runPlan(ids.front());
-  if (!plan || !measured) {
-    Q_EMIT message(q(!plan ? plan.message() : measured.message()), true);
-    return;
-  }
-  Q_EMIT compareRequested(std::make_shared<const Plan>(std::move(*plan)), std::make_shared<const Plan>(std::move(*measured)));
+  const history::RunId id = ids.front();
+  readRunsInBackground(
+      [id](history::HistoryStore& store) -> Expected<PlanPair> {
+        auto summary = store.runSummary(id);
+        if (!summary) return summary.error();
+        if (!summary->planId) {
+          return Error{"Run " + std::to_string(id) +
+                       " has no plan recorded (imported traces carry none: use history import --plan)"};
+        }
+        auto plan = store.loadPlan(*summary->planId);
+        if (!plan) return plan.error();
+        auto measured = sharedRunPlan(store, id);
+        if (!measured) return measured.error();
+        return PlanPair{std::make_shared<const Plan>(std::move(*plan)), *measured};
+      },
+      [this](PlanPair plans) { Q_EMIT compareRequested(plans.first, plans.second); });
 }
 
 std::vector<history::RunId> HistoryDock::selectedRuns() const {
@@ -250,12 +299,11 @@ Expected<Plan> HistoryDock::runPlan(history::RunId id) {
 void HistoryDock::openSelected() {
   const auto ids = selectedRuns();
   if (ids.empty()) return;
-  auto plan = runPlan(ids.front());
-  if (!plan) {
-    Q_EMIT message(q(plan.message()), true);
-    return;
-  }
-  Q_EMIT openRunRequested(std::make_shared<const Plan>(std::move(*plan)), QStringLiteral("run %1").arg(ids.front()));
+  const history::RunId id = ids.front();
+  readRunsInBackground([id](history::HistoryStore& store) { return sharedRunPlan(store, id); },
+                       [this, id](std::shared_ptr<const Plan> plan) {
+                         Q_EMIT openRunRequested(std::move(plan), QStringLiteral("run %1").arg(id));
+                       });
 }
 
 void HistoryDock::compareSelected() {
@@ -264,13 +312,15 @@ void HistoryDock::compareSelected() {
     Q_EMIT message(QStringLiteral("Select exactly two runs to compare"), true);
     return;
   }
-  auto a = runPlan(ids[0]);
-  auto b = runPlan(ids[1]);
-  if (!a || !b) {
-    Q_EMIT message(q(!a ? a.message() : b.message()), true);
-    return;
-  }
-  Q_EMIT compareRequested(std::make_shared<const Plan>(std::move(*a)), std::make_shared<const Plan>(std::move(*b)));
+  readRunsInBackground(
+      [a = ids[0], b = ids[1]](history::HistoryStore& store) -> Expected<PlanPair> {
+        auto first = sharedRunPlan(store, a);
+        if (!first) return first.error();
+        auto second = sharedRunPlan(store, b);
+        if (!second) return second.error();
+        return PlanPair{*first, *second};
+      },
+      [this](PlanPair plans) { Q_EMIT compareRequested(plans.first, plans.second); });
 }
 
 void HistoryDock::renameSelected() {

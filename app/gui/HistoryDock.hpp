@@ -3,7 +3,9 @@
 // table; open a run in the timeline, compare it with its plan or with another run, rename,
 // annotate, delete. Runs recorded by other processes (pipestudio-cli run, a deploy) appear on
 // their own: the database file is watched, with a slow poll as a fallback (WAL writes do not
-// always touch the main file). With no runs, the dock says how to get one.
+// always touch the main file). With no runs, the dock says how to get one. Listing runs and
+// building a run's plan (runAsPlan) read the database on JobTracker workers, each with its own
+// connection, so a large history never freezes the window.
 
 #include <memory>
 #include <optional>
@@ -12,6 +14,7 @@
 #include <QAbstractTableModel>
 #include <QWidget>
 
+#include "JobTracker.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 
 class QSortFilterProxyModel;
@@ -49,7 +52,10 @@ class HistoryDock : public QWidget {
   /// Opens the database at `path` (created when missing). Errors are shown in the dock.
   bool openDatabase(const QString& path);
   /// Re-reads the runs (keeps the selection); cheap when nothing changed.
+  /// Re-lists the runs off the GUI thread; the table changes when the listing arrives.
   void refresh();
+  /// Processes events until the listing and any run being opened have arrived (tests).
+  bool waitForIdle(int timeoutMs) const;
   /// The empty-state hint (visible when the database holds no runs).
   QLabel* emptyHint() const { return m_empty; }
   HistoryModel* model() const { return m_model; }
@@ -59,6 +65,7 @@ class HistoryDock : public QWidget {
   /// Selected run ids (in view order).
   std::vector<history::RunId> selectedRuns() const;
   /// The run as a drawable plan (first iteration), or an error.
+  /// The run as a plan, read now on the calling thread (Open and Compare read it off the GUI thread).
   Expected<Plan> runPlan(history::RunId id);
 
  Q_SIGNALS:
@@ -80,6 +87,11 @@ class HistoryDock : public QWidget {
   void renameSelected();
   void annotateSelected();
   void deleteSelected();
+  void showRuns(Expected<std::vector<history::RunSummary>> runs);
+  /// Runs `read(store)` on a worker with its own connection to this dock's database, then
+  /// `done(result)` here; a newer Open/Compare supersedes an older one.
+  template <typename Read, typename Done>
+  void readRunsInBackground(Read read, Done done);
 
   std::unique_ptr<history::HistoryStore> m_store;
   HistoryModel* m_model = nullptr;
@@ -92,6 +104,8 @@ class HistoryDock : public QWidget {
   QTimer* m_poll = nullptr;
   QString m_signature;  ///< ids, statuses and event counts of the listed runs
   QString m_fileStamp;  ///< sizes and times of the database and its log at the last poll
+  JobTracker m_listJob{this, 1};  ///< listRuns for the table
+  JobTracker m_readJob{this, 1};  ///< runAsPlan and friends for Open / Compare
 };
 
 }  // namespace pipestudio::gui

@@ -45,12 +45,12 @@ class TempPlanFile {
 }  // namespace
 
 std::vector<std::string> localBackends() {
-  std::vector<std::string> out{"cpu"};
+  std::vector<std::string> out{std::string(name(Backend::Cpu))};
   std::error_code ec;
   // The NVIDIA driver's control device exists exactly where a GPU can be used.
   if (std::filesystem::exists("/dev/nvidiactl", ec)) {
-    out.emplace_back("cuda-single");
-    out.emplace_back("cuda");
+    out.emplace_back(name(Backend::CudaSingle));
+    out.emplace_back(name(Backend::Cuda));
   }
   return out;
 }
@@ -77,8 +77,8 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   exec::LaunchRequest launch;
   launch.executable = request.executable;
   launch.planPath = planFile.path();
-  launch.backend = request.backend;
-  launch.world = request.backend == "cuda" ? request.plan.config.devices : 1;
+  launch.backend = parseBackend(request.backend).value_or(Backend::Cpu);
+  launch.world = ranksFor(launch.backend, request.plan.config.devices);
   launch.iterations = request.iterations;
   launch.runId = std::to_string(*run);
   launch.peerExitTimeoutS = request.timeoutS + 10;

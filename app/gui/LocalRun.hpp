@@ -11,6 +11,7 @@
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/model/Launch.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::gui {
@@ -20,7 +21,7 @@ struct LocalRunRequest {
   std::string name;         ///< run name in the history
   std::string historyPath;  ///< database the run is recorded in
   std::string executable;   ///< pipestudio-exec
-  std::string backend = "cpu";
+  std::string backend{pipestudio::name(Backend::Cpu)};  ///< a name from localBackends()
   int iterations = 1;
   double maxOpMs = 0;       ///< scale planned times so the longest op lasts this long (0: as planned)
   double timeoutS = 60;     ///< a rank without progress for this long fails the run

@@ -57,6 +57,8 @@
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -359,10 +361,9 @@ QWidget* MainWindow::buildSolverPanel() {
   m_panel.chunks = new QSpinBox(pipeline);
   m_panel.chunks->setRange(1, 64);
   m_panel.partition = new QComboBox(pipeline);
-  m_panel.partition->addItems({QStringLiteral("uniform"), QStringLiteral("balanced"), QStringLiteral("dp"),
-                               QStringLiteral("diffusionpipe")});
+  for (const std::string& name : partitionNames()) m_panel.partition->addItem(q(name));
   m_panel.fill = new QComboBox(pipeline);
-  m_panel.fill->addItems({QStringLiteral("none"), QStringLiteral("greedy")});
+  for (const std::string& name : fillModeNames()) m_panel.fill->addItem(q(name));
   m_panel.memoryLimit = new QLineEdit(pipeline);
   m_panel.memoryLimit->setPlaceholderText(QStringLiteral("GPU memory"));
   m_panel.memoryLimit->setToolTip(QStringLiteral("Per-device memory limit, e.g. 40GiB; empty = the GPU's memory"));
@@ -1545,6 +1546,49 @@ bool MainWindow::saveDialog(bool saveAs) {
 }
 
 #ifdef PIPESTUDIO_HAVE_HISTORY
+/// What File > Import Trace produced: the run and, when it matched the plan op by op, the
+/// measured run as a plan to draw under it.
+struct TraceImportOutcome {
+  history::TraceImportResult result;
+  std::shared_ptr<const Plan> measured;
+};
+
+namespace {
+
+/// The import itself, free of widgets: runs on the GUI thread (importTraces) or a worker.
+Expected<TraceImportOutcome> importTraceFiles(history::HistoryStore& store, const QStringList& files,
+                                              const std::shared_ptr<const Plan>& plan) {
+  std::vector<std::string> paths;
+  for (const QString& f : files) paths.push_back(f.toStdString());
+  history::TraceImportOptions options;
+  if (plan) options.plan = plan.get();
+  auto result = history::importTraces(store, paths, options);
+  if (!result) return result.error();
+  TraceImportOutcome out{*result, nullptr};
+  if (plan) {
+    if (auto id = store.addPlan(*plan, "workspace plan")) (void)store.linkRunToPlan(result->runId, *id);
+  }
+  if (plan && result->matchedOps > 0) {
+    if (auto measured = store.runAsPlan(result->runId, 0)) out.measured = std::make_shared<const Plan>(std::move(*measured));
+  }
+  return out;
+}
+
+}  // namespace
+
+void MainWindow::showImportedTrace(const TraceImportOutcome& outcome) {
+  m_history->refresh();
+  // The measured run drawn under the plan it executed (the compare view's lanes, one axis).
+  if (m_plan && outcome.measured) {
+    m_compare->setPlans(m_plan, outcome.measured);
+    m_tabs->setCurrentIndex(1);
+  }
+  setStatus(QStringLiteral("Imported run %1: %2 events, %3 ops matched to the plan")
+                .arg(outcome.result.runId)
+                .arg(outcome.result.events)
+                .arg(outcome.result.matchedOps));
+}
+
 bool MainWindow::importTraces(const QStringList& files, QString* error) {
   auto fail = [&](const QString& message) {
     if (error) *error = message;
@@ -1552,29 +1596,9 @@ bool MainWindow::importTraces(const QStringList& files, QString* error) {
     return false;
   };
   if (!m_history || !m_history->store()) return fail(QStringLiteral("No history database is open"));
-  std::vector<std::string> paths;
-  for (const QString& f : files) paths.push_back(f.toStdString());
-  history::TraceImportOptions options;
-  if (m_plan) options.plan = m_plan.get();
-  auto result = history::importTraces(*m_history->store(), paths, options);
-  if (!result) return fail(q(result.message()));
-  if (m_plan) {
-    if (auto id = m_history->store()->addPlan(*m_plan, "workspace plan")) {
-      (void)m_history->store()->linkRunToPlan(result->runId, *id);
-    }
-  }
-  m_history->refresh();
-  // The measured run drawn under the plan it executed (the compare view's lanes, one axis).
-  if (m_plan && result->matchedOps > 0) {
-    if (auto measured = m_history->store()->runAsPlan(result->runId, 0)) {
-      m_compare->setPlans(m_plan, std::make_shared<const Plan>(std::move(*measured)));
-      m_tabs->setCurrentIndex(1);
-    }
-  }
-  setStatus(QStringLiteral("Imported run %1: %2 events, %3 ops matched to the plan")
-                .arg(result->runId)
-                .arg(result->events)
-                .arg(result->matchedOps));
+  auto outcome = importTraceFiles(*m_history->store(), files, m_plan);
+  if (!outcome) return fail(q(outcome.message()));
+  showImportedTrace(*outcome);
   return true;
 }
 
@@ -1583,8 +1607,26 @@ void MainWindow::importTraceDialog() {
       this, QStringLiteral("Import Trace (one file per rank)"), QString(),
       QStringLiteral("Profiler traces (*.json *.json.gz *.sqlite *.pstrace);;All files (*)"));
   if (files.isEmpty()) return;
-  QString error;
-  if (!importTraces(files, &error)) QMessageBox::warning(this, QStringLiteral("Import failed"), error);
+  if (!m_history || !m_history->store()) {
+    QMessageBox::warning(this, QStringLiteral("Import failed"), QStringLiteral("No history database is open"));
+    return;
+  }
+  setStatus(QStringLiteral("Importing %1 trace file(s)…").arg(files.size()));
+  // A worker with its own connection: large traces take seconds to parse and store.
+  m_importJob.start(
+      [path = m_history->store()->path(), files, plan = m_plan](const JobTracker::Control&) -> Expected<TraceImportOutcome> {
+        auto store = history::HistoryStore::open(path);
+        if (!store) return store.error();
+        return importTraceFiles(*store, files, plan);
+      },
+      [this](const Expected<TraceImportOutcome>& outcome) {
+        if (!outcome) {
+          setStatus(q(outcome.message()), true);
+          QMessageBox::warning(this, QStringLiteral("Import failed"), q(outcome.message()));
+          return;
+        }
+        showImportedTrace(*outcome);
+      });
 }
 #endif
 

@@ -15,6 +15,7 @@
 #include <QMessageBox>
 #include <QStringList>
 
+#include "JobTracker.hpp"
 #include "SolveDiagnosis.hpp"
 #include "Workspace.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -81,6 +82,8 @@ struct SolverPanel {
   QPushButton* details = nullptr;
 };
 
+struct TraceImportOutcome;  // File > Import Trace
+
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
@@ -112,6 +115,7 @@ class MainWindow : public QMainWindow {
   /// File > Import Trace: the files as one run (one rank each) into the history dock's database,
   /// aligned with the current plan when there is one; a run aligned op by op is drawn under the
   /// plan in the compare view.
+  /// Runs on the calling thread (scripts, tests); the menu's dialog runs it as a background job.
   bool importTraces(const QStringList& files, QString* error = nullptr);
 #endif
 
@@ -201,6 +205,7 @@ class MainWindow : public QMainWindow {
   void exportDialog(const QString& filter, const QString& suffix);
 #ifdef PIPESTUDIO_HAVE_HISTORY
   void importTraceDialog();
+  void showImportedTrace(const TraceImportOutcome& outcome);
 #endif
   void writeSession(bool discardEdits);
   void ensureHistoryOpen();
@@ -244,6 +249,9 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const Plan> m_baseline;
   bool m_loading = false;  ///< setting widgets from a document: no auto re-solve
   bool m_dirty = false;
+#ifdef PIPESTUDIO_HAVE_HISTORY
+  JobTracker m_importJob{this, 1};  ///< File > Import Trace (last member: destroyed first)
+#endif
 };
 
 /// Applies a dark or light Fusion palette: `theme` is "dark", "light" or "system" (GTK_THEME,

@@ -8,7 +8,6 @@
 #include <QElapsedTimer>
 #include <QPointer>
 #include <QThread>
-#include <QtConcurrent/QtConcurrentRun>
 
 namespace pipestudio::gui {
 
@@ -37,59 +36,44 @@ SolveController::~SolveController() {
 
 quint64 SolveController::solve(PlanRequest request) {
   m_debounce.stop();
-  if (m_cancel) m_cancel->store(true);
-  const quint64 generation = ++m_generation;
-  auto cancelFlag = std::make_shared<std::atomic<bool>>(false);
-  m_cancel = cancelFlag;
   m_running = true;
-  ++m_inFlight;
-  Q_EMIT started(generation);
-  QPointer<SolveController> self(this);
   auto lastPercent = std::make_shared<std::atomic<int>>(-1);
   SolveFunction solveFunction = m_solve;
   DiagnoseFunction diagnoseFunction = m_diagnose;
-  // The worker owns copies of everything it reads; it reports back through queued calls only.
-  (void)QtConcurrent::run([self, solveFunction, diagnoseFunction, request = std::move(request), cancelFlag, generation,
-                           lastPercent]() {
-    SolveControl control;
-    control.cancel = cancelFlag.get();
-    control.progress = [self, generation, lastPercent](double fraction) {
-      const int percent = static_cast<int>(std::lround(std::clamp(fraction, 0.0, 1.0) * 100));
-      if (lastPercent->exchange(percent) == percent) return;
-      if (!self) return;
-      QMetaObject::invokeMethod(
-          self.data(),
-          [self, generation, percent]() {
-            if (self && self->m_generation == generation) Q_EMIT self->progress(percent / 100.0);
-          },
-          Qt::QueuedConnection);
-    };
-    QElapsedTimer timer;
-    timer.start();
-    auto outcome = std::make_shared<Outcome>(solveFunction(request, control));
-    outcome->elapsedMs = static_cast<double>(timer.nsecsElapsed()) / 1e6;
-    if (!outcome->result && !cancelFlag->load() && diagnoseFunction) {
-      SolveControl quiet;  // the diagnosis reports no progress: the solve already reached 100 %
-      quiet.cancel = cancelFlag.get();
-      if (auto diagnosis = diagnoseFunction(request, quiet))
-        outcome->diagnosis = std::make_shared<const MemoryDiagnosis>(std::move(*diagnosis));
-    }
-    outcome->cancelled = cancelFlag->load();
-    if (!self) return;
-    QMetaObject::invokeMethod(
-        self.data(),
-        [self, generation, outcome]() {
-          if (self) self->finish(generation, outcome);
-        },
-        Qt::QueuedConnection);
-  });
+  QPointer<SolveController> self(this);
+  // The job owns copies of everything it reads; it reports back through the tracker only.
+  const quint64 generation = m_job.start(
+      [self, solveFunction, diagnoseFunction, request = std::move(request),
+       lastPercent](const JobTracker::Control& job) {
+        SolveControl control;
+        control.cancel = job.cancelFlag();
+        control.progress = [self, &job, lastPercent](double fraction) {
+          const int percent = static_cast<int>(std::lround(std::clamp(fraction, 0.0, 1.0) * 100));
+          if (lastPercent->exchange(percent) == percent) return;
+          job.post([self, percent]() {
+            if (self) Q_EMIT self->progress(percent / 100.0);
+          });
+        };
+        QElapsedTimer timer;
+        timer.start();
+        auto outcome = std::make_shared<Outcome>(solveFunction(request, control));
+        outcome->elapsedMs = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+        if (!outcome->result && !job.cancelled() && diagnoseFunction) {
+          SolveControl quiet;  // the diagnosis reports no progress: the solve already reached 100 %
+          quiet.cancel = job.cancelFlag();
+          if (auto diagnosis = diagnoseFunction(request, quiet))
+            outcome->diagnosis = std::make_shared<const MemoryDiagnosis>(std::move(*diagnosis));
+        }
+        outcome->cancelled = job.cancelled();
+        return outcome;
+      },
+      [this](const std::shared_ptr<Outcome>& outcome) { finish(outcome); });
+  Q_EMIT started(generation);
   return generation;
 }
 
-void SolveController::finish(quint64 generation, std::shared_ptr<Outcome> outcome) {
-  --m_inFlight;
-  if (generation != m_generation) return;  // stale: a newer request superseded it
-  m_running = false;
+void SolveController::finish(const std::shared_ptr<Outcome>& outcome) {
+  m_running = false;  // only the current generation arrives here: stale results are dropped
   if (outcome->cancelled) {
     Q_EMIT cancelled();
     return;
@@ -108,13 +92,13 @@ void SolveController::scheduleSolve(PlanRequest request) {
 
 void SolveController::cancel() {
   m_debounce.stop();
-  if (m_cancel) m_cancel->store(true);
+  m_job.cancel();
 }
 
 bool SolveController::waitForIdle(int timeoutMs) {
   QElapsedTimer timer;
   timer.start();
-  while (m_inFlight > 0 || m_debounce.isActive()) {
+  while (m_job.isRunning() || m_debounce.isActive()) {
     if (timer.elapsed() > timeoutMs) return false;
     QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
     QThread::msleep(1);

@@ -1,7 +1,8 @@
 #pragma once
-// Runs solves off the GUI thread (STYLE.md, Threads): each request gets a generation number and
-// its own cancel flag; a newer request cancels the older one, and a result whose generation is
-// no longer current is dropped when it arrives. Progress is throttled to whole percents.
+// Runs solves off the GUI thread through a JobTracker (STYLE.md, Threads): each request gets a
+// generation number and its own cancel flag; a newer request cancels the older one, and a result
+// whose generation is no longer current is dropped when it arrives. Progress is throttled to
+// whole percents.
 
 #include <atomic>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <QString>
 #include <QTimer>
 
+#include "JobTracker.hpp"
 #include "SolveDiagnosis.hpp"
 #include "pipestudio/planner/Planner.hpp"
 
@@ -42,7 +44,7 @@ class SolveController : public QObject {
   void cancel();
   bool isRunning() const { return m_running; }
   bool isPending() const { return m_debounce.isActive(); }
-  quint64 generation() const { return m_generation; }
+  quint64 generation() const { return m_job.generation(); }
   /// Waits (processing events) until no solve runs; for tests and shutdown. false on timeout.
   bool waitForIdle(int timeoutMs);
 
@@ -56,16 +58,14 @@ class SolveController : public QObject {
 
  private:
   struct Outcome;
-  void finish(quint64 generation, std::shared_ptr<Outcome> outcome);
+  void finish(const std::shared_ptr<Outcome>& outcome);
 
   SolveFunction m_solve;
   DiagnoseFunction m_diagnose;
   QTimer m_debounce;
   PlanRequest m_pendingRequest;
-  quint64 m_generation = 0;
-  std::shared_ptr<std::atomic<bool>> m_cancel;
   bool m_running = false;
-  int m_inFlight = 0;
+  JobTracker m_job{this};  // last member: destroyed first, waits for the running solve
 };
 
 }  // namespace pipestudio::gui

@@ -99,10 +99,9 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
     if (a == "--plan") {
       o.planPath = *v;
     } else if (a == "--backend") {
-      if (*v != "cpu" && *v != "cuda" && *v != "cuda-single") {
-        return Error{"--backend: '" + *v + "' (expected cpu, cuda or cuda-single)"};
-      }
-      o.backend = *v;
+      auto backend = parseBackend(*v);
+      if (!backend) return Error{"--backend: '" + *v + "' (expected " + backendChoices() + ")"};
+      o.backend = *backend;
     } else if (a == "--iterations" || a == "--warmup" || a == "--rank" || a == "--world") {
       auto n = parseInt(a, *v, a == "--iterations" || a == "--world" ? 1 : 0, 1 << 20);
       if (!n) return n.error();
@@ -171,7 +170,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
   if (!plan) return fail("plan refused: " + plan.message());
   auto program = compileProgram(*plan);
   if (!program) return fail("plan refused: " + options.planPath + ": " + program.message());
-  if (options.backend == "cuda" && options.world != program->devices) {
+  if (options.backend == pipestudio::Backend::Cuda && options.world != program->devices) {
     return fail("plan refused: the plan has " + std::to_string(program->devices) + " devices but --world is " +
                 std::to_string(options.world) + " (cuda runs one process per device)");
   }
@@ -181,7 +180,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
     for (const Op& op : plan->ops) longest = std::max(longest, op.durationMs());
     if (longest > 0) timeScale = *options.maxOpMs / longest;
   }
-  if ((options.profileOut || options.baseline) && options.backend == "cpu") {
+  if ((options.profileOut || options.baseline) && options.backend == pipestudio::Backend::Cpu) {
     return fail("--profile and --baseline measure GPU kernels: use --backend cuda-single or cuda");
   }
   if (options.profileOut) {
@@ -201,7 +200,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
   // Nobody receives the trace any more (reader gone, disk full): stop the run, it failed.
   sink.setOnBroken([&control, rank = options.rank](const std::string& why) { control.fail(rank, why); });
   BackendContext ctx{*plan, *program, options, clock, sink, control, timeScale};
-  auto backend = options.backend == "cpu" ? makeCpuBackend(ctx) : makeCudaBackend(ctx, options.backend == "cuda-single");
+  auto backend = options.backend == pipestudio::Backend::Cpu ? makeCpuBackend(ctx) : makeCudaBackend(ctx, options.backend == pipestudio::Backend::CudaSingle);
   if (!backend) return fail("plan refused: " + backend.message());
   Backend& be = **backend;
 
@@ -209,10 +208,10 @@ int runExecutor(const ExecOptions& options, int outFd) {
   ::gethostname(host, sizeof(host) - 1);
   trace::Header header;
   header.runId = options.runId;
-  header.rank = options.backend == "cuda" ? options.rank : 0;
-  header.world = options.backend == "cuda" ? options.world : 1;
+  header.rank = options.backend == pipestudio::Backend::Cuda ? options.rank : 0;
+  header.world = options.backend == pipestudio::Backend::Cuda ? options.world : 1;
   header.host = host;
-  header.backend = options.backend;
+  header.backend = std::string(name(options.backend));
   header.deviceName = be.deviceName();
   header.clockOriginNs = clock.originNs();
   header.wallClockNs = clock.wallNs();
@@ -276,7 +275,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
     const int code = fail("run failed: rank " + std::to_string(rank) + " failed: " + why);
     // A GPU whose communicator was aborted may never finish its streams: leave without the
     // CUDA runtime's teardown, which would wait for them.
-    if (options.backend != "cpu") std::_Exit(code);
+    if (options.backend != pipestudio::Backend::Cpu) std::_Exit(code);
     return code;
   }
   sink.write(summary);

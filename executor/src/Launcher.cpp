@@ -115,11 +115,11 @@ std::optional<std::string> findExecutor(const std::string& selfPath) {
 Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
                                     const BytesCallback& onBytes) {
   auto argsFor = [&](int rank, const std::string& ncclId) {
-    std::vector<std::string> a{request.executable, "--plan", request.planPath, "--backend", request.backend,
+    std::vector<std::string> a{request.executable, "--plan", request.planPath, "--backend", std::string(name(request.backend)),
                                "--iterations", std::to_string(request.iterations), "--warmup",
                                std::to_string(request.warmup)};
     if (!request.runId.empty()) a.insert(a.end(), {"--run-id", request.runId});
-    if (request.world > 1 || request.backend == "cuda") {
+    if (request.world > 1 || request.backend == pipestudio::Backend::Cuda) {
       a.insert(a.end(), {"--rank", std::to_string(rank), "--world", std::to_string(request.world)});
     }
     if (!ncclId.empty()) a.insert(a.end(), {"--nccl-id", ncclId});
@@ -133,7 +133,7 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
   }
   if (auto st = spawnRank(children[0], argsFor(0, "")); !st) return st.error();
   // Ranks > 0 of the cuda backend need rank 0's NCCL id: they start when it arrives.
-  const bool needId = request.backend == "cuda" && children.size() > 1;
+  const bool needId = request.backend == pipestudio::Backend::Cuda && children.size() > 1;
   bool othersStarted = !needId;
   if (!needId) {
     for (std::size_t r = 1; r < children.size(); ++r) {
@@ -351,6 +351,7 @@ Status publishNcclId(const std::string& path, const std::string& hex) {
 
 Expected<TaskOptions> parseTaskArgs(const std::vector<std::string>& args) {
   TaskOptions o;
+  bool haveTask = false;
   std::size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -361,8 +362,12 @@ Expected<TaskOptions> parseTaskArgs(const std::vector<std::string>& args) {
     if (i + 1 >= args.size()) return Error{a + ": missing value"};
     const std::string& v = args[++i];
     if (a == "--task") {
-      if (v != "slurm" && v != "mpirun") return Error{"--task: '" + v + "' (expected slurm or mpirun)"};
-      o.launcher = v;
+      auto launcher = parseLauncher(v);
+      if (!launcher || *launcher == pipestudio::Launcher::Ssh) {
+        return Error{"--task: '" + v + "' (expected slurm or mpirun)"};
+      }
+      o.launcher = *launcher;
+      haveTask = true;
     } else if (a == "--nccl-rendezvous") {
       o.ncclRendezvous = v;
     } else if (a == "--nccl-timeout-s") {
@@ -375,15 +380,15 @@ Expected<TaskOptions> parseTaskArgs(const std::vector<std::string>& args) {
       return Error{"unknown option '" + a + "' before -- (expected --task, --nccl-rendezvous, --nccl-timeout-s)"};
     }
   }
-  if (o.launcher.empty()) return Error{"--task is required (slurm or mpirun)"};
+  if (!haveTask) return Error{"--task is required (slurm or mpirun)"};
   o.executorArgs.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())), args.end());
   if (o.executorArgs.empty()) return Error{"no executor options after -- (expected --plan PLAN …)"};
   return o;
 }
 
-Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher) {
+Expected<TaskPlace> taskPlaceFromEnvironment(pipestudio::Launcher launcher) {
   TaskPlace p;
-  if (launcher == "slurm") {
+  if (launcher == pipestudio::Launcher::Slurm) {
     const std::string by = "to be started by srun";
     auto rank = envInt("SLURM_PROCID", 0, by);
     if (!rank) return rank.error();
@@ -515,7 +520,7 @@ int taskMain(int argc, char** argv) {
   auto place = taskPlaceFromEnvironment(options->launcher);
   if (!place) {
     // No rank to tag lines with: the launcher shows this on its own stderr.
-    std::cerr << "pipestudio-exec --task " << options->launcher << ": " << place.message() << '\n';
+    std::cerr << "pipestudio-exec --task " << name(options->launcher) << ": " << place.message() << '\n';
     return 2;
   }
   struct sigaction sa {};

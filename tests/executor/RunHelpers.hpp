@@ -51,7 +51,7 @@ inline RunResult runExec(const std::string& planPath, const std::string& backend
   exec::LaunchRequest req;
   req.executable = PIPESTUDIO_EXEC_BINARY;
   req.planPath = planPath;
-  req.backend = backend;
+  req.backend = parseBackend(backend).value();  // a test names a real backend
   req.iterations = iterations;
   req.world = world;
   req.extraArgs = std::move(extra);

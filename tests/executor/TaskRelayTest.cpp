@@ -127,19 +127,19 @@ TEST_F(TaskRelay, OpenMpiAndPmiVariables) {
 TEST_F(TaskRelay, MissingOrWrongLauncherVariablesAreNamed) {
   setenv("SLURM_PROCID", "3", 1);
   setenv("SLURM_NTASKS", "2", 1);
-  auto place = exec::taskPlaceFromEnvironment("slurm");
+  auto place = exec::taskPlaceFromEnvironment(Launcher::Slurm);
   ASSERT_FALSE(place);
   EXPECT_NE(place.message().find("rank 3 is not below the world size 2"), std::string::npos) << place.message();
   setenv("SLURM_PROCID", "x", 1);
-  place = exec::taskPlaceFromEnvironment("slurm");
+  place = exec::taskPlaceFromEnvironment(Launcher::Slurm);
   ASSERT_FALSE(place);
   EXPECT_NE(place.message().find("SLURM_PROCID='x'"), std::string::npos) << place.message();
   unsetenv("SLURM_PROCID");
-  place = exec::taskPlaceFromEnvironment("slurm");
+  place = exec::taskPlaceFromEnvironment(Launcher::Slurm);
   ASSERT_FALSE(place);
   EXPECT_NE(place.message().find("SLURM_PROCID is not set (expected to be started by srun)"), std::string::npos);
   unsetenv("SLURM_NTASKS");
-  place = exec::taskPlaceFromEnvironment("mpirun");
+  place = exec::taskPlaceFromEnvironment(Launcher::Mpirun);
   ASSERT_FALSE(place);
   EXPECT_NE(place.message().find("OMPI_COMM_WORLD_RANK nor PMI_RANK"), std::string::npos) << place.message();
   // Without the variables the relay says so on stderr and exits 2 (usage).

@@ -56,6 +56,9 @@ TEST(HistoryDock, ListsFiltersOpensAndComparesRuns) {
   ASSERT_TRUE(ra) << ra.message();
   ASSERT_TRUE(rb) << rb.message();
   dock.refresh();
+  // The listing runs on a worker: nothing has changed until its result is delivered.
+  EXPECT_EQ(dock.model()->rowCount(), 0) << "refresh() read the database on the GUI thread";
+  ASSERT_TRUE(dock.waitForIdle(30000));
   ASSERT_EQ(dock.model()->rowCount(), 2);
 
   dock.proxy()->setFilterFixedString(QStringLiteral("faster"));
@@ -76,10 +79,13 @@ TEST(HistoryDock, ListsFiltersOpensAndComparesRuns) {
         button->click();
     }
   });
+  EXPECT_EQ(compare.count(), 0) << "Compare built the run plans on the GUI thread";
+  ASSERT_TRUE(dock.waitForIdle(30000));
   ASSERT_EQ(compare.count(), 1);
 
   ASSERT_TRUE(dock.store()->deleteRun(*ra));
   dock.refresh();
+  ASSERT_TRUE(dock.waitForIdle(30000));
   EXPECT_EQ(dock.model()->rowCount(), 1);
   EXPECT_FALSE(dock.runPlan(*ra));
 }

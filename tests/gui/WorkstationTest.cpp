@@ -559,6 +559,7 @@ TEST_F(WorkstationTest, RunLocallyRecordsARunAndOpensItAgainstItsPlan) {
   QTemporaryDir dir;
   ASSERT_TRUE(dir.isValid());
   ASSERT_TRUE(window->historyDock()->openDatabase(dir.filePath(QStringLiteral("history.sqlite"))));
+  ASSERT_TRUE(window->historyDock()->waitForIdle(30000));
   EXPECT_TRUE(window->historyDock()->emptyHint()->isVisibleTo(window->historyDock()));
   ASSERT_NE(window->runLocallyAction(), nullptr);
   EXPECT_TRUE(window->runLocallyAction()->isEnabled());
@@ -577,6 +578,7 @@ TEST_F(WorkstationTest, RunLocallyRecordsARunAndOpensItAgainstItsPlan) {
   // In the history …
   HistoryDock* history = window->historyDock();
   history->refresh();
+  ASSERT_TRUE(history->waitForIdle(30000));
   ASSERT_EQ(history->model()->rowCount(), 1);
   EXPECT_EQ(history->model()->run(0).id, dialog->lastRun());
   EXPECT_EQ(history->model()->run(0).status, history::RunStatus::Complete);
@@ -596,6 +598,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
   HistoryDock* dock = window->historyDock();
   ASSERT_TRUE(dock->openDatabase(db));
   dock->show();
+  ASSERT_TRUE(dock->waitForIdle(30000));
   EXPECT_EQ(dock->model()->rowCount(), 0);
   EXPECT_TRUE(dock->emptyHint()->isVisibleTo(dock));
   EXPECT_TRUE(dock->emptyHint()->text().contains(QStringLiteral("Run Locally")));
@@ -629,6 +632,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
   QSignalSpy compare(dock, &HistoryDock::compareRequested);
   dock->view()->selectRow(0);
   dock->compareWithPlan();
+  ASSERT_TRUE(dock->waitForIdle(30000));
   ASSERT_EQ(compare.count(), 1);
   const auto planned = compare.value(0).value(0).value<std::shared_ptr<const Plan>>();
   ASSERT_TRUE(planned);

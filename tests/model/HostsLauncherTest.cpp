@@ -32,7 +32,7 @@ TEST(HostsLauncher, SlurmSectionIsReadAndRoundTrips) {
       "extra_args": ["--exclusive", "--constraint=a100&ib"]},
     "server_alive_interval_s": 2, "server_alive_count_max": 4)"));
   ASSERT_TRUE(h) << h.message();
-  EXPECT_EQ(h->launcher, "slurm");
+  EXPECT_EQ(h->launcher, Launcher::Slurm);
   EXPECT_EQ(h->slurm.submit, "sbatch");
   EXPECT_EQ(h->slurm.partition, "gpu");
   EXPECT_EQ(h->slurm.account, "proj42");
@@ -118,6 +118,22 @@ TEST(HostsLauncher, SlurmTimesAsSbatchTakesThem) {
   for (const char* t : {"", "1h", "-5", "1:", ":30", "1-", "a-1", "1:2:3:4", "99999999999"}) {
     auto h = parseHosts(withLauncher("slurm", std::string(R"("slurm": {"time": ")") + t + "\"}"));
     EXPECT_FALSE(h) << t;
+  }
+}
+
+// Every backend and launcher name parses back to itself; anything else (other case, spaces,
+// a neighbour's word) is refused, so the CLI, GUI, executor and loader accept the same words.
+TEST(LaunchNames, RoundTripAndRefuseEverythingElse) {
+  for (Backend b : kBackends) EXPECT_EQ(parseBackend(name(b)), b);
+  for (Launcher l : kLaunchers) EXPECT_EQ(parseLauncher(name(l)), l);
+  EXPECT_EQ(backendChoices(), "cuda, cuda-single or cpu");
+  EXPECT_EQ(launcherChoices(), "ssh, slurm or mpirun");
+  for (const char* bad : {"", "CPU", "cuda ", "gpu", "ssh", "cuda_single"}) EXPECT_FALSE(parseBackend(bad)) << bad;
+  for (const char* bad : {"", "SSH", "srun", "cpu", " slurm"}) EXPECT_FALSE(parseLauncher(bad)) << bad;
+  for (Launcher l : kLaunchers) {
+    auto h = parseHosts(withLauncher(std::string(name(l)), ""));
+    ASSERT_TRUE(h) << h.message();
+    EXPECT_EQ(h->launcher, l);
   }
 }
 

@@ -57,7 +57,7 @@ class DeployTest : public ::testing::Test {
     r.devices = 2;
     r.hosts.hosts.push_back(s_sshd->hostEntry(2));
     r.hosts.hosts[0].remoteDir = m_dir + "/" + remoteDirName;
-    r.backend = "cpu";
+    r.backend = Backend::Cpu;
     r.iterations = 2;
     r.executorPath = kExecutor;
     r.runId = "t1";

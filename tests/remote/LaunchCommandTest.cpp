@@ -66,9 +66,9 @@ TEST(PlaceRanks, FillsHostsInOrder) {
   ASSERT_FALSE(tooMany);
   EXPECT_NE(tooMany.message().find("5 GPU(s)"), std::string::npos) << tooMany.message();
   EXPECT_FALSE(placeRanks(twoHosts(), 0));
-  EXPECT_EQ(ranksForBackend("cuda", 4), 4);
-  EXPECT_EQ(ranksForBackend("cuda-single", 4), 1);
-  EXPECT_EQ(ranksForBackend("cpu", 4), 1);
+  EXPECT_EQ(ranksFor(Backend::Cuda, 4), 4);
+  EXPECT_EQ(ranksFor(Backend::CudaSingle, 4), 1);
+  EXPECT_EQ(ranksFor(Backend::Cpu, 4), 1);
 }
 
 TEST(ExecutorArgv, CarriesEveryArgument) {
@@ -77,7 +77,7 @@ TEST(ExecutorArgv, CarriesEveryArgument) {
   a.plan = "/opt/ps/my plan.json";
   a.rank = 2;
   a.world = 4;
-  a.backend = "cuda";
+  a.backend = Backend::Cuda;
   a.iterations = 5;
   a.ncclIdHex = "ab01";
   a.localDevice = 1;
@@ -142,11 +142,11 @@ const std::vector<std::string> kTask = {"env",
                                         "cuda"};
 
 TEST(LauncherCommands, EveryRankRunsTheTaskRelay) {
-  EXPECT_EQ(taskArgv("slurm", sampleJob()), kTask);
+  EXPECT_EQ(taskArgv(Launcher::Slurm, sampleJob()), kTask);
   LauncherJob j = sampleJob();
   j.environment.clear();
   j.ncclRendezvous.clear();
-  EXPECT_EQ(taskArgv("mpirun", j),
+  EXPECT_EQ(taskArgv(Launcher::Mpirun, j),
             (std::vector<std::string>{"/home/me/.pipestudio/pipestudio-exec", "--task", "mpirun", "--", "--plan",
                                       "/home/me/.pipestudio/plans/p.json", "--backend", "cuda"}));
 }
@@ -217,7 +217,7 @@ TEST(LauncherCommands, SbatchWaitsAndRunsSrunInsideTheAllocation) {
 
 TEST(LauncherCommands, MpirunTagsTheOutputAndPassesTheHostList) {
   HostsSpec h = twoHosts();
-  h.launcher = "mpirun";
+  h.launcher = Launcher::Mpirun;
   h.mpirun.extraArgs = {"--mca", "btl", "^openib"};
   LauncherJob j = sampleJob();
   std::vector<std::string> expected{"mpirun",       "-np",   "4",   "--host", "node a:2,node-b:3",
@@ -242,7 +242,7 @@ class LauncherWrapper : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(m_dir); }
   HostsSpec hosts() const {
     HostsSpec h = twoHosts();
-    h.launcher = "mpirun";
+    h.launcher = Launcher::Mpirun;
     return h;
   }
   LauncherJob job() const {

@@ -154,10 +154,10 @@ class SlurmDeployTest : public ::testing::Test {
     DeployRequest r;
     r.planPath = kPlan;
     r.devices = 2;
-    r.hosts.launcher = "slurm";
+    r.hosts.launcher = Launcher::Slurm;
     r.hosts.hosts.push_back(s_sshd->hostEntry(1));
     r.hosts.hosts[0].remoteDir = m_dir + "/remote";
-    r.backend = "cpu";
+    r.backend = Backend::Cpu;
     r.iterations = 2;
     r.executorPath = kExecutor;
     r.runId = runId;
@@ -169,7 +169,7 @@ class SlurmDeployTest : public ::testing::Test {
   DeployRequest ranksRequest(const std::string& runId, int ranks) const {
     DeployRequest r = request(runId);
     r.executorPath = kTestRank;
-    r.backend = "cuda";
+    r.backend = Backend::Cuda;
     r.devices = ranks;
     r.hosts.slurm.gpusPerTask = 0;
     r.executorArgs.clear();
@@ -435,12 +435,12 @@ class MpirunDeployTest : public ::testing::Test {
     DeployRequest r;
     r.planPath = kPlan;
     r.devices = 2;
-    r.hosts.launcher = "mpirun";
+    r.hosts.launcher = Launcher::Mpirun;
     r.hosts.hosts.push_back(s_sshd->hostEntry(4));
     r.hosts.hosts[0].remoteDir = m_dir + "/remote";
     // Open MPI refuses to run as root unless told (the tests run as root in CI containers).
     if (::geteuid() == 0) r.hosts.mpirun.extraArgs = {"--allow-run-as-root"};
-    r.backend = "cpu";
+    r.backend = Backend::Cpu;
     r.iterations = 2;
     r.executorPath = kExecutor;
     r.runId = runId;
@@ -508,7 +508,7 @@ TEST_F(MpirunDeployTest, CancelStopsEveryRank) {
 TEST_F(MpirunDeployTest, FourRanksGetRank0sNcclId) {
   DeployRequest req = request("m4");
   req.executorPath = kTestRank;
-  req.backend = "cuda";
+  req.backend = Backend::Cuda;
   req.devices = 4;
   req.iterations = 3;
   req.executorArgs.clear();

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <memory>
 
 #include <QAbstractItemModelTester>
@@ -8,6 +10,9 @@
 
 #include "QtTestApp.hpp"
 #include "SyntheticPlan.hpp"
+#include "pipestudio/common/JsonReader.hpp"
+#include "pipestudio/model/Limits.hpp"
+#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/SpecModels.hpp"
 
@@ -160,6 +165,93 @@ TEST(Models, ClusterCellsValidate) {
   EXPECT_TRUE(cluster.setData(cluster.index(3, ClusterTableModel::BandwidthGBps), QStringLiteral("50")));
   EXPECT_DOUBLE_EQ(cluster.clusterSpec().interNode.bandwidthGBps, 50.0);
   EXPECT_FALSE(cluster.flags(cluster.index(2, ClusterTableModel::Host)).testFlag(Qt::ItemIsEditable));
+}
+
+// The GUI's cell editors and the file loaders share model/Limits.hpp: at every bound, and one
+// step past it, a value the editor accepts loads and a value the loader refuses cannot be typed.
+ClusterSpec boundaryCluster() {
+  ClusterSpec c;
+  c.name = "c";
+  c.gpu = {"A100", 312, 80, 0.5};
+  c.nodes = {{"node0", 8, std::nullopt, std::nullopt}};
+  c.intraNode = {200, 5};
+  c.interNode = {25, 10};
+  return c;
+}
+
+bool loaderAccepts(const Json& doc) {
+  auto parsed = parseJson(doc.dump(), "boundary.json");
+  if (!parsed) return false;
+  JsonReader reader(*parsed);
+  const bool read = doc.contains("nodes") ? readCluster(reader, reader.root()).has_value()
+                                          : readModel(reader, reader.root()).has_value();
+  return read && reader.ok();
+}
+
+std::vector<double> aroundBounds(double min, double max) {
+  return {std::nextafter(min, -1e300), min, std::nextafter(min, 1e300), std::nextafter(max, -1e300), max,
+          std::nextafter(max, 1e300)};
+}
+
+TEST(Models, EditorsAndLoaderAgreeAtEveryBound) {
+  pipestudio::testing::qtApp();
+  struct ClusterField {
+    int row;
+    ClusterTableModel::Column column;
+    limits::NumberRange range;
+    std::function<void(Json&, double)> set;
+  };
+  const std::vector<ClusterField> fields{
+      {0, ClusterTableModel::PeakTflops, limits::kPeakTflops, [](Json& j, double v) { j["gpu"]["peak_tflops"] = v; }},
+      {0, ClusterTableModel::MemoryGib, limits::kMemoryGib, [](Json& j, double v) { j["gpu"]["memory_gib"] = v; }},
+      {0, ClusterTableModel::Efficiency, limits::kEfficiency, [](Json& j, double v) { j["gpu"]["efficiency"] = v; }},
+      {1, ClusterTableModel::BandwidthGBps, limits::kLinkBandwidthGBps,
+       [](Json& j, double v) { j["links"]["intra_node"]["bandwidth_gbps"] = v; }},
+      {2, ClusterTableModel::LatencyUs, limits::kLinkLatencyUs,
+       [](Json& j, double v) { j["links"]["inter_node"]["latency_us"] = v; }},
+  };
+  for (const ClusterField& f : fields) {
+    for (double v : aroundBounds(f.range.min, f.range.max)) {
+      ClusterTableModel cluster;
+      cluster.setClusterSpec(boundaryCluster());
+      const bool editor = cluster.setData(cluster.index(f.row, f.column), QString::number(v, 'g', 17));
+      Json doc = clusterToJson(boundaryCluster());
+      f.set(doc, v);
+      EXPECT_EQ(editor, loaderAccepts(doc)) << "column " << f.column << " value " << v;
+      EXPECT_EQ(editor, f.range.contains(v)) << "column " << f.column << " value " << v;
+    }
+  }
+  for (std::int64_t gpus : {limits::kGpusPerNode.min - 1, limits::kGpusPerNode.min, limits::kGpusPerNode.max,
+                            limits::kGpusPerNode.max + 1}) {
+    ClusterTableModel cluster;
+    cluster.setClusterSpec(boundaryCluster());
+    const bool editor = cluster.setData(cluster.index(0, ClusterTableModel::Gpus), QString::number(gpus));
+    Json doc = clusterToJson(boundaryCluster());
+    doc["nodes"][0]["gpus"] = gpus;
+    EXPECT_EQ(editor, loaderAccepts(doc)) << "gpus " << gpus;
+    EXPECT_EQ(editor, limits::kGpusPerNode.contains(gpus)) << "gpus " << gpus;
+  }
+  // A layer's measured time and its sizes (row 1: the first layer of the trainable component).
+  for (double ms : aroundBounds(limits::kLayerMs.min, limits::kLayerMs.max)) {
+    LayerTableModel layers;
+    layers.setModelSpec(twoComponentModel());
+    const bool editor = layers.setData(layers.index(1, LayerTableModel::ForwardMs), QString::number(ms, 'g', 17));
+    Json doc = modelToJson(twoComponentModel());
+    doc["components"][1]["layers"][0]["forward_ms"] = ms;
+    EXPECT_EQ(editor, loaderAccepts(doc)) << "forward_ms " << ms;
+    EXPECT_EQ(editor, limits::kLayerMs.contains(ms)) << "forward_ms " << ms;
+  }
+  for (std::int64_t bytes : {limits::kLayerBytes.min - 1, limits::kLayerBytes.min, limits::kLayerBytes.max,
+                             limits::kLayerBytes.max + 1}) {
+    LayerTableModel layers;
+    layers.setModelSpec(twoComponentModel());
+    const bool editor =
+        layers.setData(layers.index(1, LayerTableModel::ActivationBytes), QString::number(static_cast<qlonglong>(bytes)));
+    Json doc = modelToJson(twoComponentModel());
+    doc["components"][1]["layers"][0]["activation_bytes"] = bytes;
+    EXPECT_EQ(editor, loaderAccepts(doc)) << "activation_bytes " << bytes;
+    EXPECT_EQ(editor, limits::kLayerBytes.contains(bytes)) << "activation_bytes " << bytes;
+  }
 }
 
 }  // namespace

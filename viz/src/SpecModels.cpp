@@ -8,6 +8,7 @@
 #include <QUndoCommand>
 
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/Limits.hpp"
 #include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio::viz {
@@ -39,20 +40,35 @@ class SetCellCommand : public QUndoCommand {
 
 bool isBlank(const QVariant& v) { return !v.isValid() || v.toString().trimmed().isEmpty(); }
 
-/// A finite number in [lo, hi], or what is wrong.
-std::optional<QString> checkNumber(const QVariant& v, double lo, double hi, const QString& what, double* out) {
+/// A finite number within `range` (the loader's, model/Limits.hpp), or what is wrong.
+std::optional<QString> checkNumber(const QVariant& v, limits::NumberRange range, const QString& unit, double* out) {
+  const QString expected = QStringLiteral("%1 from %2 to %3").arg(unit).arg(range.min).arg(range.max);
   bool ok = false;
   const double x = v.toString().trimmed().toDouble(&ok);
-  if (!ok || !std::isfinite(x)) return QStringLiteral("'%1' is not a number (expected %2)").arg(v.toString(), what);
-  if (x < lo || x > hi) return QStringLiteral("%1 is out of range (expected %2)").arg(v.toString(), what);
+  if (!ok || !std::isfinite(x)) return QStringLiteral("'%1' is not a number (expected %2)").arg(v.toString(), expected);
+  if (!range.contains(x)) return QStringLiteral("%1 is out of range (expected %2)").arg(v.toString(), expected);
   if (out) *out = x;
+  return std::nullopt;
+}
+
+/// A whole number within `range`, or what is wrong.
+std::optional<QString> checkInteger(const QVariant& v, limits::IntegerRange range, const QString& unit) {
+  double x = 0;
+  const limits::NumberRange asNumber{static_cast<double>(range.min), static_cast<double>(range.max)};
+  if (auto e = checkNumber(v, asNumber, unit, &x)) return e;
+  if (x != std::floor(x))
+    return QStringLiteral("%1 is not a whole number (expected %2 from %3 to %4)").arg(x).arg(unit).arg(range.min).arg(range.max);
   return std::nullopt;
 }
 
 std::optional<QString> checkBytes(const QVariant& v, std::int64_t* out) {
   const auto parsed = parseBytes(v.toString().trimmed().toStdString());
   if (!parsed) return QString::fromStdString(parsed.message()) + QStringLiteral(" (expected bytes, e.g. 512MiB)");
-  if (*parsed < 0) return QStringLiteral("a size cannot be negative (expected bytes ≥ 0)");
+  if (!limits::kLayerBytes.contains(*parsed))
+    return QStringLiteral("%1 is out of range (expected bytes from %2 to %3)")
+        .arg(v.toString().trimmed())
+        .arg(limits::kLayerBytes.min)
+        .arg(limits::kLayerBytes.max);
   if (out) *out = *parsed;
   return std::nullopt;
 }
@@ -319,7 +335,7 @@ std::optional<QString> LayerTableModel::validate(int row, int column, const QVar
     case BackwardWeightMs: {
       if (isBlank(value)) return std::nullopt;  // back to the shape-derived (or zero) cost
       double ms = 0;
-      if (auto e = checkNumber(value, 0.0, 1e7, QStringLiteral("milliseconds ≥ 0"), &ms)) return e;
+      if (auto e = checkNumber(value, limits::kLayerMs, QStringLiteral("milliseconds"), &ms)) return e;
       if (column != ForwardMs && !comp.trainable && ms > 0)
         return QStringLiteral("component %1 is frozen: it has no backward (expected 0)")
             .arg(QString::fromStdString(comp.name));
@@ -522,30 +538,15 @@ std::optional<QString> ClusterTableModel::validate(int row, int column, const QV
     case Host:
       if (value.toString().trimmed().isEmpty()) return QStringLiteral("a node needs a host name");
       return std::nullopt;
-    case Gpus: {
-      double n = 0;
-      if (auto e = checkNumber(value, 1, 1024, QStringLiteral("a whole number of GPUs, 1 to 1024"), &n)) return e;
-      if (n != std::floor(n)) return QStringLiteral("%1 is not a whole number (expected GPUs, 1 to 1024)").arg(n);
-      return std::nullopt;
-    }
+    case Gpus: return checkInteger(value, limits::kGpusPerNode, QStringLiteral("GPUs"));
     case GpuName:
       if (value.toString().trimmed().isEmpty()) return QStringLiteral("the GPU needs a name");
       return std::nullopt;
-    case PeakTflops: return checkNumber(value, 1e-3, 1e5, QStringLiteral("TFLOP/s > 0"), nullptr);
-    case MemoryGib: return checkNumber(value, 1e-3, 1e4, QStringLiteral("GiB > 0"), nullptr);
-    case Efficiency: {
-      double e = 0;
-      if (auto err = checkNumber(value, 0.0, 1.0, QStringLiteral("a fraction in (0, 1]"), &e)) return err;
-      if (e <= 0) return QStringLiteral("0 is out of range (expected a fraction in (0, 1])");
-      return std::nullopt;
-    }
-    case BandwidthGBps: {
-      double b = 0;
-      if (auto err = checkNumber(value, 0.0, 1e5, QStringLiteral("GB/s > 0"), &b)) return err;
-      if (b <= 0) return QStringLiteral("a link needs a bandwidth > 0 GB/s");
-      return std::nullopt;
-    }
-    case LatencyUs: return checkNumber(value, 0.0, 1e7, QStringLiteral("microseconds ≥ 0"), nullptr);
+    case PeakTflops: return checkNumber(value, limits::kPeakTflops, QStringLiteral("TFLOP/s"), nullptr);
+    case MemoryGib: return checkNumber(value, limits::kMemoryGib, QStringLiteral("GiB"), nullptr);
+    case Efficiency: return checkNumber(value, limits::kEfficiency, QStringLiteral("a fraction of peak"), nullptr);
+    case BandwidthGBps: return checkNumber(value, limits::kLinkBandwidthGBps, QStringLiteral("GB/s"), nullptr);
+    case LatencyUs: return checkNumber(value, limits::kLinkLatencyUs, QStringLiteral("microseconds"), nullptr);
     default: return QStringLiteral("read-only");
   }
 }

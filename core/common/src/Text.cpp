@@ -52,4 +52,22 @@ std::string excerpt(std::string_view text, std::size_t maxBytes) {
   return escapeControl(text.substr(0, cut)) + "… (" + std::to_string(text.size()) + " bytes)";
 }
 
+std::string joinNames(const std::vector<std::string>& names, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += separator;
+    out += names[i];
+  }
+  return out;
+}
+
+std::string choiceList(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
 }  // namespace pipestudio

@@ -165,15 +165,17 @@ void readSlurm(JsonReader& r, const JsonNode& node, SlurmOptions& s) {
 void readLauncherSections(JsonReader& r, const JsonNode& at, HostsSpec& h) {
   if (at.value->contains("slurm")) {
     const JsonNode node = at.child("slurm");
-    if (h.launcher != "slurm") {
-      r.error(node, "is given but the launcher is '" + h.launcher + "' (expected \"launcher\": \"slurm\")");
+    if (h.launcher != Launcher::Slurm) {
+      r.error(node, "is given but the launcher is '" + std::string(name(h.launcher)) +
+                        "' (expected \"launcher\": \"slurm\")");
     }
     readSlurm(r, node, h.slurm);
   }
   if (at.value->contains("mpirun")) {
     const JsonNode node = at.child("mpirun");
-    if (h.launcher != "mpirun") {
-      r.error(node, "is given but the launcher is '" + h.launcher + "' (expected \"launcher\": \"mpirun\")");
+    if (h.launcher != Launcher::Mpirun) {
+      r.error(node, "is given but the launcher is '" + std::string(name(h.launcher)) +
+                        "' (expected \"launcher\": \"mpirun\")");
     }
     if (r.isObject(node)) {
       r.rejectUnknown(node, {"extra_args"});
@@ -188,7 +190,7 @@ void readLauncherSections(JsonReader& r, const JsonNode& at, HostsSpec& h) {
 
 void writeLauncherSections(const HostsSpec& h, Json& j) {
   const HostsSpec defaults;
-  if (h.launcher == "slurm") {
+  if (h.launcher == Launcher::Slurm) {
     const SlurmOptions& s = h.slurm;
     Json sj = Json::object();
     sj["submit"] = s.submit;
@@ -202,7 +204,7 @@ void writeLauncherSections(const HostsSpec& h, Json& j) {
     if (!s.extraArgs.empty()) sj["extra_args"] = s.extraArgs;
     j["slurm"] = std::move(sj);
   }
-  if (h.launcher == "mpirun" && !h.mpirun.extraArgs.empty()) j["mpirun"] = Json{{"extra_args", h.mpirun.extraArgs}};
+  if (h.launcher == Launcher::Mpirun && !h.mpirun.extraArgs.empty()) j["mpirun"] = Json{{"extra_args", h.mpirun.extraArgs}};
   if (h.serverAliveIntervalS != defaults.serverAliveIntervalS) j["server_alive_interval_s"] = h.serverAliveIntervalS;
   if (h.serverAliveCountMax != defaults.serverAliveCountMax) j["server_alive_count_max"] = h.serverAliveCountMax;
 }

@@ -2,6 +2,7 @@
 
 #include "HostsIO.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/model/Limits.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -13,12 +14,11 @@
 namespace pipestudio {
 namespace {
 
-// Bounds that separate "large" from "absurd": anything past them is a typo or an attack.
-constexpr double kMaxMs = 1.0e7;                           // ~2.8 hours for one layer pass
-constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;  // 1 PiB
-constexpr std::int64_t kMaxLayers = 100000;
-constexpr std::int64_t kMaxDim = 10'000'000;
-constexpr std::int64_t kMaxGpus = 1'000'000;
+// Bounds that separate "large" from "absurd" (model/Limits.hpp, shared with the GUI editors).
+using limits::kMaxBytes;
+using limits::kMaxDim;
+using limits::kMaxGpus;
+using limits::kMaxLayers;
 
 // A string field restricted to a few names ("gelu" | "swiglu"), with the choices in the message.
 template <typename E>
@@ -106,13 +106,13 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   const auto name = r.string(node, "name", Presence::Required);
   layer.name = name.value_or("");
   layer.kind = r.string(node, "kind", Presence::Optional).value_or("generic");
-  layer.forwardMs = r.number(node, "forward_ms", Presence::Optional, 0, kMaxMs);
-  layer.backwardInputMs = r.number(node, "backward_input_ms", Presence::Optional, 0, kMaxMs);
-  layer.backwardWeightMs = r.number(node, "backward_weight_ms", Presence::Optional, 0, kMaxMs);
-  layer.activationBytes = r.integer(node, "activation_bytes", Presence::Optional, 0, kMaxBytes);
-  layer.weightGradBytes = r.integer(node, "weight_grad_bytes", Presence::Optional, 0, kMaxBytes);
-  layer.parameterBytes = r.integer(node, "parameter_bytes", Presence::Optional, 0, kMaxBytes);
-  layer.outputBytes = r.integer(node, "output_bytes", Presence::Optional, 0, kMaxBytes);
+  layer.forwardMs = r.number(node, "forward_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  layer.backwardInputMs = r.number(node, "backward_input_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  layer.backwardWeightMs = r.number(node, "backward_weight_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  layer.activationBytes = r.integer(node, "activation_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.weightGradBytes = r.integer(node, "weight_grad_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.parameterBytes = r.integer(node, "parameter_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.outputBytes = r.integer(node, "output_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
   layer.flopsForward = r.number(node, "flops_forward", Presence::Optional, 0, 1.0e21);
   layer.params = r.integer(node, "params", Presence::Optional, 0, kMaxBytes);
   layer.tied = r.boolean(node, "tied", Presence::Optional).value_or(false);
@@ -267,11 +267,12 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node) {
   r.rejectUnknown(node, {"name", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps", "sm_count"});
   GpuSpec g;
   g.name = r.string(node, "name", Presence::Required).value_or("");
-  const auto peak = r.number(node, "peak_tflops", Presence::Required, 1e-3, 1e5);
-  const auto mem = r.number(node, "memory_gib", Presence::Required, 1e-3, 1e5);
-  const auto eff = r.number(node, "efficiency", Presence::Optional, 1e-3, 1.0);
-  const auto hbm = r.number(node, "memory_bandwidth_gbps", Presence::Optional, 1e-3, 1e6);
-  const auto sms = r.integer(node, "sm_count", Presence::Optional, 1, 100000);
+  const auto peak = r.number(node, "peak_tflops", Presence::Required, limits::kPeakTflops.min, limits::kPeakTflops.max);
+  const auto mem = r.number(node, "memory_gib", Presence::Required, limits::kMemoryGib.min, limits::kMemoryGib.max);
+  const auto eff = r.number(node, "efficiency", Presence::Optional, limits::kEfficiency.min, limits::kEfficiency.max);
+  const auto hbm = r.number(node, "memory_bandwidth_gbps", Presence::Optional, limits::kMemoryBandwidthGBps.min,
+                                  limits::kMemoryBandwidthGBps.max);
+  const auto sms = r.integer(node, "sm_count", Presence::Optional, limits::kSmCount.min, limits::kSmCount.max);
   if (!peak || !mem) return std::nullopt;
   g.memoryBandwidthGBps = hbm.value_or(0);
   g.smCount = static_cast<int>(sms.value_or(0));
@@ -284,8 +285,9 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node) {
 std::optional<LinkSpec> readLink(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node, {"bandwidth_gbps", "latency_us"});
-  const auto bw = r.number(node, "bandwidth_gbps", Presence::Required, 1e-6, 1e6);
-  const auto lat = r.number(node, "latency_us", Presence::Optional, 0, 1e7);
+  const auto bw = r.number(node, "bandwidth_gbps", Presence::Required, limits::kLinkBandwidthGBps.min,
+                           limits::kLinkBandwidthGBps.max);
+  const auto lat = r.number(node, "latency_us", Presence::Optional, limits::kLinkLatencyUs.min, limits::kLinkLatencyUs.max);
   if (!bw) return std::nullopt;
   return LinkSpec{*bw, lat.value_or(0)};
 }
@@ -403,14 +405,15 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
       r.rejectUnknown(n, {"host", "gpus", "ssh", "gpu"});
       NodeSpec node;
       node.host = r.string(n, "host", Presence::Required).value_or("");
-      node.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, 1, 1024).value_or(0));
+      node.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max).value_or(0));
       if (auto s = r.field(n, "ssh", Presence::Optional)) node.ssh = readSsh(r, *s);
       if (auto g = r.field(n, "gpu", Presence::Optional)) node.gpu = readGpu(r, *g);
       c.nodes.push_back(std::move(node));
     }
   } else if (nodesNode) {
     const auto count = r.integerValue(*nodesNode, 1, 100000);
-    const auto perNode = r.integer(at, "gpus_per_node", Presence::Required, 1, 1024);
+    const auto perNode = r.integer(at, "gpus_per_node", Presence::Required, limits::kGpusPerNode.min,
+                                    limits::kGpusPerNode.max);
     if (count && perNode) {
       for (std::int64_t i = 0; i < *count; ++i) {
         c.nodes.push_back(NodeSpec{"node" + std::to_string(i), static_cast<int>(*perNode), std::nullopt, std::nullopt});
@@ -484,10 +487,11 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
                        "server_alive_count_max"});
   HostsSpec h;
   if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
-    if (*launcher != "ssh" && *launcher != "slurm" && *launcher != "mpirun") {
-      r.error(at.child("launcher"), "'" + excerpt(*launcher) + "' is not a launcher (expected ssh, slurm or mpirun)");
+    if (auto parsed = parseLauncher(*launcher)) {
+      h.launcher = *parsed;
     } else {
-      h.launcher = *launcher;
+      r.error(at.child("launcher"),
+              "'" + excerpt(*launcher) + "' is not a launcher (expected " + launcherChoices() + ")");
     }
   }
   readLauncherSections(r, at, h);
@@ -513,7 +517,7 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
     checkSshName(r, n.child("user"), e.user, "user name");
     e.identityFile = r.string(n, "identity_file", Presence::Optional).value_or("");
     e.knownHostsFile = r.string(n, "known_hosts_file", Presence::Optional).value_or("");
-    e.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, 1, 1024).value_or(1));
+    e.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max).value_or(1));
     e.remoteDir = r.string(n, "remote_dir", Presence::Optional).value_or("~/.pipestudio");
     h.hosts.push_back(std::move(e));
   }
@@ -618,7 +622,7 @@ Json hostsToJson(const HostsSpec& h) {
     if (!e.knownHostsFile.empty()) j["known_hosts_file"] = e.knownHostsFile;
     hosts.push_back(std::move(j));
   }
-  Json j{{"schema", kHostsSchema}, {"launcher", h.launcher}, {"hosts", std::move(hosts)}};
+  Json j{{"schema", kHostsSchema}, {"launcher", name(h.launcher)}, {"hosts", std::move(hosts)}};
   writeLauncherSections(h, j);
   return j;
 }

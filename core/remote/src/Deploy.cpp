@@ -279,13 +279,7 @@ void Deployment::cancel() { m_cancel = true; }
 Expected<DeployResult> Deployment::run() {
   const DeployRequest& req = m_request;
   // --- the request ---------------------------------------------------------------------
-  if (req.backend != "cuda" && req.backend != "cuda-single" && req.backend != "cpu") {
-    return Error{"backend '" + req.backend + "' (expected cuda, cuda-single or cpu)"};
-  }
   if (req.hosts.hosts.empty()) return Error{"hosts: no hosts (expected at least one)"};
-  if (req.hosts.launcher != "ssh" && req.hosts.launcher != "slurm" && req.hosts.launcher != "mpirun") {
-    return Error{"hosts: launcher '" + req.hosts.launcher + "' (expected ssh, slurm or mpirun)"};
-  }
   if (::access(req.executorPath.c_str(), R_OK) != 0) {
     return Error{req.executorPath + ": executor not found (build pipestudio-exec or pass its path)"};
   }
@@ -299,10 +293,10 @@ Expected<DeployResult> Deployment::run() {
     if (!validEnvironmentEntry(e)) return Error{"environment entry '" + e + "' (expected NAME=value)"};
   }
   if (req.devices < 1) return Error{"plan: " + std::to_string(req.devices) + " devices (expected at least 1)"};
-  const bool launcher = req.hosts.launcher != "ssh";
-  const int world = ranksForBackend(req.backend, req.devices);
+  const bool launcher = req.hosts.launcher != Launcher::Ssh;
+  const int world = ranksFor(req.backend, req.devices);
   std::vector<RankPlacement> placements;
-  if (req.hosts.launcher == "slurm") {
+  if (req.hosts.launcher == Launcher::Slurm) {
     // Slurm places the ranks; the hosts file names only the login node.
     for (int r = 0; r < world; ++r) placements.push_back(RankPlacement{r, 0, -1});
   } else {
@@ -328,7 +322,7 @@ Expected<DeployResult> Deployment::run() {
                                    std::find(usedHosts.begin(), usedHosts.end(), r.placement.hostIndex) - usedHosts.begin());
     r.result.rank = r.placement.rank;
     // Slurm: the node is known once the rank's header arrives.
-    if (req.hosts.launcher != "slurm") r.result.hostPort = h.host + ":" + std::to_string(h.port);
+    if (req.hosts.launcher != Launcher::Slurm) r.result.hostPort = h.host + ":" + std::to_string(h.port);
     r.progress.rank = r.placement.rank;
     r.progress.hostPort = r.result.hostPort;
     r.progress.iterations = req.iterations;
@@ -393,7 +387,7 @@ Expected<DeployResult> Deployment::run() {
       a.backend = req.backend;
       a.iterations = req.iterations;
       a.ncclIdHex = ncclIdHex;
-      a.localDevice = req.backend == "cuda" ? r.placement.localDevice : -1;
+      a.localDevice = req.backend == Backend::Cuda ? r.placement.localDevice : -1;
       std::vector<std::string> argv = executorArgv(a);
       if (!req.runId.empty()) argv.insert(argv.end(), {"--run-id", req.runId});
       argv.insert(argv.end(), req.executorArgs.begin(), req.executorArgs.end());
@@ -421,7 +415,7 @@ Expected<DeployResult> Deployment::run() {
     };
     // cuda with several ranks: rank 0 creates the NCCL unique id and reports it on its stream
     // (DESIGN.md §4); the others start once it is known.
-    const bool needsNcclId = req.backend == "cuda" && world > 1;
+    const bool needsNcclId = req.backend == Backend::Cuda && world > 1;
     if (auto s = startRank(st.ranks[0], ""); !s) launchError = s.message();
     std::string ncclId;
     if (launchError.empty() && needsNcclId) {

@@ -20,8 +20,6 @@ Expected<std::vector<RankPlacement>> placeRanks(const HostsSpec& hosts, int worl
   return out;
 }
 
-int ranksForBackend(const std::string& backend, int devices) { return backend == "cuda" ? devices : 1; }
-
 std::vector<std::string> executorArgv(const ExecutorArgs& a) {
   std::vector<std::string> argv;
   if (a.localDevice >= 0) {
@@ -30,7 +28,7 @@ std::vector<std::string> executorArgv(const ExecutorArgs& a) {
   }
   argv.push_back(a.executor);
   argv.insert(argv.end(), {"--plan", a.plan, "--rank", std::to_string(a.rank), "--world", std::to_string(a.world),
-                           "--backend", a.backend});
+                           "--backend", std::string(name(a.backend))});
   if (a.iterations > 0) argv.insert(argv.end(), {"--iterations", std::to_string(a.iterations)});
   if (!a.ncclIdHex.empty()) argv.insert(argv.end(), {"--nccl-id", a.ncclIdHex});
   return argv;
@@ -53,13 +51,13 @@ std::string watchdogCommand(const std::string& workDir, const std::vector<std::s
   return joinShellWords(words);
 }
 
-std::vector<std::string> taskArgv(const std::string& launcher, const LauncherJob& job) {
+std::vector<std::string> taskArgv(Launcher launcher, const LauncherJob& job) {
   std::vector<std::string> argv;
   if (!job.environment.empty()) {
     argv.emplace_back("env");
     argv.insert(argv.end(), job.environment.begin(), job.environment.end());
   }
-  argv.insert(argv.end(), {job.executor, "--task", launcher});
+  argv.insert(argv.end(), {job.executor, "--task", std::string(name(launcher))});
   if (!job.ncclRendezvous.empty()) {
     argv.insert(argv.end(),
                 {"--nccl-rendezvous", job.ncclRendezvous, "--nccl-timeout-s", std::to_string(job.ncclTimeoutS)});
@@ -82,7 +80,7 @@ void appendTaskResources(const SlurmOptions& s, const LauncherJob& job, std::vec
 }  // namespace
 
 std::vector<std::string> slurmArgv(const SlurmOptions& s, const LauncherJob& job) {
-  const std::vector<std::string> task = taskArgv("slurm", job);
+  const std::vector<std::string> task = taskArgv(Launcher::Slurm, job);
   // srun's own options: a rank that fails takes the others down (they would wait for it).
   std::vector<std::string> srun{"srun", "--kill-on-bad-exit=1"};
   std::vector<std::string> allocation{"--job-name=" + job.jobName};
@@ -123,15 +121,15 @@ std::vector<std::string> mpirunArgv(const HostsSpec& hosts, const LauncherJob& j
   // tells the ranks apart (mpirun interleaves their output in arbitrary chunks).
   std::vector<std::string> words{"mpirun", "-np", std::to_string(job.ranks), "--host", hostList, "--tag-output"};
   words.insert(words.end(), hosts.mpirun.extraArgs.begin(), hosts.mpirun.extraArgs.end());
-  const auto task = taskArgv("mpirun", job);
+  const auto task = taskArgv(Launcher::Mpirun, job);
   words.insert(words.end(), task.begin(), task.end());
   return words;
 }
 
 std::string launcherCommand(const HostsSpec& hosts, const LauncherJob& job, int graceSeconds) {
-  const std::string mode = hosts.launcher == "slurm" ? hosts.slurm.submit : "mpirun";
+  const std::string mode = hosts.launcher == Launcher::Slurm ? hosts.slurm.submit : "mpirun";
   const std::vector<std::string> launcher =
-      hosts.launcher == "slurm" ? slurmArgv(hosts.slurm, job) : mpirunArgv(hosts, job);
+      hosts.launcher == Launcher::Slurm ? slurmArgv(hosts.slurm, job) : mpirunArgv(hosts, job);
   // $1 work dir, $2 srun|sbatch|mpirun, $3 job name, $4 grace seconds, then the launcher's
   // argv: nothing from the caller is parsed as shell code. The channel's stdin is kept as fd
   // 3 for the watcher (a background list gets /dev/null as stdin, POSIX XCU 2.9.3); the

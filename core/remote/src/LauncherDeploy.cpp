@@ -53,7 +53,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
                                            const std::string& remotePlan) {
   const DeployRequest& req = request();
   const HostsSpec& hosts = req.hosts;
-  const bool slurm = hosts.launcher == "slurm";
+  const bool slurm = hosts.launcher == Launcher::Slurm;
   SshSession& session = *sessions[0];
   const std::string runName = req.runId.empty() ? std::string("run") : req.runId;
 
@@ -61,16 +61,16 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   spec.workDir = remoteDir + "/runs/" + runName;
   spec.jobName = "pipestudio-" + runName;
   spec.ranks = static_cast<int>(ranks.size());
-  spec.cpusPerRank = req.backend == "cpu" ? req.devices : 0;  // the CPU backend runs a thread per device
-  spec.gpus = req.backend != "cpu";
+  spec.cpusPerRank = req.backend == Backend::Cpu ? req.devices : 0;  // the CPU backend runs a thread per device
+  spec.gpus = req.backend != Backend::Cpu;
   spec.executor = remoteExecutor;
-  spec.executorArgs = {"--plan", remotePlan, "--backend", req.backend};
+  spec.executorArgs = {"--plan", remotePlan, "--backend", std::string(name(req.backend))};
   if (req.iterations > 0)
     spec.executorArgs.insert(spec.executorArgs.end(), {"--iterations", std::to_string(req.iterations)});
   if (!req.runId.empty()) spec.executorArgs.insert(spec.executorArgs.end(), {"--run-id", req.runId});
   spec.executorArgs.insert(spec.executorArgs.end(), req.executorArgs.begin(), req.executorArgs.end());
   spec.environment = req.environment;
-  if (req.backend == "cuda" && ranks.size() > 1) {
+  if (req.backend == Backend::Cuda && ranks.size() > 1) {
     spec.ncclRendezvous = spec.workDir + "/nccl-id";
     spec.ncclTimeoutS = std::max(1, req.ncclIdTimeoutMs / 1000);
   }
@@ -78,7 +78,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
 
   {
     std::lock_guard lock(mutex);
-    if (slurm) job.launcher = "slurm";
+    if (slurm) job.launcher = name(Launcher::Slurm);
     for (auto& r : ranks) {
       setState(r, slurm ? RankState::Queued : RankState::Starting,
                slurm ? "submitted to slurm (" + hosts.slurm.submit + ")" : "starting under mpirun");
@@ -116,7 +116,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
         const std::string what = item.kind == Kind::Malformed ? item.bytes
                                                               : "a line for rank " + std::to_string(item.rank) +
                                                                     " of a job with " + std::to_string(ranks.size()) + " rank(s)";
-        if (problem.empty()) problem = "malformed output from " + hosts.launcher + ": " + what;
+        if (problem.empty()) problem = "malformed output from " + std::string(name(hosts.launcher)) + ": " + what;
         if (r != nullptr && r->result.streamProblem.empty()) r->result.streamProblem = problem;
         continue;
       }
@@ -269,7 +269,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   if (launchError.empty() && !problem.empty() && stopReason.empty()) stopReason = problem;
   if (!launchError.empty()) {
     const std::string tail = lastLines(launcherTail, 10);
-    if (!tail.empty()) launchError += "\n" + hosts.launcher + ":\n" + tail;
+    if (!tail.empty()) launchError += "\n" + std::string(name(hosts.launcher)) + ":\n" + tail;
   }
   return launchError;
 }

@@ -697,7 +697,7 @@ class CudaBackend final : public Backend {
       referenceMs = lane->referenceMs();
       m_lanes.push_back(std::move(lane));
     }
-    std::cerr << "pipestudio-exec: " << (m_single ? "cuda-single" : "cuda") << " on GPU " << gpu << " (" << m_deviceName
+    std::cerr << "pipestudio-exec: " << name(m_single ? pipestudio::Backend::CudaSingle : pipestudio::Backend::Cuda) << " on GPU " << gpu << " (" << m_deviceName
               << "), " << devices.size() << " device lane(s), reference GEMM " << referenceMs << " ms\n";
     return {};
   }

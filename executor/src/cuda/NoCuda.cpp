@@ -4,7 +4,7 @@
 namespace pipestudio::exec {
 
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const BackendContext& /*ctx*/, bool single) {
-  return Error{std::string("backend ") + (single ? "cuda-single" : "cuda") +
+  return Error{"backend " + std::string(name(single ? pipestudio::Backend::CudaSingle : pipestudio::Backend::Cuda)) +
                ": this pipestudio-exec was built without the CUDA toolkit (rebuild where nvcc is installed)"};
 }
 

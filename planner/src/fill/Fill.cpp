@@ -480,10 +480,15 @@ void withFrozenDependencies(const PlanRequest& request, ScheduleSkeleton& sk) {
 
 }  // namespace
 
+std::vector<std::string> fillModeNames() { return {"none", "greedy"}; }
+
 Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control,
                     FillReport* report) {
   const std::string& mode = request.config.fill;
-  if (mode != "none" && mode != "greedy") return Error{"fill '" + mode + "' is not available (known: none, greedy)"};
+  const auto modes = fillModeNames();
+  if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
+    return Error{"fill '" + mode + "' is not available (known: none, greedy)"};
+  }
   if (request.model.frozenComponents().empty()) return {};
   auto backbone = simulateSkeleton(shellOf(request, skeleton), skeleton);
   if (!backbone) return backbone.error().withPrefix("fill: the backbone schedule does not simulate: ");

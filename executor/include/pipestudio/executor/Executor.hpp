@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/model/Launch.hpp"
 
 namespace pipestudio::exec {
 
@@ -25,7 +26,7 @@ Expected<FaultSpec> parseFault(const std::string& text);
 
 struct ExecOptions {
   std::string planPath;
-  std::string backend = "cpu";  ///< cpu | cuda | cuda-single
+  pipestudio::Backend backend = pipestudio::Backend::Cpu;
   int iterations = 1;
   int warmup = 0;
   int rank = 0;   ///< cuda: this process's device; cpu/cuda-single run every device

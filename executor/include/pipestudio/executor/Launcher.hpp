@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/model/Launch.hpp"
 #include "pipestudio/trace/Stream.hpp"
 
 namespace pipestudio::exec {
@@ -17,8 +18,8 @@ namespace pipestudio::exec {
 struct LaunchRequest {
   std::string executable;   ///< path of pipestudio-exec
   std::string planPath;
-  std::string backend = "cpu";
-  int world = 1;            ///< processes: the plan's devices for `cuda`, 1 otherwise
+  pipestudio::Backend backend = pipestudio::Backend::Cpu;
+  int world = 1;            ///< processes: ranksFor(backend, the plan's devices)
   int iterations = 1;
   int warmup = 0;
   std::string runId;
@@ -72,7 +73,7 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
 /// on stdout — the launcher merges the stdout of every rank into one. Signals are passed on
 /// to the executor; the exit status is the executor's (128 + n for signal n).
 struct TaskOptions {
-  std::string launcher;        ///< slurm | mpirun
+  pipestudio::Launcher launcher = pipestudio::Launcher::Slurm;  ///< slurm | mpirun
   std::string ncclRendezvous;  ///< empty: no NCCL id to hand over (cpu, cuda-single, one rank)
   double ncclTimeoutS = 300;   ///< how long ranks > 0 wait for rank 0's id
   std::vector<std::string> executorArgs;
@@ -87,7 +88,7 @@ struct TaskPlace {
 };
 /// slurm: SLURM_PROCID, SLURM_NTASKS; mpirun: OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE
 /// (MPICH's hydra). The error names the missing variable.
-Expected<TaskPlace> taskPlaceFromEnvironment(const std::string& launcher);
+Expected<TaskPlace> taskPlaceFromEnvironment(pipestudio::Launcher launcher);
 
 /// Runs one rank as described above, spawning `executable` with the executor options plus
 /// --rank/--world (and --nccl-id); lines go to `outFd`. Returns the status to exit with.

@@ -71,6 +71,9 @@ void appendFrozenTransfers(Plan& timed);
 Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control = {},
                     FillReport* report = nullptr);
 
+/// The fill modes (config.fill), `none` first: what the CLI and GUI offer.
+std::vector<std::string> fillModeNames();
+
 /// Solves `request` three ways (backbone only, --fill none, --fill greedy) and compares them
 /// with data parallelism. The returned plan is the request's fill mode.
 struct FilledPlan {

@@ -74,7 +74,7 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, int component
 /// the schedule's activation count that the memory constraint multiplies.
 std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton);
 
-/// Names of the partitioners this module implements (besides `uniform`).
+/// Names of the partitioners (config.partition), `uniform` first: what the CLI and GUI offer.
 std::vector<std::string> partitionNames();
 
 }  // namespace pipestudio

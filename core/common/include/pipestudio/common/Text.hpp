@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pipestudio {
 
@@ -19,5 +20,10 @@ std::string escapeControl(std::string_view text);
 /// escapeControl(text) cut to about `maxBytes` (at a UTF-8 boundary) with "… (N bytes)"
 /// appended when cut: what a message quotes of a name or a cell.
 std::string excerpt(std::string_view text, std::size_t maxBytes = kExcerptBytes);
+
+/// `names` joined by `separator` ("none|greedy" in a CLI help text).
+std::string joinNames(const std::vector<std::string>& names, std::string_view separator);
+/// "a, b or c": a list of choices as an "expected …" message names them.
+std::string choiceList(const std::vector<std::string>& names);
 
 }  // namespace pipestudio

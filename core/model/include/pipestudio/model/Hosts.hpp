@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/model/Launch.hpp"
+
 namespace pipestudio {
 
 inline constexpr const char* kHostsSchema = "pipestudio.hosts/1";
@@ -39,7 +41,7 @@ struct MpirunOptions {
 
 struct HostsSpec {
   std::vector<HostEntry> hosts;
-  std::string launcher = "ssh";  ///< ssh | slurm | mpirun
+  Launcher launcher = Launcher::Ssh;
   SlurmOptions slurm;
   MpirunOptions mpirun;
   /// Keepalive on every SSH connection (OpenSSH's ServerAliveInterval/ServerAliveCountMax):

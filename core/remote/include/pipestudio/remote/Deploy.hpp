@@ -93,7 +93,7 @@ struct DeployRequest {
   std::string planPath;        ///< local plan file (uploaded as-is)
   int devices = 1;             ///< the plan's device count (config.devices)
   HostsSpec hosts;
-  std::string backend = "cuda";  ///< cuda | cuda-single | cpu
+  Backend backend = Backend::Cuda;
   int iterations = 0;          ///< 0: the executor's default
   std::string executorPath;    ///< local pipestudio-exec to upload (same OS/arch as the hosts)
   std::string runId;           ///< passed as --run-id; letters, digits, '-', '_' only

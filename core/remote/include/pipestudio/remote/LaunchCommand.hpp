@@ -25,10 +25,6 @@ struct RankPlacement {
 /// fewer GPUs than `world`.
 Expected<std::vector<RankPlacement>> placeRanks(const HostsSpec& hosts, int world);
 
-/// How many executor processes a backend needs for a plan with `devices` devices:
-/// `cuda` one per device; `cuda-single` and `cpu` one process driving every device
-/// (the CPU backend moves tensors between devices in-process, DESIGN.md §4).
-int ranksForBackend(const std::string& backend, int devices);
 
 /// What one executor process is told.
 struct ExecutorArgs {
@@ -36,7 +32,7 @@ struct ExecutorArgs {
   std::string plan;        ///< path of the plan on the remote host
   int rank = 0;
   int world = 1;
-  std::string backend = "cuda";
+  Backend backend = Backend::Cuda;
   int iterations = 0;      ///< 0: the executor's default
   std::string ncclIdHex;   ///< ranks > 0 of a cuda run: rank 0's NCCL unique id
   int localDevice = -1;    ///< >= 0: CUDA_VISIBLE_DEVICES for this rank
@@ -70,7 +66,7 @@ struct LauncherJob {
 
 /// One rank's argv: [env KEY=VALUE…] executor --task LAUNCHER [--nccl-rendezvous F
 /// --nccl-timeout-s S] -- executorArgs…
-std::vector<std::string> taskArgv(const std::string& launcher, const LauncherJob& job);
+std::vector<std::string> taskArgv(Launcher launcher, const LauncherJob& job);
 /// srun (submit srun) or sbatch --wait … --wrap "srun …" (submit sbatch) with the hosts
 /// file's Slurm options; the user's extra_args come last.
 std::vector<std::string> slurmArgv(const SlurmOptions& slurm, const LauncherJob& job);
