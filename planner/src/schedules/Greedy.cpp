@@ -252,10 +252,10 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
     }
   }
   for (std::size_t s = 0; s < nu; ++s) m_deviceOf[s] = input.virtualStages[s].device;
-  m_firstPos.assign(static_cast<std::size_t>(m_pipelines * m_p), 1 << 30);
+  m_firstPos.assign(static_cast<std::size_t>(m_pipelines) * static_cast<std::size_t>(m_p), 1 << 30);
   for (std::size_t s = 0; s < nu; ++s) {
     const auto& vs = input.virtualStages[s];
-    int& f = m_firstPos[static_cast<std::size_t>(vs.pipeline * m_p + vs.device)];
+    int& f = m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(vs.device)];
     f = std::min(f, m_chainPos[s]);
   }
   for (int pl = 0; pl < m_pipelines; ++pl) m_need.push_back(activationPerMicrobatch(input, pl));
@@ -273,7 +273,7 @@ void GreedyConstruction::seed() {
   }
   for (std::size_t d = 0; d < static_cast<std::size_t>(m_p); ++d) {
     m_out.devices[d].reserve(static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) * static_cast<std::size_t>(m_n) /
-                             static_cast<std::size_t>(m_p * m_pipelines) + 16);
+                             (static_cast<std::size_t>(m_p) * static_cast<std::size_t>(m_pipelines)) + 16);
   }
   m_expected = static_cast<std::size_t>(m_n) * static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) /
                static_cast<std::size_t>(m_pipelines);
@@ -323,7 +323,7 @@ void GreedyConstruction::applyEvent(std::uint64_t payload) {
     const Key key = makeKey(microbatch, m_chainPos[s], stage);
     if (op == OpKind::F) {
       const auto& vs = m_input.virtualStages[s];
-      const bool enters = m_chainPos[s] == m_firstPos[static_cast<std::size_t>(vs.pipeline * m_p + d)];
+      const bool enters = m_chainPos[s] == m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(d)];
       (enters ? ds.readyEnter : ds.readyContinue).push(key);
     } else {
       ds.readyB.push(key);
