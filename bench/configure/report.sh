@@ -4,9 +4,9 @@ set -euo pipefail
 build=${1:-build/release}
 exe="$build/bench/configure/bench_configure"
 [ -x "$exe" ] || { echo "bench_configure not built in $build" >&2; exit 1; }
-echo "### Configurator search ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), one core)"
+echo "### Configurator search ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), one core, CPU seconds)"
 echo
-echo "| model, cluster | configurations | simulated | time (s) | target |"
+echo "| model, cluster | configurations | screened | CPU time (s) | target |"
 echo "|---|---:|---:|---:|---|"
 "$exe" --benchmark_format=csv 2>/dev/null | python3 -c '
 import csv, sys
@@ -14,7 +14,7 @@ lines = [l for l in sys.stdin if l.startswith("\"configureSearch/")]
 header = "name,iterations,real_time,cpu_time,time_unit,bytes_per_second,items_per_second,label,error_occurred,error_message,configurations,simulated"
 for r in csv.reader(lines):
     name = r[0].split("/")[1].strip("\"")
-    seconds = float(r[2]) / 1000.0
+    seconds = float(r[3]) / 1000.0  # CPU time: wall time doubles when other jobs share the 2 cores
     target = "<= 10 s" if "405b" in name else "<= 2 s"
     print(f"| {name} | {int(float(r[-2]))} | {int(float(r[-1]))} | {seconds:.2f} | {target} |")
 '

@@ -294,9 +294,11 @@ TEST_F(SlurmDeployTest, UnschedulableJobFailsWithSlurmsReasonAndDoesNotWait) {
 }
 
 TEST_F(SlurmDeployTest, PendingJobShowsSlurmsReasonUntilTheNodeIsFree) {
-  // Another job holds every CPU for a few seconds.
+  // Another job holds every CPU until our job has been seen waiting for it: the blocker is
+  // cancelled by the watcher below, never by a clock (a loaded machine may take seconds to
+  // submit, and a fixed sleep would end before our job is queued).
   std::string out;
-  ASSERT_EQ(s_slurm->client("sbatch --parsable --job-name=blocker -n 4 --wrap 'sleep 4' 2>&1", &out), 0) << out;
+  ASSERT_EQ(s_slurm->client("sbatch --parsable --job-name=blocker -n 4 --wrap 'sleep 300' 2>&1", &out), 0) << out;
   for (int i = 0; i < 100 && s_slurm->queued("blocker").find("RUNNING") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -307,7 +309,17 @@ TEST_F(SlurmDeployTest, PendingJobShowsSlurmsReasonUntilTheNodeIsFree) {
   HistoryTestSink sink(m_store.get(), kPlan);
   Reports reports;
   Deployment d(req, reports.callbacks(), sink);
+  std::atomic<bool> done{false};
+  std::thread watcher([&]() {
+    for (int i = 0; i < 1200 && !done && !reports.sawJob("PENDING", "Resources"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::string ignored;
+    s_slurm->client("scancel --name=blocker 2>&1", &ignored);
+  });
   auto result = d.run();
+  done = true;
+  watcher.join();
   ASSERT_TRUE(result) << result.message();
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message;
   EXPECT_TRUE(reports.sawJob("PENDING", "Resources"));

@@ -96,8 +96,7 @@ class Search {
   std::vector<std::string> scheduleNames() const;
   struct Screened {
     PlanConfig config;
-    double throughput = 0;        // samples/s, extrapolated to the candidate's microbatches
-    std::optional<Plan> exact;    // when the candidate was short enough to simulate in full
+    double throughput = 0;  // samples/s, extrapolated to the candidate's microbatches
   };
   Expected<Screened> screen(const Candidate& cand);
   Expected<Plan> simulate(const PlanConfig& config, std::optional<int> microbatches = std::nullopt, bool refine = true);
@@ -191,12 +190,13 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
 // the pipeline depth, so m is capped at p (or the next count the schedule accepts).
 const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p, int chunks, int m, double f, double b,
                                               double w, double transferPasses) {
-  // F:B:W proportions in tenths and the transfer in twentieths of a stage's F+B+W (capped):
+  // F:B:W proportions in tenths and the transfer in quarters of a stage's F+B+W (capped):
   // a handful of profiles per schedule and depth.
   const double sum = std::max(1e-12, f + b + w);
   const int fk = static_cast<int>(std::lround(10.0 * f / sum));
   const int bk = static_cast<int>(std::lround(10.0 * b / sum));
-  const int tk = static_cast<int>(std::lround(20.0 * std::min(transferPasses, 5.0)));
+  // Rounded down so the estimate stays optimistic (screening ranks the candidates exactly).
+  const int tk = static_cast<int>(std::floor(4.0 * std::min(transferPasses, 5.0)));
   int mp = std::min(m, 2 * p);
   while (mp < m && !g.validate({p, mp, chunks})) ++mp;
   const auto key = std::make_tuple(std::string(g.name()), p, chunks, mp, fk, bk, tk);
@@ -229,7 +229,7 @@ const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p,
   r.cluster.gpu.peakTflops = 1;
   r.cluster.gpu.memoryGib = 1e6;
   r.cluster.nodes.push_back(NodeSpec{"n", p, std::nullopt, std::nullopt});
-  r.cluster.intraNode = LinkSpec{1e9, 1000.0 * (fu + bu + wu) * tk / 20.0};
+  r.cluster.intraNode = LinkSpec{1e9, 1000.0 * (fu + bu + wu) * tk / 4.0};
   r.cluster.interNode = r.cluster.intraNode;
   r.config.schedule = std::string(g.name());
   r.config.devices = p;
@@ -283,10 +283,9 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
   Screened out;
   out.config = cfg;
   if (!g || m2 >= m || m1 >= m2) {
-    auto plan = simulate(cfg);
+    auto plan = simulate(cfg, std::nullopt, false);
     if (!plan) return plan.error();
     out.throughput = plan->metrics.throughputSamplesPerS;
-    out.exact = std::move(*plan);
     return out;
   }
   auto a = simulate(cfg, m1, false);
@@ -502,11 +501,12 @@ Expected<Configuration> Search::run() {
   });
 
   // --- screen, best estimate first ---
-  // A screening simulates the candidate's exact plan (partition, order, transfers, memory) on
-  // two short runs, m1 ≈ 2p and m2 ≈ 4p microbatches, and extends both lines to m: past the
-  // warm-up a schedule repeats itself, so the iteration time and each device's peak grow by
-  // the same amount per microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list
-  // is then simulated in full, screened-best first; only plans simulated in full are returned.
+  // A screening simulates the candidate's plan (partition, order, transfers, memory; the
+  // schedule as first built, without refinement searches) on two short runs, m1 ≈ 2p and
+  // m2 ≈ 4p microbatches, and extends both lines to m: past the warm-up a schedule repeats
+  // itself, so the iteration time and each device's peak grow by the same amount per
+  // microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list is then simulated in
+  // full, screened-best first; only plans simulated in full are returned.
   const auto keep = static_cast<std::size_t>(std::max(1, m_options.keep));
   const int budget = std::max(static_cast<int>(keep), m_options.maxSimulations);
   std::vector<Screened> screened;
@@ -541,8 +541,8 @@ Expected<Configuration> Search::run() {
     if (m_control.cancelled()) return Error::cancelled();
     if (m_control.progress) m_control.progress(0.8 + 0.2 * static_cast<double>(out.feasible.size()) / static_cast<double>(keep));
     const Screened& sc = screened[i];
-    Expected<Plan> plan = sc.exact ? Expected<Plan>(std::move(*screened[i].exact)) : simulate(sc.config);
-    if (!sc.exact) ++out.simulatedInFull;
+    Expected<Plan> plan = simulate(sc.config);
+    ++out.simulatedInFull;
     const int P = sc.config.devices;
     const int D = sc.config.parallel.data;
     if (!plan) {

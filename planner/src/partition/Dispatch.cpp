@@ -26,7 +26,11 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const Schedule
   input.stages = stageEstimates(shell);
   input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
   input.request = &request;
-  input.control = &control;
+  // The order as first built: a schedule's refinement searches (v-half/v-min) keep within the
+  // same activation budget, and they run again on the real partition anyway.
+  SolveControl firstBuilt = control;
+  firstBuilt.refine = false;
+  input.control = &firstBuilt;
   auto skeleton = generator.order(input);
   if (!skeleton) return skeleton.error();
   return liveMicrobatchesPerStage(*skeleton);

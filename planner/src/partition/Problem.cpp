@@ -42,12 +42,19 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, int component
                               dataParallel);
   for (std::size_t s = 0; s < S; ++s) {
     const auto& c = costsFor(stages[s].device);
+    // Consecutive layers mostly send the same hidden state: time each distinct size once
+    // (the link lookup walks the cluster's nodes).
+    double lastBytes = -1, lastMs = 0;
     for (std::size_t l = 0; l < L; ++l) {
       p.computeMs[s][l] = c[l].forwardMs + c[l].backwardInputMs + c[l].backwardWeightMs;
       if (s + 1 < S) {
+        const auto bytes = static_cast<double>(c[l].outputBytes);
+        if (bytes != lastBytes) {
+          lastBytes = bytes;
+          lastMs = deviceTransferMs(request.cluster, request.config, stages[s].device, stages[s + 1].device, bytes);
+        }
         // Activations go forward and their gradients come back: two transfers of the output.
-        p.sendMs[s][l] = 2.0 * deviceTransferMs(request.cluster, request.config, stages[s].device, stages[s + 1].device,
-                                                static_cast<double>(c[l].outputBytes));
+        p.sendMs[s][l] = 2.0 * lastMs;
       }
       if (s == 0) {
         p.activationBytes[l] = static_cast<double>(c[l].activationBytes);
