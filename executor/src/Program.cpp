@@ -164,7 +164,11 @@ std::vector<std::int32_t> deviceOrder(const Plan& plan, int device) {
   return out;
 }
 
-Expected<Program> compileProgram(const Plan& plan) {
+namespace {
+
+// The plan fields compileProgram relies on before it indexes anything: devices, ops, the
+// structure checks and, per virtual stage, its id, component and layer range.
+Status checkCompilable(const Plan& plan) {
   if (plan.config.devices < 1) return Error{"/config/devices: " + std::to_string(plan.config.devices) +
                                             " devices (expected at least 1)"};
   if (plan.ops.empty()) return Error{"/ops: the plan has no ops to execute"};
@@ -185,19 +189,67 @@ Expected<Program> compileProgram(const Plan& plan) {
                    " layers"};
     }
   }
+  return {};
+}
 
-  const int devices = plan.config.devices;
-  const auto costs = stageCosts(plan);
-  const StageNeighbours chain = stageNeighbours(plan);
-  const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+// One run of compileProgram over a checked plan, its phases in the order compile calls them:
+// index the ops (indexOps), one step per op with its data flow and buffers (addStep), the
+// dependencies beyond the data flow (addDerivedDependencies), the per-device programs
+// (assembleDevices) and the abstract run that proves them free of deadlock (abstractRun).
+class ProgramCompiler {
+ public:
+  explicit ProgramCompiler(const Plan& plan)
+      : m_plan(plan),
+        m_devices(plan.config.devices),
+        m_costs(stageCosts(plan)),
+        m_chain(stageNeighbours(plan)),
+        m_samplesPerMb(static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch))) {}
+  Expected<Program> compile();
 
+ private:
+  Status indexOps();
+  std::int32_t find(OpKind kind, int stage, int microbatch) const {
+    auto it = m_unique.find({static_cast<int>(kind), stage, microbatch});
+    return it == m_unique.end() ? -1 : it->second;
+  }
+  std::int32_t newBuffer(int stage, int microbatch, int part) {
+    const auto id = static_cast<std::int32_t>(m_program.bufferCount++);
+    m_bufferOf[{stage, microbatch, part}] = id;
+    return id;
+  }
+  Status depend(std::int32_t consumer, std::int32_t producer, std::int64_t sizeBytes);
+  Status addStep(std::size_t i);
+  Status addForward(std::int32_t idx, Step& s, int prev, std::int64_t act, std::int64_t wgrad);
+  Status addBackward(std::int32_t idx, Step& s, int next, std::int64_t act, std::int64_t wgrad);
+  Status addWeight(std::int32_t idx, Step& s, std::int64_t wgrad);
+  Status addFrozen(std::int32_t idx, Step& s, int prev, std::int64_t act, double fraction);
+  Status addDerivedDependencies();
+  void assembleDevices();
+  Status abstractRun(std::vector<std::int64_t>& pass) const;
+
+  const Plan& m_plan;
+  const int m_devices;
+  const std::vector<StageCosts> m_costs;
+  const StageNeighbours m_chain;
+  const double m_samplesPerMb;
   // Position of every op in its device's order, and the unique producers looked up by key.
-  std::vector<std::int32_t> position(plan.ops.size(), 0);
-  std::vector<std::int32_t> counter(static_cast<std::size_t>(devices), 0);
-  std::map<std::tuple<int, int, int>, std::int32_t> unique;  // (kind, stage, microbatch) for F, B, BW, W, S
-  std::map<std::pair<int, int>, std::vector<std::int32_t>> frozen;  // (stage, microbatch) → N ops in order
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const Op& op = plan.ops[i];
+  std::vector<std::int32_t> m_position;
+  std::map<std::tuple<int, int, int>, std::int32_t> m_unique;  // (kind, stage, microbatch) for F, B, BW, W, S
+  std::map<std::pair<int, int>, std::vector<std::int32_t>> m_frozen;  // (stage, microbatch) → N ops in order
+  std::map<std::pair<int, int>, std::int32_t> m_frozenSeen;  // N ops of (stage, microbatch) handled so far
+  Program m_program;
+  std::vector<Step> m_steps;
+  // Buffers live per (stage, microbatch, part): part 0 = activations freed by B, part 1 = the
+  // weight-gradient share kept until W (DESIGN.md §2 activation convention), part 2 = S's output.
+  std::map<std::tuple<int, int, int>, std::int32_t> m_bufferOf;
+  std::vector<Transfer> m_endReceives;
+};
+
+Status ProgramCompiler::indexOps() {
+  m_position.assign(m_plan.ops.size(), 0);
+  std::vector<std::int32_t> counter(static_cast<std::size_t>(m_devices), 0);
+  for (std::size_t i = 0; i < m_plan.ops.size(); ++i) {
+    const Op& op = m_plan.ops[i];
     const auto idx = static_cast<std::int32_t>(i);
     if (static_cast<int>(op.kind) >= kOpKindCount) {
       return Error{opWhere(idx) + "/kind: unknown op kind " + std::to_string(static_cast<int>(op.kind))};
@@ -205,228 +257,239 @@ Expected<Program> compileProgram(const Plan& plan) {
     if (!(op.endMs >= op.startMs) || !std::isfinite(op.startMs) || !std::isfinite(op.endMs)) {
       return Error{opWhere(idx) + ": end_ms before start_ms (expected a non-negative duration)"};
     }
-    position[i] = counter[static_cast<std::size_t>(op.device)]++;
-    const bool trainable = plan.model.components[static_cast<std::size_t>(
-        plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].component)].trainable;
+    m_position[i] = counter[static_cast<std::size_t>(op.device)]++;
+    const bool trainable = m_plan.model.components[static_cast<std::size_t>(
+        m_plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].component)].trainable;
     const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
     if (backward && !trainable) {
       return Error{opWhere(idx) + ": " + opName(op) + " is a backward op on a frozen component (expected N ops only)"};
     }
     if (op.kind == OpKind::N) {
-      frozen[{op.virtualStage, op.microbatch}].push_back(idx);
+      m_frozen[{op.virtualStage, op.microbatch}].push_back(idx);
     } else if (op.kind != OpKind::OPT && op.kind != OpKind::T) {
       const auto key = std::make_tuple(static_cast<int>(op.kind == OpKind::BW ? OpKind::B : op.kind), op.virtualStage,
                                        op.microbatch);
-      if (!unique.emplace(key, idx).second) {
-        return Error{opWhere(idx) + ": " + opName(op) + " appears twice (first at " + opWhere(unique[key]) + ")"};
+      if (!m_unique.emplace(key, idx).second) {
+        return Error{opWhere(idx) + ": " + opName(op) + " appears twice (first at " + opWhere(m_unique[key]) + ")"};
       }
     }
   }
-  auto find = [&](OpKind kind, int stage, int microbatch) -> std::int32_t {
-    auto it = unique.find({static_cast<int>(kind), stage, microbatch});
-    return it == unique.end() ? -1 : it->second;
-  };
+  return {};
+}
 
-  Program program;
-  program.devices = devices;
-  program.perDevice.assign(static_cast<std::size_t>(devices), {});
-  std::vector<Step> steps(plan.ops.size());
-  // Buffers live per (stage, microbatch, part): part 0 = activations freed by B, part 1 = the
-  // weight-gradient share kept until W (DESIGN.md §2 activation convention).
-  std::map<std::tuple<int, int, int>, std::int32_t> bufferOf;
-  auto newBuffer = [&](int stage, int microbatch, int part) {
-    const auto id = static_cast<std::int32_t>(program.bufferCount++);
-    bufferOf[{stage, microbatch, part}] = id;
-    return id;
-  };
-
-  // A dependency on an op of the same device is honoured by the device order; on another
-  // device it becomes a transfer.
-  auto depend = [&](std::int32_t consumer, std::int32_t producer, std::int64_t sizeBytes) -> Status {
-    const Op& c = plan.ops[static_cast<std::size_t>(consumer)];
-    const Op& p = plan.ops[static_cast<std::size_t>(producer)];
-    if (p.device == c.device) {
-      if (position[static_cast<std::size_t>(producer)] >= position[static_cast<std::size_t>(consumer)]) {
-        return Error{opWhere(consumer) + ": " + opName(c) + " runs before " + opName(p) + " (" + opWhere(producer) +
-                     ") on device " + std::to_string(c.device) + ", which it needs"};
-      }
-      return {};
+// A dependency on an op of the same device is honoured by the device order; on another
+// device it becomes a transfer.
+Status ProgramCompiler::depend(std::int32_t consumer, std::int32_t producer, std::int64_t sizeBytes) {
+  const Op& c = m_plan.ops[static_cast<std::size_t>(consumer)];
+  const Op& p = m_plan.ops[static_cast<std::size_t>(producer)];
+  if (p.device == c.device) {
+    if (m_position[static_cast<std::size_t>(producer)] >= m_position[static_cast<std::size_t>(consumer)]) {
+      return Error{opWhere(consumer) + ": " + opName(c) + " runs before " + opName(p) + " (" + opWhere(producer) +
+                   ") on device " + std::to_string(c.device) + ", which it needs"};
     }
-    Transfer t{producer, consumer, p.device, c.device, std::max<std::int64_t>(0, sizeBytes)};
-    steps[static_cast<std::size_t>(consumer)].receives.push_back(t);
-    steps[static_cast<std::size_t>(producer)].sends.push_back(t);
-    ++program.transferCount;
     return {};
-  };
-
-  std::map<std::pair<int, int>, std::int32_t> frozenSeen;  // N ops of (stage, microbatch) handled so far
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const Op& op = plan.ops[i];
-    const auto idx = static_cast<std::int32_t>(i);
-    const auto stage = static_cast<std::size_t>(op.virtualStage);
-    const StageCosts& cost = costs[stage];
-    const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
-    Step& s = steps[i];
-    s.opIndex = idx;
-    s.device = op.device;
-    s.virtualStage = op.virtualStage;
-    s.kind = op.kind;
-    s.microbatch = op.microbatch;
-    s.samples = op.samples;
-    s.plannedMs = op.durationMs();
-    const std::int64_t act = scaled(cost.activationBytes, fraction);
-    const std::int64_t wgrad = std::min(act, scaled(cost.weightGradBytes, fraction));
-    const int prev = chain.previous[stage];
-    const int next = chain.next[stage];
-    Status st;
-    switch (op.kind) {
-      case OpKind::F: {
-        if (prev >= 0) {
-          const std::int32_t producer = find(OpKind::F, prev, op.microbatch);
-          if (producer < 0) {
-            return Error{opWhere(idx) + ": " + opName(op) + " needs the F of virtual stage " + std::to_string(prev) +
-                         " for microbatch " + std::to_string(op.microbatch) + ", which the plan does not contain"};
-          }
-          st = depend(idx, producer, costs[static_cast<std::size_t>(prev)].outputBytes);
-        }
-        s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 0), act - wgrad});
-        s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 1), wgrad});
-        break;
-      }
-      case OpKind::B:
-      case OpKind::BW: {
-        const std::int32_t forward = find(OpKind::F, op.virtualStage, op.microbatch);
-        if (forward < 0) return Error{opWhere(idx) + ": " + opName(op) + " has no F in the plan"};
-        if (st = depend(idx, forward, 0); !st) return st.error();
-        if (next >= 0) {
-          const std::int32_t producer = find(OpKind::B, next, op.microbatch);
-          if (producer < 0) {
-            return Error{opWhere(idx) + ": " + opName(op) + " needs the backward of virtual stage " +
-                         std::to_string(next) + " for microbatch " + std::to_string(op.microbatch) +
-                         ", which the plan does not contain"};
-          }
-          if (st = depend(idx, producer, cost.outputBytes); !st) return st.error();
-        }
-        s.release.push_back({bufferOf.at({op.virtualStage, op.microbatch, 0}), act - wgrad});
-        if (op.kind == OpKind::BW) s.release.push_back({bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
-        break;
-      }
-      case OpKind::W: {
-        const std::int32_t b = find(OpKind::B, op.virtualStage, op.microbatch);
-        if (b < 0 || plan.ops[static_cast<std::size_t>(b)].kind != OpKind::B) {
-          return Error{opWhere(idx) + ": " + opName(op) + " has no B in the plan (a W follows a split B)"};
-        }
-        if (st = depend(idx, b, 0); !st) return st.error();
-        s.release.push_back({bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
-        break;
-      }
-      case OpKind::N: {
-        // Partial batches: the j-th N op of a (stage, microbatch) covers samples up to its
-        // cumulative count; it needs the first producer N op whose cumulative count reaches it.
-        const auto key = std::make_pair(op.virtualStage, op.microbatch);
-        const auto& mine = frozen[key];
-        const std::int32_t j = frozenSeen[key]++;
-        double need = 0;
-        for (std::int32_t k = 0; k <= j; ++k) {
-          const Op& o = plan.ops[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])];
-          need += o.samples > 0 ? o.samples : samplesPerMb;
-        }
-        if (prev >= 0) {
-          auto it = frozen.find({prev, op.microbatch});
-          std::int32_t producer = -1;
-          double have = 0;
-          if (it != frozen.end()) {
-            for (std::int32_t p : it->second) {
-              const Op& o = plan.ops[static_cast<std::size_t>(p)];
-              have += o.samples > 0 ? o.samples : samplesPerMb;
-              if (have + 1e-9 >= need) {
-                producer = p;
-                break;
-              }
-            }
-          }
-          if (producer < 0) {
-            return Error{opWhere(idx) + ": " + opName(op) + " needs " + std::to_string(static_cast<long long>(need)) +
-                         " samples of virtual stage " + std::to_string(prev) + ", which its N ops do not cover"};
-          }
-          st = depend(idx, producer, scaled(costs[static_cast<std::size_t>(prev)].outputBytes, fraction));
-        }
-        const std::int32_t temp = static_cast<std::int32_t>(program.bufferCount++);
-        s.allocate.push_back({temp, act});
-        s.release.push_back({temp, act});
-        break;
-      }
-      case OpKind::S:
-        s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 2), act});
-        break;
-      case OpKind::T:
-        if (auto it = bufferOf.find({op.virtualStage, op.microbatch, 2}); it != bufferOf.end()) {
-          s.release.push_back({it->second, act});
-        }
-        break;
-      case OpKind::OPT:
-        program.perDevice[static_cast<std::size_t>(op.device)].hasOptimizerStep = true;
-        break;
-    }
-    if (!st) return st.error();
   }
+  Transfer t{producer, consumer, p.device, c.device, std::max<std::int64_t>(0, sizeBytes)};
+  m_steps[static_cast<std::size_t>(consumer)].receives.push_back(t);
+  m_steps[static_cast<std::size_t>(producer)].sends.push_back(t);
+  ++m_program.transferCount;
+  return {};
+}
 
-  // Dependencies beyond the data flow, derived exactly as the planner's simulator derives them.
+// --- one step per op: data flow and buffers ---
+
+Status ProgramCompiler::addStep(std::size_t i) {
+  const Op& op = m_plan.ops[i];
+  const auto idx = static_cast<std::int32_t>(i);
+  const auto stage = static_cast<std::size_t>(op.virtualStage);
+  const StageCosts& cost = m_costs[stage];
+  const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / m_samplesPerMb : 1.0;
+  Step& s = m_steps[i];
+  s.opIndex = idx;
+  s.device = op.device;
+  s.virtualStage = op.virtualStage;
+  s.kind = op.kind;
+  s.microbatch = op.microbatch;
+  s.samples = op.samples;
+  s.plannedMs = op.durationMs();
+  const std::int64_t act = scaled(cost.activationBytes, fraction);
+  const std::int64_t wgrad = std::min(act, scaled(cost.weightGradBytes, fraction));
+  switch (op.kind) {
+    case OpKind::F: return addForward(idx, s, m_chain.previous[stage], act, wgrad);
+    case OpKind::B:
+    case OpKind::BW: return addBackward(idx, s, m_chain.next[stage], act, wgrad);
+    case OpKind::W: return addWeight(idx, s, wgrad);
+    case OpKind::N: return addFrozen(idx, s, m_chain.previous[stage], act, fraction);
+    case OpKind::S:
+      s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 2), act});
+      break;
+    case OpKind::T:
+      if (auto it = m_bufferOf.find({op.virtualStage, op.microbatch, 2}); it != m_bufferOf.end()) {
+        s.release.push_back({it->second, act});
+      }
+      break;
+    case OpKind::OPT:
+      m_program.perDevice[static_cast<std::size_t>(op.device)].hasOptimizerStep = true;
+      break;
+  }
+  return {};
+}
+
+Status ProgramCompiler::addForward(std::int32_t idx, Step& s, int prev, std::int64_t act, std::int64_t wgrad) {
+  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  Status st;
+  if (prev >= 0) {
+    const std::int32_t producer = find(OpKind::F, prev, op.microbatch);
+    if (producer < 0) {
+      return Error{opWhere(idx) + ": " + opName(op) + " needs the F of virtual stage " + std::to_string(prev) +
+                   " for microbatch " + std::to_string(op.microbatch) + ", which the plan does not contain"};
+    }
+    st = depend(idx, producer, m_costs[static_cast<std::size_t>(prev)].outputBytes);
+  }
+  s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 0), act - wgrad});
+  s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 1), wgrad});
+  return st;
+}
+
+Status ProgramCompiler::addBackward(std::int32_t idx, Step& s, int next, std::int64_t act, std::int64_t wgrad) {
+  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  const std::int32_t forward = find(OpKind::F, op.virtualStage, op.microbatch);
+  if (forward < 0) return Error{opWhere(idx) + ": " + opName(op) + " has no F in the plan"};
+  if (auto st = depend(idx, forward, 0); !st) return st.error();
+  if (next >= 0) {
+    const std::int32_t producer = find(OpKind::B, next, op.microbatch);
+    if (producer < 0) {
+      return Error{opWhere(idx) + ": " + opName(op) + " needs the backward of virtual stage " +
+                   std::to_string(next) + " for microbatch " + std::to_string(op.microbatch) +
+                   ", which the plan does not contain"};
+    }
+    if (auto st = depend(idx, producer, m_costs[static_cast<std::size_t>(op.virtualStage)].outputBytes); !st) {
+      return st.error();
+    }
+  }
+  s.release.push_back({m_bufferOf.at({op.virtualStage, op.microbatch, 0}), act - wgrad});
+  if (op.kind == OpKind::BW) s.release.push_back({m_bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
+  return {};
+}
+
+Status ProgramCompiler::addWeight(std::int32_t idx, Step& s, std::int64_t wgrad) {
+  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  const std::int32_t b = find(OpKind::B, op.virtualStage, op.microbatch);
+  if (b < 0 || m_plan.ops[static_cast<std::size_t>(b)].kind != OpKind::B) {
+    return Error{opWhere(idx) + ": " + opName(op) + " has no B in the plan (a W follows a split B)"};
+  }
+  if (auto st = depend(idx, b, 0); !st) return st.error();
+  s.release.push_back({m_bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
+  return {};
+}
+
+// Partial batches: the j-th N op of a (stage, microbatch) covers samples up to its
+// cumulative count; it needs the first producer N op whose cumulative count reaches it.
+Status ProgramCompiler::addFrozen(std::int32_t idx, Step& s, int prev, std::int64_t act, double fraction) {
+  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  auto samplesOf = [&](std::int32_t i) {
+    const Op& o = m_plan.ops[static_cast<std::size_t>(i)];
+    return o.samples > 0 ? o.samples : m_samplesPerMb;
+  };
+  const auto key = std::make_pair(op.virtualStage, op.microbatch);
+  const auto& mine = m_frozen[key];
+  const std::int32_t j = m_frozenSeen[key]++;
+  double need = 0;
+  for (std::int32_t k = 0; k <= j; ++k) need += samplesOf(mine[static_cast<std::size_t>(k)]);
+  Status st;
+  if (prev >= 0) {
+    std::int32_t producer = -1;
+    double have = 0;
+    if (auto it = m_frozen.find({prev, op.microbatch}); it != m_frozen.end()) {
+      for (std::int32_t p : it->second) {
+        have += samplesOf(p);
+        if (have + 1e-9 >= need) {
+          producer = p;
+          break;
+        }
+      }
+    }
+    if (producer < 0) {
+      return Error{opWhere(idx) + ": " + opName(op) + " needs " + std::to_string(static_cast<long long>(need)) +
+                   " samples of virtual stage " + std::to_string(prev) + ", which its N ops do not cover"};
+    }
+    st = depend(idx, producer, scaled(m_costs[static_cast<std::size_t>(prev)].outputBytes, fraction));
+  }
+  const std::int32_t temp = static_cast<std::int32_t>(m_program.bufferCount++);
+  s.allocate.push_back({temp, act});
+  s.release.push_back({temp, act});
+  return st;
+}
+
+// --- dependencies beyond the data flow ---
+
+// Derived exactly as the planner's simulator derives them; frozen outputs handed to the
+// next iteration become end-of-iteration receives.
+Status ProgramCompiler::addDerivedDependencies() {
   std::vector<std::vector<std::int32_t>> laneOp;
-  const auto lanes = planLanes(plan, &laneOp);
+  const auto lanes = planLanes(m_plan, &laneOp);
   auto planIndex = [&](const OpRef& r) -> std::int32_t {
     if (r.device < 0 || static_cast<std::size_t>(r.device) >= laneOp.size()) return -1;
     const auto& ops = laneOp[static_cast<std::size_t>(r.device)];
     return r.index >= 0 && static_cast<std::size_t>(r.index) < ops.size() ? ops[static_cast<std::size_t>(r.index)] : -1;
   };
-  for (const OpDependency& dep : derivedDependencies(plan, lanes)) {
+  for (const OpDependency& dep : derivedDependencies(m_plan, lanes)) {
     const std::int32_t producer = planIndex(dep.from);
     const std::int32_t consumer = planIndex(dep.to);
     if (producer < 0 || consumer < 0) continue;
     if (auto st = depend(consumer, producer, dep.bytes); !st) return st.error();
   }
-  std::vector<Transfer> endReceives;
-  for (const FrozenHandoff& h : crossIterationFrozenOutputs(plan, lanes)) {
+  for (const FrozenHandoff& h : crossIterationFrozenOutputs(m_plan, lanes)) {
     const std::int32_t producer = planIndex(h.producer);
-    if (producer < 0 || h.consumerDevice < 0 || h.consumerDevice >= devices) continue;
-    const Transfer t{producer, -1 - h.consumerDevice, plan.ops[static_cast<std::size_t>(producer)].device,
+    if (producer < 0 || h.consumerDevice < 0 || h.consumerDevice >= m_devices) continue;
+    const Transfer t{producer, -1 - h.consumerDevice, m_plan.ops[static_cast<std::size_t>(producer)].device,
                      h.consumerDevice, std::max<std::int64_t>(0, h.bytes)};
-    steps[static_cast<std::size_t>(producer)].sends.push_back(t);
-    endReceives.push_back(t);
-    ++program.transferCount;
+    m_steps[static_cast<std::size_t>(producer)].sends.push_back(t);
+    m_endReceives.push_back(t);
+    ++m_program.transferCount;
   }
+  return {};
+}
 
-  const auto staticBytes = staticMemoryPerDevice(plan, costs);
-  for (int d = 0; d < devices; ++d) {
-    DeviceProgram& dp = program.perDevice[static_cast<std::size_t>(d)];
+// --- per-device programs ---
+
+void ProgramCompiler::assembleDevices() {
+  const auto staticBytes = staticMemoryPerDevice(m_plan, m_costs);
+  for (int d = 0; d < m_devices; ++d) {
+    DeviceProgram& dp = m_program.perDevice[static_cast<std::size_t>(d)];
     dp.staticBytes = staticBytes[static_cast<std::size_t>(d)];
-    for (std::size_t v = 0; v < plan.virtualStages.size(); ++v) {
-      if (plan.virtualStages[v].device == d) dp.trainableParameters += costs[v].trainableParameters;
+    for (std::size_t v = 0; v < m_plan.virtualStages.size(); ++v) {
+      if (m_plan.virtualStages[v].device == d) dp.trainableParameters += m_costs[v].trainableParameters;
     }
     std::int64_t live = 0;
-    for (std::int32_t idx : deviceOrder(plan, d)) {
-      Step& s = steps[static_cast<std::size_t>(idx)];
+    for (std::int32_t idx : deviceOrder(m_plan, d)) {
+      Step& s = m_steps[static_cast<std::size_t>(idx)];
       for (const auto& b : s.allocate) live += b.sizeBytes;
       dp.peakActivationBytes = std::max(dp.peakActivationBytes, live);
       for (const auto& b : s.release) live -= b.sizeBytes;
       dp.steps.push_back(std::move(s));
     }
-    program.stepCount += static_cast<std::int64_t>(dp.steps.size());
-    for (const Transfer& t : endReceives) {
+    m_program.stepCount += static_cast<std::int64_t>(dp.steps.size());
+    for (const Transfer& t : m_endReceives) {
       if (t.toDevice == d) dp.endReceives.push_back(t);
     }
   }
+}
 
-  // Abstract run with buffered sends: every device advances while the data its next op
-  // needs has been produced. Anything left waiting is a cycle of waits (a deadlock).
-  std::vector<char> done(plan.ops.size(), 0);
-  std::vector<std::int64_t> pass(plan.ops.size(), 0);  // when the abstract run executed each op
+// --- abstract run ---
+
+// Abstract run with buffered sends: every device advances while the data its next op
+// needs has been produced. Anything left waiting is a cycle of waits (a deadlock). `pass`
+// gets when the abstract run executed each op.
+Status ProgramCompiler::abstractRun(std::vector<std::int64_t>& pass) const {
+  std::vector<char> done(m_plan.ops.size(), 0);
+  pass.assign(m_plan.ops.size(), 0);
   std::int64_t passed = 0;
-  std::vector<std::size_t> at(static_cast<std::size_t>(devices), 0);
+  std::vector<std::size_t> at(static_cast<std::size_t>(m_devices), 0);
   for (bool progress = true; progress;) {
     progress = false;
-    for (int d = 0; d < devices; ++d) {
-      const auto& ds = program.perDevice[static_cast<std::size_t>(d)].steps;
+    for (int d = 0; d < m_devices; ++d) {
+      const auto& ds = m_program.perDevice[static_cast<std::size_t>(d)].steps;
       auto& pos = at[static_cast<std::size_t>(d)];
       while (pos < ds.size()) {
         const Step& s = ds[pos];
@@ -442,22 +505,44 @@ Expected<Program> compileProgram(const Plan& plan) {
     }
   }
   std::string stuck;
-  for (int d = 0; d < devices; ++d) {
-    const auto& ds = program.perDevice[static_cast<std::size_t>(d)].steps;
+  for (int d = 0; d < m_devices; ++d) {
+    const auto& ds = m_program.perDevice[static_cast<std::size_t>(d)].steps;
     const auto pos = at[static_cast<std::size_t>(d)];
     if (pos >= ds.size()) continue;
     const Step& s = ds[pos];
     for (const Transfer& t : s.receives) {
       if (done[static_cast<std::size_t>(t.producerOp)] != 0) continue;
       stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d) + " at " + opWhere(s.opIndex) +
-               " (" + opName(plan.ops[static_cast<std::size_t>(s.opIndex)]) + ") waits for " + opWhere(t.producerOp) +
+               " (" + opName(m_plan.ops[static_cast<std::size_t>(s.opIndex)]) + ") waits for " + opWhere(t.producerOp) +
                " on device " + std::to_string(t.fromDevice);
       break;
     }
   }
   if (!stuck.empty()) return Error{"/ops: the per-device orders wait on each other in a cycle: " + stuck};
-  buildRendezvousGroups(program, pass);
-  return program;
+  return {};
+}
+
+Expected<Program> ProgramCompiler::compile() {
+  if (auto st = indexOps(); !st) return st.error();
+  m_program.devices = m_devices;
+  m_program.perDevice.assign(static_cast<std::size_t>(m_devices), {});
+  m_steps.resize(m_plan.ops.size());
+  for (std::size_t i = 0; i < m_plan.ops.size(); ++i) {
+    if (auto st = addStep(i); !st) return st.error();
+  }
+  if (auto st = addDerivedDependencies(); !st) return st.error();
+  assembleDevices();
+  std::vector<std::int64_t> pass;
+  if (auto st = abstractRun(pass); !st) return st.error();
+  buildRendezvousGroups(m_program, pass);
+  return std::move(m_program);
+}
+
+}  // namespace
+
+Expected<Program> compileProgram(const Plan& plan) {
+  if (auto st = checkCompilable(plan); !st) return st.error();
+  return ProgramCompiler(plan).compile();
 }
 
 }  // namespace pipestudio::exec

@@ -334,9 +334,9 @@ double runGemmUnits(std::int64_t units, const std::atomic<bool>* abort) {
     if (abort != nullptr && (u & 63) == 0 && abort->load(std::memory_order_relaxed)) break;
     for (int i = 0; i < kUnitN; ++i) {
       for (int k = 0; k < kUnitN; ++k) {
-        const float aik = a[static_cast<std::size_t>(i * kUnitN + k)];
+        const float aik = a[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(k)];
         for (int j = 0; j < kUnitN; ++j) {
-          c[static_cast<std::size_t>(i * kUnitN + j)] += aik * b[static_cast<std::size_t>(k * kUnitN + j)];
+          c[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)] += aik * b[static_cast<std::size_t>(k) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)];
         }
       }
     }

@@ -276,6 +276,202 @@ Deployment::~Deployment() = default;
 
 void Deployment::cancel() { m_cancel = true; }
 
+// --- connect, upload -------------------------------------------------------------------------
+
+void Deployment::State::setSessionState(std::size_t session, RankState s, const std::string& message) {
+  std::lock_guard lock(mutex);
+  for (auto& r : ranks) {
+    if (r.session == session) setState(r, s, message);
+  }
+}
+
+Status Deployment::State::connectAndUpload(const std::vector<std::size_t>& usedHosts, RemotePaths& remote) {
+  remote.executor.assign(usedHosts.size(), {});
+  remote.plan.assign(usedHosts.size(), {});
+  remote.dir.assign(usedHosts.size(), {});
+  for (std::size_t s = 0; s < usedHosts.size(); ++s) {
+    if (cancelled()) return Error{"deploy cancelled before any rank started"};
+    const HostEntry& host = request().hosts.hosts[usedHosts[s]];
+    setSessionState(s, RankState::Connecting, "connecting");
+    auto session = SshSession::connect(host, owner.m_callbacks.session, request().connectTimeoutMs);
+    if (!session) {
+      setSessionState(s, RankState::Failed, session.message());
+      return session.error();
+    }
+    sessions.push_back(std::move(*session));
+    setSessionState(s, RankState::Connected, "host key " + sessions[s]->fingerprint());
+  }
+  for (std::size_t s = 0; s < usedHosts.size(); ++s) {
+    if (cancelled()) return Error{"deploy cancelled before any rank started"};
+    SshSession& session = *sessions[s];
+    const HostEntry& host = request().hosts.hosts[usedHosts[s]];
+    setSessionState(s, RankState::Uploading, "uploading to " + host.remoteDir);
+    auto dir = session.resolvePath(host.remoteDir);
+    if (!dir) return dir.error();
+    remote.dir[s] = *dir;
+    if (auto mk = session.makeDirectories(*dir + "/plans"); !mk) return mk.error();
+    remote.executor[s] = *dir + "/pipestudio-exec";
+    remote.plan[s] = *dir + "/plans/" + baseName(request().planPath);
+    auto upExec = session.upload(request().executorPath, remote.executor[s], 0755);
+    if (!upExec) return upExec.error();
+    auto upPlan = session.upload(request().planPath, remote.plan[s], 0644);
+    if (!upPlan) return upPlan.error();
+    setSessionState(s, RankState::Uploading,
+                    std::string("executor ") + (*upExec == UploadAction::Skipped ? "up to date" : "uploaded") +
+                        ", plan " + (*upPlan == UploadAction::Skipped ? "up to date" : "uploaded"));
+  }
+  if (cancelled()) return Error{"deploy cancelled before any rank started"};
+  return {};
+}
+
+// --- launch (direct SSH) ---------------------------------------------------------------------
+
+std::string Deployment::State::launchDirect(const RemotePaths& remote, int world) {
+  std::string launchError;
+  auto fullArgv = [&](const Rank& r, const std::string& ncclIdHex) {
+    ExecutorArgs a;
+    a.executor = remote.executor[r.session];
+    a.plan = remote.plan[r.session];
+    a.rank = r.placement.rank;
+    a.world = world;
+    a.backend = request().backend;
+    a.iterations = request().iterations;
+    a.ncclIdHex = ncclIdHex;
+    a.localDevice = request().backend == Backend::Cuda ? r.placement.localDevice : -1;
+    std::vector<std::string> argv = executorArgv(a);
+    if (!request().runId.empty()) argv.insert(argv.end(), {"--run-id", request().runId});
+    argv.insert(argv.end(), request().executorArgs.begin(), request().executorArgs.end());
+    if (!request().environment.empty()) {
+      if (argv.front() != "env") argv.insert(argv.begin(), "env");
+      argv.insert(argv.begin() + 1, request().environment.begin(), request().environment.end());
+    }
+    return argv;
+  };
+  auto startRank = [&](Rank& r, const std::string& ncclIdHex) -> Status {
+    {
+      std::lock_guard lock(mutex);
+      setState(r, RankState::Starting, "starting on " + r.result.hostPort);
+    }
+    auto p = sessions[r.session]->start(watchdogCommand(remote.dir[r.session], fullArgv(r, ncclIdHex)));
+    std::lock_guard lock(mutex);
+    if (!p) {
+      setState(r, RankState::Failed, p.message());
+      r.ended = true;
+      return p.error();
+    }
+    r.process = std::move(*p);
+    setState(r, RankState::Running, "running");
+    return Status{};
+  };
+  // cuda with several ranks: rank 0 creates the NCCL unique id and reports it on its stream
+  // (DESIGN.md §4); the others start once it is known.
+  const bool needsNcclId = request().backend == Backend::Cuda && world > 1;
+  if (auto s = startRank(ranks[0], ""); !s) launchError = s.message();
+  std::string ncclId;
+  if (launchError.empty() && needsNcclId) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(request().ncclIdTimeoutMs);
+    auto& r0 = ranks[0];
+    while (r0.ncclIdHex.empty() && !r0.ended && !cancelled() && Clock::now() < deadline) {
+      if (auto alive = sessions[r0.session]->keepAlive(keepalive()); !alive) {
+        std::lock_guard lock(mutex);
+        r0.ended = true;
+        setState(r0, RankState::Lost, alive.message());
+        break;
+      }
+      if (!pump(r0)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ncclId = r0.ncclIdHex;
+    if (ncclId.empty() && !cancelled()) {
+      launchError = r0.result.state == RankState::Lost ? r0.progress.message
+                    : r0.ended ? "rank 0 on " + r0.result.hostPort + " ended before reporting its NCCL id"
+                               : "rank 0 on " + r0.result.hostPort + " did not report its NCCL id within " +
+                                     std::to_string(request().ncclIdTimeoutMs) + " ms";
+    }
+  }
+  for (std::size_t i = 1; i < ranks.size() && launchError.empty() && !cancelled(); ++i) {
+    if (auto s = startRank(ranks[i], ncclId); !s) launchError = s.message();
+  }
+  if (!launchError.empty()) stop(launchError);
+  for (auto& r : ranks) {  // never started: nothing to wait for
+    if (!r.process && !r.ended) {
+      std::lock_guard lock(mutex);
+      r.ended = true;
+      setState(r, RankState::Cancelled, "not started");
+    }
+  }
+  // Stream until every rank ended.
+  std::vector<std::thread> workers;
+  for (std::size_t s = 1; s < sessions.size(); ++s) workers.emplace_back([this, s] { serve(s); });
+  serve(0);
+  for (auto& t : workers) t.join();
+  return launchError;
+}
+
+// --- how it ended ----------------------------------------------------------------------------
+
+DeployResult Deployment::State::outcome(const std::string& launchError) const {
+  DeployResult result;
+  result.cancelled = cancelled();
+  result.job = job;
+  result.launcherLogTail = launcherTail;
+  for (auto& r : ranks) result.ranks.push_back(r.result);
+  std::string lostMsg;
+  std::string failMsg;
+  bool allComplete = true;
+  auto failureOf = [&](const Rank& r) {
+    std::string msg = "rank " + std::to_string(r.result.rank) +
+                      (r.result.hostPort.empty() ? std::string() : " on " + r.result.hostPort) + " failed (" +
+                      r.progress.message + ")";
+    if (!r.result.errorFrames.empty()) msg += ": " + r.result.errorFrames;
+    const std::string tail = lastLines(r.result.stderrTail, 20);
+    if (!tail.empty()) msg += "\nstderr:\n" + tail;
+    return msg;
+  };
+  for (const auto& r : ranks) {
+    if (r.result.state == RankState::Lost && lostMsg.empty()) {
+      lostMsg = "rank " + std::to_string(r.result.rank) +
+                (r.result.hostPort.empty() ? std::string() : " on " + r.result.hostPort) + ": " + r.progress.message;
+    }
+    if (r.result.state == RankState::Failed && failMsg.empty()) failMsg = failureOf(r);
+    allComplete = allComplete && r.result.state == RankState::Finished && r.result.summarySeen && r.result.summaryOk;
+  }
+  // The rank that failed first explains the others (a launcher stops them after it).
+  if (firstFailedRank >= 0 && static_cast<std::size_t>(firstFailedRank) < ranks.size()) {
+    failMsg = failureOf(ranks[static_cast<std::size_t>(firstFailedRank)]);
+  }
+  std::uint64_t events = 0;
+  for (const auto& r : ranks) events += r.result.events;
+  if (!lostMsg.empty()) {
+    result.outcome = DeployOutcome::Incomplete;
+    result.connectionLost = true;
+    result.message = "connection lost: " + lostMsg + "; " + std::to_string(events) +
+                     " events received are kept. Deploy again to reconnect once the host answers.";
+  } else if (!launchError.empty()) {
+    result.outcome = DeployOutcome::Failed;
+    result.message = launchError;
+  } else if (!failMsg.empty()) {
+    result.outcome = DeployOutcome::Failed;
+    result.message = failMsg;
+  } else if (cancelled()) {
+    result.outcome = DeployOutcome::Incomplete;
+    result.message = "cancelled; " + std::to_string(events) + " events received are kept";
+  } else if (!stopReason.empty()) {
+    result.outcome = DeployOutcome::Failed;
+    result.message = stopReason;
+  } else if (allComplete) {
+    result.outcome = DeployOutcome::Complete;
+    result.message = std::to_string(ranks.size()) + " rank(s) finished, " + std::to_string(events) + " events";
+  } else {
+    result.outcome = DeployOutcome::Incomplete;
+    result.message = "a rank ended without a complete trace stream";
+    for (const auto& r : ranks) {
+      if (!r.result.streamProblem.empty()) result.message += " (rank " + std::to_string(r.result.rank) + ": " + r.result.streamProblem + ")";
+    }
+  }
+  if (!job.launcher.empty() && !job.state.empty()) result.message += " [" + job.text() + "]";
+  return result;
+}
+
 Expected<DeployResult> Deployment::run() {
   const DeployRequest& req = m_request;
   // --- the request ---------------------------------------------------------------------
@@ -327,196 +523,15 @@ Expected<DeployResult> Deployment::run() {
     r.progress.hostPort = r.result.hostPort;
     r.progress.iterations = req.iterations;
   }
-  auto forRanksOf = [&](std::size_t session, RankState s, const std::string& message) {
-    std::lock_guard lock(st.mutex);
-    for (auto& r : st.ranks) {
-      if (r.session == session) st.setState(r, s, message);
-    }
-  };
-  auto cancelledError = [] { return Error{"deploy cancelled before any rank started"}; };
-
-  // --- connect, upload -----------------------------------------------------------------
-  std::vector<std::string> remoteExecutor(usedHosts.size());
-  std::vector<std::string> remotePlan(usedHosts.size());
-  std::vector<std::string> remoteDir(usedHosts.size());
-  for (std::size_t s = 0; s < usedHosts.size(); ++s) {
-    if (m_cancel) return cancelledError();
-    const HostEntry& host = req.hosts.hosts[usedHosts[s]];
-    forRanksOf(s, RankState::Connecting, "connecting");
-    auto session = SshSession::connect(host, m_callbacks.session, req.connectTimeoutMs);
-    if (!session) {
-      forRanksOf(s, RankState::Failed, session.message());
-      return session.error();
-    }
-    st.sessions.push_back(std::move(*session));
-    forRanksOf(s, RankState::Connected, "host key " + st.sessions[s]->fingerprint());
-  }
-  for (std::size_t s = 0; s < usedHosts.size(); ++s) {
-    if (m_cancel) return cancelledError();
-    SshSession& session = *st.sessions[s];
-    const HostEntry& host = req.hosts.hosts[usedHosts[s]];
-    forRanksOf(s, RankState::Uploading, "uploading to " + host.remoteDir);
-    auto dir = session.resolvePath(host.remoteDir);
-    if (!dir) return dir.error();
-    remoteDir[s] = *dir;
-    if (auto mk = session.makeDirectories(*dir + "/plans"); !mk) return mk.error();
-    remoteExecutor[s] = *dir + "/pipestudio-exec";
-    remotePlan[s] = *dir + "/plans/" + baseName(req.planPath);
-    auto upExec = session.upload(req.executorPath, remoteExecutor[s], 0755);
-    if (!upExec) return upExec.error();
-    auto upPlan = session.upload(req.planPath, remotePlan[s], 0644);
-    if (!upPlan) return upPlan.error();
-    forRanksOf(s, RankState::Uploading,
-               std::string("executor ") + (*upExec == UploadAction::Skipped ? "up to date" : "uploaded") + ", plan " +
-                   (*upPlan == UploadAction::Skipped ? "up to date" : "uploaded"));
-  }
-  if (m_cancel) return cancelledError();
+  RemotePaths remote;
+  if (auto up = st.connectAndUpload(usedHosts, remote); !up) return up.error();
+  if (m_cancel) return Error{"deploy cancelled before any rank started"};
 
   // --- launch --------------------------------------------------------------------------
   if (auto started = m_sink.onStart(static_cast<int>(st.ranks.size())); !started) return started.error();
-  std::string launchError;
-  if (launcher) {
-    launchError = st.runLauncher(remoteDir[0], remoteExecutor[0], remotePlan[0]);
-  } else {
-    auto fullArgv = [&](const State::Rank& r, const std::string& ncclIdHex) {
-      ExecutorArgs a;
-      a.executor = remoteExecutor[r.session];
-      a.plan = remotePlan[r.session];
-      a.rank = r.placement.rank;
-      a.world = world;
-      a.backend = req.backend;
-      a.iterations = req.iterations;
-      a.ncclIdHex = ncclIdHex;
-      a.localDevice = req.backend == Backend::Cuda ? r.placement.localDevice : -1;
-      std::vector<std::string> argv = executorArgv(a);
-      if (!req.runId.empty()) argv.insert(argv.end(), {"--run-id", req.runId});
-      argv.insert(argv.end(), req.executorArgs.begin(), req.executorArgs.end());
-      if (!req.environment.empty()) {
-        if (argv.front() != "env") argv.insert(argv.begin(), "env");
-        argv.insert(argv.begin() + 1, req.environment.begin(), req.environment.end());
-      }
-      return argv;
-    };
-    auto startRank = [&](State::Rank& r, const std::string& ncclIdHex) -> Status {
-      {
-        std::lock_guard lock(st.mutex);
-        st.setState(r, RankState::Starting, "starting on " + r.result.hostPort);
-      }
-      auto p = st.sessions[r.session]->start(watchdogCommand(remoteDir[r.session], fullArgv(r, ncclIdHex)));
-      std::lock_guard lock(st.mutex);
-      if (!p) {
-        st.setState(r, RankState::Failed, p.message());
-        r.ended = true;
-        return p.error();
-      }
-      r.process = std::move(*p);
-      st.setState(r, RankState::Running, "running");
-      return Status{};
-    };
-    // cuda with several ranks: rank 0 creates the NCCL unique id and reports it on its stream
-    // (DESIGN.md §4); the others start once it is known.
-    const bool needsNcclId = req.backend == Backend::Cuda && world > 1;
-    if (auto s = startRank(st.ranks[0], ""); !s) launchError = s.message();
-    std::string ncclId;
-    if (launchError.empty() && needsNcclId) {
-      const auto deadline = Clock::now() + std::chrono::milliseconds(req.ncclIdTimeoutMs);
-      auto& r0 = st.ranks[0];
-      while (r0.ncclIdHex.empty() && !r0.ended && !m_cancel && Clock::now() < deadline) {
-        if (auto alive = st.sessions[r0.session]->keepAlive(st.keepalive()); !alive) {
-          std::lock_guard lock(st.mutex);
-          r0.ended = true;
-          st.setState(r0, RankState::Lost, alive.message());
-          break;
-        }
-        if (!st.pump(r0)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      ncclId = r0.ncclIdHex;
-      if (ncclId.empty() && !m_cancel) {
-        launchError = r0.result.state == RankState::Lost ? r0.progress.message
-                      : r0.ended ? "rank 0 on " + r0.result.hostPort + " ended before reporting its NCCL id"
-                                 : "rank 0 on " + r0.result.hostPort + " did not report its NCCL id within " +
-                                       std::to_string(req.ncclIdTimeoutMs) + " ms";
-      }
-    }
-    for (std::size_t i = 1; i < st.ranks.size() && launchError.empty() && !m_cancel; ++i) {
-      if (auto s = startRank(st.ranks[i], ncclId); !s) launchError = s.message();
-    }
-    if (!launchError.empty()) st.stop(launchError);
-    for (auto& r : st.ranks) {  // never started: nothing to wait for
-      if (!r.process && !r.ended) {
-        std::lock_guard lock(st.mutex);
-        r.ended = true;
-        st.setState(r, RankState::Cancelled, "not started");
-      }
-    }
-    // --- stream until every rank ended ---------------------------------------------------
-    std::vector<std::thread> workers;
-    for (std::size_t s = 1; s < st.sessions.size(); ++s) workers.emplace_back([&st, s] { st.serve(s); });
-    st.serve(0);
-    for (auto& t : workers) t.join();
-  }
-
-  // --- how it ended ----------------------------------------------------------------------
-  DeployResult result;
-  result.cancelled = m_cancel;
-  result.job = st.job;
-  result.launcherLogTail = st.launcherTail;
-  for (auto& r : st.ranks) result.ranks.push_back(r.result);
-  std::string lostMsg;
-  std::string failMsg;
-  bool allComplete = true;
-  auto failureOf = [&](const State::Rank& r) {
-    std::string msg = "rank " + std::to_string(r.result.rank) +
-                      (r.result.hostPort.empty() ? std::string() : " on " + r.result.hostPort) + " failed (" +
-                      r.progress.message + ")";
-    if (!r.result.errorFrames.empty()) msg += ": " + r.result.errorFrames;
-    const std::string tail = lastLines(r.result.stderrTail, 20);
-    if (!tail.empty()) msg += "\nstderr:\n" + tail;
-    return msg;
-  };
-  for (const auto& r : st.ranks) {
-    if (r.result.state == RankState::Lost && lostMsg.empty()) {
-      lostMsg = "rank " + std::to_string(r.result.rank) +
-                (r.result.hostPort.empty() ? std::string() : " on " + r.result.hostPort) + ": " + r.progress.message;
-    }
-    if (r.result.state == RankState::Failed && failMsg.empty()) failMsg = failureOf(r);
-    allComplete = allComplete && r.result.state == RankState::Finished && r.result.summarySeen && r.result.summaryOk;
-  }
-  // The rank that failed first explains the others (a launcher stops them after it).
-  if (st.firstFailedRank >= 0 && static_cast<std::size_t>(st.firstFailedRank) < st.ranks.size()) {
-    failMsg = failureOf(st.ranks[static_cast<std::size_t>(st.firstFailedRank)]);
-  }
-  std::uint64_t events = 0;
-  for (const auto& r : st.ranks) events += r.result.events;
-  if (!lostMsg.empty()) {
-    result.outcome = DeployOutcome::Incomplete;
-    result.connectionLost = true;
-    result.message = "connection lost: " + lostMsg + "; " + std::to_string(events) +
-                     " events received are kept. Deploy again to reconnect once the host answers.";
-  } else if (!launchError.empty()) {
-    result.outcome = DeployOutcome::Failed;
-    result.message = launchError;
-  } else if (!failMsg.empty()) {
-    result.outcome = DeployOutcome::Failed;
-    result.message = failMsg;
-  } else if (m_cancel) {
-    result.outcome = DeployOutcome::Incomplete;
-    result.message = "cancelled; " + std::to_string(events) + " events received are kept";
-  } else if (!st.stopReason.empty()) {
-    result.outcome = DeployOutcome::Failed;
-    result.message = st.stopReason;
-  } else if (allComplete) {
-    result.outcome = DeployOutcome::Complete;
-    result.message = std::to_string(st.ranks.size()) + " rank(s) finished, " + std::to_string(events) + " events";
-  } else {
-    result.outcome = DeployOutcome::Incomplete;
-    result.message = "a rank ended without a complete trace stream";
-    for (const auto& r : st.ranks) {
-      if (!r.result.streamProblem.empty()) result.message += " (rank " + std::to_string(r.result.rank) + ": " + r.result.streamProblem + ")";
-    }
-  }
-  if (!st.job.launcher.empty() && !st.job.state.empty()) result.message += " [" + st.job.text() + "]";
-  return result;
+  const std::string launchError = launcher ? st.runLauncher(remote.dir[0], remote.executor[0], remote.plan[0])
+                                           : st.launchDirect(remote, world);
+  return st.outcome(launchError);
 }
 
 Expected<ConnectionReport> testConnection(const HostEntry& host, const SessionCallbacks& callbacks, int connectTimeoutMs) {

@@ -22,6 +22,13 @@ std::string lastLines(const std::string& text, int lines);
 /// Keeps at most kStderrTailBytes of `tail` after appending `text`.
 void appendTail(std::string& tail, std::string_view text);
 
+/// Where each session's executor, plan and working directory are on its host.
+struct RemotePaths {
+  std::vector<std::string> executor;
+  std::vector<std::string> plan;
+  std::vector<std::string> dir;
+};
+
 // Sessions are declared before ranks so that channels are freed before the sessions they
 // belong to.
 struct Deployment::State {
@@ -67,6 +74,17 @@ struct Deployment::State {
   void rankEnded(Rank& r, int status);
 
   void stop(const std::string& reason);
+
+  // The phases of Deployment::run (Deploy.cpp), in order:
+  /// Progress of every rank of one session (takes `mutex`).
+  void setSessionState(std::size_t session, RankState s, const std::string& message);
+  /// Connects to every used host (session i: usedHosts[i]) and uploads executor and plan.
+  Status connectAndUpload(const std::vector<std::size_t>& usedHosts, RemotePaths& remote);
+  /// Direct SSH: starts every rank (rank 0 first when the others need its NCCL id) and
+  /// streams until all ended. Returns why the launch failed (empty when every rank started).
+  std::string launchDirect(const RemotePaths& remote, int world);
+  /// The result once every rank ended.
+  DeployResult outcome(const std::string& launchError) const;
   /// Direct SSH: reads what arrived for one rank; true when anything did.
   bool pump(Rank& r);
   /// Direct SSH: polls every rank of one session until all have ended (one thread each).

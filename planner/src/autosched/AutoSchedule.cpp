@@ -41,152 +41,18 @@ struct ListResult {
   double makespanMs = kInf;
 };
 
-// Discrete-event list scheduling of one policy: the device whose next decision is earliest
-// decides next, so every arrival it could see is already known.
-ListResult runPolicy(const Instance& inst, const Policy& pol) {
-  const int n = inst.opCount();
-  const int m = inst.microbatches;
-  const int p = inst.devices;
-  const auto P = static_cast<std::size_t>(p);
-  std::vector<double> ready(static_cast<std::size_t>(n), -1.0);
-  for (int mb = 0; mb < m; ++mb) ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
-  std::vector<int> nextF(static_cast<std::size_t>(inst.stages), 0), nextB(static_cast<std::size_t>(inst.stages), 0);
-  std::vector<double> tFree(P, 0.0), noWUntil(P, 0.0), holdUntil(P, 0.0);
-  std::vector<std::int64_t> live(P, 0);
-  std::vector<int> admitted(P, 0), cap(P, std::numeric_limits<int>::max());
-  std::vector<std::vector<int>> pendingW(P);
-  std::vector<std::size_t> pendingHead(P, 0);
-  std::vector<std::int64_t> reserveAfter(static_cast<std::size_t>(inst.stages), 0);
-  std::vector<int> firstStage(P, 0);
-  for (int d = 0; d < p; ++d) {
-    const auto& st = inst.stagesOf[static_cast<std::size_t>(d)];
-    firstStage[static_cast<std::size_t>(d)] = st.front();
-    std::int64_t after = 0;
-    for (auto it = st.rbegin(); it != st.rend(); ++it) {
-      reserveAfter[static_cast<std::size_t>(*it)] = after;
-      after += inst.activationBytes[static_cast<std::size_t>(*it)];
-    }
-    if (pol.capScale > 0) {
-      const int base = inst.stages - st.front();
-      cap[static_cast<std::size_t>(d)] = std::max(1, static_cast<int>(std::ceil(pol.capScale * base)));
-    }
-  }
-  std::vector<double> linkFree(P * P, 0.0);
-  ListResult result;
-  result.orders.assign(P, {});
+// One list-scheduling run of a policy (runPolicy): the per-device state (constructor), the
+// device that decides next (nextDevice), what it could run (scanCandidates), the policy's
+// choice among that (decide) and the chosen op's effects (runOp).
+class PolicyRun {
+ public:
+  PolicyRun(const Instance& inst, const Policy& pol);
+  ListResult run();
 
-  auto fitsMemory = [&](int d, int s) {
-    return live[static_cast<std::size_t>(d)] + inst.activationBytes[static_cast<std::size_t>(s)] +
-               reserveAfter[static_cast<std::size_t>(s)] <=
-           inst.budgetBytes[static_cast<std::size_t>(d)];
-  };
-  // An F may start: memory for it (and the rest of its microbatch on this device) and, when it
-  // admits a new microbatch to the device, the warm-up cap.
-  auto fAllowed = [&](int d, int s) {
-    if (s == firstStage[static_cast<std::size_t>(d)] && admitted[static_cast<std::size_t>(d)] >= cap[static_cast<std::size_t>(d)]) return false;
-    return fitsMemory(d, s);
-  };
-  auto hasPendingW = [&](int d) {
-    return pendingHead[static_cast<std::size_t>(d)] < pendingW[static_cast<std::size_t>(d)].size();
-  };
-  auto memoryBlocked = [&](int d, double t) {
-    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) {
-      const int i = nextF[static_cast<std::size_t>(s)];
-      if (i >= m) continue;
-      const double r = ready[static_cast<std::size_t>(inst.opId(s, kF, i))];
-      if (r >= 0 && r <= t && !fitsMemory(d, s)) return true;
-    }
-    return false;
-  };
-  // Earliest time each kind of candidate could start on d: B when it arrives, F after a hold
-  // (waiting for an imminent B), W after a hold or a postponement.
-  auto eventTime = [&](int d) {
-    const auto D = static_cast<std::size_t>(d);
-    const double t0 = tFree[D];
-    const double h = std::max(t0, holdUntil[D]);
-    double e = kInf;
-    for (int s : inst.stagesOf[D]) {
-      const int b = nextB[static_cast<std::size_t>(s)];
-      if (b < m) {
-        const double r = ready[static_cast<std::size_t>(inst.opId(s, kB, b))];
-        if (r >= 0) e = std::min(e, std::max(t0, r));
-      }
-      const int f = nextF[static_cast<std::size_t>(s)];
-      if (f < m && fAllowed(d, s)) {
-        const double r = ready[static_cast<std::size_t>(inst.opId(s, kF, f))];
-        if (r >= 0) e = std::min(e, std::max(h, r));
-      }
-    }
-    if (hasPendingW(d)) e = std::min(e, std::max(h, noWUntil[D]));
-    return e;
-  };
-  auto transfer = [&](int from, int to, double at, double ms) {
-    if (from == to || ms <= 0) return at;
-    double& link = linkFree[static_cast<std::size_t>(from) * P + static_cast<std::size_t>(to)];
-    const double begin = std::max(at, link);
-    link = begin + ms;
-    return link;
-  };
-  auto run = [&](int d, int op, double at) {
-    const double finish = at + inst.duration(op);
-    tFree[static_cast<std::size_t>(d)] = finish;
-    result.orders[static_cast<std::size_t>(d)].push_back(op);
-    const int s = inst.stageOf(op);
-    const int mb = inst.mbOf(op);
-    const auto S = static_cast<std::size_t>(s);
-    switch (inst.kindOf(op)) {
-      case kF:
-        ++nextF[S];
-        live[static_cast<std::size_t>(d)] += inst.activationBytes[S];
-        if (s == firstStage[static_cast<std::size_t>(d)]) ++admitted[static_cast<std::size_t>(d)];
-        if (s + 1 < inst.stages) {
-          ready[static_cast<std::size_t>(inst.opId(s + 1, kF, mb))] =
-              transfer(d, inst.device[S + 1], finish, inst.sendMs[S]);
-        } else {
-          ready[static_cast<std::size_t>(inst.opId(s, kB, mb))] = finish;
-        }
-        break;
-      case kB:
-        ++nextB[S];
-        live[static_cast<std::size_t>(d)] -= inst.activationBytes[S] - inst.weightGradBytes[S];
-        if (s == firstStage[static_cast<std::size_t>(d)]) --admitted[static_cast<std::size_t>(d)];
-        pendingW[static_cast<std::size_t>(d)].push_back(inst.opId(s, kW, mb));
-        if (s > 0) {
-          ready[static_cast<std::size_t>(inst.opId(s - 1, kB, mb))] =
-              transfer(d, inst.device[S - 1], finish, inst.sendMs[S - 1]);
-        }
-        break;
-      default:
-        live[static_cast<std::size_t>(d)] -= inst.weightGradBytes[S];
-        ++pendingHead[static_cast<std::size_t>(d)];
-        break;
-    }
-    result.makespanMs = std::max(result.makespanMs == kInf ? 0.0 : result.makespanMs, finish);
-  };
-
-  // Event times change only on the device that ran an op and on the devices its outputs reach,
-  // so they are cached and recomputed for those alone.
-  std::vector<double> event(P, kInf);
-  std::vector<char> dirty(P, 1);
-  int scheduled = 0;
-  while (scheduled < n) {
-    int d = -1;
-    double T = kInf;
-    for (int c = 0; c < p; ++c) {
-      if (dirty[static_cast<std::size_t>(c)]) {
-        event[static_cast<std::size_t>(c)] = eventTime(c);
-        dirty[static_cast<std::size_t>(c)] = 0;
-      }
-      const double e = event[static_cast<std::size_t>(c)];
-      if (e < T) {
-        T = e;
-        d = c;
-      }
-    }
-    if (d < 0) return result;  // nothing can ever start: this policy deadlocked
-    const auto D = static_cast<std::size_t>(d);
-    dirty[D] = 1;
-    const double h = std::max(tFree[D], holdUntil[D]);
+ private:
+  static constexpr int kHeld = -2;  // decide: the device waits; decide again
+  // What the deciding device could run at T, and the arrivals after T that bear on the choice.
+  struct Candidates {
     int bOp = -1;
     int bStage = -1;
     double bReady = kInf;
@@ -194,71 +60,268 @@ ListResult runPolicy(const Instance& inst, const Policy& pol) {
     int fStage = -1;
     double laterB = kInf;   // next B arrival after T
     double laterFB = kInf;  // next B or allowed F arrival after T
-    for (int s : inst.stagesOf[D]) {
-      const auto S = static_cast<std::size_t>(s);
-      if (nextB[S] < m) {
-        const int op = inst.opId(s, kB, nextB[S]);
-        const double r = ready[static_cast<std::size_t>(op)];
-        if (r >= 0 && r <= T) {
-          // The earliest-arrived B; on a tie the later stage (it unblocks more of the pipeline).
-          if (r < bReady || (r == bReady && s > bStage)) {
-            bOp = op;
-            bReady = r;
-            bStage = s;
-          }
-        } else if (r > T) {
-          laterB = std::min(laterB, r);
-        }
-      }
-      if (nextF[S] < m && fAllowed(d, s)) {
-        const int op = inst.opId(s, kF, nextF[S]);
-        const double r = ready[static_cast<std::size_t>(op)];
-        if (r >= 0 && std::max(h, r) <= T) {
-          if (s > fStage) {  // continue an admitted microbatch before admitting a new one
-            fOp = op;
-            fStage = s;
-          }
-        } else if (r >= 0) {
-          laterFB = std::min(laterFB, std::max(h, r));
-        }
-      }
+  };
+  bool fitsMemory(int d, int s) const {
+    return m_live[static_cast<std::size_t>(d)] + m_inst.activationBytes[static_cast<std::size_t>(s)] +
+               m_reserveAfter[static_cast<std::size_t>(s)] <=
+           m_inst.budgetBytes[static_cast<std::size_t>(d)];
+  }
+  // An F may start: memory for it (and the rest of its microbatch on this device) and, when it
+  // admits a new microbatch to the device, the warm-up cap.
+  bool fAllowed(int d, int s) const {
+    const auto D = static_cast<std::size_t>(d);
+    if (s == m_firstStage[D] && m_admitted[D] >= m_cap[D]) return false;
+    return fitsMemory(d, s);
+  }
+  bool hasPendingW(int d) const {
+    return m_pendingHead[static_cast<std::size_t>(d)] < m_pendingW[static_cast<std::size_t>(d)].size();
+  }
+  double readyAt(int op) const { return m_ready[static_cast<std::size_t>(op)]; }
+  bool memoryBlocked(int d, double t) const;
+  double eventTime(int d) const;
+  double transfer(int from, int to, double at, double ms);
+  void runOp(int d, int op, double at);
+  int nextDevice(double& T);
+  Candidates scanCandidates(int d, double T, double h) const;
+  int decide(int d, double T, double h, const Candidates& c);
+
+  const Instance& m_inst;
+  const Policy& m_pol;
+  const int m_m;
+  const int m_p;
+  const std::size_t m_P;
+  std::vector<double> m_ready;  // per op: when its inputs are there (-1: not yet known)
+  std::vector<int> m_nextF, m_nextB;  // per stage: next microbatch
+  std::vector<double> m_tFree, m_noWUntil, m_holdUntil;
+  std::vector<std::int64_t> m_live;
+  std::vector<int> m_admitted, m_cap;
+  std::vector<std::vector<int>> m_pendingW;
+  std::vector<std::size_t> m_pendingHead;
+  std::vector<std::int64_t> m_reserveAfter;  // per stage: activation of the device's later stages
+  std::vector<int> m_firstStage;
+  std::vector<double> m_linkFree;
+  // Event times change only on the device that ran an op and on the devices its outputs reach,
+  // so they are cached and recomputed for those alone.
+  std::vector<double> m_event;
+  std::vector<char> m_dirty;
+  ListResult m_result;
+};
+
+PolicyRun::PolicyRun(const Instance& inst, const Policy& pol)
+    : m_inst(inst), m_pol(pol), m_m(inst.microbatches), m_p(inst.devices), m_P(static_cast<std::size_t>(inst.devices)) {
+  const auto stages = static_cast<std::size_t>(inst.stages);
+  m_ready.assign(static_cast<std::size_t>(inst.opCount()), -1.0);
+  for (int mb = 0; mb < m_m; ++mb) m_ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
+  m_nextF.assign(stages, 0);
+  m_nextB.assign(stages, 0);
+  m_tFree.assign(m_P, 0.0);
+  m_noWUntil.assign(m_P, 0.0);
+  m_holdUntil.assign(m_P, 0.0);
+  m_live.assign(m_P, 0);
+  m_admitted.assign(m_P, 0);
+  m_cap.assign(m_P, std::numeric_limits<int>::max());
+  m_pendingW.resize(m_P);
+  m_pendingHead.assign(m_P, 0);
+  m_reserveAfter.assign(stages, 0);
+  m_firstStage.assign(m_P, 0);
+  for (std::size_t d = 0; d < m_P; ++d) {
+    const auto& st = inst.stagesOf[d];
+    m_firstStage[d] = st.front();
+    std::int64_t after = 0;
+    for (auto it = st.rbegin(); it != st.rend(); ++it) {
+      m_reserveAfter[static_cast<std::size_t>(*it)] = after;
+      after += inst.activationBytes[static_cast<std::size_t>(*it)];
     }
-    laterFB = std::min(laterFB, laterB);
-    const bool wReady = hasPendingW(d) && std::max(h, noWUntil[D]) <= T;
-    const int wOp = hasPendingW(d) ? pendingW[D][pendingHead[D]] : -1;
-    int choice = -1;
-    if (pol.eagerW && wReady) {
-      choice = wOp;
-    } else if (bOp >= 0 && !(pol.preferF && fOp >= 0 && fStage == firstStage[D])) {
-      choice = bOp;
-    } else if (fOp >= 0) {
-      if (pol.waitForB && bOp < 0 && laterB < T + inst.duration(fOp)) {
-        holdUntil[D] = laterB;  // an F now would delay the imminent B
-        continue;
-      }
-      choice = fOp;
-    } else if (bOp >= 0) {
-      choice = bOp;
-    } else if (wReady) {
-      // Fill the bubble with a W if it is long enough, or when memory blocks the next F.
-      if (memoryBlocked(d, T) || laterFB - T >= pol.alpha * inst.duration(wOp)) {
-        choice = wOp;
+    if (pol.capScale > 0) {
+      const int base = inst.stages - st.front();
+      m_cap[d] = std::max(1, static_cast<int>(std::ceil(pol.capScale * base)));
+    }
+  }
+  m_linkFree.assign(m_P * m_P, 0.0);
+  m_result.orders.assign(m_P, {});
+  m_event.assign(m_P, kInf);
+  m_dirty.assign(m_P, 1);
+}
+
+bool PolicyRun::memoryBlocked(int d, double t) const {
+  for (int s : m_inst.stagesOf[static_cast<std::size_t>(d)]) {
+    const int i = m_nextF[static_cast<std::size_t>(s)];
+    if (i >= m_m) continue;
+    const double r = readyAt(m_inst.opId(s, kF, i));
+    if (r >= 0 && r <= t && !fitsMemory(d, s)) return true;
+  }
+  return false;
+}
+
+// Earliest time each kind of candidate could start on d: B when it arrives, F after a hold
+// (waiting for an imminent B), W after a hold or a postponement.
+double PolicyRun::eventTime(int d) const {
+  const auto D = static_cast<std::size_t>(d);
+  const double t0 = m_tFree[D];
+  const double h = std::max(t0, m_holdUntil[D]);
+  double e = kInf;
+  for (int s : m_inst.stagesOf[D]) {
+    const int b = m_nextB[static_cast<std::size_t>(s)];
+    if (b < m_m) {
+      const double r = readyAt(m_inst.opId(s, kB, b));
+      if (r >= 0) e = std::min(e, std::max(t0, r));
+    }
+    const int f = m_nextF[static_cast<std::size_t>(s)];
+    if (f < m_m && fAllowed(d, s)) {
+      const double r = readyAt(m_inst.opId(s, kF, f));
+      if (r >= 0) e = std::min(e, std::max(h, r));
+    }
+  }
+  if (hasPendingW(d)) e = std::min(e, std::max(h, m_noWUntil[D]));
+  return e;
+}
+
+double PolicyRun::transfer(int from, int to, double at, double ms) {
+  if (from == to || ms <= 0) return at;
+  double& link = m_linkFree[static_cast<std::size_t>(from) * m_P + static_cast<std::size_t>(to)];
+  const double begin = std::max(at, link);
+  link = begin + ms;
+  return link;
+}
+
+void PolicyRun::runOp(int d, int op, double at) {
+  const auto D = static_cast<std::size_t>(d);
+  const double finish = at + m_inst.duration(op);
+  m_tFree[D] = finish;
+  m_result.orders[D].push_back(op);
+  const int s = m_inst.stageOf(op);
+  const int mb = m_inst.mbOf(op);
+  const auto S = static_cast<std::size_t>(s);
+  switch (m_inst.kindOf(op)) {
+    case kF:
+      ++m_nextF[S];
+      m_live[D] += m_inst.activationBytes[S];
+      if (s == m_firstStage[D]) ++m_admitted[D];
+      if (s + 1 < m_inst.stages) {
+        m_ready[static_cast<std::size_t>(m_inst.opId(s + 1, kF, mb))] =
+            transfer(d, m_inst.device[S + 1], finish, m_inst.sendMs[S]);
       } else {
-        noWUntil[D] = laterFB;
-        continue;
+        m_ready[static_cast<std::size_t>(m_inst.opId(s, kB, mb))] = finish;
+      }
+      break;
+    case kB:
+      ++m_nextB[S];
+      m_live[D] -= m_inst.activationBytes[S] - m_inst.weightGradBytes[S];
+      if (s == m_firstStage[D]) --m_admitted[D];
+      m_pendingW[D].push_back(m_inst.opId(s, kW, mb));
+      if (s > 0) {
+        m_ready[static_cast<std::size_t>(m_inst.opId(s - 1, kB, mb))] =
+            transfer(d, m_inst.device[S - 1], finish, m_inst.sendMs[S - 1]);
+      }
+      break;
+    default:
+      m_live[D] -= m_inst.weightGradBytes[S];
+      ++m_pendingHead[D];
+      break;
+  }
+  m_result.makespanMs = std::max(m_result.makespanMs == kInf ? 0.0 : m_result.makespanMs, finish);
+}
+
+// The device whose next decision is earliest (T: when), or -1 when none can ever start.
+int PolicyRun::nextDevice(double& T) {
+  int d = -1;
+  T = kInf;
+  for (int c = 0; c < m_p; ++c) {
+    const auto C = static_cast<std::size_t>(c);
+    if (m_dirty[C]) {
+      m_event[C] = eventTime(c);
+      m_dirty[C] = 0;
+    }
+    if (m_event[C] < T) {
+      T = m_event[C];
+      d = c;
+    }
+  }
+  return d;
+}
+
+PolicyRun::Candidates PolicyRun::scanCandidates(int d, double T, double h) const {
+  Candidates c;
+  for (int s : m_inst.stagesOf[static_cast<std::size_t>(d)]) {
+    const auto S = static_cast<std::size_t>(s);
+    if (m_nextB[S] < m_m) {
+      const int op = m_inst.opId(s, kB, m_nextB[S]);
+      const double r = readyAt(op);
+      // The earliest-arrived B; on a tie the later stage (it unblocks more of the pipeline).
+      if (r >= 0 && r <= T && (r < c.bReady || (r == c.bReady && s > c.bStage))) {
+        c.bOp = op;
+        c.bReady = r;
+        c.bStage = s;
+      } else if (r > T) {
+        c.laterB = std::min(c.laterB, r);
       }
     }
-    if (choice < 0) return result;
-    run(d, choice, T);
+    if (m_nextF[S] < m_m && fAllowed(d, s)) {
+      const int op = m_inst.opId(s, kF, m_nextF[S]);
+      const double r = readyAt(op);
+      // Continue an admitted microbatch (the later stage) before admitting a new one.
+      if (r >= 0 && std::max(h, r) <= T && s > c.fStage) {
+        c.fOp = op;
+        c.fStage = s;
+      } else if (r >= 0 && std::max(h, r) > T) {
+        c.laterFB = std::min(c.laterFB, std::max(h, r));
+      }
+    }
+  }
+  c.laterFB = std::min(c.laterFB, c.laterB);
+  return c;
+}
+
+// The op device d runs at T under the policy; kHeld when it waits (a hold or a W
+// postponement, recorded), -1 when it has nothing to run.
+int PolicyRun::decide(int d, double T, double h, const Candidates& c) {
+  const auto D = static_cast<std::size_t>(d);
+  const bool wReady = hasPendingW(d) && std::max(h, m_noWUntil[D]) <= T;
+  const int wOp = hasPendingW(d) ? m_pendingW[D][m_pendingHead[D]] : -1;
+  if (m_pol.eagerW && wReady) return wOp;
+  if (c.bOp >= 0 && !(m_pol.preferF && c.fOp >= 0 && c.fStage == m_firstStage[D])) return c.bOp;
+  if (c.fOp >= 0) {
+    if (m_pol.waitForB && c.bOp < 0 && c.laterB < T + m_inst.duration(c.fOp)) {
+      m_holdUntil[D] = c.laterB;  // an F now would delay the imminent B
+      return kHeld;
+    }
+    return c.fOp;
+  }
+  if (c.bOp >= 0) return c.bOp;
+  if (!wReady) return -1;
+  // Fill the bubble with a W if it is long enough, or when memory blocks the next F.
+  if (memoryBlocked(d, T) || c.laterFB - T >= m_pol.alpha * m_inst.duration(wOp)) return wOp;
+  m_noWUntil[D] = c.laterFB;
+  return kHeld;
+}
+
+ListResult PolicyRun::run() {
+  const int n = m_inst.opCount();
+  int scheduled = 0;
+  while (scheduled < n) {
+    double T = kInf;
+    const int d = nextDevice(T);
+    if (d < 0) return std::move(m_result);  // nothing can ever start: this policy deadlocked
+    const auto D = static_cast<std::size_t>(d);
+    m_dirty[D] = 1;
+    const double h = std::max(m_tFree[D], m_holdUntil[D]);
+    const int choice = decide(d, T, h, scanCandidates(d, T, h));
+    if (choice == kHeld) continue;
+    if (choice < 0) return std::move(m_result);
+    runOp(d, choice, T);
     ++scheduled;
     // The op's outputs reach the neighbouring stages' devices.
-    const int s = inst.stageOf(choice);
-    if (s + 1 < inst.stages) dirty[static_cast<std::size_t>(inst.device[static_cast<std::size_t>(s + 1)])] = 1;
-    if (s > 0) dirty[static_cast<std::size_t>(inst.device[static_cast<std::size_t>(s - 1)])] = 1;
+    const int s = m_inst.stageOf(choice);
+    if (s + 1 < m_inst.stages) m_dirty[static_cast<std::size_t>(m_inst.device[static_cast<std::size_t>(s + 1)])] = 1;
+    if (s > 0) m_dirty[static_cast<std::size_t>(m_inst.device[static_cast<std::size_t>(s - 1)])] = 1;
   }
-  result.ok = true;
-  return result;
+  m_result.ok = true;
+  return std::move(m_result);
 }
+
+// Discrete-event list scheduling of one policy: the device whose next decision is earliest
+// decides next, so every arrival it could see is already known.
+ListResult runPolicy(const Instance& inst, const Policy& pol) { return PolicyRun(inst, pol).run(); }
 
 std::vector<Policy> portfolio() {
   std::vector<Policy> out;

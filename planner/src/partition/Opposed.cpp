@@ -99,7 +99,7 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
   const PartitionProblem b = buildPartitionProblem(request, trainable[1], stagesB);
   const int la = a.layers;
   const int lb = b.layers;
-  if (la < p || lb < p || legs.size() != static_cast<std::size_t>(2 * p)) return std::nullopt;
+  if (la < p || lb < p || legs.size() != 2 * static_cast<std::size_t>(p)) return std::nullopt;
   constexpr double kMaxWork = 2e7;  // transitions per bound; beyond it keep the per-leg split
   if (static_cast<double>(p) * la * la * lb > kMaxWork) return std::nullopt;
   auto prefix = [](const PartitionProblem& q) {
@@ -250,7 +250,7 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
   auto stages = partitionWithLegs(r, *generator, generator->placement(shape), control);
   if (!stages) return stages.error();
   const auto trainable = r.model.trainableComponents();
-  if (stages->size() != static_cast<std::size_t>(2 * p)) {
+  if (stages->size() != 2 * static_cast<std::size_t>(p)) {
     return Error{"opposed backbones: the V placement did not split into one leg per backbone"};
   }
   for (int k = 0; k < 2 * p; ++k) {
@@ -286,7 +286,7 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
     options.splitBackward = true;
     options.preferContinuing = true;
     options.boundEveryForward = true;
-    options.microbatchPipeline.resize(static_cast<std::size_t>(2 * m));
+    options.microbatchPipeline.resize(2 * static_cast<std::size_t>(m));
     for (int mb = 0; mb < 2 * m; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
     // Activation budget: p microbatches of both backbones per device, zb-v's 1F1B-level peak
     // (each real microbatch is one pseudo-microbatch per leg).

@@ -139,7 +139,7 @@ Grid repeated(int p, int m, const std::vector<Pattern>& block) {
       if (pos >= 0) unit[static_cast<std::size_t>(pos)] = kPasses[v];
     }
     std::string row;
-    row.reserve(static_cast<std::size_t>(kPattern * length));
+    row.reserve(static_cast<std::size_t>(kPattern) * static_cast<std::size_t>(length));
     for (int k = 0; k < length; ++k) row += unit;
     g.push_back(std::move(row));
   }

@@ -7,7 +7,7 @@ namespace pipestudio::schedules {
 
 std::vector<VirtualStage> linearPlacement(int devices, int chunks, int pipeline, int firstId, bool reversed) {
   std::vector<VirtualStage> out;
-  out.reserve(static_cast<std::size_t>(devices * chunks));
+  out.reserve(static_cast<std::size_t>(devices) * static_cast<std::size_t>(chunks));
   for (int s = 0; s < devices * chunks; ++s) {
     VirtualStage vs;
     vs.id = firstId + s;
@@ -22,7 +22,7 @@ std::vector<VirtualStage> linearPlacement(int devices, int chunks, int pipeline,
 
 std::vector<VirtualStage> wavePlacement(int devices, int chunks, int pipeline, int firstId, bool mirrored) {
   std::vector<VirtualStage> out;
-  out.reserve(static_cast<std::size_t>(devices * chunks));
+  out.reserve(static_cast<std::size_t>(devices) * static_cast<std::size_t>(chunks));
   for (int s = 0; s < devices * chunks; ++s) {
     VirtualStage vs;
     vs.id = firstId + s;

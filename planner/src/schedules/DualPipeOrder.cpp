@@ -48,7 +48,7 @@ std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleI
     std::array<int, 2> nextF{0, 0}, nextB{0, 0};
     std::deque<OrderedOp> deferred;
     auto& lane = out[static_cast<std::size_t>(r)];
-    lane.reserve(static_cast<std::size_t>(3 * m));
+    lane.reserve(3 * static_cast<std::size_t>(m));
     // Microbatch k of pipeline q is 2k + q (the two directions alternate microbatch ids).
     auto emit = [&](OpKind kind, int phase, int k) {
       OrderedOp o;

@@ -141,246 +141,323 @@ struct DeviceState {
   std::deque<std::pair<int, int>> pendingW;  // (stage, microbatch) in B completion order
 };
 
+// The op a device runs next (stage < 0: none) and its duration on the construction's timeline.
+struct Choice {
+  int stage = -1;
+  int microbatch = 0;
+  OpKind kind = OpKind::F;
+  double durationMs = 0;
+};
+
+bool allStageTimesFinite(const ScheduleInput& input) {
+  return std::all_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& c) {
+    auto fine = [](double ms) { return std::isfinite(ms) && ms >= 0; };
+    return fine(c.forwardMs) && fine(c.backwardInputMs) && fine(c.backwardWeightMs) && fine(c.sendMs);
+  });
+}
+
+// A transfer under a millionth of the mean pass time is taken as none: it would only make
+// an input arrive an instant after its device frees up and so change a decision, where
+// the simulator merely shifts the order by it (a 1e-12 ms transfer must not turn a
+// zero-bubble pattern into another one).
+double negligibleTransferMs(const ScheduleInput& input) {
+  double meanPassMs = 0;
+  for (const StageEstimate& c : input.stages) meanPassMs += (c.forwardMs + c.backwardInputMs + c.backwardWeightMs) / 3;
+  meanPassMs /= static_cast<double>(std::max<std::size_t>(1, input.stages.size()));
+  return 1e-6 * meanPassMs;
+}
+
+// One run of greedyOrder: the chain tables (constructor), the initial arrivals (seed), then
+// the event loop (run): apply every event of an instant (applyEvent), then let each device
+// touched by them pick its next op (startNext, choose, chooseForwardOrW).
+class GreedyConstruction {
+ public:
+  GreedyConstruction(const ScheduleInput& input, const GreedyOptions& options);
+  Expected<ScheduleSkeleton> run(GreedyEstimate* estimate);
+
+ private:
+  void seed();
+  const StageEstimate& stageCost(int s) const { return m_input.stages[static_cast<std::size_t>(s)]; }
+  double sendOf(int stage) const {
+    const double ms = stageCost(stage).sendMs;
+    return ms <= m_negligibleMs ? 0.0 : ms;
+  }
+  void push(double t, int kind, OpKind op, int stage, int mb) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(stage) << 32) | static_cast<std::uint32_t>(mb);
+    m_events.push(t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op)));
+  }
+  void markDirty(int d) {
+    if (!m_isDirty[static_cast<std::size_t>(d)]) {
+      m_isDirty[static_cast<std::size_t>(d)] = 1;
+      m_dirty.push_back(d);
+    }
+  }
+  void applyEvent(std::uint64_t payload);
+  void startNext(int d);
+  Choice choose(int d, DeviceState& ds);
+  Choice chooseForwardOrW(int d, DeviceState& ds);
+  void fillEstimate(GreedyEstimate& estimate) const;
+
+  const ScheduleInput& m_input;
+  const GreedyOptions& m_options;
+  const int m_p;
+  const int m_m;
+  const int m_n;
+  const bool m_split;
+  const std::vector<std::vector<int>> m_chains;
+  const int m_pipelines;
+  std::vector<int> m_chainPos, m_nextStage, m_prevStage, m_deviceOf;
+  // First chain position of each pipeline on each device: an F there admits a microbatch.
+  std::vector<int> m_firstPos;
+  std::vector<std::vector<std::int64_t>> m_need;  // activation per microbatch, per pipeline and device
+  ScheduleSkeleton m_out;
+  std::vector<DeviceState> m_dev;
+  EventQueue m_events;
+  const double m_negligibleMs;
+  std::size_t m_expected = 0;
+  std::size_t m_emitted = 0;
+  std::vector<int> m_dirty;
+  std::vector<char> m_isDirty;
+  std::int64_t m_processed = 0;
+  double m_now = 0;
+  // When every device waits on its activation budget while holding microbatches that need
+  // another device's admission (the two directions of bitpipe/dualpipe on few devices), no
+  // event is left. Then the oldest waiting microbatch is admitted over budget rather than
+  // failing; the plan's memory check still judges the result against the real limit.
+  bool m_forceAdmit = false;
+};
+
+GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyOptions& options)
+    : m_input(input),
+      m_options(options),
+      m_p(input.shape.devices),
+      m_m(input.shape.microbatches),
+      m_n(static_cast<int>(input.virtualStages.size())),
+      m_split(options.splitBackward),
+      m_chains(pipelineChains(input.virtualStages)),
+      m_pipelines(static_cast<int>(m_chains.size())),
+      m_events(allStageTimesFinite(input)),
+      m_negligibleMs(negligibleTransferMs(input)) {
+  const auto nu = static_cast<std::size_t>(m_n);
+  m_chainPos.assign(nu, 0);
+  m_nextStage.assign(nu, -1);
+  m_prevStage.assign(nu, -1);
+  m_deviceOf.assign(nu, 0);
+  for (const auto& chain : m_chains) {
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      const auto s = static_cast<std::size_t>(chain[i]);
+      m_chainPos[s] = static_cast<int>(i);
+      if (i > 0) m_prevStage[s] = chain[i - 1];
+      if (i + 1 < chain.size()) m_nextStage[s] = chain[i + 1];
+    }
+  }
+  for (std::size_t s = 0; s < nu; ++s) m_deviceOf[s] = input.virtualStages[s].device;
+  m_firstPos.assign(static_cast<std::size_t>(m_pipelines) * static_cast<std::size_t>(m_p), 1 << 30);
+  for (std::size_t s = 0; s < nu; ++s) {
+    const auto& vs = input.virtualStages[s];
+    int& f = m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(vs.device)];
+    f = std::min(f, m_chainPos[s]);
+  }
+  for (int pl = 0; pl < m_pipelines; ++pl) m_need.push_back(activationPerMicrobatch(input, pl));
+  m_out.virtualStages = input.virtualStages;
+  m_out.devices.resize(static_cast<std::size_t>(m_p));
+  m_dev.resize(static_cast<std::size_t>(m_p));
+  m_isDirty.assign(static_cast<std::size_t>(m_p), 0);
+}
+
+// Every microbatch's first forward is ready at 0; lanes reserved for their share of ops.
+void GreedyConstruction::seed() {
+  for (int mb = 0; mb < m_m; ++mb) {
+    const int pl = m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[static_cast<std::size_t>(mb)];
+    push(0.0, 1, OpKind::F, m_chains[static_cast<std::size_t>(pl)].front(), mb);
+  }
+  for (std::size_t d = 0; d < static_cast<std::size_t>(m_p); ++d) {
+    m_out.devices[d].reserve(static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) * static_cast<std::size_t>(m_n) /
+                             (static_cast<std::size_t>(m_p) * static_cast<std::size_t>(m_pipelines)) + 16);
+  }
+  m_expected = static_cast<std::size_t>(m_n) * static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) /
+               static_cast<std::size_t>(m_pipelines);
+}
+
+Expected<ScheduleSkeleton> GreedyConstruction::run(GreedyEstimate* estimate) {
+  seed();
+  while (true) {
+    if (m_input.control && (++m_processed & 4095) == 0 && m_input.control->cancelled()) return Error::cancelled();
+    if (m_events.empty()) {
+      if (m_emitted >= m_expected || m_forceAdmit) break;
+      m_forceAdmit = true;
+      for (int d = 0; d < m_p; ++d) markDirty(d);
+    } else {
+      m_forceAdmit = false;
+      m_now = m_events.advance();
+    }
+    std::uint64_t payload = 0;
+    while (m_events.popAt(m_now, payload)) applyEvent(payload);
+    for (int d : m_dirty) {
+      m_isDirty[static_cast<std::size_t>(d)] = 0;
+      startNext(d);
+    }
+    m_dirty.clear();
+  }
+  if (m_emitted != m_expected) {
+    return Error{"internal: the greedy construction stalled after " + std::to_string(m_emitted) + " of " +
+                 std::to_string(m_expected) + " ops (activation budget too small for one microbatch?)"};
+  }
+  if (estimate) fillEstimate(*estimate);
+  return std::move(m_out);
+}
+
+// An arrival puts the op in its device's ready heap; a completion frees the device, sends
+// the op's output on and releases the bytes the op's end frees.
+void GreedyConstruction::applyEvent(std::uint64_t payload) {
+  const int kind = static_cast<int>((payload >> 2) & 1U);
+  const OpKind op = kOpOfCode[payload & 3U];
+  const int stage = static_cast<int>(payload >> 35);
+  const int microbatch = static_cast<int>((payload >> 3) & 0xffffffffU);
+  const auto s = static_cast<std::size_t>(stage);
+  const int d = m_deviceOf[s];
+  DeviceState& ds = m_dev[static_cast<std::size_t>(d)];
+  markDirty(d);
+  const StageEstimate& c = stageCost(stage);
+  if (kind == 1) {
+    const Key key = makeKey(microbatch, m_chainPos[s], stage);
+    if (op == OpKind::F) {
+      const auto& vs = m_input.virtualStages[s];
+      const bool enters = m_chainPos[s] == m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(d)];
+      (enters ? ds.readyEnter : ds.readyContinue).push(key);
+    } else {
+      ds.readyB.push(key);
+    }
+    return;
+  }
+  ds.busy = false;
+  switch (op) {
+    case OpKind::F:
+      if (m_nextStage[s] >= 0) {
+        push(m_now + sendOf(stage), 1, OpKind::F, m_nextStage[s], microbatch);
+      } else {
+        ds.readyB.push(makeKey(microbatch, m_chainPos[s], stage));
+      }
+      break;
+    case OpKind::B:
+    case OpKind::BW:
+      if (op == OpKind::B) {
+        ds.committedBytes -= c.activationBytes - c.weightGradBytes;
+        ds.pendingW.emplace_back(stage, microbatch);
+      } else {
+        ds.committedBytes -= c.activationBytes;
+      }
+      if (m_prevStage[s] >= 0) push(m_now + sendOf(m_prevStage[s]), 1, OpKind::B, m_prevStage[s], microbatch);
+      break;
+    case OpKind::W:
+      ds.committedBytes -= c.weightGradBytes;
+      break;
+    default:
+      break;
+  }
+}
+
+// A ready B first; else a forward or a pending W (chooseForwardOrW).
+Choice GreedyConstruction::choose(int d, DeviceState& ds) {
+  if (ds.readyB.empty()) return chooseForwardOrW(d, ds);
+  Choice ch;
+  ch.microbatch = keyMicrobatch(ds.readyB.top());
+  ch.stage = keyStage(ds.readyB.top());
+  ds.readyB.pop();
+  ch.kind = m_split ? OpKind::B : OpKind::BW;
+  const StageEstimate& c = stageCost(ch.stage);
+  ch.durationMs = m_split ? c.backwardInputMs : c.backwardInputMs + c.backwardWeightMs;
+  return ch;
+}
+
+// A forward that continues an admitted microbatch, or one that admits a new microbatch
+// under the activation budget, else a pending W.
+Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
+  Choice ch;
+  const auto du = static_cast<std::size_t>(d);
+  const int pl = ds.readyEnter.empty() ? 0 : m_input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
+  const std::int64_t needBytes = m_need[static_cast<std::size_t>(pl)][du];
+  bool admit = !ds.readyEnter.empty() &&
+               (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_options.capBytes[du]);
+  bool cont = !ds.readyContinue.empty();
+  // Budget on every forward (zb-v): a forward that would lift the live bytes over the
+  // budget waits while a pending W can free weight-gradient bytes first.
+  const bool wFirst = m_options.boundEveryForward && !ds.pendingW.empty() &&
+                      ds.committedBytes + (cont ? stageCost(keyStage(ds.readyContinue.top())).activationBytes
+                                                : std::int64_t{0}) >
+                          m_options.capBytes[du];
+  if (wFirst) {
+    cont = false;
+    admit = false;
+  }
+  const bool takeContinue = cont && (m_options.preferContinuing || !admit ||
+                                     keyMicrobatch(ds.readyContinue.top()) <= keyMicrobatch(ds.readyEnter.top()));
+  if (takeContinue) {
+    ch.microbatch = keyMicrobatch(ds.readyContinue.top());
+    ch.stage = keyStage(ds.readyContinue.top());
+    ds.readyContinue.pop();
+    ch.kind = OpKind::F;
+  } else if (admit) {
+    ch.microbatch = keyMicrobatch(ds.readyEnter.top());
+    ch.stage = keyStage(ds.readyEnter.top());
+    ds.readyEnter.pop();
+    if (m_options.reserveWholeMicrobatch) ds.committedBytes += needBytes;
+    ch.kind = OpKind::F;
+  } else if (!ds.pendingW.empty()) {
+    std::tie(ch.stage, ch.microbatch) = ds.pendingW.front();
+    ds.pendingW.pop_front();
+    ch.kind = OpKind::W;
+  }
+  if (ch.stage < 0) return ch;
+  const StageEstimate& c = stageCost(ch.stage);
+  ch.durationMs = ch.kind == OpKind::F ? c.forwardMs : c.backwardWeightMs;
+  // Live activations (DESIGN.md §2: from F start); admission compares live bytes
+  // plus the whole need of a new microbatch against the budget.
+  if (ch.kind == OpKind::F && !m_options.reserveWholeMicrobatch) ds.committedBytes += c.activationBytes;
+  return ch;
+}
+
+// An idle device picks its next op, if any, and runs it on the construction's timeline.
+void GreedyConstruction::startNext(int d) {
+  DeviceState& ds = m_dev[static_cast<std::size_t>(d)];
+  if (ds.busy) return;
+  const Choice ch = choose(d, ds);
+  if (ch.stage < 0) return;
+  m_forceAdmit = false;  // one over-budget admission per stall
+  OrderedOp o;
+  o.virtualStage = ch.stage;
+  o.kind = ch.kind;
+  o.microbatch = ch.microbatch;
+  m_out.devices[static_cast<std::size_t>(d)].push_back(o);
+  ++m_emitted;
+  ds.busy = true;
+  if (ds.firstStartMs < 0) ds.firstStartMs = m_now;
+  ds.lastEndMs = m_now + ch.durationMs;
+  ds.busyMs += ch.durationMs;
+  push(m_now + ch.durationMs, 0, ch.kind, ch.stage, ch.microbatch);
+}
+
+void GreedyConstruction::fillEstimate(GreedyEstimate& estimate) const {
+  estimate.makespanMs = 0;
+  estimate.maxDeviceBubbleMs = 0;
+  for (const DeviceState& ds : m_dev) {
+    estimate.makespanMs = std::max(estimate.makespanMs, ds.lastEndMs);
+    if (ds.firstStartMs >= 0) {
+      estimate.maxDeviceBubbleMs = std::max(estimate.maxDeviceBubbleMs, ds.lastEndMs - ds.firstStartMs - ds.busyMs);
+    }
+  }
+}
+
 }  // namespace
 
 Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options, GreedyEstimate* estimate) {
-  const int p = input.shape.devices;
-  const int m = input.shape.microbatches;
   const int n = static_cast<int>(input.virtualStages.size());
   if (n > kMaxStages) {
     return Error{"the greedy construction handles at most " + std::to_string(kMaxStages) + " virtual stages, got " +
                  std::to_string(n)};
   }
-  const auto chains = pipelineChains(input.virtualStages);
-  const int pipelines = static_cast<int>(chains.size());
-
-  std::vector<int> chainPos(static_cast<std::size_t>(n)), nextStage(static_cast<std::size_t>(n), -1),
-      prevStage(static_cast<std::size_t>(n), -1), deviceOf(static_cast<std::size_t>(n));
-  for (const auto& chain : chains) {
-    for (std::size_t i = 0; i < chain.size(); ++i) {
-      const auto s = static_cast<std::size_t>(chain[i]);
-      chainPos[s] = static_cast<int>(i);
-      if (i > 0) prevStage[s] = chain[i - 1];
-      if (i + 1 < chain.size()) nextStage[s] = chain[i + 1];
-    }
-  }
-  for (int s = 0; s < n; ++s) deviceOf[static_cast<std::size_t>(s)] = input.virtualStages[static_cast<std::size_t>(s)].device;
-  // First chain position of each pipeline on each device: an F there admits a microbatch.
-  std::vector<int> firstPos(static_cast<std::size_t>(pipelines * p), 1 << 30);
-  for (int s = 0; s < n; ++s) {
-    const auto& vs = input.virtualStages[static_cast<std::size_t>(s)];
-    int& f = firstPos[static_cast<std::size_t>(vs.pipeline * p + vs.device)];
-    f = std::min(f, chainPos[static_cast<std::size_t>(s)]);
-  }
-  std::vector<std::vector<std::int64_t>> need;
-  for (int pl = 0; pl < pipelines; ++pl) need.push_back(activationPerMicrobatch(input, pl));
-
-  ScheduleSkeleton out;
-  out.virtualStages = input.virtualStages;
-  out.devices.resize(static_cast<std::size_t>(p));
-  std::vector<DeviceState> dev(static_cast<std::size_t>(p));
-  const bool monotone = std::all_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& c) {
-    auto fine = [](double ms) { return std::isfinite(ms) && ms >= 0; };
-    return fine(c.forwardMs) && fine(c.backwardInputMs) && fine(c.backwardWeightMs) && fine(c.sendMs);
-  });
-  EventQueue events(monotone);
-  // A transfer under a millionth of the mean pass time is taken as none: it would only make
-  // an input arrive an instant after its device frees up and so change a decision, where
-  // the simulator merely shifts the order by it (a 1e-12 ms transfer must not turn a
-  // zero-bubble pattern into another one).
-  double meanPassMs = 0;
-  for (const StageEstimate& c : input.stages) meanPassMs += (c.forwardMs + c.backwardInputMs + c.backwardWeightMs) / 3;
-  meanPassMs /= static_cast<double>(std::max<std::size_t>(1, input.stages.size()));
-  const double negligibleMs = 1e-6 * meanPassMs;
-  auto sendOf = [&](int stage) {
-    const double ms = input.stages[static_cast<std::size_t>(stage)].sendMs;
-    return ms <= negligibleMs ? 0.0 : ms;
-  };
-  auto push = [&](double t, int kind, OpKind op, int stage, int mb) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(stage) << 32) | static_cast<std::uint32_t>(mb);
-    events.push(t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op)));
-  };
-
-  for (int mb = 0; mb < m; ++mb) {
-    const int pl = options.microbatchPipeline.empty() ? 0 : options.microbatchPipeline[static_cast<std::size_t>(mb)];
-    push(0.0, 1, OpKind::F, chains[static_cast<std::size_t>(pl)].front(), mb);
-  }
-  const bool split = options.splitBackward;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(p); ++d) {
-    out.devices[d].reserve(static_cast<std::size_t>(m) * (split ? 3U : 2U) * static_cast<std::size_t>(n) /
-                           static_cast<std::size_t>(p * pipelines) + 16);
-  }
-  const std::size_t expected = static_cast<std::size_t>(n) * static_cast<std::size_t>(m) * (split ? 3U : 2U) /
-                               static_cast<std::size_t>(pipelines);
-  std::size_t emitted = 0;
-  std::vector<int> dirty;
-  std::vector<char> isDirty(static_cast<std::size_t>(p), 0);
-  auto markDirty = [&](int d) {
-    if (!isDirty[static_cast<std::size_t>(d)]) {
-      isDirty[static_cast<std::size_t>(d)] = 1;
-      dirty.push_back(d);
-    }
-  };
-  auto stageCost = [&](int s) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(s)]; };
-  std::int64_t processed = 0;
-
-  double now = 0;
-  // When every device waits on its activation budget while holding microbatches that need
-  // another device's admission (the two directions of bitpipe/dualpipe on few devices), no
-  // event is left. Then the oldest waiting microbatch is admitted over budget rather than
-  // failing; the plan's memory check still judges the result against the real limit.
-  bool forceAdmit = false;
-  while (true) {
-    if (input.control && (++processed & 4095) == 0 && input.control->cancelled()) return Error::cancelled();
-    if (events.empty()) {
-      if (emitted >= expected || forceAdmit) break;
-      forceAdmit = true;
-      for (int d = 0; d < p; ++d) markDirty(d);
-    } else {
-      forceAdmit = false;
-      now = events.advance();
-    }
-    std::uint64_t payload = 0;
-    while (events.popAt(now, payload)) {
-      struct {
-        int kind;
-        OpKind op;
-        int stage;
-        int microbatch;
-      } e{static_cast<int>((payload >> 2) & 1U), kOpOfCode[payload & 3U], static_cast<int>(payload >> 35),
-          static_cast<int>((payload >> 3) & 0xffffffffU)};
-      const auto s = static_cast<std::size_t>(e.stage);
-      const int d = deviceOf[s];
-      DeviceState& ds = dev[static_cast<std::size_t>(d)];
-      markDirty(d);
-      const StageEstimate& c = stageCost(e.stage);
-      if (e.kind == 1) {
-        const Key key = makeKey(e.microbatch, chainPos[s], e.stage);
-        if (e.op == OpKind::F) {
-          const auto& vs = input.virtualStages[s];
-          const bool enters = chainPos[s] == firstPos[static_cast<std::size_t>(vs.pipeline * p + d)];
-          (enters ? ds.readyEnter : ds.readyContinue).push(key);
-        } else {
-          ds.readyB.push(key);
-        }
-        continue;
-      }
-      ds.busy = false;
-      switch (e.op) {
-        case OpKind::F:
-          if (nextStage[s] >= 0) {
-            push(now + sendOf(e.stage), 1, OpKind::F, nextStage[s], e.microbatch);
-          } else {
-            ds.readyB.push(makeKey(e.microbatch, chainPos[s], e.stage));
-          }
-          break;
-        case OpKind::B:
-        case OpKind::BW:
-          if (e.op == OpKind::B) {
-            ds.committedBytes -= c.activationBytes - c.weightGradBytes;
-            ds.pendingW.emplace_back(e.stage, e.microbatch);
-          } else {
-            ds.committedBytes -= c.activationBytes;
-          }
-          if (prevStage[s] >= 0) push(now + sendOf(prevStage[s]), 1, OpKind::B, prevStage[s], e.microbatch);
-          break;
-        case OpKind::W:
-          ds.committedBytes -= c.weightGradBytes;
-          break;
-        default:
-          break;
-      }
-    }
-    for (int d : dirty) {
-      isDirty[static_cast<std::size_t>(d)] = 0;
-      DeviceState& ds = dev[static_cast<std::size_t>(d)];
-      if (ds.busy) continue;
-      int stage = -1;
-      int mb = 0;
-      OpKind kind = OpKind::F;
-      double durationMs = 0;
-      if (!ds.readyB.empty()) {
-        mb = keyMicrobatch(ds.readyB.top());
-        stage = keyStage(ds.readyB.top());
-        ds.readyB.pop();
-        kind = split ? OpKind::B : OpKind::BW;
-        const StageEstimate& c = stageCost(stage);
-        durationMs = split ? c.backwardInputMs : c.backwardInputMs + c.backwardWeightMs;
-      } else {
-        const int pl = ds.readyEnter.empty() ? 0
-                                             : input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
-        const std::int64_t needBytes = need[static_cast<std::size_t>(pl)][static_cast<std::size_t>(d)];
-        bool admit = !ds.readyEnter.empty() &&
-                           (ds.committedBytes == 0 || forceAdmit ||
-                            ds.committedBytes + needBytes <= options.capBytes[static_cast<std::size_t>(d)]);
-        bool cont = !ds.readyContinue.empty();
-        // Budget on every forward (zb-v): a forward that would lift the live bytes over the
-        // budget waits while a pending W can free weight-gradient bytes first.
-        const bool wFirst = options.boundEveryForward && !ds.pendingW.empty() &&
-                            ds.committedBytes + (cont ? stageCost(keyStage(ds.readyContinue.top())).activationBytes
-                                                      : std::int64_t{0}) >
-                                options.capBytes[static_cast<std::size_t>(d)];
-        if (wFirst) {
-          cont = false;
-          admit = false;
-        }
-        bool takeContinue = cont && (options.preferContinuing || !admit ||
-                                     keyMicrobatch(ds.readyContinue.top()) <= keyMicrobatch(ds.readyEnter.top()));
-        if (takeContinue) {
-          mb = keyMicrobatch(ds.readyContinue.top());
-          stage = keyStage(ds.readyContinue.top());
-          ds.readyContinue.pop();
-          kind = OpKind::F;
-        } else if (admit) {
-          mb = keyMicrobatch(ds.readyEnter.top());
-          stage = keyStage(ds.readyEnter.top());
-          ds.readyEnter.pop();
-          if (options.reserveWholeMicrobatch) ds.committedBytes += needBytes;
-          kind = OpKind::F;
-        } else if (!ds.pendingW.empty()) {
-          std::tie(stage, mb) = ds.pendingW.front();
-          ds.pendingW.pop_front();
-          kind = OpKind::W;
-        }
-        if (stage >= 0) {
-          const StageEstimate& c = stageCost(stage);
-          durationMs = kind == OpKind::F ? c.forwardMs : c.backwardWeightMs;
-          // Live activations (DESIGN.md §2: from F start); admission compares live bytes
-          // plus the whole need of a new microbatch against the budget.
-          if (kind == OpKind::F && !options.reserveWholeMicrobatch) ds.committedBytes += c.activationBytes;
-        }
-      }
-      if (stage < 0) continue;
-      forceAdmit = false;  // one over-budget admission per stall
-      OrderedOp o;
-      o.virtualStage = stage;
-      o.kind = kind;
-      o.microbatch = mb;
-      out.devices[static_cast<std::size_t>(d)].push_back(o);
-      ++emitted;
-      ds.busy = true;
-      if (ds.firstStartMs < 0) ds.firstStartMs = now;
-      ds.lastEndMs = now + durationMs;
-      ds.busyMs += durationMs;
-      push(now + durationMs, 0, kind, stage, mb);
-    }
-    dirty.clear();
-  }
-  if (emitted != expected) {
-    return Error{"internal: the greedy construction stalled after " + std::to_string(emitted) + " of " +
-                 std::to_string(expected) + " ops (activation budget too small for one microbatch?)"};
-  }
-  if (estimate) {
-    estimate->makespanMs = 0;
-    estimate->maxDeviceBubbleMs = 0;
-    for (const DeviceState& ds : dev) {
-      estimate->makespanMs = std::max(estimate->makespanMs, ds.lastEndMs);
-      if (ds.firstStartMs >= 0) {
-        estimate->maxDeviceBubbleMs = std::max(estimate->maxDeviceBubbleMs, ds.lastEndMs - ds.firstStartMs - ds.busyMs);
-      }
-    }
-  }
-  return out;
+  GreedyConstruction construction(input, options);
+  return construction.run(estimate);
 }
 
 }  // namespace pipestudio::schedules

@@ -46,7 +46,7 @@ class Gpipe final : public ScheduleGenerator {
     const int m = input.shape.microbatches;
     for (int d = 0; d < input.shape.devices; ++d) {
       auto& ops = s.devices[static_cast<std::size_t>(d)];
-      ops.reserve(static_cast<std::size_t>(2 * m));
+      ops.reserve(2 * static_cast<std::size_t>(m));
       for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::F, mb));
       for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::BW, mb));
     }
@@ -61,7 +61,7 @@ void oneFOneB(ScheduleSkeleton& s, int m, const std::vector<int>& warmup, bool s
   const int p = static_cast<int>(s.devices.size());
   for (int d = 0; d < p; ++d) {
     auto& ops = s.devices[static_cast<std::size_t>(d)];
-    ops.reserve(static_cast<std::size_t>(split ? 3 * m : 2 * m));
+    ops.reserve((split ? 3U : 2U) * static_cast<std::size_t>(m));
     const int w = std::min(warmup[static_cast<std::size_t>(d)], m);
     const int wlag = split ? lag[static_cast<std::size_t>(d)] : 0;
     int nextF = 0;
@@ -182,7 +182,7 @@ class Interleaved final : public ScheduleGenerator {
     }
     for (int d = 0; d < p; ++d) {
       auto& ops = s.devices[static_cast<std::size_t>(d)];
-      ops.reserve(static_cast<std::size_t>(2 * total));
+      ops.reserve(2 * static_cast<std::size_t>(total));
       auto forward = [&](int k) {
         const auto [chunk, mb] = forwards[static_cast<std::size_t>(k)];
         ops.push_back(op(chunk * p + d, OpKind::F, mb));

@@ -53,7 +53,7 @@ class VBuilder {
   VBuilder(const ScheduleInput& input, const VConstructionOptions& options)
       : m_p(input.shape.devices), m_m(input.shape.microbatches), m_options(options) {
     const int p = m_p;
-    const auto n = static_cast<std::size_t>(kKinds * p);
+    const auto n = static_cast<std::size_t>(kKinds) * static_cast<std::size_t>(p);
     m_stage.resize(n);
     m_duration.resize(n);
     m_memory.resize(n);
@@ -111,11 +111,11 @@ class VBuilder {
   }
 
  private:
-  std::size_t index(int kind, int device) const { return static_cast<std::size_t>(kind * m_p + device); }
+  std::size_t index(int kind, int device) const { return static_cast<std::size_t>(kind) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device); }
   std::size_t endIndex(int kind, int device, int mb) const {
     return index(kind, device) * static_cast<std::size_t>(m_m) + static_cast<std::size_t>(mb);
   }
-  int& count(int d, int kind) { return m_count[static_cast<std::size_t>(d * kKinds + kind)]; }
+  int& count(int d, int kind) { return m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) + static_cast<std::size_t>(kind)]; }
   double endMs(int kind, int device, int mb) const { return m_end[endIndex(kind, device, mb)]; }
 
   void reset(const std::vector<double>& approved) {
@@ -128,7 +128,7 @@ class VBuilder {
     m_maxBubble = 0;
     m_pendingW.assign(p, {});
     m_order.assign(p, {});
-    for (auto& o : m_order) o.reserve(static_cast<std::size_t>(6 * m_m));
+    for (auto& o : m_order) o.reserve(6 * static_cast<std::size_t>(m_m));
     m_approved = approved;
     m_usedFillForward = m_usedFillBackward = false;
     m_maxApproved = approved.empty() ? -1.0 : *std::max_element(approved.begin(), approved.end());
@@ -279,7 +279,7 @@ class VBuilder {
   // Whether the input of the next `kind` pass on d has been produced (or needs none).
   bool inputReady(int kind, int d) const {
     const auto [k, from] = crossProducer(kind, d);
-    return k < 0 || endMs(k, from, m_count[static_cast<std::size_t>(d * kKinds + kind)]) >= 0;
+    return k < 0 || endMs(k, from, m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) + static_cast<std::size_t>(kind)]) >= 0;
   }
 
   bool steadyState(bool fillForward, bool fillBackward) {

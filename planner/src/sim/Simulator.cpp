@@ -101,17 +101,626 @@ std::vector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSk
   return out;
 }
 
-struct Edge {
-  std::int32_t from;
-  std::int32_t to;
-  std::int64_t bytes;
-};
-
 // Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
 void chainNeighbours(const Plan& shell, std::vector<std::int32_t>& prev, std::vector<std::int32_t>& next) {
   const StageNeighbours n = stageNeighbours(shell);
   prev.assign(n.previous.begin(), n.previous.end());
   next.assign(n.next.begin(), n.next.end());
+}
+
+// Error messages name an op by its place in its device's order; built only on error.
+std::string where(int d, std::size_t i) { return "device " + std::to_string(d) + " op " + std::to_string(i); }
+
+// A data-flow producer of an op: its op index and its stage (kNone where there is none).
+struct Pred {
+  std::int32_t from;
+  std::int32_t fromStage;
+};
+
+// Per op: producers not yet completed and the latest arrival of an input, side by side
+// (the hot loop touches both for a consumer).
+struct OpState {
+  double readyMs = 0;
+  std::int32_t pending = 0;
+};
+
+// An entry of the consumer CSR: the consumer and its edge class (see buildConsumers).
+struct Out {
+  std::int32_t to;
+  std::int32_t edgeClass;
+};
+
+// What the hot loop needs of an edge: consumer device, transfer time, bytes.
+struct EdgeClass {
+  std::int32_t toDevice = kNone;
+  double transferMs = 0;
+  std::int64_t bytes = 0;
+};
+
+// A producer earlier in the consumer's own device order has always completed by the time
+// the consumer is next on that device (a device runs its order one op at a time), and
+// brings no transfer: such an edge is neither counted nor listed. A producer later in the
+// same order (a deadlock) still is.
+bool implied(std::int32_t from, std::int32_t to, bool sameDevice) { return sameDevice && from < to; }
+
+// One run of simulateSkeleton, its phases in the order it calls them: validateShape and
+// flatten (ops in device order, the (stage, microbatch) tables), buildConsumerGraph
+// (pending counts, consumer lists, edge classes), prepareTiming (durations, ZeRO-3 run
+// savings, overlapped groups), run (the event loop) and, when ops are left, explainDeadlock.
+class Simulation {
+ public:
+  Simulation(Plan& shell, const ScheduleSkeleton& skeleton, const SimulationOptions& options)
+      : m_shell(shell),
+        m_skeleton(skeleton),
+        m_options(options),
+        m_p(shell.config.devices),
+        m_m(shell.config.microbatches),
+        m_mu(static_cast<std::size_t>(std::max(0, m_m))),
+        m_nStages(static_cast<std::int32_t>(shell.virtualStages.size())),
+        m_samplesPerMb(static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch))),
+        m_running(m_p) {}
+
+  std::optional<Error> validateShape() const;
+  std::optional<Error> flatten();
+  std::optional<Error> buildConsumerGraph();
+  void prepareTiming();
+  void run();
+  bool finished() const { return m_completed == m_nOps; }
+  Error explainDeadlock() const;
+
+ private:
+  std::int32_t stageDevice(std::int32_t stage) const { return m_shell.virtualStages[static_cast<std::size_t>(stage)].device; }
+  Error missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const;
+  std::optional<Error> producers(std::int32_t i, Pred* slot) const;
+  std::optional<Error> countDataFlowEdges();
+  std::optional<Error> resolveExtraDependencies();
+  void buildConsumers();
+  std::int64_t edgeBytes(std::int32_t fromStage, std::int32_t toStage) const;
+  std::int32_t dataFlowClass(std::int32_t fromStage, std::int32_t toStage);
+  double durationMs(const Op& op, std::int32_t idx) const;
+  double commMs(const Op& op) const { return baseCommMs(op.kind, m_costs[static_cast<std::size_t>(op.virtualStage)]); }
+  double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
+  bool tryStart(int d);
+  void completeOp(int dev, std::int32_t code, double timeMs);
+
+  Plan& m_shell;
+  const ScheduleSkeleton& m_skeleton;
+  const SimulationOptions& m_options;
+  const int m_p;
+  const int m_m;
+  const std::size_t m_mu;  // m_m as an index factor
+  const std::int32_t m_nStages;
+  const double m_samplesPerMb;
+
+  // validate/flatten
+  std::vector<StageCosts> m_costs;
+  std::vector<std::int32_t> m_prevStage, m_nextStage;
+  std::vector<std::int32_t> m_offset;  // first op index of each device, then the op count
+  std::int32_t m_nOps = 0;
+  // Op index per (stage, microbatch) and kind; bIsFused: whether bIdx names a fused BW (a W
+  // needs a B), a small table instead of a random read of the op.
+  std::vector<std::int32_t> m_fIdx, m_bIdx, m_wIdx, m_nIdx;
+  std::vector<char> m_bIsFused;
+
+  // consumer graph
+  std::vector<OpState> m_state;
+  std::vector<std::int32_t> m_firstOut;
+  std::size_t m_crossEdges = 0;
+  struct Edge {
+    std::int32_t from;
+    std::int32_t to;
+    std::int64_t bytes;
+  };
+  std::vector<Edge> m_extra;
+  std::vector<EdgeClass> m_classes;
+  std::unique_ptr<Out[]> m_outs;
+
+  // timing
+  std::vector<double> m_kindDurationMs;
+  std::vector<double> m_gatherSavedMs;
+  std::vector<std::int8_t> m_groupSize;
+
+  // event loop
+  std::vector<std::int32_t> m_position;
+  std::vector<char> m_busy;
+  std::vector<double> m_deviceFreeMs;
+  std::vector<double> m_linkFreeMs;
+  DeviceWinnerTree m_running;
+  std::int32_t m_completed = 0;
+};
+
+// --- validate and flatten ---
+
+std::optional<Error> Simulation::validateShape() const {
+  if (static_cast<int>(m_skeleton.devices.size()) != m_p) {
+    return Error{"schedule has " + std::to_string(m_skeleton.devices.size()) + " device lanes, the plan " +
+                 std::to_string(m_p) + " devices"};
+  }
+  if (m_m <= 0) return Error{"the plan needs at least one microbatch"};
+  for (std::int32_t s = 0; s < m_nStages; ++s) {
+    const VirtualStage& vs = m_shell.virtualStages[static_cast<std::size_t>(s)];
+    if (vs.id != s) return Error{"virtual stage " + std::to_string(s) + " has id " + std::to_string(vs.id) + " (expected ids in order)"};
+    if (vs.device < 0 || vs.device >= m_p) {
+      return Error{"virtual stage " + std::to_string(s) + " is on device " + std::to_string(vs.device) +
+                   ", not a device of the plan (0.." + std::to_string(m_p - 1) + ")"};
+    }
+  }
+  return std::nullopt;
+}
+
+// Flatten ops in device order: plan.ops is exactly this order.
+std::optional<Error> Simulation::flatten() {
+  m_costs = stageCosts(m_shell);
+  chainNeighbours(m_shell, m_prevStage, m_nextStage);
+  const auto pu = static_cast<std::size_t>(m_p);
+  m_offset.assign(pu + 1, 0);
+  std::size_t totalOps = 0;
+  for (std::size_t d = 0; d < pu; ++d) totalOps += m_skeleton.devices[d].size();
+  // Op indices are int32.
+  if (totalOps > (std::size_t{1} << 30)) return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
+  for (std::size_t d = 0; d < pu; ++d) {
+    m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(m_skeleton.devices[d].size());
+  }
+  m_nOps = m_offset.back();
+  m_shell.ops.reserve(static_cast<std::size_t>(m_nOps));  // appended in index order below
+  const auto table = static_cast<std::size_t>(m_nStages) * m_mu;
+  m_fIdx.assign(table, kNone);
+  m_bIdx.assign(table, kNone);
+  m_wIdx.assign(table, kNone);
+  m_nIdx.assign(table, kNone);
+  m_bIsFused.assign(table, 0);
+  for (int d = 0; d < m_p; ++d) {
+    const auto& lane = m_skeleton.devices[static_cast<std::size_t>(d)];
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+      const OrderedOp& o = lane[i];
+      const std::int32_t idx = m_offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(i);
+      if (o.virtualStage < 0 || o.virtualStage >= m_nStages) {
+        return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
+      }
+      if (o.microbatch < 0 || o.microbatch >= m_m) {
+        return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." + std::to_string(m_m - 1)};
+      }
+      if (stageDevice(o.virtualStage) != d) {
+        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
+                     std::to_string(stageDevice(o.virtualStage))};
+      }
+      Op& op = m_shell.ops.emplace_back();  // index idx
+      op.device = d;
+      op.virtualStage = o.virtualStage;
+      op.kind = o.kind;
+      op.microbatch = o.microbatch;
+      op.samples = o.samples;
+      double dur = baseDurationMs(o.kind, m_costs[static_cast<std::size_t>(o.virtualStage)], m_shell.config.vocabBarriers);
+      if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
+      if (!std::isfinite(dur)) {
+        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
+      }
+      const std::size_t key = static_cast<std::size_t>(o.virtualStage) * m_mu + static_cast<std::size_t>(o.microbatch);
+      std::int32_t* slot = nullptr;
+      switch (o.kind) {
+        case OpKind::F: slot = &m_fIdx[key]; break;
+        case OpKind::B: slot = &m_bIdx[key]; break;
+        case OpKind::BW: slot = &m_bIdx[key]; m_bIsFused[key] = 1; break;
+        case OpKind::W: slot = &m_wIdx[key]; break;
+        case OpKind::N: m_nIdx[key] = idx; break;  // partial batches: several N per key
+        default: break;
+      }
+      if (!slot) continue;
+      if (*slot != kNone) {
+        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
+                     std::to_string(*slot - m_offset[static_cast<std::size_t>(d)]) + " of device " +
+                     std::to_string(d) + ")"};
+      }
+      *slot = idx;
+    }
+  }
+  return std::nullopt;
+}
+
+// --- consumer graph ---
+
+Error Simulation::missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const {
+  const Op& c = m_shell.ops[static_cast<std::size_t>(consumer)];
+  return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) +
+               " needs " + opName(kind, stage, mb) + ", which no device runs"};
+}
+
+// Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
+// B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), found
+// from the (stage, microbatch) tables in that order. They are looked up again when the
+// consumer lists are filled (and for a deadlock message) instead of being stored: the
+// lookups are cheap, an array of them is 16 bytes per op. Extra dependencies follow, in
+// skeleton order.
+// Fills slot[0..1] with op i's producers (kNone where there is none); an error when one
+// that must exist does not.
+std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
+  slot[0] = slot[1] = Pred{kNone, kNone};
+  const Op& op = m_shell.ops[static_cast<std::size_t>(i)];
+  const auto s = static_cast<std::size_t>(op.virtualStage);
+  const auto mb = static_cast<std::size_t>(op.microbatch);
+  switch (op.kind) {
+    case OpKind::F:
+      if (m_prevStage[s] != kNone) {
+        const std::int32_t src = m_fIdx[static_cast<std::size_t>(m_prevStage[s]) * m_mu + mb];
+        if (src == kNone) return missing(i, OpKind::F, m_prevStage[s], op.microbatch);
+        slot[0] = {src, m_prevStage[s]};
+      }
+      break;
+    case OpKind::B:
+    case OpKind::BW: {
+      const std::int32_t own = m_fIdx[s * m_mu + mb];
+      if (own == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
+      slot[0] = {own, op.virtualStage};
+      if (m_nextStage[s] != kNone) {
+        const std::int32_t src = m_bIdx[static_cast<std::size_t>(m_nextStage[s]) * m_mu + mb];
+        if (src == kNone) return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, m_nextStage[s], op.microbatch);
+        slot[1] = {src, m_nextStage[s]};
+      }
+      break;
+    }
+    case OpKind::W: {
+      const std::int32_t src = m_bIdx[s * m_mu + mb];
+      if (src == kNone || m_bIsFused[s * m_mu + mb]) {
+        return missing(i, OpKind::B, op.virtualStage, op.microbatch);
+      }
+      slot[0] = {src, op.virtualStage};
+      break;
+    }
+    case OpKind::N:
+      if (m_prevStage[s] != kNone) {
+        const std::int32_t src = m_nIdx[static_cast<std::size_t>(m_prevStage[s]) * m_mu + mb];
+        if (src != kNone) slot[0] = {src, m_prevStage[s]};
+      }
+      break;
+    default:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::optional<Error> Simulation::buildConsumerGraph() {
+  m_state.assign(static_cast<std::size_t>(m_nOps), OpState{});
+  m_firstOut.assign(static_cast<std::size_t>(m_nOps) + 1, 0);
+  if (auto err = countDataFlowEdges()) return err;
+  if (auto err = resolveExtraDependencies()) return err;
+  buildConsumers();
+  return std::nullopt;
+}
+
+// Out-degree per producer goes into firstOut (CSR offsets, buildConsumers); the number of
+// transfers is counted while the producers are found.
+std::optional<Error> Simulation::countDataFlowEdges() {
+  for (std::int32_t i = 0; i < m_nOps; ++i) {
+    Pred slot[2];
+    if (auto err = producers(i, slot)) return err;
+    const int device = m_shell.ops[static_cast<std::size_t>(i)].device;
+    for (const Pred& pr : slot) {
+      if (pr.from == kNone) continue;
+      const bool sameDevice = stageDevice(pr.fromStage) == device;
+      if (!sameDevice) ++m_crossEdges;
+      if (implied(pr.from, i, sameDevice)) continue;
+      ++m_firstOut[static_cast<std::size_t>(pr.from)];
+      ++m_state[static_cast<std::size_t>(i)].pending;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Error> Simulation::resolveExtraDependencies() {
+  m_extra.reserve(m_skeleton.extraDependencies.size());
+  auto resolve = [&](const OpRef& r) -> std::int32_t {
+    if (r.device < 0 || r.device >= m_p) return kNone;
+    const auto& lane = m_skeleton.devices[static_cast<std::size_t>(r.device)];
+    if (r.index < 0 || static_cast<std::size_t>(r.index) >= lane.size()) return kNone;
+    return m_offset[static_cast<std::size_t>(r.device)] + r.index;
+  };
+  for (const OpDependency& dep : m_skeleton.extraDependencies) {
+    const std::int32_t a = resolve(dep.from);
+    const std::int32_t b = resolve(dep.to);
+    if (a == kNone || b == kNone) return Error{"extra dependency names an op that is not in the schedule"};
+    m_extra.push_back({a, b, dep.bytes});
+  }
+  return std::nullopt;
+}
+
+// Bytes on a data-flow edge: activations forward (the producing stage's output) or
+// gradients backward (the consuming stage's output); nothing within one stage.
+std::int64_t Simulation::edgeBytes(std::int32_t fromStage, std::int32_t toStage) const {
+  if (fromStage == toStage) return 0;
+  return m_costs[static_cast<std::size_t>(std::min(fromStage, toStage))].outputBytes;
+}
+
+// The class of a data-flow edge (see buildConsumers), made on first use.
+std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toStage) {
+  const auto fs = static_cast<std::size_t>(fromStage);
+  int relation = -1;
+  if (toStage == fromStage) relation = 0;
+  else if (toStage == m_nextStage[fs]) relation = 1;
+  else if (toStage == m_prevStage[fs]) relation = 2;
+  std::size_t c = 0;
+  if (relation >= 0) {
+    c = fs * 3 + static_cast<std::size_t>(relation);
+    if (m_classes[c].toDevice != kNone) return static_cast<std::int32_t>(c);
+  } else {
+    c = m_classes.size();  // not a chain neighbour (not produced by stageNeighbours): its own class
+    m_classes.emplace_back();
+  }
+  const int fromDevice = stageDevice(fromStage);
+  const int toDevice = stageDevice(toStage);
+  EdgeClass& e = m_classes[c];
+  e.toDevice = toDevice;
+  e.bytes = edgeBytes(fromStage, toStage);
+  e.transferMs = deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
+  return static_cast<std::int32_t>(c);
+}
+
+// CSR of consumers per producer, in the order the edges were listed above: per producer,
+// consumers by op index, extra dependencies last. That order fixes the order in which one
+// producer's transfers queue on a link. An entry is the consumer and its edge class: what
+// the hot loop needs of an edge (consumer device, transfer time, bytes) depends only on
+// the producing stage and whether the consumer is that stage, its chain successor or its
+// chain predecessor, so data-flow edges share 3 classes per stage (ClusterSpec::transferMs
+// is pure); every extra dependency gets a class of its own.
+void Simulation::buildConsumers() {
+  m_classes.assign(static_cast<std::size_t>(m_nStages) * 3, EdgeClass{});
+  for (const Edge& e : m_extra) {
+    const bool sameDevice = m_shell.ops[static_cast<std::size_t>(e.from)].device == m_shell.ops[static_cast<std::size_t>(e.to)].device;
+    if (!sameDevice) ++m_crossEdges;
+    if (implied(e.from, e.to, sameDevice)) continue;
+    ++m_firstOut[static_cast<std::size_t>(e.from)];
+    ++m_state[static_cast<std::size_t>(e.to)].pending;
+  }
+  // Inclusive prefix sums: firstOut[x] is the end of x's consumers; filling backwards with
+  // --firstOut[x] leaves it at their start, so firstOut[x + 1] is their end.
+  for (std::int32_t i = 1; i < m_nOps; ++i) m_firstOut[static_cast<std::size_t>(i)] += m_firstOut[static_cast<std::size_t>(i) - 1];
+  if (m_nOps > 0) m_firstOut[static_cast<std::size_t>(m_nOps)] = m_firstOut[static_cast<std::size_t>(m_nOps) - 1];
+  // Every slot is written below: no value-initialisation of this (large) array.
+  m_outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(m_firstOut.back()));
+  Out* outs = m_outs.get();
+  for (auto e = m_extra.rbegin(); e != m_extra.rend(); ++e) {
+    const int fromDevice = m_shell.ops[static_cast<std::size_t>(e->from)].device;
+    const int toDevice = m_shell.ops[static_cast<std::size_t>(e->to)].device;
+    if (implied(e->from, e->to, fromDevice == toDevice)) continue;
+    EdgeClass c;
+    c.toDevice = toDevice;
+    c.bytes = e->bytes;
+    c.transferMs = deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
+    m_classes.push_back(c);
+    outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(e->from)])] = {e->to, static_cast<std::int32_t>(m_classes.size() - 1)};
+  }
+  for (std::int32_t i = m_nOps - 1; i >= 0; --i) {
+    Pred slot[2];
+    (void)producers(i, slot);  // cannot fail: the same lookups succeeded in countDataFlowEdges
+    const Op& op = m_shell.ops[static_cast<std::size_t>(i)];
+    for (int k = 1; k >= 0; --k) {
+      const Pred& pr = slot[k];
+      if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
+      outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(pr.from)])] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
+    }
+  }
+}
+
+// --- timing inputs ---
+
+void Simulation::prepareTiming() {
+  // Duration of each op kind per stage (the expressions of flatten, so the values are the
+  // same bits); a partial batch scales it by its share of the samples (durationMs).
+  m_kindDurationMs.assign(static_cast<std::size_t>(m_nStages) * kOpKindCount, 0.0);
+  for (std::int32_t s = 0; s < m_nStages; ++s) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      m_kindDurationMs[static_cast<std::size_t>(s) * kOpKindCount + static_cast<std::size_t>(k)] =
+          baseDurationMs(static_cast<OpKind>(k), m_costs[static_cast<std::size_t>(s)], m_shell.config.vocabBarriers);
+    }
+  }
+  m_gatherSavedMs = blockwiseGatherSavingsMs(m_shell, m_skeleton, m_costs);
+
+  // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
+  // own; 0: a later member of a group). A group starts when its device is free and every
+  // member's inputs have arrived, and lasts max(Σ computation, Σ collectives) of its members
+  // (the collectives of one hide under the computation of the other, DeepSeek-V3 §3.2.1). The
+  // plan shows the members back to back, each with its share of that time in proportion to
+  // its own duration (so a device's ops never overlap and busy/span keep their meaning); every
+  // member's output leaves when the group ends.
+  if (!m_shell.config.overlapForwardBackward) return;
+  const auto groups = overlappedGroups(m_shell, m_skeleton.devices);
+  if (groups.empty()) return;
+  m_groupSize.assign(static_cast<std::size_t>(m_nOps), 1);
+  for (const OverlapGroup& g : groups) {
+    const std::int32_t lead = m_offset[static_cast<std::size_t>(g.device)] + g.first;
+    m_groupSize[static_cast<std::size_t>(lead)] = static_cast<std::int8_t>(g.size);
+    for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[static_cast<std::size_t>(lead + k)] = 0;
+  }
+}
+
+double Simulation::durationMs(const Op& op, std::int32_t idx) const {
+  double dur = m_kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
+  if (op.samples > 0) dur *= static_cast<double>(op.samples) / m_samplesPerMb;
+  if (!m_gatherSavedMs.empty()) dur = std::max(0.0, dur - m_gatherSavedMs[static_cast<std::size_t>(idx)]);
+  return dur;
+}
+
+// --- event loop ---
+
+// A group's members, timed together (see prepareTiming); returns the group's end.
+double Simulation::startGroup(std::int32_t lead, std::int32_t size, double readyMs) {
+  double computeMs = 0, collectiveMs = 0, ownMs = 0;
+  for (std::int32_t k = 0; k < size; ++k) {
+    const Op& member = m_shell.ops[static_cast<std::size_t>(lead + k)];
+    const double dur = durationMs(member, lead + k);
+    const double comm = std::min(dur, commMs(member));
+    ownMs += dur;
+    computeMs += dur - comm;
+    collectiveMs += comm;
+  }
+  const double spanMs = std::max(computeMs, collectiveMs);
+  double at = readyMs;
+  for (std::int32_t k = 0; k < size; ++k) {
+    Op& member = m_shell.ops[static_cast<std::size_t>(lead + k)];
+    member.startMs = at;
+    at += ownMs > 0 ? spanMs * durationMs(member, lead + k) / ownMs : 0.0;
+    member.endMs = k + 1 == size ? readyMs + spanMs : at;
+  }
+  return readyMs + spanMs;
+}
+
+// Starts device d's next op if it is idle and every producer of that op has completed;
+// returns whether it did.
+bool Simulation::tryStart(int d) {
+  const auto du = static_cast<std::size_t>(d);
+  if (m_busy[du]) return false;
+  const std::int32_t idx = m_offset[du] + m_position[du];
+  if (idx >= m_offset[du + 1]) return false;
+  const OpState& st = m_state[static_cast<std::size_t>(idx)];
+  if (st.pending != 0) return false;
+  Op& op = m_shell.ops[static_cast<std::size_t>(idx)];
+  const std::int32_t size = m_groupSize.empty() ? 1 : m_groupSize[static_cast<std::size_t>(idx)];
+  if (size > 1) {
+    double readyMs = std::max(m_deviceFreeMs[du], st.readyMs);
+    for (std::int32_t k = 1; k < size; ++k) {
+      const OpState& member = m_state[static_cast<std::size_t>(idx + k)];
+      if (member.pending != 0) return false;
+      readyMs = std::max(readyMs, member.readyMs);
+    }
+    m_busy[du] = 1;
+    m_running.set(d, startGroup(idx, size, readyMs));
+    return true;
+  }
+  op.startMs = std::max(m_deviceFreeMs[du], st.readyMs);
+  op.endMs = op.startMs + durationMs(op, idx);
+  m_busy[du] = 1;
+  m_running.set(d, op.endMs);
+  // Sixty-odd devices walk their orders side by side, too many streams for the hardware
+  // prefetcher: fetch what this op's end and this device's next start will read.
+  if (idx + 1 < m_offset[du + 1]) {
+    const Op* next = &m_shell.ops[static_cast<std::size_t>(idx) + 1];
+    __builtin_prefetch(next);
+    __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(Op) - 1);  // an Op may straddle two lines
+    __builtin_prefetch(&m_state[static_cast<std::size_t>(idx) + 1]);
+  }
+  for (std::int32_t k = m_firstOut[static_cast<std::size_t>(idx)]; k < m_firstOut[static_cast<std::size_t>(idx) + 1]; ++k) {
+    __builtin_prefetch(&m_state[static_cast<std::size_t>(m_outs[static_cast<std::size_t>(k)].to)]);
+  }
+  return true;
+}
+
+// Op `code` on device dev has ended at timeMs: its outputs leave (transfers queue on their
+// links) and every consumer whose last input this was may start.
+void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
+  const auto du = static_cast<std::size_t>(dev);
+  const Op& op = m_shell.ops[static_cast<std::size_t>(code)];
+  ++m_completed;
+  ++m_position[du];
+  const Out* o = m_outs.get() + m_firstOut[static_cast<std::size_t>(code)];
+  const Out* oEnd = m_outs.get() + m_firstOut[static_cast<std::size_t>(code) + 1];
+  for (; o != oEnd; ++o) {
+    OpState& consumer = m_state[static_cast<std::size_t>(o->to)];
+    const EdgeClass& edge = m_classes[static_cast<std::size_t>(o->edgeClass)];
+    if (edge.toDevice == dev) {
+      // Same device, consumer earlier in this order: never runs (deadlock, reported below).
+      --consumer.pending;
+      continue;
+    }
+    const std::size_t link = du * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(edge.toDevice);
+    const double startMs = std::max(timeMs, m_linkFreeMs[link]);
+    const double endMs = startMs + edge.transferMs;
+    m_linkFreeMs[link] = endMs;
+    if (m_options.recordComms) {
+      // Fields written in place: a Comm built on the stack and copied cost a store-forwarding stall.
+      Comm& c = m_shell.comms.emplace_back();
+      c.fromDevice = dev;
+      c.toDevice = edge.toDevice;
+      c.microbatch = op.microbatch;
+      c.kind = (op.kind == OpKind::B || op.kind == OpKind::BW || op.kind == OpKind::T) ? OpKind::B : OpKind::F;
+      c.virtualStage = op.virtualStage;
+      c.startMs = startMs;
+      c.endMs = endMs;
+      c.bytes = edge.bytes;
+    }
+    consumer.readyMs = std::max(consumer.readyMs, endMs);
+    if (--consumer.pending == 0) tryStart(edge.toDevice);
+  }
+}
+
+// Event loop over op completions only. An op starts when its device is free and every
+// input has arrived: start = max(device free, latest arrival). Arrival times are known as
+// soon as the producer completes (its transfer queues on the link then), so no arrival
+// events are needed: an op whose producers have all completed starts at that maximum,
+// possibly later than the current event. Transfers on a link queue in the order their
+// producers complete, which is the sending device's op order.
+void Simulation::run() {
+  const auto pu = static_cast<std::size_t>(m_p);
+  m_position.assign(pu, 0);
+  m_busy.assign(pu, 0);
+  m_deviceFreeMs.assign(pu, 0.0);
+  m_linkFreeMs.assign(pu * pu, 0.0);
+  if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
+  for (int d = 0; d < m_p; ++d) tryStart(d);
+  for (int dev = m_running.top(); dev >= 0; dev = m_running.top()) {
+    const auto du = static_cast<std::size_t>(dev);
+    const double timeMs = m_running.keyMs(dev);
+    m_busy[du] = 0;
+    m_deviceFreeMs[du] = timeMs;
+    const std::int32_t lead = m_offset[du] + m_position[du];
+    const std::int32_t members =
+        m_groupSize.empty() ? 1 : std::max<std::int32_t>(1, m_groupSize[static_cast<std::size_t>(lead)]);
+    for (std::int32_t member = 0; member < members; ++member) completeOp(dev, lead + member, timeMs);
+    if (!tryStart(dev)) m_running.clear(dev);
+  }
+}
+
+// --- deadlock explanation ---
+
+// Follows "waits for" from a stuck device until a device repeats.
+Error Simulation::explainDeadlock() const {
+  std::ostringstream msg;
+  msg << "deadlock after " << m_completed << " of " << m_nOps << " ops:";
+  auto isDone = [&](std::int32_t x) {
+    const Op& o = m_shell.ops[static_cast<std::size_t>(x)];
+    return x < m_offset[static_cast<std::size_t>(o.device)] + m_position[static_cast<std::size_t>(o.device)];
+  };
+  std::vector<int> waitsOn(static_cast<std::size_t>(m_p), -1);
+  for (int d = 0; d < m_p; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    const std::int32_t idx = m_offset[du] + m_position[du];
+    if (idx >= m_offset[du + 1]) continue;
+    const Op& op = m_shell.ops[static_cast<std::size_t>(idx)];
+    msg << "\n  device " << d << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
+    // The producers of the stuck op, in the order the simulator lists them.
+    std::vector<Edge> waits;
+    Pred slot[2];
+    (void)producers(idx, slot);
+    for (const Pred& pr : slot) waits.push_back({pr.from, idx, 0});
+    for (const Edge& e : m_extra) {
+      if (e.to == idx) waits.push_back(e);
+    }
+    for (const Edge& e : waits) {
+      if (e.from == kNone || isDone(e.from)) continue;
+      const Op& need = m_shell.ops[static_cast<std::size_t>(e.from)];
+      msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << need.device;
+      if (need.device == d) msg << " (later in its own order)";
+      waitsOn[du] = need.device;
+      break;
+    }
+  }
+  for (int start = 0; start < m_p; ++start) {
+    if (waitsOn[static_cast<std::size_t>(start)] < 0) continue;
+    std::vector<int> seen(static_cast<std::size_t>(m_p), -1);
+    std::vector<int> path;
+    int d = start;
+    while (d >= 0 && seen[static_cast<std::size_t>(d)] < 0) {
+      seen[static_cast<std::size_t>(d)] = static_cast<int>(path.size());
+      path.push_back(d);
+      d = waitsOn[static_cast<std::size_t>(d)];
+    }
+    if (d < 0) continue;
+    msg << "\n  cycle: device";
+    for (std::size_t i = static_cast<std::size_t>(seen[static_cast<std::size_t>(d)]); i < path.size(); ++i) {
+      msg << ' ' << path[i] << " →";
+    }
+    msg << ' ' << d;
+    break;
+  }
+  return Error{msg.str()};
 }
 
 }  // namespace
@@ -146,490 +755,13 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   shell.virtualStages = skeleton.virtualStages;
   shell.ops.clear();
   shell.comms.clear();
-  const int p = shell.config.devices;
-  const int m = shell.config.microbatches;
-  const auto nStages = static_cast<std::int32_t>(shell.virtualStages.size());
-  if (static_cast<int>(skeleton.devices.size()) != p) {
-    return Error{"schedule has " + std::to_string(skeleton.devices.size()) + " device lanes, the plan " +
-                 std::to_string(p) + " devices"};
-  }
-  if (m <= 0) return Error{"the plan needs at least one microbatch"};
-  for (std::int32_t s = 0; s < nStages; ++s) {
-    const VirtualStage& vs = shell.virtualStages[static_cast<std::size_t>(s)];
-    if (vs.id != s) return Error{"virtual stage " + std::to_string(s) + " has id " + std::to_string(vs.id) + " (expected ids in order)"};
-    if (vs.device < 0 || vs.device >= p) {
-      return Error{"virtual stage " + std::to_string(s) + " is on device " + std::to_string(vs.device) +
-                   ", not a device of the plan (0.." + std::to_string(p - 1) + ")"};
-    }
-  }
-  const std::vector<StageCosts> costs = stageCosts(shell);
-  std::vector<std::int32_t> prevStage, nextStage;
-  chainNeighbours(shell, prevStage, nextStage);
-
-  // Flatten ops in device order: plan.ops is exactly this order.
-  std::vector<std::int32_t> offset(static_cast<std::size_t>(p) + 1, 0);
-  std::size_t totalOps = 0;
-  for (int d = 0; d < p; ++d) totalOps += skeleton.devices[static_cast<std::size_t>(d)].size();
-  // Op indices are int32.
-  if (totalOps > (std::size_t{1} << 30)) return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
-  for (int d = 0; d < p; ++d) {
-    offset[static_cast<std::size_t>(d) + 1] =
-        offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(skeleton.devices[static_cast<std::size_t>(d)].size());
-  }
-  const std::int32_t nOps = offset.back();
-  shell.ops.reserve(static_cast<std::size_t>(nOps));  // appended in index order below
-  const auto table = static_cast<std::size_t>(nStages) * static_cast<std::size_t>(m);
-  std::vector<std::int32_t> fIdx(table, kNone), bIdx(table, kNone), wIdx(table, kNone), nIdx(table, kNone);
-  // Whether bIdx names a fused BW (a W needs a B): a small table instead of a random read of the op.
-  std::vector<char> bIsFused(table, 0);
-  const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch));
-  // Error messages name an op by its place in its device's order; built only on error.
-  auto where = [](int d, std::size_t i) { return "device " + std::to_string(d) + " op " + std::to_string(i); };
-  for (int d = 0; d < p; ++d) {
-    const auto& lane = skeleton.devices[static_cast<std::size_t>(d)];
-    for (std::size_t i = 0; i < lane.size(); ++i) {
-      const OrderedOp& o = lane[i];
-      const std::int32_t idx = offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(i);
-      if (o.virtualStage < 0 || o.virtualStage >= nStages) {
-        return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
-      }
-      if (o.microbatch < 0 || o.microbatch >= m) {
-        return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." + std::to_string(m - 1)};
-      }
-      const VirtualStage& vs = shell.virtualStages[static_cast<std::size_t>(o.virtualStage)];
-      if (vs.device != d) {
-        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
-                     std::to_string(vs.device)};
-      }
-      Op& op = shell.ops.emplace_back();  // index idx
-      op.device = d;
-      op.virtualStage = o.virtualStage;
-      op.kind = o.kind;
-      op.microbatch = o.microbatch;
-      op.samples = o.samples;
-      double dur = baseDurationMs(o.kind, costs[static_cast<std::size_t>(o.virtualStage)], shell.config.vocabBarriers);
-      if (o.samples > 0) dur *= static_cast<double>(o.samples) / samplesPerMb;
-      if (!std::isfinite(dur)) {
-        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
-      }
-      const std::size_t key = static_cast<std::size_t>(o.virtualStage) * static_cast<std::size_t>(m) +
-                              static_cast<std::size_t>(o.microbatch);
-      std::int32_t* slot = nullptr;
-      switch (o.kind) {
-        case OpKind::F: slot = &fIdx[key]; break;
-        case OpKind::B: slot = &bIdx[key]; break;
-        case OpKind::BW: slot = &bIdx[key]; bIsFused[key] = 1; break;
-        case OpKind::W: slot = &wIdx[key]; break;
-        case OpKind::N: nIdx[key] = idx; break;  // partial batches: several N per key
-        default: break;
-      }
-      if (slot) {
-        if (*slot != kNone) {
-          return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
-                       std::to_string(*slot - offset[static_cast<std::size_t>(d)]) + " of device " +
-                       std::to_string(d) + ")"};
-        }
-        *slot = idx;
-      }
-    }
-  }
-
-  // Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
-  // B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), found
-  // from the (stage, microbatch) tables in that order. They are looked up again when the
-  // consumer lists are filled (and for a deadlock message) instead of being stored: the
-  // lookups are cheap, an array of them is 16 bytes per op. Extra dependencies follow, in
-  // skeleton order.
-  struct Pred {
-    std::int32_t from;
-    std::int32_t fromStage;
-  };
-  auto stageDevice = [&](std::int32_t stage) { return shell.virtualStages[static_cast<std::size_t>(stage)].device; };
-  auto missing = [&](std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) {
-    const Op& c = shell.ops[static_cast<std::size_t>(consumer)];
-    return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) +
-                 " needs " + opName(kind, stage, mb) + ", which no device runs"};
-  };
-  const auto m_ = static_cast<std::size_t>(m);
-  // Fills slot[0..1] with op i's producers (kNone where there is none); an error when one
-  // that must exist does not.
-  auto producers = [&](std::int32_t i, Pred* slot) -> std::optional<Error> {
-    slot[0] = slot[1] = Pred{kNone, kNone};
-    const Op& op = shell.ops[static_cast<std::size_t>(i)];
-    const auto s = static_cast<std::size_t>(op.virtualStage);
-    const auto mb = static_cast<std::size_t>(op.microbatch);
-    switch (op.kind) {
-      case OpKind::F:
-        if (prevStage[s] != kNone) {
-          const std::int32_t src = fIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
-          if (src == kNone) return missing(i, OpKind::F, prevStage[s], op.microbatch);
-          slot[0] = {src, prevStage[s]};
-        }
-        break;
-      case OpKind::B:
-      case OpKind::BW: {
-        const std::int32_t own = fIdx[s * m_ + mb];
-        if (own == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
-        slot[0] = {own, op.virtualStage};
-        if (nextStage[s] != kNone) {
-          const std::int32_t src = bIdx[static_cast<std::size_t>(nextStage[s]) * m_ + mb];
-          if (src == kNone) return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, nextStage[s], op.microbatch);
-          slot[1] = {src, nextStage[s]};
-        }
-        break;
-      }
-      case OpKind::W: {
-        const std::int32_t src = bIdx[s * m_ + mb];
-        if (src == kNone || bIsFused[s * m_ + mb]) {
-          return missing(i, OpKind::B, op.virtualStage, op.microbatch);
-        }
-        slot[0] = {src, op.virtualStage};
-        break;
-      }
-      case OpKind::N:
-        if (prevStage[s] != kNone) {
-          const std::int32_t src = nIdx[static_cast<std::size_t>(prevStage[s]) * m_ + mb];
-          if (src != kNone) slot[0] = {src, prevStage[s]};
-        }
-        break;
-      default:
-        break;
-    }
-    return std::nullopt;
-  };
-  // Per op: producers not yet completed and the latest arrival of an input, side by side
-  // (the hot loop touches both for a consumer). Out-degree per producer goes into firstOut
-  // (CSR offsets below); the number of transfers is counted while the producers are found.
-  // A producer earlier in the consumer's own device order has always completed by the time
-  // the consumer is next on that device (a device runs its order one op at a time), and
-  // brings no transfer: such an edge is neither counted nor listed. A producer later in the
-  // same order (a deadlock) still is.
-  auto implied = [](std::int32_t from, std::int32_t to, bool sameDevice) { return sameDevice && from < to; };
-  struct OpState {
-    double readyMs = 0;
-    std::int32_t pending = 0;
-  };
-  std::vector<OpState> state(static_cast<std::size_t>(nOps));
-  std::vector<std::int32_t> firstOut(static_cast<std::size_t>(nOps) + 1, 0);
-  std::size_t crossEdges = 0;
-  for (std::int32_t i = 0; i < nOps; ++i) {
-    Pred slot[2];
-    if (auto err = producers(i, slot)) return std::move(*err);
-    const int device = shell.ops[static_cast<std::size_t>(i)].device;
-    for (const Pred& pr : slot) {
-      if (pr.from == kNone) continue;
-      const bool sameDevice = stageDevice(pr.fromStage) == device;
-      if (!sameDevice) ++crossEdges;
-      if (implied(pr.from, i, sameDevice)) continue;
-      ++firstOut[static_cast<std::size_t>(pr.from)];
-      ++state[static_cast<std::size_t>(i)].pending;
-    }
-  }
-  std::vector<Edge> extra;
-  extra.reserve(skeleton.extraDependencies.size());
-  for (const OpDependency& dep : skeleton.extraDependencies) {
-    auto resolve = [&](const OpRef& r) -> std::int32_t {
-      if (r.device < 0 || r.device >= p) return kNone;
-      const auto& lane = skeleton.devices[static_cast<std::size_t>(r.device)];
-      if (r.index < 0 || static_cast<std::size_t>(r.index) >= lane.size()) return kNone;
-      return offset[static_cast<std::size_t>(r.device)] + r.index;
-    };
-    const std::int32_t a = resolve(dep.from);
-    const std::int32_t b = resolve(dep.to);
-    if (a == kNone || b == kNone) return Error{"extra dependency names an op that is not in the schedule"};
-    extra.push_back({a, b, dep.bytes});
-  }
-  // Bytes on a data-flow edge: activations forward (the producing stage's output) or
-  // gradients backward (the consuming stage's output); nothing within one stage.
-  auto edgeBytes = [&](std::int32_t fromStage, std::int32_t toStage) -> std::int64_t {
-    if (fromStage == toStage) return 0;
-    return costs[static_cast<std::size_t>(std::min(fromStage, toStage))].outputBytes;
-  };
-
-  // CSR of consumers per producer, in the order the edges were listed above: per producer,
-  // consumers by op index, extra dependencies last. That order fixes the order in which one
-  // producer's transfers queue on a link. An entry is the consumer and its edge class: what
-  // the hot loop needs of an edge (consumer device, transfer time, bytes) depends only on
-  // the producing stage and whether the consumer is that stage, its chain successor or its
-  // chain predecessor, so data-flow edges share 3 classes per stage (ClusterSpec::transferMs
-  // is pure); every extra dependency gets a class of its own.
-  struct Out {
-    std::int32_t to;
-    std::int32_t edgeClass;
-  };
-  struct EdgeClass {
-    std::int32_t toDevice = kNone;
-    double transferMs = 0;
-    std::int64_t bytes = 0;
-  };
-  std::vector<EdgeClass> classes(static_cast<std::size_t>(nStages) * 3);
-  auto dataFlowClass = [&](std::int32_t fromStage, std::int32_t toStage) -> std::int32_t {
-    const auto fs = static_cast<std::size_t>(fromStage);
-    int relation = -1;
-    if (toStage == fromStage) relation = 0;
-    else if (toStage == nextStage[fs]) relation = 1;
-    else if (toStage == prevStage[fs]) relation = 2;
-    std::size_t c = 0;
-    if (relation >= 0) {
-      c = fs * 3 + static_cast<std::size_t>(relation);
-      if (classes[c].toDevice != kNone) return static_cast<std::int32_t>(c);
-    } else {
-      c = classes.size();  // not a chain neighbour (not produced by stageNeighbours): its own class
-      classes.emplace_back();
-    }
-    const int fromDevice = stageDevice(fromStage);
-    const int toDevice = stageDevice(toStage);
-    EdgeClass& e = classes[c];
-    e.toDevice = toDevice;
-    e.bytes = edgeBytes(fromStage, toStage);
-    e.transferMs = deviceTransferMs(shell.cluster, shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
-    return static_cast<std::int32_t>(c);
-  };
-  for (const Edge& e : extra) {
-    const bool sameDevice = shell.ops[static_cast<std::size_t>(e.from)].device == shell.ops[static_cast<std::size_t>(e.to)].device;
-    if (!sameDevice) ++crossEdges;
-    if (implied(e.from, e.to, sameDevice)) continue;
-    ++firstOut[static_cast<std::size_t>(e.from)];
-    ++state[static_cast<std::size_t>(e.to)].pending;
-  }
-  // Inclusive prefix sums: firstOut[x] is the end of x's consumers; filling backwards with
-  // --firstOut[x] leaves it at their start, so firstOut[x + 1] is their end.
-  for (std::int32_t i = 1; i < nOps; ++i) firstOut[static_cast<std::size_t>(i)] += firstOut[static_cast<std::size_t>(i) - 1];
-  if (nOps > 0) firstOut[static_cast<std::size_t>(nOps)] = firstOut[static_cast<std::size_t>(nOps) - 1];
-  // Every slot is written below: no value-initialisation of this (large) array.
-  const auto outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(firstOut.back()));
-  for (auto e = extra.rbegin(); e != extra.rend(); ++e) {
-    const int fromDevice = shell.ops[static_cast<std::size_t>(e->from)].device;
-    const int toDevice = shell.ops[static_cast<std::size_t>(e->to)].device;
-    if (implied(e->from, e->to, fromDevice == toDevice)) continue;
-    EdgeClass c;
-    c.toDevice = toDevice;
-    c.bytes = e->bytes;
-    c.transferMs = deviceTransferMs(shell.cluster, shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
-    classes.push_back(c);
-    outs[static_cast<std::size_t>(--firstOut[static_cast<std::size_t>(e->from)])] = {e->to, static_cast<std::int32_t>(classes.size() - 1)};
-  }
-  for (std::int32_t i = nOps - 1; i >= 0; --i) {
-    Pred slot[2];
-    (void)producers(i, slot);  // cannot fail: the same lookups succeeded above
-    const Op& op = shell.ops[static_cast<std::size_t>(i)];
-    for (int k = 1; k >= 0; --k) {
-      const Pred& pr = slot[k];
-      if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
-      outs[static_cast<std::size_t>(--firstOut[static_cast<std::size_t>(pr.from)])] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
-    }
-  }
-
-  // Duration of each op kind per stage (the expressions of the validation pass above, so
-  // the values are the same bits); a partial batch scales it by its share of the samples.
-  std::vector<double> kindDurationMs(static_cast<std::size_t>(nStages) * kOpKindCount, 0.0);
-  for (std::int32_t s = 0; s < nStages; ++s) {
-    for (int k = 0; k < kOpKindCount; ++k) {
-      kindDurationMs[static_cast<std::size_t>(s) * kOpKindCount + static_cast<std::size_t>(k)] =
-          baseDurationMs(static_cast<OpKind>(k), costs[static_cast<std::size_t>(s)], shell.config.vocabBarriers);
-    }
-  }
-  const std::vector<double> gatherSavedMs = blockwiseGatherSavingsMs(shell, skeleton, costs);
-  auto durationMs = [&](const Op& op, std::int32_t idx) {
-    double dur = kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
-    if (op.samples > 0) dur *= static_cast<double>(op.samples) / samplesPerMb;
-    if (!gatherSavedMs.empty()) dur = std::max(0.0, dur - gatherSavedMs[static_cast<std::size_t>(idx)]);
-    return dur;
-  };
-
-  // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
-  // own; 0: a later member of a group). A group starts when its device is free and every
-  // member's inputs have arrived, and lasts max(Σ computation, Σ collectives) of its members
-  // (the collectives of one hide under the computation of the other, DeepSeek-V3 §3.2.1). The
-  // plan shows the members back to back, each with its share of that time in proportion to
-  // its own duration (so a device's ops never overlap and busy/span keep their meaning); every
-  // member's output leaves when the group ends.
-  std::vector<std::int8_t> groupSize;
-  if (shell.config.overlapForwardBackward) {
-    const auto groups = overlappedGroups(shell, skeleton.devices);
-    if (!groups.empty()) {
-      groupSize.assign(static_cast<std::size_t>(nOps), 1);
-      for (const OverlapGroup& g : groups) {
-        const std::int32_t lead = offset[static_cast<std::size_t>(g.device)] + g.first;
-        groupSize[static_cast<std::size_t>(lead)] = static_cast<std::int8_t>(g.size);
-        for (std::int32_t k = 1; k < g.size; ++k) groupSize[static_cast<std::size_t>(lead + k)] = 0;
-      }
-    }
-  }
-  auto commMs = [&](const Op& op) { return baseCommMs(op.kind, costs[static_cast<std::size_t>(op.virtualStage)]); };
-
-  // Event loop over op completions only. An op starts when its device is free and every
-  // input has arrived: start = max(device free, latest arrival). Arrival times are known as
-  // soon as the producer completes (its transfer queues on the link then), so no arrival
-  // events are needed: an op whose producers have all completed starts at that maximum,
-  // possibly later than the current event. Transfers on a link queue in the order their
-  // producers complete, which is the sending device's op order.
-  std::vector<std::int32_t> position(static_cast<std::size_t>(p), 0);
-  std::vector<char> busy(static_cast<std::size_t>(p), 0);
-  std::vector<double> deviceFreeMs(static_cast<std::size_t>(p), 0.0);
-  std::vector<double> linkFreeMs(static_cast<std::size_t>(p) * static_cast<std::size_t>(p), 0.0);
-  DeviceWinnerTree running(p);
-  if (options.recordComms) shell.comms.reserve(crossEdges);
-
-  // Starts device d's next op if it is idle and every producer of that op has completed;
-  // returns whether it did.
-  // A group's members, timed together (see groupSize); returns the group's end.
-  auto startGroup = [&](std::int32_t lead, std::int32_t size, double readyMs) {
-    double computeMs = 0, collectiveMs = 0, ownMs = 0;
-    for (std::int32_t k = 0; k < size; ++k) {
-      const Op& member = shell.ops[static_cast<std::size_t>(lead + k)];
-      const double dur = durationMs(member, lead + k);
-      const double comm = std::min(dur, commMs(member));
-      ownMs += dur;
-      computeMs += dur - comm;
-      collectiveMs += comm;
-    }
-    const double spanMs = std::max(computeMs, collectiveMs);
-    double at = readyMs;
-    for (std::int32_t k = 0; k < size; ++k) {
-      Op& member = shell.ops[static_cast<std::size_t>(lead + k)];
-      member.startMs = at;
-      at += ownMs > 0 ? spanMs * durationMs(member, lead + k) / ownMs : 0.0;
-      member.endMs = k + 1 == size ? readyMs + spanMs : at;
-    }
-    return readyMs + spanMs;
-  };
-  auto tryStart = [&](int d) {
-    const auto du = static_cast<std::size_t>(d);
-    if (busy[du]) return false;
-    const std::int32_t idx = offset[du] + position[du];
-    if (idx >= offset[du + 1]) return false;
-    const OpState& st = state[static_cast<std::size_t>(idx)];
-    if (st.pending != 0) return false;
-    Op& op = shell.ops[static_cast<std::size_t>(idx)];
-    const std::int32_t size = groupSize.empty() ? 1 : groupSize[static_cast<std::size_t>(idx)];
-    if (size > 1) {
-      double readyMs = std::max(deviceFreeMs[du], st.readyMs);
-      for (std::int32_t k = 1; k < size; ++k) {
-        const OpState& member = state[static_cast<std::size_t>(idx + k)];
-        if (member.pending != 0) return false;
-        readyMs = std::max(readyMs, member.readyMs);
-      }
-      busy[du] = 1;
-      running.set(d, startGroup(idx, size, readyMs));
-      return true;
-    }
-    op.startMs = std::max(deviceFreeMs[du], st.readyMs);
-    op.endMs = op.startMs + durationMs(op, idx);
-    busy[du] = 1;
-    running.set(d, op.endMs);
-    // Sixty-odd devices walk their orders side by side, too many streams for the hardware
-    // prefetcher: fetch what this op's end and this device's next start will read.
-    if (idx + 1 < offset[du + 1]) {
-      const Op* next = &shell.ops[static_cast<std::size_t>(idx) + 1];
-      __builtin_prefetch(next);
-      __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(Op) - 1);  // an Op may straddle two lines
-      __builtin_prefetch(&state[static_cast<std::size_t>(idx) + 1]);
-    }
-    for (std::int32_t k = firstOut[static_cast<std::size_t>(idx)]; k < firstOut[static_cast<std::size_t>(idx) + 1]; ++k) {
-      __builtin_prefetch(&state[static_cast<std::size_t>(outs[static_cast<std::size_t>(k)].to)]);
-    }
-    return true;
-  };
-  for (int d = 0; d < p; ++d) tryStart(d);
-  std::int32_t completed = 0;
-  for (int dev = running.top(); dev >= 0; dev = running.top()) {
-    const auto du = static_cast<std::size_t>(dev);
-    const double timeMs = running.keyMs(dev);
-    busy[du] = 0;
-    deviceFreeMs[du] = timeMs;
-    const std::int32_t lead = offset[du] + position[du];
-    const std::int32_t members = groupSize.empty() ? 1 : std::max<std::int32_t>(1, groupSize[static_cast<std::size_t>(lead)]);
-    for (std::int32_t member = 0; member < members; ++member) {
-    const std::int32_t code = lead + member;
-    const Op& op = shell.ops[static_cast<std::size_t>(code)];
-    ++completed;
-    ++position[du];
-    const Out* o = outs.get() + firstOut[static_cast<std::size_t>(code)];
-    const Out* oEnd = outs.get() + firstOut[static_cast<std::size_t>(code) + 1];
-    for (; o != oEnd; ++o) {
-      OpState& consumer = state[static_cast<std::size_t>(o->to)];
-      const EdgeClass& edge = classes[static_cast<std::size_t>(o->edgeClass)];
-      if (edge.toDevice == dev) {
-        // Same device, consumer earlier in this order: never runs (deadlock, reported below).
-        --consumer.pending;
-        continue;
-      }
-      const std::size_t link = du * static_cast<std::size_t>(p) + static_cast<std::size_t>(edge.toDevice);
-      const double startMs = std::max(timeMs, linkFreeMs[link]);
-      const double endMs = startMs + edge.transferMs;
-      linkFreeMs[link] = endMs;
-      if (options.recordComms) {
-        // Fields written in place: a Comm built on the stack and copied cost a store-forwarding stall.
-        Comm& c = shell.comms.emplace_back();
-        c.fromDevice = dev;
-        c.toDevice = edge.toDevice;
-        c.microbatch = op.microbatch;
-        c.kind = (op.kind == OpKind::B || op.kind == OpKind::BW || op.kind == OpKind::T) ? OpKind::B : OpKind::F;
-        c.virtualStage = op.virtualStage;
-        c.startMs = startMs;
-        c.endMs = endMs;
-        c.bytes = edge.bytes;
-      }
-      consumer.readyMs = std::max(consumer.readyMs, endMs);
-      if (--consumer.pending == 0) tryStart(edge.toDevice);
-    }
-    }
-    if (!tryStart(dev)) running.clear(dev);
-  }
-
-  if (completed != nOps) {
-    // Deadlock: follow "waits for" from a stuck device until a device repeats.
-    std::ostringstream msg;
-    msg << "deadlock after " << completed << " of " << nOps << " ops:";
-    std::vector<int> waitsOn(static_cast<std::size_t>(p), -1);
-    for (int d = 0; d < p; ++d) {
-      const auto du = static_cast<std::size_t>(d);
-      const std::int32_t idx = offset[du] + position[du];
-      if (idx >= offset[du + 1]) continue;
-      const Op& op = shell.ops[static_cast<std::size_t>(idx)];
-      msg << "\n  device " << d << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
-      auto isDone = [&](std::int32_t x) {
-        const Op& o = shell.ops[static_cast<std::size_t>(x)];
-        return x < offset[static_cast<std::size_t>(o.device)] + position[static_cast<std::size_t>(o.device)];
-      };
-      // The producers of the stuck op, in the order the simulator lists them.
-      std::vector<Edge> waits;
-      Pred slot[2];
-      (void)producers(idx, slot);
-      for (const Pred& pr : slot) waits.push_back({pr.from, idx, 0});
-      for (const Edge& e : extra) {
-        if (e.to == idx) waits.push_back(e);
-      }
-      for (const Edge& e : waits) {
-        if (e.from == kNone || isDone(e.from)) continue;
-        const Op& need = shell.ops[static_cast<std::size_t>(e.from)];
-        msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << need.device;
-        if (need.device == d) msg << " (later in its own order)";
-        waitsOn[du] = need.device;
-        break;
-      }
-    }
-    for (int start = 0; start < p; ++start) {
-      if (waitsOn[static_cast<std::size_t>(start)] < 0) continue;
-      std::vector<int> seen(static_cast<std::size_t>(p), -1);
-      std::vector<int> path;
-      int d = start;
-      while (d >= 0 && seen[static_cast<std::size_t>(d)] < 0) {
-        seen[static_cast<std::size_t>(d)] = static_cast<int>(path.size());
-        path.push_back(d);
-        d = waitsOn[static_cast<std::size_t>(d)];
-      }
-      if (d < 0) continue;
-      msg << "\n  cycle: device";
-      for (std::size_t i = static_cast<std::size_t>(seen[static_cast<std::size_t>(d)]); i < path.size(); ++i) {
-        msg << ' ' << path[i] << " →";
-      }
-      msg << ' ' << d;
-      break;
-    }
-    return Error{msg.str()};
-  }
+  Simulation sim(shell, skeleton, options);
+  if (auto err = sim.validateShape()) return std::move(*err);
+  if (auto err = sim.flatten()) return std::move(*err);
+  if (auto err = sim.buildConsumerGraph()) return std::move(*err);
+  sim.prepareTiming();
+  sim.run();
+  if (!sim.finished()) return sim.explainDeadlock();
   if (options.recordComms) appendFrozenTransfers(shell);  // part: frozen outputs to their consumers (Fill.hpp)
   if (options.computeMetrics) shell.metrics = computeMetrics(shell);
   return shell;
