@@ -157,19 +157,33 @@ HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
   });
 }
 
+namespace {
+/// The workers only read: a read-only connection never waits for this dock's own writes
+/// (rename, delete) or a recorder's open write transaction, and never migrates or recovers.
+history::OpenOptions readerOptions() {
+  history::OpenOptions options;
+  options.readOnly = true;
+  return options;
+}
+}  // namespace
+
 HistoryDock::~HistoryDock() = default;
 
 bool HistoryDock::openDatabase(const QString& path) {
   m_listJob.invalidate();  // what the previous database said no longer matters
   m_readJob.invalidate();
   auto store = history::HistoryStore::open(path.toStdString());
-  if (!store) {
-    m_status->setText(q(store.message()));
+  auto reader = store ? history::HistoryStore::open(path.toStdString(), readerOptions()) : store.error();
+  if (!store || !reader) {
+    m_status->setText(q(!store ? store.message() : reader.message()));
     m_store.reset();
+    m_reader.reset();
     m_model->setRuns({});
     return false;
   }
   m_store = std::make_unique<history::HistoryStore>(std::move(*store));
+  m_reader = std::make_shared<Reader>();
+  m_reader->store = std::make_unique<history::HistoryStore>(std::move(*reader));
   m_status->setText(path);
   // Other processes write the database (and its -wal file): watch both and their folder.
   if (!m_watcher->files().isEmpty()) m_watcher->removePaths(m_watcher->files());
@@ -185,12 +199,11 @@ bool HistoryDock::openDatabase(const QString& path) {
 }
 
 void HistoryDock::refresh() {
-  if (!m_store) return;
+  if (!m_store || !m_reader) return;
   m_listJob.start(
-      [path = m_store->path()](const JobTracker::Control&) -> Expected<std::vector<history::RunSummary>> {
-        auto store = history::HistoryStore::open(path);
-        if (!store) return store.error();
-        return store->listRuns();
+      [reader = m_reader](const JobTracker::Control&) -> Expected<std::vector<history::RunSummary>> {
+        std::lock_guard lock(reader->mutex);
+        return reader->store->listRuns();
       },
       [this](Expected<std::vector<history::RunSummary>> runs) { showRuns(std::move(runs)); });
 }
@@ -229,16 +242,15 @@ void HistoryDock::showRuns(Expected<std::vector<history::RunSummary>> runs) {
 
 template <typename Read, typename Done>
 void HistoryDock::readRunsInBackground(Read read, Done done) {
-  if (!m_store) {
+  if (!m_store || !m_reader) {
     Q_EMIT message(QStringLiteral("No history database is open"), true);
     return;
   }
   using Result = std::invoke_result_t<Read&, history::HistoryStore&>;
   m_readJob.start(
-      [path = m_store->path(), read](const JobTracker::Control&) -> Result {
-        auto store = history::HistoryStore::open(path);
-        if (!store) return store.error();
-        return read(*store);
+      [reader = m_reader, read](const JobTracker::Control&) -> Result {
+        std::lock_guard lock(reader->mutex);
+        return read(*reader->store);
       },
       [this, done](Result result) {
         if (!result) {

@@ -4,10 +4,11 @@
 // annotate, delete. Runs recorded by other processes (pipestudio-cli run, a deploy) appear on
 // their own: the database file is watched, with a slow poll as a fallback (WAL writes do not
 // always touch the main file). With no runs, the dock says how to get one. Listing runs and
-// building a run's plan (runAsPlan) read the database on JobTracker workers, each with its own
-// connection, so a large history never freezes the window.
+// building a run's plan (runAsPlan) read the database on JobTracker workers through a read-only
+// connection of their own, so a large history never freezes the window.
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -104,6 +105,13 @@ class HistoryDock : public QWidget {
   QTimer* m_poll = nullptr;
   QString m_signature;  ///< ids, statuses and event counts of the listed runs
   QString m_fileStamp;  ///< sizes and times of the database and its log at the last poll
+  /// The workers' read-only connection, opened once per database (opening one per job would
+  /// touch the watched folder and start another refresh). One worker uses it at a time.
+  struct Reader {
+    std::mutex mutex;
+    std::unique_ptr<history::HistoryStore> store;
+  };
+  std::shared_ptr<Reader> m_reader;
   JobTracker m_listJob{this, 1};  ///< listRuns for the table
   JobTracker m_readJob{this, 1};  ///< runAsPlan and friends for Open / Compare
 };
