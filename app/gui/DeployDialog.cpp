@@ -1,5 +1,7 @@
 #include "DeployDialog.hpp"
 
+#include "ExecutorPath.hpp"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -244,19 +246,7 @@ DeployDialog::~DeployDialog() {
   cancelDeploy();
 }
 
-QString DeployDialog::defaultExecutor() {
-  const QString env = qEnvironmentVariable("PIPESTUDIO_EXEC");
-  if (!env.isEmpty()) return env;
-  // Installed: next to pipestudio; build tree: <build>/app/gui/pipestudio and <build>/executor.
-  const QDir app(QCoreApplication::applicationDirPath());
-  for (const QString& rel : {QStringLiteral("pipestudio-exec"), QStringLiteral("../executor/pipestudio-exec"),
-                             QStringLiteral("../../executor/pipestudio-exec")}) {
-    const QFileInfo info(app.filePath(rel));
-    if (info.isFile() && info.isExecutable()) return info.canonicalFilePath();
-  }
-  const QString inPath = QStandardPaths::findExecutable(QStringLiteral("pipestudio-exec"));
-  return inPath.isEmpty() ? QStringLiteral("pipestudio-exec") : inPath;
-}
+QString DeployDialog::defaultExecutor() { return guiExecutorPath(); }
 
 void DeployDialog::browseHosts() {
   const QString path = QFileDialog::getOpenFileName(this, QStringLiteral("Hosts file"), m_hostsPath->text(),

@@ -71,8 +71,4 @@ class RunLocalDialog : public QDialog {
   std::thread m_worker;
 };
 
-/// pipestudio-exec for the window's local runs and deployments: $PIPESTUDIO_EXEC, next to the
-/// application or in the build tree's executor/, then PATH.
-QString guiExecutorPath();
-
 }  // namespace pipestudio::gui
