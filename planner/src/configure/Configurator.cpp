@@ -537,10 +537,11 @@ Expected<Configuration> Search::run() {
   }
 
   // --- simulate the screened list in full ---
-  for (std::size_t i = 0; i < screened.size() && out.feasible.size() < keep; ++i) {
+  std::size_t next = 0;
+  for (; next < screened.size() && out.feasible.size() < keep; ++next) {
     if (m_control.cancelled()) return Error::cancelled();
     if (m_control.progress) m_control.progress(0.8 + 0.2 * static_cast<double>(out.feasible.size()) / static_cast<double>(keep));
-    const Screened& sc = screened[i];
+    const Screened& sc = screened[next];
     Expected<Plan> plan = simulate(sc.config);
     ++out.simulatedInFull;
     const int P = sc.config.devices;
@@ -565,6 +566,11 @@ Expected<Configuration> Search::run() {
     auto at = std::upper_bound(out.feasible.begin(), out.feasible.end(), c.throughputSamplesPerS,
                                [](double t, const ConfigCandidate& x) { return t > x.throughputSamplesPerS; });
     out.feasible.insert(at, std::move(c));
+  }
+  // Screened but never simulated in full: not known to fail, so their family is not rejected.
+  for (; next < screened.size(); ++next) {
+    const PlanConfig& cfg = screened[next].config;
+    m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}].anyUndecided = true;
   }
   for (auto& [key, f] : m_families) {
     if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty()) out.rejected.push_back({f.p, f.d, f.schedule, f.reason});
