@@ -186,8 +186,10 @@ Sshd* SlurmDeployTest::s_sshd = nullptr;
 
 TEST_F(SlurmDeployTest, CpuPlanCompletesAndItsEventsArriveWhileTheJobRuns) {
   DeployRequest req = request("s1");
+  // About 5 s of run (90 ms iterations), so "arrived while it ran" keeps a margin of seconds
+  // over a slow start on a loaded machine and over EndTime's one-second resolution.
   req.iterations = 60;
-  req.executorArgs = {"--max-op-ms", "10", "--timeout-s", "60"};
+  req.executorArgs = {"--max-op-ms", "30", "--timeout-s", "60"};
   HistoryTestSink sink(m_store.get(), kPlan);
   Reports reports;
   Deployment d(req, reports.callbacks(), sink);
@@ -455,8 +457,8 @@ Sshd* MpirunDeployTest::s_sshd = nullptr;
 
 TEST_F(MpirunDeployTest, CpuPlanCompletesAndItsEventsArriveWhileItRuns) {
   DeployRequest req = request("m1");
-  req.iterations = 60;
-  req.executorArgs = {"--max-op-ms", "10", "--timeout-s", "60"};
+  req.iterations = 60;  // about 5 s of run, as in the Slurm test
+  req.executorArgs = {"--max-op-ms", "30", "--timeout-s", "60"};
   HistoryTestSink sink(m_store.get(), kPlan);
   Deployment d(req, {}, sink);
   auto result = d.run();
