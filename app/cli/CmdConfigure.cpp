@@ -1,9 +1,9 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
-
-#include <unistd.h>
 
 #include "Commands.hpp"
 #include "Flags.hpp"
@@ -162,11 +162,14 @@ int runConfigure(const ConfigureCliOptions& o) {
   }
   std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "' (" << cluster.totalGpus()
             << " GPUs), global batch " << result->globalBatch << " samples"
-            << (o.globalBatch > 0 ? "" : (model.globalBatch ? " (the model's)" : " (default: 4 per GPU; set --global-batch)"))
+            << (o.globalBatch > 0
+                    ? ""
+                    : (model.globalBatch ? " (the model's)" : " (default: 4 per GPU; set --global-batch)"))
             << ":\n  " << result->enumerated << " configurations, " << result->prunedByMemory
-            << " ruled out by memory bounds, " << result->evaluated << " screened (short runs extended to the full batch), "
-            << result->simulatedInFull << " of them simulated in full, " << result->boundedOut
-            << " bounded out, " << result->feasible.size() << " ranked\n\n";
+            << " ruled out by memory bounds, " << result->evaluated
+            << " screened (short runs extended to the full batch), " << result->simulatedInFull
+            << " of them simulated in full, " << result->boundedOut << " bounded out, " << result->feasible.size()
+            << " ranked\n\n";
   std::printf("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s %10s %9s %12s %7s %5s %10s\n", "rank", "schedule",
               "pp", "tp", "cp", "dp", "ep", "mbs", "m", "v", "recompute", "zero", "iter ms", "sync ms", "tokens/s",
               "bubble", "mfu", "peak mem");
@@ -207,9 +210,10 @@ int runConfigure(const ConfigureCliOptions& o) {
 
 void addConfigureCommand(CLI::App& root, int& exitCode) {
   static ConfigureCliOptions o;
-  auto* cmd = root.add_subcommand("configure", "Search tensor × context × pipeline × data (× expert) parallel degrees, "
-                                               "micro-batch size, schedule, chunks, recomputation and ZeRO for a fixed "
-                                               "global batch; rank feasible configurations by throughput");
+  auto* cmd = root.add_subcommand("configure",
+                                  "Search tensor × context × pipeline × data (× expert) parallel degrees, "
+                                  "micro-batch size, schedule, chunks, recomputation and ZeRO for a fixed "
+                                  "global batch; rank feasible configurations by throughput");
   cmd->add_option("--model", o.model, "Model file (pipestudio.model/1)")->required();
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
   cmd->add_option("--top", o.top, "Configurations to rank (and print)")->check(intIn(1, 1'000'000));

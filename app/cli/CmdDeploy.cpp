@@ -38,7 +38,8 @@ std::string findExecutor(const std::string& given) {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const fs::path& p : {self.parent_path() / "pipestudio-exec", self.parent_path() / "../executor/pipestudio-exec"}) {
+    for (const fs::path& p :
+         {self.parent_path() / "pipestudio-exec", self.parent_path() / "../executor/pipestudio-exec"}) {
       if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
     }
   }
@@ -175,9 +176,10 @@ int deploy(const DeployArgs& a) {
   request.backend = parseBackend(a.backend).value_or(Backend::Cuda);  // checked by the option
   request.iterations = a.iterations;
   request.executorPath = findExecutor(a.executor);
-  request.runId = "deploy-" + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                  std::chrono::system_clock::now().time_since_epoch())
-                                                  .count()) +
+  request.runId = "deploy-" +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count()) +
                   "-" + std::to_string(::getpid());
   request.executorArgs = a.execArgs;
 
@@ -263,7 +265,8 @@ int deploy(const DeployArgs& a) {
 }  // namespace
 
 void addDeployCommand(CLI::App& root, int& exitCode) {
-  auto* cmd = root.add_subcommand("deploy", "Run a plan on the hosts of a hosts file over SSH, record it in the history");
+  auto* cmd =
+      root.add_subcommand("deploy", "Run a plan on the hosts of a hosts file over SSH, record it in the history");
   static DeployArgs args;
   cmd->add_option("plan", args.plan, "Plan file (pipestudio.plan/1)")->required();
   cmd->add_option("--hosts", args.hosts, "Hosts file (pipestudio.hosts/1)")->required();
@@ -271,10 +274,13 @@ void addDeployCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--iterations", args.iterations, "Measured iterations (default: the executor's)")
       ->check(intIn(1, 1 << 20));
-  cmd->add_flag("--accept-new-host-keys", args.acceptNewHostKeys,
-                "Trust hosts seen for the first time and add their keys to known_hosts (changed keys are always refused)");
-  cmd->add_option("--executor", args.executor, "Local pipestudio-exec to upload (default: the one built with this CLI)");
-  cmd->add_option("--exec-arg", args.execArgs, "Extra pipestudio-exec option, repeatable (e.g. --exec-arg=--max-op-ms --exec-arg=5)")
+  cmd->add_flag(
+      "--accept-new-host-keys", args.acceptNewHostKeys,
+      "Trust hosts seen for the first time and add their keys to known_hosts (changed keys are always refused)");
+  cmd->add_option("--executor", args.executor,
+                  "Local pipestudio-exec to upload (default: the one built with this CLI)");
+  cmd->add_option("--exec-arg", args.execArgs,
+                  "Extra pipestudio-exec option, repeatable (e.g. --exec-arg=--max-op-ms --exec-arg=5)")
       ->allow_extra_args(false);
   cmd->add_flag("--json", args.json, "Print {\"id\": RUN} on stdout");
   cmd->callback([&exitCode] { exitCode = deploy(args); });

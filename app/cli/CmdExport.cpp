@@ -10,8 +10,8 @@
 #include <string>
 
 #include "Commands.hpp"
-#include "pipestudio/common/Files.hpp"
 #include "Flags.hpp"
+#include "pipestudio/common/Files.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -98,11 +98,16 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
 #ifdef PIPESTUDIO_CLI_HAVE_HISTORY
 std::optional<std::string> activityCategory(history::EventCategory c) {
   switch (c) {
-    case history::EventCategory::Kernel: return "kernel";
-    case history::EventCategory::Memcpy: return "memcpy";
-    case history::EventCategory::Memset: return "memset";
-    case history::EventCategory::Nccl: return "nccl";
-    default: return std::nullopt;  // op ranges are the plan's ops; host ranges are not device lanes
+    case history::EventCategory::Kernel:
+      return "kernel";
+    case history::EventCategory::Memcpy:
+      return "memcpy";
+    case history::EventCategory::Memset:
+      return "memset";
+    case history::EventCategory::Nccl:
+      return "nccl";
+    default:
+      return std::nullopt;  // op ranges are the plan's ops; host ranges are not device lanes
   }
 }
 
@@ -199,8 +204,9 @@ void addExportCommand(CLI::App& root, int& exitCode) {
                   "or torchtitan ([parallelism] TOML and the schedule CSV beside it)")
       ->required()
       ->check(CLI::IsMember({"chrome", "csv", "megatron", "torchtitan"}));
-  cmd->add_option("--csv-format", o.csvFormat,
-                  "csv: compute_only (F/I/W/B) or compute_comms (with SEND/RECV as _PipelineScheduleRuntime lowers them)")
+  cmd->add_option(
+         "--csv-format", o.csvFormat,
+         "csv: compute_only (F/I/W/B) or compute_comms (with SEND/RECV as _PipelineScheduleRuntime lowers them)")
       ->check(CLI::IsMember({"compute_only", "compute_comms"}));
   cmd->add_option("-o,--output", o.output, "Output file (default: stdout; torchtitan needs one)")
       ->check(nonEmptyPath());

@@ -66,8 +66,9 @@ Expected<HistoryStore> openStore(bool write = true) {
   auto store = HistoryStore::open(path, open);
   // An older schema needs one read-write open to migrate; a database not yet created reads as
   // empty once created (as before).
-  if (!store && !write && (store.message().find("needs a migration") != std::string::npos ||
-                           store.message().find("no history database here") != std::string::npos)) {
+  if (!store && !write &&
+      (store.message().find("needs a migration") != std::string::npos ||
+       store.message().find("no history database here") != std::string::npos)) {
     return HistoryStore::open(path);
   }
   return store;
@@ -78,12 +79,14 @@ std::string shown(const std::string& text) { return excerpt(text, 200); }
 
 void printSummaryText(const RunSummary& s) {
   std::cout << "run " << s.id << "  " << shown(s.name) << '\n'
-            << "  status     " << runStatusName(s.status) << (s.error.empty() ? "" : "  (" + shown(s.error) + ")") << '\n'
+            << "  status     " << runStatusName(s.status) << (s.error.empty() ? "" : "  (" + shown(s.error) + ")")
+            << '\n'
             << "  created    " << formatUnixMs(s.createdUnixMs) << '\n'
             << "  events     " << s.events << " on " << s.devices << " device(s), " << s.durationMs << " ms\n"
             << "  plan       " << (s.planId ? std::to_string(*s.planId) : "-") << '\n'
             << "  source     " << shown(s.source) << (s.sourcePath.empty() ? "" : " " + shown(s.sourcePath)) << '\n';
-  if (!s.host.empty() || !s.gpu.empty()) std::cout << "  host/gpu   " << shown(s.host) << " " << shown(s.backend) << " " << shown(s.gpu) << '\n';
+  if (!s.host.empty() || !s.gpu.empty())
+    std::cout << "  host/gpu   " << shown(s.host) << " " << shown(s.backend) << " " << shown(s.gpu) << '\n';
   if (!s.notes.empty()) std::cout << "  notes      " << shown(s.notes) << '\n';
 }
 
@@ -104,7 +107,8 @@ int runList() {
   }
   for (const auto& r : *runs) {
     std::cout << r.id << '\t' << runStatusName(r.status) << '\t' << formatUnixMs(r.createdUnixMs) << '\t' << r.events
-              << " events\t" << (r.planId ? "plan " + std::to_string(*r.planId) : "no plan") << '\t' << shown(r.name) << '\n';
+              << " events\t" << (r.planId ? "plan " + std::to_string(*r.planId) : "no plan") << '\t' << shown(r.name)
+              << '\n';
   }
   return kExitOk;
 }
@@ -128,8 +132,8 @@ int runShow() {
   if (!idle->empty()) {
     std::cout << "\n  idle breakdown per device (ms): busy, communication, dependency wait, host wait, bubble\n";
     for (const auto& r : *idle) {
-      std::cout << "  device " << r.device << ": " << r.busyMs << ", " << r.communicationMs << ", " << r.dependencyWaitMs
-                << ", " << r.hostWaitMs << ", " << r.bubbleMs << '\n';
+      std::cout << "  device " << r.device << ": " << r.busyMs << ", " << r.communicationMs << ", "
+                << r.dependencyWaitMs << ", " << r.hostWaitMs << ", " << r.bubbleMs << '\n';
     }
   }
   return kExitOk;
@@ -204,8 +208,8 @@ int runImport() {
               << (result->firstError ? "; first problem: " + *result->firstError : "") << '\n';
   }
   if (plan && result->matchedOps == 0) {
-    std::cerr << "pipestudio-cli history import: no measured op matched the plan's ops ("
-              << result->measuredOps << " op range(s) found"
+    std::cerr << "pipestudio-cli history import: no measured op matched the plan's ops (" << result->measuredOps
+              << " op range(s) found"
               << (result->measuredOps == 0 ? "; the trace has no PP:<action> annotations or --op-pattern matches" : "")
               << ")\n";
   }
@@ -270,33 +274,36 @@ void addHistoryCommand(CLI::App& root, int& exitCode) {
   compare->callback([&exitCode] { exitCode = runCompare(); });
 
   auto* import = cmd->add_subcommand(
-      "import", "Import traces as one run: PyTorch profiler (Kineto) JSON or .json.gz and Nsight Systems SQLite "
-                "exports, one file per rank; or a PipeStudio trace stream");
+      "import",
+      "Import traces as one run: PyTorch profiler (Kineto) JSON or .json.gz and Nsight Systems SQLite "
+      "exports, one file per rank; or a PipeStudio trace stream");
   import->add_option("files", options().files, "Trace files (one per rank)")->required();
-  import->add_option("--plan", options().planFile, "Plan file the run executed (stored and linked; places annotated stages)");
+  import->add_option("--plan", options().planFile,
+                     "Plan file the run executed (stored and linked; places annotated stages)");
   import->add_option("--op-pattern", options().opPattern,
                      "Regular expression (PCRE2) naming ops, with named groups stage, kind and microbatch "
                      "(default: torch.distributed.pipelining's PP:<stage><kind><microbatch>)");
   import->add_option("--name", options().name, "Name of the new run");
   addCommon(import);
-  import->callback([&exitCode] { exitCode = runImport(); });
+  import->callback([&exitCode] { exitCode = runImport();
+});
 
-  auto* rename = cmd->add_subcommand("rename", "Rename a run");
-  rename->add_option("id", options().idA, "Run id")->required();
-  rename->add_option("name", options().text, "New name")->required();
-  addCommon(rename);
-  rename->callback([&exitCode] { exitCode = runEdit("rename"); });
+auto* rename = cmd->add_subcommand("rename", "Rename a run");
+rename->add_option("id", options().idA, "Run id")->required();
+rename->add_option("name", options().text, "New name")->required();
+addCommon(rename);
+rename->callback([&exitCode] { exitCode = runEdit("rename"); });
 
-  auto* note = cmd->add_subcommand("note", "Set a run's notes");
-  note->add_option("id", options().idA, "Run id")->required();
-  note->add_option("text", options().text, "Notes")->required();
-  addCommon(note);
-  note->callback([&exitCode] { exitCode = runEdit("note"); });
+auto* note = cmd->add_subcommand("note", "Set a run's notes");
+note->add_option("id", options().idA, "Run id")->required();
+note->add_option("text", options().text, "Notes")->required();
+addCommon(note);
+note->callback([&exitCode] { exitCode = runEdit("note"); });
 
-  auto* del = cmd->add_subcommand("delete", "Delete a run and its events");
-  del->add_option("id", options().idA, "Run id")->required();
-  addCommon(del);
-  del->callback([&exitCode] { exitCode = runEdit("delete"); });
-}
+auto* del = cmd->add_subcommand("delete", "Delete a run and its events");
+del->add_option("id", options().idA, "Run id")->required();
+addCommon(del);
+del->callback([&exitCode] { exitCode = runEdit("delete"); });
+}  // namespace pipestudio::cli
 
 }  // namespace pipestudio::cli

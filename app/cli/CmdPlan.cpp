@@ -5,16 +5,16 @@
 #include <string>
 
 #include "Commands.hpp"
-#include "pipestudio/planner/Export.hpp"
 #include "Flags.hpp"
 #include "Inputs.hpp"
 #include "PlanSummary.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
+#include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Partition.hpp"
-#include "pipestudio/common/Text.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Vocab.hpp"
@@ -26,12 +26,12 @@ struct PlanOptions {
   std::string model, cluster, schedule, partition = "balanced", fill = "none", memoryLimit, output;
   int devices = 0, microbatches = 0, chunks = 0;
   bool json = false;
-  std::string csv;               // custom: the schedule CSV ("auto" helper)
+  std::string csv;                     // custom: the schedule CSV ("auto" helper)
   std::string csvDialect = "current";  // legacy: PyTorch ≈2.5 / Zero Bubble fork letters (B = I, BW = B)
-  bool exact = false;            // zb-auto: ILP through CBC ("auto" helper)
-  bool vocabParallel = false;    // embedding/LM head split over all devices (Vocab.hpp)
-  int vocabBarriers = 1;         // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
-  int unit = 0;                  // zeropp: microbatches per scheduling unit (0: the schedule's default)
+  bool exact = false;                  // zb-auto: ILP through CBC ("auto" helper)
+  bool vocabParallel = false;          // embedding/LM head split over all devices (Vocab.hpp)
+  int vocabBarriers = 1;               // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
+  int unit = 0;                        // zeropp: microbatches per scheduling unit (0: the schedule's default)
   double exactTimeLimitS = 30;
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
@@ -69,8 +69,8 @@ std::string times(double factor) {
 
 void printFillReport(const FillReport& r, std::ostream& out) {
   out << "\nfrozen components (fill " << r.mode << (r.usedNoFillLayout ? ", greedy kept the no-fill layout" : "")
-      << "): backbone only " << formatMs(r.backboneOnlyMs) << ", fill none " << formatMs(r.noFillMs)
-      << ", this plan " << formatMs(r.iterationMs) << " (" << times(r.speedupOverNoFill) << " over fill none)\n";
+      << "): backbone only " << formatMs(r.backboneOnlyMs) << ", fill none " << formatMs(r.noFillMs) << ", this plan "
+      << formatMs(r.iterationMs) << " (" << times(r.speedupOverNoFill) << " over fill none)\n";
   if (r.dataParallelMs) {
     out << "data parallel on the same devices: " << formatMs(*r.dataParallelMs) << " (the pipeline runs at "
         << times(r.speedupOverDataParallel) << " its speed)\n";
@@ -125,7 +125,8 @@ int runPlan(const PlanOptions& o) {
     return kExitUsage;
   }
   if (o.optimizerSync != "global" && o.optimizerSync != "post-validation") {
-    std::cerr << "plan: --optimizer-sync '" << o.optimizerSync << "' is not a mode (expected global or post-validation)\n";
+    std::cerr << "plan: --optimizer-sync '" << o.optimizerSync
+              << "' is not a mode (expected global or post-validation)\n";
     return kExitUsage;
   }
   cfg.optimizerSync = o.optimizerSync;
@@ -160,7 +161,8 @@ int runPlan(const PlanOptions& o) {
     plan = makeVocabParallelPlan(request);
   } else if (o.schedule == "custom" && !o.csv.empty()) {
     auto text = readScheduleCsvFile(o.csv);
-    if (text && o.csvDialect == "legacy") text = convertScheduleCsv(*text, CsvDialect::Legacy, CsvDialect::Current, o.csv);
+    if (text && o.csvDialect == "legacy")
+      text = convertScheduleCsv(*text, CsvDialect::Legacy, CsvDialect::Current, o.csv);
     if (!text) {
       std::cerr << "plan: " << text.message() << '\n';
       return kExitFailure;
@@ -228,9 +230,10 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("-o,--output", o.output, "Write the plan document here")->check(nonEmptyPath());
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");
   cmd->add_option("--csv", o.csv, "custom: per-device order from a torch.distributed.pipelining schedule CSV");
-  cmd->add_option("--csv-dialect", o.csvDialect,
-                  "custom: current (I input gradient, B full backward) or legacy (PyTorch 2.5 and the Zero Bubble fork: "
-                  "B input gradient, BW full backward)")
+  cmd->add_option(
+         "--csv-dialect", o.csvDialect,
+         "custom: current (I input gradient, B full backward) or legacy (PyTorch 2.5 and the Zero Bubble fork: "
+         "B input gradient, BW full backward)")
       ->check(CLI::IsMember({"current", "legacy"}));
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
@@ -242,9 +245,12 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
   cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)")
       ->check(numberIn(0.001, 86400));
-  cmd->add_option("--tp", o.tp, "Tensor-parallel degree T (Megatron: QKV/MLP split over T GPUs of a node)")->check(intIn(1, 1024));
-  cmd->add_option("--cp", o.cp, "Context-parallel degree C (ring attention, sequence split over C)")->check(intIn(1, 1024));
-  cmd->add_option("--ep", o.ep, "Expert-parallel degree E (MoE, inside the data-parallel group)")->check(intIn(1, 1'000'000));
+  cmd->add_option("--tp", o.tp, "Tensor-parallel degree T (Megatron: QKV/MLP split over T GPUs of a node)")
+      ->check(intIn(1, 1024));
+  cmd->add_option("--cp", o.cp, "Context-parallel degree C (ring attention, sequence split over C)")
+      ->check(intIn(1, 1024));
+  cmd->add_option("--ep", o.ep, "Expert-parallel degree E (MoE, inside the data-parallel group)")
+      ->check(intIn(1, 1'000'000));
   cmd->add_option("--dp", o.dp, "Data-parallel degree D (replicas of the whole pipeline)")->check(intIn(1, 1'000'000));
   cmd->add_option("--zero", o.zero, "ZeRO stage 0|1|2|3 (1: distributed optimizer, 3: FSDP)")->check(intIn(0, 3));
   cmd->add_option("--recompute", o.recompute, "Activation recomputation none|selective|full");
@@ -252,8 +258,10 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_flag("--no-sequence-parallel", o.noSequenceParallel, "Turn sequence parallelism off");
   cmd->add_flag("--no-overlap-grad-reduce", o.noOverlapGradReduce,
                 "Reduce gradients after the pipeline drains instead of during the last backward passes");
-  cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))")->check(intIn(1, std::int64_t{1} << 40));
-  cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)")->check(intIn(1, 1'000'000));
+  cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))")
+      ->check(intIn(1, std::int64_t{1} << 40));
+  cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)")
+      ->check(intIn(1, 1'000'000));
   cmd->add_option("--optimizer-sync", o.optimizerSync,
                   "global (default) | post-validation (Zero Bubble: iterations overlap, steady-state period)");
   cmd->callback([&exitCode] { exitCode = runPlan(o); });

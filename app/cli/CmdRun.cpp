@@ -11,17 +11,16 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
-
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "Commands.hpp"
 #include "Flags.hpp"
-#include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/common/JsonReader.hpp"
+#include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -175,10 +174,14 @@ extern "C" void onStopSignal(int sig) { g_stopSignal.store(sig); }  // async-sig
 
 std::string sigabbrev(int sig) {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "signal " + std::to_string(sig);
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal " + std::to_string(sig);
   }
 }
 
@@ -187,7 +190,7 @@ class SignalStop {
  public:
   SignalStop() {
     g_stopSignal = 0;
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = onStopSignal;
     sigemptyset(&sa.sa_mask);
     for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &sa, &m_previous[i]);

@@ -25,13 +25,14 @@ void checkSolver(JsonReader& r, const JsonNode& s, const std::optional<ClusterSp
   (void)r.integer(s, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
   if (auto p = r.string(s, "partition", Presence::Optional)) {
     if (const auto names = partitionNames(); std::find(names.begin(), names.end(), *p) == names.end()) {
-      r.error(s.child("partition"), "'" + excerpt(*p) + "' is not a partitioner (expected " +
-                                        choiceList(partitionNames()) + ")");
+      r.error(s.child("partition"),
+              "'" + excerpt(*p) + "' is not a partitioner (expected " + choiceList(partitionNames()) + ")");
     }
   }
   if (auto f = r.string(s, "fill", Presence::Optional)) {
     if (const auto modes = fillModeNames(); std::find(modes.begin(), modes.end(), *f) == modes.end())
-      r.error(s.child("fill"), "'" + excerpt(*f) + "' is not a fill mode (expected " + choiceList(fillModeNames()) + ")");
+      r.error(s.child("fill"),
+              "'" + excerpt(*f) + "' is not a fill mode (expected " + choiceList(fillModeNames()) + ")");
   }
   if (devices && cluster && *devices > cluster->totalGpus()) {
     r.error(s.child("devices"), "is " + std::to_string(*devices) + " but the cluster has " +

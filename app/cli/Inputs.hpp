@@ -11,7 +11,7 @@ namespace pipestudio::cli {
 
 /// Both documents, or nullopt after printing every loader error (the caller exits 1).
 inline std::optional<std::pair<ModelSpec, ClusterSpec>> loadModelAndCluster(const std::string& modelPath,
-                                                                           const std::string& clusterPath) {
+                                                                            const std::string& clusterPath) {
   auto model = loadModel(modelPath);
   auto cluster = loadCluster(clusterPath);
   if (!model) std::cerr << model.message() << '\n';

@@ -28,7 +28,8 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
         << (clusterGpus % c.totalGpus() != 0 ? " (T·C·P·D does not divide the cluster)" : "") << '\n';
   }
   char line[320];
-  std::snprintf(line, sizeof line, "makespan %s   bubble ratio %.2f%%   iteration %s (gradient sync %s, optimizer %s)\n",
+  std::snprintf(line, sizeof line,
+                "makespan %s   bubble ratio %.2f%%   iteration %s (gradient sync %s, optimizer %s)\n",
                 formatMs(m.makespanMs).c_str(), 100.0 * m.bubbleRatio, formatMs(m.iterationMs).c_str(),
                 formatMs(m.gradientSyncMs).c_str(), formatMs(m.optimizerMs).c_str());
   out << line;

@@ -1,13 +1,6 @@
 #include "DeployDialog.hpp"
 
-#include "ExecutorPath.hpp"
-
 #include <unistd.h>
-
-#include <chrono>
-#include <functional>
-#include <future>
-#include <mutex>
 
 #include <QApplication>
 #include <QComboBox>
@@ -32,7 +25,12 @@
 #include <QStandardPaths>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <mutex>
 
+#include "ExecutorPath.hpp"
 #include "pipestudio/history/RunRecorder.hpp"
 #include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -304,10 +302,7 @@ remote::SessionCallbacks DeployDialog::sessionCallbacks() {
     auto answer = std::make_shared<std::promise<T>>();
     auto future = answer->get_future();
     QMetaObject::invokeMethod(
-        qApp,
-        [self, answer, ask, fallback]() {
-          answer->set_value(self ? ask(self.data()) : fallback);
-        },
+        qApp, [self, answer, ask, fallback]() { answer->set_value(self ? ask(self.data()) : fallback); },
         Qt::QueuedConnection);
     while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
       if (job->closing) return fallback;
@@ -318,11 +313,12 @@ remote::SessionCallbacks DeployDialog::sessionCallbacks() {
   callbacks.unknownHostKey = [askOnGui](const remote::HostKeyPrompt& p) {
     return askOnGui(
         [p](QWidget* parent) {
-          QMessageBox box(QMessageBox::Question, QStringLiteral("Unknown host"),
-                          QStringLiteral("The authenticity of host %1 cannot be established.\n\n%2 key fingerprint:\n%3\n\n"
-                                         "Accepted keys are saved to %4.")
-                              .arg(q(p.hostPort), q(p.keyType), q(p.fingerprintSha256), q(p.knownHostsFile)),
-                          QMessageBox::NoButton, parent);
+          QMessageBox box(
+              QMessageBox::Question, QStringLiteral("Unknown host"),
+              QStringLiteral("The authenticity of host %1 cannot be established.\n\n%2 key fingerprint:\n%3\n\n"
+                             "Accepted keys are saved to %4.")
+                  .arg(q(p.hostPort), q(p.keyType), q(p.fingerprintSha256), q(p.knownHostsFile)),
+              QMessageBox::NoButton, parent);
           QPushButton* reject = box.addButton(QStringLiteral("Reject"), QMessageBox::RejectRole);
           QPushButton* once = box.addButton(QStringLiteral("Accept once"), QMessageBox::AcceptRole);
           QPushButton* save = box.addButton(QStringLiteral("Accept and save"), QMessageBox::AcceptRole);
@@ -443,56 +439,56 @@ void DeployDialog::deploy() {
   m_work.start(
       [this, job = m_job, store, req = std::move(request), runInfo = std::move(info),
        session = sessionCallbacks()](const JobTracker::Control& control) {
-    auto post = [this, &control](auto f) { control.post([this, f]() mutable { f(*this); }); };
-    GuiHistorySink sink(*store, runInfo, [post](int rank, std::string text) {
-      post([rank, text = q(text)](DeployDialog& d) { d.appendLog(rank, text); });
-    });
-    remote::DeployCallbacks callbacks;
-    callbacks.session = session;
-    callbacks.progress = [post](const remote::RankProgress& p) {
-      post([p](DeployDialog& d) { d.applyProgress(p); });
-    };
-    callbacks.job = [post](const remote::JobProgress& j) { post([j](DeployDialog& d) { d.applyJob(j); }); };
-    remote::Deployment deployment(req, callbacks, sink);
-    {
-      std::lock_guard lock(job->mutex);
-      job->deployment = &deployment;
-      if (job->cancelRequested) deployment.cancel();
-    }
-    auto result = deployment.run();
-    {
-      std::lock_guard lock(job->mutex);
-      job->deployment = nullptr;
-    }
-    QString message;
-    bool error = true;
-    bool lost = false;
-    history::RunId run = 0;
-    if (!result) {
-      message = QStringLiteral("Deploy failed: ") + q(result.message());
-      if (sink.started()) {
-        (void)store->finishRun(sink.runId(), history::RunStatus::Failed, result.message());
-        run = sink.runId();
-      }
-    } else if (auto st = sink.finish(*result); !st) {
-      message = QStringLiteral("Deploy: recording the run failed: ") + q(st.message());
-      run = sink.runId();
-    } else {
-      run = sink.runId();
-      auto summary = store->runSummary(run);
-      const QString status = summary ? q(history::runStatusName(summary->status)) : QStringLiteral("?");
-      error = status != QStringLiteral("complete");
-      lost = result->connectionLost;
-      message = QStringLiteral("Run %1: %2 (%3)").arg(run).arg(status, q(result->message));
-    }
-    Outcome out;
-    out.text = message;
-    out.error = error;
-    out.run = run;
-    out.connectionLost = lost;
-    return out;
-  },
-  [this](const Outcome& out) { finishDeploy(out.text, out.error, out.run, out.connectionLost); });
+        auto post = [this, &control](auto f) { control.post([this, f]() mutable { f(*this); }); };
+        GuiHistorySink sink(*store, runInfo, [post](int rank, std::string text) {
+          post([rank, text = q(text)](DeployDialog& d) { d.appendLog(rank, text); });
+        });
+        remote::DeployCallbacks callbacks;
+        callbacks.session = session;
+        callbacks.progress = [post](const remote::RankProgress& p) {
+          post([p](DeployDialog& d) { d.applyProgress(p); });
+        };
+        callbacks.job = [post](const remote::JobProgress& j) { post([j](DeployDialog& d) { d.applyJob(j); }); };
+        remote::Deployment deployment(req, callbacks, sink);
+        {
+          std::lock_guard lock(job->mutex);
+          job->deployment = &deployment;
+          if (job->cancelRequested) deployment.cancel();
+        }
+        auto result = deployment.run();
+        {
+          std::lock_guard lock(job->mutex);
+          job->deployment = nullptr;
+        }
+        QString message;
+        bool error = true;
+        bool lost = false;
+        history::RunId run = 0;
+        if (!result) {
+          message = QStringLiteral("Deploy failed: ") + q(result.message());
+          if (sink.started()) {
+            (void)store->finishRun(sink.runId(), history::RunStatus::Failed, result.message());
+            run = sink.runId();
+          }
+        } else if (auto st = sink.finish(*result); !st) {
+          message = QStringLiteral("Deploy: recording the run failed: ") + q(st.message());
+          run = sink.runId();
+        } else {
+          run = sink.runId();
+          auto summary = store->runSummary(run);
+          const QString status = summary ? q(history::runStatusName(summary->status)) : QStringLiteral("?");
+          error = status != QStringLiteral("complete");
+          lost = result->connectionLost;
+          message = QStringLiteral("Run %1: %2 (%3)").arg(run).arg(status, q(result->message));
+        }
+        Outcome out;
+        out.text = message;
+        out.error = error;
+        out.run = run;
+        out.connectionLost = lost;
+        return out;
+      },
+      [this](const Outcome& out) { finishDeploy(out.text, out.error, out.run, out.connectionLost); });
 }
 
 void DeployDialog::cancelDeploy() {

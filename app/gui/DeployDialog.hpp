@@ -9,14 +9,13 @@
 // waits for the answer; the wait gives up (reject) when the dialog closes, so closing never
 // deadlocks against a worker that is waiting for the GUI.
 
+#include <QDialog>
+#include <QString>
+#include <QTemporaryDir>
 #include <map>
 #include <memory>
 #include <utility>
 #include <vector>
-
-#include <QDialog>
-#include <QString>
-#include <QTemporaryDir>
 
 #include "JobTracker.hpp"
 #include "pipestudio/history/HistoryStore.hpp"

@@ -1,12 +1,8 @@
 #include "HistoryDock.hpp"
 
-#include <type_traits>
-#include <utility>
-
 #include <QDateTime>
 #include <QFileInfo>
 #include <QFileSystemWatcher>
-#include <QTimer>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -17,7 +13,10 @@
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
+#include <type_traits>
+#include <utility>
 
 #include "pipestudio/common/Units.hpp"
 
@@ -52,24 +51,38 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
   const history::RunSummary& r = m_runs[static_cast<std::size_t>(index.row())];
   if (role == Qt::DisplayRole) {
     switch (index.column()) {
-      case Id: return static_cast<qlonglong>(r.id);
-      case Name: return q(r.name);
-      case Status: return q(std::string(history::runStatusName(r.status)));
-      case Created: return QDateTime::fromMSecsSinceEpoch(r.createdUnixMs).toString(QStringLiteral("yyyy-MM-dd HH:mm"));
-      case Backend: return q(r.backend);
-      case Devices: return r.devices;
-      case Iterations: return r.iterations;
-      case DurationMs: return q(formatMs(r.durationMs));
-      case Events: return static_cast<qlonglong>(r.events);
-      case Notes: return q(r.notes);
-      default: return {};
+      case Id:
+        return static_cast<qlonglong>(r.id);
+      case Name:
+        return q(r.name);
+      case Status:
+        return q(std::string(history::runStatusName(r.status)));
+      case Created:
+        return QDateTime::fromMSecsSinceEpoch(r.createdUnixMs).toString(QStringLiteral("yyyy-MM-dd HH:mm"));
+      case Backend:
+        return q(r.backend);
+      case Devices:
+        return r.devices;
+      case Iterations:
+        return r.iterations;
+      case DurationMs:
+        return q(formatMs(r.durationMs));
+      case Events:
+        return static_cast<qlonglong>(r.events);
+      case Notes:
+        return q(r.notes);
+      default:
+        return {};
     }
   }
   if (role == Qt::UserRole) {  // sort keys
     switch (index.column()) {
-      case Created: return static_cast<qlonglong>(r.createdUnixMs);
-      case DurationMs: return r.durationMs;
-      default: return data(index, Qt::DisplayRole);
+      case Created:
+        return static_cast<qlonglong>(r.createdUnixMs);
+      case DurationMs:
+        return r.durationMs;
+      default:
+        return data(index, Qt::DisplayRole);
     }
   }
   if (role == Qt::ToolTipRole && !r.error.empty()) return q(r.error);
@@ -78,8 +91,8 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
 
 QVariant HistoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
-  static const char* const kNames[] = {"Id", "Name", "Status", "Created", "Backend", "Devices", "Iterations",
-                                       "Duration", "Events", "Notes"};
+  static const char* const kNames[] = {"Id",      "Name",       "Status",   "Created", "Backend",
+                                       "Devices", "Iterations", "Duration", "Events",  "Notes"};
   return section >= 0 && section < ColumnCount ? QVariant(QString::fromLatin1(kNames[section])) : QVariant();
 }
 
@@ -220,7 +233,8 @@ void HistoryDock::showRuns(Expected<std::vector<history::RunSummary>> runs) {
   }
   QString signature;
   for (const history::RunSummary& r : *runs) {
-    signature += QStringLiteral("%1:%2:%3:%4;").arg(r.id).arg(static_cast<int>(r.status)).arg(r.events).arg(q(r.name + r.notes));
+    signature +=
+        QStringLiteral("%1:%2:%3:%4;").arg(r.id).arg(static_cast<int>(r.status)).arg(r.events).arg(q(r.name + r.notes));
   }
   const bool empty = runs->empty();
   m_empty->setVisible(empty);
@@ -350,8 +364,8 @@ void HistoryDock::annotateSelected() {
   const auto ids = selectedRuns();
   if (ids.empty() || !m_store) return;
   bool ok = false;
-  const QString notes = QInputDialog::getMultiLineText(this, QStringLiteral("Annotate run"), QStringLiteral("Notes"),
-                                                       QString(), &ok);
+  const QString notes =
+      QInputDialog::getMultiLineText(this, QStringLiteral("Annotate run"), QStringLiteral("Notes"), QString(), &ok);
   if (!ok) return;
   if (Status s = m_store->annotateRun(ids.front(), notes.toStdString()); !s) Q_EMIT message(q(s.message()), true);
   refresh();

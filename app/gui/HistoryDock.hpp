@@ -7,13 +7,12 @@
 // building a run's plan (runAsPlan) read the database on JobTracker workers through a read-only
 // connection of their own, so a large history never freezes the window.
 
+#include <QAbstractTableModel>
+#include <QWidget>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
-
-#include <QAbstractTableModel>
-#include <QWidget>
 
 #include "JobTracker.hpp"
 #include "pipestudio/history/HistoryStore.hpp"

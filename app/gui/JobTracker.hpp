@@ -10,18 +10,17 @@
 //   m_listJob.start([path](const JobTracker::Control&) { return listRuns(path); },
 //                   [this](Expected<Runs> runs) { showRuns(std::move(runs)); });
 
-#include <atomic>
-#include <memory>
-#include <mutex>
-#include <type_traits>
-#include <utility>
-
 #include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QMetaObject>
 #include <QObject>
 #include <QThread>
 #include <QThreadPool>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <utility>
 
 namespace pipestudio::gui {
 

@@ -83,7 +83,8 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   launch.runId = std::to_string(*run);
   launch.peerExitTimeoutS = request.timeoutS + 10;
   launch.extraArgs = {"--timeout-s", std::to_string(request.timeoutS)};
-  if (request.maxOpMs > 0) launch.extraArgs.insert(launch.extraArgs.end(), {"--max-op-ms", std::to_string(request.maxOpMs)});
+  if (request.maxOpMs > 0)
+    launch.extraArgs.insert(launch.extraArgs.end(), {"--max-op-ms", std::to_string(request.maxOpMs)});
 
   // One ingest per rank, fed as bytes arrive; progress counts completed op ranges.
   std::vector<std::unique_ptr<history::StreamIngest>> ingest;
@@ -100,7 +101,8 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
     lastPercent = percent;
   };
   auto onBytes = [&](int rank, std::string_view bytes) {
-    while (static_cast<int>(ingest.size()) <= rank) ingest.push_back(std::make_unique<history::StreamIngest>(*store, *run));
+    while (static_cast<int>(ingest.size()) <= rank)
+      ingest.push_back(std::make_unique<history::StreamIngest>(*store, *run));
     if (auto st = ingest[static_cast<std::size_t>(rank)]->feed(bytes); !st && dbError.empty()) dbError = st.message();
   };
   auto outcome = exec::launchLocal(launch, onFrame, onBytes);

@@ -18,19 +18,19 @@ namespace pipestudio::gui {
 
 struct LocalRunRequest {
   Plan plan;
-  std::string name;         ///< run name in the history
-  std::string historyPath;  ///< database the run is recorded in
-  std::string executable;   ///< pipestudio-exec
+  std::string name;                                     ///< run name in the history
+  std::string historyPath;                              ///< database the run is recorded in
+  std::string executable;                               ///< pipestudio-exec
   std::string backend{pipestudio::name(Backend::Cpu)};  ///< a name from localBackends()
   int iterations = 1;
-  double maxOpMs = 0;       ///< scale planned times so the longest op lasts this long (0: as planned)
-  double timeoutS = 60;     ///< a rank without progress for this long fails the run
+  double maxOpMs = 0;    ///< scale planned times so the longest op lasts this long (0: as planned)
+  double timeoutS = 60;  ///< a rank without progress for this long fails the run
 };
 
 struct LocalRunResult {
   history::RunId run = 0;
   history::RunStatus status = history::RunStatus::Failed;
-  std::string message;      ///< why it is not complete
+  std::string message;  ///< why it is not complete
 };
 
 /// Backends this machine can run: cpu, plus cuda and cuda-single when an NVIDIA GPU is present.

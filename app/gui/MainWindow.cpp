@@ -1,8 +1,5 @@
 #include "MainWindow.hpp"
 
-#include <algorithm>
-#include <cmath>
-
 #include <QAction>
 #include <QApplication>
 #include <QCheckBox>
@@ -40,6 +37,8 @@
 #include <QToolBar>
 #include <QUndoStack>
 #include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
 
 #include "GuiText.hpp"
 #include "SolveController.hpp"
@@ -53,8 +52,8 @@
 #ifdef PIPESTUDIO_HAVE_LOCAL_RUN
 #include "RunLocalDialog.hpp"
 #endif
-#include "pipestudio/common/Units.hpp"
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Fill.hpp"
@@ -179,9 +178,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_panel.cancel->setEnabled(true);
     m_statusProgress->setValue(0);
     m_statusProgress->setVisible(true);
-    setStatus(QStringLiteral("Solving %1 on %2 devices…").arg(q(currentRequest().config.schedule)).arg(m_panel.devices->value()));
-    if (m_plan && !m_timeline->isStale())
-      markStale(QStringLiteral("solving the current settings…"), false);
+    setStatus(QStringLiteral("Solving %1 on %2 devices…")
+                  .arg(q(currentRequest().config.schedule))
+                  .arg(m_panel.devices->value()));
+    if (m_plan && !m_timeline->isStale()) markStale(QStringLiteral("solving the current settings…"), false);
   });
   connect(m_solver, &SolveController::progress, this, [this](double f) {
     m_panel.progress->setValue(static_cast<int>(f * 100));
@@ -323,17 +323,17 @@ void MainWindow::buildDocks() {
     if (visible) ensureHistoryOpen();
   });
   connect(m_history, &HistoryDock::message, this, [this](const QString& text, bool error) { setStatus(text, error); });
-  connect(m_history, &HistoryDock::openRunRequested, this,
-          [this](std::shared_ptr<const Plan> plan, const QString& title) {
-            // A measured run in the timeline: compared against the plan on screen (the pinned
-            // baseline), and labelled so nobody takes it for a solve of the panel's settings.
-            if (m_plan && !m_baseline) m_baseline = m_plan;
-            m_solver->cancel();
-            showPlan(std::move(plan));
-            markStale(QStringLiteral("showing %1 from the history, not a solve of the current settings").arg(title), false);
-            m_tabs->setCurrentIndex(0);
-            setStatus(QStringLiteral("Opened %1 from the history").arg(title));
-          });
+  connect(
+      m_history, &HistoryDock::openRunRequested, this, [this](std::shared_ptr<const Plan> plan, const QString& title) {
+        // A measured run in the timeline: compared against the plan on screen (the pinned
+        // baseline), and labelled so nobody takes it for a solve of the panel's settings.
+        if (m_plan && !m_baseline) m_baseline = m_plan;
+        m_solver->cancel();
+        showPlan(std::move(plan));
+        markStale(QStringLiteral("showing %1 from the history, not a solve of the current settings").arg(title), false);
+        m_tabs->setCurrentIndex(0);
+        setStatus(QStringLiteral("Opened %1 from the history").arg(title));
+      });
   connect(m_history, &HistoryDock::compareRequested, this,
           [this](std::shared_ptr<const Plan> a, std::shared_ptr<const Plan> b) {
             m_compare->setPlans(std::move(a), std::move(b));
@@ -380,18 +380,22 @@ QWidget* MainWindow::buildSolverPanel() {
   auto* pform = new QFormLayout(parallel);
   pform->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   m_panel.tp = degreeSpin(parallel, 1024, QStringLiteral("Tensor parallelism T (Megatron): must divide the heads"));
-  m_panel.cp = degreeSpin(parallel, 1024, QStringLiteral("Context parallelism C (ring attention): the sequence splits over C"));
-  m_panel.ep = degreeSpin(parallel, 4096, QStringLiteral("Expert parallelism E inside the data-parallel group (MoE models)"));
+  m_panel.cp =
+      degreeSpin(parallel, 1024, QStringLiteral("Context parallelism C (ring attention): the sequence splits over C"));
+  m_panel.ep =
+      degreeSpin(parallel, 4096, QStringLiteral("Expert parallelism E inside the data-parallel group (MoE models)"));
   m_panel.dp = degreeSpin(parallel, 1 << 20, QStringLiteral("Data-parallel replicas D of the whole pipeline"));
   m_panel.sequenceParallel = new QCheckBox(QStringLiteral("Sequence parallel"), parallel);
   m_panel.sequenceParallel->setToolTip(QStringLiteral("Korthikanti et al. 2022 §4.2.2 (only with TP > 1)"));
   m_panel.recompute = new QComboBox(parallel);
   m_panel.recompute->addItems({QStringLiteral("none"), QStringLiteral("selective"), QStringLiteral("full")});
-  m_panel.recompute->setToolTip(QStringLiteral("Activation recomputation: selective recomputes attention's core, full "
-                                               "each layer's forward inside its backward"));
+  m_panel.recompute->setToolTip(
+      QStringLiteral("Activation recomputation: selective recomputes attention's core, full "
+                     "each layer's forward inside its backward"));
   m_panel.zero = new QComboBox(parallel);
   m_panel.zero->addItems({QStringLiteral("0"), QStringLiteral("1"), QStringLiteral("2"), QStringLiteral("3")});
-  m_panel.zero->setToolTip(QStringLiteral("ZeRO stage: 1 = distributed optimizer, 2 = + gradients, 3 = + parameters (FSDP)"));
+  m_panel.zero->setToolTip(
+      QStringLiteral("ZeRO stage: 1 = distributed optimizer, 2 = + gradients, 3 = + parameters (FSDP)"));
   pform->addRow(QStringLiteral("TP"), m_panel.tp);
   pform->addRow(QStringLiteral("CP"), m_panel.cp);
   pform->addRow(QStringLiteral("EP"), m_panel.ep);
@@ -407,15 +411,17 @@ QWidget* MainWindow::buildSolverPanel() {
   m_panel.globalBatch = new QSpinBox(batch);
   m_panel.globalBatch->setRange(0, std::numeric_limits<int>::max());
   m_panel.globalBatch->setSpecialValueText(QStringLiteral("off"));
-  m_panel.globalBatch->setToolTip(QStringLiteral("Samples per training step; with it, Microbatches = Global batch / "
-                                                 "(Micro-batch size × DP)"));
+  m_panel.globalBatch->setToolTip(
+      QStringLiteral("Samples per training step; with it, Microbatches = Global batch / "
+                     "(Micro-batch size × DP)"));
   m_panel.microBatchSize = new QSpinBox(batch);
   m_panel.microBatchSize->setRange(0, 1 << 20);
   m_panel.microBatchSize->setSpecialValueText(QStringLiteral("model's"));
   m_panel.microBatchSize->setToolTip(QStringLiteral("Samples per microbatch (the model file's when not set)"));
   m_panel.optimizerSync = new QComboBox(batch);
   m_panel.optimizerSync->addItems({QStringLiteral("global"), QStringLiteral("post-validation")});
-  m_panel.optimizerSync->setToolTip(QStringLiteral("post-validation: Zero Bubble's optimizer step overlaps iterations"));
+  m_panel.optimizerSync->setToolTip(
+      QStringLiteral("post-validation: Zero Bubble's optimizer step overlaps iterations"));
   bform->addRow(QStringLiteral("Global batch"), m_panel.globalBatch);
   bform->addRow(QStringLiteral("Micro-batch size"), m_panel.microBatchSize);
   bform->addRow(QStringLiteral("Optimizer sync"), m_panel.optimizerSync);
@@ -476,7 +482,8 @@ void MainWindow::buildActions() {
   QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
   makeAction(file, QStringLiteral("&Open…"), QKeySequence::Open, this, &MainWindow::openDialog);
   m_recentMenu = file->addMenu(QStringLiteral("Open &Recent"));
-  makeAction(file, QStringLiteral("Open &Default Workspace"), QKeySequence(), this, [this]() { openDefaultWorkspace(); });
+  makeAction(file, QStringLiteral("Open &Default Workspace"), QKeySequence(), this,
+             [this]() { openDefaultWorkspace(); });
   file->addSeparator();
   makeAction(file, QStringLiteral("&Save Workspace"), QKeySequence::Save, this, [this]() { saveDialog(false); });
   makeAction(file, QStringLiteral("Save Workspace &As…"), QKeySequence::SaveAs, this, [this]() { saveDialog(true); });
@@ -586,10 +593,11 @@ void MainWindow::buildActions() {
   makeAction(help, QStringLiteral("&Keyboard, Mouse and Legend…"), QKeySequence::HelpContents, this,
              &MainWindow::showHelp);
   makeAction(help, QStringLiteral("&About PipeStudio"), QKeySequence(), this, [this]() {
-    QMessageBox::about(this, QStringLiteral("About PipeStudio"),
-                       QStringLiteral("<b>PipeStudio %1</b><p>A workstation for pipeline-parallel training: plan, look, "
-                                      "run, compare.</p>")
-                           .arg(QApplication::applicationVersion()));
+    QMessageBox::about(
+        this, QStringLiteral("About PipeStudio"),
+        QStringLiteral("<b>PipeStudio %1</b><p>A workstation for pipeline-parallel training: plan, look, "
+                       "run, compare.</p>")
+            .arg(QApplication::applicationVersion()));
   });
 
   auto* tools = addToolBar(QStringLiteral("Main"));
@@ -629,14 +637,20 @@ QString MainWindow::shortcutsHtml() {
       {"Ctrl+K / Ctrl+M", "critical path / memory plot on or off"},
       {"Memory plot", "hover reads a curve out; click a legend entry to hide or show a GPU"}};
   for (const auto& [key, what] : rows)
-    html += QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
+    html +=
+        QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
   html += QStringLiteral("</table><h3>Window</h3><table cellspacing='3'>");
-  const std::pair<const char*, const char*> window[] = {
-      {"F5", "solve"},         {"Shift+Esc", "cancel the solve"},    {"Ctrl+B", "pin the plan as baseline"},
-      {"Ctrl+R", "run the plan locally"}, {"Ctrl+D", "deploy"},     {"Ctrl+1 / Ctrl+2", "timeline / compare"},
-      {"Ctrl+S", "save the workspace"},   {"Ctrl+E", "export the timeline as PNG"}};
+  const std::pair<const char*, const char*> window[] = {{"F5", "solve"},
+                                                        {"Shift+Esc", "cancel the solve"},
+                                                        {"Ctrl+B", "pin the plan as baseline"},
+                                                        {"Ctrl+R", "run the plan locally"},
+                                                        {"Ctrl+D", "deploy"},
+                                                        {"Ctrl+1 / Ctrl+2", "timeline / compare"},
+                                                        {"Ctrl+S", "save the workspace"},
+                                                        {"Ctrl+E", "export the timeline as PNG"}};
   for (const auto& [key, what] : window)
-    html += QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
+    html +=
+        QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
   html += QStringLiteral("</table><h3>Legend</h3><p>");
   const viz::TimelinePalette palette = viz::TimelinePalette::light();
   const std::pair<viz::ColourSlot, const char*> kinds[] = {
@@ -653,10 +667,11 @@ QString MainWindow::shortcutsHtml() {
     html += QStringLiteral("<span style='background:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span> %2<br>")
                 .arg(palette.colour(slot).name(), QString::fromUtf8(what));
   }
-  html += QStringLiteral("Hatching: bubble (idle inside the device's span) · red outline: critical path (a thin "
-                         "underline where ops are narrow) · orange outline: the selected op's microbatch chain · "
-                         "numbers: microbatch · a dimmed, labelled plan is the last good one, not of the current "
-                         "settings.</p>");
+  html += QStringLiteral(
+      "Hatching: bubble (idle inside the device's span) · red outline: critical path (a thin "
+      "underline where ops are narrow) · orange outline: the selected op's microbatch chain · "
+      "numbers: microbatch · a dimmed, labelled plan is the last good one, not of the current "
+      "settings.</p>");
   return html;
 }
 
@@ -713,13 +728,16 @@ void MainWindow::onPartitionChanged() {
   const bool wasLoading = m_loading;
   m_loading = true;
   const bool diffusion = m_panel.partition->currentText() == QStringLiteral("diffusionpipe");
-  const bool hasAuto = m_panel.schedule->count() > 0 && m_panel.schedule->itemData(0).toString() == QLatin1String(kAuto);
+  const bool hasAuto =
+      m_panel.schedule->count() > 0 && m_panel.schedule->itemData(0).toString() == QLatin1String(kAuto);
   if (diffusion && !hasAuto) {
-    m_panel.schedule->insertItem(0, QStringLiteral("auto — DiffusionPipe picks the schedule"), QString::fromLatin1(kAuto));
+    m_panel.schedule->insertItem(0, QStringLiteral("auto — DiffusionPipe picks the schedule"),
+                                 QString::fromLatin1(kAuto));
     m_panel.schedule->setCurrentIndex(0);
     m_panel.schedule->setEnabled(false);
-    m_panel.schedule->setToolTip(QStringLiteral("The diffusionpipe partition plans partition and schedule together: "
-                                                "it tries every schedule and keeps the fastest that fits"));
+    m_panel.schedule->setToolTip(
+        QStringLiteral("The diffusionpipe partition plans partition and schedule together: "
+                       "it tries every schedule and keeps the fastest that fits"));
   } else if (!diffusion && hasAuto) {
     m_panel.schedule->removeItem(0);
     const int index = m_panel.schedule->findData(m_explicitSchedule);
@@ -748,7 +766,8 @@ void MainWindow::updateDerivedFields() {
       m_panel.microbatches->setValue(static_cast<int>(g / perMicrobatch));
     }
   }
-  m_panel.microbatches->setToolTip(fromBatch ? QStringLiteral("Derived: Global batch / (Micro-batch size × DP)") : QString());
+  m_panel.microbatches->setToolTip(fromBatch ? QStringLiteral("Derived: Global batch / (Micro-batch size × DP)")
+                                             : QString());
   auto resolved = resolveRequest(request);
   if (resolved) {
     m_layers->setCostContext(resolved->cluster, resolved->config, resolved->model.samplesPerMicrobatch);
@@ -912,10 +931,11 @@ QDialog* MainWindow::showFailureDetails() {
                                dialog);
     heading->setWordWrap(true);
     layout->addWidget(heading);
-    const QStringList columns{QStringLiteral("GPU"),         QStringLiteral("needed"),     QStringLiteral("capacity"),
-                              QStringLiteral("over by"),     QStringLiteral("largest part"), QStringLiteral("parameters"),
-                              QStringLiteral("gradients"),   QStringLiteral("optimizer"),  QStringLiteral("activations"),
-                              QStringLiteral("buffers"),     QStringLiteral("margin")};
+    const QStringList columns{
+        QStringLiteral("GPU"),       QStringLiteral("needed"),       QStringLiteral("capacity"),
+        QStringLiteral("over by"),   QStringLiteral("largest part"), QStringLiteral("parameters"),
+        QStringLiteral("gradients"), QStringLiteral("optimizer"),    QStringLiteral("activations"),
+        QStringLiteral("buffers"),   QStringLiteral("margin")};
     auto* table = new QTableWidget(static_cast<int>(d.devices.size()), static_cast<int>(columns.size()), dialog);
     table->setObjectName(QStringLiteral("FailureTable"));
     table->setHorizontalHeaderLabels(columns);
@@ -948,12 +968,14 @@ QDialog* MainWindow::showFailureDetails() {
                  .arg(*d.smallestFittingDevices)
                  .arg(bytes(static_cast<double>(d.fittingPeakBytes)));
     } else if (d.largestTriedDevices > 0) {
-      hint = QStringLiteral("No pipeline up to Devices %1 fits at these degrees: try TP, Recompute, ZeRO or a schedule "
-                            "with less activation memory (v-half, v-min).")
+      hint = QStringLiteral(
+                 "No pipeline up to Devices %1 fits at these degrees: try TP, Recompute, ZeRO or a schedule "
+                 "with less activation memory (v-half, v-min).")
                  .arg(d.largestTriedDevices);
     } else {
-      hint = QStringLiteral("The cluster has no GPUs for a deeper pipeline at these degrees: try TP, Recompute, ZeRO "
-                            "or a schedule with less activation memory (v-half, v-min).");
+      hint = QStringLiteral(
+          "The cluster has no GPUs for a deeper pipeline at these degrees: try TP, Recompute, ZeRO "
+          "or a schedule with less activation memory (v-half, v-min).");
     }
     auto* hintLabel = new QLabel(hint, dialog);
     hintLabel->setObjectName(QStringLiteral("FailureHint"));
@@ -1094,7 +1116,8 @@ void MainWindow::pinBaseline() {
   m_baseline = m_plan;
   m_compare->setPlans(m_baseline, m_plan);
   updateMetricsSummary();
-  setStatus(QStringLiteral("Pinned %1 as baseline: later solves are compared against it").arg(q(m_plan->config.schedule)));
+  setStatus(
+      QStringLiteral("Pinned %1 as baseline: later solves are compared against it").arg(q(m_plan->config.schedule)));
 }
 
 void MainWindow::updateMetricsSummary() {
@@ -1140,11 +1163,14 @@ void MainWindow::updateMetricsSummary() {
   if (par.expert > 1) extras << QStringLiteral("EP %1").arg(par.expert);
   if (par.sequenceParallel) extras << QStringLiteral("SP");
   if (par.zeroStage > 0) extras << QStringLiteral("ZeRO %1").arg(par.zeroStage);
-  if (par.recompute != Recompute::None) extras << QStringLiteral("recompute %1").arg(q(std::string(recomputeName(par.recompute))));
+  if (par.recompute != Recompute::None)
+    extras << QStringLiteral("recompute %1").arg(q(std::string(recomputeName(par.recompute))));
   if (!extras.isEmpty()) row(QString(), extras.join(QStringLiteral(" · ")), QString());
-  row(QStringLiteral("Makespan"), q(formatMs(m.makespanMs)), base ? delta(m.makespanMs, b.makespanMs, true, {}) : QString());
+  row(QStringLiteral("Makespan"), q(formatMs(m.makespanMs)),
+      base ? delta(m.makespanMs, b.makespanMs, true, {}) : QString());
   if (m.iterationMs > 0) {
-    row(QStringLiteral("Iteration"), q(formatMs(m.iterationMs)), base ? delta(m.iterationMs, b.iterationMs, true, {}) : QString());
+    row(QStringLiteral("Iteration"), q(formatMs(m.iterationMs)),
+        base ? delta(m.iterationMs, b.iterationMs, true, {}) : QString());
     row(QStringLiteral("&nbsp;&nbsp;gradient sync (exposed)"), q(formatMs(m.gradientSyncMs)), QString());
     row(QStringLiteral("&nbsp;&nbsp;optimizer step"), q(formatMs(m.optimizerMs)), QString());
   }
@@ -1155,7 +1181,8 @@ void MainWindow::updateMetricsSummary() {
   row(QStringLiteral("Throughput"), QStringLiteral("%1 samples/s").arg(m.throughputSamplesPerS, 0, 'f', 1),
       base ? delta(m.throughputSamplesPerS, b.throughputSamplesPerS, false, {}) : QString());
   if (m.tokensPerS > 0) {
-    row(QStringLiteral("Tokens/s"), QLocale().toString(m.tokensPerS, 'f', 0), base ? delta(m.tokensPerS, b.tokensPerS, false, {}) : QString());
+    row(QStringLiteral("Tokens/s"), QLocale().toString(m.tokensPerS, 'f', 0),
+        base ? delta(m.tokensPerS, b.tokensPerS, false, {}) : QString());
   }
   if (m.modelTflopsPerGpu > 0) {
     row(QStringLiteral("Model TFLOP/s per GPU"), QString::number(m.modelTflopsPerGpu, 'f', 1),
@@ -1167,7 +1194,8 @@ void MainWindow::updateMetricsSummary() {
       base ? delta(static_cast<double>(peak), static_cast<double>(basePeak), true, {}) : QString());
   row(QStringLiteral("Ops"), QString::number(m_plan->ops.size()), QString());
   html += QStringLiteral("</table>");
-  if (m_baseline) html += QStringLiteral("<small>Δ against the pinned baseline (%1)</small>").arg(q(m_baseline->config.schedule));
+  if (m_baseline)
+    html += QStringLiteral("<small>Δ against the pinned baseline (%1)</small>").arg(q(m_baseline->config.schedule));
   m_metricsSummary->setText(html);
 }
 
@@ -1189,7 +1217,8 @@ void MainWindow::setPanelFromConfig(const PlanConfig& c) {
   m_panel.chunks->setValue(c.chunksPerDevice);
   if (m_panel.fill->findText(q(c.fill)) < 0) m_panel.fill->addItem(q(c.fill));
   m_panel.fill->setCurrentText(q(c.fill));
-  m_panel.memoryLimit->setText(c.memoryLimitBytes ? q(formatBytes(static_cast<double>(*c.memoryLimitBytes))) : QString());
+  m_panel.memoryLimit->setText(c.memoryLimitBytes ? q(formatBytes(static_cast<double>(*c.memoryLimitBytes)))
+                                                  : QString());
   const Parallelism& par = c.parallel;
   m_panel.tp->setValue(par.tensor);
   m_panel.cp->setValue(par.context);
@@ -1199,8 +1228,10 @@ void MainWindow::setPanelFromConfig(const PlanConfig& c) {
   m_panel.sequenceParallel->setChecked(par.tensor > 1 ? par.sequenceParallel : true);
   m_panel.recompute->setCurrentText(q(std::string(recomputeName(par.recompute))));
   m_panel.zero->setCurrentIndex(std::clamp(par.zeroStage, 0, 3));
-  m_panel.globalBatch->setValue(c.globalBatch ? static_cast<int>(std::min<std::int64_t>(*c.globalBatch, std::numeric_limits<int>::max())) : 0);
-  m_panel.microBatchSize->setValue(c.microBatchSize ? static_cast<int>(std::min<std::int64_t>(*c.microBatchSize, 1 << 20)) : 0);
+  m_panel.globalBatch->setValue(
+      c.globalBatch ? static_cast<int>(std::min<std::int64_t>(*c.globalBatch, std::numeric_limits<int>::max())) : 0);
+  m_panel.microBatchSize->setValue(
+      c.microBatchSize ? static_cast<int>(std::min<std::int64_t>(*c.microBatchSize, 1 << 20)) : 0);
   m_panel.optimizerSync->setCurrentText(q(c.optimizerSync));
   if (m_panel.partition->findText(q(c.partition)) < 0) m_panel.partition->addItem(q(c.partition));
   m_panel.partition->setCurrentText(q(c.partition));
@@ -1271,8 +1302,10 @@ void MainWindow::openStartupWorkspace() {
       if (!path.isEmpty() && !QFileInfo::exists(path)) path.clear();
       setWorkspace(*ws, path);
       if (settings.value(QStringLiteral("session/modified")).toBool()) markModified();
-      m_tabs->setCurrentIndex(std::clamp(settings.value(QStringLiteral("session/tab")).toInt(), 0, m_tabs->count() - 1));
-      setStatus(QStringLiteral("Restored the last session%1").arg(path.isEmpty() ? QString() : QStringLiteral(" (") + path + QLatin1Char(')')));
+      m_tabs->setCurrentIndex(
+          std::clamp(settings.value(QStringLiteral("session/tab")).toInt(), 0, m_tabs->count() - 1));
+      setStatus(QStringLiteral("Restored the last session%1")
+                    .arg(path.isEmpty() ? QString() : QStringLiteral(" (") + path + QLatin1Char(')')));
       return;
     }
     setStatus(QStringLiteral("The last session could not be restored: %1").arg(q(ws.message())), true);
@@ -1380,8 +1413,9 @@ bool MainWindow::openFile(const QString& path, QString* error, bool quiet) {
       if (m_plan && m_plan->config.schedule.rfind("measured", 0) != 0) m_baseline = m_plan;
       m_solver->cancel();
       showPlan(measured);
-      markStale(QStringLiteral("showing the trace %1, not a solve of the current settings").arg(QFileInfo(path).fileName()),
-                false);
+      markStale(
+          QStringLiteral("showing the trace %1, not a solve of the current settings").arg(QFileInfo(path).fileName()),
+          false);
       setStatus(QStringLiteral("Trace %1 opened (%2 op ranges)").arg(path).arg(measured->ops.size()));
       break;
     }
@@ -1393,7 +1427,8 @@ bool MainWindow::openFile(const QString& path, QString* error, bool quiet) {
 
 bool MainWindow::saveWorkspaceTo(const QString& path, QString* error) {
   Workspace ws;
-  ws.name = m_workspaceName.isEmpty() ? QFileInfo(path).completeBaseName().toStdString() : m_workspaceName.toStdString();
+  ws.name =
+      m_workspaceName.isEmpty() ? QFileInfo(path).completeBaseName().toStdString() : m_workspaceName.toStdString();
   ws.model = m_layers->modelSpec();
   ws.cluster = m_cluster->clusterSpec();
   ws.solver = currentRequest().config;
@@ -1464,8 +1499,9 @@ bool MainWindow::exportTo(const QString& path, QString* error) {
              lower.endsWith(QStringLiteral(".pdf"))) {
     if (!m_timeline->exportImage(path, 1600, 900, true)) return fail(QStringLiteral("Could not write %1").arg(path));
   } else {
-    return fail(QStringLiteral("%1: unknown export format (expected .png, .svg, .pdf, .plan.json, .json, .csv, .sh or .toml)")
-                    .arg(path));
+    return fail(
+        QStringLiteral("%1: unknown export format (expected .png, .svg, .pdf, .plan.json, .json, .csv, .sh or .toml)")
+            .arg(path));
   }
   setStatus(QStringLiteral("Exported %1").arg(path));
   return true;
@@ -1491,9 +1527,10 @@ void MainWindow::setClean() {
 
 void MainWindow::updateTitle() {
   // "model · cluster — file[*]": what is being planned, on what, saved where.
-  const QString file = !m_workspacePath.isEmpty()
-                           ? QFileInfo(m_workspacePath).fileName()
-                           : (m_workspaceName.isEmpty() ? QStringLiteral("untitled") : m_workspaceName + QStringLiteral(" (not saved)"));
+  const QString file =
+      !m_workspacePath.isEmpty()
+          ? QFileInfo(m_workspacePath).fileName()
+          : (m_workspaceName.isEmpty() ? QStringLiteral("untitled") : m_workspaceName + QStringLiteral(" (not saved)"));
   QStringList what;
   if (!m_layers->modelSpec().name.empty()) what << q(m_layers->modelSpec().name);
   if (!m_cluster->clusterSpec().name.empty()) what << q(m_cluster->clusterSpec().name);
@@ -1516,8 +1553,9 @@ void MainWindow::rebuildRecentMenu() {
   m_recentMenu->clear();
   const QStringList files = QSettings().value(QStringLiteral("session/recentFiles")).toStringList();
   for (const QString& path : files) {
-    makeAction(m_recentMenu, QFileInfo(path).fileName(), QKeySequence(), this, [this, path]() { openFile(path); })
-        ->setToolTip(path);
+    makeAction(m_recentMenu, QFileInfo(path).fileName(), QKeySequence(), this, [this, path]() {
+      openFile(path);
+    })->setToolTip(path);
   }
   m_recentMenu->setEnabled(!files.isEmpty());
 }
@@ -1569,7 +1607,8 @@ Expected<TraceImportOutcome> importTraceFiles(history::HistoryStore& store, cons
     if (auto id = store.addPlan(*plan, "workspace plan")) (void)store.linkRunToPlan(result->runId, *id);
   }
   if (plan && result->matchedOps > 0) {
-    if (auto measured = store.runAsPlan(result->runId, 0)) out.measured = std::make_shared<const Plan>(std::move(*measured));
+    if (auto measured = store.runAsPlan(result->runId, 0))
+      out.measured = std::make_shared<const Plan>(std::move(*measured));
   }
   return out;
 }
@@ -1614,7 +1653,8 @@ void MainWindow::importTraceDialog() {
   setStatus(QStringLiteral("Importing %1 trace file(s)…").arg(files.size()));
   // A worker with its own connection: large traces take seconds to parse and store.
   m_importJob.start(
-      [path = m_history->store()->path(), files, plan = m_plan](const JobTracker::Control&) -> Expected<TraceImportOutcome> {
+      [path = m_history->store()->path(), files,
+       plan = m_plan](const JobTracker::Control&) -> Expected<TraceImportOutcome> {
         auto store = history::HistoryStore::open(path);
         if (!store) return store.error();
         return importTraceFiles(*store, files, plan);
@@ -1642,12 +1682,12 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   bool discard = false;
   if (m_dirty) {
     const QMessageBox::StandardButton answer =
-        m_askUnsaved ? m_askUnsaved()
-                     : QMessageBox::question(this, QStringLiteral("Unsaved changes"),
-                                             QStringLiteral("The workspace has unsaved changes. Save them before "
-                                                            "quitting?"),
-                                             QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel,
-                                             QMessageBox::Save);
+        m_askUnsaved
+            ? m_askUnsaved()
+            : QMessageBox::question(this, QStringLiteral("Unsaved changes"),
+                                    QStringLiteral("The workspace has unsaved changes. Save them before "
+                                                   "quitting?"),
+                                    QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
     if (answer == QMessageBox::Cancel) {
       event->ignore();
       return;

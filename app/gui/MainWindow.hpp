@@ -8,12 +8,11 @@
 // opened, settings changed) stays on screen dimmed and labelled as the last good plan; errors
 // read in the panel's own field names with the whole story one click away (Details…).
 
-#include <functional>
-#include <memory>
-
 #include <QMainWindow>
 #include <QMessageBox>
 #include <QStringList>
+#include <functional>
+#include <memory>
 
 #include "JobTracker.hpp"
 #include "SolveDiagnosis.hpp"
@@ -78,7 +77,7 @@ struct SolverPanel {
   QPushButton* solve = nullptr;
   QPushButton* cancel = nullptr;
   QProgressBar* progress = nullptr;
-  QLabel* message = nullptr;           ///< one line; the whole message behind `details`
+  QLabel* message = nullptr;  ///< one line; the whole message behind `details`
   QPushButton* details = nullptr;
 };
 

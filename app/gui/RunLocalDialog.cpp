@@ -1,7 +1,5 @@
 #include "RunLocalDialog.hpp"
 
-#include "ExecutorPath.hpp"
-
 #include <QApplication>
 #include <QComboBox>
 #include <QDir>
@@ -20,8 +18,9 @@
 #include <QThread>
 #include <QVBoxLayout>
 
-namespace pipestudio::gui {
+#include "ExecutorPath.hpp"
 
+namespace pipestudio::gui {
 
 RunLocalDialog::RunLocalDialog(QWidget* parent) : QDialog(parent) {
   setWindowTitle(QStringLiteral("Run plan locally"));
@@ -32,8 +31,9 @@ RunLocalDialog::RunLocalDialog(QWidget* parent) : QDialog(parent) {
   form->addRow(QStringLiteral("Plan"), m_planLabel);
   m_backend = new QComboBox(this);
   for (const std::string& b : localBackends()) m_backend->addItem(QString::fromStdString(b));
-  m_backend->setToolTip(QStringLiteral("cpu: one thread per device doing real matrix work; cuda-single: every device "
-                                       "on one GPU; cuda: one process per GPU with NCCL (listed where a GPU exists)"));
+  m_backend->setToolTip(
+      QStringLiteral("cpu: one thread per device doing real matrix work; cuda-single: every device "
+                     "on one GPU; cuda: one process per GPU with NCCL (listed where a GPU exists)"));
   form->addRow(QStringLiteral("Backend"), m_backend);
   m_iterations = new QSpinBox(this);
   m_iterations->setRange(1, 1000);
@@ -86,11 +86,9 @@ void RunLocalDialog::setPlan(std::shared_ptr<const Plan> plan, const QString& na
   m_plan = std::move(plan);
   m_name = name;
   m_historyPath = historyPath;
-  m_planLabel->setText(m_plan ? QStringLiteral("%1 · %2 devices · %3 ops")
-                                    .arg(name)
-                                    .arg(m_plan->config.devices)
-                                    .arg(m_plan->ops.size())
-                              : QStringLiteral("none (solve first)"));
+  m_planLabel->setText(
+      m_plan ? QStringLiteral("%1 · %2 devices · %3 ops").arg(name).arg(m_plan->config.devices).arg(m_plan->ops.size())
+             : QStringLiteral("none (solve first)"));
   m_run->setEnabled(m_plan != nullptr);
 }
 
@@ -110,7 +108,8 @@ void RunLocalDialog::start() {
   m_open->setEnabled(false);
   m_progress->setValue(0);
   m_message->setStyleSheet(QString());
-  m_message->setText(QStringLiteral("Running %1 iteration(s) on %2…").arg(request.iterations).arg(m_backend->currentText()));
+  m_message->setText(
+      QStringLiteral("Running %1 iteration(s) on %2…").arg(request.iterations).arg(m_backend->currentText()));
   QPointer<RunLocalDialog> self(this);
   const auto plan = m_plan;
   m_worker = std::thread([self, request = std::move(request), plan]() {

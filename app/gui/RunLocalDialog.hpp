@@ -5,11 +5,10 @@
 // report after the dialog is gone is dropped. Closing while a run is under way only hides the
 // dialog; its destructor waits for the run (bounded by the executor's own timeout).
 
+#include <QDialog>
 #include <atomic>
 #include <memory>
 #include <thread>
-
-#include <QDialog>
 
 #include "LocalRun.hpp"
 

@@ -1,13 +1,12 @@
 #include "SolveController.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-
 #include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QPointer>
 #include <QThread>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 
 namespace pipestudio::gui {
 

@@ -4,13 +4,12 @@
 // whose generation is no longer current is dropped when it arrives. Progress is throttled to
 // whole percents.
 
-#include <atomic>
-#include <functional>
-#include <memory>
-
 #include <QObject>
 #include <QString>
 #include <QTimer>
+#include <atomic>
+#include <functional>
+#include <memory>
 
 #include "JobTracker.hpp"
 #include "SolveDiagnosis.hpp"
@@ -24,8 +23,7 @@ class SolveController : public QObject {
   using SolveFunction = std::function<Expected<Plan>(const PlanRequest&, const SolveControl&)>;
   /// Runs on the worker after a failed solve (not after a cancelled one): what the window can
   /// show beyond the message. Default: diagnoseMemoryFailure.
-  using DiagnoseFunction =
-      std::function<std::optional<MemoryDiagnosis>(const PlanRequest&, const SolveControl&)>;
+  using DiagnoseFunction = std::function<std::optional<MemoryDiagnosis>(const PlanRequest&, const SolveControl&)>;
 
   explicit SolveController(QObject* parent = nullptr);
   ~SolveController() override;

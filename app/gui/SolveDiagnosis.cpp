@@ -76,7 +76,8 @@ std::optional<MemoryDiagnosis> diagnoseMemoryFailure(const PlanRequest& original
     auto fits = makePlan(deeper, quiet);
     if (!fits) continue;
     out.smallestFittingDevices = p;
-    for (const DeviceMetrics& dm : fits->metrics.devices) out.fittingPeakBytes = std::max(out.fittingPeakBytes, dm.peakMemoryBytes);
+    for (const DeviceMetrics& dm : fits->metrics.devices)
+      out.fittingPeakBytes = std::max(out.fittingPeakBytes, dm.peakMemoryBytes);
     break;
   }
   if (control.cancelled()) return std::nullopt;

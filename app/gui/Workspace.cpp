@@ -29,10 +29,10 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (auto cluster = readCluster(reader, *node)) ws.cluster = std::move(*cluster);
   }
   if (auto solver = reader.object(root, "solver", Presence::Required)) {
-    reader.rejectUnknown(*solver, {"schedule", "devices", "microbatches", "chunks", "partition", "fill",
-                                   "memory_limit_bytes", "memory_limit", "tp", "cp", "ep", "dp", "sequence_parallel",
-                                   "recompute", "zero", "global_batch", "micro_batch_size", "optimizer_sync",
-                                   "overlap_grad_reduce"});
+    reader.rejectUnknown(
+        *solver, {"schedule", "devices", "microbatches", "chunks", "partition", "fill", "memory_limit_bytes",
+                  "memory_limit", "tp", "cp", "ep", "dp", "sequence_parallel", "recompute", "zero", "global_batch",
+                  "micro_batch_size", "optimizer_sync", "overlap_grad_reduce"});
     PlanConfig& c = ws.solver;
     if (auto v = reader.string(*solver, "schedule", Presence::Required)) c.schedule = *v;
     if (auto v = reader.integer(*solver, "devices", Presence::Required, 1, 4096)) c.devices = static_cast<int>(*v);
@@ -46,8 +46,10 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
       c.memoryLimitBytes = *v;
     if (auto v = reader.string(*solver, "memory_limit", Presence::Optional)) {
       const auto bytes = parseBytes(*v);
-      if (bytes && *bytes > 0) c.memoryLimitBytes = *bytes;
-      else reader.error(solver->child("memory_limit"), "'" + *v + "' is not a size (expected e.g. 40GiB)");
+      if (bytes && *bytes > 0)
+        c.memoryLimitBytes = *bytes;
+      else
+        reader.error(solver->child("memory_limit"), "'" + *v + "' is not a size (expected e.g. 40GiB)");
     }
     // Hybrid parallelism (issue 13), all optional: workspaces written before it stay pure pipelines.
     Parallelism& par = c.parallel;
@@ -57,18 +59,27 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (auto v = reader.integer(*solver, "dp", Presence::Optional, 1, 1 << 24)) par.data = static_cast<int>(*v);
     if (auto v = reader.integer(*solver, "zero", Presence::Optional, 0, 3)) par.zeroStage = static_cast<int>(*v);
     if (auto v = reader.boolean(*solver, "overlap_grad_reduce", Presence::Optional)) par.overlapGradReduce = *v;
-    if (auto v = reader.boolean(*solver, "sequence_parallel", Presence::Optional)) par.sequenceParallel = *v;
-    else par.sequenceParallel = par.tensor > 1;  // as the command line: on when T > 1
+    if (auto v = reader.boolean(*solver, "sequence_parallel", Presence::Optional))
+      par.sequenceParallel = *v;
+    else
+      par.sequenceParallel = par.tensor > 1;  // as the command line: on when T > 1
     if (auto v = reader.string(*solver, "recompute", Presence::Optional)) {
-      if (auto r = recomputeFromName(*v)) par.recompute = *r;
-      else reader.error(solver->child("recompute"), "'" + *v + "' is not a recomputation (expected none, selective or full)");
+      if (auto r = recomputeFromName(*v))
+        par.recompute = *r;
+      else
+        reader.error(solver->child("recompute"),
+                     "'" + *v + "' is not a recomputation (expected none, selective or full)");
     }
-    if (auto v = reader.integer(*solver, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40)) c.globalBatch = *v;
+    if (auto v = reader.integer(*solver, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40))
+      c.globalBatch = *v;
     if (auto v = reader.integer(*solver, "micro_batch_size", Presence::Optional, 1, std::int64_t{1} << 30))
       c.microBatchSize = *v;
     if (auto v = reader.string(*solver, "optimizer_sync", Presence::Optional)) {
-      if (*v == "global" || *v == "post-validation") c.optimizerSync = *v;
-      else reader.error(solver->child("optimizer_sync"), "'" + *v + "' is not an optimizer sync (expected global or post-validation)");
+      if (*v == "global" || *v == "post-validation")
+        c.optimizerSync = *v;
+      else
+        reader.error(solver->child("optimizer_sync"),
+                     "'" + *v + "' is not an optimizer sync (expected global or post-validation)");
     }
   }
   if (auto node = reader.object(root, "plan", Presence::Optional)) {
@@ -200,8 +211,9 @@ Expected<OpenedDocument> openDocument(const std::string& path) {
       if (Status s = validatePlanStructure(*out.plan); !s) return Error{path + ": " + s.message()};
     }
   } else {
-    return Error{path + ": a " + *kind + " document cannot be opened in the workstation (expected a workspace, "
-                                         "model, cluster, plan or trace)"};
+    return Error{path + ": a " + *kind +
+                 " document cannot be opened in the workstation (expected a workspace, "
+                 "model, cluster, plan or trace)"};
   }
   if (!reader.ok()) return reader.toError();
   return out;

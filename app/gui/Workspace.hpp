@@ -20,8 +20,8 @@ struct Workspace {
   std::string name;
   ModelSpec model;
   ClusterSpec cluster;
-  PlanConfig solver;          ///< schedule, devices, microbatches, chunks, partition, fill, limit
-  std::optional<Plan> plan;   ///< the last solved plan, if saved with one
+  PlanConfig solver;         ///< schedule, devices, microbatches, chunks, partition, fill, limit
+  std::optional<Plan> plan;  ///< the last solved plan, if saved with one
 };
 
 Expected<Workspace> readWorkspace(const JsonDocument& doc);

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   parser.addHelpOption();
   parser.addVersionOption();
   parser.addPositionalArgument(QStringLiteral("file"),
-                               QStringLiteral("workspace, model, cluster, plan or trace to open"), QStringLiteral("[file]"));
+                               QStringLiteral("workspace, model, cluster, plan or trace to open"),
+                               QStringLiteral("[file]"));
   QCommandLineOption quitAfter(QStringLiteral("quit-after-ms"),
                                QStringLiteral("Quit this many ms after the window is drawn (smoke tests, benches)."),
                                QStringLiteral("ms"));

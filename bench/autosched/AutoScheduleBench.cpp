@@ -44,7 +44,8 @@ ScheduleInput instance(int p, int m, int chunks, double inFlight, unsigned seed 
     in.stages.push_back(e);
   }
   for (int s = 0; s + 1 < stages; ++s) {
-    const bool cross = in.virtualStages[static_cast<std::size_t>(s)].device != in.virtualStages[static_cast<std::size_t>(s + 1)].device;
+    const bool cross = in.virtualStages[static_cast<std::size_t>(s)].device !=
+                       in.virtualStages[static_cast<std::size_t>(s + 1)].device;
     in.stages[static_cast<std::size_t>(s)].sendMs = cross ? 0.05 : 0.0;
   }
   in.staticBytes.assign(static_cast<std::size_t>(p), kStaticBytes);
@@ -72,10 +73,17 @@ void BM_ZbAuto(benchmark::State& state) {
   state.counters["gap_bound_pct"] = 100 * report.gapToLowerBound;
   state.counters["published_gap_busiest_pct"] = 100 * (report.paperGreedyMakespanMs / report.busiestDeviceWorkMs - 1);
 }
-BENCHMARK(BM_ZbAuto)->Args({8, 64, 1})->Args({16, 128, 1})->Args({32, 256, 1})->Args({32, 256, 2})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ZbAuto)
+    ->Args({8, 64, 1})
+    ->Args({16, 128, 1})
+    ->Args({32, 256, 1})
+    ->Args({32, 256, 2})
+    ->Unit(benchmark::kMillisecond);
 
 void printTable() {
-  std::printf("| p | m | chunks | memory limit (activations) | first answer | total | makespan | lower bound | busiest work | gap to bound | gap to busiest | published heuristic gap | best policy |\n");
+  std::printf(
+      "| p | m | chunks | memory limit (activations) | first answer | total | makespan | lower bound | busiest work | "
+      "gap to bound | gap to busiest | published heuristic gap | best policy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct Row {
     int p, m, chunks;
@@ -90,25 +98,29 @@ void printTable() {
     double firstMs = -1;
     SolveControl control;
     control.progress = [&](double) {
-      if (firstMs < 0) firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (firstMs < 0)
+        firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
     in.control = &control;
     auto r = autoSchedule(in);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r) {
-      std::printf("| %d | %d | %d | %.0f mb | error: %s |\n", row.p, row.m, row.chunks, row.inFlight, r.message().c_str());
+      std::printf("| %d | %d | %d | %.0f mb | error: %s |\n", row.p, row.m, row.chunks, row.inFlight,
+                  r.message().c_str());
       continue;
     }
     const AutoScheduleReport& rep = r->report;
     char published[64] = "none";
     if (rep.paperGreedyMakespanMs > 0) {
-      std::snprintf(published, sizeof published, "%.2f%% (%s)", 100 * (rep.paperGreedyMakespanMs / rep.busiestDeviceWorkMs - 1),
-                    rep.publishedHeuristic.c_str());
+      std::snprintf(published, sizeof published, "%.2f%% (%s)",
+                    100 * (rep.paperGreedyMakespanMs / rep.busiestDeviceWorkMs - 1), rep.publishedHeuristic.c_str());
     }
-    std::printf("| %d | %d | %d | %.0f microbatches | %.0f ms | %.0f ms | %.1f ms | %.1f ms | %.1f ms | %.2f%% | %.2f%% | %s | %s |\n",
-                row.p, row.m, row.chunks, row.inFlight, firstMs, 1000 * seconds, rep.makespanMs, rep.lowerBoundMs,
-                rep.busiestDeviceWorkMs, 100 * rep.gapToLowerBound, 100 * rep.gapToBusiestWork, published,
-                rep.bestPolicy.c_str());
+    std::printf(
+        "| %d | %d | %d | %.0f microbatches | %.0f ms | %.0f ms | %.1f ms | %.1f ms | %.1f ms | %.2f%% | %.2f%% | %s | "
+        "%s |\n",
+        row.p, row.m, row.chunks, row.inFlight, firstMs, 1000 * seconds, rep.makespanMs, rep.lowerBoundMs,
+        rep.busiestDeviceWorkMs, 100 * rep.gapToLowerBound, 100 * rep.gapToBusiestWork, published,
+        rep.bestPolicy.c_str());
   }
 }
 

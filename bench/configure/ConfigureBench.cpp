@@ -38,19 +38,27 @@ void configureSearch(benchmark::State& state, const std::string& model, const st
 }  // namespace
 
 BENCHMARK_CAPTURE(configureSearch, llama2_70b_32xH100, std::string("llama2-70b.json"), std::string("h100-4x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(configureSearch, llama3_8b_64xH100, std::string("llama3-8b.json"), std::string("h100-8x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(configureSearch, llama3_70b_64xH100, std::string("llama3-70b.json"), std::string("h100-8x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK_CAPTURE(configureSearch, mixtral_8x7b_64xH100, std::string("mixtral-8x7b.json"), std::string("h100-8x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(configureSearch, mixtral_8x7b_64xH100, std::string("mixtral-8x7b.json"),
+                  std::string("h100-8x8-ib.json"))
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(configureSearch, deepseek_v3_1024xH100, std::string("deepseek-v3-moe.json"),
                   std::string("h100-128x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(configureSearch, dit_xl_64xH100, std::string("dit-xl-t5.json"), std::string("h100-8x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(configureSearch, llama3_405b_16384xH100, std::string("llama3-405b.json"),
                   std::string("h100-2048x8-ib.json"))
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_MAIN();

@@ -181,9 +181,8 @@ RowPredictor sc21Predictor(const Json& table, const Json& row, const ClusterSpec
     const double V = vocab;
     // Narayanan et al. 2021 eq. (3): FLOPs per iteration, recomputation included.
     const double flops = 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-    return planAndMeasure(r, [flops, gpus](const Plan& plan) {
-      return flops / (plan.metrics.iterationMs / 1000.0) / gpus / 1e12;
-    });
+    return planAndMeasure(
+        r, [flops, gpus](const Plan& plan) { return flops / (plan.metrics.iterationMs / 1000.0) / gpus / 1e12; });
   };
 }
 
@@ -222,7 +221,8 @@ RowPredictor zbPredictor(const Json& table, const Json& row, const std::string& 
       std::int64_t limit = 0;
       const double factor = method == "ZB-2p" ? 2.0 : 1.0;
       for (const auto& d : ref->metrics.devices) {
-        limit = std::max(limit, d.staticMemoryBytes + static_cast<std::int64_t>(factor * static_cast<double>(d.peakActivationBytes)));
+        limit = std::max(limit, d.staticMemoryBytes +
+                                    static_cast<std::int64_t>(factor * static_cast<double>(d.peakActivationBytes)));
       }
       c.schedule = "zb-auto";
       c.optimizerSync = "post-validation";
@@ -241,9 +241,8 @@ RowPredictor zbPredictor(const Json& table, const Json& row, const std::string& 
       return p;
     }
     const double samples = static_cast<double>(c.microbatches) * static_cast<double>(r.model.samplesPerMicrobatch);
-    return planAndMeasure(r, [samples, gpus](const Plan& plan) {
-      return samples / (plan.metrics.iterationMs / 1000.0) / gpus;
-    });
+    return planAndMeasure(
+        r, [samples, gpus](const Plan& plan) { return samples / (plan.metrics.iterationMs / 1000.0) / gpus; });
   };
 }
 
@@ -324,8 +323,8 @@ std::optional<double> profiledBubble(const Json& row, const std::string& schedul
 // The model of artifact/README.md: `layers` blocks (GELU MLP of `ffn`), run by its
 // pretrain_gpt.sh with --use-flash-attn, --untie-embeddings-and-output-weights and dropout 0.
 ModelSpec vocabArtifactModel(const Json& table, int seq, int vocab) {
-  ModelSpec m = gptModel("vocab-artifact", table["layers"].get<int>(), table["hidden"].get<int>(), table["heads"].get<int>(), seq,
-                         vocab, AttentionKind::Flash, false);
+  ModelSpec m = gptModel("vocab-artifact", table["layers"].get<int>(), table["hidden"].get<int>(),
+                         table["heads"].get<int>(), seq, vocab, AttentionKind::Flash, false);
   for (Layer& l : m.components[0].layers) {
     l.tied = false;
     if (l.kind == "transformer") l.transformer->ffn = table["ffn"].get<int>();
@@ -363,15 +362,17 @@ Expected<Plan> megatronVocabBaseline(const PlanRequest& r) {
 
 // Prints measured against predicted MFU gain of Vocab-1 / Vocab-2 over the baseline per row;
 // returns false when a plan fails.
-bool printVocabTable(const Json& root, const std::map<std::string, ClusterSpec>& clusters, const Report& report, bool markdown) {
+bool printVocabTable(const Json& root, const std::map<std::string, ClusterSpec>& clusters, const Report& report,
+                     bool markdown) {
   const char* bar = markdown ? "|" : " ";
   bool ok = true;
   for (const Json& table : root["tables"]) {
     if (table["id"] != "vocab") continue;
     std::printf("\n## Vocabulary parallelism: MFU gain over the baseline (measured / predicted)\n\n");
     if (markdown) {
-      std::printf("| run | baseline MFU (measured / ours) | Vocab-1 gain | error | Vocab-2 gain | error | Vocab-1 bubble |\n"
-                  "|---|---|---|---:|---|---:|---:|\n");
+      std::printf(
+          "| run | baseline MFU (measured / ours) | Vocab-1 gain | error | Vocab-2 gain | error | Vocab-1 bubble |\n"
+          "|---|---|---|---:|---|---:|---:|\n");
     }
     const std::string gpu = table["gpu"].get<std::string>();
     ClusterSpec cluster = clusters.at(table["cluster"].get<std::string>());
@@ -465,15 +466,17 @@ int run(const Options& o) {
     for (const Json& row : table["rows"]) {
       const std::string name = row["name"].get<std::string>();
       if (id == "sc21") {
-        entries.push_back({id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), sc21Predictor(table, row, base)});
+        entries.push_back(
+            {id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), sc21Predictor(table, row, base)});
       } else if (id == "zb") {
         for (const char* method : {"1F1B", "1F1B-I", "ZB-1p", "ZB-2p"}) {
           entries.push_back({id, gpu, name + " m=" + std::to_string(row["microbatches"].get<int>()), method,
-                             row["measured_samples_per_gpu_s"][method].get<double>(), zbPredictor(table, row, method, base),
-                             row["measured_memory_gb"][method].get<double>()});
+                             row["measured_samples_per_gpu_s"][method].get<double>(),
+                             zbPredictor(table, row, method, base), row["measured_memory_gb"][method].get<double>()});
         }
       } else if (id == "llama3") {
-        entries.push_back({id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), llamaPredictor(row, *llama, base)});
+        entries.push_back(
+            {id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), llamaPredictor(row, *llama, base)});
       }
     }
   }
@@ -533,8 +536,9 @@ int run(const Options& o) {
       current = key;
       std::printf("\n## %s\n\n", key.c_str());
       if (o.markdown) {
-        std::printf("| run | measured | predicted | error | iteration ms | peak memory GB (measured) |\n"
-                    "|---|---:|---:|---:|---:|---:|\n");
+        std::printf(
+            "| run | measured | predicted | error | iteration ms | peak memory GB (measured) |\n"
+            "|---|---:|---:|---:|---:|---:|\n");
       }
     }
     if (!r.predicted.error.empty()) {
@@ -543,13 +547,14 @@ int run(const Options& o) {
     }
     char memory[64];
     if (r.measuredMemoryGb > 0) {
-      std::snprintf(memory, sizeof memory, "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9, r.measuredMemoryGb);
+      std::snprintf(memory, sizeof memory, "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9,
+                    r.measuredMemoryGb);
     } else {
       std::snprintf(memory, sizeof memory, "%6.1f", static_cast<double>(r.predicted.peakBytes) / 1e9);
     }
-    std::printf("%s %-14s %s %8.2f %s %8.2f %s %+6.1f%% %s %10.1f %s %s %s\n", bar, r.name.c_str(), bar, r.measured, bar,
-                r.predicted.value, bar, 100.0 * pctError(r.predicted.value, r.measured), bar, r.predicted.iterationMs,
-                bar, memory, o.markdown ? "|" : "");
+    std::printf("%s %-14s %s %8.2f %s %8.2f %s %+6.1f%% %s %10.1f %s %s %s\n", bar, r.name.c_str(), bar, r.measured,
+                bar, r.predicted.value, bar, 100.0 * pctError(r.predicted.value, r.measured), bar,
+                r.predicted.iterationMs, bar, memory, o.markdown ? "|" : "");
   }
   std::printf("\n## MAPE (throughput)\n\n");
   if (o.markdown) std::printf("| table | MAPE | rows | target 10 %% |\n|---|---:|---:|---|\n");
@@ -566,8 +571,8 @@ int run(const Options& o) {
   std::printf("\n## MAPE (peak memory, where the paper reports it; not a target)\n\n");
   if (o.markdown) std::printf("| table | MAPE | rows |\n|---|---:|---:|\n");
   for (const auto& [key, v] : memoryMape) {
-    std::printf("%s %-20s %s %5.1f%% %s %3d %s\n", bar, key.c_str(), bar, 100.0 * (v.second ? v.first / v.second : 0), bar,
-                v.second, o.markdown ? "|" : "");
+    std::printf("%s %-20s %s %5.1f%% %s %3d %s\n", bar, key.c_str(), bar, 100.0 * (v.second ? v.first / v.second : 0),
+                bar, v.second, o.markdown ? "|" : "");
   }
 
   // --- Zero Bubble Table 5: bubble rates from profiled times ---
@@ -577,9 +582,13 @@ int run(const Options& o) {
   for (const Json& table : root["tables"]) {
     if (table["id"] != "zb") continue;
     for (const Json& row : table["rows"]) {
-      std::printf("%s %-6s %s %4d %s", bar, row["name"].get<std::string>().c_str(), bar, row["microbatches"].get<int>(), bar);
-      const std::pair<const char*, std::pair<const char*, double>> methods[] = {
-          {"1F1B", {"1f1b", 0}}, {"ZB-H1", {"zb-h1", 0}}, {"ZB-H2", {"zb-h2", 0}}, {"ZB-1p", {"zb-auto", 1}}, {"ZB-2p", {"zb-auto", 2}}};
+      std::printf("%s %-6s %s %4d %s", bar, row["name"].get<std::string>().c_str(), bar, row["microbatches"].get<int>(),
+                  bar);
+      const std::pair<const char*, std::pair<const char*, double>> methods[] = {{"1F1B", {"1f1b", 0}},
+                                                                                {"ZB-H1", {"zb-h1", 0}},
+                                                                                {"ZB-H2", {"zb-h2", 0}},
+                                                                                {"ZB-1p", {"zb-auto", 1}},
+                                                                                {"ZB-2p", {"zb-auto", 2}}};
       for (const auto& [label, how] : methods) {
         const double paper = row["bubble_rate"][label].get<double>();
         const auto ours = profiledBubble(row, how.first, how.second);
@@ -588,7 +597,8 @@ int run(const Options& o) {
           ok = false;
           continue;
         }
-        const bool gated = std::string(label) == "1F1B" || std::string(label) == "ZB-H1" || std::string(label) == "ZB-H2";
+        const bool gated =
+            std::string(label) == "1F1B" || std::string(label) == "ZB-H1" || std::string(label) == "ZB-H2";
         if (gated) worst = std::max(worst, std::abs(*ours - paper));
         std::printf(" %.4f / %.4f %s", paper, *ours, bar);
       }

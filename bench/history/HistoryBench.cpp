@@ -40,10 +40,14 @@ std::string makeStream(std::int64_t events) {
   h.backend = "cuda";
   h.deviceName = "NVIDIA H100 80GB HBM3";
   trace::encodeFrame(h, out);
-  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "flash_fwd_kernel",
-                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "elementwise_kernel",
-                                 "ncclDevKernel_SendRecv", "Memcpy DtoD (Device -> Device)",
-                                 "vectorized_layer_norm_kernel", "reduce_kernel"};
+  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                                 "flash_fwd_kernel",
+                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
+                                 "elementwise_kernel",
+                                 "ncclDevKernel_SendRecv",
+                                 "Memcpy DtoD (Device -> Device)",
+                                 "vectorized_layer_norm_kernel",
+                                 "reduce_kernel"};
   std::int64_t t[4] = {0, 0, 0, 0};
   for (std::int64_t i = 0; i < events; ++i) {
     const int device = static_cast<int>(i % 4);
@@ -55,7 +59,9 @@ std::string makeStream(std::int64_t events) {
                          out);
     } else {
       const int n = static_cast<int>(i % 8);
-      const auto kind = n == 4 ? trace::Activity::Kind::Nccl : n == 5 ? trace::Activity::Kind::Memcpy : trace::Activity::Kind::Kernel;
+      const auto kind = n == 4   ? trace::Activity::Kind::Nccl
+                        : n == 5 ? trace::Activity::Kind::Memcpy
+                                 : trace::Activity::Kind::Kernel;
       trace::encodeFrame(trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t[device], t[device] + dur,
                                          n == 5 ? 1u << 20 : 0u, static_cast<std::uint64_t>(i), kNames[n]},
                          out);
@@ -90,13 +96,13 @@ std::string makeChromeFile(std::int64_t events) {
             << R"(, "dur": 12.5, "args": {"External id": )" << i << "}}";
         break;
       case 1:
-        out << R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": )" << ts
-            << R"(, "dur": 4.0, "args": {"correlation": )" << i << R"(, "cbid": 211}})";
+        out << R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": )"
+            << ts << R"(, "dur": 4.0, "args": {"correlation": )" << i << R"(, "cbid": 211}})";
         break;
       default:
         out << R"({"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "pid": 0, "tid": 7, "ts": )"
-            << ts << R"(, "dur": 2.75, "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": )" << i
-            << R"(, "grid": [132, 1, 1], "block": [384, 1, 1]}})";
+            << ts << R"(, "dur": 2.75, "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": )"
+            << i << R"(, "grid": [132, 1, 1], "block": [384, 1, 1]}})";
         break;
     }
   }

@@ -44,8 +44,8 @@ pipestudio::PartitionProblem makeProblem(int layers, int stages, int microbatche
 }
 
 void BM_DpPartition(benchmark::State& state) {
-  const auto p = makeProblem(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
-                             static_cast<int>(state.range(2)));
+  const auto p =
+      makeProblem(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
   double objective = 0;
   for (auto _ : state) {
     auto r = pipestudio::dpPartition(p);
@@ -58,7 +58,11 @@ void BM_DpPartition(benchmark::State& state) {
   }
   state.SetLabel("objective " + std::to_string(objective) + " ms");
 }
-BENCHMARK(BM_DpPartition)->Args({1000, 64, 256})->Args({1000, 64, 64})->Args({200, 16, 32})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DpPartition)
+    ->Args({1000, 64, 256})
+    ->Args({1000, 64, 64})
+    ->Args({200, 16, 32})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_BalancedPartition(benchmark::State& state) {
   const auto p = makeProblem(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 64);

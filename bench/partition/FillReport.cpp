@@ -62,9 +62,10 @@ int cascadedTable(const std::string& resources, const ClusterSpec& cluster) {
       }
     }
   }
-  std::printf("\nchain layout = the backbones share the pipeline's virtual stages in data-flow order (dp partition);\n"
-              "opposed directions = base UNet down zb-v's V (devices 0 → p−1), SR UNet up it (p−1 → 0), each over all\n"
-              "devices, ordered as two concurrent chains. DualPipe/BitPipe hold every backbone twice (2× parameters).\n");
+  std::printf(
+      "\nchain layout = the backbones share the pipeline's virtual stages in data-flow order (dp partition);\n"
+      "opposed directions = base UNet down zb-v's V (devices 0 → p−1), SR UNet up it (p−1 → 0), each over all\n"
+      "devices, ordered as two concurrent chains. DualPipe/BitPipe hold every backbone twice (2× parameters).\n");
   return failures;
 }
 
@@ -79,8 +80,9 @@ int main(int argc, char** argv) {
   }
   std::printf("## Stable Diffusion 2.1 / ControlNet: bubble filling and data parallelism (%s, 8 GPUs)\n\n",
               cluster->name.c_str());
-  std::printf("| model | schedule | partition | m | backbone only ms | fill none ms | fill greedy ms | bubble filled | "
-              "data parallel ms | greedy vs none | greedy vs DP | frozen transfers |\n");
+  std::printf(
+      "| model | schedule | partition | m | backbone only ms | fill none ms | fill greedy ms | bubble filled | "
+      "data parallel ms | greedy vs none | greedy vs DP | frozen transfers |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const char* name : {"stable-diffusion-2.1", "controlnet", "cascaded-sd"}) {
@@ -130,13 +132,15 @@ int main(int argc, char** argv) {
       const auto transferBytes = static_cast<double>(f.frozenTransferBytes);
       std::printf("| %s | %s%s | %s | %d | %.1f | %.1f | %.1f | %.0f%% | %s | %.2f× | %s | %d, %.0f MB |\n", name,
                   filled->plan.config.schedule.c_str(), f.usedNoFillLayout ? " (none layout)" : "", row.partition,
-                  row.microbatches, f.backboneOnlyMs, f.noFillMs, f.iterationMs, bubble > 0 ? 100.0 * used / bubble : 0.0,
-                  dp, f.speedupOverNoFill, vsDp, transfers, transferBytes / 1e6);
+                  row.microbatches, f.backboneOnlyMs, f.noFillMs, f.iterationMs,
+                  bubble > 0 ? 100.0 * used / bubble : 0.0, dp, f.speedupOverNoFill, vsDp, transfers,
+                  transferBytes / 1e6);
     }
   }
-  std::printf("\nbubble filled = frozen work placed in the backbone's idle time / that idle time, over all devices;\n"
-              "data parallel = one whole-model replica per GPU, m·b/8 samples each plus a ring all-reduce of bf16 gradients;\n"
-              "frozen transfers = frozen outputs (text embeddings, VAE latents) sent to the devices whose stages read them.\n");
+  std::printf(
+      "\nbubble filled = frozen work placed in the backbone's idle time / that idle time, over all devices;\n"
+      "data parallel = one whole-model replica per GPU, m·b/8 samples each plus a ring all-reduce of bf16 gradients;\n"
+      "frozen transfers = frozen outputs (text embeddings, VAE latents) sent to the devices whose stages read them.\n");
   failures += cascadedTable(resources, *cluster);
   return failures == 0 ? 0 : 1;
 }

@@ -4,14 +4,13 @@
 
 #include <benchmark/benchmark.h>
 
+#include <QApplication>
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <QApplication>
 
 #include "MainWindow.hpp"
 #include "SolveController.hpp"

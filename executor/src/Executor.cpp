@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "Backend.hpp"
-#include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/common/NumberArg.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::exec {
@@ -44,11 +44,16 @@ Expected<FaultSpec> parseFault(const std::string& text) {
   for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
   const std::string where = "PIPESTUDIO_EXEC_FAULT='" + text + "'";
   if (parts.empty()) return Error{where + ": empty"};
-  if (parts[0] == "crash") f.mode = FaultSpec::Mode::Crash;
-  else if (parts[0] == "die") f.mode = FaultSpec::Mode::Die;
-  else if (parts[0] == "hang") f.mode = FaultSpec::Mode::Hang;
-  else if (parts[0] == "error") f.mode = FaultSpec::Mode::Error;
-  else return Error{where + ": unknown mode '" + parts[0] + "' (expected crash, die, hang or error)"};
+  if (parts[0] == "crash")
+    f.mode = FaultSpec::Mode::Crash;
+  else if (parts[0] == "die")
+    f.mode = FaultSpec::Mode::Die;
+  else if (parts[0] == "hang")
+    f.mode = FaultSpec::Mode::Hang;
+  else if (parts[0] == "error")
+    f.mode = FaultSpec::Mode::Error;
+  else
+    return Error{where + ": unknown mode '" + parts[0] + "' (expected crash, die, hang or error)"};
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const auto eq = parts[i].find('=');
     const std::string key = parts[i].substr(0, eq);
@@ -77,7 +82,8 @@ std::string execUsage() {
          "Runs a pipestudio.plan/1 and writes the binary trace stream (DESIGN.md §2) on stdout; logs on stderr.\n"
          "Rank/world also come from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE or SLURM_PROCID/NTASKS;\n"
          "NCCL_COMM_ID lets every rank derive the NCCL id itself. Exit: 0 ok, 1 refused plan or failed run, 2 usage.\n"
-         "Under srun or mpirun: pipestudio-exec --task slurm|mpirun [--nccl-rendezvous FILE] -- OPTIONS (Launcher.hpp).\n";
+         "Under srun or mpirun: pipestudio-exec --task slurm|mpirun [--nccl-rendezvous FILE] -- OPTIONS "
+         "(Launcher.hpp).\n";
 }
 
 Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
@@ -124,8 +130,10 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
     } else if (a == "--cpu-memory-budget" || a == "--device-memory") {
       auto b = parseBytes(*v);
       if (!b || *b <= 0) return Error{a + ": '" + *v + "' (expected a size such as 64MiB)"};
-      if (a == "--cpu-memory-budget") o.cpuMemoryBudgetBytes = *b;
-      else o.deviceMemoryBytes = *b;
+      if (a == "--cpu-memory-budget")
+        o.cpuMemoryBudgetBytes = *b;
+      else
+        o.deviceMemoryBytes = *b;
     } else {
       return Error{"unknown option '" + a + "'"};
     }
@@ -200,7 +208,9 @@ int runExecutor(const ExecOptions& options, int outFd) {
   // Nobody receives the trace any more (reader gone, disk full): stop the run, it failed.
   sink.setOnBroken([&control, rank = options.rank](const std::string& why) { control.fail(rank, why); });
   BackendContext ctx{*plan, *program, options, clock, sink, control, timeScale};
-  auto backend = options.backend == pipestudio::Backend::Cpu ? makeCpuBackend(ctx) : makeCudaBackend(ctx, options.backend == pipestudio::Backend::CudaSingle);
+  auto backend = options.backend == pipestudio::Backend::Cpu
+                     ? makeCpuBackend(ctx)
+                     : makeCudaBackend(ctx, options.backend == pipestudio::Backend::CudaSingle);
   if (!backend) return fail("plan refused: " + backend.message());
   Backend& be = **backend;
 
@@ -283,8 +293,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
   double total = 0;
   for (double ms : summary.iterationMs) total += ms;
   std::cerr << "pipestudio-exec: " << options.iterations << " iteration(s), mean step "
-            << (summary.iterationMs.empty() ? 0.0 : total / static_cast<double>(summary.iterationMs.size()))
-            << " ms\n";
+            << (summary.iterationMs.empty() ? 0.0 : total / static_cast<double>(summary.iterationMs.size())) << " ms\n";
   return 0;
 }
 

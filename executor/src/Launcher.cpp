@@ -115,8 +115,14 @@ std::optional<std::string> findExecutor(const std::string& selfPath) {
 Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
                                     const BytesCallback& onBytes) {
   auto argsFor = [&](int rank, const std::string& ncclId) {
-    std::vector<std::string> a{request.executable, "--plan", request.planPath, "--backend", std::string(name(request.backend)),
-                               "--iterations", std::to_string(request.iterations), "--warmup",
+    std::vector<std::string> a{request.executable,
+                               "--plan",
+                               request.planPath,
+                               "--backend",
+                               std::string(name(request.backend)),
+                               "--iterations",
+                               std::to_string(request.iterations),
+                               "--warmup",
                                std::to_string(request.warmup)};
     if (!request.runId.empty()) a.insert(a.end(), {"--run-id", request.runId});
     if (request.world > 1 || request.backend == pipestudio::Backend::Cuda) {
@@ -237,8 +243,7 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
       } else {
         c.outcome.exitStatus = WEXITSTATUS(status);
         if (c.outcome.exitStatus != 0) {
-          noteFailure("rank " + std::to_string(c.rank) + " exited with status " +
-                      std::to_string(c.outcome.exitStatus) +
+          noteFailure("rank " + std::to_string(c.rank) + " exited with status " + std::to_string(c.outcome.exitStatus) +
                       (c.outcome.lastLog.empty() ? std::string() : ": " + c.outcome.lastLog));
         }
       }

@@ -51,12 +51,13 @@ void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pa
         queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], passOf(t.consumerOp), true, t});
       }
       for (const Transfer& t : s.receives) {
-        queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)],
-                         false, t});
+        queue.push_back(
+            {pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)], false, t});
       }
     }
     for (const Transfer& t : dp.endReceives) {
-      queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], std::numeric_limits<std::int64_t>::max(), false, t});
+      queue.push_back(
+          {pass[static_cast<std::size_t>(t.producerOp)], std::numeric_limits<std::int64_t>::max(), false, t});
     }
     std::sort(queue.begin(), queue.end(), [](const Item& a, const Item& b) {
       return std::tie(a.producerPass, a.consumerPass) < std::tie(b.producerPass, b.consumerPass);
@@ -82,7 +83,7 @@ Status checkRendezvous(const Program& program) {
   };
   const auto devices = static_cast<std::size_t>(program.devices);
   std::vector<std::vector<GroupRef>> groups(devices);
-  using Key = std::pair<std::int32_t, std::int32_t>;  // (producer op, consumer op)
+  using Key = std::pair<std::int32_t, std::int32_t>;                    // (producer op, consumer op)
   std::map<Key, std::pair<std::size_t, std::size_t>> sender, receiver;  // transfer → (device, group)
   for (std::size_t d = 0; d < devices; ++d) {
     const DeviceProgram& dp = program.perDevice[d];
@@ -169,15 +170,15 @@ namespace {
 // The plan fields compileProgram relies on before it indexes anything: devices, ops, the
 // structure checks and, per virtual stage, its id, component and layer range.
 Status checkCompilable(const Plan& plan) {
-  if (plan.config.devices < 1) return Error{"/config/devices: " + std::to_string(plan.config.devices) +
-                                            " devices (expected at least 1)"};
+  if (plan.config.devices < 1)
+    return Error{"/config/devices: " + std::to_string(plan.config.devices) + " devices (expected at least 1)"};
   if (plan.ops.empty()) return Error{"/ops: the plan has no ops to execute"};
   if (auto st = validatePlanStructure(plan); !st) return st.error();
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.id != static_cast<int>(i)) {
-      return Error{"/virtual_stages/" + std::to_string(i) + "/id: " + std::to_string(vs.id) +
-                   " (expected " + std::to_string(i) + ": virtual stages are listed in id order)"};
+      return Error{"/virtual_stages/" + std::to_string(i) + "/id: " + std::to_string(vs.id) + " (expected " +
+                   std::to_string(i) + ": virtual stages are listed in id order)"};
     }
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
       return Error{"/virtual_stages/" + std::to_string(i) + "/component: not a component of the embedded model"};
@@ -234,9 +235,9 @@ class ProgramCompiler {
   const double m_samplesPerMb;
   // Position of every op in its device's order, and the unique producers looked up by key.
   std::vector<std::int32_t> m_position;
-  std::map<std::tuple<int, int, int>, std::int32_t> m_unique;  // (kind, stage, microbatch) for F, B, BW, W, S
+  std::map<std::tuple<int, int, int>, std::int32_t> m_unique;         // (kind, stage, microbatch) for F, B, BW, W, S
   std::map<std::pair<int, int>, std::vector<std::int32_t>> m_frozen;  // (stage, microbatch) → N ops in order
-  std::map<std::pair<int, int>, std::int32_t> m_frozenSeen;  // N ops of (stage, microbatch) handled so far
+  std::map<std::pair<int, int>, std::int32_t> m_frozenSeen;           // N ops of (stage, microbatch) handled so far
   Program m_program;
   std::vector<Step> m_steps;
   // Buffers live per (stage, microbatch, part): part 0 = activations freed by B, part 1 = the
@@ -258,8 +259,10 @@ Status ProgramCompiler::indexOps() {
       return Error{opWhere(idx) + ": end_ms before start_ms (expected a non-negative duration)"};
     }
     m_position[i] = counter[static_cast<std::size_t>(op.device)]++;
-    const bool trainable = m_plan.model.components[static_cast<std::size_t>(
-        m_plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].component)].trainable;
+    const bool trainable = m_plan.model
+                               .components[static_cast<std::size_t>(
+                                   m_plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].component)]
+                               .trainable;
     const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
     if (backward && !trainable) {
       return Error{opWhere(idx) + ": " + opName(op) + " is a backward op on a frozen component (expected N ops only)"};
@@ -315,11 +318,15 @@ Status ProgramCompiler::addStep(std::size_t i) {
   const std::int64_t act = scaled(cost.activationBytes, fraction);
   const std::int64_t wgrad = std::min(act, scaled(cost.weightGradBytes, fraction));
   switch (op.kind) {
-    case OpKind::F: return addForward(idx, s, m_chain.previous[stage], act, wgrad);
+    case OpKind::F:
+      return addForward(idx, s, m_chain.previous[stage], act, wgrad);
     case OpKind::B:
-    case OpKind::BW: return addBackward(idx, s, m_chain.next[stage], act, wgrad);
-    case OpKind::W: return addWeight(idx, s, wgrad);
-    case OpKind::N: return addFrozen(idx, s, m_chain.previous[stage], act, fraction);
+    case OpKind::BW:
+      return addBackward(idx, s, m_chain.next[stage], act, wgrad);
+    case OpKind::W:
+      return addWeight(idx, s, wgrad);
+    case OpKind::N:
+      return addFrozen(idx, s, m_chain.previous[stage], act, fraction);
     case OpKind::S:
       s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 2), act});
       break;
@@ -359,9 +366,8 @@ Status ProgramCompiler::addBackward(std::int32_t idx, Step& s, int next, std::in
   if (next >= 0) {
     const std::int32_t producer = find(OpKind::B, next, op.microbatch);
     if (producer < 0) {
-      return Error{opWhere(idx) + ": " + opName(op) + " needs the backward of virtual stage " +
-                   std::to_string(next) + " for microbatch " + std::to_string(op.microbatch) +
-                   ", which the plan does not contain"};
+      return Error{opWhere(idx) + ": " + opName(op) + " needs the backward of virtual stage " + std::to_string(next) +
+                   " for microbatch " + std::to_string(op.microbatch) + ", which the plan does not contain"};
     }
     if (auto st = depend(idx, producer, m_costs[static_cast<std::size_t>(op.virtualStage)].outputBytes); !st) {
       return st.error();

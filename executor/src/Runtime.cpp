@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <iostream>
 
 namespace pipestudio::exec {
 
 Clock::Clock() : m_originNs(steadyNs()) {
-  m_wallNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                 std::chrono::system_clock::now().time_since_epoch())
-                 .count();
+  m_wallNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::int64_t Clock::steadyNs() {
@@ -270,11 +269,9 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
     std::span<const Transfer> pendingSends;
     const bool rendezvous = lane.rendezvous();
     for (const Step& step : program.steps) {
-      control.progress(device, LaneState::Waiting,
-                       step.receives.empty() ? -1 : step.receives.front().fromDevice);
-      const Status exchanged = rendezvous
-                                   ? lane.exchange(step.rendezvous.sends, step.rendezvous.receives, iteration)
-                                   : lane.exchange(pendingSends, step.receives, iteration);
+      control.progress(device, LaneState::Waiting, step.receives.empty() ? -1 : step.receives.front().fromDevice);
+      const Status exchanged = rendezvous ? lane.exchange(step.rendezvous.sends, step.rendezvous.receives, iteration)
+                                          : lane.exchange(pendingSends, step.receives, iteration);
       if (!exchanged) return exchanged.error();
       if (control.aborted()) return Error{"aborted"};
       control.progress(device, LaneState::Computing);
@@ -334,9 +331,11 @@ double runGemmUnits(std::int64_t units, const std::atomic<bool>* abort) {
     if (abort != nullptr && (u & 63) == 0 && abort->load(std::memory_order_relaxed)) break;
     for (int i = 0; i < kUnitN; ++i) {
       for (int k = 0; k < kUnitN; ++k) {
-        const float aik = a[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(k)];
+        const float aik =
+            a[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(k)];
         for (int j = 0; j < kUnitN; ++j) {
-          c[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)] += aik * b[static_cast<std::size_t>(k) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)];
+          c[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)] +=
+              aik * b[static_cast<std::size_t>(k) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)];
         }
       }
     }

@@ -11,9 +11,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 

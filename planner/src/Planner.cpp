@@ -1,17 +1,18 @@
 // makePlan: validate → place (schedule) → partition → order (schedule) → fill → simulate →
 // memory check. Dispatch points for other helpers are marked "extension point".
+#include "pipestudio/planner/Planner.hpp"
+
 #include <algorithm>
-#include "pipestudio/plan/Costs.hpp"
 #include <cmath>
 #include <sstream>
 
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
-#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
-#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
@@ -26,7 +27,8 @@ std::string knownSchedules() {
 
 // Extension point (partitioners): fills component and layer ranges into the placement.
 Expected<std::vector<VirtualStage>> partitionStages(const PlanRequest& request, std::vector<VirtualStage> placement,
-                                                    const SolveControl& control, const partition::PartitionHints& hints) {
+                                                    const SolveControl& control,
+                                                    const partition::PartitionHints& hints) {
   const std::string& name = request.config.partition;
   if (name == "uniform") {
     return partition::partitionUniformStrict(request.model, std::move(placement), request.config.devices,
@@ -56,8 +58,9 @@ Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<Stage
     const auto du = static_cast<std::size_t>(d);
     const std::int64_t needBytes = staticBytes[du] + oneMb[du];
     if (needBytes > limit) {
-      return Error{"memory limit " + formatBytes(static_cast<double>(limit)) + " is below what one microbatch needs on device " +
-                   std::to_string(d) + ": " + formatBytes(static_cast<double>(needBytes)) + " (static " +
+      return Error{"memory limit " + formatBytes(static_cast<double>(limit)) +
+                   " is below what one microbatch needs on device " + std::to_string(d) + ": " +
+                   formatBytes(static_cast<double>(needBytes)) + " (static " +
                    formatBytes(static_cast<double>(staticBytes[du])) + " + activations " +
                    formatBytes(static_cast<double>(oneMb[du])) + "); use more devices or a higher --memory-limit"};
     }
@@ -92,7 +95,8 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
                  " (expected a divisor of the experts)"};
   }
   if (t.isMoe() && t.expertFfnOrDefault() % T != 0) {
-    return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " + where};
+    return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " +
+                 where};
   }
   if (C > 1 && (t.seq % (2 * C) != 0)) {
     return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
@@ -106,8 +110,8 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
 Expected<PlanRequest> resolveRequest(PlanRequest request) {
   PlanConfig& cfg = request.config;
   Parallelism& par = cfg.parallel;
-  const std::pair<const char*, int> degrees[] = {{"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert},
-                                                 {"--dp", par.data}};
+  const std::pair<const char*, int> degrees[] = {
+      {"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}};
   for (const auto& [flag, value] : degrees) {
     if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
   }
@@ -155,8 +159,8 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
   }
   const std::int64_t gpus = cfg.totalGpus();
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
-    return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) + " GPUs of cluster '" +
-                 request.cluster.name + "'"};
+    return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) +
+                 " GPUs of cluster '" + request.cluster.name + "'"};
   }
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus()) {
     return Error{"--tp " + str(par.tensor) + " × --cp " + str(par.context) + " × --devices " + str(cfg.devices) +
@@ -230,13 +234,14 @@ Status checkMemory(const Plan& plan) {
     const bool explicitLimit = plan.config.memoryLimitBytes.has_value();
     // A --memory-limit is what the plan may allocate; a GPU's capacity first keeps back the
     // margin (CUDA context, workspaces, fragmentation: memoryMarginBytes).
-    const std::int64_t capacity =
-        explicitLimit ? *plan.config.memoryLimitBytes : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
+    const std::int64_t capacity = explicitLimit
+                                      ? *plan.config.memoryLimitBytes
+                                      : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
     const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes;
     if (capacity <= 0 || dm.peakMemoryBytes + margin <= capacity) continue;
     if (fits) {
-      msg << plan.config.schedule << " does not fit in memory ("
-          << (explicitLimit ? "--memory-limit " : "GPU memory ") << gib(capacity) << " per GPU"
+      msg << plan.config.schedule << " does not fit in memory (" << (explicitLimit ? "--memory-limit " : "GPU memory ")
+          << gib(capacity) << " per GPU"
           << (explicitLimit ? "" : ", of which " + gib(margin) + " is kept back as margin") << "):";
     }
     fits = false;

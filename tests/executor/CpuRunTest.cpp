@@ -125,7 +125,8 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
       const auto& to = ends[{it, dep.to.device}];
       ASSERT_LT(static_cast<std::size_t>(dep.from.index), from.size());
       ASSERT_LT(static_cast<std::size_t>(dep.to.index), to.size());
-      EXPECT_GE(to[static_cast<std::size_t>(dep.to.index)].startNs, from[static_cast<std::size_t>(dep.from.index)].endNs)
+      EXPECT_GE(to[static_cast<std::size_t>(dep.to.index)].startNs,
+                from[static_cast<std::size_t>(dep.from.index)].endNs)
           << opKindName(to[static_cast<std::size_t>(dep.to.index)].kind) << " on device " << dep.to.device
           << " starts before the " << opKindName(from[static_cast<std::size_t>(dep.from.index)].kind) << " on device "
           << dep.from.device << " it depends on";

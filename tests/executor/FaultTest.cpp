@@ -21,9 +21,7 @@ const trace::ErrorReport* errorFrame(const test::RunResult& r) {
   return nullptr;
 }
 
-std::string planFor(const std::string& name) {
-  return test::writePlan(test::makeTestPlan("1f1b", 4, 8), name);
-}
+std::string planFor(const std::string& name) { return test::writePlan(test::makeTestPlan("1f1b", 4, 8), name); }
 
 TEST(Fault, KilledProcessIsAFailureNotAHang) {
   test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "crash:rank=1:after_ops=3");

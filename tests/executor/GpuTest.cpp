@@ -22,8 +22,8 @@ int usableGpus() {
 #endif
 }
 
-#define REQUIRE_GPU()                                                                   \
-  do {                                                                                  \
+#define REQUIRE_GPU()                                                                                      \
+  do {                                                                                                     \
     if (usableGpus() == 0) GTEST_SKIP() << "no usable CUDA GPU (cudaGetDeviceCount failed or returned 0)"; \
   } while (0)
 

@@ -67,12 +67,11 @@ TEST(Program, RefusesOrdersThatDeadlock) {
   // Device 0: F0 BW0 F1 BW1; device 1: F0 F1 BW1 BW0. Device 0's BW0 waits for device 1's
   // BW0, which comes after device 1's F1, which waits for device 0's F1, behind BW0: a cycle.
   auto find = [&](int device, OpKind kind, int mb) {
-    return *std::find_if(plan.ops.begin(), plan.ops.end(), [&](const Op& op) {
-      return op.device == device && op.kind == kind && op.microbatch == mb;
-    });
+    return *std::find_if(plan.ops.begin(), plan.ops.end(),
+                         [&](const Op& op) { return op.device == device && op.kind == kind && op.microbatch == mb; });
   };
-  plan.ops = {find(0, OpKind::F, 0), find(0, OpKind::BW, 0), find(0, OpKind::F, 1), find(0, OpKind::BW, 1),
-              find(1, OpKind::F, 0), find(1, OpKind::F, 1), find(1, OpKind::BW, 1), find(1, OpKind::BW, 0)};
+  plan.ops = {find(0, OpKind::F, 0), find(0, OpKind::BW, 0), find(0, OpKind::F, 1),  find(0, OpKind::BW, 1),
+              find(1, OpKind::F, 0), find(1, OpKind::F, 1),  find(1, OpKind::BW, 1), find(1, OpKind::BW, 0)};
   auto program = compileProgram(plan);
   ASSERT_FALSE(program.hasValue());
   EXPECT_NE(program.message().find("cycle"), std::string::npos) << program.message();
@@ -120,19 +119,23 @@ TEST(Program, RefusesInconsistentStages) {
 }
 
 TEST(ExecArgs, ParsesOptionsAndRefusesBadOnes) {
-  auto ok = exec::parseExecArgs({"--plan", "p.json", "--backend", "cuda", "--rank", "1", "--world", "4",
-                                 "--iterations", "3", "--max-op-ms", "2", "--device-memory", "8GiB"});
+  auto ok = exec::parseExecArgs({"--plan", "p.json", "--backend", "cuda", "--rank", "1", "--world", "4", "--iterations",
+                                 "3", "--max-op-ms", "2", "--device-memory", "8GiB"});
   ASSERT_TRUE(ok.hasValue()) << ok.message();
   EXPECT_EQ(ok->rank, 1);
   EXPECT_EQ(ok->world, 4);
   EXPECT_EQ(ok->iterations, 3);
   EXPECT_EQ(*ok->maxOpMs, 2.0);
   EXPECT_EQ(*ok->deviceMemoryBytes, std::int64_t{8} << 30);
-  for (const std::vector<std::string>& bad :
-       {std::vector<std::string>{"--backend", "cpu"}, {"--plan", "p", "--backend", "tpu"},
-        {"--plan", "p", "--iterations", "0"}, {"--plan", "p", "--iterations", "x"},
-        {"--plan", "p", "--rank", "2", "--world", "2"}, {"--plan"}, {"--plan", "p", "--bogus", "1"},
-        {"--plan", "p", "--time-scale", "-1"}, {"--plan", "p", "--device-memory", "lots"}}) {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--backend", "cpu"},
+                                              {"--plan", "p", "--backend", "tpu"},
+                                              {"--plan", "p", "--iterations", "0"},
+                                              {"--plan", "p", "--iterations", "x"},
+                                              {"--plan", "p", "--rank", "2", "--world", "2"},
+                                              {"--plan"},
+                                              {"--plan", "p", "--bogus", "1"},
+                                              {"--plan", "p", "--time-scale", "-1"},
+                                              {"--plan", "p", "--device-memory", "lots"}}) {
     EXPECT_FALSE(exec::parseExecArgs(bad).hasValue());
   }
 }

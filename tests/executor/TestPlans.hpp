@@ -100,23 +100,31 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
     const bool first = vs.component == backbone ? s == 0 : s == stages;
     const bool last = vs.component == backbone ? s == stages - 1 : s == stages + 1;
     switch (ok) {
-      case OpKind::F: return first || done(OpKind::F, s - 1, mb, 0, round);
-      case OpKind::N: return first || done(OpKind::N, s - 1, mb, part, round);
+      case OpKind::F:
+        return first || done(OpKind::F, s - 1, mb, 0, round);
+      case OpKind::N:
+        return first || done(OpKind::N, s - 1, mb, part, round);
       case OpKind::B:
       case OpKind::BW:
         return done(OpKind::F, s, mb, 0, round) &&
                (last || done(OpKind::B, s + 1, mb, 0, round) || done(OpKind::BW, s + 1, mb, 0, round));
-      case OpKind::W: return done(OpKind::B, s, mb, 0, round);
-      default: return false;
+      case OpKind::W:
+        return done(OpKind::B, s, mb, 0, round);
+      default:
+        return false;
     }
   };
   auto priority = [&](const Key& k) {
     switch (static_cast<OpKind>(std::get<0>(k))) {
       case OpKind::B:
-      case OpKind::BW: return 0;
-      case OpKind::F: return 1;
-      case OpKind::W: return 2;
-      default: return 3;
+      case OpKind::BW:
+        return 0;
+      case OpKind::F:
+        return 1;
+      case OpKind::W:
+        return 2;
+      default:
+        return 3;
     }
   };
   std::vector<int> inFlight(static_cast<std::size_t>(devices), 0);
@@ -131,7 +139,8 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
       auto best = list.end();
       for (auto it = list.begin(); it != list.end(); ++it) {
         if (!ready(*it, round)) continue;
-        if (static_cast<OpKind>(std::get<0>(*it)) == OpKind::F && inFlight[static_cast<std::size_t>(d)] >= cap) continue;
+        if (static_cast<OpKind>(std::get<0>(*it)) == OpKind::F && inFlight[static_cast<std::size_t>(d)] >= cap)
+          continue;
         if (best == list.end() || priority(*it) < priority(*best)) best = it;
       }
       if (best == list.end()) continue;

@@ -70,13 +70,14 @@ class DeployDialogTest : public ::testing::Test {
   /// A hosts file whose one host is 127.0.0.1 on `port` with the plan's GPUs.
   QString hostsFile(int port) const {
     const QString path = m_dir.filePath(QStringLiteral("hosts.json"));
-    const QByteArray text = QStringLiteral(R"({"schema": "pipestudio.hosts/1", "hosts": [{"host": "127.0.0.1", "port": %1,
+    const QByteArray text =
+        QStringLiteral(R"({"schema": "pipestudio.hosts/1", "hosts": [{"host": "127.0.0.1", "port": %1,
       "known_hosts_file": "%2", "gpus": %3, "remote_dir": "%4"}]})")
-                                .arg(port)
-                                .arg(m_dir.filePath(QStringLiteral("known_hosts")))
-                                .arg(window->currentPlan()->config.devices)
-                                .arg(m_dir.filePath(QStringLiteral("remote")))
-                                .toUtf8();
+            .arg(port)
+            .arg(m_dir.filePath(QStringLiteral("known_hosts")))
+            .arg(window->currentPlan()->config.devices)
+            .arg(m_dir.filePath(QStringLiteral("remote")))
+            .toUtf8();
     EXPECT_TRUE(deployWriteFile(path, text));
     return path;
   }

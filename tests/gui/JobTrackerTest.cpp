@@ -2,14 +2,13 @@
 // arrive on it, and a job superseded by a newer one of its kind has its result dropped.
 #include <gtest/gtest.h>
 
+#include <QObject>
+#include <QThread>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <QObject>
-#include <QThread>
 
 #include "JobTracker.hpp"
 #include "QtTestApp.hpp"

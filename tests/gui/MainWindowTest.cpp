@@ -65,7 +65,8 @@ TEST_F(MainWindowTest, OpensTheDefaultWorkspaceSolved) {
   const auto* message = window->findChild<QLabel*>(QStringLiteral("SolverMessage"));
   ASSERT_NE(message, nullptr);
   if (plan->config.schedule != "1f1b") {
-    EXPECT_TRUE(message->text().contains(QStringLiteral("DiffusionPipe chose ") + QString::fromStdString(plan->config.schedule)))
+    EXPECT_TRUE(message->text().contains(QStringLiteral("DiffusionPipe chose ") +
+                                         QString::fromStdString(plan->config.schedule)))
         << message->text().toStdString();
   } else {
     EXPECT_FALSE(message->text().contains(QStringLiteral("chose"))) << message->text().toStdString();
@@ -84,8 +85,9 @@ TEST_F(MainWindowTest, EditingACellReSolves) {
   const auto after = window->currentPlan();
   ASSERT_NE(after, before);
   const auto [component, layer] = layers->layerOfRow(row);
-  EXPECT_DOUBLE_EQ(*after->model.components[static_cast<std::size_t>(component)]
-                        .layers[static_cast<std::size_t>(layer)].forwardMs, 250.0);
+  EXPECT_DOUBLE_EQ(
+      *after->model.components[static_cast<std::size_t>(component)].layers[static_cast<std::size_t>(layer)].forwardMs,
+      250.0);
   EXPECT_GT(viz::metricsOf(*after).makespanMs, viz::metricsOf(*before).makespanMs);
 
   // Undo re-solves back to the original costs.
@@ -174,8 +176,11 @@ TEST_F(MainWindowTest, ImportsProfilerTracesAlignedWithThePlan) {
     std::string events;
     for (const Op& op : plan->ops) {
       if (op.device != d) continue;
-      const char* action = op.kind == OpKind::F ? "F" : op.kind == OpKind::B ? "I" : op.kind == OpKind::W ? "W"
-                                                        : op.kind == OpKind::BW ? "B" : nullptr;
+      const char* action = op.kind == OpKind::F    ? "F"
+                           : op.kind == OpKind::B  ? "I"
+                           : op.kind == OpKind::W  ? "W"
+                           : op.kind == OpKind::BW ? "B"
+                                                   : nullptr;
       if (!action) continue;
       events += ",{\"ph\":\"X\",\"cat\":\"gpu_user_annotation\",\"pid\":0,\"tid\":7,\"name\":\"PP:" +
                 std::to_string(op.virtualStage) + action + std::to_string(op.microbatch) +

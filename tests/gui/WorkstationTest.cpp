@@ -2,9 +2,6 @@
 // parallelism), driven through the real MainWindow on the offscreen platform.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <memory>
-
 #include <QAbstractButton>
 #include <QCheckBox>
 #include <QComboBox>
@@ -26,6 +23,8 @@
 #include <QTemporaryDir>
 #include <QTextBrowser>
 #include <QThread>
+#include <cstdio>
+#include <memory>
 
 #include "GuiText.hpp"
 #include "HistoryDock.hpp"
@@ -115,7 +114,8 @@ class WorkstationTest : public ::testing::Test {
 TEST_F(WorkstationTest, TitleNamesModelClusterAndFileAndMarksChanges) {
   const QString title = window->windowTitle();
   EXPECT_TRUE(title.contains(QString::fromStdString(window->layerModel()->modelSpec().name))) << title.toStdString();
-  EXPECT_TRUE(title.contains(QString::fromStdString(window->clusterModel()->clusterSpec().name))) << title.toStdString();
+  EXPECT_TRUE(title.contains(QString::fromStdString(window->clusterModel()->clusterSpec().name)))
+      << title.toStdString();
   EXPECT_TRUE(title.contains(QStringLiteral("[*]")));
   EXPECT_FALSE(window->isWindowModified());
   window->solverPanel().microbatches->setValue(window->solverPanel().microbatches->value() + 2);
@@ -125,7 +125,8 @@ TEST_F(WorkstationTest, TitleNamesModelClusterAndFileAndMarksChanges) {
   ASSERT_TRUE(window->solveController()->waitForIdle(60000));
   ASSERT_TRUE(window->saveWorkspaceTo(path));
   EXPECT_FALSE(window->isWindowModified());
-  EXPECT_TRUE(window->windowTitle().contains(QStringLiteral("titled.pipestudio"))) << window->windowTitle().toStdString();
+  EXPECT_TRUE(window->windowTitle().contains(QStringLiteral("titled.pipestudio")))
+      << window->windowTitle().toStdString();
 }
 
 TEST_F(WorkstationTest, QuittingWithUnsavedChangesAsks) {
@@ -198,9 +199,11 @@ TEST_F(WorkstationTest, AFailedSolveLeavesTheLastGoodPlanDimmedAndLabelled) {
   viz::TimelineView* timeline = window->timelineView();
   EXPECT_TRUE(timeline->isStale());  // … but dimmed and labelled as what it is
   EXPECT_TRUE(timeline->plottable()->dimmed());
-  EXPECT_TRUE(timeline->staleLabel().startsWith(QStringLiteral("last good plan: ") + QString::fromStdString(good->config.schedule)))
+  EXPECT_TRUE(timeline->staleLabel().startsWith(QStringLiteral("last good plan: ") +
+                                                QString::fromStdString(good->config.schedule)))
       << timeline->staleLabel().toStdString();
-  EXPECT_TRUE(timeline->staleLabel().contains(QStringLiteral("current settings failed"))) << timeline->staleLabel().toStdString();
+  EXPECT_TRUE(timeline->staleLabel().contains(QStringLiteral("current settings failed")))
+      << timeline->staleLabel().toStdString();
   // One line in the panel, the whole story behind Details….
   const auto* message = window->findChild<QLabel*>(QStringLiteral("SolverMessage"));
   ASSERT_NE(message, nullptr);
@@ -310,7 +313,8 @@ TEST_F(WorkstationTest, TheScheduleBoxNamesWhatDiffusionPipeChose) {
   const QString chosen = QString::fromStdString(window->currentPlan()->config.schedule);
   EXPECT_FALSE(schedule->isEnabled());
   EXPECT_EQ(schedule->currentText(), QStringLiteral("auto — DiffusionPipe chose ") + chosen);
-  EXPECT_TRUE(schedule->toolTip().contains(QStringLiteral("DiffusionPipe chose ") + chosen)) << schedule->toolTip().toStdString();
+  EXPECT_TRUE(schedule->toolTip().contains(QStringLiteral("DiffusionPipe chose ") + chosen))
+      << schedule->toolTip().toStdString();
   // Another partition honours the schedule chosen before (the workspace's 1f1b).
   window->solverPanel().partition->setCurrentText(QStringLiteral("balanced"));
   EXPECT_TRUE(schedule->isEnabled());
@@ -350,7 +354,8 @@ TEST_F(WorkstationTest, AutoCellsShowTheDerivedValueInGrey) {
   int shaped = -1;
   for (int r = 0; r < layers->rowCount() && shaped < 0; ++r) {
     const auto [c, l] = layers->layerOfRow(r);
-    const Layer& layer = layers->modelSpec().components[static_cast<std::size_t>(c)].layers[static_cast<std::size_t>(l)];
+    const Layer& layer =
+        layers->modelSpec().components[static_cast<std::size_t>(c)].layers[static_cast<std::size_t>(l)];
     if ((layer.transformer || layer.flopsForward) && !layer.forwardMs) shaped = r;
   }
   ASSERT_GE(shaped, 0);
@@ -363,7 +368,9 @@ TEST_F(WorkstationTest, AutoCellsShowTheDerivedValueInGrey) {
   EXPECT_GT(ms, 0.0);
   const QBrush grey = layers->data(forward, Qt::ForegroundRole).value<QBrush>();
   EXPECT_EQ(grey.color(), QColor(0x80, 0x80, 0x80));
-  EXPECT_TRUE(layers->data(layers->index(shaped, viz::LayerTableModel::ParameterBytes)).toString().startsWith(QStringLiteral("auto · ")));
+  EXPECT_TRUE(layers->data(layers->index(shaped, viz::LayerTableModel::ParameterBytes))
+                  .toString()
+                  .startsWith(QStringLiteral("auto · ")));
 }
 
 TEST_F(WorkstationTest, ABrokenFileFromTheCommandLineShowsTheErrorNotTheDefault) {
@@ -388,8 +395,8 @@ TEST_F(WorkstationTest, TheWindowFitsA1024x700Screen) {
   window->show();
   window->resize(1024, 700);
   QApplication::processEvents();
-  EXPECT_EQ(window->size(), QSize(1024, 700)) << "minimum size " << window->minimumSizeHint().width() << "x"
-                                              << window->minimumSizeHint().height();
+  EXPECT_EQ(window->size(), QSize(1024, 700))
+      << "minimum size " << window->minimumSizeHint().width() << "x" << window->minimumSizeHint().height();
   EXPECT_LE(window->minimumSizeHint().width(), 1024);
   // The central view gets the space first.
   EXPECT_GE(window->centralWidget()->width(), 1024 * 45 / 100) << window->centralWidget()->width();
@@ -448,9 +455,9 @@ TEST_F(WorkstationTest, ParallelismControlsMapOntoThePlanConfigAndTheWorkspace) 
   QFile file(path);
   ASSERT_TRUE(file.open(QIODevice::ReadOnly));
   const QByteArray text = file.readAll();
-  for (const char* field : {"\"tp\": 2", "\"cp\": 2", "\"dp\": 2", "\"zero\": 3", "\"recompute\": \"selective\"",
-                            "\"global_batch\": 256", "\"micro_batch_size\": 2", "\"optimizer_sync\": \"post-validation\"",
-                            "\"sequence_parallel\": false"}) {
+  for (const char* field :
+       {"\"tp\": 2", "\"cp\": 2", "\"dp\": 2", "\"zero\": 3", "\"recompute\": \"selective\"", "\"global_batch\": 256",
+        "\"micro_batch_size\": 2", "\"optimizer_sync\": \"post-validation\"", "\"sequence_parallel\": false"}) {
     EXPECT_TRUE(text.contains(field)) << field;
   }
   MainWindow other;
@@ -479,11 +486,11 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
   EXPECT_NE(broken.message().find("/solver/tp"), std::string::npos) << broken.message();
   // Each out-of-range field is named with what was expected.
   const std::pair<const char*, Json> hostile[] = {{"zero", Json(7)},
-                                                   {"optimizer_sync", Json("later")},
-                                                   {"global_batch", Json(0)},
-                                                   {"micro_batch_size", Json(-2)},
-                                                   {"sequence_parallel", Json("yes")},
-                                                   {"dp", Json(1.5)}};
+                                                  {"optimizer_sync", Json("later")},
+                                                  {"global_batch", Json(0)},
+                                                  {"micro_batch_size", Json(-2)},
+                                                  {"sequence_parallel", Json("yes")},
+                                                  {"dp", Json(1.5)}};
   for (const auto& [field, value] : hostile) {
     Json h = workspaceToJson(*ws);
     h["solver"][field] = value;
@@ -516,7 +523,8 @@ TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
                           "TP 8", "32 GPUs", "ZeRO 1", "recompute selective"}) {
     EXPECT_TRUE(summary.contains(QString::fromLatin1(row))) << row;
   }
-  EXPECT_TRUE(summary.contains(QStringLiteral("%1 %").arg(plan->metrics.mfu * 100, 0, 'f', 1))) << summary.toStdString();
+  EXPECT_TRUE(summary.contains(QStringLiteral("%1 %").arg(plan->metrics.mfu * 100, 0, 'f', 1)))
+      << summary.toStdString();
   // The stacked bar: one per device, parts as the planner reports them.
   viz::MemoryBreakdownView* breakdown = window->memoryBreakdown();
   ASSERT_EQ(breakdown->deviceCount(), 4);
@@ -573,7 +581,8 @@ TEST_F(WorkstationTest, RunLocallyRecordsARunAndOpensItAgainstItsPlan) {
   EXPECT_TRUE(dialog->busy());
   ASSERT_TRUE(dialog->waitForFinished(180000));
   ASSERT_GT(dialog->lastRun(), 0) << dialog->messageLabel()->text().toStdString();
-  EXPECT_TRUE(dialog->messageLabel()->text().contains(QStringLiteral("complete"))) << dialog->messageLabel()->text().toStdString();
+  EXPECT_TRUE(dialog->messageLabel()->text().contains(QStringLiteral("complete")))
+      << dialog->messageLabel()->text().toStdString();
   EXPECT_EQ(dialog->progressBar()->value(), 100);
   // In the history …
   HistoryDock* history = window->historyDock();
@@ -588,7 +597,8 @@ TEST_F(WorkstationTest, RunLocallyRecordsARunAndOpensItAgainstItsPlan) {
   EXPECT_EQ(window->compareView()->baseline(), plan);
   ASSERT_TRUE(window->compareView()->current());
   // Every planned op was measured, plus one optimizer step per device.
-  EXPECT_EQ(window->compareView()->current()->ops.size(), plan->ops.size() + static_cast<std::size_t>(plan->config.devices));
+  EXPECT_EQ(window->compareView()->current()->ops.size(),
+            plan->ops.size() + static_cast<std::size_t>(plan->config.devices));
   EXPECT_EQ(window->currentPlan(), plan);
 }
 

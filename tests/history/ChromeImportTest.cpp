@@ -58,7 +58,8 @@ const char* kPerfetto = R"json([
   {"ph": "i", "name": "mark", "pid": 1, "tid": 2, "ts": 21}
 ])json";
 
-Expected<ImportResult> importText(HistoryStore& store, const TempDir& dir, const std::string& name, const std::string& text) {
+Expected<ImportResult> importText(HistoryStore& store, const TempDir& dir, const std::string& name,
+                                  const std::string& text) {
   const std::string path = dir.file(name);
   writeFile(path, text);
   return store.importChromeTrace(path);

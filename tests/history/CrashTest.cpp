@@ -41,9 +41,10 @@ std::int64_t queryInt(HistoryStore& s, const std::string& sql) {
   trace::encodeFrame(h, bytes);
   bool reported = false;
   for (std::int64_t i = 0;; ++i) {
-    trace::encodeFrame(trace::Activity{trace::Activity::Kind::Kernel, static_cast<int>(i % 4), 0, i * 1000,
-                                       i * 1000 + 900, 0, static_cast<std::uint64_t>(i), "kernel_" + std::to_string(i % 13)},
-                       bytes);
+    trace::encodeFrame(
+        trace::Activity{trace::Activity::Kind::Kernel, static_cast<int>(i % 4), 0, i * 1000, i * 1000 + 900, 0,
+                        static_cast<std::uint64_t>(i), "kernel_" + std::to_string(i % 13)},
+        bytes);
     if (bytes.size() > 4096) {
       if (!ingest.feed(bytes)) _exit(5);
       bytes.clear();
@@ -97,8 +98,9 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   ASSERT_TRUE(s) << s.message();
   EXPECT_EQ(s->status, RunStatus::Incomplete);
   EXPECT_NE(s->error.find("ingest interrupted"), std::string::npos) << s->error;
-  const std::int64_t stored = queryInt(*store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(killed));
-  EXPECT_GE(stored, 5000);          // the batches committed before the report survive
+  const std::int64_t stored =
+      queryInt(*store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(killed));
+  EXPECT_GE(stored, 5000);  // the batches committed before the report survive
   EXPECT_EQ(s->events, stored);
   // Sequence numbers are dense: no committed row was lost in the middle.
   EXPECT_EQ(queryInt(*store, "SELECT MAX(seq) + 1 FROM run_events WHERE run_id = " + std::to_string(killed)), stored);

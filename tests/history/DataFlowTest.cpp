@@ -54,8 +54,10 @@ std::string recordedStream(const Plan& plan) {
     }
   }
   for (const Op& op : plan.ops) {
-    frames.emplace_back(trace::OpRange{true, op.device, op.virtualStage, op.kind, op.microbatch, 0, ns(op.startMs), ns(op.startMs)});
-    frames.emplace_back(trace::OpRange{false, op.device, op.virtualStage, op.kind, op.microbatch, 0, ns(op.startMs), ns(op.endMs)});
+    frames.emplace_back(
+        trace::OpRange{true, op.device, op.virtualStage, op.kind, op.microbatch, 0, ns(op.startMs), ns(op.startMs)});
+    frames.emplace_back(
+        trace::OpRange{false, op.device, op.virtualStage, op.kind, op.microbatch, 0, ns(op.startMs), ns(op.endMs)});
   }
   return trace::encodeStream(frames);
 }

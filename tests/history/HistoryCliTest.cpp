@@ -25,7 +25,8 @@ struct CliResult {
 CliResult cli(const TempDir& dir, const std::string& args, const std::string& env = {}) {
 #ifdef PIPESTUDIO_CLI
   const std::string errFile = dir.file("stderr.txt");
-  const std::string command = (env.empty() ? "" : "env " + env + " ") + std::string(PIPESTUDIO_CLI) + " " + args + " 2>" + errFile;
+  const std::string command =
+      (env.empty() ? "" : "env " + env + " ") + std::string(PIPESTUDIO_CLI) + " " + args + " 2>" + errFile;
   CliResult r;
   FILE* p = popen(command.c_str(), "r");
   if (!p) return r;
@@ -141,7 +142,9 @@ TEST_F(HistoryCli, BadInputAndUsage) {
   EXPECT_EQ(cli(m_dir, "history " + db() + " compare 1").exitCode, 2);
   EXPECT_EQ(cli(m_dir, "history " + db()).exitCode, 2);
   const std::string garbage = m_dir.file("garbage.bin");
-  writeFile(garbage, "\x7f" "ELF not a trace");
+  writeFile(garbage,
+            "\x7f"
+            "ELF not a trace");
   auto bad = cli(m_dir, "history " + db() + " import " + garbage);
   EXPECT_EQ(bad.exitCode, 1);
   EXPECT_NE(bad.err.find("garbage.bin"), std::string::npos) << bad.err;
@@ -152,7 +155,8 @@ TEST_F(HistoryCli, BadInputAndUsage) {
   {
     auto s = HistoryStore::open(m_db);
     ASSERT_TRUE(s);
-    sqlite3_exec(s->connection(), "PRAGMA user_version = 7; PRAGMA wal_checkpoint(TRUNCATE);", nullptr, nullptr, nullptr);
+    sqlite3_exec(s->connection(), "PRAGMA user_version = 7; PRAGMA wal_checkpoint(TRUNCATE);", nullptr, nullptr,
+                 nullptr);
   }
   const std::string before = readFile(m_db);
   auto newer = cli(m_dir, "history " + db() + " list");

@@ -114,7 +114,8 @@ Outcome parseOurs(const std::string& text, std::size_t bufferBytes) {
 void expectSameAsNlohmann(const std::string& text, const std::string& label) {
   const Json reference = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   const bool refOk = !reference.is_discarded();
-  for (std::size_t buffer : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, std::size_t{64}, std::size_t{1} << 20}) {
+  for (std::size_t buffer :
+       {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, std::size_t{64}, std::size_t{1} << 20}) {
     const Outcome ours = parseOurs(text, buffer);
     ASSERT_EQ(ours.ok, refOk) << label << " (buffer " << buffer << "): " << (ours.ok ? "accepted" : ours.error)
                               << "\n  text: " << text.substr(0, 200);
@@ -129,22 +130,93 @@ void expectSameAsNlohmann(const std::string& text, const std::string& label) {
 
 const char* const kValid[] = {
     R"({"traceEvents": [{"ph": "X", "name": "k", "ts": 1.5, "dur": 2, "args": {"a": [1, -2, 3.25e-3, true, false, null]}}]})",
-    R"([])", R"({})", R"( [ { } , [ ] , "" ] )", "\t\r\n 42 \n", "-0", "0", "0.0", "-0.0e+0", "1E5", "1e-5",
-    "123456789012345678", "18446744073709551615", "18446744073709551616", "-9223372036854775808",
-    "-9223372036854775809", "1e-400", "2.2250738585072014e-308", "4.9e-324", "1.7976931348623157e308",
-    R"("plain")", R"("esc \" \\ \/ \b \f \n \r \t")", R"("\u0000 nul")", R"("\u00e9\u20AC\uD83D\uDE00")",
+    R"([])",
+    R"({})",
+    R"( [ { } , [ ] , "" ] )",
+    "\t\r\n 42 \n",
+    "-0",
+    "0",
+    "0.0",
+    "-0.0e+0",
+    "1E5",
+    "1e-5",
+    "123456789012345678",
+    "18446744073709551615",
+    "18446744073709551616",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "1e-400",
+    "2.2250738585072014e-308",
+    "4.9e-324",
+    "1.7976931348623157e308",
+    R"("plain")",
+    R"("esc \" \\ \/ \b \f \n \r \t")",
+    R"("\u0000 nul")",
+    R"("\u00e9\u20AC\uD83D\uDE00")",
     "\"\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xed\x9f\xbf \xee\x80\x80 \xf4\x8f\xbf\xbf\"",
-    "\xEF\xBB\xBF{\"bom\": 1}", R"({"dup": 1, "dup": 2})", R"({"a": {"b": {"c": [[[[]]]]}}})",
+    "\xEF\xBB\xBF{\"bom\": 1}",
+    R"({"dup": 1, "dup": 2})",
+    R"({"a": {"b": {"c": [[[[]]]]}}})",
     R"(["a", "b", {"c": "d"}, 1, 2.5, -3])",
 };
 
 const char* const kInvalid[] = {
-    "", " ", "[", "]", "{", "[1,]", "[,1]", "[1 2]", R"({"a"})", R"({"a":})", R"({"a" 1})", R"({"a":1,})", "{1: 2}",
-    "{'a': 1}", "01", "-01", "1.", ".5", "-", "+1", "1e", "1e+", "0x10", "1e400", "-1e400", "tru", "nul", "nulls",
-    "True", "[true false]", "\"open", "\"\x01\"", "\"tab\there\"", R"("\x")", R"("\u12")", R"("\u12G4")",
-    R"("\uD800")", R"("\uD800\u0041")", R"("\uDC00")", "\"\xc0\x80\"", "\"\xc1\xbf\"", "\"\xe0\x80\x80\"",
-    "\"\xed\xa0\x80\"", "\"\xf0\x80\x80\x80\"", "\"\xf4\x90\x80\x80\"", "\"\xf5\x80\x80\x80\"", "\"\xff\"",
-    "\"\x80\"", "\"\xc3\"", "\"\xe2\x82\"", "[1]]", "{} {}", "\xEF\xBB", "NaN", "Infinity", "[1, 2",
+    "",
+    " ",
+    "[",
+    "]",
+    "{",
+    "[1,]",
+    "[,1]",
+    "[1 2]",
+    R"({"a"})",
+    R"({"a":})",
+    R"({"a" 1})",
+    R"({"a":1,})",
+    "{1: 2}",
+    "{'a': 1}",
+    "01",
+    "-01",
+    "1.",
+    ".5",
+    "-",
+    "+1",
+    "1e",
+    "1e+",
+    "0x10",
+    "1e400",
+    "-1e400",
+    "tru",
+    "nul",
+    "nulls",
+    "True",
+    "[true false]",
+    "\"open",
+    "\"\x01\"",
+    "\"tab\there\"",
+    R"("\x")",
+    R"("\u12")",
+    R"("\u12G4")",
+    R"("\uD800")",
+    R"("\uD800\u0041")",
+    R"("\uDC00")",
+    "\"\xc0\x80\"",
+    "\"\xc1\xbf\"",
+    "\"\xe0\x80\x80\"",
+    "\"\xed\xa0\x80\"",
+    "\"\xf0\x80\x80\x80\"",
+    "\"\xf4\x90\x80\x80\"",
+    "\"\xf5\x80\x80\x80\"",
+    "\"\xff\"",
+    "\"\x80\"",
+    "\"\xc3\"",
+    "\"\xe2\x82\"",
+    "[1]]",
+    "{} {}",
+    "\xEF\xBB",
+    "NaN",
+    "Infinity",
+    "[1, 2",
     R"({"a": [1, {"b": )",
 };
 
@@ -182,7 +254,8 @@ TEST(JsonSax, MutatedTracesAgreeWithNlohmann) {
       R"({"ph": "X", "cat": "kernel", "name": "sm90_gemm \u00e9", "pid": 0, "tid": 7, "ts": 1700000000000.5, "dur": 2.75,)"
       R"( "args": {"stream": 7, "correlation": 18446744073709551615, "grid": [132, 1, 1], "note": "a\"b\\c\n"}},)"
       R"({"ph": "B", "name": "outer", "pid": 1, "tid": 1, "ts": -1e3}, {"ph": "E", "pid": 1, "tid": 1, "ts": 0},)"
-      "{\"ph\": \"X\", \"name\": \"\xe2\x82\xac\xf0\x9f\x98\x80\", \"ts\": 0, \"dur\": 0, \"args\": {\"x\": null, \"y\": [true, false]}}"
+      "{\"ph\": \"X\", \"name\": \"\xe2\x82\xac\xf0\x9f\x98\x80\", \"ts\": 0, \"dur\": 0, \"args\": {\"x\": null, "
+      "\"y\": [true, false]}}"
       R"(]})";
   ASSERT_FALSE(Json::parse(base, nullptr, false).is_discarded());
   std::mt19937 rng(20260611);
@@ -193,10 +266,18 @@ TEST(JsonSax, MutatedTracesAgreeWithNlohmann) {
     for (int e = 0; e < edits && !text.empty(); ++e) {
       const std::size_t at = rng() % text.size();
       switch (rng() % 4) {
-        case 0: text[at] = alphabet[rng() % alphabet.size()]; break;
-        case 1: text.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-        case 2: text.erase(at, 1 + rng() % 4); break;
-        default: text.resize(at); break;
+        case 0:
+          text[at] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          text.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        case 2:
+          text.erase(at, 1 + rng() % 4);
+          break;
+        default:
+          text.resize(at);
+          break;
       }
     }
     const Json reference = Json::parse(text, nullptr, false);

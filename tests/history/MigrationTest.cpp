@@ -54,8 +54,11 @@ TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
   ASSERT_TRUE(s) << s.message();
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 1);
   EXPECT_EQ(queryInt(*s, "PRAGMA application_id"), 0x50535448);
-  for (const char* table : {"plans", "planned_ops", "runs", "ranks", "names", "events", "memory_samples", "steps", "run_errors"}) {
-    EXPECT_EQ(queryInt(*s, std::string("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = '") + table + "'"), 1)
+  for (const char* table :
+       {"plans", "planned_ops", "runs", "ranks", "names", "events", "memory_samples", "steps", "run_errors"}) {
+    EXPECT_EQ(
+        queryInt(*s, std::string("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = '") + table + "'"),
+        1)
         << table;
   }
   EXPECT_FALSE(hasColumn(*s, "runs", "notes"));
@@ -101,12 +104,15 @@ TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {
   EXPECT_EQ(s->schemaVersion(), 3);
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 3);
   for (const char* index : {"runs_by_created", "runs_by_plan", "runs_running"}) {
-    EXPECT_EQ(queryInt(*s, std::string("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name = '") + index + "'"), 1)
+    EXPECT_EQ(
+        queryInt(*s, std::string("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name = '") + index + "'"),
+        1)
         << index;
   }
   EXPECT_EQ(queryInt(*s, "SELECT value FROM run_metrics WHERE run_id = 7 AND device = -1 AND key = 'events'"), 3);
   EXPECT_EQ(queryInt(*s, "SELECT value FROM run_metrics WHERE run_id = 7 AND device = 1 AND key = 'last_ns'"), 7000000);
-  EXPECT_EQ(queryInt(*s, "SELECT value FROM run_metrics WHERE run_id = 7 AND device = 0 AND key = 'op_busy_ns'"), 2000000);
+  EXPECT_EQ(queryInt(*s, "SELECT value FROM run_metrics WHERE run_id = 7 AND device = 0 AND key = 'op_busy_ns'"),
+            2000000);
   auto summary = s->runSummary(7);
   ASSERT_TRUE(summary) << summary.message();
   EXPECT_EQ(summary->notes, "kept");

@@ -167,7 +167,8 @@ TEST(Store, NewerSchemaIsRefusedAndNotModified) {
   }
   // The store switched the file to WAL; to prove "never modified", snapshot every file.
   std::map<std::string, std::string> before;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) before[e.path().string()] = readFile(e.path().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    before[e.path().string()] = readFile(e.path().string());
   const auto mtime = std::filesystem::last_write_time(path);
   auto store = HistoryStore::open(path);
   ASSERT_FALSE(store);

@@ -93,7 +93,8 @@ TEST(StreamIngest, CorruptStreamReportsTheByteOffset) {
   auto result = store->importStreamFile(file);
   ASSERT_TRUE(result) << result.message();
   ASSERT_TRUE(result->firstError);
-  EXPECT_NE(result->firstError->find("byte " + std::to_string(prefix.size())), std::string::npos) << *result->firstError;
+  EXPECT_NE(result->firstError->find("byte " + std::to_string(prefix.size())), std::string::npos)
+      << *result->firstError;
   EXPECT_NE(result->firstError->find(file), std::string::npos);
   auto s = store->runSummary(result->runId);
   EXPECT_EQ(s->status, RunStatus::Incomplete);
@@ -132,8 +133,9 @@ TEST(StreamIngest, SeveralRanksFeedOneRunOnAlignedClocks) {
   ASSERT_TRUE(run);
   // Rank 1 started its clock 3 ms after rank 0: its timestamps shift by +3 ms on the run clock.
   const auto r0 = executorFrames(smallPlan(), {.iterations = 1, .rank = 0, .withKernels = false});
-  auto r1 = executorFrames(smallPlan(), {.iterations = 1, .rank = 1, .withKernels = false,
-                                         .wallClockNs = 1'700'000'000'000'000'000 + 3'000'000});
+  auto r1 = executorFrames(
+      smallPlan(),
+      {.iterations = 1, .rank = 1, .withKernels = false, .wallClockNs = 1'700'000'000'000'000'000 + 3'000'000});
   StreamIngest a(*store, *run);
   StreamIngest b(*store, *run);
   const std::string sa = trace::encodeStream(r0), sb = trace::encodeStream(r1);
@@ -223,8 +225,9 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   }
   for (RunId run : runs) {
     sqlite3_stmt* st = nullptr;
-    const std::string sql = "SELECT seq, device, category, correlation, kind FROM run_events WHERE run_id = " +
-                            std::to_string(run) + " ORDER BY seq";
+    const std::string sql =
+        "SELECT seq, device, category, correlation, kind FROM run_events WHERE run_id = " + std::to_string(run) +
+        " ORDER BY seq";
     ASSERT_EQ(sqlite3_prepare_v2(store->connection(), sql.c_str(), -1, &st, nullptr), SQLITE_OK);
     std::int64_t k = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {

@@ -78,7 +78,8 @@ std::vector<trace::Frame> executorFrames(const Plan& plan, const StreamOptions& 
     for (const Op& op : plan.ops) {
       const auto start = static_cast<std::int64_t>((base + op.startMs * o.slowdown) * 1e6) + o.launchDelayNs;
       const auto dur = static_cast<std::int64_t>(op.durationMs() * o.slowdown * 1e6);
-      const bool crossDevice = (op.kind == OpKind::F && op.virtualStage > 0) || (op.kind == OpKind::B && op.virtualStage == 0);
+      const bool crossDevice =
+          (op.kind == OpKind::F && op.virtualStage > 0) || (op.kind == OpKind::B && op.virtualStage == 0);
       if (crossDevice && o.withKernels) {
         frames.emplace_back(trace::Activity{trace::Activity::Kind::Nccl, op.device, 1, start - 200'000, start - 100'000,
                                             4096, 0, "ncclDevKernel_SendRecv"});
@@ -89,7 +90,8 @@ std::vector<trace::Frame> executorFrames(const Plan& plan, const StreamOptions& 
                                             static_cast<std::uint64_t>(frames.size()),
                                             op.kind == OpKind::F ? "sgemm_fwd" : "sgemm_bwd"});
       }
-      frames.emplace_back(trace::OpRange{false, op.device, op.virtualStage, op.kind, op.microbatch, it, start, start + dur});
+      frames.emplace_back(
+          trace::OpRange{false, op.device, op.virtualStage, op.kind, op.microbatch, it, start, start + dur});
     }
     frames.emplace_back(trace::MemorySample{0, static_cast<std::int64_t>(base * 1e6), 1000 + it, 2000});
     steps.push_back(iterationMs);
@@ -115,9 +117,14 @@ std::string largeStream(std::int64_t events, int devices) {
   h.backend = "cuda";
   h.deviceName = "NVIDIA H100 80GB HBM3";
   trace::encodeFrame(h, out);
-  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "flash_fwd_kernel",
-                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "elementwise_kernel", "ncclDevKernel_SendRecv",
-                                 "Memcpy DtoD (Device -> Device)", "vectorized_layer_norm_kernel", "reduce_kernel"};
+  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                                 "flash_fwd_kernel",
+                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
+                                 "elementwise_kernel",
+                                 "ncclDevKernel_SendRecv",
+                                 "Memcpy DtoD (Device -> Device)",
+                                 "vectorized_layer_norm_kernel",
+                                 "reduce_kernel"};
   std::vector<std::int64_t> clock(static_cast<std::size_t>(devices), 0);
   for (std::int64_t i = 0; i < events; ++i) {
     const int device = static_cast<int>(i % devices);
@@ -130,7 +137,9 @@ std::string largeStream(std::int64_t events, int devices) {
                          out);
     } else {
       const int n = static_cast<int>(i % 8);
-      const auto kind = n == 4 ? trace::Activity::Kind::Nccl : n == 5 ? trace::Activity::Kind::Memcpy : trace::Activity::Kind::Kernel;
+      const auto kind = n == 4   ? trace::Activity::Kind::Nccl
+                        : n == 5 ? trace::Activity::Kind::Memcpy
+                                 : trace::Activity::Kind::Kernel;
       trace::encodeFrame(trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t, t + dur,
                                          n == 5 ? 1u << 20 : 0u, static_cast<std::uint64_t>(i), kNames[n]},
                          out);

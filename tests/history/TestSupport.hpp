@@ -32,7 +32,7 @@ Plan smallPlan();
 struct StreamOptions {
   int iterations = 2;
   int rank = 0;
-  double slowdown = 1.0;        ///< measured durations = planned × slowdown
+  double slowdown = 1.0;           ///< measured durations = planned × slowdown
   std::int64_t launchDelayNs = 0;  ///< added to every op start (host wait)
   bool withSummary = true;
   bool summaryOk = true;

@@ -66,17 +66,21 @@ Plan zbPlan(const std::string& schedule = "zb-h1", int devices = 4, int microbat
 
 const char* letter(OpKind k) {
   switch (k) {
-    case OpKind::F: return "F";
-    case OpKind::B: return "I";
-    case OpKind::W: return "W";
-    default: return "B";
+    case OpKind::F:
+      return "F";
+    case OpKind::B:
+      return "I";
+    case OpKind::W:
+      return "W";
+    default:
+      return "B";
   }
 }
 
 struct KinetoOptions {
   int iterations = 2;
   double iterationGapMs = 5;
-  double recvEarlyMs = 0.2;  ///< receives are posted this much before the matching send starts
+  double recvEarlyMs = 0.2;      ///< receives are posted this much before the matching send starts
   std::int64_t clockSkewNs = 0;  ///< added to this rank's baseTimeNanoseconds and removed from its ts
 };
 
@@ -94,8 +98,10 @@ std::string kinetoTrace(const Plan& plan, int device, const KinetoOptions& o = {
        "\"totalGlobalMem\": 85045870592}],\n  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": "
     << device << ", \"world_size\": " << plan.config.devices << "},\n  \"displayTimeUnit\": \"ms\",\n"
     << "  \"baseTimeNanoseconds\": " << base << ",\n  \"traceEvents\": [\n";
-  t << "  {\"name\": \"process_name\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"python3\"}},\n";
-  t << "  {\"name\": \"thread_name\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 7, \"args\": {\"name\": \"stream 7\"}}";
+  t << "  {\"name\": \"process_name\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 0, \"args\": {\"name\": "
+       "\"python3\"}},\n";
+  t << "  {\"name\": \"thread_name\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 7, \"args\": {\"name\": "
+       "\"stream 7\"}}";
   const double span = plan.metrics.makespanMs + o.iterationGapMs;
   const int pid = 4242 + device;
   std::int64_t corr = 1000;
@@ -112,7 +118,8 @@ std::string kinetoTrace(const Plan& plan, int device, const KinetoOptions& o = {
     ev("gpu_user_annotation", "ProfilerStep#" + std::to_string(it + 3), 0, 7, offset - 0.4, span - 1.2, "");
     for (const Op& op : plan.ops) {
       if (op.device != device) continue;
-      const std::string name = "PP:" + std::to_string(op.virtualStage) + letter(op.kind) + std::to_string(op.microbatch);
+      const std::string name =
+          "PP:" + std::to_string(op.virtualStage) + letter(op.kind) + std::to_string(op.microbatch);
       const double start = offset + op.startMs, dur = op.durationMs();
       ev("user_annotation", name, pid, pid, start - 0.3, 0.05, "\"External id\": " + std::to_string(corr));
       ev("gpu_user_annotation", name, 0, 7, start, dur, "\"External id\": " + std::to_string(corr));
@@ -131,9 +138,9 @@ std::string kinetoTrace(const Plan& plan, int device, const KinetoOptions& o = {
         const std::string name = "PP:" + std::to_string(stage) + action + dir + std::to_string(c.microbatch);
         ev("gpu_user_annotation", name, 0, 20, s, e - s, "");
         ev("kernel", "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", 0, 20, s, e - s,
-           "\"device\": 0, \"stream\": 20, \"correlation\": " + std::to_string(corr++) + ", \"Collective name\": \"" + coll +
-               "\", \"Group size\": 2, \"dtype\": \"BFloat16\", \"" + (coll[0] == 's' ? "Dst Rank" : "Src Rank") +
-               "\": " + std::to_string(peer));
+           "\"device\": 0, \"stream\": 20, \"correlation\": " + std::to_string(corr++) + ", \"Collective name\": \"" +
+               coll + "\", \"Group size\": 2, \"dtype\": \"BFloat16\", \"" +
+               (coll[0] == 's' ? "Dst Rank" : "Src Rank") + "\": " + std::to_string(peer));
       };
       if (c.fromDevice == device) nccl("SEND", sender, start, end, "send", c.toDevice);
       if (c.toDevice == device) nccl("RECV", receiver, start - o.recvEarlyMs, end, "recv", c.fromDevice);
@@ -326,7 +333,9 @@ TEST(KinetoImport, AMillionEventsOnOneTimestamp) {
     std::string block;
     for (int i = 0; i < 1000; ++i) block += event;
     for (int i = 0; i < 1000; ++i) gzwrite(f, block.data(), static_cast<unsigned>(block.size()));
-    const std::string tail = "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:0F0\",\"pid\":1,\"tid\":1,\"ts\":5.000,\"dur\":0.000}]}";
+    const std::string tail =
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:0F0\",\"pid\":1,\"tid\":1,\"ts\":5.000,\"dur\":0.000}]"
+        "}";
     gzwrite(f, tail.data(), static_cast<unsigned>(tail.size()));
     gzclose(f);
   }
@@ -378,9 +387,10 @@ void makeNsys(const std::string& path, const Plan& plan, int device, const NsysO
   const auto exec = [&](const std::string& sql) {
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db) << ": " << sql;
   };
-  exec("INSERT INTO StringIds VALUES (1, 'void gemm_kernel<128>(float*)'), (2, 'gemm_kernel'), "
-       "(3, 'ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)'), (4, 'ncclDevKernel_SendRecv'), "
-       "(5, 'cudaLaunchKernel_v7000')");
+  exec(
+      "INSERT INTO StringIds VALUES (1, 'void gemm_kernel<128>(float*)'), (2, 'gemm_kernel'), "
+      "(3, 'ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)'), (4, 'ncclDevKernel_SendRecv'), "
+      "(5, 'cudaLaunchKernel_v7000')");
   exec("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (" + std::to_string(o.sessionStartNs) + ", '', '')");
   exec("INSERT INTO TARGET_INFO_GPU VALUES (0, 0, 'NVIDIA H100 80GB HBM3', '0000:18:00.0', 1, 0, 0, 0, 0, 132, '')");
   const std::int64_t pid = (std::int64_t{4000 + device} << 24);
@@ -401,9 +411,11 @@ void makeNsys(const std::string& path, const Plan& plan, int device, const NsysO
          (o.nullEnd && nvtx == 3 ? std::string("NULL") : std::to_string(ns(op.startMs) - 200'000)) + ", 59, " + text +
          ", " + std::to_string(tid) + ")");
     exec("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (" + std::to_string(ns(op.startMs) - 250'000) + ", " +
-         std::to_string(ns(op.startMs) - 240'000) + ", 1, " + std::to_string(tid) + ", " + std::to_string(corr) + ", 5, 0)");
+         std::to_string(ns(op.startMs) - 240'000) + ", 1, " + std::to_string(tid) + ", " + std::to_string(corr) +
+         ", 5, 0)");
     exec("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (" + std::to_string(ns(op.startMs)) + ", " +
-         std::to_string(ns(op.endMs)) + ", 0, 1, 7, " + std::to_string(corr) + ", " + std::to_string(pid) + ", 1, 2, 132, 96)");
+         std::to_string(ns(op.endMs)) + ", 0, 1, 7, " + std::to_string(corr) + ", " + std::to_string(pid) +
+         ", 1, 2, 132, 96)");
     ++corr;
   }
   exec("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (" + std::to_string(ns(0) - 1'000'000) +
@@ -499,20 +511,22 @@ TEST(NsysImport, HostileExports) {
   {
     sqlite3* db = nullptr;
     sqlite3_open(dir.file("flat.sqlite").c_str(), &db);
-    sqlite3_exec(db,
-                 "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);"
-                 "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,"
-                 " correlationId INTEGER, demangledName INTEGER);"
-                 "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER, correlationId INTEGER);"
-                 "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER);"
-                 "INSERT INTO StringIds VALUES (1, 'k');"
-                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)"
-                 " INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT 1000, 1000, 0, 7, i, 1 FROM n;"
-                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)"
-                 " INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT 1000, 1000, 1, i FROM n;"
-                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)"
-                 " INSERT INTO NVTX_EVENTS SELECT 1000, 1000, 59, 'PP:0F' || i, 1 FROM n;",
-                 nullptr, nullptr, nullptr);
+    sqlite3_exec(
+        db,
+        "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,"
+        " correlationId INTEGER, demangledName INTEGER);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER, correlationId "
+        "INTEGER);"
+        "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER);"
+        "INSERT INTO StringIds VALUES (1, 'k');"
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)"
+        " INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT 1000, 1000, 0, 7, i, 1 FROM n;"
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)"
+        " INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT 1000, 1000, 1, i FROM n;"
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)"
+        " INSERT INTO NVTX_EVENTS SELECT 1000, 1000, 59, 'PP:0F' || i, 1 FROM n;",
+        nullptr, nullptr, nullptr);
     sqlite3_close(db);
   }
   r = importTraces(store, {dir.file("flat.sqlite")}, {});
@@ -540,7 +554,8 @@ TEST(OpPattern, UserPatternsNameTheirGroupsAndBadOnesAreRefused) {
     const std::string action = text.substr(p + 4, end - p - 4);
     const std::size_t k = action.find_first_not_of("0123456789");
     const std::string mb = action.substr(action.find_first_of("0123456789", k));
-    const std::string renamed = "stage=" + action.substr(0, k) + " op=" + action.substr(k, action.size() - k - mb.size()) + " mb=" + mb;
+    const std::string renamed =
+        "stage=" + action.substr(0, k) + " op=" + action.substr(k, action.size() - k - mb.size()) + " mb=" + mb;
     text.replace(p + 1, end - p - 1, renamed);
     p = p + 1 + renamed.size();
   }
@@ -630,7 +645,8 @@ TEST(TraceImportCli, CommittedFixtureImportAndCompareContract) {
   EXPECT_GT(c["by_device"][0]["measured_bubble_ms"].get<double>(),
             c["by_device"][0]["planned_bubble_ms"].get<double>() + 0.5);
   // Hostile through the CLI: a bad pattern is a usage error, a missing file exit 1.
-  auto badPattern = cli(dir, "history " + db + " import " + dataFile("rank0.pt.trace.json.gz") + " --op-pattern '(?<stage>'");
+  auto badPattern =
+      cli(dir, "history " + db + " import " + dataFile("rank0.pt.trace.json.gz") + " --op-pattern '(?<stage>'");
   EXPECT_EQ(badPattern.exitCode, 2) << badPattern.err;
   auto missing = cli(dir, "history " + db + " import " + dir.file("nope.json.gz"));
   EXPECT_EQ(missing.exitCode, 1);

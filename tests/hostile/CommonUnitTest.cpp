@@ -15,7 +15,9 @@ using namespace pipestudio;
 TEST(Text, EscapesControlCharactersAndKeepsUtf8) {
   EXPECT_EQ(escapeControl("a\x1b[2Jb\x07\n\tc"), "a\\e[2Jb\\x07\\n\\tc");
   EXPECT_EQ(escapeControl("größe µs"), "größe µs");
-  EXPECT_EQ(escapeControl("\xC2\x9B" "31m"), "\\u009b31m");  // C1 CSI
+  EXPECT_EQ(escapeControl("\xC2\x9B"
+                          "31m"),
+            "\\u009b31m");  // C1 CSI
   EXPECT_EQ(escapeControl("\x7f"), "\\x7f");
 }
 

@@ -59,7 +59,8 @@ TEST(HistoryFaults, DiskFullMidRunStopsTheRanksAndKeepsWhatWasCommitted) {
       " --history /mnt/h.sqlite --iterations 20000 --max-op-ms 0.05 --json > /mnt/out 2> /mnt/err; code=$?; "
       "cat /mnt/err >&2; echo \"exit=$code\"; " +
       kCli + " history --db /mnt/h.sqlite show 1 --json";
-  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script}, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 200});
+  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 200});
   ASSERT_NE(r.exitCode, 90) << r.err;
   EXPECT_NE(r.out.find("exit=1"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find("disk is full"), std::string::npos) << r.err;
@@ -75,10 +76,12 @@ TEST(HistoryFaults, AReadOnlyHistoryIsListedAndRefusesWritesByName) {
   const std::string db = (dir / "h.sqlite").string();
   ASSERT_EQ(cli({"history", "--db", db, "import", kData + "chrome-huge-duration.json", "--name", "kept"}).exitCode, 0);
   const std::string script = "mount --bind " + dir.string() + " " + dir.string() + " && mount -o remount,ro,bind " +
-                             dir.string() + " || exit 90; " + kCli + " history --db " + db + " list; echo \"list=$?\"; " +
-                             kCli + " history --db " + db + " show 1 --json >/dev/null; echo \"show=$?\"; " + kCli +
-                             " history --db " + db + " rename 1 other; echo \"rename=$?\"";
-  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script}, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+                             dir.string() + " || exit 90; " + kCli + " history --db " + db +
+                             " list; echo \"list=$?\"; " + kCli + " history --db " + db +
+                             " show 1 --json >/dev/null; echo \"show=$?\"; " + kCli + " history --db " + db +
+                             " rename 1 other; echo \"rename=$?\"";
+  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
   ASSERT_NE(r.exitCode, 90) << r.err;
   EXPECT_NE(r.out.find("kept"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.out.find("list=0"), std::string::npos) << r.out << r.err;

@@ -91,13 +91,13 @@ TEST(HostileInput, NumericFlagsAreRangeCheckedNamingTheFlag) {
     EXPECT_EQ(r.exitCode, 2) << c.flag << ": " << r.err;
     EXPECT_NE(r.err.find(c.flag), std::string::npos) << r.err;
   }
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"run", kPlan, "--max-op-ms", "nan"},
-           {"run", kPlan, "--timeout-s", "inf"},
-           {"run", kPlan, "--iterations", "0"},
-           {"configure", "--model", kModel, "--cluster", kCluster, "--top", "0"},
-           {"export", kPlan, "--format", "csv", "-o", "x.csv", "--iteration", "-3"},
-           {"deploy", kPlan, "--hosts", "h.json", "--iterations", "-1"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"run", kPlan, "--max-op-ms", "nan"},
+                                             {"run", kPlan, "--timeout-s", "inf"},
+                                             {"run", kPlan, "--iterations", "0"},
+                                             {"configure", "--model", kModel, "--cluster", kCluster, "--top", "0"},
+                                             {"export", kPlan, "--format", "csv", "-o", "x.csv", "--iteration", "-3"},
+                                             {"deploy", kPlan, "--hosts", "h.json", "--iterations", "-1"}}) {
     const auto r = cli(args);
     EXPECT_EQ(r.exitCode, 2) << args[1] << r.err;
     EXPECT_NE(r.err.find(args[args.size() - 2]), std::string::npos) << r.err;
@@ -134,14 +134,16 @@ TEST(HostileInput, ValidateSimulateRunAndTheExecutorShareOneValidator) {
     const char* file;
     const char* what;
   };
-  for (const Case& c : {Case{"plan-devices-beyond-cluster.json", "100000 devices but the plan's cluster 'c' has 2 GPUs"},
-                        Case{"plan-bw-without-f.json", "needs F(stage 1, microbatch 0)"},
-                        Case{"plan-b-without-next-backward.json", "needs B(stage 1, microbatch 0)"},
-                        Case{"plan-microbatch-out-of-range.json", "5 is not a microbatch of the plan (expected 0..0)"},
-                        Case{"plan-w-without-b.json", "has no split B of its own"}}) {
+  for (const Case& c :
+       {Case{"plan-devices-beyond-cluster.json", "100000 devices but the plan's cluster 'c' has 2 GPUs"},
+        Case{"plan-bw-without-f.json", "needs F(stage 1, microbatch 0)"},
+        Case{"plan-b-without-next-backward.json", "needs B(stage 1, microbatch 0)"},
+        Case{"plan-microbatch-out-of-range.json", "5 is not a microbatch of the plan (expected 0..0)"},
+        Case{"plan-w-without-b.json", "has no split B of its own"}}) {
     const std::string plan = kData + c.file;
     for (const std::vector<std::string>& args :
-         {std::vector<std::string>{kCli, "validate", plan}, {kCli, "simulate", plan},
+         {std::vector<std::string>{kCli, "validate", plan},
+          {kCli, "simulate", plan},
           {kCli, "run", plan, "--history", (tempDir() / "validator.sqlite").string()},
           {kCli, "export", plan, "--format", "chrome", "-o", (tempDir() / "v.json").string()},
           {kExec, "--plan", plan}}) {
@@ -163,8 +165,8 @@ TEST(HostileInput, EchoedNamesAndCellsAreEscapedAndCut) {
   EXPECT_EQ(r.exitCode, 1);
   EXPECT_FALSE(hasControl(r.err)) << r.err;
   EXPECT_NE(r.err.find("a\\e[2J\\x07b\\nfake: ok"), std::string::npos) << r.err;
-  const std::vector<std::string> custom{"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "custom",
-                                        "--devices", "2", "--microbatches", "1", "--csv"};
+  const std::vector<std::string> custom{"plan",   "--model",   kModel, "--cluster",      kCluster, "--schedule",
+                                        "custom", "--devices", "2",    "--microbatches", "1",      "--csv"};
   auto args = custom;
   args.push_back(kData + "schedule-escape-cell.csv");
   const auto csv = cli(args);
@@ -201,7 +203,8 @@ TEST(HostileInput, AFifoNobodyWritesToIsRefusedNotWaitedOn) {
   const std::string fifo = (tempDir() / "in.fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"validate", fifo}, {"simulate", fifo},
+       {std::vector<std::string>{"validate", fifo},
+        {"simulate", fifo},
         {"plan", "--model", fifo, "--cluster", kCluster, "--schedule", "1f1b", "--devices", "2", "--microbatches", "2"},
         {"history", "--db", (tempDir() / "fifo.sqlite").string(), "import", fifo}}) {
     const auto r = cli(args, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 20});
@@ -224,8 +227,8 @@ TEST(HostileInput, SwappedModelAndClusterSayWhatTheFileIs) {
 }
 
 TEST(HostileInput, ByteOrderMarksAndUtf16AreHandledByName) {
-  const std::vector<std::string> custom{"plan", "--model", kModel, "--cluster", kCluster, "--schedule", "custom",
-                                        "--devices", "2", "--microbatches", "1", "--csv"};
+  const std::vector<std::string> custom{"plan",   "--model",   kModel, "--cluster",      kCluster, "--schedule",
+                                        "custom", "--devices", "2",    "--microbatches", "1",      "--csv"};
   auto args = custom;
   args.push_back(kData + "schedule-bom.csv");
   const auto bom = cli(args);

@@ -16,12 +16,23 @@ namespace {
 const std::string kPlan = kGood + "tiny-plan.json";
 
 std::vector<std::string> planTo(const std::string& out) {
-  return {"plan", "--model", kGood + "tiny-model.json", "--cluster", kGood + "tiny-cluster.json", "--schedule", "1f1b",
-          "--devices", "2", "--microbatches", "2", "-o", out};
+  return {"plan",
+          "--model",
+          kGood + "tiny-model.json",
+          "--cluster",
+          kGood + "tiny-cluster.json",
+          "--schedule",
+          "1f1b",
+          "--devices",
+          "2",
+          "--microbatches",
+          "2",
+          "-o",
+          out};
 }
 
 bool isCharDevice(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
 }
 
@@ -58,10 +69,11 @@ TEST(OutputFile, AFifoIsWrittenToNotReplaced) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   std::string received;
   std::thread reader([&] { received = slurp(fifo); });
-  const auto r = cli({"export", kPlan, "--format", "chrome", "-o", fifo}, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 30});
+  const auto r = cli({"export", kPlan, "--format", "chrome", "-o", fifo},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 30});
   reader.join();
   EXPECT_EQ(r.exitCode, 0) << r.err;
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
   EXPECT_NE(received.find("\"traceEvents\""), std::string::npos) << received.substr(0, 200);
@@ -82,7 +94,8 @@ TEST(OutputFile, CharacterDevicesStayDevices) {
 
 TEST(OutputFile, DevStdoutIsWrittenThroughTheOpenDescriptor) {
   const std::string captured = (tempDir() / "stdout.txt").string();
-  const auto r = cli({"export", kPlan, "--format", "csv", "-o", "/dev/stdout"}, {.stdinPath = "/dev/null", .stdoutPath = captured, .deadlineS = 120});
+  const auto r = cli({"export", kPlan, "--format", "csv", "-o", "/dev/stdout"},
+                     {.stdinPath = "/dev/null", .stdoutPath = captured, .deadlineS = 120});
   EXPECT_EQ(r.exitCode, 0) << r.err;
   EXPECT_TRUE(fs::is_regular_file(captured));
 }
@@ -108,7 +121,8 @@ TEST(OutputFile, LargePlansAreWrittenAndExportedInBoundedMemory) {
   const std::string plan = (tempDir() / "million.json").string();
   const std::string trace = (tempDir() / "million.trace.json").string();
   const std::string model = (tempDir() / "eight.json").string();
-  spit(model, R"({"schema": "pipestudio.model/1", "name": "m", "layers": [{"name": "l", "forward_ms": 1, "repeat": 8}]})");
+  spit(model,
+       R"({"schema": "pipestudio.model/1", "name": "m", "layers": [{"name": "l", "forward_ms": 1, "repeat": 8}]})");
   const std::string cluster = (tempDir() / "eight-gpus.json").string();
   spit(cluster, R"({"schema": "pipestudio.cluster/1", "name": "c", "gpu": {"name": "g", "peak_tflops": 100,
     "memory_gib": 1000, "efficiency": 0.5}, "nodes": [{"host": "h", "gpus": 8}],
@@ -121,8 +135,9 @@ TEST(OutputFile, LargePlansAreWrittenAndExportedInBoundedMemory) {
   ASSERT_EQ(p.exitCode, 0) << p.err;
   EXPECT_NE(p.out.find("1000000 ops"), std::string::npos) << p.out;
   // Export loads the plan document (a JSON tree of the 10⁶ ops) and streams the trace: 3 GiB.
-  const auto e = run({"/bin/sh", "-c", "ulimit -v 3145728; " + kCli + " export " + plan + " --format chrome -o " + trace},
-                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 240});
+  const auto e =
+      run({"/bin/sh", "-c", "ulimit -v 3145728; " + kCli + " export " + plan + " --format chrome -o " + trace},
+          {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 240});
   ASSERT_EQ(e.exitCode, 0) << e.err;
   EXPECT_GT(fs::file_size(trace), 100'000'000U);
   fs::remove(plan);

@@ -120,8 +120,9 @@ TEST(Processes, Kill9OfTheCliKillsItsRanks) {
 TEST(Processes, ExecutorFailsWhenItsReaderIsGone) {
   // stdout is a pipe whose reader closes at once (`| head -c 100`); bash gives the status.
   const auto b = run({"/bin/bash", "-c",
-                      kExec + " --plan " + kPlan + " --max-op-ms 50 --iterations 20 | head -c 100 >/dev/null; "
-                              "exit ${PIPESTATUS[0]}"},
+                      kExec + " --plan " + kPlan +
+                          " --max-op-ms 50 --iterations 20 | head -c 100 >/dev/null; "
+                          "exit ${PIPESTATUS[0]}"},
                      {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
   EXPECT_EQ(b.exitCode, 1) << b.err;
   EXPECT_NE(b.err.find("trace stream closed by the reader"), std::string::npos) << b.err;

@@ -209,8 +209,8 @@ TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
   EXPECT_EQ(c.parameterBytes, std::llround(2 * (h * 3 * h + h * h + 2 * h + h * 8 + (8.0 / 4) * 3 * h * fe)));
   // Model FLOPs count the two routed experts a token uses (and the router).
   const double n = s * b;
-  EXPECT_DOUBLE_EQ(c.modelFlopsForward, 2 * n * h * 3 * h + 2 * n * h * h + 2 * n * h * 8 + 2 * 2 * 3 * n * h * fe +
-                                            4 * b * s * s * h);
+  EXPECT_DOUBLE_EQ(c.modelFlopsForward,
+                   2 * n * h * 3 * h + 2 * n * h * h + 2 * n * h * 8 + 2 * 2 * 3 * n * h * fe + 4 * b * s * s * h);
   // Dispatch bytes: every token's hidden state to each of its top-2 experts (bf16); all-to-all
   // over 4 ranks moves 3/4 of them.
   const double a2aMs = 3.0 / 4.0 * (2 * n * 2 * h) / 100e9 * 1000;

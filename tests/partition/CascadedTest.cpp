@@ -39,7 +39,8 @@ ModelSpec cascaded(int layersPerBackbone = 12) {
   m.name = "cascaded";
   m.samplesPerMicrobatch = 2;
   Component encoder{"encoder", false, {"base", "sr"}, {}};
-  for (int i = 0; i < 3; ++i) encoder.layers.push_back(layer("e" + std::to_string(i), "conv", 0.4, 0, 0, 1 << 20, 1 << 20));
+  for (int i = 0; i < 3; ++i)
+    encoder.layers.push_back(layer("e" + std::to_string(i), "conv", 0.4, 0, 0, 1 << 20, 1 << 20));
   Component base{"base", true, {}, {}};
   Component sr{"sr", true, {}, {}};
   for (int i = 0; i < layersPerBackbone; ++i) {
@@ -103,12 +104,14 @@ void expectFrozenConserved(const Plan& plan) {
   std::map<std::tuple<int, int, int>, int> samples;
   std::map<std::pair<int, int>, int> groups;
   for (const VirtualStage& vs : plan.virtualStages) {
-    if (!plan.model.components[static_cast<std::size_t>(vs.component)].trainable) groups[{vs.component, vs.firstLayer}] = 1;
+    if (!plan.model.components[static_cast<std::size_t>(vs.component)].trainable)
+      groups[{vs.component, vs.firstLayer}] = 1;
   }
   for (const Op& op : plan.ops) {
     if (op.kind != OpKind::N) continue;
     const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
-    samples[{vs.component, vs.firstLayer, op.microbatch}] += op.samples > 0 ? op.samples : plan.model.samplesPerMicrobatch;
+    samples[{vs.component, vs.firstLayer, op.microbatch}] +=
+        op.samples > 0 ? op.samples : plan.model.samplesPerMicrobatch;
   }
   EXPECT_EQ(samples.size(), groups.size() * static_cast<std::size_t>(plan.config.microbatches));
   for (const auto& [key, n] : samples) EXPECT_EQ(n, plan.model.samplesPerMicrobatch);
@@ -119,7 +122,8 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
     for (const char* fill : {"none", "greedy"}) {
       SCOPED_TRACE(std::to_string(devices) + " devices, fill " + fill);
       const int mbs = 2 * devices;
-      auto plan = partition::solveOpposedBackbones(request(cascaded(), devices, mbs, "zb-v", "diffusionpipe", fill), {});
+      auto plan =
+          partition::solveOpposedBackbones(request(cascaded(), devices, mbs, "zb-v", "diffusionpipe", fill), {});
       ASSERT_TRUE(plan.hasValue()) << plan.message();
       // Base down the V (devices 0 → p−1), sr up it (p−1 → 0), each over all devices.
       std::map<int, std::vector<int>> devicesOf;
@@ -214,8 +218,12 @@ TEST(Cascaded, BalancedLegsAreOptimalAgainstBruteForce) {
     m.samplesPerMicrobatch = 1;
     Component a{"a", true, {}, {}};
     Component b{"b", true, {}, {}};
-    for (int l = 0; l < la; ++l) a.layers.push_back(layer("a" + std::to_string(l), "conv", cost(rng), cost(rng), cost(rng), 1 << 20, (1 << 20) * (1 + l % 3)));
-    for (int l = 0; l < lb; ++l) b.layers.push_back(layer("b" + std::to_string(l), "conv", cost(rng), cost(rng), cost(rng), 1 << 20, (1 << 22) * (1 + l % 2)));
+    for (int l = 0; l < la; ++l)
+      a.layers.push_back(
+          layer("a" + std::to_string(l), "conv", cost(rng), cost(rng), cost(rng), 1 << 20, (1 << 20) * (1 + l % 3)));
+    for (int l = 0; l < lb; ++l)
+      b.layers.push_back(
+          layer("b" + std::to_string(l), "conv", cost(rng), cost(rng), cost(rng), 1 << 20, (1 << 22) * (1 + l % 2)));
     m.components = {a, b};
     const PlanRequest r = request(m, p, 4, "zb-v", "diffusionpipe", "none");
     std::vector<VirtualStage> legs;
@@ -243,7 +251,8 @@ TEST(Cascaded, BalancedLegsAreOptimalAgainstBruteForce) {
       const auto eb = evaluatePartition(pb, fb);
       double worst = 0;
       for (int d = 0; d < p; ++d) {
-        worst = std::max(worst, ea.stageMs[static_cast<std::size_t>(d)] + eb.stageMs[static_cast<std::size_t>(p - 1 - d)]);
+        worst =
+            std::max(worst, ea.stageMs[static_cast<std::size_t>(d)] + eb.stageMs[static_cast<std::size_t>(p - 1 - d)]);
       }
       return worst;
     };
@@ -271,7 +280,8 @@ TEST(Cascaded, BalancedLegsAreOptimalAgainstBruteForce) {
     }
     ASSERT_EQ(nextA, la);
     ASSERT_EQ(nextB, lb);
-    EXPECT_NEAR(busiest(fa, fb), brute, 1e-6 * brute) << "trial " << trial << " p " << p << " layers " << la << "/" << lb;
+    EXPECT_NEAR(busiest(fa, fb), brute, 1e-6 * brute)
+        << "trial " << trial << " p " << p << " layers " << la << "/" << lb;
   }
 }
 

@@ -182,7 +182,8 @@ TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {
     for (const Op& sOp : ops) {
       if (sOp.kind != OpKind::S) continue;
       for (const Op& f : ops) {
-        if (f.kind == OpKind::F && f.microbatch == sOp.microbatch && f.virtualStage == cmp->baseline.virtualStages.back().id &&
+        if (f.kind == OpKind::F && f.microbatch == sOp.microbatch &&
+            f.virtualStage == cmp->baseline.virtualStages.back().id &&
             cmp->vocabParallel.virtualStages[static_cast<std::size_t>(f.virtualStage)].pipeline == 0) {
           EXPECT_GE(sOp.startMs, f.endMs - 1e-9);
         }

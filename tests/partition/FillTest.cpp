@@ -42,8 +42,10 @@ ModelSpec diffusionLike(int layers, double frozenMs, int samples, std::mt19937* 
   m.samplesPerMicrobatch = samples;
   Component text{"text", false, {"backbone"}, {}};
   Component vae{"vae", false, {"backbone"}, {}};
-  for (int i = 0; i < 3; ++i) text.layers.push_back(measured("t" + std::to_string(i), frozenMs / 3, 0, 0, 1 << 20, 1 << 20));
-  for (int i = 0; i < 5; ++i) vae.layers.push_back(measured("v" + std::to_string(i), frozenMs / 5, 0, 0, 1 << 22, 1 << 20));
+  for (int i = 0; i < 3; ++i)
+    text.layers.push_back(measured("t" + std::to_string(i), frozenMs / 3, 0, 0, 1 << 20, 1 << 20));
+  for (int i = 0; i < 5; ++i)
+    vae.layers.push_back(measured("v" + std::to_string(i), frozenMs / 5, 0, 0, 1 << 22, 1 << 20));
   Component bb{"backbone", true, {}, {}};
   for (int i = 0; i < layers; ++i) {
     const double jitter = rng ? std::uniform_real_distribution<double>(0.7, 1.3)(*rng) : 1.0;

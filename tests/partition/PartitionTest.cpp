@@ -42,8 +42,10 @@ PartitionProblem randomProblem(std::mt19937& rng, int layers, int stages, bool m
   }
   if (memory) {
     double total = 0;
-    for (int l = 0; l < layers; ++l) total += p.activationBytes[static_cast<std::size_t>(l)] * 4 + p.staticBytes[static_cast<std::size_t>(l)];
-    for (auto& st : p.stages) st.memoryBudgetBytes = total / stages * std::uniform_real_distribution<double>(0.6, 1.6)(rng);
+    for (int l = 0; l < layers; ++l)
+      total += p.activationBytes[static_cast<std::size_t>(l)] * 4 + p.staticBytes[static_cast<std::size_t>(l)];
+    for (auto& st : p.stages)
+      st.memoryBudgetBytes = total / stages * std::uniform_real_distribution<double>(0.6, 1.6)(rng);
   }
   return p;
 }
@@ -129,9 +131,8 @@ TEST(BalancedPartition, MinMaxAgainstBruteForce) {
     PartitionProblem p = randomProblem(rng, layers, stages, false);
     for (auto& row : p.sendMs) std::fill(row.begin(), row.end(), 0.0);
     double best = std::numeric_limits<double>::infinity();
-    forEachPartition(layers, stages, [&](const std::vector<int>& first) {
-      best = std::min(best, evaluatePartition(p, first).maxMs);
-    });
+    forEachPartition(layers, stages,
+                     [&](const std::vector<int>& first) { best = std::min(best, evaluatePartition(p, first).maxMs); });
     auto r = balancedPartition(p);
     ASSERT_TRUE(r.hasValue());
     EXPECT_NEAR(r->maxMs, best, 1e-6 * best) << "trial " << trial;

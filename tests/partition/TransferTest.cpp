@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <map>
 #include <random>
 #include <set>
@@ -60,18 +59,21 @@ ModelSpec conditionedModel(int layers, double frozenMs, int samples, std::mt1993
   for (int i = 0; i < 3; ++i) {
     text.layers.push_back(layer("t" + std::to_string(i), "transformer", frozenMs / 3, 0, 0, 1 << 20, 1 << 20));
   }
-  for (int i = 0; i < 4; ++i) vae.layers.push_back(layer("v" + std::to_string(i), "conv", frozenMs / 4, 0, 0, 1 << 22, 3 << 20));
+  for (int i = 0; i < 4; ++i)
+    vae.layers.push_back(layer("v" + std::to_string(i), "conv", frozenMs / 4, 0, 0, 1 << 22, 3 << 20));
   Component bb{"backbone", true, {}, {}};
   for (int i = 0; i < layers; ++i) {
     const double j = std::uniform_real_distribution<double>(0.7, 1.3)(rng);
     const bool attention = i < layers / 2 && i % 2 == 1;
-    bb.layers.push_back(layer("l" + std::to_string(i), attention ? "attention" : "conv", j, j, 0.8 * j, 1 << 24, 1 << 21));
+    bb.layers.push_back(
+        layer("l" + std::to_string(i), attention ? "attention" : "conv", j, j, 0.8 * j, 1 << 24, 1 << 21));
   }
   m.components = {text, vae, bb};
   return m;
 }
 
-PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::string& schedule, const std::string& fill) {
+PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::string& schedule,
+                    const std::string& fill) {
   PlanRequest r;
   r.model = model;
   r.cluster = slowCluster(devices);
@@ -116,7 +118,7 @@ void expectTransfers(const Plan& plan) {
   const double samplesPerMb = static_cast<double>(plan.model.samplesPerMicrobatch);
   std::map<std::tuple<int, int, int>, double> produced;  // (component, microbatch, device) → samples
   std::map<std::tuple<int, int, int>, double> producedEnd;
-  std::map<std::pair<int, int>, double> fStart;           // (stage, microbatch)
+  std::map<std::pair<int, int>, double> fStart;  // (stage, microbatch)
   for (const Op& op : plan.ops) {
     const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
     const Component& c = plan.model.components[static_cast<std::size_t>(vs.component)];
@@ -158,7 +160,8 @@ void expectTransfers(const Plan& plan) {
         ASSERT_NE(it, comms.end()) << "no transfer of component " << comp << " microbatch " << mb << " from device "
                                    << pd << " to device " << dc;
         const Comm& cm = *it->second;
-        EXPECT_EQ(cm.bytes, static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * samples / samplesPerMb)));
+        EXPECT_EQ(cm.bytes,
+                  static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * samples / samplesPerMb)));
         EXPECT_GE(cm.startMs, producedEnd[key] - kEps);
         EXPECT_NEAR(cm.endMs - cm.startMs, plan.cluster.transferMs(pd, dc, static_cast<double>(cm.bytes)), 1e-9);
         ready = cm.endMs;
@@ -166,8 +169,8 @@ void expectTransfers(const Plan& plan) {
       for (int s : stages) {
         if (plan.virtualStages[static_cast<std::size_t>(s)].device != dc || !fStart.count({s, mb})) continue;
         const double use = fStart.at({s, mb}) + (sameIteration ? 0.0 : plan.metrics.makespanMs);
-        EXPECT_GE(use, ready - kEps) << plan.config.fill << ": stage " << s << " microbatch " << mb << " reads component "
-                                     << comp << " before it arrives";
+        EXPECT_GE(use, ready - kEps) << plan.config.fill << ": stage " << s << " microbatch " << mb
+                                     << " reads component " << comp << " before it arrives";
       }
     }
   }
@@ -277,7 +280,8 @@ TEST(Transfers, VocabularyPlanResimulatesToItself) {
     const Plan loaded = saveAndLoad(*plan);
     // The S/T edges come back from the plan alone.
     std::vector<std::vector<OrderedOp>> lanes(4);
-    for (const Op& op : loaded.ops) lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
+    for (const Op& op : loaded.ops)
+      lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
     const auto deps = vocabDependencies(loaded, lanes);
     EXPECT_EQ(deps.size(), 8u * 4u * (1u + 4u + 1u)) << schedule;
     auto again = resimulate(loaded);
@@ -293,7 +297,8 @@ TEST(Transfers, PlansWithoutFrozenOrVocabularyDeriveNothing) {
   auto plan = makePlan(request(m, 2, 4, "1f1b", "greedy"));
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   std::vector<std::vector<OrderedOp>> lanes(2);
-  for (const Op& op : plan->ops) lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
+  for (const Op& op : plan->ops)
+    lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
   EXPECT_TRUE(derivedDependencies(*plan, lanes).empty());
   for (const Comm& c : plan->comms) EXPECT_NE(c.kind, OpKind::N);
 }
@@ -398,8 +403,10 @@ TEST(Transfers, EditedVocabularyPlansAreReportedNotCrashed) {
     for (std::size_t i = 0; i < edited.ops.size() && !moved; ++i) {
       if (edited.ops[i].device != 1 || edited.ops[i].kind != OpKind::S) continue;
       for (std::size_t j = i + 1; j < edited.ops.size(); ++j) {
-        if (edited.ops[j].device == 1 && edited.ops[j].kind == OpKind::T && edited.ops[j].microbatch == edited.ops[i].microbatch) {
-          std::rotate(edited.ops.begin() + static_cast<std::ptrdiff_t>(i), edited.ops.begin() + static_cast<std::ptrdiff_t>(j),
+        if (edited.ops[j].device == 1 && edited.ops[j].kind == OpKind::T &&
+            edited.ops[j].microbatch == edited.ops[i].microbatch) {
+          std::rotate(edited.ops.begin() + static_cast<std::ptrdiff_t>(i),
+                      edited.ops.begin() + static_cast<std::ptrdiff_t>(j),
                       edited.ops.begin() + static_cast<std::ptrdiff_t>(j) + 1);
           moved = true;
           break;

@@ -56,7 +56,8 @@ TEST(StageNeighbours, IndependentBackbonesFormTheirOwnChains) {
 TEST(StageNeighbours, PipelinesAreSeparateChains) {
   Plan p;
   p.model.components = {component("backbone", true, 4)};
-  p.virtualStages = {stage(0, 0, 0, 0, 1, 0), stage(1, 1, 0, 2, 3, 0), stage(2, 1, 0, 0, 1, 1), stage(3, 0, 0, 2, 3, 1)};
+  p.virtualStages = {stage(0, 0, 0, 0, 1, 0), stage(1, 1, 0, 2, 3, 0), stage(2, 1, 0, 0, 1, 1),
+                     stage(3, 0, 0, 2, 3, 1)};
   const StageNeighbours n = stageNeighbours(p);
   EXPECT_EQ(n.previous, (std::vector<int>{-1, 0, -1, 2}));
 }
@@ -66,8 +67,8 @@ TEST(StageNeighbours, FrozenReplicasChainByLayerOnTheirOwnDevice) {
   // and the trainable backbone after it is not linked to it.
   Plan p;
   p.model.components = {component("vae", false, 6, {"unet"}), component("unet", true, 2)};
-  p.virtualStages = {stage(0, 0, 0, 0, 2), stage(1, 0, 0, 3, 5), stage(2, 1, 0, 0, 2), stage(3, 1, 0, 3, 5),
-                     stage(4, 0, 1, 0, 0), stage(5, 1, 1, 1, 1)};
+  p.virtualStages = {stage(0, 0, 0, 0, 2), stage(1, 0, 0, 3, 5), stage(2, 1, 0, 0, 2),
+                     stage(3, 1, 0, 3, 5), stage(4, 0, 1, 0, 0), stage(5, 1, 1, 1, 1)};
   const StageNeighbours n = stageNeighbours(p);
   EXPECT_EQ(n.previous, (std::vector<int>{-1, 0, -1, 2, -1, 4}));
   EXPECT_EQ(n.next, (std::vector<int>{1, -1, 3, -1, 5, -1}));

@@ -39,7 +39,8 @@ ScheduleInput randomInput(int devices, int microbatches, unsigned seed, bool vSh
     in.stages.push_back(e);
   }
   for (int s = 0; s + 1 < stages; ++s) {
-    const bool crossDevice = in.virtualStages[static_cast<std::size_t>(s)].device != in.virtualStages[static_cast<std::size_t>(s + 1)].device;
+    const bool crossDevice = in.virtualStages[static_cast<std::size_t>(s)].device !=
+                             in.virtualStages[static_cast<std::size_t>(s + 1)].device;
     in.stages[static_cast<std::size_t>(s)].sendMs = crossDevice ? sendMs : 0.0;
   }
   in.staticBytes.assign(static_cast<std::size_t>(devices), 100 * kMiBytes);
@@ -329,9 +330,10 @@ TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
     if (rep.exactStatus == ExactStatus::Optimal) ++proven;
     const double gap = heuristic->report.makespanMs / rep.exactBoundMs - 1.0;
     worstGap = std::max(worstGap, gap);
-    std::printf("p=%d m=%d: heuristic %.3f ms, paper greedy %.3f ms, ILP %.3f ms (bound %.3f, %s, %.1f s), gap %.2f%%\n",
-                c.p, c.m, heuristic->report.makespanMs, heuristic->report.paperGreedyMakespanMs, rep.exactMakespanMs,
-                rep.exactBoundMs, std::string(exactStatusName(rep.exactStatus)).c_str(), rep.exactSeconds, 100 * gap);
+    std::printf(
+        "p=%d m=%d: heuristic %.3f ms, paper greedy %.3f ms, ILP %.3f ms (bound %.3f, %s, %.1f s), gap %.2f%%\n", c.p,
+        c.m, heuristic->report.makespanMs, heuristic->report.paperGreedyMakespanMs, rep.exactMakespanMs,
+        rep.exactBoundMs, std::string(exactStatusName(rep.exactStatus)).c_str(), rep.exactSeconds, 100 * gap);
   }
   EXPECT_EQ(proven, 4);
   EXPECT_LE(worstGap, 0.01);

@@ -21,9 +21,12 @@ std::string errorOf(const PlanRequest& r) {
 TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
   const auto model = test::equalLayers(8, 1, 1, 1);
   const auto cluster = test::freeCluster(8);
-  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 3, 6, 2)).find("even number of devices"), std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 4, 2, 2)).find("at least 4 microbatches"), std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "zb-h2", 4, 3, 1)).find("at least 4 microbatches"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 3, 6, 2)).find("even number of devices"),
+            std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 4, 2, 2)).find("at least 4 microbatches"),
+            std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "zb-h2", 4, 3, 1)).find("at least 4 microbatches"),
+            std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 6, 2)).find("multiple of the 4 devices"),
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "zb-v", 4, 8, 3)).find("even number of chunks"), std::string::npos);
@@ -31,11 +34,13 @@ TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "v-min", 4, 8, 3)).find("v-min needs an even number of chunks"),
             std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "bitpipe", 4, 8, 2)).find("multiple of four chunks"), std::string::npos);
+  EXPECT_NE(errorOf(test::request(model, cluster, "bitpipe", 4, 8, 2)).find("multiple of four chunks"),
+            std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 4, 8, 2)).find("one chunk per device"), std::string::npos);
   // 8 layers cannot be divided over 4 devices × 3 chunks.
-  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 8, 3)).find("cannot divide 8 trainable layers"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 8, 3)).find("cannot divide 8 trainable layers"),
+      std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "nope", 4, 8, 1)).find("unknown schedule 'nope'"), std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 16, 8, 1)).find("exceeds the 8 GPUs"), std::string::npos);
   auto part = test::request(model, cluster, "1f1b", 4, 8, 1);
@@ -55,15 +60,19 @@ TEST(BadRequest, UniformRefusesChunksThatDoNotDivideTheLayers) {
   EXPECT_NE(msg.find("multiple of 8"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--partition balanced"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--partition dp"), std::string::npos) << msg;
-  const std::string interleaved = errorOf(test::request(test::equalLayers(12, 1, 1, 1), cluster, "interleaved-1f1b", 4, 8, 2));
+  const std::string interleaved =
+      errorOf(test::request(test::equalLayers(12, 1, 1, 1), cluster, "interleaved-1f1b", 4, 8, 2));
   EXPECT_NE(interleaved.find("interleaved-1f1b needs chunks of equal size"), std::string::npos) << interleaved;
   EXPECT_NE(errorOf(test::request(test::equalLayers(20, 1, 1, 1), cluster, "bitpipe", 4, 8, 4)).find("multiple of 8"),
             std::string::npos);
 
   // What keeps working: one chunk per device (near-even split), divisible counts, and the
   // partitioners that balance unequal chunks.
-  for (const auto& [schedule, layers, chunks] : {std::tuple<std::string, int, int>{"1f1b", 26, 1}, {"zb-h1", 26, 1},
-                                                 {"dualpipe", 26, 2}, {"zb-v", 24, 2}, {"interleaved-1f1b", 16, 2},
+  for (const auto& [schedule, layers, chunks] : {std::tuple<std::string, int, int>{"1f1b", 26, 1},
+                                                 {"zb-h1", 26, 1},
+                                                 {"dualpipe", 26, 2},
+                                                 {"zb-v", 24, 2},
+                                                 {"interleaved-1f1b", 16, 2},
                                                  {"bitpipe", 32, 4}}) {
     auto plan = makePlan(test::request(test::equalLayers(layers, 1, 1, 1), cluster, schedule, 4, 8, chunks));
     EXPECT_TRUE(plan.hasValue()) << schedule << ": " << (plan ? "" : plan.message());

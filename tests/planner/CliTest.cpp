@@ -1,6 +1,5 @@
 // Runs the built pipestudio-cli: schedules, plan, simulate and their bad-input exits.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -37,7 +36,8 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(kCli)) GTEST_SKIP() << kCli << " not built";
-    if (!fs::exists(kResources + "/models/gpt3-1.3b.json") || !fs::exists(kResources + "/clusters/a100-1x8-nvlink.json")) {
+    if (!fs::exists(kResources + "/models/gpt3-1.3b.json") ||
+        !fs::exists(kResources + "/clusters/a100-1x8-nvlink.json")) {
       GTEST_SKIP() << "example resources missing";
     }
   }
@@ -58,12 +58,12 @@ TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
   fs::create_directories(dir);
   const std::string out = (dir / "plan.json").string();
   const CliRun human = run("plan --model " + model + " --cluster " + cluster +
-                        " --schedule 1f1b --devices 4 --microbatches 8 -o " + out);
+                           " --schedule 1f1b --devices 4 --microbatches 8 -o " + out);
   ASSERT_EQ(human.status, 0) << human.out;
   EXPECT_NE(human.out.find("makespan"), std::string::npos);
   EXPECT_NE(human.out.find("bubble ratio"), std::string::npos);
-  const CliRun json = run("plan --model " + model + " --cluster " + cluster +
-                       " --schedule zb-v --devices 4 --microbatches 8 --json");
+  const CliRun json =
+      run("plan --model " + model + " --cluster " + cluster + " --schedule zb-v --devices 4 --microbatches 8 --json");
   ASSERT_EQ(json.status, 0) << json.out;
   auto doc = pipestudio::parseJson(json.out, "<stdout>");
   ASSERT_TRUE(doc.hasValue()) << doc.message();
@@ -115,13 +115,16 @@ TEST_F(Cli, FrozenComponentsReportTheFillAndVocabParallelSplitsTheHead) {
 }
 
 TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
-  CliRun r = run("plan --model " + model + " --cluster " + cluster + " --schedule dualpipe --devices 3 --microbatches 6");
+  CliRun r =
+      run("plan --model " + model + " --cluster " + cluster + " --schedule dualpipe --devices 3 --microbatches 6");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("even number of devices"), std::string::npos) << r.out;
-  r = run("plan --model " + model + " --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8 --memory-limit 1MiB");
+  r = run("plan --model " + model + " --cluster " + cluster +
+          " --schedule 1f1b --devices 4 --microbatches 8 --memory-limit 1MiB");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("below what one microbatch needs"), std::string::npos) << r.out;
-  r = run("plan --model /nonexistent/model.json --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8");
+  r = run("plan --model /nonexistent/model.json --cluster " + cluster +
+          " --schedule 1f1b --devices 4 --microbatches 8");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("/nonexistent/model.json"), std::string::npos) << r.out;
   r = run("simulate /nonexistent/plan.json");
@@ -135,7 +138,8 @@ TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
 // equal. Asked for explicitly, uniform exits 1 saying what zb-v needs; the default partition
 // (balanced) plans it.
 TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
-  const std::string base = "plan --model " + model + " --cluster " + cluster + " --schedule zb-v --devices 4 --microbatches 8";
+  const std::string base =
+      "plan --model " + model + " --cluster " + cluster + " --schedule zb-v --devices 4 --microbatches 8";
   CliRun r = run(base + " --partition uniform");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("zb-v needs chunks of equal size"), std::string::npos) << r.out;
@@ -147,7 +151,8 @@ TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
   auto doc = pipestudio::parseJson(r.out, "<stdout>");
   ASSERT_TRUE(doc.hasValue()) << doc.message();
   EXPECT_EQ(doc->root["config"]["partition"], "balanced");
-  r = run("plan --model " + model + " --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8 --partition uniform");
+  r = run("plan --model " + model + " --cluster " + cluster +
+          " --schedule 1f1b --devices 4 --microbatches 8 --partition uniform");
   EXPECT_EQ(r.status, 0) << r.out;  // one chunk per device: near-even split
 }
 

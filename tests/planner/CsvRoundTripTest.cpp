@@ -60,8 +60,8 @@ class CsvRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
 TEST_P(CsvRoundTrip, ExportImportKeepsOrderAndMetrics) {
   const RoundTripCase c = GetParam();
-  const PlanRequest request = test::request(unevenModel(), test::freeCluster(4, 25.0, 5.0), c.schedule, c.devices,
-                                            c.microbatches, c.chunks);
+  const PlanRequest request =
+      test::request(unevenModel(), test::freeCluster(4, 25.0, 5.0), c.schedule, c.devices, c.microbatches, c.chunks);
   auto plan = makePlan(request);
   ASSERT_TRUE(plan) << plan.message();
   auto csv = scheduleCsv(*plan);

@@ -145,8 +145,7 @@ TEST(ScheduleCsvHostile, StageAndMicrobatchOutOfRange) {
 }
 
 TEST(ScheduleCsvHostile, TooManyRows) {
-  const std::string e =
-      errorOf("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n2F0\n", shapeOf(smallPlan()));
+  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n2F0\n", shapeOf(smallPlan()));
   EXPECT_NE(e.find("s.csv:3:1:"), std::string::npos) << e;
   EXPECT_NE(e.find("only 2 device(s)"), std::string::npos) << e;
 }

@@ -8,10 +8,10 @@
 #include <string>
 #include <tuple>
 
+#include "PlannerFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
-#include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"

@@ -49,8 +49,8 @@ TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
   EXPECT_NEAR(m.tokensPerS, m.throughputSamplesPerS * 4096, 1e-6 * m.tokensPerS);
   for (const DeviceMetrics& d : m.devices) {
     const MemoryBreakdown& b = d.memory;
-    EXPECT_EQ(d.peakMemoryBytes, b.parameterBytes + b.gradientBytes + b.optimizerBytes + b.activationBytes +
-                                     b.communicationBytes);
+    EXPECT_EQ(d.peakMemoryBytes,
+              b.parameterBytes + b.gradientBytes + b.optimizerBytes + b.activationBytes + b.communicationBytes);
     EXPECT_LE(d.peakMemoryBytes + b.marginBytes, r.cluster.gpu.memoryBytes());
   }
 }
@@ -218,12 +218,10 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
 // Issue 13: configure returns feasible, ranked configurations for every bundled model on a
 // cluster large enough to hold it, and the same request ranks the same way every time.
 TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
-  const std::pair<const char*, const char*> cases[] = {{"llama2-70b.json", "h100-4x8-ib.json"},
-                                                       {"llama3-8b.json", "h100-8x8-ib.json"},
-                                                       {"llama3-70b.json", "h100-8x8-ib.json"},
-                                                       {"mixtral-8x7b.json", "h100-8x8-ib.json"},
-                                                       {"deepseek-v3-moe.json", "h100-128x8-ib.json"},
-                                                       {"gpt3-175b.json", "h100-8x8-ib.json"}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"llama2-70b.json", "h100-4x8-ib.json"},        {"llama3-8b.json", "h100-8x8-ib.json"},
+      {"llama3-70b.json", "h100-8x8-ib.json"},        {"mixtral-8x7b.json", "h100-8x8-ib.json"},
+      {"deepseek-v3-moe.json", "h100-128x8-ib.json"}, {"gpt3-175b.json", "h100-8x8-ib.json"}};
   for (const auto& [modelFile, clusterFile] : cases) {
     PlanRequest r = request(modelFile, clusterFile);
     ConfigureOptions options;

@@ -46,7 +46,8 @@ TEST(Oracle, InterleavedMakespan) {
         const Plan plan = mustPlan(request(model, freeCluster(p), "interleaved-1f1b", p, m, v));
         const double f = 1.0;
         const double b = 2.0;  // per chunk: F=1, fused backward B+W=2
-        EXPECT_NEAR(plan.metrics.makespanMs, m * v * (f + b) + (p - 1) * (f + b), 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+        EXPECT_NEAR(plan.metrics.makespanMs, m * v * (f + b) + (p - 1) * (f + b), 1e-9)
+            << "p=" << p << " v=" << v << " m=" << m;
       }
     }
   }

@@ -60,7 +60,8 @@ void checkPlan(const Plan& plan, const ScheduleGenerator& g, const std::string& 
   for (const Op& op : plan.ops) {
     const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
     auto find = [&](int stage, OpKind k) { return byKey.at({stage, static_cast<int>(k), op.microbatch}); };
-    const bool firstOfPipeline = vs.id == 0 || plan.virtualStages[static_cast<std::size_t>(vs.id - 1)].pipeline != vs.pipeline;
+    const bool firstOfPipeline =
+        vs.id == 0 || plan.virtualStages[static_cast<std::size_t>(vs.id - 1)].pipeline != vs.pipeline;
     const bool lastOfPipeline = static_cast<std::size_t>(vs.id) + 1 == nStages ||
                                 plan.virtualStages[static_cast<std::size_t>(vs.id + 1)].pipeline != vs.pipeline;
     if (op.kind == OpKind::F && !firstOfPipeline) {
@@ -131,7 +132,8 @@ TEST(ScheduleProperties, RandomConfigurationsEverySchedule) {
         cluster.interNode = {0.5, 50};
       }
       PlanRequest r = test::request(randomModel(rng, layers), cluster, name, p, m, chunks);
-      const std::string what = name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(chunks);
+      const std::string what =
+          name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(chunks);
       if (!g->validate({p, m, chunks})) continue;
       // Several chunks per device and a layer count they do not divide: uniform refuses
       // (issue 3, unequal chunks); balanced plans it.
@@ -139,7 +141,8 @@ TEST(ScheduleProperties, RandomConfigurationsEverySchedule) {
       if (chunksPerPipeline > 1 && layers % (p * chunksPerPipeline) != 0) {
         auto refused = makePlan(r);
         ASSERT_FALSE(refused.hasValue()) << what;
-        EXPECT_NE(refused.message().find("needs chunks of equal size"), std::string::npos) << what << ": " << refused.message();
+        EXPECT_NE(refused.message().find("needs chunks of equal size"), std::string::npos)
+            << what << ": " << refused.message();
         r.config.partition = "balanced";
       }
       auto plan = makePlan(r);
@@ -167,8 +170,8 @@ TEST(ScheduleProperties, ResimulateReproducesThePlan) {
 
 TEST(ScheduleProperties, LinkTransfersSerialise) {
   // Two devices, slow link: transfers on the link never overlap.
-  const auto r = test::request(test::equalLayers(2, 0.1, 0.1, 0.1, 1000, 400, 100'000'000), test::freeCluster(2, 1.0, 0),
-                               "gpipe", 2, 6, 1);
+  const auto r = test::request(test::equalLayers(2, 0.1, 0.1, 0.1, 1000, 400, 100'000'000),
+                               test::freeCluster(2, 1.0, 0), "gpipe", 2, 6, 1);
   auto plan = makePlan(r);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   std::vector<const Comm*> forward;

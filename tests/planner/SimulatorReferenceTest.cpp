@@ -55,12 +55,14 @@ RefTimes referenceSimulate(const Plan& plan) {
     const Op& op = plan.ops[i];
     switch (op.kind) {
       case OpKind::F:
-        if (prev.count(op.virtualStage)) producers[i].push_back(index.at({prev[op.virtualStage], OpKind::F, op.microbatch}));
+        if (prev.count(op.virtualStage))
+          producers[i].push_back(index.at({prev[op.virtualStage], OpKind::F, op.microbatch}));
         break;
       case OpKind::B:
       case OpKind::BW:
         producers[i].push_back(index.at({op.virtualStage, OpKind::F, op.microbatch}));
-        if (next.count(op.virtualStage)) producers[i].push_back(index.at({next[op.virtualStage], OpKind::B, op.microbatch}));
+        if (next.count(op.virtualStage))
+          producers[i].push_back(index.at({next[op.virtualStage], OpKind::B, op.microbatch}));
         break;
       case OpKind::W:
         producers[i].push_back(index.at({op.virtualStage, OpKind::B, op.microbatch}));
@@ -72,20 +74,29 @@ RefTimes referenceSimulate(const Plan& plan) {
   auto duration = [&](const Op& op) {
     const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
     switch (op.kind) {
-      case OpKind::B: return c.backwardInputMs;
-      case OpKind::W: return c.backwardWeightMs;
-      case OpKind::BW: return c.backwardInputMs + c.backwardWeightMs;
-      default: return c.forwardMs;
+      case OpKind::B:
+        return c.backwardInputMs;
+      case OpKind::W:
+        return c.backwardWeightMs;
+      case OpKind::BW:
+        return c.backwardInputMs + c.backwardWeightMs;
+      default:
+        return c.forwardMs;
     }
   };
   auto collective = [&](const Op& op) {
     const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
     switch (op.kind) {
-      case OpKind::F: return c.forwardCommMs;
-      case OpKind::B: return c.backwardInputCommMs;
-      case OpKind::W: return c.backwardWeightCommMs;
-      case OpKind::BW: return c.backwardInputCommMs + c.backwardWeightCommMs;
-      default: return 0.0;
+      case OpKind::F:
+        return c.forwardCommMs;
+      case OpKind::B:
+        return c.backwardInputCommMs;
+      case OpKind::W:
+        return c.backwardWeightCommMs;
+      case OpKind::BW:
+        return c.backwardInputCommMs + c.backwardWeightCommMs;
+      default:
+        return 0.0;
     }
   };
   // Overlapped F&B groups (DualPipe): the ops of a group start together once every member's
@@ -98,7 +109,8 @@ RefTimes referenceSimulate(const Plan& plan) {
     for (const OverlapGroup& g : overlappedGroups(plan, lanes)) {
       const auto& idx = opIndex[static_cast<std::size_t>(g.device)];
       groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first)])] = g.size;
-      for (int k = 1; k < g.size; ++k) groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first + k)])] = 0;
+      for (int k = 1; k < g.size; ++k)
+        groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first + k)])] = 0;
     }
   }
   RefTimes t;
@@ -123,11 +135,14 @@ RefTimes referenceSimulate(const Plan& plan) {
           const std::size_t i = lanes[d][pos[d] + k];
           for (std::size_t pr : producers[i]) {
             const auto first = lanes[d].begin() + static_cast<std::ptrdiff_t>(pos[d]);
-            if (std::find(first, first + static_cast<std::ptrdiff_t>(members), pr) != first + static_cast<std::ptrdiff_t>(members)) {
+            if (std::find(first, first + static_cast<std::ptrdiff_t>(members), pr) !=
+                first + static_cast<std::ptrdiff_t>(members)) {
               continue;  // inside the group
             }
-            if (t.endMs[pr] < 0) ready = false;
-            else start = std::max(start, arrival[i * n + pr] >= 0 ? arrival[i * n + pr] : t.endMs[pr]);
+            if (t.endMs[pr] < 0)
+              ready = false;
+            else
+              start = std::max(start, arrival[i * n + pr] >= 0 ? arrival[i * n + pr] : t.endMs[pr]);
           }
           const double dur = duration(plan.ops[i]);
           const double c = std::min(dur, collective(plan.ops[i]));
@@ -148,23 +163,23 @@ RefTimes referenceSimulate(const Plan& plan) {
         pos[d] += members;
         progress = true;
         for (std::size_t k = 0; k < members; ++k) {
-        const std::size_t i = lanes[d][pos[d] - members + k];
-        const Op& op = plan.ops[i];
-        const double leaves = start + span;
-        // Outgoing transfers, consumers by op index.
-        for (std::size_t c = 0; c < n; ++c) {
-          if (std::find(producers[c].begin(), producers[c].end(), i) == producers[c].end()) continue;
-          const Op& to = plan.ops[c];
-          if (to.device == op.device) continue;
-          const int lower = std::min(op.virtualStage, to.virtualStage);
-          const auto bytes = static_cast<double>(costs[static_cast<std::size_t>(lower)].outputBytes);
-          double& link = linkFree[{op.device, to.device}];
-          const double s = std::max(leaves, link);
-          const double e = s + plan.cluster.transferMs(op.device, to.device, bytes);
-          link = e;
-          arrival[c * n + i] = e;
-          t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
-        }
+          const std::size_t i = lanes[d][pos[d] - members + k];
+          const Op& op = plan.ops[i];
+          const double leaves = start + span;
+          // Outgoing transfers, consumers by op index.
+          for (std::size_t c = 0; c < n; ++c) {
+            if (std::find(producers[c].begin(), producers[c].end(), i) == producers[c].end()) continue;
+            const Op& to = plan.ops[c];
+            if (to.device == op.device) continue;
+            const int lower = std::min(op.virtualStage, to.virtualStage);
+            const auto bytes = static_cast<double>(costs[static_cast<std::size_t>(lower)].outputBytes);
+            double& link = linkFree[{op.device, to.device}];
+            const double s = std::max(leaves, link);
+            const double e = s + plan.cluster.transferMs(op.device, to.device, bytes);
+            link = e;
+            arrival[c * n + i] = e;
+            t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
+          }
         }
       }
     }
@@ -217,7 +232,8 @@ TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
         EXPECT_EQ(plan->ops[i].endMs, ref.endMs[i]) << what << " op " << i;
       }
       std::vector<std::tuple<int, int, int, int, double, double>> got;
-      for (const Comm& c : plan->comms) got.emplace_back(c.fromDevice, c.toDevice, c.microbatch, c.virtualStage, c.startMs, c.endMs);
+      for (const Comm& c : plan->comms)
+        got.emplace_back(c.fromDevice, c.toDevice, c.microbatch, c.virtualStage, c.startMs, c.endMs);
       std::sort(got.begin(), got.end());
       EXPECT_EQ(got, ref.comms) << what;
       ++compared;

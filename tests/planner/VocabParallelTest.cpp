@@ -3,7 +3,6 @@
 // per microbatch, so the pipeline keeps the paper's ~5% bubble instead of stalling at every
 // barrier, within p + 1 (Algorithm 2) or p + 2 (Algorithm 1) microbatches of activations.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,7 +89,9 @@ Expected<Plan> loadText(const std::string& text, const std::string& name) {
 int maxInFlight(const Plan& plan, int device, const std::vector<int>& backboneStages) {
   std::vector<std::pair<double, int>> events;
   for (const Op& op : plan.ops) {
-    if (op.device != device || std::find(backboneStages.begin(), backboneStages.end(), op.virtualStage) == backboneStages.end()) continue;
+    if (op.device != device ||
+        std::find(backboneStages.begin(), backboneStages.end(), op.virtualStage) == backboneStages.end())
+      continue;
     if (op.kind == OpKind::F) events.emplace_back(op.startMs, +1);
     if (op.kind == OpKind::B || op.kind == OpKind::BW) events.emplace_back(op.endMs, -1);
   }
@@ -138,7 +139,8 @@ TEST(VocabParallel, BarriersFollowAlgorithmsOneAndTwo) {
     ASSERT_FALSE(deps.empty());
     std::map<OpKind, int> intoBackward;
     for (const OpDependency& dep : deps) {
-      const OrderedOp& from = lanes[static_cast<std::size_t>(dep.from.device)][static_cast<std::size_t>(dep.from.index)];
+      const OrderedOp& from =
+          lanes[static_cast<std::size_t>(dep.from.device)][static_cast<std::size_t>(dep.from.index)];
       const OrderedOp& to = lanes[static_cast<std::size_t>(dep.to.device)][static_cast<std::size_t>(dep.to.index)];
       if (to.kind == OpKind::B || to.kind == OpKind::BW) ++intoBackward[from.kind];
     }
@@ -148,7 +150,8 @@ TEST(VocabParallel, BarriersFollowAlgorithmsOneAndTwo) {
     int separated = 0;
     for (const auto& lane : lanes) {
       for (std::size_t i = 0; i + 1 < lane.size(); ++i) {
-        if (lane[i].kind == OpKind::S && !(lane[i + 1].kind == OpKind::T && lane[i + 1].microbatch == lane[i].microbatch)) {
+        if (lane[i].kind == OpKind::S &&
+            !(lane[i + 1].kind == OpKind::T && lane[i + 1].microbatch == lane[i].microbatch)) {
           ++separated;
         }
       }

@@ -3,7 +3,6 @@
 // filling the waits, and under ZeRO-3 one parameter gather per block instead of one per pass.
 // Checked against breadth-first (one block of all microbatches) and 1F1B in the paper's shape.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,7 +118,8 @@ PlanRequest llamaRequest(const std::string& schedule, int chunks, int unit = 0) 
 TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
   auto zeropp = makePlan(llamaRequest("zeropp", 2));
   ASSERT_TRUE(zeropp.hasValue()) << zeropp.message();
-  for (const auto& [schedule, chunks] : {std::pair{"1f1b", 1}, std::pair{"zb-h1", 1}, std::pair{"interleaved-1f1b", 2}}) {
+  for (const auto& [schedule, chunks] :
+       {std::pair{"1f1b", 1}, std::pair{"zb-h1", 1}, std::pair{"interleaved-1f1b", 2}}) {
     auto other = makePlan(llamaRequest(schedule, chunks));
     ASSERT_TRUE(other.hasValue()) << other.message();
     EXPECT_LT(zeropp->metrics.makespanMs, 0.9 * other->metrics.makespanMs) << schedule;

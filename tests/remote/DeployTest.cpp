@@ -105,7 +105,8 @@ TEST_F(DeployTest, CpuPlanLandsInTheHistoryComplete) {
   const auto planned = std::count_if(ops->begin(), ops->end(), [](const history::MeasuredEvent& e) {
     return e.kind != static_cast<int>(OpKind::OPT);
   });
-  EXPECT_EQ(static_cast<std::size_t>(planned), plan->ops.size() * 2) << "2 iterations of " << plan->ops.size() << " ops";
+  EXPECT_EQ(static_cast<std::size_t>(planned), plan->ops.size() * 2)
+      << "2 iterations of " << plan->ops.size() << " ops";
   for (const auto& op : plan->ops) {
     for (int it = 0; it < 2; ++it) {
       const bool found = std::any_of(ops->begin(), ops->end(), [&](const history::MeasuredEvent& e) {
@@ -332,7 +333,8 @@ TEST_F(DeployTest, CliDeployPrintsTheRunIdAndRecordsIt) {
   EXPECT_NE(kh.find("[127.0.0.1]:" + std::to_string(h.port)), std::string::npos) << kh;
   // Usage errors exit 2.
   EXPECT_EQ(test::runLocal("'" + kCli + "' deploy '" + kPlan + "' 2>/dev/null"), 2);
-  EXPECT_EQ(test::runLocal("'" + kCli + "' deploy '" + kPlan + "' --hosts '" + hosts + "' --backend tpu 2>/dev/null"), 2);
+  EXPECT_EQ(test::runLocal("'" + kCli + "' deploy '" + kPlan + "' --hosts '" + hosts + "' --backend tpu 2>/dev/null"),
+            2);
 }
 
 }  // namespace

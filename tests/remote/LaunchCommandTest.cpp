@@ -23,8 +23,8 @@ TEST(ShellQuote, WrapsInSingleQuotesAndEscapesQuotes) {
 }
 
 TEST(ShellQuote, RoundTripsThroughTheLocalShell) {
-  const std::vector<std::string> words = {"with space", "it's", "$HOME", "`id`", "$(id)", "a;b|c&d",
-                                          "line\nbreak", "\\", "*", "", "''", "\"", "-n", "~root"};
+  const std::vector<std::string> words = {"with space", "it's", "$HOME", "`id`", "$(id)", "a;b|c&d", "line\nbreak",
+                                          "\\",         "*",    "",      "''",   "\"",    "-n",      "~root"};
   std::string out;
   ASSERT_EQ(test::runLocal("printf '<%s>' " + joinShellWords(words), &out), 0);
   std::string expected;
@@ -81,10 +81,9 @@ TEST(ExecutorArgv, CarriesEveryArgument) {
   a.iterations = 5;
   a.ncclIdHex = "ab01";
   a.localDevice = 1;
-  EXPECT_EQ(executorArgv(a),
-            (std::vector<std::string>{"env", "CUDA_VISIBLE_DEVICES=1", "/opt/ps/pipestudio-exec", "--plan",
-                                      "/opt/ps/my plan.json", "--rank", "2", "--world", "4", "--backend", "cuda",
-                                      "--iterations", "5", "--nccl-id", "ab01"}));
+  EXPECT_EQ(executorArgv(a), (std::vector<std::string>{"env", "CUDA_VISIBLE_DEVICES=1", "/opt/ps/pipestudio-exec",
+                                                       "--plan", "/opt/ps/my plan.json", "--rank", "2", "--world", "4",
+                                                       "--backend", "cuda", "--iterations", "5", "--nccl-id", "ab01"}));
   a.localDevice = -1;
   a.iterations = 0;
   a.ncclIdHex.clear();
@@ -95,8 +94,8 @@ TEST(ExecutorArgv, CarriesEveryArgument) {
 // Runs `cmd` with a stdin that stays open (a FIFO held by a background writer) until the
 // command ends, as an SSH channel's stdin does.
 int runWithOpenStdin(const std::string& cmd, std::string* out = nullptr) {
-  return test::runLocal("d=$(mktemp -d) && mkfifo \"$d/f\" && { sleep 30 3>\"$d/f\" >/dev/null 2>&1 & w=$!; } && " + cmd +
-                            " <\"$d/f\"; s=$?; kill $w; rm -rf \"$d\"; exit $s",
+  return test::runLocal("d=$(mktemp -d) && mkfifo \"$d/f\" && { sleep 30 3>\"$d/f\" >/dev/null 2>&1 & w=$!; } && " +
+                            cmd + " <\"$d/f\"; s=$?; kill $w; rm -rf \"$d\"; exit $s",
                         out);
 }
 

@@ -57,7 +57,8 @@ TEST_F(SessionTest, ConnectsWithTrustedHostKeyAndRunsCommand) {
 
 TEST_F(SessionTest, ChangedHostKeyIsRefusedShowingBothFingerprints) {
   const std::string dir = s_sshd->dir() + "/changed";
-  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N '' -f '" + dir + "/other' </dev/null"), 0);
+  ASSERT_EQ(
+      test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N '' -f '" + dir + "/other' </dev/null"), 0);
   std::istringstream pub(slurp(dir + "/other.pub"));
   std::string type;
   std::string key;
@@ -125,7 +126,8 @@ TEST_F(SessionTest, UnknownHostAsksAndRefusesOrSaves) {
 
 TEST_F(SessionTest, WrongUserKeyFailsNamingTheHost) {
   const std::string dir = s_sshd->dir() + "/wrongkey";
-  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N '' -f '" + dir + "/key' </dev/null"), 0);
+  ASSERT_EQ(test::runLocal("mkdir -p '" + dir + "' && ssh-keygen -q -t ed25519 -N '' -f '" + dir + "/key' </dev/null"),
+            0);
   HostEntry h = s_sshd->hostEntry();
   h.identityFile = dir + "/key";
   auto s = SshSession::connect(h, {});
@@ -221,10 +223,10 @@ TEST_F(SessionTest, SftpUploadSkipsWhenChecksumMatches) {
 TEST_F(SessionTest, QuotingSurvivesARealRemoteShell) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
   ASSERT_TRUE(s) << s.message();
-  const std::vector<std::string> words = {"plain",        "with space",   "it's",         "\"double\"",
-                                          "$HOME",        "`id`",         "$(touch /tmp/pwned)",
-                                          "a;b&&c|d",     "line\nbreak",  "back\\slash",  "*",
-                                          "",             "'",            "--opt=x y",    "~"};
+  const std::vector<std::string> words = {
+      "plain",    "with space",  "it's",        "\"double\"", "$HOME", "`id`", "$(touch /tmp/pwned)",
+      "a;b&&c|d", "line\nbreak", "back\\slash", "*",          "",      "'",    "--opt=x y",
+      "~"};
   // printf prints each word between markers; any expansion or word splitting shows.
   auto r = (*s)->run("printf '<%s>' " + joinShellWords(words));
   ASSERT_TRUE(r) << r.message();

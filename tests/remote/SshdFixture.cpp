@@ -137,9 +137,7 @@ Sshd::Sshd(std::vector<std::string> environment) {
     m_error = "ssh-keygen failed";
     return;
   }
-  {
-    std::ofstream(m_dir + "/authorized_keys") << readFile(m_dir + "/user_key.pub");
-  }
+  { std::ofstream(m_dir + "/authorized_keys") << readFile(m_dir + "/user_key.pub"); }
   ::mkdir((m_dir + "/bin").c_str(), 0755);
   ::mkdir("/run/sshd", 0755);  // privilege separation dir sshd insists on (Debian creates it at boot)
 

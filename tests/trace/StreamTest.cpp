@@ -187,7 +187,8 @@ TEST(Stream, TruncationAtEveryOffsetKeepsEveryCompleteFrame) {
     while (complete < ends.size() && ends[complete] <= cut) ++complete;
     ASSERT_EQ(decoded.frames.size(), complete) << "cut " << cut;
     for (std::size_t i = 0; i < complete; ++i) EXPECT_TRUE(sameFrame(frames[i], decoded.frames[i]));
-    const std::size_t completeEnd = complete == 0 ? (cut >= kStreamStartBytes ? kStreamStartBytes : 0) : ends[complete - 1];
+    const std::size_t completeEnd =
+        complete == 0 ? (cut >= kStreamStartBytes ? kStreamStartBytes : 0) : ends[complete - 1];
     EXPECT_EQ(decoded.truncatedBytes, cut - completeEnd) << "cut " << cut;
   }
 }
@@ -227,7 +228,10 @@ TEST(Stream, UnknownFrameTypeIsCorruptionAtItsOffset) {
 
 TEST(Stream, ExtensionFramesAreSkipped) {
   std::string bytes = encodeStream({sampleHeader()});
-  bytes += std::string("\xc8\x03\x00\x00\x00" "abc", 8);  // type 200, 3 bytes
+  bytes += std::string(
+      "\xc8\x03\x00\x00\x00"
+      "abc",
+      8);  // type 200, 3 bytes
   encodeFrame(MemorySample{0, 1, 2, 3}, bytes);
   const auto d = decodeAll(bytes);
   ASSERT_FALSE(d.error) << *d.error;
@@ -287,7 +291,10 @@ TEST(Stream, CorruptPayloads) {
 
   // A frame too short for its fields.
   std::string shortFrame = encodeStream({sampleHeader()});
-  shortFrame += std::string("\x05\x03\x00\x00\x00" "abc", 8);
+  shortFrame += std::string(
+      "\x05\x03\x00\x00\x00"
+      "abc",
+      8);
   d = decodeAll(shortFrame);
   ASSERT_TRUE(d.error);
   EXPECT_NE(d.error->find("too short"), std::string::npos) << *d.error;

@@ -1,12 +1,11 @@
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <functional>
-#include <memory>
-
 #include <QAbstractItemModelTester>
 #include <QSignalSpy>
 #include <QUndoStack>
+#include <cmath>
+#include <functional>
+#include <memory>
 
 #include "QtTestApp.hpp"
 #include "SyntheticPlan.hpp"
@@ -189,8 +188,8 @@ bool loaderAccepts(const Json& doc) {
 }
 
 std::vector<double> aroundBounds(double min, double max) {
-  return {std::nextafter(min, -1e300), min, std::nextafter(min, 1e300), std::nextafter(max, -1e300), max,
-          std::nextafter(max, 1e300)};
+  return {std::nextafter(min, -1e300), min, std::nextafter(min, 1e300),
+          std::nextafter(max, -1e300), max, std::nextafter(max, 1e300)};
 }
 
 TEST(Models, EditorsAndLoaderAgreeAtEveryBound) {
@@ -241,12 +240,12 @@ TEST(Models, EditorsAndLoaderAgreeAtEveryBound) {
     EXPECT_EQ(editor, loaderAccepts(doc)) << "forward_ms " << ms;
     EXPECT_EQ(editor, limits::kLayerMs.contains(ms)) << "forward_ms " << ms;
   }
-  for (std::int64_t bytes : {limits::kLayerBytes.min - 1, limits::kLayerBytes.min, limits::kLayerBytes.max,
-                             limits::kLayerBytes.max + 1}) {
+  for (std::int64_t bytes :
+       {limits::kLayerBytes.min - 1, limits::kLayerBytes.min, limits::kLayerBytes.max, limits::kLayerBytes.max + 1}) {
     LayerTableModel layers;
     layers.setModelSpec(twoComponentModel());
-    const bool editor =
-        layers.setData(layers.index(1, LayerTableModel::ActivationBytes), QString::number(static_cast<qlonglong>(bytes)));
+    const bool editor = layers.setData(layers.index(1, LayerTableModel::ActivationBytes),
+                                       QString::number(static_cast<qlonglong>(bytes)));
     Json doc = modelToJson(twoComponentModel());
     doc["components"][1]["layers"][0]["activation_bytes"] = bytes;
     EXPECT_EQ(editor, loaderAccepts(doc)) << "activation_bytes " << bytes;

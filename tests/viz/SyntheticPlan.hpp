@@ -46,7 +46,10 @@ inline Plan syntheticPlan(int devices, int microbatches, bool withComms = true, 
   std::vector<std::vector<double>> fEnd(devices, std::vector<double>(microbatches, 0));
   std::vector<std::vector<double>> bEnd(devices, std::vector<double>(microbatches, 0));
   // Order per device.
-  struct Item { char kind; int mb; };
+  struct Item {
+    char kind;
+    int mb;
+  };
   std::vector<std::vector<Item>> order(devices);
   for (int d = 0; d < devices; ++d) {
     const int warmup = std::min(microbatches, devices - d);
@@ -95,8 +98,14 @@ inline Plan syntheticPlan(int devices, int microbatches, bool withComms = true, 
         op.startMs = ready;
         op.endMs = ready + duration;
         free[d] = op.endMs;
-        if (it.kind == 'F') { fEnd[d][it.mb] = op.endMs; fDone[d][it.mb] = true; }
-        if (it.kind == 'B') { bEnd[d][it.mb] = op.endMs; bDone[d][it.mb] = true; }
+        if (it.kind == 'F') {
+          fEnd[d][it.mb] = op.endMs;
+          fDone[d][it.mb] = true;
+        }
+        if (it.kind == 'B') {
+          bEnd[d][it.mb] = op.endMs;
+          bDone[d][it.mb] = true;
+        }
         if (withComms && it.kind == 'F' && d + 1 < devices)
           plan.comms.push_back({d, d + 1, it.mb, OpKind::F, d, op.endMs, op.endMs + comm, 16LL << 20});
         if (withComms && it.kind == 'B' && d > 0)

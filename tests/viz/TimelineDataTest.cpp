@@ -112,8 +112,8 @@ TEST(TimelineData, WaitReasonAndCriticalPath) {
 
 TEST(TimelineData, HostilePlansDoNotCrash) {
   Plan plan = syntheticPlan(2, 2);
-  plan.ops[0].virtualStage = 99;  // out of range stage
-  plan.ops[1].device = -1;        // negative device is skipped
+  plan.ops[0].virtualStage = 99;            // out of range stage
+  plan.ops[1].device = -1;                  // negative device is skipped
   plan.ops[2].endMs = plan.ops[2].startMs;  // zero duration
   plan.comms.push_back({-1, 0, 0, OpKind::F, 0, 0, 1, 0});
   TimelineData data(std::make_shared<const Plan>(plan));

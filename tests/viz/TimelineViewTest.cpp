@@ -1,8 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <memory>
-
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -12,13 +9,15 @@
 #include <QSignalSpy>
 #include <QTest>
 #include <QWheelEvent>
+#include <cmath>
+#include <memory>
 
 #include "QtTestApp.hpp"
 #include "SyntheticPlan.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
-#include "pipestudio/viz/SelectionPanel.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
+#include "pipestudio/viz/SelectionPanel.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
 
@@ -44,7 +43,8 @@ class TimelineViewTest : public ::testing::Test {
     const Op& o = plan->ops[static_cast<std::size_t>(op)];
     QCPAxis* key = view->timelineRect()->axis(QCPAxis::atBottom);
     QCPAxis* value = view->timelineRect()->axis(QCPAxis::atLeft);
-    const Lane& lane = view->timeline()->lanes()[static_cast<std::size_t>(view->timeline()->laneOf({ItemRef::Kind::Op, op}))];
+    const Lane& lane =
+        view->timeline()->lanes()[static_cast<std::size_t>(view->timeline()->laneOf({ItemRef::Kind::Op, op}))];
     return {key->coordToPixel(0.5 * (o.startMs + o.endMs)), value->coordToPixel(0.5 * (lane.valueLo + lane.valueHi))};
   }
   std::unique_ptr<TimelineView> view;
@@ -118,8 +118,8 @@ TEST_F(TimelineViewTest, ZoomAndPanKeepBothPlotsOnOneTimeAxis) {
   view->fitToView();
   const QCPRange before = view->visibleRange();
   const QPointF at(view->timelineRect()->center());
-  QWheelEvent wheel(at, view->plot()->mapToGlobal(at.toPoint()), QPoint(), QPoint(0, 120), Qt::NoButton,
-                    Qt::NoModifier, Qt::NoScrollPhase, false);
+  QWheelEvent wheel(at, view->plot()->mapToGlobal(at.toPoint()), QPoint(), QPoint(0, 120), Qt::NoButton, Qt::NoModifier,
+                    Qt::NoScrollPhase, false);
   QApplication::sendEvent(view->plot(), &wheel);
   const QCPRange after = view->visibleRange();
   EXPECT_LT(after.size(), before.size());
@@ -157,8 +157,8 @@ TEST_F(TimelineViewTest, RubberBandZoomsToItsTimeWindow) {
   const int y = static_cast<int>(view->timelineRect()->center().y());
   QTest::mousePress(view->plot(), Qt::LeftButton, Qt::ShiftModifier, QPoint(x0, y));
   QTest::mouseMove(view->plot(), QPoint((x0 + x1) / 2, y + 10));
-  QMouseEvent move(QEvent::MouseMove, QPointF(x1, y + 20), view->plot()->mapToGlobal(QPointF(x1, y + 20)),
-                   Qt::NoButton, Qt::LeftButton, Qt::ShiftModifier);
+  QMouseEvent move(QEvent::MouseMove, QPointF(x1, y + 20), view->plot()->mapToGlobal(QPointF(x1, y + 20)), Qt::NoButton,
+                   Qt::LeftButton, Qt::ShiftModifier);
   QApplication::sendEvent(view->plot(), &move);
   QTest::mouseRelease(view->plot(), Qt::LeftButton, Qt::ShiftModifier, QPoint(x1, y + 20));
   const QCPRange r = view->visibleRange();
@@ -181,7 +181,8 @@ TEST_F(TimelineViewTest, LegendNamesWhatIsDrawnAndGoesIntoExports) {
   const QStringList names = view->legend()->entryNames();
   for (const char* expected : {"F forward", "B input gradient", "W weight gradient", "activation transfer",
                                "gradient transfer", "bubble (idle)", "critical path", "selected microbatch"}) {
-    EXPECT_TRUE(names.contains(QString::fromLatin1(expected))) << expected << ": " << names.join(QStringLiteral(", ")).toStdString();
+    EXPECT_TRUE(names.contains(QString::fromLatin1(expected)))
+        << expected << ": " << names.join(QStringLiteral(", ")).toStdString();
   }
   EXPECT_FALSE(names.contains(QStringLiteral("BW backward")));  // only kinds the plan holds
   EXPECT_GT(view->legend()->outerRect().height(), 8);
@@ -253,8 +254,9 @@ TEST_F(TimelineViewTest, AReSolveRefitsUnlessTheUserZoomed) {
   // A drag pans: also the user's choice.
   const QPoint at = view->timelineRect()->center();
   QTest::mousePress(view->plot(), Qt::LeftButton, Qt::NoModifier, at);
-  QMouseEvent move(QEvent::MouseMove, QPointF(at.x() + 60, at.y()), view->plot()->mapToGlobal(QPointF(at.x() + 60, at.y())),
-                   Qt::NoButton, Qt::LeftButton, Qt::NoModifier);
+  QMouseEvent move(QEvent::MouseMove, QPointF(at.x() + 60, at.y()),
+                   view->plot()->mapToGlobal(QPointF(at.x() + 60, at.y())), Qt::NoButton, Qt::LeftButton,
+                   Qt::NoModifier);
   QApplication::sendEvent(view->plot(), &move);
   QTest::mouseRelease(view->plot(), Qt::LeftButton, Qt::NoModifier, QPoint(at.x() + 60, at.y()));
   EXPECT_TRUE(view->userZoomed());
@@ -354,7 +356,8 @@ TEST_F(TimelineViewTest, SelectionDrawsArrowsToItsNeighboursAndThePanelLinksThem
   SelectionPanel panel(view.get());
   int op = -1;
   for (std::size_t i = 0; i < plan->ops.size(); ++i) {
-    if (plan->ops[i].kind == OpKind::B && plan->ops[i].device == 1 && plan->ops[i].microbatch == 5) op = static_cast<int>(i);
+    if (plan->ops[i].kind == OpKind::B && plan->ops[i].device == 1 && plan->ops[i].microbatch == 5)
+      op = static_cast<int>(i);
   }
   ASSERT_GE(op, 0);
   view->selectOp(op);
@@ -437,7 +440,8 @@ TEST_F(TimelineViewTest, MemoryPlotReadsOutHighlightsAndTogglesCurves) {
   // The legend hides a curve; hidden curves are not read out.
   view->setMemoryCurveVisible(2, false);
   EXPECT_FALSE(view->memoryGraphs()[2]->visible());
-  EXPECT_FALSE(view->memoryReadout(QPointF(key->coordToPixel(t), value->coordToPixel(gib))).startsWith(QStringLiteral("GPU 2")));
+  EXPECT_FALSE(
+      view->memoryReadout(QPointF(key->coordToPixel(t), value->coordToPixel(gib))).startsWith(QStringLiteral("GPU 2")));
   // The limit line is drawn and on the scale even when far above the curves.
   EXPECT_GE(value->range().upper, 80.0);
 }
@@ -468,7 +472,8 @@ TEST(MemoryBreakdownViewTest, StacksEveryPartPerDevice) {
   EXPECT_GT(parts[0], 0.0);  // parameters
   EXPECT_GT(parts[3], 0.0);  // activations
   const QString text = breakdown.describe(1);
-  for (const char* part : MemoryBreakdownView::partNames()) EXPECT_TRUE(text.contains(QString::fromLatin1(part))) << part;
+  for (const char* part : MemoryBreakdownView::partNames())
+    EXPECT_TRUE(text.contains(QString::fromLatin1(part))) << part;
   EXPECT_TRUE(text.contains(QStringLiteral("free")));
   EXPECT_EQ(breakdown.capacityBytes(), plan->cluster.gpu.memoryBytes());
   breakdown.setPlan(nullptr);

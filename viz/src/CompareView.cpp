@@ -1,11 +1,10 @@
 #include "pipestudio/viz/CompareView.hpp"
 
-#include <algorithm>
-
 #include <QHeaderView>
 #include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
@@ -114,8 +113,9 @@ void CompareView::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr
   m_plot->plotLayout()->setRowStretchFactor(1, 0.01);
   m_plot->plotLayout()->setRowStretchFactor(3, 0.01);
   // The legend names what either plan holds (a measured run has no transfers, its plan does).
-  m_legend->setTimelineSource(m_currentTimeline->timeline() && !m_currentTimeline->timeline()->empty() ? m_currentTimeline
-                                                                                                         : m_baselineTimeline);
+  m_legend->setTimelineSource(m_currentTimeline->timeline() && !m_currentTimeline->timeline()->empty()
+                                  ? m_currentTimeline
+                                  : m_baselineTimeline);
   m_topTitle->setText(planTitle(QStringLiteral("Baseline"), m_baseline.get()));
   m_bottomTitle->setText(planTitle(QStringLiteral("Current"), m_current.get()));
   m_model->setPlans(m_baseline, m_current);
@@ -147,8 +147,8 @@ void CompareView::onRangeChanged(const QCPRange& range) {
   m_bottom->axis(QCPAxis::atBottom)->setRange(range);
   m_topTicker->setWindow(range.size());
   m_bottomTicker->setWindow(range.size());
-  m_bottom->axis(QCPAxis::atBottom)->setLabel(
-      QStringLiteral("time (%1)").arg(TimeAxisTicker::unitName(m_bottomTicker->unit())));
+  m_bottom->axis(QCPAxis::atBottom)
+      ->setLabel(QStringLiteral("time (%1)").arg(TimeAxisTicker::unitName(m_bottomTicker->unit())));
   m_syncing = false;
 }
 

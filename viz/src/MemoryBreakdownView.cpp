@@ -1,9 +1,8 @@
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 
-#include <algorithm>
-
 #include <QToolTip>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -30,8 +29,8 @@ const std::array<const char*, MemoryBreakdownView::kParts>& MemoryBreakdownView:
 
 std::array<double, MemoryBreakdownView::kParts> MemoryBreakdownView::partsOf(const DeviceMetrics& d) {
   const MemoryBreakdown& m = d.memory;
-  return {static_cast<double>(m.parameterBytes),  static_cast<double>(m.gradientBytes),
-          static_cast<double>(m.optimizerBytes),  static_cast<double>(m.activationBytes),
+  return {static_cast<double>(m.parameterBytes),     static_cast<double>(m.gradientBytes),
+          static_cast<double>(m.optimizerBytes),     static_cast<double>(m.activationBytes),
           static_cast<double>(m.communicationBytes), static_cast<double>(m.marginBytes)};
 }
 
@@ -95,8 +94,10 @@ void MemoryBreakdownView::setPlan(std::shared_ptr<const Plan> plan) {
   m_capacityBytes = 0;
   if (plan) {
     m_devices = metricsOf(*plan).devices;
-    if (plan->config.memoryLimitBytes) m_capacityBytes = *plan->config.memoryLimitBytes;
-    else if (plan->cluster.gpu.memoryGib > 0) m_capacityBytes = deviceGpu(plan->cluster, plan->config, 0).memoryBytes();
+    if (plan->config.memoryLimitBytes)
+      m_capacityBytes = *plan->config.memoryLimitBytes;
+    else if (plan->cluster.gpu.memoryGib > 0)
+      m_capacityBytes = deviceGpu(plan->cluster, plan->config, 0).memoryBytes();
   }
   const auto n = static_cast<int>(m_devices.size());
   double top = 0;
@@ -143,10 +144,10 @@ QString MemoryBreakdownView::describe(int device) const {
   text += QStringLiteral("\n  total %1").arg(q(formatBytes(total)));
   if (m_capacityBytes > 0) {
     const double free = static_cast<double>(m_capacityBytes) - total;
-    text += free >= 0 ? QStringLiteral(" of %1 (%2 free)").arg(q(formatBytes(static_cast<double>(m_capacityBytes))),
-                                                               q(formatBytes(free)))
-                      : QStringLiteral(" of %1: over by %2").arg(q(formatBytes(static_cast<double>(m_capacityBytes))),
-                                                                 q(formatBytes(-free)));
+    text += free >= 0 ? QStringLiteral(" of %1 (%2 free)")
+                            .arg(q(formatBytes(static_cast<double>(m_capacityBytes))), q(formatBytes(free)))
+                      : QStringLiteral(" of %1: over by %2")
+                            .arg(q(formatBytes(static_cast<double>(m_capacityBytes))), q(formatBytes(-free)));
   }
   return text;
 }
@@ -154,8 +155,10 @@ QString MemoryBreakdownView::describe(int device) const {
 void MemoryBreakdownView::onHover(QMouseEvent* event) {
   const int device = static_cast<int>(std::lround(m_plot->xAxis->pixelToCoord(event->position().x())));
   const QString text = m_plot->axisRect()->rect().contains(event->pos()) ? describe(device) : QString();
-  if (text.isEmpty()) QToolTip::hideText();
-  else QToolTip::showText(event->globalPosition().toPoint() + QPoint(12, 12), text, m_plot);
+  if (text.isEmpty())
+    QToolTip::hideText();
+  else
+    QToolTip::showText(event->globalPosition().toPoint() + QPoint(12, 12), text, m_plot);
 }
 
 }  // namespace pipestudio::viz

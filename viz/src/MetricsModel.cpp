@@ -1,9 +1,8 @@
 #include "pipestudio/viz/MetricsModel.hpp"
 
-#include <algorithm>
-
 #include <QBrush>
 #include <QColor>
+#include <algorithm>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -49,24 +48,38 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
   const double bubble = d.spanMs > 0 ? idle / d.spanMs : 0.0;
   if (role == Qt::DisplayRole) {
     switch (index.column()) {
-      case Device: return QStringLiteral("GPU %1").arg(index.row());
-      case BusyMs: return msText(d.busyMs);
-      case IdleMs: return msText(idle);
-      case BubblePercent: return QStringLiteral("%1 %").arg(bubble * 100.0, 0, 'f', 1);
-      case PeakMemory: return bytesText(static_cast<double>(d.peakMemoryBytes));
-      case PeakActivations: return bytesText(static_cast<double>(d.peakActivationBytes));
-      default: return {};
+      case Device:
+        return QStringLiteral("GPU %1").arg(index.row());
+      case BusyMs:
+        return msText(d.busyMs);
+      case IdleMs:
+        return msText(idle);
+      case BubblePercent:
+        return QStringLiteral("%1 %").arg(bubble * 100.0, 0, 'f', 1);
+      case PeakMemory:
+        return bytesText(static_cast<double>(d.peakMemoryBytes));
+      case PeakActivations:
+        return bytesText(static_cast<double>(d.peakActivationBytes));
+      default:
+        return {};
     }
   }
   if (role == Qt::UserRole) {  // raw numbers for sorting and tests
     switch (index.column()) {
-      case Device: return index.row();
-      case BusyMs: return d.busyMs;
-      case IdleMs: return idle;
-      case BubblePercent: return bubble;
-      case PeakMemory: return static_cast<qlonglong>(d.peakMemoryBytes);
-      case PeakActivations: return static_cast<qlonglong>(d.peakActivationBytes);
-      default: return {};
+      case Device:
+        return index.row();
+      case BusyMs:
+        return d.busyMs;
+      case IdleMs:
+        return idle;
+      case BubblePercent:
+        return bubble;
+      case PeakMemory:
+        return static_cast<qlonglong>(d.peakMemoryBytes);
+      case PeakActivations:
+        return static_cast<qlonglong>(d.peakActivationBytes);
+      default:
+        return {};
     }
   }
   if (role == Qt::TextAlignmentRole && index.column() != Device)
@@ -77,13 +90,20 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
 QVariant MetricsModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
   switch (section) {
-    case Device: return QStringLiteral("Device");
-    case BusyMs: return QStringLiteral("Busy");
-    case IdleMs: return QStringLiteral("Idle");
-    case BubblePercent: return QStringLiteral("Bubble");
-    case PeakMemory: return QStringLiteral("Peak memory");
-    case PeakActivations: return QStringLiteral("Peak activations");
-    default: return {};
+    case Device:
+      return QStringLiteral("Device");
+    case BusyMs:
+      return QStringLiteral("Busy");
+    case IdleMs:
+      return QStringLiteral("Idle");
+    case BubblePercent:
+      return QStringLiteral("Bubble");
+    case PeakMemory:
+      return QStringLiteral("Peak memory");
+    case PeakActivations:
+      return QStringLiteral("Peak activations");
+    default:
+      return {};
   }
 }
 
@@ -133,37 +153,50 @@ QVariant CompareModel::data(const QModelIndex& index, int role) const {
   const Row& row = m_rows[static_cast<std::size_t>(index.row())];
   auto text = [&](double v) -> QString {
     switch (row.unit) {
-      case Unit::Ms: return msText(v);
-      case Unit::Ratio: return QStringLiteral("%1 %").arg(v * 100.0, 0, 'f', 2);
-      case Unit::Bytes: return bytesText(v);
-      case Unit::Throughput: return QStringLiteral("%1 samples/s").arg(v, 0, 'f', 1);
+      case Unit::Ms:
+        return msText(v);
+      case Unit::Ratio:
+        return QStringLiteral("%1 %").arg(v * 100.0, 0, 'f', 2);
+      case Unit::Bytes:
+        return bytesText(v);
+      case Unit::Throughput:
+        return QStringLiteral("%1 samples/s").arg(v, 0, 'f', 1);
     }
     return {};
   };
   const double delta = row.current - row.baseline;
   if (role == Qt::DisplayRole) {
     switch (index.column()) {
-      case Quantity: return row.name;
-      case Baseline: return row.hasBaseline ? text(row.baseline) : QStringLiteral("—");
-      case Current: return row.hasCurrent ? text(row.current) : QStringLiteral("—");
+      case Quantity:
+        return row.name;
+      case Baseline:
+        return row.hasBaseline ? text(row.baseline) : QStringLiteral("—");
+      case Current:
+        return row.hasCurrent ? text(row.current) : QStringLiteral("—");
       case Delta: {
         if (!row.hasBaseline || !row.hasCurrent) return QStringLiteral("—");
         QString d = (delta >= 0 ? QStringLiteral("+") : QString()) + text(delta);
         if (row.unit == Unit::Bytes && delta < 0) d = QStringLiteral("−") + bytesText(-delta);
         if (row.baseline != 0 && row.unit != Unit::Ratio)
-          d += QStringLiteral(" (%1%2 %)").arg(delta >= 0 ? QStringLiteral("+") : QString()).arg(
-              100.0 * delta / std::abs(row.baseline), 0, 'f', 1);
+          d += QStringLiteral(" (%1%2 %)")
+                   .arg(delta >= 0 ? QStringLiteral("+") : QString())
+                   .arg(100.0 * delta / std::abs(row.baseline), 0, 'f', 1);
         return d;
       }
-      default: return {};
+      default:
+        return {};
     }
   }
   if (role == Qt::UserRole) {
     switch (index.column()) {
-      case Baseline: return row.baseline;
-      case Current: return row.current;
-      case Delta: return delta;
-      default: return row.name;
+      case Baseline:
+        return row.baseline;
+      case Current:
+        return row.current;
+      case Delta:
+        return delta;
+      default:
+        return row.name;
     }
   }
   if (role == Qt::ForegroundRole && index.column() == Delta && row.hasBaseline && row.hasCurrent) {
@@ -180,11 +213,16 @@ QVariant CompareModel::data(const QModelIndex& index, int role) const {
 QVariant CompareModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
   switch (section) {
-    case Quantity: return QStringLiteral("Quantity");
-    case Baseline: return QStringLiteral("Baseline");
-    case Current: return QStringLiteral("Current");
-    case Delta: return QStringLiteral("Δ");
-    default: return {};
+    case Quantity:
+      return QStringLiteral("Quantity");
+    case Baseline:
+      return QStringLiteral("Baseline");
+    case Current:
+      return QStringLiteral("Current");
+    case Delta:
+      return QStringLiteral("Δ");
+    default:
+      return {};
   }
 }
 

@@ -48,8 +48,9 @@ void SelectionPanel::rebuild() {
   if (op >= 0 && m_view->timeline()) {
     html += opHtml(op);
   } else {
-    html += QStringLiteral("<p><i>Click an op in the timeline to see its fields, what it waited for, its "
-                           "neighbours and its slack. Ctrl+drag measures a time range.</i></p>");
+    html += QStringLiteral(
+        "<p><i>Click an op in the timeline to see its fields, what it waited for, its "
+        "neighbours and its slack. Ctrl+drag measures a time range.</i></p>");
   }
   html += measurementHtml();
   m_browser->setHtml(html);
@@ -105,7 +106,8 @@ QString SelectionPanel::opHtml(int index) {
   row(QStringLiteral("Slack"), slack <= 1e-6 * std::max(1.0, data.endMs())
                                    ? QStringLiteral("<span style='color:#d01030'>on the critical path</span>")
                                    : QStringLiteral("%1 (could start that much later without delaying the "
-                                                    "iteration)").arg(ms(slack)));
+                                                    "iteration)")
+                                         .arg(ms(slack)));
   const WaitReason why = data.waitReason(index);
   if (why.waitedFor.valid()) {
     QString text = link(why.waitedFor.index);
@@ -119,9 +121,9 @@ QString SelectionPanel::opHtml(int index) {
   row(QStringLiteral("Successors"), links(data.dataSuccessors(index)));
   const int prev = data.devicePredecessor(index);
   const int next = data.deviceSuccessor(index);
-  row(QStringLiteral("On this device"), QStringLiteral("before: %1<br>after: %2")
-                                            .arg(prev >= 0 ? link(prev) : QStringLiteral("—"),
-                                                 next >= 0 ? link(next) : QStringLiteral("—")));
+  row(QStringLiteral("On this device"),
+      QStringLiteral("before: %1<br>after: %2")
+          .arg(prev >= 0 ? link(prev) : QStringLiteral("—"), next >= 0 ? link(next) : QStringLiteral("—")));
   html += QStringLiteral("</table>");
   return html;
 }
@@ -129,16 +131,18 @@ QString SelectionPanel::opHtml(int index) {
 QString SelectionPanel::measurementHtml() const {
   const auto& m = m_view->measurement();
   if (!m) return {};
-  QString html = QStringLiteral("<h3 style='margin:2px'>Range %1 – %2</h3><p>duration <b>%3</b> · idle %4 over "
-                                "%5 devices</p><table cellspacing='0' cellpadding='2' border='0'><tr><th align='left'>device</th>"
-                                "<th align='right'>busy</th><th align='right'>idle</th><th align='right'>idle %</th></tr>")
+  QString html = QStringLiteral(
+                     "<h3 style='margin:2px'>Range %1 – %2</h3><p>duration <b>%3</b> · idle %4 over "
+                     "%5 devices</p><table cellspacing='0' cellpadding='2' border='0'><tr><th align='left'>device</th>"
+                     "<th align='right'>busy</th><th align='right'>idle</th><th align='right'>idle %</th></tr>")
                      .arg(ms(m->fromMs), ms(m->toMs), ms(m->durationMs()), ms(m->idleMs()))
                      .arg(m->devices.size());
   for (std::size_t d = 0; d < m->devices.size(); ++d) {
     const DeviceRangeUse& u = m->devices[d];
     const double share = m->durationMs() > 0 ? u.idleMs / m->durationMs() : 0.0;
-    html += QStringLiteral("<tr><td>GPU %1</td><td align='right'>%2</td><td align='right'>%3</td>"
-                           "<td align='right'>%4</td></tr>")
+    html += QStringLiteral(
+                "<tr><td>GPU %1</td><td align='right'>%2</td><td align='right'>%3</td>"
+                "<td align='right'>%4</td></tr>")
                 .arg(d)
                 .arg(ms(u.busyMs), ms(u.idleMs))
                 .arg(share * 100.0, 0, 'f', 1);

@@ -1,11 +1,10 @@
 #include "pipestudio/viz/SpecModels.hpp"
 
-#include <cmath>
-#include <set>
-
 #include <QBrush>
 #include <QColor>
 #include <QUndoCommand>
+#include <cmath>
+#include <set>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/Limits.hpp"
@@ -25,7 +24,11 @@ bool isCell(const QAbstractItemModel* model, const QModelIndex& index) {
 class SetCellCommand : public QUndoCommand {
  public:
   SetCellCommand(SpecTableModel* model, int row, int column, QVariant before, QVariant after, const QString& text)
-      : QUndoCommand(text), m_model(model), m_row(row), m_column(column), m_before(std::move(before)),
+      : QUndoCommand(text),
+        m_model(model),
+        m_row(row),
+        m_column(column),
+        m_before(std::move(before)),
         m_after(std::move(after)) {}
   void redo() override { m_model->applyValue(m_row, m_column, m_after); }
   void undo() override { m_model->applyValue(m_row, m_column, m_before); }
@@ -57,7 +60,11 @@ std::optional<QString> checkInteger(const QVariant& v, limits::IntegerRange rang
   const limits::NumberRange asNumber{static_cast<double>(range.min), static_cast<double>(range.max)};
   if (auto e = checkNumber(v, asNumber, unit, &x)) return e;
   if (x != std::floor(x))
-    return QStringLiteral("%1 is not a whole number (expected %2 from %3 to %4)").arg(x).arg(unit).arg(range.min).arg(range.max);
+    return QStringLiteral("%1 is not a whole number (expected %2 from %3 to %4)")
+        .arg(x)
+        .arg(unit)
+        .arg(range.min)
+        .arg(range.max);
   return std::nullopt;
 }
 
@@ -96,8 +103,10 @@ Qt::ItemFlags SpecTableModel::flags(const QModelIndex& index) const {
   if (!isCell(this, index)) return Qt::NoItemFlags;
   Qt::ItemFlags f = Qt::ItemIsSelectable | Qt::ItemIsEnabled;
   if (isEditable(index.row(), index.column())) {
-    if (cellValue(index.row(), index.column()).typeId() == QMetaType::Bool) f |= Qt::ItemIsUserCheckable;
-    else f |= Qt::ItemIsEditable;
+    if (cellValue(index.row(), index.column()).typeId() == QMetaType::Bool)
+      f |= Qt::ItemIsUserCheckable;
+    else
+      f |= Qt::ItemIsEditable;
   }
   return f;
 }
@@ -108,8 +117,9 @@ QVariant SpecTableModel::data(const QModelIndex& index, int role) const {
   const auto rejected = m_rejectedText.find(key);
   const auto cellError = m_cellErrors.find(key);
   const auto crossError = m_errors.find(key);
-  const QString error = cellError != m_cellErrors.end() ? cellError->second
-                                                        : (crossError != m_errors.end() ? crossError->second : QString());
+  const QString error = cellError != m_cellErrors.end()
+                            ? cellError->second
+                            : (crossError != m_errors.end() ? crossError->second : QString());
   const QVariant value = cellValue(index.row(), index.column());
   const bool isBool = value.typeId() == QMetaType::Bool;
   switch (role) {
@@ -125,8 +135,9 @@ QVariant SpecTableModel::data(const QModelIndex& index, int role) const {
     case Qt::ToolTipRole:
       if (!error.isEmpty()) return error;
       if (!value.isValid() && !placeholder(index.row(), index.column()).isEmpty())
-        return QStringLiteral("derived from the layer's shape by the cost model (first pipeline rank, the solver's "
-                              "parallelism); type a value to override");
+        return QStringLiteral(
+            "derived from the layer's shape by the cost model (first pipeline rank, the solver's "
+            "parallelism); type a value to override");
       return {};
     case Qt::BackgroundRole:
       if (!error.isEmpty()) return QBrush(QColor(0xe5, 0x39, 0x35, 110));
@@ -145,8 +156,10 @@ bool SpecTableModel::setData(const QModelIndex& index, const QVariant& rawValue,
   const int column = index.column();
   if (!isEditable(row, column)) return false;
   QVariant value = rawValue;
-  if (role == Qt::CheckStateRole) value = rawValue.toInt() == Qt::Checked;
-  else if (role != Qt::EditRole) return false;
+  if (role == Qt::CheckStateRole)
+    value = rawValue.toInt() == Qt::Checked;
+  else if (role != Qt::EditRole)
+    return false;
   const auto key = std::make_pair(row, column);
   if (const auto error = validate(row, column, value)) {
     m_cellErrors[key] = *error;
@@ -217,7 +230,8 @@ void LayerTableModel::setModelSpec(ModelSpec spec) {
 }
 
 void LayerTableModel::setCostContext(ClusterSpec cluster, PlanConfig config, std::int64_t samplesPerMicrobatch) {
-  m_costContext = CostContextArgs{std::move(cluster), std::move(config), std::max<std::int64_t>(1, samplesPerMicrobatch)};
+  m_costContext =
+      CostContextArgs{std::move(cluster), std::move(config), std::max<std::int64_t>(1, samplesPerMicrobatch)};
   m_derivedDone.assign(m_rows.size(), 0);
   if (rowCount() > 0) Q_EMIT dataChanged(index(0, ForwardMs), index(rowCount() - 1, ColumnCount - 1));
 }
@@ -248,9 +262,15 @@ int LayerTableModel::rowCount(const QModelIndex& parent) const {
 }
 
 QStringList LayerTableModel::columnNames() const {
-  return {QStringLiteral("Component"),      QStringLiteral("Layer"),          QStringLiteral("Kind"),
-          QStringLiteral("Forward (ms)"),   QStringLiteral("Backward-input (ms)"), QStringLiteral("Backward-weight (ms)"),
-          QStringLiteral("Activations"),    QStringLiteral("Parameters"),     QStringLiteral("Output")};
+  return {QStringLiteral("Component"),
+          QStringLiteral("Layer"),
+          QStringLiteral("Kind"),
+          QStringLiteral("Forward (ms)"),
+          QStringLiteral("Backward-input (ms)"),
+          QStringLiteral("Backward-weight (ms)"),
+          QStringLiteral("Activations"),
+          QStringLiteral("Parameters"),
+          QStringLiteral("Output")};
 }
 
 const Layer& LayerTableModel::layer(int row) const {
@@ -273,16 +293,26 @@ QVariant LayerTableModel::cellValue(int row, int column) const {
   };
   switch (column) {
     case Component:
-      return QString::fromStdString(m_spec.components[static_cast<std::size_t>(m_rows[static_cast<std::size_t>(row)].first)].name);
-    case Name: return QString::fromStdString(l.name);
-    case Kind: return QString::fromStdString(l.kind);
-    case ForwardMs: return optionalMs(l.forwardMs);
-    case BackwardInputMs: return optionalMs(l.backwardInputMs);
-    case BackwardWeightMs: return optionalMs(l.backwardWeightMs);
-    case ActivationBytes: return optionalBytes(l.activationBytes);
-    case ParameterBytes: return optionalBytes(l.parameterBytes);
-    case OutputBytes: return optionalBytes(l.outputBytes);
-    default: return {};
+      return QString::fromStdString(
+          m_spec.components[static_cast<std::size_t>(m_rows[static_cast<std::size_t>(row)].first)].name);
+    case Name:
+      return QString::fromStdString(l.name);
+    case Kind:
+      return QString::fromStdString(l.kind);
+    case ForwardMs:
+      return optionalMs(l.forwardMs);
+    case BackwardInputMs:
+      return optionalMs(l.backwardInputMs);
+    case BackwardWeightMs:
+      return optionalMs(l.backwardWeightMs);
+    case ActivationBytes:
+      return optionalBytes(l.activationBytes);
+    case ParameterBytes:
+      return optionalBytes(l.parameterBytes);
+    case OutputBytes:
+      return optionalBytes(l.outputBytes);
+    default:
+      return {};
   }
 }
 
@@ -301,13 +331,20 @@ QString LayerTableModel::placeholder(int row, int column) const {
     return QStringLiteral("auto · %1").arg(QString::fromStdString(formatBytes(static_cast<double>(v))));
   };
   switch (column) {
-    case ForwardMs: return msText(costs->forwardMs);
-    case BackwardInputMs: return msText(costs->backwardInputMs);
-    case BackwardWeightMs: return msText(costs->backwardWeightMs);
-    case ActivationBytes: return bytesText(costs->activationBytes);
-    case ParameterBytes: return bytesText(costs->parameterBytes);
-    case OutputBytes: return bytesText(costs->outputBytes);
-    default: return QStringLiteral("auto");
+    case ForwardMs:
+      return msText(costs->forwardMs);
+    case BackwardInputMs:
+      return msText(costs->backwardInputMs);
+    case BackwardWeightMs:
+      return msText(costs->backwardWeightMs);
+    case ActivationBytes:
+      return bytesText(costs->activationBytes);
+    case ParameterBytes:
+      return bytesText(costs->parameterBytes);
+    case OutputBytes:
+      return bytesText(costs->outputBytes);
+    default:
+      return QStringLiteral("auto");
   }
 }
 
@@ -355,24 +392,45 @@ void LayerTableModel::store(int row, int column, const QVariant& value) {
   if (static_cast<std::size_t>(row) < m_derivedDone.size()) m_derivedDone[static_cast<std::size_t>(row)] = 0;
   Layer& l = layer(row);
   auto ms = [&](std::optional<double>& field) {
-    if (isBlank(value)) field.reset();
-    else field = value.toString().trimmed().toDouble();
+    if (isBlank(value))
+      field.reset();
+    else
+      field = value.toString().trimmed().toDouble();
   };
   auto bytes = [&](std::optional<std::int64_t>& field) {
     std::int64_t b = 0;
-    if (isBlank(value) || checkBytes(value, &b)) field.reset();
-    else field = b;
+    if (isBlank(value) || checkBytes(value, &b))
+      field.reset();
+    else
+      field = b;
   };
   switch (column) {
-    case Name: l.name = value.toString().trimmed().toStdString(); break;
-    case Kind: l.kind = value.toString().trimmed().toStdString(); break;
-    case ForwardMs: ms(l.forwardMs); break;
-    case BackwardInputMs: ms(l.backwardInputMs); break;
-    case BackwardWeightMs: ms(l.backwardWeightMs); break;
-    case ActivationBytes: bytes(l.activationBytes); break;
-    case ParameterBytes: bytes(l.parameterBytes); break;
-    case OutputBytes: bytes(l.outputBytes); break;
-    default: break;
+    case Name:
+      l.name = value.toString().trimmed().toStdString();
+      break;
+    case Kind:
+      l.kind = value.toString().trimmed().toStdString();
+      break;
+    case ForwardMs:
+      ms(l.forwardMs);
+      break;
+    case BackwardInputMs:
+      ms(l.backwardInputMs);
+      break;
+    case BackwardWeightMs:
+      ms(l.backwardWeightMs);
+      break;
+    case ActivationBytes:
+      bytes(l.activationBytes);
+      break;
+    case ParameterBytes:
+      bytes(l.parameterBytes);
+      break;
+    case OutputBytes:
+      bytes(l.outputBytes);
+      break;
+    default:
+      break;
   }
 }
 
@@ -401,15 +459,19 @@ bool ComponentTableModel::isEditable(int, int column) const { return column != L
 QVariant ComponentTableModel::cellValue(int row, int column) const {
   const Component& c = m_spec.components[static_cast<std::size_t>(row)];
   switch (column) {
-    case Name: return QString::fromStdString(c.name);
-    case Trainable: return c.trainable;
+    case Name:
+      return QString::fromStdString(c.name);
+    case Trainable:
+      return c.trainable;
     case Feeds: {
       QStringList feeds;
       for (const auto& f : c.feeds) feeds << QString::fromStdString(f);
       return feeds.join(QStringLiteral(", "));
     }
-    case Layers: return static_cast<int>(c.layers.size());
-    default: return {};
+    case Layers:
+      return static_cast<int>(c.layers.size());
+    default:
+      return {};
   }
 }
 
@@ -425,7 +487,8 @@ std::optional<QString> ComponentTableModel::validate(int row, int column, const 
       }
       return std::nullopt;
     }
-    case Trainable: return std::nullopt;
+    case Trainable:
+      return std::nullopt;
     case Feeds: {
       const QStringList names = value.toString().split(QLatin1Char(','), Qt::SkipEmptyParts);
       for (const QString& raw : names) {
@@ -433,11 +496,13 @@ std::optional<QString> ComponentTableModel::validate(int row, int column, const 
         if (name == QString::fromStdString(m_spec.components[self].name))
           return QStringLiteral("a component cannot feed itself");
         if (m_spec.componentIndex(name.toStdString()) < 0)
-          return QStringLiteral("'%1' is not a component of this model (expected one of its component names)").arg(name);
+          return QStringLiteral("'%1' is not a component of this model (expected one of its component names)")
+              .arg(name);
       }
       return std::nullopt;
     }
-    default: return QStringLiteral("read-only");
+    default:
+      return QStringLiteral("read-only");
   }
 }
 
@@ -454,7 +519,9 @@ void ComponentTableModel::store(int row, int column, const QVariant& value) {
       }
       break;
     }
-    case Trainable: c.trainable = value.toBool(); break;
+    case Trainable:
+      c.trainable = value.toBool();
+      break;
     case Feeds: {
       c.feeds.clear();
       for (const QString& raw : value.toString().split(QLatin1Char(','), Qt::SkipEmptyParts)) {
@@ -462,7 +529,8 @@ void ComponentTableModel::store(int row, int column, const QVariant& value) {
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -472,11 +540,13 @@ void ComponentTableModel::crossValidate() {
     const Component& c = m_spec.components[i];
     const int row = static_cast<int>(i);
     if (!seen.insert(c.name).second)
-      setCrossError(row, Name, QStringLiteral("'%1' appears twice (expected unique component names)")
-                                   .arg(QString::fromStdString(c.name)));
+      setCrossError(
+          row, Name,
+          QStringLiteral("'%1' appears twice (expected unique component names)").arg(QString::fromStdString(c.name)));
     for (const std::string& f : c.feeds) {
       if (m_spec.componentIndex(f) < 0)
-        setCrossError(row, Feeds, QStringLiteral("'%1' is not a component of this model").arg(QString::fromStdString(f)));
+        setCrossError(row, Feeds,
+                      QStringLiteral("'%1' is not a component of this model").arg(QString::fromStdString(f)));
     }
     if (c.layers.empty()) setCrossError(row, Layers, QStringLiteral("a component needs at least one layer"));
   }
@@ -498,8 +568,8 @@ int ClusterTableModel::rowCount(const QModelIndex& parent) const {
 }
 
 QStringList ClusterTableModel::columnNames() const {
-  return {QStringLiteral("Host / link"), QStringLiteral("GPUs"),       QStringLiteral("GPU"),
-          QStringLiteral("Peak TFLOPs"), QStringLiteral("Memory (GiB)"), QStringLiteral("Efficiency"),
+  return {QStringLiteral("Host / link"),      QStringLiteral("GPUs"),         QStringLiteral("GPU"),
+          QStringLiteral("Peak TFLOPs"),      QStringLiteral("Memory (GiB)"), QStringLiteral("Efficiency"),
           QStringLiteral("Bandwidth (GB/s)"), QStringLiteral("Latency (µs)")};
 }
 
@@ -513,22 +583,33 @@ QVariant ClusterTableModel::cellValue(int row, int column) const {
     const bool intra = row == static_cast<int>(m_spec.nodes.size());
     const LinkSpec& link = intra ? m_spec.intraNode : m_spec.interNode;
     switch (column) {
-      case Host: return intra ? QStringLiteral("intra-node link") : QStringLiteral("inter-node link");
-      case BandwidthGBps: return link.bandwidthGBps;
-      case LatencyUs: return link.latencyUs;
-      default: return QString();
+      case Host:
+        return intra ? QStringLiteral("intra-node link") : QStringLiteral("inter-node link");
+      case BandwidthGBps:
+        return link.bandwidthGBps;
+      case LatencyUs:
+        return link.latencyUs;
+      default:
+        return QString();
     }
   }
   const NodeSpec& node = m_spec.nodes[static_cast<std::size_t>(row)];
   const GpuSpec& gpu = node.gpu ? *node.gpu : m_spec.gpu;
   switch (column) {
-    case Host: return QString::fromStdString(node.host);
-    case Gpus: return node.gpus;
-    case GpuName: return QString::fromStdString(gpu.name);
-    case PeakTflops: return gpu.peakTflops;
-    case MemoryGib: return gpu.memoryGib;
-    case Efficiency: return gpu.efficiency;
-    default: return QString();
+    case Host:
+      return QString::fromStdString(node.host);
+    case Gpus:
+      return node.gpus;
+    case GpuName:
+      return QString::fromStdString(gpu.name);
+    case PeakTflops:
+      return gpu.peakTflops;
+    case MemoryGib:
+      return gpu.memoryGib;
+    case Efficiency:
+      return gpu.efficiency;
+    default:
+      return QString();
   }
 }
 
@@ -538,16 +619,23 @@ std::optional<QString> ClusterTableModel::validate(int row, int column, const QV
     case Host:
       if (value.toString().trimmed().isEmpty()) return QStringLiteral("a node needs a host name");
       return std::nullopt;
-    case Gpus: return checkInteger(value, limits::kGpusPerNode, QStringLiteral("GPUs"));
+    case Gpus:
+      return checkInteger(value, limits::kGpusPerNode, QStringLiteral("GPUs"));
     case GpuName:
       if (value.toString().trimmed().isEmpty()) return QStringLiteral("the GPU needs a name");
       return std::nullopt;
-    case PeakTflops: return checkNumber(value, limits::kPeakTflops, QStringLiteral("TFLOP/s"), nullptr);
-    case MemoryGib: return checkNumber(value, limits::kMemoryGib, QStringLiteral("GiB"), nullptr);
-    case Efficiency: return checkNumber(value, limits::kEfficiency, QStringLiteral("a fraction of peak"), nullptr);
-    case BandwidthGBps: return checkNumber(value, limits::kLinkBandwidthGBps, QStringLiteral("GB/s"), nullptr);
-    case LatencyUs: return checkNumber(value, limits::kLinkLatencyUs, QStringLiteral("microseconds"), nullptr);
-    default: return QStringLiteral("read-only");
+    case PeakTflops:
+      return checkNumber(value, limits::kPeakTflops, QStringLiteral("TFLOP/s"), nullptr);
+    case MemoryGib:
+      return checkNumber(value, limits::kMemoryGib, QStringLiteral("GiB"), nullptr);
+    case Efficiency:
+      return checkNumber(value, limits::kEfficiency, QStringLiteral("a fraction of peak"), nullptr);
+    case BandwidthGBps:
+      return checkNumber(value, limits::kLinkBandwidthGBps, QStringLiteral("GB/s"), nullptr);
+    case LatencyUs:
+      return checkNumber(value, limits::kLinkLatencyUs, QStringLiteral("microseconds"), nullptr);
+    default:
+      return QStringLiteral("read-only");
   }
 }
 
@@ -563,13 +651,26 @@ void ClusterTableModel::store(int row, int column, const QVariant& value) {
   // A node without its own GPU type edits the cluster's default GPU (homogeneous clusters).
   GpuSpec& gpu = node.gpu ? *node.gpu : m_spec.gpu;
   switch (column) {
-    case Host: node.host = value.toString().trimmed().toStdString(); break;
-    case Gpus: node.gpus = static_cast<int>(number); break;
-    case GpuName: gpu.name = value.toString().trimmed().toStdString(); break;
-    case PeakTflops: gpu.peakTflops = number; break;
-    case MemoryGib: gpu.memoryGib = number; break;
-    case Efficiency: gpu.efficiency = number; break;
-    default: break;
+    case Host:
+      node.host = value.toString().trimmed().toStdString();
+      break;
+    case Gpus:
+      node.gpus = static_cast<int>(number);
+      break;
+    case GpuName:
+      gpu.name = value.toString().trimmed().toStdString();
+      break;
+    case PeakTflops:
+      gpu.peakTflops = number;
+      break;
+    case MemoryGib:
+      gpu.memoryGib = number;
+      break;
+    case Efficiency:
+      gpu.efficiency = number;
+      break;
+    default:
+      break;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "pipestudio/viz/TimelineData.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -8,7 +9,6 @@
 #include <numeric>
 #include <optional>
 #include <tuple>
-#include <cctype>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
@@ -156,8 +156,10 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
     finishLane(lane);
     for (std::size_t k = 0; k < lane.size(); ++k) {
       const ItemRef ref = lane.items[k];
-      if (ref.kind == ItemRef::Kind::Op) m_opSlot[static_cast<std::size_t>(ref.index)] = static_cast<std::int32_t>(k);
-      else m_commSlot[static_cast<std::size_t>(ref.index)] = static_cast<std::int32_t>(k);
+      if (ref.kind == ItemRef::Kind::Op)
+        m_opSlot[static_cast<std::size_t>(ref.index)] = static_cast<std::int32_t>(k);
+      else
+        m_commSlot[static_cast<std::size_t>(ref.index)] = static_cast<std::int32_t>(k);
     }
   }
 
@@ -167,7 +169,8 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   m_nextStage = std::move(neighbours.next);
   m_nextOnDevice.assign(p.ops.size(), -1);
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    if (m_prevOnDevice[i] >= 0) m_nextOnDevice[static_cast<std::size_t>(m_prevOnDevice[i])] = static_cast<std::int32_t>(i);
+    if (m_prevOnDevice[i] >= 0)
+      m_nextOnDevice[static_cast<std::size_t>(m_prevOnDevice[i])] = static_cast<std::int32_t>(i);
   }
 }
 
@@ -252,7 +255,8 @@ void TimelineData::buildIndex() const {
   auto opOf = [&](const OpRef& r) -> std::int32_t {
     if (r.device < 0 || static_cast<std::size_t>(r.device) >= laneIndex.size()) return -1;
     const auto& lane = laneIndex[static_cast<std::size_t>(r.device)];
-    return r.index >= 0 && static_cast<std::size_t>(r.index) < lane.size() ? lane[static_cast<std::size_t>(r.index)] : -1;
+    return r.index >= 0 && static_cast<std::size_t>(r.index) < lane.size() ? lane[static_cast<std::size_t>(r.index)]
+                                                                           : -1;
   };
   for (const OpDependency& dep : extra) {
     const std::int32_t to = opOf(dep.to);
@@ -344,7 +348,8 @@ void TimelineData::buildSuccessors() const {
   m_succBegin = count;
   m_succ.assign(static_cast<std::size_t>(count.back()), -1);
   for (std::size_t i = 0; i < n; ++i) {
-    for (int p : preds[i]) m_succ[static_cast<std::size_t>(count[static_cast<std::size_t>(p)]++)] = static_cast<std::int32_t>(i);
+    for (int p : preds[i])
+      m_succ[static_cast<std::size_t>(count[static_cast<std::size_t>(p)]++)] = static_cast<std::int32_t>(i);
   }
 }
 
@@ -423,7 +428,8 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
       const VirtualStage& vs = p.virtualStages[s];
       costed = validStage(p, static_cast<int>(s)) && vs.device >= 0 && vs.device < std::max(1, p.config.devices) &&
                vs.firstLayer >= 0 && vs.lastLayer >= vs.firstLayer &&
-               static_cast<std::size_t>(vs.lastLayer) < p.model.components[static_cast<std::size_t>(vs.component)].layers.size();
+               static_cast<std::size_t>(vs.lastLayer) <
+                   p.model.components[static_cast<std::size_t>(vs.component)].layers.size();
     }
     if (costed) {
       for (const StageCosts& c : stageCosts(p)) {
@@ -447,11 +453,21 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
   };
   switch (op.kind) {
     case OpKind::F:
-    case OpKind::N: add(0); break;
-    case OpKind::B: add(1); break;
-    case OpKind::W: add(2); break;
-    case OpKind::BW: add(1); add(2); break;
-    default: break;
+    case OpKind::N:
+      add(0);
+      break;
+    case OpKind::B:
+      add(1);
+      break;
+    case OpKind::W:
+      add(2);
+      break;
+    case OpKind::BW:
+      add(1);
+      add(2);
+      break;
+    default:
+      break;
   }
   return share;
 }
@@ -565,10 +581,12 @@ Expected<OpQuery> parseOpQuery(std::string_view text) {
     return OpQuery::Range{*lo, *hi};
   };
   const std::pair<const char*, std::vector<OpQuery::Range> OpQuery::*> keys[] = {
-      {"mb", &OpQuery::microbatches},     {"microbatch", &OpQuery::microbatches}, {"vs", &OpQuery::virtualStages},
-      {"stage", &OpQuery::virtualStages}, {"gpu", &OpQuery::devices},            {"device", &OpQuery::devices},
-      {"dev", &OpQuery::devices},         {"chunk", &OpQuery::chunks}};
-  const std::string expected = " (expected op kinds F, B, W, BW, N, S, T, OPT, or mb N, vs N, gpu N, chunk N; N may be a range 4-7)";
+      {"mb", &OpQuery::microbatches},  {"microbatch", &OpQuery::microbatches},
+      {"vs", &OpQuery::virtualStages}, {"stage", &OpQuery::virtualStages},
+      {"gpu", &OpQuery::devices},      {"device", &OpQuery::devices},
+      {"dev", &OpQuery::devices},      {"chunk", &OpQuery::chunks}};
+  const std::string expected =
+      " (expected op kinds F, B, W, BW, N, S, T, OPT, or mb N, vs N, gpu N, chunk N; N may be a range 4-7)";
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     std::string upper = t;
@@ -696,8 +714,7 @@ std::string TimelineData::describe(ItemRef ref) const {
   if (ref.kind == ItemRef::Kind::Comm) {
     const Comm& c = p.comms[static_cast<std::size_t>(ref.index)];
     std::snprintf(buf, sizeof buf, "%s transfer · microbatch %d\ndevice %d → device %d · virtual stage %d\n",
-                  std::string(commPayloadName(c.kind)).c_str(), c.microbatch, c.fromDevice, c.toDevice,
-                  c.virtualStage);
+                  std::string(commPayloadName(c.kind)).c_str(), c.microbatch, c.fromDevice, c.toDevice, c.virtualStage);
     out += buf;
     out += "start " + formatMs(c.startMs) + " · end " + formatMs(c.endMs) + " · duration " +
            formatMs(c.endMs - c.startMs) + "\n" + formatBytes(static_cast<double>(c.bytes));
@@ -722,8 +739,7 @@ std::string TimelineData::describe(ItemRef ref) const {
   } else {
     out += "device " + std::to_string(op.device) + "\n";
   }
-  out += "start " + formatMs(op.startMs) + " · end " + formatMs(op.endMs) + " · duration " +
-         formatMs(op.durationMs());
+  out += "start " + formatMs(op.startMs) + " · end " + formatMs(op.endMs) + " · duration " + formatMs(op.durationMs());
   const CollectiveShare share = collectiveShare(ref.index);
   if (share.collectiveMs > 0) {
     std::snprintf(buf, sizeof buf, "\ncollectives (TP/CP/EP/ZeRO-3): %.0f %% of the op (%s of %s)",

@@ -1,11 +1,10 @@
 #include "pipestudio/viz/TimelinePlottable.hpp"
 
+#include <QPalette>
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
-
-#include <QPalette>
 
 namespace pipestudio::viz {
 
@@ -124,7 +123,8 @@ void TimelinePlottable::draw(QCPPainter* painter) {
   const QFontMetrics metrics(painter->font());
   const int textHeight = metrics.height();
   const int digitWidth = metrics.horizontalAdvance(QLatin1Char('0'));
-  const int maxDigits = static_cast<int>(std::to_string(std::max(0, m_data->plan() ? static_cast<int>(m_data->plan()->config.microbatches) : 0)).size());
+  const int maxDigits = static_cast<int>(
+      std::to_string(std::max(0, m_data->plan() ? static_cast<int>(m_data->plan()->config.microbatches) : 0)).size());
   const bool scaleLeftToRight = scale >= 0;
 
   const bool fadeAll = m_dimmed;
@@ -417,7 +417,8 @@ void TimelineOverlay::draw(QCPPainter* painter) {
     for (int op : m_critical) {
       const QRectF r = m_timeline->itemRect({ItemRef::Kind::Op, op});
       if (r.width() >= 6.0 || !r.intersects(clip)) continue;
-      underlines.emplace_back(QPointF(r.left(), r.bottom() - 0.5), QPointF(std::max(r.right(), r.left() + 1), r.bottom() - 0.5));
+      underlines.emplace_back(QPointF(r.left(), r.bottom() - 0.5),
+                              QPointF(std::max(r.right(), r.left() + 1), r.bottom() - 0.5));
     }
     painter->setPen(QPen(palette.critical, 1.0));
     painter->drawLines(underlines.data(), static_cast<int>(underlines.size()));

@@ -1,9 +1,5 @@
 #include "pipestudio/viz/TimelineView.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-
 #include <QApplication>
 #include <QHBoxLayout>
 #include <QKeyEvent>
@@ -14,6 +10,9 @@
 #include <QToolButton>
 #include <QToolTip>
 #include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
@@ -63,9 +62,12 @@ TimeAxisTicker::Unit TimeAxisTicker::unitFor(double windowMs) {
 
 QString TimeAxisTicker::unitName(Unit unit) {
   switch (unit) {
-    case Unit::Us: return QStringLiteral("µs");
-    case Unit::S: return QStringLiteral("s");
-    case Unit::Ms: break;
+    case Unit::Us:
+      return QStringLiteral("µs");
+    case Unit::S:
+      return QStringLiteral("s");
+    case Unit::Ms:
+      break;
   }
   return QStringLiteral("ms");
 }
@@ -121,8 +123,10 @@ void TimelinePlot::mouseMoveEvent(QMouseEvent* event) {
     return;
   }
   QCustomPlot::mouseMoveEvent(event);
-  if (event->buttons() == Qt::NoButton) Q_EMIT hoverMoved(event->position());
-  else if (m_pressed && (event->pos() - m_pressPos).manhattanLength() > 3) Q_EMIT dragged();
+  if (event->buttons() == Qt::NoButton)
+    Q_EMIT hoverMoved(event->position());
+  else if (m_pressed && (event->pos() - m_pressPos).manhattanLength() > 3)
+    Q_EMIT dragged();
 }
 
 void TimelinePlot::mouseReleaseEvent(QMouseEvent* event) {
@@ -132,8 +136,8 @@ void TimelinePlot::mouseReleaseEvent(QMouseEvent* event) {
     Q_EMIT measureDragged(m_pressPos.x(), event->position().x(), true);
     return;
   }
-  const bool click = m_pressed && (event->pos() - m_pressPos).manhattanLength() <= 3 &&
-                     event->button() == Qt::LeftButton;
+  const bool click =
+      m_pressed && (event->pos() - m_pressPos).manhattanLength() <= 3 && event->button() == Qt::LeftButton;
   m_pressed = false;
   QCustomPlot::mouseReleaseEvent(event);
   setSelectionRectMode(QCP::srmNone);
@@ -312,7 +316,8 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
     auto* entry = qobject_cast<QCPPlottableLegendItem*>(item);
     if (!entry) return;
     for (std::size_t d = 0; d < m_memoryGraphs.size(); ++d) {
-      if (m_memoryGraphs[d] == entry->plottable()) setMemoryCurveVisible(static_cast<int>(d), !m_memoryGraphs[d]->visible());
+      if (m_memoryGraphs[d] == entry->plottable())
+        setMemoryCurveVisible(static_cast<int>(d), !m_memoryGraphs[d]->visible());
     }
   });
 
@@ -388,12 +393,14 @@ void TimelineView::setPlan(std::shared_ptr<const Plan> plan, bool keepRange) {
   const double span = m_data ? m_data->endMs() - m_data->beginMs() : 0.0;
   // A re-solve keeps the window only when the user chose it (zoomed or panned since the last
   // fit) and the new plan is of similar length; otherwise the new plan is shown whole.
-  const bool keep = keepRange && m_userZoomed && previousSpan > 0 && span > 0 &&
-                    std::abs(span - previousSpan) < 0.5 * previousSpan;
+  const bool keep =
+      keepRange && m_userZoomed && previousSpan > 0 && span > 0 && std::abs(span - previousSpan) < 0.5 * previousSpan;
   if (keep) {
     applyKeyRange(previous.lower, previous.upper);
-    if (devices == previousDevices && m_userLanes) setVisibleLanes(previousLanes.lower, previousLanes.upper);
-    else fitLanes();
+    if (devices == previousDevices && m_userLanes)
+      setVisibleLanes(previousLanes.lower, previousLanes.upper);
+    else
+      fitLanes();
   } else {
     fitToView();
   }
@@ -478,8 +485,8 @@ void TimelineView::onKeyRangeChanged(const QCPRange& requested) {
   m_memoryRect->axis(QCPAxis::atBottom)->setRange(range);
   m_timeTicker->setWindow(range.size());
   m_memoryTimeTicker->setWindow(range.size());
-  m_memoryRect->axis(QCPAxis::atBottom)->setLabel(
-      QStringLiteral("time (%1)").arg(TimeAxisTicker::unitName(m_timeTicker->unit())));
+  m_memoryRect->axis(QCPAxis::atBottom)
+      ->setLabel(QStringLiteral("time (%1)").arg(TimeAxisTicker::unitName(m_timeTicker->unit())));
   m_syncing = false;
   Q_EMIT visibleRangeChanged(range.lower, range.upper);
 }
@@ -561,8 +568,9 @@ void TimelineView::updateLaneTicks() {
     if (lane.comm) {
       m_laneTicker->addTick(centre, QStringLiteral("transfers"));
     } else {
-      m_laneTicker->addTick(centre, q(m_data->laneName(static_cast<int>(l))).replace(QStringLiteral(" · pipeline "),
-                                                                                      QStringLiteral(" · pipe ")));
+      m_laneTicker->addTick(
+          centre,
+          q(m_data->laneName(static_cast<int>(l))).replace(QStringLiteral(" · pipeline "), QStringLiteral(" · pipe ")));
     }
   }
 }
@@ -695,7 +703,8 @@ void TimelineView::highlightMemoryCurve(int device) {
 }
 
 QString TimelineView::memoryReadout(QPointF pixel) {
-  if (!m_data || m_memory.devices.empty() || !m_memoryRect->visible() || !m_memoryRect->rect().contains(pixel.toPoint())) {
+  if (!m_data || m_memory.devices.empty() || !m_memoryRect->visible() ||
+      !m_memoryRect->rect().contains(pixel.toPoint())) {
     if (m_memoryReadout->visible()) {
       m_memoryReadout->setVisible(false);
       highlightMemoryCurve(-1);
@@ -812,7 +821,8 @@ void TimelineView::revealOp(int op) {
     applyKeyRange(0.5 * (o.startMs + o.endMs) - size / 2, 0.5 * (o.startMs + o.endMs) + size / 2);
   }
   const QCPRange lanes = visibleLanes();
-  if (o.device < lanes.lower || o.device + 1 > lanes.upper) scrollLanes(o.device - lanes.lower - 0.5 * (lanes.size() - 1));
+  if (o.device < lanes.lower || o.device + 1 > lanes.upper)
+    scrollLanes(o.device - lanes.lower - 0.5 * (lanes.size() - 1));
 }
 
 std::optional<QString> TimelineView::setSearch(const QString& query) {
@@ -836,8 +846,10 @@ std::optional<QString> TimelineView::setSearch(const QString& query) {
   }
   m_overlay->setMatches(m_matches);
   QString summary;
-  if (error) summary = *error;
-  else if (!query.trimmed().isEmpty()) summary = QStringLiteral("%1 ops").arg(m_matches.size());
+  if (error)
+    summary = *error;
+  else if (!query.trimmed().isEmpty())
+    summary = QStringLiteral("%1 ops").arg(m_matches.size());
   m_searchSummary->setText(summary);
   m_searchSummary->setStyleSheet(error ? QStringLiteral("QLabel { color: #e53935; }") : QString());
   if (m_search->text() != query) {
@@ -902,8 +914,10 @@ void TimelineView::onHover(QPointF pixel) {
   m_plot->layer(QStringLiteral("highlights"))->replot();
   m_plot->update();
   const QString text = m_data && ref.valid() ? QString::fromStdString(m_data->describe(ref)) : QString();
-  if (text.isEmpty()) QToolTip::hideText();
-  else QToolTip::showText(m_plot->mapToGlobal(pixel.toPoint()) + QPoint(12, 12), text, m_plot);
+  if (text.isEmpty())
+    QToolTip::hideText();
+  else
+    QToolTip::showText(m_plot->mapToGlobal(pixel.toPoint()) + QPoint(12, 12), text, m_plot);
   if (readout.isEmpty()) Q_EMIT hovered(QString(text).replace(QLatin1Char('\n'), QStringLiteral(" · ")));
 }
 
@@ -921,7 +935,8 @@ void TimelineView::onWheel(double steps, QPointF pixel, Qt::KeyboardModifiers mo
     zoomLanes(std::pow(kWheelZoomPerNotch, steps), m_timelineRect->axis(QCPAxis::atLeft)->pixelToCoord(pixel.y()));
     return;
   }
-  QCPAxisRect* rect = m_memoryRect->visible() && m_memoryRect->rect().contains(pixel.toPoint()) ? m_memoryRect : m_timelineRect;
+  QCPAxisRect* rect =
+      m_memoryRect->visible() && m_memoryRect->rect().contains(pixel.toPoint()) ? m_memoryRect : m_timelineRect;
   zoom(std::pow(kWheelZoomPerNotch, steps), rect->axis(QCPAxis::atBottom)->pixelToCoord(pixel.x()));
 }
 
@@ -993,12 +1008,16 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
       pan(0.2 * range.size());
       break;
     case Qt::Key_Up:
-      if (shift) zoomLanes(0.7, visibleLanes().center());
-      else scrollLanes(-std::max(1.0, visibleLanes().size() / 4));
+      if (shift)
+        zoomLanes(0.7, visibleLanes().center());
+      else
+        scrollLanes(-std::max(1.0, visibleLanes().size() / 4));
       break;
     case Qt::Key_Down:
-      if (shift) zoomLanes(1.0 / 0.7, visibleLanes().center());
-      else scrollLanes(std::max(1.0, visibleLanes().size() / 4));
+      if (shift)
+        zoomLanes(1.0 / 0.7, visibleLanes().center());
+      else
+        scrollLanes(std::max(1.0, visibleLanes().size() / 4));
       break;
     case Qt::Key_Escape:
       selectOp(-1);

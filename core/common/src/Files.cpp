@@ -34,7 +34,7 @@ std::string errnoText(int err) { return std::strerror(err); }
 Expected<std::string> followLinks(const std::string& path) {
   fs::path p = path;
   for (int hop = 0; hop < 40; ++hop) {
-    struct stat st{};
+    struct stat st {};
     if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p.string();
     std::error_code ec;
     const fs::path target = fs::read_symlink(p, ec);
@@ -75,7 +75,7 @@ Expected<std::string> readRegularFile(const std::string& path, std::size_t maxBy
     if (err == ENOENT) return Error{path + ": cannot open: no such file (expected an existing file)"};
     return Error{path + ": cannot open: " + errnoText(err)};
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
@@ -125,7 +125,7 @@ Expected<std::string> readRegularFile(const std::string& path, std::size_t maxBy
 
 Status checkRegularFile(const std::string& path) {
   if (path.empty()) return Error{"empty file name (expected a path)"};
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     if (err == ENOENT) return Error{path + ": cannot open: no such file (expected an existing file)"};
@@ -169,7 +169,7 @@ Status writeOutputFile(const std::string& path, const std::function<bool(std::os
   auto resolved = followLinks(path);
   if (!resolved) return resolved.error();
   const std::string& target = *resolved;
-  struct stat st{};
+  struct stat st {};
   if (::stat(target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return Error{path + ": is a directory (expected a file name)"};
     // Device nodes, FIFOs and sockets are written to, never replaced (one run replaced a

@@ -234,7 +234,8 @@ std::string describeSchema(std::string_view schema) {
   for (const char* kind : {"model", "cluster", "plan", "hosts", "workspace"}) {
     const std::string family = std::string("pipestudio.") + kind + "/";
     if (schema.rfind(family, 0) == 0) {
-      return std::string(kind == std::string_view("hosts") ? "a hosts file" : "a " + std::string(kind) + " description");
+      return std::string(kind == std::string_view("hosts") ? "a hosts file"
+                                                           : "a " + std::string(kind) + " description");
     }
   }
   return {};

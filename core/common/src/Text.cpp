@@ -28,12 +28,23 @@ std::string escapeControl(std::string_view text) {
       }
     }
     switch (c) {
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case 0x1B: out += "\\e"; continue;
-      case '\\': out += "\\\\"; continue;
-      default: break;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case 0x1B:
+        out += "\\e";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || c == 0x7F) {
       appendHex(out, c, "\\x%02x");

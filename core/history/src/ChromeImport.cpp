@@ -4,18 +4,18 @@
 // and the handler below: only the event being read is held in memory (plus open B ranges),
 // never the document, so a 1 GB trace imports in bounded memory.
 
-#include <cstdio>
+#include <zlib.h>
+
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 
-#include <zlib.h>
-
 #include "Impl.hpp"
-#include "pipestudio/common/Files.hpp"
-#include "pipestudio/common/Text.hpp"
 #include "JsonSax.hpp"
 #include "TraceImportImpl.hpp"
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 
 namespace pipestudio::history {
 
@@ -209,14 +209,27 @@ class ChromeHandler {
       // assign, not move: moving would take the lexer's token buffer and the event's own
       // buffer, costing two allocations per string field on the next event.
       switch (m_eventKeyId) {
-        case EventKey::Ph: m_event.ph.assign(v); break;
-        case EventKey::Name: m_event.name.assign(v); break;
-        case EventKey::Cat: m_event.cat.assign(v); break;
-        case EventKey::Pid: m_event.pidText.assign(v); break;
-        case EventKey::Tid: m_event.tidText.assign(v); break;
+        case EventKey::Ph:
+          m_event.ph.assign(v);
+          break;
+        case EventKey::Name:
+          m_event.name.assign(v);
+          break;
+        case EventKey::Cat:
+          m_event.cat.assign(v);
+          break;
+        case EventKey::Pid:
+          m_event.pidText.assign(v);
+          break;
+        case EventKey::Tid:
+          m_event.tidText.assign(v);
+          break;
         case EventKey::Ts:
-        case EventKey::Dur: m_eventBad = "\"" + m_eventKey + "\" is a string (expected a number)"; break;
-        default: break;
+        case EventKey::Dur:
+          m_eventBad = "\"" + m_eventKey + "\" is a string (expected a number)";
+          break;
+        default:
+          break;
       }
     } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth) {
       noteSkip("a string in traceEvents (expected an event object)");
@@ -340,25 +353,49 @@ class ChromeHandler {
       m_args.scalar(text);
       if (m_depth == m_argsDepth && asInt) {
         switch (m_argKey) {
-          case ArgKey::Device: m_event.argDevice = asInt; break;
-          case ArgKey::Microbatch: m_event.argMicrobatch = asInt; break;
-          case ArgKey::VirtualStage: m_event.argVirtualStage = asInt; break;
-          case ArgKey::Iteration: m_event.argIteration = asInt; break;
-          case ArgKey::Stream: m_event.argStream = asInt; break;
-          case ArgKey::Correlation: m_event.argCorrelation = asInt; break;
-          case ArgKey::Bytes: m_event.argBytes = asInt; break;
-          default: break;
+          case ArgKey::Device:
+            m_event.argDevice = asInt;
+            break;
+          case ArgKey::Microbatch:
+            m_event.argMicrobatch = asInt;
+            break;
+          case ArgKey::VirtualStage:
+            m_event.argVirtualStage = asInt;
+            break;
+          case ArgKey::Iteration:
+            m_event.argIteration = asInt;
+            break;
+          case ArgKey::Stream:
+            m_event.argStream = asInt;
+            break;
+          case ArgKey::Correlation:
+            m_event.argCorrelation = asInt;
+            break;
+          case ArgKey::Bytes:
+            m_event.argBytes = asInt;
+            break;
+          default:
+            break;
         }
       }
       return true;
     }
     if (inEventLevel()) {
       switch (m_eventKeyId) {
-        case EventKey::Ts: m_event.tsUs = v; break;
-        case EventKey::Dur: m_event.durUs = v; break;
-        case EventKey::Pid: m_event.pid = asInt; break;
-        case EventKey::Tid: m_event.tid = asInt; break;
-        default: break;
+        case EventKey::Ts:
+          m_event.tsUs = v;
+          break;
+        case EventKey::Dur:
+          m_event.durUs = v;
+          break;
+        case EventKey::Pid:
+          m_event.pid = asInt;
+          break;
+        case EventKey::Tid:
+          m_event.tid = asInt;
+          break;
+        default:
+          break;
       }
     } else if (m_eventsDepth > 0 && m_depth == m_eventsDepth && !m_inEvent) {
       noteSkip("a number in traceEvents (expected an event object)");
@@ -462,7 +499,8 @@ class ChromeHandler {
       }
       return store(e, toNs(*e.tsUs) + baseNs(), toNs(*e.durUs));
     }
-    const std::string key = (e.pid ? std::to_string(*e.pid) : e.pidText) + '/' + (e.tid ? std::to_string(*e.tid) : e.tidText);
+    const std::string key =
+        (e.pid ? std::to_string(*e.pid) : e.pidText) + '/' + (e.tid ? std::to_string(*e.tid) : e.tidText);
     if (ph == "B") {
       auto& stack = m_open[key];
       if (stack.size() >= 4096) {
@@ -636,8 +674,9 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
   if (handler.stored() == 0 && (!ok || !handler.sawEvents())) {
     (void)deleteRun(*run);
     if (handler.parseError()) return Error{*handler.parseError() + " (no trace events could be read)"};
-    return Error{file + ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
-                        "\"traceEvents\" array)"};
+    return Error{file +
+                 ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
+                 "\"traceEvents\" array)"};
   }
   std::string note;
   if (handler.parseError()) note = *handler.parseError();
@@ -707,7 +746,8 @@ class ScanHandler {
   }
   bool start_array() {
     ++m_depth;
-    if (m_eventsDepth == 0 && !m_sawEvents && (m_depth == 1 || (m_depth == 2 && m_rootObject && m_rootKey == "traceEvents"))) {
+    if (m_eventsDepth == 0 && !m_sawEvents &&
+        (m_depth == 1 || (m_depth == 2 && m_rootObject && m_rootKey == "traceEvents"))) {
       m_eventsDepth = m_depth;
       m_sawEvents = true;
     }
@@ -823,8 +863,9 @@ Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& ma
                  " (expected a Chrome trace: a JSON array of events or an object with a \"traceEvents\" array)"};
   }
   if (!handler.sawEvents()) {
-    return Error{path + ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
-                        "\"traceEvents\" array)"};
+    return Error{path +
+                 ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
+                 "\"traceEvents\" array)"};
   }
   ScanResult r = std::move(handler.result);
   r.format = TraceFormat::ChromeJson;

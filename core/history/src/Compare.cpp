@@ -49,7 +49,8 @@ std::int64_t unionInPlace(std::vector<Interval>& v) {
 // Length of [a, b) covered by a merged, sorted interval list.
 std::int64_t covered(const std::vector<Interval>& merged, std::int64_t a, std::int64_t b) {
   if (b <= a || merged.empty()) return 0;
-  auto it = std::upper_bound(merged.begin(), merged.end(), a, [](std::int64_t t, const Interval& i) { return t < i.end; });
+  auto it =
+      std::upper_bound(merged.begin(), merged.end(), a, [](std::int64_t t, const Interval& i) { return t < i.end; });
   std::int64_t total = 0;
   for (; it != merged.end() && it->start < b; ++it) total += std::min(b, it->end) - std::max(a, it->start);
   return total;
@@ -123,7 +124,7 @@ std::map<int, BusyIdle> busyIdle(RunAggregate& agg) {
 }
 
 Expected<std::unordered_map<std::int64_t, std::string>> namesOf(HistoryStore& store, const RunAggregate& a,
-                                                                 const RunAggregate& b) {
+                                                                const RunAggregate& b) {
   std::unordered_map<std::int64_t, std::string> out;
   Statement st(store.connection(), "SELECT name FROM names WHERE id = ?1", nullptr);
   if (!st) return Error{store.path() + ": " + detail::lastError(store.connection())};
@@ -152,8 +153,8 @@ Expected<StepStats> runSteps(HistoryStore& store, RunId run, const RunAggregate&
 
 Json stepJson(const StepStats& s) {
   if (s.count == 0) return nullptr;
-  return Json{{"count", s.count},   {"mean_ms", s.meanMs}, {"median_ms", s.medianMs},
-              {"min_ms", s.minMs},  {"max_ms", s.maxMs},   {"stddev_ms", s.stddevMs}};
+  return Json{{"count", s.count},  {"mean_ms", s.meanMs}, {"median_ms", s.medianMs},
+              {"min_ms", s.minMs}, {"max_ms", s.maxMs},   {"stddev_ms", s.stddevMs}};
 }
 
 std::string fixed(double v, int digits = 3) {
@@ -173,7 +174,8 @@ std::string pad(std::string s, std::size_t width, bool right = true) {
 struct OpKey {
   int iteration, virtualStage, kind, microbatch;
   bool operator<(const OpKey& o) const {
-    return std::tie(iteration, virtualStage, kind, microbatch) < std::tie(o.iteration, o.virtualStage, o.kind, o.microbatch);
+    return std::tie(iteration, virtualStage, kind, microbatch) <
+           std::tie(o.iteration, o.virtualStage, o.kind, o.microbatch);
   }
 };
 
@@ -340,7 +342,8 @@ std::string comparisonTable(const RunComparison& c) {
     o << pad(std::to_string(r.device), 6) << pad(fixed(r.aBusyMs), 14) << pad(fixed(r.bBusyMs), 14)
       << pad(fixed(r.aIdleMs), 14) << pad(fixed(r.bIdleMs), 14) << '\n';
   }
-  o << '\n' << pad("name", 40, false) << pad("A ms", 13) << pad("B ms", 13) << pad("delta ms", 13) << pad("A n", 9)
+  o << '\n'
+    << pad("name", 40, false) << pad("A ms", 13) << pad("B ms", 13) << pad("delta ms", 13) << pad("A n", 9)
     << pad("B n", 9) << '\n';
   std::size_t shown = 0;
   for (const auto& r : c.byName) {
@@ -457,7 +460,6 @@ std::int64_t coveredSum(const std::vector<Interval>& sorted, std::int64_t a, std
 
 }  // namespace
 
-
 Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> planId,
                                           int mostDriftedCount) {
   auto summary = store.runSummary(run);
@@ -487,7 +489,7 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     int n = 0;
     bool matched = false;
   };
-  std::map<std::tuple<int, int, int, int>, Acc> measured;  // (device, stage, kind, microbatch)
+  std::map<std::tuple<int, int, int, int>, Acc> measured;                // (device, stage, kind, microbatch)
   std::map<std::pair<int, int>, std::pair<double, double>> devIterBusy;  // (device, iteration) → busy, span
   std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> devIterWindow;
   for (const auto& e : *events) {
@@ -530,14 +532,17 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
   }
   c.mostDrifted = c.ops;
   std::sort(c.mostDrifted.begin(), c.mostDrifted.end(), [](const OpDrift& x, const OpDrift& y) {
-    return std::fabs(x.startDriftMs) + std::fabs(x.durationDeltaMs) > std::fabs(y.startDriftMs) + std::fabs(y.durationDeltaMs);
+    return std::fabs(x.startDriftMs) + std::fabs(x.durationDeltaMs) >
+           std::fabs(y.startDriftMs) + std::fabs(y.durationDeltaMs);
   });
-  if (static_cast<int>(c.mostDrifted.size()) > mostDriftedCount) c.mostDrifted.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
+  if (static_cast<int>(c.mostDrifted.size()) > mostDriftedCount)
+    c.mostDrifted.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
 
   c.latest = c.ops;
   std::sort(c.latest.begin(), c.latest.end(),
             [](const OpDrift& x, const OpDrift& y) { return x.startDriftMs > y.startDriftMs; });
-  if (static_cast<int>(c.latest.size()) > mostDriftedCount) c.latest.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
+  if (static_cast<int>(c.latest.size()) > mostDriftedCount)
+    c.latest.resize(static_cast<std::size_t>(std::max(0, mostDriftedCount)));
   std::map<OpKind, KindComparison> kinds;
   for (const OpDrift& d : c.ops) {
     KindComparison& k = kinds[d.kind];
@@ -577,11 +582,13 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     // No op ranges: GPU activity (NCCL kernels enter below as their transfer parts), windows
     // from the device's ProfilerStep ranges, else its whole span.
     sqlite3* db = store.connection();
-    Statement st(db,
-                 "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
-                 "WHERE e." RUN_EVENT_RANGE " AND e.device >= 0 AND (e.category IN (?2, ?3, "
-                 "?4, ?5) OR n.name LIKE 'ProfilerStep#%')",
-                 nullptr);
+    Statement st(
+        db,
+        "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
+        "WHERE e." RUN_EVENT_RANGE
+        " AND e.device >= 0 AND (e.category IN (?2, ?3, "
+        "?4, ?5) OR n.name LIKE 'ProfilerStep#%')",
+        nullptr);
     if (!st) return Error{store.path() + ": " + detail::lastError(db)};
     st.bind(1, run);
     st.bind(2, static_cast<int>(EventCategory::Kernel));
@@ -699,17 +706,23 @@ Json planComparisonToJson(const PlanComparison& c) {
                      {"planned_ms", k.plannedMs},
                      {"measured_ms", k.measuredMs}});
   }
-  return Json{{"run", runSummaryToJson(c.run)}, {"plan", c.planId},         {"iterations", c.iterations},
-              {"ops", ops},                     {"most_drifted", top},      {"by_device", devices},
-              {"unmatched_planned", c.unmatchedPlanned}, {"unmatched_measured", c.unmatchedMeasured},
-              {"latest", latest},               {"by_kind", kinds}};
+  return Json{{"run", runSummaryToJson(c.run)},
+              {"plan", c.planId},
+              {"iterations", c.iterations},
+              {"ops", ops},
+              {"most_drifted", top},
+              {"by_device", devices},
+              {"unmatched_planned", c.unmatchedPlanned},
+              {"unmatched_measured", c.unmatchedMeasured},
+              {"latest", latest},
+              {"by_kind", kinds}};
 }
 
 std::string planComparisonTable(const PlanComparison& c) {
   std::ostringstream o;
-  o << "run " << c.run.id << " '" << c.run.name << "' vs plan " << c.planId << " (" << c.iterations
-    << " iteration(s), " << c.ops.size() << " ops matched, " << c.unmatchedPlanned << " planned ops unmeasured, "
-    << c.unmatchedMeasured << " measured ranges unplanned)\n\n";
+  o << "run " << c.run.id << " '" << c.run.name << "' vs plan " << c.planId << " (" << c.iterations << " iteration(s), "
+    << c.ops.size() << " ops matched, " << c.unmatchedPlanned << " planned ops unmeasured, " << c.unmatchedMeasured
+    << " measured ranges unplanned)\n\n";
   o << pad("device", 6) << pad("planned busy", 14) << pad("planned bubble", 16) << pad("measured busy", 15)
     << pad("measured bubble", 17) << pad("of it comm wait", 17) << "  (ms per iteration)\n";
   for (const auto& d : c.devices) {
@@ -718,7 +731,8 @@ std::string planComparisonTable(const PlanComparison& c) {
       << '\n';
   }
   if (!c.byKind.empty()) {
-    o << "\nper op kind (mean ms)\n" << pad("kind", 5) << pad("ops", 7) << pad("planned", 10) << pad("measured", 10) << '\n';
+    o << "\nper op kind (mean ms)\n"
+      << pad("kind", 5) << pad("ops", 7) << pad("planned", 10) << pad("measured", 10) << '\n';
     for (const auto& k : c.byKind) {
       o << pad(std::string(opKindName(k.kind)), 5) << pad(std::to_string(k.count), 7) << pad(fixed(k.plannedMs), 10)
         << pad(fixed(k.measuredMs), 10) << '\n';
@@ -730,7 +744,8 @@ std::string planComparisonTable(const PlanComparison& c) {
   for (const auto& d : c.latest) {
     o << pad(std::to_string(d.device), 6) << pad(std::to_string(d.virtualStage), 6)
       << pad(std::string(opKindName(d.kind)), 5) << pad(std::to_string(d.microbatch), 5)
-      << pad(fixed(d.plannedStartMs), 12) << pad(fixed(d.measuredStartMs), 12) << pad(fixed(d.startDriftMs), 10) << '\n';
+      << pad(fixed(d.plannedStartMs), 12) << pad(fixed(d.measuredStartMs), 12) << pad(fixed(d.startDriftMs), 10)
+      << '\n';
   }
   o << "\nmost drifted ops\n"
     << pad("device", 6) << pad("stage", 6) << pad("kind", 5) << pad("mb", 5) << pad("plan start", 12)

@@ -23,8 +23,9 @@ Status HistoryStore::Impl::prepareWriteStatements() {
   // Anonymous parameters: row r binds 1 + r * kEventColumns .. (r + 1) * kEventColumns.
   const auto eventInsert = [](int rows, bool withId) {
     std::string sql = withId ? "INSERT INTO events(id, " : "INSERT INTO events(";
-    sql += "category, device, stream, name_id, start_ns, dur_ns, virtual_stage, microbatch, iteration, kind, bytes, "
-           "correlation, args) VALUES";
+    sql +=
+        "category, device, stream, name_id, start_ns, dur_ns, virtual_stage, microbatch, iteration, kind, bytes, "
+        "correlation, args) VALUES";
     const char* row = withId ? "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)" : "(?,?,?,?,?,?,?,?,?,?,?,?,?)";
     for (int r = 0; r < rows; ++r) (sql += r ? "," : "") += row;
     return sql;
@@ -39,8 +40,8 @@ Status HistoryStore::Impl::prepareWriteStatements() {
   maxEventId = Statement(db, "SELECT IFNULL(MAX(id), -1) FROM events", &error);
   if (!maxEventId) return Error{error};
   bufferedEvents.reserve(static_cast<std::size_t>(eventBlockRows));
-  insertName = Statement(db, "INSERT INTO names(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET name = name RETURNING id",
-                         &error);
+  insertName = Statement(
+      db, "INSERT INTO names(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET name = name RETURNING id", &error);
   if (!insertName) return Error{error};
   insertMemory = Statement(db,
                            "INSERT INTO memory_samples(run_id, seq, device, time_ns, bytes_in_use, bytes_reserved) "
@@ -49,8 +50,8 @@ Status HistoryStore::Impl::prepareWriteStatements() {
   if (!insertMemory) return Error{error};
   insertStep = Statement(db, "INSERT OR REPLACE INTO steps(run_id, iteration, duration_ms) VALUES(?1, ?2, ?3)", &error);
   if (!insertStep) return Error{error};
-  upsertMetric = Statement(db, "INSERT OR REPLACE INTO run_metrics(run_id, device, key, value) VALUES(?1, ?2, ?3, ?4)",
-                           &error);
+  upsertMetric =
+      Statement(db, "INSERT OR REPLACE INTO run_metrics(run_id, device, key, value) VALUES(?1, ?2, ?3, ?4)", &error);
   if (!upsertMetric) return Error{error};
   updateRunEvents = Statement(db, "UPDATE runs SET events = ?2, origin_ns = ?3 WHERE id = ?1", &error);
   if (!updateRunEvents) return Error{error};
@@ -149,8 +150,11 @@ Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
   auto it = runs.find(run);
   if (it != runs.end()) return &it->second;
   // First write to this run on this connection: continue after what is stored.
-  Statement st(db, "SELECT status, events, origin_ns, (SELECT IFNULL((MAX(id) & 4294967295) + 1, 0) FROM events WHERE " RUN_EVENT_RANGE "), "
-                   "(SELECT IFNULL(MAX(seq) + 1, 0) FROM memory_samples WHERE run_id = ?1) FROM runs WHERE id = ?1",
+  Statement st(db,
+               "SELECT status, events, origin_ns, (SELECT IFNULL((MAX(id) & 4294967295) + 1, 0) FROM events "
+               "WHERE " RUN_EVENT_RANGE
+               "), "
+               "(SELECT IFNULL(MAX(seq) + 1, 0) FROM memory_samples WHERE run_id = ?1) FROM runs WHERE id = ?1",
                nullptr);
   if (!st) return Error{detail::lastError(db)};
   st.bind(1, run);

@@ -4,9 +4,9 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,7 +33,7 @@ struct RunState {
   std::int64_t committedEvents = 0;
   std::int64_t pendingEvents = 0;
   bool originKnown = false;
-  std::int64_t originNs = 0;  ///< absolute time that stored times are relative to
+  std::int64_t originNs = 0;               ///< absolute time that stored times are relative to
   std::map<int, DeviceAggregate> devices;  ///< key -1: the whole run
   bool dirty = false;
 };
@@ -113,7 +113,7 @@ struct HistoryStore::Impl {
   int pendingRows = 0;
   std::chrono::steady_clock::time_point transactionStart;
 
-  detail::Statement insertEvent;       ///< one row (the tail of a batch)
+  detail::Statement insertEvent;  ///< one row (the tail of a batch)
   int eventBlockRows = kEventInsertRows;
   detail::Statement insertEventBlock;  ///< eventBlockRows rows
   /// eventBlockRows rows without the id column: SQLite gives each the table's largest rowid

@@ -21,8 +21,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -147,7 +147,8 @@ class JsonSaxParser {
           if (!literal("ull", "null") || !m_h.null()) return false;
           closed = true;
           break;
-        case -1: return fail("unexpected end of input (expected a value)");
+        case -1:
+          return fail("unexpected end of input (expected a value)");
         default:
           if (c == '-' || (c >= '0' && c <= '9')) {
             if (!number(c)) return false;
@@ -280,17 +281,36 @@ class JsonSaxParser {
   bool escape(std::string& out) {
     const int c = m_in.get();
     switch (c) {
-      case '"': out += '"'; return true;
-      case '\\': out += '\\'; return true;
-      case '/': out += '/'; return true;
-      case 'b': out += '\b'; return true;
-      case 'f': out += '\f'; return true;
-      case 'n': out += '\n'; return true;
-      case 'r': out += '\r'; return true;
-      case 't': out += '\t'; return true;
-      case 'u': break;
-      case -1: return fail("unexpected end of input in a string");
-      default: return fail("invalid escape " + describe(c) + " in a string");
+      case '"':
+        out += '"';
+        return true;
+      case '\\':
+        out += '\\';
+        return true;
+      case '/':
+        out += '/';
+        return true;
+      case 'b':
+        out += '\b';
+        return true;
+      case 'f':
+        out += '\f';
+        return true;
+      case 'n':
+        out += '\n';
+        return true;
+      case 'r':
+        out += '\r';
+        return true;
+      case 't':
+        out += '\t';
+        return true;
+      case 'u':
+        break;
+      case -1:
+        return fail("unexpected end of input in a string");
+      default:
+        return fail("invalid escape " + describe(c) + " in a string");
     }
     std::uint32_t cp = 0;
     if (!hex4(cp)) return false;
@@ -392,7 +412,8 @@ class JsonSaxParser {
     t += static_cast<char>(c);
     if (c == '-') {
       c = m_in.get();
-      if (c < '0' || c > '9') return fail(c < 0 ? "unexpected end of input in a number" : "invalid number (expected a digit after '-')");
+      if (c < '0' || c > '9')
+        return fail(c < 0 ? "unexpected end of input in a number" : "invalid number (expected a digit after '-')");
       t += static_cast<char>(c);
     }
     if (c != '0') digits();  // a leading 0 stands alone; "01" fails at the next token

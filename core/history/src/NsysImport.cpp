@@ -119,7 +119,8 @@ NvtxQuery nvtxQuery(sqlite3* db, const std::set<std::string>& tables) {
   q.sql = "SELECT t.rowid, t.start, " + col(cols, "end", "NULL") + ", COALESCE(" + text + ", " + byId + "), " +
           col(cols, "globalTid", "0") + " FROM NVTX_EVENTS t" + idJoin;
   if (cols.count("eventType")) {
-    q.sql += " WHERE t.eventType IN (" + std::to_string(kNvtxPushPopRange) + ", " + std::to_string(kNvtxStartEndRange) + ")";
+    q.sql +=
+        " WHERE t.eventType IN (" + std::to_string(kNvtxPushPopRange) + ", " + std::to_string(kNvtxStartEndRange) + ")";
   } else if (cols.count("end")) {
     q.sql += " WHERE t.\"end\" IS NOT NULL";
   }
@@ -137,9 +138,10 @@ Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matc
   bool any = tables.count("NVTX_EVENTS") > 0;
   for (const char* t : kGpuTables) any = any || tables.count(t);
   if (!any) {
-    return Error{path + ": not an Nsight Systems export: none of the tables CUPTI_ACTIVITY_KIND_KERNEL, "
-                        "CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET, NVTX_EVENTS (expected the output of "
-                        "nsys export --type sqlite)"};
+    return Error{path +
+                 ": not an Nsight Systems export: none of the tables CUPTI_ACTIVITY_KIND_KERNEL, "
+                 "CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET, NVTX_EVENTS (expected the output of "
+                 "nsys export --type sqlite)"};
   }
   ScanResult r;
   r.format = TraceFormat::NsysSqlite;
@@ -198,7 +200,8 @@ class SpanTree {
     std::int64_t end = std::numeric_limits<std::int64_t>::min();
     int device = -1;
   };
-  explicit SpanTree(std::vector<Span> leaves) : m_n(leaves.size()), m_tree(2 * std::max<std::size_t>(1, leaves.size())) {
+  explicit SpanTree(std::vector<Span> leaves)
+      : m_n(leaves.size()), m_tree(2 * std::max<std::size_t>(1, leaves.size())) {
     for (std::size_t i = 0; i < m_n; ++i) m_tree[m_n + i] = leaves[i];
     for (std::size_t i = m_n; i-- > 1;) m_tree[i] = merge(m_tree[2 * i], m_tree[2 * i + 1]);
   }
@@ -265,13 +268,14 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
                                    : t.find("MEMSET") != std::string_view::npos ? EventCategory::Memset
                                                                                 : EventCategory::Kernel;
     std::string join;
-    const std::string name = category == EventCategory::Kernel
-                                 ? textExpr(cols, {"demangledName", "shortName", "name", "mangledName"}, stringIds, join)
-                                 : "NULL";
+    const std::string name =
+        category == EventCategory::Kernel
+            ? textExpr(cols, {"demangledName", "shortName", "name", "mangledName"}, stringIds, join)
+            : "NULL";
     const std::string sql = "SELECT t.rowid, t.start, t.\"end\", " + col(cols, "deviceId", "0") + ", " +
                             col(cols, "streamId", "0") + ", " + col(cols, "correlationId", "0") + ", " +
-                            col(cols, "bytes", "0") + ", " + name + ", " + col(cols, "globalPid", "0") + " FROM " + table +
-                            " t" + join;
+                            col(cols, "bytes", "0") + ", " + name + ", " + col(cols, "globalPid", "0") + " FROM " +
+                            table + " t" + join;
     Statement st(db, sql, nullptr);
     if (!st) return Error{ctx.path + ": " + table + ": " + lastError(db)};
     int rc = 0;
@@ -297,7 +301,8 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
       }
       EventRow row;
       row.category = category;
-      if (category == EventCategory::Kernel && (text.find("nccl") != std::string::npos || text.find("NCCL") != std::string::npos)) {
+      if (category == EventCategory::Kernel &&
+          (text.find("nccl") != std::string::npos || text.find("NCCL") != std::string::npos)) {
         row.category = EventCategory::Nccl;
       }
       const int device = static_cast<int>(sqlite3_column_int64(s, 3));
@@ -330,7 +335,8 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
       std::sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
         return std::tie(a.pid, a.correlation) < std::tie(b.pid, b.correlation);
       });
-      Statement st(db, "SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE start IS NOT NULL",
+      Statement st(db,
+                   "SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE start IS NOT NULL",
                    nullptr);
       while (st && st.step() == SQLITE_ROW) {
         const std::int64_t tid = sqlite3_column_int64(st.get(), 0);
@@ -346,7 +352,8 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         calls.push_back({tid, sqlite3_column_int64(st.get(), 1),
                          found ? static_cast<std::size_t>(it - launches.begin()) : std::string::npos});
       }
-      std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return std::tie(a.tid, a.start) < std::tie(b.tid, b.start); });
+      std::sort(calls.begin(), calls.end(),
+                [](const Call& a, const Call& b) { return std::tie(a.tid, a.start) < std::tie(b.tid, b.start); });
       std::vector<SpanTree::Span> leaves(calls.size());
       for (std::size_t i = 0; i < calls.size(); ++i) {
         if (calls[i].launch != std::string::npos) {
@@ -393,8 +400,8 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
                                          [](const std::pair<std::int64_t, std::int64_t>& k, const Call& c) {
                                            return std::tie(k.first, k.second) < std::tie(c.tid, c.start);
                                          });
-        const SpanTree::Span span = tree->query(static_cast<std::size_t>(lo - calls.begin()),
-                                                static_cast<std::size_t>(hi - calls.begin()));
+        const SpanTree::Span span =
+            tree->query(static_cast<std::size_t>(lo - calls.begin()), static_cast<std::size_t>(hi - calls.begin()));
         if (span.start <= span.end) {
           start = span.start;
           end = span.end;

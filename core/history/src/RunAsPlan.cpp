@@ -32,7 +32,8 @@ Expected<PlanId> HistoryStore::addPlan(const Plan& plan, std::string_view name) 
   ins.bind(6, plan.metrics.makespanMs);
   ins.bind(7, plan.metrics.bubbleRatio);
   ins.bindStatic(8, document);
-  if (ins.step() != SQLITE_DONE) return Error{withPath(im.path, "storing the plan failed: " + detail::lastError(im.db))};
+  if (ins.step() != SQLITE_DONE)
+    return Error{withPath(im.path, "storing the plan failed: " + detail::lastError(im.db))};
   const PlanId id = sqlite3_last_insert_rowid(im.db);
   Statement op(im.db,
                "INSERT INTO planned_ops(plan_id, seq, device, virtual_stage, kind, microbatch, start_ms, end_ms, "

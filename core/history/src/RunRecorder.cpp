@@ -10,7 +10,8 @@ RunRecorder::~RunRecorder() = default;
 
 Status RunRecorder::start(int ranks) {
   if (started()) return Error{"the run " + std::to_string(m_run) + " is already being recorded"};
-  if (ranks < 1) return Error{"a deployment of " + std::to_string(ranks) + " ranks has nothing to record (expected 1 or more)"};
+  if (ranks < 1)
+    return Error{"a deployment of " + std::to_string(ranks) + " ranks has nothing to record (expected 1 or more)"};
   auto run = m_store.beginRun(m_info);
   if (!run) return run.error();
   m_run = *run;

@@ -80,7 +80,9 @@ Status updateRunText(HistoryStore::Impl& im, RunId id, const char* column, std::
 }  // namespace
 
 Status HistoryStore::renameRun(RunId id, std::string_view name) { return updateRunText(*m_impl, id, "name", name); }
-Status HistoryStore::annotateRun(RunId id, std::string_view notes) { return updateRunText(*m_impl, id, "notes", notes); }
+Status HistoryStore::annotateRun(RunId id, std::string_view notes) {
+  return updateRunText(*m_impl, id, "notes", notes);
+}
 
 Status HistoryStore::deleteRun(RunId id) {
   Impl& im = *m_impl;
@@ -90,7 +92,9 @@ Status HistoryStore::deleteRun(RunId id) {
   bool found = false;
   for (const char* table : {"events", "memory_samples", "steps", "ranks", "run_errors", "run_metrics", "runs"}) {
     const std::string_view t(table);
-    const char* where = t == "runs" ? " WHERE id = ?1" : t == "events" ? " WHERE " RUN_EVENT_RANGE : " WHERE run_id = ?1";
+    const char* where = t == "runs"     ? " WHERE id = ?1"
+                        : t == "events" ? " WHERE " RUN_EVENT_RANGE
+                                        : " WHERE run_id = ?1";
     Statement st(im.db, std::string("DELETE FROM ") + table + where, nullptr);
     st.bind(1, id);
     if (st.step() != SQLITE_DONE) return Error{withPath(im.path, detail::lastError(im.db))};

@@ -17,9 +17,12 @@ std::string lastError(sqlite3* db) {
   // The two failures a user can act on are named plainly: every write path reports through here.
   const std::string message = sqlite3_errmsg(db);
   switch (sqlite3_errcode(db) & 0xff) {
-    case SQLITE_READONLY: return "the history database is read-only (" + message + ")";
-    case SQLITE_FULL: return "disk full (" + message + ")";
-    default: return message;
+    case SQLITE_READONLY:
+      return "the history database is read-only (" + message + ")";
+    case SQLITE_FULL:
+      return "disk full (" + message + ")";
+    default:
+      return message;
   }
 }
 

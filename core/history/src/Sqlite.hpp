@@ -86,7 +86,8 @@ class Statement {
   bool isNull(int col) const { return sqlite3_column_type(m_stmt, col) == SQLITE_NULL; }
   std::string text(int col) const {
     const auto* p = sqlite3_column_text(m_stmt, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, col)))
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, col)))
              : std::string();
   }
 

@@ -84,8 +84,9 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
         auto tables = detail::queryInt(check, "SELECT COUNT(*) FROM sqlite_schema");
         check = {};
         if (tables && *tables > 0) {
-          return Error{withPath(path, "not a PipeStudio history database (a SQLite file with other tables); choose "
-                                      "another file with --db")};
+          return Error{withPath(path,
+                                "not a PipeStudio history database (a SQLite file with other tables); choose "
+                                "another file with --db")};
         }
       }
     }
@@ -101,11 +102,12 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   impl->path = path;
   impl->readOnly = options.readOnly;
   const int flags = options.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  const int opened = options.readOnly ? openReadOnly(path, impl->db.receive(), SQLITE_OPEN_NOMUTEX)
-                                      : sqlite3_open_v2(path.c_str(), impl->db.receive(), flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int opened = options.readOnly
+                         ? openReadOnly(path, impl->db.receive(), SQLITE_OPEN_NOMUTEX)
+                         : sqlite3_open_v2(path.c_str(), impl->db.receive(), flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (opened != SQLITE_OK) {
-    return Error{withPath(path, std::string("cannot open history database: ") +
-                                    (impl->db ? sqlite3_errmsg(impl->db) : "out of memory"))};
+    return Error{withPath(
+        path, std::string("cannot open history database: ") + (impl->db ? sqlite3_errmsg(impl->db) : "out of memory"))};
   }
   sqlite3* db = impl->db;
   sqlite3_busy_timeout(db, options.busyTimeoutMs);
@@ -113,8 +115,9 @@ Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOpt
   // SQLite opens a write-protected file (permissions, a read-only mount) read-only without a
   // word; every write would then fail. Say so once, here.
   if (!options.readOnly && sqlite3_db_readonly(db, "main") == 1) {
-    return Error{withPath(path, "the history database is read-only (the file or its file system cannot be written); "
-                                "read commands (history list, show, compare, export --run) still open it")};
+    return Error{withPath(path,
+                          "the history database is read-only (the file or its file system cannot be written); "
+                          "read commands (history list, show, compare, export --run) still open it")};
   }
   if (!options.readOnly) {
     // New files: 8 KiB pages fit more event rows per leaf; must precede the WAL switch.
@@ -183,8 +186,9 @@ Expected<int> HistoryStore::recoverInterruptedRuns() {
   };
   std::vector<Candidate> dead;
   {
-    Statement st(db, "SELECT id, IFNULL(writer_host, ''), IFNULL(writer_pid, 0), IFNULL(writer_start, '') FROM runs "
-                     "WHERE status = 'running'",
+    Statement st(db,
+                 "SELECT id, IFNULL(writer_host, ''), IFNULL(writer_pid, 0), IFNULL(writer_start, '') FROM runs "
+                 "WHERE status = 'running'",
                  nullptr);
     if (!st) return Error{withPath(m_impl->path, detail::lastError(db))};
     while (st.step() == SQLITE_ROW) {
@@ -199,7 +203,8 @@ Expected<int> HistoryStore::recoverInterruptedRuns() {
   if (!tx) return Error{withPath(m_impl->path, tx.message())};
   Statement upd(db,
                 "UPDATE runs SET status = 'incomplete', finished_ms = ?2, "
-                "events = (SELECT COUNT(*) FROM events WHERE " RUN_EVENT_RANGE "), "
+                "events = (SELECT COUNT(*) FROM events WHERE " RUN_EVENT_RANGE
+                "), "
                 "error = CASE WHEN error = '' THEN ?3 ELSE error END WHERE id = ?1 AND status = 'running'",
                 nullptr);
   for (const auto& c : dead) {

@@ -11,10 +11,14 @@ namespace {
 
 EventCategory categoryOf(trace::Activity::Kind kind) {
   switch (kind) {
-    case trace::Activity::Kind::Kernel: return EventCategory::Kernel;
-    case trace::Activity::Kind::Memcpy: return EventCategory::Memcpy;
-    case trace::Activity::Kind::Memset: return EventCategory::Memset;
-    case trace::Activity::Kind::Nccl: return EventCategory::Nccl;
+    case trace::Activity::Kind::Kernel:
+      return EventCategory::Kernel;
+    case trace::Activity::Kind::Memcpy:
+      return EventCategory::Memcpy;
+    case trace::Activity::Kind::Memset:
+      return EventCategory::Memset;
+    case trace::Activity::Kind::Nccl:
+      return EventCategory::Nccl;
   }
   return EventCategory::Kernel;
 }
@@ -180,8 +184,9 @@ Status StreamIngest::store(trace::Frame& frame) {
       step.reset();
       if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
     }
-    Statement run(im.db, "UPDATE runs SET iterations = MAX(iterations, ?2), dropped_records = dropped_records + ?3 WHERE id = ?1",
-                  nullptr);
+    Statement run(
+        im.db, "UPDATE runs SET iterations = MAX(iterations, ?2), dropped_records = dropped_records + ?3 WHERE id = ?1",
+        nullptr);
     run.bind(1, m_run);
     run.bind(2, m_summary->iterations);
     run.bind(3, static_cast<std::int64_t>(m_summary->droppedRecords));

@@ -2,6 +2,8 @@
 // and op names (scan), decides each file's device lane and the run's time origin, then stores
 // the files into one run (ingest) and numbers each op's iterations by time.
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "pipestudio/history/TraceImport.hpp"
+
 #include <pcre2.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 
 #include "Sqlite.hpp"
 #include "TraceImportImpl.hpp"
-#include "pipestudio/history/TraceImport.hpp"
 #include "pipestudio/common/Files.hpp"
 
 namespace pipestudio::history {
@@ -26,8 +27,8 @@ Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& patte
   const std::string& text = pattern.empty() ? std::string(kPipeliningOpPattern) : pattern;
   int code = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF, &code, &offset,
-                                 nullptr);
+  pcre2_code* re =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF, &code, &offset, nullptr);
   if (!re) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(code, message, sizeof message);
@@ -36,8 +37,8 @@ Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& patte
   }
   std::unique_ptr<OpMatcher> m(new OpMatcher());
   m->m_code = re;
-  for (auto [name, slot] : {std::pair{"stage", &m->m_stage}, std::pair{"kind", &m->m_kind},
-                            std::pair{"microbatch", &m->m_microbatch}}) {
+  for (auto [name, slot] :
+       {std::pair{"stage", &m->m_stage}, std::pair{"kind", &m->m_kind}, std::pair{"microbatch", &m->m_microbatch}}) {
     const int n = pcre2_substring_number_from_name(re, reinterpret_cast<PCRE2_SPTR>(name));
     if (n < 0) {
       return Error{"--op-pattern '" + text + "' has no named group (?<" + name +
@@ -63,8 +64,8 @@ std::optional<OpName> OpMatcher::match(std::string_view name) const {
     return c;
   }();
   auto* data = static_cast<pcre2_match_data*>(m_data);
-  const int rc = pcre2_match(static_cast<pcre2_code*>(m_code), reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0,
-                             0, data, context);
+  const int rc = pcre2_match(static_cast<pcre2_code*>(m_code), reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(),
+                             0, 0, data, context);
   if (rc <= 0) return std::nullopt;
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
   const auto group = [&](std::uint32_t n) -> std::string_view {
@@ -128,9 +129,12 @@ namespace {
 
 const char* formatName(TraceFormat f) {
   switch (f) {
-    case TraceFormat::Stream: return "PipeStudio stream";
-    case TraceFormat::ChromeJson: return "Chrome/Kineto JSON";
-    case TraceFormat::NsysSqlite: return "Nsight Systems SQLite";
+    case TraceFormat::Stream:
+      return "PipeStudio stream";
+    case TraceFormat::ChromeJson:
+      return "Chrome/Kineto JSON";
+    case TraceFormat::NsysSqlite:
+      return "Nsight Systems SQLite";
   }
   return "?";
 }
@@ -177,7 +181,8 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
       auto ops = store.loadEvents(r->runId, EventCategory::Op);
       if (ops && options.plan) {
         std::set<std::tuple<int, int, int, int>> planned;
-        for (const Op& op : options.plan->ops) planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+        for (const Op& op : options.plan->ops)
+          planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
         for (const auto& e : *ops) {
           ++out.measuredOps;
           if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++out.matchedOps;
@@ -188,7 +193,7 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
       return out;
     }
     auto scan = *format == TraceFormat::NsysSqlite ? detail::scanNsysFile(file, **matcher)
-                                                  : detail::scanChromeFile(file, **matcher);
+                                                   : detail::scanChromeFile(file, **matcher);
     if (!scan) return scan.error();
     scans.push_back(std::move(*scan));
   }
@@ -207,7 +212,8 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
   if (options.plan) {
     stageDevice.assign(options.plan->virtualStages.size(), -1);
     for (const VirtualStage& vs : options.plan->virtualStages) {
-      if (vs.id >= 0 && vs.id < static_cast<int>(stageDevice.size())) stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
+      if (vs.id >= 0 && vs.id < static_cast<int>(stageDevice.size()))
+        stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
     }
   }
   const bool multi = files.size() > 1;
@@ -239,7 +245,8 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
         const std::int64_t perRank = options.plan->config.parallel.gpusPerPipelineRank();
         if (perRank > 1 && lane < options.plan->config.totalGpus()) lane /= perRank;
       }
-      if (lane < 0 || lane > 1 << 20) return Error{files[i] + ": distributedInfo.rank " + std::to_string(*s.rank) + " out of range"};
+      if (lane < 0 || lane > 1 << 20)
+        return Error{files[i] + ": distributedInfo.rank " + std::to_string(*s.rank) + " out of range"};
       device = static_cast<int>(lane);
       why = "rank " + std::to_string(*s.rank);
     } else if (multi) {
@@ -254,8 +261,9 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
       }
     }
     devices[i] = device;
-    notes.push_back(files[i] + ": " + formatName(s.format) +
-                    (device ? ", device " + std::to_string(*device) + " (" + why + ")" : std::string(", devices as recorded")));
+    notes.push_back(
+        files[i] + ": " + formatName(s.format) +
+        (device ? ", device " + std::to_string(*device) + " (" + why + ")" : std::string(", devices as recorded")));
   }
   std::optional<std::int64_t> origin;
   for (const auto& s : scans) {
@@ -265,7 +273,8 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
   // --- ingest ---
   RunInfo info = options.info;
   if (info.source.empty()) info.source = scans.front().format == TraceFormat::NsysSqlite ? "nsys" : "chrome";
-  if (info.sourcePath.empty()) info.sourcePath = files.front() + (multi ? " (+" + std::to_string(files.size() - 1) + ")" : "");
+  if (info.sourcePath.empty())
+    info.sourcePath = files.front() + (multi ? " (+" + std::to_string(files.size() - 1) + ")" : "");
   if (info.gpu.empty()) info.gpu = scans.front().gpuName;
   auto run = store.beginRun(info);
   if (!run) return run.error();
@@ -312,7 +321,8 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
   if (!ops) return fail(ops.error());
   std::set<std::tuple<int, int, int, int>> planned;
   if (options.plan) {
-    for (const Op& op : options.plan->ops) planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+    for (const Op& op : options.plan->ops)
+      planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
   }
   for (const auto& e : *ops) {
     ++result.measuredOps;
@@ -320,8 +330,8 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
   }
   std::string note = incomplete.value_or("");
   if (result.skipped > 0) {
-    note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) + " event(s) skipped, first: " +
-            result.firstError.value_or("");
+    note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) +
+            " event(s) skipped, first: " + result.firstError.value_or("");
   }
   const RunStatus status = incomplete ? RunStatus::Incomplete : RunStatus::Complete;
   if (auto st = store.finishRun(*run, status, note); !st) return fail(st.error());

@@ -68,11 +68,11 @@ struct FileContext {
   std::string path;
   int fileIndex = 0;
   std::int64_t baseNs = 0;
-  std::optional<int> device;        ///< the device lane of this file's rank (all its GPU-side events)
-  bool useGpuAnnotations = false;   ///< op ranges from GPU annotation lanes only (else host ranges)
-  bool legacy = false;              ///< B = input gradient, BW = full backward
-  bool recordSteps = true;          ///< ProfilerStep#N / step ranges into the steps table
-  bool allowTruncated = false;      ///< the scan found a plain JSON file cut short after its events
+  std::optional<int> device;       ///< the device lane of this file's rank (all its GPU-side events)
+  bool useGpuAnnotations = false;  ///< op ranges from GPU annotation lanes only (else host ranges)
+  bool legacy = false;             ///< B = input gradient, BW = full backward
+  bool recordSteps = true;         ///< ProfilerStep#N / step ranges into the steps table
+  bool allowTruncated = false;     ///< the scan found a plain JSON file cut short after its events
   const OpMatcher* matcher = nullptr;
   const std::vector<int>* stageDevice = nullptr;  ///< plan placement; null without a plan
   /// Device of an annotated stage: the plan's placement, else this file's device.

@@ -145,16 +145,16 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   std::vector<Gemm> gemms;
   gemms.push_back({nc, (h + 2.0 * hkv) / T, h});  // QKV (column parallel)
   gemms.push_back({nc, h, h / T});                // attention output projection (row parallel)
-  double routedTokens = 0;  // tokens this GPU's experts process per microbatch (balanced router)
+  double routedTokens = 0;                        // tokens this GPU's experts process per microbatch (balanced router)
   if (moe) {
     // Each of the E expert-parallel ranks receives the tokens routed to its experts from all E
     // ranks: E · nc · top_k · cf / E (balanced router); its T GPUs split the expert FFN.
     routedTokens = nc * topK * cf;
     const double localExperts = std::max(1.0, experts / E);
     const double perExpert = routedTokens / localExperts;
-    gemms.push_back({nc / sp, experts, h});  // router (replicated over TP)
+    gemms.push_back({nc / sp, experts, h});                                        // router (replicated over TP)
     gemms.push_back({perExpert, (swiglu ? 2.0 : 1.0) * fe / T, h, localExperts});  // expert FC1 (gate+up)
-    gemms.push_back({perExpert, h, fe / T, localExperts});                          // expert FC2
+    gemms.push_back({perExpert, h, fe / T, localExperts});                         // expert FC2
     if (shared > 0) {
       gemms.push_back({nc, (swiglu ? 2.0 : 1.0) * shared * fe / T, h});
       gemms.push_back({nc, h, shared * fe / T});
@@ -204,8 +204,8 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
     // under the attention core of the chunk it computes meanwhile.
     const double chunkBytes = 2.0 * kBf16 * nc * hkv / T;
     const CollectiveLink& l = ctx.links.context;
-    const double stepMs = l.bandwidthGBps > 0 ? chunkBytes / (l.bandwidthGBps * 1e6) + l.latencyUs / 1000.0
-                                              : l.latencyUs / 1000.0;
+    const double stepMs =
+        l.bandwidthGBps > 0 ? chunkBytes / (l.bandwidthGBps * 1e6) + l.latencyUs / 1000.0 : l.latencyUs / 1000.0;
     const double ringMs = (C - 1.0) * stepMs;
     cpFwdMs = std::max(0.0, ringMs - attnFwdMs * (C - 1.0) / C);
     cpBwdMs = std::max(0.0, 2.0 * ringMs - attnBwdMs * (C - 1.0) / C);  // K/V again and their gradients
@@ -233,8 +233,7 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   double mlpAct = 0;
   if (moe) {
     // Each routed copy's expert input and internals, and the shared experts'.
-    mlpAct = topK * cf * (2.0 * h + (swiglu ? 6.0 : 4.0) * fe) +
-             shared * (swiglu ? 6.0 : 4.0) * fe;
+    mlpAct = topK * cf * (2.0 * h + (swiglu ? 6.0 : 4.0) * fe) + shared * (swiglu ? 6.0 : 4.0) * fe;
   } else {
     mlpAct = (swiglu ? 6.0 : 4.0) * f;  // GELU input + FC2 input, or SwiGLU's gate, up and FC2 input
   }
@@ -315,7 +314,7 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
   const double nc = n / C;
   LayerCosts c;
   c.modelFlopsForward = 2.0 * n * h * v;
-  c.modelParameters = tied ? 0.0 : v * h;  // tied: the embedding's weight, counted there
+  c.modelParameters = tied ? 0.0 : v * h;         // tied: the embedding's weight, counted there
   c.parameterBytes = toBytes(kBf16 * v * h / T);  // a tied head on another rank holds a copy (Megatron)
   const PassTimes gemm = gemmPasses(gpu, {{nc, v / T, h}});
   // Cross-entropy: read the bf16 logits, write fp32 softmax (forward); read it, write the
@@ -393,7 +392,8 @@ CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& p
       l.bandwidthGBps = cluster.intraNode.bandwidthGBps;
       l.latencyUs = cluster.intraNode.latencyUs;
     } else {
-      const double nics = cluster.nicsPerNode > 0 ? static_cast<double>(cluster.nicsPerNode) : static_cast<double>(perNode);
+      const double nics =
+          cluster.nicsPerNode > 0 ? static_cast<double>(cluster.nicsPerNode) : static_cast<double>(perNode);
       l.bandwidthGBps = cluster.interNode.bandwidthGBps * std::min(1.0, nics / static_cast<double>(perNode));
       l.latencyUs = cluster.interNode.latencyUs;
       l.crossesNodes = true;
@@ -539,6 +539,8 @@ double staticMemoryBytes(double trainableParameters, double frozenParameters, co
   return trainableParameters * staticBytesPerParameter(optimizer, dataParallel) + frozenParameters * kBf16;
 }
 
-double optimizerStepMs(const GpuSpec& gpu, double parameters) { return memoryMs(gpu, 34.0 * std::max(0.0, parameters)); }
+double optimizerStepMs(const GpuSpec& gpu, double parameters) {
+  return memoryMs(gpu, 34.0 * std::max(0.0, parameters));
+}
 
 }  // namespace pipestudio

@@ -204,7 +204,8 @@ void writeLauncherSections(const HostsSpec& h, Json& j) {
     if (!s.extraArgs.empty()) sj["extra_args"] = s.extraArgs;
     j["slurm"] = std::move(sj);
   }
-  if (h.launcher == Launcher::Mpirun && !h.mpirun.extraArgs.empty()) j["mpirun"] = Json{{"extra_args", h.mpirun.extraArgs}};
+  if (h.launcher == Launcher::Mpirun && !h.mpirun.extraArgs.empty())
+    j["mpirun"] = Json{{"extra_args", h.mpirun.extraArgs}};
   if (h.serverAliveIntervalS != defaults.serverAliveIntervalS) j["server_alive_interval_s"] = h.serverAliveIntervalS;
   if (h.serverAliveCountMax != defaults.serverAliveCountMax) j["server_alive_count_max"] = h.serverAliveCountMax;
 }

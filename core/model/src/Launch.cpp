@@ -24,18 +24,24 @@ std::vector<std::string> names(const std::array<Enum, N>& all) {
 
 std::string_view name(Backend backend) {
   switch (backend) {
-    case Backend::Cuda: return "cuda";
-    case Backend::CudaSingle: return "cuda-single";
-    case Backend::Cpu: return "cpu";
+    case Backend::Cuda:
+      return "cuda";
+    case Backend::CudaSingle:
+      return "cuda-single";
+    case Backend::Cpu:
+      return "cpu";
   }
   return "cpu";
 }
 
 std::string_view name(Launcher launcher) {
   switch (launcher) {
-    case Launcher::Ssh: return "ssh";
-    case Launcher::Slurm: return "slurm";
-    case Launcher::Mpirun: return "mpirun";
+    case Launcher::Ssh:
+      return "ssh";
+    case Launcher::Slurm:
+      return "slurm";
+    case Launcher::Mpirun:
+      return "mpirun";
   }
   return "ssh";
 }

@@ -1,15 +1,15 @@
 #include "pipestudio/model/ModelIO.hpp"
 
-#include "HostsIO.hpp"
-#include "pipestudio/common/Text.hpp"
-#include "pipestudio/model/Limits.hpp"
-
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
-#include <utility>
 #include <map>
 #include <set>
+#include <utility>
+
+#include "HostsIO.hpp"
+#include "pipestudio/common/Text.hpp"
+#include "pipestudio/model/Limits.hpp"
 
 namespace pipestudio {
 namespace {
@@ -51,7 +51,8 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
   const auto expertFfn = r.integer(node, "expert_ffn", Presence::Optional, 1, kMaxDim);
   const auto shared = r.integer(node, "shared_experts", Presence::Optional, 0, 100000);
   const auto capacity = r.number(node, "capacity_factor", Presence::Optional, 0.01, 1000.0);
-  s.mlp = readChoice<MlpKind>(r, node, "mlp", {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}}).value_or(MlpKind::Gelu);
+  s.mlp = readChoice<MlpKind>(r, node, "mlp", {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}})
+              .value_or(MlpKind::Gelu);
   s.attention = readChoice<AttentionKind>(r, node, "attention",
                                           {{"flash", AttentionKind::Flash}, {"standard", AttentionKind::Standard}})
                     .value_or(AttentionKind::Flash);
@@ -107,17 +108,24 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   layer.name = name.value_or("");
   layer.kind = r.string(node, "kind", Presence::Optional).value_or("generic");
   layer.forwardMs = r.number(node, "forward_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.backwardInputMs = r.number(node, "backward_input_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.backwardWeightMs = r.number(node, "backward_weight_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.activationBytes = r.integer(node, "activation_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.weightGradBytes = r.integer(node, "weight_grad_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.parameterBytes = r.integer(node, "parameter_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.outputBytes = r.integer(node, "output_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.backwardInputMs =
+      r.number(node, "backward_input_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  layer.backwardWeightMs =
+      r.number(node, "backward_weight_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  layer.activationBytes =
+      r.integer(node, "activation_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.weightGradBytes =
+      r.integer(node, "weight_grad_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.parameterBytes =
+      r.integer(node, "parameter_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  layer.outputBytes =
+      r.integer(node, "output_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
   layer.flopsForward = r.number(node, "flops_forward", Presence::Optional, 0, 1.0e21);
   layer.params = r.integer(node, "params", Presence::Optional, 0, kMaxBytes);
   layer.tied = r.boolean(node, "tied", Presence::Optional).value_or(false);
   if (layer.tied && layer.kind != "embedding" && layer.kind != "lm_head") {
-    r.error(node.child("tied"), "only an embedding or lm_head layer can be tied (this layer's kind is '" + layer.kind + "')");
+    r.error(node.child("tied"),
+            "only an embedding or lm_head layer can be tied (this layer's kind is '" + layer.kind + "')");
   }
   if (auto shape = r.field(node, "transformer", Presence::Optional)) {
     layer.transformer = readShape(r, *shape, layer.kind);
@@ -147,9 +155,9 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   if (count > layersLeft) {
     // A refusal, never a truncation: the caller stops reading (layersLeft < 0) and the model
     // is not returned.
-    r.error(repeat ? node.child("repeat") : node,
-            "would make more than " + std::to_string(kMaxLayers) + " layers in the model (expected at most " +
-                std::to_string(kMaxLayers) + ")");
+    r.error(repeat ? node.child("repeat") : node, "would make more than " + std::to_string(kMaxLayers) +
+                                                      " layers in the model (expected at most " +
+                                                      std::to_string(kMaxLayers) + ")");
     layersLeft = -1;
     return;
   }
@@ -190,8 +198,8 @@ std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool
   if (layersLeft < 0) return c;  // an earlier component already passed the limit
   if (entries > static_cast<std::size_t>(std::max<std::int64_t>(0, layersLeft))) {
     // Counted before reading: 10⁶ entries are refused with their number, not read and cut.
-    r.error(*layers, "component '" + excerpt(c.name) + "' lists " + std::to_string(entries) + " layers; the model may have at most " +
-                         std::to_string(kMaxLayers) + " layers in all");
+    r.error(*layers, "component '" + excerpt(c.name) + "' lists " + std::to_string(entries) +
+                         " layers; the model may have at most " + std::to_string(kMaxLayers) + " layers in all");
     layersLeft = -1;
     return c;
   }
@@ -203,8 +211,8 @@ std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
     auto [it, fresh] = seen.emplace(c.layers[i].name, i);
     if (!fresh && !c.layers[i].name.empty()) {
-      r.error(*layers,
-              "duplicate layer name '" + excerpt(c.layers[i].name) + "' in component '" + excerpt(c.name) + "' (expected unique names)");
+      r.error(*layers, "duplicate layer name '" + excerpt(c.layers[i].name) + "' in component '" + excerpt(c.name) +
+                           "' (expected unique names)");
     }
   }
   return c;
@@ -271,7 +279,7 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node) {
   const auto mem = r.number(node, "memory_gib", Presence::Required, limits::kMemoryGib.min, limits::kMemoryGib.max);
   const auto eff = r.number(node, "efficiency", Presence::Optional, limits::kEfficiency.min, limits::kEfficiency.max);
   const auto hbm = r.number(node, "memory_bandwidth_gbps", Presence::Optional, limits::kMemoryBandwidthGBps.min,
-                                  limits::kMemoryBandwidthGBps.max);
+                            limits::kMemoryBandwidthGBps.max);
   const auto sms = r.integer(node, "sm_count", Presence::Optional, limits::kSmCount.min, limits::kSmCount.max);
   if (!peak || !mem) return std::nullopt;
   g.memoryBandwidthGBps = hbm.value_or(0);
@@ -287,7 +295,8 @@ std::optional<LinkSpec> readLink(JsonReader& r, const JsonNode& node) {
   r.rejectUnknown(node, {"bandwidth_gbps", "latency_us"});
   const auto bw = r.number(node, "bandwidth_gbps", Presence::Required, limits::kLinkBandwidthGBps.min,
                            limits::kLinkBandwidthGBps.max);
-  const auto lat = r.number(node, "latency_us", Presence::Optional, limits::kLinkLatencyUs.min, limits::kLinkLatencyUs.max);
+  const auto lat =
+      r.number(node, "latency_us", Presence::Optional, limits::kLinkLatencyUs.min, limits::kLinkLatencyUs.max);
   if (!bw) return std::nullopt;
   return LinkSpec{*bw, lat.value_or(0)};
 }
@@ -324,7 +333,7 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
   // The schema first: a file of another kind is named as such, not listed as unknown fields.
   if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
   r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
-                      "description"});
+                       "description"});
   ModelSpec m;
   m.name = r.string(at, "name", Presence::Required).value_or("");
   m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
@@ -360,7 +369,8 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
       auto c = readComponent(r, comps->child(i), true, "", layersLeft);
       if (!c) continue;
       if (!c->name.empty() && !seen.emplace(c->name, i).second) {
-        r.error(comps->child(i).child("name"), "duplicate component name '" + excerpt(c->name) + "' (expected unique names)");
+        r.error(comps->child(i).child("name"),
+                "duplicate component name '" + excerpt(c->name) + "' (expected unique names)");
       }
       m.components.push_back(std::move(*c));
     }
@@ -405,15 +415,16 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
       r.rejectUnknown(n, {"host", "gpus", "ssh", "gpu"});
       NodeSpec node;
       node.host = r.string(n, "host", Presence::Required).value_or("");
-      node.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max).value_or(0));
+      node.gpus = static_cast<int>(
+          r.integer(n, "gpus", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max).value_or(0));
       if (auto s = r.field(n, "ssh", Presence::Optional)) node.ssh = readSsh(r, *s);
       if (auto g = r.field(n, "gpu", Presence::Optional)) node.gpu = readGpu(r, *g);
       c.nodes.push_back(std::move(node));
     }
   } else if (nodesNode) {
     const auto count = r.integerValue(*nodesNode, 1, 100000);
-    const auto perNode = r.integer(at, "gpus_per_node", Presence::Required, limits::kGpusPerNode.min,
-                                    limits::kGpusPerNode.max);
+    const auto perNode =
+        r.integer(at, "gpus_per_node", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max);
     if (count && perNode) {
       for (std::int64_t i = 0; i < *count; ++i) {
         c.nodes.push_back(NodeSpec{"node" + std::to_string(i), static_cast<int>(*perNode), std::nullopt, std::nullopt});
@@ -517,7 +528,8 @@ std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
     checkSshName(r, n.child("user"), e.user, "user name");
     e.identityFile = r.string(n, "identity_file", Presence::Optional).value_or("");
     e.knownHostsFile = r.string(n, "known_hosts_file", Presence::Optional).value_or("");
-    e.gpus = static_cast<int>(r.integer(n, "gpus", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max).value_or(1));
+    e.gpus = static_cast<int>(
+        r.integer(n, "gpus", Presence::Required, limits::kGpusPerNode.min, limits::kGpusPerNode.max).value_or(1));
     e.remoteDir = r.string(n, "remote_dir", Presence::Optional).value_or("~/.pipestudio");
     h.hosts.push_back(std::move(e));
   }

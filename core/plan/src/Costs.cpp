@@ -39,8 +39,8 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
   const int a = deviceFirstGpu(config, from);
   const int b = deviceFirstGpu(config, to);
   double ms = cluster.transferMs(a, b, bytesPerGpu);
-  const std::int64_t senders = static_cast<std::int64_t>(std::max(1, config.parallel.tensor)) *
-                               std::max(1, config.parallel.context);
+  const std::int64_t senders =
+      static_cast<std::int64_t>(std::max(1, config.parallel.tensor)) * std::max(1, config.parallel.context);
   if (senders > 1 && cluster.nicsPerNode > 0 && cluster.nodeOfDevice(a) != cluster.nodeOfDevice(b) &&
       cluster.interNode.bandwidthGBps > 0) {
     // Fewer NICs than concurrent senders: the bandwidth term stretches by senders / NICs.

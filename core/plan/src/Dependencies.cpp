@@ -62,7 +62,8 @@ std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consume
   if (!f.layers.empty() && isSequenceKind(f.layers.back().kind)) {
     for (const VirtualStage& vs : shell.virtualStages) {
       if (vs.component != consumer) continue;
-      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && static_cast<std::size_t>(l) < c.layers.size(); ++l) {
+      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && static_cast<std::size_t>(l) < c.layers.size();
+           ++l) {
         if (c.layers[static_cast<std::size_t>(l)].kind == "attention") {
           out.push_back(vs.id);
           break;
@@ -141,8 +142,10 @@ std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vecto
         const std::int32_t t = fIndex[static_cast<std::size_t>(s) * mu + static_cast<std::size_t>(mb)];
         if (dc < 0 || dc >= devices || t < 0) continue;
         auto it = targets.find(dc);
-        if (it == targets.end()) targets.emplace(dc, t);
-        else it->second = std::min(it->second, t);
+        if (it == targets.end())
+          targets.emplace(dc, t);
+        else
+          it->second = std::min(it->second, t);
       }
       for (int pd = 0; pd < devices; ++pd) {
         auto it = producers.find({c, mb, pd});
@@ -174,7 +177,9 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
   for (std::size_t d = 0; d < pu; ++d) {
     for (std::size_t i = 0; i < lanes[d].size(); ++i) {
       const OrderedOp& o = lanes[d][i];
-      if ((o.kind != OpKind::S && o.kind != OpKind::T) || !okStage(o.virtualStage) || o.microbatch < 0 || o.microbatch >= m) continue;
+      if ((o.kind != OpKind::S && o.kind != OpKind::T) || !okStage(o.virtualStage) || o.microbatch < 0 ||
+          o.microbatch >= m)
+        continue;
       any = true;
       shard[static_cast<std::size_t>(o.virtualStage)] = 1;
       auto& slot = (o.kind == OpKind::S ? sIndex : tIndex)[d * mu + static_cast<std::size_t>(o.microbatch)];
@@ -185,7 +190,9 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
   // The last trainable stage of pipeline 0 that is not a shard feeds the output layer.
   int last = -1;
   for (const VirtualStage& vs : shell.virtualStages) {
-    if (vs.pipeline != 0 || shard[static_cast<std::size_t>(vs.id >= 0 && static_cast<std::size_t>(vs.id) < nStages ? vs.id : 0)]) continue;
+    if (vs.pipeline != 0 ||
+        shard[static_cast<std::size_t>(vs.id >= 0 && static_cast<std::size_t>(vs.id) < nStages ? vs.id : 0)])
+      continue;
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= shell.model.components.size()) continue;
     if (!shell.model.components[static_cast<std::size_t>(vs.component)].trainable) continue;
     last = std::max(last, vs.id);
@@ -199,10 +206,12 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
     const OrderedOp& o = lane[i];
     if (o.virtualStage != last || o.microbatch < 0 || o.microbatch >= m) continue;
     if (o.kind == OpKind::F) fLast[static_cast<std::size_t>(o.microbatch)] = static_cast<std::int32_t>(i);
-    if (o.kind == OpKind::B || o.kind == OpKind::BW) bLast[static_cast<std::size_t>(o.microbatch)] = static_cast<std::int32_t>(i);
+    if (o.kind == OpKind::B || o.kind == OpKind::BW)
+      bLast[static_cast<std::size_t>(o.microbatch)] = static_cast<std::int32_t>(i);
   }
   const auto costs = stageCosts(shell);
-  const std::int64_t hiddenBytes = static_cast<std::size_t>(last) < costs.size() ? costs[static_cast<std::size_t>(last)].outputBytes : 0;
+  const std::int64_t hiddenBytes =
+      static_cast<std::size_t>(last) < costs.size() ? costs[static_cast<std::size_t>(last)].outputBytes : 0;
   // Softmax statistics: max and sum per token (fp32), for the shards' LM head sequence.
   std::int64_t seq = 1;
   for (std::size_t s = 0; s < nStages && seq == 1; ++s) {
@@ -232,7 +241,8 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
       // all-reduce right after S (as fp32 partial sums, plus the statistics).
       const std::int32_t gradFrom = oneBarrier ? sI : tI;
       if (bLast[mb] >= 0 && gradFrom >= 0) {
-        out.push_back({{dev, gradFrom}, {lastDevice, bLast[mb]}, oneBarrier ? 2 * hiddenBytes + statsBytes : hiddenBytes});
+        out.push_back(
+            {{dev, gradFrom}, {lastDevice, bLast[mb]}, oneBarrier ? 2 * hiddenBytes + statsBytes : hiddenBytes});
       }
     }
   }
@@ -269,7 +279,6 @@ std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vect
   out.insert(out.end(), vocab.begin(), vocab.end());
   return out;
 }
-
 
 bool validStage(const Plan& shell, int stage) {
   if (stage < 0 || static_cast<std::size_t>(stage) >= shell.virtualStages.size()) return false;
@@ -363,7 +372,8 @@ std::vector<FrozenHandoff> crossIterationFrozenOutputs(const Plan& plan,
     auto it = consumerDevices.find(c);
     if (it == consumerDevices.end()) {
       std::vector<int> devices;
-      for (int s : frozenConsumerStagesOf(plan, c)) devices.push_back(plan.virtualStages[static_cast<std::size_t>(s)].device);
+      for (int s : frozenConsumerStagesOf(plan, c))
+        devices.push_back(plan.virtualStages[static_cast<std::size_t>(s)].device);
       std::sort(devices.begin(), devices.end());
       devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
       it = consumerDevices.emplace(c, std::move(devices)).first;

@@ -1,10 +1,10 @@
 #include "pipestudio/plan/Memory.hpp"
 
-#include "pipestudio/plan/Costs.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio {
 namespace {
@@ -94,7 +94,8 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
     const auto& layers = plan.model.components[static_cast<std::size_t>(vs.component)].layers;
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
-      if (layers[static_cast<std::size_t>(l)].kind == "embedding") hasEmbedding[static_cast<std::size_t>(vs.device)] = 1;
+      if (layers[static_cast<std::size_t>(l)].kind == "embedding")
+        hasEmbedding[static_cast<std::size_t>(vs.device)] = 1;
     }
   }
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
@@ -114,7 +115,8 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     MemoryBreakdown& m = out[d];
     m.parameterBytes = static_cast<std::int64_t>(
         std::llround(denseParams[d] * dense.parameter + expertParams[d] * expert.parameter + frozen[d] * 2.0));
-    m.gradientBytes = static_cast<std::int64_t>(std::llround(denseParams[d] * dense.gradient + expertParams[d] * expert.gradient));
+    m.gradientBytes =
+        static_cast<std::int64_t>(std::llround(denseParams[d] * dense.gradient + expertParams[d] * expert.gradient));
     m.optimizerBytes =
         static_cast<std::int64_t>(std::llround(denseParams[d] * dense.optimizer + expertParams[d] * expert.optimizer));
     m.communicationBytes = buffers[d];
@@ -159,7 +161,8 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
   {
     std::vector<std::size_t> perDevice(devices, 0);
     for (const Op& op : plan.ops) {
-      if (op.device >= 0 && static_cast<std::size_t>(op.device) < devices) ++perDevice[static_cast<std::size_t>(op.device)];
+      if (op.device >= 0 && static_cast<std::size_t>(op.device) < devices)
+        ++perDevice[static_cast<std::size_t>(op.device)];
     }
     for (std::size_t d = 0; d < devices; ++d) events[d].reserve(perDevice[d] + perDevice[d] / 8);
   }
@@ -176,8 +179,9 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
     const auto stage = static_cast<std::size_t>(op.virtualStage);
     const StageCosts& c = costs[stage];
     const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
-    const auto act = op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
-                                    : wholeAct[stage];
+    const auto act = op.samples > 0
+                         ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
+                         : wholeAct[stage];
     const auto wgrad = op.samples > 0
                            ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction))
                            : wholeWgrad[stage];
@@ -244,7 +248,8 @@ double modelFlopsPerMicrobatch(const Plan& plan) {
   for (std::size_t c = 0; c < plan.model.components.size(); ++c) {
     const Component& comp = plan.model.components[c];
     const CostContext ctx = costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, 0, comp.trainable);
-    for (const Layer& layer : comp.layers) flops += (comp.trainable ? 3.0 : 1.0) * layerCosts(layer, ctx).modelFlopsForward;
+    for (const Layer& layer : comp.layers)
+      flops += (comp.trainable ? 3.0 : 1.0) * layerCosts(layer, ctx).modelFlopsForward;
   }
   return flops;
 }
@@ -336,7 +341,8 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
     if (tiedSplit && (embedding[d] || tiedHead[d])) exposed += tiedSyncMs;
     const double shardDense = zero >= 1 ? dense[d] / dp : dense[d];
     const double shardExpert = zero >= 1 ? expert[d] / expertDp : expert[d];
-    double optimizerMs = optimizerStepMs(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)), shardDense + shardExpert);
+    double optimizerMs =
+        optimizerStepMs(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)), shardDense + shardExpert);
     if (zero == 1 || zero == 2) {
       optimizerMs += allGatherMs(links.data, dp, 2.0 * dense[d]) + allGatherMs(links.data, expertDp, 2.0 * expert[d]);
     }
@@ -418,8 +424,9 @@ Metrics computeMetrics(const Plan& plan) {
     const auto stage = static_cast<std::size_t>(op.virtualStage);
     const StageCosts& c = costs[stage];
     const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
-    const auto act = op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
-                                    : wholeAct[stage];
+    const auto act = op.samples > 0
+                         ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
+                         : wholeAct[stage];
     const auto wgrad = op.samples > 0
                            ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction))
                            : wholeWgrad[stage];

@@ -11,11 +11,15 @@ std::string_view opKindName(OpKind kind) { return kNames[static_cast<std::size_t
 
 std::string_view commPayloadName(OpKind kind) {
   switch (kind) {
-    case OpKind::F: return "activation";
-    case OpKind::N: return "frozen output";
+    case OpKind::F:
+      return "activation";
+    case OpKind::N:
+      return "frozen output";
     case OpKind::S:
-    case OpKind::T: return "vocabulary";
-    default: return "gradient";
+    case OpKind::T:
+      return "vocabulary";
+    default:
+      return "gradient";
   }
 }
 

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <unordered_map>
 
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
-
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -108,10 +107,28 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "metrics", "generator", "notes"});
   Plan plan;
   if (auto cfg = r.object(at, "config", Presence::Required)) {
-    r.rejectUnknown(*cfg, {"schedule", "devices", "microbatches", "chunks_per_device", "partition", "fill",
-                           "memory_limit_bytes", "data_parallel", "dp", "tp", "cp", "ep", "sequence_parallel",
-                           "recompute", "zero", "overlap_grad_reduce", "global_batch", "micro_batch_size",
-                           "optimizer_sync", "vocab_barriers", "overlap_forward_backward", "unit_microbatches"});
+    r.rejectUnknown(*cfg, {"schedule",
+                           "devices",
+                           "microbatches",
+                           "chunks_per_device",
+                           "partition",
+                           "fill",
+                           "memory_limit_bytes",
+                           "data_parallel",
+                           "dp",
+                           "tp",
+                           "cp",
+                           "ep",
+                           "sequence_parallel",
+                           "recompute",
+                           "zero",
+                           "overlap_grad_reduce",
+                           "global_batch",
+                           "micro_batch_size",
+                           "optimizer_sync",
+                           "vocab_barriers",
+                           "overlap_forward_backward",
+                           "unit_microbatches"});
     PlanConfig& c = plan.config;
     c.schedule = r.string(*cfg, "schedule", Presence::Required).value_or("");
     c.devices = static_cast<int>(r.integer(*cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
@@ -147,7 +164,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       if (*sync == "global" || *sync == "post-validation") {
         c.optimizerSync = *sync;
       } else {
-        r.error(cfg->child("optimizer_sync"), "'" + *sync + "' is not an optimizer sync (expected global or post-validation)");
+        r.error(cfg->child("optimizer_sync"),
+                "'" + *sync + "' is not an optimizer sync (expected global or post-validation)");
       }
     }
     // Plans written before vocab_barriers existed timed their S/T passes with two barriers.
@@ -212,8 +230,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
   if (auto ops = r.array(at, "ops", Presence::Required)) {
     if (ops->value->size() > kMaxPlanOps) {
-      r.error(*ops,
-              "has " + std::to_string(ops->value->size()) + " ops (expected at most " + std::to_string(kMaxPlanOps) + ")");
+      r.error(*ops, "has " + std::to_string(ops->value->size()) + " ops (expected at most " +
+                        std::to_string(kMaxPlanOps) + ")");
       return std::nullopt;
     }
     plan.ops.reserve(ops->value->size());
@@ -333,7 +351,8 @@ Json planToJson(const Plan& plan) {
   if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
   if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;
   // Only vocabulary-parallel plans (S/T ops) say how their passes synchronise.
-  if (std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
+  if (std::any_of(plan.ops.begin(), plan.ops.end(),
+                  [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
     cfg["vocab_barriers"] = c.vocabBarriers;
   }
   if (c.overlapForwardBackward) cfg["overlap_forward_backward"] = true;
@@ -429,8 +448,8 @@ Status savePlan(const std::string& path, const Plan& plan) {
 
 Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::int64_t microbatches) {
   // Up to F, B and W per virtual stage and microbatch; computed in double so it cannot overflow.
-  const double ops = 3.0 * static_cast<double>(devices) * static_cast<double>(chunksPerDevice) *
-                     static_cast<double>(microbatches);
+  const double ops =
+      3.0 * static_cast<double>(devices) * static_cast<double>(chunksPerDevice) * static_cast<double>(microbatches);
   if (ops <= static_cast<double>(kMaxPlanOps)) return {};
   char count[32];
   std::snprintf(count, sizeof count, "%.3g", ops);
@@ -491,8 +510,10 @@ Status validatePlanStructure(const Plan& plan) {
   const int devices = plan.config.devices;
   const int microbatches = plan.config.microbatches;
   if (devices < 1) return Error{"/config/devices: " + std::to_string(devices) + " (expected at least 1)"};
-  if (microbatches < 1) return Error{"/config/microbatches: " + std::to_string(microbatches) + " (expected at least 1)"};
-  if (auto st = checkDevicesFitCluster(plan.config, plan.cluster); !st) return Error{"/config/devices: " + st.message()};
+  if (microbatches < 1)
+    return Error{"/config/microbatches: " + std::to_string(microbatches) + " (expected at least 1)"};
+  if (auto st = checkDevicesFitCluster(plan.config, plan.cluster); !st)
+    return Error{"/config/devices: " + st.message()};
   if (plan.ops.size() > kMaxPlanOps) {
     return Error{"/ops: " + std::to_string(plan.ops.size()) + " ops, more than the limit of " +
                  std::to_string(kMaxPlanOps) + " per plan"};

@@ -73,25 +73,38 @@ void appendTail(std::string& tail, std::string_view text) {
 
 std::string_view rankStateName(RankState s) {
   switch (s) {
-    case RankState::Connecting: return "connecting";
-    case RankState::Connected: return "connected";
-    case RankState::Queued: return "queued";
-    case RankState::Uploading: return "uploading";
-    case RankState::Starting: return "starting";
-    case RankState::Running: return "running";
-    case RankState::Finished: return "finished";
-    case RankState::Failed: return "failed";
-    case RankState::Lost: return "lost";
-    case RankState::Cancelled: return "cancelled";
+    case RankState::Connecting:
+      return "connecting";
+    case RankState::Connected:
+      return "connected";
+    case RankState::Queued:
+      return "queued";
+    case RankState::Uploading:
+      return "uploading";
+    case RankState::Starting:
+      return "starting";
+    case RankState::Running:
+      return "running";
+    case RankState::Finished:
+      return "finished";
+    case RankState::Failed:
+      return "failed";
+    case RankState::Lost:
+      return "lost";
+    case RankState::Cancelled:
+      return "cancelled";
   }
   return "?";
 }
 
 std::string_view deployOutcomeName(DeployOutcome o) {
   switch (o) {
-    case DeployOutcome::Complete: return "complete";
-    case DeployOutcome::Failed: return "failed";
-    case DeployOutcome::Incomplete: return "incomplete";
+    case DeployOutcome::Complete:
+      return "complete";
+    case DeployOutcome::Failed:
+      return "failed";
+    case DeployOutcome::Incomplete:
+      return "incomplete";
   }
   return "?";
 }
@@ -465,7 +478,8 @@ DeployResult Deployment::State::outcome(const std::string& launchError) const {
     result.outcome = DeployOutcome::Incomplete;
     result.message = "a rank ended without a complete trace stream";
     for (const auto& r : ranks) {
-      if (!r.result.streamProblem.empty()) result.message += " (rank " + std::to_string(r.result.rank) + ": " + r.result.streamProblem + ")";
+      if (!r.result.streamProblem.empty())
+        result.message += " (rank " + std::to_string(r.result.rank) + ": " + r.result.streamProblem + ")";
     }
   }
   if (!job.launcher.empty() && !job.state.empty()) result.message += " [" + job.text() + "]";
@@ -514,8 +528,10 @@ Expected<DeployResult> Deployment::run() {
     auto& r = st.ranks[i];
     r.placement = placements[i];
     const auto& h = req.hosts.hosts[r.placement.hostIndex];
-    r.session = launcher ? 0 : static_cast<std::size_t>(
-                                   std::find(usedHosts.begin(), usedHosts.end(), r.placement.hostIndex) - usedHosts.begin());
+    r.session = launcher
+                    ? 0
+                    : static_cast<std::size_t>(std::find(usedHosts.begin(), usedHosts.end(), r.placement.hostIndex) -
+                                               usedHosts.begin());
     r.result.rank = r.placement.rank;
     // Slurm: the node is known once the rank's header arrives.
     if (req.hosts.launcher != Launcher::Slurm) r.result.hostPort = h.host + ":" + std::to_string(h.port);
@@ -529,18 +545,20 @@ Expected<DeployResult> Deployment::run() {
 
   // --- launch --------------------------------------------------------------------------
   if (auto started = m_sink.onStart(static_cast<int>(st.ranks.size())); !started) return started.error();
-  const std::string launchError = launcher ? st.runLauncher(remote.dir[0], remote.executor[0], remote.plan[0])
-                                           : st.launchDirect(remote, world);
+  const std::string launchError =
+      launcher ? st.runLauncher(remote.dir[0], remote.executor[0], remote.plan[0]) : st.launchDirect(remote, world);
   return st.outcome(launchError);
 }
 
-Expected<ConnectionReport> testConnection(const HostEntry& host, const SessionCallbacks& callbacks, int connectTimeoutMs) {
+Expected<ConnectionReport> testConnection(const HostEntry& host, const SessionCallbacks& callbacks,
+                                          int connectTimeoutMs) {
   auto session = SshSession::connect(host, callbacks, connectTimeoutMs);
   if (!session) return session.error();
   ConnectionReport report{(*session)->hostPort(), (*session)->fingerprint(), ""};
   if (auto r = (*session)->run("uname -sm", 15000); r && r->exitStatus == 0) {
     report.system = r->out;
-    while (!report.system.empty() && (report.system.back() == '\n' || report.system.back() == '\r')) report.system.pop_back();
+    while (!report.system.empty() && (report.system.back() == '\n' || report.system.back() == '\r'))
+      report.system.pop_back();
   }
   return report;
 }

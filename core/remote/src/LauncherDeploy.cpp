@@ -113,9 +113,10 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
         continue;
       }
       if (r == nullptr || item.kind == Kind::Malformed) {
-        const std::string what = item.kind == Kind::Malformed ? item.bytes
-                                                              : "a line for rank " + std::to_string(item.rank) +
-                                                                    " of a job with " + std::to_string(ranks.size()) + " rank(s)";
+        const std::string what = item.kind == Kind::Malformed
+                                     ? item.bytes
+                                     : "a line for rank " + std::to_string(item.rank) + " of a job with " +
+                                           std::to_string(ranks.size()) + " rank(s)";
         if (problem.empty()) problem = "malformed output from " + std::string(name(hosts.launcher)) + ": " + what;
         if (r != nullptr && r->result.streamProblem.empty()) r->result.streamProblem = problem;
         continue;

@@ -125,7 +125,8 @@ Status verifyHostKey(SshSession::Impl& impl, const HostEntry& host, const std::s
       const HostKeyDecision d = callbacks.unknownHostKey ? callbacks.unknownHostKey(prompt) : HostKeyDecision::Reject;
       if (d == HostKeyDecision::Reject) {
         return Error{impl.hostPort + ": unknown host key " + keyType + " " + impl.fingerprint + " (not in " +
-                     knownHostsFile + "); refused. Check the fingerprint and accept it (GUI) or pass "
+                     knownHostsFile +
+                     "); refused. Check the fingerprint and accept it (GUI) or pass "
                      "--accept-new-host-keys (CLI)."};
       }
       if (d == HostKeyDecision::AcceptAndSave && ssh_session_update_known_hosts(impl.session) != SSH_OK) {
@@ -196,11 +197,12 @@ std::string SshSession::Impl::error(const std::string& what) const {
 
 std::string SshSession::Impl::sftpError(const std::string& what) const {
   const int code = sftp != nullptr ? sftp_get_error(sftp) : 0;
-  static const std::array<const char*, 9> kNames = {"ok", "end of file", "no such file", "permission denied",
-                                                    "failure", "bad message", "no connection", "connection lost",
-                                                    "operation unsupported"};
-  const std::string reason = code >= 0 && code < static_cast<int>(kNames.size()) ? kNames[static_cast<std::size_t>(code)]
-                                                                                   : "SFTP error " + std::to_string(code);
+  static const std::array<const char*, 9> kNames = {
+      "ok",          "end of file",   "no such file",    "permission denied",    "failure",
+      "bad message", "no connection", "connection lost", "operation unsupported"};
+  const std::string reason = code >= 0 && code < static_cast<int>(kNames.size())
+                                 ? kNames[static_cast<std::size_t>(code)]
+                                 : "SFTP error " + std::to_string(code);
   return hostPort + ": " + what + ": " + reason;
 }
 
@@ -233,7 +235,8 @@ Expected<std::unique_ptr<SshSession>> SshSession::connect(const HostEntry& host,
   ssh_session s = impl->session;
 
   const std::string user = host.user.empty() ? localUserName() : host.user;
-  const std::string knownHosts = expandLocalTilde(host.knownHostsFile.empty() ? "~/.ssh/known_hosts" : host.knownHostsFile);
+  const std::string knownHosts =
+      expandLocalTilde(host.knownHostsFile.empty() ? "~/.ssh/known_hosts" : host.knownHostsFile);
   const unsigned int port = static_cast<unsigned int>(host.port);
   const long timeoutSec = std::max(1, connectTimeoutMs / 1000);
   bool processConfig = false;  // ~/.ssh/config must not silently override the hosts file
@@ -365,7 +368,8 @@ Status RemoteProcess::poll(std::string& out, std::string& err) {
       const int n = ssh_channel_read_nonblocking(ch, buf.data(), static_cast<std::uint32_t>(buf.size()), isStderr);
       if (n == SSH_ERROR) {
         const char* reason = ssh_get_error(ssh_channel_get_session(ch));
-        return Error{m_hostPort + ": connection lost" + (reason != nullptr && *reason ? std::string(": ") + reason : "")};
+        return Error{m_hostPort + ": connection lost" +
+                     (reason != nullptr && *reason ? std::string(": ") + reason : "")};
       }
       if (n <= 0) break;
       dst.append(buf.data(), static_cast<std::size_t>(n));
@@ -471,8 +475,8 @@ Expected<UploadAction> SshSession::upload(const std::string& localPath, const st
       const ssize_t w = sftp_write(f, buf.data() + off, got - off);
       if (w <= 0) {
         sftp_close(f);
-        return Error{im.sftpError("upload of " + localPath + " to " + tmp + " failed after " + std::to_string(sent) +
-                                  " bytes")};
+        return Error{
+            im.sftpError("upload of " + localPath + " to " + tmp + " failed after " + std::to_string(sent) + " bytes")};
       }
       off += static_cast<std::size_t>(w);
       sent += static_cast<std::uint64_t>(w);

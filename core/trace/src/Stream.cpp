@@ -202,7 +202,8 @@ std::optional<std::string> decodePayload(FrameType type, std::string_view payloa
       o.virtualStage = r.i32();
       const std::uint8_t kind = r.u8();
       if (!r.bad() && kind >= kOpKindCount) {
-        return "op kind " + std::to_string(kind) + " out of range (expected 0.." + std::to_string(kOpKindCount - 1) + ")";
+        return "op kind " + std::to_string(kind) + " out of range (expected 0.." + std::to_string(kOpKindCount - 1) +
+               ")";
       }
       o.kind = static_cast<OpKind>(kind);
       o.microbatch = r.i32();
@@ -274,13 +275,20 @@ FrameType frameType(const Frame& frame) {
 
 std::string_view frameTypeName(FrameType type) {
   switch (type) {
-    case FrameType::Header: return "header";
-    case FrameType::NcclId: return "nccl_id";
-    case FrameType::OpRange: return "op_range";
-    case FrameType::Activity: return "activity";
-    case FrameType::MemorySample: return "memory_sample";
-    case FrameType::ErrorReport: return "error";
-    case FrameType::Summary: return "summary";
+    case FrameType::Header:
+      return "header";
+    case FrameType::NcclId:
+      return "nccl_id";
+    case FrameType::OpRange:
+      return "op_range";
+    case FrameType::Activity:
+      return "activity";
+    case FrameType::MemorySample:
+      return "memory_sample";
+    case FrameType::ErrorReport:
+      return "error";
+    case FrameType::Summary:
+      return "summary";
   }
   return "unknown";
 }

@@ -2,7 +2,6 @@
 // activations really allocated, transfers really copied between the device threads.
 
 #include <algorithm>
-#include "pipestudio/plan/Costs.hpp"
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -10,6 +9,7 @@
 #include <unordered_map>
 
 #include "../Backend.hpp"
+#include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio::exec {
 namespace {
@@ -52,8 +52,8 @@ class CpuLane final : public Lane {
       m_moment1.assign(floats, 0.0F);
       m_moment2.assign(floats, 0.0F);
     } catch (const std::bad_alloc&) {
-      return Error{"device " + std::to_string(m_device) + ": out of host memory for " +
-                   std::to_string(dp.staticBytes) + " bytes of parameters and optimizer state"};
+      return Error{"device " + std::to_string(m_device) + ": out of host memory for " + std::to_string(dp.staticBytes) +
+                   " bytes of parameters and optimizer state"};
     }
     return {};
   }
@@ -63,8 +63,8 @@ class CpuLane final : public Lane {
   Status exchange(std::span<const Transfer> sends, std::span<const Transfer> receives, int iteration) override {
     for (const Transfer& t : sends) {
       // A real copy of the producer's output into a message buffer.
-      auto msg = std::make_shared<Bytes>(static_cast<std::size_t>(
-          std::max<double>(1.0, static_cast<double>(t.sizeBytes) * m_memoryScale)));
+      auto msg = std::make_shared<Bytes>(
+          static_cast<std::size_t>(std::max<double>(1.0, static_cast<double>(t.sizeBytes) * m_memoryScale)));
       std::memset(msg->data(), static_cast<int>(t.producerOp & 0x7f), msg->size());
       m_mailbox.post(iteration, t, std::move(msg));
     }
@@ -77,10 +77,9 @@ class CpuLane final : public Lane {
       std::memcpy(m_inbox.data(), payload->data(), payload->size());
       if (iteration >= 0) {
         const std::int64_t now = m_ctx.clock.nowNs();
-        m_ctx.sink.write(trace::Activity{trace::Activity::Kind::Memcpy, m_device, 1, start, now,
-                                         static_cast<std::uint64_t>(t.sizeBytes),
-                                         static_cast<std::uint64_t>(t.producerOp),
-                                         "recv from device " + std::to_string(t.fromDevice)});
+        m_ctx.sink.write(trace::Activity{
+            trace::Activity::Kind::Memcpy, m_device, 1, start, now, static_cast<std::uint64_t>(t.sizeBytes),
+            static_cast<std::uint64_t>(t.producerOp), "recv from device " + std::to_string(t.fromDevice)});
       }
     }
     return {};
@@ -107,8 +106,8 @@ class CpuLane final : public Lane {
   Status compute(const Step& step, int iteration, bool record) override {
     const std::int64_t start = m_ctx.clock.nowNs();
     if (record) {
-      m_ctx.sink.write(trace::OpRange{true, m_device, step.virtualStage, step.kind, step.microbatch, iteration, start,
-                                      start});
+      m_ctx.sink.write(
+          trace::OpRange{true, m_device, step.virtualStage, step.kind, step.microbatch, iteration, start, start});
     }
     const double ms = step.plannedMs * m_ctx.timeScale;
     const auto units = static_cast<std::int64_t>(std::llround(ms / m_unitMs));
@@ -116,8 +115,8 @@ class CpuLane final : public Lane {
     (void)sink;
     const std::int64_t end = m_ctx.clock.nowNs();
     if (record) {
-      m_ctx.sink.write(trace::OpRange{false, m_device, step.virtualStage, step.kind, step.microbatch, iteration, start,
-                                      end});
+      m_ctx.sink.write(
+          trace::OpRange{false, m_device, step.virtualStage, step.kind, step.microbatch, iteration, start, end});
     }
     if (step.kind == OpKind::OPT) adam();
     m_end = end;
@@ -196,9 +195,10 @@ class CpuBackend final : public Backend {
       const DeviceProgram& dp = m_ctx.program.perDevice[static_cast<std::size_t>(d)];
       const std::int64_t need = dp.staticBytes + dp.peakActivationBytes;
       peak = std::max(peak, need);
-      const std::int64_t capacity = o.deviceMemoryBytes ? *o.deviceMemoryBytes
-                                                        : m_ctx.plan.config.memoryLimitBytes.value_or(
-                                                              deviceGpu(m_ctx.plan.cluster, m_ctx.plan.config, d).memoryBytes());
+      const std::int64_t capacity = o.deviceMemoryBytes
+                                        ? *o.deviceMemoryBytes
+                                        : m_ctx.plan.config.memoryLimitBytes.value_or(
+                                              deviceGpu(m_ctx.plan.cluster, m_ctx.plan.config, d).memoryBytes());
       if (capacity > 0 && need > capacity) {
         return Error{"device " + std::to_string(d) + ": out of memory: the plan needs " + std::to_string(need) +
                      " bytes (static " + std::to_string(dp.staticBytes) + " + activations " +

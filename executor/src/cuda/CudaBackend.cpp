@@ -3,7 +3,6 @@
 // `cuda-single`: every plan device in one process on one GPU, one stream each, transfers as
 // device-to-device copies. Both drive lanes through the shared walkDevice loop.
 #include <nccl.h>
-#include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -18,6 +17,7 @@
 #include "Cuda.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio::exec {
 namespace cuda {
@@ -78,7 +78,8 @@ std::vector<StageWork> buildStageWork(const Plan& plan) {
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
-    const CostContext ctx = costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
+    const CostContext ctx =
+        costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     for (int l = vs.firstLayer; l <= vs.lastLayer; ++l) {
       const Layer& layer = comp.layers[static_cast<std::size_t>(l)];
       // Measured times win over shapes (CostModel.hpp): such layers are calibrated time.
@@ -179,9 +180,9 @@ Status Workload::run(const PassWork& pass, int variant, double fraction, double 
     scaled.m = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(static_cast<double>(g.m) * fraction)));
     if (auto st = gemm(scaled, variant); !st) return st;
   }
-  const auto elements = std::min<std::int64_t>(
-      static_cast<std::int64_t>(m_scratchBytes / kBf16),
-      static_cast<std::int64_t>(std::llround(static_cast<double>(pass.elementwise) * fraction)));
+  const auto elements =
+      std::min<std::int64_t>(static_cast<std::int64_t>(m_scratchBytes / kBf16),
+                             static_cast<std::int64_t>(std::llround(static_cast<double>(pass.elementwise) * fraction)));
   if (auto st = check(launchElementwise(m_scratch[2], static_cast<std::size_t>(elements), m_stream), "elementwise");
       !st) {
     return st;
@@ -368,8 +369,7 @@ class CudaLane final : public Lane {
     }
     cudaEventRecord(m_events[2 * i], m_compute);
     const StageWork& work = (*m_stageWork)[static_cast<std::size_t>(step.virtualStage)];
-    if (auto st = runOp(m_work, work, step.kind, fractionOf(m_ctx.plan, step.samples), step.plannedMs,
-                        m_ctx.timeScale);
+    if (auto st = runOp(m_work, work, step.kind, fractionOf(m_ctx.plan, step.samples), step.plannedMs, m_ctx.timeScale);
         !st) {
       return st;
     }
@@ -681,7 +681,8 @@ class CudaBackend final : public Backend {
       const DeviceProgram& dp = m_ctx.program.perDevice[static_cast<std::size_t>(d)];
       need += dp.staticBytes + dp.peakActivationBytes;
     }
-    if (o.deviceMemoryBytes) freeBytes = std::min<std::size_t>(freeBytes, static_cast<std::size_t>(*o.deviceMemoryBytes));
+    if (o.deviceMemoryBytes)
+      freeBytes = std::min<std::size_t>(freeBytes, static_cast<std::size_t>(*o.deviceMemoryBytes));
     if (need > static_cast<std::int64_t>(freeBytes)) {
       return Error{"out of memory: the plan needs " + std::to_string(need) + " bytes on GPU " + std::to_string(gpu) +
                    " (" + m_deviceName + ", static + peak activations of " + std::to_string(devices.size()) +
@@ -692,13 +693,15 @@ class CudaBackend final : public Backend {
     }
     double referenceMs = 0;
     for (int d : devices) {
-      auto lane = std::make_unique<CudaLane>(m_ctx, d, gpu, m_single ? &m_mailbox : nullptr, m_single ? nullptr : &m_comm);
+      auto lane =
+          std::make_unique<CudaLane>(m_ctx, d, gpu, m_single ? &m_mailbox : nullptr, m_single ? nullptr : &m_comm);
       if (auto st = lane->prepare(m_stageWork, referenceMs); !st) return st;
       referenceMs = lane->referenceMs();
       m_lanes.push_back(std::move(lane));
     }
-    std::cerr << "pipestudio-exec: " << name(m_single ? pipestudio::Backend::CudaSingle : pipestudio::Backend::Cuda) << " on GPU " << gpu << " (" << m_deviceName
-              << "), " << devices.size() << " device lane(s), reference GEMM " << referenceMs << " ms\n";
+    std::cerr << "pipestudio-exec: " << name(m_single ? pipestudio::Backend::CudaSingle : pipestudio::Backend::Cuda)
+              << " on GPU " << gpu << " (" << m_deviceName << "), " << devices.size()
+              << " device lane(s), reference GEMM " << referenceMs << " ms\n";
     return {};
   }
 

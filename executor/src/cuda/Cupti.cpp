@@ -20,7 +20,7 @@ constexpr std::size_t kAlign = 8;  // CUPTI requires 8-byte aligned activity buf
 struct State {
   const Clock* clock = nullptr;
   FrameSink* sink = nullptr;
-  int fixedDevice = -1;  ///< >= 0: every record belongs to this trace device (the rank, on cuda)
+  int fixedDevice = -1;                   ///< >= 0: every record belongs to this trace device (the rank, on cuda)
   std::atomic<std::int64_t> offsetNs{0};  ///< host steady ns − CUPTI ns
   std::atomic<std::uint64_t> dropped{0};
   bool started = false;

@@ -11,8 +11,8 @@
 #include "pipestudio/planner/AutoSchedule.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 
@@ -28,11 +28,12 @@ constexpr double kOptimalTolerance = 1e-4;  // relative: within 0.01 % of the lo
 
 struct Policy {
   std::string name;
-  double capScale = 0;   // admitted microbatches per device ≤ capScale · (stages from its first to the end); 0 = memory only
-  double alpha = 1;      // run a pending W in a bubble only if the bubble is ≥ alpha · W
-  bool eagerW = false;   // W right after its B (1F1B-like memory, no postponement)
-  bool preferF = false;  // admit new microbatches before running a ready B while under the cap
-  bool waitForB = false; // do not start an F when a B arrives before the F would end
+  double capScale =
+      0;  // admitted microbatches per device ≤ capScale · (stages from its first to the end); 0 = memory only
+  double alpha = 1;       // run a pending W in a bubble only if the bubble is ≥ alpha · W
+  bool eagerW = false;    // W right after its B (1F1B-like memory, no postponement)
+  bool preferF = false;   // admit new microbatches before running a ready B while under the cap
+  bool waitForB = false;  // do not start an F when a B arrives before the F would end
 };
 
 struct ListResult {
@@ -90,7 +91,7 @@ class PolicyRun {
   const int m_m;
   const int m_p;
   const std::size_t m_P;
-  std::vector<double> m_ready;  // per op: when its inputs are there (-1: not yet known)
+  std::vector<double> m_ready;        // per op: when its inputs are there (-1: not yet known)
   std::vector<int> m_nextF, m_nextB;  // per stage: next microbatch
   std::vector<double> m_tFree, m_noWUntil, m_holdUntil;
   std::vector<std::int64_t> m_live;
@@ -336,7 +337,8 @@ std::vector<Policy> portfolio() {
           for (bool eagerW : {false, true}) {
             if (eagerW && alpha != 1.0) continue;  // alpha is moot when W follows its B at once
             if (capScale == 0 && preferF && alpha == 1.0 && !eagerW) continue;  // the two above
-            std::string name = "cap" + (capScale == 0 ? std::string("=mem") : "x" + std::to_string(capScale).substr(0, 3)) +
+            std::string name = "cap" +
+                               (capScale == 0 ? std::string("=mem") : "x" + std::to_string(capScale).substr(0, 3)) +
                                (preferF ? ",F-first" : ",B-first") + (waitForB ? ",wait-B" : "") +
                                (eagerW ? ",eager-W" : ",W-gap>=" + std::to_string(alpha).substr(0, 3) + "W");
             out.push_back({name, capScale, alpha, eagerW, preferF, waitForB});
@@ -359,7 +361,8 @@ double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
   // Earliest time stage s can start: the forward chain of microbatch 0 up to it.
   std::vector<double> head(static_cast<std::size_t>(inst.stages), 0.0);
   for (int s = 1; s < inst.stages; ++s) {
-    head[static_cast<std::size_t>(s)] = head[static_cast<std::size_t>(s - 1)] + inst.durationMs[kF][static_cast<std::size_t>(s - 1)] +
+    head[static_cast<std::size_t>(s)] = head[static_cast<std::size_t>(s - 1)] +
+                                        inst.durationMs[kF][static_cast<std::size_t>(s - 1)] +
                                         inst.sendMs[static_cast<std::size_t>(s - 1)];
   }
   for (int d = 0; d < inst.devices; ++d) {
@@ -380,7 +383,8 @@ double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
     const std::int64_t act = inst.activationBytes[static_cast<std::size_t>(s0)];
     if (budget >= kUnlimited || act <= 0) continue;
     const double slots = std::max<double>(1, static_cast<double>(budget / act));
-    double roundTrip = inst.durationMs[kF][static_cast<std::size_t>(s0)] + inst.durationMs[kB][static_cast<std::size_t>(s0)];
+    double roundTrip =
+        inst.durationMs[kF][static_cast<std::size_t>(s0)] + inst.durationMs[kB][static_cast<std::size_t>(s0)];
     for (int s = s0 + 1; s < inst.stages; ++s) {
       roundTrip += inst.durationMs[kF][static_cast<std::size_t>(s)] + inst.durationMs[kB][static_cast<std::size_t>(s)] +
                    2 * inst.sendMs[static_cast<std::size_t>(s - 1)];
@@ -411,7 +415,8 @@ void localSearch(const Instance& inst, Orders& orders, double& objective, const 
     }
   };
   auto affordable = [&] {
-    return report.searchEvaluations < options.maxSearchEvaluations && report.workSteps + cost <= options.workBudgetSteps;
+    return report.searchEvaluations < options.maxSearchEvaluations &&
+           report.workSteps + cost <= options.workBudgetSteps;
   };
   indexPositions();
   while (affordable() && !stop()) {
@@ -522,14 +527,15 @@ std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
                 r.makespanMs, r.lowerBoundMs, r.busiestDeviceWorkMs, 100 * r.gapToLowerBound, 100 * r.gapToBusiestWork);
   out += line;
   if (r.objective != "makespan") {
-    std::snprintf(line, sizeof line, "zb-auto: minimised the %s (optimizer post-validation): %.3f ms\n", r.objective.c_str(),
-                  r.objectiveMs);
+    std::snprintf(line, sizeof line, "zb-auto: minimised the %s (optimizer post-validation): %.3f ms\n",
+                  r.objective.c_str(), r.objectiveMs);
     out += line;
   }
   std::string published = "no published heuristic for this placement";
   if (!r.publishedHeuristic.empty()) {
     char buf[128];
-    std::snprintf(buf, sizeof buf, "the authors' %s heuristic %.3f ms", r.publishedHeuristic.c_str(), r.paperGreedyMakespanMs);
+    std::snprintf(buf, sizeof buf, "the authors' %s heuristic %.3f ms", r.publishedHeuristic.c_str(),
+                  r.paperGreedyMakespanMs);
     published = buf;
   }
   std::snprintf(line, sizeof line,
@@ -538,9 +544,10 @@ std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
                 r.searchEvaluations, static_cast<long long>(r.workSteps), r.stoppedEarly ? " (stopped early)" : "");
   out += line;
   if (r.exactStatus != ExactStatus::NotRun) {
-    std::snprintf(line, sizeof line, "zb-auto exact (ILP, CBC): %s; incumbent %.3f ms, bound %.3f ms, gap %.2f%%, %.1f s%s%s\n",
-                  std::string(exactStatusName(r.exactStatus)).c_str(), r.exactMakespanMs, r.exactBoundMs, 100 * r.exactGap,
-                  r.exactSeconds, r.exactMessage.empty() ? "" : "; ", r.exactMessage.c_str());
+    std::snprintf(line, sizeof line,
+                  "zb-auto exact (ILP, CBC): %s; incumbent %.3f ms, bound %.3f ms, gap %.2f%%, %.1f s%s%s\n",
+                  std::string(exactStatusName(r.exactStatus)).c_str(), r.exactMakespanMs, r.exactBoundMs,
+                  100 * r.exactGap, r.exactSeconds, r.exactMessage.empty() ? "" : "; ", r.exactMessage.c_str());
     out += line;
   }
   return out;
@@ -577,12 +584,18 @@ Json autoScheduleReportJson(const AutoScheduleReport& r) {
 
 std::string_view exactStatusName(ExactStatus status) {
   switch (status) {
-    case ExactStatus::NotRun: return "not run";
-    case ExactStatus::Unavailable: return "unavailable (built without CBC)";
-    case ExactStatus::TooLarge: return "too large";
-    case ExactStatus::Optimal: return "optimal";
-    case ExactStatus::TimeLimit: return "time limit";
-    case ExactStatus::Failed: return "failed";
+    case ExactStatus::NotRun:
+      return "not run";
+    case ExactStatus::Unavailable:
+      return "unavailable (built without CBC)";
+    case ExactStatus::TooLarge:
+      return "too large";
+    case ExactStatus::Optimal:
+      return "optimal";
+    case ExactStatus::TimeLimit:
+      return "time limit";
+    case ExactStatus::Failed:
+      return "failed";
   }
   return "?";
 }
@@ -598,7 +611,8 @@ bool exactSchedulingAvailable() {
 double busiestDeviceWorkMs(const Plan& plan) {
   std::vector<double> busy(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0.0);
   for (const Op& op : plan.ops) {
-    if (op.device >= 0 && static_cast<std::size_t>(op.device) < busy.size()) busy[static_cast<std::size_t>(op.device)] += op.durationMs();
+    if (op.device >= 0 && static_cast<std::size_t>(op.device) < busy.size())
+      busy[static_cast<std::size_t>(op.device)] += op.durationMs();
   }
   return busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
 }
@@ -612,7 +626,8 @@ Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const Schedu
   auto built = buildInstance(unlimited);
   if (!built) return built.error();
   Instance& inst = *built;
-  if (capBytes.size() != static_cast<std::size_t>(inst.devices)) return Error{"improveOrder: one cap per device expected"};
+  if (capBytes.size() != static_cast<std::size_t>(inst.devices))
+    return Error{"improveOrder: one cap per device expected"};
   inst.budgetBytes = capBytes;
   auto orders = fromSkeleton(inst, start);
   if (!orders) return orders.error();
@@ -625,7 +640,8 @@ Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const Schedu
   options.workBudgetSteps = std::numeric_limits<std::int64_t>::max() / 2;
   AutoScheduleReport report;
   const SolveControl* control = input.control;
-  localSearch(inst, *orders, objective, options, report, [control] { return control != nullptr && control->cancelled(); });
+  localSearch(inst, *orders, objective, options, report,
+              [control] { return control != nullptr && control->cancelled(); });
   return toSkeleton(inst, *orders, input.virtualStages);
 }
 
@@ -643,7 +659,8 @@ Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSk
   OrderTiming out;
   out.makespanMs = t.makespanMs;
   for (int d = 0; d < inst->devices; ++d) {
-    out.peakBytes.push_back(inst->staticBytes[static_cast<std::size_t>(d)] + t.peakActivationBytes[static_cast<std::size_t>(d)]);
+    out.peakBytes.push_back(inst->staticBytes[static_cast<std::size_t>(d)] +
+                            t.peakActivationBytes[static_cast<std::size_t>(d)]);
   }
   return out;
 }
@@ -673,7 +690,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   };
   auto progress = [&] {
     if (input.control != nullptr && input.control->progress) {
-      const double used = static_cast<double>(report.workSteps) / static_cast<double>(std::max<std::int64_t>(1, options.workBudgetSteps));
+      const double used = static_cast<double>(report.workSteps) /
+                          static_cast<double>(std::max<std::int64_t>(1, options.workBudgetSteps));
       input.control->progress(std::min(0.99, used));
     }
   };
@@ -702,8 +720,9 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   auto each = [&](const PublishedRun& run) {
     const int index = variant++;
     report.workSteps += opSteps;
-    variantMs.push_back(run.ok ? offer(run.orders, publishedName + (index == 0 ? "" : " variant " + std::to_string(index)))
-                               : std::numeric_limits<double>::infinity());
+    variantMs.push_back(run.ok
+                            ? offer(run.orders, publishedName + (index == 0 ? "" : " variant " + std::to_string(index)))
+                            : std::numeric_limits<double>::infinity());
     if (index == 0 && best.size() > 0) progress();
   };
   std::vector<PublishedRun> published = zbGreedyRuns(inst, each);
@@ -720,7 +739,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     report.publishedHeuristic = publishedName;
     ++report.policiesTried;
     const int choice = publishedChoice(published);
-    if (choice >= 0 && static_cast<std::size_t>(choice) < variantMs.size() && std::isfinite(variantMs[static_cast<std::size_t>(choice)])) {
+    if (choice >= 0 && static_cast<std::size_t>(choice) < variantMs.size() &&
+        std::isfinite(variantMs[static_cast<std::size_t>(choice)])) {
       report.paperGreedyMakespanMs = variantMs[static_cast<std::size_t>(choice)];
     }
   }
@@ -767,8 +787,9 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
       report.exactMessage = exact.message;
       report.exactMakespanMs = exact.objectiveMs;
       report.exactBoundMs = exact.boundMs;
-      report.exactGap = exact.objectiveMs > 0 ? std::max(0.0, (exact.objectiveMs - exact.boundMs) / exact.objectiveMs) : 0.0;
-      report.exactStatus = !exact.solved ? ExactStatus::Failed
+      report.exactGap =
+          exact.objectiveMs > 0 ? std::max(0.0, (exact.objectiveMs - exact.boundMs) / exact.objectiveMs) : 0.0;
+      report.exactStatus = !exact.solved   ? ExactStatus::Failed
                            : exact.optimal ? ExactStatus::Optimal
                                            : ExactStatus::TimeLimit;
       if (exact.solved) {
@@ -788,7 +809,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   report.gapToBusiestWork = report.busiestDeviceWorkMs > 0 ? report.makespanMs / report.busiestDeviceWorkMs - 1 : 0;
   report.gapToLowerBound = report.lowerBoundMs > 0 ? report.makespanMs / report.lowerBoundMs - 1 : 0;
   for (int d = 0; d < inst.devices; ++d) {
-    report.peakBytes.push_back(inst.staticBytes[static_cast<std::size_t>(d)] + final.peakActivationBytes[static_cast<std::size_t>(d)]);
+    report.peakBytes.push_back(inst.staticBytes[static_cast<std::size_t>(d)] +
+                               final.peakActivationBytes[static_cast<std::size_t>(d)]);
   }
   result.skeleton = toSkeleton(inst, best, input.virtualStages);
   if (input.control != nullptr && input.control->progress) input.control->progress(1.0);

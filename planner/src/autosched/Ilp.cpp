@@ -49,7 +49,8 @@ std::vector<Edge> edgesOf(const Instance& inst) {
   for (int s = 0; s < inst.stages; ++s) {
     const auto S = static_cast<std::size_t>(s);
     for (int k = 0; k < 3; ++k) {
-      for (int i = 0; i + 1 < m; ++i) edges.push_back({inst.opId(s, k, i), inst.opId(s, k, i + 1), inst.durationMs[k][S]});
+      for (int i = 0; i + 1 < m; ++i)
+        edges.push_back({inst.opId(s, k, i), inst.opId(s, k, i + 1), inst.durationMs[k][S]});
     }
     for (int i = 0; i < m; ++i) {
       if (s + 1 < inst.stages) {
@@ -75,7 +76,7 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
   const std::vector<Edge> edges = edgesOf(inst);
 
   // reach[a][b]: b depends (transitively) on a. Fixpoint over the DAG (n ≤ 192).
-  std::vector<std::vector<char>> reach(N, std::vector<char>(N, 0));
+  std::vector<std::vector<char> > reach(N, std::vector<char>(N, 0));
   for (const Edge& e : edges) reach[static_cast<std::size_t>(e.from)][static_cast<std::size_t>(e.to)] = 1;
   for (std::size_t k = 0; k < N; ++k) {
     for (std::size_t a = 0; a < N; ++a) {
@@ -96,8 +97,8 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
   // Columns: x_op (start times), C (makespan), then y_pair.
   std::vector<double> mipValues;
   for (int op = 0; op < n; ++op) {
-    Cbc_addCol(model, ("x" + std::to_string(op)).c_str(), 0.0, std::max(0.0, upper - inst.duration(op)), 0.0, 0, 0, nullptr,
-               nullptr);
+    Cbc_addCol(model, ("x" + std::to_string(op)).c_str(), 0.0, std::max(0.0, upper - inst.duration(op)), 0.0, 0, 0,
+               nullptr, nullptr);
     mipValues.push_back(timing.ok ? timing.start[static_cast<std::size_t>(op)] : 0.0);
   }
   const int cCol = n;
@@ -110,12 +111,12 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
     int col;
   };
   std::vector<Pair> pairs;
-  std::vector<std::vector<int>> pairCol(N, std::vector<int>(N, -1));  // col of y(a before b) for a < b
+  std::vector<std::vector<int> > pairCol(N, std::vector<int>(N, -1));  // col of y(a before b) for a < b
   std::vector<int> position(N, 0);
   for (const auto& order : start) {
     for (std::size_t i = 0; i < order.size(); ++i) position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
   }
-  std::vector<std::vector<int>> opsOf(static_cast<std::size_t>(inst.devices));
+  std::vector<std::vector<int> > opsOf(static_cast<std::size_t>(inst.devices));
   for (int op = 0; op < n; ++op) opsOf[static_cast<std::size_t>(inst.deviceOf(op))].push_back(op);
   int col = n + 1;
   for (const auto& ops : opsOf) {
@@ -170,9 +171,15 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
         const auto s = static_cast<std::size_t>(inst.stageOf(a));
         double delta = 0;  // memory change once a has happened before j starts
         switch (inst.kindOf(a)) {
-          case kF: delta = static_cast<double>(inst.activationBytes[s]); break;
-          case kB: delta = -static_cast<double>(inst.activationBytes[s] - inst.weightGradBytes[s]); break;
-          default: delta = -static_cast<double>(inst.weightGradBytes[s]); break;
+          case kF:
+            delta = static_cast<double>(inst.activationBytes[s]);
+            break;
+          case kB:
+            delta = -static_cast<double>(inst.activationBytes[s] - inst.weightGradBytes[s]);
+            break;
+          default:
+            delta = -static_cast<double>(inst.weightGradBytes[s]);
+            break;
         }
         if (delta == 0) continue;
         const auto A = static_cast<std::size_t>(a);
@@ -209,7 +216,8 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
   if (solution != nullptr) {
     result.solved = true;
     result.objectiveMs = Cbc_getObjValue(model);
-    result.boundMs = result.optimal ? result.objectiveMs : std::min(result.objectiveMs, Cbc_getBestPossibleObjValue(model));
+    result.boundMs =
+        result.optimal ? result.objectiveMs : std::min(result.objectiveMs, Cbc_getBestPossibleObjValue(model));
     std::vector<double> x(solution, solution + n);
     result.orders.assign(static_cast<std::size_t>(inst.devices), {});
     for (std::size_t d = 0; d < opsOf.size(); ++d) {

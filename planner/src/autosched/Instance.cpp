@@ -61,12 +61,14 @@ Expected<Instance> buildInstance(const ScheduleInput& input) {
     // One microbatch must pass through all of the device's stages: their activations are
     // live together (F of the last chunk starts before the B of the first one ends).
     std::int64_t oneMicrobatch = 0;
-    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
+    for (int s : inst.stagesOf[static_cast<std::size_t>(d)])
+      oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
     const std::int64_t staticBytes = inst.staticBytes[static_cast<std::size_t>(d)];
     if (staticBytes + oneMicrobatch > limit) {
-      return Error{"zb-auto: the memory limit of " + formatBytes(static_cast<double>(limit)) + " is below one microbatch on device " +
-                   std::to_string(d) + ": it needs at least " + formatBytes(static_cast<double>(staticBytes + oneMicrobatch)) +
-                   " (" + std::to_string(staticBytes + oneMicrobatch) + " bytes: static " +
+      return Error{"zb-auto: the memory limit of " + formatBytes(static_cast<double>(limit)) +
+                   " is below one microbatch on device " + std::to_string(d) + ": it needs at least " +
+                   formatBytes(static_cast<double>(staticBytes + oneMicrobatch)) + " (" +
+                   std::to_string(staticBytes + oneMicrobatch) + " bytes: static " +
                    formatBytes(static_cast<double>(staticBytes)) + " + activations of one microbatch " +
                    formatBytes(static_cast<double>(oneMicrobatch)) + ")"};
     }
@@ -82,9 +84,15 @@ std::vector<std::int64_t> peakActivations(const Instance& inst, const Orders& or
     for (int op : orders[d]) {
       const auto s = static_cast<std::size_t>(inst.stageOf(op));
       switch (inst.kindOf(op)) {
-        case kF: live += inst.activationBytes[s]; break;
-        case kB: live -= inst.activationBytes[s] - inst.weightGradBytes[s]; break;
-        default: live -= inst.weightGradBytes[s]; break;
+        case kF:
+          live += inst.activationBytes[s];
+          break;
+        case kB:
+          live -= inst.activationBytes[s] - inst.weightGradBytes[s];
+          break;
+        default:
+          live -= inst.weightGradBytes[s];
+          break;
       }
       peak[d] = std::max(peak[d], live);
     }
@@ -113,7 +121,8 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
   for (int d = p - 1; d >= 0; --d) work.push_back(d);
   auto transfer = [&](int from, int to, double at, double ms) {
     if (from == to || ms <= 0) return at;
-    double& link = linkFree[static_cast<std::size_t>(from) * static_cast<std::size_t>(p) + static_cast<std::size_t>(to)];
+    double& link =
+        linkFree[static_cast<std::size_t>(from) * static_cast<std::size_t>(p) + static_cast<std::size_t>(to)];
     const double begin = std::max(at, link);
     link = begin + ms;
     return link;
@@ -143,8 +152,9 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
       t.start[static_cast<std::size_t>(op)] = begin;
       t.end[static_cast<std::size_t>(op)] = finish;
       if (withCauses) {
-        t.cause[static_cast<std::size_t>(op)] =
-            r >= free[static_cast<std::size_t>(d)] ? producer[static_cast<std::size_t>(op)] : previous[static_cast<std::size_t>(d)];
+        t.cause[static_cast<std::size_t>(op)] = r >= free[static_cast<std::size_t>(d)]
+                                                    ? producer[static_cast<std::size_t>(op)]
+                                                    : previous[static_cast<std::size_t>(d)];
       }
       free[static_cast<std::size_t>(d)] = finish;
       previous[static_cast<std::size_t>(d)] = op;
@@ -155,7 +165,10 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
       switch (inst.kindOf(op)) {
         case kF:
           if (s + 1 < inst.stages) {
-            deliver(inst.opId(s + 1, kF, mb), transfer(d, inst.device[static_cast<std::size_t>(s + 1)], finish, inst.sendMs[static_cast<std::size_t>(s)]), op);
+            deliver(inst.opId(s + 1, kF, mb),
+                    transfer(d, inst.device[static_cast<std::size_t>(s + 1)], finish,
+                             inst.sendMs[static_cast<std::size_t>(s)]),
+                    op);
           } else {
             deliver(inst.opId(s, kB, mb), finish, op);
           }
@@ -163,10 +176,14 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
         case kB:
           deliver(inst.opId(s, kW, mb), finish, op);
           if (s > 0) {
-            deliver(inst.opId(s - 1, kB, mb), transfer(d, inst.device[static_cast<std::size_t>(s - 1)], finish, inst.sendMs[static_cast<std::size_t>(s - 1)]), op);
+            deliver(inst.opId(s - 1, kB, mb),
+                    transfer(d, inst.device[static_cast<std::size_t>(s - 1)], finish,
+                             inst.sendMs[static_cast<std::size_t>(s - 1)]),
+                    op);
           }
           break;
-        default: break;
+        default:
+          break;
       }
     }
   }
@@ -181,7 +198,8 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
       const int op = order[i];
       if (!first) why << "; ";
       first = false;
-      why << "device " << d << " waits at " << "FBW"[inst.kindOf(op)] << inst.mbOf(op) << " of stage " << inst.stageOf(op);
+      why << "device " << d << " waits at "
+          << "FBW"[inst.kindOf(op)] << inst.mbOf(op) << " of stage " << inst.stageOf(op);
     }
     t.problem = why.str();
     return t;
@@ -198,7 +216,8 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
     t.objectiveMs = 0;
     for (const auto& order : orders) {
       if (order.empty()) continue;
-      const double span = t.end[static_cast<std::size_t>(order.back())] - t.start[static_cast<std::size_t>(order.front())];
+      const double span =
+          t.end[static_cast<std::size_t>(order.back())] - t.start[static_cast<std::size_t>(order.front())];
       if (span > t.objectiveMs) {
         t.objectiveMs = span;
         t.objectiveOp = order.back();
@@ -207,7 +226,8 @@ Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
   }
   t.peakActivationBytes = peakActivations(inst, orders);
   for (int d = 0; d < p; ++d) {
-    if (t.peakActivationBytes[static_cast<std::size_t>(d)] > inst.budgetBytes[static_cast<std::size_t>(d)]) t.memoryOk = false;
+    if (t.peakActivationBytes[static_cast<std::size_t>(d)] > inst.budgetBytes[static_cast<std::size_t>(d)])
+      t.memoryOk = false;
   }
   return t;
 }

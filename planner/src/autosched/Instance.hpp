@@ -22,14 +22,14 @@ struct Instance {
   int devices = 0;
   int stages = 0;
   int microbatches = 0;
-  std::vector<int> device;                   // per stage
-  std::vector<double> durationMs[3];         // [kind][stage]
+  std::vector<int> device;                    // per stage
+  std::vector<double> durationMs[3];          // [kind][stage]
   std::vector<std::int64_t> activationBytes;  // per stage, live F start → B end
   std::vector<std::int64_t> weightGradBytes;  // per stage, part of the above kept until W end
-  std::vector<double> sendMs;                // stage s → s+1 (and the gradient back)
-  std::vector<std::int64_t> staticBytes;     // per device
-  std::vector<std::int64_t> budgetBytes;     // per device: limit − static (kUnlimited if none)
-  std::vector<std::vector<int>> stagesOf;    // per device, in pipeline order
+  std::vector<double> sendMs;                 // stage s → s+1 (and the gradient back)
+  std::vector<std::int64_t> staticBytes;      // per device
+  std::vector<std::int64_t> budgetBytes;      // per device: limit − static (kUnlimited if none)
+  std::vector<std::vector<int>> stagesOf;     // per device, in pipeline order
   // The objective: the makespan, or with optimizer post-validation (iterations overlap, the
   // steady-state period is the longest device span, Qi et al. 2023 §5) the longest span.
   bool spanObjective = false;
@@ -55,10 +55,10 @@ struct Timing {
   int objectiveOp = -1;       // the op whose end sets it
   std::vector<double> start;  // per op
   std::vector<double> end;
-  std::vector<int> cause;     // op that bound the start (-1: none)
+  std::vector<int> cause;                         // op that bound the start (-1: none)
   std::vector<std::int64_t> peakActivationBytes;  // per device
   bool memoryOk = true;
-  std::string problem;        // deadlock description when !ok
+  std::string problem;  // deadlock description when !ok
 };
 /// Times fixed orders (dependency-driven, transfers serialised per directed device pair).
 Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses = false);
@@ -70,7 +70,7 @@ std::vector<std::int64_t> peakActivations(const Instance& inst, const Orders& or
 /// Exact mode: ILP through CBC over in-order schedules, warm-started with `start`.
 struct ExactResult {
   bool available = false;
-  bool solved = false;      // an incumbent exists (maybe only the warm start)
+  bool solved = false;  // an incumbent exists (maybe only the warm start)
   bool optimal = false;
   bool timeLimit = false;
   double objectiveMs = 0;

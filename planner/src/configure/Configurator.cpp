@@ -63,8 +63,16 @@ struct Candidate {
   // Deterministic order among equal bounds: the config's degrees and names.
   std::tuple<int, int, int, int, int, std::int64_t, std::string, int, int, int> key() const {
     const Parallelism& p = config.parallel;
-    return {config.devices, p.tensor, p.context, p.data, p.expert, samplesPerMicrobatch, config.schedule,
-            config.chunksPerDevice, static_cast<int>(p.recompute), p.zeroStage};
+    return {config.devices,
+            p.tensor,
+            p.context,
+            p.data,
+            p.expert,
+            samplesPerMicrobatch,
+            config.schedule,
+            config.chunksPerDevice,
+            static_cast<int>(p.recompute),
+            p.zeroStage};
   }
 };
 
@@ -146,8 +154,8 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
     const Layer* previous = nullptr;
     LayerCosts c;
     for (const Layer& layer : comp.layers) {
-      const bool same = previous && previous->kind == layer.kind && previous->tied == layer.tied &&
-                        !layer.forwardMs && !previous->forwardMs && !layer.activationBytes && !layer.parameterBytes &&
+      const bool same = previous && previous->kind == layer.kind && previous->tied == layer.tied && !layer.forwardMs &&
+                        !previous->forwardMs && !layer.activationBytes && !layer.parameterBytes &&
                         previous->transformer && layer.transformer &&
                         previous->transformer->hidden == layer.transformer->hidden &&
                         previous->transformer->seq == layer.transformer->seq &&
@@ -260,7 +268,8 @@ Expected<Plan> Search::simulate(const PlanConfig& config, std::optional<int> mic
   if (microbatches) {
     // resolveRequest derives the microbatches from the global batch: shorten both.
     r.config.microbatches = *microbatches;
-    r.config.globalBatch = static_cast<std::int64_t>(*microbatches) * config.microBatchSize.value_or(1) * config.parallel.data;
+    r.config.globalBatch =
+        static_cast<std::int64_t>(*microbatches) * config.microBatchSize.value_or(1) * config.parallel.data;
   }
   SolveControl inner;
   inner.cancel = m_control.cancel;
@@ -326,7 +335,8 @@ Expected<Configuration> Search::run() {
   Configuration out;
   const int gpus = m_cluster.totalGpus();
   if (gpus < 1) return Error{"configure: cluster '" + m_cluster.name + "' has no GPUs"};
-  if (m_model.trainableComponents().empty()) return Error{"configure: model '" + m_model.name + "' has no trainable component"};
+  if (m_model.trainableComponents().empty())
+    return Error{"configure: model '" + m_model.name + "' has no trainable component"};
   std::int64_t globalBatch = m_options.globalBatch;
   if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
   out.globalBatch = globalBatch;
@@ -367,7 +377,8 @@ Expected<Configuration> Search::run() {
       if (gpus % (T * C) != 0) continue;
       for (int P : divisorsOf(gpus / (T * C), trainableLayers)) {
         const int D = gpus / (T * C * P);
-        const std::vector<int> expertDegrees = experts > 0 ? divisorsOf(std::gcd<std::int64_t>(experts, D), D) : std::vector<int>{1};
+        const std::vector<int> expertDegrees =
+            experts > 0 ? divisorsOf(std::gcd<std::int64_t>(experts, D), D) : std::vector<int>{1};
         for (int E : expertDegrees) {
           for (int mbs : m_options.microBatchSizes) {
             if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * D) != 0) continue;
@@ -454,12 +465,14 @@ Expected<Configuration> Search::run() {
     // Bidirectional schedules hold the model twice.
     const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
     const double copies = g ? g->pipelines() : 1;
-    const double staticLb = copies * (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams) / P;
+    const double staticLb =
+        copies * (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams) / P;
     const double capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
     if (staticLb > capacity) {
       ++out.prunedByMemory;
-      note(P, D, cfg.schedule, "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
-                                   formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable");
+      note(P, D, cfg.schedule,
+           "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
+               formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable");
       continue;
     }
     Profile profile;
@@ -474,10 +487,11 @@ Expected<Configuration> Search::run() {
     const double activationEstimate = inflight * s.activationBytes / P;
     if (staticLb + activationEstimate > 1.25 * capacity) {
       ++out.prunedByMemory;
-      note(P, D, cfg.schedule, "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) +
-                                   " per GPU (" + formatBytes(activationEstimate) + " of activations for " +
-                                   std::to_string(static_cast<int>(std::lround(inflight))) +
-                                   " in-flight microbatches) of " + formatBytes(capacity) + " usable");
+      note(P, D, cfg.schedule,
+           "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) + " per GPU (" +
+               formatBytes(activationEstimate) + " of activations for " +
+               std::to_string(static_cast<int>(std::lround(inflight))) + " in-flight microbatches) of " +
+               formatBytes(capacity) + " usable");
       continue;
     }
     const CollectiveLinks links = collectiveLinks(m_cluster, par);
@@ -486,7 +500,8 @@ Expected<Configuration> Search::run() {
       const double perDevice = s.denseParams / P;
       syncLb = zero == 0 ? allReduceMs(links.data, D, 4.0 * perDevice) : allGatherMs(links.data, D, 4.0 * perDevice);
     }
-    const double shard = (zero >= 1 ? s.denseParams / D + s.expertParams / expertDp : s.denseParams + s.expertParams) / P;
+    const double shard =
+        (zero >= 1 ? s.denseParams / D + s.expertParams / expertDp : s.denseParams + s.expertParams) / P;
     // One virtual stage's F+B+W for one microbatch (a pipeline's stages share the model).
     const double stagePassMs = s.trainableWorkMs * copies / (static_cast<double>(P) * cfg.chunksPerDevice);
     const double iterationEstimate = (s.trainableWorkMs + s.frozenWorkMs) * cfg.microbatches / P +
@@ -514,8 +529,8 @@ Expected<Configuration> Search::run() {
     if (m_control.cancelled()) return Error::cancelled();
     if (m_control.progress) m_control.progress(0.3 + 0.5 * static_cast<double>(i) / static_cast<double>(viable.size()));
     const Candidate& cand = viable[i];
-    const bool settled = screened.size() >= keep &&
-                         cand.throughputEstimate < (1.0 - kEstimateMargin) * screened[keep - 1].throughput;
+    const bool settled =
+        screened.size() >= keep && cand.throughputEstimate < (1.0 - kEstimateMargin) * screened[keep - 1].throughput;
     if (settled || out.evaluated >= budget) {
       out.boundedOut = static_cast<int>(viable.size() - i);
       for (std::size_t k = i; k < viable.size(); ++k) {
@@ -540,7 +555,8 @@ Expected<Configuration> Search::run() {
   std::size_t next = 0;
   for (; next < screened.size() && out.feasible.size() < keep; ++next) {
     if (m_control.cancelled()) return Error::cancelled();
-    if (m_control.progress) m_control.progress(0.8 + 0.2 * static_cast<double>(out.feasible.size()) / static_cast<double>(keep));
+    if (m_control.progress)
+      m_control.progress(0.8 + 0.2 * static_cast<double>(out.feasible.size()) / static_cast<double>(keep));
     const Screened& sc = screened[next];
     Expected<Plan> plan = simulate(sc.config);
     ++out.simulatedInFull;
@@ -573,7 +589,8 @@ Expected<Configuration> Search::run() {
     m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}].anyUndecided = true;
   }
   for (auto& [key, f] : m_families) {
-    if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty()) out.rejected.push_back({f.p, f.d, f.schedule, f.reason});
+    if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty())
+      out.rejected.push_back({f.p, f.d, f.schedule, f.reason});
   }
   if (m_control.progress) m_control.progress(1.0);
   return out;

@@ -7,7 +7,6 @@
 // dependencies, which is exactly what the simulator re-derives from a plan (a frozen stage
 // chains only to stages that ran the same microbatch).
 #include "pipestudio/planner/Fill.hpp"
-#include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/CostModel.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
@@ -92,7 +92,8 @@ std::vector<int> frozenOrder(const ModelSpec& model) {
 int feederOf(const ModelSpec& model, int c) {
   for (int f : model.frozenComponents()) {
     const auto& feeds = model.components[static_cast<std::size_t>(f)].feeds;
-    if (f != c && std::find(feeds.begin(), feeds.end(), model.components[static_cast<std::size_t>(c)].name) != feeds.end()) {
+    if (f != c &&
+        std::find(feeds.begin(), feeds.end(), model.components[static_cast<std::size_t>(c)].name) != feeds.end()) {
       return f;
     }
   }
@@ -122,7 +123,8 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   p.staticBytes.assign(static_cast<std::size_t>(layers), 0.0);
   for (int s = 0; s < k; ++s) {
     for (int l = 0; l < layers; ++l) {
-      p.computeMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = costs[0][static_cast<std::size_t>(l)].forwardMs;
+      p.computeMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] =
+          costs[0][static_cast<std::size_t>(l)].forwardMs;
     }
   }
   std::vector<int> first;
@@ -139,7 +141,8 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
     grp.forwardMs.assign(static_cast<std::size_t>(devices), 0.0);
     for (int l = grp.firstLayer; l <= grp.lastLayer; ++l) {
       for (int d = 0; d < devices; ++d) {
-        grp.forwardMs[static_cast<std::size_t>(d)] += costs[static_cast<std::size_t>(d)][static_cast<std::size_t>(l)].forwardMs;
+        grp.forwardMs[static_cast<std::size_t>(d)] +=
+            costs[static_cast<std::size_t>(d)][static_cast<std::size_t>(l)].forwardMs;
       }
       const LayerCosts& c = costs[0][static_cast<std::size_t>(l)];
       // Frozen forward: only one layer's activations are live at a time (no backward keeps
@@ -157,7 +160,8 @@ std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
   const int devices = plan.config.devices;
   std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(devices));
   for (const Op& op : plan.ops) {
-    if (op.device >= 0 && op.device < devices) busy[static_cast<std::size_t>(op.device)].emplace_back(op.startMs, op.endMs);
+    if (op.device >= 0 && op.device < devices)
+      busy[static_cast<std::size_t>(op.device)].emplace_back(op.startMs, op.endMs);
   }
   const MemoryTimeline mem = memoryTimeline(plan);
   std::vector<std::vector<Idle>> out(static_cast<std::size_t>(devices));
@@ -169,8 +173,10 @@ std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
     auto levelAt = [&](double t) {
       double level = staticBytes;
       for (const MemoryPoint& pt : curve) {  // few hundred points per device
-        if (pt.timeMs <= t + kEpsMs) level = static_cast<double>(pt.bytes);
-        else break;
+        if (pt.timeMs <= t + kEpsMs)
+          level = static_cast<double>(pt.bytes);
+        else
+          break;
       }
       return level;
     };
@@ -235,7 +241,8 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
   std::vector<int> chunkCount(static_cast<std::size_t>(devices), 0);
   for (const auto& vs : out.virtualStages) {
     if (vs.device >= 0 && vs.device < devices) {
-      chunkCount[static_cast<std::size_t>(vs.device)] = std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
+      chunkCount[static_cast<std::size_t>(vs.device)] =
+          std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
     }
   }
   // Stage ids ordered (component, device, group) so a frozen chain only links stages that
@@ -303,7 +310,7 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
 }
 
 struct Frozen {
-  std::vector<int> order;        // components
+  std::vector<int> order;                  // components
   std::vector<std::vector<int>> groupsOf;  // per component index → indices into groups
   std::vector<Group> groups;
 };
@@ -337,19 +344,24 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   } else {
     // `none`: a prologue before the pipeline; each device is free from 0 on, at static memory.
     const MemoryTimeline mem = memoryTimeline(timed);
-    for (int d = 0; d < devices; ++d) gaps.push_back({Idle{0, kInf, static_cast<double>(mem.staticBytes[static_cast<std::size_t>(d)])}});
+    for (int d = 0; d < devices; ++d)
+      gaps.push_back({Idle{0, kInf, static_cast<double>(mem.staticBytes[static_cast<std::size_t>(d)])}});
   }
   std::vector<double> peak(static_cast<std::size_t>(devices), 0.0);
   for (int d = 0; d < devices; ++d) {
-    peak[static_cast<std::size_t>(d)] = static_cast<double>(timed.metrics.devices[static_cast<std::size_t>(d)].peakMemoryBytes);
+    peak[static_cast<std::size_t>(d)] =
+        static_cast<double>(timed.metrics.devices[static_cast<std::size_t>(d)].peakMemoryBytes);
   }
-  std::vector<std::vector<char>> hasGroup(static_cast<std::size_t>(devices), std::vector<char>(frozen.groups.size(), 0));
+  std::vector<std::vector<char>> hasGroup(static_cast<std::size_t>(devices),
+                                          std::vector<char>(frozen.groups.size(), 0));
   // Where each frozen output goes: consumer devices, and per microbatch the consumer's first
   // F start (the cross-iteration deadline is that start plus the iteration period).
   const double periodMs = timed.metrics.makespanMs;
   std::vector<double> fStart(timed.virtualStages.size() * static_cast<std::size_t>(m), kInf);
   for (const Op& op : timed.ops) {
-    if (op.kind == OpKind::F) fStart[static_cast<std::size_t>(op.virtualStage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(op.microbatch)] = op.startMs;
+    if (op.kind == OpKind::F)
+      fStart[static_cast<std::size_t>(op.virtualStage) * static_cast<std::size_t>(m) +
+             static_cast<std::size_t>(op.microbatch)] = op.startMs;
   }
   // device and completion per (component, microbatch)
   std::map<std::pair<int, int>, std::pair<int, double>> done;
@@ -363,7 +375,8 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   if (independent && largestFirst) {
     auto workOf = [&](int c) {
       double ms = 0;
-      for (int g : frozen.groupsOf[static_cast<std::size_t>(c)]) ms += frozen.groups[static_cast<std::size_t>(g)].forwardMs[0];
+      for (int g : frozen.groupsOf[static_cast<std::size_t>(c)])
+        ms += frozen.groups[static_cast<std::size_t>(g)].forwardMs[0];
       return ms;
     };
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return workOf(a) > workOf(b); });
@@ -380,11 +393,14 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       std::map<int, double> consumers;
       for (int s : consumerStages) {
         const int dc = timed.virtualStages[static_cast<std::size_t>(s)].device;
-        const double f = fStart[static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb)];
+        const double f =
+            fStart[static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb)];
         if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
         auto it = consumers.find(dc);
-        if (it == consumers.end()) consumers.emplace(dc, f);
-        else it->second = std::min(it->second, f);
+        if (it == consumers.end())
+          consumers.emplace(dc, f);
+        else
+          it->second = std::min(it->second, f);
       }
       int forced = -1;
       double ready = 0;
@@ -409,7 +425,8 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
         // whole iteration.
         double newWeights = 0;
         for (int g : gs) {
-          if (!hasGroup[du][static_cast<std::size_t>(g)]) newWeights += frozen.groups[static_cast<std::size_t>(g)].weightBytes;
+          if (!hasGroup[du][static_cast<std::size_t>(g)])
+            newWeights += frozen.groups[static_cast<std::size_t>(g)].weightBytes;
         }
         if (peak[du] + layout.extraStaticBytes[du] + newWeights > limit) continue;
         std::vector<Idle> trial = gaps[du];
@@ -419,8 +436,8 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
           const Group& grp = frozen.groups[static_cast<std::size_t>(g)];
           const double perSampleMs = grp.forwardMs[du] / samples;
           const double perSampleBytes = grp.activationBytes / samples;
-          t = placeGroup(trial, t, samples, perSampleMs, perSampleBytes, limit - layout.extraStaticBytes[du] - newWeights, d,
-                         g, mb, pieces);
+          t = placeGroup(trial, t, samples, perSampleMs, perSampleBytes,
+                         limit - layout.extraStaticBytes[du] - newWeights, d, g, mb, pieces);
           if (std::isinf(t)) break;
         }
         if (std::isinf(t)) continue;
@@ -444,9 +461,11 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       }
       if (bestDevice < 0) {
         const Component& comp = timed.model.components[static_cast<std::size_t>(c)];
-        return Error{"fill: frozen component '" + comp.name + "' fits on no device: its weights and one sample's "
-                     "activations exceed the memory left next to the backbone on every device" +
-                     (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
+        return Error{
+            "fill: frozen component '" + comp.name +
+            "' fits on no device: its weights and one sample's "
+            "activations exceed the memory left next to the backbone on every device" +
+            (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
       }
       const auto bu = static_cast<std::size_t>(bestDevice);
       for (int g : gs) {
@@ -569,7 +588,8 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
     r.devices.assign(static_cast<std::size_t>(devices), {});
     const double t0 = backbone->metrics.makespanMs;
     for (int d = 0; d < devices; ++d) {
-      r.devices[static_cast<std::size_t>(d)].bubbleMs = t0 - backbone->metrics.devices[static_cast<std::size_t>(d)].busyMs;
+      r.devices[static_cast<std::size_t>(d)].bubbleMs =
+          t0 - backbone->metrics.devices[static_cast<std::size_t>(d)].busyMs;
     }
     for (const Piece& pc : chosenLayout->pieces) {
       auto& df = r.devices[static_cast<std::size_t>(pc.device)];
@@ -636,8 +656,8 @@ Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSp
     const double need = staticMemoryBytes(tp, fp, model.optimizer, devices) + std::max(act, fact);
     const double have = static_cast<double>(gpu.memoryBytes());
     if (have > 0 && need > have) {
-      return Error{"a whole-model replica needs " + formatBytes(need) + " on device " + std::to_string(d) + ", which has " +
-                   formatBytes(have)};
+      return Error{"a whole-model replica needs " + formatBytes(need) + " on device " + std::to_string(d) +
+                   ", which has " + formatBytes(have)};
     }
   }
   (void)frozenParams;
@@ -702,7 +722,8 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
     report.mode = request.config.fill;
     report.backboneOnlyMs = report.noFillMs = report.iterationMs = out.plan.metrics.makespanMs;
     report.devices.assign(static_cast<std::size_t>(out.plan.config.devices), {});
-    auto dp = dataParallelIterationMs(request.model, request.cluster, request.config.devices, request.config.microbatches);
+    auto dp =
+        dataParallelIterationMs(request.model, request.cluster, request.config.devices, request.config.microbatches);
     if (dp) {
       report.dataParallelMs = *dp;
       report.speedupOverDataParallel = report.iterationMs > 0 ? *dp / report.iterationMs : 0;

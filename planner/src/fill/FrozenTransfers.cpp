@@ -1,11 +1,11 @@
 // Cross-iteration transfers of frozen outputs (issue 4): timed on their links after the
 // simulation. The dependencies themselves are derived in core/plan (Dependencies.hpp).
 #include <algorithm>
-#include "pipestudio/plan/Costs.hpp"
 #include <cmath>
 #include <map>
 #include <tuple>
 
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/planner/Fill.hpp"
 
@@ -87,8 +87,10 @@ FrozenTransfers frozenTransfers(const Plan& timed) {
         const double t = fStart[static_cast<std::size_t>(s) * mu + static_cast<std::size_t>(mb)];
         if (dc < 0 || dc >= devices || t < 0) continue;
         auto it = firstUse.find(dc);
-        if (it == firstUse.end()) firstUse.emplace(dc, t);
-        else it->second = std::min(it->second, t);
+        if (it == firstUse.end())
+          firstUse.emplace(dc, t);
+        else
+          it->second = std::min(it->second, t);
       }
       const auto share = static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * p.samples / samplesPerMb));
       for (const auto& [dc, useMs] : firstUse) {

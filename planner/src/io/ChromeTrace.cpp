@@ -3,12 +3,12 @@
 // processes and threads, counter events (ph C) for the memory curve. Perfetto and
 // chrome://tracing both read it.
 #include <algorithm>
-#include "pipestudio/plan/Costs.hpp"
 #include <set>
 #include <string>
 #include <utility>
 
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -66,49 +66,47 @@ void emitChromeEvents(const Plan& plan, const ChromeTraceOptions& options, Emit&
 
   for (const Op& op : plan.ops) {
     const std::string kind(opKindName(op.kind));
-    Json args{{"kind", kind}, {"microbatch", op.microbatch}, {"virtual_stage", op.virtualStage},
-              {"device", op.device}};
+    Json args{{"kind", kind}, {"microbatch", op.microbatch}, {"virtual_stage", op.virtualStage}, {"device", op.device}};
     if (op.samples > 0) args["samples"] = op.samples;
     emit(Json{{"name", kind + std::to_string(op.microbatch) + " (vs " + std::to_string(op.virtualStage) + ")"},
-                          {"cat", kind},
-                          {"ph", "X"},
-                          {"pid", op.device},
-                          {"tid", kComputeTid},
-                          {"ts", toUs(op.startMs)},
-                          {"dur", toUs(op.durationMs())},
-                          {"args", std::move(args)}});
+              {"cat", kind},
+              {"ph", "X"},
+              {"pid", op.device},
+              {"tid", kComputeTid},
+              {"ts", toUs(op.startMs)},
+              {"dur", toUs(op.durationMs())},
+              {"args", std::move(args)}});
   }
   for (const Comm& c : plan.comms) {
     // Short track labels: act, grad, frozen output, vocabulary (commPayloadName).
-    const std::string_view payload = c.kind == OpKind::F   ? std::string_view("act")
+    const std::string_view payload = c.kind == OpKind::F                     ? std::string_view("act")
                                      : commPayloadName(c.kind) == "gradient" ? std::string_view("grad")
                                                                              : commPayloadName(c.kind);
-    emit(
-        Json{{"name", std::string(payload) + " " + std::to_string(c.microbatch) + " (vs " +
-                          std::to_string(c.virtualStage) + ")"},
-             {"cat", "comm"},
-             {"ph", "X"},
-             {"pid", c.fromDevice},
-             {"tid", kLinkTidBase + c.toDevice},
-             {"ts", toUs(c.startMs)},
-             {"dur", toUs(c.endMs - c.startMs)},
-             {"args",
-              {{"kind", std::string(opKindName(c.kind))},
-               {"microbatch", c.microbatch},
-               {"virtual_stage", c.virtualStage},
-               {"device", c.fromDevice},
-               {"to_device", c.toDevice},
-               {"bytes", c.bytes}}}});
+    emit(Json{{"name", std::string(payload) + " " + std::to_string(c.microbatch) + " (vs " +
+                           std::to_string(c.virtualStage) + ")"},
+              {"cat", "comm"},
+              {"ph", "X"},
+              {"pid", c.fromDevice},
+              {"tid", kLinkTidBase + c.toDevice},
+              {"ts", toUs(c.startMs)},
+              {"dur", toUs(c.endMs - c.startMs)},
+              {"args",
+               {{"kind", std::string(opKindName(c.kind))},
+                {"microbatch", c.microbatch},
+                {"virtual_stage", c.virtualStage},
+                {"device", c.fromDevice},
+                {"to_device", c.toDevice},
+                {"bytes", c.bytes}}}});
   }
   for (const TraceActivity& a : options.activities) {
     emit(Json{{"name", a.name},
-                          {"cat", a.category},
-                          {"ph", "X"},
-                          {"pid", a.device},
-                          {"tid", kStreamTidBase + a.stream},
-                          {"ts", toUs(a.startMs)},
-                          {"dur", toUs(a.endMs - a.startMs)},
-                          {"args", {{"device", a.device}, {"stream", a.stream}}}});
+              {"cat", a.category},
+              {"ph", "X"},
+              {"pid", a.device},
+              {"tid", kStreamTidBase + a.stream},
+              {"ts", toUs(a.startMs)},
+              {"dur", toUs(a.endMs - a.startMs)},
+              {"args", {{"device", a.device}, {"stream", a.stream}}}});
   }
 
   // Memory curve per device as a counter track (MiB, so Perfetto's axis stays readable).
@@ -117,14 +115,13 @@ void emitChromeEvents(const Plan& plan, const ChromeTraceOptions& options, Emit&
     for (std::size_t d = 0; d < memory.devices.size(); ++d) {
       for (const MemoryPoint& point : memory.devices[d]) {
         emit(Json{{"name", "memory"},
-                              {"ph", "C"},
-                              {"pid", static_cast<int>(d)},
-                              {"ts", toUs(point.timeMs)},
-                              {"args", {{"MiB", static_cast<double>(point.bytes) / (1024.0 * 1024.0)}}}});
+                  {"ph", "C"},
+                  {"pid", static_cast<int>(d)},
+                  {"ts", toUs(point.timeMs)},
+                  {"args", {{"MiB", static_cast<double>(point.bytes) / (1024.0 * 1024.0)}}}});
       }
     }
   }
-
 }
 
 Json chromeOtherData(const Plan& plan, const ChromeTraceOptions& options) {
@@ -142,14 +139,14 @@ Json chromeOtherData(const Plan& plan, const ChromeTraceOptions& options) {
 Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options) {
   Json events = Json::array();
   emitChromeEvents(plan, options, [&events](Json event) { events.push_back(std::move(event)); });
-  return Json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"otherData", chromeOtherData(plan, options)}};
+  return Json{
+      {"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"otherData", chromeOtherData(plan, options)}};
 }
 
 Status writeChromeTrace(const std::string& path, const Plan& plan, const ChromeTraceOptions& options) {
   return writeOutputFile(path, [&](std::ostream& out, std::string&) {
     out << "{\"displayTimeUnit\":\"ms\",\"otherData\":"
-        << chromeOtherData(plan, options).dump(-1, ' ', false, Json::error_handler_t::replace)
-        << ",\"traceEvents\":[";
+        << chromeOtherData(plan, options).dump(-1, ' ', false, Json::error_handler_t::replace) << ",\"traceEvents\":[";
     bool first = true;
     emitChromeEvents(plan, options, [&](const Json& event) {
       out << (first ? "\n" : ",\n") << event.dump(-1, ' ', false, Json::error_handler_t::replace);

@@ -68,8 +68,8 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerRole role = roleOf(layers[i]);
     if (role == LayerRole::Other) {
-      return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "' is of kind '" + layers[i].kind + "', which " +
-                   framework + " has no name for (expected embedding, transformer or lm_head layers)"};
+      return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "' is of kind '" + layers[i].kind +
+                   "', which " + framework + " has no name for (expected embedding, transformer or lm_head layers)"};
     }
     if (role == LayerRole::Embedding && i != 0) {
       return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "': " + framework +
@@ -90,13 +90,18 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
     for (int l = vs.firstLayer; l <= vs.lastLayer; ++l) {
       if (l < 0 || l >= static_cast<int>(layers.size())) continue;
       switch (roleOf(layers[static_cast<std::size_t>(l)])) {
-        case LayerRole::Embedding: ++s.embedding; break;
-        case LayerRole::Head: ++s.head; break;
+        case LayerRole::Embedding:
+          ++s.embedding;
+          break;
+        case LayerRole::Head:
+          ++s.head;
+          break;
         case LayerRole::Decoder:
           ++s.decoder;
           s.decoderIndex.push_back(decoderIndex[static_cast<std::size_t>(l)]);
           break;
-        case LayerRole::Other: break;
+        case LayerRole::Other:
+          break;
       }
     }
   }
@@ -141,9 +146,8 @@ bool loopPlacement(const Plan& plan) {
 bool vPlacement(const Plan& plan) {
   const int p = plan.config.devices;
   if (static_cast<int>(plan.virtualStages.size()) != 2 * p) return false;
-  return std::all_of(plan.virtualStages.begin(), plan.virtualStages.end(), [p](const VirtualStage& vs) {
-    return vs.device == (vs.id < p ? vs.id : 2 * p - 1 - vs.id);
-  });
+  return std::all_of(plan.virtualStages.begin(), plan.virtualStages.end(),
+                     [p](const VirtualStage& vs) { return vs.device == (vs.id < p ? vs.id : 2 * p - 1 - vs.id); });
 }
 
 std::string stageSymbols(const StageLayers& s) {
@@ -265,8 +269,10 @@ Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout) 
   for (std::size_t i = 0; i < groups.size();) {
     if (i + 1 < groups.size() && groups[i + 1] == '*') {
       std::size_t k = i + 2, n = 0;
-      if (!readCount(groups, k, n)) return Error{"layout '" + std::string(layout) + "': repeat count expected after '*'"};
-      if (n > 1000000 || flat.size() + n > 10000000) return Error{"layout '" + std::string(layout) + "': expands too far"};
+      if (!readCount(groups, k, n))
+        return Error{"layout '" + std::string(layout) + "': repeat count expected after '*'"};
+      if (n > 1000000 || flat.size() + n > 10000000)
+        return Error{"layout '" + std::string(layout) + "': expands too far"};
       flat.append(n, groups[i]);
       i = k;
     } else {
@@ -295,15 +301,17 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   if (auto st = requireSingleBackbone(plan, "Megatron-LM"); !st) return st.error();
   auto stages = stageLayers(plan, "Megatron-LM");
   if (!stages) return stages.error();
-  const bool modelsEmbedding = std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.embedding > 0; });
+  const bool modelsEmbedding =
+      std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.embedding > 0; });
   std::vector<std::string> notes = placeFrameworkEnds(*stages, "Megatron-LM");
 
   const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto";
   const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min";
   if (schedule == "gpipe") {
-    return Error{"Megatron-LM has no GPipe schedule: without virtual stages it runs 1F1B "
-                 "(forward_backward_pipelining_without_interleaving); plan with --schedule 1f1b, or export GPipe "
-                 "with --format torchtitan"};
+    return Error{
+        "Megatron-LM has no GPipe schedule: without virtual stages it runs 1F1B "
+        "(forward_backward_pipelining_without_interleaving); plan with --schedule 1f1b, or export GPipe "
+        "with --format torchtitan"};
   }
   if (schedule != "1f1b" && schedule != "interleaved-1f1b" && !zbFork && !zbV) {
     return Error{"Megatron-LM cannot run the " + schedule +
@@ -358,22 +366,25 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   if (zbFork || zbV) {
     // The fork is an older Megatron-LM: no layout flag, decoder layers split evenly.
     if (!even) {
-      return Error{"the Zero Bubble fork splits decoder layers evenly over the pipeline (it has no "
-                   "--pipeline-model-parallel-layout); this plan's partition is uneven (stage layer counts " +
-                   [&] {
-                     std::string s;
-                     for (const auto& st : *stages) s += (s.empty() ? "" : ",") + std::to_string(st.decoder);
-                     return s;
-                   }() +
-                   "); re-plan with --partition uniform"};
+      return Error{
+          "the Zero Bubble fork splits decoder layers evenly over the pipeline (it has no "
+          "--pipeline-model-parallel-layout); this plan's partition is uneven (stage layer counts " +
+          [&] {
+            std::string s;
+            for (const auto& st : *stages) s += (s.empty() ? "" : ",") + std::to_string(st.decoder);
+            return s;
+          }() +
+          "); re-plan with --partition uniform"};
     }
     if (tiedEmbedding(plan)) {
-      return Error{"the Zero Bubble fork requires untied embeddings (zbpp_utils asserts "
-                   "--untie-embeddings-and-output-weights); this model ties its embedding and lm_head"};
+      return Error{
+          "the Zero Bubble fork requires untied embeddings (zbpp_utils asserts "
+          "--untie-embeddings-and-output-weights); this model ties its embedding and lm_head"};
     }
     if (c.parallel.zeroStage == 1 && c.parallel.overlapGradReduce) {
-      return Error{"the Zero Bubble fork does not overlap gradient reduction with the distributed optimizer "
-                   "(zbpp_utils asserts not --overlap-grad-reduce); re-plan with --no-overlap-grad-reduce"};
+      return Error{
+          "the Zero Bubble fork does not overlap gradient reduction with the distributed optimizer "
+          "(zbpp_utils asserts not --overlap-grad-reduce); re-plan with --no-overlap-grad-reduce"};
     }
     if (zbFork) {
       if (v != 1 || !loopPlacement(plan)) {
@@ -382,18 +393,23 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
       }
       add("--enable-zero-bubble");
       add("--zero-bubble-max-pending-backward", std::to_string(maxPendingBackward(plan)));
-      notes.push_back("ZB schedule: the fork's scheduler orders F/B/W itself from profiled times under a memory limit "
-                      "of " + std::to_string(maxPendingBackward(plan)) +
-                      " microbatches' activations (the most this plan holds on one device)");
+      notes.push_back(
+          "ZB schedule: the fork's scheduler orders F/B/W itself from profiled times under a memory limit "
+          "of " +
+          std::to_string(maxPendingBackward(plan)) +
+          " microbatches' activations (the most this plan holds on one device)");
     } else {
       if (!vPlacement(plan)) {
-        return Error{"the Zero Bubble fork's V schedules place stage s < P on rank s and stage s >= P on rank 2P-1-s "
-                     "(two chunks per rank); this " + schedule + " plan places its stages otherwise"};
+        return Error{
+            "the Zero Bubble fork's V schedules place stage s < P on rank s and stage s >= P on rank 2P-1-s "
+            "(two chunks per rank); this " +
+            schedule + " plan places its stages otherwise"};
       }
       if (decoders % p != 0 || (decoders / p) % 2 != 0) {
-        return Error{"the Zero Bubble fork's V schedules need an even number of decoder layers per pipeline rank "
-                     "(zbpp_utils asserts); " + std::to_string(decoders) + " layers over " + std::to_string(p) +
-                     " ranks"};
+        return Error{
+            "the Zero Bubble fork's V schedules need an even number of decoder layers per pipeline rank "
+            "(zbpp_utils asserts); " +
+            std::to_string(decoders) + " layers over " + std::to_string(p) + " ranks"};
       }
       add("--enable-zero-bubble");
       add("--zero-bubble-v-schedule");
@@ -406,8 +422,9 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     }
   } else {
     if (!loopPlacement(plan)) {
-      return Error{"Megatron-LM places virtual stage id on pipeline rank id mod P (index = virtual rank * P + "
-                   "pipeline rank); this plan places its stages otherwise"};
+      return Error{
+          "Megatron-LM places virtual stage id on pipeline rank id mod P (index = virtual rank * P + "
+          "pipeline rank); this plan places its stages otherwise"};
     }
     if (v > 1 && (c.microbatches < p || c.microbatches % p != 0)) {
       return Error{"Megatron-LM's interleaved schedule runs microbatches in groups of P = " + std::to_string(p) +
@@ -434,8 +451,10 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   text << "# Megatron-LM arguments for the " << schedule << " plan (pipestudio-cli export --format megatron)\n"
        << "# T=" << c.parallel.tensor << " C=" << c.parallel.context << " P=" << p << " D=" << c.parallel.data
        << ": launch on " << c.totalGpus() << " GPUs (data parallelism is WORLD_SIZE / (T*C*P))\n";
-  if (!layout.empty()) text << "# uneven partition: stage layer counts as the plan's, index = virtual rank * P + pipeline rank\n";
-  if (zbFork || zbV) text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
+  if (!layout.empty())
+    text << "# uneven partition: stage layer counts as the plan's, index = virtual rank * P + pipeline rank\n";
+  if (zbFork || zbV)
+    text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
   for (const std::string& n : notes) text << "# " << n << '\n';
   for (std::size_t i = 0; i < args.size(); ++i) {
     const bool value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
@@ -458,20 +477,23 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   if (!stages) return stages.error();
   const bool v = vPlacement(plan) && !loopPlacement(plan);
   if (!loopPlacement(plan) && !v) {
-    return Error{"torchtitan places stage s on rank s mod P (looped schedules) or in a V (ZBVZeroBubble, DualPipeV: "
-                 "two stages per rank); this plan places its stages otherwise"};
+    return Error{
+        "torchtitan places stage s on rank s mod P (looped schedules) or in a V (ZBVZeroBubble, DualPipeV: "
+        "two stages per rank); this plan places its stages otherwise"};
   }
   if (static_cast<int>(plan.virtualStages.size()) % std::max(1, p) != 0) {
     return Error{"torchtitan needs the same number of stages on every rank (" +
                  std::to_string(plan.virtualStages.size()) + " stages over " + std::to_string(p) + " ranks)"};
   }
   if (c.parallel.zeroStage == 1 && c.parallel.data > 1) {
-    return Error{"ZeRO-1 is not expressible in torchtitan: its data parallelism is DDP (replicate) or FSDP2 (shard: "
-                 "ZeRO-3, or ZeRO-2 with fsdp_reshard_after_forward = \"never\"); re-plan with --zero 0, 2 or 3"};
+    return Error{
+        "ZeRO-1 is not expressible in torchtitan: its data parallelism is DDP (replicate) or FSDP2 (shard: "
+        "ZeRO-3, or ZeRO-2 with fsdp_reshard_after_forward = \"never\"); re-plan with --zero 0, 2 or 3"};
   }
   if (c.parallel.tensor > 1 && !c.parallel.sequenceParallel) {
-    return Error{"torchtitan's tensor parallelism always runs sequence parallelism; this plan has it off (re-plan "
-                 "with --sequence-parallel)"};
+    return Error{
+        "torchtitan's tensor parallelism always runs sequence parallelism; this plan has it off (re-plan "
+        "with --sequence-parallel)"};
   }
   auto csv = scheduleCsv(plan, CsvFormat::ComputeOnly);
   if (!csv) return csv.error();
@@ -525,9 +547,15 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   if (const TransformerShape* shape = decoderShape(plan)) t << "seq_len = " << shape->seq << '\n';
   t << "\n[activation_checkpoint]\n";
   switch (c.parallel.recompute) {
-    case Recompute::None: t << "mode = \"none\"\n"; break;
-    case Recompute::Selective: t << "mode = \"selective\"\nselective_ac_option = \"op\"\n"; break;
-    case Recompute::Full: t << "mode = \"full\"\n"; break;
+    case Recompute::None:
+      t << "mode = \"none\"\n";
+      break;
+    case Recompute::Selective:
+      t << "mode = \"selective\"\nselective_ac_option = \"op\"\n";
+      break;
+    case Recompute::Full:
+      t << "mode = \"full\"\n";
+      break;
   }
   out.toml = t.str();
   return out;

@@ -27,22 +27,36 @@ constexpr int kMaxInferredStages = 1 << 16;
 std::string torchAction(int stage, OpKind kind, int microbatch) {
   char type = 'F';
   switch (kind) {
-    case OpKind::F: type = 'F'; break;
-    case OpKind::B: type = 'I'; break;
-    case OpKind::W: type = 'W'; break;
-    case OpKind::BW: type = 'B'; break;
-    default: break;
+    case OpKind::F:
+      type = 'F';
+      break;
+    case OpKind::B:
+      type = 'I';
+      break;
+    case OpKind::W:
+      type = 'W';
+      break;
+    case OpKind::BW:
+      type = 'B';
+      break;
+    default:
+      break;
   }
   return std::to_string(stage) + type + std::to_string(microbatch);
 }
 
 std::string describe(OpKind kind) {
   switch (kind) {
-    case OpKind::F: return "forward";
-    case OpKind::B: return "input gradient";
-    case OpKind::W: return "weight gradient";
-    case OpKind::BW: return "fused backward";
-    default: return std::string(opKindName(kind));
+    case OpKind::F:
+      return "forward";
+    case OpKind::B:
+      return "input gradient";
+    case OpKind::W:
+      return "weight gradient";
+    case OpKind::BW:
+      return "fused backward";
+    default:
+      return std::string(opKindName(kind));
   }
 }
 
@@ -138,12 +152,12 @@ std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, P
     out.kind = OpKind::B;
   } else if (legacy && type == "BW") {
     out.kind = OpKind::BW;
-  } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" ||
-             type == "RECV_F" || type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
+  } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" || type == "RECV_F" ||
+             type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
     return "'" + excerpt(type) + "' is not a compute action (expected the compute-only format; " + kDialects + ")";
   } else {
-    return "unknown action type '" + excerpt(type) + "' (" + (legacy ? "read as the legacy dialect" : "read as the current dialect") +
-           "; " + kDialects + ")";
+    return "unknown action type '" + excerpt(type) + "' (" +
+           (legacy ? "read as the legacy dialect" : "read as the current dialect") + "; " + kDialects + ")";
   }
   const std::string_view mb = s.substr(j);
   if (mb.empty()) return "missing microbatch index after '" + excerpt(type) + "'";
@@ -294,7 +308,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
                  std::to_string(shape.microbatches - 1) + ")");
         continue;
       }
-      if (static_cast<int>(stageDevice.size()) <= a.stage) stageDevice.resize(static_cast<std::size_t>(a.stage) + 1, -1);
+      if (static_cast<int>(stageDevice.size()) <= a.stage)
+        stageDevice.resize(static_cast<std::size_t>(a.stage) + 1, -1);
       int& device = stageDevice[static_cast<std::size_t>(a.stage)];
       if (device < 0) device = row;
       if (device != row) {
@@ -322,8 +337,10 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     const int device = stageDevice[static_cast<std::size_t>(stage)];
     if (device < 0 || device >= shape.devices) {
       fail(lineNo + 1, 1,
-           "stage " + std::to_string(stage) + " never appears (expected its actions on one row; stages are numbered "
-                                              "0.." + std::to_string(stages - 1) + ")");
+           "stage " + std::to_string(stage) +
+               " never appears (expected its actions on one row; stages are numbered "
+               "0.." +
+               std::to_string(stages - 1) + ")");
       continue;
     }
     const auto& s = seenOf(stage);
@@ -333,13 +350,14 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     };
     const bool fused = any(OpKind::BW);
     const bool split = any(OpKind::B) || any(OpKind::W);
-    const std::size_t line = rowLine[static_cast<std::size_t>(device)] ? rowLine[static_cast<std::size_t>(device)]
-                                                                       : lineNo + 1;
+    const std::size_t line =
+        rowLine[static_cast<std::size_t>(device)] ? rowLine[static_cast<std::size_t>(device)] : lineNo + 1;
     const std::size_t column = rowEnd[static_cast<std::size_t>(device)];
     if (fused && split) {
       fail(line, column,
-           "stage " + std::to_string(stage) + " mixes fused backward (B) with split backward (I/W) (expected one form "
-                                              "per stage)");
+           "stage " + std::to_string(stage) +
+               " mixes fused backward (B) with split backward (I/W) (expected one form "
+               "per stage)");
       continue;
     }
     std::vector<OpKind> needed{OpKind::F};
@@ -416,10 +434,18 @@ Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from,
       }
       std::string type;
       switch (a.kind) {
-        case OpKind::F: type = "F"; break;
-        case OpKind::W: type = "W"; break;
-        case OpKind::B: type = to == CsvDialect::Legacy ? "B" : "I"; break;
-        default: type = to == CsvDialect::Legacy ? "BW" : "B"; break;
+        case OpKind::F:
+          type = "F";
+          break;
+        case OpKind::W:
+          type = "W";
+          break;
+        case OpKind::B:
+          type = to == CsvDialect::Legacy ? "B" : "I";
+          break;
+        default:
+          type = to == CsvDialect::Legacy ? "BW" : "B";
+          break;
       }
       out += std::to_string(a.stage) + type + std::to_string(a.microbatch);
     }

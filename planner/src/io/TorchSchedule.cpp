@@ -175,11 +175,16 @@ struct ActionLess {
 
 std::string describeType(ActionType t) {
   switch (t) {
-    case ActionType::F: return "forward";
-    case ActionType::I: return "input-gradient backward";
-    case ActionType::W: return "weight-gradient backward";
-    case ActionType::B: return "full backward";
-    default: return typeName(t);
+    case ActionType::F:
+      return "forward";
+    case ActionType::I:
+      return "input-gradient backward";
+    case ActionType::W:
+      return "weight-gradient backward";
+    case ActionType::B:
+      return "full backward";
+    default:
+      return typeName(t);
   }
 }
 
@@ -187,17 +192,28 @@ std::string describeType(ActionType t) {
 
 const char* typeName(ActionType type) {
   switch (type) {
-    case ActionType::F: return "F";
-    case ActionType::I: return "I";
-    case ActionType::W: return "W";
-    case ActionType::B: return "B";
-    case ActionType::SendF: return "SEND_F";
-    case ActionType::RecvF: return "RECV_F";
-    case ActionType::SendB: return "SEND_B";
-    case ActionType::RecvB: return "RECV_B";
-    case ActionType::Unshard: return "UNSHARD";
-    case ActionType::Reshard: return "RESHARD";
-    case ActionType::ReduceGrad: return "REDUCE_GRAD";
+    case ActionType::F:
+      return "F";
+    case ActionType::I:
+      return "I";
+    case ActionType::W:
+      return "W";
+    case ActionType::B:
+      return "B";
+    case ActionType::SendF:
+      return "SEND_F";
+    case ActionType::RecvF:
+      return "RECV_F";
+    case ActionType::SendB:
+      return "SEND_B";
+    case ActionType::RecvB:
+      return "RECV_B";
+    case ActionType::Unshard:
+      return "UNSHARD";
+    case ActionType::Reshard:
+      return "RESHARD";
+    case ActionType::ReduceGrad:
+      return "REDUCE_GRAD";
   }
   return "?";
 }
@@ -231,13 +247,22 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
     }
     ActionType type = ActionType::F;
     switch (op.kind) {
-      case OpKind::F: type = ActionType::F; break;
-      case OpKind::B: type = ActionType::I; break;
-      case OpKind::W: type = ActionType::W; break;
-      case OpKind::BW: type = ActionType::B; break;
+      case OpKind::F:
+        type = ActionType::F;
+        break;
+      case OpKind::B:
+        type = ActionType::I;
+        break;
+      case OpKind::W:
+        type = ActionType::W;
+        break;
+      case OpKind::BW:
+        type = ActionType::B;
+        break;
       default:
         return Error{where + ": a " + std::string(opKindName(op.kind)) + " op (" +
-                     (op.kind == OpKind::N ? std::string("frozen-component fill") : std::string("vocabulary or optimizer pass")) +
+                     (op.kind == OpKind::N ? std::string("frozen-component fill")
+                                           : std::string("vocabulary or optimizer pass")) +
                      ") has no torch.distributed.pipelining action (expected F, B, W or BW ops only)"};
     }
     if (op.samples > 0) {
@@ -263,15 +288,17 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
     const auto& row = order[static_cast<std::size_t>(rank)];
     for (std::size_t step = 0; step < row.size(); ++step) {
       const Action& a = row[step];
-      const std::string at = "rank " + std::to_string(rank) + ", step " + std::to_string(step) + " (" + toString(a) + ")";
+      const std::string at =
+          "rank " + std::to_string(rank) + ", step " + std::to_string(step) + " (" + toString(a) + ")";
       if (a.stage < 0 || a.stage >= stages) {
         return Error{at + ": stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
                      std::to_string(stages - 1) + ")"};
       }
       auto [it, inserted] = stageRank.try_emplace(a.stage, rank, step);
       if (!inserted && it->second.first != rank) {
-        return Error{at + ": stage " + std::to_string(a.stage) + " is also on rank " + std::to_string(it->second.first) +
-                     " (step " + std::to_string(it->second.second) + "); PyTorch runs each stage on one rank"};
+        return Error{at + ": stage " + std::to_string(a.stage) + " is also on rank " +
+                     std::to_string(it->second.first) + " (step " + std::to_string(it->second.second) +
+                     "); PyTorch runs each stage on one rank"};
       }
       if (!isCompute(a.type)) continue;
       Seen& s = seen[static_cast<std::size_t>(a.stage)];
@@ -284,7 +311,9 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
         return {};
       };
       switch (a.type) {
-        case ActionType::F: s.f.insert(a.microbatch); break;
+        case ActionType::F:
+          s.f.insert(a.microbatch);
+          break;
         case ActionType::B:
           if (auto st = need(s.f, ActionType::F); !st) return st;
           s.b.insert(a.microbatch);
@@ -297,7 +326,8 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
           if (auto st = need(s.i, ActionType::I); !st) return st;
           s.w.insert(a.microbatch);
           break;
-        default: break;
+        default:
+          break;
       }
     }
   }
@@ -371,7 +401,8 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
         done[static_cast<std::size_t>(rank)].insert(send);
         const int peer = stageToRank(recv.stage);
         if (peer < 0 || peer >= ranks) {
-          return Error{"stage " + std::to_string(recv.stage) + " has no rank (expected 0.." + std::to_string(ranks - 1) + ")"};
+          return Error{"stage " + std::to_string(recv.stage) + " has no rank (expected 0.." +
+                       std::to_string(ranks - 1) + ")"};
         }
         out[static_cast<std::size_t>(peer)].push_back(recv);
         done[static_cast<std::size_t>(peer)].insert(recv);

@@ -44,8 +44,8 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
 /// action placed only once its input has arrived (_add_send_recv). Error when no rank can
 /// proceed (a malformed order).
 /// `runtimePasses` false skips the unshard/reshard and reduce-grad passes (_add_send_recv alone).
-Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::function<int(int)>& stageToRank,
-                                   int stages, int microbatches, bool runtimePasses = true);
+Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::function<int(int)>& stageToRank, int stages,
+                                   int microbatches, bool runtimePasses = true);
 
 /// CSV text of an order as Python's csv.writer writes it (CRLF rows, one per rank).
 std::string csvText(const RankOrder& order);

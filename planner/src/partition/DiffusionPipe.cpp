@@ -107,7 +107,8 @@ Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl
 }
 
 Expected<std::vector<VirtualStage>> partitionWithLegs(const PlanRequest& request, const ScheduleGenerator& generator,
-                                                      std::vector<VirtualStage> placement, const SolveControl& control) {
+                                                      std::vector<VirtualStage> placement,
+                                                      const SolveControl& control) {
   PlanRequest r = request;
   r.config.partition = "diffusionpipe";  // assignLegs applies to diffusionpipe's placements
   return partitionWith(r, generator, std::move(placement), "dp", control, PartitionHints{.keepBackboneShares = true});
@@ -127,7 +128,8 @@ bool assignLegs(const ModelSpec& model, std::vector<VirtualStage>& stages) {
   // A V shape: the turn sits on one device (chain[half−1] and chain[half] share it).
   if (stages[chain[half - 1]].device != stages[chain[half]].device) return false;
   for (std::size_t k = 0; k < 2; ++k) {
-    if (static_cast<std::size_t>(half) > model.components[static_cast<std::size_t>(trainable[k])].layers.size()) return false;
+    if (static_cast<std::size_t>(half) > model.components[static_cast<std::size_t>(trainable[k])].layers.size())
+      return false;
   }
   for (std::size_t k = 0; k < chain.size(); ++k) stages[chain[k]].component = trainable[k < half ? 0 : 1];
   return true;

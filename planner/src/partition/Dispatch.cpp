@@ -1,10 +1,10 @@
 // Partitioner dispatch: balanced and dp over the stages a schedule placed (issue 4).
 #include <algorithm>
-#include "pipestudio/plan/Costs.hpp"
 #include <map>
 
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
@@ -102,9 +102,10 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         PartitionStage st;
         st.device = assigned[i].device;
         st.liveMicrobatches = (*live)[i];
-        const double limit = request.config.memoryLimitBytes
-                                 ? static_cast<double>(*request.config.memoryLimitBytes)
-                                 : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
+        const double limit =
+            request.config.memoryLimitBytes
+                ? static_cast<double>(*request.config.memoryLimitBytes)
+                : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
         if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
         ps.push_back(st);
       }
@@ -113,9 +114,10 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       if (result.isCancelled()) return result.error();
       if (!result) {
         // Name the virtual stage by its id in the plan, not by its index within the component.
-        return Error{result.message() + " [component '" + request.model.components[static_cast<std::size_t>(comp)].name +
-                     "', virtual stages " + std::to_string(assigned[mine.front()].id) + ".." +
-                     std::to_string(assigned[mine.back()].id) + " of the plan]"};
+        return Error{result.message() + " [component '" +
+                     request.model.components[static_cast<std::size_t>(comp)].name + "', virtual stages " +
+                     std::to_string(assigned[mine.front()].id) + ".." + std::to_string(assigned[mine.back()].id) +
+                     " of the plan]"};
       }
       for (std::size_t k = 0; k < mine.size(); ++k) {
         VirtualStage& vs = assigned[mine[k]];
@@ -157,7 +159,8 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
     std::vector<int> share(static_cast<std::size_t>(components), 1);
     // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
     auto layersOf = [&](int i) {
-      return static_cast<int>(request.model.components[static_cast<std::size_t>(trainable[static_cast<std::size_t>(i)])].layers.size());
+      return static_cast<int>(
+          request.model.components[static_cast<std::size_t>(trainable[static_cast<std::size_t>(i)])].layers.size());
     };
     auto visit = [&](auto&& self, int i, int left) -> Status {
       if (control.cancelled()) return Error::cancelled();

@@ -18,8 +18,8 @@ constexpr double kRelEps = 1e-8;
 struct Prefix {
   // cost[s][j] = Σ_{l<j} computeMs[s][l]
   std::vector<std::vector<double>> cost;
-  std::vector<double> act;     // Σ activationBytes
-  std::vector<double> stat;    // Σ staticBytes
+  std::vector<double> act;   // Σ activationBytes
+  std::vector<double> stat;  // Σ staticBytes
 };
 
 Prefix makePrefix(const PartitionProblem& p) {
@@ -55,7 +55,8 @@ Status checkShape(const PartitionProblem& p) {
     return Error{"partition: inconsistent problem dimensions"};
   }
   for (std::size_t s = 0; s < S; ++s) {
-    if (p.computeMs[s].size() != L || p.sendMs[s].size() != L) return Error{"partition: inconsistent problem dimensions"};
+    if (p.computeMs[s].size() != L || p.sendMs[s].size() != L)
+      return Error{"partition: inconsistent problem dimensions"};
   }
   return Status{};
 }
@@ -131,8 +132,8 @@ class Solver {
         m_top[s][j] = x.cost[s][j] + sendOf(p, s, static_cast<int>(j));
         if (!std::isinf(budget)) {
           const double need = mem[j] - budget * (1.0 + 1e-12);
-          m_memLo[s][j] = static_cast<int>(std::lower_bound(mem.begin(), mem.begin() + static_cast<std::ptrdiff_t>(j), need) -
-                                           mem.begin());
+          m_memLo[s][j] = static_cast<int>(
+              std::lower_bound(mem.begin(), mem.begin() + static_cast<std::ptrdiff_t>(j), need) - mem.begin());
         }
       }
     }
@@ -236,8 +237,8 @@ Error memoryError(const PartitionProblem& p, const Prefix& x, int stage) {
       << " cannot hold its layers within " << formatBytes(static_cast<std::int64_t>(p.stages[s].memoryBudgetBytes))
       << " (" << static_cast<std::int64_t>(p.stages[s].memoryBudgetBytes) << " bytes); even its lightest layer "
       << bestLayer << " needs " << static_cast<std::int64_t>(best) << " bytes (static + " << live
-      << " live microbatches × activations), and all layers together need about "
-      << static_cast<std::int64_t>(total) << " bytes";
+      << " live microbatches × activations), and all layers together need about " << static_cast<std::int64_t>(total)
+      << " bytes";
   return Error{msg.str()};
 }
 

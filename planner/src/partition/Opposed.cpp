@@ -22,8 +22,8 @@
 
 #include "partition/Partitioners.hpp"
 #include "pipestudio/plan/Memory.hpp"
-#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
 
@@ -103,9 +103,11 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
   constexpr double kMaxWork = 2e7;  // transitions per bound; beyond it keep the per-leg split
   if (static_cast<double>(p) * la * la * lb > kMaxWork) return std::nullopt;
   auto prefix = [](const PartitionProblem& q) {
-    std::vector<std::vector<double>> c(q.stages.size(), std::vector<double>(static_cast<std::size_t>(q.layers) + 1, 0.0));
+    std::vector<std::vector<double>> c(q.stages.size(),
+                                       std::vector<double>(static_cast<std::size_t>(q.layers) + 1, 0.0));
     for (std::size_t s = 0; s < q.stages.size(); ++s) {
-      for (std::size_t l = 0; l < static_cast<std::size_t>(q.layers); ++l) c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
+      for (std::size_t l = 0; l < static_cast<std::size_t>(q.layers); ++l)
+        c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
     }
     return c;
   };
@@ -113,15 +115,19 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
   const auto cb = prefix(b);
   // Stage s of q ends with layer end−1: its send to the next stage (none for the last one).
   auto send = [](const PartitionProblem& q, int s, int end) {
-    return s + 1 < static_cast<int>(q.stages.size()) ? std::max(0.0, q.sendMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(end - 1)]) : 0.0;
+    return s + 1 < static_cast<int>(q.stages.size())
+               ? std::max(0.0, q.sendMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(end - 1)])
+               : 0.0;
   };
   const auto ua = static_cast<std::size_t>(la) + 1;
   const auto ub = static_cast<std::size_t>(lb) + 1;
   auto timeA = [&](int d, int i, int i2) {
-    return ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i2)] - ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)] + send(a, d, i2);
+    return ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i2)] -
+           ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)] + send(a, d, i2);
   };
   auto timeB = [&](int k, int j2, int j) {
-    return cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)] - cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j2)] + send(b, k, j);
+    return cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)] -
+           cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j2)] + send(b, k, j);
   };
   // reach[d][i·ub + j]: after devices 0..d, A's first i layers and B's layers from j on are
   // placed. Given A's stage d = [i, i2) and B's end j, B's stage k = [j2, j) fits the bound for
@@ -178,9 +184,9 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
       const PartitionProblem& q = isA ? a : b;
       const auto& c = isA ? ca : cb;
       const int s = isA ? static_cast<int>(k) : static_cast<int>(k) - p;
-      device[static_cast<std::size_t>(vs.device)] += c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.lastLayer) + 1] -
-                                                     c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.firstLayer)] +
-                                                     send(q, s, vs.lastLayer + 1);
+      device[static_cast<std::size_t>(vs.device)] +=
+          c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.lastLayer) + 1] -
+          c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.firstLayer)] + send(q, s, vs.lastLayer + 1);
     }
     hi = *std::max_element(device.begin(), device.end()) * (1 + 1e-9) + 1e-12;
   }
@@ -205,7 +211,8 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
     for (int i = d; i < i2 && !found; ++i) {
       for (int j = j2 + 1; j <= lb && !found; ++j) {
         const bool reachable = d == 0 ? (i == 0 && j == lb)
-                                      : reach[static_cast<std::size_t>(d - 1)][static_cast<std::size_t>(i) * ub + static_cast<std::size_t>(j)] != 0;
+                                      : reach[static_cast<std::size_t>(d - 1)]
+                                             [static_cast<std::size_t>(i) * ub + static_cast<std::size_t>(j)] != 0;
         if (!reachable || timeA(d, i, i2) + timeB(k, j2, j) > hi * (1 + 1e-9)) continue;
         firstA[static_cast<std::size_t>(d)] = i;
         i2 = i;
@@ -276,7 +283,8 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
     ScheduleInput input;
     input.shape = {p, 2 * m, 2};
     input.virtualStages = shell.virtualStages;
-    for (std::size_t k = static_cast<std::size_t>(p); k < input.virtualStages.size(); ++k) input.virtualStages[k].pipeline = 1;
+    for (std::size_t k = static_cast<std::size_t>(p); k < input.virtualStages.size(); ++k)
+      input.virtualStages[k].pipeline = 1;
     input.stages = stageEstimates(shell);
     input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
     input.memoryLimitBytes = r.config.memoryLimitBytes;

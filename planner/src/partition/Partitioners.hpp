@@ -27,8 +27,8 @@ Expected<Plan> makeCandidatePlan(const PlanRequest& request, const SolveControl&
 /// the chain in data-flow order; the number of stages each gets is searched (the estimate:
 /// Σ stage times of the longest chain of dependent backbones — independent ones, with no
 /// `feeds` path between them, run concurrently — + (m − 1) × the busiest device), and each
-/// one's layers are split over its stages by the named algorithm. Pipeline 1 of a bidirectional placement mirrors pipeline
-/// 0's ranges.
+/// one's layers are split over its stages by the named algorithm. Pipeline 1 of a bidirectional placement mirrors
+/// pipeline 0's ranges.
 Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, std::vector<VirtualStage> placement,
                                                    const SolveControl& control, const PartitionHints& hints = {});
 

@@ -1,8 +1,8 @@
 // Building partition problems from requests and schedules (issue 4).
 #include <algorithm>
-#include "pipestudio/plan/Costs.hpp"
 
 #include "pipestudio/model/CostModel.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 
 namespace pipestudio {
@@ -37,9 +37,8 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, int component
     return v;
   };
   const int dataParallel = std::max(1, request.config.parallel.data);
-  const StaticBytesPerParameter perParam =
-      staticBytesPerParameter(std::max(request.config.parallel.zeroStage, request.model.optimizer.distributed ? 1 : 0),
-                              dataParallel);
+  const StaticBytesPerParameter perParam = staticBytesPerParameter(
+      std::max(request.config.parallel.zeroStage, request.model.optimizer.distributed ? 1 : 0), dataParallel);
   for (std::size_t s = 0; s < S; ++s) {
     const auto& c = costsFor(stages[s].device);
     // Consecutive layers mostly send the same hidden state: time each distinct size once

@@ -11,7 +11,8 @@ Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std
   int pipelines = 1;
   for (const auto& vs : placement) pipelines = std::max(pipelines, vs.pipeline + 1);
   std::vector<std::vector<std::size_t>> chains(static_cast<std::size_t>(pipelines));
-  for (std::size_t i = 0; i < placement.size(); ++i) chains[static_cast<std::size_t>(placement[i].pipeline)].push_back(i);
+  for (std::size_t i = 0; i < placement.size(); ++i)
+    chains[static_cast<std::size_t>(placement[i].pipeline)].push_back(i);
   const auto stages = static_cast<long>(chains.front().size());
 
   long totalLayers = 0;
@@ -22,12 +23,14 @@ Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std
   }
   if (stages > totalLayers) {
     return Error{"partition 'uniform' cannot divide " + std::to_string(totalLayers) + " trainable layers over " +
-                 std::to_string(stages) + " virtual stages (devices × chunks per pipeline): every virtual stage needs "
+                 std::to_string(stages) +
+                 " virtual stages (devices × chunks per pipeline): every virtual stage needs "
                  "at least one layer; use fewer --chunks or devices"};
   }
   if (static_cast<long>(trainable.size()) > stages) {
     return Error{"partition 'uniform' needs at least one virtual stage per trainable component (" +
-                 std::to_string(trainable.size()) + "), got " + std::to_string(stages) + " (a virtual stage never spans two components)"};
+                 std::to_string(trainable.size()) + "), got " + std::to_string(stages) +
+                 " (a virtual stage never spans two components)"};
   }
   // Stages per component: largest remainder of stages·layers_c/total, each at least one and
   // never more than its layers.
@@ -39,7 +42,8 @@ Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std
     double bestDeficit = -1e300;
     for (std::size_t c = 0; c < comps; ++c) {
       if (share[c] >= layers[c]) continue;
-      const double ideal = static_cast<double>(stages) * static_cast<double>(layers[c]) / static_cast<double>(totalLayers);
+      const double ideal =
+          static_cast<double>(stages) * static_cast<double>(layers[c]) / static_cast<double>(totalLayers);
       const double deficit = ideal - static_cast<double>(share[c]);
       if (deficit > bestDeficit) {
         bestDeficit = deficit;
@@ -77,9 +81,8 @@ Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& mode
   auto stages = partitionUniform(model, std::move(placement));
   if (!stages) return stages;
   // Virtual stages per pipeline, and how many of them each device holds.
-  const int perPipeline = static_cast<int>(std::count_if(stages->begin(), stages->end(), [](const VirtualStage& vs) {
-    return vs.pipeline == 0;
-  }));
+  const int perPipeline = static_cast<int>(
+      std::count_if(stages->begin(), stages->end(), [](const VirtualStage& vs) { return vs.pipeline == 0; }));
   const int chunks = devices > 0 ? perPipeline / devices : 1;
   if (chunks <= 1) return stages;
   for (int c : model.trainableComponents()) {
@@ -95,16 +98,16 @@ Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& mode
     }
     if (count == 0 || minLayers == maxLayers) continue;
     const Component& comp = model.components[static_cast<std::size_t>(c)];
-    const std::string what = count == perPipeline
-                                 ? std::to_string(count) + " virtual stages (" + std::to_string(devices) + " devices × " +
-                                       std::to_string(chunks) + " chunks)"
-                                 : std::to_string(count) + " of the " + std::to_string(perPipeline) +
-                                       " virtual stages (" + std::to_string(devices) + " devices × " +
-                                       std::to_string(chunks) + " chunks)";
-    return Error{schedule + " needs chunks of equal size, but partition 'uniform' cannot divide the " +
-                 std::to_string(comp.layers.size()) + " layers of component '" + comp.name + "' evenly over its " + what +
-                 ": the layer count must be a multiple of " + std::to_string(count) +
-                 "; use --partition balanced or --partition dp (they balance unequal chunks), or other --devices/--chunks"};
+    const std::string what =
+        count == perPipeline ? std::to_string(count) + " virtual stages (" + std::to_string(devices) + " devices × " +
+                                   std::to_string(chunks) + " chunks)"
+                             : std::to_string(count) + " of the " + std::to_string(perPipeline) + " virtual stages (" +
+                                   std::to_string(devices) + " devices × " + std::to_string(chunks) + " chunks)";
+    return Error{
+        schedule + " needs chunks of equal size, but partition 'uniform' cannot divide the " +
+        std::to_string(comp.layers.size()) + " layers of component '" + comp.name + "' evenly over its " + what +
+        ": the layer count must be a multiple of " + std::to_string(count) +
+        "; use --partition balanced or --partition dp (they balance unequal chunks), or other --devices/--chunks"};
   }
   return stages;
 }

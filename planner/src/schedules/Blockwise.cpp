@@ -82,7 +82,8 @@ class Blockwise final : public ScheduleGenerator {
     // Forwards a device may hold (chunk activations): Megatron-LM's interleaved warm-up with
     // the unit in place of its group of p, plus the unit's block (breadth-first: all).
     std::vector<int> limit(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d) limit[static_cast<std::size_t>(d)] = m_breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
+    for (int d = 0; d < p; ++d)
+      limit[static_cast<std::size_t>(d)] = m_breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
 
     const double inf = std::numeric_limits<double>::infinity();
     std::vector<double> fDone(nu * mu, inf), bDone(nu * mu, inf);
@@ -165,7 +166,9 @@ class Blockwise final : public ScheduleGenerator {
         // Weight passes beyond one unit's worth run first (they hold activation memory).
         if (!m_breadthFirst && s.weights.size() > static_cast<std::size_t>(unit)) return weight(d, now);
         const bool ownForwardDone =
-            bLeft && fDone[static_cast<std::size_t>(bs[s.bPos].stage) * mu + static_cast<std::size_t>(bs[s.bPos].microbatch)] < inf;
+            bLeft &&
+            fDone[static_cast<std::size_t>(bs[s.bPos].stage) * mu + static_cast<std::size_t>(bs[s.bPos].microbatch)] <
+                inf;
         const bool canForward = fLeft && (s.inflight < limit[du] || force);
         if (ownForwardDone && (bReady(bs[s.bPos]) <= now || !canForward)) {
           s.inBackward = true;
@@ -227,8 +230,8 @@ class Blockwise final : public ScheduleGenerator {
           progressed = tryStart(d, now, true);
         }
         if (!progressed) {
-          return Error{std::string(name()) + ": the blockwise construction stalled (" + std::to_string(placed) + " of " +
-                       std::to_string(total) + " passes placed)"};
+          return Error{std::string(name()) + ": the blockwise construction stalled (" + std::to_string(placed) +
+                       " of " + std::to_string(total) + " passes placed)"};
         }
         continue;
       }

@@ -218,7 +218,8 @@ struct OrderEstimate {
 // its activation peaks (DESIGN.md §2: live from F start; B frees all but the weight-gradient
 // part, W the rest). The orders come from a collision-free repetition, so they never stall.
 OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& chain,
-                            const std::vector<std::vector<OrderedOp>>& order, int microbatches, bool keepTimes = false) {
+                            const std::vector<std::vector<OrderedOp>>& order, int microbatches,
+                            bool keepTimes = false) {
   const auto n = input.virtualStages.size();
   std::vector<int> prev(n, -1), next(n, -1);
   for (std::size_t i = 0; i < chain.size(); ++i) {
@@ -295,7 +296,8 @@ OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& 
   if (keepTimes) result.forwardEndMs = std::move(fEnd);
   for (std::size_t d = 0; d < p; ++d) {
     if (perMicrobatch[d] > 0) {
-      result.peakRatio = std::max(result.peakRatio, static_cast<double>(peak[d]) / static_cast<double>(perMicrobatch[d]));
+      result.peakRatio =
+          std::max(result.peakRatio, static_cast<double>(peak[d]) / static_cast<double>(perMicrobatch[d]));
     }
   }
   return result;
@@ -309,7 +311,8 @@ OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& 
 // before the moves, which only get earlier as ops move up. Moves stay within the first
 // `limit[d]` ops of each device. Returns whether anything moved.
 bool reorderWarmUp(const ScheduleInput& input, const std::vector<int>& chain, const OrderEstimate& estimate,
-                   int microbatches, const std::vector<std::size_t>& limit, std::vector<std::vector<OrderedOp>>& order) {
+                   int microbatches, const std::vector<std::size_t>& limit,
+                   std::vector<std::vector<OrderedOp>>& order) {
   constexpr double kTolerance = 1e-9;
   const auto mbs = static_cast<std::size_t>(microbatches);
   std::vector<int> prev(input.virtualStages.size(), -1);
@@ -317,7 +320,8 @@ bool reorderWarmUp(const ScheduleInput& input, const std::vector<int>& chain, co
   auto readyMs = [&](const OrderedOp& f) {
     const int ps = prev[static_cast<std::size_t>(f.virtualStage)];
     if (ps < 0) return 0.0;
-    const double end = estimate.forwardEndMs[static_cast<std::size_t>(ps) * mbs + static_cast<std::size_t>(f.microbatch)];
+    const double end =
+        estimate.forwardEndMs[static_cast<std::size_t>(ps) * mbs + static_cast<std::size_t>(f.microbatch)];
     if (end < 0) return std::numeric_limits<double>::infinity();
     return end + input.stages[static_cast<std::size_t>(ps)].sendMs;
   };
@@ -460,7 +464,8 @@ class BlockGenerator final : public ScheduleGenerator {
       if (!reorderWarmUp(input, chain, e, evalMicrobatches, common, *trial)) break;
     }
     for (std::size_t d = 0; d < common.size(); ++d) {
-      std::copy((*trial)[d].begin(), (*trial)[d].begin() + static_cast<std::ptrdiff_t>(common[d]), (*devices)[d].begin());
+      std::copy((*trial)[d].begin(), (*trial)[d].begin() + static_cast<std::ptrdiff_t>(common[d]),
+                (*devices)[d].begin());
     }
     ScheduleSkeleton out;
     out.virtualStages = input.virtualStages;
@@ -475,7 +480,8 @@ class BlockGenerator final : public ScheduleGenerator {
     const int budgetMicrobatches = std::max(1, m_spec.goal == Goal::LeastMemory ? (p + 4) / 3 : (p + 2) / 2);
     const auto perMb = activationPerMicrobatch(input, 0);
     std::vector<std::int64_t> caps(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d) caps[static_cast<std::size_t>(d)] = budgetMicrobatches * perMb[static_cast<std::size_t>(d)];
+    for (int d = 0; d < p; ++d)
+      caps[static_cast<std::size_t>(d)] = budgetMicrobatches * perMb[static_cast<std::size_t>(d)];
     auto fits = [&](const std::vector<std::vector<OrderedOp>>& order) {
       const auto peaks = orderPeakBytes(input, order);
       for (int d = 0; d < p; ++d) {
@@ -510,7 +516,8 @@ class BlockGenerator final : public ScheduleGenerator {
           OrderTiming t = timeOrder(shortRun, found[i].order);
           if (t.ok) ranked.emplace_back(std::move(t), i);
         }
-        std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return fasterThan(a.first, b.first); });
+        std::stable_sort(ranked.begin(), ranked.end(),
+                         [](const auto& a, const auto& b) { return fasterThan(a.first, b.first); });
         for (std::size_t r = 0; r < ranked.size() && r < kSearchFinalists; ++r) {
           if (auto full = vBlockBuild(p, m, units, found[ranked[r].second].key)) consider(std::move(*full));
         }
@@ -531,9 +538,10 @@ class BlockGenerator final : public ScheduleGenerator {
 }  // namespace
 
 std::unique_ptr<ScheduleGenerator> makeVHalf() {
-  return std::make_unique<BlockGenerator>(BlockSpec{"v-half", Goal::FastestWithinHalf,
-                                                    {{2, 1, false}, {1, 2, false}, {1.5, 1.5, false},
-                                                     {2, 1, true}, {1, 2, true}, {1.5, 1.5, true}}});
+  return std::make_unique<BlockGenerator>(
+      BlockSpec{"v-half",
+                Goal::FastestWithinHalf,
+                {{2, 1, false}, {1, 2, false}, {1.5, 1.5, false}, {2, 1, true}, {1, 2, true}, {1.5, 1.5, true}}});
 }
 std::unique_ptr<ScheduleGenerator> makeVMin() {
   return std::make_unique<BlockGenerator>(BlockSpec{"v-min", Goal::LeastMemory, {{1, 1, false}, {1, 1, true}}});

@@ -75,28 +75,28 @@ std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleI
       lane.push_back(deferred.front());
       deferred.pop_front();
     };
-    for (int i = 0; i < 2 * (half - h - 1); ++i) forward(0);                    // 1
-    for (int i = 0; i < h + 1; ++i) {                                            // 2
+    for (int i = 0; i < 2 * (half - h - 1); ++i) forward(0);  // 1
+    for (int i = 0; i < h + 1; ++i) {                         // 2
       forward(0);
       forward(1);
     }
-    for (int i = 0; i < half - h - 1; ++i) {                                     // 3
+    for (int i = 0; i < half - h - 1; ++i) {  // 3
       backward(1, true);
       weight();
       forward(1);
     }
-    for (int i = 0; i < m / 2 - p + h + 1; ++i) {                                // 4
+    for (int i = 0; i < m / 2 - p + h + 1; ++i) {  // 4
       forward(0);
       backward(1, false);
       forward(1);
       backward(0, false);
     }
-    for (int i = 0; i < half - h - 1; ++i) {                                     // 5
+    for (int i = 0; i < half - h - 1; ++i) {  // 5
       backward(1, false);
       forward(1);
       backward(0, false);
     }
-    const int step6 = h + 1;                                                     // 6
+    const int step6 = h + 1;  // 6
     bool split = false;
     for (int i = 0; i < step6; ++i) {
       if (i == step6 / 2 && h % 2 == 1) split = true;
@@ -104,11 +104,11 @@ std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleI
       if (i == step6 / 2 && h % 2 == 0) split = true;
       backward(0, split);
     }
-    for (int i = 0; i < half - h - 1; ++i) {                                     // 7
+    for (int i = 0; i < half - h - 1; ++i) {  // 7
       weight();
       backward(0, true);
     }
-    while (!deferred.empty()) weight();                                          // 8
+    while (!deferred.empty()) weight();  // 8
     if (nextF[0] != m / 2 || nextF[1] != m / 2 || nextB[0] != m / 2 || nextB[1] != m / 2) return std::nullopt;
   }
   return out;

@@ -98,7 +98,7 @@ struct VConstructionOptions {
   /// No re-run once the worst device bubble is at most this share of the makespan (0: the
   /// reference's rule, re-run while it improves).
   double refineAboveShare = 0;
-  int onlyPolicy = -1;                    ///< 0..3: build only this fill policy (VConstruction::policy)
+  int onlyPolicy = -1;  ///< 0..3: build only this fill policy (VConstruction::policy)
 };
 struct VConstruction;
 /// Called with each policy's order as soon as it is built (before the next policy runs).
@@ -125,7 +125,7 @@ struct VBlockCandidate {
 std::vector<VBlockCandidate> vBlockSearch(int devices, int microbatches, int maxMemUnits, double maxCells,
                                           const SolveControl* control);
 std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
-                                                              const std::array<int, 4>& key);
+                                                               const std::array<int, 4>& key);
 
 /// DualPipe's own eight-step order (DualPipeOrder.cpp) on the dualpipe placement (p even, one
 /// chunk per direction on every device, microbatch k of direction q numbered 2k + q);

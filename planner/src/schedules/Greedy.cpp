@@ -109,10 +109,14 @@ class EventQueue {
 constexpr OpKind kOpOfCode[4] = {OpKind::F, OpKind::B, OpKind::BW, OpKind::W};
 int opCode(OpKind k) {
   switch (k) {
-    case OpKind::B: return 1;
-    case OpKind::BW: return 2;
-    case OpKind::W: return 3;
-    default: return 0;
+    case OpKind::B:
+      return 1;
+    case OpKind::BW:
+      return 2;
+    case OpKind::W:
+      return 3;
+    default:
+      return 0;
   }
 }
 
@@ -123,7 +127,8 @@ using Key = std::uint64_t;
 using MinHeap = std::priority_queue<Key, std::vector<Key>, std::greater<>>;
 constexpr int kMaxStages = 0xffff;
 Key makeKey(int microbatch, int chainPos, int stage) {
-  return (static_cast<Key>(microbatch) << 32) | (static_cast<Key>(kMaxStages - chainPos) << 16) | static_cast<Key>(stage);
+  return (static_cast<Key>(microbatch) << 32) | (static_cast<Key>(kMaxStages - chainPos) << 16) |
+         static_cast<Key>(stage);
 }
 int keyMicrobatch(Key k) { return static_cast<int>(k >> 32); }
 int keyStage(Key k) { return static_cast<int>(k & 0xffffU); }
@@ -255,7 +260,8 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
   m_firstPos.assign(static_cast<std::size_t>(m_pipelines) * static_cast<std::size_t>(m_p), 1 << 30);
   for (std::size_t s = 0; s < nu; ++s) {
     const auto& vs = input.virtualStages[s];
-    int& f = m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(vs.device)];
+    int& f = m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) +
+                        static_cast<std::size_t>(vs.device)];
     f = std::min(f, m_chainPos[s]);
   }
   for (int pl = 0; pl < m_pipelines; ++pl) m_need.push_back(activationPerMicrobatch(input, pl));
@@ -268,12 +274,14 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
 // Every microbatch's first forward is ready at 0; lanes reserved for their share of ops.
 void GreedyConstruction::seed() {
   for (int mb = 0; mb < m_m; ++mb) {
-    const int pl = m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[static_cast<std::size_t>(mb)];
+    const int pl =
+        m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[static_cast<std::size_t>(mb)];
     push(0.0, 1, OpKind::F, m_chains[static_cast<std::size_t>(pl)].front(), mb);
   }
   for (std::size_t d = 0; d < static_cast<std::size_t>(m_p); ++d) {
     m_out.devices[d].reserve(static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) * static_cast<std::size_t>(m_n) /
-                             (static_cast<std::size_t>(m_p) * static_cast<std::size_t>(m_pipelines)) + 16);
+                                 (static_cast<std::size_t>(m_p) * static_cast<std::size_t>(m_pipelines)) +
+                             16);
   }
   m_expected = static_cast<std::size_t>(m_n) * static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) /
                static_cast<std::size_t>(m_pipelines);
@@ -323,7 +331,9 @@ void GreedyConstruction::applyEvent(std::uint64_t payload) {
     const Key key = makeKey(microbatch, m_chainPos[s], stage);
     if (op == OpKind::F) {
       const auto& vs = m_input.virtualStages[s];
-      const bool enters = m_chainPos[s] == m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(d)];
+      const bool enters =
+          m_chainPos[s] == m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) +
+                                      static_cast<std::size_t>(d)];
       (enters ? ds.readyEnter : ds.readyContinue).push(key);
     } else {
       ds.readyB.push(key);
@@ -375,17 +385,19 @@ Choice GreedyConstruction::choose(int d, DeviceState& ds) {
 Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
   Choice ch;
   const auto du = static_cast<std::size_t>(d);
-  const int pl = ds.readyEnter.empty() ? 0 : m_input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
+  const int pl = ds.readyEnter.empty()
+                     ? 0
+                     : m_input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
   const std::int64_t needBytes = m_need[static_cast<std::size_t>(pl)][du];
   bool admit = !ds.readyEnter.empty() &&
                (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_options.capBytes[du]);
   bool cont = !ds.readyContinue.empty();
   // Budget on every forward (zb-v): a forward that would lift the live bytes over the
   // budget waits while a pending W can free weight-gradient bytes first.
-  const bool wFirst = m_options.boundEveryForward && !ds.pendingW.empty() &&
-                      ds.committedBytes + (cont ? stageCost(keyStage(ds.readyContinue.top())).activationBytes
-                                                : std::int64_t{0}) >
-                          m_options.capBytes[du];
+  const bool wFirst =
+      m_options.boundEveryForward && !ds.pendingW.empty() &&
+      ds.committedBytes + (cont ? stageCost(keyStage(ds.readyContinue.top())).activationBytes : std::int64_t{0}) >
+          m_options.capBytes[du];
   if (wFirst) {
     cont = false;
     admit = false;
@@ -450,7 +462,8 @@ void GreedyConstruction::fillEstimate(GreedyEstimate& estimate) const {
 
 }  // namespace
 
-Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options, GreedyEstimate* estimate) {
+Expected<ScheduleSkeleton> greedyOrder(const ScheduleInput& input, const GreedyOptions& options,
+                                       GreedyEstimate* estimate) {
   const int n = static_cast<int>(input.virtualStages.size());
   if (n > kMaxStages) {
     return Error{"the greedy construction handles at most " + std::to_string(kMaxStages) + " virtual stages, got " +

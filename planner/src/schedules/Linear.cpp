@@ -130,13 +130,15 @@ class Interleaved final : public ScheduleGenerator {
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     ScheduleSkeleton megatron = build(input, 0);
     const int p = input.shape.devices;
-    const bool anyTransfer = std::any_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
+    const bool anyTransfer =
+        std::any_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
     if (!anyTransfer || input.shape.microbatches < 2 * p || input.shape.chunksPerDevice < 2) return megatron;
     ScheduleSkeleton ahead = build(input, 1);
     const auto peaks = orderPeakBytes(input, ahead.devices);
     for (int d = 0; d < p; ++d) {
       const std::int64_t limit = deviceMemoryLimit(input, d);
-      const std::int64_t staticBytes = static_cast<std::size_t>(d) < input.staticBytes.size() ? input.staticBytes[static_cast<std::size_t>(d)] : 0;
+      const std::int64_t staticBytes =
+          static_cast<std::size_t>(d) < input.staticBytes.size() ? input.staticBytes[static_cast<std::size_t>(d)] : 0;
       if (limit > 0 && staticBytes + peaks[static_cast<std::size_t>(d)] > limit) return megatron;
     }
     if (input.control && input.control->cancelled()) return Error::cancelled();
@@ -151,7 +153,8 @@ class Interleaved final : public ScheduleGenerator {
     }
     const ScheduleSkeleton shortAhead = build(shortRun, 1);
     const ScheduleSkeleton shortMegatron = build(shortRun, 0);
-    return fasterThan(timeOrder(shortRun, shortAhead.devices), timeOrder(shortRun, shortMegatron.devices)) ? ahead : megatron;
+    return fasterThan(timeOrder(shortRun, shortAhead.devices), timeOrder(shortRun, shortMegatron.devices)) ? ahead
+                                                                                                           : megatron;
   }
 
  private:

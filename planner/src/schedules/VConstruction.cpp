@@ -111,11 +111,15 @@ class VBuilder {
   }
 
  private:
-  std::size_t index(int kind, int device) const { return static_cast<std::size_t>(kind) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device); }
+  std::size_t index(int kind, int device) const {
+    return static_cast<std::size_t>(kind) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device);
+  }
   std::size_t endIndex(int kind, int device, int mb) const {
     return index(kind, device) * static_cast<std::size_t>(m_m) + static_cast<std::size_t>(mb);
   }
-  int& count(int d, int kind) { return m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) + static_cast<std::size_t>(kind)]; }
+  int& count(int d, int kind) {
+    return m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) + static_cast<std::size_t>(kind)];
+  }
   double endMs(int kind, int device, int mb) const { return m_end[endIndex(kind, device, mb)]; }
 
   void reset(const std::vector<double>& approved) {
@@ -279,7 +283,9 @@ class VBuilder {
   // Whether the input of the next `kind` pass on d has been produced (or needs none).
   bool inputReady(int kind, int d) const {
     const auto [k, from] = crossProducer(kind, d);
-    return k < 0 || endMs(k, from, m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) + static_cast<std::size_t>(kind)]) >= 0;
+    return k < 0 || endMs(k, from,
+                          m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) +
+                                  static_cast<std::size_t>(kind)]) >= 0;
   }
 
   bool steadyState(bool fillForward, bool fillBackward) {

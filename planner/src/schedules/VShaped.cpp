@@ -36,11 +36,11 @@ constexpr double kFullRefineShare = 1e-3;
 struct Spec {
   const char* name;
   int defaultChunks;
-  int pipelines;           // 1 or 2
-  bool wave;               // V placement per pipeline (else linear)
-  int chunkMultiple;       // chunksPerDevice must be a positive multiple of this
-  const char* chunkWhat;   // message when it is not
-  bool evenDevices;        // dualpipe
+  int pipelines;                 // 1 or 2
+  bool wave;                     // V placement per pipeline (else linear)
+  int chunkMultiple;             // chunksPerDevice must be a positive multiple of this
+  const char* chunkWhat;         // message when it is not
+  bool evenDevices;              // dualpipe
   int minMicrobatchesPerDevice;  // 0: none; 1: m ≥ p
   // Activation budget in units of "one microbatch's activation on this device":
   // budget = ceil(numerator · p / denominator) + extra.
@@ -68,13 +68,14 @@ class GreedyGenerator final : public ScheduleGenerator {
 
   Status validate(const ScheduleShape& shape) const override {
     const int v = shape.chunksPerDevice;
-    if (auto st = requireChunks(name(), shape, v >= m_spec.chunkMultiple && v % m_spec.chunkMultiple == 0,
-                                m_spec.chunkWhat);
+    if (auto st =
+            requireChunks(name(), shape, v >= m_spec.chunkMultiple && v % m_spec.chunkMultiple == 0, m_spec.chunkWhat);
         !st) {
       return st;
     }
     if (m_spec.evenDevices && shape.devices % 2 != 0) {
-      return Error{std::string(name()) + " needs an even number of devices (the two directions pair devices d and p-1-d), got " +
+      return Error{std::string(name()) +
+                   " needs an even number of devices (the two directions pair devices d and p-1-d), got " +
                    std::to_string(shape.devices)};
     }
     if (m_spec.pipelines == 2 && shape.microbatches % 2 != 0) {
@@ -113,10 +114,13 @@ class GreedyGenerator final : public ScheduleGenerator {
     std::vector<std::int64_t> perMb(static_cast<std::size_t>(p), 0);
     for (int pl = 0; pl < m_spec.pipelines; ++pl) {
       const auto a = activationPerMicrobatch(input, pl);
-      for (int d = 0; d < p; ++d) perMb[static_cast<std::size_t>(d)] = std::max(perMb[static_cast<std::size_t>(d)], a[static_cast<std::size_t>(d)]);
+      for (int d = 0; d < p; ++d)
+        perMb[static_cast<std::size_t>(d)] =
+            std::max(perMb[static_cast<std::size_t>(d)], a[static_cast<std::size_t>(d)]);
     }
     std::vector<std::int64_t> caps(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d) caps[static_cast<std::size_t>(d)] = std::max<std::int64_t>(1, units) * perMb[static_cast<std::size_t>(d)];
+    for (int d = 0; d < p; ++d)
+      caps[static_cast<std::size_t>(d)] = std::max<std::int64_t>(1, units) * perMb[static_cast<std::size_t>(d)];
 
     // Every candidate order is timed as the simulator times it and the fastest that keeps the
     // budget (where the schedule promises it) wins, the earlier one on a tie. On large
@@ -164,7 +168,8 @@ class GreedyGenerator final : public ScheduleGenerator {
     options.capBytes = caps;
     if (m_spec.pipelines == 2) {
       options.microbatchPipeline.resize(static_cast<std::size_t>(in.shape.microbatches));
-      for (int mb = 0; mb < in.shape.microbatches; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
+      for (int mb = 0; mb < in.shape.microbatches; ++mb)
+        options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
     }
     return options;
   }
@@ -174,7 +179,8 @@ class GreedyGenerator final : public ScheduleGenerator {
   Expected<std::pair<Recipe, Orders>> choose(const ScheduleInput& in, const std::vector<std::int64_t>& caps,
                                              std::int64_t units, const Recipe* only) const {
     const int p = in.shape.devices;
-    const bool anyTransfer = std::any_of(in.stages.begin(), in.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
+    const bool anyTransfer =
+        std::any_of(in.stages.begin(), in.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
     ScheduleInput withoutTransfers = in;
     for (StageEstimate& e : withoutTransfers.stages) e.sendMs = 0;
     auto source = [&](bool withTransfers) -> const ScheduleInput& { return withTransfers ? in : withoutTransfers; };
@@ -286,22 +292,23 @@ class GreedyGenerator final : public ScheduleGenerator {
 }  // namespace
 
 std::unique_ptr<ScheduleGenerator> makeZbV() {
-  return std::make_unique<GreedyGenerator>(
-      Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 0, 1, 1, 0, true, false, true, true, true, false});
+  return std::make_unique<GreedyGenerator>(Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)",
+                                                false, 0, 1, 1, 0, true, false, true, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
-  return std::make_unique<GreedyGenerator>(
-      Spec{"dualpipe-v", 2, 1, true, 2, "an even number of chunks per device (V shape)", false, 1, 1, 2, 1, false, true, false, true, true, false});
+  return std::make_unique<GreedyGenerator>(Spec{"dualpipe-v", 2, 1, true, 2,
+                                                "an even number of chunks per device (V shape)", false, 1, 1, 2, 1,
+                                                false, true, false, true, true, false});
 }
 std::unique_ptr<ScheduleGenerator> makeBitPipe() {
   return std::make_unique<GreedyGenerator>(Spec{"bitpipe", 4, 2, true, 4,
-                                                "a multiple of four chunks per device (two V-shaped pipelines)",
-                                                false, 1, 1, 1, 0, true, false, false, false, false, false});
+                                                "a multiple of four chunks per device (two V-shaped pipelines)", false,
+                                                1, 1, 1, 0, true, false, false, false, false, false});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipe() {
-  return std::make_unique<GreedyGenerator>(
-      Spec{"dualpipe", 2, 2, false, 2, "an even number of chunks per device (one per direction)", true, 1, 1, 1, 1,
-           false, true, false, false, false, true});
+  return std::make_unique<GreedyGenerator>(Spec{"dualpipe", 2, 2, false, 2,
+                                                "an even number of chunks per device (one per direction)", true, 1, 1,
+                                                1, 1, false, true, false, false, false, true});
 }
 
 }  // namespace pipestudio::schedules

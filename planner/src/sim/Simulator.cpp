@@ -4,7 +4,6 @@
 // transfers on one link served first-come first-served (they serialise). Everything is flat
 // arrays indexed by op number; the only structure in the hot loop is a winner tree over devices.
 #include "pipestudio/planner/Simulator.hpp"
-#include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
@@ -33,13 +33,21 @@ std::string opName(OpKind kind, int stage, int microbatch) {
 // vocabBarriers): with one barrier S also computes the input-gradient partial sums.
 double baseDurationMs(OpKind kind, const StageCosts& c, int vocabBarriers) {
   switch (kind) {
-    case OpKind::F: case OpKind::N: return c.forwardMs;
-    case OpKind::S: return vocabBarriers == 1 ? c.forwardMs + c.backwardInputMs : c.forwardMs;
-    case OpKind::B: return c.backwardInputMs;
-    case OpKind::W: return c.backwardWeightMs;
-    case OpKind::T: return vocabBarriers == 1 ? c.backwardWeightMs : c.backwardInputMs + c.backwardWeightMs;
-    case OpKind::BW: return c.backwardInputMs + c.backwardWeightMs;
-    case OpKind::OPT: return 0;
+    case OpKind::F:
+    case OpKind::N:
+      return c.forwardMs;
+    case OpKind::S:
+      return vocabBarriers == 1 ? c.forwardMs + c.backwardInputMs : c.forwardMs;
+    case OpKind::B:
+      return c.backwardInputMs;
+    case OpKind::W:
+      return c.backwardWeightMs;
+    case OpKind::T:
+      return vocabBarriers == 1 ? c.backwardWeightMs : c.backwardInputMs + c.backwardWeightMs;
+    case OpKind::BW:
+      return c.backwardInputMs + c.backwardWeightMs;
+    case OpKind::OPT:
+      return 0;
   }
   return 0;
 }
@@ -48,11 +56,16 @@ double baseDurationMs(OpKind kind, const StageCosts& c, int vocabBarriers) {
 // overlapped F&B group can hide under the other op's computation.
 double baseCommMs(OpKind kind, const StageCosts& c) {
   switch (kind) {
-    case OpKind::F: return c.forwardCommMs;
-    case OpKind::B: return c.backwardInputCommMs;
-    case OpKind::W: return c.backwardWeightCommMs;
-    case OpKind::BW: return c.backwardInputCommMs + c.backwardWeightCommMs;
-    default: return 0;
+    case OpKind::F:
+      return c.forwardCommMs;
+    case OpKind::B:
+      return c.backwardInputCommMs;
+    case OpKind::W:
+      return c.backwardWeightCommMs;
+    case OpKind::BW:
+      return c.backwardInputCommMs + c.backwardWeightCommMs;
+    default:
+      return 0;
   }
 }
 
@@ -169,7 +182,9 @@ class Simulation {
   Error explainDeadlock() const;
 
  private:
-  std::int32_t stageDevice(std::int32_t stage) const { return m_shell.virtualStages[static_cast<std::size_t>(stage)].device; }
+  std::int32_t stageDevice(std::int32_t stage) const {
+    return m_shell.virtualStages[static_cast<std::size_t>(stage)].device;
+  }
   Error missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const;
   std::optional<Error> producers(std::int32_t i, Pred* slot) const;
   std::optional<Error> countDataFlowEdges();
@@ -239,7 +254,9 @@ std::optional<Error> Simulation::validateShape() const {
   if (m_m <= 0) return Error{"the plan needs at least one microbatch"};
   for (std::int32_t s = 0; s < m_nStages; ++s) {
     const VirtualStage& vs = m_shell.virtualStages[static_cast<std::size_t>(s)];
-    if (vs.id != s) return Error{"virtual stage " + std::to_string(s) + " has id " + std::to_string(vs.id) + " (expected ids in order)"};
+    if (vs.id != s)
+      return Error{"virtual stage " + std::to_string(s) + " has id " + std::to_string(vs.id) +
+                   " (expected ids in order)"};
     if (vs.device < 0 || vs.device >= m_p) {
       return Error{"virtual stage " + std::to_string(s) + " is on device " + std::to_string(vs.device) +
                    ", not a device of the plan (0.." + std::to_string(m_p - 1) + ")"};
@@ -257,7 +274,8 @@ std::optional<Error> Simulation::flatten() {
   std::size_t totalOps = 0;
   for (std::size_t d = 0; d < pu; ++d) totalOps += m_skeleton.devices[d].size();
   // Op indices are int32.
-  if (totalOps > (std::size_t{1} << 30)) return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
+  if (totalOps > (std::size_t{1} << 30))
+    return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
   for (std::size_t d = 0; d < pu; ++d) {
     m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(m_skeleton.devices[d].size());
   }
@@ -278,7 +296,8 @@ std::optional<Error> Simulation::flatten() {
         return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
       }
       if (o.microbatch < 0 || o.microbatch >= m_m) {
-        return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." + std::to_string(m_m - 1)};
+        return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." +
+                     std::to_string(m_m - 1)};
       }
       if (stageDevice(o.virtualStage) != d) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
@@ -290,7 +309,8 @@ std::optional<Error> Simulation::flatten() {
       op.kind = o.kind;
       op.microbatch = o.microbatch;
       op.samples = o.samples;
-      double dur = baseDurationMs(o.kind, m_costs[static_cast<std::size_t>(o.virtualStage)], m_shell.config.vocabBarriers);
+      double dur =
+          baseDurationMs(o.kind, m_costs[static_cast<std::size_t>(o.virtualStage)], m_shell.config.vocabBarriers);
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
       if (!std::isfinite(dur)) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
@@ -298,18 +318,30 @@ std::optional<Error> Simulation::flatten() {
       const std::size_t key = static_cast<std::size_t>(o.virtualStage) * m_mu + static_cast<std::size_t>(o.microbatch);
       std::int32_t* slot = nullptr;
       switch (o.kind) {
-        case OpKind::F: slot = &m_fIdx[key]; break;
-        case OpKind::B: slot = &m_bIdx[key]; break;
-        case OpKind::BW: slot = &m_bIdx[key]; m_bIsFused[key] = 1; break;
-        case OpKind::W: slot = &m_wIdx[key]; break;
-        case OpKind::N: m_nIdx[key] = idx; break;  // partial batches: several N per key
-        default: break;
+        case OpKind::F:
+          slot = &m_fIdx[key];
+          break;
+        case OpKind::B:
+          slot = &m_bIdx[key];
+          break;
+        case OpKind::BW:
+          slot = &m_bIdx[key];
+          m_bIsFused[key] = 1;
+          break;
+        case OpKind::W:
+          slot = &m_wIdx[key];
+          break;
+        case OpKind::N:
+          m_nIdx[key] = idx;
+          break;  // partial batches: several N per key
+        default:
+          break;
       }
       if (!slot) continue;
       if (*slot != kNone) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
-                     std::to_string(*slot - m_offset[static_cast<std::size_t>(d)]) + " of device " +
-                     std::to_string(d) + ")"};
+                     std::to_string(*slot - m_offset[static_cast<std::size_t>(d)]) + " of device " + std::to_string(d) +
+                     ")"};
       }
       *slot = idx;
     }
@@ -321,8 +353,8 @@ std::optional<Error> Simulation::flatten() {
 
 Error Simulation::missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const {
   const Op& c = m_shell.ops[static_cast<std::size_t>(consumer)];
-  return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) +
-               " needs " + opName(kind, stage, mb) + ", which no device runs"};
+  return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) + " needs " +
+               opName(kind, stage, mb) + ", which no device runs"};
 }
 
 // Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
@@ -353,7 +385,8 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
       slot[0] = {own, op.virtualStage};
       if (m_nextStage[s] != kNone) {
         const std::int32_t src = m_bIdx[static_cast<std::size_t>(m_nextStage[s]) * m_mu + mb];
-        if (src == kNone) return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, m_nextStage[s], op.microbatch);
+        if (src == kNone)
+          return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, m_nextStage[s], op.microbatch);
         slot[1] = {src, m_nextStage[s]};
       }
       break;
@@ -434,9 +467,12 @@ std::int64_t Simulation::edgeBytes(std::int32_t fromStage, std::int32_t toStage)
 std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toStage) {
   const auto fs = static_cast<std::size_t>(fromStage);
   int relation = -1;
-  if (toStage == fromStage) relation = 0;
-  else if (toStage == m_nextStage[fs]) relation = 1;
-  else if (toStage == m_prevStage[fs]) relation = 2;
+  if (toStage == fromStage)
+    relation = 0;
+  else if (toStage == m_nextStage[fs])
+    relation = 1;
+  else if (toStage == m_prevStage[fs])
+    relation = 2;
   std::size_t c = 0;
   if (relation >= 0) {
     c = fs * 3 + static_cast<std::size_t>(relation);
@@ -464,7 +500,8 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
 void Simulation::buildConsumers() {
   m_classes.assign(static_cast<std::size_t>(m_nStages) * 3, EdgeClass{});
   for (const Edge& e : m_extra) {
-    const bool sameDevice = m_shell.ops[static_cast<std::size_t>(e.from)].device == m_shell.ops[static_cast<std::size_t>(e.to)].device;
+    const bool sameDevice =
+        m_shell.ops[static_cast<std::size_t>(e.from)].device == m_shell.ops[static_cast<std::size_t>(e.to)].device;
     if (!sameDevice) ++m_crossEdges;
     if (implied(e.from, e.to, sameDevice)) continue;
     ++m_firstOut[static_cast<std::size_t>(e.from)];
@@ -472,7 +509,8 @@ void Simulation::buildConsumers() {
   }
   // Inclusive prefix sums: firstOut[x] is the end of x's consumers; filling backwards with
   // --firstOut[x] leaves it at their start, so firstOut[x + 1] is their end.
-  for (std::int32_t i = 1; i < m_nOps; ++i) m_firstOut[static_cast<std::size_t>(i)] += m_firstOut[static_cast<std::size_t>(i) - 1];
+  for (std::int32_t i = 1; i < m_nOps; ++i)
+    m_firstOut[static_cast<std::size_t>(i)] += m_firstOut[static_cast<std::size_t>(i) - 1];
   if (m_nOps > 0) m_firstOut[static_cast<std::size_t>(m_nOps)] = m_firstOut[static_cast<std::size_t>(m_nOps) - 1];
   // Every slot is written below: no value-initialisation of this (large) array.
   m_outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(m_firstOut.back()));
@@ -484,9 +522,11 @@ void Simulation::buildConsumers() {
     EdgeClass c;
     c.toDevice = toDevice;
     c.bytes = e->bytes;
-    c.transferMs = deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
+    c.transferMs =
+        deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
     m_classes.push_back(c);
-    outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(e->from)])] = {e->to, static_cast<std::int32_t>(m_classes.size() - 1)};
+    outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(e->from)])] = {
+        e->to, static_cast<std::int32_t>(m_classes.size() - 1)};
   }
   for (std::int32_t i = m_nOps - 1; i >= 0; --i) {
     Pred slot[2];
@@ -495,7 +535,8 @@ void Simulation::buildConsumers() {
     for (int k = 1; k >= 0; --k) {
       const Pred& pr = slot[k];
       if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
-      outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(pr.from)])] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
+      outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(pr.from)])] = {
+          i, dataFlowClass(pr.fromStage, op.virtualStage)};
     }
   }
 }
@@ -533,7 +574,8 @@ void Simulation::prepareTiming() {
 }
 
 double Simulation::durationMs(const Op& op, std::int32_t idx) const {
-  double dur = m_kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
+  double dur =
+      m_kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
   if (op.samples > 0) dur *= static_cast<double>(op.samples) / m_samplesPerMb;
   if (!m_gatherSavedMs.empty()) dur = std::max(0.0, dur - m_gatherSavedMs[static_cast<std::size_t>(idx)]);
   return dur;
@@ -597,7 +639,8 @@ bool Simulation::tryStart(int d) {
     __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(Op) - 1);  // an Op may straddle two lines
     __builtin_prefetch(&m_state[static_cast<std::size_t>(idx) + 1]);
   }
-  for (std::int32_t k = m_firstOut[static_cast<std::size_t>(idx)]; k < m_firstOut[static_cast<std::size_t>(idx) + 1]; ++k) {
+  for (std::int32_t k = m_firstOut[static_cast<std::size_t>(idx)]; k < m_firstOut[static_cast<std::size_t>(idx) + 1];
+       ++k) {
     __builtin_prefetch(&m_state[static_cast<std::size_t>(m_outs[static_cast<std::size_t>(k)].to)]);
   }
   return true;

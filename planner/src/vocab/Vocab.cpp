@@ -54,7 +54,8 @@ Lanes delayBackwards(const Lanes& lanes, int k) {
   Lanes out(lanes.size());
   for (std::size_t d = 0; d < lanes.size(); ++d) {
     const auto& lane = lanes[d];
-    const auto forwards = static_cast<int>(std::count_if(lane.begin(), lane.end(), [](const OrderedOp& o) { return o.kind == OpKind::F; }));
+    const auto forwards = static_cast<int>(
+        std::count_if(lane.begin(), lane.end(), [](const OrderedOp& o) { return o.kind == OpKind::F; }));
     std::vector<OrderedOp> rest;
     std::vector<int> after;  // forwards that precede each rest op in the new order
     int seen = 0;
@@ -111,7 +112,8 @@ class VocabPlacer {
     Node n;
     n.device = device;
     n.op = op;
-    n.durationMs = passDurationMs(op.kind, m_costs[static_cast<std::size_t>(op.virtualStage)], m_shell.config.vocabBarriers);
+    n.durationMs =
+        passDurationMs(op.kind, m_costs[static_cast<std::size_t>(op.virtualStage)], m_shell.config.vocabBarriers);
     if (op.samples > 0) {
       n.durationMs *= static_cast<double>(op.samples) /
                       static_cast<double>(std::max<std::int64_t>(1, m_shell.model.samplesPerMicrobatch));
@@ -156,14 +158,16 @@ class VocabPlacer {
         auto cross = [&](int stage) {
           const int from = m_shell.virtualStages[static_cast<std::size_t>(stage)].device;
           const int to = m_shell.virtualStages[s].device;
-          const std::int64_t bytes = m_costs[static_cast<std::size_t>(std::min<int>(stage, o.virtualStage))].outputBytes;
+          const std::int64_t bytes =
+              m_costs[static_cast<std::size_t>(std::min<int>(stage, o.virtualStage))].outputBytes;
           return from == to ? 0.0 : transferMs(from, to, bytes);
         };
         if (o.kind == OpKind::F && chain.previous[s] >= 0) {
           edge(fNode[static_cast<std::size_t>(chain.previous[s]) * mu + mb], id, cross(chain.previous[s]));
         } else if (o.kind == OpKind::B || o.kind == OpKind::BW) {
           edge(fNode[s * mu + mb], id, 0);
-          if (chain.next[s] >= 0) edge(bNode[static_cast<std::size_t>(chain.next[s]) * mu + mb], id, cross(chain.next[s]));
+          if (chain.next[s] >= 0)
+            edge(bNode[static_cast<std::size_t>(chain.next[s]) * mu + mb], id, cross(chain.next[s]));
         } else if (o.kind == OpKind::W) {
           edge(bNode[s * mu + mb], id, 0);
         }
@@ -199,7 +203,8 @@ class VocabPlacer {
         const int tId = m_tNode[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)];
         edge(fLast, sId, lastDevice == d ? 0.0 : transferMs(lastDevice, d, hiddenBytes));
         for (int e = 0; e < p; ++e) {
-          edge(m_sNode[static_cast<std::size_t>(e)][static_cast<std::size_t>(mb)], tId, e == d ? 0.0 : transferMs(e, d, statsBytes));
+          edge(m_sNode[static_cast<std::size_t>(e)][static_cast<std::size_t>(mb)], tId,
+               e == d ? 0.0 : transferMs(e, d, statsBytes));
         }
         const std::int64_t gradBytes = oneBarrier ? 2 * hiddenBytes + statsBytes : hiddenBytes;
         edge(oneBarrier ? sId : tId, bLast, d == lastDevice ? 0.0 : transferMs(d, lastDevice, gradBytes));
@@ -220,7 +225,8 @@ class VocabPlacer {
     std::size_t placed = 0;
     // The microbatch order of S and T on every device: the order of the last stage's forwards.
     std::vector<int> order;
-    for (const OrderedOp& o : m_base[static_cast<std::size_t>(m_shell.virtualStages[static_cast<std::size_t>(m_last)].device)]) {
+    for (const OrderedOp& o :
+         m_base[static_cast<std::size_t>(m_shell.virtualStages[static_cast<std::size_t>(m_last)].device)]) {
       if (o.kind == OpKind::F && o.virtualStage == m_last) order.push_back(o.microbatch);
     }
     if (order.size() != static_cast<std::size_t>(m_shell.config.microbatches)) {
@@ -246,7 +252,8 @@ class VocabPlacer {
         // the device when that producer completes).
         double wake = std::numeric_limits<double>::infinity();
         for (int c : {tNode, sNode, baseNode}) {
-          if (c >= 0 && m_nodes[static_cast<std::size_t>(c)].pending == 0) wake = std::min(wake, m_nodes[static_cast<std::size_t>(c)].readyMs);
+          if (c >= 0 && m_nodes[static_cast<std::size_t>(c)].pending == 0)
+            wake = std::min(wake, m_nodes[static_cast<std::size_t>(c)].readyMs);
         }
         if (std::isfinite(wake)) events.emplace(wake, -static_cast<int>(d) - 1);
         return;
@@ -299,7 +306,7 @@ class VocabPlacer {
   int m_last;
   std::vector<StageCosts> m_costs;
   std::vector<Node> m_nodes;
-  std::vector<std::vector<int>> m_baseNode;  // per device, the base order's nodes
+  std::vector<std::vector<int>> m_baseNode;        // per device, the base order's nodes
   std::vector<std::vector<int>> m_sNode, m_tNode;  // [device][microbatch]
 };
 
@@ -372,7 +379,8 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   std::vector<VirtualStage> stages = backbone->virtualStages;
   std::vector<int> chunkCount(static_cast<std::size_t>(p), 0);
   for (const auto& vs : stages) {
-    chunkCount[static_cast<std::size_t>(vs.device)] = std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
+    chunkCount[static_cast<std::size_t>(vs.device)] =
+        std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
   }
   std::vector<int> vocabStage(static_cast<std::size_t>(p));
   for (int d = 0; d < p; ++d) {

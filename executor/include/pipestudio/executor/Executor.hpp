@@ -29,17 +29,17 @@ struct ExecOptions {
   pipestudio::Backend backend = pipestudio::Backend::Cpu;
   int iterations = 1;
   int warmup = 0;
-  int rank = 0;   ///< cuda: this process's device; cpu/cuda-single run every device
+  int rank = 0;  ///< cuda: this process's device; cpu/cuda-single run every device
   int world = 1;
   std::string ncclIdHex;  ///< cuda, ranks > 0: rank 0's NCCL unique id (hex of 128 bytes)
   std::string runId;
-  double timeScale = 1.0;                ///< planned durations × timeScale
-  std::optional<double> maxOpMs;         ///< scale so the longest op lasts this long
-  double watchdogTimeoutS = 60.0;        ///< no progress for this long → the run fails
-  std::optional<std::string> profileOut; ///< --profile FILE: write a measured pipestudio.model/1
-  bool baseline = false;                 ///< cuda: run every op's kernels back to back, report ms
+  double timeScale = 1.0;                                      ///< planned durations × timeScale
+  std::optional<double> maxOpMs;                               ///< scale so the longest op lasts this long
+  double watchdogTimeoutS = 60.0;                              ///< no progress for this long → the run fails
+  std::optional<std::string> profileOut;                       ///< --profile FILE: write a measured pipestudio.model/1
+  bool baseline = false;                                       ///< cuda: run every op's kernels back to back, report ms
   std::int64_t cpuMemoryBudgetBytes = std::int64_t{64} << 20;  ///< per device; larger plans scale down
-  std::optional<std::int64_t> deviceMemoryBytes;  ///< override the capacity checked before running
+  std::optional<std::int64_t> deviceMemoryBytes;               ///< override the capacity checked before running
   FaultSpec fault;
 };
 

@@ -16,15 +16,15 @@
 namespace pipestudio::exec {
 
 struct LaunchRequest {
-  std::string executable;   ///< path of pipestudio-exec
+  std::string executable;  ///< path of pipestudio-exec
   std::string planPath;
   pipestudio::Backend backend = pipestudio::Backend::Cpu;
-  int world = 1;            ///< processes: ranksFor(backend, the plan's devices)
+  int world = 1;  ///< processes: ranksFor(backend, the plan's devices)
   int iterations = 1;
   int warmup = 0;
   std::string runId;
-  std::vector<std::string> extraArgs;   ///< appended to every rank's command line
-  double peerExitTimeoutS = 30;  ///< after one rank fails, how long the others get to stop
+  std::vector<std::string> extraArgs;  ///< appended to every rank's command line
+  double peerExitTimeoutS = 30;        ///< after one rank fails, how long the others get to stop
   /// Polled while the ranks run (every 100 ms at most): a reason ends the run now (SIGTERM,
   /// then SIGKILL after 2 s) and comes back as LaunchOutcome::stopped / failure. The CLI stops
   /// on SIGINT/SIGTERM and when the history can take no more (disk full).
@@ -49,7 +49,7 @@ struct RankOutcome {
 struct LaunchOutcome {
   bool ok = false;
   bool stopped = false;  ///< ended by stopRequested (the run is incomplete, not failed)
-  std::string failure;  ///< which rank failed and why, when !ok
+  std::string failure;   ///< which rank failed and why, when !ok
   std::vector<RankOutcome> ranks;
 };
 

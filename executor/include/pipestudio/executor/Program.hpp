@@ -48,8 +48,8 @@ struct Step {
   std::int32_t virtualStage = 0;
   OpKind kind = OpKind::F;
   std::int32_t microbatch = 0;
-  std::int32_t samples = 0;    ///< 0 = whole microbatch
-  double plannedMs = 0;        ///< end − start in the plan
+  std::int32_t samples = 0;         ///< 0 = whole microbatch
+  double plannedMs = 0;             ///< end − start in the plan
   std::vector<Transfer> receives;   ///< must have arrived before the op starts
   std::vector<Transfer> sends;      ///< sent once the op has finished
   std::vector<BufferRef> allocate;  ///< at op start
@@ -61,8 +61,8 @@ struct Step {
 
 struct DeviceProgram {
   std::vector<Step> steps;
-  bool hasOptimizerStep = false;      ///< the plan lists an OPT op for this device
-  std::int64_t staticBytes = 0;       ///< parameters, gradients, optimizer state (Memory.hpp)
+  bool hasOptimizerStep = false;         ///< the plan lists an OPT op for this device
+  std::int64_t staticBytes = 0;          ///< parameters, gradients, optimizer state (Memory.hpp)
   std::int64_t peakActivationBytes = 0;  ///< in plan order, under the convention
   double trainableParameters = 0;
   CommGroup trailing;  ///< rendezvous operations left after the last op (its sends)

@@ -56,28 +56,28 @@ struct AutoScheduleReport {
   /// What zb-auto minimises: "makespan" (optimizer sync global) or "longest device span"
   /// (post-validation: iterations overlap and the steady-state period is the longest span).
   std::string objective = "makespan";
-  double objectiveMs = 0;           ///< of the returned order
-  double makespanMs = 0;            ///< of the returned order (auto-scheduler timing model)
-  double busiestDeviceWorkMs = 0;   ///< lower bound: the busiest device's total F+B+W work
-  double lowerBoundMs = 0;          ///< max(busiest work, earliest start + work, memory slots × round trip, one round trip)
-  double gapToBusiestWork = 0;      ///< makespan / busiestDeviceWorkMs − 1
-  double gapToLowerBound = 0;       ///< makespan / lowerBoundMs − 1
+  double objectiveMs = 0;          ///< of the returned order
+  double makespanMs = 0;           ///< of the returned order (auto-scheduler timing model)
+  double busiestDeviceWorkMs = 0;  ///< lower bound: the busiest device's total F+B+W work
+  double lowerBoundMs = 0;  ///< max(busiest work, earliest start + work, memory slots × round trip, one round trip)
+  double gapToBusiestWork = 0;  ///< makespan / busiestDeviceWorkMs − 1
+  double gapToLowerBound = 0;   ///< makespan / lowerBoundMs − 1
   /// The authors' published heuristic alone, as their code picks it (zb.py initial_solution for
   /// one stage per device, zbv.py create_schedule for one V per device; 0 when neither applies).
   double paperGreedyMakespanMs = 0;  ///< in the objective
-  std::string publishedHeuristic;   ///< which one ("zb.py", "zbv.py" or empty)
-  double bestPolicyMakespanMs = 0;  ///< best of the portfolio, before local search (in the objective)
-  std::string bestPolicy;           ///< its name
+  std::string publishedHeuristic;    ///< which one ("zb.py", "zbv.py" or empty)
+  double bestPolicyMakespanMs = 0;   ///< best of the portfolio, before local search (in the objective)
+  std::string bestPolicy;            ///< its name
   int policiesTried = 0;
   int searchEvaluations = 0;
   int searchImprovements = 0;
-  std::int64_t workSteps = 0;       ///< op steps spent by the heuristics (see workBudgetSteps)
-  bool stoppedEarly = false;        ///< cancelled with keepBestOnCancel: the best order so far
+  std::int64_t workSteps = 0;           ///< op steps spent by the heuristics (see workBudgetSteps)
+  bool stoppedEarly = false;            ///< cancelled with keepBestOnCancel: the best order so far
   std::vector<std::int64_t> peakBytes;  ///< per device, static included
   ExactStatus exactStatus = ExactStatus::NotRun;
-  double exactMakespanMs = 0;       ///< ILP incumbent (its objective)
-  double exactBoundMs = 0;          ///< ILP best bound
-  double exactGap = 0;              ///< (incumbent − bound) / incumbent
+  double exactMakespanMs = 0;  ///< ILP incumbent (its objective)
+  double exactBoundMs = 0;     ///< ILP best bound
+  double exactGap = 0;         ///< (incumbent − bound) / incumbent
   double exactSeconds = 0;
   std::string exactMessage;
 };

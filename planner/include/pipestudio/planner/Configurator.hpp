@@ -41,15 +41,15 @@ struct ConfigureOptions {
 
 /// One simulated, memory-feasible configuration.
 struct ConfigCandidate {
-  PlanConfig config;                  ///< devices = pipeline degree; parallel = T, C, E, D, …
+  PlanConfig config;  ///< devices = pipeline degree; parallel = T, C, E, D, …
   std::int64_t samplesPerMicrobatch = 1;
-  Metrics metrics;                    ///< iteration, throughput, MFU, memory breakdown …
-  double makespanMs = 0;              ///< simulated pipeline of one iteration
-  double allReduceMs = 0;             ///< exposed gradient synchronisation
-  double iterationMs = 0;             ///< one training step
+  Metrics metrics;         ///< iteration, throughput, MFU, memory breakdown …
+  double makespanMs = 0;   ///< simulated pipeline of one iteration
+  double allReduceMs = 0;  ///< exposed gradient synchronisation
+  double iterationMs = 0;  ///< one training step
   double throughputSamplesPerS = 0;
   double bubbleRatio = 0;
-  std::int64_t peakMemoryBytes = 0;   ///< the fullest GPU
+  std::int64_t peakMemoryBytes = 0;  ///< the fullest GPU
 };
 
 /// A family (pipeline degree, data parallel, schedule) none of whose configurations could be
@@ -65,11 +65,11 @@ struct Configuration {
   std::int64_t globalBatch = 0;           ///< the batch every configuration trains
   std::vector<ConfigCandidate> feasible;  ///< best throughput first, at most options.keep
   std::vector<ConfigRejection> rejected;
-  int enumerated = 0;                     ///< distinct configurations considered
-  int prunedByMemory = 0;                 ///< whose memory lower bound exceeds the GPU
-  int boundedOut = 0;                     ///< never simulated: their estimate cannot enter the top
-  int evaluated = 0;                      ///< configurations screened (simulated on short runs, or in full)
-  int simulatedInFull = 0;                ///< screened ones simulated again at their full microbatch count
+  int enumerated = 0;       ///< distinct configurations considered
+  int prunedByMemory = 0;   ///< whose memory lower bound exceeds the GPU
+  int boundedOut = 0;       ///< never simulated: their estimate cannot enter the top
+  int evaluated = 0;        ///< configurations screened (simulated on short runs, or in full)
+  int simulatedInFull = 0;  ///< screened ones simulated again at their full microbatch count
 };
 
 /// Runs the search. Honors control.cancel and reports progress.

@@ -53,8 +53,8 @@ enum class CsvFormat {
 /// B full backward. PyTorch ≈2.5 and the Zero Bubble fork wrote B for the input gradient and BW
 /// for the full backward (`legacy`).
 enum class CsvDialect { Current, Legacy };
-std::optional<CsvFormat> csvFormatFromName(std::string_view name);      ///< compute_only | compute_comms
-std::optional<CsvDialect> csvDialectFromName(std::string_view name);    ///< current | legacy
+std::optional<CsvFormat> csvFormatFromName(std::string_view name);    ///< compute_only | compute_comms
+std::optional<CsvDialect> csvDialectFromName(std::string_view name);  ///< current | legacy
 
 /// The plan's per-device op order as `torch.distributed.pipelining` CSV: row r lists device r's
 /// actions, each `<stage><type><microbatch>` with stage = virtual stage id and type F (forward),

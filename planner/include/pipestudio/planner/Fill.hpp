@@ -28,12 +28,12 @@ struct DeviceFill {
 
 /// Comparison of a filled plan with its baselines (all iteration times in ms).
 struct FillReport {
-  std::string mode;               ///< "greedy" or "none"
-  double backboneOnlyMs = 0;      ///< the pipeline without any frozen work
-  double noFillMs = 0;            ///< `--fill none`: frozen components before the pipeline
-  double iterationMs = 0;         ///< this plan's iteration (makespan)
-  double frozenWorkMs = 0;        ///< Σ N-op durations (the frozen forward work)
-  int frozenSamples = 0;          ///< Σ samples over N ops of each component's first group
+  std::string mode;           ///< "greedy" or "none"
+  double backboneOnlyMs = 0;  ///< the pipeline without any frozen work
+  double noFillMs = 0;        ///< `--fill none`: frozen components before the pipeline
+  double iterationMs = 0;     ///< this plan's iteration (makespan)
+  double frozenWorkMs = 0;    ///< Σ N-op durations (the frozen forward work)
+  int frozenSamples = 0;      ///< Σ samples over N ops of each component's first group
   std::vector<DeviceFill> devices;
   bool usedNoFillLayout = false;  ///< greedy could not beat `none`, so the plan is `none`'s
   double speedupOverNoFill = 1;   ///< noFillMs / iterationMs

@@ -18,8 +18,8 @@ namespace pipestudio {
 
 /// One virtual stage of the pipeline, in pipeline order, as the partitioner sees it.
 struct PartitionStage {
-  int device = 0;                 ///< for messages
-  int liveMicrobatches = 1;       ///< peak number of microbatches whose activations it holds
+  int device = 0;            ///< for messages
+  int liveMicrobatches = 1;  ///< peak number of microbatches whose activations it holds
   double memoryBudgetBytes = std::numeric_limits<double>::infinity();  ///< for this virtual stage
 };
 
@@ -43,7 +43,7 @@ struct PartitionResult {
   std::vector<double> stageMs;  ///< compute + send time per stage
   double sumMs = 0;
   double maxMs = 0;
-  double objectiveMs = 0;       ///< sumMs + (microbatches − 1) · maxMs
+  double objectiveMs = 0;  ///< sumMs + (microbatches − 1) · maxMs
 };
 
 /// Evaluates a partition (stage times, objective). Does not check memory.

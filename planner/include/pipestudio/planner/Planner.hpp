@@ -21,9 +21,9 @@ namespace pipestudio {
 
 /// What a schedule generator produces: placement and per-device order, no times.
 struct ScheduleSkeleton {
-  std::vector<VirtualStage> virtualStages;        ///< in id order
-  std::vector<std::vector<OrderedOp>> devices;    ///< devices[d] = execution order on device d
-  std::vector<OpDependency> extraDependencies;    ///< beyond the data flow; usually empty
+  std::vector<VirtualStage> virtualStages;      ///< in id order
+  std::vector<std::vector<OrderedOp>> devices;  ///< devices[d] = execution order on device d
+  std::vector<OpDependency> extraDependencies;  ///< beyond the data flow; usually empty
 };
 
 /// Everything a solve needs. `config` names schedule, devices, microbatches, chunks,
@@ -36,8 +36,8 @@ struct PlanRequest {
 
 /// Cooperative cancellation and progress for long solves (GUI worker threads).
 struct SolveControl {
-  const std::atomic<bool>* cancel = nullptr;          ///< polled; true → return Error::cancelled()
-  std::function<void(double)> progress;               ///< 0..1, may be empty
+  const std::atomic<bool>* cancel = nullptr;  ///< polled; true → return Error::cancelled()
+  std::function<void(double)> progress;       ///< 0..1, may be empty
   /// false: schedules skip their optional refinement searches (v-half/v-min's building-block
   /// search and critical-path moves) and return the plan as first built, a valid but possibly
   /// slower order. The configurator screens its candidates so, then plans the best in full.

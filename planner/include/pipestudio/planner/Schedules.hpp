@@ -41,12 +41,12 @@ struct StageEstimate {
 /// partitioner, per-stage costs, and the request (memory limit, cancellation).
 struct ScheduleInput {
   ScheduleShape shape;
-  std::vector<VirtualStage> virtualStages;  ///< in id order; ids are 0..n-1
-  std::vector<StageEstimate> stages;        ///< parallel to virtualStages
-  std::vector<std::int64_t> staticBytes;    ///< per device: parameters, gradients, optimizer state
+  std::vector<VirtualStage> virtualStages;       ///< in id order; ids are 0..n-1
+  std::vector<StageEstimate> stages;             ///< parallel to virtualStages
+  std::vector<std::int64_t> staticBytes;         ///< per device: parameters, gradients, optimizer state
   std::optional<std::int64_t> memoryLimitBytes;  ///< per device, static included (zb-auto)
-  const PlanRequest* request = nullptr;     ///< the whole request, for generators that need more
-  const SolveControl* control = nullptr;    ///< may be null
+  const PlanRequest* request = nullptr;          ///< the whole request, for generators that need more
+  const SolveControl* control = nullptr;         ///< may be null
 };
 
 /// One pipeline schedule (gpipe, 1f1b, zb-v, …).

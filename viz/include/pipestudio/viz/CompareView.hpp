@@ -1,9 +1,8 @@
 #pragma once
 /// \file Two plans stacked on one time axis (baseline on top) with the diff table below.
 
-#include <memory>
-
 #include <QWidget>
+#include <memory>
 
 #include "pipestudio/plan/Plan.hpp"
 #include "pipestudio/viz/Qcp.hpp"

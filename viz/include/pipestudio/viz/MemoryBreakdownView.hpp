@@ -4,10 +4,9 @@
 /// context, workspaces, fragmentation: core/plan memoryMarginBytes), against the GPU's
 /// capacity (or the plan's memory limit). Hovering a bar names every part.
 
+#include <QWidget>
 #include <array>
 #include <memory>
-
-#include <QWidget>
 
 #include "pipestudio/plan/Plan.hpp"
 #include "pipestudio/viz/Qcp.hpp"

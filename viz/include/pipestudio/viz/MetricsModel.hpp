@@ -2,9 +2,8 @@
 /// \file Table models over plan metrics: per-device busy/idle/peak of one plan, and the diff of
 /// two plans (baseline vs current) that the compare view and the metrics panel show.
 
-#include <memory>
-
 #include <QAbstractTableModel>
+#include <memory>
 
 #include "pipestudio/plan/Plan.hpp"
 

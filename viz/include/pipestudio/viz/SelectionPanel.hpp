@@ -4,9 +4,8 @@
 /// (clicking one selects it and brings it on screen), its slack to the critical path and its
 /// collective share; below, the measured time range with busy and idle time per device.
 
-#include <vector>
-
 #include <QWidget>
+#include <vector>
 
 #include "pipestudio/viz/TimelineData.hpp"
 

@@ -3,12 +3,11 @@
 /// a QUndoStack (undo/redo); a value that does not validate is kept in its cell, shown in red
 /// with the reason as tooltip, and never reaches the spec.
 
+#include <QAbstractTableModel>
+#include <QUndoStack>
 #include <map>
 #include <optional>
 #include <utility>
-
-#include <QAbstractTableModel>
-#include <QUndoStack>
 
 #include "pipestudio/model/Cluster.hpp"
 #include "pipestudio/model/CostModel.hpp"
@@ -68,9 +67,9 @@ class SpecTableModel : public QAbstractTableModel {
 
  private:
   QUndoStack* m_undo = nullptr;
-  std::map<std::pair<int, int>, QString> m_errors;       ///< cross-row problems
-  std::map<std::pair<int, int>, QString> m_cellErrors;   ///< rejected edits
-  std::map<std::pair<int, int>, QString> m_rejectedText; ///< what the user typed
+  std::map<std::pair<int, int>, QString> m_errors;        ///< cross-row problems
+  std::map<std::pair<int, int>, QString> m_cellErrors;    ///< rejected edits
+  std::map<std::pair<int, int>, QString> m_rejectedText;  ///< what the user typed
 };
 
 /// Layers of every component, one row each: costs in ms and bytes as measured or "auto" from
@@ -78,8 +77,18 @@ class SpecTableModel : public QAbstractTableModel {
 class LayerTableModel : public SpecTableModel {
   Q_OBJECT
  public:
-  enum Column { Component, Name, Kind, ForwardMs, BackwardInputMs, BackwardWeightMs, ActivationBytes,
-                ParameterBytes, OutputBytes, ColumnCount };
+  enum Column {
+    Component,
+    Name,
+    Kind,
+    ForwardMs,
+    BackwardInputMs,
+    BackwardWeightMs,
+    ActivationBytes,
+    ParameterBytes,
+    OutputBytes,
+    ColumnCount
+  };
   explicit LayerTableModel(QObject* parent = nullptr);
   void setModelSpec(ModelSpec spec);
   /// Where shape-derived ("auto") cells get the value they show in grey: the layer's costs on

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 #include <map>
-#include <tuple>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -19,7 +19,7 @@ namespace pipestudio::viz {
 
 /// Pass times of a virtual stage and their collective parts (from core/plan's StageCosts).
 struct StageCostsLite {
-  double passMs[3] = {0, 0, 0};        ///< F, B, W
+  double passMs[3] = {0, 0, 0};  ///< F, B, W
   double collectiveMs[3] = {0, 0, 0};
 };
 
@@ -71,9 +71,9 @@ struct Lane {
 
 /// Why an op started when it did.
 struct WaitReason {
-  ItemRef waitedFor;      ///< the op whose completion released it (none: it started at 0)
+  ItemRef waitedFor;        ///< the op whose completion released it (none: it started at 0)
   bool sameDevice = false;  ///< the device's previous op (compute-bound) vs a data dependency
-  double transferMs = 0;  ///< transfer time between the dependency and this op, if any
+  double transferMs = 0;    ///< transfer time between the dependency and this op, if any
 };
 
 /// A search over a plan's ops (the timeline's Ctrl+F). Terms are separated by spaces or commas:
@@ -198,9 +198,9 @@ class TimelineData {
 
   std::shared_ptr<const Plan> m_plan;
   std::vector<Lane> m_lanes;
-  std::vector<int> m_laneOfDevice;        ///< first lane of device d
-  std::vector<std::int32_t> m_opLane;     ///< lane of each op
-  std::vector<std::int32_t> m_opSlot;     ///< position of each op inside its lane
+  std::vector<int> m_laneOfDevice;     ///< first lane of device d
+  std::vector<std::int32_t> m_opLane;  ///< lane of each op
+  std::vector<std::int32_t> m_opSlot;  ///< position of each op inside its lane
   std::vector<std::int32_t> m_commLane;
   std::vector<std::int32_t> m_commSlot;
   std::vector<std::int32_t> m_prevOnDevice;

@@ -5,13 +5,12 @@
 /// antialiasing, labels only where they fit. A second, small plottable draws the overlays
 /// (hover, dependency chain, critical path) on a buffered layer of its own.
 
-#include <array>
-#include <memory>
-#include <vector>
-
 #include <QColor>
 #include <QHash>
 #include <QStaticText>
+#include <array>
+#include <memory>
+#include <vector>
 
 #include "pipestudio/viz/Qcp.hpp"
 #include "pipestudio/viz/TimelineData.hpp"

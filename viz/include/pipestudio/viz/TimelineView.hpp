@@ -12,11 +12,10 @@
 /// Keys: W/S or +/- zoom, A/D or ←/→ pan, ↑/↓ scroll lanes, Shift+↑/↓ zoom lanes, F or 0 fits,
 /// Ctrl+F searches ("mb 7", "W", "vs 12"), Esc clears selection, search and measurement.
 
-#include <memory>
-#include <optional>
-
 #include <QString>
 #include <QWidget>
+#include <memory>
+#include <optional>
 
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/Plan.hpp"

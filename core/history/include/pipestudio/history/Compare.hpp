@@ -105,12 +105,12 @@ struct PlanComparison {
   RunSummary run;
   PlanId planId = 0;
   int iterations = 0;
-  std::vector<OpDrift> ops;         ///< every matched op, in plan order
+  std::vector<OpDrift> ops;          ///< every matched op, in plan order
   std::vector<OpDrift> mostDrifted;  ///< by |start drift| + |duration delta|, largest first
   std::vector<OpDrift> latest;       ///< by start drift, the latest relative to plan first
   std::vector<DeviceBubble> devices;
   std::vector<KindComparison> byKind;
-  int unmatchedPlanned = 0;  ///< planned ops with no measured range
+  int unmatchedPlanned = 0;   ///< planned ops with no measured range
   int unmatchedMeasured = 0;  ///< measured op ranges with no planned op
 };
 
@@ -166,7 +166,7 @@ struct IdleBreakdown {
   int device = 0;
   double windowMs = 0;  ///< sum of iteration windows
   double busyMs = 0;
-  double idleMs = 0;    ///< = communication + dependency + host + bubble
+  double idleMs = 0;  ///< = communication + dependency + host + bubble
   double communicationMs = 0;
   double dependencyWaitMs = 0;
   double hostWaitMs = 0;

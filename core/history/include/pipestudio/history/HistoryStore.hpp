@@ -35,8 +35,8 @@ std::optional<RunStatus> runStatusFromName(std::string_view name);
 
 /// What a measured event is. Stored as a small integer (FORMAT of the `events.category` column).
 enum class EventCategory : std::uint8_t {
-  Op = 0,       ///< an op range F/B/W/… of the plan (executor op ranges, our Chrome export)
-  Kernel = 1,   ///< a GPU compute kernel
+  Op = 0,      ///< an op range F/B/W/… of the plan (executor op ranges, our Chrome export)
+  Kernel = 1,  ///< a GPU compute kernel
   Memcpy = 2,
   Memset = 3,
   Nccl = 4,     ///< communication kernel (NCCL send/recv/all-reduce…)
@@ -48,14 +48,14 @@ std::string_view eventCategoryName(EventCategory category);
 
 /// Who/where/what of a run; every field optional.
 struct RunInfo {
-  std::string name{};             ///< user-visible label (rename later with renameRun)
-  std::string source{};           ///< "stream", "chrome", "run", "deploy"
-  std::string sourcePath{};       ///< imported file, or the plan file the run executed
+  std::string name{};        ///< user-visible label (rename later with renameRun)
+  std::string source{};      ///< "stream", "chrome", "run", "deploy"
+  std::string sourcePath{};  ///< imported file, or the plan file the run executed
   std::optional<PlanId> planId{};
   std::string user{};
   std::string host{};
-  std::string backend{};          ///< cpu | cuda | cuda-single | pytorch …
-  std::string gpu{};              ///< device name
+  std::string backend{};  ///< cpu | cuda | cuda-single | pytorch …
+  std::string gpu{};      ///< device name
   std::string executorVersion{};
 };
 
@@ -75,10 +75,10 @@ struct RunSummary {
   std::string gpu;
   std::string executorVersion;
   std::string notes;
-  std::string error;              ///< why the run failed / is incomplete
-  int devices = 0;                ///< distinct devices with events
+  std::string error;  ///< why the run failed / is incomplete
+  int devices = 0;    ///< distinct devices with events
   int iterations = 0;
-  double durationMs = 0;          ///< last event end − first event start
+  double durationMs = 0;  ///< last event end − first event start
 };
 
 /// One measured event as stored (times in ns from the run's time origin).
@@ -93,10 +93,10 @@ struct MeasuredEvent {
   std::int32_t virtualStage = -1;
   std::int32_t microbatch = -1;
   std::int32_t iteration = -1;
-  std::int32_t kind = -1;    ///< OpKind as an integer
+  std::int32_t kind = -1;  ///< OpKind as an integer
   std::int64_t bytes = 0;
   std::int64_t correlationId = 0;
-  std::string argsJson;      ///< Chrome `args`, compact JSON ("" when none)
+  std::string argsJson;  ///< Chrome `args`, compact JSON ("" when none)
 };
 
 struct OpenOptions {
@@ -112,8 +112,8 @@ struct OpenOptions {
 /// Result of importing a trace file.
 struct ImportResult {
   RunId runId = 0;
-  std::int64_t events = 0;        ///< stored
-  std::int64_t skipped = 0;       ///< malformed events not stored
+  std::int64_t events = 0;                ///< stored
+  std::int64_t skipped = 0;               ///< malformed events not stored
   std::optional<std::string> firstError;  ///< "FILE: byte N: what" of the first problem
 };
 

@@ -49,8 +49,8 @@ struct TraceImportResult {
   RunId runId = 0;
   std::int64_t events = 0;
   std::int64_t skipped = 0;
-  std::int64_t measuredOps = 0;  ///< op ranges stored (compute actions)
-  std::int64_t matchedOps = 0;   ///< of those, ranges whose (device, stage, kind, microbatch) is a plan op
+  std::int64_t measuredOps = 0;           ///< op ranges stored (compute actions)
+  std::int64_t matchedOps = 0;            ///< of those, ranges whose (device, stage, kind, microbatch) is a plan op
   std::optional<std::string> firstError;  ///< first skipped event: "FILE: where: what"
   std::vector<std::string> notes;         ///< per file: its format and the device its rank became
 };

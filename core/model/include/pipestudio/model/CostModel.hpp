@@ -65,7 +65,7 @@ struct LayerCosts {
   std::int64_t parameterBytes = 0;  ///< bf16 weights of this GPU's shard (before ZeRO-3 sharding)
   /// The part of parameterBytes in routed experts: replicated over D/E data-parallel ranks, not D.
   std::int64_t expertParameterBytes = 0;
-  std::int64_t outputBytes = 0;     ///< what one GPU sends to the next virtual stage
+  std::int64_t outputBytes = 0;         ///< what one GPU sends to the next virtual stage
   std::int64_t communicationBytes = 0;  ///< transient collective buffers while a pass runs
   /// Model FLOPs of one forward pass of the whole layer over the microbatch (all GPUs of the
   /// pipeline rank together; no recomputation; Korthikanti et al. 2022 Appendix A counting).

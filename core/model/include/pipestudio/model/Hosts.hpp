@@ -23,14 +23,14 @@ struct HostEntry {
 /// `launcher: slurm`: how the job is asked of Slurm from the login node (hosts[0]). Empty
 /// strings and zeros leave the choice to Slurm's defaults.
 struct SlurmOptions {
-  std::string submit = "srun";  ///< srun (interactive) | sbatch (batch job running srun)
-  std::string partition;        ///< --partition
-  std::string account;          ///< --account
-  std::string time;             ///< --time, as Slurm writes it ("30", "01:00:00", "1-12:00:00")
-  std::string qos;              ///< --qos
-  int nodes = 0;                ///< --nodes (0: not given)
-  int gpusPerTask = 1;          ///< cuda: --gpus-per-task (0: not given; use gres or extra_args)
-  std::string gres;             ///< --gres ("gpu:8")
+  std::string submit = "srun";         ///< srun (interactive) | sbatch (batch job running srun)
+  std::string partition;               ///< --partition
+  std::string account;                 ///< --account
+  std::string time;                    ///< --time, as Slurm writes it ("30", "01:00:00", "1-12:00:00")
+  std::string qos;                     ///< --qos
+  int nodes = 0;                       ///< --nodes (0: not given)
+  int gpusPerTask = 1;                 ///< cuda: --gpus-per-task (0: not given; use gres or extra_args)
+  std::string gres;                    ///< --gres ("gpu:8")
   std::vector<std::string> extraArgs;  ///< more srun (sbatch when submit is sbatch) options
 };
 

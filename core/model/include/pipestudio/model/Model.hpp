@@ -21,8 +21,8 @@ struct TransformerShape {
   std::int64_t heads = 0;
   std::int64_t ffn = 0;  ///< 0 means 4·hidden (dense MLP intermediate size)
   std::optional<std::int64_t> vocab;
-  std::int64_t kvHeads = 0;  ///< grouped-query attention; 0 means = heads (multi-head attention)
-  MlpKind mlp = MlpKind::Gelu;  ///< gelu: two weight matrices of ffn; swiglu: three (gate, up, down)
+  std::int64_t kvHeads = 0;                        ///< grouped-query attention; 0 means = heads (multi-head attention)
+  MlpKind mlp = MlpKind::Gelu;                     ///< gelu: two weight matrices of ffn; swiglu: three (gate, up, down)
   AttentionKind attention = AttentionKind::Flash;  ///< flash: no s² score matrix held for backward
   bool causal = true;   ///< decoder masks: a causal flash kernel skips half of the score FLOPs
   bool dropout = true;  ///< dropout masks held for backward (GPT-3/Megatron); Llama trains without

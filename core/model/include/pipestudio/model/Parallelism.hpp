@@ -23,21 +23,20 @@ std::string_view recomputeName(Recompute recompute);
 std::optional<Recompute> recomputeFromName(std::string_view name);
 
 struct Parallelism {
-  int tensor = 1;   ///< T: Megatron tensor parallelism (QKV/MLP split over T GPUs of a node)
-  int context = 1;  ///< C: context parallelism (ring attention, sequence split over C)
-  int expert = 1;   ///< E: expert parallelism inside the data-parallel group (D % E == 0)
-  int data = 1;     ///< D: data-parallel replicas of the whole pipeline
+  int tensor = 1;                 ///< T: Megatron tensor parallelism (QKV/MLP split over T GPUs of a node)
+  int context = 1;                ///< C: context parallelism (ring attention, sequence split over C)
+  int expert = 1;                 ///< E: expert parallelism inside the data-parallel group (D % E == 0)
+  int data = 1;                   ///< D: data-parallel replicas of the whole pipeline
   bool sequenceParallel = false;  ///< Korthikanti 2022 §4.2.2; the CLI turns it on when T > 1
   Recompute recompute = Recompute::None;
-  int zeroStage = 0;  ///< 0 none, 1 optimizer state (Megatron's distributed optimizer), 2 + gradients, 3 + parameters (FSDP)
+  int zeroStage =
+      0;  ///< 0 none, 1 optimizer state (Megatron's distributed optimizer), 2 + gradients, 3 + parameters (FSDP)
   /// Gradient reduction overlapped with the last backward passes (Megatron `--overlap-grad-reduce`,
   /// PyTorch DDP/FSDP buckets). Off: it runs after the pipeline drains.
   bool overlapGradReduce = true;
 
   /// GPUs of one pipeline rank: T·C·D.
-  std::int64_t gpusPerPipelineRank() const {
-    return static_cast<std::int64_t>(tensor) * context * data;
-  }
+  std::int64_t gpusPerPipelineRank() const { return static_cast<std::int64_t>(tensor) * context * data; }
   /// GPU index of the first GPU of pipeline rank `device` (its tensor/context/data rank 0).
   std::int64_t firstGpuOfDevice(int device) const { return static_cast<std::int64_t>(device) * gpusPerPipelineRank(); }
   bool isPurePipeline() const {

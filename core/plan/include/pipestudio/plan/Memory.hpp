@@ -21,13 +21,13 @@ struct StageCosts {
   double backwardWeightCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
-  std::int64_t outputBytes = 0;  ///< of the stage's last layer: what is sent downstream
+  std::int64_t outputBytes = 0;         ///< of the stage's last layer: what is sent downstream
   std::int64_t communicationBytes = 0;  ///< largest transient collective buffer of its layers
-  double trainableParameters = 0;  ///< this GPU's shard
-  double expertParameters = 0;     ///< part of trainableParameters in routed experts
+  double trainableParameters = 0;       ///< this GPU's shard
+  double expertParameters = 0;          ///< part of trainableParameters in routed experts
   double frozenParameters = 0;
-  double tiedParameters = 0;       ///< part of trainableParameters in a tied LM head
-  double modelFlopsForward = 0;    ///< one microbatch, whole pipeline rank (Korthikanti App. A)
+  double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
+  double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
   /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches): the parameter gathers not
   /// hidden under the pass (part of forwardMs / backwardInputMs) and W's gradient
   /// reduce-scatter (part of backwardWeightMs). A pass that continues a run of passes of its

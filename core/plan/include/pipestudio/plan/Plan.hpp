@@ -105,12 +105,12 @@ struct Comm {
 
 /// Where one GPU's memory goes at its peak (bytes per GPU of the pipeline rank).
 struct MemoryBreakdown {
-  std::int64_t parameterBytes = 0;  ///< weights as held (bf16; sharded by TP/EP, by D under ZeRO-3)
-  std::int64_t gradientBytes = 0;   ///< fp32 gradient accumulation (sharded by D under ZeRO-2/3)
-  std::int64_t optimizerBytes = 0;  ///< fp32 master weights, Adam moments (sharded by D under ZeRO-1+)
-  std::int64_t activationBytes = 0; ///< live activations at the peak
+  std::int64_t parameterBytes = 0;      ///< weights as held (bf16; sharded by TP/EP, by D under ZeRO-3)
+  std::int64_t gradientBytes = 0;       ///< fp32 gradient accumulation (sharded by D under ZeRO-2/3)
+  std::int64_t optimizerBytes = 0;      ///< fp32 master weights, Adam moments (sharded by D under ZeRO-1+)
+  std::int64_t activationBytes = 0;     ///< live activations at the peak
   std::int64_t communicationBytes = 0;  ///< collective and transfer buffers (ZeRO-3 gathers, all-to-all)
-  std::int64_t marginBytes = 0;     ///< allocator fragmentation and framework overhead (stated margin)
+  std::int64_t marginBytes = 0;         ///< allocator fragmentation and framework overhead (stated margin)
   std::int64_t totalBytes() const {
     return parameterBytes + gradientBytes + optimizerBytes + activationBytes + communicationBytes + marginBytes;
   }

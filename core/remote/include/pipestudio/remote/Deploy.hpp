@@ -55,10 +55,10 @@ struct RankProgress {
   int rank = 0;
   std::string hostPort;
   RankState state = RankState::Connecting;
-  int iteration = 0;           ///< iterations finished so far (from op frames)
-  int iterations = 0;          ///< requested (0: the executor's default)
-  std::uint64_t events = 0;    ///< trace frames received
-  std::string message;         ///< what is happening / why it failed
+  int iteration = 0;         ///< iterations finished so far (from op frames)
+  int iterations = 0;        ///< requested (0: the executor's default)
+  std::uint64_t events = 0;  ///< trace frames received
+  std::string message;       ///< what is happening / why it failed
 };
 
 /// Receives what the ranks send. A sink error (e.g. the database is full) cancels the run.
@@ -90,13 +90,13 @@ struct JobProgress {
 };
 
 struct DeployRequest {
-  std::string planPath;        ///< local plan file (uploaded as-is)
-  int devices = 1;             ///< the plan's device count (config.devices)
+  std::string planPath;  ///< local plan file (uploaded as-is)
+  int devices = 1;       ///< the plan's device count (config.devices)
   HostsSpec hosts;
   Backend backend = Backend::Cuda;
-  int iterations = 0;          ///< 0: the executor's default
-  std::string executorPath;    ///< local pipestudio-exec to upload (same OS/arch as the hosts)
-  std::string runId;           ///< passed as --run-id; letters, digits, '-', '_' only
+  int iterations = 0;                     ///< 0: the executor's default
+  std::string executorPath;               ///< local pipestudio-exec to upload (same OS/arch as the hosts)
+  std::string runId;                      ///< passed as --run-id; letters, digits, '-', '_' only
   std::vector<std::string> executorArgs;  ///< extra pipestudio-exec options (--max-op-ms 1, …)
   std::vector<std::string> environment;   ///< KEY=VALUE for every rank (NCCL_DEBUG=INFO, …)
   int connectTimeoutMs = 10000;
@@ -123,18 +123,18 @@ struct RankResult {
   int rank = 0;
   std::string hostPort;
   RankState state = RankState::Starting;
-  int exitStatus = -1;           ///< -1: none (lost, cancelled before start)
+  int exitStatus = -1;  ///< -1: none (lost, cancelled before start)
   std::uint64_t events = 0;
   bool summarySeen = false;
   bool summaryOk = false;
-  std::string errorFrames;       ///< messages of the rank's error frames
-  std::string stderrTail;        ///< last 64 KiB of its stderr
-  std::string streamProblem;     ///< decoder error or truncated tail
+  std::string errorFrames;    ///< messages of the rank's error frames
+  std::string stderrTail;     ///< last 64 KiB of its stderr
+  std::string streamProblem;  ///< decoder error or truncated tail
 };
 
 struct DeployResult {
   DeployOutcome outcome = DeployOutcome::Failed;
-  std::string message;           ///< one paragraph: what happened, on which host/rank
+  std::string message;  ///< one paragraph: what happened, on which host/rank
   bool cancelled = false;
   bool connectionLost = false;  ///< a session died or stopped answering: deploy again to reconnect
   std::vector<RankResult> ranks;

@@ -25,17 +25,16 @@ struct RankPlacement {
 /// fewer GPUs than `world`.
 Expected<std::vector<RankPlacement>> placeRanks(const HostsSpec& hosts, int world);
 
-
 /// What one executor process is told.
 struct ExecutorArgs {
-  std::string executor;    ///< path of pipestudio-exec on the remote host
-  std::string plan;        ///< path of the plan on the remote host
+  std::string executor;  ///< path of pipestudio-exec on the remote host
+  std::string plan;      ///< path of the plan on the remote host
   int rank = 0;
   int world = 1;
   Backend backend = Backend::Cuda;
-  int iterations = 0;      ///< 0: the executor's default
-  std::string ncclIdHex;   ///< ranks > 0 of a cuda run: rank 0's NCCL unique id
-  int localDevice = -1;    ///< >= 0: CUDA_VISIBLE_DEVICES for this rank
+  int iterations = 0;     ///< 0: the executor's default
+  std::string ncclIdHex;  ///< ranks > 0 of a cuda run: rank 0's NCCL unique id
+  int localDevice = -1;   ///< >= 0: CUDA_VISIBLE_DEVICES for this rank
 };
 
 /// argv of one executor process (`env CUDA_VISIBLE_DEVICES=k` first when localDevice >= 0).

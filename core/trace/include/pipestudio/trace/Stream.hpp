@@ -48,8 +48,8 @@ struct Header {
   std::int32_t rank = 0;
   std::int32_t world = 1;
   std::string host;
-  std::string backend;         ///< cpu | cuda | cuda-single
-  std::string deviceName;      ///< "NVIDIA H100 80GB HBM3", "cpu"
+  std::string backend;             ///< cpu | cuda | cuda-single
+  std::string deviceName;          ///< "NVIDIA H100 80GB HBM3", "cpu"
   std::int64_t clockOriginNs = 0;  ///< host steady-clock value that timestamps are relative to
   std::int64_t wallClockNs = 0;    ///< realtime clock at the origin (to place runs in time)
 };
@@ -79,7 +79,7 @@ struct Activity {
   std::uint32_t stream = 0;
   std::int64_t startNs = 0;
   std::int64_t endNs = 0;
-  std::uint64_t bytes = 0;          ///< memcpy/memset size
+  std::uint64_t bytes = 0;  ///< memcpy/memset size
   std::uint64_t correlationId = 0;
   std::string name;
 };
