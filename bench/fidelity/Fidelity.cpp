@@ -345,7 +345,7 @@ Expected<Plan> megatronVocabBaseline(const PlanRequest& r) {
   shell.virtualStages = g->placement(shape);
   const int blocks = static_cast<int>(r.model.components[0].layers.size()) - 2;
   for (int s = 0; s < p; ++s) {
-    VirtualStage& vs = shell.virtualStages[static_cast<std::size_t>(s)];
+    VirtualStage& vs = shell.stage(s);
     vs.component = 0;
     vs.firstLayer = s == 0 ? 0 : 1 + s * blocks / p;
     vs.lastLayer = s == p - 1 ? blocks + 1 : (s + 1) * blocks / p;

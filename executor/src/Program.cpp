@@ -183,7 +183,7 @@ Status checkCompilable(const Plan& plan) {
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
       return Error{"/virtual_stages/" + std::to_string(i) + "/component: not a component of the embedded model"};
     }
-    const auto layers = static_cast<int>(plan.model.components[static_cast<std::size_t>(vs.component)].layers.size());
+    const auto layers = static_cast<int>(plan.model.component(vs.component).layers.size());
     if (vs.firstLayer < 0 || vs.lastLayer < vs.firstLayer || vs.lastLayer >= layers) {
       return Error{"/virtual_stages/" + std::to_string(i) + ": layers " + std::to_string(vs.firstLayer) + ".." +
                    std::to_string(vs.lastLayer) + " are not a range of the component's " + std::to_string(layers) +
@@ -259,10 +259,8 @@ Status ProgramCompiler::indexOps() {
       return Error{opWhere(idx) + ": end_ms before start_ms (expected a non-negative duration)"};
     }
     m_position[i] = counter[static_cast<std::size_t>(op.device)]++;
-    const bool trainable = m_plan.model
-                               .components[static_cast<std::size_t>(
-                                   m_plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].component)]
-                               .trainable;
+    const bool trainable =
+        m_plan.model.components[static_cast<std::size_t>(m_plan.stage(op.virtualStage).component)].trainable;
     const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
     if (backward && !trainable) {
       return Error{opWhere(idx) + ": " + opName(op) + " is a backward op on a frozen component (expected N ops only)"};
@@ -283,8 +281,8 @@ Status ProgramCompiler::indexOps() {
 // A dependency on an op of the same device is honoured by the device order; on another
 // device it becomes a transfer.
 Status ProgramCompiler::depend(std::int32_t consumer, std::int32_t producer, std::int64_t sizeBytes) {
-  const Op& c = m_plan.ops[static_cast<std::size_t>(consumer)];
-  const Op& p = m_plan.ops[static_cast<std::size_t>(producer)];
+  const Op& c = m_plan.op(consumer);
+  const Op& p = m_plan.op(producer);
   if (p.device == c.device) {
     if (m_position[static_cast<std::size_t>(producer)] >= m_position[static_cast<std::size_t>(consumer)]) {
       return Error{opWhere(consumer) + ": " + opName(c) + " runs before " + opName(p) + " (" + opWhere(producer) +
@@ -343,7 +341,7 @@ Status ProgramCompiler::addStep(std::size_t i) {
 }
 
 Status ProgramCompiler::addForward(std::int32_t idx, Step& s, int prev, std::int64_t act, std::int64_t wgrad) {
-  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  const Op& op = m_plan.op(idx);
   Status st;
   if (prev >= 0) {
     const std::int32_t producer = find(OpKind::F, prev, op.microbatch);
@@ -359,7 +357,7 @@ Status ProgramCompiler::addForward(std::int32_t idx, Step& s, int prev, std::int
 }
 
 Status ProgramCompiler::addBackward(std::int32_t idx, Step& s, int next, std::int64_t act, std::int64_t wgrad) {
-  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  const Op& op = m_plan.op(idx);
   const std::int32_t forward = find(OpKind::F, op.virtualStage, op.microbatch);
   if (forward < 0) return Error{opWhere(idx) + ": " + opName(op) + " has no F in the plan"};
   if (auto st = depend(idx, forward, 0); !st) return st.error();
@@ -379,9 +377,9 @@ Status ProgramCompiler::addBackward(std::int32_t idx, Step& s, int next, std::in
 }
 
 Status ProgramCompiler::addWeight(std::int32_t idx, Step& s, std::int64_t wgrad) {
-  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  const Op& op = m_plan.op(idx);
   const std::int32_t b = find(OpKind::B, op.virtualStage, op.microbatch);
-  if (b < 0 || m_plan.ops[static_cast<std::size_t>(b)].kind != OpKind::B) {
+  if (b < 0 || m_plan.op(b).kind != OpKind::B) {
     return Error{opWhere(idx) + ": " + opName(op) + " has no B in the plan (a W follows a split B)"};
   }
   if (auto st = depend(idx, b, 0); !st) return st.error();
@@ -392,9 +390,9 @@ Status ProgramCompiler::addWeight(std::int32_t idx, Step& s, std::int64_t wgrad)
 // Partial batches: the j-th N op of a (stage, microbatch) covers samples up to its
 // cumulative count; it needs the first producer N op whose cumulative count reaches it.
 Status ProgramCompiler::addFrozen(std::int32_t idx, Step& s, int prev, std::int64_t act, double fraction) {
-  const Op& op = m_plan.ops[static_cast<std::size_t>(idx)];
+  const Op& op = m_plan.op(idx);
   auto samplesOf = [&](std::int32_t i) {
-    const Op& o = m_plan.ops[static_cast<std::size_t>(i)];
+    const Op& o = m_plan.op(i);
     return o.samples > 0 ? o.samples : m_samplesPerMb;
   };
   const auto key = std::make_pair(op.virtualStage, op.microbatch);
@@ -448,8 +446,8 @@ Status ProgramCompiler::addDerivedDependencies() {
   for (const FrozenHandoff& h : crossIterationFrozenOutputs(m_plan, lanes)) {
     const std::int32_t producer = planIndex(h.producer);
     if (producer < 0 || h.consumerDevice < 0 || h.consumerDevice >= m_devices) continue;
-    const Transfer t{producer, -1 - h.consumerDevice, m_plan.ops[static_cast<std::size_t>(producer)].device,
-                     h.consumerDevice, std::max<std::int64_t>(0, h.bytes)};
+    const Transfer t{producer, -1 - h.consumerDevice, m_plan.op(producer).device, h.consumerDevice,
+                     std::max<std::int64_t>(0, h.bytes)};
     m_steps[static_cast<std::size_t>(producer)].sends.push_back(t);
     m_endReceives.push_back(t);
     ++m_program.transferCount;
@@ -519,8 +517,8 @@ Status ProgramCompiler::abstractRun(std::vector<std::int64_t>& pass) const {
     for (const Transfer& t : s.receives) {
       if (done[static_cast<std::size_t>(t.producerOp)] != 0) continue;
       stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d) + " at " + opWhere(s.opIndex) +
-               " (" + opName(m_plan.ops[static_cast<std::size_t>(s.opIndex)]) + ") waits for " + opWhere(t.producerOp) +
-               " on device " + std::to_string(t.fromDevice);
+               " (" + opName(m_plan.op(s.opIndex)) + ") waits for " + opWhere(t.producerOp) + " on device " +
+               std::to_string(t.fromDevice);
       break;
     }
   }

@@ -44,7 +44,7 @@ class MainWindowTest : public ::testing::Test {
   int trainableRow() const {
     const ModelSpec& spec = window->layerModel()->modelSpec();
     for (int r = 0; r < window->layerModel()->rowCount(); ++r) {
-      if (spec.components[static_cast<std::size_t>(window->layerModel()->layerOfRow(r).first)].trainable) return r;
+      if (spec.component(window->layerModel()->layerOfRow(r).first).trainable) return r;
     }
     return -1;
   }
@@ -85,9 +85,7 @@ TEST_F(MainWindowTest, EditingACellReSolves) {
   const auto after = window->currentPlan();
   ASSERT_NE(after, before);
   const auto [component, layer] = layers->layerOfRow(row);
-  EXPECT_DOUBLE_EQ(
-      *after->model.components[static_cast<std::size_t>(component)].layers[static_cast<std::size_t>(layer)].forwardMs,
-      250.0);
+  EXPECT_DOUBLE_EQ(*after->model.component(component).layers[static_cast<std::size_t>(layer)].forwardMs, 250.0);
   EXPECT_GT(viz::metricsOf(*after).makespanMs, viz::metricsOf(*before).makespanMs);
 
   // Undo re-solves back to the original costs.

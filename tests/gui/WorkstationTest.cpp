@@ -542,7 +542,7 @@ TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
   }
   ASSERT_GE(forward, 0);
   const auto costs = stageCosts(*plan);
-  const auto& stage = costs[static_cast<std::size_t>(plan->ops[static_cast<std::size_t>(forward)].virtualStage)];
+  const auto& stage = costs[static_cast<std::size_t>(plan->op(forward).virtualStage)];
   ASSERT_GT(stage.forwardCommMs, 0.0);
   const viz::CollectiveShare share = data->collectiveShare(forward);
   EXPECT_DOUBLE_EQ(share.collectiveMs, stage.forwardCommMs);

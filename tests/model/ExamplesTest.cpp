@@ -158,7 +158,7 @@ TEST(Examples, DiffusionModelsHaveFrozenEncodersFeedingTheBackbones) {
   EXPECT_EQ(sd->frozenComponents().size(), 2U);
   ASSERT_EQ(sd->trainableComponents().size(), 1U);
   for (const int i : sd->frozenComponents()) {
-    EXPECT_EQ(sd->components[static_cast<std::size_t>(i)].feeds, std::vector<std::string>{"unet"});
+    EXPECT_EQ(sd->component(i).feeds, std::vector<std::string>{"unet"});
   }
   EXPECT_EQ(sd->components[0].layers.size(), 24U);  // token embedding + 23 transformer layers
 

@@ -104,12 +104,11 @@ void expectFrozenConserved(const Plan& plan) {
   std::map<std::tuple<int, int, int>, int> samples;
   std::map<std::pair<int, int>, int> groups;
   for (const VirtualStage& vs : plan.virtualStages) {
-    if (!plan.model.components[static_cast<std::size_t>(vs.component)].trainable)
-      groups[{vs.component, vs.firstLayer}] = 1;
+    if (!plan.model.component(vs.component).trainable) groups[{vs.component, vs.firstLayer}] = 1;
   }
   for (const Op& op : plan.ops) {
     if (op.kind != OpKind::N) continue;
-    const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
+    const VirtualStage& vs = plan.stage(op.virtualStage);
     samples[{vs.component, vs.firstLayer, op.microbatch}] +=
         op.samples > 0 ? op.samples : plan.model.samplesPerMicrobatch;
   }
@@ -129,7 +128,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
       std::map<int, std::vector<int>> devicesOf;
       std::map<int, int> nextLayer;
       for (const VirtualStage& vs : plan->virtualStages) {
-        if (!plan->model.components[static_cast<std::size_t>(vs.component)].trainable) continue;
+        if (!plan->model.component(vs.component).trainable) continue;
         devicesOf[vs.component].push_back(vs.device);
         EXPECT_EQ(vs.firstLayer, nextLayer[vs.component]);
         nextLayer[vs.component] = vs.lastLayer + 1;
@@ -145,13 +144,13 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
       const auto neighbours = stageNeighbours(*plan);
       for (std::size_t i = 0; i < plan->virtualStages.size(); ++i) {
         const VirtualStage& vs = plan->virtualStages[i];
-        if (!plan->model.components[static_cast<std::size_t>(vs.component)].trainable) continue;
+        if (!plan->model.component(vs.component).trainable) continue;
         const int prev = neighbours.previous[i];
         if (vs.firstLayer == 0) {
           EXPECT_EQ(prev, -1) << "stage " << i;
         } else {
           ASSERT_GE(prev, 0) << "stage " << i;
-          EXPECT_EQ(plan->virtualStages[static_cast<std::size_t>(prev)].component, vs.component);
+          EXPECT_EQ(plan->stage(prev).component, vs.component);
         }
       }
       // Every microbatch runs F, B and W of every trainable stage exactly once.

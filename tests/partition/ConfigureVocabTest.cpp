@@ -184,7 +184,7 @@ TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {
       for (const Op& f : ops) {
         if (f.kind == OpKind::F && f.microbatch == sOp.microbatch &&
             f.virtualStage == cmp->baseline.virtualStages.back().id &&
-            cmp->vocabParallel.virtualStages[static_cast<std::size_t>(f.virtualStage)].pipeline == 0) {
+            cmp->vocabParallel.stage(f.virtualStage).pipeline == 0) {
           EXPECT_GE(sOp.startMs, f.endMs - 1e-9);
         }
       }

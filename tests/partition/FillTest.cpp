@@ -84,7 +84,7 @@ std::map<std::tuple<int, int, int>, int> frozenSamples(const Plan& plan) {
   std::map<std::tuple<int, int, int>, int> out;
   for (const Op& op : plan.ops) {
     if (op.kind != OpKind::N) continue;
-    const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
+    const VirtualStage& vs = plan.stage(op.virtualStage);
     out[{vs.component, vs.firstLayer, op.microbatch}] +=
         op.samples > 0 ? op.samples : static_cast<int>(plan.model.samplesPerMicrobatch);
   }
@@ -98,15 +98,14 @@ void expectConserved(const Plan& plan) {
   std::map<int, int> layersCovered;
   std::map<std::pair<int, int>, bool> seen;
   for (const VirtualStage& vs : plan.virtualStages) {
-    const Component& c = plan.model.components[static_cast<std::size_t>(vs.component)];
+    const Component& c = plan.model.component(vs.component);
     if (c.trainable) continue;
     if (seen[{vs.component, vs.firstLayer}]) continue;
     seen[{vs.component, vs.firstLayer}] = true;
     layersCovered[vs.component] += vs.lastLayer - vs.firstLayer + 1;
   }
   for (int c : plan.model.frozenComponents()) {
-    EXPECT_EQ(layersCovered[c], static_cast<int>(plan.model.components[static_cast<std::size_t>(c)].layers.size()))
-        << "component " << c;
+    EXPECT_EQ(layersCovered[c], static_cast<int>(plan.model.component(c).layers.size())) << "component " << c;
   }
   for (const auto& [key, samples] : got) {
     EXPECT_EQ(samples, plan.model.samplesPerMicrobatch)

@@ -120,8 +120,8 @@ void expectTransfers(const Plan& plan) {
   std::map<std::tuple<int, int, int>, double> producedEnd;
   std::map<std::pair<int, int>, double> fStart;  // (stage, microbatch)
   for (const Op& op : plan.ops) {
-    const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
-    const Component& c = plan.model.components[static_cast<std::size_t>(vs.component)];
+    const VirtualStage& vs = plan.stage(op.virtualStage);
+    const Component& c = plan.model.component(vs.component);
     if (op.kind == OpKind::F) fStart[{op.virtualStage, op.microbatch}] = op.startMs;
     if (op.kind != OpKind::N || vs.lastLayer + 1 != static_cast<int>(c.layers.size())) continue;
     produced[{vs.component, op.microbatch, op.device}] += op.samples > 0 ? op.samples : samplesPerMb;
@@ -132,8 +132,8 @@ void expectTransfers(const Plan& plan) {
   std::map<std::tuple<int, int, int, int>, const Comm*> comms;  // (component, microbatch, from, to)
   for (const Comm& cm : plan.comms) {
     if (cm.kind != OpKind::N) continue;
-    const int comp = plan.virtualStages[static_cast<std::size_t>(cm.virtualStage)].component;
-    EXPECT_FALSE(plan.model.components[static_cast<std::size_t>(comp)].trainable);
+    const int comp = plan.stage(cm.virtualStage).component;
+    EXPECT_FALSE(plan.model.component(comp).trainable);
     const auto key = std::make_tuple(comp, cm.microbatch, cm.fromDevice, cm.toDevice);
     EXPECT_EQ(comms.count(key), 0u) << "duplicate transfer";
     comms[key] = &cm;
@@ -148,7 +148,7 @@ void expectTransfers(const Plan& plan) {
     // microbatch passes through only one of them).
     std::set<int> consumerDevices;
     for (int s : stages) {
-      if (fStart.count({s, mb})) consumerDevices.insert(plan.virtualStages[static_cast<std::size_t>(s)].device);
+      if (fStart.count({s, mb})) consumerDevices.insert(plan.stage(s).device);
     }
     EXPECT_FALSE(consumerDevices.empty());
     for (int dc : consumerDevices) {
@@ -167,7 +167,7 @@ void expectTransfers(const Plan& plan) {
         ready = cm.endMs;
       }
       for (int s : stages) {
-        if (plan.virtualStages[static_cast<std::size_t>(s)].device != dc || !fStart.count({s, mb})) continue;
+        if (plan.stage(s).device != dc || !fStart.count({s, mb})) continue;
         const double use = fStart.at({s, mb}) + (sameIteration ? 0.0 : plan.metrics.makespanMs);
         EXPECT_GE(use, ready - kEps) << plan.config.fill << ": stage " << s << " microbatch " << mb
                                      << " reads component " << comp << " before it arrives";

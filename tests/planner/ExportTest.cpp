@@ -35,7 +35,7 @@ TEST(ChromeTrace, OneCompleteEventPerOpWithDeviceAsPid) {
   int opEvents = 0;
   for (const Json& e : trace["traceEvents"]) {
     if (e["ph"] != "X" || e["cat"] == "comm") continue;
-    const Op& op = plan.ops[static_cast<std::size_t>(opEvents++)];
+    const Op& op = plan.op(opEvents++);
     EXPECT_EQ(e["pid"], op.device);
     EXPECT_EQ(e["tid"], 0);
     EXPECT_DOUBLE_EQ(e["ts"].get<double>(), op.startMs * 1000.0);

@@ -41,7 +41,7 @@ void checkPlan(const Plan& plan, const ScheduleGenerator& g, const std::string& 
     const auto key = std::make_tuple(op.virtualStage, static_cast<int>(op.kind), op.microbatch);
     ASSERT_EQ(byKey.count(key), 0U) << what << ": duplicate op";
     byKey[key] = &op;
-    ASSERT_EQ(plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].device, op.device) << what;
+    ASSERT_EQ(plan.stage(op.virtualStage).device, op.device) << what;
   }
   const std::size_t perMb = (g.splitsBackward() ? 3U : 2U) * nStages / static_cast<std::size_t>(pipelines);
   ASSERT_EQ(plan.ops.size(), perMb * static_cast<std::size_t>(m)) << what;
@@ -58,12 +58,11 @@ void checkPlan(const Plan& plan, const ScheduleGenerator& g, const std::string& 
   // Dependencies hold.
   const OpKind back = g.splitsBackward() ? OpKind::B : OpKind::BW;
   for (const Op& op : plan.ops) {
-    const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
+    const VirtualStage& vs = plan.stage(op.virtualStage);
     auto find = [&](int stage, OpKind k) { return byKey.at({stage, static_cast<int>(k), op.microbatch}); };
-    const bool firstOfPipeline =
-        vs.id == 0 || plan.virtualStages[static_cast<std::size_t>(vs.id - 1)].pipeline != vs.pipeline;
-    const bool lastOfPipeline = static_cast<std::size_t>(vs.id) + 1 == nStages ||
-                                plan.virtualStages[static_cast<std::size_t>(vs.id + 1)].pipeline != vs.pipeline;
+    const bool firstOfPipeline = vs.id == 0 || plan.stage(vs.id - 1).pipeline != vs.pipeline;
+    const bool lastOfPipeline =
+        static_cast<std::size_t>(vs.id) + 1 == nStages || plan.stage(vs.id + 1).pipeline != vs.pipeline;
     if (op.kind == OpKind::F && !firstOfPipeline) {
       EXPECT_GE(op.startMs + 1e-9, find(vs.id - 1, OpKind::F)->endMs) << what;
     }

@@ -59,10 +59,10 @@ void SelectionPanel::rebuild() {
 QString SelectionPanel::opHtml(int index) {
   const TimelineData& data = *m_view->timeline();
   const Plan& p = *data.plan();
-  const Op& op = p.ops[static_cast<std::size_t>(index)];
+  const Op& op = p.op(index);
   auto link = [&](int other) {
     m_links.push_back(other);
-    const Op& o = p.ops[static_cast<std::size_t>(other)];
+    const Op& o = p.op(other);
     return QStringLiteral("<a href='op:%1'>%2 mb %3 · GPU %4 · vs %5</a>")
         .arg(other)
         .arg(q(std::string(opKindName(o.kind))))
@@ -83,13 +83,13 @@ QString SelectionPanel::opHtml(int index) {
   };
   row(QStringLiteral("Device"), QStringLiteral("GPU %1").arg(op.device));
   if (op.virtualStage >= 0 && static_cast<std::size_t>(op.virtualStage) < p.virtualStages.size()) {
-    const VirtualStage& vs = p.virtualStages[static_cast<std::size_t>(op.virtualStage)];
+    const VirtualStage& vs = p.stage(op.virtualStage);
     QString stage = QStringLiteral("%1 (chunk %2").arg(vs.id).arg(vs.chunk);
     if (vs.pipeline != 0) stage += QStringLiteral(", pipeline %1").arg(vs.pipeline);
     row(QStringLiteral("Virtual stage"), stage + QLatin1Char(')'));
     QString component = QStringLiteral("component %1").arg(vs.component);
     if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < p.model.components.size())
-      component = q(p.model.components[static_cast<std::size_t>(vs.component)].name);
+      component = q(p.model.component(vs.component).name);
     row(QStringLiteral("Layers"), QStringLiteral("%1 [%2..%3]").arg(component).arg(vs.firstLayer).arg(vs.lastLayer));
   }
   if (op.samples > 0) row(QStringLiteral("Samples"), QString::number(op.samples));

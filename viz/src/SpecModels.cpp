@@ -249,9 +249,9 @@ const LayerCosts* LayerTableModel::derivedCosts(int row) const {
     if (ctx.cluster.gpu.peakTflops > 0 && !ctx.cluster.nodes.empty()) {
       // planLayerCosts with the resolved request's microbatch size (the spec keeps the model's).
       const auto [c, l] = m_rows[r];
-      const pipestudio::Component& comp = m_spec.components[static_cast<std::size_t>(c)];
-      m_derived[r] = layerCosts(comp.layers[static_cast<std::size_t>(l)],
-                                costContext(ctx.cluster, ctx.config, ctx.samplesPerMicrobatch, 0, comp.trainable));
+      const pipestudio::Component& comp = m_spec.component(c);
+      m_derived[r] =
+          layerCosts(comp.layer(l), costContext(ctx.cluster, ctx.config, ctx.samplesPerMicrobatch, 0, comp.trainable));
     }
   }
   return m_derived[r] ? &*m_derived[r] : nullptr;
@@ -275,12 +275,12 @@ QStringList LayerTableModel::columnNames() const {
 
 const Layer& LayerTableModel::layer(int row) const {
   const auto [c, l] = m_rows[static_cast<std::size_t>(row)];
-  return m_spec.components[static_cast<std::size_t>(c)].layers[static_cast<std::size_t>(l)];
+  return m_spec.component(c).layers[static_cast<std::size_t>(l)];
 }
 
 Layer& LayerTableModel::layer(int row) {
   const auto [c, l] = m_rows[static_cast<std::size_t>(row)];
-  return m_spec.components[static_cast<std::size_t>(c)].layers[static_cast<std::size_t>(l)];
+  return m_spec.component(c).layers[static_cast<std::size_t>(l)];
 }
 
 bool LayerTableModel::isEditable(int, int column) const { return column != Component; }
@@ -293,8 +293,7 @@ QVariant LayerTableModel::cellValue(int row, int column) const {
   };
   switch (column) {
     case Component:
-      return QString::fromStdString(
-          m_spec.components[static_cast<std::size_t>(m_rows[static_cast<std::size_t>(row)].first)].name);
+      return QString::fromStdString(m_spec.component(m_rows[static_cast<std::size_t>(row)].first).name);
     case Name:
       return QString::fromStdString(l.name);
     case Kind:
@@ -351,7 +350,7 @@ QString LayerTableModel::placeholder(int row, int column) const {
 std::optional<QString> LayerTableModel::validate(int row, int column, const QVariant& value) const {
   const Layer& l = layer(row);
   const int component = m_rows[static_cast<std::size_t>(row)].first;
-  const pipestudio::Component& comp = m_spec.components[static_cast<std::size_t>(component)];
+  const pipestudio::Component& comp = m_spec.component(component);
   switch (column) {
     case Name: {
       const QString name = value.toString().trimmed();
@@ -457,7 +456,7 @@ QStringList ComponentTableModel::columnNames() const {
 bool ComponentTableModel::isEditable(int, int column) const { return column != Layers; }
 
 QVariant ComponentTableModel::cellValue(int row, int column) const {
-  const Component& c = m_spec.components[static_cast<std::size_t>(row)];
+  const Component& c = m_spec.component(row);
   switch (column) {
     case Name:
       return QString::fromStdString(c.name);
@@ -507,7 +506,7 @@ std::optional<QString> ComponentTableModel::validate(int row, int column, const 
 }
 
 void ComponentTableModel::store(int row, int column, const QVariant& value) {
-  Component& c = m_spec.components[static_cast<std::size_t>(row)];
+  Component& c = m_spec.component(row);
   switch (column) {
     case Name: {
       const std::string before = c.name;
@@ -593,7 +592,7 @@ QVariant ClusterTableModel::cellValue(int row, int column) const {
         return QString();
     }
   }
-  const NodeSpec& node = m_spec.nodes[static_cast<std::size_t>(row)];
+  const NodeSpec& node = m_spec.node(row);
   const GpuSpec& gpu = node.gpu ? *node.gpu : m_spec.gpu;
   switch (column) {
     case Host:
@@ -647,7 +646,7 @@ void ClusterTableModel::store(int row, int column, const QVariant& value) {
     if (column == LatencyUs) link.latencyUs = number;
     return;
   }
-  NodeSpec& node = m_spec.nodes[static_cast<std::size_t>(row)];
+  NodeSpec& node = m_spec.node(row);
   // A node without its own GPU type edits the cluster's default GPU (homogeneous clusters).
   GpuSpec& gpu = node.gpu ? *node.gpu : m_spec.gpu;
   switch (column) {

@@ -112,8 +112,7 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
     const Op& op = p.ops[i];
     if (op.device < 0) continue;
     int pipeline = 0;
-    if (op.virtualStage >= 0 && op.virtualStage < stageCount)
-      pipeline = p.virtualStages[static_cast<std::size_t>(op.virtualStage)].pipeline;
+    if (op.virtualStage >= 0 && op.virtualStage < stageCount) pipeline = p.stage(op.virtualStage).pipeline;
     pipeline = std::clamp(pipeline, 0, computeLanes - 1);
     const int laneIndex = op.device * lanesPerDevice + pipeline;
     Lane& lane = m_lanes[static_cast<std::size_t>(laneIndex)];
@@ -215,13 +214,13 @@ ItemRef TimelineData::hitTest(double timeMs, double value, double slackMs) const
 
 double TimelineData::itemStartMs(ItemRef ref) const {
   if (!ref.valid()) return 0;
-  return ref.kind == ItemRef::Kind::Op ? m_plan->ops[static_cast<std::size_t>(ref.index)].startMs
+  return ref.kind == ItemRef::Kind::Op ? m_plan->op(ref.index).startMs
                                        : m_plan->comms[static_cast<std::size_t>(ref.index)].startMs;
 }
 
 double TimelineData::itemEndMs(ItemRef ref) const {
   if (!ref.valid()) return 0;
-  return ref.kind == ItemRef::Kind::Op ? m_plan->ops[static_cast<std::size_t>(ref.index)].endMs
+  return ref.kind == ItemRef::Kind::Op ? m_plan->op(ref.index).endMs
                                        : m_plan->comms[static_cast<std::size_t>(ref.index)].endMs;
 }
 
@@ -285,7 +284,7 @@ int TimelineData::findOp(int virtualStage, OpKind kind, int microbatch) const {
 std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
   std::vector<int> out;
   if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return out;
-  const Op& op = m_plan->ops[static_cast<std::size_t>(opIndex)];
+  const Op& op = m_plan->op(opIndex);
   if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= m_prevStage.size()) return out;
   const auto vs = static_cast<std::size_t>(op.virtualStage);
   auto add = [&](int stage, OpKind kind) {
@@ -374,9 +373,7 @@ void TimelineData::buildSlack() const {
   for (const Op& op : p.ops) endMs = std::max(endMs, op.endMs);
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return p.ops[static_cast<std::size_t>(a)].startMs > p.ops[static_cast<std::size_t>(b)].startMs;
-  });
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return p.op(a).startMs > p.op(b).startMs; });
   std::vector<double> latestFinish(n, endMs);
   auto latestStart = [&](std::size_t s) { return latestFinish[s] - p.ops[s].durationMs(); };
   for (int idx : order) {
@@ -396,8 +393,8 @@ void TimelineData::buildSlack() const {
 
 double TimelineData::transferMs(int from, int to) const {
   const Plan& p = *m_plan;
-  const Op& a = p.ops[static_cast<std::size_t>(from)];
-  const Op& b = p.ops[static_cast<std::size_t>(to)];
+  const Op& a = p.op(from);
+  const Op& b = p.op(to);
   if (a.device == b.device) return 0;
   if (!m_transfersBuilt) {
     // Transfer time of each data hand-off, by (producing stage, kind, microbatch, receiver).
@@ -428,8 +425,7 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
       const VirtualStage& vs = p.virtualStages[s];
       costed = validStage(p, static_cast<int>(s)) && vs.device >= 0 && vs.device < std::max(1, p.config.devices) &&
                vs.firstLayer >= 0 && vs.lastLayer >= vs.firstLayer &&
-               static_cast<std::size_t>(vs.lastLayer) <
-                   p.model.components[static_cast<std::size_t>(vs.component)].layers.size();
+               static_cast<std::size_t>(vs.lastLayer) < p.model.component(vs.component).layers.size();
     }
     if (costed) {
       for (const StageCosts& c : stageCosts(p)) {
@@ -444,7 +440,7 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
       }
     }
   }
-  const Op& op = p.ops[static_cast<std::size_t>(opIndex)];
+  const Op& op = p.op(opIndex);
   if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= m_stageCosts.size()) return share;
   const StageCostsLite& c = m_stageCosts[static_cast<std::size_t>(op.virtualStage)];
   auto add = [&](int pass) {
@@ -545,7 +541,7 @@ bool OpQuery::matches(const Plan& plan, const Op& op) const {
     return false;
   if (!chunks.empty()) {
     if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= plan.virtualStages.size()) return false;
-    if (!inAny(chunks, plan.virtualStages[static_cast<std::size_t>(op.virtualStage)].chunk)) return false;
+    if (!inAny(chunks, plan.stage(op.virtualStage).chunk)) return false;
   }
   return true;
 }
@@ -621,16 +617,16 @@ Expected<OpQuery> parseOpQuery(std::string_view text) {
 WaitReason TimelineData::waitReason(int opIndex) const {
   WaitReason why;
   if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return why;
-  const Op& op = m_plan->ops[static_cast<std::size_t>(opIndex)];
+  const Op& op = m_plan->op(opIndex);
   double latest = -std::numeric_limits<double>::infinity();
   const int prev = devicePredecessor(opIndex);
   if (prev >= 0) {
-    latest = m_plan->ops[static_cast<std::size_t>(prev)].endMs;
+    latest = m_plan->op(prev).endMs;
     why.waitedFor = {ItemRef::Kind::Op, prev};
     why.sameDevice = true;
   }
   for (int dep : dataPredecessors(opIndex)) {
-    const Op& d = m_plan->ops[static_cast<std::size_t>(dep)];
+    const Op& d = m_plan->op(dep);
     // Between a dependency on another device and this op lies its transfer: the data is ready
     // when the transfer ends (the same lag the slack computation uses).
     const double ready = d.endMs + transferMs(dep, opIndex);
@@ -665,15 +661,14 @@ std::vector<int> TimelineData::dependencyChain(int opIndex) const {
   }
   // Downstream: the ops of the same microbatch that list something in the chain as a
   // predecessor (one pass per stage depth is enough: the relation is acyclic and follows time).
-  const Op& self = m_plan->ops[static_cast<std::size_t>(opIndex)];
+  const Op& self = m_plan->op(opIndex);
   std::vector<int> sameMicrobatch;
   for (std::size_t i = 0; i < m_plan->ops.size(); ++i) {
     if (m_plan->ops[i].microbatch == self.microbatch && m_plan->ops[i].startMs >= self.startMs)
       sameMicrobatch.push_back(static_cast<int>(i));
   }
-  std::sort(sameMicrobatch.begin(), sameMicrobatch.end(), [&](int a, int b) {
-    return m_plan->ops[static_cast<std::size_t>(a)].startMs < m_plan->ops[static_cast<std::size_t>(b)].startMs;
-  });
+  std::sort(sameMicrobatch.begin(), sameMicrobatch.end(),
+            [&](int a, int b) { return m_plan->op(a).startMs < m_plan->op(b).startMs; });
   std::vector<char> downstream(m_plan->ops.size(), 0);
   downstream[static_cast<std::size_t>(opIndex)] = 1;
   for (int cand : sameMicrobatch) {
@@ -694,7 +689,7 @@ std::vector<int> TimelineData::criticalPath() const {
   if (!m_plan || m_plan->ops.empty()) return path;
   int cur = 0;
   for (std::size_t i = 1; i < m_plan->ops.size(); ++i) {
-    if (m_plan->ops[i].endMs > m_plan->ops[static_cast<std::size_t>(cur)].endMs) cur = static_cast<int>(i);
+    if (m_plan->ops[i].endMs > m_plan->op(cur).endMs) cur = static_cast<int>(i);
   }
   std::vector<char> seen(m_plan->ops.size(), 0);
   while (cur >= 0 && !seen[static_cast<std::size_t>(cur)]) {
@@ -720,20 +715,20 @@ std::string TimelineData::describe(ItemRef ref) const {
            formatMs(c.endMs - c.startMs) + "\n" + formatBytes(static_cast<double>(c.bytes));
     return out;
   }
-  const Op& op = p.ops[static_cast<std::size_t>(ref.index)];
+  const Op& op = p.op(ref.index);
   std::snprintf(buf, sizeof buf, "%s · microbatch %d", std::string(opKindName(op.kind)).c_str(), op.microbatch);
   out += buf;
   if (op.samples > 0) out += " (" + std::to_string(op.samples) + " samples)";
   out += "\n";
   if (op.virtualStage >= 0 && static_cast<std::size_t>(op.virtualStage) < p.virtualStages.size()) {
-    const VirtualStage& vs = p.virtualStages[static_cast<std::size_t>(op.virtualStage)];
+    const VirtualStage& vs = p.stage(op.virtualStage);
     std::snprintf(buf, sizeof buf, "virtual stage %d (device %d, chunk %d", vs.id, vs.device, vs.chunk);
     out += buf;
     if (vs.pipeline != 0) out += ", pipeline " + std::to_string(vs.pipeline);
     out += ")\n";
     std::string component = "component " + std::to_string(vs.component);
     if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < p.model.components.size())
-      component = p.model.components[static_cast<std::size_t>(vs.component)].name;
+      component = p.model.component(vs.component).name;
     std::snprintf(buf, sizeof buf, "layers %s[%d..%d]\n", component.c_str(), vs.firstLayer, vs.lastLayer);
     out += buf;
   } else {
@@ -748,7 +743,7 @@ std::string TimelineData::describe(ItemRef ref) const {
   }
   const WaitReason why = waitReason(ref.index);
   if (why.waitedFor.valid()) {
-    const Op& dep = p.ops[static_cast<std::size_t>(why.waitedFor.index)];
+    const Op& dep = p.op(why.waitedFor.index);
     const double gap = op.startMs - dep.endMs;
     std::snprintf(buf, sizeof buf, "\nwaiting for: %s mb %d on device %d%s", std::string(opKindName(dep.kind)).c_str(),
                   dep.microbatch, dep.device, why.sameDevice ? " (device busy)" : "");

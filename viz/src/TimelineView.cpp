@@ -866,9 +866,7 @@ bool TimelineView::nextMatch() {
   // Matches in time order, so Enter walks along the timeline.
   std::vector<int> ordered = m_matches;
   const Plan* p = m_data->plan();
-  std::stable_sort(ordered.begin(), ordered.end(), [&](int a, int b) {
-    return p->ops[static_cast<std::size_t>(a)].startMs < p->ops[static_cast<std::size_t>(b)].startMs;
-  });
+  std::stable_sort(ordered.begin(), ordered.end(), [&](int a, int b) { return p->op(a).startMs < p->op(b).startMs; });
   const int op = ordered[m_nextMatch % ordered.size()];
   ++m_nextMatch;
   revealOp(op);

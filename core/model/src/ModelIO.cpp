@@ -253,11 +253,11 @@ void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& 
           parent[static_cast<std::size_t>(v)] = u;
           stack.emplace_back(v, 0);
         } else if (colour[static_cast<std::size_t>(v)] == 1) {
-          std::string cycle = m.components[static_cast<std::size_t>(v)].name;
+          std::string cycle = m.component(v).name;
           for (int w = u; w != v && w >= 0; w = parent[static_cast<std::size_t>(w)]) {
-            cycle = m.components[static_cast<std::size_t>(w)].name + " → " + cycle;
+            cycle = m.component(w).name + " → " + cycle;
           }
-          cycle = m.components[static_cast<std::size_t>(v)].name + " → " + cycle;
+          cycle = m.component(v).name + " → " + cycle;
           r.error(componentsNode.pointer + "/" + std::to_string(u) + "/feeds",
                   "feeds form a cycle: " + cycle + " (expected an acyclic data flow)");
           return;

@@ -28,9 +28,9 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
 LayerCosts planLayerCosts(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config, int component,
                           int layer, int device) {
   if (component < 0 || static_cast<std::size_t>(component) >= model.components.size()) return {};
-  const Component& comp = model.components[static_cast<std::size_t>(component)];
+  const Component& comp = model.component(component);
   if (layer < 0 || static_cast<std::size_t>(layer) >= comp.layers.size()) return {};
-  return layerCosts(comp.layers[static_cast<std::size_t>(layer)],
+  return layerCosts(comp.layer(layer),
                     costContext(cluster, config, model.samplesPerMicrobatch, device, comp.trainable));
 }
 

@@ -34,8 +34,8 @@ std::map<std::tuple<int, int, int>, Producer> frozenProducers(const Plan& shell,
     for (std::size_t i = 0; i < lane.size(); ++i) {
       const OrderedOp& o = lane[i];
       if (o.kind != OpKind::N || !validStage(shell, o.virtualStage) || o.microbatch < 0 || o.microbatch >= m) continue;
-      const VirtualStage& vs = shell.virtualStages[static_cast<std::size_t>(o.virtualStage)];
-      const Component& comp = model.components[static_cast<std::size_t>(vs.component)];
+      const VirtualStage& vs = shell.stage(o.virtualStage);
+      const Component& comp = model.component(vs.component);
       if (comp.trainable || vs.lastLayer + 1 != static_cast<int>(comp.layers.size())) continue;
       Producer& p = producers[{vs.component, o.microbatch, static_cast<int>(d)}];
       p.index = static_cast<std::int32_t>(i);
@@ -64,7 +64,7 @@ std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consume
       if (vs.component != consumer) continue;
       for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && static_cast<std::size_t>(l) < c.layers.size();
            ++l) {
-        if (c.layers[static_cast<std::size_t>(l)].kind == "attention") {
+        if (c.layer(l).kind == "attention") {
           out.push_back(vs.id);
           break;
         }
@@ -82,7 +82,7 @@ std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consume
 
 std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluster, int component) {
   if (component < 0 || static_cast<std::size_t>(component) >= model.components.size()) return 0;
-  const Component& c = model.components[static_cast<std::size_t>(component)];
+  const Component& c = model.component(component);
   if (c.layers.empty()) return 0;
   // Output size does not depend on the GPU; device 0's spec serves for all.
   // Frozen components run whole on one GPU of a pipeline rank (not split by TP).
@@ -93,9 +93,9 @@ std::vector<int> frozenConsumerStagesOf(const Plan& shell, int feeder) {
   std::vector<int> out;
   const ModelSpec& model = shell.model;
   if (feeder < 0 || static_cast<std::size_t>(feeder) >= model.components.size()) return out;
-  for (const std::string& name : model.components[static_cast<std::size_t>(feeder)].feeds) {
+  for (const std::string& name : model.component(feeder).feeds) {
     const int k = model.componentIndex(name);
-    if (k < 0 || k == feeder || !model.components[static_cast<std::size_t>(k)].trainable) continue;
+    if (k < 0 || k == feeder || !model.component(k).trainable) continue;
     for (int s : frozenConsumerStages(shell, feeder, k)) out.push_back(s);
   }
   std::sort(out.begin(), out.end());
@@ -138,7 +138,7 @@ std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vecto
       // the same device follow it in the device order.
       std::map<int, std::int32_t> targets;
       for (int s : consumerStages) {
-        const int dc = shell.virtualStages[static_cast<std::size_t>(s)].device;
+        const int dc = shell.stage(s).device;
         const std::int32_t t = fIndex[static_cast<std::size_t>(s) * mu + static_cast<std::size_t>(mb)];
         if (dc < 0 || dc >= devices || t < 0) continue;
         auto it = targets.find(dc);
@@ -194,11 +194,11 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
         shard[static_cast<std::size_t>(vs.id >= 0 && static_cast<std::size_t>(vs.id) < nStages ? vs.id : 0)])
       continue;
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= shell.model.components.size()) continue;
-    if (!shell.model.components[static_cast<std::size_t>(vs.component)].trainable) continue;
+    if (!shell.model.component(vs.component).trainable) continue;
     last = std::max(last, vs.id);
   }
   if (!okStage(last)) return out;
-  const int lastDevice = shell.virtualStages[static_cast<std::size_t>(last)].device;
+  const int lastDevice = shell.stage(last).device;
   if (lastDevice < 0 || lastDevice >= p) return out;
   std::vector<std::int32_t> fLast(mu, -1), bLast(mu, -1);
   const auto& lane = lanes[static_cast<std::size_t>(lastDevice)];
@@ -218,7 +218,7 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
     if (!shard[s]) continue;
     const int c = shell.virtualStages[s].component;
     if (c < 0 || static_cast<std::size_t>(c) >= shell.model.components.size()) continue;
-    for (const Layer& l : shell.model.components[static_cast<std::size_t>(c)].layers) {
+    for (const Layer& l : shell.model.component(c).layers) {
       if (l.kind == "lm_head") {
         if (l.transformer) seq = l.transformer->seq;
         break;
@@ -282,7 +282,7 @@ std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vect
 
 bool validStage(const Plan& shell, int stage) {
   if (stage < 0 || static_cast<std::size_t>(stage) >= shell.virtualStages.size()) return false;
-  const int c = shell.virtualStages[static_cast<std::size_t>(stage)].component;
+  const int c = shell.stage(stage).component;
   return c >= 0 && static_cast<std::size_t>(c) < shell.model.components.size();
 }
 
@@ -372,8 +372,7 @@ std::vector<FrozenHandoff> crossIterationFrozenOutputs(const Plan& plan,
     auto it = consumerDevices.find(c);
     if (it == consumerDevices.end()) {
       std::vector<int> devices;
-      for (int s : frozenConsumerStagesOf(plan, c))
-        devices.push_back(plan.virtualStages[static_cast<std::size_t>(s)].device);
+      for (int s : frozenConsumerStagesOf(plan, c)) devices.push_back(plan.stage(s).device);
       std::sort(devices.begin(), devices.end());
       devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
       it = consumerDevices.emplace(c, std::move(devices)).first;

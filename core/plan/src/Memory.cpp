@@ -34,7 +34,7 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
-    const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
+    const Component& comp = plan.model.component(vs.component);
     const CostContext ctx =
         costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     const CostContext residentCtx =
@@ -42,7 +42,7 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
     StageCosts& s = out[i];
     std::int64_t chunkBuffers = 0;
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
-      const Layer& layer = comp.layers[static_cast<std::size_t>(l)];
+      const Layer& layer = comp.layer(l);
       const LayerCosts c = layerCosts(layer, ctx);
       if (blockwiseGathers) {
         const LayerCosts r = layerCosts(layer, residentCtx);
@@ -92,7 +92,7 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.device < 0 || static_cast<std::size_t>(vs.device) >= devices) continue;
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
-    const auto& layers = plan.model.components[static_cast<std::size_t>(vs.component)].layers;
+    const auto& layers = plan.model.component(vs.component).layers;
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
       if (layers[static_cast<std::size_t>(l)].kind == "embedding")
         hasEmbedding[static_cast<std::size_t>(vs.device)] = 1;
@@ -294,7 +294,7 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
       tiedBytes = std::max(tiedBytes, 4.0 * costs[i].tiedParameters);
     }
     if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < plan.model.components.size()) {
-      const auto& layers = plan.model.components[static_cast<std::size_t>(vs.component)].layers;
+      const auto& layers = plan.model.component(vs.component).layers;
       for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
         if (layers[static_cast<std::size_t>(l)].kind == "embedding") embedding[d] = 1;
       }

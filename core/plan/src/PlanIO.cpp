@@ -209,7 +209,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
           continue;
         }
       }
-      const auto& layers = plan.model.components[static_cast<std::size_t>(std::max(0, vs.component))].layers;
+      const auto& layers = plan.model.component(std::max(0, vs.component)).layers;
       const auto maxLayer = static_cast<std::int64_t>(layers.size()) - 1;
       const auto first = r.integer(s, "first_layer", Presence::Required, 0, maxLayer);
       const auto last = r.integer(s, "last_layer", Presence::Required, 0, maxLayer);
@@ -492,7 +492,7 @@ Status checkStages(const Plan& plan) {
     if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
       return Error{at + "/component: not a component of the plan's model"};
     }
-    const auto layers = static_cast<int>(plan.model.components[static_cast<std::size_t>(vs.component)].layers.size());
+    const auto layers = static_cast<int>(plan.model.component(vs.component).layers.size());
     if (vs.firstLayer < 0 || vs.lastLayer < vs.firstLayer || vs.lastLayer >= layers) {
       return Error{at + ": layers " + std::to_string(vs.firstLayer) + ".." + std::to_string(vs.lastLayer) +
                    " are not a range of the component's " + std::to_string(layers) + " layers"};
@@ -537,7 +537,7 @@ Status validatePlanStructure(const Plan& plan) {
                    " is not a virtual stage of the plan (expected 0.." +
                    std::to_string(static_cast<long long>(stages) - 1) + ")"};
     }
-    const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(op.virtualStage)];
+    const VirtualStage& vs = plan.stage(op.virtualStage);
     if (vs.device != op.device) {
       return Error{opPointer(i, "device") + ": op runs on device " + std::to_string(op.device) + " but virtual stage " +
                    std::to_string(vs.id) + " is on device " + std::to_string(vs.device) +
@@ -555,7 +555,7 @@ Status validatePlanStructure(const Plan& plan) {
       return Error{opPointer(i, "end_ms") + ": is before start_ms (expected end_ms ≥ start_ms, both finite)"};
     }
     const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
-    if (backward && !plan.model.components[static_cast<std::size_t>(vs.component)].trainable) {
+    if (backward && !plan.model.component(vs.component).trainable) {
       return Error{opPointer(i, "kind") + ": " + opLabel(op) +
                    " is a backward op on a frozen component (expected N ops only)"};
     }

@@ -77,11 +77,11 @@ std::vector<StageWork> buildStageWork(const Plan& plan) {
   std::vector<StageWork> out(plan.virtualStages.size());
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
-    const Component& comp = plan.model.components[static_cast<std::size_t>(vs.component)];
+    const Component& comp = plan.model.component(vs.component);
     const CostContext ctx =
         costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     for (int l = vs.firstLayer; l <= vs.lastLayer; ++l) {
-      const Layer& layer = comp.layers[static_cast<std::size_t>(l)];
+      const Layer& layer = comp.layer(l);
       // Measured times win over shapes (CostModel.hpp): such layers are calibrated time.
       if (layer.transformer && !layer.forwardMs && layer.transformer->hidden > 0 && layer.transformer->seq > 0) {
         addTransformer(layer, plan.model.samplesPerMicrobatch, comp.trainable, out[i]);

@@ -345,7 +345,7 @@ Expected<Configuration> Search::run() {
   std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0, experts = 0;
   bool anyTransformer = false;
   for (int c : m_model.trainableComponents()) {
-    for (const Layer& l : m_model.components[static_cast<std::size_t>(c)].layers) {
+    for (const Layer& l : m_model.component(c).layers) {
       ++trainableLayers;
       if (!l.transformer || l.kind == "embedding" || l.kind == "lm_head") continue;
       anyTransformer = true;

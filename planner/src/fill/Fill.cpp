@@ -71,8 +71,8 @@ std::vector<int> frozenOrder(const ModelSpec& model) {
       bool ready = true;
       for (int f : frozen) {
         if (f == c || placed[static_cast<std::size_t>(f)]) continue;
-        const auto& feeds = model.components[static_cast<std::size_t>(f)].feeds;
-        if (std::find(feeds.begin(), feeds.end(), model.components[static_cast<std::size_t>(c)].name) != feeds.end()) {
+        const auto& feeds = model.component(f).feeds;
+        if (std::find(feeds.begin(), feeds.end(), model.component(c).name) != feeds.end()) {
           ready = false;
         }
       }
@@ -91,9 +91,8 @@ std::vector<int> frozenOrder(const ModelSpec& model) {
 // The frozen feeder of component c whose device a microbatch must share (first one listed).
 int feederOf(const ModelSpec& model, int c) {
   for (int f : model.frozenComponents()) {
-    const auto& feeds = model.components[static_cast<std::size_t>(f)].feeds;
-    if (f != c &&
-        std::find(feeds.begin(), feeds.end(), model.components[static_cast<std::size_t>(c)].name) != feeds.end()) {
+    const auto& feeds = model.component(f).feeds;
+    if (f != c && std::find(feeds.begin(), feeds.end(), model.component(c).name) != feeds.end()) {
       return f;
     }
   }
@@ -102,7 +101,7 @@ int feederOf(const ModelSpec& model, int c) {
 
 std::vector<Group> makeGroups(const Plan& shell, int component) {
   const ModelSpec& model = shell.model;
-  const Component& comp = model.components[static_cast<std::size_t>(component)];
+  const Component& comp = model.component(component);
   const int layers = static_cast<int>(comp.layers.size());
   std::vector<Group> out;
   if (layers == 0) return out;
@@ -392,7 +391,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       // cross-iteration fill (useGaps), `none` minimises the arrival itself.
       std::map<int, double> consumers;
       for (int s : consumerStages) {
-        const int dc = timed.virtualStages[static_cast<std::size_t>(s)].device;
+        const int dc = timed.stage(s).device;
         const double f =
             fStart[static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb)];
         if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
@@ -460,7 +459,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
         }
       }
       if (bestDevice < 0) {
-        const Component& comp = timed.model.components[static_cast<std::size_t>(c)];
+        const Component& comp = timed.model.component(c);
         return Error{
             "fill: frozen component '" + comp.name +
             "' fits on no device: its weights and one sample's "
@@ -691,7 +690,7 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
   ScheduleSkeleton skeleton;
   std::vector<int> keep(out.plan.virtualStages.size(), -1);
   for (const VirtualStage& vs : out.plan.virtualStages) {
-    if (vs.component >= 0 && out.plan.model.components[static_cast<std::size_t>(vs.component)].trainable) {
+    if (vs.component >= 0 && out.plan.model.component(vs.component).trainable) {
       keep[static_cast<std::size_t>(vs.id)] = static_cast<int>(skeleton.virtualStages.size());
       VirtualStage copy = vs;
       copy.id = keep[static_cast<std::size_t>(vs.id)];

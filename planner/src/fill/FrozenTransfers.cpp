@@ -38,8 +38,8 @@ FrozenTransfers frozenTransfers(const Plan& timed) {
   for (const Op& op : timed.ops) {
     if (!validStage(timed, op.virtualStage) || op.microbatch < 0 || op.microbatch >= m) continue;
     if (op.device < 0 || op.device >= devices) continue;
-    const VirtualStage& vs = timed.virtualStages[static_cast<std::size_t>(op.virtualStage)];
-    const Component& comp = model.components[static_cast<std::size_t>(vs.component)];
+    const VirtualStage& vs = timed.stage(op.virtualStage);
+    const Component& comp = model.component(vs.component);
     if (op.kind == OpKind::F) {
       fStart[static_cast<std::size_t>(op.virtualStage) * mu + static_cast<std::size_t>(op.microbatch)] = op.startMs;
     }
@@ -83,7 +83,7 @@ FrozenTransfers frozenTransfers(const Plan& timed) {
       const int pd = std::get<2>(key);
       std::map<int, double> firstUse;  // consumer device → earliest F start of this microbatch
       for (int s : consumerStages) {
-        const int dc = timed.virtualStages[static_cast<std::size_t>(s)].device;
+        const int dc = timed.stage(s).device;
         const double t = fStart[static_cast<std::size_t>(s) * mu + static_cast<std::size_t>(mb)];
         if (dc < 0 || dc >= devices || t < 0) continue;
         auto it = firstUse.find(dc);
@@ -138,8 +138,8 @@ void appendFrozenTransfers(Plan& timed) {
   // The simulator names a transfer F or B; one leaving a frozen stage carries N output.
   for (Comm& c : timed.comms) {
     if (!validStage(timed, c.virtualStage)) continue;
-    const int comp = timed.virtualStages[static_cast<std::size_t>(c.virtualStage)].component;
-    if (!timed.model.components[static_cast<std::size_t>(comp)].trainable) c.kind = OpKind::N;
+    const int comp = timed.stage(c.virtualStage).component;
+    if (!timed.model.component(comp).trainable) c.kind = OpKind::N;
   }
   FrozenTransfers t = frozenTransfers(timed);
   timed.comms.insert(timed.comms.end(), t.comms.begin(), t.comms.end());

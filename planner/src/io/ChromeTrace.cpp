@@ -45,7 +45,7 @@ void emitChromeEvents(const Plan& plan, const ChromeTraceOptions& options, Emit&
     if (d < devices && !plan.cluster.nodes.empty()) {
       const int node = plan.cluster.nodeOfDevice(deviceFirstGpu(plan.config, d));
       if (node >= 0 && node < static_cast<int>(plan.cluster.nodes.size())) {
-        label += " (" + plan.cluster.nodes[static_cast<std::size_t>(node)].host + ")";
+        label += " (" + plan.cluster.node(node).host + ")";
       }
     }
     emit(metadata("process_name", d, 0, {{"name", label}}));

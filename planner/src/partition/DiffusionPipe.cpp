@@ -128,8 +128,7 @@ bool assignLegs(const ModelSpec& model, std::vector<VirtualStage>& stages) {
   // A V shape: the turn sits on one device (chain[half−1] and chain[half] share it).
   if (stages[chain[half - 1]].device != stages[chain[half]].device) return false;
   for (std::size_t k = 0; k < 2; ++k) {
-    if (static_cast<std::size_t>(half) > model.components[static_cast<std::size_t>(trainable[k])].layers.size())
-      return false;
+    if (static_cast<std::size_t>(half) > model.component(trainable[k]).layers.size()) return false;
   }
   for (std::size_t k = 0; k < chain.size(); ++k) stages[chain[k]].component = trainable[k < half ? 0 : 1];
   return true;

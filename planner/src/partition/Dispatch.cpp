@@ -54,7 +54,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         if (legs[i].pipeline == 0) byComp[legs[i].component].push_back(i);
       }
       for (auto& [comp, idx] : byComp) {
-        const int n = static_cast<int>(request.model.components[static_cast<std::size_t>(comp)].layers.size());
+        const int n = static_cast<int>(request.model.component(comp).layers.size());
         const int k = static_cast<int>(idx.size());
         for (int j = 0; j < k; ++j) {
           legs[idx[static_cast<std::size_t>(j)]].firstLayer = j * n / k;
@@ -114,8 +114,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       if (result.isCancelled()) return result.error();
       if (!result) {
         // Name the virtual stage by its id in the plan, not by its index within the component.
-        return Error{result.message() + " [component '" +
-                     request.model.components[static_cast<std::size_t>(comp)].name + "', virtual stages " +
+        return Error{result.message() + " [component '" + request.model.component(comp).name + "', virtual stages " +
                      std::to_string(assigned[mine.front()].id) + ".." + std::to_string(assigned[mine.back()].id) +
                      " of the plan]"};
       }
@@ -159,8 +158,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
     std::vector<int> share(static_cast<std::size_t>(components), 1);
     // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
     auto layersOf = [&](int i) {
-      return static_cast<int>(
-          request.model.components[static_cast<std::size_t>(trainable[static_cast<std::size_t>(i)])].layers.size());
+      return static_cast<int>(request.model.component(trainable[static_cast<std::size_t>(i)]).layers.size());
     };
     auto visit = [&](auto&& self, int i, int left) -> Status {
       if (control.cancelled()) return Error::cancelled();

@@ -18,7 +18,7 @@ Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std
   long totalLayers = 0;
   std::vector<long> layers;
   for (int c : trainable) {
-    layers.push_back(static_cast<long>(model.components[static_cast<std::size_t>(c)].layers.size()));
+    layers.push_back(static_cast<long>(model.component(c).layers.size()));
     totalLayers += layers.back();
   }
   if (stages > totalLayers) {
@@ -97,7 +97,7 @@ Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& mode
       maxLayers = std::max(maxLayers, size);
     }
     if (count == 0 || minLayers == maxLayers) continue;
-    const Component& comp = model.components[static_cast<std::size_t>(c)];
+    const Component& comp = model.component(c);
     const std::string what =
         count == perPipeline ? std::to_string(count) + " virtual stages (" + std::to_string(devices) + " devices × " +
                                    std::to_string(chunks) + " chunks)"

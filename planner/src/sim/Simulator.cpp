@@ -182,9 +182,7 @@ class Simulation {
   Error explainDeadlock() const;
 
  private:
-  std::int32_t stageDevice(std::int32_t stage) const {
-    return m_shell.virtualStages[static_cast<std::size_t>(stage)].device;
-  }
+  std::int32_t stageDevice(std::int32_t stage) const { return m_shell.stage(stage).device; }
   Error missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const;
   std::optional<Error> producers(std::int32_t i, Pred* slot) const;
   std::optional<Error> countDataFlowEdges();
@@ -253,7 +251,7 @@ std::optional<Error> Simulation::validateShape() const {
   }
   if (m_m <= 0) return Error{"the plan needs at least one microbatch"};
   for (std::int32_t s = 0; s < m_nStages; ++s) {
-    const VirtualStage& vs = m_shell.virtualStages[static_cast<std::size_t>(s)];
+    const VirtualStage& vs = m_shell.stage(s);
     if (vs.id != s)
       return Error{"virtual stage " + std::to_string(s) + " has id " + std::to_string(vs.id) +
                    " (expected ids in order)"};
@@ -352,7 +350,7 @@ std::optional<Error> Simulation::flatten() {
 // --- consumer graph ---
 
 Error Simulation::missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const {
-  const Op& c = m_shell.ops[static_cast<std::size_t>(consumer)];
+  const Op& c = m_shell.op(consumer);
   return Error{"device " + std::to_string(c.device) + ": " + opName(c.kind, c.virtualStage, c.microbatch) + " needs " +
                opName(kind, stage, mb) + ", which no device runs"};
 }
@@ -367,7 +365,7 @@ Error Simulation::missing(std::int32_t consumer, OpKind kind, std::int32_t stage
 // that must exist does not.
 std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
   slot[0] = slot[1] = Pred{kNone, kNone};
-  const Op& op = m_shell.ops[static_cast<std::size_t>(i)];
+  const Op& op = m_shell.op(i);
   const auto s = static_cast<std::size_t>(op.virtualStage);
   const auto mb = static_cast<std::size_t>(op.microbatch);
   switch (op.kind) {
@@ -426,7 +424,7 @@ std::optional<Error> Simulation::countDataFlowEdges() {
   for (std::int32_t i = 0; i < m_nOps; ++i) {
     Pred slot[2];
     if (auto err = producers(i, slot)) return err;
-    const int device = m_shell.ops[static_cast<std::size_t>(i)].device;
+    const int device = m_shell.op(i).device;
     for (const Pred& pr : slot) {
       if (pr.from == kNone) continue;
       const bool sameDevice = stageDevice(pr.fromStage) == device;
@@ -500,8 +498,7 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
 void Simulation::buildConsumers() {
   m_classes.assign(static_cast<std::size_t>(m_nStages) * 3, EdgeClass{});
   for (const Edge& e : m_extra) {
-    const bool sameDevice =
-        m_shell.ops[static_cast<std::size_t>(e.from)].device == m_shell.ops[static_cast<std::size_t>(e.to)].device;
+    const bool sameDevice = m_shell.op(e.from).device == m_shell.op(e.to).device;
     if (!sameDevice) ++m_crossEdges;
     if (implied(e.from, e.to, sameDevice)) continue;
     ++m_firstOut[static_cast<std::size_t>(e.from)];
@@ -516,8 +513,8 @@ void Simulation::buildConsumers() {
   m_outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(m_firstOut.back()));
   Out* outs = m_outs.get();
   for (auto e = m_extra.rbegin(); e != m_extra.rend(); ++e) {
-    const int fromDevice = m_shell.ops[static_cast<std::size_t>(e->from)].device;
-    const int toDevice = m_shell.ops[static_cast<std::size_t>(e->to)].device;
+    const int fromDevice = m_shell.op(e->from).device;
+    const int toDevice = m_shell.op(e->to).device;
     if (implied(e->from, e->to, fromDevice == toDevice)) continue;
     EdgeClass c;
     c.toDevice = toDevice;
@@ -531,7 +528,7 @@ void Simulation::buildConsumers() {
   for (std::int32_t i = m_nOps - 1; i >= 0; --i) {
     Pred slot[2];
     (void)producers(i, slot);  // cannot fail: the same lookups succeeded in countDataFlowEdges
-    const Op& op = m_shell.ops[static_cast<std::size_t>(i)];
+    const Op& op = m_shell.op(i);
     for (int k = 1; k >= 0; --k) {
       const Pred& pr = slot[k];
       if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
@@ -587,7 +584,7 @@ double Simulation::durationMs(const Op& op, std::int32_t idx) const {
 double Simulation::startGroup(std::int32_t lead, std::int32_t size, double readyMs) {
   double computeMs = 0, collectiveMs = 0, ownMs = 0;
   for (std::int32_t k = 0; k < size; ++k) {
-    const Op& member = m_shell.ops[static_cast<std::size_t>(lead + k)];
+    const Op& member = m_shell.op(lead + k);
     const double dur = durationMs(member, lead + k);
     const double comm = std::min(dur, commMs(member));
     ownMs += dur;
@@ -597,7 +594,7 @@ double Simulation::startGroup(std::int32_t lead, std::int32_t size, double ready
   const double spanMs = std::max(computeMs, collectiveMs);
   double at = readyMs;
   for (std::int32_t k = 0; k < size; ++k) {
-    Op& member = m_shell.ops[static_cast<std::size_t>(lead + k)];
+    Op& member = m_shell.op(lead + k);
     member.startMs = at;
     at += ownMs > 0 ? spanMs * durationMs(member, lead + k) / ownMs : 0.0;
     member.endMs = k + 1 == size ? readyMs + spanMs : at;
@@ -614,7 +611,7 @@ bool Simulation::tryStart(int d) {
   if (idx >= m_offset[du + 1]) return false;
   const OpState& st = m_state[static_cast<std::size_t>(idx)];
   if (st.pending != 0) return false;
-  Op& op = m_shell.ops[static_cast<std::size_t>(idx)];
+  Op& op = m_shell.op(idx);
   const std::int32_t size = m_groupSize.empty() ? 1 : m_groupSize[static_cast<std::size_t>(idx)];
   if (size > 1) {
     double readyMs = std::max(m_deviceFreeMs[du], st.readyMs);
@@ -650,7 +647,7 @@ bool Simulation::tryStart(int d) {
 // links) and every consumer whose last input this was may start.
 void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
   const auto du = static_cast<std::size_t>(dev);
-  const Op& op = m_shell.ops[static_cast<std::size_t>(code)];
+  const Op& op = m_shell.op(code);
   ++m_completed;
   ++m_position[du];
   const Out* o = m_outs.get() + m_firstOut[static_cast<std::size_t>(code)];
@@ -718,7 +715,7 @@ Error Simulation::explainDeadlock() const {
   std::ostringstream msg;
   msg << "deadlock after " << m_completed << " of " << m_nOps << " ops:";
   auto isDone = [&](std::int32_t x) {
-    const Op& o = m_shell.ops[static_cast<std::size_t>(x)];
+    const Op& o = m_shell.op(x);
     return x < m_offset[static_cast<std::size_t>(o.device)] + m_position[static_cast<std::size_t>(o.device)];
   };
   std::vector<int> waitsOn(static_cast<std::size_t>(m_p), -1);
@@ -726,7 +723,7 @@ Error Simulation::explainDeadlock() const {
     const auto du = static_cast<std::size_t>(d);
     const std::int32_t idx = m_offset[du] + m_position[du];
     if (idx >= m_offset[du + 1]) continue;
-    const Op& op = m_shell.ops[static_cast<std::size_t>(idx)];
+    const Op& op = m_shell.op(idx);
     msg << "\n  device " << d << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
     // The producers of the stuck op, in the order the simulator lists them.
     std::vector<Edge> waits;
@@ -738,7 +735,7 @@ Error Simulation::explainDeadlock() const {
     }
     for (const Edge& e : waits) {
       if (e.from == kNone || isDone(e.from)) continue;
-      const Op& need = m_shell.ops[static_cast<std::size_t>(e.from)];
+      const Op& need = m_shell.op(e.from);
       msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << need.device;
       if (need.device == d) msg << " (later in its own order)";
       waitsOn[du] = need.device;
@@ -787,8 +784,7 @@ std::vector<StageEstimate> stageEstimates(const Plan& shell) {
     e.weightGradBytes = c.weightGradBytes;
     if (next[i] != kNone) {
       e.sendMs = deviceTransferMs(shell.cluster, shell.config, shell.virtualStages[i].device,
-                                  shell.virtualStages[static_cast<std::size_t>(next[i])].device,
-                                  static_cast<double>(c.outputBytes));
+                                  shell.stage(next[i]).device, static_cast<double>(c.outputBytes));
     }
   }
   return out;

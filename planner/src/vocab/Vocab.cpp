@@ -156,7 +156,7 @@ class VocabPlacer {
         const auto s = static_cast<std::size_t>(o.virtualStage);
         const auto mb = static_cast<std::size_t>(o.microbatch);
         auto cross = [&](int stage) {
-          const int from = m_shell.virtualStages[static_cast<std::size_t>(stage)].device;
+          const int from = m_shell.stage(stage).device;
           const int to = m_shell.virtualStages[s].device;
           const std::int64_t bytes =
               m_costs[static_cast<std::size_t>(std::min<int>(stage, o.virtualStage))].outputBytes;
@@ -186,7 +186,7 @@ class VocabPlacer {
       if (l.kind == "lm_head" && l.transformer) seq = l.transformer->seq;
     }
     const std::int64_t statsBytes = 8 * m_shell.model.samplesPerMicrobatch * seq;
-    const int lastDevice = m_shell.virtualStages[static_cast<std::size_t>(m_last)].device;
+    const int lastDevice = m_shell.stage(m_last).device;
     const bool oneBarrier = m_shell.config.vocabBarriers == 1;
     m_sNode.assign(static_cast<std::size_t>(p), std::vector<int>(mu, -1));
     m_tNode.assign(static_cast<std::size_t>(p), std::vector<int>(mu, -1));
@@ -225,8 +225,7 @@ class VocabPlacer {
     std::size_t placed = 0;
     // The microbatch order of S and T on every device: the order of the last stage's forwards.
     std::vector<int> order;
-    for (const OrderedOp& o :
-         m_base[static_cast<std::size_t>(m_shell.virtualStages[static_cast<std::size_t>(m_last)].device)]) {
+    for (const OrderedOp& o : m_base[static_cast<std::size_t>(m_shell.stage(m_last).device)]) {
       if (o.kind == OpKind::F && o.virtualStage == m_last) order.push_back(o.microbatch);
     }
     if (order.size() != static_cast<std::size_t>(m_shell.config.microbatches)) {
@@ -400,7 +399,7 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   // filled backbone come after it in id order).
   int last = -1;
   for (const auto& vs : backbone->virtualStages) {
-    if (vs.pipeline == 0 && backbone->model.components[static_cast<std::size_t>(vs.component)].trainable) {
+    if (vs.pipeline == 0 && backbone->model.component(vs.component).trainable) {
       last = std::max(last, vs.id);
     }
   }

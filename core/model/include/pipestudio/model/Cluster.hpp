@@ -1,6 +1,7 @@
 #pragma once
 /// \file ClusterSpec: `pipestudio.cluster/1` (DESIGN.md §2).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,6 +59,8 @@ struct ClusterSpec {
   /// Optional measured device-to-device bandwidth, [from][to], GB/s; overrides links.
   std::vector<std::vector<double>> bandwidthMatrixGBps;
 
+  /// Node `i` (0 <= i < nodes.size()).
+  const NodeSpec& node(int i) const { return nodes[static_cast<std::size_t>(i)]; }
   int totalGpus() const;
   /// GPUs of the first node (the node size collectives are placed against).
   int gpusPerNode() const;

@@ -1,6 +1,7 @@
 #pragma once
 /// \file ModelSpec: `pipestudio.model/1` (DESIGN.md §2).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -70,6 +71,10 @@ struct Component {
   bool trainable = true;
   std::vector<std::string> feeds;  ///< names of components consuming this one's output
   std::vector<Layer> layers;
+
+  /// Layer `i` (0 <= i < layers.size(); indices are ints throughout the planner).
+  const Layer& layer(int i) const { return layers[static_cast<std::size_t>(i)]; }
+  Layer& layer(int i) { return layers[static_cast<std::size_t>(i)]; }
 };
 
 /// Static memory of the optimizer (mixed-precision Adam, Megatron-LM accounting).
@@ -87,6 +92,10 @@ struct ModelSpec {
   std::optional<std::int64_t> globalBatch;
   std::vector<Component> components;  ///< in data-flow order
   OptimizerSpec optimizer;
+
+  /// Component `i` (0 <= i < components.size()).
+  const Component& component(int i) const { return components[static_cast<std::size_t>(i)]; }
+  Component& component(int i) { return components[static_cast<std::size_t>(i)]; }
 
   /// Index of the component named `name`, or -1.
   int componentIndex(const std::string& name) const;

@@ -149,6 +149,13 @@ struct Plan {
   std::vector<Op> ops;                      ///< per device in execution order
   std::vector<Comm> comms;
   Metrics metrics;
+
+  /// Virtual stage `id` (ids are their index: a loaded or solved plan has them in order).
+  const VirtualStage& stage(int id) const { return virtualStages[static_cast<std::size_t>(id)]; }
+  VirtualStage& stage(int id) { return virtualStages[static_cast<std::size_t>(id)]; }
+  /// Op `i` of `ops`.
+  const Op& op(int i) const { return ops[static_cast<std::size_t>(i)]; }
+  Op& op(int i) { return ops[static_cast<std::size_t>(i)]; }
 };
 
 }  // namespace pipestudio
