@@ -14,10 +14,10 @@
 
 #include "MainWindow.hpp"
 #include "SolveController.hpp"
-#include "SyntheticPlan.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
+#include "support/SyntheticPlan.hpp"
 
 namespace {
 
@@ -38,7 +38,7 @@ std::shared_ptr<const Plan> bigPlan(std::string* source) {
   static std::string cachedSource;
   if (!cached) {
     PlanRequest request;
-    Plan synthetic = viz::testing::syntheticPlan(64, 1024);
+    Plan synthetic = test::syntheticPlan(64, 1024);
     request.model = synthetic.model;
     request.cluster = synthetic.cluster;
     request.config.schedule = "zb-h1";

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "RunHelpers.hpp"
-#include "TestPlans.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "support/ListScheduledPlan.hpp"
 
 namespace pipestudio {
 namespace {

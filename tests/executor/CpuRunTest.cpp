@@ -5,9 +5,9 @@
 #include <tuple>
 
 #include "RunHelpers.hpp"
-#include "TestPlans.hpp"
 #include "pipestudio/executor/Program.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
+#include "support/ListScheduledPlan.hpp"
 #if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -86,7 +86,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
     for (const auto& [key, op] : byKey) {
       const auto [kind, stage, mb, occurrence] = key;
       const auto ok = static_cast<OpKind>(kind);
-      const auto& vs = plan.virtualStages[static_cast<std::size_t>(stage)];
+      const auto& vs = plan.stage(stage);
       int prev = -1, next = -1;
       for (const auto& other : plan.virtualStages) {
         if (other.component != vs.component || other.pipeline != vs.pipeline) continue;

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "RunHelpers.hpp"
-#include "TestPlans.hpp"
+#include "support/ListScheduledPlan.hpp"
 
 namespace pipestudio {
 namespace {

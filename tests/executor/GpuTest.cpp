@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "RunHelpers.hpp"
-#include "TestPlans.hpp"
+#include "support/ListScheduledPlan.hpp"
 
 #if defined(PIPESTUDIO_EXECUTOR_CUDA)
 #include <cuda_runtime_api.h>

@@ -2,9 +2,9 @@
 
 #include <set>
 
-#include "TestPlans.hpp"
 #include "pipestudio/executor/Executor.hpp"
 #include "pipestudio/executor/Program.hpp"
+#include "support/ListScheduledPlan.hpp"
 
 namespace pipestudio {
 namespace {

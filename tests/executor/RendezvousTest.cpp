@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "TestPlans.hpp"
 #include "pipestudio/executor/Program.hpp"
+#include "support/ListScheduledPlan.hpp"
 #if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"

@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "RunHelpers.hpp"
-#include "TestPlans.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/trace/TaskLines.hpp"
+#include "support/ListScheduledPlan.hpp"
 
 extern char** environ;
 

@@ -8,8 +8,8 @@
 #include <QTemporaryDir>
 
 #include "QtTestApp.hpp"
-#include "SyntheticPlan.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/SyntheticPlan.hpp"
 
 namespace {
 
@@ -85,7 +85,7 @@ TEST(XvfbSmoke, ABrokenFileShowsItsErrorAndTheAppStaysUp) {
 TEST(XvfbSmoke, A64DevicePlanOpensAndDraws) {
   QTemporaryDir dir;
   const std::string path = dir.filePath(QStringLiteral("wide.plan.json")).toStdString();
-  ASSERT_TRUE(pipestudio::savePlan(path, pipestudio::viz::testing::syntheticPlan(64, 256)));
+  ASSERT_TRUE(pipestudio::savePlan(path, pipestudio::test::syntheticPlan(64, 256)));
   const SmokeRun r = runOnXvfb({QString::fromStdString(path)});
   if (r.skipped) GTEST_SKIP() << "xvfb-run not found: install xvfb to run this test";
   EXPECT_TRUE(r.stayedUp) << r.output.toStdString();

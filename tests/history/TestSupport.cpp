@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "pipestudio/plan/Memory.hpp"
+#include "support/PlanBuilder.hpp"
 
 namespace pipestudio::history::testing {
 
@@ -25,38 +26,13 @@ TempDir::~TempDir() {
 }
 
 Plan smallPlan() {
-  Plan p;
-  p.config.schedule = "1f1b";
-  p.config.devices = 2;
-  p.config.microbatches = 2;
-  p.model.name = "tiny";
-  p.model.samplesPerMicrobatch = 4;
-  Component c{"backbone", true, {}, {}};
-  for (int i = 0; i < 2; ++i) {
-    Layer l;
-    l.name = "l" + std::to_string(i);
-    l.forwardMs = 1;
-    l.backwardInputMs = 1;
-    l.backwardWeightMs = 1;
-    l.activationBytes = 100;
-    l.weightGradBytes = 40;
-    l.parameterBytes = 2000;
-    c.layers.push_back(l);
-  }
-  p.model.components.push_back(c);
-  p.cluster.name = "c";
-  p.cluster.gpu = GpuSpec{"g", 100, 80, 0.5};
-  p.cluster.nodes.push_back(NodeSpec{"n", 2, std::nullopt, std::nullopt});
-  p.cluster.intraNode = LinkSpec{100, 0};
-  p.cluster.interNode = LinkSpec{10, 0};
-  p.virtualStages = {{0, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 1, 1, 0}};
-  // device 0: F0 F1 . . B0 W0 B1 W1 ; device 1: . F0 B0 W0 F1 B1 W1
-  p.ops = {{0, 0, OpKind::F, 0, 0, 1, 0}, {0, 0, OpKind::F, 1, 1, 2, 0}, {0, 0, OpKind::B, 0, 3, 4, 0},
-           {0, 0, OpKind::W, 0, 4, 5, 0}, {0, 0, OpKind::B, 1, 6, 7, 0}, {0, 0, OpKind::W, 1, 7, 8, 0},
-           {1, 1, OpKind::F, 0, 1, 2, 0}, {1, 1, OpKind::B, 0, 2, 3, 0}, {1, 1, OpKind::W, 0, 3, 4, 0},
-           {1, 1, OpKind::F, 1, 4, 5, 0}, {1, 1, OpKind::B, 1, 5, 6, 0}, {1, 1, OpKind::W, 1, 6, 7, 0}};
-  p.metrics = computeMetrics(p);
-  return p;
+  return test::PlanBuilder("1f1b", 2, 2)
+      .samplesPerMicrobatch(4)
+      .backbone(2)
+      .stagePerDevice()
+      .order(0, "F0 F1 .  B0 W0 .  B1 W1")
+      .order(1, ".  F0 B0 W0 F1 B1 W1")
+      .build();
 }
 
 std::vector<trace::Frame> executorFrames(const Plan& plan, const StreamOptions& o) {

@@ -2,39 +2,18 @@
 
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/PlanBuilder.hpp"
 
 using namespace pipestudio;
 
 namespace {
 Plan tinyPlan() {
-  Plan p;
-  p.config.schedule = "custom";
-  p.config.devices = 2;
-  p.config.microbatches = 1;
-  p.model.name = "tiny";
-  Component c{"backbone", true, {}, {}};
-  for (int i = 0; i < 2; ++i) {
-    Layer l;
-    l.name = "l" + std::to_string(i);
-    l.forwardMs = 1;
-    l.backwardInputMs = 1;
-    l.backwardWeightMs = 1;
-    l.activationBytes = 100;
-    l.weightGradBytes = 40;
-    l.parameterBytes = 2000;
-    c.layers.push_back(l);
-  }
-  p.model.components.push_back(c);
-  p.cluster.name = "c";
-  p.cluster.gpu = GpuSpec{"g", 100, 80, 0.5};
-  p.cluster.nodes.push_back(NodeSpec{"n", 2, std::nullopt, std::nullopt});
-  p.cluster.intraNode = LinkSpec{100, 0};
-  p.cluster.interNode = LinkSpec{10, 0};
-  p.virtualStages = {{0, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 1, 1, 0}};
-  p.ops = {{0, 0, OpKind::F, 0, 0, 1, 0}, {1, 1, OpKind::F, 0, 1, 2, 0}, {1, 1, OpKind::B, 0, 2, 3, 0},
-           {1, 1, OpKind::W, 0, 3, 4, 0}, {0, 0, OpKind::B, 0, 3, 4, 0}, {0, 0, OpKind::W, 0, 4, 5, 0}};
-  p.metrics = computeMetrics(p);
-  return p;
+  return test::PlanBuilder("custom", 2, 1)
+      .backbone(2)
+      .stagePerDevice()
+      .order(0, "F0 .  .  B0 W0")
+      .order(1, ".  F0 B0 W0")
+      .build();
 }
 
 TEST(PlanKinds, TransfersNameWhatTheyCarry) {

@@ -7,31 +7,19 @@
 #include <string>
 
 #include "pipestudio/planner/Export.hpp"
+#include "support/PlanBuilder.hpp"
 
 namespace pipestudio {
 namespace {
 
 // Two devices, one stage each, two microbatches, split backward (ZB-H1-like order).
 Plan smallPlan() {
-  Plan plan;
-  plan.config.schedule = "zb-h1";
-  plan.config.devices = 2;
-  plan.config.microbatches = 2;
-  plan.virtualStages = {{0, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 1, 1, 0}};
-  const int order0[][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 2, 0}, {0, 1, 1}, {0, 2, 1}};
-  const int order1[][3] = {{1, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 0}, {1, 2, 1}};
-  const OpKind kinds[] = {OpKind::F, OpKind::B, OpKind::W};
-  double t = 0;
-  for (const auto& o : order0) {
-    plan.ops.push_back({0, o[0], kinds[o[1]], o[2], t, t + 1, 0});
-    t += 1;
-  }
-  t = 1;
-  for (const auto& o : order1) {
-    plan.ops.push_back({1, o[0], kinds[o[1]], o[2], t, t + 1, 0});
-    t += 1;
-  }
-  return plan;
+  return test::PlanBuilder("zb-h1", 2, 2)
+      .backbone(2)
+      .stagePerDevice()
+      .order(0, "F0 F1 B0 W0 B1 W1")
+      .order(1, ".  F0 B0 F1 B1 W0 W1")
+      .build();
 }
 
 CsvScheduleShape shapeOf(const Plan& plan) {

@@ -57,11 +57,11 @@ TEST_P(DataFlow, WaitedForIsTheSimulatorsProducer) {
   for (std::size_t i = 0; i < plan->ops.size(); ++i) {
     const Op& op = plan->ops[i];
     const int prev = data.devicePredecessor(static_cast<int>(i));
-    const double freeMs = prev >= 0 ? plan->ops[static_cast<std::size_t>(prev)].endMs : 0.0;
+    const double freeMs = prev >= 0 ? plan->op(prev).endMs : 0.0;
     if (op.startMs <= freeMs + kEps) continue;  // bound by its device, not by data
     const WaitReason why = data.waitReason(static_cast<int>(i));
     ASSERT_TRUE(why.waitedFor.valid()) << "op " << i;
-    const Op& from = plan->ops[static_cast<std::size_t>(why.waitedFor.index)];
+    const Op& from = plan->op(why.waitedFor.index);
     EXPECT_FALSE(why.sameDevice) << "op " << i;
     EXPECT_TRUE(simulatorFed(*plan, from, op))
         << "op " << i << " (" << opKindName(op.kind) << " vs " << op.virtualStage << " mb " << op.microbatch
@@ -79,8 +79,8 @@ TEST_P(DataFlow, CriticalPathFollowsTheSimulatorsProducers) {
   const std::vector<int> path = data.criticalPath();
   ASSERT_GE(path.size(), 2u);
   for (std::size_t k = 1; k < path.size(); ++k) {
-    const Op& from = plan->ops[static_cast<std::size_t>(path[k - 1])];
-    const Op& to = plan->ops[static_cast<std::size_t>(path[k])];
+    const Op& from = plan->op(path[k - 1]);
+    const Op& to = plan->op(path[k]);
     if (data.devicePredecessor(path[k]) == path[k - 1]) {
       EXPECT_NEAR(to.startMs, from.endMs, kEps);  // a device-bound step: back to back
       continue;

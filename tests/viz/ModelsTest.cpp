@@ -8,17 +8,17 @@
 #include <memory>
 
 #include "QtTestApp.hpp"
-#include "SyntheticPlan.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/model/Limits.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/SpecModels.hpp"
+#include "support/SyntheticPlan.hpp"
 
 namespace pipestudio::viz {
 namespace {
 
-using testing::syntheticPlan;
+using test::syntheticPlan;
 using Tester = QAbstractItemModelTester;
 
 ModelSpec twoComponentModel() {

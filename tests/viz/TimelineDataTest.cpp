@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <memory>
 
-#include "SyntheticPlan.hpp"
 #include "pipestudio/viz/TimelineData.hpp"
+#include "support/SyntheticPlan.hpp"
 
 namespace pipestudio::viz {
 namespace {
 
-using testing::syntheticPlan;
+using test::syntheticPlan;
 
 TEST(TimelineData, LanesAreSortedAndBlocksBoundTheirIntervals) {
   auto plan = std::make_shared<const Plan>(syntheticPlan(4, 600));
@@ -92,10 +92,9 @@ TEST(TimelineData, WaitReasonAndCriticalPath) {
   EXPECT_EQ(path.front(), f00);
   double last = 0;
   for (const Op& op : plan->ops) last = std::max(last, op.endMs);
-  EXPECT_DOUBLE_EQ(plan->ops[static_cast<std::size_t>(path.back())].endMs, last);
+  EXPECT_DOUBLE_EQ(plan->op(path.back()).endMs, last);
   for (std::size_t i = 1; i < path.size(); ++i) {
-    EXPECT_LE(plan->ops[static_cast<std::size_t>(path[i - 1])].endMs,
-              plan->ops[static_cast<std::size_t>(path[i])].startMs + 1e-9);
+    EXPECT_LE(plan->op(path[i - 1]).endMs, plan->op(path[i]).startMs + 1e-9);
   }
   // The chain of B on device 0 contains every F of that microbatch and the later B's.
   int b00 = -1;
@@ -105,7 +104,7 @@ TEST(TimelineData, WaitReasonAndCriticalPath) {
   }
   const auto chain = data.dependencyChain(b00);
   int forwards = 0;
-  for (int op : chain) forwards += plan->ops[static_cast<std::size_t>(op)].kind == OpKind::F ? 1 : 0;
+  for (int op : chain) forwards += plan->op(op).kind == OpKind::F ? 1 : 0;
   EXPECT_EQ(forwards, 4);
   EXPECT_NE(data.describe({ItemRef::Kind::Op, b00}).find("waiting for"), std::string::npos);
 }
@@ -215,8 +214,8 @@ TEST(TimelineData, QueriesFindOpsByKindMicrobatchStageAndDevice) {
   EXPECT_EQ(run("mb=3, gpu:1, chunk 0").size(), 3u);
   EXPECT_EQ(run("").size(), plan->ops.size());
   for (int op : run("B gpu 2")) {
-    EXPECT_EQ(plan->ops[static_cast<std::size_t>(op)].kind, OpKind::B);
-    EXPECT_EQ(plan->ops[static_cast<std::size_t>(op)].device, 2);
+    EXPECT_EQ(plan->op(op).kind, OpKind::B);
+    EXPECT_EQ(plan->op(op).device, 2);
   }
   for (const char* bad : {"xyz", "mb", "mb x", "mb 7-3", "gpu -1", "devices 3"}) {
     auto query = parseOpQuery(bad);

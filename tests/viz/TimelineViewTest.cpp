@@ -13,18 +13,18 @@
 #include <memory>
 
 #include "QtTestApp.hpp"
-#include "SyntheticPlan.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/SelectionPanel.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
+#include "support/SyntheticPlan.hpp"
 
 namespace pipestudio::viz {
 namespace {
 
-using testing::syntheticPlan;
+using test::syntheticPlan;
 
 class TimelineViewTest : public ::testing::Test {
  protected:
@@ -40,7 +40,7 @@ class TimelineViewTest : public ::testing::Test {
   }
   /// Centre pixel of an op computed from the axes (independently of the plottable).
   QPointF centreOf(int op) const {
-    const Op& o = plan->ops[static_cast<std::size_t>(op)];
+    const Op& o = plan->op(op);
     QCPAxis* key = view->timelineRect()->axis(QCPAxis::atBottom);
     QCPAxis* value = view->timelineRect()->axis(QCPAxis::atLeft);
     const Lane& lane =
@@ -306,7 +306,7 @@ TEST_F(TimelineViewTest, SearchFadesTheRestAndWalksTheMatches) {
   EXPECT_GT(view->plottable()->lastDrawStats().drawCalls, 2u);
   ASSERT_TRUE(view->nextMatch());
   const int first = view->selectedOp();
-  EXPECT_EQ(plan->ops[static_cast<std::size_t>(first)].kind, OpKind::W);
+  EXPECT_EQ(plan->op(first).kind, OpKind::W);
   ASSERT_TRUE(view->nextMatch());
   EXPECT_NE(view->selectedOp(), first);
   const auto bad = view->setSearch(QStringLiteral("mb seven"));
@@ -377,7 +377,7 @@ TEST_F(TimelineViewTest, SelectionDrawsArrowsToItsNeighboursAndThePanelLinksThem
   view->setVisibleRange(0.0, 1.0);
   panel.activateLink(QStringLiteral("op:%1").arg(next));
   EXPECT_EQ(view->selectedOp(), next);
-  const Op& o = plan->ops[static_cast<std::size_t>(next)];
+  const Op& o = plan->op(next);
   EXPECT_LE(view->visibleRange().lower, o.startMs);
   EXPECT_GE(view->visibleRange().upper, o.endMs);
   // An op on the critical path says so.

@@ -12,65 +12,37 @@
 #include <tuple>
 #include <vector>
 
-#include "pipestudio/plan/Memory.hpp"
-#include "pipestudio/plan/Plan.hpp"
+#include "support/PlanBuilder.hpp"
 
 namespace pipestudio::test {
 
-inline Layer testLayer(const std::string& name, double ms) {
-  Layer l;
-  l.name = name;
-  l.forwardMs = ms;
-  l.backwardInputMs = ms;
-  l.backwardWeightMs = ms;
-  l.activationBytes = 1 << 20;
-  l.parameterBytes = 1 << 20;
-  l.outputBytes = 64 << 10;
-  return l;
-}
-
 inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatches) {
-  Plan plan;
-  plan.config.schedule = schedule;
-  plan.config.devices = devices;
-  plan.config.microbatches = microbatches;
   const bool v = schedule == "zb-v";
   const bool split = schedule != "1f1b" && schedule != "fill";
   const bool fill = schedule == "fill";
-  plan.config.chunksPerDevice = v ? 2 : 1;
-  plan.config.fill = fill ? "greedy" : "none";
-  plan.model.name = "test";
-  plan.model.samplesPerMicrobatch = 2;
   const int stages = v ? 2 * devices : devices;
+  const LayerBytes bytes{1 << 20, std::nullopt, 1 << 20, 64 << 10};
+  PlanBuilder builder(schedule, devices, microbatches);
+  builder.samplesPerMicrobatch(2).cluster(testCluster(devices, {100, 5}, {25, 10}));
   if (fill) {
     Component enc{"encoder", false, {"backbone"}, {}};
-    for (int l = 0; l < 2; ++l) {
-      Layer layer = testLayer("enc" + std::to_string(l), 0.5);
-      layer.backwardInputMs.reset();  // frozen: no backward (DESIGN.md §2)
-      layer.backwardWeightMs.reset();
-      enc.layers.push_back(layer);
-    }
-    plan.model.components.push_back(enc);
+    for (int l = 0; l < 2; ++l) enc.layers.push_back(frozenLayer("enc" + std::to_string(l), 0.5, bytes));
+    builder.component(enc);
   }
   Component bb{"backbone", true, {}, {}};
-  for (int l = 0; l < stages; ++l) bb.layers.push_back(testLayer("layer" + std::to_string(l), 1.0));
-  plan.model.components.push_back(bb);
+  for (int l = 0; l < stages; ++l) bb.layers.push_back(trainableLayer("layer" + std::to_string(l), 1, 1, 1, bytes));
+  builder.component(bb);
   const int backbone = fill ? 1 : 0;
-  plan.cluster.name = "test";
-  plan.cluster.gpu = GpuSpec{"test-gpu", 100, 80, 0.5};
-  plan.cluster.nodes.push_back(NodeSpec{"localhost", devices, std::nullopt, std::nullopt});
-  plan.cluster.intraNode = LinkSpec{100, 5};
-  plan.cluster.interNode = LinkSpec{25, 10};
   for (int s = 0; s < stages; ++s) {
     const int d = v ? (s < devices ? s : 2 * devices - 1 - s) : s;
-    plan.virtualStages.push_back(VirtualStage{s, d, v ? s / devices : 0, backbone, s, s, 0});
+    builder.stage(d, backbone, s, s, v ? s / devices : 0);
   }
   if (fill) {
-    for (int s = 0; s < 2; ++s) {
-      const int id = stages + s;
-      plan.virtualStages.push_back(VirtualStage{id, s % devices, 1, 0, s, s, 0});
-    }
+    for (int s = 0; s < 2; ++s) builder.stage(s % devices, 0, s, s, 1);
   }
+  Plan plan = builder.plan();
+  plan.config.chunksPerDevice = v ? 2 : 1;
+  plan.config.fill = fill ? "greedy" : "none";
 
   // Pending ops: (kind, stage, microbatch, part). Done set with the round they finished in.
   using Key = std::tuple<int, int, int, int>;
@@ -96,7 +68,7 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
   auto ready = [&](const Key& k, int round) {
     const auto [kind, s, mb, part] = k;
     const auto ok = static_cast<OpKind>(kind);
-    const VirtualStage& vs = plan.virtualStages[static_cast<std::size_t>(s)];
+    const VirtualStage& vs = plan.stage(s);
     const bool first = vs.component == backbone ? s == 0 : s == stages;
     const bool last = vs.component == backbone ? s == stages - 1 : s == stages + 1;
     switch (ok) {

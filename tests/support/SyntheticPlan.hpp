@@ -6,39 +6,18 @@
 #include <algorithm>
 #include <vector>
 
-#include "pipestudio/plan/Plan.hpp"
+#include "support/PlanBuilder.hpp"
 
-namespace pipestudio::viz::testing {
+namespace pipestudio::test {
 
 /// F = 1 ms, B = 1 ms, W = 0.5 ms per op (durations scaled by `scale`); transfers of 0.1 ms.
 inline Plan syntheticPlan(int devices, int microbatches, bool withComms = true, double scale = 1.0) {
-  Plan plan;
-  plan.config.schedule = "synthetic-1f1b";
-  plan.config.devices = devices;
-  plan.config.microbatches = microbatches;
-  plan.model.name = "synthetic";
-  plan.model.samplesPerMicrobatch = 1;
-  Component backbone;
-  backbone.name = "backbone";
-  for (int l = 0; l < devices; ++l) {
-    Layer layer;
-    layer.name = "layer" + std::to_string(l);
-    layer.forwardMs = 1.0 * scale;
-    layer.backwardInputMs = 1.0 * scale;
-    layer.backwardWeightMs = 0.5 * scale;
-    layer.activationBytes = 256LL << 20;
-    layer.weightGradBytes = 64LL << 20;
-    layer.parameterBytes = 512LL << 20;
-    layer.outputBytes = 16LL << 20;
-    backbone.layers.push_back(layer);
-  }
-  plan.model.components.push_back(backbone);
-  plan.cluster.name = "synthetic";
-  plan.cluster.gpu = {"gpu", 100, 80, 0.5};
-  plan.cluster.nodes.push_back({"localhost", devices, std::nullopt, std::nullopt});
-  plan.cluster.intraNode = {100, 1};
-  plan.cluster.interNode = {10, 5};
-  for (int d = 0; d < devices; ++d) plan.virtualStages.push_back({d, d, 0, 0, d, d, 0});
+  const LayerBytes bytes{256LL << 20, 64LL << 20, 512LL << 20, 16LL << 20};
+  Plan plan = PlanBuilder("synthetic-1f1b", devices, microbatches)
+                  .cluster(testCluster(devices, {100, 1}, {10, 5}))
+                  .backbone(devices, 1.0 * scale, 1.0 * scale, 0.5 * scale, bytes)
+                  .stagePerDevice()
+                  .plan();
 
   // Dependency-driven timing of the 1F1B order (Narayanan et al. 2021, PipeDream-Flush):
   // warm-up F's, then one F / one B alternating, then the remaining B's; W right after its B.
@@ -120,4 +99,4 @@ inline Plan syntheticPlan(int devices, int microbatches, bool withComms = true, 
   return plan;
 }
 
-}  // namespace pipestudio::viz::testing
+}  // namespace pipestudio::test
