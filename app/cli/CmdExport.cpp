@@ -99,13 +99,10 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
 std::optional<std::string> activityCategory(history::EventCategory c) {
   switch (c) {
     case history::EventCategory::Kernel:
-      return "kernel";
     case history::EventCategory::Memcpy:
-      return "memcpy";
     case history::EventCategory::Memset:
-      return "memset";
     case history::EventCategory::Nccl:
-      return "nccl";
+      return std::string(history::eventCategoryName(c));
     default:
       return std::nullopt;  // op ranges are the plan's ops; host ranges are not device lanes
   }

@@ -97,18 +97,6 @@ std::string_view rankStateName(RankState s) {
   return "?";
 }
 
-std::string_view deployOutcomeName(DeployOutcome o) {
-  switch (o) {
-    case DeployOutcome::Complete:
-      return "complete";
-    case DeployOutcome::Failed:
-      return "failed";
-    case DeployOutcome::Incomplete:
-      return "incomplete";
-  }
-  return "?";
-}
-
 std::string JobProgress::text() const {
   std::string out = launcher + " job";
   if (!jobId.empty()) out += " " + jobId;

@@ -54,7 +54,6 @@ class TimelinePlottable : public QCPAbstractPlottable {
 
   void setTimeline(std::shared_ptr<const TimelineData> data);
   const TimelineData* timeline() const { return m_data.get(); }
-  std::shared_ptr<const TimelineData> timelinePtr() const { return m_data; }
   void setTimelinePalette(const TimelinePalette& palette);
   const TimelinePalette& timelinePalette() const { return m_palette; }
   /// Ops whose entry is 0 are drawn faded (search/filter); empty: every op in full colour.

@@ -104,7 +104,6 @@ class TimelineView : public QWidget {
   TimelinePlottable* plottable() const { return m_timeline; }
   TimelineOverlay* overlay() const { return m_overlay; }
   TimelineLegend* legend() const { return m_legend; }
-  QCPTextElement* titleElement() const { return m_title; }
   QCPAxisRect* timelineRect() const { return m_timelineRect; }
   QCPAxisRect* memoryRect() const { return m_memoryRect; }
   QScrollBar* laneScrollBar() const { return m_laneScroll; }

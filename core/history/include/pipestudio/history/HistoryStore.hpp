@@ -220,7 +220,6 @@ class StreamIngest {
 
   RunId runId() const { return m_run; }
   std::int64_t eventsStored() const { return m_events; }
-  bool headerSeen() const { return m_header.has_value(); }
   const std::optional<trace::Header>& header() const { return m_header; }
   bool summarySeen() const { return m_summary.has_value(); }
   /// complete: a summary with ok; failed: a summary with !ok or an error frame;

@@ -117,7 +117,6 @@ enum class DeployOutcome {
   Failed,      ///< a rank failed (exit status, error frame) or could not start
   Incomplete,  ///< connection lost or cancelled: what arrived is kept
 };
-std::string_view deployOutcomeName(DeployOutcome outcome);
 
 struct RankResult {
   int rank = 0;
