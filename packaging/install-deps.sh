@@ -6,8 +6,9 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake ninja-build pkg-config git
+  # toolchain; clang-format and clang-tidy 14 for `make format-check` and `make tidy` (CI runs both;
+  # the formatting is that of version 14)
+  build-essential cmake ninja-build pkg-config git clang-format clang-format-14 clang-tidy clang-tidy-14
   # core libraries
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libssh-dev coinor-libcbc-dev
   # trace import: gzip (Kineto .json.gz) and PCRE2 (--op-pattern)
