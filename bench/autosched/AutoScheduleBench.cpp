@@ -44,7 +44,8 @@ ScheduleInput instance(int p, int m, int chunks, double inFlight, unsigned seed 
     in.stages.push_back(e);
   }
   for (int s = 0; s + 1 < stages; ++s) {
-    const bool cross = in.stage(s).device != in.stage(s + 1).device;
+    const bool cross = in.virtualStages[static_cast<std::size_t>(s)].device !=
+                       in.virtualStages[static_cast<std::size_t>(s + 1)].device;
     in.stages[static_cast<std::size_t>(s)].sendMs = cross ? 0.05 : 0.0;
   }
   in.staticBytes.assign(static_cast<std::size_t>(p), kStaticBytes);

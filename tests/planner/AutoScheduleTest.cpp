@@ -39,7 +39,8 @@ ScheduleInput randomInput(int devices, int microbatches, unsigned seed, bool vSh
     in.stages.push_back(e);
   }
   for (int s = 0; s + 1 < stages; ++s) {
-    const bool crossDevice = in.stage(s).device != in.stage(s + 1).device;
+    const bool crossDevice = in.virtualStages[static_cast<std::size_t>(s)].device !=
+                             in.virtualStages[static_cast<std::size_t>(s + 1)].device;
     in.stages[static_cast<std::size_t>(s)].sendMs = crossDevice ? sendMs : 0.0;
   }
   in.staticBytes.assign(static_cast<std::size_t>(devices), 100 * kMiBytes);
@@ -64,7 +65,7 @@ void expectValid(const ScheduleInput& in, const ScheduleSkeleton& sk) {
     for (const OrderedOp& o : sk.devices[d]) {
       ASSERT_GE(o.virtualStage, 0);
       ASSERT_LT(o.virtualStage, static_cast<int>(in.virtualStages.size()));
-      EXPECT_EQ(in.stage(o.virtualStage).device, static_cast<int>(d));
+      EXPECT_EQ(in.virtualStages[static_cast<std::size_t>(o.virtualStage)].device, static_cast<int>(d));
       EXPECT_TRUE(o.kind == OpKind::F || o.kind == OpKind::B || o.kind == OpKind::W);
       EXPECT_TRUE(seen.insert({o.virtualStage, static_cast<int>(o.kind), o.microbatch}).second) << "duplicate op";
     }

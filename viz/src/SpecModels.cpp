@@ -646,7 +646,7 @@ void ClusterTableModel::store(int row, int column, const QVariant& value) {
     if (column == LatencyUs) link.latencyUs = number;
     return;
   }
-  NodeSpec& node = m_spec.node(row);
+  NodeSpec& node = m_spec.nodes[static_cast<std::size_t>(row)];
   // A node without its own GPU type edits the cluster's default GPU (homogeneous clusters).
   GpuSpec& gpu = node.gpu ? *node.gpu : m_spec.gpu;
   switch (column) {

@@ -22,7 +22,7 @@ Expected<Instance> buildInstance(const ScheduleInput& input) {
   inst.stagesOf.assign(static_cast<std::size_t>(inst.devices), {});
   for (int k = 0; k < 3; ++k) inst.durationMs[k].resize(static_cast<std::size_t>(inst.stages));
   for (int s = 0; s < inst.stages; ++s) {
-    const VirtualStage& vs = input.stage(s);
+    const VirtualStage& vs = input.virtualStages[static_cast<std::size_t>(s)];
     if (vs.id != s) return Error{"zb-auto: virtual stage ids must be 0..n-1 in order"};
     if (vs.pipeline != 0) return Error{"zb-auto schedules one pipeline (bidirectional placements are not supported)"};
     if (vs.device < 0 || vs.device >= inst.devices) {

@@ -117,7 +117,7 @@ Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, cons
     return t;
   };
   auto place = [&](int stage, OpKind kind, double duration, double earliest) {
-    const int d = input.stage(stage).device;
+    const int d = input.virtualStages[static_cast<std::size_t>(stage)].device;
     auto& busy = taken[static_cast<std::size_t>(d)];
     double t = earliest;
     bool placed = false;

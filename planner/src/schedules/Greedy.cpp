@@ -385,7 +385,9 @@ Choice GreedyConstruction::choose(int d, DeviceState& ds) {
 Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
   Choice ch;
   const auto du = static_cast<std::size_t>(d);
-  const int pl = ds.readyEnter.empty() ? 0 : m_input.stage(keyStage(ds.readyEnter.top())).pipeline;
+  const int pl = ds.readyEnter.empty()
+                     ? 0
+                     : m_input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
   const std::int64_t needBytes = m_need[static_cast<std::size_t>(pl)][du];
   bool admit = !ds.readyEnter.empty() &&
                (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_options.capBytes[du]);

@@ -99,7 +99,8 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
     for (std::size_t i = 0; i < order[d].size(); ++i) {
       const OrderedOp& o = order[d][i];
       if (o.virtualStage < 0 || static_cast<std::size_t>(o.virtualStage) >= n || o.microbatch < 0 ||
-          static_cast<std::size_t>(o.microbatch) >= m || input.stage(o.virtualStage).device != static_cast<int>(d)) {
+          static_cast<std::size_t>(o.microbatch) >= m ||
+          input.virtualStages[static_cast<std::size_t>(o.virtualStage)].device != static_cast<int>(d)) {
         return result;
       }
       const std::size_t key = static_cast<std::size_t>(o.virtualStage) * m + static_cast<std::size_t>(o.microbatch);

@@ -402,7 +402,7 @@ bool isSingleV(const ScheduleInput& input) {
   const int p = input.shape.devices;
   if (static_cast<int>(input.virtualStages.size()) != 2 * p) return false;
   for (int s = 0; s < 2 * p; ++s) {
-    const VirtualStage& vs = input.stage(s);
+    const VirtualStage& vs = input.virtualStages[static_cast<std::size_t>(s)];
     if (vs.pipeline != 0 || vs.device != (s < p ? s : 2 * p - 1 - s)) return false;
   }
   return true;
