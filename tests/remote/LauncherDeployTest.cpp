@@ -4,9 +4,9 @@
 // in a real history file. Several ranks handing over rank 0's NCCL id run the real relay
 // (`--task`) around pipestudio-test-rank (FakeRank.cpp), as there is no GPU here.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -125,6 +125,32 @@ std::optional<SysClock::time_point> jobEndTime(const Slurm& slurm, const std::st
   return SysClock::from_time_t(std::mktime(&tm));
 }
 
+// A directory of the running test's own under sshd's, and a history in it.
+void openTestDir(const Sshd& sshd, std::string& dir, std::unique_ptr<history::HistoryStore>& store) {
+  ASSERT_EQ(::access(kExecutor.c_str(), X_OK), 0) << kExecutor << " not built";
+  dir = sshd.dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  fs::create_directories(dir);
+  auto opened = history::HistoryStore::open(dir + "/history.sqlite");
+  ASSERT_TRUE(opened) << opened.message();
+  store = std::make_unique<history::HistoryStore>(std::move(*opened));
+}
+
+// The tiny plan on the CPU backend, two short iterations, through `launcher` on `host`.
+DeployRequest cpuRequest(Launcher launcher, HostEntry host, const std::string& dir, const std::string& runId) {
+  DeployRequest r;
+  r.planPath = kPlan;
+  r.devices = 2;
+  r.hosts.launcher = launcher;
+  r.hosts.hosts.push_back(std::move(host));
+  r.hosts.hosts[0].remoteDir = dir + "/remote";
+  r.backend = Backend::Cpu;
+  r.iterations = 2;
+  r.executorPath = kExecutor;
+  r.runId = runId;
+  r.executorArgs = {"--max-op-ms", "1", "--timeout-s", "60"};
+  return r;
+}
+
 // --- Slurm ----------------------------------------------------------------------------------
 
 class SlurmDeployTest : public ::testing::Test {
@@ -142,26 +168,11 @@ class SlurmDeployTest : public ::testing::Test {
   void SetUp() override {
     if (!s_slurm->running()) GTEST_SKIP() << "Slurm cannot start here: " << s_slurm->error();
     if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
-    ASSERT_EQ(::access(kExecutor.c_str(), X_OK), 0) << kExecutor << " not built";
-    m_dir = s_sshd->dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::create_directories(m_dir);
-    auto store = history::HistoryStore::open(m_dir + "/history.sqlite");
-    ASSERT_TRUE(store) << store.message();
-    m_store = std::make_unique<history::HistoryStore>(std::move(*store));
+    openTestDir(*s_sshd, m_dir, m_store);
   }
 
   DeployRequest request(const std::string& runId) const {
-    DeployRequest r;
-    r.planPath = kPlan;
-    r.devices = 2;
-    r.hosts.launcher = Launcher::Slurm;
-    r.hosts.hosts.push_back(s_sshd->hostEntry(1));
-    r.hosts.hosts[0].remoteDir = m_dir + "/remote";
-    r.backend = Backend::Cpu;
-    r.iterations = 2;
-    r.executorPath = kExecutor;
-    r.runId = runId;
-    r.executorArgs = {"--max-op-ms", "1", "--timeout-s", "60"};
+    DeployRequest r = cpuRequest(Launcher::Slurm, s_sshd->hostEntry(1), m_dir, runId);
     r.jobPollMs = 300;
     return r;
   }
@@ -200,9 +211,9 @@ TEST_F(SlurmDeployTest, CpuPlanCompletesAndItsEventsArriveWhileTheJobRuns) {
   ASSERT_EQ(result->ranks.size(), 1U);
   EXPECT_EQ(result->ranks[0].exitStatus, 0);
   EXPECT_TRUE(result->ranks[0].summaryOk);
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  EXPECT_EQ(result->ranks[0].hostPort, host) << "the node the rank ran on, from its stream";
+  std::array<char, 256> host{};
+  ::gethostname(host.data(), host.size() - 1);
+  EXPECT_EQ(result->ranks[0].hostPort, host.data()) << "the node the rank ran on, from its stream";
   ASSERT_TRUE(sink.finish(*result));
   auto summary = m_store->runSummary(sink.runId);
   ASSERT_TRUE(summary);
@@ -426,27 +437,12 @@ class MpirunDeployTest : public ::testing::Test {
       GTEST_SKIP() << "mpirun is not installed (packaging/install-deps.sh installs openmpi-bin)";
     }
     if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
-    ASSERT_EQ(::access(kExecutor.c_str(), X_OK), 0) << kExecutor << " not built";
-    m_dir = s_sshd->dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::create_directories(m_dir);
-    auto store = history::HistoryStore::open(m_dir + "/history.sqlite");
-    ASSERT_TRUE(store) << store.message();
-    m_store = std::make_unique<history::HistoryStore>(std::move(*store));
+    openTestDir(*s_sshd, m_dir, m_store);
   }
   DeployRequest request(const std::string& runId) const {
-    DeployRequest r;
-    r.planPath = kPlan;
-    r.devices = 2;
-    r.hosts.launcher = Launcher::Mpirun;
-    r.hosts.hosts.push_back(s_sshd->hostEntry(4));
-    r.hosts.hosts[0].remoteDir = m_dir + "/remote";
+    DeployRequest r = cpuRequest(Launcher::Mpirun, s_sshd->hostEntry(4), m_dir, runId);
     // Open MPI refuses to run as root unless told (the tests run as root in CI containers).
     if (::geteuid() == 0) r.hosts.mpirun.extraArgs = {"--allow-run-as-root"};
-    r.backend = Backend::Cpu;
-    r.iterations = 2;
-    r.executorPath = kExecutor;
-    r.runId = runId;
-    r.executorArgs = {"--max-op-ms", "1", "--timeout-s", "60"};
     return r;
   }
   static Sshd* s_sshd;
