@@ -16,21 +16,28 @@
 
 namespace pipestudio::test {
 
+/// The executor tests' layer sizes: 1 MiB of activations and weights, 64 KiB of output.
+inline LayerBytes testLayerBytes() { return LayerBytes{1 << 20, std::nullopt, 1 << 20, 64 << 10}; }
+
+/// The executor tests' layer: F = B = W = `ms`.
+inline Layer testLayer(const std::string& name, double ms) {
+  return trainableLayer(name, ms, ms, ms, testLayerBytes());
+}
+
 inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatches) {
   const bool v = schedule == "zb-v";
   const bool split = schedule != "1f1b" && schedule != "fill";
   const bool fill = schedule == "fill";
   const int stages = v ? 2 * devices : devices;
-  const LayerBytes bytes{1 << 20, std::nullopt, 1 << 20, 64 << 10};
   PlanBuilder builder(schedule, devices, microbatches);
   builder.samplesPerMicrobatch(2).cluster(testCluster(devices, {100, 5}, {25, 10}));
   if (fill) {
     Component enc{"encoder", false, {"backbone"}, {}};
-    for (int l = 0; l < 2; ++l) enc.layers.push_back(frozenLayer("enc" + std::to_string(l), 0.5, bytes));
+    for (int l = 0; l < 2; ++l) enc.layers.push_back(frozenLayer("enc" + std::to_string(l), 0.5, testLayerBytes()));
     builder.component(enc);
   }
   Component bb{"backbone", true, {}, {}};
-  for (int l = 0; l < stages; ++l) bb.layers.push_back(trainableLayer("layer" + std::to_string(l), 1, 1, 1, bytes));
+  for (int l = 0; l < stages; ++l) bb.layers.push_back(testLayer("layer" + std::to_string(l), 1));
   builder.component(bb);
   const int backbone = fill ? 1 : 0;
   for (int s = 0; s < stages; ++s) {

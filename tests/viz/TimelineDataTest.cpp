@@ -139,7 +139,7 @@ int findOp(const Plan& plan, OpKind kind, int device, int microbatch) {
 }
 
 TEST(TimelineData, SuccessorsMirrorPredecessors) {
-  auto plan = std::make_shared<const Plan>(testing::syntheticPlan(4, 6));
+  auto plan = std::make_shared<const Plan>(syntheticPlan(4, 6));
   TimelineData data(plan);
   for (int op = 0; op < static_cast<int>(plan->ops.size()); ++op) {
     for (int pred : data.dataPredecessors(op)) {
@@ -164,7 +164,7 @@ TEST(TimelineData, SlackIsTheTotalFloatToTheIterationEnd) {
   //   GPU 0: F [0,1]            B [3,4] W [4,4.5]
   //   GPU 1:       F [1,2] B [2,3] W [3,3.5]
   // Everything but GPU 1's W lies on the chain to 4.5 ms; that W could end 1 ms later.
-  auto plan = std::make_shared<const Plan>(testing::syntheticPlan(2, 1, false));
+  auto plan = std::make_shared<const Plan>(syntheticPlan(2, 1, false));
   TimelineData data(plan);
   ASSERT_DOUBLE_EQ(data.endMs(), 4.5);
   EXPECT_DOUBLE_EQ(data.slackMs(findOp(*plan, OpKind::W, 1, 0)), 1.0);
@@ -173,7 +173,7 @@ TEST(TimelineData, SlackIsTheTotalFloatToTheIterationEnd) {
   }
   EXPECT_DOUBLE_EQ(data.slackMs(findOp(*plan, OpKind::W, 0, 0)), 0.0);
   // On a larger plan every op of the critical path has no slack, and something has some.
-  auto big = std::make_shared<const Plan>(testing::syntheticPlan(4, 16));
+  auto big = std::make_shared<const Plan>(syntheticPlan(4, 16));
   TimelineData bigData(big);
   for (int op : bigData.criticalPath()) EXPECT_NEAR(bigData.slackMs(op), 0.0, 1e-9) << op;
   double most = 0;
@@ -181,7 +181,7 @@ TEST(TimelineData, SlackIsTheTotalFloatToTheIterationEnd) {
   EXPECT_GT(most, 0.5);
   // A transfer after the last op that feeds nothing in this iteration (a frozen hand-off to the
   // next one) lengthens the drawn span but gives the critical path no slack.
-  Plan trailing = testing::syntheticPlan(4, 16);
+  Plan trailing = syntheticPlan(4, 16);
   const auto last = std::max_element(trailing.ops.begin(), trailing.ops.end(),
                                      [](const Op& a, const Op& b) { return a.endMs < b.endMs; });
   Comm handOff;
@@ -199,7 +199,7 @@ TEST(TimelineData, SlackIsTheTotalFloatToTheIterationEnd) {
 }
 
 TEST(TimelineData, QueriesFindOpsByKindMicrobatchStageAndDevice) {
-  auto plan = std::make_shared<const Plan>(testing::syntheticPlan(4, 8));
+  auto plan = std::make_shared<const Plan>(syntheticPlan(4, 8));
   TimelineData data(plan);
   auto run = [&](const char* text) {
     auto query = parseOpQuery(text);
@@ -225,7 +225,7 @@ TEST(TimelineData, QueriesFindOpsByKindMicrobatchStageAndDevice) {
 }
 
 TEST(TimelineData, RangeMeasurementCountsBusyAndIdlePerDevice) {
-  auto plan = std::make_shared<const Plan>(testing::syntheticPlan(2, 1, false));  // timed as above
+  auto plan = std::make_shared<const Plan>(syntheticPlan(2, 1, false));  // timed as above
   TimelineData data(plan);
   const RangeMeasurement whole = data.measure(0, 4.5);
   ASSERT_EQ(whole.devices.size(), 2u);
@@ -244,13 +244,13 @@ TEST(TimelineData, RangeMeasurementCountsBusyAndIdlePerDevice) {
 }
 
 TEST(TimelineData, LanesAreNamed) {
-  auto plan = std::make_shared<const Plan>(testing::syntheticPlan(3, 2));
+  auto plan = std::make_shared<const Plan>(syntheticPlan(3, 2));
   TimelineData data(plan);
   EXPECT_EQ(data.laneName(0), "GPU 0");
   EXPECT_EQ(data.laneName(1), "GPU 0 transfers");
   EXPECT_EQ(data.laneName(4), "GPU 2");
   EXPECT_EQ(data.laneName(99), "");
-  Plan two = testing::syntheticPlan(2, 2);
+  Plan two = syntheticPlan(2, 2);
   two.virtualStages[1].pipeline = 1;  // a second pipeline gets its own lane
   TimelineData bidirectional(std::make_shared<const Plan>(two));
   EXPECT_EQ(bidirectional.laneName(0), "GPU 0 · pipeline 0");
