@@ -15,26 +15,12 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "support/BundledPlans.hpp"
 
 namespace pipestudio::history {
 namespace {
 
-Plan diffusionPlan(const std::string& model, const std::string& fill) {
-  auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + model + ".json");
-  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  EXPECT_TRUE(m.hasValue() && c.hasValue());
-  PlanRequest r;
-  r.model = *m;
-  r.cluster = *c;
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
-  r.config.partition = "diffusionpipe";
-  r.config.fill = fill;
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << plan.message();
-  return plan ? *plan : Plan{};
-}
+using test::diffusionPlan;
 
 // The plan run once as planned: op ranges at planned times, every simulated transfer as an
 // NCCL range on its sending and its receiving device.

@@ -15,6 +15,7 @@
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Vocab.hpp"
+#include "support/BundledPlans.hpp"
 
 namespace pipestudio {
 namespace {
@@ -352,30 +353,18 @@ TEST(BackboneShares, CostlierBackboneGetsMoreStages) {
 // The bundled diffusion examples (cascaded-sd: two independent backbones): every frozen
 // output reaches its consumers in time, and the saved plan re-times to itself.
 TEST(Transfers, DiffusionExamples) {
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
   for (const char* name : {"stable-diffusion-2.1", "controlnet", "cascaded-sd"}) {
-    auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + name + ".json");
-    ASSERT_TRUE(model.hasValue()) << model.message();
     for (const char* fill : {"none", "greedy"}) {
       SCOPED_TRACE(std::string(name) + " " + fill);
-      PlanRequest r;
-      r.model = *model;
-      r.cluster = *cluster;
-      r.config.schedule = "1f1b";
-      r.config.devices = 8;
-      r.config.microbatches = 16;
-      r.config.partition = "diffusionpipe";
-      r.config.fill = fill;
-      auto plan = makePlan(r);
-      ASSERT_TRUE(plan.hasValue()) << plan.message();
-      expectTransfers(*plan);
+      const Plan plan = test::diffusionPlan(name, fill, 8, 16);
+      ASSERT_FALSE(plan.ops.empty());
+      expectTransfers(plan);
       if (std::string(fill) == "greedy") {
-        EXPECT_LE(frozenTransfers(*plan).latenessMs, kEps);
+        EXPECT_LE(frozenTransfers(plan).latenessMs, kEps);
       }
-      auto again = resimulate(saveAndLoad(*plan));
+      auto again = resimulate(saveAndLoad(plan));
       ASSERT_TRUE(again.hasValue()) << again.message();
-      expectSameTiming(*plan, *again);
+      expectSameTiming(plan, *again);
     }
   }
 }

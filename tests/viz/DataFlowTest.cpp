@@ -12,6 +12,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/viz/TimelineData.hpp"
+#include "support/BundledPlans.hpp"
 
 namespace pipestudio::viz {
 namespace {
@@ -19,20 +20,7 @@ namespace {
 constexpr double kEps = 1e-6;
 
 std::shared_ptr<const Plan> diffusionPlan(const std::string& model, const std::string& fill) {
-  auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + model + ".json");
-  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  EXPECT_TRUE(m.hasValue() && c.hasValue());
-  PlanRequest r;
-  r.model = *m;
-  r.cluster = *c;
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
-  r.config.partition = "diffusionpipe";
-  r.config.fill = fill;
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << plan.message();
-  return std::make_shared<const Plan>(plan ? *plan : Plan{});
+  return std::make_shared<const Plan>(test::diffusionPlan(model, fill));
 }
 
 // Whether the simulator delivered `from`'s output to `to` by a transfer ending at `to`'s start.

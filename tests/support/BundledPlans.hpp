@@ -1,0 +1,41 @@
+#pragma once
+// Plans of the bundled examples (resources/), made by the planner: for suites that link it
+// and check what the planner's own plans look like downstream (history, viz, transfers).
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio::test {
+
+/// A request for resources/models/<model>.json on resources/clusters/<cluster>.json, with the
+/// config left at its defaults; a file that does not load fails the test.
+inline PlanRequest bundledRequest(const std::string& model, const std::string& cluster = "a100-1x8-nvlink") {
+  PlanRequest r;
+  auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + model + ".json");
+  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/" + cluster + ".json");
+  EXPECT_TRUE(m.hasValue()) << m.message();
+  EXPECT_TRUE(c.hasValue()) << c.message();
+  if (m) r.model = *m;
+  if (c) r.cluster = *c;
+  return r;
+}
+
+/// A bundled diffusion model under 1F1B with DiffusionPipe's partition and bubble fill `fill`
+/// (none | greedy), on one A100 node; a plan that does not solve fails the test (empty plan).
+inline Plan diffusionPlan(const std::string& model, const std::string& fill, int devices = 4, int microbatches = 8) {
+  PlanRequest r = bundledRequest(model);
+  r.config.schedule = "1f1b";
+  r.config.devices = devices;
+  r.config.microbatches = microbatches;
+  r.config.partition = "diffusionpipe";
+  r.config.fill = fill;
+  auto plan = makePlan(r);
+  EXPECT_TRUE(plan.hasValue()) << plan.message();
+  return plan ? *plan : Plan{};
+}
+
+}  // namespace pipestudio::test
