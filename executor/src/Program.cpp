@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -180,7 +181,7 @@ Status checkCompilable(const Plan& plan) {
       return Error{"/virtual_stages/" + std::to_string(i) + "/id: " + std::to_string(vs.id) + " (expected " +
                    std::to_string(i) + ": virtual stages are listed in id order)"};
     }
-    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
+    if (!inRange(plan.model.components, vs.component)) {
       return Error{"/virtual_stages/" + std::to_string(i) + "/component: not a component of the embedded model"};
     }
     const auto layers = static_cast<int>(plan.model.component(vs.component).layers.size());
@@ -433,9 +434,9 @@ Status ProgramCompiler::addDerivedDependencies() {
   std::vector<std::vector<std::int32_t>> laneOp;
   const auto lanes = planLanes(m_plan, &laneOp);
   auto planIndex = [&](const OpRef& r) -> std::int32_t {
-    if (r.device < 0 || static_cast<std::size_t>(r.device) >= laneOp.size()) return -1;
+    if (!inRange(laneOp, r.device)) return -1;
     const auto& ops = laneOp[static_cast<std::size_t>(r.device)];
-    return r.index >= 0 && static_cast<std::size_t>(r.index) < ops.size() ? ops[static_cast<std::size_t>(r.index)] : -1;
+    return inRange(ops, r.index) ? ops[static_cast<std::size_t>(r.index)] : -1;
   };
   for (const OpDependency& dep : derivedDependencies(m_plan, lanes)) {
     const std::int32_t producer = planIndex(dep.from);

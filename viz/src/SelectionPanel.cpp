@@ -4,6 +4,7 @@
 #include <QUrl>
 #include <QVBoxLayout>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
 
@@ -82,14 +83,13 @@ QString SelectionPanel::opHtml(int index) {
     html += QStringLiteral("<tr><td valign='top'><b>%1</b>&nbsp;</td><td>%2</td></tr>").arg(name, value);
   };
   row(QStringLiteral("Device"), QStringLiteral("GPU %1").arg(op.device));
-  if (op.virtualStage >= 0 && static_cast<std::size_t>(op.virtualStage) < p.virtualStages.size()) {
+  if (inRange(p.virtualStages, op.virtualStage)) {
     const VirtualStage& vs = p.stage(op.virtualStage);
     QString stage = QStringLiteral("%1 (chunk %2").arg(vs.id).arg(vs.chunk);
     if (vs.pipeline != 0) stage += QStringLiteral(", pipeline %1").arg(vs.pipeline);
     row(QStringLiteral("Virtual stage"), stage + QLatin1Char(')'));
     QString component = QStringLiteral("component %1").arg(vs.component);
-    if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < p.model.components.size())
-      component = q(p.model.component(vs.component).name);
+    if (inRange(p.model.components, vs.component)) component = q(p.model.component(vs.component).name);
     row(QStringLiteral("Layers"), QStringLiteral("%1 [%2..%3]").arg(component).arg(vs.firstLayer).arg(vs.lastLayer));
   }
   if (op.samples > 0) row(QStringLiteral("Samples"), QString::number(op.samples));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/Limits.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -237,7 +238,7 @@ void LayerTableModel::setCostContext(ClusterSpec cluster, PlanConfig config, std
 }
 
 const LayerCosts* LayerTableModel::derivedCosts(int row) const {
-  if (!m_costContext || row < 0 || static_cast<std::size_t>(row) >= m_rows.size()) return nullptr;
+  if (!m_costContext || !inRange(m_rows, row)) return nullptr;
   const auto r = static_cast<std::size_t>(row);
   if (m_derivedDone.size() != m_rows.size()) {
     m_derived.assign(m_rows.size(), std::nullopt);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <tuple>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -252,10 +253,9 @@ void TimelineData::buildIndex() const {
   const auto extra = derivedDependencies(p, lanes);
   std::vector<std::int32_t> count(p.ops.size() + 1, 0);
   auto opOf = [&](const OpRef& r) -> std::int32_t {
-    if (r.device < 0 || static_cast<std::size_t>(r.device) >= laneIndex.size()) return -1;
+    if (!inRange(laneIndex, r.device)) return -1;
     const auto& lane = laneIndex[static_cast<std::size_t>(r.device)];
-    return r.index >= 0 && static_cast<std::size_t>(r.index) < lane.size() ? lane[static_cast<std::size_t>(r.index)]
-                                                                           : -1;
+    return inRange(lane, r.index) ? lane[static_cast<std::size_t>(r.index)] : -1;
   };
   for (const OpDependency& dep : extra) {
     const std::int32_t to = opOf(dep.to);
@@ -283,9 +283,9 @@ int TimelineData::findOp(int virtualStage, OpKind kind, int microbatch) const {
 
 std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
   std::vector<int> out;
-  if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return out;
+  if (!m_plan || !inRange(m_plan->ops, opIndex)) return out;
   const Op& op = m_plan->op(opIndex);
-  if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= m_prevStage.size()) return out;
+  if (!inRange(m_prevStage, op.virtualStage)) return out;
   const auto vs = static_cast<std::size_t>(op.virtualStage);
   auto add = [&](int stage, OpKind kind) {
     const int found = findOp(stage, kind, op.microbatch);
@@ -324,12 +324,12 @@ std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
 }
 
 int TimelineData::devicePredecessor(int op) const {
-  if (op < 0 || static_cast<std::size_t>(op) >= m_prevOnDevice.size()) return -1;
+  if (!inRange(m_prevOnDevice, op)) return -1;
   return m_prevOnDevice[static_cast<std::size_t>(op)];
 }
 
 int TimelineData::deviceSuccessor(int op) const {
-  if (op < 0 || static_cast<std::size_t>(op) >= m_nextOnDevice.size()) return -1;
+  if (!inRange(m_nextOnDevice, op)) return -1;
   return m_nextOnDevice[static_cast<std::size_t>(op)];
 }
 
@@ -354,7 +354,7 @@ void TimelineData::buildSuccessors() const {
 
 std::vector<int> TimelineData::dataSuccessors(int op) const {
   std::vector<int> out;
-  if (!m_plan || op < 0 || static_cast<std::size_t>(op) >= m_plan->ops.size()) return out;
+  if (!m_plan || !inRange(m_plan->ops, op)) return out;
   buildSuccessors();
   const auto i = static_cast<std::size_t>(op);
   for (std::int32_t k = m_succBegin[i]; k < m_succBegin[i + 1]; ++k) out.push_back(m_succ[static_cast<std::size_t>(k)]);
@@ -409,14 +409,14 @@ double TimelineData::transferMs(int from, int to) const {
 }
 
 double TimelineData::slackMs(int op) const {
-  if (!m_plan || op < 0 || static_cast<std::size_t>(op) >= m_plan->ops.size()) return 0;
+  if (!m_plan || !inRange(m_plan->ops, op)) return 0;
   buildSlack();
   return m_slackMs[static_cast<std::size_t>(op)];
 }
 
 CollectiveShare TimelineData::collectiveShare(int opIndex) const {
   CollectiveShare share;
-  if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return share;
+  if (!m_plan || !inRange(m_plan->ops, opIndex)) return share;
   const Plan& p = *m_plan;
   if (!m_stageCostsBuilt) {
     m_stageCostsBuilt = true;
@@ -441,7 +441,7 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
     }
   }
   const Op& op = p.op(opIndex);
-  if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= m_stageCosts.size()) return share;
+  if (!inRange(m_stageCosts, op.virtualStage)) return share;
   const StageCostsLite& c = m_stageCosts[static_cast<std::size_t>(op.virtualStage)];
   auto add = [&](int pass) {
     share.passMs += c.passMs[pass];
@@ -508,7 +508,7 @@ RangeMeasurement TimelineData::measure(double fromMs, double toMs) const {
 }
 
 std::string TimelineData::laneName(int lane) const {
-  if (lane < 0 || static_cast<std::size_t>(lane) >= m_lanes.size()) return {};
+  if (!inRange(m_lanes, lane)) return {};
   const Lane& l = m_lanes[static_cast<std::size_t>(lane)];
   std::string name = "GPU " + std::to_string(l.device);
   if (l.comm) return name + " transfers";
@@ -540,7 +540,7 @@ bool OpQuery::matches(const Plan& plan, const Op& op) const {
   if (!inAny(microbatches, op.microbatch) || !inAny(virtualStages, op.virtualStage) || !inAny(devices, op.device))
     return false;
   if (!chunks.empty()) {
-    if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= plan.virtualStages.size()) return false;
+    if (!inRange(plan.virtualStages, op.virtualStage)) return false;
     if (!inAny(chunks, plan.stage(op.virtualStage).chunk)) return false;
   }
   return true;
@@ -616,7 +616,7 @@ Expected<OpQuery> parseOpQuery(std::string_view text) {
 
 WaitReason TimelineData::waitReason(int opIndex) const {
   WaitReason why;
-  if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return why;
+  if (!m_plan || !inRange(m_plan->ops, opIndex)) return why;
   const Op& op = m_plan->op(opIndex);
   double latest = -std::numeric_limits<double>::infinity();
   const int prev = devicePredecessor(opIndex);
@@ -643,7 +643,7 @@ WaitReason TimelineData::waitReason(int opIndex) const {
 
 std::vector<int> TimelineData::dependencyChain(int opIndex) const {
   std::vector<int> out;
-  if (!m_plan || opIndex < 0 || static_cast<std::size_t>(opIndex) >= m_plan->ops.size()) return out;
+  if (!m_plan || !inRange(m_plan->ops, opIndex)) return out;
   // Upstream: every data predecessor, transitively.
   std::vector<int> stack{opIndex};
   std::vector<char> seen(m_plan->ops.size(), 0);
@@ -720,15 +720,14 @@ std::string TimelineData::describe(ItemRef ref) const {
   out += buf;
   if (op.samples > 0) out += " (" + std::to_string(op.samples) + " samples)";
   out += "\n";
-  if (op.virtualStage >= 0 && static_cast<std::size_t>(op.virtualStage) < p.virtualStages.size()) {
+  if (inRange(p.virtualStages, op.virtualStage)) {
     const VirtualStage& vs = p.stage(op.virtualStage);
     std::snprintf(buf, sizeof buf, "virtual stage %d (device %d, chunk %d", vs.id, vs.device, vs.chunk);
     out += buf;
     if (vs.pipeline != 0) out += ", pipeline " + std::to_string(vs.pipeline);
     out += ")\n";
     std::string component = "component " + std::to_string(vs.component);
-    if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < p.model.components.size())
-      component = p.model.component(vs.component).name;
+    if (inRange(p.model.components, vs.component)) component = p.model.component(vs.component).name;
     std::snprintf(buf, sizeof buf, "layers %s[%d..%d]\n", component.c_str(), vs.firstLayer, vs.lastLayer);
     out += buf;
   } else {

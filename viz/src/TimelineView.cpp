@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 
@@ -672,7 +673,7 @@ void TimelineView::setMemoryVisible(bool visible) {
 }
 
 void TimelineView::setMemoryCurveVisible(int device, bool visible) {
-  if (device < 0 || static_cast<std::size_t>(device) >= m_memoryGraphs.size()) return;
+  if (!inRange(m_memoryGraphs, device)) return;
   QCPGraph* graph = m_memoryGraphs[static_cast<std::size_t>(device)];
   graph->setVisible(visible);
   if (auto* item = m_memoryLegend->itemWithPlottable(graph)) {
@@ -697,7 +698,7 @@ void TimelineView::highlightMemoryCurve(int device) {
     }
     m_memoryGraphs[d]->setPen(pen);
   }
-  if (device >= 0 && static_cast<std::size_t>(device) < m_memoryGraphs.size())
+  if (inRange(m_memoryGraphs, device))
     m_memoryGraphs[static_cast<std::size_t>(device)]->setLayer(QStringLiteral("main"));
   requestReplot();
 }
@@ -812,7 +813,7 @@ void TimelineView::selectOp(int op) {
 int TimelineView::selectedOp() const { return m_overlay->selectedOp(); }
 
 void TimelineView::revealOp(int op) {
-  if (!m_data || op < 0 || static_cast<std::size_t>(op) >= m_data->plan()->ops.size()) return;
+  if (!m_data || !inRange(m_data->plan()->ops, op)) return;
   const Op& o = m_data->plan()->ops[static_cast<std::size_t>(op)];
   const QCPRange r = visibleRange();
   if (o.startMs < r.lower || o.endMs > r.upper) {

@@ -13,6 +13,7 @@
 
 #include "Impl.hpp"
 #include "Sqlite.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 
@@ -785,7 +786,7 @@ OpProducers::OpProducers(const Plan* plan, int maxStage) {
 
 std::vector<OpProducers::StageOp> OpProducers::of(int virtualStage, OpKind kind, int microbatch) const {
   std::vector<StageOp> out;
-  const bool known = virtualStage >= 0 && static_cast<std::size_t>(virtualStage) < m_previous.size();
+  const bool known = inRange(m_previous, virtualStage);
   const int previous = known ? m_previous[static_cast<std::size_t>(virtualStage)] : -1;
   const int next = known ? m_next[static_cast<std::size_t>(virtualStage)] : -1;
   auto add = [&](int stage, std::initializer_list<OpKind> kinds) {

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "pipestudio/common/Index.hpp"
+
 namespace pipestudio::history {
 
 RunRecorder::RunRecorder(HistoryStore& store, RunInfo info) : m_store(store), m_info(std::move(info)) {}
@@ -20,7 +22,7 @@ Status RunRecorder::start(int ranks) {
 }
 
 Status RunRecorder::feed(int rank, std::string_view bytes) {
-  if (rank < 0 || static_cast<std::size_t>(rank) >= m_ingest.size()) {
+  if (!inRange(m_ingest, rank)) {
     return Error{"trace bytes from rank " + std::to_string(rank) + ", not a rank of run " + std::to_string(m_run) +
                  " (expected 0.." + std::to_string(static_cast<int>(m_ingest.size()) - 1) + ")"};
   }

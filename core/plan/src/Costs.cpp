@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "pipestudio/common/Index.hpp"
+
 namespace pipestudio {
 
 int deviceFirstGpu(const PlanConfig& config, int device) {
@@ -27,9 +29,9 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
 
 LayerCosts planLayerCosts(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config, int component,
                           int layer, int device) {
-  if (component < 0 || static_cast<std::size_t>(component) >= model.components.size()) return {};
+  if (!inRange(model.components, component)) return {};
   const Component& comp = model.component(component);
-  if (layer < 0 || static_cast<std::size_t>(layer) >= comp.layers.size()) return {};
+  if (!inRange(comp.layers, layer)) return {};
   return layerCosts(comp.layer(layer),
                     costContext(cluster, config, model.samplesPerMicrobatch, device, comp.trainable));
 }

@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Memory.hpp"
 
@@ -81,7 +82,7 @@ std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consume
 }
 
 std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluster, int component) {
-  if (component < 0 || static_cast<std::size_t>(component) >= model.components.size()) return 0;
+  if (!inRange(model.components, component)) return 0;
   const Component& c = model.component(component);
   if (c.layers.empty()) return 0;
   // Output size does not depend on the GPU; device 0's spec serves for all.
@@ -92,7 +93,7 @@ std::int64_t frozenOutputBytes(const ModelSpec& model, const ClusterSpec& cluste
 std::vector<int> frozenConsumerStagesOf(const Plan& shell, int feeder) {
   std::vector<int> out;
   const ModelSpec& model = shell.model;
-  if (feeder < 0 || static_cast<std::size_t>(feeder) >= model.components.size()) return out;
+  if (!inRange(model.components, feeder)) return out;
   for (const std::string& name : model.component(feeder).feeds) {
     const int k = model.componentIndex(name);
     if (k < 0 || k == feeder || !model.component(k).trainable) continue;
@@ -193,7 +194,7 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
     if (vs.pipeline != 0 ||
         shard[static_cast<std::size_t>(vs.id >= 0 && static_cast<std::size_t>(vs.id) < nStages ? vs.id : 0)])
       continue;
-    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= shell.model.components.size()) continue;
+    if (!inRange(shell.model.components, vs.component)) continue;
     if (!shell.model.component(vs.component).trainable) continue;
     last = std::max(last, vs.id);
   }
@@ -217,7 +218,7 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
   for (std::size_t s = 0; s < nStages && seq == 1; ++s) {
     if (!shard[s]) continue;
     const int c = shell.virtualStages[s].component;
-    if (c < 0 || static_cast<std::size_t>(c) >= shell.model.components.size()) continue;
+    if (!inRange(shell.model.components, c)) continue;
     for (const Layer& l : shell.model.component(c).layers) {
       if (l.kind == "lm_head") {
         if (l.transformer) seq = l.transformer->seq;
@@ -281,9 +282,9 @@ std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vect
 }
 
 bool validStage(const Plan& shell, int stage) {
-  if (stage < 0 || static_cast<std::size_t>(stage) >= shell.virtualStages.size()) return false;
+  if (!inRange(shell.virtualStages, stage)) return false;
   const int c = shell.stage(stage).component;
-  return c >= 0 && static_cast<std::size_t>(c) < shell.model.components.size();
+  return inRange(shell.model.components, c);
 }
 
 StageNeighbours stageNeighbours(const Plan& shell) {
@@ -292,8 +293,7 @@ StageNeighbours stageNeighbours(const Plan& shell) {
   const auto& comps = shell.model.components;
   auto componentOf = [&](std::size_t i) { return shell.virtualStages[i].component; };
   auto trainable = [&](int component) {
-    return component < 0 || static_cast<std::size_t>(component) >= comps.size() ||
-           comps[static_cast<std::size_t>(component)].trainable;
+    return !inRange(comps, component) || comps[static_cast<std::size_t>(component)].trainable;
   };
   auto feeds = [&](int from, int to) {
     if (from < 0 || to < 0 || static_cast<std::size_t>(from) >= comps.size() ||

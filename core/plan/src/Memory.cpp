@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio {
@@ -33,7 +34,7 @@ std::vector<StageCosts> stageCosts(const Plan& plan) {
   resident.parallel.zeroStage = 2;
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
-    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
+    if (!inRange(plan.model.components, vs.component)) continue;
     const Component& comp = plan.model.component(vs.component);
     const CostContext ctx =
         costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
@@ -91,7 +92,7 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.device < 0 || static_cast<std::size_t>(vs.device) >= devices) continue;
-    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) continue;
+    if (!inRange(plan.model.components, vs.component)) continue;
     const auto& layers = plan.model.component(vs.component).layers;
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
       if (layers[static_cast<std::size_t>(l)].kind == "embedding")
@@ -175,7 +176,7 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
   }
   for (const Op& op : plan.ops) {
     if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
-    if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= costs.size()) continue;
+    if (!inRange(costs, op.virtualStage)) continue;
     const auto stage = static_cast<std::size_t>(op.virtualStage);
     const StageCosts& c = costs[stage];
     const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
@@ -293,7 +294,7 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
       tiedHead[d] = 1;
       tiedBytes = std::max(tiedBytes, 4.0 * costs[i].tiedParameters);
     }
-    if (vs.component >= 0 && static_cast<std::size_t>(vs.component) < plan.model.components.size()) {
+    if (inRange(plan.model.components, vs.component)) {
       const auto& layers = plan.model.component(vs.component).layers;
       for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
         if (layers[static_cast<std::size_t>(l)].kind == "embedding") embedding[d] = 1;
@@ -419,7 +420,7 @@ Metrics computeMetrics(const Plan& plan) {
     m.devices[d].busyMs += op.durationMs();
     devFirst[d] = std::min(devFirst[d], op.startMs);
     devLast[d] = std::max(devLast[d], op.endMs);
-    if (!inOrder || op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= costs.size()) continue;
+    if (!inOrder || !inRange(costs, op.virtualStage)) continue;
     // The events of memoryTimeline, in the same order per op.
     const auto stage = static_cast<std::size_t>(op.virtualStage);
     const StageCosts& c = costs[stage];

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
@@ -489,7 +490,7 @@ Status checkStages(const Plan& plan) {
       return Error{at + "/device: " + std::to_string(vs.device) + " is not a device of the plan (expected 0.." +
                    std::to_string(devices - 1) + ")"};
     }
-    if (vs.component < 0 || static_cast<std::size_t>(vs.component) >= plan.model.components.size()) {
+    if (!inRange(plan.model.components, vs.component)) {
       return Error{at + "/component: not a component of the plan's model"};
     }
     const auto layers = static_cast<int>(plan.model.component(vs.component).layers.size());

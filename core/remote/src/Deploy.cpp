@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "DeployState.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/remote/LaunchCommand.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
 
@@ -437,7 +438,7 @@ DeployResult Deployment::State::outcome(const std::string& launchError) const {
     allComplete = allComplete && r.result.state == RankState::Finished && r.result.summarySeen && r.result.summaryOk;
   }
   // The rank that failed first explains the others (a launcher stops them after it).
-  if (firstFailedRank >= 0 && static_cast<std::size_t>(firstFailedRank) < ranks.size()) {
+  if (inRange(ranks, firstFailedRank)) {
     failMsg = failureOf(ranks[static_cast<std::size_t>(firstFailedRank)]);
   }
   std::uint64_t events = 0;

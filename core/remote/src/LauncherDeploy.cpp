@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "DeployState.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/remote/LauncherOutput.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
 
@@ -99,8 +100,7 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   Clock::time_point nextPoll = Clock::now();
 
   auto rankOf = [&](int rank) -> Rank* {
-    return rank >= 0 && static_cast<std::size_t>(rank) < ranks.size() ? &ranks[static_cast<std::size_t>(rank)]
-                                                                      : nullptr;
+    return inRange(ranks, rank) ? &ranks[static_cast<std::size_t>(rank)] : nullptr;
   };
   auto handle = [&](std::vector<LauncherOutput::Item> items) {
     std::lock_guard lock(mutex);

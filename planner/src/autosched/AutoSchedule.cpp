@@ -18,6 +18,7 @@
 
 #include "autosched/Instance.hpp"
 #include "autosched/PublishedGreedy.hpp"
+#include "pipestudio/common/Index.hpp"
 
 namespace pipestudio {
 namespace autosched {
@@ -611,8 +612,7 @@ bool exactSchedulingAvailable() {
 double busiestDeviceWorkMs(const Plan& plan) {
   std::vector<double> busy(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0.0);
   for (const Op& op : plan.ops) {
-    if (op.device >= 0 && static_cast<std::size_t>(op.device) < busy.size())
-      busy[static_cast<std::size_t>(op.device)] += op.durationMs();
+    if (inRange(busy, op.device)) busy[static_cast<std::size_t>(op.device)] += op.durationMs();
   }
   return busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
 }
@@ -739,8 +739,7 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     report.publishedHeuristic = publishedName;
     ++report.policiesTried;
     const int choice = publishedChoice(published);
-    if (choice >= 0 && static_cast<std::size_t>(choice) < variantMs.size() &&
-        std::isfinite(variantMs[static_cast<std::size_t>(choice)])) {
+    if (inRange(variantMs, choice) && std::isfinite(variantMs[static_cast<std::size_t>(choice)])) {
       report.paperGreedyMakespanMs = variantMs[static_cast<std::size_t>(choice)];
     }
   }

@@ -1,6 +1,7 @@
 // Building partition problems from requests and schedules (issue 4).
 #include <algorithm>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
@@ -70,7 +71,7 @@ std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton) {
   std::vector<int> peak(skeleton.virtualStages.size(), 0);
   for (const auto& order : skeleton.devices) {
     for (const OrderedOp& op : order) {
-      if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= live.size()) continue;
+      if (!inRange(live, op.virtualStage)) continue;
       const auto v = static_cast<std::size_t>(op.virtualStage);
       switch (op.kind) {
         case OpKind::F:

@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -83,7 +84,7 @@ std::vector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSk
     OpKind lastParamKind = OpKind::OPT;
     for (const OrderedOp& o : lane) {
       double saved = 0;
-      const bool known = o.virtualStage >= 0 && static_cast<std::size_t>(o.virtualStage) < costs.size();
+      const bool known = inRange(costs, o.virtualStage);
       const StageCosts* c = known ? &costs[static_cast<std::size_t>(o.virtualStage)] : nullptr;
       switch (o.kind) {
         case OpKind::F:
@@ -442,7 +443,7 @@ std::optional<Error> Simulation::resolveExtraDependencies() {
   auto resolve = [&](const OpRef& r) -> std::int32_t {
     if (r.device < 0 || r.device >= m_p) return kNone;
     const auto& lane = m_skeleton.devices[static_cast<std::size_t>(r.device)];
-    if (r.index < 0 || static_cast<std::size_t>(r.index) >= lane.size()) return kNone;
+    if (!inRange(lane, r.index)) return kNone;
     return m_offset[static_cast<std::size_t>(r.device)] + r.index;
   };
   for (const OpDependency& dep : m_skeleton.extraDependencies) {
