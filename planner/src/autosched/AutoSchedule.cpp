@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "autosched/Instance.hpp"
 #include "autosched/PublishedGreedy.hpp"
@@ -63,34 +64,30 @@ class PolicyRun {
     double laterB = kInf;   // next B arrival after T
     double laterFB = kInf;  // next B or allowed F arrival after T
   };
-  bool fitsMemory(int d, int s) const {
-    return m_live[static_cast<std::size_t>(d)] + m_inst.activationBytes[static_cast<std::size_t>(s)] +
-               m_reserveAfter[static_cast<std::size_t>(s)] <=
-           m_inst.budgetBytes[static_cast<std::size_t>(d)];
+  bool fitsMemory(std::size_t d, int s) const {
+    const auto S = static_cast<std::size_t>(s);
+    return m_live[d] + m_inst.activationBytes[S] + m_reserveAfter[S] <= m_inst.budgetBytes[d];
   }
   // An F may start: memory for it (and the rest of its microbatch on this device) and, when it
   // admits a new microbatch to the device, the warm-up cap.
-  bool fAllowed(int d, int s) const {
-    const auto D = static_cast<std::size_t>(d);
-    if (s == m_firstStage[D] && m_admitted[D] >= m_cap[D]) return false;
+  bool fAllowed(std::size_t d, int s) const {
+    if (s == m_firstStage[d] && m_admitted[d] >= m_cap[d]) return false;
     return fitsMemory(d, s);
   }
-  bool hasPendingW(int d) const {
-    return m_pendingHead[static_cast<std::size_t>(d)] < m_pendingW[static_cast<std::size_t>(d)].size();
-  }
+  bool hasPendingW(std::size_t d) const { return m_pendingHead[d] < m_pendingW[d].size(); }
   double readyAt(int op) const { return m_ready[static_cast<std::size_t>(op)]; }
-  bool memoryBlocked(int d, double t) const;
-  double eventTime(int d) const;
-  double transfer(int from, int to, double at, double ms);
-  void runOp(int d, int op, double at);
-  int nextDevice(double& T);
-  Candidates scanCandidates(int d, double T, double h) const;
-  int decide(int d, double T, double h, const Candidates& c);
+  void setReady(int op, double at) { m_ready[static_cast<std::size_t>(op)] = at; }
+  bool memoryBlocked(std::size_t d, double t) const;
+  double eventTime(std::size_t d) const;
+  double transfer(std::size_t from, int to, double at, double ms);
+  void runOp(std::size_t d, int op, double at);
+  std::optional<std::size_t> nextDevice(double& T);
+  Candidates scanCandidates(std::size_t d, double T, double h) const;
+  int decide(std::size_t d, double T, double h, const Candidates& c);
 
   const Instance& m_inst;
   const Policy& m_pol;
   const int m_m;
-  const int m_p;
   const std::size_t m_P;
   std::vector<double> m_ready;        // per op: when its inputs are there (-1: not yet known)
   std::vector<int> m_nextF, m_nextB;  // per stage: next microbatch
@@ -110,10 +107,10 @@ class PolicyRun {
 };
 
 PolicyRun::PolicyRun(const Instance& inst, const Policy& pol)
-    : m_inst(inst), m_pol(pol), m_m(inst.microbatches), m_p(inst.devices), m_P(static_cast<std::size_t>(inst.devices)) {
+    : m_inst(inst), m_pol(pol), m_m(inst.microbatches), m_P(static_cast<std::size_t>(inst.devices)) {
   const auto stages = static_cast<std::size_t>(inst.stages);
   m_ready.assign(static_cast<std::size_t>(inst.opCount()), -1.0);
-  for (int mb = 0; mb < m_m; ++mb) m_ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
+  for (int mb = 0; mb < m_m; ++mb) setReady(inst.opId(0, kF, mb), 0.0);
   m_nextF.assign(stages, 0);
   m_nextB.assign(stages, 0);
   m_tFree.assign(m_P, 0.0);
@@ -131,8 +128,9 @@ PolicyRun::PolicyRun(const Instance& inst, const Policy& pol)
     m_firstStage[d] = st.front();
     std::int64_t after = 0;
     for (auto it = st.rbegin(); it != st.rend(); ++it) {
-      m_reserveAfter[static_cast<std::size_t>(*it)] = after;
-      after += inst.activationBytes[static_cast<std::size_t>(*it)];
+      const auto S = static_cast<std::size_t>(*it);
+      m_reserveAfter[S] = after;
+      after += inst.activationBytes[S];
     }
     if (pol.capScale > 0) {
       const int base = inst.stages - st.front();
@@ -145,8 +143,8 @@ PolicyRun::PolicyRun(const Instance& inst, const Policy& pol)
   m_dirty.assign(m_P, 1);
 }
 
-bool PolicyRun::memoryBlocked(int d, double t) const {
-  for (int s : m_inst.stagesOf[static_cast<std::size_t>(d)]) {
+bool PolicyRun::memoryBlocked(std::size_t d, double t) const {
+  for (int s : m_inst.stagesOf[d]) {
     const int i = m_nextF[static_cast<std::size_t>(s)];
     if (i >= m_m) continue;
     const double r = readyAt(m_inst.opId(s, kF, i));
@@ -157,94 +155,92 @@ bool PolicyRun::memoryBlocked(int d, double t) const {
 
 // Earliest time each kind of candidate could start on d: B when it arrives, F after a hold
 // (waiting for an imminent B), W after a hold or a postponement.
-double PolicyRun::eventTime(int d) const {
-  const auto D = static_cast<std::size_t>(d);
-  const double t0 = m_tFree[D];
-  const double h = std::max(t0, m_holdUntil[D]);
+double PolicyRun::eventTime(std::size_t d) const {
+  const double t0 = m_tFree[d];
+  const double h = std::max(t0, m_holdUntil[d]);
   double e = kInf;
-  for (int s : m_inst.stagesOf[D]) {
-    const int b = m_nextB[static_cast<std::size_t>(s)];
+  for (int s : m_inst.stagesOf[d]) {
+    const auto S = static_cast<std::size_t>(s);
+    const int b = m_nextB[S];
     if (b < m_m) {
       const double r = readyAt(m_inst.opId(s, kB, b));
       if (r >= 0) e = std::min(e, std::max(t0, r));
     }
-    const int f = m_nextF[static_cast<std::size_t>(s)];
+    const int f = m_nextF[S];
     if (f < m_m && fAllowed(d, s)) {
       const double r = readyAt(m_inst.opId(s, kF, f));
       if (r >= 0) e = std::min(e, std::max(h, r));
     }
   }
-  if (hasPendingW(d)) e = std::min(e, std::max(h, m_noWUntil[D]));
+  if (hasPendingW(d)) e = std::min(e, std::max(h, m_noWUntil[d]));
   return e;
 }
 
-double PolicyRun::transfer(int from, int to, double at, double ms) {
-  if (from == to || ms <= 0) return at;
-  double& link = m_linkFree[static_cast<std::size_t>(from) * m_P + static_cast<std::size_t>(to)];
+double PolicyRun::transfer(std::size_t from, int to, double at, double ms) {
+  const auto toDevice = static_cast<std::size_t>(to);
+  if (from == toDevice || ms <= 0) return at;
+  double& link = m_linkFree[from * m_P + toDevice];
   const double begin = std::max(at, link);
   link = begin + ms;
   return link;
 }
 
-void PolicyRun::runOp(int d, int op, double at) {
-  const auto D = static_cast<std::size_t>(d);
+void PolicyRun::runOp(std::size_t d, int op, double at) {
   const double finish = at + m_inst.duration(op);
-  m_tFree[D] = finish;
-  m_result.orders[D].push_back(op);
+  m_tFree[d] = finish;
+  m_result.orders[d].push_back(op);
   const int s = m_inst.stageOf(op);
   const int mb = m_inst.mbOf(op);
   const auto S = static_cast<std::size_t>(s);
   switch (m_inst.kindOf(op)) {
     case kF:
       ++m_nextF[S];
-      m_live[D] += m_inst.activationBytes[S];
-      if (s == m_firstStage[D]) ++m_admitted[D];
+      m_live[d] += m_inst.activationBytes[S];
+      if (s == m_firstStage[d]) ++m_admitted[d];
       if (s + 1 < m_inst.stages) {
-        m_ready[static_cast<std::size_t>(m_inst.opId(s + 1, kF, mb))] =
-            transfer(d, m_inst.device[S + 1], finish, m_inst.sendMs[S]);
+        setReady(m_inst.opId(s + 1, kF, mb), transfer(d, m_inst.device[S + 1], finish, m_inst.sendMs[S]));
       } else {
-        m_ready[static_cast<std::size_t>(m_inst.opId(s, kB, mb))] = finish;
+        setReady(m_inst.opId(s, kB, mb), finish);
       }
       break;
     case kB:
       ++m_nextB[S];
-      m_live[D] -= m_inst.activationBytes[S] - m_inst.weightGradBytes[S];
-      if (s == m_firstStage[D]) --m_admitted[D];
-      m_pendingW[D].push_back(m_inst.opId(s, kW, mb));
+      m_live[d] -= m_inst.activationBytes[S] - m_inst.weightGradBytes[S];
+      if (s == m_firstStage[d]) --m_admitted[d];
+      m_pendingW[d].push_back(m_inst.opId(s, kW, mb));
       if (s > 0) {
-        m_ready[static_cast<std::size_t>(m_inst.opId(s - 1, kB, mb))] =
-            transfer(d, m_inst.device[S - 1], finish, m_inst.sendMs[S - 1]);
+        setReady(m_inst.opId(s - 1, kB, mb), transfer(d, m_inst.device[S - 1], finish, m_inst.sendMs[S - 1]));
       }
       break;
     default:
-      m_live[D] -= m_inst.weightGradBytes[S];
-      ++m_pendingHead[D];
+      m_live[d] -= m_inst.weightGradBytes[S];
+      ++m_pendingHead[d];
       break;
   }
   m_result.makespanMs = std::max(m_result.makespanMs == kInf ? 0.0 : m_result.makespanMs, finish);
 }
 
-// The device whose next decision is earliest (T: when), or -1 when none can ever start.
-int PolicyRun::nextDevice(double& T) {
-  int d = -1;
+// The device whose next decision is earliest (T: when), or nullopt when no device can ever start.
+std::optional<std::size_t> PolicyRun::nextDevice(double& T) {
+  std::size_t d = m_P;  // none yet (a plain index keeps this hot loop branch-free)
   T = kInf;
-  for (int c = 0; c < m_p; ++c) {
-    const auto C = static_cast<std::size_t>(c);
-    if (m_dirty[C]) {
-      m_event[C] = eventTime(c);
-      m_dirty[C] = 0;
+  for (std::size_t c = 0; c < m_P; ++c) {
+    if (m_dirty[c]) {
+      m_event[c] = eventTime(c);
+      m_dirty[c] = 0;
     }
-    if (m_event[C] < T) {
-      T = m_event[C];
+    if (m_event[c] < T) {
+      T = m_event[c];
       d = c;
     }
   }
+  if (d == m_P) return std::nullopt;
   return d;
 }
 
-PolicyRun::Candidates PolicyRun::scanCandidates(int d, double T, double h) const {
+PolicyRun::Candidates PolicyRun::scanCandidates(std::size_t d, double T, double h) const {
   Candidates c;
-  for (int s : m_inst.stagesOf[static_cast<std::size_t>(d)]) {
+  for (int s : m_inst.stagesOf[d]) {
     const auto S = static_cast<std::size_t>(s);
     if (m_nextB[S] < m_m) {
       const int op = m_inst.opId(s, kB, m_nextB[S]);
@@ -276,15 +272,14 @@ PolicyRun::Candidates PolicyRun::scanCandidates(int d, double T, double h) const
 
 // The op device d runs at T under the policy; kHeld when it waits (a hold or a W
 // postponement, recorded), -1 when it has nothing to run.
-int PolicyRun::decide(int d, double T, double h, const Candidates& c) {
-  const auto D = static_cast<std::size_t>(d);
-  const bool wReady = hasPendingW(d) && std::max(h, m_noWUntil[D]) <= T;
-  const int wOp = hasPendingW(d) ? m_pendingW[D][m_pendingHead[D]] : -1;
+int PolicyRun::decide(std::size_t d, double T, double h, const Candidates& c) {
+  const bool wReady = hasPendingW(d) && std::max(h, m_noWUntil[d]) <= T;
+  const int wOp = hasPendingW(d) ? m_pendingW[d][m_pendingHead[d]] : -1;
   if (m_pol.eagerW && wReady) return wOp;
-  if (c.bOp >= 0 && !(m_pol.preferF && c.fOp >= 0 && c.fStage == m_firstStage[D])) return c.bOp;
+  if (c.bOp >= 0 && !(m_pol.preferF && c.fOp >= 0 && c.fStage == m_firstStage[d])) return c.bOp;
   if (c.fOp >= 0) {
     if (m_pol.waitForB && c.bOp < 0 && c.laterB < T + m_inst.duration(c.fOp)) {
-      m_holdUntil[D] = c.laterB;  // an F now would delay the imminent B
+      m_holdUntil[d] = c.laterB;  // an F now would delay the imminent B
       return kHeld;
     }
     return c.fOp;
@@ -293,7 +288,7 @@ int PolicyRun::decide(int d, double T, double h, const Candidates& c) {
   if (!wReady) return -1;
   // Fill the bubble with a W if it is long enough, or when memory blocks the next F.
   if (memoryBlocked(d, T) || c.laterFB - T >= m_pol.alpha * m_inst.duration(wOp)) return wOp;
-  m_noWUntil[D] = c.laterFB;
+  m_noWUntil[d] = c.laterFB;
   return kHeld;
 }
 
@@ -302,11 +297,11 @@ ListResult PolicyRun::run() {
   int scheduled = 0;
   while (scheduled < n) {
     double T = kInf;
-    const int d = nextDevice(T);
-    if (d < 0) return std::move(m_result);  // nothing can ever start: this policy deadlocked
-    const auto D = static_cast<std::size_t>(d);
-    m_dirty[D] = 1;
-    const double h = std::max(m_tFree[D], m_holdUntil[D]);
+    const std::optional<std::size_t> next = nextDevice(T);
+    if (!next) return std::move(m_result);  // nothing can ever start: this policy deadlocked
+    const std::size_t d = *next;
+    m_dirty[d] = 1;
+    const double h = std::max(m_tFree[d], m_holdUntil[d]);
     const int choice = decide(d, T, h, scanCandidates(d, T, h));
     if (choice == kHeld) continue;
     if (choice < 0) return std::move(m_result);
@@ -314,8 +309,9 @@ ListResult PolicyRun::run() {
     ++scheduled;
     // The op's outputs reach the neighbouring stages' devices.
     const int s = m_inst.stageOf(choice);
-    if (s + 1 < m_inst.stages) m_dirty[static_cast<std::size_t>(m_inst.device[static_cast<std::size_t>(s + 1)])] = 1;
-    if (s > 0) m_dirty[static_cast<std::size_t>(m_inst.device[static_cast<std::size_t>(s - 1)])] = 1;
+    const auto S = static_cast<std::size_t>(s);
+    if (s + 1 < m_inst.stages) m_dirty[static_cast<std::size_t>(m_inst.device[S + 1])] = 1;
+    if (s > 0) m_dirty[static_cast<std::size_t>(m_inst.device[S - 1])] = 1;
   }
   m_result.ok = true;
   return std::move(m_result);
@@ -359,44 +355,39 @@ double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
   busiest = 0;
   double bound = 0;
   double slotsBound = 0;
+  const auto stages = static_cast<std::size_t>(inst.stages);
+  const auto devices = static_cast<std::size_t>(inst.devices);
   // Earliest time stage s can start: the forward chain of microbatch 0 up to it.
-  std::vector<double> head(static_cast<std::size_t>(inst.stages), 0.0);
-  for (int s = 1; s < inst.stages; ++s) {
-    head[static_cast<std::size_t>(s)] = head[static_cast<std::size_t>(s - 1)] +
-                                        inst.durationMs[kF][static_cast<std::size_t>(s - 1)] +
-                                        inst.sendMs[static_cast<std::size_t>(s - 1)];
-  }
-  for (int d = 0; d < inst.devices; ++d) {
+  std::vector<double> head(stages, 0.0);
+  for (std::size_t s = 1; s < stages; ++s) head[s] = head[s - 1] + inst.durationMs[kF][s - 1] + inst.sendMs[s - 1];
+  for (std::size_t d = 0; d < devices; ++d) {
     double work = 0;
-    for (int s : inst.stagesOf[static_cast<std::size_t>(d)]) {
+    for (int s : inst.stagesOf[d]) {
       const auto S = static_cast<std::size_t>(s);
       work += m * (inst.durationMs[kF][S] + inst.durationMs[kB][S] + inst.durationMs[kW][S]);
     }
     busiest = std::max(busiest, work);
-    bound = std::max(bound, head[static_cast<std::size_t>(inst.stagesOf[static_cast<std::size_t>(d)].front())] + work);
+    bound = std::max(bound, head[static_cast<std::size_t>(inst.stagesOf[d].front())] + work);
   }
   // Memory: at most k_d microbatches' activations of device d's first stage are live at once,
   // each for at least the round trip R_d from that stage's F start to its B end, so the k_d
   // "slots" hold m intervals of length ≥ R_d: makespan ≥ ceil(m / k_d) · R_d.
-  for (int d = 0; d < inst.devices; ++d) {
-    const std::int64_t budget = inst.budgetBytes[static_cast<std::size_t>(d)];
-    const int s0 = inst.stagesOf[static_cast<std::size_t>(d)].front();
-    const std::int64_t act = inst.activationBytes[static_cast<std::size_t>(s0)];
+  for (std::size_t d = 0; d < devices; ++d) {
+    const std::int64_t budget = inst.budgetBytes[d];
+    const auto s0 = static_cast<std::size_t>(inst.stagesOf[d].front());
+    const std::int64_t act = inst.activationBytes[s0];
     if (budget >= kUnlimited || act <= 0) continue;
     const double slots = std::max<double>(1, static_cast<double>(budget / act));
-    double roundTrip =
-        inst.durationMs[kF][static_cast<std::size_t>(s0)] + inst.durationMs[kB][static_cast<std::size_t>(s0)];
-    for (int s = s0 + 1; s < inst.stages; ++s) {
-      roundTrip += inst.durationMs[kF][static_cast<std::size_t>(s)] + inst.durationMs[kB][static_cast<std::size_t>(s)] +
-                   2 * inst.sendMs[static_cast<std::size_t>(s - 1)];
+    double roundTrip = inst.durationMs[kF][s0] + inst.durationMs[kB][s0];
+    for (std::size_t s = s0 + 1; s < stages; ++s) {
+      roundTrip += inst.durationMs[kF][s] + inst.durationMs[kB][s] + 2 * inst.sendMs[s - 1];
     }
     slotsBound = std::max(slotsBound, std::ceil(m / slots) * roundTrip);
   }
   // One microbatch's full round trip: forward chain, backward chain, the first stage's W.
   double path = inst.durationMs[kW][0];
-  for (int s = 0; s < inst.stages; ++s) {
-    const auto S = static_cast<std::size_t>(s);
-    path += inst.durationMs[kF][S] + inst.durationMs[kB][S] + 2 * inst.sendMs[S];
+  for (std::size_t s = 0; s < stages; ++s) {
+    path += inst.durationMs[kF][s] + inst.durationMs[kB][s] + 2 * inst.sendMs[s];
   }
   spanBound = std::max({slotsBound, busiest, path});
   return std::max({bound, spanBound});
@@ -409,10 +400,10 @@ double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
 void localSearch(const Instance& inst, Orders& orders, double& objective, const AutoScheduleOptions& options,
                  AutoScheduleReport& report, const std::function<bool()>& stop) {
   const std::int64_t cost = inst.opCount();
-  std::vector<int> posOf(static_cast<std::size_t>(inst.opCount()), 0);
+  std::vector<std::size_t> posOf(static_cast<std::size_t>(inst.opCount()), 0);  // per op: where in its order
   auto indexPositions = [&] {
     for (const auto& order : orders) {
-      for (std::size_t i = 0; i < order.size(); ++i) posOf[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+      for (std::size_t i = 0; i < order.size(); ++i) posOf[static_cast<std::size_t>(order[i])] = i;
     }
   };
   auto affordable = [&] {
@@ -426,21 +417,22 @@ void localSearch(const Instance& inst, Orders& orders, double& objective, const 
     if (!timing.ok) return;
     int cur = timing.objectiveOp;
     struct Move {
-      int device;
-      int from;  // position of the op to move later
-      int to;    // its new position
+      std::size_t device;
+      std::size_t from;  // position of the op to move later
+      std::size_t to;    // its new position
     };
     std::vector<Move> moves;
     while (cur >= 0) {
-      const int c = timing.cause[static_cast<std::size_t>(cur)];
+      const auto curOp = static_cast<std::size_t>(cur);
+      const int c = timing.cause[curOp];
       if (c < 0) break;
+      const auto causeOp = static_cast<std::size_t>(c);
       const int d = inst.deviceOf(cur);
-      const int pc = posOf[static_cast<std::size_t>(c)];
-      if (inst.deviceOf(c) == d && pc + 1 == posOf[static_cast<std::size_t>(cur)] &&
-          timing.start[static_cast<std::size_t>(cur)] == timing.end[static_cast<std::size_t>(c)]) {
-        const int size = static_cast<int>(orders[static_cast<std::size_t>(d)].size());
-        for (int k : {1, 2, 4}) {
-          if (pc + k < size) moves.push_back({d, pc, pc + k});
+      const std::size_t pc = posOf[causeOp];
+      if (inst.deviceOf(c) == d && pc + 1 == posOf[curOp] && timing.start[curOp] == timing.end[causeOp]) {
+        const auto device = static_cast<std::size_t>(d);
+        for (std::size_t k : {1, 2, 4}) {
+          if (pc + k < orders[device].size()) moves.push_back({device, pc, pc + k});
           if (inst.kindOf(c) != kW) break;
         }
       }
@@ -449,7 +441,7 @@ void localSearch(const Instance& inst, Orders& orders, double& objective, const 
     bool improved = false;
     for (const Move& mv : moves) {
       if (!affordable() || stop()) break;
-      auto& order = orders[static_cast<std::size_t>(mv.device)];
+      auto& order = orders[mv.device];
       std::rotate(order.begin() + mv.from, order.begin() + mv.from + 1, order.begin() + mv.to + 1);
       ++report.searchEvaluations;
       report.workSteps += cost;
@@ -658,9 +650,8 @@ Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSk
   if (!t.ok) return Error{t.problem};
   OrderTiming out;
   out.makespanMs = t.makespanMs;
-  for (int d = 0; d < inst->devices; ++d) {
-    out.peakBytes.push_back(inst->staticBytes[static_cast<std::size_t>(d)] +
-                            t.peakActivationBytes[static_cast<std::size_t>(d)]);
+  for (std::size_t d = 0; d < inst->staticBytes.size(); ++d) {
+    out.peakBytes.push_back(inst->staticBytes[d] + t.peakActivationBytes[d]);
   }
   return out;
 }
@@ -739,8 +730,9 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     report.publishedHeuristic = publishedName;
     ++report.policiesTried;
     const int choice = publishedChoice(published);
-    if (inRange(variantMs, choice) && std::isfinite(variantMs[static_cast<std::size_t>(choice)])) {
-      report.paperGreedyMakespanMs = variantMs[static_cast<std::size_t>(choice)];
+    if (inRange(variantMs, choice)) {
+      const double ms = variantMs[static_cast<std::size_t>(choice)];
+      if (std::isfinite(ms)) report.paperGreedyMakespanMs = ms;
     }
   }
 
@@ -807,9 +799,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   report.objectiveMs = final.objectiveMs;
   report.gapToBusiestWork = report.busiestDeviceWorkMs > 0 ? report.makespanMs / report.busiestDeviceWorkMs - 1 : 0;
   report.gapToLowerBound = report.lowerBoundMs > 0 ? report.makespanMs / report.lowerBoundMs - 1 : 0;
-  for (int d = 0; d < inst.devices; ++d) {
-    report.peakBytes.push_back(inst.staticBytes[static_cast<std::size_t>(d)] +
-                               final.peakActivationBytes[static_cast<std::size_t>(d)]);
+  for (std::size_t d = 0; d < inst.staticBytes.size(); ++d) {
+    report.peakBytes.push_back(inst.staticBytes[d] + final.peakActivationBytes[d]);
   }
   result.skeleton = toSkeleton(inst, best, input.virtualStages);
   if (input.control != nullptr && input.control->progress) input.control->progress(1.0);
