@@ -36,6 +36,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "pipestudio/common/Index.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio::schedules {
@@ -45,7 +46,8 @@ constexpr int kPattern = 6;
 constexpr const char* kPasses = "FfBbWw";
 using Grid = std::vector<std::string>;
 
-int passIndex(char c) {
+// The pass a slot holds (its place in kPasses), or none for an idle slot.
+std::optional<std::size_t> passIndex(char c) {
   switch (c) {
     case 'F':
       return 0;
@@ -60,7 +62,7 @@ int passIndex(char c) {
     case 'w':
       return 5;
     default:
-      return -1;
+      return std::nullopt;
   }
 }
 bool isForward(char c) { return c == 'F' || c == 'f'; }
@@ -94,12 +96,13 @@ Pattern fillW(Pattern pattern) {
   for (int v : pattern) {
     if (v >= 0) used[static_cast<std::size_t>(v)] = true;
   }
-  for (const auto& [b, w] : {std::pair{2, 4}, std::pair{3, 5}}) {
+  for (const auto& [b, w] : {std::pair<std::size_t, std::size_t>{2, 4}, {3, 5}}) {
     for (int j = 0; j < kPattern; ++j) {
-      const int pos = (pattern[static_cast<std::size_t>(b)] + j) % kPattern;
-      if (!used[static_cast<std::size_t>(pos)]) {
-        pattern[static_cast<std::size_t>(w)] = pos;
-        used[static_cast<std::size_t>(pos)] = true;
+      const int pos = (pattern[b] + j) % kPattern;
+      const auto slot = static_cast<std::size_t>(pos);
+      if (!used[slot]) {
+        pattern[w] = pos;
+        used[slot] = true;
         break;
       }
     }
@@ -119,8 +122,9 @@ std::optional<std::vector<Pattern>> buildingBlock(const Pattern& first, const st
     const auto& offset = i < len0 ? offset0 : offset1;
     for (std::size_t v = 0; v < 4; ++v) {
       const int pos = (last[v] + offset[v] + kPattern) % kPattern;
-      if (used[static_cast<std::size_t>(pos)]) return std::nullopt;
-      used[static_cast<std::size_t>(pos)] = true;
+      const auto slot = static_cast<std::size_t>(pos);
+      if (used[slot]) return std::nullopt;
+      used[slot] = true;
       next[v] = pos;
     }
     block.push_back(fillW(next));
@@ -128,18 +132,17 @@ std::optional<std::vector<Pattern>> buildingBlock(const Pattern& first, const st
   return block;
 }
 
-// init_repeated_schedule.
+// init_repeated_schedule: one row per pattern of the block (one per device).
 Grid repeated(int p, int m, const std::vector<Pattern>& block) {
   Grid g;
   const int length = 4 * p + m + 1;
-  for (int i = 0; i < p; ++i) {
+  for (const Pattern& pattern : block) {
     std::string unit(kPattern, ' ');
     for (std::size_t v = 0; v < kPattern; ++v) {
-      const int pos = block[static_cast<std::size_t>(i)][v];
-      if (pos >= 0) unit[static_cast<std::size_t>(pos)] = kPasses[v];
+      if (pattern[v] >= 0) unit[static_cast<std::size_t>(pattern[v])] = kPasses[v];
     }
     std::string row;
-    row.reserve(static_cast<std::size_t>(kPattern) * static_cast<std::size_t>(length));
+    row.reserve(unit.size() * static_cast<std::size_t>(length));
     for (int k = 0; k < length; ++k) row += unit;
     g.push_back(std::move(row));
   }
@@ -154,17 +157,21 @@ void clearFrom(std::string& row, long pos, int direction) {
   }
 }
 
+// The pass at `slot` of a row, or '\0' outside the row.
+char passAt(const std::string& row, long slot) {
+  return inRange(row, slot) ? row[static_cast<std::size_t>(slot)] : '\0';
+}
+
 // clear_invalid_index: keep m copies of each pass per row, lined up along the chains.
 void keepMCopies(Grid& g, int m) {
-  const int p = static_cast<int>(g.size());
+  const std::size_t p = g.size();
   long index = kPattern;
   for (char id : std::string("FfBb")) {
     const bool down = id == 'F' || id == 'B';
-    for (int n = 0; n < p; ++n) {
-      const int i = down ? n : p - 1 - n;
-      std::string& row = g[static_cast<std::size_t>(i)];
+    for (std::size_t n = 0; n < p; ++n) {
+      std::string& row = g[down ? n : p - 1 - n];
       for (int j = 0; j < kPattern; ++j) {
-        if (index < static_cast<long>(row.size()) && row[static_cast<std::size_t>(index)] == id) {
+        if (passAt(row, index) == id) {
           clearFrom(row, index - kPattern, -1);
           clearFrom(row, index + static_cast<long>(kPattern) * m, 1);
           ++index;
@@ -172,7 +179,7 @@ void keepMCopies(Grid& g, int m) {
             const char w = id == 'B' ? 'W' : 'w';
             for (int k = 0; k < kPattern; ++k) {
               const long at = index + k;
-              if (at < static_cast<long>(row.size()) && row[static_cast<std::size_t>(at)] == w) {
+              if (passAt(row, at) == w) {
                 clearFrom(row, at - kPattern, -1);
                 clearFrom(row, at + static_cast<long>(kPattern) * m, 1);
                 break;
@@ -190,59 +197,57 @@ void keepMCopies(Grid& g, int m) {
 // Per (microbatch · p + device, pass) slot index, −1 when not (yet) placed.
 class SlotIndex {
  public:
-  SlotIndex(int p, int m) : m_p(p), m_slots(static_cast<std::size_t>(p) * static_cast<std::size_t>(m) * kPattern, -1) {}
-  long& at(int mb, int device, int pass) {
-    return m_slots[(static_cast<std::size_t>(mb) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device)) *
-                       kPattern +
-                   static_cast<std::size_t>(pass)];
+  SlotIndex(std::size_t p, int m) : m_p(p), m_slots(p * static_cast<std::size_t>(m) * kPattern, -1) {}
+  long& at(int mb, std::size_t device, std::size_t pass) {
+    return m_slots[(static_cast<std::size_t>(mb) * m_p + device) * kPattern + pass];
   }
 
  private:
-  int m_p;
+  std::size_t m_p;
   std::vector<long> m_slots;
 };
 
 // squeeze_without_change_order. False where the reference would fail an assertion.
 bool squeeze(Grid& g, int m) {
-  const int p = static_cast<int>(g.size());
+  const std::size_t p = g.size();
   std::size_t length = g.front().size();
   for (const auto& row : g) {
     if (row.size() != length) return false;
   }
-  Grid out(static_cast<std::size_t>(p), std::string(length, ' '));
-  std::vector<std::array<int, kPattern>> count(static_cast<std::size_t>(p), std::array<int, kPattern>{});
+  Grid out(p, std::string(length, ' '));
+  std::vector<std::array<int, kPattern>> count(p, std::array<int, kPattern>{});
   SlotIndex index(p, m);
-  std::vector<long> next(static_cast<std::size_t>(p), 0);
+  std::vector<long> next(p, 0);
   for (std::size_t j = 0; j < length; ++j) {
     for (int dir = 0; dir < 2; ++dir) {
-      for (int n = 0; n < p; ++n) {
-        const int i = dir == 0 ? n : p - 1 - n;
-        const char c = g[static_cast<std::size_t>(i)][j];
+      for (std::size_t n = 0; n < p; ++n) {
+        const std::size_t i = dir == 0 ? n : p - 1 - n;
+        const char c = g[i][j];
         if (c == ' ') continue;
         const bool lower = c == 'f' || c == 'b' || c == 'w';
         if (dir == 0 && lower) continue;
         if (dir == 1 && !lower) continue;
-        const int pass = passIndex(c);
-        if (pass < 0) return false;
-        const int cnt = count[static_cast<std::size_t>(i)][static_cast<std::size_t>(pass)];
+        const auto pass = passIndex(c);
+        if (!pass) return false;
+        const int cnt = count[i][*pass];
         if (cnt >= m) return false;
         long slot = 0;
         if (isWeight(c) || (i == 0 && (c == 'F' || c == 'B')) || (i == p - 1 && (c == 'f' || c == 'b'))) {
-          slot = next[static_cast<std::size_t>(i)];
+          slot = next[i];
         } else if (c == 'F' || c == 'B') {
-          const long dep = index.at(cnt, i - 1, pass);
+          const long dep = index.at(cnt, i - 1, *pass);
           if (dep < 0) return false;
-          slot = std::max(dep + 1, next[static_cast<std::size_t>(i)]);
+          slot = std::max(dep + 1, next[i]);
         } else {
-          const long dep = index.at(cnt, i + 1, pass);
+          const long dep = index.at(cnt, i + 1, *pass);
           if (dep < 0) return false;
-          slot = std::max(dep + 1, next[static_cast<std::size_t>(i)]);
+          slot = std::max(dep + 1, next[i]);
         }
         if (slot >= static_cast<long>(length)) return false;
-        out[static_cast<std::size_t>(i)][static_cast<std::size_t>(slot)] = c;
-        count[static_cast<std::size_t>(i)][static_cast<std::size_t>(pass)] = cnt + 1;
-        index.at(cnt, i, pass) = slot;
-        next[static_cast<std::size_t>(i)] = slot + 1;
+        out[i][static_cast<std::size_t>(slot)] = c;
+        count[i][*pass] = cnt + 1;
+        index.at(cnt, i, *pass) = slot;
+        next[i] = slot + 1;
       }
     }
   }
@@ -349,10 +354,10 @@ bool reorderCoolDown(Grid& g, int m) {
   for (int i = 0; i < p; ++i) {
     std::string& row = g[static_cast<std::size_t>(i)];
     int cB = 0, cB0 = 0, cW = 0, cW0 = 0;
-    long lastF1 = -1;
-    for (long j = static_cast<long>(row.size()) - 1; j >= 0; --j) {
-      char& c = row[static_cast<std::size_t>(j)];
-      if (c == 'f' && lastF1 == -1) lastF1 = j;
+    const std::size_t f1 = row.rfind('f');
+    const long lastF1 = f1 == std::string::npos ? -1 : static_cast<long>(f1);
+    for (auto it = row.rbegin(); it != row.rend(); ++it) {
+      char& c = *it;
       if (c == 'B' && cB < i + 1 && cB < maxB1) {
         c = ' ';
         ++cB;
@@ -362,8 +367,8 @@ bool reorderCoolDown(Grid& g, int m) {
         ++cB0;
       }
     }
-    for (long j = static_cast<long>(row.size()) - 1; j >= 0; --j) {
-      char& c = row[static_cast<std::size_t>(j)];
+    for (auto it = row.rbegin(); it != row.rend(); ++it) {
+      char& c = *it;
       if (cW >= cB && cW0 >= cB0 && cW + cW0 >= peak) break;
       if (c == 'W') {
         c = ' ';
@@ -389,13 +394,9 @@ bool reorderCoolDown(Grid& g, int m) {
   std::size_t length = 0;
   for (auto& row : g) {
     int cW = 0, cW0 = 0;
-    long lastW = -1;
-    for (long j = static_cast<long>(row.size()) - 1; j >= 0; --j) {
-      if (isWeight(row[static_cast<std::size_t>(j)])) {
-        lastW = j;
-        break;
-      }
-    }
+    // Holes after the last W/w take the W/w passes still owed.
+    const std::size_t lastW = row.find_last_of("Ww");
+    const std::size_t fillFrom = lastW == std::string::npos ? 0 : lastW + 1;
     for (std::size_t j = 0; j < row.size(); ++j) {
       const char c = row[j];
       if (c == 'B')
@@ -406,7 +407,7 @@ bool reorderCoolDown(Grid& g, int m) {
         --cW;
       else if (c == 'w')
         --cW0;
-      if (c == ' ' && static_cast<long>(j) > lastW) {
+      if (c == ' ' && j >= fillFrom) {
         if (cW > 0) {
           row[j] = 'W';
           --cW;
@@ -449,46 +450,45 @@ void releaseWInWarmUp(Grid& g, int peakLimit) {
 // reorder_greedily_without_increasing_peak_mem: every hole takes the next pass (of each
 // kind, its first occurrence) that may move there without raising the peak.
 bool reorderGreedily(Grid& g, int m) {
-  const int p = static_cast<int>(g.size());
+  const std::size_t p = g.size();
   const int peak = peakMem(g);
   const std::size_t length = g.front().size();
   for (const auto& row : g) {
     if (row.size() != length) return false;
   }
-  std::vector<std::array<long, kPattern>> last(static_cast<std::size_t>(p));
-  for (int i = 0; i < p; ++i) {
-    last[static_cast<std::size_t>(i)].fill(-1);
+  // Per row and pass: one past the slot of its last occurrence (0: none).
+  std::vector<std::array<std::size_t, kPattern>> end(p, std::array<std::size_t, kPattern>{});
+  for (std::size_t i = 0; i < p; ++i) {
     for (std::size_t j = 0; j < length; ++j) {
-      const int pass = passIndex(g[static_cast<std::size_t>(i)][j]);
-      if (pass >= 0) last[static_cast<std::size_t>(i)][static_cast<std::size_t>(pass)] = static_cast<long>(j);
+      if (const auto pass = passIndex(g[i][j])) end[i][*pass] = j + 1;
     }
   }
-  std::vector<int> mem(static_cast<std::size_t>(p), 0);
-  std::vector<std::array<int, kPattern>> count(static_cast<std::size_t>(p), std::array<int, kPattern>{});
+  std::vector<int> mem(p, 0);
+  std::vector<std::array<int, kPattern>> count(p, std::array<int, kPattern>{});
   SlotIndex index(p, m);
-  auto placed = [&](int i, char c, long j) {
-    const int pass = passIndex(c);
-    int& cnt = count[static_cast<std::size_t>(i)][static_cast<std::size_t>(pass)];
+  auto placed = [&](std::size_t i, char c, std::size_t j) {
+    const auto pass = passIndex(c);
+    if (!pass) return false;
+    int& cnt = count[i][*pass];
     if (cnt >= m) return false;
-    index.at(cnt, i, pass) = j;
+    index.at(cnt, i, *pass) = static_cast<long>(j);
     ++cnt;
-    if (isForward(c)) ++mem[static_cast<std::size_t>(i)];
-    if (isWeight(c)) --mem[static_cast<std::size_t>(i)];
+    if (isForward(c)) ++mem[i];
+    if (isWeight(c)) --mem[i];
     return true;
   };
   for (std::size_t j = 0; j < length; ++j) {
-    for (int i = 0; i < p; ++i) {
-      std::string& row = g[static_cast<std::size_t>(i)];
+    for (std::size_t i = 0; i < p; ++i) {
+      std::string& row = g[i];
       if (row[j] != ' ') {
-        if (!placed(i, row[j], static_cast<long>(j))) return false;
+        if (!placed(i, row[j], j)) return false;
         continue;
       }
       std::array<bool, kPattern> available{};
       int left = 0;
-      for (int c = 0; c < kPattern; ++c) {
-        available[static_cast<std::size_t>(c)] =
-            last[static_cast<std::size_t>(i)][static_cast<std::size_t>(c)] > static_cast<long>(j);
-        left += available[static_cast<std::size_t>(c)] ? 1 : 0;
+      for (std::size_t c = 0; c < available.size(); ++c) {
+        available[c] = end[i][c] > j + 1;
+        left += available[c] ? 1 : 0;
       }
       int memDelta = 0, peakDelta = 0;
       for (std::size_t k = j + 1; k < length && left > 0; ++k) {
@@ -497,34 +497,34 @@ bool reorderGreedily(Grid& g, int m) {
         if (isWeight(c)) --memDelta;
         const int prevPeak = peakDelta;
         peakDelta = std::max(peakDelta, memDelta);
-        const int pass = passIndex(c);
-        if (pass < 0 || !available[static_cast<std::size_t>(pass)]) continue;
-        available[static_cast<std::size_t>(pass)] = false;
+        const auto pass = passIndex(c);
+        if (!pass || !available[*pass]) continue;
+        available[*pass] = false;
         --left;
-        if (isForward(c) && mem[static_cast<std::size_t>(i)] + prevPeak >= peak) continue;
-        const int cnt = count[static_cast<std::size_t>(i)][static_cast<std::size_t>(pass)];
+        if (isForward(c) && mem[i] + prevPeak >= peak) continue;
+        const int cnt = count[i][*pass];
         if (cnt >= m) continue;
         bool canMove = true;
         auto before = [&](long slot) { return slot > -1 && slot < static_cast<long>(j); };
         if (c == 'F' || c == 'B') {
           if (i > 0) {
-            canMove = before(index.at(cnt, i - 1, pass));
+            canMove = before(index.at(cnt, i - 1, *pass));
           } else if (c == 'B') {
-            canMove = count[static_cast<std::size_t>(i)][1] > cnt;
+            canMove = count[i][1] > cnt;
           }
         } else if (c == 'f' || c == 'b') {
           if (i + 1 < p) {
-            canMove = before(index.at(cnt, i + 1, pass));
+            canMove = before(index.at(cnt, i + 1, *pass));
           } else {
-            canMove = count[static_cast<std::size_t>(i)][c == 'f' ? 0 : 2] > cnt;
+            canMove = count[i][c == 'f' ? 0 : 2] > cnt;
           }
         } else {
-          canMove = count[static_cast<std::size_t>(i)][c == 'W' ? 2 : 3] > cnt;
+          canMove = count[i][c == 'W' ? 2 : 3] > cnt;
         }
         if (!canMove) continue;
         row[j] = c;
         row[k] = ' ';
-        if (!placed(i, c, static_cast<long>(j))) return false;
+        if (!placed(i, c, j)) return false;
         break;
       }
     }
@@ -537,7 +537,7 @@ bool relabelW(Grid& g, int m) {
   for (auto& row : g) {
     std::array<int, kPattern> count{};
     for (char c : row) {
-      if (passIndex(c) >= 0) ++count[static_cast<std::size_t>(passIndex(c))];
+      if (const auto pass = passIndex(c)) ++count[*pass];
     }
     for (int c : count) {
       if (c != m) return false;
@@ -564,12 +564,12 @@ void keepFirstM(Grid& g, int m) {
   for (auto& row : g) {
     std::array<int, kPattern> count{};
     for (char& c : row) {
-      const int pass = passIndex(c);
-      if (pass < 0) continue;
-      if (count[static_cast<std::size_t>(pass)] >= m) {
+      const auto pass = passIndex(c);
+      if (!pass) continue;
+      if (count[*pass] >= m) {
         c = ' ';
       } else {
-        ++count[static_cast<std::size_t>(pass)];
+        ++count[*pass];
       }
     }
   }
@@ -577,26 +577,26 @@ void keepFirstM(Grid& g, int m) {
 
 // check_correctness (including its leniency on the first and last device).
 bool correct(const Grid& g, int m) {
-  const int p = static_cast<int>(g.size());
+  const std::size_t p = g.size();
   SlotIndex index(p, m);
-  for (int i = 0; i < p; ++i) {
+  for (std::size_t i = 0; i < p; ++i) {
     std::array<int, kPattern> count{};
-    const std::string& row = g[static_cast<std::size_t>(i)];
+    const std::string& row = g[i];
     for (std::size_t j = 0; j < row.size(); ++j) {
-      const int pass = passIndex(row[j]);
-      if (pass < 0) continue;
-      int& cnt = count[static_cast<std::size_t>(pass)];
+      const auto pass = passIndex(row[j]);
+      if (!pass) continue;
+      int& cnt = count[*pass];
       if (cnt >= m) return false;
-      index.at(cnt, i, pass) = static_cast<long>(j);
+      index.at(cnt, i, *pass) = static_cast<long>(j);
       ++cnt;
     }
     for (int c : count) {
       if (c != m) return false;
     }
   }
-  for (int i = 0; i < p; ++i) {
+  for (std::size_t i = 0; i < p; ++i) {
     for (int j = 0; j < m; ++j) {
-      auto at = [&](int device, char c) { return index.at(j, device, passIndex(c)); };
+      auto at = [&](std::size_t device, char c) { return index.at(j, device, *passIndex(c)); };
       if (at(i, 'B') >= at(i, 'W') || at(i, 'b') >= at(i, 'w')) return false;
       if (i == 0) {
         if (at(i, 'f') >= at(i, 'B')) return false;
@@ -644,18 +644,19 @@ std::optional<Grid> scheduleBlock(int p, int m, const std::vector<Pattern>& bloc
 
 std::vector<std::vector<OrderedOp>> toOrder(const Grid& g) {
   const int p = static_cast<int>(g.size());
-  std::vector<std::vector<OrderedOp>> out(static_cast<std::size_t>(p));
+  std::vector<std::vector<OrderedOp>> out(g.size());
   for (int i = 0; i < p; ++i) {
+    const auto row = static_cast<std::size_t>(i);
     std::array<int, kPattern> count{};
-    for (char c : g[static_cast<std::size_t>(i)]) {
-      const int pass = passIndex(c);
-      if (pass < 0) continue;
+    for (char c : g[row]) {
+      const auto pass = passIndex(c);
+      if (!pass) continue;
       OrderedOp o;
       // F, b, w: chunk 0 (stage i); f, B, W: chunk 1 (stage 2p−1−i).
       o.virtualStage = (c == 'F' || c == 'b' || c == 'w') ? i : 2 * p - 1 - i;
       o.kind = isForward(c) ? OpKind::F : isWeight(c) ? OpKind::W : OpKind::B;
-      o.microbatch = count[static_cast<std::size_t>(pass)]++;
-      out[static_cast<std::size_t>(i)].push_back(o);
+      o.microbatch = count[*pass]++;
+      out[row].push_back(o);
     }
   }
   return out;
@@ -788,7 +789,7 @@ std::vector<VBlockCandidate> searchBlocks(int devices, int microbatches, int max
 std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int microbatches, int maxMemUnits,
                                                                const std::array<int, 4>& key) {
   const auto starts = startingPatterns();
-  if (key[0] < 0 || static_cast<std::size_t>(key[0]) >= starts.size()) return std::nullopt;
+  if (!inRange(starts, key[0])) return std::nullopt;
   auto block = buildingBlock(starts[static_cast<std::size_t>(key[0])], {key[1], -1, key[1], -1},
                              {key[2], -1, key[2], -1}, key[3], devices);
   if (!block) return std::nullopt;
