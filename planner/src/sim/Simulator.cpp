@@ -374,7 +374,6 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
   slot[0] = slot[1] = Pred{kNone, kNone};
   const Op& op = m_shell.op(i);
   const auto s = static_cast<std::size_t>(op.virtualStage);
-  const std::size_t own = key(op.virtualStage, op.microbatch);
   switch (op.kind) {
     case OpKind::F:
       if (m_prevStage[s] != kNone) {
@@ -385,7 +384,7 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
       break;
     case OpKind::B:
     case OpKind::BW: {
-      const std::int32_t forward = m_fIdx[own];
+      const std::int32_t forward = m_fIdx[key(op.virtualStage, op.microbatch)];
       if (forward == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
       slot[0] = {forward, op.virtualStage};
       if (m_nextStage[s] != kNone) {
@@ -397,6 +396,7 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
       break;
     }
     case OpKind::W: {
+      const std::size_t own = key(op.virtualStage, op.microbatch);
       const std::int32_t src = m_bIdx[own];
       if (src == kNone || m_bIsFused[own]) {
         return missing(i, OpKind::B, op.virtualStage, op.microbatch);
