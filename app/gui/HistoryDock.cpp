@@ -322,14 +322,17 @@ Expected<Plan> HistoryDock::runPlan(history::RunId id) {
   return m_store->runAsPlan(id, 0);
 }
 
+void HistoryDock::readRunPlan(history::RunId id, std::function<void(std::shared_ptr<const Plan>)> done) {
+  readRunsInBackground([id](history::HistoryStore& store) { return sharedRunPlan(store, id); }, std::move(done));
+}
+
 void HistoryDock::openSelected() {
   const auto ids = selectedRuns();
   if (ids.empty()) return;
   const history::RunId id = ids.front();
-  readRunsInBackground([id](history::HistoryStore& store) { return sharedRunPlan(store, id); },
-                       [this, id](std::shared_ptr<const Plan> plan) {
-                         Q_EMIT openRunRequested(std::move(plan), QStringLiteral("run %1").arg(id));
-                       });
+  readRunPlan(id, [this, id](std::shared_ptr<const Plan> plan) {
+    Q_EMIT openRunRequested(std::move(plan), QStringLiteral("run %1").arg(id));
+  });
 }
 
 void HistoryDock::compareSelected() {

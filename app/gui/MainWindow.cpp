@@ -1041,22 +1041,17 @@ RunLocalDialog* MainWindow::openRunLocalDialog() {
                             .arg(complete ? QString() : QStringLiteral(" (not complete)")),
                         !complete);
               if (!complete) return;
-              // A finished run opens against the plan it ran (the compare view).
-              auto measured = m_history->runPlan(run);
-              if (measured) {
-                showMeasuredAgainstPlan(std::move(plan), std::make_shared<const Plan>(std::move(*measured)),
-                                        QStringLiteral("run %1").arg(run));
-              }
+              // A finished run opens against the plan it ran (the compare view), read off the
+              // GUI thread.
+              m_history->readRunPlan(run, [this, plan, run](std::shared_ptr<const Plan> measured) {
+                showMeasuredAgainstPlan(plan, std::move(measured), QStringLiteral("run %1").arg(run));
+              });
             });
     connect(m_runDialog, &RunLocalDialog::openRunRequested, this,
             [this](history::RunId run, std::shared_ptr<const Plan> plan) {
-              auto measured = m_history->runPlan(run);
-              if (!measured) {
-                setStatus(QStringLiteral("Open run %1: %2").arg(run).arg(q(measured.message())), true);
-                return;
-              }
-              showMeasuredAgainstPlan(std::move(plan), std::make_shared<const Plan>(std::move(*measured)),
-                                      QStringLiteral("run %1").arg(run));
+              m_history->readRunPlan(run, [this, plan, run](std::shared_ptr<const Plan> measured) {
+                showMeasuredAgainstPlan(plan, std::move(measured), QStringLiteral("run %1").arg(run));
+              });
             });
   }
   const QString name = m_workspaceName.isEmpty() ? q(m_plan->config.schedule)
@@ -1095,15 +1090,11 @@ void MainWindow::openDeployDialog() {
   });
   connect(dialog, &DeployDialog::openRunRequested, this, [this, deployed, historyPath](history::RunId run) {
     if (m_history->store() == nullptr) m_history->openDatabase(historyPath);
-    auto measured = m_history->runPlan(run);
-    if (!measured) {
-      setStatus(QStringLiteral("Open run %1: %2").arg(run).arg(q(measured.message())), true);
-      return;
-    }
     // The measured run against the plan it executed (issue 8: the finished run opens in the
-    // compare view against its plan).
-    showMeasuredAgainstPlan(deployed, std::make_shared<const Plan>(std::move(*measured)),
-                            QStringLiteral("deployed run %1").arg(run));
+    // compare view against its plan), read off the GUI thread.
+    m_history->readRunPlan(run, [this, deployed, run](std::shared_ptr<const Plan> measured) {
+      showMeasuredAgainstPlan(deployed, std::move(measured), QStringLiteral("deployed run %1").arg(run));
+    });
   });
   dialog->show();
 #else

@@ -40,25 +40,19 @@ void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pa
     bool send;
     Transfer transfer;
   };
-  for (int d = 0; d < program.devices; ++d) {
-    DeviceProgram& dp = program.perDevice[static_cast<std::size_t>(d)];
-    // A consumer below 0 is the end of the iteration on another device (Program.hpp).
-    auto passOf = [&](std::int32_t op) {
-      return op < 0 ? std::numeric_limits<std::int64_t>::max() : pass[static_cast<std::size_t>(op)];
-    };
+  // When the abstract run executed op `op`; a consumer below 0 is the end of the iteration on
+  // another device (Program.hpp), after every pass.
+  auto passOf = [&](std::int32_t op) {
+    return op < 0 ? std::numeric_limits<std::int64_t>::max() : pass[static_cast<std::size_t>(op)];
+  };
+  for (DeviceProgram& dp : program.perDevice) {
     std::vector<Item> queue;
     for (const Step& s : dp.steps) {
-      for (const Transfer& t : s.sends) {
-        queue.push_back({pass[static_cast<std::size_t>(t.producerOp)], passOf(t.consumerOp), true, t});
-      }
-      for (const Transfer& t : s.receives) {
-        queue.push_back(
-            {pass[static_cast<std::size_t>(t.producerOp)], pass[static_cast<std::size_t>(t.consumerOp)], false, t});
-      }
+      for (const Transfer& t : s.sends) queue.push_back({passOf(t.producerOp), passOf(t.consumerOp), true, t});
+      for (const Transfer& t : s.receives) queue.push_back({passOf(t.producerOp), passOf(t.consumerOp), false, t});
     }
     for (const Transfer& t : dp.endReceives) {
-      queue.push_back(
-          {pass[static_cast<std::size_t>(t.producerOp)], std::numeric_limits<std::int64_t>::max(), false, t});
+      queue.push_back({passOf(t.producerOp), std::numeric_limits<std::int64_t>::max(), false, t});
     }
     std::sort(queue.begin(), queue.end(), [](const Item& a, const Item& b) {
       return std::tie(a.producerPass, a.consumerPass) < std::tie(b.producerPass, b.consumerPass);
@@ -69,7 +63,7 @@ void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pa
         (queue[next].send ? group.sends : group.receives).push_back(queue[next].transfer);
       }
     };
-    for (Step& s : dp.steps) post(s.rendezvous, pass[static_cast<std::size_t>(s.opIndex)]);
+    for (Step& s : dp.steps) post(s.rendezvous, passOf(s.opIndex));
     post(dp.trailing, std::numeric_limits<std::int64_t>::max());
   }
 }
@@ -490,12 +484,13 @@ Status ProgramCompiler::abstractRun(std::vector<std::int64_t>& pass) const {
   std::vector<char> done(m_plan.ops.size(), 0);
   pass.assign(m_plan.ops.size(), 0);
   std::int64_t passed = 0;
-  std::vector<std::size_t> at(static_cast<std::size_t>(m_devices), 0);
+  const auto& devices = m_program.perDevice;
+  std::vector<std::size_t> at(devices.size(), 0);
   for (bool progress = true; progress;) {
     progress = false;
-    for (int d = 0; d < m_devices; ++d) {
-      const auto& ds = m_program.perDevice[static_cast<std::size_t>(d)].steps;
-      auto& pos = at[static_cast<std::size_t>(d)];
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      const auto& ds = devices[d].steps;
+      auto& pos = at[d];
       while (pos < ds.size()) {
         const Step& s = ds[pos];
         const bool ready = std::all_of(s.receives.begin(), s.receives.end(), [&](const Transfer& t) {
@@ -510,9 +505,9 @@ Status ProgramCompiler::abstractRun(std::vector<std::int64_t>& pass) const {
     }
   }
   std::string stuck;
-  for (int d = 0; d < m_devices; ++d) {
-    const auto& ds = m_program.perDevice[static_cast<std::size_t>(d)].steps;
-    const auto pos = at[static_cast<std::size_t>(d)];
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const auto& ds = devices[d].steps;
+    const auto pos = at[d];
     if (pos >= ds.size()) continue;
     const Step& s = ds[pos];
     for (const Transfer& t : s.receives) {

@@ -51,20 +51,16 @@ std::map<std::tuple<int, int, int>, Producer> frozenProducers(const Plan& shell,
 std::vector<int> frozenConsumerStages(const Plan& shell, int feeder, int consumer) {
   std::vector<int> out;
   const auto& comps = shell.model.components;
-  if (feeder < 0 || consumer < 0 || static_cast<std::size_t>(feeder) >= comps.size() ||
-      static_cast<std::size_t>(consumer) >= comps.size()) {
-    return out;
-  }
-  const Component& f = comps[static_cast<std::size_t>(feeder)];
-  const Component& c = comps[static_cast<std::size_t>(consumer)];
+  if (!inRange(comps, feeder) || !inRange(comps, consumer)) return out;
+  const Component& f = shell.model.component(feeder);
+  const Component& c = shell.model.component(consumer);
   // A token-sequence output (text encoder) is the cross-attention context: every consumer
   // stage with an attention layer reads it (Rombach et al. 2022, §3.3, conditioning through
   // cross-attention in every transformer block of the UNet).
   if (!f.layers.empty() && isSequenceKind(f.layers.back().kind)) {
     for (const VirtualStage& vs : shell.virtualStages) {
       if (vs.component != consumer) continue;
-      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && static_cast<std::size_t>(l) < c.layers.size();
-           ++l) {
+      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(c.layers, l); ++l) {
         if (c.layer(l).kind == "attention") {
           out.push_back(vs.id);
           break;
@@ -170,7 +166,7 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
   if (m <= 0 || p <= 0) return out;
   const auto mu = static_cast<std::size_t>(m);
   const auto pu = static_cast<std::size_t>(p);
-  auto okStage = [&](int s) { return s >= 0 && static_cast<std::size_t>(s) < nStages; };
+  auto okStage = [&](int s) { return inRange(shell.virtualStages, s); };
   // Shards: the stages running S/T; their indices per (device, microbatch).
   std::vector<char> shard(nStages, 0);
   std::vector<std::int32_t> sIndex(pu * mu, -1), tIndex(pu * mu, -1);
@@ -191,9 +187,8 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
   // The last trainable stage of pipeline 0 that is not a shard feeds the output layer.
   int last = -1;
   for (const VirtualStage& vs : shell.virtualStages) {
-    if (vs.pipeline != 0 ||
-        shard[static_cast<std::size_t>(vs.id >= 0 && static_cast<std::size_t>(vs.id) < nStages ? vs.id : 0)])
-      continue;
+    const std::size_t id = inRange(shard, vs.id) ? static_cast<std::size_t>(vs.id) : 0;
+    if (vs.pipeline != 0 || shard[id]) continue;
     if (!inRange(shell.model.components, vs.component)) continue;
     if (!shell.model.component(vs.component).trainable) continue;
     last = std::max(last, vs.id);
@@ -211,8 +206,7 @@ std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector
       bLast[static_cast<std::size_t>(o.microbatch)] = static_cast<std::int32_t>(i);
   }
   const auto costs = stageCosts(shell);
-  const std::int64_t hiddenBytes =
-      static_cast<std::size_t>(last) < costs.size() ? costs[static_cast<std::size_t>(last)].outputBytes : 0;
+  const std::int64_t hiddenBytes = inRange(costs, last) ? costs[static_cast<std::size_t>(last)].outputBytes : 0;
   // Softmax statistics: max and sum per token (fp32), for the shards' LM head sequence.
   std::int64_t seq = 1;
   for (std::size_t s = 0; s < nStages && seq == 1; ++s) {
@@ -293,15 +287,12 @@ StageNeighbours stageNeighbours(const Plan& shell) {
   const auto& comps = shell.model.components;
   auto componentOf = [&](std::size_t i) { return shell.virtualStages[i].component; };
   auto trainable = [&](int component) {
-    return !inRange(comps, component) || comps[static_cast<std::size_t>(component)].trainable;
+    return !inRange(comps, component) || shell.model.component(component).trainable;
   };
   auto feeds = [&](int from, int to) {
-    if (from < 0 || to < 0 || static_cast<std::size_t>(from) >= comps.size() ||
-        static_cast<std::size_t>(to) >= comps.size()) {
-      return false;
-    }
-    const auto& names = comps[static_cast<std::size_t>(from)].feeds;
-    return std::find(names.begin(), names.end(), comps[static_cast<std::size_t>(to)].name) != names.end();
+    if (!inRange(comps, from) || !inRange(comps, to)) return false;
+    const auto& names = shell.model.component(from).feeds;
+    return std::find(names.begin(), names.end(), shell.model.component(to).name) != names.end();
   };
   auto link = [&](std::size_t from, std::size_t to) {
     c.previous[to] = static_cast<int>(from);
@@ -352,9 +343,10 @@ std::vector<std::vector<OrderedOp>> planLanes(const Plan& plan, std::vector<std:
   if (opIndex != nullptr) opIndex->assign(devices, {});
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
-    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
-    lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
-    if (opIndex != nullptr) (*opIndex)[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
+    if (!inRange(lanes, op.device)) continue;
+    const auto d = static_cast<std::size_t>(op.device);
+    lanes[d].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
+    if (opIndex != nullptr) (*opIndex)[d].push_back(static_cast<std::int32_t>(i));
   }
   return lanes;
 }

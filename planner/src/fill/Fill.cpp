@@ -14,6 +14,7 @@
 #include <map>
 #include <tuple>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -46,7 +47,7 @@ struct Idle {
 
 struct Piece {
   int device = 0;
-  int group = 0;  // index into groups
+  std::size_t group = 0;  // index into groups
   int microbatch = 0;
   int samples = 0;
   double startMs = 0;
@@ -106,26 +107,24 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   std::vector<Group> out;
   if (layers == 0) return out;
   const int devices = shell.config.devices;
-  std::vector<std::vector<LayerCosts>> costs(static_cast<std::size_t>(devices));
+  // costs[device][layer]
+  std::vector<std::vector<LayerCosts>> costs;
   for (int d = 0; d < devices; ++d) {
     const CostContext ctx = costContext(shell.cluster, shell.config, model.samplesPerMicrobatch, d, false);
-    for (const Layer& l : comp.layers) costs[static_cast<std::size_t>(d)].push_back(layerCosts(l, ctx));
+    auto& perLayer = costs.emplace_back();
+    for (const Layer& l : comp.layers) perLayer.push_back(layerCosts(l, ctx));
   }
   // Groups of balanced forward time (device 0's GPU): the `balanced` partitioner.
   const int k = std::min(kMaxGroups, layers);
+  std::vector<double> forwardMs;
+  for (const LayerCosts& c : costs[0]) forwardMs.push_back(c.forwardMs);
   PartitionProblem p;
   p.layers = layers;
   p.stages.assign(static_cast<std::size_t>(k), PartitionStage{});
-  p.computeMs.assign(static_cast<std::size_t>(k), std::vector<double>(static_cast<std::size_t>(layers)));
-  p.sendMs.assign(static_cast<std::size_t>(k), std::vector<double>(static_cast<std::size_t>(layers), 0.0));
-  p.activationBytes.assign(static_cast<std::size_t>(layers), 0.0);
-  p.staticBytes.assign(static_cast<std::size_t>(layers), 0.0);
-  for (int s = 0; s < k; ++s) {
-    for (int l = 0; l < layers; ++l) {
-      p.computeMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] =
-          costs[0][static_cast<std::size_t>(l)].forwardMs;
-    }
-  }
+  p.computeMs.assign(p.stages.size(), forwardMs);
+  p.sendMs.assign(p.stages.size(), std::vector<double>(forwardMs.size(), 0.0));
+  p.activationBytes.assign(forwardMs.size(), 0.0);
+  p.staticBytes.assign(forwardMs.size(), 0.0);
   std::vector<int> first;
   if (auto r = balancedPartition(p)) {
     first = r->firstLayer;
@@ -135,15 +134,13 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   for (int g = 0; g < k; ++g) {
     Group grp;
     grp.component = component;
-    grp.firstLayer = first[static_cast<std::size_t>(g)];
-    grp.lastLayer = (g + 1 < k ? first[static_cast<std::size_t>(g) + 1] : layers) - 1;
-    grp.forwardMs.assign(static_cast<std::size_t>(devices), 0.0);
-    for (int l = grp.firstLayer; l <= grp.lastLayer; ++l) {
-      for (int d = 0; d < devices; ++d) {
-        grp.forwardMs[static_cast<std::size_t>(d)] +=
-            costs[static_cast<std::size_t>(d)][static_cast<std::size_t>(l)].forwardMs;
-      }
-      const LayerCosts& c = costs[0][static_cast<std::size_t>(l)];
+    const auto gu = static_cast<std::size_t>(g);
+    grp.firstLayer = first[gu];
+    grp.lastLayer = (g + 1 < k ? first[gu + 1] : layers) - 1;
+    grp.forwardMs.assign(costs.size(), 0.0);
+    for (auto l = static_cast<std::size_t>(grp.firstLayer); l <= static_cast<std::size_t>(grp.lastLayer); ++l) {
+      for (std::size_t d = 0; d < costs.size(); ++d) grp.forwardMs[d] += costs[d][l].forwardMs;
+      const LayerCosts& c = costs[0][l];
       // Frozen forward: only one layer's activations are live at a time (no backward keeps
       // them); the largest layer bounds the op's footprint.
       grp.activationBytes = std::max(grp.activationBytes, static_cast<double>(c.activationBytes));
@@ -156,19 +153,17 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
 
 // Idle gaps of every device in a timed backbone plan, with the memory level during each.
 std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
-  const int devices = plan.config.devices;
-  std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(devices));
+  std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(plan.config.devices));
   for (const Op& op : plan.ops) {
-    if (op.device >= 0 && op.device < devices)
-      busy[static_cast<std::size_t>(op.device)].emplace_back(op.startMs, op.endMs);
+    if (inRange(busy, op.device)) busy[static_cast<std::size_t>(op.device)].emplace_back(op.startMs, op.endMs);
   }
   const MemoryTimeline mem = memoryTimeline(plan);
-  std::vector<std::vector<Idle>> out(static_cast<std::size_t>(devices));
-  for (int d = 0; d < devices; ++d) {
-    auto& b = busy[static_cast<std::size_t>(d)];
+  std::vector<std::vector<Idle>> out(busy.size());
+  for (std::size_t d = 0; d < busy.size(); ++d) {
+    auto& b = busy[d];
     std::sort(b.begin(), b.end());
-    const auto& curve = mem.devices[static_cast<std::size_t>(d)];
-    const double staticBytes = static_cast<double>(mem.staticBytes[static_cast<std::size_t>(d)]);
+    const auto& curve = mem.devices[d];
+    const double staticBytes = static_cast<double>(mem.staticBytes[d]);
     auto levelAt = [&](double t) {
       double level = staticBytes;
       for (const MemoryPoint& pt : curve) {  // few hundred points per device
@@ -181,10 +176,10 @@ std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
     };
     double cursor = 0;
     for (const auto& [s, e] : b) {
-      if (s > cursor + kEpsMs) out[static_cast<std::size_t>(d)].push_back({cursor, s, levelAt(cursor)});
+      if (s > cursor + kEpsMs) out[d].push_back({cursor, s, levelAt(cursor)});
       cursor = std::max(cursor, e);
     }
-    out[static_cast<std::size_t>(d)].push_back({cursor, kInf, staticBytes});
+    out[d].push_back({cursor, kInf, staticBytes});
   }
   return out;
 }
@@ -193,7 +188,7 @@ std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
 // from `readyMs` on; carves the gaps; appends pieces. Returns the end of the last piece, or
 // +inf when memory never allows one sample.
 double placeGroup(std::vector<Idle>& gaps, double readyMs, int samples, double perSampleMs, double perSampleBytes,
-                  double headroomBase, int device, int group, int microbatch, std::vector<Piece>& out) {
+                  double headroomBase, int device, std::size_t group, int microbatch, std::vector<Piece>& out) {
   int remaining = samples;
   double endMs = readyMs;
   for (std::size_t i = 0; i < gaps.size() && remaining > 0; ++i) {
@@ -236,26 +231,23 @@ struct Layout {
 ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const Layout& layout, bool before) {
   ScheduleSkeleton out;
   out.virtualStages = base.virtualStages;
-  const int devices = static_cast<int>(base.devices.size());
-  std::vector<int> chunkCount(static_cast<std::size_t>(devices), 0);
+  const std::size_t devices = base.devices.size();
+  std::vector<int> chunkCount(devices, 0);
   for (const auto& vs : out.virtualStages) {
-    if (vs.device >= 0 && vs.device < devices) {
-      chunkCount[static_cast<std::size_t>(vs.device)] =
-          std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
-    }
+    if (!inRange(chunkCount, vs.device)) continue;
+    int& count = chunkCount[static_cast<std::size_t>(vs.device)];
+    count = std::max(count, vs.chunk + 1);
   }
   // Stage ids ordered (component, device, group) so a frozen chain only links stages that
   // share a device (Simulator: chains per frozen component in id order).
-  std::map<std::tuple<int, int, int>, int> stageOf;
-  std::vector<std::tuple<int, int, int>> keys;
-  for (const Piece& pc : layout.pieces) {
-    keys.emplace_back(layout.groups[static_cast<std::size_t>(pc.group)].component, pc.device, pc.group);
-  }
+  std::map<std::tuple<int, int, std::size_t>, int> stageOf;
+  std::vector<std::tuple<int, int, std::size_t>> keys;
+  for (const Piece& pc : layout.pieces) keys.emplace_back(layout.groups[pc.group].component, pc.device, pc.group);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   for (const auto& key : keys) {
     const auto& [component, device, group] = key;
-    const Group& g = layout.groups[static_cast<std::size_t>(group)];
+    const Group& g = layout.groups[group];
     VirtualStage vs;
     vs.id = static_cast<int>(out.virtualStages.size());
     vs.device = device;
@@ -267,14 +259,13 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
     out.virtualStages.push_back(vs);
   }
   // Backbone op start times per device, in lane order (plan.ops is per device in order).
-  std::vector<std::vector<double>> startOf(static_cast<std::size_t>(devices));
+  std::vector<std::vector<double>> startOf(devices);
   for (const Op& op : timed.ops) startOf[static_cast<std::size_t>(op.device)].push_back(op.startMs);
-  std::vector<std::vector<Piece>> perDevice(static_cast<std::size_t>(devices));
+  std::vector<std::vector<Piece>> perDevice(devices);
   for (const Piece& pc : layout.pieces) perDevice[static_cast<std::size_t>(pc.device)].push_back(pc);
-  out.devices.resize(static_cast<std::size_t>(devices));
-  std::vector<std::vector<std::int32_t>> remap(static_cast<std::size_t>(devices));
-  for (int d = 0; d < devices; ++d) {
-    const auto du = static_cast<std::size_t>(d);
+  out.devices.resize(devices);
+  std::vector<std::vector<std::int32_t>> remap(devices);
+  for (std::size_t du = 0; du < devices; ++du) {
     auto& pcs = perDevice[du];
     std::stable_sort(pcs.begin(), pcs.end(), [](const Piece& a, const Piece& b) { return a.startMs < b.startMs; });
     const auto& lane = base.devices[du];
@@ -282,7 +273,7 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
     remap[du].resize(lane.size());
     std::size_t k = 0;
     auto emit = [&](const Piece& pc) {
-      const Group& g = layout.groups[static_cast<std::size_t>(pc.group)];
+      const Group& g = layout.groups[pc.group];
       OrderedOp o;
       o.virtualStage = stageOf[{g.component, pc.device, pc.group}];
       o.kind = OpKind::N;
@@ -309,8 +300,8 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
 }
 
 struct Frozen {
-  std::vector<int> order;                  // components
-  std::vector<std::vector<int>> groupsOf;  // per component index → indices into groups
+  std::vector<int> order;                          // components
+  std::vector<std::vector<std::size_t>> groupsOf;  // per component index → indices into groups
   std::vector<Group> groups;
 };
 
@@ -320,7 +311,7 @@ Frozen frozenGroups(const Plan& shell) {
   f.groupsOf.resize(shell.model.components.size());
   for (int c : f.order) {
     for (Group& g : makeGroups(shell, c)) {
-      f.groupsOf[static_cast<std::size_t>(c)].push_back(static_cast<int>(f.groups.size()));
+      f.groupsOf[static_cast<std::size_t>(c)].push_back(f.groups.size());
       f.groups.push_back(std::move(g));
     }
   }
@@ -336,31 +327,29 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   const int samples = static_cast<int>(std::max<std::int64_t>(1, timed.model.samplesPerMicrobatch));
   Layout layout;
   layout.groups = frozen.groups;
-  layout.extraStaticBytes.assign(static_cast<std::size_t>(devices), 0.0);
+  const auto ud = static_cast<std::size_t>(devices);
+  layout.extraStaticBytes.assign(ud, 0.0);
   std::vector<std::vector<Idle>> gaps;
   if (useGaps) {
     gaps = idleGaps(timed);
   } else {
     // `none`: a prologue before the pipeline; each device is free from 0 on, at static memory.
     const MemoryTimeline mem = memoryTimeline(timed);
-    for (int d = 0; d < devices; ++d)
-      gaps.push_back({Idle{0, kInf, static_cast<double>(mem.staticBytes[static_cast<std::size_t>(d)])}});
+    for (std::size_t d = 0; d < ud; ++d) gaps.push_back({Idle{0, kInf, static_cast<double>(mem.staticBytes[d])}});
   }
-  std::vector<double> peak(static_cast<std::size_t>(devices), 0.0);
-  for (int d = 0; d < devices; ++d) {
-    peak[static_cast<std::size_t>(d)] =
-        static_cast<double>(timed.metrics.devices[static_cast<std::size_t>(d)].peakMemoryBytes);
-  }
-  std::vector<std::vector<char>> hasGroup(static_cast<std::size_t>(devices),
-                                          std::vector<char>(frozen.groups.size(), 0));
+  std::vector<double> peak(ud, 0.0);
+  for (std::size_t d = 0; d < ud; ++d) peak[d] = static_cast<double>(timed.metrics.devices[d].peakMemoryBytes);
+  std::vector<std::vector<char>> hasGroup(ud, std::vector<char>(frozen.groups.size(), 0));
   // Where each frozen output goes: consumer devices, and per microbatch the consumer's first
   // F start (the cross-iteration deadline is that start plus the iteration period).
   const double periodMs = timed.metrics.makespanMs;
-  std::vector<double> fStart(timed.virtualStages.size() * static_cast<std::size_t>(m), kInf);
+  const auto mu = static_cast<std::size_t>(m);
+  auto slot = [mu](int virtualStage, int microbatch) {
+    return static_cast<std::size_t>(virtualStage) * mu + static_cast<std::size_t>(microbatch);
+  };
+  std::vector<double> fStart(timed.virtualStages.size() * mu, kInf);
   for (const Op& op : timed.ops) {
-    if (op.kind == OpKind::F)
-      fStart[static_cast<std::size_t>(op.virtualStage) * static_cast<std::size_t>(m) +
-             static_cast<std::size_t>(op.microbatch)] = op.startMs;
+    if (op.kind == OpKind::F) fStart[slot(op.virtualStage, op.microbatch)] = op.startMs;
   }
   // device and completion per (component, microbatch)
   std::map<std::pair<int, int>, std::pair<int, double>> done;
@@ -374,8 +363,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   if (independent && largestFirst) {
     auto workOf = [&](int c) {
       double ms = 0;
-      for (int g : frozen.groupsOf[static_cast<std::size_t>(c)])
-        ms += frozen.groups[static_cast<std::size_t>(g)].forwardMs[0];
+      for (std::size_t g : frozen.groupsOf[static_cast<std::size_t>(c)]) ms += frozen.groups[g].forwardMs[0];
       return ms;
     };
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return workOf(a) > workOf(b); });
@@ -392,8 +380,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       std::map<int, double> consumers;
       for (int s : consumerStages) {
         const int dc = timed.stage(s).device;
-        const double f =
-            fStart[static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb)];
+        const double f = fStart[slot(s, mb)];
         if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
         auto it = consumers.find(dc);
         if (it == consumers.end())
@@ -423,16 +410,15 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
         // Weights of groups this device does not hold yet raise its static memory for the
         // whole iteration.
         double newWeights = 0;
-        for (int g : gs) {
-          if (!hasGroup[du][static_cast<std::size_t>(g)])
-            newWeights += frozen.groups[static_cast<std::size_t>(g)].weightBytes;
+        for (std::size_t g : gs) {
+          if (!hasGroup[du][g]) newWeights += frozen.groups[g].weightBytes;
         }
         if (peak[du] + layout.extraStaticBytes[du] + newWeights > limit) continue;
         std::vector<Idle> trial = gaps[du];
         std::vector<Piece> pieces;
         double t = ready;
-        for (int g : gs) {
-          const Group& grp = frozen.groups[static_cast<std::size_t>(g)];
+        for (std::size_t g : gs) {
+          const Group& grp = frozen.groups[g];
           const double perSampleMs = grp.forwardMs[du] / samples;
           const double perSampleBytes = grp.activationBytes / samples;
           t = placeGroup(trial, t, samples, perSampleMs, perSampleBytes,
@@ -467,10 +453,10 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
             (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
       }
       const auto bu = static_cast<std::size_t>(bestDevice);
-      for (int g : gs) {
-        if (!hasGroup[bu][static_cast<std::size_t>(g)]) {
-          hasGroup[bu][static_cast<std::size_t>(g)] = 1;
-          layout.extraStaticBytes[bu] += frozen.groups[static_cast<std::size_t>(g)].weightBytes;
+      for (std::size_t g : gs) {
+        if (!hasGroup[bu][g]) {
+          hasGroup[bu][g] = 1;
+          layout.extraStaticBytes[bu] += frozen.groups[g].weightBytes;
         }
       }
       gaps[bu] = std::move(bestGaps);
@@ -603,7 +589,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
       df.overflowMs += dur - inside;
     }
     for (const Piece& pc : chosenLayout->pieces) {
-      const Group& g = chosenLayout->groups[static_cast<std::size_t>(pc.group)];
+      const Group& g = chosenLayout->groups[pc.group];
       if (g.firstLayer == 0) r.frozenSamples += pc.samples;
     }
     r.speedupOverNoFill = iterationMs > 0 ? noneMs / iterationMs : 1.0;
