@@ -88,78 +88,74 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
                                                             const std::vector<VirtualStage>& legs,
                                                             const SolveControl& control) {
   const int p = request.config.devices;
+  const auto pu = static_cast<std::size_t>(p);
   const auto trainable = request.model.trainableComponents();
-  std::vector<PartitionStage> stagesA(static_cast<std::size_t>(p));
-  std::vector<PartitionStage> stagesB(static_cast<std::size_t>(p));
+  std::vector<PartitionStage> stagesA(pu);
+  std::vector<PartitionStage> stagesB(pu);
   for (int k = 0; k < p; ++k) {
-    stagesA[static_cast<std::size_t>(k)].device = k;
-    stagesB[static_cast<std::size_t>(k)].device = p - 1 - k;
+    const auto uk = static_cast<std::size_t>(k);
+    stagesA[uk].device = k;
+    stagesB[uk].device = p - 1 - k;
   }
   const PartitionProblem a = buildPartitionProblem(request, trainable[0], stagesA);
   const PartitionProblem b = buildPartitionProblem(request, trainable[1], stagesB);
   const int la = a.layers;
   const int lb = b.layers;
-  if (la < p || lb < p || legs.size() != 2 * static_cast<std::size_t>(p)) return std::nullopt;
+  if (la < p || lb < p || legs.size() != 2 * pu) return std::nullopt;
   constexpr double kMaxWork = 2e7;  // transitions per bound; beyond it keep the per-leg split
   if (static_cast<double>(p) * la * la * lb > kMaxWork) return std::nullopt;
   auto prefix = [](const PartitionProblem& q) {
-    std::vector<std::vector<double>> c(q.stages.size(),
-                                       std::vector<double>(static_cast<std::size_t>(q.layers) + 1, 0.0));
+    const auto layers = static_cast<std::size_t>(q.layers);
+    std::vector<std::vector<double>> c(q.stages.size(), std::vector<double>(layers + 1, 0.0));
     for (std::size_t s = 0; s < q.stages.size(); ++s) {
-      for (std::size_t l = 0; l < static_cast<std::size_t>(q.layers); ++l)
-        c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
+      for (std::size_t l = 0; l < layers; ++l) c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
     }
     return c;
   };
   const auto ca = prefix(a);
   const auto cb = prefix(b);
   // Stage s of q ends with layer end−1: its send to the next stage (none for the last one).
-  auto send = [](const PartitionProblem& q, int s, int end) {
-    return s + 1 < static_cast<int>(q.stages.size())
-               ? std::max(0.0, q.sendMs[static_cast<std::size_t>(s)][static_cast<std::size_t>(end - 1)])
-               : 0.0;
+  auto send = [](const PartitionProblem& q, std::size_t s, std::size_t end) {
+    return s + 1 < q.stages.size() ? std::max(0.0, q.sendMs[s][end - 1]) : 0.0;
   };
-  const auto ua = static_cast<std::size_t>(la) + 1;
-  const auto ub = static_cast<std::size_t>(lb) + 1;
-  auto timeA = [&](int d, int i, int i2) {
-    return ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i2)] -
-           ca[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)] + send(a, d, i2);
-  };
-  auto timeB = [&](int k, int j2, int j) {
-    return cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)] -
-           cb[static_cast<std::size_t>(k)][static_cast<std::size_t>(j2)] + send(b, k, j);
-  };
+  // Layer counts (la, lb >= p >= 0 here) and the state dimensions.
+  const auto na = static_cast<std::size_t>(la);
+  const auto nb = static_cast<std::size_t>(lb);
+  const std::size_t ua = na + 1;
+  const std::size_t ub = nb + 1;
+  auto timeA = [&](std::size_t d, std::size_t i, std::size_t i2) { return ca[d][i2] - ca[d][i] + send(a, d, i2); };
+  auto timeB = [&](std::size_t k, std::size_t j2, std::size_t j) { return cb[k][j] - cb[k][j2] + send(b, k, j); };
   // reach[d][i·ub + j]: after devices 0..d, A's first i layers and B's layers from j on are
   // placed. Given A's stage d = [i, i2) and B's end j, B's stage k = [j2, j) fits the bound for
   // every j2 from the smallest allowed one up to j − 1 (its send depends on j only), so the
   // new states form an interval per i2, marked with a difference array.
-  std::vector<std::vector<char>> reach(static_cast<std::size_t>(p), std::vector<char>(ua * ub, 0));
+  std::vector<std::vector<char>> reach(pu, std::vector<char>(ua * ub, 0));
   auto feasible = [&](double bound) {
     std::vector<char> cur(ua * ub, 0);
-    cur[static_cast<std::size_t>(lb)] = 1;  // i = 0, j = lb
+    cur[nb] = 1;  // i = 0, j = lb
     std::vector<int> diff(ub + 1);
-    for (int d = 0; d < p; ++d) {
-      const int k = p - 1 - d;  // B's stage on device d
-      const auto& row = cb[static_cast<std::size_t>(k)];
-      auto& next = reach[static_cast<std::size_t>(d)];
+    for (std::size_t d = 0; d < pu; ++d) {
+      const std::size_t k = pu - 1 - d;  // B's stage on device d
+      const auto& row = cb[k];
+      auto& next = reach[d];
       std::fill(next.begin(), next.end(), 0);
-      const int iHi = la - (p - 1 - d);  // A's later stages keep a layer each
-      for (int i2 = d + 1; i2 <= iHi; ++i2) {
+      const std::size_t iHi = na - k;  // A's later stages keep a layer each
+      for (std::size_t i2 = d + 1; i2 <= iHi; ++i2) {
         std::fill(diff.begin(), diff.end(), 0);
         bool any = false;
-        for (int i = i2 - 1; i >= d; --i) {
+        for (std::size_t i = i2; i-- > d;) {  // i = i2 − 1 down to d
           const double ta = timeA(d, i, i2);
           if (ta > bound) break;  // A's stage only grows as it starts earlier
-          for (int j = k + 1; j <= lb; ++j) {
-            if (!cur[static_cast<std::size_t>(i) * ub + static_cast<std::size_t>(j)]) continue;
+          for (std::size_t j = k + 1; j <= nb; ++j) {
+            if (!cur[i * ub + j]) continue;
             // Smallest j2 ≥ k (B's earlier stages keep a layer; stage 0 starts at 0).
-            const double need = row[static_cast<std::size_t>(j)] + send(b, k, j) - (bound - ta);
-            int lo = static_cast<int>(std::lower_bound(row.begin() + k, row.begin() + j, need) - row.begin());
+            const double need = row[j] + send(b, k, j) - (bound - ta);
+            auto lo = static_cast<std::size_t>(std::lower_bound(row.data() + k, row.data() + j, need) - row.data());
             if (k == 0) lo = lo == 0 ? 0 : j;
-            const int hi = k == 0 ? std::min(j, 1) : j;  // stage 0 must start at layer 0
+            const std::size_t hi = k == 0 ? std::min<std::size_t>(j, 1) : j;  // stage 0 must start at layer 0
             if (lo >= hi) continue;
-            ++diff[static_cast<std::size_t>(lo)];
-            --diff[static_cast<std::size_t>(hi)];
+            ++diff[lo];
+            --diff[hi];
             any = true;
           }
         }
@@ -167,26 +163,26 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
         int run = 0;
         for (std::size_t j2 = 0; j2 < ub; ++j2) {
           run += diff[j2];
-          if (run > 0) next[static_cast<std::size_t>(i2) * ub + j2] = 1;
+          if (run > 0) next[i2 * ub + j2] = 1;
         }
       }
       cur = next;
     }
-    return cur[static_cast<std::size_t>(la) * ub] != 0;
+    return cur[na * ub] != 0;
   };
   // Upper bound: the per-leg dp split's busiest device.
   double hi = 0;
   {
-    std::vector<double> device(static_cast<std::size_t>(p), 0.0);
+    std::vector<double> device(pu, 0.0);
     for (std::size_t k = 0; k < legs.size(); ++k) {
       const VirtualStage& vs = legs[k];
-      const bool isA = static_cast<int>(k) < p;
+      const bool isA = k < pu;
       const PartitionProblem& q = isA ? a : b;
       const auto& c = isA ? ca : cb;
-      const int s = isA ? static_cast<int>(k) : static_cast<int>(k) - p;
-      device[static_cast<std::size_t>(vs.device)] +=
-          c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.lastLayer) + 1] -
-          c[static_cast<std::size_t>(s)][static_cast<std::size_t>(vs.firstLayer)] + send(q, s, vs.lastLayer + 1);
+      const std::size_t s = isA ? k : k - pu;
+      const auto first = static_cast<std::size_t>(vs.firstLayer);
+      const auto end = static_cast<std::size_t>(vs.lastLayer) + 1;
+      device[static_cast<std::size_t>(vs.device)] += c[s][end] - c[s][first] + send(q, s, end);
     }
     hi = *std::max_element(device.begin(), device.end()) * (1 + 1e-9) + 1e-12;
   }
@@ -201,20 +197,18 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
   // Walk back from (la, 0) after the last device: any reachable predecessor whose two stages
   // fit the bound.
   std::vector<VirtualStage> out = legs;
-  std::vector<int> firstA(static_cast<std::size_t>(p)), firstB(static_cast<std::size_t>(p));
-  int i2 = la;
-  int j2 = 0;
-  for (int d = p - 1; d >= 0; --d) {
-    const int k = p - 1 - d;
-    firstB[static_cast<std::size_t>(k)] = j2;
+  std::vector<int> firstA(pu), firstB(pu);
+  std::size_t i2 = na;
+  std::size_t j2 = 0;
+  for (std::size_t d = pu; d-- > 0;) {  // d = p − 1 down to 0
+    const std::size_t k = pu - 1 - d;
+    firstB[k] = static_cast<int>(j2);
     bool found = false;
-    for (int i = d; i < i2 && !found; ++i) {
-      for (int j = j2 + 1; j <= lb && !found; ++j) {
-        const bool reachable = d == 0 ? (i == 0 && j == lb)
-                                      : reach[static_cast<std::size_t>(d - 1)]
-                                             [static_cast<std::size_t>(i) * ub + static_cast<std::size_t>(j)] != 0;
+    for (std::size_t i = d; i < i2 && !found; ++i) {
+      for (std::size_t j = j2 + 1; j <= nb && !found; ++j) {
+        const bool reachable = d == 0 ? (i == 0 && j == nb) : reach[d - 1][i * ub + j] != 0;
         if (!reachable || timeA(d, i, i2) + timeB(k, j2, j) > hi * (1 + 1e-9)) continue;
-        firstA[static_cast<std::size_t>(d)] = i;
+        firstA[d] = static_cast<int>(i);
         i2 = i;
         j2 = j;
         found = true;
@@ -222,14 +216,13 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
     }
     if (!found) return std::nullopt;  // cannot happen after feasible(hi)
   }
-  for (int k = 0; k < p; ++k) {
-    const auto uk = static_cast<std::size_t>(k);
-    VirtualStage& va = out[uk];
-    va.firstLayer = firstA[uk];
-    va.lastLayer = (k + 1 < p ? firstA[uk + 1] : la) - 1;
-    VirtualStage& vb = out[static_cast<std::size_t>(p + k)];
-    vb.firstLayer = firstB[uk];
-    vb.lastLayer = (k + 1 < p ? firstB[uk + 1] : lb) - 1;
+  for (std::size_t k = 0; k < pu; ++k) {
+    VirtualStage& va = out[k];
+    va.firstLayer = firstA[k];
+    va.lastLayer = (k + 1 < pu ? firstA[k + 1] : la) - 1;
+    VirtualStage& vb = out[pu + k];
+    vb.firstLayer = firstB[k];
+    vb.lastLayer = (k + 1 < pu ? firstB[k + 1] : lb) - 1;
   }
   return out;
 }
@@ -249,6 +242,7 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
   if (!generator) return Error{"opposed backbones: schedule zb-v is not registered"};
   const int p = r.config.devices;
   const int m = r.config.microbatches;
+  const auto pu = static_cast<std::size_t>(p);
   const ScheduleShape shape{p, m, 2};
   if (auto st = generator->validate(shape); !st) return st.error();
 
@@ -257,7 +251,7 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
   auto stages = partitionWithLegs(r, *generator, generator->placement(shape), control);
   if (!stages) return stages.error();
   const auto trainable = r.model.trainableComponents();
-  if (stages->size() != 2 * static_cast<std::size_t>(p)) {
+  if (stages->size() != 2 * pu) {
     return Error{"opposed backbones: the V placement did not split into one leg per backbone"};
   }
   for (int k = 0; k < 2 * p; ++k) {
@@ -283,8 +277,7 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
     ScheduleInput input;
     input.shape = {p, 2 * m, 2};
     input.virtualStages = shell.virtualStages;
-    for (std::size_t k = static_cast<std::size_t>(p); k < input.virtualStages.size(); ++k)
-      input.virtualStages[k].pipeline = 1;
+    for (std::size_t k = pu; k < input.virtualStages.size(); ++k) input.virtualStages[k].pipeline = 1;
     input.stages = stageEstimates(shell);
     input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
     input.memoryLimitBytes = r.config.memoryLimitBytes;
@@ -294,14 +287,13 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
     options.splitBackward = true;
     options.preferContinuing = true;
     options.boundEveryForward = true;
-    options.microbatchPipeline.resize(2 * static_cast<std::size_t>(m));
-    for (int mb = 0; mb < 2 * m; ++mb) options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
+    for (int mb = 0; mb < 2 * m; ++mb) options.microbatchPipeline.push_back(mb % 2);
     // Activation budget: p microbatches of both backbones per device, zb-v's 1F1B-level peak
     // (each real microbatch is one pseudo-microbatch per leg).
     const auto a0 = schedules::activationPerMicrobatch(input, 0);
     const auto a1 = schedules::activationPerMicrobatch(input, 1);
-    options.capBytes.resize(static_cast<std::size_t>(p));
-    for (std::size_t d = 0; d < static_cast<std::size_t>(p); ++d) {
+    options.capBytes.resize(pu);
+    for (std::size_t d = 0; d < pu; ++d) {
       options.capBytes[d] = std::max<std::int64_t>(1, static_cast<std::int64_t>(p) * (a0[d] + a1[d]));
     }
     auto skeleton = schedules::greedyOrder(input, options);

@@ -84,8 +84,7 @@ std::vector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSk
     OpKind lastParamKind = OpKind::OPT;
     for (const OrderedOp& o : lane) {
       double saved = 0;
-      const bool known = inRange(costs, o.virtualStage);
-      const StageCosts* c = known ? &costs[static_cast<std::size_t>(o.virtualStage)] : nullptr;
+      const StageCosts* c = inRange(costs, o.virtualStage) ? costs.data() + o.virtualStage : nullptr;
       switch (o.kind) {
         case OpKind::F:
           if (c && lastParamKind == OpKind::F && lastF == o.virtualStage) saved = c->zeroGatherForwardMs;
@@ -169,8 +168,10 @@ class Simulation {
         m_options(options),
         m_p(shell.config.devices),
         m_m(shell.config.microbatches),
+        m_pu(static_cast<std::size_t>(std::max(0, m_p))),
         m_mu(static_cast<std::size_t>(std::max(0, m_m))),
-        m_nStages(static_cast<std::int32_t>(shell.virtualStages.size())),
+        m_stageCount(shell.virtualStages.size()),
+        m_nStages(static_cast<std::int32_t>(m_stageCount)),
         m_samplesPerMb(static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch))),
         m_running(m_p) {}
 
@@ -184,6 +185,10 @@ class Simulation {
 
  private:
   std::int32_t stageDevice(std::int32_t stage) const { return m_shell.stage(stage).device; }
+  // The slot of (stage, microbatch) in the per-(stage, microbatch) tables; both are valid ids.
+  std::size_t key(std::int32_t stage, std::int32_t microbatch) const {
+    return static_cast<std::size_t>(stage) * m_mu + static_cast<std::size_t>(microbatch);
+  }
   Error missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const;
   std::optional<Error> producers(std::int32_t i, Pred* slot) const;
   std::optional<Error> countDataFlowEdges();
@@ -202,7 +207,9 @@ class Simulation {
   const SimulationOptions& m_options;
   const int m_p;
   const int m_m;
-  const std::size_t m_mu;  // m_m as an index factor
+  const std::size_t m_pu;  // m_p and m_m as sizes and index factors
+  const std::size_t m_mu;
+  const std::size_t m_stageCount;
   const std::int32_t m_nStages;
   const double m_samplesPerMb;
 
@@ -268,29 +275,29 @@ std::optional<Error> Simulation::validateShape() const {
 std::optional<Error> Simulation::flatten() {
   m_costs = stageCosts(m_shell);
   chainNeighbours(m_shell, m_prevStage, m_nextStage);
-  const auto pu = static_cast<std::size_t>(m_p);
-  m_offset.assign(pu + 1, 0);
+  m_offset.assign(m_pu + 1, 0);
   std::size_t totalOps = 0;
-  for (std::size_t d = 0; d < pu; ++d) totalOps += m_skeleton.devices[d].size();
+  for (const auto& lane : m_skeleton.devices) totalOps += lane.size();
   // Op indices are int32.
   if (totalOps > (std::size_t{1} << 30))
     return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
-  for (std::size_t d = 0; d < pu; ++d) {
+  for (std::size_t d = 0; d < m_pu; ++d) {
     m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(m_skeleton.devices[d].size());
   }
   m_nOps = m_offset.back();
-  m_shell.ops.reserve(static_cast<std::size_t>(m_nOps));  // appended in index order below
-  const auto table = static_cast<std::size_t>(m_nStages) * m_mu;
+  m_shell.ops.reserve(totalOps);  // appended in index order below
+  const std::size_t table = m_stageCount * m_mu;
   m_fIdx.assign(table, kNone);
   m_bIdx.assign(table, kNone);
   m_wIdx.assign(table, kNone);
   m_nIdx.assign(table, kNone);
   m_bIsFused.assign(table, 0);
   for (int d = 0; d < m_p; ++d) {
-    const auto& lane = m_skeleton.devices[static_cast<std::size_t>(d)];
+    const auto du = static_cast<std::size_t>(d);
+    const auto& lane = m_skeleton.devices[du];
     for (std::size_t i = 0; i < lane.size(); ++i) {
       const OrderedOp& o = lane[i];
-      const std::int32_t idx = m_offset[static_cast<std::size_t>(d)] + static_cast<std::int32_t>(i);
+      const std::int32_t idx = m_offset[du] + static_cast<std::int32_t>(i);
       if (o.virtualStage < 0 || o.virtualStage >= m_nStages) {
         return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
       }
@@ -308,30 +315,30 @@ std::optional<Error> Simulation::flatten() {
       op.kind = o.kind;
       op.microbatch = o.microbatch;
       op.samples = o.samples;
-      double dur =
-          baseDurationMs(o.kind, m_costs[static_cast<std::size_t>(o.virtualStage)], m_shell.config.vocabBarriers);
+      const auto s = static_cast<std::size_t>(o.virtualStage);
+      double dur = baseDurationMs(o.kind, m_costs[s], m_shell.config.vocabBarriers);
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
       if (!std::isfinite(dur)) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
       }
-      const std::size_t key = static_cast<std::size_t>(o.virtualStage) * m_mu + static_cast<std::size_t>(o.microbatch);
+      const std::size_t k = key(o.virtualStage, o.microbatch);
       std::int32_t* slot = nullptr;
       switch (o.kind) {
         case OpKind::F:
-          slot = &m_fIdx[key];
+          slot = &m_fIdx[k];
           break;
         case OpKind::B:
-          slot = &m_bIdx[key];
+          slot = &m_bIdx[k];
           break;
         case OpKind::BW:
-          slot = &m_bIdx[key];
-          m_bIsFused[key] = 1;
+          slot = &m_bIdx[k];
+          m_bIsFused[k] = 1;
           break;
         case OpKind::W:
-          slot = &m_wIdx[key];
+          slot = &m_wIdx[k];
           break;
         case OpKind::N:
-          m_nIdx[key] = idx;
+          m_nIdx[k] = idx;
           break;  // partial batches: several N per key
         default:
           break;
@@ -339,8 +346,7 @@ std::optional<Error> Simulation::flatten() {
       if (!slot) continue;
       if (*slot != kNone) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
-                     std::to_string(*slot - m_offset[static_cast<std::size_t>(d)]) + " of device " + std::to_string(d) +
-                     ")"};
+                     std::to_string(*slot - m_offset[du]) + " of device " + std::to_string(d) + ")"};
       }
       *slot = idx;
     }
@@ -368,22 +374,21 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
   slot[0] = slot[1] = Pred{kNone, kNone};
   const Op& op = m_shell.op(i);
   const auto s = static_cast<std::size_t>(op.virtualStage);
-  const auto mb = static_cast<std::size_t>(op.microbatch);
   switch (op.kind) {
     case OpKind::F:
       if (m_prevStage[s] != kNone) {
-        const std::int32_t src = m_fIdx[static_cast<std::size_t>(m_prevStage[s]) * m_mu + mb];
+        const std::int32_t src = m_fIdx[key(m_prevStage[s], op.microbatch)];
         if (src == kNone) return missing(i, OpKind::F, m_prevStage[s], op.microbatch);
         slot[0] = {src, m_prevStage[s]};
       }
       break;
     case OpKind::B:
     case OpKind::BW: {
-      const std::int32_t own = m_fIdx[s * m_mu + mb];
-      if (own == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
-      slot[0] = {own, op.virtualStage};
+      const std::int32_t forward = m_fIdx[key(op.virtualStage, op.microbatch)];
+      if (forward == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
+      slot[0] = {forward, op.virtualStage};
       if (m_nextStage[s] != kNone) {
-        const std::int32_t src = m_bIdx[static_cast<std::size_t>(m_nextStage[s]) * m_mu + mb];
+        const std::int32_t src = m_bIdx[key(m_nextStage[s], op.microbatch)];
         if (src == kNone)
           return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, m_nextStage[s], op.microbatch);
         slot[1] = {src, m_nextStage[s]};
@@ -391,8 +396,9 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
       break;
     }
     case OpKind::W: {
-      const std::int32_t src = m_bIdx[s * m_mu + mb];
-      if (src == kNone || m_bIsFused[s * m_mu + mb]) {
+      const std::size_t own = key(op.virtualStage, op.microbatch);
+      const std::int32_t src = m_bIdx[own];
+      if (src == kNone || m_bIsFused[own]) {
         return missing(i, OpKind::B, op.virtualStage, op.microbatch);
       }
       slot[0] = {src, op.virtualStage};
@@ -400,7 +406,7 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
     }
     case OpKind::N:
       if (m_prevStage[s] != kNone) {
-        const std::int32_t src = m_nIdx[static_cast<std::size_t>(m_prevStage[s]) * m_mu + mb];
+        const std::int32_t src = m_nIdx[key(m_prevStage[s], op.microbatch)];
         if (src != kNone) slot[0] = {src, m_prevStage[s]};
       }
       break;
@@ -411,8 +417,8 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
 }
 
 std::optional<Error> Simulation::buildConsumerGraph() {
-  m_state.assign(static_cast<std::size_t>(m_nOps), OpState{});
-  m_firstOut.assign(static_cast<std::size_t>(m_nOps) + 1, 0);
+  m_state.assign(m_shell.ops.size(), OpState{});
+  m_firstOut.assign(m_shell.ops.size() + 1, 0);
   if (auto err = countDataFlowEdges()) return err;
   if (auto err = resolveExtraDependencies()) return err;
   buildConsumers();
@@ -441,10 +447,10 @@ std::optional<Error> Simulation::countDataFlowEdges() {
 std::optional<Error> Simulation::resolveExtraDependencies() {
   m_extra.reserve(m_skeleton.extraDependencies.size());
   auto resolve = [&](const OpRef& r) -> std::int32_t {
-    if (r.device < 0 || r.device >= m_p) return kNone;
-    const auto& lane = m_skeleton.devices[static_cast<std::size_t>(r.device)];
-    if (!inRange(lane, r.index)) return kNone;
-    return m_offset[static_cast<std::size_t>(r.device)] + r.index;
+    if (!inRange(m_skeleton.devices, r.device)) return kNone;
+    const auto d = static_cast<std::size_t>(r.device);
+    if (!inRange(m_skeleton.devices[d], r.index)) return kNone;
+    return m_offset[d] + r.index;
   };
   for (const OpDependency& dep : m_skeleton.extraDependencies) {
     const std::int32_t a = resolve(dep.from);
@@ -497,7 +503,7 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
 // chain predecessor, so data-flow edges share 3 classes per stage (ClusterSpec::transferMs
 // is pure); every extra dependency gets a class of its own.
 void Simulation::buildConsumers() {
-  m_classes.assign(static_cast<std::size_t>(m_nStages) * 3, EdgeClass{});
+  m_classes.assign(m_stageCount * 3, EdgeClass{});
   for (const Edge& e : m_extra) {
     const bool sameDevice = m_shell.op(e.from).device == m_shell.op(e.to).device;
     if (!sameDevice) ++m_crossEdges;
@@ -507,9 +513,9 @@ void Simulation::buildConsumers() {
   }
   // Inclusive prefix sums: firstOut[x] is the end of x's consumers; filling backwards with
   // --firstOut[x] leaves it at their start, so firstOut[x + 1] is their end.
-  for (std::int32_t i = 1; i < m_nOps; ++i)
-    m_firstOut[static_cast<std::size_t>(i)] += m_firstOut[static_cast<std::size_t>(i) - 1];
-  if (m_nOps > 0) m_firstOut[static_cast<std::size_t>(m_nOps)] = m_firstOut[static_cast<std::size_t>(m_nOps) - 1];
+  const std::size_t n = m_state.size();
+  for (std::size_t i = 1; i < n; ++i) m_firstOut[i] += m_firstOut[i - 1];
+  if (n > 0) m_firstOut[n] = m_firstOut[n - 1];
   // Every slot is written below: no value-initialisation of this (large) array.
   m_outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(m_firstOut.back()));
   Out* outs = m_outs.get();
@@ -523,8 +529,7 @@ void Simulation::buildConsumers() {
     c.transferMs =
         deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
     m_classes.push_back(c);
-    outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(e->from)])] = {
-        e->to, static_cast<std::int32_t>(m_classes.size() - 1)};
+    outs[--m_firstOut[static_cast<std::size_t>(e->from)]] = {e->to, static_cast<std::int32_t>(m_classes.size() - 1)};
   }
   for (std::int32_t i = m_nOps - 1; i >= 0; --i) {
     Pred slot[2];
@@ -533,8 +538,7 @@ void Simulation::buildConsumers() {
     for (int k = 1; k >= 0; --k) {
       const Pred& pr = slot[k];
       if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
-      outs[static_cast<std::size_t>(--m_firstOut[static_cast<std::size_t>(pr.from)])] = {
-          i, dataFlowClass(pr.fromStage, op.virtualStage)};
+      outs[--m_firstOut[static_cast<std::size_t>(pr.from)]] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
     }
   }
 }
@@ -544,11 +548,11 @@ void Simulation::buildConsumers() {
 void Simulation::prepareTiming() {
   // Duration of each op kind per stage (the expressions of flatten, so the values are the
   // same bits); a partial batch scales it by its share of the samples (durationMs).
-  m_kindDurationMs.assign(static_cast<std::size_t>(m_nStages) * kOpKindCount, 0.0);
-  for (std::int32_t s = 0; s < m_nStages; ++s) {
-    for (int k = 0; k < kOpKindCount; ++k) {
-      m_kindDurationMs[static_cast<std::size_t>(s) * kOpKindCount + static_cast<std::size_t>(k)] =
-          baseDurationMs(static_cast<OpKind>(k), m_costs[static_cast<std::size_t>(s)], m_shell.config.vocabBarriers);
+  m_kindDurationMs.assign(m_stageCount * kOpKindCount, 0.0);
+  for (std::size_t s = 0; s < m_stageCount; ++s) {
+    for (std::size_t k = 0; k < kOpKindCount; ++k) {
+      m_kindDurationMs[s * kOpKindCount + k] =
+          baseDurationMs(static_cast<OpKind>(k), m_costs[s], m_shell.config.vocabBarriers);
     }
   }
   m_gatherSavedMs = blockwiseGatherSavingsMs(m_shell, m_skeleton, m_costs);
@@ -563,11 +567,11 @@ void Simulation::prepareTiming() {
   if (!m_shell.config.overlapForwardBackward) return;
   const auto groups = overlappedGroups(m_shell, m_skeleton.devices);
   if (groups.empty()) return;
-  m_groupSize.assign(static_cast<std::size_t>(m_nOps), 1);
+  m_groupSize.assign(m_shell.ops.size(), 1);
   for (const OverlapGroup& g : groups) {
-    const std::int32_t lead = m_offset[static_cast<std::size_t>(g.device)] + g.first;
-    m_groupSize[static_cast<std::size_t>(lead)] = static_cast<std::int8_t>(g.size);
-    for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[static_cast<std::size_t>(lead + k)] = 0;
+    const auto lead = static_cast<std::size_t>(m_offset[static_cast<std::size_t>(g.device)] + g.first);
+    m_groupSize[lead] = static_cast<std::int8_t>(g.size);
+    for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + static_cast<std::size_t>(k)] = 0;
   }
 }
 
@@ -610,10 +614,11 @@ bool Simulation::tryStart(int d) {
   if (m_busy[du]) return false;
   const std::int32_t idx = m_offset[du] + m_position[du];
   if (idx >= m_offset[du + 1]) return false;
-  const OpState& st = m_state[static_cast<std::size_t>(idx)];
+  const auto i = static_cast<std::size_t>(idx);
+  const OpState& st = m_state[i];
   if (st.pending != 0) return false;
-  Op& op = m_shell.op(idx);
-  const std::int32_t size = m_groupSize.empty() ? 1 : m_groupSize[static_cast<std::size_t>(idx)];
+  Op& op = m_shell.ops[i];
+  const std::int32_t size = m_groupSize.empty() ? 1 : m_groupSize[i];
   if (size > 1) {
     double readyMs = std::max(m_deviceFreeMs[du], st.readyMs);
     for (std::int32_t k = 1; k < size; ++k) {
@@ -632,14 +637,14 @@ bool Simulation::tryStart(int d) {
   // Sixty-odd devices walk their orders side by side, too many streams for the hardware
   // prefetcher: fetch what this op's end and this device's next start will read.
   if (idx + 1 < m_offset[du + 1]) {
-    const Op* next = &m_shell.ops[static_cast<std::size_t>(idx) + 1];
+    const Op* next = &m_shell.ops[i + 1];
     __builtin_prefetch(next);
     __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(Op) - 1);  // an Op may straddle two lines
-    __builtin_prefetch(&m_state[static_cast<std::size_t>(idx) + 1]);
+    __builtin_prefetch(&m_state[i + 1]);
   }
-  for (std::int32_t k = m_firstOut[static_cast<std::size_t>(idx)]; k < m_firstOut[static_cast<std::size_t>(idx) + 1];
-       ++k) {
-    __builtin_prefetch(&m_state[static_cast<std::size_t>(m_outs[static_cast<std::size_t>(k)].to)]);
+  const Out* outs = m_outs.get();
+  for (std::int32_t k = m_firstOut[i]; k < m_firstOut[i + 1]; ++k) {
+    __builtin_prefetch(&m_state[static_cast<std::size_t>(outs[k].to)]);
   }
   return true;
 }
@@ -651,8 +656,9 @@ void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
   const Op& op = m_shell.op(code);
   ++m_completed;
   ++m_position[du];
-  const Out* o = m_outs.get() + m_firstOut[static_cast<std::size_t>(code)];
-  const Out* oEnd = m_outs.get() + m_firstOut[static_cast<std::size_t>(code) + 1];
+  const auto producer = static_cast<std::size_t>(code);
+  const Out* o = m_outs.get() + m_firstOut[producer];
+  const Out* oEnd = m_outs.get() + m_firstOut[producer + 1];
   for (; o != oEnd; ++o) {
     OpState& consumer = m_state[static_cast<std::size_t>(o->to)];
     const EdgeClass& edge = m_classes[static_cast<std::size_t>(o->edgeClass)];
@@ -661,7 +667,7 @@ void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
       --consumer.pending;
       continue;
     }
-    const std::size_t link = du * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(edge.toDevice);
+    const std::size_t link = du * m_pu + static_cast<std::size_t>(edge.toDevice);
     const double startMs = std::max(timeMs, m_linkFreeMs[link]);
     const double endMs = startMs + edge.transferMs;
     m_linkFreeMs[link] = endMs;
@@ -689,11 +695,10 @@ void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
 // possibly later than the current event. Transfers on a link queue in the order their
 // producers complete, which is the sending device's op order.
 void Simulation::run() {
-  const auto pu = static_cast<std::size_t>(m_p);
-  m_position.assign(pu, 0);
-  m_busy.assign(pu, 0);
-  m_deviceFreeMs.assign(pu, 0.0);
-  m_linkFreeMs.assign(pu * pu, 0.0);
+  m_position.assign(m_pu, 0);
+  m_busy.assign(m_pu, 0);
+  m_deviceFreeMs.assign(m_pu, 0.0);
+  m_linkFreeMs.assign(m_pu * m_pu, 0.0);
   if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
   for (int d = 0; d < m_p; ++d) tryStart(d);
   for (int dev = m_running.top(); dev >= 0; dev = m_running.top()) {
@@ -716,10 +721,10 @@ Error Simulation::explainDeadlock() const {
   std::ostringstream msg;
   msg << "deadlock after " << m_completed << " of " << m_nOps << " ops:";
   auto isDone = [&](std::int32_t x) {
-    const Op& o = m_shell.op(x);
-    return x < m_offset[static_cast<std::size_t>(o.device)] + m_position[static_cast<std::size_t>(o.device)];
+    const auto d = static_cast<std::size_t>(m_shell.op(x).device);
+    return x < m_offset[d] + m_position[d];
   };
-  std::vector<int> waitsOn(static_cast<std::size_t>(m_p), -1);
+  std::vector<int> waitsOn(m_pu, -1);
   for (int d = 0; d < m_p; ++d) {
     const auto du = static_cast<std::size_t>(d);
     const std::int32_t idx = m_offset[du] + m_position[du];
@@ -745,19 +750,20 @@ Error Simulation::explainDeadlock() const {
   }
   for (int start = 0; start < m_p; ++start) {
     if (waitsOn[static_cast<std::size_t>(start)] < 0) continue;
-    std::vector<int> seen(static_cast<std::size_t>(m_p), -1);
+    std::vector<char> seen(m_pu, 0);
     std::vector<int> path;
     int d = start;
-    while (d >= 0 && seen[static_cast<std::size_t>(d)] < 0) {
-      seen[static_cast<std::size_t>(d)] = static_cast<int>(path.size());
+    while (d >= 0) {
+      const auto du = static_cast<std::size_t>(d);
+      if (seen[du]) break;
+      seen[du] = 1;
       path.push_back(d);
-      d = waitsOn[static_cast<std::size_t>(d)];
+      d = waitsOn[du];
     }
     if (d < 0) continue;
+    // The cycle is the part of the path from d's first visit on.
     msg << "\n  cycle: device";
-    for (std::size_t i = static_cast<std::size_t>(seen[static_cast<std::size_t>(d)]); i < path.size(); ++i) {
-      msg << ' ' << path[i] << " →";
-    }
+    for (auto it = std::find(path.begin(), path.end(), d); it != path.end(); ++it) msg << ' ' << *it << " →";
     msg << ' ' << d;
     break;
   }

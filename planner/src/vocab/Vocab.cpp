@@ -121,10 +121,13 @@ class VocabPlacer {
     m_nodes.push_back(std::move(n));
     return static_cast<int>(m_nodes.size()) - 1;
   }
+  // Node ids are ints: -1 stands for "no such node" in the (stage, microbatch) tables.
+  Node& node(int id) { return m_nodes[static_cast<std::size_t>(id)]; }
+  const Node& node(int id) const { return m_nodes[static_cast<std::size_t>(id)]; }
   void edge(int from, int to, double delayMs) {
     if (from < 0 || to < 0) return;
-    m_nodes[static_cast<std::size_t>(from)].consumers.emplace_back(to, delayMs);
-    ++m_nodes[static_cast<std::size_t>(to)].pending;
+    node(from).consumers.emplace_back(to, delayMs);
+    ++node(to).pending;
   }
   double transferMs(int from, int to, std::int64_t bytes) const {
     return deviceTransferMs(m_shell.cluster, m_shell.config, from, to, static_cast<double>(bytes));
@@ -135,26 +138,31 @@ class VocabPlacer {
     const int m = m_shell.config.microbatches;
     m_costs = stageCosts(m_shell);
     const auto n = m_shell.virtualStages.size();
+    const auto pu = static_cast<std::size_t>(p);
     const auto mu = static_cast<std::size_t>(m);
-    m_baseNode.assign(static_cast<std::size_t>(p), {});
+    // The slot of (stage, microbatch) in fNode and bNode; both are valid ids.
+    auto key = [mu](int stage, int microbatch) {
+      return static_cast<std::size_t>(stage) * mu + static_cast<std::size_t>(microbatch);
+    };
+    m_baseNode.assign(pu, {});
     std::vector<int> fNode(n * mu, -1), bNode(n * mu, -1);
     for (int d = 0; d < p; ++d) {
-      for (const OrderedOp& o : m_base[static_cast<std::size_t>(d)]) {
+      const auto du = static_cast<std::size_t>(d);
+      for (const OrderedOp& o : m_base[du]) {
         const int id = addNode(d, o);
-        m_baseNode[static_cast<std::size_t>(d)].push_back(id);
-        const std::size_t key = static_cast<std::size_t>(o.virtualStage) * mu + static_cast<std::size_t>(o.microbatch);
-        if (o.kind == OpKind::F) fNode[key] = id;
-        if (o.kind == OpKind::B || o.kind == OpKind::BW) bNode[key] = id;
+        m_baseNode[du].push_back(id);
+        const std::size_t k = key(o.virtualStage, o.microbatch);
+        if (o.kind == OpKind::F) fNode[k] = id;
+        if (o.kind == OpKind::B || o.kind == OpKind::BW) bNode[k] = id;
       }
     }
     // Data flow between base ops (the simulator's rules, StageNeighbours), with transfers.
     const StageNeighbours chain = stageNeighbours(m_shell);
-    for (int d = 0; d < p; ++d) {
-      const auto& ids = m_baseNode[static_cast<std::size_t>(d)];
+    for (const auto& ids : m_baseNode) {
       for (int id : ids) {
-        const OrderedOp o = m_nodes[static_cast<std::size_t>(id)].op;
+        const OrderedOp o = node(id).op;
         const auto s = static_cast<std::size_t>(o.virtualStage);
-        const auto mb = static_cast<std::size_t>(o.microbatch);
+        const std::size_t own = key(o.virtualStage, o.microbatch);
         auto cross = [&](int stage) {
           const int from = m_shell.stage(stage).device;
           const int to = m_shell.virtualStages[s].device;
@@ -163,21 +171,21 @@ class VocabPlacer {
           return from == to ? 0.0 : transferMs(from, to, bytes);
         };
         if (o.kind == OpKind::F && chain.previous[s] >= 0) {
-          edge(fNode[static_cast<std::size_t>(chain.previous[s]) * mu + mb], id, cross(chain.previous[s]));
+          edge(fNode[key(chain.previous[s], o.microbatch)], id, cross(chain.previous[s]));
         } else if (o.kind == OpKind::B || o.kind == OpKind::BW) {
-          edge(fNode[s * mu + mb], id, 0);
-          if (chain.next[s] >= 0)
-            edge(bNode[static_cast<std::size_t>(chain.next[s]) * mu + mb], id, cross(chain.next[s]));
+          edge(fNode[own], id, 0);
+          if (chain.next[s] >= 0) edge(bNode[key(chain.next[s], o.microbatch)], id, cross(chain.next[s]));
         } else if (o.kind == OpKind::W) {
-          edge(bNode[s * mu + mb], id, 0);
+          edge(bNode[own], id, 0);
         }
       }
     }
     // Frozen outputs of a filled backbone (the backbone's own derived dependencies).
+    auto baseNode = [&](const OpRef& r) {
+      return m_baseNode[static_cast<std::size_t>(r.device)][static_cast<std::size_t>(r.index)];
+    };
     for (const OpDependency& dep : derivedDependencies(m_shell, m_base)) {
-      const int from = m_baseNode[static_cast<std::size_t>(dep.from.device)][static_cast<std::size_t>(dep.from.index)];
-      const int to = m_baseNode[static_cast<std::size_t>(dep.to.device)][static_cast<std::size_t>(dep.to.index)];
-      edge(from, to, transferMs(dep.from.device, dep.to.device, dep.bytes));
+      edge(baseNode(dep.from), baseNode(dep.to), transferMs(dep.from.device, dep.to.device, dep.bytes));
     }
     // The vocabulary passes and their barriers (vocabDependencies' rules and bytes).
     const std::int64_t hiddenBytes = m_costs[static_cast<std::size_t>(m_last)].outputBytes;
@@ -188,23 +196,25 @@ class VocabPlacer {
     const std::int64_t statsBytes = 8 * m_shell.model.samplesPerMicrobatch * seq;
     const int lastDevice = m_shell.stage(m_last).device;
     const bool oneBarrier = m_shell.config.vocabBarriers == 1;
-    m_sNode.assign(static_cast<std::size_t>(p), std::vector<int>(mu, -1));
-    m_tNode.assign(static_cast<std::size_t>(p), std::vector<int>(mu, -1));
+    m_sNode.assign(pu, std::vector<int>(mu, -1));
+    m_tNode.assign(pu, std::vector<int>(mu, -1));
     for (int mb = 0; mb < m; ++mb) {
+      const auto mbu = static_cast<std::size_t>(mb);
       for (int d = 0; d < p; ++d) {
-        const int shard = m_shard[static_cast<std::size_t>(d)];
-        m_sNode[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = addNode(d, {shard, OpKind::S, mb, 0});
-        m_tNode[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = addNode(d, {shard, OpKind::T, mb, 0});
+        const auto du = static_cast<std::size_t>(d);
+        const int shard = m_shard[du];
+        m_sNode[du][mbu] = addNode(d, {shard, OpKind::S, mb, 0});
+        m_tNode[du][mbu] = addNode(d, {shard, OpKind::T, mb, 0});
       }
-      const int fLast = fNode[static_cast<std::size_t>(m_last) * mu + static_cast<std::size_t>(mb)];
-      const int bLast = bNode[static_cast<std::size_t>(m_last) * mu + static_cast<std::size_t>(mb)];
+      const int fLast = fNode[key(m_last, mb)];
+      const int bLast = bNode[key(m_last, mb)];
       for (int d = 0; d < p; ++d) {
-        const int sId = m_sNode[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)];
-        const int tId = m_tNode[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)];
+        const auto du = static_cast<std::size_t>(d);
+        const int sId = m_sNode[du][mbu];
+        const int tId = m_tNode[du][mbu];
         edge(fLast, sId, lastDevice == d ? 0.0 : transferMs(lastDevice, d, hiddenBytes));
         for (int e = 0; e < p; ++e) {
-          edge(m_sNode[static_cast<std::size_t>(e)][static_cast<std::size_t>(mb)], tId,
-               e == d ? 0.0 : transferMs(e, d, statsBytes));
+          edge(m_sNode[static_cast<std::size_t>(e)][mbu], tId, e == d ? 0.0 : transferMs(e, d, statsBytes));
         }
         const std::int64_t gradBytes = oneBarrier ? 2 * hiddenBytes + statsBytes : hiddenBytes;
         edge(oneBarrier ? sId : tId, bLast, d == lastDevice ? 0.0 : transferMs(d, lastDevice, gradBytes));
@@ -224,23 +234,23 @@ class VocabPlacer {
     std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
     std::size_t placed = 0;
     // The microbatch order of S and T on every device: the order of the last stage's forwards.
-    std::vector<int> order;
+    std::vector<std::size_t> order;
     for (const OrderedOp& o : m_base[static_cast<std::size_t>(m_shell.stage(m_last).device)]) {
-      if (o.kind == OpKind::F && o.virtualStage == m_last) order.push_back(o.microbatch);
+      if (o.kind == OpKind::F && o.virtualStage == m_last) order.push_back(static_cast<std::size_t>(o.microbatch));
     }
     if (order.size() != static_cast<std::size_t>(m_shell.config.microbatches)) {
       return Error{"vocabulary parallelism: the last stage does not run every microbatch's forward once"};
     }
-    auto ready = [&](int node, double now) {
-      const Node& n = m_nodes[static_cast<std::size_t>(node)];
+    auto ready = [&](int id, double now) {
+      const Node& n = node(id);
       return n.pending == 0 && n.readyMs <= now;
     };
     // Starts something on device d at `now` if it can; schedules a wake-up otherwise.
     auto tryStart = [&](std::size_t d, double now) {
       if (busy[d]) return;
       int pick = -1;
-      const int sNode = nextS[d] < order.size() ? m_sNode[d][static_cast<std::size_t>(order[nextS[d]])] : -1;
-      const int tNode = nextT[d] < nextS[d] ? m_tNode[d][static_cast<std::size_t>(order[nextT[d]])] : -1;
+      const int sNode = nextS[d] < order.size() ? m_sNode[d][order[nextS[d]]] : -1;
+      const int tNode = nextT[d] < nextS[d] ? m_tNode[d][order[nextT[d]]] : -1;
       // The lower microbatch first (T of an earlier microbatch before S of a later one).
       if (tNode >= 0 && ready(tNode, now)) pick = tNode;
       if (pick < 0 && sNode >= 0 && ready(sNode, now)) pick = sNode;
@@ -251,8 +261,7 @@ class VocabPlacer {
         // the device when that producer completes).
         double wake = std::numeric_limits<double>::infinity();
         for (int c : {tNode, sNode, baseNode}) {
-          if (c >= 0 && m_nodes[static_cast<std::size_t>(c)].pending == 0)
-            wake = std::min(wake, m_nodes[static_cast<std::size_t>(c)].readyMs);
+          if (c >= 0 && node(c).pending == 0) wake = std::min(wake, node(c).readyMs);
         }
         if (std::isfinite(wake)) events.emplace(wake, -static_cast<int>(d) - 1);
         return;
@@ -264,7 +273,7 @@ class VocabPlacer {
       } else {
         ++nextBase[d];
       }
-      const Node& n = m_nodes[static_cast<std::size_t>(pick)];
+      const Node& n = node(pick);
       out[d].push_back(n.op);
       ++placed;
       busy[d] = 1;
@@ -281,12 +290,12 @@ class VocabPlacer {
         tryStart(static_cast<std::size_t>(-payload - 1), now);
         continue;
       }
-      const Node& n = m_nodes[static_cast<std::size_t>(payload)];
+      const Node& n = node(payload);
       const auto d = static_cast<std::size_t>(n.device);
       busy[d] = 0;
       freeMs[d] = now;
       for (const auto& [to, delayMs] : n.consumers) {
-        Node& c = m_nodes[static_cast<std::size_t>(to)];
+        Node& c = node(to);
         c.readyMs = std::max(c.readyMs, now + delayMs);
         if (--c.pending == 0) events.emplace(c.readyMs, -c.device - 1);
       }
@@ -376,22 +385,24 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   // 3. One vocabulary stage per device (its own chain, pipeline 1, so the backbone's data flow
   // is untouched; S/T carry their dependencies explicitly, Dependencies.hpp).
   std::vector<VirtualStage> stages = backbone->virtualStages;
-  std::vector<int> chunkCount(static_cast<std::size_t>(p), 0);
+  const auto pu = static_cast<std::size_t>(p);
+  std::vector<int> chunkCount(pu, 0);
   for (const auto& vs : stages) {
-    chunkCount[static_cast<std::size_t>(vs.device)] =
-        std::max(chunkCount[static_cast<std::size_t>(vs.device)], vs.chunk + 1);
+    int& count = chunkCount[static_cast<std::size_t>(vs.device)];
+    count = std::max(count, vs.chunk + 1);
   }
-  std::vector<int> vocabStage(static_cast<std::size_t>(p));
+  std::vector<int> vocabStage(pu);
   for (int d = 0; d < p; ++d) {
+    const auto du = static_cast<std::size_t>(d);
     VirtualStage vs;
     vs.id = static_cast<int>(stages.size());
     vs.device = d;
-    vs.chunk = chunkCount[static_cast<std::size_t>(d)];
+    vs.chunk = chunkCount[du];
     vs.component = vocabComponent;
     vs.firstLayer = d * perShard;
     vs.lastLayer = d * perShard + perShard - 1;
     vs.pipeline = 1;
-    vocabStage[static_cast<std::size_t>(d)] = vs.id;
+    vocabStage[du] = vs.id;
     stages.push_back(vs);
   }
   shell.virtualStages = stages;
