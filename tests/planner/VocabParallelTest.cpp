@@ -188,5 +188,18 @@ TEST(VocabParallel, BarrierCountRoundTripsAndOldPlansReadAsTwo) {
   EXPECT_NE(rejected.message().find("1 or 2"), std::string::npos) << rejected.message();
 }
 
+// A bidirectional schedule is refused with the reason (it said "vocabulary parallelism:
+// vocabulary parallelism: the last stage does not run every microbatch's forward once").
+TEST(VocabParallel, BidirectionalSchedulesAreRefusedWithTheReason) {
+  PlanRequest r = artifactRequest(2048, 64000, 4, 8, 1);
+  r.config.schedule = "dualpipe";
+  r.config.chunksPerDevice = 2;  // one per direction
+  auto refused = makeVocabParallelPlan(r);
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.message().find("'dualpipe' runs two pipelines"), std::string::npos) << refused.message();
+  EXPECT_EQ(refused.message().find("vocabulary parallelism: vocabulary parallelism"), std::string::npos)
+      << refused.message();
+}
+
 }  // namespace
 }  // namespace pipestudio

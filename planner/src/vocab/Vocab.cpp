@@ -239,7 +239,7 @@ class VocabPlacer {
       if (o.kind == OpKind::F && o.virtualStage == m_last) order.push_back(static_cast<std::size_t>(o.microbatch));
     }
     if (order.size() != static_cast<std::size_t>(m_shell.config.microbatches)) {
-      return Error{"vocabulary parallelism: the last stage does not run every microbatch's forward once"};
+      return Error{"the last stage does not run every microbatch's forward once"};
     }
     auto ready = [&](int id, double now) {
       const Node& n = node(id);
@@ -302,8 +302,8 @@ class VocabPlacer {
       tryStart(d, now);
     }
     if (placed != m_nodes.size()) {
-      return Error{"vocabulary parallelism: the base schedule's order cannot run with the vocabulary passes (" +
-                   std::to_string(placed) + " of " + std::to_string(m_nodes.size()) + " ops placed)"};
+      return Error{"the base schedule's order cannot run with the vocabulary passes (" + std::to_string(placed) +
+                   " of " + std::to_string(m_nodes.size()) + " ops placed)"};
     }
     return out;
   }
@@ -353,6 +353,14 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   auto backbone = makePlan(base, control);
   if (!backbone) return backbone.error();
   if (control.cancelled()) return Error::cancelled();
+  // S and T of a microbatch follow the last stage's forward of it: one pipeline direction.
+  for (const VirtualStage& vs : backbone->virtualStages) {
+    if (vs.pipeline != 0) {
+      return Error{"vocabulary parallelism: schedule '" + request.config.schedule +
+                   "' runs two pipelines in opposite directions, and the vocabulary passes follow the forwards "
+                   "of one last stage: use a schedule with one direction"};
+    }
+  }
 
   // 2. Shard k: every vocabulary layer with ⌈V/p⌉ or ⌊V/p⌋ rows (measured costs scale by 1/p).
   for (int k = 0; k < p; ++k) {
