@@ -91,17 +91,15 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   std::vector<char> hasEmbedding(devices, 0);
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
-    if (vs.device < 0 || static_cast<std::size_t>(vs.device) >= devices) continue;
-    if (!inRange(plan.model.components, vs.component)) continue;
-    const auto& layers = plan.model.component(vs.component).layers;
-    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
-      if (layers[static_cast<std::size_t>(l)].kind == "embedding")
-        hasEmbedding[static_cast<std::size_t>(vs.device)] = 1;
+    if (!inRange(hasEmbedding, vs.device) || !inRange(plan.model.components, vs.component)) continue;
+    const Component& comp = plan.model.component(vs.component);
+    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(comp.layers, l); ++l) {
+      if (comp.layer(l).kind == "embedding") hasEmbedding[static_cast<std::size_t>(vs.device)] = 1;
     }
   }
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
     const int d = plan.virtualStages[i].device;
-    if (d < 0 || static_cast<std::size_t>(d) >= devices) continue;
+    if (!inRange(denseParams, d)) continue;
     const auto du = static_cast<std::size_t>(d);
     const StageCosts& c = costs[i];
     double trainable = c.trainableParameters;
@@ -162,8 +160,7 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
   {
     std::vector<std::size_t> perDevice(devices, 0);
     for (const Op& op : plan.ops) {
-      if (op.device >= 0 && static_cast<std::size_t>(op.device) < devices)
-        ++perDevice[static_cast<std::size_t>(op.device)];
+      if (inRange(perDevice, op.device)) ++perDevice[static_cast<std::size_t>(op.device)];
     }
     for (std::size_t d = 0; d < devices; ++d) events[d].reserve(perDevice[d] + perDevice[d] / 8);
   }
@@ -175,8 +172,7 @@ MemoryTimeline memoryTimeline(const Plan& plan) {
     wholeWgrad[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].weightGradBytes) * 1.0));
   }
   for (const Op& op : plan.ops) {
-    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
-    if (!inRange(costs, op.virtualStage)) continue;
+    if (!inRange(events, op.device) || !inRange(costs, op.virtualStage)) continue;
     const auto stage = static_cast<std::size_t>(op.virtualStage);
     const StageCosts& c = costs[stage];
     const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
@@ -286,7 +282,7 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
   double tiedBytes = 0;
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
-    if (vs.device < 0 || static_cast<std::size_t>(vs.device) >= devices) continue;
+    if (!inRange(dense, vs.device)) continue;
     const auto d = static_cast<std::size_t>(vs.device);
     dense[d] += costs[i].trainableParameters - costs[i].expertParameters;
     expert[d] += costs[i].expertParameters;
@@ -295,14 +291,14 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
       tiedBytes = std::max(tiedBytes, 4.0 * costs[i].tiedParameters);
     }
     if (inRange(plan.model.components, vs.component)) {
-      const auto& layers = plan.model.component(vs.component).layers;
-      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
-        if (layers[static_cast<std::size_t>(l)].kind == "embedding") embedding[d] = 1;
+      const Component& comp = plan.model.component(vs.component);
+      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(comp.layers, l); ++l) {
+        if (comp.layer(l).kind == "embedding") embedding[d] = 1;
       }
     }
   }
   for (const Op& op : plan.ops) {
-    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices || op.microbatch != lastMb) continue;
+    if (!inRange(window, op.device) || op.microbatch != lastMb) continue;
     if (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW) {
       window[static_cast<std::size_t>(op.device)] += op.durationMs();
     }
@@ -415,7 +411,7 @@ Metrics computeMetrics(const Plan& plan) {
   for (const Op& op : plan.ops) {
     first = std::min(first, op.startMs);
     last = std::max(last, op.endMs);
-    if (op.device < 0 || static_cast<std::size_t>(op.device) >= devices) continue;
+    if (!inRange(m.devices, op.device)) continue;
     const auto d = static_cast<std::size_t>(op.device);
     m.devices[d].busyMs += op.durationMs();
     devFirst[d] = std::min(devFirst[d], op.startMs);
