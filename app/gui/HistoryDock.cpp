@@ -317,11 +317,6 @@ std::vector<history::RunId> HistoryDock::selectedRuns() const {
   return ids;
 }
 
-Expected<Plan> HistoryDock::runPlan(history::RunId id) {
-  if (!m_store) return Error{"no history database is open"};
-  return m_store->runAsPlan(id, 0);
-}
-
 void HistoryDock::readRunPlan(history::RunId id, std::function<void(std::shared_ptr<const Plan>)> done) {
   readRunsInBackground([id](history::HistoryStore& store) { return sharedRunPlan(store, id); }, std::move(done));
 }

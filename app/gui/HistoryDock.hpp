@@ -65,11 +65,9 @@ class HistoryDock : public QWidget {
   history::HistoryStore* store() const { return m_store.get(); }
   /// Selected run ids (in view order).
   std::vector<history::RunId> selectedRuns() const;
-  /// The run as a drawable plan (first iteration), or an error.
-  /// The run as a plan, read now on the calling thread (Open and Compare read it off the GUI thread).
-  Expected<Plan> runPlan(history::RunId id);
-  /// Reads run `id` as a plan on a worker, then calls `done` on the GUI thread; an error goes
-  /// to message(). A newer read supersedes an older one; waitForIdle() waits for it.
+  /// Reads run `id` as a drawable plan (its first iteration) on a worker, then calls `done` on
+  /// the GUI thread; an error goes to message(). A newer read supersedes an older one;
+  /// waitForIdle() waits for it.
   void readRunPlan(history::RunId id, std::function<void(std::shared_ptr<const Plan>)> done);
 
  Q_SIGNALS:

@@ -65,8 +65,12 @@ TEST(HistoryDock, ListsFiltersOpensAndComparesRuns) {
   EXPECT_EQ(dock.proxy()->rowCount(), 1);
   dock.proxy()->setFilterFixedString(QString());
 
-  auto plan = dock.runPlan(*rb);
-  ASSERT_TRUE(plan) << plan.message();
+  // The run as a plan, read on the worker like Open and Compare.
+  std::shared_ptr<const Plan> plan;
+  dock.readRunPlan(*rb, [&plan](std::shared_ptr<const Plan> p) { plan = std::move(p); });
+  EXPECT_FALSE(plan) << "readRunPlan read the database on the GUI thread";
+  ASSERT_TRUE(dock.waitForIdle(30000));
+  ASSERT_TRUE(plan);
   EXPECT_EQ(plan->ops.size(), 8u);
 
   QSignalSpy compare(&dock, &HistoryDock::compareRequested);
@@ -87,7 +91,14 @@ TEST(HistoryDock, ListsFiltersOpensAndComparesRuns) {
   dock.refresh();
   ASSERT_TRUE(dock.waitForIdle(30000));
   EXPECT_EQ(dock.model()->rowCount(), 1);
-  EXPECT_FALSE(dock.runPlan(*ra));
+  // A deleted run reads as an error message, never as a plan.
+  QSignalSpy messages(&dock, &HistoryDock::message);
+  bool delivered = false;
+  dock.readRunPlan(*ra, [&delivered](std::shared_ptr<const Plan>) { delivered = true; });
+  ASSERT_TRUE(dock.waitForIdle(30000));
+  EXPECT_FALSE(delivered);
+  ASSERT_EQ(messages.count(), 1);
+  EXPECT_TRUE(messages.at(0).at(1).toBool());
 }
 
 TEST(HistoryDock, UnopenableDatabaseIsReportedInPlace) {
@@ -97,7 +108,13 @@ TEST(HistoryDock, UnopenableDatabaseIsReportedInPlace) {
   // A directory is not a database file.
   EXPECT_FALSE(dock.openDatabase(dir.path()));
   EXPECT_EQ(dock.model()->rowCount(), 0);
-  EXPECT_FALSE(dock.runPlan(1));
+  QSignalSpy messages(&dock, &HistoryDock::message);
+  bool delivered = false;
+  dock.readRunPlan(1, [&delivered](std::shared_ptr<const Plan>) { delivered = true; });
+  ASSERT_TRUE(dock.waitForIdle(30000));
+  EXPECT_FALSE(delivered);
+  ASSERT_EQ(messages.count(), 1);
+  EXPECT_TRUE(messages.at(0).at(0).toString().contains(QStringLiteral("No history database")));
 }
 
 }  // namespace
