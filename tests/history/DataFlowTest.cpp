@@ -115,14 +115,7 @@ TEST_P(DataFlow, ProducersAreTheSimulatorsProducers) {
   EXPECT_GT(waits, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Diffusion, DataFlow,
-                         ::testing::Combine(::testing::Values(std::string("controlnet"), std::string("cascaded-sd")),
-                                            ::testing::Values(std::string("none"), std::string("greedy"))),
-                         [](const ::testing::TestParamInfo<DataFlow::ParamType>& param) {
-                           std::string name = std::get<0>(param.param) + "_" + std::get<1>(param.param);
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Diffusion, DataFlow, test::diffusionDataFlowCases(), test::diffusionCaseName);
 
 }  // namespace
 }  // namespace pipestudio::history

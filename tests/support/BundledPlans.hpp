@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -36,6 +37,20 @@ inline Plan diffusionPlan(const std::string& model, const std::string& fill, int
   auto plan = makePlan(r);
   EXPECT_TRUE(plan.hasValue()) << plan.message();
   return plan ? *plan : Plan{};
+}
+
+/// (model, fill) pairs whose data flow the history and viz suites check against the simulator:
+/// a frozen ControlNet branch and two cascaded backbones, without and with bubble filling.
+inline auto diffusionDataFlowCases() {
+  return ::testing::Combine(::testing::Values(std::string("controlnet"), std::string("cascaded-sd")),
+                            ::testing::Values(std::string("none"), std::string("greedy")));
+}
+
+/// "controlnet_greedy": a test name for a (model, fill) case.
+inline std::string diffusionCaseName(const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+  for (char& c : name) c = c == '-' ? '_' : c;
+  return name;
 }
 
 }  // namespace pipestudio::test
