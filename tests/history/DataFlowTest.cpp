@@ -32,7 +32,7 @@ std::string recordedStream(const Plan& plan) {
   h.host = "testhost";
   h.backend = "cpu";
   frames.emplace_back(h);
-  auto ns = [](double ms) { return static_cast<std::int64_t>(ms * 1e6 + 0.5); };
+  auto ns = [](double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); };
   for (const Comm& c : plan.comms) {
     for (int device : {c.fromDevice, c.toDevice}) {
       frames.emplace_back(trace::Activity{trace::Activity::Kind::Nccl, device, 1, ns(c.startMs), ns(c.endMs),
