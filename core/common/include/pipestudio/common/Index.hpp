@@ -75,12 +75,15 @@ class IdVector {
   void resize(int count, const T& value) { m_values.resize(detail::toIndex(count), value); }
   void reserve(int count) { m_values.reserve(detail::toIndex(count)); }
   void clear() { m_values.clear(); }
+  // NOLINTBEGIN(readability-identifier-naming): std::vector's names, so an IdVector replaces
+  // a vector without rewriting its uses.
   void push_back(const T& value) { m_values.push_back(value); }
   void push_back(T&& value) { m_values.push_back(std::move(value)); }
   template <class... Args>
   reference emplace_back(Args&&... args) {
     return m_values.emplace_back(std::forward<Args>(args)...);
   }
+  // NOLINTEND(readability-identifier-naming)
 
   iterator begin() { return m_values.begin(); }
   iterator end() { return m_values.end(); }
