@@ -248,7 +248,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     threads.emplace_back([&, i] {
       Lane& lane = *lanes[i];
-      auto r = walkDevice((*program).perDevice[static_cast<std::size_t>(lane.device())], lane, control, walk);
+      auto r = walkDevice((*program).perDevice[lane.device()], lane, control, walk);
       if (r) {
         spans[i] = std::move(*r);
         return;

@@ -66,7 +66,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
     std::map<std::tuple<int, int, int, int>, trace::OpRange> byKey;  // (kind, stage, mb, occurrence)
     for (int d = 0; d < devices; ++d) {
       const auto& got = ends[{it, d}];
-      const auto& steps = program->perDevice[static_cast<std::size_t>(d)].steps;
+      const auto& steps = program->perDevice[d].steps;
       ASSERT_EQ(got.size(), steps.size() + 1) << "iteration " << it << " device " << d;
       endsTotal += static_cast<int>(got.size());
       std::map<std::tuple<int, int, int>, int> seen;
@@ -134,7 +134,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
   }
   EXPECT_EQ(begins, endsTotal) << "one begin frame per end frame";
   for (int d = 0; d < devices; ++d) {
-    const auto& dp = program->perDevice[static_cast<std::size_t>(d)];
+    const auto& dp = program->perDevice[d];
     EXPECT_EQ(peakMemory[d], dp.staticBytes + dp.peakActivationBytes) << "device " << d;
   }
 }
