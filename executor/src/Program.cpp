@@ -410,7 +410,7 @@ Status ProgramCompiler::addFrozen(std::int32_t idx, Step& s, int prev, std::int6
     }
     st = depend(idx, producer, scaled(m_costs[prev].outputBytes, fraction));
   }
-  const std::int32_t temp = static_cast<std::int32_t>(m_program.bufferCount++);
+  const auto temp = static_cast<std::int32_t>(m_program.bufferCount++);
   s.allocate.push_back({temp, act});
   s.release.push_back({temp, act});
   return st;

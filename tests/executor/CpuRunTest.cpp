@@ -93,7 +93,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
         if (other.id < stage) prev = other.id;
         if (other.id > stage && next < 0) next = other.id;
       }
-      auto endOf = [&](OpKind k, int s) -> std::int64_t {
+      auto endOf = [&, mb = mb](OpKind k, int s) -> std::int64_t {
         auto found = byKey.find({static_cast<int>(k), s, mb, 0});
         return found == byKey.end() ? -1 : found->second.endNs;
       };
@@ -171,9 +171,9 @@ TEST(CpuRunMemory, RefusesAPlanThatDoesNotFitBeforeTheFirstOp) {
 TEST(CpuRunRefusal, UnknownKindAndMissingFileAreClearErrors) {
   const Plan plan = test::makeTestPlan("1f1b", 2, 2);
   std::string text = planToJson(plan).dump();
-  const auto at = text.find("\"kind\":\"BW\"");
+  const auto at = text.find(R"("kind":"BW")");
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, 11, "\"kind\":\"QQ\"");
+  text.replace(at, 11, R"("kind":"QQ")");
   const std::string path = test::tempPath("badkind.plan.json");
   {
     std::FILE* f = std::fopen(path.c_str(), "w");

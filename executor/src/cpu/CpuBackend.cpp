@@ -19,7 +19,8 @@ using Bytes = std::vector<std::byte>;
 // A host buffer standing for `logicalBytes` of device memory; really holds logical × scale
 // bytes, touched so that the pages exist.
 struct HostBuffer {
-  std::unique_ptr<std::byte[]> data;
+  // new (std::nothrow) below: running out of host memory is an error message, not an exception.
+  std::unique_ptr<std::byte[]> data;  // NOLINT(modernize-avoid-c-arrays)
   std::size_t realBytes = 0;
   std::int64_t logicalBytes = 0;
 };
