@@ -133,6 +133,8 @@ class TimelineData {
   const Plan* plan() const { return m_plan.get(); }
   std::shared_ptr<const Plan> planPtr() const { return m_plan; }
   const std::vector<Lane>& lanes() const { return m_lanes.values(); }
+  /// Lane `l`, 0 <= l < lanes().size() (laneAt, laneOf).
+  const Lane& lane(int l) const { return m_lanes[l]; }
   int deviceCount() const { return m_devices; }
   double beginMs() const { return m_beginMs; }
   double endMs() const { return m_endMs; }
