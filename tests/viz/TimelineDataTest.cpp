@@ -228,7 +228,7 @@ TEST(TimelineData, RangeMeasurementCountsBusyAndIdlePerDevice) {
   auto plan = std::make_shared<const Plan>(syntheticPlan(2, 1, false));  // timed as above
   TimelineData data(plan);
   const RangeMeasurement whole = data.measure(0, 4.5);
-  ASSERT_EQ(whole.devices.size(), 2u);
+  ASSERT_EQ(whole.devices.size(), 2);
   EXPECT_DOUBLE_EQ(whole.durationMs(), 4.5);
   EXPECT_DOUBLE_EQ(whole.devices[0].busyMs, 2.5);
   EXPECT_DOUBLE_EQ(whole.devices[0].idleMs, 2.0);
