@@ -312,7 +312,7 @@ OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& 
 bool reorderWarmUp(const ScheduleInput& input, const std::vector<int>& chain, const OrderEstimate& estimate,
                    const std::vector<std::size_t>& limit, std::vector<std::vector<OrderedOp>>& order) {
   constexpr double kTolerance = 1e-9;
-  IdVector<int> prev(static_cast<int>(input.virtualStages.size()), -1);
+  IdVector<int> prev(input.virtualStages.size(), -1);
   for (std::size_t i = 1; i < chain.size(); ++i) prev[chain[i]] = chain[i - 1];
   auto readyMs = [&](const OrderedOp& f) {
     const int ps = prev[f.virtualStage];
