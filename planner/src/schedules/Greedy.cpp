@@ -209,7 +209,7 @@ class GreedyConstruction {
   const int m_m;
   const int m_n;
   const bool m_split;
-  const std::vector<std::vector<int>> m_chains;
+  const IdVector<std::vector<int>> m_chains;  // per pipeline: its stages in data-flow order
   const int m_pipelines;
   IdVector<int> m_chainPos, m_nextStage, m_prevStage, m_deviceOf;  // per stage
   // First chain position of each pipeline on each device: an F there admits a microbatch.
@@ -242,7 +242,7 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
       m_n(static_cast<int>(input.virtualStages.size())),
       m_split(options.splitBackward),
       m_chains(pipelineChains(input.virtualStages)),
-      m_pipelines(static_cast<int>(m_chains.size())),
+      m_pipelines(m_chains.size()),
       m_events(allStageTimesFinite(input)),
       m_negligibleMs(negligibleTransferMs(input)),
       m_capBytes(options.capBytes) {
@@ -277,7 +277,7 @@ void GreedyConstruction::seed() {
   for (int mb = 0; mb < m_m; ++mb) {
     const int pl =
         m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[static_cast<std::size_t>(mb)];
-    push(0.0, 1, OpKind::F, m_chains[static_cast<std::size_t>(pl)].front(), mb);
+    push(0.0, 1, OpKind::F, m_chains[pl].front(), mb);
   }
   // Every stage runs every microbatch of its pipeline, two or three passes each.
   m_expected = static_cast<std::size_t>(m_n) * static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) /
