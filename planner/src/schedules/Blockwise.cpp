@@ -18,6 +18,7 @@
 #include <limits>
 #include <queue>
 
+#include "pipestudio/common/Index.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio::schedules {
@@ -56,17 +57,15 @@ class Blockwise final : public ScheduleGenerator {
       unit = input.request ? unitOf(input.request->config) : std::min(p, m);
     }
     const int n = p * v;
-    const auto nu = static_cast<std::size_t>(n);
-    const auto mu = static_cast<std::size_t>(m);
     // Per device: the forward and backward sequences, block by block (unit, chunk), and where
     // each block ends.
-    std::vector<std::vector<Pass>> fSeq(static_cast<std::size_t>(p)), bSeq(static_cast<std::size_t>(p));
-    std::vector<std::vector<int>> fEnd(static_cast<std::size_t>(p)), bEnd(static_cast<std::size_t>(p));
+    IdVector<std::vector<Pass>> fSeq(p), bSeq(p);
+    IdVector<std::vector<int>> fEnd(p), bEnd(p);
     for (int d = 0; d < p; ++d) {
-      auto& fs = fSeq[static_cast<std::size_t>(d)];
-      auto& bs = bSeq[static_cast<std::size_t>(d)];
-      auto& fe = fEnd[static_cast<std::size_t>(d)];
-      auto& be = bEnd[static_cast<std::size_t>(d)];
+      auto& fs = fSeq[d];
+      auto& bs = bSeq[d];
+      auto& fe = fEnd[d];
+      auto& be = bEnd[d];
       for (int first = 0; first < m; first += unit) {
         const int last = std::min(m, first + unit);
         for (int c = 0; c < v; ++c) {
@@ -81,23 +80,22 @@ class Blockwise final : public ScheduleGenerator {
     }
     // Forwards a device may hold (chunk activations): Megatron-LM's interleaved warm-up with
     // the unit in place of its group of p, plus the unit's block (breadth-first: all).
-    std::vector<int> limit(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d)
-      limit[static_cast<std::size_t>(d)] = m_breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
+    IdVector<int> limit(p);
+    for (int d = 0; d < p; ++d) limit[d] = m_breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
 
     const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> fDone(nu * mu, inf), bDone(nu * mu, inf);
-    auto est = [&](int s) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(s)]; };
+    Grid<double> fDone(n, m, inf), bDone(n, m, inf);
+    auto est = [&](int s) -> const StageEstimate& { return input.estimate(s); };
     auto device = [&](int s) { return s % p; };
     auto fReady = [&](const Pass& x) {
       if (x.stage == 0) return 0.0;
-      const double up = fDone[static_cast<std::size_t>(x.stage - 1) * mu + static_cast<std::size_t>(x.microbatch)];
+      const double up = fDone(x.stage - 1, x.microbatch);
       return up + (device(x.stage - 1) != device(x.stage) ? est(x.stage - 1).sendMs : 0.0);
     };
     auto bReady = [&](const Pass& x) {
-      const double own = fDone[static_cast<std::size_t>(x.stage) * mu + static_cast<std::size_t>(x.microbatch)];
+      const double own = fDone(x.stage, x.microbatch);
       if (x.stage == n - 1) return own;
-      const double down = bDone[static_cast<std::size_t>(x.stage + 1) * mu + static_cast<std::size_t>(x.microbatch)];
+      const double down = bDone(x.stage + 1, x.microbatch);
       return std::max(own, down + (device(x.stage + 1) != device(x.stage) ? est(x.stage).sendMs : 0.0));
     };
 
@@ -110,8 +108,8 @@ class Blockwise final : public ScheduleGenerator {
       double wakeMs = std::numeric_limits<double>::infinity();  // a wake-up already queued
       std::deque<Pass> weights;
     };
-    std::vector<DeviceState> st(static_cast<std::size_t>(p));
-    std::vector<std::vector<OrderedOp>> out(static_cast<std::size_t>(p));
+    IdVector<DeviceState> st(p);
+    IdVector<std::vector<OrderedOp>> out(p);
     // Events: a pass ends (kind 0 F, 1 B, 2 W) or an idle device wakes for an arrival (3).
     struct Event {
       double atMs;
@@ -125,7 +123,7 @@ class Blockwise final : public ScheduleGenerator {
       }
     };
     std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-    const std::size_t total = static_cast<std::size_t>(n) * mu * (m_breadthFirst ? 2 : 3);
+    const std::size_t total = static_cast<std::size_t>(n) * static_cast<std::size_t>(m) * (m_breadthFirst ? 2 : 3);
     std::size_t placed = 0;
 
     auto start = [&](int d, int kind, const Pass& x, double now) {
@@ -137,13 +135,13 @@ class Blockwise final : public ScheduleGenerator {
       o.virtualStage = x.stage;
       o.microbatch = x.microbatch;
       o.kind = kind == 0 ? OpKind::F : kind == 1 ? (m_breadthFirst ? OpKind::BW : OpKind::B) : OpKind::W;
-      out[static_cast<std::size_t>(d)].push_back(o);
+      out[d].push_back(o);
       ++placed;
-      st[static_cast<std::size_t>(d)].busy = true;
+      st[d].busy = true;
       events.push({now + dur, d, kind, x});
     };
     auto weight = [&](int d, double now) {
-      DeviceState& s = st[static_cast<std::size_t>(d)];
+      DeviceState& s = st[d];
       if (s.weights.empty()) return false;
       const Pass w = s.weights.front();
       s.weights.pop_front();
@@ -154,28 +152,24 @@ class Blockwise final : public ScheduleGenerator {
     // limit (the way out when every device waits). Schedules a wake-up when it waits for an
     // input in flight.
     auto tryStart = [&](int d, double now, bool force) {
-      DeviceState& s = st[static_cast<std::size_t>(d)];
+      DeviceState& s = st[d];
       if (s.busy) return false;
-      const auto du = static_cast<std::size_t>(d);
-      const auto& fs = fSeq[du];
-      const auto& bs = bSeq[du];
+      const auto& fs = fSeq[d];
+      const auto& bs = bSeq[d];
       const bool fLeft = s.fPos < fs.size();
       const bool bLeft = s.bPos < bs.size();
       const bool blockDone = s.blockEnd == 0 || static_cast<int>(s.inBackward ? s.bPos : s.fPos) >= s.blockEnd;
       if (blockDone) {
         // Weight passes beyond one unit's worth run first (they hold activation memory).
         if (!m_breadthFirst && s.weights.size() > static_cast<std::size_t>(unit)) return weight(d, now);
-        const bool ownForwardDone =
-            bLeft &&
-            fDone[static_cast<std::size_t>(bs[s.bPos].stage) * mu + static_cast<std::size_t>(bs[s.bPos].microbatch)] <
-                inf;
-        const bool canForward = fLeft && (s.inflight < limit[du] || force);
+        const bool ownForwardDone = bLeft && fDone(bs[s.bPos].stage, bs[s.bPos].microbatch) < inf;
+        const bool canForward = fLeft && (s.inflight < limit[d] || force);
         if (ownForwardDone && (bReady(bs[s.bPos]) <= now || !canForward)) {
           s.inBackward = true;
-          s.blockEnd = bEnd[du][s.bPos];
+          s.blockEnd = bEnd[d][s.bPos];
         } else if (canForward) {
           s.inBackward = false;
-          s.blockEnd = fEnd[du][s.fPos];
+          s.blockEnd = fEnd[d][s.fPos];
         } else {
           s.blockEnd = 0;
           return weight(d, now);
@@ -195,7 +189,7 @@ class Blockwise final : public ScheduleGenerator {
       } else {
         const Pass& x = fs[s.fPos];
         const double ready = fReady(x);
-        if (s.inflight >= limit[du] && !force) {
+        if (s.inflight >= limit[d] && !force) {
           s.blockEnd = 0;  // the block ends at the limit
           return weight(d, now);
         }
@@ -226,7 +220,7 @@ class Blockwise final : public ScheduleGenerator {
         // over its limit.
         bool progressed = false;
         for (int d = 0; d < p && !progressed; ++d) {
-          st[static_cast<std::size_t>(d)].blockEnd = 0;
+          st[d].blockEnd = 0;
           progressed = tryStart(d, now, true);
         }
         if (!progressed) {
@@ -239,23 +233,22 @@ class Blockwise final : public ScheduleGenerator {
       events.pop();
       now = e.atMs;
       if (e.kind == 3) {
-        DeviceState& s = st[static_cast<std::size_t>(e.device)];
+        DeviceState& s = st[e.device];
         if (s.wakeMs == now) s.wakeMs = inf;
         tryStart(e.device, now, false);
         continue;
       }
-      st[static_cast<std::size_t>(e.device)].busy = false;
-      const std::size_t key = static_cast<std::size_t>(e.pass.stage) * mu + static_cast<std::size_t>(e.pass.microbatch);
-      if (e.kind == 0) fDone[key] = now;
+      st[e.device].busy = false;
+      if (e.kind == 0) fDone(e.pass.stage, e.pass.microbatch) = now;
       if (e.kind == 1) {
-        bDone[key] = now;
-        if (!m_breadthFirst) st[static_cast<std::size_t>(e.device)].weights.push_back(e.pass);
+        bDone(e.pass.stage, e.pass.microbatch) = now;
+        if (!m_breadthFirst) st[e.device].weights.push_back(e.pass);
       }
       for (int d = 0; d < p; ++d) tryStart(d, now, false);
     }
     ScheduleSkeleton sk;
     sk.virtualStages = input.virtualStages;
-    sk.devices = std::move(out);
+    sk.devices = std::move(out.values());
     return sk;
   }
 

@@ -39,6 +39,7 @@
 #include <cmath>
 #include <limits>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "schedules/Generators.hpp"
 #include "schedules/OrderTiming.hpp"
@@ -68,8 +69,8 @@ struct BlockPass {
 
 struct Block {
   double period = 0;
-  std::vector<std::vector<BlockPass>> devices;  // passes of one microbatch, per device
-  int lastWindow = 0;                           // max over passes of ⌊start / period⌋
+  IdVector<std::vector<BlockPass>> devices;  // passes of one microbatch, per device
+  int lastWindow = 0;                        // max over passes of ⌊start / period⌋
 };
 
 double workOf(const StageEstimate& e) { return e.forwardMs + e.backwardInputMs + e.backwardWeightMs; }
@@ -78,23 +79,23 @@ Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, cons
   const int p = input.shape.devices;
   const auto n = chain.size();
   double total = 0;
-  std::vector<double> deviceWork(static_cast<std::size_t>(p), 0.0);
+  IdVector<double> deviceWork(p, 0.0);
   for (std::size_t s = 0; s < input.stages.size(); ++s) {
     total += workOf(input.stages[s]);
-    deviceWork[static_cast<std::size_t>(input.virtualStages[s].device)] += workOf(input.stages[s]);
+    deviceWork[input.virtualStages[s].device] += workOf(input.stages[s]);
   }
   const double slotMs = total / (3.0 * static_cast<double>(std::max<std::size_t>(1, input.stages.size())));
-  std::vector<int> perDevice(static_cast<std::size_t>(p), 0);
-  for (const auto& vs : input.virtualStages) ++perDevice[static_cast<std::size_t>(vs.device)];
+  IdVector<int> perDevice(p, 0);
+  for (const auto& vs : input.virtualStages) ++perDevice[vs.device];
 
   Block block;
   block.period = shape.timed ? std::max(1e-9, *std::max_element(deviceWork.begin(), deviceWork.end()))
                              : 3.0 * *std::max_element(perDevice.begin(), perDevice.end());
-  block.devices.resize(static_cast<std::size_t>(p));
+  block.devices.resize(p);
   const double period = block.period;
   const double unit = shape.timed ? slotMs : 1.0;  // one slot in the block's time unit
   const double eps = 1e-9 * std::max(1.0, period);
-  auto est = [&](int stage) -> const StageEstimate& { return input.stages[static_cast<std::size_t>(stage)]; };
+  auto est = [&](int stage) -> const StageEstimate& { return input.estimate(stage); };
   auto fwd = [&](int stage) { return shape.timed ? est(stage).forwardMs : 1.0; };
   auto bwd = [&](int stage) { return shape.timed ? est(stage).backwardInputMs : 1.0; };
   auto wgt = [&](int stage) { return shape.timed ? est(stage).backwardWeightMs : 1.0; };
@@ -105,7 +106,7 @@ Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, cons
   };
 
   // Occupied intervals modulo the period, per device: [a, b) with 0 ≤ a < period.
-  std::vector<std::vector<std::pair<double, double>>> taken(static_cast<std::size_t>(p));
+  IdVector<std::vector<std::pair<double, double>>> taken(p);
   // The end (unwrapped near t) of the first taken interval that [t, t + d) meets, or t.
   auto conflictEnd = [&](const std::vector<std::pair<double, double>>& busy, double t, double d) {
     const double base = std::floor(t / period) * period;
@@ -117,8 +118,8 @@ Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, cons
     return t;
   };
   auto place = [&](int stage, OpKind kind, double duration, double earliest) {
-    const int d = input.virtualStages[static_cast<std::size_t>(stage)].device;
-    auto& busy = taken[static_cast<std::size_t>(d)];
+    const int d = input.stage(stage).device;
+    auto& busy = taken[d];
     double t = earliest;
     bool placed = false;
     for (std::size_t tries = 0; tries <= 2 * busy.size() + 2; ++tries) {
@@ -148,7 +149,7 @@ Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, cons
     }
     const double a = t - std::floor(t / period) * period;
     busy.emplace_back(a, a + duration);
-    block.devices[static_cast<std::size_t>(d)].push_back({t, kind, stage});
+    block.devices[d].push_back({t, kind, stage});
     block.lastWindow = std::max(block.lastWindow, static_cast<int>(std::floor(t / period)));
     return t;
   };
@@ -180,15 +181,15 @@ Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, cons
 
 // Repetition: per device, the block's passes by start modulo the period, once per period.
 Expected<std::vector<std::vector<OrderedOp>>> repeatBlock(Block block, int microbatches, const SolveControl* control) {
-  std::vector<std::vector<OrderedOp>> out(block.devices.size());
+  std::vector<std::vector<OrderedOp>> out;
   const double period = block.period;
-  for (std::size_t d = 0; d < block.devices.size(); ++d) {
-    auto& passes = block.devices[d];
+  for (std::vector<BlockPass>& passes : block.devices) {
+    std::vector<OrderedOp>& lane = out.emplace_back();
     auto window = [period](const BlockPass& pass) { return static_cast<int>(std::floor(pass.start / period)); };
     std::sort(passes.begin(), passes.end(), [&](const BlockPass& x, const BlockPass& y) {
       return x.start - window(x) * period < y.start - window(y) * period;
     });
-    out[d].reserve(passes.size() * static_cast<std::size_t>(microbatches));
+    lane.reserve(passes.size() * static_cast<std::size_t>(microbatches));
     for (int w = 0; w < microbatches + block.lastWindow; ++w) {
       if (control && (w & 1023) == 1023 && control->cancelled()) return Error::cancelled();
       for (const BlockPass& pass : passes) {
@@ -198,7 +199,7 @@ Expected<std::vector<std::vector<OrderedOp>>> repeatBlock(Block block, int micro
         o.virtualStage = pass.stage;
         o.kind = pass.kind;
         o.microbatch = mb;
-        out[d].push_back(o);
+        lane.push_back(o);
       }
     }
   }
@@ -209,9 +210,9 @@ struct OrderEstimate {
   double makespanMs = 0;
   double peakRatio = 0;  // max over devices of peak live activation / one microbatch's activation there
   // Only when asked for: per device, parallel to the order, each op's start and end; and the
-  // end of every F by stage · microbatches + microbatch (−1: never ran).
+  // end of every F by stage and microbatch (−1: never ran).
   std::vector<std::vector<std::pair<double, double>>> times;
-  std::vector<double> forwardEndMs;
+  Grid<double> forwardEndMs;
 };
 
 // Times a per-device order on the stage estimates (transfers not serialised) and measures
@@ -220,20 +221,19 @@ struct OrderEstimate {
 OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& chain,
                             const std::vector<std::vector<OrderedOp>>& order, int microbatches,
                             bool keepTimes = false) {
-  const auto n = input.virtualStages.size();
-  std::vector<int> prev(n, -1), next(n, -1);
+  const int n = static_cast<int>(input.virtualStages.size());
+  IdVector<int> prev(n, -1), next(n, -1);
   for (std::size_t i = 0; i < chain.size(); ++i) {
-    if (i > 0) prev[static_cast<std::size_t>(chain[i])] = chain[i - 1];
-    if (i + 1 < chain.size()) next[static_cast<std::size_t>(chain[i])] = chain[i + 1];
+    if (i > 0) prev[chain[i]] = chain[i - 1];
+    if (i + 1 < chain.size()) next[chain[i]] = chain[i + 1];
   }
   const double kNotYet = -1;
-  const auto mbs = static_cast<std::size_t>(microbatches);
-  std::vector<double> fEnd(n * mbs, kNotYet), bEnd(n * mbs, kNotYet);
+  Grid<double> fEnd(n, microbatches, kNotYet), bEnd(n, microbatches, kNotYet);
   const std::size_t p = order.size();
   std::vector<std::size_t> at(p, 0);
   std::vector<double> freeAt(p, 0.0);
   std::vector<std::int64_t> live(p, 0), peak(p, 0), perMicrobatch(p, 0);
-  for (std::size_t s = 0; s < n; ++s) {
+  for (std::size_t s = 0; s < input.virtualStages.size(); ++s) {
     perMicrobatch[static_cast<std::size_t>(input.virtualStages[s].device)] += input.stages[s].activationBytes;
   }
   OrderEstimate result;
@@ -246,31 +246,30 @@ OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& 
     for (std::size_t d = 0; d < p; ++d) {
       for (; at[d] < order[d].size(); ++at[d]) {
         const OrderedOp& o = order[d][at[d]];
-        const auto s = static_cast<std::size_t>(o.virtualStage);
-        const StageEstimate& e = input.stages[s];
-        const std::size_t k = s * mbs + static_cast<std::size_t>(o.microbatch);
+        const int s = o.virtualStage;
+        const int mb = o.microbatch;
+        const StageEstimate& e = input.estimate(s);
         double ready = 0;
         double duration = 0;
         if (o.kind == OpKind::F) {
           if (prev[s] >= 0) {
-            const auto ps = static_cast<std::size_t>(prev[s]);
-            ready = fEnd[ps * mbs + static_cast<std::size_t>(o.microbatch)];
+            ready = fEnd(prev[s], mb);
             if (ready == kNotYet) break;
-            ready += input.stages[ps].sendMs;
+            ready += input.estimate(prev[s]).sendMs;
           }
           duration = e.forwardMs;
         } else if (o.kind == OpKind::B) {
           if (next[s] >= 0) {
-            ready = bEnd[static_cast<std::size_t>(next[s]) * mbs + static_cast<std::size_t>(o.microbatch)];
+            ready = bEnd(next[s], mb);
             if (ready == kNotYet) break;
             ready += e.sendMs;
           } else {
-            ready = fEnd[k];
+            ready = fEnd(s, mb);
             if (ready == kNotYet) break;
           }
           duration = e.backwardInputMs;
         } else {
-          ready = bEnd[k];
+          ready = bEnd(s, mb);
           if (ready == kNotYet) break;
           duration = e.backwardWeightMs;
         }
@@ -280,11 +279,11 @@ OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& 
         freeAt[d] = end;
         result.makespanMs = std::max(result.makespanMs, end);
         if (o.kind == OpKind::F) {
-          fEnd[k] = end;
+          fEnd(s, mb) = end;
           live[d] += e.activationBytes;
           peak[d] = std::max(peak[d], live[d]);
         } else if (o.kind == OpKind::B) {
-          bEnd[k] = end;
+          bEnd(s, mb) = end;
           live[d] -= e.activationBytes - e.weightGradBytes;
         } else {
           live[d] -= e.weightGradBytes;
@@ -311,19 +310,16 @@ OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& 
 // before the moves, which only get earlier as ops move up. Moves stay within the first
 // `limit[d]` ops of each device. Returns whether anything moved.
 bool reorderWarmUp(const ScheduleInput& input, const std::vector<int>& chain, const OrderEstimate& estimate,
-                   int microbatches, const std::vector<std::size_t>& limit,
-                   std::vector<std::vector<OrderedOp>>& order) {
+                   const std::vector<std::size_t>& limit, std::vector<std::vector<OrderedOp>>& order) {
   constexpr double kTolerance = 1e-9;
-  const auto mbs = static_cast<std::size_t>(microbatches);
-  std::vector<int> prev(input.virtualStages.size(), -1);
-  for (std::size_t i = 1; i < chain.size(); ++i) prev[static_cast<std::size_t>(chain[i])] = chain[i - 1];
+  IdVector<int> prev(input.virtualStages.size(), -1);
+  for (std::size_t i = 1; i < chain.size(); ++i) prev[chain[i]] = chain[i - 1];
   auto readyMs = [&](const OrderedOp& f) {
-    const int ps = prev[static_cast<std::size_t>(f.virtualStage)];
+    const int ps = prev[f.virtualStage];
     if (ps < 0) return 0.0;
-    const double end =
-        estimate.forwardEndMs[static_cast<std::size_t>(ps) * mbs + static_cast<std::size_t>(f.microbatch)];
+    const double end = estimate.forwardEndMs(ps, f.microbatch);
     if (end < 0) return std::numeric_limits<double>::infinity();
-    return end + input.stages[static_cast<std::size_t>(ps)].sendMs;
+    return end + input.estimate(ps).sendMs;
   };
   bool moved = false;
   for (std::size_t d = 0; d < order.size(); ++d) {
@@ -335,7 +331,7 @@ bool reorderWarmUp(const ScheduleInput& input, const std::vector<int>& chain, co
     auto recount = [&](std::size_t from, std::size_t to) {
       std::int64_t now = before[from];
       for (std::size_t i = from; i <= to && i < ops.size(); ++i) {
-        const StageEstimate& e = input.stages[static_cast<std::size_t>(ops[i].virtualStage)];
+        const StageEstimate& e = input.estimate(ops[i].virtualStage);
         before[i] = now;
         if (ops[i].kind == OpKind::F) now += e.activationBytes;
         live[i] = now;
@@ -354,7 +350,7 @@ bool reorderWarmUp(const ScheduleInput& input, const std::vector<int>& chain, co
       std::int64_t liveMax = 0;  // max of live[j..k)
       for (std::size_t k = j; k < end && gapEnd - gapStart > kTolerance; ++k) {
         if (k > j && ops[k].kind == OpKind::F) {
-          const StageEstimate& e = input.stages[static_cast<std::size_t>(ops[k].virtualStage)];
+          const StageEstimate& e = input.estimate(ops[k].virtualStage);
           if (e.forwardMs <= gapEnd - gapStart + kTolerance && readyMs(ops[k]) <= gapStart + kTolerance &&
               liveMax + e.activationBytes <= peak) {
             const OrderedOp f = ops[k];
@@ -408,8 +404,9 @@ class BlockGenerator final : public ScheduleGenerator {
     const int m = input.shape.microbatches;
     const auto chain = pipelineChains(input.virtualStages).front();
     // The paper's V-Half budget, (p+2)/2 microbatches (its table), in units of one
-    // microbatch's activation on a device.
-    const double halfBudget = static_cast<double>((p + 2) / 2) + 1e-9;
+    // microbatch's activation on a device (a whole number of microbatches: ⌊(p+2)/2⌋).
+    const int halfBudgetMicrobatches = (p + 2) / 2;
+    const double halfBudget = halfBudgetMicrobatches + 1e-9;
 
     std::vector<Block> blocks;
     int horizon = 0;
@@ -448,7 +445,7 @@ class BlockGenerator final : public ScheduleGenerator {
     // up to where the short run's microbatches end, and the warm-up lies well before that.
     auto trial = evalMicrobatches < m ? repeatBlock(blocks[best], evalMicrobatches, input.control) : devices;
     if (!trial) return trial.error();
-    std::vector<std::size_t> common(static_cast<std::size_t>(p), 0);
+    std::vector<std::size_t> common(devices->size(), 0);
     for (std::size_t d = 0; d < common.size(); ++d) {
       const auto& a = (*trial)[d];
       const auto& b = (*devices)[d];
@@ -461,7 +458,7 @@ class BlockGenerator final : public ScheduleGenerator {
     constexpr int kReorderRounds = 2;  // a third round moved nothing on p = 4…64
     for (int round = 0; round < kReorderRounds; ++round) {
       const OrderEstimate e = estimateOrder(input, chain, *trial, evalMicrobatches, true);
-      if (!reorderWarmUp(input, chain, e, evalMicrobatches, common, *trial)) break;
+      if (!reorderWarmUp(input, chain, e, common, *trial)) break;
     }
     for (std::size_t d = 0; d < common.size(); ++d) {
       std::copy((*trial)[d].begin(), (*trial)[d].begin() + static_cast<std::ptrdiff_t>(common[d]),
@@ -478,14 +475,12 @@ class BlockGenerator final : public ScheduleGenerator {
     // one timed as the simulator times it, the fastest kept: the authors' building-block
     // search (BlockSearch.cpp); then zb-auto's critical-path moves within the budget.
     const int budgetMicrobatches = std::max(1, m_spec.goal == Goal::LeastMemory ? (p + 4) / 3 : (p + 2) / 2);
-    const auto perMb = activationPerMicrobatch(input, 0);
-    std::vector<std::int64_t> caps(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d)
-      caps[static_cast<std::size_t>(d)] = budgetMicrobatches * perMb[static_cast<std::size_t>(d)];
+    std::vector<std::int64_t> caps;  // per device
+    for (const std::int64_t bytes : activationPerMicrobatch(input, 0)) caps.push_back(budgetMicrobatches * bytes);
     auto fits = [&](const std::vector<std::vector<OrderedOp>>& order) {
       const auto peaks = orderPeakBytes(input, order);
-      for (int d = 0; d < p; ++d) {
-        if (peaks[static_cast<std::size_t>(d)] > caps[static_cast<std::size_t>(d)]) return false;
+      for (std::size_t d = 0; d < caps.size(); ++d) {
+        if (peaks[d] > caps[d]) return false;
       }
       return true;
     };

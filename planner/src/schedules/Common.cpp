@@ -1,5 +1,6 @@
 // Placements and validation helpers shared by the generators.
 #include <algorithm>
+#include <utility>
 
 #include "schedules/Generators.hpp"
 
@@ -52,9 +53,9 @@ Status requireChunks(std::string_view schedule, const ScheduleShape& shape, bool
 std::vector<std::vector<int>> pipelineChains(const std::vector<VirtualStage>& stages) {
   int pipelines = 1;
   for (const auto& vs : stages) pipelines = std::max(pipelines, vs.pipeline + 1);
-  std::vector<std::vector<int>> chains(static_cast<std::size_t>(pipelines));
-  for (const auto& vs : stages) chains[static_cast<std::size_t>(vs.pipeline)].push_back(vs.id);
-  return chains;
+  IdVector<std::vector<int>> chains(pipelines);
+  for (const auto& vs : stages) chains[vs.pipeline].push_back(vs.id);
+  return std::move(chains.values());
 }
 
 std::int64_t deviceMemoryLimit(const ScheduleInput& input, int device) {
@@ -65,12 +66,12 @@ std::int64_t deviceMemoryLimit(const ScheduleInput& input, int device) {
   return 0;
 }
 
-std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline) {
-  std::vector<std::int64_t> out(static_cast<std::size_t>(input.shape.devices), 0);
+IdVector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline) {
+  IdVector<std::int64_t> out(input.shape.devices, 0);
   for (std::size_t i = 0; i < input.virtualStages.size(); ++i) {
     const auto& vs = input.virtualStages[i];
     if (vs.pipeline != pipeline) continue;
-    out[static_cast<std::size_t>(vs.device)] += input.stages[i].activationBytes;
+    out[vs.device] += input.stages[i].activationBytes;
   }
   return out;
 }

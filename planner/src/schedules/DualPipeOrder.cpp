@@ -20,6 +20,7 @@
 // once by its W; a split one defers its W to a FIFO that steps 3, 7 and 8 drain.
 #include <array>
 #include <deque>
+#include <utility>
 
 #include "schedules/Generators.hpp"
 
@@ -30,38 +31,38 @@ std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleI
   const int m = input.shape.microbatches;
   if (p < 2 || p % 2 != 0 || m % 2 != 0 || m / 2 + 1 < p || input.shape.chunksPerDevice != 2) return std::nullopt;
   // Per device, its stage of each pipeline (exactly one each).
-  std::vector<std::array<int, 2>> stageOf(static_cast<std::size_t>(p), {-1, -1});
+  IdVector<std::array<int, 2>> stageOf(p, {-1, -1});
   for (const VirtualStage& vs : input.virtualStages) {
     if (vs.device < 0 || vs.device >= p || vs.pipeline < 0 || vs.pipeline > 1) return std::nullopt;
-    int& slot = stageOf[static_cast<std::size_t>(vs.device)][static_cast<std::size_t>(vs.pipeline)];
+    int& slot = stageOf[vs.device][vs.pipeline];
     if (slot >= 0) return std::nullopt;
     slot = vs.id;
   }
   const int half = p / 2;
-  std::vector<std::vector<OrderedOp>> out(static_cast<std::size_t>(p));
+  IdVector<std::vector<OrderedOp>> out(p);
   for (int r = 0; r < p; ++r) {
-    const auto& stages = stageOf[static_cast<std::size_t>(r)];
+    const auto& stages = stageOf[r];
     if (stages[0] < 0 || stages[1] < 0) return std::nullopt;
     const int h = r < half ? r : p - 1 - r;
     // Phase 0 is pipeline 0 on the first half of the ranks, pipeline 1 on the second half.
     const std::array<int, 2> pipelineOf = r < half ? std::array<int, 2>{0, 1} : std::array<int, 2>{1, 0};
     std::array<int, 2> nextF{0, 0}, nextB{0, 0};
     std::deque<OrderedOp> deferred;
-    auto& lane = out[static_cast<std::size_t>(r)];
+    auto& lane = out[r];
     lane.reserve(3 * static_cast<std::size_t>(m));
     // Microbatch k of pipeline q is 2k + q (the two directions alternate microbatch ids).
     auto emit = [&](OpKind kind, int phase, int k) {
       OrderedOp o;
-      const int pipeline = pipelineOf[static_cast<std::size_t>(phase)];
-      o.virtualStage = stages[static_cast<std::size_t>(pipeline)];
+      const int pipeline = pipelineOf[phase];
+      o.virtualStage = stages[pipeline];
       o.kind = kind;
       o.microbatch = 2 * k + pipeline;
       lane.push_back(o);
       return o;
     };
-    auto forward = [&](int phase) { emit(OpKind::F, phase, nextF[static_cast<std::size_t>(phase)]++); };
+    auto forward = [&](int phase) { emit(OpKind::F, phase, nextF[phase]++); };
     auto backward = [&](int phase, bool split) {
-      const int k = nextB[static_cast<std::size_t>(phase)]++;
+      const int k = nextB[phase]++;
       OrderedOp b = emit(OpKind::B, phase, k);
       b.kind = OpKind::W;
       if (split) {
@@ -111,7 +112,7 @@ std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleI
     while (!deferred.empty()) weight();  // 8
     if (nextF[0] != m / 2 || nextF[1] != m / 2 || nextB[0] != m / 2 || nextB[1] != m / 2) return std::nullopt;
   }
-  return out;
+  return std::move(out.values());
 }
 
 }  // namespace pipestudio::schedules

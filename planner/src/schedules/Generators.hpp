@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio::schedules {
@@ -87,7 +88,7 @@ std::int64_t deviceMemoryLimit(const ScheduleInput& input, int device);
 
 /// Activation bytes one microbatch leaves on each device (sum over its stages there),
 /// for the pipeline `pipeline`.
-std::vector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline);
+IdVector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int pipeline);
 
 /// The ZB-V construction of the Zero Bubble authors (VConstruction.cpp), for one V per device
 /// (wavePlacement(p, 2)). Live activation bytes never exceed budgetBytes[d] on device d.

@@ -8,6 +8,7 @@
 #include <queue>
 #include <tuple>
 
+#include "pipestudio/common/Index.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio::schedules {
@@ -46,7 +47,7 @@ class EventQueue {
       std::push_heap(m_heap.begin(), m_heap.end(), EventLater{});
       return;
     }
-    const std::uint64_t key = std::bit_cast<std::uint64_t>(timeMs + 0.0);  // −0 → +0
+    const auto key = std::bit_cast<std::uint64_t>(timeMs + 0.0);  // −0 → +0
     const std::size_t b = bucketOf(key);
     m_buckets[b].push_back({key, payload});
     m_occupied |= bit(b);
@@ -106,7 +107,7 @@ class EventQueue {
   std::size_t m_size = 0;
 };
 
-constexpr OpKind kOpOfCode[4] = {OpKind::F, OpKind::B, OpKind::BW, OpKind::W};
+constexpr std::array<OpKind, 4> kOpOfCode = {OpKind::F, OpKind::B, OpKind::BW, OpKind::W};
 int opCode(OpKind k) {
   switch (k) {
     case OpKind::B:
@@ -182,9 +183,8 @@ class GreedyConstruction {
 
  private:
   void seed();
-  const StageEstimate& stageCost(int s) const { return m_input.stages[static_cast<std::size_t>(s)]; }
   double sendOf(int stage) const {
-    const double ms = stageCost(stage).sendMs;
+    const double ms = m_input.estimate(stage).sendMs;
     return ms <= m_negligibleMs ? 0.0 : ms;
   }
   void push(double t, int kind, OpKind op, int stage, int mb) {
@@ -192,8 +192,8 @@ class GreedyConstruction {
     m_events.push(t, (key * 2 + static_cast<std::uint64_t>(kind)) * 4 + static_cast<std::uint64_t>(opCode(op)));
   }
   void markDirty(int d) {
-    if (!m_isDirty[static_cast<std::size_t>(d)]) {
-      m_isDirty[static_cast<std::size_t>(d)] = 1;
+    if (!m_isDirty[d]) {
+      m_isDirty[d] = 1;
       m_dirty.push_back(d);
     }
   }
@@ -209,20 +209,22 @@ class GreedyConstruction {
   const int m_m;
   const int m_n;
   const bool m_split;
-  const std::vector<std::vector<int>> m_chains;
+  const IdVector<std::vector<int>> m_chains;  // per pipeline: its stages in data-flow order
   const int m_pipelines;
-  std::vector<int> m_chainPos, m_nextStage, m_prevStage, m_deviceOf;
+  IdVector<int> m_chainPos, m_nextStage, m_prevStage, m_deviceOf;  // per stage
   // First chain position of each pipeline on each device: an F there admits a microbatch.
-  std::vector<int> m_firstPos;
-  std::vector<std::vector<std::int64_t>> m_need;  // activation per microbatch, per pipeline and device
+  Grid<int> m_firstPos;
+  IdVector<IdVector<std::int64_t>> m_need;  // activation per microbatch, per pipeline and device
   ScheduleSkeleton m_out;
-  std::vector<DeviceState> m_dev;
+  IdVector<std::vector<OrderedOp>> m_lanes;  // per device: the order built so far
+  IdVector<DeviceState> m_dev;
   EventQueue m_events;
   const double m_negligibleMs;
+  const IdVector<std::int64_t> m_capBytes;  // GreedyOptions::capBytes
   std::size_t m_expected = 0;
   std::size_t m_emitted = 0;
   std::vector<int> m_dirty;
-  std::vector<char> m_isDirty;
+  IdVector<char> m_isDirty;
   std::int64_t m_processed = 0;
   double m_now = 0;
   // When every device waits on its activation budget while holding microbatches that need
@@ -240,35 +242,34 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
       m_n(static_cast<int>(input.virtualStages.size())),
       m_split(options.splitBackward),
       m_chains(pipelineChains(input.virtualStages)),
-      m_pipelines(static_cast<int>(m_chains.size())),
+      m_pipelines(m_chains.size()),
       m_events(allStageTimesFinite(input)),
-      m_negligibleMs(negligibleTransferMs(input)) {
-  const auto nu = static_cast<std::size_t>(m_n);
-  m_chainPos.assign(nu, 0);
-  m_nextStage.assign(nu, -1);
-  m_prevStage.assign(nu, -1);
-  m_deviceOf.assign(nu, 0);
+      m_negligibleMs(negligibleTransferMs(input)),
+      m_capBytes(options.capBytes) {
+  m_chainPos.assign(m_n, 0);
+  m_nextStage.assign(m_n, -1);
+  m_prevStage.assign(m_n, -1);
+  m_deviceOf.assign(m_n, 0);
   for (const auto& chain : m_chains) {
     for (std::size_t i = 0; i < chain.size(); ++i) {
-      const auto s = static_cast<std::size_t>(chain[i]);
+      const int s = chain[i];
       m_chainPos[s] = static_cast<int>(i);
       if (i > 0) m_prevStage[s] = chain[i - 1];
       if (i + 1 < chain.size()) m_nextStage[s] = chain[i + 1];
     }
   }
-  for (std::size_t s = 0; s < nu; ++s) m_deviceOf[s] = input.virtualStages[s].device;
-  m_firstPos.assign(static_cast<std::size_t>(m_pipelines) * static_cast<std::size_t>(m_p), 1 << 30);
-  for (std::size_t s = 0; s < nu; ++s) {
-    const auto& vs = input.virtualStages[s];
-    int& f = m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) +
-                        static_cast<std::size_t>(vs.device)];
+  m_firstPos.assign(m_pipelines, m_p, 1 << 30);
+  for (int s = 0; s < m_n; ++s) {
+    const VirtualStage& vs = input.stage(s);
+    m_deviceOf[s] = vs.device;
+    int& f = m_firstPos(vs.pipeline, vs.device);
     f = std::min(f, m_chainPos[s]);
   }
   for (int pl = 0; pl < m_pipelines; ++pl) m_need.push_back(activationPerMicrobatch(input, pl));
   m_out.virtualStages = input.virtualStages;
-  m_out.devices.resize(static_cast<std::size_t>(m_p));
-  m_dev.resize(static_cast<std::size_t>(m_p));
-  m_isDirty.assign(static_cast<std::size_t>(m_p), 0);
+  m_lanes.resize(m_p);
+  m_dev.resize(m_p);
+  m_isDirty.assign(m_p, 0);
 }
 
 // Every microbatch's first forward is ready at 0; lanes reserved for their share of ops.
@@ -276,15 +277,12 @@ void GreedyConstruction::seed() {
   for (int mb = 0; mb < m_m; ++mb) {
     const int pl =
         m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[static_cast<std::size_t>(mb)];
-    push(0.0, 1, OpKind::F, m_chains[static_cast<std::size_t>(pl)].front(), mb);
+    push(0.0, 1, OpKind::F, m_chains[pl].front(), mb);
   }
-  for (std::size_t d = 0; d < static_cast<std::size_t>(m_p); ++d) {
-    m_out.devices[d].reserve(static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) * static_cast<std::size_t>(m_n) /
-                                 (static_cast<std::size_t>(m_p) * static_cast<std::size_t>(m_pipelines)) +
-                             16);
-  }
+  // Every stage runs every microbatch of its pipeline, two or three passes each.
   m_expected = static_cast<std::size_t>(m_n) * static_cast<std::size_t>(m_m) * (m_split ? 3U : 2U) /
                static_cast<std::size_t>(m_pipelines);
+  for (std::vector<OrderedOp>& lane : m_lanes) lane.reserve(m_expected / static_cast<std::size_t>(m_p) + 16);
 }
 
 Expected<ScheduleSkeleton> GreedyConstruction::run(GreedyEstimate* estimate) {
@@ -302,7 +300,7 @@ Expected<ScheduleSkeleton> GreedyConstruction::run(GreedyEstimate* estimate) {
     std::uint64_t payload = 0;
     while (m_events.popAt(m_now, payload)) applyEvent(payload);
     for (int d : m_dirty) {
-      m_isDirty[static_cast<std::size_t>(d)] = 0;
+      m_isDirty[d] = 0;
       startNext(d);
     }
     m_dirty.clear();
@@ -312,6 +310,7 @@ Expected<ScheduleSkeleton> GreedyConstruction::run(GreedyEstimate* estimate) {
                  std::to_string(m_expected) + " ops (activation budget too small for one microbatch?)"};
   }
   if (estimate) fillEstimate(*estimate);
+  m_out.devices = std::move(m_lanes.values());
   return std::move(m_out);
 }
 
@@ -322,18 +321,14 @@ void GreedyConstruction::applyEvent(std::uint64_t payload) {
   const OpKind op = kOpOfCode[payload & 3U];
   const int stage = static_cast<int>(payload >> 35);
   const int microbatch = static_cast<int>((payload >> 3) & 0xffffffffU);
-  const auto s = static_cast<std::size_t>(stage);
-  const int d = m_deviceOf[s];
-  DeviceState& ds = m_dev[static_cast<std::size_t>(d)];
+  const int d = m_deviceOf[stage];
+  DeviceState& ds = m_dev[d];
   markDirty(d);
-  const StageEstimate& c = stageCost(stage);
+  const StageEstimate& c = m_input.estimate(stage);
   if (kind == 1) {
-    const Key key = makeKey(microbatch, m_chainPos[s], stage);
+    const Key key = makeKey(microbatch, m_chainPos[stage], stage);
     if (op == OpKind::F) {
-      const auto& vs = m_input.virtualStages[s];
-      const bool enters =
-          m_chainPos[s] == m_firstPos[static_cast<std::size_t>(vs.pipeline) * static_cast<std::size_t>(m_p) +
-                                      static_cast<std::size_t>(d)];
+      const bool enters = m_chainPos[stage] == m_firstPos(m_input.stage(stage).pipeline, d);
       (enters ? ds.readyEnter : ds.readyContinue).push(key);
     } else {
       ds.readyB.push(key);
@@ -343,10 +338,10 @@ void GreedyConstruction::applyEvent(std::uint64_t payload) {
   ds.busy = false;
   switch (op) {
     case OpKind::F:
-      if (m_nextStage[s] >= 0) {
-        push(m_now + sendOf(stage), 1, OpKind::F, m_nextStage[s], microbatch);
+      if (m_nextStage[stage] >= 0) {
+        push(m_now + sendOf(stage), 1, OpKind::F, m_nextStage[stage], microbatch);
       } else {
-        ds.readyB.push(makeKey(microbatch, m_chainPos[s], stage));
+        ds.readyB.push(makeKey(microbatch, m_chainPos[stage], stage));
       }
       break;
     case OpKind::B:
@@ -357,7 +352,8 @@ void GreedyConstruction::applyEvent(std::uint64_t payload) {
       } else {
         ds.committedBytes -= c.activationBytes;
       }
-      if (m_prevStage[s] >= 0) push(m_now + sendOf(m_prevStage[s]), 1, OpKind::B, m_prevStage[s], microbatch);
+      if (m_prevStage[stage] >= 0)
+        push(m_now + sendOf(m_prevStage[stage]), 1, OpKind::B, m_prevStage[stage], microbatch);
       break;
     case OpKind::W:
       ds.committedBytes -= c.weightGradBytes;
@@ -375,7 +371,7 @@ Choice GreedyConstruction::choose(int d, DeviceState& ds) {
   ch.stage = keyStage(ds.readyB.top());
   ds.readyB.pop();
   ch.kind = m_split ? OpKind::B : OpKind::BW;
-  const StageEstimate& c = stageCost(ch.stage);
+  const StageEstimate& c = m_input.estimate(ch.stage);
   ch.durationMs = m_split ? c.backwardInputMs : c.backwardInputMs + c.backwardWeightMs;
   return ch;
 }
@@ -384,20 +380,17 @@ Choice GreedyConstruction::choose(int d, DeviceState& ds) {
 // under the activation budget, else a pending W.
 Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
   Choice ch;
-  const auto du = static_cast<std::size_t>(d);
-  const int pl = ds.readyEnter.empty()
-                     ? 0
-                     : m_input.virtualStages[static_cast<std::size_t>(keyStage(ds.readyEnter.top()))].pipeline;
-  const std::int64_t needBytes = m_need[static_cast<std::size_t>(pl)][du];
+  const int pl = ds.readyEnter.empty() ? 0 : m_input.stage(keyStage(ds.readyEnter.top())).pipeline;
+  const std::int64_t needBytes = m_need[pl][d];
   bool admit = !ds.readyEnter.empty() &&
-               (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_options.capBytes[du]);
+               (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_capBytes[d]);
   bool cont = !ds.readyContinue.empty();
   // Budget on every forward (zb-v): a forward that would lift the live bytes over the
   // budget waits while a pending W can free weight-gradient bytes first.
-  const bool wFirst =
-      m_options.boundEveryForward && !ds.pendingW.empty() &&
-      ds.committedBytes + (cont ? stageCost(keyStage(ds.readyContinue.top())).activationBytes : std::int64_t{0}) >
-          m_options.capBytes[du];
+  const bool wFirst = m_options.boundEveryForward && !ds.pendingW.empty() &&
+                      ds.committedBytes + (cont ? m_input.estimate(keyStage(ds.readyContinue.top())).activationBytes
+                                                : std::int64_t{0}) >
+                          m_capBytes[d];
   if (wFirst) {
     cont = false;
     admit = false;
@@ -421,7 +414,7 @@ Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
     ch.kind = OpKind::W;
   }
   if (ch.stage < 0) return ch;
-  const StageEstimate& c = stageCost(ch.stage);
+  const StageEstimate& c = m_input.estimate(ch.stage);
   ch.durationMs = ch.kind == OpKind::F ? c.forwardMs : c.backwardWeightMs;
   // Live activations (DESIGN.md §2: from F start); admission compares live bytes
   // plus the whole need of a new microbatch against the budget.
@@ -431,7 +424,7 @@ Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
 
 // An idle device picks its next op, if any, and runs it on the construction's timeline.
 void GreedyConstruction::startNext(int d) {
-  DeviceState& ds = m_dev[static_cast<std::size_t>(d)];
+  DeviceState& ds = m_dev[d];
   if (ds.busy) return;
   const Choice ch = choose(d, ds);
   if (ch.stage < 0) return;
@@ -440,7 +433,7 @@ void GreedyConstruction::startNext(int d) {
   o.virtualStage = ch.stage;
   o.kind = ch.kind;
   o.microbatch = ch.microbatch;
-  m_out.devices[static_cast<std::size_t>(d)].push_back(o);
+  m_lanes[d].push_back(o);
   ++m_emitted;
   ds.busy = true;
   if (ds.firstStartMs < 0) ds.firstStartMs = m_now;

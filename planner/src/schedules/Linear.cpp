@@ -2,7 +2,9 @@
 // 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron-LM) and the handcrafted zero-bubble
 // schedules ZB-H1 / ZB-H2 (Qi et al. 2023, §2).
 #include <algorithm>
+#include <utility>
 
+#include "pipestudio/common/Index.hpp"
 #include "schedules/Generators.hpp"
 #include "schedules/OrderTiming.hpp"
 
@@ -20,10 +22,13 @@ OrderedOp op(int stage, OpKind kind, int microbatch) {
   return o;
 }
 
-ScheduleSkeleton emptySkeleton(const ScheduleInput& input) {
+// Per device, its op order.
+using Lanes = IdVector<std::vector<OrderedOp>>;
+
+ScheduleSkeleton skeleton(const ScheduleInput& input, Lanes&& lanes) {
   ScheduleSkeleton s;
   s.virtualStages = input.virtualStages;
-  s.devices.resize(static_cast<std::size_t>(input.shape.devices));
+  s.devices = std::move(lanes.values());
   return s;
 }
 
@@ -42,28 +47,31 @@ class Gpipe final : public ScheduleGenerator {
   }
   // Huang et al. 2019: all forwards, then all backwards (fused BW).
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
-    ScheduleSkeleton s = emptySkeleton(input);
     const int m = input.shape.microbatches;
+    Lanes lanes(input.shape.devices);
     for (int d = 0; d < input.shape.devices; ++d) {
-      auto& ops = s.devices[static_cast<std::size_t>(d)];
+      auto& ops = lanes[d];
       ops.reserve(2 * static_cast<std::size_t>(m));
       for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::F, mb));
       for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::BW, mb));
     }
-    return s;
+    return skeleton(input, std::move(lanes));
   }
 };
 
 // 1F1B with the backward optionally split and W deferred by `lag[d]` backwards. With
 // lag 0 and no split this is PipeDream-Flush (Narayanan et al. 2021): warm-up p−d−1
 // forwards, then alternate F/B, then drain the backwards.
-void oneFOneB(ScheduleSkeleton& s, int m, const std::vector<int>& warmup, bool split, const std::vector<int>& lag) {
-  const int p = static_cast<int>(s.devices.size());
+ScheduleSkeleton oneFOneB(const ScheduleInput& input, const IdVector<int>& warmup, bool split,
+                          const IdVector<int>& lag) {
+  const int p = input.shape.devices;
+  const int m = input.shape.microbatches;
+  Lanes lanes(p);
   for (int d = 0; d < p; ++d) {
-    auto& ops = s.devices[static_cast<std::size_t>(d)];
+    auto& ops = lanes[d];
     ops.reserve((split ? 3U : 2U) * static_cast<std::size_t>(m));
-    const int w = std::min(warmup[static_cast<std::size_t>(d)], m);
-    const int wlag = split ? lag[static_cast<std::size_t>(d)] : 0;
+    const int w = std::min(warmup[d], m);
+    const int wlag = split ? lag[d] : 0;
     int nextF = 0;
     int nextW = 0;
     for (; nextF < w; ++nextF) ops.push_back(op(d, OpKind::F, nextF));
@@ -74,6 +82,7 @@ void oneFOneB(ScheduleSkeleton& s, int m, const std::vector<int>& warmup, bool s
     }
     for (; split && nextW < m; ++nextW) ops.push_back(op(d, OpKind::W, nextW));
   }
+  return skeleton(input, std::move(lanes));
 }
 
 class OneFOneB final : public ScheduleGenerator {
@@ -86,12 +95,10 @@ class OneFOneB final : public ScheduleGenerator {
     return linearPlacement(shape.devices, 1);
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
-    ScheduleSkeleton s = emptySkeleton(input);
     const int p = input.shape.devices;
-    std::vector<int> warmup(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d) warmup[static_cast<std::size_t>(d)] = p - d - 1;
-    oneFOneB(s, input.shape.microbatches, warmup, false, std::vector<int>(static_cast<std::size_t>(p), 0));
-    return s;
+    IdVector<int> warmup(p);
+    for (int d = 0; d < p; ++d) warmup[d] = p - d - 1;
+    return oneFOneB(input, warmup, false, IdVector<int>(p, 0));
   }
 };
 
@@ -135,11 +142,10 @@ class Interleaved final : public ScheduleGenerator {
     if (!anyTransfer || input.shape.microbatches < 2 * p || input.shape.chunksPerDevice < 2) return megatron;
     ScheduleSkeleton ahead = build(input, 1);
     const auto peaks = orderPeakBytes(input, ahead.devices);
-    for (int d = 0; d < p; ++d) {
-      const std::int64_t limit = deviceMemoryLimit(input, d);
-      const std::int64_t staticBytes =
-          static_cast<std::size_t>(d) < input.staticBytes.size() ? input.staticBytes[static_cast<std::size_t>(d)] : 0;
-      if (limit > 0 && staticBytes + peaks[static_cast<std::size_t>(d)] > limit) return megatron;
+    for (std::size_t d = 0; d < peaks.size(); ++d) {
+      const std::int64_t limit = deviceMemoryLimit(input, static_cast<int>(d));
+      const std::int64_t staticBytes = d < input.staticBytes.size() ? input.staticBytes[d] : 0;
+      if (limit > 0 && staticBytes + peaks[d] > limit) return megatron;
     }
     if (input.control && input.control->cancelled()) return Error::cancelled();
     // With unequal stages the extra forward can also cost more than it hides (one more
@@ -161,15 +167,14 @@ class Interleaved final : public ScheduleGenerator {
   // Megatron-LM's order with the first `ahead` chunk-0 forwards of the second group moved into
   // the warm-up (before the first group's later chunks).
   static ScheduleSkeleton build(const ScheduleInput& input, int ahead) {
-    ScheduleSkeleton s = emptySkeleton(input);
     const int p = input.shape.devices;
     const int v = input.shape.chunksPerDevice;
     const int m = input.shape.microbatches;
     const int total = m * v;
     // The k-th forward (backward) of every device in Megatron-LM's order: (chunk, microbatch).
-    std::vector<std::pair<int, int>> forwards, backwards;
-    forwards.reserve(static_cast<std::size_t>(total));
-    backwards.reserve(static_cast<std::size_t>(total));
+    IdVector<std::pair<int, int>> forwards, backwards;
+    forwards.reserve(total);
+    backwards.reserve(total);
     for (int k = 0; k < total; ++k) {
       const int inGroup = (k % (p * v)) / p;
       const int mb = (k / (p * v)) * p + k % p;
@@ -183,15 +188,16 @@ class Interleaved final : public ScheduleGenerator {
         return f.first == 0 && f.second >= p && f.second < p + ahead;
       });
     }
+    Lanes lanes(p);
     for (int d = 0; d < p; ++d) {
-      auto& ops = s.devices[static_cast<std::size_t>(d)];
+      auto& ops = lanes[d];
       ops.reserve(2 * static_cast<std::size_t>(total));
       auto forward = [&](int k) {
-        const auto [chunk, mb] = forwards[static_cast<std::size_t>(k)];
+        const auto [chunk, mb] = forwards[k];
         ops.push_back(op(chunk * p + d, OpKind::F, mb));
       };
       auto backward = [&](int k) {
-        const auto [chunk, mb] = backwards[static_cast<std::size_t>(k)];
+        const auto [chunk, mb] = backwards[k];
         ops.push_back(op(chunk * p + d, OpKind::BW, mb));
       };
       const int warmup = std::min(2 * (p - d - 1) + (v - 1) * p + ahead, total);
@@ -202,7 +208,7 @@ class Interleaved final : public ScheduleGenerator {
       }
       for (int k = total - warmup; k < total; ++k) backward(k);
     }
-    return s;
+    return skeleton(input, std::move(lanes));
   }
 };
 
@@ -219,16 +225,14 @@ class ZbH1 final : public ScheduleGenerator {
     return linearPlacement(shape.devices, 1);
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
-    ScheduleSkeleton s = emptySkeleton(input);
     const int p = input.shape.devices;
-    std::vector<int> warmup(static_cast<std::size_t>(p));
-    std::vector<int> lag(static_cast<std::size_t>(p));
+    IdVector<int> warmup(p);
+    IdVector<int> lag(p);
     for (int d = 0; d < p; ++d) {
-      warmup[static_cast<std::size_t>(d)] = p - d - 1;
-      lag[static_cast<std::size_t>(d)] = d;
+      warmup[d] = p - d - 1;
+      lag[d] = d;
     }
-    oneFOneB(s, input.shape.microbatches, warmup, true, lag);
-    return s;
+    return oneFOneB(input, warmup, true, lag);
   }
 };
 
@@ -248,16 +252,14 @@ class ZbH2 final : public ScheduleGenerator {
     return linearPlacement(shape.devices, 1);
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
-    ScheduleSkeleton s = emptySkeleton(input);
     const int p = input.shape.devices;
-    std::vector<int> warmup(static_cast<std::size_t>(p));
-    std::vector<int> lag(static_cast<std::size_t>(p));
+    IdVector<int> warmup(p);
+    IdVector<int> lag(p);
     for (int d = 0; d < p; ++d) {
-      warmup[static_cast<std::size_t>(d)] = 2 * (p - d) - 2;
-      lag[static_cast<std::size_t>(d)] = 2 * d;
+      warmup[d] = 2 * (p - d) - 2;
+      lag[d] = 2 * d;
     }
-    oneFOneB(s, input.shape.microbatches, warmup, true, lag);
-    return s;
+    return oneFOneB(input, warmup, true, lag);
   }
 };
 

@@ -31,9 +31,11 @@
 // re-run with the bubbles of its previous run "approved" (a device may take as much bubble as
 // the worst device already has) while that lowers its worst device bubble.
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 
+#include "pipestudio/common/Index.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio::schedules {
@@ -51,36 +53,37 @@ constexpr int kKinds = 6;
 class VBuilder {
  public:
   VBuilder(const ScheduleInput& input, const VConstructionOptions& options)
-      : m_p(input.shape.devices), m_m(input.shape.microbatches), m_options(options) {
+      : m_p(input.shape.devices),
+        m_m(input.shape.microbatches),
+        m_options(options),
+        m_budgetBytes(options.budgetBytes),
+        m_pass(kKinds, input.shape.devices) {
     const int p = m_p;
-    const auto n = static_cast<std::size_t>(kKinds) * static_cast<std::size_t>(p);
-    m_stage.resize(n);
-    m_duration.resize(n);
-    m_memory.resize(n);
-    m_sendIn.resize(n);
     for (int d = 0; d < p; ++d) {
       const int down = d;            // chunk 0
       const int up = 2 * p - 1 - d;  // chunk 1
-      const int stages[kKinds] = {down, up, up, down, up, down};
+      const std::array<int, kKinds> stages = {down, up, up, down, up, down};
       for (int k = 0; k < kKinds; ++k) {
-        const auto i = index(k, d);
-        const StageEstimate& e = input.stages[static_cast<std::size_t>(stages[k])];
-        m_stage[i] = stages[k];
-        m_duration[i] = k < 2 ? e.forwardMs : k < 4 ? e.backwardInputMs : e.backwardWeightMs;
-        m_memory[i] = k < 2 ? e.activationBytes : k < 4 ? -(e.activationBytes - e.weightGradBytes) : -e.weightGradBytes;
+        const StageEstimate& e = input.estimate(stages[k]);
+        Pass& pass = m_pass(k, d);
+        pass.stage = stages[k];
+        pass.durationMs = k < 2 ? e.forwardMs : k < 4 ? e.backwardInputMs : e.backwardWeightMs;
+        pass.memoryBytes = k < 2   ? e.activationBytes
+                           : k < 4 ? -(e.activationBytes - e.weightGradBytes)
+                                   : -e.weightGradBytes;
       }
       // The transfer into a pass from the neighbouring device (0 where there is none): F0 from
       // stage d−1, F1 from stage 2p−2−d, B1 from stage 2p−d (the gradient of stage 2p−1−d's
       // output), B0 from stage d+1 (the gradient of stage d's output).
       if (options.withTransfers) {
-        auto send = [&](int stage) { return input.stages[static_cast<std::size_t>(stage)].sendMs; };
+        auto send = [&](int stage) { return input.estimate(stage).sendMs; };
         if (d > 0) {
-          m_sendIn[index(kF0, d)] = send(d - 1);
-          m_sendIn[index(kB1, d)] = send(up);
+          m_pass(kF0, d).sendInMs = send(d - 1);
+          m_pass(kB1, d).sendInMs = send(up);
         }
         if (d + 1 < p) {
-          m_sendIn[index(kF1, d)] = send(up - 1);
-          m_sendIn[index(kB0, d)] = send(down);
+          m_pass(kF1, d).sendInMs = send(up - 1);
+          m_pass(kB0, d).sendInMs = send(down);
         }
       }
     }
@@ -89,19 +92,19 @@ class VBuilder {
   struct Run {
     bool ok = false;
     std::vector<std::vector<OrderedOp>> order;
-    std::vector<double> bubbleMs;  // per device
+    IdVector<double> bubbleMs;  // per device
     double maxBubbleMs = 0;
     double makespanMs = 0;
     bool usedFillForward = false;   // a decision depended on the forward fill policy
     bool usedFillBackward = false;  // … on the backward one
   };
 
-  Run run(bool fillForward, bool fillBackward, const std::vector<double>& approved) {
+  Run run(bool fillForward, bool fillBackward, const IdVector<double>& approved) {
     reset(approved);
     m_ok = warmUp() && balanceCounts() && steadyState(fillForward, fillBackward) && drainW();
     Run r;
     r.ok = m_ok;
-    r.order = std::move(m_order);
+    r.order = std::move(m_order.values());
     r.bubbleMs = m_bubble;
     r.maxBubbleMs = m_maxBubble;
     r.makespanMs = m_cur.empty() ? 0.0 : *std::max_element(m_cur.begin(), m_cur.end());
@@ -111,21 +114,24 @@ class VBuilder {
   }
 
  private:
-  std::size_t index(int kind, int device) const {
-    return static_cast<std::size_t>(kind) * static_cast<std::size_t>(m_p) + static_cast<std::size_t>(device);
-  }
-  std::size_t endIndex(int kind, int device, int mb) const {
-    return index(kind, device) * static_cast<std::size_t>(m_m) + static_cast<std::size_t>(mb);
-  }
-  int& count(int d, int kind) {
-    return m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) + static_cast<std::size_t>(kind)];
-  }
-  double endMs(int kind, int device, int mb) const { return m_end[endIndex(kind, device, mb)]; }
+  // One kind of pass on one device: its stage, duration, change of the device's live bytes
+  // and the transfer time of its input from the neighbouring device.
+  struct Pass {
+    int stage = 0;
+    double durationMs = 0;
+    std::int64_t memoryBytes = 0;
+    double sendInMs = 0;
+  };
 
-  void reset(const std::vector<double>& approved) {
-    const auto p = static_cast<std::size_t>(m_p);
-    m_count.assign(p * kKinds, 0);
-    m_end.assign(p * kKinds * static_cast<std::size_t>(m_m), -1.0);
+  int& count(int d, int kind) { return m_count[d][kind]; }
+  // m_end's row of (kind, device).
+  int endRow(int kind, int device) const { return kind * m_p + device; }
+  double endMs(int kind, int device, int mb) const { return m_end(endRow(kind, device), mb); }
+
+  void reset(const IdVector<double>& approved) {
+    const int p = m_p;
+    m_count.assign(p, {});
+    m_end.assign(kKinds * p, m_m, -1.0);
     m_cur.assign(p, 0.0);
     m_mem.assign(p, 0);
     m_bubble.assign(p, 0.0);
@@ -141,7 +147,7 @@ class VBuilder {
   // zbv.py get_max_stage_bubble(stage).
   double maxStageBubble(int d) const {
     double b = m_maxBubble;
-    if (!m_approved.empty()) b = std::max(b, m_maxApproved - m_approved[static_cast<std::size_t>(d)]);
+    if (!m_approved.empty()) b = std::max(b, m_maxApproved - m_approved[d]);
     return b;
   }
 
@@ -159,59 +165,54 @@ class VBuilder {
     exists = k >= 0;
     if (!exists) return -1;
     const double e = endMs(k, from, mb);
-    return e < 0 ? -1 : e + m_sendIn[index(kind, d)];
+    return e < 0 ? -1 : e + m_pass(kind, d).sendInMs;
   }
 
   bool put(int kind, int d) {
     int& c = count(d, kind);
     if (c >= m_m) return false;
-    const auto i = index(kind, d);
-    if (m_mem[static_cast<std::size_t>(d)] + m_memory[i] > m_options.budgetBytes[static_cast<std::size_t>(d)])
-      return false;
+    const Pass& pass = m_pass(kind, d);
+    if (m_mem[d] + pass.memoryBytes > m_budgetBytes[d]) return false;
     // Same-device order: F1 after F0, B1 after F1, B0 after B1 of the microbatch (as the
     // reference asserts); W after its B (guaranteed by the pending queue).
     if (kind >= kF1 && kind <= kB0 && endMs(kind - 1, d, c) < 0) return false;
-    const auto du = static_cast<std::size_t>(d);
-    const double noBubble = m_cur[du] + m_duration[i];
+    const double noBubble = m_cur[d] + pass.durationMs;
     double end = noBubble;
     if (kind < kW1) {
       const auto [k, from] = crossProducer(kind, d);
       if (k >= 0) {
         const double e = endMs(k, from, c);
         if (e < 0) return false;
-        end = std::max(end, e + m_sendIn[i] + m_duration[i]);
+        end = std::max(end, e + pass.sendInMs + pass.durationMs);
       }
     }
     if (count(d, kF0) > 0) {
-      m_bubble[du] += end - noBubble;
-      m_maxBubble = std::max(m_maxBubble, m_bubble[du]);
+      m_bubble[d] += end - noBubble;
+      m_maxBubble = std::max(m_maxBubble, m_bubble[d]);
     }
-    m_end[endIndex(kind, d, c)] = end;
-    m_cur[du] = end;
-    m_mem[du] += m_memory[i];
+    m_end(endRow(kind, d), c) = end;
+    m_cur[d] = end;
+    m_mem[d] += pass.memoryBytes;
     OrderedOp o;
-    o.virtualStage = m_stage[i];
+    o.virtualStage = pass.stage;
     o.kind = kind < 2 ? OpKind::F : kind < 4 ? OpKind::B : OpKind::W;
     o.microbatch = c;
-    m_order[du].push_back(o);
-    if (kind == kB1 || kind == kB0) m_pendingW[du].push_back(kind + 2);
+    m_order[d].push_back(o);
+    if (kind == kB1 || kind == kB0) m_pendingW[d].push_back(kind + 2);
     ++c;
     return true;
   }
 
-  bool fits(int kind, int d) const {
-    return m_mem[static_cast<std::size_t>(d)] + m_memory[index(kind, d)] <=
-           m_options.budgetBytes[static_cast<std::size_t>(d)];
-  }
+  bool fits(int kind, int d) const { return m_mem[d] + m_pass(kind, d).memoryBytes <= m_budgetBytes[d]; }
 
   bool putW(int d) {
-    auto& q = m_pendingW[static_cast<std::size_t>(d)];
+    auto& q = m_pendingW[d];
     if (q.empty()) return false;
     const int kind = q.front();
     q.pop_front();
     return put(kind, d);
   }
-  double nextWMs(int d) const { return m_duration[index(m_pendingW[static_cast<std::size_t>(d)].front(), d)]; }
+  double nextWMs(int d) const { return m_pass(m_pendingW[d].front(), d).durationMs; }
 
   bool warmUp() {
     const int p = m_p;
@@ -223,12 +224,12 @@ class VBuilder {
         if (!put(kF1, i)) return false;
         continue;
       }
-      const auto iu = static_cast<std::size_t>(i);
-      const double firstF1 = endMs(kF1, i + 1, 0) + m_sendIn[index(kF1, i)];
+      const double firstF1 = endMs(kF1, i + 1, 0) + m_pass(kF1, i).sendInMs;
       // Room for the microbatches still to come: i+1 of them, both chunks (the reference:
       // f_mem · (2 + 2i)).
-      const std::int64_t room = static_cast<std::int64_t>(i + 1) * (m_memory[index(kF0, i)] + m_memory[index(kF1, i)]);
-      while (m_mem[iu] + room <= m_options.budgetBytes[iu] && m_cur[iu] + m_duration[index(kF0, i)] <= firstF1 &&
+      const std::int64_t room =
+          static_cast<std::int64_t>(i + 1) * (m_pass(kF0, i).memoryBytes + m_pass(kF1, i).memoryBytes);
+      while (m_mem[i] + room <= m_budgetBytes[i] && m_cur[i] + m_pass(kF0, i).durationMs <= firstF1 &&
              count(i, kF0) < m_m) {
         for (int j = 0; j <= i; ++j) {
           if (!put(kF0, j)) return false;
@@ -268,11 +269,10 @@ class VBuilder {
   // `policy`: which fill policy decides the extra W (0: none, it always goes in; 1: forward;
   // 2: backward), so that runs whose policy never decided anything can be recognised.
   bool fillWait(int d, bool exists, double arrival, bool allowExtra, int policy) {
-    const auto du = static_cast<std::size_t>(d);
-    while (!m_pendingW[du].empty() && exists && arrival >= 0 && arrival >= m_cur[du] + nextWMs(d)) {
+    while (!m_pendingW[d].empty() && exists && arrival >= 0 && arrival >= m_cur[d] + nextWMs(d)) {
       if (!putW(d)) return false;
     }
-    if (!m_pendingW[du].empty() && exists && arrival >= 0 && arrival - m_cur[du] > maxStageBubble(d) - m_bubble[du]) {
+    if (!m_pendingW[d].empty() && exists && arrival >= 0 && arrival - m_cur[d] > maxStageBubble(d) - m_bubble[d]) {
       if (policy == 1) m_usedFillForward = true;
       if (policy == 2) m_usedFillBackward = true;
       if (allowExtra && !putW(d)) return false;
@@ -283,9 +283,7 @@ class VBuilder {
   // Whether the input of the next `kind` pass on d has been produced (or needs none).
   bool inputReady(int kind, int d) const {
     const auto [k, from] = crossProducer(kind, d);
-    return k < 0 || endMs(k, from,
-                          m_count[static_cast<std::size_t>(d) * static_cast<std::size_t>(kKinds) +
-                                  static_cast<std::size_t>(kind)]) >= 0;
+    return k < 0 || endMs(k, from, m_count[d][kind]) >= 0;
   }
 
   bool steadyState(bool fillForward, bool fillBackward) {
@@ -306,13 +304,10 @@ class VBuilder {
       second.clear();
       for (int i = 0; i < p; ++i) {
         if (count(i, kB0) >= m_m) continue;
-        if (count(i, kB0) >= count(i, kB1)) {
-          second.push_back(i);  // B1 next
-        } else if (i == p - 1 || endMs(kB0, i + 1, count(i, kB0)) >= 0 || count(i, kB1) >= m_m) {
-          first.push_back(i);  // B0 next
-        } else {
-          second.push_back(i);
-        }
+        // B0 next when B1 is ahead and B0's input is there (or no B1 is left), else B1.
+        const bool b0Next = count(i, kB0) < count(i, kB1) &&
+                            (i == p - 1 || endMs(kB0, i + 1, count(i, kB0)) >= 0 || count(i, kB1) >= m_m);
+        (b0Next ? first : second).push_back(i);
       }
       auto backward = [&](int i, int kind) {
         // Its own forward chain must have reached it (same-device order) and its input be there.
@@ -324,8 +319,8 @@ class VBuilder {
         progress = true;
         return put(kind, i);
       };
-      for (auto it = first.rbegin(); it != first.rend(); ++it) {
-        if (!backward(*it, kB0)) return false;
+      for (std::size_t j = first.size(); j-- > 0;) {  // B0 devices from the last up
+        if (!backward(first[j], kB0)) return false;
       }
       for (int i : second) {
         if (!backward(i, kB1)) return false;
@@ -333,19 +328,17 @@ class VBuilder {
       // One forward per device, from the first.
       for (int i = 0; i < p; ++i) {
         if (count(i, kF1) >= m_m) continue;
+        // F1 when F0 is ahead and F1's input is there; else F0 when F1 caught up with it or
+        // F0's input is there; else nothing this round.
+        const bool f0Ahead = count(i, kF1) < count(i, kF0);
         int kind = -1;
-        if (count(i, kF1) >= count(i, kF0)) {
-          kind = kF0;
-        } else if (i == p - 1) {
+        if (f0Ahead && (i == p - 1 || endMs(kF1, i + 1, count(i, kF1)) >= 0)) {
           kind = kF1;
-        } else if (endMs(kF1, i + 1, count(i, kF1)) >= 0) {
-          kind = kF1;
-        } else if (count(i, kF0) < m_m && (i == 0 || endMs(kF0, i - 1, count(i, kF0)) >= 0)) {
+        } else if (!f0Ahead || (count(i, kF0) < m_m && (i == 0 || endMs(kF0, i - 1, count(i, kF0)) >= 0))) {
           kind = kF0;
         }
         if (kind < 0 || count(i, kind) >= m_m || !inputReady(kind, i)) continue;
-        const auto iu = static_cast<std::size_t>(i);
-        while (m_mem[iu] + m_memory[index(kind, i)] > m_options.budgetBytes[iu]) {
+        while (m_mem[i] + m_pass(kind, i).memoryBytes > m_budgetBytes[i]) {
           if (!putW(i)) return false;  // over the budget and no W left to free memory
         }
         bool exists = false;
@@ -361,7 +354,7 @@ class VBuilder {
 
   bool drainW() {
     for (int d = 0; d < m_p; ++d) {
-      while (!m_pendingW[static_cast<std::size_t>(d)].empty()) {
+      while (!m_pendingW[d].empty()) {
         if (!putW(d)) return false;
       }
     }
@@ -376,21 +369,19 @@ class VBuilder {
   int m_p;
   int m_m;
   const VConstructionOptions& m_options;
-  std::vector<int> m_stage;
-  std::vector<double> m_duration;
-  std::vector<std::int64_t> m_memory;
-  std::vector<double> m_sendIn;
+  const IdVector<std::int64_t> m_budgetBytes;  // VConstructionOptions::budgetBytes
+  Grid<Pass> m_pass;                           // per (kind, device)
   // State of one run.
   bool m_ok = false;
-  std::vector<int> m_count;
-  std::vector<double> m_end;
-  std::vector<double> m_cur;
-  std::vector<std::int64_t> m_mem;
-  std::vector<double> m_bubble;
+  IdVector<std::array<int, kKinds>> m_count;  // passes placed per device and kind
+  Grid<double> m_end;                         // end of each pass per (endRow(kind, device), microbatch); −1: not yet
+  IdVector<double> m_cur;
+  IdVector<std::int64_t> m_mem;
+  IdVector<double> m_bubble;
   double m_maxBubble = 0;
-  std::vector<std::deque<int>> m_pendingW;
-  std::vector<std::vector<OrderedOp>> m_order;
-  std::vector<double> m_approved;
+  IdVector<std::deque<int>> m_pendingW;
+  IdVector<std::vector<OrderedOp>> m_order;
+  IdVector<double> m_approved;
   double m_maxApproved = -1;
   bool m_usedFillForward = false;
   bool m_usedFillBackward = false;
@@ -402,7 +393,7 @@ bool isSingleV(const ScheduleInput& input) {
   const int p = input.shape.devices;
   if (static_cast<int>(input.virtualStages.size()) != 2 * p) return false;
   for (int s = 0; s < 2 * p; ++s) {
-    const VirtualStage& vs = input.virtualStages[static_cast<std::size_t>(s)];
+    const VirtualStage& vs = input.stage(s);
     if (vs.pipeline != 0 || vs.device != (s < p ? s : 2 * p - 1 - s)) return false;
   }
   return true;
@@ -442,7 +433,7 @@ std::vector<VConstruction> vShapeConstructions(const ScheduleInput& input, const
       // lowers the worst device bubble. A bubble under refineAboveShare of the makespan is
       // left as it is (large instances, where a re-run costs as much as the plan's
       // simulation and gains less than that share).
-      std::vector<double> approved = best.bubbleMs;
+      IdVector<double> approved = best.bubbleMs;
       double lastMax = best.maxBubbleMs;
       for (int refinement = 0; refinement < options.maxRefinements; ++refinement) {
         if (lastMax <= options.refineAboveShare * best.makespanMs) break;

@@ -111,16 +111,13 @@ class GreedyGenerator final : public ScheduleGenerator {
     const int m = input.shape.microbatches;
     const auto units = static_cast<std::int64_t>(
         std::ceil(static_cast<double>(m_spec.numerator * p) / static_cast<double>(m_spec.denominator)) + m_spec.extra);
-    std::vector<std::int64_t> perMb(static_cast<std::size_t>(p), 0);
+    IdVector<std::int64_t> perMb(p, 0);
     for (int pl = 0; pl < m_spec.pipelines; ++pl) {
       const auto a = activationPerMicrobatch(input, pl);
-      for (int d = 0; d < p; ++d)
-        perMb[static_cast<std::size_t>(d)] =
-            std::max(perMb[static_cast<std::size_t>(d)], a[static_cast<std::size_t>(d)]);
+      for (int d = 0; d < p; ++d) perMb[d] = std::max(perMb[d], a[d]);
     }
-    std::vector<std::int64_t> caps(static_cast<std::size_t>(p));
-    for (int d = 0; d < p; ++d)
-      caps[static_cast<std::size_t>(d)] = std::max<std::int64_t>(1, units) * perMb[static_cast<std::size_t>(d)];
+    std::vector<std::int64_t> caps;  // per device
+    for (const std::int64_t bytes : perMb) caps.push_back(std::max<std::int64_t>(1, units) * bytes);
 
     // Every candidate order is timed as the simulator times it and the fastest that keeps the
     // budget (where the schedule promises it) wins, the earlier one on a tie. On large
@@ -167,9 +164,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     options.boundEveryForward = m_spec.boundEveryForward && !reserved;
     options.capBytes = caps;
     if (m_spec.pipelines == 2) {
-      options.microbatchPipeline.resize(static_cast<std::size_t>(in.shape.microbatches));
-      for (int mb = 0; mb < in.shape.microbatches; ++mb)
-        options.microbatchPipeline[static_cast<std::size_t>(mb)] = mb % 2;
+      for (int mb = 0; mb < in.shape.microbatches; ++mb) options.microbatchPipeline.push_back(mb % 2);
     }
     return options;
   }
@@ -178,7 +173,6 @@ class GreedyGenerator final : public ScheduleGenerator {
   // recipe; an Error when none keeps the budget.
   Expected<std::pair<Recipe, Orders>> choose(const ScheduleInput& in, const std::vector<std::int64_t>& caps,
                                              std::int64_t units, const Recipe* only) const {
-    const int p = in.shape.devices;
     const bool anyTransfer =
         std::any_of(in.stages.begin(), in.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
     ScheduleInput withoutTransfers = in;
@@ -203,8 +197,8 @@ class GreedyGenerator final : public ScheduleGenerator {
       }
       if (!t.ok) return;
       if (m_spec.strictBudget) {
-        for (int d = 0; d < p; ++d) {
-          if (t.peakBytes[static_cast<std::size_t>(d)] > caps[static_cast<std::size_t>(d)]) return;
+        for (std::size_t d = 0; d < caps.size(); ++d) {
+          if (t.peakBytes[d] > caps[d]) return;
         }
       }
       if (!best || fasterThan(t, bestTiming)) {

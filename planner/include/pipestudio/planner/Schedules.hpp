@@ -5,6 +5,7 @@
 /// device's op order (a ScheduleSkeleton). It never assigns times: the simulator does.
 /// Register a new generator in planner/src/schedules/Registry.cpp.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +48,11 @@ struct ScheduleInput {
   std::optional<std::int64_t> memoryLimitBytes;  ///< per device, static included (zb-auto)
   const PlanRequest* request = nullptr;          ///< the whole request, for generators that need more
   const SolveControl* control = nullptr;         ///< may be null
+
+  /// Virtual stage `id` (its device, chunk and pipeline).
+  const VirtualStage& stage(int id) const { return virtualStages[static_cast<std::size_t>(id)]; }
+  /// The cost estimates of virtual stage `id`.
+  const StageEstimate& estimate(int id) const { return stages[static_cast<std::size_t>(id)]; }
 };
 
 /// One pipeline schedule (gpipe, 1f1b, zb-v, …).
