@@ -1,6 +1,7 @@
 #include "Workspace.hpp"
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -174,9 +175,9 @@ Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& 
 Expected<OpenedDocument> openDocument(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error{path + ": cannot open file"};
-  char magic[4] = {};
-  in.read(magic, 4);
-  if (in.gcount() == 4 && std::equal(magic, magic + 4, trace::kStreamMagic)) {
+  std::array<char, 4> magic{};
+  in.read(magic.data(), magic.size());
+  if (in.gcount() == 4 && magic == trace::kStreamMagic) {
     in.seekg(0);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto plan = planFromTraceStream(bytes, path);

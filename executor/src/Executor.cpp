@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <csignal>
 #include <cstdlib>
@@ -67,7 +68,9 @@ Expected<FaultSpec> parseFault(const std::string& text) {
       if (!v) return v.error();
       f.afterOps = *v;
     } else {
-      return Error{where + ": unknown field '" + key + "' (expected rank=R and after_ops=N)"};
+      std::string message = where;
+      message += ": unknown field '" + key + "' (expected rank=R and after_ops=N)";
+      return Error{message};
     }
   }
   if (f.afterOps == 0) f.afterOps = 1;
@@ -140,8 +143,8 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
   }
   if (o.planPath.empty()) return Error{"--plan is required"};
   // Launchers with their own bootstrap (mpirun, srun) give rank and world in the environment.
-  const std::pair<const char*, const char*> launchers[] = {
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}};
+  const std::array<std::pair<const char*, const char*>, 3> launchers{
+      {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}}};
   for (const auto& [rankVar, sizeVar] : launchers) {
     const char* r = envOf(rankVar);
     const char* s = envOf(sizeVar);
@@ -214,13 +217,13 @@ int runExecutor(const ExecOptions& options, int outFd) {
   if (!backend) return fail("plan refused: " + backend.message());
   Backend& be = **backend;
 
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
+  std::array<char, 256> host{};
+  ::gethostname(host.data(), host.size() - 1);
   trace::Header header;
   header.runId = options.runId;
   header.rank = options.backend == pipestudio::Backend::Cuda ? options.rank : 0;
   header.world = options.backend == pipestudio::Backend::Cuda ? options.world : 1;
-  header.host = host;
+  header.host = host.data();
   header.backend = std::string(name(options.backend));
   header.deviceName = be.deviceName();
   header.clockOriginNs = clock.originNs();
@@ -237,6 +240,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
 
   std::vector<Lane*> lanes = be.lanes();
   std::vector<int> local;
+  local.reserve(lanes.size());
   for (Lane* l : lanes) local.push_back(l->device());
   WalkOptions walk{options.iterations, options.warmup, options.fault, -1};
   if (options.fault.mode != FaultSpec::Mode::None) walk.faultTarget = options.fault.rank;
@@ -248,7 +252,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     threads.emplace_back([&, i] {
       Lane& lane = *lanes[i];
-      auto r = walkDevice((*program).perDevice[static_cast<std::size_t>(lane.device())], lane, control, walk);
+      auto r = walkDevice((*program).perDevice[lane.device()], lane, control, walk);
       if (r) {
         spans[i] = std::move(*r);
         return;

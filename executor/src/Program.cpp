@@ -33,7 +33,7 @@ std::int64_t scaled(std::int64_t bytes, double fraction) {
 // of its earlier ops as soon as they exist, receives as early as they can be known, and
 // nothing that depends on the op itself or later ones (which would make the op wait on its
 // own consequences).
-void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pass) {
+void buildRendezvousGroups(Program& program, const IdVector<std::int64_t>& pass) {
   struct Item {
     std::int64_t producerPass;
     std::int64_t consumerPass;
@@ -42,9 +42,7 @@ void buildRendezvousGroups(Program& program, const std::vector<std::int64_t>& pa
   };
   // When the abstract run executed op `op`; a consumer below 0 is the end of the iteration on
   // another device (Program.hpp), after every pass.
-  auto passOf = [&](std::int32_t op) {
-    return op < 0 ? std::numeric_limits<std::int64_t>::max() : pass[static_cast<std::size_t>(op)];
-  };
+  auto passOf = [&](std::int32_t op) { return op < 0 ? std::numeric_limits<std::int64_t>::max() : pass[op]; };
   for (DeviceProgram& dp : program.perDevice) {
     std::vector<Item> queue;
     for (const Step& s : dp.steps) {
@@ -76,11 +74,11 @@ Status checkRendezvous(const Program& program) {
     std::size_t beforeStep;
     const CommGroup* group;
   };
-  const auto devices = static_cast<std::size_t>(program.devices);
-  std::vector<std::vector<GroupRef>> groups(devices);
-  using Key = std::pair<std::int32_t, std::int32_t>;                    // (producer op, consumer op)
-  std::map<Key, std::pair<std::size_t, std::size_t>> sender, receiver;  // transfer → (device, group)
-  for (std::size_t d = 0; d < devices; ++d) {
+  const int devices = program.devices;
+  IdVector<std::vector<GroupRef>> groups(devices);
+  using Key = std::pair<std::int32_t, std::int32_t>;            // (producer op, consumer op)
+  std::map<Key, std::pair<int, std::size_t>> sender, receiver;  // transfer → (device, group)
+  for (int d = 0; d < devices; ++d) {
     const DeviceProgram& dp = program.perDevice[d];
     auto add = [&](std::size_t beforeStep, const CommGroup& g) {
       if (g.empty()) return;
@@ -92,14 +90,14 @@ Status checkRendezvous(const Program& program) {
     for (std::size_t k = 0; k < dp.steps.size(); ++k) add(k, dp.steps[k].rendezvous);
     add(dp.steps.size(), dp.trailing);
   }
-  std::vector<std::size_t> step(devices, 0), group(devices, 0);
-  std::vector<char> started(devices, 0);
-  auto hasStarted = [&](std::pair<std::size_t, std::size_t> at) {
+  IdVector<std::size_t> step(devices, 0), group(devices, 0);
+  IdVector<char> started(devices, 0);
+  auto hasStarted = [&](std::pair<int, std::size_t> at) {
     return group[at.first] > at.second || (group[at.first] == at.second && started[at.first] != 0);
   };
   for (bool progress = true; progress;) {
     progress = false;
-    for (std::size_t d = 0; d < devices; ++d) {
+    for (int d = 0; d < devices; ++d) {
       const auto& steps = program.perDevice[d].steps;
       for (bool moved = true; moved;) {
         moved = false;
@@ -139,7 +137,7 @@ Status checkRendezvous(const Program& program) {
     }
   }
   std::string stuck;
-  for (std::size_t d = 0; d < devices; ++d) {
+  for (int d = 0; d < devices; ++d) {
     const auto& steps = program.perDevice[d].steps;
     if (step[d] >= steps.size() && group[d] >= groups[d].size()) continue;
     stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d);
@@ -214,27 +212,27 @@ class ProgramCompiler {
     return id;
   }
   Status depend(std::int32_t consumer, std::int32_t producer, std::int64_t sizeBytes);
-  Status addStep(std::size_t i);
+  Status addStep(std::int32_t idx);
   Status addForward(std::int32_t idx, Step& s, int prev, std::int64_t act, std::int64_t wgrad);
   Status addBackward(std::int32_t idx, Step& s, int next, std::int64_t act, std::int64_t wgrad);
   Status addWeight(std::int32_t idx, Step& s, std::int64_t wgrad);
   Status addFrozen(std::int32_t idx, Step& s, int prev, std::int64_t act, double fraction);
   Status addDerivedDependencies();
   void assembleDevices();
-  Status abstractRun(std::vector<std::int64_t>& pass) const;
+  Status abstractRun(IdVector<std::int64_t>& pass) const;
 
   const Plan& m_plan;
   const int m_devices;
-  const std::vector<StageCosts> m_costs;
+  const IdVector<StageCosts> m_costs;  ///< by virtual stage
   const StageNeighbours m_chain;
   const double m_samplesPerMb;
   // Position of every op in its device's order, and the unique producers looked up by key.
-  std::vector<std::int32_t> m_position;
+  IdVector<std::int32_t> m_position;
   std::map<std::tuple<int, int, int>, std::int32_t> m_unique;         // (kind, stage, microbatch) for F, B, BW, W, S
   std::map<std::pair<int, int>, std::vector<std::int32_t>> m_frozen;  // (stage, microbatch) → N ops in order
-  std::map<std::pair<int, int>, std::int32_t> m_frozenSeen;           // N ops of (stage, microbatch) handled so far
+  std::map<std::pair<int, int>, std::size_t> m_frozenSeen;            // N ops of (stage, microbatch) handled so far
   Program m_program;
-  std::vector<Step> m_steps;
+  IdVector<Step> m_steps;  ///< by op, until assembleDevices moves them to their device
   // Buffers live per (stage, microbatch, part): part 0 = activations freed by B, part 1 = the
   // weight-gradient share kept until W (DESIGN.md §2 activation convention), part 2 = S's output.
   std::map<std::tuple<int, int, int>, std::int32_t> m_bufferOf;
@@ -243,7 +241,7 @@ class ProgramCompiler {
 
 Status ProgramCompiler::indexOps() {
   m_position.assign(m_plan.ops.size(), 0);
-  std::vector<std::int32_t> counter(static_cast<std::size_t>(m_devices), 0);
+  IdVector<std::int32_t> counter(m_devices, 0);
   for (std::size_t i = 0; i < m_plan.ops.size(); ++i) {
     const Op& op = m_plan.ops[i];
     const auto idx = static_cast<std::int32_t>(i);
@@ -253,9 +251,8 @@ Status ProgramCompiler::indexOps() {
     if (!(op.endMs >= op.startMs) || !std::isfinite(op.startMs) || !std::isfinite(op.endMs)) {
       return Error{opWhere(idx) + ": end_ms before start_ms (expected a non-negative duration)"};
     }
-    m_position[i] = counter[static_cast<std::size_t>(op.device)]++;
-    const bool trainable =
-        m_plan.model.components[static_cast<std::size_t>(m_plan.stage(op.virtualStage).component)].trainable;
+    m_position[idx] = counter[op.device]++;
+    const bool trainable = m_plan.model.component(m_plan.stage(op.virtualStage).component).trainable;
     const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
     if (backward && !trainable) {
       return Error{opWhere(idx) + ": " + opName(op) + " is a backward op on a frozen component (expected N ops only)"};
@@ -279,28 +276,27 @@ Status ProgramCompiler::depend(std::int32_t consumer, std::int32_t producer, std
   const Op& c = m_plan.op(consumer);
   const Op& p = m_plan.op(producer);
   if (p.device == c.device) {
-    if (m_position[static_cast<std::size_t>(producer)] >= m_position[static_cast<std::size_t>(consumer)]) {
+    if (m_position[producer] >= m_position[consumer]) {
       return Error{opWhere(consumer) + ": " + opName(c) + " runs before " + opName(p) + " (" + opWhere(producer) +
                    ") on device " + std::to_string(c.device) + ", which it needs"};
     }
     return {};
   }
   Transfer t{producer, consumer, p.device, c.device, std::max<std::int64_t>(0, sizeBytes)};
-  m_steps[static_cast<std::size_t>(consumer)].receives.push_back(t);
-  m_steps[static_cast<std::size_t>(producer)].sends.push_back(t);
+  m_steps[consumer].receives.push_back(t);
+  m_steps[producer].sends.push_back(t);
   ++m_program.transferCount;
   return {};
 }
 
 // --- one step per op: data flow and buffers ---
 
-Status ProgramCompiler::addStep(std::size_t i) {
-  const Op& op = m_plan.ops[i];
-  const auto idx = static_cast<std::int32_t>(i);
+Status ProgramCompiler::addStep(std::int32_t idx) {
+  const Op& op = m_plan.op(idx);
   const auto stage = static_cast<std::size_t>(op.virtualStage);
-  const StageCosts& cost = m_costs[stage];
+  const StageCosts& cost = m_costs[op.virtualStage];
   const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / m_samplesPerMb : 1.0;
-  Step& s = m_steps[i];
+  Step& s = m_steps[idx];
   s.opIndex = idx;
   s.device = op.device;
   s.virtualStage = op.virtualStage;
@@ -329,7 +325,7 @@ Status ProgramCompiler::addStep(std::size_t i) {
       }
       break;
     case OpKind::OPT:
-      m_program.perDevice[static_cast<std::size_t>(op.device)].hasOptimizerStep = true;
+      m_program.perDevice[op.device].hasOptimizerStep = true;
       break;
   }
   return {};
@@ -344,7 +340,7 @@ Status ProgramCompiler::addForward(std::int32_t idx, Step& s, int prev, std::int
       return Error{opWhere(idx) + ": " + opName(op) + " needs the F of virtual stage " + std::to_string(prev) +
                    " for microbatch " + std::to_string(op.microbatch) + ", which the plan does not contain"};
     }
-    st = depend(idx, producer, m_costs[static_cast<std::size_t>(prev)].outputBytes);
+    st = depend(idx, producer, m_costs[prev].outputBytes);
   }
   s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 0), act - wgrad});
   s.allocate.push_back({newBuffer(op.virtualStage, op.microbatch, 1), wgrad});
@@ -362,7 +358,7 @@ Status ProgramCompiler::addBackward(std::int32_t idx, Step& s, int next, std::in
       return Error{opWhere(idx) + ": " + opName(op) + " needs the backward of virtual stage " + std::to_string(next) +
                    " for microbatch " + std::to_string(op.microbatch) + ", which the plan does not contain"};
     }
-    if (auto st = depend(idx, producer, m_costs[static_cast<std::size_t>(op.virtualStage)].outputBytes); !st) {
+    if (auto st = depend(idx, producer, m_costs[op.virtualStage].outputBytes); !st) {
       return st.error();
     }
   }
@@ -392,9 +388,9 @@ Status ProgramCompiler::addFrozen(std::int32_t idx, Step& s, int prev, std::int6
   };
   const auto key = std::make_pair(op.virtualStage, op.microbatch);
   const auto& mine = m_frozen[key];
-  const std::int32_t j = m_frozenSeen[key]++;
+  const std::size_t j = m_frozenSeen[key]++;
   double need = 0;
-  for (std::int32_t k = 0; k <= j; ++k) need += samplesOf(mine[static_cast<std::size_t>(k)]);
+  for (std::size_t k = 0; k <= j; ++k) need += samplesOf(mine[k]);
   Status st;
   if (prev >= 0) {
     std::int32_t producer = -1;
@@ -412,9 +408,9 @@ Status ProgramCompiler::addFrozen(std::int32_t idx, Step& s, int prev, std::int6
       return Error{opWhere(idx) + ": " + opName(op) + " needs " + std::to_string(static_cast<long long>(need)) +
                    " samples of virtual stage " + std::to_string(prev) + ", which its N ops do not cover"};
     }
-    st = depend(idx, producer, scaled(m_costs[static_cast<std::size_t>(prev)].outputBytes, fraction));
+    st = depend(idx, producer, scaled(m_costs[prev].outputBytes, fraction));
   }
-  const std::int32_t temp = static_cast<std::int32_t>(m_program.bufferCount++);
+  const auto temp = static_cast<std::int32_t>(m_program.bufferCount++);
   s.allocate.push_back({temp, act});
   s.release.push_back({temp, act});
   return st;
@@ -443,7 +439,7 @@ Status ProgramCompiler::addDerivedDependencies() {
     if (producer < 0 || h.consumerDevice < 0 || h.consumerDevice >= m_devices) continue;
     const Transfer t{producer, -1 - h.consumerDevice, m_plan.op(producer).device, h.consumerDevice,
                      std::max<std::int64_t>(0, h.bytes)};
-    m_steps[static_cast<std::size_t>(producer)].sends.push_back(t);
+    m_steps[producer].sends.push_back(t);
     m_endReceives.push_back(t);
     ++m_program.transferCount;
   }
@@ -453,16 +449,16 @@ Status ProgramCompiler::addDerivedDependencies() {
 // --- per-device programs ---
 
 void ProgramCompiler::assembleDevices() {
-  const auto staticBytes = staticMemoryPerDevice(m_plan, m_costs);
+  const auto staticBytes = staticMemoryPerDevice(m_plan, m_costs.values());
   for (int d = 0; d < m_devices; ++d) {
-    DeviceProgram& dp = m_program.perDevice[static_cast<std::size_t>(d)];
+    DeviceProgram& dp = m_program.perDevice[d];
     dp.staticBytes = staticBytes[static_cast<std::size_t>(d)];
-    for (std::size_t v = 0; v < m_plan.virtualStages.size(); ++v) {
-      if (m_plan.virtualStages[v].device == d) dp.trainableParameters += m_costs[v].trainableParameters;
+    for (const VirtualStage& vs : m_plan.virtualStages) {
+      if (vs.device == d) dp.trainableParameters += m_costs[vs.id].trainableParameters;
     }
     std::int64_t live = 0;
     for (std::int32_t idx : deviceOrder(m_plan, d)) {
-      Step& s = m_steps[static_cast<std::size_t>(idx)];
+      Step& s = m_steps[idx];
       for (const auto& b : s.allocate) live += b.sizeBytes;
       dp.peakActivationBytes = std::max(dp.peakActivationBytes, live);
       for (const auto& b : s.release) live -= b.sizeBytes;
@@ -480,38 +476,37 @@ void ProgramCompiler::assembleDevices() {
 // Abstract run with buffered sends: every device advances while the data its next op
 // needs has been produced. Anything left waiting is a cycle of waits (a deadlock). `pass`
 // gets when the abstract run executed each op.
-Status ProgramCompiler::abstractRun(std::vector<std::int64_t>& pass) const {
-  std::vector<char> done(m_plan.ops.size(), 0);
+Status ProgramCompiler::abstractRun(IdVector<std::int64_t>& pass) const {
+  IdVector<char> done(m_plan.ops.size(), 0);
   pass.assign(m_plan.ops.size(), 0);
   std::int64_t passed = 0;
   const auto& devices = m_program.perDevice;
-  std::vector<std::size_t> at(devices.size(), 0);
+  IdVector<std::size_t> at(devices.size(), 0);  // next step of each device
   for (bool progress = true; progress;) {
     progress = false;
-    for (std::size_t d = 0; d < devices.size(); ++d) {
+    for (int d = 0; d < devices.size(); ++d) {
       const auto& ds = devices[d].steps;
       auto& pos = at[d];
       while (pos < ds.size()) {
         const Step& s = ds[pos];
-        const bool ready = std::all_of(s.receives.begin(), s.receives.end(), [&](const Transfer& t) {
-          return done[static_cast<std::size_t>(t.producerOp)] != 0;
-        });
+        const bool ready = std::all_of(s.receives.begin(), s.receives.end(),
+                                       [&](const Transfer& t) { return done[t.producerOp] != 0; });
         if (!ready) break;
-        done[static_cast<std::size_t>(s.opIndex)] = 1;
-        pass[static_cast<std::size_t>(s.opIndex)] = passed++;
+        done[s.opIndex] = 1;
+        pass[s.opIndex] = passed++;
         ++pos;
         progress = true;
       }
     }
   }
   std::string stuck;
-  for (std::size_t d = 0; d < devices.size(); ++d) {
+  for (int d = 0; d < devices.size(); ++d) {
     const auto& ds = devices[d].steps;
     const auto pos = at[d];
     if (pos >= ds.size()) continue;
     const Step& s = ds[pos];
     for (const Transfer& t : s.receives) {
-      if (done[static_cast<std::size_t>(t.producerOp)] != 0) continue;
+      if (done[t.producerOp] != 0) continue;
       stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d) + " at " + opWhere(s.opIndex) +
                " (" + opName(m_plan.op(s.opIndex)) + ") waits for " + opWhere(t.producerOp) + " on device " +
                std::to_string(t.fromDevice);
@@ -525,14 +520,14 @@ Status ProgramCompiler::abstractRun(std::vector<std::int64_t>& pass) const {
 Expected<Program> ProgramCompiler::compile() {
   if (auto st = indexOps(); !st) return st.error();
   m_program.devices = m_devices;
-  m_program.perDevice.assign(static_cast<std::size_t>(m_devices), {});
+  m_program.perDevice.assign(m_devices, {});
   m_steps.resize(m_plan.ops.size());
-  for (std::size_t i = 0; i < m_plan.ops.size(); ++i) {
-    if (auto st = addStep(i); !st) return st.error();
+  for (std::int32_t idx = 0; idx < m_steps.size(); ++idx) {
+    if (auto st = addStep(idx); !st) return st.error();
   }
   if (auto st = addDerivedDependencies(); !st) return st.error();
   assembleDevices();
-  std::vector<std::int64_t> pass;
+  IdVector<std::int64_t> pass;
   if (auto st = abstractRun(pass); !st) return st.error();
   buildRendezvousGroups(m_program, pass);
   return std::move(m_program);

@@ -123,7 +123,7 @@ std::string RunControl::failure() const {
 
 void RunControl::progress(int device, LaneState state, int waitingFor) {
   if (device < 0 || device >= devices()) return;
-  LaneInfo& l = *m_lanes[static_cast<std::size_t>(device)];
+  LaneInfo& l = *m_lanes[device];
   l.state.store(static_cast<int>(state));
   l.waitingFor.store(waitingFor);
   l.lastProgressNs.store(Clock::steadyNs());
@@ -131,7 +131,7 @@ void RunControl::progress(int device, LaneState state, int waitingFor) {
 
 void RunControl::setState(int device, LaneState state, int waitingFor) {
   if (device < 0 || device >= devices()) return;
-  LaneInfo& l = *m_lanes[static_cast<std::size_t>(device)];
+  LaneInfo& l = *m_lanes[device];
   l.state.store(static_cast<int>(state));
   l.waitingFor.store(waitingFor);
 }
@@ -142,7 +142,7 @@ void RunControl::registerWakeup(std::function<void()> wake) {
 }
 
 RunControl::LaneView RunControl::view(int device) const {
-  const LaneInfo& l = *m_lanes[static_cast<std::size_t>(device)];
+  const LaneInfo& l = *m_lanes[device];
   return {static_cast<LaneState>(l.state.load()), l.lastProgressNs.load(), l.waitingFor.load()};
 }
 
@@ -322,25 +322,23 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
 
 namespace {
 // One GEMM unit: C += A·B on 32×32 floats (65,536 FLOPs), small enough to time ops of 0.1 ms.
-constexpr int kUnitN = 32;
+constexpr std::size_t kUnitN = 32;
 }  // namespace
 
 double runGemmUnits(std::int64_t units, const std::atomic<bool>* abort) {
   thread_local std::vector<float> a(kUnitN * kUnitN, 0.5F), b(kUnitN * kUnitN, 0.25F), c(kUnitN * kUnitN, 0.0F);
+  std::size_t bounded = 0;  // the cell halved after each unit, cycling through C
   for (std::int64_t u = 0; u < units; ++u) {
     if (abort != nullptr && (u & 63) == 0 && abort->load(std::memory_order_relaxed)) break;
-    for (int i = 0; i < kUnitN; ++i) {
-      for (int k = 0; k < kUnitN; ++k) {
-        const float aik =
-            a[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(k)];
-        for (int j = 0; j < kUnitN; ++j) {
-          c[static_cast<std::size_t>(i) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)] +=
-              aik * b[static_cast<std::size_t>(k) * static_cast<std::size_t>(kUnitN) + static_cast<std::size_t>(j)];
-        }
+    for (std::size_t i = 0; i < kUnitN; ++i) {
+      for (std::size_t k = 0; k < kUnitN; ++k) {
+        const float aik = a[i * kUnitN + k];
+        for (std::size_t j = 0; j < kUnitN; ++j) c[i * kUnitN + j] += aik * b[k * kUnitN + j];
       }
     }
     // Keep values bounded so the loop never degenerates into denormals or infinities.
-    c[static_cast<std::size_t>(u % (kUnitN * kUnitN))] *= 0.5F;
+    c[bounded] *= 0.5F;
+    bounded = (bounded + 1) % c.size();
   }
   return static_cast<double>(c[0]);
 }

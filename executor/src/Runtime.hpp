@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/executor/Executor.hpp"
 #include "pipestudio/executor/Program.hpp"
 #include "pipestudio/trace/Stream.hpp"
@@ -87,7 +88,7 @@ class RunControl {
     int waitingFor;
   };
   LaneView view(int device) const;
-  int devices() const { return static_cast<int>(m_lanes.size()); }
+  int devices() const { return m_lanes.size(); }
 
  private:
   struct LaneInfo {
@@ -99,7 +100,7 @@ class RunControl {
   mutable std::mutex m_mutex;
   int m_failedRank = -1;
   std::string m_failure;
-  std::vector<std::unique_ptr<LaneInfo>> m_lanes;
+  IdVector<std::unique_ptr<LaneInfo>> m_lanes;  ///< by device
   std::vector<std::function<void()>> m_wakeups;
 };
 

@@ -66,7 +66,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
     std::map<std::tuple<int, int, int, int>, trace::OpRange> byKey;  // (kind, stage, mb, occurrence)
     for (int d = 0; d < devices; ++d) {
       const auto& got = ends[{it, d}];
-      const auto& steps = program->perDevice[static_cast<std::size_t>(d)].steps;
+      const auto& steps = program->perDevice[d].steps;
       ASSERT_EQ(got.size(), steps.size() + 1) << "iteration " << it << " device " << d;
       endsTotal += static_cast<int>(got.size());
       std::map<std::tuple<int, int, int>, int> seen;
@@ -93,7 +93,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
         if (other.id < stage) prev = other.id;
         if (other.id > stage && next < 0) next = other.id;
       }
-      auto endOf = [&](OpKind k, int s) -> std::int64_t {
+      auto endOf = [&, mb = mb](OpKind k, int s) -> std::int64_t {
         auto found = byKey.find({static_cast<int>(k), s, mb, 0});
         return found == byKey.end() ? -1 : found->second.endNs;
       };
@@ -134,7 +134,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
   }
   EXPECT_EQ(begins, endsTotal) << "one begin frame per end frame";
   for (int d = 0; d < devices; ++d) {
-    const auto& dp = program->perDevice[static_cast<std::size_t>(d)];
+    const auto& dp = program->perDevice[d];
     EXPECT_EQ(peakMemory[d], dp.staticBytes + dp.peakActivationBytes) << "device " << d;
   }
 }
@@ -171,9 +171,9 @@ TEST(CpuRunMemory, RefusesAPlanThatDoesNotFitBeforeTheFirstOp) {
 TEST(CpuRunRefusal, UnknownKindAndMissingFileAreClearErrors) {
   const Plan plan = test::makeTestPlan("1f1b", 2, 2);
   std::string text = planToJson(plan).dump();
-  const auto at = text.find("\"kind\":\"BW\"");
+  const auto at = text.find(R"("kind":"BW")");
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, 11, "\"kind\":\"QQ\"");
+  text.replace(at, 11, R"("kind":"QQ")");
   const std::string path = test::tempPath("badkind.plan.json");
   {
     std::FILE* f = std::fopen(path.c_str(), "w");

@@ -58,7 +58,7 @@ TEST(TimelineData, HitTestFindsEveryOpAtItsMiddle) {
     const Op& op = plan->ops[i];
     const int lane = data.laneOf({ItemRef::Kind::Op, static_cast<std::int32_t>(i)});
     ASSERT_GE(lane, 0);
-    const Lane& l = data.lanes()[static_cast<std::size_t>(lane)];
+    const Lane& l = data.lane(lane);
     const ItemRef hit = data.hitTest(0.5 * (op.startMs + op.endMs), 0.5 * (l.valueLo + l.valueHi));
     ASSERT_EQ(hit.kind, ItemRef::Kind::Op) << "op " << i;
     EXPECT_EQ(hit.index, static_cast<int>(i));
@@ -228,7 +228,7 @@ TEST(TimelineData, RangeMeasurementCountsBusyAndIdlePerDevice) {
   auto plan = std::make_shared<const Plan>(syntheticPlan(2, 1, false));  // timed as above
   TimelineData data(plan);
   const RangeMeasurement whole = data.measure(0, 4.5);
-  ASSERT_EQ(whole.devices.size(), 2u);
+  ASSERT_EQ(whole.devices.size(), 2);
   EXPECT_DOUBLE_EQ(whole.durationMs(), 4.5);
   EXPECT_DOUBLE_EQ(whole.devices[0].busyMs, 2.5);
   EXPECT_DOUBLE_EQ(whole.devices[0].idleMs, 2.0);

@@ -43,8 +43,7 @@ class TimelineViewTest : public ::testing::Test {
     const Op& o = plan->op(op);
     QCPAxis* key = view->timelineRect()->axis(QCPAxis::atBottom);
     QCPAxis* value = view->timelineRect()->axis(QCPAxis::atLeft);
-    const Lane& lane =
-        view->timeline()->lanes()[static_cast<std::size_t>(view->timeline()->laneOf({ItemRef::Kind::Op, op}))];
+    const Lane& lane = view->timeline()->lane(view->timeline()->laneOf({ItemRef::Kind::Op, op}));
     return {key->coordToPixel(0.5 * (o.startMs + o.endMs)), value->coordToPixel(0.5 * (lane.valueLo + lane.valueHi))};
   }
   std::unique_ptr<TimelineView> view;
@@ -297,9 +296,9 @@ TEST_F(TimelineViewTest, SearchFadesTheRestAndWalksTheMatches) {
   EXPECT_FALSE(view->setSearch(QStringLiteral("W mb 3")).has_value());
   ASSERT_EQ(view->searchMatches().size(), 4u);
   const auto& mask = view->plottable()->opMask();
-  ASSERT_EQ(mask.size(), plan->ops.size());
-  for (std::size_t i = 0; i < plan->ops.size(); ++i) {
-    const bool match = plan->ops[i].kind == OpKind::W && plan->ops[i].microbatch == 3;
+  ASSERT_EQ(mask.values().size(), plan->ops.size());
+  for (int i = 0; i < mask.size(); ++i) {
+    const bool match = plan->op(i).kind == OpKind::W && plan->op(i).microbatch == 3;
     EXPECT_EQ(mask[i] != 0, match) << i;
   }
   view->plot()->replot(QCustomPlot::rpImmediateRefresh);

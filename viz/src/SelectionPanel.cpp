@@ -137,7 +137,7 @@ QString SelectionPanel::measurementHtml() const {
                      "<th align='right'>busy</th><th align='right'>idle</th><th align='right'>idle %</th></tr>")
                      .arg(ms(m->fromMs), ms(m->toMs), ms(m->durationMs()), ms(m->idleMs()))
                      .arg(m->devices.size());
-  for (std::size_t d = 0; d < m->devices.size(); ++d) {
+  for (int d = 0; d < m->devices.size(); ++d) {
     const DeviceRangeUse& u = m->devices[d];
     const double share = m->durationMs() > 0 ? u.idleMs / m->durationMs() : 0.0;
     html += QStringLiteral(

@@ -1,13 +1,16 @@
 #include "pipestudio/viz/TimelineData.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "pipestudio/common/Index.hpp"
@@ -56,6 +59,9 @@ void finishLane(Lane& lane) {
   }
 }
 
+// Row of TimelineData::m_opIndex: one per (virtual stage, op kind).
+int opIndexRow(int virtualStage, OpKind kind) { return virtualStage * kOpKindCount + static_cast<int>(kind); }
+
 }  // namespace
 
 std::size_t Lane::firstVisible(double fromMs) const {
@@ -79,9 +85,9 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   const double computeLo = 0.06;
   const double computeHi = hasComms ? 0.74 : 0.94;
   const int computeLanes = bidirectional ? 2 : 1;
-  m_laneOfDevice.assign(static_cast<std::size_t>(devices), 0);
+  m_laneOfDevice.assign(devices, 0);
   for (int d = 0; d < devices; ++d) {
-    m_laneOfDevice[static_cast<std::size_t>(d)] = static_cast<int>(m_lanes.size());
+    m_laneOfDevice[d] = m_lanes.size();
     const double h = (computeHi - computeLo) / computeLanes;
     for (int k = 0; k < computeLanes; ++k) {
       Lane lane;
@@ -106,25 +112,26 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   m_opLane.assign(p.ops.size(), -1);
   m_opSlot.assign(p.ops.size(), -1);
   m_prevOnDevice.assign(p.ops.size(), -1);
-  std::vector<int> lastOnDevice(static_cast<std::size_t>(devices), -1);
+  const int opCount = m_opLane.size();
+  IdVector<int> lastOnDevice(devices, -1);
   m_beginMs = std::numeric_limits<double>::infinity();
   m_endMs = -std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    const Op& op = p.ops[i];
+  for (int i = 0; i < opCount; ++i) {
+    const Op& op = p.op(i);
     if (op.device < 0) continue;
     int pipeline = 0;
     if (op.virtualStage >= 0 && op.virtualStage < stageCount) pipeline = p.stage(op.virtualStage).pipeline;
     pipeline = std::clamp(pipeline, 0, computeLanes - 1);
     const int laneIndex = op.device * lanesPerDevice + pipeline;
-    Lane& lane = m_lanes[static_cast<std::size_t>(laneIndex)];
+    Lane& lane = m_lanes[laneIndex];
     lane.startMs.push_back(op.startMs);
     lane.endMs.push_back(op.endMs);
     lane.shade.push_back(shadeOf(slotOfOp(op.kind), op.microbatch));
     lane.microbatch.push_back(op.microbatch);
-    lane.items.push_back({ItemRef::Kind::Op, static_cast<std::int32_t>(i)});
+    lane.items.push_back({ItemRef::Kind::Op, i});
     m_opLane[i] = laneIndex;
-    m_prevOnDevice[i] = lastOnDevice[static_cast<std::size_t>(op.device)];
-    lastOnDevice[static_cast<std::size_t>(op.device)] = static_cast<int>(i);
+    m_prevOnDevice[i] = lastOnDevice[op.device];
+    lastOnDevice[op.device] = i;
     m_beginMs = std::min(m_beginMs, op.startMs);
     m_endMs = std::max(m_endMs, op.endMs);
     m_maxMicrobatch = std::max(m_maxMicrobatch, op.microbatch);
@@ -132,17 +139,18 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   m_commLane.assign(p.comms.size(), -1);
   m_commSlot.assign(p.comms.size(), -1);
   if (hasComms) {
-    for (std::size_t i = 0; i < p.comms.size(); ++i) {
-      const Comm& c = p.comms[i];
+    std::int32_t nextComm = 0;
+    for (const Comm& c : p.comms) {
+      const std::int32_t i = nextComm++;
       if (c.fromDevice < 0) continue;
       const int laneIndex = c.fromDevice * lanesPerDevice + computeLanes;
-      Lane& lane = m_lanes[static_cast<std::size_t>(laneIndex)];
+      Lane& lane = m_lanes[laneIndex];
       const ColourSlot slot = c.kind == OpKind::F ? ColourSlot::CommForward : ColourSlot::CommBackward;
       lane.startMs.push_back(c.startMs);
       lane.endMs.push_back(c.endMs);
       lane.shade.push_back(shadeOf(slot, c.microbatch));
       lane.microbatch.push_back(c.microbatch);
-      lane.items.push_back({ItemRef::Kind::Comm, static_cast<std::int32_t>(i)});
+      lane.items.push_back({ItemRef::Kind::Comm, i});
       m_commLane[i] = laneIndex;
       m_beginMs = std::min(m_beginMs, c.startMs);
       m_endMs = std::max(m_endMs, c.endMs);
@@ -151,26 +159,22 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   }
   if (!std::isfinite(m_beginMs)) m_beginMs = m_endMs = 0;
 
-  for (std::size_t l = 0; l < m_lanes.size(); ++l) {
-    Lane& lane = m_lanes[l];
+  for (Lane& lane : m_lanes) {
     finishLane(lane);
     for (std::size_t k = 0; k < lane.size(); ++k) {
       const ItemRef ref = lane.items[k];
-      if (ref.kind == ItemRef::Kind::Op)
-        m_opSlot[static_cast<std::size_t>(ref.index)] = static_cast<std::int32_t>(k);
-      else
-        m_commSlot[static_cast<std::size_t>(ref.index)] = static_cast<std::int32_t>(k);
+      auto& slots = ref.kind == ItemRef::Kind::Op ? m_opSlot : m_commSlot;
+      slots[ref.index] = static_cast<std::int32_t>(k);
     }
   }
 
   // Data flow between virtual stages: the one definition the simulator and executor use.
   StageNeighbours neighbours = stageNeighbours(p);
-  m_prevStage = std::move(neighbours.previous);
-  m_nextStage = std::move(neighbours.next);
-  m_nextOnDevice.assign(p.ops.size(), -1);
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    if (m_prevOnDevice[i] >= 0)
-      m_nextOnDevice[static_cast<std::size_t>(m_prevOnDevice[i])] = static_cast<std::int32_t>(i);
+  m_prevStage = IdVector<int>(std::move(neighbours.previous));
+  m_nextStage = IdVector<int>(std::move(neighbours.next));
+  m_nextOnDevice.assign(opCount, -1);
+  for (int i = 0; i < opCount; ++i) {
+    if (m_prevOnDevice[i] >= 0) m_nextOnDevice[m_prevOnDevice[i]] = i;
   }
 }
 
@@ -178,9 +182,8 @@ int TimelineData::laneAt(double value) const {
   if (m_lanes.empty()) return -1;
   const int d = static_cast<int>(std::floor(value));
   if (d < 0 || d >= m_devices) return -1;
-  const auto begin = static_cast<std::size_t>(m_laneOfDevice[static_cast<std::size_t>(d)]);
-  for (std::size_t l = begin; l < m_lanes.size() && m_lanes[l].device == d; ++l) {
-    if (value >= m_lanes[l].valueLo && value < m_lanes[l].valueHi) return static_cast<int>(l);
+  for (int l = m_laneOfDevice[d]; l < m_lanes.size() && m_lanes[l].device == d; ++l) {
+    if (value >= m_lanes[l].valueLo && value < m_lanes[l].valueHi) return l;
   }
   return -1;
 }
@@ -188,7 +191,7 @@ int TimelineData::laneAt(double value) const {
 ItemRef TimelineData::hitTest(double timeMs, double value, double slackMs) const {
   const int l = laneAt(value);
   if (l < 0) return {};
-  const Lane& lane = m_lanes[static_cast<std::size_t>(l)];
+  const Lane& lane = m_lanes[l];
   // Binary search for the last interval starting at or before timeMs + slack, then walk back
   // while an interval could still reach timeMs (bounded by maxDurationMs).
   auto it = std::upper_bound(lane.startMs.begin(), lane.startMs.end(), timeMs + slackMs);
@@ -227,31 +230,27 @@ double TimelineData::itemEndMs(ItemRef ref) const {
 
 int TimelineData::laneOf(ItemRef ref) const {
   if (!ref.valid()) return -1;
-  return ref.kind == ItemRef::Kind::Op ? m_opLane[static_cast<std::size_t>(ref.index)]
-                                       : m_commLane[static_cast<std::size_t>(ref.index)];
+  return ref.kind == ItemRef::Kind::Op ? m_opLane[ref.index] : m_commLane[ref.index];
 }
 
 void TimelineData::buildIndex() const {
   if (m_indexBuilt) return;
   m_indexBuilt = true;
   const Plan& p = *m_plan;
-  const std::size_t stages = p.virtualStages.size();
-  const auto mbs = static_cast<std::size_t>(m_maxMicrobatch + 1);
-  m_opIndex.assign(stages * kOpKindCount * mbs, -1);
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    const Op& op = p.ops[i];
-    if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= stages || op.microbatch < 0) continue;
-    const std::size_t key =
-        (static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)) * mbs +
-        static_cast<std::size_t>(op.microbatch);
-    if (m_opIndex[key] < 0) m_opIndex[key] = static_cast<std::int32_t>(i);
+  const auto stages = static_cast<int>(p.virtualStages.size());
+  m_opIndex.assign(stages * kOpKindCount, m_maxMicrobatch + 1, -1);
+  for (int i = 0; i < m_opLane.size(); ++i) {
+    const Op& op = p.op(i);
+    if (!inRange(p.virtualStages, op.virtualStage) || op.microbatch < 0) continue;
+    std::int32_t& first = m_opIndex(opIndexRow(op.virtualStage, op.kind), op.microbatch);
+    if (first < 0) first = i;
   }
   // Dependencies beyond the stage data flow (frozen outputs consumed this iteration, the
   // vocabulary passes), exactly as the simulator derives them.
   std::vector<std::vector<std::int32_t>> laneIndex;
   const auto lanes = planLanes(p, &laneIndex);
   const auto extra = derivedDependencies(p, lanes);
-  std::vector<std::int32_t> count(p.ops.size() + 1, 0);
+  IdVector<std::int32_t> count(p.ops.size() + 1, 0);
   auto opOf = [&](const OpRef& r) -> std::int32_t {
     if (!inRange(laneIndex, r.device)) return -1;
     const auto& lane = laneIndex[static_cast<std::size_t>(r.device)];
@@ -259,34 +258,31 @@ void TimelineData::buildIndex() const {
   };
   for (const OpDependency& dep : extra) {
     const std::int32_t to = opOf(dep.to);
-    if (to >= 0 && opOf(dep.from) >= 0) ++count[static_cast<std::size_t>(to) + 1];
+    if (to >= 0 && opOf(dep.from) >= 0) ++count[to + 1];
   }
-  for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+  for (int i = 1; i < count.size(); ++i) count[i] += count[i - 1];
   m_extraPredBegin = count;
-  m_extraPred.assign(static_cast<std::size_t>(count.back()), -1);
+  m_extraPred.assign(count.back(), -1);
   for (const OpDependency& dep : extra) {
     const std::int32_t to = opOf(dep.to);
     const std::int32_t from = opOf(dep.from);
-    if (to >= 0 && from >= 0) m_extraPred[static_cast<std::size_t>(count[static_cast<std::size_t>(to)]++)] = from;
+    if (to >= 0 && from >= 0) m_extraPred[count[to]++] = from;
   }
 }
 
 int TimelineData::findOp(int virtualStage, OpKind kind, int microbatch) const {
   buildIndex();
-  const std::size_t stages = m_plan->virtualStages.size();
-  if (virtualStage < 0 || static_cast<std::size_t>(virtualStage) >= stages) return -1;
+  if (!inRange(m_plan->virtualStages, virtualStage)) return -1;
   if (microbatch < 0 || microbatch > m_maxMicrobatch) return -1;
-  const auto mbs = static_cast<std::size_t>(m_maxMicrobatch + 1);
-  return m_opIndex[(static_cast<std::size_t>(virtualStage) * kOpKindCount + static_cast<std::size_t>(kind)) * mbs +
-                   static_cast<std::size_t>(microbatch)];
+  return m_opIndex(opIndexRow(virtualStage, kind), microbatch);
 }
 
 std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
   std::vector<int> out;
   if (!m_plan || !inRange(m_plan->ops, opIndex)) return out;
   const Op& op = m_plan->op(opIndex);
-  if (!inRange(m_prevStage, op.virtualStage)) return out;
-  const auto vs = static_cast<std::size_t>(op.virtualStage);
+  if (!m_prevStage.contains(op.virtualStage)) return out;
+  const int vs = op.virtualStage;
   auto add = [&](int stage, OpKind kind) {
     const int found = findOp(stage, kind, op.microbatch);
     if (found >= 0 && found != opIndex) out.push_back(found);
@@ -313,42 +309,34 @@ std::vector<int> TimelineData::dataPredecessors(int opIndex) const {
     default:
       break;
   }
-  const auto i = static_cast<std::size_t>(opIndex);
-  if (i + 1 < m_extraPredBegin.size()) {
-    for (std::int32_t k = m_extraPredBegin[i]; k < m_extraPredBegin[i + 1]; ++k) {
-      const int from = m_extraPred[static_cast<std::size_t>(k)];
+  if (opIndex + 1 < m_extraPredBegin.size()) {
+    for (std::int32_t k = m_extraPredBegin[opIndex]; k < m_extraPredBegin[opIndex + 1]; ++k) {
+      const int from = m_extraPred[k];
       if (from != opIndex && std::find(out.begin(), out.end(), from) == out.end()) out.push_back(from);
     }
   }
   return out;
 }
 
-int TimelineData::devicePredecessor(int op) const {
-  if (!inRange(m_prevOnDevice, op)) return -1;
-  return m_prevOnDevice[static_cast<std::size_t>(op)];
-}
+int TimelineData::devicePredecessor(int op) const { return m_prevOnDevice.contains(op) ? m_prevOnDevice[op] : -1; }
 
-int TimelineData::deviceSuccessor(int op) const {
-  if (!inRange(m_nextOnDevice, op)) return -1;
-  return m_nextOnDevice[static_cast<std::size_t>(op)];
-}
+int TimelineData::deviceSuccessor(int op) const { return m_nextOnDevice.contains(op) ? m_nextOnDevice[op] : -1; }
 
 void TimelineData::buildSuccessors() const {
   if (m_successorsBuilt || !m_plan) return;
   m_successorsBuilt = true;
-  const std::size_t n = m_plan->ops.size();
-  std::vector<std::vector<int>> preds(n);
-  std::vector<std::int32_t> count(n + 1, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    preds[i] = dataPredecessors(static_cast<int>(i));
-    for (int p : preds[i]) ++count[static_cast<std::size_t>(p) + 1];
+  const int n = m_opLane.size();
+  IdVector<std::vector<int>> preds(n);
+  IdVector<std::int32_t> count(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    preds[i] = dataPredecessors(i);
+    for (int p : preds[i]) ++count[p + 1];
   }
-  for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+  for (int i = 1; i < count.size(); ++i) count[i] += count[i - 1];
   m_succBegin = count;
-  m_succ.assign(static_cast<std::size_t>(count.back()), -1);
-  for (std::size_t i = 0; i < n; ++i) {
-    for (int p : preds[i])
-      m_succ[static_cast<std::size_t>(count[static_cast<std::size_t>(p)]++)] = static_cast<std::int32_t>(i);
+  m_succ.assign(count.back(), -1);
+  for (int i = 0; i < n; ++i) {
+    for (int p : preds[i]) m_succ[count[p]++] = i;
   }
 }
 
@@ -356,8 +344,7 @@ std::vector<int> TimelineData::dataSuccessors(int op) const {
   std::vector<int> out;
   if (!m_plan || !inRange(m_plan->ops, op)) return out;
   buildSuccessors();
-  const auto i = static_cast<std::size_t>(op);
-  for (std::int32_t k = m_succBegin[i]; k < m_succBegin[i + 1]; ++k) out.push_back(m_succ[static_cast<std::size_t>(k)]);
+  for (std::int32_t k = m_succBegin[op]; k < m_succBegin[op + 1]; ++k) out.push_back(m_succ[k]);
   return out;
 }
 
@@ -365,30 +352,28 @@ void TimelineData::buildSlack() const {
   if (!m_slackMs.empty() || !m_plan || m_plan->ops.empty()) return;
   buildSuccessors();
   const Plan& p = *m_plan;
-  const std::size_t n = p.ops.size();
   // Latest finish without delaying the last op's end (a transfer after it that feeds no op of
   // this iteration, as a frozen hand-off to the next one, gives nothing slack): a backward pass
   // over the ops in decreasing start order (every dependency ends before its consumer starts).
   double endMs = -std::numeric_limits<double>::infinity();
   for (const Op& op : p.ops) endMs = std::max(endMs, op.endMs);
-  std::vector<int> order(n);
+  std::vector<int> order(p.ops.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return p.op(a).startMs > p.op(b).startMs; });
-  std::vector<double> latestFinish(n, endMs);
-  auto latestStart = [&](std::size_t s) { return latestFinish[s] - p.ops[s].durationMs(); };
-  for (int idx : order) {
-    const auto i = static_cast<std::size_t>(idx);
+  IdVector<double> latestFinish(p.ops.size(), endMs);
+  auto latestStart = [&](int op) { return latestFinish[op] - p.op(op).durationMs(); };
+  for (int i : order) {
     double lf = endMs;
     const int next = m_nextOnDevice[i];
-    if (next >= 0) lf = std::min(lf, latestStart(static_cast<std::size_t>(next)));
+    if (next >= 0) lf = std::min(lf, latestStart(next));
     for (std::int32_t k = m_succBegin[i]; k < m_succBegin[i + 1]; ++k) {
-      const auto s = static_cast<std::size_t>(m_succ[static_cast<std::size_t>(k)]);
-      lf = std::min(lf, latestStart(s) - transferMs(idx, static_cast<int>(s)));
+      const int s = m_succ[k];
+      lf = std::min(lf, latestStart(s) - transferMs(i, s));
     }
     latestFinish[i] = lf;
   }
-  m_slackMs.resize(n);
-  for (std::size_t i = 0; i < n; ++i) m_slackMs[i] = std::max(0.0, latestFinish[i] - p.ops[i].endMs);
+  m_slackMs.resize(p.ops.size());
+  for (int i = 0; i < m_slackMs.size(); ++i) m_slackMs[i] = std::max(0.0, latestFinish[i] - p.op(i).endMs);
 }
 
 double TimelineData::transferMs(int from, int to) const {
@@ -411,7 +396,7 @@ double TimelineData::transferMs(int from, int to) const {
 double TimelineData::slackMs(int op) const {
   if (!m_plan || !inRange(m_plan->ops, op)) return 0;
   buildSlack();
-  return m_slackMs[static_cast<std::size_t>(op)];
+  return m_slackMs[op];
 }
 
 CollectiveShare TimelineData::collectiveShare(int opIndex) const {
@@ -425,7 +410,7 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
       const VirtualStage& vs = p.virtualStages[s];
       costed = validStage(p, static_cast<int>(s)) && vs.device >= 0 && vs.device < std::max(1, p.config.devices) &&
                vs.firstLayer >= 0 && vs.lastLayer >= vs.firstLayer &&
-               static_cast<std::size_t>(vs.lastLayer) < p.model.component(vs.component).layers.size();
+               inRange(p.model.component(vs.component).layers, vs.lastLayer);
     }
     if (costed) {
       for (const StageCosts& c : stageCosts(p)) {
@@ -441,9 +426,9 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
     }
   }
   const Op& op = p.op(opIndex);
-  if (!inRange(m_stageCosts, op.virtualStage)) return share;
-  const StageCostsLite& c = m_stageCosts[static_cast<std::size_t>(op.virtualStage)];
-  auto add = [&](int pass) {
+  if (!m_stageCosts.contains(op.virtualStage)) return share;
+  const StageCostsLite& c = m_stageCosts[op.virtualStage];
+  auto add = [&](std::size_t pass) {
     share.passMs += c.passMs[pass];
     share.collectiveMs += c.collectiveMs[pass];
   };
@@ -490,10 +475,10 @@ RangeMeasurement TimelineData::measure(double fromMs, double toMs) const {
   if (toMs < fromMs) std::swap(fromMs, toMs);
   m.fromMs = fromMs;
   m.toMs = toMs;
-  m.devices.assign(static_cast<std::size_t>(m_devices), {});
+  m.devices.assign(m_devices, {});
   for (const Lane& lane : m_lanes) {
     if (lane.comm) continue;
-    DeviceRangeUse& use = m.devices[static_cast<std::size_t>(lane.device)];
+    DeviceRangeUse& use = m.devices[lane.device];
     for (std::size_t k = lane.firstVisible(fromMs); k < lane.size() && lane.startMs[k] < toMs; ++k) {
       const double a = std::max(fromMs, lane.startMs[k]);
       const double b = std::min(toMs, lane.endMs[k]);
@@ -508,14 +493,13 @@ RangeMeasurement TimelineData::measure(double fromMs, double toMs) const {
 }
 
 std::string TimelineData::laneName(int lane) const {
-  if (!inRange(m_lanes, lane)) return {};
-  const Lane& l = m_lanes[static_cast<std::size_t>(lane)];
+  if (!m_lanes.contains(lane)) return {};
+  const Lane& l = m_lanes[lane];
   std::string name = "GPU " + std::to_string(l.device);
   if (l.comm) return name + " transfers";
-  const int first = m_laneOfDevice[static_cast<std::size_t>(l.device)];
-  const bool twoPipelines = static_cast<std::size_t>(first + 1) < m_lanes.size() &&
-                            m_lanes[static_cast<std::size_t>(first + 1)].device == l.device &&
-                            !m_lanes[static_cast<std::size_t>(first + 1)].comm;
+  const int first = m_laneOfDevice[l.device];
+  const bool twoPipelines =
+      first + 1 < m_lanes.size() && m_lanes[first + 1].device == l.device && !m_lanes[first + 1].comm;
   if (twoPipelines) name += " · pipeline " + std::to_string(l.pipeline);
   return name;
 }
@@ -576,13 +560,21 @@ Expected<OpQuery> parseOpQuery(std::string_view text) {
     if (!lo || !hi || *hi < *lo) return std::nullopt;
     return OpQuery::Range{*lo, *hi};
   };
-  const std::pair<const char*, std::vector<OpQuery::Range> OpQuery::*> keys[] = {
-      {"mb", &OpQuery::microbatches},  {"microbatch", &OpQuery::microbatches},
-      {"vs", &OpQuery::virtualStages}, {"stage", &OpQuery::virtualStages},
-      {"gpu", &OpQuery::devices},      {"device", &OpQuery::devices},
-      {"dev", &OpQuery::devices},      {"chunk", &OpQuery::chunks}};
-  const std::string expected =
-      " (expected op kinds F, B, W, BW, N, S, T, OPT, or mb N, vs N, gpu N, chunk N; N may be a range 4-7)";
+  using Key = std::pair<const char*, std::vector<OpQuery::Range> OpQuery::*>;
+  const std::array<Key, 8> keys{{{"mb", &OpQuery::microbatches},
+                                 {"microbatch", &OpQuery::microbatches},
+                                 {"vs", &OpQuery::virtualStages},
+                                 {"stage", &OpQuery::virtualStages},
+                                 {"gpu", &OpQuery::devices},
+                                 {"device", &OpQuery::devices},
+                                 {"dev", &OpQuery::devices},
+                                 {"chunk", &OpQuery::chunks}}};
+  auto refuse = [](std::initializer_list<std::string_view> parts) {
+    std::string message;
+    for (std::string_view part : parts) message += part;
+    message += " (expected op kinds F, B, W, BW, N, S, T, OPT, or mb N, vs N, gpu N, chunk N; N may be a range 4-7)";
+    return Error{std::move(message)};
+  };
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     std::string upper = t;
@@ -597,19 +589,19 @@ Expected<OpQuery> parseOpQuery(std::string_view text) {
       if (t.rfind(k, 0) != 0) continue;
       std::string value = t.substr(k.size());
       if (value.empty()) {
-        if (i + 1 >= tokens.size()) return Error{"'" + t + "' needs a number" + expected};
+        if (i + 1 >= tokens.size()) return refuse({"'", t, "' needs a number"});
         value = tokens[++i];
       }
       const auto range = parseRange(value);
       if (!range) {
         if (t.size() > k.size()) continue;  // e.g. "device" read as "dev" + "ice": try the next key
-        return Error{"'" + value + "' after '" + k + "' is not a number or range" + expected};
+        return refuse({"'", value, "' after '", k, "' is not a number or range"});
       }
       (q.*member).push_back(*range);
       matched = true;
       break;
     }
-    if (!matched) return Error{"unknown search term '" + t + "'" + expected};
+    if (!matched) return refuse({"unknown search term '", t, "'"});
   }
   return q;
 }
@@ -646,15 +638,15 @@ std::vector<int> TimelineData::dependencyChain(int opIndex) const {
   if (!m_plan || !inRange(m_plan->ops, opIndex)) return out;
   // Upstream: every data predecessor, transitively.
   std::vector<int> stack{opIndex};
-  std::vector<char> seen(m_plan->ops.size(), 0);
-  seen[static_cast<std::size_t>(opIndex)] = 1;
+  IdVector<char> seen(m_plan->ops.size(), 0);
+  seen[opIndex] = 1;
   while (!stack.empty()) {
     const int cur = stack.back();
     stack.pop_back();
     out.push_back(cur);
     for (int dep : dataPredecessors(cur)) {
-      if (!seen[static_cast<std::size_t>(dep)]) {
-        seen[static_cast<std::size_t>(dep)] = 1;
+      if (!seen[dep]) {
+        seen[dep] = 1;
         stack.push_back(dep);
       }
     }
@@ -669,14 +661,14 @@ std::vector<int> TimelineData::dependencyChain(int opIndex) const {
   }
   std::sort(sameMicrobatch.begin(), sameMicrobatch.end(),
             [&](int a, int b) { return m_plan->op(a).startMs < m_plan->op(b).startMs; });
-  std::vector<char> downstream(m_plan->ops.size(), 0);
-  downstream[static_cast<std::size_t>(opIndex)] = 1;
+  IdVector<char> downstream(m_plan->ops.size(), 0);
+  downstream[opIndex] = 1;
   for (int cand : sameMicrobatch) {
-    if (downstream[static_cast<std::size_t>(cand)]) continue;
+    if (downstream[cand]) continue;
     for (int dep : dataPredecessors(cand)) {
-      if (downstream[static_cast<std::size_t>(dep)]) {
-        downstream[static_cast<std::size_t>(cand)] = 1;
-        if (!seen[static_cast<std::size_t>(cand)]) out.push_back(cand);
+      if (downstream[dep]) {
+        downstream[cand] = 1;
+        if (!seen[cand]) out.push_back(cand);
         break;
       }
     }
@@ -691,9 +683,9 @@ std::vector<int> TimelineData::criticalPath() const {
   for (std::size_t i = 1; i < m_plan->ops.size(); ++i) {
     if (m_plan->ops[i].endMs > m_plan->op(cur).endMs) cur = static_cast<int>(i);
   }
-  std::vector<char> seen(m_plan->ops.size(), 0);
-  while (cur >= 0 && !seen[static_cast<std::size_t>(cur)]) {
-    seen[static_cast<std::size_t>(cur)] = 1;
+  IdVector<char> seen(m_plan->ops.size(), 0);
+  while (cur >= 0 && !seen[cur]) {
+    seen[cur] = 1;
     path.push_back(cur);
     cur = waitReason(cur).waitedFor.index;
   }
@@ -704,49 +696,50 @@ std::vector<int> TimelineData::criticalPath() const {
 std::string TimelineData::describe(ItemRef ref) const {
   if (!m_plan || !ref.valid()) return {};
   const Plan& p = *m_plan;
-  char buf[256];
+  std::array<char, 256> buf{};
   std::string out;
   if (ref.kind == ItemRef::Kind::Comm) {
     const Comm& c = p.comms[static_cast<std::size_t>(ref.index)];
-    std::snprintf(buf, sizeof buf, "%s transfer · microbatch %d\ndevice %d → device %d · virtual stage %d\n",
+    std::snprintf(buf.data(), buf.size(), "%s transfer · microbatch %d\ndevice %d → device %d · virtual stage %d\n",
                   std::string(commPayloadName(c.kind)).c_str(), c.microbatch, c.fromDevice, c.toDevice, c.virtualStage);
-    out += buf;
+    out += buf.data();
     out += "start " + formatMs(c.startMs) + " · end " + formatMs(c.endMs) + " · duration " +
            formatMs(c.endMs - c.startMs) + "\n" + formatBytes(static_cast<double>(c.bytes));
     return out;
   }
   const Op& op = p.op(ref.index);
-  std::snprintf(buf, sizeof buf, "%s · microbatch %d", std::string(opKindName(op.kind)).c_str(), op.microbatch);
-  out += buf;
+  std::snprintf(buf.data(), buf.size(), "%s · microbatch %d", std::string(opKindName(op.kind)).c_str(), op.microbatch);
+  out += buf.data();
   if (op.samples > 0) out += " (" + std::to_string(op.samples) + " samples)";
   out += "\n";
   if (inRange(p.virtualStages, op.virtualStage)) {
     const VirtualStage& vs = p.stage(op.virtualStage);
-    std::snprintf(buf, sizeof buf, "virtual stage %d (device %d, chunk %d", vs.id, vs.device, vs.chunk);
-    out += buf;
+    std::snprintf(buf.data(), buf.size(), "virtual stage %d (device %d, chunk %d", vs.id, vs.device, vs.chunk);
+    out += buf.data();
     if (vs.pipeline != 0) out += ", pipeline " + std::to_string(vs.pipeline);
     out += ")\n";
     std::string component = "component " + std::to_string(vs.component);
     if (inRange(p.model.components, vs.component)) component = p.model.component(vs.component).name;
-    std::snprintf(buf, sizeof buf, "layers %s[%d..%d]\n", component.c_str(), vs.firstLayer, vs.lastLayer);
-    out += buf;
+    std::snprintf(buf.data(), buf.size(), "layers %s[%d..%d]\n", component.c_str(), vs.firstLayer, vs.lastLayer);
+    out += buf.data();
   } else {
     out += "device " + std::to_string(op.device) + "\n";
   }
   out += "start " + formatMs(op.startMs) + " · end " + formatMs(op.endMs) + " · duration " + formatMs(op.durationMs());
   const CollectiveShare share = collectiveShare(ref.index);
   if (share.collectiveMs > 0) {
-    std::snprintf(buf, sizeof buf, "\ncollectives (TP/CP/EP/ZeRO-3): %.0f %% of the op (%s of %s)",
+    std::snprintf(buf.data(), buf.size(), "\ncollectives (TP/CP/EP/ZeRO-3): %.0f %% of the op (%s of %s)",
                   100.0 * share.fraction(), formatMs(share.collectiveMs).c_str(), formatMs(share.passMs).c_str());
-    out += buf;
+    out += buf.data();
   }
   const WaitReason why = waitReason(ref.index);
   if (why.waitedFor.valid()) {
     const Op& dep = p.op(why.waitedFor.index);
     const double gap = op.startMs - dep.endMs;
-    std::snprintf(buf, sizeof buf, "\nwaiting for: %s mb %d on device %d%s", std::string(opKindName(dep.kind)).c_str(),
-                  dep.microbatch, dep.device, why.sameDevice ? " (device busy)" : "");
-    out += buf;
+    std::snprintf(buf.data(), buf.size(), "\nwaiting for: %s mb %d on device %d%s",
+                  std::string(opKindName(dep.kind)).c_str(), dep.microbatch, dep.device,
+                  why.sameDevice ? " (device busy)" : "");
+    out += buf.data();
     if (gap > 1e-9) out += why.sameDevice ? ", then idle " + formatMs(gap) : ", + " + formatMs(gap) + " transfer/wait";
   } else {
     out += "\nwaiting for: nothing (first op)";
@@ -761,8 +754,8 @@ std::size_t TimelineData::memoryBytes() const {
              lane.microbatch.capacity() * sizeof(std::int32_t) + lane.items.capacity() * sizeof(ItemRef) +
              lane.blocks.capacity() * sizeof(LaneBlock);
   }
-  bytes += (m_opLane.capacity() + m_opSlot.capacity() + m_commLane.capacity() + m_commSlot.capacity() +
-            m_prevOnDevice.capacity() + m_opIndex.capacity()) *
+  bytes += (m_opLane.values().capacity() + m_opSlot.values().capacity() + m_commLane.values().capacity() +
+            m_commSlot.values().capacity() + m_prevOnDevice.values().capacity() + m_opIndex.values().capacity()) *
            sizeof(std::int32_t);
   return bytes;
 }

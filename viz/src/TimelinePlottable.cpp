@@ -85,7 +85,7 @@ void TimelinePlottable::setTimeline(std::shared_ptr<const TimelineData> data) {
 
 void TimelinePlottable::setTimelinePalette(const TimelinePalette& palette) { m_palette = palette; }
 
-void TimelinePlottable::setOpMask(std::vector<char> mask) { m_mask = std::move(mask); }
+void TimelinePlottable::setOpMask(IdVector<char> mask) { m_mask = std::move(mask); }
 
 const QStaticText& TimelinePlottable::labelText(std::int32_t microbatch) {
   auto it = m_labelCache.find(microbatch);
@@ -203,8 +203,7 @@ void TimelinePlottable::draw(QCPPainter* painter) {
         shade = static_cast<std::uint8_t>(shade + kShadeCount);
       } else if (masking) {
         const ItemRef ref = lane.items[k];
-        const bool keep = ref.kind == ItemRef::Kind::Op && static_cast<std::size_t>(ref.index) < m_mask.size() &&
-                          m_mask[static_cast<std::size_t>(ref.index)] != 0;
+        const bool keep = ref.kind == ItemRef::Kind::Op && m_mask.contains(ref.index) && m_mask[ref.index] != 0;
         if (!keep) shade = static_cast<std::uint8_t>(shade + kShadeCount);
       }
       if (pb - pa < 1.0) {
@@ -244,7 +243,7 @@ void TimelinePlottable::draw(QCPPainter* painter) {
   for (std::size_t shade = 0; shade < m_buckets.size(); ++shade) {
     const auto& bucket = m_buckets[shade];
     if (bucket.empty()) continue;
-    painter->setBrush(shade < static_cast<std::size_t>(kShadeCount) ? m_palette.shades[shade] : m_palette.faded(shade));
+    painter->setBrush(shade < m_palette.shades.size() ? m_palette.shades[shade] : m_palette.faded(shade));
     painter->drawRects(bucket.data(), static_cast<int>(bucket.size()));
     ++m_stats.drawCalls;
   }
@@ -282,12 +281,12 @@ QRectF TimelinePlottable::itemRect(ItemRef ref) const {
   if (!m_data || !ref.valid() || !mKeyAxis || !mValueAxis) return {};
   const int lane = m_data->laneOf(ref);
   if (lane < 0) return {};
-  const Lane& l = m_data->lanes()[static_cast<std::size_t>(lane)];
+  const Lane& l = m_data->lane(lane);
   const double xa = mKeyAxis->coordToPixel(m_data->itemStartMs(ref));
   const double xb = mKeyAxis->coordToPixel(m_data->itemEndMs(ref));
   const double ya = mValueAxis->coordToPixel(l.valueLo);
   const double yb = mValueAxis->coordToPixel(l.valueHi);
-  return QRectF(QPointF(std::min(xa, xb), std::min(ya, yb)), QPointF(std::max(xa, xb), std::max(ya, yb)));
+  return {QPointF(std::min(xa, xb), std::min(ya, yb)), QPointF(std::max(xa, xb), std::max(ya, yb))};
 }
 
 double TimelinePlottable::selectTest(const QPointF& pos, bool onlySelectable, QVariant* details) const {
@@ -363,8 +362,8 @@ void drawArrow(QCPPainter* painter, QPointF from, QPointF to) {
   constexpr double kHead = 7.0;
   const QPointF a = to + QPointF(std::cos(angle + 0.45) * kHead, -std::sin(angle + 0.45) * kHead);
   const QPointF b = to + QPointF(std::cos(angle - 0.45) * kHead, -std::sin(angle - 0.45) * kHead);
-  const QPointF head[3] = {to, a, b};
-  painter->drawPolygon(head, 3);
+  const std::array<QPointF, 3> head{to, a, b};
+  painter->drawPolygon(head.data(), static_cast<int>(head.size()));
 }
 
 }  // namespace
@@ -483,15 +482,15 @@ void TimelineLegend::updateEntries() {
     present[static_cast<std::size_t>(OpKind::F)] = present[static_cast<std::size_t>(OpKind::B)] = true;
   }
   const bool nextIteration = data && data->frozenWorkIsNextIteration();
-  const std::pair<OpKind, QString> kinds[] = {
-      {OpKind::F, QStringLiteral("F forward")},
-      {OpKind::B, QStringLiteral("B input gradient")},
-      {OpKind::W, QStringLiteral("W weight gradient")},
-      {OpKind::BW, QStringLiteral("BW backward")},
-      {OpKind::N, nextIteration ? QStringLiteral("N frozen (next iteration)") : QStringLiteral("N frozen")},
-      {OpKind::S, QStringLiteral("S vocabulary")},
-      {OpKind::T, QStringLiteral("T vocabulary")},
-      {OpKind::OPT, QStringLiteral("OPT optimizer")}};
+  const std::array<std::pair<OpKind, QString>, 8> kinds{
+      {{OpKind::F, QStringLiteral("F forward")},
+       {OpKind::B, QStringLiteral("B input gradient")},
+       {OpKind::W, QStringLiteral("W weight gradient")},
+       {OpKind::BW, QStringLiteral("BW backward")},
+       {OpKind::N, nextIteration ? QStringLiteral("N frozen (next iteration)") : QStringLiteral("N frozen")},
+       {OpKind::S, QStringLiteral("S vocabulary")},
+       {OpKind::T, QStringLiteral("T vocabulary")},
+       {OpKind::OPT, QStringLiteral("OPT optimizer")}}};
   for (const auto& [kind, text] : kinds) {
     if (!present[static_cast<std::size_t>(kind)]) continue;
     const auto slot = static_cast<ColourSlot>(static_cast<int>(kind));

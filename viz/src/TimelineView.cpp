@@ -615,7 +615,7 @@ void TimelineView::rebuildMemory() {
       m_memoryPens.push_back(pen);
       graph->setName(QStringLiteral("GPU %1").arg(d));
       QVector<QCPGraphData> data;
-      data.reserve(static_cast<qsizetype>(points.size() + 1));
+      data.reserve(static_cast<qsizetype>(points.size()) + 1);
       double peakTime = 0;
       std::int64_t peak = -1;
       for (const MemoryPoint& point : points) {
@@ -739,9 +739,8 @@ QString TimelineView::memoryReadout(QPointF pixel) {
                      .arg(best)
                      .arg(static_cast<double>(bestBytes) / kGiB, 0, 'f', 2)
                      .arg(q(formatMs(t)));
-  const auto staticBytes = static_cast<std::size_t>(best) < m_memory.staticBytes.size()
-                               ? m_memory.staticBytes[static_cast<std::size_t>(best)]
-                               : 0;
+  const auto staticBytes =
+      inRange(m_memory.staticBytes, best) ? m_memory.staticBytes[static_cast<std::size_t>(best)] : 0;
   if (staticBytes > 0) {
     text += QStringLiteral(" (static %1 + activations %2)")
                 .arg(q(formatBytes(static_cast<double>(staticBytes))),
@@ -798,7 +797,7 @@ void TimelineView::setShowCriticalPath(bool show) {
 }
 
 void TimelineView::selectOp(int op) {
-  if (!m_data || op < 0 || !m_data->plan() || static_cast<std::size_t>(op) >= m_data->plan()->ops.size()) {
+  if (!m_data || !m_data->plan() || !inRange(m_data->plan()->ops, op)) {
     m_overlay->setChain({}, -1);
     m_overlay->setArrows({}, {});
   } else {
@@ -814,7 +813,7 @@ int TimelineView::selectedOp() const { return m_overlay->selectedOp(); }
 
 void TimelineView::revealOp(int op) {
   if (!m_data || !inRange(m_data->plan()->ops, op)) return;
-  const Op& o = m_data->plan()->ops[static_cast<std::size_t>(op)];
+  const Op& o = m_data->plan()->op(op);
   const QCPRange r = visibleRange();
   if (o.startMs < r.lower || o.endMs > r.upper) {
     const double size = std::max(r.size(), 1.2 * o.durationMs());
@@ -839,8 +838,8 @@ std::optional<QString> TimelineView::setSearch(const QString& query) {
     }
   }
   if (m_data && !query.trimmed().isEmpty() && !error) {
-    std::vector<char> mask(m_data->plan()->ops.size(), 0);
-    for (int op : m_matches) mask[static_cast<std::size_t>(op)] = 1;
+    IdVector<char> mask(m_data->plan()->ops.size(), 0);
+    for (int op : m_matches) mask[op] = 1;
     m_timeline->setOpMask(std::move(mask));
   } else {
     m_timeline->setOpMask({});
@@ -903,7 +902,7 @@ void TimelineView::onHover(QPointF pixel) {
   const QString readout = pixel.x() < 0 ? QString() : memoryReadout(pixel);
   if (readout.isEmpty() && pixel.x() >= 0 && m_timelineRect->rect().contains(pixel.toPoint()) && m_data) {
     const int lane = m_data->laneAt(m_timelineRect->axis(QCPAxis::atLeft)->pixelToCoord(pixel.y()));
-    highlightMemoryCurve(lane >= 0 ? m_data->lanes()[static_cast<std::size_t>(lane)].device : -1);
+    highlightMemoryCurve(lane >= 0 ? m_data->lane(lane).device : -1);
   } else if (pixel.x() < 0) {
     highlightMemoryCurve(-1);
   }

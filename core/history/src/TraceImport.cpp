@@ -7,9 +7,11 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 
 #include "Sqlite.hpp"
 #include "TraceImportImpl.hpp"
@@ -68,8 +70,8 @@ std::optional<OpName> OpMatcher::match(std::string_view name) const {
                              0, 0, data, context);
   if (rc <= 0) return std::nullopt;
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
-  const auto group = [&](std::uint32_t n) -> std::string_view {
-    if (n >= static_cast<std::uint32_t>(rc) || ov[2 * n] == PCRE2_UNSET) return {};
+  const auto group = [&](std::size_t n) -> std::string_view {
+    if (n >= static_cast<std::size_t>(rc) || ov[2 * n] == PCRE2_UNSET) return {};
     return name.substr(ov[2 * n], ov[2 * n + 1] - ov[2 * n]);
   };
   const auto number = [](std::string_view s) -> std::optional<int> {
@@ -117,11 +119,12 @@ Expected<TraceFormat> detectTraceFormat(const std::string& file) {
   if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error{file + ": cannot open"};
-  char head[16] = {};
-  in.read(head, sizeof head);
-  const auto n = static_cast<std::size_t>(in.gcount());
-  if (n >= 4 && std::memcmp(head, trace::kStreamMagic, 4) == 0) return TraceFormat::Stream;
-  if (n >= 16 && std::memcmp(head, "SQLite format 3\0", 16) == 0) return TraceFormat::NsysSqlite;
+  std::array<char, 16> head{};
+  in.read(head.data(), head.size());
+  const std::string_view read(head.data(), static_cast<std::size_t>(in.gcount()));
+  if (read.starts_with(std::string_view(trace::kStreamMagic.data(), trace::kStreamMagic.size())))
+    return TraceFormat::Stream;
+  if (read == std::string_view("SQLite format 3\0", 16)) return TraceFormat::NsysSqlite;
   return TraceFormat::ChromeJson;  // plain or gzip JSON; the reader says what else it is
 }
 

@@ -10,20 +10,15 @@ namespace {
 // Little-endian writers. Explicit byte shuffling keeps the format independent of the host's
 // endianness and of struct layout (FORMAT.md).
 void putU8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
-void putU16(std::string& out, std::uint16_t v) {
-  const char b[2] = {static_cast<char>(v & 0xff), static_cast<char>(v >> 8)};
-  out.append(b, 2);
+template <class Unsigned>
+void putLittleEndian(std::string& out, Unsigned v) {
+  std::array<char, sizeof(Unsigned)> bytes{};
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(bytes.data(), bytes.size());
 }
-void putU32(std::string& out, std::uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out.append(b, 4);
-}
-void putU64(std::string& out, std::uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out.append(b, 8);
-}
+void putU16(std::string& out, std::uint16_t v) { putLittleEndian(out, v); }
+void putU32(std::string& out, std::uint32_t v) { putLittleEndian(out, v); }
+void putU64(std::string& out, std::uint64_t v) { putLittleEndian(out, v); }
 void putI32(std::string& out, std::int32_t v) { putU32(out, static_cast<std::uint32_t>(v)); }
 void putI64(std::string& out, std::int64_t v) { putU64(out, static_cast<std::uint64_t>(v)); }
 void putF64(std::string& out, double v) { putU64(out, std::bit_cast<std::uint64_t>(v)); }
@@ -177,7 +172,7 @@ std::optional<std::string> decodePayload(FrameType type, std::string_view payloa
   };
   switch (type) {
     case FrameType::Header: {
-      Header& h = reuse<Header>(frame);
+      auto& h = reuse<Header>(frame);
       h.version = r.u16();
       r.strInto(h.runId);
       h.rank = r.i32();
@@ -194,7 +189,7 @@ std::optional<std::string> decodePayload(FrameType type, std::string_view payloa
       break;
     }
     case FrameType::OpRange: {
-      OpRange& o = reuse<OpRange>(frame);
+      auto& o = reuse<OpRange>(frame);
       auto b = boolean("begin flag");
       if (auto* e = std::get_if<std::string>(&b)) return *e;
       o.begin = std::get<bool>(b);
@@ -213,7 +208,7 @@ std::optional<std::string> decodePayload(FrameType type, std::string_view payloa
       break;
     }
     case FrameType::Activity: {
-      Activity& a = reuse<Activity>(frame);
+      auto& a = reuse<Activity>(frame);
       const std::uint8_t kind = r.u8();
       if (!r.bad() && kind > static_cast<std::uint8_t>(Activity::Kind::Nccl)) {
         return "activity kind " + std::to_string(kind) + " out of range (expected 0..3)";
@@ -229,7 +224,7 @@ std::optional<std::string> decodePayload(FrameType type, std::string_view payloa
       break;
     }
     case FrameType::MemorySample: {
-      MemorySample& m = reuse<MemorySample>(frame);
+      auto& m = reuse<MemorySample>(frame);
       m.device = r.i32();
       m.timeNs = r.i64();
       m.bytesInUse = r.i64();
@@ -237,13 +232,13 @@ std::optional<std::string> decodePayload(FrameType type, std::string_view payloa
       break;
     }
     case FrameType::ErrorReport: {
-      ErrorReport& e = reuse<ErrorReport>(frame);
+      auto& e = reuse<ErrorReport>(frame);
       e.rank = r.i32();
       r.strInto(e.message);
       break;
     }
     case FrameType::Summary: {
-      Summary& s = reuse<Summary>(frame);
+      auto& s = reuse<Summary>(frame);
       s.iterations = r.i32();
       s.droppedRecords = r.u64();
       s.elapsedNs = r.i64();
@@ -294,7 +289,7 @@ std::string_view frameTypeName(FrameType type) {
 }
 
 void encodeStreamStart(std::string& out) {
-  out.append(kStreamMagic, sizeof kStreamMagic);
+  out.append(kStreamMagic.data(), kStreamMagic.size());
   putU16(out, kStreamVersion);
   putU16(out, 0);  // reserved flags
 }
@@ -347,8 +342,8 @@ bool StreamDecoder::next(Frame& frame) {
     std::string_view avail(m_buffer.data() + m_pos, m_buffer.size() - m_pos);
     if (!m_startSeen) {
       // Check the magic byte by byte so a wrong stream fails early, before 8 bytes arrive.
-      const std::size_t n = std::min(avail.size(), sizeof kStreamMagic);
-      if (std::memcmp(avail.data(), kStreamMagic, n) != 0) {
+      const std::size_t n = std::min(avail.size(), kStreamMagic.size());
+      if (std::memcmp(avail.data(), kStreamMagic.data(), n) != 0) {
         fail(m_consumed, "bad magic (not a PipeStudio trace stream; expected \"PSTR\")");
         return false;
       }

@@ -19,7 +19,8 @@ using Bytes = std::vector<std::byte>;
 // A host buffer standing for `logicalBytes` of device memory; really holds logical × scale
 // bytes, touched so that the pages exist.
 struct HostBuffer {
-  std::unique_ptr<std::byte[]> data;
+  // new (std::nothrow) below: running out of host memory is an error message, not an exception.
+  std::unique_ptr<std::byte[]> data;  // NOLINT(modernize-avoid-c-arrays)
   std::size_t realBytes = 0;
   std::int64_t logicalBytes = 0;
 };
@@ -41,7 +42,7 @@ class CpuLane final : public Lane {
       : m_ctx(ctx), m_mailbox(mailbox), m_device(device), m_unitMs(unitMs), m_memoryScale(memoryScale) {}
 
   Status prepare() {
-    const DeviceProgram& dp = m_ctx.program.perDevice[static_cast<std::size_t>(m_device)];
+    const DeviceProgram& dp = m_ctx.program.perDevice[m_device];
     m_staticBytes = dp.staticBytes;
     // Parameters, gradients and the two Adam moments, as floats in the scaled footprint.
     const auto floats = static_cast<std::size_t>(std::max<double>(
@@ -192,7 +193,7 @@ class CpuBackend final : public Backend {
     // --device-memory), so an out-of-memory plan is refused before the first op.
     std::int64_t peak = 0;
     for (int d = 0; d < m_ctx.program.devices; ++d) {
-      const DeviceProgram& dp = m_ctx.program.perDevice[static_cast<std::size_t>(d)];
+      const DeviceProgram& dp = m_ctx.program.perDevice[d];
       const std::int64_t need = dp.staticBytes + dp.peakActivationBytes;
       peak = std::max(peak, need);
       const std::int64_t capacity = o.deviceMemoryBytes

@@ -469,7 +469,7 @@ class CudaLane final : public Lane {
     std::int64_t inUse;
   };
 
-  const DeviceProgram& program() const { return m_ctx.program.perDevice[static_cast<std::size_t>(m_device)]; }
+  const DeviceProgram& program() const { return m_ctx.program.perDevice[m_device]; }
   cudaEvent_t optBegin() const { return m_events[m_events.size() - 4]; }
   cudaEvent_t optEnd() const { return m_events[m_events.size() - 3]; }
   cudaEvent_t reference() const { return m_events[m_events.size() - 2]; }
@@ -678,7 +678,7 @@ class CudaBackend final : public Backend {
     }
     std::int64_t need = 0;
     for (int d : devices) {
-      const DeviceProgram& dp = m_ctx.program.perDevice[static_cast<std::size_t>(d)];
+      const DeviceProgram& dp = m_ctx.program.perDevice[d];
       need += dp.staticBytes + dp.peakActivationBytes;
     }
     if (o.deviceMemoryBytes)
@@ -851,7 +851,7 @@ Expected<double> runBaseline(const Plan& plan, const ExecOptions& /*options*/, d
   Workload w;
   if (auto st = w.init(stream, work); !st) return st.error();
   if (auto ms = w.calibrate(); !ms) return ms.error();
-  std::vector<std::unique_ptr<OptimizerState>> optimizers;
+  IdVector<std::unique_ptr<OptimizerState>> optimizers;  // by device
   for (const DeviceProgram& dp : program->perDevice) {
     optimizers.push_back(std::make_unique<OptimizerState>());
     if (auto st = optimizers.back()->allocate(dp.staticBytes, stream); !st) return st.error();
@@ -862,7 +862,7 @@ Expected<double> runBaseline(const Plan& plan, const ExecOptions& /*options*/, d
   cudaStreamSynchronize(stream);
   cudaEventRecord(start, stream);
   // Every op's kernels back to back, no events, transfers or allocations between them.
-  for (std::size_t d = 0; d < program->perDevice.size(); ++d) {
+  for (int d = 0; d < program->perDevice.size(); ++d) {
     for (const Step& s : program->perDevice[d].steps) {
       if (auto st = runOp(w, work[static_cast<std::size_t>(s.virtualStage)], s.kind, fractionOf(plan, s.samples),
                           s.plannedMs, timeScale);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::exec {
@@ -74,7 +75,7 @@ struct DeviceProgram {
 
 struct Program {
   int devices = 0;
-  std::vector<DeviceProgram> perDevice;
+  IdVector<DeviceProgram> perDevice;  ///< by device
   std::int64_t bufferCount = 0;
   std::int64_t transferCount = 0;
   std::int64_t stepCount = 0;

@@ -8,7 +8,8 @@
 #define signals Q_SIGNALS
 #define slots Q_SLOTS
 #define emit Q_EMIT
-#define foreach(declaration, container) for (declaration : container)
+// A declaration cannot be parenthesised.
+#define foreach(declaration, container) for (declaration : container)  // NOLINT(bugprone-macro-parentheses)
 #endif
 
 #include <qcustomplot.h>

@@ -4,6 +4,7 @@
 /// the hover tooltip and the click highlight. Built once per plan; Qt-free so it can be
 /// tested and benchmarked without a widget.
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,14 +14,15 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::viz {
 
 /// Pass times of a virtual stage and their collective parts (from core/plan's StageCosts).
 struct StageCostsLite {
-  double passMs[3] = {0, 0, 0};  ///< F, B, W
-  double collectiveMs[3] = {0, 0, 0};
+  std::array<double, 3> passMs{};  ///< F, B, W
+  std::array<double, 3> collectiveMs{};
 };
 
 /// Colour slot of an interval: one per op kind plus two for transfers (activations forward,
@@ -108,7 +110,7 @@ struct DeviceRangeUse {
 struct RangeMeasurement {
   double fromMs = 0;
   double toMs = 0;
-  std::vector<DeviceRangeUse> devices;
+  IdVector<DeviceRangeUse> devices;  ///< by device
   double durationMs() const { return toMs - fromMs; }
   double idleMs() const;  ///< summed over devices
 };
@@ -130,7 +132,9 @@ class TimelineData {
 
   const Plan* plan() const { return m_plan.get(); }
   std::shared_ptr<const Plan> planPtr() const { return m_plan; }
-  const std::vector<Lane>& lanes() const { return m_lanes; }
+  const std::vector<Lane>& lanes() const { return m_lanes.values(); }
+  /// Lane `l`, 0 <= l < lanes().size() (laneAt, laneOf).
+  const Lane& lane(int l) const { return m_lanes[l]; }
   int deviceCount() const { return m_devices; }
   double beginMs() const { return m_beginMs; }
   double endMs() const { return m_endMs; }
@@ -197,33 +201,33 @@ class TimelineData {
   double transferMs(int from, int to) const;
 
   std::shared_ptr<const Plan> m_plan;
-  std::vector<Lane> m_lanes;
-  std::vector<int> m_laneOfDevice;     ///< first lane of device d
-  std::vector<std::int32_t> m_opLane;  ///< lane of each op
-  std::vector<std::int32_t> m_opSlot;  ///< position of each op inside its lane
-  std::vector<std::int32_t> m_commLane;
-  std::vector<std::int32_t> m_commSlot;
-  std::vector<std::int32_t> m_prevOnDevice;
-  std::vector<int> m_prevStage;  ///< stageNeighbours(plan).previous: -1 for a chain's first
-  std::vector<int> m_nextStage;
-  std::vector<std::int32_t> m_nextOnDevice;
+  IdVector<Lane> m_lanes;
+  IdVector<int> m_laneOfDevice;     ///< first lane of device d
+  IdVector<std::int32_t> m_opLane;  ///< lane of each op
+  IdVector<std::int32_t> m_opSlot;  ///< position of each op inside its lane
+  IdVector<std::int32_t> m_commLane;
+  IdVector<std::int32_t> m_commSlot;
+  IdVector<std::int32_t> m_prevOnDevice;
+  IdVector<int> m_prevStage;  ///< stageNeighbours(plan).previous: -1 for a chain's first
+  IdVector<int> m_nextStage;
+  IdVector<std::int32_t> m_nextOnDevice;
   int m_devices = 0;
   double m_beginMs = 0;
   double m_endMs = 0;
-  // (virtualStage, kind, microbatch) → op; built on first dependency query.
-  mutable std::vector<std::int32_t> m_opIndex;
+  // (virtualStage × kind, microbatch) → op; built on first dependency query.
+  mutable Grid<std::int32_t> m_opIndex;
   mutable bool m_indexBuilt = false;
   // Derived dependencies (frozen outputs, vocabulary passes) as predecessor lists, CSR.
-  mutable std::vector<std::int32_t> m_extraPredBegin;
-  mutable std::vector<std::int32_t> m_extraPred;
+  mutable IdVector<std::int32_t> m_extraPredBegin;
+  mutable IdVector<std::int32_t> m_extraPred;
   // Data successors, CSR; built on first successor or slack query.
-  mutable std::vector<std::int32_t> m_succBegin;
-  mutable std::vector<std::int32_t> m_succ;
+  mutable IdVector<std::int32_t> m_succBegin;
+  mutable IdVector<std::int32_t> m_succ;
   mutable bool m_successorsBuilt = false;
-  mutable std::vector<double> m_slackMs;
+  mutable IdVector<double> m_slackMs;
   mutable std::map<std::tuple<int, int, int, int>, double> m_transferMs;  ///< (stage, kind, mb, to) → ms
   mutable bool m_transfersBuilt = false;
-  mutable std::vector<StageCostsLite> m_stageCosts;
+  mutable IdVector<StageCostsLite> m_stageCosts;
   mutable bool m_stageCostsBuilt = false;
   int m_maxMicrobatch = 0;
 };

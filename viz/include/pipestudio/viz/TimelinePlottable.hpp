@@ -35,7 +35,8 @@ struct TimelinePalette {
   /// Dark when the window colour is dark (follows the system palette).
   static TimelinePalette forPalette(const QPalette& palette);
   QColor colour(ColourSlot slot, int microbatch = 0) const {
-    return shades[static_cast<std::size_t>(static_cast<int>(slot) * 2 + (microbatch & 1))];
+    const std::size_t odd = (microbatch & 1) != 0 ? 1 : 0;
+    return shades[2 * static_cast<std::size_t>(slot) + odd];
   }
 };
 
@@ -58,8 +59,8 @@ class TimelinePlottable : public QCPAbstractPlottable {
   const TimelinePalette& timelinePalette() const { return m_palette; }
   /// Ops whose entry is 0 are drawn faded (search/filter); empty: every op in full colour.
   /// Transfers fade whenever a mask is set.
-  void setOpMask(std::vector<char> mask);
-  const std::vector<char>& opMask() const { return m_mask; }
+  void setOpMask(IdVector<char> mask);
+  const IdVector<char>& opMask() const { return m_mask; }
   /// Draws everything faded (a plan that no longer matches the inputs).
   void setDimmed(bool dimmed) { m_dimmed = dimmed; }
   bool dimmed() const { return m_dimmed; }
@@ -91,8 +92,8 @@ class TimelinePlottable : public QCPAbstractPlottable {
   std::shared_ptr<const TimelineData> m_data;
   TimelinePalette m_palette;
   /// Full shades first, then their faded variants (kShadeCount + shade); reused between draws.
-  std::array<std::vector<QRect>, 2 * kShadeCount> m_buckets;
-  std::vector<char> m_mask;
+  std::array<std::vector<QRect>, std::size_t{2} * kShadeCount> m_buckets;
+  IdVector<char> m_mask;  ///< by op
   bool m_dimmed = false;
   std::vector<QRect> m_hatch;
   std::vector<Label> m_labels;

@@ -54,6 +54,8 @@ class IdVector {
 
   IdVector() = default;
   explicit IdVector(int count, const T& value = T{}) : m_values(detail::toIndex(count), value) {}
+  /// Sized like another container (one value per op of a plan, ...).
+  explicit IdVector(std::size_t count, const T& value = T{}) : m_values(count, value) {}
   IdVector(std::initializer_list<T> values) : m_values(values) {}
   explicit IdVector(std::vector<T> values) : m_values(std::move(values)) {}
 
@@ -71,7 +73,9 @@ class IdVector {
   [[nodiscard]] bool contains(int id) const { return inRange(m_values, id); }
 
   void assign(int count, const T& value) { m_values.assign(detail::toIndex(count), value); }
+  void assign(std::size_t count, const T& value) { m_values.assign(count, value); }
   void resize(int count) { m_values.resize(detail::toIndex(count)); }
+  void resize(std::size_t count) { m_values.resize(count); }
   void resize(int count, const T& value) { m_values.resize(detail::toIndex(count), value); }
   void reserve(int count) { m_values.reserve(detail::toIndex(count)); }
   void clear() { m_values.clear(); }
@@ -84,6 +88,11 @@ class IdVector {
     return m_values.emplace_back(std::forward<Args>(args)...);
   }
   // NOLINTEND(readability-identifier-naming)
+
+  reference front() { return m_values.front(); }
+  reference back() { return m_values.back(); }
+  [[nodiscard]] const_reference front() const { return m_values.front(); }
+  [[nodiscard]] const_reference back() const { return m_values.back(); }
 
   iterator begin() { return m_values.begin(); }
   iterator end() { return m_values.end(); }

@@ -3,6 +3,7 @@
 /// binary-safe; a decoder that keeps every complete frame of a truncated stream.
 /// Qt-free, SQLite-free: the executor links it on bare GPU nodes.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -21,7 +22,7 @@ inline constexpr std::uint16_t kStreamVersion = 1;
 /// Wire constants (core/trace/FORMAT.md). A stream starts with kStreamMagic followed by
 /// the version (u16 LE) and a reserved u16 (0); then frames of
 /// `u8 type | u32 LE payload length | payload`.
-inline constexpr char kStreamMagic[4] = {'P', 'S', 'T', 'R'};
+inline constexpr std::array<char, 4> kStreamMagic{'P', 'S', 'T', 'R'};
 inline constexpr std::size_t kStreamStartBytes = 8;
 inline constexpr std::size_t kFrameHeaderBytes = 5;
 /// Upper bound on one frame's payload: a corrupt length never makes the decoder buffer or
