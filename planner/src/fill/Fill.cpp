@@ -65,7 +65,7 @@ double limitOf(const Plan& plan, int device) {
 std::vector<int> frozenOrder(const ModelSpec& model) {
   std::vector<int> frozen = model.frozenComponents();
   std::vector<int> out;
-  IdVector<char> placed(static_cast<int>(model.components.size()), 0);
+  IdVector<char> placed(model.components.size(), 0);
   for (std::size_t round = 0; round < frozen.size() && out.size() < frozen.size(); ++round) {
     for (int c : frozen) {
       if (placed[c]) continue;
@@ -309,7 +309,7 @@ struct Frozen {
 Frozen frozenGroups(const Plan& shell) {
   Frozen f;
   f.order = frozenOrder(shell.model);
-  f.groupsOf.resize(static_cast<int>(shell.model.components.size()));
+  f.groupsOf.resize(shell.model.components.size());
   for (int c : f.order) {
     for (Group& g : makeGroups(shell, c)) {
       f.groupsOf[c].push_back(f.groups.size());
@@ -666,7 +666,7 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
   out.plan = std::move(*plan);
   // Backbone skeleton = the plan without its N ops and frozen virtual stages.
   ScheduleSkeleton skeleton;
-  IdVector<int> keep(static_cast<int>(out.plan.virtualStages.size()), -1);  // per plan stage: its backbone id
+  IdVector<int> keep(out.plan.virtualStages.size(), -1);  // per plan stage: its backbone id
   for (const VirtualStage& vs : out.plan.virtualStages) {
     if (vs.component >= 0 && out.plan.model.component(vs.component).trainable) {
       keep[vs.id] = static_cast<int>(skeleton.virtualStages.size());

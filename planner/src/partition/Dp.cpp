@@ -25,7 +25,7 @@ struct Prefix {
 
 // Σ over a per-layer row, one entry per layer boundary (negative entries count as 0).
 IdVector<double> prefixSums(const std::vector<double>& perLayer) {
-  IdVector<double> out(static_cast<int>(perLayer.size()) + 1, 0.0);
+  IdVector<double> out(perLayer.size() + 1, 0.0);
   for (int j = 0; const double v : perLayer) {
     out[j + 1] = out[j] + std::max(0.0, v);
     ++j;
