@@ -11,6 +11,7 @@
 #include "pipestudio/planner/AutoSchedule.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -64,52 +65,54 @@ class PolicyRun {
     double laterB = kInf;   // next B arrival after T
     double laterFB = kInf;  // next B or allowed F arrival after T
   };
-  bool fitsMemory(std::size_t d, int s) const {
-    const auto S = static_cast<std::size_t>(s);
-    return m_live[d] + m_inst.activationBytes[S] + m_reserveAfter[S] <= m_inst.budgetBytes[d];
+  bool fitsMemory(int d, int s) const {
+    return m_live[d] + m_inst.activationBytesOf(s) + m_reserveAfter[s] <= m_inst.budgetBytesOf(d);
   }
   // An F may start: memory for it (and the rest of its microbatch on this device) and, when it
   // admits a new microbatch to the device, the warm-up cap.
-  bool fAllowed(std::size_t d, int s) const {
+  bool fAllowed(int d, int s) const {
     if (s == m_firstStage[d] && m_admitted[d] >= m_cap[d]) return false;
     return fitsMemory(d, s);
   }
-  bool hasPendingW(std::size_t d) const { return m_pendingHead[d] < m_pendingW[d].size(); }
-  double readyAt(int op) const { return m_ready[static_cast<std::size_t>(op)]; }
-  void setReady(int op, double at) { m_ready[static_cast<std::size_t>(op)] = at; }
-  bool memoryBlocked(std::size_t d, double t) const;
-  double eventTime(std::size_t d) const;
-  double transfer(std::size_t from, int to, double at, double ms);
-  void runOp(std::size_t d, int op, double at);
-  std::optional<std::size_t> nextDevice(double& T);
-  Candidates scanCandidates(std::size_t d, double T, double h) const;
-  int decide(std::size_t d, double T, double h, const Candidates& c);
+  bool hasPendingW(int d) const { return m_pendingHead[d] < m_pendingW[d].size(); }
+  double readyAt(int op) const { return m_ready[op]; }
+  void setReady(int op, double at) { m_ready[op] = at; }
+  bool memoryBlocked(int d, double t) const;
+  double eventTime(int d) const;
+  double transfer(int from, int to, double at, double ms);
+  void runOp(int d, int op, double at);
+  std::optional<int> nextDevice(double& T);
+  Candidates scanCandidates(int d, double T, double h) const;
+  int decide(int d, double T, double h, const Candidates& c);
+  ListResult finish(bool ok);
 
   const Instance& m_inst;
   const Policy& m_pol;
   const int m_m;
-  const std::size_t m_P;
-  std::vector<double> m_ready;        // per op: when its inputs are there (-1: not yet known)
-  std::vector<int> m_nextF, m_nextB;  // per stage: next microbatch
-  std::vector<double> m_tFree, m_noWUntil, m_holdUntil;
-  std::vector<std::int64_t> m_live;
-  std::vector<int> m_admitted, m_cap;
-  std::vector<std::vector<int>> m_pendingW;
-  std::vector<std::size_t> m_pendingHead;
-  std::vector<std::int64_t> m_reserveAfter;  // per stage: activation of the device's later stages
-  std::vector<int> m_firstStage;
-  std::vector<double> m_linkFree;
+  const int m_P;
+  IdVector<double> m_ready;        // per op: when its inputs are there (-1: not yet known)
+  IdVector<int> m_nextF, m_nextB;  // per stage: next microbatch
+  // Per device.
+  IdVector<double> m_tFree, m_noWUntil, m_holdUntil;
+  IdVector<std::int64_t> m_live;
+  IdVector<int> m_admitted, m_cap;
+  IdVector<std::vector<int>> m_pendingW;
+  IdVector<std::size_t> m_pendingHead;
+  IdVector<std::int64_t> m_reserveAfter;  // per stage: activation of the device's later stages
+  IdVector<int> m_firstStage;
+  Grid<double> m_linkFree;  // per (from, to) device
+  IdVector<std::vector<int>> m_orders;
   // Event times change only on the device that ran an op and on the devices its outputs reach,
   // so they are cached and recomputed for those alone.
-  std::vector<double> m_event;
-  std::vector<char> m_dirty;
+  IdVector<double> m_event;
+  IdVector<char> m_dirty;
   ListResult m_result;
 };
 
 PolicyRun::PolicyRun(const Instance& inst, const Policy& pol)
-    : m_inst(inst), m_pol(pol), m_m(inst.microbatches), m_P(static_cast<std::size_t>(inst.devices)) {
-  const auto stages = static_cast<std::size_t>(inst.stages);
-  m_ready.assign(static_cast<std::size_t>(inst.opCount()), -1.0);
+    : m_inst(inst), m_pol(pol), m_m(inst.microbatches), m_P(inst.devices) {
+  const int stages = inst.stages;
+  m_ready.assign(inst.opCount(), -1.0);
   for (int mb = 0; mb < m_m; ++mb) setReady(inst.opId(0, kF, mb), 0.0);
   m_nextF.assign(stages, 0);
   m_nextB.assign(stages, 0);
@@ -123,29 +126,28 @@ PolicyRun::PolicyRun(const Instance& inst, const Policy& pol)
   m_pendingHead.assign(m_P, 0);
   m_reserveAfter.assign(stages, 0);
   m_firstStage.assign(m_P, 0);
-  for (std::size_t d = 0; d < m_P; ++d) {
-    const auto& st = inst.stagesOf[d];
+  for (int d = 0; d < m_P; ++d) {
+    const auto& st = inst.stagesOn(d);
     m_firstStage[d] = st.front();
     std::int64_t after = 0;
-    for (auto it = st.rbegin(); it != st.rend(); ++it) {
-      const auto S = static_cast<std::size_t>(*it);
-      m_reserveAfter[S] = after;
-      after += inst.activationBytes[S];
+    for (std::size_t k = st.size(); k-- > 0;) {  // the device's stages from its last
+      m_reserveAfter[st[k]] = after;
+      after += inst.activationBytesOf(st[k]);
     }
     if (pol.capScale > 0) {
       const int base = inst.stages - st.front();
       m_cap[d] = std::max(1, static_cast<int>(std::ceil(pol.capScale * base)));
     }
   }
-  m_linkFree.assign(m_P * m_P, 0.0);
-  m_result.orders.assign(m_P, {});
+  m_linkFree.assign(m_P, m_P, 0.0);
+  m_orders.assign(m_P, {});
   m_event.assign(m_P, kInf);
   m_dirty.assign(m_P, 1);
 }
 
-bool PolicyRun::memoryBlocked(std::size_t d, double t) const {
-  for (int s : m_inst.stagesOf[d]) {
-    const int i = m_nextF[static_cast<std::size_t>(s)];
+bool PolicyRun::memoryBlocked(int d, double t) const {
+  for (int s : m_inst.stagesOn(d)) {
+    const int i = m_nextF[s];
     if (i >= m_m) continue;
     const double r = readyAt(m_inst.opId(s, kF, i));
     if (r >= 0 && r <= t && !fitsMemory(d, s)) return true;
@@ -155,18 +157,17 @@ bool PolicyRun::memoryBlocked(std::size_t d, double t) const {
 
 // Earliest time each kind of candidate could start on d: B when it arrives, F after a hold
 // (waiting for an imminent B), W after a hold or a postponement.
-double PolicyRun::eventTime(std::size_t d) const {
+double PolicyRun::eventTime(int d) const {
   const double t0 = m_tFree[d];
   const double h = std::max(t0, m_holdUntil[d]);
   double e = kInf;
-  for (int s : m_inst.stagesOf[d]) {
-    const auto S = static_cast<std::size_t>(s);
-    const int b = m_nextB[S];
+  for (int s : m_inst.stagesOn(d)) {
+    const int b = m_nextB[s];
     if (b < m_m) {
       const double r = readyAt(m_inst.opId(s, kB, b));
       if (r >= 0) e = std::min(e, std::max(t0, r));
     }
-    const int f = m_nextF[S];
+    const int f = m_nextF[s];
     if (f < m_m && fAllowed(d, s)) {
       const double r = readyAt(m_inst.opId(s, kF, f));
       if (r >= 0) e = std::min(e, std::max(h, r));
@@ -176,44 +177,42 @@ double PolicyRun::eventTime(std::size_t d) const {
   return e;
 }
 
-double PolicyRun::transfer(std::size_t from, int to, double at, double ms) {
-  const auto toDevice = static_cast<std::size_t>(to);
-  if (from == toDevice || ms <= 0) return at;
-  double& link = m_linkFree[from * m_P + toDevice];
+double PolicyRun::transfer(int from, int to, double at, double ms) {
+  if (from == to || ms <= 0) return at;
+  double& link = m_linkFree(from, to);
   const double begin = std::max(at, link);
   link = begin + ms;
   return link;
 }
 
-void PolicyRun::runOp(std::size_t d, int op, double at) {
+void PolicyRun::runOp(int d, int op, double at) {
   const double finish = at + m_inst.duration(op);
   m_tFree[d] = finish;
-  m_result.orders[d].push_back(op);
+  m_orders[d].push_back(op);
   const int s = m_inst.stageOf(op);
   const int mb = m_inst.mbOf(op);
-  const auto S = static_cast<std::size_t>(s);
   switch (m_inst.kindOf(op)) {
     case kF:
-      ++m_nextF[S];
-      m_live[d] += m_inst.activationBytes[S];
+      ++m_nextF[s];
+      m_live[d] += m_inst.activationBytesOf(s);
       if (s == m_firstStage[d]) ++m_admitted[d];
       if (s + 1 < m_inst.stages) {
-        setReady(m_inst.opId(s + 1, kF, mb), transfer(d, m_inst.device[S + 1], finish, m_inst.sendMs[S]));
+        setReady(m_inst.opId(s + 1, kF, mb), transfer(d, m_inst.deviceOfStage(s + 1), finish, m_inst.sendMsOf(s)));
       } else {
         setReady(m_inst.opId(s, kB, mb), finish);
       }
       break;
     case kB:
-      ++m_nextB[S];
-      m_live[d] -= m_inst.activationBytes[S] - m_inst.weightGradBytes[S];
+      ++m_nextB[s];
+      m_live[d] -= m_inst.activationBytesOf(s) - m_inst.weightGradBytesOf(s);
       if (s == m_firstStage[d]) --m_admitted[d];
       m_pendingW[d].push_back(m_inst.opId(s, kW, mb));
       if (s > 0) {
-        setReady(m_inst.opId(s - 1, kB, mb), transfer(d, m_inst.device[S - 1], finish, m_inst.sendMs[S - 1]));
+        setReady(m_inst.opId(s - 1, kB, mb), transfer(d, m_inst.deviceOfStage(s - 1), finish, m_inst.sendMsOf(s - 1)));
       }
       break;
     default:
-      m_live[d] -= m_inst.weightGradBytes[S];
+      m_live[d] -= m_inst.weightGradBytesOf(s);
       ++m_pendingHead[d];
       break;
   }
@@ -221,10 +220,10 @@ void PolicyRun::runOp(std::size_t d, int op, double at) {
 }
 
 // The device whose next decision is earliest (T: when), or nullopt when no device can ever start.
-std::optional<std::size_t> PolicyRun::nextDevice(double& T) {
-  std::size_t d = m_P;  // none yet (a plain index keeps this hot loop branch-free)
+std::optional<int> PolicyRun::nextDevice(double& T) {
+  int d = m_P;  // none yet (a plain index keeps this hot loop branch-free)
   T = kInf;
-  for (std::size_t c = 0; c < m_P; ++c) {
+  for (int c = 0; c < m_P; ++c) {
     if (m_dirty[c]) {
       m_event[c] = eventTime(c);
       m_dirty[c] = 0;
@@ -238,12 +237,11 @@ std::optional<std::size_t> PolicyRun::nextDevice(double& T) {
   return d;
 }
 
-PolicyRun::Candidates PolicyRun::scanCandidates(std::size_t d, double T, double h) const {
+PolicyRun::Candidates PolicyRun::scanCandidates(int d, double T, double h) const {
   Candidates c;
-  for (int s : m_inst.stagesOf[d]) {
-    const auto S = static_cast<std::size_t>(s);
-    if (m_nextB[S] < m_m) {
-      const int op = m_inst.opId(s, kB, m_nextB[S]);
+  for (int s : m_inst.stagesOn(d)) {
+    if (m_nextB[s] < m_m) {
+      const int op = m_inst.opId(s, kB, m_nextB[s]);
       const double r = readyAt(op);
       // The earliest-arrived B; on a tie the later stage (it unblocks more of the pipeline).
       if (r >= 0 && r <= T && (r < c.bReady || (r == c.bReady && s > c.bStage))) {
@@ -254,8 +252,8 @@ PolicyRun::Candidates PolicyRun::scanCandidates(std::size_t d, double T, double 
         c.laterB = std::min(c.laterB, r);
       }
     }
-    if (m_nextF[S] < m_m && fAllowed(d, s)) {
-      const int op = m_inst.opId(s, kF, m_nextF[S]);
+    if (m_nextF[s] < m_m && fAllowed(d, s)) {
+      const int op = m_inst.opId(s, kF, m_nextF[s]);
       const double r = readyAt(op);
       // Continue an admitted microbatch (the later stage) before admitting a new one.
       if (r >= 0 && std::max(h, r) <= T && s > c.fStage) {
@@ -272,7 +270,7 @@ PolicyRun::Candidates PolicyRun::scanCandidates(std::size_t d, double T, double 
 
 // The op device d runs at T under the policy; kHeld when it waits (a hold or a W
 // postponement, recorded), -1 when it has nothing to run.
-int PolicyRun::decide(std::size_t d, double T, double h, const Candidates& c) {
+int PolicyRun::decide(int d, double T, double h, const Candidates& c) {
   const bool wReady = hasPendingW(d) && std::max(h, m_noWUntil[d]) <= T;
   const int wOp = hasPendingW(d) ? m_pendingW[d][m_pendingHead[d]] : -1;
   if (m_pol.eagerW && wReady) return wOp;
@@ -292,29 +290,34 @@ int PolicyRun::decide(std::size_t d, double T, double h, const Candidates& c) {
   return kHeld;
 }
 
+// The result with the orders so far (partial ones when the policy deadlocked).
+ListResult PolicyRun::finish(bool ok) {
+  m_result.ok = ok;
+  m_result.orders = std::move(m_orders.values());
+  return std::move(m_result);
+}
+
 ListResult PolicyRun::run() {
   const int n = m_inst.opCount();
   int scheduled = 0;
   while (scheduled < n) {
     double T = kInf;
-    const std::optional<std::size_t> next = nextDevice(T);
-    if (!next) return std::move(m_result);  // nothing can ever start: this policy deadlocked
-    const std::size_t d = *next;
+    const std::optional<int> next = nextDevice(T);
+    if (!next) return finish(false);  // nothing can ever start: this policy deadlocked
+    const int d = *next;
     m_dirty[d] = 1;
     const double h = std::max(m_tFree[d], m_holdUntil[d]);
     const int choice = decide(d, T, h, scanCandidates(d, T, h));
     if (choice == kHeld) continue;
-    if (choice < 0) return std::move(m_result);
+    if (choice < 0) return finish(false);
     runOp(d, choice, T);
     ++scheduled;
     // The op's outputs reach the neighbouring stages' devices.
     const int s = m_inst.stageOf(choice);
-    const auto S = static_cast<std::size_t>(s);
-    if (s + 1 < m_inst.stages) m_dirty[static_cast<std::size_t>(m_inst.device[S + 1])] = 1;
-    if (s > 0) m_dirty[static_cast<std::size_t>(m_inst.device[S - 1])] = 1;
+    if (s + 1 < m_inst.stages) m_dirty[m_inst.deviceOfStage(s + 1)] = 1;
+    if (s > 0) m_dirty[m_inst.deviceOfStage(s - 1)] = 1;
   }
-  m_result.ok = true;
-  return std::move(m_result);
+  return finish(true);
 }
 
 // Discrete-event list scheduling of one policy: the device whose next decision is earliest
@@ -355,40 +358,36 @@ double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
   busiest = 0;
   double bound = 0;
   double slotsBound = 0;
-  const auto stages = static_cast<std::size_t>(inst.stages);
-  const auto devices = static_cast<std::size_t>(inst.devices);
+  const int stages = inst.stages;
   // Earliest time stage s can start: the forward chain of microbatch 0 up to it.
-  std::vector<double> head(stages, 0.0);
-  for (std::size_t s = 1; s < stages; ++s) head[s] = head[s - 1] + inst.durationMs[kF][s - 1] + inst.sendMs[s - 1];
-  for (std::size_t d = 0; d < devices; ++d) {
+  IdVector<double> head(stages, 0.0);
+  for (int s = 1; s < stages; ++s) head[s] = head[s - 1] + inst.durationOf(kF, s - 1) + inst.sendMsOf(s - 1);
+  for (int d = 0; d < inst.devices; ++d) {
     double work = 0;
-    for (int s : inst.stagesOf[d]) {
-      const auto S = static_cast<std::size_t>(s);
-      work += m * (inst.durationMs[kF][S] + inst.durationMs[kB][S] + inst.durationMs[kW][S]);
-    }
+    for (int s : inst.stagesOn(d))
+      work += m * (inst.durationOf(kF, s) + inst.durationOf(kB, s) + inst.durationOf(kW, s));
     busiest = std::max(busiest, work);
-    bound = std::max(bound, head[static_cast<std::size_t>(inst.stagesOf[d].front())] + work);
+    bound = std::max(bound, head[inst.stagesOn(d).front()] + work);
   }
   // Memory: at most k_d microbatches' activations of device d's first stage are live at once,
   // each for at least the round trip R_d from that stage's F start to its B end, so the k_d
   // "slots" hold m intervals of length ≥ R_d: makespan ≥ ceil(m / k_d) · R_d.
-  for (std::size_t d = 0; d < devices; ++d) {
-    const std::int64_t budget = inst.budgetBytes[d];
-    const auto s0 = static_cast<std::size_t>(inst.stagesOf[d].front());
-    const std::int64_t act = inst.activationBytes[s0];
+  for (int d = 0; d < inst.devices; ++d) {
+    const std::int64_t budget = inst.budgetBytesOf(d);
+    const int s0 = inst.stagesOn(d).front();
+    const std::int64_t act = inst.activationBytesOf(s0);
     if (budget >= kUnlimited || act <= 0) continue;
-    const double slots = std::max<double>(1, static_cast<double>(budget / act));
-    double roundTrip = inst.durationMs[kF][s0] + inst.durationMs[kB][s0];
-    for (std::size_t s = s0 + 1; s < stages; ++s) {
-      roundTrip += inst.durationMs[kF][s] + inst.durationMs[kB][s] + 2 * inst.sendMs[s - 1];
+    const std::int64_t wholeSlots = budget / act;  // microbatches whose activations fit
+    const double slots = std::max<double>(1, static_cast<double>(wholeSlots));
+    double roundTrip = inst.durationOf(kF, s0) + inst.durationOf(kB, s0);
+    for (int s = s0 + 1; s < stages; ++s) {
+      roundTrip += inst.durationOf(kF, s) + inst.durationOf(kB, s) + 2 * inst.sendMsOf(s - 1);
     }
     slotsBound = std::max(slotsBound, std::ceil(m / slots) * roundTrip);
   }
   // One microbatch's full round trip: forward chain, backward chain, the first stage's W.
-  double path = inst.durationMs[kW][0];
-  for (std::size_t s = 0; s < stages; ++s) {
-    path += inst.durationMs[kF][s] + inst.durationMs[kB][s] + 2 * inst.sendMs[s];
-  }
+  double path = inst.durationOf(kW, 0);
+  for (int s = 0; s < stages; ++s) path += inst.durationOf(kF, s) + inst.durationOf(kB, s) + 2 * inst.sendMsOf(s);
   spanBound = std::max({slotsBound, busiest, path});
   return std::max({bound, spanBound});
 }
@@ -400,10 +399,10 @@ double lowerBound(const Instance& inst, double& busiest, double& spanBound) {
 void localSearch(const Instance& inst, Orders& orders, double& objective, const AutoScheduleOptions& options,
                  AutoScheduleReport& report, const std::function<bool()>& stop) {
   const std::int64_t cost = inst.opCount();
-  std::vector<std::size_t> posOf(static_cast<std::size_t>(inst.opCount()), 0);  // per op: where in its order
+  IdVector<std::size_t> posOf(inst.opCount(), 0);  // per op: where in its order
   auto indexPositions = [&] {
     for (const auto& order : orders) {
-      for (std::size_t i = 0; i < order.size(); ++i) posOf[static_cast<std::size_t>(order[i])] = i;
+      for (std::size_t i = 0; i < order.size(); ++i) posOf[order[i]] = i;
     }
   };
   auto affordable = [&] {
@@ -423,14 +422,14 @@ void localSearch(const Instance& inst, Orders& orders, double& objective, const 
     };
     std::vector<Move> moves;
     while (cur >= 0) {
-      const auto curOp = static_cast<std::size_t>(cur);
+      const auto curOp = static_cast<std::size_t>(cur);  // Timing's per-op vectors (timeOrders)
       const int c = timing.cause[curOp];
       if (c < 0) break;
       const auto causeOp = static_cast<std::size_t>(c);
       const int d = inst.deviceOf(cur);
-      const std::size_t pc = posOf[causeOp];
-      if (inst.deviceOf(c) == d && pc + 1 == posOf[curOp] && timing.start[curOp] == timing.end[causeOp]) {
-        const auto device = static_cast<std::size_t>(d);
+      const std::size_t pc = posOf[c];
+      if (inst.deviceOf(c) == d && pc + 1 == posOf[cur] && timing.start[curOp] == timing.end[causeOp]) {
+        const auto device = static_cast<std::size_t>(d);  // Orders is indexed by size_t
         for (std::size_t k : {1, 2, 4}) {
           if (pc + k < orders[device].size()) moves.push_back({device, pc, pc + k});
           if (inst.kindOf(c) != kW) break;
@@ -463,7 +462,7 @@ ScheduleSkeleton toSkeleton(const Instance& inst, const Orders& orders, const st
   ScheduleSkeleton skeleton;
   skeleton.virtualStages = stages;
   skeleton.devices.assign(orders.size(), {});
-  static constexpr OpKind kKinds[3] = {OpKind::F, OpKind::B, OpKind::W};
+  static constexpr std::array<OpKind, 3> kKinds = {OpKind::F, OpKind::B, OpKind::W};
   for (std::size_t d = 0; d < orders.size(); ++d) {
     skeleton.devices[d].reserve(orders[d].size());
     for (int op : orders[d]) {
@@ -479,7 +478,7 @@ Expected<Orders> fromSkeleton(const Instance& inst, const ScheduleSkeleton& skel
                  std::to_string(inst.devices)};
   }
   Orders orders(skeleton.devices.size());
-  std::vector<char> seen(static_cast<std::size_t>(inst.opCount()), 0);
+  IdVector<char> seen(inst.opCount(), 0);  // per op
   for (std::size_t d = 0; d < skeleton.devices.size(); ++d) {
     for (std::size_t i = 0; i < skeleton.devices[d].size(); ++i) {
       const OrderedOp& o = skeleton.devices[d][i];
@@ -490,17 +489,17 @@ Expected<Orders> fromSkeleton(const Instance& inst, const ScheduleSkeleton& skel
       if (o.kind == OpKind::W) kind = kW;
       if (kind < 0) return Error{where + std::string(opKindName(o.kind)) + " is not an F, B or W op"};
       if (o.virtualStage < 0 || o.virtualStage >= inst.stages) return Error{where + "virtual stage out of range"};
-      if (inst.device[static_cast<std::size_t>(o.virtualStage)] != static_cast<int>(d)) {
+      if (inst.deviceOfStage(o.virtualStage) != static_cast<int>(d)) {
         return Error{where + "virtual stage " + std::to_string(o.virtualStage) + " is not on this device"};
       }
       if (o.microbatch < 0 || o.microbatch >= inst.microbatches) return Error{where + "microbatch out of range"};
       const int op = inst.opId(o.virtualStage, kind, o.microbatch);
-      if (seen[static_cast<std::size_t>(op)]++) return Error{where + "duplicated op"};
+      if (seen[op]++) return Error{where + "duplicated op"};
       orders[d].push_back(op);
     }
   }
   for (int op = 0; op < inst.opCount(); ++op) {
-    if (!seen[static_cast<std::size_t>(op)]) {
+    if (!seen[op]) {
       return Error{std::string("missing op ") + "FBW"[inst.kindOf(op)] + std::to_string(inst.mbOf(op)) + " of stage " +
                    std::to_string(inst.stageOf(op))};
     }
@@ -512,36 +511,36 @@ Expected<Orders> fromSkeleton(const Instance& inst, const ScheduleSkeleton& skel
 }  // namespace autosched
 
 std::string formatAutoScheduleReport(const AutoScheduleReport& r) {
-  char line[512];
+  std::array<char, 512> line{};
   std::string out;
-  std::snprintf(line, sizeof line,
+  std::snprintf(line.data(), line.size(),
                 "zb-auto: makespan %.3f ms; lower bound %.3f ms (busiest device work %.3f ms); gap %.2f%% to the "
                 "bound, %.2f%% to the busiest work\n",
                 r.makespanMs, r.lowerBoundMs, r.busiestDeviceWorkMs, 100 * r.gapToLowerBound, 100 * r.gapToBusiestWork);
-  out += line;
+  out += line.data();
   if (r.objective != "makespan") {
-    std::snprintf(line, sizeof line, "zb-auto: minimised the %s (optimizer post-validation): %.3f ms\n",
+    std::snprintf(line.data(), line.size(), "zb-auto: minimised the %s (optimizer post-validation): %.3f ms\n",
                   r.objective.c_str(), r.objectiveMs);
-    out += line;
+    out += line.data();
   }
   std::string published = "no published heuristic for this placement";
   if (!r.publishedHeuristic.empty()) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "the authors' %s heuristic %.3f ms", r.publishedHeuristic.c_str(),
+    std::array<char, 128> buf{};
+    std::snprintf(buf.data(), buf.size(), "the authors' %s heuristic %.3f ms", r.publishedHeuristic.c_str(),
                   r.paperGreedyMakespanMs);
-    published = buf;
+    published = buf.data();
   }
-  std::snprintf(line, sizeof line,
+  std::snprintf(line.data(), line.size(),
                 "zb-auto: best of %d policies %.3f ms (%s); %s; local search %d/%d moves kept; %lld work steps%s\n",
                 r.policiesTried, r.bestPolicyMakespanMs, r.bestPolicy.c_str(), published.c_str(), r.searchImprovements,
                 r.searchEvaluations, static_cast<long long>(r.workSteps), r.stoppedEarly ? " (stopped early)" : "");
-  out += line;
+  out += line.data();
   if (r.exactStatus != ExactStatus::NotRun) {
-    std::snprintf(line, sizeof line,
+    std::snprintf(line.data(), line.size(),
                   "zb-auto exact (ILP, CBC): %s; incumbent %.3f ms, bound %.3f ms, gap %.2f%%, %.1f s%s%s\n",
                   std::string(exactStatusName(r.exactStatus)).c_str(), r.exactMakespanMs, r.exactBoundMs,
                   100 * r.exactGap, r.exactSeconds, r.exactMessage.empty() ? "" : "; ", r.exactMessage.c_str());
-    out += line;
+    out += line.data();
   }
   return out;
 }
@@ -602,9 +601,9 @@ bool exactSchedulingAvailable() {
 }
 
 double busiestDeviceWorkMs(const Plan& plan) {
-  std::vector<double> busy(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0.0);
+  IdVector<double> busy(std::max(0, plan.config.devices), 0.0);
   for (const Op& op : plan.ops) {
-    if (inRange(busy, op.device)) busy[static_cast<std::size_t>(op.device)] += op.durationMs();
+    if (busy.contains(op.device)) busy[op.device] += op.durationMs();
   }
   return busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
 }
@@ -706,7 +705,7 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   // Every variant is timed as soon as it is built, so the first one is an answer at once.
   report.paperGreedyMakespanMs = 0;
   int variant = 0;
-  std::vector<double> variantMs;
+  IdVector<double> variantMs;  // per published variant
   std::string publishedName = "zb.py";
   auto each = [&](const PublishedRun& run) {
     const int index = variant++;
@@ -730,8 +729,8 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
     report.publishedHeuristic = publishedName;
     ++report.policiesTried;
     const int choice = publishedChoice(published);
-    if (inRange(variantMs, choice)) {
-      const double ms = variantMs[static_cast<std::size_t>(choice)];
+    if (variantMs.contains(choice)) {
+      const double ms = variantMs[choice];
       if (std::isfinite(ms)) report.paperGreedyMakespanMs = ms;
     }
   }

@@ -10,6 +10,7 @@
 // objective is a lower bound of its order's makespan when transfers overlap; the order is
 // re-timed by the caller.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "autosched/Instance.hpp"
+#include "pipestudio/common/Index.hpp"
 
 #ifdef PIPESTUDIO_HAVE_CBC
 #include <coin/Cbc_C_Interface.h>
@@ -47,19 +49,18 @@ std::vector<Edge> edgesOf(const Instance& inst) {
   std::vector<Edge> edges;
   const int m = inst.microbatches;
   for (int s = 0; s < inst.stages; ++s) {
-    const auto S = static_cast<std::size_t>(s);
     for (int k = 0; k < 3; ++k) {
       for (int i = 0; i + 1 < m; ++i)
-        edges.push_back({inst.opId(s, k, i), inst.opId(s, k, i + 1), inst.durationMs[k][S]});
+        edges.push_back({inst.opId(s, k, i), inst.opId(s, k, i + 1), inst.durationOf(k, s)});
     }
     for (int i = 0; i < m; ++i) {
       if (s + 1 < inst.stages) {
-        edges.push_back({inst.opId(s, kF, i), inst.opId(s + 1, kF, i), inst.durationMs[kF][S] + inst.sendMs[S]});
-        edges.push_back({inst.opId(s + 1, kB, i), inst.opId(s, kB, i), inst.durationMs[kB][S + 1] + inst.sendMs[S]});
+        edges.push_back({inst.opId(s, kF, i), inst.opId(s + 1, kF, i), inst.durationOf(kF, s) + inst.sendMsOf(s)});
+        edges.push_back({inst.opId(s + 1, kB, i), inst.opId(s, kB, i), inst.durationOf(kB, s + 1) + inst.sendMsOf(s)});
       } else {
-        edges.push_back({inst.opId(s, kF, i), inst.opId(s, kB, i), inst.durationMs[kF][S]});
+        edges.push_back({inst.opId(s, kF, i), inst.opId(s, kB, i), inst.durationOf(kF, s)});
       }
-      edges.push_back({inst.opId(s, kB, i), inst.opId(s, kW, i), inst.durationMs[kB][S]});
+      edges.push_back({inst.opId(s, kB, i), inst.opId(s, kW, i), inst.durationOf(kB, s)});
     }
   }
   return edges;
@@ -72,17 +73,16 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
   result.available = true;
   const auto t0 = std::chrono::steady_clock::now();
   const int n = inst.opCount();
-  const auto N = static_cast<std::size_t>(n);
   const std::vector<Edge> edges = edgesOf(inst);
 
-  // reach[a][b]: b depends (transitively) on a. Fixpoint over the DAG (n ≤ 192).
-  std::vector<std::vector<char> > reach(N, std::vector<char>(N, 0));
-  for (const Edge& e : edges) reach[static_cast<std::size_t>(e.from)][static_cast<std::size_t>(e.to)] = 1;
-  for (std::size_t k = 0; k < N; ++k) {
-    for (std::size_t a = 0; a < N; ++a) {
-      if (!reach[a][k]) continue;
-      for (std::size_t b = 0; b < N; ++b) {
-        if (reach[k][b]) reach[a][b] = 1;
+  // reach(a, b): b depends (transitively) on a. Fixpoint over the DAG (n ≤ 192).
+  Grid<char> reach(n, n, 0);
+  for (const Edge& e : edges) reach(e.from, e.to) = 1;
+  for (int k = 0; k < n; ++k) {
+    for (int a = 0; a < n; ++a) {
+      if (!reach(a, k)) continue;
+      for (int b = 0; b < n; ++b) {
+        if (reach(k, b)) reach(a, b) = 1;
       }
     }
   }
@@ -111,24 +111,24 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
     int col;
   };
   std::vector<Pair> pairs;
-  std::vector<std::vector<int> > pairCol(N, std::vector<int>(N, -1));  // col of y(a before b) for a < b
-  std::vector<int> position(N, 0);
+  Grid<int> pairCol(n, n, -1);   // col of y(a before b) for a < b
+  IdVector<int> position(n, 0);  // per op: where in its order
   for (const auto& order : start) {
-    for (std::size_t i = 0; i < order.size(); ++i) position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+    for (std::size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
   }
-  std::vector<std::vector<int> > opsOf(static_cast<std::size_t>(inst.devices));
-  for (int op = 0; op < n; ++op) opsOf[static_cast<std::size_t>(inst.deviceOf(op))].push_back(op);
+  IdVector<std::vector<int> > opsOf(inst.devices);
+  for (int op = 0; op < n; ++op) opsOf[inst.deviceOf(op)].push_back(op);
   int col = n + 1;
   for (const auto& ops : opsOf) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       for (std::size_t j = i + 1; j < ops.size(); ++j) {
-        const auto a = static_cast<std::size_t>(ops[i]);
-        const auto b = static_cast<std::size_t>(ops[j]);
-        if (reach[a][b] || reach[b][a]) continue;
+        const int a = ops[i];
+        const int b = ops[j];
+        if (reach(a, b) || reach(b, a)) continue;
         Cbc_addCol(model, ("y" + std::to_string(a) + "_" + std::to_string(b)).c_str(), 0.0, 1.0, 0.0, 1, 0, nullptr,
                    nullptr);
-        pairs.push_back({ops[i], ops[j], col});
-        pairCol[a][b] = col;
+        pairs.push_back({a, b, col});
+        pairCol(a, b) = col;
         mipValues.push_back(position[a] < position[b] ? 1.0 : 0.0);
         ++col;
       }
@@ -137,63 +137,61 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
 
   // Rows.
   for (const Edge& e : edges) {
-    const int cols[2] = {e.to, e.from};
-    const double coefs[2] = {1.0, -1.0};
-    Cbc_addRow(model, "", 2, cols, coefs, 'G', e.lagMs);
+    const std::array<int, 2> cols = {e.to, e.from};
+    const std::array<double, 2> coefs = {1.0, -1.0};
+    Cbc_addRow(model, "", 2, cols.data(), coefs.data(), 'G', e.lagMs);
   }
   const double bigM = upper;
   for (const Pair& pr : pairs) {
     // y = 1: a before b → x_b − x_a − M·y ≥ d_a − M ; y = 0: b before a → x_a − x_b + M·y ≥ d_b.
-    const int cols[3] = {pr.b, pr.a, pr.col};
-    const double c1[3] = {1.0, -1.0, -bigM};
-    Cbc_addRow(model, "", 3, cols, c1, 'G', inst.duration(pr.a) - bigM);
-    const double c2[3] = {-1.0, 1.0, bigM};
-    Cbc_addRow(model, "", 3, cols, c2, 'G', inst.duration(pr.b));
+    const std::array<int, 3> cols = {pr.b, pr.a, pr.col};
+    const std::array<double, 3> c1 = {1.0, -1.0, -bigM};
+    Cbc_addRow(model, "", 3, cols.data(), c1.data(), 'G', inst.duration(pr.a) - bigM);
+    const std::array<double, 3> c2 = {-1.0, 1.0, bigM};
+    Cbc_addRow(model, "", 3, cols.data(), c2.data(), 'G', inst.duration(pr.b));
   }
   for (int s = 0; s < inst.stages; ++s) {
     const int last = inst.opId(s, kW, inst.microbatches - 1);
-    const int cols[2] = {cCol, last};
-    const double coefs[2] = {1.0, -1.0};
-    Cbc_addRow(model, "", 2, cols, coefs, 'G', inst.duration(last));
+    const std::array<int, 2> cols = {cCol, last};
+    const std::array<double, 2> coefs = {1.0, -1.0};
+    Cbc_addRow(model, "", 2, cols.data(), coefs.data(), 'G', inst.duration(last));
   }
   // Memory at every F start on a device with a finite budget.
   for (int d = 0; d < inst.devices; ++d) {
-    const std::int64_t budget = inst.budgetBytes[static_cast<std::size_t>(d)];
+    const std::int64_t budget = inst.budgetBytesOf(d);
     if (budget >= kUnlimited) continue;
-    const auto& ops = opsOf[static_cast<std::size_t>(d)];
+    const auto& ops = opsOf[d];
     for (int j : ops) {
       if (inst.kindOf(j) != kF) continue;
-      double rhs = static_cast<double>(budget - inst.activationBytes[static_cast<std::size_t>(inst.stageOf(j))]);
+      auto rhs = static_cast<double>(budget - inst.activationBytesOf(inst.stageOf(j)));
       std::vector<int> cols;
       std::vector<double> coefs;
       for (int a : ops) {
         if (a == j) continue;
-        const auto s = static_cast<std::size_t>(inst.stageOf(a));
+        const int s = inst.stageOf(a);
         double delta = 0;  // memory change once a has happened before j starts
         switch (inst.kindOf(a)) {
           case kF:
-            delta = static_cast<double>(inst.activationBytes[s]);
+            delta = static_cast<double>(inst.activationBytesOf(s));
             break;
           case kB:
-            delta = -static_cast<double>(inst.activationBytes[s] - inst.weightGradBytes[s]);
+            delta = -static_cast<double>(inst.activationBytesOf(s) - inst.weightGradBytesOf(s));
             break;
           default:
-            delta = -static_cast<double>(inst.weightGradBytes[s]);
+            delta = -static_cast<double>(inst.weightGradBytesOf(s));
             break;
         }
         if (delta == 0) continue;
-        const auto A = static_cast<std::size_t>(a);
-        const auto J = static_cast<std::size_t>(j);
-        if (reach[A][J]) {
+        if (reach(a, j)) {
           rhs -= delta;
-        } else if (reach[J][A]) {
+        } else if (reach(j, a)) {
           continue;
-        } else if (pairCol[A][J] >= 0) {  // y(a before j)
-          cols.push_back(pairCol[A][J]);
+        } else if (pairCol(a, j) >= 0) {  // y(a before j)
+          cols.push_back(pairCol(a, j));
           coefs.push_back(delta);
         } else {  // y(j before a): a before j = 1 − y
           rhs -= delta;
-          cols.push_back(pairCol[J][A]);
+          cols.push_back(pairCol(j, a));
           coefs.push_back(-delta);
         }
       }
@@ -218,23 +216,18 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
     result.objectiveMs = Cbc_getObjValue(model);
     result.boundMs =
         result.optimal ? result.objectiveMs : std::min(result.objectiveMs, Cbc_getBestPossibleObjValue(model));
-    std::vector<double> x(solution, solution + n);
-    result.orders.assign(static_cast<std::size_t>(inst.devices), {});
-    for (std::size_t d = 0; d < opsOf.size(); ++d) {
-      std::vector<int> ops = opsOf[d];
+    const IdVector<double> x(std::vector<double>(solution, solution + n));  // per op: its start
+    result.orders.clear();
+    for (std::vector<int> ops : opsOf) {  // per device
       std::sort(ops.begin(), ops.end(), [&](int a, int b) {
-        if (std::abs(x[static_cast<std::size_t>(a)] - x[static_cast<std::size_t>(b)]) > 1e-7) {
-          return x[static_cast<std::size_t>(a)] < x[static_cast<std::size_t>(b)];
-        }
-        const auto A = static_cast<std::size_t>(a);
-        const auto B = static_cast<std::size_t>(b);
-        if (reach[A][B]) return true;
-        if (reach[B][A]) return false;
-        const int c = a < b ? pairCol[A][B] : pairCol[B][A];
+        if (std::abs(x[a] - x[b]) > 1e-7) return x[a] < x[b];
+        if (reach(a, b)) return true;
+        if (reach(b, a)) return false;
+        const int c = a < b ? pairCol(a, b) : pairCol(b, a);
         const bool firstBefore = solution[c] > 0.5;  // y(min before max)
         return a < b ? firstBefore : !firstBefore;
       });
-      result.orders[d] = std::move(ops);
+      result.orders.push_back(std::move(ops));
     }
     result.message = result.optimal ? "proven optimal" : "stopped at the time limit";
   } else {

@@ -3,6 +3,7 @@
 // m microbatches, per-stage F/B/W times, activation bytes and transfer times, per-device
 // activation budgets. Ops are numbered opId(stage, kind, microbatch).
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -22,25 +23,34 @@ struct Instance {
   int devices = 0;
   int stages = 0;
   int microbatches = 0;
-  std::vector<int> device;                    // per stage
-  std::vector<double> durationMs[3];          // [kind][stage]
-  std::vector<std::int64_t> activationBytes;  // per stage, live F start → B end
-  std::vector<std::int64_t> weightGradBytes;  // per stage, part of the above kept until W end
-  std::vector<double> sendMs;                 // stage s → s+1 (and the gradient back)
-  std::vector<std::int64_t> staticBytes;      // per device
-  std::vector<std::int64_t> budgetBytes;      // per device: limit − static (kUnlimited if none)
-  std::vector<std::vector<int>> stagesOf;     // per device, in pipeline order
+  std::vector<int> device;                        // per stage
+  std::array<std::vector<double>, 3> durationMs;  // [kind][stage]
+  std::vector<std::int64_t> activationBytes;      // per stage, live F start → B end
+  std::vector<std::int64_t> weightGradBytes;      // per stage, part of the above kept until W end
+  std::vector<double> sendMs;                     // stage s → s+1 (and the gradient back)
+  std::vector<std::int64_t> staticBytes;          // per device
+  std::vector<std::int64_t> budgetBytes;          // per device: limit − static (kUnlimited if none)
+  std::vector<std::vector<int>> stagesOf;         // per device, in pipeline order
   // The objective: the makespan, or with optimizer post-validation (iterations overlap, the
   // steady-state period is the longest device span, Qi et al. 2023 §5) the longest span.
   bool spanObjective = false;
+
+  // The tables above read by an int stage or device id.
+  int deviceOfStage(int s) const { return device[static_cast<std::size_t>(s)]; }
+  double durationOf(int kind, int s) const { return durationMs[kind][static_cast<std::size_t>(s)]; }
+  std::int64_t activationBytesOf(int s) const { return activationBytes[static_cast<std::size_t>(s)]; }
+  std::int64_t weightGradBytesOf(int s) const { return weightGradBytes[static_cast<std::size_t>(s)]; }
+  double sendMsOf(int s) const { return sendMs[static_cast<std::size_t>(s)]; }
+  std::int64_t budgetBytesOf(int d) const { return budgetBytes[static_cast<std::size_t>(d)]; }
+  const std::vector<int>& stagesOn(int d) const { return stagesOf[static_cast<std::size_t>(d)]; }
 
   int opCount() const { return stages * 3 * microbatches; }
   int opId(int stage, int kind, int mb) const { return (stage * 3 + kind) * microbatches + mb; }
   int stageOf(int op) const { return op / (3 * microbatches); }
   int kindOf(int op) const { return (op / microbatches) % 3; }
   int mbOf(int op) const { return op % microbatches; }
-  double duration(int op) const { return durationMs[kindOf(op)][static_cast<std::size_t>(stageOf(op))]; }
-  int deviceOf(int op) const { return device[static_cast<std::size_t>(stageOf(op))]; }
+  double duration(int op) const { return durationOf(kindOf(op), stageOf(op)); }
+  int deviceOf(int op) const { return deviceOfStage(stageOf(op)); }
 };
 
 /// Per-device op orders (op ids).

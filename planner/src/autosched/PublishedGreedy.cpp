@@ -30,6 +30,7 @@
 #include <limits>
 #include <string>
 
+#include "pipestudio/common/Index.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio::autosched {
@@ -45,68 +46,64 @@ class ZbGreedy {
     r.ok = build(allowBubbleBeforeFirstB, prioritizeB, noBubbleGreedy);
     if (!r.ok) return r;
     for (int j = 0; j < m_s; ++j) {
-      const double span = m_t[static_cast<std::size_t>(m_inst.opId(j, kW, m_m - 1))] -
-                          m_t[static_cast<std::size_t>(m_inst.opId(j, kF, 0))] + cost(j, kF, 0);
+      const double span = t(j, kW, m_m - 1) - t(j, kF, 0) + cost(j, kF, 0);
       r.criterionMs = std::max(r.criterionMs, span);
     }
-    r.orders = std::move(m_orders);
+    r.orders = std::move(m_orders.values());
     return r;
   }
 
  private:
-  double cost(int j, int kind, int /*mb*/) const { return m_inst.durationMs[kind][static_cast<std::size_t>(j)]; }
+  double cost(int j, int kind, int /*mb*/) const { return m_inst.durationOf(kind, j); }
   std::int64_t mem(int j, int kind) const {
-    const auto s = static_cast<std::size_t>(j);
-    if (kind == kF) return m_inst.activationBytes[s];
-    if (kind == kB) return -(m_inst.activationBytes[s] - m_inst.weightGradBytes[s]);
-    return -m_inst.weightGradBytes[s];
+    if (kind == kF) return m_inst.activationBytesOf(j);
+    if (kind == kB) return -(m_inst.activationBytesOf(j) - m_inst.weightGradBytesOf(j));
+    return -m_inst.weightGradBytesOf(j);
   }
   // Transfer into stage j's F (from j−1) or B (from j+1); the reference's cost_comm.
-  double commF(int j) const { return m_inst.sendMs[static_cast<std::size_t>(j - 1)]; }
-  double commB(int j) const { return m_inst.sendMs[static_cast<std::size_t>(j)]; }
-  double t(int j, int kind, int mb) const { return m_t[static_cast<std::size_t>(m_inst.opId(j, kind, mb))]; }
-  std::int64_t maxMem(int j) const { return m_inst.budgetBytes[static_cast<std::size_t>(j)]; }
-  std::size_t u(int j) const { return static_cast<std::size_t>(j); }
+  double commF(int j) const { return m_inst.sendMsOf(j - 1); }
+  double commB(int j) const { return m_inst.sendMsOf(j); }
+  double t(int j, int kind, int mb) const { return m_t[m_inst.opId(j, kind, mb)]; }
+  std::int64_t maxMem(int j) const { return m_inst.budgetBytesOf(j); }  // stage j is on device j
 
   void reset() {
-    const auto s = static_cast<std::size_t>(m_s);
-    m_f.assign(s, 0);
-    m_b.assign(s, 0);
-    m_w.assign(s, 0);
-    m_e.assign(s, 0.0);
-    m_mem.assign(s, 0);
-    m_bubble.assign(s, 0.0);
+    m_f.assign(m_s, 0);
+    m_b.assign(m_s, 0);
+    m_w.assign(m_s, 0);
+    m_e.assign(m_s, 0.0);
+    m_mem.assign(m_s, 0);
+    m_bubble.assign(m_s, 0.0);
     m_maxBubble = 0;
-    m_t.assign(static_cast<std::size_t>(m_inst.opCount()), 0.0);  // the reference starts every time at 0
-    m_orders.assign(s, {});
+    m_t.assign(m_inst.opCount(), 0.0);  // the reference starts every time at 0
+    m_orders.assign(m_s, {});
   }
 
   void put(int j, int kind) {
-    int& count = kind == kF ? m_f[u(j)] : kind == kB ? m_b[u(j)] : m_w[u(j)];
+    int& count = kind == kF ? m_f[j] : kind == kB ? m_b[j] : m_w[j];
     const int i = count;
     const double c = cost(j, kind, i);
-    const double noBubble = m_e[u(j)] + c;
+    const double noBubble = m_e[j] + c;
     double end = noBubble;
     if (j > 0 && kind == kF) end = std::max(end, t(j - 1, kF, i) + commF(j) + c);
     if (j + 1 < m_s && kind == kB) end = std::max(end, t(j + 1, kB, i) + commB(j) + c);
-    if (m_f[u(j)] > 0) {
-      m_bubble[u(j)] += end - noBubble;
-      m_maxBubble = std::max(m_maxBubble, m_bubble[u(j)]);
+    if (m_f[j] > 0) {
+      m_bubble[j] += end - noBubble;
+      m_maxBubble = std::max(m_maxBubble, m_bubble[j]);
     }
-    m_e[u(j)] = end;
+    m_e[j] = end;
     const int op = m_inst.opId(j, kind, i);
-    m_t[static_cast<std::size_t>(op)] = end;
-    m_mem[u(j)] += mem(j, kind);
-    m_orders[u(j)].push_back(op);
+    m_t[op] = end;
+    m_mem[j] += mem(j, kind);
+    m_orders[j].push_back(op);
     ++count;
   }
 
   // W passes before a pass whose input ends at `inputEnd` (+ transfer `comm`); false when
   // memory needs a W and none is pending.
   void fillWait(int j, double inputEnd, double comm, bool noBubbleGreedy) {
-    while (m_w[u(j)] < m_b[u(j)] && m_e[u(j)] + cost(j, kW, m_w[u(j)]) <= inputEnd + comm) put(j, kW);
-    if (m_w[u(j)] < m_b[u(j)] && m_e[u(j)] < inputEnd + comm) {
-      if (inputEnd + comm - m_e[u(j)] <= m_maxBubble - m_bubble[u(j)]) {
+    while (m_w[j] < m_b[j] && m_e[j] + cost(j, kW, m_w[j]) <= inputEnd + comm) put(j, kW);
+    if (m_w[j] < m_b[j] && m_e[j] < inputEnd + comm) {
+      if (inputEnd + comm - m_e[j] <= m_maxBubble - m_bubble[j]) {
         if (noBubbleGreedy) put(j, kW);
       } else {
         put(j, kW);
@@ -115,8 +112,8 @@ class ZbGreedy {
   }
 
   bool makeRoom(int j, std::int64_t need) {
-    while (m_mem[u(j)] + need > maxMem(j)) {
-      if (m_w[u(j)] >= m_b[u(j)]) return false;  // "Cannot fit memory"
+    while (m_mem[j] + need > maxMem(j)) {
+      if (m_w[j] >= m_b[j]) return false;  // "Cannot fit memory"
       put(j, kW);
     }
     return true;
@@ -124,7 +121,7 @@ class ZbGreedy {
 
   bool build(bool allowBubbleBeforeFirstB, bool prioritizeB, bool noBubbleGreedy) {
     const int S = m_s;
-    std::vector<int> fRequired(static_cast<std::size_t>(S));
+    IdVector<int> fRequired(S);
     for (int i = 0; i < m_m; ++i) {
       if (i == 0) {
         for (int j = 0; j < S; ++j) put(j, kF);
@@ -135,16 +132,16 @@ class ZbGreedy {
             lastT = t(j, kF, i) + cost(j, kB, i);
             continue;
           }
-          std::int64_t memory = m_mem[u(j)];
-          double time = m_e[u(j)];
+          std::int64_t memory = m_mem[j];
+          double time = m_e[j];
           const double comm = commB(j);
           while (true) {
-            const int next = m_f[u(j)] + fRequired[u(j)];
+            const int next = m_f[j] + fRequired[j];
             if (next < m_m && memory + mem(j, kF) <= maxMem(j)) {
               if (allowBubbleBeforeFirstB ? time + cost(j, kF, next) > lastT + comm : time >= lastT + comm) break;
               memory += mem(j, kF);
               time += cost(j, kF, next);
-              ++fRequired[u(j)];
+              ++fRequired[j];
             } else {
               break;
             }
@@ -152,65 +149,64 @@ class ZbGreedy {
           lastT = std::max(time, lastT + comm) + cost(j, kB, i);
         }
         for (int j = 1; j < S; ++j) {
-          while (fRequired[u(j)] > 0 && fRequired[u(j)] >= fRequired[u(j - 1)] && m_f[u(j)] + fRequired[u(j)] < m_m) {
-            --fRequired[u(j)];
+          while (fRequired[j] > 0 && fRequired[j] >= fRequired[j - 1] && m_f[j] + fRequired[j] < m_m) {
+            --fRequired[j];
           }
         }
         for (int j = 0; j < S; ++j) {
-          for (int k = 0; k < fRequired[u(j)]; ++k) put(j, kF);
+          for (int k = 0; k < fRequired[j]; ++k) put(j, kF);
         }
         for (int j = S - 1; j >= 0; --j) put(j, kB);
         continue;
       }
       std::fill(fRequired.begin(), fRequired.end(), 0);
       for (int j = 0; j < S; ++j) {
-        if (m_f[u(j)] >= m_m) continue;
-        if (j + 1 < S && m_f[u(j)] >= m_f[u(j + 1)] + 2 && prioritizeB) {
-          const double nextPlusFw =
-              m_e[u(j + 1)] + cost(j + 1, kF, m_f[u(j + 1)]) + cost(j + 1, kB, m_b[u(j + 1)]) + commB(j);
-          if (m_e[u(j)] >= nextPlusFw) continue;
+        if (m_f[j] >= m_m) continue;
+        if (j + 1 < S && m_f[j] >= m_f[j + 1] + 2 && prioritizeB) {
+          const double nextPlusFw = m_e[j + 1] + cost(j + 1, kF, m_f[j + 1]) + cost(j + 1, kB, m_b[j + 1]) + commB(j);
+          if (m_e[j] >= nextPlusFw) continue;
           double wCost = 0;
           int wCount = 0;
-          std::int64_t memWithW = m_mem[u(j)] + mem(j, kF);
-          while (memWithW > maxMem(j) && m_w[u(j)] + wCount < m_b[u(j)]) {
-            wCost += cost(j, kW, m_w[u(j)] + wCount);
+          std::int64_t memWithW = m_mem[j] + mem(j, kF);
+          while (memWithW > maxMem(j) && m_w[j] + wCount < m_b[j]) {
+            wCost += cost(j, kW, m_w[j] + wCount);
             memWithW += mem(j, kW);
             ++wCount;
           }
-          if (m_e[u(j)] + cost(j, kF, m_f[u(j)]) + wCost <= nextPlusFw) {
-            fRequired[u(j)] = 1;
+          if (m_e[j] + cost(j, kF, m_f[j]) + wCost <= nextPlusFw) {
+            fRequired[j] = 1;
             continue;
           }
-          if (nextPlusFw - m_e[u(j)] <= m_maxBubble - m_bubble[u(j)]) continue;
+          if (nextPlusFw - m_e[j] <= m_maxBubble - m_bubble[j]) continue;
         }
-        fRequired[u(j)] = 1;
+        fRequired[j] = 1;
       }
-      for (int j = S - 2; j >= 0; --j) fRequired[u(j)] = std::min(fRequired[u(j)], fRequired[u(j + 1)]);
+      for (int j = S - 2; j >= 0; --j) fRequired[j] = std::min(fRequired[j], fRequired[j + 1]);
       for (int j = 0; j < S; ++j) {
-        if (fRequired[u(j)] == 0) continue;
+        if (fRequired[j] == 0) continue;
         if (!makeRoom(j, mem(j, kF))) return false;
-        if (j > 0) fillWait(j, t(j - 1, kF, m_f[u(j)]), commF(j), noBubbleGreedy);
+        if (j > 0) fillWait(j, t(j - 1, kF, m_f[j]), commF(j), noBubbleGreedy);
         put(j, kF);
       }
       for (int j = S - 1; j >= 0; --j) {
-        if (m_b[u(j)] != i) return false;  // the reference asserts this
+        if (m_b[j] != i) return false;  // the reference asserts this
         if (!makeRoom(j, mem(j, kB))) return false;
         if (j + 1 < S) fillWait(j, t(j + 1, kB, i), commB(j), noBubbleGreedy);
-        if (j == 0 && m_f[u(j)] == m_m) {
-          while (m_w[u(j)] < m_b[u(j)]) put(j, kW);
+        if (j == 0 && m_f[j] == m_m) {
+          while (m_w[j] < m_b[j]) put(j, kW);
         }
         put(j, kB);
       }
     }
     for (int j = 0; j < S; ++j) {
-      while (m_w[u(j)] < m_m) {
-        if (m_w[u(j)] >= m_b[u(j)]) return false;
+      while (m_w[j] < m_m) {
+        if (m_w[j] >= m_b[j]) return false;
         put(j, kW);
       }
     }
     // Every F and B placed once (a stage whose Fs ran out before its Bs is not a schedule).
     for (int j = 0; j < S; ++j) {
-      if (m_f[u(j)] != m_m || m_b[u(j)] != m_m) return false;
+      if (m_f[j] != m_m || m_b[j] != m_m) return false;
     }
     return true;
   }
@@ -218,13 +214,14 @@ class ZbGreedy {
   const Instance& m_inst;
   int m_s;
   int m_m;
-  std::vector<int> m_f, m_b, m_w;
-  std::vector<double> m_e;
-  std::vector<std::int64_t> m_mem;
-  std::vector<double> m_bubble;
+  // Per stage (one per device): passes placed, end of the last, memory, bubble so far.
+  IdVector<int> m_f, m_b, m_w;
+  IdVector<double> m_e;
+  IdVector<std::int64_t> m_mem;
+  IdVector<double> m_bubble;
   double m_maxBubble = 0;
-  std::vector<double> m_t;
-  Orders m_orders;
+  IdVector<double> m_t;  // per op: its end
+  IdVector<std::vector<int>> m_orders;
 };
 
 }  // namespace
@@ -233,7 +230,7 @@ std::vector<PublishedRun> zbGreedyRuns(const Instance& inst, const PublishedSink
   std::vector<PublishedRun> out;
   if (inst.stages != inst.devices) return out;
   for (int s = 0; s < inst.stages; ++s) {
-    if (inst.device[static_cast<std::size_t>(s)] != s) return out;
+    if (inst.deviceOfStage(s) != s) return out;
   }
   ZbGreedy greedy(inst);
   // zb.py initial_solution: allow_bubble_before_first_b, prioritize_b, no_bubble_greedy, each
@@ -255,11 +252,10 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
   if (!schedules::isSingleV(input)) return out;
   schedules::VConstructionOptions options;
   for (int d = 0; d < inst.devices; ++d) {
-    const std::int64_t budget = inst.budgetBytes[static_cast<std::size_t>(d)];
+    const std::int64_t budget = inst.budgetBytesOf(d);
     // zbv.py's default max_mem without a limit: 1F1B's p microbatches (2p chunk activations).
     std::int64_t oneMicrobatch = 0;
-    for (int s : inst.stagesOf[static_cast<std::size_t>(d)])
-      oneMicrobatch += inst.activationBytes[static_cast<std::size_t>(s)];
+    for (int s : inst.stagesOn(d)) oneMicrobatch += inst.activationBytesOf(s);
     options.budgetBytes.push_back(budget >= kUnlimited ? oneMicrobatch * inst.devices : budget);
   }
   auto toRun = [&](const schedules::VConstruction& c) {
@@ -290,9 +286,13 @@ std::vector<PublishedRun> zbvRuns(const Instance& inst, const ScheduleInput& inp
 
 int publishedChoice(const std::vector<PublishedRun>& runs) {
   int best = -1;
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (!runs[i].ok) continue;
-    if (best < 0 || runs[i].criterionMs < runs[static_cast<std::size_t>(best)].criterionMs) best = static_cast<int>(i);
+  double bestMs = 0;
+  for (int i = 0; const PublishedRun& run : runs) {
+    if (run.ok && (best < 0 || run.criterionMs < bestMs)) {
+      best = i;
+      bestMs = run.criterionMs;
+    }
+    ++i;
   }
   return best;
 }

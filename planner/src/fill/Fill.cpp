@@ -34,9 +34,9 @@ struct Group {
   int component = 0;
   int firstLayer = 0;
   int lastLayer = 0;
-  std::vector<double> forwardMs;  // per device, whole microbatch
-  double activationBytes = 0;     // whole microbatch, live while the op runs
-  double weightBytes = 0;         // frozen parameters (bf16), resident on every device that runs it
+  IdVector<double> forwardMs;  // per device, whole microbatch
+  double activationBytes = 0;  // whole microbatch, live while the op runs
+  double weightBytes = 0;      // frozen parameters (bf16), resident on every device that runs it
 };
 
 struct Idle {
@@ -56,7 +56,7 @@ struct Piece {
 
 double limitOf(const Plan& plan, int device) {
   if (plan.config.memoryLimitBytes) return static_cast<double>(*plan.config.memoryLimitBytes);
-  const double bytes = static_cast<double>(deviceGpu(plan.cluster, plan.config, device).memoryBytes());
+  const auto bytes = static_cast<double>(deviceGpu(plan.cluster, plan.config, device).memoryBytes());
   return bytes > 0 ? bytes : kInf;
 }
 
@@ -65,26 +65,26 @@ double limitOf(const Plan& plan, int device) {
 std::vector<int> frozenOrder(const ModelSpec& model) {
   std::vector<int> frozen = model.frozenComponents();
   std::vector<int> out;
-  std::vector<char> placed(model.components.size(), 0);
+  IdVector<char> placed(model.components.size(), 0);
   for (std::size_t round = 0; round < frozen.size() && out.size() < frozen.size(); ++round) {
     for (int c : frozen) {
-      if (placed[static_cast<std::size_t>(c)]) continue;
+      if (placed[c]) continue;
       bool ready = true;
       for (int f : frozen) {
-        if (f == c || placed[static_cast<std::size_t>(f)]) continue;
+        if (f == c || placed[f]) continue;
         const auto& feeds = model.component(f).feeds;
         if (std::find(feeds.begin(), feeds.end(), model.component(c).name) != feeds.end()) {
           ready = false;
         }
       }
       if (ready) {
-        placed[static_cast<std::size_t>(c)] = 1;
+        placed[c] = 1;
         out.push_back(c);
       }
     }
   }
   for (int c : frozen) {
-    if (!placed[static_cast<std::size_t>(c)]) out.push_back(c);  // a feeds cycle: keep model order
+    if (!placed[c]) out.push_back(c);  // a feeds cycle: keep model order
   }
   return out;
 }
@@ -107,17 +107,16 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   std::vector<Group> out;
   if (layers == 0) return out;
   const int devices = shell.config.devices;
-  // costs[device][layer]
-  std::vector<std::vector<LayerCosts>> costs;
+  Grid<LayerCosts> costs(devices, layers);
   for (int d = 0; d < devices; ++d) {
     const CostContext ctx = costContext(shell.cluster, shell.config, model.samplesPerMicrobatch, d, false);
-    auto& perLayer = costs.emplace_back();
-    for (const Layer& l : comp.layers) perLayer.push_back(layerCosts(l, ctx));
+    for (int l = 0; l < layers; ++l) costs(d, l) = layerCosts(comp.layer(l), ctx);
   }
   // Groups of balanced forward time (device 0's GPU): the `balanced` partitioner.
   const int k = std::min(kMaxGroups, layers);
   std::vector<double> forwardMs;
-  for (const LayerCosts& c : costs[0]) forwardMs.push_back(c.forwardMs);
+  forwardMs.reserve(comp.layers.size());
+  for (int l = 0; l < layers; ++l) forwardMs.push_back(costs(0, l).forwardMs);
   PartitionProblem p;
   p.layers = layers;
   p.stages.assign(static_cast<std::size_t>(k), PartitionStage{});
@@ -125,22 +124,21 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   p.sendMs.assign(p.stages.size(), std::vector<double>(forwardMs.size(), 0.0));
   p.activationBytes.assign(forwardMs.size(), 0.0);
   p.staticBytes.assign(forwardMs.size(), 0.0);
-  std::vector<int> first;
+  IdVector<int> first;  // per group
   if (auto r = balancedPartition(p)) {
-    first = r->firstLayer;
+    first = IdVector<int>(r->firstLayer);
   } else {
     for (int s = 0; s < k; ++s) first.push_back(s * layers / k);
   }
   for (int g = 0; g < k; ++g) {
     Group grp;
     grp.component = component;
-    const auto gu = static_cast<std::size_t>(g);
-    grp.firstLayer = first[gu];
-    grp.lastLayer = (g + 1 < k ? first[gu + 1] : layers) - 1;
-    grp.forwardMs.assign(costs.size(), 0.0);
-    for (auto l = static_cast<std::size_t>(grp.firstLayer); l <= static_cast<std::size_t>(grp.lastLayer); ++l) {
-      for (std::size_t d = 0; d < costs.size(); ++d) grp.forwardMs[d] += costs[d][l].forwardMs;
-      const LayerCosts& c = costs[0][l];
+    grp.firstLayer = first[g];
+    grp.lastLayer = (g + 1 < k ? first[g + 1] : layers) - 1;
+    grp.forwardMs.assign(devices, 0.0);
+    for (int l = grp.firstLayer; l <= grp.lastLayer; ++l) {
+      for (int d = 0; d < devices; ++d) grp.forwardMs[d] += costs(d, l).forwardMs;
+      const LayerCosts& c = costs(0, l);
       // Frozen forward: only one layer's activations are live at a time (no backward keeps
       // them); the largest layer bounds the op's footprint.
       grp.activationBytes = std::max(grp.activationBytes, static_cast<double>(c.activationBytes));
@@ -152,18 +150,19 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
 }
 
 // Idle gaps of every device in a timed backbone plan, with the memory level during each.
-std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
-  std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(plan.config.devices));
+IdVector<std::vector<Idle>> idleGaps(const Plan& plan) {
+  IdVector<std::vector<std::pair<double, double>>> busy(plan.config.devices);
   for (const Op& op : plan.ops) {
-    if (inRange(busy, op.device)) busy[static_cast<std::size_t>(op.device)].emplace_back(op.startMs, op.endMs);
+    if (busy.contains(op.device)) busy[op.device].emplace_back(op.startMs, op.endMs);
   }
   const MemoryTimeline mem = memoryTimeline(plan);
-  std::vector<std::vector<Idle>> out(busy.size());
-  for (std::size_t d = 0; d < busy.size(); ++d) {
-    auto& b = busy[d];
+  IdVector<std::vector<Idle>> out;
+  for (std::size_t d = 0; auto& b : busy) {
     std::sort(b.begin(), b.end());
     const auto& curve = mem.devices[d];
-    const double staticBytes = static_cast<double>(mem.staticBytes[d]);
+    const auto staticBytes = static_cast<double>(mem.staticBytes[d]);
+    auto& gaps = out.emplace_back();
+    ++d;
     auto levelAt = [&](double t) {
       double level = staticBytes;
       for (const MemoryPoint& pt : curve) {  // few hundred points per device
@@ -176,10 +175,10 @@ std::vector<std::vector<Idle>> idleGaps(const Plan& plan) {
     };
     double cursor = 0;
     for (const auto& [s, e] : b) {
-      if (s > cursor + kEpsMs) out[d].push_back({cursor, s, levelAt(cursor)});
+      if (s > cursor + kEpsMs) gaps.push_back({cursor, s, levelAt(cursor)});
       cursor = std::max(cursor, e);
     }
-    out[d].push_back({cursor, kInf, staticBytes});
+    gaps.push_back({cursor, kInf, staticBytes});
   }
   return out;
 }
@@ -222,7 +221,7 @@ double placeGroup(std::vector<Idle>& gaps, double readyMs, int samples, double p
 struct Layout {
   std::vector<Group> groups;
   std::vector<Piece> pieces;
-  std::vector<double> extraStaticBytes;  // frozen weights per device
+  IdVector<double> extraStaticBytes;  // frozen weights per device
 };
 
 // Rebuilds the skeleton: frozen virtual stages for every used (group, device), N ops merged
@@ -231,11 +230,11 @@ struct Layout {
 ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const Layout& layout, bool before) {
   ScheduleSkeleton out;
   out.virtualStages = base.virtualStages;
-  const std::size_t devices = base.devices.size();
-  std::vector<int> chunkCount(devices, 0);
+  const int devices = static_cast<int>(base.devices.size());
+  IdVector<int> chunkCount(devices, 0);
   for (const auto& vs : out.virtualStages) {
-    if (!inRange(chunkCount, vs.device)) continue;
-    int& count = chunkCount[static_cast<std::size_t>(vs.device)];
+    if (!chunkCount.contains(vs.device)) continue;
+    int& count = chunkCount[vs.device];
     count = std::max(count, vs.chunk + 1);
   }
   // Stage ids ordered (component, device, group) so a frozen chain only links stages that
@@ -251,7 +250,7 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
     VirtualStage vs;
     vs.id = static_cast<int>(out.virtualStages.size());
     vs.device = device;
-    vs.chunk = chunkCount[static_cast<std::size_t>(device)]++;
+    vs.chunk = chunkCount[device]++;
     vs.component = component;
     vs.firstLayer = g.firstLayer;
     vs.lastLayer = g.lastLayer;
@@ -259,18 +258,19 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
     out.virtualStages.push_back(vs);
   }
   // Backbone op start times per device, in lane order (plan.ops is per device in order).
-  std::vector<std::vector<double>> startOf(devices);
-  for (const Op& op : timed.ops) startOf[static_cast<std::size_t>(op.device)].push_back(op.startMs);
-  std::vector<std::vector<Piece>> perDevice(devices);
-  for (const Piece& pc : layout.pieces) perDevice[static_cast<std::size_t>(pc.device)].push_back(pc);
-  out.devices.resize(devices);
-  std::vector<std::vector<std::int32_t>> remap(devices);
-  for (std::size_t du = 0; du < devices; ++du) {
-    auto& pcs = perDevice[du];
+  IdVector<std::vector<double>> startOf(devices);
+  for (const Op& op : timed.ops) startOf[op.device].push_back(op.startMs);
+  IdVector<std::vector<Piece>> perDevice(devices);
+  for (const Piece& pc : layout.pieces) perDevice[pc.device].push_back(pc);
+  // Per device, the new index of each base op.
+  IdVector<IdVector<std::int32_t>> remap(devices);
+  out.devices.reserve(base.devices.size());
+  for (int d = 0; const auto& lane : base.devices) {
+    auto& pcs = perDevice[d];
     std::stable_sort(pcs.begin(), pcs.end(), [](const Piece& a, const Piece& b) { return a.startMs < b.startMs; });
-    const auto& lane = base.devices[du];
-    auto& dst = out.devices[du];
-    remap[du].resize(lane.size());
+    auto& dst = out.devices.emplace_back();  // device d
+    const auto& starts = startOf[d];
+    auto& laneRemap = remap[d];
     std::size_t k = 0;
     auto emit = [&](const Piece& pc) {
       const Group& g = layout.groups[pc.group];
@@ -282,16 +282,17 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
       dst.push_back(o);
     };
     for (std::size_t i = 0; i < lane.size(); ++i) {
-      const double s = i < startOf[du].size() ? startOf[du][i] : kInf;
+      const double s = i < starts.size() ? starts[i] : kInf;
       while (k < pcs.size() && (before || pcs[k].startMs < s - kEpsMs || pcs[k].endMs <= s + kEpsMs)) emit(pcs[k++]);
-      remap[du][i] = static_cast<std::int32_t>(dst.size());
+      laneRemap.push_back(static_cast<std::int32_t>(dst.size()));
       dst.push_back(lane[i]);
     }
     while (k < pcs.size()) emit(pcs[k++]);
+    ++d;
   }
   for (OpDependency dep : base.extraDependencies) {
-    dep.from.index = remap[static_cast<std::size_t>(dep.from.device)][static_cast<std::size_t>(dep.from.index)];
-    dep.to.index = remap[static_cast<std::size_t>(dep.to.device)][static_cast<std::size_t>(dep.to.index)];
+    dep.from.index = remap[dep.from.device][dep.from.index];
+    dep.to.index = remap[dep.to.device][dep.to.index];
     out.extraDependencies.push_back(dep);
   }
   // Frozen outputs reach their consumers through derived dependencies (fill none) or timed
@@ -300,8 +301,8 @@ ScheduleSkeleton assemble(const ScheduleSkeleton& base, const Plan& timed, const
 }
 
 struct Frozen {
-  std::vector<int> order;                          // components
-  std::vector<std::vector<std::size_t>> groupsOf;  // per component index → indices into groups
+  std::vector<int> order;                       // components
+  IdVector<std::vector<std::size_t>> groupsOf;  // per component index → indices into groups
   std::vector<Group> groups;
 };
 
@@ -311,7 +312,7 @@ Frozen frozenGroups(const Plan& shell) {
   f.groupsOf.resize(shell.model.components.size());
   for (int c : f.order) {
     for (Group& g : makeGroups(shell, c)) {
-      f.groupsOf[static_cast<std::size_t>(c)].push_back(f.groups.size());
+      f.groupsOf[c].push_back(f.groups.size());
       f.groups.push_back(std::move(g));
     }
   }
@@ -327,29 +328,24 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   const int samples = static_cast<int>(std::max<std::int64_t>(1, timed.model.samplesPerMicrobatch));
   Layout layout;
   layout.groups = frozen.groups;
-  const auto ud = static_cast<std::size_t>(devices);
-  layout.extraStaticBytes.assign(ud, 0.0);
-  std::vector<std::vector<Idle>> gaps;
+  layout.extraStaticBytes.assign(devices, 0.0);
+  IdVector<std::vector<Idle>> gaps;
   if (useGaps) {
     gaps = idleGaps(timed);
   } else {
     // `none`: a prologue before the pipeline; each device is free from 0 on, at static memory.
     const MemoryTimeline mem = memoryTimeline(timed);
-    for (std::size_t d = 0; d < ud; ++d) gaps.push_back({Idle{0, kInf, static_cast<double>(mem.staticBytes[d])}});
+    for (const std::int64_t bytes : mem.staticBytes) gaps.push_back({Idle{0, kInf, static_cast<double>(bytes)}});
   }
-  std::vector<double> peak(ud, 0.0);
-  for (std::size_t d = 0; d < ud; ++d) peak[d] = static_cast<double>(timed.metrics.devices[d].peakMemoryBytes);
-  std::vector<std::vector<char>> hasGroup(ud, std::vector<char>(frozen.groups.size(), 0));
+  IdVector<double> peak;  // per device, as are the memory timeline's and the metrics' lists
+  for (const DeviceMetrics& dm : timed.metrics.devices) peak.push_back(static_cast<double>(dm.peakMemoryBytes));
+  IdVector<std::vector<char>> hasGroup(devices, std::vector<char>(frozen.groups.size(), 0));
   // Where each frozen output goes: consumer devices, and per microbatch the consumer's first
   // F start (the cross-iteration deadline is that start plus the iteration period).
   const double periodMs = timed.metrics.makespanMs;
-  const auto mu = static_cast<std::size_t>(m);
-  auto slot = [mu](int virtualStage, int microbatch) {
-    return static_cast<std::size_t>(virtualStage) * mu + static_cast<std::size_t>(microbatch);
-  };
-  std::vector<double> fStart(timed.virtualStages.size() * mu, kInf);
+  Grid<double> fStart(static_cast<int>(timed.virtualStages.size()), m, kInf);  // per (stage, microbatch)
   for (const Op& op : timed.ops) {
-    if (op.kind == OpKind::F) fStart[slot(op.virtualStage, op.microbatch)] = op.startMs;
+    if (op.kind == OpKind::F) fStart(op.virtualStage, op.microbatch) = op.startMs;
   }
   // device and completion per (component, microbatch)
   std::map<std::pair<int, int>, std::pair<int, double>> done;
@@ -363,13 +359,13 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
   if (independent && largestFirst) {
     auto workOf = [&](int c) {
       double ms = 0;
-      for (std::size_t g : frozen.groupsOf[static_cast<std::size_t>(c)]) ms += frozen.groups[g].forwardMs[0];
+      for (std::size_t g : frozen.groupsOf[c]) ms += frozen.groups[g].forwardMs[0];
       return ms;
     };
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return workOf(a) > workOf(b); });
   }
   for (int c : order) {
-    const auto& gs = frozen.groupsOf[static_cast<std::size_t>(c)];
+    const auto& gs = frozen.groupsOf[c];
     if (gs.empty()) continue;
     const int feeder = feederOf(timed.model, c);
     const std::vector<int> consumerStages = frozenConsumerStagesOf(timed, c);
@@ -380,7 +376,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       std::map<int, double> consumers;
       for (int s : consumerStages) {
         const int dc = timed.stage(s).device;
-        const double f = fStart[slot(s, mb)];
+        const double f = fStart(s, mb);
         if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
         auto it = consumers.find(dc);
         if (it == consumers.end())
@@ -405,24 +401,23 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       std::vector<Idle> bestGaps;
       for (int d = 0; d < devices; ++d) {
         if (forced >= 0 && d != forced) continue;
-        const auto du = static_cast<std::size_t>(d);
         const double limit = limitOf(timed, d);
         // Weights of groups this device does not hold yet raise its static memory for the
         // whole iteration.
         double newWeights = 0;
         for (std::size_t g : gs) {
-          if (!hasGroup[du][g]) newWeights += frozen.groups[g].weightBytes;
+          if (!hasGroup[d][g]) newWeights += frozen.groups[g].weightBytes;
         }
-        if (peak[du] + layout.extraStaticBytes[du] + newWeights > limit) continue;
-        std::vector<Idle> trial = gaps[du];
+        if (peak[d] + layout.extraStaticBytes[d] + newWeights > limit) continue;
+        std::vector<Idle> trial = gaps[d];
         std::vector<Piece> pieces;
         double t = ready;
         for (std::size_t g : gs) {
           const Group& grp = frozen.groups[g];
-          const double perSampleMs = grp.forwardMs[du] / samples;
+          const double perSampleMs = grp.forwardMs[d] / samples;
           const double perSampleBytes = grp.activationBytes / samples;
           t = placeGroup(trial, t, samples, perSampleMs, perSampleBytes,
-                         limit - layout.extraStaticBytes[du] - newWeights, d, g, mb, pieces);
+                         limit - layout.extraStaticBytes[d] - newWeights, d, g, mb, pieces);
           if (std::isinf(t)) break;
         }
         if (std::isinf(t)) continue;
@@ -452,14 +447,13 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
             "activations exceed the memory left next to the backbone on every device" +
             (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
       }
-      const auto bu = static_cast<std::size_t>(bestDevice);
       for (std::size_t g : gs) {
-        if (!hasGroup[bu][g]) {
-          hasGroup[bu][g] = 1;
-          layout.extraStaticBytes[bu] += frozen.groups[g].weightBytes;
+        if (!hasGroup[bestDevice][g]) {
+          hasGroup[bestDevice][g] = 1;
+          layout.extraStaticBytes[bestDevice] += frozen.groups[g].weightBytes;
         }
       }
-      gaps[bu] = std::move(bestGaps);
+      gaps[bestDevice] = std::move(bestGaps);
       done[{c, mb}] = {bestDevice, bestEnd};
       layout.pieces.insert(layout.pieces.end(), bestPieces.begin(), bestPieces.end());
     }
@@ -570,14 +564,11 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
     r.iterationMs = iterationMs;
     r.usedNoFillLayout = usedNone && mode == "greedy";
     const int devices = request.config.devices;
-    r.devices.assign(static_cast<std::size_t>(devices), {});
     const double t0 = backbone->metrics.makespanMs;
-    for (int d = 0; d < devices; ++d) {
-      r.devices[static_cast<std::size_t>(d)].bubbleMs =
-          t0 - backbone->metrics.devices[static_cast<std::size_t>(d)].busyMs;
-    }
+    IdVector<DeviceFill> perDevice;  // the backbone's devices are the request's
+    for (const DeviceMetrics& dm : backbone->metrics.devices) perDevice.emplace_back().bubbleMs = t0 - dm.busyMs;
     for (const Piece& pc : chosenLayout->pieces) {
-      auto& df = r.devices[static_cast<std::size_t>(pc.device)];
+      auto& df = perDevice[pc.device];
       const double dur = pc.endMs - pc.startMs;
       r.frozenWorkMs += dur;
       if (usedNone) {
@@ -588,6 +579,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
       df.filledMs += inside;
       df.overflowMs += dur - inside;
     }
+    r.devices = std::move(perDevice.values());
     for (const Piece& pc : chosenLayout->pieces) {
       const Group& g = chosenLayout->groups[pc.group];
       if (g.firstLayer == 0) r.frozenSamples += pc.samples;
@@ -639,7 +631,7 @@ Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSp
     // A replica holds every parameter with its optimizer state plus one microbatch's
     // activations (gradient accumulation runs microbatches one after another).
     const double need = staticMemoryBytes(tp, fp, model.optimizer, devices) + std::max(act, fact);
-    const double have = static_cast<double>(gpu.memoryBytes());
+    const auto have = static_cast<double>(gpu.memoryBytes());
     if (have > 0 && need > have) {
       return Error{"a whole-model replica needs " + formatBytes(need) + " on device " + std::to_string(d) +
                    ", which has " + formatBytes(have)};
@@ -658,7 +650,7 @@ Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSp
     bool multiNode = false;
     for (int d = 1; d < devices; ++d) multiNode = multiNode || cluster.nodeOfDevice(d) != cluster.nodeOfDevice(0);
     const LinkSpec& link = multiNode ? cluster.interNode : cluster.intraNode;
-    const double p = static_cast<double>(devices);
+    const auto p = static_cast<double>(devices);
     const double bw = link.bandwidthGBps > 0 ? link.bandwidthGBps : kInf;
     allReduceMs = 2.0 * (p - 1.0) / p * gradBytes / (bw * 1e6) + 2.0 * (p - 1.0) * link.latencyUs / 1000.0;
   }
@@ -674,23 +666,23 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
   out.plan = std::move(*plan);
   // Backbone skeleton = the plan without its N ops and frozen virtual stages.
   ScheduleSkeleton skeleton;
-  std::vector<int> keep(out.plan.virtualStages.size(), -1);
+  IdVector<int> keep(out.plan.virtualStages.size(), -1);  // per plan stage: its backbone id
   for (const VirtualStage& vs : out.plan.virtualStages) {
     if (vs.component >= 0 && out.plan.model.component(vs.component).trainable) {
-      keep[static_cast<std::size_t>(vs.id)] = static_cast<int>(skeleton.virtualStages.size());
+      keep[vs.id] = static_cast<int>(skeleton.virtualStages.size());
       VirtualStage copy = vs;
-      copy.id = keep[static_cast<std::size_t>(vs.id)];
+      copy.id = keep[vs.id];
       skeleton.virtualStages.push_back(copy);
     }
   }
-  skeleton.devices.resize(static_cast<std::size_t>(out.plan.config.devices));
+  IdVector<std::vector<OrderedOp>> lanes(out.plan.config.devices);
   bool hasExtra = false;
   for (const Op& op : out.plan.ops) {
     if (op.kind == OpKind::N) continue;
     if (op.kind == OpKind::S || op.kind == OpKind::T) hasExtra = true;
-    OrderedOp o{keep[static_cast<std::size_t>(op.virtualStage)], op.kind, op.microbatch, op.samples};
-    skeleton.devices[static_cast<std::size_t>(op.device)].push_back(o);
+    lanes[op.device].push_back(OrderedOp{keep[op.virtualStage], op.kind, op.microbatch, op.samples});
   }
+  skeleton.devices = std::move(lanes.values());
   if (hasExtra) {
     // Vocabulary passes carry extra dependencies the plan does not store: report without
     // re-deriving (the plan itself is complete).

@@ -14,6 +14,7 @@
 
 #include "TorchSchedule.hpp"
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -144,13 +145,9 @@ std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, P
     out.kind = OpKind::F;
   } else if (type == "W") {
     out.kind = OpKind::W;
-  } else if (!legacy && type == "I") {
+  } else if (legacy ? type == "B" : type == "I") {
     out.kind = OpKind::B;
-  } else if (!legacy && type == "B") {
-    out.kind = OpKind::BW;
-  } else if (legacy && type == "B") {
-    out.kind = OpKind::B;
-  } else if (legacy && type == "BW") {
+  } else if (legacy ? type == "BW" : type == "B") {
     out.kind = OpKind::BW;
   } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" || type == "RECV_F" ||
              type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
@@ -202,13 +199,12 @@ Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format) {
     return Error{"torch.distributed.pipelining would refuse this order: " + st.message()};
   }
   if (format == CsvFormat::ComputeOnly) return torchpp::csvText(*order);
-  std::vector<int> stageDevice(static_cast<std::size_t>(stages), -1);
+  IdVector<int> stageDevice(stages, -1);
   for (const VirtualStage& vs : plan.virtualStages) {
-    if (vs.id >= 0 && vs.id < stages) stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
+    if (stageDevice.contains(vs.id)) stageDevice[vs.id] = vs.device;
   }
   auto lowered = torchpp::lowerWithComms(
-      *order, [&](int s) { return s >= 0 && s < stages ? stageDevice[static_cast<std::size_t>(s)] : -1; }, stages,
-      plan.config.microbatches);
+      *order, [&](int s) { return stageDevice.contains(s) ? stageDevice[s] : -1; }, stages, plan.config.microbatches);
   if (!lowered) return lowered.error();
   return torchpp::csvText(*lowered);
 }
@@ -240,7 +236,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   const int stageLimit = inferPlacement ? kMaxInferredStages : static_cast<int>(shape.virtualStages.size());
 
   // stage → device (given, or the first row naming it); op kinds seen per stage.
-  std::vector<int> stageDevice;
+  IdVector<int> stageDevice;
   if (!inferPlacement) {
     for (const VirtualStage& vs : shape.virtualStages) stageDevice.push_back(vs.device);
   }
@@ -248,19 +244,20 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     std::size_t line = 0;
     std::size_t column = 0;
   };
-  // seen[stage][kind][mb] — allocated lazily per stage (hostile stage indices cost nothing).
-  std::vector<std::vector<std::vector<Seen>>> seen;
-  auto seenOf = [&](int stage) -> std::vector<std::vector<Seen>>& {
-    if (static_cast<int>(seen.size()) <= stage) seen.resize(static_cast<std::size_t>(stage) + 1);
-    auto& s = seen[static_cast<std::size_t>(stage)];
-    if (s.empty()) s.assign(kOpKindCount, std::vector<Seen>(static_cast<std::size_t>(shape.microbatches)));
+  // seen[stage](kind, mb) — allocated lazily per stage (hostile stage indices cost nothing).
+  IdVector<Grid<Seen>> seen;
+  auto seenOf = [&](int stage) -> Grid<Seen>& {
+    if (seen.size() <= stage) seen.resize(stage + 1);
+    auto& s = seen[stage];
+    if (s.rows() == 0) s.assign(kOpKindCount, shape.microbatches, Seen{});
     return s;
   };
-  std::vector<std::size_t> rowLine(static_cast<std::size_t>(shape.devices), 0);
-  std::vector<std::size_t> rowEnd(static_cast<std::size_t>(shape.devices), 1);
+  // Per device (row): its line and the column after its last cell.
+  IdVector<std::size_t> rowLine(shape.devices, 0);
+  IdVector<std::size_t> rowEnd(shape.devices, 1);
 
   ScheduleSkeleton skeleton;
-  skeleton.devices.assign(static_cast<std::size_t>(shape.devices), {});
+  IdVector<std::vector<OrderedOp>> lanes(shape.devices);
   std::size_t lineNo = 0;
   int row = 0;
   std::size_t pos = 0;
@@ -283,8 +280,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       ++row;
       continue;
     }
-    rowLine[static_cast<std::size_t>(row)] = lineNo;
-    rowEnd[static_cast<std::size_t>(row)] = line.size() + 1;
+    rowLine[row] = lineNo;
+    rowEnd[row] = line.size() + 1;
     owned.clear();
     for (const Cell& cell : splitCells(line, scratch, owned)) {
       std::size_t lead = 0;
@@ -308,9 +305,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
                  std::to_string(shape.microbatches - 1) + ")");
         continue;
       }
-      if (static_cast<int>(stageDevice.size()) <= a.stage)
-        stageDevice.resize(static_cast<std::size_t>(a.stage) + 1, -1);
-      int& device = stageDevice[static_cast<std::size_t>(a.stage)];
+      if (stageDevice.size() <= a.stage) stageDevice.resize(a.stage + 1, -1);
+      int& device = stageDevice[a.stage];
       if (device < 0) device = row;
       if (device != row) {
         fail(lineNo, column,
@@ -318,7 +314,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
                  std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
         continue;
       }
-      Seen& s = seenOf(a.stage)[static_cast<std::size_t>(a.kind)][static_cast<std::size_t>(a.microbatch)];
+      Seen& s = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
       if (s.line != 0) {
         fail(lineNo, column,
              "'" + excerpt(action) + "': duplicated op (first at line " + std::to_string(s.line) + ", column " +
@@ -326,15 +322,15 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
         continue;
       }
       s = {lineNo, column};
-      skeleton.devices[static_cast<std::size_t>(row)].push_back({a.stage, a.kind, a.microbatch, 0});
+      lanes[row].push_back({a.stage, a.kind, a.microbatch, 0});
     }
     ++row;
   }
 
   // Completeness: every stage, every microbatch: F and either B (fused) or I and W.
-  const int stages = static_cast<int>(stageDevice.size());
+  const int stages = stageDevice.size();
   for (int stage = 0; stage < stages; ++stage) {
-    const int device = stageDevice[static_cast<std::size_t>(stage)];
+    const int device = stageDevice[stage];
     if (device < 0 || device >= shape.devices) {
       fail(lineNo + 1, 1,
            "stage " + std::to_string(stage) +
@@ -345,14 +341,15 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     }
     const auto& s = seenOf(stage);
     const auto any = [&](OpKind k) {
-      const auto& v = s[static_cast<std::size_t>(k)];
-      return std::any_of(v.begin(), v.end(), [](const Seen& x) { return x.line != 0; });
+      for (int mb = 0; mb < shape.microbatches; ++mb) {
+        if (s(static_cast<int>(k), mb).line != 0) return true;
+      }
+      return false;
     };
     const bool fused = any(OpKind::BW);
     const bool split = any(OpKind::B) || any(OpKind::W);
-    const std::size_t line =
-        rowLine[static_cast<std::size_t>(device)] ? rowLine[static_cast<std::size_t>(device)] : lineNo + 1;
-    const std::size_t column = rowEnd[static_cast<std::size_t>(device)];
+    const std::size_t line = rowLine[device] ? rowLine[device] : lineNo + 1;
+    const std::size_t column = rowEnd[device];
     if (fused && split) {
       fail(line, column,
            "stage " + std::to_string(stage) +
@@ -369,7 +366,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     }
     for (OpKind k : needed) {
       for (int mb = 0; mb < shape.microbatches; ++mb) {
-        if (s[static_cast<std::size_t>(k)][static_cast<std::size_t>(mb)].line == 0) {
+        if (s(static_cast<int>(k), mb).line == 0) {
           fail(line, column,
                "missing op " + torchAction(stage, k, mb) + " (" + describe(k) + " of microbatch " + std::to_string(mb) +
                    " on stage " + std::to_string(stage) + ", device " + std::to_string(device) + ")");
@@ -385,17 +382,18 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   }
 
   if (inferPlacement) {
-    std::vector<int> chunks(static_cast<std::size_t>(shape.devices), 0);
+    IdVector<int> chunks(shape.devices, 0);
     for (int stage = 0; stage < stages; ++stage) {
       VirtualStage vs;
       vs.id = stage;
-      vs.device = stageDevice[static_cast<std::size_t>(stage)];
-      vs.chunk = chunks[static_cast<std::size_t>(vs.device)]++;
+      vs.device = stageDevice[stage];
+      vs.chunk = chunks[vs.device]++;
       skeleton.virtualStages.push_back(vs);
     }
   } else {
     skeleton.virtualStages = shape.virtualStages;
   }
+  skeleton.devices = std::move(lanes.values());
   return skeleton;
 }
 

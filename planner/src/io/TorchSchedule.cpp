@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace pipestudio::torchpp {
@@ -19,19 +20,19 @@ namespace {
 // RESHARD actions (and everything the round-robin lowering places after them) depends on it.
 class PySmallIntSet {
  public:
-  bool contains(int key) const { return find(key) >= 0; }
+  bool contains(int key) const { return find(key).has_value(); }
   void add(int key) {
     const std::size_t mask = m_slots.size() - 1;
-    std::size_t i = static_cast<std::size_t>(key) & mask;
-    std::size_t perturb = static_cast<std::size_t>(key);
-    long freeSlot = -1;
+    std::size_t i = hashOf(key) & mask;
+    std::size_t perturb = hashOf(key);
+    std::optional<std::size_t> freeSlot;
     for (;;) {
-      const int probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
-      for (int p = 0; p <= probes; ++p) {
-        Slot& s = m_slots[i + static_cast<std::size_t>(p)];
+      const std::size_t probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
+      for (std::size_t p = 0; p <= probes; ++p) {
+        Slot& s = m_slots[i + p];
         if (s.state == Empty) {
-          if (freeSlot >= 0) {
-            m_slots[static_cast<std::size_t>(freeSlot)] = {key, Active};
+          if (freeSlot) {
+            m_slots[*freeSlot] = {key, Active};
             ++m_used;
             return;
           }
@@ -42,16 +43,16 @@ class PySmallIntSet {
           return;
         }
         if (s.state == Active && s.key == key) return;
-        if (s.state == Dummy) freeSlot = static_cast<long>(i) + p;
+        if (s.state == Dummy) freeSlot = i + p;
       }
       perturb >>= kPerturbShift;
       i = (i * 5 + 1 + perturb) & mask;
     }
   }
   void discard(int key) {
-    const long at = find(key);
-    if (at < 0) return;
-    m_slots[static_cast<std::size_t>(at)].state = Dummy;
+    const std::optional<std::size_t> at = find(key);
+    if (!at) return;
+    m_slots[*at].state = Dummy;
     --m_used;
   }
   std::vector<int> items() const {
@@ -71,16 +72,20 @@ class PySmallIntSet {
   static constexpr std::size_t kLinearProbes = 9;
   static constexpr int kPerturbShift = 5;
 
-  long find(int key) const {
+  // CPython's hash of a small non-negative int is the int itself.
+  static std::size_t hashOf(int key) { return static_cast<std::size_t>(key); }
+
+  // The slot that holds `key`, if any.
+  std::optional<std::size_t> find(int key) const {
     const std::size_t mask = m_slots.size() - 1;
-    std::size_t i = static_cast<std::size_t>(key) & mask;
-    std::size_t perturb = static_cast<std::size_t>(key);
+    std::size_t i = hashOf(key) & mask;
+    std::size_t perturb = hashOf(key);
     for (;;) {
-      const int probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
-      for (int p = 0; p <= probes; ++p) {
-        const Slot& s = m_slots[i + static_cast<std::size_t>(p)];
-        if (s.state == Empty) return -1;
-        if (s.state == Active && s.key == key) return static_cast<long>(i) + p;
+      const std::size_t probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
+      for (std::size_t p = 0; p <= probes; ++p) {
+        const Slot& s = m_slots[i + p];
+        if (s.state == Empty) return std::nullopt;
+        if (s.state == Active && s.key == key) return i + p;
       }
       perturb >>= kPerturbShift;
       i = (i * 5 + 1 + perturb) & mask;
@@ -94,8 +99,8 @@ class PySmallIntSet {
     const std::size_t mask = size - 1;
     for (const Slot& e : old) {
       if (e.state != Active) continue;
-      std::size_t i = static_cast<std::size_t>(e.key) & mask;
-      std::size_t perturb = static_cast<std::size_t>(e.key);
+      std::size_t i = hashOf(e.key) & mask;
+      std::size_t perturb = hashOf(e.key);
       for (bool placed = false; !placed;) {
         const std::size_t probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
         for (std::size_t p = 0; p <= probes && !placed; ++p) {
@@ -237,7 +242,7 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
                    " schedule); torch.distributed.pipelining runs one copy of each stage (expected one pipeline)"};
     }
   }
-  RankOrder order(static_cast<std::size_t>(devices));
+  RankOrder order(devices);
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
     const std::string where = "/ops/" + std::to_string(i);
@@ -269,23 +274,23 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
       return Error{where + ": a partial-batch op (" + std::to_string(op.samples) +
                    " samples) has no torch.distributed.pipelining action (expected whole microbatches)"};
     }
-    order[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, type, op.microbatch});
+    order[op.device].push_back({op.virtualStage, type, op.microbatch});
   }
   return order;
 }
 
 Status validate(const RankOrder& order, int ranks, int stages, int microbatches) {
-  if (static_cast<int>(order.size()) != ranks) {
+  if (order.size() != ranks) {
     return Error{"the schedule has " + std::to_string(order.size()) + " rank rows, expected " + std::to_string(ranks) +
                  " (one per pipeline rank)"};
   }
   struct Seen {
     std::set<int> f, b, i, w;
   };
-  std::vector<Seen> seen(static_cast<std::size_t>(std::max(0, stages)));
+  IdVector<Seen> seen(std::max(0, stages));
   std::map<int, std::pair<int, std::size_t>> stageRank;  // stage → (rank, step of first action)
   for (int rank = 0; rank < ranks; ++rank) {
-    const auto& row = order[static_cast<std::size_t>(rank)];
+    const auto& row = order[rank];
     for (std::size_t step = 0; step < row.size(); ++step) {
       const Action& a = row[step];
       const std::string at =
@@ -301,7 +306,7 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
                      "); PyTorch runs each stage on one rank"};
       }
       if (!isCompute(a.type)) continue;
-      Seen& s = seen[static_cast<std::size_t>(a.stage)];
+      Seen& s = seen[a.stage];
       const auto need = [&](const std::set<int>& before, ActionType t) -> Status {
         if (before.count(a.microbatch) == 0) {
           return Error{at + ": " + describeType(a.type) + " of stage " + std::to_string(a.stage) + ", microbatch " +
@@ -332,7 +337,7 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
     }
   }
   for (int stage = 0; stage < stages; ++stage) {
-    const Seen& s = seen[static_cast<std::size_t>(stage)];
+    const Seen& s = seen[stage];
     const std::string where = "stage " + std::to_string(stage);
     if (static_cast<int>(s.f.size()) != microbatches) {
       return Error{where + ": " + std::to_string(s.f.size()) + " forward microbatches, expected " +
@@ -352,9 +357,9 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
 
 Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::function<int(int)>& stageToRank, int stages,
                                    int microbatches, bool runtimePasses) {
-  const int ranks = static_cast<int>(computeOnly.size());
-  std::vector<std::vector<Action>> pending(computeOnly.size());
-  for (std::size_t r = 0; r < computeOnly.size(); ++r) {
+  const int ranks = computeOnly.size();
+  RankOrder pending(ranks);
+  for (int r = 0; r < ranks; ++r) {
     pending[r] = runtimePasses ? addReduceGrad(addUnshardReshard(computeOnly[r]), microbatches) : computeOnly[r];
   }
   // --- _add_send_recv ---
@@ -365,8 +370,8 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
     }
     return false;
   };
-  RankOrder out(computeOnly.size());
-  std::vector<std::set<Action, ActionLess>> done(computeOnly.size());
+  RankOrder out(ranks);
+  IdVector<std::set<Action, ActionLess>> done(ranks);
   const auto ready = [&](const Action& a, const std::set<Action, ActionLess>& prev) {
     if (a.type == ActionType::F && a.stage != 0) {
       return prev.count({a.stage, ActionType::RecvF, a.microbatch}) > 0 ||
@@ -379,33 +384,33 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
     }
     return true;
   };
-  std::vector<std::size_t> next(computeOnly.size(), 0);
+  IdVector<std::size_t> next(ranks, 0);
   std::size_t remaining = 0;
   for (const auto& p : pending) remaining += p.size();
   while (remaining > 0) {
     bool progress = false;
     for (int rank = 0; rank < ranks; ++rank) {
-      auto& queue = pending[static_cast<std::size_t>(rank)];
-      std::size_t& k = next[static_cast<std::size_t>(rank)];
+      auto& queue = pending[rank];
+      std::size_t& k = next[rank];
       if (k >= queue.size()) continue;
       const Action a = queue[k];
-      if (!ready(a, done[static_cast<std::size_t>(rank)])) continue;
-      out[static_cast<std::size_t>(rank)].push_back(a);
-      done[static_cast<std::size_t>(rank)].insert(a);
+      if (!ready(a, done[rank])) continue;
+      out[rank].push_back(a);
+      done[rank].insert(a);
       if (hasComms(a)) {
         const bool forward = a.type == ActionType::F;
         const Action send{a.stage, forward ? ActionType::SendF : ActionType::SendB, a.microbatch};
         const Action recv{forward ? a.stage + 1 : a.stage - 1, forward ? ActionType::RecvF : ActionType::RecvB,
                           a.microbatch};
-        out[static_cast<std::size_t>(rank)].push_back(send);
-        done[static_cast<std::size_t>(rank)].insert(send);
+        out[rank].push_back(send);
+        done[rank].insert(send);
         const int peer = stageToRank(recv.stage);
         if (peer < 0 || peer >= ranks) {
           return Error{"stage " + std::to_string(recv.stage) + " has no rank (expected 0.." +
                        std::to_string(ranks - 1) + ")"};
         }
-        out[static_cast<std::size_t>(peer)].push_back(recv);
-        done[static_cast<std::size_t>(peer)].insert(recv);
+        out[peer].push_back(recv);
+        done[peer].insert(recv);
       }
       ++k;
       --remaining;
@@ -414,8 +419,8 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
     if (!progress) {
       std::string stuck;
       for (int rank = 0; rank < ranks; ++rank) {
-        const auto& queue = pending[static_cast<std::size_t>(rank)];
-        const std::size_t k = next[static_cast<std::size_t>(rank)];
+        const auto& queue = pending[rank];
+        const std::size_t k = next[rank];
         if (k < queue.size()) {
           stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank) + " waits at " +
                    toString(queue[k]);

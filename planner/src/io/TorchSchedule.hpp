@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::torchpp {
@@ -28,7 +29,7 @@ const char* typeName(ActionType type);
 std::string toString(const Action& action);
 bool isCompute(ActionType type);
 
-using RankOrder = std::vector<std::vector<Action>>;  ///< [rank] → actions in order
+using RankOrder = IdVector<std::vector<Action>>;  ///< [rank] → actions in order
 
 /// The plan's compute actions per device (F → F, B → I, W → W, BW → B). Errors name the first
 /// op PyTorch has no action for.

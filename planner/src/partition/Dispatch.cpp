@@ -1,9 +1,11 @@
 // Partitioner dispatch: balanced and dp over the stages a schedule placed (issue 4).
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
@@ -41,7 +43,7 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const Schedule
 Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
                                                   const SolveControl& control, const PartitionHints& hints) {
-  auto uniform = partitionUniform(request.model, placement);
+  auto uniform = partitionUniform(request.model, std::move(placement));
   if (!uniform) return uniform.error().withPrefix("partition '" + algorithm + "': ");
   std::vector<VirtualStage> stages = std::move(*uniform);
   if (request.config.partition == "diffusionpipe") {
@@ -56,9 +58,10 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       for (auto& [comp, idx] : byComp) {
         const int n = static_cast<int>(request.model.component(comp).layers.size());
         const int k = static_cast<int>(idx.size());
-        for (int j = 0; j < k; ++j) {
-          legs[idx[static_cast<std::size_t>(j)]].firstLayer = j * n / k;
-          legs[idx[static_cast<std::size_t>(j)]].lastLayer = (j + 1) * n / k - 1;
+        for (int j = 0; const std::size_t i : idx) {
+          legs[i].firstLayer = j * n / k;
+          legs[i].lastLayer = (j + 1) * n / k - 1;
+          ++j;
         }
       }
       stages = std::move(legs);
@@ -138,9 +141,9 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   // search how many consecutive stages each one gets instead of keeping the share uniform
   // (or the V's legs) gave it; a backbone much cheaper than the other then takes fewer
   // stages. Compositions of the chain's stages are enumerated while they stay few.
-  const std::vector<int> trainable = request.model.trainableComponents();
+  const IdVector<int> trainable(request.model.trainableComponents());
   const auto chainStages = static_cast<int>(pipeline0.size());
-  const auto components = static_cast<int>(trainable.size());
+  const int components = trainable.size();
   bool contiguous = components >= 2 && chainStages >= components;
   for (std::size_t k = 1; contiguous && k < pipeline0.size(); ++k) {
     // Only chains whose components already come in data-flow order as consecutive blocks.
@@ -155,22 +158,18 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   }
   if (contiguous && compositions <= kMaxCompositions && !hints.keepBackboneShares) {
     double bestMs = *first;
-    std::vector<int> share(static_cast<std::size_t>(components), 1);
+    IdVector<int> share(components, 1);
     // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
-    auto layersOf = [&](int i) {
-      return static_cast<int>(request.model.component(trainable[static_cast<std::size_t>(i)]).layers.size());
-    };
+    auto layersOf = [&](int i) { return static_cast<int>(request.model.component(trainable[i]).layers.size()); };
     auto visit = [&](auto&& self, int i, int left) -> Status {
       if (control.cancelled()) return Error::cancelled();
       if (i == components - 1) {
         if (left < 1 || left > layersOf(i)) return {};
-        share[static_cast<std::size_t>(i)] = left;
+        share[i] = left;
         std::vector<VirtualStage> trial = stages;
         std::size_t pos = 0;
         for (int c = 0; c < components; ++c) {
-          for (int k = 0; k < share[static_cast<std::size_t>(c)]; ++k) {
-            trial[pipeline0[pos++]].component = trainable[static_cast<std::size_t>(c)];
-          }
+          for (int k = 0; k < share[c]; ++k) trial[pipeline0[pos++]].component = trainable[c];
         }
         auto ms = splitLayers(trial);
         if (ms && *ms < bestMs - 1e-9) {
@@ -180,7 +179,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         return {};
       }
       for (int k = 1; k <= std::min(layersOf(i), left - (components - 1 - i)); ++k) {
-        share[static_cast<std::size_t>(i)] = k;
+        share[i] = k;
         if (auto st = self(self, i + 1, left - k); !st) return st;
       }
       return {};

@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/planner/Partition.hpp"
 
@@ -15,26 +16,28 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // partitions closer than this are treated as equal.
 constexpr double kRelEps = 1e-8;
 
+// Prefix sums over layers, indexed by a layer boundary j (the layers before j): 0..layers.
 struct Prefix {
-  // cost[s][j] = Σ_{l<j} computeMs[s][l]
-  std::vector<std::vector<double>> cost;
-  std::vector<double> act;   // Σ activationBytes
-  std::vector<double> stat;  // Σ staticBytes
+  std::vector<IdVector<double>> cost;  // [stage](j) = Σ_{l<j} computeMs[stage][l]
+  IdVector<double> act;                // Σ activationBytes
+  IdVector<double> stat;               // Σ staticBytes
 };
+
+// Σ over a per-layer row, one entry per layer boundary (negative entries count as 0).
+IdVector<double> prefixSums(const std::vector<double>& perLayer) {
+  IdVector<double> out(perLayer.size() + 1, 0.0);
+  for (int j = 0; const double v : perLayer) {
+    out[j + 1] = out[j] + std::max(0.0, v);
+    ++j;
+  }
+  return out;
+}
 
 Prefix makePrefix(const PartitionProblem& p) {
   Prefix x;
-  const auto L = static_cast<std::size_t>(p.layers);
-  x.cost.assign(p.stages.size(), std::vector<double>(L + 1, 0.0));
-  for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    for (std::size_t l = 0; l < L; ++l) x.cost[s][l + 1] = x.cost[s][l] + std::max(0.0, p.computeMs[s][l]);
-  }
-  x.act.assign(L + 1, 0.0);
-  x.stat.assign(L + 1, 0.0);
-  for (std::size_t l = 0; l < L; ++l) {
-    x.act[l + 1] = x.act[l] + std::max(0.0, p.activationBytes[l]);
-    x.stat[l + 1] = x.stat[l] + std::max(0.0, p.staticBytes[l]);
-  }
+  for (const auto& row : p.computeMs) x.cost.push_back(prefixSums(row));
+  x.act = prefixSums(p.activationBytes);
+  x.stat = prefixSums(p.staticBytes);
   return x;
 }
 
@@ -62,40 +65,42 @@ Status checkShape(const PartitionProblem& p) {
 }
 
 // Sparse table for range-minimum with argmin over a fixed array (rebuilt per stage).
+// m_idx[k](i): the argmin over [i, i + 2^k).
 class RangeMin {
  public:
-  void build(const std::vector<double>& v) {
-    m_n = v.size();
+  void build(const IdVector<double>& v) {
+    const int n = v.size();  // a local: the int stores below could alias a member
     std::size_t levels = 1;
-    while ((std::size_t{1} << levels) <= m_n) ++levels;
+    while ((1 << levels) <= n) ++levels;
     m_idx.resize(levels);
-    m_idx[0].resize(m_n);
-    for (std::size_t i = 0; i < m_n; ++i) m_idx[0][i] = static_cast<int>(i);
+    m_idx[0].resize(n);
+    for (int i = 0; i < n; ++i) m_idx[0][i] = i;
     m_v = &v;
     for (std::size_t k = 1; k < levels; ++k) {
-      const std::size_t len = std::size_t{1} << k;
-      m_idx[k].resize(m_n >= len ? m_n - len + 1 : 0);
-      for (std::size_t i = 0; i + len <= m_n; ++i) {
-        const int a = m_idx[k - 1][i];
-        const int b = m_idx[k - 1][i + len / 2];
-        m_idx[k][i] = v[static_cast<std::size_t>(b)] < v[static_cast<std::size_t>(a)] ? b : a;
+      const int len = 1 << k;
+      const IdVector<int>& prev = m_idx[k - 1];
+      IdVector<int>& row = m_idx[k];
+      row.resize(n >= len ? n - len + 1 : 0);
+      for (int i = 0; i + len <= n; ++i) {
+        const int a = prev[i];
+        const int b = prev[i + len / 2];
+        row[i] = v[b] < v[a] ? b : a;
       }
     }
   }
   // argmin over [lo, hi], inclusive, lo <= hi.
-  int query(std::size_t lo, std::size_t hi) const {
-    const std::size_t len = hi - lo + 1;
+  int query(int lo, int hi) const {
+    const int len = hi - lo + 1;
     std::size_t k = 0;
-    while ((std::size_t{2} << k) <= len) ++k;
+    while ((2 << k) <= len) ++k;
     const int a = m_idx[k][lo];
-    const int b = m_idx[k][hi + 1 - (std::size_t{1} << k)];
-    return (*m_v)[static_cast<std::size_t>(b)] < (*m_v)[static_cast<std::size_t>(a)] ? b : a;
+    const int b = m_idx[k][hi + 1 - (1 << k)];
+    return (*m_v)[b] < (*m_v)[a] ? b : a;
   }
 
  private:
-  std::size_t m_n = 0;
-  const std::vector<double>* m_v = nullptr;
-  std::vector<std::vector<int>> m_idx;
+  const IdVector<double>* m_v = nullptr;
+  std::vector<IdVector<int>> m_idx;  // per level
 };
 
 struct Solution {
@@ -115,25 +120,24 @@ class Solver {
  public:
   Solver(const PartitionProblem& p, const Prefix& x) : m_p(p), m_x(x) {
     const auto S = p.stages.size();
-    const auto L = static_cast<std::size_t>(p.layers);
-    m_dp.assign(S + 1, std::vector<double>(L + 1, kInf));
-    m_arg.assign(S + 1, std::vector<int>(L + 1, -1));
+    const int L = p.layers;
+    m_dp.assign(S + 1, IdVector<double>(L + 1, kInf));
+    m_arg.assign(S + 1, IdVector<int>(L + 1, -1));
     m_val.resize(L + 1);
     // Bound-independent parts, computed once: the stage's time up to its end (C_s[j] + send)
     // and the first start the memory budget allows.
-    m_top.assign(S, std::vector<double>(L + 1, 0.0));
-    m_memLo.assign(S, std::vector<int>(L + 1, 0));
-    std::vector<double> mem(L + 1);
+    m_top.assign(S, IdVector<double>(L + 1, 0.0));
+    m_memLo.assign(S, IdVector<int>(L + 1, 0));
+    IdVector<double> mem(L + 1);
     for (std::size_t s = 0; s < S; ++s) {
       const double live = std::max(0, p.stages[s].liveMicrobatches);
       const double budget = p.stages[s].memoryBudgetBytes;
-      for (std::size_t i = 0; i <= L; ++i) mem[i] = x.stat[i] + live * x.act[i];
-      for (std::size_t j = 1; j <= L; ++j) {
-        m_top[s][j] = x.cost[s][j] + sendOf(p, s, static_cast<int>(j));
+      for (int i = 0; i <= L; ++i) mem[i] = x.stat[i] + live * x.act[i];
+      for (int j = 1; j <= L; ++j) {
+        m_top[s][j] = x.cost[s][j] + sendOf(p, s, j);
         if (!std::isinf(budget)) {
           const double need = mem[j] - budget * (1.0 + 1e-12);
-          m_memLo[s][j] = static_cast<int>(
-              std::lower_bound(mem.begin(), mem.begin() + static_cast<std::ptrdiff_t>(j), need) - mem.begin());
+          m_memLo[s][j] = static_cast<int>(std::lower_bound(mem.begin(), mem.begin() + j, need) - mem.begin());
         }
       }
     }
@@ -153,31 +157,25 @@ class Solver {
       const auto& C = m_x.cost[s];
       const auto& topRow = m_top[s];
       const auto& memLo = m_memLo[s];
-      for (int i = 0; i <= L; ++i) {
-        const auto ui = static_cast<std::size_t>(i);
-        m_val[ui] = m_dp[s][ui] - C[ui];
-      }
+      for (int i = 0; i <= L; ++i) m_val[i] = m_dp[s][i] - C[i];
       m_rmq.build(m_val);
       // Stage s ends at j: at least s+1 layers before, S−s−1 after.
       const int jLo = static_cast<int>(s) + 1;
       const int jHi = L - static_cast<int>(S - s - 1);
       bool any = false;
       for (int j = jLo; j <= jHi; ++j) {
-        const auto uj = static_cast<std::size_t>(j);
-        const double top = topRow[uj];
-        int lo = std::max(static_cast<int>(s), memLo[uj]);  // stage s−1 ended at ≥ s
+        const double top = topRow[j];
+        int lo = std::max(static_cast<int>(s), memLo[j]);  // stage s−1 ended at ≥ s
         if (!std::isinf(bound)) {
           const double need = top - bound;
-          if (C[static_cast<std::size_t>(lo)] < need) {
-            lo = static_cast<int>(std::lower_bound(C.begin() + lo, C.begin() + j, need) - C.begin());
-          }
+          if (C[lo] < need) lo = static_cast<int>(std::lower_bound(C.begin() + lo, C.begin() + j, need) - C.begin());
         }
         if (lo > j - 1) continue;
-        const int i = m_rmq.query(static_cast<std::size_t>(lo), static_cast<std::size_t>(j - 1));
-        const double v = m_val[static_cast<std::size_t>(i)];
+        const int i = m_rmq.query(lo, j - 1);
+        const double v = m_val[i];
         if (std::isinf(v)) continue;
-        m_dp[s + 1][uj] = top + v;
-        m_arg[s + 1][uj] = i;
+        m_dp[s + 1][j] = top + v;
+        m_arg[s + 1][j] = i;
         any = true;
       }
       if (!any) {
@@ -185,8 +183,7 @@ class Solver {
         return {};
       }
     }
-    const auto uL = static_cast<std::size_t>(L);
-    if (std::isinf(m_dp[S][uL])) {
+    if (std::isinf(m_dp[S][L])) {
       m_failedStage = static_cast<int>(S) - 1;
       return {};
     }
@@ -195,7 +192,7 @@ class Solver {
     out.firstLayer.assign(S, 0);
     int j = L;
     for (std::size_t s = S; s > 0; --s) {
-      const int i = m_arg[s][static_cast<std::size_t>(j)];
+      const int i = m_arg[s][j];
       out.firstLayer[s - 1] = i;
       j = i;
     }
@@ -208,11 +205,12 @@ class Solver {
  private:
   const PartitionProblem& m_p;
   const Prefix& m_x;
-  std::vector<std::vector<double>> m_dp;
-  std::vector<std::vector<int>> m_arg;
-  std::vector<double> m_val;
-  std::vector<std::vector<double>> m_top;
-  std::vector<std::vector<int>> m_memLo;
+  // Per stage (std::vector), per layer boundary j (IdVector).
+  std::vector<IdVector<double>> m_dp;
+  std::vector<IdVector<int>> m_arg;
+  IdVector<double> m_val;
+  std::vector<IdVector<double>> m_top;
+  std::vector<IdVector<int>> m_memLo;
   RangeMin m_rmq;
   int m_failedStage = -1;
 };

@@ -6,6 +6,7 @@
 #include "pipestudio/planner/Simulator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -75,16 +76,16 @@ double baseCommMs(OpKind kind, const StageCosts& c) {
 // same direction on its device: F after F, B/BW after B/BW of the same stage (W, N, S, T in
 // between neither need nor drop the gathered parameters), W after W of the same stage
 // (gradients accumulate over the run, one reduce-scatter). Empty when the plan has no runs.
-std::vector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSkeleton& skeleton,
-                                             const std::vector<StageCosts>& costs) {
-  std::vector<double> out;
+IdVector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSkeleton& skeleton,
+                                          const IdVector<StageCosts>& costs) {
+  IdVector<double> out;
   if (shell.config.unitMicrobatches <= 0 || shell.config.parallel.zeroStage < 3) return out;
   for (const auto& lane : skeleton.devices) {
     int lastF = -1, lastB = -1, lastW = -1;
     OpKind lastParamKind = OpKind::OPT;
     for (const OrderedOp& o : lane) {
       double saved = 0;
-      const StageCosts* c = inRange(costs, o.virtualStage) ? costs.data() + o.virtualStage : nullptr;
+      const StageCosts* c = costs.contains(o.virtualStage) ? &costs[o.virtualStage] : nullptr;
       switch (o.kind) {
         case OpKind::F:
           if (c && lastParamKind == OpKind::F && lastF == o.virtualStage) saved = c->zeroGatherForwardMs;
@@ -112,13 +113,6 @@ std::vector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSk
     }
   }
   return out;
-}
-
-// Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
-void chainNeighbours(const Plan& shell, std::vector<std::int32_t>& prev, std::vector<std::int32_t>& next) {
-  const StageNeighbours n = stageNeighbours(shell);
-  prev.assign(n.previous.begin(), n.previous.end());
-  next.assign(n.next.begin(), n.next.end());
 }
 
 // Error messages name an op by its place in its device's order; built only on error.
@@ -168,10 +162,7 @@ class Simulation {
         m_options(options),
         m_p(shell.config.devices),
         m_m(shell.config.microbatches),
-        m_pu(static_cast<std::size_t>(std::max(0, m_p))),
-        m_mu(static_cast<std::size_t>(std::max(0, m_m))),
-        m_stageCount(shell.virtualStages.size()),
-        m_nStages(static_cast<std::int32_t>(m_stageCount)),
+        m_nStages(static_cast<std::int32_t>(shell.virtualStages.size())),
         m_samplesPerMb(static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch))),
         m_running(m_p) {}
 
@@ -185,19 +176,15 @@ class Simulation {
 
  private:
   std::int32_t stageDevice(std::int32_t stage) const { return m_shell.stage(stage).device; }
-  // The slot of (stage, microbatch) in the per-(stage, microbatch) tables; both are valid ids.
-  std::size_t key(std::int32_t stage, std::int32_t microbatch) const {
-    return static_cast<std::size_t>(stage) * m_mu + static_cast<std::size_t>(microbatch);
-  }
   Error missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const;
-  std::optional<Error> producers(std::int32_t i, Pred* slot) const;
+  std::optional<Error> producers(std::int32_t i, std::array<Pred, 2>& slot) const;
   std::optional<Error> countDataFlowEdges();
   std::optional<Error> resolveExtraDependencies();
   void buildConsumers();
   std::int64_t edgeBytes(std::int32_t fromStage, std::int32_t toStage) const;
   std::int32_t dataFlowClass(std::int32_t fromStage, std::int32_t toStage);
   double durationMs(const Op& op, std::int32_t idx) const;
-  double commMs(const Op& op) const { return baseCommMs(op.kind, m_costs[static_cast<std::size_t>(op.virtualStage)]); }
+  double commMs(const Op& op) const { return baseCommMs(op.kind, m_costs[op.virtualStage]); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
   bool tryStart(int d);
   void completeOp(int dev, std::int32_t code, double timeMs);
@@ -207,25 +194,22 @@ class Simulation {
   const SimulationOptions& m_options;
   const int m_p;
   const int m_m;
-  const std::size_t m_pu;  // m_p and m_m as sizes and index factors
-  const std::size_t m_mu;
-  const std::size_t m_stageCount;
   const std::int32_t m_nStages;
   const double m_samplesPerMb;
 
   // validate/flatten
-  std::vector<StageCosts> m_costs;
-  std::vector<std::int32_t> m_prevStage, m_nextStage;
-  std::vector<std::int32_t> m_offset;  // first op index of each device, then the op count
+  IdVector<StageCosts> m_costs;
+  IdVector<std::int32_t> m_prevStage, m_nextStage;
+  IdVector<std::int32_t> m_offset;  // first op index of each device, then the op count
   std::int32_t m_nOps = 0;
   // Op index per (stage, microbatch) and kind; bIsFused: whether bIdx names a fused BW (a W
   // needs a B), a small table instead of a random read of the op.
-  std::vector<std::int32_t> m_fIdx, m_bIdx, m_wIdx, m_nIdx;
-  std::vector<char> m_bIsFused;
+  Grid<std::int32_t> m_fIdx, m_bIdx, m_wIdx, m_nIdx;
+  Grid<char> m_bIsFused;
 
-  // consumer graph
-  std::vector<OpState> m_state;
-  std::vector<std::int32_t> m_firstOut;
+  // consumer graph (per op)
+  IdVector<OpState> m_state;
+  IdVector<std::int32_t> m_firstOut;
   std::size_t m_crossEdges = 0;
   struct Edge {
     std::int32_t from;
@@ -233,19 +217,20 @@ class Simulation {
     std::int64_t bytes;
   };
   std::vector<Edge> m_extra;
-  std::vector<EdgeClass> m_classes;
+  IdVector<EdgeClass> m_classes;
+  // NOLINTNEXTLINE(modernize-avoid-c-arrays): filled slot by slot, never value-initialised (large)
   std::unique_ptr<Out[]> m_outs;
 
   // timing
-  std::vector<double> m_kindDurationMs;
-  std::vector<double> m_gatherSavedMs;
-  std::vector<std::int8_t> m_groupSize;
+  Grid<double> m_kindDurationMs;      // per (stage, op kind)
+  IdVector<double> m_gatherSavedMs;   // per op
+  IdVector<std::int8_t> m_groupSize;  // per op
 
-  // event loop
-  std::vector<std::int32_t> m_position;
-  std::vector<char> m_busy;
-  std::vector<double> m_deviceFreeMs;
-  std::vector<double> m_linkFreeMs;
+  // event loop (per device; links per (from, to) device)
+  IdVector<std::int32_t> m_position;
+  IdVector<char> m_busy;
+  IdVector<double> m_deviceFreeMs;
+  Grid<double> m_linkFreeMs;
   DeviceWinnerTree m_running;
   std::int32_t m_completed = 0;
 };
@@ -273,31 +258,33 @@ std::optional<Error> Simulation::validateShape() const {
 
 // Flatten ops in device order: plan.ops is exactly this order.
 std::optional<Error> Simulation::flatten() {
-  m_costs = stageCosts(m_shell);
-  chainNeighbours(m_shell, m_prevStage, m_nextStage);
-  m_offset.assign(m_pu + 1, 0);
+  m_costs = IdVector<StageCosts>(stageCosts(m_shell));
+  // Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
+  StageNeighbours chains = stageNeighbours(m_shell);
+  m_prevStage = IdVector<std::int32_t>(std::move(chains.previous));
+  m_nextStage = IdVector<std::int32_t>(std::move(chains.next));
   std::size_t totalOps = 0;
   for (const auto& lane : m_skeleton.devices) totalOps += lane.size();
   // Op indices are int32.
   if (totalOps > (std::size_t{1} << 30))
     return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
-  for (std::size_t d = 0; d < m_pu; ++d) {
-    m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(m_skeleton.devices[d].size());
+  // validateShape: one lane per device.
+  m_offset.assign(m_p + 1, 0);
+  for (int d = 0; const auto& lane : m_skeleton.devices) {
+    m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(lane.size());
+    ++d;
   }
-  m_nOps = m_offset.back();
+  m_nOps = m_offset[m_p];
   m_shell.ops.reserve(totalOps);  // appended in index order below
-  const std::size_t table = m_stageCount * m_mu;
-  m_fIdx.assign(table, kNone);
-  m_bIdx.assign(table, kNone);
-  m_wIdx.assign(table, kNone);
-  m_nIdx.assign(table, kNone);
-  m_bIsFused.assign(table, 0);
-  for (int d = 0; d < m_p; ++d) {
-    const auto du = static_cast<std::size_t>(d);
-    const auto& lane = m_skeleton.devices[du];
+  m_fIdx.assign(m_nStages, m_m, kNone);
+  m_bIdx.assign(m_nStages, m_m, kNone);
+  m_wIdx.assign(m_nStages, m_m, kNone);
+  m_nIdx.assign(m_nStages, m_m, kNone);
+  m_bIsFused.assign(m_nStages, m_m, 0);
+  for (int d = 0; const auto& lane : m_skeleton.devices) {
     for (std::size_t i = 0; i < lane.size(); ++i) {
       const OrderedOp& o = lane[i];
-      const std::int32_t idx = m_offset[du] + static_cast<std::int32_t>(i);
+      const std::int32_t idx = m_offset[d] + static_cast<std::int32_t>(i);
       if (o.virtualStage < 0 || o.virtualStage >= m_nStages) {
         return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
       }
@@ -315,30 +302,30 @@ std::optional<Error> Simulation::flatten() {
       op.kind = o.kind;
       op.microbatch = o.microbatch;
       op.samples = o.samples;
-      const auto s = static_cast<std::size_t>(o.virtualStage);
-      double dur = baseDurationMs(o.kind, m_costs[s], m_shell.config.vocabBarriers);
+      double dur = baseDurationMs(o.kind, m_costs[o.virtualStage], m_shell.config.vocabBarriers);
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
       if (!std::isfinite(dur)) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
       }
-      const std::size_t k = key(o.virtualStage, o.microbatch);
+      const int s = o.virtualStage;
+      const int mb = o.microbatch;
       std::int32_t* slot = nullptr;
       switch (o.kind) {
         case OpKind::F:
-          slot = &m_fIdx[k];
+          slot = &m_fIdx(s, mb);
           break;
         case OpKind::B:
-          slot = &m_bIdx[k];
+          slot = &m_bIdx(s, mb);
           break;
         case OpKind::BW:
-          slot = &m_bIdx[k];
-          m_bIsFused[k] = 1;
+          slot = &m_bIdx(s, mb);
+          m_bIsFused(s, mb) = 1;
           break;
         case OpKind::W:
-          slot = &m_wIdx[k];
+          slot = &m_wIdx(s, mb);
           break;
         case OpKind::N:
-          m_nIdx[k] = idx;
+          m_nIdx(s, mb) = idx;
           break;  // partial batches: several N per key
         default:
           break;
@@ -346,10 +333,11 @@ std::optional<Error> Simulation::flatten() {
       if (!slot) continue;
       if (*slot != kNone) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
-                     std::to_string(*slot - m_offset[du]) + " of device " + std::to_string(d) + ")"};
+                     std::to_string(*slot - m_offset[d]) + " of device " + std::to_string(d) + ")"};
       }
       *slot = idx;
     }
+    ++d;
   }
   return std::nullopt;
 }
@@ -370,25 +358,25 @@ Error Simulation::missing(std::int32_t consumer, OpKind kind, std::int32_t stage
 // skeleton order.
 // Fills slot[0..1] with op i's producers (kNone where there is none); an error when one
 // that must exist does not.
-std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
+std::optional<Error> Simulation::producers(std::int32_t i, std::array<Pred, 2>& slot) const {
   slot[0] = slot[1] = Pred{kNone, kNone};
   const Op& op = m_shell.op(i);
-  const auto s = static_cast<std::size_t>(op.virtualStage);
+  const int s = op.virtualStage;
   switch (op.kind) {
     case OpKind::F:
       if (m_prevStage[s] != kNone) {
-        const std::int32_t src = m_fIdx[key(m_prevStage[s], op.microbatch)];
+        const std::int32_t src = m_fIdx(m_prevStage[s], op.microbatch);
         if (src == kNone) return missing(i, OpKind::F, m_prevStage[s], op.microbatch);
         slot[0] = {src, m_prevStage[s]};
       }
       break;
     case OpKind::B:
     case OpKind::BW: {
-      const std::int32_t forward = m_fIdx[key(op.virtualStage, op.microbatch)];
+      const std::int32_t forward = m_fIdx(s, op.microbatch);
       if (forward == kNone) return missing(i, OpKind::F, op.virtualStage, op.microbatch);
       slot[0] = {forward, op.virtualStage};
       if (m_nextStage[s] != kNone) {
-        const std::int32_t src = m_bIdx[key(m_nextStage[s], op.microbatch)];
+        const std::int32_t src = m_bIdx(m_nextStage[s], op.microbatch);
         if (src == kNone)
           return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, m_nextStage[s], op.microbatch);
         slot[1] = {src, m_nextStage[s]};
@@ -396,9 +384,8 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
       break;
     }
     case OpKind::W: {
-      const std::size_t own = key(op.virtualStage, op.microbatch);
-      const std::int32_t src = m_bIdx[own];
-      if (src == kNone || m_bIsFused[own]) {
+      const std::int32_t src = m_bIdx(s, op.microbatch);
+      if (src == kNone || m_bIsFused(s, op.microbatch)) {
         return missing(i, OpKind::B, op.virtualStage, op.microbatch);
       }
       slot[0] = {src, op.virtualStage};
@@ -406,7 +393,7 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
     }
     case OpKind::N:
       if (m_prevStage[s] != kNone) {
-        const std::int32_t src = m_nIdx[key(m_prevStage[s], op.microbatch)];
+        const std::int32_t src = m_nIdx(m_prevStage[s], op.microbatch);
         if (src != kNone) slot[0] = {src, m_prevStage[s]};
       }
       break;
@@ -417,8 +404,8 @@ std::optional<Error> Simulation::producers(std::int32_t i, Pred* slot) const {
 }
 
 std::optional<Error> Simulation::buildConsumerGraph() {
-  m_state.assign(m_shell.ops.size(), OpState{});
-  m_firstOut.assign(m_shell.ops.size() + 1, 0);
+  m_state.assign(m_nOps, OpState{});
+  m_firstOut.assign(m_nOps + 1, 0);
   if (auto err = countDataFlowEdges()) return err;
   if (auto err = resolveExtraDependencies()) return err;
   buildConsumers();
@@ -429,7 +416,7 @@ std::optional<Error> Simulation::buildConsumerGraph() {
 // transfers is counted while the producers are found.
 std::optional<Error> Simulation::countDataFlowEdges() {
   for (std::int32_t i = 0; i < m_nOps; ++i) {
-    Pred slot[2];
+    std::array<Pred, 2> slot;
     if (auto err = producers(i, slot)) return err;
     const int device = m_shell.op(i).device;
     for (const Pred& pr : slot) {
@@ -437,8 +424,8 @@ std::optional<Error> Simulation::countDataFlowEdges() {
       const bool sameDevice = stageDevice(pr.fromStage) == device;
       if (!sameDevice) ++m_crossEdges;
       if (implied(pr.from, i, sameDevice)) continue;
-      ++m_firstOut[static_cast<std::size_t>(pr.from)];
-      ++m_state[static_cast<std::size_t>(i)].pending;
+      ++m_firstOut[pr.from];
+      ++m_state[i].pending;
     }
   }
   return std::nullopt;
@@ -446,11 +433,11 @@ std::optional<Error> Simulation::countDataFlowEdges() {
 
 std::optional<Error> Simulation::resolveExtraDependencies() {
   m_extra.reserve(m_skeleton.extraDependencies.size());
+  // A device's ops are m_offset[d] .. m_offset[d + 1] - 1.
   auto resolve = [&](const OpRef& r) -> std::int32_t {
-    if (!inRange(m_skeleton.devices, r.device)) return kNone;
-    const auto d = static_cast<std::size_t>(r.device);
-    if (!inRange(m_skeleton.devices[d], r.index)) return kNone;
-    return m_offset[d] + r.index;
+    if (r.device < 0 || r.device >= m_p) return kNone;
+    if (r.index < 0 || r.index >= m_offset[r.device + 1] - m_offset[r.device]) return kNone;
+    return m_offset[r.device] + r.index;
   };
   for (const OpDependency& dep : m_skeleton.extraDependencies) {
     const std::int32_t a = resolve(dep.from);
@@ -465,23 +452,22 @@ std::optional<Error> Simulation::resolveExtraDependencies() {
 // gradients backward (the consuming stage's output); nothing within one stage.
 std::int64_t Simulation::edgeBytes(std::int32_t fromStage, std::int32_t toStage) const {
   if (fromStage == toStage) return 0;
-  return m_costs[static_cast<std::size_t>(std::min(fromStage, toStage))].outputBytes;
+  return m_costs[std::min(fromStage, toStage)].outputBytes;
 }
 
 // The class of a data-flow edge (see buildConsumers), made on first use.
 std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toStage) {
-  const auto fs = static_cast<std::size_t>(fromStage);
   int relation = -1;
   if (toStage == fromStage)
     relation = 0;
-  else if (toStage == m_nextStage[fs])
+  else if (toStage == m_nextStage[fromStage])
     relation = 1;
-  else if (toStage == m_prevStage[fs])
+  else if (toStage == m_prevStage[fromStage])
     relation = 2;
-  std::size_t c = 0;
+  std::int32_t c = 0;
   if (relation >= 0) {
-    c = fs * 3 + static_cast<std::size_t>(relation);
-    if (m_classes[c].toDevice != kNone) return static_cast<std::int32_t>(c);
+    c = fromStage * 3 + relation;
+    if (m_classes[c].toDevice != kNone) return c;
   } else {
     c = m_classes.size();  // not a chain neighbour (not produced by stageNeighbours): its own class
     m_classes.emplace_back();
@@ -492,7 +478,7 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
   e.toDevice = toDevice;
   e.bytes = edgeBytes(fromStage, toStage);
   e.transferMs = deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
-  return static_cast<std::int32_t>(c);
+  return c;
 }
 
 // CSR of consumers per producer, in the order the edges were listed above: per producer,
@@ -503,42 +489,43 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
 // chain predecessor, so data-flow edges share 3 classes per stage (ClusterSpec::transferMs
 // is pure); every extra dependency gets a class of its own.
 void Simulation::buildConsumers() {
-  m_classes.assign(m_stageCount * 3, EdgeClass{});
+  m_classes.assign(m_nStages * 3, EdgeClass{});
   for (const Edge& e : m_extra) {
     const bool sameDevice = m_shell.op(e.from).device == m_shell.op(e.to).device;
     if (!sameDevice) ++m_crossEdges;
     if (implied(e.from, e.to, sameDevice)) continue;
-    ++m_firstOut[static_cast<std::size_t>(e.from)];
-    ++m_state[static_cast<std::size_t>(e.to)].pending;
+    ++m_firstOut[e.from];
+    ++m_state[e.to].pending;
   }
   // Inclusive prefix sums: firstOut[x] is the end of x's consumers; filling backwards with
   // --firstOut[x] leaves it at their start, so firstOut[x + 1] is their end.
-  const std::size_t n = m_state.size();
-  for (std::size_t i = 1; i < n; ++i) m_firstOut[i] += m_firstOut[i - 1];
-  if (n > 0) m_firstOut[n] = m_firstOut[n - 1];
+  for (std::int32_t i = 1; i < m_nOps; ++i) m_firstOut[i] += m_firstOut[i - 1];
+  if (m_nOps > 0) m_firstOut[m_nOps] = m_firstOut[m_nOps - 1];
   // Every slot is written below: no value-initialisation of this (large) array.
-  m_outs = std::make_unique_for_overwrite<Out[]>(static_cast<std::size_t>(m_firstOut.back()));
+  m_outs = std::make_unique_for_overwrite<Out[]>(  // NOLINT(modernize-avoid-c-arrays): see m_outs
+      static_cast<std::size_t>(m_firstOut[m_nOps]));
   Out* outs = m_outs.get();
-  for (auto e = m_extra.rbegin(); e != m_extra.rend(); ++e) {
-    const int fromDevice = m_shell.op(e->from).device;
-    const int toDevice = m_shell.op(e->to).device;
-    if (implied(e->from, e->to, fromDevice == toDevice)) continue;
+  for (std::size_t k = m_extra.size(); k-- > 0;) {
+    const Edge& e = m_extra[k];
+    const int fromDevice = m_shell.op(e.from).device;
+    const int toDevice = m_shell.op(e.to).device;
+    if (implied(e.from, e.to, fromDevice == toDevice)) continue;
     EdgeClass c;
     c.toDevice = toDevice;
-    c.bytes = e->bytes;
+    c.bytes = e.bytes;
     c.transferMs =
-        deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e->bytes));
+        deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
     m_classes.push_back(c);
-    outs[--m_firstOut[static_cast<std::size_t>(e->from)]] = {e->to, static_cast<std::int32_t>(m_classes.size() - 1)};
+    outs[--m_firstOut[e.from]] = {e.to, m_classes.size() - 1};
   }
   for (std::int32_t i = m_nOps - 1; i >= 0; --i) {
-    Pred slot[2];
+    std::array<Pred, 2> slot;
     (void)producers(i, slot);  // cannot fail: the same lookups succeeded in countDataFlowEdges
     const Op& op = m_shell.op(i);
     for (int k = 1; k >= 0; --k) {
       const Pred& pr = slot[k];
       if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
-      outs[--m_firstOut[static_cast<std::size_t>(pr.from)]] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
+      outs[--m_firstOut[pr.from]] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
     }
   }
 }
@@ -548,11 +535,10 @@ void Simulation::buildConsumers() {
 void Simulation::prepareTiming() {
   // Duration of each op kind per stage (the expressions of flatten, so the values are the
   // same bits); a partial batch scales it by its share of the samples (durationMs).
-  m_kindDurationMs.assign(m_stageCount * kOpKindCount, 0.0);
-  for (std::size_t s = 0; s < m_stageCount; ++s) {
-    for (std::size_t k = 0; k < kOpKindCount; ++k) {
-      m_kindDurationMs[s * kOpKindCount + k] =
-          baseDurationMs(static_cast<OpKind>(k), m_costs[s], m_shell.config.vocabBarriers);
+  m_kindDurationMs.assign(m_nStages, kOpKindCount, 0.0);
+  for (int s = 0; s < m_nStages; ++s) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      m_kindDurationMs(s, k) = baseDurationMs(static_cast<OpKind>(k), m_costs[s], m_shell.config.vocabBarriers);
     }
   }
   m_gatherSavedMs = blockwiseGatherSavingsMs(m_shell, m_skeleton, m_costs);
@@ -567,19 +553,18 @@ void Simulation::prepareTiming() {
   if (!m_shell.config.overlapForwardBackward) return;
   const auto groups = overlappedGroups(m_shell, m_skeleton.devices);
   if (groups.empty()) return;
-  m_groupSize.assign(m_shell.ops.size(), 1);
+  m_groupSize.assign(m_nOps, 1);
   for (const OverlapGroup& g : groups) {
-    const auto lead = static_cast<std::size_t>(m_offset[static_cast<std::size_t>(g.device)] + g.first);
+    const std::int32_t lead = m_offset[g.device] + g.first;
     m_groupSize[lead] = static_cast<std::int8_t>(g.size);
-    for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + static_cast<std::size_t>(k)] = 0;
+    for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + k] = 0;
   }
 }
 
 double Simulation::durationMs(const Op& op, std::int32_t idx) const {
-  double dur =
-      m_kindDurationMs[static_cast<std::size_t>(op.virtualStage) * kOpKindCount + static_cast<std::size_t>(op.kind)];
+  double dur = m_kindDurationMs(op.virtualStage, static_cast<int>(op.kind));
   if (op.samples > 0) dur *= static_cast<double>(op.samples) / m_samplesPerMb;
-  if (!m_gatherSavedMs.empty()) dur = std::max(0.0, dur - m_gatherSavedMs[static_cast<std::size_t>(idx)]);
+  if (!m_gatherSavedMs.empty()) dur = std::max(0.0, dur - m_gatherSavedMs[idx]);
   return dur;
 }
 
@@ -610,67 +595,61 @@ double Simulation::startGroup(std::int32_t lead, std::int32_t size, double ready
 // Starts device d's next op if it is idle and every producer of that op has completed;
 // returns whether it did.
 bool Simulation::tryStart(int d) {
-  const auto du = static_cast<std::size_t>(d);
-  if (m_busy[du]) return false;
-  const std::int32_t idx = m_offset[du] + m_position[du];
-  if (idx >= m_offset[du + 1]) return false;
-  const auto i = static_cast<std::size_t>(idx);
-  const OpState& st = m_state[i];
+  if (m_busy[d]) return false;
+  const std::int32_t idx = m_offset[d] + m_position[d];
+  if (idx >= m_offset[d + 1]) return false;
+  const OpState& st = m_state[idx];
   if (st.pending != 0) return false;
-  Op& op = m_shell.ops[i];
-  const std::int32_t size = m_groupSize.empty() ? 1 : m_groupSize[i];
+  Op& op = m_shell.op(idx);
+  const std::int32_t size = m_groupSize.empty() ? 1 : m_groupSize[idx];
   if (size > 1) {
-    double readyMs = std::max(m_deviceFreeMs[du], st.readyMs);
+    double readyMs = std::max(m_deviceFreeMs[d], st.readyMs);
     for (std::int32_t k = 1; k < size; ++k) {
-      const OpState& member = m_state[static_cast<std::size_t>(idx + k)];
+      const OpState& member = m_state[idx + k];
       if (member.pending != 0) return false;
       readyMs = std::max(readyMs, member.readyMs);
     }
-    m_busy[du] = 1;
+    m_busy[d] = 1;
     m_running.set(d, startGroup(idx, size, readyMs));
     return true;
   }
-  op.startMs = std::max(m_deviceFreeMs[du], st.readyMs);
+  op.startMs = std::max(m_deviceFreeMs[d], st.readyMs);
   op.endMs = op.startMs + durationMs(op, idx);
-  m_busy[du] = 1;
+  m_busy[d] = 1;
   m_running.set(d, op.endMs);
   // Sixty-odd devices walk their orders side by side, too many streams for the hardware
   // prefetcher: fetch what this op's end and this device's next start will read.
-  if (idx + 1 < m_offset[du + 1]) {
-    const Op* next = &m_shell.ops[i + 1];
+  if (idx + 1 < m_offset[d + 1]) {
+    const Op* next = &op + 1;
     __builtin_prefetch(next);
     __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(Op) - 1);  // an Op may straddle two lines
-    __builtin_prefetch(&m_state[i + 1]);
+    __builtin_prefetch(&st + 1);
   }
   const Out* outs = m_outs.get();
-  for (std::int32_t k = m_firstOut[i]; k < m_firstOut[i + 1]; ++k) {
-    __builtin_prefetch(&m_state[static_cast<std::size_t>(outs[k].to)]);
-  }
+  for (std::int32_t k = m_firstOut[idx]; k < m_firstOut[idx + 1]; ++k) __builtin_prefetch(&m_state[outs[k].to]);
   return true;
 }
 
 // Op `code` on device dev has ended at timeMs: its outputs leave (transfers queue on their
 // links) and every consumer whose last input this was may start.
 void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
-  const auto du = static_cast<std::size_t>(dev);
   const Op& op = m_shell.op(code);
   ++m_completed;
-  ++m_position[du];
-  const auto producer = static_cast<std::size_t>(code);
-  const Out* o = m_outs.get() + m_firstOut[producer];
-  const Out* oEnd = m_outs.get() + m_firstOut[producer + 1];
+  ++m_position[dev];
+  const Out* o = m_outs.get() + m_firstOut[code];
+  const Out* oEnd = m_outs.get() + m_firstOut[code + 1];
   for (; o != oEnd; ++o) {
-    OpState& consumer = m_state[static_cast<std::size_t>(o->to)];
-    const EdgeClass& edge = m_classes[static_cast<std::size_t>(o->edgeClass)];
+    OpState& consumer = m_state[o->to];
+    const EdgeClass& edge = m_classes[o->edgeClass];
     if (edge.toDevice == dev) {
       // Same device, consumer earlier in this order: never runs (deadlock, reported below).
       --consumer.pending;
       continue;
     }
-    const std::size_t link = du * m_pu + static_cast<std::size_t>(edge.toDevice);
-    const double startMs = std::max(timeMs, m_linkFreeMs[link]);
+    double& linkFreeMs = m_linkFreeMs(dev, edge.toDevice);
+    const double startMs = std::max(timeMs, linkFreeMs);
     const double endMs = startMs + edge.transferMs;
-    m_linkFreeMs[link] = endMs;
+    linkFreeMs = endMs;
     if (m_options.recordComms) {
       // Fields written in place: a Comm built on the stack and copied cost a store-forwarding stall.
       Comm& c = m_shell.comms.emplace_back();
@@ -695,20 +674,18 @@ void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
 // possibly later than the current event. Transfers on a link queue in the order their
 // producers complete, which is the sending device's op order.
 void Simulation::run() {
-  m_position.assign(m_pu, 0);
-  m_busy.assign(m_pu, 0);
-  m_deviceFreeMs.assign(m_pu, 0.0);
-  m_linkFreeMs.assign(m_pu * m_pu, 0.0);
+  m_position.assign(m_p, 0);
+  m_busy.assign(m_p, 0);
+  m_deviceFreeMs.assign(m_p, 0.0);
+  m_linkFreeMs.assign(m_p, m_p, 0.0);
   if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
   for (int d = 0; d < m_p; ++d) tryStart(d);
   for (int dev = m_running.top(); dev >= 0; dev = m_running.top()) {
-    const auto du = static_cast<std::size_t>(dev);
     const double timeMs = m_running.keyMs(dev);
-    m_busy[du] = 0;
-    m_deviceFreeMs[du] = timeMs;
-    const std::int32_t lead = m_offset[du] + m_position[du];
-    const std::int32_t members =
-        m_groupSize.empty() ? 1 : std::max<std::int32_t>(1, m_groupSize[static_cast<std::size_t>(lead)]);
+    m_busy[dev] = 0;
+    m_deviceFreeMs[dev] = timeMs;
+    const std::int32_t lead = m_offset[dev] + m_position[dev];
+    const std::int32_t members = m_groupSize.empty() ? 1 : std::max<std::int32_t>(1, m_groupSize[lead]);
     for (std::int32_t member = 0; member < members; ++member) completeOp(dev, lead + member, timeMs);
     if (!tryStart(dev)) m_running.clear(dev);
   }
@@ -721,21 +698,19 @@ Error Simulation::explainDeadlock() const {
   std::ostringstream msg;
   msg << "deadlock after " << m_completed << " of " << m_nOps << " ops:";
   auto isDone = [&](std::int32_t x) {
-    const auto d = static_cast<std::size_t>(m_shell.op(x).device);
+    const int d = m_shell.op(x).device;
     return x < m_offset[d] + m_position[d];
   };
-  std::vector<int> waitsOn(m_pu, -1);
+  IdVector<int> waitsOn(m_p, -1);
   for (int d = 0; d < m_p; ++d) {
-    const auto du = static_cast<std::size_t>(d);
-    const std::int32_t idx = m_offset[du] + m_position[du];
-    if (idx >= m_offset[du + 1]) continue;
+    const std::int32_t idx = m_offset[d] + m_position[d];
+    if (idx >= m_offset[d + 1]) continue;
     const Op& op = m_shell.op(idx);
     msg << "\n  device " << d << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
     // The producers of the stuck op, in the order the simulator lists them.
-    std::vector<Edge> waits;
-    Pred slot[2];
+    std::array<Pred, 2> slot;
     (void)producers(idx, slot);
-    for (const Pred& pr : slot) waits.push_back({pr.from, idx, 0});
+    std::vector<Edge> waits{{slot[0].from, idx, 0}, {slot[1].from, idx, 0}};
     for (const Edge& e : m_extra) {
       if (e.to == idx) waits.push_back(e);
     }
@@ -744,21 +719,20 @@ Error Simulation::explainDeadlock() const {
       const Op& need = m_shell.op(e.from);
       msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << need.device;
       if (need.device == d) msg << " (later in its own order)";
-      waitsOn[du] = need.device;
+      waitsOn[d] = need.device;
       break;
     }
   }
   for (int start = 0; start < m_p; ++start) {
-    if (waitsOn[static_cast<std::size_t>(start)] < 0) continue;
-    std::vector<char> seen(m_pu, 0);
+    if (waitsOn[start] < 0) continue;
+    IdVector<char> seen(m_p, 0);
     std::vector<int> path;
     int d = start;
     while (d >= 0) {
-      const auto du = static_cast<std::size_t>(d);
-      if (seen[du]) break;
-      seen[du] = 1;
+      if (seen[d]) break;
+      seen[d] = 1;
       path.push_back(d);
-      d = waitsOn[du];
+      d = waitsOn[d];
     }
     if (d < 0) continue;
     // The cycle is the part of the path from d's first visit on.
@@ -778,8 +752,7 @@ double passDurationMs(OpKind kind, const StageCosts& costs, int vocabBarriers) {
 
 std::vector<StageEstimate> stageEstimates(const Plan& shell) {
   const auto costs = stageCosts(shell);
-  std::vector<std::int32_t> prev, next;
-  chainNeighbours(shell, prev, next);
+  const StageNeighbours chains = stageNeighbours(shell);
   std::vector<StageEstimate> out(costs.size());
   for (std::size_t i = 0; i < costs.size(); ++i) {
     const StageCosts& c = costs[i];
@@ -789,9 +762,9 @@ std::vector<StageEstimate> stageEstimates(const Plan& shell) {
     e.backwardWeightMs = c.backwardWeightMs;
     e.activationBytes = c.activationBytes;
     e.weightGradBytes = c.weightGradBytes;
-    if (next[i] != kNone) {
+    if (chains.next[i] != kNone) {
       e.sendMs = deviceTransferMs(shell.cluster, shell.config, shell.virtualStages[i].device,
-                                  shell.stage(next[i]).device, static_cast<double>(c.outputBytes));
+                                  shell.stage(chains.next[i]).device, static_cast<double>(c.outputBytes));
     }
   }
   return out;
@@ -827,9 +800,9 @@ Expected<Plan> resimulate(const Plan& plan) {
   if (auto st = validatePlanStructure(plan); !st) return st.error();
   ScheduleSkeleton skeleton;
   skeleton.virtualStages = plan.virtualStages;
-  skeleton.devices.resize(static_cast<std::size_t>(std::max(0, plan.config.devices)));
+  IdVector<std::vector<OrderedOp>> lanes(std::max(0, plan.config.devices));
   for (const Op& op : plan.ops) {
-    if (op.device < 0 || op.device >= plan.config.devices) {
+    if (!lanes.contains(op.device)) {
       return Error{"op on device " + std::to_string(op.device) + ", not a device of the plan"};
     }
     OrderedOp o;
@@ -837,8 +810,9 @@ Expected<Plan> resimulate(const Plan& plan) {
     o.kind = op.kind;
     o.microbatch = op.microbatch;
     o.samples = op.samples;
-    skeleton.devices[static_cast<std::size_t>(op.device)].push_back(o);
+    lanes[op.device].push_back(o);
   }
+  skeleton.devices = std::move(lanes.values());
   // part: dependencies the plan implies but does not store (frozen outputs, vocabulary S/T).
   skeleton.extraDependencies = derivedDependencies(plan, skeleton.devices);
   Plan shell;
