@@ -292,10 +292,8 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
     // (each real microbatch is one pseudo-microbatch per leg).
     const auto a0 = schedules::activationPerMicrobatch(input, 0);
     const auto a1 = schedules::activationPerMicrobatch(input, 1);
-    options.capBytes.resize(pu);
-    for (std::size_t d = 0; d < pu; ++d) {
-      options.capBytes[d] = std::max<std::int64_t>(1, static_cast<std::int64_t>(p) * (a0[d] + a1[d]));
-    }
+    for (int d = 0; d < p; ++d)
+      options.capBytes.push_back(std::max<std::int64_t>(1, std::int64_t{p} * (a0[d] + a1[d])));
     auto skeleton = schedules::greedyOrder(input, options);
     if (!skeleton) return skeleton.error().withPrefix("opposed backbones: ");
     skeleton->virtualStages = shell.virtualStages;

@@ -58,9 +58,9 @@ struct GreedyOptions {
   bool splitBackward = true;
   /// Activation budget per device in bytes (live from F start to B/W end, DESIGN.md §2).
   /// A microbatch is admitted on a device only when its whole activation there fits.
-  std::vector<std::int64_t> capBytes;
+  IdVector<std::int64_t> capBytes;  ///< by device
   /// Pipeline of each microbatch (size m); empty = all on pipeline 0.
-  std::vector<int> microbatchPipeline;
+  IdVector<int> microbatchPipeline;
   /// Prefer continuing admitted microbatches before starting a new one (V-shapes: true).
   bool preferContinuing = true;
   /// true: admitting a microbatch reserves its whole activation on the device at once, so
@@ -93,9 +93,9 @@ IdVector<std::int64_t> activationPerMicrobatch(const ScheduleInput& input, int p
 /// The ZB-V construction of the Zero Bubble authors (VConstruction.cpp), for one V per device
 /// (wavePlacement(p, 2)). Live activation bytes never exceed budgetBytes[d] on device d.
 struct VConstructionOptions {
-  std::vector<std::int64_t> budgetBytes;  ///< per device
-  bool withTransfers = true;              ///< false: build as if every transfer were free
-  int maxRefinements = 16;                ///< re-runs with approved bubbles per fill policy
+  IdVector<std::int64_t> budgetBytes;  ///< per device
+  bool withTransfers = true;           ///< false: build as if every transfer were free
+  int maxRefinements = 16;             ///< re-runs with approved bubbles per fill policy
   /// No re-run once the worst device bubble is at most this share of the makespan (0: the
   /// reference's rule, re-run while it improves).
   double refineAboveShare = 0;

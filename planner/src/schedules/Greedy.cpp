@@ -220,7 +220,6 @@ class GreedyConstruction {
   IdVector<DeviceState> m_dev;
   EventQueue m_events;
   const double m_negligibleMs;
-  const IdVector<std::int64_t> m_capBytes;  // GreedyOptions::capBytes
   std::size_t m_expected = 0;
   std::size_t m_emitted = 0;
   std::vector<int> m_dirty;
@@ -244,8 +243,7 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
       m_chains(pipelineChains(input.virtualStages)),
       m_pipelines(m_chains.size()),
       m_events(allStageTimesFinite(input)),
-      m_negligibleMs(negligibleTransferMs(input)),
-      m_capBytes(options.capBytes) {
+      m_negligibleMs(negligibleTransferMs(input)) {
   m_chainPos.assign(m_n, 0);
   m_nextStage.assign(m_n, -1);
   m_prevStage.assign(m_n, -1);
@@ -275,8 +273,7 @@ GreedyConstruction::GreedyConstruction(const ScheduleInput& input, const GreedyO
 // Every microbatch's first forward is ready at 0; lanes reserved for their share of ops.
 void GreedyConstruction::seed() {
   for (int mb = 0; mb < m_m; ++mb) {
-    const int pl =
-        m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[static_cast<std::size_t>(mb)];
+    const int pl = m_options.microbatchPipeline.empty() ? 0 : m_options.microbatchPipeline[mb];
     push(0.0, 1, OpKind::F, m_chains[pl].front(), mb);
   }
   // Every stage runs every microbatch of its pipeline, two or three passes each.
@@ -383,14 +380,14 @@ Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
   const int pl = ds.readyEnter.empty() ? 0 : m_input.stage(keyStage(ds.readyEnter.top())).pipeline;
   const std::int64_t needBytes = m_need[pl][d];
   bool admit = !ds.readyEnter.empty() &&
-               (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_capBytes[d]);
+               (ds.committedBytes == 0 || m_forceAdmit || ds.committedBytes + needBytes <= m_options.capBytes[d]);
   bool cont = !ds.readyContinue.empty();
   // Budget on every forward (zb-v): a forward that would lift the live bytes over the
   // budget waits while a pending W can free weight-gradient bytes first.
   const bool wFirst = m_options.boundEveryForward && !ds.pendingW.empty() &&
                       ds.committedBytes + (cont ? m_input.estimate(keyStage(ds.readyContinue.top())).activationBytes
                                                 : std::int64_t{0}) >
-                          m_capBytes[d];
+                          m_options.capBytes[d];
   if (wFirst) {
     cont = false;
     admit = false;

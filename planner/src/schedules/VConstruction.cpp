@@ -56,7 +56,6 @@ class VBuilder {
       : m_p(input.shape.devices),
         m_m(input.shape.microbatches),
         m_options(options),
-        m_budgetBytes(options.budgetBytes),
         m_pass(kKinds, input.shape.devices) {
     const int p = m_p;
     for (int d = 0; d < p; ++d) {
@@ -172,7 +171,7 @@ class VBuilder {
     int& c = count(d, kind);
     if (c >= m_m) return false;
     const Pass& pass = m_pass(kind, d);
-    if (m_mem[d] + pass.memoryBytes > m_budgetBytes[d]) return false;
+    if (m_mem[d] + pass.memoryBytes > m_options.budgetBytes[d]) return false;
     // Same-device order: F1 after F0, B1 after F1, B0 after B1 of the microbatch (as the
     // reference asserts); W after its B (guaranteed by the pending queue).
     if (kind >= kF1 && kind <= kB0 && endMs(kind - 1, d, c) < 0) return false;
@@ -203,7 +202,7 @@ class VBuilder {
     return true;
   }
 
-  bool fits(int kind, int d) const { return m_mem[d] + m_pass(kind, d).memoryBytes <= m_budgetBytes[d]; }
+  bool fits(int kind, int d) const { return m_mem[d] + m_pass(kind, d).memoryBytes <= m_options.budgetBytes[d]; }
 
   bool putW(int d) {
     auto& q = m_pendingW[d];
@@ -229,7 +228,7 @@ class VBuilder {
       // f_mem · (2 + 2i)).
       const std::int64_t room =
           static_cast<std::int64_t>(i + 1) * (m_pass(kF0, i).memoryBytes + m_pass(kF1, i).memoryBytes);
-      while (m_mem[i] + room <= m_budgetBytes[i] && m_cur[i] + m_pass(kF0, i).durationMs <= firstF1 &&
+      while (m_mem[i] + room <= m_options.budgetBytes[i] && m_cur[i] + m_pass(kF0, i).durationMs <= firstF1 &&
              count(i, kF0) < m_m) {
         for (int j = 0; j <= i; ++j) {
           if (!put(kF0, j)) return false;
@@ -338,7 +337,7 @@ class VBuilder {
           kind = kF0;
         }
         if (kind < 0 || count(i, kind) >= m_m || !inputReady(kind, i)) continue;
-        while (m_mem[i] + m_pass(kind, i).memoryBytes > m_budgetBytes[i]) {
+        while (m_mem[i] + m_pass(kind, i).memoryBytes > m_options.budgetBytes[i]) {
           if (!putW(i)) return false;  // over the budget and no W left to free memory
         }
         bool exists = false;
@@ -369,8 +368,7 @@ class VBuilder {
   int m_p;
   int m_m;
   const VConstructionOptions& m_options;
-  const IdVector<std::int64_t> m_budgetBytes;  // VConstructionOptions::budgetBytes
-  Grid<Pass> m_pass;                           // per (kind, device)
+  Grid<Pass> m_pass;  // per (kind, device)
   // State of one run.
   bool m_ok = false;
   IdVector<std::array<int, kKinds>> m_count;  // passes placed per device and kind

@@ -162,7 +162,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     options.preferContinuing = m_spec.preferContinuing;
     options.reserveWholeMicrobatch = m_spec.reserveWholeMicrobatch || reserved;
     options.boundEveryForward = m_spec.boundEveryForward && !reserved;
-    options.capBytes = caps;
+    options.capBytes = IdVector<std::int64_t>(caps);
     if (m_spec.pipelines == 2) {
       for (int mb = 0; mb < in.shape.microbatches; ++mb) options.microbatchPipeline.push_back(mb % 2);
     }
@@ -213,7 +213,7 @@ class GreedyGenerator final : public ScheduleGenerator {
       for (bool withTransfers : {true, false}) {
         if (!wanted(Recipe::Kind::V, withTransfers)) continue;
         VConstructionOptions v;
-        v.budgetBytes = caps;
+        v.budgetBytes = IdVector<std::int64_t>(caps);
         v.withTransfers = withTransfers;
         if (only) {
           // The short run's winner built in full: its bubble refined only while it is more
