@@ -126,7 +126,7 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
   p.staticBytes.assign(forwardMs.size(), 0.0);
   IdVector<int> first;  // per group
   if (auto r = balancedPartition(p)) {
-    first = IdVector<int>(r->firstLayer);
+    first = IdVector<int>(std::move(r->firstLayer));
   } else {
     for (int s = 0; s < k; ++s) first.push_back(s * layers / k);
   }
