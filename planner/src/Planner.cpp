@@ -43,11 +43,10 @@ Status fillBubbles(const PlanRequest& request, ScheduleSkeleton& skeleton, const
 }
 
 // A memory limit below what one microbatch needs can never be met by any order.
-Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<StageEstimate>& stages) {
+Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<StageEstimate>& stages,
+                                      const std::vector<std::int64_t>& staticBytes) {
   if (!shell.config.memoryLimitBytes) return {};
   const std::int64_t limit = *shell.config.memoryLimitBytes;
-  const auto costs = stageCosts(shell);
-  const auto staticBytes = staticMemoryPerDevice(shell, costs);
   std::vector<std::int64_t> oneMb(static_cast<std::size_t>(shell.config.devices), 0);
   for (std::size_t i = 0; i < shell.virtualStages.size(); ++i) {
     // One microbatch through one pipeline: count pipeline 0's stages.
@@ -193,11 +192,18 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (auto st = generator->validate(shape); !st) return st.error();
   if (control.cancelled()) return Error::cancelled();
 
-  auto stages = partitionStages(request, generator->placement(shape), control, hints);
+  // The request's costs under the schedule's own settings, derived once: every step below
+  // reads them. The partitioners see the request's config, whose costs are the same unless
+  // the schedule's settings change them (blockwise ZeRO-3 gathers one chunk per block).
+  PlanConfig configured = cfg;
+  generator->configure(configured);
+  const CostedModel costs(request.model, request.cluster, configured);
+  partition::PartitionHints withCosts = hints;
+  if (configured.unitMicrobatches == cfg.unitMicrobatches) withCosts.costs = &costs;
+  auto stages = partitionStages(request, generator->placement(shape), control, withCosts);
   if (!stages) return stages.error();
   Plan shell;
-  shell.config = cfg;
-  generator->configure(shell.config);
+  shell.config = configured;
   shell.model = request.model;
   shell.cluster = request.cluster;
   shell.virtualStages = std::move(*stages);
@@ -205,12 +211,12 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   ScheduleInput input;
   input.shape = shape;
   input.virtualStages = shell.virtualStages;
-  input.stages = stageEstimates(shell);
-  input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
+  input.stages = stageEstimates(shell, costs);
+  input.staticBytes = staticMemoryPerDevice(shell, costs.stages(shell.virtualStages));
   input.memoryLimitBytes = cfg.memoryLimitBytes;
   input.request = &request;
   input.control = &control;
-  if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages); !st) return st.error();
+  if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes); !st) return st.error();
 
   auto skeleton = generator->order(input);
   if (!skeleton) return skeleton.error();
@@ -218,7 +224,9 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (auto st = fillBubbles(request, *skeleton, control); !st) return st.error();
   if (control.cancelled()) return Error::cancelled();
 
-  auto plan = simulateSkeleton(std::move(shell), *skeleton);
+  SimulationOptions timing;
+  timing.costs = &costs;
+  auto plan = simulateSkeleton(std::move(shell), *skeleton, timing);
   if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
   if (auto st = checkMemory(*plan); !st) return st.error();
   if (control.progress) control.progress(1.0);

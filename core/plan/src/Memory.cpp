@@ -25,53 +25,7 @@ std::int64_t sumSaturating(std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
-std::vector<StageCosts> stageCosts(const Plan& plan) {
-  std::vector<StageCosts> out(plan.virtualStages.size());
-  // Blockwise ZeRO-3 (zeropp, breadth-first): the share of each pass that is the gather is the
-  // difference to the same pass with resident parameters (ZeRO-2), layer by layer.
-  const bool blockwiseGathers = plan.config.unitMicrobatches > 0 && plan.config.parallel.zeroStage >= 3;
-  PlanConfig resident = plan.config;
-  resident.parallel.zeroStage = 2;
-  for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
-    const VirtualStage& vs = plan.virtualStages[i];
-    if (!inRange(plan.model.components, vs.component)) continue;
-    const Component& comp = plan.model.component(vs.component);
-    const CostContext ctx =
-        costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
-    const CostContext residentCtx =
-        costContext(plan.cluster, resident, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
-    StageCosts& s = out[i];
-    std::int64_t chunkBuffers = 0;
-    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
-      const Layer& layer = comp.layer(l);
-      const LayerCosts c = layerCosts(layer, ctx);
-      if (blockwiseGathers) {
-        const LayerCosts r = layerCosts(layer, residentCtx);
-        s.zeroGatherForwardMs += std::max(0.0, c.forwardMs - r.forwardMs);
-        s.zeroGatherBackwardMs += std::max(0.0, c.backwardInputMs - r.backwardInputMs);
-        s.zeroScatterWeightMs += std::max(0.0, c.backwardWeightMs - r.backwardWeightMs);
-        // The whole chunk stays gathered over a block, and the next chunk is prefetched.
-        addSaturating(chunkBuffers, c.communicationBytes);
-      }
-      s.forwardMs += c.forwardMs;
-      s.backwardInputMs += c.backwardInputMs;
-      s.backwardWeightMs += c.backwardWeightMs;
-      s.forwardCommMs += c.forwardCommMs;
-      s.backwardInputCommMs += c.backwardInputCommMs;
-      s.backwardWeightCommMs += c.backwardWeightCommMs;
-      addSaturating(s.activationBytes, c.activationBytes);
-      addSaturating(s.weightGradBytes, c.weightGradBytes);
-      s.outputBytes = c.outputBytes;
-      s.communicationBytes = std::max(s.communicationBytes, c.communicationBytes);
-      (comp.trainable ? s.trainableParameters : s.frozenParameters) += c.parameterCount();
-      if (comp.trainable) s.expertParameters += static_cast<double>(c.expertParameterBytes) / 2.0;
-      if (comp.trainable && layer.tied && layer.kind == "lm_head") s.tiedParameters += c.parameterCount();
-      s.modelFlopsForward += c.modelFlopsForward;
-    }
-    s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);
-  }
-  return out;
-}
+std::vector<StageCosts> stageCosts(const Plan& plan) { return CostedModel(plan).stages(plan.virtualStages); }
 
 int effectiveZeroStage(const Plan& plan) {
   return std::max(plan.config.parallel.zeroStage, plan.model.optimizer.distributed ? 1 : 0);
@@ -141,8 +95,9 @@ std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
   return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
 
-MemoryTimeline memoryTimeline(const Plan& plan) {
-  const auto costs = stageCosts(plan);
+MemoryTimeline memoryTimeline(const Plan& plan) { return memoryTimeline(plan, stageCosts(plan)); }
+
+MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs) {
   MemoryTimeline t;
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   t.staticBytes = staticMemoryPerDevice(plan, costs);
@@ -240,13 +195,11 @@ namespace {
 // Model FLOPs of one microbatch through the whole model (Korthikanti et al. 2022 Appendix A:
 // a trainable layer counts its forward and a backward of twice its forward, no recomputation;
 // a frozen layer its forward only).
-double modelFlopsPerMicrobatch(const Plan& plan) {
+double modelFlopsPerMicrobatch(const Plan& plan, const CostedModel& costs) {
   double flops = 0;
-  for (std::size_t c = 0; c < plan.model.components.size(); ++c) {
-    const Component& comp = plan.model.components[c];
-    const CostContext ctx = costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, 0, comp.trainable);
-    for (const Layer& layer : comp.layers)
-      flops += (comp.trainable ? 3.0 : 1.0) * layerCosts(layer, ctx).modelFlopsForward;
+  for (int c = 0; c < static_cast<int>(plan.model.components.size()); ++c) {
+    const double passes = plan.model.component(c).trainable ? 3.0 : 1.0;
+    for (const LayerCosts& layer : costs.component(c)) flops += passes * layer.modelFlopsForward;
   }
   return flops;
 }
@@ -267,8 +220,8 @@ std::int64_t tokensPerSample(const ModelSpec& model) {
 // reduce-scatters inside its W passes instead), a tied embedding's gradient is all-reduced
 // between the first and last pipeline ranks, then the optimizer steps (ZeRO-1/2 re-gather the
 // updated bf16 weights). Gradients travel in fp32.
-void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, const std::vector<double>& devFirst,
-                    const std::vector<double>& devLast, double first, Metrics& m) {
+void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vector<StageCosts>& costs,
+                    const std::vector<double>& devFirst, const std::vector<double>& devLast, double first, Metrics& m) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   const Parallelism& par = plan.config.parallel;
   const int dp = std::max(1, par.data);
@@ -367,13 +320,15 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
   m.throughputSamplesPerS = samples / seconds;
   m.tokensPerS = m.throughputSamplesPerS * static_cast<double>(tokensPerSample(plan.model));
   const double gpus = static_cast<double>(std::max<std::int64_t>(1, plan.config.totalGpus()));
-  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan) * microbatches / seconds / gpus / 1e12;
+  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan, costed) * microbatches / seconds / gpus / 1e12;
   if (plan.cluster.gpu.peakTflops > 0) m.mfu = m.modelTflopsPerGpu / plan.cluster.gpu.peakTflops;
 }
 
 }  // namespace
 
-Metrics computeMetrics(const Plan& plan) {
+Metrics computeMetrics(const Plan& plan) { return computeMetrics(plan, CostedModel(plan)); }
+
+Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
   Metrics m;
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   m.devices.assign(devices, {});
@@ -385,7 +340,7 @@ Metrics computeMetrics(const Plan& plan) {
   // curves: each device's events are replayed in plan order, which is memoryTimeline's
   // order whenever its events are sorted (a simulated plan's are). A device whose events
   // come out of order sends the whole computation to memoryTimeline below.
-  const auto costs = stageCosts(plan);
+  const auto costs = costed.stages(plan.virtualStages);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
   std::vector<std::int64_t> wholeAct(costs.size()), wholeWgrad(costs.size());
   for (std::size_t i = 0; i < costs.size(); ++i) {
@@ -460,7 +415,7 @@ Metrics computeMetrics(const Plan& plan) {
   if (m.makespanMs > 0 && devices > 0) m.bubbleRatio = 1.0 - busy / (static_cast<double>(devices) * m.makespanMs);
   std::vector<std::int64_t> peakLive(devices, 0);
   if (!inOrder) {
-    const MemoryTimeline mem = memoryTimeline(plan);
+    const MemoryTimeline mem = memoryTimeline(plan, costs);
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = mem.peakActivationBytes[d];
   } else {
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = replay[d].peakLive;
@@ -479,7 +434,7 @@ Metrics computeMetrics(const Plan& plan) {
     dm.peakActivationBytes = peakLive[d];
     dm.peakMemoryBytes = sumSaturating(staticTotal, peakLive[d]);
   }
-  addStepMetrics(plan, costs, devFirst, devLast, first, m);
+  addStepMetrics(plan, costed, costs, devFirst, devLast, first, m);
   return m;
 }
 

@@ -1,6 +1,7 @@
 // Partitioner dispatch: balanced and dp over the stages a schedule placed (issue 4).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "partition/Partitioners.hpp"
@@ -15,8 +16,9 @@ namespace {
 
 // Peak live microbatches per virtual stage under the schedule's order, measured on the
 // uniform partition (the order of fixed schedules does not depend on the ranges).
-Expected<std::vector<int>> liveCounts(const PlanRequest& request, const ScheduleGenerator& generator,
-                                      const std::vector<VirtualStage>& uniform, const SolveControl& control) {
+Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedModel& costs,
+                                      const ScheduleGenerator& generator, const std::vector<VirtualStage>& uniform,
+                                      const SolveControl& control) {
   Plan shell;
   shell.config = request.config;
   shell.model = request.model;
@@ -25,8 +27,8 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const Schedule
   ScheduleInput input;
   input.shape = {request.config.devices, request.config.microbatches, request.config.chunksPerDevice};
   input.virtualStages = uniform;
-  input.stages = stageEstimates(shell);
-  input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
+  input.stages = stageEstimates(shell, costs);
+  input.staticBytes = staticMemoryPerDevice(shell, costs.stages(uniform));
   input.request = &request;
   // The order as first built: a schedule's refinement searches (v-half/v-min) keep within the
   // same activation budget, and they run again on the real partition anyway.
@@ -67,7 +69,10 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       stages = std::move(legs);
     }
   }
-  auto live = liveCounts(request, generator, stages, control);
+  std::optional<CostedModel> derived;
+  const CostedModel& costs =
+      hints.costs ? *hints.costs : derived.emplace(request.model, request.cluster, request.config);
+  auto live = liveCounts(request, costs, generator, stages, control);
   if (!live) return live.error();
 
   // Per-device budget: the GPU memory (or --memory-limit) shared evenly by the device's
@@ -112,7 +117,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
         ps.push_back(st);
       }
-      const PartitionProblem problem = buildPartitionProblem(request, comp, ps);
+      const PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
       auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
       if (result.isCancelled()) return result.error();
       if (!result) {
