@@ -8,6 +8,7 @@
 #include "Flags.hpp"
 #include "Inputs.hpp"
 #include "PlanSummary.hpp"
+#include "RecipeFlags.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -36,7 +37,8 @@ struct PlanOptions {
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
   std::string recompute = "none", optimizerSync = "global";
-  bool sequenceParallel = false, noSequenceParallel = false, noOverlapGradReduce = false;
+  bool sequenceParallel = false, noSequenceParallel = false;
+  RecipeOptions recipe;  // precision, overlaps, recomputation details (RecipeFlags.hpp)
   std::int64_t globalBatch = 0, microBatchSize = 0;
 };
 
@@ -111,7 +113,6 @@ int runPlan(const PlanOptions& o) {
   par.expert = o.ep;
   par.data = o.dp;
   par.zeroStage = o.zero;
-  par.overlapGradReduce = !o.noOverlapGradReduce;
   // Sequence parallelism is on by default whenever T > 1 (Megatron-LM's recommendation).
   par.sequenceParallel = o.tp > 1 && !o.noSequenceParallel;
   if (o.sequenceParallel && o.noSequenceParallel) {
@@ -122,6 +123,10 @@ int runPlan(const PlanOptions& o) {
     par.recompute = *r;
   } else {
     std::cerr << "plan: --recompute '" << o.recompute << "' is not a mode (expected none, selective or full)\n";
+    return kExitUsage;
+  }
+  if (auto st = applyRecipeFlags(o.recipe, cfg); !st) {
+    std::cerr << "plan: " << st.message() << '\n';
     return kExitUsage;
   }
   if (o.optimizerSync != "global" && o.optimizerSync != "post-validation") {
@@ -256,8 +261,7 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--recompute", o.recompute, "Activation recomputation none|selective|full");
   cmd->add_flag("--sequence-parallel", o.sequenceParallel, "Sequence parallelism (default on when --tp > 1)");
   cmd->add_flag("--no-sequence-parallel", o.noSequenceParallel, "Turn sequence parallelism off");
-  cmd->add_flag("--no-overlap-grad-reduce", o.noOverlapGradReduce,
-                "Reduce gradients after the pipeline drains instead of during the last backward passes");
+  addRecipeFlags(cmd, o.recipe);
   cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))")
       ->check(intIn(1, std::int64_t{1} << 40));
   cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)")

@@ -104,6 +104,74 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
   return {};
 }
 
+// The recipe's precision needs a peak on every GPU type of the cluster.
+Status checkPrecision(const PlanRequest& request) {
+  const Precision p = request.config.precision;
+  std::vector<const GpuSpec*> gpus{&request.cluster.gpu};
+  for (const NodeSpec& n : request.cluster.nodes) {
+    if (n.gpu) gpus.push_back(&*n.gpu);
+  }
+  for (const GpuSpec* g : gpus) {
+    if (g->peakTflopsFor(p) > 0) continue;
+    std::string has;
+    for (Precision q : kPrecisions) {
+      if (g->peakTflopsFor(q) > 0) has += (has.empty() ? "" : ", ") + std::string(precisionName(q));
+    }
+    return Error{"--precision " + std::string(precisionName(p)) + ": GPU '" + g->name + "' of cluster '" +
+                 request.cluster.name + "' has no " + std::string(precisionName(p)) + " peak (it has " + has +
+                 "; name a catalogue GPU that has it, or give peak_tflops." + std::string(precisionName(p)) +
+                 " in the cluster file)"};
+  }
+  return {};
+}
+
+// Recomputation settings against the model: modules it has, and layers a virtual stage has.
+Status checkRecompute(const PlanRequest& request) {
+  const Parallelism& par = request.config.parallel;
+  if (par.recomputeNumLayers > 0 && par.recompute != Recompute::Full) {
+    return Error{"--recompute-num-layers " + str(par.recomputeNumLayers) +
+                 " needs --recompute full (it says how many layers full recomputation covers)"};
+  }
+  if (par.recomputeModules != 0 && par.recompute != Recompute::Selective) {
+    return Error{"--recompute-modules " + recomputeModulesName(par.recomputeModules) +
+                 " needs --recompute selective (full recomputation replays every module)"};
+  }
+  bool moe = false, shared = false;
+  std::int64_t blocks = 0;
+  for (const Component& comp : request.model.components) {
+    if (!comp.trainable) continue;
+    for (const Layer& layer : comp.layers) {
+      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
+      ++blocks;
+      moe = moe || layer.transformer->isMoe();
+      shared = shared || layer.transformer->sharedExperts > 0;
+    }
+  }
+  const std::uint32_t modules = par.recomputeModules;
+  const auto missing = [&](std::uint32_t bit, const char* what) -> Status {
+    return Error{"--recompute-modules " + recomputeModulesName(bit) + ": model '" + request.model.name + "' has no " +
+                 what + " (its modules: core_attn, layernorm, " + (moe ? "moe, moe_act" : "mlp") +
+                 (shared ? ", shared_experts" : "") + ")"};
+  };
+  if ((modules & (kRecomputeMoe | kRecomputeMoeAct)) && !moe) {
+    return missing(modules & (kRecomputeMoe | kRecomputeMoeAct), "mixture-of-experts layers");
+  }
+  if ((modules & kRecomputeMlp) && moe) return missing(kRecomputeMlp, "dense MLP (its MLPs are experts)");
+  if ((modules & kRecomputeSharedExperts) && !shared) return missing(kRecomputeSharedExperts, "shared experts");
+  if (modules & kRecomputeMlaUpProj) return missing(kRecomputeMlaUpProj, "multi-head latent attention");
+  if (par.recomputeNumLayers > 0) {
+    const std::int64_t stages =
+        static_cast<std::int64_t>(std::max(1, request.config.devices)) * std::max(1, request.config.chunksPerDevice);
+    const std::int64_t perStage = (blocks + stages - 1) / stages;
+    if (par.recomputeNumLayers > perStage) {
+      return Error{"--recompute-num-layers " + str(par.recomputeNumLayers) + " exceeds the " + str(perStage) +
+                   " transformer layers of a virtual stage (" + str(blocks) + " layers over " + str(stages) +
+                   " virtual stages; expected at most " + str(perStage) + ")"};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Expected<PlanRequest> resolveRequest(PlanRequest request) {
@@ -116,6 +184,8 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
   }
   if (par.zeroStage < 0 || par.zeroStage > 3) return Error{"--zero must be 0, 1, 2 or 3, got " + str(par.zeroStage)};
   if (par.tensor == 1) par.sequenceParallel = false;
+  if (auto st = checkPrecision(request); !st) return st.error();
+  if (auto st = checkRecompute(request); !st) return st.error();
   if (cfg.microBatchSize) {
     if (*cfg.microBatchSize < 1) return Error{"--micro-batch-size must be at least 1, got " + str(*cfg.microBatchSize)};
     request.model.samplesPerMicrobatch = *cfg.microBatchSize;

@@ -59,6 +59,7 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
   CostContext ctx;
   ctx.gpu = deviceGpu(cluster, config, device);
   ctx.parallel = config.parallel;
+  ctx.precision = config.precision;
   ctx.links = collectiveLinks(cluster, config.parallel);
   ctx.samplesPerMicrobatch = samplesPerMicrobatch;
   ctx.trainable = trainable;
@@ -72,7 +73,7 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
   double ms = cluster.transferMs(a, b, bytesPerGpu);
   const std::int64_t senders =
       static_cast<std::int64_t>(std::max(1, config.parallel.tensor)) * std::max(1, config.parallel.context);
-  if (senders > 1 && cluster.nicsPerNode > 0 && cluster.nodeOfDevice(a) != cluster.nodeOfDevice(b) &&
+  if (senders > 1 && cluster.nicsPerNode > 0 && !cluster.sameNvlinkDomain(a, b) &&
       cluster.interNode.bandwidthGBps > 0) {
     // Fewer NICs than concurrent senders: the bandwidth term stretches by senders / NICs.
     const double share = static_cast<double>(std::min<std::int64_t>(senders, cluster.gpusPerNode())) /
@@ -87,7 +88,9 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
 
 CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
                          std::int64_t samplesPerMicrobatch)
-    : m_blockwiseGathers(config.unitMicrobatches > 0 && config.parallel.zeroStage >= 3) {
+    : m_blockwiseGathers(config.unitMicrobatches > 0 && config.parallel.zeroStage >= 3),
+      m_recomputeMethod(config.parallel.recomputeMethod),
+      m_recomputeNumLayers(config.parallel.recompute == Recompute::Full ? config.parallel.recomputeNumLayers : 0) {
   const std::int64_t samples = samplesPerMicrobatch > 0 ? samplesPerMicrobatch : model.samplesPerMicrobatch;
   // GPU classes: the distinct GPU specs the pipeline ranks sit on. Most clusters have one type
   // (no node overrides it), and then no per-device table is kept.
@@ -110,21 +113,32 @@ CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, con
   }
   PlanConfig resident = config;
   resident.parallel.zeroStage = 2;
+  PlanConfig unrecomputed = config;
+  unrecomputed.parallel.recompute = Recompute::None;
   for (const int device : classDevice) {
     auto& perComponent = m_costs.emplace_back();
     auto& residentComponent = m_resident.emplace_back();
+    auto& unrecomputedComponent = m_unrecomputed.emplace_back();
     for (const Component& comp : model.components) {
       perComponent.push_back(costComponent(comp, costContext(cluster, config, samples, device, comp.trainable)));
       if (m_blockwiseGathers) {
         residentComponent.push_back(
             costComponent(comp, costContext(cluster, resident, samples, device, comp.trainable)));
       }
+      if (m_recomputeNumLayers > 0) {
+        unrecomputedComponent.push_back(
+            costComponent(comp, costContext(cluster, unrecomputed, samples, device, comp.trainable)));
+      }
     }
   }
   for (const Component& comp : model.components) {
     m_trainable.push_back(comp.trainable ? 1 : 0);
     auto& tied = m_tiedHead.emplace_back();
-    for (const Layer& layer : comp.layers) tied.push_back(layer.tied && layer.kind == "lm_head" ? 1 : 0);
+    auto& block = m_block.emplace_back();
+    for (const Layer& layer : comp.layers) {
+      tied.push_back(layer.tied && layer.kind == "lm_head" ? 1 : 0);
+      block.push_back(layer.transformer && layer.kind != "embedding" && layer.kind != "lm_head" ? 1 : 0);
+    }
   }
 }
 
@@ -152,15 +166,37 @@ StageCosts CostedModel::stage(const VirtualStage& vs) const {
   if (layers.empty()) return s;
   const auto c = static_cast<std::size_t>(vs.component);
   const bool trainable = m_trainable[c] != 0;
-  const std::vector<LayerCosts>* resident = nullptr;
-  if (m_blockwiseGathers) resident = &m_resident[static_cast<std::size_t>(gpuClass(vs.device))][c];
+  const auto gpu = static_cast<std::size_t>(gpuClass(vs.device));
+  const std::vector<LayerCosts>* resident = m_blockwiseGathers ? &m_resident[gpu][c] : nullptr;
+  const std::vector<LayerCosts>* unrecomputed = m_recomputeNumLayers > 0 ? &m_unrecomputed[gpu][c] : nullptr;
   std::int64_t chunkBuffers = 0;
+  int blockIndex = 0;               // transformer blocks of this stage so far
+  std::int64_t groupRecompute = 0;  // uniform recomputation: the group being summed
   for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(layers, l); ++l) {
-    const LayerCosts& lc = layers[static_cast<std::size_t>(l)];
+    const auto lu = static_cast<std::size_t>(l);
+    LayerCosts lc = layers[lu];
+    if (unrecomputed && !m_block[c][lu]) {
+      // Megatron-LM recomputes transformer blocks only (not the embedding or the output layer).
+      lc = (*unrecomputed)[lu];
+    } else if (unrecomputed) {
+      // --recompute-num-layers counts the transformer blocks of each virtual stage.
+      const int position = blockIndex++;
+      if (m_recomputeMethod == RecomputeMethod::Block) {
+        // block: the first N blocks are recomputed, the others keep all their activations.
+        if (position >= m_recomputeNumLayers) lc = (*unrecomputed)[lu];
+      } else {
+        // uniform: groups of N blocks keep only the group's input and rebuild the whole group.
+        const bool opensGroup = position % m_recomputeNumLayers == 0;
+        if (opensGroup) groupRecompute = 0;
+        addSaturating(groupRecompute, lc.recomputeBytes);
+        lc.recomputeBytes = groupRecompute;
+        if (!opensGroup) lc.activationBytes = 0;
+      }
+    }
     if (resident) {
       // The share of each pass that is the gather is the difference to the same pass with
       // resident parameters (ZeRO-2), layer by layer.
-      const LayerCosts& r = (*resident)[static_cast<std::size_t>(l)];
+      const LayerCosts& r = (*resident)[lu];
       s.zeroGatherForwardMs += std::max(0.0, lc.forwardMs - r.forwardMs);
       s.zeroGatherBackwardMs += std::max(0.0, lc.backwardInputMs - r.backwardInputMs);
       s.zeroScatterWeightMs += std::max(0.0, lc.backwardWeightMs - r.backwardWeightMs);
@@ -173,13 +209,18 @@ StageCosts CostedModel::stage(const VirtualStage& vs) const {
     s.forwardCommMs += lc.forwardCommMs;
     s.backwardInputCommMs += lc.backwardInputCommMs;
     s.backwardWeightCommMs += lc.backwardWeightCommMs;
+    s.forwardHiddenCommMs += lc.forwardHiddenCommMs;
+    s.backwardInputHiddenCommMs += lc.backwardInputHiddenCommMs;
+    s.backwardWeightHiddenCommMs += lc.backwardWeightHiddenCommMs;
+    addSaturating(s.lowPrecisionWeightBytes, lc.lowPrecisionWeightBytes);
+    s.recomputeBytes = std::max(s.recomputeBytes, lc.recomputeBytes);
     addSaturating(s.activationBytes, lc.activationBytes);
     addSaturating(s.weightGradBytes, lc.weightGradBytes);
     s.outputBytes = lc.outputBytes;
     s.communicationBytes = std::max(s.communicationBytes, lc.communicationBytes);
     (trainable ? s.trainableParameters : s.frozenParameters) += lc.parameterCount();
     if (trainable) s.expertParameters += static_cast<double>(lc.expertParameterBytes) / 2.0;
-    if (trainable && m_tiedHead[c][static_cast<std::size_t>(l)]) s.tiedParameters += lc.parameterCount();
+    if (trainable && m_tiedHead[c][lu]) s.tiedParameters += lc.parameterCount();
     s.modelFlopsForward += lc.modelFlopsForward;
   }
   s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);

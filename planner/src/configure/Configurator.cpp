@@ -35,6 +35,22 @@ namespace {
 // How far below the last ranked throughput an estimate may be and still be simulated.
 constexpr double kEstimateMargin = 0.01;
 
+// The recipe's fixed settings onto a candidate whose recomputation mode is `rc`.
+void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
+  const Parallelism& from = recipe.parallel;
+  Parallelism& to = cfg.parallel;
+  cfg.precision = recipe.precision;
+  to.overlapGradReduce = from.overlapGradReduce;
+  to.overlapParamGather = from.overlapParamGather;
+  to.tpCommOverlap = from.tpCommOverlap;
+  to.gradReduceInFp32 = from.gradReduceInFp32;
+  if (rc == Recompute::Full) {
+    to.recomputeNumLayers = from.recomputeNumLayers;
+    to.recomputeMethod = from.recomputeMethod;
+  }
+  if (rc == Recompute::Selective) to.recomputeModules = from.recomputeModules;
+}
+
 std::vector<int> divisorsOf(std::int64_t n, std::int64_t limit) {
   std::vector<int> out;
   for (std::int64_t d = 1; d <= n && d <= limit; ++d) {
@@ -145,7 +161,7 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
                                    par.zeroStage, par.sequenceParallel, mbs);
   auto it = m_summaries.find(key);
   if (it != m_summaries.end()) return it->second;
-  PlanConfig config;
+  PlanConfig config = m_options.recipe;
   config.parallel = par;
   const CostedModel costs(m_model, m_cluster, config, mbs);
   CostSummary s;
@@ -392,6 +408,7 @@ Expected<Configuration> Search::run() {
                     for (const std::string& partition : m_options.partitions) {
                       Candidate cand;
                       PlanConfig& cfg = cand.config;
+                      applyRecipe(m_options.recipe, rc, cfg);
                       cfg.schedule = schedule;
                       cfg.devices = P;
                       cfg.microbatches = m;

@@ -40,12 +40,20 @@ struct StageCosts {
   double forwardCommMs = 0;  ///< collective share of forwardMs (TP/CP/EP/ZeRO-3)
   double backwardInputCommMs = 0;
   double backwardWeightCommMs = 0;
+  /// Collective time hidden under the passes' compute (LayerCosts), not part of their durations.
+  double forwardHiddenCommMs = 0;
+  double backwardInputHiddenCommMs = 0;
+  double backwardWeightHiddenCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
-  std::int64_t outputBytes = 0;         ///< of the stage's last layer: what is sent downstream
-  std::int64_t communicationBytes = 0;  ///< largest transient collective buffer of its layers
-  double trainableParameters = 0;       ///< this GPU's shard
-  double expertParameters = 0;          ///< part of trainableParameters in routed experts
+  std::int64_t outputBytes = 0;              ///< of the stage's last layer: what is sent downstream
+  std::int64_t communicationBytes = 0;       ///< largest transient collective buffer of its layers
+  std::int64_t lowPrecisionWeightBytes = 0;  ///< low-precision weight copies of its layers
+  /// Largest set of activations its backward rebuilds at once (a recomputed layer, or a group of
+  /// them under uniform recomputation).
+  std::int64_t recomputeBytes = 0;
+  double trainableParameters = 0;  ///< this GPU's shard
+  double expertParameters = 0;     ///< part of trainableParameters in routed experts
   double frozenParameters = 0;
   double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
   double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
@@ -77,7 +85,9 @@ class CostedModel {
   const LayerCosts& layer(int component, int layer, int device = 0) const;
   /// Layers of `component` on `device` (empty for an unknown component).
   const std::vector<LayerCosts>& component(int component, int device = 0) const;
-  /// A virtual stage's costs: the sum over its layers on its device.
+  /// A virtual stage's costs: the sum over its layers on its device. With full recomputation of
+  /// only some layers (Parallelism::recomputeNumLayers), the stage decides which: the first N
+  /// transformer layers (block), or every layer in groups of N that keep one input (uniform).
   StageCosts stage(const VirtualStage& stage) const;
   std::vector<StageCosts> stages(const std::vector<VirtualStage>& stages) const;
 
@@ -85,13 +95,19 @@ class CostedModel {
   int gpuClass(int device) const;
 
   bool m_blockwiseGathers = false;
+  RecomputeMethod m_recomputeMethod = RecomputeMethod::Uniform;
+  int m_recomputeNumLayers = 0;    ///< > 0 only with full recomputation
   std::vector<int> m_deviceClass;  ///< GPU class per device; empty: one GPU type for all
   /// [class][component][layer], and the same with resident parameters (ZeRO-2) for blockwise
   /// ZeRO-3 plans, whose gathers are the difference.
   std::vector<std::vector<std::vector<LayerCosts>>> m_costs;
   std::vector<std::vector<std::vector<LayerCosts>>> m_resident;
-  /// Per component: whether layer l is an embedding / a tied LM head (static memory rules).
+  /// [class][component][layer] without recomputation, for the layers block recomputation skips.
+  std::vector<std::vector<std::vector<LayerCosts>>> m_unrecomputed;
+  /// Per component: whether layer l is a tied LM head (static memory rules) / a transformer
+  /// block (what Megatron's --recompute-num-layers counts).
   std::vector<std::vector<char>> m_tiedHead;
+  std::vector<std::vector<char>> m_block;
   std::vector<char> m_trainable;
 };
 
