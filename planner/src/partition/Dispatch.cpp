@@ -40,6 +40,32 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedMo
   return liveMicrobatchesPerStage(*skeleton);
 }
 
+// The memory budget of every stage of `problem` (see partitionWith).
+void setMemoryBudgets(const PlanRequest& request, const std::map<int, int>& stagesOnDevice, PartitionProblem& problem) {
+  const double layers = std::max(1, problem.layers);
+  double staticPerLayer = 0, activationPerLayer = 0;
+  for (const double b : problem.staticBytes) staticPerLayer += b / layers;
+  for (const double b : problem.activationBytes) activationPerLayer += b / layers;
+  std::map<int, double> weightOnDevice;
+  std::map<int, int> mineOnDevice;
+  const auto weight = [&](const PartitionStage& st) {
+    return staticPerLayer + st.liveMicrobatches * activationPerLayer;
+  };
+  for (const PartitionStage& st : problem.stages) {
+    weightOnDevice[st.device] += weight(st);
+    ++mineOnDevice[st.device];
+  }
+  for (PartitionStage& st : problem.stages) {
+    const double limit = request.config.memoryLimitBytes
+                             ? static_cast<double>(*request.config.memoryLimitBytes)
+                             : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
+    if (limit <= 0) continue;
+    const double share = limit * mineOnDevice[st.device] / std::max(1, stagesOnDevice.at(st.device));
+    const double total = weightOnDevice[st.device];
+    st.memoryBudgetBytes = total > 0 ? share * weight(st) / total : share / mineOnDevice[st.device];
+  }
+}
+
 }  // namespace
 
 Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
@@ -75,9 +101,12 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   auto live = liveCounts(request, costs, generator, stages, control);
   if (!live) return live.error();
 
-  // Per-device budget: the GPU memory (or --memory-limit) shared evenly by the device's
-  // virtual stages; exact for one stage per device, a conservative split otherwise (the
-  // simulator's memory check has the last word).
+  // Per-device budget: the GPU memory (or --memory-limit), shared by the device's virtual
+  // stages. Each component gets its stages' share of the device; within it a stage gets the
+  // part a layer of it needs (static bytes + its live microbatches' activations, averaged over
+  // the component's layers), so that an even split of layers fits exactly when the device fits
+  // (interleaved schedules keep more microbatches in flight in their first chunks). The
+  // simulator's memory check has the last word.
   std::map<int, int> stagesOnDevice;
   for (const auto& vs : stages) ++stagesOnDevice[vs.device];
   std::vector<std::size_t> pipeline0;
@@ -110,14 +139,10 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         PartitionStage st;
         st.device = assigned[i].device;
         st.liveMicrobatches = (*live)[i];
-        const double limit =
-            request.config.memoryLimitBytes
-                ? static_cast<double>(*request.config.memoryLimitBytes)
-                : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
-        if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
         ps.push_back(st);
       }
-      const PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
+      PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
+      setMemoryBudgets(request, stagesOnDevice, problem);
       auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
       if (result.isCancelled()) return result.error();
       if (!result) {
