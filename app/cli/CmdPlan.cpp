@@ -93,6 +93,10 @@ int runPlan(const PlanOptions& o) {
   request.cluster = std::move(inputs->second);
   PlanConfig& cfg = request.config;
   cfg.schedule = o.schedule;
+  if (auto ours = scheduleForAlias(o.schedule)) {
+    std::cerr << "plan: " << o.schedule << " is PyTorch's name for our " << *ours << '\n';
+    cfg.schedule = std::string(*ours);
+  }
   cfg.devices = o.devices;
   cfg.microbatches = o.microbatches;
   cfg.partition = o.partition;

@@ -197,6 +197,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (!stages) return stages.error();
   Plan shell;
   shell.config = cfg;
+  shell.config.schedule = std::string(generator->name());  // PyTorch's name → ours
   generator->configure(shell.config);
   shell.model = request.model;
   shell.cluster = request.cluster;
