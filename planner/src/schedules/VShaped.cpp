@@ -190,7 +190,7 @@ class GreedyGenerator final : public ScheduleGenerator {
 
   // Spec::fixed's budgets: dualpipe-v keeps its own budget or PyTorch's DualPipeV peak,
   // whichever is larger, so it never needs more memory than PyTorch's to match it;
-  // interleaved-zb keeps 1F1B-I's peak (Megatron-LM's interleaved order) on every device.
+  // interleaved-zb keeps 1F1B-I's peak (Megatron-LM's interleaved order, max over devices).
   void budgetFromFixedOrders(const ScheduleInput& input, std::vector<std::int64_t>& caps) const {
     if (m_spec.fixed == Spec::Fixed::TorchDualPipeV) {
       if (auto o = torchDualPipeVOrder(input)) {
@@ -198,8 +198,11 @@ class GreedyGenerator final : public ScheduleGenerator {
         for (std::size_t d = 0; d < caps.size() && d < peaks.size(); ++d) caps[d] = std::max(caps[d], peaks[d]);
       }
     } else if (m_spec.fixed == Spec::Fixed::InterleavedZeroBubble) {
+      // 1F1B-I's memory is its peak over the devices (the first device's, with equal stages):
+      // every device may hold that much.
       const auto peaks = orderPeakBytes(input, interleavedOrder(input, input.shape.devices));
-      for (std::size_t d = 0; d < caps.size() && d < peaks.size(); ++d) caps[d] = peaks[d];
+      const std::int64_t peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+      std::fill(caps.begin(), caps.end(), peak);
     }
   }
 
@@ -269,7 +272,13 @@ class GreedyGenerator final : public ScheduleGenerator {
           if (t.peakBytes[d] > caps[d]) return;
         }
       }
-      if (!best || fasterThan(t, bestTiming)) {
+      // Schedules that match another scheduler's orders take the smaller peak on a tie.
+      const auto peakOf = [](const OrderTiming& x) {
+        return x.peakBytes.empty() ? 0 : *std::max_element(x.peakBytes.begin(), x.peakBytes.end());
+      };
+      const bool smallerOnTie = m_spec.fixed != Spec::Fixed::None && best && !fasterThan(bestTiming, t) &&
+                                peakOf(t) < peakOf(bestTiming);
+      if (!best || fasterThan(t, bestTiming) || smallerOnTie) {
         best.emplace(recipe, std::move(order));
         bestTiming = std::move(t);
       }
