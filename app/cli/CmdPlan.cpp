@@ -93,7 +93,7 @@ int runPlan(const PlanOptions& o) {
   request.cluster = std::move(inputs->second);
   PlanConfig& cfg = request.config;
   cfg.schedule = o.schedule;
-  if (auto ours = scheduleForAlias(o.schedule)) {
+  if (auto ours = scheduleForAlias(o.schedule); ours && *ours != o.schedule) {
     std::cerr << "plan: " << o.schedule << " is PyTorch's name for our " << *ours << '\n';
     cfg.schedule = std::string(*ours);
   }

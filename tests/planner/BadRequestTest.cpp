@@ -27,7 +27,7 @@ TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "zb-h2", 4, 3, 1)).find("at least 4 microbatches"),
             std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 6, 2)).find("multiple of the 4 devices"),
+  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 3, 2)).find("at least 4 microbatches"),
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "zb-v", 4, 8, 3)).find("even number of chunks"), std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "v-half", 4, 8, 1)).find("v-half needs an even number of chunks"),
