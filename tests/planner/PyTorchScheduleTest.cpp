@@ -184,7 +184,7 @@ TEST(PyTorchSchedules, PyTorchNamesAreAliases) {
   EXPECT_EQ(scheduleForAlias("InterleavedZeroBubble"), "interleaved-zb");
   EXPECT_FALSE(scheduleForAlias("zb-v").has_value());
   for (const auto& [name, chunks] : {std::pair{"GPipe", 1}, std::pair{"1F1B", 1}, std::pair{"Interleaved1F1B", 2},
-                                      std::pair{"ZBVZeroBubble", 2}, std::pair{"DualPipeV", 2}}) {
+                                     std::pair{"ZBVZeroBubble", 2}, std::pair{"DualPipeV", 2}}) {
     const Plan plan = mustPlan(unitRequest(name, 4, 8, chunks));
     EXPECT_EQ(plan.config.schedule, std::string(*scheduleForAlias(name))) << name;
   }

@@ -343,8 +343,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
         // here the two ops back to back, paired by PlanConfig::overlapForwardBackward.
         const std::size_t close = action.find(')');
         if (close == std::string_view::npos || action.substr(close) != kOverlapSuffix) {
-          fail(lineNo, column,
-               "'" + excerpt(action) + "': expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
+          fail(lineNo, column, "'" + excerpt(action) + "': expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
           continue;
         }
         const std::string_view inner = action.substr(1, close - 1);
@@ -364,7 +363,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
             ok = false;
           } else if (parsed[k].communication) {
             fail(lineNo, column,
-                 "'" + excerpt(action) + "': '" + excerpt(members[k]) + "' is not a compute action (expected F, I, W or B)");
+                 "'" + excerpt(action) + "': '" + excerpt(members[k]) +
+                     "' is not a compute action (expected F, I, W or B)");
             ok = false;
           }
         }
@@ -392,9 +392,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   // Trailing blank lines are not rows.
   if (rows != shape.devices) {
     fail(lineNo, 1,
-         "the schedule has " + std::to_string(rows) + " rank row(s) but the plan has " +
-             std::to_string(shape.devices) + " devices (--devices " + std::to_string(shape.devices) +
-             "; expected one row per device)");
+         "the schedule has " + std::to_string(rows) + " rank row(s) but the plan has " + std::to_string(shape.devices) +
+             " devices (--devices " + std::to_string(shape.devices) + "; expected one row per device)");
   }
 
   // Completeness: every stage, every microbatch: F and either B (fused) or I and W. PyTorch

@@ -4,12 +4,12 @@
 // reproduced step for step, so a compute_comms CSV we write is the one PyTorch would dump.
 #include "TorchSchedule.hpp"
 
-#include "pipestudio/plan/Dependencies.hpp"
-
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
+
+#include "pipestudio/plan/Dependencies.hpp"
 
 namespace pipestudio::torchpp {
 namespace {
@@ -278,7 +278,8 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
         lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
       }
     }
-    for (const OverlapGroup& g : overlappedGroups(plan, lanes)) groupAt[static_cast<std::size_t>(g.device)][g.first] = g.size;
+    for (const OverlapGroup& g : overlappedGroups(plan, lanes))
+      groupAt[static_cast<std::size_t>(g.device)][g.first] = g.size;
   }
   IdVector<int> laneIndex(devices, 0);
   int pendingMembers = 0;  // members of the current OVERLAP_F_B still to come on that device
@@ -474,7 +475,9 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
         const bool forward = member.type == ActionType::F;
         const Action send{member.stage, forward ? ActionType::SendF : ActionType::SendB, member.microbatch, {}};
         const Action recv{forward ? member.stage + 1 : member.stage - 1,
-                          forward ? ActionType::RecvF : ActionType::RecvB, member.microbatch, {}};
+                          forward ? ActionType::RecvF : ActionType::RecvB,
+                          member.microbatch,
+                          {}};
         out[rank].push_back(send);
         done[rank].insert(send);
         const int peer = stageToRank(recv.stage);

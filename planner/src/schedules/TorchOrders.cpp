@@ -105,7 +105,7 @@ std::optional<std::vector<std::vector<OrderedOp>>> torchDualPipeVOrder(const Sch
     if (s0 < 0 || s1 < 0) return std::nullopt;
     Lane lane(out[static_cast<std::size_t>(r)], stages);
     for (int i = 0; i < 2 * (p - r - 1); ++i) lane.forward(s0);  // 1
-    for (int i = 0; i < r + 1; ++i) {                          // 2
+    for (int i = 0; i < r + 1; ++i) {                            // 2
       lane.forward(s0);
       lane.forward(s1);
     }

@@ -276,8 +276,8 @@ class GreedyGenerator final : public ScheduleGenerator {
       const auto peakOf = [](const OrderTiming& x) {
         return x.peakBytes.empty() ? 0 : *std::max_element(x.peakBytes.begin(), x.peakBytes.end());
       };
-      const bool smallerOnTie = m_spec.fixed != Spec::Fixed::None && best && !fasterThan(bestTiming, t) &&
-                                peakOf(t) < peakOf(bestTiming);
+      const bool smallerOnTie =
+          m_spec.fixed != Spec::Fixed::None && best && !fasterThan(bestTiming, t) && peakOf(t) < peakOf(bestTiming);
       if (!best || fasterThan(t, bestTiming) || smallerOnTie) {
         best.emplace(recipe, std::move(order));
         bestTiming = std::move(t);
