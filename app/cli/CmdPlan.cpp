@@ -1,3 +1,4 @@
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -62,9 +63,9 @@ Json fillReportJson(const FillReport& r) {
 }
 
 std::string times(double factor) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", factor);
-  return buf;
+  std::array<char, 32> buf{};
+  std::snprintf(buf.data(), buf.size(), "%.2fx", factor);
+  return buf.data();
 }
 
 void printFillReport(const FillReport& r, std::ostream& out) {

@@ -3,6 +3,7 @@
 #include "pipestudio/planner/Planner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -98,9 +99,10 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
     return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " +
                  where};
   }
-  if (C > 1 && (t.seq % (2 * C) != 0)) {
+  if (C > 1 && (t.seq % (2 * static_cast<std::int64_t>(C)) != 0)) {
     return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
-                 ") to be a multiple of 2·C = " + str(2 * C) + " (ring attention's load-balanced chunks)"};
+                 ") to be a multiple of 2·C = " + str(2 * static_cast<std::int64_t>(C)) +
+                 " (ring attention's load-balanced chunks)"};
   }
   return {};
 }
@@ -110,8 +112,8 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
 Expected<PlanRequest> resolveRequest(PlanRequest request) {
   PlanConfig& cfg = request.config;
   Parallelism& par = cfg.parallel;
-  const std::pair<const char*, int> degrees[] = {
-      {"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}};
+  const std::array<std::pair<const char*, int>, 4> degrees = {
+      {{"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}}};
   for (const auto& [flag, value] : degrees) {
     if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
   }
@@ -248,11 +250,11 @@ Status checkMemory(const Plan& plan) {
     fits = false;
     const MemoryBreakdown& mb = dm.memory;
     // The largest part is what to attack first.
-    const std::pair<const char*, std::int64_t> parts[] = {{"parameters", mb.parameterBytes},
-                                                          {"gradients", mb.gradientBytes},
-                                                          {"optimizer state", mb.optimizerBytes},
-                                                          {"activations", dm.peakActivationBytes},
-                                                          {"collective buffers", mb.communicationBytes}};
+    const std::array<std::pair<const char*, std::int64_t>, 5> parts = {{{"parameters", mb.parameterBytes},
+                                                                        {"gradients", mb.gradientBytes},
+                                                                        {"optimizer state", mb.optimizerBytes},
+                                                                        {"activations", dm.peakActivationBytes},
+                                                                        {"collective buffers", mb.communicationBytes}}};
     const auto* largest = &parts[0];
     for (const auto& p : parts) {
       if (p.second > largest->second) largest = &p;

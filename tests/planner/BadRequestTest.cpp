@@ -135,7 +135,7 @@ TEST(Deadlock, PlantedCycleIsReported) {
                {op(1, OpKind::F, 1), op(1, OpKind::F, 0), op(1, OpKind::BW, 0), op(1, OpKind::BW, 1)}};
   auto plan = simulate(r, s);
   ASSERT_FALSE(plan.hasValue());
-  const std::string msg = plan.message();
+  const std::string& msg = plan.message();
   EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
   EXPECT_NE(msg.find("device 0 waits at BW(stage 0, microbatch 0) for BW(stage 1, microbatch 0) on device 1"),
             std::string::npos)

@@ -39,6 +39,7 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators() {
   static const auto owned = buildRegistry();
   static const std::vector<const ScheduleGenerator*> view = [] {
     std::vector<const ScheduleGenerator*> v;
+    v.reserve(owned.size());
     for (const auto& g : owned) v.push_back(g.get());
     return v;
   }();
