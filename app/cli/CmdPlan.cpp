@@ -1,3 +1,4 @@
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -64,9 +65,9 @@ Json fillReportJson(const FillReport& r) {
 }
 
 std::string times(double factor) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", factor);
-  return buf;
+  std::array<char, 32> buf{};
+  std::snprintf(buf.data(), buf.size(), "%.2fx", factor);
+  return buf.data();
 }
 
 void printFillReport(const FillReport& r, std::ostream& out) {
@@ -95,6 +96,10 @@ int runPlan(const PlanOptions& o) {
   request.cluster = std::move(inputs->second);
   PlanConfig& cfg = request.config;
   cfg.schedule = o.schedule;
+  if (auto ours = scheduleForAlias(o.schedule); ours && *ours != o.schedule) {
+    std::cerr << "plan: " << o.schedule << " is PyTorch's name for our " << *ours << '\n';
+    cfg.schedule = std::string(*ours);
+  }
   cfg.devices = o.devices;
   cfg.microbatches = o.microbatches;
   cfg.partition = o.partition;

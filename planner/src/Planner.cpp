@@ -3,6 +3,7 @@
 #include "pipestudio/planner/Planner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -97,9 +98,10 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
     return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " +
                  where};
   }
-  if (C > 1 && (t.seq % (2 * C) != 0)) {
+  if (C > 1 && (t.seq % (2 * static_cast<std::int64_t>(C)) != 0)) {
     return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
-                 ") to be a multiple of 2·C = " + str(2 * C) + " (ring attention's load-balanced chunks)"};
+                 ") to be a multiple of 2·C = " + str(2 * static_cast<std::int64_t>(C)) +
+                 " (ring attention's load-balanced chunks)"};
   }
   return {};
 }
@@ -177,8 +179,8 @@ Status checkRecompute(const PlanRequest& request) {
 Expected<PlanRequest> resolveRequest(PlanRequest request) {
   PlanConfig& cfg = request.config;
   Parallelism& par = cfg.parallel;
-  const std::pair<const char*, int> degrees[] = {
-      {"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}};
+  const std::array<std::pair<const char*, int>, 4> degrees = {
+      {{"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}}};
   for (const auto& [flag, value] : degrees) {
     if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
   }
@@ -266,6 +268,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   // reads them. The partitioners see the request's config, whose costs are the same unless
   // the schedule's settings change them (blockwise ZeRO-3 gathers one chunk per block).
   PlanConfig configured = cfg;
+  configured.schedule = std::string(generator->name());  // PyTorch's name → ours
   generator->configure(configured);
   const CostedModel costs(request.model, request.cluster, configured);
   partition::PartitionHints withCosts = hints;
@@ -325,11 +328,11 @@ Status checkMemory(const Plan& plan) {
     fits = false;
     const MemoryBreakdown& mb = dm.memory;
     // The largest part is what to attack first.
-    const std::pair<const char*, std::int64_t> parts[] = {{"parameters", mb.parameterBytes},
-                                                          {"gradients", mb.gradientBytes},
-                                                          {"optimizer state", mb.optimizerBytes},
-                                                          {"activations", dm.peakActivationBytes},
-                                                          {"collective buffers", mb.communicationBytes}};
+    const std::array<std::pair<const char*, std::int64_t>, 5> parts = {{{"parameters", mb.parameterBytes},
+                                                                        {"gradients", mb.gradientBytes},
+                                                                        {"optimizer state", mb.optimizerBytes},
+                                                                        {"activations", dm.peakActivationBytes},
+                                                                        {"collective buffers", mb.communicationBytes}}};
     const auto* largest = &parts[0];
     for (const auto& p : parts) {
       if (p.second > largest->second) largest = &p;
