@@ -730,7 +730,8 @@ std::string TimelineData::describe(ItemRef ref) const {
   out += "start " + formatMs(op.startMs) + " · end " + formatMs(op.endMs) + " · duration " + formatMs(op.durationMs());
   const CollectiveShare share = collectiveShare(ref.index);
   if (share.collectiveMs > 0 || share.hiddenMs > 0) {
-    std::snprintf(buf.data(), buf.size(), "\ncollectives (TP/CP/EP/ZeRO): %s exposed, %.0f %% of the op (%s); %s hidden",
+    std::snprintf(buf.data(), buf.size(),
+                  "\ncollectives (TP/CP/EP/ZeRO): %s exposed, %.0f %% of the op (%s); %s hidden",
                   formatMs(share.collectiveMs).c_str(), 100.0 * share.fraction(), formatMs(share.passMs).c_str(),
                   formatMs(share.hiddenMs).c_str());
     out += buf.data();
