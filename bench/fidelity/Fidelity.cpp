@@ -44,31 +44,25 @@ struct Options {
   bool check = false;
 };
 
-// GPT-style model (learned embeddings tied with the LM head, GELU MLP of 4h, multi-head
-// attention) from a published row's shape.
-ModelSpec gptModel(const std::string& name, int layers, int hidden, int heads, int seq, int vocab,
-                   AttentionKind attention, bool dropout) {
+// A decoder: an embedding, `layers` copies of `block` and an output layer over `vocab` tokens,
+// the embedding and the output layer sharing their weight when `tied`.
+ModelSpec decoderModel(const std::string& name, int layers, const TransformerShape& block, std::int64_t vocab,
+                       bool tied) {
   ModelSpec m;
   m.name = name;
   Component c;
   c.name = "backbone";
   TransformerShape vocabShape;
-  vocabShape.hidden = hidden;
-  vocabShape.seq = seq;
-  vocabShape.heads = heads;
+  vocabShape.hidden = block.hidden;
+  vocabShape.seq = block.seq;
+  vocabShape.heads = block.heads;
   vocabShape.vocab = vocab;
   Layer embedding;
   embedding.name = "embedding";
   embedding.kind = "embedding";
   embedding.transformer = vocabShape;
-  embedding.tied = true;
+  embedding.tied = tied;
   c.layers.push_back(embedding);
-  TransformerShape block;
-  block.hidden = hidden;
-  block.seq = seq;
-  block.heads = heads;
-  block.attention = attention;
-  block.dropout = dropout;
   for (int l = 0; l < layers; ++l) {
     Layer layer;
     layer.name = "block." + std::to_string(l);
@@ -80,10 +74,23 @@ ModelSpec gptModel(const std::string& name, int layers, int hidden, int heads, i
   head.name = "lm_head";
   head.kind = "lm_head";
   head.transformer = vocabShape;
-  head.tied = true;
+  head.tied = tied;
   c.layers.push_back(head);
   m.components.push_back(std::move(c));
   return m;
+}
+
+// GPT-style model (learned embeddings tied with the LM head, GELU MLP of 4h, multi-head
+// attention) from a published row's shape.
+ModelSpec gptModel(const std::string& name, int layers, int hidden, int heads, int seq, int vocab,
+                   AttentionKind attention, bool dropout) {
+  TransformerShape block;
+  block.hidden = hidden;
+  block.seq = seq;
+  block.heads = heads;
+  block.attention = attention;
+  block.dropout = dropout;
+  return decoderModel(name, layers, block, vocab, true);
 }
 
 // The row's cluster: the bundled file's GPU and links, with as many nodes as the run used, and
@@ -291,43 +298,15 @@ RowPredictor llamaPredictor(const Json& row, const ModelSpec& llama, const Clust
 // A decoder from a model's public architecture: embedding, `layers` blocks, output layer.
 // Squared-ReLU MLPs (Nemotron) have GELU's two matrices; FlashAttention, causal, no dropout.
 ModelSpec recipeModel(const std::string& name, const Json& arch, int seq) {
-  ModelSpec m;
-  m.name = name;
-  Component c;
-  c.name = "backbone";
-  TransformerShape vocabShape;
-  vocabShape.hidden = arch["hidden"].get<int>();
-  vocabShape.seq = seq;
-  vocabShape.heads = arch["heads"].get<int>();
-  vocabShape.vocab = arch["vocab"].get<int>();
-  const bool tied = arch.value("tied", false);
-  TransformerShape block = vocabShape;
-  block.vocab.reset();
+  TransformerShape block;
+  block.hidden = arch["hidden"].get<int>();
+  block.seq = seq;
+  block.heads = arch["heads"].get<int>();
   block.kvHeads = arch.value("kv_heads", 0);
   block.ffn = arch["ffn"].get<int>();
   block.mlp = arch.value("mlp", std::string("gelu")) == "swiglu" ? MlpKind::SwiGlu : MlpKind::Gelu;
   block.dropout = false;
-  Layer embedding;
-  embedding.name = "embedding";
-  embedding.kind = "embedding";
-  embedding.transformer = vocabShape;
-  embedding.tied = tied;
-  c.layers.push_back(embedding);
-  for (int l = 0; l < arch["layers"].get<int>(); ++l) {
-    Layer layer;
-    layer.name = "block." + std::to_string(l);
-    layer.kind = "transformer";
-    layer.transformer = block;
-    c.layers.push_back(layer);
-  }
-  Layer head;
-  head.name = "lm_head";
-  head.kind = "lm_head";
-  head.transformer = vocabShape;
-  head.tied = tied;
-  c.layers.push_back(head);
-  m.components.push_back(std::move(c));
-  return m;
+  return decoderModel(name, arch["layers"].get<int>(), block, arch["vocab"].get<int>(), arch.value("tied", false));
 }
 
 // A recipe row as the recipe runs it: its degrees, micro and global batch, precision and the

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "CostFixtures.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/GpuCatalog.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -17,29 +18,14 @@ namespace {
 // Round numbers and no shape effects (no SM count): bf16 100 TFLOP/s at 50 %, fp8 200 TFLOP/s
 // at 50 %, 1 TB/s of HBM.
 GpuSpec testGpu() {
-  GpuSpec g;
-  g.name = "test";
-  g.peakTflops = 100;
+  GpuSpec g = test::roundGpu();
   g.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Fp8)] = 200;
-  g.memoryGib = 80;
-  g.efficiency = 0.5;
-  g.memoryBandwidthGBps = 1000;
   return g;
 }
 
 // A GPT block of hidden h, sequence s, heads a: GELU MLP of 4h, multi-head attention,
 // FlashAttention, dropout.
-Layer block(std::int64_t h, std::int64_t s, std::int64_t a) {
-  Layer l;
-  l.name = "block";
-  l.kind = "transformer";
-  TransformerShape t;
-  t.hidden = h;
-  t.seq = s;
-  t.heads = a;
-  l.transformer = t;
-  return l;
-}
+Layer block(std::int64_t h, std::int64_t s, std::int64_t a) { return test::gptBlock(h, s, a); }
 
 CostContext context(Precision p = Precision::Bf16, int tp = 1, std::int64_t b = 2) {
   CostContext c;

@@ -8,27 +8,17 @@
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
 
 namespace pipestudio {
 namespace {
 
-std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
-
-PlanRequest request(const std::string& model, const std::string& cluster) {
-  auto m = loadModel(res("models/" + model));
-  auto c = loadCluster(res("clusters/" + cluster));
-  EXPECT_TRUE(m.hasValue()) << m.message();
-  EXPECT_TRUE(c.hasValue()) << c.message();
-  PlanRequest r;
-  if (m) r.model = *m;
-  if (c) r.cluster = *c;
-  return r;
-}
+using test::bundledRequest;
 
 // NVIDIA's Llama 3 70B FP8 pre-training recipe on 64 H100s (Megatron-Bridge 26.04.01: TP 4,
 // PP 8, VP 5, micro batch 1, global batch 256, distributed optimizer, no recomputation).
 PlanRequest llama70bRecipe() {
-  PlanRequest r = request("llama3-70b.json", "h100-8x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-70b", "h100-8x8-ib");
   r.config.schedule = "interleaved-1f1b";
   r.config.devices = 8;
   r.config.chunksPerDevice = 5;
@@ -43,7 +33,7 @@ PlanRequest llama70bRecipe() {
 }
 
 TEST(RecipePlan, APrecisionTheGpuLacksIsRefusedWithWhatItHas) {
-  PlanRequest r = request("llama3-8b.json", "a100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "a100-4x8-ib");
   r.config.schedule = "1f1b";
   r.config.devices = 4;
   r.config.microbatches = 8;
@@ -56,7 +46,7 @@ TEST(RecipePlan, APrecisionTheGpuLacksIsRefusedWithWhatItHas) {
 }
 
 TEST(RecipePlan, RecomputeModulesTheModelLacksAreRefused) {
-  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
   r.config.schedule = "1f1b";
   r.config.devices = 4;
   r.config.microbatches = 8;
@@ -69,7 +59,7 @@ TEST(RecipePlan, RecomputeModulesTheModelLacksAreRefused) {
 }
 
 TEST(RecipePlan, RecomputeLayersBeyondAVirtualStageAreRefusedWithTheNumbers) {
-  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
   r.config.schedule = "1f1b";
   r.config.devices = 4;
   r.config.microbatches = 8;
@@ -150,10 +140,9 @@ TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
 // Screening does not hide better plans: doubling the simulation budget leaves the top five of the
 // bundled examples as they were.
 TEST(RecipePlan, DoublingTheScreeningBudgetKeepsTheTopFive) {
-  for (const auto& [model, cluster] :
-       {std::pair{"llama3-70b.json", "h100-8x8-ib.json"}, std::pair{"llama3-8b.json", "h100-4x8-ib.json"},
-        std::pair{"gpt3-1.3b.json", "a100-4x8-ib.json"}}) {
-    const PlanRequest r = request(model, cluster);
+  for (const auto& [model, cluster] : {std::pair{"llama3-70b", "h100-8x8-ib"}, std::pair{"llama3-8b", "h100-4x8-ib"},
+                                       std::pair{"gpt3-1.3b", "a100-4x8-ib"}}) {
+    const PlanRequest r = bundledRequest(model, cluster);
     ConfigureOptions once;
     ConfigureOptions twice = once;
     twice.maxSimulations = 2 * once.maxSimulations;
