@@ -60,7 +60,8 @@ std::optional<CsvDialect> csvDialectFromName(std::string_view name);  ///< curre
 /// actions, each `<stage><type><microbatch>` with stage = virtual stage id and type F (forward),
 /// I (input gradient, our B), W (weight gradient) or B (fused backward, our BW); with
 /// CsvFormat::ComputeComms the communication and FSDP/gradient-reduction actions are placed
-/// where `_PipelineScheduleRuntime._prepare_schedule_with_comms` places them. The order is
+/// where `_PipelineScheduleRuntime._prepare_schedule_with_comms` places them (a plan with its own
+/// FSDP actions, Plan::fsdpActions, keeps those and gets the sends and receives around them). The order is
 /// checked with `_validate_schedule`'s rules first (validateTorchSchedule). Ops PyTorch cannot
 /// express (N, S, T, OPT, partial batches, a bidirectional model) give an Error naming the op.
 Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format = CsvFormat::ComputeOnly);
@@ -107,14 +108,21 @@ struct CsvScheduleShape {
   int microbatches = 0;
   std::vector<VirtualStage> virtualStages;  ///< in id order; empty: infer placement from the CSV
   CsvDialect dialect = CsvDialect::Current;
+  /// The stages are FSDP modules (ZeRO-3): a compute_comms file's UNSHARD / RESHARD / REDUCE_GRAD
+  /// are checked as PyTorch's runtime checks them.
+  bool fsdp = false;
 };
 
 /// Parses schedule CSV text into per-device op orders. Empty cells (PyTorch writes `None` steps
 /// as empty strings) are skipped. `(0F7;7B3)OVERLAP_F_B` gives its two ops back to back (the plan
 /// overlaps them when PlanConfig::overlapForwardBackward is set: csvHasOverlappedPairs). The
-/// compute_comms cells SEND_F/RECV_F/SEND_B/RECV_B and UNSHARD/RESHARD/REDUCE_GRAD are checked
-/// (stage on that row, microbatch in range) and give no op: the plan's transfers follow from its
-/// data flow, and its ZeRO-3 gathers and gradient reduce-scatters are costed with the passes.
+/// compute_comms cells SEND_F/RECV_F/SEND_B/RECV_B are checked (stage on that row, microbatch in
+/// range) and give no op: the plan's transfers follow from its data flow. UNSHARD, RESHARD and
+/// REDUCE_GRAD become the skeleton's fsdpActions (under ZeRO-3: one gather per window, one
+/// gradient reduce-scatter per stage); with `shape.fsdp` a compute_comms file's actions must pass
+/// the checks of PyTorch's runtime (no pass on a sharded stage, no double UNSHARD, no RESHARD
+/// without a pass since the UNSHARD, none left unsharded or unused at the end of the row) and
+/// every stage needs one REDUCE_GRAD after its last W or B.
 /// A stage may mix full backward B with split I/W, one form per microbatch. Every problem is an
 /// Error `source:line:col: what (expected …)`: an unknown action, a stage placed on another
 /// device (or out of range), a microbatch out of range, a duplicated op, a missing op, a row
@@ -127,6 +135,10 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
 
 /// Whether the CSV text has overlapped F&B pairs (`(…)OVERLAP_F_B`, PyTorch's DualPipeV).
 bool csvHasOverlappedPairs(std::string_view text);
+
+/// Whether the CSV text has FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD): its plan then sets
+/// PlanConfig::fsdpWindows.
+bool csvHasFsdpActions(std::string_view text);
 
 /// Rewrites schedule CSV text from one dialect's letters to the other's (legacy B ↔ I, BW ↔ B);
 /// communication and FSDP actions pass through. An unrecognised action is an Error naming the
