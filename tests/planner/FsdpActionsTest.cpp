@@ -108,7 +108,10 @@ TEST(FsdpActions, ImportedWindowsGatherOncePerWindowAndReduceOncePerStage) {
                                     actions[op.device][static_cast<std::size_t>(k)]->beforePass <= pass[op.device];
          ++k) {
       const FsdpAction& a = *actions[op.device][static_cast<std::size_t>(k)];
-      if (a.kind == FsdpActionKind::Unshard) open[a.virtualStage] = true, paid[a.virtualStage] = false;
+      if (a.kind == FsdpActionKind::Unshard) {
+        open[a.virtualStage] = true;
+        paid[a.virtualStage] = false;
+      }
       if (a.kind == FsdpActionKind::Reshard) open[a.virtualStage] = false;
     }
     ++pass[op.device];

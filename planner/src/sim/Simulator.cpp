@@ -167,17 +167,24 @@ IdVector<double> fsdpWindowSavingsMs(const Plan& shell, const ScheduleSkeleton& 
     for (std::size_t i = 0; i < lane.size(); ++i) {
       const OrderedOp& o = lane[i];
       double saved = 0;
-      if (isPass(o.kind) && o.samples == 0 && o.virtualStage >= 0 && o.virtualStage < stages) {
+      if (isPass(o.kind) && o.virtualStage >= 0 && o.virtualStage < stages) {
         for (; next < actions.size() && actions[next]->beforePass <= pass; ++next) {
           const FsdpAction& a = *actions[next];
           if (a.virtualStage < 0 || a.virtualStage >= stages) continue;
           const auto s = static_cast<std::size_t>(a.virtualStage);
-          if (a.kind == FsdpActionKind::Unshard) open[s] = 1, paid[s] = 0;
+          if (a.kind == FsdpActionKind::Unshard) {
+            open[s] = 1;
+            paid[s] = 0;
+          }
           if (a.kind == FsdpActionKind::Reshard) open[s] = 0;
         }
         ++pass;
         const auto s = static_cast<std::size_t>(o.virtualStage);
         const StageCosts& c = costs[o.virtualStage];
+        if (o.samples > 0) {  // partial batches are frozen work, never ZeRO-3-sharded passes
+          out.push_back(0);
+          continue;
+        }
         if (o.kind != OpKind::W && open[s]) {
           if (paid[s]) saved += o.kind == OpKind::F ? c.zeroGatherForwardMs : c.zeroGatherBackwardMs;
           paid[s] = 1;
