@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "pipestudio/common/Json.hpp"
@@ -24,9 +27,9 @@ CliRun run(const std::string& args) {
   CliRun r;
   FILE* pipe = popen((kCli + " " + args + " 2>&1").c_str(), "r");
   if (!pipe) return r;
-  char buf[4096];
+  std::array<char, 4096> buf{};
   std::size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
   const int st = pclose(pipe);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
@@ -157,14 +160,10 @@ TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
 }
 
 std::string readText(const fs::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return {};
-  std::string text;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  std::fclose(f);
-  return text;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 // Issue 28 item 12: torchtitan main takes a Python configuration (--module/--config); the TOML
@@ -192,9 +191,10 @@ TEST_F(Cli, ExportTorchtitanWritesPythonForMainAndTomlOnRequest) {
   EXPECT_EQ(base.out.find("note"), std::string::npos) << base.out;
   EXPECT_NE(readText(dir / "based.py").find("\"my.configs:gpt3\""), std::string::npos);
 
+  const std::string exportTitan = "export " + plan + " --format torchtitan ";
   for (const std::string& args : {std::string("-o ") + (dir / "old.toml").string(),
                                   "--torchtitan-config toml -o " + (dir / "old.cfg").string()}) {
-    const CliRun toml = run("export " + plan + " --format torchtitan " + args);
+    const CliRun toml = run(exportTitan + args);
     ASSERT_EQ(toml.status, 0) << toml.out;
     EXPECT_NE(toml.out.find("torchtitan v0.2.2 TOML job config"), std::string::npos) << toml.out;
   }

@@ -25,7 +25,7 @@ ModelSpec lm(int decoders, bool tied = false) {
   ModelSpec m = test::equalLayers(decoders + 2, 1.0, 1.0, 0.8);
   m.name = "lm";
   auto& layers = m.components.front().layers;
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].kind = "transformer";
+  for (Layer& layer : layers) layer.kind = "transformer";
   for (Layer* end : {&layers.front(), &layers.back()}) {
     end->forwardMs = end->backwardInputMs = end->backwardWeightMs = 0.01;
     end->tied = tied;
@@ -353,7 +353,7 @@ TEST(TorchScheduleValidation, PyTorchsRulesWithOurMessages) {
 TEST(MegatronExport, ForkRefusalSaysWhatMakesTheSplitUnevenAndWhatWorks) {
   auto uniform = megatronExport(planOf(lm(32), "zb-h1", 4, 8, 1, 1, "uniform"));
   ASSERT_FALSE(uniform.hasValue());
-  const std::string why = uniform.message();
+  const std::string& why = uniform.message();
   EXPECT_NE(why.find("7,8,9,8 decoder layers, where the fork runs 8 on each"), std::string::npos) << why;
   EXPECT_NE(why.find("uneven only because the uniform partition counts the model's embedding and lm_head as layers"),
             std::string::npos)

@@ -184,6 +184,7 @@ TEST(Oracle, ZbH2NeverLosesToZbH1OnUnevenStages) {
     const int devices = 2 + trial % 5;
     const int micro = devices * (1 + trial % 3) + trial % 2;
     std::vector<std::tuple<double, double, double>> fbw;
+    fbw.reserve(static_cast<std::size_t>(devices));
     for (int d = 0; d < devices; ++d) fbw.emplace_back(ms(rng), ms(rng), ms(rng));
     const ClusterSpec cluster = freeCluster(devices, trial % 3 == 0 ? 0.0 : 2.0, trial % 3 == 0 ? 0.0 : 300.0);
     const Plan a = mustPlan(request(layersOf(fbw), cluster, "zb-h1", devices, micro, 1));

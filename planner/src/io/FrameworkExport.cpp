@@ -168,6 +168,7 @@ std::string stageSymbols(const StageLayers& s) {
 // Layout string with runs of equal stages folded as `(s|)*n`.
 std::string layoutString(const std::vector<StageLayers>& stages) {
   std::vector<std::string> symbols;
+  symbols.reserve(stages.size());
   for (const auto& s : stages) symbols.push_back(stageSymbols(s));
   std::string out;
   std::size_t i = 0;
@@ -211,6 +212,7 @@ std::vector<int> decodersPerStage(const std::vector<Layer>& layers, const std::v
 // decoder layers and adds the embedding to the first stage and the output layer to the last.
 std::string forkUnevenReason(const Plan& plan, const std::vector<StageLayers>& stages, int decoders, int stageCount) {
   std::vector<int> planCounts;
+  planCounts.reserve(stages.size());
   for (const StageLayers& s : stages) planCounts.push_back(s.decoder);
   const std::string& partitionName = plan.config.partition;
   std::string out =
@@ -442,7 +444,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     // megatron/training/arguments.py (validate_args) requires the first three and asserts a
     // sequence length; a model of measured times does not know them.
     missing = {"--hidden-size", "--num-attention-heads", "--max-position-embeddings", "--seq-length"};
-    notes.push_back(
+    notes.emplace_back(
         "MISSING: the model has measured times, not a transformer shape, so --hidden-size, "
         "--num-attention-heads and --max-position-embeddings (required by Megatron's argument check) and "
         "--seq-length are not written: add them for the model you measured");
@@ -495,7 +497,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     }
     if (c.optimizerSync == "post-validation") {
       add("--enable-optimizer-post-validation");
-      notes.push_back("optimizer post-validation: the fork requires --fp16 with it");
+      notes.emplace_back("optimizer post-validation: the fork requires --fp16 with it");
     }
   } else {
     if (!loopPlacement(plan)) {
@@ -665,10 +667,10 @@ std::vector<std::vector<std::string>> titanModuleNames(std::vector<StageLayers>&
   std::vector<std::vector<std::string>> out;
   for (const StageLayers& s : stages) {
     std::vector<std::string> fqns;
-    if (s.embedding > 0) fqns.push_back("tok_embeddings");
+    if (s.embedding > 0) fqns.emplace_back("tok_embeddings");
     for (int k : s.decoderIndex) fqns.push_back("layers." + std::to_string(k));
     if (s.head > 0) {
-      fqns.push_back("norm");
+      fqns.emplace_back("norm");
       fqns.push_back(head);
     }
     out.push_back(std::move(fqns));
@@ -764,7 +766,8 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
   const std::string module = options.moduleName.empty() ? "plan" : options.moduleName;
   const std::int64_t gpus = c.totalGpus();
   std::ostringstream t;
-  t << "\"\"\"torchtitan configuration for the " << c.schedule << " plan of " << plan.model.name
+  t << R"(""")"
+    << "torchtitan configuration for the " << c.schedule << " plan of " << plan.model.name
     << " (pipestudio-cli export --format torchtitan).\n\n"
     << "torchtitan selects a run with --module and --config (Python configurations, since pytorch/torchtitan\n"
     << "9810191b, Feb 2026). From the torchtitan repository root, with this file's folder on PYTHONPATH:\n\n"
@@ -833,7 +836,7 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
     << " data-parallel rank(s)"
     << (accumulation > 1 ? " x " + std::to_string(accumulation) + " accumulation steps" : "") << '\n'
     << "    training.num_tokens_per_train_step = training.num_tokens_per_microbatch_per_dp_rank * "
-    << c.microbatches * par.data * accumulation << "\n\n";
+    << static_cast<std::int64_t>(c.microbatches) * par.data * accumulation << "\n\n";
   switch (par.recompute) {
     case Recompute::None:
       t << "    config.activation_checkpoint = None\n";

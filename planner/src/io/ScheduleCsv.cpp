@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <string>
@@ -186,6 +187,13 @@ std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, P
   return std::nullopt;
 }
 
+// A message from its parts, in one string (a chain of `+` makes a temporary per part).
+std::string concat(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view part : parts) out += part;
+  return out;
+}
+
 // One cell of a row that the FSDP checks read: an FSDP action or a pass, in row order.
 struct RowEvent {
   int stage = 0;
@@ -220,10 +228,9 @@ void checkFsdpRow(const std::vector<RowEvent>& row, int microbatches, std::size_
       if (st.params == Params::Sharded && !st.reportedSharded) {
         st.reportedSharded = true;
         fail(e.line, e.column,
-             "'" + torchAction(e.stage, e.kind, e.microbatch) + "' runs while the parameters of " + stage +
-                 " are sharded: under ZeRO-3 PyTorch's runtime refuses it ('Attempted to compute on sharded') "
-                 "(expected an UNSHARD of " +
-                 stage + " before it, with no RESHARD between)");
+             concat({"'", torchAction(e.stage, e.kind, e.microbatch), "' runs while the parameters of ", stage,
+                     " are sharded: under ZeRO-3 PyTorch's runtime refuses it ('Attempted to compute on sharded') ",
+                     "(expected an UNSHARD of ", stage, " before it, with no RESHARD between)"}));
       }
       if (st.params == Params::Gathering) st.params = Params::Gathered;
       if (e.kind == OpKind::W || e.kind == OpKind::BW) ++st.backwards;
@@ -234,9 +241,9 @@ void checkFsdpRow(const std::vector<RowEvent>& row, int microbatches, std::size_
       case FsdpActionKind::Unshard:
         if (st.params != Params::Sharded) {
           fail(e.line, e.column,
-               cell + ": " + stage + " is already unsharded (UNSHARD at line " + std::to_string(st.unshardLine) +
-                   ", column " + std::to_string(st.unshardColumn) +
-                   ", no RESHARD since); PyTorch's runtime refuses to unshard a stage twice");
+               concat({cell, ": ", stage, " is already unsharded (UNSHARD at line ", std::to_string(st.unshardLine),
+                       ", column ", std::to_string(st.unshardColumn),
+                       ", no RESHARD since); PyTorch's runtime refuses to unshard a stage twice"}));
         }
         st.params = Params::Gathering;
         st.unshardLine = e.line;
@@ -245,27 +252,27 @@ void checkFsdpRow(const std::vector<RowEvent>& row, int microbatches, std::size_
       case FsdpActionKind::Reshard:
         if (st.params == Params::Sharded) {
           fail(e.line, e.column,
-               cell + ": " + stage +
-                   " was not unsharded (PyTorch's runtime refuses to reshard it; expected an "
-                   "UNSHARD and a pass of the stage before)");
+               concat({cell, ": ", stage,
+                       " was not unsharded (PyTorch's runtime refuses to reshard it; expected an UNSHARD and a pass ",
+                       "of the stage before)"}));
         } else if (st.params == Params::Gathering) {
           fail(e.line, e.column,
-               cell + ": no pass of " + stage + " since its UNSHARD at line " + std::to_string(st.unshardLine) +
-                   ", so the gather was never waited for (PyTorch's runtime refuses to reshard before the unshard "
-                   "finished; expected a pass between them)");
+               concat({cell, ": no pass of ", stage, " since its UNSHARD at line ", std::to_string(st.unshardLine),
+                       ", so the gather was never waited for (PyTorch's runtime refuses to reshard before the ",
+                       "unshard finished; expected a pass between them)"}));
         }
         st.params = Params::Sharded;
         break;
       case FsdpActionKind::ReduceGrad:
         if (st.reduced) {
           fail(e.line, e.column,
-               cell + ": second REDUCE_GRAD of " + stage + " (first at line " + std::to_string(st.reduceLine) +
-                   "; expected one per iteration)");
+               concat({cell, ": second REDUCE_GRAD of ", stage, " (first at line ", std::to_string(st.reduceLine),
+                       "; expected one per iteration)"}));
         } else if (st.backwards < microbatches) {
           fail(e.line, e.column,
-               cell + ": after " + std::to_string(st.backwards) + " of the " + std::to_string(microbatches) +
-                   " backward passes of " + stage +
-                   ", it would reduce partial gradients (expected it after the stage's last W or B)");
+               concat({cell, ": after ", std::to_string(st.backwards), " of the ", std::to_string(microbatches),
+                       " backward passes of ", stage,
+                       ", it would reduce partial gradients (expected it after the stage's last W or B)"}));
         }
         st.reduced = true;
         st.reduceLine = e.line;
