@@ -2,8 +2,11 @@
 // (DESIGN.md §9, issue 15): a plan's or a measured run's timeline as Chrome trace JSON
 // (Perfetto), its per-device op order as torch.distributed.pipelining schedule CSV
 // (--csv-format compute_only|compute_comms), Megatron-LM arguments, or torchtitan's
-// [parallelism] TOML with the schedule CSV beside it. Without -o the export goes to stdout
-// (torchtitan needs -o: its TOML names the CSV file written next to it).
+// configuration (Python for torchtitan main, TOML for v0.2.2 and earlier: --torchtitan-config)
+// with the schedule CSV beside it. Without -o the export goes to stdout (torchtitan needs -o:
+// its configuration names the CSV file written next to it).
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -33,6 +36,8 @@ struct ExportOptions {
   std::string format;
   std::string output;
   std::string csvFormat = "compute_only";
+  std::string torchtitanConfig;  // python | toml; empty: by the output's extension
+  std::string torchtitanBase;
   int iteration = -1;
 };
 
@@ -48,6 +53,12 @@ int emit(const ExportOptions& o, const std::string& text, const std::string& wha
   }
   std::cout << "wrote " << o.output << " (" << what << ")\n";
   return kExitOk;
+}
+
+bool isPythonIdentifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 std::string besideOutput(const std::string& output, const std::string& extension) {
@@ -78,20 +89,43 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
   if (o.format == "megatron") {
     auto m = megatronExport(plan);
     if (!m) return fail("Megatron-LM cannot express this plan: " + m.message());
+    if (!m->missingArguments.empty()) {
+      std::string flags;
+      for (const std::string& f : m->missingArguments) flags += (flags.empty() ? "" : " ") + f;
+      std::cerr << "export: note: Megatron-LM also requires " << flags
+                << ", which a model of measured times does not give; add them to the arguments\n";
+    }
     return emit(o, m->text, "Megatron-LM arguments");
   }
-  // torchtitan: the TOML names the CSV, written beside it.
+  // torchtitan: the configuration names the CSV, written beside it. Python (torchtitan main)
+  // unless asked for TOML, or writing a .toml file (what this export wrote before).
   if (o.output.empty()) {
-    std::cerr << "export --format torchtitan: give -o FILE.toml (the schedule CSV is written beside it)\n";
+    std::cerr << "export --format torchtitan: give -o FILE.py (or FILE.toml with --torchtitan-config toml); the "
+                 "schedule CSV is written beside it\n";
     return kExitUsage;
   }
-  const std::string csvPath = besideOutput(o.output, ".csv");
-  auto t = torchtitanExport(plan, csvPath);
+  const std::filesystem::path out(o.output);
+  TorchtitanOptions titan;
+  titan.format = torchtitanFormatFromName(o.torchtitanConfig)
+                     .value_or(out.extension() == ".toml" ? TorchtitanFormat::Toml : TorchtitanFormat::Python);
+  titan.csvPath = besideOutput(o.output, ".csv");
+  titan.base = o.torchtitanBase;
+  titan.moduleName = out.stem().string();
+  if (titan.format == TorchtitanFormat::Python && !isPythonIdentifier(titan.moduleName)) {
+    std::cerr << "export --format torchtitan: " << o.output << ": torchtitan imports the configuration as module '"
+              << titan.moduleName << "', which is not a Python identifier (expected a name such as plan_zb.py)\n";
+    return kExitUsage;
+  }
+  auto t = torchtitanExport(plan, titan);
   if (!t) return fail("torchtitan cannot express this plan: " + t.message());
-  if (auto st = writeTextFile(csvPath, t->csv); !st) return fail(st.message());
-  if (auto st = writeTextFile(o.output, t->toml); !st) return fail(st.message());
-  std::cout << "wrote " << o.output << " (torchtitan [parallelism]) and " << csvPath << " (schedule CSV, "
-            << plan.ops.size() << " ops)\n";
+  if (auto st = writeTextFile(titan.csvPath, t->csv); !st) return fail(st.message());
+  if (auto st = writeTextFile(o.output, t->config); !st) return fail(st.message());
+  for (const std::string& note : t->notes) std::cerr << "export: note: " << note << '\n';
+  std::cout << "wrote " << o.output
+            << (titan.format == TorchtitanFormat::Python
+                    ? " (torchtitan configuration, --module " + titan.moduleName + " --config pipestudio_plan)"
+                    : std::string(" (torchtitan v0.2.2 TOML job config)"))
+            << " and " << titan.csvPath << " (schedule CSV, " << plan.ops.size() << " ops)\n";
   return kExitOk;
 }
 
@@ -198,13 +232,29 @@ void addExportCommand(CLI::App& root, int& exitCode) {
       ->check(intIn(0, 1 << 30));
   cmd->add_option("--format", o.format,
                   "chrome (Perfetto trace JSON), csv (torch.distributed.pipelining), megatron (Megatron-LM arguments) "
-                  "or torchtitan ([parallelism] TOML and the schedule CSV beside it)")
+                  "or torchtitan (its configuration and the schedule CSV beside it)")
       ->required()
       ->check(CLI::IsMember({"chrome", "csv", "megatron", "torchtitan"}));
   cmd->add_option(
          "--csv-format", o.csvFormat,
          "csv: compute_only (F/I/W/B) or compute_comms (with SEND/RECV as _PipelineScheduleRuntime lowers them)")
       ->check(CLI::IsMember({"compute_only", "compute_comms"}));
+  cmd->add_option("--torchtitan-config", o.torchtitanConfig,
+                  "torchtitan: python (a --module/--config configuration, torchtitan main; default) or toml (the job "
+                  "config of torchtitan v0.2.2 and earlier; default for a .toml output)")
+      ->check(CLI::IsMember({"python", "toml"}));
+  cmd->add_option("--torchtitan-base", o.torchtitanBase,
+                  "torchtitan python: MODULE:FUNCTION of the configuration the plan starts from (its model, data, "
+                  "optimizer; default: the one torchtitan ships for the model, if any)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            const auto colon = text.find(':');
+            return colon == std::string::npos || colon == 0 || colon + 1 == text.size()
+                       ? "'" + text +
+                             "' (expected MODULE:FUNCTION, e.g. torchtitan.models.llama3.config_registry:llama3_8b)"
+                       : std::string();
+          },
+          "MODULE:FUNCTION", "torchtitanBase"));
   cmd->add_option("-o,--output", o.output, "Output file (default: stdout; torchtitan needs one)")
       ->check(nonEmptyPath());
   cmd->callback([&exitCode] { exitCode = runExport(o); });

@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "pipestudio/common/Json.hpp"
@@ -24,9 +27,9 @@ CliRun run(const std::string& args) {
   CliRun r;
   FILE* pipe = popen((kCli + " " + args + " 2>&1").c_str(), "r");
   if (!pipe) return r;
-  char buf[4096];
+  std::array<char, 4096> buf{};
   std::size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
   const int st = pclose(pipe);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
@@ -154,6 +157,94 @@ TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
   r = run("plan --model " + model + " --cluster " + cluster +
           " --schedule 1f1b --devices 4 --microbatches 8 --partition uniform");
   EXPECT_EQ(r.status, 0) << r.out;  // one chunk per device: near-even split
+}
+
+std::string readText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Issue 28 item 12: torchtitan main takes a Python configuration (--module/--config); the TOML
+// job config of v0.2.2 and earlier stays behind --torchtitan-config toml (or a .toml output).
+TEST_F(Cli, ExportTorchtitanWritesPythonForMainAndTomlOnRequest) {
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-titan-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string plan = (dir / "plan.json").string();
+  ASSERT_EQ(run("plan --model " + model + " --cluster " + cluster +
+                " --schedule zb-h1 --devices 4 --microbatches 8 -o " + plan)
+                .status,
+            0);
+  const CliRun py = run("export " + plan + " --format torchtitan -o " + (dir / "pp_plan.py").string());
+  ASSERT_EQ(py.status, 0) << py.out;
+  EXPECT_NE(py.out.find("--module pp_plan --config pipestudio_plan"), std::string::npos) << py.out;
+  EXPECT_NE(py.out.find("export: note: torchtitan ships no configuration for GPT-3 1.3B"), std::string::npos) << py.out;
+  const std::string module = readText(dir / "pp_plan.py");
+  EXPECT_NE(module.find("def pipestudio_plan() -> Trainer.Config:"), std::string::npos) << module;
+  EXPECT_NE(module.find("\"pp_plan.csv\""), std::string::npos);
+  EXPECT_NE(readText(dir / "pp_plan.csv").find("0F0"), std::string::npos);
+
+  const CliRun base = run("export " + plan + " --format torchtitan --torchtitan-base my.configs:gpt3 -o " +
+                          (dir / "based.py").string());
+  ASSERT_EQ(base.status, 0) << base.out;
+  EXPECT_EQ(base.out.find("note"), std::string::npos) << base.out;
+  EXPECT_NE(readText(dir / "based.py").find("\"my.configs:gpt3\""), std::string::npos);
+
+  const std::string exportTitan = "export " + plan + " --format torchtitan ";
+  for (const std::string& args : {std::string("-o ") + (dir / "old.toml").string(),
+                                  "--torchtitan-config toml -o " + (dir / "old.cfg").string()}) {
+    const CliRun toml = run(exportTitan + args);
+    ASSERT_EQ(toml.status, 0) << toml.out;
+    EXPECT_NE(toml.out.find("torchtitan v0.2.2 TOML job config"), std::string::npos) << toml.out;
+  }
+  EXPECT_NE(readText(dir / "old.toml").find("[parallelism]"), std::string::npos);
+  EXPECT_NE(readText(dir / "old.cfg").find("pipeline_parallel_schedule_csv"), std::string::npos);
+
+  const CliRun badName = run("export " + plan + " --format torchtitan -o " + (dir / "pp-plan.py").string());
+  EXPECT_EQ(badName.status, 2) << badName.out;
+  EXPECT_NE(badName.out.find("not a Python identifier"), std::string::npos) << badName.out;
+  const CliRun badBase =
+      run("export " + plan + " --format torchtitan --torchtitan-base llama3 -o " + (dir / "x.py").string());
+  EXPECT_EQ(badBase.status, 2) << badBase.out;
+  EXPECT_NE(badBase.out.find("expected MODULE:FUNCTION"), std::string::npos) << badBase.out;
+  fs::remove_all(dir);
+}
+
+// Issue 28 item 10: a model of measured times has no hidden size, heads or sequence length, which
+// Megatron's argument check requires: the export says so.
+TEST_F(Cli, ExportMegatronNamesTheArgumentsAMeasuredModelLacks) {
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-megatron-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string measured = (dir / "measured.json").string();
+  {
+    std::string layers;
+    int index = 0;
+    for (const char* kind : {"embedding", "transformer", "transformer", "transformer", "transformer", "lm_head"}) {
+      layers += std::string(layers.empty() ? "" : ",") + R"({"name": "l)" + std::to_string(index++) +
+                R"(", "kind": ")" + kind +
+                R"(", "forward_ms": 1, "backward_input_ms": 1, "backward_weight_ms": 1, "activation_bytes": 1000,)" +
+                R"( "parameter_bytes": 1000, "output_bytes": 100})";
+    }
+    std::FILE* f = std::fopen(measured.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string doc =
+        R"({"schema": "pipestudio.model/1", "name": "measured", "samples_per_microbatch": 1, "layers": [)" + layers +
+        "]}";
+    std::fwrite(doc.data(), 1, doc.size(), f);
+    std::fclose(f);
+  }
+  const std::string plan = (dir / "plan.json").string();
+  const CliRun planned = run("plan --model " + measured + " --cluster " + cluster +
+                             " --schedule 1f1b --devices 2 --microbatches 4 -o " + plan);
+  ASSERT_EQ(planned.status, 0) << planned.out;
+  const CliRun r = run("export " + plan + " --format megatron");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("export: note: Megatron-LM also requires --hidden-size --num-attention-heads "
+                       "--max-position-embeddings --seq-length"),
+            std::string::npos)
+      << r.out;
+  fs::remove_all(dir);
 }
 
 }  // namespace

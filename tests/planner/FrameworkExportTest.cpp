@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "PlannerFixtures.hpp"
+#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
 
@@ -24,7 +25,7 @@ ModelSpec lm(int decoders, bool tied = false) {
   ModelSpec m = test::equalLayers(decoders + 2, 1.0, 1.0, 0.8);
   m.name = "lm";
   auto& layers = m.components.front().layers;
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].kind = "transformer";
+  for (Layer& layer : layers) layer.kind = "transformer";
   for (Layer* end : {&layers.front(), &layers.back()}) {
     end->forwardMs = end->backwardInputMs = end->backwardWeightMs = 0.01;
     end->tied = tied;
@@ -182,7 +183,7 @@ TEST(MegatronExport, RefusesWhatMegatronCannotExpressWithTheReason) {
   };
   EXPECT_NE(refusal(planOf(lm(16), "gpipe", 4, 8, 1)).find("no GPipe schedule"), std::string::npos);
   EXPECT_NE(refusal(planOf(lm(16), "dualpipe", 4, 8, 2)).find("holds the model twice"), std::string::npos);
-  EXPECT_NE(refusal(planOf(lm(18), "zb-h1", 4, 8, 1)).find("splits decoder layers evenly"), std::string::npos);
+  EXPECT_NE(refusal(planOf(lm(18), "zb-h1", 4, 8, 1)).find("splits the decoder layers evenly"), std::string::npos);
   EXPECT_NE(refusal(planOf(lm(16, true), "zb-h1", 4, 8, 1)).find("untied embeddings"), std::string::npos);
   Plan zero3 = planOf(lm(16), "1f1b", 4, 8, 1);
   zero3.config.parallel.data = 2;
@@ -341,4 +342,163 @@ TEST(TorchScheduleValidation, PyTorchsRulesWithOurMessages) {
   st = validateTorchSchedule(withN);
   ASSERT_FALSE(st);
   EXPECT_NE(st.message().find("frozen-component fill"), std::string::npos);
+}
+
+// --- issue 28 items 9, 10, 12 ---
+
+// The Zero Bubble fork splits the decoder layers evenly and adds the embedding and the output
+// layer to the first and last stage. A uniform plan of E + 32 decoders + L over 4 devices splits
+// all 34 layers 8,8,9,9, leaving 7,8,9,8 decoders: uneven only because of the ends. The message
+// says so and what works, and what it suggests does work.
+TEST(MegatronExport, ForkRefusalSaysWhatMakesTheSplitUnevenAndWhatWorks) {
+  auto uniform = megatronExport(planOf(lm(32), "zb-h1", 4, 8, 1, 1, "uniform"));
+  ASSERT_FALSE(uniform.hasValue());
+  const std::string& why = uniform.message();
+  EXPECT_NE(why.find("7,8,9,8 decoder layers, where the fork runs 8 on each"), std::string::npos) << why;
+  EXPECT_NE(why.find("uneven only because the uniform partition counts the model's embedding and lm_head as layers"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("8,8,9,9 of the 34 layers"), std::string::npos) << why;
+  EXPECT_NE(why.find("plan the model without its embedding and lm_head layers with --partition uniform"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(why.find("re-plan with --partition uniform"), std::string::npos) << why;  // it is uniform already
+  ModelSpec decoders = test::equalLayers(32, 1.0, 1.0, 0.8);
+  for (Layer& l : decoders.components.front().layers) l.kind = "transformer";
+  auto works = megatronExport(planOf(decoders, "zb-h1", 4, 8, 1, 1, "uniform"));
+  ASSERT_TRUE(works.hasValue()) << works.message();
+  EXPECT_NE(works->text.find("--num-layers 32"), std::string::npos);
+
+  // A balanced split of a model whose uniform split is the fork's: re-plan with uniform.
+  ModelSpec heavyEnds = lm(16);
+  auto& layers = heavyEnds.components.front().layers;
+  layers.front().forwardMs = layers.front().backwardInputMs = layers.front().backwardWeightMs = 3.0;
+  auto balanced = megatronExport(planOf(heavyEnds, "zb-h1", 2, 4, 1));
+  ASSERT_FALSE(balanced.hasValue());
+  EXPECT_NE(balanced.message().find("re-plan with --partition uniform"), std::string::npos) << balanced.message();
+  EXPECT_TRUE(megatronExport(planOf(heavyEnds, "zb-h1", 2, 4, 1, 1, "uniform")).hasValue());
+
+  // Decoder layers that do not divide over the stages: no even split exists.
+  auto odd = megatronExport(planOf(lm(18), "zb-h1", 4, 8, 1));
+  ASSERT_FALSE(odd.hasValue());
+  EXPECT_NE(odd.message().find("18 decoder layers do not divide over 4 stages"), std::string::npos) << odd.message();
+  EXPECT_NE(odd.message().find("--pipeline-model-parallel-layout"), std::string::npos);
+}
+
+TEST(MegatronExport, MeasuredModelsSayWhichRequiredArgumentsAreMissing) {
+  auto measured = megatronExport(planOf(lm(16), "1f1b", 4, 8, 1));
+  ASSERT_TRUE(measured.hasValue()) << measured.message();
+  EXPECT_EQ(measured->missingArguments, (std::vector<std::string>{"--hidden-size", "--num-attention-heads",
+                                                                  "--max-position-embeddings", "--seq-length"}));
+  EXPECT_NE(measured->text.find("# MISSING: the model has measured times"), std::string::npos) << measured->text;
+  EXPECT_NE(measured->text.find("required by Megatron's argument check"), std::string::npos);
+  // A model with transformer shapes writes them and misses nothing.
+  PlanRequest r;
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
+  ASSERT_TRUE(model.hasValue());
+  r = test::request(*model, test::freeCluster(8, 100, 1), "1f1b", 4, 8, 1);
+  r.config.partition = "balanced";
+  auto shaped = makePlan(r);
+  ASSERT_TRUE(shaped.hasValue()) << shaped.message();
+  auto args = megatronExport(*shaped);
+  ASSERT_TRUE(args.hasValue()) << args.message();
+  EXPECT_TRUE(args->missingArguments.empty());
+  EXPECT_NE(args->text.find("--max-position-embeddings"), std::string::npos);
+  EXPECT_EQ(args->text.find("MISSING"), std::string::npos);
+}
+
+// torchtitan main: a Python configuration function (--module/--config). The golden is checked by
+// hand against torchtitan's config classes (ParallelismConfig, TrainingConfig, SelectiveAC/FullAC)
+// and run_train.sh; the TOML stays for torchtitan v0.2.2 and earlier.
+TEST(TorchtitanExport, PythonConfigurationForTorchtitanMainByDefault) {
+  const Plan plan = planOf(lm(16), "interleaved-1f1b", 4, 8, 2, 2);
+  TorchtitanOptions options;
+  options.csvPath = "out/pp4.csv";
+  options.moduleName = "pp4";
+  auto py = torchtitanExport(plan, options);
+  ASSERT_TRUE(py.hasValue()) << py.message();
+  EXPECT_EQ(py->format, TorchtitanFormat::Python);
+  EXPECT_TRUE(py->toml.empty());
+  expectGolden("torchtitan-tp2-pp4-vpp2.py", py->config);
+  EXPECT_NE(py->config.find("MODULE=pp4 CONFIG=pipestudio_plan ./run_train.sh"), std::string::npos);
+  EXPECT_NE(py->config.find("SCHEDULE_CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), \"pp4.csv\")"),
+            std::string::npos);
+  EXPECT_NE(py->config.find("parallelism.num_pp_microbatches = 8"), std::string::npos);
+  EXPECT_EQ(py->moduleFqnsPerModelPart.back().back(), "lm_head");  // torchtitan main's name
+  // A model torchtitan ships no configuration for: the file asks for one, and the export says so.
+  EXPECT_NE(py->config.find("BASE = os.environ.get(\"PIPESTUDIO_TORCHTITAN_BASE\", \"\")"), std::string::npos);
+  ASSERT_EQ(py->notes.size(), 1u);
+  EXPECT_NE(py->notes.front().find("--torchtitan-base"), std::string::npos);
+  options.base = "my_configs:lm16";
+  auto named = torchtitanExport(plan, options);
+  ASSERT_TRUE(named.hasValue());
+  EXPECT_NE(named->config.find("\"my_configs:lm16\")"), std::string::npos);
+  EXPECT_TRUE(named->notes.empty());
+  // The same plan as TOML for torchtitan v0.2.2 (unchanged golden; output, not lm_head).
+  options.format = TorchtitanFormat::Toml;
+  auto toml = torchtitanExport(plan, options);
+  ASSERT_TRUE(toml.hasValue());
+  EXPECT_EQ(toml->config, toml->toml);
+  EXPECT_EQ(toml->moduleFqnsPerModelPart.back().back(), "output");
+  EXPECT_EQ(toml->csv, py->csv);
+}
+
+// Mixtral-8x7B, PP 2 × TP 2 × EP 4 × DP 4: our costs run EP inside data parallelism and split each
+// expert over TP, as Megatron-LM does.
+PlanRequest mixtralRequest(int tp, int zero) {
+  PlanRequest r;
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/mixtral-8x7b.json");
+  EXPECT_TRUE(model.hasValue());
+  if (model) r.model = *model;
+  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  EXPECT_TRUE(cluster.hasValue());
+  if (cluster) r.cluster = *cluster;
+  r.config.schedule = "1f1b";
+  r.config.devices = 2;
+  r.config.microbatches = 8;
+  r.config.partition = "uniform";
+  r.config.parallel.tensor = tp;
+  r.config.parallel.sequenceParallel = tp > 1;
+  r.config.parallel.expert = 4;
+  r.config.parallel.data = 4;
+  r.config.parallel.zeroStage = zero;
+  r.config.memoryLimitBytes = std::int64_t{1} << 50;
+  return r;
+}
+
+TEST(TorchtitanExport, MoeLayoutsTorchtitanCanBuildAsCostedOrARefusalWithTheReason) {
+  auto replicated = makePlan(mixtralRequest(2, 0));
+  ASSERT_TRUE(replicated.hasValue()) << replicated.message();
+  // Replicated data parallelism leaves torchtitan no FSDP ranks for EP: 1·1·2 / (2·4).
+  auto refused = torchtitanExport(*replicated, "mixtral.csv");
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.message().find("1·1·2 / (2·4) is not a whole number"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("Re-plan with --zero 2 or --zero 3"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("4·1·2 / (2·4) = 1"), std::string::npos) << refused.message();
+
+  // FSDP over the 4 data-parallel ranks: torchtitan v0.2.2 builds it, experts split over TP.
+  auto sharded = makePlan(mixtralRequest(2, 3));
+  ASSERT_TRUE(sharded.hasValue()) << sharded.message();
+  auto toml = torchtitanExport(*sharded, "mixtral.csv");
+  ASSERT_TRUE(toml.hasValue()) << toml.message();
+  EXPECT_NE(toml->config.find("expert_parallel_degree = 4\nexpert_tensor_parallel_degree = 2\n"), std::string::npos)
+      << toml->config;
+  EXPECT_NE(toml->config.find("data_parallel_shard_degree = 4\n"), std::string::npos);
+  // torchtitan main has no expert TP: refused, with what works.
+  TorchtitanOptions python;
+  python.csvPath = "mixtral.csv";
+  auto main = torchtitanExport(*sharded, python);
+  ASSERT_FALSE(main.hasValue());
+  EXPECT_NE(main.message().find("no longer splits experts over tensor parallelism"), std::string::npos)
+      << main.message();
+  EXPECT_NE(main.message().find("--torchtitan-config toml"), std::string::npos);
+
+  // Without TP, torchtitan main builds it: EP 4 inside FSDP 4 (4·1·1 / 4 = 1).
+  auto noTp = makePlan(mixtralRequest(1, 3));
+  ASSERT_TRUE(noTp.hasValue()) << noTp.message();
+  auto py = torchtitanExport(*noTp, python);
+  ASSERT_TRUE(py.hasValue()) << py.message();
+  EXPECT_NE(py->config.find("parallelism.expert_parallel_degree = 4\n"), std::string::npos) << py->config;
+  EXPECT_NE(py->config.find("parallelism.data_parallel_shard_degree = 4\n"), std::string::npos);
+  EXPECT_EQ(py->config.find("expert_tensor"), std::string::npos);
 }

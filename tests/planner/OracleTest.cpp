@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <tuple>
 
 #include "PlannerFixtures.hpp"
@@ -138,6 +139,60 @@ TEST(Oracle, VHalfAndVMinKeepTheirMemoryWithUnequalPasses) {
       EXPECT_LE(min.metrics.devices[i].peakActivationBytes, (p + 4) / 3 * 2000) << "p=" << p << " device " << d;
     }
     EXPECT_LT(half.metrics.makespanMs, base.metrics.makespanMs) << "p=" << p;
+  }
+}
+
+// Issue 28 item 11: with uneven stages the handcrafted ZB-H2 order held the backward chain
+// behind warm-up forwards a slow upstream device had yet to send, and lost to ZB-H1, which holds
+// fewer microbatches: here 189 ms against 186 (device spans 184 against 182). ZB-H2 is now never
+// slower than ZB-H1 in makespan or longest device span, holds at most 2p−1 microbatches per device,
+// and is unchanged where the stages are equal (ZbH2AndZbVZeroBubble).
+ModelSpec layersOf(const std::vector<std::tuple<double, double, double>>& fbw) {
+  ModelSpec m = equalLayers(static_cast<int>(fbw.size()), 1, 1, 1, 1000, 1000);
+  for (std::size_t i = 0; i < fbw.size(); ++i) {
+    Layer& l = m.components[0].layers[i];
+    std::tie(l.forwardMs, l.backwardInputMs, l.backwardWeightMs) = fbw[i];
+  }
+  return m;
+}
+
+double longestSpan(const Plan& plan) {
+  double worst = 0;
+  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs);
+  return worst;
+}
+
+std::int64_t worstPeak(const Plan& plan) {
+  std::int64_t worst = 0;
+  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
+  return worst;
+}
+
+TEST(Oracle, ZbH2NeverLosesToZbH1OnUnevenStages) {
+  const int p = 6, m = 12;
+  const ModelSpec model = layersOf({{1, 6, 5}, {4, 1, 3}, {2, 4, 6}, {6, 4, 4}, {2, 5, 3}, {2, 3, 1}});
+  const Plan h1 = mustPlan(request(model, freeCluster(p), "zb-h1", p, m, 1));
+  const Plan h2 = mustPlan(request(model, freeCluster(p), "zb-h2", p, m, 1));
+  EXPECT_NEAR(h1.metrics.makespanMs, 186, 1e-9);
+  EXPECT_LE(h2.metrics.makespanMs, h1.metrics.makespanMs + 1e-9);
+  EXPECT_LE(longestSpan(h2), longestSpan(h1) + 1e-9);
+  EXPECT_LT(h2.metrics.makespanMs, 189 - 1e-9);  // the handcrafted order's
+
+  std::mt19937 rng(28);
+  std::uniform_int_distribution<int> ms(1, 6);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int devices = 2 + trial % 5;
+    const int micro = devices * (1 + trial % 3) + trial % 2;
+    std::vector<std::tuple<double, double, double>> fbw;
+    fbw.reserve(static_cast<std::size_t>(devices));
+    for (int d = 0; d < devices; ++d) fbw.emplace_back(ms(rng), ms(rng), ms(rng));
+    const ClusterSpec cluster = freeCluster(devices, trial % 3 == 0 ? 0.0 : 2.0, trial % 3 == 0 ? 0.0 : 300.0);
+    const Plan a = mustPlan(request(layersOf(fbw), cluster, "zb-h1", devices, micro, 1));
+    const Plan b = mustPlan(request(layersOf(fbw), cluster, "zb-h2", devices, micro, 1));
+    const double tolerance = 1e-9 * a.metrics.makespanMs;
+    EXPECT_LE(b.metrics.makespanMs, a.metrics.makespanMs + tolerance) << "trial " << trial;
+    EXPECT_LE(longestSpan(b), longestSpan(a) + tolerance) << "trial " << trial;
+    EXPECT_LE(worstPeak(b), (2 * devices - 1) * 1000) << "trial " << trial;
   }
 }
 

@@ -88,7 +88,7 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
 
 CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
                          std::int64_t samplesPerMicrobatch)
-    : m_blockwiseGathers(config.unitMicrobatches > 0 && config.parallel.zeroStage >= 3),
+    : m_blockwiseGathers((config.unitMicrobatches > 0 || config.fsdpWindows) && config.parallel.zeroStage >= 3),
       m_recomputeMethod(config.parallel.recomputeMethod),
       m_recomputeNumLayers(config.parallel.recompute == Recompute::Full ? config.parallel.recomputeNumLayers : 0) {
   const std::int64_t samples = samplesPerMicrobatch > 0 ? samplesPerMicrobatch : model.samplesPerMicrobatch;

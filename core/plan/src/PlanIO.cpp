@@ -1,6 +1,7 @@
 #include "pipestudio/plan/PlanIO.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -159,8 +160,8 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   if (!r.checkSchema(at, kPlanSchema)) return std::nullopt;  // first: a model given as a plan is named
-  r.rejectUnknown(
-      at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "metrics", "generator", "notes"});
+  r.rejectUnknown(at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "fsdp_actions",
+                       "metrics", "generator", "notes"});
   Plan plan;
   if (auto cfg = r.object(at, "config", Presence::Required)) {
     r.rejectUnknown(*cfg, {"schedule",
@@ -341,6 +342,35 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
       plan.comms.push_back(c);
     }
   }
+  if (auto actions = r.array(at, "fsdp_actions", Presence::Optional)) {
+    if (actions->value->size() > kMaxPlanOps) {
+      r.error(*actions, "has " + std::to_string(actions->value->size()) + " actions (expected at most " +
+                            std::to_string(kMaxPlanOps) + ")");
+      return std::nullopt;
+    }
+    for (std::size_t i = 0; i < actions->value->size() && r.errors().size() < 100; ++i) {
+      const JsonNode a = actions->child(i);
+      if (!r.isObject(a)) continue;
+      r.rejectUnknown(a, {"device", "virtual_stage", "action", "before_pass"});
+      FsdpAction fa;
+      fa.device =
+          static_cast<std::int32_t>(r.integer(a, "device", Presence::Required, 0, plan.config.devices - 1).value_or(0));
+      fa.virtualStage = static_cast<std::int32_t>(
+          r.integer(a, "virtual_stage", Presence::Required, 0, std::max<std::int64_t>(0, stageCount - 1)).value_or(0));
+      fa.beforePass = static_cast<std::int32_t>(
+          r.integer(a, "before_pass", Presence::Required, 0, static_cast<std::int64_t>(kMaxPlanOps)).value_or(0));
+      if (auto name = r.string(a, "action", Presence::Required)) {
+        if (auto kind = fsdpActionFromName(*name)) {
+          fa.kind = *kind;
+        } else {
+          r.error(a.child("action"),
+                  "'" + excerpt(*name) + "' is not an FSDP action (expected UNSHARD, RESHARD or REDUCE_GRAD)");
+        }
+      }
+      plan.fsdpActions.push_back(fa);
+    }
+    plan.config.fsdpWindows = !plan.fsdpActions.empty();
+  }
   if (!r.ok()) return std::nullopt;
   // Metrics are derived data: recomputed rather than trusted.
   plan.metrics = computeMetrics(plan);
@@ -440,6 +470,13 @@ Json planToJson(const Plan& plan) {
   for (const auto& op : plan.ops) ops.push_back(opToJson(plan, op));
   Json comms = Json::array();
   for (const auto& cm : plan.comms) comms.push_back(commToJson(cm));
+  Json fsdp = Json::array();
+  for (const FsdpAction& a : plan.fsdpActions) {
+    fsdp.push_back(Json{{"device", a.device},
+                        {"virtual_stage", a.virtualStage},
+                        {"action", std::string(fsdpActionName(a.kind))},
+                        {"before_pass", a.beforePass}});
+  }
   Json devices = Json::array();
   for (const auto& d : plan.metrics.devices) {
     const MemoryBreakdown& mb = d.memory;
@@ -470,14 +507,16 @@ Json planToJson(const Plan& plan) {
                {"model_tflops_per_gpu", mt.modelTflopsPerGpu},
                {"mfu", mt.mfu},
                {"devices", std::move(devices)}};
-  return Json{{"schema", kPlanSchema},
-              {"config", std::move(cfg)},
-              {"model", modelToJson(plan.model)},
-              {"cluster", clusterToJson(plan.cluster)},
-              {"virtual_stages", std::move(stages)},
-              {"ops", std::move(ops)},
-              {"comms", std::move(comms)},
-              {"metrics", std::move(metrics)}};
+  Json doc{{"schema", kPlanSchema},
+           {"config", std::move(cfg)},
+           {"model", modelToJson(plan.model)},
+           {"cluster", clusterToJson(plan.cluster)},
+           {"virtual_stages", std::move(stages)},
+           {"ops", std::move(ops)},
+           {"comms", std::move(comms)},
+           {"metrics", std::move(metrics)}};
+  if (!fsdp.empty()) doc["fsdp_actions"] = std::move(fsdp);
+  return doc;
 }
 
 bool writePlanJson(std::ostream& out, const Plan& plan) {
@@ -488,6 +527,7 @@ bool writePlanJson(std::ostream& out, const Plan& plan) {
   head.model = plan.model;
   head.cluster = plan.cluster;
   head.virtualStages = plan.virtualStages;
+  head.fsdpActions = plan.fsdpActions;  // a few per virtual stage
   head.metrics = plan.metrics;
   const Json doc = planToJson(head);
   out << "{";
@@ -520,10 +560,10 @@ Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::in
   const double ops =
       3.0 * static_cast<double>(devices) * static_cast<double>(chunksPerDevice) * static_cast<double>(microbatches);
   if (ops <= static_cast<double>(kMaxPlanOps)) return {};
-  char count[32];
-  std::snprintf(count, sizeof count, "%.3g", ops);
+  std::array<char, 32> count{};
+  std::snprintf(count.data(), count.size(), "%.3g", ops);
   return Error{std::to_string(devices) + " devices × " + std::to_string(chunksPerDevice) + " chunk(s) × " +
-               std::to_string(microbatches) + " microbatches would make up to " + count +
+               std::to_string(microbatches) + " microbatches would make up to " + count.data() +
                " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
                std::to_string(kMaxPlanOps) + " ops per plan (expected fewer devices, chunks or microbatches)"};
 }
@@ -569,6 +609,42 @@ Status checkStages(const Plan& plan) {
     if (vs.pipeline < 0 || vs.pipeline > 1) {
       return Error{at + "/pipeline: " + std::to_string(vs.pipeline) + " (expected 0 or 1)"};
     }
+  }
+  return {};
+}
+
+// FSDP actions name a virtual stage of their device and a place in that device's passes.
+Status checkFsdpActions(const Plan& plan) {
+  if (plan.fsdpActions.empty()) return {};
+  std::vector<std::int64_t> passes(static_cast<std::size_t>(plan.config.devices), 0);
+  for (const Op& op : plan.ops) {
+    const bool pass = op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
+    if (pass && op.device >= 0 && op.device < plan.config.devices) ++passes[static_cast<std::size_t>(op.device)];
+  }
+  std::vector<std::int64_t> lastPass(passes.size(), 0);
+  for (std::size_t i = 0; i < plan.fsdpActions.size(); ++i) {
+    const FsdpAction& a = plan.fsdpActions[i];
+    const std::string at = "/fsdp_actions/" + std::to_string(i);
+    if (a.device < 0 || a.device >= plan.config.devices) {
+      return Error{at + "/device: " + std::to_string(a.device) + " is not a device of the plan"};
+    }
+    if (a.virtualStage < 0 || static_cast<std::size_t>(a.virtualStage) >= plan.virtualStages.size() ||
+        plan.stage(a.virtualStage).device != a.device) {
+      return Error{at + "/virtual_stage: " + std::to_string(a.virtualStage) + " is not a virtual stage of device " +
+                   std::to_string(a.device)};
+    }
+    const std::int64_t count = passes[static_cast<std::size_t>(a.device)];
+    if (a.beforePass < 0 || a.beforePass > count) {
+      return Error{at + "/before_pass: " + std::to_string(a.beforePass) + " (expected 0.." + std::to_string(count) +
+                   ": device " + std::to_string(a.device) + " runs " + std::to_string(count) + " passes)"};
+    }
+    std::int64_t& last = lastPass[static_cast<std::size_t>(a.device)];
+    if (a.beforePass < last) {
+      return Error{at + "/before_pass: " + std::to_string(a.beforePass) + " comes after an action of device " +
+                   std::to_string(a.device) + " before pass " + std::to_string(last) +
+                   " (expected each device's actions in execution order)"};
+    }
+    last = a.beforePass;
   }
   return {};
 }
@@ -636,6 +712,8 @@ Status validatePlanStructure(const Plan& plan) {
                    " (expected exactly one)"};
     }
   }
+
+  if (auto st = checkFsdpActions(plan); !st) return st;
 
   // What each op needs (the data flow of plan/Dependencies.hpp, as simulator and executor
   // derive it): F the previous stage's F; B/BW its own F and the next stage's backward; W its

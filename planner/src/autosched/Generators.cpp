@@ -69,8 +69,10 @@ class Custom final : public ScheduleGenerator {
   int defaultChunksPerDevice() const override { return 1; }
   bool splitsBackward() const override { return true; }
   // PyTorch's OVERLAP_F_B pairs run overlapped, as DualPipe's F&B (PlanConfig::overlapForwardBackward).
+  // UNSHARD/RESHARD/REDUCE_GRAD cells are FSDP windows: the costs keep the ZeRO-3 gathers apart.
   void configure(PlanConfig& config) const override {
     if (tContext.csv && csvHasOverlappedPairs(*tContext.csv)) config.overlapForwardBackward = true;
+    if (tContext.csv && csvHasFsdpActions(*tContext.csv)) config.fsdpWindows = true;
   }
   Status validate(const ScheduleShape& shape) const override {
     if (tContext.csv == nullptr) {
@@ -86,8 +88,9 @@ class Custom final : public ScheduleGenerator {
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     if (tContext.csv == nullptr) return Error{"custom: no schedule CSV given"};
-    return parseScheduleCsv(*tContext.csv, {input.shape.devices, input.shape.microbatches, input.virtualStages},
-                            tContext.source ? *tContext.source : "<csv>");
+    CsvScheduleShape shape{input.shape.devices, input.shape.microbatches, input.virtualStages};
+    shape.fsdp = input.request && input.request->config.parallel.zeroStage >= 3;
+    return parseScheduleCsv(*tContext.csv, shape, tContext.source ? *tContext.source : "<csv>");
   }
 
  private:

@@ -1,15 +1,21 @@
 // Plans as the training frameworks take them: Megatron-LM command-line arguments (with the
-// Zero Bubble fork's flags for zero-bubble schedules) and torchtitan's `[parallelism]` TOML.
-// Facts used (argument names, rules) are those of megatron/training/arguments.py,
+// Zero Bubble fork's flags for zero-bubble schedules) and torchtitan's configuration (a Python
+// configuration function for torchtitan main, the `[parallelism]` TOML job config for v0.2.2 and
+// earlier). Facts used (argument names, rules) are those of megatron/training/arguments.py,
 // megatron/core/transformer/pipeline_parallel_layer_layout.py and transformer_config.py
 // (NVIDIA/Megatron-LM), megatron/core/zbpp_utils.py (sail-sg/zero-bubble-pipeline-parallelism),
-// torchtitan/config/job_config.py and torchtitan/distributed/pipeline_parallel.py (pytorch/
-// torchtitan, TOML configuration era). Each refusal names the rule the framework would apply.
+// torchtitan/config/configs.py, torchtitan/distributed/{pipeline_parallel,parallel_dims,fsdp,
+// activation_checkpoint}.py and run_train.sh (pytorch/torchtitan main, August 2026) and
+// torchtitan/config/job_config.py of v0.2.2 (the TOML era). Each refusal names the rule the
+// framework would apply.
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
 #include "TorchSchedule.hpp"
+#include "partition/Uniform.hpp"
 #include "pipestudio/planner/Export.hpp"
 
 namespace pipestudio {
@@ -162,6 +168,7 @@ std::string stageSymbols(const StageLayers& s) {
 // Layout string with runs of equal stages folded as `(s|)*n`.
 std::string layoutString(const std::vector<StageLayers>& stages) {
   std::vector<std::string> symbols;
+  symbols.reserve(stages.size());
   for (const auto& s : stages) symbols.push_back(stageSymbols(s));
   std::string out;
   std::size_t i = 0;
@@ -180,6 +187,79 @@ std::string layoutString(const std::vector<StageLayers>& stages) {
     i = j;
   }
   return out;
+}
+
+std::string joinCounts(const std::vector<int>& counts) {
+  std::string s;
+  for (int n : counts) s += (s.empty() ? "" : ",") + std::to_string(n);
+  return s;
+}
+
+// Decoder layers per virtual stage (by id) of `virtualStages` over the backbone's layers.
+std::vector<int> decodersPerStage(const std::vector<Layer>& layers, const std::vector<VirtualStage>& virtualStages) {
+  std::vector<int> out(virtualStages.size(), 0);
+  for (const VirtualStage& vs : virtualStages) {
+    if (vs.id < 0 || vs.id >= static_cast<int>(out.size())) continue;
+    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
+      if (roleOf(layers[static_cast<std::size_t>(l)]) == LayerRole::Decoder) ++out[static_cast<std::size_t>(vs.id)];
+    }
+  }
+  return out;
+}
+
+// Why the Zero Bubble fork cannot run this plan's split, and what would. The fork (an older
+// Megatron-LM, no --pipeline-model-parallel-layout) gives every stage num_layers / stages
+// decoder layers and adds the embedding to the first stage and the output layer to the last.
+std::string forkUnevenReason(const Plan& plan, const std::vector<StageLayers>& stages, int decoders, int stageCount) {
+  std::vector<int> planCounts;
+  planCounts.reserve(stages.size());
+  for (const StageLayers& s : stages) planCounts.push_back(s.decoder);
+  const std::string& partitionName = plan.config.partition;
+  std::string out =
+      "the Zero Bubble fork splits the decoder layers evenly over its stages and adds the embedding to the first "
+      "stage and the output layer to the last (it has no --pipeline-model-parallel-layout); this plan's stages "
+      "hold " +
+      joinCounts(planCounts) + " decoder layers";
+  const std::string mainline =
+      "; or plan --schedule 1f1b or interleaved-1f1b, which mainline Megatron-LM runs with this split "
+      "(--pipeline-model-parallel-layout)";
+  if (stageCount <= 0 || decoders % stageCount != 0) {
+    return out + ": " + std::to_string(decoders) + " decoder layers do not divide over " + std::to_string(stageCount) +
+           " stages (expected a pipeline whose stage count divides " + std::to_string(decoders) + ")" + mainline;
+  }
+  const int perStage = decoders / stageCount;
+  out += ", where the fork runs " + std::to_string(perStage) + " on each";
+  const auto& layers = plan.model.components.front().layers;
+  const auto evenSplit = [&](const std::vector<VirtualStage>& split) {
+    const std::vector<int> counts = decodersPerStage(layers, split);
+    return std::all_of(counts.begin(), counts.end(), [&](int n) { return n == perStage; });
+  };
+  auto uniform = partition::partitionUniform(plan.model, plan.virtualStages);
+  if (partitionName != "uniform" && uniform && evenSplit(*uniform)) {
+    return out + " (its " + partitionName + " partition balances times, not decoder layers): re-plan with " +
+           "--partition uniform" + mainline;
+  }
+  const bool endsAreLayers = std::any_of(layers.begin(), layers.end(), [](const Layer& l) {
+    return roleOf(l) == LayerRole::Embedding || roleOf(l) == LayerRole::Head;
+  });
+  if (!endsAreLayers) return out + ": re-plan with --partition uniform" + mainline;
+  const std::string withoutEnds =
+      "What would work: plan the model without its embedding and lm_head layers with --partition uniform (" +
+      std::to_string(perStage) +
+      " decoder layers per stage; the export then places Megatron's own embedding and output layer on the first and "
+      "last stage, as the fork does)";
+  if (partitionName != "uniform") {
+    return out + ". Its " + partitionName +
+           " partition balances times, not decoder layers, and --partition uniform counts the model's embedding and "
+           "lm_head as layers, which leaves the stages beside them with fewer decoder layers. " +
+           withoutEnds + mainline;
+  }
+  std::vector<int> layerCounts;
+  for (const VirtualStage& vs : plan.virtualStages) layerCounts.push_back(vs.lastLayer - vs.firstLayer + 1);
+  return out + ". It is uneven only because the uniform partition counts the model's embedding and lm_head as " +
+         "layers (its stages hold " + joinCounts(layerCounts) + " of the " + std::to_string(layers.size()) +
+         " layers), so the stages beside them get fewer decoder layers than the fork gives them. " + withoutEnds +
+         mainline;
 }
 
 // Microbatches a device holds activations for at once (F started, last backward not done):
@@ -332,6 +412,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
                                 [&](const StageLayers& s) { return s.decoder == decoders / std::max(1, p * v); });
 
   std::vector<std::string> args;
+  std::vector<std::string> missing;
   const auto add = [&](std::string flag, std::optional<std::string> value = std::nullopt) {
     args.push_back(std::move(flag));
     if (value) args.push_back(std::move(*value));
@@ -359,23 +440,21 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
       add("--num-experts", std::to_string(t->experts));
       add("--moe-router-topk", std::to_string(t->topK));
     }
+  } else {
+    // megatron/training/arguments.py (validate_args) requires the first three and asserts a
+    // sequence length; a model of measured times does not know them.
+    missing = {"--hidden-size", "--num-attention-heads", "--max-position-embeddings", "--seq-length"};
+    notes.emplace_back(
+        "MISSING: the model has measured times, not a transformer shape, so --hidden-size, "
+        "--num-attention-heads and --max-position-embeddings (required by Megatron's argument check) and "
+        "--seq-length are not written: add them for the model you measured");
   }
   if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV)) add("--untie-embeddings-and-output-weights");
 
   std::string layout;
   if (zbFork || zbV) {
     // The fork is an older Megatron-LM: no layout flag, decoder layers split evenly.
-    if (!even) {
-      return Error{
-          "the Zero Bubble fork splits decoder layers evenly over the pipeline (it has no "
-          "--pipeline-model-parallel-layout); this plan's partition is uneven (stage layer counts " +
-          [&] {
-            std::string s;
-            for (const auto& st : *stages) s += (s.empty() ? "" : ",") + std::to_string(st.decoder);
-            return s;
-          }() +
-          "); re-plan with --partition uniform"};
-    }
+    if (!even) return Error{forkUnevenReason(plan, *stages, decoders, p * v)};
     if (tiedEmbedding(plan)) {
       return Error{
           "the Zero Bubble fork requires untied embeddings (zbpp_utils asserts "
@@ -418,7 +497,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     }
     if (c.optimizerSync == "post-validation") {
       add("--enable-optimizer-post-validation");
-      notes.push_back("optimizer post-validation: the fork requires --fp16 with it");
+      notes.emplace_back("optimizer post-validation: the fork requires --fp16 with it");
     }
   } else {
     if (!loopPlacement(plan)) {
@@ -466,17 +545,83 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     }
     text << (i + 1 < args.size() ? " \\\n" : "\n");
   }
-  return MegatronExport{std::move(args), std::move(layout), text.str()};
+  return MegatronExport{std::move(args), std::move(layout), text.str(), std::move(missing)};
 }
 
-Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string& csvPath) {
+namespace {
+
+// --- torchtitan ---
+
+// What both of torchtitan's configuration formats say about a plan.
+struct TitanSettings {
+  bool vStyle = false;  ///< ZBVZeroBubble's V placement, else looped
+  std::int64_t microBatchSize = 1;
+  std::int64_t seq = 0;  ///< 0: the model has measured times (no sequence length)
+  int dataReplicate = 1;
+  int dataShard = 1;
+  std::string reshardAfterForward;  ///< empty: no FSDP
+  int expertTensor = 1;             ///< TOML era: expert_tensor_parallel_degree
+  std::vector<std::string> notes;
+};
+
+const TransformerShape* moeShape(const Plan& plan) {
+  for (const Layer& l : plan.model.components.front().layers) {
+    if (roleOf(l) == LayerRole::Decoder && l.transformer && l.transformer->isMoe()) return &*l.transformer;
+  }
+  return nullptr;
+}
+
+// Expert parallelism as torchtitan builds it: its ranks come out of the FSDP (dp_shard), CP
+// and TP ranks, and what is left of them shards the experts (efsdp = dp_shard·cp·tp / (etp·ep),
+// a whole number). Our costs run EP inside data parallelism and split every expert over TP
+// (Megatron's expert TP = TP): the TOML era's expert_tensor_parallel_degree = tp builds that;
+// torchtitan main has no expert TP (pytorch/torchtitan#3167, Apr 2026).
+Status checkExperts(const Plan& plan, TorchtitanFormat format, TitanSettings& s) {
+  const Parallelism& par = plan.config.parallel;
+  const TransformerShape* moe = moeShape(plan);
+  if (!moe) return {};
+  const int T = par.tensor, C = par.context, E = par.expert;
+  if (format == TorchtitanFormat::Python && T > 1) {
+    return Error{
+        "torchtitan main no longer splits experts over tensor parallelism (expert_tensor_parallel_degree was "
+        "removed, pytorch/torchtitan#3167: expert parallelism borrows the TP ranks instead), while this plan's "
+        "costs split each expert's MLP over TP = " +
+        std::to_string(T) +
+        " as Megatron-LM does; re-plan with --tp 1 (EP over the data-parallel ranks), or export "
+        "--torchtitan-config toml for torchtitan v0.2.2 and earlier (expert_tensor_parallel_degree = " +
+        std::to_string(T) + ")"};
+  }
+  if (E <= 1) return {};
+  s.expertTensor = format == TorchtitanFormat::Toml ? T : 1;
+  const auto expertFsdp = [&](int shard) {
+    return std::to_string(shard) + "·" + std::to_string(C) + "·" + std::to_string(T) + " / (" +
+           std::to_string(s.expertTensor) + "·" + std::to_string(E) + ")";
+  };
+  if ((s.dataShard * C * T) % (s.expertTensor * E) == 0) return {};
+  std::string why =
+      "torchtitan takes the expert-parallel ranks from FSDP, CP and TP: its expert FSDP degree "
+      "data_parallel_shard_degree·cp·tp / (" +
+      std::string(format == TorchtitanFormat::Toml ? "expert_tensor_parallel_degree·" : "") +
+      "expert_parallel_degree) = " + expertFsdp(s.dataShard) + " is not a whole number";
+  if (s.dataShard == 1 && par.data > 1 && (par.data * C * T) % (s.expertTensor * E) == 0) {
+    why += "; this plan replicates its " + std::to_string(par.data) + " data-parallel ranks (ZeRO-" +
+           std::to_string(par.zeroStage) + ": data_parallel_replicate_degree " + std::to_string(par.data) +
+           "), so no FSDP ranks are left for EP " + std::to_string(E) +
+           ". Re-plan with --zero 2 or --zero 3 (FSDP over the " + std::to_string(par.data) +
+           " ranks: " + expertFsdp(par.data) + " = " + std::to_string(par.data * C * T / (s.expertTensor * E)) + ")";
+  } else {
+    why += " (expected --ep to divide the FSDP·CP·TP ranks)";
+  }
+  return Error{why};
+}
+
+Expected<TitanSettings> titanSettings(const Plan& plan, TorchtitanFormat format) {
   const PlanConfig& c = plan.config;
   const int p = c.devices;
   if (auto st = requireSingleBackbone(plan, "torchtitan"); !st) return st.error();
-  auto stages = stageLayers(plan, "torchtitan");
-  if (!stages) return stages.error();
-  const bool v = vPlacement(plan) && !loopPlacement(plan);
-  if (!loopPlacement(plan) && !v) {
+  TitanSettings s;
+  s.vStyle = vPlacement(plan) && !loopPlacement(plan);
+  if (!loopPlacement(plan) && !s.vStyle) {
     return Error{
         "torchtitan places stage s on rank s mod P (looped schedules) or in a V (ZBVZeroBubble, DualPipeV: "
         "two stages per rank); this plan places its stages otherwise"};
@@ -495,34 +640,59 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
         "torchtitan's tensor parallelism always runs sequence parallelism; this plan has it off (re-plan "
         "with --sequence-parallel)"};
   }
-  auto csv = scheduleCsv(plan, CsvFormat::ComputeOnly);
-  if (!csv) return csv.error();
+  s.microBatchSize = microBatchSize(plan);
+  if (const TransformerShape* shape = decoderShape(plan)) s.seq = shape->seq;
+  if (c.parallel.zeroStage <= 1) {  // ZeRO-1 with one replica shards nothing
+    s.dataReplicate = c.parallel.data;
+  } else {
+    s.dataShard = c.parallel.data;
+    // ZeRO-3 gathers per pass: FSDP reshards after every forward. A plan costed with FSDP windows
+    // keeps its parameters gathered between the runtime's UNSHARD and RESHARD ("default" under PP).
+    s.reshardAfterForward = c.parallel.zeroStage == 2 ? "never" : c.fsdpWindows ? "default" : "always";
+    s.notes.push_back(
+        "torchtitan runs a CSV schedule with _PipelineScheduleRuntime, which unshards each stage up to three "
+        "stages ahead and reshards it after its window; " +
+        std::string(
+            c.parallel.zeroStage == 2
+                ? "this plan's ZeRO-2 costs keep the parameters gathered, torchtitan gathers them once per window"
+            : c.fsdpWindows ? "this plan's gathers follow its own UNSHARD/RESHARD windows, torchtitan's follow "
+                              "that lowering of the compute order"
+                            : "with reshard_after_forward every pass gathers, as this plan's ZeRO-3 costs do"));
+  }
+  if (auto st = checkExperts(plan, format, s); !st) return st.error();
+  return s;
+}
 
-  const std::vector<std::string> notes = placeFrameworkEnds(*stages, "torchtitan");
-
-  TorchtitanExport out;
-  out.csv = std::move(*csv);
-  for (const StageLayers& s : *stages) {
+std::vector<std::vector<std::string>> titanModuleNames(std::vector<StageLayers>& stages, const std::string& head) {
+  std::vector<std::vector<std::string>> out;
+  for (const StageLayers& s : stages) {
     std::vector<std::string> fqns;
-    if (s.embedding > 0) fqns.push_back("tok_embeddings");
+    if (s.embedding > 0) fqns.emplace_back("tok_embeddings");
     for (int k : s.decoderIndex) fqns.push_back("layers." + std::to_string(k));
     if (s.head > 0) {
-      fqns.push_back("norm");
-      fqns.push_back("output");
+      fqns.emplace_back("norm");
+      fqns.push_back(head);
     }
-    out.moduleFqnsPerModelPart.push_back(std::move(fqns));
+    out.push_back(std::move(fqns));
   }
-  const std::int64_t mbs = microBatchSize(plan);
+  return out;
+}
+
+std::string renderToml(const Plan& plan, const TitanSettings& s, const TorchtitanExport& out,
+                       const std::string& csvPath) {
+  const PlanConfig& c = plan.config;
   std::ostringstream t;
-  t << "# torchtitan settings for the " << c.schedule << " plan (pipestudio-cli export --format torchtitan)\n"
+  t << "# torchtitan settings for the " << c.schedule << " plan (pipestudio-cli export --format torchtitan "
+    << "--torchtitan-config toml)\n"
+    << "# TOML job config of torchtitan v0.2.2 and earlier (torchtitan main takes Python configurations)\n"
     << "# the schedule is the CSV beside this file; pipeline_parallel_schedule picks the stage placement ("
-    << (v ? "V" : "looped") << ")\n";
-  for (const std::string& n : notes) t << "# " << n << '\n';
+    << (s.vStyle ? "V" : "looped") << ")\n";
+  for (const std::string& n : s.notes) t << "# " << n << '\n';
   t << "[parallelism]\n"
-    << "pipeline_parallel_degree = " << p << '\n'
-    << "pipeline_parallel_schedule = " << tomlString(v ? "ZBVZeroBubble" : "PipelineScheduleMulti") << '\n'
+    << "pipeline_parallel_degree = " << c.devices << '\n'
+    << "pipeline_parallel_schedule = " << tomlString(s.vStyle ? "ZBVZeroBubble" : "PipelineScheduleMulti") << '\n'
     << "pipeline_parallel_schedule_csv = " << tomlString(csvPath) << '\n'
-    << "pipeline_parallel_microbatch_size = " << mbs << '\n'
+    << "pipeline_parallel_microbatch_size = " << s.microBatchSize << '\n'
     << "module_fqns_per_model_part = [\n";
   for (std::size_t i = 0; i < out.moduleFqnsPerModelPart.size(); ++i) {
     t << "  [";
@@ -534,17 +704,15 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
     << "tensor_parallel_degree = " << c.parallel.tensor << '\n'
     << "context_parallel_degree = " << c.parallel.context << '\n'
     << "expert_parallel_degree = " << c.parallel.expert << '\n';
-  if (c.parallel.zeroStage <= 1) {  // ZeRO-1 with one replica shards nothing
-    t << "data_parallel_replicate_degree = " << c.parallel.data << '\n' << "data_parallel_shard_degree = 1\n";
-  } else {
-    t << "data_parallel_replicate_degree = 1\n"
-      << "data_parallel_shard_degree = " << c.parallel.data << '\n'
-      << "fsdp_reshard_after_forward = " << tomlString(c.parallel.zeroStage == 3 ? "always" : "never") << '\n';
-  }
+  if (s.expertTensor > 1) t << "expert_tensor_parallel_degree = " << s.expertTensor << '\n';
+  t << "data_parallel_replicate_degree = " << s.dataReplicate << '\n'
+    << "data_parallel_shard_degree = " << s.dataShard << '\n';
+  if (!s.reshardAfterForward.empty()) t << "fsdp_reshard_after_forward = " << tomlString(s.reshardAfterForward) << '\n';
   t << "\n[training]\n"
-    << "local_batch_size = " << mbs * c.microbatches << "  # " << c.microbatches << " microbatches of " << mbs << '\n'
+    << "local_batch_size = " << s.microBatchSize * c.microbatches << "  # " << c.microbatches << " microbatches of "
+    << s.microBatchSize << '\n'
     << "global_batch_size = " << globalBatch(plan) << '\n';
-  if (const TransformerShape* shape = decoderShape(plan)) t << "seq_len = " << shape->seq << '\n';
+  if (s.seq > 0) t << "seq_len = " << s.seq << '\n';
   t << "\n[activation_checkpoint]\n";
   switch (c.parallel.recompute) {
     case Recompute::None:
@@ -557,8 +725,175 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
       t << "mode = \"full\"\n";
       break;
   }
-  out.toml = t.str();
+  return t.str();
+}
+
+std::string pyString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += ch;
+  }
+  return out + "\"";
+}
+
+// Configuration functions torchtitan ships for the models we ship (torchtitan/models/*/config_registry.py).
+std::string shippedBase(const ModelSpec& model) {
+  std::string key;
+  for (char ch : model.name) {
+    if (std::isalnum(static_cast<unsigned char>(ch)))
+      key += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  static const std::map<std::string, std::string> kShipped = {
+      {"llama38b", "torchtitan.models.llama3.config_registry:llama3_8b"},
+      {"llama370b", "torchtitan.models.llama3.config_registry:llama3_70b"},
+      {"llama3405b", "torchtitan.models.llama3.config_registry:llama3_405b"},
+  };
+  const auto it = kShipped.find(key);
+  return it == kShipped.end() ? std::string() : it->second;
+}
+
+std::string renderPython(const Plan& plan, const TitanSettings& s, const TorchtitanExport& out,
+                         const TorchtitanOptions& options) {
+  const PlanConfig& c = plan.config;
+  const Parallelism& par = c.parallel;
+  const std::string base = options.base.empty() ? shippedBase(plan.model) : options.base;
+  const std::string csvName = std::filesystem::path(options.csvPath).filename().string();
+  const std::string module = options.moduleName.empty() ? "plan" : options.moduleName;
+  const std::int64_t gpus = c.totalGpus();
+  std::ostringstream t;
+  t << R"(""")"
+    << "torchtitan configuration for the " << c.schedule << " plan of " << plan.model.name
+    << " (pipestudio-cli export --format torchtitan).\n\n"
+    << "torchtitan selects a run with --module and --config (Python configurations, since pytorch/torchtitan\n"
+    << "9810191b, Feb 2026). From the torchtitan repository root, with this file's folder on PYTHONPATH:\n\n"
+    << "    PYTHONPATH=/path/to/this/folder NGPU=" << gpus << " MODULE=" << module
+    << " CONFIG=pipestudio_plan ./run_train.sh\n\n"
+    << "(T=" << par.tensor << " x C=" << par.context << " x P=" << c.devices << " x D=" << par.data << " = " << gpus
+    << " GPUs; over several nodes,\ntorchrun -m torchtitan.train with the same --module and --config.)\n\n"
+    << "The plan starts from BASE, a configuration function (\"module:function\") that gives the model,\n"
+    << "tokenizer, data and optimizer; it sets the pipeline and its schedule (" << csvName
+    << " beside this\nfile), the parallel degrees, the batch and activation checkpointing.\n";
+  if (!s.notes.empty()) t << '\n';
+  for (const std::string& n : s.notes) t << n << ".\n";
+  t << "\"\"\"\n"
+    << "import importlib\n"
+    << "import os\n\n"
+    << "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC\n"
+    << "from torchtitan.trainer import Trainer\n\n"
+    << "BASE = os.environ.get(\"PIPESTUDIO_TORCHTITAN_BASE\", " << pyString(base) << ")\n"
+    << "SCHEDULE_CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), " << pyString(csvName) << ")\n\n\n"
+    << "def pipestudio_plan() -> Trainer.Config:\n"
+    << "    module, _, function = BASE.partition(\":\")\n"
+    << "    if not module or not function:\n"
+    << "        raise ValueError(\n"
+    << "            \"set PIPESTUDIO_TORCHTITAN_BASE to the configuration of " << plan.model.name
+    << " as module:function \"\n"
+    << "            \"(e.g. torchtitan.models.llama3.config_registry:llama3_8b); its layers must be the plan's\"\n"
+    << "        )\n"
+    << "    config = getattr(importlib.import_module(module), function)()\n\n"
+    << "    parallelism = config.parallelism\n"
+    << "    parallelism.pipeline_parallel_degree = " << c.devices << '\n'
+    << "    # the stage placement (" << (s.vStyle ? "V" : "looped") << "); the order is the CSV\n"
+    << "    parallelism.pipeline_parallel_schedule = " << pyString(s.vStyle ? "ZBVZeroBubble" : "PipelineScheduleMulti")
+    << '\n'
+    << "    parallelism.pipeline_parallel_schedule_csv = SCHEDULE_CSV\n"
+    << "    parallelism.num_pp_microbatches = " << c.microbatches << '\n'
+    << "    parallelism.module_fqns_per_model_part = [\n";
+  for (std::size_t i = 0; i < out.moduleFqnsPerModelPart.size(); ++i) {
+    t << "        [";
+    const auto& part = out.moduleFqnsPerModelPart[i];
+    for (std::size_t k = 0; k < part.size(); ++k) t << (k ? ", " : "") << pyString(part[k]);
+    t << "],  # stage " << i << " on rank " << plan.virtualStages[i].device << '\n';
+  }
+  t << "    ]\n"
+    << "    parallelism.tensor_parallel_degree = " << par.tensor << '\n'
+    << "    parallelism.enable_sequence_parallel = " << (par.tensor > 1 ? "True" : "False") << '\n'
+    << "    parallelism.context_parallel_degree = " << par.context << '\n'
+    << "    parallelism.expert_parallel_degree = " << par.expert << '\n'
+    << "    parallelism.data_parallel_replicate_degree = " << s.dataReplicate << '\n'
+    << "    parallelism.data_parallel_shard_degree = " << s.dataShard << '\n';
+  if (!s.reshardAfterForward.empty()) {
+    t << "    parallelism.fsdp_reshard_after_forward = " << pyString(s.reshardAfterForward) << '\n';
+  }
+  const std::int64_t accumulation = std::max<std::int64_t>(
+      1, globalBatch(plan) / std::max<std::int64_t>(1, s.microBatchSize * c.microbatches * par.data));
+  t << "\n    training = config.training\n";
+  if (s.seq > 0) {
+    t << "    training.max_context_length = " << s.seq << '\n'
+      << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize * s.seq << "  # "
+      << s.microBatchSize << " sequence(s) of " << s.seq << " tokens\n";
+  } else {
+    t << "    # the model has measured times: the sequence length is the base configuration's\n"
+      << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize
+      << " * training.max_context_length\n";
+  }
+  t << "    # global batch " << globalBatch(plan) << " sequences: " << c.microbatches << " microbatches x " << par.data
+    << " data-parallel rank(s)"
+    << (accumulation > 1 ? " x " + std::to_string(accumulation) + " accumulation steps" : "") << '\n'
+    << "    training.num_tokens_per_train_step = training.num_tokens_per_microbatch_per_dp_rank * "
+    << static_cast<std::int64_t>(c.microbatches) * par.data * accumulation << "\n\n";
+  switch (par.recompute) {
+    case Recompute::None:
+      t << "    config.activation_checkpoint = None\n";
+      break;
+    case Recompute::Selective:
+      t << "    config.activation_checkpoint = SelectiveAC.Config()\n";
+      break;
+    case Recompute::Full:
+      t << "    config.activation_checkpoint = FullAC.Config()\n";
+      break;
+  }
+  t << "    return config\n";
+  return t.str();
+}
+
+}  // namespace
+
+std::optional<TorchtitanFormat> torchtitanFormatFromName(std::string_view name) {
+  if (name == "python") return TorchtitanFormat::Python;
+  if (name == "toml") return TorchtitanFormat::Toml;
+  return std::nullopt;
+}
+
+Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOptions& options) {
+  auto settings = titanSettings(plan, options.format);
+  if (!settings) return settings.error();
+  auto stages = stageLayers(plan, "torchtitan");
+  if (!stages) return stages.error();
+  auto csv = scheduleCsv(plan, CsvFormat::ComputeOnly);
+  if (!csv) return csv.error();
+  for (std::string& n : placeFrameworkEnds(*stages, "torchtitan")) settings->notes.push_back(std::move(n));
+
+  TorchtitanExport out;
+  out.format = options.format;
+  out.csv = std::move(*csv);
+  // torchtitan main names the output projection lm_head (since Apr 2026), v0.2.2 output.
+  out.moduleFqnsPerModelPart =
+      titanModuleNames(*stages, options.format == TorchtitanFormat::Python ? "lm_head" : "output");
+  if (options.format == TorchtitanFormat::Toml) {
+    out.config = renderToml(plan, *settings, out, options.csvPath);
+  } else {
+    out.config = renderPython(plan, *settings, out, options);
+    if (options.base.empty() && shippedBase(plan.model).empty()) {
+      out.notes.push_back("torchtitan ships no configuration for " + plan.model.name +
+                          ": name the one of your model with --torchtitan-base MODULE:FUNCTION or "
+                          "$PIPESTUDIO_TORCHTITAN_BASE");
+    }
+  }
+  out.toml = options.format == TorchtitanFormat::Toml ? out.config : std::string();
   return out;
+}
+
+Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string& csvPath) {
+  TorchtitanOptions options;
+  options.format = TorchtitanFormat::Toml;
+  options.csvPath = csvPath;
+  return torchtitanExport(plan, options);
 }
 
 std::optional<FrameworkSpace> frameworkSpace(std::string_view framework) {

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -122,9 +124,9 @@ struct ParsedAction {
   OpKind kind = OpKind::F;
   int microbatch = 0;
   /// SEND_F/RECV_F/SEND_B/RECV_B, UNSHARD/RESHARD/REDUCE_GRAD (the compute_comms format): no op
-  /// of ours. Transfers follow from the data flow; FSDP's gathers and gradient reduction are the
-  /// ZeRO-3 costs of the passes they serve.
+  /// of ours. Transfers follow from the data flow; FSDP's actions become Plan::fsdpActions.
   bool communication = false;
+  std::optional<FsdpActionKind> fsdp;  ///< UNSHARD, RESHARD or REDUCE_GRAD
 };
 
 constexpr std::string_view kOverlapSuffix = ")OVERLAP_F_B";
@@ -160,6 +162,7 @@ std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, P
     // Per stage, no microbatch (_Action.from_str: `1UNSHARD`).
     if (j != s.size()) return "unexpected characters after '" + excerpt(type) + "' (it names a stage, no microbatch)";
     out.communication = true;
+    out.fsdp = fsdpActionFromName(type);
     out.microbatch = -1;
     return std::nullopt;
   } else if (type == "SEND_F" || type == "RECV_F" || type == "SEND_B" || type == "RECV_B") {
@@ -182,6 +185,120 @@ std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, P
   }
   std::from_chars(mb.data(), mb.data() + mb.size(), out.microbatch);
   return std::nullopt;
+}
+
+// A message from its parts, in one string (a chain of `+` makes a temporary per part).
+std::string concat(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view part : parts) out += part;
+  return out;
+}
+
+// One cell of a row that the FSDP checks read: an FSDP action or a pass, in row order.
+struct RowEvent {
+  int stage = 0;
+  std::optional<FsdpActionKind> fsdp;  ///< empty: a pass
+  OpKind kind = OpKind::F;
+  int microbatch = 0;
+  std::size_t line = 0;
+  std::size_t column = 0;
+};
+
+// The rules `_PipelineScheduleRuntime` applies to a row's UNSHARD / RESHARD / REDUCE_GRAD when its
+// stages are FSDP modules (ZeRO-3), plus what makes gradients wrong without an error there: a
+// stage without REDUCE_GRAD never reduces its gradients, one before its last backward reduces
+// part of them. `endLine`/`endColumn` place problems found at the end of the row.
+template <typename Fail>
+void checkFsdpRow(const std::vector<RowEvent>& row, int microbatches, std::size_t endLine, std::size_t endColumn,
+                  const Fail& fail) {
+  enum class Params : std::uint8_t { Sharded, Gathering, Gathered };
+  struct StageState {
+    Params params = Params::Sharded;
+    std::size_t unshardLine = 0, unshardColumn = 0;
+    int backwards = 0;
+    bool passes = false, reduced = false, reportedSharded = false;
+    std::size_t reduceLine = 0;
+  };
+  std::map<int, StageState> stages;
+  for (const RowEvent& e : row) {
+    StageState& st = stages[e.stage];
+    const std::string stage = "stage " + std::to_string(e.stage);
+    if (!e.fsdp) {
+      st.passes = true;
+      if (st.params == Params::Sharded && !st.reportedSharded) {
+        st.reportedSharded = true;
+        fail(e.line, e.column,
+             concat({"'", torchAction(e.stage, e.kind, e.microbatch), "' runs while the parameters of ", stage,
+                     " are sharded: under ZeRO-3 PyTorch's runtime refuses it ('Attempted to compute on sharded') ",
+                     "(expected an UNSHARD of ", stage, " before it, with no RESHARD between)"}));
+      }
+      if (st.params == Params::Gathering) st.params = Params::Gathered;
+      if (e.kind == OpKind::W || e.kind == OpKind::BW) ++st.backwards;
+      continue;
+    }
+    const std::string cell = "'" + std::to_string(e.stage) + std::string(fsdpActionName(*e.fsdp)) + "'";
+    switch (*e.fsdp) {
+      case FsdpActionKind::Unshard:
+        if (st.params != Params::Sharded) {
+          fail(e.line, e.column,
+               concat({cell, ": ", stage, " is already unsharded (UNSHARD at line ", std::to_string(st.unshardLine),
+                       ", column ", std::to_string(st.unshardColumn),
+                       ", no RESHARD since); PyTorch's runtime refuses to unshard a stage twice"}));
+        }
+        st.params = Params::Gathering;
+        st.unshardLine = e.line;
+        st.unshardColumn = e.column;
+        break;
+      case FsdpActionKind::Reshard:
+        if (st.params == Params::Sharded) {
+          fail(e.line, e.column,
+               concat({cell, ": ", stage,
+                       " was not unsharded (PyTorch's runtime refuses to reshard it; expected an UNSHARD and a pass ",
+                       "of the stage before)"}));
+        } else if (st.params == Params::Gathering) {
+          fail(e.line, e.column,
+               concat({cell, ": no pass of ", stage, " since its UNSHARD at line ", std::to_string(st.unshardLine),
+                       ", so the gather was never waited for (PyTorch's runtime refuses to reshard before the ",
+                       "unshard finished; expected a pass between them)"}));
+        }
+        st.params = Params::Sharded;
+        break;
+      case FsdpActionKind::ReduceGrad:
+        if (st.reduced) {
+          fail(e.line, e.column,
+               concat({cell, ": second REDUCE_GRAD of ", stage, " (first at line ", std::to_string(st.reduceLine),
+                       "; expected one per iteration)"}));
+        } else if (st.backwards < microbatches) {
+          fail(e.line, e.column,
+               concat({cell, ": after ", std::to_string(st.backwards), " of the ", std::to_string(microbatches),
+                       " backward passes of ", stage,
+                       ", it would reduce partial gradients (expected it after the stage's last W or B)"}));
+        }
+        st.reduced = true;
+        st.reduceLine = e.line;
+        break;
+    }
+  }
+  for (const auto& [index, st] : stages) {
+    const std::string stage = "stage " + std::to_string(index);
+    if (st.params == Params::Gathering) {
+      fail(st.unshardLine, st.unshardColumn,
+           "'" + std::to_string(index) + "UNSHARD': no pass of " + stage +
+               " uses it before the row ends (PyTorch's runtime refuses unused unshard operations)");
+    } else if (st.params == Params::Gathered) {
+      fail(endLine, endColumn,
+           stage +
+               " is still unsharded when the row ends: the next iteration's UNSHARD would unshard it twice "
+               "(expected a RESHARD after its last pass)");
+    }
+    if (st.passes && !st.reduced) {
+      fail(endLine, endColumn,
+           stage +
+               " has no REDUCE_GRAD: under ZeRO-3 its gradients would never be reduce-scattered over the "
+               "data-parallel ranks (expected " +
+               std::to_string(index) + "REDUCE_GRAD after its last W or B)");
+    }
+  }
 }
 
 }  // namespace
@@ -221,8 +338,17 @@ Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format) {
   for (const VirtualStage& vs : plan.virtualStages) {
     if (stageDevice.contains(vs.id)) stageDevice[vs.id] = vs.device;
   }
+  // A plan that came with its own FSDP actions (an imported compute_comms file) keeps them: its
+  // costs follow their windows. Others get those of PyTorch's runtime lowering.
+  const bool ownFsdp = !plan.fsdpActions.empty();
+  if (ownFsdp) {
+    auto withFsdp = torchpp::computeOrderWithFsdp(plan);
+    if (!withFsdp) return withFsdp.error();
+    order = std::move(withFsdp);
+  }
   auto lowered = torchpp::lowerWithComms(
-      *order, [&](int s) { return stageDevice.contains(s) ? stageDevice[s] : -1; }, stages, plan.config.microbatches);
+      *order, [&](int s) { return stageDevice.contains(s) ? stageDevice[s] : -1; }, stages, plan.config.microbatches,
+      !ownFsdp);
   if (!lowered) return lowered.error();
   return torchpp::csvText(*lowered);
 }
@@ -276,6 +402,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
 
   ScheduleSkeleton skeleton;
   IdVector<std::vector<OrderedOp>> lanes(shape.devices);
+  IdVector<std::vector<RowEvent>> events(shape.devices);
+  bool transferCells = false;  // SEND_F/RECV_F/SEND_B/RECV_B: the file is in the compute_comms format
   // Checks one parsed action of row `row` and appends its op to the row's lane.
   const auto place = [&](const ParsedAction& a, std::string_view action, std::size_t lineNo, std::size_t column,
                          int row) {
@@ -300,7 +428,15 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
                std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
       return;
     }
-    if (a.communication) return;  // the transfers and ZeRO-3 costs follow from the plan
+    if (a.fsdp) {
+      skeleton.fsdpActions.push_back({row, a.stage, *a.fsdp, static_cast<std::int32_t>(lanes[row].size())});
+      events[row].push_back({a.stage, a.fsdp, OpKind::F, 0, lineNo, column});
+      return;
+    }
+    if (a.communication) {  // transfers follow from the plan's data flow
+      transferCells = true;
+      return;
+    }
     Seen& seenAt = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
     if (seenAt.line != 0) {
       fail(lineNo, column,
@@ -310,6 +446,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     }
     seenAt = {lineNo, column};
     lanes[row].push_back({a.stage, a.kind, a.microbatch, 0});
+    events[row].push_back({a.stage, std::nullopt, a.kind, a.microbatch, lineNo, column});
   };
   std::size_t lineNo = 0;
   int row = 0;
@@ -443,6 +580,13 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       }
     }
   }
+  // A compute_comms file runs as written (no lowering adds UNSHARD/RESHARD): under ZeRO-3 its
+  // FSDP actions must be ones PyTorch's runtime accepts. A compute_only file gets PyTorch's own.
+  if (errors.empty() && shape.fsdp && (transferCells || !skeleton.fsdpActions.empty())) {
+    for (int r = 0; r < shape.devices; ++r) {
+      checkFsdpRow(events[r], shape.microbatches, rowLine[r] ? rowLine[r] : lineNo + 1, rowEnd[r], fail);
+    }
+  }
   if (!errors.empty()) {
     std::string message;
     for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
@@ -523,6 +667,11 @@ Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from,
 
 bool csvHasOverlappedPairs(std::string_view text) { return text.find(kOverlapSuffix) != std::string_view::npos; }
 
+bool csvHasFsdpActions(std::string_view text) {
+  return text.find("UNSHARD") != std::string_view::npos || text.find("RESHARD") != std::string_view::npos ||
+         text.find("REDUCE_GRAD") != std::string_view::npos;
+}
+
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
   auto text = readRegularFile(path, kMaxCsvBytes);
   if (!text) return text.error();
@@ -536,6 +685,7 @@ Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const 
   shape.devices = base.config.devices;
   shape.microbatches = base.config.microbatches;
   shape.virtualStages = base.virtualStages;
+  shape.fsdp = base.config.parallel.zeroStage >= 3;
   if (shape.virtualStages.empty()) return Error{source + ": the plan has no virtual stages to place the CSV on"};
   auto skeleton = parseScheduleCsv(text, shape, source);
   if (!skeleton) return skeleton.error();

@@ -5,6 +5,7 @@
 #include "TorchSchedule.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -259,7 +260,7 @@ std::string toString(const Action& a) {
   return s;
 }
 
-Expected<RankOrder> computeOrder(const Plan& plan) {
+Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* passes) {
   const int devices = std::max(0, plan.config.devices);
   for (const VirtualStage& vs : plan.virtualStages) {
     if (vs.pipeline != 0) {
@@ -269,6 +270,7 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
     }
   }
   RankOrder order(devices);
+  if (passes) *passes = IdVector<std::vector<int>>(devices);
   // Overlapped groups (lane index of the F → size), per device.
   std::vector<std::map<int, int>> groupAt(static_cast<std::size_t>(devices));
   if (plan.config.overlapForwardBackward) {
@@ -318,10 +320,12 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
     const auto& groups = groupAt[static_cast<std::size_t>(op.device)];
     if (auto g = groups.find(at); g != groups.end()) {
       order[op.device].push_back({-1, ActionType::OverlapFB, -1, {{op.virtualStage, type, op.microbatch, {}}}});
+      if (passes) (*passes)[op.device].push_back(1);
       pendingMembers = g->second - 1;
       continue;
     }
     if (pendingMembers > 0) {
+      if (passes) ++(*passes)[op.device].back();
       // The group's backward (B → I) and, in a group of three, its W: together the full backward B.
       auto& members = order[op.device].back().sub;
       --pendingMembers;
@@ -333,8 +337,43 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
       continue;
     }
     order[op.device].push_back({op.virtualStage, type, op.microbatch, {}});
+    if (passes) (*passes)[op.device].push_back(1);
   }
   return order;
+}
+
+Expected<RankOrder> computeOrderWithFsdp(const Plan& plan) {
+  IdVector<std::vector<int>> passes;
+  auto order = computeOrder(plan, &passes);
+  if (!order) return order;
+  const int devices = order->size();
+  RankOrder out(devices);
+  // Each device's actions, in order, with the pass each precedes.
+  IdVector<std::vector<const FsdpAction*>> actions(devices);
+  for (const FsdpAction& a : plan.fsdpActions) {
+    if (actions.contains(a.device)) actions[a.device].push_back(&a);
+  }
+  const auto fsdpType = [](FsdpActionKind k) {
+    return k == FsdpActionKind::Unshard   ? ActionType::Unshard
+           : k == FsdpActionKind::Reshard ? ActionType::Reshard
+                                          : ActionType::ReduceGrad;
+  };
+  for (int d = 0; d < devices; ++d) {
+    std::size_t next = 0;
+    int pass = 0;
+    const auto emitUpTo = [&](int upTo) {
+      for (; next < actions[d].size() && actions[d][next]->beforePass <= upTo; ++next) {
+        out[d].push_back({actions[d][next]->virtualStage, fsdpType(actions[d][next]->kind), -1, {}});
+      }
+    };
+    for (std::size_t i = 0; i < (*order)[d].size(); ++i) {
+      emitUpTo(pass);
+      out[d].push_back((*order)[d][i]);
+      pass += passes[d][i];
+    }
+    emitUpTo(INT32_MAX);
+  }
+  return out;
 }
 
 Status validate(const RankOrder& order, int ranks, int stages, int microbatches) {

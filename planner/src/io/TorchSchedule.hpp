@@ -50,7 +50,14 @@ using RankOrder = IdVector<std::vector<Action>>;  ///< [rank] → actions in ord
 /// forward and backward (PlanConfig::overlapForwardBackward) writes each overlapped group as
 /// OVERLAP_F_B: its F and its backward (a B followed by its W in the group: the full backward B;
 /// a B alone: I). Errors name the first op PyTorch has no action for.
-Expected<RankOrder> computeOrder(const Plan& plan);
+/// `passes`, when given, gets per rank how many of the device's ops each action stands for (1,
+/// or the members of an OVERLAP_F_B group).
+Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* passes = nullptr);
+
+/// computeOrder with the plan's own FSDP actions (Plan::fsdpActions) in their places: the
+/// compute order a compute_comms file imported with them had, to be lowered with
+/// `runtimePasses` false.
+Expected<RankOrder> computeOrderWithFsdp(const Plan& plan);
 
 /// _validate_schedule's rules with our messages (see Export.hpp validateTorchSchedule).
 Status validate(const RankOrder& order, int ranks, int stages, int microbatches);

@@ -2,6 +2,8 @@
 // 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron-LM) and the handcrafted zero-bubble
 // schedules ZB-H1 / ZB-H2 (Qi et al. 2023, §2).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "pipestudio/common/Index.hpp"
@@ -190,9 +192,109 @@ class ZbH1 final : public ScheduleGenerator {
   }
 };
 
+// ZB-H2's counts, per device d: at most 2(p−d)−1 forwards ahead of the backwards, and W
+// deferred by 2d backwards (W right after the backward that lets it run, the rest at the end).
+int zbH2Ahead(int p, int m, int d) { return std::min(2 * (p - d) - 1, m); }
+int zbH2Lag(int d) { return 2 * d; }
+
+// Whether every stage has the same estimates: the setting the handcrafted schedules are made
+// for (Qi et al. 2023 assume equal F, B, W and transfers across stages).
+bool equalStages(const ScheduleInput& input) {
+  const auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, a, b}); };
+  const StageEstimate& first = input.stages.front();
+  return std::all_of(input.stages.begin(), input.stages.end(), [&](const StageEstimate& e) {
+    return same(e.forwardMs, first.forwardMs) && same(e.backwardInputMs, first.backwardInputMs) &&
+           same(e.backwardWeightMs, first.backwardWeightMs) && same(e.sendMs, first.sendMs);
+  });
+}
+
+// ZB-H2's order built on the stage estimates: the counts above, and a device takes its next
+// backward before its next forward when the backward's input arrives first. The handcrafted
+// order runs the forwards first; with uneven stages that holds the backward chain, the critical
+// path of the drain, behind a forward a slower upstream device has yet to send (a device waits
+// with the backward it could run). Ops are placed in time order (list scheduling): the device
+// whose next op can start first decides, so an input that is not yet known arrives later than
+// any start decided before it. Transfers take StageEstimate::sendMs (links not serialised: the
+// order is timed by the simulator).
+std::vector<std::vector<OrderedOp>> timedZbH2Order(const ScheduleInput& input) {
+  const int p = input.shape.devices;
+  const int m = input.shape.microbatches;
+  constexpr double kUnknown = std::numeric_limits<double>::infinity();
+  Grid<double> endF(p, m, kUnknown), endB(p, m, kUnknown);
+  struct Device {
+    int f = 0, b = 0, w = 0;  // next forward, backward, weight pass (microbatch)
+    int forcedW = -1;         // a W that runs next (the handcrafted order puts it right after its B)
+    double freeMs = 0;
+  };
+  std::vector<Device> dev(static_cast<std::size_t>(p));
+  std::vector<std::vector<OrderedOp>> lanes(static_cast<std::size_t>(p));
+  const auto readyF = [&](int d, int mb) { return d == 0 ? 0.0 : endF(d - 1, mb) + input.estimate(d - 1).sendMs; };
+  const auto readyB = [&](int d, int mb) {
+    const double own = endF(d, mb);
+    return d == p - 1 ? own : std::max(own, endB(d + 1, mb) + input.estimate(d).sendMs);
+  };
+  for (std::int64_t placed = 0, total = 3LL * p * m; placed < total; ++placed) {
+    int best = -1;
+    OpKind bestKind = OpKind::F;
+    int bestMb = 0;
+    double bestStart = kUnknown;
+    for (int d = 0; d < p; ++d) {
+      const Device& s = dev[static_cast<std::size_t>(d)];
+      OpKind kind = OpKind::W;
+      int mb = 0;
+      double start = kUnknown;
+      const bool canF = s.f < m && s.f - s.b < zbH2Ahead(p, m, d);
+      const bool canB = s.b < s.f;
+      if (s.forcedW >= 0 || (!canF && !canB && s.b == m && s.w < m)) {
+        mb = s.forcedW >= 0 ? s.forcedW : s.w;
+        start = std::max(s.freeMs, endB(d, mb));
+      } else if (canF || canB) {
+        const double rF = canF ? readyF(d, s.f) : kUnknown;
+        const double rB = canB ? readyB(d, s.b) : kUnknown;
+        const bool backwardFirst = canB && (!canF || (rF > s.freeMs && rB < rF));
+        kind = backwardFirst ? OpKind::B : OpKind::F;
+        mb = backwardFirst ? s.b : s.f;
+        start = std::max(s.freeMs, backwardFirst ? rB : rF);
+      }
+      if (start < bestStart) {
+        best = d;
+        bestKind = kind;
+        bestMb = mb;
+        bestStart = start;
+      }
+    }
+    if (best < 0) break;  // cannot happen: some device's next input is always known
+    Device& s = dev[static_cast<std::size_t>(best)];
+    const StageEstimate& e = input.estimate(best);
+    lanes[static_cast<std::size_t>(best)].push_back(op(best, bestKind, bestMb));
+    if (bestKind == OpKind::F) {
+      s.freeMs = bestStart + e.forwardMs;
+      endF(best, bestMb) = s.freeMs;
+      ++s.f;
+    } else if (bestKind == OpKind::B) {
+      s.freeMs = bestStart + e.backwardInputMs;
+      endB(best, bestMb) = s.freeMs;
+      if (s.b++ - s.w >= zbH2Lag(best)) s.forcedW = s.w++;
+    } else {
+      s.freeMs = bestStart + e.backwardWeightMs;
+      if (s.forcedW >= 0) {
+        s.forcedW = -1;
+      } else {
+        ++s.w;
+      }
+    }
+  }
+  return lanes;
+}
+
 // ZB-H2 (Qi et al. 2023 §2.2): extra warm-up forwards fill the bubble before the first B
 // (device d runs 2(p−d)−1 forwards before its first B, about 2p activations on device 0) and
 // W are deferred by 2d backwards so the drain is filled too: zero device bubble when F=B=W.
+// The handcrafted order assumes equal stages; with uneven ones it can be slower than ZB-H1
+// (issue 28: 189 against 186), which holds fewer microbatches. There the order is the best of
+// three that fit ZB-H2's memory (per device at most 2p−1 microbatches held): the handcrafted
+// one, the one built on the estimates (timedZbH2Order) and ZB-H1's, taking only orders whose
+// makespan and longest device span are both within ZB-H1's.
 class ZbH2 final : public ScheduleGenerator {
  public:
   std::string_view name() const override { return "zb-h2"; }
@@ -207,13 +309,34 @@ class ZbH2 final : public ScheduleGenerator {
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const int p = input.shape.devices;
-    IdVector<int> warmup(p);
-    IdVector<int> lag(p);
+    IdVector<int> warmup(p), lag(p);
     for (int d = 0; d < p; ++d) {
-      warmup[d] = 2 * (p - d) - 2;
-      lag[d] = 2 * d;
+      warmup[d] = 2 * (p - d) - 2;  // and one more forward before the first B: zbH2Ahead
+      lag[d] = zbH2Lag(d);
     }
-    return oneFOneB(input, warmup, true, lag);
+    ScheduleSkeleton handcrafted = oneFOneB(input, warmup, true, lag);
+    if (input.stages.empty() || equalStages(input)) return handcrafted;
+    if (input.control && input.control->cancelled()) return Error::cancelled();
+    IdVector<int> h1Warmup(p), h1Lag(p);
+    for (int d = 0; d < p; ++d) {
+      h1Warmup[d] = p - d - 1;
+      h1Lag[d] = d;
+    }
+    ScheduleSkeleton h1 = oneFOneB(input, h1Warmup, true, h1Lag);
+    const OrderTiming h1Timing = timeOrder(input, h1.devices);
+    const auto within = [&](const OrderTiming& t) {
+      const double tolerance = 1e-9 * std::max({1.0, t.makespanMs, h1Timing.makespanMs});
+      return t.ok && t.makespanMs <= h1Timing.makespanMs + tolerance &&
+             t.maxDeviceSpanMs <= h1Timing.maxDeviceSpanMs + tolerance;
+    };
+    // Ties go to the handcrafted order, then to ZB-H1's.
+    const OrderTiming handcraftedTiming = timeOrder(input, handcrafted.devices);
+    const bool handcraftedFits = within(handcraftedTiming) && !fasterThan(h1Timing, handcraftedTiming);
+    ScheduleSkeleton timed = skeleton(input, Lanes(timedZbH2Order(input)));
+    const OrderTiming timedTiming = timeOrder(input, timed.devices);
+    const OrderTiming& incumbent = handcraftedFits ? handcraftedTiming : h1Timing;
+    if (within(timedTiming) && fasterThan(timedTiming, incumbent)) return timed;
+    return handcraftedFits ? handcrafted : h1;
   }
 };
 

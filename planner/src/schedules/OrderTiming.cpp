@@ -193,6 +193,7 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
     if (firstMs[d] < 0) continue;
     firstAll = std::min(firstAll, firstMs[d]);
     result.maxDeviceBubbleMs = std::max(result.maxDeviceBubbleMs, freeMs[d] - firstMs[d] - busyMs[d]);
+    result.maxDeviceSpanMs = std::max(result.maxDeviceSpanMs, freeMs[d] - firstMs[d]);
   }
   result.makespanMs = std::isfinite(firstAll) ? lastMs - firstAll : 0.0;
   result.peakBytes = orderPeakBytes(input, order);

@@ -17,6 +17,7 @@ struct OrderTiming {
   bool ok = false;                      ///< false: the order deadlocks or misses an op
   double makespanMs = 0;                ///< last end − first start
   double maxDeviceBubbleMs = 0;         ///< max over devices of span − busy
+  double maxDeviceSpanMs = 0;           ///< max over devices of last end − first start
   std::vector<std::int64_t> peakBytes;  ///< per device: peak live activation bytes (DESIGN.md §2)
 };
 

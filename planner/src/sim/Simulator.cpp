@@ -115,6 +115,90 @@ IdVector<double> blockwiseGatherSavingsMs(const Plan& shell, const ScheduleSkele
   return out;
 }
 
+// FSDP windows (Plan::fsdpActions, PyTorch's UNSHARD / RESHARD / REDUCE_GRAD): per op, how much
+// of its ZeRO-3 gather or gradient reduce-scatter it skips. Inside an UNSHARD…RESHARD window of
+// its stage the parameters stay gathered: the window's first F, B or BW pays its gather, the
+// later ones none. A stage with a REDUCE_GRAD accumulates its gradients and reduce-scatters them
+// once: its last W or BW before the REDUCE_GRAD pays the scatter, the others none. Passes outside
+// a window (which PyTorch's runtime refuses under FSDP) pay as without windows.
+IdVector<double> fsdpWindowSavingsMs(const Plan& shell, const ScheduleSkeleton& skeleton,
+                                     const IdVector<StageCosts>& costs) {
+  IdVector<double> out;
+  const int devices = static_cast<int>(skeleton.devices.size());
+  std::vector<std::vector<const FsdpAction*>> perDevice(static_cast<std::size_t>(devices));
+  for (const FsdpAction& a : skeleton.fsdpActions) {
+    if (a.device >= 0 && a.device < devices) perDevice[static_cast<std::size_t>(a.device)].push_back(&a);
+  }
+  const auto isPass = [](OpKind k) { return k == OpKind::F || k == OpKind::B || k == OpKind::W || k == OpKind::BW; };
+  const auto stages = static_cast<int>(shell.virtualStages.size());
+  for (int d = 0; d < devices; ++d) {
+    const auto& lane = skeleton.devices[static_cast<std::size_t>(d)];
+    const auto& actions = perDevice[static_cast<std::size_t>(d)];
+    // Per stage: the lane index of the W/BW that pays the scatter (the last one before the
+    // stage's first REDUCE_GRAD), -1 without a REDUCE_GRAD.
+    std::vector<std::int64_t> reducer(static_cast<std::size_t>(stages), -1);
+    std::vector<char> reduced(static_cast<std::size_t>(stages), 0);
+    {
+      std::size_t next = 0;
+      std::int64_t pass = 0;
+      std::vector<std::int64_t> lastBackward(static_cast<std::size_t>(stages), -1);
+      const auto apply = [&](std::int64_t upTo) {
+        for (; next < actions.size() && actions[next]->beforePass <= upTo; ++next) {
+          const FsdpAction& a = *actions[next];
+          if (a.kind != FsdpActionKind::ReduceGrad || a.virtualStage < 0 || a.virtualStage >= stages) continue;
+          const auto s = static_cast<std::size_t>(a.virtualStage);
+          if (!reduced[s]) reducer[s] = lastBackward[s];
+          reduced[s] = 1;
+        }
+      };
+      for (std::size_t i = 0; i < lane.size(); ++i) {
+        const OrderedOp& o = lane[i];
+        if (!isPass(o.kind)) continue;
+        apply(pass++);
+        if ((o.kind == OpKind::W || o.kind == OpKind::BW) && o.virtualStage >= 0 && o.virtualStage < stages) {
+          lastBackward[static_cast<std::size_t>(o.virtualStage)] = static_cast<std::int64_t>(i);
+        }
+      }
+      apply(pass);
+    }
+    std::vector<char> open(static_cast<std::size_t>(stages), 0), paid(static_cast<std::size_t>(stages), 0);
+    std::size_t next = 0;
+    std::int64_t pass = 0;
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+      const OrderedOp& o = lane[i];
+      double saved = 0;
+      if (isPass(o.kind) && o.virtualStage >= 0 && o.virtualStage < stages) {
+        for (; next < actions.size() && actions[next]->beforePass <= pass; ++next) {
+          const FsdpAction& a = *actions[next];
+          if (a.virtualStage < 0 || a.virtualStage >= stages) continue;
+          const auto s = static_cast<std::size_t>(a.virtualStage);
+          if (a.kind == FsdpActionKind::Unshard) {
+            open[s] = 1;
+            paid[s] = 0;
+          }
+          if (a.kind == FsdpActionKind::Reshard) open[s] = 0;
+        }
+        ++pass;
+        const auto s = static_cast<std::size_t>(o.virtualStage);
+        const StageCosts& c = costs[o.virtualStage];
+        if (o.samples > 0) {  // partial batches are frozen work, never ZeRO-3-sharded passes
+          out.push_back(0);
+          continue;
+        }
+        if (o.kind != OpKind::W && open[s]) {
+          if (paid[s]) saved += o.kind == OpKind::F ? c.zeroGatherForwardMs : c.zeroGatherBackwardMs;
+          paid[s] = 1;
+        }
+        if ((o.kind == OpKind::W || o.kind == OpKind::BW) && reduced[s] && reducer[s] != static_cast<std::int64_t>(i)) {
+          saved += c.zeroScatterWeightMs;
+        }
+      }
+      out.push_back(saved);
+    }
+  }
+  return out;
+}
+
 // Error messages name an op by its place in its device's order; built only on error.
 std::string where(int d, std::size_t i) { return "device " + std::to_string(d) + " op " + std::to_string(i); }
 
@@ -542,7 +626,9 @@ void Simulation::prepareTiming() {
       m_kindDurationMs(s, k) = baseDurationMs(static_cast<OpKind>(k), m_costs[s], m_shell.config.vocabBarriers);
     }
   }
-  m_gatherSavedMs = blockwiseGatherSavingsMs(m_shell, m_skeleton, m_costs);
+  m_gatherSavedMs = !m_skeleton.fsdpActions.empty() && m_shell.config.parallel.zeroStage >= 3
+                        ? fsdpWindowSavingsMs(m_shell, m_skeleton, m_costs)
+                        : blockwiseGatherSavingsMs(m_shell, m_skeleton, m_costs);
 
   // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
   // own; 0: a later member of a group). A group starts when its device is free and every
@@ -777,6 +863,8 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   shell.virtualStages = skeleton.virtualStages;
   shell.ops.clear();
   shell.comms.clear();
+  shell.fsdpActions = skeleton.fsdpActions;
+  shell.config.fsdpWindows = !shell.fsdpActions.empty();
   Simulation sim(shell, skeleton, options);
   if (auto err = sim.validateShape()) return std::move(*err);
   if (auto err = sim.flatten()) return std::move(*err);
@@ -819,6 +907,7 @@ Expected<Plan> resimulate(const Plan& plan) {
   skeleton.devices = std::move(lanes.values());
   // part: dependencies the plan implies but does not store (frozen outputs, vocabulary S/T).
   skeleton.extraDependencies = derivedDependencies(plan, skeleton.devices);
+  skeleton.fsdpActions = plan.fsdpActions;
   Plan shell;
   shell.config = plan.config;
   shell.model = plan.model;

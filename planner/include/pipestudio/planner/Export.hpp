@@ -1,7 +1,8 @@
 #pragma once
 /// \file Exports and imports of timed plans and measured runs: Chrome trace JSON (Perfetto,
 /// chrome://tracing), schedule CSV in the `torch.distributed.pipelining` formats (compute-only and
-/// compute+comms), Megatron-LM command-line arguments and torchtitan `[parallelism]` TOML.
+/// compute+comms), Megatron-LM command-line arguments and torchtitan configurations (Python for
+/// torchtitan main, TOML for v0.2.2 and earlier).
 /// Every framework export is checked with the rules its consumer applies, so a user reads our
 /// message rather than the framework's assertion. Qt-free.
 
@@ -60,7 +61,8 @@ std::optional<CsvDialect> csvDialectFromName(std::string_view name);  ///< curre
 /// actions, each `<stage><type><microbatch>` with stage = virtual stage id and type F (forward),
 /// I (input gradient, our B), W (weight gradient) or B (fused backward, our BW); with
 /// CsvFormat::ComputeComms the communication and FSDP/gradient-reduction actions are placed
-/// where `_PipelineScheduleRuntime._prepare_schedule_with_comms` places them. The order is
+/// where `_PipelineScheduleRuntime._prepare_schedule_with_comms` places them (a plan with its own
+/// FSDP actions, Plan::fsdpActions, keeps those and gets the sends and receives around them). The order is
 /// checked with `_validate_schedule`'s rules first (validateTorchSchedule). Ops PyTorch cannot
 /// express (N, S, T, OPT, partial batches, a bidirectional model) give an Error naming the op.
 Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format = CsvFormat::ComputeOnly);
@@ -82,6 +84,9 @@ struct MegatronExport {
   std::vector<std::string> arguments;
   std::string layout;  ///< the layout string, empty when the even split is the plan's
   std::string text;
+  /// Flags Megatron's argument check requires that the plan cannot supply (a model of measured
+  /// times has no hidden size, heads or sequence length); `text` names them in a comment.
+  std::vector<std::string> missingArguments;
 };
 Expected<MegatronExport> megatronExport(const Plan& plan);
 
@@ -90,15 +95,44 @@ Expected<MegatronExport> megatronExport(const Plan& plan);
 /// Returns the stages' symbols in order (index = virtual rank · P + pipeline rank).
 Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout);
 
-/// torchtitan's `[parallelism]` (with `[training]` batch and `[activation_checkpoint]` settings)
-/// for the plan, as a TOML fragment naming `csvPath` for `pipeline_parallel_schedule_csv`, plus
-/// that compute-only CSV. Module names: embedding → `tok_embeddings`, the k-th transformer layer
-/// → `layers.k`, lm_head → `norm` and `output` (torchtitan's Llama/DeepSeek names).
+/// torchtitan's configuration formats. torchtitan main selects a run with `--module` /
+/// `--config`, a Python function returning `Trainer.Config` (pytorch/torchtitan 9810191b, Feb
+/// 2026); v0.2.2 and earlier read TOML job configs (`--job.config_file`).
+enum class TorchtitanFormat { Python, Toml };
+std::optional<TorchtitanFormat> torchtitanFormatFromName(std::string_view name);  ///< python | toml
+
+struct TorchtitanOptions {
+  TorchtitanFormat format = TorchtitanFormat::Python;
+  /// The schedule CSV written beside the configuration: TOML names this path, Python the file
+  /// of that name beside itself.
+  std::string csvPath;
+  /// Python: `module:function` of the configuration the plan starts from (model, tokenizer,
+  /// data, optimizer); empty: the one torchtitan ships for the plan's model, if any (else the
+  /// file asks for $PIPESTUDIO_TORCHTITAN_BASE).
+  std::string base;
+  std::string moduleName;  ///< Python: the module name the launch line uses (the file's stem)
+};
+
+/// torchtitan's settings for the plan and the compute-only schedule CSV they name (run by
+/// `_PipelineScheduleRuntime`). Both formats set the pipeline (degree, placement style, the CSV,
+/// microbatches, module names per stage), TP/CP/EP/DP degrees and FSDP resharding, the batch and
+/// activation checkpointing. Module names: embedding → `tok_embeddings`, the k-th transformer
+/// layer → `layers.k`, lm_head → `norm` and `lm_head` (Python; `output` in TOML, v0.2.2's
+/// name). Refused with the reason: what torchtitan cannot place or run (see
+/// requireSingleBackbone), ZeRO-1, TP without sequence parallelism, and MoE layouts torchtitan
+/// cannot build as costed: its expert-parallel ranks come from FSDP·CP·TP (the expert FSDP
+/// degree dp_shard·cp·tp / (etp·ep) must be whole), TOML writes expert_tensor_parallel_degree =
+/// TP (our costs split experts over TP), and main, which has no expert TP, refuses MoE with TP > 1.
 struct TorchtitanExport {
-  std::string toml;
+  TorchtitanFormat format = TorchtitanFormat::Python;
+  std::string config;  ///< the Python module or the TOML fragment
+  std::string toml;    ///< `config` when the format is TOML (empty otherwise)
   std::string csv;
   std::vector<std::vector<std::string>> moduleFqnsPerModelPart;
+  std::vector<std::string> notes;  ///< what the user must still supply (said by the CLI and the GUI)
 };
+Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOptions& options);
+/// The TOML job config (torchtitan v0.2.2 and earlier) naming `csvPath`.
 Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string& csvPath);
 
 /// What a framework's runtime runs, for `configure --framework`: the schedules and ZeRO stages
@@ -117,14 +151,21 @@ struct CsvScheduleShape {
   int microbatches = 0;
   std::vector<VirtualStage> virtualStages;  ///< in id order; empty: infer placement from the CSV
   CsvDialect dialect = CsvDialect::Current;
+  /// The stages are FSDP modules (ZeRO-3): a compute_comms file's UNSHARD / RESHARD / REDUCE_GRAD
+  /// are checked as PyTorch's runtime checks them.
+  bool fsdp = false;
 };
 
 /// Parses schedule CSV text into per-device op orders. Empty cells (PyTorch writes `None` steps
 /// as empty strings) are skipped. `(0F7;7B3)OVERLAP_F_B` gives its two ops back to back (the plan
 /// overlaps them when PlanConfig::overlapForwardBackward is set: csvHasOverlappedPairs). The
-/// compute_comms cells SEND_F/RECV_F/SEND_B/RECV_B and UNSHARD/RESHARD/REDUCE_GRAD are checked
-/// (stage on that row, microbatch in range) and give no op: the plan's transfers follow from its
-/// data flow, and its ZeRO-3 gathers and gradient reduce-scatters are costed with the passes.
+/// compute_comms cells SEND_F/RECV_F/SEND_B/RECV_B are checked (stage on that row, microbatch in
+/// range) and give no op: the plan's transfers follow from its data flow. UNSHARD, RESHARD and
+/// REDUCE_GRAD become the skeleton's fsdpActions (under ZeRO-3: one gather per window, one
+/// gradient reduce-scatter per stage); with `shape.fsdp` a compute_comms file's actions must pass
+/// the checks of PyTorch's runtime (no pass on a sharded stage, no double UNSHARD, no RESHARD
+/// without a pass since the UNSHARD, none left unsharded or unused at the end of the row) and
+/// every stage needs one REDUCE_GRAD after its last W or B.
 /// A stage may mix full backward B with split I/W, one form per microbatch. Every problem is an
 /// Error `source:line:col: what (expected …)`: an unknown action, a stage placed on another
 /// device (or out of range), a microbatch out of range, a duplicated op, a missing op, a row
@@ -137,6 +178,10 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
 
 /// Whether the CSV text has overlapped F&B pairs (`(…)OVERLAP_F_B`, PyTorch's DualPipeV).
 bool csvHasOverlappedPairs(std::string_view text);
+
+/// Whether the CSV text has FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD): its plan then sets
+/// PlanConfig::fsdpWindows.
+bool csvHasFsdpActions(std::string_view text);
 
 /// Rewrites schedule CSV text from one dialect's letters to the other's (legacy B ↔ I, BW ↔ B);
 /// communication and FSDP actions pass through. An unrecognised action is an Error naming the

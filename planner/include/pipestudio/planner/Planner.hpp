@@ -24,6 +24,7 @@ struct ScheduleSkeleton {
   std::vector<VirtualStage> virtualStages;      ///< in id order
   std::vector<std::vector<OrderedOp>> devices;  ///< devices[d] = execution order on device d
   std::vector<OpDependency> extraDependencies;  ///< beyond the data flow; usually empty
+  std::vector<FsdpAction> fsdpActions;          ///< Plan::fsdpActions of the order; usually empty
 };
 
 /// Everything a solve needs. `config` names schedule, devices, microbatches, chunks,

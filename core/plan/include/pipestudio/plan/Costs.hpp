@@ -57,10 +57,12 @@ struct StageCosts {
   double frozenParameters = 0;
   double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
   double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
-  /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches): the parameter gathers not
-  /// hidden under the pass (part of forwardMs / backwardInputMs) and W's gradient
-  /// reduce-scatter (part of backwardWeightMs). A pass that continues a run of passes of its
-  /// stage in the same direction on its device pays none of it. Zero for other plans.
+  /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches) and plans with FSDP windows
+  /// (PlanConfig::fsdpWindows): the parameter gathers not hidden under the pass (part of
+  /// forwardMs / backwardInputMs) and W's gradient reduce-scatter (part of backwardWeightMs). A
+  /// pass that continues a run of passes of its stage in the same direction on its device, or
+  /// follows another pass of its stage in one UNSHARD…RESHARD window, pays none of it. Zero for
+  /// other plans.
   double zeroGatherForwardMs = 0;
   double zeroGatherBackwardMs = 0;
   double zeroScatterWeightMs = 0;

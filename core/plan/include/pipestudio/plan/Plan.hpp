@@ -68,6 +68,10 @@ struct PlanConfig {
   /// Under ZeRO-3 such a plan gathers a chunk's parameters once per run of consecutive passes
   /// of that chunk in one direction (one gather per block), not once per pass.
   int unitMicrobatches = 0;
+  /// The plan's order carries FSDP actions (Plan::fsdpActions, from a compute_comms schedule CSV):
+  /// under ZeRO-3 its gathers follow their UNSHARD…RESHARD windows. Set with the actions (the
+  /// plan document stores only them); it tells the costs to keep the gather shares apart.
+  bool fsdpWindows = false;
   /// GPUs the plan uses: T·C·P·D.
   std::int64_t totalGpus() const { return parallel.gpusPerPipelineRank() * devices; }
 };
@@ -93,6 +97,26 @@ struct Op {
   double endMs = 0;
   std::int32_t samples = 0;  ///< partial-batch fill: samples this op covers; 0 = whole microbatch
   double durationMs() const { return endMs - startMs; }
+};
+
+/// FSDP inside the pipeline, as torch.distributed.pipelining's runtime runs it
+/// (`_PipelineScheduleRuntime`): UNSHARD starts gathering a virtual stage's parameters, its passes
+/// wait for it, RESHARD frees them, REDUCE_GRAD reduce-scatters the stage's accumulated
+/// gradients. Under ZeRO-3 a plan with these actions gathers once per UNSHARD…RESHARD window and
+/// reduces once per iteration, not once per pass.
+enum class FsdpActionKind : std::uint8_t { Unshard, Reshard, ReduceGrad };
+
+std::string_view fsdpActionName(FsdpActionKind kind);  ///< UNSHARD, RESHARD, REDUCE_GRAD (PyTorch's spelling)
+std::optional<FsdpActionKind> fsdpActionFromName(std::string_view name);
+
+struct FsdpAction {
+  std::int32_t device = 0;
+  std::int32_t virtualStage = 0;  ///< a virtual stage on `device`
+  FsdpActionKind kind = FsdpActionKind::Unshard;
+  /// Runs before the device's pass number `beforePass` (its F, B, W and BW ops counted in
+  /// execution order from 0; their count: after the last one).
+  std::int32_t beforePass = 0;
+  friend bool operator==(const FsdpAction&, const FsdpAction&) = default;
 };
 
 struct Comm {
@@ -163,6 +187,8 @@ struct Plan {
   std::vector<Op> ops;                      ///< per device in execution order
   std::vector<Comm> comms;
   Metrics metrics;
+  /// Per device in execution order; empty unless the order came with them (config.fsdpWindows).
+  std::vector<FsdpAction> fsdpActions{};
 
   /// Virtual stage `id` (ids are their index: a loaded or solved plan has them in order).
   const VirtualStage& stage(int id) const { return virtualStages[static_cast<std::size_t>(id)]; }
