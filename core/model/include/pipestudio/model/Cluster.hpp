@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/model/AttentionBackend.hpp"
 #include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
@@ -25,6 +26,14 @@ struct GpuSpec {
   /// Calibrated efficiency per precision (one per GPU type and precision, issue 25); 0: the bf16
   /// `efficiency`.
   std::array<double, kPrecisionCount> efficiencyByPrecision{};
+  /// A fused attention kernel at head dimension 128 on long sequences: the fraction of the bf16
+  /// peak its forward and backward reach, from published kernel benchmarks (issue 26), per
+  /// AttentionBackend (fused, flash); 0: the bf16 GEMM `efficiency`.
+  struct AttentionEfficiency {
+    double forward = 0, backward = 0;
+    friend bool operator==(const AttentionEfficiency&, const AttentionEfficiency&) = default;
+  };
+  std::array<AttentionEfficiency, kAttentionBackendCount> attentionEfficiency{};
   /// HBM bandwidth from the datasheet, GB/s (memory-bound kernels, skinny GEMMs); 0: derived as
   /// peak FLOP/s / 200 FLOP per byte, typical of recent data-centre GPUs.
   double memoryBandwidthGBps = 0;
