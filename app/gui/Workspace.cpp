@@ -30,10 +30,32 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (auto cluster = readCluster(reader, *node)) ws.cluster = std::move(*cluster);
   }
   if (auto solver = reader.object(root, "solver", Presence::Required)) {
-    reader.rejectUnknown(
-        *solver, {"schedule", "devices", "microbatches", "chunks", "partition", "fill", "memory_limit_bytes",
-                  "memory_limit", "tp", "cp", "ep", "dp", "sequence_parallel", "recompute", "zero", "global_batch",
-                  "micro_batch_size", "optimizer_sync", "overlap_grad_reduce"});
+    reader.rejectUnknown(*solver, {"schedule",
+                                   "devices",
+                                   "microbatches",
+                                   "chunks",
+                                   "partition",
+                                   "fill",
+                                   "memory_limit_bytes",
+                                   "memory_limit",
+                                   "tp",
+                                   "cp",
+                                   "ep",
+                                   "dp",
+                                   "sequence_parallel",
+                                   "recompute",
+                                   "zero",
+                                   "global_batch",
+                                   "micro_batch_size",
+                                   "optimizer_sync",
+                                   "overlap_grad_reduce",
+                                   "overlap_param_gather",
+                                   "tp_comm_overlap",
+                                   "grad_reduce_dtype",
+                                   "precision",
+                                   "recompute_num_layers",
+                                   "recompute_method",
+                                   "recompute_modules"});
     PlanConfig& c = ws.solver;
     if (auto v = reader.string(*solver, "schedule", Presence::Required)) c.schedule = *v;
     if (auto v = reader.integer(*solver, "devices", Presence::Required, 1, 4096)) c.devices = static_cast<int>(*v);
@@ -71,6 +93,7 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
         reader.error(solver->child("recompute"),
                      "'" + *v + "' is not a recomputation (expected none, selective or full)");
     }
+    readRecipeFields(reader, *solver, c);  // issue 25's recipe, as plan files spell it
     if (auto v = reader.integer(*solver, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40))
       c.globalBatch = *v;
     if (auto v = reader.integer(*solver, "micro_batch_size", Presence::Optional, 1, std::int64_t{1} << 30))
@@ -119,6 +142,7 @@ Json workspaceToJson(const Workspace& ws) {
   solver["recompute"] = std::string(recomputeName(par.recompute));
   solver["zero"] = par.zeroStage;
   solver["overlap_grad_reduce"] = par.overlapGradReduce;
+  writeRecipeFields(ws.solver, solver);
   if (ws.solver.globalBatch) solver["global_batch"] = *ws.solver.globalBatch;
   if (ws.solver.microBatchSize) solver["micro_batch_size"] = *ws.solver.microBatchSize;
   solver["optimizer_sync"] = ws.solver.optimizerSync;

@@ -547,7 +547,12 @@ TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
   const viz::CollectiveShare share = data->collectiveShare(forward);
   EXPECT_DOUBLE_EQ(share.collectiveMs, stage.forwardCommMs);
   EXPECT_DOUBLE_EQ(share.passMs, stage.forwardMs);
-  EXPECT_NE(data->describe({viz::ItemRef::Kind::Op, forward}).find("collectives (TP/CP/EP/ZeRO-3)"), std::string::npos);
+  // What the recipe's overlap hides is reported beside what it exposes (issue 25).
+  EXPECT_DOUBLE_EQ(share.hiddenMs, stage.forwardHiddenCommMs);
+  const std::string tip = data->describe({viz::ItemRef::Kind::Op, forward});
+  EXPECT_NE(tip.find("collectives (TP/CP/EP/ZeRO)"), std::string::npos) << tip;
+  EXPECT_NE(tip.find(" exposed"), std::string::npos) << tip;
+  EXPECT_NE(tip.find(" hidden"), std::string::npos) << tip;
 }
 
 // --- the loop in the GUI ------------------------------------------------------------------

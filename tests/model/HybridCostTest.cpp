@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "CostFixtures.hpp"
 #include "pipestudio/model/CostModel.hpp"
 
 using namespace pipestudio;
@@ -13,27 +14,9 @@ namespace {
 
 // A GPU with round numbers and no shape effects (no SM count): 100 TFLOP/s peak at 50 %,
 // 1 TB/s of HBM.
-GpuSpec testGpu() {
-  GpuSpec g;
-  g.name = "test";
-  g.peakTflops = 100;
-  g.memoryGib = 80;
-  g.efficiency = 0.5;
-  g.memoryBandwidthGBps = 1000;
-  return g;
-}
+GpuSpec testGpu() { return test::roundGpu(); }
 
-Layer block(std::int64_t h, std::int64_t s, std::int64_t a) {
-  Layer l;
-  l.name = "block";
-  l.kind = "transformer";
-  TransformerShape t;
-  t.hidden = h;
-  t.seq = s;
-  t.heads = a;
-  l.transformer = t;
-  return l;
-}
+Layer block(std::int64_t h, std::int64_t s, std::int64_t a) { return test::gptBlock(h, s, a); }
 
 CostContext context(int tp = 1, bool sp = false, Recompute rc = Recompute::None, std::int64_t b = 1) {
   CostContext c;

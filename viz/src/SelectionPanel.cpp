@@ -97,10 +97,11 @@ QString SelectionPanel::opHtml(int index) {
   row(QStringLiteral("End"), ms(op.endMs));
   row(QStringLiteral("Duration"), ms(op.durationMs()));
   const CollectiveShare share = data.collectiveShare(index);
-  if (share.collectiveMs > 0) {
-    row(QStringLiteral("Collectives"), QStringLiteral("%1 % (%2 of %3: TP/CP/EP/ZeRO-3)")
+  if (share.collectiveMs > 0 || share.hiddenMs > 0) {
+    row(QStringLiteral("Collectives"), QStringLiteral("%1 exposed, %2 % of %3; %4 hidden (TP/CP/EP/ZeRO)")
+                                           .arg(ms(share.collectiveMs))
                                            .arg(share.fraction() * 100.0, 0, 'f', 0)
-                                           .arg(ms(share.collectiveMs), ms(share.passMs)));
+                                           .arg(ms(share.passMs), ms(share.hiddenMs)));
   }
   const double slack = data.slackMs(index);
   row(QStringLiteral("Slack"), slack <= 1e-6 * std::max(1.0, data.endMs())

@@ -421,6 +421,7 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
         lite.collectiveMs[0] = c.forwardCommMs;
         lite.collectiveMs[1] = c.backwardInputCommMs;
         lite.collectiveMs[2] = c.backwardWeightCommMs;
+        lite.hiddenMs = {c.forwardHiddenCommMs, c.backwardInputHiddenCommMs, c.backwardWeightHiddenCommMs};
         m_stageCosts.push_back(lite);
       }
     }
@@ -431,6 +432,7 @@ CollectiveShare TimelineData::collectiveShare(int opIndex) const {
   auto add = [&](std::size_t pass) {
     share.passMs += c.passMs[pass];
     share.collectiveMs += c.collectiveMs[pass];
+    share.hiddenMs += c.hiddenMs[pass];
   };
   switch (op.kind) {
     case OpKind::F:
@@ -727,9 +729,11 @@ std::string TimelineData::describe(ItemRef ref) const {
   }
   out += "start " + formatMs(op.startMs) + " · end " + formatMs(op.endMs) + " · duration " + formatMs(op.durationMs());
   const CollectiveShare share = collectiveShare(ref.index);
-  if (share.collectiveMs > 0) {
-    std::snprintf(buf.data(), buf.size(), "\ncollectives (TP/CP/EP/ZeRO-3): %.0f %% of the op (%s of %s)",
-                  100.0 * share.fraction(), formatMs(share.collectiveMs).c_str(), formatMs(share.passMs).c_str());
+  if (share.collectiveMs > 0 || share.hiddenMs > 0) {
+    std::snprintf(buf.data(), buf.size(),
+                  "\ncollectives (TP/CP/EP/ZeRO): %s exposed, %.0f %% of the op (%s); %s hidden",
+                  formatMs(share.collectiveMs).c_str(), 100.0 * share.fraction(), formatMs(share.passMs).c_str(),
+                  formatMs(share.hiddenMs).c_str());
     out += buf.data();
   }
   const WaitReason why = waitReason(ref.index);

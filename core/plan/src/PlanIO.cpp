@@ -131,10 +131,11 @@ void readMoeAndContext(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
     }
   }
 }
+}  // namespace
 
 // The recipe settings of issue 25 (precision, overlaps, recomputation details); absent keys
 // keep PlanConfig's defaults, which are Megatron-Bridge's.
-void readRecipe(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
+void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
   Parallelism& par = c.parallel;
   par.overlapParamGather = r.boolean(cfg, "overlap_param_gather", Presence::Optional).value_or(true);
   par.tpCommOverlap = r.boolean(cfg, "tp_comm_overlap", Presence::Optional).value_or(true);
@@ -175,7 +176,29 @@ void readRecipe(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
   }
 }
 
-}  // namespace
+void writeRecipeFields(const PlanConfig& c, Json& cfg) {
+  const Parallelism& par = c.parallel;
+  cfg["overlap_param_gather"] = par.overlapParamGather;
+  cfg["tp_comm_overlap"] = par.tpCommOverlap;
+  cfg["grad_reduce_dtype"] = par.gradReduceInFp32 ? "fp32" : "bf16";
+  cfg["precision"] = std::string(precisionName(c.precision));
+  if (par.recomputeNumLayers > 0) {
+    cfg["recompute_num_layers"] = par.recomputeNumLayers;
+    cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
+  }
+  if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
+  // The expert and context layouts only where they differ from Megatron's defaults (plans written
+  // before them read back and write out unchanged).
+  if (par.expertTensor > 0) cfg["etp"] = par.expertTensor;
+  if (par.moeCapacityFactor) cfg["moe_capacity_factor"] = *par.moeCapacityFactor;
+  if (par.moeA2aOverlap) cfg["moe_a2a_overlap"] = true;
+  if (par.moeSharedExpertOverlap) cfg["moe_shared_expert_overlap"] = true;
+  if (par.moeFlexDispatcher) cfg["moe_token_dispatcher"] = "flex";
+  if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
+  if (par.attentionBackend != AttentionBackend::Fused) {
+    cfg["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
+  }
+}
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
@@ -249,7 +272,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     }
     par.zeroStage = static_cast<int>(r.integer(*cfg, "zero", Presence::Optional, 0, 3).value_or(0));
     par.overlapGradReduce = r.boolean(*cfg, "overlap_grad_reduce", Presence::Optional).value_or(true);
-    readRecipe(r, *cfg, c);
+    readRecipeFields(r, *cfg, c);
     c.globalBatch = r.integer(*cfg, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40);
     c.microBatchSize = r.integer(*cfg, "micro_batch_size", Presence::Optional, 1, 1'000'000);
     if (auto sync = r.string(*cfg, "optimizer_sync", Presence::Optional)) {
@@ -435,30 +458,11 @@ Json planToJson(const Plan& plan) {
   cfg["cp"] = par.context;
   cfg["ep"] = par.expert;
   cfg["dp"] = par.data;
-  // The expert and context layouts only where they differ from Megatron's defaults (plans written
-  // before them read back and write out unchanged).
-  if (par.expertTensor > 0) cfg["etp"] = par.expertTensor;
-  if (par.moeCapacityFactor) cfg["moe_capacity_factor"] = *par.moeCapacityFactor;
-  if (par.moeA2aOverlap) cfg["moe_a2a_overlap"] = true;
-  if (par.moeSharedExpertOverlap) cfg["moe_shared_expert_overlap"] = true;
-  if (par.moeFlexDispatcher) cfg["moe_token_dispatcher"] = "flex";
-  if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
-  if (par.attentionBackend != AttentionBackend::Fused) {
-    cfg["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
-  }
   cfg["sequence_parallel"] = par.sequenceParallel;
   cfg["recompute"] = std::string(recomputeName(par.recompute));
   cfg["zero"] = par.zeroStage;
   if (!par.overlapGradReduce) cfg["overlap_grad_reduce"] = false;
-  cfg["overlap_param_gather"] = par.overlapParamGather;
-  cfg["tp_comm_overlap"] = par.tpCommOverlap;
-  cfg["grad_reduce_dtype"] = par.gradReduceInFp32 ? "fp32" : "bf16";
-  cfg["precision"] = std::string(precisionName(c.precision));
-  if (par.recomputeNumLayers > 0) {
-    cfg["recompute_num_layers"] = par.recomputeNumLayers;
-    cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
-  }
-  if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
+  writeRecipeFields(c, cfg);
   if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;
   if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
   if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;

@@ -23,6 +23,7 @@ namespace pipestudio::viz {
 struct StageCostsLite {
   std::array<double, 3> passMs{};  ///< F, B, W
   std::array<double, 3> collectiveMs{};
+  std::array<double, 3> hiddenMs{};  ///< collectives the recipe hides under the pass's compute
 };
 
 /// Colour slot of an interval: one per op kind plus two for transfers (activations forward,
@@ -115,11 +116,14 @@ struct RangeMeasurement {
   double idleMs() const;  ///< summed over devices
 };
 
-/// Collective time inside an op (TP/CP/EP all-reduces, all-to-alls, ZeRO-3 gathers), from the
-/// plan's stage costs (core/plan stageCosts): the op's pass time and the collective part of it.
+/// Collective time inside an op (TP/CP/EP all-reduces, all-to-alls, ZeRO gathers and
+/// scatters), from the plan's stage costs (core/plan stageCosts): the op's pass time, the
+/// exposed collective part of it, and the collective time hidden under its compute (TP overlap,
+/// the CP ring, prefetched gathers), which is not part of the duration.
 struct CollectiveShare {
   double passMs = 0;
   double collectiveMs = 0;
+  double hiddenMs = 0;
   double fraction() const { return passMs > 0 ? collectiveMs / passMs : 0.0; }
 };
 

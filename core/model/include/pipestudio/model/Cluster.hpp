@@ -18,13 +18,22 @@ inline constexpr const char* kClusterSchema = "pipestudio.cluster/1";
 struct GpuSpec {
   std::string name;
   double peakTflops = 0;  ///< dense bf16 peak
-  /// Dense peak per precision (indexed by Precision), TFLOP/s; 0: bf16 and fp16 use peakTflops,
-  /// a low-precision format is one this GPU has no tensor-core path for.
-  std::array<double, kPrecisionCount> peakTflopsByPrecision{};
   double memoryGib = 0;
   double efficiency = 0.5;  ///< achieved fraction of the bf16 peak by large GEMMs: the calibration knob
-  /// Calibrated efficiency per precision (one per GPU type and precision, issue 25); 0: the bf16
-  /// `efficiency`.
+  /// HBM bandwidth from the datasheet, GB/s (memory-bound kernels, skinny GEMMs); 0: derived as
+  /// peak FLOP/s / 200 FLOP per byte, typical of recent data-centre GPUs.
+  double memoryBandwidthGBps = 0;
+  /// Streaming multiprocessors (GEMM wave quantization); 0: not modelled.
+  int smCount = 0;
+  /// CPU–GPU link per direction, GB/s (PCIe or NVLink-C2C; activation offloading); 0: unknown.
+  double hostLinkGBps = 0;
+  // The per-precision fields come last: GpuSpec{name, peak, memory, efficiency} keeps meaning what
+  // it did before they existed.
+  /// Dense peak per precision (indexed by Precision; the bf16 slot is unused: peakTflops), TFLOP/s;
+  /// 0: fp16 uses peakTflops, a low-precision format is one this GPU has no tensor-core path for.
+  std::array<double, kPrecisionCount> peakTflopsByPrecision{};
+  /// Calibrated efficiency per precision (one per GPU type and precision, issue 25; the bf16 slot
+  /// is unused: `efficiency`); 0: the bf16 `efficiency`.
   std::array<double, kPrecisionCount> efficiencyByPrecision{};
   /// A fused attention kernel at head dimension 128 on long sequences: the fraction of the bf16
   /// peak its forward and backward reach, from published kernel benchmarks (issue 26), per
@@ -34,22 +43,17 @@ struct GpuSpec {
     friend bool operator==(const AttentionEfficiency&, const AttentionEfficiency&) = default;
   };
   std::array<AttentionEfficiency, kAttentionBackendCount> attentionEfficiency{};
-  /// HBM bandwidth from the datasheet, GB/s (memory-bound kernels, skinny GEMMs); 0: derived as
-  /// peak FLOP/s / 200 FLOP per byte, typical of recent data-centre GPUs.
-  double memoryBandwidthGBps = 0;
-  /// Streaming multiprocessors (GEMM wave quantization); 0: not modelled.
-  int smCount = 0;
-  /// CPU–GPU link per direction, GB/s (PCIe or NVLink-C2C; activation offloading); 0: unknown.
-  double hostLinkGBps = 0;
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).
   double peakTflopsFor(Precision precision) const {
+    if (precision == Precision::Bf16) return peakTflops;
     const double p = peakTflopsByPrecision[static_cast<std::size_t>(precision)];
     if (p > 0) return p;
-    return precision == Precision::Bf16 || precision == Precision::Fp16 ? peakTflops : 0.0;
+    return precision == Precision::Fp16 ? peakTflops : 0.0;
   }
   double efficiencyFor(Precision precision) const {
+    if (precision == Precision::Bf16) return efficiency;
     const double e = efficiencyByPrecision[static_cast<std::size_t>(precision)];
     return e > 0 ? e : efficiency;
   }

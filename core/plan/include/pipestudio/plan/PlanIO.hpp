@@ -15,6 +15,11 @@ namespace pipestudio {
 Expected<Plan> loadPlan(const std::string& path);
 std::optional<Plan> readPlan(JsonReader& reader, const JsonNode& at);
 Json planToJson(const Plan& plan);
+/// The training-recipe fields of a config object (issue 25: precision, overlap_param_gather,
+/// tp_comm_overlap, grad_reduce_dtype, recompute_num_layers/method/modules), shared by plan files
+/// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
+void readRecipeFields(JsonReader& reader, const JsonNode& config, PlanConfig& out);
+void writeRecipeFields(const PlanConfig& config, Json& out);
 /// Writes the plan document to `path` (writeOutputFile rules), streaming ops and comms one per
 /// line: no document-sized JSON tree is built.
 Status savePlan(const std::string& path, const Plan& plan);
