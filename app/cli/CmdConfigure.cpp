@@ -147,6 +147,8 @@ int runConfigure(const ConfigureCliOptions& o) {
     std::cerr << "configure: " << st.message() << '\n';
     return kExitUsage;
   }
+  // Issue 26: a named context-parallel communication type is held fixed (else searched).
+  if (!o.recipe.cpCommType.empty()) options.cpCommType = options.recipe.parallel.cpCommType;
   if ((options.recipe.parallel.recomputeNumLayers > 0 && options.recipe.parallel.recompute != Recompute::Full) ||
       (options.recipe.parallel.recomputeModules != 0 && options.recipe.parallel.recompute != Recompute::Selective)) {
     std::cerr << "configure: --recompute-num-layers needs --recompute full, --recompute-modules --recompute "

@@ -41,6 +41,30 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
   cmd->add_option("--recompute-modules", o.recomputeModules,
                   "--recompute selective: comma-separated core_attn,layernorm,mlp,moe_act,moe,shared_experts,"
                   "mla_up_proj (default core_attn)");
+  cmd->add_option("--etp", o.etp,
+                  "Expert tensor parallelism: each expert split over ETP GPUs (default: = --tp); --ep × --etp must "
+                  "divide --tp × --cp × --dp (MoE parallel folding)")
+      ->check(intIn(1, 1024));
+  cmd->add_option("--moe-capacity-factor", o.moeCapacityFactor,
+                  "Token dropping: each expert processes at most F × its balanced share, padded to it (0 or "
+                  "'dropless': no dropping; default: each MoE layer's own setting)");
+  cmd->add_option("--cp-comm-type", o.cpCommType,
+                  "Context parallelism's K/V exchange p2p|a2a|a2a+p2p (Transformer Engine; default p2p)")
+      ->check(CLI::IsMember({"p2p", "a2a", "a2a+p2p"}));
+  cmd->add_flag("--moe-a2a-overlap", o.yesMoeA2aOverlap,
+                "Hide the expert all-to-alls of one microbatch's forward under another's backward (Megatron "
+                "--overlap-moe-expert-parallel-comm; dualpipe schedules pair F and B themselves)");
+  cmd->add_flag("--no-moe-a2a-overlap", o.noMoeA2aOverlap, "Expert all-to-alls exposed (the default)");
+  cmd->add_option("--attention-backend", o.attentionBackend,
+                  "Attention kernels fused (cuDNN, as Transformer Engine picks on Hopper; default) | flash "
+                  "(FlashAttention-2) | unfused")
+      ->check(CLI::IsMember({"fused", "flash", "unfused"}));
+  cmd->add_option("--moe-token-dispatcher", o.moeTokenDispatcher,
+                  "Token dispatcher alltoall (every routed copy sent; default) | flex (DeepEP/HybridEP: once per "
+                  "remote NVLink domain, forwarded over NVLink)")
+      ->check(CLI::IsMember({"alltoall", "flex"}));
+  cmd->add_flag("--moe-shared-expert-overlap", o.moeSharedExpertOverlap,
+                "Compute the shared experts while the routed tokens travel (Megatron --moe-shared-expert-overlap)");
 }
 
 Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
@@ -67,6 +91,25 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
   par.gradReduceInFp32 = o.gradReduceDtype == "fp32";
   par.recomputeNumLayers = o.recomputeNumLayers;
   par.recomputeMethod = recomputeMethodFromName(o.recomputeMethod).value_or(RecomputeMethod::Uniform);
+  if (auto st = applyPair(o.yesMoeA2aOverlap, o.noMoeA2aOverlap, "moe-a2a-overlap", par.moeA2aOverlap); !st) {
+    return st;
+  }
+  par.moeSharedExpertOverlap = par.moeSharedExpertOverlap || o.moeSharedExpertOverlap;
+  if (o.etp > 0) par.expertTensor = o.etp;
+  if (!o.moeTokenDispatcher.empty()) par.moeFlexDispatcher = o.moeTokenDispatcher == "flex";
+  if (!o.moeCapacityFactor.empty()) {
+    if (o.moeCapacityFactor == "dropless" || o.moeCapacityFactor == "none") {
+      par.moeCapacityFactor = 0.0;
+    } else {
+      auto v = parseNumberArg("--moe-capacity-factor", o.moeCapacityFactor, 0.0, 1000.0);
+      if (!v) return Error{v.message() + " (or 'dropless')"};
+      par.moeCapacityFactor = *v;
+    }
+  }
+  if (!o.attentionBackend.empty()) {
+    par.attentionBackend = attentionBackendFromName(o.attentionBackend).value_or(AttentionBackend::Fused);
+  }
+  if (!o.cpCommType.empty()) par.cpCommType = cpCommTypeFromName(o.cpCommType).value_or(CpCommType::P2p);
   if (!o.recomputeModules.empty()) {
     std::string unknown;
     const auto bits = recomputeModulesFromNames(o.recomputeModules, &unknown);
@@ -89,6 +132,17 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["recompute_num_layers"] = par.recomputeNumLayers;
   out["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
   out["recompute_modules"] = recomputeModulesName(par.selectiveModules());
+  out["etp"] = par.expertTensorOrTensor();
+  if (par.moeCapacityFactor) {
+    out["moe_capacity_factor"] = *par.moeCapacityFactor;
+  } else {
+    out["moe_capacity_factor"] = nullptr;
+  }
+  out["moe_a2a_overlap"] = par.moeA2aOverlap;
+  out["moe_shared_expert_overlap"] = par.moeSharedExpertOverlap;
+  out["moe_token_dispatcher"] = par.moeFlexDispatcher ? "flex" : "alltoall";
+  out["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
+  out["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
 }
 
 }  // namespace pipestudio::cli

@@ -1,7 +1,8 @@
 #pragma once
-// The training-recipe flags `plan` and `configure` share (issue 25): precision, the overlaps of
-// the recipe's collectives, the gradient reduction type and the details of recomputation. Each
-// defaults to what Megatron-Bridge's recipes use and can be turned off.
+// The training-recipe flags `plan` and `configure` share (issues 25 and 26): precision, the
+// overlaps of the recipe's collectives, the gradient reduction type, the details of
+// recomputation, expert tensor parallelism, token dropping and context parallelism's
+// communication. Each defaults to what Megatron-Bridge's recipes use and can be turned off.
 #include <CLI/CLI.hpp>
 #include <string>
 
@@ -20,6 +21,14 @@ struct RecipeOptions {
   // --x / --no-x pairs: neither keeps the default.
   bool noOverlapGradReduce = false, noOverlapParamGather = false, noTpCommOverlap = false;
   bool yesOverlapGradReduce = false, yesOverlapParamGather = false, yesTpCommOverlap = false;
+  // Expert and context layouts (issue 26).
+  int etp = 0;                    ///< 0: ETP = TP
+  std::string moeCapacityFactor;  ///< empty: each layer's own; a number, or 0 / dropless
+  std::string cpCommType;         ///< empty: p2p
+  bool yesMoeA2aOverlap = false, noMoeA2aOverlap = false;
+  bool moeSharedExpertOverlap = false;
+  std::string moeTokenDispatcher;  ///< empty: alltoall
+  std::string attentionBackend;    ///< empty: fused
 };
 
 /// Adds the recipe flags to `cmd`.

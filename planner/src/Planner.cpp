@@ -94,9 +94,21 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
     return Error{"--ep " + str(E) + " does not divide the " + str(t.experts) + " experts of " + where +
                  " (expected a divisor of the experts)"};
   }
-  if (t.isMoe() && t.expertFfnOrDefault() % T != 0) {
-    return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " +
-                 where};
+  const int etp = par.expertTensorOrTensor();
+  if (t.isMoe() && t.expertFfnOrDefault() % etp != 0) {
+    return Error{std::string(par.expertTensor > 0 ? "--etp " : "--tp ") + str(etp) +
+                 " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " + where +
+                 " (expert tensor parallelism splits each expert's MLP)"};
+  }
+  if (C > 1 && par.cpCommType == CpCommType::A2a) {
+    // All-to-all context parallelism scatters each tensor-parallel rank's heads over the C ranks.
+    const std::int64_t heads = t.heads / T;
+    const std::int64_t kv = (t.mla ? t.heads : t.kvHeadsOrHeads()) / T;
+    if (heads % C != 0 || kv % C != 0) {
+      return Error{"--cp " + str(C) + " with --cp-comm-type a2a does not divide the " + str(heads) +
+                   " query heads and " + str(kv) + " key/value heads per tensor-parallel rank of " + where +
+                   " (the all-to-all scatters heads over the context ranks; use p2p or a2a+p2p)"};
+    }
   }
   if (C > 1 && (t.seq % (2 * static_cast<std::int64_t>(C)) != 0)) {
     return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
@@ -138,7 +150,7 @@ Status checkRecompute(const PlanRequest& request) {
     return Error{"--recompute-modules " + recomputeModulesName(par.recomputeModules) +
                  " needs --recompute selective (full recomputation replays every module)"};
   }
-  bool moe = false, shared = false;
+  bool moe = false, shared = false, dense = false, mla = false;
   std::int64_t blocks = 0;
   for (const Component& comp : request.model.components) {
     if (!comp.trainable) continue;
@@ -146,21 +158,23 @@ Status checkRecompute(const PlanRequest& request) {
       if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
       ++blocks;
       moe = moe || layer.transformer->isMoe();
+      dense = dense || !layer.transformer->isMoe();
+      mla = mla || layer.transformer->mla.has_value();
       shared = shared || layer.transformer->sharedExperts > 0;
     }
   }
   const std::uint32_t modules = par.recomputeModules;
   const auto missing = [&](std::uint32_t bit, const char* what) -> Status {
     return Error{"--recompute-modules " + recomputeModulesName(bit) + ": model '" + request.model.name + "' has no " +
-                 what + " (its modules: core_attn, layernorm, " + (moe ? "moe, moe_act" : "mlp") +
-                 (shared ? ", shared_experts" : "") + ")"};
+                 what + " (its modules: core_attn, layernorm" + (dense ? ", mlp" : "") + (moe ? ", moe, moe_act" : "") +
+                 (shared ? ", shared_experts" : "") + (mla ? ", mla_up_proj" : "") + ")"};
   };
   if ((modules & (kRecomputeMoe | kRecomputeMoeAct)) && !moe) {
     return missing(modules & (kRecomputeMoe | kRecomputeMoeAct), "mixture-of-experts layers");
   }
-  if ((modules & kRecomputeMlp) && moe) return missing(kRecomputeMlp, "dense MLP (its MLPs are experts)");
+  if ((modules & kRecomputeMlp) && !dense) return missing(kRecomputeMlp, "dense MLP (its MLPs are experts)");
   if ((modules & kRecomputeSharedExperts) && !shared) return missing(kRecomputeSharedExperts, "shared experts");
-  if (modules & kRecomputeMlaUpProj) return missing(kRecomputeMlaUpProj, "multi-head latent attention");
+  if ((modules & kRecomputeMlaUpProj) && !mla) return missing(kRecomputeMlaUpProj, "multi-head latent attention");
   if (par.recomputeNumLayers > 0) {
     const std::int64_t stages =
         static_cast<std::int64_t>(std::max(1, request.config.devices)) * std::max(1, request.config.chunksPerDevice);
@@ -170,6 +184,35 @@ Status checkRecompute(const PlanRequest& request) {
                    " transformer layers of a virtual stage (" + str(blocks) + " layers over " + str(stages) +
                    " virtual stages; expected at most " + str(perStage) + ")"};
     }
+  }
+  return {};
+}
+
+// The expert layers' layout (Megatron-Core MoE parallel folding): ETP × EP laid over the T·C·D
+// GPUs of a pipeline rank, so E may exceed D but ETP·E must divide T·C·D; expert and
+// capacity settings need a model with experts.
+Status checkExpertLayout(const PlanRequest& request) {
+  const Parallelism& par = request.config.parallel;
+  bool anyExperts = false;
+  for (const Component& comp : request.model.components) {
+    for (const Layer& layer : comp.layers) anyExperts = anyExperts || (layer.transformer && layer.transformer->isMoe());
+  }
+  if (!anyExperts && par.expertTensor > 0) {
+    return Error{"--etp " + str(par.expertTensor) +
+                 " needs a mixture-of-experts model (experts in a transformer shape); '" + request.model.name +
+                 "' has none"};
+  }
+  if (!anyExperts && par.moeCapacityFactor) {
+    return Error{"--moe-capacity-factor needs a mixture-of-experts model; '" + request.model.name + "' has none"};
+  }
+  const std::int64_t grid = static_cast<std::int64_t>(par.expertTensorOrTensor()) * par.expert;
+  const std::int64_t gpus = par.gpusPerPipelineRank();
+  if (gpus % grid != 0) {
+    return Error{"--ep " + str(par.expert) + " × --etp " + str(par.expertTensorOrTensor()) + " = " + str(grid) +
+                 " does not divide the --tp " + str(par.tensor) + " × --cp " + str(par.context) + " × --dp " +
+                 str(par.data) + " = " + str(gpus) +
+                 " GPUs of a pipeline rank (MoE parallel folding lays the expert layers' ETP × EP × expert-DP grid "
+                 "over them)"};
   }
   return {};
 }
@@ -224,10 +267,7 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
     return Error{"--ep " + str(par.expert) + " needs a mixture-of-experts model (experts in a transformer shape); '" +
                  request.model.name + "' has none"};
   }
-  if (par.data % par.expert != 0) {
-    return Error{"--ep " + str(par.expert) + " must divide --dp " + str(par.data) +
-                 " (expert parallelism is carved out of the data-parallel group)"};
-  }
+  if (auto st = checkExpertLayout(request); !st) return st.error();
   const std::int64_t gpus = cfg.totalGpus();
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
     return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) +

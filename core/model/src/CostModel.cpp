@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <vector>
+
+#include "CostParts.hpp"
 
 namespace pipestudio {
 namespace {
@@ -169,15 +173,29 @@ Exposure overlapped(double commMs, double gemmMs, double chunks, OverlapKind kin
   return e;
 }
 
+// Routed copies the busiest expert processes relative to a balanced router: the capacity factor
+// when tokens are dropped (Megatron pads each expert's input to its capacity,
+// --moe-pad-expert-input-to-capacity), else — dropless — the stated load imbalance.
+double moeLoad(const TransformerShape& t, const Parallelism& par) {
+  std::optional<double> capacity = t.capacityFactor;
+  if (par.moeCapacityFactor) capacity = *par.moeCapacityFactor > 0 ? par.moeCapacityFactor : std::nullopt;
+  return capacity ? *capacity : t.loadImbalance;
+}
+
 // Derived dimensions of a transformer block on one GPU of its pipeline rank.
 struct Block {
   const TransformerShape& t;
   const CostContext& ctx;
   double T, C, E, D;
   double sp;  // divisor of the norm/dropout/residual region (T with sequence parallelism)
-  double b, s, h, a, hkv, f, fe;
+  double b, s, h, a, f, fe;
+  // Attention widths (issue 26: head_dim apart from hidden / heads, GQA, MLA): query/key and value
+  // sizes of a head, key/value heads, and the Q, K, V and attention-output widths of a token.
+  double dqk, dv, kvh, hq, hk, hv, ho;
   double n, nc;  // tokens of the microbatch, of this context rank
-  double experts, topK, shared, cf, dropout, mlpMatrices;
+  double experts, topK, shared, dropout, mlpMatrices;
+  double etp;   // expert tensor parallelism (ETP; T unless set apart)
+  double load;  // routed copies on the busiest expert-parallel rank relative to a balanced router
   bool swiglu, flash, moe;
   Precision precision;
   double lp;  // bytes per value of a GEMM input kept for wgrad
@@ -194,27 +212,31 @@ struct Block {
         s(static_cast<double>(shape.seq)),
         h(static_cast<double>(shape.hidden)),
         a(static_cast<double>(std::max<std::int64_t>(1, shape.heads))),
-        hkv(h / a * static_cast<double>(shape.kvHeadsOrHeads())),
         f(static_cast<double>(shape.ffnOrDefault())),
         fe(static_cast<double>(shape.expertFfnOrDefault())),
+        dqk(static_cast<double>(shape.qkHeadDim())),
+        dv(static_cast<double>(shape.vHeadDim())),
+        kvh(shape.mla ? a : static_cast<double>(shape.kvHeadsOrHeads())),
+        hq(a * dqk),
+        hk(kvh * dqk),
+        hv(kvh * dv),
+        ho(a * dv),
         n(b * s),
         nc(b * s / C),
         experts(static_cast<double>(shape.experts)),
         topK(static_cast<double>(shape.topK)),
         shared(static_cast<double>(shape.sharedExperts)),
-        cf(shape.capacityFactor),
         dropout(shape.dropout ? 1.0 : 0.0),
         mlpMatrices(shape.mlp == MlpKind::SwiGlu ? 3.0 : 2.0),
+        etp(std::max(1, c.parallel.expertTensorOrTensor())),
+        load(moeLoad(shape, c.parallel)),
         swiglu(shape.mlp == MlpKind::SwiGlu),
-        flash(shape.attention == AttentionKind::Flash),
+        // The unfused backend runs any attention as the standard (score-materialising) kernels.
+        flash(shape.attention == AttentionKind::Flash && c.parallel.attentionBackend != AttentionBackend::Unfused),
         moe(shape.isMoe()),
         precision(c.precision),
         lp(savedInputBytes(c.precision)) {}
 
-  // Tokens this GPU's experts process per microbatch (balanced router): each of the E
-  // expert-parallel ranks receives the tokens routed to its experts from all E ranks.
-  double routedTokens() const { return moe ? nc * topK * cf : 0.0; }
-  double localExperts() const { return std::max(1.0, experts / E); }
   // Activation-function values per token of the dense MLP or of one expert (SwiGLU keeps the
   // gate and the up projection, 2·ffn; GELU its input, ffn).
   double actInputs(double ffn) const { return (swiglu ? 2.0 : 1.0) * ffn; }
@@ -225,14 +247,30 @@ struct Block {
 // with a 4h GELU MLP); grouped-query attention shrinks the K/V projections to kv_heads·head_dim
 // (Ainslie et al. 2023; Llama 2 §2.2 / Llama 3 §3.2); SwiGLU has three ffn matrices (Shazeer
 // 2020; Llama 2); MoE routes each token to top_k of `experts` (Mixtral, Jiang et al. 2024 §2.1;
-// DeepSeek-V3 §2.1.2 for shared experts).
+// DeepSeek-V3 §2.1.2 for shared experts). Heads of head_dim apart from hidden / heads (Qwen3,
+// GPT-OSS) size Q, K, V and the output projection by heads · head_dim; multi-head latent attention
+// (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1) projects queries through a q_lora_rank latent and keys and
+// values through a kv_lora_rank latent plus a shared rotary key, and up again per head; a sliding
+// window (GPT-OSS) limits the keys per query to the window.
 struct ModelCounts {
   double flopsForward = 0, parameters = 0, attnParams = 0, mlpParams = 0, normParams = 0;
 };
+// Parameters of the attention projections (whole layer).
+double attentionProjectionParams(const Block& k) {
+  if (!k.t.mla) return k.h * (k.hq + k.hk + k.hv) + k.ho * k.h;
+  const TransformerShape::Mla& m = *k.t.mla;
+  const double ql = static_cast<double>(m.qLoraRank);
+  const double kvl = static_cast<double>(m.kvLoraRank);
+  const double rope = static_cast<double>(m.qkRopeHeadDim);
+  const double nope = static_cast<double>(m.qkNopeHeadDim);
+  const double query = ql > 0 ? k.h * ql + ql * k.hq : k.h * k.hq;
+  return query + k.h * (kvl + rope) + kvl * k.a * (nope + k.dv) + k.ho * k.h;
+}
 ModelCounts modelCounts(const Block& k) {
   ModelCounts m;
-  const double attnProjFlops = 2.0 * k.n * k.h * (k.h + 2.0 * k.hkv) + 2.0 * k.n * k.h * k.h;
-  const double attnCoreFlops = 4.0 * k.b * k.s * k.s * k.h;
+  const double keysPerQuery = k.t.window > 0 ? std::min(k.s, static_cast<double>(k.t.window)) : k.s;
+  const double attnProjFlops = 2.0 * k.n * attentionProjectionParams(k);
+  const double attnCoreFlops = 2.0 * k.n * keysPerQuery * (k.hq + k.ho);
   double mlpFlops = 0;
   if (k.moe) {
     mlpFlops = 2.0 * k.n * k.h * k.experts + (k.topK + k.shared) * 2.0 * k.mlpMatrices * k.n * k.h * k.fe;
@@ -242,8 +280,9 @@ ModelCounts modelCounts(const Block& k) {
     m.mlpParams = k.mlpMatrices * k.h * k.f;
   }
   m.flopsForward = attnProjFlops + attnCoreFlops + mlpFlops;
-  m.attnParams = k.h * (k.h + 2.0 * k.hkv) + k.h * k.h;
+  m.attnParams = attentionProjectionParams(k);
   m.normParams = 2.0 * k.h;
+  if (k.t.mla) m.normParams += static_cast<double>(k.t.mla->qLoraRank + k.t.mla->kvLoraRank);  // latent norms
   m.parameters = m.attnParams + m.mlpParams + m.normParams;
   return m;
 }
@@ -254,17 +293,40 @@ struct LayerGemms {
   std::vector<Gemm> attention, mlp, shared;
   double linearParams = 0;  // parameters of this GPU's linear layers (what low-precision copies cover)
 };
+// Multi-head latent attention's projections (Megatron-Core MLASelfAttention): the down
+// projections to the latents are replicated over TP and run on this rank's sequence shard (the
+// latents are then gathered), the up projections and the output projection are split over TP.
+void mlaGemms(const Block& k, LayerGemms& g) {
+  const TransformerShape::Mla& m = *k.t.mla;
+  const double ql = static_cast<double>(m.qLoraRank);
+  const double kvl = static_cast<double>(m.kvLoraRank);
+  const double rope = static_cast<double>(m.qkRopeHeadDim);
+  const double nope = static_cast<double>(m.qkNopeHeadDim);
+  if (ql > 0) {
+    g.attention.push_back({k.nc / k.sp, ql, k.h, 1, TpSide::None, true});            // q down
+    g.attention.push_back({k.nc, k.hq / k.T, ql, 1, TpSide::ColumnParallel, true});  // q up
+    g.linearParams += k.h * ql + ql * k.hq / k.T;
+  } else {
+    g.attention.push_back({k.nc, k.hq / k.T, k.h, 1, TpSide::ColumnParallel, true});
+    g.linearParams += k.h * k.hq / k.T;
+  }
+  g.attention.push_back({k.nc / k.sp, kvl + rope, k.h, 1, TpSide::None, true});                    // kv down
+  g.attention.push_back({k.nc, k.a * (nope + k.dv) / k.T, kvl, 1, TpSide::ColumnParallel, true});  // kv up
+  g.attention.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});                   // output projection
+  g.linearParams += k.h * (kvl + rope) + kvl * k.a * (nope + k.dv) / k.T + k.ho / k.T * k.h;
+}
+
 LayerGemms layerGemms(const Block& k) {
   LayerGemms g;
-  g.attention.push_back({k.nc, (k.h + 2.0 * k.hkv) / k.T, k.h, 1, TpSide::ColumnParallel, true});  // QKV
-  g.attention.push_back({k.nc, k.h, k.h / k.T, 1, TpSide::RowParallel, false});                    // output projection
-  g.linearParams = (k.h + 2.0 * k.hkv) / k.T * k.h + k.h / k.T * k.h;
+  if (k.t.mla) {
+    mlaGemms(k, g);
+  } else {
+    g.attention.push_back({k.nc, (k.hq + k.hk + k.hv) / k.T, k.h, 1, TpSide::ColumnParallel, true});  // QKV
+    g.attention.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});  // output projection
+    g.linearParams = (k.hq + k.hk + k.hv) / k.T * k.h + k.ho / k.T * k.h;
+  }
   if (k.moe) {
-    const double perExpert = k.routedTokens() / k.localExperts();
-    g.mlp.push_back({k.nc / k.sp, k.experts, k.h, 1, TpSide::None, false});  // router (replicated over TP)
-    g.mlp.push_back({perExpert, k.actInputs(k.fe) / k.T, k.h, k.localExperts(), TpSide::ColumnParallel, false});
-    g.mlp.push_back({perExpert, k.h, k.fe / k.T, k.localExperts(), TpSide::RowParallel, false});  // expert FC2
-    g.linearParams += k.localExperts() * (k.actInputs(k.fe) + k.fe) / k.T * k.h;
+    // The router and the routed experts are costed by moeCosts (MoeCosts.cpp).
     if (k.shared > 0) {
       g.shared.push_back({k.nc, k.actInputs(k.shared * k.fe) / k.T, k.h, 1, TpSide::ColumnParallel, true});
       g.shared.push_back({k.nc, k.h, k.shared * k.fe / k.T, 1, TpSide::RowParallel, false});
@@ -291,7 +353,7 @@ struct AttentionTimes {
 AttentionTimes attentionCore(const Block& k) {
   const GpuSpec& gpu = k.ctx.gpu;
   const double causalFactor = (k.t.causal && k.flash) ? 0.5 : 1.0;
-  const double coreMs = msAtRate(4.0 * k.nc * k.s * k.h / k.T * causalFactor, gpu.effectiveFlopsPerS());
+  const double coreMs = msAtRate(2.0 * k.nc * k.s * (k.hq + k.ho) / k.T * causalFactor, gpu.effectiveFlopsPerS());
   const double scoreBytes = k.flash ? 0.0 : (k.a / k.T) * k.nc * k.s * (8.0 + 5.0 * k.dropout);
   AttentionTimes t;
   t.forwardMs = coreMs + memoryMs(gpu, scoreBytes);
@@ -301,8 +363,8 @@ AttentionTimes attentionCore(const Block& k) {
 
 // Element-wise kernels (Megatron's fused kernels; bf16): two norms (read + write h), two
 // bias-dropout-add (read 2h, write h, mask h/2 bytes·2), the MLP activation (GELU read + write
-// ffn; SwiGLU read 2·ffn, write ffn), MoE permutation copies (read + write h per routed token,
-// dispatch and combine). Backward moves about twice the bytes.
+// ffn; SwiGLU read 2·ffn, write ffn); the routed experts' activation and permutation are
+// moeCosts'. Backward moves about twice the bytes.
 struct ElementwiseBytes {
   double norms = 0, other = 0, mlpAct = 0, expertAct = 0, sharedAct = 0;
   double total() const { return norms + other + mlpAct + expertAct + sharedAct; }
@@ -314,7 +376,7 @@ ElementwiseBytes elementwise(const Block& k) {
   e.other = tokens * 2.0 * (6.0 * k.h + k.dropout * k.h);
   const double perValue = k.swiglu ? 6.0 : 4.0;
   if (k.moe) {
-    e.expertAct = k.routedTokens() * perValue * k.fe / k.T + k.routedTokens() * 8.0 * k.h / k.T;
+    // The routed experts' activation and permutation: moeCosts.
     e.sharedAct = k.nc * k.shared * perValue * k.fe / k.T;
   } else {
     e.mlpAct = k.nc * perValue * k.f / k.T;
@@ -341,8 +403,11 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
   const int ranks = static_cast<int>(k.T);
   const double hiddenBytes = kBf16 * k.nc * k.h;
   const bool overlap = k.ctx.parallel.tpCommOverlap && k.ctx.parallel.sequenceParallel;
+  // A MoE layer's MLP half has TP collectives only for its shared experts: the routed experts
+  // take this rank's sequence shard as it is (expert tensor parallelism gathers inside moeCosts).
+  const bool mlpCollectives = !g.mlp.empty() || !g.shared.empty();
   if (!overlap) {
-    c.forward.exposedMs = 2.0 * allReduceMs(link, ranks, hiddenBytes);
+    c.forward.exposedMs = (mlpCollectives ? 2.0 : 1.0) * allReduceMs(link, ranks, hiddenBytes);
     c.backward.exposedMs = c.forward.exposedMs;
     return c;
   }
@@ -354,6 +419,7 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
   std::vector<Gemm> mlp = g.mlp;
   mlp.insert(mlp.end(), g.shared.begin(), g.shared.end());
   for (const std::vector<Gemm>* module : std::array<const std::vector<Gemm>*, 2>{&g.attention, &mlp}) {
+    if (module->empty()) continue;
     PassTimes column, row;
     for (const Gemm& gemm : *module) {
       if (gemm.side == TpSide::None) continue;
@@ -375,7 +441,7 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
 TpComm contextParallelComm(const Block& k, const AttentionTimes& attn) {
   TpComm c;
   if (k.C <= 1) return c;
-  const double chunkBytes = 2.0 * kBf16 * k.nc * k.hkv / k.T;
+  const double chunkBytes = kBf16 * k.nc * (k.hk + k.hv) / k.T;
   const CollectiveLink& l = k.ctx.links.context;
   const double stepMs =
       l.bandwidthGBps > 0 ? chunkBytes / (l.bandwidthGBps * 1e6) + l.latencyUs / 1000.0 : l.latencyUs / 1000.0;
@@ -387,16 +453,52 @@ TpComm contextParallelComm(const Block& k, const AttentionTimes& attn) {
   return c;
 }
 
-// Expert parallelism dispatches and combines tokens with one all-to-all each per pass
-// (Lepikhin et al. 2021; Megatron-Core MoE), not overlapped.
-TpComm expertParallelComm(const Block& k, std::int64_t& bufferBytes) {
-  TpComm c;
-  if (!k.moe || k.E <= 1) return c;
-  const double dispatchBytes = kBf16 * k.nc / k.sp * k.topK * k.cf * k.h;
-  c.forward.exposedMs = 2.0 * allToAllMs(k.ctx.links.expert, static_cast<int>(k.E), dispatchBytes);
-  c.backward.exposedMs = c.forward.exposedMs;
-  bufferBytes = toBytes(2.0 * dispatchBytes);
-  return c;
+// The attention core with FlashAttention (the kernel model of AttentionKernel.cpp) and, with
+// context parallelism, Transformer Engine's K/V exchange (ContextParallel.cpp).
+struct CoreWithContext {
+  AttentionTimes core;
+  TpComm cp;
+  double bufferBytes = 0;
+};
+CoreWithContext flashCoreWithContext(const Block& k) {
+  costparts::AttentionCoreShape shape;
+  shape.batch = k.b;
+  shape.seq = k.s;
+  shape.heads = k.a / k.T;
+  shape.kvHeads = k.kvh / k.T;
+  shape.qkDim = k.dqk;
+  shape.vDim = k.dv;
+  shape.causal = k.t.causal;
+  shape.window = static_cast<double>(k.t.window);
+  shape.backend = k.ctx.parallel.attentionBackend;
+  const costparts::ContextAttention ca = costparts::contextAttention(k.ctx.gpu, k.ctx.links, k.ctx.parallel, shape);
+  CoreWithContext out;
+  out.core.forwardMs = ca.forwardMs;
+  out.core.backwardMs = ca.backwardMs;
+  out.cp.forward = {ca.forwardComm.exposedMs, ca.forwardComm.hiddenMs};
+  out.cp.backward = {ca.backwardComm.exposedMs, ca.backwardComm.hiddenMs};
+  out.bufferBytes = ca.bufferBytes;
+  return out;
+}
+
+// The routed part of a MoE layer on this GPU (MoeCosts.cpp): its tokens are the sequence shard
+// the attention leaves (T with sequence parallelism), its experts E / EP sharded over ETP.
+costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
+  costparts::MoeShape shape;
+  shape.tensor = static_cast<int>(k.T);
+  shape.tokens = k.nc / k.sp;
+  shape.hidden = k.h;
+  shape.expertFfn = k.fe;
+  shape.experts = k.experts;
+  shape.topK = k.topK;
+  shape.swiglu = k.swiglu;
+  shape.ep = k.E;
+  shape.etp = k.etp;
+  shape.load = k.load;
+  shape.precision = k.precision;
+  shape.wgradOutputBytes = wgradOutputBytes;
+  shape.flexDispatcher = k.ctx.parallel.moeFlexDispatcher;
+  return costparts::moeCosts(k.ctx.gpu, k.ctx.links, shape);
 }
 
 // --- activation memory per GPU (bytes per token × tokens of this rank) ---
@@ -406,12 +508,13 @@ TpComm expertParallelComm(const Block& k, std::int64_t& bufferBytes) {
 // transposed copy Transformer Engine keeps); FlashAttention keeps Q, K, V and its output in bf16
 // (its backward needs them) and the per-row log-sum-exp, no s² matrix (Dao et al. 2022).
 struct ActivationBytes {
-  double replicated = 0;   // per token, divided by sp
-  double attention = 0;    // per token, sharded over T
-  double mlp = 0;          // per token, sharded over T
-  double normOutputs = 0;  // part of `replicated`: the QKV and MLP inputs (norm outputs)
-  double mlpInternal = 0;  // part of `mlp` a recomputed MLP does not keep
-  double expertAct = 0;    // part of `mlp`: expert FC2 inputs (the activation's output)
+  double replicated = 0;     // per token, divided by sp
+  double attention = 0;      // per token, sharded over T
+  double mlp = 0;            // per token, sharded over T
+  double unsharded = 0;      // per token, neither: MLA's gathered latents
+  double normOutputs = 0;    // part of `replicated`: the QKV and MLP inputs (norm outputs)
+  double mlpInternal = 0;    // part of `mlp` a recomputed MLP does not keep
+  double upProjOutputs = 0;  // part of `attention`: MLA's up-projected Q, K, V (mla_up_proj)
   double sharedInternal = 0;
 };
 ActivationBytes activationBytes(const Block& k, bool keepScores) {
@@ -419,22 +522,28 @@ ActivationBytes activationBytes(const Block& k, bool keepScores) {
   // Two norm inputs (2h each), the QKV input and the MLP input (lp·h each), two dropout masks.
   x.normOutputs = 2.0 * k.lp * k.h;
   x.replicated = 4.0 * k.h + x.normOutputs + 2.0 * k.dropout * k.h;
-  if (k.moe) x.replicated += 8.0 * k.experts;  // router logits and probabilities (fp32)
-  // Q (2h), K and V (2·hkv each), the attention output (2h; in bf16 recipes the same tensor is
-  // the projection's saved input), the projection input's low-precision copy, the scores
-  // (2·a·s softmax output + a·s mask + 2·a·s dropout output) or FlashAttention's fp32
-  // log-sum-exp (4a).
-  x.attention = 4.0 * k.h + 4.0 * k.hkv;
-  if (isLowPrecision(k.precision)) x.attention += k.lp * k.h;
+  // Q, K and V and the attention output in bf16 (2·(hq + hk + hv + ho); 4h + 4·hkv when heads
+  // are hidden / heads wide; in bf16 recipes the output is the projection's saved input), the
+  // projection input's low-precision copy, the scores (2·a·s softmax output + a·s mask + 2·a·s
+  // dropout output) or FlashAttention's fp32 log-sum-exp (4a).
+  x.attention = kBf16 * (k.hq + k.hk + k.hv + k.ho);
+  if (isLowPrecision(k.precision)) x.attention += k.lp * k.ho;
   if (keepScores) x.attention += k.a * k.s * (2.0 + 3.0 * k.dropout);
   if (k.flash) x.attention += 4.0 * k.a;
-  // MLP: the activation's input (2 bytes per value) and FC2's input (lp).
+  if (k.t.mla) {
+    // MLA: the gathered latents' norm inputs (bf16) and the up projections' inputs (lp); Q, K, V
+    // are the up projections' outputs.
+    const TransformerShape::Mla& m = *k.t.mla;
+    const double ql = static_cast<double>(m.qLoraRank);
+    const double kvl = static_cast<double>(m.kvLoraRank);
+    x.unsharded = kBf16 * (ql + kvl + static_cast<double>(m.qkRopeHeadDim)) + k.lp * (ql + kvl);
+    x.upProjOutputs = kBf16 * (k.hq + k.hk + k.hv);
+  }
+  // MLP: the activation's input (2 bytes per value) and FC2's input (lp); a MoE layer's routed
+  // experts are moeCosts', its shared experts a dense MLP.
   if (k.moe) {
-    // Each routed copy's expert input and internals, and the shared experts'.
-    const double perCopy = k.lp * k.h + kBf16 * k.actInputs(k.fe) + k.lp * k.fe;
-    x.expertAct = k.topK * k.cf * k.lp * k.fe;
     x.sharedInternal = k.shared * (kBf16 * k.actInputs(k.fe) + k.lp * k.fe);
-    x.mlp = k.topK * k.cf * perCopy + x.sharedInternal;
+    x.mlp = x.sharedInternal;
     x.mlpInternal = x.mlp;
   } else {
     x.mlp = kBf16 * k.actInputs(k.f) + k.lp * k.f;
@@ -453,22 +562,29 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   const ModelCounts counts = modelCounts(k);
   c.modelFlopsForward = counts.flopsForward;
   c.modelParameters = counts.parameters;
+  const double wgradOut = 2.0 * (par.gradReduceInFp32 ? kFp32 : kBf16);
+  const costparts::MoeCosts moe = k.moe ? routedExperts(k, wgradOut) : costparts::MoeCosts{};
 
   // --- parameters of this GPU (bf16) ---
   double localParams = counts.attnParams / k.T + counts.normParams;
+  if (k.t.mla) {
+    // MLA's down projections are replicated over TP.
+    const TransformerShape::Mla& m = *k.t.mla;
+    const double down = k.h * static_cast<double>(m.qLoraRank + m.kvLoraRank + m.qkRopeHeadDim);
+    localParams += down * (1.0 - 1.0 / k.T);
+  }
   if (k.moe) {
-    localParams += k.h * k.experts + (k.experts / k.E + k.shared) * k.mlpMatrices * k.h * k.fe / k.T;
+    localParams += moe.localParams + k.shared * k.mlpMatrices * k.h * k.fe / k.T;
   } else {
     localParams += counts.mlpParams / k.T;
   }
   c.parameterBytes = toBytes(kBf16 * localParams);
-  if (k.moe) c.expertParameterBytes = toBytes(kBf16 * k.experts / k.E * k.mlpMatrices * k.h * k.fe / k.T);
+  if (k.moe) c.expertParameterBytes = toBytes(kBf16 * moe.expertParams);
 
   // --- compute ---
   const LayerGemms g = layerGemms(k);
   if (isLowPrecision(k.precision))
-    c.lowPrecisionWeightBytes = toBytes(2.0 * operandBytes(k.precision) * g.linearParams);
-  const double wgradOut = 2.0 * (par.gradReduceInFp32 ? kFp32 : kBf16);
+    c.lowPrecisionWeightBytes = toBytes(2.0 * operandBytes(k.precision) * (g.linearParams + moe.linearParams));
   const PassTimes attnGemm = gemmPasses(gpu, k.precision, g.attention, wgradOut);
   const PassTimes mlpGemm = gemmPasses(gpu, k.precision, g.mlp, wgradOut);
   const PassTimes sharedGemm = gemmPasses(gpu, k.precision, g.shared, wgradOut);
@@ -477,36 +593,64 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   const PassTimes sharedCasts = castPasses(gpu, k.precision, g.shared, k.sp);
   casts += mlpCasts;
   casts += sharedCasts;
-  const AttentionTimes core = attentionCore(k);
   const ElementwiseBytes ew = elementwise(k);
   const double elementwiseFwdMs = memoryMs(gpu, ew.total());
   const double elementwiseBwdMs = 2.0 * elementwiseFwdMs;
 
-  // --- collectives ---
+  // --- attention core and collectives ---
+  // FlashAttention from its kernel model with context parallelism's exchange as Transformer
+  // Engine runs it; the unfused kernel as before.
+  AttentionTimes core;
+  TpComm cp;
+  double cpBufferBytes = 0;
+  if (k.flash) {
+    const CoreWithContext fa = flashCoreWithContext(k);
+    core = fa.core;
+    cp = fa.cp;
+    cpBufferBytes = fa.bufferBytes;
+  } else {
+    core = attentionCore(k);
+    cp = contextParallelComm(k, core);
+  }
   const TpComm tp = tensorParallelComm(k, g);
-  const TpComm cp = contextParallelComm(k, core);
-  std::int64_t a2aBufferBytes = 0;
-  const TpComm ep = expertParallelComm(k, a2aBufferBytes);
+  TpComm ep;
+  if (k.moe) {
+    // The token all-to-alls, hidden as the recipe overlaps them (MoeCosts.cpp). The attention
+    // half takes the element-wise kernels and casts; the MoE half the experts and the router.
+    costparts::MoeOverlapWindows w;
+    w.a2aMs = moe.dispatchMs;
+    w.attentionForwardMs = attnGemm.forward + core.forwardMs + casts.forward + elementwiseFwdMs;
+    w.attentionBackwardMs =
+        attnGemm.backwardInput + attnGemm.backwardWeight + core.backwardMs + casts.backwardInput + elementwiseBwdMs;
+    w.sharedForwardMs = sharedGemm.forward;
+    w.sharedBackwardMs = sharedGemm.backwardInput + sharedGemm.backwardWeight;
+    w.mlpForwardMs = moe.forwardMs + w.sharedForwardMs;
+    w.mlpBackwardMs = moe.backwardInputMs + moe.backwardWeightMs + w.sharedBackwardMs;
+    const costparts::MoeCommExposure e = costparts::moeCommExposure(w, par);
+    ep.forward = {e.forward.exposedMs, e.forward.hiddenMs};
+    ep.backward = {e.backward.exposedMs, e.backward.hiddenMs};
+  }
 
   // --- activations ---
   const bool keepScores = !k.flash && par.recompute == Recompute::None;
   const ActivationBytes act = activationBytes(k, keepScores);
-  double activation = k.nc * (act.replicated / k.sp + (act.attention + act.mlp) / k.T);
+  double activation =
+      k.nc * (act.replicated / k.sp + (act.attention + act.mlp) / k.T + act.unsharded) + moe.activationBytes;
   // W needs the inputs of the weight GEMMs: QKV and FC1 inputs (replicated unless SP), the
   // projection and FC2 inputs (sharded), the experts' inputs.
-  double wgrad = k.nc * ((2.0 * k.lp * k.h) / k.sp +
-                         (k.lp * k.h + k.lp * (k.moe ? k.topK * k.cf * k.fe + k.shared * k.fe : k.f)) / k.T);
-  if (k.moe) wgrad += k.nc * k.topK * k.cf * k.lp * k.h / k.T;
+  double wgrad = k.nc * ((2.0 * k.lp * k.h) / k.sp + (k.lp * k.ho + k.lp * (k.moe ? k.shared * k.fe : k.f)) / k.T) +
+                 moe.weightGradBytes;
 
   const double gemmFwd = attnGemm.forward + mlpGemm.forward + sharedGemm.forward;
-  double forwardMs = gemmFwd + casts.forward + core.forwardMs + elementwiseFwdMs + tp.forward.exposedMs +
-                     cp.forward.exposedMs + ep.forward.exposedMs;
+  double forwardMs = gemmFwd + casts.forward + core.forwardMs + elementwiseFwdMs + moe.forwardMs +
+                     tp.forward.exposedMs + cp.forward.exposedMs + ep.forward.exposedMs;
   double forwardCommMs = tp.forward.exposedMs + cp.forward.exposedMs + ep.forward.exposedMs;
   double backwardInputMs = attnGemm.backwardInput + mlpGemm.backwardInput + sharedGemm.backwardInput +
-                           casts.backwardInput + core.backwardMs + elementwiseBwdMs + tp.backward.exposedMs +
-                           cp.backward.exposedMs + ep.backward.exposedMs;
+                           casts.backwardInput + core.backwardMs + elementwiseBwdMs + moe.backwardInputMs +
+                           tp.backward.exposedMs + cp.backward.exposedMs + ep.backward.exposedMs;
   double backwardInputCommMs = tp.backward.exposedMs + cp.backward.exposedMs + ep.backward.exposedMs;
-  double backwardWeightMs = attnGemm.backwardWeight + mlpGemm.backwardWeight + sharedGemm.backwardWeight;
+  double backwardWeightMs =
+      attnGemm.backwardWeight + mlpGemm.backwardWeight + sharedGemm.backwardWeight + moe.backwardWeightMs;
   double backwardWeightCommMs = 0;
   c.forwardHiddenCommMs = tp.forward.hiddenMs + cp.forward.hiddenMs + ep.forward.hiddenMs;
   c.backwardInputHiddenCommMs = tp.backward.hiddenMs + cp.backward.hiddenMs + ep.backward.hiddenMs;
@@ -535,20 +679,29 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
       activation -= k.nc * act.normOutputs / k.sp;
       backwardInputMs += memoryMs(gpu, ew.norms);
     }
+    if ((modules & kRecomputeMlaUpProj) && k.t.mla) {
+      // Megatron-Core's mla_up_proj: the up-projected Q, K, V are dropped after the attention and
+      // B replays the up projections from the kept latents.
+      activation -= k.nc * act.upProjOutputs / k.T;
+      for (const Gemm& gemm : g.attention) {
+        if (gemm.side == TpSide::ColumnParallel) backwardInputMs += gemmPasses(gpu, k.precision, {gemm}).forward;
+      }
+    }
     if ((modules & kRecomputeMlp) && !k.moe) {
       // Only the MLP's input is kept; B replays FC1, the activation and FC2 (with their casts).
       activation -= k.nc * act.mlpInternal / k.T;
       backwardInputMs += mlpGemm.forward + mlpCasts.forward + memoryMs(gpu, ew.mlpAct);
     }
     if (k.moe && (modules & kRecomputeMoe)) {
-      activation -= k.nc * act.mlpInternal / k.T;
-      backwardInputMs += mlpGemm.forward + sharedGemm.forward + mlpCasts.forward + sharedCasts.forward +
-                         memoryMs(gpu, ew.expertAct + ew.sharedAct) + ep.forward.exposedMs;
+      // The whole MoE block is replayed in B (its all-to-alls too) from its kept input.
+      activation -= k.nc * act.mlpInternal / k.T + moe.activationBytes;
+      backwardInputMs +=
+          moe.forwardMs + sharedGemm.forward + sharedCasts.forward + memoryMs(gpu, ew.sharedAct) + ep.forward.exposedMs;
       backwardInputCommMs += ep.forward.exposedMs;
     } else {
       if (k.moe && (modules & kRecomputeMoeAct)) {
-        activation -= k.nc * act.expertAct / k.T;
-        backwardInputMs += memoryMs(gpu, ew.expertAct);
+        activation -= moe.actOutputBytes;
+        backwardInputMs += moe.expertActMs;
       }
       if (k.moe && (modules & kRecomputeSharedExperts)) {
         activation -= k.nc * act.sharedInternal / k.T;
@@ -597,7 +750,7 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   // Megatron sends the sequence-sharded hidden states (sequence parallel) or splits them over
   // the TP ranks and all-gathers on NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
   c.outputBytes = toBytes(kBf16 * k.nc * k.h / k.T);
-  c.communicationBytes = std::max(a2aBufferBytes, gatherBufferBytes);
+  c.communicationBytes = std::max({toBytes(moe.bufferBytes), toBytes(cpBufferBytes), gatherBufferBytes});
   return c;
 }
 
@@ -682,7 +835,72 @@ LayerCosts embeddingCosts(const TransformerShape& t, const CostContext& ctx) {
   return c;
 }
 
+// Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core's MultiTokenPredictionBlock, on the last
+// pipeline stage): each of the `mtpLayers` modules normalises the hidden state and the embedding of
+// the next token, projects their concatenation (2h → h, split over TP), runs one transformer block
+// of the layer's shape and the shared output head with its cross-entropy. The output head is the
+// main model's; the embedding is a copy of the first stage's (its gradient is all-reduced with it,
+// as for tied embeddings), so the layer holds the projection, the block and that copy.
+LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
+  TransformerShape block = t;
+  block.mtpLayers = 0;
+  block.vocab.reset();
+  const LayerCosts blockCosts = transformerCosts(block, ctx);
+  const LayerCosts head = lmHeadCosts(t, true, ctx);
+  const LayerCosts lookup = embeddingCosts(t, ctx);
+  const double T = std::max(1, ctx.parallel.tensor);
+  const double C = std::max(1, ctx.parallel.context);
+  const double sp = ctx.parallel.sequenceParallel ? T : 1.0;
+  const double b = static_cast<double>(std::max<std::int64_t>(1, ctx.samplesPerMicrobatch));
+  const double h = static_cast<double>(t.hidden);
+  const double nc = b * static_cast<double>(t.seq) / C;
+  const double wgradOut = 2.0 * (ctx.parallel.gradReduceInFp32 ? kFp32 : kBf16);
+  const PassTimes proj =
+      gemmPasses(ctx.gpu, ctx.precision, {{nc, h / T, 2.0 * h, 1, TpSide::ColumnParallel, true}}, wgradOut);
+  const double norms = memoryMs(ctx.gpu, 2.0 * 2.0 * kBf16 * nc / sp * h);
+  const double depth = static_cast<double>(t.mtpLayers);
+  LayerCosts c;
+  auto add = [&](const LayerCosts& part) {
+    c.forwardMs += depth * part.forwardMs;
+    c.backwardInputMs += depth * part.backwardInputMs;
+    c.backwardWeightMs += depth * part.backwardWeightMs;
+    c.forwardCommMs += depth * part.forwardCommMs;
+    c.backwardInputCommMs += depth * part.backwardInputCommMs;
+    c.backwardWeightCommMs += depth * part.backwardWeightCommMs;
+    c.forwardHiddenCommMs += depth * part.forwardHiddenCommMs;
+    c.backwardInputHiddenCommMs += depth * part.backwardInputHiddenCommMs;
+    c.backwardWeightHiddenCommMs += depth * part.backwardWeightHiddenCommMs;
+    c.activationBytes += toBytes(depth * static_cast<double>(part.activationBytes));
+    c.weightGradBytes += toBytes(depth * static_cast<double>(part.weightGradBytes));
+    c.recomputeBytes = std::max(c.recomputeBytes, part.recomputeBytes);
+    c.communicationBytes = std::max(c.communicationBytes, part.communicationBytes);
+    c.modelFlopsForward += depth * part.modelFlopsForward;
+  };
+  add(blockCosts);
+  add(head);
+  add(lookup);
+  c.forwardMs += depth * (proj.forward + norms);
+  c.backwardInputMs += depth * (proj.backwardInput + 2.0 * norms);
+  c.backwardWeightMs += depth * proj.backwardWeight;
+  c.activationBytes += toBytes(depth * nc / sp * (2.0 * kBf16 * 2.0 * h));  // the two norms' inputs
+  c.modelFlopsForward += depth * 2.0 * b * static_cast<double>(t.seq) * 2.0 * h * h;
+  const double projParams = 2.0 * h * h / T + 2.0 * h;
+  c.parameterBytes =
+      toBytes(depth * (static_cast<double>(blockCosts.parameterBytes) + kBf16 * projParams)) + lookup.parameterBytes;
+  c.expertParameterBytes = toBytes(depth * static_cast<double>(blockCosts.expertParameterBytes));
+  c.lowPrecisionWeightBytes = toBytes(depth * static_cast<double>(blockCosts.lowPrecisionWeightBytes));
+  c.modelParameters = depth * (blockCosts.modelParameters + 2.0 * h * h + 2.0 * h);
+  c.outputBytes = blockCosts.outputBytes;  // the main model's hidden states pass on to the head
+  return c;
+}
+
 }  // namespace
+
+namespace costparts {
+double lowPrecisionCastBytes(Precision precision, bool fusedWithNorm) {
+  return castBytesPerValue(precision, fusedWithNorm);
+}
+}  // namespace costparts
 
 CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel) {
   const std::int64_t perNode = cluster.gpusPerNode();
@@ -712,8 +930,13 @@ CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& p
   CollectiveLinks out;
   out.tensor = linkFor(T);
   out.context = linkFor(T * C);
-  out.expert = linkFor(T * C * E);
+  // MoE parallel folding: the expert layers' ETP × EP ranks are consecutive GPUs of the pipeline
+  // rank (Megatron-Core's expert rank order tp-ep-dp), whatever T and C are.
+  out.expert = linkFor(std::max(1, parallel.expertTensorOrTensor()) * E);
   out.data = linkFor(T * C * D);
+  out.nvlink = linkFor(1);
+  out.network = linkFor(std::numeric_limits<std::int64_t>::max());
+  out.domainGpus = cluster.nodes.size() <= 1 ? std::numeric_limits<std::int64_t>::max() : domain;
   return out;
 }
 
@@ -756,6 +979,8 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
       c = lmHeadCosts(t, layer.tied, ctx);
     } else if (layer.kind == "embedding" && t.vocab) {
       c = embeddingCosts(t, ctx);
+    } else if (t.mtpLayers > 0 && t.vocab) {
+      c = mtpCosts(t, ctx);
     } else {
       c = transformerCosts(t, ctx);
     }

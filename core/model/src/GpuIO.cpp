@@ -45,6 +45,21 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
   readPerPrecision(r, node, "efficiency", limits::kEfficiency, g.efficiency, g.efficiencyByPrecision);
   if (auto v = r.number(node, "memory_gib", Presence::Optional, limits::kMemoryGib.min, limits::kMemoryGib.max))
     g.memoryGib = *v;
+  // "attention_efficiency": {"fused": {"forward", "backward"}, "flash": {...}}
+  if (auto attention = r.object(node, "attention_efficiency", Presence::Optional)) {
+    r.rejectUnknown(*attention, {"fused", "flash"});
+    for (AttentionBackend b : {AttentionBackend::Fused, AttentionBackend::Flash}) {
+      const std::string key(attentionBackendName(b));
+      auto kernel = r.object(*attention, key.c_str(), Presence::Optional);
+      if (!kernel) continue;
+      r.rejectUnknown(*kernel, {"forward", "backward"});
+      GpuSpec::AttentionEfficiency& e = g.attentionEfficiency[static_cast<std::size_t>(b)];
+      e.forward = r.number(*kernel, "forward", Presence::Required, limits::kEfficiency.min, limits::kEfficiency.max)
+                      .value_or(0);
+      e.backward = r.number(*kernel, "backward", Presence::Required, limits::kEfficiency.min, limits::kEfficiency.max)
+                       .value_or(0);
+    }
+  }
   if (auto v = r.number(node, "memory_bandwidth_gbps", Presence::Optional, limits::kMemoryBandwidthGBps.min,
                         limits::kMemoryBandwidthGBps.max))
     g.memoryBandwidthGBps = *v;
@@ -88,8 +103,8 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
     return entry->gpu;
   }
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"model", "name", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps",
-                         "sm_count", "host_link_gbps"});
+  r.rejectUnknown(node, {"model", "name", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
+                         "memory_bandwidth_gbps", "sm_count", "host_link_gbps"});
   GpuSpec g;
   if (auto model = r.string(node, "model", Presence::Optional)) {
     const CatalogGpu* entry = findCatalogGpu(*model);
@@ -108,8 +123,9 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
 
 std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps",
-                         "sm_count", "host_link_gbps", "nvlink_gbps", "nvlink_domain", "source"});
+  r.rejectUnknown(node,
+                  {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
+                   "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "nvlink_gbps", "nvlink_domain", "source"});
   CatalogGpu c;
   readGpuFields(r, node, c.gpu);
   if (!complete(r, node, c.gpu)) return std::nullopt;

@@ -1,6 +1,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -36,10 +37,64 @@ std::optional<E> readChoice(JsonReader& r, const JsonNode& node, const char* key
   return std::nullopt;
 }
 
+// The attention fields of a transformer shape (issue 26): head_dim, multi-head latent attention's
+// ranks (only with "attention": "mla", then all but q_lora_rank required), the sliding window and
+// multi-token prediction.
+void readAttentionShape(JsonReader& r, const JsonNode& node, bool mla, TransformerShape& s) {
+  s.headDim = r.integer(node, "head_dim", Presence::Optional, 1, kMaxDim).value_or(0);
+  s.window = r.integer(node, "window", Presence::Optional, 1, kMaxDim).value_or(0);
+  s.mtpLayers = r.integer(node, "mtp_layers", Presence::Optional, 1, 1000).value_or(0);
+  static constexpr std::array<const char*, 5> kMlaKeys{"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                       "qk_rope_head_dim", "v_head_dim"};
+  if (!mla) {
+    for (const char* key : kMlaKeys) {
+      if (node.value->contains(key)) r.error(node.child(key), "is only meaningful with \"attention\": \"mla\"");
+    }
+    return;
+  }
+  const auto q = r.integer(node, "q_lora_rank", Presence::Optional, 1, kMaxDim);
+  const auto kv = r.integer(node, "kv_lora_rank", Presence::Required, 1, kMaxDim);
+  const auto nope = r.integer(node, "qk_nope_head_dim", Presence::Required, 1, kMaxDim);
+  const auto rope = r.integer(node, "qk_rope_head_dim", Presence::Required, 0, kMaxDim);
+  const auto v = r.integer(node, "v_head_dim", Presence::Required, 1, kMaxDim);
+  if (node.value->contains("kv_heads")) {
+    r.error(node.child("kv_heads"), "multi-head latent attention has one key and value per head (no kv_heads)");
+  }
+  if (node.value->contains("head_dim")) {
+    r.error(node.child("head_dim"),
+            "multi-head latent attention sizes its heads with qk_nope_head_dim, "
+            "qk_rope_head_dim and v_head_dim (no head_dim)");
+  }
+  if (!kv || !nope || !rope || !v) return;
+  s.mla = TransformerShape::Mla{q.value_or(0), *kv, *nope, *rope, *v};
+}
+
 std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, const std::string& kind) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"hidden", "seq", "heads", "ffn", "vocab", "kv_heads", "mlp", "attention", "causal", "dropout",
-                         "experts", "top_k", "expert_ffn", "shared_experts", "capacity_factor"});
+  r.rejectUnknown(node, {"hidden",
+                         "seq",
+                         "heads",
+                         "ffn",
+                         "vocab",
+                         "kv_heads",
+                         "mlp",
+                         "attention",
+                         "causal",
+                         "dropout",
+                         "experts",
+                         "top_k",
+                         "expert_ffn",
+                         "shared_experts",
+                         "capacity_factor",
+                         "load_imbalance",
+                         "head_dim",
+                         "q_lora_rank",
+                         "kv_lora_rank",
+                         "qk_nope_head_dim",
+                         "qk_rope_head_dim",
+                         "v_head_dim",
+                         "window",
+                         "mtp_layers"});
   TransformerShape s;
   const auto hidden = r.integer(node, "hidden", Presence::Required, 1, kMaxDim);
   const auto seq = r.integer(node, "seq", Presence::Required, 1, kMaxDim);
@@ -54,9 +109,9 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
   const auto capacity = r.number(node, "capacity_factor", Presence::Optional, 0.01, 1000.0);
   s.mlp = readChoice<MlpKind>(r, node, "mlp", {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}})
               .value_or(MlpKind::Gelu);
-  s.attention = readChoice<AttentionKind>(r, node, "attention",
-                                          {{"flash", AttentionKind::Flash}, {"standard", AttentionKind::Standard}})
-                    .value_or(AttentionKind::Flash);
+  // "mla" is FlashAttention over multi-head latent attention's projections.
+  const auto attention = readChoice<int>(r, node, "attention", {{"flash", 0}, {"standard", 1}, {"mla", 2}});
+  s.attention = attention == 1 ? AttentionKind::Standard : AttentionKind::Flash;
   s.causal = r.boolean(node, "causal", Presence::Optional).value_or(true);
   s.dropout = r.boolean(node, "dropout", Presence::Optional).value_or(true);
   if (!hidden || !seq || !heads) return std::nullopt;
@@ -70,10 +125,13 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
   s.topK = topK.value_or(0);
   s.expertFfn = expertFfn.value_or(0);
   s.sharedExperts = shared.value_or(0);
-  s.capacityFactor = capacity.value_or(1.0);
-  if (s.hidden % s.heads != 0) {
+  s.capacityFactor = capacity;
+  readAttentionShape(r, node, attention == 2, s);
+  if (experts) s.loadImbalance = r.number(node, "load_imbalance", Presence::Optional, 1.0, 1.0e4).value_or(1.0);
+  if (s.headDim == 0 && !s.mla && s.hidden % s.heads != 0) {
     r.error(node.child("heads"), "hidden " + std::to_string(s.hidden) + " is not divisible by heads " +
-                                     std::to_string(s.heads) + " (expected hidden = heads × head_dim)");
+                                     std::to_string(s.heads) +
+                                     " (expected hidden = heads × head_dim, or give head_dim)");
   }
   if (kvHeads && (*kvHeads > s.heads || s.heads % *kvHeads != 0)) {
     r.error(node.child("kv_heads"), "kv_heads " + std::to_string(*kvHeads) + " does not divide heads " +
@@ -87,8 +145,12 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
     r.error(node.child("top_k"), "top_k " + std::to_string(*topK) + " exceeds experts " + std::to_string(*experts) +
                                      " (expected at most the number of experts)");
   }
-  for (const char* key : {"expert_ffn", "shared_experts", "capacity_factor"}) {
+  for (const char* key : {"expert_ffn", "shared_experts", "capacity_factor", "load_imbalance"}) {
     if (node.value->contains(key) && !experts) r.error(node.child(key), "is only meaningful with 'experts'");
+  }
+  if (s.mtpLayers > 0 && !s.vocab) {
+    r.error(node.child("mtp_layers"),
+            "multi-token prediction needs 'vocab' (each module ends in the shared output head and its loss)");
   }
   if ((kind == "lm_head" || kind == "embedding") && !s.vocab) {
     r.error(node, "a " + kind + " layer's transformer shape has no 'vocab' (expected the vocabulary size)");
@@ -546,6 +608,17 @@ Json layerToJson(const Layer& l) {
     if (ts.kvHeads > 0) t["kv_heads"] = ts.kvHeads;
     if (ts.mlp == MlpKind::SwiGlu) t["mlp"] = "swiglu";
     if (ts.attention == AttentionKind::Standard) t["attention"] = "standard";
+    if (ts.headDim > 0) t["head_dim"] = ts.headDim;
+    if (ts.mla) {
+      t["attention"] = "mla";
+      if (ts.mla->qLoraRank > 0) t["q_lora_rank"] = ts.mla->qLoraRank;
+      t["kv_lora_rank"] = ts.mla->kvLoraRank;
+      t["qk_nope_head_dim"] = ts.mla->qkNopeHeadDim;
+      t["qk_rope_head_dim"] = ts.mla->qkRopeHeadDim;
+      t["v_head_dim"] = ts.mla->vHeadDim;
+    }
+    if (ts.window > 0) t["window"] = ts.window;
+    if (ts.mtpLayers > 0) t["mtp_layers"] = ts.mtpLayers;
     if (!ts.causal) t["causal"] = false;
     if (!ts.dropout) t["dropout"] = false;
     if (ts.experts > 0) {
@@ -553,7 +626,8 @@ Json layerToJson(const Layer& l) {
       t["top_k"] = ts.topK;
       if (ts.expertFfn > 0) t["expert_ffn"] = ts.expertFfn;
       if (ts.sharedExperts > 0) t["shared_experts"] = ts.sharedExperts;
-      if (ts.capacityFactor != 1.0) t["capacity_factor"] = ts.capacityFactor;
+      if (ts.capacityFactor) t["capacity_factor"] = *ts.capacityFactor;
+      if (ts.loadImbalance != 1.0) t["load_imbalance"] = ts.loadImbalance;
     }
     j["transformer"] = t;
   }
@@ -580,6 +654,14 @@ Json gpuToJson(const GpuSpec& g) {
          {"peak_tflops", perPrecisionToJson(g.peakTflops, g.peakTflopsByPrecision)},
          {"memory_gib", g.memoryGib},
          {"efficiency", perPrecisionToJson(g.efficiency, g.efficiencyByPrecision)}};
+  Json attention = Json::object();
+  for (AttentionBackend b : {AttentionBackend::Fused, AttentionBackend::Flash}) {
+    const GpuSpec::AttentionEfficiency& e = g.attentionEfficiency[static_cast<std::size_t>(b)];
+    if (e.forward > 0 && e.backward > 0) {
+      attention[std::string(attentionBackendName(b))] = Json{{"forward", e.forward}, {"backward", e.backward}};
+    }
+  }
+  if (!attention.empty()) j["attention_efficiency"] = std::move(attention);
   if (g.memoryBandwidthGBps > 0) j["memory_bandwidth_gbps"] = g.memoryBandwidthGBps;
   if (g.smCount > 0) j["sm_count"] = g.smCount;
   if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;

@@ -90,3 +90,53 @@ std::string_view recomputeModuleChoices() {
 }
 
 }  // namespace pipestudio
+
+namespace pipestudio {
+
+std::string_view cpCommTypeName(CpCommType type) {
+  switch (type) {
+    case CpCommType::P2p:
+      return "p2p";
+    case CpCommType::A2a:
+      return "a2a";
+    case CpCommType::A2aP2p:
+      return "a2a+p2p";
+  }
+  return "p2p";
+}
+
+std::optional<CpCommType> cpCommTypeFromName(std::string_view name) {
+  for (CpCommType t : {CpCommType::P2p, CpCommType::A2a, CpCommType::A2aP2p}) {
+    if (cpCommTypeName(t) == name) return t;
+  }
+  return std::nullopt;
+}
+
+std::string_view cpCommTypeChoices() { return "p2p|a2a|a2a+p2p"; }
+
+}  // namespace pipestudio
+
+namespace pipestudio {
+
+std::string_view attentionBackendName(AttentionBackend backend) {
+  switch (backend) {
+    case AttentionBackend::Fused:
+      return "fused";
+    case AttentionBackend::Flash:
+      return "flash";
+    case AttentionBackend::Unfused:
+      return "unfused";
+  }
+  return "fused";
+}
+
+std::optional<AttentionBackend> attentionBackendFromName(std::string_view name) {
+  for (AttentionBackend b : {AttentionBackend::Fused, AttentionBackend::Flash, AttentionBackend::Unfused}) {
+    if (attentionBackendName(b) == name) return b;
+  }
+  return std::nullopt;
+}
+
+std::string_view attentionBackendChoices() { return "fused|flash|unfused"; }
+
+}  // namespace pipestudio

@@ -59,6 +59,9 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
   CostContext ctx;
   ctx.gpu = deviceGpu(cluster, config, device);
   ctx.parallel = config.parallel;
+  // A schedule that overlaps F and B groups itself (DualPipe's pairing, overlap_forward_backward)
+  // hides the expert all-to-alls in the simulator; the layers must not hide them a second time.
+  if (config.overlapForwardBackward) ctx.parallel.moeA2aOverlap = false;
   ctx.precision = config.precision;
   ctx.links = collectiveLinks(cluster, config.parallel);
   ctx.samplesPerMicrobatch = samplesPerMicrobatch;

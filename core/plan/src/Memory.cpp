@@ -35,8 +35,9 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   const int zero = effectiveZeroStage(plan);
   const int dp = std::max(1, plan.config.parallel.data);
-  // Routed experts are replicated over the D/E ranks of their expert-data-parallel group.
-  const int expertDp = std::max(1, dp / std::max(1, plan.config.parallel.expert));
+  // Routed experts are replicated over the EDP = T·C·D / (ETP·EP) ranks of their
+  // expert-data-parallel group (Megatron-Core MoE parallel folding).
+  const int expertDp = static_cast<int>(std::min<std::int64_t>(plan.config.parallel.expertData(), 1 << 30));
   const bool fp32Grads = plan.config.parallel.gradReduceInFp32;
   const StaticBytesPerParameter dense = staticBytesPerParameter(zero, dp, fp32Grads);
   const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, fp32Grads);
@@ -248,7 +249,7 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   const Parallelism& par = plan.config.parallel;
   const int dp = std::max(1, par.data);
-  const int expertDp = std::max(1, dp / std::max(1, par.expert));
+  const int expertDp = static_cast<int>(std::min<std::int64_t>(par.expertData(), 1 << 30));
   const int zero = effectiveZeroStage(plan);
   const CollectiveLinks links = collectiveLinks(plan.cluster, par);
   const int lastMb = plan.config.microbatches - 1;

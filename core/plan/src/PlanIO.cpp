@@ -100,6 +100,38 @@ Status checkDevicesFitCluster(const PlanConfig& config, const ClusterSpec& clust
                " GPUs (expected at most that many)"};
 }
 
+// The expert and context layouts of issue 26; absent keys keep Megatron's defaults (ETP = TP,
+// each layer's own capacity factor, no all-to-all overlap, the p2p ring).
+void readMoeAndContext(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
+  par.expertTensor = static_cast<int>(r.integer(cfg, "etp", Presence::Optional, 1, 1024).value_or(0));
+  par.moeCapacityFactor = r.number(cfg, "moe_capacity_factor", Presence::Optional, 0.0, 1000.0);
+  par.moeA2aOverlap = r.boolean(cfg, "moe_a2a_overlap", Presence::Optional).value_or(false);
+  par.moeSharedExpertOverlap = r.boolean(cfg, "moe_shared_expert_overlap", Presence::Optional).value_or(false);
+  if (auto dispatcher = r.string(cfg, "moe_token_dispatcher", Presence::Optional)) {
+    if (*dispatcher == "alltoall" || *dispatcher == "flex") {
+      par.moeFlexDispatcher = *dispatcher == "flex";
+    } else {
+      r.error(cfg.child("moe_token_dispatcher"),
+              "'" + *dispatcher + "' is not a token dispatcher (expected alltoall or flex)");
+    }
+  }
+  if (auto backend = r.string(cfg, "attention_backend", Presence::Optional)) {
+    if (auto b = attentionBackendFromName(*backend)) {
+      par.attentionBackend = *b;
+    } else {
+      r.error(cfg.child("attention_backend"), "'" + *backend + "' is not an attention backend (expected " +
+                                                  std::string(attentionBackendChoices()) + ")");
+    }
+  }
+  if (auto type = r.string(cfg, "cp_comm_type", Presence::Optional)) {
+    if (auto t = cpCommTypeFromName(*type)) {
+      par.cpCommType = *t;
+    } else {
+      r.error(cfg.child("cp_comm_type"), "'" + *type + "' is not a context-parallel communication type (expected " +
+                                             std::string(cpCommTypeChoices()) + ")");
+    }
+  }
+}
 }  // namespace
 
 // The recipe settings of issue 25 (precision, overlaps, recomputation details); absent keys
@@ -133,6 +165,7 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
       r.error(cfg.child("recompute_method"), "'" + *method + "' is not a recompute method (expected uniform or block)");
     }
   }
+  readMoeAndContext(r, cfg, par);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -155,6 +188,17 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
     cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
   }
   if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
+  // The expert and context layouts only where they differ from Megatron's defaults (plans written
+  // before them read back and write out unchanged).
+  if (par.expertTensor > 0) cfg["etp"] = par.expertTensor;
+  if (par.moeCapacityFactor) cfg["moe_capacity_factor"] = *par.moeCapacityFactor;
+  if (par.moeA2aOverlap) cfg["moe_a2a_overlap"] = true;
+  if (par.moeSharedExpertOverlap) cfg["moe_shared_expert_overlap"] = true;
+  if (par.moeFlexDispatcher) cfg["moe_token_dispatcher"] = "flex";
+  if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
+  if (par.attentionBackend != AttentionBackend::Fused) {
+    cfg["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
+  }
 }
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
@@ -176,6 +220,13 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
                            "tp",
                            "cp",
                            "ep",
+                           "etp",
+                           "moe_capacity_factor",
+                           "moe_a2a_overlap",
+                           "moe_shared_expert_overlap",
+                           "moe_token_dispatcher",
+                           "cp_comm_type",
+                           "attention_backend",
                            "sequence_parallel",
                            "recompute",
                            "zero",

@@ -24,6 +24,7 @@
 #include <optional>
 #include <tuple>
 
+#include "configure/LayoutChoices.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -49,6 +50,12 @@ void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
     to.recomputeMethod = from.recomputeMethod;
   }
   if (rc == Recompute::Selective) to.recomputeModules = from.recomputeModules;
+  // Issue 26: the MoE recipe's overlaps, dispatcher and attention kernels (the layouts the search
+  // varies are set by the enumeration).
+  to.moeA2aOverlap = from.moeA2aOverlap;
+  to.moeSharedExpertOverlap = from.moeSharedExpertOverlap;
+  to.moeFlexDispatcher = from.moeFlexDispatcher;
+  to.attentionBackend = from.attentionBackend;
 }
 
 std::vector<int> divisorsOf(std::int64_t n, std::int64_t limit) {
@@ -147,7 +154,7 @@ class Search {
   const ClusterSpec& m_cluster;
   const ConfigureOptions& m_options;
   const SolveControl& m_control;
-  std::map<std::tuple<int, int, int, int, int, int, bool, std::int64_t>, CostSummary> m_summaries;
+  std::map<std::tuple<int, int, int, int, int, int, bool, std::int64_t, int, int, double>, CostSummary> m_summaries;
   std::map<std::tuple<std::string, int, int, int, int, int, int>, Profile> m_profiles;
   std::map<std::tuple<int, int, std::string>, Family> m_families;
 };
@@ -175,7 +182,8 @@ std::vector<std::string> Search::scheduleNames() const {
 
 const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
   const auto key = std::make_tuple(par.tensor, par.context, par.expert, par.data, static_cast<int>(par.recompute),
-                                   par.zeroStage, par.sequenceParallel, mbs);
+                                   par.zeroStage, par.sequenceParallel, mbs, par.expertTensor,
+                                   static_cast<int>(par.cpCommType), par.moeCapacityFactor.value_or(-1.0));
   auto it = m_summaries.find(key);
   if (it != m_summaries.end()) return it->second;
   PlanConfig config = m_options.recipe;
@@ -368,7 +376,7 @@ Expected<Configuration> Search::run() {
 
   int trainableLayers = 0;
   int blocks = 0;  // transformer blocks (what Megatron's virtual pipeline stages divide)
-  std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0, experts = 0;
+  std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0;
   bool anyTransformer = false;
   for (int c : m_model.trainableComponents()) {
     for (const Layer& l : m_model.component(c).layers) {
@@ -379,10 +387,10 @@ Expected<Configuration> Search::run() {
       minHeads = std::gcd(minHeads, l.transformer->heads);
       minKvHeads = std::gcd(minKvHeads, l.transformer->kvHeadsOrHeads());
       minSeq = minSeq == 0 ? l.transformer->seq : std::min(minSeq, l.transformer->seq);
-      if (l.transformer->isMoe()) experts = std::gcd(experts, l.transformer->experts);
     }
   }
   const bool hasFrozen = !m_model.frozenComponents().empty();
+  const searchspace::LayoutLimits layout = searchspace::layoutLimits(m_model);
   const int perNode = m_cluster.gpusPerNode();
   const std::vector<std::string> schedules = scheduleNames();
   const bool flashOnly = allFlash();
@@ -404,9 +412,11 @@ Expected<Configuration> Search::run() {
       if (gpus % (T * C) != 0) continue;
       for (int P : divisorsOf(gpus / (T * C), trainableLayers)) {
         const int D = gpus / (T * C * P);
-        const std::vector<int> expertDegrees =
-            experts > 0 ? divisorsOf(std::gcd<std::int64_t>(experts, D), D) : std::vector<int>{1};
-        for (int E : expertDegrees) {
+        // MoE parallel folding: ETP × EP over the T·C·D GPUs (LayoutChoices.hpp), with token
+        // dropping and context parallelism's communication type where they apply.
+        for (const searchspace::Layout& lay :
+             searchspace::layouts(layout, T, C, D, m_options.recipe.parallel, m_options.cpCommType)) {
+          const int E = lay.expert;
           for (int mbs : m_options.microBatchSizes) {
             if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * D) != 0) continue;
             const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * D);
@@ -452,6 +462,9 @@ Expected<Configuration> Search::run() {
                       cfg.parallel.context = C;
                       cfg.parallel.data = D;
                       cfg.parallel.expert = E;
+                      cfg.parallel.expertTensor = lay.expertTensor;
+                      cfg.parallel.moeCapacityFactor = lay.capacityFactor;
+                      cfg.parallel.cpCommType = lay.cpCommType;
                       cfg.parallel.sequenceParallel = T > 1;
                       cfg.parallel.recompute = rc;
                       cfg.parallel.zeroStage = zero;
@@ -485,7 +498,7 @@ Expected<Configuration> Search::run() {
     const CostSummary& s = summary(par, cand.samplesPerMicrobatch);
     const int P = cfg.devices;
     const int D = par.data;
-    const int expertDp = std::max(1, D / par.expert);
+    const int expertDp = static_cast<int>(par.expertData());
     const GpuSpec& gpu = m_cluster.gpu;
     const int zero = std::max(par.zeroStage, m_model.optimizer.distributed ? 1 : 0);
     const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D, par.gradReduceInFp32);

@@ -13,6 +13,7 @@
 /// spent. Configurations that are the same plan (every schedule at P = 1; selective
 /// recomputation with FlashAttention) are collapsed to one.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct ConfigureOptions {
   std::vector<Recompute> recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<int> zeroStages = {0, 1, 2, 3};
   int maxContextParallel = 16;
+  /// Context parallelism's communication type; nullopt: every type the heads allow (issue 26).
+  /// The expert tensor parallelism (recipe.parallel.expertTensor) and the capacity factor
+  /// (recipe.parallel.moeCapacityFactor) are searched likewise unless the recipe fixes them.
+  std::optional<CpCommType> cpCommType;
   /// Feasible configurations to rank (the rest are left out once no estimate can enter).
   int keep = 25;
   /// At most this many plans are simulated (time budget by work, never by the clock).

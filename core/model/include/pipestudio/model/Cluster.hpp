@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/model/AttentionBackend.hpp"
 #include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
@@ -34,6 +35,14 @@ struct GpuSpec {
   /// Calibrated efficiency per precision (one per GPU type and precision, issue 25; the bf16 slot
   /// is unused: `efficiency`); 0: the bf16 `efficiency`.
   std::array<double, kPrecisionCount> efficiencyByPrecision{};
+  /// A fused attention kernel at head dimension 128 on long sequences: the fraction of the bf16
+  /// peak its forward and backward reach, from published kernel benchmarks (issue 26), per
+  /// AttentionBackend (fused, flash); 0: the bf16 GEMM `efficiency`.
+  struct AttentionEfficiency {
+    double forward = 0, backward = 0;
+    friend bool operator==(const AttentionEfficiency&, const AttentionEfficiency&) = default;
+  };
+  std::array<AttentionEfficiency, kAttentionBackendCount> attentionEfficiency{};
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).

@@ -31,10 +31,14 @@ struct CollectiveLink {
 };
 
 /// The links the tensor-, context-, expert- and data-parallel groups of a placement cross
-/// (Megatron order: TP innermost, then CP, then DP/EP). A group stays on NVLink while it fits in
-/// one NVLink domain (a node, or a whole NVL72 rack).
+/// (Megatron order: TP innermost, then CP, then DP; the expert group is ETP·E consecutive GPUs). A group stays on
+/// NVLink while it fits in one NVLink domain (a node, or a whole NVL72 rack).
 struct CollectiveLinks {
   CollectiveLink tensor, context, expert, data;
+  /// The two kinds of link any group uses, and how many consecutive GPUs share an NVLink domain
+  /// (groups whose size depends on the layer: hierarchical CP, the expert all-to-all's peers).
+  CollectiveLink nvlink, network;
+  std::int64_t domainGpus = 1;
 };
 CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel);
 

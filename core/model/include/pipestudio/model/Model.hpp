@@ -1,6 +1,7 @@
 #pragma once
 /// \file ModelSpec: `pipestudio.model/1` (DESIGN.md §2).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -33,11 +34,42 @@ struct TransformerShape {
   std::int64_t topK = 0;
   std::int64_t expertFfn = 0;  ///< 0 means ffn
   std::int64_t sharedExperts = 0;
-  double capacityFactor = 1.0;  ///< tokens an expert processes relative to a perfectly balanced load
+  /// Token dropping (Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity):
+  /// every expert processes capacity × its balanced share of the routed tokens, the rest are
+  /// dropped. nullopt: dropless (the busiest expert processes loadImbalance × its share).
+  std::optional<double> capacityFactor;
+  /// Tokens the busiest expert-parallel rank receives relative to a balanced router (1: balanced,
+  /// as Megatron-Bridge's benchmarks force it). The others wait for it at the combine.
+  double loadImbalance = 1.0;
+  /// Size of one attention head; 0 means hidden / heads (Qwen3 and GPT-OSS set it apart).
+  std::int64_t headDim = 0;
+  /// Multi-head latent attention (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1): queries and keys/values
+  /// through low-rank latents; the attention core runs on qkNope + qkRope query/key dims and vHead
+  /// value dims per head.
+  struct Mla {
+    std::int64_t qLoraRank = 0;  ///< 0: queries projected directly from the hidden state
+    std::int64_t kvLoraRank = 0;
+    std::int64_t qkNopeHeadDim = 0;
+    std::int64_t qkRopeHeadDim = 0;
+    std::int64_t vHeadDim = 0;
+    friend bool operator==(const Mla&, const Mla&) = default;
+  };
+  std::optional<Mla> mla;
+  /// Sliding-window attention: each query attends to the last `window` keys (GPT-OSS's banded
+  /// layers); 0: the whole (causal) sequence.
+  std::int64_t window = 0;
+  /// Multi-token prediction (DeepSeek-V3 §2.2): this layer is `mtpLayers` sequential MTP modules,
+  /// each a projection of [hidden; next-token embedding], one block of this shape and the shared
+  /// output head with its loss. 0: an ordinary block.
+  std::int64_t mtpLayers = 0;
 
   std::int64_t kvHeadsOrHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   std::int64_t ffnOrDefault() const { return ffn > 0 ? ffn : 4 * hidden; }
   std::int64_t expertFfnOrDefault() const { return expertFfn > 0 ? expertFfn : ffnOrDefault(); }
+  std::int64_t headDimOrDefault() const { return headDim > 0 ? headDim : hidden / std::max<std::int64_t>(1, heads); }
+  /// Query/key and value sizes of one head in the attention core.
+  std::int64_t qkHeadDim() const { return mla ? mla->qkNopeHeadDim + mla->qkRopeHeadDim : headDimOrDefault(); }
+  std::int64_t vHeadDim() const { return mla ? mla->vHeadDim : headDimOrDefault(); }
   bool isMoe() const { return experts > 0; }
   friend bool operator==(const TransformerShape&, const TransformerShape&) = default;
 };

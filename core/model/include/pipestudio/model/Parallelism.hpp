@@ -4,15 +4,18 @@
 /// (P), sequence parallelism, activation recomputation, the ZeRO stage and how the recipe
 /// overlaps its collectives with compute.
 ///
-/// Placement follows Megatron-LM's rank order: TP innermost, then CP, then DP (EP is carved out
-/// of DP), PP outermost. GPU index of (pipeline rank k, data rank r, context rank c, tensor
-/// rank t) = t + T·(c + C·(r + D·k)). A plan's device lane is one pipeline rank; its T·C GPUs
-/// move together (their collectives are part of its ops' durations).
+/// Placement follows Megatron-LM's rank order: TP innermost, then CP, then DP, PP outermost; the
+/// expert layers re-divide the same T·C·D GPUs as ETP innermost, then EP, then expert DP. GPU index of (pipeline rank
+/// k, data rank r, context rank c, tensor rank t) = t + T·(c + C·(r + D·k)). A plan's device lane is one pipeline rank;
+/// its T·C GPUs move together (their collectives are part of its ops' durations).
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "pipestudio/model/AttentionBackend.hpp"
 
 namespace pipestudio {
 
@@ -52,10 +55,30 @@ std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, s
 /// The module names Megatron accepts, comma-separated.
 std::string_view recomputeModuleChoices();
 
+/// How context parallelism exchanges keys and values (Transformer Engine's cp_comm_type,
+/// Megatron --cp-comm-type): `P2p` passes K/V chunks around a ring, overlapped step by step with
+/// the attention of the chunk in hand (Liu et al. 2023, ring attention); `A2a` all-to-alls Q, K,
+/// V (heads scattered, sequence gathered) before the attention and its output after it
+/// (DeepSpeed-Ulysses, Jacobs et al. 2023), not overlapped; `A2aP2p` all-to-alls inside groups
+/// that share an NVLink domain and runs the ring across them (TE's hierarchical CP,
+/// --hierarchical-context-parallel-sizes).
+enum class CpCommType : std::uint8_t { P2p, A2a, A2aP2p };
+
+std::string_view cpCommTypeName(CpCommType type);
+std::optional<CpCommType> cpCommTypeFromName(std::string_view name);
+/// "p2p|a2a|a2a+p2p": the choices, for messages and help texts.
+std::string_view cpCommTypeChoices();
+
 struct Parallelism {
-  int tensor = 1;                 ///< T: Megatron tensor parallelism (QKV/MLP split over T GPUs of a node)
-  int context = 1;                ///< C: context parallelism (ring attention, sequence split over C)
-  int expert = 1;                 ///< E: expert parallelism inside the data-parallel group (D % E == 0)
+  int tensor = 1;   ///< T: Megatron tensor parallelism (QKV/MLP split over T GPUs of a node)
+  int context = 1;  ///< C: context parallelism (ring attention, sequence split over C)
+  /// E: expert parallelism. Megatron-Core's MoE parallel folding (Liu et al. 2025, "MoE Parallel
+  /// Folding") lays the expert layers' ETP × E × EDP grid over the same T·C·D GPUs of a pipeline
+  /// rank as the attention's T × C × D, so E may exceed D: ETP·E must divide T·C·D.
+  int expert = 1;
+  /// ETP: tensor parallelism inside each expert (Megatron --expert-tensor-parallel-size); 0: the
+  /// attention's T, as Megatron defaults it.
+  int expertTensor = 0;
   int data = 1;                   ///< D: data-parallel replicas of the whole pipeline
   bool sequenceParallel = false;  ///< Korthikanti 2022 §4.2.2; the CLI turns it on when T > 1
   Recompute recompute = Recompute::None;
@@ -81,6 +104,35 @@ struct Parallelism {
   /// Engine userbuffers, `--tp-comm-overlap`; PyTorch AsyncTP). Needs sequence parallelism.
   bool tpCommOverlap = true;
 
+  /// Token dropping for every MoE layer (Megatron --moe-expert-capacity-factor): overrides the
+  /// model's capacity_factor; 0 = dropless. nullopt: each layer's own setting.
+  std::optional<double> moeCapacityFactor;
+  /// The expert-parallel all-to-alls of one microbatch's forward hidden under another's backward
+  /// and the other way round (Megatron --overlap-moe-expert-parallel-comm, the "1F1B A2A overlap"
+  /// of interleaved schedules). DualPipe's F&B pairing (DeepSeek-V3 §3.2.1) is the simulator's
+  /// (PlanConfig::overlapForwardBackward), not this flag's.
+  bool moeA2aOverlap = false;
+  /// The shared experts computed while the routed tokens are dispatched and combined (Megatron
+  /// --moe-shared-expert-overlap).
+  bool moeSharedExpertOverlap = false;
+  /// Megatron's flex token dispatcher (--moe-token-dispatcher-type flex: DeepEP / HybridEP): a
+  /// token crosses the network at most once per NVLink domain that holds one of its experts and
+  /// is forwarded over NVLink there (DeepSeek-V3 §3.2.2). false: the all-to-all dispatcher sends
+  /// every routed copy.
+  bool moeFlexDispatcher = false;
+  CpCommType cpCommType = CpCommType::P2p;
+  /// The attention kernels (Megatron --attention-backend): cuDNN's fused attention as Transformer
+  /// Engine picks it on Hopper, FlashAttention-2, or unfused.
+  AttentionBackend attentionBackend = AttentionBackend::Fused;
+
+  /// ETP as it applies (expertTensor, or T when unset).
+  int expertTensorOrTensor() const { return expertTensor > 0 ? expertTensor : tensor; }
+  /// Expert data parallelism EDP = T·C·D / (ETP·E): the replicas of each expert's weights, over
+  /// which their gradients are reduced and the distributed optimizer shards them.
+  std::int64_t expertData() const {
+    const std::int64_t grid = static_cast<std::int64_t>(expertTensorOrTensor()) * expert;
+    return std::max<std::int64_t>(1, gpusPerPipelineRank() / std::max<std::int64_t>(1, grid));
+  }
   /// GPUs of one pipeline rank: T·C·D.
   std::int64_t gpusPerPipelineRank() const { return static_cast<std::int64_t>(tensor) * context * data; }
   /// GPU index of the first GPU of pipeline rank `device` (its tensor/context/data rank 0).

@@ -1,0 +1,159 @@
+#pragma once
+// Private parts of the cost model (issue 26): the FlashAttention kernel model, context
+// parallelism's key/value exchange and the mixture-of-experts layer as Megatron-Core trains it.
+// CostModel.cpp's transformerCosts composes them with the dense parts; each formula cites its
+// source where it is defined (AttentionKernel.cpp, ContextParallel.cpp, MoeCosts.cpp).
+
+#include <cstdint>
+
+#include "pipestudio/model/CostModel.hpp"
+
+namespace pipestudio::costparts {
+
+/// A collective's time on the links, the part the recipe hides under compute and the rest.
+struct CommShare {
+  double exposedMs = 0, hiddenMs = 0;
+  double totalMs() const { return exposedMs + hiddenMs; }
+};
+
+/// `commMs` overlapped with `computeMs` of independent work: what does not fit shows.
+CommShare hiddenUnder(double commMs, double computeMs);
+
+/// The link a group of `span` consecutive GPUs uses (NVLink inside one NVLink domain, else the
+/// node's NICs), as collectiveLinks places the fixed groups; a group inside the TP group's span
+/// uses the TP link.
+CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int tensor);
+
+/// An all-to-all in which each of `ranks` GPUs, `stride` apart, sends `bytes` spread evenly over
+/// the group (its own share stays local); `group` is the link collectiveLinks gives the whole
+/// group. When the group spans several NVLink domains, the peers inside this GPU's domain are
+/// reached over NVLink while the others go over the NICs at the same time, so the slower of the
+/// two parts sets the time (NCCL issues every pair's send and receive in one group: one latency
+/// per link, not one per peer).
+double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
+                         std::int64_t stride, double bytes);
+
+// --- FlashAttention (AttentionKernel.cpp) ---
+
+/// One fused attention kernel launch on one GPU: `batchHeads` independent (batch, head) problems
+/// of `queries` × `keys`.
+struct FlashProblem {
+  double batchHeads = 1;
+  double queries = 0;
+  double keys = 0;
+  double qkDim = 128;  ///< query/key size per head
+  double vDim = 128;   ///< value size per head
+  /// The queries are the last `queries` positions of the keys and attend only to earlier ones
+  /// (a causal diagonal block).
+  bool causal = false;
+  double window = 0;  ///< keys each query sees at most (sliding window); 0: all
+};
+
+struct FlashTimes {
+  double forwardMs = 0, backwardMs = 0;
+  double tiles = 0;  ///< 128 × 128 score tiles the kernel computes per (batch, head)
+};
+
+/// Time of a FlashAttention forward and backward kernel (the fused attention Transformer Engine
+/// calls: cuDNN or FlashAttention-3 on Hopper) in bf16 whatever the recipe's precision.
+FlashTimes flashAttention(const GpuSpec& gpu, const FlashProblem& problem,
+                          AttentionBackend backend = AttentionBackend::Fused);
+
+// --- Context parallelism (ContextParallel.cpp) ---
+// The kernels run on the recipe's attention backend (Parallelism::attentionBackend).
+
+/// The attention core of one transformer block on one GPU, before context parallelism splits it.
+struct AttentionCoreShape {
+  double batch = 1;
+  double seq = 0;      ///< whole sequence
+  double heads = 0;    ///< query heads of this GPU (heads / T)
+  double kvHeads = 0;  ///< key/value heads of this GPU (kv_heads / T; MLA: = heads)
+  double qkDim = 128;
+  double vDim = 128;
+  bool causal = true;
+  double window = 0;
+  AttentionBackend backend = AttentionBackend::Fused;
+};
+
+/// The attention core under context parallelism C with Transformer Engine's communication type:
+/// kernel time (the kernels the exchange splits it into, with the partial-output corrections
+/// between them) and the exchange, hidden under the kernels where TE overlaps it.
+struct ContextAttention {
+  double forwardMs = 0, backwardMs = 0;  ///< compute, without the exchange
+  CommShare forwardComm, backwardComm;
+  double bufferBytes = 0;  ///< K/V chunks (and their gradients) in flight, or the all-to-all's copies
+  int a2aRanks = 1;        ///< C_a: ranks of the all-to-all part (a2a: C; a2a+p2p: the inner group)
+};
+ContextAttention contextAttention(const GpuSpec& gpu, const CollectiveLinks& links, const Parallelism& parallel,
+                                  const AttentionCoreShape& shape);
+
+/// The inner (all-to-all) group size of hierarchical context parallelism (a2a+p2p): the largest
+/// divisor of C whose T·C_a GPUs share an NVLink domain and that divides this GPU's query and
+/// key/value heads.
+int hierarchicalA2aRanks(std::int64_t domainGpus, int tensor, int context, double heads, double kvHeads);
+
+// --- Mixture of experts (MoeCosts.cpp) ---
+
+/// What the MoE layer's cost depends on, per GPU.
+struct MoeShape {
+  int tensor = 1;     ///< the attention's T (an ETP group inside it uses the TP link)
+  double tokens = 0;  ///< tokens of this GPU entering the router (sequence-parallel shard)
+  double hidden = 0;
+  double expertFfn = 0;
+  double experts = 0;
+  double topK = 0;
+  bool swiglu = true;
+  double ep = 1, etp = 1;
+  /// Routed copies the busiest expert-parallel rank processes relative to a balanced router:
+  /// the capacity factor when tokens are dropped (and padded to capacity), else the stated load
+  /// imbalance.
+  double load = 1;
+  Precision precision = Precision::Bf16;
+  double wgradOutputBytes = 8;  ///< main-gradient read + write per weight-gradient value
+  bool flexDispatcher = false;  ///< DeepEP/HybridEP: one copy per remote NVLink domain
+};
+
+/// The routed part of a MoE layer on one GPU (router, permutation, grouped expert GEMMs, token
+/// all-to-alls and the expert-tensor-parallel gather/scatter). Shared experts are a dense MLP of
+/// the block and are not included.
+struct MoeCosts {
+  double forwardMs = 0, backwardInputMs = 0, backwardWeightMs = 0;  ///< compute, no collectives
+  double expertGemmForwardMs = 0;                                   ///< part of forwardMs: the grouped FC1 and FC2
+  double expertActMs = 0;                                           ///< part of forwardMs: the activation function
+  double dispatchMs = 0;             ///< one all-to-all (dispatch or combine) with its ETP collective
+  double activationBytes = 0;        ///< held from F to B
+  double weightGradBytes = 0;        ///< of those, the expert GEMMs' inputs W reads
+  double actOutputBytes = 0;         ///< of those, FC2's inputs (what moe_act recomputation drops)
+  double bufferBytes = 0;            ///< all-to-all send and receive copies while a pass runs
+  double routedTokensPerExpert = 0;  ///< rows of one local expert's GEMMs
+  double localParams = 0;            ///< router (replicated) and this GPU's expert shards
+  double expertParams = 0;           ///< part of localParams in routed experts
+  double linearParams = 0;           ///< expert weights a low-precision recipe keeps copies of
+  double modelFlopsForward = 0;      ///< whole layer's routed part (router and top_k experts)
+  double modelParameters = 0;        ///< whole layer's router and experts
+};
+MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& shape);
+
+/// What the token all-to-alls of a layer can hide under: the compute of its attention half and of
+/// its MoE half (routed and shared experts, router, permutation), per pass (backward: input and
+/// weight gradients), and of the shared experts alone.
+struct MoeOverlapWindows {
+  double a2aMs = 0;  ///< one all-to-all (dispatch or combine) of one pass
+  double attentionForwardMs = 0, mlpForwardMs = 0;
+  double attentionBackwardMs = 0, mlpBackwardMs = 0;
+  double sharedForwardMs = 0, sharedBackwardMs = 0;
+};
+
+/// Exposed and hidden shares of the dispatch and combine all-to-alls of one forward and one
+/// backward of a layer as the recipe overlaps them: under the shared experts' compute of the same
+/// pass (--moe-shared-expert-overlap), or — 1F1B A2A overlap and DualPipe's F&B pairing — each
+/// under a compute chunk of another microbatch's opposite pass.
+struct MoeCommExposure {
+  CommShare forward, backward;
+};
+MoeCommExposure moeCommExposure(const MoeOverlapWindows& windows, const Parallelism& parallel);
+
+/// Bytes of HBM traffic per value of Transformer Engine's cast to `precision` (CostModel.cpp).
+double lowPrecisionCastBytes(Precision precision, bool fusedWithNorm);
+
+}  // namespace pipestudio::costparts

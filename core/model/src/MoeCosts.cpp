@@ -1,0 +1,231 @@
+// A mixture-of-experts layer as Megatron-Core trains it (issue 26): the router, the token
+// permutation, the grouped expert GEMMs, the expert-parallel all-to-alls on the links they cross,
+// expert tensor parallelism and the memory of it all, per GPU.
+//
+// Megatron-Core's MoE layer (megatron/core/transformer/moe/: router.py, token_dispatcher.py
+// MoEAlltoAllTokenDispatcher, experts.py TEGroupedMLP; Megatron-Core MoE docs):
+//   router GEMM and top-k → permute the routed copies of this rank's tokens by expert → all-to-all
+//   over the EP ranks → all-gather over the ETP ranks (expert tensor parallelism) → sort by local
+//   expert → grouped FC1, activation, grouped FC2 → the same steps backwards (reduce-scatter over
+//   ETP, all-to-all, unpermute weighted by the router's probabilities).
+// MoE parallel folding (Liu et al. 2025, "MoE Parallel Folding", Megatron-Core): the expert layers
+// re-divide the T·C·D GPUs of a pipeline rank into ETP × EP × EDP, so each GPU holds experts / EP
+// experts, sharded over ETP, whatever the attention's T and C; its tokens are the sequence-parallel
+// shard the attention left it.
+
+#include <algorithm>
+#include <cmath>
+
+#include "CostParts.hpp"
+
+namespace pipestudio::costparts {
+namespace {
+
+constexpr double kBf16 = 2.0;
+constexpr double kFp32 = 4.0;
+constexpr double kTile = 128;  // GEMM output tile rows and columns (CostModel.cpp's kTileRows/Cols)
+
+double msAt(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
+double memoryMs(const GpuSpec& gpu, double bytes) { return msAt(bytes, gpu.memoryBytesPerS()); }
+
+// A grouped GEMM (TE GroupedLinear / CUTLASS grouped GEMM): `groups` products of (m × k) by
+// (k × n), one per local expert, launched together. Its tiles share the SMs, so the waves are
+// counted over all groups; a group's last row tile is partly empty when m is not a multiple of
+// the tile (few tokens per expert), and every expert's weights stream through HBM once, so the
+// roofline turns memory-bound as the tokens per expert fall (NVIDIA, "Matrix Multiplication
+// Background" user guide: tiles, waves and arithmetic intensity).
+double groupedGemmMs(const GpuSpec& gpu, Precision precision, double groups, double m, double n, double k,
+                     double outputBytesPerValue) {
+  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0.0;
+  const double rowTiles = std::ceil(m / kTile);
+  const double tiles = groups * rowTiles * std::ceil(n / kTile);
+  double utilisation = 1.0;
+  if (gpu.smCount > 0) {
+    const double waves = std::ceil(tiles / gpu.smCount);
+    utilisation = tiles / (waves * gpu.smCount);
+  }
+  utilisation *= m / (rowTiles * kTile);
+  double rate = gpu.gemmFlopsPerS(precision);
+  if (rate <= 0) rate = gpu.effectiveFlopsPerS();
+  const double compute = msAt(2.0 * groups * m * n * k, rate * std::max(1e-3, utilisation));
+  const double bytes = groups * (operandBytes(precision) * (m * k + k * n) + outputBytesPerValue * m * n);
+  return std::max(compute, memoryMs(gpu, bytes));
+}
+
+}  // namespace
+
+CommShare hiddenUnder(double commMs, double computeMs) {
+  CommShare c;
+  c.exposedMs = std::max(0.0, commMs - std::max(0.0, computeMs));
+  c.hiddenMs = std::max(0.0, commMs - c.exposedMs);
+  return c;
+}
+
+CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int tensor) {
+  if (span <= std::max(1, tensor)) return links.tensor;
+  return span <= links.domainGpus ? links.nvlink : links.network;
+}
+
+double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
+                         std::int64_t stride, double bytes) {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double n = static_cast<double>(ranks);
+  // Peers of this GPU inside its NVLink domain (itself included); a group inside one domain
+  // uses its own link throughout.
+  const std::int64_t perDomain =
+      std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
+  const double local = static_cast<double>(perDomain);
+  auto part = [&](const CollectiveLink& link, double peers) {
+    if (peers <= 0) return 0.0;
+    const double perMs = link.bandwidthGBps * 1e6;
+    return (perMs > 0 ? bytes * peers / n / perMs : 0.0) + link.latencyUs / 1000.0;
+  };
+  if (perDomain >= ranks) return part(group, n - 1.0);
+  return std::max(part(links.nvlink, local - 1.0), part(group, n - local));
+}
+
+// The flex dispatcher (DeepEP / HybridEP; DeepSeek-V3 §3.2.2): a token goes over the network
+// once to each remote NVLink domain holding one of its experts — to the GPU with its own index
+// there — and is forwarded over NVLink to the experts' GPUs. With top-k experts spread evenly
+// over G domains, a token hits G·(1 − (1 − 1/G)^k) domains on average, its own among them with
+// probability 1 − (1 − 1/G)^k; every copy bound for another GPU of a domain crosses NVLink.
+double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens, double topK,
+                      double bytesPerCopy) {
+  if (ranks <= 1 || tokens <= 0) return 0.0;
+  const std::int64_t perDomain =
+      std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
+  // Inside one domain it is the all-to-all on the group's link.
+  if (perDomain >= ranks) return allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * topK * bytesPerCopy);
+  const double domains = std::ceil(static_cast<double>(ranks) / static_cast<double>(perDomain));
+  const double missOne = std::pow(1.0 - 1.0 / domains, topK);
+  const double remoteDomains = (domains - 1.0) * (1.0 - missOne);
+  const double networkBytes = tokens * remoteDomains * bytesPerCopy;
+  const double nvlinkBytes = tokens * topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
+  auto part = [](const CollectiveLink& link, double bytes) {
+    if (bytes <= 0) return 0.0;
+    const double perMs = link.bandwidthGBps * 1e6;
+    return (perMs > 0 ? bytes / perMs : 0.0) + link.latencyUs / 1000.0;
+  };
+  return std::max(part(links.expert, networkBytes), part(links.nvlink, nvlinkBytes));
+}
+
+MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s) {
+  MoeCosts c;
+  const Precision p = s.precision;
+  const double x = s.tokens;
+  const double h = s.hidden;
+  const double ep = std::max(1.0, s.ep);
+  const double etp = std::max(1.0, s.etp);
+  const double local = std::max(1.0, s.experts / ep);             // experts of this GPU
+  const double act = (s.swiglu ? 2.0 : 1.0) * s.expertFfn / etp;  // FC1 outputs per row (gate and up)
+  const double ffn = s.expertFfn / etp;                           // FC2 inputs per row
+  // Routed copies this GPU's experts process: its ETP group gathers the copies routed to its
+  // experts from all EP ranks, x·top_k per GPU on average, `load` times that on the busiest rank
+  // (or the capacity every expert is padded to).
+  const double rows = etp * x * s.topK * s.load;
+  const double m = rows / local;
+  c.routedTokensPerExpert = m;
+
+  // --- router: a GEMM into the expert logits, softmax/sigmoid and top-k in fp32 ---
+  const double routerFwd =
+      groupedGemmMs(gpu, Precision::Bf16, 1, x, s.experts, h, kBf16) + memoryMs(gpu, 3.0 * kFp32 * x * s.experts);
+  const double routerBwdInput =
+      groupedGemmMs(gpu, Precision::Bf16, 1, x, h, s.experts, kBf16) + memoryMs(gpu, 3.0 * kFp32 * x * s.experts);
+  const double routerBwdWeight = groupedGemmMs(gpu, Precision::Bf16, 1, h, s.experts, x, s.wgradOutputBytes);
+
+  // --- permutation (fused permute/unpermute kernels): token side, copies out and back, and the
+  // expert side's sort by local expert and its inverse; bf16 rows of h ---
+  const double copies = x * s.topK;
+  const double permuteBytes = kBf16 * h * (2.0 * x + 2.0 * copies) + 2.0 * 2.0 * kBf16 * h * rows;
+  const double permuteMs = memoryMs(gpu, permuteBytes);
+
+  // --- grouped expert GEMMs ---
+  const double fc1 = groupedGemmMs(gpu, p, local, m, act, h, kBf16);
+  const double fc2 = groupedGemmMs(gpu, p, local, m, h, ffn, kBf16);
+  const double fc1Dgrad = groupedGemmMs(gpu, p, local, m, h, act, kBf16);
+  const double fc2Dgrad = groupedGemmMs(gpu, p, local, m, ffn, h, kBf16);
+  const double fc1Wgrad = groupedGemmMs(gpu, p, local, h, act, m, s.wgradOutputBytes);
+  const double fc2Wgrad = groupedGemmMs(gpu, p, local, ffn, h, m, s.wgradOutputBytes);
+  // Activation (SwiGLU reads gate and up, writes one; GELU reads and writes one), bf16.
+  c.expertActMs = memoryMs(gpu, rows * (s.swiglu ? 6.0 : 4.0) * ffn);
+  // Transformer Engine's casts of the expert GEMMs' inputs and output gradients (low precision).
+  double castFwd = 0, castBwd = 0;
+  if (isLowPrecision(p)) {
+    const double perValue = lowPrecisionCastBytes(p, false);
+    castFwd = memoryMs(gpu, perValue * rows * (h + ffn));
+    castBwd = memoryMs(gpu, perValue * rows * (h + act));
+  }
+  c.expertGemmForwardMs = fc1 + fc2;
+  c.forwardMs = routerFwd + permuteMs + fc1 + fc2 + c.expertActMs + castFwd;
+  c.backwardInputMs = routerBwdInput + permuteMs + fc1Dgrad + fc2Dgrad + 2.0 * c.expertActMs + castBwd;
+  c.backwardWeightMs = routerBwdWeight + fc1Wgrad + fc2Wgrad;
+
+  // --- collectives: dispatch and combine all-to-alls over the EP ranks (ETP·EP consecutive
+  // GPUs, ETP apart), the ETP all-gather after the dispatch and reduce-scatter before the combine
+  // (NCCL ring: (n−1)/n of the gathered bytes, (n−1) steps) ---
+  const double sendBytes = kBf16 * h * copies * s.load;
+  const double a2a = s.flexDispatcher ? flexAllToAllMs(links, static_cast<std::int64_t>(ep),
+                                                       static_cast<std::int64_t>(etp), x * s.load, s.topK, kBf16 * h)
+                                      : allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep),
+                                                          static_cast<std::int64_t>(etp), sendBytes);
+  double etpMs = 0;
+  if (etp > 1) {
+    const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(etp), s.tensor);
+    const double gathered = kBf16 * h * rows;
+    etpMs = (link.bandwidthGBps > 0 ? (etp - 1.0) / etp * gathered / (link.bandwidthGBps * 1e6) : 0.0) +
+            (etp - 1.0) * link.latencyUs / 1000.0;
+  }
+  c.dispatchMs = a2a + etpMs;
+
+  // --- memory held from F to B: router logits and probabilities (fp32), routing indices and
+  // weights, FC1's input (in the format wgrad reads), the activation's input (bf16) and FC2's
+  // input. The router's probabilities are applied inside the experts' activation (Megatron-Core
+  // TEGroupedMLP with permuted probs: weighted SwiGLU), so the unpermute keeps nothing ---
+  const double lp = isLowPrecision(p) ? operandBytes(p) : kBf16;
+  const double fc1Input = rows * lp * h;
+  c.actOutputBytes = rows * lp * ffn;
+  c.weightGradBytes = fc1Input + c.actOutputBytes;
+  c.activationBytes =
+      2.0 * kFp32 * x * s.experts + copies * (8.0 + kFp32) + fc1Input + rows * kBf16 * act + c.actOutputBytes;
+  // The all-to-all's send and receive copies and, with ETP, the gathered rows.
+  c.bufferBytes = 2.0 * sendBytes + (etp > 1 ? kBf16 * h * rows : 0.0);
+
+  // --- parameters: the router (replicated) and this GPU's shards of its experts ---
+  c.expertParams = local * (act + ffn) * h;
+  c.linearParams = c.expertParams;
+  c.localParams = h * s.experts + c.expertParams;
+  return c;
+}
+
+MoeCommExposure moeCommExposure(const MoeOverlapWindows& w, const Parallelism& parallel) {
+  MoeCommExposure e;
+  auto add = [](CommShare& into, const CommShare& part) {
+    into.exposedMs += part.exposedMs;
+    into.hiddenMs += part.hiddenMs;
+  };
+  if (parallel.moeA2aOverlap) {
+    // One microbatch's forward and another's backward of this layer run as a pair of streams cut
+    // into attention, dispatch, MLP and combine chunks, each communication chunk of one beside a
+    // compute chunk of the other (DeepSeek-V3 §3.2.1, Fig. 4; Megatron-Core's combined 1F1B
+    // schedule): [attention F ‖ combine B], [dispatch F ‖ MLP B], [MLP F ‖ dispatch B],
+    // [combine F ‖ attention B].
+    add(e.backward, hiddenUnder(w.a2aMs, w.attentionForwardMs));
+    add(e.forward, hiddenUnder(w.a2aMs, w.mlpBackwardMs));
+    add(e.backward, hiddenUnder(w.a2aMs, w.mlpForwardMs));
+    add(e.forward, hiddenUnder(w.a2aMs, w.attentionBackwardMs));
+    return e;
+  }
+  if (parallel.moeSharedExpertOverlap) {
+    // The shared experts' FC1 runs beside the dispatch and their FC2 beside the combine.
+    for (int i = 0; i < 2; ++i) {
+      add(e.forward, hiddenUnder(w.a2aMs, w.sharedForwardMs / 2.0));
+      add(e.backward, hiddenUnder(w.a2aMs, w.sharedBackwardMs / 2.0));
+    }
+    return e;
+  }
+  e.forward.exposedMs = 2.0 * w.a2aMs;
+  e.backward.exposedMs = 2.0 * w.a2aMs;
+  return e;
+}
+
+}  // namespace pipestudio::costparts

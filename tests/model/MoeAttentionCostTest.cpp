@@ -1,0 +1,327 @@
+// The cost model of issue 26 — the FlashAttention kernel model, context parallelism's exchange,
+// the mixture-of-experts layer and the attention shapes of today's models — one hand-computed
+// case per formula. Expected values are written out from the formulas' sources (cited in
+// AttentionKernel.cpp, ContextParallel.cpp, MoeCosts.cpp and CostModel.cpp), not computed by the
+// code under test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "CostParts.hpp"
+#include "pipestudio/model/CostModel.hpp"
+
+using namespace pipestudio;
+using namespace pipestudio::costparts;
+
+namespace {
+
+// Round numbers, no shape effects (no SM count): 100 TFLOP/s bf16 at 50 %, 1 TB/s of HBM, no
+// published attention figures (attention runs at the bf16 efficiency with the kernel's terms).
+GpuSpec testGpu() {
+  GpuSpec g;
+  g.name = "test";
+  g.peakTflops = 100;
+  g.memoryGib = 80;
+  g.efficiency = 0.5;
+  g.memoryBandwidthGBps = 1000;
+  return g;
+}
+
+constexpr double kRate = 100e12 * 0.5;  // FLOP/s
+constexpr double kScoresPerTile = 128.0 * 128.0;
+
+double ms(double flops, double rate = kRate) { return flops / rate * 1000.0; }
+
+// Links of a cluster of 8-GPU NVLink domains: NVLink 100 GB/s, network 10 GB/s, no latency.
+CollectiveLinks links(std::int64_t domain = 8) {
+  CollectiveLinks l;
+  l.nvlink = CollectiveLink{100, 0, false};
+  l.network = CollectiveLink{10, 0, true};
+  l.domainGpus = domain;
+  l.tensor = l.context = l.expert = l.nvlink;
+  l.data = l.network;
+  return l;
+}
+
+}  // namespace
+
+// --- FlashAttention kernel model ---
+
+// Non-causal 512 × 512, head dim 128: 4 × 4 tiles plus one fill tile per query tile (forward),
+// three per key tile (backward); 2·(128 + 128) FLOPs per score forward, 2·(3·128 + 2·128)
+// backward, at the bf16 rate.
+TEST(FlashAttention, FullBlockCountsItsTilesAndFill) {
+  const FlashTimes t = flashAttention(testGpu(), {2, 512, 512, 128, 128, false, 0});
+  EXPECT_DOUBLE_EQ(t.tiles, 16);
+  EXPECT_NEAR(t.forwardMs, ms(2 * (16 + 4) * kScoresPerTile * 512), 1e-12);
+  EXPECT_NEAR(t.backwardMs, ms(2 * (16 + 3 * 4) * kScoresPerTile * 1280), 1e-12);
+}
+
+// Causal: query tile i visits i + 1 key tiles, the diagonal computed whole: 1 + 2 + 3 + 4 = 10.
+TEST(FlashAttention, CausalVisitsTheTilesUpToTheDiagonal) {
+  const FlashTimes t = flashAttention(testGpu(), {1, 512, 512, 128, 128, true, 0});
+  EXPECT_DOUBLE_EQ(t.tiles, 10);
+  EXPECT_NEAR(t.forwardMs, ms((10 + 4) * kScoresPerTile * 512), 1e-12);
+  // Queries at the end of a longer key sequence (a later chunk): 256 queries over 1024 keys see
+  // 7 and 8 key tiles.
+  EXPECT_DOUBLE_EQ(flashAttention(testGpu(), {1, 256, 1024, 128, 128, true, 0}).tiles, 15);
+}
+
+// A 128-key window: at most ⌈128/128⌉ + 1 = 2 key tiles per query tile (the first sees one).
+TEST(FlashAttention, SlidingWindowCapsTheTilesPerQueryTile) {
+  EXPECT_DOUBLE_EQ(flashAttention(testGpu(), {1, 1024, 1024, 64, 64, true, 128}).tiles, 1 + 7 * 2);
+  EXPECT_DOUBLE_EQ(flashAttention(testGpu(), {1, 1024, 1024, 64, 64, false, 128}).tiles, 8 * 2);
+}
+
+// Head dim 64: the exponential (256 tensor-FLOPs on H100) is a larger share of each score's
+// work: forward (1 + 256/512) / (1 + 256/256) = 0.75 of the rate, backward (1 + 0.2) / (1 + 0.4).
+TEST(FlashAttention, SmallHeadsRunSlowerPerFlop) {
+  const FlashTimes t = flashAttention(testGpu(), {1, 512, 512, 64, 64, false, 0});
+  EXPECT_NEAR(t.forwardMs, ms((16 + 4) * kScoresPerTile * 256, kRate * 0.75), 1e-12);
+  EXPECT_NEAR(t.backwardMs, ms((16 + 12) * kScoresPerTile * 640, kRate * 1.2 / 1.4), 1e-12);
+  // Larger heads are capped at the reference rate (MLA: 192 query/key, 128 value dims).
+  const FlashTimes mla = flashAttention(testGpu(), {1, 512, 512, 192, 128, false, 0});
+  EXPECT_NEAR(mla.forwardMs, ms(20 * kScoresPerTile * 2 * (192 + 128)), 1e-12);
+}
+
+// A GPU's published attention efficiency replaces the GEMM efficiency; fewer thread blocks than
+// SMs leave the rest idle.
+TEST(FlashAttention, PublishedEfficiencyAndOccupancy) {
+  GpuSpec g = testGpu();
+  g.attentionEfficiency[static_cast<std::size_t>(AttentionBackend::Fused)] = {0.6, 0.4};
+  g.attentionEfficiency[static_cast<std::size_t>(AttentionBackend::Flash)] = {0.3, 0.2};
+  g.smCount = 16;
+  // 2 (batch·heads) × 4 query tiles = 8 blocks on 16 SMs: half the rate.
+  const FlashTimes t = flashAttention(g, {2, 512, 512, 128, 128, false, 0});
+  EXPECT_NEAR(t.forwardMs, ms(2 * 20 * kScoresPerTile * 512, 100e12 * 0.6 * 0.5), 1e-12);
+  EXPECT_NEAR(t.backwardMs, ms(2 * 28 * kScoresPerTile * 1280, 100e12 * 0.4 * 0.5), 1e-12);
+  // FlashAttention-2's figures when the recipe runs it.
+  const FlashTimes fa2 = flashAttention(g, {2, 512, 512, 128, 128, false, 0}, AttentionBackend::Flash);
+  EXPECT_NEAR(fa2.forwardMs, ms(2 * 20 * kScoresPerTile * 512, 100e12 * 0.3 * 0.5), 1e-12);
+}
+
+// Longer sequences amortise the fill: the forward rate rises from 4/5 of the reference at 512
+// keys towards it.
+TEST(FlashAttention, EfficiencyRisesWithSequenceLength) {
+  auto rate = [](double s) {
+    const FlashTimes t = flashAttention(testGpu(), {1, s, s, 128, 128, true, 0});
+    return (s * s / 2 * 4 * 128) / (t.forwardMs / 1000.0);  // useful causal FLOPs per second
+  };
+  EXPECT_LT(rate(512), rate(4096));
+  EXPECT_LT(rate(4096), rate(32768));
+  EXPECT_LT(rate(32768), kRate);
+}
+
+// --- Context parallelism ---
+
+// p2p ring, C = 2, 4096 tokens, 8 heads of 128: step 0 is the causal diagonal of this rank's
+// 2048 tokens (16 tiles: 136 visited), step 1 a full block of 2048 queries × 1024 keys (16 × 8)
+// plus the output correction (bf16 output read, fp32 accumulator read and written: 10 bytes per
+// output value); the one transfer (K and V of 2048 tokens, bf16) runs beside step 0.
+TEST(ContextParallel, RingOverlapsTheTransferWithTheDiagonalStep) {
+  const GpuSpec g = testGpu();
+  Parallelism par;
+  par.context = 2;
+  AttentionCoreShape shape;
+  shape.seq = 4096;
+  shape.heads = 8;
+  shape.kvHeads = 8;
+  CollectiveLinks l = links();
+  l.context = CollectiveLink{1, 0, true};  // a slow ring: the transfer shows
+  const ContextAttention ca = contextAttention(g, l, par, shape);
+  const double step0 = ms(8 * (136 + 16) * kScoresPerTile * 512);
+  const double step1 = ms(8 * (128 + 16) * kScoresPerTile * 512);
+  const double correction = 10.0 * 2048 * 8 * 128 / 1e12 * 1000.0;
+  EXPECT_NEAR(ca.forwardMs, step0 + step1 + correction, 1e-9);
+  const double kvBytes = 2.0 * 2048 * 8 * 256;
+  const double send = kvBytes / 1e9 * 1000.0;  // 1 GB/s
+  EXPECT_NEAR(ca.forwardComm.exposedMs, send - step0, 1e-9);
+  EXPECT_NEAR(ca.forwardComm.hiddenMs, step0, 1e-9);
+  EXPECT_DOUBLE_EQ(ca.bufferBytes, 4 * kvBytes);
+  // On NVLink the transfer hides entirely.
+  par.context = 2;
+  const ContextAttention fast = contextAttention(g, links(), par, shape);
+  EXPECT_DOUBLE_EQ(fast.forwardComm.exposedMs, 0);
+  EXPECT_NEAR(fast.forwardComm.hiddenMs, kvBytes / 100e9 * 1000.0, 1e-12);
+}
+
+// a2a (Ulysses): the kernel runs on the whole sequence with heads / C heads; Q, K, V in and the
+// output back, each rank keeping its own 1/C: (C−1)/C of the bytes on NVLink, exposed.
+TEST(ContextParallel, AllToAllRunsTheWholeSequenceOnFewerHeads) {
+  Parallelism par;
+  par.context = 4;
+  par.cpCommType = CpCommType::A2a;
+  AttentionCoreShape shape;
+  shape.seq = 4096;
+  shape.heads = 8;
+  shape.kvHeads = 8;
+  const ContextAttention ca = contextAttention(testGpu(), links(), par, shape);
+  const FlashTimes whole = flashAttention(testGpu(), {2, 4096, 4096, 128, 128, true, 0});
+  EXPECT_NEAR(ca.forwardMs, whole.forwardMs, 1e-12);
+  const double values = 1024.0 * (8 * 128 + 8 * 256 + 8 * 128);
+  EXPECT_NEAR(ca.forwardComm.exposedMs, 2.0 * values * 3.0 / 4.0 / 100e9 * 1000.0, 1e-12);
+  EXPECT_EQ(ca.a2aRanks, 4);
+}
+
+// Hierarchical CP: the largest C_a whose T·C_a GPUs fit one NVLink domain and divide the heads.
+TEST(ContextParallel, HierarchicalInnerGroupFitsTheDomainAndTheHeads) {
+  EXPECT_EQ(hierarchicalA2aRanks(8, 2, 8, 16, 4), 4);
+  EXPECT_EQ(hierarchicalA2aRanks(8, 2, 8, 16, 2), 2);
+  EXPECT_EQ(hierarchicalA2aRanks(8, 8, 4, 16, 8), 1);
+}
+
+// --- Links of an all-to-all ---
+
+// 16 ranks over two 8-GPU domains: 7/16 of the bytes on NVLink, 8/16 over the network at once.
+TEST(MoeCost, AllToAllSplitsItsBytesOverTheLinksItCrosses) {
+  const CollectiveLinks l = links();
+  EXPECT_NEAR(allToAllOnLinksMs(l, l.network, 16, 1, 16e6), 16e6 * 8 / 16 / 10e9 * 1000.0, 1e-12);
+  // Inside one domain: the group's own (NVLink) link only.
+  EXPECT_NEAR(allToAllOnLinksMs(l, l.nvlink, 8, 1, 16e6), 16e6 * 7 / 8 / 100e9 * 1000.0, 1e-12);
+  // Stride 2 (ETP 2): 4 peers per domain.
+  EXPECT_NEAR(allToAllOnLinksMs(l, l.network, 8, 2, 16e6), 16e6 * 4 / 8 / 10e9 * 1000.0, 1e-12);
+}
+
+// --- Mixture of experts ---
+
+namespace {
+MoeShape smallMoe() {
+  MoeShape s;
+  s.tokens = 1024;
+  s.hidden = 1024;
+  s.expertFfn = 512;
+  s.experts = 8;
+  s.topK = 2;
+  s.ep = 2;
+  s.etp = 1;
+  s.load = 1;
+  s.wgradOutputBytes = 4;
+  return s;
+}
+}  // namespace
+
+// 1024 tokens × top-2 over EP 2: 2048 routed rows on 4 local experts, 512 each; FC1 (gate and
+// up: 1024 outputs) is compute-bound: 2·4·512·1024·1024 FLOPs at the bf16 rate.
+TEST(MoeCost, GroupedGemmsOnBalancedExperts) {
+  const MoeCosts c = moeCosts(testGpu(), links(), smallMoe());
+  EXPECT_DOUBLE_EQ(c.routedTokensPerExpert, 512);
+  const double fc1 = ms(2.0 * 4 * 512 * 1024 * 1024);
+  const double fc2 = ms(2.0 * 4 * 512 * 1024 * 512);
+  EXPECT_NEAR(c.expertGemmForwardMs, fc1 + fc2, 1e-12);
+  // Parameters: the router (1024 × 8) and 4 experts of (1024 + 512) × 1024.
+  EXPECT_DOUBLE_EQ(c.localParams, 1024.0 * 8 + 4 * 1536.0 * 1024);
+  EXPECT_DOUBLE_EQ(c.expertParams, 4 * 1536.0 * 1024);
+}
+
+// Few tokens per expert: the row tile is 1/8 full (16 of 128 rows), and every expert's weights
+// still stream through HBM (4·(2·(16·1024 + 1024·1024) + 2·16·1024) bytes for FC1): each GEMM
+// takes the longer of the two.
+TEST(MoeCost, GroupedGemmEfficiencyFallsWithTokensPerExpert) {
+  MoeShape s = smallMoe();
+  s.tokens = 32;  // 64 rows over 4 experts: 16 each
+  const MoeCosts c = moeCosts(testGpu(), links(), s);
+  EXPECT_DOUBLE_EQ(c.routedTokensPerExpert, 16);
+  const double fc1Compute = ms(2.0 * 4 * 16 * 1024 * 1024, kRate * 16.0 / 128.0);
+  const double fc1Memory = 4.0 * (2 * (16.0 * 1024 + 1024.0 * 1024) + 2 * 16.0 * 1024) / 1e12 * 1000.0;
+  const double fc2Compute = ms(2.0 * 4 * 16 * 1024 * 512, kRate * 16.0 / 128.0);
+  const double fc2Memory = 4.0 * (2 * (16.0 * 512 + 512.0 * 1024) + 2 * 16.0 * 1024) / 1e12 * 1000.0;
+  EXPECT_NEAR(c.expertGemmForwardMs, std::max(fc1Compute, fc1Memory) + std::max(fc2Compute, fc2Memory), 1e-12);
+  // Per routed token, more than 3 times slower than with 512 rows per expert.
+  const MoeCosts big = moeCosts(testGpu(), links(), smallMoe());
+  EXPECT_GT(c.expertGemmForwardMs / 64, 3 * big.expertGemmForwardMs / 2048);
+  // With the GPU's full rate the weights' traffic sets the time.
+  s.tokens = 64;  // 32 rows per expert
+  GpuSpec slowMemory = testGpu();
+  slowMemory.memoryBandwidthGBps = 10;
+  const MoeCosts m = moeCosts(slowMemory, links(), s);
+  const double fc1Bytes = 4.0 * (2 * (32.0 * 1024 + 1024.0 * 1024) + 2 * 32.0 * 1024);
+  const double fc2Bytes = 4.0 * (2 * (32.0 * 512 + 512.0 * 1024) + 2 * 32.0 * 1024);
+  EXPECT_NEAR(m.expertGemmForwardMs, (fc1Bytes + fc2Bytes) / 10e9 * 1000.0, 1e-9);
+}
+
+// Token dropping pads every expert to capacity × its share; dropless with an imbalance of 1.5
+// gives the busiest rank 1.5 × its share: either way the routed rows, the dispatched bytes and
+// the held activations scale with the load.
+TEST(MoeCost, CapacityAndImbalanceScaleTheBusiestRank) {
+  MoeShape s = smallMoe();
+  s.load = 1.5;
+  const MoeCosts c = moeCosts(testGpu(), links(), s);
+  EXPECT_DOUBLE_EQ(c.routedTokensPerExpert, 768);
+  // One all-to-all over EP 2 on NVLink: half of the 2048·1.5 bf16 rows of 1024 leaves the GPU.
+  const double send = 2.0 * 1024 * 2048 * 1.5;
+  EXPECT_NEAR(c.dispatchMs, send / 2 / 100e9 * 1000.0, 1e-12);
+  EXPECT_DOUBLE_EQ(c.bufferBytes, 2 * send);
+}
+
+// Held from F to B (bf16 recipe, balanced): router logits and probabilities (fp32, 8 experts),
+// routing indices and weights (12 bytes per copy), FC1's input, the activation's input (gate and
+// up) and FC2's input.
+TEST(MoeCost, ActivationMemoryTermByTerm) {
+  const MoeCosts c = moeCosts(testGpu(), links(), smallMoe());
+  const double rows = 2048;
+  const double expected = 2 * 4 * 1024.0 * 8 + 2048 * 12.0 + rows * 2 * 1024 + rows * 2 * 1024 + rows * 2 * 512;
+  EXPECT_DOUBLE_EQ(c.activationBytes, expected);
+  EXPECT_DOUBLE_EQ(c.weightGradBytes, rows * 2 * 1024 + rows * 2 * 512);
+  EXPECT_DOUBLE_EQ(c.actOutputBytes, rows * 2 * 512);
+}
+
+// ETP 2: each GPU's ETP group gathers both ranks' routed copies (twice the rows, half the expert
+// width: the same FLOPs) and reduce-scatters them back (ring: (n−1)/n of the gathered bytes).
+TEST(MoeCost, ExpertTensorParallelismGathersTheRoutedRows) {
+  MoeShape s = smallMoe();
+  s.etp = 2;
+  const MoeCosts c = moeCosts(testGpu(), links(), s);
+  EXPECT_DOUBLE_EQ(c.routedTokensPerExpert, 1024);
+  EXPECT_DOUBLE_EQ(c.expertParams, 4 * (512.0 + 256) * 1024);
+  const double send = 2.0 * 1024 * 2048;
+  const double a2a = send / 2 / 100e9 * 1000.0;  // EP 2, ETP apart: both in one NVLink domain
+  const double gathered = 2.0 * 1024 * 4096;
+  EXPECT_NEAR(c.dispatchMs, a2a + gathered / 2 / 100e9 * 1000.0, 1e-12);
+}
+
+// The flex dispatcher (DeepEP): EP 16 over two 8-GPU domains, top-2: a token reaches the other
+// domain with probability 1 − (1/2)² = 3/4 and goes over the network once; its copies for other
+// GPUs of a domain (7/8 of them) cross NVLink.
+TEST(MoeCost, FlexDispatcherSendsOneCopyPerRemoteDomain) {
+  MoeShape s = smallMoe();
+  s.ep = 16;
+  s.experts = 16;
+  s.flexDispatcher = true;
+  CollectiveLinks l = links();
+  l.expert = l.network;  // the EP group spans two domains
+  const MoeCosts c = moeCosts(testGpu(), l, s);
+  const double network = 1024 * 0.75 * 2048.0 / 10e9 * 1000.0;
+  const double nvlink = 1024 * 2 * 2048.0 * 7.0 / 8.0 / 100e9 * 1000.0;
+  EXPECT_NEAR(c.dispatchMs, std::max(network, nvlink), 1e-12);
+  // The all-to-all dispatcher sends both copies, 8/16 of them over the network.
+  s.flexDispatcher = false;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, 1024 * 2 * 2048.0 * 8 / 16 / 10e9 * 1000.0, 1e-12);
+}
+
+// The all-to-alls as recipes overlap them: exposed (two per pass), under the shared experts
+// (half of their compute beside each), or paired chunk by chunk with another microbatch's
+// opposite pass: [attention F ‖ combine B], [dispatch F ‖ MLP B], [MLP F ‖ dispatch B],
+// [combine F ‖ attention B].
+TEST(MoeCost, AllToAllOverlap) {
+  Parallelism par;
+  MoeOverlapWindows w;
+  w.a2aMs = 3;
+  w.attentionForwardMs = 1;
+  w.mlpForwardMs = 2;
+  w.attentionBackwardMs = 2;
+  w.mlpBackwardMs = 4;
+  w.sharedForwardMs = 2;
+  w.sharedBackwardMs = 4;
+  MoeCommExposure e = moeCommExposure(w, par);
+  EXPECT_DOUBLE_EQ(e.forward.exposedMs, 6);
+  EXPECT_DOUBLE_EQ(e.backward.exposedMs, 6);
+  par.moeSharedExpertOverlap = true;
+  e = moeCommExposure(w, par);
+  EXPECT_DOUBLE_EQ(e.forward.exposedMs, 2 * (3 - 1));
+  EXPECT_DOUBLE_EQ(e.backward.exposedMs, 2 * (3 - 2));
+  par.moeA2aOverlap = true;
+  e = moeCommExposure(w, par);
+  EXPECT_DOUBLE_EQ(e.forward.exposedMs, 0 + 1);   // dispatch F under MLP B (4), combine F under attention B (2)
+  EXPECT_DOUBLE_EQ(e.backward.exposedMs, 2 + 1);  // combine B under attention F (1), dispatch B under MLP F (2)
+  EXPECT_DOUBLE_EQ(e.forward.hiddenMs, 3 + 2);
+}
