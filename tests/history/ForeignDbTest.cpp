@@ -15,7 +15,7 @@ using detail::ForeignDb;
 namespace {
 
 std::string makeDb(const TempDir& dir, const std::string& sql) {
-  const std::string path = dir.file("foreign.sqlite");
+  std::string path = dir.file("foreign.sqlite");
   sqlite3* db = nullptr;
   EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);

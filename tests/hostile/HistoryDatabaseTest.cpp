@@ -20,7 +20,7 @@ namespace {
 const std::string kPlan = kGood + "tiny-plan.json";
 
 std::string freshDb(const std::string& name) {
-  const std::string db = (tempDir() / (name + ".sqlite")).string();
+  std::string db = (tempDir() / (name + ".sqlite")).string();
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(db + suffix);
   return db;
 }
@@ -28,7 +28,7 @@ std::string freshDb(const std::string& name) {
 // A small Chrome trace with two ProfilerStep ranges (the steps table) and kernels.
 std::string smallTrace() {
   static const std::string path = [] {
-    const std::string p = (tempDir() / "small-trace.json").string();
+    std::string p = (tempDir() / "small-trace.json").string();
     spit(p, R"({"traceEvents": [
       {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#0", "pid": 0, "tid": 1, "ts": 0, "dur": 100},
       {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 0, "tid": 1, "ts": 100, "dur": 120},
@@ -115,7 +115,7 @@ TEST(HistoryDatabase, AKilledWriterIsShownInterruptedByReadOnlyCommands) {
   for (int i = 0; i < 300 && !running; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const auto list = cli({"history", "--db", db, "list", "--json"});
-    running = list.exitCode == 0 && list.out.find("\"status\": \"running\"") != std::string::npos;
+    running = list.exitCode == 0 && list.out.find(R"("status": "running")") != std::string::npos;
   }
   ASSERT_TRUE(running) << slurp(err);
   ASSERT_EQ(::kill(run, SIGKILL), 0);

@@ -19,13 +19,13 @@ namespace {
 
 // A new, empty history for one case.
 std::string freshDb(const std::string& name) {
-  const std::string db = (tempDir() / ("history-" + name + ".sqlite")).string();
+  std::string db = (tempDir() / ("history-" + name + ".sqlite")).string();
   for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db + suffix);
   return db;
 }
 
 std::string file(const std::string& name, const std::string& bytes) {
-  const std::string path = (tempDir() / name).string();
+  std::string path = (tempDir() / name).string();
   spit(path, bytes);
   return path;
 }
@@ -48,6 +48,17 @@ void expectRefused(const std::vector<std::string>& files, const std::string& exp
   EXPECT_EQ(r.exitCode, 1) << name << ": " << r.out << r.err;
   EXPECT_NE(r.err.find(expected), std::string::npos) << name << ": " << r.err;
   if (fs::exists(db)) EXPECT_TRUE(listRuns(db).empty()) << name << ": a failed import left a run";
+}
+
+// A shell command running pipestudio-cli ARGS in 1 GiB of address space (paths without spaces).
+std::string limitedCli(const std::vector<std::string>& args) {
+  std::string command = "ulimit -v 1048576; exec ";
+  command += kCli;
+  for (const std::string& a : args) {
+    command += ' ';
+    command += a;
+  }
+  return command;
 }
 
 // A Kineto-like trace: one op annotation (or `ops`), one kernel.
@@ -75,7 +86,7 @@ TEST(TraceReaders, GzipBombsStopAtTheStringLimitUnderOneGibibyte) {
     EXPECT_LT(fs::file_size(bomb), 4u << 20);
     const std::string db = freshDb("bomb" + std::to_string(i++));
     // 1 GiB of address space: inflating the string whole would need 3.
-    const auto r = run({"/bin/sh", "-c", "ulimit -v 1048576; exec " + kCli + " history --db " + db + " import " + bomb},
+    const auto r = run({"/bin/sh", "-c", limitedCli({"history", "--db", db, "import", bomb})},
                        {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 120});
     EXPECT_EQ(r.exitCode, 1) << r.err;
     EXPECT_NE(r.err.find("string longer than 1048576 bytes"), std::string::npos) << r.err;
@@ -138,9 +149,8 @@ TEST(TraceReaders, NsysViewsAreNotRunAndLongValuesAreRefused) {
                              "INSERT INTO StringIds(id, n) VALUES (1, 300000000);"
                              "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 200, 0, 7, 1, 0, 1);");
   const std::string db = freshDb("huge-generated");
-  const auto r =
-      run({"/bin/sh", "-c", "ulimit -v 1048576; exec " + kCli + " history --db " + db + " import " + generated},
-          {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  const auto r = run({"/bin/sh", "-c", limitedCli({"history", "--db", db, "import", generated})},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
   EXPECT_EQ(r.exitCode, 1) << r.err;
   EXPECT_NE(r.err.find("longer than 1048576 bytes"), std::string::npos) << r.err;
 }

@@ -1,14 +1,15 @@
 #include "pipestudio/common/Text.hpp"
 
+#include <array>
 #include <cstdio>
 
 namespace pipestudio {
 namespace {
 
 void appendHex(std::string& out, unsigned value, const char* format) {
-  char buf[12];
-  std::snprintf(buf, sizeof buf, format, value);
-  out += buf;
+  std::array<char, 12> buf{};
+  std::snprintf(buf.data(), buf.size(), format, value);
+  out += buf.data();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -24,7 +25,7 @@ namespace {
 // Appends JSON text for the `args` of the current event (compact, keys in input order).
 class ArgsWriter {
  public:
-  static constexpr std::size_t kMaxArgsBytes = 64 * 1024;  // larger args are dropped, the event kept
+  static constexpr std::size_t kMaxArgsBytes = std::size_t{64} * 1024;  // larger args are dropped, the event kept
   void clear() {
     m_out.clear();
     m_stack.clear();
@@ -79,7 +80,7 @@ class ArgsWriter {
         m_out += '\\';
         m_out += c;
       } else if (u < 0x20) {
-        static constexpr char kHex[] = "0123456789abcdef";
+        static constexpr std::string_view kHex = "0123456789abcdef";
         m_out += "\\u00";
         m_out += kHex[u >> 4];
         m_out += kHex[u & 15];
@@ -185,7 +186,8 @@ class ChromeHandler {
                 const detail::FileContext* ctx = nullptr)
       : m_im(im), m_run(run), m_state(state), m_file(file), m_path(std::move(path)), m_ctx(ctx) {}
 
-  // --- JsonSaxParser handler interface (JsonSax.hpp) ---
+  // --- JsonSaxParser handler interface (JsonSax.hpp): its names, nlohmann's SAX names ---
+  // NOLINTBEGIN(readability-identifier-naming)
   bool null() { return scalarValue("null", {}); }
   bool boolean(bool v) { return scalarValue(v ? "true" : "false", {}); }
   // `text` is the number as written: kept verbatim inside "args".
@@ -316,6 +318,7 @@ class ChromeHandler {
     if (m_inEvent) ++m_skipped;  // the event cut by the error
     return false;
   }
+  // NOLINTEND(readability-identifier-naming)
 
   // --- results ---
   std::int64_t stored() const { return m_stored; }
@@ -328,7 +331,7 @@ class ChromeHandler {
   /// B ranges never closed count as skipped.
   void finishOpenRanges() {
     for (auto& [key, stack] : m_open) {
-      for (const auto& ev : stack) noteSkip("a \"B\" event without its \"E\"", ev.offset);
+      for (const auto& ev : stack) noteSkip(R"(a "B" event without its "E")", ev.offset);
     }
     m_open.clear();
     m_openBytes = 0;
@@ -462,7 +465,7 @@ class ChromeHandler {
       problem = "start " + std::to_string(absStartNs) + " ns does not fit 64 bits on the run's clock";
     }
     if (problem) {
-      noteSkip("\"" + e.ph + "\" event \"" + excerpt(e.name) + "\": " + *problem, e.offset);
+      noteSkip("\"" + e.ph + R"(" event ")" + excerpt(e.name) + "\": " + *problem, e.offset);
       return true;
     }
     if (auto st = m_im.insert(m_run, m_state, row); !st) {
@@ -479,9 +482,9 @@ class ChromeHandler {
   static constexpr double kMaxAbsUs = 2305843009213693.0;  // 2^61 ns in µs
   static bool representable(double us) { return std::isfinite(us) && std::fabs(us) <= kMaxAbsUs; }
   static std::string usText(double us) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%g", us);
-    return buf;
+    std::array<char, 40> buf{};
+    std::snprintf(buf.data(), buf.size(), "%g", us);
+    return buf.data();
   }
 
   bool finishEvent() {
@@ -493,11 +496,11 @@ class ChromeHandler {
     const std::string& ph = e.ph;
     if (ph == "X" || ph == "B" || ph == "E") {
       if (!e.tsUs || !std::isfinite(*e.tsUs)) {
-        noteSkip("\"" + ph + "\" event without a numeric \"ts\"", e.offset);
+        noteSkip("\"" + ph + R"(" event without a numeric "ts")", e.offset);
         return true;
       }
       if (!representable(*e.tsUs)) {
-        noteSkip("\"" + ph + "\" event \"" + excerpt(e.name) + "\": \"ts\" " + usText(*e.tsUs) +
+        noteSkip("\"" + ph + R"(" event ")" + excerpt(e.name) + R"(": "ts" )" + usText(*e.tsUs) +
                      " µs is out of range (expected at most " + usText(kMaxAbsUs) + " µs in magnitude)",
                  e.offset);
         return true;
@@ -511,11 +514,11 @@ class ChromeHandler {
     }
     if (ph == "X") {
       if (!e.durUs || !std::isfinite(*e.durUs) || *e.durUs < 0) {
-        noteSkip("\"X\" event \"" + excerpt(e.name) + "\" without a non-negative \"dur\"", e.offset);
+        noteSkip(R"("X" event ")" + excerpt(e.name) + R"(" without a non-negative "dur")", e.offset);
         return true;
       }
       if (!representable(*e.durUs)) {
-        noteSkip("\"X\" event \"" + excerpt(e.name) + "\": \"dur\" " + usText(*e.durUs) +
+        noteSkip(R"("X" event ")" + excerpt(e.name) + R"(": "dur" )" + usText(*e.durUs) +
                      " µs is out of range (expected at most " + usText(kMaxAbsUs) + " µs, 73 years)",
                  e.offset);
         return true;
@@ -527,13 +530,13 @@ class ChromeHandler {
     if (ph == "B") {
       auto& stack = m_open[key];
       if (stack.size() >= 4096) {
-        noteSkip("\"B\" events nested deeper than 4096", e.offset);
+        noteSkip(R"("B" events nested deeper than 4096)", e.offset);
         return true;
       }
       const std::size_t bytes = heldBytes(e);
       if (m_openBytes + bytes > kMaxOpenRangeBytes) {
-        noteSkip("\"B\" event \"" + excerpt(e.name) + "\": the ranges left open hold more than " +
-                     std::to_string(kMaxOpenRangeBytes) + " bytes (expected their \"E\" events)",
+        noteSkip(R"("B" event ")" + excerpt(e.name) + "\": the ranges left open hold more than " +
+                     std::to_string(kMaxOpenRangeBytes) + R"( bytes (expected their "E" events))",
                  e.offset);
         return true;
       }
@@ -544,7 +547,7 @@ class ChromeHandler {
     if (ph == "E") {
       auto it = m_open.find(key);
       if (it == m_open.end() || it->second.empty()) {
-        noteSkip("\"E\" event without a matching \"B\"", e.offset);
+        noteSkip(R"("E" event without a matching "B")", e.offset);
         return true;
       }
       PendingEvent b = std::move(it->second.back());
@@ -553,7 +556,7 @@ class ChromeHandler {
       const std::int64_t startNs = toNs(*b.tsUs) + baseNs();
       const std::int64_t endNs = toNs(*e.tsUs) + baseNs();
       if (endNs < startNs) {
-        noteSkip("\"E\" event before its \"B\"", e.offset);
+        noteSkip(R"("E" event before its "B")", e.offset);
         return true;
       }
       if (b.args.empty()) b.args = std::move(e.args);
@@ -561,7 +564,7 @@ class ChromeHandler {
     }
     // Metadata (M), instant (i/I), counter (C), flow (s/t/f), async (b/e/n) and object events
     // carry no duration on a device lane: not measured events, not errors either.
-    if (ph.empty()) noteSkip("event without \"ph\"", e.offset);
+    if (ph.empty()) noteSkip(R"(event without "ph")", e.offset);
     return true;
   }
 
@@ -719,7 +722,7 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
     if (handler.parseError()) return Error{*handler.parseError() + " (no trace events could be read)"};
     return Error{file +
                  ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
-                 "\"traceEvents\" array)"};
+                 R"("traceEvents" array))"};
   }
   std::string note;
   if (handler.parseError()) note = *handler.parseError();
@@ -745,6 +748,8 @@ class ScanHandler {
  public:
   ScanHandler(const OpMatcher& matcher, std::string path) : m_matcher(matcher), m_path(std::move(path)) {}
 
+  // JsonSaxParser's handler interface (nlohmann's SAX names).
+  // NOLINTBEGIN(readability-identifier-naming)
   bool null() { return true; }
   bool boolean(bool) { return true; }
   bool number_integer(std::int64_t v, std::string_view text) { return number(static_cast<double>(v), v, text); }
@@ -809,6 +814,7 @@ class ScanHandler {
     m_error = m_path + ": byte " + std::to_string(position) + ": " + what;
     return false;
   }
+  // NOLINTEND(readability-identifier-naming)
 
   ScanResult result;
   /// Why the file's clock base cannot be used (the file is then refused).
@@ -922,12 +928,12 @@ Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& ma
   if (handler.clockProblem) return Error{path + ": " + *handler.clockProblem};
   if (!ok && !(handler.sawEvents() && handler.result.events > 0)) {
     return Error{handler.error().value_or(path + ": not JSON") +
-                 " (expected a Chrome trace: a JSON array of events or an object with a \"traceEvents\" array)"};
+                 R"( (expected a Chrome trace: a JSON array of events or an object with a "traceEvents" array))"};
   }
   if (!handler.sawEvents()) {
     return Error{path +
                  ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
-                 "\"traceEvents\" array)"};
+                 R"("traceEvents" array))"};
   }
   ScanResult r = std::move(handler.result);
   r.format = TraceFormat::ChromeJson;

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <ctime>
 #include <iomanip>
@@ -208,12 +209,12 @@ StepStats stepStats(std::vector<double> stepsMs) {
 }
 
 std::string formatUnixMs(std::int64_t unixMs) {
-  const std::time_t seconds = static_cast<std::time_t>(unixMs / 1000);
+  const auto seconds = static_cast<std::time_t>(unixMs / 1000);
   std::tm tm{};
   gmtime_r(&seconds, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  std::array<char, 32> buf{};
+  std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf.data();
 }
 
 Json runSummaryToJson(const RunSummary& s) {

@@ -1,6 +1,7 @@
 // The batched event writer: one write transaction spans many inserts (committed by size or
 // age), events go in as multi-row INSERTs, names are interned, run progress is kept in step.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 
@@ -83,10 +84,10 @@ Status HistoryStore::Impl::writeRunProgress(RunId run, RunState& state) {
   updateRunEvents.reset();
   if (rc != SQLITE_DONE) return Error{detail::lastError(db)};
   for (const auto& [device, agg] : state.devices) {
-    const std::pair<const char*, double> values[] = {{"first_ns", static_cast<double>(agg.firstNs)},
-                                                     {"last_ns", static_cast<double>(agg.lastNs)},
-                                                     {"op_busy_ns", static_cast<double>(agg.opBusyNs)},
-                                                     {"events", static_cast<double>(agg.events)}};
+    const std::array<std::pair<const char*, double>, 4> values = {{{"first_ns", static_cast<double>(agg.firstNs)},
+                                                                   {"last_ns", static_cast<double>(agg.lastNs)},
+                                                                   {"op_busy_ns", static_cast<double>(agg.opBusyNs)},
+                                                                   {"events", static_cast<double>(agg.events)}}};
     for (const auto& [key, value] : values) {
       upsertMetric.bind(1, run);
       upsertMetric.bind(2, device);
@@ -228,7 +229,7 @@ std::optional<std::string> eventRowProblem(const EventRow& row) {
     const char* what;
     std::int64_t value, min, max;
   };
-  const Bound bounds[] = {
+  const std::array<Bound, 7> bounds = {{
       {"device", row.device, -1, kMaxPlanDevices - 1},
       {"virtual stage", row.virtualStage, -1, kMaxPlanVirtualStages - 1},
       {"microbatch", row.microbatch, -1, kMaxPlanMicrobatches - 1},
@@ -236,7 +237,7 @@ std::optional<std::string> eventRowProblem(const EventRow& row) {
       {"op kind", row.kind, -1, kOpKindCount - 1},
       {"start", row.startNs, -kMaxTraceTimeNs, kMaxTraceTimeNs},
       {"duration", row.durationNs, 0, kMaxTraceTimeNs},
-  };
+  }};
   for (const Bound& b : bounds) {
     if (b.value < b.min || b.value > b.max) {
       const bool ns = b.min == -kMaxTraceTimeNs || b.max == kMaxTraceTimeNs;

@@ -220,8 +220,9 @@ class JsonSaxParser {
   }
   static std::string describe(int c) {
     if (c >= 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
-    static constexpr char kHex[] = "0123456789abcdef";
-    return std::string("byte 0x") + kHex[(c >> 4) & 15] + kHex[c & 15];
+    static constexpr std::string_view kHex = "0123456789abcdef";
+    return std::string("byte 0x") + kHex[static_cast<std::size_t>((c >> 4) & 15)] +
+           kHex[static_cast<std::size_t>(c & 15)];
   }
   static bool isWhitespace(int c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   int skipWhitespaceGet() {

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <unordered_map>
 
@@ -100,14 +101,14 @@ namespace {
 
 // The tables this reader reads. Each must be a table: a view of that name is refused by name
 // (views are not run, and an export never holds one).
-constexpr const char* kReadTables[] = {"CUPTI_ACTIVITY_KIND_KERNEL",
-                                       "CUPTI_ACTIVITY_KIND_MEMCPY",
-                                       "CUPTI_ACTIVITY_KIND_MEMSET",
-                                       "CUPTI_ACTIVITY_KIND_RUNTIME",
-                                       "NVTX_EVENTS",
-                                       "StringIds",
-                                       "TARGET_INFO_GPU",
-                                       "TARGET_INFO_SESSION_START_TIME"};
+constexpr std::array<std::string_view, 8> kReadTables = {"CUPTI_ACTIVITY_KIND_KERNEL",
+                                                         "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                         "CUPTI_ACTIVITY_KIND_MEMSET",
+                                                         "CUPTI_ACTIVITY_KIND_RUNTIME",
+                                                         "NVTX_EVENTS",
+                                                         "StringIds",
+                                                         "TARGET_INFO_GPU",
+                                                         "TARGET_INFO_SESSION_START_TIME"};
 
 Expected<std::set<std::string>> tablesOf(ForeignDb& d) {
   std::set<std::string> out;
@@ -117,7 +118,7 @@ Expected<std::set<std::string>> tablesOf(ForeignDb& d) {
   while ((rc = d.step(st.get())) == SQLITE_ROW) {
     const std::string name = st.text(0);
     const bool read =
-        std::any_of(std::begin(kReadTables), std::end(kReadTables), [&](const char* t) { return name == t; });
+        std::any_of(kReadTables.begin(), kReadTables.end(), [&](std::string_view t) { return name == t; });
     if (st.text(1) == "view") {
       if (read) {
         return Error{d.path() + ": " + excerpt(name) +
@@ -187,8 +188,8 @@ Expected<std::int64_t> sessionStartNs(ForeignDb& d, const std::set<std::string>&
   return v;
 }
 
-constexpr const char* kGpuTables[] = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                                      "CUPTI_ACTIVITY_KIND_MEMSET"};
+constexpr std::array<const char*, 3> kGpuTables = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                   "CUPTI_ACTIVITY_KIND_MEMSET"};
 
 struct NvtxQuery {
   std::string sql;
@@ -412,10 +413,19 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         category == EventCategory::Kernel
             ? textExpr(cols, {"demangledName", "shortName", "name", "mangledName"}, stringIds, join)
             : "NULL";
-    const std::string sql = "SELECT t.rowid, t.start, t.\"end\", " + col(cols, "deviceId", "0") + ", " +
-                            col(cols, "streamId", "0") + ", " + col(cols, "correlationId", "0") + ", " +
-                            col(cols, "bytes", "0") + ", " + name + ", " + col(cols, "globalPid", "0") + " FROM " +
-                            table + " t" + join;
+    std::string sql = "SELECT t.rowid, t.start, t.\"end\"";
+    for (const char* column : {"deviceId", "streamId", "correlationId", "bytes"}) {
+      sql += ", ";
+      sql += col(cols, column, "0");
+    }
+    sql += ", ";
+    sql += name;
+    sql += ", ";
+    sql += col(cols, "globalPid", "0");
+    sql += " FROM ";
+    sql += table;
+    sql += " t";
+    sql += join;
     Statement st(d.get(), sql, nullptr);
     if (!st) return Error{ctx.path + ": " + table + ": " + d.error()};
     int rc = 0;

@@ -1,10 +1,10 @@
 #include "ProcessProbe.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <fstream>
 #include <iterator>
 #include <sstream>

@@ -140,7 +140,7 @@ Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
     if (auto st = checkStageTables(maxStage + 1, plan.config.microbatches); !st) {
       return Error{withPath(m_impl->path, "run " + std::to_string(id) + ": its op ranges name " + st.message())};
     }
-    plan.virtualStages.assign(static_cast<std::size_t>(maxStage + 1), VirtualStage{});
+    plan.virtualStages.assign(static_cast<std::size_t>(maxStage) + 1, VirtualStage{});
     std::vector<bool> placed(plan.virtualStages.size(), false);
     for (int s = 0; s <= maxStage; ++s) plan.virtualStages[static_cast<std::size_t>(s)].id = s;
     for (const Op& op : plan.ops) {

@@ -27,7 +27,7 @@ bool isDamage(int rc) {
 std::string lastError(sqlite3* db) {
   // The failures a user can act on are named plainly: every read and write path reports
   // through here. A damaged file is said to be damaged, never passed off as missing rows.
-  const std::string message = sqlite3_errmsg(db);
+  std::string message = sqlite3_errmsg(db);
   const int code = sqlite3_errcode(db);
   if (isDamage(code)) return damagedMessage(message);
   switch (code & 0xff) {

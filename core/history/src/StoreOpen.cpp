@@ -2,6 +2,7 @@
 // opens, WAL setup, schema migration, and marking runs of dead writers incomplete.
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -47,9 +48,9 @@ int openReadOnly(const std::string& path, sqlite3** db, int busyTimeoutMs, int e
   std::string uri = "file:";
   for (const char c : std::filesystem::absolute(path).string()) {
     if (c == '?' || c == '#' || c == '%') {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
-      uri += buf;
+      std::array<char, 4> buf{};
+      std::snprintf(buf.data(), buf.size(), "%%%02X", static_cast<unsigned char>(c));
+      uri += buf.data();
     } else {
       uri += c;
     }

@@ -140,11 +140,13 @@ std::string describeNonTrace(const std::string& file, std::string_view head) {
     if (const auto nl = start.find('\n'); nl != std::string_view::npos && nl > 0) start = start.substr(0, nl);
     what = "is text, not a trace: it begins '" + excerpt(start, 40) + "'";
   } else {
-    static constexpr char kHex[] = "0123456789abcdef";
+    static constexpr std::string_view kHex = "0123456789abcdef";
     std::string bytes;
     for (std::size_t i = 0; i < std::min<std::size_t>(head.size(), 8); ++i) {
       const auto u = static_cast<unsigned char>(head[i]);
-      bytes += (i ? " " : "") + std::string{kHex[u >> 4], kHex[u & 15]};
+      if (i > 0) bytes += ' ';
+      bytes += kHex[u >> 4];
+      bytes += kHex[u & 15];
     }
     what = "is binary data, not a trace (it begins with bytes " + bytes + ")";
   }

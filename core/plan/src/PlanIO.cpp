@@ -1,6 +1,7 @@
 #include "pipestudio/plan/PlanIO.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -452,10 +453,10 @@ Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::in
   const double ops =
       3.0 * static_cast<double>(devices) * static_cast<double>(chunksPerDevice) * static_cast<double>(microbatches);
   if (ops <= static_cast<double>(kMaxPlanOps)) return {};
-  char count[32];
-  std::snprintf(count, sizeof count, "%.3g", ops);
+  std::array<char, 32> count{};
+  std::snprintf(count.data(), count.size(), "%.3g", ops);
   return Error{std::to_string(devices) + " devices × " + std::to_string(chunksPerDevice) + " chunk(s) × " +
-               std::to_string(microbatches) + " microbatches would make up to " + count +
+               std::to_string(microbatches) + " microbatches would make up to " + count.data() +
                " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
                std::to_string(kMaxPlanOps) + " ops per plan (expected fewer devices, chunks or microbatches)"};
 }
