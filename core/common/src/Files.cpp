@@ -135,23 +135,27 @@ Status checkRegularFile(const std::string& path) {
   return {};
 }
 
-Status requireUtf8(std::string& text, const std::string& path) {
-  auto starts = [&](std::string_view prefix) { return std::string_view(text).substr(0, prefix.size()) == prefix; };
+std::optional<std::string> wideTextEncoding(std::string_view head) {
   using namespace std::string_view_literals;
-  if (starts("\x00\x00\xFE\xFF"sv)) return Error{path + ":1:1: is UTF-32 (big-endian) text (expected UTF-8)"};
-  if (starts("\xFF\xFE\x00\x00"sv)) return Error{path + ":1:1: is UTF-32 (little-endian) text (expected UTF-8)"};
-  if (starts("\xFE\xFF"sv)) return Error{path + ":1:1: is UTF-16 (big-endian) text (expected UTF-8)"};
-  if (starts("\xFF\xFE"sv)) return Error{path + ":1:1: is UTF-16 (little-endian) text (expected UTF-8)"};
-  if (starts("\xEF\xBB\xBF"sv)) {
-    text.erase(0, 3);  // a UTF-8 byte order mark carries no meaning: skip it
-    return {};
-  }
+  auto starts = [&](std::string_view prefix) { return head.substr(0, prefix.size()) == prefix; };
+  if (starts("\x00\x00\xFE\xFF"sv)) return "UTF-32 (big-endian) text";
+  if (starts("\xFF\xFE\x00\x00"sv)) return "UTF-32 (little-endian) text";
+  if (starts("\xFE\xFF"sv)) return "UTF-16 (big-endian) text";
+  if (starts("\xFF\xFE"sv)) return "UTF-16 (little-endian) text";
   // Without a BOM, ASCII text in UTF-16 has a NUL in every other byte of its first characters.
-  if (text.size() >= 4) {
-    const bool le = text[0] != '\0' && text[1] == '\0' && text[2] != '\0' && text[3] == '\0';
-    const bool be = text[0] == '\0' && text[1] != '\0' && text[2] == '\0' && text[3] != '\0';
-    if (le) return Error{path + ":1:1: is UTF-16 (little-endian) text without a byte order mark (expected UTF-8)"};
-    if (be) return Error{path + ":1:1: is UTF-16 (big-endian) text without a byte order mark (expected UTF-8)"};
+  if (head.size() >= 4) {
+    const bool le = head[0] != '\0' && head[1] == '\0' && head[2] != '\0' && head[3] == '\0';
+    const bool be = head[0] == '\0' && head[1] != '\0' && head[2] == '\0' && head[3] != '\0';
+    if (le) return "UTF-16 (little-endian) text without a byte order mark";
+    if (be) return "UTF-16 (big-endian) text without a byte order mark";
+  }
+  return std::nullopt;
+}
+
+Status requireUtf8(std::string& text, const std::string& path) {
+  if (auto encoding = wideTextEncoding(text)) return Error{path + ":1:1: is " + *encoding + " (expected UTF-8)"};
+  if (std::string_view(text).starts_with("\xEF\xBB\xBF")) {
+    text.erase(0, 3);  // a UTF-8 byte order mark carries no meaning: skip it
   }
   return {};
 }

@@ -1,14 +1,15 @@
 #include "pipestudio/common/Text.hpp"
 
+#include <array>
 #include <cstdio>
 
 namespace pipestudio {
 namespace {
 
 void appendHex(std::string& out, unsigned value, const char* format) {
-  char buf[12];
-  std::snprintf(buf, sizeof buf, format, value);
-  out += buf;
+  std::array<char, 12> buf{};
+  std::snprintf(buf.data(), buf.size(), format, value);
+  out += buf.data();
 }
 
 }  // namespace
@@ -61,6 +62,75 @@ std::string excerpt(std::string_view text, std::size_t maxBytes) {
   // Do not split a UTF-8 sequence: step back over continuation bytes.
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
   return escapeControl(text.substr(0, cut)) + "… (" + std::to_string(text.size()) + " bytes)";
+}
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 when none starts there
+// (RFC 3629 §4: the second byte's range depends on the lead byte).
+std::size_t utf8SequenceLength(std::string_view text, std::size_t i) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  if (lead < 0x80) return 1;
+  std::size_t more = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    more = 1;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    more = 2;
+    if (lead == 0xE0) lo = 0xA0;
+    if (lead == 0xED) hi = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    more = 3;
+    if (lead == 0xF0) lo = 0x90;
+    if (lead == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  for (std::size_t k = 1; k <= more; ++k) {
+    if (i + k >= text.size()) return 0;
+    const auto c = static_cast<unsigned char>(text[i + k]);
+    if (c < lo || c > hi) return 0;
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  return more + 1;
+}
+
+}  // namespace
+
+bool isValidUtf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    // ASCII runs are the common case: skip them without the sequence logic.
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const std::size_t n = utf8SequenceLength(text, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string repairUtf8(std::string_view text) {
+  if (isValidUtf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8SequenceLength(text, i);
+    if (n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    // Skip the lead byte and the continuation bytes that followed it: one replacement per
+    // broken sequence, not per byte.
+    ++i;
+    while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
+  }
+  return out;
 }
 
 std::string joinNames(const std::vector<std::string>& names, std::string_view separator) {

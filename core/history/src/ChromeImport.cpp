@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -24,7 +25,7 @@ namespace {
 // Appends JSON text for the `args` of the current event (compact, keys in input order).
 class ArgsWriter {
  public:
-  static constexpr std::size_t kMaxArgsBytes = 64 * 1024;  // larger args are dropped, the event kept
+  static constexpr std::size_t kMaxArgsBytes = std::size_t{64} * 1024;  // larger args are dropped, the event kept
   void clear() {
     m_out.clear();
     m_stack.clear();
@@ -79,7 +80,7 @@ class ArgsWriter {
         m_out += '\\';
         m_out += c;
       } else if (u < 0x20) {
-        static constexpr char kHex[] = "0123456789abcdef";
+        static constexpr std::string_view kHex = "0123456789abcdef";
         m_out += "\\u00";
         m_out += kHex[u >> 4];
         m_out += kHex[u & 15];
@@ -185,7 +186,8 @@ class ChromeHandler {
                 const detail::FileContext* ctx = nullptr)
       : m_im(im), m_run(run), m_state(state), m_file(file), m_path(std::move(path)), m_ctx(ctx) {}
 
-  // --- JsonSaxParser handler interface (JsonSax.hpp) ---
+  // --- JsonSaxParser handler interface (JsonSax.hpp): its names, nlohmann's SAX names ---
+  // NOLINTBEGIN(readability-identifier-naming)
   bool null() { return scalarValue("null", {}); }
   bool boolean(bool v) { return scalarValue(v ? "true" : "false", {}); }
   // `text` is the number as written: kept verbatim inside "args".
@@ -316,6 +318,7 @@ class ChromeHandler {
     if (m_inEvent) ++m_skipped;  // the event cut by the error
     return false;
   }
+  // NOLINTEND(readability-identifier-naming)
 
   // --- results ---
   std::int64_t stored() const { return m_stored; }
@@ -328,9 +331,10 @@ class ChromeHandler {
   /// B ranges never closed count as skipped.
   void finishOpenRanges() {
     for (auto& [key, stack] : m_open) {
-      for (const auto& ev : stack) noteSkip("a \"B\" event without its \"E\"", ev.offset);
+      for (const auto& ev : stack) noteSkip(R"(a "B" event without its "E")", ev.offset);
     }
     m_open.clear();
+    m_openBytes = 0;
   }
 
  private:
@@ -411,6 +415,12 @@ class ChromeHandler {
   }
 
   static std::int64_t toNs(double us) { return std::llround(us * 1000.0); }
+  // What an open "B" range keeps in memory until its "E".
+  static std::size_t heldBytes(const PendingEvent& e) {
+    return sizeof(PendingEvent) + e.ph.size() + e.name.size() + e.cat.size() + e.pidText.size() + e.tidText.size() +
+           e.argKind.size() + e.args.size();
+  }
+  static constexpr std::size_t kMaxOpenRangeBytes = std::size_t{256} << 20;
   std::int64_t baseNs() const { return m_ctx ? m_ctx->baseNs : 0; }
 
   // A pipelining annotation (PP:<action> or the user's pattern) on the lane ops are taken
@@ -423,7 +433,6 @@ class ChromeHandler {
     const auto name = m_ctx->matcher->match(e.name);
     if (!name) return false;
     EventRow row;
-    row.startNs = absStartNs - m_state.originNs;
     row.durationNs = durNs;
     row.stream = e.tid.value_or(0);
     row.argsJson = e.args;
@@ -440,13 +449,30 @@ class ChromeHandler {
       row.name = name->kindText;
       row.device = m_ctx->device.value_or(m_ctx->opDevice(name->stage));
     }
-    if (auto st = m_im.insert(m_run, m_state, row); !st) {
-      m_db = st;
-      ok = false;
+    ok = insertRow(e, row, absStartNs);
+    return true;
+  }
+
+  // The one way an event is stored: its start moved onto the run's clock (checked), its ids
+  // and times within what eventRowProblem accepts; an event outside is skipped and named.
+  // Returns false only for a database failure (kept in m_db), which stops the parse.
+  bool insertRow(const PendingEvent& e, EventRow& row, std::int64_t absStartNs) {
+    std::optional<std::string> problem;
+    if (const auto start = checkedSub(absStartNs, m_state.originNs)) {
+      row.startNs = *start;
+      problem = eventRowProblem(row);
+    } else {
+      problem = "start " + std::to_string(absStartNs) + " ns does not fit 64 bits on the run's clock";
+    }
+    if (problem) {
+      noteSkip("\"" + e.ph + R"(" event ")" + excerpt(e.name) + "\": " + *problem, e.offset);
       return true;
     }
+    if (auto st = m_im.insert(m_run, m_state, row); !st) {
+      m_db = st;
+      return false;  // stops the parse: the database is the problem, not the file
+    }
     ++m_stored;
-    ok = true;
     return true;
   }
 
@@ -456,9 +482,9 @@ class ChromeHandler {
   static constexpr double kMaxAbsUs = 2305843009213693.0;  // 2^61 ns in µs
   static bool representable(double us) { return std::isfinite(us) && std::fabs(us) <= kMaxAbsUs; }
   static std::string usText(double us) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%g", us);
-    return buf;
+    std::array<char, 40> buf{};
+    std::snprintf(buf.data(), buf.size(), "%g", us);
+    return buf.data();
   }
 
   bool finishEvent() {
@@ -470,11 +496,11 @@ class ChromeHandler {
     const std::string& ph = e.ph;
     if (ph == "X" || ph == "B" || ph == "E") {
       if (!e.tsUs || !std::isfinite(*e.tsUs)) {
-        noteSkip("\"" + ph + "\" event without a numeric \"ts\"", e.offset);
+        noteSkip("\"" + ph + R"(" event without a numeric "ts")", e.offset);
         return true;
       }
       if (!representable(*e.tsUs)) {
-        noteSkip("\"" + ph + "\" event \"" + excerpt(e.name) + "\": \"ts\" " + usText(*e.tsUs) +
+        noteSkip("\"" + ph + R"(" event ")" + excerpt(e.name) + R"(": "ts" )" + usText(*e.tsUs) +
                      " µs is out of range (expected at most " + usText(kMaxAbsUs) + " µs in magnitude)",
                  e.offset);
         return true;
@@ -488,11 +514,11 @@ class ChromeHandler {
     }
     if (ph == "X") {
       if (!e.durUs || !std::isfinite(*e.durUs) || *e.durUs < 0) {
-        noteSkip("\"X\" event \"" + excerpt(e.name) + "\" without a non-negative \"dur\"", e.offset);
+        noteSkip(R"("X" event ")" + excerpt(e.name) + R"(" without a non-negative "dur")", e.offset);
         return true;
       }
       if (!representable(*e.durUs)) {
-        noteSkip("\"X\" event \"" + excerpt(e.name) + "\": \"dur\" " + usText(*e.durUs) +
+        noteSkip(R"("X" event ")" + excerpt(e.name) + R"(": "dur" )" + usText(*e.durUs) +
                      " µs is out of range (expected at most " + usText(kMaxAbsUs) + " µs, 73 years)",
                  e.offset);
         return true;
@@ -504,24 +530,33 @@ class ChromeHandler {
     if (ph == "B") {
       auto& stack = m_open[key];
       if (stack.size() >= 4096) {
-        noteSkip("\"B\" events nested deeper than 4096", e.offset);
+        noteSkip(R"("B" events nested deeper than 4096)", e.offset);
         return true;
       }
+      const std::size_t bytes = heldBytes(e);
+      if (m_openBytes + bytes > kMaxOpenRangeBytes) {
+        noteSkip(R"("B" event ")" + excerpt(e.name) + "\": the ranges left open hold more than " +
+                     std::to_string(kMaxOpenRangeBytes) + R"( bytes (expected their "E" events))",
+                 e.offset);
+        return true;
+      }
+      m_openBytes += bytes;
       stack.push_back(std::move(e));
       return true;
     }
     if (ph == "E") {
       auto it = m_open.find(key);
       if (it == m_open.end() || it->second.empty()) {
-        noteSkip("\"E\" event without a matching \"B\"", e.offset);
+        noteSkip(R"("E" event without a matching "B")", e.offset);
         return true;
       }
       PendingEvent b = std::move(it->second.back());
       it->second.pop_back();
+      m_openBytes -= heldBytes(b);
       const std::int64_t startNs = toNs(*b.tsUs) + baseNs();
       const std::int64_t endNs = toNs(*e.tsUs) + baseNs();
       if (endNs < startNs) {
-        noteSkip("\"E\" event before its \"B\"", e.offset);
+        noteSkip(R"("E" event before its "B")", e.offset);
         return true;
       }
       if (b.args.empty()) b.args = std::move(e.args);
@@ -529,7 +564,7 @@ class ChromeHandler {
     }
     // Metadata (M), instant (i/I), counter (C), flow (s/t/f), async (b/e/n) and object events
     // carry no duration on a device lane: not measured events, not errors either.
-    if (ph.empty()) noteSkip("event without \"ph\"", e.offset);
+    if (ph.empty()) noteSkip(R"(event without "ph")", e.offset);
     return true;
   }
 
@@ -540,7 +575,6 @@ class ChromeHandler {
     }
     EventRow row;
     row.name = e.name;
-    row.startNs = absStartNs - m_state.originNs;
     row.durationNs = durNs;
     row.stream = e.argStream.value_or(e.tid.value_or(0));
     row.correlationId = e.argCorrelation.value_or(0);
@@ -559,9 +593,9 @@ class ChromeHandler {
       row.category = EventCategory::Op;
       row.name = opKindName(*opKind);
       row.kind = static_cast<int>(*opKind);
-      row.microbatch = static_cast<std::int32_t>(e.argMicrobatch.value_or(-1));
-      row.virtualStage = static_cast<std::int32_t>(e.argVirtualStage.value_or(-1));
-      row.iteration = static_cast<std::int32_t>(e.argIteration.value_or(-1));
+      row.microbatch = e.argMicrobatch.value_or(-1);
+      row.virtualStage = e.argVirtualStage.value_or(-1);
+      row.iteration = e.argIteration.value_or(-1);
     } else if (containsNoCase(e.name, "nccl")) {
       row.category = EventCategory::Nccl;
     } else if (cat == "gpu_memcpy" || startsWith(e.name, "Memcpy") || startsWith(e.name, "memcpy")) {
@@ -580,13 +614,11 @@ class ChromeHandler {
     if (m_ctx && m_ctx->device && gpuSide && row.category != EventCategory::Op) device = *m_ctx->device;
     // GPU annotation lanes (ProfilerStep#N, unmatched ranges) belong to the file's device.
     const bool gpuAnnotation = m_ctx && m_ctx->device && e.cat == "gpu_user_annotation";
-    row.device = static_cast<std::int32_t>(gpuSide || row.category == EventCategory::Op ? device : -1);
+    row.device = gpuSide || row.category == EventCategory::Op ? device : -1;
     if (gpuAnnotation) row.device = *m_ctx->device;
-    if (auto st = m_im.insert(m_run, m_state, row); !st) {
-      m_db = st;
-      return false;  // stops the parse: the database is the problem, not the file
-    }
-    ++m_stored;
+    const std::int64_t storedBefore = m_stored;
+    if (!insertRow(e, row, absStartNs)) return false;
+    if (m_stored == storedBefore) return true;  // skipped: no step either
     // Kineto marks each training step with a "ProfilerStep#N" range (host lane; one rank's).
     if (startsWith(e.name, "ProfilerStep#") && (!m_ctx || (m_ctx->recordSteps && e.cat != "gpu_user_annotation"))) {
       const std::string digits = e.name.substr(13);
@@ -631,6 +663,7 @@ class ChromeHandler {
   ArgsWriter m_args;
   PendingEvent m_event;
   std::map<std::string, std::vector<PendingEvent>> m_open;
+  std::size_t m_openBytes = 0;
 
   std::int64_t m_stored = 0;
   std::int64_t m_skipped = 0;
@@ -658,11 +691,17 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
   if (!state) return state.error();
   detail::JsonFileReader input(f);
   ChromeHandler handler(*m_impl, *run, **state, input, file);
-  // Trailing bytes after the document are not read and do not invalidate what was read.
-  const bool ok = detail::JsonSaxParser<ChromeHandler>(input, handler).parse();
+  detail::JsonSaxParser<ChromeHandler> parser(input, handler);
+  // After the document only whitespace may follow: anything else marks the file as cut or
+  // damaged (what was read before it is kept, the run incomplete).
+  const bool ok = parser.parse() && parser.expectEnd();
   if (!handler.dbStatus()) {
     (void)finishRun(*run, RunStatus::Incomplete, handler.dbStatus().message());
     return handler.dbStatus().error();
+  }
+  if (parser.refused()) {
+    (void)deleteRun(*run);
+    return Error{handler.parseError().value_or(file + ": refused")};
   }
   handler.finishOpenRanges();
   ImportResult result;
@@ -671,12 +710,19 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
   result.skipped = handler.skipped();
   // Skips are noted while parsing, so any of them lies before the parse error (which ends it).
   result.firstError = handler.firstError() ? handler.firstError() : handler.parseError();
-  if (handler.stored() == 0 && (!ok || !handler.sawEvents())) {
+  if (handler.stored() == 0 && (!ok || !handler.sawEvents() || handler.skipped() > 0)) {
+    // Nothing stored from a file that is not a trace, is cut before its first event, or whose
+    // every event was refused: a failed import, no empty run left behind. (A complete trace
+    // with an empty event list is a valid, empty run.)
     (void)deleteRun(*run);
+    if (handler.skipped() > 0) {
+      return Error{file + ": no event could be stored: " + std::to_string(handler.skipped()) +
+                   " event(s) skipped, first: " + handler.firstError().value_or("")};
+    }
     if (handler.parseError()) return Error{*handler.parseError() + " (no trace events could be read)"};
     return Error{file +
                  ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
-                 "\"traceEvents\" array)"};
+                 R"("traceEvents" array))"};
   }
   std::string note;
   if (handler.parseError()) note = *handler.parseError();
@@ -702,18 +748,24 @@ class ScanHandler {
  public:
   ScanHandler(const OpMatcher& matcher, std::string path) : m_matcher(matcher), m_path(std::move(path)) {}
 
+  // JsonSaxParser's handler interface (nlohmann's SAX names).
+  // NOLINTBEGIN(readability-identifier-naming)
   bool null() { return true; }
   bool boolean(bool) { return true; }
-  bool number_integer(std::int64_t v, std::string_view) { return number(static_cast<double>(v), v); }
-  bool number_unsigned(std::uint64_t v, std::string_view) {
-    return number(static_cast<double>(v), static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX)));
+  bool number_integer(std::int64_t v, std::string_view text) { return number(static_cast<double>(v), v, text); }
+  bool number_unsigned(std::uint64_t v, std::string_view text) {
+    if (v > static_cast<std::uint64_t>(INT64_MAX)) return number(static_cast<double>(v), std::nullopt, text);
+    return number(static_cast<double>(v), static_cast<std::int64_t>(v), text);
   }
-  bool number_float(double v, std::string_view) {
+  bool number_float(double v, std::string_view text) {
     std::optional<std::int64_t> asInt;
     if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e18) asInt = static_cast<std::int64_t>(v);
-    return number(v, asInt);
+    return number(v, asInt, text);
   }
   bool string(std::string& v) {
+    if (m_depth == 1 && m_key == "baseTimeNanoseconds") {
+      clockProblem = "baseTimeNanoseconds is a string (expected a number of nanoseconds)";
+    }
     if (inEvent()) {
       if (m_key == "ph") m_ph = v;
       if (m_key == "name") m_name = v;
@@ -762,18 +814,29 @@ class ScanHandler {
     m_error = m_path + ": byte " + std::to_string(position) + ": " + what;
     return false;
   }
+  // NOLINTEND(readability-identifier-naming)
 
   ScanResult result;
+  /// Why the file's clock base cannot be used (the file is then refused).
+  std::optional<std::string> clockProblem;
   const std::optional<std::string>& error() const { return m_error; }
   bool sawEvents() const { return m_sawEvents; }
 
  private:
   bool inEvent() const { return m_eventsDepth > 0 && m_depth == m_eventsDepth + 1; }
-  bool number(double v, std::optional<std::int64_t> asInt) {
+  bool number(double v, std::optional<std::int64_t> asInt, std::string_view text) {
     if (inEvent()) {
       if (m_key == "ts" && std::isfinite(v)) m_ts = v;
-    } else if (m_depth == 1 && m_key == "baseTimeNanoseconds" && asInt) {
-      result.baseNs = *asInt;
+    } else if (m_depth == 1 && m_key == "baseTimeNanoseconds") {
+      // Added to every time of the file: bounded, so that sum cannot overflow (two ranks at
+      // INT64_MAX and INT64_MIN once wrapped into a negative start).
+      if (asInt && *asInt >= 0 && *asInt <= kMaxTraceClockBaseNs) {
+        result.baseNs = *asInt;
+      } else {
+        clockProblem = "baseTimeNanoseconds " + excerpt(text) +
+                       " is out of range (expected nanoseconds since the Unix epoch, 0.." +
+                       std::to_string(kMaxTraceClockBaseNs) + ")";
+      }
     } else if (m_inDistributed && m_depth == 2 && m_key == "rank" && asInt) {
       result.rank = *asInt;
     }
@@ -782,7 +845,8 @@ class ScanHandler {
   void finishEvent() {
     if (m_ph != "X" && m_ph != "B") return;
     ++result.events;
-    if (m_ts && std::fabs(*m_ts) < 9e15) {
+    // Within the times ingest accepts (kMaxTraceTimeNs): later sums with the base cannot overflow.
+    if (m_ts && std::fabs(*m_ts) * 1000.0 <= static_cast<double>(kMaxTraceTimeNs)) {
       const std::int64_t ns = std::llround(*m_ts * 1000.0);
       if (!result.firstAbsNs || ns < *result.firstAbsNs) result.firstAbsNs = ns;
     }
@@ -856,16 +920,20 @@ Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& ma
   GzipSource* src = source->get();
   JsonFileReader input([src](char* out, std::size_t n) { return src->read(out, n); });
   ScanHandler handler(matcher, path);
-  const bool ok = JsonSaxParser<ScanHandler>(input, handler).parse();
+  JsonSaxParser<ScanHandler> parser(input, handler);
+  // Read to the end: a gzip source checks its trailer (CRC, length) only there.
+  const bool ok = parser.parse() && parser.expectEnd();
   if (!src->error().empty()) return Error{src->error()};
+  if (parser.refused()) return Error{handler.error().value_or(path + ": refused")};
+  if (handler.clockProblem) return Error{path + ": " + *handler.clockProblem};
   if (!ok && !(handler.sawEvents() && handler.result.events > 0)) {
     return Error{handler.error().value_or(path + ": not JSON") +
-                 " (expected a Chrome trace: a JSON array of events or an object with a \"traceEvents\" array)"};
+                 R"( (expected a Chrome trace: a JSON array of events or an object with a "traceEvents" array))"};
   }
   if (!handler.sawEvents()) {
     return Error{path +
                  ": no trace events (expected a Chrome trace: a JSON array of events or an object with a "
-                 "\"traceEvents\" array)"};
+                 R"("traceEvents" array))"};
   }
   ScanResult r = std::move(handler.result);
   r.format = TraceFormat::ChromeJson;
@@ -880,9 +948,11 @@ Expected<IngestCounts> ingestChromeFile(HistoryStore::Impl& im, RunId run, RunSt
   GzipSource* src = source->get();
   JsonFileReader input([src](char* out, std::size_t n) { return src->read(out, n); });
   ChromeHandler handler(im, run, state, input, ctx.path, &ctx);
-  const bool ok = JsonSaxParser<ChromeHandler>(input, handler).parse();
+  JsonSaxParser<ChromeHandler> parser(input, handler);
+  const bool ok = parser.parse() && parser.expectEnd();
   if (!handler.dbStatus()) return handler.dbStatus().error();
   if (!src->error().empty()) return Error{src->error()};
+  if (parser.refused()) return Error{handler.parseError().value_or(ctx.path + ": refused")};
   if (!ok && !ctx.allowTruncated) return Error{handler.parseError().value_or(ctx.path + ": read error")};
   handler.finishOpenRanges();
   IngestCounts c;

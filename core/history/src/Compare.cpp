@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <ctime>
 #include <iomanip>
@@ -14,6 +15,7 @@
 #include "Impl.hpp"
 #include "Sqlite.hpp"
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 
@@ -133,7 +135,10 @@ Expected<std::unordered_map<std::int64_t, std::string>> namesOf(HistoryStore& st
     for (const auto& [id, v] : agg->byNameId) {
       if (out.count(id)) continue;
       st.bind(1, id);
-      out[id] = st.step() == SQLITE_ROW ? st.text(0) : "#" + std::to_string(id);
+      const int rc = st.step();
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return Error{store.path() + ": " + detail::lastError(store.connection())};
+      out[id] = rc == SQLITE_ROW ? st.text(0) : "#" + std::to_string(id);
       st.reset();
     }
   }
@@ -166,7 +171,10 @@ std::string fixed(double v, int digits = 3) {
 
 std::string pad(std::string s, std::size_t width, bool right = true) {
   if (s.size() > width) {
-    s = s.substr(0, width - 1) + "~";
+    // Cut at a UTF-8 boundary: half a character would make the line invalid text.
+    std::size_t cut = width - 1;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    s = s.substr(0, cut) + "~";
   }
   const std::string fill(width - s.size(), ' ');
   return right ? fill + s : s + fill;
@@ -201,12 +209,12 @@ StepStats stepStats(std::vector<double> stepsMs) {
 }
 
 std::string formatUnixMs(std::int64_t unixMs) {
-  const std::time_t seconds = static_cast<std::time_t>(unixMs / 1000);
+  const auto seconds = static_cast<std::time_t>(unixMs / 1000);
   std::tm tm{};
   gmtime_r(&seconds, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  std::array<char, 32> buf{};
+  std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf.data();
 }
 
 Json runSummaryToJson(const RunSummary& s) {
@@ -322,9 +330,11 @@ Json comparisonToJson(const RunComparison& c) {
 
 std::string comparisonTable(const RunComparison& c) {
   std::ostringstream o;
-  o << "A: run " << c.a.id << " '" << c.a.name << "' (" << runStatusName(c.a.status) << ", " << c.a.events
-    << " events)\nB: run " << c.b.id << " '" << c.b.name << "' (" << runStatusName(c.b.status) << ", " << c.b.events
-    << " events)\n\n";
+  // Names come from traces and users: escaped as every listing escapes them, so a kernel name
+  // holding ESC or a newline can neither drive the terminal nor break a row.
+  o << "A: run " << c.a.id << " '" << excerpt(c.a.name, 200) << "' (" << runStatusName(c.a.status) << ", " << c.a.events
+    << " events)\nB: run " << c.b.id << " '" << excerpt(c.b.name, 200) << "' (" << runStatusName(c.b.status) << ", "
+    << c.b.events << " events)\n\n";
   if (c.stepA.count || c.stepB.count) {
     o << "step time (ms)      " << pad("A", 12) << pad("B", 12) << pad("delta", 12) << '\n';
     auto line = [&o, &c](const char* what, double x, double y) {
@@ -352,8 +362,8 @@ std::string comparisonTable(const RunComparison& c) {
       o << "… " << c.byName.size() - 30 << " more names (use --json)\n";
       break;
     }
-    o << pad(r.name, 40, false) << pad(fixed(r.aMs), 13) << pad(fixed(r.bMs), 13) << pad(fixed(r.deltaMs), 13)
-      << pad(std::to_string(r.aCount), 9) << pad(std::to_string(r.bCount), 9) << '\n';
+    o << pad(escapeControl(r.name), 40, false) << pad(fixed(r.aMs), 13) << pad(fixed(r.bMs), 13)
+      << pad(fixed(r.deltaMs), 13) << pad(std::to_string(r.aCount), 9) << pad(std::to_string(r.bCount), 9) << '\n';
   }
   return o.str();
 }
@@ -721,9 +731,9 @@ Json planComparisonToJson(const PlanComparison& c) {
 
 std::string planComparisonTable(const PlanComparison& c) {
   std::ostringstream o;
-  o << "run " << c.run.id << " '" << c.run.name << "' vs plan " << c.planId << " (" << c.iterations << " iteration(s), "
-    << c.ops.size() << " ops matched, " << c.unmatchedPlanned << " planned ops unmeasured, " << c.unmatchedMeasured
-    << " measured ranges unplanned)\n\n";
+  o << "run " << c.run.id << " '" << excerpt(c.run.name, 200) << "' vs plan " << c.planId << " (" << c.iterations
+    << " iteration(s), " << c.ops.size() << " ops matched, " << c.unmatchedPlanned << " planned ops unmeasured, "
+    << c.unmatchedMeasured << " measured ranges unplanned)\n\n";
   o << pad("device", 6) << pad("planned busy", 14) << pad("planned bubble", 16) << pad("measured busy", 15)
     << pad("measured bubble", 17) << pad("of it comm wait", 17) << "  (ms per iteration)\n";
   for (const auto& d : c.devices) {
@@ -833,6 +843,13 @@ Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId ru
     }
   }
   for (auto& [d, v] : comm) unionInPlace(v);
+  // OpProducers keeps a table per stage: sized from a bounded number only (imports bound
+  // stages; a database of an older build may not have).
+  if (maxStage >= kMaxPlanVirtualStages) {
+    return Error{store.path() + ": run " + std::to_string(run) + ": an op range names virtual stage " +
+                 std::to_string(maxStage) + ", more than a plan can have (" + std::to_string(kMaxPlanVirtualStages) +
+                 ")"};
+  }
   const OpProducers producers(plan ? &*plan : nullptr, maxStage);
 
   // Producer lookup: the end time and device of each (iteration, stage, kind, microbatch).

@@ -1,10 +1,12 @@
 // The batched event writer: one write transaction spans many inserts (committed by size or
 // age), events go in as multi-row INSERTs, names are interned, run progress is kept in step.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 
 #include "Impl.hpp"
+#include "pipestudio/history/TraceImport.hpp"
 
 namespace pipestudio::history {
 
@@ -82,10 +84,10 @@ Status HistoryStore::Impl::writeRunProgress(RunId run, RunState& state) {
   updateRunEvents.reset();
   if (rc != SQLITE_DONE) return Error{detail::lastError(db)};
   for (const auto& [device, agg] : state.devices) {
-    const std::pair<const char*, double> values[] = {{"first_ns", static_cast<double>(agg.firstNs)},
-                                                     {"last_ns", static_cast<double>(agg.lastNs)},
-                                                     {"op_busy_ns", static_cast<double>(agg.opBusyNs)},
-                                                     {"events", static_cast<double>(agg.events)}};
+    const std::array<std::pair<const char*, double>, 4> values = {{{"first_ns", static_cast<double>(agg.firstNs)},
+                                                                   {"last_ns", static_cast<double>(agg.lastNs)},
+                                                                   {"op_busy_ns", static_cast<double>(agg.opBusyNs)},
+                                                                   {"events", static_cast<double>(agg.events)}}};
     for (const auto& [key, value] : values) {
       upsertMetric.bind(1, run);
       upsertMetric.bind(2, device);
@@ -158,7 +160,10 @@ Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
                nullptr);
   if (!st) return Error{detail::lastError(db)};
   st.bind(1, run);
-  if (st.step() != SQLITE_ROW) return Error{withPath(path, "no run with id " + std::to_string(run))};
+  if (const int rc = st.step(); rc != SQLITE_ROW) {
+    if (rc != SQLITE_DONE) return Error{withPath(path, detail::lastError(db))};
+    return Error{withPath(path, "no run with id " + std::to_string(run))};
+  }
   RunState state;
   state.committedEvents = st.i64(1);
   if (!st.isNull(2)) {
@@ -170,7 +175,8 @@ Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
   Statement m(db, "SELECT device, key, value FROM run_metrics WHERE run_id = ?1", nullptr);
   if (m) {
     m.bind(1, run);
-    while (m.step() == SQLITE_ROW) {
+    int rc;
+    while ((rc = m.step()) == SQLITE_ROW) {
       auto& agg = state.devices[m.i32(0)];
       const std::string key = m.text(1);
       const auto v = static_cast<std::int64_t>(m.f64(2));
@@ -179,6 +185,7 @@ Expected<RunState*> HistoryStore::Impl::runState(RunId run) {
       if (key == "op_busy_ns") agg.opBusyNs = v;
       if (key == "events") agg.events = v;
     }
+    if (rc != SQLITE_DONE) return Error{withPath(path, detail::lastError(db))};
   }
   return &runs.emplace(run, std::move(state)).first->second;
 }
@@ -196,8 +203,49 @@ Expected<std::int64_t> HistoryStore::Impl::nameId(std::string_view name) {
   while (insertName.step() == SQLITE_ROW) {
   }
   insertName.reset();
+  if (nameIdsBytes + name.size() > kNameCacheBytes) {
+    nameIds.clear();
+    nameIdsBytes = 0;
+  }
   nameIds.emplace(std::string(name), id);
+  nameIdsBytes += name.size();
   return id;
+}
+
+std::optional<std::int64_t> checkedAdd(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+
+std::optional<std::int64_t> checkedSub(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  if (__builtin_sub_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+
+std::optional<std::string> eventRowProblem(const EventRow& row) {
+  struct Bound {
+    const char* what;
+    std::int64_t value, min, max;
+  };
+  const std::array<Bound, 7> bounds = {{
+      {"device", row.device, -1, kMaxPlanDevices - 1},
+      {"virtual stage", row.virtualStage, -1, kMaxPlanVirtualStages - 1},
+      {"microbatch", row.microbatch, -1, kMaxPlanMicrobatches - 1},
+      {"iteration", row.iteration, -1, INT32_MAX},
+      {"op kind", row.kind, -1, kOpKindCount - 1},
+      {"start", row.startNs, -kMaxTraceTimeNs, kMaxTraceTimeNs},
+      {"duration", row.durationNs, 0, kMaxTraceTimeNs},
+  }};
+  for (const Bound& b : bounds) {
+    if (b.value < b.min || b.value > b.max) {
+      const bool ns = b.min == -kMaxTraceTimeNs || b.max == kMaxTraceTimeNs;
+      return std::string(b.what) + " " + std::to_string(b.value) + (ns ? " ns" : "") + " is out of range (expected " +
+             std::to_string(b.min) + ".." + std::to_string(b.max) + (ns ? " ns)" : ")");
+    }
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -297,6 +345,7 @@ Status HistoryStore::Impl::flushEvents() {
 }
 
 Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& row) {
+  if (auto problem = eventRowProblem(row)) return Error{withPath(path, "event not stored: " + *problem)};
   if (auto st = begin(); !st) return st;
   auto name = nameId(row.name);
   if (!name) return name.error();
@@ -312,14 +361,15 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
   e.bytes = row.bytes;
   e.correlationId = row.correlationId;
   e.category = static_cast<int>(row.category);
-  e.device = row.device;
+  // In range (eventRowProblem above): these narrowings keep the value.
+  e.device = static_cast<std::int32_t>(row.device);
   // Op ranges, and host ranges that name a stage (imported pipelining SEND/RECV annotations),
   // keep their stage, microbatch and iteration columns.
   e.isOp = row.category == EventCategory::Op || row.virtualStage >= 0;
-  e.virtualStage = row.virtualStage;
-  e.microbatch = row.microbatch;
-  e.iteration = row.iteration;
-  e.kind = row.kind;
+  e.virtualStage = static_cast<std::int32_t>(row.virtualStage);
+  e.microbatch = static_cast<std::int32_t>(row.microbatch);
+  e.iteration = static_cast<std::int32_t>(row.iteration);
+  e.kind = static_cast<std::int32_t>(row.kind);
   if (!row.argsJson.empty()) {
     e.hasArgs = true;
     e.argsOffset = static_cast<std::uint32_t>(bufferedArgs.size());
@@ -333,7 +383,7 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
   ++state.pendingEvents;
   state.dirty = true;
   const std::int64_t endNs = row.startNs + row.durationNs;
-  for (int key : {row.device, -1}) {
+  for (const int key : {static_cast<int>(row.device), -1}) {
     auto& agg = state.devices[key];
     agg.firstNs = std::min(agg.firstNs, row.startNs);
     agg.lastNs = std::max(agg.lastNs, endNs);

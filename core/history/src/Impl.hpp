@@ -38,22 +38,36 @@ struct RunState {
   bool dirty = false;
 };
 
-/// An event about to be stored; strings are views valid until insertEvent returns.
+/// An event about to be stored; strings are views valid until insertEvent returns. Ids are
+/// held as read (64 bits), so eventRowProblem sees what a trace said before anything narrows it.
 struct EventRow {
   EventCategory category = EventCategory::Op;
-  std::int32_t device = -1;
+  std::int64_t device = -1;
   std::int64_t stream = 0;
   std::string_view name;
   std::int64_t startNs = 0;
   std::int64_t durationNs = 0;
-  std::int32_t virtualStage = -1;
-  std::int32_t microbatch = -1;
-  std::int32_t iteration = -1;
-  std::int32_t kind = -1;
+  std::int64_t virtualStage = -1;
+  std::int64_t microbatch = -1;
+  std::int64_t iteration = -1;
+  std::int64_t kind = -1;
   std::int64_t bytes = 0;
   std::int64_t correlationId = 0;
   std::string_view argsJson;
 };
+
+/// Why `row` cannot be stored, or nullopt: the one check every reader (stream, Chrome/Kineto,
+/// nsys) applies before insert. Ids must fit a plan (device < kMaxPlanDevices, virtual stage <
+/// kMaxPlanVirtualStages, microbatch < kMaxPlanMicrobatches; -1 for none), so that what reads a
+/// run back (history show, export --run, compare) sizes its tables from bounded numbers; times
+/// are within ±kMaxTraceTimeNs and durations non-negative, so no sum of two overflows.
+/// "device 4294967297 is out of range (expected -1..999999)".
+std::optional<std::string> eventRowProblem(const EventRow& row);
+
+/// a + b and a − b, or nullopt when the result does not fit 64 bits: times from foreign
+/// clocks (a rank's base time, a session start) are added and subtracted through these.
+std::optional<std::int64_t> checkedAdd(std::int64_t a, std::int64_t b);
+std::optional<std::int64_t> checkedSub(std::int64_t a, std::int64_t b);
 
 /// Hash for heterogeneous lookup: the name cache is probed with the event's string_view, so
 /// the per-event hit path neither copies nor allocates (C++20 transparent unordered lookup).
@@ -92,6 +106,8 @@ struct BufferedEvent {
 /// (limit 999) get smaller blocks (Impl::eventBlockRows).
 inline constexpr int kEventInsertRows = 128;
 inline constexpr int kEventColumns = 14;  ///< bound per row, id included
+/// Bytes of names the writer keeps cached (Impl::nameIds).
+inline constexpr std::size_t kNameCacheBytes = std::size_t{64} << 20;
 
 /// The id of a run's seq-th event: run_id << 32 | seq (Schema.cpp: a run's events are one
 /// primary-key range, RUN_EVENT_RANGE).
@@ -134,7 +150,10 @@ struct HistoryStore::Impl {
   detail::Statement insertStep;
   detail::Statement upsertMetric;
   detail::Statement updateRunEvents;
+  /// Name → id of the names interned so far; cleared when its names pass kNameCacheBytes, so a
+  /// trace of many long distinct names costs database rows, not memory.
   std::unordered_map<std::string, std::int64_t, NameHash, std::equal_to<>> nameIds;
+  std::size_t nameIdsBytes = 0;
   std::unordered_map<RunId, RunState> runs;
 
   ~Impl();
@@ -149,6 +168,8 @@ struct HistoryStore::Impl {
   Status commitIfStale();
   Expected<RunState*> runState(RunId run);
   Expected<std::int64_t> nameId(std::string_view name);
+  /// Stores one event. Readers first skip (and count) rows eventRowProblem refuses; a row that
+  /// gets here anyway is refused with an error rather than narrowed.
   Status insert(RunId run, RunState& state, const EventRow& row);
   /// Writes the buffered events into the events table (inside the open transaction).
   Status flushEvents();

@@ -10,6 +10,9 @@
 // surrogate pairs checked), like nlohmann, and stops after the first complete value
 // (trailing bytes are not read, like sax_parse with strict = false).
 //
+// Every string and key is bounded by kMaxTraceStringBytes: reading stops there (a gzip bomb
+// of one 3 GB string costs 1 MiB), and refused() tells such a refusal from a file cut short.
+//
 // Handler interface: null(), boolean(bool), number_integer(int64, text),
 // number_unsigned(uint64, text), number_float(double, text), string(std::string&),
 // key(std::string&), start_object(), end_object(), start_array(), end_array() — each
@@ -26,6 +29,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "pipestudio/common/Files.hpp"
+#include "pipestudio/history/TraceImport.hpp"
 
 namespace pipestudio::history::detail {
 
@@ -92,8 +98,24 @@ class JsonSaxParser {
   /// Nesting and token bounds: hostile input is refused, never allocated for.
   static constexpr std::size_t kMaxDepth = 100000;
   static constexpr std::size_t kMaxNumberBytes = 4096;
+  static constexpr std::size_t kMaxStringBytes = kMaxTraceStringBytes;
 
   JsonSaxParser(JsonFileReader& in, Handler& h) : m_in(in), m_h(h) {}
+
+  /// Whether the parse stopped at a limit (string length, nesting) or at text that is not
+  /// UTF-8 JSON at all: the file is refused, not imported up to that point as a cut one is.
+  bool refused() const { return m_refused; }
+
+  /// After parse() returned true: reads the rest of the input, which must be whitespace. Reading
+  /// to the end is what lets a gzip source check its trailer (CRC and length); a document
+  /// followed by anything else fails here.
+  bool expectEnd() {
+    for (int c = m_in.get(); c >= 0; c = m_in.get()) {
+      if (!isWhitespace(c))
+        return fail("unexpected " + describe(c) + " after the end of the JSON document (expected the end of the file)");
+    }
+    return true;
+  }
 
   /// True when one complete value was read and the handler never stopped the parse.
   bool parse() {
@@ -112,7 +134,7 @@ class JsonSaxParser {
             closed = true;
             break;
           }
-          if (open.size() >= kMaxDepth) return fail("nesting deeper than " + std::to_string(kMaxDepth));
+          if (open.size() >= kMaxDepth) return refuse("nesting deeper than " + std::to_string(kMaxDepth));
           open.push_back('{');
           if (!readKey(c)) return false;
           break;
@@ -126,7 +148,7 @@ class JsonSaxParser {
             closed = true;
             break;
           }
-          if (open.size() >= kMaxDepth) return fail("nesting deeper than " + std::to_string(kMaxDepth));
+          if (open.size() >= kMaxDepth) return refuse("nesting deeper than " + std::to_string(kMaxDepth));
           open.push_back('[');
           break;
         }
@@ -192,10 +214,15 @@ class JsonSaxParser {
     m_h.parse_error(m_in.offset(), what);
     return false;
   }
+  bool refuse(const std::string& what) {
+    m_refused = true;
+    return fail(what);
+  }
   static std::string describe(int c) {
     if (c >= 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
-    static constexpr char kHex[] = "0123456789abcdef";
-    return std::string("byte 0x") + kHex[(c >> 4) & 15] + kHex[c & 15];
+    static constexpr std::string_view kHex = "0123456789abcdef";
+    return std::string("byte 0x") + kHex[static_cast<std::size_t>((c >> 4) & 15)] +
+           kHex[static_cast<std::size_t>(c & 15)];
   }
   static bool isWhitespace(int c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   int skipWhitespaceGet() {
@@ -212,6 +239,12 @@ class JsonSaxParser {
     return c;
   }
   bool skipBom() {
+    // UTF-16 and UTF-32 text is named as such rather than failing on its first NUL byte.
+    if (m_in.peek() >= 0) {
+      const std::string_view head(m_in.pos(),
+                                  std::min<std::size_t>(4, static_cast<std::size_t>(m_in.end() - m_in.pos())));
+      if (auto encoding = wideTextEncoding(head)) return refuse("the file is " + *encoding + " (expected UTF-8 JSON)");
+    }
     // A UTF-8 byte order mark is skipped, as nlohmann does; a partial one is refused.
     if (m_in.peek() != 0xEF) return true;
     m_in.get();
@@ -249,6 +282,7 @@ class JsonSaxParser {
   // multi-byte UTF-8 sequences are checked byte by byte.
   bool readString(std::string& out) {
     out.clear();
+    const std::uint64_t start = m_in.offset() > 0 ? m_in.offset() - 1 : 0;
     for (;;) {
       const char* p = m_in.pos();
       const char* end = m_in.end();
@@ -260,6 +294,14 @@ class JsonSaxParser {
       }
       out.append(run, static_cast<std::size_t>(p - run));
       m_in.advanceTo(p);
+      // Escapes and multi-byte characters add at most 4 bytes a step: checked with the runs.
+      if (out.size() > kMaxStringBytes) {
+        m_refused = true;
+        m_h.parse_error(start,
+                        "string longer than " + std::to_string(kMaxStringBytes) +
+                            " bytes (the limit for one string or key of a trace; expected names and short text)");
+        return false;
+      }
       if (p == end) {
         // The buffer ran out inside the string: refill and scan on.
         if (m_in.peek() < 0) return fail("unexpected end of input in a string");
@@ -458,6 +500,7 @@ class JsonSaxParser {
 
   JsonFileReader& m_in;
   Handler& m_h;
+  bool m_refused = false;
   std::string m_text;
   std::string m_key;
   std::string m_number;

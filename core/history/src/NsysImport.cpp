@@ -12,11 +12,13 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <unordered_map>
 
 #include "Sqlite.hpp"
 #include "TraceImportImpl.hpp"
+#include "pipestudio/common/Text.hpp"
 
 namespace pipestudio::history::detail {
 namespace {
@@ -25,44 +27,118 @@ namespace {
 constexpr int kNvtxPushPopRange = 59;
 constexpr int kNvtxStartEndRange = 60;
 
-struct Db {
-  sqlite3* db = nullptr;
-  std::string path;
-  ~Db() {
-    if (db) sqlite3_close(db);
-  }
-};
+}  // namespace
 
-Expected<std::unique_ptr<Db>> openDb(const std::string& path) {
-  auto d = std::make_unique<Db>();
-  d->path = path;
-  if (sqlite3_open_v2(path.c_str(), &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
-    return Error{path + ": cannot open as SQLite: " + (d->db ? sqlite3_errmsg(d->db) : "out of memory")};
+// ---- ForeignDb ------------------------------------------------------------------------------
+
+Expected<std::unique_ptr<ForeignDb>> ForeignDb::open(const std::string& path, std::chrono::milliseconds budget) {
+  std::unique_ptr<ForeignDb> d(new ForeignDb());
+  d->m_path = path;
+  d->m_budget = budget;
+  if (sqlite3_open_v2(path.c_str(), &d->m_db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+    return Error{path + ": cannot open as SQLite: " + (d->m_db ? sqlite3_errmsg(d->m_db) : "out of memory")};
   }
-  sqlite3_busy_timeout(d->db, 2000);
-  // A file that is not a database fails on its first read.
+  sqlite3* db = d->m_db;
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, 2000);
+  // Nothing the file defines runs: no views (a recursive one never ends), no triggers, no
+  // functions named by its schema (SQLite docs, "Defense Against The Dark Arts").
+  int off = 0;
+  sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, &off);
+#ifdef SQLITE_DBCONFIG_ENABLE_VIEW
+  sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_VIEW, 0, &off);
+#endif
+  // One value (a kernel name, an NVTX text, a whole row) at most kMaxTraceStringBytes plus
+  // the row's other columns; past it SQLite stops with SQLITE_TOOBIG before allocating.
+  sqlite3_limit(db, SQLITE_LIMIT_LENGTH, static_cast<int>(kMaxTraceStringBytes + 4096));
+  sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 100000);
+  sqlite3_progress_handler(db, 10000, &ForeignDb::onProgress, d.get());
   char* err = nullptr;
-  if (sqlite3_exec(d->db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string m = err ? err : "unreadable";
+  (void)sqlite3_exec(db, "PRAGMA cell_size_check = ON", nullptr, nullptr, nullptr);
+  // A file that is not a database fails on its first read.
+  d->m_deadline = std::chrono::steady_clock::now() + d->m_budget;
+  if (sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, &err) != SQLITE_OK) {
     sqlite3_free(err);
-    return Error{path + ": not a readable SQLite database: " + m};
+    return Error{path + ": not a readable SQLite database: " + d->error()};
   }
   return d;
 }
 
-std::set<std::string> tablesOf(sqlite3* db) {
+ForeignDb::~ForeignDb() {
+  if (m_db) sqlite3_close(m_db);
+}
+
+int ForeignDb::onProgress(void* self) {
+  auto* d = static_cast<ForeignDb*>(self);
+  if (std::chrono::steady_clock::now() <= d->m_deadline) return 0;
+  d->m_timedOut = true;
+  return 1;  // SQLITE_INTERRUPT
+}
+
+int ForeignDb::step(sqlite3_stmt* st) {
+  m_timedOut = false;
+  m_deadline = std::chrono::steady_clock::now() + m_budget;
+  return sqlite3_step(st);
+}
+
+std::string ForeignDb::error() const {
+  if (m_timedOut) {
+    return "a query ran past its budget of " + std::to_string(m_budget.count()) +
+           " ms (a damaged or hostile export; nsys exports read in seconds)";
+  }
+  const int code = sqlite3_errcode(m_db) & 0xff;
+  if (code == SQLITE_TOOBIG) {
+    return "a value longer than " + std::to_string(kMaxTraceStringBytes) +
+           " bytes (the limit for one text value of a trace)";
+  }
+  if (isDamage(code)) return "the file is damaged (" + std::string(sqlite3_errmsg(m_db)) + ")";
+  return sqlite3_errmsg(m_db);
+}
+
+namespace {
+
+// The tables this reader reads. Each must be a table: a view of that name is refused by name
+// (views are not run, and an export never holds one).
+constexpr std::array<std::string_view, 8> kReadTables = {"CUPTI_ACTIVITY_KIND_KERNEL",
+                                                         "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                         "CUPTI_ACTIVITY_KIND_MEMSET",
+                                                         "CUPTI_ACTIVITY_KIND_RUNTIME",
+                                                         "NVTX_EVENTS",
+                                                         "StringIds",
+                                                         "TARGET_INFO_GPU",
+                                                         "TARGET_INFO_SESSION_START_TIME"};
+
+Expected<std::set<std::string>> tablesOf(ForeignDb& d) {
   std::set<std::string> out;
-  Statement st(db, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')", nullptr);
-  while (st && st.step() == SQLITE_ROW) out.insert(reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)));
+  Statement st(d.get(), "SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view')", nullptr);
+  if (!st) return Error{d.path() + ": " + d.error()};
+  int rc;
+  while ((rc = d.step(st.get())) == SQLITE_ROW) {
+    const std::string name = st.text(0);
+    const bool read =
+        std::any_of(kReadTables.begin(), kReadTables.end(), [&](std::string_view t) { return name == t; });
+    if (st.text(1) == "view") {
+      if (read) {
+        return Error{d.path() + ": " + excerpt(name) +
+                     " is a view, not a table (an nsys export holds tables; views in a foreign file are not run)"};
+      }
+      continue;
+    }
+    out.insert(name);
+  }
+  if (rc != SQLITE_DONE) return Error{d.path() + ": reading its schema: " + d.error()};
   return out;
 }
 
-std::set<std::string> columnsOf(sqlite3* db, const std::string& table) {
+Expected<std::set<std::string>> columnsOf(ForeignDb& d, const std::string& table) {
   std::set<std::string> out;
-  Statement st(db, "PRAGMA table_info(\"" + table + "\")", nullptr);
-  while (st && st.step() == SQLITE_ROW) {
-    if (const unsigned char* name = sqlite3_column_text(st.get(), 1)) out.insert(reinterpret_cast<const char*>(name));
-  }
+  Statement st(d.get(), "PRAGMA table_info(\"" + table + "\")", nullptr);
+  if (!st) return Error{d.path() + ": " + table + ": " + d.error()};
+  int rc;
+  while ((rc = d.step(st.get())) == SQLITE_ROW) out.insert(st.text(1));
+  if (rc != SQLITE_DONE) return Error{d.path() + ": " + table + ": " + d.error()};
   return out;
 }
 
@@ -84,29 +160,48 @@ std::string textExpr(const std::set<std::string>& cols, std::initializer_list<co
   return "NULL";
 }
 
-std::optional<std::int64_t> sessionStartNs(sqlite3* db, const std::set<std::string>& tables) {
-  if (!tables.count("TARGET_INFO_SESSION_START_TIME")) return std::nullopt;
-  const auto cols = columnsOf(db, "TARGET_INFO_SESSION_START_TIME");
-  if (!cols.count("utcEpochNs")) return std::nullopt;
-  Statement st(db, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1", nullptr);
-  if (st && st.step() == SQLITE_ROW && sqlite3_column_type(st.get(), 0) == SQLITE_INTEGER) {
-    return sqlite3_column_int64(st.get(), 0);
-  }
-  return std::nullopt;
+// A text column as bytes (a name may hold NUL or anything else; the store repairs it to UTF-8).
+std::string_view columnText(sqlite3_stmt* s, int col) {
+  const auto* p = sqlite3_column_text(s, col);
+  if (p == nullptr) return {};
+  return {reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, col))};
 }
 
-constexpr const char* kGpuTables[] = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                                      "CUPTI_ACTIVITY_KIND_MEMSET"};
+// The session's UTC start, bounded like a Kineto base time: every time of the file is added to it.
+Expected<std::int64_t> sessionStartNs(ForeignDb& d, const std::set<std::string>& tables) {
+  if (!tables.count("TARGET_INFO_SESSION_START_TIME")) return std::int64_t{0};
+  auto cols = columnsOf(d, "TARGET_INFO_SESSION_START_TIME");
+  if (!cols) return cols.error();
+  if (!cols->count("utcEpochNs")) return std::int64_t{0};
+  Statement st(d.get(), "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1", nullptr);
+  if (!st) return Error{d.path() + ": TARGET_INFO_SESSION_START_TIME: " + d.error()};
+  const int rc = d.step(st.get());
+  if (rc == SQLITE_DONE) return std::int64_t{0};
+  if (rc != SQLITE_ROW) return Error{d.path() + ": TARGET_INFO_SESSION_START_TIME: " + d.error()};
+  if (sqlite3_column_type(st.get(), 0) != SQLITE_INTEGER) return std::int64_t{0};
+  const std::int64_t v = sqlite3_column_int64(st.get(), 0);
+  if (v < 0 || v > kMaxTraceClockBaseNs) {
+    return Error{d.path() + ": TARGET_INFO_SESSION_START_TIME.utcEpochNs " + std::to_string(v) +
+                 " is out of range (expected nanoseconds since the Unix epoch, 0.." +
+                 std::to_string(kMaxTraceClockBaseNs) + ")"};
+  }
+  return v;
+}
+
+constexpr std::array<const char*, 3> kGpuTables = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                   "CUPTI_ACTIVITY_KIND_MEMSET"};
 
 struct NvtxQuery {
   std::string sql;
   bool ok = false;
 };
 
-NvtxQuery nvtxQuery(sqlite3* db, const std::set<std::string>& tables) {
+Expected<NvtxQuery> nvtxQuery(ForeignDb& d, const std::set<std::string>& tables) {
   NvtxQuery q;
   if (!tables.count("NVTX_EVENTS")) return q;
-  const auto cols = columnsOf(db, "NVTX_EVENTS");
+  auto colsOr = columnsOf(d, "NVTX_EVENTS");
+  if (!colsOr) return colsOr.error();
+  const auto& cols = *colsOr;
   if (!cols.count("start")) return q;
   std::string join;
   const std::string text = textExpr(cols, {"text"}, false, join);
@@ -128,13 +223,18 @@ NvtxQuery nvtxQuery(sqlite3* db, const std::set<std::string>& tables) {
   return q;
 }
 
+// Whether a time read from the file is one ingest can place (the rest are skipped there).
+bool timeInRange(std::int64_t ns) { return ns >= -kMaxTraceTimeNs && ns <= kMaxTraceTimeNs; }
+
 }  // namespace
 
 Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matcher) {
-  auto d = openDb(path);
-  if (!d) return d.error();
-  sqlite3* db = (*d)->db;
-  const auto tables = tablesOf(db);
+  auto opened = ForeignDb::open(path);
+  if (!opened) return opened.error();
+  ForeignDb& d = **opened;
+  auto tablesOr = tablesOf(d);
+  if (!tablesOr) return tablesOr.error();
+  const auto& tables = *tablesOr;
   bool any = tables.count("NVTX_EVENTS") > 0;
   for (const char* t : kGpuTables) any = any || tables.count(t);
   if (!any) {
@@ -145,47 +245,64 @@ Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matc
   }
   ScanResult r;
   r.format = TraceFormat::NsysSqlite;
-  r.baseNs = sessionStartNs(db, tables).value_or(0);
+  auto base = sessionStartNs(d, tables);
+  if (!base) return base.error();
+  r.baseNs = *base;
   std::optional<std::int64_t> first;
-  const auto consider = [&](const std::string& sql) {
-    Statement st(db, sql, nullptr);
-    if (st && st.step() == SQLITE_ROW && sqlite3_column_type(st.get(), 0) == SQLITE_INTEGER) {
+  const auto consider = [&](const char* table) -> Status {
+    auto cols = columnsOf(d, table);
+    if (!cols) return cols.error();
+    if (!cols->count("start")) return {};
+    Statement st(d.get(),
+                 std::string("SELECT MIN(start), COUNT(*) FROM ") + table + " WHERE start BETWEEN " +
+                     std::to_string(-kMaxTraceTimeNs) + " AND " + std::to_string(kMaxTraceTimeNs),
+                 nullptr);
+    if (!st) return Error{path + ": " + table + ": " + d.error()};
+    const int rc = d.step(st.get());
+    if (rc != SQLITE_ROW) return Error{path + ": " + table + ": " + d.error()};
+    if (sqlite3_column_type(st.get(), 0) == SQLITE_INTEGER) {
       const std::int64_t v = sqlite3_column_int64(st.get(), 0);
       if (!first || v < *first) first = v;
       r.events += sqlite3_column_int64(st.get(), 1);
     }
+    return {};
   };
   for (const char* t : kGpuTables) {
-    if (tables.count(t) && columnsOf(db, t).count("start")) {
-      consider(std::string("SELECT MIN(start), COUNT(*) FROM ") + t + " WHERE start IS NOT NULL");
-    }
+    if (!tables.count(t)) continue;
+    if (auto st = consider(t); !st) return st.error();
   }
-  if (const NvtxQuery q = nvtxQuery(db, tables); q.ok) {
-    Statement st(db, q.sql, nullptr);
-    if (!st) return Error{path + ": NVTX_EVENTS: " + lastError(db)};
+  auto nvtx = nvtxQuery(d, tables);
+  if (!nvtx) return nvtx.error();
+  if (nvtx->ok) {
+    Statement st(d.get(), nvtx->sql, nullptr);
+    if (!st) return Error{path + ": NVTX_EVENTS: " + d.error()};
     int rc = 0;
-    while ((rc = st.step()) == SQLITE_ROW) {
+    while ((rc = d.step(st.get())) == SQLITE_ROW) {
       ++r.events;
       if (sqlite3_column_type(st.get(), 1) == SQLITE_INTEGER) {
         const std::int64_t v = sqlite3_column_int64(st.get(), 1);
-        if (!first || v < *first) first = v;
+        if (timeInRange(v) && (!first || v < *first)) first = v;
       }
-      const unsigned char* text = sqlite3_column_text(st.get(), 3);
-      if (!text) continue;
-      if (auto op = matcher.match(reinterpret_cast<const char*>(text))) {
+      if (sqlite3_column_type(st.get(), 3) == SQLITE_NULL) continue;
+      if (auto op = matcher.match(columnText(st.get(), 3))) {
         r.stages.insert(op->stage);
         r.kindTexts.insert(op->kindText);
       }
     }
-    if (rc != SQLITE_DONE) return Error{path + ": NVTX_EVENTS: " + lastError(db)};
+    if (rc != SQLITE_DONE) return Error{path + ": NVTX_EVENTS: " + d.error()};
   }
-  if (tables.count("TARGET_INFO_GPU") && columnsOf(db, "TARGET_INFO_GPU").count("name")) {
-    Statement st(db, "SELECT name FROM TARGET_INFO_GPU LIMIT 1", nullptr);
-    if (st && st.step() == SQLITE_ROW && sqlite3_column_text(st.get(), 0)) {
-      r.gpuName = reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0));
+  if (tables.count("TARGET_INFO_GPU")) {
+    auto cols = columnsOf(d, "TARGET_INFO_GPU");
+    if (!cols) return cols.error();
+    if (cols->count("name")) {
+      Statement st(d.get(), "SELECT name FROM TARGET_INFO_GPU LIMIT 1", nullptr);
+      if (!st) return Error{path + ": TARGET_INFO_GPU: " + d.error()};
+      const int rc = d.step(st.get());
+      if (rc == SQLITE_ROW) r.gpuName = st.text(0);
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error{path + ": TARGET_INFO_GPU: " + d.error()};
     }
   }
-  if (first) r.firstAbsNs = *first + r.baseNs;
+  if (first) r.firstAbsNs = *first + r.baseNs;  // |first| ≤ 2^61, base ≤ 2^62: no overflow
   return r;
 }
 
@@ -198,7 +315,7 @@ class SpanTree {
   struct Span {
     std::int64_t start = std::numeric_limits<std::int64_t>::max();
     std::int64_t end = std::numeric_limits<std::int64_t>::min();
-    int device = -1;
+    std::int64_t device = -1;
   };
   explicit SpanTree(std::vector<Span> leaves)
       : m_n(leaves.size()), m_tree(2 * std::max<std::size_t>(1, leaves.size())) {
@@ -238,19 +355,41 @@ struct Noter {
 }  // namespace
 
 Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
-  auto d = openDb(ctx.path);
-  if (!d) return d.error();
-  sqlite3* db = (*d)->db;
-  const auto tables = tablesOf(db);
+  auto opened = ForeignDb::open(ctx.path);
+  if (!opened) return opened.error();
+  ForeignDb& d = **opened;
+  auto tablesOr = tablesOf(d);
+  if (!tablesOr) return tablesOr.error();
+  const auto& tables = *tablesOr;
   const bool stringIds = tables.count("StringIds") > 0;
   IngestCounts counts;
   Noter note{counts, ctx.path};
-  const std::int64_t toRun = ctx.baseNs - state.originNs;  // file time → run time
+  // File time → run time. Both clocks are bounded (kMaxTraceClockBaseNs, kMaxTraceTimeNs), and
+  // every sum with a row's time is checked all the same.
+  const std::int64_t toRun = checkedSub(ctx.baseNs, state.originNs).value_or(0);
+  // Stores one row, or skips it (with `where` and the reason) when its time or ids are out of
+  // range. Only a database failure is an error.
+  const auto store = [&](EventRow& row, std::int64_t start, const std::string& where) -> Status {
+    const auto runStart = checkedAdd(start, toRun);
+    std::optional<std::string> problem;
+    if (runStart) {
+      row.startNs = *runStart;
+      problem = eventRowProblem(row);
+    } else {
+      problem = "start " + std::to_string(start) + " ns does not fit 64 bits on the run's clock";
+    }
+    if (problem) {
+      note.skip(where + ": " + *problem);
+      return {};
+    }
+    if (auto st = im.insert(run, state, row); !st) return st;
+    ++counts.stored;
+    return {};
+  };
 
   // Kernel spans by (process, correlation id), for projecting NVTX ops onto the GPU.
   struct Launch {
-    std::int64_t pid, correlation, start, end;
-    int device;
+    std::int64_t pid, correlation, start, end, device;
   };
   std::vector<Launch> launches;
   const bool project = tables.count("CUPTI_ACTIVITY_KIND_RUNTIME") > 0 && tables.count("NVTX_EVENTS") > 0;
@@ -258,7 +397,9 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
   // --- GPU activity ---
   for (const char* table : kGpuTables) {
     if (!tables.count(table)) continue;
-    const auto cols = columnsOf(db, table);
+    const auto colsOr = columnsOf(d, table);
+    if (!colsOr) return colsOr.error();
+    const auto& cols = *colsOr;
     if (!cols.count("start") || !cols.count("end")) {
       note.skip(std::string(table) + ": no start/end columns (table skipped)");
       continue;
@@ -272,15 +413,24 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         category == EventCategory::Kernel
             ? textExpr(cols, {"demangledName", "shortName", "name", "mangledName"}, stringIds, join)
             : "NULL";
-    const std::string sql = "SELECT t.rowid, t.start, t.\"end\", " + col(cols, "deviceId", "0") + ", " +
-                            col(cols, "streamId", "0") + ", " + col(cols, "correlationId", "0") + ", " +
-                            col(cols, "bytes", "0") + ", " + name + ", " + col(cols, "globalPid", "0") + " FROM " +
-                            table + " t" + join;
-    Statement st(db, sql, nullptr);
-    if (!st) return Error{ctx.path + ": " + table + ": " + lastError(db)};
+    std::string sql = "SELECT t.rowid, t.start, t.\"end\"";
+    for (const char* column : {"deviceId", "streamId", "correlationId", "bytes"}) {
+      sql += ", ";
+      sql += col(cols, column, "0");
+    }
+    sql += ", ";
+    sql += name;
+    sql += ", ";
+    sql += col(cols, "globalPid", "0");
+    sql += " FROM ";
+    sql += table;
+    sql += " t";
+    sql += join;
+    Statement st(d.get(), sql, nullptr);
+    if (!st) return Error{ctx.path + ": " + table + ": " + d.error()};
     int rc = 0;
     std::string text;
-    while ((rc = st.step()) == SQLITE_ROW) {
+    while ((rc = d.step(st.get())) == SQLITE_ROW) {
       sqlite3_stmt* s = st.get();
       const std::int64_t rowid = sqlite3_column_int64(s, 0);
       if (sqlite3_column_type(s, 1) != SQLITE_INTEGER || sqlite3_column_type(s, 2) != SQLITE_INTEGER) {
@@ -294,8 +444,8 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
                   " before start " + std::to_string(start) + " or out of range");
         continue;
       }
-      if (const unsigned char* n = sqlite3_column_text(s, 7)) {
-        text.assign(reinterpret_cast<const char*>(n));
+      if (sqlite3_column_type(s, 7) != SQLITE_NULL) {
+        text.assign(columnText(s, 7));
       } else {
         text = category == EventCategory::Memcpy ? "Memcpy" : category == EventCategory::Memset ? "Memset" : "kernel";
       }
@@ -305,19 +455,19 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
           (text.find("nccl") != std::string::npos || text.find("NCCL") != std::string::npos)) {
         row.category = EventCategory::Nccl;
       }
-      const int device = static_cast<int>(sqlite3_column_int64(s, 3));
-      row.device = ctx.device.value_or(device);
+      row.device = ctx.device ? *ctx.device : sqlite3_column_int64(s, 3);
       row.stream = sqlite3_column_int64(s, 4);
       row.correlationId = sqlite3_column_int64(s, 5);
       row.bytes = sqlite3_column_int64(s, 6);
       row.name = text;
-      row.startNs = start + toRun;
       row.durationNs = end - start;
-      if (auto stt = im.insert(run, state, row); !stt) return stt.error();
-      ++counts.stored;
-      if (project) launches.push_back({sqlite3_column_int64(s, 8), row.correlationId, start, end, row.device});
+      const std::int64_t storedBefore = counts.stored;
+      if (auto stt = store(row, start, std::string(table) + " row " + std::to_string(rowid)); !stt) return stt.error();
+      if (project && counts.stored > storedBefore) {
+        launches.push_back({sqlite3_column_int64(s, 8), row.correlationId, start, end, row.device});
+      }
     }
-    if (rc != SQLITE_DONE) return Error{ctx.path + ": " + table + ": " + lastError(db)};
+    if (rc != SQLITE_DONE) return Error{ctx.path + ": " + table + ": " + d.error()};
   }
 
   // --- CUDA API calls: per thread, in time order, each with its GPU span ---
@@ -328,17 +478,21 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
   std::vector<Call> calls;
   std::optional<SpanTree> tree;
   if (project) {
-    const auto cols = columnsOf(db, "CUPTI_ACTIVITY_KIND_RUNTIME");
+    const auto colsOr = columnsOf(d, "CUPTI_ACTIVITY_KIND_RUNTIME");
+    if (!colsOr) return colsOr.error();
+    const auto& cols = *colsOr;
     if (cols.count("globalTid") && cols.count("start") && cols.count("correlationId")) {
       const bool launchesHavePid =
           std::any_of(launches.begin(), launches.end(), [](const Launch& l) { return l.pid != 0; });
       std::sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
         return std::tie(a.pid, a.correlation) < std::tie(b.pid, b.correlation);
       });
-      Statement st(db,
+      Statement st(d.get(),
                    "SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE start IS NOT NULL",
                    nullptr);
-      while (st && st.step() == SQLITE_ROW) {
+      if (!st) return Error{ctx.path + ": CUPTI_ACTIVITY_KIND_RUNTIME: " + d.error()};
+      int rc;
+      while ((rc = d.step(st.get())) == SQLITE_ROW) {
         const std::int64_t tid = sqlite3_column_int64(st.get(), 0);
         // nsys serialises a thread as (process << 24 | thread): its process is the upper bits.
         // Exports without globalPid on GPU rows match the correlation id alone.
@@ -352,6 +506,7 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         calls.push_back({tid, sqlite3_column_int64(st.get(), 1),
                          found ? static_cast<std::size_t>(it - launches.begin()) : std::string::npos});
       }
+      if (rc != SQLITE_DONE) return Error{ctx.path + ": CUPTI_ACTIVITY_KIND_RUNTIME: " + d.error()};
       std::sort(calls.begin(), calls.end(),
                 [](const Call& a, const Call& b) { return std::tie(a.tid, a.start) < std::tie(b.tid, b.start); });
       std::vector<SpanTree::Span> leaves(calls.size());
@@ -366,12 +521,14 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
   }
 
   // --- NVTX ranges ---
-  if (const NvtxQuery q = nvtxQuery(db, tables); q.ok) {
-    Statement st(db, q.sql, nullptr);
-    if (!st) return Error{ctx.path + ": NVTX_EVENTS: " + lastError(db)};
+  auto nvtx = nvtxQuery(d, tables);
+  if (!nvtx) return nvtx.error();
+  if (nvtx->ok) {
+    Statement st(d.get(), nvtx->sql, nullptr);
+    if (!st) return Error{ctx.path + ": NVTX_EVENTS: " + d.error()};
     int rc = 0;
     std::string text;
-    while ((rc = st.step()) == SQLITE_ROW) {
+    while ((rc = d.step(st.get())) == SQLITE_ROW) {
       sqlite3_stmt* s = st.get();
       const std::int64_t rowid = sqlite3_column_int64(s, 0);
       if (sqlite3_column_type(s, 1) != SQLITE_INTEGER || sqlite3_column_type(s, 2) != SQLITE_INTEGER) {
@@ -384,13 +541,12 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         note.skip("NVTX_EVENTS row " + std::to_string(rowid) + ": end before start or out of range");
         continue;
       }
-      const unsigned char* t = sqlite3_column_text(s, 3);
-      text.assign(t ? reinterpret_cast<const char*>(t) : "");
+      text.assign(columnText(s, 3));
       const std::int64_t tid = sqlite3_column_int64(s, 4);
       EventRow row;
       row.stream = tid;
       const auto op = ctx.matcher ? ctx.matcher->match(text) : std::nullopt;
-      int projectedDevice = -1;
+      std::int64_t projectedDevice = -1;
       if (op && tree) {
         const auto lo = std::lower_bound(calls.begin(), calls.end(), std::pair{tid, start},
                                          [](const Call& c, const std::pair<std::int64_t, std::int64_t>& k) {
@@ -408,7 +564,6 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
           projectedDevice = span.device;
         }
       }
-      row.startNs = start + toRun;
       row.durationNs = end - start;
       std::string kindName;
       if (op) {
@@ -430,8 +585,9 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         row.device = -1;
         row.name = text;
       }
-      if (auto stt = im.insert(run, state, row); !stt) return stt.error();
-      ++counts.stored;
+      const std::int64_t storedBefore = counts.stored;
+      if (auto stt = store(row, start, "NVTX_EVENTS row " + std::to_string(rowid)); !stt) return stt.error();
+      if (counts.stored == storedBefore) continue;
       if (!op && ctx.recordSteps && text.rfind("ProfilerStep#", 0) == 0) {
         const std::string digits = text.substr(13);
         char* stop = nullptr;
@@ -447,7 +603,7 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
         }
       }
     }
-    if (rc != SQLITE_DONE) return Error{ctx.path + ": NVTX_EVENTS: " + lastError(db)};
+    if (rc != SQLITE_DONE) return Error{ctx.path + ": NVTX_EVENTS: " + d.error()};
   }
   return counts;
 }

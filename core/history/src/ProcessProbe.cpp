@@ -1,10 +1,10 @@
 #include "ProcessProbe.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -15,19 +15,21 @@ namespace pipestudio::history {
 
 namespace {
 
+std::string readProcFile(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // Field 3 of /proc/PID/stat: 'Z' for a zombie (killed but not yet reaped: it writes no more).
 char processState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = readProcFile("/proc/" + std::to_string(pid) + "/stat");
   const auto close = text.rfind(')');
   return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
 }
 
-}  // namespace
-
-std::string processStartToken(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// Field 22 of /proc/PID/stat: the start time in clock ticks since boot.
+std::string startTicks(pid_t pid) {
+  const std::string text = readProcFile("/proc/" + std::to_string(pid) + "/stat");
   const auto close = text.rfind(')');
   if (close == std::string::npos) return {};
   std::istringstream rest(text.substr(close + 2));
@@ -38,16 +40,42 @@ std::string processStartToken(pid_t pid) {
   return field;
 }
 
+const std::string& bootId() {
+  static const std::string id = [] {
+    std::string text = readProcFile("/proc/sys/kernel/random/boot_id");
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    return text;
+  }();
+  return id;
+}
+
+}  // namespace
+
+std::string processStartToken(pid_t pid) {
+  const std::string ticks = startTicks(pid);
+  if (ticks.empty()) return {};
+  return bootId().empty() ? ticks : bootId() + "/" + ticks;
+}
+
 bool writerAlive(const std::string& host, std::int64_t pid, const std::string& token) {
   if (host != hostName()) return true;  // another machine's process: cannot tell, leave it
   if (pid <= 0 || pid > INT_MAX) return false;
+  const auto slash = token.find('/');
+  // A token from another boot: that process ended with the boot, whatever runs under its pid.
+  if (slash != std::string::npos && !bootId().empty() && token.substr(0, slash) != bootId()) return false;
   if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
   if (processState(static_cast<pid_t>(pid)) == 'Z') return false;
   if (!token.empty()) {
-    const std::string now = processStartToken(static_cast<pid_t>(pid));
-    if (!now.empty() && now != token) return false;  // pid reused by another process
+    const std::string ticks = startTicks(static_cast<pid_t>(pid));
+    const std::string recorded = slash == std::string::npos ? token : token.substr(slash + 1);
+    if (!ticks.empty() && ticks != recorded) return false;  // pid reused by another process
   }
   return true;
+}
+
+std::string interruptedRunMessage(const std::string& host, std::int64_t pid) {
+  return "ingest interrupted: writer process " + std::to_string(pid) + " on " + host +
+         " ended before finishing the run";
 }
 
 }  // namespace pipestudio::history

@@ -61,7 +61,10 @@ Expected<Plan> HistoryStore::loadPlan(PlanId id) {
   Statement st(m_impl->db, "SELECT document FROM plans WHERE id = ?1", nullptr);
   if (!st) return Error{detail::lastError(m_impl->db)};
   st.bind(1, id);
-  if (st.step() != SQLITE_ROW) return Error{withPath(m_impl->path, "no plan with id " + std::to_string(id))};
+  if (const int rc = st.step(); rc != SQLITE_ROW) {
+    if (rc != SQLITE_DONE) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
+    return Error{withPath(m_impl->path, "no plan with id " + std::to_string(id))};
+  }
   const std::string where = m_impl->path + ":plan " + std::to_string(id);
   auto doc = parseJson(st.text(0), where);
   if (!doc) return doc.error();
@@ -105,6 +108,11 @@ Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
   int maxMicrobatch = -1;
   for (const auto& e : *events) {
     if (iteration >= 0 && e.iteration != iteration) continue;
+    if (e.device >= kMaxPlanDevices) {
+      return Error{withPath(m_impl->path, "run " + std::to_string(id) + ": an op range names device " +
+                                              std::to_string(e.device) + ", more than a plan can have (" +
+                                              std::to_string(kMaxPlanDevices) + ")")};
+    }
     originNs = std::min(originNs, e.startNs);
     maxDevice = std::max(maxDevice, e.device);
     maxStage = std::max(maxStage, e.virtualStage);
@@ -126,19 +134,21 @@ Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
   plan.config.devices = std::max(plan.config.devices, maxDevice + 1);
   if (!summary->planId) {
     plan.config.microbatches = std::max(1, maxMicrobatch + 1);
-    // Without a linked plan, one virtual stage per measured stage index, placed where it ran.
-    plan.virtualStages.clear();
-    for (int s = 0; s <= maxStage; ++s) {
-      VirtualStage vs;
-      vs.id = s;
-      vs.device = 0;
-      for (const Op& op : plan.ops) {
-        if (op.virtualStage == s) {
-          vs.device = op.device;
-          break;
-        }
+    // Without a linked plan, one virtual stage per measured stage index, placed where it first
+    // ran. Sized from the run's ids only after estimating what they cost: imports bound them,
+    // but a database of an older build (or edited by hand) may hold anything.
+    if (auto st = checkStageTables(maxStage + 1, plan.config.microbatches); !st) {
+      return Error{withPath(m_impl->path, "run " + std::to_string(id) + ": its op ranges name " + st.message())};
+    }
+    plan.virtualStages.assign(static_cast<std::size_t>(maxStage) + 1, VirtualStage{});
+    std::vector<bool> placed(plan.virtualStages.size(), false);
+    for (int s = 0; s <= maxStage; ++s) plan.virtualStages[static_cast<std::size_t>(s)].id = s;
+    for (const Op& op : plan.ops) {
+      const auto s = static_cast<std::size_t>(op.virtualStage);
+      if (s < placed.size() && !placed[s]) {
+        plan.virtualStages[s].device = op.device;
+        placed[s] = true;
       }
-      plan.virtualStages.push_back(vs);
     }
   }
   plan.metrics = computeMetrics(plan);

@@ -34,6 +34,18 @@ RunSummary readSummaryRow(const Statement& st) {
   s.iterations = st.i32(15);
   s.devices = st.i32(16);
   if (!st.isNull(17) && !st.isNull(18)) s.durationMs = (st.f64(18) - st.f64(17)) / 1e6;
+  // A run still `running` whose writer is gone (killed, crashed, the machine rebooted) is shown
+  // as what it is, interrupted, even where no read-write open has recovered it yet (read-only
+  // listings, a read-only file).
+  if (s.status == RunStatus::Running) {
+    const std::string host = st.text(19);
+    const std::int64_t pid = st.i64(20);
+    const bool ours = pid == getpid() && host == hostName();
+    if (!ours && !writerAlive(host, pid, st.text(21))) {
+      s.status = RunStatus::Incomplete;
+      if (s.error.empty()) s.error = interruptedRunMessage(host, pid);
+    }
+  }
   return s;
 }
 
@@ -42,7 +54,8 @@ SELECT r.id, r.name, r.status, r.created_ms, r.events, r.plan_id, r.source, r.so
        r.backend, r.gpu, r.executor_version, r.notes, r.error, r.iterations,
        (SELECT COUNT(*) FROM run_metrics m WHERE m.run_id = r.id AND m.device >= 0 AND m.key = 'events'),
        (SELECT value FROM run_metrics m WHERE m.run_id = r.id AND m.device = -1 AND m.key = 'first_ns'),
-       (SELECT value FROM run_metrics m WHERE m.run_id = r.id AND m.device = -1 AND m.key = 'last_ns')
+       (SELECT value FROM run_metrics m WHERE m.run_id = r.id AND m.device = -1 AND m.key = 'last_ns'),
+       IFNULL(r.writer_host, ''), IFNULL(r.writer_pid, 0), IFNULL(r.writer_start, '')
 FROM runs r)sql";
 
 }  // namespace
@@ -63,8 +76,10 @@ Expected<RunSummary> HistoryStore::runSummary(RunId id) {
   Statement st(m_impl->db, std::string(kSummarySelect) + " WHERE r.id = ?1", nullptr);
   if (!st) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
   st.bind(1, id);
-  if (st.step() != SQLITE_ROW) return Error{withPath(m_impl->path, "no run with id " + std::to_string(id))};
-  return readSummaryRow(st);
+  const int rc = st.step();
+  if (rc == SQLITE_ROW) return readSummaryRow(st);
+  if (rc != SQLITE_DONE) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
+  return Error{withPath(m_impl->path, "no run with id " + std::to_string(id))};
 }
 
 namespace {
@@ -149,7 +164,10 @@ Expected<std::vector<double>> HistoryStore::stepTimesMs(RunId id) {
   if (!st) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
   st.bind(1, id);
   std::vector<double> out;
-  while (st.step() == SQLITE_ROW) out.push_back(st.f64(0));
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back(st.f64(0));
+  // A damaged steps table must fail the comparison, never leave it to fall back on other times.
+  if (rc != SQLITE_DONE) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
   return out;
 }
 

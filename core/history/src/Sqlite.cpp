@@ -13,10 +13,24 @@ Statement::Statement(sqlite3* db, std::string_view sql, std::string* error) {
   }
 }
 
+std::string damagedMessage(std::string_view what) {
+  return "the history database is damaged (" + std::string(what) +
+         "): what it holds cannot be trusted; restore a backup, or copy out what is readable with "
+         "sqlite3's .recover command";
+}
+
+bool isDamage(int rc) {
+  const int primary = rc & 0xff;
+  return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB;
+}
+
 std::string lastError(sqlite3* db) {
-  // The two failures a user can act on are named plainly: every write path reports through here.
-  const std::string message = sqlite3_errmsg(db);
-  switch (sqlite3_errcode(db) & 0xff) {
+  // The failures a user can act on are named plainly: every read and write path reports
+  // through here. A damaged file is said to be damaged, never passed off as missing rows.
+  std::string message = sqlite3_errmsg(db);
+  const int code = sqlite3_errcode(db);
+  if (isDamage(code)) return damagedMessage(message);
+  switch (code & 0xff) {
     case SQLITE_READONLY:
       return "the history database is read-only (" + message + ")";
     case SQLITE_FULL:

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Text.hpp"
 
 namespace pipestudio::history::detail {
 
@@ -67,11 +68,20 @@ class Statement {
   void bind(int i, std::int64_t v) { sqlite3_bind_int64(m_stmt, i, v); }
   void bind(int i, int v) { sqlite3_bind_int(m_stmt, i, v); }
   void bind(int i, double v) { sqlite3_bind_double(m_stmt, i, v); }
-  // A default-constructed string_view has a null data(), which SQLite would store as NULL.
+  // Text enters the history as UTF-8 whatever its source (a trace's kernel names, a run name
+  // typed in a terminal): invalid sequences are repaired here, once, so no listing or JSON
+  // document built from the database can meet them. A default-constructed string_view has a
+  // null data(), which SQLite would store as NULL.
   void bind(int i, std::string_view v) {
+    if (!isValidUtf8(v)) {
+      const std::string repaired = repairUtf8(v);
+      sqlite3_bind_text(m_stmt, i, repaired.data(), static_cast<int>(repaired.size()), SQLITE_TRANSIENT);
+      return;
+    }
     sqlite3_bind_text(m_stmt, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_TRANSIENT);
   }
-  void bindStatic(int i, std::string_view v) {  // caller keeps v alive until the step
+  /// The caller keeps `v` alive until the step, and `v` is valid UTF-8 (our own text).
+  void bindStatic(int i, std::string_view v) {
     sqlite3_bind_text(m_stmt, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_STATIC);
   }
   void bindNull(int i) { sqlite3_bind_null(m_stmt, i); }
@@ -84,11 +94,14 @@ class Statement {
   int i32(int col) const { return sqlite3_column_int(m_stmt, col); }
   double f64(int col) const { return sqlite3_column_double(m_stmt, col); }
   bool isNull(int col) const { return sqlite3_column_type(m_stmt, col) == SQLITE_NULL; }
+  /// The column's text, repaired to UTF-8 (a database written before text was checked on
+  /// entry, or edited by hand, may hold anything).
   std::string text(int col) const {
     const auto* p = sqlite3_column_text(m_stmt, col);
-    return p ? std::string(reinterpret_cast<const char*>(p),
-                           static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, col)))
-             : std::string();
+    if (p == nullptr) return {};
+    const std::string_view raw(reinterpret_cast<const char*>(p),
+                               static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, col)));
+    return isValidUtf8(raw) ? std::string(raw) : repairUtf8(raw);
   }
 
  private:
@@ -127,6 +140,12 @@ class Transaction {
 };
 /// The first column of the first row of a query as an integer (or the error).
 Expected<std::int64_t> queryInt(sqlite3* db, std::string_view sql);
+/// SQLite's message for the connection's last error; a damaged file (SQLITE_CORRUPT,
+/// SQLITE_NOTADB), a read-only one and a full disk are named as such.
 std::string lastError(sqlite3* db);
+/// Whether an SQLite result code says the file is damaged.
+bool isDamage(int rc);
+/// "the history database is damaged (WHAT): …" with what to do about it.
+std::string damagedMessage(std::string_view what);
 
 }  // namespace pipestudio::history::detail

@@ -2,6 +2,8 @@
 
 #include "Impl.hpp"
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
+#include "pipestudio/history/TraceImport.hpp"
 
 namespace pipestudio::history {
 
@@ -51,6 +53,10 @@ Status StreamIngest::feed(std::string_view bytes) {
 
 Status StreamIngest::flush() { return m_store->m_impl->commit(); }
 
+bool StreamIngest::endedCleanly() const {
+  return !m_decoder.error() && m_decoder.pendingBytes() == 0 && m_summary.has_value();
+}
+
 RunStatus StreamIngest::suggestedStatus() const {
   if (m_decoder.error() || m_decoder.pendingBytes() > 0 || !m_summary) {
     return m_errors.empty() ? RunStatus::Incomplete : RunStatus::Failed;
@@ -68,6 +74,45 @@ std::string StreamIngest::problem() const {
   if (!m_header) return "trace stream: no header received";
   if (!m_summary) return "trace stream: ended without a summary (the executor stopped early)";
   if (!m_summary->ok) return "executor reported failure";
+  if (m_firstSkip) return std::to_string(m_skipped) + " event(s) skipped, first: " + *m_firstSkip;
+  return {};
+}
+
+void StreamIngest::skip(const std::string& what) {
+  ++m_skipped;
+  if (!m_firstSkip) m_firstSkip = "trace stream: byte " + std::to_string(m_decoder.consumedBytes()) + ": " + what;
+}
+
+std::int64_t StreamIngest::rankBaseNs() const {
+  if (!m_header) return 0;
+  return m_header->wallClockNs != 0 ? m_header->wallClockNs : m_header->clockOriginNs;
+}
+
+std::optional<std::int64_t> StreamIngest::toRunClock(const RunState& state, std::int64_t ns) const {
+  // Each rank timestamps relative to its own origin; its wall clock at that origin places it
+  // on the run's (to NTP accuracy). Every step is checked: a hostile header or frame can put
+  // any 64-bit value in each of these.
+  const auto shift = checkedSub(rankBaseNs(), state.originNs);
+  return shift ? checkedAdd(ns, *shift) : std::nullopt;
+}
+
+Status StreamIngest::storeEvent(RunState& state, EventRow& row, std::int64_t startNs, std::int64_t endNs) {
+  const auto start = toRunClock(state, startNs);
+  const auto duration = checkedSub(endNs, startNs);
+  if (!start || !duration) {
+    skip(std::string(eventCategoryName(row.category)) + " \"" + excerpt(row.name) + "\": times " +
+         std::to_string(startNs) + ".." + std::to_string(endNs) + " ns do not fit 64 bits on the run's clock");
+    return {};
+  }
+  row.startNs = *start;
+  row.durationNs = *duration;
+  if (auto problem = eventRowProblem(row)) {
+    skip(std::string(eventCategoryName(row.category)) + " \"" + excerpt(row.name) + "\": " + *problem);
+    return {};
+  }
+  auto& im = *m_store->m_impl;
+  if (auto st = im.insert(m_run, state, row); !st) return st;
+  ++m_events;
   return {};
 }
 
@@ -76,18 +121,12 @@ Status StreamIngest::store(trace::Frame& frame) {
   auto stateOr = im.runState(m_run);
   if (!stateOr) return stateOr.error();
   RunState& state = **stateOr;
-  // Each rank timestamps relative to its own origin; shift onto the run's origin via the
-  // wall clock so ranks on different hosts line up (to NTP accuracy).
-  const auto rankBase = [this] {
-    return m_header && m_header->wallClockNs != 0 ? m_header->wallClockNs : (m_header ? m_header->clockOriginNs : 0);
-  };
-  const auto shift = [&] { return rankBase() - state.originNs; };
 
   if (auto* h = std::get_if<trace::Header>(&frame)) {
     m_header = std::move(*h);
     if (!state.originKnown) {
       state.originKnown = true;
-      state.originNs = rankBase();
+      state.originNs = rankBaseNs();
       state.dirty = true;
     }
     if (auto st = im.begin(); !st) return st;
@@ -121,15 +160,11 @@ Status StreamIngest::store(trace::Frame& frame) {
     row.category = EventCategory::Op;
     row.device = o->device;
     row.name = opKindName(o->kind);
-    row.startNs = o->startNs + shift();
-    row.durationNs = o->endNs - o->startNs;
     row.virtualStage = o->virtualStage;
     row.microbatch = o->microbatch;
     row.iteration = o->iteration;
     row.kind = static_cast<int>(o->kind);
-    if (auto st = im.insert(m_run, state, row); !st) return st;
-    ++m_events;
-    return {};
+    return storeEvent(state, row, o->startNs, o->endNs);
   }
   if (auto* a = std::get_if<trace::Activity>(&frame)) {
     EventRow row;
@@ -137,21 +172,24 @@ Status StreamIngest::store(trace::Frame& frame) {
     row.device = a->device;
     row.stream = a->stream;
     row.name = a->name;
-    row.startNs = a->startNs + shift();
-    row.durationNs = a->endNs - a->startNs;
-    row.bytes = static_cast<std::int64_t>(a->bytes);
+    row.bytes = static_cast<std::int64_t>(std::min<std::uint64_t>(a->bytes, INT64_MAX));
     row.correlationId = static_cast<std::int64_t>(a->correlationId);
-    if (auto st = im.insert(m_run, state, row); !st) return st;
-    ++m_events;
-    return {};
+    return storeEvent(state, row, a->startNs, a->endNs);
   }
   if (auto* m = std::get_if<trace::MemorySample>(&frame)) {
+    const auto timeNs = toRunClock(state, m->timeNs);
+    if (!timeNs || *timeNs < -kMaxTraceTimeNs || *timeNs > kMaxTraceTimeNs || m->device < -1 ||
+        m->device >= kMaxPlanDevices) {
+      skip("memory sample of device " + std::to_string(m->device) + " at " + std::to_string(m->timeNs) +
+           " ns is out of range");
+      return {};
+    }
     if (auto st = im.begin(); !st) return st;
     Statement& s = im.insertMemory;
     s.bind(1, m_run);
     s.bind(2, state.nextMemorySeq++);
     s.bind(3, m->device);
-    s.bind(4, m->timeNs + shift());
+    s.bind(4, *timeNs);
     s.bind(5, m->bytesInUse);
     s.bind(6, m->bytesReserved);
     const int rc = s.step();
@@ -227,12 +265,26 @@ Expected<ImportResult> HistoryStore::importStreamFile(const std::string& file, R
       return st.error();
     }
   }
+  if (auto st = ingest.flush(); !st) {
+    (void)finishRun(*run, RunStatus::Incomplete, st.message());
+    return st.error();
+  }
   std::string problem = ingest.problem();
   if (!problem.empty() && problem.rfind("trace stream", 0) == 0) problem = file + ": " + problem;
+  // A file that never got past its header (just the magic, cut in the header, a corrupt
+  // header), or whose broken stream gave no event, holds no run: the import fails and leaves
+  // nothing behind. A live run (StreamIngest) keeps such a run, marked incomplete.
+  if (!ingest.header() || (ingest.eventsStored() == 0 && !ingest.endedCleanly())) {
+    (void)deleteRun(*run);
+    const std::string why = problem.empty() ? file + ": trace stream: no header frame" : problem;
+    return Error{why + (ingest.header() ? " (no event could be read; nothing imported)"
+                                        : " (the stream has no complete header; nothing imported)")};
+  }
   if (auto st = finishRun(*run, ingest.suggestedStatus(), problem); !st) return st.error();
   ImportResult result;
   result.runId = *run;
   result.events = ingest.eventsStored();
+  result.skipped = ingest.skipped();
   if (!problem.empty()) result.firstError = problem;
   return result;
 }

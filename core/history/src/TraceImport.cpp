@@ -16,6 +16,7 @@
 #include "Sqlite.hpp"
 #include "TraceImportImpl.hpp"
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 
 namespace pipestudio::history {
 
@@ -115,17 +116,75 @@ Status checkOpPattern(const std::string& pattern) {
   return {};
 }
 
+namespace {
+
+constexpr const char* kExpectedTrace =
+    "expected a PipeStudio trace stream, a Chrome/Kineto JSON trace (.json or .json.gz) or an Nsight Systems "
+    "SQLite export";
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// What a file that is none of the trace formats is, from its first bytes and its name.
+std::string describeNonTrace(const std::string& file, std::string_view head) {
+  std::string what;
+  // A UTF-8 sequence may be cut at the end of the bytes read: the last 3 are not judged.
+  const std::string_view judged = head.substr(0, head.size() > 3 ? head.size() - 3 : head.size());
+  if (head.empty()) {
+    what = "is empty";
+  } else if (head.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    what = "holds only whitespace";
+  } else if (head.find('\0') == std::string_view::npos && isValidUtf8(judged)) {
+    std::string_view start = head.substr(0, std::min<std::size_t>(head.size(), 40));
+    if (const auto nl = start.find('\n'); nl != std::string_view::npos && nl > 0) start = start.substr(0, nl);
+    what = "is text, not a trace: it begins '" + excerpt(start, 40) + "'";
+  } else {
+    static constexpr std::string_view kHex = "0123456789abcdef";
+    std::string bytes;
+    for (std::size_t i = 0; i < std::min<std::size_t>(head.size(), 8); ++i) {
+      const auto u = static_cast<unsigned char>(head[i]);
+      if (i > 0) bytes += ' ';
+      bytes += kHex[u >> 4];
+      bytes += kHex[u & 15];
+    }
+    what = "is binary data, not a trace (it begins with bytes " + bytes + ")";
+  }
+  std::string hint;
+  if (endsWith(file, ".sqlite") || endsWith(file, ".sqlite3") || endsWith(file, ".db")) {
+    hint = "; its name says SQLite, but it has no SQLite header";
+  } else if (endsWith(file, ".nsys-rep") || endsWith(file, ".qdrep")) {
+    hint = "; an Nsight Systems report is read once exported: nsys export --type sqlite";
+  } else if (endsWith(file, ".gz")) {
+    hint = "; its name says gzip, but it has no gzip header";
+  }
+  return file + ": " + what + " (" + kExpectedTrace + hint + ")";
+}
+
+}  // namespace
+
 Expected<TraceFormat> detectTraceFormat(const std::string& file) {
   if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error{file + ": cannot open"};
-  std::array<char, 16> head{};
-  in.read(head.data(), head.size());
-  const std::string_view read(head.data(), static_cast<std::size_t>(in.gcount()));
-  if (read.starts_with(std::string_view(trace::kStreamMagic.data(), trace::kStreamMagic.size())))
+  std::array<char, 4096> buffer{};
+  in.read(buffer.data(), buffer.size());
+  const std::string_view head(buffer.data(), static_cast<std::size_t>(in.gcount()));
+  if (head.starts_with(std::string_view(trace::kStreamMagic.data(), trace::kStreamMagic.size())))
     return TraceFormat::Stream;
-  if (read == std::string_view("SQLite format 3\0", 16)) return TraceFormat::NsysSqlite;
-  return TraceFormat::ChromeJson;  // plain or gzip JSON; the reader says what else it is
+  if (head.starts_with(std::string_view("SQLite format 3\0", 16))) return TraceFormat::NsysSqlite;
+  if (head.starts_with("\x1f\x8b")) return TraceFormat::ChromeJson;  // gzip: the reader checks what is inside
+  if (auto encoding = wideTextEncoding(head)) {
+    return Error{file + ": is " + *encoding + " (expected UTF-8: " + kExpectedTrace + ")"};
+  }
+  // JSON text: after an optional UTF-8 byte order mark and whitespace, an object or an array.
+  std::size_t i = head.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  while (i < head.size() && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r')) ++i;
+  if (i < head.size() && (head[i] == '{' || head[i] == '[')) return TraceFormat::ChromeJson;
+  if (i == head.size() && i > 0 && static_cast<std::size_t>(in.gcount()) == buffer.size()) {
+    return TraceFormat::ChromeJson;  // 4 KiB of whitespace: let the reader say what follows
+  }
+  return Error{describeNonTrace(file, head)};
 }
 
 namespace {
@@ -312,6 +371,12 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
                       ? detail::ingestNsysFile(store.impl(), *run, **state, ctx)
                       : detail::ingestChromeFile(store.impl(), *run, **state, ctx);
     if (!counts) return fail(counts.error());
+    // A file whose every event was refused is a failed import, not an empty "complete" run.
+    // (A trace with no events at all is a valid, empty one.)
+    if (counts->stored == 0 && counts->skipped > 0) {
+      return fail(Error{files[i] + ": no event could be stored: " + std::to_string(counts->skipped) +
+                        " event(s) skipped, first: " + counts->firstError.value_or("") + "; nothing imported"});
+    }
     result.events += counts->stored;
     result.skipped += counts->skipped;
     if (!result.firstError && counts->firstError) result.firstError = counts->firstError;

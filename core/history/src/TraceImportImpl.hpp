@@ -3,6 +3,7 @@
 // Systems SQLite) and the orchestration in TraceImport.cpp: the op-name matcher, what a first
 // read of a file found out (scan), and what the second read needs to store it (FileContext).
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,6 +94,36 @@ struct IngestCounts {
 
 Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& matcher);
 Expected<IngestCounts> ingestChromeFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx);
+
+/// A foreign SQLite file (an Nsight Systems export) opened so that nothing in it is trusted:
+/// read-only; views, triggers and schema-defined functions off (an export holds tables; a view
+/// could loop forever); every value at most kMaxTraceStringBytes (SQLITE_LIMIT_LENGTH); every
+/// step of a statement stopped by a progress handler once it runs past `budget`.
+class ForeignDb {
+ public:
+  static Expected<std::unique_ptr<ForeignDb>> open(
+      const std::string& path, std::chrono::milliseconds budget = std::chrono::seconds(kForeignStatementBudgetS));
+  ~ForeignDb();
+  ForeignDb(const ForeignDb&) = delete;
+  ForeignDb& operator=(const ForeignDb&) = delete;
+
+  sqlite3* get() const { return m_db; }
+  const std::string& path() const { return m_path; }
+  /// sqlite3_step with the time budget armed.
+  int step(sqlite3_stmt* st);
+  /// Why the last statement failed: the budget, a value past the length limit, a damaged
+  /// file, or SQLite's message.
+  std::string error() const;
+
+ private:
+  ForeignDb() = default;
+  static int onProgress(void* self);
+  sqlite3* m_db = nullptr;
+  std::string m_path;
+  std::chrono::milliseconds m_budget{0};
+  std::chrono::steady_clock::time_point m_deadline;
+  bool m_timedOut = false;
+};
 
 Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matcher);
 Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx);

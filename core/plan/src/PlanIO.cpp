@@ -18,8 +18,8 @@
 namespace pipestudio {
 namespace {
 
-constexpr std::int64_t kMaxDevices = 1'000'000;
-constexpr std::int64_t kMaxMicrobatches = 1'000'000;
+constexpr std::int64_t kMaxDevices = kMaxPlanDevices;
+constexpr std::int64_t kMaxMicrobatches = kMaxPlanMicrobatches;
 constexpr double kMaxTimeMs = 1.0e12;
 
 // Ops are the bulk of a plan (hundreds of thousands): read them without building a JSON
@@ -619,6 +619,15 @@ Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::in
                std::to_string(kMaxPlanOps) + " ops per plan (expected fewer devices, chunks or microbatches)"};
 }
 
+Status checkStageTables(std::int64_t virtualStages, std::int64_t microbatches) {
+  if (static_cast<double>(virtualStages) * static_cast<double>(microbatches) <= static_cast<double>(kMaxPlanOps)) {
+    return {};
+  }
+  return Error{std::to_string(virtualStages) + " virtual stages × " + std::to_string(microbatches) +
+               " microbatches exceed the limit of " + std::to_string(kMaxPlanOps) +
+               " (stage, microbatch) pairs per plan"};
+}
+
 namespace {
 
 std::string opPointer(std::size_t i, const char* field = nullptr) {
@@ -715,10 +724,8 @@ Status validatePlanStructure(const Plan& plan) {
                  std::to_string(kMaxPlanOps) + " per plan"};
   }
   // The simulator and executor keep per (virtual stage, microbatch) tables: bound them too.
-  if (static_cast<double>(plan.virtualStages.size()) * microbatches > static_cast<double>(kMaxPlanOps)) {
-    return Error{"/virtual_stages: " + std::to_string(plan.virtualStages.size()) + " virtual stages × " +
-                 std::to_string(microbatches) + " microbatches exceed the limit of " + std::to_string(kMaxPlanOps) +
-                 " (stage, microbatch) pairs per plan"};
+  if (auto st = checkStageTables(static_cast<std::int64_t>(plan.virtualStages.size()), microbatches); !st) {
+    return st.error().withPrefix("/virtual_stages: ");
   }
   if (auto st = checkStages(plan); !st) return st;
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -20,6 +21,11 @@ Expected<std::string> readRegularFile(const std::string& path, std::size_t maxBy
 /// Whether `path` names an existing regular file (following symlinks), without opening it: for
 /// readers that stream a file themselves (trace imports).
 Status checkRegularFile(const std::string& path);
+
+/// What `head` (the first bytes of a file) is when it is text in an encoding other than UTF-8:
+/// "UTF-16 (little-endian) text", "UTF-32 (big-endian) text", "… without a byte order mark";
+/// nullopt when it may be UTF-8. Readers that stream a file check its first bytes with it.
+std::optional<std::string> wideTextEncoding(std::string_view head);
 
 /// Checks `text` (read from `path`) is UTF-8: a UTF-8 byte order mark is removed, UTF-16 and
 /// UTF-32 text (with or without a BOM) is refused by name.

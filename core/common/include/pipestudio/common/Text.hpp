@@ -21,6 +21,15 @@ std::string escapeControl(std::string_view text);
 /// appended when cut: what a message quotes of a name or a cell.
 std::string excerpt(std::string_view text, std::size_t maxBytes = kExcerptBytes);
 
+/// Whether `text` is UTF-8 as RFC 3629 defines it: no overlong forms, no surrogates, nothing
+/// past U+10FFFF, no sequence cut short.
+bool isValidUtf8(std::string_view text);
+
+/// `text` with each broken UTF-8 sequence (a stray byte and the continuation bytes after it)
+/// replaced by one U+FFFD; valid text is returned unchanged. What the history applies to all text it stores and reads
+/// back, so one stray byte from a trace or a terminal never breaks a JSON listing.
+std::string repairUtf8(std::string_view text);
+
 /// `names` joined by `separator` ("none|greedy" in a CLI help text).
 std::string joinNames(const std::vector<std::string>& names, std::string_view separator);
 /// "a, b or c": a list of choices as an "expected …" message names them.

@@ -105,8 +105,9 @@ struct OpenOptions {
   int targetSchemaVersion = kSchemaVersion;
   /// Mark runs left `running` by a dead writer process `incomplete` (read-write opens only).
   bool recoverInterruptedRuns = true;
-  /// How long to wait for another connection's write lock.
-  int busyTimeoutMs = 10000;
+  /// How long to wait for another connection's lock (creation, migration, a write batch):
+  /// concurrent writers wait for each other rather than fail.
+  int busyTimeoutMs = 30000;
 };
 
 /// Result of importing a trace file.
@@ -121,6 +122,8 @@ struct ImportResult {
 std::string defaultHistoryPath();
 
 class StreamIngest;
+struct RunState;
+struct EventRow;
 
 class HistoryStore {
  public:
@@ -222,14 +225,26 @@ class StreamIngest {
   std::int64_t eventsStored() const { return m_events; }
   const std::optional<trace::Header>& header() const { return m_header; }
   bool summarySeen() const { return m_summary.has_value(); }
+  /// The stream ended as streams end: with its summary, nothing cut short or corrupt.
+  bool endedCleanly() const;
   /// complete: a summary with ok; failed: a summary with !ok or an error frame;
   /// incomplete: no summary (the stream stopped early), a truncated tail, or corruption.
   RunStatus suggestedStatus() const;
-  /// Decoder error, truncation or the executor's first error message ("" when none).
+  /// Decoder error, truncation, the executor's first error message or the first event skipped
+  /// ("" when none).
   std::string problem() const;
+  /// Events not stored because their ids or times are out of range (eventRowProblem), with
+  /// the first of them ("trace stream: byte N: …").
+  std::int64_t skipped() const { return m_skipped; }
+  const std::optional<std::string>& firstSkip() const { return m_firstSkip; }
 
  private:
   Status store(trace::Frame& frame);
+  Status storeEvent(RunState& state, EventRow& row, std::int64_t startNs, std::int64_t endNs);
+  void skip(const std::string& what);
+  std::int64_t rankBaseNs() const;
+  /// A time on this rank's clock on the run's, or nullopt when that does not fit 64 bits.
+  std::optional<std::int64_t> toRunClock(const RunState& state, std::int64_t ns) const;
 
   HistoryStore* m_store;
   RunId m_run;
@@ -239,6 +254,8 @@ class StreamIngest {
   std::optional<trace::Summary> m_summary;
   std::vector<std::string> m_errors;
   std::int64_t m_events = 0;
+  std::int64_t m_skipped = 0;
+  std::optional<std::string> m_firstSkip;
 };
 
 }  // namespace pipestudio::history

@@ -10,6 +10,7 @@
 /// All files are read once before anything is written: a file that cannot be read (truncated
 /// gzip, not a trace, missing tables) is an error naming it, and the history is left as it was.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,8 +22,22 @@
 
 namespace pipestudio::history {
 
+/// Bounds every trace reader applies (README, "Input limits"); past them a file is refused with
+/// the number, or an event skipped and named, before anything is allocated for it.
+/// One JSON string or object key (Chrome/Kineto, plain or inflated from gzip), one text value
+/// of an nsys export: reading stops at the limit.
+inline constexpr std::size_t kMaxTraceStringBytes = std::size_t{1} << 20;
+/// Stored times and durations, ns: ±2^61 (73 years), so no sum or difference of two overflows.
+inline constexpr std::int64_t kMaxTraceTimeNs = std::int64_t{1} << 61;
+/// A file's clock base (Kineto baseTimeNanoseconds, nsys TARGET_INFO_SESSION_START_TIME):
+/// nanoseconds since the Unix epoch, 0..2^62 (the year 2116).
+inline constexpr std::int64_t kMaxTraceClockBaseNs = std::int64_t{1} << 62;
+/// Each statement on a foreign SQLite file (an nsys export) runs for at most this long.
+inline constexpr int kForeignStatementBudgetS = 120;
+
 enum class TraceFormat { Stream, ChromeJson, NsysSqlite };
-/// By content: the stream magic, SQLite's header, else JSON (plain or gzip).
+/// By content: the stream magic, SQLite's header, gzip, or JSON text; anything else (UTF-16
+/// text, a text file named .sqlite, binary data) is refused saying what it is.
 Expected<TraceFormat> detectTraceFormat(const std::string& file);
 
 /// The default op pattern: torch.distributed.pipelining's profiler names, `PP:<stage><type>[<mb>]`.

@@ -21,6 +21,12 @@ inline constexpr const char* kPlanSchema = "pipestudio.plan/1";
 /// Most ops a plan may have (10× the 200k-op plans the design is measured on): the planner
 /// refuses requests that would pass it before allocating, loaders refuse larger documents.
 inline constexpr std::size_t kMaxPlanOps = 2'000'000;
+/// Most devices (pipeline ranks) and microbatches a plan may have; loaders refuse more, and
+/// trace imports refuse events that name more.
+inline constexpr int kMaxPlanDevices = 1'000'000;
+inline constexpr int kMaxPlanMicrobatches = 1'000'000;
+/// Most virtual stages: each runs at least one op, so no plan has more stages than ops.
+inline constexpr int kMaxPlanVirtualStages = static_cast<int>(kMaxPlanOps);
 
 /// F forward, B input-gradient backward, W weight-gradient backward, BW fused backward,
 /// N non-trainable forward (bubble filling), S/T vocabulary passes, OPT optimizer step.

@@ -39,6 +39,11 @@ Status validatePlanStructure(const Plan& plan);
 /// pass kMaxPlanOps, before anything is allocated; the message has the numbers and the limit.
 Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::int64_t microbatches);
 
+/// Refuses a plan shape whose per (virtual stage, microbatch) tables (simulator, executor,
+/// timeline) would pass kMaxPlanOps entries, before they are allocated: what
+/// validatePlanStructure checks of a loaded plan, and runAsPlan of a recorded run.
+Status checkStageTables(std::int64_t virtualStages, std::int64_t microbatches);
+
 /// Turns a validatePlanStructure message ("/ops/17/device: …") into
 /// "file:line:col: /ops/17/device: …" using the document the plan was read from.
 std::string locatePlanProblem(const JsonDocument& doc, const std::string& message);
