@@ -245,3 +245,57 @@ TEST(HostileInput, ByteOrderMarksAndUtf16AreHandledByName) {
   EXPECT_NE(json.err.find("model-utf16.json:1:1: is UTF-16 (little-endian) text (expected UTF-8)"), std::string::npos)
       << json.err;
 }
+
+// --- Issue 27: the planner ---------------------------------------------------------------
+
+namespace {
+
+const std::string kResources = PIPESTUDIO_RESOURCES;
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// `plan --model … --cluster … --schedule … --devices … --microbatches …`.
+std::vector<std::string> planOf(const std::string& model, const std::string& cluster, const std::string& schedule,
+                                int devices, int microbatches) {
+  return {"plan",
+          "--model",
+          model,
+          "--cluster",
+          cluster,
+          "--schedule",
+          schedule,
+          "--devices",
+          std::to_string(devices),
+          "--microbatches",
+          std::to_string(microbatches)};
+}
+
+}  // namespace
+
+TEST(HostileInput, ZbAutoExactWithATimeLimitThatExpiresKeepsTheHeuristicsPlan) {
+  // Eight unequal layers on four devices under a memory limit: the ILP has work to do, and
+  // 0.001 s (raised to CBC's 0.1 s) runs out inside CBC. It used to end in SIGSEGV there.
+  const std::string model = (tempDir() / "zb-exact-model.json").string();
+  std::string layers;
+  for (int i = 0; i < 8; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "l)" + std::to_string(i) +
+              R"(", "kind": "generic", "forward_ms": )" + std::to_string(1.0 + 0.3 * (i % 3)) +
+              R"(, "backward_input_ms": )" + std::to_string(1.5 + 0.2 * (i % 2)) +
+              R"(, "backward_weight_ms": 0.7, "activation_bytes": 1073741824, "parameter_bytes": 1048576})";
+  }
+  spit(model, R"({"schema": "pipestudio.model/1", "name": "m8", "layers": [)" + layers + "]}");
+  const std::string cluster = (tempDir() / "zb-exact-cluster.json").string();
+  spit(cluster, R"({"schema": "pipestudio.cluster/1", "name": "c4", "gpu": {"name": "g", "peak_tflops": 100,
+    "memory_gib": 40, "efficiency": 0.5}, "nodes": [{"host": "h", "gpus": 4}],
+    "links": {"intra_node": {"bandwidth_gbps": 100, "latency_us": 5}}})");
+  for (const char* chunks : {"1", "2"}) {
+    const auto r = cli(planOf(model, cluster, "zb-auto", 4, 8) +
+                       std::vector<std::string>{"--exact", "--exact-time-limit", "0.001", "--chunks", chunks,
+                                                "--memory-limit", "5GiB", "--json"});
+    EXPECT_EQ(r.exitCode, 0) << "--chunks " << chunks << " (139: SIGSEGV): " << r.err;
+    EXPECT_NE(r.out.find("\"exact\""), std::string::npos) << r.out.substr(0, 400);
+  }
+}
