@@ -133,3 +133,21 @@ TEST(Processes, ExecutorFailsWhenItsStreamCannotBeWritten) {
   EXPECT_EQ(r.exitCode, 1) << r.err;
   EXPECT_NE(r.err.find("cannot write the trace stream: No space left on device"), std::string::npos) << r.err;
 }
+
+// --- Issue 27: an executor refuses what it cannot hold -----------------------------------
+
+TEST(Processes, AnExecutorRefusesAnOutputLargerThanItsDevice) {
+  // Layer outputs of 2^50 bytes: refused by name before the first op, not std::bad_alloc.
+  std::string text = slurp(kPlan);
+  const std::string kind = "\"kind\": \"generic\",";
+  for (auto at = text.find(kind); at != std::string::npos; at = text.find(kind, at + 1)) {
+    text.insert(at + kind.size(), " \"output_bytes\": 1125899906842624,");
+  }
+  const std::string plan = (tempDir() / "output-2-50.json").string();
+  spit(plan, text);
+  ASSERT_EQ(cli({"validate", plan}).exitCode, 0) << "the plan itself is valid";
+  const auto r = run({kExec, "--plan", plan}, {.stdinPath = "/dev/null", .stdoutPath = "/dev/null", .deadlineS = 60});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("out of memory: the output of /ops/"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is 1125899906842624 bytes"), std::string::npos) << r.err;
+}
