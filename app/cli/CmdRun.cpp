@@ -239,6 +239,8 @@ int runPlan(const RunArgs& args) {
   req.runId = std::to_string(recorder->id());
   req.peerExitTimeoutS = args.timeoutS + 10;
   req.extraArgs = {"--timeout-s", std::to_string(args.timeoutS)};
+  // A rank that is stopped, or stuck where its watchdog cannot end it, is ended by the launcher.
+  req.silenceTimeoutS = args.timeoutS + 10;
   if (args.maxOpMs > 0) req.extraArgs.insert(req.extraArgs.end(), {"--max-op-ms", std::to_string(args.maxOpMs)});
   // SIGINT/SIGTERM/SIGHUP stop the ranks and leave the run incomplete; so does a history that
   // can store no more (disk full): what was committed stays.
@@ -286,7 +288,9 @@ void addRunCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--max-op-ms", args.maxOpMs, "Scale planned times so the longest op lasts this long")
       ->check(numberIn(0, 1e6));
-  cmd->add_option("--timeout-s", args.timeoutS, "A rank without progress for this long fails the run")
+  cmd->add_option("--timeout-s", args.timeoutS,
+                  "A rank without progress for this long fails the run; its ranks are ended (one that is stopped "
+                  "or hung past its watchdog after 10 s more)")
       ->check(numberIn(0.1, 1e5));
   cmd->add_flag("--json", args.json, "Print {\"id\": …} on stdout");
   cmd->callback([&exitCode] { exitCode = runPlan(args); });

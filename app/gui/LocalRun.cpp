@@ -82,6 +82,7 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   launch.iterations = request.iterations;
   launch.runId = std::to_string(*run);
   launch.peerExitTimeoutS = request.timeoutS + 10;
+  launch.silenceTimeoutS = request.timeoutS + 10;
   launch.extraArgs = {"--timeout-s", std::to_string(request.timeoutS)};
   if (request.maxOpMs > 0)
     launch.extraArgs.insert(launch.extraArgs.end(), {"--max-op-ms", std::to_string(request.maxOpMs)});

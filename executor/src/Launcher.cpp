@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +37,7 @@ struct Child {
   trace::StreamDecoder decoder;
   std::string errLine;
   RankOutcome outcome;
+  std::chrono::steady_clock::time_point heardAt;  ///< spawn, then the last bytes on its stream
 };
 
 std::string hex(const std::string& bytes) {
@@ -81,6 +83,7 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   }
   c.out = outPipe[0];
   c.err = errPipe[0];
+  c.heardAt = std::chrono::steady_clock::now();
   return {};
 }
 
@@ -157,6 +160,21 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
                std::chrono::milliseconds(static_cast<std::int64_t>(request.peerExitTimeoutS * 1000));
     }
   };
+  // Ends every rank that still runs: SIGTERM (with SIGCONT, so a stopped one acts on it), then
+  // SIGKILL once `killAt` passes.
+  auto endRanks = [&] {
+    for (Child& c : children) {
+      if (c.pid > 0 && !c.exited) {
+        ::kill(c.pid, SIGTERM);
+        ::kill(c.pid, SIGCONT);
+      }
+    }
+    othersStarted = true;  // ranks not started yet never will be
+    killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  };
+  const auto silenceLimit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(request.silenceTimeoutS));
+  bool silenced = false;
   std::vector<char> buffer(1 << 16);
   for (;;) {
     std::vector<pollfd> fds;
@@ -174,11 +192,22 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
         // make sure they have.
         outcome.stopped = true;
         firstFailure = *why;
-        for (Child& c : children) {
-          if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGTERM);
-        }
-        othersStarted = true;  // ranks not started yet never will be
-        killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        endRanks();
+      }
+    }
+    // A rank silent past the limit (stopped, or hung where its own watchdog cannot end it)
+    // fails the run: the launcher ends the ranks rather than wait for them forever.
+    if (!silenced && !outcome.stopped && request.silenceTimeoutS > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      for (Child& c : children) {
+        if (c.pid <= 0 || c.exited || now - c.heardAt < silenceLimit) continue;
+        silenced = true;
+        const std::string why = "rank " + std::to_string(c.rank) + " sent nothing for " +
+                                std::to_string(static_cast<long long>(std::ceil(request.silenceTimeoutS))) +
+                                " s (stopped or hung past its watchdog; the ranks were ended)";
+        if (firstFailure.empty()) firstFailure = why;
+        endRanks();
+        break;
       }
     }
     if (killAt && std::chrono::steady_clock::now() >= *killAt) {
@@ -199,6 +228,7 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
         (isOut ? c.out : c.err) = -1;
         continue;
       }
+      if (isOut) c.heardAt = std::chrono::steady_clock::now();
       if (!isOut) {
         for (ssize_t k = 0; k < n; ++k) {
           const char ch = buffer[static_cast<std::size_t>(k)];
