@@ -192,7 +192,7 @@ int runPlan(const PlanOptions& o) {
   }
   if (!o.output.empty()) {
     if (auto st = savePlan(o.output, *plan); !st) {
-      std::cerr << o.output << ": " << st.message() << '\n';
+      std::cerr << "plan: " << st.message() << '\n';  // the message names the file
       return kExitFailure;
     }
   }

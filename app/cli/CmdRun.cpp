@@ -19,6 +19,7 @@
 
 #include "Commands.hpp"
 #include "Flags.hpp"
+#include "Output.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
@@ -262,6 +263,7 @@ int runPlan(const RunArgs& args) {
     return kExitFailure;
   }
   const auto status = recorder->status();
+  noteOutputCarries("the run is recorded as run " + std::to_string(recorder->id()));
   if (args.json) {
     std::cout << "{\"id\": " << recorder->id() << ", \"status\": \"" << history::runStatusName(status) << "\"}\n";
   } else {

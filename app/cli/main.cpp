@@ -3,8 +3,11 @@
 #include <iostream>
 
 #include "Commands.hpp"
+#include "Output.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int runCommand(int argc, char** argv) {
   using namespace pipestudio::cli;
   CLI::App app{"PipeStudio: plan, simulate, run and compare pipeline-parallel training", "pipestudio-cli"};
   app.require_subcommand(1);
@@ -36,4 +39,13 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   return exitCode;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pipestudio::cli::guardStandardDescriptors();
+  pipestudio::cli::CheckedStdout out;
+  const int exitCode = runCommand(argc, argv);
+  return out.finish(exitCode);
 }

@@ -143,3 +143,76 @@ TEST(OutputFile, LargePlansAreWrittenAndExportedInBoundedMemory) {
   fs::remove(plan);
   fs::remove(trace);
 }
+
+// --- Issue 27: write errors are failures with their reason --------------------------------
+
+namespace {
+
+const std::string kModel = kGood + "tiny-model.json";
+const std::string kCluster = kGood + "tiny-cluster.json";
+
+// `pipestudio-cli ARGS` with stdout on /dev/full (full) or closed (`>&-`).
+Result withBrokenStdout(const std::vector<std::string>& args, bool closed) {
+  if (!closed) return cli(args, {.stdinPath = "/dev/null", .stdoutPath = "/dev/full", .deadlineS = 120});
+  std::string line = "exec " + kCli;
+  for (const auto& a : args) line += " '" + a + "'";
+  return run({"/bin/sh", "-c", line + " >&-"}, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 120});
+}
+
+}  // namespace
+
+TEST(OutputFile, EveryCommandFailsWithTheReasonWhenStdoutCannotBeWritten) {
+  const std::string db = (tempDir() / "stdout-errors.sqlite").string();
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(cli({"run", kPlan, "--history", db}).exitCode, 0);
+  const std::vector<std::string> plan{"plan", "--model",   kModel, "--cluster",      kCluster, "--schedule",
+                                      "1f1b", "--devices", "2",    "--microbatches", "2"};
+  auto with = [](std::vector<std::string> args, const std::string& more) {
+    args.push_back(more);
+    return args;
+  };
+  const std::vector<std::vector<std::string>> commands{
+      plan,
+      with(plan, "--json"),
+      {"simulate", kPlan},
+      {"simulate", kPlan, "--json"},
+      {"configure", "--model", kModel, "--cluster", kCluster},
+      {"configure", "--model", kModel, "--cluster", kCluster, "--json"},
+      {"history", "--db", db, "list"},
+      {"history", "--db", db, "list", "--json"},
+      {"history", "--db", db, "compare", "1", "2"},
+      {"history", "--db", db, "compare", "1", "2", "--json"},
+      {"export", kPlan, "--format", "csv"},
+      {"export", kPlan, "--format", "chrome"},
+      {"validate", kPlan},
+      {"schedules"}};
+  for (const bool closed : {false, true}) {
+    for (const auto& args : commands) {
+      const auto r = withBrokenStdout(args, closed);
+      std::string shown = args[0] + (args.back() == "--json" ? " --json" : "") + (closed ? " (closed)" : " (full)");
+      EXPECT_EQ(r.exitCode, 1) << shown << ": " << r.err;
+      EXPECT_NE(r.err.find("pipestudio-cli: cannot write to standard output: "), std::string::npos)
+          << shown << ": " << r.err;
+      EXPECT_NE(r.err.find(closed ? "the descriptor is closed" : "No space left on device"), std::string::npos)
+          << shown << ": " << r.err;
+    }
+  }
+  // `run --json`: the run is recorded; the message says as which run, since its id is lost.
+  const auto r = withBrokenStdout({"run", kPlan, "--history", db, "--json"}, false);
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device; the run is recorded as run 3"), std::string::npos) << r.err;
+}
+
+TEST(OutputFile, AFullDiskIsNamedOnceWithItsReason) {
+  if (!haveMountNamespace()) GTEST_SKIP() << "unshare -rm (a private tmpfs) is not available here";
+  // A 64 KiB tmpfs and a plan of a few hundred KB: the write fails part-way.
+  const std::string script = "mount -t tmpfs -o size=64k tmpfs /mnt || exit 90; cd /mnt && " + kCli + " plan --model " +
+                             kModel + " --cluster " + kCluster +
+                             " --schedule 1f1b --devices 2 --microbatches 2000 -o plan.json; echo \"exit=$?\"; ls /mnt";
+  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  ASSERT_NE(r.exitCode, 90) << r.err;
+  EXPECT_NE(r.out.find("exit=1"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("plan.json: write error: No space left on device"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("plan.json: plan.json:"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("plan.json.tmp"), std::string::npos) << "temporary file left behind: " << r.out;
+}
