@@ -139,7 +139,11 @@ TEST(HostileInput, ValidateSimulateRunAndTheExecutorShareOneValidator) {
         Case{"plan-bw-without-f.json", "needs F(stage 1, microbatch 0)"},
         Case{"plan-b-without-next-backward.json", "needs B(stage 1, microbatch 0)"},
         Case{"plan-microbatch-out-of-range.json", "5 is not a microbatch of the plan (expected 0..0)"},
-        Case{"plan-w-without-b.json", "has no split B of its own"}}) {
+        Case{"plan-w-without-b.json", "has no split B of its own"},
+        // Issue 27: orders that wait on each other were valid to `validate` alone.
+        Case{"plan-deadlock.json",
+             "the per-device orders deadlock (each device runs its ops in plan order): device 0 "
+             "at /ops/1 (BW(stage 0, microbatch 0)) waits for /ops/7"}}) {
     const std::string plan = kData + c.file;
     for (const std::vector<std::string>& args :
          {std::vector<std::string>{kCli, "validate", plan},
@@ -298,4 +302,29 @@ TEST(HostileInput, ZbAutoExactWithATimeLimitThatExpiresKeepsTheHeuristicsPlan) {
     EXPECT_EQ(r.exitCode, 0) << "--chunks " << chunks << " (139: SIGSEGV): " << r.err;
     EXPECT_NE(r.out.find("\"exact\""), std::string::npos) << r.out.substr(0, 400);
   }
+}
+
+TEST(HostileInput, ThePlannerWritesOnlyPlansItsOwnValidatorAccepts) {
+  // In-range inputs whose times add up past the plan format's ±1e12 ms: 1000 layers of 1e7 ms
+  // (the per-layer maximum) for 1000 microbatches. Refused before anything is written.
+  const std::string model = (tempDir() / "slow-layers.json").string();
+  spit(model, R"({"schema": "pipestudio.model/1", "name": "slow", "layers": [{"name": "l", "kind": "generic",
+    "forward_ms": 10000000, "repeat": 1000}]})");
+  const std::string out = (tempDir() / "too-long.json").string();
+  auto r = cli(planOf(model, kCluster, "1f1b", 2, 1000) + std::vector<std::string>{"-o", out});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("is past the plan format's limit of ±1e12 ms"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // A transfer of 2^50 bytes over a 1 MB/s link: 1.1e12 ms.
+  const std::string wide = (tempDir() / "wide-output.json").string();
+  spit(wide, R"({"schema": "pipestudio.model/1", "name": "wide", "layers": [{"name": "l", "kind": "generic",
+    "forward_ms": 1, "output_bytes": 1125899906842624, "repeat": 2}]})");
+  const std::string slow = (tempDir() / "slow-link.json").string();
+  spit(slow, R"({"schema": "pipestudio.cluster/1", "name": "slow", "gpu": {"name": "g", "peak_tflops": 100,
+    "memory_gib": 40, "efficiency": 0.5}, "nodes": [{"host": "h", "gpus": 2}],
+    "links": {"intra_node": {"bandwidth_gbps": 0.001, "latency_us": 5}}})");
+  r = cli(planOf(wide, slow, "1f1b", 2, 2) + std::vector<std::string>{"-o", out});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("is past the plan format's limit"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
