@@ -328,3 +328,45 @@ TEST(HostileInput, ThePlannerWritesOnlyPlansItsOwnValidatorAccepts) {
   EXPECT_NE(r.err.find("is past the plan format's limit"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
+
+TEST(HostileInput, AScheduleCsvIsSizedBeforeItsTablesAreAllocated) {
+  // 6 KB: one row naming 1000 stages, for 300000 microbatches: 9e8 possible ops. Refused with
+  // the numbers under a 1.5 GiB address-space limit (it took 4 GB, then std::bad_alloc).
+  const std::string csv = (tempDir() / "wide.csv").string();
+  std::string row;
+  for (int s = 0; s < 1000; ++s) row += (s ? "," : "") + std::to_string(s) + "F0";
+  spit(csv, row + "\n");
+  const auto r = run({"/bin/sh", "-c",
+                      "ulimit -v 1572864; " + kCli + " plan --model " + kModel + " --cluster " + kCluster +
+                          " --schedule custom --devices 1 --microbatches 300000 --csv " + csv},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("virtual stages × 300000 microbatches would make up to"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than the limit of 2000000 ops per plan"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("bad_alloc"), std::string::npos) << r.err;
+}
+
+// --- Issue 27: messages that say what happened ---------------------------------------------
+
+TEST(HostileInput, ScheduleCsvProblemsAreNamedAsProblemsOfTheFile) {
+  const std::vector<std::string> custom = planOf(kModel, kCluster, "custom", 1, 1) + std::vector<std::string>{"--csv"};
+  struct Case {
+    const char* name;
+    const char* text;
+    const char* what;
+  };
+  for (const Case& c :
+       {Case{"semicolons.csv", "0F0;0I0;0W0\n", "';' inside '0F0;0I0;0W0': cells are separated by commas"},
+        Case{"quote.csv", "\"0F0,0I0,0W0\n", "quote.csv:1:1: a quoted cell has no closing quote"},
+        Case{"empty.csv", "", "has no actions (the file is empty or blank"},
+        Case{"blank.csv", "\n , \n", "has no actions (the file is empty or blank"},
+        Case{"nones.csv", "None,None\n", "has no actions (every cell is empty or None"}}) {
+    const std::string path = (tempDir() / c.name).string();
+    spit(path, c.text);
+    const auto r = cli(custom + std::vector<std::string>{path});
+    EXPECT_EQ(r.exitCode, 1) << c.name;
+    EXPECT_NE(r.err.find(c.what), std::string::npos) << c.name << ": " << r.err;
+    EXPECT_EQ(r.err.find("microbatch index too large"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("partition"), std::string::npos) << r.err;
+  }
+}

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -63,7 +64,8 @@ std::string describe(OpKind kind) {
 
 struct Cell {
   std::string_view text;
-  std::size_t column = 1;  // 1-based byte column of the cell's first character
+  std::size_t column = 1;     // 1-based byte column of the cell's first character
+  bool unterminated = false;  // a quoted cell whose closing quote is missing
 };
 
 // Splits one CSV line into cells. PyTorch's csv.writer never quotes actions, but a hand-edited
@@ -90,9 +92,10 @@ std::vector<Cell> splitCells(std::string_view line, std::string& scratch, std::v
         scratch.push_back(line[j++]);
       }
       owned.push_back(scratch);
-      std::size_t end = j < line.size() ? j + 1 : j;
+      const bool closed = j < line.size();
+      std::size_t end = closed ? j + 1 : j;
       while (end < line.size() && line[end] != ',') ++end;
-      cells.push_back({owned.back(), lead + 2});
+      cells.push_back({owned.back(), lead + 2, !closed});
       i = end + 1;
       if (end >= line.size()) break;
       continue;
@@ -259,6 +262,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   ScheduleSkeleton skeleton;
   IdVector<std::vector<OrderedOp>> lanes(shape.devices);
   std::size_t lineNo = 0;
+  std::size_t actions = 0;  // non-empty cells
+  int tables = 0;           // stages with a table in `seen`
   int row = 0;
   std::size_t pos = 0;
   std::string scratch;
@@ -288,6 +293,20 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       const std::string_view action = trim(cell.text, lead);
       if (action.empty() || action == "None") continue;  // an idle step
       const std::size_t column = cell.column + lead;
+      ++actions;
+      // What is wrong with the file, before what is wrong with the action the cell seems to be.
+      if (cell.unterminated) {
+        fail(lineNo, column - 1, "a quoted cell has no closing quote (the quote runs to the end of the line)");
+        continue;
+      }
+      if (const auto other = action.find_first_of(";\t"); other != std::string_view::npos) {
+        const char sep = action[other];
+        fail(lineNo, column + other,
+             std::string("'") + (sep == '\t' ? "\\t" : std::string(1, sep)) + "' inside '" + excerpt(action) +
+                 "': cells are separated by commas (expected a comma-separated CSV, one action per cell, as "
+                 "torch.distributed.pipelining writes it)");
+        continue;
+      }
       ParsedAction a;
       if (auto why = parseAction(action, shape.dialect, a)) {
         fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
@@ -314,6 +333,20 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
                  std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
         continue;
       }
+      if (seen.size() <= a.stage || seen[a.stage].rows() == 0) {
+        // A new stage's table: up to F, B and W per virtual stage and microbatch. Refused before
+        // the tables pass the plan limit (a 6 KB row of 1000 stages × 300000 microbatches).
+        const double ops = 3.0 * static_cast<double>(++tables) * shape.microbatches;
+        if (ops > static_cast<double>(kMaxPlanOps)) {
+          char count[32];
+          std::snprintf(count, sizeof count, "%.3g", ops);
+          return Error{source + ":" + std::to_string(lineNo) + ":" + std::to_string(column) + ": '" + excerpt(action) +
+                       "': " + std::to_string(tables) + " virtual stages × " + std::to_string(shape.microbatches) +
+                       " microbatches would make up to " + count +
+                       " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
+                       std::to_string(kMaxPlanOps) + " ops per plan (expected fewer stages or microbatches)"};
+        }
+      }
       Seen& s = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
       if (s.line != 0) {
         fail(lineNo, column,
@@ -327,6 +360,13 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     ++row;
   }
 
+  if (actions == 0) {
+    return Error{source + ": " +
+                 (text.find_first_not_of(" \t\r\n,") == std::string_view::npos
+                      ? std::string("has no actions (the file is empty or blank")
+                      : std::string("has no actions (every cell is empty or None")) +
+                 "; expected one row of actions such as 0F0,0I0,0W0 per device)"};
+  }
   // Completeness: every stage, every microbatch: F and either B (fused) or I and W.
   const int stages = stageDevice.size();
   for (int stage = 0; stage < stages; ++stage) {
