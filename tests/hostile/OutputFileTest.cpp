@@ -1,6 +1,8 @@
 // Issue 14, output files: `-o` renames atomically only over regular files; writes through
 // symlinks to their target; writes directly to character devices and FIFOs (never replacing
-// them: one run replaced a machine's /dev/full); refuses directories and ''.
+// them: one run replaced a machine's /dev/full); refuses directories and ''. Issue 27: a write
+// that fails (stdout full or closed, a full disk) is a failure with its reason; torchtitan's
+// second output never lands on a file nobody named, nor on the first.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -215,4 +217,55 @@ TEST(OutputFile, AFullDiskIsNamedOnceWithItsReason) {
   EXPECT_NE(r.err.find("plan.json: write error: No space left on device"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("plan.json: plan.json:"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("plan.json.tmp"), std::string::npos) << "temporary file left behind: " << r.out;
+}
+
+TEST(OutputFile, TorchtitanNeverWritesOverAFileNobodyNamedNorTwoOutputsToOnePath) {
+  const fs::path dir = tempDir() / "titan";
+  fs::create_directories(dir);
+  const std::string plan = (dir / "gpt.json").string();
+  const std::string resources = PIPESTUDIO_RESOURCES;
+  ASSERT_EQ(cli({"plan", "--model", resources + "/models/gpt3-1.3b.json", "--cluster",
+                 resources + "/clusters/a100-1x8-nvlink.json", "--schedule", "1f1b", "--devices", "2", "--microbatches",
+                 "4", "-o", plan})
+                .exitCode,
+            0);
+  auto titan = [&](std::vector<std::string> more) {
+    std::vector<std::string> args{"export", plan, "--format", "torchtitan"};
+    args.insert(args.end(), more.begin(), more.end());
+    return cli(args);
+  };
+  // -o out.csv: the TOML and the CSV would be one file.
+  const std::string outCsv = (dir / "out.csv").string();
+  spit(outCsv, "mine");
+  auto r = titan({"-o", outCsv});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("would both be written to"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(outCsv), "mine");
+  // -o mine.toml beside an existing mine.csv: refused unless --csv-output names it.
+  const std::string toml = (dir / "mine.toml").string();
+  const std::string csv = (dir / "mine.csv").string();
+  spit(csv, "mine");
+  r = titan({"-o", toml});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("mine.csv exists and is not named on the command line"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(csv), "mine");
+  EXPECT_FALSE(fs::exists(toml));
+  r = titan({"-o", toml, "--csv-output", csv});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(slurp(csv).find("0F0"), std::string::npos) << slurp(csv);
+  EXPECT_NE(slurp(toml).find("pipeline_parallel_schedule_csv"), std::string::npos);
+  // Both named as one path, through a symlink too.
+  fs::create_symlink("mine.toml", dir / "alias.csv");
+  r = titan({"-o", toml, "--csv-output", (dir / "alias.csv").string()});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  // -o a device: nothing is created beside it.
+  r = titan({"-o", "/dev/null"});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("is not a regular file"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists("/dev/null.csv"));
+  r = titan({"-o", "/dev/null", "--csv-output", (dir / "beside.csv").string()});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(isCharDevice("/dev/null"));
+  // --csv-output belongs to torchtitan.
+  EXPECT_EQ(cli({"export", plan, "--format", "csv", "--csv-output", csv}).exitCode, 2);
 }
