@@ -118,6 +118,28 @@ Json candidateJson(const ConfigCandidate& c) {
               {"devices", std::move(devices)}};
 }
 
+// Why nothing was ranked, from what the search counted: nothing to enumerate (the batch does not
+// split), everything over the memory bounds, or failures the rejected families list.
+std::string nothingRanked(const Configuration& r, const ClusterSpec& cluster) {
+  const std::string gpus = std::to_string(cluster.totalGpus());
+  if (r.enumerated == 0) {
+    const std::string limit = std::to_string(kMaxConfigureMicrobatches);
+    return "no configuration to search: the global batch of " + std::to_string(r.globalBatch) +
+           " samples does not split over the " + gpus +
+           " GPUs (no tensor × context × pipeline × data split and micro-batch size B gives a whole number of at "
+           "most " +
+           limit + " microbatches per pipeline; expected a global batch G with G / (B·D) whole and at most " + limit +
+           ")";
+  }
+  if (r.prunedByMemory == r.enumerated) {
+    return "no configuration fits in memory (all " + std::to_string(r.enumerated) +
+           " ruled out by their memory bounds on " + gpus + " GPUs)";
+  }
+  return "none of the " + std::to_string(r.enumerated) + " configurations could be planned (" +
+         std::to_string(r.prunedByMemory) + " ruled out by memory bounds; the rejected families say why the others " +
+         "failed)";
+}
+
 int runConfigure(const ConfigureCliOptions& o) {
   auto inputs = loadModelAndCluster(o.model, o.cluster);
   if (!inputs) return kExitFailure;
@@ -167,7 +189,11 @@ int runConfigure(const ConfigureCliOptions& o) {
     }
     doc["rejected"] = rejected;
     std::cout << doc.dump(2) << '\n';
-    return result->feasible.empty() ? kExitFailure : kExitOk;
+    if (result->feasible.empty()) {
+      std::cerr << "configure: " << nothingRanked(*result, cluster) << '\n';
+      return kExitFailure;
+    }
+    return kExitOk;
   }
   std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "' (" << cluster.totalGpus()
             << " GPUs), global batch " << result->globalBatch << " samples"
@@ -210,7 +236,7 @@ int runConfigure(const ConfigureCliOptions& o) {
     }
   }
   if (result->feasible.empty()) {
-    std::cerr << "configure: no configuration fits in memory\n";
+    std::cerr << "configure: " << nothingRanked(*result, cluster) << '\n';
     return kExitFailure;
   }
   return kExitOk;

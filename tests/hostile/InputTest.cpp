@@ -1,5 +1,7 @@
 // Issue 14, hostile inputs through the real pipestudio-cli: refusals, never truncation,
-// silent defaults, crashes or hangs; messages that name the file, the flag, the limit.
+// silent defaults, crashes or hangs; messages that name the file, the flag, the limit. Issue 27:
+// the planner's own crashes and allocations, plans it wrote that its validator refused, and
+// messages that blamed the wrong thing.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -368,5 +370,26 @@ TEST(HostileInput, ScheduleCsvProblemsAreNamedAsProblemsOfTheFile) {
     EXPECT_NE(r.err.find(c.what), std::string::npos) << c.name << ": " << r.err;
     EXPECT_EQ(r.err.find("microbatch index too large"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("partition"), std::string::npos) << r.err;
+  }
+}
+
+TEST(HostileInput, ConfigureSaysWhenNothingWasThereToSearch) {
+  // 10⁶ GPUs and a global batch of 2^40: no split gives at most 100000 microbatches per pipeline.
+  const std::string cluster = (tempDir() / "million-gpus.json").string();
+  spit(cluster, R"({"schema": "pipestudio.cluster/1", "name": "mil", "gpu": {"name": "g", "peak_tflops": 100,
+    "memory_gib": 80, "efficiency": 0.5}, "nodes": 62500, "gpus_per_node": 16,
+    "links": {"intra_node": {"bandwidth_gbps": 100, "latency_us": 5}, "inter_node": {"bandwidth_gbps": 10, "latency_us": 10}}})");
+  for (const bool json : {false, true}) {
+    std::vector<std::string> args{"configure",    "--model", kResources + "/models/gpt3-1.3b.json",
+                                  "--cluster",    cluster,   "--global-batch",
+                                  "1099511627776"};
+    if (json) args.emplace_back("--json");
+    const auto r = cli(args, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    EXPECT_NE(r.err.find("no configuration to search: the global batch of 1099511627776 samples does not split over "
+                         "the 1000000 GPUs"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("fits in memory"), std::string::npos) << r.err;
   }
 }

@@ -383,7 +383,7 @@ Expected<Configuration> Search::run() {
           for (int mbs : m_options.microBatchSizes) {
             if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * D) != 0) continue;
             const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * D);
-            if (m64 < 1 || m64 > 100000) continue;
+            if (m64 < 1 || m64 > kMaxConfigureMicrobatches) continue;
             const int m = static_cast<int>(m64);
             for (Recompute rc : m_options.recomputes) {
               if (rc == Recompute::Selective && flashOnly) continue;  // the same plan as none
