@@ -393,3 +393,31 @@ TEST(HostileInput, ConfigureSaysWhenNothingWasThereToSearch) {
     EXPECT_EQ(r.err.find("fits in memory"), std::string::npos) << r.err;
   }
 }
+
+TEST(HostileInput, SequenceParallelismNeedsASequenceTheTensorDegreeDivides) {
+  const std::string model = (tempDir() / "seq1.json").string();
+  spit(model, R"({"schema": "pipestudio.model/1", "name": "seq1", "layers": [{"name": "t", "kind": "transformer",
+    "transformer": {"hidden": 4096, "seq": 1, "heads": 32, "ffn": 16384}, "repeat": 4}]})");
+  const std::string cluster = kResources + "/clusters/a100-1x8-nvlink.json";
+  auto r = cli(planOf(model, cluster, "1f1b", 1, 2) + std::vector<std::string>{"--tp", "8", "--sequence-parallel"});
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.err.find("--sequence-parallel splits the 1-token sequence of layer 't.0'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("over --tp 8, which does not divide it"), std::string::npos) << r.err;
+  // Without sequence parallelism the plan is made; edited to turn it on, no export takes it.
+  const std::string plan = (tempDir() / "seq1-plan.json").string();
+  ASSERT_EQ(cli(planOf(model, cluster, "1f1b", 1, 2) +
+                std::vector<std::string>{"--tp", "8", "--no-sequence-parallel", "-o", plan})
+                .exitCode,
+            0);
+  std::string text = slurp(plan);
+  const std::string off = "\"sequence_parallel\":false";
+  const auto at = text.find(off);
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 600);
+  text.replace(at, off.size(), "\"sequence_parallel\":true");
+  spit(plan, text);
+  for (const char* format : {"megatron", "torchtitan"}) {
+    const auto e = cli({"export", plan, "--format", format, "-o", (tempDir() / "seq1.out").string()});
+    EXPECT_EQ(e.exitCode, 1) << format << ": " << e.err;
+    EXPECT_NE(e.err.find("would refuse the plan's parallel settings: --sequence-parallel"), std::string::npos) << e.err;
+  }
+}

@@ -343,6 +343,7 @@ Expected<Configuration> Search::run() {
 
   int trainableLayers = 0;
   std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0, experts = 0;
+  std::int64_t seqDivisor = 0;  // divides every sequence length
   bool anyTransformer = false;
   for (int c : m_model.trainableComponents()) {
     for (const Layer& l : m_model.component(c).layers) {
@@ -352,6 +353,7 @@ Expected<Configuration> Search::run() {
       minHeads = std::gcd(minHeads, l.transformer->heads);
       minKvHeads = std::gcd(minKvHeads, l.transformer->kvHeadsOrHeads());
       minSeq = minSeq == 0 ? l.transformer->seq : std::min(minSeq, l.transformer->seq);
+      seqDivisor = std::gcd(seqDivisor, l.transformer->seq);
       if (l.transformer->isMoe()) experts = std::gcd(experts, l.transformer->experts);
     }
   }
@@ -424,7 +426,8 @@ Expected<Configuration> Search::run() {
                       cfg.parallel.context = C;
                       cfg.parallel.data = D;
                       cfg.parallel.expert = E;
-                      cfg.parallel.sequenceParallel = T > 1;
+                      // Sequence parallelism splits each sequence over T (resolveRequest).
+                      cfg.parallel.sequenceParallel = T > 1 && seqDivisor % (static_cast<std::int64_t>(T) * C) == 0;
                       cfg.parallel.recompute = rc;
                       cfg.parallel.zeroStage = zero;
                       cfg.globalBatch = globalBatch;

@@ -50,6 +50,11 @@ Status requireSingleBackbone(const Plan& plan, const char* framework) {
                    " plan holds the model twice (bidirectional pipelines)"};
     }
   }
+  // The degrees must still pass the planner's checks (a hand-edited plan, or one made before a
+  // rule): the framework asserts the same at start-up.
+  if (auto resolved = resolveRequest(PlanRequest{plan.model, plan.cluster, plan.config}); !resolved) {
+    return Error{std::string(framework) + " would refuse the plan's parallel settings: " + resolved.message()};
+  }
   return {};
 }
 
