@@ -421,3 +421,37 @@ TEST(HostileInput, SequenceParallelismNeedsASequenceTheTensorDegreeDivides) {
     EXPECT_NE(e.err.find("would refuse the plan's parallel settings: --sequence-parallel"), std::string::npos) << e.err;
   }
 }
+
+TEST(HostileInput, FrameworkExportsNameWhatThePlanHasThatTheyCannotRun) {
+  const std::string cluster = kResources + "/clusters/a100-1x8-nvlink.json";
+  const std::string fill = (tempDir() / "fill-plan.json").string();
+  ASSERT_EQ(cli(planOf(kResources + "/models/cascaded-sd.json", cluster, "1f1b", 4, 8) +
+                std::vector<std::string>{"--fill", "greedy", "--partition", "diffusionpipe", "-o", fill})
+                .exitCode,
+            0);
+  const std::string vocab = (tempDir() / "vocab-plan.json").string();
+  ASSERT_EQ(cli(planOf(kResources + "/models/gpt3-1.3b.json", cluster, "1f1b", 4, 8) +
+                std::vector<std::string>{"--vocab-parallel", "-o", vocab})
+                .exitCode,
+            0);
+  struct Case {
+    std::string plan;
+    const char* csvReason;
+    const char* frameworkReason;
+  };
+  for (const Case& c :
+       {Case{fill, "frozen-component fill", "cannot run a frozen-component fill (plan fill 'greedy'"},
+        Case{vocab, "a vocabulary pass of --vocab-parallel", "splits the vocabulary layers over the devices"}}) {
+    const auto csv = cli({"export", c.plan, "--format", "csv"});
+    EXPECT_EQ(csv.exitCode, 1);
+    EXPECT_NE(csv.err.find(c.csvReason), std::string::npos) << csv.err;
+    EXPECT_EQ(csv.err.find("bidirectional"), std::string::npos) << csv.err;
+    for (const char* format : {"megatron", "torchtitan"}) {
+      const auto r = cli({"export", c.plan, "--format", format, "-o", (tempDir() / "framework.out").string()});
+      EXPECT_EQ(r.exitCode, 1) << format;
+      EXPECT_NE(r.err.find(c.frameworkReason), std::string::npos) << format << ": " << r.err;
+      EXPECT_EQ(r.err.find("bidirectional"), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find("frozen components and their"), std::string::npos) << r.err;
+    }
+  }
+}
