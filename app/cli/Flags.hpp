@@ -5,11 +5,13 @@
 //   cmd->add_option("--tp", o.tp, "Tensor parallel degree")->check(intIn(1, 1024));
 //   cmd->add_option("--max-op-ms", o.maxOpMs, "...")->check(numberIn(0, 1e6));
 //   cmd->add_option("-o,--output", o.output, "...")->check(nonEmptyPath());
+//   cmd->add_option("--memory-limit", o.memoryLimit, "...")->check(byteSize());
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 
 #include "pipestudio/common/NumberArg.hpp"
+#include "pipestudio/common/Units.hpp"
 
 namespace pipestudio::cli {
 
@@ -31,6 +33,18 @@ inline CLI::Validator numberIn(double min, double max) {
         return v ? std::string() : v.message();
       },
       "NUMBER in " + rangeText(min, max), "numberIn");
+}
+
+/// A positive size in bytes, e.g. 40GiB or 42949672960 (`--memory-limit ''` is a mistake, not
+/// "no limit").
+inline CLI::Validator byteSize() {
+  return CLI::Validator(
+      [](std::string& text) {
+        auto bytes = parseBytes(text);
+        if (!bytes) return bytes.message();
+        return *bytes > 0 ? std::string() : "'" + text + "' is not a positive size (expected e.g. 40GiB)";
+      },
+      "BYTES", "byteSize");
 }
 
 /// A file name (output, database): not empty (`-o ''` is a mistake, not "no output").

@@ -455,3 +455,11 @@ TEST(HostileInput, FrameworkExportsNameWhatThePlanHasThatTheyCannotRun) {
     }
   }
 }
+
+TEST(HostileInput, AnEmptyMemoryLimitIsRefusedNotTakenAsNone) {
+  for (const char* limit : {"", "0", "-1GiB", "nan", "40 parsecs"}) {
+    const auto r = cli(planOf(kModel, kCluster, "1f1b", 2, 2) + std::vector<std::string>{"--memory-limit", limit});
+    EXPECT_EQ(r.exitCode, 2) << "'" << limit << "': " << r.out;
+    EXPECT_NE(r.err.find("--memory-limit"), std::string::npos) << r.err;
+  }
+}

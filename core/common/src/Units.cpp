@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "pipestudio/common/Text.hpp"
+
 namespace pipestudio {
 
 Expected<std::int64_t> parseBytes(std::string_view text) {
@@ -14,7 +16,7 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
   try {
     value = std::stod(s, &pos);
   } catch (...) {
-    return Error{"'" + s + "' is not a size (expected a number of bytes or e.g. 40GiB, 512MiB, 80GB)"};
+    return Error{"'" + excerpt(s) + "' is not a size (expected a number of bytes or e.g. 40GiB, 512MiB, 80GB)"};
   }
   while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
   std::string unit = s.substr(pos);
@@ -38,10 +40,11 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
   else if (unit == "TB")
     scale = 1e12;
   else
-    return Error{"'" + s + "' has an unknown unit '" + unit + "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
+    return Error{"'" + excerpt(s) + "' has an unknown unit '" + excerpt(unit) +
+                 "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
   const double bytes = value * scale;
   if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18) {
-    return Error{"'" + s + "' is out of range (expected 0 to 8 EiB)"};
+    return Error{"'" + excerpt(s) + "' is out of range (expected 0 to 8 EiB)"};
   }
   return static_cast<std::int64_t>(std::llround(bytes));
 }
