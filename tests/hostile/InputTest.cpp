@@ -463,3 +463,14 @@ TEST(HostileInput, AnEmptyMemoryLimitIsRefusedNotTakenAsNone) {
     EXPECT_NE(r.err.find("--memory-limit"), std::string::npos) << r.err;
   }
 }
+
+TEST(HostileInput, AnOpPatternThatFailsToCompileIsQuotedAsAnExcerpt) {
+  const std::string pattern = "(" + std::string(100 * 1024, 'a');
+  const auto r = cli({"history", "--db", (tempDir() / "pattern.sqlite").string(), "import",
+                      kData + "chrome-huge-duration.json", "--op-pattern", pattern});
+  EXPECT_EQ(r.exitCode, 2) << r.err.substr(0, 300);
+  EXPECT_LT(r.err.size(), 1024U) << r.err.substr(0, 300);
+  EXPECT_NE(r.err.find("--op-pattern: missing closing parenthesis at offset 102401"), std::string::npos)
+      << r.err.substr(0, 300);
+  EXPECT_NE(r.err.find("(102401 bytes)"), std::string::npos) << r.err;
+}
