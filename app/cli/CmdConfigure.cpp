@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -32,9 +33,9 @@ struct ConfigureCliOptions {
 // which printf would bypass).
 template <typename... Args>
 std::string format(const char* pattern, Args... args) {
-  char line[512];
-  std::snprintf(line, sizeof line, pattern, args...);
-  return line;
+  std::array<char, 512> line{};
+  std::snprintf(line.data(), line.size(), pattern, args...);
+  return line.data();
 }
 
 // `--vocab-parallel`: 1f1b and v-half on every GPU with and without vocabulary parallelism

@@ -4,11 +4,11 @@
 //
 // Where pipestudio-exec is found: $PIPESTUDIO_EXEC, next to pipestudio-cli, in
 // <build>/executor/ (the build tree layout: <build>/app/pipestudio-cli), then PATH.
-#include <signal.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -57,9 +57,9 @@ class RunRecorder {
     info.sourcePath = args.plan;
     info.planId = *planId;
     info.backend = args.backend;
-    char host[256] = {};
-    ::gethostname(host, sizeof(host) - 1);
-    info.host = host;
+    std::array<char, 256> host{};
+    ::gethostname(host.data(), host.size() - 1);
+    info.host = host.data();
     if (const char* user = std::getenv("USER")) info.user = user;
     info.executorVersion = "0.1.0";
     auto run = r.m_store->beginRun(info);

@@ -44,8 +44,13 @@ int runCommand(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pipestudio::cli::guardStandardDescriptors();
-  pipestudio::cli::CheckedStdout out;
-  const int exitCode = runCommand(argc, argv);
-  return out.finish(exitCode);
+  try {
+    pipestudio::cli::guardStandardDescriptors();
+    pipestudio::cli::CheckedStdout out;
+    const int exitCode = runCommand(argc, argv);
+    return out.finish(exitCode);
+  } catch (...) {
+    // runCommand reports what a command throws; this catches setting up the app itself.
+    return pipestudio::cli::kExitFailure;
+  }
 }

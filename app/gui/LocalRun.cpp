@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -67,9 +68,9 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   info.source = "run";
   info.planId = *planId;
   info.backend = request.backend;
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  info.host = host;
+  std::array<char, 256> host{};
+  ::gethostname(host.data(), host.size() - 1);
+  info.host = host.data();
   if (const char* user = std::getenv("USER")) info.user = user;
   auto run = store->beginRun(info);
   if (!run) return Error{request.historyPath + ": " + run.message()};

@@ -1,5 +1,6 @@
 #include "pipestudio/common/Units.hpp"
 
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -50,27 +51,27 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
 }
 
 std::string formatBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  constexpr std::array<const char*, 5> units{"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   double v = bytes;
   while (std::abs(v) >= 1024 && u < 4) {
     v /= 1024;
     ++u;
   }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
+  std::array<char, 64> buf{};
+  std::snprintf(buf.data(), buf.size(), u == 0 ? "%.0f %s" : "%.2f %s", v, units[static_cast<std::size_t>(u)]);
+  return buf.data();
 }
 
 std::string formatMs(double ms) {
-  char buf[64];
+  std::array<char, 64> buf{};
   if (std::abs(ms) < 1.0)
-    std::snprintf(buf, sizeof buf, "%.1f µs", ms * 1000);
+    std::snprintf(buf.data(), buf.size(), "%.1f µs", ms * 1000);
   else if (std::abs(ms) < 1000.0)
-    std::snprintf(buf, sizeof buf, "%.2f ms", ms);
+    std::snprintf(buf.data(), buf.size(), "%.2f ms", ms);
   else
-    std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);
-  return buf;
+    std::snprintf(buf.data(), buf.size(), "%.2f s", ms / 1000);
+  return buf.data();
 }
 
 }  // namespace pipestudio

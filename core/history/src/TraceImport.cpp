@@ -33,8 +33,8 @@ Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& patte
   pcre2_code* re =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF, &code, &offset, nullptr);
   if (!re) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(code, message, sizeof message);
+    std::array<PCRE2_UCHAR, 256> message{};
+    pcre2_get_error_message(code, message.data(), message.size());
     // The pattern is user text of any length: quoted as an excerpt, with the text around the
     // offset when that lies past the excerpt.
     std::string where = " at offset " + std::to_string(offset) + " of '" + excerpt(text) + "'";
@@ -42,7 +42,7 @@ Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& patte
       const std::size_t from = std::min(offset, text.size()) - kExcerptBytes / 2;
       where += ", near '" + excerpt(std::string_view(text).substr(from, kExcerptBytes)) + "'";
     }
-    return Error{"--op-pattern: " + std::string(reinterpret_cast<const char*>(message)) + where};
+    return Error{"--op-pattern: " + std::string(reinterpret_cast<const char*>(message.data())) + where};
   }
   std::unique_ptr<OpMatcher> m(new OpMatcher());
   m->m_code = re;

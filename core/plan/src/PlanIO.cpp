@@ -1,6 +1,7 @@
 #include "pipestudio/plan/PlanIO.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -515,10 +516,10 @@ Status checkPlanSize(std::int64_t devices, std::int64_t chunksPerDevice, std::in
   const double ops =
       3.0 * static_cast<double>(devices) * static_cast<double>(chunksPerDevice) * static_cast<double>(microbatches);
   if (ops <= static_cast<double>(kMaxPlanOps)) return {};
-  char count[32];
-  std::snprintf(count, sizeof count, "%.3g", ops);
+  std::array<char, 32> count{};
+  std::snprintf(count.data(), count.size(), "%.3g", ops);
   return Error{std::to_string(devices) + " devices × " + std::to_string(chunksPerDevice) + " chunk(s) × " +
-               std::to_string(microbatches) + " microbatches would make up to " + count +
+               std::to_string(microbatches) + " microbatches would make up to " + count.data() +
                " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
                std::to_string(kMaxPlanOps) + " ops per plan (expected fewer devices, chunks or microbatches)"};
 }
@@ -638,10 +639,11 @@ Status frozenNeeds(const Plan& plan, const StageNeighbours& chain,
 // Times and sizes within what the document format holds (the reader's ranges): a plan the
 // planner simulates from in-range inputs can still compute past them.
 Status checkRanges(const Plan& plan) {
-  char value[32];
+  std::array<char, 32> value{};
   auto past = [&](const std::string& at, double ms) {
-    std::snprintf(value, sizeof value, "%.6g", ms);
-    return Error{at + ": " + value + " ms is past the plan format's limit of ±1e12 ms (expected times within it)"};
+    std::snprintf(value.data(), value.size(), "%.6g", ms);
+    return Error{at + ": " + value.data() +
+                 " ms is past the plan format's limit of ±1e12 ms (expected times within it)"};
   };
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];

@@ -280,7 +280,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
 
   ScheduleSkeleton skeleton;
   IdVector<std::vector<OrderedOp>> lanes(shape.devices);
-  int tables = 0;                  // stages with a table in `seen`
+  int tables = 0;                 // stages with a table in `seen`
   std::optional<Error> tooLarge;  // the tables would pass the plan limit: parsing stops
   // Checks one parsed action of row `row` and appends its op to the row's lane.
   const auto place = [&](const ParsedAction& a, std::string_view action, std::size_t lineNo, std::size_t column,
@@ -312,12 +312,12 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       // the tables pass the plan limit (a 6 KB row of 1000 stages × 300000 microbatches).
       const double ops = 3.0 * static_cast<double>(++tables) * shape.microbatches;
       if (ops > static_cast<double>(kMaxPlanOps)) {
-        char count[32];
-        std::snprintf(count, sizeof count, "%.3g", ops);
+        std::array<char, 32> count{};
+        std::snprintf(count.data(), count.size(), "%.3g", ops);
         if (!tooLarge) {
           tooLarge = Error{source + ":" + std::to_string(lineNo) + ":" + std::to_string(column) + ": '" +
                            excerpt(action) + "': " + std::to_string(tables) + " virtual stages × " +
-                           std::to_string(shape.microbatches) + " microbatches would make up to " + count +
+                           std::to_string(shape.microbatches) + " microbatches would make up to " + count.data() +
                            " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
                            std::to_string(kMaxPlanOps) + " ops per plan (expected fewer stages or microbatches)"};
         }

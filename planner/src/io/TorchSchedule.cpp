@@ -298,7 +298,7 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
         type = ActionType::B;
         break;
       default:
-        return Error{where + ": a" + (op.kind == OpKind::N ? "n " : " ") + std::string(opKindName(op.kind)) + " op (" +
+        return Error{where + (op.kind == OpKind::T ? ": a " : ": an ") + std::string(opKindName(op.kind)) + " op (" +
                      (op.kind == OpKind::N                           ? "frozen-component fill"
                       : op.kind == OpKind::S || op.kind == OpKind::T ? "a vocabulary pass of --vocab-parallel"
                                                                      : "the optimizer step") +
