@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "Commands.hpp"
@@ -142,7 +143,7 @@ std::optional<Expected<Plan>> workspacePlan(const std::string& path) {
 /// The executor reads a plan file: a workspace's plan goes to a private temporary one.
 class PlanFileFor {
  public:
-  PlanFileFor(const std::string& source, const Plan& plan, bool fromWorkspace) : m_path(source) {
+  PlanFileFor(std::string source, const Plan& plan, bool fromWorkspace) : m_path(std::move(source)) {
     if (!fromWorkspace) return;
     std::error_code ec;
     std::string pattern = (std::filesystem::temp_directory_path(ec) / "pipestudio-run-XXXXXX").string();
@@ -265,7 +266,7 @@ int runPlan(const RunArgs& args) {
   const auto status = recorder->status();
   noteOutputCarries("the run is recorded as run " + std::to_string(recorder->id()));
   if (args.json) {
-    std::cout << "{\"id\": " << recorder->id() << ", \"status\": \"" << history::runStatusName(status) << "\"}\n";
+    std::cout << R"({"id": )" << recorder->id() << R"(, "status": ")" << history::runStatusName(status) << "\"}\n";
   } else {
     std::cout << recorder->id() << '\n';
   }

@@ -2,12 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -51,8 +51,9 @@ std::string hex(const std::string& bytes) {
 }
 
 Status spawnRank(Child& c, const std::vector<std::string>& args) {
-  int outPipe[2], errPipe[2];
-  if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
+  std::array<int, 2> outPipe{};
+  std::array<int, 2> errPipe{};
+  if (::pipe2(outPipe.data(), O_CLOEXEC) != 0 || ::pipe2(errPipe.data(), O_CLOEXEC) != 0) {
     return Error{std::string("pipe: ") + std::strerror(errno)};
   }
   posix_spawn_file_actions_t actions;
@@ -61,6 +62,7 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   posix_spawn_file_actions_adddup2(&actions, outPipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO);
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   // Our environment plus our pid, which the rank watches (kParentPidEnv).

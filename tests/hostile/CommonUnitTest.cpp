@@ -27,7 +27,7 @@ TEST(Text, EscapesControlCharactersAndKeepsUtf8) {
 }
 
 TEST(Text, ExcerptCutsLongTextAndSaysHowLong) {
-  const std::string cell(10 * 1024 * 1024, 'x');
+  const std::string cell(std::size_t{10} * 1024 * 1024, 'x');
   const std::string e = excerpt(cell);
   EXPECT_LT(e.size(), 200U);
   EXPECT_NE(e.find("(10485760 bytes)"), std::string::npos) << e;

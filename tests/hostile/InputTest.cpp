@@ -19,10 +19,11 @@ const std::string kPlan = kGood + "tiny-plan.json";
 
 // A model with `layers` layer entries, written once per test process.
 std::string bigModel(int layers) {
-  const std::string path = (tempDir() / ("layers-" + std::to_string(layers) + ".json")).string();
-  std::string text = "{\"schema\": \"pipestudio.model/1\", \"name\": \"big\", \"layers\": [\n";
+  std::string path = (tempDir() / ("layers-" + std::to_string(layers) + ".json")).string();
+  std::string text = R"({"schema": "pipestudio.model/1", "name": "big", "layers": [)"
+                     "\n";
   for (int i = 0; i < layers; ++i) {
-    text += "{\"name\": \"l" + std::to_string(i) + "\", \"forward_ms\": 1}";
+    text += R"({"name": "l)" + std::to_string(i) + R"(", "forward_ms": 1})";
     text += i + 1 < layers ? ",\n" : "\n";
   }
   spit(path, text + "]}\n");
@@ -144,8 +145,8 @@ TEST(HostileInput, ValidateSimulateRunAndTheExecutorShareOneValidator) {
         Case{"plan-w-without-b.json", "has no split B of its own"},
         // Issue 27: orders that wait on each other were valid to `validate` alone.
         Case{"plan-deadlock.json",
-             "the per-device orders deadlock (each device runs its ops in plan order): device 0 "
-             "at /ops/1 (BW(stage 0, microbatch 0)) waits for /ops/7"}}) {
+             "the per-device orders deadlock (each device runs its ops in plan order; they wait in a cycle): "
+             "device 0 at /ops/1 (BW(stage 0, microbatch 0)) waits for /ops/7"}}) {
     const std::string plan = kData + c.file;
     for (const std::vector<std::string>& args :
          {std::vector<std::string>{kCli, "validate", plan},
@@ -181,7 +182,7 @@ TEST(HostileInput, EchoedNamesAndCellsAreEscapedAndCut) {
   EXPECT_NE(csv.err.find("\\e]0;pwned\\x07"), std::string::npos) << csv.err;
   // A 10 MB cell is quoted as an excerpt with its length.
   const std::string big = (tempDir() / "big-cell.csv").string();
-  spit(big, "0F0," + std::string(10 * 1024 * 1024, 'Z') + "\r\n1F0,1B0\r\n");
+  spit(big, "0F0," + std::string(std::size_t{10} * 1024 * 1024, 'Z') + "\r\n1F0,1B0\r\n");
   args = custom;
   args.push_back(big);
   const auto cell = cli(args);
@@ -465,7 +466,7 @@ TEST(HostileInput, AnEmptyMemoryLimitIsRefusedNotTakenAsNone) {
 }
 
 TEST(HostileInput, AnOpPatternThatFailsToCompileIsQuotedAsAnExcerpt) {
-  const std::string pattern = "(" + std::string(100 * 1024, 'a');
+  const std::string pattern = "(" + std::string(std::size_t{100} * 1024, 'a');
   const auto r = cli({"history", "--db", (tempDir() / "pattern.sqlite").string(), "import",
                       kData + "chrome-huge-duration.json", "--op-pattern", pattern});
   EXPECT_EQ(r.exitCode, 2) << r.err.substr(0, 300);

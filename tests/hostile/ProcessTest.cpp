@@ -25,7 +25,7 @@ std::vector<pid_t> childrenOf(pid_t pid) {
   DIR* d = ::opendir("/proc");
   if (!d) return out;
   while (dirent* e = ::readdir(d)) {
-    const pid_t p = static_cast<pid_t>(std::atoi(e->d_name));
+    const auto p = static_cast<pid_t>(std::atoi(e->d_name));
     if (p <= 0) continue;
     std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
     std::string line;
@@ -142,9 +142,9 @@ TEST(Processes, ExecutorFailsWhenItsStreamCannotBeWritten) {
 TEST(Processes, AnExecutorRefusesAnOutputLargerThanItsDevice) {
   // Layer outputs of 2^50 bytes: refused by name before the first op, not std::bad_alloc.
   std::string text = slurp(kPlan);
-  const std::string kind = "\"kind\": \"generic\",";
+  const std::string kind = R"("kind": "generic",)";
   for (auto at = text.find(kind); at != std::string::npos; at = text.find(kind, at + 1)) {
-    text.insert(at + kind.size(), " \"output_bytes\": 1125899906842624,");
+    text.insert(at + kind.size(), R"( "output_bytes": 1125899906842624,)");
   }
   const std::string plan = (tempDir() / "output-2-50.json").string();
   spit(plan, text);
@@ -174,7 +174,7 @@ std::string planWithOpsOf(const std::string& name, double opMs) {
     }
     out += line + '\n';
   }
-  const std::string path = (tempDir() / name).string();
+  std::string path = (tempDir() / name).string();
   spit(path, out);
   return path;
 }

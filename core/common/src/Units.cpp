@@ -51,7 +51,7 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
 }
 
 std::string formatBytes(double bytes) {
-  constexpr std::array<const char*, 5> units{"B", "KiB", "MiB", "GiB", "TiB"};
+  constexpr std::array<const char*, 5> kUnits{"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   double v = bytes;
   while (std::abs(v) >= 1024 && u < 4) {
@@ -59,7 +59,7 @@ std::string formatBytes(double bytes) {
     ++u;
   }
   std::array<char, 64> buf{};
-  std::snprintf(buf.data(), buf.size(), u == 0 ? "%.0f %s" : "%.2f %s", v, units[static_cast<std::size_t>(u)]);
+  std::snprintf(buf.data(), buf.size(), u == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[static_cast<std::size_t>(u)]);
   return buf.data();
 }
 

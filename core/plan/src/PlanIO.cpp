@@ -653,7 +653,8 @@ Status checkRanges(const Plan& plan) {
   for (std::size_t i = 0; i < plan.comms.size(); ++i) {
     const Comm& c = plan.comms[i];
     const std::string at = "/comms/" + std::to_string(i);
-    if (!std::isfinite(c.startMs) || !std::isfinite(c.endMs)) return Error{at + ": a time is not finite"};
+    if (!std::isfinite(c.startMs) || !std::isfinite(c.endMs))
+      return Error{at + ": a time is not finite (expected finite start_ms and end_ms)"};
     if (std::abs(c.startMs) > kMaxTimeMs) return past(at + "/start_ms", c.startMs);
     if (std::abs(c.endMs) > kMaxTimeMs) return past(at + "/end_ms", c.endMs);
     if (c.bytes < 0 || c.bytes > kMaxCommBytes) {
@@ -767,13 +768,15 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
       break;
     }
     const auto p = static_cast<std::size_t>(unmet[d]);
-    stuck += (stuck.empty() ? "" : "; ") + std::string("device ") + std::to_string(d) + " at " + opPointer(i) + " (" +
-             opLabel(plan.ops[i]) + ") waits for " + opPointer(p) + " (" + opLabel(plan.ops[p]) + ")" +
-             (plan.ops[p].device == static_cast<int>(d) ? " later on its own order"
-                                                        : " on device " + std::to_string(plan.ops[p].device));
+    const std::string at = "device " + std::to_string(d) + " at " + opPointer(i) + " (" + opLabel(plan.ops[i]) + ")";
+    const std::string needed = opPointer(p) + " (" + opLabel(plan.ops[p]) + ")";
+    stuck += (stuck.empty() ? "" : "; ") +
+             (plan.ops[p].device == static_cast<int>(d)
+                  ? at + " runs before " + needed + ", which it needs, later on the same device"
+                  : at + " waits for " + needed + " on device " + std::to_string(plan.ops[p].device));
   }
-  return Error{"/ops: the per-device orders deadlock (each device runs its ops in plan order): " + stuck +
-               " (expected an order in which every op comes after the ops it needs)"};
+  return Error{"/ops: the per-device orders deadlock (each device runs its ops in plan order; they wait in a cycle): " +
+               stuck + " (expected an order in which every op comes after the ops it needs)"};
 }
 
 }  // namespace

@@ -326,8 +326,8 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
   if (!a) return a.error();
   auto b = simulate(cfg, m2, false);
   if (!b) return b.error();
-  const double span = static_cast<double>(m2 - m1);
-  const double more = static_cast<double>(m - m2);
+  const auto span = static_cast<double>(m2 - m1);
+  const auto more = static_cast<double>(m - m2);
   const double iterationMs =
       b->metrics.iterationMs + more * std::max(0.0, b->metrics.iterationMs - a->metrics.iterationMs) / span;
   // Each device's peak along its own line; over the GPU (less the margin) is out.
@@ -337,7 +337,7 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
     const double growth = std::max(0.0, static_cast<double>(db.peakMemoryBytes - da.peakMemoryBytes)) / span;
     const double peak = static_cast<double>(db.peakMemoryBytes) + more * growth;
     const GpuSpec gpu = deviceGpu(m_cluster, cfg, static_cast<int>(d));
-    const double capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
+    const auto capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
     if (growth > 0 && peak > capacity) {
       return Error{cfg.schedule + " does not fit in memory at " + std::to_string(m) + " microbatches: device " +
                    std::to_string(d) + " peaks near " + formatBytes(peak) + " of " + formatBytes(capacity) +
@@ -399,7 +399,8 @@ Expected<Configuration> Search::run() {
     if (anyTransformer) {
       contextDegrees.clear();
       for (int C = 1; C <= m_options.maxContextParallel; C *= 2) {
-        if (C == 1 || (minSeq % (2 * C) == 0 && gpus % (T * C) == 0)) contextDegrees.push_back(C);
+        if (C == 1 || (minSeq % (2 * static_cast<std::int64_t>(C)) == 0 && gpus % (T * C) == 0))
+          contextDegrees.push_back(C);
       }
     }
     for (int C : contextDegrees) {
@@ -500,7 +501,7 @@ Expected<Configuration> Search::run() {
     const double staticLb =
         copies *
         (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) / P;
-    const double capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
+    const auto capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
     if (staticLb > capacity) {
       ++out.prunedByMemory;
       note(P, D, cfg.schedule,

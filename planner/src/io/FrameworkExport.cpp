@@ -183,6 +183,7 @@ std::string stageSymbols(const StageLayers& s) {
 // Layout string with runs of equal stages folded as `(s|)*n`.
 std::string layoutString(const std::vector<StageLayers>& stages) {
   std::vector<std::string> symbols;
+  symbols.reserve(stages.size());
   for (const auto& s : stages) symbols.push_back(stageSymbols(s));
   std::string out;
   std::size_t i = 0;
@@ -439,7 +440,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     }
     if (c.optimizerSync == "post-validation") {
       add("--enable-optimizer-post-validation");
-      notes.push_back("optimizer post-validation: the fork requires --fp16 with it");
+      notes.emplace_back("optimizer post-validation: the fork requires --fp16 with it");
     }
   } else {
     if (!loopPlacement(plan)) {
@@ -525,11 +526,11 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   out.csv = std::move(*csv);
   for (const StageLayers& s : *stages) {
     std::vector<std::string> fqns;
-    if (s.embedding > 0) fqns.push_back("tok_embeddings");
+    if (s.embedding > 0) fqns.emplace_back("tok_embeddings");
     for (int k : s.decoderIndex) fqns.push_back("layers." + std::to_string(k));
     if (s.head > 0) {
-      fqns.push_back("norm");
-      fqns.push_back("output");
+      fqns.emplace_back("norm");
+      fqns.emplace_back("output");
     }
     out.moduleFqnsPerModelPart.push_back(std::move(fqns));
   }
