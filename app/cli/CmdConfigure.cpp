@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -30,13 +31,22 @@ struct ConfigureCliOptions {
   RecipeOptions recipe;
 };
 
+// printf-style text for std::cout (stdout goes through the checked buffer of Output.hpp,
+// which printf would bypass).
+template <typename... Args>
+std::string format(const char* pattern, Args... args) {
+  std::array<char, 512> line{};
+  std::snprintf(line.data(), line.size(), pattern, args...);
+  return line.data();
+}
+
 // `--vocab-parallel`: 1f1b and v-half on every GPU with and without vocabulary parallelism
 // (Yeung et al. 2024), showing the per-device imbalance the vocabulary layers cause.
 int runVocabComparison(const ModelSpec& model, const ClusterSpec& cluster) {
   const int p = cluster.totalGpus();
-  std::printf("vocabulary parallelism on '%s', %d devices, %d microbatches\n", model.name.c_str(), p, 2 * p);
-  std::printf("%-8s %-14s %11s %10s %10s %10s %12s\n", "schedule", "layout", "iter ms", "max busy", "min busy",
-              "imbalance", "peak mem");
+  std::cout << "vocabulary parallelism on '" << model.name << "', " << p << " devices, " << 2 * p << " microbatches\n";
+  std::cout << format("%-8s %-14s %11s %10s %10s %10s %12s\n", "schedule", "layout", "iter ms", "max busy", "min busy",
+                      "imbalance", "peak mem");
   bool any = false;
   for (const char* schedule : {"1f1b", "v-half"}) {
     PlanRequest r;
@@ -48,7 +58,7 @@ int runVocabComparison(const ModelSpec& model, const ClusterSpec& cluster) {
     r.config.chunksPerDevice = std::string(schedule) == "v-half" ? 2 : 1;
     auto cmp = compareVocabParallel(r);
     if (!cmp) {
-      std::printf("%-8s %s\n", schedule, cmp.message().c_str());
+      std::cout << format("%-8s ", schedule) << cmp.message() << '\n';
       continue;
     }
     any = true;
@@ -61,12 +71,12 @@ int runVocabComparison(const ModelSpec& model, const ClusterSpec& cluster) {
         peak = std::max(peak, d.peakMemoryBytes);
       }
       const bool vp = plan == &cmp->vocabParallel;
-      std::printf("%-8s %-14s %11.2f %10.2f %10.2f %9.3fx %12s\n", schedule, vp ? "vocab-parallel" : "baseline",
-                  plan->metrics.makespanMs, maxBusy, minBusy, vp ? cmp->vocabImbalance : cmp->baselineImbalance,
-                  formatBytes(static_cast<double>(peak)).c_str());
+      std::cout << format("%-8s %-14s %11.2f %10.2f %10.2f %9.3fx %12s\n", schedule, vp ? "vocab-parallel" : "baseline",
+                          plan->metrics.makespanMs, maxBusy, minBusy, vp ? cmp->vocabImbalance : cmp->baselineImbalance,
+                          formatBytes(static_cast<double>(peak)).c_str());
     }
   }
-  std::printf("imbalance = max busy / mean busy over devices (1.000x = perfectly balanced)\n");
+  std::cout << "imbalance = max busy / mean busy over devices (1.000x = perfectly balanced)\n";
   return any ? kExitOk : kExitFailure;
 }
 
@@ -114,6 +124,28 @@ Json candidateJson(const ConfigCandidate& c) {
            {"devices", std::move(devices)}};
   recipeToJson(cfg, out);
   return out;
+}
+
+// Why nothing was ranked, from what the search counted: nothing to enumerate (the batch does not
+// split), everything over the memory bounds, or failures the rejected families list.
+std::string nothingRanked(const Configuration& r, const ClusterSpec& cluster) {
+  const std::string gpus = std::to_string(cluster.totalGpus());
+  if (r.enumerated == 0) {
+    const std::string limit = std::to_string(kMaxConfigureMicrobatches);
+    return "no configuration to search: the global batch of " + std::to_string(r.globalBatch) +
+           " samples does not split over the " + gpus +
+           " GPUs (no tensor × context × pipeline × data split and micro-batch size B gives a whole number of at "
+           "most " +
+           limit + " microbatches per pipeline; expected a global batch G with G / (B·D) whole and at most " + limit +
+           ")";
+  }
+  if (r.prunedByMemory == r.enumerated) {
+    return "no configuration fits in memory (all " + std::to_string(r.enumerated) +
+           " ruled out by their memory bounds on " + gpus + " GPUs)";
+  }
+  return "none of the " + std::to_string(r.enumerated) + " configurations could be planned (" +
+         std::to_string(r.prunedByMemory) + " ruled out by memory bounds; the rejected families say why the others " +
+         "failed)";
 }
 
 int runConfigure(const ConfigureCliOptions& o) {
@@ -197,7 +229,11 @@ int runConfigure(const ConfigureCliOptions& o) {
     }
     doc["rejected"] = rejected;
     std::cout << doc.dump(2) << '\n';
-    return result->feasible.empty() ? kExitFailure : kExitOk;
+    if (result->feasible.empty()) {
+      std::cerr << "configure: " << nothingRanked(*result, cluster) << '\n';
+      return kExitFailure;
+    }
+    return kExitOk;
   }
   std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "' (" << cluster.totalGpus()
             << " GPUs), global batch " << result->globalBatch << " samples"
@@ -209,19 +245,20 @@ int runConfigure(const ConfigureCliOptions& o) {
             << " screened (short runs extended to the full batch), " << result->simulatedInFull
             << " of them simulated in full, " << result->boundedOut << " bounded out, " << result->feasible.size()
             << " ranked\n\n";
-  std::printf("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s %10s %9s %12s %7s %5s %10s\n", "rank", "schedule",
-              "pp", "tp", "cp", "dp", "ep", "mbs", "m", "v", "recompute", "zero", "iter ms", "sync ms", "tokens/s",
-              "bubble", "mfu", "peak mem");
+  std::cout << format("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s %10s %9s %12s %7s %5s %10s\n", "rank",
+                      "schedule", "pp", "tp", "cp", "dp", "ep", "mbs", "m", "v", "recompute", "zero", "iter ms",
+                      "sync ms", "tokens/s", "bubble", "mfu", "peak mem");
   int rank = 0;
   for (const auto& c : result->feasible) {
     if (++rank > o.top) break;
     const Parallelism& par = c.config.parallel;
-    std::printf("%4d %-16s %3d %3d %3d %4d %3d %3lld %4d %3d %-9s %4d %10.1f %9.2f %12.0f %6.1f%% %4.1f%% %10s\n", rank,
-                c.config.schedule.c_str(), c.config.devices, par.tensor, par.context, par.data, par.expert,
-                static_cast<long long>(c.samplesPerMicrobatch), c.config.microbatches, c.config.chunksPerDevice,
-                std::string(recomputeName(par.recompute)).c_str(), par.zeroStage, c.iterationMs, c.allReduceMs,
-                c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
-                formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
+    std::cout << format(
+        "%4d %-16s %3d %3d %3d %4d %3d %3lld %4d %3d %-9s %4d %10.1f %9.2f %12.0f %6.1f%% %4.1f%% %10s\n", rank,
+        c.config.schedule.c_str(), c.config.devices, par.tensor, par.context, par.data, par.expert,
+        static_cast<long long>(c.samplesPerMicrobatch), c.config.microbatches, c.config.chunksPerDevice,
+        std::string(recomputeName(par.recompute)).c_str(), par.zeroStage, c.iterationMs, c.allReduceMs,
+        c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
+        formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
   }
   if (!result->rejected.empty()) {
     std::cout << "\nrejected families (pipeline degree × data parallel, schedule):\n";
@@ -239,7 +276,7 @@ int runConfigure(const ConfigureCliOptions& o) {
     }
   }
   if (result->feasible.empty()) {
-    std::cerr << "configure: no configuration fits in memory\n";
+    std::cerr << "configure: " << nothingRanked(*result, cluster) << '\n';
     return kExitFailure;
   }
   return kExitOk;

@@ -18,6 +18,7 @@
 
 #include "Commands.hpp"
 #include "Flags.hpp"
+#include "Output.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/history/RunRecorder.hpp"
 #include "pipestudio/model/Launch.hpp"
@@ -247,6 +248,7 @@ int deploy(const DeployArgs& a) {
   }
   auto summary = store->runSummary(sink.runId());
   const std::string status = summary ? std::string(history::runStatusName(summary->status)) : "?";
+  noteOutputCarries("the run is recorded as run " + std::to_string(sink.runId()));
   if (a.json) {
     std::cout << "{\"id\": " << sink.runId() << "}\n";
   } else {

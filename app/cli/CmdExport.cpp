@@ -3,8 +3,10 @@
 // (Perfetto), its per-device op order as torch.distributed.pipelining schedule CSV
 // (--csv-format compute_only|compute_comms), Megatron-LM arguments, or torchtitan's
 // configuration (Python for torchtitan main, TOML for v0.2.2 and earlier: --torchtitan-config)
-// with the schedule CSV beside it. Without -o the export goes to stdout (torchtitan needs -o:
-// its configuration names the CSV file written next to it).
+// with the schedule CSV beside it (or at --csv-output). Without -o the export goes to stdout
+// (torchtitan needs -o: its configuration names the CSV file written next to it).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -38,6 +40,7 @@ struct ExportOptions {
   std::string csvFormat = "compute_only";
   std::string torchtitanConfig;  // python | toml; empty: by the output's extension
   std::string torchtitanBase;
+  std::string csvOutput;  // torchtitan: where the schedule CSV goes (default: beside -o)
   int iteration = -1;
 };
 
@@ -64,6 +67,51 @@ bool isPythonIdentifier(const std::string& name) {
 std::string besideOutput(const std::string& output, const std::string& extension) {
   const std::filesystem::path p(output);
   return (p.parent_path() / (p.stem().string() + extension)).string();
+}
+
+// Whether two output paths name one file: the same inode when both exist, else the same
+// absolute path once symlinks are followed.
+bool sameFile(const std::string& a, const std::string& b) {
+  struct stat sa {};
+  struct stat sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  }
+  std::error_code ec1;
+  std::error_code ec2;
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec1);
+  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec2);
+  return !ec1 && !ec2 && ca == cb;
+}
+
+// torchtitan writes two files, the configuration at -o and the schedule CSV it names. The CSV goes where
+// --csv-output says, else beside the configuration (FILE.py → FILE.csv) — but never over a file the
+// user did not name, never beside a device or FIFO (/dev/null.csv), never into the configuration's path.
+Expected<std::string> torchtitanCsvPath(const ExportOptions& o) {
+  std::string csv = o.csvOutput;
+  if (csv.empty()) {
+    struct stat st {};
+    const bool exists = ::stat(o.output.c_str(), &st) == 0;
+    // /dev/stdout and /dev/fd/N name a descriptor (which may well be a regular file).
+    const bool descriptor = o.output == "/dev/stdout" || o.output == "/dev/stderr" ||
+                            o.output.rfind("/dev/fd/", 0) == 0 || o.output.rfind("/proc/self/fd/", 0) == 0;
+    if ((exists && !S_ISREG(st.st_mode)) || descriptor) {
+      return Error{"-o " + o.output + " is not a regular file, so the schedule CSV cannot go beside it (expected " +
+                   "--csv-output FILE to say where the CSV goes)"};
+    }
+    csv = besideOutput(o.output, ".csv");
+    if (!sameFile(csv, o.output) && ::stat(csv.c_str(), &st) == 0) {
+      return Error{csv +
+                   " exists and is not named on the command line (the schedule CSV goes beside the configuration): "
+                   "give --csv-output " +
+                   csv + " to replace it, or choose another -o"};
+    }
+  }
+  if (sameFile(csv, o.output)) {
+    return Error{"the configuration (-o) and the schedule CSV would both be written to " + csv +
+                 " (expected two files: -o FILE.py puts the CSV beside it as FILE.csv; --csv-output names it)"};
+  }
+  return csv;
 }
 
 int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptions& trace) {
@@ -108,7 +156,12 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
   TorchtitanOptions titan;
   titan.format = torchtitanFormatFromName(o.torchtitanConfig)
                      .value_or(out.extension() == ".toml" ? TorchtitanFormat::Toml : TorchtitanFormat::Python);
-  titan.csvPath = besideOutput(o.output, ".csv");
+  const auto csv = torchtitanCsvPath(o);
+  if (!csv) {
+    std::cerr << "export --format torchtitan: " << csv.message() << '\n';
+    return kExitUsage;
+  }
+  titan.csvPath = *csv;
   titan.base = o.torchtitanBase;
   titan.moduleName = out.stem().string();
   if (titan.format == TorchtitanFormat::Python && !isPythonIdentifier(titan.moduleName)) {
@@ -196,6 +249,11 @@ int exportRun(const ExportOptions& o) {
 #endif
 
 int runExport(const ExportOptions& o) {
+  if (!o.csvOutput.empty() && o.format != "torchtitan") {
+    std::cerr << "export: --csv-output names the schedule CSV of --format torchtitan (this is --format " << o.format
+              << "; -o names its output)\n";
+    return kExitUsage;
+  }
   if (o.plan.empty() == !o.run.has_value()) {
     std::cerr << "export: give either a PLAN file or --run ID (not both)\n";
     return kExitUsage;
@@ -256,6 +314,9 @@ void addExportCommand(CLI::App& root, int& exitCode) {
           },
           "MODULE:FUNCTION", "torchtitanBase"));
   cmd->add_option("-o,--output", o.output, "Output file (default: stdout; torchtitan needs one)")
+      ->check(nonEmptyPath());
+  cmd->add_option("--csv-output", o.csvOutput,
+                  "torchtitan: the schedule CSV the TOML names (default: beside -o as FILE.csv, where no file is yet)")
       ->check(nonEmptyPath());
   cmd->callback([&exitCode] { exitCode = runExport(o); });
 }

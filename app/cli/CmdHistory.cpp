@@ -8,6 +8,7 @@
 
 #include "Commands.hpp"
 #include "Flags.hpp"
+#include "Output.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/history/Compare.hpp"
@@ -213,6 +214,7 @@ int runImport() {
               << (result->measuredOps == 0 ? "; the trace has no PP:<action> annotations or --op-pattern matches" : "")
               << ")\n";
   }
+  noteOutputCarries("the traces are stored as run " + std::to_string(result->runId));
   if (options().json) {
     std::cout << Json{{"id", result->runId},
                       {"events", result->events},

@@ -202,7 +202,7 @@ int runPlan(const PlanOptions& o) {
   }
   if (!o.output.empty()) {
     if (auto st = savePlan(o.output, *plan); !st) {
-      std::cerr << o.output << ": " << st.message() << '\n';
+      std::cerr << "plan: " << st.message() << '\n';  // the message names the file
       return kExitFailure;
     }
   }
@@ -236,7 +236,7 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
                   joinNames(partitionNames(), "|") +
                       " (default balanced: uniform refuses unequal chunks for multi-chunk schedules)");
   cmd->add_option("--fill", o.fill, joinNames(fillModeNames(), "|"));
-  cmd->add_option("--memory-limit", o.memoryLimit, "Per-device memory limit, bytes or e.g. 40GiB");
+  cmd->add_option("--memory-limit", o.memoryLimit, "Per-device memory limit, bytes or e.g. 40GiB")->check(byteSize());
   cmd->add_option("-o,--output", o.output, "Write the plan document here")->check(nonEmptyPath());
   cmd->add_flag("--json", o.json, "Print config and metrics as one JSON document");
   cmd->add_option("--csv", o.csv, "custom: per-device order from a torch.distributed.pipelining schedule CSV");

@@ -4,21 +4,23 @@
 //
 // Where pipestudio-exec is found: $PIPESTUDIO_EXEC, next to pipestudio-cli, in
 // <build>/executor/ (the build tree layout: <build>/app/pipestudio-cli), then PATH.
-#include <signal.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "Commands.hpp"
 #include "Flags.hpp"
+#include "Output.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
@@ -56,9 +58,9 @@ class RunRecorder {
     info.sourcePath = args.plan;
     info.planId = *planId;
     info.backend = args.backend;
-    char host[256] = {};
-    ::gethostname(host, sizeof(host) - 1);
-    info.host = host;
+    std::array<char, 256> host{};
+    ::gethostname(host.data(), host.size() - 1);
+    info.host = host.data();
     if (const char* user = std::getenv("USER")) info.user = user;
     info.executorVersion = "0.1.0";
     auto run = r.m_store->beginRun(info);
@@ -141,7 +143,7 @@ std::optional<Expected<Plan>> workspacePlan(const std::string& path) {
 /// The executor reads a plan file: a workspace's plan goes to a private temporary one.
 class PlanFileFor {
  public:
-  PlanFileFor(const std::string& source, const Plan& plan, bool fromWorkspace) : m_path(source) {
+  PlanFileFor(std::string source, const Plan& plan, bool fromWorkspace) : m_path(std::move(source)) {
     if (!fromWorkspace) return;
     std::error_code ec;
     std::string pattern = (std::filesystem::temp_directory_path(ec) / "pipestudio-run-XXXXXX").string();
@@ -239,6 +241,8 @@ int runPlan(const RunArgs& args) {
   req.runId = std::to_string(recorder->id());
   req.peerExitTimeoutS = args.timeoutS + 10;
   req.extraArgs = {"--timeout-s", std::to_string(args.timeoutS)};
+  // A rank that is stopped, or stuck where its watchdog cannot end it, is ended by the launcher.
+  req.silenceTimeoutS = args.timeoutS + 10;
   if (args.maxOpMs > 0) req.extraArgs.insert(req.extraArgs.end(), {"--max-op-ms", std::to_string(args.maxOpMs)});
   // SIGINT/SIGTERM/SIGHUP stop the ranks and leave the run incomplete; so does a history that
   // can store no more (disk full): what was committed stays.
@@ -260,8 +264,9 @@ int runPlan(const RunArgs& args) {
     return kExitFailure;
   }
   const auto status = recorder->status();
+  noteOutputCarries("the run is recorded as run " + std::to_string(recorder->id()));
   if (args.json) {
-    std::cout << "{\"id\": " << recorder->id() << ", \"status\": \"" << history::runStatusName(status) << "\"}\n";
+    std::cout << R"({"id": )" << recorder->id() << R"(, "status": ")" << history::runStatusName(status) << "\"}\n";
   } else {
     std::cout << recorder->id() << '\n';
   }
@@ -286,7 +291,9 @@ void addRunCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--history", args.history, "History database (default: the GUI's)")->check(nonEmptyPath());
   cmd->add_option("--max-op-ms", args.maxOpMs, "Scale planned times so the longest op lasts this long")
       ->check(numberIn(0, 1e6));
-  cmd->add_option("--timeout-s", args.timeoutS, "A rank without progress for this long fails the run")
+  cmd->add_option("--timeout-s", args.timeoutS,
+                  "A rank without progress for this long fails the run; its ranks are ended (one that is stopped "
+                  "or hung past its watchdog after 10 s more)")
       ->check(numberIn(0.1, 1e5));
   cmd->add_flag("--json", args.json, "Print {\"id\": …} on stdout");
   cmd->callback([&exitCode] { exitCode = runPlan(args); });

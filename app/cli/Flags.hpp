@@ -5,39 +5,50 @@
 //   cmd->add_option("--tp", o.tp, "Tensor parallel degree")->check(intIn(1, 1024));
 //   cmd->add_option("--max-op-ms", o.maxOpMs, "...")->check(numberIn(0, 1e6));
 //   cmd->add_option("-o,--output", o.output, "...")->check(nonEmptyPath());
+//   cmd->add_option("--memory-limit", o.memoryLimit, "...")->check(byteSize());
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 
 #include "pipestudio/common/NumberArg.hpp"
+#include "pipestudio/common/Units.hpp"
 
 namespace pipestudio::cli {
 
 /// An integer in [min, max]; CLI11 prefixes the message with the flag's name.
 inline CLI::Validator intIn(std::int64_t min, std::int64_t max) {
-  return CLI::Validator(
-      [min, max](std::string& text) {
-        auto v = parseIntegerArg("", text, min, max);
-        return v ? std::string() : v.message();
-      },
-      "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]", "intIn");
+  return {[min, max](std::string& text) {
+            auto v = parseIntegerArg("", text, min, max);
+            return v ? std::string() : v.message();
+          },
+          "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]", "intIn"};
 }
 
 /// A finite number in [min, max] (nan and inf are refused).
 inline CLI::Validator numberIn(double min, double max) {
-  return CLI::Validator(
-      [min, max](std::string& text) {
-        auto v = parseNumberArg("", text, min, max);
-        return v ? std::string() : v.message();
-      },
-      "NUMBER in " + rangeText(min, max), "numberIn");
+  return {[min, max](std::string& text) {
+            auto v = parseNumberArg("", text, min, max);
+            return v ? std::string() : v.message();
+          },
+          "NUMBER in " + rangeText(min, max), "numberIn"};
+}
+
+/// A positive size in bytes, e.g. 40GiB or 42949672960 (`--memory-limit ''` is a mistake, not
+/// "no limit").
+inline CLI::Validator byteSize() {
+  return {[](std::string& text) {
+            auto bytes = parseBytes(text);
+            if (!bytes) return bytes.message();
+            return *bytes > 0 ? std::string() : "'" + text + "' is not a positive size (expected e.g. 40GiB)";
+          },
+          "BYTES", "byteSize"};
 }
 
 /// A file name (output, database): not empty (`-o ''` is a mistake, not "no output").
 inline CLI::Validator nonEmptyPath() {
-  return CLI::Validator(
+  return {
       [](std::string& text) { return text.empty() ? std::string("empty file name (expected a path)") : std::string(); },
-      "FILE", "nonEmptyPath");
+      "FILE", "nonEmptyPath"};
 }
 
 }  // namespace pipestudio::cli

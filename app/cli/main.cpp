@@ -3,8 +3,11 @@
 #include <iostream>
 
 #include "Commands.hpp"
+#include "Output.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int runCommand(int argc, char** argv) {
   using namespace pipestudio::cli;
   CLI::App app{"PipeStudio: plan, simulate, run and compare pipeline-parallel training", "pipestudio-cli"};
   app.require_subcommand(1);
@@ -36,4 +39,18 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   return exitCode;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    pipestudio::cli::guardStandardDescriptors();
+    pipestudio::cli::CheckedStdout out;
+    const int exitCode = runCommand(argc, argv);
+    return out.finish(exitCode);
+  } catch (...) {
+    // runCommand reports what a command throws; this catches setting up the app itself.
+    return pipestudio::cli::kExitFailure;
+  }
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -67,9 +68,9 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   info.source = "run";
   info.planId = *planId;
   info.backend = request.backend;
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  info.host = host;
+  std::array<char, 256> host{};
+  ::gethostname(host.data(), host.size() - 1);
+  info.host = host.data();
   if (const char* user = std::getenv("USER")) info.user = user;
   auto run = store->beginRun(info);
   if (!run) return Error{request.historyPath + ": " + run.message()};
@@ -82,6 +83,7 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   launch.iterations = request.iterations;
   launch.runId = std::to_string(*run);
   launch.peerExitTimeoutS = request.timeoutS + 10;
+  launch.silenceTimeoutS = request.timeoutS + 10;
   launch.extraArgs = {"--timeout-s", std::to_string(request.timeoutS)};
   if (request.maxOpMs > 0)
     launch.extraArgs.insert(launch.extraArgs.end(), {"--max-op-ms", std::to_string(request.maxOpMs)});

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -34,6 +35,42 @@ const char* envOf(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
+
+// How long the lanes of a failed run get to leave their ops before the process leaves them.
+constexpr double kStuckLaneGraceS = 2.0;
+
+// Counts lane threads that have returned, so the main thread can wait for them with a limit.
+class LanesDone {
+ public:
+  void finish() {
+    {
+      std::lock_guard lock(m_mutex);
+      ++m_done;
+    }
+    m_changed.notify_all();
+  }
+  /// True once `lanes` threads returned; false when the run failed and they did not within
+  /// `graceS` of the failure being seen.
+  bool waitAll(std::size_t lanes, const RunControl& control, double graceS) {
+    std::unique_lock lock(m_mutex);
+    std::optional<std::chrono::steady_clock::time_point> giveUpAt;
+    while (m_done < lanes) {
+      m_changed.wait_for(lock, std::chrono::milliseconds(50));
+      if (!control.aborted()) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (!giveUpAt)
+        giveUpAt = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(graceS));
+      if (now >= *giveUpAt && m_done < lanes) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  std::size_t m_done = 0;
+};
 
 }  // namespace
 
@@ -230,7 +267,10 @@ int runExecutor(const ExecOptions& options, int outFd) {
   header.wallClockNs = clock.wallNs();
   sink.start();
   sink.write(header);
+  // Beats while the run goes on (NCCL set-up, silent warm-up and long iterations included).
+  Heartbeat heartbeat(sink, control, std::clamp(options.watchdogTimeoutS / 4, 0.05, 1.0));
   if (auto st = be.afterHeader(); !st) {
+    heartbeat.stop();
     sink.write(trace::ErrorReport{header.rank, st.message()});
     trace::Summary failed;
     failed.ok = false;
@@ -248,6 +288,7 @@ int runExecutor(const ExecOptions& options, int outFd) {
 
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> spans(lanes.size());
   std::vector<std::thread> threads;
+  LanesDone done;
   const std::int64_t startNs = clock.nowNs();
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -255,15 +296,33 @@ int runExecutor(const ExecOptions& options, int outFd) {
       auto r = walkDevice((*program).perDevice[lane.device()], lane, control, walk);
       if (r) {
         spans[i] = std::move(*r);
-        return;
+      } else {
+        // "dead" is the silent-death fault: the others must find out through the watchdog.
+        if (r.message() != "dead" && r.message() != "aborted") control.fail(lane.device(), r.message());
+        if (r.message() == "aborted" && !control.aborted()) control.fail(lane.device(), "aborted");
       }
-      // "dead" is the silent-death fault: the others must find out through the watchdog.
-      if (r.message() != "dead" && r.message() != "aborted") control.fail(lane.device(), r.message());
-      if (r.message() == "aborted" && !control.aborted()) control.fail(lane.device(), "aborted");
+      done.finish();
     });
+  }
+  // A failed run whose lanes stay inside an op (a 10¹² ms op, a hung kernel) ends anyway: its
+  // failure is reported and the process leaves without waiting for them.
+  if (!done.waitAll(threads.size(), control, kStuckLaneGraceS)) {
+    heartbeat.stop();
+    const int rank = control.failedRank();
+    const std::string why = control.failure();
+    sink.write(trace::ErrorReport{rank, why});
+    trace::Summary failed;
+    failed.ok = false;
+    failed.elapsedNs = clock.nowNs() - startNs;
+    sink.write(failed);
+    const int code = fail("run failed: rank " + std::to_string(rank) + " failed: " + why +
+                          " (a device is still inside an op; leaving without it)");
+    std::cerr.flush();
+    std::_Exit(code);
   }
   for (auto& t : threads) t.join();
   watchdog.stop();
+  heartbeat.stop();
   const std::uint64_t dropped = be.finish();
 
   trace::Summary summary;

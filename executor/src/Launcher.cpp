@@ -2,16 +2,17 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +37,7 @@ struct Child {
   trace::StreamDecoder decoder;
   std::string errLine;
   RankOutcome outcome;
+  std::chrono::steady_clock::time_point heardAt;  ///< spawn, then the last bytes on its stream
 };
 
 std::string hex(const std::string& bytes) {
@@ -49,8 +51,9 @@ std::string hex(const std::string& bytes) {
 }
 
 Status spawnRank(Child& c, const std::vector<std::string>& args) {
-  int outPipe[2], errPipe[2];
-  if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
+  std::array<int, 2> outPipe{};
+  std::array<int, 2> errPipe{};
+  if (::pipe2(outPipe.data(), O_CLOEXEC) != 0 || ::pipe2(errPipe.data(), O_CLOEXEC) != 0) {
     return Error{std::string("pipe: ") + std::strerror(errno)};
   }
   posix_spawn_file_actions_t actions;
@@ -59,6 +62,7 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   posix_spawn_file_actions_adddup2(&actions, outPipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO);
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   // Our environment plus our pid, which the rank watches (kParentPidEnv).
@@ -81,6 +85,7 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   }
   c.out = outPipe[0];
   c.err = errPipe[0];
+  c.heardAt = std::chrono::steady_clock::now();
   return {};
 }
 
@@ -157,6 +162,21 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
                std::chrono::milliseconds(static_cast<std::int64_t>(request.peerExitTimeoutS * 1000));
     }
   };
+  // Ends every rank that still runs: SIGTERM (with SIGCONT, so a stopped one acts on it), then
+  // SIGKILL once `killAt` passes.
+  auto endRanks = [&] {
+    for (Child& c : children) {
+      if (c.pid > 0 && !c.exited) {
+        ::kill(c.pid, SIGTERM);
+        ::kill(c.pid, SIGCONT);
+      }
+    }
+    othersStarted = true;  // ranks not started yet never will be
+    killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  };
+  const auto silenceLimit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(request.silenceTimeoutS));
+  bool silenced = false;
   std::vector<char> buffer(1 << 16);
   for (;;) {
     std::vector<pollfd> fds;
@@ -174,11 +194,22 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
         // make sure they have.
         outcome.stopped = true;
         firstFailure = *why;
-        for (Child& c : children) {
-          if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGTERM);
-        }
-        othersStarted = true;  // ranks not started yet never will be
-        killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        endRanks();
+      }
+    }
+    // A rank silent past the limit (stopped, or hung where its own watchdog cannot end it)
+    // fails the run: the launcher ends the ranks rather than wait for them forever.
+    if (!silenced && !outcome.stopped && request.silenceTimeoutS > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      for (Child& c : children) {
+        if (c.pid <= 0 || c.exited || now - c.heardAt < silenceLimit) continue;
+        silenced = true;
+        const std::string why = "rank " + std::to_string(c.rank) + " sent nothing for " +
+                                std::to_string(static_cast<long long>(std::ceil(request.silenceTimeoutS))) +
+                                " s (stopped or hung past its watchdog; the ranks were ended)";
+        if (firstFailure.empty()) firstFailure = why;
+        endRanks();
+        break;
       }
     }
     if (killAt && std::chrono::steady_clock::now() >= *killAt) {
@@ -199,6 +230,7 @@ Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCal
         (isOut ? c.out : c.err) = -1;
         continue;
       }
+      if (isOut) c.heardAt = std::chrono::steady_clock::now();
       if (!isOut) {
         for (ssize_t k = 0; k < n; ++k) {
           const char ch = buffer[static_cast<std::size_t>(k)];

@@ -47,6 +47,41 @@ void FrameSink::write(const trace::Frame& frame) {
   if (brokeNow) reportBroken();
 }
 
+void FrameSink::writeHeartbeat() {
+  std::string bytes;
+  trace::encodeHeartbeat(bytes);
+  bool brokeNow = false;
+  {
+    std::lock_guard lock(m_mutex);
+    brokeNow = writeBytes(bytes);
+  }
+  if (brokeNow) reportBroken();
+}
+
+Heartbeat::Heartbeat(FrameSink& sink, const RunControl& control, double intervalS) : m_sink(sink), m_control(control) {
+  const auto interval = std::chrono::duration<double>(intervalS);
+  m_thread = std::thread([this, interval] {
+    std::unique_lock lock(m_mutex);
+    while (!m_wake.wait_for(lock, interval, [this] { return m_stop; })) {
+      if (m_control.aborted()) continue;  // a failed run falls silent: its launcher stops it
+      lock.unlock();
+      m_sink.writeHeartbeat();
+      lock.lock();
+    }
+  });
+}
+
+Heartbeat::~Heartbeat() { stop(); }
+
+void Heartbeat::stop() {
+  {
+    std::lock_guard lock(m_mutex);
+    m_stop = true;
+  }
+  m_wake.notify_all();
+  if (m_thread.joinable()) m_thread.join();
+}
+
 void FrameSink::setOnBroken(std::function<void(const std::string&)> onBroken) {
   std::lock_guard lock(m_mutex);
   m_onBroken = std::move(onBroken);

@@ -51,6 +51,8 @@ class FrameSink {
   explicit FrameSink(int fd);
   void start();
   void write(const trace::Frame& frame);
+  /// A heartbeat frame (trace::kHeartbeatFrameType).
+  void writeHeartbeat();
   void setOnBroken(std::function<void(const std::string& why)> onBroken);
   bool broken() const;
   std::string brokenReason() const;
@@ -122,6 +124,26 @@ class Watchdog {
   std::vector<int> m_local;
   std::function<void()> m_onAbort;
   std::atomic<bool> m_stop{false};
+  std::thread m_thread;
+};
+
+/// Writes a heartbeat frame every `intervalS` while the run has not failed: what a launcher
+/// watches to tell a live rank from a stopped or hung one (a silent warm-up or a long CUDA
+/// iteration still beats; a rank whose watchdog fired, or that is stopped, does not).
+class Heartbeat {
+ public:
+  Heartbeat(FrameSink& sink, const RunControl& control, double intervalS);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+  void stop();
+
+ private:
+  FrameSink& m_sink;
+  const RunControl& m_control;
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_stop = false;
   std::thread m_thread;
 };
 

@@ -115,6 +115,15 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
                  ") to be a multiple of 2·C = " + str(2 * static_cast<std::int64_t>(C)) +
                  " (ring attention's load-balanced chunks)"};
   }
+  // Sequence parallelism splits each context-parallel rank's seq / C tokens over the T GPUs
+  // (Megatron-LM asserts seq_length % tensor_model_parallel_size == 0).
+  if (par.sequenceParallel && T > 1 && t.seq % (static_cast<std::int64_t>(T) * C) != 0) {
+    return Error{"--sequence-parallel splits the " + str(t.seq / C) + "-token sequence" +
+                 (C > 1 ? " of each context-parallel rank" : std::string()) + " of " + where + " over --tp " + str(T) +
+                 ", which does not divide it (expected a sequence length that is a multiple of " +
+                 (C > 1 ? "T·C = " + str(static_cast<std::int64_t>(T) * C) : "T = " + str(T)) +
+                 ", or --no-sequence-parallel)"};
+  }
   return {};
 }
 

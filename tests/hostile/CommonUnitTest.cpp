@@ -1,10 +1,15 @@
 // The core/common mechanisms issue 14's fixes rest on: escaping echoed text, command-line
-// numbers, UTF-8 checks, duplicate JSON keys.
+// numbers, UTF-8 checks, duplicate JSON keys; and issue 27's output streams that keep the
+// reason of a failed write.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <string>
 
+#include "pipestudio/common/FdStream.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/NumberArg.hpp"
@@ -22,7 +27,7 @@ TEST(Text, EscapesControlCharactersAndKeepsUtf8) {
 }
 
 TEST(Text, ExcerptCutsLongTextAndSaysHowLong) {
-  const std::string cell(10 * 1024 * 1024, 'x');
+  const std::string cell(std::size_t{10} * 1024 * 1024, 'x');
   const std::string e = excerpt(cell);
   EXPECT_LT(e.size(), 200U);
   EXPECT_NE(e.find("(10485760 bytes)"), std::string::npos) << e;
@@ -74,4 +79,25 @@ TEST(Json, DuplicateKeysAreRefusedWithBothPlaces) {
   for (int i = 0; i < 100; ++i) many += "\"k" + std::to_string(i) + "\": 0, ";
   EXPECT_TRUE(parseJson(many + "\"z\": 0}", "m"));
   EXPECT_FALSE(parseJson(many + "\"k42\": 1}", "m"));
+}
+
+TEST(FdStream, KeepsTheReasonOfTheFirstFailedWrite) {
+  const int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(full, 0);
+  {
+    FdOStream out(full);
+    out << std::string(200'000, 'x');  // past the buffer: written, and refused, at once
+    EXPECT_FALSE(out);
+    EXPECT_EQ(out.buffer().error(), ENOSPC);
+    EXPECT_EQ(out.buffer().errorText(), "No space left on device");
+    EXPECT_FALSE(out.buffer().flush());
+  }
+  ::close(full);
+  // A small output fails only when flushed; a closed descriptor is named as such.
+  FdStreamBuf closed(1000);
+  std::ostream out(&closed);
+  out << "small";
+  EXPECT_EQ(closed.error(), 0);
+  EXPECT_FALSE(closed.flush());
+  EXPECT_NE(closed.errorText().find("the descriptor is closed"), std::string::npos) << closed.errorText();
 }

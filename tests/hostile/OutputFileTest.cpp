@@ -1,6 +1,8 @@
 // Issue 14, output files: `-o` renames atomically only over regular files; writes through
 // symlinks to their target; writes directly to character devices and FIFOs (never replacing
-// them: one run replaced a machine's /dev/full); refuses directories and ''.
+// them: one run replaced a machine's /dev/full); refuses directories and ''. Issue 27: a write
+// that fails (stdout full or closed, a full disk) is a failure with its reason; torchtitan's
+// second output never lands on a file nobody named, nor on the first.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -142,4 +144,128 @@ TEST(OutputFile, LargePlansAreWrittenAndExportedInBoundedMemory) {
   EXPECT_GT(fs::file_size(trace), 100'000'000U);
   fs::remove(plan);
   fs::remove(trace);
+}
+
+// --- Issue 27: write errors are failures with their reason --------------------------------
+
+namespace {
+
+const std::string kModel = kGood + "tiny-model.json";
+const std::string kCluster = kGood + "tiny-cluster.json";
+
+// `pipestudio-cli ARGS` with stdout on /dev/full (full) or closed (`>&-`).
+Result withBrokenStdout(const std::vector<std::string>& args, bool closed) {
+  if (!closed) return cli(args, {.stdinPath = "/dev/null", .stdoutPath = "/dev/full", .deadlineS = 120});
+  std::string line = "exec " + kCli;
+  for (const auto& a : args) line += " '" + a + "'";
+  return run({"/bin/sh", "-c", line + " >&-"}, {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 120});
+}
+
+}  // namespace
+
+TEST(OutputFile, EveryCommandFailsWithTheReasonWhenStdoutCannotBeWritten) {
+  const std::string db = (tempDir() / "stdout-errors.sqlite").string();
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(cli({"run", kPlan, "--history", db}).exitCode, 0);
+  const std::vector<std::string> plan{"plan", "--model",   kModel, "--cluster",      kCluster, "--schedule",
+                                      "1f1b", "--devices", "2",    "--microbatches", "2"};
+  auto with = [](std::vector<std::string> args, const std::string& more) {
+    args.push_back(more);
+    return args;
+  };
+  const std::vector<std::vector<std::string>> commands{
+      plan,
+      with(plan, "--json"),
+      {"simulate", kPlan},
+      {"simulate", kPlan, "--json"},
+      {"configure", "--model", kModel, "--cluster", kCluster},
+      {"configure", "--model", kModel, "--cluster", kCluster, "--json"},
+      {"history", "--db", db, "list"},
+      {"history", "--db", db, "list", "--json"},
+      {"history", "--db", db, "compare", "1", "2"},
+      {"history", "--db", db, "compare", "1", "2", "--json"},
+      {"export", kPlan, "--format", "csv"},
+      {"export", kPlan, "--format", "chrome"},
+      {"validate", kPlan},
+      {"schedules"}};
+  for (const bool closed : {false, true}) {
+    for (const auto& args : commands) {
+      const auto r = withBrokenStdout(args, closed);
+      std::string shown = args[0] + (args.back() == "--json" ? " --json" : "") + (closed ? " (closed)" : " (full)");
+      EXPECT_EQ(r.exitCode, 1) << shown << ": " << r.err;
+      EXPECT_NE(r.err.find("pipestudio-cli: cannot write to standard output: "), std::string::npos)
+          << shown << ": " << r.err;
+      EXPECT_NE(r.err.find(closed ? "the descriptor is closed" : "No space left on device"), std::string::npos)
+          << shown << ": " << r.err;
+    }
+  }
+  // `run --json`: the run is recorded; the message says as which run, since its id is lost.
+  const auto r = withBrokenStdout({"run", kPlan, "--history", db, "--json"}, false);
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device; the run is recorded as run 3"), std::string::npos) << r.err;
+}
+
+TEST(OutputFile, AFullDiskIsNamedOnceWithItsReason) {
+  if (!haveMountNamespace()) GTEST_SKIP() << "unshare -rm (a private tmpfs) is not available here";
+  // A 64 KiB tmpfs and a plan of a few hundred KB: the write fails part-way.
+  const std::string script = "mount -t tmpfs -o size=64k tmpfs /mnt || exit 90; cd /mnt && " + kCli + " plan --model " +
+                             kModel + " --cluster " + kCluster +
+                             " --schedule 1f1b --devices 2 --microbatches 2000 -o plan.json; echo \"exit=$?\"; ls /mnt";
+  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
+                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  ASSERT_NE(r.exitCode, 90) << r.err;
+  EXPECT_NE(r.out.find("exit=1"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("plan.json: write error: No space left on device"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("plan.json: plan.json:"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("plan.json.tmp"), std::string::npos) << "temporary file left behind: " << r.out;
+}
+
+TEST(OutputFile, TorchtitanNeverWritesOverAFileNobodyNamedNorTwoOutputsToOnePath) {
+  const fs::path dir = tempDir() / "titan";
+  fs::create_directories(dir);
+  const std::string plan = (dir / "gpt.json").string();
+  const std::string resources = PIPESTUDIO_RESOURCES;
+  ASSERT_EQ(cli({"plan", "--model", resources + "/models/gpt3-1.3b.json", "--cluster",
+                 resources + "/clusters/a100-1x8-nvlink.json", "--schedule", "1f1b", "--devices", "2", "--microbatches",
+                 "4", "-o", plan})
+                .exitCode,
+            0);
+  auto titan = [&](std::vector<std::string> more) {
+    std::vector<std::string> args{"export", plan, "--format", "torchtitan"};
+    args.insert(args.end(), more.begin(), more.end());
+    return cli(args);
+  };
+  // -o out.csv: the TOML and the CSV would be one file.
+  const std::string outCsv = (dir / "out.csv").string();
+  spit(outCsv, "mine");
+  auto r = titan({"-o", outCsv});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("would both be written to"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(outCsv), "mine");
+  // -o mine.toml beside an existing mine.csv: refused unless --csv-output names it.
+  const std::string toml = (dir / "mine.toml").string();
+  const std::string csv = (dir / "mine.csv").string();
+  spit(csv, "mine");
+  r = titan({"-o", toml});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("mine.csv exists and is not named on the command line"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(csv), "mine");
+  EXPECT_FALSE(fs::exists(toml));
+  r = titan({"-o", toml, "--csv-output", csv});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(slurp(csv).find("0F0"), std::string::npos) << slurp(csv);
+  EXPECT_NE(slurp(toml).find("pipeline_parallel_schedule_csv"), std::string::npos);
+  // Both named as one path, through a symlink too.
+  fs::create_symlink("mine.toml", dir / "alias.csv");
+  r = titan({"-o", toml, "--csv-output", (dir / "alias.csv").string()});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  // -o a device: nothing is created beside it.
+  r = titan({"-o", "/dev/null"});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("is not a regular file"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists("/dev/null.csv"));
+  r = titan({"-o", "/dev/null", "--csv-output", (dir / "beside.csv").string()});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(isCharDevice("/dev/null"));
+  // --csv-output belongs to torchtitan.
+  EXPECT_EQ(cli({"export", plan, "--format", "csv", "--csv-output", csv}).exitCode, 2);
 }

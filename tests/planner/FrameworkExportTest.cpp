@@ -198,7 +198,7 @@ TEST(MegatronExport, RefusesWhatMegatronCannotExpressWithTheReason) {
   Plan filled = planOf(lm(16), "1f1b", 4, 8, 1);
   filled.model = two;
   filled.config.fill = "greedy";
-  EXPECT_NE(refusal(filled).find("frozen components"), std::string::npos);
+  EXPECT_NE(refusal(filled).find("cannot run a frozen-component fill"), std::string::npos);
   // Layers Megatron has no symbol for.
   ModelSpec conv = lm(16);
   conv.components.front().layers[3].kind = "conv";

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "pipestudio/common/FdStream.hpp"
 #include "pipestudio/common/Text.hpp"
 
 namespace pipestudio {
@@ -52,15 +52,20 @@ bool namesOpenDescriptor(std::string_view path) {
 
 Status writeDirect(const std::string& shown, const std::string& path, bool append,
                    const std::function<bool(std::ostream&, std::string&)>& write) {
-  std::ofstream out(path, std::ios::binary | (append ? std::ios::app : std::ios::out));
-  if (!out) return Error{shown + ": cannot open for writing: " + errnoText(errno)};
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+  const int fd = ::open(path.c_str(), flags, 0666);
+  if (fd < 0) return Error{shown + ": cannot open for writing: " + errnoText(errno)};
+  // The stream keeps the errno of its first failed write: a full disk is named, even when the
+  // writer only sees the stream go bad.
+  FdOStream out(fd);
   std::string error;
-  if (!write(out, error)) return Error{shown + ": " + error};
-  out.flush();
-  const int err = errno;
-  if (!out) return Error{shown + ": write error: " + errnoText(err)};
-  out.close();
-  if (!out) return Error{shown + ": write error: " + errnoText(errno)};
+  const bool wrote = write(out, error);
+  const bool flushed = out.buffer().flush();
+  const int closed = ::close(fd) == 0 ? 0 : errno;
+  if (!out.buffer().errorText().empty()) return Error{shown + ": write error: " + out.buffer().errorText()};
+  if (!wrote) return Error{shown + ": " + (error.empty() ? "the output could not be produced" : error)};
+  if (!flushed || !out) return Error{shown + ": write error"};
+  if (closed != 0) return Error{shown + ": write error: " + errnoText(closed)};
   return {};
 }
 

@@ -1,9 +1,12 @@
 #include "pipestudio/common/Units.hpp"
 
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>
+
+#include "pipestudio/common/Text.hpp"
 
 namespace pipestudio {
 
@@ -14,7 +17,7 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
   try {
     value = std::stod(s, &pos);
   } catch (...) {
-    return Error{"'" + s + "' is not a size (expected a number of bytes or e.g. 40GiB, 512MiB, 80GB)"};
+    return Error{"'" + excerpt(s) + "' is not a size (expected a number of bytes or e.g. 40GiB, 512MiB, 80GB)"};
   }
   while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
   std::string unit = s.substr(pos);
@@ -38,36 +41,37 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
   else if (unit == "TB")
     scale = 1e12;
   else
-    return Error{"'" + s + "' has an unknown unit '" + unit + "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
+    return Error{"'" + excerpt(s) + "' has an unknown unit '" + excerpt(unit) +
+                 "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
   const double bytes = value * scale;
   if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18) {
-    return Error{"'" + s + "' is out of range (expected 0 to 8 EiB)"};
+    return Error{"'" + excerpt(s) + "' is out of range (expected 0 to 8 EiB)"};
   }
   return static_cast<std::int64_t>(std::llround(bytes));
 }
 
 std::string formatBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  constexpr std::array<const char*, 5> kUnits{"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   double v = bytes;
   while (std::abs(v) >= 1024 && u < 4) {
     v /= 1024;
     ++u;
   }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
+  std::array<char, 64> buf{};
+  std::snprintf(buf.data(), buf.size(), u == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[static_cast<std::size_t>(u)]);
+  return buf.data();
 }
 
 std::string formatMs(double ms) {
-  char buf[64];
+  std::array<char, 64> buf{};
   if (std::abs(ms) < 1.0)
-    std::snprintf(buf, sizeof buf, "%.1f µs", ms * 1000);
+    std::snprintf(buf.data(), buf.size(), "%.1f µs", ms * 1000);
   else if (std::abs(ms) < 1000.0)
-    std::snprintf(buf, sizeof buf, "%.2f ms", ms);
+    std::snprintf(buf.data(), buf.size(), "%.2f ms", ms);
   else
-    std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);
-  return buf;
+    std::snprintf(buf.data(), buf.size(), "%.2f s", ms / 1000);
+  return buf.data();
 }
 
 }  // namespace pipestudio

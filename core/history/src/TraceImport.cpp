@@ -33,10 +33,16 @@ Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& patte
   pcre2_code* re =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF, &code, &offset, nullptr);
   if (!re) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(code, message, sizeof message);
-    return Error{"--op-pattern: " + std::string(reinterpret_cast<const char*>(message)) + " at offset " +
-                 std::to_string(offset) + " of '" + text + "'"};
+    std::array<PCRE2_UCHAR, 256> message{};
+    pcre2_get_error_message(code, message.data(), message.size());
+    // The pattern is user text of any length: quoted as an excerpt, with the text around the
+    // offset when that lies past the excerpt.
+    std::string where = " at offset " + std::to_string(offset) + " of '" + excerpt(text) + "'";
+    if (text.size() > kExcerptBytes && offset > kExcerptBytes / 2) {
+      const std::size_t from = std::min(offset, text.size()) - kExcerptBytes / 2;
+      where += ", near '" + excerpt(std::string_view(text).substr(from, kExcerptBytes)) + "'";
+    }
+    return Error{"--op-pattern: " + std::string(reinterpret_cast<const char*>(message.data())) + where};
   }
   std::unique_ptr<OpMatcher> m(new OpMatcher());
   m->m_code = re;
@@ -44,7 +50,7 @@ Expected<std::unique_ptr<OpMatcher>> OpMatcher::compile(const std::string& patte
        {std::pair{"stage", &m->m_stage}, std::pair{"kind", &m->m_kind}, std::pair{"microbatch", &m->m_microbatch}}) {
     const int n = pcre2_substring_number_from_name(re, reinterpret_cast<PCRE2_SPTR>(name));
     if (n < 0) {
-      return Error{"--op-pattern '" + text + "' has no named group (?<" + name +
+      return Error{"--op-pattern '" + excerpt(text) + "' has no named group (?<" + name +
                    ">…) (expected groups stage, kind and microbatch)"};
     }
     *slot = static_cast<std::uint32_t>(n);

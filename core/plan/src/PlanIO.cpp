@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <unordered_map>
 
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Index.hpp"
@@ -21,6 +20,7 @@ namespace {
 constexpr std::int64_t kMaxDevices = kMaxPlanDevices;
 constexpr std::int64_t kMaxMicrobatches = kMaxPlanMicrobatches;
 constexpr double kMaxTimeMs = 1.0e12;
+constexpr std::int64_t kMaxCommBytes = std::int64_t{1} << 50;
 
 // Ops are the bulk of a plan (hundreds of thousands): read them without building a JSON
 // pointer per field, and build one only when reporting a problem.
@@ -389,7 +389,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
           static_cast<int>(f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), false).value_or(0));
       c.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
       c.endMs = f.number("end_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
-      c.bytes = f.integer("bytes", 0, std::int64_t{1} << 50, false).value_or(0);
+      c.bytes = f.integer("bytes", 0, kMaxCommBytes, false).value_or(0);
       plan.comms.push_back(c);
     }
   }
@@ -639,11 +639,40 @@ std::string opLabel(const Op& op) {
          std::to_string(op.microbatch) + ")";
 }
 
-// (kind class, stage, microbatch) in one key: the plan's unique ops, looked up by what needs them.
-std::uint64_t opKey(OpKind kind, std::int64_t stage, std::int64_t microbatch) {
-  return (static_cast<std::uint64_t>(stage) << 24 | static_cast<std::uint64_t>(microbatch) << 3) ^
-         static_cast<std::uint64_t>(kind);
-}
+// The plan's unique ops by (kind class, stage, microbatch), looked up by what needs them: F, B
+// (with BW: a stage's microbatch has one backward, split or fused), W and S. A flat table
+// (stages × microbatches is bounded by kMaxPlanOps before it is built), not a node per op.
+class UniqueOps {
+ public:
+  UniqueOps(std::size_t stages, int microbatches)
+      : m_stages(stages),
+        m_microbatches(static_cast<std::size_t>(microbatches)),
+        m_slots(kClasses * stages * m_microbatches, -1) {}
+  /// The op index stored for the key (−1: none); `kind` is one of F, B, BW, W, S.
+  std::int32_t& slot(OpKind kind, int stage, int microbatch) {
+    return m_slots[(classOf(kind) * m_stages + static_cast<std::size_t>(stage)) * m_microbatches +
+                   static_cast<std::size_t>(microbatch)];
+  }
+
+ private:
+  static constexpr std::size_t kClasses = 4;
+  static std::size_t classOf(OpKind kind) {
+    switch (kind) {
+      case OpKind::F:
+        return 0;
+      case OpKind::B:
+      case OpKind::BW:
+        return 1;
+      case OpKind::W:
+        return 2;
+      default:
+        return 3;  // S
+    }
+  }
+  std::size_t m_stages;
+  std::size_t m_microbatches;
+  std::vector<std::int32_t> m_slots;
+};
 
 Status checkStages(const Plan& plan) {
   const int devices = plan.config.devices;
@@ -709,6 +738,187 @@ Status checkFsdpActions(const Plan& plan) {
   return {};
 }
 
+// The data flow of frozen-component N ops (partial batches, as the executor reads them): the
+// j-th N op of a (stage, microbatch) covers samples up to its cumulative count and needs the
+// first N op of the previous stage, same microbatch, whose cumulative count reaches it.
+Status frozenNeeds(const Plan& plan, const StageNeighbours& chain,
+                   std::vector<std::pair<std::int32_t, std::int32_t>>& needs) {
+  std::map<std::pair<int, int>, std::vector<std::int32_t>> frozen;  // (stage, microbatch) → N ops
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (op.kind == OpKind::N) frozen[{op.virtualStage, op.microbatch}].push_back(static_cast<std::int32_t>(i));
+  }
+  const auto perMicrobatch = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+  auto samplesOf = [&](std::int32_t i) {
+    const Op& o = plan.ops[static_cast<std::size_t>(i)];
+    return o.samples > 0 ? static_cast<double>(o.samples) : perMicrobatch;
+  };
+  for (const auto& [key, mine] : frozen) {
+    const int prev = chain.previous[static_cast<std::size_t>(key.first)];
+    if (prev < 0) continue;
+    const auto it = frozen.find({prev, key.second});
+    double need = 0;
+    double have = 0;
+    std::size_t k = 0;  // producers counted into `have`
+    for (const std::int32_t consumer : mine) {
+      need += samplesOf(consumer);
+      while (it != frozen.end() && have + 1e-9 < need && k < it->second.size()) have += samplesOf(it->second[k++]);
+      if (it == frozen.end() || have + 1e-9 < need) {
+        const Op& op = plan.ops[static_cast<std::size_t>(consumer)];
+        return Error{opPointer(static_cast<std::size_t>(consumer)) + ": " + opLabel(op) + " needs " +
+                     std::to_string(static_cast<long long>(need)) + " samples of virtual stage " +
+                     std::to_string(prev) +
+                     ", which its N ops do not cover (expected N ops of that stage for the same microbatch)"};
+      }
+      needs.emplace_back(it->second[k - 1], consumer);
+    }
+  }
+  return {};
+}
+
+// Times and sizes within what the document format holds (the reader's ranges): a plan the
+// planner simulates from in-range inputs can still compute past them.
+Status checkRanges(const Plan& plan) {
+  std::array<char, 32> value{};
+  auto past = [&](const std::string& at, double ms) {
+    std::snprintf(value.data(), value.size(), "%.6g", ms);
+    return Error{at + ": " + value.data() +
+                 " ms is past the plan format's limit of ±1e12 ms (expected times within it)"};
+  };
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (std::abs(op.startMs) > kMaxTimeMs) return past(opPointer(i, "start_ms"), op.startMs);
+    if (std::abs(op.endMs) > kMaxTimeMs) return past(opPointer(i, "end_ms"), op.endMs);
+  }
+  for (std::size_t i = 0; i < plan.comms.size(); ++i) {
+    const Comm& c = plan.comms[i];
+    const std::string at = "/comms/" + std::to_string(i);
+    if (!std::isfinite(c.startMs) || !std::isfinite(c.endMs))
+      return Error{at + ": a time is not finite (expected finite start_ms and end_ms)"};
+    if (std::abs(c.startMs) > kMaxTimeMs) return past(at + "/start_ms", c.startMs);
+    if (std::abs(c.endMs) > kMaxTimeMs) return past(at + "/end_ms", c.endMs);
+    if (c.bytes < 0 || c.bytes > kMaxCommBytes) {
+      return Error{at + "/bytes: " + std::to_string(c.bytes) + " (expected 0.." + std::to_string(kMaxCommBytes) + ")"};
+    }
+    if (c.fromDevice < 0 || c.fromDevice >= plan.config.devices || c.toDevice < 0 ||
+        c.toDevice >= plan.config.devices) {
+      return Error{at + ": devices " + std::to_string(c.fromDevice) + " → " + std::to_string(c.toDevice) +
+                   " (expected devices of the plan, 0.." + std::to_string(plan.config.devices - 1) + ")"};
+    }
+  }
+  return {};
+}
+
+// Whether the per-device orders can run: an abstract run in which a device starts its next op
+// once every op that op needs has run — the data flow (`needs`, as validatePlanStructure
+// derives it) and derivedDependencies (frozen outputs, vocabulary passes), as the simulator and
+// the executor use them. What is left waits on itself or on another device in a cycle: a
+// deadlock `simulate` and `run` would meet (a need later on its own device is one too).
+Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std::int32_t>> needs) {
+  const std::size_t n = plan.ops.size();
+  const auto devices = static_cast<std::size_t>(plan.config.devices);
+  // Per device, its ops in plan order (CSR: lane d is laneOps[laneFirst[d] .. laneFirst[d + 1])).
+  std::vector<std::int32_t> laneFirst(devices + 1, 0);
+  for (const Op& op : plan.ops) ++laneFirst[static_cast<std::size_t>(op.device) + 1];
+  for (std::size_t d = 0; d < devices; ++d) laneFirst[d + 1] += laneFirst[d];
+  std::vector<std::int32_t> laneOps(n);
+  {
+    std::vector<std::int32_t> fill(laneFirst.begin(), laneFirst.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      laneOps[static_cast<std::size_t>(fill[static_cast<std::size_t>(plan.ops[i].device)]++)] =
+          static_cast<std::int32_t>(i);
+    }
+  }
+  // Dependencies beyond the data flow exist only with frozen (N) or vocabulary (S/T) ops.
+  const bool derived = std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) {
+    return op.kind == OpKind::N || op.kind == OpKind::S || op.kind == OpKind::T;
+  });
+  if (derived) {
+    std::vector<std::vector<std::int32_t>> laneOp;
+    const auto lanes = planLanes(plan, &laneOp);
+    for (const OpDependency& dep : derivedDependencies(plan, lanes)) {
+      if (!inRange(laneOp, dep.from.device) || !inRange(laneOp, dep.to.device)) continue;
+      const auto& from = laneOp[static_cast<std::size_t>(dep.from.device)];
+      const auto& to = laneOp[static_cast<std::size_t>(dep.to.device)];
+      if (inRange(from, dep.from.index) && inRange(to, dep.to.index)) {
+        needs.emplace_back(from[static_cast<std::size_t>(dep.from.index)], to[static_cast<std::size_t>(dep.to.index)]);
+      }
+    }
+  }
+  // Consumers of each op (CSR) and, per op, how many of its needs have not run.
+  std::vector<std::int32_t> waits(n, 0);
+  std::vector<std::int32_t> first(n + 1, 0);
+  for (const auto& [from, to] : needs) {
+    ++first[static_cast<std::size_t>(from) + 1];
+    ++waits[static_cast<std::size_t>(to)];
+  }
+  for (std::size_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  std::vector<std::int32_t> consumers(needs.size());
+  {
+    std::vector<std::int32_t> fill(first.begin(), first.end() - 1);
+    for (const auto& [from, to] : needs)
+      consumers[static_cast<std::size_t>(fill[static_cast<std::size_t>(from)]++)] = to;
+  }
+  // An op runs when its needs have and it is next on its device.
+  std::vector<std::int32_t> next(laneFirst.begin(), laneFirst.end() - 1);  // per device: next lane slot
+  std::vector<char> ran(n, 0);
+  std::vector<std::int32_t> ready;
+  auto offerHead = [&](std::size_t d) {
+    if (next[d] < laneFirst[d + 1]) {
+      const auto head = laneOps[static_cast<std::size_t>(next[d])];
+      if (waits[static_cast<std::size_t>(head)] == 0) ready.push_back(head);
+    }
+  };
+  for (std::size_t d = 0; d < devices; ++d) offerHead(d);
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    const auto op = static_cast<std::size_t>(ready.back());
+    ready.pop_back();
+    ran[op] = 1;
+    ++done;
+    const auto d = static_cast<std::size_t>(plan.ops[op].device);
+    ++next[d];
+    offerHead(d);
+    // After offerHead: an op whose last need this was is pushed here, once, if it is its
+    // device's next; otherwise offerHead pushes it when it becomes that.
+    for (auto e = first[op]; e < first[op + 1]; ++e) {
+      const auto c = consumers[static_cast<std::size_t>(e)];
+      if (--waits[static_cast<std::size_t>(c)] != 0) continue;
+      const auto cd = static_cast<std::size_t>(plan.ops[static_cast<std::size_t>(c)].device);
+      if (next[cd] < laneFirst[cd + 1] && laneOps[static_cast<std::size_t>(next[cd])] == c) ready.push_back(c);
+    }
+  }
+  if (done == n) return {};
+  // Per device, the op it stopped at and the first need of it that never ran.
+  std::vector<std::int32_t> unmet(devices, -1);
+  for (const auto& [from, to] : needs) {
+    const auto d = static_cast<std::size_t>(plan.ops[static_cast<std::size_t>(to)].device);
+    if (ran[static_cast<std::size_t>(from)] == 0 && unmet[d] < 0 && next[d] < laneFirst[d + 1] &&
+        laneOps[static_cast<std::size_t>(next[d])] == to) {
+      unmet[d] = from;
+    }
+  }
+  std::string stuck;
+  int shown = 0;
+  for (std::size_t d = 0; d < devices; ++d) {
+    if (unmet[d] < 0) continue;
+    const auto i = static_cast<std::size_t>(laneOps[static_cast<std::size_t>(next[d])]);
+    if (++shown > 8) {
+      stuck += "; …";
+      break;
+    }
+    const auto p = static_cast<std::size_t>(unmet[d]);
+    const std::string at = "device " + std::to_string(d) + " at " + opPointer(i) + " (" + opLabel(plan.ops[i]) + ")";
+    const std::string needed = opPointer(p) + " (" + opLabel(plan.ops[p]) + ")";
+    stuck += (stuck.empty() ? "" : "; ") +
+             (plan.ops[p].device == static_cast<int>(d)
+                  ? at + " runs before " + needed + ", which it needs, later on the same device"
+                  : at + " waits for " + needed + " on device " + std::to_string(plan.ops[p].device));
+  }
+  return Error{"/ops: the per-device orders deadlock (each device runs its ops in plan order; they wait in a cycle): " +
+               stuck + " (expected an order in which every op comes after the ops it needs)"};
+}
+
 }  // namespace
 
 Status validatePlanStructure(const Plan& plan) {
@@ -731,8 +941,7 @@ Status validatePlanStructure(const Plan& plan) {
 
   // Per op: references, kind, microbatch, times, frozen components; unique ops by key.
   const auto stages = plan.virtualStages.size();
-  std::unordered_map<std::uint64_t, std::size_t> unique;
-  unique.reserve(plan.ops.size());
+  UniqueOps unique(stages, microbatches);
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
     if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= stages) {
@@ -764,11 +973,12 @@ Status validatePlanStructure(const Plan& plan) {
     }
     if (op.kind == OpKind::N || op.kind == OpKind::OPT || op.kind == OpKind::T) continue;
     // B and BW share a key: a stage's microbatch has one backward, split or fused.
-    const OpKind cls = op.kind == OpKind::BW ? OpKind::B : op.kind;
-    if (const auto [it, inserted] = unique.emplace(opKey(cls, op.virtualStage, op.microbatch), i); !inserted) {
-      return Error{opPointer(i) + ": " + opLabel(op) + " appears twice, first at " + opPointer(it->second) +
-                   " (expected exactly one)"};
+    std::int32_t& slot = unique.slot(op.kind, op.virtualStage, op.microbatch);
+    if (slot >= 0) {
+      return Error{opPointer(i) + ": " + opLabel(op) + " appears twice, first at " +
+                   opPointer(static_cast<std::size_t>(slot)) + " (expected exactly one)"};
     }
+    slot = static_cast<std::int32_t>(i);
   }
 
   if (auto st = checkFsdpActions(plan); !st) return st;
@@ -778,8 +988,17 @@ Status validatePlanStructure(const Plan& plan) {
   // split B.
   const StageNeighbours chain = stageNeighbours(plan);
   auto find = [&](OpKind kind, int stage, int microbatch) -> const Op* {
-    const auto it = unique.find(opKey(kind, stage, microbatch));
-    return it == unique.end() ? nullptr : &plan.ops[it->second];
+    if (stage < 0 || static_cast<std::size_t>(stage) >= stages || microbatch < 0 || microbatch >= microbatches) {
+      return nullptr;
+    }
+    const std::int32_t at = unique.slot(kind, stage, microbatch);
+    return at < 0 ? nullptr : &plan.ops[static_cast<std::size_t>(at)];
+  };
+  // (producer, consumer) op indices of the data flow, for the orders check below.
+  std::vector<std::pair<std::int32_t, std::int32_t>> needs;
+  needs.reserve(plan.ops.size() * 2);
+  auto need = [&](const Op* producer, std::size_t consumer) {
+    needs.emplace_back(static_cast<std::int32_t>(producer - plan.ops.data()), static_cast<std::int32_t>(consumer));
   };
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
@@ -793,25 +1012,39 @@ Status validatePlanStructure(const Plan& plan) {
     };
     switch (op.kind) {
       case OpKind::F:
-        if (prev >= 0 && !find(OpKind::F, prev, op.microbatch)) return missing(OpKind::F, prev);
+        if (prev >= 0) {
+          const Op* f = find(OpKind::F, prev, op.microbatch);
+          if (!f) return missing(OpKind::F, prev);
+          need(f, i);
+        }
         break;
       case OpKind::B:
-      case OpKind::BW:
-        if (!find(OpKind::F, op.virtualStage, op.microbatch)) return missing(OpKind::F, op.virtualStage);
-        if (next >= 0 && !find(OpKind::B, next, op.microbatch)) return missing(OpKind::B, next);
+      case OpKind::BW: {
+        const Op* f = find(OpKind::F, op.virtualStage, op.microbatch);
+        if (!f) return missing(OpKind::F, op.virtualStage);
+        need(f, i);
+        if (next >= 0) {
+          const Op* b = find(OpKind::B, next, op.microbatch);
+          if (!b) return missing(OpKind::B, next);
+          need(b, i);
+        }
         break;
+      }
       case OpKind::W: {
         const Op* b = find(OpKind::B, op.virtualStage, op.microbatch);
         if (!b || b->kind != OpKind::B) {
           return Error{opPointer(i) + ": " + opLabel(op) + " has no split B of its own (a W follows a B, not a BW)"};
         }
+        need(b, i);
         break;
       }
       default:
         break;
     }
   }
-  return {};
+  if (auto st = frozenNeeds(plan, chain, needs); !st) return st;
+  if (auto st = checkRanges(plan); !st) return st;
+  return checkOrdersRun(plan, std::move(needs));
 }
 
 }  // namespace pipestudio

@@ -294,6 +294,11 @@ void encodeStreamStart(std::string& out) {
   putU16(out, 0);  // reserved flags
 }
 
+void encodeHeartbeat(std::string& out) {
+  putU8(out, kHeartbeatFrameType);
+  putU32(out, 0);  // no payload
+}
+
 void encodeFrame(const Frame& frame, std::string& out) {
   putU8(out, static_cast<std::uint8_t>(frameType(frame)));
   const std::size_t lengthAt = out.size();

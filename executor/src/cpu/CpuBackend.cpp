@@ -63,9 +63,17 @@ class CpuLane final : public Lane {
 
   Status exchange(std::span<const Transfer> sends, std::span<const Transfer> receives, int iteration) override {
     for (const Transfer& t : sends) {
-      // A real copy of the producer's output into a message buffer.
-      auto msg = std::make_shared<Bytes>(
-          static_cast<std::size_t>(std::max<double>(1.0, static_cast<double>(t.sizeBytes) * m_memoryScale)));
+      // A real copy of the producer's output into a message buffer; running out of host memory
+      // is an error of this device, not an exception through the lane's thread (an abort).
+      const auto size =
+          static_cast<std::size_t>(std::max<double>(1.0, static_cast<double>(t.sizeBytes) * m_memoryScale));
+      std::shared_ptr<Bytes> msg;
+      try {
+        msg = std::make_shared<Bytes>(size);
+      } catch (const std::exception&) {
+        return Error{"device " + std::to_string(m_device) + ": out of host memory for a transfer of " +
+                     std::to_string(size) + " bytes to device " + std::to_string(t.toDevice)};
+      }
       std::memset(msg->data(), static_cast<int>(t.producerOp & 0x7f), msg->size());
       m_mailbox.post(iteration, t, std::move(msg));
     }
@@ -183,6 +191,20 @@ class CpuLane final : public Lane {
   std::int64_t m_end = 0;
 };
 
+// The largest transfer a device sends or receives (nullptr: none).
+const Transfer* largestTransfer(const DeviceProgram& dp) {
+  const Transfer* largest = nullptr;
+  auto consider = [&](const Transfer& t) {
+    if (largest == nullptr || t.sizeBytes > largest->sizeBytes) largest = &t;
+  };
+  for (const Step& s : dp.steps) {
+    for (const Transfer& t : s.sends) consider(t);
+    for (const Transfer& t : s.receives) consider(t);
+  }
+  for (const Transfer& t : dp.endReceives) consider(t);
+  return largest;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendContext& ctx) : m_ctx(ctx), m_mailbox(ctx.control) {}
@@ -192,6 +214,7 @@ class CpuBackend final : public Backend {
     // Capacity the plan is checked against: the GPU of the cluster it was made for (or
     // --device-memory), so an out-of-memory plan is refused before the first op.
     std::int64_t peak = 0;
+    std::int64_t transferPeak = 0;
     for (int d = 0; d < m_ctx.program.devices; ++d) {
       const DeviceProgram& dp = m_ctx.program.perDevice[d];
       const std::int64_t need = dp.staticBytes + dp.peakActivationBytes;
@@ -205,9 +228,21 @@ class CpuBackend final : public Backend {
                      " bytes (static " + std::to_string(dp.staticBytes) + " + activations " +
                      std::to_string(dp.peakActivationBytes) + "), the device has " + std::to_string(capacity)};
       }
+      // A transfer's buffer is held whole on both devices: one larger than the device is refused
+      // here, naming the op whose output it carries, rather than met as a failed allocation.
+      if (const Transfer* t = largestTransfer(dp)) {
+        if (capacity > 0 && t->sizeBytes > capacity) {
+          return Error{"device " + std::to_string(d) + ": out of memory: the output of /ops/" +
+                       std::to_string(t->producerOp) + " sent from device " + std::to_string(t->fromDevice) +
+                       " to device " + std::to_string(t->toDevice) + " is " + std::to_string(t->sizeBytes) +
+                       " bytes, more than the device's " + std::to_string(capacity) +
+                       " (expected layer output_bytes that fit the GPU)"};
+        }
+        transferPeak = std::max(transferPeak, t->sizeBytes);
+      }
     }
-    // Real allocations follow the plan's sizes scaled into the per-device budget, so that a
-    // 70B-parameter plan can be exercised on a laptop; memory samples report plan bytes.
+    // The largest transfer counts as well (its buffer exists next to the activations).
+    peak = std::max(peak, transferPeak);
     const double scale = peak > o.cpuMemoryBudgetBytes && peak > 0
                              ? static_cast<double>(o.cpuMemoryBudgetBytes) / static_cast<double>(peak)
                              : 1.0;

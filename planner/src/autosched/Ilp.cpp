@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,44 @@ std::vector<Edge> edgesOf(const Instance& inst) {
     }
   }
   return edges;
+}
+
+// Each device's ops by the solver's start times, never against a dependency: a topological
+// order (Kahn) of the device's ops under `reach`, taking the earliest start (then the lowest
+// op id) among the ready ones. A comparator with a tolerance on the starts would not be a
+// strict weak order, which std::sort may answer by reading past the range; a start that is
+// not finite sorts last.
+Orders ordersFromStarts(const std::vector<double>& starts, const IdVector<std::vector<int> >& opsOf,
+                        const Grid<char>& reach) {
+  Orders orders;
+  for (const std::vector<int>& ops : opsOf) {  // per device
+    std::vector<int> left = ops;
+    std::vector<int> order;
+    order.reserve(ops.size());
+    while (!left.empty()) {
+      std::size_t pick = left.size();
+      for (std::size_t i = 0; i < left.size(); ++i) {
+        const int a = left[i];
+        const bool ready = std::none_of(left.begin(), left.end(), [&](int b) { return b != a && reach(b, a); });
+        if (!ready) continue;
+        const double sa = std::isfinite(starts[static_cast<std::size_t>(a)]) ? starts[static_cast<std::size_t>(a)]
+                                                                             : std::numeric_limits<double>::max();
+        if (pick == left.size()) {
+          pick = i;
+          continue;
+        }
+        const int p = left[pick];
+        const double sp = std::isfinite(starts[static_cast<std::size_t>(p)]) ? starts[static_cast<std::size_t>(p)]
+                                                                             : std::numeric_limits<double>::max();
+        if (sa < sp || (sa == sp && a < p)) pick = i;
+      }
+      if (pick == left.size()) pick = 0;  // a cycle cannot happen (reach is a DAG's closure)
+      order.push_back(left[pick]);
+      left.erase(left.begin() + static_cast<std::ptrdiff_t>(pick));
+    }
+    orders.push_back(std::move(order));
+  }
+  return orders;
 }
 
 }  // namespace
@@ -204,6 +243,11 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
   for (std::size_t i = 0; i < mipCols.size(); ++i) mipCols[i] = static_cast<int>(i);
   if (timing.ok) Cbc_setMIPStartI(model, static_cast<int>(mipCols.size()), mipCols.data(), mipValues.data());
   Cbc_setMaximumSeconds(model, std::max(0.1, timeLimitS));
+  // No CGL preprocessing: when the time limit expires during it, CBC 2.10's
+  // CglPreProcess::postProcess dereferences a solver it has already released (SIGSEGV with
+  // --exact-time-limit 0.001), and a post-processed solution cut short can violate rows
+  // (coin-or/Cbc#353). Without it the incumbent is the model's own point.
+  Cbc_setParameter(model, "preprocess", "off");
   Cbc_setAllowableFractionGap(model, 1e-6);
   Cbc_solve(model);
 
@@ -216,19 +260,7 @@ ExactResult solveExact(const Instance& inst, const Orders& start, double startMa
     result.objectiveMs = Cbc_getObjValue(model);
     result.boundMs =
         result.optimal ? result.objectiveMs : std::min(result.objectiveMs, Cbc_getBestPossibleObjValue(model));
-    const IdVector<double> x(std::vector<double>(solution, solution + n));  // per op: its start
-    result.orders.clear();
-    for (std::vector<int> ops : opsOf) {  // per device
-      std::sort(ops.begin(), ops.end(), [&](int a, int b) {
-        if (std::abs(x[a] - x[b]) > 1e-7) return x[a] < x[b];
-        if (reach(a, b)) return true;
-        if (reach(b, a)) return false;
-        const int c = a < b ? pairCol(a, b) : pairCol(b, a);
-        const bool firstBefore = solution[c] > 0.5;  // y(min before max)
-        return a < b ? firstBefore : !firstBefore;
-      });
-      result.orders.push_back(std::move(ops));
-    }
+    result.orders = ordersFromStarts(std::vector<double>(solution, solution + n), opsOf, reach);
     result.message = result.optimal ? "proven optimal" : "stopped at the time limit";
   } else {
     result.message = Cbc_isProvenInfeasible(model) ? "CBC proved the model infeasible" : "CBC found no solution";

@@ -334,8 +334,8 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
   if (!a) return a.error();
   auto b = simulate(cfg, m2, false);
   if (!b) return b.error();
-  const double span = static_cast<double>(m2 - m1);
-  const double more = static_cast<double>(m - m2);
+  const auto span = static_cast<double>(m2 - m1);
+  const auto more = static_cast<double>(m - m2);
   const double iterationMs =
       b->metrics.iterationMs + more * std::max(0.0, b->metrics.iterationMs - a->metrics.iterationMs) / span;
   // Each device's peak along its own line; over the GPU (less the margin) is out.
@@ -345,7 +345,7 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
     const double growth = std::max(0.0, static_cast<double>(db.peakMemoryBytes - da.peakMemoryBytes)) / span;
     const double peak = static_cast<double>(db.peakMemoryBytes) + more * growth;
     const GpuSpec gpu = deviceGpu(m_cluster, cfg, static_cast<int>(d));
-    const double capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
+    const auto capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
     if (growth > 0 && peak > capacity) {
       return Error{cfg.schedule + " does not fit in memory at " + std::to_string(m) + " microbatches: device " +
                    std::to_string(d) + " peaks near " + formatBytes(peak) + " of " + formatBytes(capacity) +
@@ -377,6 +377,7 @@ Expected<Configuration> Search::run() {
   int trainableLayers = 0;
   int blocks = 0;  // transformer blocks (what Megatron's virtual pipeline stages divide)
   std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0;
+  std::int64_t seqDivisor = 0;  // divides every sequence length
   bool anyTransformer = false;
   for (int c : m_model.trainableComponents()) {
     for (const Layer& l : m_model.component(c).layers) {
@@ -387,6 +388,7 @@ Expected<Configuration> Search::run() {
       minHeads = std::gcd(minHeads, l.transformer->heads);
       minKvHeads = std::gcd(minKvHeads, l.transformer->kvHeadsOrHeads());
       minSeq = minSeq == 0 ? l.transformer->seq : std::min(minSeq, l.transformer->seq);
+      seqDivisor = std::gcd(seqDivisor, l.transformer->seq);
     }
   }
   const bool hasFrozen = !m_model.frozenComponents().empty();
@@ -405,7 +407,8 @@ Expected<Configuration> Search::run() {
     if (anyTransformer) {
       contextDegrees.clear();
       for (int C = 1; C <= m_options.maxContextParallel; C *= 2) {
-        if (C == 1 || (minSeq % (2 * C) == 0 && gpus % (T * C) == 0)) contextDegrees.push_back(C);
+        if (C == 1 || (minSeq % (2 * static_cast<std::int64_t>(C)) == 0 && gpus % (T * C) == 0))
+          contextDegrees.push_back(C);
       }
     }
     for (int C : contextDegrees) {
@@ -420,7 +423,7 @@ Expected<Configuration> Search::run() {
           for (int mbs : m_options.microBatchSizes) {
             if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * D) != 0) continue;
             const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * D);
-            if (m64 < 1 || m64 > 100000) continue;
+            if (m64 < 1 || m64 > kMaxConfigureMicrobatches) continue;
             const int m = static_cast<int>(m64);
             for (Recompute rc : m_options.recomputes) {
               if (rc == Recompute::Selective && flashOnly) continue;  // the same plan as none
@@ -465,7 +468,8 @@ Expected<Configuration> Search::run() {
                       cfg.parallel.expertTensor = lay.expertTensor;
                       cfg.parallel.moeCapacityFactor = lay.capacityFactor;
                       cfg.parallel.cpCommType = lay.cpCommType;
-                      cfg.parallel.sequenceParallel = T > 1;
+                      // Sequence parallelism splits each sequence over T (resolveRequest).
+                      cfg.parallel.sequenceParallel = T > 1 && seqDivisor % (static_cast<std::int64_t>(T) * C) == 0;
                       cfg.parallel.recompute = rc;
                       cfg.parallel.zeroStage = zero;
                       cfg.globalBatch = globalBatch;
@@ -510,7 +514,7 @@ Expected<Configuration> Search::run() {
     const double staticLb =
         copies *
         (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) / P;
-    const double capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
+    const auto capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
     if (staticLb > capacity) {
       ++out.prunedByMemory;
       note(P, D, cfg.schedule,

@@ -16,6 +16,7 @@
 
 #include "TorchSchedule.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/planner/Export.hpp"
 
 namespace pipestudio {
@@ -31,17 +32,32 @@ LayerRole roleOf(const Layer& layer) {
   return LayerRole::Other;
 }
 
-// One trainable component, no frozen ones, no fill: what both frameworks train.
+// One trainable component, no frozen ones, no fill, no vocabulary passes: what both frameworks
+// train. Each refusal names the plan's feature (fill, vocabulary parallelism, frozen or several
+// trainable components, a bidirectional schedule), checked in that order.
 Status requireSingleBackbone(const Plan& plan, const char* framework) {
-  if (plan.model.components.size() != 1 || !plan.model.components.front().trainable) {
-    return Error{std::string(framework) + " trains one decoder stack; this model has " +
-                 std::to_string(plan.model.components.size()) +
-                 " components (frozen components and their bubble fill cannot be expressed; expected one trainable "
-                 "component)"};
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const OpKind k = plan.ops[i].kind;
+    if (k == OpKind::S || k == OpKind::T) {
+      return Error{"/ops/" + std::to_string(i) + ": the plan splits the vocabulary layers over the devices (" +
+                   std::string(opKindName(k)) + " passes, --vocab-parallel), which " + framework +
+                   " has no setting for (expected a plan without --vocab-parallel)"};
+    }
   }
   if (plan.config.fill != "none") {
     return Error{std::string(framework) + " cannot run a frozen-component fill (plan fill '" + plan.config.fill +
                  "'; expected fill none)"};
+  }
+  std::string trainable;
+  std::string frozen;
+  for (const Component& c : plan.model.components) {
+    std::string& list = c.trainable ? trainable : frozen;
+    list += (list.empty() ? "'" : ", '") + excerpt(c.name) + "'";
+  }
+  if (plan.model.components.size() != 1 || !plan.model.components.front().trainable) {
+    return Error{std::string(framework) + " trains one decoder stack; this model has " +
+                 (trainable.empty() ? std::string("no trainable component") : "trainable " + trainable) +
+                 (frozen.empty() ? std::string() : " and frozen " + frozen) + " (expected one trainable component)"};
   }
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const OpKind k = plan.ops[i].kind;
@@ -55,6 +71,11 @@ Status requireSingleBackbone(const Plan& plan, const char* framework) {
       return Error{std::string(framework) + " holds each stage once; the " + plan.config.schedule +
                    " plan holds the model twice (bidirectional pipelines)"};
     }
+  }
+  // The degrees must still pass the planner's checks (a hand-edited plan, or one made before a
+  // rule): the framework asserts the same at start-up.
+  if (auto resolved = resolveRequest(PlanRequest{plan.model, plan.cluster, plan.config}); !resolved) {
+    return Error{std::string(framework) + " would refuse the plan's parallel settings: " + resolved.message()};
   }
   return {};
 }

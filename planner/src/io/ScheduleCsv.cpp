@@ -7,10 +7,12 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,7 +68,8 @@ std::string describe(OpKind kind) {
 
 struct Cell {
   std::string_view text;
-  std::size_t column = 1;  // 1-based byte column of the cell's first character
+  std::size_t column = 1;     // 1-based byte column of the cell's first character
+  bool unterminated = false;  // a quoted cell whose closing quote is missing
 };
 
 // Splits one CSV line into cells. PyTorch's csv.writer never quotes actions, but a hand-edited
@@ -93,9 +96,10 @@ std::vector<Cell> splitCells(std::string_view line, std::string& scratch, std::v
         scratch.push_back(line[j++]);
       }
       owned.push_back(scratch);
-      std::size_t end = j < line.size() ? j + 1 : j;
+      const bool closed = j < line.size();
+      std::size_t end = closed ? j + 1 : j;
       while (end < line.size() && line[end] != ',') ++end;
-      cells.push_back({owned.back(), lead + 2});
+      cells.push_back({owned.back(), lead + 2, !closed});
       i = end + 1;
       if (end >= line.size()) break;
       continue;
@@ -404,6 +408,8 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   IdVector<std::vector<OrderedOp>> lanes(shape.devices);
   IdVector<std::vector<RowEvent>> events(shape.devices);
   bool transferCells = false;  // SEND_F/RECV_F/SEND_B/RECV_B: the file is in the compute_comms format
+  int tables = 0;                 // stages with a table in `seen`
+  std::optional<Error> tooLarge;  // the tables would pass the plan limit: parsing stops
   // Checks one parsed action of row `row` and appends its op to the row's lane.
   const auto place = [&](const ParsedAction& a, std::string_view action, std::size_t lineNo, std::size_t column,
                          int row) {
@@ -437,6 +443,23 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       transferCells = true;
       return;
     }
+    if (seen.size() <= a.stage || seen[a.stage].rows() == 0) {
+      // A new stage's table: up to F, B and W per virtual stage and microbatch. Refused before
+      // the tables pass the plan limit (a 6 KB row of 1000 stages × 300000 microbatches).
+      const double ops = 3.0 * static_cast<double>(++tables) * shape.microbatches;
+      if (ops > static_cast<double>(kMaxPlanOps)) {
+        std::array<char, 32> count{};
+        std::snprintf(count.data(), count.size(), "%.3g", ops);
+        if (!tooLarge) {
+          tooLarge = Error{source + ":" + std::to_string(lineNo) + ":" + std::to_string(column) + ": '" +
+                           excerpt(action) + "': " + std::to_string(tables) + " virtual stages × " +
+                           std::to_string(shape.microbatches) + " microbatches would make up to " + count.data() +
+                           " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
+                           std::to_string(kMaxPlanOps) + " ops per plan (expected fewer stages or microbatches)"};
+        }
+        return;
+      }
+    }
     Seen& seenAt = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
     if (seenAt.line != 0) {
       fail(lineNo, column,
@@ -449,6 +472,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     events[row].push_back({a.stage, std::nullopt, a.kind, a.microbatch, lineNo, column});
   };
   std::size_t lineNo = 0;
+  std::size_t actions = 0;  // non-empty cells
   int row = 0;
   int rows = 0;  // rows up to the last one with actions
   std::size_t pos = 0;
@@ -475,6 +499,13 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       const std::string_view action = trim(cell.text, lead);
       if (action.empty() || action == "None") continue;  // an idle step
       const std::size_t column = cell.column + lead;
+      ++actions;
+      if (tooLarge) return std::move(*tooLarge);
+      // What is wrong with the file, before what is wrong with the action the cell seems to be.
+      if (cell.unterminated) {
+        fail(lineNo, column - 1, "a quoted cell has no closing quote (the quote runs to the end of the line)");
+        continue;
+      }
       if (action.front() == '(') {
         // `(0F7;7B3)OVERLAP_F_B`: a forward and a backward PyTorch runs overlapped (DualPipeV);
         // here the two ops back to back, paired by PlanConfig::overlapForwardBackward.
@@ -514,6 +545,14 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
         for (const ParsedAction& a : parsed) place(a, action, lineNo, column, row);
         continue;
       }
+      if (const auto other = action.find_first_of(";\t"); other != std::string_view::npos) {
+        const char sep = action[other];
+        fail(lineNo, column + other,
+             std::string("'") + (sep == '\t' ? "\\t" : std::string(1, sep)) + "' inside '" + excerpt(action) +
+                 "': cells are separated by commas (expected a comma-separated CSV, one action per cell, as "
+                 "torch.distributed.pipelining writes it)");
+        continue;
+      }
       ParsedAction a;
       if (auto why = parseAction(action, shape.dialect, a)) {
         fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
@@ -524,6 +563,14 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     ++row;
   }
 
+  if (tooLarge) return std::move(*tooLarge);
+  if (actions == 0) {
+    return Error{source + ": " +
+                 (text.find_first_not_of(" \t\r\n,") == std::string_view::npos
+                      ? std::string("has no actions (the file is empty or blank")
+                      : std::string("has no actions (every cell is empty or None")) +
+                 "; expected one row of actions such as 0F0,0I0,0W0 per device)"};
+  }
   // One row per device, as PyTorch's _validate_schedule requires ("incorrect number of ranks"):
   // a row in the middle may be empty (a device without work), but no row may be missing or extra.
   // Trailing blank lines are not rows.

@@ -262,13 +262,6 @@ std::string toString(const Action& a) {
 
 Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* passes) {
   const int devices = std::max(0, plan.config.devices);
-  for (const VirtualStage& vs : plan.virtualStages) {
-    if (vs.pipeline != 0) {
-      return Error{"/virtual_stages/" + std::to_string(vs.id) + ": the plan holds the model twice (a bidirectional " +
-                   plan.config.schedule +
-                   " schedule); torch.distributed.pipelining runs one copy of each stage (expected one pipeline)"};
-    }
-  }
   RankOrder order(devices);
   if (passes) *passes = IdVector<std::vector<int>>(devices);
   // Overlapped groups (lane index of the F → size), per device.
@@ -307,9 +300,10 @@ Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* p
         type = ActionType::B;
         break;
       default:
-        return Error{where + ": a " + std::string(opKindName(op.kind)) + " op (" +
-                     (op.kind == OpKind::N ? std::string("frozen-component fill")
-                                           : std::string("vocabulary or optimizer pass")) +
+        return Error{where + (op.kind == OpKind::T ? ": a " : ": an ") + std::string(opKindName(op.kind)) + " op (" +
+                     (op.kind == OpKind::N                           ? "frozen-component fill"
+                      : op.kind == OpKind::S || op.kind == OpKind::T ? "a vocabulary pass of --vocab-parallel"
+                                                                     : "the optimizer step") +
                      ") has no torch.distributed.pipelining action (expected F, B, W or BW ops only)"};
     }
     if (op.samples > 0) {
@@ -338,6 +332,15 @@ Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* p
     }
     order[op.device].push_back({op.virtualStage, type, op.microbatch, {}});
     if (passes) (*passes)[op.device].push_back(1);
+  }
+  // After the ops: a plan with fill or vocabulary passes is refused for those, not for the
+  // second pipeline its extra stages sit in.
+  for (const VirtualStage& vs : plan.virtualStages) {
+    if (vs.pipeline != 0) {
+      return Error{"/virtual_stages/" + std::to_string(vs.id) + ": the plan holds the model twice (a bidirectional " +
+                   plan.config.schedule +
+                   " schedule); torch.distributed.pipelining runs one copy of each stage (expected one pipeline)"};
+    }
   }
   return order;
 }

@@ -875,6 +875,13 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   if (options.recordComms) appendFrozenTransfers(shell);  // part: frozen outputs to their consumers (Fill.hpp)
   if (options.computeMetrics)
     shell.metrics = options.costs ? computeMetrics(shell, *options.costs) : computeMetrics(shell);
+  // Every plan the planner hands out passes the validator the loaders apply (validate, run,
+  // pipestudio-exec): in-range inputs can still add up to times past what a plan document holds.
+  if (options.recordComms && options.computeMetrics) {
+    if (auto st = validatePlanStructure(shell); !st) {
+      return Error{"the simulated plan is not one a plan file can hold, so it is not written: " + st.message()};
+    }
+  }
   return shell;
 }
 

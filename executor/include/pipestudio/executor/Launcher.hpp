@@ -25,6 +25,11 @@ struct LaunchRequest {
   std::string runId;
   std::vector<std::string> extraArgs;  ///< appended to every rank's command line
   double peerExitTimeoutS = 30;        ///< after one rank fails, how long the others get to stop
+  /// A rank whose stream brings nothing for this long (0: no limit) is stopped, SIGSTOP or hung
+  /// past its own watchdog: the run fails with that reason and every rank is ended (SIGTERM and
+  /// SIGCONT, then SIGKILL after 2 s). Ranks write a heartbeat frame about every second while
+  /// their run goes on (trace::kHeartbeatFrameType), so give their --timeout-s plus a margin.
+  double silenceTimeoutS = 0;
   /// Polled while the ranks run (every 100 ms at most): a reason ends the run now (SIGTERM,
   /// then SIGKILL after 2 s) and comes back as LaunchOutcome::stopped / failure. The CLI stops
   /// on SIGINT/SIGTERM and when the history can take no more (disk full).

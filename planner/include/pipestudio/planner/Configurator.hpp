@@ -22,6 +22,10 @@
 
 namespace pipestudio {
 
+/// The most microbatches per pipeline a configuration may have (G / (micro-batch size × D));
+/// splits past it are not enumerated.
+inline constexpr int kMaxConfigureMicrobatches = 100000;
+
 struct ConfigureOptions {
   /// Samples per iteration, held fixed; 0: the model's `global_batch`, else 4 × GPUs ×
   /// samples_per_microbatch.

@@ -50,7 +50,8 @@ struct SolveControl {
 /// a global batch G with micro-batch size B gives microbatches = G / (B·D) and B samples per
 /// microbatch (the model's samples_per_microbatch otherwise); sequence parallelism is off at
 /// T = 1. Degrees must divide every transformer layer's heads and KV heads (T), the sequence
-/// (2·C, Megatron's load-balanced ring), the experts (E), the data-parallel degree (E), and
+/// (2·C, Megatron's load-balanced ring; T·C with sequence parallelism), the experts (E), the
+/// data-parallel degree (E), and
 /// T·C·P·D must fit the cluster. Errors name the flag and the numbers, never round silently.
 Expected<PlanRequest> resolveRequest(PlanRequest request);
 

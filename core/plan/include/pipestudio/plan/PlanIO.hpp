@@ -30,9 +30,14 @@ bool writePlanJson(std::ostream& out, const Plan& plan);
 /// (loadPlan applies it): the devices fit the plan's cluster; sizes within kMaxPlanOps;
 /// virtual stages in id order on devices of the plan, with a component and a layer range of
 /// it; every op on its stage's device, of a known kind, with a microbatch of the plan, finite
-/// ordered times, no backward on a frozen component, no duplicate; and every op's inputs in
-/// the plan (F: the previous stage's F; B/BW: its F and the next stage's backward; W: its
-/// split B). Messages start with the JSON pointer of the offending entry (e.g. /ops/17).
+/// ordered times, no backward on a frozen component, no duplicate; every op's inputs in the
+/// plan (F: the previous stage's F; B/BW: its F and the next stage's backward; W: its split B;
+/// N: the previous stage's N ops covering its samples); times and transfer sizes within the
+/// document's ranges (|t| ≤ 1e12 ms, bytes ≤ 2^50); and per-device orders that run to the end
+/// when each device waits for what its next op needs (the derived dependencies included),
+/// so no plan that passes deadlocks in the simulator or the executor. The planner's plans
+/// pass it too (simulateSkeleton checks them). Messages start with the JSON pointer of the
+/// offending entry (e.g. /ops/17).
 Status validatePlanStructure(const Plan& plan);
 
 /// Refuses a plan request whose op count (up to 3 per virtual stage and microbatch) would

@@ -41,6 +41,11 @@ enum class FrameType : std::uint8_t {
   Summary = 7,
 };
 inline constexpr std::uint8_t kFirstExtensionFrameType = 128;
+/// Extension frame without payload: the rank is alive and its run goes on. pipestudio-exec
+/// writes one about every second, after its header, until its run has failed; a launcher
+/// that reads nothing from a rank for longer than the run's timeout stops it (a stopped or
+/// hung process). Decoders skip it like any extension frame.
+inline constexpr std::uint8_t kHeartbeatFrameType = kFirstExtensionFrameType;
 
 /// First frame of every stream.
 struct Header {
@@ -111,6 +116,8 @@ using Frame = std::variant<Header, NcclId, OpRange, Activity, MemorySample, Erro
 /// and version written by encodeStreamStart().
 void encodeStreamStart(std::string& out);
 void encodeFrame(const Frame& frame, std::string& out);
+/// Appends a heartbeat frame (kHeartbeatFrameType).
+void encodeHeartbeat(std::string& out);
 /// Stream start followed by every frame (tests, files).
 std::string encodeStream(const std::vector<Frame>& frames);
 /// The wire type of a frame, and its name ("header", "op_range", …) for messages.
