@@ -10,6 +10,7 @@
 #include <QTableView>
 #include <initializer_list>
 
+#include "ConfigureDock.hpp"
 #include "MainWindowInterface.hpp"
 #include "MetricsPanel.hpp"
 #include "SolverPanel.hpp"
@@ -50,6 +51,7 @@ Docks::Docks(QMainWindow* window, MainWindowInterface& host, QUndoStack* undo, v
     : QObject(window), m_host(host) {
   buildEditors(window, undo);
   QDockWidget* solverDock = buildSolverDock(window);
+  m_panel->setUndoStack(undo);
   QDockWidget* metricsDock = buildMetricsDock(window);
   QDockWidget* selectionDock = buildSelectionDock(window, timeline);
 
@@ -63,11 +65,15 @@ Docks::Docks(QMainWindow* window, MainWindowInterface& host, QUndoStack* undo, v
     window->addDockWidget(Qt::RightDockWidgetArea, historyDock);
     window->tabifyDockWidget(metricsDock, historyDock);
   }
+  QDockWidget* configureDock = buildConfigureDock(window);
+  window->addDockWidget(Qt::RightDockWidgetArea, configureDock);
+  window->tabifyDockWidget(metricsDock, configureDock);
   metricsDock->raise();
   // Side docks start narrow and may shrink further: the central view gets the space first.
   window->resizeDocks({solverDock, metricsDock}, {280, 320}, Qt::Horizontal);
   m_docks = {solverDock, m_modelDock, m_clusterDock, metricsDock, selectionDock};
   if (auto* historyDock = window->findChild<QDockWidget*>(QStringLiteral("HistoryDock"))) m_docks << historyDock;
+  m_docks << configureDock;
 }
 
 QList<QAction*> Docks::toggleActions() const {
@@ -216,6 +222,32 @@ QDockWidget* Docks::buildHistoryDock(QMainWindow* window) {
   (void)window;
   return nullptr;
 #endif
+}
+
+// --- configurator ---------------------------------------------------------------------------
+
+QDockWidget* Docks::buildConfigureDock(QMainWindow* window) {
+  // The search runs over the model and cluster in the editors; a chosen configuration becomes
+  // one undoable edit of the solver panel, which then re-solves.
+  m_configure = new ConfigureDock(
+      [this]() {
+        PlanRequest request;
+        request.model = modelSpec();
+        request.cluster = clusterSpec();
+        request.config = m_panel->config();
+        return request;
+      },
+      window);
+  QDockWidget* dock = makeDock(window, QStringLiteral("Configure"), QStringLiteral("ConfigureDock"), m_configure);
+  connect(m_configure, &ConfigureDock::configurationChosen, this,
+          [this](const PlanConfig& config) { m_panel->loadConfig(config, QStringLiteral("load configuration")); });
+  connect(m_configure, &ConfigureDock::compareRequested, this,
+          [this](std::shared_ptr<const Plan> a, std::shared_ptr<const Plan> b) {
+            m_host.showComparison(std::move(a), std::move(b));
+          });
+  connect(m_configure, &ConfigureDock::message, this,
+          [this](const QString& text, bool error) { m_host.setStatus(text, error); });
+  return dock;
 }
 
 }  // namespace pipestudio::gui

@@ -1,6 +1,6 @@
 #pragma once
 // The window's docks (DESIGN.md §7) and what they hold: the model and cluster editors, the
-// solver panel, metrics, selection and the history browser. Each dock is built and wired to the
+// solver panel, metrics, selection, the history browser and the configurator. Each dock is built and wired to the
 // window (through MainWindowInterface) here, so adding a dock touches this file and the dock's
 // own widget; the window only places the central view and reacts to the signals below.
 
@@ -34,6 +34,7 @@ class MainWindowInterface;
 class SolverPanel;
 class MetricsPanel;
 class HistoryDock;
+class ConfigureDock;
 
 class Docks : public QObject {
   Q_OBJECT
@@ -50,6 +51,7 @@ class Docks : public QObject {
   viz::SelectionPanel* selection() const { return m_selection; }
   /// nullptr in builds without core/history.
   HistoryDock* history() const { return m_history; }
+  ConfigureDock* configure() const { return m_configure; }
   /// Show/hide actions of every dock, for the View menu.
   QList<QAction*> toggleActions() const;
 
@@ -76,6 +78,7 @@ class Docks : public QObject {
   QDockWidget* buildMetricsDock(QMainWindow* window);
   QDockWidget* buildSelectionDock(QMainWindow* window, viz::TimelineView* timeline);
   QDockWidget* buildHistoryDock(QMainWindow* window);
+  QDockWidget* buildConfigureDock(QMainWindow* window);
 
   MainWindowInterface& m_host;
   viz::ComponentTableModel* m_components = nullptr;
@@ -91,6 +94,7 @@ class Docks : public QObject {
   MetricsPanel* m_metrics = nullptr;
   viz::SelectionPanel* m_selection = nullptr;
   HistoryDock* m_history = nullptr;
+  ConfigureDock* m_configure = nullptr;
   QList<QDockWidget*> m_docks;
   bool m_syncing = false;  ///< setting specs programmatically: not an edit
 };

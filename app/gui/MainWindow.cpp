@@ -188,6 +188,7 @@ viz::MemoryBreakdownView* MainWindow::memoryBreakdown() const { return m_docks->
 viz::SelectionPanel* MainWindow::selectionPanel() const { return m_docks->selection(); }
 const SolverPanel& MainWindow::solverPanel() const { return *m_docks->solverPanel(); }
 HistoryDock* MainWindow::historyDock() const { return m_docks->history(); }
+ConfigureDock* MainWindow::configureDock() const { return m_docks->configure(); }
 
 void MainWindow::ensureHistoryOpen() {
 #ifdef PIPESTUDIO_HAVE_HISTORY

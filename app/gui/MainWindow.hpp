@@ -54,6 +54,7 @@ class Docks;
 class WorkspaceController;
 class RunController;
 class MenuController;
+class ConfigureDock;
 
 class MainWindow : public QMainWindow, public MainWindowInterface {
   Q_OBJECT
@@ -137,6 +138,8 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   QUndoStack* undoStack() const { return m_undo; }
   /// The history browser, or nullptr in builds without core/history.
   HistoryDock* historyDock() const override;
+  /// The Configure dock (the configurator's search, ranked configurations).
+  ConfigureDock* configureDock() const;
   QString statusText() const;
   /// Help > Keyboard and Mouse: every shortcut and gesture, and the legend (HTML).
   static QString shortcutsHtml();

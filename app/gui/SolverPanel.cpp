@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "GuiText.hpp"
+#include "WheelGuard.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Partition.hpp"
@@ -54,7 +55,8 @@ class SolverPanelEdit : public QUndoCommand {
   int id() const override { return 0x5350; }  // "SP"
   bool mergeWith(const QUndoCommand* other) override {
     const auto* edit = dynamic_cast<const SolverPanelEdit*>(other);
-    if (!edit || edit->m_panel != m_panel || edit->m_field != m_field) return false;
+    // Field -1: a whole configuration loaded at once, never merged.
+    if (!edit || edit->m_panel != m_panel || m_field < 0 || edit->m_field != m_field) return false;
     m_after = edit->m_after;
     return true;
   }
@@ -85,6 +87,7 @@ SolverPanel::SolverPanel(QWidget* parent) : QWidget(parent) {
   buildButtons(outer);
   outer->addStretch(1);
   connectFields();
+  WheelGuard::install(this);
   m_explicitSchedule = schedule->currentData().toString();
   m_shown = state();
 }
@@ -322,6 +325,13 @@ void SolverPanel::setConfig(const PlanConfig& c) {
   memoryLimit->setToolTip(memoryLimitTip());
   m_loading = wasLoading;
   m_shown = state();
+}
+
+void SolverPanel::loadConfig(const PlanConfig& config, const QString& what) {
+  const State before = m_shown;
+  setConfig(config);
+  if (m_undo) m_undo->push(new SolverPanelEdit(this, -1, what, before, m_shown));
+  Q_EMIT configEdited(this->config());
 }
 
 void SolverPanel::onPartitionChanged() {

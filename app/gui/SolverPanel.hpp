@@ -35,6 +35,9 @@ class SolverPanel : public QWidget {
   PlanConfig config() const;
   /// Shows `config` without emitting configEdited and without an undo step.
   void setConfig(const PlanConfig& config);
+  /// Shows `config` as one user edit named `what` (undoable; configEdited follows): a
+  /// configuration chosen elsewhere, such as the Configure dock's.
+  void loadConfig(const PlanConfig& config, const QString& what);
   /// Edits are pushed here as undoable steps (nullptr: not undoable).
   void setUndoStack(QUndoStack* stack) { m_undo = stack; }
 
