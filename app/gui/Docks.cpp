@@ -208,11 +208,13 @@ QDockWidget* Docks::buildHistoryDock(QMainWindow* window) {
   });
   connect(m_history, &HistoryDock::message, this,
           [this](const QString& text, bool error) { m_host.setStatus(text, error); });
-  connect(m_history, &HistoryDock::openRunRequested, this,
-          [this](std::shared_ptr<const Plan> plan, const QString& title) {
-            m_host.showMeasuredInTimeline(std::move(plan), title);
-            m_host.setStatus(QStringLiteral("Opened %1 from the history").arg(title));
-          });
+  connect(m_history, &HistoryDock::openRunRequested, this, [this](const MeasuredRunView& run) {
+    const QString title = QStringLiteral("run %1").arg(run.id);
+    m_host.showMeasuredInTimeline(run.measured, title + QStringLiteral(" from the history"), run.run.activity);
+    m_host.setStatus(QStringLiteral("Opened %1 from the history: %2").arg(title, run.run.label));
+  });
+  connect(m_history, &HistoryDock::runAgainstPlanRequested, this,
+          [this](const MeasuredRunView& run) { m_host.showRunAgainstPlan(run); });
   connect(m_history, &HistoryDock::compareRequested, this,
           [this](std::shared_ptr<const Plan> a, std::shared_ptr<const Plan> b) {
             m_host.showComparison(std::move(a), std::move(b));

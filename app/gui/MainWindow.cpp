@@ -23,6 +23,7 @@
 #include "WorkspaceController.hpp"
 #ifdef PIPESTUDIO_HAVE_HISTORY
 #include "HistoryDock.hpp"
+#include "MeasuredRunReader.hpp"
 #endif
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/CompareView.hpp"
@@ -34,6 +35,8 @@ namespace pipestudio::gui {
 
 namespace {
 QString q(const std::string& s) { return QString::fromStdString(s); }
+/// What a window manager's frame usually takes around a window (title bar and borders).
+constexpr int kFrameAllowancePx = 40;
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -92,8 +95,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
   if (!settings.contains(QStringLiteral("window/geometry"))) {
     // A first start fits the screen, whatever its size (1024×700 included).
+    // The frame (title bar, borders) comes on top of the window: leave room for it, or the
+    // status bar ends below the screen's edge.
     const QRect available = screen() ? screen()->availableGeometry() : QRect(0, 0, 1500, 920);
-    resize(std::min(1500, available.width()), std::min(920, available.height()));
+    resize(std::min(1500, available.width() - kFrameAllowancePx),
+           std::min(920, available.height() - kFrameAllowancePx));
   }
   m_workspace->updateTitle();
   setStatus(QStringLiteral("Ready"));
@@ -280,13 +286,13 @@ void MainWindow::onSolved(std::shared_ptr<const Plan> plan, double elapsedMs) {
   panel->setMessage(picked ? QStringLiteral("Solved in %1; DiffusionPipe chose %2").arg(q(formatMs(elapsedMs)), chosen)
                            : QStringLiteral("Solved in %1").arg(q(formatMs(elapsedMs))),
                     false, false);
-  m_timeline->setStale(QString());
+  setStale(QString());
   showPlan(std::move(plan));
   const Metrics& m = m_docks->metrics()->model()->metrics();
-  setStatus(QStringLiteral("Solved %1: makespan %2, bubble %3 % (%4)")
-                .arg(q(m_plan->config.schedule), q(formatMs(m.makespanMs)))
-                .arg(m.bubbleRatio * 100, 0, 'f', 1)
-                .arg(q(formatMs(elapsedMs))));
+  // The solve's own time is named as such: "(995.4 µs)" after the bubble read as its size.
+  setStatus(QStringLiteral("Solved %1 in %2: makespan %3, bubble %4 %")
+                .arg(q(m_plan->config.schedule), q(formatMs(elapsedMs)), q(formatMs(m.makespanMs)))
+                .arg(m.bubbleRatio * 100, 0, 'f', 1));
 }
 
 void MainWindow::onSolveFailed(const QString& message, std::shared_ptr<const MemoryDiagnosis> diagnosis) {
@@ -312,11 +318,19 @@ void MainWindow::forgetFailure() {
 
 void MainWindow::markStale(const QString& why, bool dim) {
   if (!m_plan) {
-    m_timeline->setStale(QStringLiteral("no plan · %1").arg(why), dim);
+    setStale(QStringLiteral("no plan · %1").arg(why), dim);
     return;
   }
   // Transient states (solving) are named but not dimmed, so editing does not flicker.
-  m_timeline->setStale(QStringLiteral("last good plan: %1 · %2").arg(q(m_plan->config.schedule), why), dim);
+  setStale(QStringLiteral("last good plan: %1 · %2").arg(q(m_plan->config.schedule), why), dim);
+}
+
+void MainWindow::setStale(const QString& label, bool dim) {
+  // The timeline and the Metrics dock say the same: their numbers are of the plan on screen.
+  // A solve under way ("solving…") is transient: the dock does not flicker with it.
+  m_timeline->setStale(label, dim);
+  const bool transient = !dim && label.contains(QStringLiteral("solving"));
+  if (!transient) m_docks->metrics()->setStale(label);
 }
 
 bool MainWindow::planMatchesSettings() const { return m_plan && !m_timeline->isStale(); }
@@ -326,9 +340,9 @@ QDialog* MainWindow::showFailureDetails() {
   return gui::showFailureDetails(this, m_failure, m_diagnosis.get());
 }
 
-void MainWindow::showPlan(std::shared_ptr<const Plan> plan) {
+void MainWindow::showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const viz::ActivityTrace> activity) {
   m_plan = std::move(plan);
-  m_timeline->setPlan(m_plan, true);
+  m_timeline->setPlan(m_plan, true, std::move(activity));
   m_timeline->selectOp(-1);
   std::int64_t limit = 0;
   if (m_plan) {
@@ -344,23 +358,24 @@ void MainWindow::showPlan(std::shared_ptr<const Plan> plan) {
 void MainWindow::showSettledPlan(std::shared_ptr<const Plan> plan) {
   m_solver->cancel();
   updateDerivedFields();
-  m_timeline->setStale(QString());
+  setStale(QString());
   showPlan(std::move(plan));
 }
 
-void MainWindow::showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what) {
+void MainWindow::showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what,
+                                        std::shared_ptr<const viz::ActivityTrace> activity) {
   // Compared against the solve on screen (it becomes the baseline; a measured run shown before
   // does not), and labelled so nobody takes it for a solve of the panel's settings.
   if (planMatchesSettings()) m_baseline = m_plan;
   m_solver->cancel();
-  showPlan(std::move(measured));
+  showPlan(std::move(measured), std::move(activity));
   markStale(QStringLiteral("showing %1, not a solve of the current settings").arg(what), false);
   m_tabs->setCurrentIndex(0);
 }
 
 void MainWindow::clearPlan(const QString& why) {
   showPlan(nullptr);
-  m_timeline->setStale(QStringLiteral("no plan · %1").arg(why));
+  setStale(QStringLiteral("no plan · %1").arg(why));
 }
 
 void MainWindow::showComparison(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) {
@@ -368,11 +383,15 @@ void MainWindow::showComparison(std::shared_ptr<const Plan> baseline, std::share
   m_tabs->setCurrentIndex(1);
 }
 
-void MainWindow::showMeasuredAgainstPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> measured,
-                                         const QString& title) {
+void MainWindow::showRunAgainstPlan(const MeasuredRunView& run) {
+#ifdef PIPESTUDIO_HAVE_HISTORY
   // The compare view only: the timeline keeps the solve of the panel's settings.
-  showComparison(std::move(plan), std::move(measured));
-  setStatus(QStringLiteral("Compare: %1 against its plan").arg(title));
+  m_compare->setMeasured(run.plan, run.measured, run.run);
+  m_tabs->setCurrentIndex(1);
+  setStatus(QStringLiteral("Compare: %1 against its plan").arg(run.run.label));
+#else
+  (void)run;
+#endif
 }
 
 void MainWindow::pinBaseline() {

@@ -149,13 +149,13 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void setStatus(const QString& text, bool error = false) override;
   bool planMatchesSettings() const override;
   void showSettledPlan(std::shared_ptr<const Plan> plan) override;
-  void showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what) override;
+  void showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what,
+                              std::shared_ptr<const viz::ActivityTrace> activity = nullptr) override;
   void forgetFailure() override;
   void clearPlan(const QString& why) override;
   void solveChangedInputs(const QString& why) override;
   void showComparison(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) override;
-  void showMeasuredAgainstPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> measured,
-                               const QString& title) override;
+  void showRunAgainstPlan(const MeasuredRunView& run) override;
   void ensureHistoryOpen() override;
 
  protected:
@@ -170,8 +170,9 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void updateDerivedFields();
   void onSolved(std::shared_ptr<const Plan> plan, double elapsedMs);
   void onSolveFailed(const QString& message, std::shared_ptr<const MemoryDiagnosis> diagnosis);
-  void showPlan(std::shared_ptr<const Plan> plan);
+  void showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const viz::ActivityTrace> activity = nullptr);
   void markStale(const QString& why, bool dim = true);
+  void setStale(const QString& label, bool dim = true);
   void clearBaseline();
 
   viz::TimelineView* m_timeline = nullptr;

@@ -11,9 +11,14 @@
 
 class QWidget;
 
+namespace pipestudio::viz {
+struct ActivityTrace;
+}
+
 namespace pipestudio::gui {
 
 class HistoryDock;
+struct MeasuredRunView;
 
 class MainWindowInterface {
  public:
@@ -32,7 +37,8 @@ class MainWindowInterface {
   virtual void showSettledPlan(std::shared_ptr<const Plan> plan) = 0;
   /// Shows a measured run in the timeline, compared against the plan on screen (which becomes
   /// the baseline), labelled so nobody takes it for a solve of the settings.
-  virtual void showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what) = 0;
+  virtual void showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what,
+                                      std::shared_ptr<const viz::ActivityTrace> activity = nullptr) = 0;
   /// Forgets the last solve's failure (a new document is open): the panel's message clears.
   virtual void forgetFailure() = 0;
   /// Nothing to show: `why` over the empty timeline.
@@ -41,10 +47,10 @@ class MainWindowInterface {
   virtual void solveChangedInputs(const QString& why) = 0;
   /// Two plans in the compare view (baseline on top), which comes to the front.
   virtual void showComparison(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) = 0;
-  /// A measured run (`title`) against the plan it ran, in the compare view; the timeline keeps
-  /// the solve of the settings.
-  virtual void showMeasuredAgainstPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> measured,
-                                       const QString& title) = 0;
+  /// A recorded run against the plan it ran, in the compare view (labelled as measured, scaled
+  /// where its clock is not the plan's, with the run-vs-plan tables); the timeline keeps the
+  /// solve of the settings.
+  virtual void showRunAgainstPlan(const MeasuredRunView& run) = 0;
 
   /// The history browser (nullptr in builds without core/history); ensureHistoryOpen opens the
   /// default database the first time it is needed.

@@ -252,8 +252,10 @@ QString MenuController::shortcutsHtml() {
       {"Drag", "pan"},
       {"Shift+Drag", "zoom to the rubber band"},
       {"Ctrl+Drag", "measure a range: duration and idle time per device (Selection dock)"},
-      {"Double-click, F, 0, Ctrl+0", "fit the whole plan"},
-      {"W / S, + / -", "zoom in / out"},
+      {"Double-click, 0, Ctrl+0", "fit the whole plan"},
+      {"F", "fit the selection: the selected op and its neighbours, else the measured range, else all"},
+      {"W / S, + / -", "zoom in / out about the mouse"},
+      {"C", "collapse every device to one lane (pipes, streams, transfers) or expand again"},
       {"A / D, ← / →", "pan left / right"},
       {"Click", "select an op: dependency chain, arrows to its neighbours, fields in the Selection dock"},
       {"Ctrl+F", "find ops: “mb 7”, “W”, “vs 12”, “gpu 3”, “F B mb 4-7”; Enter: next match"},
@@ -292,7 +294,9 @@ QString MenuController::shortcutsHtml() {
                 .arg(palette.colour(slot).name(), QString::fromUtf8(what));
   }
   html += QStringLiteral(
-      "Hatching: bubble (idle inside the device's span) · red outline: critical path (a thin "
+      "Hatching: bubble (idle inside the device's span; with two pipes, only where the GPU computes on "
+      "neither) · interleaved and V schedules: a shade per chunk · measured runs without op ranges: "
+      "kernels, memcpy, memset and NCCL per stream, iterations dashed · red outline: critical path (a thin "
       "underline where ops are narrow) · orange outline: the selected op's microbatch chain · "
       "numbers: microbatch · a dimmed, labelled plan is the last good one, not of the current "
       "settings.</p>");

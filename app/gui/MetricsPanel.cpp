@@ -64,6 +64,14 @@ MetricsPanel::MetricsPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   m_model = new viz::MetricsModel(this);
+  m_stale = new QLabel(this);
+  m_stale->setObjectName(QStringLiteral("MetricsStale"));
+  m_stale->setWordWrap(true);
+  m_stale->setTextFormat(Qt::PlainText);
+  m_stale->setMargin(4);
+  m_stale->setStyleSheet(QStringLiteral("QLabel { background: #fff3cd; color: #5c4000; border: 1px solid #d9a406; }"));
+  m_stale->setVisible(false);
+  layout->addWidget(m_stale);
   auto* split = new QSplitter(Qt::Vertical, this);
   layout->addWidget(split);
   auto* summaryScroll = new QScrollArea(split);
@@ -98,6 +106,12 @@ void MetricsPanel::setPlans(std::shared_ptr<const Plan> plan, std::shared_ptr<co
   m_model->setPlan(plan);
   m_breakdown->setPlan(plan);
   m_summary->setText(summaryHtml(plan.get(), baseline.get()));
+}
+
+void MetricsPanel::setStale(const QString& label) {
+  m_stale->setText(label);
+  m_stale->setToolTip(label);
+  m_stale->setVisible(!label.isEmpty());
 }
 
 QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline) {

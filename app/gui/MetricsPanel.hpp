@@ -23,6 +23,10 @@ class MetricsPanel : public QWidget {
   explicit MetricsPanel(QWidget* parent = nullptr);
   /// The plan on screen and the pinned baseline (either may be null).
   void setPlans(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> baseline);
+  /// The numbers are of a plan that does not match the settings (`label` says why, as the
+  /// timeline's banner does): a banner over them; empty clears it.
+  void setStale(const QString& label);
+  QLabel* staleBanner() const { return m_stale; }
   /// Summary HTML of `plan` against `baseline`.
   static QString summaryHtml(const Plan* plan, const Plan* baseline);
 
@@ -32,6 +36,7 @@ class MetricsPanel : public QWidget {
 
  private:
   QLabel* m_summary = nullptr;
+  QLabel* m_stale = nullptr;
   viz::MetricsModel* m_model = nullptr;
   viz::MemoryBreakdownView* m_breakdown = nullptr;
 };

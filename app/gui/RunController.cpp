@@ -3,6 +3,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QMessageBox>
+#include <optional>
 
 #include "MainWindowInterface.hpp"
 #ifdef PIPESTUDIO_HAVE_REMOTE
@@ -10,6 +11,7 @@
 #endif
 #ifdef PIPESTUDIO_HAVE_HISTORY
 #include "HistoryDock.hpp"
+#include "MeasuredRunReader.hpp"
 #include "pipestudio/history/TraceImport.hpp"
 #endif
 #ifdef PIPESTUDIO_HAVE_LOCAL_RUN
@@ -115,7 +117,7 @@ void RunController::exportDialog(const QString& filter, const QString& suffix) {
 /// measured run as a plan to draw under it.
 struct TraceImportOutcome {
   history::TraceImportResult result;
-  std::shared_ptr<const Plan> measured;
+  std::optional<MeasuredRunView> run;  ///< the run as the window shows it
 };
 
 namespace {
@@ -129,18 +131,26 @@ Expected<TraceImportOutcome> importTraceFiles(history::HistoryStore& store, cons
   if (plan) options.plan = plan.get();
   auto result = history::importTraces(store, paths, options);
   if (!result) return result.error();
-  TraceImportOutcome out{*result, nullptr};
+  TraceImportOutcome out{*result, std::nullopt};
   if (plan) {
     if (auto id = store.addPlan(*plan, "workspace plan")) (void)store.linkRunToPlan(result->runId, *id);
   }
-  if (plan && result->matchedOps > 0) {
-    if (auto measured = store.runAsPlan(result->runId, 0))
-      out.measured = std::make_shared<const Plan>(std::move(*measured));
+  if (auto run = readMeasuredRun(store, result->runId)) {
+    out.run = std::move(*run);
+    if (plan) out.run->plan = plan;  // the window's plan itself
   }
   return out;
 }
 
 }  // namespace
+
+void RunController::showRunAgainst(history::RunId run, std::shared_ptr<const Plan> plan) {
+  m_host.historyDock()->readMeasuredRun(run, [this, plan = std::move(plan)](MeasuredRunView view) {
+    // The plan as the window holds it (the one that ran), not the history's copy of it.
+    if (plan) view.plan = plan;
+    m_host.showRunAgainstPlan(view);
+  });
+}
 
 QString RunController::historyPath() const {
   HistoryDock* history = m_host.historyDock();
@@ -149,8 +159,15 @@ QString RunController::historyPath() const {
 
 void RunController::showImportedTrace(const TraceImportOutcome& outcome) {
   m_host.historyDock()->refresh();
-  // The measured run drawn under the plan it executed (the compare view's lanes, one axis).
-  if (auto plan = m_host.currentPlan(); plan && outcome.measured) m_host.showComparison(plan, outcome.measured);
+  if (outcome.run) {
+    const MeasuredRunView& run = *outcome.run;
+    // A trace without op ranges (a plain profiler trace): its GPU activity in the timeline.
+    if (run.measured->ops.empty()) {
+      m_host.showMeasuredInTimeline(run.measured, QStringLiteral("imported run %1").arg(run.id), run.run.activity);
+    }
+    // The measured run drawn under the plan it executed (the compare view's lanes, one axis).
+    if (run.plan && (outcome.result.matchedOps > 0 || run.measured->ops.empty())) m_host.showRunAgainstPlan(run);
+  }
   m_host.setStatus(QStringLiteral("Imported run %1: %2 events, %3 ops matched to the plan")
                        .arg(outcome.result.runId)
                        .arg(outcome.result.events)
@@ -221,19 +238,12 @@ RunLocalDialog* RunController::openRunLocalDialog() {
                                    .arg(run)
                                    .arg(complete ? QString() : QStringLiteral(" (not complete)")),
                                !complete);
-              if (!complete) return;
               // A finished run opens against the plan it ran (the compare view), read off the
               // GUI thread.
-              history->readRunPlan(run, [this, ran, run](std::shared_ptr<const Plan> measured) {
-                m_host.showMeasuredAgainstPlan(ran, std::move(measured), QStringLiteral("run %1").arg(run));
-              });
+              if (complete) showRunAgainst(run, ran);
             });
     connect(m_runDialog, &RunLocalDialog::openRunRequested, this,
-            [this, history](history::RunId run, std::shared_ptr<const Plan> ran) {
-              history->readRunPlan(run, [this, ran, run](std::shared_ptr<const Plan> measured) {
-                m_host.showMeasuredAgainstPlan(ran, std::move(measured), QStringLiteral("run %1").arg(run));
-              });
-            });
+            [this](history::RunId run, std::shared_ptr<const Plan> ran) { showRunAgainst(run, std::move(ran)); });
   }
   if (!m_runDialog->busy()) m_runDialog->setPlan(plan, runName(QStringLiteral(" · ")), historyPath());
   m_runDialog->show();
@@ -269,9 +279,7 @@ void RunController::openDeployDialog() {
     if (history->store() == nullptr) history->openDatabase(database);
     // The measured run against the plan it executed (issue 8: the finished run opens in the
     // compare view against its plan), read off the GUI thread.
-    history->readRunPlan(run, [this, plan, run](std::shared_ptr<const Plan> measured) {
-      m_host.showMeasuredAgainstPlan(plan, std::move(measured), QStringLiteral("deployed run %1").arg(run));
-    });
+    showRunAgainst(run, plan);
   });
   dialog->show();
 #else

@@ -55,6 +55,8 @@ class RunController : public QObject {
 #ifdef PIPESTUDIO_HAVE_HISTORY
   void showImportedTrace(const TraceImportOutcome& outcome);
   QString historyPath() const;
+  /// Reads recorded run `run` and shows it against `plan` (the plan that ran) in the compare view.
+  void showRunAgainst(std::int64_t run, std::shared_ptr<const Plan> plan);
 #endif
   /// The name runs of the plan on screen are recorded under ("workspace · schedule").
   QString runName(const QString& separator) const;

@@ -5,7 +5,10 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QBrush>
+#include <QCheckBox>
 #include <QComboBox>
+#include <QDate>
 #include <QDir>
 #include <QLabel>
 #include <QProgressBar>
@@ -16,19 +19,28 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QUndoStack>
 #include <QWheelEvent>
 #include <memory>
+#include <set>
 
 #include "ConfigureDock.hpp"
+#include "HistoryDock.hpp"
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
 #include "SolverPanel.hpp"
+#include "pipestudio/common/Json.hpp"
+#include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/trace/Stream.hpp"
 #include "pipestudio/viz/CompareView.hpp"
+#include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/SpecModels.hpp"
+#include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
 
 namespace pipestudio::gui {
@@ -234,6 +246,393 @@ TEST_F(LoopTest, TheWheelEditsOnlyFocusedBoxesAndPanelEditsAreUndoable) {
   EXPECT_EQ(cluster->data(memory, Qt::EditRole), before);
   window->undoStack()->undo();
   EXPECT_EQ(panel.microbatches->value(), microbatches);
+}
+
+// --- 3: plain profiler traces ---------------------------------------------------------------
+
+/// The compare view's summary row named `name`, or nullptr.
+const viz::CompareModel::Row* compareRow(const viz::CompareView* view, const QString& name) {
+  for (const auto& row : view->model()->rows()) {
+    if (row.name == name) return &row;
+  }
+  return nullptr;
+}
+
+TEST_F(LoopTest, APlainProfilerTraceShowsItsGpuActivityAndComparesPerDeviceAndIteration) {
+  QTemporaryDir dir;
+  ASSERT_TRUE(window->historyDock()->openDatabase(dir.filePath(QStringLiteral("history.sqlite"))));
+  QString error;
+  ASSERT_TRUE(window->openFile(QStringLiteral(PIPESTUDIO_TEST_DATA "/trace/plan-zb-h1.json"), &error, true))
+      << error.toStdString();
+  const auto plan = window->currentPlan();
+  // Two ranks of HolisticTraceAnalysis' sampled trace: no PP: annotations, two ProfilerSteps.
+  const QString hta = QStringLiteral(PIPESTUDIO_TEST_DATA "/trace/hta/");
+  ASSERT_TRUE(
+      window->importTraces({hta + QStringLiteral("rank0.json.gz"), hta + QStringLiteral("rank1.json.gz")}, &error))
+      << error.toStdString();
+
+  // The timeline shows the run: kernels, memcpy and memset on lanes per rank and stream, the
+  // iterations marked, labelled as a measured run.
+  const viz::TimelineData* data = window->timelineView()->timeline();
+  ASSERT_NE(data, nullptr);
+  ASSERT_NE(data->activity(), nullptr);
+  EXPECT_EQ(data->deviceCount(), 2);
+  ASSERT_EQ(data->activity()->iterations.size(), 2u);
+  EXPECT_EQ(data->activity()->iterations[0].name, "ProfilerStep#551");
+  std::set<std::pair<int, std::int64_t>> streams;
+  for (int l = 0; l < static_cast<int>(data->lanes().size()); ++l) {
+    const viz::Lane& lane = data->lane(l);
+    EXPECT_TRUE(lane.activity);
+    streams.insert({lane.device, lane.stream});
+    if (lane.device == 0 && lane.stream == 7) {
+      EXPECT_GT(lane.size(), 500u);
+      EXPECT_EQ(data->laneName(l), "GPU 0 · stream 7");
+      const std::string what = data->describe(lane.items.front());
+      EXPECT_NE(what.find("kernel · "), std::string::npos) << what;
+    }
+  }
+  EXPECT_TRUE(streams.count({0, 7}) && streams.count({1, 7})) << streams.size();
+  EXPECT_GE(streams.size(), 6u);
+  const QStringList legend = window->timelineView()->legend()->entryNames();
+  for (const char* entry : {"kernel", "memcpy", "memset", "iteration (ProfilerStep)"})
+    EXPECT_TRUE(legend.contains(QString::fromLatin1(entry))) << legend.join(QStringLiteral(", ")).toStdString();
+  EXPECT_TRUE(window->timelineView()->staleLabel().contains(QStringLiteral("imported run")));
+  // A range measured over the first step reads the GPUs' busy time from their streams.
+  const auto& step = data->activity()->iterations[0];
+  const viz::RangeMeasurement m = data->measure(step.startMs, step.endMs);
+  EXPECT_GT(m.devices[0].busyMs, 200.0);
+  EXPECT_LE(m.devices[0].busyMs, step.endMs - step.startMs);
+
+  // The compare view: the run against the plan, per device per iteration (not 0 µs, not the
+  // whole capture), two iterations, labelled measured and drawn scaled with a note.
+  EXPECT_EQ(window->centralTabs()->currentIndex(), 1);
+  viz::CompareView* compare = window->compareView();
+  EXPECT_EQ(compare->baseline(), plan);
+  ASSERT_NE(compare->measured(), nullptr);
+  EXPECT_EQ(compare->measured()->iterations, 2);
+  EXPECT_TRUE(compare->currentTitle().startsWith(QStringLiteral("Measured: run ")))
+      << compare->currentTitle().toStdString();
+  EXPECT_TRUE(compare->note().contains(QStringLiteral("scaled"))) << compare->note().toStdString();
+  ASSERT_NE(compare->currentTimeline()->timeline(), nullptr);
+  EXPECT_NE(compare->currentTimeline()->timeline()->activity(), nullptr);
+  for (int d = 0; d < 2; ++d) {
+    const auto* busy = compareRow(compare, QStringLiteral("GPU %1 busy / iteration").arg(d));
+    ASSERT_NE(busy, nullptr) << d;
+    EXPECT_GT(busy->current, 200.0) << d;
+    EXPECT_LT(busy->current, 400.0) << d;
+  }
+  const auto* iterations = compareRow(compare, QStringLiteral("Iterations measured"));
+  ASSERT_NE(iterations, nullptr);
+  EXPECT_EQ(iterations->current, 2.0);
+  QStringList tabs;
+  for (int t = 0; t < compare->tables()->count(); ++t) tabs << compare->tables()->tabText(t);
+  EXPECT_TRUE(tabs.contains(QStringLiteral("Per device"))) << tabs.join(QLatin1Char(',')).toStdString();
+}
+
+// --- 6: run against plan ----------------------------------------------------------------------
+
+TEST_F(LoopTest, AMeasuredRunIsLabelledScaledColouredAndTabulatedAgainstItsPlan) {
+  openDefault();
+  QTemporaryDir dir;
+  const QString db = dir.filePath(QStringLiteral("history.sqlite"));
+  HistoryDock* dock = window->historyDock();
+  ASSERT_TRUE(dock->openDatabase(db));
+  const auto plan = window->currentPlan();
+  {
+    // A CPU run of the plan, every op three times as long, GPU 0 starting 5 ms late.
+    auto store = history::HistoryStore::open(db.toStdString());
+    ASSERT_TRUE(store) << store.message();
+    auto planId = store->addPlan(*plan, "planned");
+    ASSERT_TRUE(planId);
+    std::vector<trace::Frame> frames;
+    trace::Header header;
+    header.runId = "cpu-run";
+    header.world = plan->config.devices;
+    header.backend = "cpu";
+    header.deviceName = "cpu";
+    frames.emplace_back(header);
+    for (const Op& op : plan->ops) {
+      trace::OpRange r;
+      r.device = op.device;
+      r.virtualStage = op.virtualStage;
+      r.kind = op.kind;
+      r.microbatch = op.microbatch;
+      r.startNs = static_cast<std::int64_t>((3.0 * op.startMs + (op.device == 0 ? 5.0 : 0.0)) * 1e6);
+      r.endNs = static_cast<std::int64_t>((3.0 * op.endMs + (op.device == 0 ? 5.0 : 0.0)) * 1e6);
+      frames.emplace_back(r);
+    }
+    history::RunInfo info;
+    info.name = "cpu run";
+    info.backend = "cpu";
+    info.planId = *planId;
+    ASSERT_TRUE(store->ingestStream(trace::encodeStream(frames), info));
+  }
+  dock->refresh();
+  ASSERT_TRUE(dock->waitForIdle(30000));
+  ASSERT_EQ(dock->model()->rowCount(), 1);
+  dock->view()->selectRow(0);
+  dock->compareWithPlan();
+  ASSERT_TRUE(dock->waitForIdle(30000));
+  viz::CompareView* compare = window->compareView();
+  ASSERT_NE(compare->measured(), nullptr);
+  EXPECT_EQ(window->centralTabs()->currentIndex(), 1);
+  // Labelled with what measured it, on how many devices, when.
+  const QString title = compare->currentTitle();
+  EXPECT_TRUE(title.startsWith(QStringLiteral("Measured: run 1 · measured on cpu"))) << title.toStdString();
+  EXPECT_TRUE(title.contains(QStringLiteral("%1 device(s)").arg(plan->config.devices))) << title.toStdString();
+  EXPECT_TRUE(title.contains(QDate::currentDate().toString(QStringLiteral("yyyy-MM-dd")))) << title.toStdString();
+  // A CPU run is drawn scaled to the plan's length, and says so; unscaled on request.
+  EXPECT_TRUE(compare->scaleBox()->isChecked());
+  EXPECT_NEAR(compare->scale(), 1.0 / 3.0, 0.05);
+  EXPECT_TRUE(compare->note().contains(QStringLiteral("scaled"))) << compare->note().toStdString();
+  const double drawnEnd = compare->currentTimeline()->timeline()->endMs();
+  compare->scaleBox()->setChecked(false);
+  EXPECT_DOUBLE_EQ(compare->scale(), 1.0);
+  EXPECT_TRUE(compare->note().contains(QStringLiteral("measured times"))) << compare->note().toStdString();
+  EXPECT_NEAR(compare->currentTimeline()->timeline()->endMs(), 3.0 * drawnEnd, 0.05 * 3.0 * drawnEnd);
+  // Worse is red: a GPU busier than planned (the same work, slower) is worse, not better.
+  viz::CompareModel* model = compare->model();
+  int busyRow = -1;
+  for (int r = 0; r < model->rowCount(); ++r) {
+    if (model->rows()[static_cast<std::size_t>(r)].name == QStringLiteral("GPU 1 busy / iteration")) busyRow = r;
+  }
+  ASSERT_GE(busyRow, 0);
+  const QModelIndex delta = model->index(busyRow, viz::CompareModel::Delta);
+  EXPECT_GT(model->data(delta, Qt::UserRole).toDouble(), 0.0);
+  EXPECT_EQ(model->data(delta, Qt::ForegroundRole).value<QBrush>().color(), QColor(0xd0, 0x3a, 0x3a));
+  EXPECT_EQ(viz::CompareModel::percentText(5.0, 0.0), QStringLiteral("n/a"));
+  EXPECT_EQ(viz::CompareModel::percentText(5.0, 1e-12), QStringLiteral("n/a"));
+  EXPECT_EQ(viz::CompareModel::percentText(5.0, 10.0), QStringLiteral("+50.0 %"));
+  // The per-kind and drift tables pipestudio-cli history compare prints.
+  QStringList tabs;
+  for (int t = 0; t < compare->tables()->count(); ++t) tabs << compare->tables()->tabText(t);
+  for (const char* tab : {"Summary", "Per device", "Per op kind", "Started late", "Most drifted"})
+    EXPECT_TRUE(tabs.contains(QString::fromLatin1(tab))) << tabs.join(QLatin1Char(',')).toStdString();
+  auto* kinds = qobject_cast<QTableView*>(
+      compare->tables()->widget(static_cast<int>(tabs.indexOf(QStringLiteral("Per op kind")))));
+  ASSERT_NE(kinds, nullptr);
+  QAbstractItemModelTester tester(kinds->model(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+  ASSERT_GT(kinds->model()->rowCount(), 0);
+  // Each kind ran three times as long: worse, in red.
+  EXPECT_EQ(kinds->model()->data(kinds->model()->index(0, 4), Qt::ForegroundRole).value<QBrush>().color(),
+            QColor(0xd0, 0x3a, 0x3a));
+  auto* late = qobject_cast<QTableView*>(
+      compare->tables()->widget(static_cast<int>(tabs.indexOf(QStringLiteral("Started late")))));
+  ASSERT_NE(late, nullptr);
+  ASSERT_GT(late->model()->rowCount(), 0);
+  EXPECT_GT(late->model()->data(late->model()->index(0, 6), Qt::UserRole).toDouble(), 0.0);  // late by
+  EXPECT_EQ(late->model()->data(late->model()->index(0, 6), Qt::ForegroundRole).value<QBrush>().color(),
+            QColor(0xd0, 0x3a, 0x3a));
+}
+
+// --- 4: two pipes and chunks ---------------------------------------------------------------
+
+TEST_F(LoopTest, TwoPipeSchedulesHatchOnlyWhereTheGpuIsIdle) {
+  PlanConfig c;
+  c.schedule = "dualpipe";
+  c.devices = 4;
+  c.microbatches = 16;
+  c.chunksPerDevice = 2;
+  c.partition = "balanced";
+  c.parallel.recompute = Recompute::Full;
+  c.parallel.zeroStage = 1;
+  openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
+  ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
+  const auto plan = window->currentPlan();
+  ASSERT_TRUE(plan);
+  window->resize(1400, 900);
+  window->show();
+  viz::TimelineView* view = window->timelineView();
+  view->fitToView();
+  QApplication::processEvents();
+  view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  const viz::TimelineData* data = view->timeline();
+  const Metrics m = computeMetrics(*plan);
+  // Both pipes of a device share its gaps: where the GPU computes on neither.
+  for (int d = 0; d < data->deviceCount(); ++d) {
+    const viz::Lane& pipe0 = data->lane(data->firstLaneOf(d));
+    const viz::Lane& pipe1 = data->lane(data->firstLaneOf(d) + 1);
+    ASSERT_EQ(pipe1.device, d);
+    EXPECT_TRUE(pipe0.hatchGapsOnly && pipe1.hatchGapsOnly);
+    EXPECT_EQ(pipe0.idleGaps, pipe1.idleGaps);
+    double idle = 0;
+    for (const auto& [a, b] : pipe0.idleGaps) idle += b - a;
+    const DeviceMetrics& dm = m.devices[static_cast<std::size_t>(d)];
+    EXPECT_NEAR(idle, dm.spanMs - dm.busyMs, 1e-6 * std::max(1.0, dm.spanMs)) << "device " << d;
+  }
+  // Drawn: hatching covers about the bubble, not half of every device (the old empty-pipe look).
+  const viz::TimelineDrawStats& stats = view->plottable()->lastDrawStats();
+  const QCPAxis* time = view->timelineRect()->axis(QCPAxis::atBottom);
+  const double spanPx = time->coordToPixel(data->endMs()) - time->coordToPixel(data->beginMs());
+  const double hatchedShare = static_cast<double>(stats.hatchedPixels) / (2.0 * data->deviceCount() * spanPx);
+  EXPECT_LT(hatchedShare, m.bubbleRatio + 0.05) << "bubble " << m.bubbleRatio;
+  EXPECT_LT(hatchedShare, 0.25);
+}
+
+TEST_F(LoopTest, InterleavedChunksGetAShadeEachInLanesAndLegend) {
+  PlanConfig c;
+  c.schedule = "interleaved-1f1b";
+  c.devices = 4;
+  c.microbatches = 8;
+  c.chunksPerDevice = 2;
+  c.partition = "balanced";
+  c.parallel.recompute = Recompute::Full;
+  c.parallel.zeroStage = 1;
+  openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
+  ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
+  const auto plan = window->currentPlan();
+  const viz::TimelineData* data = window->timelineView()->timeline();
+  ASSERT_TRUE(data->shadesChunks());
+  // Forward ops of chunk 0 and chunk 1 on device 0 are drawn in two shades of one hue.
+  std::set<int> shadesOfChunk[2];
+  const viz::Lane& lane = data->lane(data->firstLaneOf(0));
+  for (std::size_t k = 0; k < lane.size(); ++k) {
+    const Op& op = plan->op(lane.items[k].index);
+    if (op.kind != OpKind::F) continue;
+    shadesOfChunk[plan->stage(op.virtualStage).chunk & 1].insert(lane.shade[k]);
+  }
+  ASSERT_EQ(shadesOfChunk[0].size(), 1u);
+  ASSERT_EQ(shadesOfChunk[1].size(), 1u);
+  EXPECT_NE(*shadesOfChunk[0].begin(), *shadesOfChunk[1].begin());
+  const viz::TimelinePalette& palette = window->timelineView()->plottable()->timelinePalette();
+  EXPECT_NE(palette.shades[*shadesOfChunk[0].begin()], palette.shades[*shadesOfChunk[1].begin()]);
+  const QStringList legend = window->timelineView()->legend()->entryNames();
+  for (const char* entry : {"F chunk 0", "F chunk 1", "BW chunk 0", "BW chunk 1"})
+    EXPECT_TRUE(legend.contains(QString::fromLatin1(entry))) << legend.join(QStringLiteral(", ")).toStdString();
+  // One chunk per device keeps the microbatch shades.
+  PlanConfig one = c;
+  one.schedule = "1f1b";
+  one.chunksPerDevice = 1;
+  openBundled("llama3-8b.json", "h100-4x8-ib.json", one);
+  EXPECT_FALSE(window->timelineView()->timeline()->shadesChunks());
+  EXPECT_TRUE(window->timelineView()->legend()->entryNames().contains(QStringLiteral("F forward")));
+}
+
+// --- the smaller items -----------------------------------------------------------------------
+
+TEST_F(LoopTest, TheStatusLineNamesTheSolveTimeAsSuch) {
+  openDefault();
+  const QString status = window->statusText();
+  const QString schedule = QString::fromStdString(window->currentPlan()->config.schedule);
+  EXPECT_TRUE(status.startsWith(QStringLiteral("Solved %1 in ").arg(schedule))) << status.toStdString();
+  EXPECT_FALSE(status.contains(QLatin1Char('('))) << status.toStdString();
+}
+
+TEST_F(LoopTest, AFailedSolveMarksTheMetricsAsTheLastGoodPlansAndTheBannerWraps) {
+  openDefault();
+  window->resize(1024, 700);
+  window->show();
+  QApplication::processEvents();
+  auto* banner = window->findChild<QLabel*>(QStringLiteral("MetricsStale"));
+  ASSERT_NE(banner, nullptr);
+  EXPECT_FALSE(banner->isVisibleTo(window.get()));
+  viz::ClusterTableModel* cluster = window->clusterModel();
+  ASSERT_TRUE(cluster->setData(cluster->index(0, viz::ClusterTableModel::MemoryGib), QStringLiteral("2")));
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  ASSERT_FALSE(window->lastFailure().isEmpty());
+  EXPECT_TRUE(banner->isVisibleTo(window.get()));
+  EXPECT_TRUE(banner->text().startsWith(QStringLiteral("last good plan: "))) << banner->text().toStdString();
+  EXPECT_TRUE(banner->text().contains(QStringLiteral("failed")));
+  // The timeline's banner wraps to the lanes' width instead of running off both sides.
+  viz::TimelineView* timeline = window->timelineView();
+  timeline->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  timeline->setStale(timeline->staleLabel());
+  const QFontMetrics fm(timeline->font());
+  const QStringList lines = timeline->staleBannerText().split(QLatin1Char('\n'));
+  EXPECT_GT(lines.size(), 1) << timeline->staleBannerText().toStdString();
+  for (const QString& line : lines)
+    EXPECT_LE(fm.horizontalAdvance(line), timeline->timelineRect()->width()) << line.toStdString();
+  window->undoStack()->undo();
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  EXPECT_FALSE(banner->isVisibleTo(window.get()));
+}
+
+TEST_F(LoopTest, AFirstStartLeavesRoomForTheWindowFrame) {
+  // No saved geometry: the window and its frame fit the screen, status bar included.
+  const QRect available = window->screen()->availableGeometry();
+  EXPECT_LE(window->height() + 30, available.height());
+  EXPECT_LE(window->width(), available.width());
+}
+
+TEST_F(LoopTest, KeysZoomAboutTheMouseFitTheSelectionAndCollapseLanes) {
+  PlanConfig c;
+  c.schedule = "dualpipe";
+  c.devices = 4;
+  c.microbatches = 16;
+  c.chunksPerDevice = 2;
+  c.partition = "balanced";
+  c.parallel.recompute = Recompute::Full;
+  c.parallel.zeroStage = 1;
+  openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
+  ASSERT_TRUE(window->currentPlan());
+  window->resize(1400, 900);
+  window->show();
+  viz::TimelineView* view = window->timelineView();
+  view->fitToView();
+  QApplication::processEvents();
+  view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  // W zooms about the time under the mouse: it stays under the mouse.
+  QCPAxis* time = view->timelineRect()->axis(QCPAxis::atBottom);
+  const QRect lanes = view->timelineRect()->rect();
+  const QPoint mouse(lanes.left() + lanes.width() / 5, lanes.center().y());
+  QTest::mouseMove(view->plot(), mouse);
+  const double atMouse = time->pixelToCoord(mouse.x());
+  const QCPRange before = view->visibleRange();
+  QTest::keyClick(view, Qt::Key_W);
+  const QCPRange after = view->visibleRange();
+  EXPECT_LT(after.size(), before.size());
+  EXPECT_NEAR(time->pixelToCoord(mouse.x()), atMouse, 1e-6 * before.size());
+  // F fits the selected op and its neighbours on the device, not the whole plan.
+  const auto& plan = *window->currentPlan();
+  int op = -1;
+  for (std::size_t i = 0; i < plan.ops.size() && op < 0; ++i) {
+    const int k = static_cast<int>(i);
+    if (plan.ops[i].device == 1 && view->timeline()->devicePredecessor(k) >= 0 &&
+        view->timeline()->deviceSuccessor(k) >= 0)
+      op = k;
+  }
+  ASSERT_GE(op, 0);
+  view->selectOp(op);
+  QTest::keyClick(view, Qt::Key_F);
+  const QCPRange fitted = view->visibleRange();
+  const Op& o = plan.op(op);
+  EXPECT_LE(fitted.lower, o.startMs);
+  EXPECT_GE(fitted.upper, o.endMs);
+  EXPECT_LT(fitted.size(), 0.5 * (view->timeline()->endMs() - view->timeline()->beginMs()));
+  // C folds each device into one lane (both pipes, transfers) and back.
+  const std::size_t expanded = view->timeline()->lanes().size();
+  EXPECT_GT(expanded, static_cast<std::size_t>(plan.config.devices));
+  QTest::keyClick(view, Qt::Key_C);
+  EXPECT_TRUE(view->lanesCollapsed());
+  EXPECT_EQ(view->timeline()->lanes().size(), static_cast<std::size_t>(plan.config.devices));
+  EXPECT_EQ(view->selectedOp(), op);  // the selection survives
+  QTest::keyClick(view, Qt::Key_C);
+  EXPECT_EQ(view->timeline()->lanes().size(), expanded);
+}
+
+TEST_F(LoopTest, TheChromeExportHasFlowArrowsBetweenDependentOps) {
+  openDefault();
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("trace.json"));
+  QString error;
+  ASSERT_TRUE(window->exportTo(path, &error)) << error.toStdString();
+  auto doc = loadJsonFile(path.toStdString());
+  ASSERT_TRUE(doc) << doc.message();
+  std::map<std::int64_t, std::pair<int, int>> flows;  // id → (starts, finishes)
+  for (const Json& e : doc->root["traceEvents"]) {
+    if (e.value("cat", "") != "dependency") continue;
+    auto& f = flows[e["id"].get<std::int64_t>()];
+    if (e["ph"] == "s") ++f.first;
+    if (e["ph"] == "f") {
+      ++f.second;
+      EXPECT_EQ(e["bp"], "e");
+    }
+  }
+  ASSERT_FALSE(flows.empty());
+  for (const auto& [id, f] : flows) EXPECT_EQ(f, std::make_pair(1, 1)) << id;
+  // One per cross-device data dependency: at least every forward hand-off of every microbatch.
+  const auto plan = window->currentPlan();
+  EXPECT_GE(static_cast<int>(flows.size()), plan->config.microbatches * (plan->config.devices - 1));
 }
 
 }  // namespace
