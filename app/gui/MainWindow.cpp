@@ -168,6 +168,8 @@ void MainWindow::setWorkspace(const Workspace& workspace, const QString& path) {
 }
 bool MainWindow::saveWorkspaceTo(const QString& path, QString* error) { return m_workspace->saveTo(path, error); }
 QString MainWindow::workspacePath() const { return m_workspace->path(); }
+QString MainWindow::workspaceName() const { return m_workspace->name(); }
+void MainWindow::renameWorkspace(const QString& name) { m_workspace->rename(name); }
 bool MainWindow::isModified() const { return m_workspace->isModified(); }
 QString MainWindow::sessionFilePath() { return WorkspaceController::sessionFilePath(); }
 void MainWindow::setUnsavedChangesHandler(std::function<QMessageBox::StandardButton()> handler) {

@@ -79,6 +79,10 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void setWorkspace(const Workspace& workspace, const QString& path);
   bool saveWorkspaceTo(const QString& path, QString* error = nullptr);
   QString workspacePath() const;
+  /// The workspace's name (runs are recorded under it): "model on cluster" unless the user
+  /// named it with renameWorkspace (an empty name lets it follow the content again).
+  QString workspaceName() const;
+  void renameWorkspace(const QString& name);
   /// Unsaved changes since the last open or save.
   bool isModified() const;
   /// Where the last session is kept (a workspace document with its plan).

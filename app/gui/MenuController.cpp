@@ -103,6 +103,7 @@ void MenuController::buildFileMenu() {
              [workspace]() { workspace->saveDialog(false); });
   makeAction(file, QStringLiteral("Save Workspace &As…"), QKeySequence::SaveAs, workspace,
              [workspace]() { workspace->saveDialog(true); });
+  makeAction(file, QStringLiteral("Re&name Workspace…"), QKeySequence(), workspace, &WorkspaceController::renameDialog);
   file->addSeparator();
   QMenu* exportMenu = file->addMenu(QStringLiteral("&Export"));
   struct ExportEntry {

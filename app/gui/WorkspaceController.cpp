@@ -4,6 +4,8 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QInputDialog>
+#include <QLineEdit>
 #include <QMainWindow>
 #include <QMenu>
 #include <QSettings>
@@ -34,6 +36,7 @@ WorkspaceController::WorkspaceController(QMainWindow* window, MainWindowInterfac
 Workspace WorkspaceController::current() const {
   Workspace ws;
   ws.name = m_name.toStdString();
+  ws.named = m_named;
   ws.model = m_docks.modelSpec();
   ws.cluster = m_docks.clusterSpec();
   ws.solver = m_docks.solverPanel()->config();
@@ -47,6 +50,7 @@ void WorkspaceController::setWorkspace(const Workspace& ws, const QString& path)
   m_undo->clear();
   m_path = path;
   m_name = q(ws.name);
+  m_named = ws.named;
   m_docks.setModelSpec(ws.model);
   m_docks.setClusterSpec(ws.cluster);
   m_docks.solverPanel()->setConfig(ws.solver);
@@ -161,12 +165,14 @@ bool WorkspaceController::openFile(const QString& path, QString* error, bool qui
       break;
     case DocumentKind::Model:
       m_docks.setModelSpec(*doc->model);
+      followContent();
       markModified();
       m_host.setStatus(QStringLiteral("Model %1 loaded").arg(q(doc->model->name)));
       m_host.solveChangedInputs(QStringLiteral("model %1 opened: solving…").arg(q(doc->model->name)));
       break;
     case DocumentKind::Cluster:
       m_docks.setClusterSpec(*doc->cluster);
+      followContent();
       markModified();
       m_host.setStatus(QStringLiteral("Cluster %1 loaded").arg(q(doc->cluster->name)));
       m_host.solveChangedInputs(QStringLiteral("cluster %1 opened: solving…").arg(q(doc->cluster->name)));
@@ -174,6 +180,7 @@ bool WorkspaceController::openFile(const QString& path, QString* error, bool qui
     case DocumentKind::Plan:
       m_docks.setModelSpec(doc->plan->model);
       m_docks.setClusterSpec(doc->plan->cluster);
+      followContent();
       m_docks.solverPanel()->setConfig(doc->plan->config);
       m_host.showSettledPlan(std::make_shared<const Plan>(*doc->plan));
       m_host.setStatus(QStringLiteral("Plan %1 opened").arg(path));
@@ -249,6 +256,39 @@ bool WorkspaceController::confirmClose() {
   }
   writeSession(discard);
   return true;
+}
+
+// --- name, title and recent files -------------------------------------------------------------
+
+void WorkspaceController::followContent() {
+  if (m_named) return;
+  const std::string model = m_docks.modelSpec().name;
+  const std::string cluster = m_docks.clusterSpec().name;
+  if (model.empty() && cluster.empty()) return;
+  m_name = cluster.empty() ? q(model) : model.empty() ? q(cluster) : q(model) + QStringLiteral(" on ") + q(cluster);
+  updateTitle();
+}
+
+void WorkspaceController::rename(const QString& name) {
+  const QString trimmed = name.trimmed();
+  m_named = !trimmed.isEmpty();
+  if (m_named) {
+    m_name = trimmed;
+  } else {
+    followContent();
+  }
+  markModified();
+  m_host.setStatus(m_named ? QStringLiteral("Workspace named %1").arg(m_name)
+                           : QStringLiteral("The workspace's name follows its model and cluster: %1").arg(m_name));
+}
+
+void WorkspaceController::renameDialog() {
+  bool ok = false;
+  const QString name = QInputDialog::getText(
+      m_window, QStringLiteral("Rename Workspace"),
+      QStringLiteral("Name (runs of its plans are recorded under it; empty: follow the model and cluster)"),
+      QLineEdit::Normal, m_named ? m_name : QString(), &ok);
+  if (ok) rename(name);
 }
 
 // --- title and recent files -------------------------------------------------------------------

@@ -46,7 +46,13 @@ class WorkspaceController : public QObject {
   bool confirmClose();
 
   QString path() const { return m_path; }
+  /// The workspace's name: what runs of its plans are recorded under, the title of an unsaved
+  /// workspace. It follows the content ("model on cluster") unless the user named it.
   QString name() const { return m_name; }
+  bool isNamedByUser() const { return m_named; }
+  /// Names the workspace (File > Rename Workspace…); an empty name lets it follow the content.
+  void rename(const QString& name);
+  void renameDialog();
   bool isModified() const { return m_dirty; }
   void markModified();
   /// Where the last session is kept (a workspace document with its plan).
@@ -61,6 +67,8 @@ class WorkspaceController : public QObject {
 
  private:
   void setClean();
+  /// An automatic name follows the model and cluster in the editors.
+  void followContent();
   void addRecentFile(const QString& path);
   void rebuildRecentMenu();
   void writeSession(bool discardEdits);
@@ -75,6 +83,7 @@ class WorkspaceController : public QObject {
   QString m_path;
   QString m_name;
   bool m_dirty = false;
+  bool m_named = false;
   std::function<QMessageBox::StandardButton()> m_askUnsaved;
 };
 

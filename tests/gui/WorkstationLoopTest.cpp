@@ -30,6 +30,7 @@
 #include "HistoryDock.hpp"
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
+#include "RunLocalDialog.hpp"
 #include "SolveController.hpp"
 #include "SolverPanel.hpp"
 #include "pipestudio/common/Json.hpp"
@@ -633,6 +634,52 @@ TEST_F(LoopTest, TheChromeExportHasFlowArrowsBetweenDependentOps) {
   // One per cross-device data dependency: at least every forward hand-off of every microbatch.
   const auto plan = window->currentPlan();
   EXPECT_GE(static_cast<int>(flows.size()), plan->config.microbatches * (plan->config.devices - 1));
+}
+
+// --- 5: names -------------------------------------------------------------------------------
+
+TEST_F(LoopTest, TheWorkspaceNameFollowsItsContentUnlessTheUserNamedIt) {
+  openDefault();
+  EXPECT_FALSE(window->workspaceName().isEmpty());
+  QString error;
+  // Another model: the name (title, Run Locally, the history) follows it.
+  ASSERT_TRUE(window->openFile(QString::fromStdString(kLoopResources + "/models/dit-xl-t5.json"), &error, true))
+      << error.toStdString();
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  const QString cluster = QString::fromStdString(window->clusterModel()->clusterSpec().name);
+  EXPECT_EQ(window->workspaceName(), QStringLiteral("DiT-XL/2 with frozen T5 and VAE on ") + cluster);
+  EXPECT_TRUE(window->windowTitle().contains(window->workspaceName() + QStringLiteral(" (not saved)")))
+      << window->windowTitle().toStdString();
+  ASSERT_TRUE(window->openFile(QString::fromStdString(kLoopResources + "/clusters/h100-4x8-ib.json"), &error, true));
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  EXPECT_EQ(window->workspaceName(), QStringLiteral("DiT-XL/2 with frozen T5 and VAE on 4x8 H100-80GB InfiniBand"));
+  if (window->currentPlan() && window->runLocallyAction()) {
+    RunLocalDialog* dialog = window->openRunLocalDialog();
+    ASSERT_NE(dialog, nullptr);
+    auto* plan = dialog->findChild<QLabel*>(QStringLiteral("RunLocalPlan"));
+    ASSERT_NE(plan, nullptr);
+    EXPECT_TRUE(plan->text().startsWith(window->workspaceName())) << plan->text().toStdString();
+    dialog->close();
+  }
+  // Named by the user, it stays, through other content and a save.
+  window->renameWorkspace(QStringLiteral("Diffusion study"));
+  ASSERT_TRUE(
+      window->openFile(QString::fromStdString(kLoopResources + "/clusters/a100-1x8-nvlink.json"), &error, true));
+  EXPECT_EQ(window->workspaceName(), QStringLiteral("Diffusion study"));
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("study.pipestudio"));
+  ASSERT_TRUE(window->saveWorkspaceTo(path, &error)) << error.toStdString();
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  MainWindow other;
+  ASSERT_TRUE(other.openFile(path, &error, true)) << error.toStdString();
+  EXPECT_EQ(other.workspaceName(), QStringLiteral("Diffusion study"));
+  ASSERT_TRUE(other.openFile(QString::fromStdString(kLoopResources + "/models/gpt3-1.3b.json"), &error, true));
+  EXPECT_EQ(other.workspaceName(), QStringLiteral("Diffusion study"));
+  // An empty name lets it follow the content again.
+  other.renameWorkspace(QString());
+  EXPECT_EQ(other.workspaceName(), QStringLiteral("GPT-3 1.3B on 1x8 A100-80GB NVLink"));
+  other.solveController()->cancel();
+  ASSERT_TRUE(other.solveController()->waitForIdle(120000));
 }
 
 }  // namespace
