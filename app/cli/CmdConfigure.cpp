@@ -8,6 +8,7 @@
 #include "Commands.hpp"
 #include "Flags.hpp"
 #include "Inputs.hpp"
+#include "RecipeFlags.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -23,6 +24,8 @@ struct ConfigureCliOptions {
   std::int64_t globalBatch = 0;
   bool json = false;
   bool vocabParallel = false;
+  std::string recompute;  // fixes the recomputation mode (with the recipe's details)
+  RecipeOptions recipe;
 };
 
 // `--vocab-parallel`: 1f1b and v-half on every GPU with and without vocabulary parallelism
@@ -79,34 +82,36 @@ Json candidateJson(const ConfigCandidate& c) {
                        {"communication_bytes", dm.memory.communicationBytes},
                        {"margin_bytes", dm.memory.marginBytes}});
   }
-  return Json{{"schedule", cfg.schedule},
-              {"pipeline_devices", cfg.devices},
-              {"tp", par.tensor},
-              {"cp", par.context},
-              {"ep", par.expert},
-              {"dp", par.data},
-              {"data_parallel", par.data},
-              {"sequence_parallel", par.sequenceParallel},
-              {"recompute", std::string(recomputeName(par.recompute))},
-              {"zero", par.zeroStage},
-              {"micro_batch_size", c.samplesPerMicrobatch},
-              {"microbatches", cfg.microbatches},
-              {"chunks_per_device", cfg.chunksPerDevice},
-              {"partition", cfg.partition},
-              {"fill", cfg.fill},
-              {"gpus", cfg.totalGpus()},
-              {"makespan_ms", c.makespanMs},
-              {"all_reduce_ms", c.allReduceMs},
-              {"gradient_sync_ms", m.gradientSyncMs},
-              {"optimizer_ms", m.optimizerMs},
-              {"iteration_ms", c.iterationMs},
-              {"throughput_samples_per_s", c.throughputSamplesPerS},
-              {"tokens_per_s", m.tokensPerS},
-              {"model_tflops_per_gpu", m.modelTflopsPerGpu},
-              {"mfu", m.mfu},
-              {"bubble_ratio", c.bubbleRatio},
-              {"peak_memory_bytes", c.peakMemoryBytes},
-              {"devices", std::move(devices)}};
+  Json out{{"schedule", cfg.schedule},
+           {"pipeline_devices", cfg.devices},
+           {"tp", par.tensor},
+           {"cp", par.context},
+           {"ep", par.expert},
+           {"dp", par.data},
+           {"data_parallel", par.data},
+           {"sequence_parallel", par.sequenceParallel},
+           {"recompute", std::string(recomputeName(par.recompute))},
+           {"zero", par.zeroStage},
+           {"micro_batch_size", c.samplesPerMicrobatch},
+           {"microbatches", cfg.microbatches},
+           {"chunks_per_device", cfg.chunksPerDevice},
+           {"partition", cfg.partition},
+           {"fill", cfg.fill},
+           {"gpus", cfg.totalGpus()},
+           {"makespan_ms", c.makespanMs},
+           {"all_reduce_ms", c.allReduceMs},
+           {"gradient_sync_ms", m.gradientSyncMs},
+           {"optimizer_ms", m.optimizerMs},
+           {"iteration_ms", c.iterationMs},
+           {"throughput_samples_per_s", c.throughputSamplesPerS},
+           {"tokens_per_s", m.tokensPerS},
+           {"model_tflops_per_gpu", m.modelTflopsPerGpu},
+           {"mfu", m.mfu},
+           {"bubble_ratio", c.bubbleRatio},
+           {"peak_memory_bytes", c.peakMemoryBytes},
+           {"devices", std::move(devices)}};
+  recipeToJson(cfg, out);
+  return out;
 }
 
 int runConfigure(const ConfigureCliOptions& o) {
@@ -116,6 +121,27 @@ int runConfigure(const ConfigureCliOptions& o) {
   if (o.vocabParallel) return runVocabComparison(model, cluster);
   ConfigureOptions options;
   options.globalBatch = o.globalBatch;
+  if (!o.recompute.empty()) {
+    const auto rc = recomputeFromName(o.recompute);
+    if (!rc) {
+      std::cerr << "configure: --recompute '" << o.recompute << "' is not a mode (expected none, selective or full)\n";
+      return kExitUsage;
+    }
+    options.recipe.parallel.recompute = *rc;
+    options.recomputes = {*rc};
+  }
+  // Sequence parallelism is what --tp-comm-overlap needs; the search turns it on with T > 1.
+  options.recipe.parallel.sequenceParallel = true;
+  if (auto st = applyRecipeFlags(o.recipe, options.recipe); !st) {
+    std::cerr << "configure: " << st.message() << '\n';
+    return kExitUsage;
+  }
+  if ((options.recipe.parallel.recomputeNumLayers > 0 && options.recipe.parallel.recompute != Recompute::Full) ||
+      (options.recipe.parallel.recomputeModules != 0 && options.recipe.parallel.recompute != Recompute::Selective)) {
+    std::cerr << "configure: --recompute-num-layers needs --recompute full, --recompute-modules --recompute "
+                 "selective (they fix the mode the search would vary)\n";
+    return kExitUsage;
+  }
   options.keep = std::max(o.top, 1);
   SolveControl control;
   // Progress on stderr for the long searches (a terminal only, so scripts stay quiet).
@@ -223,6 +249,8 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
   cmd->add_flag("--json", o.json, "One JSON document on stdout");
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Compare 1f1b and v-half with and without vocabulary parallelism instead of searching");
+  cmd->add_option("--recompute", o.recompute, "Fix recomputation to none|selective|full (default: searched)");
+  addRecipeFlags(cmd, o.recipe);
   cmd->callback([&exitCode] { exitCode = runConfigure(o); });
 }
 

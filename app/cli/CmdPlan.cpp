@@ -1,3 +1,4 @@
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "Flags.hpp"
 #include "Inputs.hpp"
 #include "PlanSummary.hpp"
+#include "RecipeFlags.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -36,7 +38,8 @@ struct PlanOptions {
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
   std::string recompute = "none", optimizerSync = "global";
-  bool sequenceParallel = false, noSequenceParallel = false, noOverlapGradReduce = false;
+  bool sequenceParallel = false, noSequenceParallel = false;
+  RecipeOptions recipe;  // precision, overlaps, recomputation details (RecipeFlags.hpp)
   std::int64_t globalBatch = 0, microBatchSize = 0;
 };
 
@@ -62,9 +65,9 @@ Json fillReportJson(const FillReport& r) {
 }
 
 std::string times(double factor) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", factor);
-  return buf;
+  std::array<char, 32> buf{};
+  std::snprintf(buf.data(), buf.size(), "%.2fx", factor);
+  return buf.data();
 }
 
 void printFillReport(const FillReport& r, std::ostream& out) {
@@ -93,6 +96,10 @@ int runPlan(const PlanOptions& o) {
   request.cluster = std::move(inputs->second);
   PlanConfig& cfg = request.config;
   cfg.schedule = o.schedule;
+  if (auto ours = scheduleForAlias(o.schedule); ours && *ours != o.schedule) {
+    std::cerr << "plan: " << o.schedule << " is PyTorch's name for our " << *ours << '\n';
+    cfg.schedule = std::string(*ours);
+  }
   cfg.devices = o.devices;
   cfg.microbatches = o.microbatches;
   cfg.partition = o.partition;
@@ -111,7 +118,6 @@ int runPlan(const PlanOptions& o) {
   par.expert = o.ep;
   par.data = o.dp;
   par.zeroStage = o.zero;
-  par.overlapGradReduce = !o.noOverlapGradReduce;
   // Sequence parallelism is on by default whenever T > 1 (Megatron-LM's recommendation).
   par.sequenceParallel = o.tp > 1 && !o.noSequenceParallel;
   if (o.sequenceParallel && o.noSequenceParallel) {
@@ -122,6 +128,10 @@ int runPlan(const PlanOptions& o) {
     par.recompute = *r;
   } else {
     std::cerr << "plan: --recompute '" << o.recompute << "' is not a mode (expected none, selective or full)\n";
+    return kExitUsage;
+  }
+  if (auto st = applyRecipeFlags(o.recipe, cfg); !st) {
+    std::cerr << "plan: " << st.message() << '\n';
     return kExitUsage;
   }
   if (o.optimizerSync != "global" && o.optimizerSync != "post-validation") {
@@ -256,8 +266,7 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--recompute", o.recompute, "Activation recomputation none|selective|full");
   cmd->add_flag("--sequence-parallel", o.sequenceParallel, "Sequence parallelism (default on when --tp > 1)");
   cmd->add_flag("--no-sequence-parallel", o.noSequenceParallel, "Turn sequence parallelism off");
-  cmd->add_flag("--no-overlap-grad-reduce", o.noOverlapGradReduce,
-                "Reduce gradients after the pipeline drains instead of during the last backward passes");
+  addRecipeFlags(cmd, o.recipe);
   cmd->add_option("--global-batch", o.globalBatch, "Global batch G in samples (microbatches = G / (B·D))")
       ->check(intIn(1, std::int64_t{1} << 40));
   cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)")

@@ -3,6 +3,7 @@
 #include "pipestudio/planner/Planner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -43,11 +44,10 @@ Status fillBubbles(const PlanRequest& request, ScheduleSkeleton& skeleton, const
 }
 
 // A memory limit below what one microbatch needs can never be met by any order.
-Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<StageEstimate>& stages) {
+Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<StageEstimate>& stages,
+                                      const std::vector<std::int64_t>& staticBytes) {
   if (!shell.config.memoryLimitBytes) return {};
   const std::int64_t limit = *shell.config.memoryLimitBytes;
-  const auto costs = stageCosts(shell);
-  const auto staticBytes = staticMemoryPerDevice(shell, costs);
   std::vector<std::int64_t> oneMb(static_cast<std::size_t>(shell.config.devices), 0);
   for (std::size_t i = 0; i < shell.virtualStages.size(); ++i) {
     // One microbatch through one pipeline: count pipeline 0's stages.
@@ -98,9 +98,78 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
     return Error{"--tp " + str(T) + " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " +
                  where};
   }
-  if (C > 1 && (t.seq % (2 * C) != 0)) {
+  if (C > 1 && (t.seq % (2 * static_cast<std::int64_t>(C)) != 0)) {
     return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
-                 ") to be a multiple of 2·C = " + str(2 * C) + " (ring attention's load-balanced chunks)"};
+                 ") to be a multiple of 2·C = " + str(2 * static_cast<std::int64_t>(C)) +
+                 " (ring attention's load-balanced chunks)"};
+  }
+  return {};
+}
+
+// The recipe's precision needs a peak on every GPU type of the cluster.
+Status checkPrecision(const PlanRequest& request) {
+  const Precision p = request.config.precision;
+  std::vector<const GpuSpec*> gpus{&request.cluster.gpu};
+  for (const NodeSpec& n : request.cluster.nodes) {
+    if (n.gpu) gpus.push_back(&*n.gpu);
+  }
+  for (const GpuSpec* g : gpus) {
+    if (g->peakTflopsFor(p) > 0) continue;
+    std::string has;
+    for (Precision q : kPrecisions) {
+      if (g->peakTflopsFor(q) > 0) has += (has.empty() ? "" : ", ") + std::string(precisionName(q));
+    }
+    return Error{"--precision " + std::string(precisionName(p)) + ": GPU '" + g->name + "' of cluster '" +
+                 request.cluster.name + "' has no " + std::string(precisionName(p)) + " peak (it has " + has +
+                 "; name a catalogue GPU that has it, or give peak_tflops." + std::string(precisionName(p)) +
+                 " in the cluster file)"};
+  }
+  return {};
+}
+
+// Recomputation settings against the model: modules it has, and layers a virtual stage has.
+Status checkRecompute(const PlanRequest& request) {
+  const Parallelism& par = request.config.parallel;
+  if (par.recomputeNumLayers > 0 && par.recompute != Recompute::Full) {
+    return Error{"--recompute-num-layers " + str(par.recomputeNumLayers) +
+                 " needs --recompute full (it says how many layers full recomputation covers)"};
+  }
+  if (par.recomputeModules != 0 && par.recompute != Recompute::Selective) {
+    return Error{"--recompute-modules " + recomputeModulesName(par.recomputeModules) +
+                 " needs --recompute selective (full recomputation replays every module)"};
+  }
+  bool moe = false, shared = false;
+  std::int64_t blocks = 0;
+  for (const Component& comp : request.model.components) {
+    if (!comp.trainable) continue;
+    for (const Layer& layer : comp.layers) {
+      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
+      ++blocks;
+      moe = moe || layer.transformer->isMoe();
+      shared = shared || layer.transformer->sharedExperts > 0;
+    }
+  }
+  const std::uint32_t modules = par.recomputeModules;
+  const auto missing = [&](std::uint32_t bit, const char* what) -> Status {
+    return Error{"--recompute-modules " + recomputeModulesName(bit) + ": model '" + request.model.name + "' has no " +
+                 what + " (its modules: core_attn, layernorm, " + (moe ? "moe, moe_act" : "mlp") +
+                 (shared ? ", shared_experts" : "") + ")"};
+  };
+  if ((modules & (kRecomputeMoe | kRecomputeMoeAct)) && !moe) {
+    return missing(modules & (kRecomputeMoe | kRecomputeMoeAct), "mixture-of-experts layers");
+  }
+  if ((modules & kRecomputeMlp) && moe) return missing(kRecomputeMlp, "dense MLP (its MLPs are experts)");
+  if ((modules & kRecomputeSharedExperts) && !shared) return missing(kRecomputeSharedExperts, "shared experts");
+  if (modules & kRecomputeMlaUpProj) return missing(kRecomputeMlaUpProj, "multi-head latent attention");
+  if (par.recomputeNumLayers > 0) {
+    const std::int64_t stages =
+        static_cast<std::int64_t>(std::max(1, request.config.devices)) * std::max(1, request.config.chunksPerDevice);
+    const std::int64_t perStage = (blocks + stages - 1) / stages;
+    if (par.recomputeNumLayers > perStage) {
+      return Error{"--recompute-num-layers " + str(par.recomputeNumLayers) + " exceeds the " + str(perStage) +
+                   " transformer layers of a virtual stage (" + str(blocks) + " layers over " + str(stages) +
+                   " virtual stages; expected at most " + str(perStage) + ")"};
+    }
   }
   return {};
 }
@@ -110,13 +179,15 @@ Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, co
 Expected<PlanRequest> resolveRequest(PlanRequest request) {
   PlanConfig& cfg = request.config;
   Parallelism& par = cfg.parallel;
-  const std::pair<const char*, int> degrees[] = {
-      {"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}};
+  const std::array<std::pair<const char*, int>, 4> degrees = {
+      {{"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}}};
   for (const auto& [flag, value] : degrees) {
     if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
   }
   if (par.zeroStage < 0 || par.zeroStage > 3) return Error{"--zero must be 0, 1, 2 or 3, got " + str(par.zeroStage)};
   if (par.tensor == 1) par.sequenceParallel = false;
+  if (auto st = checkPrecision(request); !st) return st.error();
+  if (auto st = checkRecompute(request); !st) return st.error();
   if (cfg.microBatchSize) {
     if (*cfg.microBatchSize < 1) return Error{"--micro-batch-size must be at least 1, got " + str(*cfg.microBatchSize)};
     request.model.samplesPerMicrobatch = *cfg.microBatchSize;
@@ -193,11 +264,19 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (auto st = generator->validate(shape); !st) return st.error();
   if (control.cancelled()) return Error::cancelled();
 
-  auto stages = partitionStages(request, generator->placement(shape), control, hints);
+  // The request's costs under the schedule's own settings, derived once: every step below
+  // reads them. The partitioners see the request's config, whose costs are the same unless
+  // the schedule's settings change them (blockwise ZeRO-3 gathers one chunk per block).
+  PlanConfig configured = cfg;
+  configured.schedule = std::string(generator->name());  // PyTorch's name → ours
+  generator->configure(configured);
+  const CostedModel costs(request.model, request.cluster, configured);
+  partition::PartitionHints withCosts = hints;
+  if (configured.unitMicrobatches == cfg.unitMicrobatches) withCosts.costs = &costs;
+  auto stages = partitionStages(request, generator->placement(shape), control, withCosts);
   if (!stages) return stages.error();
   Plan shell;
-  shell.config = cfg;
-  generator->configure(shell.config);
+  shell.config = configured;
   shell.model = request.model;
   shell.cluster = request.cluster;
   shell.virtualStages = std::move(*stages);
@@ -205,12 +284,12 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   ScheduleInput input;
   input.shape = shape;
   input.virtualStages = shell.virtualStages;
-  input.stages = stageEstimates(shell);
-  input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
+  input.stages = stageEstimates(shell, costs);
+  input.staticBytes = staticMemoryPerDevice(shell, costs.stages(shell.virtualStages));
   input.memoryLimitBytes = cfg.memoryLimitBytes;
   input.request = &request;
   input.control = &control;
-  if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages); !st) return st.error();
+  if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes); !st) return st.error();
 
   auto skeleton = generator->order(input);
   if (!skeleton) return skeleton.error();
@@ -218,7 +297,9 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (auto st = fillBubbles(request, *skeleton, control); !st) return st.error();
   if (control.cancelled()) return Error::cancelled();
 
-  auto plan = simulateSkeleton(std::move(shell), *skeleton);
+  SimulationOptions timing;
+  timing.costs = &costs;
+  auto plan = simulateSkeleton(std::move(shell), *skeleton, timing);
   if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
   if (auto st = checkMemory(*plan); !st) return st.error();
   if (control.progress) control.progress(1.0);
@@ -247,11 +328,11 @@ Status checkMemory(const Plan& plan) {
     fits = false;
     const MemoryBreakdown& mb = dm.memory;
     // The largest part is what to attack first.
-    const std::pair<const char*, std::int64_t> parts[] = {{"parameters", mb.parameterBytes},
-                                                          {"gradients", mb.gradientBytes},
-                                                          {"optimizer state", mb.optimizerBytes},
-                                                          {"activations", dm.peakActivationBytes},
-                                                          {"collective buffers", mb.communicationBytes}};
+    const std::array<std::pair<const char*, std::int64_t>, 5> parts = {{{"parameters", mb.parameterBytes},
+                                                                        {"gradients", mb.gradientBytes},
+                                                                        {"optimizer state", mb.optimizerBytes},
+                                                                        {"activations", dm.peakActivationBytes},
+                                                                        {"collective buffers", mb.communicationBytes}}};
     const auto* largest = &parts[0];
     for (const auto& p : parts) {
       if (p.second > largest->second) largest = &p;

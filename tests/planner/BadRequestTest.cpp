@@ -27,7 +27,7 @@ TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "zb-h2", 4, 3, 1)).find("at least 4 microbatches"),
             std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 6, 2)).find("multiple of the 4 devices"),
+  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 3, 2)).find("at least 4 microbatches"),
             std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "zb-v", 4, 8, 3)).find("even number of chunks"), std::string::npos);
   EXPECT_NE(errorOf(test::request(model, cluster, "v-half", 4, 8, 1)).find("v-half needs an even number of chunks"),
@@ -135,7 +135,7 @@ TEST(Deadlock, PlantedCycleIsReported) {
                {op(1, OpKind::F, 1), op(1, OpKind::F, 0), op(1, OpKind::BW, 0), op(1, OpKind::BW, 1)}};
   auto plan = simulate(r, s);
   ASSERT_FALSE(plan.hasValue());
-  const std::string msg = plan.message();
+  const std::string& msg = plan.message();
   EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
   EXPECT_NE(msg.find("device 0 waits at BW(stage 0, microbatch 0) for BW(stage 1, microbatch 0) on device 1"),
             std::string::npos)

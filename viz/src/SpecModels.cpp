@@ -225,37 +225,26 @@ void LayerTableModel::setModelSpec(ModelSpec spec) {
       m_rows.emplace_back(static_cast<int>(c), static_cast<int>(l));
   }
   resetErrors();
-  m_derived.assign(m_rows.size(), std::nullopt);
-  m_derivedDone.assign(m_rows.size(), 0);
+  m_costs.reset();
   endResetModel();
 }
 
 void LayerTableModel::setCostContext(ClusterSpec cluster, PlanConfig config, std::int64_t samplesPerMicrobatch) {
   m_costContext =
       CostContextArgs{std::move(cluster), std::move(config), std::max<std::int64_t>(1, samplesPerMicrobatch)};
-  m_derivedDone.assign(m_rows.size(), 0);
+  m_costs.reset();
   if (rowCount() > 0) Q_EMIT dataChanged(index(0, ForwardMs), index(rowCount() - 1, ColumnCount - 1));
 }
 
 const LayerCosts* LayerTableModel::derivedCosts(int row) const {
   if (!m_costContext || !inRange(m_rows, row)) return nullptr;
-  const auto r = static_cast<std::size_t>(row);
-  if (m_derivedDone.size() != m_rows.size()) {
-    m_derived.assign(m_rows.size(), std::nullopt);
-    m_derivedDone.assign(m_rows.size(), 0);
-  }
-  if (!m_derivedDone[r]) {
-    m_derivedDone[r] = 1;
-    const CostContextArgs& ctx = *m_costContext;
-    if (ctx.cluster.gpu.peakTflops > 0 && !ctx.cluster.nodes.empty()) {
-      // planLayerCosts with the resolved request's microbatch size (the spec keeps the model's).
-      const auto [c, l] = m_rows[r];
-      const pipestudio::Component& comp = m_spec.component(c);
-      m_derived[r] =
-          layerCosts(comp.layer(l), costContext(ctx.cluster, ctx.config, ctx.samplesPerMicrobatch, 0, comp.trainable));
-    }
-  }
-  return m_derived[r] ? &*m_derived[r] : nullptr;
+  const CostContextArgs& ctx = *m_costContext;
+  if (ctx.cluster.gpu.peakTflops <= 0 || ctx.cluster.nodes.empty()) return nullptr;
+  // The whole model is costed at once, with the resolved request's microbatch size (the spec
+  // keeps the model's), and again after an edit.
+  if (!m_costs) m_costs.emplace(m_spec, ctx.cluster, ctx.config, ctx.samplesPerMicrobatch);
+  const auto [c, l] = m_rows[static_cast<std::size_t>(row)];
+  return &m_costs->layer(c, l, 0);
 }
 
 int LayerTableModel::rowCount(const QModelIndex& parent) const {
@@ -389,7 +378,7 @@ std::optional<QString> LayerTableModel::validate(int row, int column, const QVar
 }
 
 void LayerTableModel::store(int row, int column, const QVariant& value) {
-  if (static_cast<std::size_t>(row) < m_derivedDone.size()) m_derivedDone[static_cast<std::size_t>(row)] = 0;
+  m_costs.reset();
   Layer& l = layer(row);
   auto ms = [&](std::optional<double>& field) {
     if (isBlank(value))

@@ -22,6 +22,11 @@ int ClusterSpec::nodeOfDevice(int device) const {
   return nodes.empty() ? 0 : static_cast<int>(nodes.size()) - 1;
 }
 
+bool ClusterSpec::sameNvlinkDomain(int a, int b) const {
+  if (nvlinkDomain > gpusPerNode()) return a / nvlinkDomain == b / nvlinkDomain;
+  return nodeOfDevice(a) == nodeOfDevice(b);
+}
+
 const GpuSpec& ClusterSpec::gpuOfDevice(int device) const {
   if (nodes.empty()) return gpu;
   const auto& node = nodes[static_cast<std::size_t>(nodeOfDevice(device))];
@@ -32,8 +37,7 @@ double ClusterSpec::transferMs(int from, int to, double bytes) const {
   if (from == to || bytes <= 0) return 0.0;
   double bandwidthGBps = 0;
   double latencyUs = 0;
-  const bool sameNode = nodeOfDevice(from) == nodeOfDevice(to);
-  const LinkSpec& link = sameNode ? intraNode : interNode;
+  const LinkSpec& link = sameNvlinkDomain(from, to) ? intraNode : interNode;
   bandwidthGBps = link.bandwidthGBps;
   latencyUs = link.latencyUs;
   const auto f = static_cast<std::size_t>(from);

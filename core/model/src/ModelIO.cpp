@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "GpuIO.hpp"
 #include "HostsIO.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/Limits.hpp"
@@ -270,26 +271,6 @@ void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& 
   }
 }
 
-std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node) {
-  if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"name", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps", "sm_count"});
-  GpuSpec g;
-  g.name = r.string(node, "name", Presence::Required).value_or("");
-  const auto peak = r.number(node, "peak_tflops", Presence::Required, limits::kPeakTflops.min, limits::kPeakTflops.max);
-  const auto mem = r.number(node, "memory_gib", Presence::Required, limits::kMemoryGib.min, limits::kMemoryGib.max);
-  const auto eff = r.number(node, "efficiency", Presence::Optional, limits::kEfficiency.min, limits::kEfficiency.max);
-  const auto hbm = r.number(node, "memory_bandwidth_gbps", Presence::Optional, limits::kMemoryBandwidthGBps.min,
-                            limits::kMemoryBandwidthGBps.max);
-  const auto sms = r.integer(node, "sm_count", Presence::Optional, limits::kSmCount.min, limits::kSmCount.max);
-  if (!peak || !mem) return std::nullopt;
-  g.memoryBandwidthGBps = hbm.value_or(0);
-  g.smCount = static_cast<int>(sms.value_or(0));
-  g.peakTflops = *peak;
-  g.memoryGib = *mem;
-  g.efficiency = eff.value_or(0.5);
-  return g;
-}
-
 std::optional<LinkSpec> readLink(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node, {"bandwidth_gbps", "latency_us"});
@@ -391,12 +372,13 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   // The schema first: a file of another kind is named as such, not listed as unknown fields.
   if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
-  r.rejectUnknown(at,
-                  {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "bandwidth_matrix_gbps", "description"});
+  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain",
+                       "bandwidth_matrix_gbps", "description"});
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
-  if (auto g = r.object(at, "gpu", Presence::Required)) {
-    if (auto gpu = readGpu(r, *g)) c.gpu = *gpu;
+  int catalogDomain = 0;  // the NVLink domain of a GPU named from the catalogue
+  if (auto g = r.field(at, "gpu", Presence::Required)) {
+    if (auto gpu = readGpu(r, *g, &catalogDomain)) c.gpu = *gpu;
   }
   auto nodesNode = r.field(at, "nodes", Presence::Required);
   if (nodesNode && nodesNode->value->is_array()) {
@@ -432,6 +414,10 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
     }
   }
   if (r.ok() && c.totalGpus() == 0) r.error(at, "zero GPUs (expected at least one)");
+  // An NVLink domain wider than a node (GB200/GB300 NVL72: 18 trays of 4 GPUs on one fabric):
+  // the file's own value, else the catalogue GPU's.
+  c.nvlinkDomain =
+      static_cast<int>(r.integer(at, "nvlink_domain", Presence::Optional, 1, limits::kMaxGpus).value_or(catalogDomain));
   if (r.ok() && c.totalGpus() > kMaxGpus)
     r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
@@ -577,10 +563,26 @@ Json layerToJson(const Layer& l) {
   return j;
 }
 
+// A per-precision field: the bf16 number when nothing else is set (files written before
+// issue 25 read back unchanged), else an object of every precision with a value.
+Json perPrecisionToJson(double bf16, const std::array<double, kPrecisionCount>& values) {
+  Json o = Json::object();
+  for (Precision p : kPrecisions) {
+    const double v = p == Precision::Bf16 ? bf16 : values[static_cast<std::size_t>(p)];
+    if (v > 0 && !(p == Precision::Fp16 && v == bf16)) o[std::string(precisionName(p))] = v;
+  }
+  if (o.size() <= 1) return bf16;
+  return o;
+}
+
 Json gpuToJson(const GpuSpec& g) {
-  Json j{{"name", g.name}, {"peak_tflops", g.peakTflops}, {"memory_gib", g.memoryGib}, {"efficiency", g.efficiency}};
+  Json j{{"name", g.name},
+         {"peak_tflops", perPrecisionToJson(g.peakTflops, g.peakTflopsByPrecision)},
+         {"memory_gib", g.memoryGib},
+         {"efficiency", perPrecisionToJson(g.efficiency, g.efficiencyByPrecision)}};
   if (g.memoryBandwidthGBps > 0) j["memory_bandwidth_gbps"] = g.memoryBandwidthGBps;
   if (g.smCount > 0) j["sm_count"] = g.smCount;
+  if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;
   return j;
 }
 }  // namespace
@@ -621,6 +623,7 @@ Json clusterToJson(const ClusterSpec& c) {
       Json{{"intra_node", {{"bandwidth_gbps", c.intraNode.bandwidthGBps}, {"latency_us", c.intraNode.latencyUs}}},
            {"inter_node", {{"bandwidth_gbps", c.interNode.bandwidthGBps}, {"latency_us", c.interNode.latencyUs}}}};
   if (c.nicsPerNode > 0) j["links"]["nics_per_node"] = c.nicsPerNode;
+  if (c.nvlinkDomain > c.gpusPerNode()) j["nvlink_domain"] = c.nvlinkDomain;
   if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
   return j;
 }

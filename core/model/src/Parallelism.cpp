@@ -1,5 +1,8 @@
 #include "pipestudio/model/Parallelism.hpp"
 
+#include <array>
+#include <utility>
+
 namespace pipestudio {
 
 std::string_view recomputeName(Recompute recompute) {
@@ -19,6 +22,71 @@ std::optional<Recompute> recomputeFromName(std::string_view name) {
     if (recomputeName(r) == name) return r;
   }
   return std::nullopt;
+}
+
+namespace {
+
+// Megatron-Core's spelling of each module (--recompute-modules), in bit order.
+constexpr std::array<std::pair<std::uint32_t, std::string_view>, 7> kModules{{
+    {kRecomputeCoreAttn, "core_attn"},
+    {kRecomputeLayerNorm, "layernorm"},
+    {kRecomputeMlp, "mlp"},
+    {kRecomputeMoeAct, "moe_act"},
+    {kRecomputeMoe, "moe"},
+    {kRecomputeSharedExperts, "shared_experts"},
+    {kRecomputeMlaUpProj, "mla_up_proj"},
+}};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string_view recomputeMethodName(RecomputeMethod method) {
+  return method == RecomputeMethod::Block ? "block" : "uniform";
+}
+
+std::optional<RecomputeMethod> recomputeMethodFromName(std::string_view name) {
+  if (name == "uniform") return RecomputeMethod::Uniform;
+  if (name == "block") return RecomputeMethod::Block;
+  return std::nullopt;
+}
+
+std::string recomputeModulesName(std::uint32_t bits) {
+  std::string out;
+  for (const auto& [bit, name] : kModules) {
+    if (bits & bit) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out;
+}
+
+std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, std::string* unknown) {
+  std::uint32_t bits = 0;
+  while (!names.empty()) {
+    const auto comma = names.find(',');
+    const std::string_view item = trim(names.substr(0, comma));
+    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
+    if (item.empty()) continue;
+    bool found = false;
+    for (const auto& [bit, name] : kModules) {
+      if (item == name) {
+        bits |= bit;
+        found = true;
+      }
+    }
+    if (!found) {
+      if (unknown) *unknown = std::string(item);
+      return std::nullopt;
+    }
+  }
+  return bits;
+}
+
+std::string_view recomputeModuleChoices() {
+  return "core_attn, layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj";
 }
 
 }  // namespace pipestudio

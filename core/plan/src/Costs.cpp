@@ -6,6 +6,44 @@
 #include "pipestudio/common/Index.hpp"
 
 namespace pipestudio {
+namespace {
+
+// Byte counts saturate instead of overflowing: a hostile plan (10^5 layers of 1 PiB each)
+// must not reach signed-overflow undefined behaviour.
+void addSaturating(std::int64_t& total, std::int64_t delta) {
+  if (__builtin_add_overflow(total, delta, &total)) {
+    total = delta > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+  }
+}
+
+// Two layers the cost model cannot tell apart (everything but the name): repeated blocks.
+bool sameCosts(const Layer& a, const Layer& b) {
+  return a.kind == b.kind && a.tied == b.tied && a.forwardMs == b.forwardMs && a.backwardInputMs == b.backwardInputMs &&
+         a.backwardWeightMs == b.backwardWeightMs && a.activationBytes == b.activationBytes &&
+         a.weightGradBytes == b.weightGradBytes && a.parameterBytes == b.parameterBytes &&
+         a.outputBytes == b.outputBytes && a.transformer == b.transformer && a.flopsForward == b.flopsForward &&
+         a.params == b.params;
+}
+
+std::vector<LayerCosts> costComponent(const Component& comp, const CostContext& ctx) {
+  std::vector<LayerCosts> out;
+  out.reserve(comp.layers.size());
+  const Layer* previous = nullptr;
+  for (const Layer& layer : comp.layers) {
+    if (previous && sameCosts(*previous, layer)) {
+      out.push_back(out.back());
+    } else {
+      out.push_back(layerCosts(layer, ctx));
+    }
+    previous = &layer;
+  }
+  return out;
+}
+
+const LayerCosts kNoCosts{};
+const std::vector<LayerCosts> kNoLayers{};
+
+}  // namespace
 
 int deviceFirstGpu(const PlanConfig& config, int device) {
   const std::int64_t gpu = config.parallel.firstGpuOfDevice(device);
@@ -21,19 +59,11 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
   CostContext ctx;
   ctx.gpu = deviceGpu(cluster, config, device);
   ctx.parallel = config.parallel;
+  ctx.precision = config.precision;
   ctx.links = collectiveLinks(cluster, config.parallel);
   ctx.samplesPerMicrobatch = samplesPerMicrobatch;
   ctx.trainable = trainable;
   return ctx;
-}
-
-LayerCosts planLayerCosts(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config, int component,
-                          int layer, int device) {
-  if (!inRange(model.components, component)) return {};
-  const Component& comp = model.component(component);
-  if (!inRange(comp.layers, layer)) return {};
-  return layerCosts(comp.layer(layer),
-                    costContext(cluster, config, model.samplesPerMicrobatch, device, comp.trainable));
 }
 
 double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu) {
@@ -43,7 +73,7 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
   double ms = cluster.transferMs(a, b, bytesPerGpu);
   const std::int64_t senders =
       static_cast<std::int64_t>(std::max(1, config.parallel.tensor)) * std::max(1, config.parallel.context);
-  if (senders > 1 && cluster.nicsPerNode > 0 && cluster.nodeOfDevice(a) != cluster.nodeOfDevice(b) &&
+  if (senders > 1 && cluster.nicsPerNode > 0 && !cluster.sameNvlinkDomain(a, b) &&
       cluster.interNode.bandwidthGBps > 0) {
     // Fewer NICs than concurrent senders: the bandwidth term stretches by senders / NICs.
     const double share = static_cast<double>(std::min<std::int64_t>(senders, cluster.gpusPerNode())) /
@@ -54,6 +84,154 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
     }
   }
   return ms;
+}
+
+CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
+                         std::int64_t samplesPerMicrobatch)
+    : m_blockwiseGathers(config.unitMicrobatches > 0 && config.parallel.zeroStage >= 3),
+      m_recomputeMethod(config.parallel.recomputeMethod),
+      m_recomputeNumLayers(config.parallel.recompute == Recompute::Full ? config.parallel.recomputeNumLayers : 0) {
+  const std::int64_t samples = samplesPerMicrobatch > 0 ? samplesPerMicrobatch : model.samplesPerMicrobatch;
+  // GPU classes: the distinct GPU specs the pipeline ranks sit on. Most clusters have one type
+  // (no node overrides it), and then no per-device table is kept.
+  std::vector<int> classDevice{0};  // a representative device per class
+  const bool heterogeneous =
+      std::any_of(cluster.nodes.begin(), cluster.nodes.end(), [](const NodeSpec& n) { return n.gpu.has_value(); });
+  if (heterogeneous) {
+    std::vector<const GpuSpec*> specs{&deviceGpu(cluster, config, 0)};
+    m_deviceClass.assign(static_cast<std::size_t>(std::max(1, config.devices)), 0);
+    for (int d = 1; d < config.devices; ++d) {
+      const GpuSpec* g = &deviceGpu(cluster, config, d);
+      auto it = std::find(specs.begin(), specs.end(), g);
+      if (it == specs.end()) {
+        specs.push_back(g);
+        classDevice.push_back(d);
+        it = specs.end() - 1;
+      }
+      m_deviceClass[static_cast<std::size_t>(d)] = static_cast<int>(it - specs.begin());
+    }
+  }
+  PlanConfig resident = config;
+  resident.parallel.zeroStage = 2;
+  PlanConfig unrecomputed = config;
+  unrecomputed.parallel.recompute = Recompute::None;
+  for (const int device : classDevice) {
+    auto& perComponent = m_costs.emplace_back();
+    auto& residentComponent = m_resident.emplace_back();
+    auto& unrecomputedComponent = m_unrecomputed.emplace_back();
+    for (const Component& comp : model.components) {
+      perComponent.push_back(costComponent(comp, costContext(cluster, config, samples, device, comp.trainable)));
+      if (m_blockwiseGathers) {
+        residentComponent.push_back(
+            costComponent(comp, costContext(cluster, resident, samples, device, comp.trainable)));
+      }
+      if (m_recomputeNumLayers > 0) {
+        unrecomputedComponent.push_back(
+            costComponent(comp, costContext(cluster, unrecomputed, samples, device, comp.trainable)));
+      }
+    }
+  }
+  for (const Component& comp : model.components) {
+    m_trainable.push_back(comp.trainable ? 1 : 0);
+    auto& tied = m_tiedHead.emplace_back();
+    auto& block = m_block.emplace_back();
+    for (const Layer& layer : comp.layers) {
+      tied.push_back(layer.tied && layer.kind == "lm_head" ? 1 : 0);
+      block.push_back(layer.transformer && layer.kind != "embedding" && layer.kind != "lm_head" ? 1 : 0);
+    }
+  }
+}
+
+int CostedModel::gpuClass(int device) const {
+  if (m_deviceClass.empty() || !inRange(m_deviceClass, device)) return 0;
+  return m_deviceClass[static_cast<std::size_t>(device)];
+}
+
+const std::vector<LayerCosts>& CostedModel::component(int component, int device) const {
+  if (m_costs.empty()) return kNoLayers;
+  const auto& perComponent = m_costs[static_cast<std::size_t>(gpuClass(device))];
+  if (!inRange(perComponent, component)) return kNoLayers;
+  return perComponent[static_cast<std::size_t>(component)];
+}
+
+const LayerCosts& CostedModel::layer(int component, int layer, int device) const {
+  const auto& layers = this->component(component, device);
+  if (!inRange(layers, layer)) return kNoCosts;
+  return layers[static_cast<std::size_t>(layer)];
+}
+
+StageCosts CostedModel::stage(const VirtualStage& vs) const {
+  StageCosts s;
+  const auto& layers = component(vs.component, vs.device);
+  if (layers.empty()) return s;
+  const auto c = static_cast<std::size_t>(vs.component);
+  const bool trainable = m_trainable[c] != 0;
+  const auto gpu = static_cast<std::size_t>(gpuClass(vs.device));
+  const std::vector<LayerCosts>* resident = m_blockwiseGathers ? &m_resident[gpu][c] : nullptr;
+  const std::vector<LayerCosts>* unrecomputed = m_recomputeNumLayers > 0 ? &m_unrecomputed[gpu][c] : nullptr;
+  std::int64_t chunkBuffers = 0;
+  int blockIndex = 0;               // transformer blocks of this stage so far
+  std::int64_t groupRecompute = 0;  // uniform recomputation: the group being summed
+  for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(layers, l); ++l) {
+    const auto lu = static_cast<std::size_t>(l);
+    LayerCosts lc = layers[lu];
+    if (unrecomputed && !m_block[c][lu]) {
+      // Megatron-LM recomputes transformer blocks only (not the embedding or the output layer).
+      lc = (*unrecomputed)[lu];
+    } else if (unrecomputed) {
+      // --recompute-num-layers counts the transformer blocks of each virtual stage.
+      const int position = blockIndex++;
+      if (m_recomputeMethod == RecomputeMethod::Block) {
+        // block: the first N blocks are recomputed, the others keep all their activations.
+        if (position >= m_recomputeNumLayers) lc = (*unrecomputed)[lu];
+      } else {
+        // uniform: groups of N blocks keep only the group's input and rebuild the whole group.
+        const bool opensGroup = position % m_recomputeNumLayers == 0;
+        if (opensGroup) groupRecompute = 0;
+        addSaturating(groupRecompute, lc.recomputeBytes);
+        lc.recomputeBytes = groupRecompute;
+        if (!opensGroup) lc.activationBytes = 0;
+      }
+    }
+    if (resident) {
+      // The share of each pass that is the gather is the difference to the same pass with
+      // resident parameters (ZeRO-2), layer by layer.
+      const LayerCosts& r = (*resident)[lu];
+      s.zeroGatherForwardMs += std::max(0.0, lc.forwardMs - r.forwardMs);
+      s.zeroGatherBackwardMs += std::max(0.0, lc.backwardInputMs - r.backwardInputMs);
+      s.zeroScatterWeightMs += std::max(0.0, lc.backwardWeightMs - r.backwardWeightMs);
+      // The whole chunk stays gathered over a block, and the next chunk is prefetched.
+      addSaturating(chunkBuffers, lc.communicationBytes);
+    }
+    s.forwardMs += lc.forwardMs;
+    s.backwardInputMs += lc.backwardInputMs;
+    s.backwardWeightMs += lc.backwardWeightMs;
+    s.forwardCommMs += lc.forwardCommMs;
+    s.backwardInputCommMs += lc.backwardInputCommMs;
+    s.backwardWeightCommMs += lc.backwardWeightCommMs;
+    s.forwardHiddenCommMs += lc.forwardHiddenCommMs;
+    s.backwardInputHiddenCommMs += lc.backwardInputHiddenCommMs;
+    s.backwardWeightHiddenCommMs += lc.backwardWeightHiddenCommMs;
+    addSaturating(s.lowPrecisionWeightBytes, lc.lowPrecisionWeightBytes);
+    s.recomputeBytes = std::max(s.recomputeBytes, lc.recomputeBytes);
+    addSaturating(s.activationBytes, lc.activationBytes);
+    addSaturating(s.weightGradBytes, lc.weightGradBytes);
+    s.outputBytes = lc.outputBytes;
+    s.communicationBytes = std::max(s.communicationBytes, lc.communicationBytes);
+    (trainable ? s.trainableParameters : s.frozenParameters) += lc.parameterCount();
+    if (trainable) s.expertParameters += static_cast<double>(lc.expertParameterBytes) / 2.0;
+    if (trainable && m_tiedHead[c][lu]) s.tiedParameters += lc.parameterCount();
+    s.modelFlopsForward += lc.modelFlopsForward;
+  }
+  s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);
+  return s;
+}
+
+std::vector<StageCosts> CostedModel::stages(const std::vector<VirtualStage>& stages) const {
+  std::vector<StageCosts> out;
+  out.reserve(stages.size());
+  for (const VirtualStage& vs : stages) out.push_back(stage(vs));
+  return out;
 }
 
 }  // namespace pipestudio

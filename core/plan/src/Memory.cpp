@@ -25,53 +25,7 @@ std::int64_t sumSaturating(std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
-std::vector<StageCosts> stageCosts(const Plan& plan) {
-  std::vector<StageCosts> out(plan.virtualStages.size());
-  // Blockwise ZeRO-3 (zeropp, breadth-first): the share of each pass that is the gather is the
-  // difference to the same pass with resident parameters (ZeRO-2), layer by layer.
-  const bool blockwiseGathers = plan.config.unitMicrobatches > 0 && plan.config.parallel.zeroStage >= 3;
-  PlanConfig resident = plan.config;
-  resident.parallel.zeroStage = 2;
-  for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
-    const VirtualStage& vs = plan.virtualStages[i];
-    if (!inRange(plan.model.components, vs.component)) continue;
-    const Component& comp = plan.model.component(vs.component);
-    const CostContext ctx =
-        costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
-    const CostContext residentCtx =
-        costContext(plan.cluster, resident, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
-    StageCosts& s = out[i];
-    std::int64_t chunkBuffers = 0;
-    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(comp.layers.size()); ++l) {
-      const Layer& layer = comp.layer(l);
-      const LayerCosts c = layerCosts(layer, ctx);
-      if (blockwiseGathers) {
-        const LayerCosts r = layerCosts(layer, residentCtx);
-        s.zeroGatherForwardMs += std::max(0.0, c.forwardMs - r.forwardMs);
-        s.zeroGatherBackwardMs += std::max(0.0, c.backwardInputMs - r.backwardInputMs);
-        s.zeroScatterWeightMs += std::max(0.0, c.backwardWeightMs - r.backwardWeightMs);
-        // The whole chunk stays gathered over a block, and the next chunk is prefetched.
-        addSaturating(chunkBuffers, c.communicationBytes);
-      }
-      s.forwardMs += c.forwardMs;
-      s.backwardInputMs += c.backwardInputMs;
-      s.backwardWeightMs += c.backwardWeightMs;
-      s.forwardCommMs += c.forwardCommMs;
-      s.backwardInputCommMs += c.backwardInputCommMs;
-      s.backwardWeightCommMs += c.backwardWeightCommMs;
-      addSaturating(s.activationBytes, c.activationBytes);
-      addSaturating(s.weightGradBytes, c.weightGradBytes);
-      s.outputBytes = c.outputBytes;
-      s.communicationBytes = std::max(s.communicationBytes, c.communicationBytes);
-      (comp.trainable ? s.trainableParameters : s.frozenParameters) += c.parameterCount();
-      if (comp.trainable) s.expertParameters += static_cast<double>(c.expertParameterBytes) / 2.0;
-      if (comp.trainable && layer.tied && layer.kind == "lm_head") s.tiedParameters += c.parameterCount();
-      s.modelFlopsForward += c.modelFlopsForward;
-    }
-    s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);
-  }
-  return out;
-}
+std::vector<StageCosts> stageCosts(const Plan& plan) { return CostedModel(plan).stages(plan.virtualStages); }
 
 int effectiveZeroStage(const Plan& plan) {
   return std::max(plan.config.parallel.zeroStage, plan.model.optimizer.distributed ? 1 : 0);
@@ -83,10 +37,11 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   const int dp = std::max(1, plan.config.parallel.data);
   // Routed experts are replicated over the D/E ranks of their expert-data-parallel group.
   const int expertDp = std::max(1, dp / std::max(1, plan.config.parallel.expert));
-  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, dp);
-  const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp);
+  const bool fp32Grads = plan.config.parallel.gradReduceInFp32;
+  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, dp, fp32Grads);
+  const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, fp32Grads);
   std::vector<double> denseParams(devices, 0.0), expertParams(devices, 0.0), frozen(devices, 0.0);
-  std::vector<std::int64_t> buffers(devices, 0);
+  std::vector<std::int64_t> buffers(devices, 0), lowPrecision(devices, 0), recompute(devices, 0);
   // A tied LM head on the embedding's device shares its weight (one tensor, one gradient).
   std::vector<char> hasEmbedding(devices, 0);
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
@@ -108,6 +63,9 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     expertParams[du] += c.expertParameters;
     frozen[du] += c.frozenParameters;
     buffers[du] = std::max(buffers[du], c.communicationBytes);
+    recompute[du] = std::max(recompute[du], c.recomputeBytes);
+    // Under ZeRO-3 a layer's low-precision copy lives only while it is gathered (in its buffers).
+    if (zero < 3) addSaturating(lowPrecision[du], c.lowPrecisionWeightBytes);
   }
   std::vector<MemoryBreakdown> out(devices);
   for (std::size_t d = 0; d < devices; ++d) {
@@ -119,6 +77,8 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     m.optimizerBytes =
         static_cast<std::int64_t>(std::llround(denseParams[d] * dense.optimizer + expertParams[d] * expert.optimizer));
     m.communicationBytes = buffers[d];
+    m.lowPrecisionWeightBytes = lowPrecision[d];
+    m.recomputeBytes = recompute[d];
   }
   return out;
 }
@@ -129,7 +89,9 @@ std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vec
     std::int64_t total = m.parameterBytes;
     addSaturating(total, m.gradientBytes);
     addSaturating(total, m.optimizerBytes);
+    addSaturating(total, m.lowPrecisionWeightBytes);
     addSaturating(total, m.communicationBytes);
+    addSaturating(total, m.recomputeBytes);
     out.push_back(total);
   }
   return out;
@@ -141,8 +103,9 @@ std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
   return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
 
-MemoryTimeline memoryTimeline(const Plan& plan) {
-  const auto costs = stageCosts(plan);
+MemoryTimeline memoryTimeline(const Plan& plan) { return memoryTimeline(plan, stageCosts(plan)); }
+
+MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs) {
   MemoryTimeline t;
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   t.staticBytes = staticMemoryPerDevice(plan, costs);
@@ -240,13 +203,11 @@ namespace {
 // Model FLOPs of one microbatch through the whole model (Korthikanti et al. 2022 Appendix A:
 // a trainable layer counts its forward and a backward of twice its forward, no recomputation;
 // a frozen layer its forward only).
-double modelFlopsPerMicrobatch(const Plan& plan) {
+double modelFlopsPerMicrobatch(const Plan& plan, const CostedModel& costs) {
   double flops = 0;
-  for (std::size_t c = 0; c < plan.model.components.size(); ++c) {
-    const Component& comp = plan.model.components[c];
-    const CostContext ctx = costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, 0, comp.trainable);
-    for (const Layer& layer : comp.layers)
-      flops += (comp.trainable ? 3.0 : 1.0) * layerCosts(layer, ctx).modelFlopsForward;
+  for (int c = 0; c < static_cast<int>(plan.model.components.size()); ++c) {
+    const double passes = plan.model.component(c).trainable ? 3.0 : 1.0;
+    for (const LayerCosts& layer : costs.component(c)) flops += passes * layer.modelFlopsForward;
   }
   return flops;
 }
@@ -265,10 +226,18 @@ std::int64_t tokensPerSample(const ModelSpec& model) {
 // The training step around the pipeline: each device's gradients are reduced over its data-
 // parallel group (Megatron-LM / PyTorch DDP overlap that with the last backward passes; ZeRO-3
 // reduce-scatters inside its W passes instead), a tied embedding's gradient is all-reduced
-// between the first and last pipeline ranks, then the optimizer steps (ZeRO-1/2 re-gather the
-// updated bf16 weights). Gradients travel in fp32.
-void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, const std::vector<double>& devFirst,
-                    const std::vector<double>& devLast, double first, Metrics& m) {
+// between the first and last pipeline ranks, then the optimizer steps and ZeRO-1/2 re-gather the
+// updated bf16 weights. Gradients travel in bf16, or fp32 with --grad-reduce-dtype fp32.
+//
+// Megatron-Core's DDP reduces in buckets (ddp_bucket_size, default max(40M, 1M·D) parameters;
+// megatron/core/distributed/distributed_data_parallel_config.py), each as soon as the backward
+// has produced it: with --overlap-grad-reduce the reduction runs under the last microbatch's
+// backward passes except the last bucket, which starts when they end. With
+// --overlap-param-gather the distributed optimizer's all-gather is issued bucket by bucket ahead
+// of the next iteration's forward passes: it hides under the device's idle start and its first
+// microbatch's forward, except the first bucket, which the first forward waits for.
+void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vector<StageCosts>& costs,
+                    const std::vector<double>& devFirst, const std::vector<double>& devLast, double first, Metrics& m) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   const Parallelism& par = plan.config.parallel;
   const int dp = std::max(1, par.data);
@@ -277,7 +246,7 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
   const CollectiveLinks links = collectiveLinks(plan.cluster, par);
   const int lastMb = plan.config.microbatches - 1;
 
-  std::vector<double> dense(devices, 0.0), expert(devices, 0.0), window(devices, 0.0);
+  std::vector<double> dense(devices, 0.0), expert(devices, 0.0), window(devices, 0.0), gatherWindow(devices, 0.0);
   std::vector<char> embedding(devices, 0), tiedHead(devices, 0);
   double tiedBytes = 0;
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
@@ -298,10 +267,12 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
     }
   }
   for (const Op& op : plan.ops) {
-    if (!inRange(window, op.device) || op.microbatch != lastMb) continue;
-    if (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW) {
-      window[static_cast<std::size_t>(op.device)] += op.durationMs();
+    if (!inRange(window, op.device)) continue;
+    const auto d = static_cast<std::size_t>(op.device);
+    if (op.microbatch == lastMb && (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW)) {
+      window[d] += op.durationMs();
     }
+    if (op.microbatch == 0 && op.kind == OpKind::F) gatherWindow[d] += op.durationMs();
   }
   // The tied weight's two copies live on different ranks only when no device has both halves.
   bool tiedSplit = false;
@@ -315,8 +286,8 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
   }
   double tiedSyncMs = 0;
   if (tiedSplit && tiedBytes > 0) {
-    const bool sameNode = plan.cluster.nodeOfDevice(deviceFirstGpu(plan.config, firstEmbeddingDevice)) ==
-                          plan.cluster.nodeOfDevice(deviceFirstGpu(plan.config, firstHeadDevice));
+    const bool sameNode = plan.cluster.sameNvlinkDomain(deviceFirstGpu(plan.config, firstEmbeddingDevice),
+                                                        deviceFirstGpu(plan.config, firstHeadDevice));
     const LinkSpec& l = sameNode ? plan.cluster.intraNode : plan.cluster.interNode;
     tiedSyncMs = allReduceMs(CollectiveLink{l.bandwidthGBps, l.latencyUs, !sameNode}, 2, tiedBytes);
   }
@@ -325,24 +296,40 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
   double period = 0;
   double worstExposed = 0;
   double worstOptimizer = 0;
+  const double gradBytes = par.gradReduceInFp32 ? 4.0 : 2.0;
+  const double bucketParams = std::max(4.0e7, 1.0e6 * dp);
   for (std::size_t d = 0; d < devices; ++d) {
-    double syncMs = 0;
+    double syncMs = 0, lastBucketMs = 0;
     if (zero <= 2) {
       const auto reduce = [&](int ranks, double params) {
-        const double bytes = 4.0 * params;
+        const double bytes = gradBytes * params;
         return zero == 0 ? allReduceMs(links.data, ranks, bytes) : allGatherMs(links.data, ranks, bytes);
       };
       syncMs = reduce(dp, dense[d]) + reduce(expertDp, expert[d]);
+      lastBucketMs = reduce(dp, std::min(bucketParams, dense[d]));
     }
-    double exposed = par.overlapGradReduce ? std::max(0.0, syncMs - window[d]) : syncMs;
-    if (tiedSplit && (embedding[d] || tiedHead[d])) exposed += tiedSyncMs;
+    const double syncExposedMs =
+        par.overlapGradReduce ? std::min(syncMs, std::max(lastBucketMs, syncMs - window[d])) : syncMs;
+    const double exposed = syncExposedMs + (tiedSplit && (embedding[d] || tiedHead[d]) ? tiedSyncMs : 0.0);
     const double shardDense = zero >= 1 ? dense[d] / dp : dense[d];
     const double shardExpert = zero >= 1 ? expert[d] / expertDp : expert[d];
     double optimizerMs =
         optimizerStepMs(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)), shardDense + shardExpert);
+    double gatherExposedMs = 0;
     if (zero == 1 || zero == 2) {
-      optimizerMs += allGatherMs(links.data, dp, 2.0 * dense[d]) + allGatherMs(links.data, expertDp, 2.0 * expert[d]);
+      const double gatherMs =
+          allGatherMs(links.data, dp, 2.0 * dense[d]) + allGatherMs(links.data, expertDp, 2.0 * expert[d]);
+      gatherExposedMs = gatherMs;
+      if (par.overlapParamGather && devLast[d] >= devFirst[d]) {
+        const double firstBucketMs = allGatherMs(links.data, dp, 2.0 * std::min(bucketParams, dense[d]));
+        const double idleStartMs = devFirst[d] - first;
+        gatherExposedMs = std::min(gatherMs, std::max(firstBucketMs, gatherMs - idleStartMs - gatherWindow[d]));
+      }
+      optimizerMs += gatherExposedMs;
+      m.devices[d].hiddenCommMs += gatherMs - gatherExposedMs;
     }
+    m.devices[d].exposedCommMs += exposed + gatherExposedMs;
+    m.devices[d].hiddenCommMs += syncMs - syncExposedMs;
     if (devLast[d] >= devFirst[d]) {
       pipelineEnd = std::max(pipelineEnd, devLast[d] + exposed);
       period = std::max(period, devLast[d] - devFirst[d] + exposed + optimizerMs);
@@ -367,13 +354,46 @@ void addStepMetrics(const Plan& plan, const std::vector<StageCosts>& costs, cons
   m.throughputSamplesPerS = samples / seconds;
   m.tokensPerS = m.throughputSamplesPerS * static_cast<double>(tokensPerSample(plan.model));
   const double gpus = static_cast<double>(std::max<std::int64_t>(1, plan.config.totalGpus()));
-  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan) * microbatches / seconds / gpus / 1e12;
+  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan, costed) * microbatches / seconds / gpus / 1e12;
   if (plan.cluster.gpu.peakTflops > 0) m.mfu = m.modelTflopsPerGpu / plan.cluster.gpu.peakTflops;
+}
+
+// The collective time inside an op's duration (exposed) and beside it (hidden), by its pass.
+void addOpComm(const Op& op, const StageCosts& c, double samplesPerMb, DeviceMetrics& dm) {
+  double exposed = 0, hidden = 0;
+  switch (op.kind) {
+    case OpKind::F:
+    case OpKind::N:
+      exposed = c.forwardCommMs;
+      hidden = c.forwardHiddenCommMs;
+      break;
+    case OpKind::B:
+      exposed = c.backwardInputCommMs;
+      hidden = c.backwardInputHiddenCommMs;
+      break;
+    case OpKind::W:
+      exposed = c.backwardWeightCommMs;
+      hidden = c.backwardWeightHiddenCommMs;
+      break;
+    case OpKind::BW:
+      exposed = c.backwardInputCommMs + c.backwardWeightCommMs;
+      hidden = c.backwardInputHiddenCommMs + c.backwardWeightHiddenCommMs;
+      break;
+    case OpKind::S:
+    case OpKind::T:
+    case OpKind::OPT:
+      break;
+  }
+  const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
+  dm.exposedCommMs += fraction * exposed;
+  dm.hiddenCommMs += fraction * hidden;
 }
 
 }  // namespace
 
-Metrics computeMetrics(const Plan& plan) {
+Metrics computeMetrics(const Plan& plan) { return computeMetrics(plan, CostedModel(plan)); }
+
+Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
   Metrics m;
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   m.devices.assign(devices, {});
@@ -385,7 +405,7 @@ Metrics computeMetrics(const Plan& plan) {
   // curves: each device's events are replayed in plan order, which is memoryTimeline's
   // order whenever its events are sorted (a simulated plan's are). A device whose events
   // come out of order sends the whole computation to memoryTimeline below.
-  const auto costs = stageCosts(plan);
+  const auto costs = costed.stages(plan.virtualStages);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
   std::vector<std::int64_t> wholeAct(costs.size()), wholeWgrad(costs.size());
   for (std::size_t i = 0; i < costs.size(); ++i) {
@@ -416,6 +436,8 @@ Metrics computeMetrics(const Plan& plan) {
     m.devices[d].busyMs += op.durationMs();
     devFirst[d] = std::min(devFirst[d], op.startMs);
     devLast[d] = std::max(devLast[d], op.endMs);
+    if (inRange(costs, op.virtualStage))
+      addOpComm(op, costs[static_cast<std::size_t>(op.virtualStage)], samplesPerMb, m.devices[d]);
     if (!inOrder || !inRange(costs, op.virtualStage)) continue;
     // The events of memoryTimeline, in the same order per op.
     const auto stage = static_cast<std::size_t>(op.virtualStage);
@@ -460,7 +482,7 @@ Metrics computeMetrics(const Plan& plan) {
   if (m.makespanMs > 0 && devices > 0) m.bubbleRatio = 1.0 - busy / (static_cast<double>(devices) * m.makespanMs);
   std::vector<std::int64_t> peakLive(devices, 0);
   if (!inOrder) {
-    const MemoryTimeline mem = memoryTimeline(plan);
+    const MemoryTimeline mem = memoryTimeline(plan, costs);
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = mem.peakActivationBytes[d];
   } else {
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = replay[d].peakLive;
@@ -474,12 +496,14 @@ Metrics computeMetrics(const Plan& plan) {
     std::int64_t staticTotal = dm.memory.parameterBytes;
     addSaturating(staticTotal, dm.memory.gradientBytes);
     addSaturating(staticTotal, dm.memory.optimizerBytes);
+    addSaturating(staticTotal, dm.memory.lowPrecisionWeightBytes);
     addSaturating(staticTotal, dm.memory.communicationBytes);
+    addSaturating(staticTotal, dm.memory.recomputeBytes);
     dm.staticMemoryBytes = staticTotal;
     dm.peakActivationBytes = peakLive[d];
     dm.peakMemoryBytes = sumSaturating(staticTotal, peakLive[d]);
   }
-  addStepMetrics(plan, costs, devFirst, devLast, first, m);
+  addStepMetrics(plan, costed, costs, devFirst, devLast, first, m);
   return m;
 }
 

@@ -99,6 +99,48 @@ Status checkDevicesFitCluster(const PlanConfig& config, const ClusterSpec& clust
                " GPUs (expected at most that many)"};
 }
 
+// The recipe settings of issue 25 (precision, overlaps, recomputation details); absent keys
+// keep PlanConfig's defaults, which are Megatron-Bridge's.
+void readRecipe(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
+  Parallelism& par = c.parallel;
+  par.overlapParamGather = r.boolean(cfg, "overlap_param_gather", Presence::Optional).value_or(true);
+  par.tpCommOverlap = r.boolean(cfg, "tp_comm_overlap", Presence::Optional).value_or(true);
+  if (auto dtype = r.string(cfg, "grad_reduce_dtype", Presence::Optional)) {
+    if (*dtype == "fp32" || *dtype == "bf16") {
+      par.gradReduceInFp32 = *dtype == "fp32";
+    } else {
+      r.error(cfg.child("grad_reduce_dtype"),
+              "'" + *dtype + "' is not a gradient reduction type (expected bf16 or fp32)");
+    }
+  }
+  if (auto name = r.string(cfg, "precision", Presence::Optional)) {
+    if (auto p = precisionFromName(*name)) {
+      c.precision = *p;
+    } else {
+      r.error(cfg.child("precision"),
+              "'" + *name + "' is not a precision (expected " + std::string(precisionChoices()) + ")");
+    }
+  }
+  par.recomputeNumLayers =
+      static_cast<int>(r.integer(cfg, "recompute_num_layers", Presence::Optional, 0, 100000).value_or(0));
+  if (auto method = r.string(cfg, "recompute_method", Presence::Optional)) {
+    if (auto m = recomputeMethodFromName(*method)) {
+      par.recomputeMethod = *m;
+    } else {
+      r.error(cfg.child("recompute_method"), "'" + *method + "' is not a recompute method (expected uniform or block)");
+    }
+  }
+  if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
+    std::string unknown;
+    if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
+      par.recomputeModules = *bits;
+    } else {
+      r.error(cfg.child("recompute_modules"),
+              "'" + unknown + "' is not a recompute module (expected " + std::string(recomputeModuleChoices()) + ")");
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
@@ -124,6 +166,13 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
                            "recompute",
                            "zero",
                            "overlap_grad_reduce",
+                           "overlap_param_gather",
+                           "tp_comm_overlap",
+                           "grad_reduce_dtype",
+                           "precision",
+                           "recompute_num_layers",
+                           "recompute_method",
+                           "recompute_modules",
                            "global_batch",
                            "micro_batch_size",
                            "optimizer_sync",
@@ -159,6 +208,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     }
     par.zeroStage = static_cast<int>(r.integer(*cfg, "zero", Presence::Optional, 0, 3).value_or(0));
     par.overlapGradReduce = r.boolean(*cfg, "overlap_grad_reduce", Presence::Optional).value_or(true);
+    readRecipe(r, *cfg, c);
     c.globalBatch = r.integer(*cfg, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40);
     c.microBatchSize = r.integer(*cfg, "micro_batch_size", Presence::Optional, 1, 1'000'000);
     if (auto sync = r.string(*cfg, "optimizer_sync", Presence::Optional)) {
@@ -348,6 +398,15 @@ Json planToJson(const Plan& plan) {
   cfg["recompute"] = std::string(recomputeName(par.recompute));
   cfg["zero"] = par.zeroStage;
   if (!par.overlapGradReduce) cfg["overlap_grad_reduce"] = false;
+  cfg["overlap_param_gather"] = par.overlapParamGather;
+  cfg["tp_comm_overlap"] = par.tpCommOverlap;
+  cfg["grad_reduce_dtype"] = par.gradReduceInFp32 ? "fp32" : "bf16";
+  cfg["precision"] = std::string(precisionName(c.precision));
+  if (par.recomputeNumLayers > 0) {
+    cfg["recompute_num_layers"] = par.recomputeNumLayers;
+    cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
+  }
+  if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
   if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;
   if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
   if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;
@@ -381,14 +440,18 @@ Json planToJson(const Plan& plan) {
     const MemoryBreakdown& mb = d.memory;
     devices.push_back(Json{{"busy_ms", d.busyMs},
                            {"span_ms", d.spanMs},
+                           {"exposed_comm_ms", d.exposedCommMs},
+                           {"hidden_comm_ms", d.hiddenCommMs},
                            {"peak_memory_bytes", d.peakMemoryBytes},
                            {"peak_activation_bytes", d.peakActivationBytes},
                            {"memory",
                             {{"parameter_bytes", mb.parameterBytes},
                              {"gradient_bytes", mb.gradientBytes},
                              {"optimizer_bytes", mb.optimizerBytes},
+                             {"low_precision_weight_bytes", mb.lowPrecisionWeightBytes},
                              {"activation_bytes", mb.activationBytes},
                              {"communication_bytes", mb.communicationBytes},
+                             {"recompute_bytes", mb.recomputeBytes},
                              {"margin_bytes", mb.marginBytes}}}});
   }
   const Metrics& mt = plan.metrics;

@@ -75,11 +75,10 @@ void addTransformer(const Layer& layer, std::int64_t samples, bool trainable, St
 
 std::vector<StageWork> buildStageWork(const Plan& plan) {
   std::vector<StageWork> out(plan.virtualStages.size());
+  const CostedModel costs(plan);
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     const Component& comp = plan.model.component(vs.component);
-    const CostContext ctx =
-        costContext(plan.cluster, plan.config, plan.model.samplesPerMicrobatch, vs.device, comp.trainable);
     for (int l = vs.firstLayer; l <= vs.lastLayer; ++l) {
       const Layer& layer = comp.layer(l);
       // Measured times win over shapes (CostModel.hpp): such layers are calibrated time.
@@ -87,7 +86,7 @@ std::vector<StageWork> buildStageWork(const Plan& plan) {
         addTransformer(layer, plan.model.samplesPerMicrobatch, comp.trainable, out[i]);
         continue;
       }
-      const LayerCosts c = layerCosts(layer, ctx);
+      const LayerCosts& c = costs.layer(vs.component, l, vs.device);
       out[i].forward.calibratedMs += c.forwardMs;
       out[i].backwardInput.calibratedMs += c.backwardInputMs;
       out[i].backwardWeight.calibratedMs += c.backwardWeightMs;
@@ -806,11 +805,14 @@ Status profileModel(const Plan& plan, const ExecOptions& options) {
   };
   ModelSpec measured = plan.model;
   std::size_t index = 0;
-  for (std::size_t c = 0; c < measured.components.size(); ++c) {
-    Component& comp = measured.components[c];
-    for (Layer& layer : comp.layers) {
+  // Each layer runs whole on one GPU: its shape costs without tensor or other parallelism.
+  const CostedModel unsplit(plan.model, plan.cluster, PlanConfig{});
+  for (int c = 0; c < static_cast<int>(measured.components.size()); ++c) {
+    Component& comp = measured.component(c);
+    for (int l = 0; l < static_cast<int>(comp.layers.size()); ++l) {
+      Layer& layer = comp.layer(l);
       const StageWork& sw = work[index++];
-      const LayerCosts costs = layerCosts(layer, plan.cluster.gpu, plan.model.samplesPerMicrobatch, comp.trainable);
+      const LayerCosts& costs = unsplit.layer(c, l, 0);
       auto f = timeOf(OpKind::F, sw);
       if (!f) return f.error();
       layer.forwardMs = *f;

@@ -68,6 +68,10 @@ class Custom final : public ScheduleGenerator {
   std::string_view name() const override { return "custom"; }
   int defaultChunksPerDevice() const override { return 1; }
   bool splitsBackward() const override { return true; }
+  // PyTorch's OVERLAP_F_B pairs run overlapped, as DualPipe's F&B (PlanConfig::overlapForwardBackward).
+  void configure(PlanConfig& config) const override {
+    if (tContext.csv && csvHasOverlappedPairs(*tContext.csv)) config.overlapForwardBackward = true;
+  }
   Status validate(const ScheduleShape& shape) const override {
     if (tContext.csv == nullptr) {
       return Error{"custom: the order comes from a schedule CSV (pipestudio-cli plan --schedule custom --csv FILE)"};

@@ -35,6 +35,22 @@ namespace {
 // How far below the last ranked throughput an estimate may be and still be simulated.
 constexpr double kEstimateMargin = 0.01;
 
+// The recipe's fixed settings onto a candidate whose recomputation mode is `rc`.
+void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
+  const Parallelism& from = recipe.parallel;
+  Parallelism& to = cfg.parallel;
+  cfg.precision = recipe.precision;
+  to.overlapGradReduce = from.overlapGradReduce;
+  to.overlapParamGather = from.overlapParamGather;
+  to.tpCommOverlap = from.tpCommOverlap;
+  to.gradReduceInFp32 = from.gradReduceInFp32;
+  if (rc == Recompute::Full) {
+    to.recomputeNumLayers = from.recomputeNumLayers;
+    to.recomputeMethod = from.recomputeMethod;
+  }
+  if (rc == Recompute::Selective) to.recomputeModules = from.recomputeModules;
+}
+
 std::vector<int> divisorsOf(std::int64_t n, std::int64_t limit) {
   std::vector<int> out;
   for (std::int64_t d = 1; d <= n && d <= limit; ++d) {
@@ -145,36 +161,14 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
                                    par.zeroStage, par.sequenceParallel, mbs);
   auto it = m_summaries.find(key);
   if (it != m_summaries.end()) return it->second;
-  PlanConfig config;
+  PlanConfig config = m_options.recipe;
   config.parallel = par;
+  const CostedModel costs(m_model, m_cluster, config, mbs);
   CostSummary s;
-  for (const Component& comp : m_model.components) {
-    const CostContext ctx = costContext(m_cluster, config, mbs, 0, comp.trainable);
-    // Repeated layers are identical: cost one per run of equal shapes.
-    const Layer* previous = nullptr;
-    LayerCosts c;
-    for (const Layer& layer : comp.layers) {
-      const bool same = previous && previous->kind == layer.kind && previous->tied == layer.tied && !layer.forwardMs &&
-                        !previous->forwardMs && !layer.activationBytes && !layer.parameterBytes &&
-                        previous->transformer && layer.transformer &&
-                        previous->transformer->hidden == layer.transformer->hidden &&
-                        previous->transformer->seq == layer.transformer->seq &&
-                        previous->transformer->heads == layer.transformer->heads &&
-                        previous->transformer->ffn == layer.transformer->ffn &&
-                        previous->transformer->vocab == layer.transformer->vocab &&
-                        previous->transformer->kvHeads == layer.transformer->kvHeads &&
-                        previous->transformer->mlp == layer.transformer->mlp &&
-                        previous->transformer->attention == layer.transformer->attention &&
-                        previous->transformer->experts == layer.transformer->experts &&
-                        previous->transformer->topK == layer.transformer->topK &&
-                        previous->transformer->expertFfn == layer.transformer->expertFfn &&
-                        previous->transformer->sharedExperts == layer.transformer->sharedExperts &&
-                        previous->transformer->causal == layer.transformer->causal &&
-                        previous->transformer->dropout == layer.transformer->dropout &&
-                        previous->transformer->capacityFactor == layer.transformer->capacityFactor;
-      if (!same) c = layerCosts(layer, ctx);
-      previous = &layer;
-      if (comp.trainable) {
+  for (int ci = 0; ci < static_cast<int>(m_model.components.size()); ++ci) {
+    const bool trainable = m_model.component(ci).trainable;
+    for (const LayerCosts& c : costs.component(ci)) {
+      if (trainable) {
         s.trainableWorkMs += c.forwardMs + c.backwardInputMs + c.backwardWeightMs;
         s.forwardMs += c.forwardMs;
         s.backwardInputMs += c.backwardInputMs;
@@ -414,6 +408,7 @@ Expected<Configuration> Search::run() {
                     for (const std::string& partition : m_options.partitions) {
                       Candidate cand;
                       PlanConfig& cfg = cand.config;
+                      applyRecipe(m_options.recipe, rc, cfg);
                       cfg.schedule = schedule;
                       cfg.devices = P;
                       cfg.microbatches = m;

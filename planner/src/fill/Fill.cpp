@@ -100,23 +100,18 @@ int feederOf(const ModelSpec& model, int c) {
   return -1;
 }
 
-std::vector<Group> makeGroups(const Plan& shell, int component) {
+std::vector<Group> makeGroups(const Plan& shell, const CostedModel& costs, int component) {
   const ModelSpec& model = shell.model;
   const Component& comp = model.component(component);
   const int layers = static_cast<int>(comp.layers.size());
   std::vector<Group> out;
   if (layers == 0) return out;
   const int devices = shell.config.devices;
-  Grid<LayerCosts> costs(devices, layers);
-  for (int d = 0; d < devices; ++d) {
-    const CostContext ctx = costContext(shell.cluster, shell.config, model.samplesPerMicrobatch, d, false);
-    for (int l = 0; l < layers; ++l) costs(d, l) = layerCosts(comp.layer(l), ctx);
-  }
   // Groups of balanced forward time (device 0's GPU): the `balanced` partitioner.
   const int k = std::min(kMaxGroups, layers);
   std::vector<double> forwardMs;
   forwardMs.reserve(comp.layers.size());
-  for (int l = 0; l < layers; ++l) forwardMs.push_back(costs(0, l).forwardMs);
+  for (int l = 0; l < layers; ++l) forwardMs.push_back(costs.layer(component, l, 0).forwardMs);
   PartitionProblem p;
   p.layers = layers;
   p.stages.assign(static_cast<std::size_t>(k), PartitionStage{});
@@ -137,8 +132,8 @@ std::vector<Group> makeGroups(const Plan& shell, int component) {
     grp.lastLayer = (g + 1 < k ? first[g + 1] : layers) - 1;
     grp.forwardMs.assign(devices, 0.0);
     for (int l = grp.firstLayer; l <= grp.lastLayer; ++l) {
-      for (int d = 0; d < devices; ++d) grp.forwardMs[d] += costs(d, l).forwardMs;
-      const LayerCosts& c = costs(0, l);
+      for (int d = 0; d < devices; ++d) grp.forwardMs[d] += costs.layer(component, l, d).forwardMs;
+      const LayerCosts& c = costs.layer(component, l, 0);
       // Frozen forward: only one layer's activations are live at a time (no backward keeps
       // them); the largest layer bounds the op's footprint.
       grp.activationBytes = std::max(grp.activationBytes, static_cast<double>(c.activationBytes));
@@ -310,8 +305,9 @@ Frozen frozenGroups(const Plan& shell) {
   Frozen f;
   f.order = frozenOrder(shell.model);
   f.groupsOf.resize(shell.model.components.size());
+  const CostedModel costs(shell);
   for (int c : f.order) {
-    for (Group& g : makeGroups(shell, c)) {
+    for (Group& g : makeGroups(shell, costs, c)) {
       f.groupsOf[c].push_back(f.groups.size());
       f.groups.push_back(std::move(g));
     }
@@ -606,13 +602,17 @@ Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSp
   double activationBytes = 0;
   double frozenActivationBytes = 0;
   double worstMbMs = 0;
+  // A whole-model replica per device: the pure pipeline's costs of every layer on each device.
+  PlanConfig replica;
+  replica.devices = devices;
+  const CostedModel costs(model, cluster, replica);
   for (int d = 0; d < devices; ++d) {
     const GpuSpec& gpu = cluster.gpuOfDevice(d);
     double mbMs = 0;
     double tp = 0, fp = 0, act = 0, fact = 0;
-    for (const Component& comp : model.components) {
-      for (const Layer& l : comp.layers) {
-        const LayerCosts c = layerCosts(l, gpu, model.samplesPerMicrobatch, comp.trainable);
+    for (int ci = 0; ci < static_cast<int>(model.components.size()); ++ci) {
+      const Component& comp = model.component(ci);
+      for (const LayerCosts& c : costs.component(ci, d)) {
         mbMs += c.forwardMs + c.backwardInputMs + c.backwardWeightMs;
         if (comp.trainable) {
           tp += c.parameterCount();

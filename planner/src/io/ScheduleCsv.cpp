@@ -4,6 +4,7 @@
 // W (backward weight), B (full backward). Our virtual stage ids are PyTorch's stage indices (both
 // count model chunks in pipeline order) and our devices are its ranks.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
@@ -120,7 +121,13 @@ struct ParsedAction {
   int stage = 0;
   OpKind kind = OpKind::F;
   int microbatch = 0;
+  /// SEND_F/RECV_F/SEND_B/RECV_B, UNSHARD/RESHARD/REDUCE_GRAD (the compute_comms format): no op
+  /// of ours. Transfers follow from the data flow; FSDP's gathers and gradient reduction are the
+  /// ZeRO-3 costs of the passes they serve.
+  bool communication = false;
 };
+
+constexpr std::string_view kOverlapSuffix = ")OVERLAP_F_B";
 
 const char* kDialects =
     "current dialect: F forward, I input gradient, W weight gradient, B full backward; legacy dialect "
@@ -149,9 +156,20 @@ std::optional<std::string> parseAction(std::string_view s, CsvDialect dialect, P
     out.kind = OpKind::B;
   } else if (legacy ? type == "BW" : type == "B") {
     out.kind = OpKind::BW;
-  } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD" || type == "SEND_F" || type == "RECV_F" ||
-             type == "SEND_B" || type == "RECV_B" || type == "OVERLAP_F_B") {
-    return "'" + excerpt(type) + "' is not a compute action (expected the compute-only format; " + kDialects + ")";
+  } else if (type == "UNSHARD" || type == "RESHARD" || type == "REDUCE_GRAD") {
+    // Per stage, no microbatch (_Action.from_str: `1UNSHARD`).
+    if (j != s.size()) return "unexpected characters after '" + excerpt(type) + "' (it names a stage, no microbatch)";
+    out.communication = true;
+    out.microbatch = -1;
+    return std::nullopt;
+  } else if (type == "SEND_F" || type == "RECV_F" || type == "SEND_B" || type == "RECV_B") {
+    out.communication = true;
+  } else if (type == "OVERLAP_F_B") {
+    return "OVERLAP_F_B pairs two actions: write it as (0F7;7B3)OVERLAP_F_B";
+  } else if (type == "BW" && !legacy) {
+    return "unknown action type 'BW' (the file reads as the legacy dialect, where BW is the full backward and B "
+           "the input gradient: pass --csv-dialect legacy; " +
+           std::string(kDialects) + ")";
   } else {
     return "unknown action type '" + excerpt(type) + "' (" +
            (legacy ? "read as the legacy dialect" : "read as the current dialect") + "; " + kDialects + ")";
@@ -258,8 +276,44 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
 
   ScheduleSkeleton skeleton;
   IdVector<std::vector<OrderedOp>> lanes(shape.devices);
+  // Checks one parsed action of row `row` and appends its op to the row's lane.
+  const auto place = [&](const ParsedAction& a, std::string_view action, std::size_t lineNo, std::size_t column,
+                         int row) {
+    if (a.stage >= stageLimit) {
+      fail(lineNo, column,
+           "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
+               std::to_string(stageLimit - 1) + ")");
+      return;
+    }
+    if (a.microbatch >= shape.microbatches) {
+      fail(lineNo, column,
+           "'" + excerpt(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
+               std::to_string(shape.microbatches - 1) + ")");
+      return;
+    }
+    if (stageDevice.size() <= a.stage) stageDevice.resize(a.stage + 1, -1);
+    int& device = stageDevice[a.stage];
+    if (device < 0) device = row;
+    if (device != row) {
+      fail(lineNo, column,
+           "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
+               std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
+      return;
+    }
+    if (a.communication) return;  // the transfers and ZeRO-3 costs follow from the plan
+    Seen& seenAt = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
+    if (seenAt.line != 0) {
+      fail(lineNo, column,
+           "'" + excerpt(action) + "': duplicated op (first at line " + std::to_string(seenAt.line) + ", column " +
+               std::to_string(seenAt.column) + ")");
+      return;
+    }
+    seenAt = {lineNo, column};
+    lanes[row].push_back({a.stage, a.kind, a.microbatch, 0});
+  };
   std::size_t lineNo = 0;
   int row = 0;
+  int rows = 0;  // rows up to the last one with actions
   std::size_t pos = 0;
   std::string scratch;
   std::vector<std::string> owned;
@@ -270,13 +324,9 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
     pos = eol + 1;
     ++lineNo;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    // Trailing blank lines are harmless; rows of actions for devices that do not exist are not.
+    if (line.find_first_not_of(" \t,") != std::string_view::npos) rows = row + 1;
     if (row >= shape.devices) {
-      // Trailing blank lines are harmless; a row of actions for a device that does not exist is not.
-      if (line.find_first_not_of(" \t,") != std::string_view::npos) {
-        fail(lineNo, 1,
-             "row " + std::to_string(row) + " has actions but the plan has only " + std::to_string(shape.devices) +
-                 " device(s) (expected one row per device)");
-      }
       ++row;
       continue;
     }
@@ -288,46 +338,67 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       const std::string_view action = trim(cell.text, lead);
       if (action.empty() || action == "None") continue;  // an idle step
       const std::size_t column = cell.column + lead;
+      if (action.front() == '(') {
+        // `(0F7;7B3)OVERLAP_F_B`: a forward and a backward PyTorch runs overlapped (DualPipeV);
+        // here the two ops back to back, paired by PlanConfig::overlapForwardBackward.
+        const std::size_t close = action.find(')');
+        if (close == std::string_view::npos || action.substr(close) != kOverlapSuffix) {
+          fail(lineNo, column, "'" + excerpt(action) + "': expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
+          continue;
+        }
+        const std::string_view inner = action.substr(1, close - 1);
+        const std::size_t semicolon = inner.find(';');
+        if (semicolon == std::string_view::npos || inner.find(';', semicolon + 1) != std::string_view::npos) {
+          fail(lineNo, column, "'" + excerpt(action) + "': OVERLAP_F_B pairs exactly two actions (a;b)");
+          continue;
+        }
+        std::size_t ignored = 0;
+        const std::array<std::string_view, 2> members{trim(inner.substr(0, semicolon), ignored),
+                                                      trim(inner.substr(semicolon + 1), ignored)};
+        std::array<ParsedAction, 2> parsed;
+        bool ok = true;
+        for (std::size_t k = 0; k < 2 && ok; ++k) {
+          if (auto why = parseAction(members[k], shape.dialect, parsed[k])) {
+            fail(lineNo, column, "'" + excerpt(action) + "': '" + excerpt(members[k]) + "': " + *why);
+            ok = false;
+          } else if (parsed[k].communication) {
+            fail(lineNo, column,
+                 "'" + excerpt(action) + "': '" + excerpt(members[k]) +
+                     "' is not a compute action (expected F, I, W or B)");
+            ok = false;
+          }
+        }
+        if (ok && (parsed[0].kind != OpKind::F || parsed[1].kind == OpKind::F)) {
+          fail(lineNo, column,
+               "'" + excerpt(action) + "': expected a forward then a backward (F;B or F;I), as DualPipeV writes them");
+          ok = false;
+        }
+        if (!ok) continue;
+        for (const ParsedAction& a : parsed) place(a, action, lineNo, column, row);
+        continue;
+      }
       ParsedAction a;
       if (auto why = parseAction(action, shape.dialect, a)) {
         fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
         continue;
       }
-      if (a.stage >= stageLimit) {
-        fail(lineNo, column,
-             "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
-                 std::to_string(stageLimit - 1) + ")");
-        continue;
-      }
-      if (a.microbatch >= shape.microbatches) {
-        fail(lineNo, column,
-             "'" + excerpt(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
-                 std::to_string(shape.microbatches - 1) + ")");
-        continue;
-      }
-      if (stageDevice.size() <= a.stage) stageDevice.resize(a.stage + 1, -1);
-      int& device = stageDevice[a.stage];
-      if (device < 0) device = row;
-      if (device != row) {
-        fail(lineNo, column,
-             "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
-                 std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
-        continue;
-      }
-      Seen& s = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
-      if (s.line != 0) {
-        fail(lineNo, column,
-             "'" + excerpt(action) + "': duplicated op (first at line " + std::to_string(s.line) + ", column " +
-                 std::to_string(s.column) + ")");
-        continue;
-      }
-      s = {lineNo, column};
-      lanes[row].push_back({a.stage, a.kind, a.microbatch, 0});
+      place(a, action, lineNo, column, row);
     }
     ++row;
   }
 
-  // Completeness: every stage, every microbatch: F and either B (fused) or I and W.
+  // One row per device, as PyTorch's _validate_schedule requires ("incorrect number of ranks"):
+  // a row in the middle may be empty (a device without work), but no row may be missing or extra.
+  // Trailing blank lines are not rows.
+  if (rows != shape.devices) {
+    fail(lineNo, 1,
+         "the schedule has " + std::to_string(rows) + " rank row(s) but the plan has " + std::to_string(shape.devices) +
+             " devices (--devices " + std::to_string(shape.devices) + "; expected one row per device)");
+  }
+
+  // Completeness: every stage, every microbatch: F and either B (fused) or I and W. PyTorch
+  // lets one stage mix the two forms (DualPipeV runs most backwards fused and the last ones
+  // split), so the choice is per microbatch.
   const int stages = stageDevice.size();
   for (int stage = 0; stage < stages; ++stage) {
     const int device = stageDevice[stage];
@@ -340,37 +411,35 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
       continue;
     }
     const auto& s = seenOf(stage);
-    const auto any = [&](OpKind k) {
-      for (int mb = 0; mb < shape.microbatches; ++mb) {
-        if (s(static_cast<int>(k), mb).line != 0) return true;
-      }
-      return false;
-    };
-    const bool fused = any(OpKind::BW);
-    const bool split = any(OpKind::B) || any(OpKind::W);
+    const auto has = [&](OpKind k, int mb) { return s(static_cast<int>(k), mb).line != 0; };
     const std::size_t line = rowLine[device] ? rowLine[device] : lineNo + 1;
     const std::size_t column = rowEnd[device];
-    if (fused && split) {
+    bool fusedSeen = false, weightWithoutInput = false;
+    for (int mb = 0; mb < shape.microbatches; ++mb) {
+      fusedSeen = fusedSeen || has(OpKind::BW, mb);
+      weightWithoutInput = weightWithoutInput || (has(OpKind::W, mb) && !has(OpKind::B, mb));
+    }
+    // A legacy file (B input gradient, BW full backward) read as current has W with B and no I.
+    const std::string legacyHint =
+        shape.dialect == CsvDialect::Current && fusedSeen && weightWithoutInput
+            ? "; the file reads as the legacy dialect (B input gradient, BW full backward): pass --csv-dialect legacy"
+            : "";
+    const auto missing = [&](OpKind k, int mb) {
       fail(line, column,
-           "stage " + std::to_string(stage) +
-               " mixes fused backward (B) with split backward (I/W) (expected one form "
-               "per stage)");
-      continue;
-    }
-    std::vector<OpKind> needed{OpKind::F};
-    if (fused) {
-      needed.push_back(OpKind::BW);
-    } else {
-      needed.push_back(OpKind::B);
-      needed.push_back(OpKind::W);
-    }
-    for (OpKind k : needed) {
-      for (int mb = 0; mb < shape.microbatches; ++mb) {
-        if (s(static_cast<int>(k), mb).line == 0) {
-          fail(line, column,
-               "missing op " + torchAction(stage, k, mb) + " (" + describe(k) + " of microbatch " + std::to_string(mb) +
-                   " on stage " + std::to_string(stage) + ", device " + std::to_string(device) + ")");
-        }
+           "missing op " + torchAction(stage, k, mb) + " (" + describe(k) + " of microbatch " + std::to_string(mb) +
+               " on stage " + std::to_string(stage) + ", device " + std::to_string(device) + ")" + legacyHint);
+    };
+    for (int mb = 0; mb < shape.microbatches; ++mb) {
+      if (!has(OpKind::F, mb)) missing(OpKind::F, mb);
+      const bool fused = has(OpKind::BW, mb);
+      const bool split = has(OpKind::B, mb) || has(OpKind::W, mb);
+      if (fused && split) {
+        fail(line, column,
+             "stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) +
+                 " has both a full backward (B) and a split one (I/W) (expected one of them)" + legacyHint);
+      } else if (!fused) {
+        if (!has(OpKind::B, mb)) missing(OpKind::B, mb);
+        if (!has(OpKind::W, mb)) missing(OpKind::W, mb);
       }
     }
   }
@@ -452,6 +521,8 @@ Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from,
   return out;
 }
 
+bool csvHasOverlappedPairs(std::string_view text) { return text.find(kOverlapSuffix) != std::string_view::npos; }
+
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
   auto text = readRegularFile(path, kMaxCsvBytes);
   if (!text) return text.error();
@@ -470,6 +541,7 @@ Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const 
   if (!skeleton) return skeleton.error();
   PlanRequest request{base.model, base.cluster, base.config};
   request.config.schedule = "custom";
+  request.config.overlapForwardBackward = csvHasOverlappedPairs(text);
   auto plan = simulate(request, *skeleton);
   if (!plan) return Error{source + ": " + plan.message()};
   return plan;

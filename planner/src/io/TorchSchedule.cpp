@@ -9,6 +9,8 @@
 #include <optional>
 #include <set>
 
+#include "pipestudio/plan/Dependencies.hpp"
+
 namespace pipestudio::torchpp {
 namespace {
 
@@ -129,9 +131,17 @@ std::vector<Action> addUnshardReshard(const std::vector<Action>& compute) {
   PySmallIntSet active;
   for (std::size_t i = 0; i < compute.size(); ++i) {
     // The next three distinct stages this rank computes on, in order.
+    // An OVERLAP_F_B contributes both of its stages (so `next` may hold four).
     std::vector<int> next;
+    const auto note = [&](int stage) {
+      if (std::find(next.begin(), next.end(), stage) == next.end()) next.push_back(stage);
+    };
     for (std::size_t j = i; j < compute.size() && next.size() < kMaxActiveStages; ++j) {
-      if (std::find(next.begin(), next.end(), compute[j].stage) == next.end()) next.push_back(compute[j].stage);
+      if (compute[j].type == ActionType::OverlapFB) {
+        for (const Action& a : compute[j].sub) note(a.stage);
+      } else {
+        note(compute[j].stage);
+      }
     }
     std::vector<int> evict;
     for (int s : active.items()) {
@@ -143,17 +153,17 @@ std::vector<Action> addUnshardReshard(const std::vector<Action>& compute) {
     }
     for (int s : evict) {
       active.discard(s);
-      out.push_back({s, ActionType::Reshard, -1});
+      out.push_back({s, ActionType::Reshard, -1, {}});
     }
     for (int s : fetch) {
       active.add(s);
-      out.push_back({s, ActionType::Unshard, -1});
+      out.push_back({s, ActionType::Unshard, -1, {}});
     }
     out.push_back(compute[i]);
   }
   for (int s : active.items()) {
     active.discard(s);
-    out.push_back({s, ActionType::Reshard, -1});
+    out.push_back({s, ActionType::Reshard, -1, {}});
   }
   return out;
 }
@@ -165,8 +175,15 @@ std::vector<Action> addReduceGrad(const std::vector<Action>& actions, int microb
   std::map<int, int> count;
   for (const Action& a : actions) {
     out.push_back(a);
-    if (a.type == ActionType::W || a.type == ActionType::B) {
-      if (++count[a.stage] == microbatches) out.push_back({a.stage, ActionType::ReduceGrad, -1});
+    const auto leaf = [&](const Action& l) {
+      if ((l.type == ActionType::W || l.type == ActionType::B) && ++count[l.stage] == microbatches) {
+        out.push_back({l.stage, ActionType::ReduceGrad, -1, {}});
+      }
+    };
+    if (a.type == ActionType::OverlapFB) {
+      for (const Action& l : a.sub) leaf(l);
+    } else {
+      leaf(a);
     }
   }
   return out;
@@ -174,6 +191,7 @@ std::vector<Action> addReduceGrad(const std::vector<Action>& actions, int microb
 
 struct ActionLess {
   bool operator()(const Action& a, const Action& b) const {
+    // Only leaf actions go into these sets (an OVERLAP_F_B is entered as its members).
     return std::tie(a.stage, a.type, a.microbatch) < std::tie(b.stage, b.type, b.microbatch);
   }
 };
@@ -219,15 +237,23 @@ const char* typeName(ActionType type) {
       return "RESHARD";
     case ActionType::ReduceGrad:
       return "REDUCE_GRAD";
+    case ActionType::OverlapFB:
+      return "OVERLAP_F_B";
   }
   return "?";
 }
 
 bool isCompute(ActionType type) {
-  return type == ActionType::F || type == ActionType::I || type == ActionType::W || type == ActionType::B;
+  return type == ActionType::F || type == ActionType::I || type == ActionType::W || type == ActionType::B ||
+         type == ActionType::OverlapFB;
 }
 
 std::string toString(const Action& a) {
+  if (a.type == ActionType::OverlapFB) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < a.sub.size(); ++i) s += (i > 0 ? ";" : "") + toString(a.sub[i]);
+    return s + ")" + typeName(a.type);
+  }
   std::string s = std::to_string(a.stage) + typeName(a.type);
   if (a.microbatch >= 0) s += std::to_string(a.microbatch);
   return s;
@@ -243,6 +269,20 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
     }
   }
   RankOrder order(devices);
+  // Overlapped groups (lane index of the F → size), per device.
+  std::vector<std::map<int, int>> groupAt(static_cast<std::size_t>(devices));
+  if (plan.config.overlapForwardBackward) {
+    std::vector<std::vector<OrderedOp>> lanes(static_cast<std::size_t>(devices));
+    for (const Op& op : plan.ops) {
+      if (op.device >= 0 && op.device < devices) {
+        lanes[static_cast<std::size_t>(op.device)].push_back({op.virtualStage, op.kind, op.microbatch, op.samples});
+      }
+    }
+    for (const OverlapGroup& g : overlappedGroups(plan, lanes))
+      groupAt[static_cast<std::size_t>(g.device)][g.first] = g.size;
+  }
+  IdVector<int> laneIndex(devices, 0);
+  int pendingMembers = 0;  // members of the current OVERLAP_F_B still to come on that device
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const Op& op = plan.ops[i];
     const std::string where = "/ops/" + std::to_string(i);
@@ -274,7 +314,25 @@ Expected<RankOrder> computeOrder(const Plan& plan) {
       return Error{where + ": a partial-batch op (" + std::to_string(op.samples) +
                    " samples) has no torch.distributed.pipelining action (expected whole microbatches)"};
     }
-    order[op.device].push_back({op.virtualStage, type, op.microbatch});
+    const int at = laneIndex[op.device]++;
+    const auto& groups = groupAt[static_cast<std::size_t>(op.device)];
+    if (auto g = groups.find(at); g != groups.end()) {
+      order[op.device].push_back({-1, ActionType::OverlapFB, -1, {{op.virtualStage, type, op.microbatch, {}}}});
+      pendingMembers = g->second - 1;
+      continue;
+    }
+    if (pendingMembers > 0) {
+      // The group's backward (B → I) and, in a group of three, its W: together the full backward B.
+      auto& members = order[op.device].back().sub;
+      --pendingMembers;
+      if (type == ActionType::W) {
+        members.back().type = ActionType::B;
+      } else {
+        members.push_back({op.virtualStage, type, op.microbatch, {}});
+      }
+      continue;
+    }
+    order[op.device].push_back({op.virtualStage, type, op.microbatch, {}});
   }
   return order;
 }
@@ -290,9 +348,18 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
   IdVector<Seen> seen(std::max(0, stages));
   std::map<int, std::pair<int, std::size_t>> stageRank;  // stage → (rank, step of first action)
   for (int rank = 0; rank < ranks; ++rank) {
-    const auto& row = order[rank];
-    for (std::size_t step = 0; step < row.size(); ++step) {
-      const Action& a = row[step];
+    // An OVERLAP_F_B is checked as its members, at its step.
+    std::vector<std::pair<std::size_t, const Action*>> leaves;
+    for (std::size_t step = 0; step < order[rank].size(); ++step) {
+      const Action& a = order[rank][step];
+      if (a.type == ActionType::OverlapFB) {
+        for (const Action& member : a.sub) leaves.emplace_back(step, &member);
+      } else {
+        leaves.emplace_back(step, &a);
+      }
+    }
+    for (const auto& [step, leaf] : leaves) {
+      const Action& a = *leaf;
       const std::string at =
           "rank " + std::to_string(rank) + ", step " + std::to_string(step) + " (" + toString(a) + ")";
       if (a.stage < 0 || a.stage >= stages) {
@@ -372,17 +439,22 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
   };
   RankOrder out(ranks);
   IdVector<std::set<Action, ActionLess>> done(ranks);
-  const auto ready = [&](const Action& a, const std::set<Action, ActionLess>& prev) {
+  const auto readyOne = [&](const Action& a, const std::set<Action, ActionLess>& prev) {
     if (a.type == ActionType::F && a.stage != 0) {
-      return prev.count({a.stage, ActionType::RecvF, a.microbatch}) > 0 ||
-             prev.count({a.stage - 1, ActionType::F, a.microbatch}) > 0;
+      return prev.count({a.stage, ActionType::RecvF, a.microbatch, {}}) > 0 ||
+             prev.count({a.stage - 1, ActionType::F, a.microbatch, {}}) > 0;
     }
     if ((a.type == ActionType::I || a.type == ActionType::B) && a.stage != stages - 1) {
-      return prev.count({a.stage, ActionType::RecvB, a.microbatch}) > 0 ||
-             prev.count({a.stage + 1, ActionType::I, a.microbatch}) > 0 ||
-             prev.count({a.stage + 1, ActionType::B, a.microbatch}) > 0;
+      return prev.count({a.stage, ActionType::RecvB, a.microbatch, {}}) > 0 ||
+             prev.count({a.stage + 1, ActionType::I, a.microbatch, {}}) > 0 ||
+             prev.count({a.stage + 1, ActionType::B, a.microbatch, {}}) > 0;
     }
     return true;
+  };
+  // An OVERLAP_F_B waits for the inputs of all its members.
+  const auto ready = [&](const Action& a, const std::set<Action, ActionLess>& prev) {
+    if (a.type != ActionType::OverlapFB) return readyOne(a, prev);
+    return std::all_of(a.sub.begin(), a.sub.end(), [&](const Action& m) { return readyOne(m, prev); });
   };
   IdVector<std::size_t> next(ranks, 0);
   std::size_t remaining = 0;
@@ -396,12 +468,16 @@ Expected<RankOrder> lowerWithComms(const RankOrder& computeOnly, const std::func
       const Action a = queue[k];
       if (!ready(a, done[rank])) continue;
       out[rank].push_back(a);
-      done[rank].insert(a);
-      if (hasComms(a)) {
-        const bool forward = a.type == ActionType::F;
-        const Action send{a.stage, forward ? ActionType::SendF : ActionType::SendB, a.microbatch};
-        const Action recv{forward ? a.stage + 1 : a.stage - 1, forward ? ActionType::RecvF : ActionType::RecvB,
-                          a.microbatch};
+      const std::vector<Action> single{a};
+      for (const Action& member : a.type == ActionType::OverlapFB ? a.sub : single) {
+        done[rank].insert(member);
+        if (!hasComms(member)) continue;
+        const bool forward = member.type == ActionType::F;
+        const Action send{member.stage, forward ? ActionType::SendF : ActionType::SendB, member.microbatch, {}};
+        const Action recv{forward ? member.stage + 1 : member.stage - 1,
+                          forward ? ActionType::RecvF : ActionType::RecvB,
+                          member.microbatch,
+                          {}};
         out[rank].push_back(send);
         done[rank].insert(send);
         const int peer = stageToRank(recv.stage);

@@ -14,25 +14,42 @@
 
 namespace pipestudio::torchpp {
 
-enum class ActionType : std::uint8_t { F, I, W, B, SendF, RecvF, SendB, RecvB, Unshard, Reshard, ReduceGrad };
+enum class ActionType : std::uint8_t {
+  F,
+  I,
+  W,
+  B,
+  SendF,
+  RecvF,
+  SendB,
+  RecvB,
+  Unshard,
+  Reshard,
+  ReduceGrad,
+  OverlapFB,
+};
 
 struct Action {
   int stage = 0;
   ActionType type = ActionType::F;
-  int microbatch = -1;  ///< -1: none (UNSHARD, RESHARD, REDUCE_GRAD)
+  int microbatch = -1;      ///< -1: none (UNSHARD, RESHARD, REDUCE_GRAD, OVERLAP_F_B)
+  std::vector<Action> sub;  ///< OVERLAP_F_B: the forward and the backward it overlaps, in order
   friend bool operator==(const Action&, const Action&) = default;
 };
 
-/// PyTorch's spelling of the type (F, I, W, B, SEND_F, …).
+/// PyTorch's spelling of the type (F, I, W, B, SEND_F, OVERLAP_F_B, …).
 const char* typeName(ActionType type);
-/// `2F0`, `1UNSHARD`, `3SEND_F1` (_Action.__repr__).
+/// `2F0`, `1UNSHARD`, `3SEND_F1`, `(0F7;7B3)OVERLAP_F_B` (_Action.__repr__).
 std::string toString(const Action& action);
+/// F, I, W, B and OVERLAP_F_B (_Action.is_compute_op).
 bool isCompute(ActionType type);
 
 using RankOrder = IdVector<std::vector<Action>>;  ///< [rank] → actions in order
 
-/// The plan's compute actions per device (F → F, B → I, W → W, BW → B). Errors name the first
-/// op PyTorch has no action for.
+/// The plan's compute actions per device (F → F, B → I, W → W, BW → B). A plan that overlaps
+/// forward and backward (PlanConfig::overlapForwardBackward) writes each overlapped group as
+/// OVERLAP_F_B: its F and its backward (a B followed by its W in the group: the full backward B;
+/// a B alone: I). Errors name the first op PyTorch has no action for.
 Expected<RankOrder> computeOrder(const Plan& plan);
 
 /// _validate_schedule's rules with our messages (see Export.hpp validateTorchSchedule).

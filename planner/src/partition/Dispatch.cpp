@@ -1,6 +1,7 @@
 // Partitioner dispatch: balanced and dp over the stages a schedule placed (issue 4).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "partition/Partitioners.hpp"
@@ -15,8 +16,9 @@ namespace {
 
 // Peak live microbatches per virtual stage under the schedule's order, measured on the
 // uniform partition (the order of fixed schedules does not depend on the ranges).
-Expected<std::vector<int>> liveCounts(const PlanRequest& request, const ScheduleGenerator& generator,
-                                      const std::vector<VirtualStage>& uniform, const SolveControl& control) {
+Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedModel& costs,
+                                      const ScheduleGenerator& generator, const std::vector<VirtualStage>& uniform,
+                                      const SolveControl& control) {
   Plan shell;
   shell.config = request.config;
   shell.model = request.model;
@@ -25,8 +27,8 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const Schedule
   ScheduleInput input;
   input.shape = {request.config.devices, request.config.microbatches, request.config.chunksPerDevice};
   input.virtualStages = uniform;
-  input.stages = stageEstimates(shell);
-  input.staticBytes = staticMemoryPerDevice(shell, stageCosts(shell));
+  input.stages = stageEstimates(shell, costs);
+  input.staticBytes = staticMemoryPerDevice(shell, costs.stages(uniform));
   input.request = &request;
   // The order as first built: a schedule's refinement searches (v-half/v-min) keep within the
   // same activation budget, and they run again on the real partition anyway.
@@ -36,6 +38,32 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const Schedule
   auto skeleton = generator.order(input);
   if (!skeleton) return skeleton.error();
   return liveMicrobatchesPerStage(*skeleton);
+}
+
+// The memory budget of every stage of `problem` (see partitionWith).
+void setMemoryBudgets(const PlanRequest& request, const std::map<int, int>& stagesOnDevice, PartitionProblem& problem) {
+  const double layers = std::max(1, problem.layers);
+  double staticPerLayer = 0, activationPerLayer = 0;
+  for (const double b : problem.staticBytes) staticPerLayer += b / layers;
+  for (const double b : problem.activationBytes) activationPerLayer += b / layers;
+  std::map<int, double> weightOnDevice;
+  std::map<int, int> mineOnDevice;
+  const auto weight = [&](const PartitionStage& st) {
+    return staticPerLayer + st.liveMicrobatches * activationPerLayer;
+  };
+  for (const PartitionStage& st : problem.stages) {
+    weightOnDevice[st.device] += weight(st);
+    ++mineOnDevice[st.device];
+  }
+  for (PartitionStage& st : problem.stages) {
+    const double limit = request.config.memoryLimitBytes
+                             ? static_cast<double>(*request.config.memoryLimitBytes)
+                             : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
+    if (limit <= 0) continue;
+    const double share = limit * mineOnDevice[st.device] / std::max(1, stagesOnDevice.at(st.device));
+    const double total = weightOnDevice[st.device];
+    st.memoryBudgetBytes = total > 0 ? share * weight(st) / total : share / mineOnDevice[st.device];
+  }
 }
 
 }  // namespace
@@ -67,12 +95,18 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
       stages = std::move(legs);
     }
   }
-  auto live = liveCounts(request, generator, stages, control);
+  std::optional<CostedModel> derived;
+  const CostedModel& costs =
+      hints.costs ? *hints.costs : derived.emplace(request.model, request.cluster, request.config);
+  auto live = liveCounts(request, costs, generator, stages, control);
   if (!live) return live.error();
 
-  // Per-device budget: the GPU memory (or --memory-limit) shared evenly by the device's
-  // virtual stages; exact for one stage per device, a conservative split otherwise (the
-  // simulator's memory check has the last word).
+  // Per-device budget: the GPU memory (or --memory-limit), shared by the device's virtual
+  // stages. Each component gets its stages' share of the device; within it a stage gets the
+  // part a layer of it needs (static bytes + its live microbatches' activations, averaged over
+  // the component's layers), so that an even split of layers fits exactly when the device fits
+  // (interleaved schedules keep more microbatches in flight in their first chunks). The
+  // simulator's memory check has the last word.
   std::map<int, int> stagesOnDevice;
   for (const auto& vs : stages) ++stagesOnDevice[vs.device];
   std::vector<std::size_t> pipeline0;
@@ -105,14 +139,10 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
         PartitionStage st;
         st.device = assigned[i].device;
         st.liveMicrobatches = (*live)[i];
-        const double limit =
-            request.config.memoryLimitBytes
-                ? static_cast<double>(*request.config.memoryLimitBytes)
-                : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
-        if (limit > 0) st.memoryBudgetBytes = limit / std::max(1, stagesOnDevice[st.device]);
         ps.push_back(st);
       }
-      const PartitionProblem problem = buildPartitionProblem(request, comp, ps);
+      PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
+      setMemoryBudgets(request, stagesOnDevice, problem);
       auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
       if (result.isCancelled()) return result.error();
       if (!result) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
@@ -16,6 +17,8 @@ struct PartitionHints {
   /// Keep the backbones' default stage shares (uniform's, or the V's legs) instead of
   /// searching how many stages each backbone gets.
   bool keepBackboneShares = false;
+  /// The request's costs, derived once by makeCandidatePlan (nullptr: derived here).
+  const CostedModel* costs = nullptr;
 };
 
 /// makePlan for exactly the request's schedule and partition, without the joint schedule

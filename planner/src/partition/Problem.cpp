@@ -10,6 +10,11 @@ namespace pipestudio {
 
 PartitionProblem buildPartitionProblem(const PlanRequest& request, int component,
                                        const std::vector<PartitionStage>& stages) {
+  return buildPartitionProblem(request, CostedModel(request.model, request.cluster, request.config), component, stages);
+}
+
+PartitionProblem buildPartitionProblem(const PlanRequest& request, const CostedModel& costs, int component,
+                                       const std::vector<PartitionStage>& stages) {
   PartitionProblem p;
   const Component& comp = request.model.components.at(static_cast<std::size_t>(component));
   p.layers = static_cast<int>(comp.layers.size());
@@ -21,27 +26,11 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, int component
   p.sendMs.assign(S, std::vector<double>(L, 0.0));
   p.activationBytes.assign(L, 0.0);
   p.staticBytes.assign(L, 0.0);
-  // Layer costs depend on the device only through its GPU; cache per distinct GPU spec.
-  std::vector<const GpuSpec*> gpus;
-  std::vector<std::vector<LayerCosts>> costsByGpu;
-  auto costsFor = [&](int device) -> const std::vector<LayerCosts>& {
-    const GpuSpec* g = &deviceGpu(request.cluster, request.config, device);
-    for (std::size_t k = 0; k < gpus.size(); ++k) {
-      if (gpus[k] == g) return costsByGpu[k];
-    }
-    gpus.push_back(g);
-    auto& v = costsByGpu.emplace_back();
-    v.reserve(L);
-    const CostContext ctx =
-        costContext(request.cluster, request.config, request.model.samplesPerMicrobatch, device, comp.trainable);
-    for (const Layer& layer : comp.layers) v.push_back(layerCosts(layer, ctx));
-    return v;
-  };
   const int dataParallel = std::max(1, request.config.parallel.data);
   const StaticBytesPerParameter perParam = staticBytesPerParameter(
       std::max(request.config.parallel.zeroStage, request.model.optimizer.distributed ? 1 : 0), dataParallel);
   for (std::size_t s = 0; s < S; ++s) {
-    const auto& c = costsFor(stages[s].device);
+    const std::vector<LayerCosts>& c = costs.component(component, stages[s].device);
     // Consecutive layers mostly send the same hidden state: time each distinct size once
     // (the link lookup walks the cluster's nodes).
     double lastBytes = -1, lastMs = 0;

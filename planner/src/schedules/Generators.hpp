@@ -27,6 +27,7 @@ std::unique_ptr<ScheduleGenerator> makeVMin();
 std::unique_ptr<ScheduleGenerator> makeDualPipeV();
 std::unique_ptr<ScheduleGenerator> makeBitPipe();
 std::unique_ptr<ScheduleGenerator> makeDualPipe();
+std::unique_ptr<ScheduleGenerator> makeInterleavedZeroBubble();
 // Blockwise.cpp: zeropp, breadth-first.
 std::unique_ptr<ScheduleGenerator> makeZeroPp();
 std::unique_ptr<ScheduleGenerator> makeBreadthFirst();
@@ -132,6 +133,18 @@ std::optional<std::vector<std::vector<OrderedOp>>> vBlockBuild(int devices, int 
 /// chunk per direction on every device, microbatch k of direction q numbered 2k + q);
 /// nullopt when the shape is not one it builds (m odd or m/2 < p − 1).
 std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleInput& input);
+
+/// Megatron-LM's interleaved 1F1B order (Linear.cpp) on the linear placement with
+/// input.shape.chunksPerDevice chunks, microbatches in groups of `groupSize` (any m ≥ 1: when
+/// groupSize does not divide m, ⌊m / groupSize⌋ groups of near-equal size), fused backward.
+std::vector<std::vector<OrderedOp>> interleavedOrder(const ScheduleInput& input, int groupSize, int ahead = 0);
+
+/// The compute orders of torch.distributed.pipelining's ScheduleDualPipeV (V placement, two
+/// chunks per device, m ≥ 2p) and ScheduleInterleavedZeroBubble (linear placement, m a multiple
+/// of max(1, m / p)), rebuilt from their step rules (TorchOrders.cpp); nullopt for shapes they
+/// refuse. Overlapped F&B pairs are emitted back to back, a full backward as B then its W.
+std::optional<std::vector<std::vector<OrderedOp>>> torchDualPipeVOrder(const ScheduleInput& input);
+std::optional<std::vector<std::vector<OrderedOp>>> torchInterleavedZeroBubbleOrder(const ScheduleInput& input);
 
 /// Whether the placement is one V per device (stage d and 2p−1−d on device d, one pipeline).
 bool isSingleV(const ScheduleInput& input);

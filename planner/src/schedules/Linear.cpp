@@ -111,12 +111,8 @@ class Interleaved final : public ScheduleGenerator {
     if (auto st = requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device"); !st) {
       return st;
     }
-    if (shape.microbatches % shape.devices != 0 || shape.microbatches < shape.devices) {
-      return Error{"interleaved-1f1b needs the number of microbatches to be a multiple of the " +
-                   std::to_string(shape.devices) + " devices (Megatron-LM groups microbatches by device count), got " +
-                   std::to_string(shape.microbatches)};
-    }
-    return {};
+    return requireMicrobatchesAtLeast(name(), shape, shape.devices,
+                                      "(one group of microbatches per device count goes round the devices)");
   }
   std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
     return linearPlacement(shape.devices, shape.chunksPerDevice);
@@ -136,6 +132,7 @@ class Interleaved final : public ScheduleGenerator {
   // unequal stages where the extra microbatch in flight costs more than it hides) Megatron-LM's.
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     ScheduleSkeleton megatron = build(input, 0);
+    if (input.shape.microbatches % input.shape.devices != 0) return megatron;
     const int p = input.shape.devices;
     const bool anyTransfer =
         std::any_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
@@ -164,51 +161,8 @@ class Interleaved final : public ScheduleGenerator {
   }
 
  private:
-  // Megatron-LM's order with the first `ahead` chunk-0 forwards of the second group moved into
-  // the warm-up (before the first group's later chunks).
   static ScheduleSkeleton build(const ScheduleInput& input, int ahead) {
-    const int p = input.shape.devices;
-    const int v = input.shape.chunksPerDevice;
-    const int m = input.shape.microbatches;
-    const int total = m * v;
-    // The k-th forward (backward) of every device in Megatron-LM's order: (chunk, microbatch).
-    IdVector<std::pair<int, int>> forwards, backwards;
-    forwards.reserve(total);
-    backwards.reserve(total);
-    for (int k = 0; k < total; ++k) {
-      const int inGroup = (k % (p * v)) / p;
-      const int mb = (k / (p * v)) * p + k % p;
-      forwards.emplace_back(inGroup, mb);
-      backwards.emplace_back(v - 1 - inGroup, mb);
-    }
-    ahead = std::min(ahead, std::max(0, m - p));
-    if (ahead > 0) {
-      // Chunk 0 of microbatches p … p+ahead−1 right after the first group's chunk 0.
-      std::stable_partition(forwards.begin() + p, forwards.end(), [&](const std::pair<int, int>& f) {
-        return f.first == 0 && f.second >= p && f.second < p + ahead;
-      });
-    }
-    Lanes lanes(p);
-    for (int d = 0; d < p; ++d) {
-      auto& ops = lanes[d];
-      ops.reserve(2 * static_cast<std::size_t>(total));
-      auto forward = [&](int k) {
-        const auto [chunk, mb] = forwards[k];
-        ops.push_back(op(chunk * p + d, OpKind::F, mb));
-      };
-      auto backward = [&](int k) {
-        const auto [chunk, mb] = backwards[k];
-        ops.push_back(op(chunk * p + d, OpKind::BW, mb));
-      };
-      const int warmup = std::min(2 * (p - d - 1) + (v - 1) * p + ahead, total);
-      for (int k = 0; k < warmup; ++k) forward(k);
-      for (int k = 0; k < total - warmup; ++k) {
-        forward(warmup + k);
-        backward(k);
-      }
-      for (int k = total - warmup; k < total; ++k) backward(k);
-    }
-    return skeleton(input, std::move(lanes));
+    return skeleton(input, Lanes(interleavedOrder(input, input.shape.devices, ahead)));
   }
 };
 
@@ -264,6 +218,69 @@ class ZbH2 final : public ScheduleGenerator {
 };
 
 }  // namespace
+
+// Megatron-LM's interleaved order (forward_backward_pipelining_with_interleaving) on groups of
+// microbatches: every device runs its forwards group by group, within a group chunk by chunk
+// (all of the group's microbatches on chunk 0, then chunk 1, …), its backwards the same way
+// with the chunks reversed; warm-up 2(p−d−1) + (v−1)·(first group) forwards, then one forward
+// and one backward alternate. With m a multiple of `groupSize` the groups are that size (the
+// paper's, Megatron-LM's default p); otherwise the m microbatches split into ⌊m / groupSize⌋
+// groups whose sizes differ by at most one (PyTorch's rounds, Megatron-Core's
+// --microbatch-group-size-per-virtual-stage), so no group is smaller than groupSize and every
+// microbatch's chunk c−1 leaves the last device before the first needs its chunk c.
+// `ahead` moves the first `ahead` chunk-0 forwards of the second group into the warm-up.
+std::vector<std::vector<OrderedOp>> interleavedOrder(const ScheduleInput& input, int groupSize, int ahead) {
+  const int p = input.shape.devices;
+  const int v = input.shape.chunksPerDevice;
+  const int m = input.shape.microbatches;
+  const int total = m * v;
+  groupSize = std::clamp(groupSize, 1, std::max(1, m));
+  const int groups = std::max(1, m / groupSize);
+  // The k-th forward (backward) of every device: (chunk, microbatch).
+  IdVector<std::pair<int, int>> forwards, backwards;
+  forwards.reserve(total);
+  backwards.reserve(total);
+  int firstGroup = 0;
+  for (int g = 0, first = 0; g < groups; ++g) {
+    const int size = m / groups + (g < m % groups ? 1 : 0);
+    if (g == 0) firstGroup = size;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      for (int mb = first; mb < first + size; ++mb) {
+        forwards.emplace_back(chunk, mb);
+        backwards.emplace_back(v - 1 - chunk, mb);
+      }
+    }
+    first += size;
+  }
+  ahead = std::min(ahead, std::max(0, m - firstGroup));
+  if (ahead > 0) {
+    // Chunk 0 of the second group's first `ahead` microbatches right after the first group's chunk 0.
+    std::stable_partition(forwards.begin() + firstGroup, forwards.end(), [&](const std::pair<int, int>& f) {
+      return f.first == 0 && f.second >= firstGroup && f.second < firstGroup + ahead;
+    });
+  }
+  std::vector<std::vector<OrderedOp>> lanes(static_cast<std::size_t>(p));
+  for (int d = 0; d < p; ++d) {
+    auto& ops = lanes[static_cast<std::size_t>(d)];
+    ops.reserve(2 * static_cast<std::size_t>(total));
+    auto forward = [&](int k) {
+      const auto [chunk, mb] = forwards[k];
+      ops.push_back(op(chunk * p + d, OpKind::F, mb));
+    };
+    auto backward = [&](int k) {
+      const auto [chunk, mb] = backwards[k];
+      ops.push_back(op(chunk * p + d, OpKind::BW, mb));
+    };
+    const int warmup = std::min(2 * (p - d - 1) + (v - 1) * firstGroup + ahead, total);
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int k = 0; k < total - warmup; ++k) {
+      forward(warmup + k);
+      backward(k);
+    }
+    for (int k = total - warmup; k < total; ++k) backward(k);
+  }
+  return lanes;
+}
 
 std::unique_ptr<ScheduleGenerator> makeGpipe() { return std::make_unique<Gpipe>(); }
 std::unique_ptr<ScheduleGenerator> makeOneFOneB() { return std::make_unique<OneFOneB>(); }

@@ -4,6 +4,8 @@
 //   dualpipe-v (DeepSeek-V3 report §3.2.1, "cut-in-half" DualPipe): V placement, (p+1) chunks.
 //   dualpipe   (DeepSeek-V3 report §3.2.1): two directions, model held twice, (p+1) stages.
 //   bitpipe    (Wu et al. 2024): two V-shaped pipelines in opposite directions.
+//   interleaved-zb (PyTorch's ScheduleInterleavedZeroBubble, ZB1P on the looped placement of
+//              Megatron-LM's interleaving): linear placement, split backward, 1F1B-I's memory.
 // Candidate orders: the authors' ZB-V construction (VConstruction.cpp) where the placement is
 // one V per device (zb-v, dualpipe-v), and the greedy list construction of Greedy.cpp; each
 // built with the transfers and as if they were free (then the simulator shifts the pattern by
@@ -11,6 +13,10 @@
 // that keeps the budget wins; zb-v and dualpipe-v never keep an order over it (no candidate
 // left is an Error that says so). Bidirectional schedules alternate microbatches between the
 // two pipelines so both directions fill the pipeline from their own end at once.
+// dualpipe-v and interleaved-zb also take PyTorch's own orders of those schedules
+// (TorchOrders.cpp; interleaved-zb also 1F1B-I's) as candidates, so they never lose to them on
+// the stage estimates: dualpipe-v's budget is its own or PyTorch's DualPipeV peak, whichever is
+// larger on the device; interleaved-zb's is the peak of interleaved-1f1b's order.
 // dualpipe also builds DualPipe's own eight-step order (DualPipeOrder.cpp) and plans with
 // PlanConfig::overlapForwardBackward: a forward followed by the other direction's backward on
 // a device runs overlapped with it, the collectives (expert all-to-all, TP) of one under the
@@ -53,6 +59,13 @@ struct Spec {
   bool strictBudget;       // every order kept must hold the budget on every device
   bool vConstruction;      // also the authors' ZB-V construction (one V per device)
   bool dualPipe;           // also DualPipe's own order, timed with overlapped F&B
+  // Orders of other schedulers taken as candidates, and what the activation budget is.
+  enum class Fixed : std::uint8_t {
+    None,
+    TorchDualPipeV,         // PyTorch's ScheduleDualPipeV; the budget covers its peak too
+    InterleavedZeroBubble,  // PyTorch's ScheduleInterleavedZeroBubble and 1F1B-I split;
+                            // the budget is 1F1B-I's peak (interleaved-1f1b's own order)
+  } fixed = Fixed::None;
 };
 
 class GreedyGenerator final : public ScheduleGenerator {
@@ -118,6 +131,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     }
     std::vector<std::int64_t> caps;  // per device
     for (const std::int64_t bytes : perMb) caps.push_back(std::max<std::int64_t>(1, units) * bytes);
+    budgetFromFixedOrders(input, caps);
 
     // Every candidate order is timed as the simulator times it and the fastest that keeps the
     // budget (where the schedule promises it) wins, the earlier one on a tie. On large
@@ -151,10 +165,67 @@ class GreedyGenerator final : public ScheduleGenerator {
   // greedy list construction (reservedAdmission: whole microbatches reserved, the budget's
   // last resort), with the transfers or as if they were free.
   struct Recipe {
-    enum class Kind { V, Greedy, GreedyReserved } kind = Kind::Greedy;
+    enum class Kind { V, Greedy, GreedyReserved, Fixed } kind = Kind::Greedy;
     bool withTransfers = true;
-    int vPolicy = -1;
+    int vPolicy = -1;  // V: the fill policy; Fixed: the index into fixedOrders
   };
+
+  // The orders of other schedulers this schedule must never lose to (Spec::fixed), in a fixed
+  // order; empty for shapes they do not build.
+  std::vector<Orders> fixedOrders(const ScheduleInput& in) const {
+    std::vector<Orders> out;
+    switch (m_spec.fixed) {
+      case Spec::Fixed::None:
+        break;
+      case Spec::Fixed::TorchDualPipeV:
+        if (auto o = torchDualPipeVOrder(in)) out.push_back(std::move(*o));
+        break;
+      case Spec::Fixed::InterleavedZeroBubble:
+        out.push_back(splitBackward(interleavedOrder(in, in.shape.devices)));
+        if (auto o = torchInterleavedZeroBubbleOrder(in)) out.push_back(std::move(*o));
+        break;
+    }
+    return out;
+  }
+
+  // Spec::fixed's budgets: dualpipe-v keeps its own budget or PyTorch's DualPipeV peak,
+  // whichever is larger, so it never needs more memory than PyTorch's to match it;
+  // interleaved-zb keeps 1F1B-I's peak (Megatron-LM's interleaved order, max over devices).
+  void budgetFromFixedOrders(const ScheduleInput& input, std::vector<std::int64_t>& caps) const {
+    if (m_spec.fixed == Spec::Fixed::TorchDualPipeV) {
+      if (auto o = torchDualPipeVOrder(input)) {
+        const auto peaks = orderPeakBytes(input, *o);
+        for (std::size_t d = 0; d < caps.size() && d < peaks.size(); ++d) caps[d] = std::max(caps[d], peaks[d]);
+      }
+    } else if (m_spec.fixed == Spec::Fixed::InterleavedZeroBubble) {
+      // 1F1B-I's memory is its peak over the devices (the first device's, with equal stages):
+      // every device may hold that much.
+      const auto peaks = orderPeakBytes(input, interleavedOrder(input, input.shape.devices));
+      const std::int64_t peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+      std::fill(caps.begin(), caps.end(), peak);
+    }
+  }
+
+  // A fused-backward order with each BW written as B then its W (the same memory and time).
+  static Orders splitBackward(Orders order) {
+    for (auto& lane : order) {
+      std::vector<OrderedOp> split;
+      split.reserve(lane.size() + lane.size() / 2);
+      for (const OrderedOp& o : lane) {
+        if (o.kind != OpKind::BW) {
+          split.push_back(o);
+          continue;
+        }
+        OrderedOp b = o;
+        b.kind = OpKind::B;
+        split.push_back(b);
+        b.kind = OpKind::W;
+        split.push_back(b);
+      }
+      lane = std::move(split);
+    }
+    return order;
+  }
 
   GreedyOptions greedyOptions(const ScheduleInput& in, const std::vector<std::int64_t>& caps, bool reserved) const {
     GreedyOptions options;
@@ -201,7 +272,13 @@ class GreedyGenerator final : public ScheduleGenerator {
           if (t.peakBytes[d] > caps[d]) return;
         }
       }
-      if (!best || fasterThan(t, bestTiming)) {
+      // Schedules that match another scheduler's orders take the smaller peak on a tie.
+      const auto peakOf = [](const OrderTiming& x) {
+        return x.peakBytes.empty() ? 0 : *std::max_element(x.peakBytes.begin(), x.peakBytes.end());
+      };
+      const bool smallerOnTie =
+          m_spec.fixed != Spec::Fixed::None && best && !fasterThan(bestTiming, t) && peakOf(t) < peakOf(bestTiming);
+      if (!best || fasterThan(t, bestTiming) || smallerOnTie) {
         best.emplace(recipe, std::move(order));
         bestTiming = std::move(t);
       }
@@ -234,6 +311,14 @@ class GreedyGenerator final : public ScheduleGenerator {
       auto order = greedyOrder(source(withTransfers), greedyOptions(in, caps, false));
       if (!order) return order.error();
       consider({Recipe::Kind::Greedy, withTransfers, -1}, std::move(order->devices));
+    }
+    // Other schedulers' orders (Spec::fixed), timed like every candidate.
+    if (!only || only->kind == Recipe::Kind::Fixed) {
+      auto fixed = fixedOrders(in);
+      for (std::size_t i = 0; i < fixed.size(); ++i) {
+        if (only && static_cast<int>(i) != only->vPolicy) continue;
+        consider({Recipe::Kind::Fixed, true, static_cast<int>(i)}, std::move(fixed[i]));
+      }
     }
     if ((!best && m_spec.strictBudget && !only) || (only && only->kind == Recipe::Kind::GreedyReserved)) {
       auto order = greedyOrder(in, greedyOptions(in, caps, true));
@@ -292,7 +377,12 @@ std::unique_ptr<ScheduleGenerator> makeZbV() {
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(Spec{"dualpipe-v", 2, 1, true, 2,
                                                 "an even number of chunks per device (V shape)", false, 1, 1, 2, 1,
-                                                false, true, false, true, true, false});
+                                                false, true, false, true, true, false, Spec::Fixed::TorchDualPipeV});
+}
+std::unique_ptr<ScheduleGenerator> makeInterleavedZeroBubble() {
+  return std::make_unique<GreedyGenerator>(Spec{"interleaved-zb", 2, 1, false, 1, "at least one chunk per device",
+                                                false, 1, 1, 1, 0, true, false, true, true, false, false,
+                                                Spec::Fixed::InterleavedZeroBubble});
 }
 std::unique_ptr<ScheduleGenerator> makeBitPipe() {
   return std::make_unique<GreedyGenerator>(Spec{"bitpipe", 4, 2, true, 4,

@@ -258,7 +258,8 @@ std::optional<Error> Simulation::validateShape() const {
 
 // Flatten ops in device order: plan.ops is exactly this order.
 std::optional<Error> Simulation::flatten() {
-  m_costs = IdVector<StageCosts>(stageCosts(m_shell));
+  m_costs =
+      IdVector<StageCosts>(m_options.costs ? m_options.costs->stages(m_shell.virtualStages) : stageCosts(m_shell));
   // Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
   StageNeighbours chains = stageNeighbours(m_shell);
   m_prevStage = IdVector<std::int32_t>(std::move(chains.previous));
@@ -750,8 +751,10 @@ double passDurationMs(OpKind kind, const StageCosts& costs, int vocabBarriers) {
   return baseDurationMs(kind, costs, vocabBarriers);
 }
 
-std::vector<StageEstimate> stageEstimates(const Plan& shell) {
-  const auto costs = stageCosts(shell);
+std::vector<StageEstimate> stageEstimates(const Plan& shell) { return stageEstimates(shell, CostedModel(shell)); }
+
+std::vector<StageEstimate> stageEstimates(const Plan& shell, const CostedModel& costed) {
+  const auto costs = costed.stages(shell.virtualStages);
   const StageNeighbours chains = stageNeighbours(shell);
   std::vector<StageEstimate> out(costs.size());
   for (std::size_t i = 0; i < costs.size(); ++i) {
@@ -782,7 +785,8 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   sim.run();
   if (!sim.finished()) return sim.explainDeadlock();
   if (options.recordComms) appendFrozenTransfers(shell);  // part: frozen outputs to their consumers (Fill.hpp)
-  if (options.computeMetrics) shell.metrics = computeMetrics(shell);
+  if (options.computeMetrics)
+    shell.metrics = options.costs ? computeMetrics(shell, *options.costs) : computeMetrics(shell);
   return shell;
 }
 

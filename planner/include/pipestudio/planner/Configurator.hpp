@@ -37,6 +37,10 @@ struct ConfigureOptions {
   int keep = 25;
   /// At most this many plans are simulated (time budget by work, never by the clock).
   int maxSimulations = 200;
+  /// What every candidate shares and the search never changes: the precision, the overlap
+  /// settings and the gradient reduction type (issue 25), and the details of a recomputation
+  /// mode (recompute_num_layers with full, recompute_modules with selective).
+  PlanConfig recipe;
 };
 
 /// One simulated, memory-feasible configuration.

@@ -111,13 +111,23 @@ struct CsvScheduleShape {
 };
 
 /// Parses schedule CSV text into per-device op orders. Empty cells (PyTorch writes `None` steps
-/// as empty strings) are skipped. Every problem is an Error `source:line:col: what (expected …)`:
-/// an unknown action, a stage placed on another device (or out of range), a microbatch out of
-/// range, a duplicated op, a missing op, too many rows, mixing fused B with I/W for one stage.
+/// as empty strings) are skipped. `(0F7;7B3)OVERLAP_F_B` gives its two ops back to back (the plan
+/// overlaps them when PlanConfig::overlapForwardBackward is set: csvHasOverlappedPairs). The
+/// compute_comms cells SEND_F/RECV_F/SEND_B/RECV_B and UNSHARD/RESHARD/REDUCE_GRAD are checked
+/// (stage on that row, microbatch in range) and give no op: the plan's transfers follow from its
+/// data flow, and its ZeRO-3 gathers and gradient reduce-scatters are costed with the passes.
+/// A stage may mix full backward B with split I/W, one form per microbatch. Every problem is an
+/// Error `source:line:col: what (expected …)`: an unknown action, a stage placed on another
+/// device (or out of range), a microbatch out of range, a duplicated op, a missing op, a row
+/// count other than `shape.devices` (both numbers named), a microbatch with both B and I/W; a
+/// file that reads as the legacy dialect says so and names --csv-dialect legacy.
 /// With `shape.virtualStages` empty the placement is inferred (stage → the row it appears in) and
 /// returned in the skeleton, one contiguous layer range per stage left to the caller.
 Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvScheduleShape& shape,
                                             const std::string& source = "<csv>");
+
+/// Whether the CSV text has overlapped F&B pairs (`(…)OVERLAP_F_B`, PyTorch's DualPipeV).
+bool csvHasOverlappedPairs(std::string_view text);
 
 /// Rewrites schedule CSV text from one dialect's letters to the other's (legacy B ↔ I, BW ↔ B);
 /// communication and FSDP actions pass through. An unrecognised action is an Error naming the

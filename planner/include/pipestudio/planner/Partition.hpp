@@ -69,6 +69,9 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& problem, const Sol
 /// the model's optimizer and config.parallel (ZeRO stage, data parallel degree).
 PartitionProblem buildPartitionProblem(const PlanRequest& request, int component,
                                        const std::vector<PartitionStage>& stages);
+/// The same with the request's costs already derived.
+PartitionProblem buildPartitionProblem(const PlanRequest& request, const CostedModel& costs, int component,
+                                       const std::vector<PartitionStage>& stages);
 
 /// Peak live microbatches per virtual stage of a skeleton (F/S start one, B/BW/T end one):
 /// the schedule's activation count that the memory constraint multiplies.

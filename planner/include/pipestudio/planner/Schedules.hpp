@@ -84,7 +84,12 @@ class ScheduleGenerator {
 
 /// Every registered generator, in the order `pipestudio-cli schedules` prints.
 const std::vector<const ScheduleGenerator*>& scheduleGenerators();
-/// The generator named `name`, or nullptr.
+/// The generator named `name` (ours, or PyTorch's name for it: scheduleForAlias), or nullptr.
 const ScheduleGenerator* findScheduleGenerator(std::string_view name);
+/// Our schedule for one of torch.distributed.pipelining's schedule names (get_schedule_class,
+/// matched ignoring case): GPipe → gpipe, 1F1B → 1f1b, Interleaved1F1B → interleaved-1f1b,
+/// LoopedBFS → breadth-first, InterleavedZeroBubble → interleaved-zb, ZBVZeroBubble → zb-v,
+/// DualPipeV → dualpipe-v; nullopt for any other name.
+std::optional<std::string_view> scheduleForAlias(std::string_view name);
 
 }  // namespace pipestudio

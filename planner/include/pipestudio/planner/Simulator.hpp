@@ -13,6 +13,8 @@ namespace pipestudio {
 struct SimulationOptions {
   bool recordComms = true;     ///< fill Plan::comms
   bool computeMetrics = true;  ///< fill Plan::metrics (memory timeline included)
+  /// The shell's costs, derived once by the caller (nullptr: derived from the shell).
+  const CostedModel* costs = nullptr;
 };
 
 /// Times `skeleton` on `shell` (config, model, cluster; its virtualStages are replaced by the
@@ -30,5 +32,6 @@ double passDurationMs(OpKind kind, const StageCosts& costs, int vocabBarriers);
 /// Per-stage estimates (times, bytes, transfer time to the next stage of its pipeline) of a
 /// plan shell whose virtual stages are placed and partitioned — what ScheduleInput carries.
 std::vector<StageEstimate> stageEstimates(const Plan& shell);
+std::vector<StageEstimate> stageEstimates(const Plan& shell, const CostedModel& costs);
 
 }  // namespace pipestudio

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "pipestudio/model/Cluster.hpp"
-#include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/Model.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio::viz {
@@ -120,8 +120,7 @@ class LayerTableModel : public SpecTableModel {
     std::int64_t samplesPerMicrobatch = 1;
   };
   std::optional<CostContextArgs> m_costContext;
-  mutable std::vector<std::optional<LayerCosts>> m_derived;  ///< per row, computed on demand
-  mutable std::vector<char> m_derivedDone;
+  mutable std::optional<CostedModel> m_costs;  ///< derived on demand, dropped on every change
 };
 
 /// Components: name, trainable, feeds (comma-separated names), layer count.

@@ -1,11 +1,14 @@
 #pragma once
 /// \file ClusterSpec: `pipestudio.cluster/1` (DESIGN.md §2).
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
 
@@ -14,15 +17,35 @@ inline constexpr const char* kClusterSchema = "pipestudio.cluster/1";
 struct GpuSpec {
   std::string name;
   double peakTflops = 0;  ///< dense bf16 peak
+  /// Dense peak per precision (indexed by Precision), TFLOP/s; 0: bf16 and fp16 use peakTflops,
+  /// a low-precision format is one this GPU has no tensor-core path for.
+  std::array<double, kPrecisionCount> peakTflopsByPrecision{};
   double memoryGib = 0;
-  double efficiency = 0.5;  ///< achieved fraction of peak by large GEMMs: the one calibration knob
+  double efficiency = 0.5;  ///< achieved fraction of the bf16 peak by large GEMMs: the calibration knob
+  /// Calibrated efficiency per precision (one per GPU type and precision, issue 25); 0: the bf16
+  /// `efficiency`.
+  std::array<double, kPrecisionCount> efficiencyByPrecision{};
   /// HBM bandwidth from the datasheet, GB/s (memory-bound kernels, skinny GEMMs); 0: derived as
   /// peak FLOP/s / 200 FLOP per byte, typical of recent data-centre GPUs.
   double memoryBandwidthGBps = 0;
   /// Streaming multiprocessors (GEMM wave quantization); 0: not modelled.
   int smCount = 0;
-  /// Sustained FLOP/s this GPU delivers on large GEMMs: peak × efficiency.
+  /// CPU–GPU link per direction, GB/s (PCIe or NVLink-C2C; activation offloading); 0: unknown.
+  double hostLinkGBps = 0;
+  /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
+  /// Dense peak in `precision` (0: no tensor-core path for it).
+  double peakTflopsFor(Precision precision) const {
+    const double p = peakTflopsByPrecision[static_cast<std::size_t>(precision)];
+    if (p > 0) return p;
+    return precision == Precision::Bf16 || precision == Precision::Fp16 ? peakTflops : 0.0;
+  }
+  double efficiencyFor(Precision precision) const {
+    const double e = efficiencyByPrecision[static_cast<std::size_t>(precision)];
+    return e > 0 ? e : efficiency;
+  }
+  /// Sustained FLOP/s of large GEMMs in `precision` (0: not supported).
+  double gemmFlopsPerS(Precision precision) const { return peakTflopsFor(precision) * 1e12 * efficiencyFor(precision); }
   double memoryBytesPerS() const {
     return memoryBandwidthGBps > 0 ? memoryBandwidthGBps * 1e9 : peakTflops * 1e12 / 200.0;
   }
@@ -56,6 +79,9 @@ struct ClusterSpec {
   /// NICs per node for inter-node traffic; 0: one per GPU (DGX-style). When fewer, the GPUs of a
   /// node that cross nodes at once share them.
   int nicsPerNode = 0;
+  /// GPUs one NVLink fabric joins, consecutive in GPU order (GB200/GB300 NVL72: 72 GPUs over 18
+  /// nodes of 4); 0: one node. Traffic inside a domain takes `intraNode`.
+  int nvlinkDomain = 0;
   /// Optional measured device-to-device bandwidth, [from][to], GB/s; overrides links.
   std::vector<std::vector<double>> bandwidthMatrixGBps;
 
@@ -66,6 +92,10 @@ struct ClusterSpec {
   int gpusPerNode() const;
   /// Node index of global device `device` (devices numbered node by node).
   int nodeOfDevice(int device) const;
+  /// GPUs of one NVLink domain (nvlinkDomain, or the node size).
+  int nvlinkDomainGpus() const { return nvlinkDomain > gpusPerNode() ? nvlinkDomain : gpusPerNode(); }
+  /// Whether GPUs `a` and `b` share an NVLink domain.
+  bool sameNvlinkDomain(int a, int b) const;
   const GpuSpec& gpuOfDevice(int device) const;
   /// Time to move `bytes` from `from` to `to`: bytes / bandwidth + latency (0 when from == to).
   double transferMs(int from, int to, double bytes) const;

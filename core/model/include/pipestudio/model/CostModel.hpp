@@ -1,19 +1,24 @@
 #pragma once
 /// \file Layer shapes → per-microbatch costs (times, bytes) on a given GPU under a given hybrid
-/// parallelism (issue 13). Every formula cites its source in CostModel.cpp.
+/// parallelism and training recipe (issues 13 and 25). Every formula cites its source in
+/// CostModel.cpp.
 ///
-/// Compute time comes from FLOPs at the GPU's calibrated GEMM efficiency with a shape term
-/// (GEMM wave quantization over the GPU's SMs and a memory-bandwidth roofline), plus the
-/// memory-bound element-wise kernels (norms, dropout, residual adds, activations, non-flash
-/// softmax) at the GPU's memory bandwidth. Tensor-, context- and expert-parallel collectives
-/// run on the links their groups cross and are part of the pass that issues them (their share
-/// is reported separately). Measured per-layer fields always win over shape formulas.
+/// Compute time comes from FLOPs at the GPU's calibrated GEMM efficiency for the recipe's
+/// precision, with a shape term (GEMM wave quantization over the GPU's SMs and a
+/// memory-bandwidth roofline), plus the memory-bound element-wise kernels (norms, dropout,
+/// residual adds, activations, non-flash softmax, low-precision casts) at the GPU's memory
+/// bandwidth. The attention core runs in bf16 whatever the precision (Transformer Engine keeps
+/// it there). Tensor-, context- and expert-parallel collectives run on the links their groups
+/// cross; the part of each that the recipe overlaps with compute is hidden, the rest is part of
+/// the pass that issues it (both are reported). Measured per-layer fields always win over
+/// shape formulas.
 
 #include <cstdint>
 
 #include "pipestudio/model/Cluster.hpp"
 #include "pipestudio/model/Model.hpp"
 #include "pipestudio/model/Parallelism.hpp"
+#include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
 
@@ -26,7 +31,8 @@ struct CollectiveLink {
 };
 
 /// The links the tensor-, context-, expert- and data-parallel groups of a placement cross
-/// (Megatron order: TP innermost, then CP, then DP/EP).
+/// (Megatron order: TP innermost, then CP, then DP/EP). A group stays on NVLink while it fits in
+/// one NVLink domain (a node, or a whole NVL72 rack).
 struct CollectiveLinks {
   CollectiveLink tensor, context, expert, data;
 };
@@ -45,6 +51,8 @@ struct CostContext {
   GpuSpec gpu;
   Parallelism parallel;
   CollectiveLinks links;
+  /// The format of the weight GEMMs (the recipe's --precision).
+  Precision precision = Precision::Bf16;
   std::int64_t samplesPerMicrobatch = 1;
   bool trainable = true;
 };
@@ -60,13 +68,25 @@ struct LayerCosts {
   double forwardCommMs = 0;
   double backwardInputCommMs = 0;
   double backwardWeightCommMs = 0;
+  /// Collective time the recipe hides under the compute of the same pass (TP overlap with the
+  /// GEMMs, the CP ring under the attention core, prefetched ZeRO-3 gathers): not part of the
+  /// durations above.
+  double forwardHiddenCommMs = 0;
+  double backwardInputHiddenCommMs = 0;
+  double backwardWeightHiddenCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
   std::int64_t parameterBytes = 0;  ///< bf16 weights of this GPU's shard (before ZeRO-3 sharding)
   /// The part of parameterBytes in routed experts: replicated over D/E data-parallel ranks, not D.
   std::int64_t expertParameterBytes = 0;
+  /// Low-precision copies of the linear weights that Transformer Engine caches across the
+  /// microbatches of an iteration (fp8 on Hopper: the weight and its transpose).
+  std::int64_t lowPrecisionWeightBytes = 0;
   std::int64_t outputBytes = 0;         ///< what one GPU sends to the next virtual stage
   std::int64_t communicationBytes = 0;  ///< transient collective buffers while a pass runs
+  /// Transient bytes while the backward runs that the held activations do not count: the
+  /// recomputed activations of a layer (a group under uniform recomputation).
+  std::int64_t recomputeBytes = 0;
   /// Model FLOPs of one forward pass of the whole layer over the microbatch (all GPUs of the
   /// pipeline rank together; no recomputation; Korthikanti et al. 2022 Appendix A counting).
   double modelFlopsForward = 0;
@@ -80,7 +100,7 @@ struct LayerCosts {
 /// `context.trainable` false zeroes the backward costs and the weight-gradient bytes.
 LayerCosts layerCosts(const Layer& layer, const CostContext& context);
 
-/// Pure pipeline shorthand (one GPU per device, no TP/CP/EP, no recomputation).
+/// Pure pipeline shorthand (one GPU per device, no TP/CP/EP, no recomputation, bf16).
 LayerCosts layerCosts(const Layer& layer, const GpuSpec& gpu, std::int64_t samplesPerMicrobatch, bool trainable);
 
 /// FLOPs of one forward pass of a transformer layer over `batch` samples as Korthikanti et al.
@@ -90,16 +110,16 @@ LayerCosts layerCosts(const Layer& layer, const GpuSpec& gpu, std::int64_t sampl
 double transformerForwardFlops(const TransformerShape& shape, std::int64_t batch);
 
 /// Static bytes per parameter of trainable weights under ZeRO stage `zeroStage` over
-/// `dataParallel` replicas: bf16 weight 2 + fp32 gradient 4 + fp32 master, momentum and
-/// variance 12 (mixed-precision Adam), the latter sharded by D from stage 1, the gradient
-/// from stage 2, the weight from stage 3 (Rajbhandari et al. 2020). Stage 1 is Megatron's
-/// distributed optimizer: 6 + 12/d.
+/// `dataParallel` replicas: bf16 weight 2 + gradient (bf16 2, or fp32 4 when reduced in fp32)
+/// + fp32 master, momentum and variance 12 (mixed-precision Adam), the latter sharded by D from
+/// stage 1, the gradient from stage 2, the weight from stage 3 (Rajbhandari et al. 2020).
+/// Stage 1 is Megatron's distributed optimizer: 2 + g + 12/d.
 struct StaticBytesPerParameter {
   double parameter = 2, gradient = 4, optimizer = 12;
   double total() const { return parameter + gradient + optimizer; }
 };
-StaticBytesPerParameter staticBytesPerParameter(int zeroStage, int dataParallel);
-/// Legacy form: `optimizer.distributed` is ZeRO-1.
+StaticBytesPerParameter staticBytesPerParameter(int zeroStage, int dataParallel, bool gradientsInFp32 = true);
+/// Legacy form: `optimizer.distributed` is ZeRO-1, gradients in fp32.
 double staticBytesPerParameter(const OptimizerSpec& optimizer, int dataParallel);
 
 /// Static memory of a set of layers: trainable parameters × staticBytesPerParameter,

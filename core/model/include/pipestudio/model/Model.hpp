@@ -39,6 +39,7 @@ struct TransformerShape {
   std::int64_t ffnOrDefault() const { return ffn > 0 ? ffn : 4 * hidden; }
   std::int64_t expertFfnOrDefault() const { return expertFfn > 0 ? expertFfn : ffnOrDefault(); }
   bool isMoe() const { return experts > 0; }
+  friend bool operator==(const TransformerShape&, const TransformerShape&) = default;
 };
 
 /// A layer: measured costs (any subset) and/or a shape the cost model turns into costs.

@@ -1,7 +1,8 @@
 #pragma once
-/// \file Hybrid parallelism of a plan in Megatron-LM's vocabulary (DESIGN.md §2, issue 13):
-/// tensor (T), context (C), expert (E) and data (D) parallel degrees around the pipeline (P),
-/// sequence parallelism, activation recomputation and the ZeRO stage.
+/// \file Hybrid parallelism of a plan in Megatron-LM's vocabulary (DESIGN.md §2, issues 13 and
+/// 25): tensor (T), context (C), expert (E) and data (D) parallel degrees around the pipeline
+/// (P), sequence parallelism, activation recomputation, the ZeRO stage and how the recipe
+/// overlaps its collectives with compute.
 ///
 /// Placement follows Megatron-LM's rank order: TP innermost, then CP, then DP (EP is carved out
 /// of DP), PP outermost. GPU index of (pipeline rank k, data rank r, context rank c, tensor
@@ -10,17 +11,46 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace pipestudio {
 
 /// Activation recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in
-/// Large Transformer Models"): `Selective` recomputes the attention core (the s² terms),
-/// `Full` keeps only each layer's input and recomputes its forward inside its backward.
+/// Large Transformer Models"): `Selective` recomputes the modules named by recomputeModules
+/// (Megatron's default: the attention core, the s² terms), `Full` keeps only each layer's input
+/// and recomputes its forward inside its backward.
 enum class Recompute : std::uint8_t { None, Selective, Full };
 
 std::string_view recomputeName(Recompute recompute);
 std::optional<Recompute> recomputeFromName(std::string_view name);
+
+/// Megatron-LM's --recompute-method for full recomputation of only some layers
+/// (--recompute-num-layers N): `Uniform` divides each virtual stage's layers into groups of N
+/// and keeps only each group's input; `Block` recomputes the first N layers of each virtual
+/// stage and keeps every activation of the others.
+enum class RecomputeMethod : std::uint8_t { Uniform, Block };
+
+std::string_view recomputeMethodName(RecomputeMethod method);
+std::optional<RecomputeMethod> recomputeMethodFromName(std::string_view name);
+
+/// Megatron-Core's selective recomputation modules (--recompute-modules), as bits.
+enum RecomputeModule : std::uint32_t {
+  kRecomputeCoreAttn = 1u << 0,       ///< attention core (scores, softmax, dropout)
+  kRecomputeLayerNorm = 1u << 1,      ///< the two norms: their outputs are not kept
+  kRecomputeMlp = 1u << 2,            ///< the dense MLP: only its input is kept
+  kRecomputeMoeAct = 1u << 3,         ///< the experts' activation function
+  kRecomputeMoe = 1u << 4,            ///< the whole MoE block: only its input is kept
+  kRecomputeSharedExperts = 1u << 5,  ///< the shared experts
+  kRecomputeMlaUpProj = 1u << 6,      ///< multi-head latent attention's up projections
+};
+/// "core_attn,mlp": the modules of `bits` in Megatron's spelling.
+std::string recomputeModulesName(std::uint32_t bits);
+/// Parses a comma-separated list; nullopt (with the first unknown name in `unknown`) when a
+/// name is not one of Megatron's modules.
+std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, std::string* unknown = nullptr);
+/// The module names Megatron accepts, comma-separated.
+std::string_view recomputeModuleChoices();
 
 struct Parallelism {
   int tensor = 1;                 ///< T: Megatron tensor parallelism (QKV/MLP split over T GPUs of a node)
@@ -29,11 +59,27 @@ struct Parallelism {
   int data = 1;                   ///< D: data-parallel replicas of the whole pipeline
   bool sequenceParallel = false;  ///< Korthikanti 2022 §4.2.2; the CLI turns it on when T > 1
   Recompute recompute = Recompute::None;
+  /// With Recompute::Full: how many layers of each virtual stage (Block) or per group
+  /// (Uniform) are recomputed; 0 = every layer, one per group (Megatron's full recomputation).
+  int recomputeNumLayers = 0;
+  RecomputeMethod recomputeMethod = RecomputeMethod::Uniform;
+  /// With Recompute::Selective: RecomputeModule bits; 0 = the attention core (Megatron's default).
+  std::uint32_t recomputeModules = 0;
   int zeroStage =
       0;  ///< 0 none, 1 optimizer state (Megatron's distributed optimizer), 2 + gradients, 3 + parameters (FSDP)
   /// Gradient reduction overlapped with the last backward passes (Megatron `--overlap-grad-reduce`,
   /// PyTorch DDP/FSDP buckets). Off: it runs after the pipeline drains.
   bool overlapGradReduce = true;
+  /// The distributed optimizer's parameter all-gather overlapped with the next iteration's
+  /// forward passes, bucket by bucket (Megatron `--overlap-param-gather`). Off: it follows the
+  /// optimizer step, exposed.
+  bool overlapParamGather = true;
+  /// Gradients reduced (and accumulated) in fp32 (Megatron `--grad-reduce-in-fp32`); off: in
+  /// bf16, as Megatron-Bridge's recipes reduce them.
+  bool gradReduceInFp32 = false;
+  /// Tensor-parallel collectives overlapped with the GEMMs they feed or follow (Transformer
+  /// Engine userbuffers, `--tp-comm-overlap`; PyTorch AsyncTP). Needs sequence parallelism.
+  bool tpCommOverlap = true;
 
   /// GPUs of one pipeline rank: T·C·D.
   std::int64_t gpusPerPipelineRank() const { return static_cast<std::int64_t>(tensor) * context * data; }
@@ -41,6 +87,11 @@ struct Parallelism {
   std::int64_t firstGpuOfDevice(int device) const { return static_cast<std::int64_t>(device) * gpusPerPipelineRank(); }
   bool isPurePipeline() const {
     return tensor == 1 && context == 1 && expert == 1 && recompute == Recompute::None && zeroStage == 0;
+  }
+  /// The selective modules in effect (the default set when none are named).
+  std::uint32_t selectiveModules() const {
+    if (recompute != Recompute::Selective) return 0;
+    return recomputeModules != 0 ? recomputeModules : static_cast<std::uint32_t>(kRecomputeCoreAttn);
   }
   friend bool operator==(const Parallelism&, const Parallelism&) = default;
 };

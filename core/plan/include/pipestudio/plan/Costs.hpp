@@ -2,13 +2,15 @@
 /// \file The one place a plan's costs are derived (DESIGN.md §3): layer costs under the plan's
 /// hybrid parallelism on its devices' GPUs, the pipeline-rank → GPU placement, and transfers
 /// between pipeline ranks. The simulator, memory accounting, bubble filling, partitioners,
-/// configurator and executor read costs through here, never from the cost model directly.
+/// configurator, executor and GUI read costs through a CostedModel, never from the cost model
+/// directly.
 ///
 /// A plan's device is a pipeline rank. Its first GPU is device · T·C·D (Megatron order: TP,
 /// then CP, then DP inside, PP outermost; Parallelism.hpp); a pure pipeline maps device k to
 /// GPU k.
 
 #include <cstdint>
+#include <vector>
 
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Plan.hpp"
@@ -24,13 +26,89 @@ const GpuSpec& deviceGpu(const ClusterSpec& cluster, const PlanConfig& config, i
 CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, std::int64_t samplesPerMicrobatch,
                         int device, bool trainable);
 
-/// Costs of layer `layer` of component `component` on pipeline rank `device`.
-LayerCosts planLayerCosts(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config, int component,
-                          int layer, int device);
-
 /// Time for pipeline rank `from` to send `bytesPerGpu` to pipeline rank `to`: each of its T·C
 /// GPUs sends its shard to its counterpart at once, so when they cross nodes they share the
 /// node's NICs (ClusterSpec::nicsPerNode). 0 when from == to.
 double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu);
+
+/// Resolved costs of one virtual stage (sum over its layers, on its device's GPU, under the
+/// plan's hybrid parallelism). Byte and parameter counts are per GPU.
+struct StageCosts {
+  double forwardMs = 0;
+  double backwardInputMs = 0;
+  double backwardWeightMs = 0;
+  double forwardCommMs = 0;  ///< collective share of forwardMs (TP/CP/EP/ZeRO-3)
+  double backwardInputCommMs = 0;
+  double backwardWeightCommMs = 0;
+  /// Collective time hidden under the passes' compute (LayerCosts), not part of their durations.
+  double forwardHiddenCommMs = 0;
+  double backwardInputHiddenCommMs = 0;
+  double backwardWeightHiddenCommMs = 0;
+  std::int64_t activationBytes = 0;
+  std::int64_t weightGradBytes = 0;
+  std::int64_t outputBytes = 0;              ///< of the stage's last layer: what is sent downstream
+  std::int64_t communicationBytes = 0;       ///< largest transient collective buffer of its layers
+  std::int64_t lowPrecisionWeightBytes = 0;  ///< low-precision weight copies of its layers
+  /// Largest set of activations its backward rebuilds at once (a recomputed layer, or a group of
+  /// them under uniform recomputation).
+  std::int64_t recomputeBytes = 0;
+  double trainableParameters = 0;  ///< this GPU's shard
+  double expertParameters = 0;     ///< part of trainableParameters in routed experts
+  double frozenParameters = 0;
+  double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
+  double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
+  /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches): the parameter gathers not
+  /// hidden under the pass (part of forwardMs / backwardInputMs) and W's gradient
+  /// reduce-scatter (part of backwardWeightMs). A pass that continues a run of passes of its
+  /// stage in the same direction on its device pays none of it. Zero for other plans.
+  double zeroGatherForwardMs = 0;
+  double zeroGatherBackwardMs = 0;
+  double zeroScatterWeightMs = 0;
+};
+
+/// The costs of a plan request, derived once: every layer of every component under the
+/// config's hybrid parallelism and training recipe, on each GPU type the pipeline ranks use.
+/// Runs of identical layers are costed once. Everything downstream of a request (partition,
+/// schedule estimates, fill, simulation, memory, metrics, executor, GUI) reads this value;
+/// functions that take only a Plan derive it from the plan.
+class CostedModel {
+ public:
+  CostedModel() = default;
+  /// `samplesPerMicrobatch` 0: the model's (a resolved request's model carries the micro-batch
+  /// size); the configurator and the GUI's layer table cost other sizes without a copy.
+  CostedModel(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
+              std::int64_t samplesPerMicrobatch = 0);
+  explicit CostedModel(const Plan& plan) : CostedModel(plan.model, plan.cluster, plan.config) {}
+
+  /// Costs of layer `layer` of component `component` on pipeline rank `device`; zero costs for
+  /// ids out of range (an edited plan may name layers that do not exist).
+  const LayerCosts& layer(int component, int layer, int device = 0) const;
+  /// Layers of `component` on `device` (empty for an unknown component).
+  const std::vector<LayerCosts>& component(int component, int device = 0) const;
+  /// A virtual stage's costs: the sum over its layers on its device. With full recomputation of
+  /// only some layers (Parallelism::recomputeNumLayers), the stage decides which: the first N
+  /// transformer layers (block), or every layer in groups of N that keep one input (uniform).
+  StageCosts stage(const VirtualStage& stage) const;
+  std::vector<StageCosts> stages(const std::vector<VirtualStage>& stages) const;
+
+ private:
+  int gpuClass(int device) const;
+
+  bool m_blockwiseGathers = false;
+  RecomputeMethod m_recomputeMethod = RecomputeMethod::Uniform;
+  int m_recomputeNumLayers = 0;    ///< > 0 only with full recomputation
+  std::vector<int> m_deviceClass;  ///< GPU class per device; empty: one GPU type for all
+  /// [class][component][layer], and the same with resident parameters (ZeRO-2) for blockwise
+  /// ZeRO-3 plans, whose gathers are the difference.
+  std::vector<std::vector<std::vector<LayerCosts>>> m_costs;
+  std::vector<std::vector<std::vector<LayerCosts>>> m_resident;
+  /// [class][component][layer] without recomputation, for the layers block recomputation skips.
+  std::vector<std::vector<std::vector<LayerCosts>>> m_unrecomputed;
+  /// Per component: whether layer l is a tied LM head (static memory rules) / a transformer
+  /// block (what Megatron's --recompute-num-layers counts).
+  std::vector<std::vector<char>> m_tiedHead;
+  std::vector<std::vector<char>> m_block;
+  std::vector<char> m_trainable;
+};
 
 }  // namespace pipestudio

@@ -6,36 +6,12 @@
 #include <vector>
 
 #include "pipestudio/model/CostModel.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
 namespace pipestudio {
 
-/// Resolved costs of every virtual stage (sum over its layers, on its device's GPU, under the
-/// plan's hybrid parallelism: Costs.hpp). Byte and parameter counts are per GPU.
-struct StageCosts {
-  double forwardMs = 0;
-  double backwardInputMs = 0;
-  double backwardWeightMs = 0;
-  double forwardCommMs = 0;  ///< collective share of forwardMs (TP/CP/EP/ZeRO-3)
-  double backwardInputCommMs = 0;
-  double backwardWeightCommMs = 0;
-  std::int64_t activationBytes = 0;
-  std::int64_t weightGradBytes = 0;
-  std::int64_t outputBytes = 0;         ///< of the stage's last layer: what is sent downstream
-  std::int64_t communicationBytes = 0;  ///< largest transient collective buffer of its layers
-  double trainableParameters = 0;       ///< this GPU's shard
-  double expertParameters = 0;          ///< part of trainableParameters in routed experts
-  double frozenParameters = 0;
-  double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
-  double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
-  /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches): the parameter gathers not
-  /// hidden under the pass (part of forwardMs / backwardInputMs) and W's gradient
-  /// reduce-scatter (part of backwardWeightMs). A pass that continues a run of passes of its
-  /// stage in the same direction on its device pays none of it. Zero for other plans.
-  double zeroGatherForwardMs = 0;
-  double zeroGatherBackwardMs = 0;
-  double zeroScatterWeightMs = 0;
-};
+/// Every virtual stage's costs (CostedModel::stages over the plan's stages).
 std::vector<StageCosts> stageCosts(const Plan& plan);
 
 /// ZeRO stage in effect: the plan's, or 1 for a model whose optimizer says "distributed".
@@ -67,6 +43,7 @@ struct MemoryTimeline {
 /// Memory over time under the activation convention of DESIGN.md §2 (F start → B/BW end;
 /// weightGradBytes until W end). Partial-batch ops scale by samples.
 MemoryTimeline memoryTimeline(const Plan& plan);
+MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs);
 
 /// makespan, busy/span, bubble ratio, peaks with their breakdown, and the whole training step:
 /// exposed data-parallel gradient synchronisation (overlapped with each device's last
@@ -75,5 +52,7 @@ MemoryTimeline memoryTimeline(const Plan& plan);
 /// the longest device span plus its own synchronisation and step), throughput, tokens/s,
 /// model TFLOP/s per GPU and MFU.
 Metrics computeMetrics(const Plan& plan);
+/// The same with the plan's costs already derived (makePlan derives them once per request).
+Metrics computeMetrics(const Plan& plan, const CostedModel& costs);
 
 }  // namespace pipestudio

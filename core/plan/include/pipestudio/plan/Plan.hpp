@@ -12,6 +12,7 @@
 #include "pipestudio/model/Cluster.hpp"
 #include "pipestudio/model/Model.hpp"
 #include "pipestudio/model/Parallelism.hpp"
+#include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
 
@@ -43,6 +44,8 @@ struct PlanConfig {
   /// Tensor/context/expert/data parallelism, recomputation and ZeRO around the pipeline
   /// (`devices` is the pipeline degree P). Pure pipeline: all degrees 1.
   Parallelism parallel;
+  /// The format of the weight GEMMs (Precision.hpp); what the recipe fixes, never searched.
+  Precision precision = Precision::Bf16;
   /// The training recipe, in samples: global batch G and micro-batch size B give
   /// microbatches = G / (B · D). Absent for plans that name their microbatch count directly.
   std::optional<std::int64_t> globalBatch;
@@ -105,14 +108,20 @@ struct Comm {
 
 /// Where one GPU's memory goes at its peak (bytes per GPU of the pipeline rank).
 struct MemoryBreakdown {
-  std::int64_t parameterBytes = 0;      ///< weights as held (bf16; sharded by TP/EP, by D under ZeRO-3)
-  std::int64_t gradientBytes = 0;       ///< fp32 gradient accumulation (sharded by D under ZeRO-2/3)
-  std::int64_t optimizerBytes = 0;      ///< fp32 master weights, Adam moments (sharded by D under ZeRO-1+)
+  std::int64_t parameterBytes = 0;  ///< weights as held (bf16; sharded by TP/EP, by D under ZeRO-3)
+  /// gradient accumulation buffer (bf16, or fp32 when reduced in fp32; sharded by D under ZeRO-2/3)
+  std::int64_t gradientBytes = 0;
+  /// fp32 master weights, Adam moments: the distributed optimizer's shard (by D under ZeRO-1+)
+  std::int64_t optimizerBytes = 0;
+  /// low-precision copies of the linear weights Transformer Engine caches (fp8: weight + transpose)
+  std::int64_t lowPrecisionWeightBytes = 0;
   std::int64_t activationBytes = 0;     ///< live activations at the peak
   std::int64_t communicationBytes = 0;  ///< collective and transfer buffers (ZeRO-3 gathers, all-to-all)
+  std::int64_t recomputeBytes = 0;      ///< activations a recomputing backward rebuilds while it runs
   std::int64_t marginBytes = 0;         ///< allocator fragmentation and framework overhead (stated margin)
   std::int64_t totalBytes() const {
-    return parameterBytes + gradientBytes + optimizerBytes + activationBytes + communicationBytes + marginBytes;
+    return parameterBytes + gradientBytes + optimizerBytes + lowPrecisionWeightBytes + activationBytes +
+           communicationBytes + recomputeBytes + marginBytes;
   }
 };
 
@@ -123,6 +132,11 @@ struct DeviceMetrics {
   std::int64_t peakActivationBytes = 0;
   std::int64_t staticMemoryBytes = 0;
   MemoryBreakdown memory;  ///< per GPU; peakMemoryBytes == memory.totalBytes()
+  /// Collective time on this device's critical path per iteration: the exposed part inside its
+  /// ops (TP, CP, EP, ZeRO-3) plus its exposed gradient reduction and parameter all-gather.
+  double exposedCommMs = 0;
+  /// Collective time the recipe hides under compute (not part of any duration).
+  double hiddenCommMs = 0;
 };
 
 struct Metrics {

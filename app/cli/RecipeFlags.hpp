@@ -1,0 +1,35 @@
+#pragma once
+// The training-recipe flags `plan` and `configure` share (issue 25): precision, the overlaps of
+// the recipe's collectives, the gradient reduction type and the details of recomputation. Each
+// defaults to what Megatron-Bridge's recipes use and can be turned off.
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "pipestudio/common/Expected.hpp"
+#include "pipestudio/common/Json.hpp"
+#include "pipestudio/plan/Plan.hpp"
+
+namespace pipestudio::cli {
+
+struct RecipeOptions {
+  std::string precision = "bf16";
+  std::string gradReduceDtype = "bf16";
+  int recomputeNumLayers = 0;
+  std::string recomputeMethod = "uniform";
+  std::string recomputeModules;
+  // --x / --no-x pairs: neither keeps the default.
+  bool noOverlapGradReduce = false, noOverlapParamGather = false, noTpCommOverlap = false;
+  bool yesOverlapGradReduce = false, yesOverlapParamGather = false, yesTpCommOverlap = false;
+};
+
+/// Adds the recipe flags to `cmd`.
+void addRecipeFlags(CLI::App* cmd, RecipeOptions& o);
+
+/// Applies them to `config` (after the degrees and --recompute are set). A contradiction or
+/// an unknown name is a usage error naming the flag.
+Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config);
+
+/// The recipe of `config` as the `config` object of `--json` output spells it.
+void recipeToJson(const PlanConfig& config, Json& out);
+
+}  // namespace pipestudio::cli

@@ -1,0 +1,122 @@
+#include "GpuIO.hpp"
+
+#include <string>
+
+#include "pipestudio/model/Limits.hpp"
+
+namespace pipestudio {
+namespace {
+
+// `peak_tflops` / `efficiency`: a number (bf16) or an object with one value per precision.
+// `scalar` receives the bf16 value, `perPrecision` the others.
+bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, limits::NumberRange range,
+                      double& scalar, std::array<double, kPrecisionCount>& perPrecision) {
+  if (!obj.value->contains(key)) return false;
+  const JsonNode node = obj.child(key);
+  if (node.value->is_number()) {
+    if (auto v = r.numberValue(node, range.min, range.max)) scalar = *v;
+    return true;
+  }
+  if (!r.isObject(node)) return true;
+  for (auto it = node.value->begin(); it != node.value->end(); ++it) {
+    const std::string& name = it.key();
+    const auto precision = precisionFromName(name);
+    if (!precision) {
+      r.error(node.child(name), "'" + name + "' is not a precision (expected " + std::string(precisionChoices()) + ")");
+      continue;
+    }
+    const auto v = r.numberValue(node.child(name), range.min, range.max);
+    if (!v) continue;
+    if (*precision == Precision::Bf16) scalar = *v;
+    perPrecision[static_cast<std::size_t>(*precision)] = *v;
+  }
+  return true;
+}
+
+// The fields a cluster's GPU object and a catalogue entry share, onto `g`.
+void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
+  if (auto name = r.string(node, "name", Presence::Optional)) g.name = *name;
+  readPerPrecision(r, node, "peak_tflops", limits::kPeakTflops, g.peakTflops, g.peakTflopsByPrecision);
+  readPerPrecision(r, node, "efficiency", limits::kEfficiency, g.efficiency, g.efficiencyByPrecision);
+  if (auto v = r.number(node, "memory_gib", Presence::Optional, limits::kMemoryGib.min, limits::kMemoryGib.max))
+    g.memoryGib = *v;
+  if (auto v = r.number(node, "memory_bandwidth_gbps", Presence::Optional, limits::kMemoryBandwidthGBps.min,
+                        limits::kMemoryBandwidthGBps.max))
+    g.memoryBandwidthGBps = *v;
+  if (auto v = r.integer(node, "sm_count", Presence::Optional, limits::kSmCount.min, limits::kSmCount.max))
+    g.smCount = static_cast<int>(*v);
+  if (auto v = r.number(node, "host_link_gbps", Presence::Optional, limits::kLinkBandwidthGBps.min,
+                        limits::kLinkBandwidthGBps.max))
+    g.hostLinkGBps = *v;
+}
+
+// A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields.
+bool complete(JsonReader& r, const JsonNode& node, const GpuSpec& g) {
+  bool ok = true;
+  auto need = [&](bool present, const char* field) {
+    if (present) return;
+    r.error(node.child(field), std::string("missing required field '") + field +
+                                   "' (or name a GPU of the catalogue: \"model\": \"H100\")");
+    ok = false;
+  };
+  need(!g.name.empty(), "name");
+  need(g.peakTflops > 0, "peak_tflops");
+  need(g.memoryGib > 0, "memory_gib");
+  return ok;
+}
+
+}  // namespace
+
+std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkDomain) {
+  if (node.value && node.value->is_string()) {
+    const auto name = r.stringValue(node);
+    if (!name) return std::nullopt;
+    const CatalogGpu* entry = findCatalogGpu(*name);
+    if (!entry) {
+      r.error(node, "'" + *name + "' is not a GPU of the catalogue (expected one of " + catalogGpuNames() +
+                        ", or an object with name, peak_tflops and memory_gib)");
+      return std::nullopt;
+    }
+    if (nvlinkDomain) *nvlinkDomain = entry->nvlinkDomain;
+    return entry->gpu;
+  }
+  if (!r.isObject(node)) return std::nullopt;
+  r.rejectUnknown(node, {"model", "name", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps",
+                         "sm_count", "host_link_gbps"});
+  GpuSpec g;
+  if (auto model = r.string(node, "model", Presence::Optional)) {
+    const CatalogGpu* entry = findCatalogGpu(*model);
+    if (!entry) {
+      r.error(node.child("model"),
+              "'" + *model + "' is not a GPU of the catalogue (expected one of " + catalogGpuNames() + ")");
+      return std::nullopt;
+    }
+    g = entry->gpu;
+    if (nvlinkDomain) *nvlinkDomain = entry->nvlinkDomain;
+  }
+  readGpuFields(r, node, g);
+  if (!complete(r, node, g)) return std::nullopt;
+  return g;
+}
+
+std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node) {
+  if (!r.isObject(node)) return std::nullopt;
+  r.rejectUnknown(node, {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "memory_bandwidth_gbps",
+                         "sm_count", "host_link_gbps", "nvlink_gbps", "nvlink_domain", "source"});
+  CatalogGpu c;
+  readGpuFields(r, node, c.gpu);
+  if (!complete(r, node, c.gpu)) return std::nullopt;
+  if (auto aliases = r.array(node, "aliases", Presence::Optional)) {
+    for (std::size_t i = 0; i < aliases->value->size(); ++i) {
+      if (auto a = r.stringValue(aliases->child(i))) c.aliases.push_back(*a);
+    }
+  }
+  c.nvlinkGBps =
+      r.number(node, "nvlink_gbps", Presence::Optional, limits::kLinkBandwidthGBps.min, limits::kLinkBandwidthGBps.max)
+          .value_or(0);
+  c.nvlinkDomain = static_cast<int>(r.integer(node, "nvlink_domain", Presence::Optional, 1, 100000).value_or(0));
+  c.source = r.string(node, "source", Presence::Required).value_or("");
+  return c;
+}
+
+}  // namespace pipestudio
