@@ -185,14 +185,14 @@ Qt::ItemFlags ConfigureModel::flags(const QModelIndex& index) const {
 
 QVariant ConfigureModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || section < 0 || section >= ColumnCount) return {};
-  static const char* const kNames[] = {"Pin", "#", "Configuration", "Iteration", "Tokens/s", "MFU", "Headroom"};
+  static const char* const kNames[] = {"Pin", "#", "Iteration", "Tokens/s", "MFU", "Headroom", "Configuration"};
   static const char* const kTips[] = {"Pin two rows to compare them side by side",
                                       "Rank by simulated throughput",
-                                      "Schedule, parallel degrees, batch, chunks, recomputation, ZeRO",
                                       "One training step (pipeline, gradient sync, optimizer)",
                                       "Tokens per second of the whole job",
                                       "Model FLOPs utilisation",
-                                      "GPU memory left on the fullest GPU (capacity − peak)"};
+                                      "GPU memory left on the fullest GPU (capacity − peak)",
+                                      "Schedule, parallel degrees, batch, chunks, recomputation, ZeRO"};
   if (role == Qt::DisplayRole) return QString::fromLatin1(kNames[section]);
   if (role == Qt::ToolTipRole) return QString::fromLatin1(kTips[section]);
   return {};
@@ -321,8 +321,12 @@ void ConfigureDock::search() {
   m_summary->setText(QStringLiteral("Searching the configurations of %1 on %2…")
                          .arg(q(m_searched.model.name), q(m_searched.cluster.name)));
   auto lastPercent = std::make_shared<std::atomic<int>>(-1);
+  ConfigureOptions searchOptions = options();
+  // The recipe every candidate shares (precision, overlap settings, recomputation details) is
+  // the solver panel's.
+  searchOptions.recipe = m_searched.config;
   m_searchJob.start(
-      [model = m_searched.model, cluster = m_searched.cluster, options = options(), lastPercent,
+      [model = m_searched.model, cluster = m_searched.cluster, options = std::move(searchOptions), lastPercent,
        this](const JobTracker::Control& job) {
         SolveControl control;
         control.cancel = job.cancelFlag();

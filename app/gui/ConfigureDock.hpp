@@ -29,12 +29,13 @@ class QFormLayout;
 
 namespace pipestudio::gui {
 
-/// The ranked configurations of one search: a pin box, rank, configuration, iteration time,
-/// tokens/s, MFU and memory headroom (GPU capacity − the fullest GPU's peak).
+/// The ranked configurations of one search: a pin box, rank, iteration time, tokens/s, MFU,
+/// memory headroom (GPU capacity − the fullest GPU's peak) and the configuration.
 class ConfigureModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Pin, Rank, Configuration, IterationMs, TokensPerS, Mfu, Headroom, ColumnCount };
+  /// The configuration last: the numbers stay in view in a narrow dock, the text stretches.
+  enum Column { Pin, Rank, IterationMs, TokensPerS, Mfu, Headroom, Configuration, ColumnCount };
   explicit ConfigureModel(QObject* parent = nullptr);
   /// `capacityBytes`: what each GPU holds (the headroom is measured against it).
   void setResult(std::shared_ptr<const pipestudio::Configuration> result, std::int64_t capacityBytes);

@@ -116,6 +116,12 @@ void MetricsPanel::setStale(const QString& label) {
 
 QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline) {
   if (!plan) return QStringLiteral("<i>No plan</i>");
+  // A measured run without op ranges has no makespan or bubble of its own to compare (its
+  // activity and per-iteration numbers are in the timeline and the Compare tab).
+  if (plan->ops.empty())
+    return QStringLiteral(
+        "<i>A measured run without op ranges: its GPU activity is in the timeline, its busy and "
+        "idle time per device and iteration in the Compare tab.</i>");
   const Metrics m = viz::metricsOf(*plan);
   const std::int64_t peak = peakOf(m);
   const Metrics b = baseline ? viz::metricsOf(*baseline) : Metrics{};

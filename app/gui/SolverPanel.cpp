@@ -248,7 +248,12 @@ void SolverPanel::connectFields() {
 // --- reading and showing -----------------------------------------------------------------
 
 PlanConfig SolverPanel::config() const {
-  PlanConfig c;
+  // Fields the panel does not show (precision, overlap settings, vocabulary barriers, …) keep
+  // what the last shown config held: editing the panel never drops them.
+  PlanConfig c = m_base;
+  c.memoryLimitBytes.reset();
+  c.globalBatch.reset();
+  c.microBatchSize.reset();
   const QString scheduleName = schedule->currentData().toString();
   c.schedule = (scheduleName == QLatin1String(kAuto) ? m_explicitSchedule : scheduleName).toStdString();
   c.devices = devices->value();
@@ -289,6 +294,7 @@ void SolverPanel::applyState(const State& s) {
 void SolverPanel::setConfig(const PlanConfig& c) {
   const bool wasLoading = m_loading;
   m_loading = true;
+  m_base = c;
   m_explicitSchedule = q(c.schedule);
   partition->setCurrentText(QStringLiteral("balanced"));  // leaves "auto" mode, if on
   onPartitionChanged();

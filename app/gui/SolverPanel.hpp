@@ -112,6 +112,7 @@ class SolverPanel : public QWidget {
 
   QUndoStack* m_undo = nullptr;
   State m_shown;               ///< the state after the last edit or setConfig (an undo step's "before")
+  PlanConfig m_base;           ///< the last config shown: what config() keeps of fields not on the panel
   QString m_explicitSchedule;  ///< the schedule chosen before DiffusionPipe took over the box
   bool m_loading = false;      ///< setting fields programmatically: no edit signals
 };

@@ -39,6 +39,7 @@
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/trace/Stream.hpp"
 #include "pipestudio/viz/CompareView.hpp"
+#include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/SpecModels.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
@@ -135,7 +136,9 @@ TEST_F(LoopTest, TheConfigureDockRanksConfigurationsAndLoadsOneIntoThePanel) {
   // Ranked by throughput; each row says configuration, iteration, tokens/s, MFU, headroom.
   for (int r = 0; r < model->rowCount(); ++r) {
     const ConfigCandidate& cand = model->candidate(r);
-    if (r > 0) EXPECT_LE(cand.throughputSamplesPerS, model->candidate(r - 1).throughputSamplesPerS);
+    if (r > 0) {
+      EXPECT_LE(cand.throughputSamplesPerS, model->candidate(r - 1).throughputSamplesPerS);
+    }
     EXPECT_TRUE(model->data(model->index(r, ConfigureModel::Configuration))
                     .toString()
                     .startsWith(QString::fromStdString(cand.config.schedule)));
@@ -298,6 +301,10 @@ TEST_F(LoopTest, APlainProfilerTraceShowsItsGpuActivityAndComparesPerDeviceAndIt
   for (const char* entry : {"kernel", "memcpy", "memset", "iteration (ProfilerStep)"})
     EXPECT_TRUE(legend.contains(QString::fromLatin1(entry))) << legend.join(QStringLiteral(", ")).toStdString();
   EXPECT_TRUE(window->timelineView()->staleLabel().contains(QStringLiteral("imported run")));
+  // No "0 µs, −100 %" for a run that has no op ranges to time.
+  const QString summary = window->metricsSummary()->text();
+  EXPECT_TRUE(summary.contains(QStringLiteral("without op ranges"))) << summary.toStdString();
+  EXPECT_FALSE(summary.contains(QStringLiteral("100.0 %"))) << summary.toStdString();
   // A range measured over the first step reads the GPUs' busy time from their streams.
   const auto& step = data->activity()->iterations[0];
   const viz::RangeMeasurement m = data->measure(step.startMs, step.endMs);
@@ -680,6 +687,45 @@ TEST_F(LoopTest, TheWorkspaceNameFollowsItsContentUnlessTheUserNamedIt) {
   EXPECT_EQ(other.workspaceName(), QStringLiteral("GPT-3 1.3B on 1x8 A100-80GB NVLink"));
   other.solveController()->cancel();
   ASSERT_TRUE(other.solveController()->waitForIdle(120000));
+}
+
+TEST_F(LoopTest, TheMemoryLegendKeepsItsDescenders) {
+  openDefault();
+  window->resize(1600, 1000);
+  window->show();
+  QApplication::processEvents();
+  QCustomPlot* plot = window->memoryBreakdown()->plot();
+  plot->replot(QCustomPlot::rpImmediateRefresh);
+  QCPLegend* legend = plot->legend;
+  ASSERT_EQ(legend->itemCount(), viz::MemoryBreakdownView::kParts);
+  for (int i = 0; i < legend->itemCount(); ++i) {
+    QCPAbstractLegendItem* item = legend->item(i);
+    // Each item clips to its rectangle: a line of text plus room for "g" and "p" below it.
+    EXPECT_GE(item->outerRect().height(), QFontMetrics(item->font()).height() + 2) << i;
+    EXPECT_TRUE(legend->outerRect().contains(item->outerRect())) << i;
+  }
+}
+
+TEST_F(LoopTest, PanelEditsKeepTheSettingsThePanelDoesNotShow) {
+  // A workspace trained in fp8 with DualPipe's overlap: editing TP keeps both (the panel has no
+  // field for them), and the configurator searches with the same recipe.
+  PlanConfig c;
+  c.schedule = "1f1b";
+  c.devices = 4;
+  c.partition = "balanced";
+  c.globalBatch = 64;
+  c.precision = Precision::Fp8;
+  c.overlapForwardBackward = true;
+  c.parallel.overlapGradReduce = false;
+  openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
+  window->solverPanel().tp->setValue(2);
+  const PlanConfig now = window->currentRequest().config;
+  EXPECT_EQ(now.parallel.tensor, 2);
+  EXPECT_EQ(now.precision, Precision::Fp8);
+  EXPECT_TRUE(now.overlapForwardBackward);
+  EXPECT_FALSE(now.parallel.overlapGradReduce);
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  if (window->currentPlan()) EXPECT_EQ(window->currentPlan()->config.precision, Precision::Fp8);
 }
 
 }  // namespace
