@@ -13,6 +13,7 @@
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Configurator.hpp"
+#include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Vocab.hpp"
 
 namespace pipestudio::cli {
@@ -25,6 +26,7 @@ struct ConfigureCliOptions {
   bool json = false;
   bool vocabParallel = false;
   std::string recompute;  // fixes the recomputation mode (with the recipe's details)
+  std::string framework = "any";
   RecipeOptions recipe;
 };
 
@@ -121,6 +123,15 @@ int runConfigure(const ConfigureCliOptions& o) {
   if (o.vocabParallel) return runVocabComparison(model, cluster);
   ConfigureOptions options;
   options.globalBatch = o.globalBatch;
+  if (o.framework != "any") {
+    const auto space = frameworkSpace(o.framework);
+    if (!space) {
+      std::cerr << "configure: --framework '" << o.framework << "' is not one (expected any, megatron or torchtitan)\n";
+      return kExitUsage;
+    }
+    options.schedules = space->schedules;
+    options.zeroStages = space->zeroStages;
+  }
   if (!o.recompute.empty()) {
     const auto rc = recomputeFromName(o.recompute);
     if (!rc) {
@@ -250,6 +261,9 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Compare 1f1b and v-half with and without vocabulary parallelism instead of searching");
   cmd->add_option("--recompute", o.recompute, "Fix recomputation to none|selective|full (default: searched)");
+  cmd->add_option("--framework", o.framework,
+                  "any (default) | megatron (1F1B, interleaved; ZeRO 0/1) | torchtitan (torch.distributed.pipelining "
+                  "schedules; DDP, FSDP): only what that framework runs");
   addRecipeFlags(cmd, o.recipe);
   cmd->callback([&exitCode] { exitCode = runConfigure(o); });
 }

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "pipestudio/common/Json.hpp"
+#include "pipestudio/model/GpuCatalog.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -84,13 +86,18 @@ ModelSpec gptModel(const std::string& name, int layers, int hidden, int heads, i
   return m;
 }
 
-// The row's cluster: the bundled file's GPU and links, with as many 8-GPU nodes as the run used.
-ClusterSpec clusterFor(const ClusterSpec& base, int gpus, double efficiency) {
+// The row's cluster: the bundled file's GPU and links, with as many nodes as the run used, and
+// `efficiency` as the GPU's efficiency in `precision` (bf16: the one knob of the bf16 tables).
+ClusterSpec clusterFor(const ClusterSpec& base, int gpus, double efficiency, Precision precision = Precision::Bf16) {
   ClusterSpec c = base;
   const int perNode = base.gpusPerNode();
   const int nodes = std::max(1, (gpus + perNode - 1) / perNode);
   c.nodes.assign(static_cast<std::size_t>(nodes), NodeSpec{"node", perNode, std::nullopt, std::nullopt});
-  c.gpu.efficiency = efficiency;
+  if (precision == Precision::Bf16) {
+    c.gpu.efficiency = efficiency;
+  } else {
+    c.gpu.efficiencyByPrecision[static_cast<std::size_t>(precision)] = efficiency;
+  }
   return c;
 }
 
@@ -99,6 +106,7 @@ struct Prediction {
   double iterationMs = 0;
   double bubble = 0;
   std::int64_t peakBytes = 0;
+  bool fits = true;  // every GPU's peak plus the stated margin within its capacity
   std::string error;
 };
 
@@ -116,7 +124,12 @@ Prediction planAndMeasure(PlanRequest request, const std::function<double(const 
   p.value = value(*plan);
   p.iterationMs = plan->metrics.iterationMs;
   p.bubble = plan->metrics.bubbleRatio;
-  for (const auto& d : plan->metrics.devices) p.peakBytes = std::max(p.peakBytes, d.peakMemoryBytes);
+  for (std::size_t d = 0; d < plan->metrics.devices.size(); ++d) {
+    const DeviceMetrics& dm = plan->metrics.devices[d];
+    p.peakBytes = std::max(p.peakBytes, dm.peakMemoryBytes);
+    const std::int64_t capacity = deviceGpu(plan->cluster, plan->config, static_cast<int>(d)).memoryBytes();
+    if (dm.peakMemoryBytes + dm.memory.marginBytes > capacity) p.fits = false;
+  }
   return p;
 }
 
@@ -139,6 +152,8 @@ struct Row {
   double measuredMemoryGb = 0;
   Prediction predicted;
   std::string unit;
+  std::string outOfScope;    // why the row is shown but not in the MAPE ("" = in it)
+  bool checkMemory = false;  // a run whose memory must fit in ours (the recipes that ran)
 };
 
 double pctError(double predicted, double measured) { return measured != 0 ? (predicted - measured) / measured : 0; }
@@ -170,6 +185,7 @@ RowPredictor sc21Predictor(const Json& table, const Json& row, const ClusterSpec
     c.parallel.tensor = tp;
     c.parallel.data = gpus / (tp * pp);
     c.parallel.sequenceParallel = false;  // 2021: no sequence parallelism yet
+    c.parallel.gradReduceInFp32 = true;   // fp16 training with fp32 main gradients, reduced in fp32
     c.parallel.recompute = Recompute::Full;
     c.parallel.overlapGradReduce = row["overlap_grad_reduce"].get<bool>();
     c.globalBatch = row["global_batch"].get<std::int64_t>();
@@ -201,6 +217,7 @@ RowPredictor zbPredictor(const Json& table, const Json& row, const std::string& 
     c.devices = pp;
     c.microbatches = row["microbatches"].get<int>();
     c.partition = "balanced";
+    c.parallel.gradReduceInFp32 = true;  // the authors' Megatron fork reduces fp32 main gradients
     Prediction failed;
     if (method == "1F1B") {
       c.schedule = "1f1b";
@@ -263,9 +280,110 @@ RowPredictor llamaPredictor(const Json& row, const ModelSpec& llama, const Clust
     c.parallel.data = row["dp"].get<int>();
     c.parallel.sequenceParallel = true;
     c.parallel.zeroStage = 1;
+    c.parallel.gradReduceInFp32 = true;  // §3.3.4: gradients accumulated and reduce-scattered in FP32
     c.globalBatch = row["global_batch"].get<std::int64_t>();
     c.microBatchSize = row["micro_batch"].get<std::int64_t>();
     return planAndMeasure(r, [](const Plan& plan) { return plan.metrics.modelTflopsPerGpu; });
+  };
+}
+
+// --- Training recipes (Megatron-Bridge / NeMo performance summaries) ---
+// A decoder from a model's public architecture: embedding, `layers` blocks, output layer.
+// Squared-ReLU MLPs (Nemotron) have GELU's two matrices; FlashAttention, causal, no dropout.
+ModelSpec recipeModel(const std::string& name, const Json& arch, int seq) {
+  ModelSpec m;
+  m.name = name;
+  Component c;
+  c.name = "backbone";
+  TransformerShape vocabShape;
+  vocabShape.hidden = arch["hidden"].get<int>();
+  vocabShape.seq = seq;
+  vocabShape.heads = arch["heads"].get<int>();
+  vocabShape.vocab = arch["vocab"].get<int>();
+  const bool tied = arch.value("tied", false);
+  TransformerShape block = vocabShape;
+  block.vocab.reset();
+  block.kvHeads = arch.value("kv_heads", 0);
+  block.ffn = arch["ffn"].get<int>();
+  block.mlp = arch.value("mlp", std::string("gelu")) == "swiglu" ? MlpKind::SwiGlu : MlpKind::Gelu;
+  block.dropout = false;
+  Layer embedding;
+  embedding.name = "embedding";
+  embedding.kind = "embedding";
+  embedding.transformer = vocabShape;
+  embedding.tied = tied;
+  c.layers.push_back(embedding);
+  for (int l = 0; l < arch["layers"].get<int>(); ++l) {
+    Layer layer;
+    layer.name = "block." + std::to_string(l);
+    layer.kind = "transformer";
+    layer.transformer = block;
+    c.layers.push_back(layer);
+  }
+  Layer head;
+  head.name = "lm_head";
+  head.kind = "lm_head";
+  head.transformer = vocabShape;
+  head.tied = tied;
+  c.layers.push_back(head);
+  m.components.push_back(std::move(c));
+  return m;
+}
+
+// A recipe row as the recipe runs it: its degrees, micro and global batch, precision and the
+// recipe's recomputation and overlap settings (the row says where they differ from
+// Megatron-Bridge's defaults); tokens per second per GPU.
+RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSpec& base, const Report& report) {
+  return [&table, &row, &base, &report](double efficiency) {
+    Prediction failed;
+    const auto precision = precisionFromName(row["precision"].get<std::string>());
+    if (!precision) {
+      failed.error = "unknown precision " + row["precision"].get<std::string>();
+      return failed;
+    }
+    const std::string model = row["model"].get<std::string>();
+    const int seq = row["seq"].get<int>();
+    const int gpus = row["gpus"].get<int>();
+    const int tp = row["tp"].get<int>(), pp = row["pp"].get<int>(), cp = row["cp"].get<int>();
+    const int vp = row["vp"].is_number() ? row["vp"].get<int>() : 1;
+    const int fsdp = row.value("fsdp", 0);
+    PlanRequest r;
+    r.model = recipeModel(model, table["models"][model], seq);
+    const std::string gpu = table["gpu"].get<std::string>();
+    const double bf16 = report.efficiency.count(gpu) ? report.efficiency.at(gpu) : base.gpu.efficiency;
+    r.cluster = clusterFor(base, gpus, bf16);
+    if (*precision != Precision::Bf16) {
+      r.cluster.gpu.efficiencyByPrecision[static_cast<std::size_t>(*precision)] = efficiency;
+    } else {
+      r.cluster.gpu.efficiency = efficiency;
+    }
+    PlanConfig& c = r.config;
+    c.schedule = vp > 1 ? "interleaved-1f1b" : "1f1b";
+    c.chunksPerDevice = vp;
+    c.devices = pp;
+    c.partition = "balanced";
+    c.precision = *precision;
+    Parallelism& par = c.parallel;
+    par.tensor = tp;
+    par.context = cp;
+    par.data = gpus / (tp * pp * cp);
+    par.sequenceParallel = tp > 1;
+    par.zeroStage = fsdp > 0 ? 3 : 1;  // Megatron FSDP, else the distributed optimizer
+    par.tpCommOverlap = row.value("tp_comm_overlap", true);
+    par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
+    if (row.contains("recompute")) {
+      const Json& rc = row["recompute"];
+      par.recompute = recomputeFromName(rc.value("granularity", std::string("none"))).value_or(Recompute::None);
+      par.recomputeNumLayers = rc.value("num_layers", 0);
+      par.recomputeMethod =
+          recomputeMethodFromName(rc.value("method", std::string("uniform"))).value_or(RecomputeMethod::Uniform);
+      if (rc.contains("modules")) {
+        par.recomputeModules = recomputeModulesFromNames(rc["modules"].get<std::string>()).value_or(0);
+      }
+    }
+    c.globalBatch = row["global_batch"].get<std::int64_t>();
+    c.microBatchSize = row["micro_batch"].get<std::int64_t>();
+    return planAndMeasure(r, [gpus](const Plan& plan) { return plan.metrics.tokensPerS / gpus; });
   };
 }
 
@@ -457,6 +575,8 @@ int run(const Options& o) {
     double measured;
     RowPredictor predict;
     double measuredMemoryGb = 0;  // peak memory the paper reports (GB = 10^9 bytes), when it does
+    std::string outOfScope;
+    bool checkMemory = false;
   };
   std::vector<Entry> entries;
   for (const Json& table : root["tables"]) {
@@ -477,6 +597,21 @@ int run(const Options& o) {
       } else if (id == "llama3") {
         entries.push_back(
             {id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), llamaPredictor(row, *llama, base)});
+      } else if (table.value("kind", std::string()) == "recipes") {
+        // One efficiency per (GPU type, precision): "H100" is bf16's, "H100/fp8" fp8's.
+        const std::string precision = row["precision"].get<std::string>();
+        const std::string key = precision == "bf16" ? gpu : gpu + "/" + precision;
+        Entry e{id,
+                key,
+                name,
+                "",
+                row["measured_tokens_per_s_per_gpu"].get<double>(),
+                recipePredictor(table, row, base, report)};
+        // Packed sequences (SFT): attention runs within each packed sample, which the cost
+        // model does not know (it costs attention over the whole sequence).
+        if (row.value("packed", false)) e.outOfScope = "packed sequences, not modelled";
+        e.checkMemory = table.value("check_memory", false);
+        entries.push_back(std::move(e));
       }
     }
   }
@@ -502,6 +637,8 @@ int run(const Options& o) {
     row.configuration = e.method;
     row.measured = e.measured;
     row.measuredMemoryGb = e.measuredMemoryGb;
+    row.outOfScope = e.outOfScope;
+    row.checkMemory = e.checkMemory;
     row.predicted = e.predict(eff);
     report.rows.push_back(row);
     const std::string key = e.table + (e.method.empty() ? "" : " " + e.method);
@@ -509,6 +646,7 @@ int run(const Options& o) {
       ok = false;
       continue;
     }
+    if (!row.outOfScope.empty()) continue;
     auto& [sum, n] = mape[key];
     sum += std::abs(pctError(row.predicted.value, row.measured));
     ++n;
@@ -550,22 +688,32 @@ int run(const Options& o) {
       std::snprintf(memory, sizeof memory, "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9,
                     r.measuredMemoryGb);
     } else {
-      std::snprintf(memory, sizeof memory, "%6.1f", static_cast<double>(r.predicted.peakBytes) / 1e9);
+      // Recipes that ran: a peak that does not fit (with the stated margin) is a miss.
+      const bool missed = r.checkMemory && !r.predicted.fits;
+      std::snprintf(memory, sizeof memory, "%6.1f%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
+                    r.predicted.fits ? "" : (missed ? " DOES NOT FIT" : " (over)"));
+      if (missed) ok = false;
     }
-    std::printf("%s %-14s %s %8.2f %s %8.2f %s %+6.1f%% %s %10.1f %s %s %s\n", bar, r.name.c_str(), bar, r.measured,
-                bar, r.predicted.value, bar, 100.0 * pctError(r.predicted.value, r.measured), bar,
-                r.predicted.iterationMs, bar, memory, o.markdown ? "|" : "");
+    const std::string name = r.outOfScope.empty() ? r.name : r.name + " (" + r.outOfScope + ": not in the MAPE)";
+    std::printf("%s %-14s %s %8.2f %s %8.2f %s %+6.1f%% %s %10.1f %s %s %s\n", bar, name.c_str(), bar, r.measured, bar,
+                r.predicted.value, bar, 100.0 * pctError(r.predicted.value, r.measured), bar, r.predicted.iterationMs,
+                bar, memory, o.markdown ? "|" : "");
   }
   std::printf("\n## MAPE (throughput)\n\n");
   if (o.markdown) std::printf("| table | MAPE | rows | target 10 %% |\n|---|---:|---:|---|\n");
+  // Tables the document marks "gated": false are checks held back from the calibration whose
+  // recipes are not confirmed: their MAPE is printed, the target not enforced.
+  std::map<std::string, bool> gated;
+  for (const Json& table : root["tables"]) gated[table["id"].get<std::string>()] = table.value("gated", true);
   for (const auto& [key, v] : mape) {
     const double value = v.second ? v.first / v.second : 0;
     // ZB-1p/ZB-2p/1F1B-I depend on the auto-scheduler and interleaving as well; the targets
-    // apply to every table.
+    // apply to every gated table.
     const bool met = value <= kThroughputMapeTarget;
-    ok = ok && met;
-    std::printf("%s %-20s %s %5.1f%% %s %3d %s %s %s\n", bar, key.c_str(), bar, 100.0 * value, bar, v.second, bar,
-                met ? "met" : "MISSED", o.markdown ? "|" : "");
+    const bool enforced = gated[key.substr(0, key.find(' '))];
+    ok = ok && (met || !enforced);
+    std::printf("%s %-20s %s %5.1f%% %s %3d %s %s%s %s\n", bar, key.c_str(), bar, 100.0 * value, bar, v.second, bar,
+                met ? "met" : "MISSED", enforced ? "" : " (not enforced)", o.markdown ? "|" : "");
   }
 
   std::printf("\n## MAPE (peak memory, where the paper reports it; not a target)\n\n");
@@ -612,21 +760,22 @@ int run(const Options& o) {
 
   ok = printVocabTable(root, clusters, report, o.markdown) && ok;
 
-  // The bundled clusters carry the calibrated value: the one knob is set in one place.
-  std::printf("\n## Bundled clusters\n\n");
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(resources + "/clusters")) files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& path : files) {
-    auto c = loadCluster(path.string());
-    if (!c) continue;
-    for (const auto& [gpu, eff] : report.efficiency) {
-      if (c->gpu.name.find(gpu) == std::string::npos) continue;
-      const bool same = std::abs(c->gpu.efficiency - eff) <= 0.01;
-      ok = ok && same;
-      std::printf("%s %-28s %s efficiency %.2f %s\n", bar, path.filename().string().c_str(), bar, c->gpu.efficiency,
-                  same ? "(calibrated)" : "DIFFERS from the calibration");
-    }
+  // The GPU catalogue carries the calibrated values (one per GPU type and precision), which
+  // every bundled cluster naming the GPU reads: each knob is set in one place.
+  std::printf("\n## GPU catalogue (resources/gpus/catalog.json)\n\n");
+  for (const auto& [key, eff] : report.efficiency) {
+    const auto slash = key.find('/');
+    const std::string gpu = key.substr(0, slash);
+    const Precision precision = slash == std::string::npos
+                                    ? Precision::Bf16
+                                    : precisionFromName(key.substr(slash + 1)).value_or(Precision::Bf16);
+    const CatalogGpu* entry = findCatalogGpu(gpu);
+    const double stored = entry ? entry->gpu.efficiencyFor(precision) : 0.0;
+    const bool same = entry && std::abs(stored - eff) <= 0.01;
+    ok = ok && same;
+    std::printf("%s %-24s %s %-6s %s efficiency %.3f %s\n", bar, entry ? entry->gpu.name.c_str() : gpu.c_str(), bar,
+                std::string(precisionName(precision)).c_str(), bar, stored,
+                same ? "(calibrated)" : "DIFFERS from the calibration");
   }
   if (o.check && !ok) {
     std::fprintf(stderr, "fidelity: a target was missed (see above)\n");

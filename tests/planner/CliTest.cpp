@@ -157,3 +157,47 @@ TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
 }
 
 }  // namespace
+
+// Issue 25's recipe flags: recorded in `--json`'s config, exposed communication per device in
+// its metrics; a precision the GPU lacks, contradicting flags and unknown modules exit with the
+// flag named.
+TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
+  const std::string h100 = kResources + "/clusters/h100-8x8-ib.json";
+  const std::string llama = kResources + "/models/llama3-8b.json";
+  const CliRun ok = run("plan --model " + llama + " --cluster " + h100 +
+                        " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --precision fp8"
+                        " --no-overlap-param-gather --grad-reduce-dtype fp32 --recompute full"
+                        " --recompute-num-layers 2 --recompute-method block --json");
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  const auto doc = pipestudio::parseJson(ok.out, "<stdout>");
+  ASSERT_TRUE(doc.hasValue()) << ok.out;
+  const pipestudio::Json& config = doc->root["config"];
+  EXPECT_EQ(config["precision"], "fp8");
+  EXPECT_EQ(config["overlap_param_gather"], false);
+  EXPECT_EQ(config["tp_comm_overlap"], true);
+  EXPECT_EQ(config["grad_reduce_dtype"], "fp32");
+  EXPECT_EQ(config["recompute_num_layers"], 2);
+  EXPECT_EQ(config["recompute_method"], "block");
+  for (const auto& d : doc->root["metrics"]["devices"]) {
+    EXPECT_GT(d["exposed_comm_ms"].get<double>(), 0);
+    EXPECT_GT(d["memory"]["low_precision_weight_bytes"].get<double>(), 0);
+  }
+
+  const CliRun a100 = run("plan --model " + llama + " --cluster " + cluster +
+                          " --schedule 1f1b --devices 2 --microbatches 4 --precision fp8");
+  EXPECT_EQ(a100.status, 1) << a100.out;
+  EXPECT_NE(a100.out.find("--precision fp8"), std::string::npos) << a100.out;
+  const CliRun both = run("plan --model " + llama + " --cluster " + h100 +
+                          " --schedule 1f1b --devices 2 --microbatches 4 --tp-comm-overlap --no-tp-comm-overlap");
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_NE(both.out.find("--tp-comm-overlap and --no-tp-comm-overlap"), std::string::npos) << both.out;
+  const CliRun module = run("plan --model " + llama + " --cluster " + h100 +
+                            " --schedule 1f1b --devices 2 --microbatches 4 --recompute selective"
+                            " --recompute-modules core_attn,attn_everything");
+  EXPECT_EQ(module.status, 2) << module.out;
+  EXPECT_NE(module.out.find("'attn_everything' is not a module"), std::string::npos) << module.out;
+  const CliRun precision = run("plan --model " + llama + " --cluster " + h100 +
+                               " --schedule 1f1b --devices 2 --microbatches 4 --precision fp6");
+  EXPECT_EQ(precision.status, 2) << precision.out;
+  EXPECT_NE(precision.out.find("--precision 'fp6'"), std::string::npos) << precision.out;
+}

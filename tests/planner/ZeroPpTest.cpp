@@ -62,6 +62,7 @@ PlanRequest zeroRequest(const std::string& schedule, int p, int m, int chunks, i
   r.config.partition = "balanced";
   r.config.parallel.data = 8;
   r.config.parallel.zeroStage = 3;
+  r.config.parallel.gradReduceInFp32 = true;  // FSDP with an fp32 reduce dtype, as the paper trains
   r.config.unitMicrobatches = unit;
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   return r;

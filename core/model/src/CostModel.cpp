@@ -560,24 +560,29 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
 
   // --- ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
   // layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
-  // in bf16). ---
+  // in bf16).
+  // ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
+  // produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
+  // accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). ---
   std::int64_t gatherBufferBytes = 0;
-  if (par.zeroStage >= 3 && k.D > 1 && ctx.trainable) {
+  if (par.zeroStage >= 2 && k.D > 1 && ctx.trainable) {
     const double gradBytes = par.gradReduceInFp32 ? kFp32 : kBf16;
-    const double gather = allGatherMs(ctx.links.data, static_cast<int>(k.D), kBf16 * localParams);
     const double scatter = allGatherMs(ctx.links.data, static_cast<int>(k.D), gradBytes * localParams);
+    const Exposure wgt = overlapped(scatter, backwardWeightMs, 1.0, OverlapKind::Bulk);
+    backwardWeightMs += wgt.exposedMs;
+    backwardWeightCommMs += wgt.exposedMs;
+    c.backwardWeightHiddenCommMs += wgt.hiddenMs;
+  }
+  if (par.zeroStage >= 3 && k.D > 1 && ctx.trainable) {
+    const double gather = allGatherMs(ctx.links.data, static_cast<int>(k.D), kBf16 * localParams);
     const Exposure fwd = overlapped(gather, forwardMs, 1.0, OverlapKind::Bulk);
     const Exposure bwd = overlapped(gather, backwardInputMs, 1.0, OverlapKind::Bulk);
-    const Exposure wgt = overlapped(scatter, backwardWeightMs, 1.0, OverlapKind::Bulk);
     forwardMs += fwd.exposedMs;
     forwardCommMs += fwd.exposedMs;
     backwardInputMs += bwd.exposedMs;
     backwardInputCommMs += bwd.exposedMs;
-    backwardWeightMs += wgt.exposedMs;
-    backwardWeightCommMs += wgt.exposedMs;
     c.forwardHiddenCommMs += fwd.hiddenMs;
     c.backwardInputHiddenCommMs += bwd.hiddenMs;
-    c.backwardWeightHiddenCommMs += wgt.hiddenMs;
     gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
   }
 

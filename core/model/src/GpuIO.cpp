@@ -27,8 +27,13 @@ bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, 
     }
     const auto v = r.numberValue(node.child(name), range.min, range.max);
     if (!v) continue;
-    if (*precision == Precision::Bf16) scalar = *v;
-    perPrecision[static_cast<std::size_t>(*precision)] = *v;
+    // bf16 is the scalar field (what files before per-precision values wrote); the array
+    // holds the other formats.
+    if (*precision == Precision::Bf16) {
+      scalar = *v;
+    } else {
+      perPrecision[static_cast<std::size_t>(*precision)] = *v;
+    }
   }
   return true;
 }
@@ -50,14 +55,16 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
     g.hostLinkGBps = *v;
 }
 
-// A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields.
+// A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields (a field
+// present with a bad value has its own message already).
 bool complete(JsonReader& r, const JsonNode& node, const GpuSpec& g) {
   bool ok = true;
   auto need = [&](bool present, const char* field) {
     if (present) return;
+    ok = false;
+    if (node.value->contains(field)) return;
     r.error(node.child(field), std::string("missing required field '") + field +
                                    "' (or name a GPU of the catalogue: \"model\": \"H100\")");
-    ok = false;
   };
   need(!g.name.empty(), "name");
   need(g.peakTflops > 0, "peak_tflops");

@@ -112,7 +112,7 @@ CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, con
     }
   }
   PlanConfig resident = config;
-  resident.parallel.zeroStage = 2;
+  resident.parallel.zeroStage = 1;  // no per-pass gathers or scatters
   PlanConfig unrecomputed = config;
   unrecomputed.parallel.recompute = Recompute::None;
   for (const int device : classDevice) {
@@ -195,7 +195,7 @@ StageCosts CostedModel::stage(const VirtualStage& vs) const {
     }
     if (resident) {
       // The share of each pass that is the gather is the difference to the same pass with
-      // resident parameters (ZeRO-2), layer by layer.
+      // resident parameters (ZeRO-1), layer by layer.
       const LayerCosts& r = (*resident)[lu];
       s.zeroGatherForwardMs += std::max(0.0, lc.forwardMs - r.forwardMs);
       s.zeroGatherBackwardMs += std::max(0.0, lc.backwardInputMs - r.backwardInputMs);

@@ -98,8 +98,15 @@ std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vec
 }
 
 std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
-  constexpr std::int64_t kWorkspaceBytes = std::int64_t{1} << 30;  // CUDA context, cuBLAS and NCCL workspaces
-  constexpr double kFragmentation = 0.05;                          // caching allocator fragmentation
+  // The CUDA context, cuBLAS/cuDNN workspaces, NCCL's communicator buffers and Transformer
+  // Engine's userbuffers: 1 GiB.
+  constexpr std::int64_t kWorkspaceBytes = std::int64_t{1} << 30;
+  // What PyTorch's caching allocator keeps but cannot hand out. The recipes run it with
+  // expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment of
+  // Megatron-Bridge's recipes, src/megatron/bridge/perf_recipes/*/h100/), which maps memory page
+  // by page as blocks grow instead of
+  // reserving fixed segments, so fragmentation stays a small share of the capacity: 2 %.
+  constexpr double kFragmentation = 0.02;
   return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
 
@@ -300,7 +307,8 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
   const double bucketParams = std::max(4.0e7, 1.0e6 * dp);
   for (std::size_t d = 0; d < devices; ++d) {
     double syncMs = 0, lastBucketMs = 0;
-    if (zero <= 2) {
+    // From ZeRO-2 on, every W reduce-scatters its gradients inside the pipeline (CostModel.cpp).
+    if (zero <= 1) {
       const auto reduce = [&](int ranks, double params) {
         const double bytes = gradBytes * params;
         return zero == 0 ? allReduceMs(links.data, ranks, bytes) : allGatherMs(links.data, ranks, bytes);
@@ -355,7 +363,10 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
   m.tokensPerS = m.throughputSamplesPerS * static_cast<double>(tokensPerSample(plan.model));
   const double gpus = static_cast<double>(std::max<std::int64_t>(1, plan.config.totalGpus()));
   m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan, costed) * microbatches / seconds / gpus / 1e12;
-  if (plan.cluster.gpu.peakTflops > 0) m.mfu = m.modelTflopsPerGpu / plan.cluster.gpu.peakTflops;
+  // MFU against the dense peak of the recipe's precision (FP8 recipes against the FP8 peak, so
+  // 100 % stays the ceiling).
+  const double peak = plan.cluster.gpu.peakTflopsFor(plan.config.precision);
+  if (peak > 0) m.mfu = m.modelTflopsPerGpu / peak;
 }
 
 // The collective time inside an op's duration (exposed) and beside it (hidden), by its pass.

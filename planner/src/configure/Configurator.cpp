@@ -59,16 +59,33 @@ std::vector<int> divisorsOf(std::int64_t n, std::int64_t limit) {
   return out;
 }
 
+// Virtual stages per device an interleaved schedule may use on P devices: every divisor v ≥ 2
+// of the blocks each device holds, as Megatron-LM requires without a layout string (NVIDIA's
+// Llama-3-70B recipes: VP 5 at PP 8, VP 20 at PP 4); with blocks that do not divide evenly over
+// the devices, 2 and 4 (the balanced partitioner splits unevenly).
+std::vector<int> interleavingChoices(int blocks, int P) {
+  std::vector<int> out;
+  if (P > 0 && blocks % P == 0) {
+    for (const int v : divisorsOf(blocks / P, blocks / P)) {
+      if (v >= 2) out.push_back(v);
+    }
+  }
+  if (out.empty()) out = {2, 4};
+  return out;
+}
+
 // What a configuration's bounds need from its layers, per microbatch, summed over the model.
 struct CostSummary {
   double forwardMs = 0, backwardInputMs = 0, backwardWeightMs = 0;  // trainable layers, one microbatch
   double trainableWorkMs = 0;  // F + B + W of every trainable layer (one microbatch)
+  double trainableCommMs = 0;  // the exposed collective time inside trainableWorkMs
   double frozenWorkMs = 0;     // F of every frozen layer
   double denseParams = 0;      // per GPU (TP/EP shards), trainable
   double expertParams = 0;
   double frozenParams = 0;
-  double activationBytes = 0;  // trainable layers, one microbatch, per GPU
-  double outputBytes = 0;      // the largest hidden state a trainable layer sends on (per GPU)
+  double activationBytes = 0;    // trainable layers, one microbatch, per GPU
+  double lowPrecisionBytes = 0;  // cached low-precision weight copies, per GPU (all layers)
+  double outputBytes = 0;        // the largest hidden state a trainable layer sends on (per GPU)
 };
 
 // A configuration before simulation.
@@ -164,18 +181,32 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
   PlanConfig config = m_options.recipe;
   config.parallel = par;
   const CostedModel costs(m_model, m_cluster, config, mbs);
+  // Full recomputation of only some layers: which ones depends on the partition, so the bound
+  // takes the time of no recomputation and the activations of recomputing every layer (both
+  // optimistic).
+  std::optional<CostedModel> unrecomputed;
+  if (par.recompute == Recompute::Full && par.recomputeNumLayers > 0) {
+    PlanConfig none = config;
+    none.parallel.recompute = Recompute::None;
+    unrecomputed.emplace(m_model, m_cluster, none, mbs);
+  }
   CostSummary s;
   for (int ci = 0; ci < static_cast<int>(m_model.components.size()); ++ci) {
     const bool trainable = m_model.component(ci).trainable;
-    for (const LayerCosts& c : costs.component(ci)) {
+    const std::vector<LayerCosts>& layers = costs.component(ci);
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      LayerCosts c = unrecomputed ? unrecomputed->component(ci)[li] : layers[li];
+      c.activationBytes = std::min(c.activationBytes, layers[li].activationBytes);
       if (trainable) {
         s.trainableWorkMs += c.forwardMs + c.backwardInputMs + c.backwardWeightMs;
+        s.trainableCommMs += c.forwardCommMs + c.backwardInputCommMs + c.backwardWeightCommMs;
         s.forwardMs += c.forwardMs;
         s.backwardInputMs += c.backwardInputMs;
         s.backwardWeightMs += c.backwardWeightMs;
         s.denseParams += c.parameterCount() - static_cast<double>(c.expertParameterBytes) / 2.0;
         s.expertParams += static_cast<double>(c.expertParameterBytes) / 2.0;
         s.activationBytes += static_cast<double>(c.activationBytes);
+        s.lowPrecisionBytes += static_cast<double>(c.lowPrecisionWeightBytes);
         s.outputBytes = std::max(s.outputBytes, static_cast<double>(c.outputBytes));
       } else {
         s.frozenWorkMs += c.forwardMs;
@@ -336,6 +367,7 @@ Expected<Configuration> Search::run() {
   out.globalBatch = globalBatch;
 
   int trainableLayers = 0;
+  int blocks = 0;  // transformer blocks (what Megatron's virtual pipeline stages divide)
   std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0, experts = 0;
   bool anyTransformer = false;
   for (int c : m_model.trainableComponents()) {
@@ -343,6 +375,7 @@ Expected<Configuration> Search::run() {
       ++trainableLayers;
       if (!l.transformer || l.kind == "embedding" || l.kind == "lm_head") continue;
       anyTransformer = true;
+      ++blocks;
       minHeads = std::gcd(minHeads, l.transformer->heads);
       minKvHeads = std::gcd(minKvHeads, l.transformer->kvHeadsOrHeads());
       minSeq = minSeq == 0 ? l.transformer->seq : std::min(minSeq, l.transformer->seq);
@@ -393,7 +426,7 @@ Expected<Configuration> Search::run() {
                     continue;
                   }
                   std::vector<int> chunkChoices = {g->defaultChunksPerDevice()};
-                  if (schedule == "interleaved-1f1b") chunkChoices = {2, 4};
+                  if (schedule == "interleaved-1f1b") chunkChoices = interleavingChoices(blocks, P);
                   for (int chunks : chunkChoices) {
                     if (P * chunks > trainableLayers) {
                       note(P, D, schedule,
@@ -455,13 +488,15 @@ Expected<Configuration> Search::run() {
     const int expertDp = std::max(1, D / par.expert);
     const GpuSpec& gpu = m_cluster.gpu;
     const int zero = std::max(par.zeroStage, m_model.optimizer.distributed ? 1 : 0);
-    const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D);
-    const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp);
+    const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D, par.gradReduceInFp32);
+    const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, par.gradReduceInFp32);
     // Bidirectional schedules hold the model twice.
     const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
     const double copies = g ? g->pipelines() : 1;
+    const double lowPrecision = zero >= 3 ? 0.0 : s.lowPrecisionBytes;  // ZeRO-3 holds them only while gathered
     const double staticLb =
-        copies * (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams) / P;
+        copies *
+        (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) / P;
     const double capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
     if (staticLb > capacity) {
       ++out.prunedByMemory;
@@ -492,14 +527,19 @@ Expected<Configuration> Search::run() {
     const CollectiveLinks links = collectiveLinks(m_cluster, par);
     double syncLb = 0;
     if (!par.overlapGradReduce && zero <= 2) {
-      const double perDevice = s.denseParams / P;
-      syncLb = zero == 0 ? allReduceMs(links.data, D, 4.0 * perDevice) : allGatherMs(links.data, D, 4.0 * perDevice);
+      const double gradBytes = (par.gradReduceInFp32 ? 4.0 : 2.0) * s.denseParams / P;
+      syncLb = zero == 0 ? allReduceMs(links.data, D, gradBytes) : allGatherMs(links.data, D, gradBytes);
     }
     const double shard =
         (zero >= 1 ? s.denseParams / D + s.expertParams / expertDp : s.denseParams + s.expertParams) / P;
     // One virtual stage's F+B+W for one microbatch (a pipeline's stages share the model).
-    const double stagePassMs = s.trainableWorkMs * copies / (static_cast<double>(P) * cfg.chunksPerDevice);
-    const double iterationEstimate = (s.trainableWorkMs + s.frozenWorkMs) * cfg.microbatches / P +
+    // Schedules that overlap a forward with another microbatch's backward (DualPipe) hide one
+    // pass's collectives under the other's compute: their bound counts compute only.
+    PlanConfig scheduled = cfg;
+    if (g) g->configure(scheduled);
+    const double workMs = scheduled.overlapForwardBackward ? s.trainableWorkMs - s.trainableCommMs : s.trainableWorkMs;
+    const double stagePassMs = workMs * copies / (static_cast<double>(P) * cfg.chunksPerDevice);
+    const double iterationEstimate = (workMs + s.frozenWorkMs) * cfg.microbatches / P +
                                      profile.idleStagePasses * stagePassMs + syncLb + optimizerStepMs(gpu, shard);
     cand.throughputEstimate =
         iterationEstimate > 0 ? static_cast<double>(globalBatch) / (iterationEstimate / 1000.0) : 1e300;
@@ -518,6 +558,9 @@ Expected<Configuration> Search::run() {
   // microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list is then simulated in
   // full, screened-best first; only plans simulated in full are returned.
   const auto keep = static_cast<std::size_t>(std::max(1, m_options.keep));
+  // The budget counts screenings that fit: a run of candidates the memory bound let through
+  // but the screening refuses must not end the search before a fitting one is seen. A hard cap
+  // of ten times that many screenings keeps the time bounded by work.
   const int budget = std::max(static_cast<int>(keep), m_options.maxSimulations);
   std::vector<Screened> screened;
   for (std::size_t i = 0; i < viable.size(); ++i) {
@@ -526,7 +569,7 @@ Expected<Configuration> Search::run() {
     const Candidate& cand = viable[i];
     const bool settled =
         screened.size() >= keep && cand.throughputEstimate < (1.0 - kEstimateMargin) * screened[keep - 1].throughput;
-    if (settled || out.evaluated >= budget) {
+    if (settled || static_cast<int>(screened.size()) >= budget || out.evaluated >= 10 * budget) {
       out.boundedOut = static_cast<int>(viable.size() - i);
       for (std::size_t k = i; k < viable.size(); ++k) {
         const PlanConfig& cfg = viable[k].config;

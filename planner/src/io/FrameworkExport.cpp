@@ -561,4 +561,15 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   return out;
 }
 
+std::optional<FrameworkSpace> frameworkSpace(std::string_view framework) {
+  // The same rules megatronExport and torchtitanExport check (the Zero Bubble fork's schedules
+  // export to Megatron-LM too, but NVIDIA's recipes run upstream).
+  if (framework == "megatron") return FrameworkSpace{{"1f1b", "interleaved-1f1b"}, {0, 1}};
+  if (framework == "torchtitan") {
+    return FrameworkSpace{
+        {"gpipe", "1f1b", "interleaved-1f1b", "breadth-first", "interleaved-zb", "zb-v", "dualpipe-v"}, {0, 2, 3}};
+  }
+  return std::nullopt;
+}
+
 }  // namespace pipestudio

@@ -56,9 +56,12 @@ void setMemoryBudgets(const PlanRequest& request, const std::map<int, int>& stag
     ++mineOnDevice[st.device];
   }
   for (PartitionStage& st : problem.stages) {
+    // A --memory-limit is what the plan may allocate; a GPU's own capacity first keeps back the
+    // margin, as the final memory check does (checkMemory).
+    const GpuSpec& gpu = deviceGpu(request.cluster, request.config, st.device);
     const double limit = request.config.memoryLimitBytes
                              ? static_cast<double>(*request.config.memoryLimitBytes)
-                             : static_cast<double>(deviceGpu(request.cluster, request.config, st.device).memoryBytes());
+                             : static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
     if (limit <= 0) continue;
     const double share = limit * mineOnDevice[st.device] / std::max(1, stagesOnDevice.at(st.device));
     const double total = weightOnDevice[st.device];

@@ -277,10 +277,19 @@ double stageMemoryBytes(const PartitionProblem& p, int stage, int first, int end
 // the largest stage holds 3 whatever the rest do), and schedules with several stages per device
 // (interleaved, V) load a device with the sum of its stages. O(S·L·W) for windows of W
 // boundaries; nullopt when that exceeds a fixed budget (the min-max partition stands).
-std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, const Prefix& x, double boundMs) {
+// With `mindMemory`, only stages within their memory budgets (static bytes + live microbatches ×
+// activations) are allowed: the split that is even and fits the devices is preferred.
+std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, const Prefix& x, double boundMs,
+                                                  bool mindMemory) {
   const int S = static_cast<int>(p.stages.size());
   const int L = p.layers;
   if (static_cast<double>(S) * L * L > 2e8) return std::nullopt;
+  const auto fits = [&](int s, int i, int j) {
+    if (!mindMemory) return true;
+    const PartitionStage& st = p.stages[static_cast<std::size_t>(s)];
+    const double bytes = x.stat[j] - x.stat[i] + st.liveMicrobatches * (x.act[j] - x.act[i]);
+    return bytes <= st.memoryBudgetBytes;
+  };
   // best(s, j): least Σ t² of stages 0..s−1 over layers [0, j); from(s, j): where stage s−1 began.
   Grid<double> best(S + 1, L + 1, kInf);
   Grid<int> from(S + 1, L + 1, -1);
@@ -292,7 +301,7 @@ std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, con
       for (int i = j - 1; i >= s; --i) {
         const double t = c[j] - c[i];
         if (t > boundMs) break;  // earlier starts only grow the stage
-        if (best(s, i) == kInf) continue;
+        if (best(s, i) == kInf || !fits(s, i, j)) continue;
         const double v = best(s, i) + t * t;
         if (v < best(s + 1, j)) {
           best(s + 1, j) = v;
@@ -334,7 +343,10 @@ Expected<PartitionResult> balancedPartition(const PartitionProblem& p) {
       lo = mid;
     }
   }
-  if (auto even = evenestUnderBound(q, x, hi * (1 + kRelEps))) return evaluatePartition(p, *even);
+  // The most even split at the bound that fits the memory budgets, else the most even one.
+  const Prefix withMemory = makePrefix(p);
+  if (auto even = evenestUnderBound(p, withMemory, hi * (1 + kRelEps), true)) return evaluatePartition(p, *even);
+  if (auto even = evenestUnderBound(q, x, hi * (1 + kRelEps), false)) return evaluatePartition(p, *even);
   return evaluatePartition(p, best.firstLayer);
 }
 

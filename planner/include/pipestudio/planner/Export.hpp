@@ -102,6 +102,16 @@ struct TorchtitanExport {
 };
 Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string& csvPath);
 
+/// What a framework's runtime runs, for `configure --framework`: the schedules and ZeRO stages
+/// its export takes without a fork. megatron: upstream Megatron-LM / Megatron-Core (1F1B and
+/// interleaved 1F1B; no ZeRO or its distributed optimizer, ZeRO-1); torchtitan: the schedules of
+/// torch.distributed.pipelining with DDP or FSDP2 (ZeRO 0, 2, 3). nullopt for another name.
+struct FrameworkSpace {
+  std::vector<std::string> schedules;
+  std::vector<int> zeroStages;
+};
+std::optional<FrameworkSpace> frameworkSpace(std::string_view framework);
+
 /// Where the actions of a CSV must fit: the virtual stages (placement) and the microbatch count.
 struct CsvScheduleShape {
   int devices = 0;

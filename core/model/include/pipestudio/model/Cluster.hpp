@@ -17,13 +17,13 @@ inline constexpr const char* kClusterSchema = "pipestudio.cluster/1";
 struct GpuSpec {
   std::string name;
   double peakTflops = 0;  ///< dense bf16 peak
-  /// Dense peak per precision (indexed by Precision), TFLOP/s; 0: bf16 and fp16 use peakTflops,
-  /// a low-precision format is one this GPU has no tensor-core path for.
+  /// Dense peak per precision (indexed by Precision; the bf16 slot is unused: peakTflops), TFLOP/s;
+  /// 0: fp16 uses peakTflops, a low-precision format is one this GPU has no tensor-core path for.
   std::array<double, kPrecisionCount> peakTflopsByPrecision{};
   double memoryGib = 0;
   double efficiency = 0.5;  ///< achieved fraction of the bf16 peak by large GEMMs: the calibration knob
-  /// Calibrated efficiency per precision (one per GPU type and precision, issue 25); 0: the bf16
-  /// `efficiency`.
+  /// Calibrated efficiency per precision (one per GPU type and precision, issue 25; the bf16 slot
+  /// is unused: `efficiency`); 0: the bf16 `efficiency`.
   std::array<double, kPrecisionCount> efficiencyByPrecision{};
   /// HBM bandwidth from the datasheet, GB/s (memory-bound kernels, skinny GEMMs); 0: derived as
   /// peak FLOP/s / 200 FLOP per byte, typical of recent data-centre GPUs.
@@ -36,11 +36,13 @@ struct GpuSpec {
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).
   double peakTflopsFor(Precision precision) const {
+    if (precision == Precision::Bf16) return peakTflops;
     const double p = peakTflopsByPrecision[static_cast<std::size_t>(precision)];
     if (p > 0) return p;
-    return precision == Precision::Bf16 || precision == Precision::Fp16 ? peakTflops : 0.0;
+    return precision == Precision::Fp16 ? peakTflops : 0.0;
   }
   double efficiencyFor(Precision precision) const {
+    if (precision == Precision::Bf16) return efficiency;
     const double e = efficiencyByPrecision[static_cast<std::size_t>(precision)];
     return e > 0 ? e : efficiency;
   }

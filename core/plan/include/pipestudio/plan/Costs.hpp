@@ -98,7 +98,7 @@ class CostedModel {
   RecomputeMethod m_recomputeMethod = RecomputeMethod::Uniform;
   int m_recomputeNumLayers = 0;    ///< > 0 only with full recomputation
   std::vector<int> m_deviceClass;  ///< GPU class per device; empty: one GPU type for all
-  /// [class][component][layer], and the same with resident parameters (ZeRO-2) for blockwise
+  /// [class][component][layer], and the same with resident parameters (ZeRO-1) for blockwise
   /// ZeRO-3 plans, whose gathers are the difference.
   std::vector<std::vector<std::vector<LayerCosts>>> m_costs;
   std::vector<std::vector<std::vector<LayerCosts>>> m_resident;

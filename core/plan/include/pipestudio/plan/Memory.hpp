@@ -24,8 +24,9 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
 /// Static memory (parameters, gradients, optimizer state, collective buffers) of each device.
 std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs);
 
-/// What a GPU's capacity keeps back from the plan: the CUDA context, cuBLAS/NCCL workspaces
-/// (1 GiB) and allocator fragmentation (5 % of the capacity). Stated in the README.
+/// What a GPU's capacity keeps back from the plan: the CUDA context, cuBLAS/NCCL/userbuffers
+/// workspaces (1 GiB) and the caching allocator's fragmentation with expandable segments (2 % of
+/// the capacity). Stated in docs/fidelity.md.
 std::int64_t memoryMarginBytes(const GpuSpec& gpu);
 
 /// One step of a device's memory curve: from `timeMs` on, `bytes` are in use.

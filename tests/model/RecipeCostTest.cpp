@@ -1,0 +1,233 @@
+// Today's training recipes in the cost model (issue 25): precision, overlapped communication,
+// the gradient reduction type, partial recomputation and the GPU catalogue. One hand-computed
+// case per formula; expected values are written out from the formulas cited in CostModel.cpp,
+// not computed by the code under test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pipestudio/model/CostModel.hpp"
+#include "pipestudio/model/GpuCatalog.hpp"
+#include "pipestudio/plan/Costs.hpp"
+
+using namespace pipestudio;
+
+namespace {
+
+// Round numbers and no shape effects (no SM count): bf16 100 TFLOP/s at 50 %, fp8 200 TFLOP/s
+// at 50 %, 1 TB/s of HBM.
+GpuSpec testGpu() {
+  GpuSpec g;
+  g.name = "test";
+  g.peakTflops = 100;
+  g.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Fp8)] = 200;
+  g.memoryGib = 80;
+  g.efficiency = 0.5;
+  g.memoryBandwidthGBps = 1000;
+  return g;
+}
+
+// A GPT block of hidden h, sequence s, heads a: GELU MLP of 4h, multi-head attention,
+// FlashAttention, dropout.
+Layer block(std::int64_t h, std::int64_t s, std::int64_t a) {
+  Layer l;
+  l.name = "block";
+  l.kind = "transformer";
+  TransformerShape t;
+  t.hidden = h;
+  t.seq = s;
+  t.heads = a;
+  l.transformer = t;
+  return l;
+}
+
+CostContext context(Precision p = Precision::Bf16, int tp = 1, std::int64_t b = 2) {
+  CostContext c;
+  c.gpu = testGpu();
+  c.precision = p;
+  c.parallel.tensor = tp;
+  c.parallel.sequenceParallel = tp > 1;
+  c.samplesPerMicrobatch = b;
+  c.links.tensor = CollectiveLink{100, 0, false};
+  c.links.context = CollectiveLink{100, 0, false};
+  c.links.expert = CollectiveLink{100, 0, false};
+  c.links.data = CollectiveLink{10, 0, true};
+  return c;
+}
+
+constexpr double h = 1024, s = 512, a = 16, b = 2, n = s * b;
+
+double ms(double amount, double perS) { return amount / perS * 1000.0; }
+
+}  // namespace
+
+// FP8 runs the weight GEMMs at the fp8 rate (24·n·h² FLOPs for a 4h GELU block: QKV 6nh²,
+// projection 2nh², MLP 16nh²) and adds Transformer Engine's casts with per-tensor current
+// scaling, 6 bytes per value (amax read 2, cast read 2, row-wise and transposed writes 1 + 1):
+// forward the inputs of QKV (h), the projection (h), FC1 (h) and FC2 (4h) per token; backward
+// the output gradients of QKV (3h), the projection (h), FC1 (4h) and FC2 (h). The attention
+// core and the element-wise kernels are the same as in bf16.
+TEST(RecipeCost, Fp8RunsTheGemmsAtItsRateAndPaysForTheCasts) {
+  const LayerCosts bf16 = layerCosts(block(1024, 512, 16), context(Precision::Bf16));
+  const LayerCosts fp8 = layerCosts(block(1024, 512, 16), context(Precision::Fp8));
+  const double gemmBf16 = ms(24 * n * h * h, 50e12);
+  const double gemmFp8 = ms(24 * n * h * h, 100e12);
+  const double castFwd = ms(6 * n * 7 * h, 1e12);
+  const double castBwd = ms(6 * n * 9 * h, 1e12);
+  EXPECT_NEAR(fp8.forwardMs - bf16.forwardMs, gemmFp8 - gemmBf16 + castFwd, 1e-9);
+  EXPECT_NEAR(fp8.backwardInputMs - bf16.backwardInputMs, gemmFp8 - gemmBf16 + castBwd, 1e-9);
+  // wgrad: the same GEMMs at the fp8 rate, no casts of their own (they read the copies).
+  EXPECT_NEAR(fp8.backwardWeightMs - bf16.backwardWeightMs, gemmFp8 - gemmBf16, 1e-9);
+}
+
+// TE keeps an fp8 copy of every linear weight and its transpose across the microbatches: 2 bytes
+// per linear parameter (12h² for a 4h GELU block), none in bf16.
+TEST(RecipeCost, Fp8KeepsWeightCopies) {
+  EXPECT_EQ(layerCosts(block(1024, 512, 16), context(Precision::Bf16)).lowPrecisionWeightBytes, 0);
+  EXPECT_EQ(layerCosts(block(1024, 512, 16), context(Precision::Fp8)).lowPrecisionWeightBytes,
+            std::llround(2 * 12 * h * h));
+}
+
+// The inputs of the weight GEMMs are kept in fp8 for wgrad (1 byte instead of 2): QKV and FC1
+// inputs (−2h) and FC2's (−4h); the attention output stays in bf16 for FlashAttention's backward
+// and the projection keeps its own fp8 copy (+h): 34 − 5 = 29 bytes per token and hidden unit
+// (Korthikanti et al. 2022 §4.1 with FlashAttention), plus the log-sum-exp.
+TEST(RecipeCost, Fp8KeepsGemmInputsInFp8) {
+  const LayerCosts fp8 = layerCosts(block(1024, 512, 16), context(Precision::Fp8));
+  EXPECT_EQ(fp8.activationBytes, std::llround(29 * n * h + 4 * a * n));
+}
+
+// An fp8 recipe on a GPU without an fp8 peak would divide by zero: the cost model falls back to
+// bf16 (requests for it are refused before costing: PlannerRecipe tests).
+TEST(RecipeCost, APrecisionTheGpuLacksFallsBackToBf16) {
+  CostContext ctx = context(Precision::Nvfp4);
+  const LayerCosts lp = layerCosts(block(1024, 512, 16), ctx);
+  EXPECT_GT(lp.forwardMs, 0);
+  EXPECT_TRUE(std::isfinite(lp.forwardMs));
+}
+
+// Transformer Engine's userbuffers overlap (--tp-comm-overlap) with T = 4 and sequence
+// parallelism: each all-gather feeds its GEMM in T chunks and each reduce-scatter follows its
+// GEMM's last chunk. With GEMMs longer than the collectives, only each reduce-scatter's last
+// chunk shows: 2 per pass (attention and MLP), c/T each, c = (T−1)/T · 2nh bytes / 100 GB/s.
+TEST(RecipeCost, TensorParallelOverlapHidesAllButTheLastChunk) {
+  CostContext on = context(Precision::Bf16, 4);
+  CostContext off = on;
+  off.parallel.tpCommOverlap = false;
+  const double c = ms(3.0 / 4.0 * 2 * n * h, 100e9);
+  // Larger blocks make every GEMM chunk longer than its collective's chunk.
+  Layer big = block(8192, 512, 64);
+  const double cBig = ms(3.0 / 4.0 * 2 * n * 8192, 100e9);
+  const LayerCosts overlapped = layerCosts(big, on);
+  EXPECT_NEAR(overlapped.forwardCommMs, 2 * cBig / 4, 1e-12);
+  // Forward: two all-gathers and two reduce-scatters in all; the rest is hidden.
+  EXPECT_NEAR(overlapped.forwardCommMs + overlapped.forwardHiddenCommMs, 4 * cBig, 1e-12);
+  // Off: two ring all-reduces (2·(T−1)/T · 2nh / bandwidth each), all exposed.
+  const LayerCosts exposed = layerCosts(block(1024, 512, 16), off);
+  EXPECT_NEAR(exposed.forwardCommMs, 2 * 2 * c, 1e-12);
+  EXPECT_EQ(exposed.forwardHiddenCommMs, 0);
+}
+
+// Gradients reduced in bf16 keep a bf16 accumulation buffer: the distributed optimizer holds
+// 2 (weight) + 2 (gradient) + 12/d bytes per parameter instead of 2 + 4 + 12/d.
+TEST(RecipeCost, BfloatGradientsHalveTheGradientBuffer) {
+  EXPECT_DOUBLE_EQ(staticBytesPerParameter(1, 8, false).total(), 4.0 + 12.0 / 8);
+  EXPECT_DOUBLE_EQ(staticBytesPerParameter(1, 8, true).total(), 6.0 + 12.0 / 8);
+  EXPECT_DOUBLE_EQ(staticBytesPerParameter(2, 8, false).total(), 2.0 + 14.0 / 8);
+}
+
+// Megatron's --recompute-num-layers N with --recompute-method block recomputes the first N
+// blocks of each virtual stage; with uniform, every block in groups of N that keep one input
+// and rebuild the whole group in the backward.
+TEST(RecipeCost, RecomputeNumLayersFollowsTheMethod) {
+  ModelSpec model;
+  model.name = "four blocks";
+  Component c;
+  c.name = "backbone";
+  for (int i = 0; i < 4; ++i) c.layers.push_back(block(1024, 512, 16));
+  model.components.push_back(c);
+  ClusterSpec cluster;
+  cluster.name = "one";
+  cluster.gpu = testGpu();
+  cluster.nodes.push_back(NodeSpec{"n", 1, std::nullopt, std::nullopt});
+  PlanConfig config;
+  config.parallel.recompute = Recompute::Full;
+  const VirtualStage stage{0, 0, 0, 0, 0, 3, 0};
+  const LayerCosts none = layerCosts(c.layers[0], context(Precision::Bf16, 1, 1));
+  CostContext fullCtx = context(Precision::Bf16, 1, 1);
+  fullCtx.parallel.recompute = Recompute::Full;
+  const LayerCosts full = layerCosts(c.layers[0], fullCtx);
+
+  config.parallel.recomputeNumLayers = 2;
+  config.parallel.recomputeMethod = RecomputeMethod::Block;
+  const StageCosts blockwise = CostedModel(model, cluster, config).stage(stage);
+  EXPECT_EQ(blockwise.activationBytes, 2 * full.activationBytes + 2 * none.activationBytes);
+  EXPECT_NEAR(blockwise.backwardInputMs, 2 * full.backwardInputMs + 2 * none.backwardInputMs, 1e-9);
+
+  config.parallel.recomputeMethod = RecomputeMethod::Uniform;
+  const StageCosts uniform = CostedModel(model, cluster, config).stage(stage);
+  EXPECT_EQ(uniform.activationBytes, 2 * full.activationBytes);  // one input per group of two
+  EXPECT_EQ(uniform.recomputeBytes, 2 * none.activationBytes);   // a group rebuilt at once
+  EXPECT_NEAR(uniform.backwardInputMs, 4 * full.backwardInputMs, 1e-9);
+}
+
+// Megatron's selective modules: layernorm drops the two norm outputs (the QKV and MLP inputs,
+// 2·2h per token) and replays the norms in B (read + write h each, 8h bytes per token); mlp keeps
+// only the MLP's input (drops FC1's output 2·4h and FC2's input 2·4h).
+TEST(RecipeCost, SelectiveModulesDropWhatTheyRecompute) {
+  CostContext ctx = context(Precision::Bf16, 1, 2);
+  const LayerCosts none = layerCosts(block(1024, 512, 16), ctx);
+  ctx.parallel.recompute = Recompute::Selective;
+  ctx.parallel.recomputeModules = kRecomputeLayerNorm;
+  const LayerCosts norms = layerCosts(block(1024, 512, 16), ctx);
+  EXPECT_EQ(none.activationBytes - norms.activationBytes, std::llround(4 * n * h));
+  EXPECT_NEAR(norms.backwardInputMs - none.backwardInputMs, ms(8 * n * h, 1e12), 1e-12);
+  ctx.parallel.recomputeModules = kRecomputeMlp;
+  const LayerCosts mlp = layerCosts(block(1024, 512, 16), ctx);
+  EXPECT_EQ(none.activationBytes - mlp.activationBytes, std::llround(16 * n * h));
+  EXPECT_GT(mlp.backwardInputMs, none.backwardInputMs);
+}
+
+// The catalogue: every GPU has a source, a bf16 peak and memory; fp8 is twice bf16 on Hopper and
+// Blackwell, and Hopper has no nvfp4; names and aliases resolve case-insensitively.
+TEST(GpuCatalog, EntriesCarryTheirDatasheetFigures) {
+  ASSERT_GE(gpuCatalog().size(), 9u);
+  for (const CatalogGpu& g : gpuCatalog()) {
+    EXPECT_FALSE(g.source.empty()) << g.gpu.name;
+    EXPECT_GT(g.gpu.peakTflops, 0) << g.gpu.name;
+    EXPECT_GT(g.gpu.memoryGib, 0) << g.gpu.name;
+    EXPECT_GT(g.nvlinkDomain, 0) << g.gpu.name;
+  }
+  const CatalogGpu* h100 = findCatalogGpu("h100");
+  ASSERT_NE(h100, nullptr);
+  EXPECT_EQ(h100->gpu.name, "H100-SXM5-80GB");
+  EXPECT_DOUBLE_EQ(h100->gpu.peakTflopsFor(Precision::Fp8), 2 * h100->gpu.peakTflopsFor(Precision::Bf16));
+  EXPECT_EQ(h100->gpu.peakTflopsFor(Precision::Nvfp4), 0);
+  const CatalogGpu* gb200 = findCatalogGpu("GB200");
+  ASSERT_NE(gb200, nullptr);
+  EXPECT_EQ(gb200->nvlinkDomain, 72);
+  EXPECT_GT(gb200->gpu.peakTflopsFor(Precision::Nvfp4), gb200->gpu.peakTflopsFor(Precision::Fp8));
+  EXPECT_EQ(findCatalogGpu("no such GPU"), nullptr);
+}
+
+// An NVL72 rack is one NVLink domain over 18 nodes of 4 GPUs: a TP 8 group spans two nodes and
+// stays on NVLink; a data-parallel group beyond the rack takes the NICs.
+TEST(GpuCatalog, NvlinkDomainsSpanNodes) {
+  ClusterSpec cluster;
+  cluster.name = "nvl72";
+  cluster.gpu = findCatalogGpu("GB200")->gpu;
+  for (int i = 0; i < 36; ++i) cluster.nodes.push_back(NodeSpec{"tray", 4, std::nullopt, std::nullopt});
+  cluster.nvlinkDomain = 72;
+  cluster.intraNode = LinkSpec{700, 4};
+  cluster.interNode = LinkSpec{45, 12};
+  Parallelism par;
+  par.tensor = 8;
+  par.data = 16;
+  const CollectiveLinks links = collectiveLinks(cluster, par);
+  EXPECT_FALSE(links.tensor.crossesNodes);
+  EXPECT_DOUBLE_EQ(links.tensor.bandwidthGBps, 700);
+  EXPECT_TRUE(links.data.crossesNodes);
+  EXPECT_TRUE(cluster.sameNvlinkDomain(0, 71));
+  EXPECT_FALSE(cluster.sameNvlinkDomain(71, 72));
+  EXPECT_DOUBLE_EQ(cluster.transferMs(3, 4, 700e6), 1.0 + 0.004);  // node 0 → node 1, same rack
+}

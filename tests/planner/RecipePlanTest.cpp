@@ -1,0 +1,173 @@
+// Today's recipes in the planner (issue 25): the recipe's settings refused with the flag and
+// the numbers when they cannot apply, exposed communication in the metrics, NVIDIA's published
+// recipes fitting in memory, and the configurator finding them.
+#include <gtest/gtest.h>
+
+#include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Configurator.hpp"
+#include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio {
+namespace {
+
+std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
+
+PlanRequest request(const std::string& model, const std::string& cluster) {
+  auto m = loadModel(res("models/" + model));
+  auto c = loadCluster(res("clusters/" + cluster));
+  EXPECT_TRUE(m.hasValue()) << m.message();
+  EXPECT_TRUE(c.hasValue()) << c.message();
+  PlanRequest r;
+  if (m) r.model = *m;
+  if (c) r.cluster = *c;
+  return r;
+}
+
+// NVIDIA's Llama 3 70B FP8 pre-training recipe on 64 H100s (Megatron-Bridge 26.04.01: TP 4,
+// PP 8, VP 5, micro batch 1, global batch 256, distributed optimizer, no recomputation).
+PlanRequest llama70bRecipe() {
+  PlanRequest r = request("llama3-70b.json", "h100-8x8-ib.json");
+  r.config.schedule = "interleaved-1f1b";
+  r.config.devices = 8;
+  r.config.chunksPerDevice = 5;
+  r.config.precision = Precision::Fp8;
+  r.config.parallel.tensor = 4;
+  r.config.parallel.data = 2;
+  r.config.parallel.sequenceParallel = true;
+  r.config.parallel.zeroStage = 1;
+  r.config.globalBatch = 256;
+  r.config.microBatchSize = 1;
+  return r;
+}
+
+TEST(RecipePlan, APrecisionTheGpuLacksIsRefusedWithWhatItHas) {
+  PlanRequest r = request("llama3-8b.json", "a100-4x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  r.config.precision = Precision::Fp8;
+  auto plan = makePlan(r);
+  ASSERT_FALSE(plan.hasValue());
+  EXPECT_NE(plan.message().find("--precision fp8"), std::string::npos) << plan.message();
+  EXPECT_NE(plan.message().find("A100-SXM4-80GB"), std::string::npos) << plan.message();
+  EXPECT_NE(plan.message().find("bf16, fp16"), std::string::npos) << plan.message();
+}
+
+TEST(RecipePlan, RecomputeModulesTheModelLacksAreRefused) {
+  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  r.config.parallel.recompute = Recompute::Selective;
+  r.config.parallel.recomputeModules = kRecomputeMoeAct;
+  auto plan = makePlan(r);
+  ASSERT_FALSE(plan.hasValue());
+  EXPECT_NE(plan.message().find("--recompute-modules moe_act"), std::string::npos) << plan.message();
+  EXPECT_NE(plan.message().find("mixture-of-experts"), std::string::npos) << plan.message();
+}
+
+TEST(RecipePlan, RecomputeLayersBeyondAVirtualStageAreRefusedWithTheNumbers) {
+  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  r.config.schedule = "1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  r.config.parallel.recompute = Recompute::Full;
+  r.config.parallel.recomputeNumLayers = 9;  // 32 blocks over 4 stages: 8 each
+  auto plan = makePlan(r);
+  ASSERT_FALSE(plan.hasValue());
+  EXPECT_NE(plan.message().find("--recompute-num-layers 9 exceeds the 8"), std::string::npos) << plan.message();
+}
+
+// The recipe fits on 80 GB in our breakdown (it ran), every device reports the communication
+// its ops expose and hide, and FP8 is faster than bf16 but by less than its 2x GEMM peak.
+TEST(RecipePlan, NvidiasLlama70bRecipeFitsAndReportsItsCommunication) {
+  PlanRequest r = llama70bRecipe();
+  auto fp8 = makePlan(r);
+  ASSERT_TRUE(fp8.hasValue()) << fp8.message();
+  for (const DeviceMetrics& d : fp8->metrics.devices) {
+    EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes, r.cluster.gpu.memoryBytes());
+    EXPECT_GT(d.memory.lowPrecisionWeightBytes, 0);
+    EXPECT_GT(d.exposedCommMs, 0);
+    EXPECT_GT(d.hiddenCommMs, 0);
+  }
+  // The same layout in bf16 (NVIDIA's bf16 recipe adds CP 2 to fit; here the memory is not
+  // enforced, only the time compared).
+  r.config.precision = Precision::Bf16;
+  r.config.memoryLimitBytes = std::int64_t{1} << 50;
+  auto bf16 = makePlan(r);
+  ASSERT_TRUE(bf16.hasValue()) << bf16.message();
+  EXPECT_LT(fp8->metrics.iterationMs, bf16->metrics.iterationMs);
+  EXPECT_GT(fp8->metrics.iterationMs, 0.5 * bf16->metrics.iterationMs);
+}
+
+// --overlap-param-gather hides the distributed optimizer's all-gather under the next forward
+// passes; without it the gather follows the step, exposed.
+TEST(RecipePlan, ParameterGatherOverlapShortensTheStep) {
+  PlanRequest r = llama70bRecipe();
+  auto overlapped = makePlan(r);
+  r.config.parallel.overlapParamGather = false;
+  auto exposed = makePlan(r);
+  ASSERT_TRUE(overlapped.hasValue()) << overlapped.message();
+  ASSERT_TRUE(exposed.hasValue()) << exposed.message();
+  EXPECT_LT(overlapped->metrics.optimizerMs, exposed->metrics.optimizerMs);
+  EXPECT_LT(overlapped->metrics.iterationMs, exposed->metrics.iterationMs);
+}
+
+// The configurator tries every virtual-stage count Megatron allows (VP 5 at PP 8 is one) and,
+// among what Megatron-LM runs, ranks NVIDIA's recipe within 3 % of its best in the same
+// precision.
+TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
+  const PlanRequest recipe = llama70bRecipe();
+  ConfigureOptions options;
+  options.globalBatch = 256;
+  options.recipe.precision = Precision::Fp8;
+  options.keep = 200;
+  const auto megatron = frameworkSpace("megatron");
+  ASSERT_TRUE(megatron.has_value());
+  options.schedules = megatron->schedules;
+  options.zeroStages = megatron->zeroStages;
+  // Context parallelism is still costed with the attention core at GEMM efficiency and its ring
+  // fully hidden (issue 26): the NeMo table's CP rows come out 15 % too fast, so CP layouts would
+  // outrank the recipe for the wrong reason. The ranking is checked without CP until then.
+  options.maxContextParallel = 1;
+  auto result = configure(recipe.model, recipe.cluster, options);
+  ASSERT_TRUE(result.hasValue()) << result.message();
+  ASSERT_FALSE(result->feasible.empty());
+  const double best = result->feasible.front().throughputSamplesPerS;
+  auto plan = makePlan(recipe);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.97 * best)
+      << "recipe " << plan->metrics.throughputSamplesPerS << " samples/s, best " << best;
+  bool triedVp5 = false;
+  for (const ConfigCandidate& c : result->feasible) {
+    if (c.config.devices == 8 && c.config.chunksPerDevice == 5) triedVp5 = true;
+  }
+  EXPECT_TRUE(triedVp5);
+}
+
+// Screening does not hide better plans: doubling the simulation budget leaves the top five of the
+// bundled examples as they were.
+TEST(RecipePlan, DoublingTheScreeningBudgetKeepsTheTopFive) {
+  for (const auto& [model, cluster] :
+       {std::pair{"llama3-70b.json", "h100-8x8-ib.json"}, std::pair{"llama3-8b.json", "h100-4x8-ib.json"},
+        std::pair{"gpt3-1.3b.json", "a100-4x8-ib.json"}}) {
+    const PlanRequest r = request(model, cluster);
+    ConfigureOptions once;
+    ConfigureOptions twice = once;
+    twice.maxSimulations = 2 * once.maxSimulations;
+    auto a = configure(r.model, r.cluster, once);
+    auto b = configure(r.model, r.cluster, twice);
+    ASSERT_TRUE(a.hasValue()) << a.message();
+    ASSERT_TRUE(b.hasValue()) << b.message();
+    for (std::size_t i = 0; i < 5 && i < a->feasible.size(); ++i) {
+      ASSERT_LT(i, b->feasible.size());
+      EXPECT_DOUBLE_EQ(a->feasible[i].throughputSamplesPerS, b->feasible[i].throughputSamplesPerS)
+          << model << " rank " << i + 1;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipestudio
