@@ -293,20 +293,15 @@ void HistoryDock::compareWithPlan() {
   }
   const history::RunId id = ids.front();
   readRunsInBackground(
-      [id](history::HistoryStore& store) -> Expected<PlanPair> {
-        auto summary = store.runSummary(id);
-        if (!summary) return summary.error();
-        if (!summary->planId) {
+      [id](history::HistoryStore& store) -> Expected<MeasuredRunView> {
+        auto view = gui::readMeasuredRun(store, id);
+        if (view && !view->plan) {
           return Error{"Run " + std::to_string(id) +
                        " has no plan recorded (imported traces carry none: use history import --plan)"};
         }
-        auto plan = store.loadPlan(*summary->planId);
-        if (!plan) return plan.error();
-        auto measured = sharedRunPlan(store, id);
-        if (!measured) return measured.error();
-        return PlanPair{std::make_shared<const Plan>(std::move(*plan)), *measured};
+        return view;
       },
-      [this](PlanPair plans) { Q_EMIT compareRequested(plans.first, plans.second); });
+      [this](MeasuredRunView view) { Q_EMIT runAgainstPlanRequested(view); });
 }
 
 std::vector<history::RunId> HistoryDock::selectedRuns() const {
@@ -321,13 +316,14 @@ void HistoryDock::readRunPlan(history::RunId id, std::function<void(std::shared_
   readRunsInBackground([id](history::HistoryStore& store) { return sharedRunPlan(store, id); }, std::move(done));
 }
 
+void HistoryDock::readMeasuredRun(history::RunId id, std::function<void(MeasuredRunView)> done) {
+  readRunsInBackground([id](history::HistoryStore& store) { return gui::readMeasuredRun(store, id); }, std::move(done));
+}
+
 void HistoryDock::openSelected() {
   const auto ids = selectedRuns();
   if (ids.empty()) return;
-  const history::RunId id = ids.front();
-  readRunPlan(id, [this, id](std::shared_ptr<const Plan> plan) {
-    Q_EMIT openRunRequested(std::move(plan), QStringLiteral("run %1").arg(id));
-  });
+  readMeasuredRun(ids.front(), [this](const MeasuredRunView& view) { Q_EMIT openRunRequested(view); });
 }
 
 void HistoryDock::compareSelected() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "JobTracker.hpp"
+#include "MeasuredRunReader.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 
 class QSortFilterProxyModel;
@@ -69,9 +70,15 @@ class HistoryDock : public QWidget {
   /// the GUI thread; an error goes to message(). A newer read supersedes an older one;
   /// waitForIdle() waits for it.
   void readRunPlan(history::RunId id, std::function<void(std::shared_ptr<const Plan>)> done);
+  /// Reads run `id` as the window shows it against its plan (MeasuredRunReader.hpp) on a worker,
+  /// then calls `done` on the GUI thread; errors go to message().
+  void readMeasuredRun(history::RunId id, std::function<void(MeasuredRunView)> done);
 
  Q_SIGNALS:
-  void openRunRequested(std::shared_ptr<const pipestudio::Plan> plan, const QString& title);
+  /// Open: the selected run in the timeline (op ranges, or its GPU activity).
+  void openRunRequested(const pipestudio::gui::MeasuredRunView& run);
+  /// Compare with plan: the selected run against the plan it ran.
+  void runAgainstPlanRequested(const pipestudio::gui::MeasuredRunView& run);
   void compareRequested(std::shared_ptr<const pipestudio::Plan> baseline,
                         std::shared_ptr<const pipestudio::Plan> current);
   /// The number of runs changed (a run was added or deleted).

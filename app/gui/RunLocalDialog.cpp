@@ -28,6 +28,7 @@ RunLocalDialog::RunLocalDialog(QWidget* parent) : QDialog(parent) {
   auto* layout = new QVBoxLayout(this);
   auto* form = new QFormLayout;
   m_planLabel = new QLabel(this);
+  m_planLabel->setObjectName(QStringLiteral("RunLocalPlan"));
   form->addRow(QStringLiteral("Plan"), m_planLabel);
   m_backend = new QComboBox(this);
   for (const std::string& b : localBackends()) m_backend->addItem(QString::fromStdString(b));

@@ -21,8 +21,9 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
   Workspace ws;
   if (!reader.isObject(root)) return reader.toError();
   reader.checkSchema(root, kWorkspaceSchema);
-  reader.rejectUnknown(root, {"schema", "name", "description", "model", "cluster", "solver", "plan"});
+  reader.rejectUnknown(root, {"schema", "name", "named", "description", "model", "cluster", "solver", "plan"});
   if (auto name = reader.string(root, "name", Presence::Optional, true)) ws.name = *name;
+  if (auto named = reader.boolean(root, "named", Presence::Optional)) ws.named = *named;
   if (auto node = reader.object(root, "model", Presence::Required)) {
     if (auto model = readModel(reader, *node)) ws.model = std::move(*model);
   }
@@ -123,6 +124,7 @@ Json workspaceToJson(const Workspace& ws) {
   Json j;
   j["schema"] = kWorkspaceSchema;
   j["name"] = ws.name;
+  if (ws.named) j["named"] = true;
   j["model"] = modelToJson(ws.model);
   j["cluster"] = clusterToJson(ws.cluster);
   Json solver;

@@ -18,6 +18,9 @@ inline constexpr const char* kWorkspaceSchema = "pipestudio.workspace/1";
 
 struct Workspace {
   std::string name;
+  /// The user named it (File > Rename Workspace…); otherwise the name follows the content:
+  /// "model on cluster" whenever another model or cluster is opened.
+  bool named = false;
   ModelSpec model;
   ClusterSpec cluster;
   PlanConfig solver;         ///< schedule, devices, microbatches, chunks, partition, fill, limit

@@ -7,6 +7,7 @@
 #include <QTimer>
 
 #include "MainWindow.hpp"
+#include "MenuController.hpp"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);

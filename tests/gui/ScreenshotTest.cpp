@@ -1,19 +1,24 @@
 // Renders the real widgets to PNG files under <build>/screenshots/ so a person can look at them
 // (the README's pictures in docs/ are these files): the main window with its legend, a
-// 32-device hybrid plan, the compare view, and the selection dock with a measured range.
+// 32-device hybrid plan, the compare view, the selection dock with a measured range, the
+// Configure dock, and an imported profiler trace against its plan.
 #include <gtest/gtest.h>
 
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QImage>
+#include <QLineEdit>
 #include <QPixmap>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTabWidget>
+#include <QTemporaryDir>
 #include <algorithm>
 #include <set>
 
+#include "ConfigureDock.hpp"
+#include "HistoryDock.hpp"
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
@@ -129,6 +134,65 @@ TEST(Screenshots, ThirtyTwoDevicePlan) {
   const QImage image = grabWindow(*window);
   ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/plan-32-devices.png")));
   EXPECT_GT(distinctColours(image), 20);
+}
+
+TEST(Screenshots, ConfigureDock) {
+  // Llama-3-8B on the 4×8 H100 cluster: the configurator's ranked configurations.
+  auto window = freshWindow();
+  Workspace ws;
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
+  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  ASSERT_TRUE(model && cluster);
+  ws.name = "Llama-3-8B on 4x8 H100";
+  ws.model = *model;
+  ws.cluster = *cluster;
+  ws.solver.schedule = "1f1b";
+  ws.solver.devices = 4;
+  ws.solver.globalBatch = 128;
+  window->setWorkspace(ws, QString());
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  ConfigureDock* dock = window->configureDock();
+  qobject_cast<QLineEdit*>(dock->knob(QStringLiteral("Schedules")))
+      ->setText(QStringLiteral("1f1b, interleaved-1f1b, zb-h1, zb-v"));
+  dock->search();
+  ASSERT_TRUE(dock->waitForIdle(300000));
+  ASSERT_GT(dock->model()->rowCount(), 3);
+  auto* configure = window->findChild<QDockWidget*>(QStringLiteral("ConfigureDock"));
+  ASSERT_NE(configure, nullptr);
+  configure->raise();
+  window->resizeDocks({configure}, {640}, Qt::Horizontal);
+  // The best configuration that is a pipeline (the timeline then has lanes to show).
+  int row = 0;
+  while (row + 1 < dock->model()->rowCount() && dock->model()->candidate(row).config.devices < 2) ++row;
+  dock->table()->selectRow(row);
+  dock->chooseRow(row);
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  const QImage image = grabWindow(*window);
+  ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/configure.png")));
+  EXPECT_GT(distinctColours(image), 20);
+}
+
+TEST(Screenshots, ProfilerTraceAgainstItsPlan) {
+  // Two ranks of HolisticTraceAnalysis' sampled PyTorch profiler trace (no PP: annotations)
+  // imported against a two-device plan: activity per stream, two ProfilerSteps, per-iteration
+  // busy time per GPU.
+  auto window = freshWindow();
+  QTemporaryDir dir;
+  ASSERT_TRUE(window->historyDock()->openDatabase(dir.filePath(QStringLiteral("history.sqlite"))));
+  QString error;
+  ASSERT_TRUE(window->openFile(QStringLiteral(PIPESTUDIO_TEST_DATA "/trace/plan-zb-h1.json"), &error, true));
+  const QString hta = QStringLiteral(PIPESTUDIO_TEST_DATA "/trace/hta/");
+  ASSERT_TRUE(
+      window->importTraces({hta + QStringLiteral("rank0.json.gz"), hta + QStringLiteral("rank1.json.gz")}, &error))
+      << error.toStdString();
+  window->centralTabs()->setCurrentIndex(0);
+  const QImage timeline = grabWindow(*window);
+  ASSERT_TRUE(timeline.save(screenshotDir() + QStringLiteral("/trace-timeline.png")));
+  EXPECT_GT(distinctColours(timeline), 20);
+  window->centralTabs()->setCurrentIndex(1);
+  const QImage compare = grabWindow(*window);
+  ASSERT_TRUE(compare.save(screenshotDir() + QStringLiteral("/trace-vs-plan.png")));
+  EXPECT_GT(distinctColours(compare), 20);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "TestSupport.hpp"
 #include "pipestudio/history/Compare.hpp"
+#include "pipestudio/history/TraceImport.hpp"
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -193,4 +194,31 @@ TEST(StepStats, Statistics) {
   EXPECT_DOUBLE_EQ(s.maxMs, 4);
   EXPECT_NEAR(s.stddevMs, 1.2909944, 1e-6);
   EXPECT_EQ(stepStats({}).count, 0);
+}
+
+// Issue 28 item 8 / issue 29 item 3: a plain PyTorch profiler trace (no PP: annotations) keeps
+// its ProfilerStep#N ranges on the host thread. Two ranks of HolisticTraceAnalysis' sampled
+// trace (tests/data/trace/hta, two steps each): the comparison with a plan counts two
+// iterations and reports busy time per iteration, not the whole capture as one.
+TEST_F(CompareTest, PlainProfilerTracesHaveAnIterationPerProfilerStep) {
+  const std::string dir = std::string(PIPESTUDIO_TEST_DATA) + "/trace/hta/";
+  TraceImportOptions o;
+  const Plan plan = smallPlan();
+  o.plan = &plan;
+  o.info.planId = m_plan;
+  auto r = importTraces(store(), {dir + "rank0.json.gz", dir + "rank1.json.gz"}, o);
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_EQ(r->measuredOps, 0);
+  auto c = compareRunToPlan(store(), r->runId);
+  ASSERT_TRUE(c) << c.message();
+  EXPECT_EQ(c->iterations, 2);
+  ASSERT_GE(c->devices.size(), 2u);
+  // Each rank's GPU was busy for hundreds of ms per step (HTA: 548 and 580 ms over both steps).
+  for (int d = 0; d < 2; ++d) {
+    const DeviceBubble& b = c->devices[static_cast<std::size_t>(d)];
+    EXPECT_GT(b.measuredBusyMs, 200.0) << "device " << d;
+    EXPECT_LT(b.measuredBusyMs, 400.0) << "device " << d;
+    EXPECT_GT(b.measuredBubbleMs, 0.0) << "device " << d;
+  }
+  EXPECT_NE(planComparisonTable(*c).find("(2 iteration(s)"), std::string::npos) << planComparisonTable(*c);
 }

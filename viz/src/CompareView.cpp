@@ -1,11 +1,17 @@
 #include "pipestudio/viz/CompareView.hpp"
 
+#include <QCheckBox>
+#include <QHBoxLayout>
 #include <QHeaderView>
+#include <QLabel>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <cmath>
 
+#include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
@@ -23,24 +29,59 @@ QString planTitle(const QString& role, const Plan* plan) {
       .arg(plan->config.chunksPerDevice);
 }
 
+QTableView* makeTableView(QAbstractItemModel* model, QWidget* parent) {
+  auto* view = new QTableView(parent);
+  view->setModel(model);
+  view->verticalHeader()->setVisible(false);
+  view->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  view->setAlternatingRowColors(true);
+  return view;
+}
+
 }  // namespace
+
+Plan scaledPlan(const Plan& plan, double factor) {
+  Plan out = plan;
+  for (Op& op : out.ops) {
+    op.startMs *= factor;
+    op.endMs *= factor;
+  }
+  for (Comm& c : out.comms) {
+    c.startMs *= factor;
+    c.endMs *= factor;
+  }
+  return out;
+}
 
 CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
+  auto* noteRow = new QHBoxLayout;
+  noteRow->setContentsMargins(6, 2, 6, 0);
+  m_note = new QLabel(this);
+  m_note->setObjectName(QStringLiteral("CompareNote"));
+  m_note->setWordWrap(true);
+  m_note->setVisible(false);
+  m_scaleBox = new QCheckBox(QStringLiteral("Scale to the plan"), this);
+  m_scaleBox->setToolTip(
+      QStringLiteral("Draw the measured run stretched to the plan's length (its clock is not the plan's: another "
+                     "backend or GPU); the tables keep the measured times"));
+  m_scaleBox->setVisible(false);
+  noteRow->addWidget(m_note, 1);
+  noteRow->addWidget(m_scaleBox, 0, Qt::AlignTop);
+  layout->addLayout(noteRow);
   auto* splitter = new QSplitter(Qt::Vertical, this);
-  layout->addWidget(splitter);
+  layout->addWidget(splitter, 1);
   m_plot = new TimelinePlot(splitter);
-  m_table = new QTableView(splitter);
+  m_tables = new QTabWidget(splitter);
   m_model = new CompareModel(this);
-  m_table->setModel(m_model);
-  m_table->verticalHeader()->setVisible(false);
-  m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-  m_table->setAlternatingRowColors(true);
+  m_table = makeTableView(m_model, m_tables);
+  m_tables->addTab(m_table, QStringLiteral("Summary"));
   splitter->addWidget(m_plot);
-  splitter->addWidget(m_table);
+  splitter->addWidget(m_tables);
   splitter->setStretchFactor(0, 3);
   splitter->setStretchFactor(1, 1);
+  connect(m_scaleBox, &QCheckBox::toggled, this, &CompareView::setScaleMeasured);
 
   QCPLayoutGrid* grid = m_plot->plotLayout();
   grid->clear();
@@ -98,8 +139,51 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
 void CompareView::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) {
   m_baseline = std::move(baseline);
   m_current = std::move(current);
+  m_measured.reset();
+  m_scale = 1.0;
+  rebuild();
+}
+
+void CompareView::setMeasured(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> current, MeasuredRun run) {
+  m_baseline = std::move(plan);
+  m_current = std::move(current);
+  m_measured = std::move(run);
+  const bool scale = m_measured->scaleByDefault;
+  m_scale = 1.0;
+  {
+    const QSignalBlocker block(m_scaleBox);
+    m_scaleBox->setChecked(scale);
+  }
+  setScaleMeasured(scale);
+}
+
+void CompareView::setScaleMeasured(bool scale) {
+  m_scale = 1.0;
+  if (scale && m_measured && m_baseline && m_measured->lengthMs > 0) {
+    const double planMs = metricsOf(*m_baseline).makespanMs;
+    if (planMs > 0) m_scale = planMs / m_measured->lengthMs;
+  }
+  if (m_scaleBox->isChecked() != scale) {
+    const QSignalBlocker block(m_scaleBox);
+    m_scaleBox->setChecked(scale);
+  }
+  rebuild();
+}
+
+QString CompareView::currentTitle() const { return m_bottomTitle->text(); }
+
+QString CompareView::note() const { return m_measured ? m_note->text() : QString(); }
+
+void CompareView::rebuild() {
+  // The measured side is drawn at m_scale; the tables keep what was measured.
+  std::shared_ptr<const Plan> drawn = m_current;
+  std::shared_ptr<const ActivityTrace> activity = m_measured ? m_measured->activity : nullptr;
+  if (m_measured && m_scale != 1.0) {
+    if (m_current) drawn = std::make_shared<const Plan>(scaledPlan(*m_current, m_scale));
+    if (activity) activity = std::make_shared<const ActivityTrace>(activity->scaled(m_scale));
+  }
   auto a = m_baseline ? std::make_shared<const TimelineData>(m_baseline) : nullptr;
-  auto b = m_current ? std::make_shared<const TimelineData>(m_current) : nullptr;
+  auto b = drawn ? std::make_shared<const TimelineData>(drawn, activity) : nullptr;
   m_baselineTimeline->setTimeline(a);
   m_currentTimeline->setTimeline(b);
   const int devicesA = a ? a->deviceCount() : 1;
@@ -116,10 +200,47 @@ void CompareView::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr
   m_legend->setTimelineSource(m_currentTimeline->timeline() && !m_currentTimeline->timeline()->empty()
                                   ? m_currentTimeline
                                   : m_baselineTimeline);
-  m_topTitle->setText(planTitle(QStringLiteral("Baseline"), m_baseline.get()));
-  m_bottomTitle->setText(planTitle(QStringLiteral("Current"), m_current.get()));
-  m_model->setPlans(m_baseline, m_current);
+  m_topTitle->setText(planTitle(m_measured ? QStringLiteral("Plan") : QStringLiteral("Baseline"), m_baseline.get()));
+  if (m_measured) {
+    QString title = QStringLiteral("Measured: ") + m_measured->label;
+    if (m_scale != 1.0) title += QStringLiteral(" (drawn ×%1)").arg(m_scale, 0, 'g', 3);
+    m_bottomTitle->setText(title);
+    QString note = QStringLiteral("<b>Measured</b> %1, against its plan.").arg(m_measured->label.toHtmlEscaped());
+    if (m_scale != 1.0) {
+      note += QStringLiteral(
+                  " Drawn scaled ×%1 so one measured iteration (%2) spans the plan's makespan; the tables "
+                  "keep the measured times.")
+                  .arg(m_scale, 0, 'g', 3)
+                  .arg(QString::fromStdString(formatMs(m_measured->lengthMs)));
+    } else {
+      note += QStringLiteral(" Drawn at the measured times, aligned at its first iteration's start.");
+    }
+    if (m_measured->iterations > 0) note += QStringLiteral(" %1 iteration(s) measured.").arg(m_measured->iterations);
+    m_note->setText(note);
+  } else {
+    m_bottomTitle->setText(planTitle(QStringLiteral("Current"), m_current.get()));
+  }
+  m_note->setVisible(m_measured.has_value());
+  m_scaleBox->setVisible(m_measured.has_value());
+  m_model->setPlans(m_baseline, m_current, m_measured ? &*m_measured : nullptr);
+  rebuildTables();
   fitToView();
+}
+
+void CompareView::rebuildTables() {
+  while (m_tables->count() > 1) {
+    QWidget* page = m_tables->widget(1);
+    m_tables->removeTab(1);
+    page->deleteLater();
+  }
+  if (!m_measured) return;
+  for (const ReportTable& table : m_measured->tables) {
+    auto* model = new ReportTableModel(m_tables);
+    model->setTable(table);
+    QTableView* view = makeTableView(model, m_tables);
+    model->setParent(view);
+    m_tables->addTab(view, table.title);
+  }
 }
 
 QCPRange CompareView::visibleRange() const { return m_top->axis(QCPAxis::atBottom)->range(); }

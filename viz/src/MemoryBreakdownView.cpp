@@ -81,6 +81,9 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   legend->setBorderPen(Qt::NoPen);
   legend->setBrush(Qt::NoBrush);
   legend->setTextColor(pal.color(QPalette::WindowText));
+  // An item is exactly one line high and clips to itself: the descenders of "grads" were cut
+  // ("qrads"). Room below the text keeps them.
+  for (int i = 0; i < legend->itemCount(); ++i) legend->item(i)->setMargins(QMargins(0, 1, 0, 3));
   m_plot->axisRect()->insetLayout()->take(legend);
   m_plot->plotLayout()->insertRow(0);
   m_plot->plotLayout()->addElement(0, 0, legend);

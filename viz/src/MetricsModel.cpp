@@ -3,9 +3,11 @@
 #include <QBrush>
 #include <QColor>
 #include <algorithm>
+#include <cmath>
 
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/viz/CompareView.hpp"
 
 namespace pipestudio::viz {
 
@@ -109,37 +111,85 @@ QVariant MetricsModel::headerData(int section, Qt::Orientation orientation, int 
 
 CompareModel::CompareModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void CompareModel::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) {
+void CompareModel::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
+                            const MeasuredRun* measured) {
   beginResetModel();
   m_rows.clear();
   const Metrics a = baseline ? metricsOf(*baseline) : Metrics{};
   const Metrics b = current ? metricsOf(*current) : Metrics{};
   const bool hasA = baseline != nullptr;
   const bool hasB = current != nullptr;
+  // A measured run: what it measured per iteration stands for the current side.
+  const bool perIteration = measured && !measured->devices.empty();
+  const bool opRanges = current && !current->ops.empty();
   auto peak = [](const Metrics& m) {
     std::int64_t p = 0;
     for (const auto& d : m.devices) p = std::max(p, d.peakMemoryBytes);
     return static_cast<double>(p);
   };
-  m_rows.push_back({QStringLiteral("Makespan"), Unit::Ms, a.makespanMs, b.makespanMs, hasA, hasB, true});
-  m_rows.push_back({QStringLiteral("Bubble ratio"), Unit::Ratio, a.bubbleRatio, b.bubbleRatio, hasA, hasB, true});
+  if (measured) {
+    m_rows.push_back({QStringLiteral("Iteration (plan: makespan)"), Unit::Ms, a.makespanMs,
+                      measured->lengthMs > 0 ? measured->lengthMs : b.makespanMs, hasA, hasB, true});
+    if (measured->iterations > 0)
+      m_rows.push_back({QStringLiteral("Iterations measured"), Unit::Count, 0,
+                        static_cast<double>(measured->iterations), false, true, true});
+  } else {
+    m_rows.push_back({QStringLiteral("Makespan"), Unit::Ms, a.makespanMs, b.makespanMs, hasA, hasB, true});
+  }
+  double measuredBubble = b.bubbleRatio;
+  if (perIteration) {
+    double busy = 0, total = 0;
+    for (const MeasuredRun::Device& d : measured->devices) {
+      busy += d.busyMs;
+      total += d.busyMs + d.idleMs;
+    }
+    measuredBubble = total > 0 ? 1.0 - busy / total : 0.0;
+  }
+  m_rows.push_back({QStringLiteral("Bubble ratio"), Unit::Ratio, a.bubbleRatio, measuredBubble, hasA,
+                    hasB && (opRanges || perIteration), true});
   m_rows.push_back({QStringLiteral("Throughput"), Unit::Throughput, a.throughputSamplesPerS, b.throughputSamplesPerS,
-                    hasA, hasB, false});
-  m_rows.push_back({QStringLiteral("Peak memory"), Unit::Bytes, peak(a), peak(b), hasA, hasB, true});
-  const std::size_t devices = std::max(a.devices.size(), b.devices.size());
+                    hasA, hasB && !measured, false});
+  m_rows.push_back({QStringLiteral("Peak memory"), Unit::Bytes, peak(a), peak(b), hasA, hasB && !measured, true});
+  std::size_t devices = std::max(a.devices.size(), b.devices.size());
+  if (perIteration) {
+    for (const MeasuredRun::Device& d : measured->devices)
+      devices = std::max(devices, static_cast<std::size_t>(d.device + 1));
+  }
   for (std::size_t d = 0; d < devices; ++d) {
     const bool inA = d < a.devices.size();
-    const bool inB = d < b.devices.size();
+    bool inB = d < b.devices.size();
     const DeviceMetrics da = inA ? a.devices[d] : DeviceMetrics{};
-    const DeviceMetrics db = inB ? b.devices[d] : DeviceMetrics{};
+    DeviceMetrics db = inB ? b.devices[d] : DeviceMetrics{};
+    double idleB = std::max(0.0, db.spanMs - db.busyMs);
+    if (perIteration) {
+      inB = false;
+      for (const MeasuredRun::Device& m : measured->devices) {
+        if (m.device != static_cast<int>(d)) continue;
+        inB = true;
+        db.busyMs = m.busyMs;
+        idleB = m.idleMs;
+      }
+    }
     const QString name = QStringLiteral("GPU %1 ").arg(d);
-    m_rows.push_back({name + QStringLiteral("busy"), Unit::Ms, da.busyMs, db.busyMs, inA, inB, false});
-    m_rows.push_back({name + QStringLiteral("idle"), Unit::Ms, std::max(0.0, da.spanMs - da.busyMs),
-                      std::max(0.0, db.spanMs - db.busyMs), inA, inB, true});
-    m_rows.push_back({name + QStringLiteral("peak memory"), Unit::Bytes, static_cast<double>(da.peakMemoryBytes),
-                      static_cast<double>(db.peakMemoryBytes), inA, inB, true});
+    const QString per = measured ? QStringLiteral(" / iteration") : QString();
+    // Busy time of the same work: more is slower (worse), as idle time is.
+    m_rows.push_back({name + QStringLiteral("busy") + per, Unit::Ms, da.busyMs, db.busyMs, inA, inB, true});
+    m_rows.push_back(
+        {name + QStringLiteral("idle") + per, Unit::Ms, std::max(0.0, da.spanMs - da.busyMs), idleB, inA, inB, true});
+    if (!measured) {
+      m_rows.push_back({name + QStringLiteral("peak memory"), Unit::Bytes, static_cast<double>(da.peakMemoryBytes),
+                        static_cast<double>(db.peakMemoryBytes), inA, inB, true});
+    }
   }
   endResetModel();
+}
+
+QString CompareModel::percentText(double delta, double baseline) {
+  // Against a baseline of (nearly) nothing a ratio means nothing ("+4.9e16 %" helps nobody).
+  if (std::abs(baseline) <= 1e-9 || std::abs(delta) > 1e6 * std::abs(baseline)) return QStringLiteral("n/a");
+  return QStringLiteral("%1%2 %")
+      .arg(delta >= 0 ? QStringLiteral("+") : QString())
+      .arg(100.0 * delta / std::abs(baseline), 0, 'f', 1);
 }
 
 int CompareModel::rowCount(const QModelIndex& parent) const {
@@ -161,6 +211,8 @@ QVariant CompareModel::data(const QModelIndex& index, int role) const {
         return bytesText(v);
       case Unit::Throughput:
         return QStringLiteral("%1 samples/s").arg(v, 0, 'f', 1);
+      case Unit::Count:
+        return QString::number(v, 'f', 0);
     }
     return {};
   };
@@ -177,10 +229,7 @@ QVariant CompareModel::data(const QModelIndex& index, int role) const {
         if (!row.hasBaseline || !row.hasCurrent) return QStringLiteral("—");
         QString d = (delta >= 0 ? QStringLiteral("+") : QString()) + text(delta);
         if (row.unit == Unit::Bytes && delta < 0) d = QStringLiteral("−") + bytesText(-delta);
-        if (row.baseline != 0 && row.unit != Unit::Ratio)
-          d += QStringLiteral(" (%1%2 %)")
-                   .arg(delta >= 0 ? QStringLiteral("+") : QString())
-                   .arg(100.0 * delta / std::abs(row.baseline), 0, 'f', 1);
+        if (row.unit != Unit::Ratio) d += QStringLiteral(" (%1)").arg(percentText(delta, row.baseline));
         return d;
       }
       default:

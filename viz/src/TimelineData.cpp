@@ -24,8 +24,13 @@ namespace {
 
 ColourSlot slotOfOp(OpKind kind) { return static_cast<ColourSlot>(static_cast<int>(kind)); }
 
-std::uint8_t shadeOf(ColourSlot slot, int microbatch) {
-  return static_cast<std::uint8_t>(static_cast<int>(slot) * 2 + (microbatch & 1));
+ColourSlot slotOfActivity(ActivityKind kind) {
+  return static_cast<ColourSlot>(static_cast<int>(ColourSlot::Kernel) + static_cast<int>(kind));
+}
+
+/// Shade of an interval: its slot's variant `variant` (microbatch parity, or the chunk).
+std::uint8_t shadeOf(ColourSlot slot, int variant) {
+  return static_cast<std::uint8_t>(static_cast<int>(slot) * kShadesPerSlot + (variant & (kShadesPerSlot - 1)));
 }
 
 void finishLane(Lane& lane) {
@@ -62,37 +67,115 @@ void finishLane(Lane& lane) {
 // Row of TimelineData::m_opIndex: one per (virtual stage, op kind).
 int opIndexRow(int virtualStage, OpKind kind) { return virtualStage * kOpKindCount + static_cast<int>(kind); }
 
+/// Sorted intervals merged where they touch or overlap.
+std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& i : v) {
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string_view activityKindName(ActivityKind kind) {
+  switch (kind) {
+    case ActivityKind::Kernel:
+      return "kernel";
+    case ActivityKind::Memcpy:
+      return "memcpy";
+    case ActivityKind::Memset:
+      return "memset";
+    case ActivityKind::Nccl:
+      return "NCCL";
+  }
+  return "activity";
+}
+
+ActivityTrace ActivityTrace::scaled(double factor) const {
+  ActivityTrace out = *this;
+  for (ActivityStream& s : out.streams) {
+    for (ActivityEvent& e : s.events) {
+      e.startMs *= factor;
+      e.endMs *= factor;
+    }
+  }
+  for (ActivityIteration& i : out.iterations) {
+    i.startMs *= factor;
+    i.endMs *= factor;
+  }
+  return out;
+}
+
+double ActivityTrace::busyMs(int device, double fromMs, double toMs) const {
+  std::vector<std::pair<double, double>> v;
+  for (const ActivityStream& s : streams) {
+    if (s.device != device) continue;
+    for (const ActivityEvent& e : s.events) {
+      const double a = std::max(fromMs, e.startMs), b = std::min(toMs, e.endMs);
+      if (b > a) v.emplace_back(a, b);
+    }
+  }
+  double total = 0;
+  for (const auto& [a, b] : merged(std::move(v))) total += b - a;
+  return total;
+}
 
 std::size_t Lane::firstVisible(double fromMs) const {
   const auto it = std::lower_bound(startMs.begin(), startMs.end(), fromMs - maxDurationMs);
   return static_cast<std::size_t>(it - startMs.begin());
 }
 
-TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(plan)) {
+TimelineData::TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<const ActivityTrace> activity,
+                           bool collapsed)
+    : m_plan(std::move(plan)), m_activity(std::move(activity)), m_collapsed(collapsed) {
   if (!m_plan) return;
   const Plan& p = *m_plan;
   int devices = std::max(0, p.config.devices);
   for (const Op& op : p.ops) devices = std::max(devices, op.device + 1);
   for (const Comm& c : p.comms) devices = std::max({devices, c.fromDevice + 1, c.toDevice + 1});
+  // Streams of GPU activity per device, in (device, stream) order.
+  std::vector<std::vector<int>> streamsOfDevice;
+  if (m_activity) {
+    for (const ActivityStream& s : m_activity->streams) devices = std::max(devices, s.device + 1);
+    streamsOfDevice.resize(static_cast<std::size_t>(std::max(0, devices)));
+    for (std::size_t i = 0; i < m_activity->streams.size(); ++i) {
+      const int d = m_activity->streams[i].device;
+      if (d >= 0) streamsOfDevice[static_cast<std::size_t>(d)].push_back(static_cast<int>(i));
+    }
+  }
   m_devices = devices;
 
   bool bidirectional = false;
   for (const VirtualStage& vs : p.virtualStages) bidirectional = bidirectional || vs.pipeline != 0;
-  const bool hasComms = !p.comms.empty();
+  const bool hasComms = !p.comms.empty() && !collapsed;
+  // A measured run without op ranges shows its activity only.
+  const bool hasCompute = !m_activity || !p.ops.empty();
+  m_chunks = std::max(1, p.config.chunksPerDevice);
+  for (const VirtualStage& vs : p.virtualStages) m_chunks = std::max(m_chunks, vs.chunk + 1);
+  m_shadesChunks = m_chunks > 1 && !bidirectional;
 
-  // Vertical layout inside [d, d + 1): compute lane(s) on top, the transfer strip under them.
-  const double computeLo = 0.06;
-  const double computeHi = hasComms ? 0.74 : 0.94;
-  const int computeLanes = bidirectional ? 2 : 1;
+  // Vertical layout inside [d, d + 1): compute lane(s) on top, the transfer strip under them,
+  // then one lane per stream of GPU activity.
+  const int computeLanes = hasCompute ? (bidirectional && !collapsed ? 2 : 1) : 0;
   m_laneOfDevice.assign(devices, 0);
+  IdVector<int> commLaneOfDevice(devices, -1);
   for (int d = 0; d < devices; ++d) {
     m_laneOfDevice[d] = m_lanes.size();
-    const double h = (computeHi - computeLo) / computeLanes;
+    const bool streams = !streamsOfDevice.empty() && !streamsOfDevice[static_cast<std::size_t>(d)].empty();
+    const double computeLo = 0.06;
+    const double computeHi = streams ? (computeLanes > 0 ? 0.44 : computeLo) : (hasComms ? 0.74 : 0.94);
+    const double h = computeLanes > 0 ? (computeHi - computeLo) / computeLanes : 0.0;
     for (int k = 0; k < computeLanes; ++k) {
       Lane lane;
       lane.device = d;
       lane.pipeline = k;
+      lane.hatchGapsOnly = computeLanes > 1;
       lane.valueLo = d + computeLo + k * h + (k > 0 ? 0.02 : 0.0);
       lane.valueHi = d + computeLo + (k + 1) * h;
       m_lanes.push_back(std::move(lane));
@@ -103,10 +186,11 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
       lane.comm = true;
       lane.valueLo = d + 0.78;
       lane.valueHi = d + 0.94;
+      commLaneOfDevice[d] = m_lanes.size();
       m_lanes.push_back(std::move(lane));
     }
+    if (streams) addActivityLanes(streamsOfDevice, d, computeLanes > 0 ? d + 0.48 : d + 0.06, d + 0.94);
   }
-  const int lanesPerDevice = computeLanes + (hasComms ? 1 : 0);
 
   const auto stageCount = static_cast<int>(p.virtualStages.size());
   m_opLane.assign(p.ops.size(), -1);
@@ -116,17 +200,21 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   IdVector<int> lastOnDevice(devices, -1);
   m_beginMs = std::numeric_limits<double>::infinity();
   m_endMs = -std::numeric_limits<double>::infinity();
-  for (int i = 0; i < opCount; ++i) {
+  for (int i = 0; i < opCount && computeLanes > 0; ++i) {
     const Op& op = p.op(i);
     if (op.device < 0) continue;
     int pipeline = 0;
-    if (op.virtualStage >= 0 && op.virtualStage < stageCount) pipeline = p.stage(op.virtualStage).pipeline;
+    int chunk = 0;
+    if (op.virtualStage >= 0 && op.virtualStage < stageCount) {
+      pipeline = p.stage(op.virtualStage).pipeline;
+      chunk = p.stage(op.virtualStage).chunk;
+    }
     pipeline = std::clamp(pipeline, 0, computeLanes - 1);
-    const int laneIndex = op.device * lanesPerDevice + pipeline;
+    const int laneIndex = m_laneOfDevice[op.device] + pipeline;
     Lane& lane = m_lanes[laneIndex];
     lane.startMs.push_back(op.startMs);
     lane.endMs.push_back(op.endMs);
-    lane.shade.push_back(shadeOf(slotOfOp(op.kind), op.microbatch));
+    lane.shade.push_back(shadeOf(slotOfOp(op.kind), m_shadesChunks ? chunk : op.microbatch & 1));
     lane.microbatch.push_back(op.microbatch);
     lane.items.push_back({ItemRef::Kind::Op, i});
     m_opLane[i] = laneIndex;
@@ -143,12 +231,12 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
     for (const Comm& c : p.comms) {
       const std::int32_t i = nextComm++;
       if (c.fromDevice < 0) continue;
-      const int laneIndex = c.fromDevice * lanesPerDevice + computeLanes;
+      const int laneIndex = commLaneOfDevice[c.fromDevice];
       Lane& lane = m_lanes[laneIndex];
       const ColourSlot slot = c.kind == OpKind::F ? ColourSlot::CommForward : ColourSlot::CommBackward;
       lane.startMs.push_back(c.startMs);
       lane.endMs.push_back(c.endMs);
-      lane.shade.push_back(shadeOf(slot, c.microbatch));
+      lane.shade.push_back(shadeOf(slot, c.microbatch & 1));
       lane.microbatch.push_back(c.microbatch);
       lane.items.push_back({ItemRef::Kind::Comm, i});
       m_commLane[i] = laneIndex;
@@ -157,16 +245,33 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
       m_maxMicrobatch = std::max(m_maxMicrobatch, c.microbatch);
     }
   }
+  if (m_activity) {
+    for (const ActivityStream& s : m_activity->streams) {
+      for (const ActivityEvent& e : s.events) {
+        m_beginMs = std::min(m_beginMs, e.startMs);
+        m_endMs = std::max(m_endMs, e.endMs);
+      }
+    }
+  }
   if (!std::isfinite(m_beginMs)) m_beginMs = m_endMs = 0;
 
-  for (Lane& lane : m_lanes) {
+  m_activityLane.assign(static_cast<int>(m_activityRefs.size()), -1);
+  m_activitySlot.assign(static_cast<int>(m_activityRefs.size()), -1);
+  for (int l = 0; l < m_lanes.size(); ++l) {
+    Lane& lane = m_lanes[l];
     finishLane(lane);
     for (std::size_t k = 0; k < lane.size(); ++k) {
       const ItemRef ref = lane.items[k];
+      if (ref.kind == ItemRef::Kind::Activity) {
+        m_activityLane[ref.index] = l;
+        m_activitySlot[ref.index] = static_cast<std::int32_t>(k);
+        continue;
+      }
       auto& slots = ref.kind == ItemRef::Kind::Op ? m_opSlot : m_commSlot;
       slots[ref.index] = static_cast<std::int32_t>(k);
     }
   }
+  if (computeLanes > 1) computeIdleGaps();
 
   // Data flow between virtual stages: the one definition the simulator and executor use.
   StageNeighbours neighbours = stageNeighbours(p);
@@ -175,6 +280,70 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan) : m_plan(std::move(
   m_nextOnDevice.assign(opCount, -1);
   for (int i = 0; i < opCount; ++i) {
     if (m_prevOnDevice[i] >= 0) m_nextOnDevice[m_prevOnDevice[i]] = i;
+  }
+}
+
+void TimelineData::addActivityLanes(const std::vector<std::vector<int>>& streamsOfDevice, int device, double lo,
+                                    double hi) {
+  const auto& streams = streamsOfDevice[static_cast<std::size_t>(device)];
+  // Collapsed: every stream of the device on one lane.
+  const std::size_t laneCount = m_collapsed ? 1 : streams.size();
+  const double h = (hi - lo) / static_cast<double>(laneCount);
+  for (std::size_t k = 0; k < laneCount; ++k) {
+    Lane lane;
+    lane.device = device;
+    lane.activity = true;
+    lane.stream = m_activity->streams[static_cast<std::size_t>(streams[k])].stream;
+    lane.valueLo = lo + static_cast<double>(k) * h + (k > 0 ? 0.01 : 0.0);
+    lane.valueHi = lo + static_cast<double>(k + 1) * h;
+    for (std::size_t j = k; j < (m_collapsed ? streams.size() : k + 1); ++j) {
+      const ActivityStream& s = m_activity->streams[static_cast<std::size_t>(streams[j])];
+      for (std::size_t e = 0; e < s.events.size(); ++e) {
+        const ActivityEvent& ev = s.events[e];
+        lane.startMs.push_back(ev.startMs);
+        lane.endMs.push_back(ev.endMs);
+        lane.shade.push_back(shadeOf(slotOfActivity(ev.kind), static_cast<int>(e & 1)));
+        lane.microbatch.push_back(-1);
+        lane.items.push_back({ItemRef::Kind::Activity, static_cast<std::int32_t>(m_activityRefs.size())});
+        m_activityRefs.emplace_back(streams[j], static_cast<std::int32_t>(e));
+      }
+    }
+    m_lanes.push_back(std::move(lane));
+  }
+}
+
+void TimelineData::computeIdleGaps() {
+  // A device of a two-pipe schedule is idle only where neither pipe computes: its gaps are the
+  // span less the union of both lanes' ops, shared by both lanes.
+  for (int d = 0; d < m_devices; ++d) {
+    std::vector<std::pair<double, double>> busy;
+    double first = std::numeric_limits<double>::infinity();
+    double last = -std::numeric_limits<double>::infinity();
+    std::vector<Lane*> compute;
+    for (int l = m_laneOfDevice[d]; l < m_lanes.size() && m_lanes[l].device == d; ++l) {
+      Lane& lane = m_lanes[l];
+      if (lane.comm || lane.activity) continue;
+      compute.push_back(&lane);
+      for (std::size_t k = 0; k < lane.size(); ++k) busy.emplace_back(lane.startMs[k], lane.endMs[k]);
+      if (lane.size() > 0) {
+        first = std::min(first, lane.firstStartMs);
+        last = std::max(last, lane.lastEndMs);
+      }
+    }
+    std::vector<std::pair<double, double>> gaps;
+    double cursor = first;
+    for (const auto& [a, b] : merged(std::move(busy))) {
+      if (a > cursor) gaps.emplace_back(cursor, a);
+      cursor = std::max(cursor, b);
+    }
+    for (Lane* lane : compute) {
+      lane->idleGaps = gaps;
+      // Every lane of the device shows the device's span (an empty pipe too).
+      if (std::isfinite(first)) {
+        lane->firstStartMs = first;
+        lane->lastEndMs = last;
+      }
+    }
   }
 }
 
@@ -218,19 +387,43 @@ ItemRef TimelineData::hitTest(double timeMs, double value, double slackMs) const
 
 double TimelineData::itemStartMs(ItemRef ref) const {
   if (!ref.valid()) return 0;
-  return ref.kind == ItemRef::Kind::Op ? m_plan->op(ref.index).startMs
-                                       : m_plan->comms[static_cast<std::size_t>(ref.index)].startMs;
+  switch (ref.kind) {
+    case ItemRef::Kind::Op:
+      return m_plan->op(ref.index).startMs;
+    case ItemRef::Kind::Comm:
+      return m_plan->comms[static_cast<std::size_t>(ref.index)].startMs;
+    default:
+      return activityEvent(ref.index).startMs;
+  }
 }
 
 double TimelineData::itemEndMs(ItemRef ref) const {
   if (!ref.valid()) return 0;
-  return ref.kind == ItemRef::Kind::Op ? m_plan->op(ref.index).endMs
-                                       : m_plan->comms[static_cast<std::size_t>(ref.index)].endMs;
+  switch (ref.kind) {
+    case ItemRef::Kind::Op:
+      return m_plan->op(ref.index).endMs;
+    case ItemRef::Kind::Comm:
+      return m_plan->comms[static_cast<std::size_t>(ref.index)].endMs;
+    default:
+      return activityEvent(ref.index).endMs;
+  }
 }
 
 int TimelineData::laneOf(ItemRef ref) const {
   if (!ref.valid()) return -1;
-  return ref.kind == ItemRef::Kind::Op ? m_opLane[ref.index] : m_commLane[ref.index];
+  switch (ref.kind) {
+    case ItemRef::Kind::Op:
+      return m_opLane[ref.index];
+    case ItemRef::Kind::Comm:
+      return m_commLane[ref.index];
+    default:
+      return m_activityLane.contains(ref.index) ? m_activityLane[ref.index] : -1;
+  }
+}
+
+const ActivityEvent& TimelineData::activityEvent(int index) const {
+  const auto [stream, event] = m_activityRefs[static_cast<std::size_t>(index)];
+  return m_activity->streams[static_cast<std::size_t>(stream)].events[static_cast<std::size_t>(event)];
 }
 
 void TimelineData::buildIndex() const {
@@ -479,13 +672,17 @@ RangeMeasurement TimelineData::measure(double fromMs, double toMs) const {
   m.toMs = toMs;
   m.devices.assign(m_devices, {});
   for (const Lane& lane : m_lanes) {
-    if (lane.comm) continue;
+    if (lane.comm || lane.activity) continue;
     DeviceRangeUse& use = m.devices[lane.device];
     for (std::size_t k = lane.firstVisible(fromMs); k < lane.size() && lane.startMs[k] < toMs; ++k) {
       const double a = std::max(fromMs, lane.startMs[k]);
       const double b = std::min(toMs, lane.endMs[k]);
       if (b > a) use.busyMs += b - a;
     }
+  }
+  // A run without op ranges: the GPU is busy while any of its streams is.
+  if (m_activity && (!m_plan || m_plan->ops.empty())) {
+    for (int d = 0; d < m.devices.size(); ++d) m.devices[d].busyMs = m_activity->busyMs(d, fromMs, toMs);
   }
   for (DeviceRangeUse& use : m.devices) {
     use.busyMs = std::min(use.busyMs, toMs - fromMs);  // two pipelines of one device never overlap
@@ -499,9 +696,10 @@ std::string TimelineData::laneName(int lane) const {
   const Lane& l = m_lanes[lane];
   std::string name = "GPU " + std::to_string(l.device);
   if (l.comm) return name + " transfers";
+  if (l.activity) return m_collapsed ? name + " · all streams" : name + " · stream " + std::to_string(l.stream);
   const int first = m_laneOfDevice[l.device];
-  const bool twoPipelines =
-      first + 1 < m_lanes.size() && m_lanes[first + 1].device == l.device && !m_lanes[first + 1].comm;
+  const bool twoPipelines = first + 1 < m_lanes.size() && m_lanes[first + 1].device == l.device &&
+                            !m_lanes[first + 1].comm && !m_lanes[first + 1].activity;
   if (twoPipelines) name += " · pipeline " + std::to_string(l.pipeline);
   return name;
 }
@@ -700,6 +898,17 @@ std::string TimelineData::describe(ItemRef ref) const {
   const Plan& p = *m_plan;
   std::array<char, 256> buf{};
   std::string out;
+  if (ref.kind == ItemRef::Kind::Activity) {
+    const ActivityEvent& e = activityEvent(ref.index);
+    const ActivityStream& stream =
+        m_activity->streams[static_cast<std::size_t>(m_activityRefs[static_cast<std::size_t>(ref.index)].first)];
+    out += std::string(activityKindName(e.kind)) + " · ";
+    out += inRange(m_activity->names, e.name) ? m_activity->names[static_cast<std::size_t>(e.name)] : "(unnamed)";
+    out += "\nGPU " + std::to_string(stream.device) + " · stream " + std::to_string(stream.stream) + "\n";
+    out +=
+        "start " + formatMs(e.startMs) + " · end " + formatMs(e.endMs) + " · duration " + formatMs(e.endMs - e.startMs);
+    return out;
+  }
   if (ref.kind == ItemRef::Kind::Comm) {
     const Comm& c = p.comms[static_cast<std::size_t>(ref.index)];
     std::snprintf(buf.data(), buf.size(), "%s transfer · microbatch %d\ndevice %d → device %d · virtual stage %d\n",

@@ -4,14 +4,16 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace pipestudio::viz {
 
 namespace {
 
-// Hues per colour slot (F, B, W, BW, N, S, T, OPT, comm forward, comm backward), two shades
-// each. Chosen to stay apart for the common colour-vision deficiencies (Tableau 10 family).
+// Hues per colour slot (F, B, W, BW, N, S, T, OPT, comm forward, comm backward, then GPU
+// activity: kernel, memcpy, memset, NCCL), two shades each (even / odd microbatch). Chosen to
+// stay apart for the common colour-vision deficiencies (Tableau 10 family).
 constexpr std::array<std::array<unsigned, 2>, kColourSlotCount> kLightShades{{
     {0x4e79c7, 0x7096d6},  // F
     {0x4f9a45, 0x72b567},  // B
@@ -23,7 +25,16 @@ constexpr std::array<std::array<unsigned, 2>, kColourSlotCount> kLightShades{{
     {0x4d4d4d, 0x6a6a6a},  // OPT
     {0x7f9dc2, 0x9bb3d1},  // transfer: activations
     {0x8fb886, 0xa9c9a2},  // transfer: gradients
+    {0x4e79c7, 0x6a8fd2},  // kernel
+    {0xe19a2f, 0xe8ab52},  // memcpy
+    {0x9c755f, 0xb08d79},  // memset
+    {0xd94f51, 0xe07173},  // NCCL
 }};
+
+/// The third and fourth shade of a slot (chunks 2 and 3 of interleaved plans): the first shade
+/// darkened and the second lightened, so four chunks read as four steps of one hue.
+QColor thirdShade(const QColor& first) { return first.darker(135); }
+QColor fourthShade(const QColor& second) { return second.lighter(125); }
 
 int luminance(const QColor& c) { return (c.red() * 299 + c.green() * 587 + c.blue() * 114) / 1000; }
 
@@ -32,8 +43,11 @@ int luminance(const QColor& c) { return (c.red() * 299 + c.green() * 587 + c.blu
 TimelinePalette TimelinePalette::light() {
   TimelinePalette p;
   for (std::size_t i = 0; i < kLightShades.size(); ++i) {
-    p.shades[i * 2] = QColor::fromRgb(kLightShades[i][0]);
-    p.shades[i * 2 + 1] = QColor::fromRgb(kLightShades[i][1]);
+    const std::size_t base = i * kShadesPerSlot;
+    p.shades[base] = QColor::fromRgb(kLightShades[i][0]);
+    p.shades[base + 1] = QColor::fromRgb(kLightShades[i][1]);
+    p.shades[base + 2] = thirdShade(p.shades[base]);
+    p.shades[base + 3] = fourthShade(p.shades[base + 1]);
   }
   p.laneBackground = QColor(0xf3, 0xf4, 0xf6);
   p.bubbleHatch = QColor(0xb0, 0xb4, 0xba);
@@ -138,17 +152,22 @@ void TimelinePlottable::draw(QCPPainter* painter) {
     const int top = static_cast<int>(std::lround(std::min(yA, yB)));
     const int height = std::max(1, static_cast<int>(std::lround(std::abs(yB - yA))));
     if (top > clip.bottom() || top + height < clip.top()) continue;
-    if (!lane.comm) {
-      backgrounds.emplace_back(clip.left(), top, clip.width(), height);
-      if (lane.size() > 0) {
-        // Idle time inside the device's span is bubble: hatch the whole span, ops cover the rest.
-        const double a = toPx(lane.firstStartMs);
-        const double b = toPx(lane.lastEndMs);
-        if (std::abs(b - a) >= 1.0) {
-          const int l = static_cast<int>(std::lround(std::min(a, b)));
-          m_hatch.emplace_back(l, top, static_cast<int>(std::lround(std::max(a, b))) - l, height);
-        }
-      }
+    if (!lane.comm) backgrounds.emplace_back(clip.left(), top, clip.width(), height);
+    auto hatch = [&](double fromMs, double toMs) {
+      const double a = toPx(fromMs);
+      const double b = toPx(toMs);
+      if (std::abs(b - a) < 1.0) return;
+      const int l = static_cast<int>(std::lround(std::min(a, b)));
+      m_hatch.emplace_back(l, top, static_cast<int>(std::lround(std::max(a, b))) - l, height);
+    };
+    if (lane.hatchGapsOnly) {
+      // Two pipes on one GPU: idle only where it computes on neither (the device's gaps).
+      auto gap = std::lower_bound(lane.idleGaps.begin(), lane.idleGaps.end(), std::make_pair(visLo, visLo),
+                                  [](const auto& g, const auto& v) { return g.second < v.first; });
+      for (; gap != lane.idleGaps.end() && gap->first <= visHi; ++gap) hatch(gap->first, gap->second);
+    } else if (!lane.comm && !lane.activity && lane.size() > 0) {
+      // Idle time inside the device's span is bubble: hatch the whole span, ops cover the rest.
+      hatch(lane.firstStartMs, lane.lastEndMs);
     }
     if (lane.size() == 0) continue;
     const bool labelsFit = height >= textHeight;
@@ -224,7 +243,7 @@ void TimelinePlottable::draw(QCPPainter* painter) {
         if (right - left >= 4) --right;  // a one-pixel gap keeps neighbouring ops apart
         emitRect(shade, left, right);
         lastRight = INT_MIN;  // never run-length-merge whole ops
-        if (labelsFit && right - left >= digitWidth * maxDigits + 4) {
+        if (labelsFit && lane.microbatch[k] >= 0 && right - left >= digitWidth * maxDigits + 4) {
           m_labels.push_back({QRect(left, top, right - left, height), lane.microbatch[k], shade});
         }
       }
@@ -239,6 +258,7 @@ void TimelinePlottable::draw(QCPPainter* painter) {
   painter->drawRects(backgrounds.data(), static_cast<int>(backgrounds.size()));
   painter->setBrush(QBrush(m_palette.bubbleHatch, Qt::BDiagPattern));
   painter->drawRects(m_hatch.data(), static_cast<int>(m_hatch.size()));
+  for (const QRect& r : m_hatch) m_stats.hatchedPixels += r.width();
   m_stats.drawCalls = 2;
   for (std::size_t shade = 0; shade < m_buckets.size(); ++shade) {
     const auto& bucket = m_buckets[shade];
@@ -259,6 +279,24 @@ void TimelinePlottable::draw(QCPPainter* painter) {
                               text);
     }
     m_stats.labels = m_labels.size();
+  }
+  drawIterations(painter, clip, toPx, visLo, visHi);
+}
+
+void TimelinePlottable::drawIterations(QCPPainter* painter, const QRect& clip,
+                                       const std::function<double(double)>& toPx, double visLo, double visHi) {
+  // Measured runs: where each iteration (ProfilerStep#N) begins, a dashed line and its name.
+  const ActivityTrace* activity = m_data->activity();
+  if (!activity || activity->iterations.empty()) return;
+  painter->setPen(QPen(m_palette.hover, 1.0, Qt::DashLine));
+  const QFontMetrics metrics(painter->font());
+  for (const ActivityIteration& it : activity->iterations) {
+    if (it.endMs < visLo || it.startMs > visHi) continue;
+    const double x = toPx(it.startMs);
+    painter->drawLine(QLineF(x, clip.top(), x, clip.bottom()));
+    const QString name = QString::fromStdString(it.name);
+    if (toPx(it.endMs) - x > metrics.horizontalAdvance(name) + 6)
+      painter->drawText(QPointF(x + 3, clip.top() + metrics.ascent() + 1), name);
   }
 }
 
@@ -491,10 +529,38 @@ void TimelineLegend::updateEntries() {
        {OpKind::S, QStringLiteral("S vocabulary")},
        {OpKind::T, QStringLiteral("T vocabulary")},
        {OpKind::OPT, QStringLiteral("OPT optimizer")}}};
+  const bool chunks = data && data->shadesChunks();
   for (const auto& [kind, text] : kinds) {
     if (!present[static_cast<std::size_t>(kind)]) continue;
     const auto slot = static_cast<ColourSlot>(static_cast<int>(kind));
+    if (chunks && (kind == OpKind::F || kind == OpKind::B || kind == OpKind::W || kind == OpKind::BW)) {
+      // A shade per chunk: "F chunk 0", "F chunk 1", … as the lanes draw them.
+      const int shown = std::min(data->chunksPerDevice(), kShadesPerSlot);
+      for (int c = 0; c < shown; ++c) {
+        const QColor colour = p.shade(slot, c);
+        m_entries.push_back({text.section(QLatin1Char(' '), 0, 0) + QStringLiteral(" chunk %1").arg(c) +
+                                 (c + 1 == shown && data->chunksPerDevice() > shown ? QStringLiteral("+") : QString()),
+                             Swatch::Fill, colour, colour});
+      }
+      continue;
+    }
     m_entries.push_back({text, Swatch::Fill, p.colour(slot, 0), p.colour(slot, 1)});
+  }
+  if (const ActivityTrace* activity = data ? data->activity() : nullptr) {
+    std::array<bool, 4> kindsPresent{};
+    for (const ActivityStream& s : activity->streams) {
+      for (const ActivityEvent& e : s.events) kindsPresent[static_cast<std::size_t>(e.kind)] = true;
+    }
+    for (int k = 0; k < 4; ++k) {
+      if (!kindsPresent[static_cast<std::size_t>(k)]) continue;
+      const auto kind = static_cast<ActivityKind>(k);
+      const auto slot = static_cast<ColourSlot>(static_cast<int>(ColourSlot::Kernel) + k);
+      m_entries.push_back(
+          {QString::fromUtf8(activityKindName(kind).data(), static_cast<int>(activityKindName(kind).size())),
+           Swatch::Fill, p.colour(slot, 0), p.colour(slot, 1)});
+    }
+    if (!activity->iterations.empty())
+      m_entries.push_back({QStringLiteral("iteration (ProfilerStep)"), Swatch::Dashed, p.hover, {}});
   }
   if (comms) {
     m_entries.push_back({QStringLiteral("activation transfer"), Swatch::Fill, p.colour(ColourSlot::CommForward, 0),

@@ -369,12 +369,14 @@ std::shared_ptr<const Plan> TimelineView::plan() const { return m_data ? m_data-
 
 const TimelineData* TimelineView::timeline() const { return m_data.get(); }
 
-void TimelineView::setPlan(std::shared_ptr<const Plan> plan, bool keepRange) {
+void TimelineView::setPlan(std::shared_ptr<const Plan> plan, bool keepRange,
+                           std::shared_ptr<const ActivityTrace> activity) {
   const QCPRange previous = visibleRange();
   const QCPRange previousLanes = visibleLanes();
   const double previousSpan = m_data ? m_data->endMs() - m_data->beginMs() : 0.0;
   const int previousDevices = m_data ? m_data->deviceCount() : 0;
-  m_data = plan ? std::make_shared<const TimelineData>(std::move(plan)) : nullptr;
+  m_activity = std::move(activity);
+  m_data = plan ? std::make_shared<const TimelineData>(std::move(plan), m_activity, m_collapsed) : nullptr;
   m_timeline->setTimeline(m_data);
   m_timeline->setOpMask({});
   m_matches.clear();
@@ -428,7 +430,42 @@ void TimelineView::zoom(double factor, double centerMs) {
   requestReplot();
 }
 
-void TimelineView::zoom(double factor) { zoom(factor, visibleRange().center()); }
+void TimelineView::zoom(double factor) {
+  const QCPRange r = visibleRange();
+  const bool cursor = std::isfinite(m_cursorMs) && m_cursorMs >= r.lower && m_cursorMs <= r.upper;
+  zoom(factor, cursor ? m_cursorMs : r.center());
+}
+
+void TimelineView::fitSelection() {
+  double lo = 0;
+  double hi = 0;
+  const int op = selectedOp();
+  if (m_data && m_data->plan() && inRange(m_data->plan()->ops, op)) {
+    // The op and its neighbours on the device, so what it waited for is in view.
+    const Op& o = m_data->plan()->op(op);
+    lo = o.startMs;
+    hi = o.endMs;
+    if (const int before = m_data->devicePredecessor(op); before >= 0) lo = m_data->plan()->op(before).startMs;
+    if (const int after = m_data->deviceSuccessor(op); after >= 0) hi = m_data->plan()->op(after).endMs;
+  } else if (m_measurement) {
+    lo = m_measurement->fromMs;
+    hi = m_measurement->toMs;
+  } else {
+    fitToView();
+    return;
+  }
+  const double pad = std::max(1e-6, (hi - lo) * 0.05);
+  m_userZoomed = true;
+  applyKeyRange(lo - pad, hi + pad);
+}
+
+void TimelineView::setLanesCollapsed(bool collapsed) {
+  if (collapsed == m_collapsed) return;
+  m_collapsed = collapsed;
+  const int selected = selectedOp();
+  if (m_data) setPlan(m_data->planPtr(), true, m_activity);
+  if (selected >= 0) selectOp(selected);
+}
 
 void TimelineView::pan(double deltaMs) {
   m_userZoomed = true;
@@ -562,12 +599,16 @@ void TimelineView::updateLaneTicks() {
     if (lane.device < first || lane.device > last) continue;
     const double centre = 0.5 * (lane.valueLo + lane.valueHi);
     if (!subLabels) {
-      if (lane.comm || lane.pipeline != 0 || lane.device % step != 0) continue;
+      if (static_cast<int>(l) != m_data->firstLaneOf(lane.device) || lane.device % step != 0) continue;
       m_laneTicker->addTick(lane.device + 0.4, QStringLiteral("GPU %1").arg(lane.device));
       continue;
     }
     if (lane.comm) {
       m_laneTicker->addTick(centre, QStringLiteral("transfers"));
+    } else if (lane.activity) {
+      m_laneTicker->addTick(
+          centre,
+          q(m_data->laneName(static_cast<int>(l))).replace(QStringLiteral(" · stream "), QStringLiteral(" · s")));
     } else {
       m_laneTicker->addTick(
           centre,
@@ -585,6 +626,7 @@ QStringList TimelineView::laneLabels() const {
 void TimelineView::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
   if (!m_userLanes) fitLanes();
+  if (!m_staleText.isEmpty()) layoutStaleBanner();
 }
 
 // --- memory -------------------------------------------------------------------------------
@@ -783,9 +825,35 @@ bool TimelineView::titleVisible() const { return m_titleVisible; }
 void TimelineView::setStale(const QString& label, bool dim) {
   m_staleText = label;
   m_timeline->setDimmed(!label.isEmpty() && dim);
-  m_staleItem->setText(label);
+  layoutStaleBanner();
   m_staleItem->setVisible(!label.isEmpty());
   m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QString TimelineView::staleBannerText() const { return m_staleItem->text(); }
+
+void TimelineView::layoutStaleBanner() {
+  // The banner wraps to the lanes' width (never clipped at the sides), at most four lines.
+  const QFontMetrics fm(m_staleItem->font());
+  const int width = std::max(80, m_timelineRect->width() - 24);
+  QStringList lines;
+  QString line;
+  for (const QString& word : m_staleText.split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+    const QString candidate = line.isEmpty() ? word : line + QLatin1Char(' ') + word;
+    if (!line.isEmpty() && fm.horizontalAdvance(candidate) > width) {
+      lines << line;
+      line = word;
+    } else {
+      line = candidate;
+    }
+  }
+  if (!line.isEmpty()) lines << line;
+  if (lines.size() > 4) {
+    lines = lines.mid(0, 4);
+    lines.back() = fm.elidedText(lines.back() + QStringLiteral(" …"), Qt::ElideRight, width);
+  }
+  for (QString& l : lines) l = fm.elidedText(l, Qt::ElideRight, width);
+  m_staleItem->setText(lines.join(QLatin1Char('\n')));
 }
 
 // --- selection, search, measurement -------------------------------------------------------
@@ -897,6 +965,11 @@ void TimelineView::measureRange(double fromMs, double toMs) {
 
 void TimelineView::onHover(QPointF pixel) {
   const ItemRef ref = pixel.x() < 0 ? ItemRef{} : m_timeline->itemAt(pixel);
+  const bool overPlots =
+      pixel.x() >= 0 && (m_timelineRect->rect().contains(pixel.toPoint()) ||
+                         (m_memoryRect->visible() && m_memoryRect->rect().contains(pixel.toPoint())));
+  m_cursorMs = overPlots ? m_timelineRect->axis(QCPAxis::atBottom)->pixelToCoord(pixel.x())
+                         : std::numeric_limits<double>::quiet_NaN();
   // The memory plot reads out the curve under the mouse; over the lanes, the hovered device's
   // curve is the highlighted one.
   const QString readout = pixel.x() < 0 ? QString() : memoryReadout(pixel);
@@ -985,8 +1058,13 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
   }
   switch (event->key()) {
     case Qt::Key_F:
+      fitSelection();
+      break;
     case Qt::Key_0:
       fitToView();
+      break;
+    case Qt::Key_C:
+      setLanesCollapsed(!m_collapsed);
       break;
     case Qt::Key_Plus:
     case Qt::Key_Equal:

@@ -591,14 +591,15 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     for (const auto& e : *events) busy[e.device].push_back({e.startNs, e.startNs + e.durationNs});
   } else {
     // No op ranges: GPU activity (NCCL kernels enter below as their transfer parts), windows
-    // from the device's ProfilerStep ranges, else its whole span.
+    // from the device's ProfilerStep ranges (GPU annotation lanes), else from the host's
+    // ProfilerStep#N ranges (plain PyTorch profiler traces keep them on the CPU thread: step N
+    // is the earliest start to the latest end of the ranks' ranges named so), else its span.
     sqlite3* db = store.connection();
     Statement st(
         db,
         "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
         "WHERE e." RUN_EVENT_RANGE
-        " AND e.device >= 0 AND (e.category IN (?2, ?3, "
-        "?4, ?5) OR n.name LIKE 'ProfilerStep#%')",
+        " AND ((e.device >= 0 AND e.category IN (?2, ?3, ?4, ?5)) OR n.name LIKE 'ProfilerStep#%')",
         nullptr);
     if (!st) return Error{store.path() + ": " + detail::lastError(db)};
     st.bind(1, run);
@@ -607,13 +608,19 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     st.bind(4, static_cast<int>(EventCategory::Memset));
     st.bind(5, static_cast<int>(EventCategory::Nccl));
     std::map<int, std::pair<std::int64_t, std::int64_t>> span;
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> hostSteps;  // ProfilerStep#N → window
     int rc;
     while ((rc = st.step()) == SQLITE_ROW) {
       const int d = st.i32(0);
       const std::int64_t lo = st.i64(1), hi = lo + std::max<std::int64_t>(0, st.i64(2));
       const int category = st.i32(3);
-      if (!isGpuActivity(category)) {
-        windows[d].push_back({lo, hi});
+      if (!isGpuActivity(category) || d < 0) {
+        if (d >= 0) {
+          windows[d].push_back({lo, hi});
+        } else {
+          auto [it, inserted] = hostSteps.try_emplace(st.text(4), lo, hi);
+          if (!inserted) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
+        }
         continue;
       }
       auto [it, inserted] = span.try_emplace(d, lo, hi);
@@ -621,8 +628,17 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
       if (category != static_cast<int>(EventCategory::Nccl)) busy[d].push_back({lo, hi});
     }
     if (rc != SQLITE_DONE) return Error{store.path() + ": " + detail::lastError(db)};
+    std::vector<std::pair<std::int64_t, std::int64_t>> steps;
+    for (const auto& [name, w] : hostSteps) steps.push_back(w);
+    std::sort(steps.begin(), steps.end());
     for (const auto& [d, w] : span) {
-      if (!windows.count(d)) windows[d].push_back(w);
+      if (!windows.count(d)) {
+        if (steps.empty()) {
+          windows[d].push_back(w);
+        } else {
+          windows[d] = steps;
+        }
+      }
       busy[d];
     }
     c.iterations = 0;

@@ -3,12 +3,16 @@
 // processes and threads, counter events (ph C) for the memory curve. Perfetto and
 // chrome://tracing both read it.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
+#include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Export.hpp"
 
@@ -24,6 +28,73 @@ double toUs(double ms) { return ms * 1000.0; }
 
 Json metadata(const char* name, int pid, int tid, Json args) {
   return Json{{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+}
+
+// Flow arrows (ph s/f, bound to the enclosing slices) from each op to the ops on other devices
+// that read its output: the stage data flow of plan/Dependencies.hpp (F after the previous
+// stage's F, N after its N, B/BW after the next stage's B or BW) and the derived dependencies
+// (frozen outputs, vocabulary passes). Ops of one device already follow each other in order.
+template <typename Emit>
+void emitFlows(const Plan& plan, Emit& emit) {
+  if (plan.virtualStages.empty()) return;
+  std::map<std::tuple<int, int, int>, int> opOf;  // (virtual stage, kind, microbatch) → first op
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    opOf.try_emplace({op.virtualStage, static_cast<int>(op.kind), op.microbatch}, static_cast<int>(i));
+  }
+  const StageNeighbours neighbours = stageNeighbours(plan);
+  std::vector<std::pair<int, int>> flows;  // (from op, to op)
+  auto add = [&](int stage, OpKind kind, int microbatch, int to) {
+    const auto it = opOf.find({stage, static_cast<int>(kind), microbatch});
+    if (it != opOf.end() &&
+        plan.ops[static_cast<std::size_t>(it->second)].device != plan.ops[static_cast<std::size_t>(to)].device)
+      flows.emplace_back(it->second, to);
+  };
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (!inRange(neighbours.previous, op.virtualStage)) continue;
+    const int previous = neighbours.previous[static_cast<std::size_t>(op.virtualStage)];
+    const int next = neighbours.next[static_cast<std::size_t>(op.virtualStage)];
+    const int to = static_cast<int>(i);
+    if (op.kind == OpKind::F && previous >= 0) add(previous, OpKind::F, op.microbatch, to);
+    if (op.kind == OpKind::N && previous >= 0) add(previous, OpKind::N, op.microbatch, to);
+    if ((op.kind == OpKind::B || op.kind == OpKind::BW) && next >= 0) {
+      add(next, OpKind::B, op.microbatch, to);
+      add(next, OpKind::BW, op.microbatch, to);
+    }
+  }
+  std::vector<std::vector<std::int32_t>> laneIndex;
+  const auto lanes = planLanes(plan, &laneIndex);
+  auto opAt = [&](const OpRef& r) -> int {
+    if (!inRange(laneIndex, r.device)) return -1;
+    const auto& lane = laneIndex[static_cast<std::size_t>(r.device)];
+    return inRange(lane, r.index) ? lane[static_cast<std::size_t>(r.index)] : -1;
+  };
+  for (const OpDependency& dep : derivedDependencies(plan, lanes)) {
+    const int from = opAt(dep.from), to = opAt(dep.to);
+    if (from >= 0 && to >= 0 && dep.from.device != dep.to.device) flows.emplace_back(from, to);
+  }
+  std::int64_t id = 0;
+  for (const auto& [from, to] : flows) {
+    const Op& a = plan.ops[static_cast<std::size_t>(from)];
+    const Op& b = plan.ops[static_cast<std::size_t>(to)];
+    ++id;
+    emit(Json{{"name", "data"},
+              {"cat", "dependency"},
+              {"ph", "s"},
+              {"id", id},
+              {"pid", a.device},
+              {"tid", kComputeTid},
+              {"ts", toUs(a.startMs)}});
+    emit(Json{{"name", "data"},
+              {"cat", "dependency"},
+              {"ph", "f"},
+              {"bp", "e"},
+              {"id", id},
+              {"pid", b.device},
+              {"tid", kComputeTid},
+              {"ts", toUs(b.startMs)}});
+  }
 }
 
 // Every event of the trace in file order, one at a time: the export streams them (a 10⁶-op
@@ -108,6 +179,8 @@ void emitChromeEvents(const Plan& plan, const ChromeTraceOptions& options, Emit&
               {"dur", toUs(a.endMs - a.startMs)},
               {"args", {{"device", a.device}, {"stream", a.stream}}}});
   }
+
+  emitFlows(plan, emit);
 
   // Memory curve per device as a counter track (MiB, so Perfetto's axis stays readable).
   if (!plan.ops.empty() && !plan.virtualStages.empty()) {

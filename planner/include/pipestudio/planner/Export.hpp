@@ -39,7 +39,8 @@ struct ChromeTraceOptions {
 /// one complete (`ph: "X"`) event per op with `pid` = device, `tid` 0 and `args {kind,
 /// microbatch, virtual_stage, device}`; each transfer on a thread of the sending device named
 /// after its link (`send → device N`); process and thread name/sort metadata so lanes are
-/// labelled and ordered; activities on threads `stream N`.
+/// labelled and ordered; activities on threads `stream N`; flow arrows (`ph` s/f, `cat`
+/// "dependency") from each op to the ops on other devices that read its output.
 Json chromeTraceJson(const Plan& plan, const ChromeTraceOptions& options = {});
 
 /// Writes chromeTraceJson to `path` (compact JSON: traces of 200k ops stay small).

@@ -28,21 +28,30 @@ class MetricsModel : public QAbstractTableModel {
   Metrics m_metrics;
 };
 
+struct MeasuredRun;
+
 /// Baseline vs current: rows for makespan, bubble ratio, throughput, peak memory, then per
-/// device busy, idle and peak memory; columns baseline, current, delta.
+/// device busy, idle and peak memory; columns baseline, current, delta. The delta is red where
+/// the current is worse (slower, busier for the same work, fuller) and green where better; its
+/// percentage says "n/a" against a baseline of (nearly) zero. Against a measured run the current
+/// column holds what was measured per iteration (its own times, whatever the drawing's scale).
 class CompareModel : public QAbstractTableModel {
   Q_OBJECT
  public:
   enum Column { Quantity, Baseline, Current, Delta, ColumnCount };
   explicit CompareModel(QObject* parent = nullptr);
-  void setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current);
+  void setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
+                const MeasuredRun* measured = nullptr);
+  /// The percentage of `delta` against `baseline` ("+3.1 %"), or "n/a" when the baseline is
+  /// (nearly) zero.
+  static QString percentText(double delta, double baseline);
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
   QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
-  enum class Unit { Ms, Ratio, Bytes, Throughput };
+  enum class Unit { Ms, Ratio, Bytes, Throughput, Count };
   struct Row {
     QString name;
     Unit unit = Unit::Ms;

@@ -26,16 +26,67 @@ struct StageCostsLite {
   std::array<double, 3> hiddenMs{};  ///< collectives the recipe hides under the pass's compute
 };
 
-/// Colour slot of an interval: one per op kind plus two for transfers (activations forward,
-/// gradients backward). Each slot has two shades (even / odd microbatch) so neighbouring ops
-/// of one kind stay distinguishable.
-enum class ColourSlot : std::uint8_t { F, B, W, BW, N, S, T, OPT, CommForward, CommBackward };
-inline constexpr int kColourSlotCount = 10;
-inline constexpr int kShadeCount = 2 * kColourSlotCount;
+/// Colour slot of an interval: one per op kind, two for transfers (activations forward,
+/// gradients backward) and four for the GPU activity of measured runs without op ranges. Each
+/// slot has kShadesPerSlot shades: plans of one chunk per device alternate the first two by
+/// microbatch (neighbouring ops of one kind stay distinguishable); interleaved and V-shaped
+/// plans give each chunk its own shade (chunk % kShadesPerSlot).
+enum class ColourSlot : std::uint8_t {
+  F,
+  B,
+  W,
+  BW,
+  N,
+  S,
+  T,
+  OPT,
+  CommForward,
+  CommBackward,
+  Kernel,
+  Memcpy,
+  Memset,
+  Nccl
+};
+inline constexpr int kColourSlotCount = 14;
+inline constexpr int kShadesPerSlot = 4;
+inline constexpr int kShadeCount = kShadesPerSlot * kColourSlotCount;
 
-/// Reference to what an interval shows: an op (index into plan.ops) or a transfer.
+/// GPU activity of a measured run that has no op ranges (a plain PyTorch profiler trace):
+/// kernels, memcpy, memset and NCCL kernels per device and stream, and the iterations the
+/// trace marks (ProfilerStep#N). Times in ms on the timeline's axis. Qt- and history-free: the
+/// window builds it from the run's events.
+enum class ActivityKind : std::uint8_t { Kernel, Memcpy, Memset, Nccl };
+struct ActivityEvent {
+  double startMs = 0;
+  double endMs = 0;
+  ActivityKind kind = ActivityKind::Kernel;
+  std::int32_t name = -1;  ///< index into ActivityTrace::names
+};
+struct ActivityStream {
+  int device = 0;
+  std::int64_t stream = 0;
+  std::vector<ActivityEvent> events;  ///< sorted by start
+};
+struct ActivityIteration {
+  std::string name;  ///< "ProfilerStep#551"
+  double startMs = 0;
+  double endMs = 0;
+};
+struct ActivityTrace {
+  std::vector<std::string> names;
+  std::vector<ActivityStream> streams;        ///< by (device, stream)
+  std::vector<ActivityIteration> iterations;  ///< in time order
+  /// The same activity with every time multiplied by `factor` (a run drawn to a plan's scale).
+  ActivityTrace scaled(double factor) const;
+  /// GPU busy time (union over its streams) of `device` inside [fromMs, toMs].
+  double busyMs(int device, double fromMs, double toMs) const;
+};
+std::string_view activityKindName(ActivityKind kind);
+
+/// Reference to what an interval shows: an op (index into plan.ops), a transfer, or one
+/// activity event (index into TimelineData's activity table).
 struct ItemRef {
-  enum class Kind : std::uint8_t { None, Op, Comm };
+  enum class Kind : std::uint8_t { None, Op, Comm, Activity };
   Kind kind = Kind::None;
   std::int32_t index = -1;
   bool valid() const { return kind != Kind::None && index >= 0; }
@@ -55,11 +106,17 @@ struct Lane {
   int device = 0;
   bool comm = false;
   int pipeline = 0;
+  bool activity = false;    ///< a stream of GPU activity (measured runs without op ranges)
+  std::int64_t stream = 0;  ///< of an activity lane
+  /// Compute lanes of two-pipe devices: where the device computes on neither pipe, by start
+  /// (idle hatching is drawn there only). Empty for other lanes: idle is their span less ops.
+  std::vector<std::pair<double, double>> idleGaps;
+  bool hatchGapsOnly = false;
   double valueLo = 0;  ///< vertical extent in plot coordinates (device d spans [d, d + 1))
   double valueHi = 0;
   std::vector<double> startMs;  ///< sorted ascending
   std::vector<double> endMs;
-  std::vector<std::uint8_t> shade;  ///< ColourSlot * 2 + (microbatch & 1)
+  std::vector<std::uint8_t> shade;  ///< ColourSlot * kShadesPerSlot + variant
   std::vector<std::int32_t> microbatch;
   std::vector<ItemRef> items;
   std::vector<LaneBlock> blocks;
@@ -132,7 +189,12 @@ class TimelineData {
   static constexpr std::size_t kBlockSize = 256;
 
   TimelineData() = default;
-  explicit TimelineData(std::shared_ptr<const Plan> plan);
+  /// `activity` adds lanes per device and stream under the device's ops (measured runs).
+  /// `collapsed`: one lane per device (both pipes of a bidirectional schedule on one lane, all
+  /// streams on one lane, transfers not shown).
+  explicit TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<const ActivityTrace> activity = nullptr,
+                        bool collapsed = false);
+  bool collapsed() const { return m_collapsed; }
 
   const Plan* plan() const { return m_plan.get(); }
   std::shared_ptr<const Plan> planPtr() const { return m_plan; }
@@ -140,6 +202,13 @@ class TimelineData {
   /// Lane `l`, 0 <= l < lanes().size() (laneAt, laneOf).
   const Lane& lane(int l) const { return m_lanes[l]; }
   int deviceCount() const { return m_devices; }
+  /// First lane of device `d` (its lanes follow it), or -1.
+  int firstLaneOf(int device) const { return m_laneOfDevice.contains(device) ? m_laneOfDevice[device] : -1; }
+  const ActivityTrace* activity() const { return m_activity.get(); }
+  /// Chunks of a device shaded apart (interleaved and V-shaped plans): the shade variant of
+  /// chunk c is c % kShadesPerSlot.
+  bool shadesChunks() const { return m_shadesChunks; }
+  int chunksPerDevice() const { return m_chunks; }
   double beginMs() const { return m_beginMs; }
   double endMs() const { return m_endMs; }
   bool empty() const { return m_lanes.empty(); }
@@ -204,7 +273,19 @@ class TimelineData {
   /// Transfer time between an op and a data successor on another device (0 on one device).
   double transferMs(int from, int to) const;
 
+  const ActivityEvent& activityEvent(int index) const;
+  void addActivityLanes(const std::vector<std::vector<int>>& streamsOfDevice, int device, double lo, double hi);
+  void computeIdleGaps();
+
   std::shared_ptr<const Plan> m_plan;
+  std::shared_ptr<const ActivityTrace> m_activity;
+  /// Activity events in lane order: (stream index, event index), their lane and slot.
+  std::vector<std::pair<std::int32_t, std::int32_t>> m_activityRefs;
+  IdVector<std::int32_t> m_activityLane;
+  IdVector<std::int32_t> m_activitySlot;
+  bool m_shadesChunks = false;
+  bool m_collapsed = false;
+  int m_chunks = 1;
   IdVector<Lane> m_lanes;
   IdVector<int> m_laneOfDevice;     ///< first lane of device d
   IdVector<std::int32_t> m_opLane;  ///< lane of each op

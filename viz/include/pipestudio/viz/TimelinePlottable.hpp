@@ -9,6 +9,7 @@
 #include <QHash>
 #include <QStaticText>
 #include <array>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,7 +20,7 @@ namespace pipestudio::viz {
 
 /// Colours of the timeline; light and dark variants follow the application palette.
 struct TimelinePalette {
-  std::array<QColor, kShadeCount> shades;  ///< ColourSlot * 2 + (microbatch & 1)
+  std::array<QColor, kShadeCount> shades;  ///< ColourSlot * kShadesPerSlot + variant
   QColor laneBackground;
   QColor bubbleHatch;
   QColor textOnDark;
@@ -36,7 +37,12 @@ struct TimelinePalette {
   static TimelinePalette forPalette(const QPalette& palette);
   QColor colour(ColourSlot slot, int microbatch = 0) const {
     const std::size_t odd = (microbatch & 1) != 0 ? 1 : 0;
-    return shades[2 * static_cast<std::size_t>(slot) + odd];
+    return shades[kShadesPerSlot * static_cast<std::size_t>(slot) + odd];
+  }
+  /// The shade of `variant` (a chunk of an interleaved plan: chunk % kShadesPerSlot).
+  QColor shade(ColourSlot slot, int variant) const {
+    return shades[kShadesPerSlot * static_cast<std::size_t>(slot) +
+                  static_cast<std::size_t>(variant & (kShadesPerSlot - 1))];
   }
 };
 
@@ -46,6 +52,7 @@ struct TimelineDrawStats {
   std::size_t rects = 0;
   std::size_t drawCalls = 0;
   std::size_t labels = 0;
+  std::int64_t hatchedPixels = 0;  ///< summed width of the idle hatching drawn
 };
 
 class TimelinePlottable : public QCPAbstractPlottable {
@@ -88,6 +95,8 @@ class TimelinePlottable : public QCPAbstractPlottable {
     std::uint8_t shade;
   };
   const QStaticText& labelText(std::int32_t microbatch);
+  void drawIterations(QCPPainter* painter, const QRect& clip, const std::function<double(double)>& toPx, double visLo,
+                      double visHi);
 
   std::shared_ptr<const TimelineData> m_data;
   TimelinePalette m_palette;

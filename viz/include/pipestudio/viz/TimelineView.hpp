@@ -9,11 +9,13 @@
 /// measures a range (duration and idle time per device), double-click fits. Hover shows what
 /// an op waited for and highlights that device's memory curve; a click selects the op: its
 /// dependency chain is outlined and arrows join it to its predecessors and successors.
-/// Keys: W/S or +/- zoom, A/D or ←/→ pan, ↑/↓ scroll lanes, Shift+↑/↓ zoom lanes, F or 0 fits,
-/// Ctrl+F searches ("mb 7", "W", "vs 12"), Esc clears selection, search and measurement.
+/// Keys: W/S or +/- zoom about the mouse, A/D or ←/→ pan, ↑/↓ scroll lanes, Shift+↑/↓ zoom
+/// lanes, F fits the selection (0 everything), C collapses each device to one lane, Ctrl+F
+/// searches ("mb 7", "W", "vs 12"), Esc clears selection, search and measurement.
 
 #include <QString>
 #include <QWidget>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -94,9 +96,14 @@ class TimelineView : public QWidget {
   explicit TimelineView(QWidget* parent = nullptr);
   ~TimelineView() override;
 
-  /// Shows `plan` (nullptr clears). The view is refitted unless the user has zoomed or panned
-  /// since the last fit and `keepRange` is set and the plan is of similar length.
-  void setPlan(std::shared_ptr<const Plan> plan, bool keepRange = false);
+  /// Shows `plan` (nullptr clears) with the GPU activity of a measured run, if any, on lanes
+  /// per device and stream. The view is refitted unless the user has zoomed or panned since the
+  /// last fit and `keepRange` is set and the plan is of similar length.
+  void setPlan(std::shared_ptr<const Plan> plan, bool keepRange = false,
+               std::shared_ptr<const ActivityTrace> activity = nullptr);
+  /// One lane per device (pipes, streams and transfers folded into it), or every sub-lane.
+  void setLanesCollapsed(bool collapsed);
+  bool lanesCollapsed() const { return m_collapsed; }
   std::shared_ptr<const Plan> plan() const;
   const TimelineData* timeline() const;
 
@@ -115,7 +122,11 @@ class TimelineView : public QWidget {
   void setVisibleRange(double fromMs, double toMs);
   /// Zooms by `factor` (< 1 zooms in) about `centerMs`.
   void zoom(double factor, double centerMs);
+  /// Zooms about the mouse when it is over the lanes (W/S, +/-), else about the centre.
   void zoom(double factor);
+  /// Fits what is selected: the selected op (with its neighbours' room around it), else the
+  /// measured range, else everything (the F key).
+  void fitSelection();
   /// Shifts the window by `deltaMs`.
   void pan(double deltaMs);
   /// True once the user zoomed or panned since the last fit (a re-solve then keeps the view).
@@ -164,6 +175,8 @@ class TimelineView : public QWidget {
   /// such as a running solve). Empty clears.
   void setStale(const QString& label, bool dim = true);
   QString staleLabel() const { return m_staleText; }
+  /// The banner as drawn: the label wrapped to the lanes' width.
+  QString staleBannerText() const;
   bool isStale() const { return !m_staleText.isEmpty(); }
 
   /// Title line: model, cluster, schedule, makespan, bubble (built from the plan).
@@ -206,6 +219,7 @@ class TimelineView : public QWidget {
   void fitLanes();
   void updateLaneScrollBar();
   void updateTitle();
+  void layoutStaleBanner();
   void rebuildMemory();
   void highlightMemoryCurve(int device);
   void requestReplot();
@@ -246,6 +260,9 @@ class TimelineView : public QWidget {
   bool m_userZoomed = false;
   bool m_userLanes = false;
   bool m_titleVisible = false;
+  bool m_collapsed = false;
+  double m_cursorMs = std::numeric_limits<double>::quiet_NaN();  ///< time under the mouse; NaN: not over the lanes
+  std::shared_ptr<const ActivityTrace> m_activity;
 };
 
 }  // namespace pipestudio::viz

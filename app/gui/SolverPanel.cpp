@@ -1,0 +1,465 @@
+#include "SolverPanel.hpp"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QUndoCommand>
+#include <QUndoStack>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <limits>
+
+#include "GuiText.hpp"
+#include "WheelGuard.hpp"
+#include "pipestudio/common/Units.hpp"
+#include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+namespace pipestudio::gui {
+
+namespace {
+
+constexpr const char* kAuto = "auto";
+constexpr int kMaxGlobalBatch = std::numeric_limits<int>::max();
+constexpr int kMaxMicroBatchSize = 1 << 20;
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+QSpinBox* degreeSpin(QWidget* parent, int max, const QString& tip) {
+  auto* spin = new QSpinBox(parent);
+  spin->setRange(1, max);
+  spin->setToolTip(tip);
+  return spin;
+}
+
+QString memoryLimitTip() { return QStringLiteral("Per-device memory limit, e.g. 40GiB; empty = the GPU's memory"); }
+
+}  // namespace
+
+/// One edit of the panel: redo and undo show the state after and before it (the first redo,
+/// on push, finds the panel already showing it). Consecutive edits of one field merge, so
+/// typing "128" into a spin box is one step.
+class SolverPanelEdit : public QUndoCommand {
+ public:
+  SolverPanelEdit(SolverPanel* panel, int field, const QString& text, SolverPanel::State before,
+                  SolverPanel::State after)
+      : QUndoCommand(text), m_panel(panel), m_field(field), m_before(std::move(before)), m_after(std::move(after)) {}
+  int id() const override { return 0x5350; }  // "SP"
+  bool mergeWith(const QUndoCommand* other) override {
+    const auto* edit = dynamic_cast<const SolverPanelEdit*>(other);
+    // Field -1: a whole configuration loaded at once, never merged.
+    if (!edit || edit->m_panel != m_panel || m_field < 0 || edit->m_field != m_field) return false;
+    m_after = edit->m_after;
+    return true;
+  }
+  void redo() override {
+    if (m_first) {
+      m_first = false;
+      return;
+    }
+    m_panel->applyState(m_after);
+  }
+  void undo() override { m_panel->applyState(m_before); }
+
+ private:
+  SolverPanel* m_panel;
+  int m_field;
+  SolverPanel::State m_before;
+  SolverPanel::State m_after;
+  bool m_first = true;
+};
+
+SolverPanel::SolverPanel(QWidget* parent) : QWidget(parent) {
+  setObjectName(QStringLiteral("SolverPanel"));
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(4, 4, 4, 4);
+  buildPipelineGroup(this, outer);
+  buildParallelGroup(this, outer);
+  buildBatchGroup(this, outer);
+  buildButtons(outer);
+  outer->addStretch(1);
+  connectFields();
+  WheelGuard::install(this);
+  m_explicitSchedule = schedule->currentData().toString();
+  m_shown = state();
+}
+
+void SolverPanel::buildPipelineGroup(QWidget* parent, QVBoxLayout* outer) {
+  auto* group = new QGroupBox(QStringLiteral("Pipeline"), parent);
+  auto* form = new QFormLayout(group);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  schedule = new QComboBox(group);
+  for (const std::string& name : scheduleNames()) schedule->addItem(q(name), q(name));
+  devices = degreeSpin(group, 4096, QStringLiteral("Pipeline size P: one lane per pipeline rank"));
+  microbatches = new QSpinBox(group);
+  microbatches->setRange(1, 1 << 20);
+  chunks = new QSpinBox(group);
+  chunks->setRange(1, 64);
+  partition = new QComboBox(group);
+  for (const std::string& name : partitionNames()) partition->addItem(q(name));
+  fill = new QComboBox(group);
+  for (const std::string& name : fillModeNames()) fill->addItem(q(name));
+  memoryLimit = new QLineEdit(group);
+  memoryLimit->setPlaceholderText(QStringLiteral("GPU memory"));
+  memoryLimit->setToolTip(memoryLimitTip());
+  form->addRow(QStringLiteral("Schedule"), schedule);
+  form->addRow(QStringLiteral("Devices"), devices);
+  form->addRow(QStringLiteral("Microbatches"), microbatches);
+  form->addRow(QStringLiteral("Chunks / device"), chunks);
+  form->addRow(QStringLiteral("Partition"), partition);
+  form->addRow(QStringLiteral("Fill"), fill);
+  form->addRow(QStringLiteral("Memory limit"), memoryLimit);
+  outer->addWidget(group);
+}
+
+void SolverPanel::buildParallelGroup(QWidget* parent, QVBoxLayout* outer) {
+  auto* group = new QGroupBox(QStringLiteral("Parallelism"), parent);
+  auto* form = new QFormLayout(group);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  tp = degreeSpin(group, 1024, QStringLiteral("Tensor parallelism T (Megatron): must divide the heads"));
+  cp = degreeSpin(group, 1024, QStringLiteral("Context parallelism C (ring attention): the sequence splits over C"));
+  ep = degreeSpin(group, 4096, QStringLiteral("Expert parallelism E inside the data-parallel group (MoE models)"));
+  dp = degreeSpin(group, 1 << 20, QStringLiteral("Data-parallel replicas D of the whole pipeline"));
+  sequenceParallel = new QCheckBox(QStringLiteral("Sequence parallel"), group);
+  sequenceParallel->setToolTip(QStringLiteral("Korthikanti et al. 2022 §4.2.2 (only with TP > 1)"));
+  recompute = new QComboBox(group);
+  recompute->addItems({QStringLiteral("none"), QStringLiteral("selective"), QStringLiteral("full")});
+  recompute->setToolTip(
+      QStringLiteral("Activation recomputation: selective recomputes attention's core, full "
+                     "each layer's forward inside its backward"));
+  zero = new QComboBox(group);
+  zero->addItems({QStringLiteral("0"), QStringLiteral("1"), QStringLiteral("2"), QStringLiteral("3")});
+  zero->setToolTip(QStringLiteral("ZeRO stage: 1 = distributed optimizer, 2 = + gradients, 3 = + parameters (FSDP)"));
+  form->addRow(QStringLiteral("TP"), tp);
+  form->addRow(QStringLiteral("CP"), cp);
+  form->addRow(QStringLiteral("EP"), ep);
+  form->addRow(QStringLiteral("DP"), dp);
+  form->addRow(sequenceParallel);
+  form->addRow(QStringLiteral("Recompute"), recompute);
+  form->addRow(QStringLiteral("ZeRO"), zero);
+  outer->addWidget(group);
+}
+
+void SolverPanel::buildBatchGroup(QWidget* parent, QVBoxLayout* outer) {
+  auto* group = new QGroupBox(QStringLiteral("Batch"), parent);
+  auto* form = new QFormLayout(group);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  globalBatch = new QSpinBox(group);
+  globalBatch->setRange(0, kMaxGlobalBatch);
+  globalBatch->setSpecialValueText(QStringLiteral("off"));
+  globalBatch->setToolTip(
+      QStringLiteral("Samples per training step; with it, Microbatches = Global batch / "
+                     "(Micro-batch size × DP)"));
+  microBatchSize = new QSpinBox(group);
+  microBatchSize->setRange(0, kMaxMicroBatchSize);
+  microBatchSize->setSpecialValueText(QStringLiteral("model's"));
+  microBatchSize->setToolTip(QStringLiteral("Samples per microbatch (the model file's when not set)"));
+  optimizerSync = new QComboBox(group);
+  optimizerSync->addItems({QStringLiteral("global"), QStringLiteral("post-validation")});
+  optimizerSync->setToolTip(QStringLiteral("post-validation: Zero Bubble's optimizer step overlaps iterations"));
+  form->addRow(QStringLiteral("Global batch"), globalBatch);
+  form->addRow(QStringLiteral("Micro-batch size"), microBatchSize);
+  form->addRow(QStringLiteral("Optimizer sync"), optimizerSync);
+  outer->addWidget(group);
+}
+
+void SolverPanel::buildButtons(QVBoxLayout* outer) {
+  autoSolve = new QCheckBox(QStringLiteral("Re-solve on change"), this);
+  autoSolve->setChecked(true);
+  outer->addWidget(autoSolve);
+  auto* buttons = new QHBoxLayout;
+  solve = new QPushButton(QStringLiteral("Solve"), this);
+  solve->setDefault(true);
+  solve->setToolTip(QStringLiteral("Solve now (F5)"));
+  cancel = new QPushButton(QStringLiteral("Cancel"), this);
+  cancel->setEnabled(false);
+  buttons->addWidget(solve);
+  buttons->addWidget(cancel);
+  outer->addLayout(buttons);
+  progress = new QProgressBar(this);
+  progress->setRange(0, 100);
+  progress->setVisible(false);
+  outer->addWidget(progress);
+  auto* messageRow = new QHBoxLayout;
+  message = new QLabel(this);
+  message->setObjectName(QStringLiteral("SolverMessage"));
+  message->setWordWrap(true);
+  message->setTextFormat(Qt::PlainText);
+  message->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // One summary line (wrapped to at most three); the panel never grows with a long message.
+  message->setMaximumHeight(3 * message->fontMetrics().lineSpacing() + 4);
+  message->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  details = new QPushButton(QStringLiteral("Details…"), this);
+  details->setVisible(false);
+  messageRow->addWidget(message, 1);
+  messageRow->addWidget(details, 0, Qt::AlignTop);
+  outer->addLayout(messageRow);
+}
+
+void SolverPanel::connectFields() {
+  connect(solve, &QPushButton::clicked, this, &SolverPanel::solveRequested);
+  connect(cancel, &QPushButton::clicked, this, &SolverPanel::cancelRequested);
+  connect(details, &QPushButton::clicked, this, &SolverPanel::detailsRequested);
+  connect(partition, &QComboBox::currentTextChanged, this, [this]() {
+    onPartitionChanged();
+    onFieldEdited(QStringLiteral("Partition"));
+  });
+  connect(schedule, &QComboBox::currentIndexChanged, this, [this]() {
+    if (!m_loading && schedule->currentData().toString() != QLatin1String(kAuto))
+      m_explicitSchedule = schedule->currentData().toString();
+  });
+  const std::pair<QComboBox*, const char*> combos[] = {{schedule, "Schedule"},
+                                                       {fill, "Fill"},
+                                                       {recompute, "Recompute"},
+                                                       {zero, "ZeRO"},
+                                                       {optimizerSync, "Optimizer sync"}};
+  for (const auto& [combo, name] : combos) {
+    connect(combo, &QComboBox::currentTextChanged, this,
+            [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
+  }
+  const std::pair<QSpinBox*, const char*> spins[] = {{devices, "Devices"},
+                                                     {microbatches, "Microbatches"},
+                                                     {chunks, "Chunks / device"},
+                                                     {tp, "TP"},
+                                                     {cp, "CP"},
+                                                     {ep, "EP"},
+                                                     {dp, "DP"},
+                                                     {globalBatch, "Global batch"},
+                                                     {microBatchSize, "Micro-batch size"}};
+  for (const auto& [spin, name] : spins) {
+    connect(spin, &QSpinBox::valueChanged, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
+  }
+  connect(sequenceParallel, &QCheckBox::toggled, this,
+          [this]() { onFieldEdited(QStringLiteral("Sequence parallel")); });
+  connect(memoryLimit, &QLineEdit::editingFinished, this, [this]() {
+    // editingFinished also fires on focus loss without a change: only a change is an edit.
+    if (memoryLimit->text() != m_shown.memoryLimitText) onFieldEdited(QStringLiteral("Memory limit"));
+  });
+}
+
+// --- reading and showing -----------------------------------------------------------------
+
+PlanConfig SolverPanel::config() const {
+  // Fields the panel does not show (precision, overlap settings, vocabulary barriers, …) keep
+  // what the last shown config held: editing the panel never drops them.
+  PlanConfig c = m_base;
+  c.memoryLimitBytes.reset();
+  c.globalBatch.reset();
+  c.microBatchSize.reset();
+  const QString scheduleName = schedule->currentData().toString();
+  c.schedule = (scheduleName == QLatin1String(kAuto) ? m_explicitSchedule : scheduleName).toStdString();
+  c.devices = devices->value();
+  c.microbatches = microbatches->value();
+  c.chunksPerDevice = chunks->value();
+  c.partition = partition->currentText().toStdString();
+  c.fill = fill->currentText().toStdString();
+  const QString limit = memoryLimit->text().trimmed();
+  if (!limit.isEmpty()) {
+    if (auto b = parseBytes(limit.toStdString()); b && *b > 0) c.memoryLimitBytes = *b;
+  }
+  Parallelism& par = c.parallel;
+  par.tensor = tp->value();
+  par.context = cp->value();
+  par.expert = ep->value();
+  par.data = dp->value();
+  par.sequenceParallel = par.tensor > 1 && sequenceParallel->isChecked();
+  par.recompute = recomputeFromName(recompute->currentText().toStdString()).value_or(Recompute::None);
+  par.zeroStage = zero->currentIndex();
+  if (globalBatch->value() > 0) c.globalBatch = globalBatch->value();
+  if (microBatchSize->value() > 0) c.microBatchSize = microBatchSize->value();
+  c.optimizerSync = optimizerSync->currentText().toStdString();
+  return c;
+}
+
+SolverPanel::State SolverPanel::state() const { return {config(), memoryLimit->text()}; }
+
+void SolverPanel::applyState(const State& s) {
+  setConfig(s.config);
+  const bool wasLoading = m_loading;
+  m_loading = true;
+  memoryLimit->setText(s.memoryLimitText);
+  m_loading = wasLoading;
+  m_shown = state();
+  Q_EMIT configEdited(config());
+}
+
+void SolverPanel::setConfig(const PlanConfig& c) {
+  const bool wasLoading = m_loading;
+  m_loading = true;
+  m_base = c;
+  m_explicitSchedule = q(c.schedule);
+  partition->setCurrentText(QStringLiteral("balanced"));  // leaves "auto" mode, if on
+  onPartitionChanged();
+  const int scheduleIndex = schedule->findData(q(c.schedule));
+  if (scheduleIndex >= 0) {
+    schedule->setCurrentIndex(scheduleIndex);
+  } else if (!c.schedule.empty()) {
+    schedule->addItem(q(c.schedule), q(c.schedule));
+    schedule->setCurrentIndex(schedule->count() - 1);
+  }
+  devices->setValue(c.devices);
+  microbatches->setValue(c.microbatches);
+  chunks->setValue(c.chunksPerDevice);
+  if (fill->findText(q(c.fill)) < 0) fill->addItem(q(c.fill));
+  fill->setCurrentText(q(c.fill));
+  memoryLimit->setText(c.memoryLimitBytes ? q(formatBytes(static_cast<double>(*c.memoryLimitBytes))) : QString());
+  const Parallelism& par = c.parallel;
+  tp->setValue(par.tensor);
+  cp->setValue(par.context);
+  ep->setValue(par.expert);
+  dp->setValue(par.data);
+  // At TP 1 the box shows the default for when TP is raised (on, as the command line).
+  sequenceParallel->setChecked(par.tensor > 1 ? par.sequenceParallel : true);
+  recompute->setCurrentText(q(std::string(recomputeName(par.recompute))));
+  zero->setCurrentIndex(std::clamp(par.zeroStage, 0, 3));
+  globalBatch->setValue(c.globalBatch ? static_cast<int>(std::min<std::int64_t>(*c.globalBatch, kMaxGlobalBatch)) : 0);
+  microBatchSize->setValue(
+      c.microBatchSize ? static_cast<int>(std::min<std::int64_t>(*c.microBatchSize, kMaxMicroBatchSize)) : 0);
+  optimizerSync->setCurrentText(q(c.optimizerSync));
+  if (partition->findText(q(c.partition)) < 0) partition->addItem(q(c.partition));
+  partition->setCurrentText(q(c.partition));
+  onPartitionChanged();
+  memoryLimit->setStyleSheet(QString());
+  memoryLimit->setToolTip(memoryLimitTip());
+  m_loading = wasLoading;
+  m_shown = state();
+}
+
+void SolverPanel::loadConfig(const PlanConfig& config, const QString& what) {
+  const State before = m_shown;
+  setConfig(config);
+  if (m_undo) m_undo->push(new SolverPanelEdit(this, -1, what, before, m_shown));
+  Q_EMIT configEdited(this->config());
+}
+
+void SolverPanel::onPartitionChanged() {
+  // With the diffusionpipe partition DiffusionPipe searches the schedules itself: the box says
+  // "auto" (and, once solved, which one it chose) instead of a schedule it will not honour.
+  const bool wasLoading = m_loading;
+  m_loading = true;
+  const bool diffusion = partition->currentText() == QStringLiteral("diffusionpipe");
+  const bool hasAuto = schedule->count() > 0 && schedule->itemData(0).toString() == QLatin1String(kAuto);
+  if (diffusion && !hasAuto) {
+    schedule->insertItem(0, QStringLiteral("auto — DiffusionPipe picks the schedule"), QString::fromLatin1(kAuto));
+    schedule->setCurrentIndex(0);
+    schedule->setEnabled(false);
+    schedule->setToolTip(
+        QStringLiteral("The diffusionpipe partition plans partition and schedule together: "
+                       "it tries every schedule and keeps the fastest that fits"));
+  } else if (!diffusion && hasAuto) {
+    schedule->removeItem(0);
+    const int index = schedule->findData(m_explicitSchedule);
+    if (index >= 0) schedule->setCurrentIndex(index);
+    schedule->setEnabled(true);
+    schedule->setToolTip(QString());
+  }
+  m_loading = wasLoading;
+}
+
+void SolverPanel::showChosenSchedule(const QString& chosen) {
+  if (schedule->count() == 0 || schedule->itemData(0).toString() != QLatin1String(kAuto)) return;
+  const bool wasLoading = m_loading;
+  m_loading = true;
+  const QString text = QStringLiteral("auto — DiffusionPipe chose %1").arg(chosen);
+  schedule->setItemText(0, text);
+  // The narrow box may cut the text: its tooltip says it whole.
+  schedule->setToolTip(text + QStringLiteral(" (the diffusionpipe partition tries every schedule and keeps "
+                                             "the fastest that fits)"));
+  m_loading = wasLoading;
+}
+
+void SolverPanel::onFieldEdited(const QString& field) {
+  if (m_loading) return;
+  // The Memory limit is checked in place: the field turns red and says what it expects.
+  if (const auto problem = memoryLimitProblem()) {
+    memoryLimit->setStyleSheet(QStringLiteral("QLineEdit { background: rgba(229, 57, 53, 0.35); }"));
+    memoryLimit->setToolTip(*problem);
+  } else {
+    memoryLimit->setStyleSheet(QString());
+    memoryLimit->setToolTip(memoryLimitTip());
+  }
+  State after = state();
+  if (m_undo) {
+    static const QStringList kFields{QStringLiteral("Schedule"),
+                                     QStringLiteral("Devices"),
+                                     QStringLiteral("Microbatches"),
+                                     QStringLiteral("Chunks / device"),
+                                     QStringLiteral("Partition"),
+                                     QStringLiteral("Fill"),
+                                     QStringLiteral("Memory limit"),
+                                     QStringLiteral("TP"),
+                                     QStringLiteral("CP"),
+                                     QStringLiteral("EP"),
+                                     QStringLiteral("DP"),
+                                     QStringLiteral("Sequence parallel"),
+                                     QStringLiteral("Recompute"),
+                                     QStringLiteral("ZeRO"),
+                                     QStringLiteral("Global batch"),
+                                     QStringLiteral("Micro-batch size"),
+                                     QStringLiteral("Optimizer sync")};
+    m_undo->push(new SolverPanelEdit(this, static_cast<int>(kFields.indexOf(field)),
+                                     QStringLiteral("change %1").arg(field), m_shown, after));
+  }
+  m_shown = std::move(after);
+  Q_EMIT configEdited(config());
+}
+
+std::optional<QString> SolverPanel::memoryLimitProblem() const {
+  const QString limit = memoryLimit->text().trimmed();
+  if (limit.isEmpty()) return std::nullopt;
+  auto b = parseBytes(limit.toStdString());
+  if (b && *b > 0) return std::nullopt;
+  return QStringLiteral("'%1' is not a size (expected e.g. 40GiB, 80GB or bytes)").arg(limit);
+}
+
+void SolverPanel::updateDerivedFields(std::int64_t samplesPerMicrobatch) {
+  const bool fromBatch = globalBatch->value() > 0;
+  microbatches->setEnabled(!fromBatch);
+  sequenceParallel->setEnabled(tp->value() > 1);
+  if (fromBatch) {
+    // microbatches = G / (B·D) (resolveRequest's rule), shown even while another field is wrong.
+    const PlanConfig c = config();
+    const std::int64_t b = c.microBatchSize.value_or(samplesPerMicrobatch);
+    const std::int64_t perMicrobatch = std::max<std::int64_t>(1, b) * c.parallel.data;
+    const std::int64_t g = *c.globalBatch;
+    if (g % perMicrobatch == 0 && g / perMicrobatch <= microbatches->maximum()) {
+      const bool wasLoading = m_loading;
+      m_loading = true;
+      microbatches->setValue(static_cast<int>(g / perMicrobatch));
+      m_loading = wasLoading;
+      m_shown.config.microbatches = microbatches->value();
+    }
+  }
+  microbatches->setToolTip(fromBatch ? QStringLiteral("Derived: Global batch / (Micro-batch size × DP)") : QString());
+}
+
+// --- state of a solve ----------------------------------------------------------------------
+
+void SolverPanel::setMessage(const QString& text, bool error, bool showDetails) {
+  message->setText(firstLine(text));
+  message->setToolTip(text);
+  message->setStyleSheet(error ? QStringLiteral("QLabel { color: #e53935; }") : QString());
+  details->setVisible(showDetails);
+}
+
+QString SolverPanel::messageText() const { return message->text(); }
+
+void SolverPanel::setSolving(bool solving) {
+  if (solving) progress->setValue(0);
+  progress->setVisible(solving);
+  cancel->setEnabled(solving);
+}
+
+void SolverPanel::setProgress(double fraction) { progress->setValue(static_cast<int>(fraction * 100)); }
+
+bool SolverPanel::autoSolveEnabled() const { return autoSolve->isChecked(); }
+
+}  // namespace pipestudio::gui

@@ -1,0 +1,90 @@
+#pragma once
+// The workspace the window edits (DESIGN.md §7, issue 16): which file it is, its name, whether it
+// has unsaved changes (the title's `*`), the recent files, the last session; and opening any
+// document the window accepts (workspace, model, cluster, plan, trace) into the editors, the
+// solver panel and the timeline.
+
+#include <QMessageBox>
+#include <QObject>
+#include <QString>
+#include <functional>
+
+#include "Workspace.hpp"
+
+class QMainWindow;
+class QMenu;
+class QTabWidget;
+class QUndoStack;
+
+namespace pipestudio::gui {
+
+class Docks;
+class MainWindowInterface;
+
+class WorkspaceController : public QObject {
+  Q_OBJECT
+ public:
+  WorkspaceController(QMainWindow* window, MainWindowInterface& host, Docks& docks, QUndoStack* undo, QTabWidget* tabs);
+
+  /// The workspace as the window shows it: name, editors, solver panel, and the plan when it is
+  /// the solve of those settings.
+  Workspace current() const;
+  /// Shows `workspace` (from `path`, empty when not from a file): editors, panel, its plan or a
+  /// fresh solve. Clears the undo history and the modified mark.
+  void setWorkspace(const Workspace& workspace, const QString& path);
+  bool openDefaultWorkspace();
+  void openStartupWorkspace();
+  bool openFile(const QString& path, QString* error = nullptr, bool quiet = false);
+  bool openFromCommandLine(const QString& path);
+  QMessageBox* openErrorBox() const { return m_openErrorBox; }
+  bool saveTo(const QString& path, QString* error = nullptr);
+  /// File > Open… and File > Save (As)…: the file dialogs.
+  void openDialog();
+  bool saveDialog(bool saveAs);
+  /// Asks about unsaved changes (Save / Discard / Cancel) and writes the session: false when
+  /// the window must stay open.
+  bool confirmClose();
+
+  QString path() const { return m_path; }
+  /// The workspace's name: what runs of its plans are recorded under, the title of an unsaved
+  /// workspace. It follows the content ("model on cluster") unless the user named it.
+  QString name() const { return m_name; }
+  bool isNamedByUser() const { return m_named; }
+  /// Names the workspace (File > Rename Workspace…); an empty name lets it follow the content.
+  void rename(const QString& name);
+  void renameDialog();
+  bool isModified() const { return m_dirty; }
+  void markModified();
+  /// Where the last session is kept (a workspace document with its plan).
+  static QString sessionFilePath();
+  void setUnsavedChangesHandler(std::function<QMessageBox::StandardButton()> handler) {
+    m_askUnsaved = std::move(handler);
+  }
+  /// File > Open Recent lists into `menu` (rebuilt whenever a file is opened or saved).
+  void setRecentMenu(QMenu* menu);
+  /// The title: "model · cluster — file[*] — PipeStudio".
+  void updateTitle();
+
+ private:
+  void setClean();
+  /// An automatic name follows the model and cluster in the editors.
+  void followContent();
+  void addRecentFile(const QString& path);
+  void rebuildRecentMenu();
+  void writeSession(bool discardEdits);
+
+  QMainWindow* m_window;
+  MainWindowInterface& m_host;
+  Docks& m_docks;
+  QUndoStack* m_undo;
+  QTabWidget* m_tabs;
+  QMenu* m_recentMenu = nullptr;
+  QMessageBox* m_openErrorBox = nullptr;
+  QString m_path;
+  QString m_name;
+  bool m_dirty = false;
+  bool m_named = false;
+  std::function<QMessageBox::StandardButton()> m_askUnsaved;
+};
+
+}  // namespace pipestudio::gui
