@@ -11,8 +11,12 @@
 // built with the transfers and as if they were free (then the simulator shifts the pattern by
 // the transfers instead of a small transfer changing its decisions). The fastest candidate
 // that keeps the budget wins; zb-v and dualpipe-v never keep an order over it (no candidate
-// left is an Error that says so). Bidirectional schedules alternate microbatches between the
-// two pipelines so both directions fill the pipeline from their own end at once.
+// left is an Error that says so). With unequal stages the V construction is also built on one
+// representative F/B/W time (the authors' runtime feeds zbv.py each device's mean, then the
+// median over devices) and timed with the stages' own costs; zb-v's winner then takes zb-auto's
+// critical-path moves within its budget on small instances. Bidirectional schedules alternate
+// microbatches between the two pipelines so both directions fill the pipeline from their own
+// end at once.
 // dualpipe-v and interleaved-zb also take PyTorch's own orders of those schedules
 // (TorchOrders.cpp; interleaved-zb also 1F1B-I's) as candidates, so they never lose to them on
 // the stage estimates: dualpipe-v's budget is its own or PyTorch's DualPipeV peak, whichever is
@@ -27,6 +31,7 @@
 #include <cmath>
 #include <optional>
 
+#include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
 #include "schedules/OrderTiming.hpp"
@@ -38,6 +43,10 @@ namespace {
 // candidates are compared on a short run and only the winner is built in full.
 constexpr double kExactChoiceOps = 1 << 17;
 constexpr double kFullRefineShare = 1e-3;
+// zb-v's critical-path moves (Spec::improve) on instances up to kImproveMaxOps ops, with
+// kImproveSteps / ops order timings (at most 2000), as v-half and v-min do.
+constexpr double kImproveMaxOps = 1 << 16;
+constexpr double kImproveSteps = 4e6;
 
 struct Spec {
   const char* name;
@@ -66,6 +75,9 @@ struct Spec {
     InterleavedZeroBubble,  // PyTorch's ScheduleInterleavedZeroBubble and 1F1B-I split;
                             // the budget is 1F1B-I's peak (interleaved-1f1b's own order)
   } fixed = Fixed::None;
+  // The winner improved by zb-auto's critical-path moves within the budget (small instances,
+  // SolveControl::refine).
+  bool improve = false;
 };
 
 class GreedyGenerator final : public ScheduleGenerator {
@@ -156,6 +168,14 @@ class GreedyGenerator final : public ScheduleGenerator {
       greedy = skeleton(input, std::move(full->second));
     }
     if (m_spec.dualPipe) return withDualPipeOrder(input, std::move(*greedy));
+    if (m_spec.improve && ops <= kImproveMaxOps && (!input.control || input.control->refine)) {
+      const int evaluations = static_cast<int>(std::min(2000.0, kImproveSteps / ops));
+      if (auto improved = improveOrder(input, *greedy, caps, evaluations)) {
+        const OrderTiming before = timeOrder(input, greedy->devices);
+        const OrderTiming after = timeOrder(input, improved->devices);
+        if (fasterThan(after, before)) greedy = std::move(*improved);
+      }
+    }
     return greedy;
   }
 
@@ -167,8 +187,88 @@ class GreedyGenerator final : public ScheduleGenerator {
   struct Recipe {
     enum class Kind { V, Greedy, GreedyReserved, Fixed } kind = Kind::Greedy;
     bool withTransfers = true;
-    int vPolicy = -1;  // V: the fill policy; Fixed: the index into fixedOrders
+    int vPolicy = -1;         // V: the fill policy; Fixed: the index into fixedOrders
+    int representative = -1;  // V: built on uniformInputs(in)[representative], not the stages' own costs
   };
+
+  // The input with every stage given one representative F/B/W time and every transfer one
+  // time, for each representative that differs from the stages' own costs: the authors'
+  // runtime's (each device's mean over its passes, then the upper median over devices:
+  // runtime.py avg_then_mid), the mean over all stages, and the busiest device's mean.
+  // Activation bytes and budgets stay the stages' own. Empty when all stages are equal.
+  static std::vector<ScheduleInput> uniformInputs(const ScheduleInput& in) {
+    std::vector<ScheduleInput> out;
+    if (in.stages.empty()) return out;
+    const int p = in.shape.devices;
+    std::vector<double> sends;
+    for (const StageEstimate& e : in.stages) {
+      if (e.sendMs > 0) sends.push_back(e.sendMs);
+    }
+    std::sort(sends.begin(), sends.end());
+    const double send = sends.empty() ? 0.0 : sends[sends.size() / 2];
+    std::vector<StageEstimate> perDevice(static_cast<std::size_t>(p));
+    std::vector<int> count(static_cast<std::size_t>(p), 0);
+    StageEstimate mean;
+    for (std::size_t s = 0; s < in.stages.size(); ++s) {
+      const auto d = static_cast<std::size_t>(in.virtualStages[s].device);
+      const StageEstimate& e = in.stages[s];
+      perDevice[d].forwardMs += e.forwardMs;
+      perDevice[d].backwardInputMs += e.backwardInputMs;
+      perDevice[d].backwardWeightMs += e.backwardWeightMs;
+      ++count[d];
+      mean.forwardMs += e.forwardMs / static_cast<double>(in.stages.size());
+      mean.backwardInputMs += e.backwardInputMs / static_cast<double>(in.stages.size());
+      mean.backwardWeightMs += e.backwardWeightMs / static_cast<double>(in.stages.size());
+    }
+    for (std::size_t d = 0; d < perDevice.size(); ++d) {
+      const double n = std::max(1, count[d]);
+      perDevice[d].forwardMs /= n;
+      perDevice[d].backwardInputMs /= n;
+      perDevice[d].backwardWeightMs /= n;
+    }
+    auto upperMedian = [&](double StageEstimate::*field) {
+      std::vector<double> v;
+      for (const StageEstimate& e : perDevice) v.push_back(e.*field);
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    StageEstimate median;
+    median.forwardMs = upperMedian(&StageEstimate::forwardMs);
+    median.backwardInputMs = upperMedian(&StageEstimate::backwardInputMs);
+    median.backwardWeightMs = upperMedian(&StageEstimate::backwardWeightMs);
+    const StageEstimate busiest =
+        *std::max_element(perDevice.begin(), perDevice.end(), [](const StageEstimate& a, const StageEstimate& b) {
+          return a.forwardMs + a.backwardInputMs + a.backwardWeightMs <
+                 b.forwardMs + b.backwardInputMs + b.backwardWeightMs;
+        });
+    auto same = [](const StageEstimate& a, const StageEstimate& b) {
+      return a.forwardMs == b.forwardMs && a.backwardInputMs == b.backwardInputMs &&
+             a.backwardWeightMs == b.backwardWeightMs && a.sendMs == b.sendMs;
+    };
+    auto uniform = [&](const StageEstimate& rep) {
+      ScheduleInput u = in;
+      for (StageEstimate& e : u.stages) {
+        e.forwardMs = rep.forwardMs;
+        e.backwardInputMs = rep.backwardInputMs;
+        e.backwardWeightMs = rep.backwardWeightMs;
+        if (e.sendMs > 0) e.sendMs = send;
+      }
+      return u;
+    };
+    for (StageEstimate rep : {median, mean, busiest}) {
+      rep.sendMs = send;
+      ScheduleInput u = uniform(rep);
+      bool known = true;
+      for (std::size_t s = 0; s < u.stages.size() && known; ++s) known = same(u.stages[s], in.stages[s]);
+      for (const ScheduleInput& o : out) {
+        bool equal = true;
+        for (std::size_t s = 0; s < u.stages.size() && equal; ++s) equal = same(u.stages[s], o.stages[s]);
+        known = known || equal;
+      }
+      if (!known) out.push_back(std::move(u));
+    }
+    return out;
+  }
 
   // The orders of other schedulers this schedule must never lose to (Spec::fixed), in a fixed
   // order; empty for shapes they do not build.
@@ -288,7 +388,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     // reference's pick, the least worst-device bubble, first).
     if (m_spec.vConstruction && isSingleV(in)) {
       for (bool withTransfers : {true, false}) {
-        if (!wanted(Recipe::Kind::V, withTransfers)) continue;
+        if (!wanted(Recipe::Kind::V, withTransfers) || (only && only->representative >= 0)) continue;
         VConstructionOptions v;
         v.budgetBytes = IdVector<std::int64_t>(caps);
         v.withTransfers = withTransfers;
@@ -302,6 +402,22 @@ class GreedyGenerator final : public ScheduleGenerator {
         std::stable_sort(built.begin(), built.end(),
                          [](const VConstruction& a, const VConstruction& b) { return a.maxBubbleMs < b.maxBubbleMs; });
         for (auto& c : built) consider({Recipe::Kind::V, withTransfers, c.policy}, std::move(c.order));
+        if (in.control && in.control->cancelled()) return Error::cancelled();
+      }
+      // With unequal stages, the construction on one representative F/B/W time (what the
+      // authors' runtime feeds zbv.py), timed with the stages' own costs.
+      const auto uniform = uniformInputs(in);
+      for (std::size_t r = 0; r < uniform.size(); ++r) {
+        if (only && (only->kind != Recipe::Kind::V || only->representative != static_cast<int>(r))) continue;
+        VConstructionOptions v;
+        v.budgetBytes = IdVector<std::int64_t>(caps);
+        if (only) {
+          v.onlyPolicy = only->vPolicy;
+          v.refineAboveShare = kFullRefineShare;
+        }
+        for (auto& c : vShapeConstructions(uniform[r], v)) {
+          consider({Recipe::Kind::V, true, c.policy, static_cast<int>(r)}, std::move(c.order));
+        }
         if (in.control && in.control->cancelled()) return Error::cancelled();
       }
     }
@@ -372,7 +488,8 @@ class GreedyGenerator final : public ScheduleGenerator {
 
 std::unique_ptr<ScheduleGenerator> makeZbV() {
   return std::make_unique<GreedyGenerator>(Spec{"zb-v", 2, 1, true, 2, "an even number of chunks per device (V shape)",
-                                                false, 0, 1, 1, 0, true, false, true, true, true, false});
+                                                false, 0, 1, 1, 0, true, false, true, true, true, false,
+                                                Spec::Fixed::None, true});
 }
 std::unique_ptr<ScheduleGenerator> makeDualPipeV() {
   return std::make_unique<GreedyGenerator>(Spec{"dualpipe-v", 2, 1, true, 2,
