@@ -240,6 +240,13 @@ class ProgramCompiler {
 };
 
 Status ProgramCompiler::indexOps() {
+  // Sequence chunks (Seq1F1B) cost a share of a microbatch each, which the synthetic workload
+  // (one size per virtual stage) does not model: such plans are planned, not run.
+  if (m_plan.config.seqSplits > 1) {
+    return Error{"/config/seq_splits: " + std::to_string(m_plan.config.seqSplits) +
+                 " sequence chunks per microbatch; the executor runs whole microbatches (expected a plan without "
+                 "--seq-splits)"};
+  }
   m_position.assign(m_plan.ops.size(), 0);
   IdVector<std::int32_t> counter(m_devices, 0);
   for (std::size_t i = 0; i < m_plan.ops.size(); ++i) {
@@ -250,6 +257,13 @@ Status ProgramCompiler::indexOps() {
     }
     if (!(op.endMs >= op.startMs) || !std::isfinite(op.startMs) || !std::isfinite(op.endMs)) {
       return Error{opWhere(idx) + ": end_ms before start_ms (expected a non-negative duration)"};
+    }
+    if (isHostCopy(op.kind)) {
+      // Offloading needs a host-copy stream beside the compute lane, which the executor's one
+      // lane per device does not have.
+      return Error{opWhere(idx) + ": " + opName(op) +
+                   " is an activation copy to or from host memory, which the executor does not run (expected a plan "
+                   "without offloading: --offload-ratio 0)"};
     }
     m_position[idx] = counter[op.device]++;
     const bool trainable = m_plan.model.component(m_plan.stage(op.virtualStage).component).trainable;
@@ -327,6 +341,9 @@ Status ProgramCompiler::addStep(std::int32_t idx) {
     case OpKind::OPT:
       m_program.perDevice[op.device].hasOptimizerStep = true;
       break;
+    case OpKind::D2H:
+    case OpKind::H2D:
+      break;  // refused by indexOps
   }
   return {};
 }

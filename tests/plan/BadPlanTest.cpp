@@ -49,7 +49,7 @@ const Case kCases[] = {
     {"plan-layer-out-of-range.json", "/virtual_stages/1/last_layer", 71, 21, "is 10 (expected an integer in [0, 1])"},
     {"plan-unknown-component.json", "/virtual_stages/1/component", 69, 20,
      "'unet' is not a component of the plan's model (expected one of: backbone)"},
-    {"plan-op-kind.json", "/ops/0/kind", 78, 15, "(expected one of F, B, W, BW, N, S, T, OPT)"},
+    {"plan-op-kind.json", "/ops/0/kind", 78, 15, "(expected one of F, B, W, BW, N, S, T, OPT, D2H, H2D)"},
     {"plan-end-before-start.json", "/ops/3/end_ms", 105, 17, "is before start_ms"},
     {"plan-op-device-mismatch.json", "/ops/1/device", 84, 17, "virtual stage 0 is on device 0"},
     {"plan-duplicate-forward.json", "/ops/4", 107, 5, "appears twice, first at /ops/0 (expected exactly one)"},

@@ -22,7 +22,10 @@ namespace pipestudio::viz {
 
 namespace {
 
-ColourSlot slotOfOp(OpKind kind) { return static_cast<ColourSlot>(static_cast<int>(kind)); }
+// Host copies (D2H/H2D, activation offloading) are activation transfers to and from host memory.
+ColourSlot slotOfOp(OpKind kind) {
+  return isHostCopy(kind) ? ColourSlot::CommForward : static_cast<ColourSlot>(static_cast<int>(kind));
+}
 
 ColourSlot slotOfActivity(ActivityKind kind) {
   return static_cast<ColourSlot>(static_cast<int>(ColourSlot::Kernel) + static_cast<int>(kind));
@@ -153,7 +156,10 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<con
 
   bool bidirectional = false;
   for (const VirtualStage& vs : p.virtualStages) bidirectional = bidirectional || vs.pipeline != 0;
-  const bool hasComms = !p.comms.empty() && !collapsed;
+  // Host copies (activation offloading) run on the device's host link beside its compute: they
+  // go on the transfer strip, in the third (offload) and fourth (reload) shade of activations.
+  const bool hasCopies = std::any_of(p.ops.begin(), p.ops.end(), [](const Op& op) { return isHostCopy(op.kind); });
+  const bool hasComms = (!p.comms.empty() || hasCopies) && !collapsed;
   // A measured run without op ranges shows its activity only.
   const bool hasCompute = !m_activity || !p.ops.empty();
   m_chunks = std::max(1, p.config.chunksPerDevice);
@@ -210,6 +216,21 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<con
       chunk = p.stage(op.virtualStage).chunk;
     }
     pipeline = std::clamp(pipeline, 0, computeLanes - 1);
+    if (isHostCopy(op.kind)) {
+      // Not in the device's compute order (m_prevOnDevice); hidden when transfers are collapsed.
+      if (!commLaneOfDevice.contains(op.device) || commLaneOfDevice[op.device] < 0) continue;
+      const int copyLane = commLaneOfDevice[op.device];
+      Lane& lane = m_lanes[copyLane];
+      lane.startMs.push_back(op.startMs);
+      lane.endMs.push_back(op.endMs);
+      lane.shade.push_back(shadeOf(ColourSlot::CommForward, op.kind == OpKind::D2H ? 2 : 3));
+      lane.microbatch.push_back(op.microbatch);
+      lane.items.push_back({ItemRef::Kind::Op, i});
+      m_opLane[i] = copyLane;
+      m_beginMs = std::min(m_beginMs, op.startMs);
+      m_endMs = std::max(m_endMs, op.endMs);
+      continue;
+    }
     const int laneIndex = m_laneOfDevice[op.device] + pipeline;
     Lane& lane = m_lanes[laneIndex];
     lane.startMs.push_back(op.startMs);

@@ -1040,6 +1040,86 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
   return c;
 }
 
+namespace {
+
+// A transformer-shaped layer costed as a block (not the embedding or the LM head).
+bool isTransformerBlock(const Layer& layer) {
+  if (!layer.transformer) return false;
+  const bool vocab = layer.transformer->vocab.has_value();
+  return !((layer.kind == "lm_head" || layer.kind == "embedding") && vocab);
+}
+
+// The attention core of `queries` query tokens per sample against `keys` keys, unmasked: the
+// part of a sequence chunk's attention outside its own causal diagonal block (the earlier
+// chunks' keys), through the one attention-core model.
+AttentionTimes attentionCoreOverKeys(const TransformerShape& shape, const CostContext& ctx, double queries,
+                                     double keys) {
+  TransformerShape t = shape;
+  t.seq = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(keys)));
+  t.causal = false;
+  Block k(t, ctx);
+  k.n = k.b * queries;
+  k.nc = k.n / k.C;
+  return attentionCore(k);
+}
+
+}  // namespace
+
+LayerCosts layerChunkCosts(const Layer& layer, const CostContext& ctx, std::int64_t sequenceTokens,
+                           std::int64_t queryBegin, std::int64_t queryEnd) {
+  const std::int64_t seq = std::max<std::int64_t>(1, sequenceTokens);
+  const std::int64_t q0 = std::clamp<std::int64_t>(queryBegin, 0, seq);
+  const std::int64_t q1 = std::clamp<std::int64_t>(queryEnd, q0, seq);
+  const double share = static_cast<double>(q1 - q0) / static_cast<double>(seq);
+  Layer chunk = layer;
+  auto scaleMs = [share](std::optional<double>& v) {
+    if (v) *v *= share;
+  };
+  auto scaleBytes = [share](std::optional<std::int64_t>& v) {
+    if (v) *v = toBytes(static_cast<double>(*v) * share);
+  };
+  scaleMs(chunk.forwardMs);
+  scaleMs(chunk.backwardInputMs);
+  scaleMs(chunk.backwardWeightMs);
+  scaleBytes(chunk.activationBytes);
+  scaleBytes(chunk.weightGradBytes);
+  scaleBytes(chunk.outputBytes);
+  if (chunk.flopsForward) *chunk.flopsForward *= share;
+  // The layer's own sequence (a layer may see a sequence of another length than the model's).
+  double earlierKeys = 0, queries = 0;
+  if (chunk.transformer) {
+    const auto own = static_cast<double>(std::max<std::int64_t>(1, chunk.transformer->seq));
+    queries = std::max(1.0, std::round(own * share));
+    earlierKeys = std::round(own * static_cast<double>(q0) / static_cast<double>(seq));
+    chunk.transformer->seq = static_cast<std::int64_t>(queries);
+  }
+  LayerCosts c = layerCosts(chunk, ctx);
+  if (!isTransformerBlock(layer) || earlierKeys <= 0 || !ctx.trainable) return c;
+  const TransformerShape& t = *layer.transformer;
+  const AttentionTimes extra = attentionCoreOverKeys(t, ctx, queries, earlierKeys);
+  const Parallelism& par = ctx.parallel;
+  const bool flash = t.attention == AttentionKind::Flash;
+  // What transformerCosts adds for the attention core, for the earlier keys: the forward, the
+  // backward (and its replay under full recomputation, or of the unfused core when selective
+  // recomputation names it), the score matrices an unfused kernel keeps.
+  if (!layer.forwardMs) c.forwardMs += extra.forwardMs;
+  if (!layer.backwardInputMs) {
+    c.backwardInputMs += extra.backwardMs;
+    const bool replayed = par.recompute == Recompute::Full || (par.recompute == Recompute::Selective && !flash &&
+                                                               (par.selectiveModules() & kRecomputeCoreAttn) != 0);
+    if (replayed) c.backwardInputMs += extra.forwardMs;
+  }
+  if (!layer.activationBytes && !flash && par.recompute == Recompute::None) {
+    const double T = std::max(1, par.tensor);
+    const double C = std::max(1, par.context);
+    const double b = static_cast<double>(std::max<std::int64_t>(1, ctx.samplesPerMicrobatch));
+    const double heads = static_cast<double>(std::max<std::int64_t>(1, t.heads));
+    const double scores = heads / T * (b * queries / C) * earlierKeys * (2.0 + 3.0 * (t.dropout ? 1.0 : 0.0));
+    c.activationBytes += toBytes(scores);
+  }
+  return c;
+}
+
 LayerCosts layerCosts(const Layer& layer, const GpuSpec& gpu, std::int64_t samplesPerMicrobatch, bool trainable) {
   CostContext ctx;
   ctx.gpu = gpu;

@@ -1,6 +1,7 @@
 #include "pipestudio/plan/Costs.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "pipestudio/common/Index.hpp"
@@ -40,10 +41,111 @@ std::vector<LayerCosts> costComponent(const Component& comp, const CostContext& 
   return out;
 }
 
+// costComponent for the sequence chunk of tokens [q0, q1) of `tokens` (layerChunkCosts).
+std::vector<LayerCosts> costComponentChunk(const Component& comp, const CostContext& ctx, std::int64_t tokens,
+                                           std::int64_t q0, std::int64_t q1) {
+  std::vector<LayerCosts> out;
+  out.reserve(comp.layers.size());
+  const Layer* previous = nullptr;
+  for (const Layer& layer : comp.layers) {
+    if (previous && sameCosts(*previous, layer)) {
+      out.push_back(out.back());
+    } else {
+      out.push_back(layerChunkCosts(layer, ctx, tokens, q0, q1));
+    }
+    previous = &layer;
+  }
+  return out;
+}
+
+// Seq1F1B's computation-wise partition (Sun et al. 2024 §3.3): the boundaries where the
+// trainable layers' F + B + W time of the prefix [0, t) reaches k/K of the whole sequence's, on
+// pipeline rank 0's GPU, at multiples of `grain` tokens; or equal tokens ("even").
+std::vector<std::int64_t> seqBounds(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
+                                    std::int64_t samples) {
+  const int k = std::max(1, config.seqSplits);
+  std::int64_t tokens = tokensPerSample(model);
+  const bool nominal = tokens <= 0;
+  if (nominal) tokens = k;
+  const std::int64_t grain = nominal ? 1 : std::max(1, config.parallel.tensor);
+  std::vector<std::int64_t> bounds{0};
+  if (k == 1) {
+    bounds.push_back(tokens);
+    return bounds;
+  }
+  auto onGrain = [&](std::int64_t t) { return std::clamp<std::int64_t>(t / grain * grain, 0, tokens); };
+  if (config.seqSplit == "even" || nominal) {
+    for (int i = 1; i < k; ++i) bounds.push_back(onGrain(tokens * i / k));
+    bounds.push_back(tokens);
+    return bounds;
+  }
+  // Only the transformer blocks: they are what every stage holds, and the embedding and LM head
+  // (linear in the tokens) would pull the boundaries towards equal tokens on the stages without
+  // them.
+  const auto block = [](const Layer& layer) {
+    return layer.transformer && !(layer.transformer->vocab && (layer.kind == "lm_head" || layer.kind == "embedding"));
+  };
+  const CostContext ctx = costContext(cluster, config, samples, 0, true);
+  // The F + B + W time of the blocks for the chunk of tokens [a, b), as the plan will cost it.
+  auto chunkMs = [&](std::int64_t a, std::int64_t b) {
+    double ms = 0;
+    for (const Component& comp : model.components) {
+      if (!comp.trainable) continue;
+      const std::vector<LayerCosts> costs = costComponentChunk(comp, ctx, tokens, a, b);
+      for (std::size_t l = 0; l < costs.size(); ++l) {
+        if (block(comp.layers[l])) ms += costs[l].forwardMs + costs[l].backwardInputMs + costs[l].backwardWeightMs;
+      }
+    }
+    return ms;
+  };
+  double total = 0;
+  for (int i = 0; i < k; ++i)
+    total += chunkMs(onGrain(tokens * i / k), i + 1 == k ? tokens : onGrain(tokens * (i + 1) / k));
+  if (!(total > 0)) {  // no transformer block to balance: equal tokens
+    for (int i = 1; i < k; ++i) bounds.push_back(onGrain(tokens * i / k));
+    bounds.push_back(tokens);
+    return bounds;
+  }
+  // Chunk by chunk, the end whose chunk time is nearest the remaining time's equal share. A scan,
+  // not a bisection: GEMM wave quantization makes the time jagged in the tokens. About 64 steps
+  // per chunk.
+  const std::int64_t step = std::max(grain, tokens / (64 * static_cast<std::int64_t>(k)) / grain * grain);
+  double spent = 0;
+  for (int i = 1; i < k; ++i) {
+    const std::int64_t a = bounds.back();
+    const double target = (total - spent) / (k - i + 1);
+    const std::int64_t last = onGrain(tokens - static_cast<std::int64_t>(k - i) * grain);
+    std::int64_t best = std::min(a + grain, last);
+    double bestMs = chunkMs(a, best);
+    for (std::int64_t b = best + step; b <= last; b += step) {
+      const double ms = chunkMs(a, b);
+      if (std::abs(ms - target) < std::abs(bestMs - target)) {
+        best = b;
+        bestMs = ms;
+      }
+      if (ms > 2 * target) break;  // well past: later ends only take longer
+    }
+    bounds.push_back(best);
+    spent += bestMs;
+  }
+  bounds.push_back(tokens);
+  return bounds;
+}
+
 const LayerCosts kNoCosts{};
 const std::vector<LayerCosts> kNoLayers{};
 
 }  // namespace
+
+std::int64_t tokensPerSample(const ModelSpec& model) {
+  for (const Component& comp : model.components) {
+    if (!comp.trainable) continue;
+    for (const Layer& layer : comp.layers) {
+      if (layer.transformer) return layer.transformer->seq;
+    }
+  }
+  return 0;
+}
 
 int deviceFirstGpu(const PlanConfig& config, int device) {
   const std::int64_t gpu = config.parallel.firstGpuOfDevice(device);
@@ -134,6 +236,31 @@ CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, con
       }
     }
   }
+  if (config.seqSplits > 1) {
+    // Sequence splits: every layer costed again per chunk (blockwise ZeRO-3 gathers are not
+    // split: the planner refuses that combination).
+    m_seqBounds = seqBounds(model, cluster, config, samples);
+    const std::int64_t tokens = m_seqBounds.back();
+    for (std::size_t k = 0; k + 1 < m_seqBounds.size(); ++k) {
+      auto& costs = m_chunkCosts.emplace_back();
+      auto& plain = m_chunkUnrecomputed.emplace_back();
+      for (const int device : classDevice) {
+        auto& perComponent = costs.emplace_back();
+        auto& unrecomputedComponent = plain.emplace_back();
+        for (const Component& comp : model.components) {
+          perComponent.push_back(costComponentChunk(comp, costContext(cluster, config, samples, device, comp.trainable),
+                                                    tokens, m_seqBounds[k], m_seqBounds[k + 1]));
+          if (m_recomputeNumLayers > 0) {
+            unrecomputedComponent.push_back(
+                costComponentChunk(comp, costContext(cluster, unrecomputed, samples, device, comp.trainable), tokens,
+                                   m_seqBounds[k], m_seqBounds[k + 1]));
+          }
+        }
+      }
+    }
+  } else {
+    m_seqBounds = {0, tokensPerSample(model)};
+  }
   for (const Component& comp : model.components) {
     m_trainable.push_back(comp.trainable ? 1 : 0);
     auto& tied = m_tiedHead.emplace_back();
@@ -163,15 +290,41 @@ const LayerCosts& CostedModel::layer(int component, int layer, int device) const
   return layers[static_cast<std::size_t>(layer)];
 }
 
-StageCosts CostedModel::stage(const VirtualStage& vs) const {
+StageCosts CostedModel::stage(const VirtualStage& vs) const { return sumStage(vs, m_costs, &m_unrecomputed); }
+
+StageCosts CostedModel::stage(const VirtualStage& vs, int seqChunk) const {
+  if (m_chunkCosts.empty() || !inRange(m_chunkCosts, seqChunk)) return stage(vs);
+  const auto k = static_cast<std::size_t>(seqChunk);
+  return sumStage(vs, m_chunkCosts[k], &m_chunkUnrecomputed[k]);
+}
+
+std::vector<std::vector<StageCosts>> CostedModel::unitStages(const std::vector<VirtualStage>& stages) const {
+  std::vector<std::vector<StageCosts>> out;
+  out.reserve(stages.size());
+  for (const VirtualStage& vs : stages) {
+    auto& perChunk = out.emplace_back();
+    if (m_chunkCosts.empty()) {
+      perChunk.push_back(stage(vs));
+      continue;
+    }
+    for (int k = 0; k < static_cast<int>(m_chunkCosts.size()); ++k) perChunk.push_back(stage(vs, k));
+  }
+  return out;
+}
+
+StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, const Tables* unrecomputedTables) const {
   StageCosts s;
-  const auto& layers = component(vs.component, vs.device);
-  if (layers.empty()) return s;
-  const auto c = static_cast<std::size_t>(vs.component);
-  const bool trainable = m_trainable[c] != 0;
+  if (costs.empty()) return s;
   const auto gpu = static_cast<std::size_t>(gpuClass(vs.device));
-  const std::vector<LayerCosts>* resident = m_blockwiseGathers ? &m_resident[gpu][c] : nullptr;
-  const std::vector<LayerCosts>* unrecomputed = m_recomputeNumLayers > 0 ? &m_unrecomputed[gpu][c] : nullptr;
+  if (!inRange(costs[gpu], vs.component)) return s;
+  const auto c = static_cast<std::size_t>(vs.component);
+  const auto& layers = costs[gpu][c];
+  if (layers.empty()) return s;
+  const bool trainable = m_trainable[c] != 0;
+  // Blockwise gathers are whole-microbatch costs (no sequence splits with them).
+  const std::vector<LayerCosts>* resident = m_blockwiseGathers && &costs == &m_costs ? &m_resident[gpu][c] : nullptr;
+  const std::vector<LayerCosts>* unrecomputed =
+      m_recomputeNumLayers > 0 && unrecomputedTables != nullptr ? &(*unrecomputedTables)[gpu][c] : nullptr;
   std::int64_t chunkBuffers = 0;
   int blockIndex = 0;               // transformer blocks of this stage so far
   std::int64_t groupRecompute = 0;  // uniform recomputation: the group being summed

@@ -268,10 +268,45 @@ std::vector<OverlapGroup> overlappedGroups(const Plan& shell, const std::vector<
   return out;
 }
 
+std::vector<OpDependency> sequenceDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes) {
+  std::vector<OpDependency> out;
+  const int k = shell.config.seqSplits;
+  const int m = shell.config.microbatches;
+  if (k <= 1 || m <= 0) return out;
+  // Lane positions of F and of the backward (B or BW) per (stage, unit).
+  const auto stages = shell.virtualStages.size();
+  std::vector<OpRef> forward(stages * static_cast<std::size_t>(m), OpRef{-1, -1});
+  std::vector<OpRef> backward(forward.size(), OpRef{-1, -1});
+  for (std::size_t d = 0; d < lanes.size(); ++d) {
+    for (std::size_t i = 0; i < lanes[d].size(); ++i) {
+      const OrderedOp& o = lanes[d][i];
+      if (!inRange(shell.virtualStages, o.virtualStage) || o.microbatch < 0 || o.microbatch >= m) continue;
+      const std::size_t at = static_cast<std::size_t>(o.virtualStage) * static_cast<std::size_t>(m) +
+                             static_cast<std::size_t>(o.microbatch);
+      const OpRef ref{static_cast<std::int32_t>(d), static_cast<std::int32_t>(i)};
+      if (o.kind == OpKind::F) forward[at] = ref;
+      if (o.kind == OpKind::B || o.kind == OpKind::BW) backward[at] = ref;
+    }
+  }
+  for (std::size_t s = 0; s < stages; ++s) {
+    for (int u = 0; u < m; ++u) {
+      if (u % k == 0) continue;
+      const std::size_t at = s * static_cast<std::size_t>(m) + static_cast<std::size_t>(u);
+      // Chunk u − 1's keys and values before chunk u's forward; chunk u's backward hands
+      // chunk u − 1 the gradients of its keys and values.
+      if (forward[at - 1].index >= 0 && forward[at].index >= 0) out.push_back({forward[at - 1], forward[at], 0});
+      if (backward[at].index >= 0 && backward[at - 1].index >= 0) out.push_back({backward[at], backward[at - 1], 0});
+    }
+  }
+  return out;
+}
+
 std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes) {
   std::vector<OpDependency> out = frozenDependencies(shell, lanes);
   std::vector<OpDependency> vocab = vocabDependencies(shell, lanes);
   out.insert(out.end(), vocab.begin(), vocab.end());
+  std::vector<OpDependency> sequence = sequenceDependencies(shell, lanes);
+  out.insert(out.end(), sequence.begin(), sequence.end());
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "pipestudio/plan/Memory.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -111,9 +112,89 @@ std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
   return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
 
-MemoryTimeline memoryTimeline(const Plan& plan) { return memoryTimeline(plan, stageCosts(plan)); }
+double offloadFraction(const PlanConfig& config, const VirtualStage& stage) {
+  if (config.offloadRatio <= 0) return 0.0;
+  const double chunks = std::max(1, config.chunksPerDevice);
+  return std::clamp(config.offloadRatio * chunks - static_cast<double>(stage.chunk), 0.0, 1.0);
+}
 
-MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs) {
+std::int64_t offloadBytes(const PlanConfig& config, const VirtualStage& stage, const StageCosts& unitCosts) {
+  return static_cast<std::int64_t>(
+      std::llround(offloadFraction(config, stage) * static_cast<double>(unitCosts.activationBytes)));
+}
+
+namespace {
+
+// The activation events of one op (DESIGN.md §2, with offloading): at most two (time, delta).
+struct OpEvents {
+  int count = 0;
+  std::array<double, 2> timeMs{};
+  std::array<std::int64_t, 2> delta{};
+  void add(double t, std::int64_t d) {
+    timeMs[static_cast<std::size_t>(count)] = t;
+    delta[static_cast<std::size_t>(count)] = d;
+    ++count;
+  }
+};
+
+// Bytes scale with a partial batch's share of the samples; an op of a sequence-split plan has
+// its chunk's costs (`c` is the unit's).
+OpEvents opMemoryEvents(const Plan& plan, const Op& op, const StageCosts& c, double samplesPerMb) {
+  OpEvents e;
+  const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
+  const auto scaled = [&](std::int64_t bytes) {
+    return op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * fraction)) : bytes;
+  };
+  const std::int64_t act = scaled(c.activationBytes);
+  const std::int64_t wgrad = scaled(c.weightGradBytes);
+  switch (op.kind) {
+    case OpKind::F:
+    case OpKind::S:
+      e.add(op.startMs, act);
+      break;
+    case OpKind::B:
+      e.add(op.endMs, -(act - wgrad));
+      break;
+    case OpKind::W:
+      e.add(op.endMs, -wgrad);
+      break;
+    case OpKind::BW:
+    case OpKind::T:
+      e.add(op.endMs, -act);
+      break;
+    case OpKind::N:
+      // Frozen forward: no backward, activations live only while the op runs.
+      e.add(op.startMs, act);
+      e.add(op.endMs, -act);
+      break;
+    case OpKind::D2H:
+      // The offloaded bytes leave the GPU once their copy to the host has ended…
+      if (inRange(plan.virtualStages, op.virtualStage))
+        e.add(op.endMs, -offloadBytes(plan.config, plan.stage(op.virtualStage), c));
+      break;
+    case OpKind::H2D:
+      // …and are held again from the start of the copy back.
+      if (inRange(plan.virtualStages, op.virtualStage))
+        e.add(op.startMs, offloadBytes(plan.config, plan.stage(op.virtualStage), c));
+      break;
+    case OpKind::OPT:
+      break;
+  }
+  return e;
+}
+
+// The unit costs of op `op` ([stage][chunk]); nullptr for a stage out of range.
+const StageCosts* unitCostsOf(const std::vector<std::vector<StageCosts>>& units, const PlanConfig& config,
+                              const Op& op) {
+  if (!inRange(units, op.virtualStage)) return nullptr;
+  const auto& perChunk = units[static_cast<std::size_t>(op.virtualStage)];
+  const int k = seqChunkOf(config, op.microbatch);
+  if (inRange(perChunk, k)) return &perChunk[static_cast<std::size_t>(k)];
+  return perChunk.empty() ? nullptr : &perChunk.front();
+}
+
+MemoryTimeline timelineOf(const Plan& plan, const std::vector<StageCosts>& costs,
+                          const std::vector<std::vector<StageCosts>>& units) {
   MemoryTimeline t;
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   t.staticBytes = staticMemoryPerDevice(plan, costs);
@@ -136,46 +217,13 @@ MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& c
     for (std::size_t d = 0; d < devices; ++d) events[d].reserve(perDevice[d] + perDevice[d] / 8);
   }
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
-  // Whole-microbatch bytes per stage, rounded exactly as a fraction of 1.0 would be.
-  std::vector<std::int64_t> wholeAct(costs.size()), wholeWgrad(costs.size());
-  for (std::size_t i = 0; i < costs.size(); ++i) {
-    wholeAct[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].activationBytes) * 1.0));
-    wholeWgrad[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].weightGradBytes) * 1.0));
-  }
   for (const Op& op : plan.ops) {
-    if (!inRange(events, op.device) || !inRange(costs, op.virtualStage)) continue;
-    const auto stage = static_cast<std::size_t>(op.virtualStage);
-    const StageCosts& c = costs[stage];
-    const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
-    const auto act = op.samples > 0
-                         ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
-                         : wholeAct[stage];
-    const auto wgrad = op.samples > 0
-                           ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction))
-                           : wholeWgrad[stage];
+    const StageCosts* c = unitCostsOf(units, plan.config, op);
+    if (!inRange(events, op.device) || c == nullptr) continue;
     auto& ev = events[static_cast<std::size_t>(op.device)];
-    switch (op.kind) {
-      case OpKind::F:
-      case OpKind::S:
-        ev.push_back({op.startMs, act});
-        break;
-      case OpKind::B:
-        ev.push_back({op.endMs, -(act - wgrad)});
-        break;
-      case OpKind::W:
-        ev.push_back({op.endMs, -wgrad});
-        break;
-      case OpKind::BW:
-      case OpKind::T:
-        ev.push_back({op.endMs, -act});
-        break;
-      case OpKind::N:
-        // Frozen forward: no backward, activations live only while the op runs.
-        ev.push_back({op.startMs, act});
-        ev.push_back({op.endMs, -act});
-        break;
-      case OpKind::OPT:
-        break;
+    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb);
+    for (int i = 0; i < e.count; ++i) {
+      ev.push_back({e.timeMs[static_cast<std::size_t>(i)], e.delta[static_cast<std::size_t>(i)]});
     }
   }
   for (std::size_t d = 0; d < devices; ++d) {
@@ -206,6 +254,23 @@ MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& c
   return t;
 }
 
+}  // namespace
+
+MemoryTimeline memoryTimeline(const Plan& plan) { return memoryTimeline(plan, CostedModel(plan)); }
+
+MemoryTimeline memoryTimeline(const Plan& plan, const CostedModel& costs) {
+  return timelineOf(plan, costs.stages(plan.virtualStages), costs.unitStages(plan.virtualStages));
+}
+
+MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs) {
+  // Sequence chunks have costs of their own: derive them.
+  if (plan.config.seqSplits > 1) return memoryTimeline(plan, CostedModel(plan));
+  std::vector<std::vector<StageCosts>> units;
+  units.reserve(costs.size());
+  for (const StageCosts& c : costs) units.push_back({c});
+  return timelineOf(plan, costs, units);
+}
+
 namespace {
 
 // Model FLOPs of one microbatch through the whole model (Korthikanti et al. 2022 Appendix A:
@@ -218,17 +283,6 @@ double modelFlopsPerMicrobatch(const Plan& plan, const CostedModel& costs) {
     for (const LayerCosts& layer : costs.component(c)) flops += passes * layer.modelFlopsForward;
   }
   return flops;
-}
-
-// Sequence length of the first trainable transformer-shaped layer (tokens per sample), or 0.
-std::int64_t tokensPerSample(const ModelSpec& model) {
-  for (const Component& comp : model.components) {
-    if (!comp.trainable) continue;
-    for (const Layer& layer : comp.layers) {
-      if (layer.transformer) return layer.transformer->seq;
-    }
-  }
-  return 0;
 }
 
 // The training step around the pipeline: each device's gradients are reduced over its data-
@@ -252,7 +306,9 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
   const int expertDp = static_cast<int>(std::min<std::int64_t>(par.expertData(), 1 << 30));
   const int zero = effectiveZeroStage(plan);
   const CollectiveLinks links = collectiveLinks(plan.cluster, par);
-  const int lastMb = plan.config.microbatches - 1;
+  // Sequence-split plans: the units of the last (first) training microbatch.
+  const int splits = std::max(1, plan.config.seqSplits);
+  const int lastMb = plan.config.trainingMicrobatches() - 1;
 
   std::vector<double> dense(devices, 0.0), expert(devices, 0.0), window(devices, 0.0), gatherWindow(devices, 0.0);
   std::vector<char> embedding(devices, 0), tiedHead(devices, 0);
@@ -275,12 +331,13 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     }
   }
   for (const Op& op : plan.ops) {
-    if (!inRange(window, op.device)) continue;
+    if (!inRange(window, op.device) || op.microbatch < 0) continue;
     const auto d = static_cast<std::size_t>(op.device);
-    if (op.microbatch == lastMb && (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW)) {
+    const int trainingMb = op.microbatch / splits;
+    if (trainingMb == lastMb && (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW)) {
       window[d] += op.durationMs();
     }
-    if (op.microbatch == 0 && op.kind == OpKind::F) gatherWindow[d] += op.durationMs();
+    if (trainingMb == 0 && op.kind == OpKind::F) gatherWindow[d] += op.durationMs();
   }
   // The tied weight's two copies live on different ranks only when no device has both halves.
   bool tiedSplit = false;
@@ -357,7 +414,7 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     m.iterationMs = (pipelineEnd - first) + worstOptimizer;
   }
   if (m.iterationMs <= 0) return;
-  const double microbatches = static_cast<double>(plan.config.microbatches) * dp;
+  const double microbatches = static_cast<double>(plan.config.trainingMicrobatches()) * dp;
   const double samples = microbatches * static_cast<double>(plan.model.samplesPerMicrobatch);
   const double seconds = m.iterationMs / 1000.0;
   m.throughputSamplesPerS = samples / seconds;
@@ -394,6 +451,8 @@ void addOpComm(const Op& op, const StageCosts& c, double samplesPerMb, DeviceMet
     case OpKind::S:
     case OpKind::T:
     case OpKind::OPT:
+    case OpKind::D2H:
+    case OpKind::H2D:
       break;
   }
   const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
@@ -410,20 +469,17 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   m.devices.assign(devices, {});
   if (plan.ops.empty()) return m;
-  double first = plan.ops.front().startMs;
-  double last = plan.ops.front().endMs;
+  // Host copies (D2H/H2D) run beside the compute: neither busy time nor spans count them.
+  double first = INFINITY;
+  double last = -INFINITY;
   std::vector<double> devFirst(devices, INFINITY), devLast(devices, -INFINITY);
   // Peak memory in the same pass, without memoryTimeline's per-device event lists and
   // curves: each device's events are replayed in plan order, which is memoryTimeline's
-  // order whenever its events are sorted (a simulated plan's are). A device whose events
-  // come out of order sends the whole computation to memoryTimeline below.
+  // order whenever its events are sorted (a simulated plan's are, unless it offloads). A
+  // device whose events come out of order sends the whole computation to memoryTimeline below.
   const auto costs = costed.stages(plan.virtualStages);
+  const auto units = costed.unitStages(plan.virtualStages);
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
-  std::vector<std::int64_t> wholeAct(costs.size()), wholeWgrad(costs.size());
-  for (std::size_t i = 0; i < costs.size(); ++i) {
-    wholeAct[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].activationBytes) * 1.0));
-    wholeWgrad[i] = static_cast<std::int64_t>(std::llround(static_cast<double>(costs[i].weightGradBytes) * 1.0));
-  }
   struct Replay {
     double lastTimeMs = -INFINITY;
     std::int64_t lastDelta = 0;
@@ -441,50 +497,27 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
     r.peakLive = std::max(r.peakLive, r.live);
   };
   for (const Op& op : plan.ops) {
-    first = std::min(first, op.startMs);
-    last = std::max(last, op.endMs);
+    const StageCosts* c = unitCostsOf(units, plan.config, op);
+    if (!isHostCopy(op.kind)) {
+      first = std::min(first, op.startMs);
+      last = std::max(last, op.endMs);
+    }
     if (!inRange(m.devices, op.device)) continue;
     const auto d = static_cast<std::size_t>(op.device);
-    m.devices[d].busyMs += op.durationMs();
-    devFirst[d] = std::min(devFirst[d], op.startMs);
-    devLast[d] = std::max(devLast[d], op.endMs);
-    if (inRange(costs, op.virtualStage))
-      addOpComm(op, costs[static_cast<std::size_t>(op.virtualStage)], samplesPerMb, m.devices[d]);
-    if (!inOrder || !inRange(costs, op.virtualStage)) continue;
+    if (!isHostCopy(op.kind)) {
+      m.devices[d].busyMs += op.durationMs();
+      devFirst[d] = std::min(devFirst[d], op.startMs);
+      devLast[d] = std::max(devLast[d], op.endMs);
+    }
+    if (c != nullptr) addOpComm(op, *c, samplesPerMb, m.devices[d]);
+    if (!inOrder || c == nullptr) continue;
     // The events of memoryTimeline, in the same order per op.
-    const auto stage = static_cast<std::size_t>(op.virtualStage);
-    const StageCosts& c = costs[stage];
-    const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
-    const auto act = op.samples > 0
-                         ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.activationBytes) * fraction))
-                         : wholeAct[stage];
-    const auto wgrad = op.samples > 0
-                           ? static_cast<std::int64_t>(std::llround(static_cast<double>(c.weightGradBytes) * fraction))
-                           : wholeWgrad[stage];
-    Replay& r = replay[d];
-    switch (op.kind) {
-      case OpKind::F:
-      case OpKind::S:
-        apply(r, op.startMs, act);
-        break;
-      case OpKind::B:
-        apply(r, op.endMs, -(act - wgrad));
-        break;
-      case OpKind::W:
-        apply(r, op.endMs, -wgrad);
-        break;
-      case OpKind::BW:
-      case OpKind::T:
-        apply(r, op.endMs, -act);
-        break;
-      case OpKind::N:
-        apply(r, op.startMs, act);
-        apply(r, op.endMs, -act);
-        break;
-      case OpKind::OPT:
-        break;
+    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb);
+    for (int i = 0; i < e.count; ++i) {
+      apply(replay[d], e.timeMs[static_cast<std::size_t>(i)], e.delta[static_cast<std::size_t>(i)]);
     }
   }
+  if (!std::isfinite(first)) first = last = 0;
   m.makespanMs = last - first;
   double busy = 0;
   for (std::size_t d = 0; d < devices; ++d) {
@@ -494,7 +527,7 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
   if (m.makespanMs > 0 && devices > 0) m.bubbleRatio = 1.0 - busy / (static_cast<double>(devices) * m.makespanMs);
   std::vector<std::int64_t> peakLive(devices, 0);
   if (!inOrder) {
-    const MemoryTimeline mem = memoryTimeline(plan, costs);
+    const MemoryTimeline mem = timelineOf(plan, costs, units);
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = mem.peakActivationBytes[d];
   } else {
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = replay[d].peakLive;

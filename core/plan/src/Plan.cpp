@@ -4,9 +4,11 @@
 
 namespace pipestudio {
 namespace {
-constexpr std::array<std::string_view, kOpKindCount> kNames = {"F", "B", "W", "BW", "N", "S", "T", "OPT"};
+constexpr std::array<std::string_view, kOpKindCount> kNames = {"F", "B", "W", "BW", "N", "S", "T", "OPT", "D2H", "H2D"};
 constexpr std::array<std::string_view, 3> kFsdpNames = {"UNSHARD", "RESHARD", "REDUCE_GRAD"};
 }  // namespace
+
+std::string_view opKindChoices() { return "F, B, W, BW, N, S, T, OPT, D2H, H2D"; }
 
 std::string_view opKindName(OpKind kind) { return kNames[static_cast<std::size_t>(kind)]; }
 
@@ -19,6 +21,9 @@ std::string_view commPayloadName(OpKind kind) {
     case OpKind::S:
     case OpKind::T:
       return "vocabulary";
+    case OpKind::D2H:
+    case OpKind::H2D:
+      return "offloaded activation";
     default:
       return "gradient";
   }

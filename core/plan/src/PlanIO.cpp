@@ -19,6 +19,7 @@ namespace {
 
 constexpr std::int64_t kMaxDevices = kMaxPlanDevices;
 constexpr std::int64_t kMaxMicrobatches = kMaxPlanMicrobatches;
+constexpr std::int64_t kMaxSeqSplits = 1024;
 constexpr double kMaxTimeMs = 1.0e12;
 constexpr std::int64_t kMaxCommBytes = std::int64_t{1} << 50;
 
@@ -75,13 +76,13 @@ struct FastFields {
   std::optional<OpKind> kind() {
     const auto it = obj.find("kind");
     if (it == obj.end()) {
-      r.error(ptr(nullptr), "missing required field 'kind' (expected one of F, B, W, BW, N, S, T, OPT)");
+      r.error(ptr(nullptr), "missing required field 'kind' (expected one of " + std::string(opKindChoices()) + ")");
       return std::nullopt;
     }
     if (it->is_string()) {
       if (auto k = opKindFromName(it->get_ref<const std::string&>())) return k;
     }
-    r.error(ptr("kind"), "is " + it->dump().substr(0, 64) + " (expected one of F, B, W, BW, N, S, T, OPT)");
+    r.error(ptr("kind"), "is " + it->dump().substr(0, 64) + " (expected one of " + std::string(opKindChoices()) + ")");
     return std::nullopt;
   }
 };
@@ -243,7 +244,10 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
                            "optimizer_sync",
                            "vocab_barriers",
                            "overlap_forward_backward",
-                           "unit_microbatches"});
+                           "unit_microbatches",
+                           "seq_splits",
+                           "seq_split",
+                           "offload_ratio"});
     PlanConfig& c = plan.config;
     c.schedule = r.string(*cfg, "schedule", Presence::Required).value_or("");
     c.devices = static_cast<int>(r.integer(*cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
@@ -289,6 +293,21 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     c.overlapForwardBackward = r.boolean(*cfg, "overlap_forward_backward", Presence::Optional).value_or(false);
     c.unitMicrobatches =
         static_cast<int>(r.integer(*cfg, "unit_microbatches", Presence::Optional, 1, kMaxMicrobatches).value_or(0));
+    c.seqSplits = static_cast<int>(r.integer(*cfg, "seq_splits", Presence::Optional, 1, kMaxSeqSplits).value_or(1));
+    if (c.seqSplits > 1 && c.microbatches % c.seqSplits != 0) {
+      r.error(cfg->child("microbatches"), "is " + std::to_string(c.microbatches) +
+                                              " (expected a multiple of seq_splits " + std::to_string(c.seqSplits) +
+                                              ": microbatches counts sequence chunks)");
+    }
+    if (auto split = r.string(*cfg, "seq_split", Presence::Optional)) {
+      if (*split == "balanced" || *split == "even") {
+        c.seqSplit = *split;
+      } else {
+        r.error(cfg->child("seq_split"),
+                "'" + excerpt(*split) + "' is not a sequence split (expected balanced or even)");
+      }
+    }
+    c.offloadRatio = r.number(*cfg, "offload_ratio", Presence::Optional, 0.0, 1.0).value_or(0.0);
   }
   if (auto m = r.field(at, "model", Presence::Required)) {
     if (auto model = readModel(r, *m)) plan.model = std::move(*model);
@@ -503,6 +522,11 @@ Json planToJson(const Plan& plan) {
   }
   if (c.overlapForwardBackward) cfg["overlap_forward_backward"] = true;
   if (c.unitMicrobatches > 0) cfg["unit_microbatches"] = c.unitMicrobatches;
+  if (c.seqSplits > 1) {
+    cfg["seq_splits"] = c.seqSplits;
+    cfg["seq_split"] = c.seqSplit;
+  }
+  if (c.offloadRatio > 0) cfg["offload_ratio"] = c.offloadRatio;
   Json stages = Json::array();
   for (const auto& vs : plan.virtualStages) {
     Json s{{"id", vs.id},
@@ -648,14 +672,14 @@ class UniqueOps {
       : m_stages(stages),
         m_microbatches(static_cast<std::size_t>(microbatches)),
         m_slots(kClasses * stages * m_microbatches, -1) {}
-  /// The op index stored for the key (−1: none); `kind` is one of F, B, BW, W, S.
+  /// The op index stored for the key (−1: none); `kind` is one of F, B, BW, W, S, D2H, H2D.
   std::int32_t& slot(OpKind kind, int stage, int microbatch) {
     return m_slots[(classOf(kind) * m_stages + static_cast<std::size_t>(stage)) * m_microbatches +
                    static_cast<std::size_t>(microbatch)];
   }
 
  private:
-  static constexpr std::size_t kClasses = 4;
+  static constexpr std::size_t kClasses = 6;
   static std::size_t classOf(OpKind kind) {
     switch (kind) {
       case OpKind::F:
@@ -665,6 +689,10 @@ class UniqueOps {
         return 1;
       case OpKind::W:
         return 2;
+      case OpKind::D2H:
+        return 4;
+      case OpKind::H2D:
+        return 5;
       default:
         return 3;  // S
     }
@@ -829,10 +857,11 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
           static_cast<std::int32_t>(i);
     }
   }
-  // Dependencies beyond the data flow exist only with frozen (N) or vocabulary (S/T) ops.
-  const bool derived = std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) {
-    return op.kind == OpKind::N || op.kind == OpKind::S || op.kind == OpKind::T;
-  });
+  // Dependencies beyond the data flow exist only with frozen (N) or vocabulary (S/T) ops, or
+  // sequence chunks (their causal order).
+  const bool derived = plan.config.seqSplits > 1 || std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) {
+                         return op.kind == OpKind::N || op.kind == OpKind::S || op.kind == OpKind::T;
+                       });
   if (derived) {
     std::vector<std::vector<std::int32_t>> laneOp;
     const auto lanes = planLanes(plan, &laneOp);
@@ -966,10 +995,10 @@ Status validatePlanStructure(const Plan& plan) {
     if (!std::isfinite(op.startMs) || !std::isfinite(op.endMs) || op.endMs < op.startMs) {
       return Error{opPointer(i, "end_ms") + ": is before start_ms (expected end_ms ≥ start_ms, both finite)"};
     }
-    const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW;
+    const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW || isHostCopy(op.kind);
     if (backward && !plan.model.component(vs.component).trainable) {
       return Error{opPointer(i, "kind") + ": " + opLabel(op) +
-                   " is a backward op on a frozen component (expected N ops only)"};
+                   " is a backward op or an activation copy on a frozen component (expected N ops only)"};
     }
     if (op.kind == OpKind::N || op.kind == OpKind::OPT || op.kind == OpKind::T) continue;
     // B and BW share a key: a stage's microbatch has one backward, split or fused.
@@ -1036,6 +1065,25 @@ Status validatePlanStructure(const Plan& plan) {
           return Error{opPointer(i) + ": " + opLabel(op) + " has no split B of its own (a W follows a B, not a BW)"};
         }
         need(b, i);
+        break;
+      }
+      case OpKind::D2H: {
+        // The offloaded activations come back before their backward: every D2H follows its F
+        // and has its H2D, and the (stage, microbatch) its backward, which waits for the H2D.
+        const Op* f = find(OpKind::F, op.virtualStage, op.microbatch);
+        if (!f) return missing(OpKind::F, op.virtualStage);
+        const Op* reload = find(OpKind::H2D, op.virtualStage, op.microbatch);
+        if (!reload) return missing(OpKind::H2D, op.virtualStage);
+        const Op* b = find(OpKind::B, op.virtualStage, op.microbatch);
+        if (!b) return missing(OpKind::B, op.virtualStage);
+        need(f, i);
+        need(reload, static_cast<std::size_t>(b - plan.ops.data()));
+        break;
+      }
+      case OpKind::H2D: {
+        const Op* offload = find(OpKind::D2H, op.virtualStage, op.microbatch);
+        if (!offload) return missing(OpKind::D2H, op.virtualStage);
+        need(offload, i);
         break;
       }
       default:

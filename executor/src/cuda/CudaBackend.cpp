@@ -209,6 +209,9 @@ Status runOp(Workload& w, const StageWork& stage, OpKind kind, double fraction, 
     case OpKind::BW:
       if (auto st = w.run(stage.backwardInput, 1, fraction, timeScale); !st) return st;
       return w.run(stage.backwardWeight, 2, fraction, timeScale);
+    case OpKind::D2H:
+    case OpKind::H2D:  // refused by the program compiler
+      return {};
     case OpKind::S:
     case OpKind::T:
     case OpKind::OPT:

@@ -276,6 +276,13 @@ Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* p
     for (const OverlapGroup& g : overlappedGroups(plan, lanes))
       groupAt[static_cast<std::size_t>(g.device)][g.first] = g.size;
   }
+  if (plan.config.seqSplits > 1) {
+    // PyTorch's actions name whole microbatches: a sequence chunk, and the causal order between
+    // the chunks of one microbatch (Seq1F1B), has no action.
+    return Error{"/config/seq_splits: the plan runs " + std::to_string(plan.config.seqSplits) +
+                 " sequence chunks per microbatch, which torch.distributed.pipelining cannot express (its actions "
+                 "name whole microbatches; expected a plan without --seq-splits)"};
+  }
   IdVector<int> laneIndex(devices, 0);
   int pendingMembers = 0;  // members of the current OVERLAP_F_B still to come on that device
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
@@ -300,10 +307,12 @@ Expected<RankOrder> computeOrder(const Plan& plan, IdVector<std::vector<int>>* p
         type = ActionType::B;
         break;
       default:
-        return Error{where + (op.kind == OpKind::T ? ": a " : ": an ") + std::string(opKindName(op.kind)) + " op (" +
+        return Error{where + (op.kind == OpKind::T || op.kind == OpKind::D2H ? ": a " : ": an ") +
+                     std::string(opKindName(op.kind)) + " op (" +
                      (op.kind == OpKind::N                           ? "frozen-component fill"
                       : op.kind == OpKind::S || op.kind == OpKind::T ? "a vocabulary pass of --vocab-parallel"
-                                                                     : "the optimizer step") +
+                      : isHostCopy(op.kind) ? "an activation copy to or from host memory, PipeOffload's offloading"
+                                            : "the optimizer step") +
                      ") has no torch.distributed.pipelining action (expected F, B, W or BW ops only)"};
     }
     if (op.samples > 0) {

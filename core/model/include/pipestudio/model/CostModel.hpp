@@ -104,6 +104,17 @@ struct LayerCosts {
 /// `context.trainable` false zeroes the backward costs and the weight-gradient bytes.
 LayerCosts layerCosts(const Layer& layer, const CostContext& context);
 
+/// Costs of one layer for the sequence chunk of query tokens [queryBegin, queryEnd) of each
+/// sample of a `sequenceTokens`-token sequence, under causal attention (Seq1F1B, Sun et al.
+/// 2024 §3): the chunk's tokens attend to every key up to their own, so a later chunk of
+/// equal length costs more. A transformer block is costed as the chunk alone (its GEMMs,
+/// element-wise kernels, collectives and activations over the chunk's tokens, its attention
+/// core over its own causal diagonal block) plus the attention core of its queries against
+/// the queryBegin keys of the earlier chunks (the attention-core model, unmasked). Other
+/// layers, and measured fields, scale with the chunk's share of the tokens.
+LayerCosts layerChunkCosts(const Layer& layer, const CostContext& context, std::int64_t sequenceTokens,
+                           std::int64_t queryBegin, std::int64_t queryEnd);
+
 /// Pure pipeline shorthand (one GPU per device, no TP/CP/EP, no recomputation, bf16).
 LayerCosts layerCosts(const Layer& layer, const GpuSpec& gpu, std::int64_t samplesPerMicrobatch, bool trainable);
 

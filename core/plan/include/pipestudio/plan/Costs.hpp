@@ -31,6 +31,16 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
 /// node's NICs (ClusterSpec::nicsPerNode). 0 when from == to.
 double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu);
 
+/// Tokens per sample: the sequence length of the model's first trainable transformer-shaped
+/// layer, or 0 when no layer has a shape.
+std::int64_t tokensPerSample(const ModelSpec& model);
+
+/// The sequence chunk of unit `microbatch` of a plan with sequence splits (PlanConfig::
+/// seqSplits); 0 without them.
+inline int seqChunkOf(const PlanConfig& config, int microbatch) {
+  return config.seqSplits > 1 && microbatch >= 0 ? microbatch % config.seqSplits : 0;
+}
+
 /// Resolved costs of one virtual stage (sum over its layers, on its device's GPU, under the
 /// plan's hybrid parallelism). Byte and parameter counts are per GPU.
 struct StageCosts {
@@ -93,8 +103,27 @@ class CostedModel {
   StageCosts stage(const VirtualStage& stage) const;
   std::vector<StageCosts> stages(const std::vector<VirtualStage>& stages) const;
 
+  /// Sequence splits (PlanConfig::seqSplits): the chunks' token boundaries, seqSplits + 1 of
+  /// them from 0 to the sequence's tokens (tokensPerSample; seqSplits nominal tokens for a
+  /// model without shapes). "balanced": each chunk takes an equal share of the transformer
+  /// blocks' F + B + W time on pipeline rank 0's GPU (Seq1F1B §3.3's computation-wise
+  /// partition, with the attention-core model instead of FLOPs; equal tokens for a model
+  /// without blocks); "even": equal tokens.
+  /// Boundaries are multiples of the tensor-parallel degree (sequence-parallel shards).
+  /// {0, tokens} without splits.
+  const std::vector<std::int64_t>& seqChunkBounds() const { return m_seqBounds; }
+  int seqSplits() const { return static_cast<int>(m_seqBounds.size()) - 1; }
+  /// A virtual stage's costs for sequence chunk `seqChunk` (layerChunkCosts over its layers);
+  /// the whole microbatch without sequence splits.
+  StageCosts stage(const VirtualStage& stage, int seqChunk) const;
+  /// Per virtual stage, per sequence chunk ([stage][chunk]; one chunk without splits): what a
+  /// plan's op of unit u costs is [its stage][seqChunkOf(config, u)].
+  std::vector<std::vector<StageCosts>> unitStages(const std::vector<VirtualStage>& stages) const;
+
  private:
+  using Tables = std::vector<std::vector<std::vector<LayerCosts>>>;  ///< [class][component][layer]
   int gpuClass(int device) const;
+  StageCosts sumStage(const VirtualStage& vs, const Tables& costs, const Tables* unrecomputed) const;
 
   bool m_blockwiseGathers = false;
   RecomputeMethod m_recomputeMethod = RecomputeMethod::Uniform;
@@ -102,10 +131,13 @@ class CostedModel {
   std::vector<int> m_deviceClass;  ///< GPU class per device; empty: one GPU type for all
   /// [class][component][layer], and the same with resident parameters (ZeRO-1) for blockwise
   /// ZeRO-3 plans, whose gathers are the difference.
-  std::vector<std::vector<std::vector<LayerCosts>>> m_costs;
-  std::vector<std::vector<std::vector<LayerCosts>>> m_resident;
+  Tables m_costs;
+  Tables m_resident;
   /// [class][component][layer] without recomputation, for the layers block recomputation skips.
-  std::vector<std::vector<std::vector<LayerCosts>>> m_unrecomputed;
+  Tables m_unrecomputed;
+  /// Per sequence chunk, the same two tables (sequence splits only).
+  std::vector<Tables> m_chunkCosts, m_chunkUnrecomputed;
+  std::vector<std::int64_t> m_seqBounds{0, 0};
   /// Per component: whether layer l is a tied LM head (static memory rules) / a transformer
   /// block (what Megatron's --recompute-num-layers counts).
   std::vector<std::vector<char>> m_tiedHead;

@@ -89,8 +89,15 @@ std::vector<OpDependency> frozenDependencies(const Plan& shell, const std::vecto
 /// S/T ops.
 std::vector<OpDependency> vocabDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
-/// frozenDependencies + vocabDependencies: every dependency a plan implies beyond its data
-/// flow, as makePlan, resimulate and the executor use them.
+/// Sequence-split plans (PlanConfig::seqSplits K, Seq1F1B, Sun et al. 2024 §3.2): causal
+/// attention makes a chunk's forward need the keys and values of the earlier chunks of its
+/// microbatch on the same stage, and its backward produce their gradients. Per virtual stage
+/// and unit u with u mod K > 0: F(u − 1) → F(u) and backward(u) → backward(u − 1) (B or BW),
+/// on one device, no bytes. Empty without splits.
+std::vector<OpDependency> sequenceDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
+
+/// frozenDependencies + vocabDependencies + sequenceDependencies: every dependency a plan
+/// implies beyond its data flow, as makePlan, resimulate and the executor use them.
 std::vector<OpDependency> derivedDependencies(const Plan& shell, const std::vector<std::vector<OrderedOp>>& lanes);
 
 /// DualPipe's overlapped forward and backward (DeepSeek-V3 §3.2.1), for plans with

@@ -41,9 +41,20 @@ struct MemoryTimeline {
   std::vector<std::int64_t> staticBytes;
 };
 
+/// Activation offloading (PlanConfig::offloadRatio r, PipeOffload §4): the share of virtual
+/// stage `stage`'s activation bytes its D2H op offloads, r of each device's V chunks with
+/// chunk 0 first (the longest-lived activations: a better-than-linear saving, PipeOffload's
+/// selective offload), the boundary chunk in part: clamp(r·V − chunk, 0, 1).
+double offloadFraction(const PlanConfig& config, const VirtualStage& stage);
+/// The bytes that D2H moves to the host and H2D brings back, for one op of `stage` whose
+/// (unit) costs are `unitCosts`.
+std::int64_t offloadBytes(const PlanConfig& config, const VirtualStage& stage, const StageCosts& unitCosts);
+
 /// Memory over time under the activation convention of DESIGN.md §2 (F start → B/BW end;
-/// weightGradBytes until W end). Partial-batch ops scale by samples.
+/// weightGradBytes until W end; an offloaded share from its D2H end to its H2D start is on
+/// the host). Partial-batch ops scale by samples; sequence-split plans use each chunk's costs.
 MemoryTimeline memoryTimeline(const Plan& plan);
+MemoryTimeline memoryTimeline(const Plan& plan, const CostedModel& costs);
 MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs);
 
 /// makespan, busy/span, bubble ratio, peaks with their breakdown, and the whole training step:

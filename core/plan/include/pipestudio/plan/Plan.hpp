@@ -29,12 +29,24 @@ inline constexpr int kMaxPlanMicrobatches = 1'000'000;
 inline constexpr int kMaxPlanVirtualStages = static_cast<int>(kMaxPlanOps);
 
 /// F forward, B input-gradient backward, W weight-gradient backward, BW fused backward,
-/// N non-trainable forward (bubble filling), S/T vocabulary passes, OPT optimizer step.
-enum class OpKind : std::uint8_t { F, B, W, BW, N, S, T, OPT };
-inline constexpr int kOpKindCount = 8;
+/// N non-trainable forward (bubble filling), S/T vocabulary passes, OPT optimizer step,
+/// D2H / H2D activation offload to host memory and reload (PipeOffload, Wan et al. 2025):
+/// copies on the device's host link, beside its compute (isHostCopy).
+enum class OpKind : std::uint8_t { F, B, W, BW, N, S, T, OPT, D2H, H2D };
+inline constexpr int kOpKindCount = 10;
 
 std::string_view opKindName(OpKind kind);
 std::optional<OpKind> opKindFromName(std::string_view name);
+/// The kinds' names as a message lists them ("F, B, W, BW, N, S, T, OPT, D2H, H2D").
+std::string_view opKindChoices();
+/// D2H and H2D: copies between the device and host memory over the device's host link (its
+/// GPU's host_link_gbps). They run on a lane of their own beside the device's compute (a copy
+/// in a device's order is issued when the compute op before it has ended; copies run one at a
+/// time, in order); they are not compute: busy time, spans and bubbles leave them out.
+/// D2H(stage, microbatch) starts after that F and frees the offloaded activation bytes on the
+/// GPU when it ends (offloadBytes in Memory.hpp); H2D holds them again from its start, after
+/// the D2H, and the stage's backward of that microbatch waits for it to end.
+inline constexpr bool isHostCopy(OpKind kind) { return kind == OpKind::D2H || kind == OpKind::H2D; }
 /// What a transfer named by `kind` (Comm::kind, the producing op's kind) carries:
 /// "activation" (F), "frozen output" (N), "vocabulary" (S, T), else "gradient".
 std::string_view commPayloadName(OpKind kind);
@@ -74,6 +86,24 @@ struct PlanConfig {
   /// Under ZeRO-3 such a plan gathers a chunk's parameters once per run of consecutive passes
   /// of that chunk in one direction (one gather per block), not once per pass.
   int unitMicrobatches = 0;
+  /// Sequence-level pipelining (Seq1F1B, Sun et al. 2024): each training microbatch runs as
+  /// `seqSplits` sequence chunks, each a unit of the schedule. `microbatches` then counts
+  /// units (training microbatches × seqSplits) and an op's microbatch u is chunk u mod seqSplits
+  /// (tokens seqChunkBounds in Costs.hpp) of training microbatch u / seqSplits. A chunk's
+  /// forward needs the earlier chunks' keys and values on its stage, its backward feeds
+  /// theirs (sequenceDependencies in Dependencies.hpp). 1: no split.
+  int seqSplits = 1;
+  /// Where the chunks' boundaries fall: "balanced" (Seq1F1B §3.3: equal compute per chunk, so
+  /// later chunks, which attend to more keys, are shorter) or "even" (equal tokens, as the Zero
+  /// Bubble authors' runtime splits).
+  std::string seqSplit = "balanced";
+  /// Activation offloading (PipeOffload, Wan et al. 2025): the share of each device's
+  /// activation bytes offloaded to host memory between a forward and its backward, chunk 0's
+  /// stages first (the longest-lived), the boundary chunk in part (offloadFraction in
+  /// Memory.hpp). The plan's D2H/H2D ops say which (stage, microbatch) pairs are offloaded.
+  double offloadRatio = 0;
+  /// Training microbatches (microbatches / seqSplits).
+  int trainingMicrobatches() const { return seqSplits > 1 ? microbatches / seqSplits : microbatches; }
   /// The plan's order carries FSDP actions (Plan::fsdpActions, from a compute_comms schedule CSV):
   /// under ZeRO-3 its gathers follow their UNSHARD…RESHARD windows. Set with the actions (the
   /// plan document stores only them); it tells the costs to keep the gather shares apart.
