@@ -34,6 +34,9 @@ struct PlanOptions {
   bool vocabParallel = false;          // embedding/LM head split over all devices (Vocab.hpp)
   int vocabBarriers = 1;               // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
   int unit = 0;                        // zeropp: microbatches per scheduling unit (0: the schedule's default)
+  int seqSplits = 1;                   // seq1f1b: sequence chunks per microbatch
+  std::string seqSplit = "balanced";   // where the chunk boundaries fall
+  double offloadRatio = 0;             // share of activations offloaded to host memory (PipeOffload)
   double exactTimeLimitS = 30;
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
@@ -142,6 +145,16 @@ int runPlan(const PlanOptions& o) {
   cfg.optimizerSync = o.optimizerSync;
   cfg.vocabBarriers = o.vocabBarriers;
   cfg.unitMicrobatches = o.unit;
+  // Sequence splits: the plan's microbatches count chunks (K per training microbatch).
+  cfg.seqSplits = o.seqSplits;
+  cfg.seqSplit = o.seqSplit;
+  if (o.microbatches > 0 && static_cast<std::int64_t>(o.microbatches) * o.seqSplits > 1'000'000) {
+    std::cerr << "plan: --microbatches " << o.microbatches << " × --seq-splits " << o.seqSplits
+              << " exceeds 1000000 sequence chunks\n";
+    return kExitUsage;
+  }
+  if (o.microbatches > 0) cfg.microbatches = o.microbatches * o.seqSplits;
+  cfg.offloadRatio = o.offloadRatio;
   if (o.globalBatch > 0) cfg.globalBatch = o.globalBatch;
   if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);
@@ -252,6 +265,17 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
       ->check(intIn(1, 2));
   cmd->add_option("--unit", o.unit, "zeropp: microbatches per scheduling unit (default: the devices)")
       ->check(intIn(1, 1'000'000));
+  cmd->add_option("--seq-splits", o.seqSplits,
+                  "seq1f1b: sequence chunks per microbatch K (Seq1F1B; the plan's microbatches count chunks)")
+      ->check(intIn(1, 1024));
+  cmd->add_option("--seq-split", o.seqSplit,
+                  "--seq-splits: balanced (equal compute per chunk, Seq1F1B's partition; default) or even (equal "
+                  "tokens)")
+      ->check(CLI::IsMember({"balanced", "even"}));
+  cmd->add_option("--offload-ratio", o.offloadRatio,
+                  "Share of each device's activations offloaded to host memory between forward and backward, chunk "
+                  "0 first (PipeOffload; pipeoffload default: one chunk)")
+      ->check(numberIn(0, 1));
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
   cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)")
       ->check(numberIn(0.001, 86400));

@@ -16,6 +16,15 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
   out << "schedule " << c.schedule << ", " << c.devices << " devices, " << c.microbatches << " microbatches of "
       << plan.model.samplesPerMicrobatch << " sample(s), " << c.chunksPerDevice << " chunk(s) per device, "
       << plan.ops.size() << " ops\n";
+  if (c.seqSplits > 1) {
+    out << "sequence: " << c.trainingMicrobatches() << " microbatches × " << c.seqSplits << " chunks (" << c.seqSplit
+        << " split)\n";
+  }
+  if (c.offloadRatio > 0) {
+    std::size_t copies = 0;
+    for (const Op& op : plan.ops) copies += isHostCopy(op.kind) ? 1 : 0;
+    out << "offload: ratio " << c.offloadRatio << ", " << copies / 2 << " activations offloaded and reloaded\n";
+  }
   if (!par.isPurePipeline() || par.data > 1) {
     out << "parallelism: pp " << c.devices << " × tp " << par.tensor << " × cp " << par.context << " × dp " << par.data
         << " = " << c.totalGpus() << " GPUs, ep " << par.expert << ", sequence parallel "

@@ -16,6 +16,7 @@
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
+#include "schedules/Generators.hpp"
 
 namespace pipestudio {
 namespace {
@@ -197,6 +198,72 @@ Status checkRecompute(const PlanRequest& request) {
   return {};
 }
 
+// Sequence splits (Seq1F1B) and activation offloading (PipeOffload) against the schedule
+// and the request.
+Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerator& generator,
+                               const CostedModel& costs) {
+  const PlanConfig& cfg = request.config;
+  const std::string name(generator.name());
+  if (cfg.seqSplits < 1) return Error{"--seq-splits must be at least 1, got " + str(cfg.seqSplits)};
+  if (cfg.seqSplits > 1) {
+    if (!generator.splitsSequence()) {
+      return Error{"--seq-splits " + str(cfg.seqSplits) + ": " + name +
+                   " schedules whole microbatches (expected --schedule seq1f1b, or custom)"};
+    }
+    if (cfg.seqSplit != "balanced" && cfg.seqSplit != "even") {
+      return Error{"--seq-split '" + cfg.seqSplit + "' is not a sequence split (expected balanced or even)"};
+    }
+    if (cfg.microbatches % cfg.seqSplits != 0) {
+      return Error{"microbatches " + str(cfg.microbatches) + " is not a multiple of --seq-splits " +
+                   str(cfg.seqSplits) + " (a plan's microbatches count sequence chunks)"};
+    }
+    if (cfg.parallel.context > 1) {
+      return Error{"--seq-splits " + str(cfg.seqSplits) +
+                   " needs --cp 1 (Seq1F1B splits the sequence over time, "
+                   "context parallelism over GPUs; combine them is not modelled)"};
+    }
+    for (const Component& comp : request.model.components) {
+      if (!comp.trainable) {
+        return Error{"--seq-splits " + str(cfg.seqSplits) + ": component '" + comp.name +
+                     "' is frozen (sequence chunks are scheduled for trainable models only)"};
+      }
+    }
+    const std::int64_t tokens = tokensPerSample(request.model);
+    const std::int64_t grain = std::max(1, cfg.parallel.tensor);
+    if (tokens > 0 && tokens < cfg.seqSplits * grain) {
+      return Error{"--seq-splits " + str(cfg.seqSplits) + " needs at least " + str(cfg.seqSplits * grain) +
+                   " tokens per sample (chunks are multiples of --tp " + str(grain) + "); model '" +
+                   request.model.name + "' has " + str(tokens)};
+    }
+    const auto& bounds = costs.seqChunkBounds();
+    for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
+      if (bounds[k + 1] <= bounds[k]) {
+        return Error{"--seq-splits " + str(cfg.seqSplits) + ": sequence chunk " + str(static_cast<std::int64_t>(k)) +
+                     " would be empty (" + str(tokens) + " tokens per sample)"};
+      }
+    }
+  }
+  if (!(cfg.offloadRatio >= 0.0 && cfg.offloadRatio <= 1.0)) {
+    return Error{"--offload-ratio must be in [0, 1], got " + std::to_string(cfg.offloadRatio)};
+  }
+  if (cfg.offloadRatio > 0) {
+    if (generator.pipelines() != 1 || cfg.overlapForwardBackward) {
+      return Error{"--offload-ratio: " + name +
+                   " holds the model twice or overlaps forward and backward passes (expected a one-pipeline schedule "
+                   "such as pipeoffload, interleaved-1f1b or a V shape)"};
+    }
+    for (int d = 0; d < cfg.devices; ++d) {
+      const GpuSpec& gpu = deviceGpu(request.cluster, cfg, d);
+      if (gpu.hostLinkGBps <= 0) {
+        return Error{"--offload-ratio: GPU '" + gpu.name + "' of device " + str(d) +
+                     " names no host link bandwidth (expected host_link_gbps on the cluster's gpu, or a catalogue "
+                     "GPU that has it)"};
+      }
+    }
+  }
+  return {};
+}
+
 // The expert layers' layout (Megatron-Core MoE parallel folding): ETP × EP laid over the T·C·D
 // GPUs of a pipeline rank, so E may exceed D but ETP·E must divide T·C·D; expert and
 // capacity settings need a model with experts.
@@ -257,7 +324,13 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
       return Error{"--global-batch " + str(*cfg.globalBatch) + " gives " + str(m) +
                    " microbatches per pipeline (expected at most 1000000)"};
     }
-    cfg.microbatches = static_cast<int>(m);
+    // Sequence-split plans count units: K per training microbatch.
+    const std::int64_t units = m * std::max(1, cfg.seqSplits);
+    if (units > 1'000'000) {
+      return Error{"--global-batch " + str(*cfg.globalBatch) + " gives " + str(units) +
+                   " microbatches (sequence chunks) per pipeline (expected at most 1000000)"};
+    }
+    cfg.microbatches = static_cast<int>(units);
     if (!cfg.microBatchSize) cfg.microBatchSize = request.model.samplesPerMicrobatch;
   }
   bool anyExperts = false;
@@ -309,7 +382,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (cfg.chunksPerDevice < 1) return Error{"--chunks must be at least 1, got " + std::to_string(cfg.chunksPerDevice)};
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
   if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) return st.error();
-  const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice};
+  const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice, std::max(1, cfg.seqSplits)};
   if (auto st = generator->validate(shape); !st) return st.error();
   if (control.cancelled()) return Error::cancelled();
 
@@ -320,6 +393,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   configured.schedule = std::string(generator->name());  // PyTorch's name → ours
   generator->configure(configured);
   const CostedModel costs(request.model, request.cluster, configured);
+  if (auto st = checkSequenceAndOffload(request, *generator, costs); !st) return st.error();
   partition::PartitionHints withCosts = hints;
   if (configured.unitMicrobatches == cfg.unitMicrobatches) withCosts.costs = &costs;
   auto stages = partitionStages(request, generator->placement(shape), control, withCosts);
@@ -338,6 +412,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   input.memoryLimitBytes = cfg.memoryLimitBytes;
   input.request = &request;
   input.control = &control;
+  input.costs = &costs;
   if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes); !st) return st.error();
 
   auto skeleton = generator->order(input);
@@ -345,6 +420,13 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (control.progress) control.progress(0.5);
   if (auto st = fillBubbles(request, *skeleton, control); !st) return st.error();
   if (control.cancelled()) return Error::cancelled();
+  if (configured.seqSplits > 1) {
+    // A chunk after the earlier chunks of its microbatch (their keys and values).
+    auto sequence = sequenceDependencies(shell, skeleton->devices);
+    skeleton->extraDependencies.insert(skeleton->extraDependencies.end(), sequence.begin(), sequence.end());
+  }
+  // Activation offloading on whatever order the schedule built (pipeoffload offloads its own).
+  if (auto st = schedules::addOffload(shell, costs, *skeleton); !st) return st.error().withPrefix(cfg.schedule + ": ");
 
   SimulationOptions timing;
   timing.costs = &costs;

@@ -66,6 +66,8 @@ class ZbAuto final : public ScheduleGenerator {
 class Custom final : public ScheduleGenerator {
  public:
   std::string_view name() const override { return "custom"; }
+  // An imported order's microbatch numbers are units when the request splits the sequence.
+  bool splitsSequence() const override { return true; }
   int defaultChunksPerDevice() const override { return 1; }
   bool splitsBackward() const override { return true; }
   // PyTorch's OVERLAP_F_B pairs run overlapped, as DualPipe's F&B (PlanConfig::overlapForwardBackward).

@@ -31,6 +31,10 @@ std::unique_ptr<ScheduleGenerator> makeInterleavedZeroBubble();
 // Blockwise.cpp: zeropp, breadth-first.
 std::unique_ptr<ScheduleGenerator> makeZeroPp();
 std::unique_ptr<ScheduleGenerator> makeBreadthFirst();
+// GroupInterleaved.cpp: pipeoffload; Sequence.cpp: seq1f1b; VOneFOneB.cpp: v-1f1b.
+std::unique_ptr<ScheduleGenerator> makePipeOffload();
+std::unique_ptr<ScheduleGenerator> makeSeq1F1B();
+std::unique_ptr<ScheduleGenerator> makeVOneFOneB();
 
 // Placements. Stage ids are dense; pipeline 1 (if any) follows pipeline 0.
 /// Megatron-LM interleaving: stage s on device s % p, chunk s / p.
@@ -145,6 +149,22 @@ std::vector<std::vector<OrderedOp>> interleavedOrder(const ScheduleInput& input,
 /// refuse. Overlapped F&B pairs are emitted back to back, a full backward as B then its W.
 std::optional<std::vector<std::vector<OrderedOp>>> torchDualPipeVOrder(const ScheduleInput& input);
 std::optional<std::vector<std::vector<OrderedOp>>> torchInterleavedZeroBubbleOrder(const ScheduleInput& input);
+
+/// Activation offloading (PlanConfig::offloadRatio > 0; Offload.cpp): D2H and H2D ops added
+/// to a complete order without changing its timing, offloading every (stage, microbatch) of
+/// the ratio's chunks whose time between forward and backward holds both copies on the
+/// device's host link. Nothing when the ratio is 0 or the order has copies already.
+Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton);
+
+/// The Zero Bubble authors' V-1F1B order (VOneFOneB.cpp, after their v1f1b.py) on the V
+/// placement wavePlacement(p, 2), fused backward; nullopt for a shape it does not build.
+std::optional<std::vector<std::vector<OrderedOp>>> vOneFOneBOrder(int p, int m);
+
+/// The authors' group-interleaved 1F1B order (GroupInterleaved.cpp, after their
+/// group_interleaved_1f1b.py without recomputation) on linearPlacement(p, v): groups of g
+/// microbatches, `minGroup` the authors' minimum group size; B and W split, each W right after
+/// its B; nullopt for a shape whose building block does not fit.
+std::optional<std::vector<std::vector<OrderedOp>>> groupInterleavedOrder(int p, int m, int v, int g, int minGroup);
 
 /// Whether the placement is one V per device (stage d and 2p−1−d on device d, one pipeline).
 bool isSingleV(const ScheduleInput& input);

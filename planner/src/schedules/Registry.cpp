@@ -27,6 +27,9 @@ std::vector<std::unique_ptr<ScheduleGenerator>> buildRegistry() {
   all.push_back(schedules::makeDualPipeV());
   all.push_back(schedules::makeBreadthFirst());
   all.push_back(schedules::makeZeroPp());
+  all.push_back(schedules::makePipeOffload());
+  all.push_back(schedules::makeSeq1F1B());
+  all.push_back(schedules::makeVOneFOneB());
   // "auto" helper: zb-auto and custom go here.
   all.push_back(autosched::makeZbAutoGenerator());
   all.push_back(autosched::makeCustomGenerator());

@@ -1,5 +1,9 @@
 // Discrete-event, dependency-driven simulator (DESIGN.md §3). Every device runs its ops in
 // the given order; an op starts when the device is free and all its inputs have arrived.
+// Host copies (D2H/H2D, activation offloading) run on a second lane of their device, its host
+// link: a copy is issued when the compute op before it in the device's order has ended, and
+// the device's copies run one at a time in their order; the backward of an offloaded
+// (stage, microbatch) waits for its H2D. Lanes are devices when a plan has no copies.
 // Cross-device inputs travel on the directed link (from, to): bytes / bandwidth + latency,
 // transfers on one link served first-come first-served (they serialise). Everything is flat
 // arrays indexed by op number; the only structure in the hot loop is a winner tree over devices.
@@ -49,7 +53,9 @@ double baseDurationMs(OpKind kind, const StageCosts& c, int vocabBarriers) {
     case OpKind::BW:
       return c.backwardInputMs + c.backwardWeightMs;
     case OpKind::OPT:
-      return 0;
+    case OpKind::D2H:
+    case OpKind::H2D:
+      return 0;  // copies: their bytes over the host link (Simulation::prepareTiming)
   }
   return 0;
 }
@@ -228,11 +234,11 @@ struct EdgeClass {
   std::int64_t bytes = 0;
 };
 
-// A producer earlier in the consumer's own device order has always completed by the time
-// the consumer is next on that device (a device runs its order one op at a time), and
-// brings no transfer: such an edge is neither counted nor listed. A producer later in the
-// same order (a deadlock) still is.
-bool implied(std::int32_t from, std::int32_t to, bool sameDevice) { return sameDevice && from < to; }
+// A producer earlier in the consumer's own lane has always completed by the time the consumer
+// is next on that lane (a lane runs its order one op at a time), and brings no transfer: such
+// an edge is neither counted nor listed. A producer later in the same lane (a deadlock) still
+// is; one on the other lane of the same device (compute and host link) is, without transfer.
+bool implied(std::int32_t from, std::int32_t to, bool sameLane) { return sameLane && from < to; }
 
 // One run of simulateSkeleton, its phases in the order it calls them: validateShape and
 // flatten (ops in device order, the (stage, microbatch) tables), buildConsumerGraph
@@ -248,7 +254,10 @@ class Simulation {
         m_m(shell.config.microbatches),
         m_nStages(static_cast<std::int32_t>(shell.virtualStages.size())),
         m_samplesPerMb(static_cast<double>(std::max<std::int64_t>(1, shell.model.samplesPerMicrobatch))),
-        m_running(m_p) {}
+        m_splits(std::max(1, shell.config.seqSplits)),
+        m_copies(hasHostCopies(skeleton)),
+        m_lanes(m_copies ? 2 * m_p : m_p),
+        m_running(m_lanes) {}
 
   std::optional<Error> validateShape() const;
   std::optional<Error> flatten();
@@ -257,21 +266,42 @@ class Simulation {
   void run();
   bool finished() const { return m_completed == m_nOps; }
   Error explainDeadlock() const;
+  void restorePlanOrder();
 
  private:
+  static bool hasHostCopies(const ScheduleSkeleton& skeleton) {
+    return std::any_of(skeleton.devices.begin(), skeleton.devices.end(), [](const auto& lane) {
+      return std::any_of(lane.begin(), lane.end(), [](const OrderedOp& o) { return isHostCopy(o.kind); });
+    });
+  }
   std::int32_t stageDevice(std::int32_t stage) const { return m_shell.stage(stage).device; }
+  // Lanes: device d's compute is lane d, or 2d with host copies on lane 2d + 1.
+  int laneOf(int device, bool copy) const { return m_copies ? 2 * device + (copy ? 1 : 0) : device; }
+  int deviceOfLane(int lane) const { return m_copies ? lane / 2 : lane; }
+  int laneOfOp(std::int32_t i) const {
+    const Op& op = m_shell.op(i);
+    return laneOf(op.device, isHostCopy(op.kind));
+  }
+  // Whether producer `from` (of stage fromStage) runs on consumer `to`'s lane.
+  bool sameLane(std::int32_t from, std::int32_t fromStage, std::int32_t to) const {
+    if (!m_copies) return stageDevice(fromStage) == m_shell.op(to).device;
+    return laneOfOp(from) == laneOfOp(to);
+  }
+  // Row of (stage, sequence chunk of unit mb) in the per-unit tables.
+  int unitRow(int stage, int microbatch) const { return stage * m_splits + seqChunkOf(m_shell.config, microbatch); }
+  const StageCosts& unitCosts(const Op& op) const { return m_unitCosts[unitRow(op.virtualStage, op.microbatch)]; }
   Error missing(std::int32_t consumer, OpKind kind, std::int32_t stage, std::int32_t mb) const;
-  std::optional<Error> producers(std::int32_t i, std::array<Pred, 2>& slot) const;
+  std::optional<Error> producers(std::int32_t i, std::array<Pred, 3>& slot) const;
   std::optional<Error> countDataFlowEdges();
   std::optional<Error> resolveExtraDependencies();
   void buildConsumers();
-  std::int64_t edgeBytes(std::int32_t fromStage, std::int32_t toStage) const;
-  std::int32_t dataFlowClass(std::int32_t fromStage, std::int32_t toStage);
+  std::int64_t edgeBytes(std::int32_t fromStage, std::int32_t toStage, int chunk) const;
+  std::int32_t dataFlowClass(std::int32_t fromStage, std::int32_t toStage, int chunk);
   double durationMs(const Op& op, std::int32_t idx) const;
-  double commMs(const Op& op) const { return baseCommMs(op.kind, m_costs[op.virtualStage]); }
+  double commMs(const Op& op) const { return baseCommMs(op.kind, unitCosts(op)); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
-  bool tryStart(int d);
-  void completeOp(int dev, std::int32_t code, double timeMs);
+  bool tryStart(int lane);
+  void completeOp(int lane, std::int32_t code, double timeMs);
 
   Plan& m_shell;
   const ScheduleSkeleton& m_skeleton;
@@ -280,15 +310,23 @@ class Simulation {
   const int m_m;
   const std::int32_t m_nStages;
   const double m_samplesPerMb;
+  const int m_splits;   // sequence chunks per training microbatch (1: none)
+  const bool m_copies;  // host copies present: two lanes per device
+  const int m_lanes;
 
   // validate/flatten
   IdVector<StageCosts> m_costs;
+  IdVector<StageCosts> m_unitCosts;  // per (stage, sequence chunk): unitRow
+  // Host copies: per op, the compute op of its device issued before it (kNone: none), and the
+  // plan's order (skeleton order) of the ops, whose lanes are flattened apart.
+  IdVector<std::int32_t> m_issueAfter;
+  std::vector<std::int32_t> m_skeletonOrder;
   IdVector<std::int32_t> m_prevStage, m_nextStage;
-  IdVector<std::int32_t> m_offset;  // first op index of each device, then the op count
+  IdVector<std::int32_t> m_offset;  // first op index of each lane, then the op count
   std::int32_t m_nOps = 0;
   // Op index per (stage, microbatch) and kind; bIsFused: whether bIdx names a fused BW (a W
   // needs a B), a small table instead of a random read of the op.
-  Grid<std::int32_t> m_fIdx, m_bIdx, m_wIdx, m_nIdx;
+  Grid<std::int32_t> m_fIdx, m_bIdx, m_wIdx, m_nIdx, m_offIdx, m_reloadIdx;
   Grid<char> m_bIsFused;
 
   // consumer graph (per op)
@@ -306,11 +344,11 @@ class Simulation {
   std::unique_ptr<Out[]> m_outs;
 
   // timing
-  Grid<double> m_kindDurationMs;      // per (stage, op kind)
+  Grid<double> m_kindDurationMs;      // per (stage, sequence chunk) row (unitRow) and op kind
   IdVector<double> m_gatherSavedMs;   // per op
   IdVector<std::int8_t> m_groupSize;  // per op
 
-  // event loop (per device; links per (from, to) device)
+  // event loop (per lane; links per (from, to) device)
   IdVector<std::int32_t> m_position;
   IdVector<char> m_busy;
   IdVector<double> m_deviceFreeMs;
@@ -340,10 +378,34 @@ std::optional<Error> Simulation::validateShape() const {
   return std::nullopt;
 }
 
-// Flatten ops in device order: plan.ops is exactly this order.
+// The time of a host copy: its bytes over the device's host link (GpuSpec::hostLinkGBps,
+// GB/s); infinite when the GPU names none.
+double copyMs(const Plan& shell, const Op& op, const StageCosts& unit) {
+  const double gbps = deviceGpu(shell.cluster, shell.config, op.device).hostLinkGBps;
+  const auto bytes = static_cast<double>(offloadBytes(shell.config, shell.stage(op.virtualStage), unit));
+  if (bytes <= 0) return 0.0;
+  return gbps > 0 ? bytes / (gbps * 1e6) : std::numeric_limits<double>::infinity();
+}
+
+// Flatten ops by lane: a device's compute ops, then (with host copies) its copies, each in
+// the device's order. Without copies this is the plan's order; with them restorePlanOrder
+// puts the ops back in the skeleton's order at the end.
 std::optional<Error> Simulation::flatten() {
-  m_costs =
-      IdVector<StageCosts>(m_options.costs ? m_options.costs->stages(m_shell.virtualStages) : stageCosts(m_shell));
+  std::optional<CostedModel> own;
+  const CostedModel* costed = m_options.costs;
+  if (costed == nullptr) costed = &own.emplace(m_shell);
+  m_costs = IdVector<StageCosts>(costed->stages(m_shell.virtualStages));
+  {
+    const auto units = costed->unitStages(m_shell.virtualStages);
+    m_unitCosts.assign(m_nStages * m_splits, StageCosts{});
+    for (std::int32_t st = 0; st < m_nStages; ++st) {
+      const auto& perChunk = units[static_cast<std::size_t>(st)];
+      for (int k = 0; k < m_splits && !perChunk.empty(); ++k) {
+        m_unitCosts[st * m_splits + k] =
+            perChunk[std::min<std::size_t>(static_cast<std::size_t>(k), perChunk.size() - 1)];
+      }
+    }
+  }
   // Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
   StageNeighbours chains = stageNeighbours(m_shell);
   m_prevStage = IdVector<std::int32_t>(std::move(chains.previous));
@@ -353,23 +415,35 @@ std::optional<Error> Simulation::flatten() {
   // Op indices are int32.
   if (totalOps > (std::size_t{1} << 30))
     return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
-  // validateShape: one lane per device.
-  m_offset.assign(m_p + 1, 0);
+  // validateShape: one skeleton lane per device.
+  m_offset.assign(m_lanes + 1, 0);
   for (int d = 0; const auto& lane : m_skeleton.devices) {
-    m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(lane.size());
+    for (const OrderedOp& o : lane) ++m_offset[laneOf(d, isHostCopy(o.kind)) + 1];
     ++d;
   }
-  m_nOps = m_offset[m_p];
-  m_shell.ops.reserve(totalOps);  // appended in index order below
+  for (int l = 0; l < m_lanes; ++l) m_offset[l + 1] += m_offset[l];
+  m_nOps = m_offset[m_lanes];
+  m_shell.ops.resize(totalOps);  // written by index below
   m_fIdx.assign(m_nStages, m_m, kNone);
   m_bIdx.assign(m_nStages, m_m, kNone);
   m_wIdx.assign(m_nStages, m_m, kNone);
   m_nIdx.assign(m_nStages, m_m, kNone);
   m_bIsFused.assign(m_nStages, m_m, 0);
+  if (m_copies) {
+    m_offIdx.assign(m_nStages, m_m, kNone);
+    m_reloadIdx.assign(m_nStages, m_m, kNone);
+    m_issueAfter.assign(m_nOps, kNone);
+    m_skeletonOrder.reserve(totalOps);
+  }
+  IdVector<std::int32_t> cursor(m_lanes, 0);
   for (int d = 0; const auto& lane : m_skeleton.devices) {
+    std::int32_t lastCompute = kNone;
     for (std::size_t i = 0; i < lane.size(); ++i) {
       const OrderedOp& o = lane[i];
-      const std::int32_t idx = m_offset[d] + static_cast<std::int32_t>(i);
+      const bool copy = isHostCopy(o.kind);
+      const int l = laneOf(d, copy);
+      const std::int32_t idx = m_offset[l] + cursor[l]++;
+      if (m_copies) m_skeletonOrder.push_back(idx);
       if (o.virtualStage < 0 || o.virtualStage >= m_nStages) {
         return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
       }
@@ -381,50 +455,74 @@ std::optional<Error> Simulation::flatten() {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
                      std::to_string(stageDevice(o.virtualStage))};
       }
-      Op& op = m_shell.ops.emplace_back();  // index idx
+      Op& op = m_shell.op(idx);
       op.device = d;
       op.virtualStage = o.virtualStage;
       op.kind = o.kind;
       op.microbatch = o.microbatch;
       op.samples = o.samples;
-      double dur = baseDurationMs(o.kind, m_costs[o.virtualStage], m_shell.config.vocabBarriers);
+      const StageCosts& unit = unitCosts(op);
+      double dur = copy ? copyMs(m_shell, op, unit) : baseDurationMs(o.kind, unit, m_shell.config.vocabBarriers);
       if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
       if (!std::isfinite(dur)) {
-        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " has no finite duration"};
+        const std::string why =
+            copy ? " has no finite duration (its GPU names no host_link_gbps: give it in the cluster file)"
+                 : " has no finite duration";
+        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + why};
       }
-      const int s = o.virtualStage;
+      if (copy) {
+        m_issueAfter[idx] = lastCompute;
+      } else {
+        lastCompute = idx;
+      }
+      const int st = o.virtualStage;
       const int mb = o.microbatch;
       std::int32_t* slot = nullptr;
       switch (o.kind) {
         case OpKind::F:
-          slot = &m_fIdx(s, mb);
+          slot = &m_fIdx(st, mb);
           break;
         case OpKind::B:
-          slot = &m_bIdx(s, mb);
+          slot = &m_bIdx(st, mb);
           break;
         case OpKind::BW:
-          slot = &m_bIdx(s, mb);
-          m_bIsFused(s, mb) = 1;
+          slot = &m_bIdx(st, mb);
+          m_bIsFused(st, mb) = 1;
           break;
         case OpKind::W:
-          slot = &m_wIdx(s, mb);
+          slot = &m_wIdx(st, mb);
           break;
         case OpKind::N:
-          m_nIdx(s, mb) = idx;
+          m_nIdx(st, mb) = idx;
           break;  // partial batches: several N per key
+        case OpKind::D2H:
+          slot = &m_offIdx(st, mb);
+          break;
+        case OpKind::H2D:
+          slot = &m_reloadIdx(st, mb);
+          break;
         default:
           break;
       }
       if (!slot) continue;
       if (*slot != kNone) {
         return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
-                     std::to_string(*slot - m_offset[d]) + " of device " + std::to_string(d) + ")"};
+                     std::to_string(*slot - m_offset[laneOfOp(*slot)]) + " of device " + std::to_string(d) + ")"};
       }
       *slot = idx;
     }
     ++d;
   }
   return std::nullopt;
+}
+
+// With host copies the ops were flattened by lane: back to the skeleton's (issue) order.
+void Simulation::restorePlanOrder() {
+  if (!m_copies) return;
+  std::vector<Op> ordered;
+  ordered.reserve(m_shell.ops.size());
+  for (const std::int32_t idx : m_skeletonOrder) ordered.push_back(m_shell.op(idx));
+  m_shell.ops = std::move(ordered);
 }
 
 // --- consumer graph ---
@@ -435,16 +533,17 @@ Error Simulation::missing(std::int32_t consumer, OpKind kind, std::int32_t stage
                opName(kind, stage, mb) + ", which no device runs"};
 }
 
-// Data-flow dependencies: each op has at most two producers (F: the previous stage's F;
-// B/BW: its own F, then the next stage's B; W: its B; N: the previous stage's N), found
-// from the (stage, microbatch) tables in that order. They are looked up again when the
-// consumer lists are filled (and for a deadlock message) instead of being stored: the
-// lookups are cheap, an array of them is 16 bytes per op. Extra dependencies follow, in
-// skeleton order.
-// Fills slot[0..1] with op i's producers (kNone where there is none); an error when one
+// Data-flow dependencies: each op has at most three producers (F: the previous stage's F;
+// B/BW: its own F, then the next stage's B, then its H2D when offloaded; W: its B; N: the
+// previous stage's N; D2H: its F, then the compute op it is issued after; H2D: its D2H, then
+// that compute op), found from the (stage, microbatch) tables in that order. They are looked
+// up again when the consumer lists are filled (and for a deadlock message) instead of being
+// stored: the lookups are cheap, an array of them is 24 bytes per op. Extra dependencies
+// follow, in skeleton order.
+// Fills slot[0..2] with op i's producers (kNone where there is none); an error when one
 // that must exist does not.
-std::optional<Error> Simulation::producers(std::int32_t i, std::array<Pred, 2>& slot) const {
-  slot[0] = slot[1] = Pred{kNone, kNone};
+std::optional<Error> Simulation::producers(std::int32_t i, std::array<Pred, 3>& slot) const {
+  slot[0] = slot[1] = slot[2] = Pred{kNone, kNone};
   const Op& op = m_shell.op(i);
   const int s = op.virtualStage;
   switch (op.kind) {
@@ -466,6 +565,11 @@ std::optional<Error> Simulation::producers(std::int32_t i, std::array<Pred, 2>& 
           return missing(i, op.kind == OpKind::BW ? OpKind::BW : OpKind::B, m_nextStage[s], op.microbatch);
         slot[1] = {src, m_nextStage[s]};
       }
+      if (m_copies && m_offIdx(s, op.microbatch) != kNone) {
+        const std::int32_t reload = m_reloadIdx(s, op.microbatch);
+        if (reload == kNone) return missing(i, OpKind::H2D, op.virtualStage, op.microbatch);
+        slot[2] = {reload, op.virtualStage};
+      }
       break;
     }
     case OpKind::W: {
@@ -482,6 +586,17 @@ std::optional<Error> Simulation::producers(std::int32_t i, std::array<Pred, 2>& 
         if (src != kNone) slot[0] = {src, m_prevStage[s]};
       }
       break;
+    case OpKind::D2H:
+    case OpKind::H2D: {
+      const bool offload = op.kind == OpKind::D2H;
+      const std::int32_t src = offload ? m_fIdx(s, op.microbatch) : m_offIdx(s, op.microbatch);
+      if (src == kNone) return missing(i, offload ? OpKind::F : OpKind::D2H, op.virtualStage, op.microbatch);
+      slot[0] = {src, op.virtualStage};
+      // Issued when the compute op before it in the device's order has ended (no transfer:
+      // the edge is classed as one within the stage).
+      if (m_issueAfter[i] != kNone) slot[1] = {m_issueAfter[i], op.virtualStage};
+      break;
+    }
     default:
       break;
   }
@@ -501,14 +616,13 @@ std::optional<Error> Simulation::buildConsumerGraph() {
 // transfers is counted while the producers are found.
 std::optional<Error> Simulation::countDataFlowEdges() {
   for (std::int32_t i = 0; i < m_nOps; ++i) {
-    std::array<Pred, 2> slot;
+    std::array<Pred, 3> slot;
     if (auto err = producers(i, slot)) return err;
     const int device = m_shell.op(i).device;
     for (const Pred& pr : slot) {
       if (pr.from == kNone) continue;
-      const bool sameDevice = stageDevice(pr.fromStage) == device;
-      if (!sameDevice) ++m_crossEdges;
-      if (implied(pr.from, i, sameDevice)) continue;
+      if (stageDevice(pr.fromStage) != device) ++m_crossEdges;
+      if (implied(pr.from, i, sameLane(pr.from, pr.fromStage, i))) continue;
       ++m_firstOut[pr.from];
       ++m_state[i].pending;
     }
@@ -534,14 +648,15 @@ std::optional<Error> Simulation::resolveExtraDependencies() {
 }
 
 // Bytes on a data-flow edge: activations forward (the producing stage's output) or
-// gradients backward (the consuming stage's output); nothing within one stage.
-std::int64_t Simulation::edgeBytes(std::int32_t fromStage, std::int32_t toStage) const {
+// gradients backward (the consuming stage's output), of the unit's sequence chunk; nothing
+// within one stage.
+std::int64_t Simulation::edgeBytes(std::int32_t fromStage, std::int32_t toStage, int chunk) const {
   if (fromStage == toStage) return 0;
-  return m_costs[std::min(fromStage, toStage)].outputBytes;
+  return m_unitCosts[std::min(fromStage, toStage) * m_splits + chunk].outputBytes;
 }
 
 // The class of a data-flow edge (see buildConsumers), made on first use.
-std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toStage) {
+std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toStage, int chunk) {
   int relation = -1;
   if (toStage == fromStage)
     relation = 0;
@@ -551,7 +666,7 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
     relation = 2;
   std::int32_t c = 0;
   if (relation >= 0) {
-    c = fromStage * 3 + relation;
+    c = (fromStage * m_splits + chunk) * 3 + relation;
     if (m_classes[c].toDevice != kNone) return c;
   } else {
     c = m_classes.size();  // not a chain neighbour (not produced by stageNeighbours): its own class
@@ -561,7 +676,7 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
   const int toDevice = stageDevice(toStage);
   EdgeClass& e = m_classes[c];
   e.toDevice = toDevice;
-  e.bytes = edgeBytes(fromStage, toStage);
+  e.bytes = edgeBytes(fromStage, toStage, chunk);
   e.transferMs = deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
   return c;
 }
@@ -574,11 +689,11 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
 // chain predecessor, so data-flow edges share 3 classes per stage (ClusterSpec::transferMs
 // is pure); every extra dependency gets a class of its own.
 void Simulation::buildConsumers() {
-  m_classes.assign(m_nStages * 3, EdgeClass{});
+  m_classes.assign(m_nStages * m_splits * 3, EdgeClass{});
   for (const Edge& e : m_extra) {
     const bool sameDevice = m_shell.op(e.from).device == m_shell.op(e.to).device;
     if (!sameDevice) ++m_crossEdges;
-    if (implied(e.from, e.to, sameDevice)) continue;
+    if (implied(e.from, e.to, sameDevice && laneOfOp(e.from) == laneOfOp(e.to))) continue;
     ++m_firstOut[e.from];
     ++m_state[e.to].pending;
   }
@@ -594,7 +709,7 @@ void Simulation::buildConsumers() {
     const Edge& e = m_extra[k];
     const int fromDevice = m_shell.op(e.from).device;
     const int toDevice = m_shell.op(e.to).device;
-    if (implied(e.from, e.to, fromDevice == toDevice)) continue;
+    if (implied(e.from, e.to, fromDevice == toDevice && laneOfOp(e.from) == laneOfOp(e.to))) continue;
     EdgeClass c;
     c.toDevice = toDevice;
     c.bytes = e.bytes;
@@ -604,13 +719,14 @@ void Simulation::buildConsumers() {
     outs[--m_firstOut[e.from]] = {e.to, m_classes.size() - 1};
   }
   for (std::int32_t i = m_nOps - 1; i >= 0; --i) {
-    std::array<Pred, 2> slot;
+    std::array<Pred, 3> slot;
     (void)producers(i, slot);  // cannot fail: the same lookups succeeded in countDataFlowEdges
     const Op& op = m_shell.op(i);
-    for (int k = 1; k >= 0; --k) {
+    const int chunk = seqChunkOf(m_shell.config, op.microbatch);
+    for (int k = 2; k >= 0; --k) {
       const Pred& pr = slot[k];
-      if (pr.from == kNone || implied(pr.from, i, stageDevice(pr.fromStage) == op.device)) continue;
-      outs[--m_firstOut[pr.from]] = {i, dataFlowClass(pr.fromStage, op.virtualStage)};
+      if (pr.from == kNone || implied(pr.from, i, sameLane(pr.from, pr.fromStage, i))) continue;
+      outs[--m_firstOut[pr.from]] = {i, dataFlowClass(pr.fromStage, op.virtualStage, chunk)};
     }
   }
 }
@@ -620,15 +736,33 @@ void Simulation::buildConsumers() {
 void Simulation::prepareTiming() {
   // Duration of each op kind per stage (the expressions of flatten, so the values are the
   // same bits); a partial batch scales it by its share of the samples (durationMs).
-  m_kindDurationMs.assign(m_nStages, kOpKindCount, 0.0);
-  for (int s = 0; s < m_nStages; ++s) {
+  m_kindDurationMs.assign(m_nStages * m_splits, kOpKindCount, 0.0);
+  for (int row = 0; row < m_nStages * m_splits; ++row) {
     for (int k = 0; k < kOpKindCount; ++k) {
-      m_kindDurationMs(s, k) = baseDurationMs(static_cast<OpKind>(k), m_costs[s], m_shell.config.vocabBarriers);
+      const auto kind = static_cast<OpKind>(k);
+      if (isHostCopy(kind)) continue;
+      m_kindDurationMs(row, k) = baseDurationMs(kind, m_unitCosts[row], m_shell.config.vocabBarriers);
+    }
+  }
+  if (m_copies) {
+    for (int row = 0; row < m_nStages * m_splits; ++row) {
+      Op probe;
+      probe.virtualStage = row / m_splits;
+      probe.device = stageDevice(probe.virtualStage);
+      const double ms = copyMs(m_shell, probe, m_unitCosts[row]);
+      m_kindDurationMs(row, static_cast<int>(OpKind::D2H)) = ms;
+      m_kindDurationMs(row, static_cast<int>(OpKind::H2D)) = ms;
     }
   }
   m_gatherSavedMs = !m_skeleton.fsdpActions.empty() && m_shell.config.parallel.zeroStage >= 3
                         ? fsdpWindowSavingsMs(m_shell, m_skeleton, m_costs)
                         : blockwiseGatherSavingsMs(m_shell, m_skeleton, m_costs);
+  if (m_copies && !m_gatherSavedMs.empty()) {
+    // Computed in skeleton order: by lane, as the ops are.
+    IdVector<double> byLane(m_nOps, 0.0);
+    for (std::int32_t j = 0; j < m_nOps; ++j) byLane[m_skeletonOrder[static_cast<std::size_t>(j)]] = m_gatherSavedMs[j];
+    m_gatherSavedMs = std::move(byLane);
+  }
 
   // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
   // own; 0: a later member of a group). A group starts when its device is free and every
@@ -641,15 +775,21 @@ void Simulation::prepareTiming() {
   const auto groups = overlappedGroups(m_shell, m_skeleton.devices);
   if (groups.empty()) return;
   m_groupSize.assign(m_nOps, 1);
+  IdVector<std::int32_t> skeletonStart(m_p + 1, 0);  // first skeleton position of each device
+  for (int d = 0; d < m_p; ++d) {
+    skeletonStart[d + 1] =
+        skeletonStart[d] + static_cast<std::int32_t>(m_skeleton.devices[static_cast<std::size_t>(d)].size());
+  }
   for (const OverlapGroup& g : groups) {
-    const std::int32_t lead = m_offset[g.device] + g.first;
+    const std::int32_t lead = m_copies ? m_skeletonOrder[static_cast<std::size_t>(skeletonStart[g.device] + g.first)]
+                                       : m_offset[g.device] + g.first;
     m_groupSize[lead] = static_cast<std::int8_t>(g.size);
     for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + k] = 0;
   }
 }
 
 double Simulation::durationMs(const Op& op, std::int32_t idx) const {
-  double dur = m_kindDurationMs(op.virtualStage, static_cast<int>(op.kind));
+  double dur = m_kindDurationMs(unitRow(op.virtualStage, op.microbatch), static_cast<int>(op.kind));
   if (op.samples > 0) dur *= static_cast<double>(op.samples) / m_samplesPerMb;
   if (!m_gatherSavedMs.empty()) dur = std::max(0.0, dur - m_gatherSavedMs[idx]);
   return dur;
@@ -679,7 +819,7 @@ double Simulation::startGroup(std::int32_t lead, std::int32_t size, double ready
   return readyMs + spanMs;
 }
 
-// Starts device d's next op if it is idle and every producer of that op has completed;
+// Starts lane d's next op if it is idle and every producer of that op has completed;
 // returns whether it did.
 bool Simulation::tryStart(int d) {
   if (m_busy[d]) return false;
@@ -717,19 +857,27 @@ bool Simulation::tryStart(int d) {
   return true;
 }
 
-// Op `code` on device dev has ended at timeMs: its outputs leave (transfers queue on their
+// Op `code` on lane `lane` has ended at timeMs: its outputs leave (transfers queue on their
 // links) and every consumer whose last input this was may start.
-void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
+void Simulation::completeOp(int lane, std::int32_t code, double timeMs) {
   const Op& op = m_shell.op(code);
+  const int dev = deviceOfLane(lane);
   ++m_completed;
-  ++m_position[dev];
+  ++m_position[lane];
   const Out* o = m_outs.get() + m_firstOut[code];
   const Out* oEnd = m_outs.get() + m_firstOut[code + 1];
   for (; o != oEnd; ++o) {
     OpState& consumer = m_state[o->to];
     const EdgeClass& edge = m_classes[o->edgeClass];
     if (edge.toDevice == dev) {
-      // Same device, consumer earlier in this order: never runs (deadlock, reported below).
+      const int toLane = m_copies ? laneOfOp(o->to) : lane;
+      if (toLane != lane) {
+        // The device's other lane (compute ↔ host link): no transfer.
+        consumer.readyMs = std::max(consumer.readyMs, timeMs);
+        if (--consumer.pending == 0) tryStart(toLane);
+        continue;
+      }
+      // Same lane, consumer earlier in this order: never runs (deadlock, reported below).
       --consumer.pending;
       continue;
     }
@@ -750,7 +898,7 @@ void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
       c.bytes = edge.bytes;
     }
     consumer.readyMs = std::max(consumer.readyMs, endMs);
-    if (--consumer.pending == 0) tryStart(edge.toDevice);
+    if (--consumer.pending == 0) tryStart(m_copies ? laneOfOp(o->to) : edge.toDevice);
   }
 }
 
@@ -761,12 +909,12 @@ void Simulation::completeOp(int dev, std::int32_t code, double timeMs) {
 // possibly later than the current event. Transfers on a link queue in the order their
 // producers complete, which is the sending device's op order.
 void Simulation::run() {
-  m_position.assign(m_p, 0);
-  m_busy.assign(m_p, 0);
-  m_deviceFreeMs.assign(m_p, 0.0);
+  m_position.assign(m_lanes, 0);
+  m_busy.assign(m_lanes, 0);
+  m_deviceFreeMs.assign(m_lanes, 0.0);
   m_linkFreeMs.assign(m_p, m_p, 0.0);
   if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
-  for (int d = 0; d < m_p; ++d) tryStart(d);
+  for (int d = 0; d < m_lanes; ++d) tryStart(d);
   for (int dev = m_running.top(); dev >= 0; dev = m_running.top()) {
     const double timeMs = m_running.keyMs(dev);
     m_busy[dev] = 0;
@@ -785,34 +933,41 @@ Error Simulation::explainDeadlock() const {
   std::ostringstream msg;
   msg << "deadlock after " << m_completed << " of " << m_nOps << " ops:";
   auto isDone = [&](std::int32_t x) {
-    const int d = m_shell.op(x).device;
-    return x < m_offset[d] + m_position[d];
+    const int l = laneOfOp(x);
+    return x < m_offset[l] + m_position[l];
   };
-  IdVector<int> waitsOn(m_p, -1);
-  for (int d = 0; d < m_p; ++d) {
+  // A lane by name: its device, and "host link" for a device's copies.
+  auto name = [&](int lane) {
+    std::string out = std::to_string(deviceOfLane(lane));
+    if (m_copies && lane % 2 == 1) out += " (host link)";
+    return out;
+  };
+  IdVector<int> waitsOn(m_lanes, -1);
+  for (int d = 0; d < m_lanes; ++d) {
     const std::int32_t idx = m_offset[d] + m_position[d];
     if (idx >= m_offset[d + 1]) continue;
     const Op& op = m_shell.op(idx);
-    msg << "\n  device " << d << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
+    msg << "\n  device " << name(d) << " waits at " << opName(op.kind, op.virtualStage, op.microbatch);
     // The producers of the stuck op, in the order the simulator lists them.
-    std::array<Pred, 2> slot;
+    std::array<Pred, 3> slot;
     (void)producers(idx, slot);
-    std::vector<Edge> waits{{slot[0].from, idx, 0}, {slot[1].from, idx, 0}};
+    std::vector<Edge> waits{{slot[0].from, idx, 0}, {slot[1].from, idx, 0}, {slot[2].from, idx, 0}};
     for (const Edge& e : m_extra) {
       if (e.to == idx) waits.push_back(e);
     }
     for (const Edge& e : waits) {
       if (e.from == kNone || isDone(e.from)) continue;
       const Op& need = m_shell.op(e.from);
-      msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << need.device;
-      if (need.device == d) msg << " (later in its own order)";
-      waitsOn[d] = need.device;
+      const int needLane = laneOfOp(e.from);
+      msg << " for " << opName(need.kind, need.virtualStage, need.microbatch) << " on device " << name(needLane);
+      if (needLane == d) msg << " (later in its own order)";
+      waitsOn[d] = needLane;
       break;
     }
   }
-  for (int start = 0; start < m_p; ++start) {
+  for (int start = 0; start < m_lanes; ++start) {
     if (waitsOn[start] < 0) continue;
-    IdVector<char> seen(m_p, 0);
+    IdVector<char> seen(m_lanes, 0);
     std::vector<int> path;
     int d = start;
     while (d >= 0) {
@@ -824,8 +979,8 @@ Error Simulation::explainDeadlock() const {
     if (d < 0) continue;
     // The cycle is the part of the path from d's first visit on.
     msg << "\n  cycle: device";
-    for (auto it = std::find(path.begin(), path.end(), d); it != path.end(); ++it) msg << ' ' << *it << " →";
-    msg << ' ' << d;
+    for (auto it = std::find(path.begin(), path.end(), d); it != path.end(); ++it) msg << ' ' << name(*it) << " →";
+    msg << ' ' << name(d);
     break;
   }
   return Error{msg.str()};
@@ -872,6 +1027,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   sim.prepareTiming();
   sim.run();
   if (!sim.finished()) return sim.explainDeadlock();
+  sim.restorePlanOrder();
   if (options.recordComms) appendFrozenTransfers(shell);  // part: frozen outputs to their consumers (Fill.hpp)
   if (options.computeMetrics)
     shell.metrics = options.costs ? computeMetrics(shell, *options.costs) : computeMetrics(shell);

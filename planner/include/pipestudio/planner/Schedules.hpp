@@ -21,8 +21,9 @@ namespace pipestudio {
 /// holds, over both pipelines of a bidirectional schedule (dualpipe: 2, bitpipe: 4).
 struct ScheduleShape {
   int devices = 1;
-  int microbatches = 1;
+  int microbatches = 1;  ///< units: sequence chunks with seqSplits > 1 (PlanConfig::seqSplits)
   int chunksPerDevice = 1;
+  int seqSplits = 1;
 };
 
 /// Cost estimates of one virtual stage, for generators whose order depends on costs
@@ -48,6 +49,9 @@ struct ScheduleInput {
   std::optional<std::int64_t> memoryLimitBytes;  ///< per device, static included (zb-auto)
   const PlanRequest* request = nullptr;          ///< the whole request, for generators that need more
   const SolveControl* control = nullptr;         ///< may be null
+  /// The request's costs under the schedule's settings (makePlan sets it; may be null), for
+  /// generators that time candidates with the simulator (pipeoffload).
+  const CostedModel* costs = nullptr;
 
   /// Virtual stage `id` (its device, chunk and pipeline).
   const VirtualStage& stage(int id) const { return virtualStages[static_cast<std::size_t>(id)]; }
@@ -67,6 +71,9 @@ class ScheduleGenerator {
   virtual bool splitsBackward() const = 0;
   /// 2 for bidirectional schedules (the model is held twice), else 1.
   virtual int pipelines() const { return 1; }
+  /// true for schedules whose units are sequence chunks (PlanConfig::seqSplits > 1: seq1f1b,
+  /// and custom orders, whose microbatch numbers are then units).
+  virtual bool splitsSequence() const { return false; }
   /// Sets what the simulator needs to know about the schedule in the plan's config before it
   /// is partitioned and timed: dualpipe overlaps F&B (overlapForwardBackward), zeropp and
   /// breadth-first gather ZeRO-3 parameters per unit of microbatches (unitMicrobatches).

@@ -1,0 +1,362 @@
+// pipeoffload (Wan et al. 2025, "PipeOffload: Improving Scalability of Pipeline Parallelism with
+// Memory Optimization", §4): the group-interleaved 1F1B schedule built for activation
+// offloading, with the activations of the first chunks offloaded to host memory between their
+// forward and backward (PlanConfig::offloadRatio; Offload.cpp). Interleaving over v chunks
+// in groups of g microbatches (⌈p/2⌉ ≤ g ≤ p) spreads a device's activation memory evenly over
+// time instead of the build-up of 1F1B-I's warm-up, so offloading the long-lived chunk-0
+// activations cuts the peak better than linearly (the paper's selective offload).
+//
+// Candidates, for each group size g from ⌈p/2⌉ to p (three sizes on more than 16 devices: ⌈p/2⌉,
+// the authors' minimum, p):
+//   - the authors' group building block (sail-sg/zero-bubble-pipeline-parallelism @ 39f2c18,
+//     zerobubble/scheduler/group_interleaved_1f1b.py, GroupBuildingBlockScheduler without
+//     recomputation): per device, within a block of 3·g·v slots, the forward of chunk c and
+//     group member i at 3·k·g·c + 3·i + d (k = ⌈g_min / g⌉, g_min the authors' minimum group
+//     size: the least ⌈p/2⌉ or more with max(F+B+W)·g_min ≥ max(ΣF, ΣB) over the devices;
+//     plus 3·g per full cycle of v / gcd(v, k) chunks), the backwards of the chunks in reverse
+//     order from 3 slots per device below the last chunk's first forward, each W right after its
+//     B; the block repeated per group, shifted so chunk c + 1 starts after chunk c reached the
+//     last device, squeezed (g > 1) to the first slot after each pass's input;
+//   - Megatron-LM's interleaved order with groups of g (interleavedOrder), each backward split
+//     into B and its W right after it;
+// each with the offload pass, timed by the simulator. The fastest wins (then the smaller peak);
+// under a memory limit (or the GPU's memory) the fastest that fits, else the smallest peak.
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "pipestudio/common/Index.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Simulator.hpp"
+#include "schedules/Generators.hpp"
+
+namespace pipestudio::schedules {
+namespace {
+
+// One pass of the building block: kind (F, B or W), chunk, member of the group (microbatch
+// within the group) and its slot in the unrolled block; kind N marks an empty slot.
+struct Pass {
+  OpKind kind = OpKind::N;
+  int chunk = -1;
+  int micro = -1;
+  int offset = -1;
+  bool empty() const { return kind == OpKind::N; }
+};
+using Rows = std::vector<std::vector<Pass>>;  // per device, per slot
+
+// The authors' minimum group size: ⌈p/2⌉, grown while the longest pass triple of a device
+// times the group is shorter than the forwards (or backwards) of all devices.
+int minimumGroupSize(const ScheduleInput& input) {
+  const int p = input.shape.devices;
+  std::vector<double> f(static_cast<std::size_t>(p), 0.0), b(f), w(f);
+  std::vector<int> n(static_cast<std::size_t>(p), 0);
+  for (std::size_t s = 0; s < input.stages.size(); ++s) {
+    const auto d = static_cast<std::size_t>(input.virtualStages[s].device);
+    f[d] += input.stages[s].forwardMs;
+    b[d] += input.stages[s].backwardInputMs;
+    w[d] += input.stages[s].backwardWeightMs;
+    ++n[d];
+  }
+  double maxFbw = 0, sumF = 0, sumB = 0;
+  for (std::size_t d = 0; d < f.size(); ++d) {
+    const double k = std::max(1, n[d]);
+    maxFbw = std::max(maxFbw, (f[d] + b[d] + w[d]) / k);
+    sumF += f[d] / k;
+    sumB += b[d] / k;
+  }
+  int g = (p + 1) / 2;
+  while (g < p && maxFbw * g < std::max(sumF, sumB)) ++g;
+  return g;
+}
+
+// The building block of groups of g over v chunks, unrolled (each pass at its own slot).
+std::optional<Rows> buildingBlock(int p, int v, int g, int minGroup) {
+  const int fOffset = 1, bOffset = 2;
+  const int k = (minGroup + g - 1) / g;
+  const int cycle = v / std::gcd(v, k);  // chunks per cycle of the forwards through the block
+  const int length = 3 * g * v;
+  Rows block(static_cast<std::size_t>(p), std::vector<Pass>(static_cast<std::size_t>(length)));
+  std::vector<int> lastForward(static_cast<std::size_t>(p), 0);
+  auto put = [&](int d, int index, Pass pass) {
+    Pass& slot = block[static_cast<std::size_t>(d)][static_cast<std::size_t>(index % length)];
+    if (!slot.empty()) return false;
+    pass.offset = index;
+    slot = pass;
+    return true;
+  };
+  for (int c = 0; c < v; ++c) {
+    for (int i = 0; i < g; ++i) {
+      for (int d = 0; d < p; ++d) {
+        const int index = 3 * k * g * c + 3 * i + d * fOffset + 3 * g * (c / cycle);
+        if (!put(d, index, {OpKind::F, c, i, -1})) return std::nullopt;
+        if (c == v - 1 && i == 0) lastForward[static_cast<std::size_t>(d)] = index;
+      }
+    }
+  }
+  for (int c = 0; c < v; ++c) {
+    for (int i = 0; i < g; ++i) {
+      for (int d = 0; d < p; ++d) {
+        const int first = lastForward[static_cast<std::size_t>(d)] + (p - 1 - d) * (fOffset + bOffset) + 1;
+        const int index = first + 3 * k * g * c + 3 * i + 3 * g * (c / cycle);
+        if (!put(d, index, {OpKind::B, v - 1 - c, i, -1})) return std::nullopt;
+        if (!put(d, index + 1, {OpKind::W, v - 1 - c, i, -1})) return std::nullopt;
+      }
+    }
+  }
+  int maxOffset = 0;
+  for (const auto& row : block) {
+    for (const Pass& pass : row) maxOffset = std::max(maxOffset, pass.offset);
+  }
+  Rows unrolled(static_cast<std::size_t>(p), std::vector<Pass>(static_cast<std::size_t>(maxOffset) + 1));
+  for (int d = 0; d < p; ++d) {
+    for (const Pass& pass : block[static_cast<std::size_t>(d)]) {
+      unrolled[static_cast<std::size_t>(d)][static_cast<std::size_t>(pass.offset)] = pass;
+    }
+  }
+  return unrolled;
+}
+
+// The block once per group (each `length` passes later, members renumbered), microbatches
+// beyond m dropped.
+Rows repeatBlock(const Rows& unrolled, int groups, int g, int m) {
+  const auto passes = static_cast<int>(
+      std::count_if(unrolled.front().begin(), unrolled.front().end(), [](const Pass& x) { return !x.empty(); }));
+  const int length = static_cast<int>(unrolled.front().size()) + passes * (groups - 1);
+  Rows out(unrolled.size(), std::vector<Pass>(static_cast<std::size_t>(length)));
+  for (std::size_t d = 0; d < unrolled.size(); ++d) {
+    for (std::size_t i = 0; i < unrolled[d].size(); ++i) {
+      const Pass& pass = unrolled[d][i];
+      if (pass.empty()) continue;
+      for (int r = 0; r < groups; ++r) {
+        Pass copy = pass;
+        copy.micro = pass.micro + r * g;
+        if (copy.micro >= m) continue;
+        out[d][i + static_cast<std::size_t>(passes * r)] = copy;
+      }
+    }
+  }
+  return out;
+}
+
+// Device i starts min(i, s) slots late, s the largest shift that keeps every chunk-c pass of
+// device 0 after the chunk-(c − 1) forward of the same microbatch on the last device.
+Rows shiftForDependencies(const Rows& rows) {
+  const int p = static_cast<int>(rows.size());
+  std::map<std::pair<int, int>, int> lastDeviceForward;  // (micro, chunk) → slot
+  for (std::size_t j = 0; j < rows.back().size(); ++j) {
+    const Pass& pass = rows.back()[j];
+    if (pass.kind == OpKind::F) lastDeviceForward[{pass.micro, pass.chunk}] = static_cast<int>(j);
+  }
+  int shift = p - 1;
+  for (std::size_t j = 0; j < rows.front().size(); ++j) {
+    const Pass& pass = rows.front()[j];
+    if (pass.empty() || pass.chunk <= 0) continue;
+    const auto it = lastDeviceForward.find({pass.micro, pass.chunk - 1});
+    if (it != lastDeviceForward.end()) shift = std::min(shift, static_cast<int>(j) - 1 - it->second);
+  }
+  shift = std::max(0, shift);
+  Rows out(rows.size());
+  for (int i = 0; i < p; ++i) {
+    const int own = std::min(i, shift);
+    auto& row = out[static_cast<std::size_t>(i)];
+    row.assign(static_cast<std::size_t>(own), Pass{});
+    row.insert(row.end(), rows[static_cast<std::size_t>(i)].begin(), rows[static_cast<std::size_t>(i)].end());
+    row.resize(row.size() + static_cast<std::size_t>(shift - own));
+  }
+  return out;
+}
+
+// Slot by slot, every device takes its next pass when the pass it depends on (the previous
+// layer's forward, the next layer's backward, its own B for a W) is in an earlier slot.
+Rows squeeze(const Rows& rows, int v) {
+  const int p = static_cast<int>(rows.size());
+  const std::size_t length = rows.front().size();
+  const int layers = v * p;
+  std::set<std::tuple<int, int, int>> done;  // (micro, kind, layer)
+  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+  Rows out(rows.size());
+  std::size_t used = 0;
+  for (std::size_t i = 0; i < length; ++i) {
+    for (int d = 0; d < p; ++d) {
+      const auto& row = rows[static_cast<std::size_t>(d)];
+      auto& at = next[static_cast<std::size_t>(d)];
+      while (at < length && row[at].empty()) ++at;
+      if (at >= length) {
+        out[static_cast<std::size_t>(d)].push_back(Pass{});
+        continue;
+      }
+      const Pass& pass = row[at];
+      const int layer = pass.chunk * p + d;
+      int needs = layer;
+      if (pass.kind == OpKind::F) needs = layer - 1;
+      if (pass.kind == OpKind::B) needs = layer + 1;
+      needs = std::clamp(needs, 0, layers - 1);
+      if (needs == layer || done.count({pass.micro, static_cast<int>(pass.kind), needs}) != 0) {
+        out[static_cast<std::size_t>(d)].push_back(pass);
+        ++at;
+      } else {
+        out[static_cast<std::size_t>(d)].push_back(Pass{});
+      }
+    }
+    for (int d = 0; d < p; ++d) {
+      const Pass& pass = out[static_cast<std::size_t>(d)][i];
+      if (pass.empty()) continue;
+      done.insert({pass.micro, static_cast<int>(pass.kind), pass.chunk * p + d});
+      used = i + 1;
+    }
+  }
+  for (auto& row : out) row.resize(used);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::vector<OrderedOp>>> groupInterleavedOrder(int p, int m, int v, int g, int minGroup) {
+  if (p < 1 || m < 1 || v < 1 || g < 1) return std::nullopt;
+  g = std::min(g, p);
+  auto block = buildingBlock(p, v, g, minGroup);
+  if (!block) return std::nullopt;
+  const int groups = (m + g - 1) / g;
+  Rows rows = shiftForDependencies(repeatBlock(*block, groups, g, m));
+  if (g > 1) rows = squeeze(rows, v);
+  std::vector<std::vector<OrderedOp>> out(static_cast<std::size_t>(p));
+  for (int d = 0; d < p; ++d) {
+    for (const Pass& pass : rows[static_cast<std::size_t>(d)]) {
+      if (pass.empty()) continue;
+      out[static_cast<std::size_t>(d)].push_back({pass.chunk * p + d, pass.kind, pass.micro, 0});
+    }
+    if (static_cast<int>(out[static_cast<std::size_t>(d)].size()) != 3 * v * m) return std::nullopt;
+  }
+  return out;
+}
+
+namespace {
+
+class PipeOffload final : public ScheduleGenerator {
+ public:
+  std::string_view name() const override { return "pipeoffload"; }
+  int defaultChunksPerDevice() const override { return 2; }
+  bool splitsBackward() const override { return true; }
+  // The authors' quick start offloads one chunk of each device (--offload-chunk-num 1).
+  void configure(PlanConfig& config) const override {
+    if (config.offloadRatio <= 0) config.offloadRatio = 1.0 / std::max(1, config.chunksPerDevice);
+  }
+  Status validate(const ScheduleShape& shape) const override {
+    if (auto st = requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device"); !st) {
+      return st;
+    }
+    return requireMicrobatchesAtLeast(name(), shape, shape.devices, "(a group of microbatches goes round the devices)");
+  }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, shape.chunksPerDevice);
+  }
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override;
+};
+
+Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const {
+  const int p = input.shape.devices;
+  const int m = input.shape.microbatches;
+  const int v = input.shape.chunksPerDevice;
+  const int minGroup = minimumGroupSize(input);
+  std::vector<int> sizes;
+  if (p <= 16) {
+    for (int g = (p + 1) / 2; g <= p; ++g) sizes.push_back(g);
+  } else {
+    sizes = {(p + 1) / 2, minGroup, p};
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::vector<std::vector<std::vector<OrderedOp>>> orders;
+  for (const int g : sizes) {
+    if (auto own = groupInterleavedOrder(p, m, v, g, minGroup)) orders.push_back(std::move(*own));
+    if (m >= g) {
+      // Megatron's order fuses the backward; pipeoffload splits it (each W right after its B,
+      // as in the building block), which times the same and frees the activations as early.
+      auto fused = interleavedOrder(input, g);
+      for (auto& lane : fused) {
+        std::vector<OrderedOp> split;
+        split.reserve(lane.size() + lane.size() / 2);
+        for (const OrderedOp& o : lane) {
+          if (o.kind != OpKind::BW) {
+            split.push_back(o);
+            continue;
+          }
+          split.push_back({o.virtualStage, OpKind::B, o.microbatch, o.samples});
+          split.push_back({o.virtualStage, OpKind::W, o.microbatch, o.samples});
+        }
+        lane = std::move(split);
+      }
+      orders.push_back(std::move(fused));
+    }
+  }
+  if (orders.empty()) return Error{"pipeoffload: no group size builds an order for this shape"};
+  // Every candidate with its offloading, timed by the simulator (what the plan will be).
+  Plan shell;
+  std::optional<CostedModel> own;
+  const CostedModel* costs = input.costs;
+  if (input.request) {
+    shell.config = input.request->config;
+    configure(shell.config);
+    shell.model = input.request->model;
+    shell.cluster = input.request->cluster;
+    if (!costs) costs = &own.emplace(shell.model, shell.cluster, shell.config);
+  }
+  shell.virtualStages = input.virtualStages;
+  std::optional<ScheduleSkeleton> best;
+  double bestMs = 0;
+  std::int64_t bestPeak = 0;
+  bool bestFits = false;
+  for (auto& order : orders) {
+    if (input.control && input.control->cancelled()) return Error::cancelled();
+    ScheduleSkeleton candidate;
+    candidate.virtualStages = input.virtualStages;
+    candidate.devices = std::move(order);
+    if (!costs) {  // no request: the order alone (tests of the construction)
+      if (!best) best = std::move(candidate);
+      continue;
+    }
+    if (!addOffload(shell, *costs, candidate)) continue;
+    SimulationOptions timing;
+    timing.recordComms = false;
+    timing.costs = costs;
+    auto timed = simulateSkeleton(shell, candidate, timing);
+    if (!timed) continue;
+    std::int64_t peak = 0;
+    bool fits = true;
+    for (int d = 0; d < static_cast<int>(timed->metrics.devices.size()); ++d) {
+      const DeviceMetrics& dm = timed->metrics.devices[static_cast<std::size_t>(d)];
+      peak = std::max(peak, dm.peakActivationBytes);
+      const std::int64_t limit = deviceMemoryLimit(input, d);
+      if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes) > limit) fits = false;
+    }
+    const double ms = timed->metrics.makespanMs;
+    const double tolerance = 1e-9 * std::max(1.0, ms);
+    bool better = false;
+    if (!best) {
+      better = true;
+    } else if (fits != bestFits) {
+      better = fits;
+    } else if (fits) {
+      better = ms < bestMs - tolerance || (ms <= bestMs + tolerance && peak < bestPeak);
+    } else {
+      better = peak < bestPeak || (peak == bestPeak && ms < bestMs - tolerance);
+    }
+    if (better) {
+      best = std::move(candidate);
+      bestMs = ms;
+      bestPeak = peak;
+      bestFits = fits;
+    }
+  }
+  if (!best) return Error{"pipeoffload: no candidate order could be timed"};
+  return std::move(*best);
+}
+
+}  // namespace
+
+std::unique_ptr<ScheduleGenerator> makePipeOffload() { return std::make_unique<PipeOffload>(); }
+
+}  // namespace pipestudio::schedules

@@ -1,0 +1,296 @@
+// Activation offloading on a complete order (PipeOffload, Wan et al. 2025, §3–4; the authors'
+// offloading pass, sail-sg/zero-bubble-pipeline-parallelism @ 39f2c18,
+// megatron/core/pipeline_parallel/zerobubble/scheduler/offloading.py): after its forward, a
+// (stage, microbatch)'s activations go to host memory over the device's host link and come back
+// before its backward, so they hold no GPU memory in between. The copies share one lane per
+// device (one copy at a time, as the authors' runtime runs them without --offload-overlap-sr).
+//
+// The order is timed first (the simulator, no copies); then per device:
+//   1. candidates: every (stage, microbatch) whose stage has an offload share
+//      (offloadFraction: PlanConfig::offloadRatio of the device's chunks, chunk 0 first), whose
+//      time between its forward's end and its backward's start holds both copies;
+//   2. peak first: while the device's highest live memory can be lowered, the candidate with
+//      the most bytes that can be away (offloaded before, reloaded after) for the whole first
+//      interval at that height, with its reload as late and its offload as early as the lane
+//      allows;
+//   3. the others longest-lived first (the most memory-time per copy), each reload as late as
+//      the lane allows before its backward (the activations come back just in time, as the
+//      authors place their receives backwards from the end), then its offload as early as the
+//      lane allows after its forward and before that reload; a candidate for which either does
+//      not fit keeps its activations (the authors drop an offload whose window is too short);
+//   4. each copy goes into the device's order after the last compute op that ends by its
+//      planned start (where the device issues it).
+// The compute ops never wait for a copy longer than planned (a copy is issued no later than its
+// planned start and the lane runs copies in planned order), so the order's timing is unchanged
+// and its live activations are, at every instant, at most what they were without offloading.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "pipestudio/common/Index.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Simulator.hpp"
+#include "schedules/Generators.hpp"
+
+namespace pipestudio::schedules {
+namespace {
+
+constexpr std::int32_t kNone = -1;
+
+// At most this many rounds of the peak-first phase per device (each sweeps the device's memory
+// curve); the longest-lived-first phase takes the rest.
+constexpr int kPeakRounds = 512;
+
+struct Candidate {
+  std::int32_t stage = 0;
+  std::int32_t microbatch = 0;
+  double forwardEndMs = 0;
+  double backwardStartMs = 0;
+  double copyMs = 0;
+  std::int64_t bytes = 0;
+  double offloadStartMs = 0;
+  double reloadStartMs = 0;
+  bool kept = true;
+};
+
+struct Busy {
+  double startMs;
+  double endMs;
+};
+
+// The earliest start ≥ fromMs of a gap of `lengthMs` among `busy` (sorted, disjoint) that ends
+// by `byMs`; a negative value when there is none.
+double firstGap(const std::vector<Busy>& busy, double fromMs, double lengthMs, double byMs) {
+  double at = fromMs;
+  for (const Busy& b : busy) {
+    if (b.endMs <= at) continue;
+    if (at + lengthMs <= b.startMs) break;
+    at = std::max(at, b.endMs);
+  }
+  return at + lengthMs <= byMs ? at : -1.0;
+}
+
+// The latest start ≥ notBeforeMs of a gap of `lengthMs` among `busy` that ends by `byMs`; a
+// negative value when there is none.
+double lastGap(const std::vector<Busy>& busy, double notBeforeMs, double lengthMs, double byMs) {
+  double end = byMs;
+  for (auto it = busy.rbegin(); it != busy.rend(); ++it) {
+    if (it->startMs >= end) continue;
+    if (it->endMs + lengthMs <= end) break;
+    end = std::min(end, it->startMs);
+  }
+  return end - lengthMs >= notBeforeMs ? end - lengthMs : -1.0;
+}
+
+// One device: its timed ops (plan order) in, its order with the copies out; newIndex[i] is
+// where the device's op i went.
+std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::int32_t>& ops,
+                                     const IdVector<double>& copyMsByUnit, const IdVector<std::int64_t>& bytesByUnit,
+                                     int splits, const std::vector<MemoryPoint>& curve,
+                                     std::vector<std::int32_t>& newIndex) {
+  const int m = timed.config.microbatches;
+  // Forward end and backward start per (stage, unit) of this device.
+  std::vector<Candidate> candidates;
+  {
+    std::vector<std::int32_t> forward, backward;
+    const auto key = [&](const Op& op) { return static_cast<std::size_t>(op.virtualStage) * m + op.microbatch; };
+    forward.assign(timed.virtualStages.size() * static_cast<std::size_t>(m), kNone);
+    backward.assign(forward.size(), kNone);
+    for (const std::int32_t i : ops) {
+      const Op& op = timed.op(i);
+      if (op.samples > 0 || op.microbatch < 0 || op.microbatch >= m) continue;
+      if (op.kind == OpKind::F) forward[key(op)] = i;
+      if (op.kind == OpKind::B || op.kind == OpKind::BW) backward[key(op)] = i;
+    }
+    for (const std::int32_t i : ops) {
+      const Op& f = timed.op(i);
+      if (f.kind != OpKind::F || forward[key(f)] != i || backward[key(f)] == kNone) continue;
+      const int unit = f.virtualStage * splits + seqChunkOf(timed.config, f.microbatch);
+      const double copy = copyMsByUnit[unit];
+      if (!(copy > 0) || !std::isfinite(copy)) continue;
+      const Op& b = timed.op(backward[key(f)]);
+      if (b.startMs - f.endMs < 2.0 * copy) continue;  // no room for both copies
+      Candidate c;
+      c.stage = f.virtualStage;
+      c.microbatch = f.microbatch;
+      c.forwardEndMs = f.endMs;
+      c.backwardStartMs = b.startMs;
+      c.copyMs = copy;
+      c.bytes = bytesByUnit[unit];
+      candidates.push_back(c);
+    }
+  }
+  std::vector<Busy> busy;  // sorted by start, disjoint
+  auto reserve = [&](double at, double length) {
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), at, [](double t, const Busy& x) { return t < x.startMs; }),
+                Busy{at, at + length});
+  };
+  for (Candidate& c : candidates) c.kept = false;
+  auto commit = [&](Candidate& c, double offload, double reload) {
+    c.kept = true;
+    c.reloadStartMs = reload;
+    c.offloadStartMs = offload;
+    reserve(reload, c.copyMs);
+    reserve(offload, c.copyMs);
+  };
+  // 2. Peak first: while the device's highest live memory can be lowered, the candidate with
+  // the most bytes whose activations can be away for the whole first interval at that height.
+  for (int round = 0; round < kPeakRounds && !candidates.empty(); ++round) {
+    struct Event {
+      double timeMs;
+      std::int64_t delta;
+    };
+    std::vector<Event> events;
+    events.reserve(curve.size() + 2 * candidates.size());
+    std::int64_t previous = 0;
+    for (const MemoryPoint& point : curve) {
+      events.push_back({point.timeMs, point.bytes - previous});
+      previous = point.bytes;
+    }
+    for (const Candidate& c : candidates) {
+      if (!c.kept) continue;
+      events.push_back({c.offloadStartMs + c.copyMs, -c.bytes});
+      events.push_back({c.reloadStartMs, c.bytes});
+    }
+    std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+      return a.timeMs != b.timeMs ? a.timeMs < b.timeMs : a.delta < b.delta;
+    });
+    std::int64_t live = 0, peak = std::numeric_limits<std::int64_t>::min();
+    double fromMs = 0, toMs = 0;
+    bool open = false;
+    for (std::size_t e = 0; e < events.size(); ++e) {
+      live += events[e].delta;
+      if (e + 1 < events.size() && events[e + 1].timeMs == events[e].timeMs) continue;  // one instant
+      if (live > peak) {
+        peak = live;
+        fromMs = events[e].timeMs;
+        open = true;
+      } else if (open && live < peak) {
+        toMs = events[e].timeMs;
+        open = false;
+      }
+    }
+    if (open) break;  // the peak lasts to the end: nothing to offload there
+    Candidate* chosen = nullptr;
+    double chosenOffload = 0, chosenReload = 0;
+    for (Candidate& c : candidates) {
+      if (c.kept || c.forwardEndMs > fromMs || c.backwardStartMs < toMs) continue;
+      if (chosen && (c.bytes < chosen->bytes || (c.bytes == chosen->bytes &&
+                                                 c.backwardStartMs - c.forwardEndMs <=
+                                                     chosen->backwardStartMs - chosen->forwardEndMs))) {
+        continue;
+      }
+      const double reload = lastGap(busy, toMs, c.copyMs, c.backwardStartMs);
+      if (reload < 0) continue;
+      const double offload = firstGap(busy, c.forwardEndMs, c.copyMs, fromMs);
+      if (offload < 0) continue;
+      chosen = &c;
+      chosenOffload = offload;
+      chosenReload = reload;
+    }
+    if (!chosen) break;
+    commit(*chosen, chosenOffload, chosenReload);
+  }
+  // 3. The rest longest-lived first (the most memory-time per copy): the reload as late as the
+  // lane allows before the backward, the offload as early as it allows after the forward and
+  // before that reload; a candidate for which either does not fit keeps its activations.
+  std::vector<std::size_t> byLife(candidates.size());
+  for (std::size_t i = 0; i < byLife.size(); ++i) byLife[i] = i;
+  std::stable_sort(byLife.begin(), byLife.end(), [&](std::size_t a, std::size_t b) {
+    return candidates[a].backwardStartMs - candidates[a].forwardEndMs >
+           candidates[b].backwardStartMs - candidates[b].forwardEndMs;
+  });
+  for (const std::size_t i : byLife) {
+    Candidate& c = candidates[i];
+    if (c.kept) continue;
+    const double reload = lastGap(busy, c.forwardEndMs + c.copyMs, c.copyMs, c.backwardStartMs);
+    if (reload < 0) continue;
+    const double offload = firstGap(busy, c.forwardEndMs, c.copyMs, reload);
+    if (offload < 0) continue;
+    commit(c, offload, reload);
+  }
+  // 4. Copies into the order, after the last compute op that ends by their planned start, in
+  // the order of their planned starts (the lane's order).
+  struct Copy {
+    double startMs;
+    OrderedOp op;
+  };
+  std::vector<Copy> copies;
+  for (const Candidate& c : candidates) {
+    if (!c.kept) continue;
+    copies.push_back({c.offloadStartMs, OrderedOp{c.stage, OpKind::D2H, c.microbatch, 0}});
+    copies.push_back({c.reloadStartMs, OrderedOp{c.stage, OpKind::H2D, c.microbatch, 0}});
+  }
+  std::stable_sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) { return a.startMs < b.startMs; });
+  std::vector<OrderedOp> out;
+  out.reserve(ops.size() + copies.size());
+  std::size_t next = 0;
+  newIndex.clear();
+  for (const std::int32_t i : ops) {
+    const Op& op = timed.op(i);
+    // Copies planned before this op ends are issued before it (after the op before it).
+    while (next < copies.size() && copies[next].startMs < op.endMs) out.push_back(copies[next++].op);
+    newIndex.push_back(static_cast<std::int32_t>(out.size()));
+    out.push_back(OrderedOp{op.virtualStage, op.kind, op.microbatch, op.samples});
+  }
+  while (next < copies.size()) out.push_back(copies[next++].op);
+  return out;
+}
+
+}  // namespace
+
+Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton) {
+  if (shell.config.offloadRatio <= 0) return {};
+  for (const auto& lane : skeleton.devices) {
+    for (const OrderedOp& o : lane) {
+      if (isHostCopy(o.kind)) return {};  // the order offloads already
+    }
+  }
+  Plan base = shell;
+  base.virtualStages = skeleton.virtualStages;
+  SimulationOptions timing;
+  timing.recordComms = false;
+  timing.computeMetrics = false;
+  timing.costs = &costs;
+  auto timed = simulateSkeleton(base, skeleton, timing);
+  if (!timed) return timed.error();
+  const int splits = std::max(1, shell.config.seqSplits);
+  const auto units = costs.unitStages(skeleton.virtualStages);
+  IdVector<double> copyMs(static_cast<int>(skeleton.virtualStages.size()) * splits, 0.0);
+  IdVector<std::int64_t> bytesByUnit(copyMs.size(), 0);
+  for (std::size_t s = 0; s < skeleton.virtualStages.size(); ++s) {
+    const VirtualStage& vs = skeleton.virtualStages[s];
+    const double gbps = deviceGpu(shell.cluster, shell.config, vs.device).hostLinkGBps;
+    for (int k = 0; k < splits && k < static_cast<int>(units[s].size()); ++k) {
+      const std::int64_t bytes = offloadBytes(shell.config, vs, units[s][static_cast<std::size_t>(k)]);
+      bytesByUnit[static_cast<int>(s) * splits + k] = bytes;
+      copyMs[static_cast<int>(s) * splits + k] =
+          gbps > 0 && bytes > 0 ? static_cast<double>(bytes) / (gbps * 1e6) : 0.0;
+    }
+  }
+  std::vector<std::vector<std::int32_t>> perDevice(skeleton.devices.size());
+  for (std::size_t i = 0; i < timed->ops.size(); ++i) {
+    const Op& op = timed->ops[i];
+    if (inRange(perDevice, op.device)) perDevice[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
+  }
+  const MemoryTimeline memory = memoryTimeline(*timed, costs);
+  std::vector<std::vector<std::int32_t>> moved(skeleton.devices.size());
+  for (std::size_t d = 0; d < skeleton.devices.size(); ++d) {
+    skeleton.devices[d] =
+        offloadDevice(*timed, perDevice[d], copyMs, bytesByUnit, splits, memory.devices[d], moved[d]);
+  }
+  // Dependencies name ops by their place in the device's order: the copies moved them.
+  auto remap = [&](OpRef& r) {
+    if (inRange(moved, r.device) && inRange(moved[static_cast<std::size_t>(r.device)], r.index)) {
+      r.index = moved[static_cast<std::size_t>(r.device)][static_cast<std::size_t>(r.index)];
+    }
+  };
+  for (OpDependency& dep : skeleton.extraDependencies) {
+    remap(dep.from);
+    remap(dep.to);
+  }
+  return {};
+}
+
+}  // namespace pipestudio::schedules
