@@ -137,6 +137,56 @@ TEST_F(Cli, ImpossibleRequestsExitOneWithTheReason) {
   EXPECT_EQ(r.status, 2) << r.out;  // usage
 }
 
+// Issue 31: seq1f1b's --seq-splits and the --offload-ratio are checked where they are read
+// (usage, exit 2) or against the request (exit 1), each with the reason; the plans they make
+// export where the format can say them and are refused, with what is missing, where not.
+TEST_F(Cli, SequenceSplitsAndOffloadingExitWithTheReason) {
+  const std::string base = "plan --model " + model + " --cluster " + cluster + " --devices 4 --microbatches 8 ";
+  for (const std::string& bad :
+       {std::string("--schedule seq1f1b --seq-splits 0"), std::string("--schedule seq1f1b --seq-splits x"),
+        std::string("--schedule seq1f1b --seq-splits 2000"),
+        std::string("--schedule seq1f1b --seq-splits 2 --seq-split random"),
+        std::string("--schedule pipeoffload --offload-ratio 1.5"),
+        std::string("--schedule pipeoffload --offload-ratio -0.5"),
+        std::string("--schedule pipeoffload --offload-ratio nan")}) {
+    const CliRun r = run(base + bad);
+    EXPECT_EQ(r.status, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find(bad.find("seq-split ") != std::string::npos ? "--seq-split" : bad.substr(bad.rfind("--"), 12)),
+              std::string::npos)
+        << bad << ": " << r.out;
+  }
+  CliRun r = run(base + "--schedule 1f1b --seq-splits 2");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("1f1b schedules whole microbatches"), std::string::npos) << r.out;
+  r = run(base + "--schedule dualpipe --offload-ratio 0.5");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--offload-ratio"), std::string::npos) << r.out;
+  r = run(base + "--schedule seq1f1b --seq-splits 8000");
+  EXPECT_EQ(r.status, 2) << r.out;
+
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-seq-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string seq = (dir / "seq.json").string();
+  const std::string offload = (dir / "offload.json").string();
+  r = run(base + "--schedule seq1f1b --seq-splits 2 -o " + seq);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("sequence: 8 microbatches × 2 chunks"), std::string::npos) << r.out;
+  r = run(base + "--schedule pipeoffload -o " + offload);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("activations offloaded and reloaded"), std::string::npos) << r.out;
+  for (const std::string& plan : {seq, offload}) {
+    EXPECT_EQ(run("simulate " + plan).status, 0) << plan;
+    const CliRun csv = run("export " + plan + " --format csv -o " + (dir / "out.csv").string());
+    EXPECT_EQ(csv.status, 1) << csv.out;
+    EXPECT_NE(csv.out.find(plan == seq ? "sequence chunks" : "activation copy"), std::string::npos) << csv.out;
+    const CliRun megatron = run("export " + plan + " --format megatron -o " + (dir / "out.sh").string());
+    EXPECT_EQ(megatron.status, 1) << megatron.out;
+    EXPECT_NE(megatron.out.find("Megatron-LM cannot"), std::string::npos) << megatron.out;
+    EXPECT_EQ(run("export " + plan + " --format chrome -o " + (dir / "out.json").string()).status, 0) << plan;
+  }
+  fs::remove_all(dir);
+}
+
 // GPT-3 1.3B has 26 layers: a V schedule on 4 devices has 8 chunks that uniform cannot make
 // equal. Asked for explicitly, uniform exits 1 saying what zb-v needs; the default partition
 // (balanced) plans it.

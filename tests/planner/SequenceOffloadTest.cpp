@@ -1,0 +1,365 @@
+// Issue 31: seq1f1b (Sun et al. 2024, Seq1F1B), pipeoffload and offloading on other orders
+// (Wan et al. 2025, PipeOffload), v-1f1b (the Zero Bubble authors' v1f1b.py). Oracles: the
+// Seq1F1B chunk order for p = 4, K = 2 as the paper's Figure 3 draws it (and the authors'
+// seq1f1b.py builds it); offloading never raises a device's memory nor its makespan, and every
+// offloaded activation is back before its backward.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "PlannerFixtures.hpp"
+#include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+#include "support/BundledPlans.hpp"
+
+namespace pipestudio {
+namespace {
+
+// Device d's compute ops in plan order as "F<mb>.<chunk>" / "B<mb>.<chunk>" (fused backward).
+std::string sequenceOrder(const Plan& plan, int device) {
+  const int k = plan.config.seqSplits;
+  std::string out;
+  for (const Op& op : plan.ops) {
+    if (op.device != device || isHostCopy(op.kind)) continue;
+    if (!out.empty()) out += ' ';
+    out += (op.kind == OpKind::F ? "F" : "B") + std::to_string(op.microbatch / k) + "." +
+           std::to_string(op.microbatch % k);
+  }
+  return out;
+}
+
+PlanRequest seqRequest(int p, int trainingMicrobatches, int k) {
+  PlanRequest r = test::request(test::equalLayers(p, 1.0, 1.0, 1.0), test::freeCluster(p), "seq1f1b", p,
+                                trainingMicrobatches * k, 1);
+  r.config.seqSplits = k;
+  return r;
+}
+
+TEST(Seq1F1B, ChunkOrderForFourDevicesAndTwoSplitsIsThePapers) {
+  // Seq1F1B Figure 3 (p = 4, each microbatch in two sequence chunks): device d warms up with
+  // p − d − 2 + K chunk forwards, then one forward and one backward; a microbatch's chunks run
+  // forward in order and backward in reverse order (the later chunk's backward first).
+  auto plan = makePlan(seqRequest(4, 4, 2));
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_EQ(sequenceOrder(*plan, 0), "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1 B0.0 F3.0 B1.1 F3.1 B1.0 B2.1 B2.0 B3.1 B3.0");
+  EXPECT_EQ(sequenceOrder(*plan, 1), "F0.0 F0.1 F1.0 F1.1 B0.1 F2.0 B0.0 F2.1 B1.1 F3.0 B1.0 F3.1 B2.1 B2.0 B3.1 B3.0");
+  EXPECT_EQ(sequenceOrder(*plan, 2), "F0.0 F0.1 F1.0 B0.1 F1.1 B0.0 F2.0 B1.1 F2.1 B1.0 F3.0 B2.1 F3.1 B2.0 B3.1 B3.0");
+  EXPECT_EQ(sequenceOrder(*plan, 3), "F0.0 F0.1 B0.1 F1.0 B0.0 F1.1 B1.1 F2.0 B1.0 F2.1 B2.1 F3.0 B2.0 F3.1 B3.1 B3.0");
+}
+
+TEST(Seq1F1B, ChunksWaitForTheirCausalPredecessors) {
+  auto plan = makePlan(seqRequest(4, 6, 3));
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  std::map<std::tuple<int, OpKind, int>, const Op*> at;
+  for (const Op& op : plan->ops) at[{op.virtualStage, op.kind, op.microbatch}] = &op;
+  int checked = 0;
+  for (const auto& [key, op] : at) {
+    const auto [stage, kind, unit] = key;
+    if (unit % 3 == 0) continue;
+    // A chunk's forward after the earlier chunk's (its keys and values); the earlier chunk's
+    // backward after the later one's (the gradients of those keys and values).
+    const Op* earlier = at.at({stage, kind, unit - 1});
+    if (kind == OpKind::F) {
+      EXPECT_GE(op->startMs + 1e-9, earlier->endMs);
+    } else {
+      EXPECT_GE(earlier->startMs + 1e-9, op->endMs);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4 * 6 * 2 * 2);
+}
+
+TEST(Seq1F1B, EvenSplitsMakeLaterChunksSlowerBalancedSplitsDoNot) {
+  // Causal attention: a later chunk of equal length attends to more keys.
+  PlanRequest r = test::bundledRequest("llama3-8b");
+  r.config.schedule = "seq1f1b";
+  r.config.devices = 4;
+  r.config.microbatches = 4 * 4;
+  r.config.seqSplits = 4;
+  r.config.seqSplit = "even";
+  auto even = makePlan(r);
+  ASSERT_TRUE(even.hasValue()) << even.message();
+  std::vector<double> forwardMs(4, 0.0);
+  for (const Op& op : even->ops) {
+    if (op.kind == OpKind::F && op.virtualStage == 1 && op.microbatch < 4) forwardMs[op.microbatch] = op.durationMs();
+  }
+  for (int c = 1; c < 4; ++c) EXPECT_GT(forwardMs[c], forwardMs[c - 1]) << "chunk " << c;
+
+  r.config.seqSplit = "balanced";
+  auto balanced = makePlan(r);
+  ASSERT_TRUE(balanced.hasValue()) << balanced.message();
+  std::vector<double> unitMs(4, 0.0);
+  for (const Op& op : balanced->ops) {
+    if (op.virtualStage == 1 && op.microbatch < 4 && (op.kind == OpKind::F || op.kind == OpKind::BW)) {
+      unitMs[op.microbatch] += op.durationMs();
+    }
+  }
+  for (int c = 1; c < 4; ++c) {
+    EXPECT_NEAR(unitMs[c], unitMs[0], 0.1 * unitMs[0])
+        << "chunk " << c << " " << unitMs[0] << " " << unitMs[1] << " " << unitMs[2] << " " << unitMs[3];
+  }
+  // Against 1F1B on whole microbatches: smaller activation peak (chunks hold part of a
+  // microbatch each).
+  r.config.schedule = "1f1b";
+  r.config.seqSplits = 1;
+  r.config.microbatches = 4;
+  auto whole = makePlan(r);
+  ASSERT_TRUE(whole.hasValue()) << whole.message();
+  EXPECT_LT(balanced->metrics.devices[0].peakActivationBytes, whole->metrics.devices[0].peakActivationBytes);
+}
+
+TEST(Seq1F1B, BadSplitsAreRefusedWithTheReason) {
+  PlanRequest r = seqRequest(4, 4, 2);
+  r.config.schedule = "1f1b";
+  auto wrongSchedule = makePlan(r);
+  ASSERT_FALSE(wrongSchedule.hasValue());
+  EXPECT_NE(wrongSchedule.message().find("--seq-splits 2"), std::string::npos) << wrongSchedule.message();
+
+  r = seqRequest(4, 4, 2);
+  r.config.microbatches = 7;
+  auto partial = makePlan(r);
+  ASSERT_FALSE(partial.hasValue());
+  EXPECT_NE(partial.message().find("not whole microbatches of 2 sequence chunks"), std::string::npos)
+      << partial.message();
+
+  r = seqRequest(4, 4, 2);
+  r.config.seqSplits = 0;
+  auto zero = makePlan(r);
+  ASSERT_FALSE(zero.hasValue());
+  EXPECT_NE(zero.message().find("--seq-splits must be at least 1"), std::string::npos) << zero.message();
+
+  r = seqRequest(4, 4, 2);
+  r.config.seqSplit = "random";
+  auto split = makePlan(r);
+  ASSERT_FALSE(split.hasValue());
+  EXPECT_NE(split.message().find("balanced or even"), std::string::npos) << split.message();
+}
+
+// --- offloading ---
+
+// GPT-3 1.3B on A100s (PCIe gen4 to the host, 32 GB/s): a stage's activations of one
+// microbatch take longer to copy than to compute, so offloading pays only where a forward and
+// its backward are far apart. `hostLinkGBps` overrides the link (450: Grace's C2C).
+PlanRequest offloadRequest(const std::string& schedule, int chunks, double hostLinkGBps = 0) {
+  PlanRequest r = test::bundledRequest("gpt3-1.3b");
+  if (hostLinkGBps > 0) {
+    r.cluster.gpu.hostLinkGBps = hostLinkGBps;
+    for (NodeSpec& node : r.cluster.nodes) {
+      if (node.gpu) node.gpu->hostLinkGBps = hostLinkGBps;
+    }
+  }
+  r.config.schedule = schedule;
+  r.config.devices = 4;
+  r.config.microbatches = 8;
+  r.config.chunksPerDevice = chunks;
+  return r;
+}
+
+// Every D2H after its forward and before its H2D, every H2D before its backward, the copies of a
+// device one at a time; returns the number of offloaded activations.
+int checkCopies(const Plan& plan) {
+  std::map<std::tuple<int, OpKind, int>, const Op*> at;
+  std::map<int, std::vector<const Op*>> copies;
+  for (const Op& op : plan.ops) {
+    at[{op.virtualStage, op.kind == OpKind::BW ? OpKind::B : op.kind, op.microbatch}] = &op;
+    if (isHostCopy(op.kind)) copies[op.device].push_back(&op);
+  }
+  int offloaded = 0;
+  for (const Op& op : plan.ops) {
+    if (op.kind != OpKind::D2H) continue;
+    ++offloaded;
+    const Op* forward = at.at({op.virtualStage, OpKind::F, op.microbatch});
+    const Op* reload = at.at({op.virtualStage, OpKind::H2D, op.microbatch});
+    const Op* backward = at.at({op.virtualStage, OpKind::B, op.microbatch});
+    EXPECT_GE(op.startMs + 1e-9, forward->endMs);
+    EXPECT_GE(reload->startMs + 1e-9, op.endMs);
+    EXPECT_GE(backward->startMs + 1e-9, reload->endMs) << "stage " << op.virtualStage << " mb " << op.microbatch;
+    EXPECT_GT(op.durationMs(), 0.0);
+  }
+  for (auto& [device, list] : copies) {
+    std::sort(list.begin(), list.end(), [](const Op* a, const Op* b) { return a->startMs < b->startMs; });
+    for (std::size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i]->startMs + 1e-9, list[i - 1]->endMs);
+  }
+  return offloaded;
+}
+
+std::int64_t highest(const std::vector<MemoryPoint>& curve) {
+  std::int64_t peak = 0;
+  for (const MemoryPoint& pt : curve) peak = std::max(peak, pt.bytes);
+  return peak;
+}
+
+TEST(PipeOffload, ActivationsComeBackBeforeTheirBackwardAndMemoryDrops) {
+  auto plain = makePlan(offloadRequest("interleaved-1f1b", 2));
+  ASSERT_TRUE(plain.hasValue()) << plain.message();
+  auto offload = makePlan(offloadRequest("pipeoffload", 2));
+  ASSERT_TRUE(offload.hasValue()) << offload.message();
+  EXPECT_GT(offload->config.offloadRatio, 0.0);
+  EXPECT_GT(checkCopies(*offload), 0);
+  // The memory curve shows the activations leaving and coming back; the highest device is lower
+  // than under interleaved 1F1B, no device is higher.
+  const MemoryTimeline memory = memoryTimeline(*offload);
+  std::int64_t plainPeak = 0, offloadPeak = 0;
+  for (std::size_t d = 0; d < memory.devices.size(); ++d) {
+    EXPECT_LE(highest(memory.devices[d]), plain->metrics.devices[d].peakMemoryBytes) << "device " << d;
+    EXPECT_EQ(highest(memory.devices[d]), offload->metrics.devices[d].peakMemoryBytes) << "device " << d;
+    plainPeak = std::max(plainPeak, plain->metrics.devices[d].peakMemoryBytes);
+    offloadPeak = std::max(offloadPeak, offload->metrics.devices[d].peakMemoryBytes);
+  }
+  EXPECT_LT(offloadPeak, plainPeak);
+}
+
+TEST(PipeOffload, OffloadingAnOrderKeepsItsTimingAndNeverRaisesMemory) {
+  for (const auto& [schedule, chunks] :
+       std::vector<std::pair<std::string, int>>{{"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"v-1f1b", 2}}) {
+    auto plain = makePlan(offloadRequest(schedule, chunks, 450));
+    ASSERT_TRUE(plain.hasValue()) << schedule << ": " << plain.message();
+    PlanRequest r = offloadRequest(schedule, chunks, 450);
+    r.config.offloadRatio = 1.0;
+    auto offload = makePlan(r);
+    ASSERT_TRUE(offload.hasValue()) << schedule << ": " << offload.message();
+    EXPECT_GT(checkCopies(*offload), 0) << schedule;
+    EXPECT_NEAR(offload->metrics.makespanMs, plain->metrics.makespanMs, 1e-6 * plain->metrics.makespanMs) << schedule;
+    for (std::size_t d = 0; d < plain->metrics.devices.size(); ++d) {
+      EXPECT_LE(offload->metrics.devices[d].peakMemoryBytes, plain->metrics.devices[d].peakMemoryBytes)
+          << schedule << " device " << d;
+    }
+    EXPECT_LT(offload->metrics.devices[0].peakMemoryBytes, plain->metrics.devices[0].peakMemoryBytes) << schedule;
+  }
+}
+
+TEST(PipeOffload, APlanUnderAMemoryLimitStaysUnderItWhereverItOffloads) {
+  auto plain = makePlan(offloadRequest("interleaved-1f1b", 2));
+  ASSERT_TRUE(plain.hasValue()) << plain.message();
+  auto free = makePlan(offloadRequest("pipeoffload", 2));
+  ASSERT_TRUE(free.hasValue()) << free.message();
+  std::int64_t plainPeak = 0, offloadPeak = 0;
+  for (std::size_t d = 0; d < plain->metrics.devices.size(); ++d) {
+    plainPeak = std::max(plainPeak, plain->metrics.devices[d].peakMemoryBytes);
+    offloadPeak = std::max(offloadPeak, free->metrics.devices[d].peakMemoryBytes);
+  }
+  ASSERT_LT(offloadPeak, plainPeak);
+  // A limit interleaved 1F1B does not fit under and pipeoffload does.
+  PlanRequest r = offloadRequest("pipeoffload", 2);
+  r.config.memoryLimitBytes = offloadPeak + (plainPeak - offloadPeak) / 4;
+  auto limited = makePlan(r);
+  ASSERT_TRUE(limited.hasValue()) << limited.message();
+  checkCopies(*limited);
+  const MemoryTimeline memory = memoryTimeline(*limited);
+  for (const auto& curve : memory.devices) {
+    for (const MemoryPoint& pt : curve) EXPECT_LE(pt.bytes, *r.config.memoryLimitBytes) << "at " << pt.timeMs;
+  }
+  PlanRequest tooSmall = offloadRequest("interleaved-1f1b", 2);
+  tooSmall.config.memoryLimitBytes = r.config.memoryLimitBytes;
+  EXPECT_FALSE(makePlan(tooSmall).hasValue());
+}
+
+TEST(PipeOffload, IsDeterministicAndSurvivesResimulation) {
+  auto a = makePlan(offloadRequest("pipeoffload", 2));
+  auto b = makePlan(offloadRequest("pipeoffload", 2));
+  ASSERT_TRUE(a.hasValue() && b.hasValue());
+  ASSERT_EQ(a->ops.size(), b->ops.size());
+  for (std::size_t i = 0; i < a->ops.size(); ++i) {
+    EXPECT_EQ(a->ops[i].kind, b->ops[i].kind);
+    EXPECT_EQ(a->ops[i].microbatch, b->ops[i].microbatch);
+    EXPECT_DOUBLE_EQ(a->ops[i].startMs, b->ops[i].startMs);
+  }
+  auto again = resimulate(*a);
+  ASSERT_TRUE(again.hasValue()) << again.message();
+  EXPECT_DOUBLE_EQ(again->metrics.makespanMs, a->metrics.makespanMs);
+}
+
+TEST(PipeOffload, BadRatiosAndLinklessGpusAreRefused) {
+  PlanRequest r = offloadRequest("pipeoffload", 2);
+  r.config.offloadRatio = 1.5;
+  auto high = makePlan(r);
+  ASSERT_FALSE(high.hasValue());
+  EXPECT_NE(high.message().find("--offload-ratio must be in [0, 1]"), std::string::npos) << high.message();
+
+  r = offloadRequest("dualpipe", 2);
+  r.config.offloadRatio = 0.5;
+  auto twice = makePlan(r);
+  ASSERT_FALSE(twice.hasValue());
+  EXPECT_NE(twice.message().find("--offload-ratio"), std::string::npos) << twice.message();
+
+  PlanRequest linkless = test::request(test::equalLayers(8, 1, 1, 1), test::freeCluster(4), "1f1b", 4, 8, 1);
+  linkless.config.offloadRatio = 0.5;
+  auto noLink = makePlan(linkless);
+  ASSERT_FALSE(noLink.hasValue());
+  EXPECT_NE(noLink.message().find("host link"), std::string::npos) << noLink.message();
+}
+
+TEST(PipeOffload, PlanFilesKeepTheSettingsAndRefuseCopiesThatDoNotComeBack) {
+  auto plan = makePlan(offloadRequest("pipeoffload", 2));
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ps-offload-" + std::to_string(::getpid()) + ".json")).string();
+  ASSERT_TRUE(savePlan(path, *plan));
+  auto loaded = loadPlan(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(loaded.hasValue()) << loaded.message();
+  EXPECT_DOUBLE_EQ(loaded->config.offloadRatio, plan->config.offloadRatio);
+  ASSERT_EQ(loaded->ops.size(), plan->ops.size());
+  EXPECT_EQ(checkCopies(*loaded), checkCopies(*plan));
+
+  // A D2H without its H2D, and an H2D the backward runs before, are refused with the op named.
+  Plan noReload = *plan;
+  const auto reload =
+      std::find_if(noReload.ops.begin(), noReload.ops.end(), [](const Op& op) { return op.kind == OpKind::H2D; });
+  ASSERT_NE(reload, noReload.ops.end());
+  noReload.ops.erase(reload);
+  const Status missing = validatePlanStructure(noReload);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.message().find("needs H2D"), std::string::npos) << missing.message();
+
+  Plan late = *plan;
+  for (std::size_t i = 0; i < late.ops.size(); ++i) {
+    if (late.ops[i].kind != OpKind::H2D) continue;
+    // Move the reload after the device's last op: its backward would wait for it forever.
+    Op copy = late.ops[i];
+    late.ops.erase(late.ops.begin() + static_cast<std::ptrdiff_t>(i));
+    late.ops.push_back(copy);
+    break;
+  }
+  EXPECT_FALSE(validatePlanStructure(late));
+}
+
+TEST(Seq1F1B, PlanFilesKeepTheSplitAndResimulateToTheSamePlan) {
+  auto plan = makePlan(seqRequest(4, 4, 2));
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  std::ostringstream text;
+  ASSERT_TRUE(writePlanJson(text, *plan));
+  EXPECT_NE(text.str().find("\"seq_splits\""), std::string::npos);
+  auto again = resimulate(*plan);
+  ASSERT_TRUE(again.hasValue()) << again.message();
+  EXPECT_DOUBLE_EQ(again->metrics.makespanMs, plan->metrics.makespanMs);
+  EXPECT_EQ(sequenceOrder(*again, 0), sequenceOrder(*plan, 0));
+}
+
+// --- v-1f1b ---
+
+TEST(VOneFOneB, OneVPerDeviceFusedBackwardsWithinOneF1BMemory) {
+  const auto r = test::request(test::equalLayers(8, 1.0, 1.0, 1.0), test::freeCluster(4), "v-1f1b", 4, 8, 2);
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const auto one = makePlan(test::request(test::equalLayers(8, 1.0, 1.0, 1.0), test::freeCluster(4), "1f1b", 4, 8, 1));
+  ASSERT_TRUE(one.hasValue()) << one.message();
+  for (const Op& op : plan->ops) EXPECT_NE(op.kind, OpKind::B);
+  // Same compute, fewer bubbles than 1F1B, and no more activation memory on any device.
+  EXPECT_LT(plan->metrics.makespanMs, one->metrics.makespanMs);
+  for (std::size_t d = 0; d < 4; ++d) {
+    EXPECT_LE(plan->metrics.devices[d].peakActivationBytes, one->metrics.devices[0].peakActivationBytes) << d;
+  }
+}
+
+}  // namespace
+}  // namespace pipestudio
