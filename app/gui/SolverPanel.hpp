@@ -1,5 +1,5 @@
 #pragma once
-// The solver panel (DESIGN.md §7): one field per PlanConfig member, the names GuiText.cpp maps
+// The solver panel (docs/gui.md): one field per PlanConfig member, the names GuiText.cpp maps
 // the CLI's flags to. It reads and shows a PlanConfig and says when the user changed one
 // (configEdited); what a change means (re-solve, mark the plan stale) is the window's business.
 //

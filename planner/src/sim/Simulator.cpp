@@ -1,4 +1,4 @@
-// Discrete-event, dependency-driven simulator (DESIGN.md §3). Every device runs its ops in
+// Discrete-event, dependency-driven simulator (docs/architecture.md). Every device runs its ops in
 // the given order; an op starts when the device is free and all its inputs have arrived.
 // Cross-device inputs travel on the directed link (from, to): bytes / bandwidth + latency,
 // transfers on one link served first-come first-served (they serialise). Everything is flat

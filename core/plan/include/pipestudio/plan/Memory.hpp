@@ -1,6 +1,6 @@
 #pragma once
 /// \file Metrics and per-device memory timelines computed from a timed plan, exactly as
-/// DESIGN.md §2 defines them.
+/// docs/formats.md defines them.
 
 #include <cstdint>
 #include <vector>
@@ -41,7 +41,7 @@ struct MemoryTimeline {
   std::vector<std::int64_t> staticBytes;
 };
 
-/// Memory over time under the activation convention of DESIGN.md §2 (F start → B/BW end;
+/// Memory over time under the activation convention of docs/formats.md (F start → B/BW end;
 /// weightGradBytes until W end). Partial-batch ops scale by samples.
 MemoryTimeline memoryTimeline(const Plan& plan);
 MemoryTimeline memoryTimeline(const Plan& plan, const std::vector<StageCosts>& costs);
