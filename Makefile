@@ -4,7 +4,7 @@
 JOBS ?= 2
 PRESET ?= release
 BUILD_DIR := build/$(PRESET)
-# CI builds treat warnings in our own code as errors (STYLE.md).
+# CI builds treat warnings in our own code as errors (docs/style.md).
 WERROR := $(if $(CI),ON,OFF)
 CTEST_ARGS ?=
 

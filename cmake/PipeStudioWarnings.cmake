@@ -23,7 +23,7 @@ function(pipestudio_library name)
   pipestudio_warnings(ps_${name})
 endfunction()
 
-# Qt code: the defines STYLE.md asks for.
+# Qt code: the defines docs/style.md asks for.
 function(pipestudio_qt_defines target)
   target_compile_definitions(${target} PRIVATE QT_NO_KEYWORDS QT_NO_CAST_FROM_ASCII
                              QT_USE_QSTRINGBUILDER QT_NO_FOREACH)

@@ -1,4 +1,4 @@
-// pipestudio-cli deploy (DESIGN.md §9, issues 8 and 17): run a plan on the hosts of a hosts file
+// pipestudio-cli deploy (docs/cli.md, issues 8 and 17): run a plan on the hosts of a hosts file
 // over SSH (directly, or through Slurm or mpirun from the first host) and record the run in the
 // history while the ranks stream their traces back; a Slurm job's state is printed as it changes.
 #include <termios.h>

@@ -1,5 +1,5 @@
 // pipestudio-cli export PLAN|--run ID [--db DB] --format chrome|csv|megatron|torchtitan [-o FILE]
-// (DESIGN.md §9, issue 15): a plan's or a measured run's timeline as Chrome trace JSON
+// (docs/cli.md, issue 15): a plan's or a measured run's timeline as Chrome trace JSON
 // (Perfetto), its per-device op order as torch.distributed.pipelining schedule CSV
 // (--csv-format compute_only|compute_comms), Megatron-LM arguments, or torchtitan's
 // configuration (Python for torchtitan main, TOML for v0.2.2 and earlier: --torchtitan-config)

@@ -1,4 +1,4 @@
-// pipestudio-cli history [--db DB] list|show ID|compare A B|import FILE [--json]  (DESIGN.md §9)
+// pipestudio-cli history [--db DB] list|show ID|compare A B|import FILE [--json]  (docs/cli.md)
 // plus rename/note/delete for scripts. Reads and writes the run history (core/history).
 
 #include <fstream>

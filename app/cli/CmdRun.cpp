@@ -1,5 +1,5 @@
 // pipestudio-cli run: executes a plan on this machine with pipestudio-exec and records the
-// run in the history (DESIGN.md §9, issue 7). A workspace saved with its plan (the GUI's
+// run in the history (docs/cli.md, issue 7). A workspace saved with its plan (the GUI's
 // File > Save) runs that plan (issue 16).
 //
 // Where pipestudio-exec is found: $PIPESTUDIO_EXEC, next to pipestudio-cli, in

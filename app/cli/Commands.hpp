@@ -1,5 +1,5 @@
 #pragma once
-// pipestudio-cli sub-commands (DESIGN.md §9). Each file registers one sub-command on the
+// pipestudio-cli sub-commands (docs/cli.md). Each file registers one sub-command on the
 // root CLI11 app; its callback stores the process exit status in `exitCode`:
 // 0 success, 1 bad input or a failed run (reason on stderr), 2 wrong usage.
 

@@ -32,7 +32,7 @@ int runCommand(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
-    return kExitUsage;  // DESIGN.md §9: 2 = wrong usage
+    return kExitUsage;  // docs/cli.md: 2 = wrong usage
   } catch (const std::exception& e) {
     // Sub-commands return errors as values; this is the last line against a crash.
     std::cerr << "pipestudio-cli: internal error: " << e.what() << '\n';

@@ -1,5 +1,5 @@
 #pragma once
-// Deploy dialog (DESIGN.md §5, §7, issue 8): run the plan on the hosts of a hosts file over SSH,
+// Deploy dialog (docs/clusters-and-deploy.md, §7, issue 8): run the plan on the hosts of a hosts file over SSH,
 // watch every rank's progress and log, record the run in the history, open it afterwards.
 //
 // Threads: connection tests and the deployment run one at a time as JobTracker jobs. The

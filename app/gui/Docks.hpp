@@ -1,5 +1,5 @@
 #pragma once
-// The window's docks (DESIGN.md §7) and what they hold: the model and cluster editors, the
+// The window's docks (docs/gui.md) and what they hold: the model and cluster editors, the
 // solver panel, metrics, selection, the history browser and the configurator. Each dock is built and wired to the
 // window (through MainWindowInterface) here, so adding a dock touches this file and the dock's
 // own widget; the window only places the central view and reacts to the signals below.

@@ -1,5 +1,5 @@
 #pragma once
-// History browser (DESIGN.md §6, §7): the runs of the SQLite history as a sortable, filterable
+// History browser (docs/architecture.md, §7): the runs of the SQLite history as a sortable, filterable
 // table; open a run in the timeline, compare it with its plan or with another run, rename,
 // annotate, delete. Runs recorded by other processes (pipestudio-cli run, a deploy) appear on
 // their own: the database file is watched, with a slow poll as a fallback (WAL writes do not

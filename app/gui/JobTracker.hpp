@@ -1,5 +1,5 @@
 #pragma once
-// JobTracker: the one way the GUI runs background work (STYLE.md, Threads; modelled on KDAB
+// JobTracker: the one way the GUI runs background work (docs/style.md, Threads; modelled on KDAB
 // hotspot's jobtracker.h). One tracker per kind of job (a solve, the history listing, a
 // deployment): start() runs the job on the tracker's own thread pool, never on the GUI thread,
 // and hands its result to `done` on the context object's thread. Each start() bumps the kind's

@@ -1,5 +1,5 @@
 #pragma once
-// The workstation window (DESIGN.md §7, issue 16): timeline and compare view in the centre,
+// The workstation window (docs/gui.md, issue 16): timeline and compare view in the centre,
 // description editors, solver panel, metrics, selection and history as docks that shrink or
 // tab; exports, recent files, the last session restored on start.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Runs solves off the GUI thread through a JobTracker (STYLE.md, Threads): each request gets a
+// Runs solves off the GUI thread through a JobTracker (docs/style.md, Threads): each request gets a
 // generation number and its own cancel flag; a newer request cancels the older one, and a result
 // whose generation is no longer current is dropped when it arrives. Progress is throttled to
 // whole percents.

@@ -14,7 +14,9 @@
 #include <QUndoStack>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <array>
 #include <limits>
+#include <utility>
 
 #include "GuiText.hpp"
 #include "WheelGuard.hpp"
@@ -83,6 +85,7 @@ SolverPanel::SolverPanel(QWidget* parent) : QWidget(parent) {
   outer->setContentsMargins(4, 4, 4, 4);
   buildPipelineGroup(this, outer);
   buildParallelGroup(this, outer);
+  buildRecipeGroup(this, outer);
   buildBatchGroup(this, outer);
   buildButtons(outer);
   outer->addStretch(1);
@@ -145,6 +148,32 @@ void SolverPanel::buildParallelGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(sequenceParallel);
   form->addRow(QStringLiteral("Recompute"), recompute);
   form->addRow(QStringLiteral("ZeRO"), zero);
+  outer->addWidget(group);
+}
+
+void SolverPanel::buildRecipeGroup(QWidget* parent, QVBoxLayout* outer) {
+  auto* group = new QGroupBox(QStringLiteral("Recipe"), parent);
+  auto* form = new QFormLayout(group);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  precision = new QComboBox(group);
+  for (const Precision p : kPrecisions) precision->addItem(q(std::string(precisionName(p))));
+  precision->setToolTip(
+      QStringLiteral("The weight GEMMs' format (--precision): fp8 on Hopper, mxfp8/nvfp4 on Blackwell; attention, "
+                     "norms and the optimizer stay in bf16/fp32 as Transformer Engine runs them"));
+  overlapGradReduce = new QCheckBox(QStringLiteral("Overlap gradient reduce"), group);
+  overlapGradReduce->setToolTip(
+      QStringLiteral("--overlap-grad-reduce: buckets reduced under the last backward passes, the last exposed"));
+  overlapParamGather = new QCheckBox(QStringLiteral("Overlap parameter gather"), group);
+  overlapParamGather->setToolTip(
+      QStringLiteral("--overlap-param-gather: the distributed optimizer's all-gather under the next forward passes"));
+  tpCommOverlap = new QCheckBox(QStringLiteral("Overlap TP communication"), group);
+  tpCommOverlap->setToolTip(
+      QStringLiteral("--tp-comm-overlap: Transformer Engine's userbuffers hide TP collectives under their GEMMs "
+                     "(needs sequence parallelism)"));
+  form->addRow(QStringLiteral("Precision"), precision);
+  form->addRow(overlapGradReduce);
+  form->addRow(overlapParamGather);
+  form->addRow(tpCommOverlap);
   outer->addWidget(group);
 }
 
@@ -216,29 +245,35 @@ void SolverPanel::connectFields() {
     if (!m_loading && schedule->currentData().toString() != QLatin1String(kAuto))
       m_explicitSchedule = schedule->currentData().toString();
   });
-  const std::pair<QComboBox*, const char*> combos[] = {{schedule, "Schedule"},
-                                                       {fill, "Fill"},
-                                                       {recompute, "Recompute"},
-                                                       {zero, "ZeRO"},
-                                                       {optimizerSync, "Optimizer sync"}};
+  const std::array<std::pair<QComboBox*, const char*>, 6> combos{{{schedule, "Schedule"},
+                                                                  {fill, "Fill"},
+                                                                  {recompute, "Recompute"},
+                                                                  {zero, "ZeRO"},
+                                                                  {precision, "Precision"},
+                                                                  {optimizerSync, "Optimizer sync"}}};
   for (const auto& [combo, name] : combos) {
     connect(combo, &QComboBox::currentTextChanged, this,
             [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
-  const std::pair<QSpinBox*, const char*> spins[] = {{devices, "Devices"},
-                                                     {microbatches, "Microbatches"},
-                                                     {chunks, "Chunks / device"},
-                                                     {tp, "TP"},
-                                                     {cp, "CP"},
-                                                     {ep, "EP"},
-                                                     {dp, "DP"},
-                                                     {globalBatch, "Global batch"},
-                                                     {microBatchSize, "Micro-batch size"}};
+  const std::array<std::pair<QSpinBox*, const char*>, 9> spins{{{devices, "Devices"},
+                                                                {microbatches, "Microbatches"},
+                                                                {chunks, "Chunks / device"},
+                                                                {tp, "TP"},
+                                                                {cp, "CP"},
+                                                                {ep, "EP"},
+                                                                {dp, "DP"},
+                                                                {globalBatch, "Global batch"},
+                                                                {microBatchSize, "Micro-batch size"}}};
   for (const auto& [spin, name] : spins) {
     connect(spin, &QSpinBox::valueChanged, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
-  connect(sequenceParallel, &QCheckBox::toggled, this,
-          [this]() { onFieldEdited(QStringLiteral("Sequence parallel")); });
+  const std::array<std::pair<QCheckBox*, const char*>, 4> boxes{{{sequenceParallel, "Sequence parallel"},
+                                                                 {overlapGradReduce, "Overlap gradient reduce"},
+                                                                 {overlapParamGather, "Overlap parameter gather"},
+                                                                 {tpCommOverlap, "Overlap TP communication"}}};
+  for (const auto& [box, name] : boxes) {
+    connect(box, &QCheckBox::toggled, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
+  }
   connect(memoryLimit, &QLineEdit::editingFinished, this, [this]() {
     // editingFinished also fires on focus loss without a change: only a change is an edit.
     if (memoryLimit->text() != m_shown.memoryLimitText) onFieldEdited(QStringLiteral("Memory limit"));
@@ -273,6 +308,10 @@ PlanConfig SolverPanel::config() const {
   par.sequenceParallel = par.tensor > 1 && sequenceParallel->isChecked();
   par.recompute = recomputeFromName(recompute->currentText().toStdString()).value_or(Recompute::None);
   par.zeroStage = zero->currentIndex();
+  c.precision = precisionFromName(precision->currentText().toStdString()).value_or(Precision::Bf16);
+  par.overlapGradReduce = overlapGradReduce->isChecked();
+  par.overlapParamGather = overlapParamGather->isChecked();
+  par.tpCommOverlap = tpCommOverlap->isChecked();
   if (globalBatch->value() > 0) c.globalBatch = globalBatch->value();
   if (microBatchSize->value() > 0) c.microBatchSize = microBatchSize->value();
   c.optimizerSync = optimizerSync->currentText().toStdString();
@@ -320,6 +359,10 @@ void SolverPanel::setConfig(const PlanConfig& c) {
   sequenceParallel->setChecked(par.tensor > 1 ? par.sequenceParallel : true);
   recompute->setCurrentText(q(std::string(recomputeName(par.recompute))));
   zero->setCurrentIndex(std::clamp(par.zeroStage, 0, 3));
+  precision->setCurrentText(q(std::string(precisionName(c.precision))));
+  overlapGradReduce->setChecked(par.overlapGradReduce);
+  overlapParamGather->setChecked(par.overlapParamGather);
+  tpCommOverlap->setChecked(par.tpCommOverlap);
   globalBatch->setValue(c.globalBatch ? static_cast<int>(std::min<std::int64_t>(*c.globalBatch, kMaxGlobalBatch)) : 0);
   microBatchSize->setValue(
       c.microBatchSize ? static_cast<int>(std::min<std::int64_t>(*c.microBatchSize, kMaxMicroBatchSize)) : 0);
@@ -424,6 +467,7 @@ void SolverPanel::updateDerivedFields(std::int64_t samplesPerMicrobatch) {
   const bool fromBatch = globalBatch->value() > 0;
   microbatches->setEnabled(!fromBatch);
   sequenceParallel->setEnabled(tp->value() > 1);
+  tpCommOverlap->setEnabled(tp->value() > 1);
   if (fromBatch) {
     // microbatches = G / (B·D) (resolveRequest's rule), shown even while another field is wrong.
     const PlanConfig c = config();

@@ -1,5 +1,5 @@
 #pragma once
-// The solver panel (DESIGN.md §7): one field per PlanConfig member, the names GuiText.cpp maps
+// The solver panel (docs/gui.md): one field per PlanConfig member, the names GuiText.cpp maps
 // the CLI's flags to. It reads and shows a PlanConfig and says when the user changed one
 // (configEdited); what a change means (re-solve, mark the plan stale) is the window's business.
 //
@@ -74,6 +74,11 @@ class SolverPanel : public QWidget {
   QCheckBox* sequenceParallel = nullptr;
   QComboBox* recompute = nullptr;
   QComboBox* zero = nullptr;
+  // The recipe (issue 25): PlanConfig::precision and the overlaps of Parallelism.
+  QComboBox* precision = nullptr;
+  QCheckBox* overlapGradReduce = nullptr;
+  QCheckBox* overlapParamGather = nullptr;
+  QCheckBox* tpCommOverlap = nullptr;
   QSpinBox* globalBatch = nullptr;     ///< 0: off (the microbatch count is given directly)
   QSpinBox* microBatchSize = nullptr;  ///< 0: the model's samples per microbatch
   QComboBox* optimizerSync = nullptr;
@@ -106,6 +111,7 @@ class SolverPanel : public QWidget {
   void onFieldEdited(const QString& field);
   void buildPipelineGroup(QWidget* parent, QVBoxLayout* outer);
   void buildParallelGroup(QWidget* parent, QVBoxLayout* outer);
+  void buildRecipeGroup(QWidget* parent, QVBoxLayout* outer);
   void buildBatchGroup(QWidget* parent, QVBoxLayout* outer);
   void buildButtons(QVBoxLayout* outer);
   void connectFields();

@@ -1,5 +1,5 @@
 #pragma once
-// The workspace the window edits (DESIGN.md §7, issue 16): which file it is, its name, whether it
+// The workspace the window edits (docs/gui.md, issue 16): which file it is, its name, whether it
 // has unsaved changes (the title's `*`), the recent files, the last session; and opening any
 // document the window accepts (workspace, model, cluster, plan, trace) into the editors, the
 // solver panel and the timeline.

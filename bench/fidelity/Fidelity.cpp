@@ -565,9 +565,8 @@ int run(const Options& o) {
     for (const Json& row : table["rows"]) {
       const std::string name = row["name"].get<std::string>();
       if (id == "sc21") {
-        entries.push_back(
-            {id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), sc21Predictor(table, row, base), 0, "",
-             false});
+        entries.push_back({id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(),
+                           sc21Predictor(table, row, base), 0, "", false});
       } else if (id == "zb") {
         for (const char* method : {"1F1B", "1F1B-I", "ZB-1p", "ZB-2p"}) {
           entries.push_back({id, gpu, name + " m=" + std::to_string(row["microbatches"].get<int>()), method,
@@ -576,9 +575,8 @@ int run(const Options& o) {
                              false});
         }
       } else if (id == "llama3") {
-        entries.push_back(
-            {id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(), llamaPredictor(row, *llama, base), 0,
-             "", false});
+        entries.push_back({id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(),
+                           llamaPredictor(row, *llama, base), 0, "", false});
       } else if (table.value("kind", std::string()) == "recipes") {
         // One efficiency per (GPU type, precision): "H100" is bf16's, "H100/fp8" fp8's.
         const std::string precision = row["precision"].get<std::string>();

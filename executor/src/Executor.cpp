@@ -119,7 +119,7 @@ std::string execUsage() {
          "         [--rank R --world W] [--nccl-id HEX] [--run-id ID] [--time-scale F | --max-op-ms MS]\n"
          "         [--timeout-s S] [--profile MODEL_OUT.json] [--baseline] [--cpu-memory-budget BYTES]\n"
          "         [--device-memory BYTES]\n"
-         "Runs a pipestudio.plan/1 and writes the binary trace stream (DESIGN.md §2) on stdout; logs on stderr.\n"
+         "Runs a pipestudio.plan/1 and writes the binary trace stream (docs/formats.md) on stdout; logs on stderr.\n"
          "Rank/world also come from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE or SLURM_PROCID/NTASKS;\n"
          "NCCL_COMM_ID lets every rank derive the NCCL id itself. Exit: 0 ok, 1 refused plan or failed run, 2 usage.\n"
          "Under srun or mpirun: pipestudio-exec --task slurm|mpirun [--nccl-rendezvous FILE] -- OPTIONS "

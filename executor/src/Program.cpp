@@ -234,7 +234,7 @@ class ProgramCompiler {
   Program m_program;
   IdVector<Step> m_steps;  ///< by op, until assembleDevices moves them to their device
   // Buffers live per (stage, microbatch, part): part 0 = activations freed by B, part 1 = the
-  // weight-gradient share kept until W (DESIGN.md §2 activation convention), part 2 = S's output.
+  // weight-gradient share kept until W (docs/formats.md activation convention), part 2 = S's output.
   std::map<std::tuple<int, int, int>, std::int32_t> m_bufferOf;
   std::vector<Transfer> m_endReceives;
 };

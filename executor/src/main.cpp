@@ -1,4 +1,4 @@
-// pipestudio-exec: the headless executor (DESIGN.md §4); `--task` first is one rank under a
+// pipestudio-exec: the headless executor (executor/README.md); `--task` first is one rank under a
 // cluster launcher (srun, mpirun), which runs the executor itself (Launcher.hpp).
 #include <string_view>
 

@@ -1,4 +1,4 @@
-// `pipestudio-cli validate` and `--help` through the real binary (DESIGN.md §9): exit 0 when
+// `pipestudio-cli validate` and `--help` through the real binary (docs/cli.md): exit 0 when
 // every file is valid, 1 with one message per problem naming the file, 2 on wrong usage.
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -23,6 +23,7 @@
 #include <QTemporaryDir>
 #include <QTextBrowser>
 #include <QThread>
+#include <QUndoStack>
 #include <cstdio>
 #include <memory>
 
@@ -467,6 +468,41 @@ TEST_F(WorkstationTest, ParallelismControlsMapOntoThePlanConfigAndTheWorkspace) 
   EXPECT_EQ(other.solverPanel().microBatchSize->value(), 2);
   other.solveController()->cancel();
   ASSERT_TRUE(other.solveController()->waitForIdle(60000));
+}
+
+TEST_F(WorkstationTest, RecipeControlsSetPrecisionAndOverlapsAndSurviveTheWorkspace) {
+  SolverPanel& p = window->solverPanel();
+  p.autoSolve->setChecked(false);
+  p.tp->setValue(2);
+  EXPECT_TRUE(p.tpCommOverlap->isEnabled());
+  p.precision->setCurrentText(QStringLiteral("fp8"));
+  p.overlapGradReduce->setChecked(false);
+  p.overlapParamGather->setChecked(false);
+  p.tpCommOverlap->setChecked(false);
+  const PlanConfig c = window->currentRequest().config;
+  EXPECT_EQ(c.precision, Precision::Fp8);
+  EXPECT_FALSE(c.parallel.overlapGradReduce);
+  EXPECT_FALSE(c.parallel.overlapParamGather);
+  EXPECT_FALSE(c.parallel.tpCommOverlap);
+  // Each is one undoable edit.
+  ASSERT_NE(window->undoStack(), nullptr);
+  window->undoStack()->undo();
+  EXPECT_TRUE(p.tpCommOverlap->isChecked());
+  window->undoStack()->redo();
+  EXPECT_FALSE(p.tpCommOverlap->isChecked());
+  const QString path = workstationDir() + QStringLiteral("/recipe.pipestudio");
+  ASSERT_TRUE(window->saveWorkspaceTo(path));
+  MainWindow other;
+  ASSERT_TRUE(other.openFile(path, nullptr, true));
+  EXPECT_EQ(other.solverPanel().precision->currentText(), QStringLiteral("fp8"));
+  EXPECT_FALSE(other.solverPanel().overlapParamGather->isChecked());
+  EXPECT_EQ(other.currentRequest().config.precision, Precision::Fp8);
+  EXPECT_EQ(other.currentRequest().config.parallel, c.parallel);
+  other.solveController()->cancel();
+  ASSERT_TRUE(other.solveController()->waitForIdle(60000));
+  // At TP 1 there is no TP communication to overlap.
+  p.tp->setValue(1);
+  EXPECT_FALSE(p.tpCommOverlap->isEnabled());
 }
 
 TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {

@@ -9,7 +9,7 @@ using namespace pipestudio::history::testing;
 
 namespace {
 
-// The shape of PipeStudio's own export (DESIGN.md §9): one X event per op, pid = device.
+// The shape of PipeStudio's own export (docs/cli.md): one X event per op, pid = device.
 const char* kOurs = R"json({"traceEvents": [
   {"name": "F mb0", "ph": "X", "ts": 1000, "dur": 1000, "pid": 0, "tid": 0,
    "args": {"kind": "F", "microbatch": 0, "virtual_stage": 0, "device": 0}},

@@ -1,4 +1,4 @@
-// pipestudio-cli history, end to end through the real binary (DESIGN.md §9).
+// pipestudio-cli history, end to end through the real binary (docs/cli.md).
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

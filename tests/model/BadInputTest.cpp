@@ -1,4 +1,4 @@
-// Every rule of DESIGN.md §2 "bad input gets a clear error": one file per rule under
+// Every rule of docs/formats.md "bad input gets a clear error": one file per rule under
 // tests/data/bad/, each checked for the exact message shape
 // `file:line:col: /json/pointer: what (expected …)` and for the place it points at.
 #include <gtest/gtest.h>

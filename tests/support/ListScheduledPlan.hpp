@@ -1,7 +1,7 @@
 #pragma once
 // Plans for the executor tests, made by a small greedy list scheduler so the suite does not
 // depend on the planner: unit-time rounds, every device takes the highest-priority ready op
-// (dependencies as DESIGN.md §2 defines them). Orders come out like the named schedules:
+// (dependencies as docs/formats.md defines them). Orders come out like the named schedules:
 // "1f1b" (F + fused BW, in-flight cap p − d), "zb-h1" (B before F before W, Qi et al. 2023
 // ZB-H1's cap p − d), "zb-v" (two chunks per device in a V, Qi et al. 2024), "fill" (1F1B
 // plus a frozen two-stage encoder whose half-batch N ops fill idle slots).

@@ -45,7 +45,7 @@ inline Layer trainableLayer(std::string name, double f, double b, double w, cons
   return l;
 }
 
-/// A frozen layer: forward only, no backward (DESIGN.md §2).
+/// A frozen layer: forward only, no backward (docs/formats.md).
 inline Layer frozenLayer(std::string name, double f, const LayerBytes& bytes = {}) {
   Layer l = trainableLayer(std::move(name), f, 0, 0, bytes);
   l.backwardInputMs.reset();
@@ -148,7 +148,7 @@ class PlanBuilder {
 
   /// The plan under construction, for what the builder does not cover.
   Plan& plan() { return m_plan; }
-  /// The plan with its metrics computed (DESIGN.md §4).
+  /// The plan with its metrics computed (executor/README.md).
   Plan build() const {
     Plan p = m_plan;
     p.metrics = computeMetrics(p);

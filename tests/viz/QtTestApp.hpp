@@ -1,6 +1,6 @@
 #pragma once
 // One QApplication for a GoogleTest binary, on the offscreen platform unless the environment
-// names another (STYLE.md: real widgets under QT_QPA_PLATFORM=offscreen).
+// names another (docs/style.md: real widgets under QT_QPA_PLATFORM=offscreen).
 
 #include <QApplication>
 #include <QDir>

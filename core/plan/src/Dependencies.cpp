@@ -1,5 +1,5 @@
 // Dependencies a plan implies beyond the data flow of its virtual stages, derived from the plan
-// alone (config, model, virtual stages, per-device op order). The plan format (DESIGN.md §2)
+// alone (config, model, virtual stages, per-device op order). The plan format (docs/formats.md)
 // stores no dependency list, so the planner (makePlan, resimulate) and the executor derive the
 // same edges from the same plan through these functions (issues 4 and 7).
 #include "pipestudio/plan/Dependencies.hpp"

@@ -366,7 +366,7 @@ std::string Deployment::State::launchDirect(const RemotePaths& remote, int world
     return Status{};
   };
   // cuda with several ranks: rank 0 creates the NCCL unique id and reports it on its stream
-  // (DESIGN.md §4); the others start once it is known.
+  // (executor/README.md); the others start once it is known.
   const bool needsNcclId = request().backend == Backend::Cuda && world > 1;
   if (auto s = startRank(ranks[0], ""); !s) launchError = s.message();
   std::string ncclId;

@@ -407,7 +407,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
   ScheduleSkeleton skeleton;
   IdVector<std::vector<OrderedOp>> lanes(shape.devices);
   IdVector<std::vector<RowEvent>> events(shape.devices);
-  bool transferCells = false;  // SEND_F/RECV_F/SEND_B/RECV_B: the file is in the compute_comms format
+  bool transferCells = false;     // SEND_F/RECV_F/SEND_B/RECV_B: the file is in the compute_comms format
   int tables = 0;                 // stages with a table in `seen`
   std::optional<Error> tooLarge;  // the tables would pass the plan limit: parsing stops
   // Checks one parsed action of row `row` and appends its op to the row's lane.

@@ -10,7 +10,7 @@
 // warm-up and cool-down overlap the other's steady phase. How many stages each backbone gets
 // is searched (Dispatch.cpp); the candidates also keep the V's legs.
 //
-// Why one V chain and not two plan pipelines (pipeline 0 / 1, DESIGN.md §2): the plan format
+// Why one V chain and not two plan pipelines (pipeline 0 / 1, docs/formats.md): the plan format
 // lets a bidirectional plan hold two pipelines only when every microbatch passes through
 // exactly one of them (Chimera/DualPipe replicas). ControlNet and UNet are not independent:
 // each microbatch runs both, and the ControlNet's output feeds the UNet (`feeds`), so the

@@ -14,7 +14,7 @@
 // chain per pipeline, so the two legs are handed to it as two pipelines with 2m
 // pseudo-microbatches (even ones through A, odd ones through B); every pseudo-microbatch 2k+l
 // is then renamed back to microbatch k. The plan itself keeps one pipeline (each microbatch
-// runs both backbones, DESIGN.md §2), and stageNeighbours gives it the same two chains.
+// runs both backbones, docs/formats.md), and stageNeighbours gives it the same two chains.
 #include <algorithm>
 #include <cmath>
 #include <limits>

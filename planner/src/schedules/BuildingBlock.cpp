@@ -216,7 +216,7 @@ struct OrderEstimate {
 };
 
 // Times a per-device order on the stage estimates (transfers not serialised) and measures
-// its activation peaks (DESIGN.md §2: live from F start; B frees all but the weight-gradient
+// its activation peaks (docs/formats.md: live from F start; B frees all but the weight-gradient
 // part, W the rest). The orders come from a collision-free repetition, so they never stall.
 OrderEstimate estimateOrder(const ScheduleInput& input, const std::vector<int>& chain,
                             const std::vector<std::vector<OrderedOp>>& order, int microbatches,

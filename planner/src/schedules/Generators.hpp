@@ -61,7 +61,7 @@ std::vector<std::vector<int>> pipelineChains(const std::vector<VirtualStage>& st
 /// only when nothing on the critical path is ready).
 struct GreedyOptions {
   bool splitBackward = true;
-  /// Activation budget per device in bytes (live from F start to B/W end, DESIGN.md §2).
+  /// Activation budget per device in bytes (live from F start to B/W end, docs/formats.md).
   /// A microbatch is admitted on a device only when its whole activation there fits.
   IdVector<std::int64_t> capBytes;  ///< by device
   /// Pipeline of each microbatch (size m); empty = all on pipeline 0.

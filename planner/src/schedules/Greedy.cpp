@@ -413,7 +413,7 @@ Choice GreedyConstruction::chooseForwardOrW(int d, DeviceState& ds) {
   if (ch.stage < 0) return ch;
   const StageEstimate& c = m_input.estimate(ch.stage);
   ch.durationMs = ch.kind == OpKind::F ? c.forwardMs : c.backwardWeightMs;
-  // Live activations (DESIGN.md §2: from F start); admission compares live bytes
+  // Live activations (docs/formats.md: from F start); admission compares live bytes
   // plus the whole need of a new microbatch against the budget.
   if (ch.kind == OpKind::F && !m_options.reserveWholeMicrobatch) ds.committedBytes += c.activationBytes;
   return ch;

@@ -18,7 +18,7 @@ struct OrderTiming {
   double makespanMs = 0;                ///< last end − first start
   double maxDeviceBubbleMs = 0;         ///< max over devices of span − busy
   double maxDeviceSpanMs = 0;           ///< max over devices of last end − first start
-  std::vector<std::int64_t> peakBytes;  ///< per device: peak live activation bytes (DESIGN.md §2)
+  std::vector<std::int64_t> peakBytes;  ///< per device: peak live activation bytes (docs/formats.md)
 };
 
 /// Times `order` (one op list per device) on `input`'s stage estimates and placement.

@@ -1,4 +1,4 @@
-// Discrete-event, dependency-driven simulator (DESIGN.md §3). Every device runs its ops in
+// Discrete-event, dependency-driven simulator (docs/architecture.md). Every device runs its ops in
 // the given order; an op starts when the device is free and all its inputs have arrived.
 // Host copies (D2H/H2D, activation offloading) run on a second lane of their device, its host
 // link: a copy is issued when the compute op before it in the device's order has ended, and

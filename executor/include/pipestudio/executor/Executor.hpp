@@ -1,6 +1,6 @@
 #pragma once
 /// \file pipestudio-exec as a library: options, fault injection and the entry point shared by
-/// the binary and the tests. Qt-, SQLite- and libssh-free (DESIGN.md §1).
+/// the binary and the tests. Qt-, SQLite- and libssh-free (docs/architecture.md).
 
 #include <cstdint>
 #include <optional>

@@ -24,7 +24,7 @@ struct Transfer {
   std::int64_t sizeBytes = 0;
 };
 
-/// An activation buffer of the DESIGN.md §2 convention: allocated at an op's start, freed at
+/// An activation buffer of the docs/formats.md convention: allocated at an op's start, freed at
 /// the end of a later op on the same device.
 struct BufferRef {
   std::int32_t buffer = 0;  ///< index into Program::buffers

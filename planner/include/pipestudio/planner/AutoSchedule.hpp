@@ -89,7 +89,7 @@ struct AutoScheduleResult {
 
 /// Schedules `input` (one pipeline, backward split into B and W, any placement). The memory
 /// limit (input.memoryLimitBytes, else each device's GPU memory when input.request is set,
-/// else unlimited) holds static bytes plus live activations (DESIGN.md §2) on every device.
+/// else unlimited) holds static bytes plus live activations (docs/formats.md) on every device.
 /// Every stage processes its F, B and W passes in microbatch order ("in-order" schedules, as
 /// every published schedule does); the ILP's optimality is proven within that class.
 /// A limit below what one microbatch needs is an Error naming the minimum.
@@ -116,7 +116,7 @@ struct OrderTiming {
 /// Error on a deadlocked or incomplete order.
 Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSkeleton& skeleton);
 
-/// The lower bound of any plan: the busiest device's busy time (DESIGN.md §2 metrics).
+/// The lower bound of any plan: the busiest device's busy time (docs/formats.md metrics).
 double busiestDeviceWorkMs(const Plan& plan);
 
 /// makePlan with schedule `zb-auto` and these options (partition, memory checks and simulation

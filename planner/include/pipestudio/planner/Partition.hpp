@@ -1,6 +1,6 @@
 #pragma once
 /// \file Stage partitioners: contiguous layer ranges of one trainable component over the
-/// virtual stages of a pipeline (`--partition balanced|dp`, DESIGN.md §3, issue 4).
+/// virtual stages of a pipeline (`--partition balanced|dp`, docs/architecture.md, issue 4).
 ///
 /// The algorithms work on a PartitionProblem (plain numbers, no plan types) so they can be
 /// tested against brute force; buildPartitionProblem() derives one from a request and a

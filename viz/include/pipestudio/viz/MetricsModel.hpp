@@ -67,7 +67,7 @@ class CompareModel : public QAbstractTableModel {
   std::vector<Row> m_rows;
 };
 
-/// Metrics of a plan: stored ones when present, else computed (DESIGN.md §2 definitions).
+/// Metrics of a plan: stored ones when present, else computed (docs/formats.md definitions).
 Metrics metricsOf(const Plan& plan);
 
 }  // namespace pipestudio::viz

@@ -1,5 +1,5 @@
 #pragma once
-/// \file One QCustomPlot plottable that draws every op and transfer of a plan (STYLE.md, "The
+/// \file One QCustomPlot plottable that draws every op and transfer of a plan (docs/style.md, "The
 /// timeline"): per-lane vectors sorted by start, blocks skipped outside the visible range,
 /// sub-pixel intervals merged into one column per pixel, one drawRects per colour without
 /// antialiasing, labels only where they fit. A second, small plottable draws the overlays

@@ -1,5 +1,5 @@
 #pragma once
-/// \file Comparisons over the history (DESIGN.md §6, issue 6): run vs run, run vs its plan,
+/// \file Comparisons over the history (docs/architecture.md, issue 6): run vs run, run vs its plan,
 /// and the per-device idle-time breakdown. All functions read through a HistoryStore and
 /// return value snapshots (safe to hand to the GUI thread).
 
@@ -37,7 +37,7 @@ struct NameComparison {
 };
 
 /// Busy = union of the device's op ranges (or, for runs without op ranges, of its GPU
-/// activity); idle = span − busy, span = first start … last end on the device (DESIGN.md §2).
+/// activity); idle = span − busy, span = first start … last end on the device (docs/formats.md).
 struct DeviceComparison {
   int device = 0;
   double aBusyMs = 0;

@@ -1,5 +1,5 @@
 #pragma once
-/// \file The run history (DESIGN.md §6, issue 6): one SQLite file (WAL) holding plans, runs,
+/// \file The run history (docs/architecture.md, issue 6): one SQLite file (WAL) holding plans, runs,
 /// devices, planned ops, measured events, memory samples and step times.
 ///
 /// Threading: a HistoryStore is one SQLite connection and is not thread-safe. Each thread (the

@@ -1,5 +1,5 @@
 #pragma once
-/// \file ClusterSpec: `pipestudio.cluster/1` (DESIGN.md §2).
+/// \file ClusterSpec: `pipestudio.cluster/1` (docs/formats.md).
 
 #include <array>
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-/// \file HostsSpec: `pipestudio.hosts/1` (DESIGN.md §9), where deploy runs the ranks.
+/// \file HostsSpec: `pipestudio.hosts/1` (docs/cli.md), where deploy runs the ranks.
 
 #include <string>
 #include <vector>

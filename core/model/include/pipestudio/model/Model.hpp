@@ -1,5 +1,5 @@
 #pragma once
-/// \file ModelSpec: `pipestudio.model/1` (DESIGN.md §2).
+/// \file ModelSpec: `pipestudio.model/1` (docs/formats.md).
 
 #include <algorithm>
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-/// \file Hybrid parallelism of a plan in Megatron-LM's vocabulary (DESIGN.md §2, issues 13 and
+/// \file Hybrid parallelism of a plan in Megatron-LM's vocabulary (docs/formats.md, issues 13 and
 /// 25): tensor (T), context (C), expert (E) and data (D) parallel degrees around the pipeline
 /// (P), sequence parallelism, activation recomputation, the ZeRO stage and how the recipe
 /// overlaps its collectives with compute.

@@ -1,5 +1,5 @@
 #pragma once
-/// \file The one place a plan's costs are derived (DESIGN.md §3): layer costs under the plan's
+/// \file The one place a plan's costs are derived (docs/architecture.md): layer costs under the plan's
 /// hybrid parallelism on its devices' GPUs, the pipeline-rank → GPU placement, and transfers
 /// between pipeline ranks. The simulator, memory accounting, bubble filling, partitioners,
 /// configurator, executor and GUI read costs through a CostedModel, never from the cost model

@@ -1,7 +1,7 @@
 #pragma once
 /// \file Dependencies a plan implies beyond the data flow of its virtual stages (F after the
 /// previous stage's F, B after the next stage's B, W after its B): frozen outputs that reach
-/// their consumers and the vocabulary-parallel S/T passes. The plan format (DESIGN.md §2)
+/// their consumers and the vocabulary-parallel S/T passes. The plan format (docs/formats.md)
 /// stores no dependency list, so the planner's simulator and the executor derive them here,
 /// from the plan alone, and agree.
 
@@ -39,8 +39,8 @@ struct OpDependency {
 bool validStage(const Plan& shell, int stage);
 
 /// Data-flow neighbours of every virtual stage (−1: none), the one definition the simulator and
-/// the executor share. Trainable stages: within a pipeline data flows in id order (DESIGN.md
-/// §2) from a stage to the next stage of its component, and from a component's last stage to
+/// the executor share. Trainable stages: within a pipeline data flows in id order (docs/formats.md)
+/// from a stage to the next stage of its component, and from a component's last stage to
 /// the next trainable stage when its component feeds that one (ControlNet → UNet); a
 /// trainable component that nothing upstream feeds starts its own chain, so independent
 /// backbones (cascaded models) placed on the same devices do not wait on each other. Frozen

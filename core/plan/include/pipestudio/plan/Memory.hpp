@@ -1,6 +1,6 @@
 #pragma once
 /// \file Metrics and per-device memory timelines computed from a timed plan, exactly as
-/// DESIGN.md §2 defines them.
+/// docs/formats.md defines them.
 
 #include <cstdint>
 #include <vector>
@@ -50,7 +50,7 @@ double offloadFraction(const PlanConfig& config, const VirtualStage& stage);
 /// (unit) costs are `unitCosts`.
 std::int64_t offloadBytes(const PlanConfig& config, const VirtualStage& stage, const StageCosts& unitCosts);
 
-/// Memory over time under the activation convention of DESIGN.md §2 (F start → B/BW end;
+/// Memory over time under the activation convention of docs/formats.md (F start → B/BW end;
 /// weightGradBytes until W end; an offloaded share from its D2H end to its H2D start is on
 /// the host). Partial-batch ops scale by samples; sequence-split plans use each chunk's costs.
 MemoryTimeline memoryTimeline(const Plan& plan);

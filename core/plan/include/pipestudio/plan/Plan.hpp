@@ -1,5 +1,5 @@
 #pragma once
-/// \file Plan: `pipestudio.plan/1` (DESIGN.md §2) — what the solvers produce, the GUI draws
+/// \file Plan: `pipestudio.plan/1` (docs/formats.md) — what the solvers produce, the GUI draws
 /// and the executor runs.
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-/// \file Deploying a plan over SSH (DESIGN.md §5, issues 8 and 17): connect to the hosts,
+/// \file Deploying a plan over SSH (docs/clusters-and-deploy.md, issues 8 and 17): connect to the hosts,
 /// upload the executor and the plan, start one rank per GPU (or one Slurm / mpirun job from
 /// the first host), stream every rank's trace and log back while it runs, stop everything on
 /// cancel or lost connection (a keepalive notices a silent one).

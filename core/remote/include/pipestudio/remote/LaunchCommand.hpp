@@ -2,7 +2,7 @@
 /// \file Remote command lines: which host runs which rank, the executor's arguments, the
 /// watchdog wrapper that ends a rank when its SSH channel closes, and the srun / sbatch /
 /// mpirun lines for `launcher: slurm|mpirun` with what squeue says about the job
-/// (DESIGN.md §5, §9, issue 17). Pure functions, unit-tested.
+/// (docs/clusters-and-deploy.md, §9, issue 17). Pure functions, unit-tested.
 
 #include <cstddef>
 #include <optional>
@@ -21,7 +21,7 @@ struct RankPlacement {
   int localDevice = 0;
 };
 
-/// Assigns ranks 0..world-1 to the hosts in order (DESIGN.md §9). Error when the hosts have
+/// Assigns ranks 0..world-1 to the hosts in order (docs/cli.md). Error when the hosts have
 /// fewer GPUs than `world`.
 Expected<std::vector<RankPlacement>> placeRanks(const HostsSpec& hosts, int world);
 

@@ -1,7 +1,7 @@
 #pragma once
 /// \file One authenticated SSH connection to one host (libssh 0.10): strict known_hosts
 /// checking, agent or identity-file authentication, commands, SFTP upload with checksum
-/// skip (DESIGN.md §5). Qt-free; every message names host:port.
+/// skip (docs/clusters-and-deploy.md). Qt-free; every message names host:port.
 
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-/// \file The executor → workstation trace stream (DESIGN.md §2): versioned, framed and
+/// \file The executor → workstation trace stream (docs/formats.md): versioned, framed and
 /// binary-safe; a decoder that keeps every complete frame of a truncated stream.
 /// Qt-free, SQLite-free: the executor links it on bare GPU nodes.
 
