@@ -1,6 +1,6 @@
 // Issue 31: seq1f1b (Sun et al. 2024, Seq1F1B), pipeoffload and offloading on other orders
 // (Wan et al. 2025, PipeOffload), v-1f1b (the Zero Bubble authors' v1f1b.py). Oracles: the
-// Seq1F1B chunk order for p = 4, K = 2 as the paper's Figure 3 draws it (and the authors'
+// Seq1F1B chunk order for p = 4, K = 2 as the paper's schedule figure draws it (and the authors'
 // seq1f1b.py builds it); offloading never raises a device's memory nor its makespan, and every
 // offloaded activation is back before its backward.
 #include <gtest/gtest.h>
@@ -45,7 +45,7 @@ PlanRequest seqRequest(int p, int trainingMicrobatches, int k) {
 }
 
 TEST(Seq1F1B, ChunkOrderForFourDevicesAndTwoSplitsIsThePapers) {
-  // Seq1F1B Figure 3 (p = 4, each microbatch in two sequence chunks): device d warms up with
+  // Seq1F1B's schedule figure (p = 4, each microbatch in two sequence chunks): device d warms up with
   // p − d − 2 + K chunk forwards, then one forward and one backward; a microbatch's chunks run
   // forward in order and backward in reverse order (the later chunk's backward first).
   auto plan = makePlan(seqRequest(4, 4, 2));

@@ -125,7 +125,7 @@ std::int64_t offloadBytes(const PlanConfig& config, const VirtualStage& stage, c
 
 namespace {
 
-// The activation events of one op (DESIGN.md §2, with offloading): at most two (time, delta).
+// The activation events of one op (docs/formats.md, with offloading): at most two (time, delta).
 struct OpEvents {
   int count = 0;
   std::array<double, 2> timeMs{};

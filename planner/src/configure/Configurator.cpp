@@ -173,7 +173,9 @@ std::vector<std::string> Search::scheduleNames() const {
   if (out.empty()) {
     for (const ScheduleGenerator* g : scheduleGenerators()) {
       const std::string n(g->name());
-      if (n == "custom" || n == "zb-auto") continue;  // need a CSV / a memory limit to mean anything
+      // custom and zb-auto need a CSV / a memory limit to mean anything; seq1f1b without
+      // --seq-splits (which the search does not vary) is 1f1b.
+      if (n == "custom" || n == "zb-auto" || n == "seq1f1b") continue;
       out.push_back(n);
     }
   }
