@@ -725,7 +725,9 @@ TEST_F(LoopTest, PanelEditsKeepTheSettingsThePanelDoesNotShow) {
   EXPECT_TRUE(now.overlapForwardBackward);
   EXPECT_FALSE(now.parallel.overlapGradReduce);
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));
-  if (window->currentPlan()) EXPECT_EQ(window->currentPlan()->config.precision, Precision::Fp8);
+  if (window->currentPlan()) {
+    EXPECT_EQ(window->currentPlan()->config.precision, Precision::Fp8);
+  }
 }
 
 }  // namespace

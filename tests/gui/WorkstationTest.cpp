@@ -471,7 +471,7 @@ TEST_F(WorkstationTest, ParallelismControlsMapOntoThePlanConfigAndTheWorkspace) 
 }
 
 TEST_F(WorkstationTest, RecipeControlsSetPrecisionAndOverlapsAndSurviveTheWorkspace) {
-  SolverPanel& p = window->solverPanel();
+  const SolverPanel& p = window->solverPanel();
   p.autoSolve->setChecked(false);
   p.tp->setValue(2);
   EXPECT_TRUE(p.tpCommOverlap->isEnabled());

@@ -47,7 +47,9 @@ void expectRefused(const std::vector<std::string>& files, const std::string& exp
   const auto r = cli(args);
   EXPECT_EQ(r.exitCode, 1) << name << ": " << r.out << r.err;
   EXPECT_NE(r.err.find(expected), std::string::npos) << name << ": " << r.err;
-  if (fs::exists(db)) EXPECT_TRUE(listRuns(db).empty()) << name << ": a failed import left a run";
+  if (fs::exists(db)) {
+    EXPECT_TRUE(listRuns(db).empty()) << name << ": a failed import left a run";
+  }
 }
 
 // A shell command running pipestudio-cli ARGS in 1 GiB of address space (paths without spaces).

@@ -4,8 +4,19 @@
 
 using namespace pipestudio;
 
+namespace {
+// hidden, sequence and heads; every other field as TransformerShape defaults it.
+pipestudio::TransformerShape shapeOf(std::int64_t hidden, std::int64_t seq, std::int64_t heads) {
+  pipestudio::TransformerShape t;
+  t.hidden = hidden;
+  t.seq = seq;
+  t.heads = heads;
+  return t;
+}
+}  // namespace
+
 TEST(CostModel, TransformerFlopsFollowNarayanan) {
-  TransformerShape t{2048, 2048, 16, 0, std::nullopt};
+  TransformerShape t = shapeOf(2048, 2048, 16);
   const double b = 1, s = 2048, h = 2048;
   EXPECT_DOUBLE_EQ(transformerForwardFlops(t, 1), 24 * b * s * h * h + 4 * b * s * s * h);
 }
@@ -13,7 +24,7 @@ TEST(CostModel, TransformerFlopsFollowNarayanan) {
 TEST(CostModel, MeasuredCostsWinOverShape) {
   Layer l;
   l.kind = "transformer";
-  l.transformer = TransformerShape{1024, 1024, 16, 0, std::nullopt};
+  l.transformer = shapeOf(1024, 1024, 16);
   l.forwardMs = 3.0;
   GpuSpec gpu{"x", 100, 80, 0.5};
   const LayerCosts c = layerCosts(l, gpu, 1, true);

@@ -15,6 +15,17 @@
 #include "pipestudio/viz/SpecModels.hpp"
 #include "support/SyntheticPlan.hpp"
 
+namespace {
+// hidden, sequence and heads; every other field as TransformerShape defaults it.
+pipestudio::TransformerShape shapeOf(std::int64_t hidden, std::int64_t seq, std::int64_t heads) {
+  pipestudio::TransformerShape t;
+  t.hidden = hidden;
+  t.seq = seq;
+  t.heads = heads;
+  return t;
+}
+}  // namespace
+
 namespace pipestudio::viz {
 namespace {
 
@@ -34,7 +45,7 @@ ModelSpec twoComponentModel() {
     Layer l;
     l.name = "u" + std::to_string(i);
     l.kind = "transformer";
-    l.transformer = TransformerShape{1024, 512, 16, 0, std::nullopt};
+    l.transformer = shapeOf(1024, 512, 16);
     unet.layers.push_back(l);
   }
   m.components = {text, unet};
