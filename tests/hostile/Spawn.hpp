@@ -2,12 +2,12 @@
 // Runs the real binaries as a user would: argv without a shell, stdout/stderr to files,
 // optional stdin, a deadline (a hang is a failure, not a stuck test).
 #include <fcntl.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -68,6 +68,7 @@ inline pid_t start(const std::vector<std::string>& args, const std::string& outP
   posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
+  argv.reserve(copy.size() + 1);
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;

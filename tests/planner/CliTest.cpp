@@ -243,13 +243,13 @@ TEST_F(Cli, ExportTorchtitanWritesPythonForMainAndTomlOnRequest) {
 
   const std::string exportTitan = "export " + plan + " --format torchtitan ";
   for (const std::string& args : {std::string("-o ") + (dir / "old.toml").string(),
-                                  "--torchtitan-config toml -o " + (dir / "old.cfg").string()}) {
+                                  "--torchtitan-config toml -o " + (dir / "older.cfg").string()}) {
     const CliRun toml = run(exportTitan + args);
     ASSERT_EQ(toml.status, 0) << toml.out;
     EXPECT_NE(toml.out.find("torchtitan v0.2.2 TOML job config"), std::string::npos) << toml.out;
   }
   EXPECT_NE(readText(dir / "old.toml").find("[parallelism]"), std::string::npos);
-  EXPECT_NE(readText(dir / "old.cfg").find("pipeline_parallel_schedule_csv"), std::string::npos);
+  EXPECT_NE(readText(dir / "older.cfg").find("pipeline_parallel_schedule_csv"), std::string::npos);
 
   const CliRun badName = run("export " + plan + " --format torchtitan -o " + (dir / "pp-plan.py").string());
   EXPECT_EQ(badName.status, 2) << badName.out;
