@@ -176,9 +176,9 @@ std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::i
     double chosenOffload = 0, chosenReload = 0;
     for (Candidate& c : candidates) {
       if (c.kept || c.forwardEndMs > fromMs || c.backwardStartMs < toMs) continue;
-      if (chosen && (c.bytes < chosen->bytes || (c.bytes == chosen->bytes &&
-                                                 c.backwardStartMs - c.forwardEndMs <=
-                                                     chosen->backwardStartMs - chosen->forwardEndMs))) {
+      if (chosen && (c.bytes < chosen->bytes ||
+                     (c.bytes == chosen->bytes &&
+                      c.backwardStartMs - c.forwardEndMs <= chosen->backwardStartMs - chosen->forwardEndMs))) {
         continue;
       }
       const double reload = lastGap(busy, toMs, c.copyMs, c.backwardStartMs);
@@ -272,13 +272,13 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
   std::vector<std::vector<std::int32_t>> perDevice(skeleton.devices.size());
   for (std::size_t i = 0; i < timed->ops.size(); ++i) {
     const Op& op = timed->ops[i];
-    if (inRange(perDevice, op.device)) perDevice[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
+    if (inRange(perDevice, op.device))
+      perDevice[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
   }
   const MemoryTimeline memory = memoryTimeline(*timed, costs);
   std::vector<std::vector<std::int32_t>> moved(skeleton.devices.size());
   for (std::size_t d = 0; d < skeleton.devices.size(); ++d) {
-    skeleton.devices[d] =
-        offloadDevice(*timed, perDevice[d], copyMs, bytesByUnit, splits, memory.devices[d], moved[d]);
+    skeleton.devices[d] = offloadDevice(*timed, perDevice[d], copyMs, bytesByUnit, splits, memory.devices[d], moved[d]);
   }
   // Dependencies name ops by their place in the device's order: the copies moved them.
   auto remap = [&](OpRef& r) {

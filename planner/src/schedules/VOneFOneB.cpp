@@ -298,8 +298,9 @@ class VOneFOneB final : public ScheduleGenerator {
     };
     if (pattern) consider(std::move(*pattern));
     if (greedy) consider(std::move(greedy->devices));
-    if (!best) return Error{"v-1f1b: no order of " + std::to_string(m) + " microbatches on " + std::to_string(p) +
-                            " devices keeps its activation budget"};
+    if (!best)
+      return Error{"v-1f1b: no order of " + std::to_string(m) + " microbatches on " + std::to_string(p) +
+                   " devices keeps its activation budget"};
     out.devices = std::move(*best);
     return out;
   }
