@@ -267,7 +267,7 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
       ->check(intIn(1, 1'000'000));
   cmd->add_option("--seq-splits", o.seqSplits,
                   "seq1f1b: sequence chunks per microbatch K (Seq1F1B; the plan's microbatches count chunks)")
-      ->check(intIn(1, 1024));
+      ->check(intIn(1, kMaxSeqSplits));
   cmd->add_option("--seq-split", o.seqSplit,
                   "--seq-splits: balanced (equal compute per chunk, Seq1F1B's partition; default) or even (equal "
                   "tokens)")

@@ -392,6 +392,16 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   PlanConfig configured = cfg;
   configured.schedule = std::string(generator->name());  // PyTorch's name → ours
   generator->configure(configured);
+  if (configured.seqSplits > 1) {
+    // Every layer is costed once per sequence chunk: bound that before costing.
+    std::int64_t layers = 0;
+    for (const Component& comp : request.model.components) layers += static_cast<std::int64_t>(comp.layers.size());
+    if (configured.seqSplits > kMaxSeqSplits || layers * configured.seqSplits > kMaxSeqChunkLayers) {
+      return Error{"--seq-splits " + str(configured.seqSplits) + " for a model of " + str(layers) +
+                   " layers: expected at most " + str(kMaxSeqSplits) + " chunks and " + str(kMaxSeqChunkLayers) +
+                   " chunk-layers in all"};
+    }
+  }
   const CostedModel costs(request.model, request.cluster, configured);
   if (auto st = checkSequenceAndOffload(request, *generator, costs); !st) return st.error();
   partition::PartitionHints withCosts = hints;

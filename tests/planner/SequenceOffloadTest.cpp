@@ -137,6 +137,18 @@ TEST(Seq1F1B, BadSplitsAreRefusedWithTheReason) {
   ASSERT_FALSE(zero.hasValue());
   EXPECT_NE(zero.message().find("--seq-splits must be at least 1"), std::string::npos) << zero.message();
 
+  // Each layer is costed once per chunk: too many chunks, or chunks times layers, are refused
+  // before anything is costed.
+  r = seqRequest(4, 2, 65);
+  auto many = makePlan(r);
+  ASSERT_FALSE(many.hasValue());
+  EXPECT_NE(many.message().find("expected at most 64 chunks"), std::string::npos) << many.message();
+  r = test::request(test::equalLayers(4000, 1.0, 1.0, 1.0), test::freeCluster(4), "seq1f1b", 4, 4 * 32, 1);
+  r.config.seqSplits = 32;
+  auto deep = makePlan(r);
+  ASSERT_FALSE(deep.hasValue());
+  EXPECT_NE(deep.message().find("chunk-layers"), std::string::npos) << deep.message();
+
   r = seqRequest(4, 4, 2);
   r.config.seqSplit = "random";
   auto split = makePlan(r);

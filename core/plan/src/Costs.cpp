@@ -236,7 +236,12 @@ CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, con
       }
     }
   }
-  if (config.seqSplits > 1) {
+  std::int64_t layerCount = 0;
+  for (const Component& comp : model.components) layerCount += static_cast<std::int64_t>(comp.layers.size());
+  // Beyond the chunk-layer budget (refused by the planner and the plan reader) the chunks keep
+  // whole-microbatch costs rather than allocate without bound.
+  if (config.seqSplits > 1 && config.seqSplits <= kMaxSeqSplits &&
+      layerCount * config.seqSplits <= kMaxSeqChunkLayers) {
     // Sequence splits: every layer costed again per chunk (blockwise ZeRO-3 gathers are not
     // split: the planner refuses that combination).
     m_seqBounds = seqBounds(model, cluster, config, samples);

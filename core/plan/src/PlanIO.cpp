@@ -19,7 +19,6 @@ namespace {
 
 constexpr std::int64_t kMaxDevices = kMaxPlanDevices;
 constexpr std::int64_t kMaxMicrobatches = kMaxPlanMicrobatches;
-constexpr std::int64_t kMaxSeqSplits = 1024;
 constexpr double kMaxTimeMs = 1.0e12;
 constexpr std::int64_t kMaxCommBytes = std::int64_t{1} << 50;
 
@@ -208,6 +207,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   r.rejectUnknown(at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "fsdp_actions",
                        "metrics", "generator", "notes"});
   Plan plan;
+  std::optional<JsonNode> seqSplitsAt;  // where seq_splits is, for the chunk-layer check below
   if (auto cfg = r.object(at, "config", Presence::Required)) {
     r.rejectUnknown(*cfg, {"schedule",
                            "devices",
@@ -294,6 +294,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     c.unitMicrobatches =
         static_cast<int>(r.integer(*cfg, "unit_microbatches", Presence::Optional, 1, kMaxMicrobatches).value_or(0));
     c.seqSplits = static_cast<int>(r.integer(*cfg, "seq_splits", Presence::Optional, 1, kMaxSeqSplits).value_or(1));
+    seqSplitsAt = cfg->child("seq_splits");
     if (c.seqSplits > 1 && c.microbatches % c.seqSplits != 0) {
       r.error(cfg->child("microbatches"), "is " + std::to_string(c.microbatches) +
                                               " (expected a multiple of seq_splits " + std::to_string(c.seqSplits) +
@@ -311,6 +312,15 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   }
   if (auto m = r.field(at, "model", Presence::Required)) {
     if (auto model = readModel(r, *m)) plan.model = std::move(*model);
+  }
+  if (plan.config.seqSplits > 1 && seqSplitsAt) {
+    std::int64_t layers = 0;
+    for (const Component& comp : plan.model.components) layers += static_cast<std::int64_t>(comp.layers.size());
+    if (layers * plan.config.seqSplits > kMaxSeqChunkLayers) {
+      r.error(*seqSplitsAt, "is " + std::to_string(plan.config.seqSplits) + " for a model of " +
+                                std::to_string(layers) + " layers (expected at most " +
+                                std::to_string(kMaxSeqChunkLayers) + " chunk-layers in all)");
+    }
   }
   if (auto c = r.field(at, "cluster", Presence::Required)) {
     if (auto cluster = readCluster(r, *c)) plan.cluster = std::move(*cluster);
