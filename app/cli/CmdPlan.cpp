@@ -13,6 +13,7 @@
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/SequenceSplits.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Fill.hpp"

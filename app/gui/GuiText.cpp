@@ -16,6 +16,8 @@ constexpr FlagName kFlagNames[] = {
     {"--devices", "Devices"},
     {"--microbatches", "Microbatches"},
     {"--chunks", "Chunks / device"},
+    {"--seq-splits", "Sequence splits"},
+    {"--offload-ratio", "Offload ratio"},
     {"--partition", "Partition"},
     {"--fill", "Fill"},
     {"--memory-limit", "Memory limit"},

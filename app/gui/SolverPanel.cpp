@@ -2,6 +2,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -21,6 +22,7 @@
 #include "GuiText.hpp"
 #include "WheelGuard.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/SequenceSplits.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -106,6 +108,18 @@ void SolverPanel::buildPipelineGroup(QWidget* parent, QVBoxLayout* outer) {
   microbatches->setRange(1, 1 << 20);
   chunks = new QSpinBox(group);
   chunks->setRange(1, 64);
+  seqSplits = new QSpinBox(group);
+  seqSplits->setRange(1, kMaxSeqSplits);
+  seqSplits->setToolTip(
+      QStringLiteral("seq1f1b (Seq1F1B): sequence chunks per microbatch, pipelined one by one; other schedules "
+                     "take 1"));
+  offloadRatio = new QDoubleSpinBox(group);
+  offloadRatio->setRange(0.0, 1.0);
+  offloadRatio->setSingleStep(0.25);
+  offloadRatio->setDecimals(2);
+  offloadRatio->setToolTip(
+      QStringLiteral("PipeOffload: share of each device's chunks whose activations go to host memory between "
+                     "forward and backward, chunk 0 first (0: none; pipeoffload takes one chunk when 0)"));
   partition = new QComboBox(group);
   for (const std::string& name : partitionNames()) partition->addItem(q(name));
   fill = new QComboBox(group);
@@ -117,6 +131,8 @@ void SolverPanel::buildPipelineGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(QStringLiteral("Devices"), devices);
   form->addRow(QStringLiteral("Microbatches"), microbatches);
   form->addRow(QStringLiteral("Chunks / device"), chunks);
+  form->addRow(QStringLiteral("Sequence splits"), seqSplits);
+  form->addRow(QStringLiteral("Offload ratio"), offloadRatio);
   form->addRow(QStringLiteral("Partition"), partition);
   form->addRow(QStringLiteral("Fill"), fill);
   form->addRow(QStringLiteral("Memory limit"), memoryLimit);
@@ -255,15 +271,16 @@ void SolverPanel::connectFields() {
     connect(combo, &QComboBox::currentTextChanged, this,
             [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
-  const std::array<std::pair<QSpinBox*, const char*>, 9> spins{{{devices, "Devices"},
-                                                                {microbatches, "Microbatches"},
-                                                                {chunks, "Chunks / device"},
-                                                                {tp, "TP"},
-                                                                {cp, "CP"},
-                                                                {ep, "EP"},
-                                                                {dp, "DP"},
-                                                                {globalBatch, "Global batch"},
-                                                                {microBatchSize, "Micro-batch size"}}};
+  const std::array<std::pair<QSpinBox*, const char*>, 10> spins{{{devices, "Devices"},
+                                                                 {microbatches, "Microbatches"},
+                                                                 {chunks, "Chunks / device"},
+                                                                 {seqSplits, "Sequence splits"},
+                                                                 {tp, "TP"},
+                                                                 {cp, "CP"},
+                                                                 {ep, "EP"},
+                                                                 {dp, "DP"},
+                                                                 {globalBatch, "Global batch"},
+                                                                 {microBatchSize, "Micro-batch size"}}};
   for (const auto& [spin, name] : spins) {
     connect(spin, &QSpinBox::valueChanged, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
@@ -274,6 +291,8 @@ void SolverPanel::connectFields() {
   for (const auto& [box, name] : boxes) {
     connect(box, &QCheckBox::toggled, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
+  connect(offloadRatio, &QDoubleSpinBox::valueChanged, this,
+          [this]() { onFieldEdited(QStringLiteral("Offload ratio")); });
   connect(memoryLimit, &QLineEdit::editingFinished, this, [this]() {
     // editingFinished also fires on focus loss without a change: only a change is an edit.
     if (memoryLimit->text() != m_shown.memoryLimitText) onFieldEdited(QStringLiteral("Memory limit"));
@@ -292,7 +311,9 @@ PlanConfig SolverPanel::config() const {
   const QString scheduleName = schedule->currentData().toString();
   c.schedule = (scheduleName == QLatin1String(kAuto) ? m_explicitSchedule : scheduleName).toStdString();
   c.devices = devices->value();
-  c.microbatches = microbatches->value();
+  c.seqSplits = seqSplits->value();
+  c.microbatches = microbatches->value() * c.seqSplits;  // units: K sequence chunks per microbatch
+  c.offloadRatio = offloadRatio->value();
   c.chunksPerDevice = chunks->value();
   c.partition = partition->currentText().toStdString();
   c.fill = fill->currentText().toStdString();
@@ -345,7 +366,9 @@ void SolverPanel::setConfig(const PlanConfig& c) {
     schedule->setCurrentIndex(schedule->count() - 1);
   }
   devices->setValue(c.devices);
-  microbatches->setValue(c.microbatches);
+  seqSplits->setValue(std::clamp(c.seqSplits, 1, kMaxSeqSplits));
+  microbatches->setValue(c.trainingMicrobatches());
+  offloadRatio->setValue(c.offloadRatio);
   chunks->setValue(c.chunksPerDevice);
   if (fill->findText(q(c.fill)) < 0) fill->addItem(q(c.fill));
   fill->setCurrentText(q(c.fill));
@@ -447,7 +470,9 @@ void SolverPanel::onFieldEdited(const QString& field) {
                                      QStringLiteral("ZeRO"),
                                      QStringLiteral("Global batch"),
                                      QStringLiteral("Micro-batch size"),
-                                     QStringLiteral("Optimizer sync")};
+                                     QStringLiteral("Optimizer sync"),
+                                     QStringLiteral("Sequence splits"),
+                                     QStringLiteral("Offload ratio")};
     m_undo->push(new SolverPanelEdit(this, static_cast<int>(kFields.indexOf(field)),
                                      QStringLiteral("change %1").arg(field), m_shown, after));
   }

@@ -15,6 +15,7 @@
 
 class QComboBox;
 class QSpinBox;
+class QDoubleSpinBox;
 class QLineEdit;
 class QPushButton;
 class QProgressBar;
@@ -63,6 +64,10 @@ class SolverPanel : public QWidget {
   QSpinBox* devices = nullptr;
   QSpinBox* microbatches = nullptr;
   QSpinBox* chunks = nullptr;
+  /// seq1f1b's sequence chunks per microbatch K (PlanConfig::seqSplits); Microbatches counts
+  /// training microbatches, as --microbatches does, the plan K times as many units.
+  QSpinBox* seqSplits = nullptr;
+  QDoubleSpinBox* offloadRatio = nullptr;  ///< PlanConfig::offloadRatio (PipeOffload)
   QComboBox* partition = nullptr;
   QComboBox* fill = nullptr;
   QLineEdit* memoryLimit = nullptr;

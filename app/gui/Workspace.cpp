@@ -11,6 +11,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/plan/SequenceSplits.hpp"
 #include "pipestudio/trace/Stream.hpp"
 
 namespace pipestudio::gui {
@@ -56,13 +57,20 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
                                    "precision",
                                    "recompute_num_layers",
                                    "recompute_method",
-                                   "recompute_modules"});
+                                   "recompute_modules",
+                                   "seq_splits",
+                                   "offload_ratio"});
     PlanConfig& c = ws.solver;
     if (auto v = reader.string(*solver, "schedule", Presence::Required)) c.schedule = *v;
     if (auto v = reader.integer(*solver, "devices", Presence::Required, 1, 4096)) c.devices = static_cast<int>(*v);
     if (auto v = reader.integer(*solver, "microbatches", Presence::Required, 1, 1 << 20))
       c.microbatches = static_cast<int>(*v);
     if (auto v = reader.integer(*solver, "chunks", Presence::Optional, 1, 64)) c.chunksPerDevice = static_cast<int>(*v);
+    // seq1f1b and PipeOffload (issue 31): microbatches counts sequence chunks, as in a plan.
+    if (auto v = reader.integer(*solver, "seq_splits", Presence::Optional, 1, kMaxSeqSplits)) {
+      c.seqSplits = static_cast<int>(*v);
+    }
+    if (auto v = reader.number(*solver, "offload_ratio", Presence::Optional, 0.0, 1.0)) c.offloadRatio = *v;
     if (auto v = reader.string(*solver, "partition", Presence::Optional)) c.partition = *v;
     if (auto v = reader.string(*solver, "fill", Presence::Optional)) c.fill = *v;
     if (auto v = reader.integer(*solver, "memory_limit_bytes", Presence::Optional, 1,
@@ -132,6 +140,8 @@ Json workspaceToJson(const Workspace& ws) {
   solver["devices"] = ws.solver.devices;
   solver["microbatches"] = ws.solver.microbatches;
   solver["chunks"] = ws.solver.chunksPerDevice;
+  if (ws.solver.seqSplits > 1) solver["seq_splits"] = ws.solver.seqSplits;
+  if (ws.solver.offloadRatio > 0) solver["offload_ratio"] = ws.solver.offloadRatio;
   solver["partition"] = ws.solver.partition;
   solver["fill"] = ws.solver.fill;
   if (ws.solver.memoryLimitBytes) solver["memory_limit_bytes"] = *ws.solver.memoryLimitBytes;

@@ -13,6 +13,7 @@
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/plan/SequenceSplits.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"

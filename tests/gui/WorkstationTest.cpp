@@ -470,6 +470,34 @@ TEST_F(WorkstationTest, ParallelismControlsMapOntoThePlanConfigAndTheWorkspace) 
   ASSERT_TRUE(other.solveController()->waitForIdle(60000));
 }
 
+// Issue 31: seq1f1b's sequence splits and PipeOffload's offload ratio are panel fields; the
+// Microbatches field counts training microbatches (the plan K times as many chunks), as the CLI's
+// --microbatches does.
+TEST_F(WorkstationTest, SequenceSplitsAndOffloadRatioMapOntoThePlanConfigAndTheWorkspace) {
+  const SolverPanel& p = window->solverPanel();
+  p.autoSolve->setChecked(false);
+  p.schedule->setCurrentIndex(p.schedule->findData(QStringLiteral("seq1f1b")));
+  p.microbatches->setValue(4);
+  p.seqSplits->setValue(2);
+  p.offloadRatio->setValue(0.5);
+  const PlanConfig c = window->currentRequest().config;
+  EXPECT_EQ(c.schedule, "seq1f1b");
+  EXPECT_EQ(c.seqSplits, 2);
+  EXPECT_EQ(c.microbatches, 8);
+  EXPECT_DOUBLE_EQ(c.offloadRatio, 0.5);
+
+  const QString path = workstationDir() + QStringLiteral("/sequence.pipestudio");
+  ASSERT_TRUE(window->saveWorkspaceTo(path));
+  MainWindow other;
+  ASSERT_TRUE(other.openFile(path, nullptr, true));
+  EXPECT_EQ(other.currentRequest().config.seqSplits, 2);
+  EXPECT_EQ(other.currentRequest().config.microbatches, 8);
+  EXPECT_EQ(other.solverPanel().microbatches->value(), 4);
+  EXPECT_DOUBLE_EQ(other.solverPanel().offloadRatio->value(), 0.5);
+  other.solveController()->cancel();
+  ASSERT_TRUE(other.solveController()->waitForIdle(60000));
+}
+
 TEST_F(WorkstationTest, RecipeControlsSetPrecisionAndOverlapsAndSurviveTheWorkspace) {
   const SolverPanel& p = window->solverPanel();
   p.autoSolve->setChecked(false);

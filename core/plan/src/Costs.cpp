@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/plan/SequenceSplits.hpp"
 
 namespace pipestudio {
 namespace {

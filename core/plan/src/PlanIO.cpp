@@ -13,6 +13,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/plan/SequenceSplits.hpp"
 
 namespace pipestudio {
 namespace {

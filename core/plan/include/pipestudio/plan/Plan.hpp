@@ -27,10 +27,6 @@ inline constexpr int kMaxPlanDevices = 1'000'000;
 inline constexpr int kMaxPlanMicrobatches = 1'000'000;
 /// Most virtual stages: each runs at least one op, so no plan has more stages than ops.
 inline constexpr int kMaxPlanVirtualStages = static_cast<int>(kMaxPlanOps);
-/// Most sequence chunks per microbatch (PlanConfig::seqSplits; Seq1F1B splits in 2 to 16), and
-/// most (chunk, layer) pairs a model is costed for: each layer is costed once per chunk.
-inline constexpr int kMaxSeqSplits = 64;
-inline constexpr std::int64_t kMaxSeqChunkLayers = 100'000;
 
 /// F forward, B input-gradient backward, W weight-gradient backward, BW fused backward,
 /// N non-trainable forward (bubble filling), S/T vocabulary passes, OPT optimizer step,
