@@ -175,6 +175,33 @@ TEST(MegatronExport, ZeroBubbleVGoldenAndMemorySetups) {
   EXPECT_NE(h1->text.find("--zero-bubble-max-pending-backward 4"), std::string::npos) << h1->text;
 }
 
+// Issue 31: the fork runs V-1F1B (--enable-1f1b-v) and Seq1F1B (--num-seq-splits, equal-token
+// chunks, one stage per rank); offloading plans are refused with the flags the fork would need.
+TEST(MegatronExport, ForkFlagsForVOneFOneBAndSeq1F1BAndARefusalForOffloading) {
+  auto v = megatronExport(planOf(lm(16), "v-1f1b", 4, 8, 2));
+  ASSERT_TRUE(v.hasValue()) << v.message();
+  EXPECT_NE(v->text.find("--enable-1f1b-v"), std::string::npos) << v->text;
+  EXPECT_EQ(v->text.find("--zero-bubble-v-schedule"), std::string::npos) << v->text;
+
+  PlanRequest r = test::request(lm(16), test::freeCluster(8, 100, 1), "seq1f1b", 4, 8 * 2, 1);
+  r.config.seqSplits = 2;
+  r.config.seqSplit = "even";
+  r.config.partition = "balanced";  // as planOf: the fork's even decoder split
+  auto seq = makePlan(r);
+  ASSERT_TRUE(seq.hasValue()) << seq.message();
+  auto m = megatronExport(*seq);
+  ASSERT_TRUE(m.hasValue()) << m.message();
+  EXPECT_NE(m->text.find("--num-seq-splits 2"), std::string::npos) << m->text;
+  EXPECT_NE(m->text.find("--global-batch-size 8"), std::string::npos) << m->text;  // training microbatches
+  EXPECT_EQ(m->text.find("equal tokens"), std::string::npos) << m->text;           // no note: even split
+
+  Plan offload = planOf(lm(16), "interleaved-1f1b", 4, 8, 2);
+  offload.config.offloadRatio = 0.5;
+  auto refused = megatronExport(offload);
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.message().find("--offload-chunk-num"), std::string::npos) << refused.message();
+}
+
 TEST(MegatronExport, RefusesWhatMegatronCannotExpressWithTheReason) {
   const auto refusal = [](const Plan& plan) {
     auto m = megatronExport(plan);

@@ -305,7 +305,9 @@ std::int64_t microBatchSize(const Plan& plan) {
 }
 
 std::int64_t globalBatch(const Plan& plan) {
-  return plan.config.globalBatch.value_or(microBatchSize(plan) * plan.config.microbatches * plan.config.parallel.data);
+  // A sequence-split plan's microbatches count chunks: the batch counts training microbatches.
+  return plan.config.globalBatch.value_or(microBatchSize(plan) * plan.config.trainingMicrobatches() *
+                                          plan.config.parallel.data);
 }
 
 const TransformerShape* decoderShape(const Plan& plan) {
@@ -399,6 +401,13 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   const std::string& schedule = c.schedule;
   const int p = c.devices;
   const int v = static_cast<int>(plan.virtualStages.size()) / std::max(1, p);
+  if (schedule == "pipeoffload" || c.offloadRatio > 0) {
+    return Error{"the " + schedule +
+                 " plan offloads activations, which the Zero Bubble fork runs with its own group-interleaved "
+                 "order and offload pass (--enable-zb-runtime --interleave-group-size --cpu-offload "
+                 "--offload-chunk-num): that order is not this plan's, so no arguments are written (plan "
+                 "interleaved-1f1b without --offload-ratio for mainline Megatron-LM)"};
+  }
   if (auto st = requireSingleBackbone(plan, "Megatron-LM"); !st) return st.error();
   auto stages = stageLayers(plan, "Megatron-LM");
   if (!stages) return stages.error();
@@ -407,14 +416,18 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   std::vector<std::string> notes = placeFrameworkEnds(*stages, "Megatron-LM");
 
   const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto";
-  const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min";
+  // The fork's V shapes: its ZB-V schedules, and V-1F1B (--enable-1f1b-v, its v1f1b.py). Seq1F1B
+  // (--num-seq-splits, its seq1f1b.py) runs on the fork's runtime too, one stage per rank.
+  const bool v1f1b = schedule == "v-1f1b";
+  const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min" || v1f1b;
+  const bool seqFork = schedule == "seq1f1b";
   if (schedule == "gpipe") {
     return Error{
         "Megatron-LM has no GPipe schedule: without virtual stages it runs 1F1B "
         "(forward_backward_pipelining_without_interleaving); plan with --schedule 1f1b, or export GPipe "
         "with --format torchtitan"};
   }
-  if (schedule != "1f1b" && schedule != "interleaved-1f1b" && !zbFork && !zbV) {
+  if (schedule != "1f1b" && schedule != "interleaved-1f1b" && !zbFork && !zbV && !seqFork) {
     return Error{"Megatron-LM cannot run the " + schedule +
                  " schedule: it runs 1F1B, interleaved 1F1B, and the Zero Bubble fork's ZB and ZB-V schedules "
                  "(use --format torchtitan to run this order through torch.distributed.pipelining)"};
@@ -470,10 +483,12 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
         "--num-attention-heads and --max-position-embeddings (required by Megatron's argument check) and "
         "--seq-length are not written: add them for the model you measured");
   }
-  if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV)) add("--untie-embeddings-and-output-weights");
+  if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV || seqFork)) {
+    add("--untie-embeddings-and-output-weights");
+  }
 
   std::string layout;
-  if (zbFork || zbV) {
+  if (zbFork || zbV || seqFork) {
     // The fork is an older Megatron-LM: no layout flag, decoder layers split evenly.
     if (!even) return Error{forkUnevenReason(plan, *stages, decoders, p * v)};
     if (tiedEmbedding(plan)) {
@@ -486,7 +501,18 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
           "the Zero Bubble fork does not overlap gradient reduction with the distributed optimizer "
           "(zbpp_utils asserts not --overlap-grad-reduce); re-plan with --no-overlap-grad-reduce"};
     }
-    if (zbFork) {
+    if (seqFork) {
+      if (v != 1 || !loopPlacement(plan)) {
+        return Error{"the Zero Bubble fork's Seq1F1B places one stage per pipeline rank; this plan has " +
+                     std::to_string(v) + " per device"};
+      }
+      add("--num-seq-splits", std::to_string(c.seqSplits));
+      if (c.seqSplits > 1 && c.seqSplit != "even") {
+        notes.push_back("Seq1F1B: the fork splits each sequence into " + std::to_string(c.seqSplits) +
+                        " chunks of equal tokens; this plan's chunks are balanced by compute (plan with "
+                        "--seq-split even to time what the fork runs)");
+      }
+    } else if (zbFork) {
       if (v != 1 || !loopPlacement(plan)) {
         return Error{"the Zero Bubble fork's ZB schedules place one stage per pipeline rank; this " + schedule +
                      " plan has " + std::to_string(v) + " per device"};
@@ -511,8 +537,12 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
             "(zbpp_utils asserts); " +
             std::to_string(decoders) + " layers over " + std::to_string(p) + " ranks"};
       }
-      add("--enable-zero-bubble");
-      add("--zero-bubble-v-schedule");
+      if (v1f1b) {
+        add("--enable-1f1b-v");
+      } else {
+        add("--enable-zero-bubble");
+        add("--zero-bubble-v-schedule");
+      }
       if (schedule == "v-half") add("--zero-bubble-v-schedule-mem-setup", std::string("half"));
       if (schedule == "v-min") add("--zero-bubble-v-schedule-mem-setup", std::string("min"));
     }
@@ -545,7 +575,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     add("--recompute-num-layers", std::string("1"));
   }
   if (c.parallel.zeroStage >= 1) add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
-  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV)) add("--overlap-grad-reduce");
+  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV || seqFork)) add("--overlap-grad-reduce");
 
   std::ostringstream text;
   text << "# Megatron-LM arguments for the " << schedule << " plan (pipestudio-cli export --format megatron)\n"
@@ -553,7 +583,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
        << ": launch on " << c.totalGpus() << " GPUs (data parallelism is WORLD_SIZE / (T*C*P))\n";
   if (!layout.empty())
     text << "# uneven partition: stage layer counts as the plan's, index = virtual rank * P + pipeline rank\n";
-  if (zbFork || zbV)
+  if (zbFork || zbV || seqFork)
     text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
   for (const std::string& n : notes) text << "# " << n << '\n';
   for (std::size_t i = 0; i < args.size(); ++i) {
