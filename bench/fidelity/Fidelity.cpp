@@ -341,7 +341,7 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     c.schedule = vp > 1 ? "interleaved-1f1b" : "1f1b";
     c.chunksPerDevice = vp;
     c.devices = pp;
-    c.partition = "balanced";
+    c.partition = "megatron";  // the split the recipes ran: blocks evenly, embedding and head at the ends
     c.precision = *precision;
     Parallelism& par = c.parallel;
     par.tensor = tp;

@@ -280,7 +280,7 @@ Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, s
     return partitionWith(request, *generator, std::move(placement), name == "balanced" ? "balanced" : "dp", control,
                          hints);
   }
-  return Error{"partition '" + name + "' is not available (known: uniform, balanced, dp, diffusionpipe)"};
+  return Error{"partition '" + name + "' is not available (known: uniform, balanced, dp, diffusionpipe, megatron)"};
 }
 
 }  // namespace pipestudio::partition
