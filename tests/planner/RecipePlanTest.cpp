@@ -170,7 +170,7 @@ TEST(RecipePlan, MegatronPartitionAccountsForEmbeddingAndLossWhenOnlyThatDivides
 }
 
 // The configurator tries every virtual-stage count Megatron allows (VP 5 at PP 8 is one) and,
-// among what Megatron-LM runs, ranks NVIDIA's recipe near its best in the same
+// among what Megatron-LM runs, ranks NVIDIA's recipe within 3 % of its best in the same
 // precision.
 TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
   const PlanRequest recipe = llama70bRecipe();
@@ -192,12 +192,13 @@ TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
   const double best = result->feasible.front().throughputSamplesPerS;
   auto plan = makePlan(recipe);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
-  // Issue 25 asks for 3 %. Since the attention kernel model of issue 26 the recipe comes out
-  // about 7 % behind PP 4 × TP 4 × DP 4 1F1B: 80 blocks and the 128k-vocabulary head over 40
-  // virtual stages leave two of eight devices a block-sized share heavier (11 % bubble), and the
-  // 1F1B layout fits at 73.9 of 77.4 usable GiB where NVIDIA chose PP 8 (docs/fidelity.md). The
-  // gap is reported, not hidden: this bound catches a worse regression until it is closed.
-  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.92 * best)
+  // Issue 25's 3 %. The recipe is planned with the default balanced partition, as the
+  // configurator's candidates are (Megatron-LM runs any split with a layout string). Its
+  // prediction depends on which of several near-equal splits of 82 layers over 40 virtual
+  // stages that partition picks (docs/fidelity.md): at other tie-breaks the recipe's bubble has
+  // come out 11 % instead of 8 % and the recipe 7 % behind. A failure here is worth a look at
+  // the split before the cost model.
+  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.97 * best)
       << "recipe " << plan->metrics.throughputSamplesPerS << " samples/s, best " << best;
   bool triedVp5 = false;
   for (const ConfigCandidate& c : result->feasible) {
