@@ -10,6 +10,7 @@
 //     --check: exit 1 when a target is missed (MAPE ≤ 10 % on throughput, bubble rates of
 //              1F1B, ZB-H1 and ZB-H2 within 0.005 of the paper's), as CTest runs it.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -340,7 +341,7 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     c.schedule = vp > 1 ? "interleaved-1f1b" : "1f1b";
     c.chunksPerDevice = vp;
     c.devices = pp;
-    c.partition = "balanced";
+    c.partition = "megatron";  // the split the recipes ran: blocks evenly, embedding and head at the ends
     c.precision = *precision;
     Parallelism& par = c.parallel;
     par.tensor = tp;
@@ -522,41 +523,32 @@ bool printVocabTable(const Json& root, const std::map<std::string, ClusterSpec>&
   return ok;
 }
 
-int run(const Options& o) {
-  auto doc = loadJsonFile(o.data);
-  if (!doc) {
-    std::cerr << doc.message() << '\n';
-    return 1;
-  }
-  const Json& root = doc->root;
-  const std::string resources = PIPESTUDIO_RESOURCES;
+// Every predictor of the document, by (table, row name[, method]).
+struct Entry {
+  std::string table, gpu, name, method;
+  double measured;
+  RowPredictor predict;
+  double measuredMemoryGb = 0;  // peak memory the paper reports (GB = 10^9 bytes), when it does
+  std::string outOfScope;
+  bool checkMemory = false;
+};
+
+// The clusters the tables name, by file name.
+Expected<std::map<std::string, ClusterSpec>> loadClusters(const Json& root, const std::string& resources) {
   std::map<std::string, ClusterSpec> clusters;
   for (const Json& table : root["tables"]) {
     const std::string file = table["cluster"].get<std::string>();
     if (clusters.count(file)) continue;
-    auto c = loadCluster(resources + "/clusters/" + file);
-    if (!c) {
-      std::cerr << c.message() << '\n';
-      return 1;
-    }
+    auto c = loadCluster(std::string(resources).append("/clusters/").append(file));
+    if (!c) return c.error();
     clusters.emplace(file, *c);
   }
-  auto llama = loadModel(resources + "/models/llama3-405b.json");
-  if (!llama) {
-    std::cerr << llama.message() << '\n';
-    return 1;
-  }
+  return clusters;
+}
 
-  Report report;
-  // Every predictor of the document, by (table, row name[, method]).
-  struct Entry {
-    std::string table, gpu, name, method;
-    double measured;
-    RowPredictor predict;
-    double measuredMemoryGb = 0;  // peak memory the paper reports (GB = 10^9 bytes), when it does
-    std::string outOfScope;
-    bool checkMemory = false;
-  };
+// `report` is read by the recipe predictors when they run (its calibrated efficiencies).
+std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, ClusterSpec>& clusters,
+                                  const ModelSpec& llama, const Report& report) {
   std::vector<Entry> entries;
   for (const Json& table : root["tables"]) {
     const std::string id = table["id"].get<std::string>();
@@ -576,11 +568,11 @@ int run(const Options& o) {
         }
       } else if (id == "llama3") {
         entries.push_back({id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(),
-                           llamaPredictor(row, *llama, base), 0, "", false});
+                           llamaPredictor(row, llama, base), 0, "", false});
       } else if (table.value("kind", std::string()) == "recipes") {
         // One efficiency per (GPU type, precision): "H100" is bf16's, "H100/fp8" fp8's.
         const std::string precision = row["precision"].get<std::string>();
-        const std::string key = precision == "bf16" ? gpu : gpu + "/" + precision;
+        const std::string key = precision == "bf16" ? gpu : std::string(gpu).append("/").append(precision);
         Entry e{id,
                 key,
                 name,
@@ -598,19 +590,27 @@ int run(const Options& o) {
       }
     }
   }
-  // Calibrate one efficiency per GPU type on its named row.
+  return entries;
+}
+
+// Calibrate one efficiency per GPU type on its named row.
+void calibrateAll(const Json& root, const std::vector<Entry>& entries, Report& report) {
   for (const auto& [gpu, spec] : root["calibration"].items()) {
     const std::string table = spec["table"].get<std::string>();
     const std::string rowName = spec["row"].get<std::string>();
     for (const Entry& e : entries) {
       if (e.table == table && e.name == rowName && e.method.empty()) {
         report.efficiency[gpu] = calibrate(e.predict, e.measured);
-        report.calibratedOn[gpu] = table + " " + rowName;
+        report.calibratedOn[gpu] = std::string(table).append(" ").append(rowName);
       }
     }
   }
-  std::map<std::string, std::pair<double, int>> mape;  // per table (method): sum |err|, rows
-  std::map<std::string, std::pair<double, int>> memoryMape;
+}
+
+using Mape = std::map<std::string, std::pair<double, int>>;  // per table (method): sum |err|, rows
+
+// Runs every predictor into report.rows; false when a prediction fails.
+bool predictAll(const std::vector<Entry>& entries, Report& report, Mape& mape, Mape& memoryMape) {
   bool ok = true;
   for (const Entry& e : entries) {
     const double eff = report.efficiency.count(e.gpu) ? report.efficiency.at(e.gpu) : 0.5;
@@ -639,14 +639,14 @@ int run(const Options& o) {
       ++mn;
     }
   }
+  return ok;
+}
 
-  // --- print ---
-  const char* bar = o.markdown ? "|" : " ";
-  std::printf("# Fidelity: predicted vs measured (published runs)\n\n");
-  for (const auto& [gpu, eff] : report.efficiency) {
-    std::printf("%s efficiency %.4f, calibrated on %s\n", gpu.c_str(), eff, report.calibratedOn[gpu].c_str());
-  }
-  // One table per (published table, method), rows in the paper's order.
+// One table per (published table, method), rows in the paper's order; false when a recipe
+// that ran is predicted not to fit.
+bool printRows(Report& report, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  bool ok = true;
   std::stable_sort(report.rows.begin(), report.rows.end(), [](const Row& a, const Row& b) {
     return std::make_pair(a.table, a.configuration) < std::make_pair(b.table, b.configuration);
   });
@@ -656,7 +656,7 @@ int run(const Options& o) {
     if (key != current) {
       current = key;
       std::printf("\n## %s\n\n", key.c_str());
-      if (o.markdown) {
+      if (markdown) {
         std::printf(
             "| run | measured | predicted | error | iteration ms | peak memory GB (measured) |\n"
             "|---|---:|---:|---:|---:|---:|\n");
@@ -666,24 +666,32 @@ int run(const Options& o) {
       std::printf("%s %s %s failed: %s\n", bar, r.name.c_str(), bar, r.predicted.error.c_str());
       continue;
     }
-    char memory[64];
+    std::array<char, 64> memory{};
     if (r.measuredMemoryGb > 0) {
-      std::snprintf(memory, sizeof memory, "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9,
+      std::snprintf(memory.data(), memory.size(), "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9,
                     r.measuredMemoryGb);
     } else {
       // Recipes that ran: a peak that does not fit (with the stated margin) is a miss.
       const bool missed = r.checkMemory && !r.predicted.fits;
-      std::snprintf(memory, sizeof memory, "%6.1f%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
+      std::snprintf(memory.data(), memory.size(), "%6.1f%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
                     r.predicted.fits ? "" : (missed ? " DOES NOT FIT" : " (over)"));
       if (missed) ok = false;
     }
     const std::string name = r.outOfScope.empty() ? r.name : r.name + " (" + r.outOfScope + ": not in the MAPE)";
     std::printf("%s %-14s %s %8.2f %s %8.2f %s %+6.1f%% %s %10.1f %s %s %s\n", bar, name.c_str(), bar, r.measured, bar,
                 r.predicted.value, bar, 100.0 * pctError(r.predicted.value, r.measured), bar, r.predicted.iterationMs,
-                bar, memory, o.markdown ? "|" : "");
+                bar, memory.data(), markdown ? "|" : "");
   }
+  return ok;
+}
+
+// Throughput MAPE per table against its target, then peak-memory MAPE; false when a gated
+// table misses the target.
+bool printMape(const Json& root, const Mape& mape, const Mape& memoryMape, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  bool ok = true;
   std::printf("\n## MAPE (throughput)\n\n");
-  if (o.markdown) std::printf("| table | MAPE | rows | target 10 %% |\n|---|---:|---:|---|\n");
+  if (markdown) std::printf("| table | MAPE | rows | target 10 %% |\n|---|---:|---:|---|\n");
   // Tables the document marks "gated": false are checks held back from the calibration whose
   // recipes are not confirmed: their MAPE is printed, the target not enforced.
   std::map<std::string, bool> tableGated;
@@ -696,30 +704,35 @@ int run(const Options& o) {
     const bool enforced = tableGated[key.substr(0, key.find(' '))];
     ok = ok && (met || !enforced);
     std::printf("%s %-20s %s %5.1f%% %s %3d %s %s%s %s\n", bar, key.c_str(), bar, 100.0 * value, bar, v.second, bar,
-                met ? "met" : "MISSED", enforced ? "" : " (not enforced)", o.markdown ? "|" : "");
+                met ? "met" : "MISSED", enforced ? "" : " (not enforced)", markdown ? "|" : "");
   }
 
   std::printf("\n## MAPE (peak memory, where the paper reports it; not a target)\n\n");
-  if (o.markdown) std::printf("| table | MAPE | rows |\n|---|---:|---:|\n");
+  if (markdown) std::printf("| table | MAPE | rows |\n|---|---:|---:|\n");
   for (const auto& [key, v] : memoryMape) {
     std::printf("%s %-20s %s %5.1f%% %s %3d %s\n", bar, key.c_str(), bar, 100.0 * (v.second ? v.first / v.second : 0),
-                bar, v.second, o.markdown ? "|" : "");
+                bar, v.second, markdown ? "|" : "");
   }
+  return ok;
+}
 
-  // --- Zero Bubble Table 5: bubble rates from profiled times ---
+// --- Zero Bubble Table 5: bubble rates from profiled times ---
+bool printZbBubbles(const Json& root, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  bool ok = true;
   std::printf("\n## Zero Bubble Table 5: bubble rate from the profiled times (paper / ours)\n\n");
-  if (o.markdown) std::printf("| model | m | 1F1B | ZB-H1 | ZB-H2 | ZB-1p | ZB-2p |\n|---|---:|---|---|---|---|---|\n");
+  if (markdown) std::printf("| model | m | 1F1B | ZB-H1 | ZB-H2 | ZB-1p | ZB-2p |\n|---|---:|---|---|---|---|---|\n");
   double worst = 0;
   for (const Json& table : root["tables"]) {
     if (table["id"] != "zb") continue;
     for (const Json& row : table["rows"]) {
       std::printf("%s %-6s %s %4d %s", bar, row["name"].get<std::string>().c_str(), bar, row["microbatches"].get<int>(),
                   bar);
-      const std::pair<const char*, std::pair<const char*, double>> methods[] = {{"1F1B", {"1f1b", 0}},
-                                                                                {"ZB-H1", {"zb-h1", 0}},
-                                                                                {"ZB-H2", {"zb-h2", 0}},
-                                                                                {"ZB-1p", {"zb-auto", 1}},
-                                                                                {"ZB-2p", {"zb-auto", 2}}};
+      const std::array<std::pair<const char*, std::pair<const char*, double>>, 5> methods{{{"1F1B", {"1f1b", 0}},
+                                                                                           {"ZB-H1", {"zb-h1", 0}},
+                                                                                           {"ZB-H2", {"zb-h2", 0}},
+                                                                                           {"ZB-1p", {"zb-auto", 1}},
+                                                                                           {"ZB-2p", {"zb-auto", 2}}}};
       for (const auto& [label, how] : methods) {
         const double paper = row["bubble_rate"][label].get<double>();
         const auto ours = profiledBubble(row, how.first, how.second);
@@ -740,11 +753,14 @@ int run(const Options& o) {
   ok = ok && bubblesMet;
   std::printf("\nlargest bubble-rate difference (1F1B, ZB-H1, ZB-H2): %.4f (target %.3f)%s\n", worst, kBubbleTarget,
               bubblesMet ? "" : " MISSED");
+  return ok;
+}
 
-  ok = printVocabTable(root, clusters, report, o.markdown) && ok;
-
-  // The GPU catalogue carries the calibrated values (one per GPU type and precision), which
-  // every bundled cluster naming the GPU reads: each knob is set in one place.
+// The GPU catalogue carries the calibrated values (one per GPU type and precision), which every
+// bundled cluster naming the GPU reads: each knob is set in one place. False when one differs.
+bool printCatalogue(const Report& report, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  bool ok = true;
   std::printf("\n## GPU catalogue (resources/gpus/catalog.json)\n\n");
   for (const auto& [key, eff] : report.efficiency) {
     const auto slash = key.find('/');
@@ -760,6 +776,45 @@ int run(const Options& o) {
                 std::string(precisionName(precision)).c_str(), bar, stored,
                 same ? "(calibrated)" : "DIFFERS from the calibration");
   }
+  return ok;
+}
+
+int run(const Options& o) {
+  auto doc = loadJsonFile(o.data);
+  if (!doc) {
+    std::cerr << doc.message() << '\n';
+    return 1;
+  }
+  const Json& root = doc->root;
+  const std::string resources = PIPESTUDIO_RESOURCES;
+  auto clusters = loadClusters(root, resources);
+  if (!clusters) {
+    std::cerr << clusters.message() << '\n';
+    return 1;
+  }
+  auto llama = loadModel(resources + "/models/llama3-405b.json");
+  if (!llama) {
+    std::cerr << llama.message() << '\n';
+    return 1;
+  }
+
+  Report report;
+  const std::vector<Entry> entries = collectEntries(root, *clusters, *llama, report);
+  calibrateAll(root, entries, report);
+  Mape mape;
+  Mape memoryMape;
+  bool ok = predictAll(entries, report, mape, memoryMape);
+
+  // --- print ---
+  std::printf("# Fidelity: predicted vs measured (published runs)\n\n");
+  for (const auto& [gpu, eff] : report.efficiency) {
+    std::printf("%s efficiency %.4f, calibrated on %s\n", gpu.c_str(), eff, report.calibratedOn[gpu].c_str());
+  }
+  ok = printRows(report, o.markdown) && ok;
+  ok = printMape(root, mape, memoryMape, o.markdown) && ok;
+  ok = printZbBubbles(root, o.markdown) && ok;
+  ok = printVocabTable(root, *clusters, report, o.markdown) && ok;
+  ok = printCatalogue(report, o.markdown) && ok;
   if (o.check && !ok) {
     std::fprintf(stderr, "fidelity: a target was missed (see above)\n");
     return 1;
@@ -771,19 +826,25 @@ int run(const Options& o) {
 }  // namespace pipestudio
 
 int main(int argc, char** argv) {
-  pipestudio::Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--markdown") {
-      o.markdown = true;
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--data" && i + 1 < argc) {
-      o.data = argv[++i];
-    } else {
-      std::cerr << "usage: pipestudio-fidelity [--data FILE] [--markdown] [--check]\n";
-      return 2;
+  // A data document of the wrong shape (a field of another type) throws from the JSON reader.
+  try {
+    pipestudio::Options o;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--markdown") {
+        o.markdown = true;
+      } else if (a == "--check") {
+        o.check = true;
+      } else if (a == "--data" && i + 1 < argc) {
+        o.data = argv[++i];
+      } else {
+        std::cerr << "usage: pipestudio-fidelity [--data FILE] [--markdown] [--check]\n";
+        return 2;
+      }
     }
+    return pipestudio::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipestudio-fidelity: %s\n", e.what());
+    return 1;
   }
-  return pipestudio::run(o);
 }

@@ -89,6 +89,231 @@ Status spawnRank(Child& c, const std::vector<std::string>& args) {
   return {};
 }
 
+// One local launch: its ranks as child processes, read until all ended. The phases of
+// launchLocal: start, serve (one pass per poll), finish.
+class LocalLaunch {
+ public:
+  LocalLaunch(const LaunchRequest& request, const FrameCallback& onFrame, const BytesCallback& onBytes)
+      : m_request(request),
+        m_onFrame(onFrame),
+        m_onBytes(onBytes),
+        m_children(static_cast<std::size_t>(std::max(1, request.world))),
+        m_needId(request.backend == pipestudio::Backend::Cuda && m_children.size() > 1),
+        m_othersStarted(!m_needId),
+        m_silenceLimit(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(request.silenceTimeoutS))) {
+    for (std::size_t r = 0; r < m_children.size(); ++r) {
+      m_children[r].rank = static_cast<int>(r);
+      m_children[r].outcome.rank = static_cast<int>(r);
+    }
+  }
+
+  Status start() {
+    if (auto st = spawnRank(m_children[0], args(0, "")); !st) return st;
+    // Ranks > 0 of the cuda backend need rank 0's NCCL id: they start when it arrives.
+    if (!m_needId) {
+      for (std::size_t r = 1; r < m_children.size(); ++r) {
+        if (auto st = spawnRank(m_children[r], args(static_cast<int>(r), "")); !st) return st;
+      }
+    }
+    return {};
+  }
+
+  // Polls the ranks' pipes until every rank ended and its pipes closed.
+  void serve() {
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<std::pair<Child*, bool>> owners;  // (child, is stdout)
+      for (Child& c : m_children) {
+        if (c.out >= 0) fds.push_back({c.out, POLLIN, 0}), owners.emplace_back(&c, true);
+        if (c.err >= 0) fds.push_back({c.err, POLLIN, 0}), owners.emplace_back(&c, false);
+      }
+      bool running = false;
+      for (Child& c : m_children) running = running || (c.pid > 0 && !c.exited);
+      if (fds.empty() && !running && m_othersStarted) break;
+      stopIfAsked();
+      stopIfSilent();
+      if (m_killAt && std::chrono::steady_clock::now() >= *m_killAt) {
+        for (Child& c : m_children) {
+          if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGKILL);
+        }
+        m_killAt = std::chrono::steady_clock::now() + std::chrono::hours(24);
+      }
+      ::poll(fds.data(), fds.size(), 100);
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) readPipe(*owners[i].first, owners[i].second, fds[i].fd);
+      }
+      reap();
+    }
+  }
+
+  LaunchOutcome finish() {
+    for (Child& c : m_children) {
+      if (!c.errLine.empty()) {
+        std::cerr << "[rank " << c.rank << "] " << c.errLine << '\n';
+        c.outcome.lastLog = c.errLine;
+      }
+      c.outcome.truncatedBytes = c.decoder.pendingBytes();
+      c.outcome.streamError = c.decoder.error();
+      if (c.outcome.streamError) noteFailure("rank " + std::to_string(c.rank) + ": " + *c.outcome.streamError);
+      m_outcome.ranks.push_back(c.outcome);
+    }
+    m_outcome.ok = m_firstFailure.empty();
+    m_outcome.failure = m_firstFailure;
+    return m_outcome;
+  }
+
+ private:
+  std::vector<std::string> args(int rank, const std::string& ncclId) const {
+    std::vector<std::string> a{m_request.executable,
+                               "--plan",
+                               m_request.planPath,
+                               "--backend",
+                               std::string(name(m_request.backend)),
+                               "--iterations",
+                               std::to_string(m_request.iterations),
+                               "--warmup",
+                               std::to_string(m_request.warmup)};
+    if (!m_request.runId.empty()) a.insert(a.end(), {"--run-id", m_request.runId});
+    if (m_request.world > 1 || m_request.backend == pipestudio::Backend::Cuda) {
+      a.insert(a.end(), {"--rank", std::to_string(rank), "--world", std::to_string(m_request.world)});
+    }
+    if (!ncclId.empty()) a.insert(a.end(), {"--nccl-id", ncclId});
+    a.insert(a.end(), m_request.extraArgs.begin(), m_request.extraArgs.end());
+    return a;
+  }
+
+  void noteFailure(const std::string& why) {
+    if (m_firstFailure.empty()) m_firstFailure = why;
+    if (!m_killAt) {
+      m_killAt = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<std::int64_t>(m_request.peerExitTimeoutS * 1000));
+    }
+  }
+
+  // Ends every rank that still runs: SIGTERM (with SIGCONT, so a stopped one acts on it), then
+  // SIGKILL once `m_killAt` passes.
+  void endRanks() {
+    for (Child& c : m_children) {
+      if (c.pid > 0 && !c.exited) {
+        ::kill(c.pid, SIGTERM);
+        ::kill(c.pid, SIGCONT);
+      }
+    }
+    m_othersStarted = true;  // ranks not started yet never will be
+    m_killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  }
+
+  void stopIfAsked() {
+    if (m_outcome.stopped || !m_request.stopRequested) return;
+    if (auto why = m_request.stopRequested()) {
+      // Stopped from outside (a signal, a full history disk): ask the ranks to end, then make
+      // sure they have.
+      m_outcome.stopped = true;
+      m_firstFailure = *why;
+      endRanks();
+    }
+  }
+
+  // A rank silent past the limit (stopped, or hung where its own watchdog cannot end it) fails
+  // the run: the launcher ends the ranks rather than wait for them forever.
+  void stopIfSilent() {
+    if (m_silenced || m_outcome.stopped || m_request.silenceTimeoutS <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    for (Child& c : m_children) {
+      if (c.pid <= 0 || c.exited || now - c.heardAt < m_silenceLimit) continue;
+      m_silenced = true;
+      const std::string why = "rank " + std::to_string(c.rank) + " sent nothing for " +
+                              std::to_string(static_cast<long long>(std::ceil(m_request.silenceTimeoutS))) +
+                              " s (stopped or hung past its watchdog; the ranks were ended)";
+      if (m_firstFailure.empty()) m_firstFailure = why;
+      endRanks();
+      break;
+    }
+  }
+
+  // What is readable on one of a rank's pipes: stream frames on stdout, log lines on stderr.
+  void readPipe(Child& c, bool isOut, int fd) {
+    const ssize_t n = ::read(fd, m_buffer.data(), m_buffer.size());
+    if (n < 0 && errno == EINTR) return;
+    if (n <= 0) {
+      ::close(fd);
+      (isOut ? c.out : c.err) = -1;
+      return;
+    }
+    if (isOut) c.heardAt = std::chrono::steady_clock::now();
+    if (!isOut) {
+      for (ssize_t k = 0; k < n; ++k) {
+        const char ch = m_buffer[static_cast<std::size_t>(k)];
+        if (ch == '\n') {
+          std::cerr << "[rank " << c.rank << "] " << c.errLine << '\n';
+          c.outcome.lastLog = c.errLine;
+          c.errLine.clear();
+        } else if (c.errLine.size() < 4096) {
+          c.errLine += ch;
+        }
+      }
+      return;
+    }
+    const std::string_view bytes(m_buffer.data(), static_cast<std::size_t>(n));
+    if (m_onBytes) m_onBytes(c.rank, bytes);
+    c.decoder.feed(bytes);
+    while (auto frame = c.decoder.next()) {
+      ++c.outcome.frames;
+      if (const auto* id = std::get_if<trace::NcclId>(&*frame); id != nullptr && !m_othersStarted) {
+        for (std::size_t r = 1; r < m_children.size(); ++r) {
+          if (auto st = spawnRank(m_children[r], args(static_cast<int>(r), hex(id->bytes))); !st) {
+            noteFailure("rank " + std::to_string(r) + ": " + st.message());
+          }
+        }
+        m_othersStarted = true;
+      }
+      if (const auto* e = std::get_if<trace::ErrorReport>(&*frame)) {
+        noteFailure("rank " + std::to_string(e->rank) + " failed: " + e->message);
+      }
+      if (m_onFrame) m_onFrame(c.rank, *frame);
+    }
+  }
+
+  // Ranks that exited since the last pass, with how.
+  void reap() {
+    for (Child& c : m_children) {
+      if (c.pid <= 0 || c.exited) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.exited = true;
+      if (WIFSIGNALED(status)) {
+        c.outcome.signal = WTERMSIG(status);
+        noteFailure("rank " + std::to_string(c.rank) + " was killed by signal " + std::to_string(c.outcome.signal) +
+                    " (" + strsignal(c.outcome.signal) + ")");
+      } else {
+        c.outcome.exitStatus = WEXITSTATUS(status);
+        if (c.outcome.exitStatus != 0) {
+          noteFailure("rank " + std::to_string(c.rank) + " exited with status " + std::to_string(c.outcome.exitStatus) +
+                      (c.outcome.lastLog.empty() ? std::string() : ": " + c.outcome.lastLog));
+        }
+      }
+      if (!m_othersStarted) {
+        m_othersStarted = true;  // rank 0 died before sending its NCCL id: nobody else starts
+        noteFailure("rank 0 stopped before sending its NCCL id");
+      }
+    }
+  }
+
+  const LaunchRequest& m_request;
+  const FrameCallback& m_onFrame;
+  const BytesCallback& m_onBytes;
+  std::vector<Child> m_children;
+  const bool m_needId;
+  bool m_othersStarted;
+  const std::chrono::steady_clock::duration m_silenceLimit;
+  bool m_silenced = false;
+  LaunchOutcome m_outcome;
+  std::optional<std::chrono::steady_clock::time_point> m_killAt;
+  std::string m_firstFailure;
+  std::vector<char> m_buffer = std::vector<char>(1 << 16);
+};
+
 }  // namespace
 
 std::optional<std::string> findExecutor(const std::string& selfPath) {
@@ -119,185 +344,10 @@ std::optional<std::string> findExecutor(const std::string& selfPath) {
 
 Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
                                     const BytesCallback& onBytes) {
-  auto argsFor = [&](int rank, const std::string& ncclId) {
-    std::vector<std::string> a{request.executable,
-                               "--plan",
-                               request.planPath,
-                               "--backend",
-                               std::string(name(request.backend)),
-                               "--iterations",
-                               std::to_string(request.iterations),
-                               "--warmup",
-                               std::to_string(request.warmup)};
-    if (!request.runId.empty()) a.insert(a.end(), {"--run-id", request.runId});
-    if (request.world > 1 || request.backend == pipestudio::Backend::Cuda) {
-      a.insert(a.end(), {"--rank", std::to_string(rank), "--world", std::to_string(request.world)});
-    }
-    if (!ncclId.empty()) a.insert(a.end(), {"--nccl-id", ncclId});
-    a.insert(a.end(), request.extraArgs.begin(), request.extraArgs.end());
-    return a;
-  };
-  std::vector<Child> children(static_cast<std::size_t>(std::max(1, request.world)));
-  for (std::size_t r = 0; r < children.size(); ++r) {
-    children[r].rank = static_cast<int>(r);
-    children[r].outcome.rank = static_cast<int>(r);
-  }
-  if (auto st = spawnRank(children[0], argsFor(0, "")); !st) return st.error();
-  // Ranks > 0 of the cuda backend need rank 0's NCCL id: they start when it arrives.
-  const bool needId = request.backend == pipestudio::Backend::Cuda && children.size() > 1;
-  bool othersStarted = !needId;
-  if (!needId) {
-    for (std::size_t r = 1; r < children.size(); ++r) {
-      if (auto st = spawnRank(children[r], argsFor(static_cast<int>(r), "")); !st) return st.error();
-    }
-  }
-
-  LaunchOutcome outcome;
-  std::optional<std::chrono::steady_clock::time_point> killAt;
-  std::string firstFailure;
-  auto noteFailure = [&](const std::string& why) {
-    if (firstFailure.empty()) firstFailure = why;
-    if (!killAt) {
-      killAt = std::chrono::steady_clock::now() +
-               std::chrono::milliseconds(static_cast<std::int64_t>(request.peerExitTimeoutS * 1000));
-    }
-  };
-  // Ends every rank that still runs: SIGTERM (with SIGCONT, so a stopped one acts on it), then
-  // SIGKILL once `killAt` passes.
-  auto endRanks = [&] {
-    for (Child& c : children) {
-      if (c.pid > 0 && !c.exited) {
-        ::kill(c.pid, SIGTERM);
-        ::kill(c.pid, SIGCONT);
-      }
-    }
-    othersStarted = true;  // ranks not started yet never will be
-    killAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  };
-  const auto silenceLimit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(request.silenceTimeoutS));
-  bool silenced = false;
-  std::vector<char> buffer(1 << 16);
-  for (;;) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Child*, bool>> owners;  // (child, is stdout)
-    for (Child& c : children) {
-      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0}), owners.emplace_back(&c, true);
-      if (c.err >= 0) fds.push_back({c.err, POLLIN, 0}), owners.emplace_back(&c, false);
-    }
-    bool running = false;
-    for (Child& c : children) running = running || (c.pid > 0 && !c.exited);
-    if (fds.empty() && !running && othersStarted) break;
-    if (!outcome.stopped && request.stopRequested) {
-      if (auto why = request.stopRequested()) {
-        // Stopped from outside (a signal, a full history disk): ask the ranks to end, then
-        // make sure they have.
-        outcome.stopped = true;
-        firstFailure = *why;
-        endRanks();
-      }
-    }
-    // A rank silent past the limit (stopped, or hung where its own watchdog cannot end it)
-    // fails the run: the launcher ends the ranks rather than wait for them forever.
-    if (!silenced && !outcome.stopped && request.silenceTimeoutS > 0) {
-      const auto now = std::chrono::steady_clock::now();
-      for (Child& c : children) {
-        if (c.pid <= 0 || c.exited || now - c.heardAt < silenceLimit) continue;
-        silenced = true;
-        const std::string why = "rank " + std::to_string(c.rank) + " sent nothing for " +
-                                std::to_string(static_cast<long long>(std::ceil(request.silenceTimeoutS))) +
-                                " s (stopped or hung past its watchdog; the ranks were ended)";
-        if (firstFailure.empty()) firstFailure = why;
-        endRanks();
-        break;
-      }
-    }
-    if (killAt && std::chrono::steady_clock::now() >= *killAt) {
-      for (Child& c : children) {
-        if (c.pid > 0 && !c.exited) ::kill(c.pid, SIGKILL);
-      }
-      killAt = std::chrono::steady_clock::now() + std::chrono::hours(24);
-    }
-    ::poll(fds.data(), fds.size(), 100);
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      Child& c = *owners[i].first;
-      const bool isOut = owners[i].second;
-      const ssize_t n = ::read(fds[i].fd, buffer.data(), buffer.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ::close(fds[i].fd);
-        (isOut ? c.out : c.err) = -1;
-        continue;
-      }
-      if (isOut) c.heardAt = std::chrono::steady_clock::now();
-      if (!isOut) {
-        for (ssize_t k = 0; k < n; ++k) {
-          const char ch = buffer[static_cast<std::size_t>(k)];
-          if (ch == '\n') {
-            std::cerr << "[rank " << c.rank << "] " << c.errLine << '\n';
-            c.outcome.lastLog = c.errLine;
-            c.errLine.clear();
-          } else if (c.errLine.size() < 4096) {
-            c.errLine += ch;
-          }
-        }
-        continue;
-      }
-      const std::string_view bytes(buffer.data(), static_cast<std::size_t>(n));
-      if (onBytes) onBytes(c.rank, bytes);
-      c.decoder.feed(bytes);
-      while (auto frame = c.decoder.next()) {
-        ++c.outcome.frames;
-        if (const auto* id = std::get_if<trace::NcclId>(&*frame); id != nullptr && !othersStarted) {
-          for (std::size_t r = 1; r < children.size(); ++r) {
-            if (auto st = spawnRank(children[r], argsFor(static_cast<int>(r), hex(id->bytes))); !st) {
-              noteFailure("rank " + std::to_string(r) + ": " + st.message());
-            }
-          }
-          othersStarted = true;
-        }
-        if (const auto* e = std::get_if<trace::ErrorReport>(&*frame)) {
-          noteFailure("rank " + std::to_string(e->rank) + " failed: " + e->message);
-        }
-        if (onFrame) onFrame(c.rank, *frame);
-      }
-    }
-    for (Child& c : children) {
-      if (c.pid <= 0 || c.exited) continue;
-      int status = 0;
-      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
-      c.exited = true;
-      if (WIFSIGNALED(status)) {
-        c.outcome.signal = WTERMSIG(status);
-        noteFailure("rank " + std::to_string(c.rank) + " was killed by signal " + std::to_string(c.outcome.signal) +
-                    " (" + strsignal(c.outcome.signal) + ")");
-      } else {
-        c.outcome.exitStatus = WEXITSTATUS(status);
-        if (c.outcome.exitStatus != 0) {
-          noteFailure("rank " + std::to_string(c.rank) + " exited with status " + std::to_string(c.outcome.exitStatus) +
-                      (c.outcome.lastLog.empty() ? std::string() : ": " + c.outcome.lastLog));
-        }
-      }
-      if (!othersStarted) {
-        othersStarted = true;  // rank 0 died before sending its NCCL id: nobody else starts
-        noteFailure("rank 0 stopped before sending its NCCL id");
-      }
-    }
-  }
-  for (Child& c : children) {
-    if (!c.errLine.empty()) {
-      std::cerr << "[rank " << c.rank << "] " << c.errLine << '\n';
-      c.outcome.lastLog = c.errLine;
-    }
-    c.outcome.truncatedBytes = c.decoder.pendingBytes();
-    c.outcome.streamError = c.decoder.error();
-    if (c.outcome.streamError) noteFailure("rank " + std::to_string(c.rank) + ": " + *c.outcome.streamError);
-    outcome.ranks.push_back(c.outcome);
-  }
-  outcome.ok = firstFailure.empty();
-  outcome.failure = firstFailure;
-  return outcome;
+  LocalLaunch launch(request, onFrame, onBytes);
+  if (auto st = launch.start(); !st) return st.error();
+  launch.serve();
+  return launch.finish();
 }
 
 // --- the rank's side of a cluster launcher (pipestudio-exec --task) ---------------------

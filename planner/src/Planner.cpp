@@ -37,6 +37,7 @@ Expected<std::vector<VirtualStage>> partitionStages(const PlanRequest& request, 
     return partition::partitionUniformStrict(request.model, std::move(placement), request.config.devices,
                                              request.config.schedule);
   }
+  if (name == "megatron") return partition::partitionMegatron(request.model, std::move(placement));
   return partition::partitionNamed(request, std::move(placement), control, hints);  // part: balanced, dp, diffusionpipe
 }
 

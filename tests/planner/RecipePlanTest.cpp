@@ -105,8 +105,72 @@ TEST(RecipePlan, ParameterGatherOverlapShortensTheStep) {
   EXPECT_LT(overlapped->metrics.iterationMs, exposed->metrics.iterationMs);
 }
 
+// Blocks per virtual stage of pipeline 0, and whether the first holds the embedding and the last
+// the output layer.
+struct SplitShape {
+  std::vector<int> blocks;
+  bool embeddingFirst = false;
+  bool headLast = false;
+};
+SplitShape splitOf(const Plan& plan) {
+  SplitShape out;
+  for (const VirtualStage& vs : plan.virtualStages) {
+    if (vs.pipeline != 0) continue;
+    const auto& layers = plan.model.component(vs.component).layers;
+    int blocks = 0;
+    for (int l = vs.firstLayer; l <= vs.lastLayer; ++l) {
+      const std::string& kind = layers[static_cast<std::size_t>(l)].kind;
+      if (kind == "embedding") out.embeddingFirst = out.blocks.empty();
+      if (kind == "lm_head") out.headLast = true;
+      if (kind != "embedding" && kind != "lm_head") ++blocks;
+    }
+    out.blocks.push_back(blocks);
+  }
+  return out;
+}
+
+// --partition megatron is the split Megatron-LM runs: Llama 3 70B at PP 8 × VP 5 gets 2 blocks
+// per virtual stage, the embedding on the first and the head on the last.
+TEST(RecipePlan, MegatronPartitionPutsBlocksEvenlyAndTheEmbeddingAndHeadAtTheEnds) {
+  PlanRequest r = llama70bRecipe();
+  r.config.partition = "megatron";
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const SplitShape split = splitOf(*plan);
+  ASSERT_EQ(split.blocks.size(), 40U);
+  for (const int b : split.blocks) EXPECT_EQ(b, 2);
+  EXPECT_TRUE(split.embeddingFirst);
+  EXPECT_TRUE(split.headLast);
+  EXPECT_EQ(plan->virtualStages.back().lastLayer,
+            static_cast<int>(plan->model.component(plan->virtualStages.back().component).layers.size()) - 1);
+}
+
+// Blocks that do not divide but blocks + embedding + loss do: Megatron's
+// --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split (30 blocks + 2
+// over 8 virtual stages: 4 layers each, so the first and last stages hold 3 blocks).
+TEST(RecipePlan, MegatronPartitionAccountsForEmbeddingAndLossWhenOnlyThatDivides) {
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
+  auto& layers = r.model.components[0].layers;
+  ASSERT_GT(layers.size(), 4U);
+  layers.erase(layers.begin() + 1, layers.begin() + 3);  // 30 blocks
+  r.config.schedule = "interleaved-1f1b";
+  r.config.devices = 4;
+  r.config.chunksPerDevice = 2;
+  r.config.microbatches = 8;
+  r.config.partition = "megatron";
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const SplitShape split = splitOf(*plan);
+  EXPECT_EQ(split.blocks, (std::vector<int>{3, 4, 4, 4, 4, 4, 4, 3}));
+  // Too few blocks for the stages: refused with the numbers.
+  layers.erase(layers.begin() + 1, layers.begin() + 27);  // 4 blocks
+  auto refused = makePlan(r);
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.message().find("the decoder has 4"), std::string::npos) << refused.message();
+}
+
 // The configurator tries every virtual-stage count Megatron allows (VP 5 at PP 8 is one) and,
-// among what Megatron-LM runs, ranks NVIDIA's recipe near its best in the same
+// among what Megatron-LM runs, ranks NVIDIA's recipe within 3 % of its best in the same
 // precision.
 TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
   const PlanRequest recipe = llama70bRecipe();
@@ -128,12 +192,13 @@ TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
   const double best = result->feasible.front().throughputSamplesPerS;
   auto plan = makePlan(recipe);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
-  // Issue 25 asks for 3 %. Since the attention kernel model of issue 26 the recipe comes out
-  // about 7 % behind PP 4 × TP 4 × DP 4 1F1B: 80 blocks and the 128k-vocabulary head over 40
-  // virtual stages leave two of eight devices a block-sized share heavier (11 % bubble), and the
-  // 1F1B layout fits at 73.9 of 77.4 usable GiB where NVIDIA chose PP 8 (docs/fidelity.md). The
-  // gap is reported, not hidden: this bound catches a worse regression until it is closed.
-  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.92 * best)
+  // Issue 25's 3 %. The recipe is planned with the default balanced partition, as the
+  // configurator's candidates are (Megatron-LM runs any split with a layout string). Its
+  // prediction depends on which of several near-equal splits of 82 layers over 40 virtual
+  // stages that partition picks (docs/fidelity.md): at other tie-breaks the recipe's bubble has
+  // come out 11 % instead of 8 % and the recipe 7 % behind. A failure here is worth a look at
+  // the split before the cost model.
+  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.97 * best)
       << "recipe " << plan->metrics.throughputSamplesPerS << " samples/s, best " << best;
   bool triedVp5 = false;
   for (const ConfigCandidate& c : result->feasible) {

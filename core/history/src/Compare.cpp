@@ -469,57 +469,52 @@ std::int64_t coveredSum(const std::vector<Interval>& sorted, std::int64_t a, std
   return total;
 }
 
-}  // namespace
+using Window = std::pair<std::int64_t, std::int64_t>;  // [first start, last end) in ns
+using DeviceIntervals = std::map<int, std::vector<Interval>>;
+using DeviceWindows = std::map<int, std::vector<Window>>;  // per device, per iteration
 
-Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> planId,
-                                          int mostDriftedCount) {
-  auto summary = store.runSummary(run);
-  if (!summary) return summary.error();
-  if (!planId) planId = summary->planId;
-  if (!planId) {
-    return Error{store.path() + ": run " + std::to_string(run) + " is not linked to a plan (nothing to compare with)"};
-  }
-  auto plan = store.loadPlan(*planId);
-  if (!plan) return plan.error();
-  auto events = store.loadEvents(run, EventCategory::Op);
-  if (!events) return events.error();
+// The measured ops of a run: per (device, stage, kind, microbatch), summed over iterations at
+// times relative to that iteration's first op start.
+struct MeasuredOp {
+  double startMs = 0, durMs = 0;
+  int n = 0;
+  bool matched = false;
+};
+struct MeasuredOps {
+  int iterations = 0;
+  std::map<std::tuple<int, int, int, int>, MeasuredOp> ops;
+  std::map<std::pair<int, int>, Window> windows;  // (device, iteration) → its ops' window
+};
 
-  PlanComparison c;
-  c.run = std::move(*summary);
-  c.planId = *planId;
-
-  // Measured: per iteration, times relative to that iteration's first op start.
+MeasuredOps measureOps(const std::vector<MeasuredEvent>& events) {
+  MeasuredOps m;
   std::map<int, std::int64_t> iterationStart;
-  for (const auto& e : *events) {
+  for (const auto& e : events) {
     auto [it, inserted] = iterationStart.try_emplace(e.iteration, e.startNs);
     if (!inserted) it->second = std::min(it->second, e.startNs);
   }
-  c.iterations = static_cast<int>(iterationStart.size());
-  struct Acc {
-    double startMs = 0, durMs = 0;
-    int n = 0;
-    bool matched = false;
-  };
-  std::map<std::tuple<int, int, int, int>, Acc> measured;                // (device, stage, kind, microbatch)
-  std::map<std::pair<int, int>, std::pair<double, double>> devIterBusy;  // (device, iteration) → busy, span
-  std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> devIterWindow;
-  for (const auto& e : *events) {
-    auto& acc = measured[{e.device, e.virtualStage, e.kind, e.microbatch}];
+  m.iterations = static_cast<int>(iterationStart.size());
+  for (const auto& e : events) {
+    auto& acc = m.ops[{e.device, e.virtualStage, e.kind, e.microbatch}];
     acc.startMs += static_cast<double>(e.startNs - iterationStart[e.iteration]) / kNsPerMs;
     acc.durMs += static_cast<double>(e.durationNs) / kNsPerMs;
     ++acc.n;
-    devIterBusy[{e.device, e.iteration}].first += static_cast<double>(e.durationNs) / kNsPerMs;
-    auto [it, inserted] = devIterWindow.try_emplace({e.device, e.iteration}, e.startNs, e.startNs + e.durationNs);
+    auto [it, inserted] = m.windows.try_emplace({e.device, e.iteration}, e.startNs, e.startNs + e.durationNs);
     if (!inserted) {
       it->second.first = std::min(it->second.first, e.startNs);
       it->second.second = std::max(it->second.second, e.startNs + e.durationNs);
     }
   }
-  double planStart = plan->ops.empty() ? 0.0 : plan->ops.front().startMs;
-  for (const Op& op : plan->ops) planStart = std::min(planStart, op.startMs);
-  for (const Op& op : plan->ops) {
-    auto it = measured.find({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
-    if (it == measured.end() || it->second.n == 0) {
+  return m;
+}
+
+// Each planned op against its measured mean; counts the ops found on one side only.
+void matchOps(const Plan& plan, MeasuredOps& m, PlanComparison& c) {
+  double planStart = plan.ops.empty() ? 0.0 : plan.ops.front().startMs;
+  for (const Op& op : plan.ops) planStart = std::min(planStart, op.startMs);
+  for (const Op& op : plan.ops) {
+    auto it = m.ops.find({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+    if (it == m.ops.end() || it->second.n == 0) {
       ++c.unmatchedPlanned;
       continue;
     }
@@ -538,9 +533,13 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     d.durationDeltaMs = d.measuredMs - d.plannedMs;
     c.ops.push_back(d);
   }
-  for (const auto& [key, acc] : measured) {
+  for (const auto& [key, acc] : m.ops) {
     if (!acc.matched) c.unmatchedMeasured += acc.n;
   }
+}
+
+// The most drifted and the latest ops (at most mostDriftedCount each), and mean times per kind.
+void rankDrifts(PlanComparison& c, int mostDriftedCount) {
   c.mostDrifted = c.ops;
   std::sort(c.mostDrifted.begin(), c.mostDrifted.end(), [](const OpDrift& x, const OpDrift& y) {
     return std::fabs(x.startDriftMs) + std::fabs(x.durationDeltaMs) >
@@ -567,14 +566,96 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     k.measuredMs /= k.count;
     c.byKind.push_back(k);
   }
+}
 
-  const Metrics planned = computeMetrics(*plan);
-  std::map<int, DeviceBubble> devices;
-  for (std::size_t d = 0; d < planned.devices.size(); ++d) {
-    auto& row = devices[static_cast<int>(d)];
-    row.plannedBusyMs = planned.devices[d].busyMs;
-    row.plannedBubbleMs = planned.devices[d].spanMs - planned.devices[d].busyMs;
+// No op ranges: GPU activity (NCCL kernels enter later as their transfer parts), windows from
+// the device's ProfilerStep ranges (GPU annotation lanes), else from the host's ProfilerStep#N
+// ranges (plain PyTorch profiler traces keep them on the CPU thread: step N is the earliest
+// start to the latest end of the ranks' ranges named so), else its span.
+Status gpuActivityWindows(HistoryStore& store, RunId run, DeviceIntervals& busy, DeviceWindows& windows,
+                          int& iterations) {
+  sqlite3* db = store.connection();
+  Statement st(
+      db,
+      "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
+      "WHERE e." RUN_EVENT_RANGE
+      " AND ((e.device >= 0 AND e.category IN (?2, ?3, ?4, ?5)) OR n.name LIKE 'ProfilerStep#%')",
+      nullptr);
+  if (!st) return Error{store.path() + ": " + detail::lastError(db)};
+  st.bind(1, run);
+  st.bind(2, static_cast<int>(EventCategory::Kernel));
+  st.bind(3, static_cast<int>(EventCategory::Memcpy));
+  st.bind(4, static_cast<int>(EventCategory::Memset));
+  st.bind(5, static_cast<int>(EventCategory::Nccl));
+  std::map<int, Window> span;
+  std::map<std::string, Window> hostSteps;  // ProfilerStep#N → window
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    const int d = st.i32(0);
+    const std::int64_t lo = st.i64(1), hi = lo + std::max<std::int64_t>(0, st.i64(2));
+    const int category = st.i32(3);
+    if (!isGpuActivity(category) || d < 0) {
+      if (d >= 0) {
+        windows[d].push_back({lo, hi});
+      } else {
+        auto [it, inserted] = hostSteps.try_emplace(st.text(4), lo, hi);
+        if (!inserted) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
+      }
+      continue;
+    }
+    auto [it, inserted] = span.try_emplace(d, lo, hi);
+    if (!inserted) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
+    if (category != static_cast<int>(EventCategory::Nccl)) busy[d].push_back({lo, hi});
   }
+  if (rc != SQLITE_DONE) return Error{store.path() + ": " + detail::lastError(db)};
+  std::vector<Window> steps;
+  steps.reserve(hostSteps.size());
+  for (const auto& [name, w] : hostSteps) steps.push_back(w);
+  std::sort(steps.begin(), steps.end());
+  for (const auto& [d, w] : span) {
+    if (!windows.count(d)) {
+      if (steps.empty()) {
+        windows[d].push_back(w);
+      } else {
+        windows[d] = steps;
+      }
+    }
+    busy[d];
+  }
+  iterations = 0;
+  for (const auto& [d, ws] : windows) iterations = std::max(iterations, static_cast<int>(ws.size()));
+  return {};
+}
+
+// One device's busy, bubble and NCCL wait/transfer time over its iteration windows, as means.
+// `busy` is merged; `wait` (merged) and `transfer` (sorted) are null when it has none.
+void measureDevice(DeviceBubble& row, const std::vector<Interval>& busy, const std::vector<Interval>* wait,
+                   const std::vector<Interval>* transfer, const std::vector<Window>& ws) {
+  for (const auto& [lo, hi] : ws) {
+    const std::int64_t inside = covered(busy, lo, hi);
+    row.measuredBusyMs += static_cast<double>(inside) / kNsPerMs;
+    row.measuredBubbleMs += static_cast<double>(hi - lo - inside) / kNsPerMs;
+    if (wait) {
+      std::int64_t idleWait = 0;
+      for (const Interval& i : *wait) {
+        const std::int64_t a = std::max(lo, i.start), z = std::min(hi, i.end);
+        if (a < z) idleWait += (z - a) - covered(busy, a, z);
+      }
+      row.measuredCommWaitMs += static_cast<double>(idleWait) / kNsPerMs;
+    }
+    if (transfer) row.measuredCommTransferMs += static_cast<double>(coveredSum(*transfer, lo, hi)) / kNsPerMs;
+  }
+  const double n = static_cast<double>(std::max<std::size_t>(1, ws.size()));
+  row.measuredBusyMs /= n;
+  row.measuredBubbleMs /= n;
+  row.measuredCommWaitMs /= n;
+  row.measuredCommTransferMs /= n;
+}
+
+// Measured busy and bubble time per device (rows added to `devices`); without op ranges the
+// iterations are counted from the windows found.
+Status measureBubbles(HistoryStore& store, RunId run, const std::vector<MeasuredEvent>& events, const MeasuredOps& m,
+                      std::map<int, DeviceBubble>& devices, int& iterations) {
   auto nccl = ncclParts(store, run);
   if (!nccl) return nccl.error();
   for (auto* parts : {&nccl->transfer, &nccl->wait}) {
@@ -584,78 +665,26 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
   }
   // Busy intervals per device: op ranges, or GPU activity when the run has none; plus the
   // transfer part of NCCL kernels (their wait part is the bubble's).
-  std::map<int, std::vector<Interval>> busy;
-  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> windows;  // per device, per iteration
-  if (!events->empty()) {
-    for (const auto& [key, w] : devIterWindow) windows[key.first].push_back(w);
-    for (const auto& e : *events) busy[e.device].push_back({e.startNs, e.startNs + e.durationNs});
-  } else {
-    // No op ranges: GPU activity (NCCL kernels enter below as their transfer parts), windows
-    // from the device's ProfilerStep ranges (GPU annotation lanes), else from the host's
-    // ProfilerStep#N ranges (plain PyTorch profiler traces keep them on the CPU thread: step N
-    // is the earliest start to the latest end of the ranks' ranges named so), else its span.
-    sqlite3* db = store.connection();
-    Statement st(
-        db,
-        "SELECT e.device, e.start_ns, e.dur_ns, e.category, n.name FROM events e JOIN names n ON n.id = e.name_id "
-        "WHERE e." RUN_EVENT_RANGE
-        " AND ((e.device >= 0 AND e.category IN (?2, ?3, ?4, ?5)) OR n.name LIKE 'ProfilerStep#%')",
-        nullptr);
-    if (!st) return Error{store.path() + ": " + detail::lastError(db)};
-    st.bind(1, run);
-    st.bind(2, static_cast<int>(EventCategory::Kernel));
-    st.bind(3, static_cast<int>(EventCategory::Memcpy));
-    st.bind(4, static_cast<int>(EventCategory::Memset));
-    st.bind(5, static_cast<int>(EventCategory::Nccl));
-    std::map<int, std::pair<std::int64_t, std::int64_t>> span;
-    std::map<std::string, std::pair<std::int64_t, std::int64_t>> hostSteps;  // ProfilerStep#N → window
-    int rc;
-    while ((rc = st.step()) == SQLITE_ROW) {
-      const int d = st.i32(0);
-      const std::int64_t lo = st.i64(1), hi = lo + std::max<std::int64_t>(0, st.i64(2));
-      const int category = st.i32(3);
-      if (!isGpuActivity(category) || d < 0) {
-        if (d >= 0) {
-          windows[d].push_back({lo, hi});
-        } else {
-          auto [it, inserted] = hostSteps.try_emplace(st.text(4), lo, hi);
-          if (!inserted) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
-        }
-        continue;
-      }
-      auto [it, inserted] = span.try_emplace(d, lo, hi);
-      if (!inserted) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
-      if (category != static_cast<int>(EventCategory::Nccl)) busy[d].push_back({lo, hi});
-    }
-    if (rc != SQLITE_DONE) return Error{store.path() + ": " + detail::lastError(db)};
-    std::vector<std::pair<std::int64_t, std::int64_t>> steps;
-    for (const auto& [name, w] : hostSteps) steps.push_back(w);
-    std::sort(steps.begin(), steps.end());
-    for (const auto& [d, w] : span) {
-      if (!windows.count(d)) {
-        if (steps.empty()) {
-          windows[d].push_back(w);
-        } else {
-          windows[d] = steps;
-        }
-      }
-      busy[d];
-    }
-    c.iterations = 0;
-    for (const auto& [d, ws] : windows) c.iterations = std::max(c.iterations, static_cast<int>(ws.size()));
+  DeviceIntervals busy;
+  DeviceWindows windows;
+  if (!events.empty()) {
+    for (const auto& [key, w] : m.windows) windows[key.first].push_back(w);
+    for (const auto& e : events) busy[e.device].push_back({e.startNs, e.startNs + e.durationNs});
+  } else if (auto st = gpuActivityWindows(store, run, busy, windows, iterations); !st) {
+    return st;
   }
   for (auto& [d, v] : busy) {
     // Without op ranges the GPU's own activity is the busy time, NCCL kernels only for their
     // transfer part. With op ranges, busy is compute as in the plan (where exposed transfers
     // are bubble too).
-    if (const auto t = nccl->transfer.find(d); events->empty() && t != nccl->transfer.end()) {
+    if (const auto t = nccl->transfer.find(d); events.empty() && t != nccl->transfer.end()) {
       v.insert(v.end(), t->second.begin(), t->second.end());
     }
     unionInPlace(v);
   }
   // A kernel waiting for its peer while the device computes on another stream costs nothing:
   // only the wait in the device's idle time is bubble.
-  std::map<int, std::vector<Interval>> waits;
+  DeviceIntervals waits;
   for (const auto& [d, v] : nccl->wait) {
     auto& merged = waits[d] = v;
     unionInPlace(merged);
@@ -664,28 +693,44 @@ Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::o
     auto& row = devices[d];
     const auto& b = busy[d];
     const auto w = waits.find(d);
-    for (const auto& [lo, hi] : ws) {
-      const std::int64_t inside = covered(b, lo, hi);
-      row.measuredBusyMs += static_cast<double>(inside) / kNsPerMs;
-      row.measuredBubbleMs += static_cast<double>(hi - lo - inside) / kNsPerMs;
-      if (w != waits.end()) {
-        std::int64_t idleWait = 0;
-        for (const Interval& i : w->second) {
-          const std::int64_t a = std::max(lo, i.start), z = std::min(hi, i.end);
-          if (a < z) idleWait += (z - a) - covered(b, a, z);
-        }
-        row.measuredCommWaitMs += static_cast<double>(idleWait) / kNsPerMs;
-      }
-      if (const auto t = nccl->transfer.find(d); t != nccl->transfer.end()) {
-        row.measuredCommTransferMs += static_cast<double>(coveredSum(t->second, lo, hi)) / kNsPerMs;
-      }
-    }
-    const double n = static_cast<double>(std::max<std::size_t>(1, ws.size()));
-    row.measuredBusyMs /= n;
-    row.measuredBubbleMs /= n;
-    row.measuredCommWaitMs /= n;
-    row.measuredCommTransferMs /= n;
+    const auto t = nccl->transfer.find(d);
+    measureDevice(row, b, w != waits.end() ? &w->second : nullptr, t != nccl->transfer.end() ? &t->second : nullptr,
+                  ws);
   }
+  return {};
+}
+
+}  // namespace
+
+Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> planId,
+                                          int mostDriftedCount) {
+  auto summary = store.runSummary(run);
+  if (!summary) return summary.error();
+  if (!planId) planId = summary->planId;
+  if (!planId) {
+    return Error{store.path() + ": run " + std::to_string(run) + " is not linked to a plan (nothing to compare with)"};
+  }
+  auto plan = store.loadPlan(*planId);
+  if (!plan) return plan.error();
+  auto events = store.loadEvents(run, EventCategory::Op);
+  if (!events) return events.error();
+
+  PlanComparison c;
+  c.run = std::move(*summary);
+  c.planId = *planId;
+  MeasuredOps measured = measureOps(*events);
+  c.iterations = measured.iterations;
+  matchOps(*plan, measured, c);
+  rankDrifts(c, mostDriftedCount);
+
+  const Metrics planned = computeMetrics(*plan);
+  std::map<int, DeviceBubble> devices;
+  for (std::size_t d = 0; d < planned.devices.size(); ++d) {
+    auto& row = devices[static_cast<int>(d)];
+    row.plannedBusyMs = planned.devices[d].busyMs;
+    row.plannedBubbleMs = planned.devices[d].spanMs - planned.devices[d].busyMs;
+  }
+  if (auto st = measureBubbles(store, run, *events, measured, devices, c.iterations); !st) return st.error();
   for (auto& [d, row] : devices) {
     row.device = d;
     c.devices.push_back(row);

@@ -352,24 +352,63 @@ struct Noter {
   }
 };
 
-}  // namespace
+// Kernel spans by (process, correlation id), for projecting NVTX ops onto the GPU.
+struct Launch {
+  std::int64_t pid, correlation, start, end, device;
+};
 
-Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
-  auto opened = ForeignDb::open(ctx.path);
-  if (!opened) return opened.error();
-  ForeignDb& d = **opened;
-  auto tablesOr = tablesOf(d);
-  if (!tablesOr) return tablesOr.error();
-  const auto& tables = *tablesOr;
-  const bool stringIds = tables.count("StringIds") > 0;
-  IngestCounts counts;
-  Noter note{counts, ctx.path};
-  // File time → run time. Both clocks are bounded (kMaxTraceClockBaseNs, kMaxTraceTimeNs), and
-  // every sum with a row's time is checked all the same.
-  const std::int64_t toRun = checkedSub(ctx.baseNs, state.originNs).value_or(0);
+// A CUDA API call: its thread, its start and the kernel it launched.
+struct Call {
+  std::int64_t tid, start;
+  std::size_t launch;  // index into launches, or npos
+};
+
+// The query of one GPU activity table: rowid, start, end, deviceId, streamId, correlationId,
+// bytes, name, globalPid (defaults for the columns this nsys version lacks).
+std::string gpuActivitySql(const std::set<std::string>& cols, const char* table, EventCategory category,
+                           bool stringIds) {
+  std::string join;
+  const std::string name = category == EventCategory::Kernel
+                               ? textExpr(cols, {"demangledName", "shortName", "name", "mangledName"}, stringIds, join)
+                               : "NULL";
+  std::string sql = "SELECT t.rowid, t.start, t.\"end\"";
+  for (const char* column : {"deviceId", "streamId", "correlationId", "bytes"}) {
+    sql += ", ";
+    sql += col(cols, column, "0");
+  }
+  sql += ", ";
+  sql += name;
+  sql += ", ";
+  sql += col(cols, "globalPid", "0");
+  sql += " FROM ";
+  sql += table;
+  sql += " t";
+  sql += join;
+  return sql;
+}
+
+// The second read of one export. Its phases (GPU activity, CUDA API calls, NVTX ranges) share
+// the file, the run being written and the counts.
+struct NsysIngest {
+  NsysIngest(HistoryStore::Impl& store, RunId runId, RunState& runState, const FileContext& context, ForeignDb& db,
+             const std::set<std::string>& tableNames)
+      : im(store),
+        run(runId),
+        state(runState),
+        ctx(context),
+        d(db),
+        tables(tableNames),
+        stringIds(tableNames.count("StringIds") > 0),
+        // File time → run time. Both clocks are bounded (kMaxTraceClockBaseNs, kMaxTraceTimeNs),
+        // and every sum with a row's time is checked all the same.
+        toRun(checkedSub(context.baseNs, runState.originNs).value_or(0)),
+        project(tableNames.count("CUPTI_ACTIVITY_KIND_RUNTIME") > 0 && tableNames.count("NVTX_EVENTS") > 0) {}
+  NsysIngest(const NsysIngest&) = delete;
+  NsysIngest& operator=(const NsysIngest&) = delete;
+
   // Stores one row, or skips it (with `where` and the reason) when its time or ids are out of
   // range. Only a database failure is an error.
-  const auto store = [&](EventRow& row, std::int64_t start, const std::string& where) -> Status {
+  Status store(EventRow& row, std::int64_t start, const std::string& where) {
     const auto runStart = checkedAdd(start, toRun);
     std::optional<std::string> problem;
     if (runStart) {
@@ -385,227 +424,256 @@ Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunStat
     if (auto st = im.insert(run, state, row); !st) return st;
     ++counts.stored;
     return {};
-  };
-
-  // Kernel spans by (process, correlation id), for projecting NVTX ops onto the GPU.
-  struct Launch {
-    std::int64_t pid, correlation, start, end, device;
-  };
-  std::vector<Launch> launches;
-  const bool project = tables.count("CUPTI_ACTIVITY_KIND_RUNTIME") > 0 && tables.count("NVTX_EVENTS") > 0;
+  }
 
   // --- GPU activity ---
-  for (const char* table : kGpuTables) {
-    if (!tables.count(table)) continue;
+  Status gpuActivity() {
+    for (const char* table : kGpuTables) {
+      if (!tables.count(table)) continue;
+      if (auto st = gpuTable(table); !st) return st;
+    }
+    return {};
+  }
+
+  Status gpuTable(const char* table) {
     const auto colsOr = columnsOf(d, table);
     if (!colsOr) return colsOr.error();
     const auto& cols = *colsOr;
     if (!cols.count("start") || !cols.count("end")) {
       note.skip(std::string(table) + ": no start/end columns (table skipped)");
-      continue;
+      return {};
     }
     const std::string_view t(table);
     const EventCategory category = t.find("MEMCPY") != std::string_view::npos   ? EventCategory::Memcpy
                                    : t.find("MEMSET") != std::string_view::npos ? EventCategory::Memset
                                                                                 : EventCategory::Kernel;
-    std::string join;
-    const std::string name =
-        category == EventCategory::Kernel
-            ? textExpr(cols, {"demangledName", "shortName", "name", "mangledName"}, stringIds, join)
-            : "NULL";
-    std::string sql = "SELECT t.rowid, t.start, t.\"end\"";
-    for (const char* column : {"deviceId", "streamId", "correlationId", "bytes"}) {
-      sql += ", ";
-      sql += col(cols, column, "0");
-    }
-    sql += ", ";
-    sql += name;
-    sql += ", ";
-    sql += col(cols, "globalPid", "0");
-    sql += " FROM ";
-    sql += table;
-    sql += " t";
-    sql += join;
-    Statement st(d.get(), sql, nullptr);
+    Statement st(d.get(), gpuActivitySql(cols, table, category, stringIds), nullptr);
     if (!st) return Error{ctx.path + ": " + table + ": " + d.error()};
     int rc = 0;
     std::string text;
     while ((rc = d.step(st.get())) == SQLITE_ROW) {
-      sqlite3_stmt* s = st.get();
-      const std::int64_t rowid = sqlite3_column_int64(s, 0);
-      if (sqlite3_column_type(s, 1) != SQLITE_INTEGER || sqlite3_column_type(s, 2) != SQLITE_INTEGER) {
-        note.skip(std::string(table) + " row " + std::to_string(rowid) + ": start or end is NULL (expected ns)");
-        continue;
-      }
-      const std::int64_t start = sqlite3_column_int64(s, 1);
-      const std::int64_t end = sqlite3_column_int64(s, 2);
-      if (end < start || start < -(std::int64_t{1} << 61) || end > (std::int64_t{1} << 61)) {
-        note.skip(std::string(table) + " row " + std::to_string(rowid) + ": end " + std::to_string(end) +
-                  " before start " + std::to_string(start) + " or out of range");
-        continue;
-      }
-      if (sqlite3_column_type(s, 7) != SQLITE_NULL) {
-        text.assign(columnText(s, 7));
-      } else {
-        text = category == EventCategory::Memcpy ? "Memcpy" : category == EventCategory::Memset ? "Memset" : "kernel";
-      }
-      EventRow row;
-      row.category = category;
-      if (category == EventCategory::Kernel &&
-          (text.find("nccl") != std::string::npos || text.find("NCCL") != std::string::npos)) {
-        row.category = EventCategory::Nccl;
-      }
-      row.device = ctx.device ? *ctx.device : sqlite3_column_int64(s, 3);
-      row.stream = sqlite3_column_int64(s, 4);
-      row.correlationId = sqlite3_column_int64(s, 5);
-      row.bytes = sqlite3_column_int64(s, 6);
-      row.name = text;
-      row.durationNs = end - start;
-      const std::int64_t storedBefore = counts.stored;
-      if (auto stt = store(row, start, std::string(table) + " row " + std::to_string(rowid)); !stt) return stt.error();
-      if (project && counts.stored > storedBefore) {
-        launches.push_back({sqlite3_column_int64(s, 8), row.correlationId, start, end, row.device});
-      }
+      if (auto stt = gpuRow(st.get(), table, category, text); !stt) return stt;
     }
     if (rc != SQLITE_DONE) return Error{ctx.path + ": " + table + ": " + d.error()};
+    return {};
+  }
+
+  // One row of gpuActivitySql's query; `text` is a buffer for its name.
+  Status gpuRow(sqlite3_stmt* s, const char* table, EventCategory category, std::string& text) {
+    const std::int64_t rowid = sqlite3_column_int64(s, 0);
+    if (sqlite3_column_type(s, 1) != SQLITE_INTEGER || sqlite3_column_type(s, 2) != SQLITE_INTEGER) {
+      note.skip(std::string(table) + " row " + std::to_string(rowid) + ": start or end is NULL (expected ns)");
+      return {};
+    }
+    const std::int64_t start = sqlite3_column_int64(s, 1);
+    const std::int64_t end = sqlite3_column_int64(s, 2);
+    if (end < start || start < -(std::int64_t{1} << 61) || end > (std::int64_t{1} << 61)) {
+      note.skip(std::string(table) + " row " + std::to_string(rowid) + ": end " + std::to_string(end) +
+                " before start " + std::to_string(start) + " or out of range");
+      return {};
+    }
+    if (sqlite3_column_type(s, 7) != SQLITE_NULL) {
+      text.assign(columnText(s, 7));
+    } else {
+      text = category == EventCategory::Memcpy ? "Memcpy" : category == EventCategory::Memset ? "Memset" : "kernel";
+    }
+    EventRow row;
+    row.category = category;
+    if (category == EventCategory::Kernel &&
+        (text.find("nccl") != std::string::npos || text.find("NCCL") != std::string::npos)) {
+      row.category = EventCategory::Nccl;
+    }
+    row.device = ctx.device ? *ctx.device : sqlite3_column_int64(s, 3);
+    row.stream = sqlite3_column_int64(s, 4);
+    row.correlationId = sqlite3_column_int64(s, 5);
+    row.bytes = sqlite3_column_int64(s, 6);
+    row.name = text;
+    row.durationNs = end - start;
+    const std::int64_t storedBefore = counts.stored;
+    if (auto st = store(row, start, std::string(table) + " row " + std::to_string(rowid)); !st) return st;
+    if (project && counts.stored > storedBefore) {
+      launches.push_back({sqlite3_column_int64(s, 8), row.correlationId, start, end, row.device});
+    }
+    return {};
   }
 
   // --- CUDA API calls: per thread, in time order, each with its GPU span ---
-  struct Call {
-    std::int64_t tid, start;
-    std::size_t launch;  ///< index into launches, or npos
-  };
-  std::vector<Call> calls;
-  std::optional<SpanTree> tree;
-  if (project) {
+  Status indexCalls() {
+    if (!project) return {};
     const auto colsOr = columnsOf(d, "CUPTI_ACTIVITY_KIND_RUNTIME");
     if (!colsOr) return colsOr.error();
     const auto& cols = *colsOr;
-    if (cols.count("globalTid") && cols.count("start") && cols.count("correlationId")) {
-      const bool launchesHavePid =
-          std::any_of(launches.begin(), launches.end(), [](const Launch& l) { return l.pid != 0; });
-      std::sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
-        return std::tie(a.pid, a.correlation) < std::tie(b.pid, b.correlation);
-      });
-      Statement st(d.get(),
-                   "SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE start IS NOT NULL",
-                   nullptr);
-      if (!st) return Error{ctx.path + ": CUPTI_ACTIVITY_KIND_RUNTIME: " + d.error()};
-      int rc;
-      while ((rc = d.step(st.get())) == SQLITE_ROW) {
-        const std::int64_t tid = sqlite3_column_int64(st.get(), 0);
-        // nsys serialises a thread as (process << 24 | thread): its process is the upper bits.
-        // Exports without globalPid on GPU rows match the correlation id alone.
-        const std::int64_t pid = launchesHavePid ? (tid & ~std::int64_t{0xFFFFFF}) : 0;
-        const std::int64_t corr = sqlite3_column_int64(st.get(), 2);
-        auto it = std::lower_bound(launches.begin(), launches.end(), std::pair{pid, corr},
-                                   [](const Launch& l, const std::pair<std::int64_t, std::int64_t>& k) {
-                                     return std::tie(l.pid, l.correlation) < std::tie(k.first, k.second);
-                                   });
-        const bool found = it != launches.end() && it->pid == pid && it->correlation == corr;
-        calls.push_back({tid, sqlite3_column_int64(st.get(), 1),
-                         found ? static_cast<std::size_t>(it - launches.begin()) : std::string::npos});
-      }
-      if (rc != SQLITE_DONE) return Error{ctx.path + ": CUPTI_ACTIVITY_KIND_RUNTIME: " + d.error()};
-      std::sort(calls.begin(), calls.end(),
-                [](const Call& a, const Call& b) { return std::tie(a.tid, a.start) < std::tie(b.tid, b.start); });
-      std::vector<SpanTree::Span> leaves(calls.size());
-      for (std::size_t i = 0; i < calls.size(); ++i) {
-        if (calls[i].launch != std::string::npos) {
-          const Launch& l = launches[calls[i].launch];
-          leaves[i] = {l.start, l.end, l.device};
-        }
-      }
-      tree.emplace(std::move(leaves));
+    if (!cols.count("globalTid") || !cols.count("start") || !cols.count("correlationId")) return {};
+    const bool launchesHavePid =
+        std::any_of(launches.begin(), launches.end(), [](const Launch& l) { return l.pid != 0; });
+    std::sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
+      return std::tie(a.pid, a.correlation) < std::tie(b.pid, b.correlation);
+    });
+    Statement st(d.get(),
+                 "SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE start IS NOT NULL",
+                 nullptr);
+    if (!st) return Error{ctx.path + ": CUPTI_ACTIVITY_KIND_RUNTIME: " + d.error()};
+    int rc;
+    while ((rc = d.step(st.get())) == SQLITE_ROW) {
+      const std::int64_t tid = sqlite3_column_int64(st.get(), 0);
+      // nsys serialises a thread as (process << 24 | thread): its process is the upper bits.
+      // Exports without globalPid on GPU rows match the correlation id alone.
+      const std::int64_t pid = launchesHavePid ? (tid & ~std::int64_t{0xFFFFFF}) : 0;
+      const std::int64_t corr = sqlite3_column_int64(st.get(), 2);
+      auto it = std::lower_bound(launches.begin(), launches.end(), std::pair{pid, corr},
+                                 [](const Launch& l, const std::pair<std::int64_t, std::int64_t>& k) {
+                                   return std::tie(l.pid, l.correlation) < std::tie(k.first, k.second);
+                                 });
+      const bool found = it != launches.end() && it->pid == pid && it->correlation == corr;
+      calls.push_back({tid, sqlite3_column_int64(st.get(), 1),
+                       found ? static_cast<std::size_t>(it - launches.begin()) : std::string::npos});
     }
+    if (rc != SQLITE_DONE) return Error{ctx.path + ": CUPTI_ACTIVITY_KIND_RUNTIME: " + d.error()};
+    std::sort(calls.begin(), calls.end(),
+              [](const Call& a, const Call& b) { return std::tie(a.tid, a.start) < std::tie(b.tid, b.start); });
+    std::vector<SpanTree::Span> leaves(calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].launch != std::string::npos) {
+        const Launch& l = launches[calls[i].launch];
+        leaves[i] = {l.start, l.end, l.device};
+      }
+    }
+    tree.emplace(std::move(leaves));
+    return {};
   }
 
   // --- NVTX ranges ---
-  auto nvtx = nvtxQuery(d, tables);
-  if (!nvtx) return nvtx.error();
-  if (nvtx->ok) {
+  Status nvtxRanges() {
+    auto nvtx = nvtxQuery(d, tables);
+    if (!nvtx) return nvtx.error();
+    if (!nvtx->ok) return {};
     Statement st(d.get(), nvtx->sql, nullptr);
     if (!st) return Error{ctx.path + ": NVTX_EVENTS: " + d.error()};
     int rc = 0;
     std::string text;
     while ((rc = d.step(st.get())) == SQLITE_ROW) {
-      sqlite3_stmt* s = st.get();
-      const std::int64_t rowid = sqlite3_column_int64(s, 0);
-      if (sqlite3_column_type(s, 1) != SQLITE_INTEGER || sqlite3_column_type(s, 2) != SQLITE_INTEGER) {
-        note.skip("NVTX_EVENTS row " + std::to_string(rowid) + ": start or end is NULL (an unclosed range)");
-        continue;
-      }
-      std::int64_t start = sqlite3_column_int64(s, 1);
-      std::int64_t end = sqlite3_column_int64(s, 2);
-      if (end < start || start < -(std::int64_t{1} << 61) || end > (std::int64_t{1} << 61)) {
-        note.skip("NVTX_EVENTS row " + std::to_string(rowid) + ": end before start or out of range");
-        continue;
-      }
-      text.assign(columnText(s, 3));
-      const std::int64_t tid = sqlite3_column_int64(s, 4);
-      EventRow row;
-      row.stream = tid;
-      const auto op = ctx.matcher ? ctx.matcher->match(text) : std::nullopt;
-      std::int64_t projectedDevice = -1;
-      if (op && tree) {
-        const auto lo = std::lower_bound(calls.begin(), calls.end(), std::pair{tid, start},
-                                         [](const Call& c, const std::pair<std::int64_t, std::int64_t>& k) {
-                                           return std::tie(c.tid, c.start) < std::tie(k.first, k.second);
-                                         });
-        const auto hi = std::upper_bound(calls.begin(), calls.end(), std::pair{tid, end},
-                                         [](const std::pair<std::int64_t, std::int64_t>& k, const Call& c) {
-                                           return std::tie(k.first, k.second) < std::tie(c.tid, c.start);
-                                         });
-        const SpanTree::Span span =
-            tree->query(static_cast<std::size_t>(lo - calls.begin()), static_cast<std::size_t>(hi - calls.begin()));
-        if (span.start <= span.end) {
-          start = span.start;
-          end = span.end;
-          projectedDevice = span.device;
-        }
-      }
-      row.durationNs = end - start;
-      std::string kindName;
-      if (op) {
-        row.virtualStage = op->stage;
-        row.microbatch = op->microbatch;
-        if (const auto kind = computeKind(op->kindText, ctx.legacy)) {
-          row.category = EventCategory::Op;
-          row.kind = static_cast<int>(*kind);
-          kindName = std::string(opKindName(*kind));
-          row.device = ctx.stageDevice || ctx.device ? ctx.opDevice(op->stage) : projectedDevice;
-        } else {
-          row.category = EventCategory::Cpu;
-          kindName = op->kindText;
-          row.device = ctx.device.value_or(ctx.stageDevice ? ctx.opDevice(op->stage) : projectedDevice);
-        }
-        row.name = kindName;
-      } else {
-        row.category = EventCategory::Cpu;
-        row.device = -1;
-        row.name = text;
-      }
-      const std::int64_t storedBefore = counts.stored;
-      if (auto stt = store(row, start, "NVTX_EVENTS row " + std::to_string(rowid)); !stt) return stt.error();
-      if (counts.stored == storedBefore) continue;
-      if (!op && ctx.recordSteps && text.rfind("ProfilerStep#", 0) == 0) {
-        const std::string digits = text.substr(13);
-        char* stop = nullptr;
-        const long long step = std::strtoll(digits.c_str(), &stop, 10);
-        if (stop != digits.c_str()) {
-          Statement& ins = im.insertStep;
-          ins.bind(1, run);
-          ins.bind(2, static_cast<std::int64_t>(step));
-          ins.bind(3, static_cast<double>(end - start) / 1e6);
-          const int r = ins.step();
-          ins.reset();
-          if (r != SQLITE_DONE) return Error{im.path + ": " + lastError(im.db)};
-        }
-      }
+      if (auto stt = nvtxRow(st.get(), text); !stt) return stt;
     }
     if (rc != SQLITE_DONE) return Error{ctx.path + ": NVTX_EVENTS: " + d.error()};
+    return {};
   }
-  return counts;
+
+  // One row of the NVTX query; `text` is a buffer for its text.
+  Status nvtxRow(sqlite3_stmt* s, std::string& text) {
+    const std::int64_t rowid = sqlite3_column_int64(s, 0);
+    if (sqlite3_column_type(s, 1) != SQLITE_INTEGER || sqlite3_column_type(s, 2) != SQLITE_INTEGER) {
+      note.skip("NVTX_EVENTS row " + std::to_string(rowid) + ": start or end is NULL (an unclosed range)");
+      return {};
+    }
+    std::int64_t start = sqlite3_column_int64(s, 1);
+    std::int64_t end = sqlite3_column_int64(s, 2);
+    if (end < start || start < -(std::int64_t{1} << 61) || end > (std::int64_t{1} << 61)) {
+      note.skip("NVTX_EVENTS row " + std::to_string(rowid) + ": end before start or out of range");
+      return {};
+    }
+    text.assign(columnText(s, 3));
+    const std::int64_t tid = sqlite3_column_int64(s, 4);
+    EventRow row;
+    row.stream = tid;
+    const auto op = ctx.matcher ? ctx.matcher->match(text) : std::nullopt;
+    std::int64_t projectedDevice = -1;
+    if (op && tree) projectedDevice = projectOnGpu(tid, start, end);
+    row.durationNs = end - start;
+    nameRange(row, op, text, projectedDevice);
+    const std::int64_t storedBefore = counts.stored;
+    if (auto st = store(row, start, "NVTX_EVENTS row " + std::to_string(rowid)); !st) return st;
+    if (counts.stored == storedBefore) return {};
+    if (!op && ctx.recordSteps && text.rfind("ProfilerStep#", 0) == 0) return recordStep(text, end - start);
+    return {};
+  }
+
+  // Moves [start, end] of a range on thread `tid` onto the GPU span of the kernels it launched
+  // and returns their device; -1, and the range kept, when it launched none.
+  std::int64_t projectOnGpu(std::int64_t tid, std::int64_t& start, std::int64_t& end) const {
+    const auto lo = std::lower_bound(calls.begin(), calls.end(), std::pair{tid, start},
+                                     [](const Call& c, const std::pair<std::int64_t, std::int64_t>& k) {
+                                       return std::tie(c.tid, c.start) < std::tie(k.first, k.second);
+                                     });
+    const auto hi = std::upper_bound(calls.begin(), calls.end(), std::pair{tid, end},
+                                     [](const std::pair<std::int64_t, std::int64_t>& k, const Call& c) {
+                                       return std::tie(k.first, k.second) < std::tie(c.tid, c.start);
+                                     });
+    const SpanTree::Span span =
+        tree->query(static_cast<std::size_t>(lo - calls.begin()), static_cast<std::size_t>(hi - calls.begin()));
+    if (span.start > span.end) return -1;
+    start = span.start;
+    end = span.end;
+    return span.device;
+  }
+
+  // Category, name, ids and device of an NVTX range: a compute op, a pipelining action (CPU
+  // time under its kind text), or a plain CPU range.
+  void nameRange(EventRow& row, const std::optional<OpName>& op, const std::string& text,
+                 std::int64_t projectedDevice) const {
+    if (!op) {
+      row.category = EventCategory::Cpu;
+      row.device = -1;
+      row.name = text;
+      return;
+    }
+    row.virtualStage = op->stage;
+    row.microbatch = op->microbatch;
+    if (const auto kind = computeKind(op->kindText, ctx.legacy)) {
+      row.category = EventCategory::Op;
+      row.kind = static_cast<int>(*kind);
+      row.name = std::string(opKindName(*kind));
+      row.device = ctx.stageDevice || ctx.device ? ctx.opDevice(op->stage) : projectedDevice;
+    } else {
+      row.category = EventCategory::Cpu;
+      row.name = op->kindText;
+      row.device = ctx.device.value_or(ctx.stageDevice ? ctx.opDevice(op->stage) : projectedDevice);
+    }
+  }
+
+  // A "ProfilerStep#N" range into the steps table.
+  Status recordStep(const std::string& text, std::int64_t durationNs) {
+    const std::string digits = text.substr(13);
+    char* stop = nullptr;
+    const long long step = std::strtoll(digits.c_str(), &stop, 10);
+    if (stop == digits.c_str()) return {};
+    Statement& ins = im.insertStep;
+    ins.bind(1, run);
+    ins.bind(2, static_cast<std::int64_t>(step));
+    ins.bind(3, static_cast<double>(durationNs) / 1e6);
+    const int r = ins.step();
+    ins.reset();
+    if (r != SQLITE_DONE) return Error{im.path + ": " + lastError(im.db)};
+    return {};
+  }
+
+  HistoryStore::Impl& im;
+  RunId run;
+  RunState& state;
+  const FileContext& ctx;
+  ForeignDb& d;
+  const std::set<std::string>& tables;
+  const bool stringIds;
+  const std::int64_t toRun;
+  const bool project;
+  IngestCounts counts;
+  Noter note{counts, ctx.path};
+  std::vector<Launch> launches;
+  std::vector<Call> calls;
+  std::optional<SpanTree> tree;
+};
+
+}  // namespace
+
+Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
+  auto opened = ForeignDb::open(ctx.path);
+  if (!opened) return opened.error();
+  auto tables = tablesOf(**opened);
+  if (!tables) return tables.error();
+  NsysIngest in(im, run, state, ctx, **opened, *tables);
+  if (auto st = in.gpuActivity(); !st) return st.error();
+  if (auto st = in.indexCalls(); !st) return st.error();
+  if (auto st = in.nvtxRanges(); !st) return st.error();
+  return in.counts;
 }
 
 }  // namespace pipestudio::history::detail

@@ -222,6 +222,189 @@ Status numberIterations(HistoryStore& store, RunId run) {
   return {};
 }
 
+// Counts the run's measured ops, and those of them the plan has (device, stage, kind, microbatch).
+void countOps(const std::vector<MeasuredEvent>& ops, const Plan* plan, TraceImportResult& out) {
+  std::set<std::tuple<int, int, int, int>> planned;
+  if (plan) {
+    for (const Op& op : plan->ops)
+      planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
+  }
+  for (const auto& e : ops) {
+    ++out.measuredOps;
+    if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++out.matchedOps;
+  }
+}
+
+// A PipeStudio trace stream holds every rank of its run: it is stored as it is.
+Expected<TraceImportResult> importStream(HistoryStore& store, const std::string& file,
+                                         const TraceImportOptions& options) {
+  auto r = store.importStreamFile(file, options.info);
+  if (!r) return r.error();
+  TraceImportResult out;
+  out.runId = r->runId;
+  out.events = r->events;
+  out.skipped = r->skipped;
+  out.firstError = r->firstError;
+  auto ops = store.loadEvents(r->runId, EventCategory::Op);
+  if (ops) countOps(*ops, options.plan, out);
+  return out;
+}
+
+// What the scan decided: how each file is stored into the run.
+struct Decision {
+  bool legacy = false;                      // B = input gradient, BW = full backward
+  std::vector<int> stageDevice;             // the plan's placement; empty without a plan
+  std::vector<std::optional<int>> devices;  // per file: its device lane, or as recorded
+  std::vector<std::string> notes;           // per file: its format and device
+  std::optional<std::int64_t> originNs;     // the run's time origin: the earliest range start
+};
+
+bool legacyDialect(const std::vector<detail::ScanResult>& scans) {
+  bool legacy = false;
+  bool anyI = false, anyW = false;
+  for (const auto& s : scans) {
+    if (s.kindTexts.count("BW")) legacy = true;
+    anyI = anyI || s.kindTexts.count("I");
+    anyW = anyW || s.kindTexts.count("W");
+  }
+  if (anyW && !anyI) legacy = true;  // W without I: B was the input gradient (PyTorch ≈2.5)
+  return legacy;
+}
+
+// The device of file i: from its annotated stages under the plan, else its rank, else (several
+// files) its position on the command line; `why` says which.
+Expected<std::optional<int>> fileDevice(const std::vector<std::string>& files, std::size_t i,
+                                        const detail::ScanResult& s, const TraceImportOptions& options,
+                                        const std::vector<int>& stageDevice, std::string& why) {
+  const bool multi = files.size() > 1;
+  std::optional<int> device;
+  if (options.plan && !s.stages.empty()) {
+    std::set<int> lanes;
+    for (int stage : s.stages) {
+      if (stage >= static_cast<int>(stageDevice.size())) {
+        return Error{files[i] + ": annotations name stage " + std::to_string(stage) + " but the plan has " +
+                     std::to_string(stageDevice.size()) + " virtual stages (is this the plan the run executed?)"};
+      }
+      lanes.insert(stageDevice[static_cast<std::size_t>(stage)]);
+    }
+    if (lanes.size() > 1 && multi) {
+      return Error{files[i] + ": its annotations name stages of " + std::to_string(lanes.size()) +
+                   " different devices of the plan (expected one file per pipeline rank)"};
+    }
+    device = *lanes.begin();
+    why = "from its annotated stages";
+  } else if (s.rank) {
+    std::int64_t lane = *s.rank;
+    if (options.plan) {
+      const std::int64_t perRank = options.plan->config.parallel.gpusPerPipelineRank();
+      if (perRank > 1 && lane < options.plan->config.totalGpus()) lane /= perRank;
+    }
+    if (lane < 0 || lane > 1 << 20)
+      return Error{files[i] + ": distributedInfo.rank " + std::to_string(*s.rank) + " out of range"};
+    device = static_cast<int>(lane);
+    why = "rank " + std::to_string(*s.rank);
+  } else if (multi) {
+    device = static_cast<int>(i);
+    why = "its position on the command line (no rank in the file)";
+  }
+  return device;
+}
+
+// --- decide: dialect, devices, time origin ---
+Expected<Decision> decide(const std::vector<std::string>& files, const std::vector<detail::ScanResult>& scans,
+                          const TraceImportOptions& options) {
+  Decision out;
+  out.legacy = legacyDialect(scans);
+  if (options.plan) {
+    out.stageDevice.assign(options.plan->virtualStages.size(), -1);
+    for (const VirtualStage& vs : options.plan->virtualStages) {
+      if (vs.id >= 0 && vs.id < static_cast<int>(out.stageDevice.size()))
+        out.stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
+    }
+  }
+  const bool multi = files.size() > 1;
+  out.devices.resize(files.size());
+  std::map<int, std::size_t> deviceFile;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    std::string why;
+    auto device = fileDevice(files, i, scans[i], options, out.stageDevice, why);
+    if (!device) return device.error();
+    if (*device && multi) {
+      auto [it, inserted] = deviceFile.try_emplace(**device, i);
+      if (!inserted) {
+        return Error{files[i] + " and " + files[it->second] + " are both device " + std::to_string(**device) +
+                     " (expected one file per pipeline rank)"};
+      }
+    }
+    out.devices[i] = *device;
+    out.notes.push_back(
+        files[i] + ": " + formatName(scans[i].format) +
+        (*device ? ", device " + std::to_string(**device) + " (" + why + ")" : std::string(", devices as recorded")));
+  }
+  for (const auto& s : scans) {
+    if (s.firstAbsNs && (!out.originNs || *s.firstAbsNs < *out.originNs)) out.originNs = *s.firstAbsNs;
+  }
+  return out;
+}
+
+// --- ingest: every file into the begun run, then its iterations, op counts and status ---
+Expected<TraceImportResult> ingestRun(HistoryStore& store, RunId run, const std::vector<std::string>& files,
+                                      const std::vector<detail::ScanResult>& scans, const Decision& decision,
+                                      const detail::OpMatcher& matcher, const TraceImportOptions& options) {
+  auto state = store.impl().runState(run);
+  if (!state) return state.error();
+  if (decision.originNs) {
+    (*state)->originKnown = true;
+    (*state)->originNs = *decision.originNs;
+    (*state)->dirty = true;
+  }
+  TraceImportResult result;
+  std::optional<std::string> incomplete;
+  result.runId = run;
+  result.notes = decision.notes;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    detail::FileContext ctx;
+    ctx.path = files[i];
+    ctx.fileIndex = static_cast<int>(i);
+    ctx.baseNs = scans[i].baseNs;
+    ctx.device = decision.devices[i];
+    ctx.useGpuAnnotations = scans[i].gpuAnnotations;
+    ctx.legacy = decision.legacy;
+    ctx.recordSteps = i == 0;
+    ctx.allowTruncated = scans[i].truncated.has_value();
+    ctx.matcher = &matcher;
+    ctx.stageDevice = options.plan ? &decision.stageDevice : nullptr;
+    auto counts = scans[i].format == TraceFormat::NsysSqlite
+                      ? detail::ingestNsysFile(store.impl(), run, **state, ctx)
+                      : detail::ingestChromeFile(store.impl(), run, **state, ctx);
+    if (!counts) return counts.error();
+    // A file whose every event was refused is a failed import, not an empty "complete" run.
+    // (A trace with no events at all is a valid, empty one.)
+    if (counts->stored == 0 && counts->skipped > 0) {
+      return Error{files[i] + ": no event could be stored: " + std::to_string(counts->skipped) +
+                   " event(s) skipped, first: " + counts->firstError.value_or("") + "; nothing imported"};
+    }
+    result.events += counts->stored;
+    result.skipped += counts->skipped;
+    if (!result.firstError && counts->firstError) result.firstError = counts->firstError;
+    if (counts->incomplete) incomplete = counts->incomplete;
+  }
+  if (auto st = store.flush(); !st) return st.error();
+  if (auto st = numberIterations(store, run); !st) return st.error();
+
+  auto ops = store.loadEvents(run, EventCategory::Op);
+  if (!ops) return ops.error();
+  countOps(*ops, options.plan, result);
+  std::string note = incomplete.value_or("");
+  if (result.skipped > 0) {
+    note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) +
+            " event(s) skipped, first: " + result.firstError.value_or("");
+  }
+  const RunStatus status = incomplete ? RunStatus::Incomplete : RunStatus::Complete;
+  if (auto st = store.finishRun(run, status, note); !st) return st.error();
+  return result;
+}
+
 }  // namespace
 
 Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<std::string>& files,
@@ -239,176 +422,25 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
       if (files.size() > 1) {
         return Error{file + ": a PipeStudio trace stream holds every rank of its run; import it on its own"};
       }
-      auto r = store.importStreamFile(file, options.info);
-      if (!r) return r.error();
-      TraceImportResult out;
-      out.runId = r->runId;
-      out.events = r->events;
-      out.skipped = r->skipped;
-      out.firstError = r->firstError;
-      auto ops = store.loadEvents(r->runId, EventCategory::Op);
-      if (ops && options.plan) {
-        std::set<std::tuple<int, int, int, int>> planned;
-        for (const Op& op : options.plan->ops)
-          planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
-        for (const auto& e : *ops) {
-          ++out.measuredOps;
-          if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++out.matchedOps;
-        }
-      } else if (ops) {
-        out.measuredOps = static_cast<std::int64_t>(ops->size());
-      }
-      return out;
+      return importStream(store, file, options);
     }
     auto scan = *format == TraceFormat::NsysSqlite ? detail::scanNsysFile(file, **matcher)
                                                    : detail::scanChromeFile(file, **matcher);
     if (!scan) return scan.error();
     scans.push_back(std::move(*scan));
   }
+  auto decision = decide(files, scans, options);
+  if (!decision) return decision.error();
 
-  // --- decide: dialect, devices, time origin ---
-  bool legacy = false;
-  bool anyI = false, anyW = false;
-  for (const auto& s : scans) {
-    if (s.kindTexts.count("BW")) legacy = true;
-    anyI = anyI || s.kindTexts.count("I");
-    anyW = anyW || s.kindTexts.count("W");
-  }
-  if (anyW && !anyI) legacy = true;  // W without I: B was the input gradient (PyTorch ≈2.5)
-
-  std::vector<int> stageDevice;
-  if (options.plan) {
-    stageDevice.assign(options.plan->virtualStages.size(), -1);
-    for (const VirtualStage& vs : options.plan->virtualStages) {
-      if (vs.id >= 0 && vs.id < static_cast<int>(stageDevice.size()))
-        stageDevice[static_cast<std::size_t>(vs.id)] = vs.device;
-    }
-  }
-  const bool multi = files.size() > 1;
-  std::vector<std::optional<int>> devices(files.size());
-  std::vector<std::string> notes;
-  std::map<int, std::size_t> deviceFile;
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    const auto& s = scans[i];
-    std::optional<int> device;
-    std::string why;
-    if (options.plan && !s.stages.empty()) {
-      std::set<int> lanes;
-      for (int stage : s.stages) {
-        if (stage >= static_cast<int>(stageDevice.size())) {
-          return Error{files[i] + ": annotations name stage " + std::to_string(stage) + " but the plan has " +
-                       std::to_string(stageDevice.size()) + " virtual stages (is this the plan the run executed?)"};
-        }
-        lanes.insert(stageDevice[static_cast<std::size_t>(stage)]);
-      }
-      if (lanes.size() > 1 && multi) {
-        return Error{files[i] + ": its annotations name stages of " + std::to_string(lanes.size()) +
-                     " different devices of the plan (expected one file per pipeline rank)"};
-      }
-      device = *lanes.begin();
-      why = "from its annotated stages";
-    } else if (s.rank) {
-      std::int64_t lane = *s.rank;
-      if (options.plan) {
-        const std::int64_t perRank = options.plan->config.parallel.gpusPerPipelineRank();
-        if (perRank > 1 && lane < options.plan->config.totalGpus()) lane /= perRank;
-      }
-      if (lane < 0 || lane > 1 << 20)
-        return Error{files[i] + ": distributedInfo.rank " + std::to_string(*s.rank) + " out of range"};
-      device = static_cast<int>(lane);
-      why = "rank " + std::to_string(*s.rank);
-    } else if (multi) {
-      device = static_cast<int>(i);
-      why = "its position on the command line (no rank in the file)";
-    }
-    if (device && multi) {
-      auto [it, inserted] = deviceFile.try_emplace(*device, i);
-      if (!inserted) {
-        return Error{files[i] + " and " + files[it->second] + " are both device " + std::to_string(*device) +
-                     " (expected one file per pipeline rank)"};
-      }
-    }
-    devices[i] = device;
-    notes.push_back(
-        files[i] + ": " + formatName(s.format) +
-        (device ? ", device " + std::to_string(*device) + " (" + why + ")" : std::string(", devices as recorded")));
-  }
-  std::optional<std::int64_t> origin;
-  for (const auto& s : scans) {
-    if (s.firstAbsNs && (!origin || *s.firstAbsNs < *origin)) origin = *s.firstAbsNs;
-  }
-
-  // --- ingest ---
   RunInfo info = options.info;
   if (info.source.empty()) info.source = scans.front().format == TraceFormat::NsysSqlite ? "nsys" : "chrome";
   if (info.sourcePath.empty())
-    info.sourcePath = files.front() + (multi ? " (+" + std::to_string(files.size() - 1) + ")" : "");
+    info.sourcePath = files.front() + (files.size() > 1 ? " (+" + std::to_string(files.size() - 1) + ")" : "");
   if (info.gpu.empty()) info.gpu = scans.front().gpuName;
   auto run = store.beginRun(info);
   if (!run) return run.error();
-  auto fail = [&](const Error& e) -> Expected<TraceImportResult> {
-    (void)store.deleteRun(*run);
-    return e;
-  };
-  auto state = store.impl().runState(*run);
-  if (!state) return fail(state.error());
-  if (origin) {
-    (*state)->originKnown = true;
-    (*state)->originNs = *origin;
-    (*state)->dirty = true;
-  }
-  TraceImportResult result;
-  std::optional<std::string> incomplete;
-  result.runId = *run;
-  result.notes = notes;
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    detail::FileContext ctx;
-    ctx.path = files[i];
-    ctx.fileIndex = static_cast<int>(i);
-    ctx.baseNs = scans[i].baseNs;
-    ctx.device = devices[i];
-    ctx.useGpuAnnotations = scans[i].gpuAnnotations;
-    ctx.legacy = legacy;
-    ctx.recordSteps = i == 0;
-    ctx.allowTruncated = scans[i].truncated.has_value();
-    ctx.matcher = matcher->get();
-    ctx.stageDevice = options.plan ? &stageDevice : nullptr;
-    auto counts = scans[i].format == TraceFormat::NsysSqlite
-                      ? detail::ingestNsysFile(store.impl(), *run, **state, ctx)
-                      : detail::ingestChromeFile(store.impl(), *run, **state, ctx);
-    if (!counts) return fail(counts.error());
-    // A file whose every event was refused is a failed import, not an empty "complete" run.
-    // (A trace with no events at all is a valid, empty one.)
-    if (counts->stored == 0 && counts->skipped > 0) {
-      return fail(Error{files[i] + ": no event could be stored: " + std::to_string(counts->skipped) +
-                        " event(s) skipped, first: " + counts->firstError.value_or("") + "; nothing imported"});
-    }
-    result.events += counts->stored;
-    result.skipped += counts->skipped;
-    if (!result.firstError && counts->firstError) result.firstError = counts->firstError;
-    if (counts->incomplete) incomplete = counts->incomplete;
-  }
-  if (auto st = store.flush(); !st) return fail(st.error());
-  if (auto st = numberIterations(store, *run); !st) return fail(st.error());
-
-  auto ops = store.loadEvents(*run, EventCategory::Op);
-  if (!ops) return fail(ops.error());
-  std::set<std::tuple<int, int, int, int>> planned;
-  if (options.plan) {
-    for (const Op& op : options.plan->ops)
-      planned.insert({op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch});
-  }
-  for (const auto& e : *ops) {
-    ++result.measuredOps;
-    if (planned.count({e.device, e.virtualStage, e.kind, e.microbatch})) ++result.matchedOps;
-  }
-  std::string note = incomplete.value_or("");
-  if (result.skipped > 0) {
-    note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) +
-            " event(s) skipped, first: " + result.firstError.value_or("");
-  }
-  const RunStatus status = incomplete ? RunStatus::Incomplete : RunStatus::Complete;
-  if (auto st = store.finishRun(*run, status, note); !st) return fail(st.error());
+  auto result = ingestRun(store, *run, files, scans, *decision, **matcher, options);
+  if (!result) (void)store.deleteRun(*run);  // nothing of a failed import stays
   return result;
 }
 

@@ -202,6 +202,245 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   }
 }
 
+namespace {
+
+// /config's parallelism: dp (or its old name data_parallel), tp, cp, ep, sequence_parallel,
+// recompute, zero, overlap_grad_reduce.
+void readParallelism(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
+  // `data_parallel` is the name plans used before hybrid parallelism; `dp` is today's.
+  if (cfg.value->contains("dp") && cfg.value->contains("data_parallel")) {
+    r.error(cfg.child("data_parallel"), "is the old name of 'dp' (expected only one of them)");
+  }
+  const char* dpKey = cfg.value->contains("data_parallel") ? "data_parallel" : "dp";
+  par.data = static_cast<int>(r.integer(cfg, dpKey, Presence::Optional, 1, kMaxDevices).value_or(1));
+  par.tensor = static_cast<int>(r.integer(cfg, "tp", Presence::Optional, 1, 1024).value_or(1));
+  par.context = static_cast<int>(r.integer(cfg, "cp", Presence::Optional, 1, 1024).value_or(1));
+  par.expert = static_cast<int>(r.integer(cfg, "ep", Presence::Optional, 1, kMaxDevices).value_or(1));
+  par.sequenceParallel = r.boolean(cfg, "sequence_parallel", Presence::Optional).value_or(par.tensor > 1);
+  if (auto rc = r.string(cfg, "recompute", Presence::Optional)) {
+    if (auto v = recomputeFromName(*rc)) {
+      par.recompute = *v;
+    } else {
+      r.error(cfg.child("recompute"), "'" + *rc + "' is not a recompute mode (expected none, selective or full)");
+    }
+  }
+  par.zeroStage = static_cast<int>(r.integer(cfg, "zero", Presence::Optional, 0, 3).value_or(0));
+  par.overlapGradReduce = r.boolean(cfg, "overlap_grad_reduce", Presence::Optional).value_or(true);
+}
+
+void readConfig(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
+  r.rejectUnknown(cfg, {"schedule",
+                        "devices",
+                        "microbatches",
+                        "chunks_per_device",
+                        "partition",
+                        "fill",
+                        "memory_limit_bytes",
+                        "data_parallel",
+                        "dp",
+                        "tp",
+                        "cp",
+                        "ep",
+                        "etp",
+                        "moe_capacity_factor",
+                        "moe_a2a_overlap",
+                        "moe_shared_expert_overlap",
+                        "moe_token_dispatcher",
+                        "cp_comm_type",
+                        "attention_backend",
+                        "sequence_parallel",
+                        "recompute",
+                        "zero",
+                        "overlap_grad_reduce",
+                        "overlap_param_gather",
+                        "tp_comm_overlap",
+                        "grad_reduce_dtype",
+                        "precision",
+                        "recompute_num_layers",
+                        "recompute_method",
+                        "recompute_modules",
+                        "global_batch",
+                        "micro_batch_size",
+                        "optimizer_sync",
+                        "vocab_barriers",
+                        "overlap_forward_backward",
+                        "unit_microbatches",
+                        "seq_splits",
+                        "seq_split",
+                        "offload_ratio"});
+  c.schedule = r.string(cfg, "schedule", Presence::Required).value_or("");
+  c.devices = static_cast<int>(r.integer(cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
+  c.microbatches =
+      static_cast<int>(r.integer(cfg, "microbatches", Presence::Required, 1, kMaxMicrobatches).value_or(1));
+  c.chunksPerDevice = static_cast<int>(r.integer(cfg, "chunks_per_device", Presence::Optional, 1, 1024).value_or(1));
+  c.partition = r.string(cfg, "partition", Presence::Optional).value_or("uniform");
+  c.fill = r.string(cfg, "fill", Presence::Optional).value_or("none");
+  c.memoryLimitBytes = r.integer(cfg, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
+  readParallelism(r, cfg, c.parallel);
+  readRecipeFields(r, cfg, c);
+  c.globalBatch = r.integer(cfg, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40);
+  c.microBatchSize = r.integer(cfg, "micro_batch_size", Presence::Optional, 1, 1'000'000);
+  if (auto sync = r.string(cfg, "optimizer_sync", Presence::Optional)) {
+    if (*sync == "global" || *sync == "post-validation") {
+      c.optimizerSync = *sync;
+    } else {
+      r.error(cfg.child("optimizer_sync"),
+              "'" + *sync + "' is not an optimizer sync (expected global or post-validation)");
+    }
+  }
+  // Plans written before vocab_barriers existed timed their S/T passes with two barriers.
+  c.vocabBarriers = static_cast<int>(r.integer(cfg, "vocab_barriers", Presence::Optional, 1, 2).value_or(2));
+  c.overlapForwardBackward = r.boolean(cfg, "overlap_forward_backward", Presence::Optional).value_or(false);
+  c.unitMicrobatches =
+      static_cast<int>(r.integer(cfg, "unit_microbatches", Presence::Optional, 1, kMaxMicrobatches).value_or(0));
+  // Sequence-level pipelining (Seq1F1B) and activation offloading (PipeOffload).
+  c.seqSplits = static_cast<int>(r.integer(cfg, "seq_splits", Presence::Optional, 1, kMaxSeqSplits).value_or(1));
+  if (c.seqSplits > 1 && c.microbatches % c.seqSplits != 0) {
+    r.error(cfg.child("microbatches"), "is " + std::to_string(c.microbatches) + " (expected a multiple of seq_splits " +
+                                           std::to_string(c.seqSplits) + ": microbatches counts sequence chunks)");
+  }
+  if (auto split = r.string(cfg, "seq_split", Presence::Optional)) {
+    if (*split == "balanced" || *split == "even") {
+      c.seqSplit = *split;
+    } else {
+      r.error(cfg.child("seq_split"), "'" + excerpt(*split) + "' is not a sequence split (expected balanced or even)");
+    }
+  }
+  c.offloadRatio = r.number(cfg, "offload_ratio", Presence::Optional, 0.0, 1.0).value_or(0.0);
+}
+
+// Virtual stage `i` of /virtual_stages, appended to plan.virtualStages unless its component is
+// unknown.
+void readVirtualStage(JsonReader& r, const JsonNode& s, std::size_t i, Plan& plan) {
+  r.rejectUnknown(s, {"id", "device", "chunk", "component", "first_layer", "last_layer", "pipeline"});
+  VirtualStage vs;
+  const auto id = r.integer(s, "id", Presence::Required, 0, kMaxDevices * 1024);
+  vs.id = static_cast<int>(id.value_or(static_cast<std::int64_t>(i)));
+  vs.device = static_cast<int>(r.integer(s, "device", Presence::Required, 0, plan.config.devices - 1).value_or(0));
+  vs.chunk = static_cast<int>(r.integer(s, "chunk", Presence::Optional, 0, 1023).value_or(0));
+  vs.pipeline = static_cast<int>(r.integer(s, "pipeline", Presence::Optional, 0, 1).value_or(0));
+  if (auto comp = r.string(s, "component", Presence::Required)) {
+    vs.component = plan.model.componentIndex(*comp);
+    if (vs.component < 0) {
+      std::string known;
+      for (const auto& other : plan.model.components) known += (known.empty() ? "" : ", ") + other.name;
+      r.error(s.child("component"),
+              "'" + excerpt(*comp) + "' is not a component of the plan's model (expected one of: " + known + ")");
+      return;
+    }
+  }
+  const auto& layers = plan.model.component(std::max(0, vs.component)).layers;
+  const auto maxLayer = static_cast<std::int64_t>(layers.size()) - 1;
+  const auto first = r.integer(s, "first_layer", Presence::Required, 0, maxLayer);
+  const auto last = r.integer(s, "last_layer", Presence::Required, 0, maxLayer);
+  vs.firstLayer = static_cast<int>(first.value_or(0));
+  vs.lastLayer = static_cast<int>(last.value_or(0));
+  if (first && last && vs.lastLayer < vs.firstLayer) {
+    r.error(s.child("last_layer"), "is before first_layer (expected first_layer ≤ last_layer)");
+  }
+  if (id && vs.id != static_cast<int>(i)) {
+    r.error(s.child("id"), "is " + std::to_string(vs.id) + " (expected " + std::to_string(i) +
+                               ": virtual stages are listed in id order)");
+  }
+  plan.virtualStages.push_back(vs);
+}
+
+// /ops; false when there are more than a plan may hold (nothing else is read then).
+bool readOps(JsonReader& r, const JsonNode& at, Plan& plan) {
+  const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
+  auto ops = r.array(at, "ops", Presence::Required);
+  if (!ops) return true;
+  if (ops->value->size() > kMaxPlanOps) {
+    r.error(*ops, "has " + std::to_string(ops->value->size()) + " ops (expected at most " +
+                      std::to_string(kMaxPlanOps) + ")");
+    return false;
+  }
+  plan.ops.reserve(ops->value->size());
+  for (std::size_t i = 0; i < ops->value->size() && r.errors().size() < 100; ++i) {
+    const Json& o = (*ops->value)[i];
+    FastFields f{r, *ops, i, o};
+    if (!o.is_object()) {
+      r.error(f.ptr(nullptr), "is " + jsonTypeWithArticle(o) + " (expected an op object)");
+      continue;
+    }
+    Op op;
+    op.device = static_cast<std::int32_t>(f.integer("device", 0, plan.config.devices - 1, true).value_or(0));
+    op.virtualStage = static_cast<std::int32_t>(
+        f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), true).value_or(0));
+    op.kind = f.kind().value_or(OpKind::F);
+    op.microbatch = static_cast<std::int32_t>(f.integer("microbatch", -1, kMaxMicrobatches, true).value_or(0));
+    op.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
+    op.endMs = f.number("end_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
+    op.samples = static_cast<std::int32_t>(f.integer("samples", 1, 1'000'000, false).value_or(0));
+    if (op.endMs < op.startMs) r.error(f.ptr("end_ms"), "is before start_ms (expected end_ms ≥ start_ms)");
+    plan.ops.push_back(op);
+  }
+  return true;
+}
+
+void readComms(JsonReader& r, const JsonNode& at, Plan& plan) {
+  const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
+  auto comms = r.array(at, "comms", Presence::Optional);
+  if (!comms) return;
+  plan.comms.reserve(comms->value->size());
+  for (std::size_t i = 0; i < comms->value->size() && r.errors().size() < 100; ++i) {
+    const Json& o = (*comms->value)[i];
+    FastFields f{r, *comms, i, o};
+    if (!o.is_object()) {
+      r.error(f.ptr(nullptr), "is " + jsonTypeWithArticle(o) + " (expected a comm object)");
+      continue;
+    }
+    Comm c;
+    c.fromDevice = static_cast<int>(f.integer("from_device", 0, plan.config.devices - 1, true).value_or(0));
+    c.toDevice = static_cast<int>(f.integer("to_device", 0, plan.config.devices - 1, true).value_or(0));
+    c.microbatch = static_cast<int>(f.integer("microbatch", -1, kMaxMicrobatches, true).value_or(0));
+    c.kind = f.kind().value_or(OpKind::F);
+    c.virtualStage =
+        static_cast<int>(f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), false).value_or(0));
+    c.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
+    c.endMs = f.number("end_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
+    c.bytes = f.integer("bytes", 0, kMaxCommBytes, false).value_or(0);
+    plan.comms.push_back(c);
+  }
+}
+
+// /fsdp_actions; false when there are more than a plan may hold.
+bool readFsdpActions(JsonReader& r, const JsonNode& at, Plan& plan) {
+  const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
+  auto actions = r.array(at, "fsdp_actions", Presence::Optional);
+  if (!actions) return true;
+  if (actions->value->size() > kMaxPlanOps) {
+    r.error(*actions, "has " + std::to_string(actions->value->size()) + " actions (expected at most " +
+                          std::to_string(kMaxPlanOps) + ")");
+    return false;
+  }
+  for (std::size_t i = 0; i < actions->value->size() && r.errors().size() < 100; ++i) {
+    const JsonNode a = actions->child(i);
+    if (!r.isObject(a)) continue;
+    r.rejectUnknown(a, {"device", "virtual_stage", "action", "before_pass"});
+    FsdpAction fa;
+    fa.device =
+        static_cast<std::int32_t>(r.integer(a, "device", Presence::Required, 0, plan.config.devices - 1).value_or(0));
+    fa.virtualStage = static_cast<std::int32_t>(
+        r.integer(a, "virtual_stage", Presence::Required, 0, std::max<std::int64_t>(0, stageCount - 1)).value_or(0));
+    fa.beforePass = static_cast<std::int32_t>(
+        r.integer(a, "before_pass", Presence::Required, 0, static_cast<std::int64_t>(kMaxPlanOps)).value_or(0));
+    if (auto name = r.string(a, "action", Presence::Required)) {
+      if (auto kind = fsdpActionFromName(*name)) {
+        fa.kind = *kind;
+      } else {
+        r.error(a.child("action"),
+                "'" + excerpt(*name) + "' is not an FSDP action (expected UNSHARD, RESHARD or REDUCE_GRAD)");
+      }
+    }
+    plan.fsdpActions.push_back(fa);
+  }
+  plan.config.fsdpWindows = !plan.fsdpActions.empty();
+  return true;
+}
+
+}  // namespace
+
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   if (!r.checkSchema(at, kPlanSchema)) return std::nullopt;  // first: a model given as a plan is named
@@ -210,106 +449,8 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   Plan plan;
   std::optional<JsonNode> seqSplitsAt;  // where seq_splits is, for the chunk-layer check below
   if (auto cfg = r.object(at, "config", Presence::Required)) {
-    r.rejectUnknown(*cfg, {"schedule",
-                           "devices",
-                           "microbatches",
-                           "chunks_per_device",
-                           "partition",
-                           "fill",
-                           "memory_limit_bytes",
-                           "data_parallel",
-                           "dp",
-                           "tp",
-                           "cp",
-                           "ep",
-                           "etp",
-                           "moe_capacity_factor",
-                           "moe_a2a_overlap",
-                           "moe_shared_expert_overlap",
-                           "moe_token_dispatcher",
-                           "cp_comm_type",
-                           "attention_backend",
-                           "sequence_parallel",
-                           "recompute",
-                           "zero",
-                           "overlap_grad_reduce",
-                           "overlap_param_gather",
-                           "tp_comm_overlap",
-                           "grad_reduce_dtype",
-                           "precision",
-                           "recompute_num_layers",
-                           "recompute_method",
-                           "recompute_modules",
-                           "global_batch",
-                           "micro_batch_size",
-                           "optimizer_sync",
-                           "vocab_barriers",
-                           "overlap_forward_backward",
-                           "unit_microbatches",
-                           "seq_splits",
-                           "seq_split",
-                           "offload_ratio"});
-    PlanConfig& c = plan.config;
-    c.schedule = r.string(*cfg, "schedule", Presence::Required).value_or("");
-    c.devices = static_cast<int>(r.integer(*cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
-    c.microbatches =
-        static_cast<int>(r.integer(*cfg, "microbatches", Presence::Required, 1, kMaxMicrobatches).value_or(1));
-    c.chunksPerDevice = static_cast<int>(r.integer(*cfg, "chunks_per_device", Presence::Optional, 1, 1024).value_or(1));
-    c.partition = r.string(*cfg, "partition", Presence::Optional).value_or("uniform");
-    c.fill = r.string(*cfg, "fill", Presence::Optional).value_or("none");
-    c.memoryLimitBytes = r.integer(*cfg, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
-    // `data_parallel` is the name plans used before hybrid parallelism; `dp` is today's.
-    if (cfg->value->contains("dp") && cfg->value->contains("data_parallel")) {
-      r.error(cfg->child("data_parallel"), "is the old name of 'dp' (expected only one of them)");
-    }
-    Parallelism& par = c.parallel;
-    const char* dpKey = cfg->value->contains("data_parallel") ? "data_parallel" : "dp";
-    par.data = static_cast<int>(r.integer(*cfg, dpKey, Presence::Optional, 1, kMaxDevices).value_or(1));
-    par.tensor = static_cast<int>(r.integer(*cfg, "tp", Presence::Optional, 1, 1024).value_or(1));
-    par.context = static_cast<int>(r.integer(*cfg, "cp", Presence::Optional, 1, 1024).value_or(1));
-    par.expert = static_cast<int>(r.integer(*cfg, "ep", Presence::Optional, 1, kMaxDevices).value_or(1));
-    par.sequenceParallel = r.boolean(*cfg, "sequence_parallel", Presence::Optional).value_or(par.tensor > 1);
-    if (auto rc = r.string(*cfg, "recompute", Presence::Optional)) {
-      if (auto v = recomputeFromName(*rc)) {
-        par.recompute = *v;
-      } else {
-        r.error(cfg->child("recompute"), "'" + *rc + "' is not a recompute mode (expected none, selective or full)");
-      }
-    }
-    par.zeroStage = static_cast<int>(r.integer(*cfg, "zero", Presence::Optional, 0, 3).value_or(0));
-    par.overlapGradReduce = r.boolean(*cfg, "overlap_grad_reduce", Presence::Optional).value_or(true);
-    readRecipeFields(r, *cfg, c);
-    c.globalBatch = r.integer(*cfg, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40);
-    c.microBatchSize = r.integer(*cfg, "micro_batch_size", Presence::Optional, 1, 1'000'000);
-    if (auto sync = r.string(*cfg, "optimizer_sync", Presence::Optional)) {
-      if (*sync == "global" || *sync == "post-validation") {
-        c.optimizerSync = *sync;
-      } else {
-        r.error(cfg->child("optimizer_sync"),
-                "'" + *sync + "' is not an optimizer sync (expected global or post-validation)");
-      }
-    }
-    // Plans written before vocab_barriers existed timed their S/T passes with two barriers.
-    c.vocabBarriers = static_cast<int>(r.integer(*cfg, "vocab_barriers", Presence::Optional, 1, 2).value_or(2));
-    c.overlapForwardBackward = r.boolean(*cfg, "overlap_forward_backward", Presence::Optional).value_or(false);
-    c.unitMicrobatches =
-        static_cast<int>(r.integer(*cfg, "unit_microbatches", Presence::Optional, 1, kMaxMicrobatches).value_or(0));
-    c.seqSplits = static_cast<int>(r.integer(*cfg, "seq_splits", Presence::Optional, 1, kMaxSeqSplits).value_or(1));
+    readConfig(r, *cfg, plan.config);
     seqSplitsAt = cfg->child("seq_splits");
-    if (c.seqSplits > 1 && c.microbatches % c.seqSplits != 0) {
-      r.error(cfg->child("microbatches"), "is " + std::to_string(c.microbatches) +
-                                              " (expected a multiple of seq_splits " + std::to_string(c.seqSplits) +
-                                              ": microbatches counts sequence chunks)");
-    }
-    if (auto split = r.string(*cfg, "seq_split", Presence::Optional)) {
-      if (*split == "balanced" || *split == "even") {
-        c.seqSplit = *split;
-      } else {
-        r.error(cfg->child("seq_split"),
-                "'" + excerpt(*split) + "' is not a sequence split (expected balanced or even)");
-      }
-    }
-    c.offloadRatio = r.number(*cfg, "offload_ratio", Presence::Optional, 0.0, 1.0).value_or(0.0);
   }
   if (auto m = r.field(at, "model", Presence::Required)) {
     if (auto model = readModel(r, *m)) plan.model = std::move(*model);
@@ -337,121 +478,14 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
     if (stages->value->empty()) r.error(*stages, "no virtual stages (expected at least one)");
     for (std::size_t i = 0; i < stages->value->size(); ++i) {
       const JsonNode s = stages->child(i);
-      if (!r.isObject(s)) continue;
-      r.rejectUnknown(s, {"id", "device", "chunk", "component", "first_layer", "last_layer", "pipeline"});
-      VirtualStage vs;
-      const auto id = r.integer(s, "id", Presence::Required, 0, kMaxDevices * 1024);
-      vs.id = static_cast<int>(id.value_or(static_cast<std::int64_t>(i)));
-      vs.device = static_cast<int>(r.integer(s, "device", Presence::Required, 0, plan.config.devices - 1).value_or(0));
-      vs.chunk = static_cast<int>(r.integer(s, "chunk", Presence::Optional, 0, 1023).value_or(0));
-      vs.pipeline = static_cast<int>(r.integer(s, "pipeline", Presence::Optional, 0, 1).value_or(0));
-      if (auto comp = r.string(s, "component", Presence::Required)) {
-        vs.component = plan.model.componentIndex(*comp);
-        if (vs.component < 0) {
-          std::string known;
-          for (const auto& other : plan.model.components) known += (known.empty() ? "" : ", ") + other.name;
-          r.error(s.child("component"),
-                  "'" + excerpt(*comp) + "' is not a component of the plan's model (expected one of: " + known + ")");
-          continue;
-        }
-      }
-      const auto& layers = plan.model.component(std::max(0, vs.component)).layers;
-      const auto maxLayer = static_cast<std::int64_t>(layers.size()) - 1;
-      const auto first = r.integer(s, "first_layer", Presence::Required, 0, maxLayer);
-      const auto last = r.integer(s, "last_layer", Presence::Required, 0, maxLayer);
-      vs.firstLayer = static_cast<int>(first.value_or(0));
-      vs.lastLayer = static_cast<int>(last.value_or(0));
-      if (first && last && vs.lastLayer < vs.firstLayer) {
-        r.error(s.child("last_layer"), "is before first_layer (expected first_layer ≤ last_layer)");
-      }
-      if (id && vs.id != static_cast<int>(i)) {
-        r.error(s.child("id"), "is " + std::to_string(vs.id) + " (expected " + std::to_string(i) +
-                                   ": virtual stages are listed in id order)");
-      }
-      plan.virtualStages.push_back(vs);
+      if (r.isObject(s)) readVirtualStage(r, s, i, plan);
     }
   }
   if (!r.ok()) return std::nullopt;
 
-  const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
-  if (auto ops = r.array(at, "ops", Presence::Required)) {
-    if (ops->value->size() > kMaxPlanOps) {
-      r.error(*ops, "has " + std::to_string(ops->value->size()) + " ops (expected at most " +
-                        std::to_string(kMaxPlanOps) + ")");
-      return std::nullopt;
-    }
-    plan.ops.reserve(ops->value->size());
-    for (std::size_t i = 0; i < ops->value->size() && r.errors().size() < 100; ++i) {
-      const Json& o = (*ops->value)[i];
-      FastFields f{r, *ops, i, o};
-      if (!o.is_object()) {
-        r.error(f.ptr(nullptr), "is " + jsonTypeWithArticle(o) + " (expected an op object)");
-        continue;
-      }
-      Op op;
-      op.device = static_cast<std::int32_t>(f.integer("device", 0, plan.config.devices - 1, true).value_or(0));
-      op.virtualStage = static_cast<std::int32_t>(
-          f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), true).value_or(0));
-      op.kind = f.kind().value_or(OpKind::F);
-      op.microbatch = static_cast<std::int32_t>(f.integer("microbatch", -1, kMaxMicrobatches, true).value_or(0));
-      op.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
-      op.endMs = f.number("end_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
-      op.samples = static_cast<std::int32_t>(f.integer("samples", 1, 1'000'000, false).value_or(0));
-      if (op.endMs < op.startMs) r.error(f.ptr("end_ms"), "is before start_ms (expected end_ms ≥ start_ms)");
-      plan.ops.push_back(op);
-    }
-  }
-  if (auto comms = r.array(at, "comms", Presence::Optional)) {
-    plan.comms.reserve(comms->value->size());
-    for (std::size_t i = 0; i < comms->value->size() && r.errors().size() < 100; ++i) {
-      const Json& o = (*comms->value)[i];
-      FastFields f{r, *comms, i, o};
-      if (!o.is_object()) {
-        r.error(f.ptr(nullptr), "is " + jsonTypeWithArticle(o) + " (expected a comm object)");
-        continue;
-      }
-      Comm c;
-      c.fromDevice = static_cast<int>(f.integer("from_device", 0, plan.config.devices - 1, true).value_or(0));
-      c.toDevice = static_cast<int>(f.integer("to_device", 0, plan.config.devices - 1, true).value_or(0));
-      c.microbatch = static_cast<int>(f.integer("microbatch", -1, kMaxMicrobatches, true).value_or(0));
-      c.kind = f.kind().value_or(OpKind::F);
-      c.virtualStage =
-          static_cast<int>(f.integer("virtual_stage", 0, std::max<std::int64_t>(0, stageCount - 1), false).value_or(0));
-      c.startMs = f.number("start_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
-      c.endMs = f.number("end_ms", -kMaxTimeMs, kMaxTimeMs).value_or(0);
-      c.bytes = f.integer("bytes", 0, kMaxCommBytes, false).value_or(0);
-      plan.comms.push_back(c);
-    }
-  }
-  if (auto actions = r.array(at, "fsdp_actions", Presence::Optional)) {
-    if (actions->value->size() > kMaxPlanOps) {
-      r.error(*actions, "has " + std::to_string(actions->value->size()) + " actions (expected at most " +
-                            std::to_string(kMaxPlanOps) + ")");
-      return std::nullopt;
-    }
-    for (std::size_t i = 0; i < actions->value->size() && r.errors().size() < 100; ++i) {
-      const JsonNode a = actions->child(i);
-      if (!r.isObject(a)) continue;
-      r.rejectUnknown(a, {"device", "virtual_stage", "action", "before_pass"});
-      FsdpAction fa;
-      fa.device =
-          static_cast<std::int32_t>(r.integer(a, "device", Presence::Required, 0, plan.config.devices - 1).value_or(0));
-      fa.virtualStage = static_cast<std::int32_t>(
-          r.integer(a, "virtual_stage", Presence::Required, 0, std::max<std::int64_t>(0, stageCount - 1)).value_or(0));
-      fa.beforePass = static_cast<std::int32_t>(
-          r.integer(a, "before_pass", Presence::Required, 0, static_cast<std::int64_t>(kMaxPlanOps)).value_or(0));
-      if (auto name = r.string(a, "action", Presence::Required)) {
-        if (auto kind = fsdpActionFromName(*name)) {
-          fa.kind = *kind;
-        } else {
-          r.error(a.child("action"),
-                  "'" + excerpt(*name) + "' is not an FSDP action (expected UNSHARD, RESHARD or REDUCE_GRAD)");
-        }
-      }
-      plan.fsdpActions.push_back(fa);
-    }
-    plan.config.fsdpWindows = !plan.fsdpActions.empty();
-  }
+  if (!readOps(r, at, plan)) return std::nullopt;
+  readComms(r, at, plan);
+  if (!readFsdpActions(r, at, plan)) return std::nullopt;
   if (!r.ok()) return std::nullopt;
   // Metrics are derived data: recomputed rather than trusted.
   plan.metrics = computeMetrics(plan);
@@ -950,10 +984,18 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
     const auto p = static_cast<std::size_t>(unmet[d]);
     const std::string at = "device " + std::to_string(d) + " at " + opPointer(i) + " (" + opLabel(plan.ops[i]) + ")";
     const std::string needed = opPointer(p) + " (" + opLabel(plan.ops[p]) + ")";
-    stuck += (stuck.empty() ? "" : "; ") +
-             (plan.ops[p].device == static_cast<int>(d)
-                  ? at + " runs before " + needed + ", which it needs, later on the same device"
-                  : at + " waits for " + needed + " on device " + std::to_string(plan.ops[p].device));
+    if (!stuck.empty()) stuck += "; ";
+    stuck += at;
+    if (plan.ops[p].device == static_cast<int>(d)) {
+      stuck += " runs before ";
+      stuck += needed;
+      stuck += ", which it needs, later on the same device";
+    } else {
+      stuck += " waits for ";
+      stuck += needed;
+      stuck += " on device ";
+      stuck += std::to_string(plan.ops[p].device);
+    }
   }
   return Error{"/ops: the per-device orders deadlock (each device runs its ops in plan order; they wait in a cycle): " +
                stuck + " (expected an order in which every op comes after the ops it needs)"};

@@ -15,7 +15,7 @@
 namespace pipestudio::remote {
 
 using Clock = std::chrono::steady_clock;
-inline constexpr std::size_t kStderrTailBytes = 64 * 1024;
+inline constexpr std::size_t kStderrTailBytes = std::size_t{64} * 1024;
 
 /// The last lines of a log, for one-paragraph messages.
 std::string lastLines(const std::string& text, int lines);
@@ -94,6 +94,8 @@ struct Deployment::State {
   /// ended. Returns why the job could not run (empty when it ran).
   std::string runLauncher(const std::string& remoteDir, const std::string& remoteExecutor,
                           const std::string& remotePlan);
+  /// One started launcher job, phase by phase (LauncherDeploy.cpp).
+  struct LauncherRun;
 };
 
 }  // namespace pipestudio::remote

@@ -48,20 +48,14 @@ std::string explainEndState(const std::string& state, const std::string& timeLim
   return {};
 }
 
-}  // namespace
-
-std::string Deployment::State::runLauncher(const std::string& remoteDir, const std::string& remoteExecutor,
-                                           const std::string& remotePlan) {
-  const DeployRequest& req = request();
-  const HostsSpec& hosts = req.hosts;
-  const bool slurm = hosts.launcher == Launcher::Slurm;
-  SshSession& session = *sessions[0];
+// What every rank of the job runs: the executor on the uploaded plan, in the run's directory.
+LauncherJob launcherJob(const DeployRequest& req, std::size_t ranks, const std::string& remoteDir,
+                        const std::string& remoteExecutor, const std::string& remotePlan) {
   const std::string runName = req.runId.empty() ? std::string("run") : req.runId;
-
   LauncherJob spec;
   spec.workDir = remoteDir + "/runs/" + runName;
   spec.jobName = "pipestudio-" + runName;
-  spec.ranks = static_cast<int>(ranks.size());
+  spec.ranks = static_cast<int>(ranks);
   spec.cpusPerRank = req.backend == Backend::Cpu ? req.devices : 0;  // the CPU backend runs a thread per device
   spec.gpus = req.backend != Backend::Cpu;
   spec.executor = remoteExecutor;
@@ -71,10 +65,245 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   if (!req.runId.empty()) spec.executorArgs.insert(spec.executorArgs.end(), {"--run-id", req.runId});
   spec.executorArgs.insert(spec.executorArgs.end(), req.executorArgs.begin(), req.executorArgs.end());
   spec.environment = req.environment;
-  if (req.backend == Backend::Cuda && ranks.size() > 1) {
+  if (req.backend == Backend::Cuda && ranks > 1) {
     spec.ncclRendezvous = spec.workDir + "/nccl-id";
     spec.ncclTimeoutS = std::max(1, req.ncclIdTimeoutMs / 1000);
   }
+  return spec;
+}
+
+}  // namespace
+
+// One started launcher job: its merged output split per rank, Slurm's view of it, and why it
+// stopped. The phases of runLauncher, in order: stream, awaitFinalState, endRanks, outcome.
+struct Deployment::State::LauncherRun {
+  LauncherRun(State& state, const LauncherJob& jobSpec, RemoteProcess& process)
+      : s(state),
+        req(state.request()),
+        hosts(req.hosts),
+        slurm(hosts.launcher == Launcher::Slurm),
+        session(*state.sessions[0]),
+        spec(jobSpec),
+        launcher(process),
+        output(slurm ? LauncherOutput::Tags::None : LauncherOutput::Tags::OpenMpi) {}
+
+  // Launcher output items to their ranks; text of no rank to the launcher's log.
+  void handle(std::vector<LauncherOutput::Item> items) {
+    std::lock_guard lock(s.mutex);
+    for (auto& item : items) handleItem(item);
+  }
+
+  void handleItem(LauncherOutput::Item& item) {
+    Rank* r = inRange(s.ranks, item.rank) ? &s.ranks[static_cast<std::size_t>(item.rank)] : nullptr;
+    using Kind = LauncherOutput::Item::Kind;
+    if (item.kind == Kind::Text && r == nullptr) {
+      appendTail(s.launcherTail, item.bytes);
+      s.owner.m_sink.onLauncherLog(item.bytes);
+      return;
+    }
+    if (r == nullptr || item.kind == Kind::Malformed) {
+      const std::string what = item.kind == Kind::Malformed
+                                   ? item.bytes
+                                   : "a line for rank " + std::to_string(item.rank) + " of a job with " +
+                                         std::to_string(s.ranks.size()) + " rank(s)";
+      if (problem.empty()) problem = "malformed output from " + std::string(name(hosts.launcher)) + ": " + what;
+      if (r != nullptr && r->result.streamProblem.empty()) r->result.streamProblem = problem;
+      return;
+    }
+    if (r->ended) return;
+    switch (item.kind) {
+      case Kind::Stream:
+        if (!r->streaming) s.setState(*r, RankState::Running, "running");
+        s.ingestStream(*r, item.bytes);
+        break;
+      case Kind::Log:
+      case Kind::Text:
+        s.ingestLog(*r, item.bytes);
+        break;
+      case Kind::Exit:
+        if (stopping) r->stdinClosed = true;
+        s.rankEnded(*r, item.status);
+        break;
+      case Kind::Malformed:
+        break;
+    }
+  }
+
+  // squeue: the job's state, shown while it waits; a reason that never clears ends the wait.
+  void pollJob(bool final) {
+    auto q = session.run(squeueCommand(spec.jobName), kSqueueTimeoutMs);
+    if (!q || q->exitStatus != 0) return;
+    auto sq = parseSqueue(q->out);
+    if (!sq) return;
+    std::lock_guard lock(s.mutex);
+    JobProgress& job = s.job;
+    const std::string reason = sq->reason == "None" ? std::string() : sq->reason;
+    const bool changed =
+        sq->jobId != job.jobId || sq->state != job.state || reason != job.reason || sq->nodes != job.nodes;
+    job.jobId = sq->jobId;
+    job.state = sq->state;
+    job.reason = reason;
+    job.nodes = sq->nodes;
+    if (changed) s.reportJob();
+    if (sq->state == "PENDING") {
+      for (auto& r : s.ranks) {
+        if (!r.ended && !r.streaming) s.setState(r, RankState::Queued, slurmStateText(*sq));
+      }
+      if (slurmReasonIsPermanent(sq->reason) && !final && launchError.empty()) launchError = unschedulable(*sq);
+    } else if (sq->state == "RUNNING" && !runningSeen) {
+      runningSeen = true;
+      for (auto& r : s.ranks) {
+        if (!r.ended && !r.streaming) s.setState(r, RankState::Starting, "job running on " + sq->nodes);
+      }
+    }
+  }
+
+  std::string unschedulable(const SlurmJobState& sq) const {
+    return "slurm job " + sq.jobId + " cannot be scheduled: " + slurmStateText(sq) + ": " +
+           explainPermanentReason(sq.reason) + ". Asked for " + std::to_string(spec.ranks) + " task(s)" +
+           (spec.cpusPerRank > 0 ? " of " + std::to_string(spec.cpusPerRank) + " CPU(s)" : std::string()) +
+           (hosts.slurm.partition.empty() ? std::string() : " in partition " + hosts.slurm.partition) +
+           (hosts.slurm.extraArgs.empty() ? std::string()
+                                          : " with extra_args " + joinShellWords(hosts.slurm.extraArgs)) +
+           "; the job was cancelled.";
+  }
+
+  // Reads the launcher until it ended, was lost, or was stopped and gave up.
+  void stream() {
+    std::string out;
+    std::string err;
+    for (;;) {
+      out.clear();
+      err.clear();
+      const Status polled = launcher.poll(out, err);
+      if (!out.empty()) output.feed(out, false);
+      if (!err.empty()) output.feed(err, true);
+      handle(output.take());
+      if (!polled) {
+        lost = true;
+        std::lock_guard lock(s.mutex);
+        for (auto& r : s.ranks) {
+          if (!r.ended) {
+            r.ended = true;
+            s.setState(r, RankState::Lost, polled.message());
+          }
+        }
+        break;
+      }
+      if (launcher.ended()) break;
+      if (auto alive = session.keepAlive(s.keepalive()); !alive) continue;  // the next poll reports it
+      // squeue runs on the same connection and would block on a server that stopped answering.
+      const bool answering = session.silenceMs() < s.keepalive().intervalMs;
+      if (slurm && Clock::now() >= nextPoll && !stopping && answering) {
+        pollJob(false);
+        nextPoll = Clock::now() + (runningSeen ? std::chrono::milliseconds(kRunningPollInterval)
+                                               : std::chrono::milliseconds(req.jobPollMs));
+      }
+      if (s.stopAll && !failedAt) failedAt = Clock::now();
+      stopIfDue();
+      if (giveUpAt && Clock::now() > *giveUpAt) break;
+      if (out.empty() && err.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    output.finish();
+    handle(output.take());
+  }
+
+  // Stop the job: cancelled, unschedulable, or a rank failed and the launcher did not end the
+  // others within the grace time (srun --kill-on-bad-exit and mpirun normally do).
+  void stopIfDue() {
+    const bool stopNow = s.cancelled() || !launchError.empty() ||
+                         (failedAt && Clock::now() - *failedAt > std::chrono::milliseconds(req.cancelGraceMs));
+    if (!stopNow || stopping) return;
+    stopping = true;
+    launcher.closeStdin();
+    giveUpAt =
+        Clock::now() + std::chrono::milliseconds(req.cancelGraceMs) + std::chrono::seconds(kLauncherGraceSeconds);
+  }
+
+  // The job's final state (COMPLETED, FAILED, TIMEOUT, CANCELLED, …) once Slurm has it.
+  void awaitFinalState() {
+    if (!slurm || lost) return;
+    const auto until = Clock::now() + kFinalStateWait;
+    do {
+      pollJob(true);
+      if (slurmStateIsFinal(s.job.state)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    } while (Clock::now() < until);
+  }
+
+  // Ranks that sent no exit line, with why they ended. With s.mutex held.
+  void endRanks(int launcherStatus) {
+    const JobProgress& job = s.job;
+    const std::string jobText = slurm ? job.text() : "mpirun";
+    for (auto& r : s.ranks) {
+      if (r.ended) continue;
+      r.ended = true;
+      if (!launchError.empty()) {
+        s.setState(r, RankState::Failed,
+                   "not started: " + slurmStateText({job.jobId, job.state, job.reason, job.nodes}));
+      } else if (s.cancelled()) {
+        s.setState(r, RankState::Cancelled, slurm ? "job cancelled (scancel)" : "stopped");
+      } else if (s.firstFailedRank >= 0) {
+        s.setState(r, RankState::Cancelled, "stopped after rank " + std::to_string(s.firstFailedRank) + " failed");
+      } else {
+        // No exit line from this rank: the scheduler or the launcher ended it (TIMEOUT, node
+        // failure, a task that never started), or its relay could not run.
+        r.result.exitStatus = launcherStatus;
+        s.setState(r, RankState::Failed,
+                   "ended without reporting an exit status; " + jobText + ", launcher " +
+                       (launcherStatus == -1 ? std::string("gave no exit status")
+                                             : "exit status " + std::to_string(launcherStatus)));
+        if (s.firstFailedRank < 0) s.firstFailedRank = r.placement.rank;
+        const std::string tail = lastLines(s.launcherTail, 20);
+        if (!tail.empty()) appendTail(r.result.stderrTail, tail + "\n");
+      }
+    }
+  }
+
+  // Why the job could not run (empty when it ran). With s.mutex held.
+  std::string outcome() {
+    // Slurm ended the job for a reason of its own: that, not the ranks it stopped, is the story.
+    if (launchError.empty() && !s.cancelled()) {
+      if (const std::string why = explainEndState(s.job.state, hosts.slurm.time); slurm && !why.empty()) {
+        launchError = s.job.text() + ": " + why;
+        const std::string tail = lastLines(s.launcherTail, 10);
+        if (!tail.empty()) launchError += "\nslurm:\n" + tail;
+        return launchError;
+      }
+    }
+    if (launchError.empty() && !problem.empty() && s.stopReason.empty()) s.stopReason = problem;
+    if (!launchError.empty()) {
+      const std::string tail = lastLines(s.launcherTail, 10);
+      if (!tail.empty()) launchError += "\n" + std::string(name(hosts.launcher)) + ":\n" + tail;
+    }
+    return launchError;
+  }
+
+  State& s;
+  const DeployRequest& req;
+  const HostsSpec& hosts;
+  const bool slurm;
+  SshSession& session;
+  const LauncherJob& spec;
+  RemoteProcess& launcher;
+  LauncherOutput output;
+  std::string problem;      // malformed launcher lines (the first one)
+  std::string launchError;  // why the job could not run
+  bool lost = false;
+  bool stopping = false;  // stdin closed: the watcher cancels the job
+  bool runningSeen = false;
+  std::optional<Clock::time_point> giveUpAt;
+  std::optional<Clock::time_point> failedAt;
+  Clock::time_point nextPoll = Clock::now();
+};
+
+std::string Deployment::State::runLauncher(const std::string& remoteDir, const std::string& remoteExecutor,
+                                           const std::string& remotePlan) {
+  const DeployRequest& req = request();
+  const HostsSpec& hosts = req.hosts;
+  const bool slurm = hosts.launcher == Launcher::Slurm;
+  SshSession& session = *sessions[0];
+  const LauncherJob spec = launcherJob(req, ranks.size(), remoteDir, remoteExecutor, remotePlan);
   if (auto mk = session.makeDirectories(spec.workDir); !mk) return mk.message();
 
   {
@@ -88,191 +317,13 @@ std::string Deployment::State::runLauncher(const std::string& remoteDir, const s
   }
   auto p = session.start(launcherCommand(hosts, spec, kLauncherGraceSeconds));
   if (!p) return p.message();
-  RemoteProcess& launcher = **p;
-
-  LauncherOutput output(slurm ? LauncherOutput::Tags::None : LauncherOutput::Tags::OpenMpi);
-  std::string problem;      // malformed launcher lines (the first one)
-  std::string launchError;  // why the job could not run
-  bool lost = false;
-  bool stopping = false;  // stdin closed: the watcher cancels the job
-  std::optional<Clock::time_point> giveUpAt;
-  std::optional<Clock::time_point> failedAt;
-  Clock::time_point nextPoll = Clock::now();
-
-  auto rankOf = [&](int rank) -> Rank* {
-    return inRange(ranks, rank) ? &ranks[static_cast<std::size_t>(rank)] : nullptr;
-  };
-  auto handle = [&](std::vector<LauncherOutput::Item> items) {
-    std::lock_guard lock(mutex);
-    for (auto& item : items) {
-      Rank* r = rankOf(item.rank);
-      using Kind = LauncherOutput::Item::Kind;
-      if (item.kind == Kind::Text && r == nullptr) {
-        appendTail(launcherTail, item.bytes);
-        owner.m_sink.onLauncherLog(item.bytes);
-        continue;
-      }
-      if (r == nullptr || item.kind == Kind::Malformed) {
-        const std::string what = item.kind == Kind::Malformed
-                                     ? item.bytes
-                                     : "a line for rank " + std::to_string(item.rank) + " of a job with " +
-                                           std::to_string(ranks.size()) + " rank(s)";
-        if (problem.empty()) problem = "malformed output from " + std::string(name(hosts.launcher)) + ": " + what;
-        if (r != nullptr && r->result.streamProblem.empty()) r->result.streamProblem = problem;
-        continue;
-      }
-      if (r->ended) continue;
-      switch (item.kind) {
-        case Kind::Stream:
-          if (!r->streaming) setState(*r, RankState::Running, "running");
-          ingestStream(*r, item.bytes);
-          break;
-        case Kind::Log:
-        case Kind::Text:
-          ingestLog(*r, item.bytes);
-          break;
-        case Kind::Exit:
-          if (stopping) r->stdinClosed = true;
-          rankEnded(*r, item.status);
-          break;
-        case Kind::Malformed:
-          break;
-      }
-    }
-  };
-
-  // squeue: the job's state, shown while it waits; a reason that never clears ends the wait.
-  bool runningSeen = false;
-  auto pollJob = [&](bool final) {
-    auto q = session.run(squeueCommand(spec.jobName), kSqueueTimeoutMs);
-    if (!q || q->exitStatus != 0) return;
-    auto s = parseSqueue(q->out);
-    if (!s) return;
-    std::lock_guard lock(mutex);
-    const std::string reason = s->reason == "None" ? std::string() : s->reason;
-    const bool changed =
-        s->jobId != job.jobId || s->state != job.state || reason != job.reason || s->nodes != job.nodes;
-    job.jobId = s->jobId;
-    job.state = s->state;
-    job.reason = reason;
-    job.nodes = s->nodes;
-    if (changed) reportJob();
-    if (s->state == "PENDING") {
-      for (auto& r : ranks) {
-        if (!r.ended && !r.streaming) setState(r, RankState::Queued, slurmStateText(*s));
-      }
-      if (slurmReasonIsPermanent(s->reason) && !final && launchError.empty()) {
-        launchError = "slurm job " + s->jobId + " cannot be scheduled: " + slurmStateText(*s) + ": " +
-                      explainPermanentReason(s->reason) + ". Asked for " + std::to_string(spec.ranks) + " task(s)" +
-                      (spec.cpusPerRank > 0 ? " of " + std::to_string(spec.cpusPerRank) + " CPU(s)" : std::string()) +
-                      (hosts.slurm.partition.empty() ? std::string() : " in partition " + hosts.slurm.partition) +
-                      (hosts.slurm.extraArgs.empty() ? std::string()
-                                                     : " with extra_args " + joinShellWords(hosts.slurm.extraArgs)) +
-                      "; the job was cancelled.";
-      }
-    } else if (s->state == "RUNNING" && !runningSeen) {
-      runningSeen = true;
-      for (auto& r : ranks) {
-        if (!r.ended && !r.streaming) setState(r, RankState::Starting, "job running on " + s->nodes);
-      }
-    }
-  };
-
-  std::string out;
-  std::string err;
-  for (;;) {
-    out.clear();
-    err.clear();
-    const Status polled = launcher.poll(out, err);
-    if (!out.empty()) output.feed(out, false);
-    if (!err.empty()) output.feed(err, true);
-    handle(output.take());
-    if (!polled) {
-      lost = true;
-      std::lock_guard lock(mutex);
-      for (auto& r : ranks) {
-        if (!r.ended) {
-          r.ended = true;
-          setState(r, RankState::Lost, polled.message());
-        }
-      }
-      break;
-    }
-    if (launcher.ended()) break;
-    if (auto alive = session.keepAlive(keepalive()); !alive) continue;  // the next poll reports it
-    // squeue runs on the same connection and would block on a server that stopped answering.
-    const bool answering = session.silenceMs() < keepalive().intervalMs;
-    if (slurm && Clock::now() >= nextPoll && !stopping && answering) {
-      pollJob(false);
-      nextPoll = Clock::now() + (runningSeen ? std::chrono::milliseconds(kRunningPollInterval)
-                                             : std::chrono::milliseconds(req.jobPollMs));
-    }
-    if (stopAll && !failedAt) failedAt = Clock::now();
-    // Stop the job: cancelled, unschedulable, or a rank failed and the launcher did not end
-    // the others within the grace time (srun --kill-on-bad-exit and mpirun normally do).
-    const bool stopNow = cancelled() || !launchError.empty() ||
-                         (failedAt && Clock::now() - *failedAt > std::chrono::milliseconds(req.cancelGraceMs));
-    if (stopNow && !stopping) {
-      stopping = true;
-      launcher.closeStdin();
-      giveUpAt =
-          Clock::now() + std::chrono::milliseconds(req.cancelGraceMs) + std::chrono::seconds(kLauncherGraceSeconds);
-    }
-    if (giveUpAt && Clock::now() > *giveUpAt) break;
-    if (out.empty() && err.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  output.finish();
-  handle(output.take());
-
-  const int launcherStatus = lost ? -1 : launcher.exitStatus();
-  if (slurm && !lost) {
-    // The job's final state (COMPLETED, FAILED, TIMEOUT, CANCELLED, …) once Slurm has it.
-    const auto until = Clock::now() + kFinalStateWait;
-    do {
-      pollJob(true);
-      if (slurmStateIsFinal(job.state)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    } while (Clock::now() < until);
-  }
+  LauncherRun run(*this, spec, **p);
+  run.stream();
+  const int launcherStatus = run.lost ? -1 : run.launcher.exitStatus();
+  run.awaitFinalState();
   std::lock_guard lock(mutex);
-  const std::string jobText = slurm ? job.text() : "mpirun";
-  for (auto& r : ranks) {
-    if (r.ended) continue;
-    r.ended = true;
-    if (!launchError.empty()) {
-      setState(r, RankState::Failed, "not started: " + slurmStateText({job.jobId, job.state, job.reason, job.nodes}));
-    } else if (cancelled()) {
-      setState(r, RankState::Cancelled, slurm ? "job cancelled (scancel)" : "stopped");
-    } else if (firstFailedRank >= 0) {
-      setState(r, RankState::Cancelled, "stopped after rank " + std::to_string(firstFailedRank) + " failed");
-    } else {
-      // No exit line from this rank: the scheduler or the launcher ended it (TIMEOUT, node
-      // failure, a task that never started), or its relay could not run.
-      r.result.exitStatus = launcherStatus;
-      setState(r, RankState::Failed,
-               "ended without reporting an exit status; " + jobText + ", launcher " +
-                   (launcherStatus == -1 ? std::string("gave no exit status")
-                                         : "exit status " + std::to_string(launcherStatus)));
-      if (firstFailedRank < 0) firstFailedRank = r.placement.rank;
-      const std::string tail = lastLines(launcherTail, 20);
-      if (!tail.empty()) appendTail(r.result.stderrTail, tail + "\n");
-    }
-  }
-  // Slurm ended the job for a reason of its own: that, not the ranks it stopped, is the story.
-  if (launchError.empty() && !cancelled()) {
-    if (const std::string why = explainEndState(job.state, hosts.slurm.time); slurm && !why.empty()) {
-      launchError = job.text() + ": " + why;
-      const std::string tail = lastLines(launcherTail, 10);
-      if (!tail.empty()) launchError += "\nslurm:\n" + tail;
-      return launchError;
-    }
-  }
-  if (launchError.empty() && !problem.empty() && stopReason.empty()) stopReason = problem;
-  if (!launchError.empty()) {
-    const std::string tail = lastLines(launcherTail, 10);
-    if (!tail.empty()) launchError += "\n" + std::string(name(hosts.launcher)) + ":\n" + tail;
-  }
-  return launchError;
+  run.endRanks(launcherStatus);
+  return run.outcome();
 }
 
 }  // namespace pipestudio::remote

@@ -150,6 +150,41 @@ class Search {
   Expected<Plan> simulate(const PlanConfig& config, std::optional<int> microbatches = std::nullopt, bool refine = true);
   bool allFlash() const;
 
+  // What the enumeration needs of the model.
+  struct ModelShape {
+    int trainableLayers = 0;
+    int blocks = 0;  // transformer blocks (what Megatron's virtual pipeline stages divide)
+    std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0;
+    std::int64_t seqDivisor = 0;  // divides every sequence length
+    bool anyTransformer = false;
+    bool hasFrozen = false;
+    bool flashOnly = false;  // every attention is flash attention
+  };
+  // One point of the enumeration, filled loop by loop.
+  struct Point {
+    int tensor = 1, context = 1, devices = 1, data = 1;
+    const searchspace::Layout* layout = nullptr;
+    int microBatchSize = 1;
+    int microbatches = 1;
+    Recompute recompute = Recompute::None;
+    int zero = 0;
+  };
+  ModelShape modelShape() const;
+  std::vector<Candidate> enumerate(std::int64_t globalBatch, const ModelShape& shape);
+  void enumerateLayout(std::vector<Candidate>& out, Point pt, std::int64_t globalBatch, const ModelShape& shape,
+                       const std::vector<std::string>& schedules);
+  void enumerateSchedule(std::vector<Candidate>& out, const Point& pt, const std::string& schedule,
+                         std::int64_t globalBatch, const ModelShape& shape);
+  Candidate candidate(const Point& pt, const std::string& schedule, int chunks, const std::string& partition,
+                      std::int64_t globalBatch, const ModelShape& shape) const;
+  int zeroStage(const Parallelism& par) const;
+  bool bound(Candidate& cand, std::int64_t globalBatch, Configuration& out);
+  double throughputEstimate(const Candidate& cand, const CostSummary& s, const Profile& profile,
+                            std::int64_t globalBatch) const;
+  std::size_t keepCount() const { return static_cast<std::size_t>(std::max(1, m_options.keep)); }
+  Expected<std::vector<Screened>> screenAll(const std::vector<Candidate>& viable, Configuration& out);
+  Status simulateInFull(const std::vector<Screened>& screened, Configuration& out);
+
   const ModelSpec& m_model;
   const ClusterSpec& m_cluster;
   const ConfigureOptions& m_options;
@@ -366,217 +401,247 @@ void Search::note(int p, int d, const std::string& schedule, const std::string& 
   if (f.reason.empty()) f.reason = reason;
 }
 
-Expected<Configuration> Search::run() {
-  Configuration out;
-  const int gpus = m_cluster.totalGpus();
-  if (gpus < 1) return Error{"configure: cluster '" + m_cluster.name + "' has no GPUs"};
-  if (m_model.trainableComponents().empty())
-    return Error{"configure: model '" + m_model.name + "' has no trainable component"};
-  std::int64_t globalBatch = m_options.globalBatch;
-  if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
-  out.globalBatch = globalBatch;
-
-  int trainableLayers = 0;
-  int blocks = 0;  // transformer blocks (what Megatron's virtual pipeline stages divide)
-  std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0;
-  std::int64_t seqDivisor = 0;  // divides every sequence length
-  bool anyTransformer = false;
+Search::ModelShape Search::modelShape() const {
+  ModelShape shape;
   for (int c : m_model.trainableComponents()) {
     for (const Layer& l : m_model.component(c).layers) {
-      ++trainableLayers;
+      ++shape.trainableLayers;
       if (!l.transformer || l.kind == "embedding" || l.kind == "lm_head") continue;
-      anyTransformer = true;
-      ++blocks;
-      minHeads = std::gcd(minHeads, l.transformer->heads);
-      minKvHeads = std::gcd(minKvHeads, l.transformer->kvHeadsOrHeads());
-      minSeq = minSeq == 0 ? l.transformer->seq : std::min(minSeq, l.transformer->seq);
-      seqDivisor = std::gcd(seqDivisor, l.transformer->seq);
+      shape.anyTransformer = true;
+      ++shape.blocks;
+      shape.minHeads = std::gcd(shape.minHeads, l.transformer->heads);
+      shape.minKvHeads = std::gcd(shape.minKvHeads, l.transformer->kvHeadsOrHeads());
+      shape.minSeq = shape.minSeq == 0 ? l.transformer->seq : std::min(shape.minSeq, l.transformer->seq);
+      shape.seqDivisor = std::gcd(shape.seqDivisor, l.transformer->seq);
     }
   }
-  const bool hasFrozen = !m_model.frozenComponents().empty();
+  shape.hasFrozen = !m_model.frozenComponents().empty();
+  shape.flashOnly = allFlash();
+  return shape;
+}
+
+// --- enumerate ---
+std::vector<Candidate> Search::enumerate(std::int64_t globalBatch, const ModelShape& shape) {
+  const int gpus = m_cluster.totalGpus();
   const searchspace::LayoutLimits layout = searchspace::layoutLimits(m_model);
   const int perNode = m_cluster.gpusPerNode();
   const std::vector<std::string> schedules = scheduleNames();
-  const bool flashOnly = allFlash();
-
-  // --- enumerate ---
   std::vector<Candidate> candidates;
   const std::vector<int> tensorDegrees =
-      anyTransformer ? divisorsOf(std::gcd(minHeads, minKvHeads), perNode) : std::vector<int>{1};
+      shape.anyTransformer ? divisorsOf(std::gcd(shape.minHeads, shape.minKvHeads), perNode) : std::vector<int>{1};
   for (int T : tensorDegrees) {
     if (gpus % T != 0) continue;
     std::vector<int> contextDegrees{1};
-    if (anyTransformer) {
+    if (shape.anyTransformer) {
       contextDegrees.clear();
       for (int C = 1; C <= m_options.maxContextParallel; C *= 2) {
-        if (C == 1 || (minSeq % (2 * static_cast<std::int64_t>(C)) == 0 && gpus % (T * C) == 0))
+        if (C == 1 || (shape.minSeq % (2 * static_cast<std::int64_t>(C)) == 0 && gpus % (T * C) == 0))
           contextDegrees.push_back(C);
       }
     }
     for (int C : contextDegrees) {
       if (gpus % (T * C) != 0) continue;
-      for (int P : divisorsOf(gpus / (T * C), trainableLayers)) {
+      for (int P : divisorsOf(gpus / (T * C), shape.trainableLayers)) {
         const int D = gpus / (T * C * P);
         // MoE parallel folding: ETP × EP over the T·C·D GPUs (LayoutChoices.hpp), with token
         // dropping and context parallelism's communication type where they apply.
         for (const searchspace::Layout& lay :
              searchspace::layouts(layout, T, C, D, m_options.recipe.parallel, m_options.cpCommType)) {
-          const int E = lay.expert;
-          for (int mbs : m_options.microBatchSizes) {
-            if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * D) != 0) continue;
-            const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * D);
-            if (m64 < 1 || m64 > kMaxConfigureMicrobatches) continue;
-            const int m = static_cast<int>(m64);
-            for (Recompute rc : m_options.recomputes) {
-              if (rc == Recompute::Selective && flashOnly) continue;  // the same plan as none
-              if (rc != Recompute::None && !anyTransformer) continue;
-              for (int zero : m_options.zeroStages) {
-                if (D == 1 && zero != 0) continue;  // nothing to shard
-                for (const std::string& schedule : schedules) {
-                  // At P = 1 every schedule is gradient accumulation: one plan, named 1f1b.
-                  if (P == 1 && schedule != "1f1b") continue;
-                  const ScheduleGenerator* g = findScheduleGenerator(schedule);
-                  if (!g) {
-                    note(P, D, schedule, "unknown schedule");
-                    continue;
-                  }
-                  std::vector<int> chunkChoices = {g->defaultChunksPerDevice()};
-                  if (schedule == "interleaved-1f1b") chunkChoices = interleavingChoices(blocks, P);
-                  for (int chunks : chunkChoices) {
-                    if (P * chunks > trainableLayers) {
-                      note(P, D, schedule,
-                           std::to_string(P * chunks) + " virtual stages but only " + std::to_string(trainableLayers) +
-                               " trainable layers");
-                      continue;
-                    }
-                    if (auto st = g->validate({P, m, chunks}); !st) {
-                      note(P, D, schedule, st.message());
-                      continue;
-                    }
-                    for (const std::string& partition : m_options.partitions) {
-                      Candidate cand;
-                      PlanConfig& cfg = cand.config;
-                      applyRecipe(m_options.recipe, rc, cfg);
-                      cfg.schedule = schedule;
-                      cfg.devices = P;
-                      cfg.microbatches = m;
-                      cfg.chunksPerDevice = chunks;
-                      cfg.partition = partition;
-                      cfg.fill = hasFrozen ? "greedy" : "none";
-                      cfg.parallel.tensor = T;
-                      cfg.parallel.context = C;
-                      cfg.parallel.data = D;
-                      cfg.parallel.expert = E;
-                      cfg.parallel.expertTensor = lay.expertTensor;
-                      cfg.parallel.moeCapacityFactor = lay.capacityFactor;
-                      cfg.parallel.cpCommType = lay.cpCommType;
-                      // Sequence parallelism splits each sequence over T (resolveRequest).
-                      cfg.parallel.sequenceParallel = T > 1 && seqDivisor % (static_cast<std::int64_t>(T) * C) == 0;
-                      cfg.parallel.recompute = rc;
-                      cfg.parallel.zeroStage = zero;
-                      cfg.globalBatch = globalBatch;
-                      cfg.microBatchSize = mbs;
-                      cand.samplesPerMicrobatch = mbs;
-                      candidates.push_back(std::move(cand));
-                    }
-                  }
-                }
-              }
-            }
-          }
+          Point pt;
+          pt.tensor = T;
+          pt.context = C;
+          pt.devices = P;
+          pt.data = D;
+          pt.layout = &lay;
+          enumerateLayout(candidates, pt, globalBatch, shape, schedules);
         }
       }
     }
   }
-  out.enumerated = static_cast<int>(candidates.size());
+  return candidates;
+}
 
-  // --- bound ---
-  std::vector<Candidate> viable;
-  viable.reserve(candidates.size());
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if ((i & 255) == 0) {
-      if (m_control.cancelled()) return Error::cancelled();
-      if (m_control.progress) m_control.progress(0.3 * static_cast<double>(i) / static_cast<double>(candidates.size()));
+// The candidates of one layout: micro-batch sizes, recomputation, ZeRO stages, schedules.
+void Search::enumerateLayout(std::vector<Candidate>& out, Point pt, std::int64_t globalBatch, const ModelShape& shape,
+                             const std::vector<std::string>& schedules) {
+  for (int mbs : m_options.microBatchSizes) {
+    if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * pt.data) != 0) continue;
+    const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * pt.data);
+    if (m64 < 1 || m64 > kMaxConfigureMicrobatches) continue;
+    pt.microBatchSize = mbs;
+    pt.microbatches = static_cast<int>(m64);
+    for (Recompute rc : m_options.recomputes) {
+      if (rc == Recompute::Selective && shape.flashOnly) continue;  // the same plan as none
+      if (rc != Recompute::None && !shape.anyTransformer) continue;
+      pt.recompute = rc;
+      for (int zero : m_options.zeroStages) {
+        if (pt.data == 1 && zero != 0) continue;  // nothing to shard
+        pt.zero = zero;
+        for (const std::string& schedule : schedules) {
+          // At P = 1 every schedule is gradient accumulation: one plan, named 1f1b.
+          if (pt.devices == 1 && schedule != "1f1b") continue;
+          enumerateSchedule(out, pt, schedule, globalBatch, shape);
+        }
+      }
     }
-    Candidate& cand = candidates[i];
-    const PlanConfig& cfg = cand.config;
-    const Parallelism& par = cfg.parallel;
-    const CostSummary& s = summary(par, cand.samplesPerMicrobatch);
-    const int P = cfg.devices;
-    const int D = par.data;
-    const int expertDp = static_cast<int>(par.expertData());
-    const GpuSpec& gpu = m_cluster.gpu;
-    const int zero = std::max(par.zeroStage, m_model.optimizer.distributed ? 1 : 0);
-    const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D, par.gradReduceInFp32);
-    const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, par.gradReduceInFp32);
-    // Bidirectional schedules hold the model twice.
-    const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
-    const double copies = g ? g->pipelines() : 1;
-    const double lowPrecision = zero >= 3 ? 0.0 : s.lowPrecisionBytes;  // ZeRO-3 holds them only while gathered
-    const double staticLb =
-        copies *
-        (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) / P;
-    const auto capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
-    if (staticLb > capacity) {
-      ++out.prunedByMemory;
-      note(P, D, cfg.schedule,
-           "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
-               formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable");
-      continue;
-    }
-    Profile profile;
-    profile.inflightMicrobatches = P;
-    if (g) {
-      const double stageMs = s.trainableWorkMs * g->pipelines() / (static_cast<double>(P) * cfg.chunksPerDevice);
-      const double transferMs = P > 1 ? deviceTransferMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
-      profile = uniformProfile(*g, P, cfg.chunksPerDevice, cfg.microbatches, s.forwardMs, s.backwardInputMs,
-                               s.backwardWeightMs, stageMs > 0 ? transferMs / stageMs : 0.0);
-    }
-    const double inflight = profile.inflightMicrobatches;
-    const double activationEstimate = inflight * s.activationBytes / P;
-    if (staticLb + activationEstimate > 1.25 * capacity) {
-      ++out.prunedByMemory;
-      note(P, D, cfg.schedule,
-           "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) + " per GPU (" +
-               formatBytes(activationEstimate) + " of activations for " +
-               std::to_string(static_cast<int>(std::lround(inflight))) + " in-flight microbatches) of " +
-               formatBytes(capacity) + " usable");
-      continue;
-    }
-    const CollectiveLinks links = collectiveLinks(m_cluster, par);
-    double syncLb = 0;
-    if (!par.overlapGradReduce && zero <= 2) {
-      const double gradBytes = (par.gradReduceInFp32 ? 4.0 : 2.0) * s.denseParams / P;
-      syncLb = zero == 0 ? allReduceMs(links.data, D, gradBytes) : allGatherMs(links.data, D, gradBytes);
-    }
-    const double shard =
-        (zero >= 1 ? s.denseParams / D + s.expertParams / expertDp : s.denseParams + s.expertParams) / P;
-    // One virtual stage's F+B+W for one microbatch (a pipeline's stages share the model).
-    // Schedules that overlap a forward with another microbatch's backward (DualPipe) hide one
-    // pass's collectives under the other's compute: their bound counts compute only.
-    PlanConfig scheduled = cfg;
-    if (g) g->configure(scheduled);
-    const double workMs = scheduled.overlapForwardBackward ? s.trainableWorkMs - s.trainableCommMs : s.trainableWorkMs;
-    const double stagePassMs = workMs * copies / (static_cast<double>(P) * cfg.chunksPerDevice);
-    const double iterationEstimate = (workMs + s.frozenWorkMs) * cfg.microbatches / P +
-                                     profile.idleStagePasses * stagePassMs + syncLb + optimizerStepMs(gpu, shard);
-    cand.throughputEstimate =
-        iterationEstimate > 0 ? static_cast<double>(globalBatch) / (iterationEstimate / 1000.0) : 1e300;
-    viable.push_back(std::move(cand));
   }
-  std::sort(viable.begin(), viable.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.throughputEstimate != b.throughputEstimate) return a.throughputEstimate > b.throughputEstimate;
-    return a.key() < b.key();
-  });
+}
 
-  // --- screen, best estimate first ---
-  // A screening simulates the candidate's plan (partition, order, transfers, memory; the
-  // schedule as first built, without refinement searches) on two short runs, m1 ≈ 2p and
-  // m2 ≈ 4p microbatches, and extends both lines to m: past the warm-up a schedule repeats
-  // itself, so the iteration time and each device's peak grow by the same amount per
-  // microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list is then simulated in
-  // full, screened-best first; only plans simulated in full are returned.
-  const auto keep = static_cast<std::size_t>(std::max(1, m_options.keep));
+// The candidates of one schedule: its chunk counts the model allows, each partition.
+void Search::enumerateSchedule(std::vector<Candidate>& out, const Point& pt, const std::string& schedule,
+                               std::int64_t globalBatch, const ModelShape& shape) {
+  const int P = pt.devices;
+  const int D = pt.data;
+  const ScheduleGenerator* g = findScheduleGenerator(schedule);
+  if (!g) {
+    note(P, D, schedule, "unknown schedule");
+    return;
+  }
+  std::vector<int> chunkChoices = {g->defaultChunksPerDevice()};
+  if (schedule == "interleaved-1f1b") chunkChoices = interleavingChoices(shape.blocks, P);
+  for (int chunks : chunkChoices) {
+    if (P * chunks > shape.trainableLayers) {
+      note(P, D, schedule,
+           std::to_string(P * chunks) + " virtual stages but only " + std::to_string(shape.trainableLayers) +
+               " trainable layers");
+      continue;
+    }
+    if (auto st = g->validate({P, pt.microbatches, chunks}); !st) {
+      note(P, D, schedule, st.message());
+      continue;
+    }
+    for (const std::string& partition : m_options.partitions) {
+      out.push_back(candidate(pt, schedule, chunks, partition, globalBatch, shape));
+    }
+  }
+}
+
+Candidate Search::candidate(const Point& pt, const std::string& schedule, int chunks, const std::string& partition,
+                            std::int64_t globalBatch, const ModelShape& shape) const {
+  const int T = pt.tensor;
+  const int C = pt.context;
+  Candidate cand;
+  PlanConfig& cfg = cand.config;
+  applyRecipe(m_options.recipe, pt.recompute, cfg);
+  cfg.schedule = schedule;
+  cfg.devices = pt.devices;
+  cfg.microbatches = pt.microbatches;
+  cfg.chunksPerDevice = chunks;
+  cfg.partition = partition;
+  cfg.fill = shape.hasFrozen ? "greedy" : "none";
+  cfg.parallel.tensor = T;
+  cfg.parallel.context = C;
+  cfg.parallel.data = pt.data;
+  cfg.parallel.expert = pt.layout->expert;
+  cfg.parallel.expertTensor = pt.layout->expertTensor;
+  cfg.parallel.moeCapacityFactor = pt.layout->capacityFactor;
+  cfg.parallel.cpCommType = pt.layout->cpCommType;
+  // Sequence parallelism splits each sequence over T (resolveRequest).
+  cfg.parallel.sequenceParallel = T > 1 && shape.seqDivisor % (static_cast<std::int64_t>(T) * C) == 0;
+  cfg.parallel.recompute = pt.recompute;
+  cfg.parallel.zeroStage = pt.zero;
+  cfg.globalBatch = globalBatch;
+  cfg.microBatchSize = pt.microBatchSize;
+  cand.samplesPerMicrobatch = pt.microBatchSize;
+  return cand;
+}
+
+int Search::zeroStage(const Parallelism& par) const {
+  return std::max(par.zeroStage, m_model.optimizer.distributed ? 1 : 0);
+}
+
+// --- bound --- A candidate whose memory lower bounds fit gets its throughput estimate (true);
+// one that cannot fit is counted and its family noted (false).
+bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out) {
+  const PlanConfig& cfg = cand.config;
+  const Parallelism& par = cfg.parallel;
+  const CostSummary& s = summary(par, cand.samplesPerMicrobatch);
+  const int P = cfg.devices;
+  const int D = par.data;
+  const int expertDp = static_cast<int>(par.expertData());
+  const GpuSpec& gpu = m_cluster.gpu;
+  const int zero = zeroStage(par);
+  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D, par.gradReduceInFp32);
+  const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, par.gradReduceInFp32);
+  // Bidirectional schedules hold the model twice.
+  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+  const double copies = g ? g->pipelines() : 1;
+  const double lowPrecision = zero >= 3 ? 0.0 : s.lowPrecisionBytes;  // ZeRO-3 holds them only while gathered
+  const double staticLb =
+      copies * (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) /
+      P;
+  const auto capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
+  if (staticLb > capacity) {
+    ++out.prunedByMemory;
+    note(P, D, cfg.schedule,
+         "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
+             formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable");
+    return false;
+  }
+  Profile profile;
+  profile.inflightMicrobatches = P;
+  if (g) {
+    const double stageMs = s.trainableWorkMs * g->pipelines() / (static_cast<double>(P) * cfg.chunksPerDevice);
+    const double transferMs = P > 1 ? deviceTransferMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
+    profile = uniformProfile(*g, P, cfg.chunksPerDevice, cfg.microbatches, s.forwardMs, s.backwardInputMs,
+                             s.backwardWeightMs, stageMs > 0 ? transferMs / stageMs : 0.0);
+  }
+  const double inflight = profile.inflightMicrobatches;
+  const double activationEstimate = inflight * s.activationBytes / P;
+  if (staticLb + activationEstimate > 1.25 * capacity) {
+    ++out.prunedByMemory;
+    note(P, D, cfg.schedule,
+         "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) + " per GPU (" +
+             formatBytes(activationEstimate) + " of activations for " +
+             std::to_string(static_cast<int>(std::lround(inflight))) + " in-flight microbatches) of " +
+             formatBytes(capacity) + " usable");
+    return false;
+  }
+  cand.throughputEstimate = throughputEstimate(cand, s, profile, globalBatch);
+  return true;
+}
+
+// The throughput bound of a candidate: its work spread over the pipeline, the schedule's idle
+// stage passes, a gradient sync that is not overlapped, and the optimizer step.
+double Search::throughputEstimate(const Candidate& cand, const CostSummary& s, const Profile& profile,
+                                  std::int64_t globalBatch) const {
+  const PlanConfig& cfg = cand.config;
+  const Parallelism& par = cfg.parallel;
+  const int P = cfg.devices;
+  const int D = par.data;
+  const int expertDp = static_cast<int>(par.expertData());
+  const int zero = zeroStage(par);
+  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+  const double copies = g ? g->pipelines() : 1;
+  const CollectiveLinks links = collectiveLinks(m_cluster, par);
+  double syncLb = 0;
+  if (!par.overlapGradReduce && zero <= 2) {
+    const double gradBytes = (par.gradReduceInFp32 ? 4.0 : 2.0) * s.denseParams / P;
+    syncLb = zero == 0 ? allReduceMs(links.data, D, gradBytes) : allGatherMs(links.data, D, gradBytes);
+  }
+  const double shard = (zero >= 1 ? s.denseParams / D + s.expertParams / expertDp : s.denseParams + s.expertParams) / P;
+  // One virtual stage's F+B+W for one microbatch (a pipeline's stages share the model).
+  // Schedules that overlap a forward with another microbatch's backward (DualPipe) hide one
+  // pass's collectives under the other's compute: their bound counts compute only.
+  PlanConfig scheduled = cfg;
+  if (g) g->configure(scheduled);
+  const double workMs = scheduled.overlapForwardBackward ? s.trainableWorkMs - s.trainableCommMs : s.trainableWorkMs;
+  const double stagePassMs = workMs * copies / (static_cast<double>(P) * cfg.chunksPerDevice);
+  const double iterationEstimate = (workMs + s.frozenWorkMs) * cfg.microbatches / P +
+                                   profile.idleStagePasses * stagePassMs + syncLb +
+                                   optimizerStepMs(m_cluster.gpu, shard);
+  return iterationEstimate > 0 ? static_cast<double>(globalBatch) / (iterationEstimate / 1000.0) : 1e300;
+}
+
+// --- screen, best estimate first ---
+// A screening simulates the candidate's plan (partition, order, transfers, memory; the
+// schedule as first built, without refinement searches) on two short runs, m1 ≈ 2p and
+// m2 ≈ 4p microbatches, and extends both lines to m: past the warm-up a schedule repeats
+// itself, so the iteration time and each device's peak grow by the same amount per
+// microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list is then simulated in
+// full, screened-best first; only plans simulated in full are returned.
+Expected<std::vector<Search::Screened>> Search::screenAll(const std::vector<Candidate>& viable, Configuration& out) {
+  const std::size_t keep = keepCount();
   // The budget counts screenings that fit: a run of candidates the memory bound let through
   // but the screening refuses must not end the search before a fitting one is seen. A hard cap
   // of ten times that many screenings keeps the time bounded by work.
@@ -607,8 +672,26 @@ Expected<Configuration> Search::run() {
                                [](double t, const Screened& x) { return t > x.throughput; });
     screened.insert(at, std::move(*sc));
   }
+  return screened;
+}
 
-  // --- simulate the screened list in full ---
+ConfigCandidate rankedCandidate(const Plan& plan) {
+  ConfigCandidate c;
+  c.config = plan.config;
+  c.samplesPerMicrobatch = plan.model.samplesPerMicrobatch;
+  c.metrics = plan.metrics;
+  c.makespanMs = plan.metrics.makespanMs;
+  c.allReduceMs = plan.metrics.gradientSyncMs;
+  c.iterationMs = plan.metrics.iterationMs;
+  c.throughputSamplesPerS = plan.metrics.throughputSamplesPerS;
+  c.bubbleRatio = plan.metrics.bubbleRatio;
+  for (const auto& dm : plan.metrics.devices) c.peakMemoryBytes = std::max(c.peakMemoryBytes, dm.peakMemoryBytes);
+  return c;
+}
+
+// --- simulate the screened list in full ---
+Status Search::simulateInFull(const std::vector<Screened>& screened, Configuration& out) {
+  const std::size_t keep = keepCount();
   std::size_t next = 0;
   for (; next < screened.size() && out.feasible.size() < keep; ++next) {
     if (m_control.cancelled()) return Error::cancelled();
@@ -625,16 +708,7 @@ Expected<Configuration> Search::run() {
       continue;
     }
     m_families[{P, D, sc.config.schedule}].anyFeasible = true;
-    ConfigCandidate c;
-    c.config = plan->config;
-    c.samplesPerMicrobatch = plan->model.samplesPerMicrobatch;
-    c.metrics = plan->metrics;
-    c.makespanMs = plan->metrics.makespanMs;
-    c.allReduceMs = plan->metrics.gradientSyncMs;
-    c.iterationMs = plan->metrics.iterationMs;
-    c.throughputSamplesPerS = plan->metrics.throughputSamplesPerS;
-    c.bubbleRatio = plan->metrics.bubbleRatio;
-    for (const auto& dm : plan->metrics.devices) c.peakMemoryBytes = std::max(c.peakMemoryBytes, dm.peakMemoryBytes);
+    ConfigCandidate c = rankedCandidate(*plan);
     // Insert in rank order (stable: equal throughputs keep screening order).
     auto at = std::upper_bound(out.feasible.begin(), out.feasible.end(), c.throughputSamplesPerS,
                                [](double t, const ConfigCandidate& x) { return t > x.throughputSamplesPerS; });
@@ -645,6 +719,39 @@ Expected<Configuration> Search::run() {
     const PlanConfig& cfg = screened[next].config;
     m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}].anyUndecided = true;
   }
+  return {};
+}
+
+Expected<Configuration> Search::run() {
+  Configuration out;
+  const int gpus = m_cluster.totalGpus();
+  if (gpus < 1) return Error{"configure: cluster '" + m_cluster.name + "' has no GPUs"};
+  if (m_model.trainableComponents().empty())
+    return Error{"configure: model '" + m_model.name + "' has no trainable component"};
+  std::int64_t globalBatch = m_options.globalBatch;
+  if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
+  out.globalBatch = globalBatch;
+
+  std::vector<Candidate> candidates = enumerate(globalBatch, modelShape());
+  out.enumerated = static_cast<int>(candidates.size());
+
+  std::vector<Candidate> viable;
+  viable.reserve(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if ((i & 255) == 0) {
+      if (m_control.cancelled()) return Error::cancelled();
+      if (m_control.progress) m_control.progress(0.3 * static_cast<double>(i) / static_cast<double>(candidates.size()));
+    }
+    if (bound(candidates[i], globalBatch, out)) viable.push_back(std::move(candidates[i]));
+  }
+  std::sort(viable.begin(), viable.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.throughputEstimate != b.throughputEstimate) return a.throughputEstimate > b.throughputEstimate;
+    return a.key() < b.key();
+  });
+
+  auto screened = screenAll(viable, out);
+  if (!screened) return screened.error();
+  if (auto st = simulateInFull(*screened, out); !st) return st.error();
   for (auto& [key, f] : m_families) {
     if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty())
       out.rejected.push_back({f.p, f.d, f.schedule, f.reason});

@@ -333,6 +333,195 @@ std::string tomlString(const std::string& s) {
   return out + "\"";
 }
 
+// The flags of a Megatron-LM export, in order, with the notes written above them.
+struct MegatronFlags {
+  std::vector<std::string> args;
+  std::vector<std::string> missing;  // required flags the model cannot give
+  std::vector<std::string> notes;
+  std::string layout;  // --pipeline-model-parallel-layout, when the partition is uneven
+  void add(std::string flag, std::optional<std::string> value = std::nullopt) {
+    args.push_back(std::move(flag));
+    if (value) args.push_back(std::move(*value));
+  }
+};
+
+// Schedules and ZeRO stages Megatron-LM (or the Zero Bubble fork) runs.
+Status megatronRuns(const PlanConfig& c, bool zbFork, bool zbV) {
+  const std::string& schedule = c.schedule;
+  if (schedule == "gpipe") {
+    return Error{
+        "Megatron-LM has no GPipe schedule: without virtual stages it runs 1F1B "
+        "(forward_backward_pipelining_without_interleaving); plan with --schedule 1f1b, or export GPipe "
+        "with --format torchtitan"};
+  }
+  if (schedule != "1f1b" && schedule != "interleaved-1f1b" && !zbFork && !zbV) {
+    return Error{"Megatron-LM cannot run the " + schedule +
+                 " schedule: it runs 1F1B, interleaved 1F1B, and the Zero Bubble fork's ZB and ZB-V schedules "
+                 "(use --format torchtitan to run this order through torch.distributed.pipelining)"};
+  }
+  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1) {
+    return Error{"ZeRO-" + std::to_string(c.parallel.zeroStage) +
+                 " is not expressible in Megatron-LM: its distributed optimizer (--use-distributed-optimizer) "
+                 "shards the optimizer state only (ZeRO-1); re-plan with --zero 1 or 0"};
+  }
+  return {};
+}
+
+// Parallelism, batch and model shape.
+void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
+  const PlanConfig& c = plan.config;
+  f.add("--tensor-model-parallel-size", std::to_string(c.parallel.tensor));
+  f.add("--pipeline-model-parallel-size", std::to_string(c.devices));
+  if (c.parallel.context > 1) f.add("--context-parallel-size", std::to_string(c.parallel.context));
+  if (c.parallel.expert > 1) f.add("--expert-model-parallel-size", std::to_string(c.parallel.expert));
+  if (c.parallel.sequenceParallel && c.parallel.tensor > 1) f.add("--sequence-parallel");
+  f.add("--micro-batch-size", std::to_string(microBatchSize(plan)));
+  f.add("--global-batch-size", std::to_string(globalBatch(plan)));
+  f.add("--num-layers", std::to_string(decoders));
+  if (const TransformerShape* t = decoderShape(plan)) {
+    f.add("--hidden-size", std::to_string(t->hidden));
+    f.add("--ffn-hidden-size", std::to_string(t->isMoe() ? t->expertFfnOrDefault() : t->ffnOrDefault()));
+    f.add("--num-attention-heads", std::to_string(t->heads));
+    if (t->kvHeadsOrHeads() != t->heads) {
+      f.add("--group-query-attention");
+      f.add("--num-query-groups", std::to_string(t->kvHeadsOrHeads()));
+    }
+    f.add("--seq-length", std::to_string(t->seq));
+    f.add("--max-position-embeddings", std::to_string(t->seq));
+    if (t->mlp == MlpKind::SwiGlu) f.add("--swiglu");
+    if (t->isMoe()) {
+      f.add("--num-experts", std::to_string(t->experts));
+      f.add("--moe-router-topk", std::to_string(t->topK));
+    }
+  } else {
+    // megatron/training/arguments.py (validate_args) requires the first three and asserts a
+    // sequence length; a model of measured times does not know them.
+    f.missing = {"--hidden-size", "--num-attention-heads", "--max-position-embeddings", "--seq-length"};
+    f.notes.emplace_back(
+        "MISSING: the model has measured times, not a transformer shape, so --hidden-size, "
+        "--num-attention-heads and --max-position-embeddings (required by Megatron's argument check) and "
+        "--seq-length are not written: add them for the model you measured");
+  }
+}
+
+// The Zero Bubble fork is an older Megatron-LM: no layout flag, decoder layers split evenly.
+Status addZeroBubbleFlags(const Plan& plan, const std::vector<StageLayers>& stages, int decoders, bool even,
+                          bool zbFork, MegatronFlags& f) {
+  const PlanConfig& c = plan.config;
+  const std::string& schedule = c.schedule;
+  const int p = c.devices;
+  const int v = static_cast<int>(plan.virtualStages.size()) / std::max(1, p);
+  if (!even) return Error{forkUnevenReason(plan, stages, decoders, p * v)};
+  if (tiedEmbedding(plan)) {
+    return Error{
+        "the Zero Bubble fork requires untied embeddings (zbpp_utils asserts "
+        "--untie-embeddings-and-output-weights); this model ties its embedding and lm_head"};
+  }
+  if (c.parallel.zeroStage == 1 && c.parallel.overlapGradReduce) {
+    return Error{
+        "the Zero Bubble fork does not overlap gradient reduction with the distributed optimizer "
+        "(zbpp_utils asserts not --overlap-grad-reduce); re-plan with --no-overlap-grad-reduce"};
+  }
+  if (zbFork) {
+    if (v != 1 || !loopPlacement(plan)) {
+      return Error{"the Zero Bubble fork's ZB schedules place one stage per pipeline rank; this " + schedule +
+                   " plan has " + std::to_string(v) + " per device"};
+    }
+    if (schedule == "seq1f1b") {
+      f.add("--num-seq-splits", std::to_string(c.seqSplits));
+      if (c.seqSplits > 1 && c.seqSplit != "even") {
+        f.notes.push_back("Seq1F1B: the fork splits each sequence into " + std::to_string(c.seqSplits) +
+                          " chunks of equal tokens; this plan's chunks are balanced by compute (plan with "
+                          "--seq-split even to time what the fork runs)");
+      }
+      return {};
+    }
+    f.add("--enable-zero-bubble");
+    f.add("--zero-bubble-max-pending-backward", std::to_string(maxPendingBackward(plan)));
+    f.notes.push_back(
+        "ZB schedule: the fork's scheduler orders F/B/W itself from profiled times under a memory limit "
+        "of " +
+        std::to_string(maxPendingBackward(plan)) +
+        " microbatches' activations (the most this plan holds on one device)");
+  } else {
+    if (!vPlacement(plan)) {
+      return Error{
+          "the Zero Bubble fork's V schedules place stage s < P on rank s and stage s >= P on rank 2P-1-s "
+          "(two chunks per rank); this " +
+          schedule + " plan places its stages otherwise"};
+    }
+    if (decoders % p != 0 || (decoders / p) % 2 != 0) {
+      return Error{
+          "the Zero Bubble fork's V schedules need an even number of decoder layers per pipeline rank "
+          "(zbpp_utils asserts); " +
+          std::to_string(decoders) + " layers over " + std::to_string(p) + " ranks"};
+    }
+    if (schedule == "v-1f1b") {
+      f.add("--enable-1f1b-v");
+    } else {
+      f.add("--enable-zero-bubble");
+      f.add("--zero-bubble-v-schedule");
+    }
+    if (schedule == "v-half") f.add("--zero-bubble-v-schedule-mem-setup", std::string("half"));
+    if (schedule == "v-min") f.add("--zero-bubble-v-schedule-mem-setup", std::string("min"));
+  }
+  if (c.optimizerSync == "post-validation") {
+    f.add("--enable-optimizer-post-validation");
+    f.notes.emplace_back("optimizer post-validation: the fork requires --fp16 with it");
+  }
+  return {};
+}
+
+// Megatron-LM's own 1F1B and interleaved 1F1B: its placement, microbatch groups, and the
+// layout of an uneven partition.
+Status addInterleavingFlags(const Plan& plan, const std::vector<StageLayers>& stages, bool even, MegatronFlags& f) {
+  const PlanConfig& c = plan.config;
+  const int p = c.devices;
+  const int v = static_cast<int>(plan.virtualStages.size()) / std::max(1, p);
+  if (!loopPlacement(plan)) {
+    return Error{
+        "Megatron-LM places virtual stage id on pipeline rank id mod P (index = virtual rank * P + "
+        "pipeline rank); this plan places its stages otherwise"};
+  }
+  if (v > 1 && (c.microbatches < p || c.microbatches % p != 0)) {
+    return Error{"Megatron-LM's interleaved schedule runs microbatches in groups of P = " + std::to_string(p) +
+                 " (microbatch_group_size_per_vp_stage); " + std::to_string(c.microbatches) +
+                 " microbatches leave a partial group (expected a multiple of " + std::to_string(p) + ")"};
+  }
+  if (!even) {
+    f.layout = layoutString(stages);
+    f.add("--pipeline-model-parallel-layout", f.layout);
+  } else if (v > 1) {
+    f.add("--num-virtual-stages-per-pipeline-rank", std::to_string(v));
+  }
+  return {};
+}
+
+// The arguments file: what it is for, the notes, one flag (and its value) per line.
+std::string megatronText(const PlanConfig& c, const MegatronFlags& f, bool zeroBubble) {
+  const std::vector<std::string>& args = f.args;
+  std::ostringstream text;
+  text << "# Megatron-LM arguments for the " << c.schedule << " plan (pipestudio-cli export --format megatron)\n"
+       << "# T=" << c.parallel.tensor << " C=" << c.parallel.context << " P=" << c.devices << " D=" << c.parallel.data
+       << ": launch on " << c.totalGpus() << " GPUs (data parallelism is WORLD_SIZE / (T*C*P))\n";
+  if (!f.layout.empty())
+    text << "# uneven partition: stage layer counts as the plan's, index = virtual rank * P + pipeline rank\n";
+  if (zeroBubble)
+    text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
+  for (const std::string& n : f.notes) text << "# " << n << '\n';
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
+    text << args[i];
+    if (value) {
+      const std::string& val = args[++i];
+      const bool quote = val.find_first_of("|*()") != std::string::npos;
+      text << ' ' << (quote ? "\"" + val + "\"" : val);
+    }
+    text << (i + 1 < args.size() ? " \\\n" : "\n");
+  }
+  return text.str();
+}
+
 }  // namespace
 
 Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout) {
@@ -413,30 +602,15 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   if (!stages) return stages.error();
   const bool modelsEmbedding =
       std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.embedding > 0; });
-  std::vector<std::string> notes = placeFrameworkEnds(*stages, "Megatron-LM");
+  MegatronFlags f;
+  f.notes = placeFrameworkEnds(*stages, "Megatron-LM");
 
-  const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto";
-  // The fork's V shapes: its ZB-V schedules, and V-1F1B (--enable-1f1b-v, its v1f1b.py). Seq1F1B
-  // (--num-seq-splits, its seq1f1b.py) runs on the fork's runtime too, one stage per rank.
-  const bool v1f1b = schedule == "v-1f1b";
-  const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min" || v1f1b;
-  const bool seqFork = schedule == "seq1f1b";
-  if (schedule == "gpipe") {
-    return Error{
-        "Megatron-LM has no GPipe schedule: without virtual stages it runs 1F1B "
-        "(forward_backward_pipelining_without_interleaving); plan with --schedule 1f1b, or export GPipe "
-        "with --format torchtitan"};
-  }
-  if (schedule != "1f1b" && schedule != "interleaved-1f1b" && !zbFork && !zbV && !seqFork) {
-    return Error{"Megatron-LM cannot run the " + schedule +
-                 " schedule: it runs 1F1B, interleaved 1F1B, and the Zero Bubble fork's ZB and ZB-V schedules "
-                 "(use --format torchtitan to run this order through torch.distributed.pipelining)"};
-  }
-  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1) {
-    return Error{"ZeRO-" + std::to_string(c.parallel.zeroStage) +
-                 " is not expressible in Megatron-LM: its distributed optimizer (--use-distributed-optimizer) "
-                 "shards the optimizer state only (ZeRO-1); re-plan with --zero 1 or 0"};
-  }
+  // The Zero Bubble fork's schedules: one stage per rank (its ZB schedules, and Seq1F1B with
+  // --num-seq-splits, its seq1f1b.py) or one V per rank (ZB-V, and V-1F1B with --enable-1f1b-v,
+  // its v1f1b.py).
+  const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto" || schedule == "seq1f1b";
+  const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min" || schedule == "v-1f1b";
+  if (auto st = megatronRuns(c, zbFork, zbV); !st) return st.error();
   const int decoders = decoderCount(*stages);
   const auto& front = (*stages).front();
   const auto& back = (*stages).back();
@@ -445,158 +619,24 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
                     std::all_of(stages->begin(), stages->end(),
                                 [&](const StageLayers& s) { return s.decoder == decoders / std::max(1, p * v); });
 
-  std::vector<std::string> args;
-  std::vector<std::string> missing;
-  const auto add = [&](std::string flag, std::optional<std::string> value = std::nullopt) {
-    args.push_back(std::move(flag));
-    if (value) args.push_back(std::move(*value));
-  };
-  add("--tensor-model-parallel-size", std::to_string(c.parallel.tensor));
-  add("--pipeline-model-parallel-size", std::to_string(p));
-  if (c.parallel.context > 1) add("--context-parallel-size", std::to_string(c.parallel.context));
-  if (c.parallel.expert > 1) add("--expert-model-parallel-size", std::to_string(c.parallel.expert));
-  if (c.parallel.sequenceParallel && c.parallel.tensor > 1) add("--sequence-parallel");
-  add("--micro-batch-size", std::to_string(microBatchSize(plan)));
-  add("--global-batch-size", std::to_string(globalBatch(plan)));
-  add("--num-layers", std::to_string(decoders));
-  if (const TransformerShape* t = decoderShape(plan)) {
-    add("--hidden-size", std::to_string(t->hidden));
-    add("--ffn-hidden-size", std::to_string(t->isMoe() ? t->expertFfnOrDefault() : t->ffnOrDefault()));
-    add("--num-attention-heads", std::to_string(t->heads));
-    if (t->kvHeadsOrHeads() != t->heads) {
-      add("--group-query-attention");
-      add("--num-query-groups", std::to_string(t->kvHeadsOrHeads()));
-    }
-    add("--seq-length", std::to_string(t->seq));
-    add("--max-position-embeddings", std::to_string(t->seq));
-    if (t->mlp == MlpKind::SwiGlu) add("--swiglu");
-    if (t->isMoe()) {
-      add("--num-experts", std::to_string(t->experts));
-      add("--moe-router-topk", std::to_string(t->topK));
-    }
-  } else {
-    // megatron/training/arguments.py (validate_args) requires the first three and asserts a
-    // sequence length; a model of measured times does not know them.
-    missing = {"--hidden-size", "--num-attention-heads", "--max-position-embeddings", "--seq-length"};
-    notes.emplace_back(
-        "MISSING: the model has measured times, not a transformer shape, so --hidden-size, "
-        "--num-attention-heads and --max-position-embeddings (required by Megatron's argument check) and "
-        "--seq-length are not written: add them for the model you measured");
+  addMegatronModelFlags(plan, decoders, f);
+  if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV)) f.add("--untie-embeddings-and-output-weights");
+  if (auto st = zbFork || zbV ? addZeroBubbleFlags(plan, *stages, decoders, even, zbFork, f)
+                              : addInterleavingFlags(plan, *stages, even, f);
+      !st) {
+    return st.error();
   }
-  if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV || seqFork)) {
-    add("--untie-embeddings-and-output-weights");
-  }
-
-  std::string layout;
-  if (zbFork || zbV || seqFork) {
-    // The fork is an older Megatron-LM: no layout flag, decoder layers split evenly.
-    if (!even) return Error{forkUnevenReason(plan, *stages, decoders, p * v)};
-    if (tiedEmbedding(plan)) {
-      return Error{
-          "the Zero Bubble fork requires untied embeddings (zbpp_utils asserts "
-          "--untie-embeddings-and-output-weights); this model ties its embedding and lm_head"};
-    }
-    if (c.parallel.zeroStage == 1 && c.parallel.overlapGradReduce) {
-      return Error{
-          "the Zero Bubble fork does not overlap gradient reduction with the distributed optimizer "
-          "(zbpp_utils asserts not --overlap-grad-reduce); re-plan with --no-overlap-grad-reduce"};
-    }
-    if (seqFork) {
-      if (v != 1 || !loopPlacement(plan)) {
-        return Error{"the Zero Bubble fork's Seq1F1B places one stage per pipeline rank; this plan has " +
-                     std::to_string(v) + " per device"};
-      }
-      add("--num-seq-splits", std::to_string(c.seqSplits));
-      if (c.seqSplits > 1 && c.seqSplit != "even") {
-        notes.push_back("Seq1F1B: the fork splits each sequence into " + std::to_string(c.seqSplits) +
-                        " chunks of equal tokens; this plan's chunks are balanced by compute (plan with "
-                        "--seq-split even to time what the fork runs)");
-      }
-    } else if (zbFork) {
-      if (v != 1 || !loopPlacement(plan)) {
-        return Error{"the Zero Bubble fork's ZB schedules place one stage per pipeline rank; this " + schedule +
-                     " plan has " + std::to_string(v) + " per device"};
-      }
-      add("--enable-zero-bubble");
-      add("--zero-bubble-max-pending-backward", std::to_string(maxPendingBackward(plan)));
-      notes.push_back(
-          "ZB schedule: the fork's scheduler orders F/B/W itself from profiled times under a memory limit "
-          "of " +
-          std::to_string(maxPendingBackward(plan)) +
-          " microbatches' activations (the most this plan holds on one device)");
-    } else {
-      if (!vPlacement(plan)) {
-        return Error{
-            "the Zero Bubble fork's V schedules place stage s < P on rank s and stage s >= P on rank 2P-1-s "
-            "(two chunks per rank); this " +
-            schedule + " plan places its stages otherwise"};
-      }
-      if (decoders % p != 0 || (decoders / p) % 2 != 0) {
-        return Error{
-            "the Zero Bubble fork's V schedules need an even number of decoder layers per pipeline rank "
-            "(zbpp_utils asserts); " +
-            std::to_string(decoders) + " layers over " + std::to_string(p) + " ranks"};
-      }
-      if (v1f1b) {
-        add("--enable-1f1b-v");
-      } else {
-        add("--enable-zero-bubble");
-        add("--zero-bubble-v-schedule");
-      }
-      if (schedule == "v-half") add("--zero-bubble-v-schedule-mem-setup", std::string("half"));
-      if (schedule == "v-min") add("--zero-bubble-v-schedule-mem-setup", std::string("min"));
-    }
-    if (c.optimizerSync == "post-validation") {
-      add("--enable-optimizer-post-validation");
-      notes.emplace_back("optimizer post-validation: the fork requires --fp16 with it");
-    }
-  } else {
-    if (!loopPlacement(plan)) {
-      return Error{
-          "Megatron-LM places virtual stage id on pipeline rank id mod P (index = virtual rank * P + "
-          "pipeline rank); this plan places its stages otherwise"};
-    }
-    if (v > 1 && (c.microbatches < p || c.microbatches % p != 0)) {
-      return Error{"Megatron-LM's interleaved schedule runs microbatches in groups of P = " + std::to_string(p) +
-                   " (microbatch_group_size_per_vp_stage); " + std::to_string(c.microbatches) +
-                   " microbatches leave a partial group (expected a multiple of " + std::to_string(p) + ")"};
-    }
-    if (!even) {
-      layout = layoutString(*stages);
-      add("--pipeline-model-parallel-layout", layout);
-    } else if (v > 1) {
-      add("--num-virtual-stages-per-pipeline-rank", std::to_string(v));
-    }
-  }
-  if (c.parallel.recompute == Recompute::Selective) add("--recompute-granularity", std::string("selective"));
+  if (c.parallel.recompute == Recompute::Selective) f.add("--recompute-granularity", std::string("selective"));
   if (c.parallel.recompute == Recompute::Full) {
-    add("--recompute-granularity", std::string("full"));
-    add("--recompute-method", std::string("uniform"));
-    add("--recompute-num-layers", std::string("1"));
+    f.add("--recompute-granularity", std::string("full"));
+    f.add("--recompute-method", std::string("uniform"));
+    f.add("--recompute-num-layers", std::string("1"));
   }
-  if (c.parallel.zeroStage >= 1) add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
-  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV || seqFork)) add("--overlap-grad-reduce");
+  if (c.parallel.zeroStage >= 1) f.add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
+  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV)) f.add("--overlap-grad-reduce");
 
-  std::ostringstream text;
-  text << "# Megatron-LM arguments for the " << schedule << " plan (pipestudio-cli export --format megatron)\n"
-       << "# T=" << c.parallel.tensor << " C=" << c.parallel.context << " P=" << p << " D=" << c.parallel.data
-       << ": launch on " << c.totalGpus() << " GPUs (data parallelism is WORLD_SIZE / (T*C*P))\n";
-  if (!layout.empty())
-    text << "# uneven partition: stage layer counts as the plan's, index = virtual rank * P + pipeline rank\n";
-  if (zbFork || zbV || seqFork)
-    text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
-  for (const std::string& n : notes) text << "# " << n << '\n';
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const bool value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
-    text << args[i];
-    if (value) {
-      const std::string& val = args[++i];
-      const bool quote = val.find_first_of("|*()") != std::string::npos;
-      text << ' ' << (quote ? "\"" + val + "\"" : val);
-    }
-    text << (i + 1 < args.size() ? " \\\n" : "\n");
-  }
-  return MegatronExport{std::move(args), std::move(layout), text.str(), std::move(missing)};
+  std::string text = megatronText(c, f, zbFork || zbV);
+  return MegatronExport{std::move(f.args), std::move(f.layout), std::move(text), std::move(f.missing)};
 }
 
 namespace {

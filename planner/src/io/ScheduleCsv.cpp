@@ -305,6 +305,338 @@ void checkFsdpRow(const std::vector<RowEvent>& row, int microbatches, std::size_
   }
 }
 
+// One schedule CSV read into a skeleton, collecting every problem of the file (up to
+// kMaxReportedErrors) with its line and column. The phases of parseScheduleCsv: readRows, the
+// checks of the whole file (rows, completeness, FSDP actions), then skeletonOf.
+struct CsvReader {
+  struct Seen {
+    std::size_t line = 0;
+    std::size_t column = 0;
+  };
+
+  CsvReader(std::string_view csv, const CsvScheduleShape& scheduleShape, const std::string& sourceName)
+      : text(csv),
+        shape(scheduleShape),
+        source(sourceName),
+        inferPlacement(scheduleShape.virtualStages.empty()),
+        stageLimit(inferPlacement ? kMaxInferredStages : static_cast<int>(scheduleShape.virtualStages.size())),
+        rowLine(scheduleShape.devices, 0),
+        rowEnd(scheduleShape.devices, 1),
+        lanes(scheduleShape.devices),
+        events(scheduleShape.devices) {
+    if (!inferPlacement) {
+      for (const VirtualStage& vs : shape.virtualStages) stageDevice.push_back(vs.device);
+    }
+  }
+
+  void fail(std::size_t line, std::size_t column, const std::string& what) {
+    if (errors.size() >= kMaxReportedErrors) {
+      truncated = true;
+      return;
+    }
+    errors.push_back(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
+  }
+
+  Grid<Seen>& seenOf(int stage) {
+    if (seen.size() <= stage) seen.resize(stage + 1);
+    auto& s = seen[stage];
+    if (s.rows() == 0) s.assign(kOpKindCount, shape.microbatches, Seen{});
+    return s;
+  }
+
+  // Reads every row; stops at the first action after the tables would pass the plan limit.
+  void readRows() {
+    std::size_t pos = 0;
+    std::string scratch;
+    std::vector<std::string> owned;
+    while (pos < text.size()) {
+      std::size_t eol = text.find('\n', pos);
+      if (eol == std::string_view::npos) eol = text.size();
+      std::string_view line = text.substr(pos, eol - pos);
+      pos = eol + 1;
+      ++lineNo;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      // Trailing blank lines are harmless; rows of actions for devices that do not exist are not.
+      if (line.find_first_not_of(" \t,") != std::string_view::npos) rows = row + 1;
+      if (row >= shape.devices) {
+        ++row;
+        continue;
+      }
+      rowLine[row] = lineNo;
+      rowEnd[row] = line.size() + 1;
+      owned.clear();
+      for (const Cell& cell : splitCells(line, scratch, owned)) {
+        if (!readCell(cell)) return;
+      }
+      ++row;
+    }
+  }
+
+  // One cell of the current row; false once reading stops (tooLarge).
+  bool readCell(const Cell& cell) {
+    std::size_t lead = 0;
+    const std::string_view action = trim(cell.text, lead);
+    if (action.empty() || action == "None") return true;  // an idle step
+    const std::size_t column = cell.column + lead;
+    ++actions;
+    if (tooLarge) return false;
+    // What is wrong with the file, before what is wrong with the action the cell seems to be.
+    if (cell.unterminated) {
+      fail(lineNo, column - 1, "a quoted cell has no closing quote (the quote runs to the end of the line)");
+      return true;
+    }
+    if (action.front() == '(') {
+      readOverlapped(action, column);
+      return true;
+    }
+    if (const auto other = action.find_first_of(";\t"); other != std::string_view::npos) {
+      const char sep = action[other];
+      fail(lineNo, column + other,
+           std::string("'") + (sep == '\t' ? "\\t" : std::string(1, sep)) + "' inside '" + excerpt(action) +
+               "': cells are separated by commas (expected a comma-separated CSV, one action per cell, as "
+               "torch.distributed.pipelining writes it)");
+      return true;
+    }
+    ParsedAction a;
+    if (auto why = parseAction(action, shape.dialect, a)) {
+      fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
+      return true;
+    }
+    place(a, action, lineNo, column, row);
+    return true;
+  }
+
+  // `(0F7;7B3)OVERLAP_F_B`: a forward and a backward PyTorch runs overlapped (DualPipeV); here
+  // the two ops back to back, paired by PlanConfig::overlapForwardBackward.
+  void readOverlapped(std::string_view action, std::size_t column) {
+    const std::size_t close = action.find(')');
+    if (close == std::string_view::npos || action.substr(close) != kOverlapSuffix) {
+      fail(lineNo, column, "'" + excerpt(action) + "': expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
+      return;
+    }
+    const std::string_view inner = action.substr(1, close - 1);
+    const std::size_t semicolon = inner.find(';');
+    if (semicolon == std::string_view::npos || inner.find(';', semicolon + 1) != std::string_view::npos) {
+      fail(lineNo, column, "'" + excerpt(action) + "': OVERLAP_F_B pairs exactly two actions (a;b)");
+      return;
+    }
+    std::size_t ignored = 0;
+    const std::array<std::string_view, 2> members{trim(inner.substr(0, semicolon), ignored),
+                                                  trim(inner.substr(semicolon + 1), ignored)};
+    std::array<ParsedAction, 2> parsed;
+    bool ok = true;
+    for (std::size_t k = 0; k < 2 && ok; ++k) {
+      if (auto why = parseAction(members[k], shape.dialect, parsed[k])) {
+        fail(lineNo, column, "'" + excerpt(action) + "': '" + excerpt(members[k]) + "': " + *why);
+        ok = false;
+      } else if (parsed[k].communication) {
+        fail(
+            lineNo, column,
+            "'" + excerpt(action) + "': '" + excerpt(members[k]) + "' is not a compute action (expected F, I, W or B)");
+        ok = false;
+      }
+    }
+    if (ok && (parsed[0].kind != OpKind::F || parsed[1].kind == OpKind::F)) {
+      fail(lineNo, column,
+           "'" + excerpt(action) + "': expected a forward then a backward (F;B or F;I), as DualPipeV writes them");
+      ok = false;
+    }
+    if (!ok) return;
+    for (const ParsedAction& a : parsed) place(a, action, lineNo, column, row);
+  }
+
+  // Checks one parsed action of row `row` and appends its op to the row's lane.
+  void place(const ParsedAction& a, std::string_view action, std::size_t line, std::size_t column, int device) {
+    if (a.stage >= stageLimit) {
+      fail(line, column,
+           "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
+               std::to_string(stageLimit - 1) + ")");
+      return;
+    }
+    if (a.microbatch >= shape.microbatches) {
+      fail(line, column,
+           "'" + excerpt(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
+               std::to_string(shape.microbatches - 1) + ")");
+      return;
+    }
+    if (stageDevice.size() <= a.stage) stageDevice.resize(a.stage + 1, -1);
+    int& placed = stageDevice[a.stage];
+    if (placed < 0) placed = device;
+    if (placed != device) {
+      fail(line, column,
+           "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
+               std::to_string(placed) + ", not on device " + std::to_string(device) + " (this row)");
+      return;
+    }
+    if (a.fsdp) {
+      skeleton.fsdpActions.push_back({device, a.stage, *a.fsdp, static_cast<std::int32_t>(lanes[device].size())});
+      events[device].push_back({a.stage, a.fsdp, OpKind::F, 0, line, column});
+      return;
+    }
+    if (a.communication) {  // transfers follow from the plan's data flow
+      transferCells = true;
+      return;
+    }
+    if ((seen.size() <= a.stage || seen[a.stage].rows() == 0) && !newTableFits(action, line, column)) return;
+    Seen& seenAt = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
+    if (seenAt.line != 0) {
+      fail(line, column,
+           "'" + excerpt(action) + "': duplicated op (first at line " + std::to_string(seenAt.line) + ", column " +
+               std::to_string(seenAt.column) + ")");
+      return;
+    }
+    seenAt = {line, column};
+    lanes[device].push_back({a.stage, a.kind, a.microbatch, 0});
+    events[device].push_back({a.stage, std::nullopt, a.kind, a.microbatch, line, column});
+  }
+
+  // A new stage's table: up to F, B and W per virtual stage and microbatch. Refused before the
+  // tables pass the plan limit (a 6 KB row of 1000 stages × 300000 microbatches).
+  bool newTableFits(std::string_view action, std::size_t line, std::size_t column) {
+    const double ops = 3.0 * static_cast<double>(++tables) * shape.microbatches;
+    if (ops <= static_cast<double>(kMaxPlanOps)) return true;
+    std::array<char, 32> count{};
+    std::snprintf(count.data(), count.size(), "%.3g", ops);
+    if (!tooLarge) {
+      tooLarge = Error{source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": '" + excerpt(action) +
+                       "': " + std::to_string(tables) + " virtual stages × " + std::to_string(shape.microbatches) +
+                       " microbatches would make up to " + count.data() +
+                       " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
+                       std::to_string(kMaxPlanOps) + " ops per plan (expected fewer stages or microbatches)"};
+    }
+    return false;
+  }
+
+  // Completeness of one stage: every microbatch has F and either B (fused) or I and W. PyTorch
+  // lets one stage mix the two forms (DualPipeV runs most backwards fused and the last ones
+  // split), so the choice is per microbatch.
+  void checkStage(int stage, int stages) {
+    const int device = stageDevice[stage];
+    if (device < 0 || device >= shape.devices) {
+      fail(lineNo + 1, 1,
+           "stage " + std::to_string(stage) +
+               " never appears (expected its actions on one row; stages are numbered "
+               "0.." +
+               std::to_string(stages - 1) + ")");
+      return;
+    }
+    const auto& s = seenOf(stage);
+    const auto has = [&](OpKind k, int mb) { return s(static_cast<int>(k), mb).line != 0; };
+    const std::size_t line = rowLine[device] ? rowLine[device] : lineNo + 1;
+    const std::size_t column = rowEnd[device];
+    bool fusedSeen = false, weightWithoutInput = false;
+    for (int mb = 0; mb < shape.microbatches; ++mb) {
+      fusedSeen = fusedSeen || has(OpKind::BW, mb);
+      weightWithoutInput = weightWithoutInput || (has(OpKind::W, mb) && !has(OpKind::B, mb));
+    }
+    // A legacy file (B input gradient, BW full backward) read as current has W with B and no I.
+    const std::string legacyHint =
+        shape.dialect == CsvDialect::Current && fusedSeen && weightWithoutInput
+            ? "; the file reads as the legacy dialect (B input gradient, BW full backward): pass --csv-dialect legacy"
+            : "";
+    const auto missing = [&](OpKind k, int mb) {
+      fail(line, column,
+           "missing op " + torchAction(stage, k, mb) + " (" + describe(k) + " of microbatch " + std::to_string(mb) +
+               " on stage " + std::to_string(stage) + ", device " + std::to_string(device) + ")" + legacyHint);
+    };
+    for (int mb = 0; mb < shape.microbatches; ++mb) {
+      if (!has(OpKind::F, mb)) missing(OpKind::F, mb);
+      const bool fused = has(OpKind::BW, mb);
+      const bool split = has(OpKind::B, mb) || has(OpKind::W, mb);
+      if (fused && split) {
+        fail(line, column,
+             "stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) +
+                 " has both a full backward (B) and a split one (I/W) (expected one of them)" + legacyHint);
+      } else if (!fused) {
+        if (!has(OpKind::B, mb)) missing(OpKind::B, mb);
+        if (!has(OpKind::W, mb)) missing(OpKind::W, mb);
+      }
+    }
+  }
+
+  Expected<ScheduleSkeleton> run() {
+    readRows();
+    if (tooLarge) return std::move(*tooLarge);
+    if (actions == 0) {
+      return Error{source + ": " +
+                   (text.find_first_not_of(" \t\r\n,") == std::string_view::npos
+                        ? std::string("has no actions (the file is empty or blank")
+                        : std::string("has no actions (every cell is empty or None")) +
+                   "; expected one row of actions such as 0F0,0I0,0W0 per device)"};
+    }
+    // One row per device, as PyTorch's _validate_schedule requires ("incorrect number of ranks"):
+    // a row in the middle may be empty (a device without work), but no row may be missing or
+    // extra. Trailing blank lines are not rows.
+    if (rows != shape.devices) {
+      fail(lineNo, 1,
+           "the schedule has " + std::to_string(rows) + " rank row(s) but the plan has " +
+               std::to_string(shape.devices) + " devices (--devices " + std::to_string(shape.devices) +
+               "; expected one row per device)");
+    }
+    const int stages = stageDevice.size();
+    for (int stage = 0; stage < stages; ++stage) checkStage(stage, stages);
+    // A compute_comms file runs as written (no lowering adds UNSHARD/RESHARD): under ZeRO-3 its
+    // FSDP actions must be ones PyTorch's runtime accepts. A compute_only file gets PyTorch's own.
+    if (errors.empty() && shape.fsdp && (transferCells || !skeleton.fsdpActions.empty())) {
+      const auto report = [this](std::size_t line, std::size_t column, const std::string& what) {
+        fail(line, column, what);
+      };
+      for (int r = 0; r < shape.devices; ++r) {
+        checkFsdpRow(events[r], shape.microbatches, rowLine[r] ? rowLine[r] : lineNo + 1, rowEnd[r], report);
+      }
+    }
+    if (!errors.empty()) {
+      std::string message;
+      for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
+      if (truncated) message += "\n(further problems not shown)";
+      return Error{message};
+    }
+    return skeletonOf(stages);
+  }
+
+  ScheduleSkeleton skeletonOf(int stages) {
+    if (inferPlacement) {
+      IdVector<int> chunks(shape.devices, 0);
+      for (int stage = 0; stage < stages; ++stage) {
+        VirtualStage vs;
+        vs.id = stage;
+        vs.device = stageDevice[stage];
+        vs.chunk = chunks[vs.device]++;
+        skeleton.virtualStages.push_back(vs);
+      }
+    } else {
+      skeleton.virtualStages = shape.virtualStages;
+    }
+    skeleton.devices = std::move(lanes.values());
+    return std::move(skeleton);
+  }
+
+  const std::string_view text;
+  const CsvScheduleShape& shape;
+  const std::string& source;
+  std::vector<std::string> errors;
+  bool truncated = false;
+  const bool inferPlacement;
+  const int stageLimit;
+  IdVector<int> stageDevice;  // stage → device (given, or the first row naming it)
+  // seen[stage](kind, mb): where each op is; allocated lazily per stage (hostile stage indices
+  // cost nothing).
+  IdVector<Grid<Seen>> seen;
+  // Per device (row): its line and the column after its last cell.
+  IdVector<std::size_t> rowLine;
+  IdVector<std::size_t> rowEnd;
+  ScheduleSkeleton skeleton;
+  IdVector<std::vector<OrderedOp>> lanes;
+  IdVector<std::vector<RowEvent>> events;
+  bool transferCells = false;     // SEND_F/RECV_F/SEND_B/RECV_B: the file is in the compute_comms format
+  int tables = 0;                 // stages with a table in `seen`
+  std::optional<Error> tooLarge;  // the tables would pass the plan limit: parsing stops
+  std::size_t lineNo = 0;
+  std::size_t actions = 0;  // non-empty cells
+  int row = 0;
+  int rows = 0;  // rows up to the last one with actions
+};
+
 }  // namespace
 
 std::optional<CsvFormat> csvFormatFromName(std::string_view name) {
@@ -365,296 +697,14 @@ Status writeScheduleCsv(const std::string& path, const Plan& plan, CsvFormat for
 
 Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvScheduleShape& shape,
                                             const std::string& source) {
-  std::vector<std::string> errors;
-  bool truncated = false;
-  auto fail = [&](std::size_t line, std::size_t column, const std::string& what) {
-    if (errors.size() >= kMaxReportedErrors) {
-      truncated = true;
-      return;
-    }
-    errors.push_back(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
-  };
   // UTF-16/32 is named as such; a UTF-8 byte order mark (spreadsheets write one) is skipped.
   std::string head(text.substr(0, 4));
   if (auto st = requireUtf8(head, source); !st) return st.error();
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   if (shape.devices <= 0) return Error{source + ": the plan has no devices"};
   if (shape.microbatches <= 0) return Error{source + ": the plan has no microbatches"};
-  const bool inferPlacement = shape.virtualStages.empty();
-  const int stageLimit = inferPlacement ? kMaxInferredStages : static_cast<int>(shape.virtualStages.size());
-
-  // stage → device (given, or the first row naming it); op kinds seen per stage.
-  IdVector<int> stageDevice;
-  if (!inferPlacement) {
-    for (const VirtualStage& vs : shape.virtualStages) stageDevice.push_back(vs.device);
-  }
-  struct Seen {
-    std::size_t line = 0;
-    std::size_t column = 0;
-  };
-  // seen[stage](kind, mb) — allocated lazily per stage (hostile stage indices cost nothing).
-  IdVector<Grid<Seen>> seen;
-  auto seenOf = [&](int stage) -> Grid<Seen>& {
-    if (seen.size() <= stage) seen.resize(stage + 1);
-    auto& s = seen[stage];
-    if (s.rows() == 0) s.assign(kOpKindCount, shape.microbatches, Seen{});
-    return s;
-  };
-  // Per device (row): its line and the column after its last cell.
-  IdVector<std::size_t> rowLine(shape.devices, 0);
-  IdVector<std::size_t> rowEnd(shape.devices, 1);
-
-  ScheduleSkeleton skeleton;
-  IdVector<std::vector<OrderedOp>> lanes(shape.devices);
-  IdVector<std::vector<RowEvent>> events(shape.devices);
-  bool transferCells = false;     // SEND_F/RECV_F/SEND_B/RECV_B: the file is in the compute_comms format
-  int tables = 0;                 // stages with a table in `seen`
-  std::optional<Error> tooLarge;  // the tables would pass the plan limit: parsing stops
-  // Checks one parsed action of row `row` and appends its op to the row's lane.
-  const auto place = [&](const ParsedAction& a, std::string_view action, std::size_t lineNo, std::size_t column,
-                         int row) {
-    if (a.stage >= stageLimit) {
-      fail(lineNo, column,
-           "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " does not exist (expected 0.." +
-               std::to_string(stageLimit - 1) + ")");
-      return;
-    }
-    if (a.microbatch >= shape.microbatches) {
-      fail(lineNo, column,
-           "'" + excerpt(action) + "': microbatch " + std::to_string(a.microbatch) + " out of range (expected 0.." +
-               std::to_string(shape.microbatches - 1) + ")");
-      return;
-    }
-    if (stageDevice.size() <= a.stage) stageDevice.resize(a.stage + 1, -1);
-    int& device = stageDevice[a.stage];
-    if (device < 0) device = row;
-    if (device != row) {
-      fail(lineNo, column,
-           "'" + excerpt(action) + "': stage " + std::to_string(a.stage) + " is placed on device " +
-               std::to_string(device) + ", not on device " + std::to_string(row) + " (this row)");
-      return;
-    }
-    if (a.fsdp) {
-      skeleton.fsdpActions.push_back({row, a.stage, *a.fsdp, static_cast<std::int32_t>(lanes[row].size())});
-      events[row].push_back({a.stage, a.fsdp, OpKind::F, 0, lineNo, column});
-      return;
-    }
-    if (a.communication) {  // transfers follow from the plan's data flow
-      transferCells = true;
-      return;
-    }
-    if (seen.size() <= a.stage || seen[a.stage].rows() == 0) {
-      // A new stage's table: up to F, B and W per virtual stage and microbatch. Refused before
-      // the tables pass the plan limit (a 6 KB row of 1000 stages × 300000 microbatches).
-      const double ops = 3.0 * static_cast<double>(++tables) * shape.microbatches;
-      if (ops > static_cast<double>(kMaxPlanOps)) {
-        std::array<char, 32> count{};
-        std::snprintf(count.data(), count.size(), "%.3g", ops);
-        if (!tooLarge) {
-          tooLarge = Error{source + ":" + std::to_string(lineNo) + ":" + std::to_string(column) + ": '" +
-                           excerpt(action) + "': " + std::to_string(tables) + " virtual stages × " +
-                           std::to_string(shape.microbatches) + " microbatches would make up to " + count.data() +
-                           " ops (F, B and W per virtual stage and microbatch), more than the limit of " +
-                           std::to_string(kMaxPlanOps) + " ops per plan (expected fewer stages or microbatches)"};
-        }
-        return;
-      }
-    }
-    Seen& seenAt = seenOf(a.stage)(static_cast<int>(a.kind), a.microbatch);
-    if (seenAt.line != 0) {
-      fail(lineNo, column,
-           "'" + excerpt(action) + "': duplicated op (first at line " + std::to_string(seenAt.line) + ", column " +
-               std::to_string(seenAt.column) + ")");
-      return;
-    }
-    seenAt = {lineNo, column};
-    lanes[row].push_back({a.stage, a.kind, a.microbatch, 0});
-    events[row].push_back({a.stage, std::nullopt, a.kind, a.microbatch, lineNo, column});
-  };
-  std::size_t lineNo = 0;
-  std::size_t actions = 0;  // non-empty cells
-  int row = 0;
-  int rows = 0;  // rows up to the last one with actions
-  std::size_t pos = 0;
-  std::string scratch;
-  std::vector<std::string> owned;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++lineNo;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    // Trailing blank lines are harmless; rows of actions for devices that do not exist are not.
-    if (line.find_first_not_of(" \t,") != std::string_view::npos) rows = row + 1;
-    if (row >= shape.devices) {
-      ++row;
-      continue;
-    }
-    rowLine[row] = lineNo;
-    rowEnd[row] = line.size() + 1;
-    owned.clear();
-    for (const Cell& cell : splitCells(line, scratch, owned)) {
-      std::size_t lead = 0;
-      const std::string_view action = trim(cell.text, lead);
-      if (action.empty() || action == "None") continue;  // an idle step
-      const std::size_t column = cell.column + lead;
-      ++actions;
-      if (tooLarge) return std::move(*tooLarge);
-      // What is wrong with the file, before what is wrong with the action the cell seems to be.
-      if (cell.unterminated) {
-        fail(lineNo, column - 1, "a quoted cell has no closing quote (the quote runs to the end of the line)");
-        continue;
-      }
-      if (action.front() == '(') {
-        // `(0F7;7B3)OVERLAP_F_B`: a forward and a backward PyTorch runs overlapped (DualPipeV);
-        // here the two ops back to back, paired by PlanConfig::overlapForwardBackward.
-        const std::size_t close = action.find(')');
-        if (close == std::string_view::npos || action.substr(close) != kOverlapSuffix) {
-          fail(lineNo, column, "'" + excerpt(action) + "': expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
-          continue;
-        }
-        const std::string_view inner = action.substr(1, close - 1);
-        const std::size_t semicolon = inner.find(';');
-        if (semicolon == std::string_view::npos || inner.find(';', semicolon + 1) != std::string_view::npos) {
-          fail(lineNo, column, "'" + excerpt(action) + "': OVERLAP_F_B pairs exactly two actions (a;b)");
-          continue;
-        }
-        std::size_t ignored = 0;
-        const std::array<std::string_view, 2> members{trim(inner.substr(0, semicolon), ignored),
-                                                      trim(inner.substr(semicolon + 1), ignored)};
-        std::array<ParsedAction, 2> parsed;
-        bool ok = true;
-        for (std::size_t k = 0; k < 2 && ok; ++k) {
-          if (auto why = parseAction(members[k], shape.dialect, parsed[k])) {
-            fail(lineNo, column, "'" + excerpt(action) + "': '" + excerpt(members[k]) + "': " + *why);
-            ok = false;
-          } else if (parsed[k].communication) {
-            fail(lineNo, column,
-                 "'" + excerpt(action) + "': '" + excerpt(members[k]) +
-                     "' is not a compute action (expected F, I, W or B)");
-            ok = false;
-          }
-        }
-        if (ok && (parsed[0].kind != OpKind::F || parsed[1].kind == OpKind::F)) {
-          fail(lineNo, column,
-               "'" + excerpt(action) + "': expected a forward then a backward (F;B or F;I), as DualPipeV writes them");
-          ok = false;
-        }
-        if (!ok) continue;
-        for (const ParsedAction& a : parsed) place(a, action, lineNo, column, row);
-        continue;
-      }
-      if (const auto other = action.find_first_of(";\t"); other != std::string_view::npos) {
-        const char sep = action[other];
-        fail(lineNo, column + other,
-             std::string("'") + (sep == '\t' ? "\\t" : std::string(1, sep)) + "' inside '" + excerpt(action) +
-                 "': cells are separated by commas (expected a comma-separated CSV, one action per cell, as "
-                 "torch.distributed.pipelining writes it)");
-        continue;
-      }
-      ParsedAction a;
-      if (auto why = parseAction(action, shape.dialect, a)) {
-        fail(lineNo, column, "'" + excerpt(action) + "': " + *why);
-        continue;
-      }
-      place(a, action, lineNo, column, row);
-    }
-    ++row;
-  }
-
-  if (tooLarge) return std::move(*tooLarge);
-  if (actions == 0) {
-    return Error{source + ": " +
-                 (text.find_first_not_of(" \t\r\n,") == std::string_view::npos
-                      ? std::string("has no actions (the file is empty or blank")
-                      : std::string("has no actions (every cell is empty or None")) +
-                 "; expected one row of actions such as 0F0,0I0,0W0 per device)"};
-  }
-  // One row per device, as PyTorch's _validate_schedule requires ("incorrect number of ranks"):
-  // a row in the middle may be empty (a device without work), but no row may be missing or extra.
-  // Trailing blank lines are not rows.
-  if (rows != shape.devices) {
-    fail(lineNo, 1,
-         "the schedule has " + std::to_string(rows) + " rank row(s) but the plan has " + std::to_string(shape.devices) +
-             " devices (--devices " + std::to_string(shape.devices) + "; expected one row per device)");
-  }
-
-  // Completeness: every stage, every microbatch: F and either B (fused) or I and W. PyTorch
-  // lets one stage mix the two forms (DualPipeV runs most backwards fused and the last ones
-  // split), so the choice is per microbatch.
-  const int stages = stageDevice.size();
-  for (int stage = 0; stage < stages; ++stage) {
-    const int device = stageDevice[stage];
-    if (device < 0 || device >= shape.devices) {
-      fail(lineNo + 1, 1,
-           "stage " + std::to_string(stage) +
-               " never appears (expected its actions on one row; stages are numbered "
-               "0.." +
-               std::to_string(stages - 1) + ")");
-      continue;
-    }
-    const auto& s = seenOf(stage);
-    const auto has = [&](OpKind k, int mb) { return s(static_cast<int>(k), mb).line != 0; };
-    const std::size_t line = rowLine[device] ? rowLine[device] : lineNo + 1;
-    const std::size_t column = rowEnd[device];
-    bool fusedSeen = false, weightWithoutInput = false;
-    for (int mb = 0; mb < shape.microbatches; ++mb) {
-      fusedSeen = fusedSeen || has(OpKind::BW, mb);
-      weightWithoutInput = weightWithoutInput || (has(OpKind::W, mb) && !has(OpKind::B, mb));
-    }
-    // A legacy file (B input gradient, BW full backward) read as current has W with B and no I.
-    const std::string legacyHint =
-        shape.dialect == CsvDialect::Current && fusedSeen && weightWithoutInput
-            ? "; the file reads as the legacy dialect (B input gradient, BW full backward): pass --csv-dialect legacy"
-            : "";
-    const auto missing = [&](OpKind k, int mb) {
-      fail(line, column,
-           "missing op " + torchAction(stage, k, mb) + " (" + describe(k) + " of microbatch " + std::to_string(mb) +
-               " on stage " + std::to_string(stage) + ", device " + std::to_string(device) + ")" + legacyHint);
-    };
-    for (int mb = 0; mb < shape.microbatches; ++mb) {
-      if (!has(OpKind::F, mb)) missing(OpKind::F, mb);
-      const bool fused = has(OpKind::BW, mb);
-      const bool split = has(OpKind::B, mb) || has(OpKind::W, mb);
-      if (fused && split) {
-        fail(line, column,
-             "stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) +
-                 " has both a full backward (B) and a split one (I/W) (expected one of them)" + legacyHint);
-      } else if (!fused) {
-        if (!has(OpKind::B, mb)) missing(OpKind::B, mb);
-        if (!has(OpKind::W, mb)) missing(OpKind::W, mb);
-      }
-    }
-  }
-  // A compute_comms file runs as written (no lowering adds UNSHARD/RESHARD): under ZeRO-3 its
-  // FSDP actions must be ones PyTorch's runtime accepts. A compute_only file gets PyTorch's own.
-  if (errors.empty() && shape.fsdp && (transferCells || !skeleton.fsdpActions.empty())) {
-    for (int r = 0; r < shape.devices; ++r) {
-      checkFsdpRow(events[r], shape.microbatches, rowLine[r] ? rowLine[r] : lineNo + 1, rowEnd[r], fail);
-    }
-  }
-  if (!errors.empty()) {
-    std::string message;
-    for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
-    if (truncated) message += "\n(further problems not shown)";
-    return Error{message};
-  }
-
-  if (inferPlacement) {
-    IdVector<int> chunks(shape.devices, 0);
-    for (int stage = 0; stage < stages; ++stage) {
-      VirtualStage vs;
-      vs.id = stage;
-      vs.device = stageDevice[stage];
-      vs.chunk = chunks[vs.device]++;
-      skeleton.virtualStages.push_back(vs);
-    }
-  } else {
-    skeleton.virtualStages = shape.virtualStages;
-  }
-  skeleton.devices = std::move(lanes.values());
-  return skeleton;
+  CsvReader reader(text, shape, source);
+  return reader.run();
 }
 
 Expected<std::string> convertScheduleCsv(std::string_view text, CsvDialect from, CsvDialect to,

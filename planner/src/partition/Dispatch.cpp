@@ -69,112 +69,128 @@ void setMemoryBudgets(const PlanRequest& request, const std::map<int, int>& stag
   }
 }
 
-}  // namespace
-
-Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
-                                                  std::vector<VirtualStage> placement, const std::string& algorithm,
-                                                  const SolveControl& control, const PartitionHints& hints) {
-  auto uniform = partitionUniform(request.model, std::move(placement));
-  if (!uniform) return uniform.error().withPrefix("partition '" + algorithm + "': ");
-  std::vector<VirtualStage> stages = std::move(*uniform);
-  if (request.config.partition == "diffusionpipe") {
-    // Two backbones in opposite directions on a V: re-assign components per leg, with a
-    // uniform split inside each leg as the starting point for the live counts.
-    std::vector<VirtualStage> legs = stages;
-    if (assignLegs(request.model, legs)) {
-      std::map<int, std::vector<std::size_t>> byComp;
-      for (std::size_t i = 0; i < legs.size(); ++i) {
-        if (legs[i].pipeline == 0) byComp[legs[i].component].push_back(i);
-      }
-      for (auto& [comp, idx] : byComp) {
-        const int n = static_cast<int>(request.model.component(comp).layers.size());
-        const int k = static_cast<int>(idx.size());
-        for (int j = 0; const std::size_t i : idx) {
-          legs[i].firstLayer = j * n / k;
-          legs[i].lastLayer = (j + 1) * n / k - 1;
-          ++j;
-        }
-      }
-      stages = std::move(legs);
+// Two backbones in opposite directions on a V: re-assign components per leg, with a uniform
+// split inside each leg as the starting point for the live counts.
+void assignDiffusionLegs(const ModelSpec& model, std::vector<VirtualStage>& stages) {
+  std::vector<VirtualStage> legs = stages;
+  if (!assignLegs(model, legs)) return;
+  std::map<int, std::vector<std::size_t>> byComp;
+  for (std::size_t i = 0; i < legs.size(); ++i) {
+    if (legs[i].pipeline == 0) byComp[legs[i].component].push_back(i);
+  }
+  for (auto& [comp, idx] : byComp) {
+    const int n = static_cast<int>(model.component(comp).layers.size());
+    const int k = static_cast<int>(idx.size());
+    for (int j = 0; const std::size_t i : idx) {
+      legs[i].firstLayer = j * n / k;
+      legs[i].lastLayer = (j + 1) * n / k - 1;
+      ++j;
     }
   }
-  std::optional<CostedModel> derived;
-  const CostedModel& costs =
-      hints.costs ? *hints.costs : derived.emplace(request.model, request.cluster, request.config);
-  auto live = liveCounts(request, costs, generator, stages, control);
-  if (!live) return live.error();
+  stages = std::move(legs);
+}
 
-  // Per-device budget: the GPU memory (or --memory-limit), shared by the device's virtual
-  // stages. Each component gets its stages' share of the device; within it a stage gets the
-  // part a layer of it needs (static bytes + its live microbatches' activations, averaged over
-  // the component's layers), so that an even split of layers fits exactly when the device fits
-  // (interleaved schedules keep more microbatches in flight in their first chunks). The
-  // simulator's memory check has the last word.
-  std::map<int, int> stagesOnDevice;
-  for (const auto& vs : stages) ++stagesOnDevice[vs.device];
-  std::vector<std::size_t> pipeline0;
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    if (stages[i].pipeline == 0) pipeline0.push_back(i);
+// Splits every trainable component's layers over the stages of pipeline 0 an assignment gives
+// it, with the partitioner `algorithm`.
+//
+// Per-device budget: the GPU memory (or --memory-limit), shared by the device's virtual
+// stages. Each component gets its stages' share of the device; within it a stage gets the part
+// a layer of it needs (static bytes + its live microbatches' activations, averaged over the
+// component's layers), so that an even split of layers fits exactly when the device fits
+// (interleaved schedules keep more microbatches in flight in their first chunks). The
+// simulator's memory check has the last word.
+struct LayerSplitter {
+  LayerSplitter(const PlanRequest& planRequest, const CostedModel& costed, const std::string& algorithmName,
+                const SolveControl& solveControl, const std::vector<int>& liveCounts,
+                const std::vector<VirtualStage>& stages)
+      : request(planRequest),
+        costs(costed),
+        algorithm(algorithmName),
+        control(solveControl),
+        live(liveCounts),
+        groups(dependentBackboneGroups(planRequest.model)) {
+    for (const auto& vs : stages) ++stagesOnDevice[vs.device];
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      if (stages[i].pipeline == 0) pipeline0.push_back(i);
+    }
+    // Independent backbones (no `feeds` path between them) run as separate chains, so one
+    // microbatch's latency is that of the longest chain, not the sum over all components.
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      for (int c : groups[g]) groupOf[c] = g;
+    }
   }
-  // Independent backbones (no `feeds` path between them) run as separate chains, so one
-  // microbatch's latency is that of the longest chain, not the sum over all components.
-  std::map<int, std::size_t> groupOf;
-  const auto groups = dependentBackboneGroups(request.model);
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    for (int c : groups[g]) groupOf[c] = g;
-  }
-  // Splits every trainable component's layers over the stages `assigned` gives it; returns
-  // the estimated iteration: one microbatch's latency through the longest chain (Σ stage
-  // times of a group of dependent backbones) plus (m − 1) × the busiest device's time per
-  // microbatch (the steady-state bottleneck; with one stage per device this is dp's own
+
+  // Returns the estimated iteration: one microbatch's latency through the longest chain (Σ
+  // stage times of a group of dependent backbones) plus (m − 1) × the busiest device's time
+  // per microbatch (the steady-state bottleneck; with one stage per device this is dp's own
   // objective).
-  auto splitLayers = [&](std::vector<VirtualStage>& assigned) -> Expected<double> {
+  Expected<double> split(std::vector<VirtualStage>& assigned) const {
     std::vector<double> chainMs(groups.size() + 1, 0.0);
     std::map<int, double> deviceMs;
     for (int comp : request.model.trainableComponents()) {
-      std::vector<std::size_t> mine;
-      for (std::size_t i : pipeline0) {
-        if (assigned[i].component == comp) mine.push_back(i);
-      }
-      if (mine.empty()) continue;
-      std::vector<PartitionStage> ps;
-      for (std::size_t i : mine) {
-        PartitionStage st;
-        st.device = assigned[i].device;
-        st.liveMicrobatches = (*live)[i];
-        ps.push_back(st);
-      }
-      PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
-      setMemoryBudgets(request, stagesOnDevice, problem);
-      auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
-      if (result.isCancelled()) return result.error();
-      if (!result) {
-        // Name the virtual stage by its id in the plan, not by its index within the component.
-        return Error{result.message() + " [component '" + request.model.component(comp).name + "', virtual stages " +
-                     std::to_string(assigned[mine.front()].id) + ".." + std::to_string(assigned[mine.back()].id) +
-                     " of the plan]"};
-      }
-      for (std::size_t k = 0; k < mine.size(); ++k) {
-        VirtualStage& vs = assigned[mine[k]];
-        vs.firstLayer = result->firstLayer[k];
-        vs.lastLayer = (k + 1 < mine.size() ? result->firstLayer[k + 1] : problem.layers) - 1;
-        const double ms = k < result->stageMs.size() ? result->stageMs[k] : 0.0;
-        chainMs[groupOf.count(comp) ? groupOf[comp] : groups.size()] += ms;
-        deviceMs[vs.device] += ms;
-      }
+      if (auto st = splitComponent(comp, assigned, chainMs, deviceMs); !st) return st.error();
     }
     double maxDeviceMs = 0;
     for (const auto& [d, ms] : deviceMs) maxDeviceMs = std::max(maxDeviceMs, ms);
     const double sumMs = *std::max_element(chainMs.begin(), chainMs.end());
     return sumMs + static_cast<double>(std::max(0, request.config.microbatches - 1)) * maxDeviceMs;
-  };
-  auto first = splitLayers(stages);
-  if (!first) return first.error();
-  // Several trainable backbones share the chain in data-flow order (DiffusionPipe §4.2):
-  // search how many consecutive stages each one gets instead of keeping the share uniform
-  // (or the V's legs) gave it; a backbone much cheaper than the other then takes fewer
-  // stages. Compositions of the chain's stages are enumerated while they stay few.
-  const IdVector<int> trainable(request.model.trainableComponents());
+  }
+
+  Status splitComponent(int comp, std::vector<VirtualStage>& assigned, std::vector<double>& chainMs,
+                        std::map<int, double>& deviceMs) const {
+    std::vector<std::size_t> mine;
+    for (std::size_t i : pipeline0) {
+      if (assigned[i].component == comp) mine.push_back(i);
+    }
+    if (mine.empty()) return {};
+    std::vector<PartitionStage> ps;
+    for (std::size_t i : mine) {
+      PartitionStage st;
+      st.device = assigned[i].device;
+      st.liveMicrobatches = live[i];
+      ps.push_back(st);
+    }
+    PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
+    setMemoryBudgets(request, stagesOnDevice, problem);
+    auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
+    if (result.isCancelled()) return result.error();
+    if (!result) {
+      // Name the virtual stage by its id in the plan, not by its index within the component.
+      return Error{result.message() + " [component '" + request.model.component(comp).name + "', virtual stages " +
+                   std::to_string(assigned[mine.front()].id) + ".." + std::to_string(assigned[mine.back()].id) +
+                   " of the plan]"};
+    }
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      VirtualStage& vs = assigned[mine[k]];
+      vs.firstLayer = result->firstLayer[k];
+      vs.lastLayer = (k + 1 < mine.size() ? result->firstLayer[k + 1] : problem.layers) - 1;
+      const double ms = k < result->stageMs.size() ? result->stageMs[k] : 0.0;
+      chainMs[groupOf.count(comp) ? groupOf.at(comp) : groups.size()] += ms;
+      deviceMs[vs.device] += ms;
+    }
+    return {};
+  }
+
+  const PlanRequest& request;
+  const CostedModel& costs;
+  const std::string& algorithm;
+  const SolveControl& control;
+  const std::vector<int>& live;
+  const std::vector<std::vector<int>> groups;
+  std::map<int, int> stagesOnDevice;
+  std::vector<std::size_t> pipeline0;
+  std::map<int, std::size_t> groupOf;
+};
+
+// Several trainable backbones share the chain in data-flow order (DiffusionPipe §4.2): search
+// how many consecutive stages each one gets instead of keeping the share uniform (or the V's
+// legs) gave it; a backbone much cheaper than the other then takes fewer stages. Compositions
+// of the chain's stages are enumerated while they stay few. `firstMs` is the estimate of
+// `stages` as they are.
+Status searchBackboneShares(const LayerSplitter& splitter, double firstMs, std::vector<VirtualStage>& stages) {
+  const std::vector<std::size_t>& pipeline0 = splitter.pipeline0;
+  const ModelSpec& model = splitter.request.model;
+  const IdVector<int> trainable(model.trainableComponents());
   const auto chainStages = static_cast<int>(pipeline0.size());
   const int components = trainable.size();
   bool contiguous = components >= 2 && chainStages >= components;
@@ -189,37 +205,60 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   for (int i = 1; i < components && contiguous; ++i) {
     compositions = compositions * static_cast<double>(chainStages - i) / static_cast<double>(i);
   }
-  if (contiguous && compositions <= kMaxCompositions && !hints.keepBackboneShares) {
-    double bestMs = *first;
-    IdVector<int> share(components, 1);
-    // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
-    auto layersOf = [&](int i) { return static_cast<int>(request.model.component(trainable[i]).layers.size()); };
-    auto visit = [&](auto&& self, int i, int left) -> Status {
-      if (control.cancelled()) return Error::cancelled();
-      if (i == components - 1) {
-        if (left < 1 || left > layersOf(i)) return {};
-        share[i] = left;
-        std::vector<VirtualStage> trial = stages;
-        std::size_t pos = 0;
-        for (int c = 0; c < components; ++c) {
-          for (int k = 0; k < share[c]; ++k) trial[pipeline0[pos++]].component = trainable[c];
-        }
-        auto ms = splitLayers(trial);
-        if (ms && *ms < bestMs - 1e-9) {
-          bestMs = *ms;
-          stages = std::move(trial);
-        }
-        return {};
+  if (!contiguous || compositions > kMaxCompositions) return {};
+  double bestMs = firstMs;
+  IdVector<int> share(components, 1);
+  // Enumerate shares (k_0, …, k_{C−1}), each ≥ 1 and ≤ the component's layers, Σ = S.
+  auto layersOf = [&](int i) { return static_cast<int>(model.component(trainable[i]).layers.size()); };
+  auto visit = [&](auto&& self, int i, int left) -> Status {
+    if (splitter.control.cancelled()) return Error::cancelled();
+    if (i == components - 1) {
+      if (left < 1 || left > layersOf(i)) return {};
+      share[i] = left;
+      std::vector<VirtualStage> trial = stages;
+      std::size_t pos = 0;
+      for (int c = 0; c < components; ++c) {
+        for (int k = 0; k < share[c]; ++k) trial[pipeline0[pos++]].component = trainable[c];
       }
-      for (int k = 1; k <= std::min(layersOf(i), left - (components - 1 - i)); ++k) {
-        share[i] = k;
-        if (auto st = self(self, i + 1, left - k); !st) return st;
+      auto ms = splitter.split(trial);
+      if (ms && *ms < bestMs - 1e-9) {
+        bestMs = *ms;
+        stages = std::move(trial);
       }
       return {};
-    };
-    if (auto st = visit(visit, 0, chainStages); !st) return st.error();
+    }
+    for (int k = 1; k <= std::min(layersOf(i), left - (components - 1 - i)); ++k) {
+      share[i] = k;
+      if (auto st = self(self, i + 1, left - k); !st) return st;
+    }
+    return {};
+  };
+  return visit(visit, 0, chainStages);
+}
+
+}  // namespace
+
+Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, const ScheduleGenerator& generator,
+                                                  std::vector<VirtualStage> placement, const std::string& algorithm,
+                                                  const SolveControl& control, const PartitionHints& hints) {
+  auto uniform = partitionUniform(request.model, std::move(placement));
+  if (!uniform) return uniform.error().withPrefix("partition '" + algorithm + "': ");
+  std::vector<VirtualStage> stages = std::move(*uniform);
+  if (request.config.partition == "diffusionpipe") assignDiffusionLegs(request.model, stages);
+  std::optional<CostedModel> derived;
+  const CostedModel& costs =
+      hints.costs ? *hints.costs : derived.emplace(request.model, request.cluster, request.config);
+  auto live = liveCounts(request, costs, generator, stages, control);
+  if (!live) return live.error();
+
+  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages);
+  auto first = splitter.split(stages);
+  if (!first) return first.error();
+  if (!hints.keepBackboneShares) {
+    if (auto st = searchBackboneShares(splitter, *first, stages); !st) return st.error();
   }
   // Bidirectional schedules hold the model twice: pipeline 1 mirrors pipeline 0's ranges.
+  const std::vector<std::size_t>& pipeline0 = splitter.pipeline0;
   std::vector<std::size_t> pipeline1;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     if (stages[i].pipeline == 1) pipeline1.push_back(i);
@@ -241,7 +280,7 @@ Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, s
     return partitionWith(request, *generator, std::move(placement), name == "balanced" ? "balanced" : "dp", control,
                          hints);
   }
-  return Error{"partition '" + name + "' is not available (known: uniform, balanced, dp, diffusionpipe)"};
+  return Error{"partition '" + name + "' is not available (known: uniform, balanced, dp, diffusionpipe, megatron)"};
 }
 
 }  // namespace pipestudio::partition

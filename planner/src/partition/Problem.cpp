@@ -80,6 +80,6 @@ std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton) {
   return peak;
 }
 
-std::vector<std::string> partitionNames() { return {"uniform", "balanced", "dp", "diffusionpipe"}; }
+std::vector<std::string> partitionNames() { return {"uniform", "balanced", "dp", "diffusionpipe", "megatron"}; }
 
 }  // namespace pipestudio

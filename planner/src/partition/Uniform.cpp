@@ -103,13 +103,76 @@ Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& mode
                                    std::to_string(chunks) + " chunks)"
                              : std::to_string(count) + " of the " + std::to_string(perPipeline) + " virtual stages (" +
                                    std::to_string(devices) + " devices × " + std::to_string(chunks) + " chunks)";
-    return Error{
-        schedule + " needs chunks of equal size, but partition 'uniform' cannot divide the " +
-        std::to_string(comp.layers.size()) + " layers of component '" + comp.name + "' evenly over its " + what +
-        ": the layer count must be a multiple of " + std::to_string(count) +
-        "; use --partition balanced or --partition dp (they balance unequal chunks), or other --devices/--chunks"};
+    std::string message = schedule + " needs chunks of equal size, but partition 'uniform' cannot divide the ";
+    message.append(std::to_string(comp.layers.size()))
+        .append(" layers of component '")
+        .append(comp.name)
+        .append("' evenly over its ")
+        .append(what)
+        .append(": the layer count must be a multiple of ")
+        .append(std::to_string(count))
+        .append(
+            "; use --partition balanced or --partition dp (they balance unequal chunks), or other "
+            "--devices/--chunks");
+    return Error{message};
   }
   return stages;
+}
+
+namespace {
+
+bool isTrailingExtra(const Layer& l) { return l.kind == "lm_head" || l.kind == "norm" || l.kind == "final_norm"; }
+
+}  // namespace
+
+Expected<std::vector<VirtualStage>> partitionMegatron(const ModelSpec& model, std::vector<VirtualStage> placement) {
+  const std::vector<int> trainable = model.trainableComponents();
+  if (trainable.size() != 1) {
+    return Error{"partition 'megatron' splits one decoder as Megatron-LM does; model '" + model.name + "' has " +
+                 std::to_string(trainable.size()) +
+                 " trainable components (expected one; use --partition balanced or dp)"};
+  }
+  const int component = trainable.front();
+  const std::vector<Layer>& layers = model.component(component).layers;
+  const auto total = static_cast<long>(layers.size());
+  long lead = 0;
+  while (lead < total && layers[static_cast<std::size_t>(lead)].kind == "embedding") ++lead;
+  long trail = 0;
+  while (trail < total - lead && isTrailingExtra(layers[static_cast<std::size_t>(total - 1 - trail)])) ++trail;
+  const long blocks = total - lead - trail;
+  long stages = 0;
+  for (const VirtualStage& vs : placement) stages += vs.pipeline == 0 ? 1 : 0;
+  if (stages <= 0) return Error{"partition 'megatron': no virtual stages"};
+  // Megatron's --account-for-embedding/loss-in-pipeline-split: every stage the same count of
+  // layers with the embedding and the loss counted as one each.
+  if (blocks % stages != 0 && total % stages == 0) return partitionUniform(model, std::move(placement));
+  if (blocks < stages) {
+    return Error{"partition 'megatron' cannot give each of " + std::to_string(stages) +
+                 " virtual stages (devices × chunks) a transformer block: the decoder has " + std::to_string(blocks) +
+                 " (expected at least one block per virtual stage; use fewer --devices or --chunks)"};
+  }
+  const long base = blocks / stages;
+  const long extra = blocks % stages;
+  std::vector<std::vector<std::size_t>> chains;
+  for (std::size_t i = 0; i < placement.size(); ++i) {
+    const auto p = static_cast<std::size_t>(placement[i].pipeline);
+    if (chains.size() <= p) chains.resize(p + 1);
+    chains[p].push_back(i);
+  }
+  for (const auto& chain : chains) {
+    long first = 0;
+    for (long j = 0; j < static_cast<long>(chain.size()); ++j) {
+      long size = base + (j >= stages - extra ? 1 : 0);
+      if (j == 0) size += lead;
+      if (j + 1 == static_cast<long>(chain.size())) size += trail;
+      VirtualStage& vs = placement[chain[static_cast<std::size_t>(j)]];
+      vs.component = component;
+      vs.firstLayer = static_cast<int>(first);
+      vs.lastLayer = static_cast<int>(first + size - 1);
+      first += size;
+    }
+  }
+  return placement;
 }
 
 }  // namespace pipestudio::partition

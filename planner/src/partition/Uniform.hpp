@@ -27,4 +27,14 @@ Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std
 Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& model, std::vector<VirtualStage> placement,
                                                            int devices, const std::string& schedule);
 
+/// `--partition megatron`: the split Megatron-LM runs without a layout string. A decoder's
+/// blocks go evenly over the virtual stages, the embedding (leading `embedding` layers) joins the
+/// first stage and the output layer (trailing `lm_head` / `norm` layers) the last, as
+/// megatron/core/transformer/transformer_block.py's get_num_layers_to_build places them. When the
+/// blocks do not divide evenly but blocks plus those layers do, the recipe's
+/// `--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split` split is taken
+/// (the embedding and the loss count as a layer each: `partitionUniform`). Otherwise the last
+/// stages take one block more. One trainable component (a decoder) only.
+Expected<std::vector<VirtualStage>> partitionMegatron(const ModelSpec& model, std::vector<VirtualStage> placement);
+
 }  // namespace pipestudio::partition

@@ -29,38 +29,61 @@ struct Pass {
   int microbatch = 0;
 };
 
-class Blockwise final : public ScheduleGenerator {
- public:
-  explicit Blockwise(bool breadthFirst) : m_breadthFirst(breadthFirst) {}
-  std::string_view name() const override { return m_breadthFirst ? "breadth-first" : "zeropp"; }
-  int defaultChunksPerDevice() const override { return 2; }
-  bool splitsBackward() const override { return !m_breadthFirst; }
-  void configure(PlanConfig& config) const override { config.unitMicrobatches = unitOf(config); }
-  Status validate(const ScheduleShape& shape) const override {
-    return requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device");
-  }
-  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
-    return linearPlacement(shape.devices, shape.chunksPerDevice);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The list construction of a blockwise order, timed on the stage estimates (transfers as
+// delays): a device runs its blocks (a unit's passes of one chunk) in order, each pass once its
+// input is ready; weight-gradient passes fill the waits.
+struct BlockwiseBuilder {
+  struct DeviceState {
+    std::size_t fPos = 0, bPos = 0;
+    int inflight = 0;
+    bool inBackward = false;  // the current block's direction
+    int blockEnd = 0;         // position where the current block ends (0: pick a new block)
+    bool busy = false;
+    double wakeMs = std::numeric_limits<double>::infinity();  // a wake-up already queued
+    std::deque<Pass> weights;
+  };
+  // Events: a pass ends (kind 0 F, 1 B, 2 W) or an idle device wakes for an arrival (3).
+  struct Event {
+    double atMs;
+    int device;
+    int kind;
+    Pass pass;
+    bool operator>(const Event& o) const {
+      if (atMs != o.atMs) return atMs > o.atMs;
+      if (kind != o.kind) return (kind == 3) > (o.kind == 3);  // completions first
+      return device > o.device;
+    }
+  };
+
+  BlockwiseBuilder(const ScheduleInput& scheduleInput, bool breadth, int unitMicrobatches)
+      : input(scheduleInput),
+        breadthFirst(breadth),
+        p(scheduleInput.shape.devices),
+        v(scheduleInput.shape.chunksPerDevice),
+        m(scheduleInput.shape.microbatches),
+        n(p * v),
+        unit(unitMicrobatches),
+        fSeq(p),
+        bSeq(p),
+        fEnd(p),
+        bEnd(p),
+        limit(p),
+        fDone(n, m, kInf),
+        bDone(n, m, kInf),
+        st(p),
+        out(p),
+        total(static_cast<std::size_t>(n) * static_cast<std::size_t>(m) * (breadth ? 2 : 3)) {
+    buildSequences();
+    // Forwards a device may hold (chunk activations): Megatron-LM's interleaved warm-up with
+    // the unit in place of its group of p, plus the unit's block (breadth-first: all).
+    for (int d = 0; d < p; ++d) limit[d] = breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
   }
 
-  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
-    const int p = input.shape.devices;
-    const int v = input.shape.chunksPerDevice;
-    const int m = input.shape.microbatches;
-    int unit = m;
-    if (!m_breadthFirst) {
-      const int asked = input.request ? input.request->config.unitMicrobatches : 0;
-      if (asked > m) {
-        return Error{"zeropp: --unit " + std::to_string(asked) + " is more than the " + std::to_string(m) +
-                     " microbatches (a unit is a block of microbatches)"};
-      }
-      unit = input.request ? unitOf(input.request->config) : std::min(p, m);
-    }
-    const int n = p * v;
-    // Per device: the forward and backward sequences, block by block (unit, chunk), and where
-    // each block ends.
-    IdVector<std::vector<Pass>> fSeq(p), bSeq(p);
-    IdVector<std::vector<int>> fEnd(p), bEnd(p);
+  // Per device: the forward and backward sequences, block by block (unit, chunk), and where
+  // each block ends.
+  void buildSequences() {
     for (int d = 0; d < p; ++d) {
       auto& fs = fSeq[d];
       auto& bs = bSeq[d];
@@ -78,138 +101,109 @@ class Blockwise final : public ScheduleGenerator {
         }
       }
     }
-    // Forwards a device may hold (chunk activations): Megatron-LM's interleaved warm-up with
-    // the unit in place of its group of p, plus the unit's block (breadth-first: all).
-    IdVector<int> limit(p);
-    for (int d = 0; d < p; ++d) limit[d] = m_breadthFirst ? v * m : std::min(v * m, v * unit + 2 * (p - d - 1));
+  }
 
-    const double inf = std::numeric_limits<double>::infinity();
-    Grid<double> fDone(n, m, inf), bDone(n, m, inf);
-    auto est = [&](int s) -> const StageEstimate& { return input.estimate(s); };
-    auto device = [&](int s) { return s % p; };
-    auto fReady = [&](const Pass& x) {
-      if (x.stage == 0) return 0.0;
-      const double up = fDone(x.stage - 1, x.microbatch);
-      return up + (device(x.stage - 1) != device(x.stage) ? est(x.stage - 1).sendMs : 0.0);
-    };
-    auto bReady = [&](const Pass& x) {
-      const double own = fDone(x.stage, x.microbatch);
-      if (x.stage == n - 1) return own;
-      const double down = bDone(x.stage + 1, x.microbatch);
-      return std::max(own, down + (device(x.stage + 1) != device(x.stage) ? est(x.stage).sendMs : 0.0));
-    };
+  const StageEstimate& est(int s) const { return input.estimate(s); }
+  int device(int s) const { return s % p; }
+  double fReady(const Pass& x) const {
+    if (x.stage == 0) return 0.0;
+    const double up = fDone(x.stage - 1, x.microbatch);
+    return up + (device(x.stage - 1) != device(x.stage) ? est(x.stage - 1).sendMs : 0.0);
+  }
+  double bReady(const Pass& x) const {
+    const double own = fDone(x.stage, x.microbatch);
+    if (x.stage == n - 1) return own;
+    const double down = bDone(x.stage + 1, x.microbatch);
+    return std::max(own, down + (device(x.stage + 1) != device(x.stage) ? est(x.stage).sendMs : 0.0));
+  }
 
-    struct DeviceState {
-      std::size_t fPos = 0, bPos = 0;
-      int inflight = 0;
-      bool inBackward = false;  // the current block's direction
-      int blockEnd = 0;         // position where the current block ends (0: pick a new block)
-      bool busy = false;
-      double wakeMs = std::numeric_limits<double>::infinity();  // a wake-up already queued
-      std::deque<Pass> weights;
-    };
-    IdVector<DeviceState> st(p);
-    IdVector<std::vector<OrderedOp>> out(p);
-    // Events: a pass ends (kind 0 F, 1 B, 2 W) or an idle device wakes for an arrival (3).
-    struct Event {
-      double atMs;
-      int device;
-      int kind;
-      Pass pass;
-      bool operator>(const Event& o) const {
-        if (atMs != o.atMs) return atMs > o.atMs;
-        if (kind != o.kind) return (kind == 3) > (o.kind == 3);  // completions first
-        return device > o.device;
-      }
-    };
-    std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-    const std::size_t total = static_cast<std::size_t>(n) * static_cast<std::size_t>(m) * (m_breadthFirst ? 2 : 3);
-    std::size_t placed = 0;
+  void start(int d, int kind, const Pass& x, double now) {
+    const StageEstimate& e = est(x.stage);
+    const double dur = kind == 0   ? e.forwardMs
+                       : kind == 1 ? e.backwardInputMs + (breadthFirst ? e.backwardWeightMs : 0.0)
+                                   : e.backwardWeightMs;
+    OrderedOp o;
+    o.virtualStage = x.stage;
+    o.microbatch = x.microbatch;
+    o.kind = kind == 0 ? OpKind::F : kind == 1 ? (breadthFirst ? OpKind::BW : OpKind::B) : OpKind::W;
+    out[d].push_back(o);
+    ++placed;
+    st[d].busy = true;
+    events.push({now + dur, d, kind, x});
+  }
 
-    auto start = [&](int d, int kind, const Pass& x, double now) {
-      const StageEstimate& e = est(x.stage);
-      const double dur = kind == 0   ? e.forwardMs
-                         : kind == 1 ? e.backwardInputMs + (m_breadthFirst ? e.backwardWeightMs : 0.0)
-                                     : e.backwardWeightMs;
-      OrderedOp o;
-      o.virtualStage = x.stage;
-      o.microbatch = x.microbatch;
-      o.kind = kind == 0 ? OpKind::F : kind == 1 ? (m_breadthFirst ? OpKind::BW : OpKind::B) : OpKind::W;
-      out[d].push_back(o);
-      ++placed;
-      st[d].busy = true;
-      events.push({now + dur, d, kind, x});
-    };
-    auto weight = [&](int d, double now) {
-      DeviceState& s = st[d];
-      if (s.weights.empty()) return false;
-      const Pass w = s.weights.front();
-      s.weights.pop_front();
-      start(d, 2, w, now);
-      return true;
-    };
-    // Tries to start something on idle device d at `now`; `force` lets a forward go over the
-    // limit (the way out when every device waits). Schedules a wake-up when it waits for an
-    // input in flight.
-    auto tryStart = [&](int d, double now, bool force) {
-      DeviceState& s = st[d];
-      if (s.busy) return false;
-      const auto& fs = fSeq[d];
-      const auto& bs = bSeq[d];
-      const bool fLeft = s.fPos < fs.size();
-      const bool bLeft = s.bPos < bs.size();
-      const bool blockDone = s.blockEnd == 0 || static_cast<int>(s.inBackward ? s.bPos : s.fPos) >= s.blockEnd;
-      if (blockDone) {
-        // Weight passes beyond one unit's worth run first (they hold activation memory).
-        if (!m_breadthFirst && s.weights.size() > static_cast<std::size_t>(unit)) return weight(d, now);
-        const bool ownForwardDone = bLeft && fDone(bs[s.bPos].stage, bs[s.bPos].microbatch) < inf;
-        const bool canForward = fLeft && (s.inflight < limit[d] || force);
-        if (ownForwardDone && (bReady(bs[s.bPos]) <= now || !canForward)) {
-          s.inBackward = true;
-          s.blockEnd = bEnd[d][s.bPos];
-        } else if (canForward) {
-          s.inBackward = false;
-          s.blockEnd = fEnd[d][s.fPos];
-        } else {
-          s.blockEnd = 0;
-          return weight(d, now);
-        }
-      }
-      double wake = inf;
-      if (s.inBackward) {
-        const Pass& x = bs[s.bPos];
-        const double ready = bReady(x);
-        if (ready <= now) {
-          ++s.bPos;
-          --s.inflight;
-          start(d, 1, x, now);
-          return true;
-        }
-        wake = ready;
+  bool weight(int d, double now) {
+    DeviceState& s = st[d];
+    if (s.weights.empty()) return false;
+    const Pass w = s.weights.front();
+    s.weights.pop_front();
+    start(d, 2, w, now);
+    return true;
+  }
+
+  // Tries to start something on idle device d at `now`; `force` lets a forward go over the
+  // limit (the way out when every device waits). Schedules a wake-up when it waits for an
+  // input in flight.
+  bool tryStart(int d, double now, bool force) {
+    DeviceState& s = st[d];
+    if (s.busy) return false;
+    const auto& fs = fSeq[d];
+    const auto& bs = bSeq[d];
+    const bool fLeft = s.fPos < fs.size();
+    const bool bLeft = s.bPos < bs.size();
+    const bool blockDone = s.blockEnd == 0 || static_cast<int>(s.inBackward ? s.bPos : s.fPos) >= s.blockEnd;
+    if (blockDone) {
+      // Weight passes beyond one unit's worth run first (they hold activation memory).
+      if (!breadthFirst && s.weights.size() > static_cast<std::size_t>(unit)) return weight(d, now);
+      const bool ownForwardDone = bLeft && fDone(bs[s.bPos].stage, bs[s.bPos].microbatch) < kInf;
+      const bool canForward = fLeft && (s.inflight < limit[d] || force);
+      if (ownForwardDone && (bReady(bs[s.bPos]) <= now || !canForward)) {
+        s.inBackward = true;
+        s.blockEnd = bEnd[d][s.bPos];
+      } else if (canForward) {
+        s.inBackward = false;
+        s.blockEnd = fEnd[d][s.fPos];
       } else {
-        const Pass& x = fs[s.fPos];
-        const double ready = fReady(x);
-        if (s.inflight >= limit[d] && !force) {
-          s.blockEnd = 0;  // the block ends at the limit
-          return weight(d, now);
-        }
-        if (ready <= now) {
-          ++s.fPos;
-          ++s.inflight;
-          start(d, 0, x, now);
-          return true;
-        }
-        wake = ready;
+        s.blockEnd = 0;
+        return weight(d, now);
       }
-      // The block's next pass waits for its input: a weight-gradient pass fills the wait.
-      if (weight(d, now)) return true;
-      if (wake < inf && (wake < s.wakeMs || s.wakeMs <= now)) {
-        s.wakeMs = wake;
-        events.push({wake, d, 3, {}});
+    }
+    double wake = kInf;
+    if (s.inBackward) {
+      const Pass& x = bs[s.bPos];
+      const double ready = bReady(x);
+      if (ready <= now) {
+        ++s.bPos;
+        --s.inflight;
+        start(d, 1, x, now);
+        return true;
       }
-      return false;
-    };
+      wake = ready;
+    } else {
+      const Pass& x = fs[s.fPos];
+      const double ready = fReady(x);
+      if (s.inflight >= limit[d] && !force) {
+        s.blockEnd = 0;  // the block ends at the limit
+        return weight(d, now);
+      }
+      if (ready <= now) {
+        ++s.fPos;
+        ++s.inflight;
+        start(d, 0, x, now);
+        return true;
+      }
+      wake = ready;
+    }
+    // The block's next pass waits for its input: a weight-gradient pass fills the wait.
+    if (weight(d, now)) return true;
+    if (wake < kInf && (wake < s.wakeMs || s.wakeMs <= now)) {
+      s.wakeMs = wake;
+      events.push({wake, d, 3, {}});
+    }
+    return false;
+  }
 
+  Expected<ScheduleSkeleton> build(std::string_view name) {
     for (int d = 0; d < p; ++d) tryStart(d, 0.0, false);
     double now = 0;
     std::size_t steps = 0;
@@ -224,8 +218,8 @@ class Blockwise final : public ScheduleGenerator {
           progressed = tryStart(d, now, true);
         }
         if (!progressed) {
-          return Error{std::string(name()) + ": the blockwise construction stalled (" + std::to_string(placed) +
-                       " of " + std::to_string(total) + " passes placed)"};
+          return Error{std::string(name) + ": the blockwise construction stalled (" + std::to_string(placed) + " of " +
+                       std::to_string(total) + " passes placed)"};
         }
         continue;
       }
@@ -234,7 +228,7 @@ class Blockwise final : public ScheduleGenerator {
       now = e.atMs;
       if (e.kind == 3) {
         DeviceState& s = st[e.device];
-        if (s.wakeMs == now) s.wakeMs = inf;
+        if (s.wakeMs == now) s.wakeMs = kInf;
         tryStart(e.device, now, false);
         continue;
       }
@@ -242,7 +236,7 @@ class Blockwise final : public ScheduleGenerator {
       if (e.kind == 0) fDone(e.pass.stage, e.pass.microbatch) = now;
       if (e.kind == 1) {
         bDone(e.pass.stage, e.pass.microbatch) = now;
-        if (!m_breadthFirst) st[e.device].weights.push_back(e.pass);
+        if (!breadthFirst) st[e.device].weights.push_back(e.pass);
       }
       for (int d = 0; d < p; ++d) tryStart(d, now, false);
     }
@@ -250,6 +244,52 @@ class Blockwise final : public ScheduleGenerator {
     sk.virtualStages = input.virtualStages;
     sk.devices = std::move(out.values());
     return sk;
+  }
+
+  const ScheduleInput& input;
+  const bool breadthFirst;
+  const int p, v, m;
+  const int n;  // virtual stages
+  const int unit;
+  IdVector<std::vector<Pass>> fSeq, bSeq;
+  IdVector<std::vector<int>> fEnd, bEnd;
+  IdVector<int> limit;
+  Grid<double> fDone, bDone;
+  IdVector<DeviceState> st;
+  IdVector<std::vector<OrderedOp>> out;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  const std::size_t total;
+  std::size_t placed = 0;
+};
+
+class Blockwise final : public ScheduleGenerator {
+ public:
+  explicit Blockwise(bool breadthFirst) : m_breadthFirst(breadthFirst) {}
+  std::string_view name() const override { return m_breadthFirst ? "breadth-first" : "zeropp"; }
+  int defaultChunksPerDevice() const override { return 2; }
+  bool splitsBackward() const override { return !m_breadthFirst; }
+  void configure(PlanConfig& config) const override { config.unitMicrobatches = unitOf(config); }
+  Status validate(const ScheduleShape& shape) const override {
+    return requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device");
+  }
+  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
+    return linearPlacement(shape.devices, shape.chunksPerDevice);
+  }
+
+  Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
+    const int p = input.shape.devices;
+    const int m = input.shape.microbatches;
+    int unit = m;
+    if (!m_breadthFirst) {
+      const int asked = input.request ? input.request->config.unitMicrobatches : 0;
+      if (asked > m) {
+        return Error{"zeropp: --unit " + std::to_string(asked) + " is more than the " + std::to_string(m) +
+                     " microbatches (a unit is a block of microbatches)"};
+      }
+      unit = input.request ? unitOf(input.request->config) : std::min(p, m);
+    }
+    BlockwiseBuilder builder(input, m_breadthFirst, unit);
+    return builder.build(name());
   }
 
  private:
