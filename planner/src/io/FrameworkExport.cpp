@@ -434,15 +434,15 @@ Status addZeroBubbleFlags(const Plan& plan, const std::vector<StageLayers>& stag
                           " chunks of equal tokens; this plan's chunks are balanced by compute (plan with "
                           "--seq-split even to time what the fork runs)");
       }
-      return {};
+    } else {
+      f.add("--enable-zero-bubble");
+      f.add("--zero-bubble-max-pending-backward", std::to_string(maxPendingBackward(plan)));
+      f.notes.push_back(
+          "ZB schedule: the fork's scheduler orders F/B/W itself from profiled times under a memory limit "
+          "of " +
+          std::to_string(maxPendingBackward(plan)) +
+          " microbatches' activations (the most this plan holds on one device)");
     }
-    f.add("--enable-zero-bubble");
-    f.add("--zero-bubble-max-pending-backward", std::to_string(maxPendingBackward(plan)));
-    f.notes.push_back(
-        "ZB schedule: the fork's scheduler orders F/B/W itself from profiled times under a memory limit "
-        "of " +
-        std::to_string(maxPendingBackward(plan)) +
-        " microbatches' activations (the most this plan holds on one device)");
   } else {
     if (!vPlacement(plan)) {
       return Error{
