@@ -83,57 +83,63 @@ double lastGap(const std::vector<Busy>& busy, double notBeforeMs, double lengthM
   return end - lengthMs >= notBeforeMs ? end - lengthMs : -1.0;
 }
 
-// One device: its timed ops (plan order) in, its order with the copies out; newIndex[i] is
-// where the device's op i went.
-std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::int32_t>& ops,
-                                     const IdVector<double>& copyMsByUnit, const IdVector<std::int64_t>& bytesByUnit,
-                                     int splits, const std::vector<MemoryPoint>& curve,
-                                     std::vector<std::int32_t>& newIndex) {
+// 1. Candidates: every (stage, unit) of the device whose stage offloads (copy time > 0) and
+// whose time between its forward's end and its backward's start holds both copies.
+std::vector<Candidate> offloadCandidates(const Plan& timed, const std::vector<std::int32_t>& ops,
+                                         const IdVector<double>& copyMsByUnit,
+                                         const IdVector<std::int64_t>& bytesByUnit, int splits) {
   const int m = timed.config.microbatches;
-  // Forward end and backward start per (stage, unit) of this device.
   std::vector<Candidate> candidates;
-  {
-    std::vector<std::int32_t> forward, backward;
-    const auto key = [&](const Op& op) { return static_cast<std::size_t>(op.virtualStage) * m + op.microbatch; };
-    forward.assign(timed.virtualStages.size() * static_cast<std::size_t>(m), kNone);
-    backward.assign(forward.size(), kNone);
-    for (const std::int32_t i : ops) {
-      const Op& op = timed.op(i);
-      if (op.samples > 0 || op.microbatch < 0 || op.microbatch >= m) continue;
-      if (op.kind == OpKind::F) forward[key(op)] = i;
-      if (op.kind == OpKind::B || op.kind == OpKind::BW) backward[key(op)] = i;
-    }
-    for (const std::int32_t i : ops) {
-      const Op& f = timed.op(i);
-      if (f.kind != OpKind::F || forward[key(f)] != i || backward[key(f)] == kNone) continue;
-      const int unit = f.virtualStage * splits + seqChunkOf(timed.config, f.microbatch);
-      const double copy = copyMsByUnit[unit];
-      if (!(copy > 0) || !std::isfinite(copy)) continue;
-      const Op& b = timed.op(backward[key(f)]);
-      if (b.startMs - f.endMs < 2.0 * copy) continue;  // no room for both copies
-      Candidate c;
-      c.stage = f.virtualStage;
-      c.microbatch = f.microbatch;
-      c.forwardEndMs = f.endMs;
-      c.backwardStartMs = b.startMs;
-      c.copyMs = copy;
-      c.bytes = bytesByUnit[unit];
-      candidates.push_back(c);
-    }
+  std::vector<std::int32_t> forward, backward;
+  const auto key = [&](const Op& op) { return static_cast<std::size_t>(op.virtualStage) * m + op.microbatch; };
+  forward.assign(timed.virtualStages.size() * static_cast<std::size_t>(m), kNone);
+  backward.assign(forward.size(), kNone);
+  for (const std::int32_t i : ops) {
+    const Op& op = timed.op(i);
+    if (op.samples > 0 || op.microbatch < 0 || op.microbatch >= m) continue;
+    if (op.kind == OpKind::F) forward[key(op)] = i;
+    if (op.kind == OpKind::B || op.kind == OpKind::BW) backward[key(op)] = i;
   }
-  std::vector<Busy> busy;  // sorted by start, disjoint
-  auto reserve = [&](double at, double length) {
-    busy.insert(std::upper_bound(busy.begin(), busy.end(), at, [](double t, const Busy& x) { return t < x.startMs; }),
-                Busy{at, at + length});
-  };
-  for (Candidate& c : candidates) c.kept = false;
-  auto commit = [&](Candidate& c, double offload, double reload) {
+  for (const std::int32_t i : ops) {
+    const Op& f = timed.op(i);
+    if (f.kind != OpKind::F || forward[key(f)] != i || backward[key(f)] == kNone) continue;
+    const int unit = f.virtualStage * splits + seqChunkOf(timed.config, f.microbatch);
+    const double copy = copyMsByUnit[unit];
+    if (!(copy > 0) || !std::isfinite(copy)) continue;
+    const Op& b = timed.op(backward[key(f)]);
+    if (b.startMs - f.endMs < 2.0 * copy) continue;  // no room for both copies
+    Candidate c;
+    c.stage = f.virtualStage;
+    c.microbatch = f.microbatch;
+    c.forwardEndMs = f.endMs;
+    c.backwardStartMs = b.startMs;
+    c.copyMs = copy;
+    c.bytes = bytesByUnit[unit];
+    candidates.push_back(c);
+  }
+  return candidates;
+}
+
+// The device's host link: copies reserved so far, sorted by start, disjoint.
+struct HostLink {
+  std::vector<Busy> busy;
+  void commit(Candidate& c, double offload, double reload) {
     c.kept = true;
     c.reloadStartMs = reload;
     c.offloadStartMs = offload;
     reserve(reload, c.copyMs);
     reserve(offload, c.copyMs);
-  };
+  }
+
+ private:
+  void reserve(double at, double length) {
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), at, [](double t, const Busy& x) { return t < x.startMs; }),
+                Busy{at, at + length});
+  }
+};
+
+void offloadAtPeaks(std::vector<Candidate>& candidates, const std::vector<MemoryPoint>& curve, HostLink& link) {
+  const std::vector<Busy>& busy = link.busy;
   // 2. Peak first: while the device's highest live memory can be lowered, the candidate with
   // the most bytes whose activations can be away for the whole first interval at that height.
   for (int round = 0; round < kPeakRounds && !candidates.empty(); ++round) {
@@ -190,8 +196,12 @@ std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::i
       chosenReload = reload;
     }
     if (!chosen) break;
-    commit(*chosen, chosenOffload, chosenReload);
+    link.commit(*chosen, chosenOffload, chosenReload);
   }
+}
+
+void offloadLongestLived(std::vector<Candidate>& candidates, HostLink& link) {
+  const std::vector<Busy>& busy = link.busy;
   // 3. The rest longest-lived first (the most memory-time per copy): the reload as late as the
   // lane allows before the backward, the offload as early as it allows after the forward and
   // before that reload; a candidate for which either does not fit keeps its activations.
@@ -208,8 +218,12 @@ std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::i
     if (reload < 0) continue;
     const double offload = firstGap(busy, c.forwardEndMs, c.copyMs, reload);
     if (offload < 0) continue;
-    commit(c, offload, reload);
+    link.commit(c, offload, reload);
   }
+}
+
+std::vector<OrderedOp> orderWithCopies(const Plan& timed, const std::vector<std::int32_t>& ops,
+                                       const std::vector<Candidate>& candidates, std::vector<std::int32_t>& newIndex) {
   // 4. Copies into the order, after the last compute op that ends by their planned start, in
   // the order of their planned starts (the lane's order).
   struct Copy {
@@ -236,6 +250,20 @@ std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::i
   }
   while (next < copies.size()) out.push_back(copies[next++].op);
   return out;
+}
+
+// One device: its timed ops (plan order) in, its order with the copies out; newIndex[i] is
+// where the device's op i went.
+std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::int32_t>& ops,
+                                     const IdVector<double>& copyMsByUnit, const IdVector<std::int64_t>& bytesByUnit,
+                                     int splits, const std::vector<MemoryPoint>& curve,
+                                     std::vector<std::int32_t>& newIndex) {
+  std::vector<Candidate> candidates = offloadCandidates(timed, ops, copyMsByUnit, bytesByUnit, splits);
+  for (Candidate& c : candidates) c.kept = false;
+  HostLink link;
+  offloadAtPeaks(candidates, curve, link);
+  offloadLongestLived(candidates, link);
+  return orderWithCopies(timed, ops, candidates, newIndex);
 }
 
 }  // namespace
