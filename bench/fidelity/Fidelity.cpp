@@ -310,6 +310,37 @@ ModelSpec recipeModel(const std::string& name, const Json& arch, int seq) {
   return decoderModel(name, arch["layers"].get<int>(), block, arch["vocab"].get<int>(), arch.value("tied", false));
 }
 
+// The row's model: a bundled model file where the table names one (`"file"`: the MoE models, with
+// their experts, attention variants and multi-token prediction layers), its layers' sequence set
+// to the row's; else a decoder from the table's shape.
+Expected<ModelSpec> recipeModelFor(const std::string& name, const Json& arch, int seq) {
+  if (!arch.contains("file")) return recipeModel(name, arch, seq);
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES).append("/models/").append(arch["file"].get<std::string>()));
+  if (!model) return model.error();
+  for (Component& c : model->components) {
+    for (Layer& l : c.layers) {
+      if (l.transformer) l.transformer->seq = seq;
+    }
+  }
+  return model;
+}
+
+// The recipe's MoE and context-parallel settings, where the row states them (rows without them
+// keep the defaults): EP and ETP (Megatron's MoE parallel folding), token dropping, the 1F1B
+// all-to-all overlap, the flex (DeepEP / HybridEP) dispatcher, CP's communication type, and
+// whether gradients are reduced under the backward passes.
+void applyRecipeMoe(const Json& row, Parallelism& par) {
+  if (row.contains("ep")) par.expert = row["ep"].get<int>();
+  if (row.contains("etp")) par.expertTensor = row["etp"].get<int>();
+  if (row.contains("moe_capacity_factor")) par.moeCapacityFactor = row["moe_capacity_factor"].get<double>();
+  if (row.contains("moe_a2a_overlap")) par.moeA2aOverlap = row["moe_a2a_overlap"].get<bool>();
+  if (row.contains("moe_token_dispatcher")) par.moeFlexDispatcher = row["moe_token_dispatcher"] == "flex";
+  if (row.contains("cp_comm_type")) {
+    par.cpCommType = cpCommTypeFromName(row["cp_comm_type"].get<std::string>()).value_or(CpCommType::P2p);
+  }
+  if (row.contains("overlap_grad_reduce")) par.overlapGradReduce = row["overlap_grad_reduce"].get<bool>();
+}
+
 // A recipe row as the recipe runs it: its degrees, micro and global batch, precision and the
 // recipe's recomputation and overlap settings (the row says where they differ from
 // Megatron-Bridge's defaults); tokens per second per GPU.
@@ -328,7 +359,12 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     const int vp = row["vp"].is_number() ? row["vp"].get<int>() : 1;
     const int fsdp = row.value("fsdp", 0);
     PlanRequest r;
-    r.model = recipeModel(model, table["models"][model], seq);
+    auto spec = recipeModelFor(model, table["models"][model], seq);
+    if (!spec) {
+      failed.error = spec.message();
+      return failed;
+    }
+    r.model = std::move(*spec);
     const std::string gpu = table["gpu"].get<std::string>();
     const double bf16 = report.efficiency.count(gpu) ? report.efficiency.at(gpu) : base.gpu.efficiency;
     r.cluster = clusterFor(base, gpus, bf16);
@@ -351,6 +387,7 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     par.zeroStage = fsdp > 0 ? 3 : 1;  // Megatron FSDP, else the distributed optimizer
     par.tpCommOverlap = row.value("tp_comm_overlap", true);
     par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
+    applyRecipeMoe(row, par);
     if (row.contains("recompute")) {
       const Json& rc = row["recompute"];
       par.recompute = recomputeFromName(rc.value("granularity", std::string("none"))).value_or(Recompute::None);

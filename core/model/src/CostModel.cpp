@@ -259,10 +259,10 @@ struct ModelCounts {
 double attentionProjectionParams(const Block& k) {
   if (!k.t.mla) return k.h * (k.hq + k.hk + k.hv) + k.ho * k.h;
   const TransformerShape::Mla& m = *k.t.mla;
-  const double ql = static_cast<double>(m.qLoraRank);
-  const double kvl = static_cast<double>(m.kvLoraRank);
-  const double rope = static_cast<double>(m.qkRopeHeadDim);
-  const double nope = static_cast<double>(m.qkNopeHeadDim);
+  const auto ql = static_cast<double>(m.qLoraRank);
+  const auto kvl = static_cast<double>(m.kvLoraRank);
+  const auto rope = static_cast<double>(m.qkRopeHeadDim);
+  const auto nope = static_cast<double>(m.qkNopeHeadDim);
   const double query = ql > 0 ? k.h * ql + ql * k.hq : k.h * k.hq;
   return query + k.h * (kvl + rope) + kvl * k.a * (nope + k.dv) + k.ho * k.h;
 }
@@ -298,10 +298,10 @@ struct LayerGemms {
 // latents are then gathered), the up projections and the output projection are split over TP.
 void mlaGemms(const Block& k, LayerGemms& g) {
   const TransformerShape::Mla& m = *k.t.mla;
-  const double ql = static_cast<double>(m.qLoraRank);
-  const double kvl = static_cast<double>(m.kvLoraRank);
-  const double rope = static_cast<double>(m.qkRopeHeadDim);
-  const double nope = static_cast<double>(m.qkNopeHeadDim);
+  const auto ql = static_cast<double>(m.qLoraRank);
+  const auto kvl = static_cast<double>(m.kvLoraRank);
+  const auto rope = static_cast<double>(m.qkRopeHeadDim);
+  const auto nope = static_cast<double>(m.qkNopeHeadDim);
   if (ql > 0) {
     g.attention.push_back({k.nc / k.sp, ql, k.h, 1, TpSide::None, true});            // q down
     g.attention.push_back({k.nc, k.hq / k.T, ql, 1, TpSide::ColumnParallel, true});  // q up
@@ -534,8 +534,8 @@ ActivationBytes activationBytes(const Block& k, bool keepScores) {
     // MLA: the gathered latents' norm inputs (bf16) and the up projections' inputs (lp); Q, K, V
     // are the up projections' outputs.
     const TransformerShape::Mla& m = *k.t.mla;
-    const double ql = static_cast<double>(m.qLoraRank);
-    const double kvl = static_cast<double>(m.kvLoraRank);
+    const auto ql = static_cast<double>(m.qLoraRank);
+    const auto kvl = static_cast<double>(m.kvLoraRank);
     x.unsharded = kBf16 * (ql + kvl + static_cast<double>(m.qkRopeHeadDim)) + k.lp * (ql + kvl);
     x.upProjOutputs = kBf16 * (k.hq + k.hk + k.hv);
   }
@@ -552,6 +552,211 @@ ActivationBytes activationBytes(const Block& k, bool keepScores) {
   return x;
 }
 
+// This GPU's parameters of a block (bf16 each): attention over TP, norms whole, MLA's down
+// projections replicated over TP, the routed experts as the expert layout shards them.
+double localParameters(const Block& k, const ModelCounts& counts, const costparts::MoeCosts& moe) {
+  double localParams = counts.attnParams / k.T + counts.normParams;
+  if (k.t.mla) {
+    // MLA's down projections are replicated over TP.
+    const TransformerShape::Mla& m = *k.t.mla;
+    const double down = k.h * static_cast<double>(m.qLoraRank + m.kvLoraRank + m.qkRopeHeadDim);
+    localParams += down * (1.0 - 1.0 / k.T);
+  }
+  if (k.moe) {
+    localParams += moe.localParams + k.shared * k.mlpMatrices * k.h * k.fe / k.T;
+  } else {
+    localParams += counts.mlpParams / k.T;
+  }
+  return localParams;
+}
+
+// The parts a block's passes are made of: its GEMMs with their casts, the element-wise kernels,
+// the attention core and the TP, CP and EP collectives with what the recipe hides of each.
+struct BlockParts {
+  LayerGemms g;
+  PassTimes attnGemm, mlpGemm, sharedGemm;
+  PassTimes casts, mlpCasts, sharedCasts;  ///< casts: all three together
+  ElementwiseBytes ew;
+  double elementwiseFwdMs = 0, elementwiseBwdMs = 0;
+  AttentionTimes core;
+  TpComm cp, tp, ep;
+  double cpBufferBytes = 0;
+};
+
+BlockParts blockParts(const Block& k, const GpuSpec& gpu, const Parallelism& par, const costparts::MoeCosts& moe,
+                      double wgradOut) {
+  BlockParts p;
+  p.g = layerGemms(k);
+  p.attnGemm = gemmPasses(gpu, k.precision, p.g.attention, wgradOut);
+  p.mlpGemm = gemmPasses(gpu, k.precision, p.g.mlp, wgradOut);
+  p.sharedGemm = gemmPasses(gpu, k.precision, p.g.shared, wgradOut);
+  p.casts = castPasses(gpu, k.precision, p.g.attention, k.sp);
+  p.mlpCasts = castPasses(gpu, k.precision, p.g.mlp, k.sp);
+  p.sharedCasts = castPasses(gpu, k.precision, p.g.shared, k.sp);
+  p.casts += p.mlpCasts;
+  p.casts += p.sharedCasts;
+  p.ew = elementwise(k);
+  p.elementwiseFwdMs = memoryMs(gpu, p.ew.total());
+  p.elementwiseBwdMs = 2.0 * p.elementwiseFwdMs;
+
+  // FlashAttention from its kernel model with context parallelism's exchange as Transformer
+  // Engine runs it; the unfused kernel as before.
+  if (k.flash) {
+    const CoreWithContext fa = flashCoreWithContext(k);
+    p.core = fa.core;
+    p.cp = fa.cp;
+    p.cpBufferBytes = fa.bufferBytes;
+  } else {
+    p.core = attentionCore(k);
+    p.cp = contextParallelComm(k, p.core);
+  }
+  p.tp = tensorParallelComm(k, p.g);
+  if (k.moe) {
+    // The token all-to-alls, hidden as the recipe overlaps them (MoeCosts.cpp). The attention
+    // half takes the element-wise kernels and casts; the MoE half the experts and the router.
+    costparts::MoeOverlapWindows w;
+    w.a2aMs = moe.dispatchMs;
+    w.attentionForwardMs = p.attnGemm.forward + p.core.forwardMs + p.casts.forward + p.elementwiseFwdMs;
+    w.attentionBackwardMs = p.attnGemm.backwardInput + p.attnGemm.backwardWeight + p.core.backwardMs +
+                            p.casts.backwardInput + p.elementwiseBwdMs;
+    w.sharedForwardMs = p.sharedGemm.forward;
+    w.sharedBackwardMs = p.sharedGemm.backwardInput + p.sharedGemm.backwardWeight;
+    w.mlpForwardMs = moe.forwardMs + w.sharedForwardMs;
+    w.mlpBackwardMs = moe.backwardInputMs + moe.backwardWeightMs + w.sharedBackwardMs;
+    const costparts::MoeCommExposure e = costparts::moeCommExposure(w, par);
+    p.ep.forward = {e.forward.exposedMs, e.forward.hiddenMs};
+    p.ep.backward = {e.backward.exposedMs, e.backward.hiddenMs};
+  }
+  return p;
+}
+
+// A block's pass times (collectives' exposed part included and also counted apart) and the
+// bytes it keeps for B and for W.
+struct BlockSums {
+  double activation = 0, wgrad = 0;
+  double forwardMs = 0, forwardCommMs = 0;
+  double backwardInputMs = 0, backwardInputCommMs = 0;
+  double backwardWeightMs = 0, backwardWeightCommMs = 0;
+};
+
+BlockSums blockSums(const Block& k, const BlockParts& p, const costparts::MoeCosts& moe, const ActivationBytes& act) {
+  BlockSums s;
+  s.activation = k.nc * (act.replicated / k.sp + (act.attention + act.mlp) / k.T + act.unsharded) + moe.activationBytes;
+  // W needs the inputs of the weight GEMMs: QKV and FC1 inputs (replicated unless SP), the
+  // projection and FC2 inputs (sharded), the experts' inputs.
+  s.wgrad = k.nc * ((2.0 * k.lp * k.h) / k.sp + (k.lp * k.ho + k.lp * (k.moe ? k.shared * k.fe : k.f)) / k.T) +
+            moe.weightGradBytes;
+  const double gemmFwd = p.attnGemm.forward + p.mlpGemm.forward + p.sharedGemm.forward;
+  s.forwardMs = gemmFwd + p.casts.forward + p.core.forwardMs + p.elementwiseFwdMs + moe.forwardMs +
+                p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs;
+  s.forwardCommMs = p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs;
+  s.backwardInputMs = p.attnGemm.backwardInput + p.mlpGemm.backwardInput + p.sharedGemm.backwardInput +
+                      p.casts.backwardInput + p.core.backwardMs + p.elementwiseBwdMs + moe.backwardInputMs +
+                      p.tp.backward.exposedMs + p.cp.backward.exposedMs + p.ep.backward.exposedMs;
+  s.backwardInputCommMs = p.tp.backward.exposedMs + p.cp.backward.exposedMs + p.ep.backward.exposedMs;
+  s.backwardWeightMs =
+      p.attnGemm.backwardWeight + p.mlpGemm.backwardWeight + p.sharedGemm.backwardWeight + moe.backwardWeightMs;
+  return s;
+}
+
+// Megatron-Core's --recompute-modules: each module drops what it replays and adds its forward
+// to B.
+void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t modules, const BlockParts& p,
+                        const costparts::MoeCosts& moe, const ActivationBytes& act, BlockSums& s) {
+  if ((modules & kRecomputeCoreAttn) && !k.flash) {
+    // The attention core (scores, softmax, dropout) is replayed in B instead of held; with
+    // FlashAttention nothing s² is held and its backward already replays the scores, so the
+    // module changes nothing.
+    s.backwardInputMs += p.core.forwardMs;
+  }
+  if (modules & kRecomputeLayerNorm) {
+    // The norms' outputs (the QKV and MLP inputs) are dropped after the forward and the norms
+    // replayed in B.
+    s.activation -= k.nc * act.normOutputs / k.sp;
+    s.backwardInputMs += memoryMs(gpu, p.ew.norms);
+  }
+  if ((modules & kRecomputeMlaUpProj) && k.t.mla) {
+    // Megatron-Core's mla_up_proj: the up-projected Q, K, V are dropped after the attention and
+    // B replays the up projections from the kept latents.
+    s.activation -= k.nc * act.upProjOutputs / k.T;
+    for (const Gemm& gemm : p.g.attention) {
+      if (gemm.side == TpSide::ColumnParallel) s.backwardInputMs += gemmPasses(gpu, k.precision, {gemm}).forward;
+    }
+  }
+  if ((modules & kRecomputeMlp) && !k.moe) {
+    // Only the MLP's input is kept; B replays FC1, the activation and FC2 (with their casts).
+    s.activation -= k.nc * act.mlpInternal / k.T;
+    s.backwardInputMs += p.mlpGemm.forward + p.mlpCasts.forward + memoryMs(gpu, p.ew.mlpAct);
+  }
+  if (k.moe && (modules & kRecomputeMoe)) {
+    // The whole MoE block is replayed in B (its all-to-alls too) from its kept input.
+    s.activation -= k.nc * act.mlpInternal / k.T + moe.activationBytes;
+    s.backwardInputMs += moe.forwardMs + p.sharedGemm.forward + p.sharedCasts.forward + memoryMs(gpu, p.ew.sharedAct) +
+                         p.ep.forward.exposedMs;
+    s.backwardInputCommMs += p.ep.forward.exposedMs;
+  } else {
+    if (k.moe && (modules & kRecomputeMoeAct)) {
+      s.activation -= moe.actOutputBytes;
+      s.backwardInputMs += moe.expertActMs;
+    }
+    if (k.moe && (modules & kRecomputeSharedExperts)) {
+      s.activation -= k.nc * act.sharedInternal / k.T;
+      s.backwardInputMs += p.sharedGemm.forward + p.sharedCasts.forward + memoryMs(gpu, p.ew.sharedAct);
+    }
+  }
+  s.activation = std::max(s.activation, kBf16 * k.nc * k.h / k.sp);
+}
+
+// Recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules); the
+// activations a full recomputation rebuilds are returned in c.recomputeBytes.
+void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const BlockParts& p,
+               const costparts::MoeCosts& moe, const ActivationBytes& act, BlockSums& s, LayerCosts& c) {
+  if (par.recompute == Recompute::Full) {
+    // Only the layer input survives the forward (sequence-parallel: this rank's shard); the
+    // backward first replays the whole forward, collectives included. The replayed
+    // activations are transient (alive while this layer's backward runs).
+    c.recomputeBytes = toBytes(s.activation);
+    s.activation = kBf16 * k.nc * k.h / k.sp;
+    s.wgrad = 0;
+    s.backwardInputMs += s.forwardMs;
+    s.backwardInputCommMs += s.forwardCommMs;
+  } else if (par.recompute == Recompute::Selective) {
+    recomputeSelective(k, gpu, par.selectiveModules(), p, moe, act, s);
+  }
+}
+
+// ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
+// layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
+// in bf16). ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
+// produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
+// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). Returns the gather buffers' bytes.
+std::int64_t shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s,
+                                 LayerCosts& c) {
+  const Parallelism& par = ctx.parallel;
+  std::int64_t gatherBufferBytes = 0;
+  if (par.zeroStage >= 2 && k.D > 1 && ctx.trainable) {
+    const double gradBytes = par.gradReduceInFp32 ? kFp32 : kBf16;
+    const double scatter = allGatherMs(ctx.links.data, static_cast<int>(k.D), gradBytes * localParams);
+    const Exposure wgt = overlapped(scatter, s.backwardWeightMs, 1.0, OverlapKind::Bulk);
+    s.backwardWeightMs += wgt.exposedMs;
+    s.backwardWeightCommMs += wgt.exposedMs;
+    c.backwardWeightHiddenCommMs += wgt.hiddenMs;
+  }
+  if (par.zeroStage >= 3 && k.D > 1 && ctx.trainable) {
+    const double gather = allGatherMs(ctx.links.data, static_cast<int>(k.D), kBf16 * localParams);
+    const Exposure fwd = overlapped(gather, s.forwardMs, 1.0, OverlapKind::Bulk);
+    const Exposure bwd = overlapped(gather, s.backwardInputMs, 1.0, OverlapKind::Bulk);
+    s.forwardMs += fwd.exposedMs;
+    s.forwardCommMs += fwd.exposedMs;
+    s.backwardInputMs += bwd.exposedMs;
+    s.backwardInputCommMs += bwd.exposedMs;
+    c.forwardHiddenCommMs += fwd.hiddenMs;
+    c.backwardInputHiddenCommMs += bwd.hiddenMs;
+    gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
+  }
+  return gatherBufferBytes;
+}
+
 // A transformer block under hybrid parallelism and the recipe's precision, overlap and
 // recomputation.
 LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
@@ -565,192 +770,34 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   const double wgradOut = 2.0 * (par.gradReduceInFp32 ? kFp32 : kBf16);
   const costparts::MoeCosts moe = k.moe ? routedExperts(k, wgradOut) : costparts::MoeCosts{};
 
-  // --- parameters of this GPU (bf16) ---
-  double localParams = counts.attnParams / k.T + counts.normParams;
-  if (k.t.mla) {
-    // MLA's down projections are replicated over TP.
-    const TransformerShape::Mla& m = *k.t.mla;
-    const double down = k.h * static_cast<double>(m.qLoraRank + m.kvLoraRank + m.qkRopeHeadDim);
-    localParams += down * (1.0 - 1.0 / k.T);
-  }
-  if (k.moe) {
-    localParams += moe.localParams + k.shared * k.mlpMatrices * k.h * k.fe / k.T;
-  } else {
-    localParams += counts.mlpParams / k.T;
-  }
+  const double localParams = localParameters(k, counts, moe);
   c.parameterBytes = toBytes(kBf16 * localParams);
   if (k.moe) c.expertParameterBytes = toBytes(kBf16 * moe.expertParams);
 
-  // --- compute ---
-  const LayerGemms g = layerGemms(k);
+  const BlockParts p = blockParts(k, gpu, par, moe, wgradOut);
   if (isLowPrecision(k.precision))
-    c.lowPrecisionWeightBytes = toBytes(2.0 * operandBytes(k.precision) * (g.linearParams + moe.linearParams));
-  const PassTimes attnGemm = gemmPasses(gpu, k.precision, g.attention, wgradOut);
-  const PassTimes mlpGemm = gemmPasses(gpu, k.precision, g.mlp, wgradOut);
-  const PassTimes sharedGemm = gemmPasses(gpu, k.precision, g.shared, wgradOut);
-  PassTimes casts = castPasses(gpu, k.precision, g.attention, k.sp);
-  const PassTimes mlpCasts = castPasses(gpu, k.precision, g.mlp, k.sp);
-  const PassTimes sharedCasts = castPasses(gpu, k.precision, g.shared, k.sp);
-  casts += mlpCasts;
-  casts += sharedCasts;
-  const ElementwiseBytes ew = elementwise(k);
-  const double elementwiseFwdMs = memoryMs(gpu, ew.total());
-  const double elementwiseBwdMs = 2.0 * elementwiseFwdMs;
+    c.lowPrecisionWeightBytes = toBytes(2.0 * operandBytes(k.precision) * (p.g.linearParams + moe.linearParams));
 
-  // --- attention core and collectives ---
-  // FlashAttention from its kernel model with context parallelism's exchange as Transformer
-  // Engine runs it; the unfused kernel as before.
-  AttentionTimes core;
-  TpComm cp;
-  double cpBufferBytes = 0;
-  if (k.flash) {
-    const CoreWithContext fa = flashCoreWithContext(k);
-    core = fa.core;
-    cp = fa.cp;
-    cpBufferBytes = fa.bufferBytes;
-  } else {
-    core = attentionCore(k);
-    cp = contextParallelComm(k, core);
-  }
-  const TpComm tp = tensorParallelComm(k, g);
-  TpComm ep;
-  if (k.moe) {
-    // The token all-to-alls, hidden as the recipe overlaps them (MoeCosts.cpp). The attention
-    // half takes the element-wise kernels and casts; the MoE half the experts and the router.
-    costparts::MoeOverlapWindows w;
-    w.a2aMs = moe.dispatchMs;
-    w.attentionForwardMs = attnGemm.forward + core.forwardMs + casts.forward + elementwiseFwdMs;
-    w.attentionBackwardMs =
-        attnGemm.backwardInput + attnGemm.backwardWeight + core.backwardMs + casts.backwardInput + elementwiseBwdMs;
-    w.sharedForwardMs = sharedGemm.forward;
-    w.sharedBackwardMs = sharedGemm.backwardInput + sharedGemm.backwardWeight;
-    w.mlpForwardMs = moe.forwardMs + w.sharedForwardMs;
-    w.mlpBackwardMs = moe.backwardInputMs + moe.backwardWeightMs + w.sharedBackwardMs;
-    const costparts::MoeCommExposure e = costparts::moeCommExposure(w, par);
-    ep.forward = {e.forward.exposedMs, e.forward.hiddenMs};
-    ep.backward = {e.backward.exposedMs, e.backward.hiddenMs};
-  }
-
-  // --- activations ---
   const bool keepScores = !k.flash && par.recompute == Recompute::None;
   const ActivationBytes act = activationBytes(k, keepScores);
-  double activation =
-      k.nc * (act.replicated / k.sp + (act.attention + act.mlp) / k.T + act.unsharded) + moe.activationBytes;
-  // W needs the inputs of the weight GEMMs: QKV and FC1 inputs (replicated unless SP), the
-  // projection and FC2 inputs (sharded), the experts' inputs.
-  double wgrad = k.nc * ((2.0 * k.lp * k.h) / k.sp + (k.lp * k.ho + k.lp * (k.moe ? k.shared * k.fe : k.f)) / k.T) +
-                 moe.weightGradBytes;
+  BlockSums s = blockSums(k, p, moe, act);
+  c.forwardHiddenCommMs = p.tp.forward.hiddenMs + p.cp.forward.hiddenMs + p.ep.forward.hiddenMs;
+  c.backwardInputHiddenCommMs = p.tp.backward.hiddenMs + p.cp.backward.hiddenMs + p.ep.backward.hiddenMs;
+  recompute(k, gpu, par, p, moe, act, s, c);
+  const std::int64_t gatherBufferBytes = shardedDataParallel(k, ctx, localParams, s, c);
 
-  const double gemmFwd = attnGemm.forward + mlpGemm.forward + sharedGemm.forward;
-  double forwardMs = gemmFwd + casts.forward + core.forwardMs + elementwiseFwdMs + moe.forwardMs +
-                     tp.forward.exposedMs + cp.forward.exposedMs + ep.forward.exposedMs;
-  double forwardCommMs = tp.forward.exposedMs + cp.forward.exposedMs + ep.forward.exposedMs;
-  double backwardInputMs = attnGemm.backwardInput + mlpGemm.backwardInput + sharedGemm.backwardInput +
-                           casts.backwardInput + core.backwardMs + elementwiseBwdMs + moe.backwardInputMs +
-                           tp.backward.exposedMs + cp.backward.exposedMs + ep.backward.exposedMs;
-  double backwardInputCommMs = tp.backward.exposedMs + cp.backward.exposedMs + ep.backward.exposedMs;
-  double backwardWeightMs =
-      attnGemm.backwardWeight + mlpGemm.backwardWeight + sharedGemm.backwardWeight + moe.backwardWeightMs;
-  double backwardWeightCommMs = 0;
-  c.forwardHiddenCommMs = tp.forward.hiddenMs + cp.forward.hiddenMs + ep.forward.hiddenMs;
-  c.backwardInputHiddenCommMs = tp.backward.hiddenMs + cp.backward.hiddenMs + ep.backward.hiddenMs;
-
-  // --- recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules) ---
-  if (par.recompute == Recompute::Full) {
-    // Only the layer input survives the forward (sequence-parallel: this rank's shard); the
-    // backward first replays the whole forward, collectives included. The replayed
-    // activations are transient (alive while this layer's backward runs).
-    c.recomputeBytes = toBytes(activation);
-    activation = kBf16 * k.nc * k.h / k.sp;
-    wgrad = 0;
-    backwardInputMs += forwardMs;
-    backwardInputCommMs += forwardCommMs;
-  } else if (par.recompute == Recompute::Selective) {
-    const std::uint32_t modules = par.selectiveModules();
-    if ((modules & kRecomputeCoreAttn) && !k.flash) {
-      // The attention core (scores, softmax, dropout) is replayed in B instead of held; with
-      // FlashAttention nothing s² is held and its backward already replays the scores, so the
-      // module changes nothing.
-      backwardInputMs += core.forwardMs;
-    }
-    if (modules & kRecomputeLayerNorm) {
-      // The norms' outputs (the QKV and MLP inputs) are dropped after the forward and the norms
-      // replayed in B.
-      activation -= k.nc * act.normOutputs / k.sp;
-      backwardInputMs += memoryMs(gpu, ew.norms);
-    }
-    if ((modules & kRecomputeMlaUpProj) && k.t.mla) {
-      // Megatron-Core's mla_up_proj: the up-projected Q, K, V are dropped after the attention and
-      // B replays the up projections from the kept latents.
-      activation -= k.nc * act.upProjOutputs / k.T;
-      for (const Gemm& gemm : g.attention) {
-        if (gemm.side == TpSide::ColumnParallel) backwardInputMs += gemmPasses(gpu, k.precision, {gemm}).forward;
-      }
-    }
-    if ((modules & kRecomputeMlp) && !k.moe) {
-      // Only the MLP's input is kept; B replays FC1, the activation and FC2 (with their casts).
-      activation -= k.nc * act.mlpInternal / k.T;
-      backwardInputMs += mlpGemm.forward + mlpCasts.forward + memoryMs(gpu, ew.mlpAct);
-    }
-    if (k.moe && (modules & kRecomputeMoe)) {
-      // The whole MoE block is replayed in B (its all-to-alls too) from its kept input.
-      activation -= k.nc * act.mlpInternal / k.T + moe.activationBytes;
-      backwardInputMs +=
-          moe.forwardMs + sharedGemm.forward + sharedCasts.forward + memoryMs(gpu, ew.sharedAct) + ep.forward.exposedMs;
-      backwardInputCommMs += ep.forward.exposedMs;
-    } else {
-      if (k.moe && (modules & kRecomputeMoeAct)) {
-        activation -= moe.actOutputBytes;
-        backwardInputMs += moe.expertActMs;
-      }
-      if (k.moe && (modules & kRecomputeSharedExperts)) {
-        activation -= k.nc * act.sharedInternal / k.T;
-        backwardInputMs += sharedGemm.forward + sharedCasts.forward + memoryMs(gpu, ew.sharedAct);
-      }
-    }
-    activation = std::max(activation, kBf16 * k.nc * k.h / k.sp);
-  }
-
-  // --- ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
-  // layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
-  // in bf16).
-  // ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
-  // produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
-  // accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). ---
-  std::int64_t gatherBufferBytes = 0;
-  if (par.zeroStage >= 2 && k.D > 1 && ctx.trainable) {
-    const double gradBytes = par.gradReduceInFp32 ? kFp32 : kBf16;
-    const double scatter = allGatherMs(ctx.links.data, static_cast<int>(k.D), gradBytes * localParams);
-    const Exposure wgt = overlapped(scatter, backwardWeightMs, 1.0, OverlapKind::Bulk);
-    backwardWeightMs += wgt.exposedMs;
-    backwardWeightCommMs += wgt.exposedMs;
-    c.backwardWeightHiddenCommMs += wgt.hiddenMs;
-  }
-  if (par.zeroStage >= 3 && k.D > 1 && ctx.trainable) {
-    const double gather = allGatherMs(ctx.links.data, static_cast<int>(k.D), kBf16 * localParams);
-    const Exposure fwd = overlapped(gather, forwardMs, 1.0, OverlapKind::Bulk);
-    const Exposure bwd = overlapped(gather, backwardInputMs, 1.0, OverlapKind::Bulk);
-    forwardMs += fwd.exposedMs;
-    forwardCommMs += fwd.exposedMs;
-    backwardInputMs += bwd.exposedMs;
-    backwardInputCommMs += bwd.exposedMs;
-    c.forwardHiddenCommMs += fwd.hiddenMs;
-    c.backwardInputHiddenCommMs += bwd.hiddenMs;
-    gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
-  }
-
-  c.forwardMs = forwardMs;
-  c.backwardInputMs = backwardInputMs;
-  c.backwardWeightMs = backwardWeightMs;
-  c.forwardCommMs = forwardCommMs;
-  c.backwardInputCommMs = backwardInputCommMs;
-  c.backwardWeightCommMs = backwardWeightCommMs;
-  c.activationBytes = toBytes(activation);
-  c.weightGradBytes = toBytes(std::min(wgrad, activation));
+  c.forwardMs = s.forwardMs;
+  c.backwardInputMs = s.backwardInputMs;
+  c.backwardWeightMs = s.backwardWeightMs;
+  c.forwardCommMs = s.forwardCommMs;
+  c.backwardInputCommMs = s.backwardInputCommMs;
+  c.backwardWeightCommMs = s.backwardWeightCommMs;
+  c.activationBytes = toBytes(s.activation);
+  c.weightGradBytes = toBytes(std::min(s.wgrad, s.activation));
   // Megatron sends the sequence-sharded hidden states (sequence parallel) or splits them over
   // the TP ranks and all-gathers on NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
   c.outputBytes = toBytes(kBf16 * k.nc * k.h / k.T);
-  c.communicationBytes = std::max({toBytes(moe.bufferBytes), toBytes(cpBufferBytes), gatherBufferBytes});
+  c.communicationBytes = std::max({toBytes(moe.bufferBytes), toBytes(p.cpBufferBytes), gatherBufferBytes});
   return c;
 }
 
@@ -762,8 +809,8 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
   const double C = std::max(1, ctx.parallel.context);
   const double sp = ctx.parallel.sequenceParallel ? T : 1.0;
   const double b = static_cast<double>(std::max<std::int64_t>(1, ctx.samplesPerMicrobatch));
-  const double h = static_cast<double>(t.hidden);
-  const double v = static_cast<double>(*t.vocab);
+  const auto h = static_cast<double>(t.hidden);
+  const auto v = static_cast<double>(*t.vocab);
   const double n = b * static_cast<double>(t.seq);
   const double nc = n / C;
   LayerCosts c;
@@ -813,8 +860,8 @@ LayerCosts embeddingCosts(const TransformerShape& t, const CostContext& ctx) {
   const double T = std::max(1, ctx.parallel.tensor);
   const double C = std::max(1, ctx.parallel.context);
   const double b = static_cast<double>(std::max<std::int64_t>(1, ctx.samplesPerMicrobatch));
-  const double h = static_cast<double>(t.hidden);
-  const double v = static_cast<double>(*t.vocab);
+  const auto h = static_cast<double>(t.hidden);
+  const auto v = static_cast<double>(*t.vocab);
   const double nc = b * static_cast<double>(t.seq) / C;
   LayerCosts c;
   c.modelParameters = v * h;
@@ -852,13 +899,13 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
   const double C = std::max(1, ctx.parallel.context);
   const double sp = ctx.parallel.sequenceParallel ? T : 1.0;
   const double b = static_cast<double>(std::max<std::int64_t>(1, ctx.samplesPerMicrobatch));
-  const double h = static_cast<double>(t.hidden);
+  const auto h = static_cast<double>(t.hidden);
   const double nc = b * static_cast<double>(t.seq) / C;
   const double wgradOut = 2.0 * (ctx.parallel.gradReduceInFp32 ? kFp32 : kBf16);
   const PassTimes proj =
       gemmPasses(ctx.gpu, ctx.precision, {{nc, h / T, 2.0 * h, 1, TpSide::ColumnParallel, true}}, wgradOut);
   const double norms = memoryMs(ctx.gpu, 2.0 * 2.0 * kBf16 * nc / sp * h);
-  const double depth = static_cast<double>(t.mtpLayers);
+  const auto depth = static_cast<double>(t.mtpLayers);
   LayerCosts c;
   auto add = [&](const LayerCosts& part) {
     c.forwardMs += depth * part.forwardMs;
