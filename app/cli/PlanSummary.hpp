@@ -1,5 +1,6 @@
 #pragma once
 // Human summary and --json output shared by `plan` and `simulate`.
+#include <array>
 #include <cstdio>
 #include <iostream>
 
@@ -36,28 +37,30 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
     out << "note: the plan uses " << c.totalGpus() << " of the cluster's " << clusterGpus << " GPUs"
         << (clusterGpus % c.totalGpus() != 0 ? " (T·C·P·D does not divide the cluster)" : "") << '\n';
   }
-  char line[320];
-  std::snprintf(line, sizeof line,
+  std::array<char, 320> line{};
+  std::snprintf(line.data(), line.size(),
                 "makespan %s   bubble ratio %.2f%%   iteration %s (gradient sync %s, optimizer %s)\n",
                 formatMs(m.makespanMs).c_str(), 100.0 * m.bubbleRatio, formatMs(m.iterationMs).c_str(),
                 formatMs(m.gradientSyncMs).c_str(), formatMs(m.optimizerMs).c_str());
-  out << line;
-  std::snprintf(line, sizeof line, "throughput %.2f samples/s, %.0f tokens/s, %.1f model TFLOP/s per GPU, MFU %.1f%%\n",
+  out << line.data();
+  std::snprintf(line.data(), line.size(),
+                "throughput %.2f samples/s, %.0f tokens/s, %.1f model TFLOP/s per GPU, MFU %.1f%%\n",
                 m.throughputSamplesPerS, m.tokensPerS, m.modelTflopsPerGpu, 100.0 * m.mfu);
-  out << line;
-  std::snprintf(line, sizeof line, "%6s  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", "device", "busy",
-                "span", "bubble", "peak memory", "params", "grads", "optimizer", "activation", "buffers", "margin");
-  out << line;
+  out << line.data();
+  std::snprintf(line.data(), line.size(), "%6s  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", "device",
+                "busy", "span", "bubble", "peak memory", "params", "grads", "optimizer", "activation", "buffers",
+                "margin");
+  out << line.data();
   for (std::size_t d = 0; d < m.devices.size(); ++d) {
     const DeviceMetrics& dm = m.devices[d];
     const MemoryBreakdown& mb = dm.memory;
     auto bytes = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
-    std::snprintf(line, sizeof line, "%6zu  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", d,
+    std::snprintf(line.data(), line.size(), "%6zu  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", d,
                   formatMs(dm.busyMs).c_str(), formatMs(dm.spanMs).c_str(), formatMs(dm.spanMs - dm.busyMs).c_str(),
                   bytes(dm.peakMemoryBytes).c_str(), bytes(mb.parameterBytes).c_str(), bytes(mb.gradientBytes).c_str(),
                   bytes(mb.optimizerBytes).c_str(), bytes(mb.activationBytes).c_str(),
                   bytes(mb.communicationBytes).c_str(), bytes(mb.marginBytes).c_str());
-    out << line;
+    out << line.data();
   }
 }
 

@@ -1,6 +1,7 @@
 #include "GuiText.hpp"
 
 #include <QRegularExpression>
+#include <array>
 
 namespace pipestudio::gui {
 
@@ -11,7 +12,7 @@ struct FlagName {
   const char* field;
 };
 // The solver panel's labels (MainWindow::buildSolverPanel) for pipestudio-cli plan's flags.
-constexpr FlagName kFlagNames[] = {
+constexpr auto kFlagNames = std::to_array<FlagName>({
     {"--schedule", "Schedule"},
     {"--devices", "Devices"},
     {"--microbatches", "Microbatches"},
@@ -33,7 +34,7 @@ constexpr FlagName kFlagNames[] = {
     {"--micro-batch-size", "Micro-batch size"},
     {"--optimizer-sync", "Optimizer sync"},
     {"--no-overlap-grad-reduce", "overlapped gradient reduction (off)"},
-};
+});
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 // as `file:line:col: /json/pointer: what (expected …)`.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <limits>
@@ -42,7 +43,7 @@ TEST_P(BadPlan, NamesFileLinePointerAndExpectation) {
   EXPECT_NE(message.find(c.what), std::string::npos) << message;
 }
 
-const Case kCases[] = {
+const auto kCases = std::to_array<Case>({
     {"plan-op-device-out-of-range.json", "/ops/1/device", 84, 17, "is 5 (expected an integer in [0, 1])"},
     {"plan-stage-device-out-of-range.json", "/virtual_stages/1/device", 67, 17, "is 7 (expected an integer in [0, 1])"},
     {"plan-op-stage-out-of-range.json", "/ops/2/virtual_stage", 93, 24, "is 9 (expected an integer in [0, 1])"},
@@ -59,7 +60,7 @@ const Case kCases[] = {
     // Found by fuzz_loaders: a virtual stage without "id" made the reader throw.
     {"plan-stage-missing-id.json", "/virtual_stages/1", 65, 5, "missing required field 'id'"},
     {"plan-op-time-wrong-type.json", "/ops/0/start_ms", 80, 19, "is a string (expected a number)"},
-};
+});
 
 template <typename T>
 std::string caseName(const ::testing::TestParamInfo<T>& testInfo) {

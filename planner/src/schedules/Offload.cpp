@@ -75,10 +75,11 @@ double firstGap(const std::vector<Busy>& busy, double fromMs, double lengthMs, d
 // negative value when there is none.
 double lastGap(const std::vector<Busy>& busy, double notBeforeMs, double lengthMs, double byMs) {
   double end = byMs;
-  for (auto it = busy.rbegin(); it != busy.rend(); ++it) {
-    if (it->startMs >= end) continue;
-    if (it->endMs + lengthMs <= end) break;
-    end = std::min(end, it->startMs);
+  for (std::size_t i = busy.size(); i-- > 0;) {
+    const Busy& b = busy[i];
+    if (b.startMs >= end) continue;
+    if (b.endMs + lengthMs <= end) break;
+    end = std::min(end, b.startMs);
   }
   return end - lengthMs >= notBeforeMs ? end - lengthMs : -1.0;
 }

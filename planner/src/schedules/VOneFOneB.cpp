@@ -103,7 +103,7 @@ bool keepRepetitions(Grid2& g, int m) {
         if (kind == 'B' || kind == 'b') {
           const char mark = kind == 'B' ? 'W' : 'w';
           for (int k = 0; k < kSlots && index + k < length; ++k) {
-            if (row[static_cast<std::size_t>(index + k)] != mark) continue;
+            if (row[static_cast<std::size_t>(index) + static_cast<std::size_t>(k)] != mark) continue;
             clearFrom(g, d, index + k - kSlots, -1);
             clearFrom(g, d, index + k + kSlots * m, 1);
             break;
@@ -226,7 +226,7 @@ std::optional<std::vector<std::vector<OrderedOp>>> vOneFOneBOrder(int p, int m) 
           kKinds[static_cast<std::size_t>(kind)];
     }
     std::string& row = g[static_cast<std::size_t>(d)];
-    row.reserve(static_cast<std::size_t>(repeats * kSlots));
+    row.reserve(static_cast<std::size_t>(repeats) * static_cast<std::size_t>(kSlots));
     for (int r = 0; r < repeats; ++r) row += unit;
   }
   if (!keepRepetitions(g, m) || !compactWarmUp(g, m)) return std::nullopt;

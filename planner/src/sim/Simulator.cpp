@@ -781,8 +781,10 @@ void Simulation::prepareTiming() {
         skeletonStart[d] + static_cast<std::int32_t>(m_skeleton.devices[static_cast<std::size_t>(d)].size());
   }
   for (const OverlapGroup& g : groups) {
-    const std::int32_t lead = m_copies ? m_skeletonOrder[static_cast<std::size_t>(skeletonStart[g.device] + g.first)]
-                                       : m_offset[g.device] + g.first;
+    const std::int32_t lead =
+        m_copies
+            ? m_skeletonOrder[static_cast<std::size_t>(skeletonStart[g.device]) + static_cast<std::size_t>(g.first)]
+            : m_offset[g.device] + g.first;
     m_groupSize[lead] = static_cast<std::int8_t>(g.size);
     for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + k] = 0;
   }
