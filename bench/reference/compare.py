@@ -2,7 +2,9 @@
 """PipeStudio's schedules against the Zero Bubble authors' reference schedulers.
 
 The reference is sail-sg/zero-bubble-pipeline-parallelism, files
-megatron/core/pipeline_parallel/zerobubble/scheduler/{graph,zb,zbv,v_auto_schedule,zbv_greedy}.py.
+megatron/core/pipeline_parallel/zerobubble/scheduler/{graph,zb,zbv,v_auto_schedule,zbv_greedy}.py,
+and for seq1f1b, v-1f1b and pipeoffload also {seq1f1b,v1f1b,group_interleaved_1f1b,offloading,passes,
+communication}.py (without those the three rows are skipped, with a note after the table).
 They are not part of PipeStudio and are never fetched by this script: copy them yourself into
 reference/zero-bubble/ at the repository root (ignored by git), or point --reference (or the
 environment variable PIPESTUDIO_ZB_REFERENCE) at a folder holding them. Without them the script
@@ -17,7 +19,10 @@ layer each); a transfer takes exactly the reference's cost_comm (output bytes ov
     python3 bench/reference/compare.py [--cli build/release/app/pipestudio-cli] [--quick]
 
 Prints one Markdown table (ours against the reference per schedule: wins / ties / losses on the
-makespan, worst and mean ratio, peak memory) and, with --details, one line per case.
+makespan, worst and mean ratio, peak memory), a second one for seq1f1b, v-1f1b and pipeoffload
+(also ours' peak activations against the reference's: lower / equal / higher), notes on what
+schedule CSV cannot carry (pipeoffload's host copies), and, with --details, one line per case.
+The reference's orders are cached in .reference-cache.json next to the CLI, or in --cache.
 """
 import argparse
 import contextlib
@@ -33,18 +38,30 @@ import tempfile
 import types
 
 REFERENCE_FILES = ["graph", "zb", "zbv", "v_auto_schedule", "zbv_greedy"]
+# seq1f1b, v-1f1b, pipeoffload (issue 31); passes.py imports communication.py and offloading.py.
+NEW_REFERENCE_FILES = ["seq1f1b", "v1f1b", "group_interleaved_1f1b", "offloading", "communication", "passes"]
 TIE = 1e-6  # relative makespan difference counted as a tie
 ACT = 1000  # activation bytes of one virtual stage (one layer) and microbatch
 
 
-def load_reference(folder):
+# The reference reads its command-line arguments through megatron.training.get_args():
+# seq1f1b.py the sequence splits, offloading.py whether save and resume overlap.
+REF_ARGS = types.SimpleNamespace(num_seq_splits=1, offload_overlap_sr=False)
+
+
+def load_reference(folder, files=REFERENCE_FILES):
     """Imports the reference modules from `folder` under their package names; torch and pulp
-    (imported by zb.py, used there only for a type annotation and pulp.value) are stubbed."""
+    (imported by zb.py, used there only for a type annotation and pulp.value) are stubbed, and
+    megatron.training.get_args returns REF_ARGS."""
     for name in ["torch", "pulp"]:
         stub = types.ModuleType(name)
         stub.Tensor = object
         stub.value = lambda x: x
         sys.modules.setdefault(name, stub)
+    if "megatron.training" not in sys.modules:
+        training = types.ModuleType("megatron.training")
+        training.get_args = lambda: REF_ARGS
+        sys.modules["megatron.training"] = training
     package = "megatron.core.pipeline_parallel.zerobubble.scheduler"
     parts = package.split(".")
     for i in range(1, len(parts) + 1):
@@ -54,7 +71,7 @@ def load_reference(folder):
             module.__path__ = []
             sys.modules[name] = module
     modules = {}
-    for f in REFERENCE_FILES:
+    for f in files:
         spec = importlib.util.spec_from_file_location(f"{package}.{f}", os.path.join(folder, f + ".py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[f"{package}.{f}"] = module
@@ -86,9 +103,12 @@ def model_doc(costs, wgrad_bytes, comm_ms):
             "layers": layers}
 
 
-def cluster_doc(devices, comm_ms):
-    return {"schema": "pipestudio.cluster/1", "name": "reference-compare",
-            "gpu": {"name": "gpu", "peak_tflops": 100, "memory_gib": 80, "efficiency": 0.5},
+def cluster_doc(devices, comm_ms, host_link_gbps=None):
+    """host_link_gbps: the GPU's host link (offloading); None names none."""
+    gpu = {"name": "gpu", "peak_tflops": 100, "memory_gib": 80, "efficiency": 0.5}
+    if host_link_gbps is not None:
+        gpu["host_link_gbps"] = host_link_gbps
+    return {"schema": "pipestudio.cluster/1", "name": "reference-compare", "gpu": gpu,
             "nodes": [{"host": "localhost", "gpus": devices}],
             "links": {"intra_node": {"bandwidth_gbps": transfer(comm_ms)[1], "latency_us": 0}}}
 
@@ -99,22 +119,28 @@ class Cli:
         self.workdir = workdir
         self.count = 0
 
-    def plan(self, case, schedule, chunks, csv_rows=None, memory_limit=None):
+    def plan(self, case, schedule, chunks, csv_rows=None, memory_limit=None, extra=(), host_link_gbps=None,
+             orders=False):
+        """extra: more plan arguments (--seq-splits K); host_link_gbps: the GPU's host link;
+        orders: also return each device's compute order as schedule CSV rows ("orders"), host
+        copies left out."""
         self.count += 1
         base = os.path.join(self.workdir, f"c{self.count}")
         with open(base + ".model.json", "w") as f:
             json.dump(model_doc(case["costs"], case["wgrad"], case["c"]), f)
         with open(base + ".cluster.json", "w") as f:
-            json.dump(cluster_doc(case["p"], case["c"]), f)
+            json.dump(cluster_doc(case["p"], case["c"], host_link_gbps), f)
         args = [self.exe, "plan", "--model", base + ".model.json", "--cluster", base + ".cluster.json",
                 "--schedule", schedule, "--devices", str(case["p"]), "--microbatches", str(case["m"]),
-                "--chunks", str(chunks), "--partition", "uniform", "--json"]
+                "--chunks", str(chunks), "--partition", "uniform", "--json"] + list(extra)
         if csv_rows is not None:
             with open(base + ".csv", "w") as f:
                 f.write("\n".join(",".join(row) for row in csv_rows) + "\n")
             args += ["--csv", base + ".csv"]
         if memory_limit is not None:
             args += ["--memory-limit", str(memory_limit)]
+        if orders:
+            args += ["-o", base + ".plan.json"]
         run = subprocess.run(args, capture_output=True, text=True)
         if run.returncode != 0:
             return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
@@ -126,6 +152,15 @@ class Cli:
                "peak": max(d["peak_activation_bytes"] for d in devices) / ACT}
         if "zb_auto" in doc:
             out["published"] = doc["zb_auto"].get("published_heuristic_makespan_ms", 0)
+        if orders:
+            with open(base + ".plan.json") as f:
+                ops = json.load(f)["ops"]
+            letters = {"F": "F", "B": "I", "W": "W", "BW": "B"}
+            out["orders"] = [[f"{o['virtual_stage']}{letters[o['kind']]}{o['microbatch']}"
+                              for o in sorted((o for o in ops if o["device"] == d and o["kind"] in letters),
+                                              key=lambda o: (o["start_ms"], o["end_ms"]))]
+                             for d in range(case["p"])]
+            out["copies"] = sum(1 for o in ops if o["kind"] in ("D2H", "H2D"))
         return out
 
 
@@ -213,6 +248,86 @@ def ref_zb(ref, case, limit_units):
     return rows
 
 
+def basic_config(ref, case, chunks, split=1, fused=False):
+    """graph.py GraphConfig of a uniform case (the reference's schedulers read cost_*[0]), costs
+    divided by `split` (one sequence chunk of a microbatch). fused: cost_b holds B + W and cost_w
+    0, for the reference's own timing of fused backwards (passes.py add_time costs BW as
+    `config.cost_b + config.cost_w`, a concatenation of lists indexed by stage: B alone)."""
+    f, b, w = (float(x) / split for x in case["costs"][0])
+    if fused:
+        b, w = b + w, 0.0
+    config = ref["graph"].GraphConfig.basic_config(f, b, w, case["p"], case["m"], chunks)
+    config.cost_comm = float(case["c"])
+    return config
+
+
+def own_timing(ref, config, order, split=1):
+    """The reference's own cost model (passes.py add_time: each device runs its order, a pass
+    waits for its predecessor layer group plus cost_comm across devices): makespan, worst device
+    bubble, and peak activations (F adds one, BW or W frees one; a sequence chunk is 1/split)."""
+    timed = ref["passes"].add_time(config, order)
+    makespan = max(n.completion_time for row in timed for n in row)
+    bubble, peak = 0.0, 0
+    for row in timed:
+        busy = sum(n.completion_time - n.start_time for n in row)
+        bubble = max(bubble, row[-1].completion_time - row[0].start_time - busy)
+        live = 0
+        for n in row:
+            live += 1 if str(n.type) == "F" else -1 if str(n.type) in ("BW", "W") else 0
+            peak = max(peak, live)
+    return {"makespan": makespan, "bubble": bubble, "peak": peak / split}
+
+
+def ref_seq1f1b(ref, case, splits):
+    """seq1f1b.py create_schedule (--num-seq-splits K): per-device order of (F or fused BW,
+    microbatch, sequence chunk); chunk k of microbatch u is our microbatch u·K + k. Also the
+    reference's own timing of that order (costs divided by K)."""
+    REF_ARGS.num_seq_splits = splits
+    config = basic_config(ref, case, 1)
+    order = quiet(ref["seq1f1b"].create_schedule, config)
+    rows = [[f"{n.layer_group_idx}{'F' if str(n.type) == 'F' else 'B'}{n.microbatch * splits + n.seq_split_idx}"
+             for n in row] for row in order]
+    config = basic_config(ref, case, 1, splits, fused=True)
+    config.cost_comm /= splits  # a chunk's transfer carries 1/K of the tokens (ours: 1/K of the bytes)
+    return {"rows": rows, "own": own_timing(ref, config, order, splits)}
+
+
+def ref_v1f1b(ref, case):
+    """v1f1b.py create_schedule (--enable-1f1b-v): one V per device, F and fused BW. Also its own
+    timing (passes.py)."""
+    config = basic_config(ref, case, 2)
+    try:
+        order = quiet(ref["v1f1b"].create_schedule, config)
+    except (AssertionError, KeyError, IndexError, ValueError, RecursionError):
+        return None
+    rows = [[f"{n.layer_group_idx}{'F' if str(n.type) == 'F' else 'B'}{n.microbatch}" for n in row] for row in order]
+    return {"rows": rows, "own": own_timing(ref, basic_config(ref, case, 2, fused=True), order)}
+
+
+def ref_group_interleaved(ref, case, group, offload_time):
+    """group_interleaved_1f1b.py create_schedule (--interleave-group-size `group`, two chunks) and,
+    with offload_time, offloading.py add_offload (--cpu-offload --offload-chunk-num 1
+    --offload-time): the compute order as CSV rows (F, B input gradient, W; linear placement) and
+    the reference's own peak activations with its offload passes (offloading.get_peak_memory).
+    None when the reference refuses the group size or cannot place the offloads."""
+    config = basic_config(ref, case, 2)
+    gi = ref["group_interleaved_1f1b"]
+    try:
+        order = quiet(gi.create_schedule, config, cpu_offload=offload_time is not None, recompute_granularity=None,
+                      recompute_method=None, recompute_num_layers=None, interleave_group_size=group,
+                      offload_chunk_num=1)
+        rows = [[f"{n.layer_group_idx}{kind_letter(str(n.type))}{n.microbatch}" for n in row] for row in order]
+        out = {"rows": rows}
+        if offload_time is not None:
+            timed = ref["passes"].add_time(config, order)
+            offloaded = quiet(ref["offloading"].add_offload, config, timed, offload_time)
+            out["peak"] = max(ref["offloading"].get_peak_memory(offloaded))
+            out["copies"] = sum(1 for row in offloaded for n in row if str(n.type) == "OFFLOAD_SEND_START")
+        return out
+    except (AssertionError, KeyError, IndexError, ValueError, ZeroDivisionError, RuntimeError):
+        return None
+
+
 # --- cases ----------------------------------------------------------------------------------
 
 def uniform_case(p, m, f, b, w, c, wgrad, chunks):
@@ -260,6 +375,53 @@ def zb_cases(rng, quick):
     return cases
 
 
+def seq1f1b_cases(rng, quick):
+    """p ∈ {2, 4, 8} × K ∈ {2, 4}, m ∈ {p, 2p, 4p} training microbatches."""
+    cases = []
+    for p in (2, 4, 8):
+        for splits in (2, 4):
+            for _ in range(1 if quick else 3):
+                f, b, w = (rng.randint(50, 150) for _ in range(3))
+                case = uniform_case(p, p * rng.choice([1, 2, 4]), f, b, w, rng.choice([0, rng.randint(1, 20)]), ACT, 1)
+                case["splits"] = splits
+                cases.append(case)
+    return cases
+
+
+def v1f1b_cases(rng, quick):
+    """p ∈ {2, 4, 8}, m ∈ {p, 2p, 3p, 4p}; the first per p with equal passes and no transfer."""
+    cases = []
+    for p in (2, 4, 8):
+        cases.append(uniform_case(p, 4 * p, 100, 100, 100, 0, ACT, 2))
+        for _ in range(1 if quick else 4):
+            f, b, w = (rng.randint(50, 150) for _ in range(3))
+            cases.append(uniform_case(p, p * rng.choice([1, 2, 3, 4]), f, b, w, rng.choice([0, rng.randint(1, 20)]),
+                                      ACT, 2))
+    return cases
+
+
+def pipeoffload_cases(rng, quick):
+    """p ∈ {2, 4, 8}, m ∈ {p, 2p, 4p}, two chunks, --offload-time 0.25 or 0.5 (one copy takes that
+    share of a stage's F + B + W; 1.0, the reference's default, mostly fails its own offload
+    placement at these sizes)."""
+    cases = []
+    for p in (2, 4, 8):
+        for offload_time in (0.25, 0.5):
+            for _ in range(1 if quick else 3):
+                f, b, w = (rng.randint(50, 150) for _ in range(3))
+                case = uniform_case(p, p * rng.choice([1, 2, 4]), f, b, w, rng.choice([0, rng.randint(1, 20)]), ACT, 2)
+                case["offload_time"] = offload_time
+                cases.append(case)
+    return cases
+
+
+def host_link_gbps(case):
+    """Host link (GB/s) over which one chunk activation (ACT bytes) takes the reference's
+    parallel_offload_time = offload_time · (F + B + W)."""
+    copy_ms = case["offload_time"] * sum(case["costs"][0])
+    return ACT / (copy_ms * 1e6)
+
+
 # --- comparison -----------------------------------------------------------------------------
 
 class Tally:
@@ -267,6 +429,7 @@ class Tally:
         self.name, self.reference = name, reference
         self.wins = self.ties = self.losses = self.ref_failed = self.ours_failed = self.over = 0
         self.ratios = []
+        self.peaks = []  # (ours, reference) peak activations
         self.lines = []
 
     def add(self, label, ours, ref, limit=None):
@@ -280,6 +443,7 @@ class Tally:
             return
         ratio = ours["makespan"] / ref["makespan"]
         self.ratios.append(ratio)
+        self.peaks.append((ours["peak"], ref["peak"]))
         if ratio < 1 - TIE:
             self.wins += 1
         elif ratio > 1 + TIE:
@@ -302,6 +466,102 @@ class Tally:
                 f"{100 * worst:+.2f}% | {100 * best:+.2f}% | {100 * mean:+.2f}% | {self.over} | {failed} |")
 
 
+    def row_with_peaks(self):
+        """The row of the second table: also the peak activations, ours against the reference's
+        (lower / equal / higher, and the worst ratio)."""
+        n = len(self.ratios)
+        worst = max(self.ratios) - 1 if n else 0
+        best = min(self.ratios) - 1 if n else 0
+        mean = sum(self.ratios) / n - 1 if n else 0
+        lower = sum(1 for o, r in self.peaks if o < r - 1e-9)
+        higher = sum(1 for o, r in self.peaks if o > r + 1e-9)
+        peak_worst = max((o / r for o, r in self.peaks if r > 0), default=1) - 1
+        failed = f"{self.ours_failed} / {self.ref_failed}"
+        return (f"| {self.name} | {self.reference} | {n} | {self.wins} / {self.ties} / {self.losses} | "
+                f"{100 * worst:+.2f}% | {100 * best:+.2f}% | {100 * mean:+.2f}% | "
+                f"{lower} / {n - lower - higher} / {higher} | {100 * peak_worst:+.2f}% | {self.over} | {failed} |")
+
+
+NEW_NOTES = [
+    "seq1f1b: the reference's order is re-timed with `--schedule custom --csv --seq-splits K` (chunk k of "
+    "microbatch u is CSV microbatch u·K + k; each chunk waits for its microbatch's earlier chunks on its stage). "
+    "The own-timing row is passes.py add_time on the same order (no such wait; BW costed B + W; a chunk's "
+    "transfer c/K).",
+    "pipeoffload: schedule CSV has no host copies, so the reference's compute order (offload passes dropped) is "
+    "re-timed and its peak is offloading.py's own count with its offload passes (get_peak_memory); ours is the "
+    "plan with its D2H/H2D copies, under --memory-limit at the reference's peak. The reference's makespan ignores "
+    "its OFFLOAD_BARRIER waits (its runtime's, not modelled by any cost model of its own).",
+]
+
+
+def compare_new(ref, cli, args, only, reference_rows, label):
+    """seq1f1b, v-1f1b and pipeoffload against seq1f1b.py, v1f1b.py and group_interleaved_1f1b.py
+    (+ offloading.py)."""
+    tallies = []
+    if not only or "seq1f1b" in only:
+        t = Tally("seq1f1b", "seq1f1b.py")
+        own = Tally("seq1f1b", "seq1f1b.py (its own timing)")
+        for case in seq1f1b_cases(random.Random(args.seed + 3), args.quick):
+            splits = case["splits"]
+            extra = ["--seq-splits", str(splits)]
+            theirs = reference_rows(cache_key("seq1f1b", case), lambda: ref_seq1f1b(ref, case, splits))
+            ours = cli.plan(case, "seq1f1b", 1, extra=extra)
+            t.add(label(case) + f" K={splits}", ours, cli.plan(case, "custom", 1, theirs["rows"], extra=extra))
+            own.add(label(case) + f" K={splits}", ours, theirs["own"])
+        tallies += [t, own]
+    if not only or "v-1f1b" in only:
+        t = Tally("v-1f1b", "v1f1b.py")
+        own = Tally("v-1f1b", "v1f1b.py (its own timing)")
+        for case in v1f1b_cases(random.Random(args.seed + 4), args.quick):
+            theirs = reference_rows(cache_key("v1f1b", case), lambda: ref_v1f1b(ref, case))
+            ours = cli.plan(case, "v-1f1b", 2)
+            t.add(label(case), ours, cli.plan(case, "custom", 2, theirs["rows"]) if theirs else None)
+            own.add(label(case), ours, theirs["own"] if theirs else None)
+        tallies += [t, own]
+    if not only or "pipeoffload" in only:
+        order = Tally("pipeoffload's compute order", "group_interleaved_1f1b.py (fastest group)")
+        offload = Tally("pipeoffload", "group_interleaved_1f1b.py + offloading.py")
+        for case in pipeoffload_cases(random.Random(args.seed + 5), args.quick):
+            p = case["p"]
+            gbps = host_link_gbps(case)
+            text = label(case) + f" offload-time={case['offload_time']}"
+            # Without offloading: the reference's every group size, its fastest against our order.
+            best = None
+            for group in range(1, p + 1):
+                theirs = reference_rows(cache_key("group_interleaved", case, group),
+                                        lambda: ref_group_interleaved(ref, case, group, None))
+                timed = cli.plan(case, "custom", 2, theirs["rows"]) if theirs else None
+                if timed and "error" not in timed and (
+                        best is None or (timed["makespan"], timed["peak"]) < (best["makespan"], best["peak"])):
+                    best = dict(timed, group=group)
+            ours = cli.plan(case, "pipeoffload", 2, extra=["--offload-ratio", "0.5"], host_link_gbps=gbps, orders=True)
+            ours_order = cli.plan(case, "custom", 2, ours["orders"]) if "error" not in ours else ours
+            order.add(text + (f" group={best['group']}" if best else ""), ours_order, best)
+            # With offloading (one chunk of two): the reference's smallest peak (then fastest).
+            best = None
+            for group in range(1, p + 1):
+                theirs = reference_rows(cache_key("offloading", case, group),
+                                        lambda: ref_group_interleaved(ref, case, group, case["offload_time"]))
+                timed = cli.plan(case, "custom", 2, theirs["rows"]) if theirs else None
+                if timed and "error" not in timed:
+                    timed = dict(timed, peak=theirs["peak"], group=group)
+                    if best is None or (timed["peak"], timed["makespan"]) < (best["peak"], best["makespan"]):
+                        best = timed
+            if best is None:
+                offload.add(text, ours, None)
+                continue
+            ours = cli.plan(case, "pipeoffload", 2, extra=["--offload-ratio", "0.5"], host_link_gbps=gbps,
+                            memory_limit=int(best["peak"] * ACT))
+            above = 1
+            while "error" in ours and above <= 2 * p:  # nothing of ours fits the reference's peak: our smallest
+                ours = cli.plan(case, "pipeoffload", 2, extra=["--offload-ratio", "0.5"], host_link_gbps=gbps,
+                                memory_limit=int((best["peak"] + above) * ACT))
+                above += 1
+            offload.add(text + f" group={best['group']}", ours, best, limit=best["peak"])
+        tallies += [order, offload]
+    return tallies
+
+
 def cache_key(*parts):
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -314,7 +574,10 @@ def main():
     ap.add_argument("--cli", default=os.path.join(root, "build", "release", "app", "pipestudio-cli"))
     ap.add_argument("--quick", action="store_true", help="fewer cases")
     ap.add_argument("--details", action="store_true", help="one line per case")
-    ap.add_argument("--only", default="", help="comma-separated: zb-v,v-half,v-min,zb-auto")
+    ap.add_argument("--only", default="",
+                    help="comma-separated: zb-v,v-half,v-min,zb-auto,seq1f1b,v-1f1b,pipeoffload")
+    ap.add_argument("--cache", default="", help="the reference orders' cache (default: .reference-cache.json "
+                                                "next to the CLI)")
     ap.add_argument("--seed", type=int, default=2024)
     args = ap.parse_args()
     missing = [f for f in REFERENCE_FILES if not os.path.isfile(os.path.join(args.reference, f + ".py"))]
@@ -326,9 +589,13 @@ def main():
     if not os.access(args.cli, os.X_OK):
         print(f"reference comparison skipped: {args.cli} is not built")
         return 0
-    ref = load_reference(args.reference)
     only = set(filter(None, args.only.split(",")))
-    cache_path = os.path.join(os.path.dirname(args.cli), ".reference-cache.json")
+    new_names = {"seq1f1b", "v-1f1b", "pipeoffload"}
+    new_wanted = not only or bool(only & new_names)
+    new_missing = [f for f in NEW_REFERENCE_FILES if not os.path.isfile(os.path.join(args.reference, f + ".py"))]
+    new_files = [] if new_missing or not new_wanted else NEW_REFERENCE_FILES
+    ref = load_reference(args.reference, REFERENCE_FILES + new_files)
+    cache_path = args.cache or os.path.join(os.path.dirname(args.cli), ".reference-cache.json")
     try:
         with open(cache_path) as f:
             cache = json.load(f)
@@ -380,16 +647,33 @@ def main():
                 if "published" in ours:
                     port.add(label(case), dict(ours, makespan=ours["published"]), theirs)
             tallies += [t, port]
+        new_tallies = [] if new_missing or not new_wanted else compare_new(ref, cli, args, only, reference_rows, label)
     with open(cache_path, "w") as f:
         json.dump(cache, f)
 
     commit = "39f2c186a27580b7051eb51e0f651e1efd0a8170"
     print(f"Reference: sail-sg/zero-bubble-pipeline-parallelism @ {commit[:12]} (files in {args.reference})")
-    print()
-    print("| schedule | reference | cases | wins / ties / losses | worst | best | mean | over limit | failed (ours / ref) |")
-    print("|---|---|---:|---|---:|---:|---:|---:|---|")
-    for t in tallies:
-        print(t.row())
+    if tallies or not new_wanted:
+        print()
+        print("| schedule | reference | cases | wins / ties / losses | worst | best | mean | over limit | failed (ours / ref) |")
+        print("|---|---|---:|---|---:|---:|---:|---:|---|")
+        for t in tallies:
+            print(t.row())
+    if new_wanted and new_missing:
+        print()
+        print(f"seq1f1b, v-1f1b and pipeoffload skipped: {args.reference} lacks "
+              f"{', '.join(f + '.py' for f in new_missing)}")
+    elif new_tallies:
+        print()
+        print("| schedule | reference | cases | wins / ties / losses | worst | best | mean | "
+              "peak lower / equal / higher | worst peak | over limit | failed (ours / ref) |")
+        print("|---|---|---:|---|---:|---:|---:|---|---:|---:|---|")
+        for t in new_tallies:
+            print(t.row_with_peaks())
+        print()
+        for note in NEW_NOTES:
+            print(note)
+        tallies += new_tallies
     if args.details:
         for t in tallies:
             print(f"\n{t.name} vs {t.reference}:")
