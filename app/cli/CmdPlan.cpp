@@ -37,7 +37,7 @@ struct PlanOptions {
   int unit = 0;                        // zeropp: microbatches per scheduling unit (0: the schedule's default)
   int seqSplits = 1;                   // seq1f1b: sequence chunks per microbatch
   std::string seqSplit = "balanced";   // where the chunk boundaries fall
-  double offloadRatio = 0;             // share of activations offloaded to host memory (PipeOffload)
+  std::optional<double> offloadRatio;  // share of activations offloaded to host memory (PipeOffload)
   double exactTimeLimitS = 30;
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
@@ -155,7 +155,13 @@ int runPlan(const PlanOptions& o) {
     return kExitUsage;
   }
   if (o.microbatches > 0) cfg.microbatches = o.microbatches * o.seqSplits;
-  cfg.offloadRatio = o.offloadRatio;
+  if (o.offloadRatio && *o.offloadRatio == 0 && o.schedule == "pipeoffload") {
+    // PlanConfig's 0 is "the schedule's default" for pipeoffload (one chunk per device).
+    std::cerr << "plan: --offload-ratio 0: pipeoffload always offloads (expected a ratio in (0, 1]; without "
+                 "offloading plan interleaved-1f1b or another one-pipeline schedule)\n";
+    return kExitUsage;
+  }
+  cfg.offloadRatio = o.offloadRatio.value_or(0.0);
   if (o.globalBatch > 0) cfg.globalBatch = o.globalBatch;
   if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);

@@ -248,7 +248,8 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
   if (!(cfg.offloadRatio >= 0.0 && cfg.offloadRatio <= 1.0)) {
     return Error{"--offload-ratio must be in [0, 1], got " + std::to_string(cfg.offloadRatio)};
   }
-  if (cfg.offloadRatio > 0) {
+  // pipeoffload offloads at its default ratio when none is given (its configure step).
+  if (cfg.offloadRatio > 0 || name == "pipeoffload") {
     if (generator.pipelines() != 1 || cfg.overlapForwardBackward) {
       return Error{"--offload-ratio: " + name +
                    " holds the model twice or overlaps forward and backward passes (expected a one-pipeline schedule "
@@ -257,7 +258,8 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
     for (int d = 0; d < cfg.devices; ++d) {
       const GpuSpec& gpu = deviceGpu(request.cluster, cfg, d);
       if (gpu.hostLinkGBps <= 0) {
-        return Error{"--offload-ratio: GPU '" + gpu.name + "' of device " + str(d) +
+        return Error{std::string(name == "pipeoffload" ? "pipeoffload" : "--offload-ratio") + ": GPU '" + gpu.name +
+                     "' of device " + str(d) +
                      " names no host link bandwidth (expected host_link_gbps on the cluster's gpu, or a catalogue "
                      "GPU that has it)"};
       }

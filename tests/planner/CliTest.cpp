@@ -163,6 +163,16 @@ TEST_F(Cli, SequenceSplitsAndOffloadingExitWithTheReason) {
   EXPECT_NE(r.out.find("--offload-ratio"), std::string::npos) << r.out;
   r = run(base + "--schedule seq1f1b --seq-splits 8000");
   EXPECT_EQ(r.status, 2) << r.out;
+  // pipeoffload always offloads: an explicit 0 is refused, not read as its default.
+  r = run(base + "--schedule pipeoffload --offload-ratio 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("pipeoffload always offloads"), std::string::npos) << r.out;
+  // A GPU without a host link: pipeoffload is refused as any offloading is, not run without copies.
+  r = run("plan --model " + model + " --cluster " + kResources +
+          "/clusters/workstation-2gpu.json --devices 2 --microbatches 4 --schedule pipeoffload");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("pipeoffload: GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("host link"), std::string::npos) << r.out;
 
   const fs::path dir = fs::temp_directory_path() / ("ps-cli-seq-" + std::to_string(::getpid()));
   fs::create_directories(dir);
