@@ -2,11 +2,11 @@
 // Memory Optimization", §4): the group-interleaved 1F1B schedule built for activation
 // offloading, with the activations of the first chunks offloaded to host memory between their
 // forward and backward (PlanConfig::offloadRatio; Offload.cpp). Interleaving over v chunks
-// in groups of g microbatches (⌈p/2⌉ ≤ g ≤ p) spreads a device's activation memory evenly over
+// in groups of g microbatches (1 ≤ g ≤ p) spreads a device's activation memory evenly over
 // time instead of the build-up of 1F1B-I's warm-up, so offloading the long-lived chunk-0
 // activations cuts the peak better than linearly (the paper's selective offload).
 //
-// Candidates, for each group size g from ⌈p/2⌉ to p (three sizes on more than 16 devices: ⌈p/2⌉,
+// Candidates, for each group size g from 1 to p (three sizes on more than 16 devices: ⌈p/2⌉,
 // the authors' minimum, p):
 //   - the authors' group building block (sail-sg/zero-bubble-pipeline-parallelism @ 39f2c18,
 //     zerobubble/scheduler/group_interleaved_1f1b.py, GroupBuildingBlockScheduler without
@@ -17,7 +17,7 @@
 //     order from 3 slots per device below the last chunk's first forward, each W right after its
 //     B; the block repeated per group, shifted so chunk c + 1 starts after chunk c reached the
 //     last device, squeezed (g > 1) to the first slot after each pass's input;
-//   - Megatron-LM's interleaved order with groups of g (interleavedOrder), each backward split
+//   - Megatron-LM's interleaved order with groups of g ≥ ⌈p/2⌉ (interleavedOrder), each backward split
 //     into B and its W right after it;
 // each with the offload pass, timed by the simulator. The fastest wins (then the smaller peak);
 // under a memory limit (or the GPU's memory) the fastest that fits, else the smallest peak.
@@ -263,7 +263,9 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
   const int minGroup = minimumGroupSize(input);
   std::vector<int> sizes;
   if (p <= 16) {
-    for (int g = (p + 1) / 2; g <= p; ++g) sizes.push_back(g);
+    // Below ⌈p/2⌉ the authors' block still builds (their offloading search reaches its lowest
+    // peaks with groups of 1–3): the smaller the group, the fewer activations in flight.
+    for (int g = 1; g <= p; ++g) sizes.push_back(g);
   } else {
     sizes = {(p + 1) / 2, minGroup, p};
   }
@@ -272,7 +274,7 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
   std::vector<std::vector<std::vector<OrderedOp>>> orders;
   for (const int g : sizes) {
     if (auto own = groupInterleavedOrder(p, m, v, g, minGroup)) orders.push_back(std::move(*own));
-    if (m >= g) {
+    if (m >= g && 2 * g >= p) {
       // Megatron's order fuses the backward; pipeoffload splits it (each W right after its B,
       // as in the building block), which times the same and frees the activations as early.
       auto fused = interleavedOrder(input, g);
