@@ -21,6 +21,9 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
     out << "sequence: " << c.trainingMicrobatches() << " microbatches × " << c.seqSplits << " chunks (" << c.seqSplit
         << " split)\n";
   }
+  if (c.offloadRatio <= 0 && c.schedule == "pipeoffload") {
+    out << "offload: none (the cluster's GPU names no host link: the group-interleaved order alone)\n";
+  }
   if (c.offloadRatio > 0) {
     std::size_t copies = 0;
     for (const Op& op : plan.ops) copies += isHostCopy(op.kind) ? 1 : 0;

@@ -248,8 +248,7 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
   if (!(cfg.offloadRatio >= 0.0 && cfg.offloadRatio <= 1.0)) {
     return Error{"--offload-ratio must be in [0, 1], got " + std::to_string(cfg.offloadRatio)};
   }
-  // pipeoffload offloads at its default ratio when none is given (its configure step).
-  if (cfg.offloadRatio > 0 || name == "pipeoffload") {
+  if (cfg.offloadRatio > 0) {
     if (generator.pipelines() != 1 || cfg.overlapForwardBackward) {
       return Error{"--offload-ratio: " + name +
                    " holds the model twice or overlaps forward and backward passes (expected a one-pipeline schedule "
@@ -258,8 +257,7 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
     for (int d = 0; d < cfg.devices; ++d) {
       const GpuSpec& gpu = deviceGpu(request.cluster, cfg, d);
       if (gpu.hostLinkGBps <= 0) {
-        return Error{std::string(name == "pipeoffload" ? "pipeoffload" : "--offload-ratio") + ": GPU '" + gpu.name +
-                     "' of device " + str(d) +
+        return Error{"--offload-ratio: GPU '" + gpu.name + "' of device " + str(d) +
                      " names no host link bandwidth (expected host_link_gbps on the cluster's gpu, or a catalogue "
                      "GPU that has it)"};
       }
@@ -396,6 +394,13 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   PlanConfig configured = cfg;
   configured.schedule = std::string(generator->name());  // PyTorch's name → ours
   generator->configure(configured);
+  if (cfg.offloadRatio <= 0 && configured.offloadRatio > 0) {
+    // A schedule's default offloading (pipeoffload's) needs a host link on every device; without
+    // one the plan is its order alone and says so (offload ratio 0), not a ratio nothing honours.
+    for (int d = 0; d < cfg.devices; ++d) {
+      if (deviceGpu(request.cluster, cfg, d).hostLinkGBps <= 0) configured.offloadRatio = 0;
+    }
+  }
   if (configured.seqSplits > 1) {
     // Every layer is costed once per sequence chunk: bound that before costing.
     std::int64_t layers = 0;
