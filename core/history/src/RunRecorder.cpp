@@ -33,14 +33,27 @@ Status RunRecorder::finish(RunStatus outcome, std::string_view message) {
   if (!started()) return Error{"no run was started, so none can be finished"};
   RunStatus status = outcome;
   std::string why(message);
+  Status failure;  // the first flush that could not be written
   for (auto& ingest : m_ingest) {
-    if (auto st = ingest->flush(); !st) return st;
+    if (auto st = ingest->flush(); !st) {
+      // Disk full at the last flush: what was committed stays and the run is still marked (it
+      // would otherwise stay "running" and read as interrupted), then the failure is returned.
+      if (failure) failure = st;
+      if (status == RunStatus::Complete) {
+        status = RunStatus::Incomplete;
+        why = st.message();
+      }
+      continue;
+    }
     if (status == RunStatus::Complete && ingest->suggestedStatus() != RunStatus::Complete) {
       status = ingest->suggestedStatus();
       why = ingest->problem();
     }
   }
-  return m_store.finishRun(m_run, status, status == RunStatus::Complete ? std::string_view{} : std::string_view(why));
+  auto finished =
+      m_store.finishRun(m_run, status, status == RunStatus::Complete ? std::string_view{} : std::string_view(why));
+  if (!failure) return failure;
+  return finished;
 }
 
 }  // namespace pipestudio::history

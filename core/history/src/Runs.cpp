@@ -211,7 +211,14 @@ Expected<RunId> HistoryStore::beginRun(const RunInfo& info) {
 
 Status HistoryStore::finishRun(RunId id, RunStatus status, std::string_view error) {
   Impl& im = *m_impl;
-  if (auto st = im.commit(); !st) return st;
+  // A last batch that cannot be written (disk full) is dropped whole and its space is free
+  // again: the run is still marked, incomplete with the reason, never left "running".
+  Status committed = im.commit();
+  std::string reason(error);
+  if (!committed) {
+    if (status == RunStatus::Complete) status = RunStatus::Incomplete;
+    if (reason.empty()) reason = committed.message();
+  }
   Statement st(im.db,
                "UPDATE runs SET status = ?2, finished_ms = ?3, error = CASE WHEN ?4 = '' THEN error ELSE ?4 END, "
                "events = (SELECT COUNT(*) FROM events WHERE " RUN_EVENT_RANGE ") WHERE id = ?1",
@@ -219,11 +226,11 @@ Status HistoryStore::finishRun(RunId id, RunStatus status, std::string_view erro
   st.bind(1, id);
   st.bind(2, runStatusName(status));
   st.bind(3, nowUnixMs());
-  st.bind(4, error);
+  st.bind(4, reason);
   if (st.step() != SQLITE_DONE) return Error{withPath(im.path, detail::lastError(im.db))};
   if (sqlite3_changes(im.db) != 1) return Error{withPath(im.path, "no run with id " + std::to_string(id))};
   im.runs.erase(id);
-  return {};
+  return committed;
 }
 
 }  // namespace pipestudio::history
