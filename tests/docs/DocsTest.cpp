@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/common/Text.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -114,24 +116,6 @@ char32_t nextCodePoint(const std::string& s, std::size_t& i) {
   return cp;
 }
 
-void appendUtf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // GitHub's heading id: the heading's text, lower-cased, without punctuation or symbols (it
 // keeps letters, digits, '_', '-' and turns spaces into '-'). Non-ASCII letters are kept for
 // Latin-1, Latin Extended and Greek; other non-ASCII characters (arrows, ×, —) are dropped.
@@ -153,7 +137,7 @@ std::string headingId(std::string text) {
     const bool letter = latin || (cp >= 0x370 && cp <= 0x3FF) || cp == 0xB5 || cp == 0xAA || cp == 0xBA;
     if (!letter) continue;
     if (cp >= 0xC0 && cp <= 0xDE) cp += 0x20;  // Latin-1 capitals
-    appendUtf8(id, cp);
+    pipestudio::appendUtf8(id, cp);
   }
   return id;
 }

@@ -69,35 +69,38 @@ namespace {
 // Length of the valid UTF-8 sequence starting at text[i], or 0 when none starts there
 // (RFC 3629 §4: the second byte's range depends on the lead byte).
 std::size_t utf8SequenceLength(std::string_view text, std::size_t i) {
-  const auto lead = static_cast<unsigned char>(text[i]);
-  if (lead < 0x80) return 1;
-  std::size_t more = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    more = 1;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    more = 2;
-    if (lead == 0xE0) lo = 0xA0;
-    if (lead == 0xED) hi = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    more = 3;
-    if (lead == 0xF0) lo = 0x90;
-    if (lead == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
+  const auto first = static_cast<unsigned char>(text[i]);
+  if (first < 0x80) return 1;
+  const std::optional<Utf8Lead> lead = utf8Lead(first);
+  if (!lead) return 0;
+  const auto more = static_cast<std::size_t>(lead->continuationBytes);
   for (std::size_t k = 1; k <= more; ++k) {
     if (i + k >= text.size()) return 0;
     const auto c = static_cast<unsigned char>(text[i + k]);
-    if (c < lo || c > hi) return 0;
-    lo = 0x80;
-    hi = 0xBF;
+    if (c < (k == 1 ? lead->firstLo : 0x80) || c > (k == 1 ? lead->firstHi : 0xBF)) return 0;
   }
   return more + 1;
 }
 
 }  // namespace
+
+void appendUtf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 bool isValidUtf8(std::string_view text) {
   for (std::size_t i = 0; i < text.size();) {

@@ -26,11 +26,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/history/TraceImport.hpp"
 
 namespace pipestudio::history::detail {
@@ -365,7 +367,7 @@ class JsonSaxParser {
       if (low < 0xDC00 || low > 0xDFFF) return fail("high surrogate \\u escape without its low surrogate");
       cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
     }
-    appendUtf8(cp, out);
+    appendUtf8(out, cp);
     return true;
   }
 
@@ -387,52 +389,20 @@ class JsonSaxParser {
     return true;
   }
 
-  static void appendUtf8(std::uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // `lead` (>= 0x80) is consumed: checks the sequence against RFC 3629 §4 (no overlong
   // forms, no surrogates, nothing above U+10FFFF) and appends it.
   bool utf8(int lead, std::string& out) {
-    int more;
-    int lo = 0x80;
-    int hi = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      more = 1;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      more = 2;
-      if (lead == 0xE0) lo = 0xA0;
-      if (lead == 0xED) hi = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      more = 3;
-      if (lead == 0xF0) lo = 0x90;
-      if (lead == 0xF4) hi = 0x8F;
-    } else {
-      return fail("invalid UTF-8 " + describe(lead) + " in a string");
-    }
+    const std::optional<Utf8Lead> seq = utf8Lead(static_cast<unsigned char>(lead));
+    if (!seq) return fail("invalid UTF-8 " + describe(lead) + " in a string");
     out += static_cast<char>(lead);
-    for (int i = 0; i < more; ++i) {
+    for (int i = 0; i < seq->continuationBytes; ++i) {
       const int c = m_in.get();
+      const int lo = i == 0 ? seq->firstLo : 0x80;
+      const int hi = i == 0 ? seq->firstHi : 0xBF;
       if (c < lo || c > hi) {
         return fail(c < 0 ? "unexpected end of input in a string" : "invalid UTF-8 " + describe(c) + " in a string");
       }
       out += static_cast<char>(c);
-      lo = 0x80;
-      hi = 0xBF;
     }
     return true;
   }
