@@ -33,6 +33,7 @@
 #include "RunLocalDialog.hpp"
 #include "SolveController.hpp"
 #include "SolverPanel.hpp"
+#include "WindowFixtures.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -50,25 +51,8 @@ namespace {
 
 const std::string kLoopResources = PIPESTUDIO_RESOURCES;
 
-Workspace bundledWorkspace(const std::string& model, const std::string& cluster, const PlanConfig& config) {
-  Workspace ws;
-  auto m = loadModel(kLoopResources + "/models/" + model);
-  auto c = loadCluster(kLoopResources + "/clusters/" + cluster);
-  EXPECT_TRUE(m) << (m ? "" : m.message());
-  EXPECT_TRUE(c) << (c ? "" : c.message());
-  if (m) ws.model = *m;
-  if (c) ws.cluster = *c;
-  ws.name = model + " on " + cluster;
-  ws.solver = config;
-  return ws;
-}
-
-void forgetSession() {
-  QSettings settings;
-  settings.remove(QStringLiteral("session"));
-  settings.remove(QStringLiteral("window"));
-  QFile::remove(MainWindow::sessionFilePath());
-}
+using pipestudio::testing::bundledWorkspace;
+using pipestudio::testing::forgetSession;
 
 class LoopTest : public ::testing::Test {
  protected:

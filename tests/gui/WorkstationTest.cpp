@@ -33,6 +33,7 @@
 #include "QtTestApp.hpp"
 #include "RunLocalDialog.hpp"
 #include "SolveController.hpp"
+#include "WindowFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/trace/Stream.hpp"
@@ -68,33 +69,14 @@ bool waitFor(Predicate done, int timeoutMs) {
   return true;
 }
 
-/// A workspace of a bundled model and cluster with the given solver settings.
-Workspace bundled(const std::string& model, const std::string& cluster, const PlanConfig& config) {
-  Workspace ws;
-  auto m = loadModel(kResources + "/models/" + model);
-  auto c = loadCluster(kResources + "/clusters/" + cluster);
-  EXPECT_TRUE(m) << (m ? "" : m.message());
-  EXPECT_TRUE(c) << (c ? "" : c.message());
-  if (m) ws.model = *m;
-  if (c) ws.cluster = *c;
-  ws.name = model + " on " + cluster;
-  ws.solver = config;
-  return ws;
-}
-
-/// Forgets what earlier tests left in the (test-mode) settings and session.
-void clearSession() {
-  QSettings settings;
-  settings.remove(QStringLiteral("session"));
-  settings.remove(QStringLiteral("window"));
-  QFile::remove(MainWindow::sessionFilePath());
-}
+using pipestudio::testing::bundledWorkspace;
+using pipestudio::testing::forgetSession;
 
 class WorkstationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     pipestudio::testing::qtApp();
-    clearSession();
+    forgetSession();
     window = std::make_unique<MainWindow>();
     window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
     window->solveController()->setDebounceMs(20);
@@ -102,7 +84,7 @@ class WorkstationTest : public ::testing::Test {
     ASSERT_TRUE(window->solveController()->waitForIdle(60000));
     ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
   }
-  void TearDown() override { clearSession(); }
+  void TearDown() override { forgetSession(); }
   void solve() {
     window->solveNow();
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
@@ -248,7 +230,7 @@ TEST_F(WorkstationTest, TheSmallestFittingPipelineIsFound) {
   c.partition = "uniform";
   c.parallel.recompute = Recompute::Full;
   c.parallel.zeroStage = 1;
-  window->setWorkspace(bundled("llama2-70b.json", "h100-4x8-ib.json", c), QString());
+  window->setWorkspace(bundledWorkspace("llama2-70b.json", "h100-4x8-ib.json", c), QString());
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   ASSERT_TRUE(window->lastDiagnosis()) << window->lastFailure().toStdString();
   // A copy: the next solve replaces the window's diagnosis.
@@ -577,7 +559,7 @@ TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
   c.parallel.recompute = Recompute::Selective;
   c.globalBatch = 64;
   c.microBatchSize = 1;
-  window->setWorkspace(bundled("llama2-70b.json", "h100-4x8-ib.json", c), QString());
+  window->setWorkspace(bundledWorkspace("llama2-70b.json", "h100-4x8-ib.json", c), QString());
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
   const auto plan = window->currentPlan();
