@@ -49,7 +49,9 @@ struct RunResult {
 inline RunResult runExec(const std::string& planPath, const std::string& backend, int iterations,
                          std::vector<std::string> extra = {}, int world = 1) {
   exec::LaunchRequest req;
-  req.executable = PIPESTUDIO_EXEC_BINARY;
+  // $PIPESTUDIO_EXEC (as pipestudio-cli honours it) lets tests/gpu/run.sh run a carried build.
+  const char* carried = std::getenv("PIPESTUDIO_EXEC");
+  req.executable = carried != nullptr && *carried != '\0' ? carried : PIPESTUDIO_EXEC_BINARY;
   req.planPath = planPath;
   req.backend = parseBackend(backend).value();  // a test names a real backend
   req.iterations = iterations;

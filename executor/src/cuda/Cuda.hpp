@@ -81,11 +81,17 @@ class Cupti {
   /// Records made on `stream` belong to trace device `device` (cuda-single: one stream per
   /// plan device on one GPU).
   static void mapStream(cudaStream_t stream, int device);
-  /// Forces delivery of every pending record (end of iteration).
+  /// Delivers every completed record (end of iteration, after its work is synchronised).
   static void flush();
+  /// Records CUPTI dropped (buffers full) or delivered incomplete (no timestamps): not written.
   static std::uint64_t dropped();
   static void stop();
-  /// Re-measures the CUPTI → host clock offset (call at iteration boundaries).
+  /// One clock: a clock-marker kernel (launchClockMarker) ran on `stream` and ended just before
+  /// the event whose time on the lane's clock is `hostNs` (the iteration reference). Its record
+  /// becomes an anchor of CUPTI time (ClockAnchors.hpp).
+  static void expectMarker(cudaStream_t stream, std::int64_t hostNs);
+  /// Measures the CUPTI → host clock offset from cuptiGetTimestamp (at start, before the first
+  /// marker anchors it).
   static void resync();
 };
 

@@ -279,7 +279,10 @@ class CudaLane final : public Lane {
     if (auto st = check(cudaSetDevice(m_gpu), "set device"); !st) return st;
     if (auto st = check(cudaStreamCreateWithFlags(&m_compute, cudaStreamNonBlocking), "stream"); !st) return st;
     if (auto st = check(cudaStreamCreateWithFlags(&m_commStream, cudaStreamNonBlocking), "stream"); !st) return st;
-    if (m_mailbox != nullptr) Cupti::mapStream(m_compute, m_device);
+    if (m_mailbox != nullptr) {
+      Cupti::mapStream(m_compute, m_device);
+      Cupti::mapStream(m_commStream, m_device);
+    }
     if (auto st = m_work.init(m_compute, work); !st) return st;
     if (referenceMs > 0) {
       m_work.setReferenceMs(referenceMs);
@@ -369,6 +372,7 @@ class CudaLane final : public Lane {
       }
       if (waited >= 0) cudaStreamWaitEvent(m_compute, m_groupEvents[static_cast<std::size_t>(waited)], 0);
     }
+    if (auto st = markClock(m_events[2 * i]); !st) return st;
     cudaEventRecord(m_events[2 * i], m_compute);
     const StageWork& work = (*m_stageWork)[static_cast<std::size_t>(step.virtualStage)];
     if (auto st = runOp(m_work, work, step.kind, fractionOf(m_ctx.plan, step.samples), step.plannedMs, m_ctx.timeScale);
@@ -385,6 +389,7 @@ class CudaLane final : public Lane {
   }
 
   Status optimizerStep(int /*iteration*/, bool /*record*/) override {
+    if (auto st = markClock(optBegin()); !st) return st;
     cudaEventRecord(optBegin(), m_compute);
     if (auto st = m_optimizer.step(m_compute); !st) return st;
     cudaEventRecord(optEnd(), m_compute);
@@ -395,10 +400,11 @@ class CudaLane final : public Lane {
 
   Status beginIteration(int /*iteration*/, bool /*record*/) override {
     if (auto st = check(cudaSetDevice(m_gpu), "set device"); !st) return st;
+    m_markedEvents.clear();
+    if (auto st = markClock(reference()); !st) return st;
     cudaEventRecord(reference(), m_compute);
     if (auto st = check(cudaEventSynchronize(reference()), "iteration start"); !st) return st;
     m_referenceHostNs = m_ctx.clock.nowNs();
-    Cupti::resync();
     m_stepIndex = 0;
     m_groupIndex = 0;
     m_receivedIn.clear();
@@ -424,7 +430,13 @@ class CudaLane final : public Lane {
     const DeviceProgram& dp = program();
     m_span = {at(reference()), at(done())};
     if (!dp.steps.empty()) m_span.first = at(m_events[0]);
-    if (!record) return {};
+    // Every marker of this iteration, warm-up ones too, in launch order (ClockAnchors.hpp).
+    for (cudaEvent_t e : m_markedEvents) Cupti::expectMarker(m_compute, at(e));
+    m_markedEvents.clear();
+    if (!record) {
+      Cupti::flush();
+      return {};
+    }
     for (std::size_t i = 0; i < dp.steps.size(); ++i) {
       const Step& s = dp.steps[i];
       const std::int64_t b = at(m_events[2 * i]);
@@ -475,6 +487,12 @@ class CudaLane final : public Lane {
   cudaEvent_t optBegin() const { return m_events[m_events.size() - 4]; }
   cudaEvent_t optEnd() const { return m_events[m_events.size() - 3]; }
   cudaEvent_t reference() const { return m_events[m_events.size() - 2]; }
+  /// A clock marker on the compute stream right before `event` is recorded there: its CUPTI
+  /// record puts the kernels that follow on this lane's event clock (ClockAnchors.hpp).
+  Status markClock(cudaEvent_t event) {
+    m_markedEvents.push_back(event);
+    return check(launchClockMarker(m_compute), "clock marker");
+  }
   cudaEvent_t done() const { return m_events[m_events.size() - 1]; }
 
   // Polls instead of blocking so that a dead peer (kernels that never finish) is noticed:
@@ -593,6 +611,7 @@ class CudaLane final : public Lane {
   std::int32_t m_stepIndex = 0;
   bool m_ranOptimizer = false;
   std::int64_t m_referenceHostNs = 0;
+  std::vector<cudaEvent_t> m_markedEvents;  ///< events preceded by a clock marker, launch order
   std::pair<std::int64_t, std::int64_t> m_span{0, 0};
   int m_lastPeer = -1;
   std::once_flag m_abortOnce;

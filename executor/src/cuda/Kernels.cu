@@ -1,4 +1,4 @@
-// The two hand-written kernels of the CUDA backends; everything else is cuBLAS.
+// The hand-written kernels of the CUDA backends; everything else is cuBLAS.
 #include <cuda_bf16.h>
 
 #include "Kernels.hpp"
@@ -33,6 +33,14 @@ unsigned blocksFor(std::size_t count) {
 }
 
 }  // namespace
+
+// Empty, with a C name CUPTI reports as is: the clock marker of Cupti::expectMarker.
+extern "C" __global__ void pipestudio_clock_marker() {}
+
+cudaError_t launchClockMarker(cudaStream_t stream) {
+  pipestudio_clock_marker<<<1, 1, 0, stream>>>();
+  return cudaGetLastError();
+}
 
 cudaError_t launchElementwise(void* data, std::size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
