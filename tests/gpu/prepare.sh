@@ -38,6 +38,9 @@ done
   -o "$stage/plans/sd-filled.plan.json" >/dev/null
 # One device, for --profile: the GPT model (shapes) and the synthetic one (layer times).
 cp "$gpu/gpt-small-1dev.plan.json" "$stage/plans/gpt-1dev.plan.json"
+# The same under an FP8 recipe: its block GEMMs run as FP8 through cuBLASLt.
+"$cli" plan --model "$gpu/gpt-small.model.json" --cluster "$gpu/one-gpu.cluster.json" --schedule 1f1b --devices 1 \
+  --microbatches 8 --partition uniform --precision fp8 -o "$stage/plans/gpt-fp8-1dev.plan.json" >/dev/null
 "$cli" plan --model "$here/resources/models/synthetic-measured.json" --cluster "$gpu/one-gpu.cluster.json" \
   --schedule 1f1b --devices 1 --microbatches 2 -o "$stage/plans/synthetic-1dev.plan.json" >/dev/null
 du -sh "$stage"

@@ -111,7 +111,7 @@ for name in gpt-1f1b gpt-zb-h1 gpt-zb-v sd-filled; do
   record "$name" "$plans/$name.plan.json" "$out/$name.stream"
 done
 
-for model in gpt synthetic; do
+for model in gpt gpt-fp8 synthetic; do
   if [ "$backend" = cpu ]; then  # rehearsal: the plan's own model stands in for the measured one
     python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1]))['model'], open(sys.argv[2], 'w'))" \
       "$plans/$model-1dev.plan.json" "$out/$model.measured.model.json"
@@ -122,24 +122,28 @@ for model in gpt synthetic; do
   tail -5 "$out/$model.profile.log"
 done
 
-measured_plan=$out/gpt-measured.plan.json
-if [ -n "$cli" ] && [ -s "$out/gpt.measured.model.json" ]; then
-  step "plan from the profile" 60 $cli plan --model "$out/gpt.measured.model.json" \
-    --cluster "$out/this-gpu.cluster.json" --schedule 1f1b --devices 1 --microbatches 8 -o "$measured_plan"
-fi
-if [ -s "$measured_plan" ]; then
-  step "execute the measured plan" 60 "$exec_bin" --plan "$measured_plan" --backend "$backend" \
-    --iterations 10 --warmup 3 >"$out/gpt-measured.stream" 2>"$out/gpt-measured.log"
-  cat "$out/gpt-measured.log"
-  record gpt-measured "$measured_plan" "$out/gpt-measured.stream"
-  step baseline 60 "$exec_bin" --plan "$measured_plan" --backend "$backend" --baseline >"$out/baseline.json"
-  cat "$out/baseline.json"
-  measured=$(sed -n 's/.*mean step \([0-9.e+-]*\) ms.*/\1/p' "$out/gpt-measured.log" | tail -1)
-  baseline=$(sed -n 's/.*"baseline_ms": *\([0-9.e+-]*\).*/\1/p' "$out/baseline.json")
+# measured MODEL PRECISION: a 1-device 1F1B plan of 8 microbatches from the profiled model,
+# executed; its step against the plan's and against the same kernels back to back.
+measured() {
+  local model=$1 precision=$2 plan=$out/$1-measured.plan.json
+  [ -n "$cli" ] && [ -s "$out/$model.measured.model.json" ] || return 0
+  step "plan from the $model profile" 60 $cli plan --model "$out/$model.measured.model.json" \
+    --cluster "$out/this-gpu.cluster.json" --schedule 1f1b --devices 1 --microbatches 8 \
+    --precision "$precision" -o "$plan" || return 1
+  step "execute the $model plan" 60 "$exec_bin" --plan "$plan" --backend "$backend" \
+    --iterations 10 --warmup 3 >"$out/$model-measured.stream" 2>"$out/$model-measured.log"
+  cat "$out/$model-measured.log"
+  record "$model-measured" "$plan" "$out/$model-measured.stream"
+  step "baseline $model" 60 "$exec_bin" --plan "$plan" --backend "$backend" --baseline >"$out/$model-baseline.json"
+  cat "$out/$model-baseline.json"
+  local m b sim
+  m=$(sed -n 's/.*mean step \([0-9.e+-]*\) ms.*/\1/p' "$out/$model-measured.log" | tail -1)
+  b=$(sed -n 's/.*"baseline_ms": *\([0-9.e+-]*\).*/\1/p' "$out/$model-baseline.json")
   # The executor's step runs from the iteration's reference to the end of its optimizer step: the
   # plan's iteration (makespan + gradient sync + optimizer), not its makespan alone.
-  simulated=$(python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['metrics']; print(m.get('iteration_ms', m['makespan_ms']))" "$measured_plan")
-  python3 - "${measured:-0}" "${simulated:-0}" "${baseline:-0}" <<'PY' || failures+=("targets")
+  sim=$(python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['metrics']; print(m.get('iteration_ms', m['makespan_ms']))" "$plan")
+  echo "== figures $model ($precision)"
+  python3 - "${m:-0}" "${sim:-0}" "${b:-0}" <<'PY' || failures+=("targets $model")
 import sys
 measured, simulated, baseline = map(float, sys.argv[1:])
 if min(measured, simulated, baseline) <= 0:
@@ -151,6 +155,24 @@ print(f"measured step   {measured:10.3f} ms")
 print(f"simulated step  {simulated:10.3f} ms   difference {step_err:+.2f} %  (target within 5 %)")
 print(f"kernels b2b     {baseline:10.3f} ms   executor overhead {overhead:+.2f} %  (target within 3 %)")
 sys.exit(0 if abs(step_err) <= 5 and overhead <= 3 else 1)
+PY
+}
+measured gpt bf16
+measured gpt-fp8 fp8
+
+# FP8 against bf16, layer by layer, from the two profiles.
+if [ -s "$out/gpt.measured.model.json" ] && [ -s "$out/gpt-fp8.measured.model.json" ]; then
+  python3 - "$out/gpt.measured.model.json" "$out/gpt-fp8.measured.model.json" <<'PY'
+import json, sys
+def layers(path):
+    return {l["name"]: l for c in json.load(open(path))["components"] for l in c["layers"]}
+bf16, fp8 = layers(sys.argv[1]), layers(sys.argv[2])
+print("layer        pass   bf16 ms    fp8 ms  bf16/fp8")
+for name in bf16:
+    for key, kind in (("forward_ms", "F"), ("backward_input_ms", "B"), ("backward_weight_ms", "W")):
+        a, b = bf16[name].get(key), fp8.get(name, {}).get(key)
+        if a and b:
+            print(f"{name:12} {kind:4} {a:9.4f} {b:9.4f} {a / b:9.2f}")
 PY
 fi
 

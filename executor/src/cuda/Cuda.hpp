@@ -3,12 +3,15 @@
 // workload and the CUPTI activity collector. Kept small: everything that is not GPU-specific
 // lives in the shared runtime (Runtime.hpp).
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../Runtime.hpp"
@@ -20,11 +23,13 @@ namespace pipestudio::exec::cuda {
 Status check(cudaError_t rc, const char* what);
 Status check(cublasStatus_t rc, const char* what);
 
-/// Row-major GEMM shape: an M×K input times a K×N weight.
+/// Row-major GEMM shape: an M×K input times a K×N weight; `fp8`: FP8 (E4M3) operands with a
+/// bf16 output through cuBLASLt, as Transformer Engine runs a linear layer under an FP8 recipe.
 struct Gemm {
   std::int64_t m = 0;
   std::int64_t k = 0;
   std::int64_t n = 0;
+  bool fp8 = false;
 };
 
 /// What one op of one virtual stage runs: GEMMs from the layer shapes plus a calibrated
@@ -37,7 +42,9 @@ struct PassWork {
 
 /// F (also N, S), B and W work of every virtual stage. Shaped transformer layers without
 /// measured times become their four GEMMs (QKV, projection, FC1, FC2; lm_head: the logits
-/// GEMM) with tokens = samples × seq; the rest are calibrated time.
+/// GEMM) with tokens = samples × seq; the rest are calibrated time. Under an fp8, mxfp8 or
+/// nvfp4 recipe the four block GEMMs are FP8 (E4M3, per-tensor scaling: Hopper has no
+/// block-scaled formats) and the logits GEMM stays bf16, as Megatron's output layer does.
 struct StageWork {
   PassWork forward, backwardInput, backwardWeight;
 };
@@ -64,8 +71,19 @@ class Workload {
 
  private:
   Status gemm(const Gemm& g, int variant);
+  Status gemmFp8(const Gemm& g, int variant);
+  /// One FP8 GEMM shape's cuBLASLt descriptors and the algorithm its heuristic chose.
+  struct LtGemm {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  Expected<LtGemm*> ltGemm(int rows, int cols, int reduction);
   cudaStream_t m_stream = nullptr;
   cublasHandle_t m_cublas = nullptr;
+  cublasLtHandle_t m_lt = nullptr;
+  void* m_ltWorkspace = nullptr;
+  std::map<std::tuple<int, int, int>, LtGemm> m_ltGemms;
   void* m_scratch[3] = {nullptr, nullptr, nullptr};
   std::size_t m_scratchBytes = 0;
   double m_referenceMs = 0;
