@@ -2,6 +2,12 @@
 // tests/gpu/run.sh runs them on a GPU node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
 #include "RunHelpers.hpp"
 #include "support/ListScheduledPlan.hpp"
 
@@ -43,6 +49,31 @@ TEST(Gpu, CudaSingleRunsFourDevicesOnOneGpu) {
   EXPECT_EQ(ops, 2 * (plan.ops.size() + 4));
   EXPECT_GT(kernels, ops) << "CUPTI kernel records arrive";
   EXPECT_TRUE(std::get<trace::Summary>(r.frames.at(0).back()).ok);
+
+  // One clock (ClockAnchors.hpp): between a device's first and last op, its kernels start inside
+  // its own op ranges. Before the marker anchoring, CUPTI's conversion put a third of them
+  // milliseconds away on an H200.
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> ranges;
+  for (const auto& f : r.frames.at(0)) {
+    if (const auto* op = std::get_if<trace::OpRange>(&f); op != nullptr && !op->begin) {
+      ranges[op->device].emplace_back(op->startNs, op->endNs);
+    }
+  }
+  for (auto& [device, list] : ranges) std::sort(list.begin(), list.end());
+  constexpr std::int64_t kSlackNs = 20'000;
+  std::size_t between = 0, inside = 0;
+  for (const auto& f : r.frames.at(0)) {
+    const auto* a = std::get_if<trace::Activity>(&f);
+    if (a == nullptr || a->kind != trace::Activity::Kind::Kernel || !ranges.contains(a->device)) continue;
+    const auto& list = ranges.at(a->device);
+    if (a->startNs < list.front().first || a->startNs > list.back().second) continue;
+    ++between;
+    auto it = std::upper_bound(list.begin(), list.end(), std::make_pair(a->startNs + kSlackNs, INT64_MAX));
+    if (it != list.begin() && a->startNs <= std::prev(it)->second + kSlackNs) ++inside;
+  }
+  EXPECT_GT(between, 0U);
+  EXPECT_GE(static_cast<double>(inside), 0.95 * static_cast<double>(between))
+      << inside << " of " << between << " kernels start inside an op range of their device";
 }
 
 TEST(Gpu, CudaBackendWithNcclOnEveryGpu) {
