@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Index.hpp"
@@ -439,13 +440,44 @@ bool readFsdpActions(JsonReader& r, const JsonNode& at, Plan& plan) {
   return true;
 }
 
+// /offload_waits; false when there are more than a plan may hold.
+bool readOffloadWaits(JsonReader& r, const JsonNode& at, Plan& plan) {
+  const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
+  auto waits = r.array(at, "offload_waits", Presence::Optional);
+  if (!waits) return true;
+  if (waits->value->size() > kMaxPlanOps) {
+    r.error(*waits, "has " + std::to_string(waits->value->size()) + " waits (expected at most " +
+                        std::to_string(kMaxPlanOps) + ")");
+    return false;
+  }
+  auto opKey = [&](const JsonNode& w, const char* name, std::int32_t& stage, std::int32_t& microbatch) {
+    auto o = r.object(w, name, Presence::Required);
+    if (!o) return;
+    r.rejectUnknown(*o, {"virtual_stage", "microbatch"});
+    stage = static_cast<std::int32_t>(
+        r.integer(*o, "virtual_stage", Presence::Required, 0, std::max<std::int64_t>(0, stageCount - 1)).value_or(0));
+    microbatch = static_cast<std::int32_t>(
+        r.integer(*o, "microbatch", Presence::Required, 0, std::max(0, plan.config.microbatches - 1)).value_or(0));
+  };
+  for (std::size_t i = 0; i < waits->value->size() && r.errors().size() < 100; ++i) {
+    const JsonNode w = waits->child(i);
+    if (!r.isObject(w)) continue;
+    r.rejectUnknown(w, {"forward", "after_offload"});
+    OffloadWait ow;
+    opKey(w, "forward", ow.forwardStage, ow.forwardMicrobatch);
+    opKey(w, "after_offload", ow.offloadStage, ow.offloadMicrobatch);
+    plan.offloadWaits.push_back(ow);
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   if (!r.checkSchema(at, kPlanSchema)) return std::nullopt;  // first: a model given as a plan is named
   r.rejectUnknown(at, {"schema", "config", "model", "cluster", "virtual_stages", "ops", "comms", "fsdp_actions",
-                       "metrics", "generator", "notes"});
+                       "offload_waits", "metrics", "generator", "notes"});
   Plan plan;
   std::optional<JsonNode> seqSplitsAt;  // where seq_splits is, for the chunk-layer check below
   if (auto cfg = r.object(at, "config", Presence::Required)) {
@@ -486,6 +518,7 @@ std::optional<Plan> readPlan(JsonReader& r, const JsonNode& at) {
   if (!readOps(r, at, plan)) return std::nullopt;
   readComms(r, at, plan);
   if (!readFsdpActions(r, at, plan)) return std::nullopt;
+  if (!readOffloadWaits(r, at, plan)) return std::nullopt;
   if (!r.ok()) return std::nullopt;
   // Metrics are derived data: recomputed rather than trusted.
   plan.metrics = computeMetrics(plan);
@@ -597,6 +630,11 @@ Json planToJson(const Plan& plan) {
                         {"action", std::string(fsdpActionName(a.kind))},
                         {"before_pass", a.beforePass}});
   }
+  Json waits = Json::array();
+  for (const OffloadWait& w : plan.offloadWaits) {
+    waits.push_back(Json{{"forward", {{"virtual_stage", w.forwardStage}, {"microbatch", w.forwardMicrobatch}}},
+                         {"after_offload", {{"virtual_stage", w.offloadStage}, {"microbatch", w.offloadMicrobatch}}}});
+  }
   Json devices = Json::array();
   for (const auto& d : plan.metrics.devices) {
     const MemoryBreakdown& mb = d.memory;
@@ -636,6 +674,7 @@ Json planToJson(const Plan& plan) {
            {"comms", std::move(comms)},
            {"metrics", std::move(metrics)}};
   if (!fsdp.empty()) doc["fsdp_actions"] = std::move(fsdp);
+  if (!waits.empty()) doc["offload_waits"] = std::move(waits);
   return doc;
 }
 
@@ -647,7 +686,8 @@ bool writePlanJson(std::ostream& out, const Plan& plan) {
   head.model = plan.model;
   head.cluster = plan.cluster;
   head.virtualStages = plan.virtualStages;
-  head.fsdpActions = plan.fsdpActions;  // a few per virtual stage
+  head.fsdpActions = plan.fsdpActions;    // a few per virtual stage
+  head.offloadWaits = plan.offloadWaits;  // at most one per forward
   head.metrics = plan.metrics;
   const Json doc = planToJson(head);
   out << "{";
@@ -770,6 +810,34 @@ Status checkStages(const Plan& plan) {
     }
     if (vs.pipeline < 0 || vs.pipeline > 1) {
       return Error{at + "/pipeline: " + std::to_string(vs.pipeline) + " (expected 0 or 1)"};
+    }
+  }
+  return {};
+}
+
+// An offload wait names an F op and a D2H op of the plan, on one device.
+Status checkOffloadWaits(const Plan& plan) {
+  if (plan.offloadWaits.empty()) return {};
+  std::map<std::tuple<OpKind, std::int32_t, std::int32_t>, std::int32_t> device;  // (kind, stage, mb) → device
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::F || op.kind == OpKind::D2H) device[{op.kind, op.virtualStage, op.microbatch}] = op.device;
+  }
+  for (std::size_t i = 0; i < plan.offloadWaits.size(); ++i) {
+    const OffloadWait& w = plan.offloadWaits[i];
+    const std::string at = "/offload_waits/" + std::to_string(i);
+    const auto f = device.find({OpKind::F, w.forwardStage, w.forwardMicrobatch});
+    if (f == device.end()) {
+      return Error{at + "/forward: the plan has no F op of virtual stage " + std::to_string(w.forwardStage) +
+                   ", microbatch " + std::to_string(w.forwardMicrobatch)};
+    }
+    const auto d = device.find({OpKind::D2H, w.offloadStage, w.offloadMicrobatch});
+    if (d == device.end()) {
+      return Error{at + "/after_offload: the plan has no D2H op of virtual stage " + std::to_string(w.offloadStage) +
+                   ", microbatch " + std::to_string(w.offloadMicrobatch)};
+    }
+    if (f->second != d->second) {
+      return Error{at + ": the forward runs on device " + std::to_string(f->second) + ", the offload on device " +
+                   std::to_string(d->second) + " (expected one device)"};
     }
   }
   return {};
@@ -1064,6 +1132,7 @@ Status validatePlanStructure(const Plan& plan) {
   }
 
   if (auto st = checkFsdpActions(plan); !st) return st;
+  if (auto st = checkOffloadWaits(plan); !st) return st;
 
   // What each op needs (the data flow of plan/Dependencies.hpp, as simulator and executor
   // derive it): F the previous stage's F; B/BW its own F and the next stage's backward; W its

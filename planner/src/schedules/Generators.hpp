@@ -151,10 +151,14 @@ std::optional<std::vector<std::vector<OrderedOp>>> torchDualPipeVOrder(const Sch
 std::optional<std::vector<std::vector<OrderedOp>>> torchInterleavedZeroBubbleOrder(const ScheduleInput& input);
 
 /// Activation offloading (PlanConfig::offloadRatio > 0; Offload.cpp): D2H and H2D ops added
-/// to a complete order without changing its timing, offloading every (stage, microbatch) of
+/// to a complete order without lengthening its step, offloading every (stage, microbatch) of
 /// the ratio's chunks whose time between forward and backward holds both copies on the
 /// device's host link. Nothing when the ratio is 0 or the order has copies already.
-Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton);
+/// `waits`: then also addOffloadWaits.
+Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton, bool waits = true);
+/// Forwards that wait for an offload of their device (ScheduleSkeleton::offloadWaits), where
+/// that lowers a device's peak and the step gets no longer; on an order with its copies.
+Status addOffloadWaits(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton);
 
 /// The Zero Bubble authors' V-1F1B order (VOneFOneB.cpp, after their v1f1b.py) on the V
 /// placement wavePlacement(p, 2), fused backward; nullopt for a shape it does not build.

@@ -307,54 +307,75 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     if (!costs) costs = &own.emplace(shell.model, shell.cluster, shell.config);
   }
   shell.virtualStages = input.virtualStages;
-  std::optional<ScheduleSkeleton> best;
-  double bestMs = 0;
-  std::int64_t bestPeak = 0;
-  bool bestFits = false;
-  for (auto& order : orders) {
-    if (input.control && input.control->cancelled()) return Error::cancelled();
-    ScheduleSkeleton candidate;
-    candidate.virtualStages = input.virtualStages;
-    candidate.devices = std::move(order);
-    if (!costs) {  // no request: the order alone (tests of the construction)
-      if (!best) best = std::move(candidate);
-      continue;
-    }
-    if (!addOffload(shell, *costs, candidate)) continue;
+  // Each candidate's fit, makespan and highest peak activations, timed by the simulator.
+  struct Judged {
+    ScheduleSkeleton skeleton;
+    bool fits = false;
+    double ms = 0;
+    std::int64_t peak = 0;
+  };
+  auto judge = [&](Judged& j) {
     SimulationOptions timing;
     timing.recordComms = false;
     timing.costs = costs;
-    auto timed = simulateSkeleton(shell, candidate, timing);
-    if (!timed) continue;
-    std::int64_t peak = 0;
-    bool fits = true;
+    auto timed = simulateSkeleton(shell, j.skeleton, timing);
+    if (!timed) return false;
+    j.peak = 0;
+    j.fits = true;
     for (int d = 0; d < static_cast<int>(timed->metrics.devices.size()); ++d) {
       const DeviceMetrics& dm = timed->metrics.devices[static_cast<std::size_t>(d)];
-      peak = std::max(peak, dm.peakActivationBytes);
+      j.peak = std::max(j.peak, dm.peakActivationBytes);
       const std::int64_t limit = deviceMemoryLimit(input, d);
-      if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes) > limit) fits = false;
+      if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes) > limit)
+        j.fits = false;
     }
-    const double ms = timed->metrics.makespanMs;
-    const double tolerance = 1e-9 * std::max(1.0, ms);
-    bool better = false;
-    if (!best) {
-      better = true;
-    } else if (fits != bestFits) {
-      better = fits;
-    } else if (fits) {
-      better = ms < bestMs - tolerance || (ms <= bestMs + tolerance && peak < bestPeak);
-    } else {
-      better = peak < bestPeak || (peak == bestPeak && ms < bestMs - tolerance);
+    j.ms = timed->metrics.makespanMs;
+    return true;
+  };
+  std::vector<Judged> judged;
+  for (auto& order : orders) {
+    if (input.control && input.control->cancelled()) return Error::cancelled();
+    Judged j;
+    j.skeleton.virtualStages = input.virtualStages;
+    j.skeleton.devices = std::move(order);
+    if (!costs) {  // no request: the order alone (tests of the construction)
+      return std::move(j.skeleton);
     }
-    if (better) {
-      best = std::move(candidate);
-      bestMs = ms;
-      bestPeak = peak;
-      bestFits = fits;
-    }
+    // Copies first; the forwards' waits for them (addOffloadWaits) only where a candidate is
+    // chosen below: they never lengthen an order's step nor raise a peak, so they can only make a
+    // candidate fit that did not, and they take a simulation per wait tried.
+    if (!addOffload(shell, *costs, j.skeleton, false)) continue;
+    if (judge(j)) judged.push_back(std::move(j));
   }
-  if (!best) return Error{"pipeoffload: no candidate order could be timed"};
-  return std::move(*best);
+  if (judged.empty()) return Error{"pipeoffload: no candidate order could be timed"};
+  // The fastest that fits (with its waits), its peak breaking ties; when none fits, the lowest peak.
+  std::vector<std::size_t> byTime(judged.size());
+  for (std::size_t i = 0; i < byTime.size(); ++i) byTime[i] = i;
+  std::stable_sort(byTime.begin(), byTime.end(), [&](std::size_t x, std::size_t y) {
+    const double tolerance = 1e-9 * std::max(1.0, judged[x].ms);
+    if (judged[x].ms < judged[y].ms - tolerance) return true;
+    if (judged[y].ms < judged[x].ms - tolerance) return false;
+    return judged[x].peak < judged[y].peak;
+  });
+  std::optional<std::size_t> chosen;
+  for (const std::size_t i : byTime) {
+    if (input.control && input.control->cancelled()) return Error::cancelled();
+    Judged& j = judged[i];
+    if (chosen && judged[*chosen].ms < j.ms - 1e-9 * std::max(1.0, j.ms)) break;  // slower than a fitting one
+    if (!addOffloadWaits(shell, *costs, j.skeleton) || !judge(j)) continue;
+    if (j.fits && (!chosen || j.peak < judged[*chosen].peak)) chosen = i;
+  }
+  if (!chosen) {
+    std::size_t lowest = 0;
+    for (std::size_t i = 1; i < judged.size(); ++i) {
+      if (judged[i].peak < judged[lowest].peak ||
+          (judged[i].peak == judged[lowest].peak && judged[i].ms < judged[lowest].ms)) {
+        lowest = i;
+      }
+    }
+    chosen = lowest;
+  }
+  return std::move(judged[*chosen].skeleton);
 }
 
 }  // namespace

@@ -19,13 +19,18 @@
 //      lane allows after its forward and before that reload; a candidate for which either does
 //      not fit keeps its activations (the authors drop an offload whose window is too short);
 //   4. each copy goes into the device's order after the last compute op that ends by its
-//      planned start (where the device issues it).
-// The compute ops never wait for a copy longer than planned (a copy is issued no later than its
-// planned start and the lane runs copies in planned order), so the order's timing is unchanged
-// and its live activations are, at every instant, at most what they were without offloading.
+//      planned start (where the device issues it);
+//   5. where a device's highest live memory starts with a forward while one of its offloads is
+//      still under way, the forward waits for that offload, if the step gets no longer
+//      (gateForwards).
+// Up to step 4 the compute ops never wait for a copy longer than planned (a copy is issued no
+// later than its planned start and the lane runs copies in planned order), so the order's timing
+// is unchanged and its live activations are, at every instant, at most what they were without
+// offloading; step 5 makes forwards wait only where the step does not get longer.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "pipestudio/common/Index.hpp"
@@ -139,6 +144,40 @@ struct HostLink {
   }
 };
 
+// When no one candidate can be away for the whole peak interval [fromMs, toMs): several in turn,
+// each offloaded by the time the one before comes back, the one that stays away longest first.
+// Committed only if together they cover the whole interval (a partial cover would spend the
+// host link without lowering the peak).
+bool coverInTurns(std::vector<Candidate>& candidates, HostLink& link, double fromMs, double toMs) {
+  std::vector<Candidate> trial = candidates;
+  HostLink trialLink = link;
+  double at = fromMs;
+  while (at < toMs) {
+    Candidate* best = nullptr;
+    double bestOffload = 0, bestReload = 0, bestReach = at;
+    for (Candidate& c : trial) {
+      if (c.kept || c.forwardEndMs > at || c.backwardStartMs <= at) continue;
+      const double reload = lastGap(trialLink.busy, at, c.copyMs, c.backwardStartMs);
+      if (reload < 0) continue;
+      const double offload = firstGap(trialLink.busy, c.forwardEndMs, c.copyMs, at);
+      if (offload < 0) continue;
+      const double reach = std::min(reload, toMs);
+      if (reach > bestReach || (best && reach == bestReach && c.bytes > best->bytes)) {
+        best = &c;
+        bestOffload = offload;
+        bestReload = reload;
+        bestReach = reach;
+      }
+    }
+    if (!best) return false;
+    trialLink.commit(*best, bestOffload, bestReload);
+    at = bestReach;
+  }
+  candidates = std::move(trial);
+  link = std::move(trialLink);
+  return true;
+}
+
 void offloadAtPeaks(std::vector<Candidate>& candidates, const std::vector<MemoryPoint>& curve, HostLink& link) {
   const std::vector<Busy>& busy = link.busy;
   // 2. Peak first: while the device's highest live memory can be lowered, the candidate with
@@ -196,8 +235,11 @@ void offloadAtPeaks(std::vector<Candidate>& candidates, const std::vector<Memory
       chosenOffload = offload;
       chosenReload = reload;
     }
-    if (!chosen) break;
-    link.commit(*chosen, chosenOffload, chosenReload);
+    if (chosen) {
+      link.commit(*chosen, chosenOffload, chosenReload);
+    } else if (!coverInTurns(candidates, link, fromMs, toMs)) {
+      break;
+    }
   }
 }
 
@@ -267,9 +309,140 @@ std::vector<OrderedOp> offloadDevice(const Plan& timed, const std::vector<std::i
   return orderWithCopies(timed, ops, candidates, newIndex);
 }
 
+// The first instant at which `curve` reaches `peak`.
+double firstPeakMs(const std::vector<MemoryPoint>& curve, std::int64_t peak) {
+  for (const MemoryPoint& point : curve) {
+    if (point.bytes >= peak) return point.timeMs;
+  }
+  return -1.0;
+}
+
+struct Timed {
+  double makespanMs = 0;
+  MemoryTimeline memory;
+  std::vector<std::vector<std::int32_t>> perDevice;  ///< op indices, device order
+  Plan plan;
+};
+
+Expected<Timed> timeSkeleton(const Plan& base, const CostedModel& costs, const ScheduleSkeleton& skeleton) {
+  SimulationOptions timing;
+  timing.recordComms = false;
+  timing.computeMetrics = false;
+  timing.costs = &costs;
+  auto plan = simulateSkeleton(base, skeleton, timing);
+  if (!plan) return plan.error();
+  Timed t;
+  t.perDevice.resize(skeleton.devices.size());
+  for (std::size_t i = 0; i < plan->ops.size(); ++i) {
+    const Op& op = plan->ops[i];
+    t.makespanMs = std::max(t.makespanMs, op.endMs);
+    if (inRange(t.perDevice, op.device))
+      t.perDevice[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
+  }
+  t.memory = memoryTimeline(*plan, costs);
+  t.plan = std::move(*plan);
+  return t;
+}
+
+// The wait that would lower device d's peak: the forward that starts at its first peak instant
+// waits for the end of the device's offload that ends first after that instant (issued before
+// the forward). Empty when the peak does not start with a forward or no such offload exists.
+std::optional<OpDependency> gateAtPeak(const Timed& t, std::size_t d) {
+  const double at = firstPeakMs(t.memory.devices[d], t.memory.peakBytes[d]);
+  if (at < 0) return std::nullopt;
+  std::optional<std::int32_t> forward, offload;
+  double offloadEnd = std::numeric_limits<double>::infinity();
+  const auto& ops = t.perDevice[d];
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = t.plan.ops[static_cast<std::size_t>(ops[k])];
+    if (op.kind == OpKind::F && op.startMs == at && !forward) forward = static_cast<std::int32_t>(k);
+  }
+  if (!forward) return std::nullopt;
+  // The offload that ends first after `at`, issued before the forward (a later one would wait
+  // for the forward itself).
+  for (std::int32_t k = 0; k < *forward; ++k) {
+    const Op& op = t.plan.ops[static_cast<std::size_t>(ops[static_cast<std::size_t>(k)])];
+    if (op.kind == OpKind::D2H && op.endMs > at && op.endMs < offloadEnd) {
+      offload = k;
+      offloadEnd = op.endMs;
+    }
+  }
+  if (!offload) return std::nullopt;
+  const auto dev = static_cast<std::int32_t>(d);
+  return OpDependency{OpRef{dev, *offload}, OpRef{dev, *forward}, 0};
+}
+
+// 5. Forwards that wait for an offload. The authors' runtime holds a forward until the copy
+// that frees its room has ended (OFFLOAD_BARRIER), and their schedule starts warm-up forwards
+// as late as the first backward allows (offloading.py postpone_forward_in_warmup): on the
+// orders where that matters, their peak with offloading is two chunk activations lower than
+// with every forward as early as it can go. Here, while a device's highest live memory starts
+// with a forward during one of its offloads, that forward waits for the offload's end; a wait
+// is kept only if the step is not longer and no device's peak is higher, and the device's peak
+// is lower or comes later; in the end, the waits no peak needs are dropped again.
+Status gateForwards(const Plan& base, const CostedModel& costs, ScheduleSkeleton& skeleton) {
+  auto timed = timeSkeleton(base, costs, skeleton);
+  if (!timed) return timed.error();
+  const std::size_t devices = skeleton.devices.size();
+  // Bounded: each try is one simulation of the plan.
+  const std::size_t ops = std::max<std::size_t>(1, timed->plan.ops.size());
+  int tries = static_cast<int>(std::min<std::size_t>(4 * devices + 8, std::max<std::size_t>(8, 1'000'000 / ops)));
+  std::vector<bool> done(devices, false);
+  while (tries-- > 0) {
+    std::size_t d = devices;
+    for (std::size_t i = 0; i < devices; ++i) {
+      if (!done[i] && (d == devices || timed->memory.peakBytes[i] > timed->memory.peakBytes[d])) d = i;
+    }
+    if (d == devices) break;
+    const auto gate = gateAtPeak(*timed, d);
+    if (!gate) {
+      done[d] = true;
+      continue;
+    }
+    skeleton.offloadWaits.push_back(*gate);
+    auto next = timeSkeleton(base, costs, skeleton);
+    bool better = next && next->makespanMs <= timed->makespanMs * (1 + 1e-12);
+    for (std::size_t i = 0; better && i < devices; ++i)
+      better = next->memory.peakBytes[i] <= timed->memory.peakBytes[i];
+    if (better) {
+      better = next->memory.peakBytes[d] < timed->memory.peakBytes[d] ||
+               firstPeakMs(next->memory.devices[d], next->memory.peakBytes[d]) >
+                   firstPeakMs(timed->memory.devices[d], timed->memory.peakBytes[d]);
+    }
+    if (!better) {
+      skeleton.offloadWaits.pop_back();
+      done[d] = true;
+      continue;
+    }
+    timed = std::move(next);
+  }
+  // A wait that only moved a peak later, with no lower peak in the end, is not needed: each is
+  // dropped where the plan without it is no longer and no device holds more.
+  for (std::size_t i = skeleton.offloadWaits.size(); i-- > 0;) {
+    const OpDependency wait = skeleton.offloadWaits[i];
+    skeleton.offloadWaits.erase(skeleton.offloadWaits.begin() + static_cast<std::ptrdiff_t>(i));
+    auto without = timeSkeleton(base, costs, skeleton);
+    bool drop = without && without->makespanMs <= timed->makespanMs * (1 + 1e-12);
+    for (std::size_t d = 0; drop && d < devices; ++d) drop = without->memory.peakBytes[d] <= timed->memory.peakBytes[d];
+    if (drop) {
+      timed = std::move(without);
+    } else {
+      skeleton.offloadWaits.insert(skeleton.offloadWaits.begin() + static_cast<std::ptrdiff_t>(i), wait);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
-Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton) {
+Status addOffloadWaits(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton) {
+  if (shell.config.offloadRatio <= 0 || !skeleton.offloadWaits.empty()) return {};
+  Plan base = shell;
+  base.virtualStages = skeleton.virtualStages;
+  return gateForwards(base, costs, skeleton);
+}
+
+Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton, bool waits) {
   if (shell.config.offloadRatio <= 0) return {};
   for (const auto& lane : skeleton.devices) {
     for (const OrderedOp& o : lane) {
@@ -319,7 +492,7 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
     remap(dep.from);
     remap(dep.to);
   }
-  return {};
+  return waits ? gateForwards(base, costs, skeleton) : Status{};
 }
 
 }  // namespace pipestudio::schedules

@@ -13,9 +13,11 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -632,10 +634,20 @@ std::optional<Error> Simulation::countDataFlowEdges() {
 
 std::optional<Error> Simulation::resolveExtraDependencies() {
   m_extra.reserve(m_skeleton.extraDependencies.size());
-  // A device's ops are m_offset[d] .. m_offset[d + 1] - 1.
+  // An OpRef is a place in the skeleton's device order. Without host copies a device's ops are
+  // m_offset[d] .. m_offset[d + 1] - 1; with them the ops were flattened by lane (compute, then
+  // copies, per device), and m_skeletonOrder maps each skeleton place to its op.
+  IdVector<std::int32_t> skeletonStart(m_p + 1, 0);
+  for (int d = 0; d < m_p; ++d) {
+    skeletonStart[d + 1] =
+        skeletonStart[d] + static_cast<std::int32_t>(m_skeleton.devices[static_cast<std::size_t>(d)].size());
+  }
   auto resolve = [&](const OpRef& r) -> std::int32_t {
     if (r.device < 0 || r.device >= m_p) return kNone;
-    if (r.index < 0 || r.index >= m_offset[r.device + 1] - m_offset[r.device]) return kNone;
+    if (r.index < 0 || r.index >= skeletonStart[r.device + 1] - skeletonStart[r.device]) return kNone;
+    if (m_copies) {
+      return m_skeletonOrder[static_cast<std::size_t>(skeletonStart[r.device]) + static_cast<std::size_t>(r.index)];
+    }
     return m_offset[r.device] + r.index;
   };
   for (const OpDependency& dep : m_skeleton.extraDependencies) {
@@ -643,6 +655,15 @@ std::optional<Error> Simulation::resolveExtraDependencies() {
     const std::int32_t b = resolve(dep.to);
     if (a == kNone || b == kNone) return Error{"extra dependency names an op that is not in the schedule"};
     m_extra.push_back({a, b, dep.bytes});
+  }
+  for (const OpDependency& wait : m_skeleton.offloadWaits) {
+    const std::int32_t a = resolve(wait.from);
+    const std::int32_t b = resolve(wait.to);
+    if (a == kNone || b == kNone || m_shell.op(a).kind != OpKind::D2H || m_shell.op(b).kind != OpKind::F ||
+        m_shell.op(a).device != m_shell.op(b).device) {
+      return Error{"an offload wait names ops that are not a forward and an offload of one device"};
+    }
+    m_extra.push_back({a, b, 0});
   }
   return std::nullopt;
 }
@@ -1022,6 +1043,20 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
   shell.comms.clear();
   shell.fsdpActions = skeleton.fsdpActions;
   shell.config.fsdpWindows = !shell.fsdpActions.empty();
+  shell.offloadWaits.clear();
+  for (const OpDependency& wait : skeleton.offloadWaits) {
+    auto named = [&](const OpRef& r) -> const OrderedOp* {
+      if (r.device < 0 || static_cast<std::size_t>(r.device) >= skeleton.devices.size()) return nullptr;
+      const auto& lane = skeleton.devices[static_cast<std::size_t>(r.device)];
+      return r.index >= 0 && static_cast<std::size_t>(r.index) < lane.size() ? &lane[static_cast<std::size_t>(r.index)]
+                                                                             : nullptr;
+    };
+    const OrderedOp* offload = named(wait.from);
+    const OrderedOp* forward = named(wait.to);
+    if (!offload || !forward) return Error{"an offload wait names an op that is not in the schedule"};
+    shell.offloadWaits.push_back(
+        {forward->virtualStage, forward->microbatch, offload->virtualStage, offload->microbatch});
+  }
   Simulation sim(shell, skeleton, options);
   if (auto err = sim.validateShape()) return std::move(*err);
   if (auto err = sim.flatten()) return std::move(*err);
@@ -1051,6 +1086,35 @@ Expected<Plan> simulate(const PlanRequest& request, const ScheduleSkeleton& skel
   return simulateSkeleton(std::move(shell), skeleton);
 }
 
+namespace {
+
+// Plan::offloadWaits as places in the devices' orders.
+Expected<std::vector<OpDependency>> offloadWaitsOf(const Plan& plan, const std::vector<std::vector<OrderedOp>>& lanes) {
+  std::vector<OpDependency> out;
+  if (plan.offloadWaits.empty()) return out;
+  std::map<std::tuple<OpKind, std::int32_t, std::int32_t>, OpRef> where;
+  for (std::size_t d = 0; d < lanes.size(); ++d) {
+    for (std::size_t i = 0; i < lanes[d].size(); ++i) {
+      const OrderedOp& o = lanes[d][i];
+      if (o.kind == OpKind::F || o.kind == OpKind::D2H) {
+        where[{o.kind, o.virtualStage, o.microbatch}] =
+            OpRef{static_cast<std::int32_t>(d), static_cast<std::int32_t>(i)};
+      }
+    }
+  }
+  for (const OffloadWait& w : plan.offloadWaits) {
+    const auto f = where.find({OpKind::F, w.forwardStage, w.forwardMicrobatch});
+    const auto d = where.find({OpKind::D2H, w.offloadStage, w.offloadMicrobatch});
+    if (f == where.end() || d == where.end() || f->second.device != d->second.device) {
+      return Error{"an offload wait names ops that are not a forward and an offload of one device"};
+    }
+    out.push_back(OpDependency{d->second, f->second, 0});
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<Plan> resimulate(const Plan& plan) {
   // The checks validate, run and pipestudio-exec apply (core/plan): an edited plan that passes
   // them is one the simulator can time.
@@ -1073,6 +1137,11 @@ Expected<Plan> resimulate(const Plan& plan) {
   // part: dependencies the plan implies but does not store (frozen outputs, vocabulary S/T).
   skeleton.extraDependencies = derivedDependencies(plan, skeleton.devices);
   skeleton.fsdpActions = plan.fsdpActions;
+  if (auto waits = offloadWaitsOf(plan, skeleton.devices); waits) {
+    skeleton.offloadWaits = std::move(*waits);
+  } else {
+    return waits.error();
+  }
   Plan shell;
   shell.config = plan.config;
   shell.model = plan.model;

@@ -25,6 +25,9 @@ struct ScheduleSkeleton {
   std::vector<std::vector<OrderedOp>> devices;  ///< devices[d] = execution order on device d
   std::vector<OpDependency> extraDependencies;  ///< beyond the data flow; usually empty
   std::vector<FsdpAction> fsdpActions;          ///< Plan::fsdpActions of the order; usually empty
+  /// Forwards that wait for an offload (pipeoffload; Plan::offloadWaits): `to` an F, `from` a
+  /// D2H of the same device, in the devices' order; kept in the plan, unlike extraDependencies.
+  std::vector<OpDependency> offloadWaits;
 };
 
 /// Everything a solve needs. `config` names schedule, devices, microbatches, chunks,

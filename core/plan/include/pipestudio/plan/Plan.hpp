@@ -155,6 +155,17 @@ struct FsdpAction {
   friend bool operator==(const FsdpAction&, const FsdpAction&) = default;
 };
 
+/// A forward that waits for an offload of its device to end (pipeoffload: the forward needs the
+/// room that copy frees, as the authors' runtime holds it at an OFFLOAD_BARRIER). Both ops are
+/// named by virtual stage and microbatch, so reordering a plan's ops keeps them.
+struct OffloadWait {
+  std::int32_t forwardStage = 0;  ///< the F op's virtual stage…
+  std::int32_t forwardMicrobatch = 0;
+  std::int32_t offloadStage = 0;  ///< …waits for the end of this D2H op of the same device
+  std::int32_t offloadMicrobatch = 0;
+  friend bool operator==(const OffloadWait&, const OffloadWait&) = default;
+};
+
 struct Comm {
   int fromDevice = 0;
   int toDevice = 0;
@@ -225,6 +236,8 @@ struct Plan {
   Metrics metrics;
   /// Per device in execution order; empty unless the order came with them (config.fsdpWindows).
   std::vector<FsdpAction> fsdpActions{};
+  /// Forwards that wait for an offload (pipeoffload); empty for other orders.
+  std::vector<OffloadWait> offloadWaits{};
 
   /// Virtual stage `id` (ids are their index: a loaded or solved plan has them in order).
   const VirtualStage& stage(int id) const { return virtualStages[static_cast<std::size_t>(id)]; }
