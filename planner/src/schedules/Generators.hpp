@@ -142,6 +142,8 @@ std::optional<std::vector<std::vector<OrderedOp>>> dualPipeOrder(const ScheduleI
 /// input.shape.chunksPerDevice chunks, microbatches in groups of `groupSize` (any m ≥ 1: when
 /// groupSize does not divide m, ⌊m / groupSize⌋ groups of near-equal size), fused backward.
 std::vector<std::vector<OrderedOp>> interleavedOrder(const ScheduleInput& input, int groupSize, int ahead = 0);
+/// A fused-backward order with each BW written as B then its W (the same memory and time).
+std::vector<std::vector<OrderedOp>> splitFusedBackward(std::vector<std::vector<OrderedOp>> order);
 
 /// The compute orders of torch.distributed.pipelining's ScheduleDualPipeV (V placement, two
 /// chunks per device, m ≥ 2p) and ScheduleInterleavedZeroBubble (linear placement, m a multiple

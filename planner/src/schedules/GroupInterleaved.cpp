@@ -277,21 +277,7 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     if (m >= g && 2 * g >= p) {
       // Megatron's order fuses the backward; pipeoffload splits it (each W right after its B,
       // as in the building block), which times the same and frees the activations as early.
-      auto fused = interleavedOrder(input, g);
-      for (auto& lane : fused) {
-        std::vector<OrderedOp> split;
-        split.reserve(lane.size() + lane.size() / 2);
-        for (const OrderedOp& o : lane) {
-          if (o.kind != OpKind::BW) {
-            split.push_back(o);
-            continue;
-          }
-          split.push_back({o.virtualStage, OpKind::B, o.microbatch, o.samples});
-          split.push_back({o.virtualStage, OpKind::W, o.microbatch, o.samples});
-        }
-        lane = std::move(split);
-      }
-      orders.push_back(std::move(fused));
+      orders.push_back(splitFusedBackward(interleavedOrder(input, g)));
     }
   }
   if (orders.empty()) return Error{"pipeoffload: no group size builds an order for this shape"};

@@ -352,6 +352,26 @@ class ZbH2 final : public ScheduleGenerator {
 // --microbatch-group-size-per-virtual-stage), so no group is smaller than groupSize and every
 // microbatch's chunk c−1 leaves the last device before the first needs its chunk c.
 // `ahead` moves the first `ahead` chunk-0 forwards of the second group into the warm-up.
+std::vector<std::vector<OrderedOp>> splitFusedBackward(std::vector<std::vector<OrderedOp>> order) {
+  for (auto& lane : order) {
+    std::vector<OrderedOp> split;
+    split.reserve(lane.size() + lane.size() / 2);
+    for (const OrderedOp& o : lane) {
+      if (o.kind != OpKind::BW) {
+        split.push_back(o);
+        continue;
+      }
+      OrderedOp b = o;
+      b.kind = OpKind::B;
+      split.push_back(b);
+      b.kind = OpKind::W;
+      split.push_back(b);
+    }
+    lane = std::move(split);
+  }
+  return order;
+}
+
 std::vector<std::vector<OrderedOp>> interleavedOrder(const ScheduleInput& input, int groupSize, int ahead) {
   const int p = input.shape.devices;
   const int v = input.shape.chunksPerDevice;

@@ -281,7 +281,7 @@ class GreedyGenerator final : public ScheduleGenerator {
         if (auto o = torchDualPipeVOrder(in)) out.push_back(std::move(*o));
         break;
       case Spec::Fixed::InterleavedZeroBubble:
-        out.push_back(splitBackward(interleavedOrder(in, in.shape.devices)));
+        out.push_back(splitFusedBackward(interleavedOrder(in, in.shape.devices)));
         if (auto o = torchInterleavedZeroBubbleOrder(in)) out.push_back(std::move(*o));
         break;
     }
@@ -304,27 +304,6 @@ class GreedyGenerator final : public ScheduleGenerator {
       const std::int64_t peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
       std::fill(caps.begin(), caps.end(), peak);
     }
-  }
-
-  // A fused-backward order with each BW written as B then its W (the same memory and time).
-  static Orders splitBackward(Orders order) {
-    for (auto& lane : order) {
-      std::vector<OrderedOp> split;
-      split.reserve(lane.size() + lane.size() / 2);
-      for (const OrderedOp& o : lane) {
-        if (o.kind != OpKind::BW) {
-          split.push_back(o);
-          continue;
-        }
-        OrderedOp b = o;
-        b.kind = OpKind::B;
-        split.push_back(b);
-        b.kind = OpKind::W;
-        split.push_back(b);
-      }
-      lane = std::move(split);
-    }
-    return order;
   }
 
   GreedyOptions greedyOptions(const ScheduleInput& in, const std::vector<std::int64_t>& caps, bool reserved) const {
