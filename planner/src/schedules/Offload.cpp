@@ -344,6 +344,15 @@ Expected<Timed> timeSkeleton(const Plan& base, const CostedModel& costs, const S
   return t;
 }
 
+// Whether `next` timed at all, with a step no longer than `now`'s and no device's peak higher.
+bool noWorse(const Expected<Timed>& next, const Timed& now) {
+  if (!next || next->makespanMs > now.makespanMs * (1 + 1e-12)) return false;
+  for (std::size_t d = 0; d < now.memory.peakBytes.size(); ++d) {
+    if (next->memory.peakBytes[d] > now.memory.peakBytes[d]) return false;
+  }
+  return true;
+}
+
 // The wait that would lower device d's peak: the forward that starts at its first peak instant
 // waits for the end of the device's offload that ends first after that instant (issued before
 // the forward). Empty when the peak does not start with a forward or no such offload exists.
@@ -401,9 +410,7 @@ Status gateForwards(const Plan& base, const CostedModel& costs, ScheduleSkeleton
     }
     skeleton.offloadWaits.push_back(*gate);
     auto next = timeSkeleton(base, costs, skeleton);
-    bool better = next && next->makespanMs <= timed->makespanMs * (1 + 1e-12);
-    for (std::size_t i = 0; better && i < devices; ++i)
-      better = next->memory.peakBytes[i] <= timed->memory.peakBytes[i];
+    bool better = noWorse(next, *timed);
     if (better) {
       better = next->memory.peakBytes[d] < timed->memory.peakBytes[d] ||
                firstPeakMs(next->memory.devices[d], next->memory.peakBytes[d]) >
@@ -422,9 +429,7 @@ Status gateForwards(const Plan& base, const CostedModel& costs, ScheduleSkeleton
     const OpDependency wait = skeleton.offloadWaits[i];
     skeleton.offloadWaits.erase(skeleton.offloadWaits.begin() + static_cast<std::ptrdiff_t>(i));
     auto without = timeSkeleton(base, costs, skeleton);
-    bool drop = without && without->makespanMs <= timed->makespanMs * (1 + 1e-12);
-    for (std::size_t d = 0; drop && d < devices; ++d) drop = without->memory.peakBytes[d] <= timed->memory.peakBytes[d];
-    if (drop) {
+    if (noWorse(without, *timed)) {
       timed = std::move(without);
     } else {
       skeleton.offloadWaits.insert(skeleton.offloadWaits.begin() + static_cast<std::ptrdiff_t>(i), wait);
@@ -451,11 +456,7 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
   }
   Plan base = shell;
   base.virtualStages = skeleton.virtualStages;
-  SimulationOptions timing;
-  timing.recordComms = false;
-  timing.computeMetrics = false;
-  timing.costs = &costs;
-  auto timed = simulateSkeleton(base, skeleton, timing);
+  auto timed = timeSkeleton(base, costs, skeleton);
   if (!timed) return timed.error();
   const int splits = std::max(1, shell.config.seqSplits);
   const auto units = costs.unitStages(skeleton.virtualStages);
@@ -471,16 +472,10 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
           gbps > 0 && bytes > 0 ? static_cast<double>(bytes) / (gbps * 1e6) : 0.0;
     }
   }
-  std::vector<std::vector<std::int32_t>> perDevice(skeleton.devices.size());
-  for (std::size_t i = 0; i < timed->ops.size(); ++i) {
-    const Op& op = timed->ops[i];
-    if (inRange(perDevice, op.device))
-      perDevice[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
-  }
-  const MemoryTimeline memory = memoryTimeline(*timed, costs);
   std::vector<std::vector<std::int32_t>> moved(skeleton.devices.size());
   for (std::size_t d = 0; d < skeleton.devices.size(); ++d) {
-    skeleton.devices[d] = offloadDevice(*timed, perDevice[d], copyMs, bytesByUnit, splits, memory.devices[d], moved[d]);
+    skeleton.devices[d] = offloadDevice(timed->plan, timed->perDevice[d], copyMs, bytesByUnit, splits,
+                                        timed->memory.devices[d], moved[d]);
   }
   // Dependencies name ops by their place in the device's order: the copies moved them.
   auto remap = [&](OpRef& r) {

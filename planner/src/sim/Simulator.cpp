@@ -279,6 +279,17 @@ class Simulation {
   std::int32_t stageDevice(std::int32_t stage) const { return m_shell.stage(stage).device; }
   // Lanes: device d's compute is lane d, or 2d with host copies on lane 2d + 1.
   int laneOf(int device, bool copy) const { return m_copies ? 2 * device + (copy ? 1 : 0) : device; }
+  /// The op at place `index` of device `device`'s skeleton order (OpRef), kNone outside it.
+  /// Without host copies a device's ops are m_offset[d] …; with them the ops were flattened by
+  /// lane (compute, then copies, per device), and m_skeletonOrder maps each place to its op.
+  std::int32_t opAt(std::int32_t device, std::int32_t index) const {
+    if (device < 0 || device >= m_p) return kNone;
+    if (index < 0 || index >= m_skeletonStart[device + 1] - m_skeletonStart[device]) return kNone;
+    if (m_copies) {
+      return m_skeletonOrder[static_cast<std::size_t>(m_skeletonStart[device]) + static_cast<std::size_t>(index)];
+    }
+    return m_offset[device] + index;
+  }
   int deviceOfLane(int lane) const { return m_copies ? lane / 2 : lane; }
   int laneOfOp(std::int32_t i) const {
     const Op& op = m_shell.op(i);
@@ -323,6 +334,7 @@ class Simulation {
   // plan's order (skeleton order) of the ops, whose lanes are flattened apart.
   IdVector<std::int32_t> m_issueAfter;
   std::vector<std::int32_t> m_skeletonOrder;
+  IdVector<std::int32_t> m_skeletonStart;  // first skeleton place of each device, then the op count
   IdVector<std::int32_t> m_prevStage, m_nextStage;
   IdVector<std::int32_t> m_offset;  // first op index of each lane, then the op count
   std::int32_t m_nOps = 0;
@@ -424,6 +436,11 @@ std::optional<Error> Simulation::flatten() {
     ++d;
   }
   for (int l = 0; l < m_lanes; ++l) m_offset[l + 1] += m_offset[l];
+  m_skeletonStart.assign(m_p + 1, 0);
+  for (int d = 0; d < m_p; ++d) {
+    m_skeletonStart[d + 1] =
+        m_skeletonStart[d] + static_cast<std::int32_t>(m_skeleton.devices[static_cast<std::size_t>(d)].size());
+  }
   m_nOps = m_offset[m_lanes];
   m_shell.ops.resize(totalOps);  // written by index below
   m_fIdx.assign(m_nStages, m_m, kNone);
@@ -634,22 +651,7 @@ std::optional<Error> Simulation::countDataFlowEdges() {
 
 std::optional<Error> Simulation::resolveExtraDependencies() {
   m_extra.reserve(m_skeleton.extraDependencies.size());
-  // An OpRef is a place in the skeleton's device order. Without host copies a device's ops are
-  // m_offset[d] .. m_offset[d + 1] - 1; with them the ops were flattened by lane (compute, then
-  // copies, per device), and m_skeletonOrder maps each skeleton place to its op.
-  IdVector<std::int32_t> skeletonStart(m_p + 1, 0);
-  for (int d = 0; d < m_p; ++d) {
-    skeletonStart[d + 1] =
-        skeletonStart[d] + static_cast<std::int32_t>(m_skeleton.devices[static_cast<std::size_t>(d)].size());
-  }
-  auto resolve = [&](const OpRef& r) -> std::int32_t {
-    if (r.device < 0 || r.device >= m_p) return kNone;
-    if (r.index < 0 || r.index >= skeletonStart[r.device + 1] - skeletonStart[r.device]) return kNone;
-    if (m_copies) {
-      return m_skeletonOrder[static_cast<std::size_t>(skeletonStart[r.device]) + static_cast<std::size_t>(r.index)];
-    }
-    return m_offset[r.device] + r.index;
-  };
+  auto resolve = [&](const OpRef& r) { return opAt(r.device, r.index); };
   for (const OpDependency& dep : m_skeleton.extraDependencies) {
     const std::int32_t a = resolve(dep.from);
     const std::int32_t b = resolve(dep.to);
@@ -796,16 +798,9 @@ void Simulation::prepareTiming() {
   const auto groups = overlappedGroups(m_shell, m_skeleton.devices);
   if (groups.empty()) return;
   m_groupSize.assign(m_nOps, 1);
-  IdVector<std::int32_t> skeletonStart(m_p + 1, 0);  // first skeleton position of each device
-  for (int d = 0; d < m_p; ++d) {
-    skeletonStart[d + 1] =
-        skeletonStart[d] + static_cast<std::int32_t>(m_skeleton.devices[static_cast<std::size_t>(d)].size());
-  }
   for (const OverlapGroup& g : groups) {
-    const std::int32_t lead =
-        m_copies
-            ? m_skeletonOrder[static_cast<std::size_t>(skeletonStart[g.device]) + static_cast<std::size_t>(g.first)]
-            : m_offset[g.device] + g.first;
+    const std::int32_t lead = opAt(g.device, g.first);
+    if (lead == kNone) continue;
     m_groupSize[lead] = static_cast<std::int8_t>(g.size);
     for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + k] = 0;
   }
