@@ -65,6 +65,20 @@ struct Pending {
 };
 std::vector<Pending> g_pending;  // guarded by g_state.streamsMutex
 
+// The fields memcpy and memset records share.
+template <typename Record>
+void readCopy(const Record& r, trace::Activity::Kind kind, const char* name, Pending& out) {
+  trace::Activity& a = out.activity;
+  a.kind = kind;
+  a.device = static_cast<std::int32_t>(r.deviceId);
+  a.stream = r.streamId;
+  a.bytes = r.bytes;
+  a.correlationId = r.correlationId;
+  a.name = name;
+  out.cuptiStart = r.start;
+  out.cuptiEnd = r.end;
+}
+
 // Reads one record; false for kinds we do not trace and for records without timestamps (a
 // record delivered before its work ended), which are counted as incomplete.
 bool readRecord(const CUpti_Activity* record, Pending& out) {
@@ -83,30 +97,12 @@ bool readRecord(const CUpti_Activity* record, Pending& out) {
       out.cuptiEnd = k->end;
       break;
     }
-    case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      a.kind = trace::Activity::Kind::Memcpy;
-      a.device = static_cast<std::int32_t>(m->deviceId);
-      a.stream = m->streamId;
-      a.bytes = m->bytes;
-      a.correlationId = m->correlationId;
-      a.name = "memcpy";
-      out.cuptiStart = m->start;
-      out.cuptiEnd = m->end;
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      readCopy(*reinterpret_cast<const CUpti_ActivityMemcpy6*>(record), trace::Activity::Kind::Memcpy, "memcpy", out);
       break;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMSET: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      a.kind = trace::Activity::Kind::Memset;
-      a.device = static_cast<std::int32_t>(m->deviceId);
-      a.stream = m->streamId;
-      a.bytes = m->bytes;
-      a.correlationId = m->correlationId;
-      a.name = "memset";
-      out.cuptiStart = m->start;
-      out.cuptiEnd = m->end;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      readCopy(*reinterpret_cast<const CUpti_ActivityMemset4*>(record), trace::Activity::Kind::Memset, "memset", out);
       break;
-    }
     default:
       return false;
   }
