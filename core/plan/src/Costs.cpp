@@ -27,7 +27,10 @@ bool sameCosts(const Layer& a, const Layer& b) {
          a.params == b.params;
 }
 
-std::vector<LayerCosts> costComponent(const Component& comp, const CostContext& ctx) {
+// `cost(layer)` of every layer of `comp`; a layer with the same costs as the one before reuses
+// its result (a model's blocks are usually alike).
+template <typename CostOf>
+std::vector<LayerCosts> costLayers(const Component& comp, CostOf cost) {
   std::vector<LayerCosts> out;
   out.reserve(comp.layers.size());
   const Layer* previous = nullptr;
@@ -35,28 +38,21 @@ std::vector<LayerCosts> costComponent(const Component& comp, const CostContext& 
     if (previous && sameCosts(*previous, layer)) {
       out.push_back(out.back());
     } else {
-      out.push_back(layerCosts(layer, ctx));
+      out.push_back(cost(layer));
     }
     previous = &layer;
   }
   return out;
 }
 
+std::vector<LayerCosts> costComponent(const Component& comp, const CostContext& ctx) {
+  return costLayers(comp, [&](const Layer& layer) { return layerCosts(layer, ctx); });
+}
+
 // costComponent for the sequence chunk of tokens [q0, q1) of `tokens` (layerChunkCosts).
 std::vector<LayerCosts> costComponentChunk(const Component& comp, const CostContext& ctx, std::int64_t tokens,
                                            std::int64_t q0, std::int64_t q1) {
-  std::vector<LayerCosts> out;
-  out.reserve(comp.layers.size());
-  const Layer* previous = nullptr;
-  for (const Layer& layer : comp.layers) {
-    if (previous && sameCosts(*previous, layer)) {
-      out.push_back(out.back());
-    } else {
-      out.push_back(layerChunkCosts(layer, ctx, tokens, q0, q1));
-    }
-    previous = &layer;
-  }
-  return out;
+  return costLayers(comp, [&](const Layer& layer) { return layerChunkCosts(layer, ctx, tokens, q0, q1); });
 }
 
 // Seq1F1B's computation-wise partition (Sun et al. 2024 §3.3): the boundaries where the
