@@ -384,14 +384,20 @@ def zb_cases(rng, quick):
     return cases
 
 
+def random_case(rng, p, multiples, chunks):
+    """F/B/W from 50–150 ms, m = p × one of `multiples`, transfers 0 or 1–20 ms, activations held
+    until W (the draws in this order, so seeded cases stay the same)."""
+    f, b, w = (rng.randint(50, 150) for _ in range(3))
+    return uniform_case(p, p * rng.choice(multiples), f, b, w, rng.choice([0, rng.randint(1, 20)]), ACT, chunks)
+
+
 def seq1f1b_cases(rng, quick):
     """p ∈ {2, 4, 8} × K ∈ {2, 4}, m ∈ {p, 2p, 4p} training microbatches."""
     cases = []
     for p in (2, 4, 8):
         for splits in (2, 4):
             for _ in range(1 if quick else 3):
-                f, b, w = (rng.randint(50, 150) for _ in range(3))
-                case = uniform_case(p, p * rng.choice([1, 2, 4]), f, b, w, rng.choice([0, rng.randint(1, 20)]), ACT, 1)
+                case = random_case(rng, p, [1, 2, 4], 1)
                 case["splits"] = splits
                 cases.append(case)
     return cases
@@ -403,9 +409,7 @@ def v1f1b_cases(rng, quick):
     for p in (2, 4, 8):
         cases.append(uniform_case(p, 4 * p, 100, 100, 100, 0, ACT, 2))
         for _ in range(1 if quick else 4):
-            f, b, w = (rng.randint(50, 150) for _ in range(3))
-            cases.append(uniform_case(p, p * rng.choice([1, 2, 3, 4]), f, b, w, rng.choice([0, rng.randint(1, 20)]),
-                                      ACT, 2))
+            cases.append(random_case(rng, p, [1, 2, 3, 4], 2))
     return cases
 
 
@@ -417,8 +421,7 @@ def pipeoffload_cases(rng, quick):
     for p in (2, 4, 8):
         for offload_time in (0.25, 0.5):
             for _ in range(1 if quick else 3):
-                f, b, w = (rng.randint(50, 150) for _ in range(3))
-                case = uniform_case(p, p * rng.choice([1, 2, 4]), f, b, w, rng.choice([0, rng.randint(1, 20)]), ACT, 2)
+                case = random_case(rng, p, [1, 2, 4], 2)
                 case["offload_time"] = offload_time
                 cases.append(case)
     return cases
