@@ -228,6 +228,7 @@ class GreedyGenerator final : public ScheduleGenerator {
     }
     auto upperMedian = [&](double StageEstimate::*field) {
       std::vector<double> v;
+      v.reserve(perDevice.size());
       for (const StageEstimate& e : perDevice) v.push_back(e.*field);
       std::sort(v.begin(), v.end());
       return v[v.size() / 2];
