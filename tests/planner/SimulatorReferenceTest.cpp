@@ -2,7 +2,8 @@
 // arrival events) against a straightforward reference written from the rules of issue 3:
 // an op starts when its device has finished the previous op and every input has arrived;
 // an input from another device arrives after a transfer of bytes / bandwidth + latency on
-// the directed link, transfers of one link served in the order their producers finish; and
+// the directed link (the latency alone when the stage states no output size), transfers of one
+// link served in the order their producers finish; and
 // DualPipe's overlapped F&B groups (Dependencies.hpp) start and end together.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "PlannerFixtures.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -175,7 +177,8 @@ RefTimes referenceSimulate(const Plan& plan) {
             const auto bytes = static_cast<double>(costs[static_cast<std::size_t>(lower)].outputBytes);
             double& link = linkFree[{op.device, to.device}];
             const double s = std::max(leaves, link);
-            const double e = s + plan.cluster.transferMs(op.device, to.device, bytes);
+            const double e = s + (bytes > 0 ? plan.cluster.transferMs(op.device, to.device, bytes)
+                                            : plan.cluster.latencyMs(op.device, to.device));
             link = e;
             arrival[c * n + i] = e;
             t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
@@ -240,6 +243,30 @@ TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
     }
   }
   EXPECT_GT(compared, 40);
+}
+
+// A stage boundary always sends (the next stage needs its input): a measured layer that states
+// no output size pays the link's latency. p = 2, m = 1, F = B = W = 1 ms, latency 5 ms: F, c, F,
+// then B+W, c, B+W (1F1B fuses B and W) is 2 + 5 + 4 + 5 = 16 ms; a stated size adds its bytes.
+Plan mustPlan(const PlanRequest& r) {
+  auto plan = makePlan(r);
+  EXPECT_TRUE(plan.hasValue()) << plan.message();
+  return plan.hasValue() ? std::move(*plan) : Plan{};
+}
+
+TEST(SimulatorReference, AStageWithoutAnOutputSizeStillPaysTheLatency) {
+  const ClusterSpec latencyOnly = test::freeCluster(2, 0, 5000);
+  const Plan unsized =
+      mustPlan(test::request(test::equalLayers(2, 1, 1, 1, 1000, 400, 0), latencyOnly, "1f1b", 2, 1, 1));
+  EXPECT_DOUBLE_EQ(unsized.metrics.makespanMs, 16.0);
+  ASSERT_EQ(unsized.comms.size(), 2U);
+  for (const Comm& c : unsized.comms) EXPECT_DOUBLE_EQ(c.endMs - c.startMs, 5.0);
+  EXPECT_DOUBLE_EQ(stageSendMs(latencyOnly, unsized.config, 0, 1, 0), 5.0);
+  EXPECT_DOUBLE_EQ(stageSendMs(latencyOnly, unsized.config, 1, 1, 0), 0.0);
+  // 1 MB over 1 GB/s is 1 ms more per hop.
+  const Plan sized = mustPlan(test::request(test::equalLayers(2, 1, 1, 1, 1000, 400, 1'000'000),
+                                            test::freeCluster(2, 1, 5000), "1f1b", 2, 1, 1));
+  EXPECT_DOUBLE_EQ(sized.metrics.makespanMs, 18.0);
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ const GpuSpec& ClusterSpec::gpuOfDevice(int device) const {
   return node.gpu ? *node.gpu : gpu;
 }
 
+double ClusterSpec::latencyMs(int from, int to) const {
+  if (from == to) return 0.0;
+  return (sameNvlinkDomain(from, to) ? intraNode : interNode).latencyUs / 1000.0;
+}
+
 double ClusterSpec::transferMs(int from, int to, double bytes) const {
   if (from == to || bytes <= 0) return 0.0;
   double bandwidthGBps = 0;

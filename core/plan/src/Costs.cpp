@@ -188,6 +188,12 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
   return ms;
 }
 
+double stageSendMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu) {
+  if (from == to) return 0.0;
+  if (bytesPerGpu > 0) return deviceTransferMs(cluster, config, from, to, bytesPerGpu);
+  return cluster.latencyMs(deviceFirstGpu(config, from), deviceFirstGpu(config, to));
+}
+
 CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
                          std::int64_t samplesPerMicrobatch)
     : m_blockwiseGathers((config.unitMicrobatches > 0 || config.fsdpWindows) && config.parallel.zeroStage >= 3),

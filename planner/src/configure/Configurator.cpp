@@ -582,7 +582,7 @@ bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out
   profile.inflightMicrobatches = P;
   if (g) {
     const double stageMs = s.trainableWorkMs * g->pipelines() / (static_cast<double>(P) * cfg.chunksPerDevice);
-    const double transferMs = P > 1 ? deviceTransferMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
+    const double transferMs = P > 1 ? stageSendMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
     profile = uniformProfile(*g, P, cfg.chunksPerDevice, cfg.microbatches, s.forwardMs, s.backwardInputMs,
                              s.backwardWeightMs, stageMs > 0 ? transferMs / stageMs : 0.0);
   }

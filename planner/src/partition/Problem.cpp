@@ -40,7 +40,7 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, const CostedM
         const auto bytes = static_cast<double>(c[l].outputBytes);
         if (bytes != lastBytes) {
           lastBytes = bytes;
-          lastMs = deviceTransferMs(request.cluster, request.config, stages[s].device, stages[s + 1].device, bytes);
+          lastMs = stageSendMs(request.cluster, request.config, stages[s].device, stages[s + 1].device, bytes);
         }
         // Activations go forward and their gradients come back: two transfers of the output.
         p.sendMs[s][l] = 2.0 * lastMs;

@@ -700,7 +700,7 @@ std::int32_t Simulation::dataFlowClass(std::int32_t fromStage, std::int32_t toSt
   EdgeClass& e = m_classes[c];
   e.toDevice = toDevice;
   e.bytes = edgeBytes(fromStage, toStage, chunk);
-  e.transferMs = deviceTransferMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
+  e.transferMs = stageSendMs(m_shell.cluster, m_shell.config, fromDevice, toDevice, static_cast<double>(e.bytes));
   return c;
 }
 
@@ -1025,8 +1025,8 @@ std::vector<StageEstimate> stageEstimates(const Plan& shell, const CostedModel& 
     e.activationBytes = c.activationBytes;
     e.weightGradBytes = c.weightGradBytes;
     if (chains.next[i] != kNone) {
-      e.sendMs = deviceTransferMs(shell.cluster, shell.config, shell.virtualStages[i].device,
-                                  shell.stage(chains.next[i]).device, static_cast<double>(c.outputBytes));
+      e.sendMs = stageSendMs(shell.cluster, shell.config, shell.virtualStages[i].device,
+                             shell.stage(chains.next[i]).device, static_cast<double>(c.outputBytes));
     }
   }
   return out;

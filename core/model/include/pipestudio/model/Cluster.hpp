@@ -110,8 +110,11 @@ struct ClusterSpec {
   /// Whether GPUs `a` and `b` share an NVLink domain.
   bool sameNvlinkDomain(int a, int b) const;
   const GpuSpec& gpuOfDevice(int device) const;
-  /// Time to move `bytes` from `from` to `to`: bytes / bandwidth + latency (0 when from == to).
+  /// Time to move `bytes` from `from` to `to`: bytes / bandwidth + latency (0 when from == to
+  /// or bytes ≤ 0).
   double transferMs(int from, int to, double bytes) const;
+  /// The latency of the link between `from` and `to` in ms (0 when from == to).
+  double latencyMs(int from, int to) const;
 };
 
 }  // namespace pipestudio

@@ -31,6 +31,13 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
 /// node's NICs (ClusterSpec::nicsPerNode). 0 when from == to.
 double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu);
 
+/// Time for a stage's output (activations forward, their gradients back) to reach the next
+/// stage on pipeline rank `to`: deviceTransferMs, and never less than the link's latency when
+/// the ranks differ. A pipeline stage always sends its output (Megatron-LM's p2p send of the
+/// hidden states), so a layer whose output size is not stated (`output_bytes` absent on a
+/// measured layer) still pays the latency instead of crossing for free.
+double stageSendMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu);
+
 /// Tokens per sample: the sequence length of the model's first trainable transformer-shaped
 /// layer, or 0 when no layer has a shape.
 std::int64_t tokensPerSample(const ModelSpec& model);
