@@ -5,6 +5,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <string_view>
+#include <vector>
 
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/common/Units.hpp"
@@ -32,34 +34,29 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (auto cluster = readCluster(reader, *node)) ws.cluster = std::move(*cluster);
   }
   if (auto solver = reader.object(root, "solver", Presence::Required)) {
-    reader.rejectUnknown(*solver, {"schedule",
-                                   "devices",
-                                   "microbatches",
-                                   "chunks",
-                                   "partition",
-                                   "fill",
-                                   "memory_limit_bytes",
-                                   "memory_limit",
-                                   "tp",
-                                   "cp",
-                                   "ep",
-                                   "dp",
-                                   "sequence_parallel",
-                                   "recompute",
-                                   "zero",
-                                   "global_batch",
-                                   "micro_batch_size",
-                                   "optimizer_sync",
-                                   "overlap_grad_reduce",
-                                   "overlap_param_gather",
-                                   "tp_comm_overlap",
-                                   "grad_reduce_dtype",
-                                   "precision",
-                                   "recompute_num_layers",
-                                   "recompute_method",
-                                   "recompute_modules",
-                                   "seq_splits",
-                                   "offload_ratio"});
+    // The recipe keys are the plan file's (readRecipeFields): a workspace keeps every setting a plan does.
+    static const std::vector<std::string_view> kKeys = withRecipeFieldKeys({"schedule",
+                                                                            "devices",
+                                                                            "microbatches",
+                                                                            "chunks",
+                                                                            "partition",
+                                                                            "fill",
+                                                                            "memory_limit_bytes",
+                                                                            "memory_limit",
+                                                                            "tp",
+                                                                            "cp",
+                                                                            "ep",
+                                                                            "dp",
+                                                                            "sequence_parallel",
+                                                                            "recompute",
+                                                                            "zero",
+                                                                            "global_batch",
+                                                                            "micro_batch_size",
+                                                                            "optimizer_sync",
+                                                                            "overlap_grad_reduce",
+                                                                            "seq_splits",
+                                                                            "offload_ratio"});
+    reader.rejectUnknown(*solver, kKeys);
     PlanConfig& c = ws.solver;
     if (auto v = reader.string(*solver, "schedule", Presence::Required)) c.schedule = *v;
     if (auto v = reader.integer(*solver, "devices", Presence::Required, 1, 4096)) c.devices = static_cast<int>(*v);

@@ -51,6 +51,41 @@ TEST(Workspace, WorkspaceWithPlanRoundTrips) {
   EXPECT_EQ(doc->workspace->plan->ops.size(), plan->ops.size());
 }
 
+// Issue 26's expert and context settings are plan-config keys a workspace writes: it reads them
+// back (it used to refuse them as unknown fields, so a saved MoE workspace did not open).
+TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
+  auto ws = loadWorkspace(kDefault);
+  ASSERT_TRUE(ws) << ws.message();
+  Parallelism& par = ws->solver.parallel;
+  par.expertTensor = 1;
+  par.moeCapacityFactor = 1.25;
+  par.moeA2aOverlap = true;
+  par.moeSharedExpertOverlap = true;
+  par.moeFlexDispatcher = true;
+  par.cpCommType = CpCommType::A2aP2p;
+  par.attentionBackend = AttentionBackend::Flash;
+  const std::string path = tempPath("moe-settings.pipestudio");
+  ASSERT_TRUE(saveWorkspace(path, *ws));
+  auto again = loadWorkspace(path);
+  ASSERT_TRUE(again) << again.message();
+  const Parallelism& back = again->solver.parallel;
+  EXPECT_EQ(back.expertTensor, 1);
+  EXPECT_EQ(back.moeCapacityFactor, std::optional<double>(1.25));
+  EXPECT_TRUE(back.moeA2aOverlap);
+  EXPECT_TRUE(back.moeSharedExpertOverlap);
+  EXPECT_TRUE(back.moeFlexDispatcher);
+  EXPECT_EQ(back.cpCommType, CpCommType::A2aP2p);
+  EXPECT_EQ(back.attentionBackend, AttentionBackend::Flash);
+  EXPECT_EQ(workspaceToJson(*again), workspaceToJson(*ws));
+  // A misspelt key is still refused, with the field named.
+  auto json = workspaceToJson(*ws);
+  json["solver"]["cp_comm"] = "a2a";
+  writeText(path, json.dump());
+  auto bad = loadWorkspace(path);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.message().find("cp_comm"), std::string::npos) << bad.message();
+}
+
 TEST(Workspace, BadInputSaysWhereAndWhat) {
   const std::string path = tempPath("bad.pipestudio");
   writeText(path, R"({"schema": "pipestudio.workspace/1", "model": {}, "solver": {"schedule": "1f1b", "devices": 0}})");

@@ -216,6 +216,10 @@ std::optional<std::int64_t> JsonReader::integer(const JsonNode& obj, std::string
 }
 
 void JsonReader::rejectUnknown(const JsonNode& obj, std::initializer_list<std::string_view> known) {
+  rejectUnknown(obj, std::span<const std::string_view>(known.begin(), known.size()));
+}
+
+void JsonReader::rejectUnknown(const JsonNode& obj, std::span<const std::string_view> known) {
   if (!obj.value->is_object()) return;
   for (const auto& [key, value] : obj.value->items()) {
     bool found = false;

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Index.hpp"
@@ -179,6 +181,17 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
   }
 }
 
+std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::string_view> own) {
+  std::vector<std::string_view> keys(own);
+  for (std::string_view k :
+       {"overlap_param_gather", "tp_comm_overlap", "grad_reduce_dtype", "precision", "recompute_num_layers",
+        "recompute_method", "recompute_modules", "etp", "moe_capacity_factor", "moe_a2a_overlap",
+        "moe_shared_expert_overlap", "moe_token_dispatcher", "attention_backend", "cp_comm_type"}) {
+    keys.push_back(k);
+  }
+  return keys;
+}
+
 void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   const Parallelism& par = c.parallel;
   cfg["overlap_param_gather"] = par.overlapParamGather;
@@ -230,45 +243,32 @@ void readParallelism(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
 }
 
 void readConfig(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
-  r.rejectUnknown(cfg, {"schedule",
-                        "devices",
-                        "microbatches",
-                        "chunks_per_device",
-                        "partition",
-                        "fill",
-                        "memory_limit_bytes",
-                        "data_parallel",
-                        "dp",
-                        "tp",
-                        "cp",
-                        "ep",
-                        "etp",
-                        "moe_capacity_factor",
-                        "moe_a2a_overlap",
-                        "moe_shared_expert_overlap",
-                        "moe_token_dispatcher",
-                        "cp_comm_type",
-                        "attention_backend",
-                        "sequence_parallel",
-                        "recompute",
-                        "zero",
-                        "overlap_grad_reduce",
-                        "overlap_param_gather",
-                        "tp_comm_overlap",
-                        "grad_reduce_dtype",
-                        "precision",
-                        "recompute_num_layers",
-                        "recompute_method",
-                        "recompute_modules",
-                        "global_batch",
-                        "micro_batch_size",
-                        "optimizer_sync",
-                        "vocab_barriers",
-                        "overlap_forward_backward",
-                        "unit_microbatches",
-                        "seq_splits",
-                        "seq_split",
-                        "offload_ratio"});
+  static const std::vector<std::string_view> kKeys = withRecipeFieldKeys({"schedule",
+                                                                          "devices",
+                                                                          "microbatches",
+                                                                          "chunks_per_device",
+                                                                          "partition",
+                                                                          "fill",
+                                                                          "memory_limit_bytes",
+                                                                          "data_parallel",
+                                                                          "dp",
+                                                                          "tp",
+                                                                          "cp",
+                                                                          "ep",
+                                                                          "sequence_parallel",
+                                                                          "recompute",
+                                                                          "zero",
+                                                                          "overlap_grad_reduce",
+                                                                          "global_batch",
+                                                                          "micro_batch_size",
+                                                                          "optimizer_sync",
+                                                                          "vocab_barriers",
+                                                                          "overlap_forward_backward",
+                                                                          "unit_microbatches",
+                                                                          "seq_splits",
+                                                                          "seq_split",
+                                                                          "offload_ratio"});
+  r.rejectUnknown(cfg, kKeys);
   c.schedule = r.string(cfg, "schedule", Presence::Required).value_or("");
   c.devices = static_cast<int>(r.integer(cfg, "devices", Presence::Required, 1, kMaxDevices).value_or(1));
   c.microbatches =

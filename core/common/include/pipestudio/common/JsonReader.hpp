@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,7 @@ class JsonReader {
 
   /// Flags members of `obj` not in `known` (typos such as `forward_msec` are caught).
   void rejectUnknown(const JsonNode& obj, std::initializer_list<std::string_view> known);
+  void rejectUnknown(const JsonNode& obj, std::span<const std::string_view> known);
 
   /// Checks `schema` equals `expected` ("pipestudio.model/1"); names future versions.
   bool checkSchema(const JsonNode& obj, std::string_view expected);

@@ -2,8 +2,11 @@
 /// \file Plan documents: load with full validation, save.
 
 #include <cstdint>
+#include <initializer_list>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/common/Json.hpp"
@@ -20,6 +23,10 @@ Json planToJson(const Plan& plan);
 /// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
 void readRecipeFields(JsonReader& reader, const JsonNode& config, PlanConfig& out);
 void writeRecipeFields(const PlanConfig& config, Json& out);
+/// `own` followed by every key readRecipeFields reads: the known keys of a config object that
+/// holds the recipe fields (JsonReader::rejectUnknown), so plan files and workspaces accept the
+/// same recipe keys.
+std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::string_view> own);
 /// Writes the plan document to `path` (writeOutputFile rules), streaming ops and comms one per
 /// line: no document-sized JSON tree is built.
 Status savePlan(const std::string& path, const Plan& plan);
