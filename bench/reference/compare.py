@@ -108,15 +108,21 @@ def model_doc(costs, wgrad_bytes, comm_ms, as_latency=False):
 
 
 def cluster_doc(devices, comm_ms, host_link_gbps=None, as_latency=False):
-    """host_link_gbps: the GPU's host link (offloading); None names none. as_latency: the
-    transfer is the link's latency alone (model_doc)."""
+    """host_link_gbps: the GPU's host link (offloading), a number or a HostLink; None names none.
+    as_latency: the transfer is the link's latency alone (model_doc)."""
     gpu = {"name": "gpu", "peak_tflops": 100, "memory_gib": 80, "efficiency": 0.5}
+    switch = None
+    if isinstance(host_link_gbps, HostLink):
+        host_link_gbps, switch = host_link_gbps.solo_gbps, host_link_gbps.switch
     if host_link_gbps is not None:
         gpu["host_link_gbps"] = host_link_gbps
     link = ({"bandwidth_gbps": 1.0, "latency_us": comm_ms * 1000} if as_latency
             else {"bandwidth_gbps": transfer(comm_ms)[1], "latency_us": 0})
+    links = {"intra_node": link}
+    if switch is not None:
+        links["host_switch"] = {"gpus": switch[0], "bandwidth_gbps": switch[1]}
     return {"schema": "pipestudio.cluster/1", "name": "reference-compare", "gpu": gpu,
-            "nodes": [{"host": "localhost", "gpus": devices}], "links": {"intra_node": link}}
+            "nodes": [{"host": "localhost", "gpus": devices}], "links": links}
 
 
 class Cli:
@@ -443,11 +449,18 @@ def pipeoffload_cases(rng, quick):
     return cases
 
 
+class HostLink(types.SimpleNamespace):
+    """A GPU's own host link (solo_gbps) and the PCIe switch it shares: (GPUs, uplink GB/s)."""
+
+
 def host_link_gbps(case):
-    """Host link (GB/s) over which one chunk activation (ACT bytes) takes the reference's
-    parallel_offload_time = offload_time · (F + B + W)."""
+    """The host links of offloading.py's model: GPUs paired on a PCIe switch (ranks 2k and
+    2k + 1), one chunk activation (ACT bytes) taking parallel_offload_time = offload_time ·
+    (F + B + W) while both copy and solo_offload_time = 0.7 of that alone. So the GPU's own link
+    moves ACT in 0.7 · parallel time and the switch's uplink carries two such copies at once."""
     copy_ms = case["offload_time"] * sum(case["costs"][0])
-    return ACT / (copy_ms * 1e6)
+    parallel = ACT / (copy_ms * 1e6)
+    return HostLink(solo_gbps=parallel / 0.7, switch=(2, 2 * parallel))
 
 
 # --- comparison -----------------------------------------------------------------------------

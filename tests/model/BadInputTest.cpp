@@ -128,6 +128,8 @@ const Case kCases[] = {
     {"cluster-ssh-password.json", Kind::Cluster, "/nodes/0/ssh/password", 16, 21, "passwords are never stored"},
     {"cluster-multinode-no-inter.json", Kind::Cluster, "/links", 20, 12, "missing required field 'inter_node'"},
     {"cluster-future-schema.json", Kind::Cluster, "/schema", 2, 13, "'pipestudio.cluster/7' is a version"},
+    {"cluster-host-switch-zero-gpus.json", Kind::Cluster, "/links/host_switch/gpus", 23, 15,
+     "is 0 (expected an integer in [1, 1024])"},
     {"cluster-gpus-per-node-with-array.json", Kind::Cluster, "/gpus_per_node", 22, 20, "only allowed with an integer"},
     {"hosts-password.json", Kind::Hosts, "/hosts/0/password", 10, 19, "passwords are never stored"},
     {"hosts-empty.json", Kind::Hosts, "/hosts", 4, 12, "no hosts"},

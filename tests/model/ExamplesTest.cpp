@@ -73,6 +73,22 @@ TEST(Examples, SavedCopiesLoadBackUnchanged) {
   }
 }
 
+// A cluster's shared PCIe switches (links.host_switch) are written and read back.
+TEST(Examples, HostSwitchesRoundTrip) {
+  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  ASSERT_TRUE(c) << c.message();
+  c->hostSwitchGpus = 2;
+  c->hostSwitchGBps = 55.5;
+  auto doc = parseJson(clusterToJson(*c).dump(), "<copy>");
+  ASSERT_TRUE(doc);
+  JsonReader r(*doc);
+  auto again = readCluster(r, r.root());
+  ASSERT_TRUE(again && r.ok()) << r.toError().message;
+  EXPECT_EQ(again->hostSwitchGpus, 2);
+  EXPECT_DOUBLE_EQ(again->hostSwitchGBps, 55.5);
+  EXPECT_EQ(clusterToJson(*again), clusterToJson(*c));
+}
+
 double parameterCount(const ModelSpec& m, const GpuSpec& gpu, const std::string& component) {
   double params = 0;
   for (const auto& c : m.components) {

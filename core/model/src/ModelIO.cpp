@@ -483,8 +483,15 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (r.ok() && c.totalGpus() > kMaxGpus)
     r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
-    r.rejectUnknown(*links, {"intra_node", "inter_node", "nics_per_node"});
+    r.rejectUnknown(*links, {"intra_node", "inter_node", "nics_per_node", "host_switch"});
     c.nicsPerNode = static_cast<int>(r.integer(*links, "nics_per_node", Presence::Optional, 1, 1024).value_or(0));
+    if (auto sw = r.object(*links, "host_switch", Presence::Optional)) {
+      r.rejectUnknown(*sw, {"gpus", "bandwidth_gbps"});
+      c.hostSwitchGpus = static_cast<int>(r.integer(*sw, "gpus", Presence::Required, 1, 1024).value_or(0));
+      c.hostSwitchGBps = r.number(*sw, "bandwidth_gbps", Presence::Required, limits::kLinkBandwidthGBps.min,
+                                  limits::kLinkBandwidthGBps.max)
+                             .value_or(0);
+    }
     if (auto intra = r.field(*links, "intra_node", Presence::Required)) {
       if (auto l = readLink(r, *intra)) c.intraNode = *l;
     }
@@ -705,6 +712,9 @@ Json clusterToJson(const ClusterSpec& c) {
       Json{{"intra_node", {{"bandwidth_gbps", c.intraNode.bandwidthGBps}, {"latency_us", c.intraNode.latencyUs}}},
            {"inter_node", {{"bandwidth_gbps", c.interNode.bandwidthGBps}, {"latency_us", c.interNode.latencyUs}}}};
   if (c.nicsPerNode > 0) j["links"]["nics_per_node"] = c.nicsPerNode;
+  if (c.hostSwitchGpus > 0) {
+    j["links"]["host_switch"] = Json{{"gpus", c.hostSwitchGpus}, {"bandwidth_gbps", c.hostSwitchGBps}};
+  }
   if (c.nvlinkDomain > c.gpusPerNode()) j["nvlink_domain"] = c.nvlinkDomain;
   if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
   return j;

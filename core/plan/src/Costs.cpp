@@ -188,6 +188,19 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
   return ms;
 }
 
+double hostCopyGBps(const ClusterSpec& cluster, const PlanConfig& config, int device, bool everyGpuCopies) {
+  double gbps = deviceGpu(cluster, config, device).hostLinkGBps;
+  if (gbps <= 0 || cluster.hostSwitchGpus <= 1 || cluster.hostSwitchGBps <= 0) return gbps;
+  const std::int64_t g = cluster.hostSwitchGpus;
+  const std::int64_t perRank = std::max<std::int64_t>(1, config.parallel.gpusPerPipelineRank());
+  const std::int64_t first = config.parallel.firstGpuOfDevice(device);
+  for (std::int64_t sw = first / g; sw * g < first + perRank; ++sw) {
+    const std::int64_t own = std::min(first + perRank, (sw + 1) * g) - std::max(first, sw * g);
+    gbps = std::min(gbps, cluster.hostSwitchGBps / static_cast<double>(everyGpuCopies ? g : own));
+  }
+  return gbps;
+}
+
 double stageSendMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu) {
   if (from == to) return 0.0;
   if (bytesPerGpu > 0) return deviceTransferMs(cluster, config, from, to, bytesPerGpu);

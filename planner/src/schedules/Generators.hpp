@@ -156,8 +156,14 @@ std::optional<std::vector<std::vector<OrderedOp>>> torchInterleavedZeroBubbleOrd
 /// to a complete order without lengthening its step, offloading every (stage, microbatch) of
 /// the ratio's chunks whose time between forward and backward holds both copies on the
 /// device's host link. Nothing when the ratio is 0 or the order has copies already.
-/// `waits`: then also addOffloadWaits.
-Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton, bool waits = true);
+/// `waits`: then also addOffloadWaits. Copies are placed at the rate each can count on when
+/// every GPU on its PCIe switch copies (hostCopyGBps), or with `atSoloRate` at the rate it gets
+/// when no other rank copies (the simulator times them at the rate they get either way).
+Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton, bool waits = true,
+                  bool atSoloRate = false);
+/// Whether some rank's copies are faster alone than with every GPU on its switch copying (the
+/// two placements of addOffload differ).
+bool hostCopiesShareSwitches(const Plan& shell);
 /// Forwards that wait for an offload of their device (ScheduleSkeleton::offloadWaits), where
 /// that lowers a device's peak and the step gets no longer; on an order with its copies.
 Status addOffloadWaits(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton);

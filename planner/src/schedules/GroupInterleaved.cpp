@@ -319,6 +319,9 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     return true;
   };
   std::vector<Judged> judged;
+  // GPUs sharing a PCIe switch: each order also with its copies placed at the solo rate (fast
+  // while the neighbour does not copy, late where it does), beside the rate they can count on.
+  const bool sharedSwitches = hostCopiesShareSwitches(shell);
   for (auto& order : orders) {
     if (input.control && input.control->cancelled()) return Error::cancelled();
     Judged j;
@@ -330,8 +333,13 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     // Copies first; the forwards' waits for them (addOffloadWaits) only where a candidate is
     // chosen below: they never lengthen an order's step nor raise a peak, so they can only make a
     // candidate fit that did not, and they take a simulation per wait tried.
-    if (!addOffload(shell, *costs, j.skeleton, false)) continue;
-    if (judge(j)) judged.push_back(std::move(j));
+    for (const bool solo : {false, true}) {
+      if (solo && !sharedSwitches) break;
+      Judged placed;
+      placed.skeleton = j.skeleton;
+      if (!addOffload(shell, *costs, placed.skeleton, false, solo)) continue;
+      if (judge(placed)) judged.push_back(std::move(placed));
+    }
   }
   if (judged.empty()) return Error{"pipeoffload: no candidate order could be timed"};
   // The fastest that fits (with its waits), its peak breaking ties; when none fits, the lowest peak.

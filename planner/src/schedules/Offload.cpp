@@ -447,7 +447,16 @@ Status addOffloadWaits(const Plan& shell, const CostedModel& costs, ScheduleSkel
   return gateForwards(base, costs, skeleton);
 }
 
-Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton, bool waits) {
+bool hostCopiesShareSwitches(const Plan& shell) {
+  for (int d = 0; d < shell.config.devices; ++d) {
+    if (hostCopyGBps(shell.cluster, shell.config, d, true) < hostCopyGBps(shell.cluster, shell.config, d, false))
+      return true;
+  }
+  return false;
+}
+
+Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton& skeleton, bool waits,
+                  bool atSoloRate) {
   if (shell.config.offloadRatio <= 0) return {};
   for (const auto& lane : skeleton.devices) {
     for (const OrderedOp& o : lane) {
@@ -464,7 +473,7 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
   IdVector<std::int64_t> bytesByUnit(copyMs.size(), 0);
   for (std::size_t s = 0; s < skeleton.virtualStages.size(); ++s) {
     const VirtualStage& vs = skeleton.virtualStages[s];
-    const double gbps = deviceGpu(shell.cluster, shell.config, vs.device).hostLinkGBps;
+    const double gbps = hostCopyGBps(shell.cluster, shell.config, vs.device, !atSoloRate);
     for (int k = 0; k < splits && k < static_cast<int>(units[s].size()); ++k) {
       const std::int64_t bytes = offloadBytes(shell.config, vs, units[s][static_cast<std::size_t>(k)]);
       bytesByUnit[static_cast<int>(s) * splits + k] = bytes;

@@ -3,7 +3,9 @@
 // Host copies (D2H/H2D, activation offloading) run on a second lane of their device, its host
 // link: a copy is issued when the compute op before it in the device's order has ended, and
 // the device's copies run one at a time in their order; the backward of an offloaded
-// (stage, microbatch) waits for its H2D. Lanes are devices when a plan has no copies.
+// (stage, microbatch) waits for its H2D. Lanes are devices when a plan has no copies. GPUs
+// that share a PCIe switch (ClusterSpec::hostSwitchGpus) share its uplink: a copy's speed
+// changes whenever another rank's copy on its switch starts or ends (Simulation::rerateCopy).
 // Cross-device inputs travel on the directed link (from, to): bytes / bandwidth + latency,
 // transfers on one link served first-come first-served (they serialise). Everything is flat
 // arrays indexed by op number; the only structure in the hot loop is a winner tree over devices.
@@ -313,6 +315,9 @@ class Simulation {
   double durationMs(const Op& op, std::int32_t idx) const;
   double commMs(const Op& op) const { return baseCommMs(op.kind, unitCosts(op)); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
+  void prepareSwitches();
+  void switchCopy(int device, double timeMs, bool starts);
+  void rerateCopy(int device, double timeMs);
   bool tryStart(int lane);
   void completeOp(int lane, std::int32_t code, double timeMs);
 
@@ -369,6 +374,18 @@ class Simulation {
   Grid<double> m_linkFreeMs;
   DeviceWinnerTree m_running;
   std::int32_t m_completed = 0;
+
+  // Shared PCIe switches (only with host copies and ClusterSpec::hostSwitchGpus): per device,
+  // the switches its GPUs hang off (compact ids) with its GPU count on each; per switch, the
+  // devices on it and the GPUs copying through it now; per device, its running copy's work
+  // left (ms at its solo speed), when that was last updated, and its speed (share of solo).
+  bool m_sharedSwitches = false;
+  std::vector<std::vector<std::pair<int, int>>> m_switchesOf;
+  std::vector<std::vector<int>> m_devicesOn;
+  std::vector<int> m_copyingGpus;
+  std::vector<double> m_switchGpuGBps;  // per device: the per-GPU rate its solo time assumes
+  std::vector<double> m_copyLeftMs, m_copyAtMs, m_copySpeed;
+  std::vector<char> m_copyRunning;
 };
 
 // --- validate and flatten ---
@@ -392,10 +409,10 @@ std::optional<Error> Simulation::validateShape() const {
   return std::nullopt;
 }
 
-// The time of a host copy: its bytes over the device's host link (GpuSpec::hostLinkGBps,
-// GB/s); infinite when the GPU names none.
+// The time of a host copy when no other rank copies through its switch: its bytes over the
+// device's host link (hostCopyGBps, GB/s); infinite when the GPU names none.
 double copyMs(const Plan& shell, const Op& op, const StageCosts& unit) {
-  const double gbps = deviceGpu(shell.cluster, shell.config, op.device).hostLinkGBps;
+  const double gbps = hostCopyGBps(shell.cluster, shell.config, op.device);
   const auto bytes = static_cast<double>(offloadBytes(shell.config, shell.stage(op.virtualStage), unit));
   if (bytes <= 0) return 0.0;
   return gbps > 0 ? bytes / (gbps * 1e6) : std::numeric_limits<double>::infinity();
@@ -862,6 +879,14 @@ bool Simulation::tryStart(int d) {
   op.endMs = op.startMs + durationMs(op, idx);
   m_busy[d] = 1;
   m_running.set(d, op.endMs);
+  if (m_sharedSwitches && d % 2 == 1) {
+    const int device = d / 2;
+    m_copyLeftMs[device] = op.endMs - op.startMs;
+    m_copyAtMs[device] = op.startMs;
+    m_copySpeed[device] = 1.0;
+    m_copyRunning[device] = 1;
+    switchCopy(device, op.startMs, true);
+  }
   // Sixty-odd devices walk their orders side by side, too many streams for the hardware
   // prefetcher: fetch what this op's end and this device's next start will read.
   if (idx + 1 < m_offset[d + 1]) {
@@ -920,6 +945,71 @@ void Simulation::completeOp(int lane, std::int32_t code, double timeMs) {
   }
 }
 
+// --- shared PCIe switches ---
+
+// Which switches each device's GPUs hang off (GPUs g·k … g·k + g − 1 share switch k); only
+// switches two devices share can slow a copy down, so without any the model stays off.
+void Simulation::prepareSwitches() {
+  const ClusterSpec& cluster = m_shell.cluster;
+  if (!m_copies || cluster.hostSwitchGpus <= 1 || cluster.hostSwitchGBps <= 0) return;
+  const std::int64_t g = cluster.hostSwitchGpus;
+  const std::int64_t perRank = std::max<std::int64_t>(1, m_shell.config.parallel.gpusPerPipelineRank());
+  std::map<std::int64_t, int> compact;
+  m_switchesOf.assign(static_cast<std::size_t>(m_p), {});
+  for (int d = 0; d < m_p; ++d) {
+    const std::int64_t first = m_shell.config.parallel.firstGpuOfDevice(d);
+    for (std::int64_t sw = first / g; sw * g < first + perRank; ++sw) {
+      const std::int64_t own = std::min(first + perRank, (sw + 1) * g) - std::max(first, sw * g);
+      const auto [it, fresh] = compact.emplace(sw, static_cast<int>(compact.size()));
+      if (fresh) m_devicesOn.emplace_back();
+      m_devicesOn[static_cast<std::size_t>(it->second)].push_back(d);
+      m_switchesOf[static_cast<std::size_t>(d)].emplace_back(it->second, static_cast<int>(own));
+    }
+  }
+  m_sharedSwitches =
+      std::any_of(m_devicesOn.begin(), m_devicesOn.end(), [](const std::vector<int>& on) { return on.size() > 1; });
+  if (!m_sharedSwitches) return;
+  m_copyingGpus.assign(m_devicesOn.size(), 0);
+  m_switchGpuGBps.assign(static_cast<std::size_t>(m_p), 0.0);
+  for (int d = 0; d < m_p; ++d) m_switchGpuGBps[static_cast<std::size_t>(d)] = hostCopyGBps(cluster, m_shell.config, d);
+  m_copyLeftMs.assign(static_cast<std::size_t>(m_p), 0.0);
+  m_copyAtMs.assign(static_cast<std::size_t>(m_p), 0.0);
+  m_copySpeed.assign(static_cast<std::size_t>(m_p), 1.0);
+  m_copyRunning.assign(static_cast<std::size_t>(m_p), 0);
+}
+
+// Device `device`'s copy starts or ends at timeMs: its GPUs join or leave their switches, and
+// every running copy on those switches changes speed from then on.
+void Simulation::switchCopy(int device, double timeMs, bool starts) {
+  const auto& mine = m_switchesOf[static_cast<std::size_t>(device)];
+  for (const auto& [sw, own] : mine) m_copyingGpus[static_cast<std::size_t>(sw)] += starts ? own : -own;
+  for (const auto& [sw, own] : mine) {
+    for (const int other : m_devicesOn[static_cast<std::size_t>(sw)]) rerateCopy(other, timeMs);
+  }
+}
+
+// A running copy's speed: each GPU on a switch gets its fair share of the uplink, at most its
+// own link; the copy's solo time (durationMs) assumed the share its own GPUs leave it
+// (hostCopyGBps). Its work left is brought up to timeMs at the old speed, and its end moves.
+void Simulation::rerateCopy(int device, double timeMs) {
+  const auto d = static_cast<std::size_t>(device);
+  if (!m_copyRunning[d]) return;
+  const ClusterSpec& cluster = m_shell.cluster;
+  double gbps = deviceGpu(cluster, m_shell.config, device).hostLinkGBps;
+  for (const auto& [sw, own] : m_switchesOf[d]) {
+    gbps = std::min(gbps, cluster.hostSwitchGBps / std::max(1, m_copyingGpus[static_cast<std::size_t>(sw)]));
+  }
+  const double speed = m_switchGpuGBps[d] > 0 ? std::min(1.0, gbps / m_switchGpuGBps[d]) : 1.0;
+  const double at = std::max(timeMs, m_copyAtMs[d]);
+  m_copyLeftMs[d] = std::max(0.0, m_copyLeftMs[d] - (at - m_copyAtMs[d]) * m_copySpeed[d]);
+  m_copyAtMs[d] = at;
+  m_copySpeed[d] = speed;
+  const int lane = laneOf(device, true);
+  Op& op = m_shell.op(m_offset[lane] + m_position[lane]);
+  op.endMs = at + (speed > 0 ? m_copyLeftMs[d] / speed : 0.0);
+  m_running.set(lane, op.endMs);
+}
+
 // Event loop over op completions only. An op starts when its device is free and every
 // input has arrived: start = max(device free, latest arrival). Arrival times are known as
 // soon as the producer completes (its transfer queues on the link then), so no arrival
@@ -931,12 +1021,17 @@ void Simulation::run() {
   m_busy.assign(m_lanes, 0);
   m_deviceFreeMs.assign(m_lanes, 0.0);
   m_linkFreeMs.assign(m_p, m_p, 0.0);
+  prepareSwitches();
   if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
   for (int d = 0; d < m_lanes; ++d) tryStart(d);
   for (int dev = m_running.top(); dev >= 0; dev = m_running.top()) {
     const double timeMs = m_running.keyMs(dev);
     m_busy[dev] = 0;
     m_deviceFreeMs[dev] = timeMs;
+    if (m_sharedSwitches && dev % 2 == 1) {
+      m_copyRunning[dev / 2] = 0;
+      switchCopy(dev / 2, timeMs, false);
+    }
     const std::int32_t lead = m_offset[dev] + m_position[dev];
     const std::int32_t members = m_groupSize.empty() ? 1 : std::max<std::int32_t>(1, m_groupSize[lead]);
     for (std::int32_t member = 0; member < members; ++member) completeOp(dev, lead + member, timeMs);

@@ -95,6 +95,13 @@ struct ClusterSpec {
   /// GPUs one NVLink fabric joins, consecutive in GPU order (GB200/GB300 NVL72: 72 GPUs over 18
   /// nodes of 4); 0: one node. Traffic inside a domain takes `intraNode`.
   int nvlinkDomain = 0;
+  /// Host copies (activation offloading) through shared PCIe switches: `hostSwitchGpus`
+  /// consecutive GPUs (in GPU order) hang off one switch whose uplink to the host carries
+  /// `hostSwitchGBps` per direction. GPUs copying at once share it evenly, each at most its own
+  /// GpuSpec::hostLinkGBps (PipeOffload's paired GPUs: a copy alone runs faster than two at once,
+  /// offloading.py's solo_offload_time). 0: no sharing, every GPU has its own host link.
+  int hostSwitchGpus = 0;
+  double hostSwitchGBps = 0;
   /// Optional measured device-to-device bandwidth, [from][to], GB/s; overrides links.
   std::vector<std::vector<double>> bandwidthMatrixGBps;
 

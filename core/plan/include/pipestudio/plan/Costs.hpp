@@ -31,6 +31,13 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
 /// node's NICs (ClusterSpec::nicsPerNode). 0 when from == to.
 double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu);
 
+/// The per-GPU host-link rate (GB/s) of pipeline rank `device`'s host copies: its GPU's
+/// host_link_gbps, or less where GPUs share a PCIe switch (ClusterSpec::hostSwitchGpus): each
+/// at most the uplink over the GPUs copying through it, which are the rank's own GPUs when no
+/// other rank copies, or every GPU on the switch (`everyGpuCopies`: the rate a copy can count
+/// on whatever the other ranks do). 0: the GPU names no host link.
+double hostCopyGBps(const ClusterSpec& cluster, const PlanConfig& config, int device, bool everyGpuCopies = false);
+
 /// Time for a stage's output (activations forward, their gradients back) to reach the next
 /// stage on pipeline rank `to`: deviceTransferMs, and never less than the link's latency when
 /// the ranks differ. A pipeline stage always sends its output (Megatron-LM's p2p send of the
