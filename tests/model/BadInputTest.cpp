@@ -3,6 +3,7 @@
 // `file:line:col: /json/pointer: what (expected …)` and for the place it points at.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cctype>
 #include <regex>
 #include <string>
@@ -77,7 +78,7 @@ TEST_P(BadInput, NamesFileLinePointerAndExpectation) {
 }
 
 // Lines and columns point at the offending value (or, for a missing field, the object).
-const Case kCases[] = {
+const auto kCases = std::to_array<Case>({
     {"model-name-wrong-type.json", Kind::Model, "/name", 3, 11, "is an integer (expected a string)"},
     {"model-missing-name.json", Kind::Model, "/", 1, 1, "missing required field 'name'"},
     {"model-missing-schema.json", Kind::Model, "/", 1, 1, "missing required field 'schema'"},
@@ -136,7 +137,7 @@ const Case kCases[] = {
     {"hosts-bad-port.json", Kind::Hosts, "/hosts/0/port", 7, 15, "is 70000 (expected an integer in [1, 65535])"},
     {"hosts-bad-launcher.json", Kind::Hosts, "/launcher", 3, 15, "'telnet' is not a launcher"},
     {"hosts-missing-gpus.json", Kind::Hosts, "/hosts/0", 5, 5, "missing required field 'gpus'"},
-};
+});
 
 // Test names from file names ("model-feeds-cycle.json" → model_feeds_cycle_json).
 template <typename T>
@@ -173,7 +174,7 @@ TEST_P(BadSyntax, NamesFileLineAndExpectation) {
   }
 }
 
-const SyntaxCase kSyntaxCases[] = {
+const auto kSyntaxCases = std::to_array<SyntaxCase>({
     {"empty.json", 1, 1, "file is empty"},
     {"whitespace-only.json", 1, 1, "file is empty"},
     {"truncated.json", 11, 13, "truncated JSON"},
@@ -185,7 +186,7 @@ const SyntaxCase kSyntaxCases[] = {
     {"model-nonfinite-time.json", 18, 25, "number 1e999 is out of range (expected a finite number)"},
     {"model-nonfinite-size.json", 12, 30, "number -1e999 is out of range"},
     {"cluster-nonfinite-latency.json", 19, 21, "number 1e999 is out of range"},
-};
+});
 
 INSTANTIATE_TEST_SUITE_P(Corpus, BadSyntax, ::testing::ValuesIn(kSyntaxCases), caseName<SyntaxCase>);
 

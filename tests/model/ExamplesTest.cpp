@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -111,7 +112,7 @@ TEST(Examples, ParameterCountsMatchThePublishedModels) {
   // 8x7B 46.7B, DeepSeek-V3 671B + 14B in its multi-token-prediction module, Qwen3-30B-A3B 30.5B,
   // Qwen3-235B-A22B 235B, GPT-OSS-120B 116.8B, DiT-XL/2
   // 675M, T5-XXL encoder 4.76B.
-  const Expect expects[] = {
+  const auto expects = std::to_array<Expect>({
       {"gpt3-1.3b.json", "backbone", 1.2e9, 1.5e9},
       {"gpt3-175b.json", "backbone", 1.70e11, 1.80e11},
       {"llama2-70b.json", "backbone", 6.85e10, 6.95e10},
@@ -129,7 +130,8 @@ TEST(Examples, ParameterCountsMatchThePublishedModels) {
       {"stable-diffusion-2.1.json", "vae_encoder", 3.3e7, 3.6e7},   // 34M
       {"stable-diffusion-2.1.json", "text_encoder", 3.3e8, 3.7e8},  // OpenCLIP ViT-H text, 23 of 24 layers
       {"controlnet.json", "controlnet", 3.4e8, 3.9e8},              // ~361M released
-  };
+  });
+  ;
   for (const auto& e : expects) {
     auto m = loadModel((kResources / "models" / e.file).string());
     ASSERT_TRUE(m) << m.message();

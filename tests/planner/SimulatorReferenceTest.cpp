@@ -112,7 +112,7 @@ RefTimes referenceSimulate(const Plan& plan) {
       const auto& idx = opIndex[static_cast<std::size_t>(g.device)];
       groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first)])] = g.size;
       for (int k = 1; k < g.size; ++k)
-        groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first + k)])] = 0;
+        groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first) + static_cast<std::size_t>(k)])] = 0;
     }
   }
   RefTimes t;

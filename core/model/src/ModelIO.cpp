@@ -48,7 +48,7 @@ void readAttentionShape(JsonReader& r, const JsonNode& node, bool mla, Transform
                                                        "qk_rope_head_dim", "v_head_dim"};
   if (!mla) {
     for (const char* key : kMlaKeys) {
-      if (node.value->contains(key)) r.error(node.child(key), "is only meaningful with \"attention\": \"mla\"");
+      if (node.value->contains(key)) r.error(node.child(key), R"(is only meaningful with "attention": "mla")");
     }
     return;
   }
@@ -318,9 +318,9 @@ void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& 
         } else if (colour[static_cast<std::size_t>(v)] == 1) {
           std::string cycle = m.component(v).name;
           for (int w = u; w != v && w >= 0; w = parent[static_cast<std::size_t>(w)]) {
-            cycle = m.component(w).name + " → " + cycle;
+            cycle.insert(0, " → ").insert(0, m.component(w).name);
           }
-          cycle = m.component(v).name + " → " + cycle;
+          cycle.insert(0, " → ").insert(0, m.component(v).name);
           r.error(componentsNode.pointer + "/" + std::to_string(u) + "/feeds",
                   "feeds form a cycle: " + cycle + " (expected an acyclic data flow)");
           return;
@@ -503,7 +503,7 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
     }
   }
   if (auto matrix = r.array(at, "bandwidth_matrix_gbps", Presence::Optional)) {
-    const std::size_t n = static_cast<std::size_t>(c.totalGpus());
+    const auto n = static_cast<std::size_t>(c.totalGpus());
     if (matrix->value->size() != n) {
       r.error(*matrix, "has " + std::to_string(matrix->value->size()) + " rows (expected " + std::to_string(n) +
                            ", one per GPU)");
