@@ -55,6 +55,7 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
                                                                             "optimizer_sync",
                                                                             "overlap_grad_reduce",
                                                                             "seq_splits",
+                                                                            "seq_split",
                                                                             "offload_ratio"});
     reader.rejectUnknown(*solver, kKeys);
     PlanConfig& c = ws.solver;
@@ -67,6 +68,7 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (auto v = reader.integer(*solver, "seq_splits", Presence::Optional, 1, kMaxSeqSplits)) {
       c.seqSplits = static_cast<int>(*v);
     }
+    readSeqSplit(reader, *solver, c);
     if (auto v = reader.number(*solver, "offload_ratio", Presence::Optional, 0.0, 1.0)) c.offloadRatio = *v;
     if (auto v = reader.string(*solver, "partition", Presence::Optional)) c.partition = *v;
     if (auto v = reader.string(*solver, "fill", Presence::Optional)) c.fill = *v;
@@ -137,7 +139,10 @@ Json workspaceToJson(const Workspace& ws) {
   solver["devices"] = ws.solver.devices;
   solver["microbatches"] = ws.solver.microbatches;
   solver["chunks"] = ws.solver.chunksPerDevice;
-  if (ws.solver.seqSplits > 1) solver["seq_splits"] = ws.solver.seqSplits;
+  if (ws.solver.seqSplits > 1) {
+    solver["seq_splits"] = ws.solver.seqSplits;
+    solver["seq_split"] = ws.solver.seqSplit;
+  }
   if (ws.solver.offloadRatio > 0) solver["offload_ratio"] = ws.solver.offloadRatio;
   solver["partition"] = ws.solver.partition;
   solver["fill"] = ws.solver.fill;

@@ -52,7 +52,8 @@ TEST(Workspace, WorkspaceWithPlanRoundTrips) {
 }
 
 // Issue 26's expert and context settings are plan-config keys a workspace writes: it reads them
-// back (it used to refuse them as unknown fields, so a saved MoE workspace did not open).
+// back (it used to refuse them as unknown fields, so a saved MoE workspace did not open); so is
+// Seq1F1B's split (it used to be dropped).
 TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   auto ws = loadWorkspace(kDefault);
   ASSERT_TRUE(ws) << ws.message();
@@ -64,6 +65,8 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   par.moeFlexDispatcher = true;
   par.cpCommType = CpCommType::A2aP2p;
   par.attentionBackend = AttentionBackend::Flash;
+  ws->solver.seqSplits = 2;
+  ws->solver.seqSplit = "even";
   const std::string path = tempPath("moe-settings.pipestudio");
   ASSERT_TRUE(saveWorkspace(path, *ws));
   auto again = loadWorkspace(path);
@@ -76,6 +79,8 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   EXPECT_TRUE(back.moeFlexDispatcher);
   EXPECT_EQ(back.cpCommType, CpCommType::A2aP2p);
   EXPECT_EQ(back.attentionBackend, AttentionBackend::Flash);
+  EXPECT_EQ(again->solver.seqSplits, 2);
+  EXPECT_EQ(again->solver.seqSplit, "even");
   EXPECT_EQ(workspaceToJson(*again), workspaceToJson(*ws));
   // A misspelt key is still refused, with the field named.
   auto json = workspaceToJson(*ws);

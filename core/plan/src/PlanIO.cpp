@@ -181,6 +181,16 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
   }
 }
 
+void readSeqSplit(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
+  if (auto split = r.string(cfg, "seq_split", Presence::Optional)) {
+    if (*split == "balanced" || *split == "even") {
+      c.seqSplit = *split;
+    } else {
+      r.error(cfg.child("seq_split"), "'" + excerpt(*split) + "' is not a sequence split (expected balanced or even)");
+    }
+  }
+}
+
 std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::string_view> own) {
   std::vector<std::string_view> keys(own);
   for (std::string_view k :
@@ -300,13 +310,7 @@ void readConfig(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
     r.error(cfg.child("microbatches"), "is " + std::to_string(c.microbatches) + " (expected a multiple of seq_splits " +
                                            std::to_string(c.seqSplits) + ": microbatches counts sequence chunks)");
   }
-  if (auto split = r.string(cfg, "seq_split", Presence::Optional)) {
-    if (*split == "balanced" || *split == "even") {
-      c.seqSplit = *split;
-    } else {
-      r.error(cfg.child("seq_split"), "'" + excerpt(*split) + "' is not a sequence split (expected balanced or even)");
-    }
-  }
+  readSeqSplit(r, cfg, c);
   c.offloadRatio = r.number(cfg, "offload_ratio", Presence::Optional, 0.0, 1.0).value_or(0.0);
 }
 

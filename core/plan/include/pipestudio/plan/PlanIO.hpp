@@ -23,6 +23,8 @@ Json planToJson(const Plan& plan);
 /// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
 void readRecipeFields(JsonReader& reader, const JsonNode& config, PlanConfig& out);
 void writeRecipeFields(const PlanConfig& config, Json& out);
+/// `seq_split` (balanced or even) of a config object into PlanConfig::seqSplit, when present.
+void readSeqSplit(JsonReader& reader, const JsonNode& config, PlanConfig& out);
 /// `own` followed by every key readRecipeFields reads: the known keys of a config object that
 /// holds the recipe fields (JsonReader::rejectUnknown), so plan files and workspaces accept the
 /// same recipe keys.
