@@ -310,14 +310,20 @@ TEST(PipeOffload, BadRatiosAndLinklessGpusAreRefused) {
   EXPECT_NE(noLink.message().find("host link"), std::string::npos) << noLink.message();
 }
 
+// `plan` written to a plan file (a temporary one, removed again) and loaded back.
+Expected<Plan> savedAndLoaded(const Plan& plan, const std::string& name) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json")).string();
+  if (auto saved = savePlan(path, plan); !saved) return saved.error();
+  auto loaded = loadPlan(path);
+  std::filesystem::remove(path);
+  return loaded;
+}
+
 TEST(PipeOffload, PlanFilesKeepTheSettingsAndRefuseCopiesThatDoNotComeBack) {
   auto plan = makePlan(offloadRequest("pipeoffload", 2));
   ASSERT_TRUE(plan.hasValue()) << plan.message();
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("ps-offload-" + std::to_string(::getpid()) + ".json")).string();
-  ASSERT_TRUE(savePlan(path, *plan));
-  auto loaded = loadPlan(path);
-  std::filesystem::remove(path);
+  auto loaded = savedAndLoaded(*plan, "ps-offload");
   ASSERT_TRUE(loaded.hasValue()) << loaded.message();
   EXPECT_DOUBLE_EQ(loaded->config.offloadRatio, plan->config.offloadRatio);
   ASSERT_EQ(loaded->ops.size(), plan->ops.size());
@@ -474,11 +480,7 @@ TEST(PipeOffload, ForwardsWaitForOffloadsOnlyWhereTheStepGetsNoLongerAndThePlanK
   }
   EXPECT_TRUE(higher);
   // Saved and loaded, re-timed: the same waits, times and peaks.
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("ps-waits-" + std::to_string(::getpid()) + ".json")).string();
-  ASSERT_TRUE(savePlan(path, *plan));
-  auto loaded = loadPlan(path);
-  std::filesystem::remove(path);
+  auto loaded = savedAndLoaded(*plan, "ps-waits");
   ASSERT_TRUE(loaded.hasValue()) << loaded.message();
   EXPECT_EQ(loaded->offloadWaits, plan->offloadWaits);
   auto again = resimulate(*loaded);

@@ -188,15 +188,24 @@ double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, in
   return ms;
 }
 
-double hostCopyGBps(const ClusterSpec& cluster, const PlanConfig& config, int device, bool everyGpuCopies) {
-  double gbps = deviceGpu(cluster, config, device).hostLinkGBps;
-  if (gbps <= 0 || cluster.hostSwitchGpus <= 1 || cluster.hostSwitchGBps <= 0) return gbps;
+std::vector<std::pair<std::int64_t, int>> hostSwitchesOf(const ClusterSpec& cluster, const PlanConfig& config,
+                                                         int device) {
+  std::vector<std::pair<std::int64_t, int>> out;
+  if (cluster.hostSwitchGpus <= 1 || cluster.hostSwitchGBps <= 0) return out;
   const std::int64_t g = cluster.hostSwitchGpus;
   const std::int64_t perRank = std::max<std::int64_t>(1, config.parallel.gpusPerPipelineRank());
   const std::int64_t first = config.parallel.firstGpuOfDevice(device);
   for (std::int64_t sw = first / g; sw * g < first + perRank; ++sw) {
-    const std::int64_t own = std::min(first + perRank, (sw + 1) * g) - std::max(first, sw * g);
-    gbps = std::min(gbps, cluster.hostSwitchGBps / static_cast<double>(everyGpuCopies ? g : own));
+    out.emplace_back(sw, static_cast<int>(std::min(first + perRank, (sw + 1) * g) - std::max(first, sw * g)));
+  }
+  return out;
+}
+
+double hostCopyGBps(const ClusterSpec& cluster, const PlanConfig& config, int device, bool everyGpuCopies) {
+  double gbps = deviceGpu(cluster, config, device).hostLinkGBps;
+  if (gbps <= 0) return gbps;
+  for (const auto& [sw, own] : hostSwitchesOf(cluster, config, device)) {
+    gbps = std::min(gbps, cluster.hostSwitchGBps / static_cast<double>(everyGpuCopies ? cluster.hostSwitchGpus : own));
   }
   return gbps;
 }

@@ -350,16 +350,27 @@ void readVirtualStage(JsonReader& r, const JsonNode& s, std::size_t i, Plan& pla
   plan.virtualStages.push_back(vs);
 }
 
+// /`key` when present, an array of at most kMaxPlanOps `noun` (ops, actions, waits: what a plan
+// may hold). nullopt when it is absent or longer; `tooLong` says which (the error is reported).
+std::optional<JsonNode> boundedArray(JsonReader& r, const JsonNode& at, const char* key, Presence presence,
+                                     const char* noun, bool& tooLong) {
+  tooLong = false;
+  auto array = r.array(at, key, presence);
+  if (array && array->value->size() > kMaxPlanOps) {
+    r.error(*array, "has " + std::to_string(array->value->size()) + " " + noun + " (expected at most " +
+                        std::to_string(kMaxPlanOps) + ")");
+    tooLong = true;
+    return std::nullopt;
+  }
+  return array;
+}
+
 // /ops; false when there are more than a plan may hold (nothing else is read then).
 bool readOps(JsonReader& r, const JsonNode& at, Plan& plan) {
   const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
-  auto ops = r.array(at, "ops", Presence::Required);
-  if (!ops) return true;
-  if (ops->value->size() > kMaxPlanOps) {
-    r.error(*ops, "has " + std::to_string(ops->value->size()) + " ops (expected at most " +
-                      std::to_string(kMaxPlanOps) + ")");
-    return false;
-  }
+  bool tooLong = false;
+  auto ops = boundedArray(r, at, "ops", Presence::Required, "ops", tooLong);
+  if (!ops) return !tooLong;
   plan.ops.reserve(ops->value->size());
   for (std::size_t i = 0; i < ops->value->size() && r.errors().size() < 100; ++i) {
     const Json& o = (*ops->value)[i];
@@ -412,13 +423,9 @@ void readComms(JsonReader& r, const JsonNode& at, Plan& plan) {
 // /fsdp_actions; false when there are more than a plan may hold.
 bool readFsdpActions(JsonReader& r, const JsonNode& at, Plan& plan) {
   const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
-  auto actions = r.array(at, "fsdp_actions", Presence::Optional);
-  if (!actions) return true;
-  if (actions->value->size() > kMaxPlanOps) {
-    r.error(*actions, "has " + std::to_string(actions->value->size()) + " actions (expected at most " +
-                          std::to_string(kMaxPlanOps) + ")");
-    return false;
-  }
+  bool tooLong = false;
+  auto actions = boundedArray(r, at, "fsdp_actions", Presence::Optional, "actions", tooLong);
+  if (!actions) return !tooLong;
   for (std::size_t i = 0; i < actions->value->size() && r.errors().size() < 100; ++i) {
     const JsonNode a = actions->child(i);
     if (!r.isObject(a)) continue;
@@ -447,13 +454,9 @@ bool readFsdpActions(JsonReader& r, const JsonNode& at, Plan& plan) {
 // /offload_waits; false when there are more than a plan may hold.
 bool readOffloadWaits(JsonReader& r, const JsonNode& at, Plan& plan) {
   const auto stageCount = static_cast<std::int64_t>(plan.virtualStages.size());
-  auto waits = r.array(at, "offload_waits", Presence::Optional);
-  if (!waits) return true;
-  if (waits->value->size() > kMaxPlanOps) {
-    r.error(*waits, "has " + std::to_string(waits->value->size()) + " waits (expected at most " +
-                        std::to_string(kMaxPlanOps) + ")");
-    return false;
-  }
+  bool tooLong = false;
+  auto waits = boundedArray(r, at, "offload_waits", Presence::Optional, "waits", tooLong);
+  if (!waits) return !tooLong;
   auto opKey = [&](const JsonNode& w, const char* name, std::int32_t& stage, std::int32_t& microbatch) {
     auto o = r.object(w, name, Presence::Required);
     if (!o) return;

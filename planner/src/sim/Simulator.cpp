@@ -947,23 +947,19 @@ void Simulation::completeOp(int lane, std::int32_t code, double timeMs) {
 
 // --- shared PCIe switches ---
 
-// Which switches each device's GPUs hang off (GPUs g·k … g·k + g − 1 share switch k); only
-// switches two devices share can slow a copy down, so without any the model stays off.
+// Which switches each device's GPUs hang off (hostSwitchesOf), by compact ids; only switches
+// two devices share can slow a copy down, so without any the model stays off.
 void Simulation::prepareSwitches() {
   const ClusterSpec& cluster = m_shell.cluster;
-  if (!m_copies || cluster.hostSwitchGpus <= 1 || cluster.hostSwitchGBps <= 0) return;
-  const std::int64_t g = cluster.hostSwitchGpus;
-  const std::int64_t perRank = std::max<std::int64_t>(1, m_shell.config.parallel.gpusPerPipelineRank());
+  if (!m_copies) return;
   std::map<std::int64_t, int> compact;
   m_switchesOf.assign(static_cast<std::size_t>(m_p), {});
   for (int d = 0; d < m_p; ++d) {
-    const std::int64_t first = m_shell.config.parallel.firstGpuOfDevice(d);
-    for (std::int64_t sw = first / g; sw * g < first + perRank; ++sw) {
-      const std::int64_t own = std::min(first + perRank, (sw + 1) * g) - std::max(first, sw * g);
+    for (const auto& [sw, own] : hostSwitchesOf(cluster, m_shell.config, d)) {
       const auto [it, fresh] = compact.emplace(sw, static_cast<int>(compact.size()));
       if (fresh) m_devicesOn.emplace_back();
       m_devicesOn[static_cast<std::size_t>(it->second)].push_back(d);
-      m_switchesOf[static_cast<std::size_t>(d)].emplace_back(it->second, static_cast<int>(own));
+      m_switchesOf[static_cast<std::size_t>(d)].emplace_back(it->second, own);
     }
   }
   m_sharedSwitches =

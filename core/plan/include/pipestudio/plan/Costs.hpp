@@ -10,6 +10,7 @@
 /// GPU k.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "pipestudio/model/CostModel.hpp"
@@ -30,6 +31,12 @@ CostContext costContext(const ClusterSpec& cluster, const PlanConfig& config, st
 /// GPUs sends its shard to its counterpart at once, so when they cross nodes they share the
 /// node's NICs (ClusterSpec::nicsPerNode). 0 when from == to.
 double deviceTransferMs(const ClusterSpec& cluster, const PlanConfig& config, int from, int to, double bytesPerGpu);
+
+/// The PCIe switches pipeline rank `device`'s GPUs hang off (ClusterSpec::hostSwitchGpus: GPUs
+/// g·k … g·k + g − 1 share switch k), each as (k, the rank's GPUs on it); empty when the cluster
+/// shares none.
+std::vector<std::pair<std::int64_t, int>> hostSwitchesOf(const ClusterSpec& cluster, const PlanConfig& config,
+                                                         int device);
 
 /// The per-GPU host-link rate (GB/s) of pipeline rank `device`'s host copies: its GPU's
 /// host_link_gbps, or less where GPUs share a PCIe switch (ClusterSpec::hostSwitchGpus): each
