@@ -90,6 +90,34 @@ TEST(Examples, HostSwitchesRoundTrip) {
   EXPECT_EQ(clusterToJson(*again), clusterToJson(*c));
 }
 
+// A GPU's GEMM fill (gemm_fill_k) is written with the cluster and read back; a cluster's own GPU
+// may state it, per precision or as bf16's number.
+TEST(Examples, GemmFillRoundTrips) {
+  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  ASSERT_TRUE(c) << c.message();
+  c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Bf16)] = 71;
+  c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Fp8)] = 341;
+  auto doc = parseJson(clusterToJson(*c).dump(), "<copy>");
+  ASSERT_TRUE(doc);
+  JsonReader r(*doc);
+  auto again = readCluster(r, r.root());
+  ASSERT_TRUE(again && r.ok()) << r.toError().message;
+  EXPECT_EQ(again->gpu.gemmFillK, c->gpu.gemmFillK);
+  EXPECT_EQ(clusterToJson(*again), clusterToJson(*c));
+
+  auto own = parseJson(R"({"schema": "pipestudio.cluster/1", "name": "c",
+    "gpu": {"name": "g", "peak_tflops": 100, "memory_gib": 40, "gemm_fill_k": 64},
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})",
+                       "<own>");
+  ASSERT_TRUE(own);
+  JsonReader r2(*own);
+  auto c2 = readCluster(r2, r2.root());
+  ASSERT_TRUE(c2 && r2.ok()) << r2.toError().message;
+  EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Bf16), 64);
+  EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Fp16), 64);
+  EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Fp8), 0);
+}
+
 double parameterCount(const ModelSpec& m, const GpuSpec& gpu, const std::string& component) {
   double params = 0;
   for (const auto& c : m.components) {

@@ -325,3 +325,34 @@ TEST(MoeCost, AllToAllOverlap) {
   EXPECT_DOUBLE_EQ(e.backward.exposedMs, 2 + 1);  // combine B under attention F (1), dispatch B under MLP F (2)
   EXPECT_DOUBLE_EQ(e.forward.hiddenMs, 3 + 2);
 }
+
+// --- GEMM kernel model: the main-loop fill ---
+
+// 1024³ in bf16 with a fill of 128 k steps: 2·1024³ FLOPs at the bf16 rate, times
+// (1024 + 128) / 1024; fp16 falls back to bf16's fill, a format without one has none, and a GPU
+// without a measured fill runs at its long-k rate.
+TEST(GemmKernel, MainLoopFillSlowsShallowGemms) {
+  GpuSpec g = testGpu();
+  const double plain = ms(2.0 * 1024 * 1024 * 1024);
+  EXPECT_NEAR(gemmMs(g, Precision::Bf16, 1024, 1024, 1024), plain, 1e-12);
+  g.gemmFillK[static_cast<std::size_t>(Precision::Bf16)] = 128;
+  EXPECT_NEAR(gemmMs(g, Precision::Bf16, 1024, 1024, 1024), plain * 1152.0 / 1024.0, 1e-12);
+  EXPECT_NEAR(gemmMs(g, Precision::Fp16, 1024, 1024, 1024), plain * 1152.0 / 1024.0, 1e-12);
+  // k = 128: half the time is the fill.
+  EXPECT_NEAR(gemmMs(g, Precision::Bf16, 8192, 8192, 128), 2.0 * ms(2.0 * 8192 * 8192 * 128), 1e-12);
+  // fp8 at 200 TFLOP/s peak (50 %) with its own fill of 384: 1024 + 384 over 1024.
+  g.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Fp8)] = 200;
+  const double fp8 = ms(2.0 * 1024 * 1024 * 1024, 200e12 * 0.5);
+  EXPECT_NEAR(gemmMs(g, Precision::Fp8, 1024, 1024, 1024), fp8, 1e-12);
+  g.gemmFillK[static_cast<std::size_t>(Precision::Fp8)] = 384;
+  EXPECT_NEAR(gemmMs(g, Precision::Fp8, 1024, 1024, 1024), fp8 * 1408.0 / 1024.0, 1e-12);
+}
+
+// The grouped expert GEMMs pay the same fill per group's depth: 4 groups of 256 × 512 × 768 in
+// bf16 with a fill of 256 run at 768 / 1024 of the rate.
+TEST(GemmKernel, GroupedGemmsPayTheFillOfTheirDepth) {
+  GpuSpec g = testGpu();
+  g.gemmFillK[static_cast<std::size_t>(Precision::Bf16)] = 256;
+  const double flops = 2.0 * 4 * 256 * 512 * 768;
+  EXPECT_NEAR(groupedGemmMs(g, Precision::Bf16, 4, 256, 512, 768, 2.0), ms(flops) * 1024.0 / 768.0, 1e-12);
+}

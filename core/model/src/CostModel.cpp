@@ -14,9 +14,7 @@ namespace {
 
 constexpr double kBf16 = 2.0;  // bytes per bf16/fp16 value (activations, weights, gradients sent)
 constexpr double kFp32 = 4.0;
-// GEMM output tile (rows × columns) of a CUTLASS/cuBLAS-class kernel: one tile per SM per wave.
-constexpr double kTileRows = 128;
-constexpr double kTileCols = 128;
+using costparts::gemmMs;  // the GEMM kernel model (GemmKernel.cpp)
 
 // Saturates instead of overflowing: shapes at the loader's bounds (seq, hidden up to 1e7) give
 // byte counts beyond int64, and converting those is undefined behaviour.
@@ -27,39 +25,6 @@ std::int64_t toBytes(double v) {
 }
 
 double msAtRate(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
-
-// Fraction of the SMs busy over a GEMM's waves: the last wave of a skinny or small GEMM runs
-// partly empty (wave quantization; NVIDIA's "Matrix Multiplication Background" guide).
-double waveUtilisation(const GpuSpec& gpu, double rows, double cols) {
-  if (gpu.smCount <= 0) return 1.0;
-  const double tiles = std::ceil(std::max(1.0, rows) / kTileRows) * std::ceil(std::max(1.0, cols) / kTileCols);
-  const double sms = gpu.smCount;
-  const double waves = std::ceil(tiles / sms);
-  return std::clamp(tiles / (waves * sms), 1e-3, 1.0);
-}
-
-// Sustained FLOP/s of weight GEMMs in `precision`: the GPU's dense peak for that format at its
-// calibrated efficiency for it. A format the GPU lacks falls back to bf16 (requests for it are
-// refused before costing; a hand-built context must not divide by zero).
-double gemmFlopsPerS(const GpuSpec& gpu, Precision precision) {
-  const double rate = gpu.gemmFlopsPerS(precision);
-  return rate > 0 ? rate : gpu.effectiveFlopsPerS();
-}
-
-// One GEMM of an (m × k) by (k × n) product on one GPU: 2mnk FLOPs at the precision's rate and
-// the wave utilisation of its m × n output, or the time to stream its operands (in the
-// precision's format) and output through HBM when that is longer (roofline).
-// `outputBytesPerValue` is 4 + 4 for weight-gradient GEMMs that accumulate into fp32 main
-// gradients (Megatron's gradient-accumulation fusion).
-double gemmMs(const GpuSpec& gpu, Precision precision, double m, double n, double k,
-              double outputBytesPerValue = kBf16) {
-  if (m <= 0 || n <= 0 || k <= 0) return 0.0;
-  const double flops = 2.0 * m * n * k;
-  const double compute = msAtRate(flops, gemmFlopsPerS(gpu, precision) * waveUtilisation(gpu, m, n));
-  const double memory =
-      msAtRate(operandBytes(precision) * (m * k + k * n) + outputBytesPerValue * m * n, gpu.memoryBytesPerS());
-  return std::max(compute, memory);
-}
 
 double memoryMs(const GpuSpec& gpu, double bytes) { return msAtRate(bytes, gpu.memoryBytesPerS()); }
 

@@ -33,6 +33,29 @@ CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int 
 double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
                          std::int64_t stride, double bytes);
 
+// --- GEMM kernels (GemmKernel.cpp) ---
+
+/// Fraction of the SMs busy over the waves of a GEMM with a rows × cols output.
+double waveUtilisation(const GpuSpec& gpu, double rows, double cols);
+
+/// How much longer a GEMM of depth k takes than its long-k rate says: (k + fill) / k with the
+/// GPU's fill for `precision` (1 where the GPU has none).
+double mainLoopFill(const GpuSpec& gpu, Precision precision, double k);
+
+/// One (m × k) by (k × n) GEMM: 2mnk FLOPs at the precision's rate, its wave utilisation and
+/// main-loop fill, or the time to stream its operands (in the precision's format) and output
+/// through HBM when that is longer. `outputBytesPerValue` is 4 + 4 for weight-gradient GEMMs that
+/// accumulate into fp32 main gradients (Megatron's gradient-accumulation fusion).
+double gemmMs(const GpuSpec& gpu, Precision precision, double m, double n, double k, double outputBytesPerValue = 2.0);
+
+/// A grouped GEMM (TE GroupedLinear / CUTLASS grouped GEMM): `groups` products of (m × k) by
+/// (k × n), one per local expert, launched together. Its tiles share the SMs, so the waves are
+/// counted over all groups; a group's last row tile is partly empty when m is not a multiple of
+/// the tile (few tokens per expert), and every expert's weights stream through HBM once, so the
+/// roofline turns memory-bound as the tokens per expert fall.
+double groupedGemmMs(const GpuSpec& gpu, Precision precision, double groups, double m, double n, double k,
+                     double outputBytesPerValue);
+
 // --- FlashAttention (AttentionKernel.cpp) ---
 
 /// One fused attention kernel launch on one GPU: `batchHeads` independent (batch, head) problems

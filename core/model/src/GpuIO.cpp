@@ -60,6 +60,9 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
                        .value_or(0);
     }
   }
+  // "gemm_fill_k": {"bf16": 71, "fp8": 341} (a number: bf16's)
+  readPerPrecision(r, node, "gemm_fill_k", limits::kGemmFillK, g.gemmFillK[static_cast<std::size_t>(Precision::Bf16)],
+                   g.gemmFillK);
   if (auto v = r.number(node, "memory_bandwidth_gbps", Presence::Optional, limits::kMemoryBandwidthGBps.min,
                         limits::kMemoryBandwidthGBps.max))
     g.memoryBandwidthGBps = *v;
@@ -104,7 +107,7 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
   }
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node, {"model", "name", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
-                         "memory_bandwidth_gbps", "sm_count", "host_link_gbps"});
+                         "gemm_fill_k", "memory_bandwidth_gbps", "sm_count", "host_link_gbps"});
   GpuSpec g;
   if (auto model = r.string(node, "model", Presence::Optional)) {
     const CatalogGpu* entry = findCatalogGpu(*model);
@@ -124,7 +127,7 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
 std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node,
-                  {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
+                  {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency", "gemm_fill_k",
                    "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "nvlink_gbps", "nvlink_domain", "source"});
   CatalogGpu c;
   readGpuFields(r, node, c.gpu);

@@ -669,6 +669,11 @@ Json gpuToJson(const GpuSpec& g) {
     }
   }
   if (!attention.empty()) j["attention_efficiency"] = std::move(attention);
+  Json fill = Json::object();
+  for (Precision p : kPrecisions) {
+    if (const double v = g.gemmFillK[static_cast<std::size_t>(p)]; v > 0) fill[std::string(precisionName(p))] = v;
+  }
+  if (!fill.empty()) j["gemm_fill_k"] = std::move(fill);
   if (g.memoryBandwidthGBps > 0) j["memory_bandwidth_gbps"] = g.memoryBandwidthGBps;
   if (g.smCount > 0) j["sm_count"] = g.smCount;
   if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;

@@ -23,34 +23,8 @@ namespace {
 
 constexpr double kBf16 = 2.0;
 constexpr double kFp32 = 4.0;
-constexpr double kTile = 128;  // GEMM output tile rows and columns (CostModel.cpp's kTileRows/Cols)
-
 double msAt(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
 double memoryMs(const GpuSpec& gpu, double bytes) { return msAt(bytes, gpu.memoryBytesPerS()); }
-
-// A grouped GEMM (TE GroupedLinear / CUTLASS grouped GEMM): `groups` products of (m × k) by
-// (k × n), one per local expert, launched together. Its tiles share the SMs, so the waves are
-// counted over all groups; a group's last row tile is partly empty when m is not a multiple of
-// the tile (few tokens per expert), and every expert's weights stream through HBM once, so the
-// roofline turns memory-bound as the tokens per expert fall (NVIDIA, "Matrix Multiplication
-// Background" user guide: tiles, waves and arithmetic intensity).
-double groupedGemmMs(const GpuSpec& gpu, Precision precision, double groups, double m, double n, double k,
-                     double outputBytesPerValue) {
-  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0.0;
-  const double rowTiles = std::ceil(m / kTile);
-  const double tiles = groups * rowTiles * std::ceil(n / kTile);
-  double utilisation = 1.0;
-  if (gpu.smCount > 0) {
-    const double waves = std::ceil(tiles / gpu.smCount);
-    utilisation = tiles / (waves * gpu.smCount);
-  }
-  utilisation *= m / (rowTiles * kTile);
-  double rate = gpu.gemmFlopsPerS(precision);
-  if (rate <= 0) rate = gpu.effectiveFlopsPerS();
-  const double compute = msAt(2.0 * groups * m * n * k, rate * std::max(1e-3, utilisation));
-  const double bytes = groups * (operandBytes(precision) * (m * k + k * n) + outputBytesPerValue * m * n);
-  return std::max(compute, memoryMs(gpu, bytes));
-}
 
 }  // namespace
 

@@ -43,6 +43,12 @@ struct GpuSpec {
     friend bool operator==(const AttentionEfficiency&, const AttentionEfficiency&) = default;
   };
   std::array<AttentionEfficiency, kAttentionBackendCount> attentionEfficiency{};
+  /// A GEMM kernel's fixed work per output tile (loading its first operand tiles, filling the
+  /// pipeline, the epilogue), in steps of the reduction dimension k, per precision (the bf16 slot
+  /// is bf16's; fp16 falls back to it): a GEMM of depth k runs at k / (k + fill) of its
+  /// long-k rate (GemmKernel.cpp; H100 with cuBLAS: bf16 71, fp8 341, bench/fidelity/
+  /// kernels-h100.jsonl); 0: not modelled.
+  std::array<double, kPrecisionCount> gemmFillK{};
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).
@@ -56,6 +62,12 @@ struct GpuSpec {
     if (precision == Precision::Bf16) return efficiency;
     const double e = efficiencyByPrecision[static_cast<std::size_t>(precision)];
     return e > 0 ? e : efficiency;
+  }
+  /// The GEMM fill of `precision`, in k steps (0: not modelled).
+  double gemmFillKFor(Precision precision) const {
+    const double v = gemmFillK[static_cast<std::size_t>(precision)];
+    if (v > 0 || precision != Precision::Fp16) return v;
+    return gemmFillK[static_cast<std::size_t>(Precision::Bf16)];
   }
   /// Sustained FLOP/s of large GEMMs in `precision` (0: not supported).
   double gemmFlopsPerS(Precision precision) const { return peakTflopsFor(precision) * 1e12 * efficiencyFor(precision); }
