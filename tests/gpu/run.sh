@@ -15,7 +15,10 @@
 #      the history with its plan and compared (`history compare ID plan`);
 #   3. --profile of the GPT model (shapes) and the synthetic one (layer times);
 #   4. a plan made from the profiled GPT model, executed: measured step against simulated
-#      (target within 5 %) and against the same kernels back to back (--baseline, within 3 %).
+#      (target within 5 %) and against the same kernels back to back (--baseline, within 3 %);
+#   5. where the node's python3 has PyTorch: the kernel timings of the cost model's kernel check
+#      (tests/gpu/kernels.py: GEMMs, expert GEMMs, attention; $OUT/kernels.jsonl, the format of
+#      bench/fidelity/kernels-h100.jsonl, which `pipestudio-fidelity --kernels` reads).
 # The CUPTI checks (kernels, memcpy, NCCL kernels, one clock, dropped records) are read from the
 # traces by tests/gpu/check-trace.py, here or on the node.
 set -uo pipefail
@@ -185,6 +188,10 @@ for clock in cupti steady; do
       >"$out/clock-$clock-$name.stream" 2>"$out/clock-$clock-$name.log"
   done
 done
+
+if [ "$backend" != cpu ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  step "kernel timings" 200 env KERNELS_BUDGET_S=150 python3 "$here/tests/gpu/kernels.py" "$out/kernels.jsonl"
+fi
 
 for s in "$out"/*.stream; do
   [ -s "$s" ] && python3 "$here/tests/gpu/check-trace.py" "$s" || failures+=("trace check $(basename "$s")")
