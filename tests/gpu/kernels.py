@@ -264,8 +264,99 @@ def memory():
     emit(section="host", op="launch", us=(time.perf_counter() - t0) / 2000 * 1e6)
 
 
-SECTIONS = os.environ.get("SECTIONS", "memory,experts,attention,dense").split(",")
-for name, body in (("memory", memory), ("experts", experts), ("attention", attention), ("dense", dense)):
+
+
+# 5. One transformer layer of today's MoE models as one expert-parallel rank runs it (issue 26):
+# RMSNorm, QKV, per-head q/k norms, cuDNN attention, output projection; router, top-k,
+# permutation, grouped expert GEMMs (torch._grouped_mm), SwiGLU, un-permutation. Forward plus
+# backward (eager: the host keeps ahead), whole and by half: what the kernels alone cost next to
+# the cost model's layer, without a framework's host work or the all-to-alls.
+LAYERS = {  # name: (hidden, heads, kv heads, head dim, expert ffn, local experts, top-k, tokens)
+    "qwen3-30b-a3b": (2048, 32, 4, 128, 768, 8, 8, 4096),    # EP 16: 8 experts of 4,096 rows
+    "gpt-oss-120b": (2880, 64, 8, 64, 2880, 16, 4, 4096),    # EP 8: 16 experts of ~1,024 rows
+}
+
+
+def layers():
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    bf = torch.bfloat16
+    for name, (h, heads, kv, hd, f, E, k, s) in LAYERS.items():
+        if left() < 30:
+            return
+        P = lambda *shape, scale=0.02: (torch.randn(*shape, device=dev, dtype=bf) * scale).requires_grad_()
+        ln1, ln2, qn, kn = (torch.ones(n, device=dev, dtype=bf, requires_grad=True) for n in (h, h, hd, hd))
+        wqkv, wo, wr = P((heads + 2 * kv) * hd, h), P(h, heads * hd), P(E, h)
+        w1, w2 = P(E, 2 * f, h), P(E, h, f)
+        params = [ln1, ln2, qn, kn, wqkv, wo, wr, w1, w2]
+        x = (torch.randn(s, h, device=dev, dtype=bf)).requires_grad_()
+
+        def attention_half(x):
+            y = F.rms_norm(x, (h,), ln1)
+            qkv = y @ wqkv.t()
+            q, kk, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=1)
+            q = F.rms_norm(q.view(s, heads, hd), (hd,), qn)
+            kk = F.rms_norm(kk.view(s, kv, hd), (hd,), kn)
+            v = v.view(s, kv, hd)
+            rep = heads // kv
+            q = q.transpose(0, 1).unsqueeze(0)
+            kk = kk.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+            v = v.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+                o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+            o = o.squeeze(0).transpose(0, 1).reshape(s, heads * hd)
+            return x + o @ wo.t()
+
+        def moe_half(x):
+            z = F.rms_norm(x, (h,), ln2)
+            probs = torch.softmax((z @ wr.t()).float(), dim=-1)
+            topv, topi = torch.topk(probs, k, dim=-1)
+            flat = topi.reshape(-1)
+            order = torch.argsort(flat, stable=True)
+            counts = torch.zeros(E, device=dev, dtype=torch.int32).scatter_add_(
+                0, flat, torch.ones_like(flat, dtype=torch.int32))
+            offs = torch.cumsum(counts, 0, dtype=torch.int32)
+            token = order // k
+            rows = z.index_select(0, token)
+            mid = torch._grouped_mm(rows, w1.transpose(-2, -1), offs=offs)
+            act = F.silu(mid[:, :f]) * mid[:, f:]
+            out = torch._grouped_mm(act, w2.transpose(-2, -1), offs=offs)
+            out = out * topv.reshape(-1)[order].unsqueeze(1).to(bf)
+            return x + torch.zeros_like(x).index_add_(0, token, out)
+
+        for part, fn in (("layer", lambda x: moe_half(attention_half(x))), ("attention", attention_half),
+                         ("moe", moe_half)):
+            rec = dict(section="layer", model=name, part=part, hidden=h, heads=heads, kv_heads=kv, head_dim=hd,
+                       expert_ffn=f, local_experts=E, top_k=k, tokens=s)
+            try:
+                y = fn(x)
+                gy = torch.randn_like(y)
+                fwd = lambda: fn(x)
+                fb = lambda: torch.autograd.grad(fn(x), [x] + params, gy, allow_unused=True)
+                rec["fwd_ms"], rec["fwd_host_ms"] = timed(fwd)
+                # Eager only: capturing autograd in a CUDA graph failed here and left the context
+                # unusable; the host runs ahead of these kernels anyway (host_ms < ms).
+                rec["fwd_bwd_ms"], rec["fwd_bwd_host_ms"] = timed(fb)
+                if part == "moe":  # where the MoE half's time goes, kernel by kernel
+                    from torch.profiler import profile, ProfilerActivity
+                    fb()
+                    torch.cuda.synchronize()
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(3):
+                            fb()
+                        torch.cuda.synchronize()
+                    kernels = sorted(((e.key, e.device_time_total / 3000.0, e.count // 3)
+                                      for e in prof.key_averages() if e.device_time_total > 0),
+                                     key=lambda t: -t[1])
+                    rec["kernels"] = [[name[:90], round(ms, 4), n] for name, ms, n in kernels[:25]]
+            except Exception as ex:
+                rec["error"] = str(ex)[:300]
+            emit(**rec)
+
+
+SECTIONS = os.environ.get("SECTIONS", "memory,experts,attention,dense,layers").split(",")
+for name, body in (("memory", memory), ("experts", experts), ("attention", attention), ("dense", dense),
+                   ("layers", layers)):
     if name in SECTIONS:
         section(name, body)
 print(f"done in {time.time()-T0:.1f}s", flush=True)
