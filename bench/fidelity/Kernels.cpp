@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <string>
@@ -59,6 +60,18 @@ Fit fitFill(const std::vector<std::pair<double, double>>& kAndTflops) {
 // The GEMMs the fill is fitted on: every SM busy (m ≥ 4096, n ≥ 2880), so only k varies the rate.
 bool fitShape(const Json& r) { return r.value("m", 0.0) >= 4096 && r.value("n", 0.0) >= 2880; }
 
+// The fit of `precision`'s GEMMs, and their throughputs (TFLOP/s) in `plateau` when asked.
+Fit fitFor(const std::vector<Json>& gemms, Precision p, std::vector<double>* plateau = nullptr) {
+  const std::string name(precisionName(p));
+  std::vector<std::pair<double, double>> points;
+  for (const Json& r : gemms) {
+    if (r["prec"] != name || !fitShape(r)) continue;
+    points.emplace_back(r["k"].get<double>(), r["tflops"].get<double>());
+    if (plateau) plateau->push_back(r["tflops"].get<double>());
+  }
+  return fitFill(points);
+}
+
 struct Band {
   double sum = 0;
   int n = 0;
@@ -106,14 +119,8 @@ void gemmTables(const std::vector<Json>& gemms, const GpuSpec& gpu, bool markdow
   }
   for (Precision p : {Precision::Bf16, Precision::Fp8}) {
     const std::string name(precisionName(p));
-    std::vector<std::pair<double, double>> points;
     std::vector<double> plateau;
-    for (const Json& r : gemms) {
-      if (r.value("prec", "") != name || !r.contains("tflops") || !fitShape(r)) continue;
-      points.emplace_back(r["k"].get<double>(), r["tflops"].get<double>());
-      plateau.push_back(r["tflops"].get<double>());
-    }
-    const Fit fit = fitFill(points);
+    const Fit fit = fitFor(gemms, p, &plateau);
     if (fit.points < 2 || fit.rateTflops <= 0) continue;
     std::sort(plateau.begin(), plateau.end());
     const double median = plateau[plateau.size() / 2];
@@ -122,7 +129,7 @@ void gemmTables(const std::vector<Json>& gemms, const GpuSpec& gpu, bool markdow
     Band all, allWithout, small, mid, large;
     int shapes = 0;
     for (const Json& r : gemms) {
-      if (r.value("prec", "") != name || !r.contains("ms")) continue;
+      if (r["prec"] != name) continue;
       const double m = r["m"].get<double>(), n = r["n"].get<double>(), k = r["k"].get<double>();
       const double measured = r["ms"].get<double>();
       const double predicted = costparts::gemmMs(with, p, m, n, k);
@@ -147,12 +154,7 @@ void expertTable(const std::vector<Json>& experts, const std::vector<Json>& gemm
   }
   for (Precision p : {Precision::Bf16, Precision::Fp8}) {
     const std::string name(precisionName(p));
-    std::vector<std::pair<double, double>> points;
-    for (const Json& r : gemms) {
-      if (r.value("prec", "") == name && r.contains("tflops") && fitShape(r))
-        points.emplace_back(r["k"].get<double>(), r["tflops"].get<double>());
-    }
-    const Fit fit = fitFill(points);
+    const Fit fit = fitFor(gemms, p);
     if (fit.rateTflops <= 0) continue;
     const GpuSpec g = atRate(gpu, p, fit.rateTflops, fit.fillK);
     const char* key = p == Precision::Bf16 ? "loop4_graph_ms" : "fp8_loop4_graph_ms";
@@ -184,7 +186,6 @@ bool attentionTable(const std::vector<Json>& attention, const GpuSpec& gpu, bool
   };
   std::map<std::string, Group> groups;
   for (const Json& r : attention) {
-    if (!r.contains("fwd_ms")) continue;
     const std::string backend = r["backend"].get<std::string>();
     const AttentionBackend b = backend == "FLASH_ATTENTION" ? AttentionBackend::Flash : AttentionBackend::Fused;
     const double seq = r["seq"].get<double>(), d = r["d"].get<double>();
@@ -230,6 +231,17 @@ bool attentionTable(const std::vector<Json>& attention, const GpuSpec& gpu, bool
   return ok;
 }
 
+// The catalogue's name for the device name CUDA reports ("NVIDIA H100 80GB HBM3" is the SXM5
+// part; the PCIe and NVL parts say so).
+std::string catalogName(const std::string& device) {
+  const auto has = [&](const char* part) { return device.find(part) != std::string::npos; };
+  if (has("H100")) return has("PCIe") ? "H100-PCIe" : has("NVL") ? "H100-NVL" : "H100";
+  for (const char* gpu : {"H200", "B300", "B200", "A100"}) {
+    if (has(gpu)) return gpu;
+  }
+  return device;
+}
+
 }  // namespace
 
 bool printKernelChecks(const std::string& path, bool markdown) {
@@ -252,12 +264,30 @@ bool printKernelChecks(const std::string& path, bool markdown) {
     }
     const std::string section = r.value("section", "");
     if (section == "device") gpuName = r.value("name", "");
-    if (section == "gemm") gemms.push_back(std::move(r));
-    if (section == "experts") experts.push_back(std::move(r));
-    if (section == "attention") attention.push_back(std::move(r));
+    if (r.contains("error")) continue;  // a timing that failed on the GPU
+    const auto need = [&](std::initializer_list<const char*> keys, bool positive) {
+      for (const char* key : keys) {
+        if (!r.contains(key) || (positive && !(r[key].is_number() && r[key].get<double>() > 0))) {
+          std::fprintf(stderr, "fidelity: %s:%d: a '%s' record needs '%s'%s\n", path.c_str(), lineNo, section.c_str(),
+                       key, positive ? " (a positive number)" : "");
+          return false;
+        }
+      }
+      return true;
+    };
+    if (section == "gemm") {
+      if (!need({"m", "n", "k", "ms", "tflops"}, true) || !need({"prec"}, false)) return false;
+      gemms.push_back(std::move(r));
+    } else if (section == "experts") {
+      if (!need({"groups", "m", "n", "k"}, true)) return false;
+      experts.push_back(std::move(r));
+    } else if (section == "attention" && r.contains("fwd_ms")) {
+      if (!need({"seq", "d", "batch", "heads", "fwd_ms", "bwd_ms"}, true) || !need({"backend", "causal"}, false))
+        return false;
+      attention.push_back(std::move(r));
+    }
   }
-  // "NVIDIA H100 80GB HBM3" is the SXM5 part.
-  const CatalogGpu* entry = findCatalogGpu(gpuName.find("H100") != std::string::npos ? "H100" : gpuName);
+  const CatalogGpu* entry = findCatalogGpu(catalogName(gpuName));
   if (!entry) {
     std::fprintf(stderr, "fidelity: %s: the measured GPU '%s' is not in the catalogue\n", path.c_str(),
                  gpuName.c_str());
