@@ -6,6 +6,7 @@
 #include "Kernels.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -105,9 +106,9 @@ void row(bool markdown, const std::string& cells) {
 }
 
 std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, format, a, b, c, d);
-  return buf;
+  std::array<char, 160> buf{};
+  std::snprintf(buf.data(), buf.size(), format, a, b, c, d);
+  return buf.data();
 }
 
 void gemmTables(const std::vector<Json>& gemms, const GpuSpec& gpu, bool markdown) {

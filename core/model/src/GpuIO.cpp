@@ -81,8 +81,8 @@ bool complete(JsonReader& r, const JsonNode& node, const GpuSpec& g) {
     if (present) return;
     ok = false;
     if (node.value->contains(field)) return;
-    r.error(node.child(field), std::string("missing required field '") + field +
-                                   "' (or name a GPU of the catalogue: \"model\": \"H100\")");
+    r.error(node.child(field),
+            std::string("missing required field '") + field + R"(' (or name a GPU of the catalogue: "model": "H100"))");
   };
   need(!g.name.empty(), "name");
   need(g.peakTflops > 0, "peak_tflops");

@@ -43,12 +43,12 @@ CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int 
 double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
                          std::int64_t stride, double bytes) {
   if (ranks <= 1 || bytes <= 0) return 0.0;
-  const double n = static_cast<double>(ranks);
+  const auto n = static_cast<double>(ranks);
   // Peers of this GPU inside its NVLink domain (itself included); a group inside one domain
   // uses its own link throughout.
   const std::int64_t perDomain =
       std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
-  const double local = static_cast<double>(perDomain);
+  const auto local = static_cast<double>(perDomain);
   auto part = [&](const CollectiveLink& link, double peers) {
     if (peers <= 0) return 0.0;
     const double perMs = link.bandwidthGBps * 1e6;
