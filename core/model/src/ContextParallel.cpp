@@ -33,11 +33,6 @@ double transferMs(const CollectiveLink& link, double bytes) {
   return (perMs > 0 ? bytes / perMs : 0.0) + link.latencyUs / 1000.0;
 }
 
-double memoryMs(const GpuSpec& gpu, double bytes) {
-  const double perS = gpu.memoryBytesPerS();
-  return perS > 0 ? bytes / perS * 1000.0 : 0.0;
-}
-
 // The p2p ring over `ring` ranks on `link` for one GPU holding `tokens` queries and keys of
 // `shape` (its heads): kernels, corrections and the exposed/hidden exchange.
 ContextAttention ringAttention(const GpuSpec& gpu, const CollectiveLink& link, double ring, double tokens,

@@ -14,7 +14,9 @@ namespace {
 
 constexpr double kBf16 = 2.0;  // bytes per bf16/fp16 value (activations, weights, gradients sent)
 constexpr double kFp32 = 4.0;
-using costparts::gemmMs;  // the GEMM kernel model (GemmKernel.cpp)
+using costparts::gemmMs;    // the GEMM kernel model (GemmKernel.cpp)
+using costparts::memoryMs;  // a memory-bound kernel
+using costparts::msAt;
 
 // Saturates instead of overflowing: shapes at the loader's bounds (seq, hidden up to 1e7) give
 // byte counts beyond int64, and converting those is undefined behaviour.
@@ -23,10 +25,6 @@ std::int64_t toBytes(double v) {
   if (!(v > 0)) return 0;
   return static_cast<std::int64_t>(std::llround(std::min(v, kMaxBytes)));
 }
-
-double msAtRate(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
-
-double memoryMs(const GpuSpec& gpu, double bytes) { return msAtRate(bytes, gpu.memoryBytesPerS()); }
 
 // Where a weight GEMM sits relative to the sequence-parallel collectives of Megatron's tensor
 // parallelism (Korthikanti et al. 2022 §4.2.2): a column-parallel GEMM follows the all-gather
@@ -318,7 +316,7 @@ struct AttentionTimes {
 AttentionTimes attentionCore(const Block& k) {
   const GpuSpec& gpu = k.ctx.gpu;
   const double causalFactor = (k.t.causal && k.flash) ? 0.5 : 1.0;
-  const double coreMs = msAtRate(2.0 * k.nc * k.s * (k.hq + k.ho) / k.T * causalFactor, gpu.effectiveFlopsPerS());
+  const double coreMs = msAt(2.0 * k.nc * k.s * (k.hq + k.ho) / k.T * causalFactor, gpu.effectiveFlopsPerS());
   const double scoreBytes = k.flash ? 0.0 : (k.a / k.T) * k.nc * k.s * (8.0 + 5.0 * k.dropout);
   AttentionTimes t;
   t.forwardMs = coreMs + memoryMs(gpu, scoreBytes);
@@ -1001,7 +999,7 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
     // forward split evenly into input and weight gradients (each one GEMM-sized pass).
     const double flops = *layer.flopsForward * b;
     c.modelFlopsForward = flops;
-    c.forwardMs = msAtRate(flops, gpu.effectiveFlopsPerS());
+    c.forwardMs = msAt(flops, gpu.effectiveFlopsPerS());
     c.backwardInputMs = c.forwardMs;
     c.backwardWeightMs = layer.params && *layer.params > 0 ? c.forwardMs : 0.0;
     if (layer.params) {

@@ -35,6 +35,12 @@ double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& gro
 
 // --- GEMM kernels (GemmKernel.cpp) ---
 
+/// Milliseconds to do `amount` at `perS` per second (0 when the rate is not positive).
+double msAt(double amount, double perS);
+
+/// Milliseconds to stream `bytes` through the GPU's HBM (a memory-bound kernel).
+double memoryMs(const GpuSpec& gpu, double bytes);
+
 /// Fraction of the SMs busy over the waves of a GEMM with a rows × cols output.
 double waveUtilisation(const GpuSpec& gpu, double rows, double cols);
 

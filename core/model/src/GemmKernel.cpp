@@ -24,8 +24,6 @@ namespace {
 
 constexpr double kTile = 128;  // output tile rows and columns
 
-double msAt(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
-
 // Sustained FLOP/s of weight GEMMs in `precision`: the GPU's dense peak for that format at its
 // calibrated efficiency for it. A format the GPU lacks falls back to bf16 (requests for it are
 // refused before costing; a hand-built context must not divide by zero).
@@ -35,6 +33,10 @@ double rateFor(const GpuSpec& gpu, Precision precision) {
 }
 
 }  // namespace
+
+double msAt(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
+
+double memoryMs(const GpuSpec& gpu, double bytes) { return msAt(bytes, gpu.memoryBytesPerS()); }
 
 double waveUtilisation(const GpuSpec& gpu, double rows, double cols) {
   if (gpu.smCount <= 0) return 1.0;
@@ -73,7 +75,7 @@ double groupedGemmMs(const GpuSpec& gpu, Precision precision, double groups, dou
   const double compute = msAt(2.0 * groups * m * n * k, rateFor(gpu, precision) * std::max(1e-3, utilisation)) *
                          mainLoopFill(gpu, precision, k);
   const double bytes = groups * (operandBytes(precision) * (m * k + k * n) + outputBytesPerValue * m * n);
-  return std::max(compute, msAt(bytes, gpu.memoryBytesPerS()));
+  return std::max(compute, memoryMs(gpu, bytes));
 }
 
 }  // namespace pipestudio::costparts

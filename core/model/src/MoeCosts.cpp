@@ -23,8 +23,6 @@ namespace {
 
 constexpr double kBf16 = 2.0;
 constexpr double kFp32 = 4.0;
-double msAt(double amount, double perS) { return perS > 0 ? amount / perS * 1000.0 : 0.0; }
-double memoryMs(const GpuSpec& gpu, double bytes) { return msAt(bytes, gpu.memoryBytesPerS()); }
 
 }  // namespace
 
