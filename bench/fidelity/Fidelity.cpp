@@ -328,6 +328,13 @@ Expected<ModelSpec> recipeModelFor(const std::string& name, const Json& arch, in
   return model;
 }
 
+// The attention kernel a table or row says its Transformer Engine ran, when it says.
+void readAttentionBackend(const Json& j, Parallelism& par) {
+  if (!j.contains("attention_backend")) return;
+  par.attentionBackend =
+      attentionBackendFromName(j["attention_backend"].get<std::string>()).value_or(AttentionBackend::Fused);
+}
+
 // The recipe's MoE and context-parallel settings, where the row states them (rows without them
 // keep the defaults): EP and ETP (Megatron's MoE parallel folding), token dropping, the 1F1B
 // all-to-all overlap, the flex (DeepEP / HybridEP) dispatcher, CP's communication type, and
@@ -342,10 +349,7 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
     par.cpCommType = cpCommTypeFromName(row["cp_comm_type"].get<std::string>()).value_or(CpCommType::P2p);
   }
   if (row.contains("overlap_grad_reduce")) par.overlapGradReduce = row["overlap_grad_reduce"].get<bool>();
-  if (row.contains("attention_backend")) {
-    par.attentionBackend =
-        attentionBackendFromName(row["attention_backend"].get<std::string>()).value_or(AttentionBackend::Fused);
-  }
+  readAttentionBackend(row, par);
 }
 
 // A recipe row as the recipe runs it: its degrees, micro and global batch, precision and the
@@ -394,11 +398,7 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     par.zeroStage = fsdp > 0 ? 3 : 1;  // Megatron FSDP, else the distributed optimizer
     par.tpCommOverlap = row.value("tp_comm_overlap", true);
     par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
-    // The attention kernel the recipe's Transformer Engine ran (the table's, unless the row says).
-    if (table.contains("attention_backend")) {
-      par.attentionBackend =
-          attentionBackendFromName(table["attention_backend"].get<std::string>()).value_or(AttentionBackend::Fused);
-    }
+    readAttentionBackend(table, par);  // the table's kernel, unless the row names its own
     applyRecipeMoe(row, par);
     if (row.contains("recompute")) {
       const Json& rc = row["recompute"];

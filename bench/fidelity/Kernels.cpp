@@ -31,6 +31,7 @@ struct Fit {
   double rateTflops = 0;  // long-k rate: 1 / intercept
   double fillK = 0;       // slope / intercept
   int points = 0;
+  double medianTflops = 0;  // of the fitted GEMMs: the one rate a model without the fill gets
 };
 
 // Least squares of 1 / throughput against 1 / k: 1/T = (1 + fill / k) / rate.
@@ -61,16 +62,30 @@ Fit fitFill(const std::vector<std::pair<double, double>>& kAndTflops) {
 // The GEMMs the fill is fitted on: every SM busy (m ≥ 4096, n ≥ 2880), so only k varies the rate.
 bool fitShape(const Json& r) { return r.value("m", 0.0) >= 4096 && r.value("n", 0.0) >= 2880; }
 
-// The fit of `precision`'s GEMMs, and their throughputs (TFLOP/s) in `plateau` when asked.
-Fit fitFor(const std::vector<Json>& gemms, Precision p, std::vector<double>* plateau = nullptr) {
+// The fit of `precision`'s GEMMs, with the median of their throughputs.
+Fit fitFor(const std::vector<Json>& gemms, Precision p) {
   const std::string name(precisionName(p));
   std::vector<std::pair<double, double>> points;
+  std::vector<double> plateau;
   for (const Json& r : gemms) {
     if (r["prec"] != name || !fitShape(r)) continue;
     points.emplace_back(r["k"].get<double>(), r["tflops"].get<double>());
-    if (plateau) plateau->push_back(r["tflops"].get<double>());
+    plateau.push_back(r["tflops"].get<double>());
   }
-  return fitFill(points);
+  Fit f = fitFill(points);
+  if (!plateau.empty()) {
+    std::sort(plateau.begin(), plateau.end());
+    f.medianTflops = plateau[plateau.size() / 2];
+  }
+  return f;
+}
+
+// The precisions the tables show, each with its fit (computed once for both GEMM tables).
+using Fits = std::map<Precision, Fit>;
+Fits fitsFor(const std::vector<Json>& gemms) {
+  Fits fits;
+  for (Precision p : {Precision::Bf16, Precision::Fp8}) fits[p] = fitFor(gemms, p);
+  return fits;
 }
 
 struct Band {
@@ -111,22 +126,18 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0, double
   return buf.data();
 }
 
-void gemmTables(const std::vector<Json>& gemms, const GpuSpec& gpu, bool markdown) {
+void gemmTables(const std::vector<Json>& gemms, const Fits& fits, const GpuSpec& gpu, bool markdown) {
   std::printf("\n### GEMMs: cuBLAS against the GEMM kernel model\n\n");
   if (markdown) {
     std::printf(
         "| precision | shapes | long-k rate TFLOP/s | fill (k steps) | MAPE with fill | without | m = 512–1024 | "
         "m = 2048–4096 | m ≥ 8192 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
-  for (Precision p : {Precision::Bf16, Precision::Fp8}) {
+  for (const auto& [p, fit] : fits) {
     const std::string name(precisionName(p));
-    std::vector<double> plateau;
-    const Fit fit = fitFor(gemms, p, &plateau);
     if (fit.points < 2 || fit.rateTflops <= 0) continue;
-    std::sort(plateau.begin(), plateau.end());
-    const double median = plateau[plateau.size() / 2];
     const GpuSpec with = atRate(gpu, p, fit.rateTflops, fit.fillK);
-    const GpuSpec without = atRate(gpu, p, median, 0.0);
+    const GpuSpec without = atRate(gpu, p, fit.medianTflops, 0.0);
     Band all, allWithout, small, mid, large;
     int shapes = 0;
     for (const Json& r : gemms) {
@@ -148,14 +159,13 @@ void gemmTables(const std::vector<Json>& gemms, const GpuSpec& gpu, bool markdow
   }
 }
 
-void expertTable(const std::vector<Json>& experts, const std::vector<Json>& gemms, const GpuSpec& gpu, bool markdown) {
+void expertTable(const std::vector<Json>& experts, const Fits& fits, const GpuSpec& gpu, bool markdown) {
   std::printf("\n### Expert GEMMs: one cuBLAS GEMM per expert (4 streams) against the grouped GEMM model\n\n");
   if (markdown) {
     std::printf("| precision | tokens per expert | cases | MAPE |\n|---|---:|---:|---:|\n");
   }
-  for (Precision p : {Precision::Bf16, Precision::Fp8}) {
+  for (const auto& [p, fit] : fits) {
     const std::string name(precisionName(p));
-    const Fit fit = fitFor(gemms, p);
     if (fit.rateTflops <= 0) continue;
     const GpuSpec g = atRate(gpu, p, fit.rateTflops, fit.fillK);
     const char* key = p == Precision::Bf16 ? "loop4_graph_ms" : "fp8_loop4_graph_ms";
@@ -193,8 +203,9 @@ bool attentionTable(const std::vector<Json>& attention, const GpuSpec& gpu, bool
     const bool causal = r["causal"].get<bool>();
     const costparts::FlashTimes t = costparts::flashAttention(
         gpu, {r["batch"].get<double>() * r["heads"].get<double>(), seq, seq, d, d, causal, 0}, b);
-    const std::string label = std::string(b == AttentionBackend::Flash ? "FlashAttention-2" : "cuDNN") + "|" +
-                              fmt("%.0f", d) + "|" + (causal ? "causal" : "full");
+    const char* sep = markdown ? " | " : " ";
+    const std::string label = std::string(b == AttentionBackend::Flash ? "FlashAttention-2" : "cuDNN") + sep +
+                              fmt("%.0f", d) + sep + (causal ? "causal" : "full");
     Group& g = groups[label];
     g.fwd.add(t.forwardMs, r["fwd_ms"].get<double>());
     g.bwd.add(t.backwardMs, r["bwd_ms"].get<double>());
@@ -218,14 +229,7 @@ bool attentionTable(const std::vector<Json>& attention, const GpuSpec& gpu, bool
   for (const auto& [label, g] : groups) {
     const bool met = g.fwd.mape() <= kAttentionMapeTarget && g.bwd.mape() <= kAttentionMapeTarget;
     ok = ok && met;
-    std::string cells = label;
-    std::replace(cells.begin(), cells.end(), '|', markdown ? '|' : ' ');
-    if (markdown) {
-      std::string spaced;
-      for (char c : cells) spaced += c == '|' ? std::string(" | ") : std::string(1, c);
-      cells = spaced;
-    }
-    row(markdown, cells +
+    row(markdown, label +
                       fmt(markdown ? " | %.0f–%.0f | %.1f%% | %.1f%%" : "  seq %.0f-%.0f  fwd %.1f%%  bwd %.1f%%", g.lo,
                           g.hi, g.fwd.mape(), g.bwd.mape()) +
                       fmt(markdown ? " | %+.0f%% (%.0f, " : "  worst %+.0f%% (%.0f, ", 100.0 * g.worst, g.worstSeq) +
@@ -299,8 +303,9 @@ bool printKernelChecks(const std::string& path, bool markdown) {
     return false;
   }
   std::printf("\n## Kernels measured on one %s (%s)\n", entry->gpu.name.c_str(), path.c_str());
-  gemmTables(gemms, entry->gpu, markdown);
-  expertTable(experts, gemms, entry->gpu, markdown);
+  const Fits fits = fitsFor(gemms);
+  gemmTables(gemms, fits, entry->gpu, markdown);
+  expertTable(experts, fits, entry->gpu, markdown);
   return attentionTable(attention, entry->gpu, markdown);
 }
 
