@@ -63,6 +63,11 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
                   "Token dispatcher alltoall (every routed copy sent; default) | flex (DeepEP/HybridEP: once per "
                   "remote NVLink domain, forwarded over NVLink)")
       ->check(CLI::IsMember({"alltoall", "flex"}));
+  cmd->add_option("--moe-comm-sms", o.moeCommSms,
+                  "SMs the expert all-to-all kernels occupy, which compute overlapped with them cannot use "
+                  "(Megatron --moe-deepep-num-sms / --moe-hybridep-num-sms; default: 20 for flex, 32 for NCCL's "
+                  "all-to-all)")
+      ->check(intIn(1, 1024));
   cmd->add_flag("--moe-shared-expert-overlap", o.moeSharedExpertOverlap,
                 "Compute the shared experts while the routed tokens travel (Megatron --moe-shared-expert-overlap)");
 }
@@ -97,6 +102,7 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
   par.moeSharedExpertOverlap = par.moeSharedExpertOverlap || o.moeSharedExpertOverlap;
   if (o.etp > 0) par.expertTensor = o.etp;
   if (!o.moeTokenDispatcher.empty()) par.moeFlexDispatcher = o.moeTokenDispatcher == "flex";
+  if (o.moeCommSms > 0) par.moeCommSms = o.moeCommSms;
   if (!o.moeCapacityFactor.empty()) {
     if (o.moeCapacityFactor == "dropless" || o.moeCapacityFactor == "none") {
       par.moeCapacityFactor = 0.0;
@@ -141,6 +147,7 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["moe_a2a_overlap"] = par.moeA2aOverlap;
   out["moe_shared_expert_overlap"] = par.moeSharedExpertOverlap;
   out["moe_token_dispatcher"] = par.moeFlexDispatcher ? "flex" : "alltoall";
+  out["moe_comm_sms"] = par.moeCommSmsOrDefault();
   out["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   out["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
 }

@@ -63,6 +63,7 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   par.moeA2aOverlap = true;
   par.moeSharedExpertOverlap = true;
   par.moeFlexDispatcher = true;
+  par.moeCommSms = 24;
   par.cpCommType = CpCommType::A2aP2p;
   par.attentionBackend = AttentionBackend::Flash;
   ws->solver.seqSplits = 2;
@@ -77,6 +78,7 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   EXPECT_TRUE(back.moeA2aOverlap);
   EXPECT_TRUE(back.moeSharedExpertOverlap);
   EXPECT_TRUE(back.moeFlexDispatcher);
+  EXPECT_EQ(back.moeCommSms, 24);
   EXPECT_EQ(back.cpCommType, CpCommType::A2aP2p);
   EXPECT_EQ(back.attentionBackend, AttentionBackend::Flash);
   EXPECT_EQ(again->solver.seqSplits, 2);

@@ -326,6 +326,56 @@ TEST(MoeCost, AllToAllOverlap) {
   EXPECT_DOUBLE_EQ(e.forward.hiddenMs, 3 + 2);
 }
 
+// A collective beside compute while it holds a share of the SMs: 2 ms beside 5 ms with a
+// quarter of the SMs shows a quarter of itself (the compute takes 5 + 0.5); 4 ms beside 2 ms
+// shows what the compute does not cover (2); beside nothing it all shows.
+TEST(MoeCost, CollectiveBesideComputeTakesItsShareOfTheSms) {
+  CommShare c = hiddenBeside(2, 5, 0.25);
+  EXPECT_DOUBLE_EQ(c.exposedMs, 0.5);
+  EXPECT_DOUBLE_EQ(c.hiddenMs, 1.5);
+  c = hiddenBeside(4, 2, 0.25);
+  EXPECT_DOUBLE_EQ(c.exposedMs, 2);
+  c = hiddenBeside(3, 0, 0.25);
+  EXPECT_DOUBLE_EQ(c.exposedMs, 3);
+  // No share: hiddenUnder.
+  EXPECT_DOUBLE_EQ(hiddenBeside(2, 5, 0).exposedMs, hiddenUnder(2, 5).exposedMs);
+}
+
+// The 1F1B A2A overlap with the all-to-alls on 33 of 132 SMs (a quarter): each chunk's
+// collective shows max(3 − compute, 0.75); with every SM taken nothing hides, as without the
+// overlap. The dispatcher's default SMs: 20 for flex (DeepEP), 32 for NCCL.
+TEST(MoeCost, AllToAllOverlapLosesTheSmsTheCollectivesTake) {
+  Parallelism par;
+  par.moeA2aOverlap = true;
+  MoeOverlapWindows w;
+  w.a2aMs = 3;
+  w.attentionForwardMs = 1;
+  w.mlpForwardMs = 2;
+  w.attentionBackwardMs = 2;
+  w.mlpBackwardMs = 4;
+  w.commSmShare = 0.25;
+  MoeCommExposure e = moeCommExposure(w, par);
+  EXPECT_DOUBLE_EQ(e.forward.exposedMs, 0.75 + 1);  // dispatch F beside MLP B (4), combine F beside attention B (2)
+  EXPECT_DOUBLE_EQ(e.backward.exposedMs, 2 + 1);    // combine B beside attention F (1), dispatch B beside MLP F (2)
+  w.commSmShare = 1.0;
+  e = moeCommExposure(w, par);
+  EXPECT_DOUBLE_EQ(e.forward.exposedMs, 6);
+  EXPECT_DOUBLE_EQ(e.backward.exposedMs, 6);
+
+  GpuSpec g = testGpu();
+  g.smCount = 132;
+  par.moeCommSms = 33;
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 0.25);
+  par.moeCommSms = 0;
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 32.0 / 132.0);
+  par.moeFlexDispatcher = true;
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 20.0 / 132.0);
+  par.moeCommSms = 500;
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 1.0);
+  g.smCount = 0;
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 0.0);
+}
+
 // --- GEMM kernel model: the main-loop fill ---
 
 // 1024³ in bf16 with a fill of 128 k steps: 2·1024³ FLOPs at the bf16 rate, times

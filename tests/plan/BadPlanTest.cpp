@@ -60,6 +60,7 @@ const auto kCases = std::to_array<Case>({
     // Found by fuzz_loaders: a virtual stage without "id" made the reader throw.
     {"plan-stage-missing-id.json", "/virtual_stages/1", 65, 5, "missing required field 'id'"},
     {"plan-op-time-wrong-type.json", "/ops/0/start_ms", 80, 19, "is a string (expected a number)"},
+    {"plan-moe-comm-sms-zero.json", "/config/moe_comm_sms", 10, 21, "is 0 (expected an integer in [1, 1024])"},
 });
 
 template <typename T>

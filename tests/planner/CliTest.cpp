@@ -319,7 +319,7 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
   const CliRun ok = run("plan --model " + llama + " --cluster " + h100 +
                         " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --precision fp8"
                         " --no-overlap-param-gather --grad-reduce-dtype fp32 --recompute full"
-                        " --recompute-num-layers 2 --recompute-method block --json");
+                        " --recompute-num-layers 2 --recompute-method block --moe-comm-sms 24 --json");
   ASSERT_EQ(ok.status, 0) << ok.out;
   const auto doc = pipestudio::parseJson(ok.out, "<stdout>");
   ASSERT_TRUE(doc.hasValue()) << ok.out;
@@ -330,6 +330,7 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
   EXPECT_EQ(config["grad_reduce_dtype"], "fp32");
   EXPECT_EQ(config["recompute_num_layers"], 2);
   EXPECT_EQ(config["recompute_method"], "block");
+  EXPECT_EQ(config["moe_comm_sms"], 24);
   for (const auto& d : doc->root["metrics"]["devices"]) {
     EXPECT_GT(d["exposed_comm_ms"].get<double>(), 0);
     EXPECT_GT(d["memory"]["low_precision_weight_bytes"].get<double>(), 0);
@@ -348,6 +349,10 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
                             " --recompute-modules core_attn,attn_everything");
   EXPECT_EQ(module.status, 2) << module.out;
   EXPECT_NE(module.out.find("'attn_everything' is not a module"), std::string::npos) << module.out;
+  const CliRun sms = run("plan --model " + llama + " --cluster " + h100 +
+                         " --schedule 1f1b --devices 2 --microbatches 4 --moe-comm-sms 0");
+  EXPECT_EQ(sms.status, 2) << sms.out;
+  EXPECT_NE(sms.out.find("--moe-comm-sms"), std::string::npos) << sms.out;
   const CliRun precision = run("plan --model " + llama + " --cluster " + h100 +
                                " --schedule 1f1b --devices 2 --microbatches 4 --precision fp6");
   EXPECT_EQ(precision.status, 2) << precision.out;

@@ -18,6 +18,11 @@ struct CommShare {
 
 /// `commMs` overlapped with `computeMs` of independent work: what does not fit shows.
 CommShare hiddenUnder(double commMs, double computeMs);
+/// A collective of `commMs` beside `computeMs` of compute while it takes `smShare` of the SMs:
+/// the compute runs on the rest, so the pair takes max(comm, compute + smShare·comm) when the
+/// compute outlasts the collective's share of it, and the collective's exposed part is
+/// max(comm − compute, smShare·comm) (all of it beside no compute).
+CommShare hiddenBeside(double commMs, double computeMs, double smShare);
 
 /// The link a group of `span` consecutive GPUs uses (NVLink inside one NVLink domain, else the
 /// node's NICs), as collectiveLinks places the fixed groups; a group inside the TP group's span
@@ -171,7 +176,13 @@ struct MoeOverlapWindows {
   double attentionForwardMs = 0, mlpForwardMs = 0;
   double attentionBackwardMs = 0, mlpBackwardMs = 0;
   double sharedForwardMs = 0, sharedBackwardMs = 0;
+  /// The share of the GPU's SMs the all-to-all kernels occupy while they run (moeCommSmShare).
+  double commSmShare = 0;
 };
+
+/// The fraction of `gpu`'s SMs the expert all-to-alls take (Parallelism::moeCommSmsOrDefault
+/// over the GPU's SM count, at most 1); 0 when the GPU's SM count is unknown.
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
 
 /// Exposed and hidden shares of the dispatch and combine all-to-alls of one forward and one
 /// backward of a layer as the recipe overlaps them: under the shared experts' compute of the same

@@ -26,11 +26,24 @@ constexpr double kFp32 = 4.0;
 
 }  // namespace
 
-CommShare hiddenUnder(double commMs, double computeMs) {
+CommShare hiddenBeside(double commMs, double computeMs, double smShare) {
   CommShare c;
-  c.exposedMs = std::max(0.0, commMs - std::max(0.0, computeMs));
-  c.hiddenMs = std::max(0.0, commMs - c.exposedMs);
+  if (commMs <= 0) return c;
+  // Compute C beside a collective M that holds a share f of the SMs runs at 1 − f while M runs:
+  // it finishes inside M when C ≤ (1 − f)·M (the pair takes M, M − C exposed), else the pair
+  // takes M + (C − (1 − f)·M) = C + f·M (f·M exposed). DeepSeek-V3 §3.2.1 reserves 20 of the
+  // H800's 132 SMs for its all-to-alls for this reason.
+  const double f = std::clamp(smShare, 0.0, 1.0);
+  c.exposedMs = computeMs <= 0 ? commMs : std::max(commMs - computeMs, f * commMs);
+  c.hiddenMs = commMs - c.exposedMs;
   return c;
+}
+
+CommShare hiddenUnder(double commMs, double computeMs) { return hiddenBeside(commMs, computeMs, 0.0); }
+
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel) {
+  if (gpu.smCount <= 0) return 0.0;
+  return std::min(1.0, static_cast<double>(parallel.moeCommSmsOrDefault()) / gpu.smCount);
 }
 
 CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int tensor) {
@@ -181,17 +194,17 @@ MoeCommExposure moeCommExposure(const MoeOverlapWindows& w, const Parallelism& p
     // compute chunk of the other (DeepSeek-V3 §3.2.1, Fig. 4; Megatron-Core's combined 1F1B
     // schedule): [attention F ‖ combine B], [dispatch F ‖ MLP B], [MLP F ‖ dispatch B],
     // [combine F ‖ attention B].
-    add(e.backward, hiddenUnder(w.a2aMs, w.attentionForwardMs));
-    add(e.forward, hiddenUnder(w.a2aMs, w.mlpBackwardMs));
-    add(e.backward, hiddenUnder(w.a2aMs, w.mlpForwardMs));
-    add(e.forward, hiddenUnder(w.a2aMs, w.attentionBackwardMs));
+    add(e.backward, hiddenBeside(w.a2aMs, w.attentionForwardMs, w.commSmShare));
+    add(e.forward, hiddenBeside(w.a2aMs, w.mlpBackwardMs, w.commSmShare));
+    add(e.backward, hiddenBeside(w.a2aMs, w.mlpForwardMs, w.commSmShare));
+    add(e.forward, hiddenBeside(w.a2aMs, w.attentionBackwardMs, w.commSmShare));
     return e;
   }
   if (parallel.moeSharedExpertOverlap) {
     // The shared experts' FC1 runs beside the dispatch and their FC2 beside the combine.
     for (int i = 0; i < 2; ++i) {
-      add(e.forward, hiddenUnder(w.a2aMs, w.sharedForwardMs / 2.0));
-      add(e.backward, hiddenUnder(w.a2aMs, w.sharedBackwardMs / 2.0));
+      add(e.forward, hiddenBeside(w.a2aMs, w.sharedForwardMs / 2.0, w.commSmShare));
+      add(e.backward, hiddenBeside(w.a2aMs, w.sharedBackwardMs / 2.0, w.commSmShare));
     }
     return e;
   }

@@ -120,10 +120,23 @@ struct Parallelism {
   /// is forwarded over NVLink there (DeepSeek-V3 §3.2.2). false: the all-to-all dispatcher sends
   /// every routed copy.
   bool moeFlexDispatcher = false;
+  /// The SMs the expert all-to-all kernels occupy while they run (Megatron --moe-deepep-num-sms,
+  /// --moe-hybridep-num-sms; NCCL's p2p channels, one thread block each): the compute an
+  /// overlap runs beside them gets the rest. 0: the dispatcher's default (moeCommSmsOrDefault).
+  int moeCommSms = 0;
   CpCommType cpCommType = CpCommType::P2p;
   /// The attention kernels (Megatron --attention-backend): cuDNN's fused attention as Transformer
   /// Engine picks it on Hopper, FlashAttention-2, or unfused.
   AttentionBackend attentionBackend = AttentionBackend::Fused;
+
+  /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default —
+  /// Megatron-Core's moe_deepep_num_sms (20, TransformerConfig) for the flex dispatcher, and for
+  /// NCCL's all-to-all its p2p channel limit (MAXCHANNELS, 32: src/include/device.h; p2pnChannels
+  /// = min(nChannels, NCCL_MAX_P2P_NCHANNELS) in src/graph/paths.cc), one thread block per channel.
+  int moeCommSmsOrDefault() const {
+    if (moeCommSms > 0) return moeCommSms;
+    return moeFlexDispatcher ? 20 : 32;
+  }
 
   /// ETP as it applies (expertTensor, or T when unset).
   int expertTensorOrTensor() const { return expertTensor > 0 ? expertTensor : tensor; }
