@@ -345,6 +345,7 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
   if (row.contains("moe_capacity_factor")) par.moeCapacityFactor = row["moe_capacity_factor"].get<double>();
   if (row.contains("moe_a2a_overlap")) par.moeA2aOverlap = row["moe_a2a_overlap"].get<bool>();
   if (row.contains("moe_token_dispatcher")) par.moeFlexDispatcher = row["moe_token_dispatcher"] == "flex";
+  if (row.contains("moe_comm_sms")) par.moeCommSms = row["moe_comm_sms"].get<int>();
   if (row.contains("cp_comm_type")) {
     par.cpCommType = cpCommTypeFromName(row["cp_comm_type"].get<std::string>()).value_or(CpCommType::P2p);
   }
@@ -634,6 +635,8 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
         // Packed sequences (SFT): attention runs within each packed sample, which the cost
         // model does not know (it costs attention over the whole sequence).
         if (row.value("packed", false)) e.outOfScope = "packed sequences, not modelled";
+        // A row whose run differs from the recipe in a way the cost model has no setting for.
+        if (row.contains("out_of_scope")) e.outOfScope = row["out_of_scope"].get<std::string>();
         e.checkMemory = table.value("check_memory", false);
         entries.push_back(std::move(e));
       }
@@ -765,6 +768,43 @@ bool printMape(const Json& root, const Mape& mape, const Mape& memoryMape, bool 
   return ok;
 }
 
+// A table's "pairs": two runs of one configuration that differ in one recipe setting, with
+// the throughput ratio measured and predicted — what a planner choosing that setting relies on.
+// Not a target; the direction is counted.
+void printSettingPairs(const Json& root, const Report& report, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  for (const Json& table : root["tables"]) {
+    if (!table.contains("pairs")) continue;
+    const std::string id = table["id"].get<std::string>();
+    auto find = [&](const std::string& name) -> const Row* {
+      for (const Row& r : report.rows) {
+        if (r.table == id && r.name == name && r.predicted.error.empty()) return &r;
+      }
+      return nullptr;
+    };
+    std::printf("\n## %s: one setting changed (tokens/s/GPU after / before)\n\n", id.c_str());
+    if (markdown) std::printf("| change | measured | predicted | direction |\n|---|---:|---:|---|\n");
+    int right = 0, counted = 0;
+    for (const Json& pair : table["pairs"]) {
+      const Row* before = find(pair["before"].get<std::string>());
+      const Row* after = find(pair["after"].get<std::string>());
+      const std::string change = pair["change"].get<std::string>();
+      if (!before || !after || before->measured <= 0 || before->predicted.value <= 0) {
+        std::printf("%s %s %s (a run of the pair is missing or failed)\n", bar, change.c_str(), bar);
+        continue;
+      }
+      const double measured = after->measured / before->measured;
+      const double predicted = after->predicted.value / before->predicted.value;
+      const bool same = (measured >= 1.0) == (predicted >= 1.0);
+      right += same ? 1 : 0;
+      ++counted;
+      std::printf("%s %-40s %s %6.3f %s %6.3f %s %s %s\n", bar, change.c_str(), bar, measured, bar, predicted, bar,
+                  same ? "right" : "WRONG", markdown ? "|" : "");
+    }
+    std::printf("\nright direction in %d of %d changes\n", right, counted);
+  }
+}
+
 // --- Zero Bubble Table 5: bubble rates from profiled times ---
 bool printZbBubbles(const Json& root, bool markdown) {
   const char* bar = markdown ? "|" : " ";
@@ -861,6 +901,7 @@ int run(const Options& o) {
   }
   ok = printRows(report, o.markdown) && ok;
   ok = printMape(root, mape, memoryMape, o.markdown) && ok;
+  printSettingPairs(root, report, o.markdown);
   ok = printZbBubbles(root, o.markdown) && ok;
   ok = printVocabTable(root, *clusters, report, o.markdown) && ok;
   ok = printCatalogue(report, o.markdown) && ok;
