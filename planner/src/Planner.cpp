@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "partition/Partitioners.hpp"
@@ -451,7 +452,30 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   timing.costs = &costs;
   auto plan = simulateSkeleton(std::move(shell), *skeleton, timing);
   if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
-  if (auto st = checkMemory(*plan); !st) return st.error();
+  if (auto st = checkMemory(*plan); !st) {
+    // `balanced` took its most even split although the stages' memory budgets (which add up
+    // peaks the stages of a device reach at different moments) ruled every split out, and that
+    // split did not fit. Plan again with splits at the same bottleneck within the budgets scaled
+    // by the least factor that admits one and by a little more (closer to the most even split),
+    // and with the splits that meet the budgets (and 90 % and 80 % of them) at a larger
+    // bottleneck; keep the fastest that fits.
+    if (cfg.partition == "balanced" && control.repairMemory && !hints.repairingMemory()) {
+      std::vector<BalancedMemory> tries;
+      for (const double slack : {1.0, 1.02, 1.05, 1.1, 1.2}) tries.push_back({slack, 0.0});
+      for (const double scale : {1.0, 0.9, 0.8}) tries.push_back({0.0, scale});
+      std::optional<Plan> fastest;
+      for (const BalancedMemory& how : tries) {
+        partition::PartitionHints retry = hints;
+        retry.balancedMemory = how;
+        auto again = makeCandidatePlan(request, control, retry);
+        if (again.isCancelled()) return again;
+        if (!again) continue;
+        if (!fastest || again->metrics.iterationMs < fastest->metrics.iterationMs) fastest = std::move(*again);
+      }
+      if (fastest) return std::move(*fastest);
+    }
+    return st.error();
+  }
   if (control.progress) control.progress(1.0);
   return plan;
 }

@@ -139,6 +139,36 @@ TEST(BalancedPartition, MinMaxAgainstBruteForce) {
   }
 }
 
+// Five 1 ms layers over two stages, the first holding 4 microbatches in flight and the second 1,
+// each with a 6-byte budget and 1 byte of activations per layer: at the bottleneck (3 ms) no
+// split meets the budgets ([3,2] needs 12 on stage 0, [2,3] 8). Least overrun takes [2,3] (8/6
+// of the budget); within the budgets the bottleneck gives way, [1,4] at 4 ms; a budget below one
+// layer's 4 bytes has no split.
+TEST(BalancedPartition, MemoryRepairsLeanOnTheStageThatHoldsLess) {
+  PartitionProblem p;
+  p.layers = 5;
+  p.microbatches = 4;
+  p.stages = {{0, 4, 6.0}, {1, 1, 6.0}};
+  p.computeMs.assign(2, std::vector<double>(5, 1.0));
+  p.sendMs.assign(2, std::vector<double>(5, 0.0));
+  p.activationBytes.assign(5, 1.0);
+  p.staticBytes.assign(5, 0.0);
+  auto least = balancedPartition(p, {.overrunSlack = 1.0, .withinBudgets = 0});
+  ASSERT_TRUE(least.hasValue()) << least.message();
+  EXPECT_EQ(least->firstLayer, (std::vector<int>{0, 2}));
+  EXPECT_DOUBLE_EQ(least->maxMs, 3.0);
+  auto within = balancedPartition(p, {.overrunSlack = 0, .withinBudgets = 1.0});
+  ASSERT_TRUE(within.hasValue()) << within.message();
+  EXPECT_EQ(within->firstLayer, (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(within->maxMs, 4.0);
+  p.stages[0].memoryBudgetBytes = 3.0;
+  EXPECT_FALSE(balancedPartition(p, {.overrunSlack = 0, .withinBudgets = 1.0}).hasValue());
+  // Asked nothing, balanced keeps its most even split at the bottleneck.
+  auto plain = balancedPartition(p);
+  ASSERT_TRUE(plain.hasValue());
+  EXPECT_DOUBLE_EQ(plain->maxMs, 3.0);
+}
+
 TEST(Partition, TooFewLayersIsAnError) {
   std::mt19937 rng(1);
   PartitionProblem p = randomProblem(rng, 4, 4, false);

@@ -92,6 +92,30 @@ TEST(RecipePlan, NvidiasLlama70bRecipeFitsAndReportsItsCommunication) {
   EXPECT_GT(fp8->metrics.iterationMs, 0.5 * bf16->metrics.iterationMs);
 }
 
+// Llama 3 8B on three H100s with 1F1B: the most even split of `balanced` overflows device 0
+// (its budgets, which add up every stage's own peak, rule out every split at the bottleneck),
+// so the planner plans again with splits that lean less on the budgets and keeps the fastest
+// that fits. The configurator's screening (repairMemory off) takes the first split as it is.
+TEST(RecipePlan, BalancedSplitThatDoesNotFitIsPlannedAgainWithinMemory) {
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
+  r.config.schedule = "1f1b";
+  r.config.devices = 3;
+  r.config.microbatches = 6;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  for (const DeviceMetrics& d : plan->metrics.devices) {
+    EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes, r.cluster.gpu.memoryBytes());
+  }
+  auto again = makePlan(r);
+  ASSERT_TRUE(again.hasValue());
+  EXPECT_EQ(again->metrics.iterationMs, plan->metrics.iterationMs);  // the same plan, always
+  SolveControl screening;
+  screening.repairMemory = false;
+  auto first = makePlan(r, screening);
+  ASSERT_FALSE(first.hasValue());
+  EXPECT_NE(first.message().find("does not fit in memory"), std::string::npos) << first.message();
+}
+
 // --overlap-param-gather hides the distributed optimizer's all-gather under the next forward
 // passes; without it the gather follows the step, exposed.
 TEST(RecipePlan, ParameterGatherOverlapShortensTheStep) {

@@ -345,6 +345,7 @@ Expected<Plan> Search::simulate(const PlanConfig& config, std::optional<int> mic
   SolveControl inner;
   inner.cancel = m_control.cancel;
   inner.refine = refine;
+  inner.repairMemory = refine;  // screening takes a candidate's first split as it is
   return makePlan(r, inner);
 }
 

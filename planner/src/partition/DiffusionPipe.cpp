@@ -82,7 +82,7 @@ Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl
     // fewer of them): try the searched shares and the default ones, keep the faster plan.
     const bool twoShares = request.model.trainableComponents().size() >= 2;
     for (int variant = 0; variant < (twoShares ? 2 : 1); ++variant) {
-      auto plan = makeCandidatePlan(r, inner, PartitionHints{.keepBackboneShares = variant == 1});
+      auto plan = makeCandidatePlan(r, inner, PartitionHints{.keepBackboneShares = variant == 1, .balancedMemory = {}});
       if (!plan) {
         if (variant == 0) reasons += "\n  " + r.config.schedule + ": " + plan.message();
         continue;
@@ -111,7 +111,8 @@ Expected<std::vector<VirtualStage>> partitionWithLegs(const PlanRequest& request
                                                       const SolveControl& control) {
   PlanRequest r = request;
   r.config.partition = "diffusionpipe";  // assignLegs applies to diffusionpipe's placements
-  return partitionWith(r, generator, std::move(placement), "dp", control, PartitionHints{.keepBackboneShares = true});
+  return partitionWith(r, generator, std::move(placement), "dp", control,
+                       PartitionHints{.keepBackboneShares = true, .balancedMemory = {}});
 }
 
 // Leg assignment for V-shaped placements with two trainable backbones: the first half of the

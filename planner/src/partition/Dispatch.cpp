@@ -102,13 +102,14 @@ void assignDiffusionLegs(const ModelSpec& model, std::vector<VirtualStage>& stag
 struct LayerSplitter {
   LayerSplitter(const PlanRequest& planRequest, const CostedModel& costed, const std::string& algorithmName,
                 const SolveControl& solveControl, const std::vector<int>& liveCounts,
-                const std::vector<VirtualStage>& stages)
+                const std::vector<VirtualStage>& stages, const BalancedMemory& memory)
       : request(planRequest),
         costs(costed),
         algorithm(algorithmName),
         control(solveControl),
         live(liveCounts),
-        groups(dependentBackboneGroups(planRequest.model)) {
+        groups(dependentBackboneGroups(planRequest.model)),
+        balancedMemory(memory) {
     for (const auto& vs : stages) ++stagesOnDevice[vs.device];
     for (std::size_t i = 0; i < stages.size(); ++i) {
       if (stages[i].pipeline == 0) pipeline0.push_back(i);
@@ -152,7 +153,7 @@ struct LayerSplitter {
     }
     PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
     setMemoryBudgets(request, stagesOnDevice, problem);
-    auto result = algorithm == "balanced" ? balancedPartition(problem) : dpPartition(problem, control);
+    auto result = algorithm == "balanced" ? balancedPartition(problem, balancedMemory) : dpPartition(problem, control);
     if (result.isCancelled()) return result.error();
     if (!result) {
       // Name the virtual stage by its id in the plan, not by its index within the component.
@@ -177,6 +178,7 @@ struct LayerSplitter {
   const SolveControl& control;
   const std::vector<int>& live;
   const std::vector<std::vector<int>> groups;
+  const BalancedMemory balancedMemory;
   std::map<int, int> stagesOnDevice;
   std::vector<std::size_t> pipeline0;
   std::map<int, std::size_t> groupOf;
@@ -251,7 +253,7 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   auto live = liveCounts(request, costs, generator, stages, control);
   if (!live) return live.error();
 
-  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages);
+  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages, hints.balancedMemory);
   auto first = splitter.split(stages);
   if (!first) return first.error();
   if (!hints.keepBackboneShares) {

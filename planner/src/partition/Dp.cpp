@@ -319,18 +319,45 @@ std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, con
   return first;
 }
 
-Expected<PartitionResult> balancedPartition(const PartitionProblem& p) {
-  if (auto st = checkShape(p); !st) return st.error();
-  // Min-max of compute only: sends and memory are not part of `balanced`. A greedy "fill each
-  // stage up to the bound" is not exact once stages must be non-empty and devices differ, so
-  // the bound is searched with the DP's feasibility (reachability) instead.
-  PartitionProblem q = p;
-  for (auto& row : q.sendMs) std::fill(row.begin(), row.end(), 0.0);
-  for (auto& st : q.stages) st.memoryBudgetBytes = kInf;
-  const Prefix x = makePrefix(q);
+// The most even split under `boundMs` whose stages fit their memory budgets scaled by `slack`
+// times the smallest common factor ≥ 1 that admits one (bisected to 0.1 %); nullopt when none
+// does below a factor of 2^20 or the split search is too large.
+std::optional<std::vector<int>> leastOverrunUnderBound(const PartitionProblem& p, const Prefix& x, double boundMs,
+                                                       double slack) {
+  auto scaled = [&](double factor) {
+    PartitionProblem r = p;
+    for (PartitionStage& st : r.stages) st.memoryBudgetBytes *= factor;
+    return evenestUnderBound(r, x, boundMs, true);
+  };
+  double tight = 1.0;
+  double loose = 2.0;
+  std::optional<std::vector<int>> found = scaled(loose);
+  while (!found && loose < 1048576.0) {
+    tight = loose;
+    loose *= 2.0;
+    found = scaled(loose);
+  }
+  while (found && loose - tight > 1e-3 * loose) {
+    const double mid = 0.5 * (tight + loose);
+    if (auto split = scaled(mid)) {
+      loose = mid;
+      found = std::move(split);
+    } else {
+      tight = mid;
+    }
+  }
+  if (found && slack > 1.0) {
+    if (auto looser = scaled(loose * slack)) return looser;
+  }
+  return found;
+}
+
+// The smallest largest-stage time of `q`'s splits (its memory budgets and sends as they are),
+// bisected with the DP's feasibility (reachability); infeasible when no split meets the budgets.
+Solution minMaxSplit(const PartitionProblem& q, const Prefix& x) {
   Solver solver(q, x);
   Solution best = solver.solve(kInf);
-  if (!best.feasible) return Error{"partition balanced: internal error (no partition without a bound)"};
+  if (!best.feasible) return best;
   double lo = 0;
   double hi = best.max;
   for (int it = 0; it < 200 && hi - lo > kRelEps * std::max(hi, 1e-300); ++it) {
@@ -343,10 +370,47 @@ Expected<PartitionResult> balancedPartition(const PartitionProblem& p) {
       lo = mid;
     }
   }
-  // The most even split at the bound that fits the memory budgets, else the most even one.
+  return best;
+}
+
+Expected<PartitionResult> balancedPartition(const PartitionProblem& p, const BalancedMemory& memory) {
+  if (auto st = checkShape(p); !st) return st.error();
+  // Min-max of compute only: sends and memory are not part of `balanced`. A greedy "fill each
+  // stage up to the bound" is not exact once stages must be non-empty and devices differ, so
+  // the bound is searched with the DP's feasibility (reachability) instead.
+  PartitionProblem q = p;
+  for (auto& row : q.sendMs) std::fill(row.begin(), row.end(), 0.0);
+  if (memory.withinBudgets > 0) {
+    for (PartitionStage& st : q.stages) st.memoryBudgetBytes *= memory.withinBudgets;
+    const Prefix withMemory = makePrefix(q);
+    const Solution fit = minMaxSplit(q, withMemory);
+    if (!fit.feasible) return Error{"partition balanced: no split meets the stages' memory budgets"};
+    if (auto even = evenestUnderBound(q, withMemory, fit.max * (1 + kRelEps), true)) {
+      return evaluatePartition(p, *even);
+    }
+    return evaluatePartition(p, fit.firstLayer);
+  }
+  for (auto& st : q.stages) st.memoryBudgetBytes = kInf;
+  const Prefix x = makePrefix(q);
+  const Solution best = minMaxSplit(q, x);
+  if (!best.feasible) return Error{"partition balanced: internal error (no partition without a bound)"};
+  const double hi = best.max;
+  // The most even split at the bound that fits the memory budgets, else the most even one. The
+  // budgets add up each stage's own peak of in-flight microbatches, which the stages of one
+  // device reach at different moments (interleaved schedules), so they can overstate a device
+  // that fits; the most even split is what the simulator then checks. When it did not fit, the
+  // caller asks for an `overrunSlack`: the split at the same bound within the budgets scaled by
+  // it times the smallest common factor that admits one — at 1, the split leaning least on the
+  // stages that hold the most in flight; larger, closer to the most even one.
   const Prefix withMemory = makePrefix(p);
-  if (auto even = evenestUnderBound(p, withMemory, hi * (1 + kRelEps), true)) return evaluatePartition(p, *even);
-  if (auto even = evenestUnderBound(q, x, hi * (1 + kRelEps), false)) return evaluatePartition(p, *even);
+  const double bound = hi * (1 + kRelEps);
+  if (auto even = evenestUnderBound(p, withMemory, bound, true)) return evaluatePartition(p, *even);
+  if (memory.overrunSlack >= 1.0) {
+    if (auto split = leastOverrunUnderBound(p, withMemory, bound, memory.overrunSlack)) {
+      return evaluatePartition(p, *split);
+    }
+  }
+  if (auto even = evenestUnderBound(q, x, bound, false)) return evaluatePartition(p, *even);
   return evaluatePartition(p, best.firstLayer);
 }
 

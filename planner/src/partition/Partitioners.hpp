@@ -7,6 +7,7 @@
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/plan/Costs.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
@@ -19,6 +20,10 @@ struct PartitionHints {
   bool keepBackboneShares = false;
   /// The request's costs, derived once by makeCandidatePlan (nullptr: derived here).
   const CostedModel* costs = nullptr;
+  /// How `balanced` meets the memory budgets when its most even split did not fit the devices
+  /// (makeCandidatePlan asks again with these); the default: as it does first.
+  BalancedMemory balancedMemory;
+  bool repairingMemory() const { return balancedMemory.overrunSlack > 0 || balancedMemory.withinBudgets > 0; }
 };
 
 /// makePlan for exactly the request's schedule and partition, without the joint schedule

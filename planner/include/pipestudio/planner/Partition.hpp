@@ -52,9 +52,22 @@ PartitionResult evaluatePartition(const PartitionProblem& problem, const std::ve
 /// Memory need of stage s holding layers [first, end): static + live × activations.
 double stageMemoryBytes(const PartitionProblem& problem, int stage, int first, int end);
 
+/// How `balanced` treats the stages' memory budgets when no split at its bottleneck meets them
+/// (the planner asks again this way when the most even split did not fit the devices).
+struct BalancedMemory {
+  /// ≥ 1: the most even split at the bottleneck within the budgets scaled by this times the
+  /// smallest common factor that admits one; 0: not asked.
+  double overrunSlack = 0;
+  /// > 0: the most even split at the smallest bottleneck that meets the budgets scaled by this
+  /// (the bottleneck gives way to memory, as `dp`'s does); an error when no split meets them.
+  double withinBudgets = 0;
+};
+
 /// `balanced`: minimises the largest stage compute time (sends and memory ignored) by binary
-/// search on the bottleneck with a greedy fill per stage; exact for contiguous ranges.
-Expected<PartitionResult> balancedPartition(const PartitionProblem& problem);
+/// search on the bottleneck with a greedy fill per stage; exact for contiguous ranges. Among the
+/// splits at that bottleneck, the most even one within the stages' memory budgets, else (unless
+/// `memory` says otherwise) the most even one.
+Expected<PartitionResult> balancedPartition(const PartitionProblem& problem, const BalancedMemory& memory = {});
 
 /// `dp`: the partition minimising Σ stage time + (m − 1) · max stage time (Alpa / AMP form,
 /// Zheng et al. 2022 §5.2, Li et al. 2022) with sends, per-device speeds and the memory

@@ -46,6 +46,10 @@ struct SolveControl {
   /// search and critical-path moves) and return the plan as first built, a valid but possibly
   /// slower order. The configurator screens its candidates so, then plans the best in full.
   bool refine = true;
+  /// false: a `balanced` split that does not fit the devices is reported at once, instead of
+  /// planned again with splits that lean less on the memory budgets (makePlan). The
+  /// configurator screens so.
+  bool repairMemory = true;
   bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
 
