@@ -315,6 +315,12 @@ class Simulation {
   double durationMs(const Op& op, std::int32_t idx) const;
   double commMs(const Op& op) const { return baseCommMs(op.kind, unitCosts(op)); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
+  /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup).
+  double commSmShare(int d) const {
+    const GpuSpec& gpu = deviceGpu(m_shell.cluster, m_shell.config, d);
+    if (gpu.smCount <= 0) return 0.0;
+    return std::min(1.0, static_cast<double>(m_shell.config.parallel.moeCommSmsOrDefault()) / gpu.smCount);
+  }
   void prepareSwitches();
   void switchCopy(int device, double timeMs, bool starts);
   void rerateCopy(int device, double timeMs);
@@ -806,8 +812,10 @@ void Simulation::prepareTiming() {
 
   // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
   // own; 0: a later member of a group). A group starts when its device is free and every
-  // member's inputs have arrived, and lasts max(Σ computation, Σ collectives) of its members
-  // (the collectives of one hide under the computation of the other, DeepSeek-V3 §3.2.1). The
+  // member's inputs have arrived, and lasts max(Σ collectives, Σ computation + f·Σ collectives)
+  // of its members: the collectives of one hide under the computation of the other, which runs
+  // on the SMs the collectives leave it (a share f, Parallelism::moeCommSmsOrDefault of the
+  // GPU's SMs; DeepSeek-V3 §3.2.1 gives its all-to-alls 20 of 132). The
   // plan shows the members back to back, each with its share of that time in proportion to
   // its own duration (so a device's ops never overlap and busy/span keep their meaning); every
   // member's output leaves when the group ends.
@@ -843,7 +851,7 @@ double Simulation::startGroup(std::int32_t lead, std::int32_t size, double ready
     computeMs += dur - comm;
     collectiveMs += comm;
   }
-  const double spanMs = std::max(computeMs, collectiveMs);
+  const double spanMs = std::max(collectiveMs, computeMs + commSmShare(m_shell.op(lead).device) * collectiveMs);
   double at = readyMs;
   for (std::int32_t k = 0; k < size; ++k) {
     Op& member = m_shell.op(lead + k);
