@@ -262,7 +262,11 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
   const int v = input.shape.chunksPerDevice;
   const int minGroup = minimumGroupSize(input);
   std::vector<int> sizes;
-  if (p <= 16) {
+  // Every group size is a refinement search (each candidate order is offloaded and timed): a
+  // solve that skips those (SolveControl::refine off, the configurator's screening) takes the
+  // authors' sizes only, as for large p.
+  const bool refine = input.control == nullptr || input.control->refine;
+  if (p <= 16 && refine) {
     // Below ⌈p/2⌉ the authors' block still builds (their offloading search reaches its lowest
     // peaks with groups of 1–3): the smaller the group, the fewer activations in flight.
     for (int g = 1; g <= p; ++g) sizes.push_back(g);
