@@ -275,6 +275,22 @@ TEST(PipeOffload, APlanUnderAMemoryLimitStaysUnderItWhereverItOffloads) {
   EXPECT_FALSE(makePlan(tooSmall).hasValue());
 }
 
+// Screening (refine off) tries the authors' group sizes only: a valid plan, never faster than
+// the full search over every group size, which includes those sizes.
+TEST(PipeOffload, ScreeningTriesTheAuthorsGroupSizesOnly) {
+  const PlanRequest r = offloadRequest("pipeoffload", 2);
+  auto full = makePlan(r);
+  SolveControl quick;
+  quick.refine = false;
+  auto screened = makePlan(r, quick);
+  ASSERT_TRUE(full.hasValue()) << full.message();
+  ASSERT_TRUE(screened.hasValue()) << screened.message();
+  EXPECT_GE(screened->metrics.makespanMs, full->metrics.makespanMs * (1 - 1e-9));
+  auto again = resimulate(*screened);
+  ASSERT_TRUE(again.hasValue()) << again.message();
+  EXPECT_DOUBLE_EQ(again->metrics.makespanMs, screened->metrics.makespanMs);
+}
+
 TEST(PipeOffload, IsDeterministicAndSurvivesResimulation) {
   auto a = makePlan(offloadRequest("pipeoffload", 2));
   auto b = makePlan(offloadRequest("pipeoffload", 2));
