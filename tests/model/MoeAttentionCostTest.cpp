@@ -298,12 +298,10 @@ TEST(MoeCost, FlexDispatcherSendsOneCopyPerRemoteDomain) {
   EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, 1024 * 2 * 2048.0 * 8 / 16 / 10e9 * 1000.0, 1e-12);
 }
 
-// The all-to-alls as recipes overlap them: exposed (two per pass), under the shared experts
-// (half of their compute beside each), or paired chunk by chunk with another microbatch's
-// opposite pass: [attention F ‖ combine B], [dispatch F ‖ MLP B], [MLP F ‖ dispatch B],
-// [combine F ‖ attention B].
-TEST(MoeCost, AllToAllOverlap) {
-  Parallelism par;
+namespace {
+
+// One layer's all-to-all (3 ms) and the compute windows beside it.
+MoeOverlapWindows overlapWindows() {
   MoeOverlapWindows w;
   w.a2aMs = 3;
   w.attentionForwardMs = 1;
@@ -312,6 +310,18 @@ TEST(MoeCost, AllToAllOverlap) {
   w.mlpBackwardMs = 4;
   w.sharedForwardMs = 2;
   w.sharedBackwardMs = 4;
+  return w;
+}
+
+}  // namespace
+
+// The all-to-alls as recipes overlap them: exposed (two per pass), under the shared experts
+// (half of their compute beside each), or paired chunk by chunk with another microbatch's
+// opposite pass: [attention F ‖ combine B], [dispatch F ‖ MLP B], [MLP F ‖ dispatch B],
+// [combine F ‖ attention B].
+TEST(MoeCost, AllToAllOverlap) {
+  Parallelism par;
+  const MoeOverlapWindows w = overlapWindows();
   MoeCommExposure e = moeCommExposure(w, par);
   EXPECT_DOUBLE_EQ(e.forward.exposedMs, 6);
   EXPECT_DOUBLE_EQ(e.backward.exposedMs, 6);
@@ -347,12 +357,7 @@ TEST(MoeCost, CollectiveBesideComputeTakesItsShareOfTheSms) {
 TEST(MoeCost, AllToAllOverlapLosesTheSmsTheCollectivesTake) {
   Parallelism par;
   par.moeA2aOverlap = true;
-  MoeOverlapWindows w;
-  w.a2aMs = 3;
-  w.attentionForwardMs = 1;
-  w.mlpForwardMs = 2;
-  w.attentionBackwardMs = 2;
-  w.mlpBackwardMs = 4;
+  MoeOverlapWindows w = overlapWindows();
   w.commSmShare = 0.25;
   MoeCommExposure e = moeCommExposure(w, par);
   EXPECT_DOUBLE_EQ(e.forward.exposedMs, 0.75 + 1);  // dispatch F beside MLP B (4), combine F beside attention B (2)

@@ -579,7 +579,7 @@ BlockParts blockParts(const Block& k, const GpuSpec& gpu, const Parallelism& par
     // half takes the element-wise kernels and casts; the MoE half the experts and the router.
     costparts::MoeOverlapWindows w;
     w.a2aMs = moe.dispatchMs;
-    w.commSmShare = costparts::moeCommSmShare(gpu, par);
+    w.commSmShare = moeCommSmShare(gpu, par);
     w.attentionForwardMs = p.attnGemm.forward + p.core.forwardMs + p.casts.forward + p.elementwiseFwdMs;
     w.attentionBackwardMs = p.attnGemm.backwardInput + p.attnGemm.backwardWeight + p.core.backwardMs +
                             p.casts.backwardInput + p.elementwiseBwdMs;

@@ -176,13 +176,9 @@ struct MoeOverlapWindows {
   double attentionForwardMs = 0, mlpForwardMs = 0;
   double attentionBackwardMs = 0, mlpBackwardMs = 0;
   double sharedForwardMs = 0, sharedBackwardMs = 0;
-  /// The share of the GPU's SMs the all-to-all kernels occupy while they run (moeCommSmShare).
+  /// The share of the GPU's SMs the all-to-all kernels occupy while they run (pipestudio::moeCommSmShare).
   double commSmShare = 0;
 };
-
-/// The fraction of `gpu`'s SMs the expert all-to-alls take (Parallelism::moeCommSmsOrDefault
-/// over the GPU's SM count, at most 1); 0 when the GPU's SM count is unknown.
-double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
 
 /// Exposed and hidden shares of the dispatch and combine all-to-alls of one forward and one
 /// backward of a layer as the recipe overlaps them: under the shared experts' compute of the same

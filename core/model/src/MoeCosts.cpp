@@ -41,11 +41,6 @@ CommShare hiddenBeside(double commMs, double computeMs, double smShare) {
 
 CommShare hiddenUnder(double commMs, double computeMs) { return hiddenBeside(commMs, computeMs, 0.0); }
 
-double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel) {
-  if (gpu.smCount <= 0) return 0.0;
-  return std::min(1.0, static_cast<double>(parallel.moeCommSmsOrDefault()) / gpu.smCount);
-}
-
 CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int tensor) {
   if (span <= std::max(1, tensor)) return links.tensor;
   return span <= links.domainGpus ? links.nvlink : links.network;
@@ -214,3 +209,12 @@ MoeCommExposure moeCommExposure(const MoeOverlapWindows& w, const Parallelism& p
 }
 
 }  // namespace pipestudio::costparts
+
+namespace pipestudio {
+
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel) {
+  if (gpu.smCount <= 0) return 0.0;
+  return std::min(1.0, static_cast<double>(parallel.moeCommSmsOrDefault()) / gpu.smCount);
+}
+
+}  // namespace pipestudio

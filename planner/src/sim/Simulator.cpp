@@ -317,9 +317,7 @@ class Simulation {
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
   /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup).
   double commSmShare(int d) const {
-    const GpuSpec& gpu = deviceGpu(m_shell.cluster, m_shell.config, d);
-    if (gpu.smCount <= 0) return 0.0;
-    return std::min(1.0, static_cast<double>(m_shell.config.parallel.moeCommSmsOrDefault()) / gpu.smCount);
+    return moeCommSmShare(deviceGpu(m_shell.cluster, m_shell.config, d), m_shell.config.parallel);
   }
   void prepareSwitches();
   void switchCopy(int device, double timeMs, bool starts);

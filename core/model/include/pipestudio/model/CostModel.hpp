@@ -50,6 +50,11 @@ double allReduceMs(const CollectiveLink& link, int ranks, double bytes);
 double allGatherMs(const CollectiveLink& link, int ranks, double bytes);
 double allToAllMs(const CollectiveLink& link, int ranks, double bytes);
 
+/// The fraction of `gpu`'s SMs the expert all-to-alls take while compute runs beside them
+/// (Parallelism::moeCommSmsOrDefault over the GPU's SM count, at most 1); 0 when the GPU's SM
+/// count is unknown. The layers' 1F1B A2A overlap and the simulator's F&B groups charge it.
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
+
 /// Everything the cost of a layer depends on besides the layer.
 struct CostContext {
   GpuSpec gpu;
