@@ -278,9 +278,10 @@ double stageMemoryBytes(const PartitionProblem& p, int stage, int first, int end
 // (interleaved, V) load a device with the sum of its stages. O(S·L·W) for windows of W
 // boundaries; nullopt when that exceeds a fixed budget (the min-max partition stands).
 // With `mindMemory`, only stages within their memory budgets (static bytes + live microbatches ×
-// activations) are allowed: the split that is even and fits the devices is preferred.
+// activations), scaled by `budgetScale`, are allowed: the split that is even and fits the
+// devices is preferred.
 std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, const Prefix& x, double boundMs,
-                                                  bool mindMemory) {
+                                                  bool mindMemory, double budgetScale = 1.0) {
   const int S = static_cast<int>(p.stages.size());
   const int L = p.layers;
   if (static_cast<double>(S) * L * L > 2e8) return std::nullopt;
@@ -288,7 +289,7 @@ std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, con
     if (!mindMemory) return true;
     const PartitionStage& st = p.stages[static_cast<std::size_t>(s)];
     const double bytes = x.stat[j] - x.stat[i] + st.liveMicrobatches * (x.act[j] - x.act[i]);
-    return bytes <= st.memoryBudgetBytes;
+    return bytes <= st.memoryBudgetBytes * budgetScale;
   };
   // best(s, j): least Σ t² of stages 0..s−1 over layers [0, j); from(s, j): where stage s−1 began.
   Grid<double> best(S + 1, L + 1, kInf);
@@ -324,11 +325,7 @@ std::optional<std::vector<int>> evenestUnderBound(const PartitionProblem& p, con
 // does below a factor of 2^20 or the split search is too large.
 std::optional<std::vector<int>> leastOverrunUnderBound(const PartitionProblem& p, const Prefix& x, double boundMs,
                                                        double slack) {
-  auto scaled = [&](double factor) {
-    PartitionProblem r = p;
-    for (PartitionStage& st : r.stages) st.memoryBudgetBytes *= factor;
-    return evenestUnderBound(r, x, boundMs, true);
-  };
+  auto scaled = [&](double factor) { return evenestUnderBound(p, x, boundMs, true, factor); };
   double tight = 1.0;
   double loose = 2.0;
   std::optional<std::vector<int>> found = scaled(loose);
