@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "CostParts.hpp"
 #include "Kernels.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/model/GpuCatalog.hpp"
@@ -417,6 +418,36 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
   };
 }
 
+// --- The flex dispatcher against the libraries' own benchmarks (table "ep-dispatch") ---
+// A dispatch or combine of `tokens` per GPU over `ranks` GPUs of the cluster, top-k to experts
+// spread evenly over them: the library's algorithm bandwidth, (token, node) pairs times the
+// token's bytes over the cost model's time for the call.
+RowPredictor dispatchPredictor(const Json& row, const ClusterSpec& base) {
+  return [&row, &base](double /*efficiency*/) {
+    const int ranks = row["ranks"].get<int>();
+    const double tokens = row["tokens"].get<double>();
+    const double topK = row["top_k"].get<double>();
+    const double bytes = row["hidden"].get<double>() * row["bytes_per_value"].get<double>();
+    Prediction p;
+    const ClusterSpec cluster = clusterFor(base, ranks, base.gpu.efficiency);
+    Parallelism par;
+    par.expert = ranks;
+    par.data = ranks;
+    par.moeFlexDispatcher = true;
+    const CollectiveLinks links = collectiveLinks(cluster, par);
+    const auto perNode = static_cast<double>(std::max<std::int64_t>(1, links.domainGpus));
+    const double nodes = std::ceil(ranks / perNode);
+    const double pairs = tokens * nodes * (1.0 - std::pow(1.0 - 1.0 / nodes, topK));
+    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, topK, bytes);
+    if (p.iterationMs <= 0) {
+      p.error = "no time for the call";
+      return p;
+    }
+    p.value = pairs * bytes / (p.iterationMs * 1e6);
+    return p;
+  };
+}
+
 // Bubble rate of Table 5 from the profiled times of Table 6/9: p identical stages with
 // measured F, B, W and a transfer of T_comm; rate = (longest device span − m(F+B+W)) / span.
 std::optional<double> profiledBubble(const Json& row, const std::string& schedule, double memoryFactor) {
@@ -619,6 +650,9 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
       } else if (id == "llama3") {
         entries.push_back({id, gpu, name, "", row["measured_tflops_per_gpu"].get<double>(),
                            llamaPredictor(row, llama, base), 0, "", false});
+      } else if (table.value("kind", std::string()) == "ep-dispatch") {
+        entries.push_back(
+            {id, gpu, name, "", row["measured_gbps"].get<double>(), dispatchPredictor(row, base), 0, "", false});
       } else if (table.value("kind", std::string()) == "recipes") {
         // One efficiency per (GPU type, precision): "H100" is bf16's, "H100/fp8" fp8's.
         const std::string precision = row["precision"].get<std::string>();

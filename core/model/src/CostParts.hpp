@@ -38,6 +38,15 @@ CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int 
 double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
                          std::int64_t stride, double bytes);
 
+/// The flex dispatcher's dispatch or combine (DeepEP / HybridEP) over `ranks` GPUs `stride` apart:
+/// `tokens` of this GPU, each to `topK` experts spread evenly over the ranks, `bytesPerCopy`
+/// each. Inside one NVLink domain it is the all-to-all; across domains every (token, domain)
+/// pair crosses the network stage once (its own domain's too) and every copy for another GPU of a
+/// domain crosses NVLink, the slower of the two setting the time (MoeCosts.cpp cites the
+/// libraries' published bandwidths).
+double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens, double topK,
+                      double bytesPerCopy);
+
 // --- GEMM kernels (GemmKernel.cpp) ---
 
 /// Milliseconds to do `amount` at `perS` per second (0 when the rate is not positive).

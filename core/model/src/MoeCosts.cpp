@@ -65,10 +65,20 @@ double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& gro
 }
 
 // The flex dispatcher (DeepEP / HybridEP; DeepSeek-V3 §3.2.2): a token goes over the network
-// once to each remote NVLink domain holding one of its experts — to the GPU with its own index
-// there — and is forwarded over NVLink to the experts' GPUs. With top-k experts spread evenly
-// over G domains, a token hits G·(1 − (1 − 1/G)^k) domains on average, its own among them with
-// probability 1 − (1 − 1/G)^k; every copy bound for another GPU of a domain crosses NVLink.
+// once to each NVLink domain holding one of its experts — to the GPU with its own index there —
+// and is forwarded over NVLink to the experts' GPUs. With top-k experts spread evenly over G
+// domains, a token hits G·(1 − (1 − 1/G)^k) domains on average; every copy bound for another GPU
+// of a domain crosses NVLink.
+// The network stage handles every (token, domain) pair, its own domain's among them: both
+// libraries pass the local domain's tokens through the same RDMA-stage buffers and forwarders
+// (DeepEP's tests count `num_rdma_token_sent` over all domains, "the results are logical
+// bandwidth … contains local rank traffic", README; HybridEP's `count_rdma_send_from_routing_map`
+// keeps the local domain "to align with the implementation in the DeepEP"). Their published
+// bandwidths per pair are near the NIC's whatever the domain count, which charging only the remote
+// pairs would not give: HybridEP on H100, 4,096 tokens of 7,168, top 8, BF16 dispatch through the
+// Torch API: 57.7 / 47.4 / 41.5 GB/s at 16 / 32 / 64 ranks (docs/README_Hybrid-EP.md, branch
+// hybrid-ep at 94a9f8f); DeepEP V1 on H800, FP8: 43 / 58 / 51 GB/s (docs/legacy.md). Against the
+// 50 GB/s NIC, remote pairs alone would be 29 / 36 / 36 GB/s at 16 / 32 / 64 ranks.
 double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens, double topK,
                       double bytesPerCopy) {
   if (ranks <= 1 || tokens <= 0) return 0.0;
@@ -77,9 +87,8 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
   // Inside one domain it is the all-to-all on the group's link.
   if (perDomain >= ranks) return allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * topK * bytesPerCopy);
   const double domains = std::ceil(static_cast<double>(ranks) / static_cast<double>(perDomain));
-  const double missOne = std::pow(1.0 - 1.0 / domains, topK);
-  const double remoteDomains = (domains - 1.0) * (1.0 - missOne);
-  const double networkBytes = tokens * remoteDomains * bytesPerCopy;
+  const double domainsHit = domains * (1.0 - std::pow(1.0 - 1.0 / domains, topK));
+  const double networkBytes = tokens * domainsHit * bytesPerCopy;
   const double nvlinkBytes = tokens * topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
   auto part = [](const CollectiveLink& link, double bytes) {
     if (bytes <= 0) return 0.0;
