@@ -63,6 +63,10 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
                   "Token dispatcher alltoall (every routed copy sent; default) | flex (DeepEP/HybridEP: once per "
                   "remote NVLink domain, forwarded over NVLink)")
       ->check(CLI::IsMember({"alltoall", "flex"}));
+  cmd->add_option("--moe-flex-backend", o.moeFlexBackend,
+                  "With --moe-token-dispatcher flex: deepep (default) | hybridep (Megatron "
+                  "--moe-flex-dispatcher-backend)")
+      ->check(CLI::IsMember({"deepep", "hybridep"}));
   cmd->add_option("--moe-comm-sms", o.moeCommSms,
                   "SMs the expert all-to-all kernels occupy, which compute overlapped with them cannot use "
                   "(Megatron --moe-deepep-num-sms / --moe-hybridep-num-sms; default: 20 for flex, 32 for NCCL's "
@@ -102,6 +106,14 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
   par.moeSharedExpertOverlap = par.moeSharedExpertOverlap || o.moeSharedExpertOverlap;
   if (o.etp > 0) par.expertTensor = o.etp;
   if (!o.moeTokenDispatcher.empty()) par.moeFlexDispatcher = o.moeTokenDispatcher == "flex";
+  if (!o.moeFlexBackend.empty()) {
+    // As in Megatron, the backend alone does not select the flex dispatcher.
+    if (!par.moeFlexDispatcher) {
+      return Error{"--moe-flex-backend " + o.moeFlexBackend +
+                   " needs --moe-token-dispatcher flex (the all-to-all dispatcher has no backend)"};
+    }
+    par.moeFlexBackend = flexBackendFromName(o.moeFlexBackend).value_or(FlexBackend::DeepEp);
+  }
   if (o.moeCommSms > 0) par.moeCommSms = o.moeCommSms;
   if (!o.moeCapacityFactor.empty()) {
     if (o.moeCapacityFactor == "dropless" || o.moeCapacityFactor == "none") {
@@ -147,6 +159,7 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["moe_a2a_overlap"] = par.moeA2aOverlap;
   out["moe_shared_expert_overlap"] = par.moeSharedExpertOverlap;
   out["moe_token_dispatcher"] = par.moeFlexDispatcher ? "flex" : "alltoall";
+  if (par.moeFlexDispatcher) out["moe_flex_backend"] = std::string(flexBackendName(par.moeFlexBackend));
   out["moe_comm_sms"] = par.moeCommSmsOrDefault();
   out["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   out["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));

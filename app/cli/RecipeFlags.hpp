@@ -28,6 +28,7 @@ struct RecipeOptions {
   bool yesMoeA2aOverlap = false, noMoeA2aOverlap = false;
   bool moeSharedExpertOverlap = false;
   std::string moeTokenDispatcher;  ///< empty: alltoall
+  std::string moeFlexBackend;      ///< empty: deepep
   int moeCommSms = 0;              ///< 0: the dispatcher's default
   std::string attentionBackend;    ///< empty: fused
 };

@@ -346,6 +346,9 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
   if (row.contains("moe_capacity_factor")) par.moeCapacityFactor = row["moe_capacity_factor"].get<double>();
   if (row.contains("moe_a2a_overlap")) par.moeA2aOverlap = row["moe_a2a_overlap"].get<bool>();
   if (row.contains("moe_token_dispatcher")) par.moeFlexDispatcher = row["moe_token_dispatcher"] == "flex";
+  if (row.contains("moe_flex_backend")) {
+    par.moeFlexBackend = flexBackendFromName(row["moe_flex_backend"].get<std::string>()).value_or(FlexBackend::DeepEp);
+  }
   if (row.contains("moe_comm_sms")) par.moeCommSms = row["moe_comm_sms"].get<int>();
   if (row.contains("cp_comm_type")) {
     par.cpCommType = cpCommTypeFromName(row["cp_comm_type"].get<std::string>()).value_or(CpCommType::P2p);
@@ -419,26 +422,29 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
 }
 
 // --- The flex dispatcher against the libraries' own benchmarks (table "ep-dispatch") ---
-// A dispatch or combine of `tokens` per GPU over `ranks` GPUs of the cluster, top-k to experts
-// spread evenly over them: the library's algorithm bandwidth, (token, node) pairs times the
-// token's bytes over the cost model's time for the call.
+// A dispatch or combine of `tokens` per GPU over `ranks` GPUs of the cluster, routed as the
+// benchmark routes them: the library's algorithm bandwidth, (token, node) pairs times the
+// token's bytes over the cost model's time for the call. A row may state the NVLink rate of the
+// GPU it ran on (H800's, where the cluster is H100's).
 RowPredictor dispatchPredictor(const Json& row, const ClusterSpec& base) {
   return [&row, &base](double /*efficiency*/) {
     const int ranks = row["ranks"].get<int>();
     const double tokens = row["tokens"].get<double>();
-    const double topK = row["top_k"].get<double>();
     const double bytes = row["hidden"].get<double>() * row["bytes_per_value"].get<double>();
+    const costparts::TokenRouting routing{row["experts"].get<double>(), row["top_k"].get<double>(),
+                                          row.value("router_groups", 0.0), row.value("router_group_topk", 0.0)};
     Prediction p;
-    const ClusterSpec cluster = clusterFor(base, ranks, base.gpu.efficiency);
+    ClusterSpec cluster = clusterFor(base, ranks, base.gpu.efficiency);
+    if (row.contains("nvlink_gbps")) cluster.intraNode.bandwidthGBps = row["nvlink_gbps"].get<double>();
     Parallelism par;
     par.expert = ranks;
     par.data = ranks;
     par.moeFlexDispatcher = true;
     const CollectiveLinks links = collectiveLinks(cluster, par);
     const auto perNode = static_cast<double>(std::max<std::int64_t>(1, links.domainGpus));
-    const double nodes = std::ceil(ranks / perNode);
-    const double pairs = tokens * nodes * (1.0 - std::pow(1.0 - 1.0 / nodes, topK));
-    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, topK, bytes);
+    const double pairs = tokens * costparts::domainsHit(routing, std::ceil(ranks / perNode));
+    const FlexBackend backend = flexBackendFromName(row["backend"].get<std::string>()).value_or(FlexBackend::DeepEp);
+    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, routing, bytes, backend);
     if (p.iterationMs <= 0) {
       p.error = "no time for the call";
       return p;

@@ -63,6 +63,7 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   par.moeA2aOverlap = true;
   par.moeSharedExpertOverlap = true;
   par.moeFlexDispatcher = true;
+  par.moeFlexBackend = FlexBackend::HybridEp;
   par.moeCommSms = 24;
   par.cpCommType = CpCommType::A2aP2p;
   par.attentionBackend = AttentionBackend::Flash;
@@ -78,6 +79,7 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   EXPECT_TRUE(back.moeA2aOverlap);
   EXPECT_TRUE(back.moeSharedExpertOverlap);
   EXPECT_TRUE(back.moeFlexDispatcher);
+  EXPECT_EQ(back.moeFlexBackend, FlexBackend::HybridEp);
   EXPECT_EQ(back.moeCommSms, 24);
   EXPECT_EQ(back.cpCommType, CpCommType::A2aP2p);
   EXPECT_EQ(back.attentionBackend, AttentionBackend::Flash);

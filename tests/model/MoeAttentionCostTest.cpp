@@ -279,23 +279,46 @@ TEST(MoeCost, ExpertTensorParallelismGathersTheRoutedRows) {
   EXPECT_NEAR(c.dispatchMs, a2a + gathered / 2 / 100e9 * 1000.0, 1e-12);
 }
 
-// The flex dispatcher (DeepEP / HybridEP): EP 16 over two 8-GPU domains, top-2: a token reaches
-// 2·(1 − (1/2)²) = 1.5 domains on average and passes the network stage once per domain, its own
-// included; its copies for other GPUs of a domain (7/8 of them) cross NVLink.
-TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainHit) {
+// The flex dispatcher: EP 16 over two 8-GPU domains, top-2: a token reaches 2·(1 − (1/2)²) = 1.5
+// domains on average, the other one with probability 3/4. DeepEP sends it over the network once
+// per other domain; HybridEP's network stage passes it once per domain, its own included. Its
+// copies for other GPUs of a domain (7/8 of them) cross NVLink.
+TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainReached) {
   MoeShape s = smallMoe();
   s.ep = 16;
   s.experts = 16;
   s.flexDispatcher = true;
   CollectiveLinks l = links();
   l.expert = l.network;  // the EP group spans two domains
-  const MoeCosts c = moeCosts(testGpu(), l, s);
-  const double network = 1024 * 1.5 * 2048.0 / 10e9 * 1000.0;
   const double nvlink = 1024 * 2 * 2048.0 * 7.0 / 8.0 / 100e9 * 1000.0;
-  EXPECT_NEAR(c.dispatchMs, std::max(network, nvlink), 1e-12);
+  const double deepEp = 1024 * 0.75 * 2048.0 / 10e9 * 1000.0;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, std::max(deepEp, nvlink), 1e-12);
+  s.flexBackend = FlexBackend::HybridEp;
+  const double hybridEp = 1024 * 1.5 * 2048.0 / 10e9 * 1000.0;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, std::max(hybridEp, nvlink), 1e-12);
   // The all-to-all dispatcher sends both copies, 8/16 of them over the network.
   s.flexDispatcher = false;
   EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, 1024 * 2 * 2048.0 * 8 / 16 / 10e9 * 1000.0, 1e-12);
+}
+
+// Domains a token's experts lie in (the flex dispatcher's network pairs), by hand: without a
+// group limit d·(1 − (1 − 1/d)^k); one group per domain, g of G chosen: the domain's group with
+// probability g/G, then missed by each pick with probability 1 − 1/g; G/d groups per domain: the
+// chosen groups in a domain are hypergeometric; a group over d/G domains: each pick lands in one
+// of them with probability G/(g·d).
+TEST(MoeCost, DomainsHitUnderGroupLimitedRouting) {
+  EXPECT_NEAR(domainsHit(TokenRouting{16, 2, 0, 0}, 2), 1.5, 1e-12);
+  const double missOneOfFour = std::pow(0.75, 8);
+  EXPECT_NEAR(domainsHit(TokenRouting{256, 8, 8, 4}, 8), 8 * 0.5 * (1 - missOneOfFour), 1e-12);
+  // 8 groups over 2 domains, 4 chosen: c of them in a domain with C(4,c)·C(4,4−c)/70.
+  const double perDomain =
+      (16 * (1 - missOneOfFour) + 36 * (1 - std::pow(0.5, 8)) + 16 * (1 - std::pow(0.25, 8)) + 1) / 70.0;
+  EXPECT_NEAR(domainsHit(TokenRouting{256, 8, 8, 4}, 2), 2 * perDomain, 1e-12);
+  EXPECT_NEAR(domainsHit(TokenRouting{256, 8, 2, 1}, 8), 8 * 0.5 * (1 - missOneOfFour), 1e-12);
+  // All groups chosen is no limit.
+  EXPECT_DOUBLE_EQ(domainsHit(TokenRouting{256, 8, 4, 4}, 4), domainsHit(TokenRouting{256, 8, 0, 0}, 4));
+  // The limit only lowers the domains a token reaches.
+  EXPECT_LT(domainsHit(TokenRouting{256, 8, 8, 4}, 8), domainsHit(TokenRouting{256, 8, 0, 0}, 8));
 }
 
 namespace {

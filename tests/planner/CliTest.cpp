@@ -353,6 +353,19 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
                          " --schedule 1f1b --devices 2 --microbatches 4 --moe-comm-sms 0");
   EXPECT_EQ(sms.status, 2) << sms.out;
   EXPECT_NE(sms.out.find("--moe-comm-sms"), std::string::npos) << sms.out;
+  // The flex backend, as in Megatron, does not select the flex dispatcher by itself.
+  const CliRun backend = run("plan --model " + llama + " --cluster " + h100 +
+                             " --schedule 1f1b --devices 2 --microbatches 4 --moe-flex-backend hybridep");
+  EXPECT_EQ(backend.status, 2) << backend.out;
+  EXPECT_NE(backend.out.find("--moe-flex-backend hybridep needs --moe-token-dispatcher flex"), std::string::npos)
+      << backend.out;
+  const CliRun hybrid = run("plan --model " + llama + " --cluster " + h100 +
+                            " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --moe-token-dispatcher flex"
+                            " --moe-flex-backend hybridep --json");
+  ASSERT_EQ(hybrid.status, 0) << hybrid.out;
+  const auto hybridDoc = pipestudio::parseJson(hybrid.out, "<stdout>");
+  ASSERT_TRUE(hybridDoc.hasValue()) << hybrid.out;
+  EXPECT_EQ(hybridDoc->root["config"]["moe_flex_backend"], "hybridep");
   const CliRun precision = run("plan --model " + llama + " --cluster " + h100 +
                                " --schedule 1f1b --devices 2 --microbatches 4 --precision fp6");
   EXPECT_EQ(precision.status, 2) << precision.out;

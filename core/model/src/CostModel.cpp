@@ -461,6 +461,9 @@ costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
   shape.precision = k.precision;
   shape.wgradOutputBytes = wgradOutputBytes;
   shape.flexDispatcher = k.ctx.parallel.moeFlexDispatcher;
+  shape.flexBackend = k.ctx.parallel.moeFlexBackend;
+  shape.routerGroups = static_cast<double>(k.t.routerGroups);
+  shape.routerGroupTopK = static_cast<double>(k.t.routerGroupTopK);
   return costparts::moeCosts(k.ctx.gpu, k.ctx.links, shape);
 }
 

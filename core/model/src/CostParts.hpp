@@ -38,14 +38,27 @@ CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int 
 double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
                          std::int64_t stride, double bytes);
 
-/// The flex dispatcher's dispatch or combine (DeepEP / HybridEP) over `ranks` GPUs `stride` apart:
-/// `tokens` of this GPU, each to `topK` experts spread evenly over the ranks, `bytesPerCopy`
-/// each. Inside one NVLink domain it is the all-to-all; across domains every (token, domain)
-/// pair crosses the network stage once (its own domain's too) and every copy for another GPU of a
-/// domain crosses NVLink, the slower of the two setting the time (MoeCosts.cpp cites the
-/// libraries' published bandwidths).
-double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens, double topK,
-                      double bytesPerCopy);
+/// How a token picks its experts: `topK` of `experts`, from its best `groupTopK` of `groups`
+/// equal groups of consecutive experts (group-limited routing; groups 0: no limit).
+struct TokenRouting {
+  double experts = 0;
+  double topK = 0;
+  double groups = 0, groupTopK = 0;
+};
+
+/// NVLink domains a token's experts lie in, on average, with the experts laid over `domains`
+/// equal domains in order (expert parallelism places consecutive experts on consecutive ranks)
+/// and the router's choice uniform (the force-balanced benchmarks' random logits).
+double domainsHit(const TokenRouting& routing, double domains);
+
+/// The flex dispatcher's dispatch or combine over `ranks` GPUs `stride` apart: `tokens` of this
+/// GPU routed as `routing` says, `bytesPerCopy` each. Inside one NVLink domain it is the
+/// all-to-all; across domains a token crosses the network once per other domain it reaches
+/// (DeepEP), or HybridEP's network stage passes it once per domain it reaches, its own included,
+/// and every copy for another GPU of a domain crosses NVLink, the slower of the two setting the
+/// time (MoeCosts.cpp cites the libraries' published bandwidths).
+double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens,
+                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend);
 
 // --- GEMM kernels (GemmKernel.cpp) ---
 
@@ -152,8 +165,10 @@ struct MoeShape {
   /// imbalance.
   double load = 1;
   Precision precision = Precision::Bf16;
-  double wgradOutputBytes = 8;  ///< main-gradient read + write per weight-gradient value
-  bool flexDispatcher = false;  ///< DeepEP/HybridEP: one copy per remote NVLink domain
+  double wgradOutputBytes = 8;                   ///< main-gradient read + write per weight-gradient value
+  bool flexDispatcher = false;                   ///< DeepEP/HybridEP: one copy per NVLink domain a token reaches
+  double routerGroups = 0, routerGroupTopK = 0;  ///< group-limited routing (0: none)
+  FlexBackend flexBackend = FlexBackend::DeepEp;
 };
 
 /// The routed part of a MoE layer on one GPU (router, permutation, grouped expert GEMMs, token

@@ -69,6 +69,42 @@ void readAttentionShape(JsonReader& r, const JsonNode& node, bool mla, Transform
   s.mla = TransformerShape::Mla{q.value_or(0), *kv, *nope, *rope, *v};
 }
 
+// Group-limited routing (issue 26): both fields or neither; the groups divide the experts, the
+// chosen groups are at most all of them and hold at least top_k experts (Megatron-Core's
+// group_limited_topk asserts the same).
+void readRouterGroups(JsonReader& r, const JsonNode& node, std::optional<std::int64_t> groups,
+                      std::optional<std::int64_t> groupTopK, TransformerShape& s) {
+  if (!groups && !groupTopK) return;
+  if (!groups || !groupTopK) {
+    const char* given = groups ? "router_groups" : "router_group_topk";
+    const char* missing = groups ? "router_group_topk" : "router_groups";
+    r.error(node.child(given), std::string("group-limited routing needs both 'router_groups' and "
+                                           "'router_group_topk' (expected '") +
+                                   missing + "' beside it)");
+    return;
+  }
+  const auto n = std::to_string(*groups);
+  if (s.experts % *groups != 0) {
+    r.error(node.child("router_groups"), "router_groups " + n + " does not divide experts " +
+                                             std::to_string(s.experts) + " (expected equal groups of experts)");
+    return;
+  }
+  if (*groupTopK > *groups) {
+    r.error(node.child("router_group_topk"), "router_group_topk " + std::to_string(*groupTopK) +
+                                                 " exceeds router_groups " + n +
+                                                 " (expected at most the number of groups)");
+    return;
+  }
+  if (*groupTopK * (s.experts / *groups) < s.topK) {
+    r.error(node.child("router_group_topk"),
+            "router_group_topk " + std::to_string(*groupTopK) + " groups of " + std::to_string(s.experts / *groups) +
+                " experts hold fewer than top_k " + std::to_string(s.topK) + " (expected enough experts to route to)");
+    return;
+  }
+  s.routerGroups = *groups;
+  s.routerGroupTopK = *groupTopK;
+}
+
 std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, const std::string& kind) {
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node, {"hidden",
@@ -87,6 +123,8 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
                          "shared_experts",
                          "capacity_factor",
                          "load_imbalance",
+                         "router_groups",
+                         "router_group_topk",
                          "head_dim",
                          "q_lora_rank",
                          "kv_lora_rank",
@@ -128,6 +166,8 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
   s.capacityFactor = capacity;
   readAttentionShape(r, node, attention == 2, s);
   if (experts) s.loadImbalance = r.number(node, "load_imbalance", Presence::Optional, 1.0, 1.0e4).value_or(1.0);
+  const auto groups = r.integer(node, "router_groups", Presence::Optional, 1, 100000);
+  const auto groupTopK = r.integer(node, "router_group_topk", Presence::Optional, 1, 100000);
   if (s.headDim == 0 && !s.mla && s.hidden % s.heads != 0) {
     r.error(node.child("heads"), "hidden " + std::to_string(s.hidden) + " is not divisible by heads " +
                                      std::to_string(s.heads) +
@@ -145,9 +185,11 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
     r.error(node.child("top_k"), "top_k " + std::to_string(*topK) + " exceeds experts " + std::to_string(*experts) +
                                      " (expected at most the number of experts)");
   }
-  for (const char* key : {"expert_ffn", "shared_experts", "capacity_factor", "load_imbalance"}) {
+  for (const char* key :
+       {"expert_ffn", "shared_experts", "capacity_factor", "load_imbalance", "router_groups", "router_group_topk"}) {
     if (node.value->contains(key) && !experts) r.error(node.child(key), "is only meaningful with 'experts'");
   }
+  if (experts && topK) readRouterGroups(r, node, groups, groupTopK, s);
   if (s.mtpLayers > 0 && !s.vocab) {
     r.error(node.child("mtp_layers"),
             "multi-token prediction needs 'vocab' (each module ends in the shared output head and its loss)");
@@ -635,6 +677,10 @@ Json layerToJson(const Layer& l) {
       if (ts.sharedExperts > 0) t["shared_experts"] = ts.sharedExperts;
       if (ts.capacityFactor) t["capacity_factor"] = *ts.capacityFactor;
       if (ts.loadImbalance != 1.0) t["load_imbalance"] = ts.loadImbalance;
+      if (ts.routerGroups > 0) {
+        t["router_groups"] = ts.routerGroups;
+        t["router_group_topk"] = ts.routerGroupTopK;
+      }
     }
     j["transformer"] = t;
   }

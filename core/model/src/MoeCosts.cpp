@@ -64,32 +64,71 @@ double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& gro
   return std::max(part(links.nvlink, local - 1.0), part(group, n - local));
 }
 
+double domainsHit(const TokenRouting& routing, double domains) {
+  const double d = std::max(1.0, domains);
+  const double k = routing.topK;
+  const double groups = routing.groups;
+  const double chosen = routing.groupTopK;
+  // Without a group limit every expert is a candidate: a domain holds 1/d of them and is missed
+  // by each of the k picks with probability 1 − 1/d.
+  if (groups <= 1 || chosen <= 0 || chosen >= groups) return d * (1.0 - std::pow(1.0 - 1.0 / d, k));
+  if (groups >= d && std::fmod(groups, d) == 0) {
+    // Each domain holds q = groups / d whole groups. The token's g chosen groups are a uniform
+    // draw, so the number c of them in one domain is hypergeometric; its k experts are uniform over
+    // the chosen groups' experts, so the domain is missed with probability (1 − c/g)^k.
+    const double q = groups / d;
+    auto logChoose = [](double n, double r) {
+      return std::lgamma(n + 1.0) - std::lgamma(r + 1.0) - std::lgamma(n - r + 1.0);
+    };
+    double hit = 0;
+    for (double c = std::max(0.0, chosen - (groups - q)); c <= std::min(q, chosen); c += 1.0) {
+      const double pc = std::exp(logChoose(q, c) + logChoose(groups - q, chosen - c) - logChoose(groups, chosen));
+      hit += pc * (1.0 - std::pow(1.0 - c / chosen, k));
+    }
+    return d * hit;
+  }
+  if (d > groups && std::fmod(d, groups) == 0) {
+    // Each group spans d / groups domains: a domain's group is chosen with probability g / groups,
+    // and then each pick lands in it with probability groups / (g·d).
+    return d * (chosen / groups) * (1.0 - std::pow(1.0 - groups / (chosen * d), k));
+  }
+  // Groups that straddle domains unevenly: the limit is not applied (an upper bound).
+  return d * (1.0 - std::pow(1.0 - 1.0 / d, k));
+}
+
 // The flex dispatcher (DeepEP / HybridEP; DeepSeek-V3 §3.2.2): a token goes over the network
-// once to each NVLink domain holding one of its experts — to the GPU with its own index there —
-// and is forwarded over NVLink to the experts' GPUs. With top-k experts spread evenly over G
-// domains, a token hits G·(1 − (1 − 1/G)^k) domains on average; every copy bound for another GPU
-// of a domain crosses NVLink.
-// The network stage handles every (token, domain) pair, its own domain's among them: both
-// libraries pass the local domain's tokens through the same RDMA-stage buffers and forwarders
-// (DeepEP's tests count `num_rdma_token_sent` over all domains, "the results are logical
-// bandwidth … contains local rank traffic", README; HybridEP's `count_rdma_send_from_routing_map`
-// keeps the local domain "to align with the implementation in the DeepEP"). Their published
-// bandwidths per pair are near the NIC's whatever the domain count, which charging only the remote
-// pairs would not give: HybridEP on H100, 4,096 tokens of 7,168, top 8, BF16 dispatch through the
-// Torch API: 57.7 / 47.4 / 41.5 GB/s at 16 / 32 / 64 ranks (docs/README_Hybrid-EP.md, branch
-// hybrid-ep at 94a9f8f); DeepEP V1 on H800, FP8: 43 / 58 / 51 GB/s (docs/legacy.md). Against the
-// 50 GB/s NIC, remote pairs alone would be 29 / 36 / 36 GB/s at 16 / 32 / 64 ranks.
-double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens, double topK,
-                      double bytesPerCopy) {
+// once to each other NVLink domain holding one of its experts — to the GPU with its own index
+// there — and is forwarded over NVLink to the experts' GPUs; group-limited routing (DeepSeek-V3
+// §2.1.2: at most 4 nodes per token) bounds the domains it reaches (domainsHit). Every copy bound
+// for another GPU of a domain crosses NVLink.
+// The two libraries realize that at different rates, each as its published benchmark measures
+// it (both report "logical" bandwidth: (token, domain) pairs, the token's own domain counted —
+// DeepEP's `num_rdma_token_sent`, HybridEP's `count_rdma_send_from_routing_map` — times the
+// token's bytes over the time):
+// - DeepEP's normal kernels move the remote pairs at the NIC's rate. Its table (docs/legacy.md;
+//   H800, 4,096 tokens of 7,168, 256 experts, top 8 of the best 4 node groups, FP8 dispatch:
+//   43 / 58 / 51 GB/s at EP 16 / 32 / 64) is what remote pairs at 45 GB/s and NVLink at the 155
+//   GB/s it measured inside a node give: 44 (NVLink-bound) / 60 / 52.
+// - HybridEP's pairs, its own domain's among them, pass its network stage at about the NIC's
+//   rate: on H100 (docs/README_Hybrid-EP.md, branch hybrid-ep at 94a9f8f; 4,096 tokens of 7,168,
+//   top 8, uniform routing, BF16, through the Torch API) 54.5 / 47.4 / 41.2 GB/s at 16 / 32 / 64
+//   ranks against 45 for all pairs (90 / 60 / 51 for remote pairs only).
+double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens,
+                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend) {
   if (ranks <= 1 || tokens <= 0) return 0.0;
   const std::int64_t perDomain =
       std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
   // Inside one domain it is the all-to-all on the group's link.
-  if (perDomain >= ranks) return allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * topK * bytesPerCopy);
+  if (perDomain >= ranks) {
+    return allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * routing.topK * bytesPerCopy);
+  }
   const double domains = std::ceil(static_cast<double>(ranks) / static_cast<double>(perDomain));
-  const double domainsHit = domains * (1.0 - std::pow(1.0 - 1.0 / domains, topK));
-  const double networkBytes = tokens * domainsHit * bytesPerCopy;
-  const double nvlinkBytes = tokens * topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
+  const double hit = domainsHit(routing, domains);
+  // DeepEP sends to the other domains a token reaches: its own is among them with probability
+  // hit / domains (every domain alike).
+  const double pairs = backend == FlexBackend::HybridEp ? hit : hit * (1.0 - 1.0 / domains);
+  const double networkBytes = tokens * pairs * bytesPerCopy;
+  const double nvlinkBytes = tokens * routing.topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
   auto part = [](const CollectiveLink& link, double bytes) {
     if (bytes <= 0) return 0.0;
     const double perMs = link.bandwidthGBps * 1e6;
@@ -153,10 +192,12 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   // GPUs, ETP apart), the ETP all-gather after the dispatch and reduce-scatter before the combine
   // (NCCL ring: (n−1)/n of the gathered bytes, (n−1) steps) ---
   const double sendBytes = kBf16 * h * copies * s.load;
-  const double a2a = s.flexDispatcher ? flexAllToAllMs(links, static_cast<std::int64_t>(ep),
-                                                       static_cast<std::int64_t>(etp), x * s.load, s.topK, kBf16 * h)
-                                      : allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep),
-                                                          static_cast<std::int64_t>(etp), sendBytes);
+  const TokenRouting routing{s.experts, s.topK, s.routerGroups, s.routerGroupTopK};
+  const double a2a = s.flexDispatcher
+                         ? flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
+                                          x * s.load, routing, kBf16 * h, s.flexBackend)
+                         : allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep),
+                                             static_cast<std::int64_t>(etp), sendBytes);
   double etpMs = 0;
   if (etp > 1) {
     const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(etp), s.tensor);

@@ -93,6 +93,17 @@ std::string_view recomputeModuleChoices() {
 
 namespace pipestudio {
 
+std::string_view flexBackendName(FlexBackend backend) {
+  return backend == FlexBackend::HybridEp ? "hybridep" : "deepep";
+}
+
+std::optional<FlexBackend> flexBackendFromName(std::string_view name) {
+  for (FlexBackend b : {FlexBackend::DeepEp, FlexBackend::HybridEp}) {
+    if (flexBackendName(b) == name) return b;
+  }
+  return std::nullopt;
+}
+
 std::string_view cpCommTypeName(CpCommType type) {
   switch (type) {
     case CpCommType::P2p:

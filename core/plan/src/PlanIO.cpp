@@ -119,6 +119,14 @@ void readMoeAndContext(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
               "'" + *dispatcher + "' is not a token dispatcher (expected alltoall or flex)");
     }
   }
+  if (auto backend = r.string(cfg, "moe_flex_backend", Presence::Optional)) {
+    if (auto b = flexBackendFromName(*backend)) {
+      par.moeFlexBackend = *b;
+    } else {
+      r.error(cfg.child("moe_flex_backend"),
+              "'" + *backend + "' is not a flex dispatcher backend (expected deepep or hybridep)");
+    }
+  }
   par.moeCommSms = static_cast<int>(r.integer(cfg, "moe_comm_sms", Presence::Optional, 1, 1024).value_or(0));
   if (auto backend = r.string(cfg, "attention_backend", Presence::Optional)) {
     if (auto b = attentionBackendFromName(*backend)) {
@@ -197,7 +205,8 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
   for (std::string_view k :
        {"overlap_param_gather", "tp_comm_overlap", "grad_reduce_dtype", "precision", "recompute_num_layers",
         "recompute_method", "recompute_modules", "etp", "moe_capacity_factor", "moe_a2a_overlap",
-        "moe_shared_expert_overlap", "moe_token_dispatcher", "moe_comm_sms", "attention_backend", "cp_comm_type"}) {
+        "moe_shared_expert_overlap", "moe_token_dispatcher", "moe_flex_backend", "moe_comm_sms", "attention_backend",
+        "cp_comm_type"}) {
     keys.push_back(k);
   }
   return keys;
@@ -220,7 +229,10 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   if (par.moeCapacityFactor) cfg["moe_capacity_factor"] = *par.moeCapacityFactor;
   if (par.moeA2aOverlap) cfg["moe_a2a_overlap"] = true;
   if (par.moeSharedExpertOverlap) cfg["moe_shared_expert_overlap"] = true;
-  if (par.moeFlexDispatcher) cfg["moe_token_dispatcher"] = "flex";
+  if (par.moeFlexDispatcher) {
+    cfg["moe_token_dispatcher"] = "flex";
+    cfg["moe_flex_backend"] = std::string(flexBackendName(par.moeFlexBackend));
+  }
   if (par.moeCommSms > 0) cfg["moe_comm_sms"] = par.moeCommSms;
   if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   if (par.attentionBackend != AttentionBackend::Fused) {

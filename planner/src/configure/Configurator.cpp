@@ -55,6 +55,7 @@ void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
   to.moeA2aOverlap = from.moeA2aOverlap;
   to.moeSharedExpertOverlap = from.moeSharedExpertOverlap;
   to.moeFlexDispatcher = from.moeFlexDispatcher;
+  to.moeFlexBackend = from.moeFlexBackend;
   to.moeCommSms = from.moeCommSms;
   to.attentionBackend = from.attentionBackend;
 }

@@ -41,6 +41,12 @@ struct TransformerShape {
   /// Tokens the busiest expert-parallel rank receives relative to a balanced router (1: balanced,
   /// as Megatron-Bridge's benchmarks force it). The others wait for it at the combine.
   double loadImbalance = 1.0;
+  /// Group-limited (node-limited) routing (DeepSeek-V3 §2.1.2; Megatron --moe-router-num-groups,
+  /// --moe-router-group-topk; Hugging Face n_group, topk_group): the experts form `routerGroups`
+  /// equal groups of consecutive experts and a token's top_k come from its best
+  /// `routerGroupTopK` groups. 0: every expert is a candidate.
+  std::int64_t routerGroups = 0;
+  std::int64_t routerGroupTopK = 0;
   /// Size of one attention head; 0 means hidden / heads (Qwen3 and GPT-OSS set it apart).
   std::int64_t headDim = 0;
   /// Multi-head latent attention (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1): queries and keys/values

@@ -64,6 +64,14 @@ std::string_view recomputeModuleChoices();
 /// --hierarchical-context-parallel-sizes).
 enum class CpCommType : std::uint8_t { P2p, A2a, A2aP2p };
 
+/// The flex dispatcher's library (Megatron --moe-flex-dispatcher-backend): DeepEP's normal
+/// kernels (Megatron-Core's default) or NVIDIA's HybridEP. They move the same tokens at different
+/// rates across nodes (MoeCosts.cpp: each as its published benchmark measures it).
+enum class FlexBackend : std::uint8_t { DeepEp, HybridEp };
+
+std::string_view flexBackendName(FlexBackend backend);
+std::optional<FlexBackend> flexBackendFromName(std::string_view name);
+
 std::string_view cpCommTypeName(CpCommType type);
 std::optional<CpCommType> cpCommTypeFromName(std::string_view name);
 /// "p2p|a2a|a2a+p2p": the choices, for messages and help texts.
@@ -120,6 +128,7 @@ struct Parallelism {
   /// is forwarded over NVLink there (DeepSeek-V3 §3.2.2). false: the all-to-all dispatcher sends
   /// every routed copy.
   bool moeFlexDispatcher = false;
+  FlexBackend moeFlexBackend = FlexBackend::DeepEp;  ///< with moeFlexDispatcher
   /// The SMs the expert all-to-all kernels occupy while they run (Megatron --moe-deepep-num-sms,
   /// --moe-hybridep-num-sms; NCCL's p2p channels, one thread block each): the compute an
   /// overlap runs beside them gets the rest. 0: the dispatcher's default (moeCommSmsOrDefault).
