@@ -431,8 +431,8 @@ RowPredictor dispatchPredictor(const Json& row, const ClusterSpec& base) {
     const int ranks = row["ranks"].get<int>();
     const double tokens = row["tokens"].get<double>();
     const double bytes = row["hidden"].get<double>() * row["bytes_per_value"].get<double>();
-    const costparts::TokenRouting routing{row["experts"].get<double>(), row["top_k"].get<double>(),
-                                          row.value("router_groups", 0.0), row.value("router_group_topk", 0.0)};
+    const costparts::TokenRouting routing{row["top_k"].get<double>(), row.value("router_groups", 0.0),
+                                          row.value("router_group_topk", 0.0)};
     Prediction p;
     ClusterSpec cluster = clusterFor(base, ranks, base.gpu.efficiency);
     if (row.contains("nvlink_gbps")) cluster.intraNode.bandwidthGBps = row["nvlink_gbps"].get<double>();

@@ -307,18 +307,18 @@ TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainReached) {
 // chosen groups in a domain are hypergeometric; a group over d/G domains: each pick lands in one
 // of them with probability G/(g·d).
 TEST(MoeCost, DomainsHitUnderGroupLimitedRouting) {
-  EXPECT_NEAR(domainsHit(TokenRouting{16, 2, 0, 0}, 2), 1.5, 1e-12);
+  EXPECT_NEAR(domainsHit(TokenRouting{2, 0, 0}, 2), 1.5, 1e-12);
   const double missOneOfFour = std::pow(0.75, 8);
-  EXPECT_NEAR(domainsHit(TokenRouting{256, 8, 8, 4}, 8), 8 * 0.5 * (1 - missOneOfFour), 1e-12);
+  EXPECT_NEAR(domainsHit(TokenRouting{8, 8, 4}, 8), 8 * 0.5 * (1 - missOneOfFour), 1e-12);
   // 8 groups over 2 domains, 4 chosen: c of them in a domain with C(4,c)·C(4,4−c)/70.
   const double perDomain =
       (16 * (1 - missOneOfFour) + 36 * (1 - std::pow(0.5, 8)) + 16 * (1 - std::pow(0.25, 8)) + 1) / 70.0;
-  EXPECT_NEAR(domainsHit(TokenRouting{256, 8, 8, 4}, 2), 2 * perDomain, 1e-12);
-  EXPECT_NEAR(domainsHit(TokenRouting{256, 8, 2, 1}, 8), 8 * 0.5 * (1 - missOneOfFour), 1e-12);
+  EXPECT_NEAR(domainsHit(TokenRouting{8, 8, 4}, 2), 2 * perDomain, 1e-12);
+  EXPECT_NEAR(domainsHit(TokenRouting{8, 2, 1}, 8), 8 * 0.5 * (1 - missOneOfFour), 1e-12);
   // All groups chosen is no limit.
-  EXPECT_DOUBLE_EQ(domainsHit(TokenRouting{256, 8, 4, 4}, 4), domainsHit(TokenRouting{256, 8, 0, 0}, 4));
+  EXPECT_DOUBLE_EQ(domainsHit(TokenRouting{8, 4, 4}, 4), domainsHit(TokenRouting{8, 0, 0}, 4));
   // The limit only lowers the domains a token reaches.
-  EXPECT_LT(domainsHit(TokenRouting{256, 8, 8, 4}, 8), domainsHit(TokenRouting{256, 8, 0, 0}, 8));
+  EXPECT_LT(domainsHit(TokenRouting{8, 8, 4}, 8), domainsHit(TokenRouting{8, 0, 0}, 8));
 }
 
 namespace {

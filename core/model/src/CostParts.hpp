@@ -38,10 +38,9 @@ CollectiveLink linkForSpan(const CollectiveLinks& links, std::int64_t span, int 
 double allToAllOnLinksMs(const CollectiveLinks& links, const CollectiveLink& group, std::int64_t ranks,
                          std::int64_t stride, double bytes);
 
-/// How a token picks its experts: `topK` of `experts`, from its best `groupTopK` of `groups`
-/// equal groups of consecutive experts (group-limited routing; groups 0: no limit).
+/// How a token picks its experts: `topK` of them, from its best `groupTopK` of `groups` equal
+/// groups of consecutive experts (group-limited routing; groups 0: no limit).
 struct TokenRouting {
-  double experts = 0;
   double topK = 0;
   double groups = 0, groupTopK = 0;
 };

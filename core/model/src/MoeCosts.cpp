@@ -192,7 +192,7 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   // GPUs, ETP apart), the ETP all-gather after the dispatch and reduce-scatter before the combine
   // (NCCL ring: (n−1)/n of the gathered bytes, (n−1) steps) ---
   const double sendBytes = kBf16 * h * copies * s.load;
-  const TokenRouting routing{s.experts, s.topK, s.routerGroups, s.routerGroupTopK};
+  const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
   const double a2a = s.flexDispatcher
                          ? flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
                                           x * s.load, routing, kBf16 * h, s.flexBackend)
