@@ -143,6 +143,14 @@ class Search {
   const Profile& uniformProfile(const ScheduleGenerator& g, int p, int chunks, int m, double f, double b, double w,
                                 double transferPasses);
   void note(int p, int d, const std::string& schedule, const std::string& reason);
+  /// As note, building the reason only for the family's first: the bound prunes millions of
+  /// candidates of a few families, and formatting every reason took a tenth of a large search.
+  template <typename MakeReason>
+  void noteLazily(int p, int d, const std::string& schedule, MakeReason&& makeReason) {
+    Family& f = family(p, d, schedule);
+    if (f.reason.empty()) f.reason = makeReason();
+  }
+  Family& family(int p, int d, const std::string& schedule);
   std::vector<std::string> scheduleNames() const;
   struct Screened {
     PlanConfig config;
@@ -396,12 +404,16 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
   return out;
 }
 
-void Search::note(int p, int d, const std::string& schedule, const std::string& reason) {
+Family& Search::family(int p, int d, const std::string& schedule) {
   Family& f = m_families[{p, d, schedule}];
   f.p = p;
   f.d = d;
   f.schedule = schedule;
-  if (f.reason.empty()) f.reason = reason;
+  return f;
+}
+
+void Search::note(int p, int d, const std::string& schedule, const std::string& reason) {
+  noteLazily(p, d, schedule, [&reason] { return reason; });
 }
 
 Search::ModelShape Search::modelShape() const {
@@ -576,9 +588,10 @@ bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out
   const auto capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
   if (staticLb > capacity) {
     ++out.prunedByMemory;
-    note(P, D, cfg.schedule,
-         "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
-             formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable");
+    noteLazily(P, D, cfg.schedule, [&] {
+      return "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
+             formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable";
+    });
     return false;
   }
   Profile profile;
@@ -593,11 +606,12 @@ bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out
   const double activationEstimate = inflight * s.activationBytes / P;
   if (staticLb + activationEstimate > 1.25 * capacity) {
     ++out.prunedByMemory;
-    note(P, D, cfg.schedule,
-         "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) + " per GPU (" +
+    noteLazily(P, D, cfg.schedule, [&] {
+      return "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) + " per GPU (" +
              formatBytes(activationEstimate) + " of activations for " +
              std::to_string(static_cast<int>(std::lround(inflight))) + " in-flight microbatches) of " +
-             formatBytes(capacity) + " usable");
+             formatBytes(capacity) + " usable";
+    });
     return false;
   }
   cand.throughputEstimate = throughputEstimate(cand, s, profile, globalBatch);
