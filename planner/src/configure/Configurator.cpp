@@ -103,7 +103,7 @@ struct Candidate {
   std::int64_t samplesPerMicrobatch = 1;
   double throughputEstimate = 0;  // samples/s from the uniform-stage profile (optimistic)
   // Deterministic order among equal bounds: the config's degrees and names.
-  std::tuple<int, int, int, int, int, std::int64_t, std::string, int, int, int> key() const {
+  std::tuple<int, int, int, int, int, std::int64_t, const std::string&, int, int, int> key() const {
     const Parallelism& p = config.parallel;
     return {config.devices,
             p.tensor,
@@ -180,11 +180,18 @@ class Search {
     int zero = 0;
   };
   ModelShape modelShape() const;
-  std::vector<Candidate> enumerate(std::int64_t globalBatch, const ModelShape& shape);
-  void enumerateLayout(std::vector<Candidate>& out, Point pt, std::int64_t globalBatch, const ModelShape& shape,
-                       const std::vector<std::string>& schedules);
-  void enumerateSchedule(std::vector<Candidate>& out, const Point& pt, const std::string& schedule,
-                         std::int64_t globalBatch, const ModelShape& shape);
+  // Where the enumeration puts what it finds: each candidate is bounded as it is made and only
+  // the viable ones are kept (a large search enumerates millions of which few fit).
+  struct Sink {
+    std::int64_t globalBatch = 0;
+    Configuration& out;
+    std::vector<Candidate> viable;
+    std::size_t enumerated = 0;
+    bool cancelled = false;
+  };
+  void enumerate(Sink& sink, const ModelShape& shape);
+  void enumerateLayout(Sink& sink, Point pt, const ModelShape& shape, const std::vector<std::string>& schedules);
+  void enumerateSchedule(Sink& sink, const Point& pt, const std::string& schedule, const ModelShape& shape);
   Candidate candidate(const Point& pt, const std::string& schedule, int chunks, const std::string& partition,
                       std::int64_t globalBatch, const ModelShape& shape) const;
   int zeroStage(const Parallelism& par) const;
@@ -436,15 +443,18 @@ Search::ModelShape Search::modelShape() const {
 }
 
 // --- enumerate ---
-std::vector<Candidate> Search::enumerate(std::int64_t globalBatch, const ModelShape& shape) {
+void Search::enumerate(Sink& sink, const ModelShape& shape) {
   const int gpus = m_cluster.totalGpus();
   const searchspace::LayoutLimits layout = searchspace::layoutLimits(m_model);
   const int perNode = m_cluster.gpusPerNode();
   const std::vector<std::string> schedules = scheduleNames();
-  std::vector<Candidate> candidates;
   const std::vector<int> tensorDegrees =
       shape.anyTransformer ? divisorsOf(std::gcd(shape.minHeads, shape.minKvHeads), perNode) : std::vector<int>{1};
-  for (int T : tensorDegrees) {
+  for (std::size_t t = 0; t < tensorDegrees.size() && !sink.cancelled; ++t) {
+    const int T = tensorDegrees[t];
+    if (m_control.progress) {
+      m_control.progress(0.3 * static_cast<double>(t) / static_cast<double>(tensorDegrees.size()));
+    }
     if (gpus % T != 0) continue;
     std::vector<int> contextDegrees{1};
     if (shape.anyTransformer) {
@@ -468,17 +478,17 @@ std::vector<Candidate> Search::enumerate(std::int64_t globalBatch, const ModelSh
           pt.devices = P;
           pt.data = D;
           pt.layout = &lay;
-          enumerateLayout(candidates, pt, globalBatch, shape, schedules);
+          enumerateLayout(sink, pt, shape, schedules);
+          if (sink.cancelled) return;
         }
       }
     }
   }
-  return candidates;
 }
 
 // The candidates of one layout: micro-batch sizes, recomputation, ZeRO stages, schedules.
-void Search::enumerateLayout(std::vector<Candidate>& out, Point pt, std::int64_t globalBatch, const ModelShape& shape,
-                             const std::vector<std::string>& schedules) {
+void Search::enumerateLayout(Sink& sink, Point pt, const ModelShape& shape, const std::vector<std::string>& schedules) {
+  const std::int64_t globalBatch = sink.globalBatch;
   for (int mbs : m_options.microBatchSizes) {
     if (mbs < 1 || globalBatch % (static_cast<std::int64_t>(mbs) * pt.data) != 0) continue;
     const std::int64_t m64 = globalBatch / (static_cast<std::int64_t>(mbs) * pt.data);
@@ -495,16 +505,16 @@ void Search::enumerateLayout(std::vector<Candidate>& out, Point pt, std::int64_t
         for (const std::string& schedule : schedules) {
           // At P = 1 every schedule is gradient accumulation: one plan, named 1f1b.
           if (pt.devices == 1 && schedule != "1f1b") continue;
-          enumerateSchedule(out, pt, schedule, globalBatch, shape);
+          enumerateSchedule(sink, pt, schedule, shape);
         }
       }
     }
   }
 }
 
-// The candidates of one schedule: its chunk counts the model allows, each partition.
-void Search::enumerateSchedule(std::vector<Candidate>& out, const Point& pt, const std::string& schedule,
-                               std::int64_t globalBatch, const ModelShape& shape) {
+// The candidates of one schedule: its chunk counts the model allows, each partition; each
+// bounded as it is made.
+void Search::enumerateSchedule(Sink& sink, const Point& pt, const std::string& schedule, const ModelShape& shape) {
   const int P = pt.devices;
   const int D = pt.data;
   const ScheduleGenerator* g = findScheduleGenerator(schedule);
@@ -526,7 +536,13 @@ void Search::enumerateSchedule(std::vector<Candidate>& out, const Point& pt, con
       continue;
     }
     for (const std::string& partition : m_options.partitions) {
-      out.push_back(candidate(pt, schedule, chunks, partition, globalBatch, shape));
+      if ((sink.enumerated & 255) == 0 && m_control.cancelled()) {
+        sink.cancelled = true;
+        return;
+      }
+      ++sink.enumerated;
+      Candidate cand = candidate(pt, schedule, chunks, partition, sink.globalBatch, shape);
+      if (bound(cand, sink.globalBatch, sink.out)) sink.viable.push_back(std::move(cand));
     }
   }
 }
@@ -749,18 +765,11 @@ Expected<Configuration> Search::run() {
   if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
   out.globalBatch = globalBatch;
 
-  std::vector<Candidate> candidates = enumerate(globalBatch, modelShape());
-  out.enumerated = static_cast<int>(candidates.size());
-
-  std::vector<Candidate> viable;
-  viable.reserve(candidates.size());
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if ((i & 255) == 0) {
-      if (m_control.cancelled()) return Error::cancelled();
-      if (m_control.progress) m_control.progress(0.3 * static_cast<double>(i) / static_cast<double>(candidates.size()));
-    }
-    if (bound(candidates[i], globalBatch, out)) viable.push_back(std::move(candidates[i]));
-  }
+  Sink sink{globalBatch, out, {}, 0, false};
+  enumerate(sink, modelShape());
+  if (sink.cancelled) return Error::cancelled();
+  out.enumerated = static_cast<int>(sink.enumerated);
+  std::vector<Candidate>& viable = sink.viable;
   std::sort(viable.begin(), viable.end(), [](const Candidate& a, const Candidate& b) {
     if (a.throughputEstimate != b.throughputEstimate) return a.throughputEstimate > b.throughputEstimate;
     return a.key() < b.key();
