@@ -315,10 +315,9 @@ class Simulation {
   double durationMs(const Op& op, std::int32_t idx) const;
   double commMs(const Op& op) const { return baseCommMs(op.kind, unitCosts(op)); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
-  /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup).
-  double commSmShare(int d) const {
-    return moeCommSmShare(deviceGpu(m_shell.cluster, m_shell.config, d), m_shell.config.parallel);
-  }
+  /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup);
+  /// per device once a run starts (finding a device's GPU scans the cluster's nodes).
+  double commSmShare(int d) const { return m_commSmShare[static_cast<std::size_t>(d)]; }
   void prepareSwitches();
   void switchCopy(int device, double timeMs, bool starts);
   void rerateCopy(int device, double timeMs);
@@ -388,6 +387,7 @@ class Simulation {
   std::vector<std::vector<int>> m_devicesOn;
   std::vector<int> m_copyingGpus;
   std::vector<double> m_switchGpuGBps;  // per device: the per-GPU rate its solo time assumes
+  std::vector<double> m_commSmShare;    // per device: commSmShare
   std::vector<double> m_copyLeftMs, m_copyAtMs, m_copySpeed;
   std::vector<char> m_copyRunning;
 };
@@ -1023,6 +1023,11 @@ void Simulation::run() {
   m_busy.assign(m_lanes, 0);
   m_deviceFreeMs.assign(m_lanes, 0.0);
   m_linkFreeMs.assign(m_p, m_p, 0.0);
+  m_commSmShare.resize(static_cast<std::size_t>(m_p));
+  for (int d = 0; d < m_p; ++d) {
+    m_commSmShare[static_cast<std::size_t>(d)] =
+        moeCommSmShare(deviceGpu(m_shell.cluster, m_shell.config, d), m_shell.config.parallel);
+  }
   prepareSwitches();
   if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
   for (int d = 0; d < m_lanes; ++d) tryStart(d);
