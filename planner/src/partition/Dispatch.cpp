@@ -34,6 +34,7 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedMo
   // same activation budget, and they run again on the real partition anyway.
   SolveControl firstBuilt = control;
   firstBuilt.refine = false;
+  firstBuilt.orderOnly = true;
   input.control = &firstBuilt;
   auto skeleton = generator.order(input);
   if (!skeleton) return skeleton.error();

@@ -360,7 +360,10 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     if (input.control && input.control->cancelled()) return Error::cancelled();
     Judged& j = judged[i];
     if (chosen && judged[*chosen].ms < j.ms - 1e-9 * std::max(1.0, j.ms)) break;  // slower than a fitting one
-    if (!addOffloadWaits(shell, *costs, j.skeleton) || !judge(j)) continue;
+    // Waits change when passes start, not their order: a caller that reads only the order
+    // (SolveControl::orderOnly) takes each candidate as judged without them.
+    const bool orderOnly = input.control && input.control->orderOnly;
+    if (!orderOnly && (!addOffloadWaits(shell, *costs, j.skeleton) || !judge(j))) continue;
     if (j.fits && (!chosen || j.peak < judged[*chosen].peak)) chosen = i;
   }
   if (!chosen) {

@@ -50,6 +50,10 @@ struct SolveControl {
   /// planned again with splits that lean less on the memory budgets (makePlan). The
   /// configurator screens so.
   bool repairMemory = true;
+  /// true: the caller reads only the order (which passes each device runs, in which sequence),
+  /// not its timing, so a schedule may skip what only adds waits between the passes (pipeoffload's
+  /// forwards that wait for offloads). The partitioners count live microbatches so.
+  bool orderOnly = false;
   bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
 
