@@ -15,10 +15,13 @@
 #include <vector>
 
 #include "PlannerFixtures.hpp"
+#include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "pipestudio/planner/Simulator.hpp"
 #include "support/BundledPlans.hpp"
 
 namespace pipestudio {
@@ -464,6 +467,47 @@ TEST(PipeOffload, PairedGpusReachTheAuthorsPeakAtTheirStep) {
   EXPECT_LE(plan->metrics.makespanMs, 4831.0 + 1e-6);
   for (const auto& d : plan->metrics.devices) EXPECT_LE(d.peakActivationBytes, 4 * 1000);
   checkCopies(*plan);
+}
+
+// The partitioners count live microbatches on the order alone (SolveControl::orderOnly): the
+// same passes in the same sequence on every device, without the forwards' waits, which only
+// move when passes start.
+TEST(PipeOffload, AnOrderOnlyCallerGetsTheSamePassesWithoutTheWaits) {
+  const PlanRequest r = referenceCase();
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const CostedModel costs(r.model, r.cluster, r.config);
+  ScheduleInput in;
+  in.shape = {r.config.devices, r.config.microbatches, r.config.chunksPerDevice};
+  in.virtualStages = plan->virtualStages;
+  in.stages = stageEstimates(*plan, costs);
+  in.staticBytes = staticMemoryPerDevice(*plan, costs.stages(plan->virtualStages));
+  in.request = &r;
+  const ScheduleGenerator* g = findScheduleGenerator("pipeoffload");
+  ASSERT_NE(g, nullptr);
+  SolveControl full;
+  in.control = &full;
+  auto timed = g->order(in);
+  SolveControl orderOnly;
+  orderOnly.orderOnly = true;
+  in.control = &orderOnly;
+  auto order = g->order(in);
+  ASSERT_TRUE(timed.hasValue()) << timed.message();
+  ASSERT_TRUE(order.hasValue()) << order.message();
+  EXPECT_FALSE(timed->offloadWaits.empty());
+  EXPECT_TRUE(order->offloadWaits.empty());
+  ASSERT_EQ(order->devices.size(), timed->devices.size());
+  for (std::size_t d = 0; d < order->devices.size(); ++d) {
+    const auto passes = [](const std::vector<OrderedOp>& lane) {
+      std::vector<std::tuple<OpKind, int, int>> out;
+      for (const OrderedOp& o : lane) {
+        if (!isHostCopy(o.kind)) out.emplace_back(o.kind, o.virtualStage, o.microbatch);
+      }
+      return out;
+    };
+    EXPECT_EQ(passes(order->devices[d]), passes(timed->devices[d])) << "device " << d;
+  }
+  EXPECT_EQ(liveMicrobatchesPerStage(*order), liveMicrobatchesPerStage(*timed));
 }
 
 TEST(PipeOffload, ForwardsWaitForOffloadsOnlyWhereTheStepGetsNoLongerAndThePlanKeepsTheWaits) {
