@@ -115,6 +115,152 @@ TEST(MegatronExport, UnevenPartitionBecomesALayoutOfThePlansSplit) {
   }
 }
 
+namespace {
+
+// `shape` with measured times kept (the export reads the shapes, the plan the times).
+TransformerShape shapeOf(std::int64_t hidden, std::int64_t heads) {
+  TransformerShape t;
+  t.hidden = hidden;
+  t.seq = 128;
+  t.heads = heads;
+  t.mlp = MlpKind::SwiGlu;
+  return t;
+}
+
+// The values after `flag` in an export's arguments, space-separated (empty when the flag is
+// absent, "-" when it stands alone).
+std::string argOf(const MegatronExport& m, const std::string& flag) {
+  const std::vector<std::string>& args = m.arguments;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != flag) continue;
+    std::string values;
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) values += (values.empty() ? "" : " ") + args[++i];
+    return values.empty() ? "-" : values;
+  }
+  return "";
+}
+
+}  // namespace
+
+// DeepSeek-V3's features in small: multi-head latent attention, dense layers before the MoE
+// ones, a shared expert, group-limited routing and a multi-token-prediction layer, with the
+// recipe's dispatcher, overlap, FP8 and recomputation: Megatron's flags for each, the MTP block
+// outside --num-layers and as `m` before the loss in the layout.
+TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
+  ModelSpec model = lm(6);
+  auto& layers = model.components.front().layers;
+  TransformerShape dense = shapeOf(256, 4);
+  dense.ffn = 1024;
+  dense.mla = TransformerShape::Mla{96, 64, 32, 16, 32};
+  TransformerShape moe = dense;
+  moe.experts = 16;
+  moe.topK = 4;
+  moe.expertFfn = 128;
+  moe.sharedExperts = 1;
+  moe.routerGroups = 4;
+  moe.routerGroupTopK = 2;
+  TransformerShape mtp = moe;
+  mtp.mtpLayers = 1;
+  mtp.vocab = 1000;
+  for (std::size_t i = 1; i <= 6; ++i) layers[i].transformer = i <= 2 ? dense : i <= 5 ? moe : mtp;
+  PlanRequest r = test::request(model, test::freeCluster(8, 100, 1), "1f1b", 2, 4, 1);
+  r.cluster.gpu.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Fp8)] = 2 * r.cluster.gpu.peakTflops;
+  r.config.partition = "uniform";
+  r.config.precision = Precision::Fp8;
+  r.config.parallel.data = 4;
+  r.config.parallel.expert = 4;
+  r.config.parallel.moeFlexDispatcher = true;
+  r.config.parallel.moeFlexBackend = FlexBackend::HybridEp;
+  r.config.parallel.moeA2aOverlap = true;
+  r.config.parallel.recompute = Recompute::Selective;
+  r.config.parallel.recomputeModules = kRecomputeMlaUpProj | kRecomputeMoeAct;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto m = megatronExport(*plan);
+  ASSERT_TRUE(m.hasValue()) << m.message();
+  const std::map<std::string, std::string> expected{
+      {"--num-layers", "5"},
+      {"--mtp-num-layers", "1"},
+      {"--ffn-hidden-size", "1024"},
+      {"--multi-latent-attention", "-"},
+      {"--q-lora-rank", "96"},
+      {"--kv-lora-rank", "64"},
+      {"--qk-head-dim", "32"},
+      {"--qk-pos-emb-head-dim", "16"},
+      {"--v-head-dim", "32"},
+      {"--num-experts", "16"},
+      {"--moe-router-topk", "4"},
+      {"--moe-ffn-hidden-size", "128"},
+      {"--moe-shared-expert-intermediate-size", "128"},
+      {"--moe-layer-freq", "([0]*2+[1]*3)"},
+      {"--moe-token-dispatcher-type", "flex"},
+      {"--moe-flex-dispatcher-backend", "hybridep"},
+      {"--moe-router-num-groups", "4"},
+      {"--moe-router-group-topk", "2"},
+      {"--overlap-moe-expert-parallel-comm", "-"},
+      {"--expert-model-parallel-size", "4"},
+      {"--bf16", "-"},
+      {"--fp8-format", "hybrid"},
+      {"--fp8-recipe", "tensorwise"},
+      {"--recompute-granularity", "selective"},
+      {"--recompute-modules", "moe_act mla_up_proj"},
+  };
+  for (const auto& [flag, value] : expected) EXPECT_EQ(argOf(*m, flag), value) << flag << "\n" << m->text;
+  EXPECT_EQ(argOf(*m, "--group-query-attention"), "");  // MLA has no query groups
+  // The uniform split (4 layers a stage) is uneven in decoders: a layout, the MTP block on the
+  // last stage before the loss.
+  EXPECT_EQ(m->layout, "Et*3|t*2mL") << m->text;
+  auto stages = parseMegatronLayout(m->layout);
+  ASSERT_TRUE(stages.hasValue()) << stages.message();
+  EXPECT_EQ(stages->back(), "ttmL");
+  // torchtitan builds no MTP module: refused with the reason.
+  auto t = torchtitanExport(*plan, "pp.csv");
+  ASSERT_FALSE(t.hasValue());
+  EXPECT_NE(t.message().find("multi-token-prediction"), std::string::npos) << t.message();
+}
+
+// GPT-OSS's attention in small: a head size apart from hidden / heads and a 64-token window on
+// every other layer (the first windowed): --kv-channels, --window-size 63,0 and
+// --window-attn-skip-freq 2. Windows Megatron cannot express are left out with a note.
+TEST(MegatronExport, HeadSizeAndSlidingWindowsAsMegatronTakesThem) {
+  ModelSpec model = lm(4);
+  auto& layers = model.components.front().layers;
+  TransformerShape t = shapeOf(288, 4);
+  t.headDim = 64;
+  t.kvHeads = 2;
+  for (std::size_t i = 1; i <= 4; ++i) {
+    layers[i].transformer = t;
+    layers[i].transformer->window = i % 2 == 1 ? 64 : 0;
+  }
+  auto m = megatronExport(planOf(model, "1f1b", 2, 4, 1));
+  ASSERT_TRUE(m.hasValue()) << m.message();
+  EXPECT_EQ(argOf(*m, "--kv-channels"), "64");
+  EXPECT_EQ(argOf(*m, "--num-query-groups"), "2");
+  EXPECT_EQ(argOf(*m, "--window-size"), "63,0");
+  EXPECT_EQ(argOf(*m, "--window-attn-skip-freq"), "2");
+  EXPECT_EQ(argOf(*m, "--num-experts"), "");
+  // Windows on layers 1 and 2, full attention on 3 and 4: no every-k-th pattern.
+  layers[2].transformer->window = 64;
+  layers[3].transformer->window = 0;
+  auto odd = megatronExport(planOf(model, "1f1b", 2, 4, 1));
+  ASSERT_TRUE(odd.hasValue()) << odd.message();
+  EXPECT_EQ(argOf(*odd, "--window-size"), "");
+  EXPECT_NE(odd->text.find("no every-k-th pattern"), std::string::npos) << odd->text;
+}
+
+// An MTP layer before a decoder layer is not what Megatron builds: refused with both named.
+TEST(MegatronExport, MtpBeforeADecoderIsRefused) {
+  ModelSpec model = lm(3);
+  auto& layers = model.components.front().layers;
+  TransformerShape t = shapeOf(256, 4);
+  t.vocab = 1000;
+  for (std::size_t i = 1; i <= 3; ++i) layers[i].transformer = t;
+  layers[1].transformer->mtpLayers = 1;
+  auto m = megatronExport(planOf(model, "1f1b", 2, 4, 1));
+  ASSERT_FALSE(m.hasValue());
+  EXPECT_NE(m.message().find("multi-token prediction after the last decoder layer"), std::string::npos) << m.message();
+}
+
 TEST(FrameworkExport, AModelOfDecoderLayersOnlyGetsTheFrameworksOwnEmbeddingAndOutput) {
   // Costs measured for the decoder layers alone: Megatron still builds the embedding (first
   // stage) and the loss (last stage), and its layout must begin with E and end with L.

@@ -9,9 +9,12 @@
 // torchtitan/config/job_config.py of v0.2.2 (the TOML era). Each refusal names the rule the
 // framework would apply.
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "TorchSchedule.hpp"
@@ -22,11 +25,14 @@
 namespace pipestudio {
 namespace {
 
-// What Megatron and torchtitan call the layers of a decoder-only language model.
-enum class LayerRole { Embedding, Decoder, Head, Other };
+// What Megatron and torchtitan call the layers of a decoder-only language model; a transformer
+// layer of multi-token-prediction modules (DeepSeek-V3 §2.2) is Megatron's MTP block, built
+// after the decoder stack on the last stage (--mtp-num-layers).
+enum class LayerRole { Embedding, Decoder, Mtp, Head, Other };
 
 LayerRole roleOf(const Layer& layer) {
   if (layer.kind == "embedding") return LayerRole::Embedding;
+  if (layer.kind == "transformer" && layer.transformer && layer.transformer->mtpLayers > 0) return LayerRole::Mtp;
   if (layer.kind == "transformer") return LayerRole::Decoder;
   if (layer.kind == "lm_head") return LayerRole::Head;
   return LayerRole::Other;
@@ -84,6 +90,7 @@ Status requireSingleBackbone(const Plan& plan, const char* framework) {
 struct StageLayers {
   int embedding = 0;
   int decoder = 0;
+  int mtp = 0;  ///< multi-token-prediction modules
   int head = 0;
   std::vector<int> decoderIndex;  ///< index of each decoder layer among all decoder layers
 };
@@ -106,7 +113,16 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
       return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "': " + framework +
                    " puts the output layer last (expected the lm_head as the last layer)"};
     }
-    if (role == LayerRole::Decoder) decoderIndex[i] = decoders++;
+    if (role == LayerRole::Decoder) {
+      for (std::size_t k = 0; k < i; ++k) {
+        if (roleOf(layers[k]) == LayerRole::Mtp) {
+          return Error{"layer " + std::to_string(k) + " '" + layers[k].name + "': " + framework +
+                       " runs multi-token prediction after the last decoder layer (expected it after layer " +
+                       std::to_string(i) + " '" + layers[i].name + "')"};
+        }
+      }
+      decoderIndex[i] = decoders++;
+    }
   }
   std::vector<StageLayers> out(plan.virtualStages.size());
   for (const VirtualStage& vs : plan.virtualStages) {
@@ -122,6 +138,9 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
           break;
         case LayerRole::Head:
           ++s.head;
+          break;
+        case LayerRole::Mtp:
+          s.mtp += static_cast<int>(layers[static_cast<std::size_t>(l)].transformer->mtpLayers);
           break;
         case LayerRole::Decoder:
           ++s.decoder;
@@ -182,6 +201,7 @@ std::string stageSymbols(const StageLayers& s) {
   if (s.embedding > 0) out += 'E';
   if (s.decoder == 1) out += 't';
   if (s.decoder > 1) out += "t*" + std::to_string(s.decoder);
+  out += std::string(static_cast<std::size_t>(s.mtp), 'm');
   if (s.head > 0) out += 'L';
   return out;
 }
@@ -367,6 +387,154 @@ Status megatronRuns(const PlanConfig& c, bool zbFork, bool zbV) {
   return {};
 }
 
+// The decoder layers of the backbone, in order (MTP blocks apart).
+std::vector<const TransformerShape*> decoderShapes(const Plan& plan) {
+  std::vector<const TransformerShape*> out;
+  for (const Layer& l : plan.model.components.front().layers) {
+    if (roleOf(l) == LayerRole::Decoder && l.transformer) out.push_back(&*l.transformer);
+  }
+  return out;
+}
+
+const TransformerShape* denseDecoderShape(const Plan& plan) {
+  for (const TransformerShape* t : decoderShapes(plan)) {
+    if (!t->isMoe()) return t;
+  }
+  return nullptr;
+}
+
+// Sliding-window attention as Megatron takes it: --window-size W-1,0 for every layer, or for all
+// but every k-th (--window-attn-skip-freq k: layer numbers divisible by k attend to the whole
+// sequence; GPT-OSS: W = 128 on odd layers, Megatron-Bridge's GPTOSSBridge writes
+// window_size (sliding_window − 1, 0) and window_attn_skip_freq 2). Another pattern is noted.
+void addMegatronWindowFlags(const Plan& plan, MegatronFlags& f) {
+  const std::vector<const TransformerShape*> shapes = decoderShapes(plan);
+  std::int64_t window = 0;
+  for (const TransformerShape* t : shapes) {
+    if (t->window > 0 && window > 0 && t->window != window) {
+      f.notes.emplace_back(
+          "the decoder layers use different attention windows, which Megatron's --window-size "
+          "cannot express: the export writes none (every layer attends to the whole sequence)");
+      return;
+    }
+    if (t->window > 0) window = t->window;
+  }
+  if (window == 0) return;
+  const auto n = static_cast<int>(shapes.size());
+  // The skip frequency k whose multiples (1-based) are exactly the full-attention layers.
+  std::optional<int> skip;
+  bool anyFull = false;
+  for (const TransformerShape* t : shapes) anyFull = anyFull || t->window == 0;
+  if (!anyFull) {
+    skip = 0;
+  } else {
+    for (int k = 2; k <= n && !skip; ++k) {
+      bool matches = true;
+      for (int i = 0; i < n && matches; ++i)
+        matches = ((i + 1) % k == 0) == (shapes[static_cast<std::size_t>(i)]->window == 0);
+      if (matches) skip = k;
+    }
+  }
+  if (!skip) {
+    f.notes.emplace_back("the decoder layers' windows (" + std::to_string(window) +
+                         " tokens on some layers) follow no every-k-th pattern Megatron's --window-attn-skip-freq "
+                         "expresses: the export writes none (every layer attends to the whole sequence)");
+    return;
+  }
+  f.add("--window-size", std::to_string(window - 1) + ",0");
+  if (*skip > 0) f.add("--window-attn-skip-freq", std::to_string(*skip));
+}
+
+// Which decoder layers are MoE, as Megatron's --moe-layer-freq takes a list: runs folded, e.g.
+// ([0]*3+[1]*58) for DeepSeek-V3's three dense layers first.
+std::string moeLayerPattern(const std::vector<const TransformerShape*>& shapes) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < shapes.size()) {
+    std::size_t j = i;
+    while (j < shapes.size() && shapes[j]->isMoe() == shapes[i]->isMoe()) ++j;
+    out += std::string(out.empty() ? "" : "+") + "[" + (shapes[i]->isMoe() ? "1" : "0") + "]*" + std::to_string(j - i);
+    i = j;
+  }
+  return "(" + out + ")";
+}
+
+// The mixture of experts and the recipe's MoE settings, as Megatron-Core's arguments name them
+// (megatron/core/transformer/moe/README.md): experts and their size, the shared experts, dense
+// layers among them, the token dispatcher and its backend, expert tensor parallelism, token
+// dropping, group-limited routing, the all-to-all overlaps, and multi-token prediction.
+void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
+  const std::vector<const TransformerShape*> shapes = decoderShapes(plan);
+  int mtp = 0;
+  for (const Layer& l : plan.model.components.front().layers) {
+    if (roleOf(l) == LayerRole::Mtp) mtp += static_cast<int>(l.transformer->mtpLayers);
+  }
+  if (mtp > 0) f.add("--mtp-num-layers", std::to_string(mtp));
+  const auto moe = std::find_if(shapes.begin(), shapes.end(), [](const TransformerShape* t) { return t->isMoe(); });
+  if (moe == shapes.end()) return;
+  const TransformerShape& t = **moe;
+  const Parallelism& par = plan.config.parallel;
+  f.add("--num-experts", std::to_string(t.experts));
+  f.add("--moe-router-topk", std::to_string(t.topK));
+  f.add("--moe-ffn-hidden-size", std::to_string(t.expertFfnOrDefault()));
+  if (t.sharedExperts > 0) {
+    f.add("--moe-shared-expert-intermediate-size", std::to_string(t.sharedExperts * t.expertFfnOrDefault()));
+  }
+  if (moe != shapes.begin() || std::any_of(moe, shapes.end(), [](const TransformerShape* s) { return !s->isMoe(); })) {
+    f.add("--moe-layer-freq", moeLayerPattern(shapes));
+  }
+  f.add("--moe-grouped-gemm");
+  f.add("--moe-token-dispatcher-type", std::string(par.moeFlexDispatcher ? "flex" : "alltoall"));
+  if (par.moeFlexDispatcher) f.add("--moe-flex-dispatcher-backend", std::string(flexBackendName(par.moeFlexBackend)));
+  if (par.expertTensor > 0 && par.expertTensor != par.tensor) {
+    f.add("--expert-tensor-parallel-size", std::to_string(par.expertTensor));
+  }
+  const std::optional<double> capacity =
+      par.moeCapacityFactor ? (*par.moeCapacityFactor > 0 ? par.moeCapacityFactor : std::nullopt) : t.capacityFactor;
+  if (capacity) {
+    std::array<char, 32> text{};
+    std::snprintf(text.data(), text.size(), "%g", *capacity);
+    f.add("--moe-expert-capacity-factor", std::string(text.data()));
+    f.add("--moe-pad-expert-input-to-capacity");
+  }
+  if (t.routerGroups > 0) {
+    f.add("--moe-router-num-groups", std::to_string(t.routerGroups));
+    f.add("--moe-router-group-topk", std::to_string(t.routerGroupTopK));
+  }
+  if (par.moeA2aOverlap) f.add("--overlap-moe-expert-parallel-comm");
+  if (par.moeSharedExpertOverlap) f.add("--moe-shared-expert-overlap");
+}
+
+// The plan's weight-GEMM format as Megatron-Bridge's precision recipes set it
+// (src/megatron/bridge/training/mixed_precision.py): bf16_mixed; FP8 with per-tensor current
+// scaling (bf16_with_fp8_current_scaling_mixed: hybrid E4M3/E5M2, recipe tensorwise), which the
+// cost model's fp8 is; MXFP8 (E4M3, recipe mxfp8); NVFP4 (E2M1, recipe nvfp4).
+void addMegatronPrecisionFlags(Precision precision, MegatronFlags& f) {
+  switch (precision) {
+    case Precision::Fp16:
+      f.add("--fp16");
+      return;
+    case Precision::Bf16:
+      f.add("--bf16");
+      return;
+    case Precision::Fp8:
+      f.add("--bf16");
+      f.add("--fp8-format", std::string("hybrid"));
+      f.add("--fp8-recipe", std::string("tensorwise"));
+      return;
+    case Precision::Mxfp8:
+      f.add("--bf16");
+      f.add("--fp8-format", std::string("e4m3"));
+      f.add("--fp8-recipe", std::string("mxfp8"));
+      return;
+    case Precision::Nvfp4:
+      f.add("--bf16");
+      f.add("--fp4-format", std::string("e2m1"));
+      f.add("--fp4-recipe", std::string("nvfp4"));
+      return;
+  }
+}
+
 // Parallelism, batch and model shape.
 void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
   const PlanConfig& c = plan.config;
@@ -380,19 +548,33 @@ void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
   f.add("--num-layers", std::to_string(decoders));
   if (const TransformerShape* t = decoderShape(plan)) {
     f.add("--hidden-size", std::to_string(t->hidden));
-    f.add("--ffn-hidden-size", std::to_string(t->isMoe() ? t->expertFfnOrDefault() : t->ffnOrDefault()));
+    // --ffn-hidden-size sizes the dense MLPs (a MoE model's dense layers), --moe-ffn-hidden-size
+    // the experts (addMegatronMoeFlags).
+    const TransformerShape* dense = denseDecoderShape(plan);
+    const std::int64_t ffn = dense ? dense->ffnOrDefault() : (t->ffn > 0 ? t->ffn : t->expertFfnOrDefault());
+    f.add("--ffn-hidden-size", std::to_string(ffn));
     f.add("--num-attention-heads", std::to_string(t->heads));
-    if (t->kvHeadsOrHeads() != t->heads) {
-      f.add("--group-query-attention");
-      f.add("--num-query-groups", std::to_string(t->kvHeadsOrHeads()));
+    if (t->mla) {
+      // Multi-head latent attention (megatron/core/transformer/multi_latent_attention.py).
+      f.add("--multi-latent-attention");
+      if (t->mla->qLoraRank > 0) f.add("--q-lora-rank", std::to_string(t->mla->qLoraRank));
+      f.add("--kv-lora-rank", std::to_string(t->mla->kvLoraRank));
+      f.add("--qk-head-dim", std::to_string(t->mla->qkNopeHeadDim));
+      f.add("--qk-pos-emb-head-dim", std::to_string(t->mla->qkRopeHeadDim));
+      f.add("--v-head-dim", std::to_string(t->mla->vHeadDim));
+    } else {
+      if (t->kvHeadsOrHeads() != t->heads) {
+        f.add("--group-query-attention");
+        f.add("--num-query-groups", std::to_string(t->kvHeadsOrHeads()));
+      }
+      // A head size apart from hidden / heads (Qwen3, GPT-OSS): Megatron's kv_channels.
+      if (t->headDim > 0 && t->headDim * t->heads != t->hidden) f.add("--kv-channels", std::to_string(t->headDim));
     }
     f.add("--seq-length", std::to_string(t->seq));
     f.add("--max-position-embeddings", std::to_string(t->seq));
     if (t->mlp == MlpKind::SwiGlu) f.add("--swiglu");
-    if (t->isMoe()) {
-      f.add("--num-experts", std::to_string(t->experts));
-      f.add("--moe-router-topk", std::to_string(t->topK));
-    }
+    addMegatronWindowFlags(plan, f);
+    addMegatronMoeFlags(plan, f);
   } else {
     // megatron/training/arguments.py (validate_args) requires the first three and asserts a
     // sequence length; a model of measured times does not know them.
@@ -510,9 +692,9 @@ std::string megatronText(const PlanConfig& c, const MegatronFlags& f, bool zeroB
     text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
   for (const std::string& n : f.notes) text << "# " << n << '\n';
   for (std::size_t i = 0; i < args.size(); ++i) {
-    const bool value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
     text << args[i];
-    if (value) {
+    // A flag's values: every word up to the next flag (--recompute-modules takes several).
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
       const std::string& val = args[++i];
       const bool quote = val.find_first_of("|*()") != std::string::npos;
       text << ' ' << (quote ? "\"" + val + "\"" : val);
@@ -626,7 +808,14 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
       !st) {
     return st.error();
   }
-  if (c.parallel.recompute == Recompute::Selective) f.add("--recompute-granularity", std::string("selective"));
+  addMegatronPrecisionFlags(c.precision, f);
+  if (c.parallel.recompute == Recompute::Selective) {
+    f.add("--recompute-granularity", std::string("selective"));
+    // Megatron's --recompute-modules takes the names as separate words (its default is core_attn).
+    f.add("--recompute-modules");
+    std::stringstream modules(recomputeModulesName(c.parallel.selectiveModules()));
+    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
+  }
   if (c.parallel.recompute == Recompute::Full) {
     f.add("--recompute-granularity", std::string("full"));
     f.add("--recompute-method", std::string("uniform"));
@@ -952,6 +1141,13 @@ std::optional<TorchtitanFormat> torchtitanFormatFromName(std::string_view name) 
 }
 
 Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOptions& options) {
+  // The model before its layout: torchtitan's models build no multi-token-prediction module.
+  const auto& backbone = plan.model.components.front().layers;
+  if (std::any_of(backbone.begin(), backbone.end(), [](const Layer& l) { return roleOf(l) == LayerRole::Mtp; })) {
+    return Error{
+        "the model has multi-token-prediction layers (mtp_layers), which torchtitan's models do not build; "
+        "export it with --format megatron (--mtp-num-layers), or plan it without them"};
+  }
   auto settings = titanSettings(plan, options.format);
   if (!settings) return settings.error();
   auto stages = stageLayers(plan, "torchtitan");
