@@ -248,6 +248,42 @@ TEST(MegatronExport, HeadSizeAndSlidingWindowsAsMegatronTakesThem) {
   EXPECT_NE(odd->text.find("no every-k-th pattern"), std::string::npos) << odd->text;
 }
 
+// The recipe's communication settings (issues 25 and 26): context parallelism's communication
+// type with hierarchical CP's group sizes, the attention kernels, the parameter all-gather's and
+// the tensor-parallel overlaps, gradients reduced in bf16.
+TEST(MegatronExport, RecipeCommunicationSettings) {
+  ModelSpec model = lm(4);
+  for (std::size_t i = 1; i <= 4; ++i) model.components.front().layers[i].transformer = shapeOf(256, 4);
+  PlanRequest r = test::request(model, test::freeCluster(8, 100, 1), "1f1b", 2, 4, 1);
+  Parallelism& par = r.config.parallel;
+  par.context = 2;
+  par.data = 2;
+  par.zeroStage = 1;
+  par.cpCommType = CpCommType::A2aP2p;
+  par.attentionBackend = AttentionBackend::Flash;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto m = megatronExport(*plan);
+  ASSERT_TRUE(m.hasValue()) << m.message();
+  EXPECT_EQ(argOf(*m, "--context-parallel-size"), "2");
+  EXPECT_EQ(argOf(*m, "--cp-comm-type"), "a2a+p2p");
+  // Both CP ranks share the 8-GPU NVLink domain and split the 4 heads: one all-to-all group of 2.
+  EXPECT_EQ(argOf(*m, "--hierarchical-context-parallel-sizes"), "2 1");
+  EXPECT_EQ(argOf(*m, "--attention-backend"), "flash");
+  EXPECT_EQ(argOf(*m, "--overlap-param-gather"), "-");
+  EXPECT_EQ(argOf(*m, "--grad-reduce-in-bf16"), "-");
+  EXPECT_EQ(argOf(*m, "--tp-comm-overlap"), "");  // no tensor parallelism
+  EXPECT_NE(m->text.find("--hierarchical-context-parallel-sizes 2 1 \\\n"), std::string::npos) << m->text;
+  par.gradReduceInFp32 = true;
+  par.overlapParamGather = false;
+  auto fp32 = makePlan(r);
+  ASSERT_TRUE(fp32.hasValue()) << fp32.message();
+  auto m32 = megatronExport(*fp32);
+  ASSERT_TRUE(m32.hasValue()) << m32.message();
+  EXPECT_EQ(argOf(*m32, "--grad-reduce-in-bf16"), "");
+  EXPECT_EQ(argOf(*m32, "--overlap-param-gather"), "");
+}
+
 // An MTP layer before a decoder layer is not what Megatron builds: refused with both named.
 TEST(MegatronExport, MtpBeforeADecoderIsRefused) {
   ModelSpec model = lm(3);

@@ -123,3 +123,17 @@ ContextAttention contextAttention(const GpuSpec& gpu, const CollectiveLinks& lin
 }
 
 }  // namespace pipestudio::costparts
+
+namespace pipestudio {
+
+int hierarchicalContextA2aRanks(const ClusterSpec& cluster, const Parallelism& parallel,
+                                const TransformerShape& shape) {
+  const int T = std::max(1, parallel.tensor);
+  const double heads = static_cast<double>(std::max<std::int64_t>(1, shape.heads)) / T;
+  // Multi-head latent attention has a key and value per head.
+  const double kvHeads = static_cast<double>(shape.mla ? shape.heads : shape.kvHeadsOrHeads()) / T;
+  return costparts::hierarchicalA2aRanks(collectiveLinks(cluster, parallel).domainGpus, T,
+                                         std::max(1, parallel.context), heads, kvHeads);
+}
+
+}  // namespace pipestudio

@@ -20,6 +20,7 @@
 #include "TorchSchedule.hpp"
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
 
 namespace pipestudio {
@@ -540,7 +541,17 @@ void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
   const PlanConfig& c = plan.config;
   f.add("--tensor-model-parallel-size", std::to_string(c.parallel.tensor));
   f.add("--pipeline-model-parallel-size", std::to_string(c.devices));
-  if (c.parallel.context > 1) f.add("--context-parallel-size", std::to_string(c.parallel.context));
+  if (c.parallel.context > 1) {
+    f.add("--context-parallel-size", std::to_string(c.parallel.context));
+    f.add("--cp-comm-type", std::string(cpCommTypeName(c.parallel.cpCommType)));
+    const TransformerShape* t = decoderShape(plan);
+    if (c.parallel.cpCommType == CpCommType::A2aP2p && t) {
+      const int a2a = hierarchicalContextA2aRanks(plan.cluster, c.parallel, *t);
+      f.add("--hierarchical-context-parallel-sizes");
+      f.args.push_back(std::to_string(a2a));
+      f.args.push_back(std::to_string(c.parallel.context / std::max(1, a2a)));
+    }
+  }
   if (c.parallel.expert > 1) f.add("--expert-model-parallel-size", std::to_string(c.parallel.expert));
   if (c.parallel.sequenceParallel && c.parallel.tensor > 1) f.add("--sequence-parallel");
   f.add("--micro-batch-size", std::to_string(microBatchSize(plan)));
@@ -573,6 +584,7 @@ void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
     f.add("--seq-length", std::to_string(t->seq));
     f.add("--max-position-embeddings", std::to_string(t->seq));
     if (t->mlp == MlpKind::SwiGlu) f.add("--swiglu");
+    f.add("--attention-backend", std::string(attentionBackendName(c.parallel.attentionBackend)));
     addMegatronWindowFlags(plan, f);
     addMegatronMoeFlags(plan, f);
   } else {
@@ -823,6 +835,12 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
   }
   if (c.parallel.zeroStage >= 1) f.add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
   if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV)) f.add("--overlap-grad-reduce");
+  // The recipe's other overlaps and the gradients' format (issue 25's settings).
+  if (c.parallel.zeroStage >= 1 && c.parallel.overlapParamGather && c.parallel.data > 1 && !(zbFork || zbV)) {
+    f.add("--overlap-param-gather");
+  }
+  if (c.parallel.tpCommOverlap && c.parallel.tensor > 1 && c.parallel.sequenceParallel) f.add("--tp-comm-overlap");
+  if (!c.parallel.gradReduceInFp32 && c.parallel.data > 1) f.add("--grad-reduce-in-bf16");
 
   std::string text = megatronText(c, f, zbFork || zbV);
   return MegatronExport{std::move(f.args), std::move(f.layout), std::move(text), std::move(f.missing)};

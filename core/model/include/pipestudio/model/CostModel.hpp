@@ -55,6 +55,12 @@ double allToAllMs(const CollectiveLink& link, int ranks, double bytes);
 /// count is unknown. The layers' 1F1B A2A overlap and the simulator's F&B groups charge it.
 double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
 
+/// The all-to-all group of hierarchical context parallelism (`a2a+p2p`) as the cost model forms
+/// it for `shape` on `cluster`: the largest divisor C_a of C whose T·C_a GPUs share an NVLink
+/// domain and that divides each tensor rank's query and key/value heads (Megatron's
+/// --hierarchical-context-parallel-sizes C_a C/C_a). 1 without context parallelism.
+int hierarchicalContextA2aRanks(const ClusterSpec& cluster, const Parallelism& parallel, const TransformerShape& shape);
+
 /// Everything the cost of a layer depends on besides the layer.
 struct CostContext {
   GpuSpec gpu;
