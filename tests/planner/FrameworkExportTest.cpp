@@ -172,6 +172,7 @@ TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
   r.config.parallel.moeFlexDispatcher = true;
   r.config.parallel.moeFlexBackend = FlexBackend::HybridEp;
   r.config.parallel.moeA2aOverlap = true;
+  r.config.parallel.moeCommSms = 32;
   r.config.parallel.recompute = Recompute::Selective;
   r.config.parallel.recomputeModules = kRecomputeMlaUpProj | kRecomputeMoeAct;
   auto plan = makePlan(r);
@@ -195,6 +196,7 @@ TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
       {"--moe-layer-freq", "([0]*2+[1]*3)"},
       {"--moe-token-dispatcher-type", "flex"},
       {"--moe-flex-dispatcher-backend", "hybridep"},
+      {"--moe-flex-dispatcher-num-sms", "32"},
       {"--moe-router-num-groups", "4"},
       {"--moe-router-group-topk", "2"},
       {"--overlap-moe-expert-parallel-comm", "-"},

@@ -486,7 +486,11 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
   }
   f.add("--moe-grouped-gemm");
   f.add("--moe-token-dispatcher-type", std::string(par.moeFlexDispatcher ? "flex" : "alltoall"));
-  if (par.moeFlexDispatcher) f.add("--moe-flex-dispatcher-backend", std::string(flexBackendName(par.moeFlexBackend)));
+  if (par.moeFlexDispatcher) {
+    f.add("--moe-flex-dispatcher-backend", std::string(flexBackendName(par.moeFlexBackend)));
+    // The SMs the plan gave the dispatcher, where it names them (NCCL's all-to-all has no flag).
+    if (par.moeCommSms > 0) f.add("--moe-flex-dispatcher-num-sms", std::to_string(par.moeCommSms));
+  }
   if (par.expertTensor > 0 && par.expertTensor != par.tensor) {
     f.add("--expert-tensor-parallel-size", std::to_string(par.expertTensor));
   }
