@@ -316,7 +316,7 @@ class Simulation {
   double commMs(const Op& op) const { return baseCommMs(op.kind, unitCosts(op)); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
   /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup);
-  /// per device once a run starts (finding a device's GPU scans the cluster's nodes).
+  /// per device once, where the plan has F&B groups (finding a device's GPU scans the nodes).
   double commSmShare(int d) const { return m_commSmShare[static_cast<std::size_t>(d)]; }
   void prepareSwitches();
   void switchCopy(int device, double timeMs, bool starts);
@@ -827,6 +827,11 @@ void Simulation::prepareTiming() {
     m_groupSize[lead] = static_cast<std::int8_t>(g.size);
     for (std::int32_t k = 1; k < g.size; ++k) m_groupSize[lead + k] = 0;
   }
+  m_commSmShare.resize(static_cast<std::size_t>(m_p));
+  for (int d = 0; d < m_p; ++d) {
+    m_commSmShare[static_cast<std::size_t>(d)] =
+        moeCommSmShare(deviceGpu(m_shell.cluster, m_shell.config, d), m_shell.config.parallel);
+  }
 }
 
 double Simulation::durationMs(const Op& op, std::int32_t idx) const {
@@ -1023,11 +1028,6 @@ void Simulation::run() {
   m_busy.assign(m_lanes, 0);
   m_deviceFreeMs.assign(m_lanes, 0.0);
   m_linkFreeMs.assign(m_p, m_p, 0.0);
-  m_commSmShare.resize(static_cast<std::size_t>(m_p));
-  for (int d = 0; d < m_p; ++d) {
-    m_commSmShare[static_cast<std::size_t>(d)] =
-        moeCommSmShare(deviceGpu(m_shell.cluster, m_shell.config, d), m_shell.config.parallel);
-  }
   prepareSwitches();
   if (m_options.recordComms) m_shell.comms.reserve(m_crossEdges);
   for (int d = 0; d < m_lanes; ++d) tryStart(d);
