@@ -100,6 +100,7 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
   const auto& layers = plan.model.components.front().layers;
   std::vector<int> decoderIndex(layers.size(), -1);
   int decoders = 0;
+  std::optional<std::size_t> firstMtp;  // a decoder after it is refused
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerRole role = roleOf(layers[i]);
     if (role == LayerRole::Other) {
@@ -114,16 +115,14 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
       return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "': " + framework +
                    " puts the output layer last (expected the lm_head as the last layer)"};
     }
-    if (role == LayerRole::Decoder) {
-      for (std::size_t k = 0; k < i; ++k) {
-        if (roleOf(layers[k]) == LayerRole::Mtp) {
-          return Error{"layer " + std::to_string(k) + " '" + layers[k].name + "': " + framework +
-                       " runs multi-token prediction after the last decoder layer (expected it after layer " +
-                       std::to_string(i) + " '" + layers[i].name + "')"};
-        }
-      }
-      decoderIndex[i] = decoders++;
+    if (role == LayerRole::Mtp && !firstMtp) firstMtp = i;
+    if (role == LayerRole::Decoder && firstMtp) {
+      const std::size_t k = *firstMtp;
+      return Error{"layer " + std::to_string(k) + " '" + layers[k].name + "': " + framework +
+                   " runs multi-token prediction after the last decoder layer (expected it after layer " +
+                   std::to_string(i) + " '" + layers[i].name + "')"};
     }
+    if (role == LayerRole::Decoder) decoderIndex[i] = decoders++;
   }
   std::vector<StageLayers> out(plan.virtualStages.size());
   for (const VirtualStage& vs : plan.virtualStages) {
@@ -331,11 +330,23 @@ std::int64_t globalBatch(const Plan& plan) {
                                           plan.config.parallel.data);
 }
 
-const TransformerShape* decoderShape(const Plan& plan) {
+// The first decoder layer's shape that `pick` accepts (MTP blocks apart); null when none does.
+template <typename Pick>
+const TransformerShape* firstDecoderShape(const Plan& plan, Pick pick) {
   for (const Layer& l : plan.model.components.front().layers) {
-    if (roleOf(l) == LayerRole::Decoder && l.transformer) return &*l.transformer;
+    if (roleOf(l) == LayerRole::Decoder && l.transformer && pick(*l.transformer)) return &*l.transformer;
   }
   return nullptr;
+}
+
+const TransformerShape* decoderShape(const Plan& plan) {
+  return firstDecoderShape(plan, [](const TransformerShape&) { return true; });
+}
+const TransformerShape* denseDecoderShape(const Plan& plan) {
+  return firstDecoderShape(plan, [](const TransformerShape& t) { return !t.isMoe(); });
+}
+const TransformerShape* moeShape(const Plan& plan) {
+  return firstDecoderShape(plan, [](const TransformerShape& t) { return t.isMoe(); });
 }
 
 bool tiedEmbedding(const Plan& plan) {
@@ -395,13 +406,6 @@ std::vector<const TransformerShape*> decoderShapes(const Plan& plan) {
     if (roleOf(l) == LayerRole::Decoder && l.transformer) out.push_back(&*l.transformer);
   }
   return out;
-}
-
-const TransformerShape* denseDecoderShape(const Plan& plan) {
-  for (const TransformerShape* t : decoderShapes(plan)) {
-    if (!t->isMoe()) return t;
-  }
-  return nullptr;
 }
 
 // Sliding-window attention as Megatron takes it: --window-size W-1,0 for every layer, or for all
@@ -465,15 +469,14 @@ std::string moeLayerPattern(const std::vector<const TransformerShape*>& shapes) 
 // layers among them, the token dispatcher and its backend, expert tensor parallelism, token
 // dropping, group-limited routing, the all-to-all overlaps, and multi-token prediction.
 void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
-  const std::vector<const TransformerShape*> shapes = decoderShapes(plan);
   int mtp = 0;
   for (const Layer& l : plan.model.components.front().layers) {
     if (roleOf(l) == LayerRole::Mtp) mtp += static_cast<int>(l.transformer->mtpLayers);
   }
   if (mtp > 0) f.add("--mtp-num-layers", std::to_string(mtp));
-  const auto moe = std::find_if(shapes.begin(), shapes.end(), [](const TransformerShape* t) { return t->isMoe(); });
-  if (moe == shapes.end()) return;
-  const TransformerShape& t = **moe;
+  const TransformerShape* moe = moeShape(plan);
+  if (!moe) return;
+  const TransformerShape& t = *moe;
   const Parallelism& par = plan.config.parallel;
   f.add("--num-experts", std::to_string(t.experts));
   f.add("--moe-router-topk", std::to_string(t.topK));
@@ -481,9 +484,8 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
   if (t.sharedExperts > 0) {
     f.add("--moe-shared-expert-intermediate-size", std::to_string(t.sharedExperts * t.expertFfnOrDefault()));
   }
-  if (moe != shapes.begin() || std::any_of(moe, shapes.end(), [](const TransformerShape* s) { return !s->isMoe(); })) {
-    f.add("--moe-layer-freq", moeLayerPattern(shapes));
-  }
+  // Not every decoder layer is MoE (DeepSeek-V3's first three are dense).
+  if (denseDecoderShape(plan)) f.add("--moe-layer-freq", moeLayerPattern(decoderShapes(plan)));
   f.add("--moe-grouped-gemm");
   f.add("--moe-token-dispatcher-type", std::string(par.moeFlexDispatcher ? "flex" : "alltoall"));
   if (par.moeFlexDispatcher) {
@@ -865,13 +867,6 @@ struct TitanSettings {
   int expertTensor = 1;             ///< TOML era: expert_tensor_parallel_degree
   std::vector<std::string> notes;
 };
-
-const TransformerShape* moeShape(const Plan& plan) {
-  for (const Layer& l : plan.model.components.front().layers) {
-    if (roleOf(l) == LayerRole::Decoder && l.transformer && l.transformer->isMoe()) return &*l.transformer;
-  }
-  return nullptr;
-}
 
 // Expert parallelism as torchtitan builds it: its ranks come out of the FSDP (dp_shard), CP
 // and TP ranks, and what is left of them shards the experts (efsdp = dp_shard·cp·tp / (etp·ep),
