@@ -835,11 +835,16 @@ void printSettingPairs(const Json& root, const Report& report, bool markdown) {
       }
       const double measured = after->measured / before->measured;
       const double predicted = after->predicted.value / before->predicted.value;
-      const bool same = (measured >= 1.0) == (predicted >= 1.0);
+      // A prediction within half a per cent of no change says neither way: not counted right.
+      const bool flat = std::abs(predicted - 1.0) < 0.005;
+      const bool same = !flat && (measured >= 1.0) == (predicted >= 1.0);
       right += same ? 1 : 0;
       ++counted;
       std::printf("%s %-40s %s %6.3f %s %6.3f %s %s %s\n", bar, change.c_str(), bar, measured, bar, predicted, bar,
-                  same ? "right" : "WRONG", markdown ? "|" : "");
+                  flat   ? "no change"
+                  : same ? "right"
+                         : "WRONG",
+                  markdown ? "|" : "");
     }
     std::printf("\nright direction in %d of %d changes\n", right, counted);
   }
