@@ -139,6 +139,8 @@ const auto kCases = std::to_array<Case>({
      "is 0 (expected an integer in [1, 1024])"},
     {"cluster-gemm-fill-negative.json", Kind::Cluster, "/gpu/gemm_fill_k/fp8", 8, 40,
      "is -5 (expected a number in [0, 65536])"},
+    {"cluster-ep-overlap-efficiency-above-one.json", Kind::Cluster, "/gpu/ep_overlap_efficiency", 8, 30,
+     "is 1.5 (expected a number in [0.001, 1])"},
     {"cluster-gemm-fill-unknown-precision.json", Kind::Cluster, "/gpu/gemm_fill_k/int4", 8, 41,
      "'int4' is not a precision"},
     {"cluster-gpus-per-node-with-array.json", Kind::Cluster, "/gpus_per_node", 22, 20, "only allowed with an integer"},

@@ -118,6 +118,31 @@ TEST(Examples, GemmFillRoundTrips) {
   EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Fp8), 0);
 }
 
+// A GPU's ep_overlap_efficiency is read from its own fields and written back with the cluster;
+// a catalogue GPU has none (it uses the H100 measurement, CostModel.hpp).
+TEST(Examples, EpOverlapEfficiencyRoundTrips) {
+  auto own = parseJson(R"({"schema": "pipestudio.cluster/1", "name": "c",
+    "gpu": {"model": "H100", "ep_overlap_efficiency": 0.75},
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})",
+                       "<own>");
+  ASSERT_TRUE(own);
+  JsonReader r(*own);
+  auto c = readCluster(r, r.root());
+  ASSERT_TRUE(c && r.ok()) << r.toError().message;
+  EXPECT_DOUBLE_EQ(c->gpu.epOverlapEfficiency, 0.75);
+  EXPECT_DOUBLE_EQ(epOverlapEfficiency(c->gpu), 0.75);
+  auto doc = parseJson(clusterToJson(*c).dump(), "<copy>");
+  ASSERT_TRUE(doc);
+  JsonReader r2(*doc);
+  auto again = readCluster(r2, r2.root());
+  ASSERT_TRUE(again && r2.ok()) << r2.toError().message;
+  EXPECT_DOUBLE_EQ(again->gpu.epOverlapEfficiency, 0.75);
+
+  auto catalogue = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  ASSERT_TRUE(catalogue) << catalogue.message();
+  EXPECT_DOUBLE_EQ(epOverlapEfficiency(catalogue->gpu), kMeasuredEpOverlapEfficiency);
+}
+
 double parameterCount(const ModelSpec& m, const GpuSpec& gpu, const std::string& component) {
   double params = 0;
   for (const auto& c : m.components) {

@@ -374,6 +374,40 @@ TEST(MoeCost, CollectiveBesideComputeTakesItsShareOfTheSms) {
   EXPECT_DOUBLE_EQ(hiddenBeside(2, 5, 0).exposedMs, hiddenUnder(2, 5).exposedMs);
 }
 
+// Kernels beside each other slow each other: with efficiency 0.4 only 0.4 of the time a 2 ms
+// all-to-all runs beside 5 ms of compute comes off, so the pair takes 5 + 0.6·2 = 6.2 (1.2 ms
+// exposed, more than the quarter of the SMs' 0.5); 4 ms beside 2 ms takes 4 + 0.6·2 = 5.2 (3.2
+// exposed). At efficiency 1 the SM share alone decides; a share of every SM hides nothing.
+TEST(MoeCost, KernelsBesideEachOtherTakeTheMeasuredShareOfTheirOverlap) {
+  EXPECT_DOUBLE_EQ(besideSpanMs(2, 5, 0.25, 0.4), 6.2);
+  EXPECT_DOUBLE_EQ(besideSpanMs(4, 2, 0.25, 0.4), 5.2);
+  EXPECT_DOUBLE_EQ(besideSpanMs(2, 5, 0.25, 1.0), 5.5);
+  EXPECT_DOUBLE_EQ(besideSpanMs(2, 5, 1.0, 1.0), 7.0);
+  EXPECT_DOUBLE_EQ(besideSpanMs(2, 0, 0.25, 0.4), 2.0);
+  CommShare c = hiddenBeside(2, 5, 0.25, 0.4);
+  EXPECT_NEAR(c.exposedMs, 1.2, 1e-12);
+  EXPECT_NEAR(c.hiddenMs, 0.8, 1e-12);
+  c = hiddenBeside(4, 2, 0.25, 0.4);
+  EXPECT_NEAR(c.exposedMs, 3.2, 1e-12);
+
+  // A GPU without its own value uses the H100 measurement (1.600 s off of 3.959 s together).
+  GpuSpec g = testGpu();
+  EXPECT_DOUBLE_EQ(epOverlapEfficiency(g), kMeasuredEpOverlapEfficiency);
+  EXPECT_NEAR(kMeasuredEpOverlapEfficiency, (22.821 - 21.221) / 3.958997, 1e-3);
+  g.epOverlapEfficiency = 0.9;
+  EXPECT_DOUBLE_EQ(epOverlapEfficiency(g), 0.9);
+
+  // The 1F1B A2A overlap of overlapWindows() (3 ms all-to-alls) at 0.4 with no SMs held: each
+  // chunk shows max(3 − compute, 0) + 0.6·min(3, compute).
+  Parallelism par;
+  par.moeA2aOverlap = true;
+  MoeOverlapWindows w = overlapWindows();
+  w.overlapEfficiency = 0.4;
+  const MoeCommExposure e = moeCommExposure(w, par);
+  EXPECT_NEAR(e.forward.exposedMs, 0.6 * 3 + (1 + 0.6 * 2), 1e-12);         // beside MLP B (4), attention B (2)
+  EXPECT_NEAR(e.backward.exposedMs, (2 + 0.6 * 1) + (1 + 0.6 * 2), 1e-12);  // beside attention F (1), MLP F (2)
+}
+
 // The 1F1B A2A overlap with the all-to-alls on 33 of 132 SMs (a quarter): each chunk's
 // collective shows max(3 − compute, 0.75); with every SM taken nothing hides, as without the
 // overlap. The dispatcher's default SMs: 20 for flex (DeepEP), 32 for NCCL.

@@ -161,6 +161,7 @@ TEST(DualPipeOverlap, AllToAllHidesUnderTheOtherPass) {
               ? std::min(1.0, plan->config.parallel.moeCommSmsOrDefault() / static_cast<double>(gpu.smCount))
               : 0.0;
       const double fAndB = std::max(comm, compute + f * comm);
+      EXPECT_DOUBLE_EQ(fAndB, besideSpanMs(comm, compute, f, 1.0));
       ASSERT_LT(fAndB, F + B) << "overlap hides nothing";
       const double expected = (p / 2.0 - 1.0) * (fAndB + B - 3.0 * W);
       // The overlap is what the plan is timed with: the same order without it is slower by

@@ -583,6 +583,7 @@ BlockParts blockParts(const Block& k, const GpuSpec& gpu, const Parallelism& par
     costparts::MoeOverlapWindows w;
     w.a2aMs = moe.dispatchMs;
     w.commSmShare = moeCommSmShare(gpu, par);
+    w.overlapEfficiency = epOverlapEfficiency(gpu);
     w.attentionForwardMs = p.attnGemm.forward + p.core.forwardMs + p.casts.forward + p.elementwiseFwdMs;
     w.attentionBackwardMs = p.attnGemm.backwardInput + p.attnGemm.backwardWeight + p.core.backwardMs +
                             p.casts.backwardInput + p.elementwiseBwdMs;

@@ -18,11 +18,11 @@ struct CommShare {
 
 /// `commMs` overlapped with `computeMs` of independent work: what does not fit shows.
 CommShare hiddenUnder(double commMs, double computeMs);
-/// A collective of `commMs` beside `computeMs` of compute while it takes `smShare` of the SMs:
-/// the compute runs on the rest, so the pair takes max(comm, compute + smShare·comm) when the
-/// compute outlasts the collective's share of it, and the collective's exposed part is
-/// max(comm − compute, smShare·comm) (all of it beside no compute).
-CommShare hiddenBeside(double commMs, double computeMs, double smShare);
+/// An expert all-to-all of `commMs` beside `computeMs` of compute on another stream: its exposed
+/// part is what the pair takes beyond the compute, besideSpanMs(comm, compute, smShare,
+/// efficiency) − compute (all of it beside no compute). With efficiency 1 that is
+/// max(comm − compute, smShare·comm): the compute runs on the SMs the collective leaves it.
+CommShare hiddenBeside(double commMs, double computeMs, double smShare, double efficiency = 1.0);
 
 /// The link a group of `span` consecutive GPUs uses (NVLink inside one NVLink domain, else the
 /// node's NICs), as collectiveLinks places the fixed groups; a group inside the TP group's span
@@ -201,6 +201,8 @@ struct MoeOverlapWindows {
   double sharedForwardMs = 0, sharedBackwardMs = 0;
   /// The share of the GPU's SMs the all-to-all kernels occupy while they run (pipestudio::moeCommSmShare).
   double commSmShare = 0;
+  /// The share of the time beside compute that comes off (pipestudio::epOverlapEfficiency).
+  double overlapEfficiency = 1.0;
 };
 
 /// Exposed and hidden shares of the dispatch and combine all-to-alls of one forward and one

@@ -71,6 +71,9 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
   if (auto v = r.number(node, "host_link_gbps", Presence::Optional, limits::kLinkBandwidthGBps.min,
                         limits::kLinkBandwidthGBps.max))
     g.hostLinkGBps = *v;
+  if (auto v =
+          r.number(node, "ep_overlap_efficiency", Presence::Optional, limits::kEfficiency.min, limits::kEfficiency.max))
+    g.epOverlapEfficiency = *v;
 }
 
 // A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields (a field
@@ -106,8 +109,9 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
     return entry->gpu;
   }
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"model", "name", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
-                         "gemm_fill_k", "memory_bandwidth_gbps", "sm_count", "host_link_gbps"});
+  r.rejectUnknown(node,
+                  {"model", "name", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency", "gemm_fill_k",
+                   "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "ep_overlap_efficiency"});
   GpuSpec g;
   if (auto model = r.string(node, "model", Presence::Optional)) {
     const CatalogGpu* entry = findCatalogGpu(*model);
@@ -126,9 +130,9 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
 
 std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node,
-                  {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency", "gemm_fill_k",
-                   "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "nvlink_gbps", "nvlink_domain", "source"});
+  r.rejectUnknown(node, {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
+                         "gemm_fill_k", "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "ep_overlap_efficiency",
+                         "nvlink_gbps", "nvlink_domain", "source"});
   CatalogGpu c;
   readGpuFields(r, node, c.gpu);
   if (!complete(r, node, c.gpu)) return std::nullopt;

@@ -723,6 +723,7 @@ Json gpuToJson(const GpuSpec& g) {
   if (g.memoryBandwidthGBps > 0) j["memory_bandwidth_gbps"] = g.memoryBandwidthGBps;
   if (g.smCount > 0) j["sm_count"] = g.smCount;
   if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;
+  if (g.epOverlapEfficiency > 0) j["ep_overlap_efficiency"] = g.epOverlapEfficiency;
   return j;
 }
 }  // namespace

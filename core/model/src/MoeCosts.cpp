@@ -26,15 +26,10 @@ constexpr double kFp32 = 4.0;
 
 }  // namespace
 
-CommShare hiddenBeside(double commMs, double computeMs, double smShare) {
+CommShare hiddenBeside(double commMs, double computeMs, double smShare, double efficiency) {
   CommShare c;
   if (commMs <= 0) return c;
-  // Compute C beside a collective M that holds a share f of the SMs runs at 1 − f while M runs:
-  // it finishes inside M when C ≤ (1 − f)·M (the pair takes M, M − C exposed), else the pair
-  // takes M + (C − (1 − f)·M) = C + f·M (f·M exposed). DeepSeek-V3 §3.2.1 reserves 20 of the
-  // H800's 132 SMs for its all-to-alls for this reason.
-  const double f = std::clamp(smShare, 0.0, 1.0);
-  c.exposedMs = computeMs <= 0 ? commMs : std::max(commMs - computeMs, f * commMs);
+  c.exposedMs = computeMs <= 0 ? commMs : besideSpanMs(commMs, computeMs, smShare, efficiency) - computeMs;
   c.hiddenMs = commMs - c.exposedMs;
   return c;
 }
@@ -239,17 +234,17 @@ MoeCommExposure moeCommExposure(const MoeOverlapWindows& w, const Parallelism& p
     // compute chunk of the other (DeepSeek-V3 §3.2.1, Fig. 4; Megatron-Core's combined 1F1B
     // schedule): [attention F ‖ combine B], [dispatch F ‖ MLP B], [MLP F ‖ dispatch B],
     // [combine F ‖ attention B].
-    add(e.backward, hiddenBeside(w.a2aMs, w.attentionForwardMs, w.commSmShare));
-    add(e.forward, hiddenBeside(w.a2aMs, w.mlpBackwardMs, w.commSmShare));
-    add(e.backward, hiddenBeside(w.a2aMs, w.mlpForwardMs, w.commSmShare));
-    add(e.forward, hiddenBeside(w.a2aMs, w.attentionBackwardMs, w.commSmShare));
+    add(e.backward, hiddenBeside(w.a2aMs, w.attentionForwardMs, w.commSmShare, w.overlapEfficiency));
+    add(e.forward, hiddenBeside(w.a2aMs, w.mlpBackwardMs, w.commSmShare, w.overlapEfficiency));
+    add(e.backward, hiddenBeside(w.a2aMs, w.mlpForwardMs, w.commSmShare, w.overlapEfficiency));
+    add(e.forward, hiddenBeside(w.a2aMs, w.attentionBackwardMs, w.commSmShare, w.overlapEfficiency));
     return e;
   }
   if (parallel.moeSharedExpertOverlap) {
     // The shared experts' FC1 runs beside the dispatch and their FC2 beside the combine.
     for (int i = 0; i < 2; ++i) {
-      add(e.forward, hiddenBeside(w.a2aMs, w.sharedForwardMs / 2.0, w.commSmShare));
-      add(e.backward, hiddenBeside(w.a2aMs, w.sharedBackwardMs / 2.0, w.commSmShare));
+      add(e.forward, hiddenBeside(w.a2aMs, w.sharedForwardMs / 2.0, w.commSmShare, w.overlapEfficiency));
+      add(e.backward, hiddenBeside(w.a2aMs, w.sharedBackwardMs / 2.0, w.commSmShare, w.overlapEfficiency));
     }
     return e;
   }
@@ -261,6 +256,22 @@ MoeCommExposure moeCommExposure(const MoeOverlapWindows& w, const Parallelism& p
 }  // namespace pipestudio::costparts
 
 namespace pipestudio {
+
+double epOverlapEfficiency(const GpuSpec& gpu) {
+  return gpu.epOverlapEfficiency > 0 ? gpu.epOverlapEfficiency : kMeasuredEpOverlapEfficiency;
+}
+
+double besideSpanMs(double commMs, double computeMs, double smShare, double efficiency) {
+  const double comm = std::max(0.0, commMs), compute = std::max(0.0, computeMs);
+  // Compute C beside a collective M that holds a share f of the SMs runs at 1 − f while M runs:
+  // it finishes inside M when C ≤ (1 − f)·M (the pair takes M), else the pair takes
+  // M + (C − (1 − f)·M) = C + f·M. DeepSeek-V3 §3.2.1 reserves 20 of the H800's 132 SMs for its
+  // all-to-alls for this reason.
+  const double onFreeSms = compute + std::clamp(smShare, 0.0, 1.0) * comm;
+  // The kernels slowing each other while they run together (kMeasuredEpOverlapEfficiency).
+  const double contended = std::max(comm, compute) + (1.0 - std::clamp(efficiency, 0.0, 1.0)) * std::min(comm, compute);
+  return std::max({comm, onFreeSms, contended});
+}
 
 double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel) {
   if (gpu.smCount <= 0) return 0.0;

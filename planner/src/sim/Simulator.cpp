@@ -317,7 +317,6 @@ class Simulation {
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
   /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup);
   /// per device once, where the plan has F&B groups (finding a device's GPU scans the nodes).
-  double commSmShare(int d) const { return m_commSmShare[static_cast<std::size_t>(d)]; }
   void prepareSwitches();
   void switchCopy(int device, double timeMs, bool starts);
   void rerateCopy(int device, double timeMs);
@@ -387,7 +386,7 @@ class Simulation {
   std::vector<std::vector<int>> m_devicesOn;
   std::vector<int> m_copyingGpus;
   std::vector<double> m_switchGpuGBps;  // per device: the per-GPU rate its solo time assumes
-  std::vector<double> m_commSmShare;    // per device: commSmShare
+  std::vector<double> m_commSmShare;    // per device: moeCommSmShare
   std::vector<double> m_copyLeftMs, m_copyAtMs, m_copySpeed;
   std::vector<char> m_copyRunning;
 };
@@ -810,10 +809,12 @@ void Simulation::prepareTiming() {
 
   // Overlapped F&B groups (DualPipe): per op, the size of the group it leads (1: an op on its
   // own; 0: a later member of a group). A group starts when its device is free and every
-  // member's inputs have arrived, and lasts max(Σ collectives, Σ computation + f·Σ collectives)
-  // of its members: the collectives of one hide under the computation of the other, which runs
-  // on the SMs the collectives leave it (a share f, Parallelism::moeCommSmsOrDefault of the
-  // GPU's SMs; DeepSeek-V3 §3.2.1 gives its all-to-alls 20 of 132). The
+  // member's inputs have arrived, and lasts besideSpanMs(Σ collectives, Σ computation) of its
+  // members at efficiency 1: the collectives of one hide under the computation of the other,
+  // which runs on the SMs the collectives leave it (a share f, Parallelism::moeCommSmsOrDefault
+  // of the GPU's SMs; DeepSeek-V3 §3.2.1 gives its all-to-alls 20 of 132 and reports the rest of
+  // the overlap complete). The contention measured for Megatron-Core's overlap
+  // (epOverlapEfficiency) is that implementation's, charged where the cost model times it. The
   // plan shows the members back to back, each with its share of that time in proportion to
   // its own duration (so a device's ops never overlap and busy/span keep their meaning); every
   // member's output leaves when the group ends.
@@ -854,7 +855,8 @@ double Simulation::startGroup(std::int32_t lead, std::int32_t size, double ready
     computeMs += dur - comm;
     collectiveMs += comm;
   }
-  const double spanMs = std::max(collectiveMs, computeMs + commSmShare(m_shell.op(lead).device) * collectiveMs);
+  const auto d = static_cast<std::size_t>(m_shell.op(lead).device);
+  const double spanMs = besideSpanMs(collectiveMs, computeMs, m_commSmShare[d], 1.0);
   double at = readyMs;
   for (std::int32_t k = 0; k < size; ++k) {
     Op& member = m_shell.op(lead + k);

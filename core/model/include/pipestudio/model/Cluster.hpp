@@ -49,6 +49,11 @@ struct GpuSpec {
   /// long-k rate (GemmKernel.cpp; H100 with cuBLAS: bf16 71, fp8 341, bench/fidelity/
   /// kernels-h100.jsonl); 0: not modelled.
   std::array<double, kPrecisionCount> gemmFillK{};
+  /// Of the time an expert all-to-all runs on its own stream beside compute kernels in
+  /// Megatron-Core's overlaps, the share that comes off the pass; the rest is the two slowing
+  /// each other (SMs, memory, the dispatcher's synchronisations). 0:
+  /// kMeasuredEpOverlapEfficiency (CostModel.hpp).
+  double epOverlapEfficiency = 0;
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).

@@ -55,6 +55,26 @@ double allToAllMs(const CollectiveLink& link, int ranks, double bytes);
 /// count is unknown. The layers' 1F1B A2A overlap and the simulator's F&B groups charge it.
 double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
 
+/// Of the time an expert all-to-all ran beside GEMM and attention kernels, the share that came
+/// off the step on H100 (Megatron-Core's EP overlap with HybridEP, BF16, Qwen3-30B-A3B on 16
+/// GPUs): Megatron-Bridge's Nsight A/B of that run (skills/nemo-mbridge-perf-moe-comm-overlap/
+/// SKILL.md at 067f987df03b) found 3,958.997 ms of communication beside compute and the union of
+/// GPU-active intervals down from 22.821 s to 21.221 s, 1.600 / 3.959 = 0.404. A GPU states its
+/// own as `ep_overlap_efficiency`; every GPU without one uses this measurement. It is charged
+/// where the cost model times Megatron-Core's overlaps (1F1B A2A, shared experts); the
+/// simulator's DualPipe F&B groups keep DeepSeek-V3's account (efficiency 1: the SMs alone).
+inline constexpr double kMeasuredEpOverlapEfficiency = 0.404;
+
+/// `gpu`'s ep_overlap_efficiency, or kMeasuredEpOverlapEfficiency.
+double epOverlapEfficiency(const GpuSpec& gpu);
+
+/// How long `computeMs` of compute takes beside `commMs` of an expert all-to-all on another
+/// stream that holds a share `smShare` of the SMs, where only a share `efficiency` of the time
+/// they run together comes off (epOverlapEfficiency): the longer of the collective, the compute
+/// on the SMs the collective leaves it (computeMs + smShare·commMs), and
+/// max(comm, compute) + (1 − efficiency)·min(comm, compute).
+double besideSpanMs(double commMs, double computeMs, double smShare, double efficiency);
+
 /// The all-to-all group of hierarchical context parallelism (`a2a+p2p`) as the cost model forms
 /// it for `shape` on `cluster`: the largest divisor C_a of C whose T·C_a GPUs share an NVLink
 /// domain and that divides each tensor rank's query and key/value heads (Megatron's
