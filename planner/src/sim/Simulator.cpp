@@ -315,8 +315,6 @@ class Simulation {
   double durationMs(const Op& op, std::int32_t idx) const;
   double commMs(const Op& op) const { return baseCommMs(op.kind, unitCosts(op)); }
   double startGroup(std::int32_t lead, std::int32_t size, double readyMs);
-  /// The share of device `d`'s SMs that collectives overlapped with compute hold (startGroup);
-  /// per device once, where the plan has F&B groups (finding a device's GPU scans the nodes).
   void prepareSwitches();
   void switchCopy(int device, double timeMs, bool starts);
   void rerateCopy(int device, double timeMs);
@@ -386,7 +384,9 @@ class Simulation {
   std::vector<std::vector<int>> m_devicesOn;
   std::vector<int> m_copyingGpus;
   std::vector<double> m_switchGpuGBps;  // per device: the per-GPU rate its solo time assumes
-  std::vector<double> m_commSmShare;    // per device: moeCommSmShare
+  // Per device, the share of its SMs that collectives overlapped with compute hold (startGroup;
+  // moeCommSmShare), found once where the plan has F&B groups (a device's GPU scans the nodes).
+  std::vector<double> m_commSmShare;
   std::vector<double> m_copyLeftMs, m_copyAtMs, m_copySpeed;
   std::vector<char> m_copyRunning;
 };
