@@ -15,7 +15,7 @@ header = "name,iterations,real_time,cpu_time,time_unit,bytes_per_second,items_pe
 for r in csv.reader(lines):
     name = r[0].split("/")[1].strip("\"")
     seconds = float(r[3]) / 1000.0  # CPU time: wall time doubles when other jobs share the 2 cores
-    # 405B's and DeepSeek-V3's (issue 26: a MoE search on 1,024 H100s) are 10 s, the rest 2 s.
+    # The targets: 10 s for 405B and for DeepSeek-V3 (issue 26: a MoE search on 1,024 H100s), 2 s for the rest.
     target = "<= 10 s" if "405b" in name or "deepseek" in name else "<= 2 s"
     print(f"| {name} | {int(float(r[-2]))} | {int(float(r[-1]))} | {seconds:.2f} | {target} |")
 '
