@@ -444,7 +444,7 @@ RowPredictor dispatchPredictor(const Json& row, const ClusterSpec& base) {
     const auto perNode = static_cast<double>(std::max<std::int64_t>(1, links.domainGpus));
     const double pairs = tokens * costparts::domainsHit(routing, std::ceil(ranks / perNode));
     const FlexBackend backend = flexBackendFromName(row["backend"].get<std::string>()).value_or(FlexBackend::DeepEp);
-    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, routing, bytes, backend);
+    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, routing, bytes, backend, row.value("sms", 0.0));
     if (p.iterationMs <= 0) {
       p.error = "no time for the call";
       return p;

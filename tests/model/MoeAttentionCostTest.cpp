@@ -301,6 +301,31 @@ TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainReached) {
   EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, 1024 * 2 * 2048.0 * 8 / 16 / 10e9 * 1000.0, 1e-12);
 }
 
+// HybridEP's SMs copy the tokens bound for other GPUs of a domain at 34.9 GB/s each (its H100
+// table, MoeCosts.cpp): on fast links (1,000 GB/s network) one SM sets the dispatch time,
+// 1,024·2 copies·7/8 of 2,048 bytes over 34.9 GB/s; four SMs leave it to NVLink. DeepEP's SMs
+// are not modelled.
+TEST(MoeCost, HybridEpOnFewSmsIsBoundByItsCopies) {
+  MoeShape s = smallMoe();
+  s.ep = 16;
+  s.experts = 16;
+  s.flexDispatcher = true;
+  s.flexBackend = FlexBackend::HybridEp;
+  CollectiveLinks l = links();
+  l.network = l.expert = CollectiveLink{1000, 0, true};
+  const double copies = 1024 * 2 * 2048.0 * 7.0 / 8.0;
+  const double nvlink = copies / 100e9 * 1000.0;
+  s.commSms = 1;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, copies / 34.9e9 * 1000.0, 1e-12);
+  s.commSms = 4;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink, 1e-12);
+  s.commSms = 0;  // no limit stated
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink, 1e-12);
+  s.commSms = 1;
+  s.flexBackend = FlexBackend::DeepEp;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink, 1e-12);
+}
+
 // Domains a token's experts lie in (the flex dispatcher's network pairs), by hand: without a
 // group limit d·(1 − (1 − 1/d)^k); one group per domain, g of G chosen: the domain's group with
 // probability g/G, then missed by each pick with probability 1 − 1/g; G/d groups per domain: the

@@ -462,6 +462,7 @@ costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
   shape.wgradOutputBytes = wgradOutputBytes;
   shape.flexDispatcher = k.ctx.parallel.moeFlexDispatcher;
   shape.flexBackend = k.ctx.parallel.moeFlexBackend;
+  shape.commSms = k.ctx.parallel.moeCommSmsOrDefault();
   shape.routerGroups = static_cast<double>(k.t.routerGroups);
   shape.routerGroupTopK = static_cast<double>(k.t.routerGroupTopK);
   return costparts::moeCosts(k.ctx.gpu, k.ctx.links, shape);

@@ -55,9 +55,11 @@ double domainsHit(const TokenRouting& routing, double domains);
 /// all-to-all; across domains a token crosses the network once per other domain it reaches
 /// (DeepEP), or HybridEP's network stage passes it once per domain it reaches, its own included,
 /// and every copy for another GPU of a domain crosses NVLink, the slower of the two setting the
-/// time (MoeCosts.cpp cites the libraries' published bandwidths).
+/// time (MoeCosts.cpp cites the libraries' published bandwidths). HybridEP's SMs copy the tokens
+/// bound for other GPUs of a domain at kHybridEpCopyGBpsPerSm each: with `sms` of them (0: no
+/// limit) that can set the time instead.
 double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens,
-                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend);
+                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend, double sms = 0);
 
 // --- GEMM kernels (GemmKernel.cpp) ---
 
@@ -168,6 +170,7 @@ struct MoeShape {
   bool flexDispatcher = false;                   ///< DeepEP/HybridEP: one copy per NVLink domain a token reaches
   double routerGroups = 0, routerGroupTopK = 0;  ///< group-limited routing (0: none)
   FlexBackend flexBackend = FlexBackend::DeepEp;
+  double commSms = 0;  ///< SMs the flex dispatcher runs on (Parallelism::moeCommSmsOrDefault; 0: no limit)
 };
 
 /// The routed part of a MoE layer on one GPU (router, permutation, grouped expert GEMMs, token

@@ -24,6 +24,15 @@ namespace {
 constexpr double kBf16 = 2.0;
 constexpr double kFp32 = 4.0;
 
+// HybridEP's copy rate per SM it is given: on H100 its 16-rank table (docs/README_Hybrid-EP.md,
+// branch hybrid-ep at 94a9f8f; 4,096 tokens of 7,168, top 8, BF16, Torch API) falls to 37.1 GB/s
+// (dispatch) and 42.5 (combine) at 4 SMs from 54.5 / 53.4 at 16. At 4 SMs, 2 nodes, the (token,
+// node) pairs it reports are 1.99 per token and the copies its SMs make for other GPUs of a node
+// 7 per token, so the SMs copied 37.1·7 / 1.99 / 4 = 32.6 and 37.3 GB/s each: 34.9, their mean.
+// Every other row of that table (32 and 64 ranks at 4 SMs, any count at 8) stays link-bound at
+// this rate, as measured (table ep-dispatch). DeepEP's SM scaling has no published H100 sweep.
+constexpr double kHybridEpCopyGBpsPerSm = 34.9;
+
 }  // namespace
 
 CommShare hiddenBeside(double commMs, double computeMs, double smShare, double efficiency) {
@@ -109,13 +118,20 @@ double domainsHit(const TokenRouting& routing, double domains) {
 //   top 8, uniform routing, BF16, through the Torch API) 54.5 / 47.4 / 41.2 GB/s at 16 / 32 / 64
 //   ranks against 45 for all pairs (90 / 60 / 51 for remote pairs only).
 double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens,
-                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend) {
+                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend, double sms) {
   if (ranks <= 1 || tokens <= 0) return 0.0;
   const std::int64_t perDomain =
       std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
+  // HybridEP's SMs copy every token bound for another GPU of a domain (its TMA stage): with few
+  // SMs that, not a link, sets the time (below).
+  const double smCopyMs = backend == FlexBackend::HybridEp && sms > 0
+                              ? tokens * routing.topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain)) /
+                                    (sms * kHybridEpCopyGBpsPerSm * 1e6)
+                              : 0.0;
   // Inside one domain it is the all-to-all on the group's link.
   if (perDomain >= ranks) {
-    return allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * routing.topK * bytesPerCopy);
+    return std::max(allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * routing.topK * bytesPerCopy),
+                    smCopyMs);
   }
   const double domains = std::ceil(static_cast<double>(ranks) / static_cast<double>(perDomain));
   const double hit = domainsHit(routing, domains);
@@ -129,7 +145,7 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
     const double perMs = link.bandwidthGBps * 1e6;
     return (perMs > 0 ? bytes / perMs : 0.0) + link.latencyUs / 1000.0;
   };
-  return std::max(part(links.expert, networkBytes), part(links.nvlink, nvlinkBytes));
+  return std::max({part(links.expert, networkBytes), part(links.nvlink, nvlinkBytes), smCopyMs});
 }
 
 MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s) {
@@ -190,7 +206,7 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
   const double a2a = s.flexDispatcher
                          ? flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
-                                          x * s.load, routing, kBf16 * h, s.flexBackend)
+                                          x * s.load, routing, kBf16 * h, s.flexBackend, s.commSms)
                          : allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep),
                                              static_cast<std::int64_t>(etp), sendBytes);
   double etpMs = 0;
