@@ -122,12 +122,11 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
   if (ranks <= 1 || tokens <= 0) return 0.0;
   const std::int64_t perDomain =
       std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
-  // HybridEP's SMs copy every token bound for another GPU of a domain (its TMA stage): with few
-  // SMs that, not a link, sets the time (below).
-  const double smCopyMs = backend == FlexBackend::HybridEp && sms > 0
-                              ? tokens * routing.topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain)) /
-                                    (sms * kHybridEpCopyGBpsPerSm * 1e6)
-                              : 0.0;
+  // Every copy bound for another GPU of a domain crosses NVLink; HybridEP's SMs make those
+  // copies (its TMA stage), and with few SMs that, not a link, sets the time.
+  const double nvlinkBytes = tokens * routing.topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
+  const double smCopyMs =
+      backend == FlexBackend::HybridEp && sms > 0 ? nvlinkBytes / (sms * kHybridEpCopyGBpsPerSm * 1e6) : 0.0;
   // Inside one domain it is the all-to-all on the group's link.
   if (perDomain >= ranks) {
     return std::max(allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * routing.topK * bytesPerCopy),
@@ -139,7 +138,6 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
   // hit / domains (every domain alike).
   const double pairs = backend == FlexBackend::HybridEp ? hit : hit * (1.0 - 1.0 / domains);
   const double networkBytes = tokens * pairs * bytesPerCopy;
-  const double nvlinkBytes = tokens * routing.topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
   auto part = [](const CollectiveLink& link, double bytes) {
     if (bytes <= 0) return 0.0;
     const double perMs = link.bandwidthGBps * 1e6;
