@@ -1,6 +1,9 @@
 #include "GpuIO.hpp"
 
+#include <algorithm>
+#include <array>
 #include <string>
+#include <string_view>
 
 #include "pipestudio/model/Limits.hpp"
 
@@ -37,6 +40,29 @@ bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, 
   }
   return true;
 }
+
+// The fields readGpuFields reads besides `name`: a cluster's GPU object and a catalogue entry
+// both take them, each with its own fields around them (gpuFieldsWith).
+constexpr std::array<std::string_view, 9> kSharedGpuFields{
+    "peak_tflops",           "memory_gib", "efficiency",     "attention_efficiency", "gemm_fill_k",
+    "memory_bandwidth_gbps", "sm_count",   "host_link_gbps", "ep_overlap_efficiency"};
+
+// `before`, the shared GPU fields, then `after`: the known fields of one kind of GPU object.
+template <std::size_t Before, std::size_t After>
+constexpr auto gpuFieldsWith(const std::array<std::string_view, Before>& before,
+                             const std::array<std::string_view, After>& after) {
+  std::array<std::string_view, Before + kSharedGpuFields.size() + After> all{};
+  auto at = std::copy(before.begin(), before.end(), all.begin());
+  at = std::copy(kSharedGpuFields.begin(), kSharedGpuFields.end(), at);
+  std::copy(after.begin(), after.end(), at);
+  return all;
+}
+
+constexpr auto kClusterGpuFields =
+    gpuFieldsWith(std::array<std::string_view, 2>{"model", "name"}, std::array<std::string_view, 0>{});
+constexpr auto kCatalogGpuFields =
+    gpuFieldsWith(std::array<std::string_view, 2>{"name", "aliases"},
+                  std::array<std::string_view, 3>{"nvlink_gbps", "nvlink_domain", "source"});
 
 // The fields a cluster's GPU object and a catalogue entry share, onto `g`.
 void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
@@ -109,9 +135,7 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
     return entry->gpu;
   }
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node,
-                  {"model", "name", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency", "gemm_fill_k",
-                   "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "ep_overlap_efficiency"});
+  r.rejectUnknown(node, kClusterGpuFields);
   GpuSpec g;
   if (auto model = r.string(node, "model", Presence::Optional)) {
     const CatalogGpu* entry = findCatalogGpu(*model);
@@ -130,9 +154,7 @@ std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkD
 
 std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"name", "aliases", "peak_tflops", "memory_gib", "efficiency", "attention_efficiency",
-                         "gemm_fill_k", "memory_bandwidth_gbps", "sm_count", "host_link_gbps", "ep_overlap_efficiency",
-                         "nvlink_gbps", "nvlink_domain", "source"});
+  r.rejectUnknown(node, kCatalogGpuFields);
   CatalogGpu c;
   readGpuFields(r, node, c.gpu);
   if (!complete(r, node, c.gpu)) return std::nullopt;
