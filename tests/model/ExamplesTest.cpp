@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,23 @@ std::vector<std::string> filesIn(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// The cluster a JSON text describes, read as a cluster file is; a text that does not parse or
+// read fails the test with the reader's message.
+std::optional<ClusterSpec> clusterFromText(const std::string& text) {
+  auto doc = parseJson(text, "<text>");
+  if (!doc) {
+    ADD_FAILURE() << doc.message();
+    return std::nullopt;
+  }
+  JsonReader r(*doc);
+  auto cluster = readCluster(r, r.root());
+  if (!cluster || !r.ok()) {
+    ADD_FAILURE() << r.toError().message;
+    return std::nullopt;
+  }
+  return cluster;
 }
 
 TEST(Examples, EveryResourceFileValidates) {
@@ -80,11 +98,8 @@ TEST(Examples, HostSwitchesRoundTrip) {
   ASSERT_TRUE(c) << c.message();
   c->hostSwitchGpus = 2;
   c->hostSwitchGBps = 55.5;
-  auto doc = parseJson(clusterToJson(*c).dump(), "<copy>");
-  ASSERT_TRUE(doc);
-  JsonReader r(*doc);
-  auto again = readCluster(r, r.root());
-  ASSERT_TRUE(again && r.ok()) << r.toError().message;
+  auto again = clusterFromText(clusterToJson(*c).dump());
+  ASSERT_TRUE(again);
   EXPECT_EQ(again->hostSwitchGpus, 2);
   EXPECT_DOUBLE_EQ(again->hostSwitchGBps, 55.5);
   EXPECT_EQ(clusterToJson(*again), clusterToJson(*c));
@@ -97,22 +112,15 @@ TEST(Examples, GemmFillRoundTrips) {
   ASSERT_TRUE(c) << c.message();
   c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Bf16)] = 71;
   c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Fp8)] = 341;
-  auto doc = parseJson(clusterToJson(*c).dump(), "<copy>");
-  ASSERT_TRUE(doc);
-  JsonReader r(*doc);
-  auto again = readCluster(r, r.root());
-  ASSERT_TRUE(again && r.ok()) << r.toError().message;
+  auto again = clusterFromText(clusterToJson(*c).dump());
+  ASSERT_TRUE(again);
   EXPECT_EQ(again->gpu.gemmFillK, c->gpu.gemmFillK);
   EXPECT_EQ(clusterToJson(*again), clusterToJson(*c));
 
-  auto own = parseJson(R"({"schema": "pipestudio.cluster/1", "name": "c",
+  auto c2 = clusterFromText(R"({"schema": "pipestudio.cluster/1", "name": "c",
     "gpu": {"name": "g", "peak_tflops": 100, "memory_gib": 40, "gemm_fill_k": 64},
-    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})",
-                       "<own>");
-  ASSERT_TRUE(own);
-  JsonReader r2(*own);
-  auto c2 = readCluster(r2, r2.root());
-  ASSERT_TRUE(c2 && r2.ok()) << r2.toError().message;
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})");
+  ASSERT_TRUE(c2);
   EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Bf16), 64);
   EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Fp16), 64);
   EXPECT_DOUBLE_EQ(c2->gpu.gemmFillKFor(Precision::Fp8), 0);
@@ -121,21 +129,14 @@ TEST(Examples, GemmFillRoundTrips) {
 // A GPU's ep_overlap_efficiency is read from its own fields and written back with the cluster;
 // a catalogue GPU has none (it uses the H100 measurement, CostModel.hpp).
 TEST(Examples, EpOverlapEfficiencyRoundTrips) {
-  auto own = parseJson(R"({"schema": "pipestudio.cluster/1", "name": "c",
+  auto c = clusterFromText(R"({"schema": "pipestudio.cluster/1", "name": "c",
     "gpu": {"model": "H100", "ep_overlap_efficiency": 0.75},
-    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})",
-                       "<own>");
-  ASSERT_TRUE(own);
-  JsonReader r(*own);
-  auto c = readCluster(r, r.root());
-  ASSERT_TRUE(c && r.ok()) << r.toError().message;
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})");
+  ASSERT_TRUE(c);
   EXPECT_DOUBLE_EQ(c->gpu.epOverlapEfficiency, 0.75);
   EXPECT_DOUBLE_EQ(epOverlapEfficiency(c->gpu), 0.75);
-  auto doc = parseJson(clusterToJson(*c).dump(), "<copy>");
-  ASSERT_TRUE(doc);
-  JsonReader r2(*doc);
-  auto again = readCluster(r2, r2.root());
-  ASSERT_TRUE(again && r2.ok()) << r2.toError().message;
+  auto again = clusterFromText(clusterToJson(*c).dump());
+  ASSERT_TRUE(again);
   EXPECT_DOUBLE_EQ(again->gpu.epOverlapEfficiency, 0.75);
 
   auto catalogue = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
