@@ -17,7 +17,7 @@ Status applyPair(bool yes, bool no, const char* flag, bool& value) {
 
 void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
   cmd->add_option("--precision", o.precision,
-                  "Weight-GEMM format bf16|fp16|fp8|mxfp8|nvfp4 (Transformer Engine recipes; default bf16)");
+                  "Weight-GEMM format bf16|fp16|fp8|fp8-block|mxfp8|nvfp4 (Transformer Engine recipes; default bf16)");
   cmd->add_flag("--overlap-grad-reduce", o.yesOverlapGradReduce,
                 "Reduce gradients bucket by bucket under the last backward passes (default)");
   cmd->add_flag("--no-overlap-grad-reduce", o.noOverlapGradReduce,

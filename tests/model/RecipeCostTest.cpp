@@ -83,6 +83,33 @@ TEST(RecipeCost, Fp8KeepsGemmInputsInFp8) {
   EXPECT_EQ(fp8.activationBytes, std::llround(29 * n * h + 4 * a * n));
 }
 
+// FP8 with 1×128 block scales (TE Float8BlockScaling, Megatron's --fp8-recipe blockwise) runs
+// its GEMMs on the fp8 tensor cores at fp8's rate; its casts scale each block locally, so no amax
+// pass: read the bf16 tensor (2) and write both layouts with an FP32 scale per 128 values
+// (2 × (1 + 4/128)) = 4.0625 bytes per value, against current scaling's 6. The GEMM inputs kept
+// for wgrad and the weight copies carry the scales too: 1 + 1/32 bytes per value.
+TEST(RecipeCost, Fp8BlockScalesLocallyAtTheFp8Rate) {
+  const LayerCosts fp8 = layerCosts(block(1024, 512, 16), context(Precision::Fp8));
+  const LayerCosts blk = layerCosts(block(1024, 512, 16), context(Precision::Fp8Block));
+  EXPECT_NEAR(fp8.forwardMs - blk.forwardMs, ms((6 - 4.0625) * n * 7 * h, 1e12), 1e-9);
+  EXPECT_NEAR(fp8.backwardInputMs - blk.backwardInputMs, ms((6 - 4.0625) * n * 9 * h, 1e12), 1e-9);
+  EXPECT_NEAR(blk.backwardWeightMs, fp8.backwardWeightMs, 1e-9);
+  // Saved in low precision: the inputs of QKV, the projection, FC1 (h each) and FC2 (4h).
+  EXPECT_EQ(blk.activationBytes, std::llround((29 + 7.0 / 32) * n * h + 4 * a * n));
+  EXPECT_EQ(blk.lowPrecisionWeightBytes, std::llround(2 * (1 + 1.0 / 32) * 12 * h * h));
+}
+
+// The names a recipe gives the block-scaled format (ours, Megatron-Bridge's "ss" for subchannel
+// scaling, Megatron's flag value) all read as fp8-block, and it writes back as fp8-block.
+TEST(RecipeCost, Fp8BlockIsReadUnderItsRecipeNames) {
+  for (const char* name : {"fp8-block", "fp8_ss", "fp8-ss", "fp8-blockwise"}) {
+    EXPECT_EQ(precisionFromName(name), Precision::Fp8Block) << name;
+  }
+  EXPECT_EQ(precisionName(Precision::Fp8Block), "fp8-block");
+  EXPECT_EQ(precisionFromName("fp8-block-128"), std::nullopt);
+  EXPECT_NE(precisionChoices().find("fp8-block"), std::string_view::npos);
+}
+
 // An fp8 recipe on a GPU without an fp8 peak would divide by zero: the cost model falls back to
 // bf16 (requests for it are refused before costing: PlannerRecipe tests).
 TEST(RecipeCost, APrecisionTheGpuLacksFallsBackToBf16) {
@@ -189,6 +216,15 @@ TEST(GpuCatalog, EntriesCarryTheirDatasheetFigures) {
   EXPECT_EQ(h100->gpu.name, "H100-SXM5-80GB");
   EXPECT_DOUBLE_EQ(h100->gpu.peakTflopsFor(Precision::Fp8), 2 * h100->gpu.peakTflopsFor(Precision::Bf16));
   EXPECT_EQ(h100->gpu.peakTflopsFor(Precision::Nvfp4), 0);
+  // fp8-block has no catalogue values of its own: it runs on the fp8 tensor cores at fp8's
+  // calibrated efficiency and fill; a GPU without fp8 has no fp8-block either.
+  EXPECT_DOUBLE_EQ(h100->gpu.peakTflopsFor(Precision::Fp8Block), h100->gpu.peakTflopsFor(Precision::Fp8));
+  EXPECT_DOUBLE_EQ(h100->gpu.efficiencyFor(Precision::Fp8Block), h100->gpu.efficiencyFor(Precision::Fp8));
+  EXPECT_NE(h100->gpu.efficiencyFor(Precision::Fp8Block), h100->gpu.efficiencyFor(Precision::Bf16));
+  EXPECT_DOUBLE_EQ(h100->gpu.gemmFillKFor(Precision::Fp8Block), h100->gpu.gemmFillKFor(Precision::Fp8));
+  const CatalogGpu* a100 = findCatalogGpu("A100");
+  ASSERT_NE(a100, nullptr);
+  EXPECT_EQ(a100->gpu.peakTflopsFor(Precision::Fp8Block), 0);
   const CatalogGpu* gb200 = findCatalogGpu("GB200");
   ASSERT_NE(gb200, nullptr);
   EXPECT_EQ(gb200->nvlinkDomain, 72);

@@ -340,6 +340,17 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
                           " --schedule 1f1b --devices 2 --microbatches 4 --precision fp8");
   EXPECT_EQ(a100.status, 1) << a100.out;
   EXPECT_NE(a100.out.find("--precision fp8"), std::string::npos) << a100.out;
+  // Block-scaled FP8 under Megatron-Bridge's name: recorded as fp8-block; refused where fp8 is.
+  const CliRun block = run("plan --model " + llama + " --cluster " + h100 +
+                           " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --precision fp8_ss --json");
+  ASSERT_EQ(block.status, 0) << block.out;
+  const auto blockDoc = pipestudio::parseJson(block.out, "<stdout>");
+  ASSERT_TRUE(blockDoc.hasValue()) << block.out;
+  EXPECT_EQ(blockDoc->root["config"]["precision"], "fp8-block");
+  const CliRun blockA100 = run("plan --model " + llama + " --cluster " + cluster +
+                               " --schedule 1f1b --devices 2 --microbatches 4 --precision fp8-block");
+  EXPECT_EQ(blockA100.status, 1) << blockA100.out;
+  EXPECT_NE(blockA100.out.find("--precision fp8-block"), std::string::npos) << blockA100.out;
   const CliRun both = run("plan --model " + llama + " --cluster " + h100 +
                           " --schedule 1f1b --devices 2 --microbatches 4 --tp-comm-overlap --no-tp-comm-overlap");
   EXPECT_EQ(both.status, 2) << both.out;

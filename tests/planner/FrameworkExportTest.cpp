@@ -221,6 +221,30 @@ TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
   EXPECT_NE(t.message().find("multi-token-prediction"), std::string::npos) << t.message();
 }
 
+// Each low-precision recipe as Megatron spells it (megatron/training/arguments.py, the recipes of
+// Megatron-Bridge's mixed_precision.py): block-scaled FP8 is hybrid E4M3/E5M2 with the blockwise
+// recipe (bf16_with_fp8_subchannel_scaling_mixed), not the per-tensor one.
+TEST(MegatronExport, EachFp8RecipeGetsItsOwnFlag) {
+  const std::map<Precision, std::pair<std::string, std::string>> expected{
+      {Precision::Fp8, {"hybrid", "tensorwise"}},
+      {Precision::Fp8Block, {"hybrid", "blockwise"}},
+      {Precision::Mxfp8, {"e4m3", "mxfp8"}},
+  };
+  for (const auto& [precision, flags] : expected) {
+    PlanRequest r = test::request(lm(4), test::freeCluster(8, 100, 1), "1f1b", 2, 4, 1);
+    r.cluster.gpu.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Fp8)] = 2 * r.cluster.gpu.peakTflops;
+    r.cluster.gpu.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Mxfp8)] = 2 * r.cluster.gpu.peakTflops;
+    r.config.precision = precision;
+    auto plan = makePlan(r);
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    auto m = megatronExport(*plan);
+    ASSERT_TRUE(m.hasValue()) << m.message();
+    EXPECT_EQ(argOf(*m, "--bf16"), "-") << precisionName(precision);
+    EXPECT_EQ(argOf(*m, "--fp8-format"), flags.first) << precisionName(precision);
+    EXPECT_EQ(argOf(*m, "--fp8-recipe"), flags.second) << precisionName(precision);
+  }
+}
+
 // GPT-OSS's attention in small: a head size apart from hidden / heads and a 64-token window on
 // every other layer (the first windowed): --kv-channels, --window-size 63,0 and
 // --window-attn-skip-freq 2. Windows Megatron cannot express are left out with a note.

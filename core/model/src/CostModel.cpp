@@ -68,11 +68,15 @@ PassTimes gemmPasses(const GpuSpec& gpu, Precision precision, const std::vector<
 // transpose). Per-tensor current scaling (TE Float8CurrentScaling, Megatron-Bridge's H100 FP8)
 // reads the tensor once more for its amax first, so a norm cannot fuse it; block-scaled
 // formats (MXFP8, NVFP4) scale locally and TE fuses their cast into the preceding norm, which
-// then writes the low-precision layouts instead of its bf16 output. Sources: Transformer Engine
-// docs, "Using FP8 with Transformer Engine" and the low-precision training recipes.
+// then writes the low-precision layouts instead of its bf16 output. FP8 with 1×128 blocks
+// (Float8BlockScaling) scales locally too, but Transformer Engine's norm has no fused path for
+// its quantizer (pytorch/csrc/extensions/normalization.cpp runs it UNFUSED): the norm writes
+// bf16 and the cast reads it once, with no amax pass. Sources: Transformer Engine docs, "Using FP8 with
+// Transformer Engine" and the low-precision training recipes.
 double castBytesPerValue(Precision precision, bool fusedWithNorm) {
   const double layouts = 2.0 * operandBytes(precision);
   if (precision == Precision::Fp8) return kBf16 + kBf16 + layouts;  // amax read, cast read, two writes
+  if (precision == Precision::Fp8Block) return kBf16 + layouts;     // cast read, two writes
   if (fusedWithNorm) return std::max(0.0, layouts - kBf16);
   return kBf16 + layouts;
 }

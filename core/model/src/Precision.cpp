@@ -10,6 +10,8 @@ std::string_view precisionName(Precision precision) {
       return "fp16";
     case Precision::Fp8:
       return "fp8";
+    case Precision::Fp8Block:
+      return "fp8-block";
     case Precision::Mxfp8:
       return "mxfp8";
     case Precision::Nvfp4:
@@ -24,10 +26,11 @@ std::optional<Precision> precisionFromName(std::string_view name) {
   }
   // Megatron-Bridge's recipe names for the same formats.
   if (name == "fp8-cs" || name == "fp8_cs") return Precision::Fp8;
+  if (name == "fp8_ss" || name == "fp8-ss" || name == "fp8-blockwise") return Precision::Fp8Block;
   if (name == "fp8_mx" || name == "fp8-mx") return Precision::Mxfp8;
   return std::nullopt;
 }
 
-std::string_view precisionChoices() { return "bf16|fp16|fp8|mxfp8|nvfp4"; }
+std::string_view precisionChoices() { return "bf16|fp16|fp8|fp8-block|mxfp8|nvfp4"; }
 
 }  // namespace pipestudio

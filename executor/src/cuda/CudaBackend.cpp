@@ -808,7 +808,8 @@ class CudaBackend final : public Backend {
     std::cerr << "pipestudio-exec: " << name(m_single ? pipestudio::Backend::CudaSingle : pipestudio::Backend::Cuda)
               << " on GPU " << gpu << " (" << m_deviceName << "), " << devices.size()
               << " device lane(s), reference GEMM " << referenceMs << " ms\n";
-    if (const Precision p = m_ctx.plan.config.precision; p == Precision::Mxfp8 || p == Precision::Nvfp4) {
+    if (const Precision p = m_ctx.plan.config.precision;
+        p == Precision::Fp8Block || p == Precision::Mxfp8 || p == Precision::Nvfp4) {
       std::cerr << "pipestudio-exec: note: the plan's " << precisionName(p)
                 << " recipe runs its block GEMMs as per-tensor FP8 (E4M3): the executor has no block-scaled GEMMs\n";
     }

@@ -515,7 +515,9 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
 // The plan's weight-GEMM format as Megatron-Bridge's precision recipes set it
 // (src/megatron/bridge/training/mixed_precision.py): bf16_mixed; FP8 with per-tensor current
 // scaling (bf16_with_fp8_current_scaling_mixed: hybrid E4M3/E5M2, recipe tensorwise), which the
-// cost model's fp8 is; MXFP8 (E4M3, recipe mxfp8); NVFP4 (E2M1, recipe nvfp4).
+// cost model's fp8 is; FP8 with 1×128 / 128×128 block scales
+// (bf16_with_fp8_subchannel_scaling_mixed: hybrid, recipe blockwise); MXFP8 (E4M3, recipe
+// mxfp8); NVFP4 (E2M1, recipe nvfp4).
 void addMegatronPrecisionFlags(Precision precision, MegatronFlags& f) {
   switch (precision) {
     case Precision::Fp16:
@@ -528,6 +530,11 @@ void addMegatronPrecisionFlags(Precision precision, MegatronFlags& f) {
       f.add("--bf16");
       f.add("--fp8-format", std::string("hybrid"));
       f.add("--fp8-recipe", std::string("tensorwise"));
+      return;
+    case Precision::Fp8Block:
+      f.add("--bf16");
+      f.add("--fp8-format", std::string("hybrid"));
+      f.add("--fp8-recipe", std::string("blockwise"));
       return;
     case Precision::Mxfp8:
       f.add("--bf16");

@@ -57,22 +57,28 @@ struct GpuSpec {
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).
+  /// A format without values of its own takes those of the tensor cores it runs on
+  /// (gemmRateFallback: fp8-block those of fp8).
   double peakTflopsFor(Precision precision) const {
     if (precision == Precision::Bf16) return peakTflops;
     const double p = peakTflopsByPrecision[static_cast<std::size_t>(precision)];
     if (p > 0) return p;
+    if (gemmRateFallback(precision) != precision) return peakTflopsFor(gemmRateFallback(precision));
     return precision == Precision::Fp16 ? peakTflops : 0.0;
   }
   double efficiencyFor(Precision precision) const {
     if (precision == Precision::Bf16) return efficiency;
     const double e = efficiencyByPrecision[static_cast<std::size_t>(precision)];
-    return e > 0 ? e : efficiency;
+    if (e > 0) return e;
+    if (gemmRateFallback(precision) != precision) return efficiencyFor(gemmRateFallback(precision));
+    return efficiency;
   }
   /// The GEMM fill of `precision`, in k steps (0: not modelled).
   double gemmFillKFor(Precision precision) const {
     const double v = gemmFillK[static_cast<std::size_t>(precision)];
-    if (v > 0 || precision != Precision::Fp16) return v;
-    return gemmFillK[static_cast<std::size_t>(Precision::Bf16)];
+    if (v > 0) return v;
+    if (gemmRateFallback(precision) != precision) return gemmFillKFor(gemmRateFallback(precision));
+    return precision == Precision::Fp16 ? gemmFillK[static_cast<std::size_t>(Precision::Bf16)] : 0.0;
   }
   /// Sustained FLOP/s of large GEMMs in `precision` (0: not supported).
   double gemmFlopsPerS(Precision precision) const { return peakTflopsFor(precision) * 1e12 * efficiencyFor(precision); }

@@ -6,6 +6,11 @@
 ///
 ///  - fp8: E4M3/E5M2 with per-tensor current scaling (TE's Float8CurrentScaling, the recipe of
 ///    Megatron-Bridge's H100 benchmarks); Hopper and later.
+///  - fp8-block: E4M3 with one FP32 scale per 1×128 values of an activation or gradient and per
+///    128×128 block of a weight (TE's Float8BlockScaling, Megatron's `--fp8-recipe blockwise`,
+///    Megatron-Bridge's "subchannel" recipe; DeepSeek-V3's training format, and what
+///    Megatron-Core's MoE guide recommends on Hopper). Its GEMMs run on the FP8 tensor cores
+///    (cuBLAS ≥ 12.9 applies the block scales); Hopper and later.
 ///  - mxfp8: E4M3 with one E8M0 scale per 32 values (OCP MX; TE's MXFP8BlockScaling);
 ///    Blackwell and later.
 ///  - nvfp4: E2M1 with one E4M3 scale per 16 values and a per-tensor scale (TE's NVFP4BlockScaling,
@@ -18,29 +23,38 @@
 
 namespace pipestudio {
 
-enum class Precision : std::uint8_t { Bf16, Fp16, Fp8, Mxfp8, Nvfp4 };
-inline constexpr int kPrecisionCount = 5;
-inline constexpr std::array<Precision, kPrecisionCount> kPrecisions{Precision::Bf16, Precision::Fp16, Precision::Fp8,
-                                                                    Precision::Mxfp8, Precision::Nvfp4};
+enum class Precision : std::uint8_t { Bf16, Fp16, Fp8, Mxfp8, Nvfp4, Fp8Block };
+inline constexpr int kPrecisionCount = 6;
+inline constexpr std::array<Precision, kPrecisionCount> kPrecisions{
+    Precision::Bf16, Precision::Fp16, Precision::Fp8, Precision::Fp8Block, Precision::Mxfp8, Precision::Nvfp4};
 
 std::string_view precisionName(Precision precision);
-/// bf16, fp16, fp8, mxfp8, nvfp4 (also fp8-cs / fp8_cs, as Megatron-Bridge spells its recipe).
+/// bf16, fp16, fp8, fp8-block, mxfp8, nvfp4 (also fp8-cs / fp8_cs, fp8-ss / fp8_ss and fp8_mx, as
+/// Megatron-Bridge spells its recipes, and fp8-blockwise as Megatron's flag does).
 std::optional<Precision> precisionFromName(std::string_view name);
-/// "bf16|fp16|fp8|mxfp8|nvfp4": the choices, for messages and help texts.
+/// "bf16|fp16|fp8|fp8-block|mxfp8|nvfp4": the choices, for messages and help texts.
 std::string_view precisionChoices();
 
 /// Whether the weight GEMMs run in a format narrower than 16 bits (the casts and copies of
 /// Transformer Engine's low-precision recipes apply).
 constexpr bool isLowPrecision(Precision p) {
-  return p == Precision::Fp8 || p == Precision::Mxfp8 || p == Precision::Nvfp4;
+  return p == Precision::Fp8 || p == Precision::Fp8Block || p == Precision::Mxfp8 || p == Precision::Nvfp4;
 }
 
-/// Bytes per value of a GEMM operand held in `p`, block scales included (mxfp8: 1 + 1/32;
-/// nvfp4: 1/2 + 1/16).
+/// The precision whose tensor-core peak, calibrated efficiency and GEMM fill a GEMM in `p` runs at
+/// when the GPU states none of its own: fp8-block runs on the FP8 tensor cores (its block scales
+/// are applied in the epilogue of each k block), so it takes fp8's values.
+constexpr Precision gemmRateFallback(Precision p) { return p == Precision::Fp8Block ? Precision::Fp8 : p; }
+
+/// Bytes per value of a GEMM operand held in `p`, block scales included (fp8-block: 1 + 4/128, an
+/// FP32 scale per 128 values of an activation; a weight's 128×128 blocks cost less, not counted
+/// apart; mxfp8: 1 + 1/32; nvfp4: 1/2 + 1/16).
 constexpr double operandBytes(Precision p) {
   switch (p) {
     case Precision::Fp8:
       return 1.0;
+    case Precision::Fp8Block:
+      return 1.0 + 4.0 / 128.0;
     case Precision::Mxfp8:
       return 1.0 + 1.0 / 32.0;
     case Precision::Nvfp4:
