@@ -660,8 +660,12 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
         entries.push_back(
             {id, gpu, name, "", row["measured_gbps"].get<double>(), dispatchPredictor(row, base), 0, "", false});
       } else if (table.value("kind", std::string()) == "recipes") {
-        // One efficiency per (GPU type, precision): "H100" is bf16's, "H100/fp8" fp8's.
-        const std::string precision = row["precision"].get<std::string>();
+        // One efficiency per (GPU type, precision): "H100" is bf16's, "H100/fp8" fp8's; a format
+        // that runs on another's tensor cores takes that one's (fp8-block: fp8's, as the cost
+        // model's GpuSpec::efficiencyFor does).
+        const std::string stated = row["precision"].get<std::string>();
+        const auto parsed = precisionFromName(stated);
+        const std::string precision = parsed ? std::string(precisionName(gemmRateFallback(*parsed))) : stated;
         const std::string key = precision == "bf16" ? gpu : std::string(gpu).append("/").append(precision);
         Entry e{id,
                 key,
