@@ -41,7 +41,8 @@ CostContext context(Precision p = Precision::Bf16, int tp = 1, std::int64_t b = 
   return c;
 }
 
-constexpr double h = 1024, s = 512, a = 16, b = 2, n = s * b;
+// The block's shape in the formulas below (hidden, sequence, heads, microbatch, tokens).
+const double h = 1024, s = 512, a = 16, b = 2, n = s * b;
 
 double ms(double amount, double perS) { return amount / perS * 1000.0; }
 
