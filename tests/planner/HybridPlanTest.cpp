@@ -250,5 +250,50 @@ TEST(HybridPlan, ConfigureIsDeterministic) {
   }
 }
 
+// The configurator profiles a candidate's schedule only when the candidate's estimate without
+// the schedule's idle time reaches the top of the screening queue. That must not change what it
+// screens, ranks or rejects: the same searches with every candidate profiled as it is
+// enumerated (the greedy bidirectional schedules included, and a cluster where families fail on
+// their activations, so the rejections' memory reasons are exercised).
+TEST(HybridPlan, LazyProfilesRankAndRejectAsProfilingEveryCandidate) {
+  const std::pair<const char*, const char*> cases[] = {{"llama3-8b.json", "h100-4x8-ib.json"},
+                                                       {"cascaded-sd.json", "workstation-2gpu.json"},
+                                                       {"mixtral-8x7b.json", "h100-8x8-ib.json"}};
+  bool anyMemoryRejection = false;
+  for (const auto& [modelFile, clusterFile] : cases) {
+    PlanRequest r = request(modelFile, clusterFile);
+    ConfigureOptions options;
+    options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v", "v-half"};
+    options.keep = 8;
+    auto lazy = configure(r.model, r.cluster, options);
+    options.lazyProfiles = false;
+    auto eager = configure(r.model, r.cluster, options);
+    ASSERT_TRUE(lazy.hasValue()) << lazy.message();
+    ASSERT_TRUE(eager.hasValue()) << eager.message();
+    EXPECT_EQ(lazy->evaluated, eager->evaluated) << modelFile;
+    EXPECT_EQ(lazy->simulatedInFull, eager->simulatedInFull) << modelFile;
+    EXPECT_EQ(lazy->enumerated, eager->enumerated) << modelFile;
+    EXPECT_EQ(lazy->prunedByMemory + lazy->boundedOut, eager->prunedByMemory + eager->boundedOut) << modelFile;
+    EXPECT_LE(lazy->prunedByMemory, eager->prunedByMemory) << modelFile;
+    ASSERT_EQ(lazy->feasible.size(), eager->feasible.size()) << modelFile;
+    for (std::size_t i = 0; i < lazy->feasible.size(); ++i) {
+      EXPECT_EQ(planToJson(Plan{lazy->feasible[i].config, {}, {}, {}, {}, {}, {}})["config"],
+                planToJson(Plan{eager->feasible[i].config, {}, {}, {}, {}, {}, {}})["config"])
+          << modelFile << " #" << i;
+      EXPECT_DOUBLE_EQ(lazy->feasible[i].iterationMs, eager->feasible[i].iterationMs) << modelFile << " #" << i;
+    }
+    ASSERT_EQ(lazy->rejected.size(), eager->rejected.size()) << modelFile;
+    for (std::size_t i = 0; i < lazy->rejected.size(); ++i) {
+      const ConfigRejection& a = lazy->rejected[i];
+      const ConfigRejection& b = eager->rejected[i];
+      EXPECT_EQ(std::tie(a.pipelineDegree, a.dataParallel, a.schedule, a.reason),
+                std::tie(b.pipelineDegree, b.dataParallel, b.schedule, b.reason))
+          << modelFile;
+      anyMemoryRejection = anyMemoryRejection || a.reason.find("in-flight microbatches") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(anyMemoryRejection) << "no family was rejected on its activations: the test does not reach that path";
+}
+
 }  // namespace
 }  // namespace pipestudio

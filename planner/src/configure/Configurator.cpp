@@ -15,6 +15,10 @@
 // first, until the next estimate falls 1 % below the `keep`-th simulated throughput (or the
 // simulation budget is spent): uneven stages and transfers only lengthen a uniform schedule, so
 // the estimates are optimistic and the top of the list is what the simulator ranks first.
+// Profiles are made lazily: a candidate whose profile is not cached yet is first ranked without
+// its idle time (more optimistic still) and profiled only when it reaches the top of the queue,
+// so the screening order, and the candidates screened, are those of profiling every candidate
+// first; most candidates of a large search never reach the top and are never profiled.
 #include "pipestudio/planner/Configurator.hpp"
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <queue>
 #include <tuple>
 
 #include "configure/LayoutChoices.hpp"
@@ -102,6 +107,8 @@ struct Candidate {
   PlanConfig config;
   std::int64_t samplesPerMicrobatch = 1;
   double throughputEstimate = 0;  // samples/s from the uniform-stage profile (optimistic)
+  bool profiled = true;           // false: the estimate leaves out the schedule's idle time
+  std::size_t index = 0;          // its place in the enumeration (which family reason came first)
   // Deterministic order among equal bounds: the config's degrees and names.
   std::tuple<int, int, int, int, int, std::int64_t, const std::string&, int, int, int> key() const {
     const Parallelism& p = config.parallel;
@@ -124,6 +131,7 @@ struct Family {
   bool anyFeasible = false;
   bool anyUndecided = false;  // bounded out: never simulated, so not known to fail
   std::string reason;
+  std::pair<int, std::size_t> reasonRank{0, 0};  // (phase, sequence) of the reason kept
 };
 
 class Search {
@@ -140,15 +148,29 @@ class Search {
     double inflightMicrobatches = 0;  // on the fullest device
     double idleStagePasses = 0;       // idle beyond the busiest device's work, in units of one stage's F+B+W
   };
-  const Profile& uniformProfile(const ScheduleGenerator& g, int p, int chunks, int m, double f, double b, double w,
-                                double transferPasses);
+  /// Schedule, depth, chunks, profiled microbatches, F and B in tenths, transfer in quarters.
+  using ProfileKey = std::tuple<std::string, int, int, int, int, int, int>;
+  ProfileKey profileKey(const ScheduleGenerator& g, const Candidate& cand, const CostSummary& s) const;
+  const Profile& uniformProfile(const ProfileKey& key);
   void note(int p, int d, const std::string& schedule, const std::string& reason);
-  /// As note, building the reason only for the family's first: the bound prunes millions of
-  /// candidates of a few families, and formatting every reason took a tenth of a large search.
+  /// As note, building the reason only when it is the family's first: the bound prunes millions
+  /// of candidates of a few families, and formatting every reason took a tenth of a large search.
+  /// "First" is in the order of a search that bounds every candidate as it is enumerated and
+  /// then screens: enumeration-phase reasons by their place in the enumeration (a candidate's
+  /// memory bound made later, when it is profiled, keeps its candidate's place), then the
+  /// screenings' and simulations' reasons in time.
   template <typename MakeReason>
   void noteLazily(int p, int d, const std::string& schedule, MakeReason&& makeReason) {
+    noteRanked(p, d, schedule, {m_enumerating ? 0 : 1, ++m_sequence}, std::forward<MakeReason>(makeReason));
+  }
+  template <typename MakeReason>
+  void noteRanked(int p, int d, const std::string& schedule, std::pair<int, std::size_t> rank,
+                  MakeReason&& makeReason) {
     Family& f = family(p, d, schedule);
-    if (f.reason.empty()) f.reason = makeReason();
+    if (f.reason.empty() || rank < f.reasonRank) {
+      f.reason = makeReason();
+      f.reasonRank = rank;
+    }
   }
   Family& family(int p, int d, const std::string& schedule);
   std::vector<std::string> scheduleNames() const;
@@ -195,11 +217,15 @@ class Search {
   Candidate candidate(const Point& pt, const std::string& schedule, int chunks, const std::string& partition,
                       std::int64_t globalBatch, const ModelShape& shape) const;
   int zeroStage(const Parallelism& par) const;
+  double staticLowerBound(const Candidate& cand, const CostSummary& s) const;
+  double usableBytes() const;
   bool bound(Candidate& cand, std::int64_t globalBatch, Configuration& out);
+  bool profileAndBound(Candidate& cand, std::int64_t globalBatch, Configuration& out);
+  Status settleUnprofiled(std::vector<Candidate>& viable, Configuration& out);
   double throughputEstimate(const Candidate& cand, const CostSummary& s, const Profile& profile,
                             std::int64_t globalBatch) const;
   std::size_t keepCount() const { return static_cast<std::size_t>(std::max(1, m_options.keep)); }
-  Expected<std::vector<Screened>> screenAll(const std::vector<Candidate>& viable, Configuration& out);
+  Expected<std::vector<Screened>> screenAll(std::vector<Candidate>& viable, Configuration& out);
   Status simulateInFull(const std::vector<Screened>& screened, Configuration& out);
 
   const ModelSpec& m_model;
@@ -207,8 +233,11 @@ class Search {
   const ConfigureOptions& m_options;
   const SolveControl& m_control;
   std::map<std::tuple<int, int, int, int, int, int, bool, std::int64_t, int, int, double>, CostSummary> m_summaries;
-  std::map<std::tuple<std::string, int, int, int, int, int, int>, Profile> m_profiles;
+  std::map<ProfileKey, Profile> m_profiles;
   std::map<std::tuple<int, int, std::string>, Family> m_families;
+  bool m_enumerating = true;
+  std::size_t m_sequence = 0;             // enumeration places and note order
+  std::vector<std::size_t> m_unprofiled;  // bounded out before they were profiled (screenAll)
 };
 
 bool Search::allFlash() const {
@@ -283,21 +312,32 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
 // transfers): how many microbatches its fullest device keeps in flight, and how long devices
 // idle beyond the busiest one's work. Fill and drain do not grow with the microbatch count past
 // the pipeline depth, so m is capped at p (or the next count the schedule accepts).
-const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p, int chunks, int m, double f, double b,
-                                              double w, double transferPasses) {
+Search::ProfileKey Search::profileKey(const ScheduleGenerator& g, const Candidate& cand, const CostSummary& s) const {
+  const PlanConfig& cfg = cand.config;
+  const int p = cfg.devices;
+  const int chunks = cfg.chunksPerDevice;
+  const int m = cfg.microbatches;
+  const double stageMs = s.trainableWorkMs * g.pipelines() / (static_cast<double>(p) * chunks);
+  const double transferMs = p > 1 ? stageSendMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
+  const double transferPasses = stageMs > 0 ? transferMs / stageMs : 0.0;
   // F:B:W proportions in tenths and the transfer in quarters of a stage's F+B+W (capped):
   // a handful of profiles per schedule and depth.
-  const double sum = std::max(1e-12, f + b + w);
-  const int fk = static_cast<int>(std::lround(10.0 * f / sum));
-  const int bk = static_cast<int>(std::lround(10.0 * b / sum));
+  const double sum = std::max(1e-12, s.forwardMs + s.backwardInputMs + s.backwardWeightMs);
+  const int fk = static_cast<int>(std::lround(10.0 * s.forwardMs / sum));
+  const int bk = static_cast<int>(std::lround(10.0 * s.backwardInputMs / sum));
   // Rounded down so the estimate stays optimistic (screening ranks the candidates exactly).
   const int tk = static_cast<int>(std::floor(4.0 * std::min(transferPasses, 5.0)));
   int mp = std::min(m, 2 * p);
   while (mp < m && !g.validate({p, mp, chunks})) ++mp;
-  const auto key = std::make_tuple(std::string(g.name()), p, chunks, mp, fk, bk, tk);
+  return {std::string(g.name()), p, chunks, mp, fk, bk, tk};
+}
+
+const Search::Profile& Search::uniformProfile(const ProfileKey& key) {
   if (auto it = m_profiles.find(key); it != m_profiles.end()) return it->second;
+  const auto& [name, p, chunks, mp, fk, bk, tk] = key;
+  const ScheduleGenerator& g = *findScheduleGenerator(name);
   Profile profile;
-  profile.inflightMicrobatches = std::min(m, p);  // 1F1B's count if the schedule cannot be built
+  profile.inflightMicrobatches = std::min(mp, p);  // 1F1B's count if the schedule cannot be built
   const int pipelines = g.pipelines();
   const int layers = std::max(1, p * chunks / pipelines);
   constexpr std::int64_t kActivation = 1000;
@@ -326,7 +366,7 @@ const Search::Profile& Search::uniformProfile(const ScheduleGenerator& g, int p,
   r.cluster.nodes.push_back(NodeSpec{"n", p, std::nullopt, std::nullopt});
   r.cluster.intraNode = LinkSpec{1e9, 1000.0 * (fu + bu + wu) * tk / 4.0};
   r.cluster.interNode = r.cluster.intraNode;
-  r.config.schedule = std::string(g.name());
+  r.config.schedule = name;
   r.config.devices = p;
   r.config.microbatches = mp;
   r.config.chunksPerDevice = chunks;
@@ -542,6 +582,7 @@ void Search::enumerateSchedule(Sink& sink, const Point& pt, const std::string& s
       }
       ++sink.enumerated;
       Candidate cand = candidate(pt, schedule, chunks, partition, sink.globalBatch, shape);
+      cand.index = ++m_sequence;
       if (bound(cand, sink.globalBatch, sink.out)) sink.viable.push_back(std::move(cand));
     }
   }
@@ -583,46 +624,70 @@ int Search::zeroStage(const Parallelism& par) const {
 
 // --- bound --- A candidate whose memory lower bounds fit gets its throughput estimate (true);
 // one that cannot fit is counted and its family noted (false).
-bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out) {
-  const PlanConfig& cfg = cand.config;
-  const Parallelism& par = cfg.parallel;
-  const CostSummary& s = summary(par, cand.samplesPerMicrobatch);
-  const int P = cfg.devices;
-  const int D = par.data;
-  const int expertDp = static_cast<int>(par.expertData());
-  const GpuSpec& gpu = m_cluster.gpu;
+
+// Parameters, gradients, optimizer state and low-precision weight copies per GPU, on average:
+// the fullest GPU holds at least that.
+double Search::staticLowerBound(const Candidate& cand, const CostSummary& s) const {
+  const Parallelism& par = cand.config.parallel;
   const int zero = zeroStage(par);
-  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, D, par.gradReduceInFp32);
-  const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, par.gradReduceInFp32);
+  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, par.data, par.gradReduceInFp32);
+  const StaticBytesPerParameter expert =
+      staticBytesPerParameter(zero, static_cast<int>(par.expertData()), par.gradReduceInFp32);
   // Bidirectional schedules hold the model twice.
-  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+  const ScheduleGenerator* g = findScheduleGenerator(cand.config.schedule);
   const double copies = g ? g->pipelines() : 1;
   const double lowPrecision = zero >= 3 ? 0.0 : s.lowPrecisionBytes;  // ZeRO-3 holds them only while gathered
-  const double staticLb =
-      copies * (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) /
-      P;
-  const auto capacity = static_cast<double>(gpu.memoryBytes() - memoryMarginBytes(gpu));
+  return copies *
+         (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) /
+         cand.config.devices;
+}
+
+double Search::usableBytes() const {
+  return static_cast<double>(m_cluster.gpu.memoryBytes() - memoryMarginBytes(m_cluster.gpu));
+}
+
+// The static-memory bound, and the candidate's estimate: with its schedule's profile when that
+// is cached (or the candidate has no generator), else without the idle time until it is
+// profiled (profileAndBound, when it reaches the top of the screening queue). False: pruned.
+bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out) {
+  const PlanConfig& cfg = cand.config;
+  const CostSummary& s = summary(cfg.parallel, cand.samplesPerMicrobatch);
+  const double staticLb = staticLowerBound(cand, s);
+  const double capacity = usableBytes();
   if (staticLb > capacity) {
     ++out.prunedByMemory;
-    noteLazily(P, D, cfg.schedule, [&] {
+    noteRanked(cfg.devices, cfg.parallel.data, cfg.schedule, {0, cand.index}, [&] {
       return "does not fit in memory: parameters, gradients and optimizer state alone need at least " +
              formatBytes(staticLb) + " per GPU of " + formatBytes(capacity) + " usable";
     });
     return false;
   }
+  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+  if (g && m_options.lazyProfiles && m_profiles.count(profileKey(*g, cand, s)) == 0) {
+    cand.profiled = false;
+    cand.throughputEstimate = throughputEstimate(cand, s, Profile{}, globalBatch);
+    return true;
+  }
+  return profileAndBound(cand, globalBatch, out);
+}
+
+// The uniform-stage profile's activation estimate (pruned past 1.25× the GPU) and estimate.
+bool Search::profileAndBound(Candidate& cand, std::int64_t globalBatch, Configuration& out) {
+  const PlanConfig& cfg = cand.config;
+  const CostSummary& s = summary(cfg.parallel, cand.samplesPerMicrobatch);
+  const int P = cfg.devices;
   Profile profile;
   profile.inflightMicrobatches = P;
-  if (g) {
-    const double stageMs = s.trainableWorkMs * g->pipelines() / (static_cast<double>(P) * cfg.chunksPerDevice);
-    const double transferMs = P > 1 ? stageSendMs(m_cluster, cfg, 0, 1, s.outputBytes) : 0.0;
-    profile = uniformProfile(*g, P, cfg.chunksPerDevice, cfg.microbatches, s.forwardMs, s.backwardInputMs,
-                             s.backwardWeightMs, stageMs > 0 ? transferMs / stageMs : 0.0);
-  }
+  if (const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule))
+    profile = uniformProfile(profileKey(*g, cand, s));
+  cand.profiled = true;
+  const double staticLb = staticLowerBound(cand, s);
+  const double capacity = usableBytes();
   const double inflight = profile.inflightMicrobatches;
   const double activationEstimate = inflight * s.activationBytes / P;
   if (staticLb + activationEstimate > 1.25 * capacity) {
     ++out.prunedByMemory;
-    noteLazily(P, D, cfg.schedule, [&] {
+    noteRanked(P, cfg.parallel.data, cfg.schedule, {0, cand.index}, [&] {
       return "does not fit in memory: about " + formatBytes(staticLb + activationEstimate) + " per GPU (" +
              formatBytes(activationEstimate) + " of activations for " +
              std::to_string(static_cast<int>(std::lround(inflight))) + " in-flight microbatches) of " +
@@ -673,27 +738,41 @@ double Search::throughputEstimate(const Candidate& cand, const CostSummary& s, c
 // itself, so the iteration time and each device's peak grow by the same amount per
 // microbatch (gpipe's peak keeps growing; 1F1B's stays). The ranked list is then simulated in
 // full, screened-best first; only plans simulated in full are returned.
-Expected<std::vector<Search::Screened>> Search::screenAll(const std::vector<Candidate>& viable, Configuration& out) {
+Expected<std::vector<Search::Screened>> Search::screenAll(std::vector<Candidate>& viable, Configuration& out) {
   const std::size_t keep = keepCount();
   // The budget counts screenings that fit: a run of candidates the memory bound let through
   // but the screening refuses must not end the search before a fitting one is seen. A hard cap
   // of ten times that many screenings keeps the time bounded by work.
   const int budget = std::max(static_cast<int>(keep), m_options.maxSimulations);
+  // Best estimate on top, ties in the configurations' order. An unprofiled candidate's estimate
+  // is at least its profiled one, so when a profiled candidate is on top no other can overtake
+  // it: the order is that of ranking every candidate profiled.
+  auto below = [&viable](std::size_t a, std::size_t b) {
+    const Candidate& x = viable[a];
+    const Candidate& y = viable[b];
+    if (x.throughputEstimate != y.throughputEstimate) return x.throughputEstimate < y.throughputEstimate;
+    if (x.key() != y.key()) return y.key() < x.key();
+    return y.index < x.index;  // settings key() leaves out (CP's exchange, ETP, partition): enumeration order
+  };
+  std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(below)> queue(below);
+  for (std::size_t i = 0; i < viable.size(); ++i) queue.push(i);
   std::vector<Screened> screened;
-  for (std::size_t i = 0; i < viable.size(); ++i) {
+  std::size_t taken = 0;
+  while (!queue.empty()) {
     if (m_control.cancelled()) return Error::cancelled();
-    if (m_control.progress) m_control.progress(0.3 + 0.5 * static_cast<double>(i) / static_cast<double>(viable.size()));
-    const Candidate& cand = viable[i];
+    if (m_control.progress)
+      m_control.progress(0.3 + 0.5 * static_cast<double>(taken) / static_cast<double>(viable.size()));
+    const std::size_t i = queue.top();
+    Candidate& cand = viable[i];
     const bool settled =
         screened.size() >= keep && cand.throughputEstimate < (1.0 - kEstimateMargin) * screened[keep - 1].throughput;
-    if (settled || static_cast<int>(screened.size()) >= budget || out.evaluated >= 10 * budget) {
-      out.boundedOut = static_cast<int>(viable.size() - i);
-      for (std::size_t k = i; k < viable.size(); ++k) {
-        const PlanConfig& cfg = viable[k].config;
-        m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}].anyUndecided = true;
-      }
-      break;
+    if (settled || static_cast<int>(screened.size()) >= budget || out.evaluated >= 10 * budget) break;
+    queue.pop();
+    if (!cand.profiled) {
+      if (profileAndBound(cand, out.globalBatch, out)) queue.push(i);
+      continue;
     }
+    ++taken;
     ++out.evaluated;
     auto sc = screen(cand);
     if (!sc) {
@@ -705,7 +784,40 @@ Expected<std::vector<Search::Screened>> Search::screenAll(const std::vector<Cand
                                [](double t, const Screened& x) { return t > x.throughput; });
     screened.insert(at, std::move(*sc));
   }
+  // Bounded out: never screened, so not known to fail. One not profiled yet may still be one
+  // the memory bound rejects; settleUnprofiled decides that where its family's fate hangs on it.
+  for (; !queue.empty(); queue.pop()) {
+    const Candidate& cand = viable[queue.top()];
+    if (!cand.profiled) {
+      m_unprofiled.push_back(queue.top());
+      continue;
+    }
+    ++out.boundedOut;
+    const PlanConfig& cfg = cand.config;
+    m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}].anyUndecided = true;
+  }
   return screened;
+}
+
+// The bounded-out candidates never profiled: where their family has no plan and nothing else
+// undecided, profile them (in enumeration order) until one passes the memory bound, which
+// leaves the family undecided; if none does, the family is rejected for memory as when every
+// candidate was profiled. Elsewhere they count as bounded out without a profile.
+Status Search::settleUnprofiled(std::vector<Candidate>& viable, Configuration& out) {
+  std::sort(m_unprofiled.begin(), m_unprofiled.end(),
+            [&viable](std::size_t a, std::size_t b) { return viable[a].index < viable[b].index; });
+  for (std::size_t i : m_unprofiled) {
+    if (m_control.cancelled()) return Error::cancelled();
+    Candidate& cand = viable[i];
+    const PlanConfig& cfg = cand.config;
+    Family& f = m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}];
+    if (f.anyFeasible || f.anyUndecided || profileAndBound(cand, out.globalBatch, out)) {
+      ++out.boundedOut;
+      f.anyUndecided = true;
+    }
+  }
+  m_unprofiled.clear();
+  return {};
 }
 
 ConfigCandidate rankedCandidate(const Plan& plan) {
@@ -767,17 +879,15 @@ Expected<Configuration> Search::run() {
 
   Sink sink{globalBatch, out, {}, 0, false};
   enumerate(sink, modelShape());
+  m_enumerating = false;
   if (sink.cancelled) return Error::cancelled();
   out.enumerated = static_cast<int>(sink.enumerated);
   std::vector<Candidate>& viable = sink.viable;
-  std::sort(viable.begin(), viable.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.throughputEstimate != b.throughputEstimate) return a.throughputEstimate > b.throughputEstimate;
-    return a.key() < b.key();
-  });
 
   auto screened = screenAll(viable, out);
   if (!screened) return screened.error();
   if (auto st = simulateInFull(*screened, out); !st) return st.error();
+  if (auto st = settleUnprofiled(viable, out); !st) return st.error();
   for (auto& [key, f] : m_families) {
     if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty())
       out.rejected.push_back({f.p, f.d, f.schedule, f.reason});

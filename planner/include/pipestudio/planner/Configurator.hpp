@@ -46,6 +46,11 @@ struct ConfigureOptions {
   int keep = 25;
   /// At most this many plans are simulated (time budget by work, never by the clock).
   int maxSimulations = 200;
+  /// Profile a candidate's schedule only when its estimate without the schedule's idle time
+  /// reaches the top of the screening queue (true), or every candidate as it is enumerated
+  /// (false: the same ranking and rejected families, slower; the pruned and bounded-out counts
+  /// differ, as unprofiled candidates count as bounded out).
+  bool lazyProfiles = true;
   /// What every candidate shares and the search never changes: the precision, the overlap
   /// settings and the gradient reduction type (issue 25), and the details of a recomputation
   /// mode (recompute_num_layers with full, recompute_modules with selective).
