@@ -3,6 +3,10 @@
 // around the pipeline (gradient synchronisation, optimizer, steady state), the configurator.
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -218,7 +222,7 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
 // Issue 13: configure returns feasible, ranked configurations for every bundled model on a
 // cluster large enough to hold it, and the same request ranks the same way every time.
 TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
-  const std::pair<const char*, const char*> cases[] = {
+  const std::vector<std::pair<const char*, const char*>> cases = {
       {"llama2-70b.json", "h100-4x8-ib.json"},        {"llama3-8b.json", "h100-8x8-ib.json"},
       {"llama3-70b.json", "h100-8x8-ib.json"},        {"mixtral-8x7b.json", "h100-8x8-ib.json"},
       {"deepseek-v3-moe.json", "h100-128x8-ib.json"}, {"gpt3-175b.json", "h100-8x8-ib.json"}};
@@ -256,9 +260,9 @@ TEST(HybridPlan, ConfigureIsDeterministic) {
 // enumerated (the greedy bidirectional schedules included, and a cluster where families fail on
 // their activations, so the rejections' memory reasons are exercised).
 TEST(HybridPlan, LazyProfilesRankAndRejectAsProfilingEveryCandidate) {
-  const std::pair<const char*, const char*> cases[] = {{"llama3-8b.json", "h100-4x8-ib.json"},
-                                                       {"cascaded-sd.json", "workstation-2gpu.json"},
-                                                       {"mixtral-8x7b.json", "h100-8x8-ib.json"}};
+  const std::vector<std::pair<const char*, const char*>> cases = {{"llama3-8b.json", "h100-4x8-ib.json"},
+                                                                  {"cascaded-sd.json", "workstation-2gpu.json"},
+                                                                  {"mixtral-8x7b.json", "h100-8x8-ib.json"}};
   bool anyMemoryRejection = false;
   for (const auto& [modelFile, clusterFile] : cases) {
     PlanRequest r = request(modelFile, clusterFile);
