@@ -174,9 +174,9 @@ void SolverPanel::buildRecipeGroup(QWidget* parent, QVBoxLayout* outer) {
   precision = new QComboBox(group);
   for (const Precision p : kPrecisions) precision->addItem(q(std::string(precisionName(p))));
   precision->setToolTip(
-      QStringLiteral("The weight GEMMs' format (--precision): fp8 (per-tensor) or fp8-block on Hopper, mxfp8/nvfp4 on "
-                     "Blackwell; attention, "
-                     "norms and the optimizer stay in bf16/fp32 as Transformer Engine runs them"));
+      QStringLiteral("The weight GEMMs' format (--precision): fp8 (per-tensor) or fp8-block on Hopper, "
+                     "mxfp8/nvfp4 on Blackwell; attention, norms and the optimizer stay in bf16/fp32 as "
+                     "Transformer Engine runs them"));
   overlapGradReduce = new QCheckBox(QStringLiteral("Overlap gradient reduce"), group);
   overlapGradReduce->setToolTip(
       QStringLiteral("--overlap-grad-reduce: buckets reduced under the last backward passes, the last exposed"));

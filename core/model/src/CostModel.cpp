@@ -71,8 +71,8 @@ PassTimes gemmPasses(const GpuSpec& gpu, Precision precision, const std::vector<
 // then writes the low-precision layouts instead of its bf16 output. FP8 with 1×128 blocks
 // (Float8BlockScaling) scales locally too, but Transformer Engine's norm has no fused path for
 // its quantizer (pytorch/csrc/extensions/normalization.cpp runs it UNFUSED): the norm writes
-// bf16 and the cast reads it once, with no amax pass. Sources: Transformer Engine docs, "Using FP8 with
-// Transformer Engine" and the low-precision training recipes.
+// bf16 and the cast reads it once, with no amax pass. Sources: Transformer Engine docs, "Using
+// FP8 with Transformer Engine" and the low-precision training recipes.
 double castBytesPerValue(Precision precision, bool fusedWithNorm) {
   const double layouts = 2.0 * operandBytes(precision);
   if (precision == Precision::Fp8) return kBf16 + kBf16 + layouts;  // amax read, cast read, two writes

@@ -42,8 +42,8 @@ constexpr bool isLowPrecision(Precision p) {
 }
 
 /// The precision whose tensor-core peak, calibrated efficiency and GEMM fill a GEMM in `p` runs at
-/// when the GPU states none of its own: fp8-block runs on the FP8 tensor cores (its block scales
-/// are applied in the epilogue of each k block), so it takes fp8's values.
+/// when the GPU states none of its own: fp8-block runs on the FP8 tensor cores (its scales are
+/// applied as each 128-deep block of k is accumulated), so it takes fp8's values.
 constexpr Precision gemmRateFallback(Precision p) { return p == Precision::Fp8Block ? Precision::Fp8 : p; }
 
 /// Bytes per value of a GEMM operand held in `p`, block scales included (fp8-block: 1 + 4/128, an
