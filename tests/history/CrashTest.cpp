@@ -3,10 +3,13 @@
 // every committed event kept and earlier runs untouched.
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <array>
+#include <csignal>
+#include <filesystem>
 
 #include "TestSupport.hpp"
 
@@ -73,8 +76,8 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
     earlierEvents = store->runSummary(earlier)->events;
   }  // no connection is open across fork()
 
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
+  std::array<int, 2> fds{};
+  ASSERT_EQ(pipe(fds.data()), 0);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -86,6 +89,9 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   ASSERT_EQ(read(fds[0], &killed, sizeof killed), static_cast<ssize_t>(sizeof killed));
   close(fds[0]);
   usleep(30 * 1000);  // let it get into the middle of a later batch
+  // The writer set aside room for its run's final status beside the database.
+  const std::string reserve = path + "-reserve-" + std::to_string(child) + "-" + std::to_string(killed);
+  EXPECT_TRUE(std::filesystem::exists(reserve)) << reserve;
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -98,6 +104,7 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   ASSERT_TRUE(s) << s.message();
   EXPECT_EQ(s->status, RunStatus::Incomplete);
   EXPECT_NE(s->error.find("ingest interrupted"), std::string::npos) << s->error;
+  EXPECT_FALSE(std::filesystem::exists(reserve)) << "recovery leaves the gone writer's reserve behind";
   const std::int64_t stored =
       queryInt(*store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(killed));
   EXPECT_GE(stored, 5000);  // the batches committed before the report survive
@@ -125,4 +132,21 @@ TEST(Crash, LiveWriterIsNotMarkedIncomplete) {
   ASSERT_TRUE(other);
   EXPECT_EQ(other->runSummary(*run)->status, RunStatus::Running);
   EXPECT_EQ(*other->recoverInterruptedRuns(), 0);
+}
+
+// A run's reserve (room for its final status on a full disk, issue 14) is a file of
+// kRunReserveBytes beside the database while the run is written, and gone once it is marked.
+TEST(Crash, ARunKeepsRoomForItsFinalStatusUntilItIsMarked) {
+  TempDir dir;
+  const std::string path = dir.file("history.sqlite");
+  auto store = HistoryStore::open(path);
+  ASSERT_TRUE(store);
+  auto run = store->beginRun({});
+  ASSERT_TRUE(run);
+  const std::string reserve = path + "-reserve-" + std::to_string(getpid()) + "-" + std::to_string(*run);
+  ASSERT_TRUE(std::filesystem::exists(reserve)) << reserve;
+  EXPECT_EQ(std::filesystem::file_size(reserve), 256U << 10);
+  ASSERT_TRUE(store->finishRun(*run, RunStatus::Complete, ""));
+  EXPECT_FALSE(std::filesystem::exists(reserve));
+  EXPECT_EQ(store->runSummary(*run)->status, RunStatus::Complete);
 }

@@ -1,5 +1,6 @@
 #include "ProcessProbe.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -71,6 +72,25 @@ bool writerAlive(const std::string& host, std::int64_t pid, const std::string& t
     if (!ticks.empty() && ticks != recorded) return false;  // pid reused by another process
   }
   return true;
+}
+
+std::string runReservePath(const std::string& dbPath, std::int64_t pid, std::int64_t run) {
+  return dbPath + "-reserve-" + std::to_string(pid) + "-" + std::to_string(run);
+}
+
+void reserveRunSpace(const std::string& dbPath, std::int64_t run) {
+  if (dbPath.empty() || dbPath == ":memory:") return;
+  const std::string path = runReservePath(dbPath, getpid(), run);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const bool allocated = ::posix_fallocate(fd, 0, static_cast<off_t>(kRunReserveBytes)) == 0;
+  ::close(fd);
+  if (!allocated) ::unlink(path.c_str());
+}
+
+void releaseRunSpace(const std::string& dbPath, std::int64_t run, std::int64_t pid) {
+  if (dbPath.empty() || dbPath == ":memory:") return;
+  ::unlink(runReservePath(dbPath, pid > 0 ? pid : getpid(), run).c_str());
 }
 
 std::string interruptedRunMessage(const std::string& host, std::int64_t pid) {

@@ -23,4 +23,20 @@ bool writerAlive(const std::string& host, std::int64_t pid, const std::string& t
 /// by read-only listings before any recovery ran).
 std::string interruptedRunMessage(const std::string& host, std::int64_t pid);
 
+/// Room a writer keeps on the history's file system for a run's last word. A disk that fills
+/// mid-run (issue 14) must still take the run's final status: SQLite needs a few pages of WAL for
+/// that UPDATE, and whatever filled the disk (the run's events, the ranks' output beside it)
+/// may have taken the space the dropped last batch gave back. beginRun sets aside this many
+/// bytes in a file beside the database (reserveRunSpace), finishRun frees them just before it
+/// marks the run (releaseRunSpace), and recovery frees those of writers that are gone.
+inline constexpr std::int64_t kRunReserveBytes = std::int64_t{256} << 10;
+
+/// The reserve file of run `run` written by process `pid` on this host: "<db>-reserve-PID-RUN".
+std::string runReservePath(const std::string& dbPath, std::int64_t pid, std::int64_t run);
+/// Creates it, allocated (posix_fallocate): best effort, nothing is left behind when the file
+/// system has no room or no support for it (the run goes on without a reserve).
+void reserveRunSpace(const std::string& dbPath, std::int64_t run);
+/// Removes this process's reserve of `run` (or, with `pid`, a gone writer's); absent is fine.
+void releaseRunSpace(const std::string& dbPath, std::int64_t run, std::int64_t pid = 0);
+
 }  // namespace pipestudio::history

@@ -206,6 +206,7 @@ Expected<RunId> HistoryStore::beginRun(const RunInfo& info) {
     (void)updateRunText(im, id, "name", "run " + std::to_string(id));
   }
   im.runs[id] = RunState{};
+  reserveRunSpace(im.path, id);
   return id;
 }
 
@@ -214,6 +215,7 @@ Status HistoryStore::finishRun(RunId id, RunStatus status, std::string_view erro
   // A last batch that cannot be written (disk full) is dropped whole and its space is free
   // again: the run is still marked, incomplete with the reason, never left "running".
   Status committed = im.commit();
+  releaseRunSpace(im.path, id);  // room for the UPDATE below when the disk is full
   std::string reason(error);
   if (!committed) {
     if (status == RunStatus::Complete) status = RunStatus::Incomplete;

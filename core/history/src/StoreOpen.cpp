@@ -365,6 +365,7 @@ Expected<int> HistoryStore::recoverInterruptedRuns() {
   }
   upd = {};
   if (auto st = tx->commit(); !st) return Error{withPath(m_impl->path, st.message())};
+  for (const auto& c : dead) releaseRunSpace(m_impl->path, c.id, c.pid);
   return static_cast<int>(dead.size());
 }
 
