@@ -90,7 +90,8 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   close(fds[0]);
   usleep(30 * 1000);  // let it get into the middle of a later batch
   // The writer set aside room for its run's final status beside the database.
-  const std::string reserve = path + "-reserve-" + std::to_string(child) + "-" + std::to_string(killed);
+  const std::string reserve =
+      std::filesystem::canonical(path).string() + "-reserve-" + std::to_string(child) + "-" + std::to_string(killed);
   EXPECT_TRUE(std::filesystem::exists(reserve)) << reserve;
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
@@ -143,10 +144,25 @@ TEST(Crash, ARunKeepsRoomForItsFinalStatusUntilItIsMarked) {
   ASSERT_TRUE(store);
   auto run = store->beginRun({});
   ASSERT_TRUE(run);
-  const std::string reserve = path + "-reserve-" + std::to_string(getpid()) + "-" + std::to_string(*run);
+  const std::string real = std::filesystem::canonical(path).string();  // TMPDIR may be a symlink
+  const std::string reserve = real + "-reserve-" + std::to_string(getpid()) + "-" + std::to_string(*run);
   ASSERT_TRUE(std::filesystem::exists(reserve)) << reserve;
   EXPECT_EQ(std::filesystem::file_size(reserve), 256U << 10);
   ASSERT_TRUE(store->finishRun(*run, RunStatus::Complete, ""));
   EXPECT_FALSE(std::filesystem::exists(reserve));
   EXPECT_EQ(store->runSummary(*run)->status, RunStatus::Complete);
+
+  // Through a symlink the reserve goes beside the file SQLite writes, not beside the link.
+  std::filesystem::create_directory(dir.path() / "links");
+  const std::string link = (dir.path() / "links" / "h.sqlite").string();
+  std::filesystem::create_symlink(path, link);
+  auto linked = HistoryStore::open(link);
+  ASSERT_TRUE(linked) << linked.message();
+  auto second = linked->beginRun({});
+  ASSERT_TRUE(second);
+  const std::string suffix = "-reserve-" + std::to_string(getpid()) + "-" + std::to_string(*second);
+  EXPECT_TRUE(std::filesystem::exists(real + suffix));
+  EXPECT_FALSE(std::filesystem::exists(link + suffix));
+  ASSERT_TRUE(linked->finishRun(*second, RunStatus::Complete, ""));
+  EXPECT_FALSE(std::filesystem::exists(real + suffix));
 }

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -75,7 +76,11 @@ bool writerAlive(const std::string& host, std::int64_t pid, const std::string& t
 }
 
 std::string runReservePath(const std::string& dbPath, std::int64_t pid, std::int64_t run) {
-  return dbPath + "-reserve-" + std::to_string(pid) + "-" + std::to_string(run);
+  // Beside the file SQLite writes: through a symlinked path that is the link's target, which
+  // may be on another file system than the link.
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(dbPath, ec);
+  return (ec ? dbPath : real.string()) + "-reserve-" + std::to_string(pid) + "-" + std::to_string(run);
 }
 
 void reserveRunSpace(const std::string& dbPath, std::int64_t run) {

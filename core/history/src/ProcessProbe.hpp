@@ -31,7 +31,8 @@ std::string interruptedRunMessage(const std::string& host, std::int64_t pid);
 /// marks the run (releaseRunSpace), and recovery frees those of writers that are gone.
 inline constexpr std::int64_t kRunReserveBytes = std::int64_t{256} << 10;
 
-/// The reserve file of run `run` written by process `pid` on this host: "<db>-reserve-PID-RUN".
+/// The reserve file of run `run` written by process `pid` on this host: "<db>-reserve-PID-RUN",
+/// beside the database file itself (a symlinked path's target).
 std::string runReservePath(const std::string& dbPath, std::int64_t pid, std::int64_t run);
 /// Creates it, allocated (posix_fallocate): best effort, nothing is left behind when the file
 /// system has no room or no support for it (the run goes on without a reserve).
