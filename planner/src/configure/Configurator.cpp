@@ -26,7 +26,6 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <queue>
 #include <tuple>
 
 #include "configure/LayoutChoices.hpp"
@@ -217,10 +216,12 @@ class Search {
   Candidate candidate(const Point& pt, const std::string& schedule, int chunks, const std::string& partition,
                       std::int64_t globalBatch, const ModelShape& shape) const;
   int zeroStage(const Parallelism& par) const;
-  double staticLowerBound(const Candidate& cand, const CostSummary& s) const;
+  double staticLowerBound(const Candidate& cand, const CostSummary& s, const ScheduleGenerator* g) const;
   double usableBytes() const;
   bool bound(Candidate& cand, std::int64_t globalBatch, Configuration& out);
-  bool profileAndBound(Candidate& cand, std::int64_t globalBatch, Configuration& out);
+  bool profileAndBound(Candidate& cand, Configuration& out);
+  bool activationBound(Candidate& cand, const CostSummary& s, double staticLb, const Profile& profile,
+                       std::int64_t globalBatch, Configuration& out);
   Status settleUnprofiled(std::vector<Candidate>& viable, Configuration& out);
   double throughputEstimate(const Candidate& cand, const CostSummary& s, const Profile& profile,
                             std::int64_t globalBatch) const;
@@ -627,14 +628,13 @@ int Search::zeroStage(const Parallelism& par) const {
 
 // Parameters, gradients, optimizer state and low-precision weight copies per GPU, on average:
 // the fullest GPU holds at least that.
-double Search::staticLowerBound(const Candidate& cand, const CostSummary& s) const {
+double Search::staticLowerBound(const Candidate& cand, const CostSummary& s, const ScheduleGenerator* g) const {
   const Parallelism& par = cand.config.parallel;
   const int zero = zeroStage(par);
   const StaticBytesPerParameter dense = staticBytesPerParameter(zero, par.data, par.gradReduceInFp32);
   const StaticBytesPerParameter expert =
       staticBytesPerParameter(zero, static_cast<int>(par.expertData()), par.gradReduceInFp32);
   // Bidirectional schedules hold the model twice.
-  const ScheduleGenerator* g = findScheduleGenerator(cand.config.schedule);
   const double copies = g ? g->pipelines() : 1;
   const double lowPrecision = zero >= 3 ? 0.0 : s.lowPrecisionBytes;  // ZeRO-3 holds them only while gathered
   return copies *
@@ -652,7 +652,8 @@ double Search::usableBytes() const {
 bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out) {
   const PlanConfig& cfg = cand.config;
   const CostSummary& s = summary(cfg.parallel, cand.samplesPerMicrobatch);
-  const double staticLb = staticLowerBound(cand, s);
+  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
+  const double staticLb = staticLowerBound(cand, s, g);
   const double capacity = usableBytes();
   if (staticLb > capacity) {
     ++out.prunedByMemory;
@@ -662,26 +663,30 @@ bool Search::bound(Candidate& cand, std::int64_t globalBatch, Configuration& out
     });
     return false;
   }
-  const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule);
-  if (g && m_options.lazyProfiles && m_profiles.count(profileKey(*g, cand, s)) == 0) {
+  if (!g) return activationBound(cand, s, staticLb, Profile{static_cast<double>(cfg.devices), 0}, globalBatch, out);
+  const ProfileKey key = profileKey(*g, cand, s);
+  if (m_options.lazyProfiles && m_profiles.count(key) == 0) {
     cand.profiled = false;
     cand.throughputEstimate = throughputEstimate(cand, s, Profile{}, globalBatch);
     return true;
   }
-  return profileAndBound(cand, globalBatch, out);
+  return activationBound(cand, s, staticLb, uniformProfile(key), globalBatch, out);
 }
 
-// The uniform-stage profile's activation estimate (pruned past 1.25× the GPU) and estimate.
-bool Search::profileAndBound(Candidate& cand, std::int64_t globalBatch, Configuration& out) {
+// A candidate ranked before its profile was made, profiled now (bound's deferred half).
+bool Search::profileAndBound(Candidate& cand, Configuration& out) {
+  const CostSummary& s = summary(cand.config.parallel, cand.samplesPerMicrobatch);
+  const ScheduleGenerator& g = *findScheduleGenerator(cand.config.schedule);  // unprofiled: it has one
+  return activationBound(cand, s, staticLowerBound(cand, s, &g), uniformProfile(profileKey(g, cand, s)),
+                         out.globalBatch, out);
+}
+
+// The profile's activation estimate (pruned past 1.25× the GPU) and the candidate's estimate.
+bool Search::activationBound(Candidate& cand, const CostSummary& s, double staticLb, const Profile& profile,
+                             std::int64_t globalBatch, Configuration& out) {
   const PlanConfig& cfg = cand.config;
-  const CostSummary& s = summary(cfg.parallel, cand.samplesPerMicrobatch);
   const int P = cfg.devices;
-  Profile profile;
-  profile.inflightMicrobatches = P;
-  if (const ScheduleGenerator* g = findScheduleGenerator(cfg.schedule))
-    profile = uniformProfile(profileKey(*g, cand, s));
   cand.profiled = true;
-  const double staticLb = staticLowerBound(cand, s);
   const double capacity = usableBytes();
   const double inflight = profile.inflightMicrobatches;
   const double activationEstimate = inflight * s.activationBytes / P;
@@ -754,22 +759,29 @@ Expected<std::vector<Search::Screened>> Search::screenAll(std::vector<Candidate>
     if (x.key() != y.key()) return y.key() < x.key();
     return y.index < x.index;  // settings key() leaves out (CP's exchange, ETP, partition): enumeration order
   };
-  std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(below)> queue(below);
-  for (std::size_t i = 0; i < viable.size(); ++i) queue.push(i);
+  // A heap of indices, built in one pass; what is left when the screening stops is read as it
+  // lies (its order does not matter there).
+  std::vector<std::size_t> queue(viable.size());
+  std::iota(queue.begin(), queue.end(), std::size_t{0});
+  std::make_heap(queue.begin(), queue.end(), below);
   std::vector<Screened> screened;
   std::size_t taken = 0;
   while (!queue.empty()) {
     if (m_control.cancelled()) return Error::cancelled();
     if (m_control.progress)
       m_control.progress(0.3 + 0.5 * static_cast<double>(taken) / static_cast<double>(viable.size()));
-    const std::size_t i = queue.top();
+    const std::size_t i = queue.front();
     Candidate& cand = viable[i];
     const bool settled =
         screened.size() >= keep && cand.throughputEstimate < (1.0 - kEstimateMargin) * screened[keep - 1].throughput;
     if (settled || static_cast<int>(screened.size()) >= budget || out.evaluated >= 10 * budget) break;
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end(), below);
+    queue.pop_back();
     if (!cand.profiled) {
-      if (profileAndBound(cand, out.globalBatch, out)) queue.push(i);
+      if (profileAndBound(cand, out)) {
+        queue.push_back(i);
+        std::push_heap(queue.begin(), queue.end(), below);
+      }
       continue;
     }
     ++taken;
@@ -786,10 +798,10 @@ Expected<std::vector<Search::Screened>> Search::screenAll(std::vector<Candidate>
   }
   // Bounded out: never screened, so not known to fail. One not profiled yet may still be one
   // the memory bound rejects; settleUnprofiled decides that where its family's fate hangs on it.
-  for (; !queue.empty(); queue.pop()) {
-    const Candidate& cand = viable[queue.top()];
+  for (const std::size_t i : queue) {
+    const Candidate& cand = viable[i];
     if (!cand.profiled) {
-      m_unprofiled.push_back(queue.top());
+      m_unprofiled.push_back(i);
       continue;
     }
     ++out.boundedOut;
@@ -804,14 +816,13 @@ Expected<std::vector<Search::Screened>> Search::screenAll(std::vector<Candidate>
 // leaves the family undecided; if none does, the family is rejected for memory as when every
 // candidate was profiled. Elsewhere they count as bounded out without a profile.
 Status Search::settleUnprofiled(std::vector<Candidate>& viable, Configuration& out) {
-  std::sort(m_unprofiled.begin(), m_unprofiled.end(),
-            [&viable](std::size_t a, std::size_t b) { return viable[a].index < viable[b].index; });
+  std::sort(m_unprofiled.begin(), m_unprofiled.end());  // viable is in enumeration order
   for (std::size_t i : m_unprofiled) {
     if (m_control.cancelled()) return Error::cancelled();
     Candidate& cand = viable[i];
     const PlanConfig& cfg = cand.config;
     Family& f = m_families[{cfg.devices, cfg.parallel.data, cfg.schedule}];
-    if (f.anyFeasible || f.anyUndecided || profileAndBound(cand, out.globalBatch, out)) {
+    if (f.anyFeasible || f.anyUndecided || profileAndBound(cand, out)) {
       ++out.boundedOut;
       f.anyUndecided = true;
     }
