@@ -28,6 +28,12 @@ std::int64_t queryInt(HistoryStore& s, const std::string& sql) {
   return v;
 }
 
+// The name a writer's reserve for its run's final status has beside the database file:
+// "<db>-reserve-PID-RUN".
+std::string reserveSuffix(std::int64_t pid, RunId run) {
+  return "-reserve-" + std::to_string(pid) + "-" + std::to_string(run);
+}
+
 // The child: ingest an endless stream in 1000-row batches; report the run id once a few
 // batches are committed, then keep writing until killed.
 [[noreturn]] void ingestForever(const std::string& path, int reportFd) {
@@ -90,8 +96,7 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   close(fds[0]);
   usleep(30 * 1000);  // let it get into the middle of a later batch
   // The writer set aside room for its run's final status beside the database.
-  const std::string reserve =
-      std::filesystem::canonical(path).string() + "-reserve-" + std::to_string(child) + "-" + std::to_string(killed);
+  const std::string reserve = std::filesystem::canonical(path).string() + reserveSuffix(child, killed);
   EXPECT_TRUE(std::filesystem::exists(reserve)) << reserve;
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
@@ -145,7 +150,7 @@ TEST(Crash, ARunKeepsRoomForItsFinalStatusUntilItIsMarked) {
   auto run = store->beginRun({});
   ASSERT_TRUE(run);
   const std::string real = std::filesystem::canonical(path).string();  // TMPDIR may be a symlink
-  const std::string reserve = real + "-reserve-" + std::to_string(getpid()) + "-" + std::to_string(*run);
+  const std::string reserve = real + reserveSuffix(getpid(), *run);
   ASSERT_TRUE(std::filesystem::exists(reserve)) << reserve;
   EXPECT_EQ(std::filesystem::file_size(reserve), 256U << 10);
   ASSERT_TRUE(store->finishRun(*run, RunStatus::Complete, ""));
@@ -160,7 +165,7 @@ TEST(Crash, ARunKeepsRoomForItsFinalStatusUntilItIsMarked) {
   ASSERT_TRUE(linked) << linked.message();
   auto second = linked->beginRun({});
   ASSERT_TRUE(second);
-  const std::string suffix = "-reserve-" + std::to_string(getpid()) + "-" + std::to_string(*second);
+  const std::string suffix = reserveSuffix(getpid(), *second);
   EXPECT_TRUE(std::filesystem::exists(real + suffix));
   EXPECT_FALSE(std::filesystem::exists(link + suffix));
   ASSERT_TRUE(linked->finishRun(*second, RunStatus::Complete, ""));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -33,6 +34,16 @@ CliRun run(const std::string& args) {
   const int st = pclose(pipe);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// The --json document of a command that must succeed; nullopt (the failure recorded) otherwise.
+std::optional<pipestudio::Json> jsonOutput(const CliRun& r) {
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (r.status != 0) return std::nullopt;
+  auto doc = pipestudio::parseJson(r.out, "<stdout>");
+  EXPECT_TRUE(doc.hasValue()) << r.out;
+  if (!doc) return std::nullopt;
+  return std::move(doc->root);
 }
 
 class Cli : public ::testing::Test {
@@ -320,10 +331,9 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
                         " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --precision fp8"
                         " --no-overlap-param-gather --grad-reduce-dtype fp32 --recompute full"
                         " --recompute-num-layers 2 --recompute-method block --moe-comm-sms 24 --json");
-  ASSERT_EQ(ok.status, 0) << ok.out;
-  const auto doc = pipestudio::parseJson(ok.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << ok.out;
-  const pipestudio::Json& config = doc->root["config"];
+  const auto doc = jsonOutput(ok);
+  ASSERT_TRUE(doc);
+  const pipestudio::Json& config = (*doc)["config"];
   EXPECT_EQ(config["precision"], "fp8");
   EXPECT_EQ(config["overlap_param_gather"], false);
   EXPECT_EQ(config["tp_comm_overlap"], true);
@@ -331,7 +341,7 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
   EXPECT_EQ(config["recompute_num_layers"], 2);
   EXPECT_EQ(config["recompute_method"], "block");
   EXPECT_EQ(config["moe_comm_sms"], 24);
-  for (const auto& d : doc->root["metrics"]["devices"]) {
+  for (const auto& d : (*doc)["metrics"]["devices"]) {
     EXPECT_GT(d["exposed_comm_ms"].get<double>(), 0);
     EXPECT_GT(d["memory"]["low_precision_weight_bytes"].get<double>(), 0);
   }
@@ -343,10 +353,9 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
   // Block-scaled FP8 under Megatron-Bridge's name: recorded as fp8-block; refused where fp8 is.
   const CliRun block = run("plan --model " + llama + " --cluster " + h100 +
                            " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --precision fp8_ss --json");
-  ASSERT_EQ(block.status, 0) << block.out;
-  const auto blockDoc = pipestudio::parseJson(block.out, "<stdout>");
-  ASSERT_TRUE(blockDoc.hasValue()) << block.out;
-  EXPECT_EQ(blockDoc->root["config"]["precision"], "fp8-block");
+  const auto blockDoc = jsonOutput(block);
+  ASSERT_TRUE(blockDoc);
+  EXPECT_EQ((*blockDoc)["config"]["precision"], "fp8-block");
   const CliRun blockA100 = run("plan --model " + llama + " --cluster " + cluster +
                                " --schedule 1f1b --devices 2 --microbatches 4 --precision fp8-block");
   EXPECT_EQ(blockA100.status, 1) << blockA100.out;
@@ -373,10 +382,9 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
   const CliRun hybrid = run("plan --model " + llama + " --cluster " + h100 +
                             " --schedule 1f1b --devices 2 --tp 4 --microbatches 4 --moe-token-dispatcher flex"
                             " --moe-flex-backend hybridep --json");
-  ASSERT_EQ(hybrid.status, 0) << hybrid.out;
-  const auto hybridDoc = pipestudio::parseJson(hybrid.out, "<stdout>");
-  ASSERT_TRUE(hybridDoc.hasValue()) << hybrid.out;
-  EXPECT_EQ(hybridDoc->root["config"]["moe_flex_backend"], "hybridep");
+  const auto hybridDoc = jsonOutput(hybrid);
+  ASSERT_TRUE(hybridDoc);
+  EXPECT_EQ((*hybridDoc)["config"]["moe_flex_backend"], "hybridep");
   const CliRun precision = run("plan --model " + llama + " --cluster " + h100 +
                                " --schedule 1f1b --devices 2 --microbatches 4 --precision fp6");
   EXPECT_EQ(precision.status, 2) << precision.out;
