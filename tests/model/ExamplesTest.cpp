@@ -144,6 +144,32 @@ TEST(Examples, EpOverlapEfficiencyRoundTrips) {
   EXPECT_DOUBLE_EQ(epOverlapEfficiency(catalogue->gpu), kMeasuredEpOverlapEfficiency);
 }
 
+// A GPU's compute capability comes from the catalogue (GB300: 10.3) or its own fields, is
+// written back with the cluster, and a value outside CUDA's range is refused with its pointer.
+TEST(Examples, ComputeCapabilityRoundTrips) {
+  auto c = clusterFromText(R"({"schema": "pipestudio.cluster/1", "name": "c",
+    "gpu": {"model": "H100", "compute_capability": 10.0},
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})");
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->gpu.computeCapability, 10.0);
+  auto again = clusterFromText(clusterToJson(*c).dump());
+  ASSERT_TRUE(again);
+  EXPECT_DOUBLE_EQ(again->gpu.computeCapability, 10.0);
+  auto named = clusterFromText(R"({"schema": "pipestudio.cluster/1", "name": "c", "gpu": "GB300",
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})");
+  ASSERT_TRUE(named);
+  EXPECT_DOUBLE_EQ(named->gpu.computeCapability, 10.3);
+  auto bad = parseJson(R"({"schema": "pipestudio.cluster/1", "name": "c",
+    "gpu": {"model": "H100", "compute_capability": 0},
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})",
+                       "<text>");
+  ASSERT_TRUE(bad);
+  JsonReader r(*bad);
+  (void)readCluster(r, r.root());
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.toError().message.find("/gpu/compute_capability"), std::string::npos) << r.toError().message;
+}
+
 double parameterCount(const ModelSpec& m, const GpuSpec& gpu, const std::string& component) {
   double params = 0;
   for (const auto& c : m.components) {

@@ -20,6 +20,32 @@ bool equalsIgnoringCase(std::string_view a, std::string_view b) {
          });
 }
 
+// An entry with `calibration_from` takes the calibrated values of the entry it names (one hop:
+// that entry must state its own). A name that is not such an entry is a build defect, printed
+// like a broken catalogue and caught by the catalogue's test (the entry keeps the defaults).
+void resolveCalibrations(std::vector<CatalogGpu>& catalog) {
+  for (CatalogGpu& entry : catalog) {
+    if (entry.calibrationFrom.empty()) continue;
+    const auto source = std::find_if(catalog.begin(), catalog.end(), [&](const CatalogGpu& g) {
+      if (equalsIgnoringCase(g.gpu.name, entry.calibrationFrom)) return true;
+      return std::any_of(g.aliases.begin(), g.aliases.end(),
+                         [&](const std::string& a) { return equalsIgnoringCase(a, entry.calibrationFrom); });
+    });
+    if (source == catalog.end() || !source->calibrationFrom.empty() || &*source == &entry) {
+      std::fprintf(stderr,
+                   "pipestudio: resources/gpus/catalog.json: %s: calibration_from '%s' is not a GPU with calibrated "
+                   "values of its own\n",
+                   entry.gpu.name.c_str(), entry.calibrationFrom.c_str());
+      continue;
+    }
+    entry.gpu.efficiency = source->gpu.efficiency;
+    entry.gpu.efficiencyByPrecision = source->gpu.efficiencyByPrecision;
+    entry.gpu.attentionEfficiency = source->gpu.attentionEfficiency;
+    entry.gpu.gemmFillK = source->gpu.gemmFillK;
+    entry.gpu.epOverlapEfficiency = source->gpu.epOverlapEfficiency;
+  }
+}
+
 std::vector<CatalogGpu> parseCatalog() {
   auto doc = parseJson(kGpuCatalogJson, "resources/gpus/catalog.json");
   std::vector<CatalogGpu> out;
@@ -39,6 +65,7 @@ std::vector<CatalogGpu> parseCatalog() {
   if (!r.ok()) {
     for (const std::string& e : r.errors()) std::fprintf(stderr, "pipestudio: %s\n", e.c_str());
   }
+  resolveCalibrations(out);
   return out;
 }
 

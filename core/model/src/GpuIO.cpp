@@ -43,9 +43,9 @@ bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, 
 
 // The fields readGpuFields reads besides `name`: a cluster's GPU object and a catalogue entry
 // both take them, each with its own fields around them (gpuFieldsWith).
-constexpr std::array<std::string_view, 9> kSharedGpuFields{
-    "peak_tflops",           "memory_gib", "efficiency",     "attention_efficiency", "gemm_fill_k",
-    "memory_bandwidth_gbps", "sm_count",   "host_link_gbps", "ep_overlap_efficiency"};
+constexpr std::array<std::string_view, 10> kSharedGpuFields{
+    "peak_tflops",           "memory_gib", "efficiency",     "attention_efficiency",  "gemm_fill_k",
+    "memory_bandwidth_gbps", "sm_count",   "host_link_gbps", "ep_overlap_efficiency", "compute_capability"};
 
 // `before`, the shared GPU fields, then `after`: the known fields of one kind of GPU object.
 template <std::size_t Before, std::size_t After>
@@ -62,7 +62,7 @@ constexpr auto kClusterGpuFields =
     gpuFieldsWith(std::array<std::string_view, 2>{"model", "name"}, std::array<std::string_view, 0>{});
 constexpr auto kCatalogGpuFields =
     gpuFieldsWith(std::array<std::string_view, 2>{"name", "aliases"},
-                  std::array<std::string_view, 3>{"nvlink_gbps", "nvlink_domain", "source"});
+                  std::array<std::string_view, 4>{"nvlink_gbps", "nvlink_domain", "calibration_from", "source"});
 
 // The fields a cluster's GPU object and a catalogue entry share, onto `g`.
 void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
@@ -100,6 +100,9 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
   if (auto v =
           r.number(node, "ep_overlap_efficiency", Presence::Optional, limits::kEfficiency.min, limits::kEfficiency.max))
     g.epOverlapEfficiency = *v;
+  if (auto v = r.number(node, "compute_capability", Presence::Optional, limits::kComputeCapability.min,
+                        limits::kComputeCapability.max))
+    g.computeCapability = *v;
 }
 
 // A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields (a field
@@ -167,6 +170,17 @@ std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node) {
       r.number(node, "nvlink_gbps", Presence::Optional, limits::kLinkBandwidthGBps.min, limits::kLinkBandwidthGBps.max)
           .value_or(0);
   c.nvlinkDomain = static_cast<int>(r.integer(node, "nvlink_domain", Presence::Optional, 1, 100000).value_or(0));
+  if (auto from = r.string(node, "calibration_from", Presence::Optional)) {
+    // The calibrated values come whole from the named entry: none of them may be stated beside it.
+    for (const char* own : {"efficiency", "attention_efficiency", "gemm_fill_k", "ep_overlap_efficiency"}) {
+      if (node.value->contains(own)) {
+        r.error(node.child(own),
+                std::string("'") + own +
+                    "' and 'calibration_from' exclude each other (expected the calibrated values of one GPU)");
+      }
+    }
+    c.calibrationFrom = *from;
+  }
   c.source = r.string(node, "source", Presence::Required).value_or("");
   return c;
 }

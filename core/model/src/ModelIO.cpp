@@ -724,6 +724,7 @@ Json gpuToJson(const GpuSpec& g) {
   if (g.smCount > 0) j["sm_count"] = g.smCount;
   if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;
   if (g.epOverlapEfficiency > 0) j["ep_overlap_efficiency"] = g.epOverlapEfficiency;
+  if (g.computeCapability > 0) j["compute_capability"] = g.computeCapability;
   return j;
 }
 }  // namespace

@@ -27,6 +27,9 @@ struct GpuSpec {
   int smCount = 0;
   /// CPU–GPU link per direction, GB/s (PCIe or NVLink-C2C; activation offloading); 0: unknown.
   double hostLinkGBps = 0;
+  /// CUDA compute capability as major.minor (9.0 Hopper, 10.0 Blackwell, 10.3 Blackwell Ultra);
+  /// 0: unknown, taken as Hopper's behaviour where it matters (fp8GemmTakesAnyLayout).
+  double computeCapability = 0;
   // The per-precision fields come last: GpuSpec{name, peak, memory, efficiency} keeps meaning what
   // it did before they existed.
   /// Dense peak per precision (indexed by Precision; the bf16 slot is unused: peakTflops), TFLOP/s;
@@ -82,6 +85,13 @@ struct GpuSpec {
   }
   /// Sustained FLOP/s of large GEMMs in `precision` (0: not supported).
   double gemmFlopsPerS(Precision precision) const { return peakTflopsFor(precision) * 1e12 * efficiencyFor(precision); }
+  /// Whether this GPU's FP8 GEMMs take operands in any layout, so Transformer Engine keeps one
+  /// copy of a per-tensor-scaled FP8 tensor for a GEMM and its transposed backward GEMM instead
+  /// of the data and its transpose (nvte_is_non_tn_fp8_gemm_supported: compute capability
+  /// 10.0–11.x and 13.0 on; Hopper takes only TN FP8 GEMMs).
+  bool fp8GemmTakesAnyLayout() const {
+    return (computeCapability >= 10.0 && computeCapability < 12.0) || computeCapability >= 13.0;
+  }
   double memoryBytesPerS() const {
     return memoryBandwidthGBps > 0 ? memoryBandwidthGBps * 1e9 : peakTflops * 1e12 / 200.0;
   }

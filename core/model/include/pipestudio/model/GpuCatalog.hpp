@@ -16,6 +16,11 @@ struct CatalogGpu {
   std::vector<std::string> aliases;
   int nvlinkDomain = 0;   ///< GPUs one NVLink fabric joins (8 on HGX boards, 72 in an NVL72 rack)
   double nvlinkGBps = 0;  ///< NVLink bandwidth per GPU and direction
+  /// The entry whose calibrated values (efficiency per precision, attention efficiency, GEMM
+  /// fill, EP overlap efficiency) this GPU takes because it is the same silicon at the same
+  /// clocks and no published run of its own calibrates it (H200: H100's GH100); "" when the
+  /// entry states its own. Resolved when the catalogue is parsed.
+  std::string calibrationFrom;
   std::string source;
 };
 

@@ -38,6 +38,7 @@ inline constexpr NumberRange kMemoryGib{1e-3, 1e5};            ///< gpu.memory_g
 inline constexpr NumberRange kEfficiency{1e-3, 1.0};           ///< gpu.efficiency (fraction of peak)
 inline constexpr NumberRange kMemoryBandwidthGBps{1e-3, 1e6};  ///< gpu.memory_bandwidth_gbps
 inline constexpr IntegerRange kSmCount{1, 100000};             ///< gpu.sm_count
+inline constexpr NumberRange kComputeCapability{1.0, 99.9};    ///< gpu.compute_capability (CUDA major.minor)
 inline constexpr NumberRange kGemmFillK{0, 65536};             ///< gpu.gemm_fill_k (k steps per output tile)
 inline constexpr NumberRange kLinkBandwidthGBps{1e-6, 1e6};    ///< links.*.bandwidth_gbps
 inline constexpr NumberRange kLinkLatencyUs{0, 1e7};           ///< links.*.latency_us
