@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "CostFixtures.hpp"
 #include "pipestudio/model/CostModel.hpp"
@@ -100,6 +101,53 @@ TEST(RecipeCost, Fp8BlockScalesLocallyAtTheFp8Rate) {
   EXPECT_EQ(blk.lowPrecisionWeightBytes, std::llround(2 * (1 + 1.0 / 32) * 12 * h * h));
 }
 
+// On Blackwell (compute capability 10.x) FP8 GEMMs take operands in any layout, so Transformer
+// Engine keeps one per-tensor FP8 copy instead of the data and its transpose: the casts write one
+// byte per value (amax read 2, cast read 2, one write: 5 bytes, against Hopper's 6) and the weight
+// copies hold one byte per linear parameter (12h² for a 4h GELU block, against 2 · 12h²).
+TEST(RecipeCost, Fp8OnBlackwellKeepsOneCopy) {
+  CostContext hopper = context(Precision::Fp8);
+  CostContext blackwell = hopper;
+  blackwell.gpu.computeCapability = 10.0;
+  EXPECT_FALSE(hopper.gpu.fp8GemmTakesAnyLayout());
+  EXPECT_TRUE(blackwell.gpu.fp8GemmTakesAnyLayout());
+  const LayerCosts tn = layerCosts(block(1024, 512, 16), hopper);
+  const LayerCosts any = layerCosts(block(1024, 512, 16), blackwell);
+  EXPECT_NEAR(tn.forwardMs - any.forwardMs, ms((6 - 5) * n * 7 * h, 1e12), 1e-9);
+  EXPECT_NEAR(tn.backwardInputMs - any.backwardInputMs, ms((6 - 5) * n * 9 * h, 1e12), 1e-9);
+  EXPECT_EQ(any.lowPrecisionWeightBytes, std::llround(12 * h * h));
+  // Consumer Blackwell (12.x) takes only TN FP8 GEMMs, as Transformer Engine sees it.
+  blackwell.gpu.computeCapability = 12.0;
+  EXPECT_FALSE(blackwell.gpu.fp8GemmTakesAnyLayout());
+}
+
+// MXFP8 scales each 32 values locally (no amax pass) and keeps a row-wise and a column-wise copy,
+// since its scales run along one axis: read 2, write 2 × (1 + 1/32) = 4.0625 bytes per value,
+// forward and backward, not fused with the norm (Transformer Engine fuses it only with cuDNN's
+// norm). NVFP4 reads the tensor for its amax and the Hadamard-transformed amax, then again to cast,
+// and writes two copies of 1/2 + 1/16 bytes: 2 + 2 + 1.125 = 5.125 bytes per value. Their GEMMs run
+// at their own peaks (400 and 800 TFLOP/s here, 50 %).
+TEST(RecipeCost, BlockScaledCastsOnBlackwell) {
+  CostContext ctx = context(Precision::Bf16);
+  ctx.gpu.computeCapability = 10.0;
+  ctx.gpu.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Mxfp8)] = 200;
+  ctx.gpu.peakTflopsByPrecision[static_cast<std::size_t>(Precision::Nvfp4)] = 400;
+  const LayerCosts bf16 = layerCosts(block(1024, 512, 16), ctx);
+  const double gemmBf16 = ms(24 * n * h * h, 50e12);
+  for (const auto& [precision, peak, castBytes] :
+       {std::tuple{Precision::Mxfp8, 200e12, 4.0625}, std::tuple{Precision::Nvfp4, 400e12, 5.125}}) {
+    ctx.precision = precision;
+    const LayerCosts lp = layerCosts(block(1024, 512, 16), ctx);
+    const double gemm = ms(24 * n * h * h, 0.5 * peak);
+    EXPECT_NEAR(lp.forwardMs - bf16.forwardMs, gemm - gemmBf16 + ms(castBytes * n * 7 * h, 1e12), 1e-9)
+        << precisionName(precision);
+    EXPECT_NEAR(lp.backwardInputMs - bf16.backwardInputMs, gemm - gemmBf16 + ms(castBytes * n * 9 * h, 1e12), 1e-9)
+        << precisionName(precision);
+    EXPECT_EQ(lp.lowPrecisionWeightBytes, std::llround(2 * operandBytes(precision) * 12 * h * h))
+        << precisionName(precision);
+  }
+}
+
 // The names a recipe gives the block-scaled format (ours, Megatron-Bridge's "ss" for subchannel
 // scaling, Megatron's flag value) all read as fp8-block, and it writes back as fp8-block.
 TEST(RecipeCost, Fp8BlockIsReadUnderItsRecipeNames) {
@@ -140,6 +188,28 @@ TEST(RecipeCost, TensorParallelOverlapHidesAllButTheLastChunk) {
   const LayerCosts exposed = layerCosts(block(1024, 512, 16), off);
   EXPECT_NEAR(exposed.forwardCommMs, 2 * 2 * c, 1e-12);
   EXPECT_EQ(exposed.forwardHiddenCommMs, 0);
+}
+
+// Sequence parallelism without userbuffers (Transformer Engine's Linear with async_op): with
+// T = 4 and GEMMs longer than the collectives, the forward all-gathers each module's input and
+// reduce-scatters its output in the open (2 × (g + g), g = (T−1)/T · 2nh / 100 GB/s); backward only
+// the row-parallel side's output-gradient gather waits (2 × g), the input re-gather and the
+// input-gradient reduce-scatter run under the column-parallel dgrad and wgrad (2 × (g + g)
+// hidden). An FP8 recipe gathers its cast inputs and gradients: half the bytes (1 of 2 per value).
+TEST(RecipeCost, SequenceParallelWithoutUserbuffersOverlapsTheAsyncBackwardCollectives) {
+  CostContext ctx = context(Precision::Bf16, 4);
+  ctx.parallel.tpCommOverlap = false;
+  const double g = ms(3.0 / 4.0 * 2 * n * 8192, 100e9);
+  const LayerCosts bf16 = layerCosts(block(8192, 512, 64), ctx);
+  EXPECT_NEAR(bf16.forwardCommMs, 2 * (g + g), 1e-9);
+  EXPECT_EQ(bf16.forwardHiddenCommMs, 0);
+  EXPECT_NEAR(bf16.backwardInputCommMs, 2 * g, 1e-9);
+  EXPECT_NEAR(bf16.backwardInputHiddenCommMs, 2 * (g + g), 1e-9);
+  ctx.precision = Precision::Fp8;
+  const LayerCosts fp8 = layerCosts(block(8192, 512, 64), ctx);
+  EXPECT_NEAR(fp8.forwardCommMs, 2 * (g / 2 + g), 1e-9);
+  EXPECT_NEAR(fp8.backwardInputCommMs, 2 * g / 2, 1e-9);
+  EXPECT_NEAR(fp8.backwardInputHiddenCommMs, 2 * (g / 2 + g), 1e-9);
 }
 
 // Gradients reduced in bf16 keep a bf16 accumulation buffer: the distributed optimizer holds
@@ -231,6 +301,33 @@ TEST(GpuCatalog, EntriesCarryTheirDatasheetFigures) {
   EXPECT_EQ(gb200->nvlinkDomain, 72);
   EXPECT_GT(gb200->gpu.peakTflopsFor(Precision::Nvfp4), gb200->gpu.peakTflopsFor(Precision::Fp8));
   EXPECT_EQ(findCatalogGpu("no such GPU"), nullptr);
+}
+
+// GPUs without a calibrating run of their own take the calibrated values of the same silicon
+// (calibration_from): H200 and the other GH100 parts H100 SXM5's, B300 GB300's; their datasheet
+// figures stay their own. Every entry states its compute capability.
+TEST(GpuCatalog, SameSiliconSharesItsCalibration) {
+  const CatalogGpu* h100 = findCatalogGpu("H100");
+  ASSERT_NE(h100, nullptr);
+  for (const char* name : {"H200", "H100-NVL", "H100-PCIe"}) {
+    const CatalogGpu* g = findCatalogGpu(name);
+    ASSERT_NE(g, nullptr) << name;
+    EXPECT_EQ(g->calibrationFrom, "H100-SXM5-80GB") << name;
+    for (Precision p : kPrecisions) EXPECT_DOUBLE_EQ(g->gpu.efficiencyFor(p), h100->gpu.efficiencyFor(p)) << name;
+    EXPECT_EQ(g->gpu.attentionEfficiency, h100->gpu.attentionEfficiency) << name;
+    EXPECT_EQ(g->gpu.gemmFillK, h100->gpu.gemmFillK) << name;
+    EXPECT_DOUBLE_EQ(g->gpu.computeCapability, 9.0) << name;
+  }
+  EXPECT_DOUBLE_EQ(findCatalogGpu("H200")->gpu.memoryBandwidthGBps, 4800);
+  const CatalogGpu* gb300 = findCatalogGpu("GB300");
+  const CatalogGpu* b300 = findCatalogGpu("B300");
+  ASSERT_NE(gb300, nullptr);
+  ASSERT_NE(b300, nullptr);
+  for (Precision p : kPrecisions) EXPECT_DOUBLE_EQ(b300->gpu.efficiencyFor(p), gb300->gpu.efficiencyFor(p));
+  EXPECT_LT(b300->gpu.peakTflopsFor(Precision::Fp8), gb300->gpu.peakTflopsFor(Precision::Fp8));
+  EXPECT_TRUE(b300->gpu.fp8GemmTakesAnyLayout());
+  for (const CatalogGpu& g : gpuCatalog()) EXPECT_GT(g.gpu.computeCapability, 0) << g.gpu.name;
+  EXPECT_TRUE(h100->calibrationFrom.empty());
 }
 
 // An NVL72 rack is one NVLink domain over 18 nodes of 4 GPUs: a TP 8 group spans two nodes and

@@ -36,7 +36,6 @@ struct Gemm {
   double m, n, k;
   double count = 1;            // identical GEMMs (local experts)
   TpSide side = TpSide::None;  // which sequence-parallel collective it meets
-  bool inputFromNorm = false;  // its input is a norm's output (TE LayerNormLinear fuses the cast)
 };
 
 struct PassTimes {
@@ -62,23 +61,27 @@ PassTimes gemmPasses(const GpuSpec& gpu, Precision precision, const std::vector<
   return t;
 }
 
-// Bytes of HBM traffic per value that Transformer Engine's cast to `precision` moves (read the
-// bf16 tensor, write the two layouts a low-precision GEMM pair reads: the row-wise one and the
-// transposed one for wgrad, since Hopper's FP8 GEMMs take only TN operands and MX blocks do not
-// transpose). Per-tensor current scaling (TE Float8CurrentScaling, Megatron-Bridge's H100 FP8)
-// reads the tensor once more for its amax first, so a norm cannot fuse it; block-scaled
-// formats (MXFP8, NVFP4) scale locally and TE fuses their cast into the preceding norm, which
-// then writes the low-precision layouts instead of its bf16 output. FP8 with 1×128 blocks
-// (Float8BlockScaling) scales locally too, but Transformer Engine's norm has no fused path for
-// its quantizer (pytorch/csrc/extensions/normalization.cpp runs it UNFUSED): the norm writes
-// bf16 and the cast reads it once, with no amax pass. Sources: Transformer Engine docs, "Using
-// FP8 with Transformer Engine" and the low-precision training recipes.
-double castBytesPerValue(Precision precision, bool fusedWithNorm) {
-  const double layouts = 2.0 * operandBytes(precision);
-  if (precision == Precision::Fp8) return kBf16 + kBf16 + layouts;  // amax read, cast read, two writes
-  if (precision == Precision::Fp8Block) return kBf16 + layouts;     // cast read, two writes
-  if (fusedWithNorm) return std::max(0.0, layouts - kBf16);
-  return kBf16 + layouts;
+// Bytes of HBM traffic per value that Transformer Engine's cast to `precision` moves, as its
+// quantizers run (transformer_engine/pytorch/csrc/quantizer.cpp and extensions/normalization.cpp
+// at d0067d0da): read the bf16 tensor and write the copies a low-precision GEMM pair reads
+// (operandCopies: row-wise and column-wise, or one per-tensor FP8 copy where the GPU's FP8 GEMMs
+// take any layout), plus an amax pass where the format has a per-tensor scale.
+//  - FP8 with per-tensor current scaling (Float8CurrentScaling) reads the tensor once for its
+//    amax, then once to cast. A norm can take that amax (FUSED_NORM_AMAX_FP8) only without
+//    cuDNN's norm, which Megatron-Bridge's FP8 recipes turn on (NVTE_NORM_FWD_USE_CUDNN=1).
+//  - NVFP4 (NVFP4BlockScaling) needs the tensor's amax for its second-level scale, and for the
+//    column-wise copy that of the random-Hadamard-transformed tensor: one pass reads the tensor
+//    for both (nvte_hadamard_transform_amax), then the fused cast reads it again and writes the
+//    row-wise copy and the transformed column-wise one. With the transform on (the default
+//    recipe's inputs and gradients) the norm takes no part of it.
+//  - FP8 with 1×128 blocks (Float8BlockScaling) and MXFP8 scale locally: no amax pass. A norm
+//    fuses the MXFP8 cast only with cuDNN's norm on 128×128 tiles and never the blockwise one;
+//    the cost model takes them unfused (the norm writes bf16, the cast reads it once).
+double castBytesPerValue(const GpuSpec& gpu, Precision precision) {
+  if (!isLowPrecision(precision)) return 0.0;
+  const double copies = operandCopies(precision, gpu.fp8GemmTakesAnyLayout()) * operandBytes(precision);
+  const bool amaxPass = precision == Precision::Fp8 || precision == Precision::Nvfp4;
+  return (amaxPass ? kBf16 : 0.0) + kBf16 + copies;
 }
 
 // Low-precision cast traffic of a layer's weight GEMMs: forward each GEMM's input (m × k; with
@@ -93,8 +96,8 @@ PassTimes castPasses(const GpuSpec& gpu, Precision precision, const std::vector<
   for (const Gemm& g : gemms) {
     const double inRows = g.side == TpSide::ColumnParallel ? g.m / sp : g.m;
     const double gradRows = g.side == TpSide::RowParallel ? g.m / sp : g.m;
-    forwardBytes += g.count * inRows * g.k * castBytesPerValue(precision, g.inputFromNorm);
-    backwardBytes += g.count * gradRows * g.n * castBytesPerValue(precision, false);
+    forwardBytes += g.count * inRows * g.k * castBytesPerValue(gpu, precision);
+    backwardBytes += g.count * gradRows * g.n * castBytesPerValue(gpu, precision);
   }
   t.forward = memoryMs(gpu, forwardBytes);
   t.backwardInput = memoryMs(gpu, backwardBytes);
@@ -270,16 +273,16 @@ void mlaGemms(const Block& k, LayerGemms& g) {
   const auto rope = static_cast<double>(m.qkRopeHeadDim);
   const auto nope = static_cast<double>(m.qkNopeHeadDim);
   if (ql > 0) {
-    g.attention.push_back({k.nc / k.sp, ql, k.h, 1, TpSide::None, true});            // q down
-    g.attention.push_back({k.nc, k.hq / k.T, ql, 1, TpSide::ColumnParallel, true});  // q up
+    g.attention.push_back({k.nc / k.sp, ql, k.h, 1, TpSide::None});            // q down
+    g.attention.push_back({k.nc, k.hq / k.T, ql, 1, TpSide::ColumnParallel});  // q up
     g.linearParams += k.h * ql + ql * k.hq / k.T;
   } else {
-    g.attention.push_back({k.nc, k.hq / k.T, k.h, 1, TpSide::ColumnParallel, true});
+    g.attention.push_back({k.nc, k.hq / k.T, k.h, 1, TpSide::ColumnParallel});
     g.linearParams += k.h * k.hq / k.T;
   }
-  g.attention.push_back({k.nc / k.sp, kvl + rope, k.h, 1, TpSide::None, true});                    // kv down
-  g.attention.push_back({k.nc, k.a * (nope + k.dv) / k.T, kvl, 1, TpSide::ColumnParallel, true});  // kv up
-  g.attention.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});                   // output projection
+  g.attention.push_back({k.nc / k.sp, kvl + rope, k.h, 1, TpSide::None});                    // kv down
+  g.attention.push_back({k.nc, k.a * (nope + k.dv) / k.T, kvl, 1, TpSide::ColumnParallel});  // kv up
+  g.attention.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel});                    // output projection
   g.linearParams += k.h * (kvl + rope) + kvl * k.a * (nope + k.dv) / k.T + k.ho / k.T * k.h;
 }
 
@@ -288,20 +291,20 @@ LayerGemms layerGemms(const Block& k) {
   if (k.t.mla) {
     mlaGemms(k, g);
   } else {
-    g.attention.push_back({k.nc, (k.hq + k.hk + k.hv) / k.T, k.h, 1, TpSide::ColumnParallel, true});  // QKV
-    g.attention.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});  // output projection
+    g.attention.push_back({k.nc, (k.hq + k.hk + k.hv) / k.T, k.h, 1, TpSide::ColumnParallel});  // QKV
+    g.attention.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel});                     // output projection
     g.linearParams = (k.hq + k.hk + k.hv) / k.T * k.h + k.ho / k.T * k.h;
   }
   if (k.moe) {
     // The router and the routed experts are costed by moeCosts (MoeCosts.cpp).
     if (k.shared > 0) {
-      g.shared.push_back({k.nc, k.actInputs(k.shared * k.fe) / k.T, k.h, 1, TpSide::ColumnParallel, true});
-      g.shared.push_back({k.nc, k.h, k.shared * k.fe / k.T, 1, TpSide::RowParallel, false});
+      g.shared.push_back({k.nc, k.actInputs(k.shared * k.fe) / k.T, k.h, 1, TpSide::ColumnParallel});
+      g.shared.push_back({k.nc, k.h, k.shared * k.fe / k.T, 1, TpSide::RowParallel});
       g.linearParams += (k.actInputs(k.shared * k.fe) + k.shared * k.fe) / k.T * k.h;
     }
   } else {
-    g.mlp.push_back({k.nc, k.actInputs(k.f) / k.T, k.h, 1, TpSide::ColumnParallel, true});  // FC1 (gate+up)
-    g.mlp.push_back({k.nc, k.h, k.f / k.T, 1, TpSide::RowParallel, false});                 // FC2
+    g.mlp.push_back({k.nc, k.actInputs(k.f) / k.T, k.h, 1, TpSide::ColumnParallel});  // FC1 (gate+up)
+    g.mlp.push_back({k.nc, k.h, k.f / k.T, 1, TpSide::RowParallel});                  // FC2
     g.linearParams += (k.actInputs(k.f) + k.f) / k.T * k.h;
   }
   return g;
@@ -373,14 +376,15 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
   // A MoE layer's MLP half has TP collectives only for its shared experts: the routed experts
   // take this rank's sequence shard as it is (expert tensor parallelism gathers inside moeCosts).
   const bool mlpCollectives = !g.mlp.empty() || !g.shared.empty();
-  if (!overlap) {
-    c.forward.exposedMs = (mlpCollectives ? 2.0 : 1.0) * allReduceMs(link, ranks, hiddenBytes);
-    c.backward.exposedMs = c.forward.exposedMs;
-    return c;
-  }
+  const double modules = mlpCollectives ? 2.0 : 1.0;
   const double gather = allGatherMs(link, ranks, hiddenBytes);
   const double gatherCast = allGatherMs(link, ranks, operandBytes(k.precision) / kBf16 * hiddenBytes);
   const double scatter = gather;  // a reduce-scatter moves the same volume in the same steps
+  if (!overlap && !k.ctx.parallel.sequenceParallel) {
+    c.forward.exposedMs = modules * allReduceMs(link, ranks, hiddenBytes);
+    c.backward.exposedMs = c.forward.exposedMs;
+    return c;
+  }
   // Each collective meets the GEMMs on its side of the attention block and of the MLP (the
   // shared experts' GEMMs run beside the routed ones).
   std::vector<Gemm> mlp = g.mlp;
@@ -391,6 +395,20 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
     for (const Gemm& gemm : *module) {
       if (gemm.side == TpSide::None) continue;
       (gemm.side == TpSide::ColumnParallel ? column : row) += gemmPasses(k.ctx.gpu, k.precision, {gemm});
+    }
+    if (!overlap) {
+      // Sequence parallelism without userbuffers (Transformer Engine's Linear, module/linear.py):
+      // forward the column-parallel GEMM's input is all-gathered (cast first in a low-precision
+      // recipe) and the row-parallel GEMM's output reduce-scattered, each before or after its
+      // GEMM. Backward the row-parallel dgrad waits for its output gradient's all-gather (cast);
+      // the column-parallel side re-gathers the sequence-sharded input it kept (cast) for wgrad
+      // while its dgrad GEMM runs, and reduce-scatters the input gradient while its wgrad GEMM
+      // runs (async_op=True, waited for at the end of the module's backward).
+      c.forward.exposedMs += gatherCast + scatter;
+      c.backward.exposedMs += gatherCast;
+      c.backward += overlapped(gatherCast, column.backwardInput, 1.0, OverlapKind::Bulk);
+      c.backward += overlapped(scatter, column.backwardWeight, 1.0, OverlapKind::Bulk);
+      continue;
     }
     c.forward += overlapped(gatherCast, column.forward, k.T, OverlapKind::GatherIntoGemm);
     c.forward += overlapped(scatter, row.forward, k.T, OverlapKind::GemmIntoScatter);
@@ -749,7 +767,8 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
 
   const BlockParts p = blockParts(k, gpu, par, moe, wgradOut);
   if (isLowPrecision(k.precision))
-    c.lowPrecisionWeightBytes = toBytes(2.0 * operandBytes(k.precision) * (p.g.linearParams + moe.linearParams));
+    c.lowPrecisionWeightBytes = toBytes(operandCopies(k.precision, gpu.fp8GemmTakesAnyLayout()) *
+                                        operandBytes(k.precision) * (p.g.linearParams + moe.linearParams));
 
   const bool keepScores = !k.flash && par.recompute == Recompute::None;
   const ActivationBytes act = activationBytes(k, keepScores);
@@ -876,7 +895,7 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
   const double nc = b * static_cast<double>(t.seq) / C;
   const double wgradOut = 2.0 * (ctx.parallel.gradReduceInFp32 ? kFp32 : kBf16);
   const PassTimes proj =
-      gemmPasses(ctx.gpu, ctx.precision, {{nc, h / T, 2.0 * h, 1, TpSide::ColumnParallel, true}}, wgradOut);
+      gemmPasses(ctx.gpu, ctx.precision, {{nc, h / T, 2.0 * h, 1, TpSide::ColumnParallel}}, wgradOut);
   const double norms = memoryMs(ctx.gpu, 2.0 * 2.0 * kBf16 * nc / sp * h);
   const auto depth = static_cast<double>(t.mtpLayers);
   LayerCosts c;
@@ -917,9 +936,7 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
 }  // namespace
 
 namespace costparts {
-double lowPrecisionCastBytes(Precision precision, bool fusedWithNorm) {
-  return castBytesPerValue(precision, fusedWithNorm);
-}
+double lowPrecisionCastBytes(const GpuSpec& gpu, Precision precision) { return castBytesPerValue(gpu, precision); }
 }  // namespace costparts
 
 CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel) {

@@ -218,6 +218,6 @@ struct MoeCommExposure {
 MoeCommExposure moeCommExposure(const MoeOverlapWindows& windows, const Parallelism& parallel);
 
 /// Bytes of HBM traffic per value of Transformer Engine's cast to `precision` (CostModel.cpp).
-double lowPrecisionCastBytes(Precision precision, bool fusedWithNorm);
+double lowPrecisionCastBytes(const GpuSpec& gpu, Precision precision);
 
 }  // namespace pipestudio::costparts

@@ -188,7 +188,7 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   // Transformer Engine's casts of the expert GEMMs' inputs and output gradients (low precision).
   double castFwd = 0, castBwd = 0;
   if (isLowPrecision(p)) {
-    const double perValue = lowPrecisionCastBytes(p, false);
+    const double perValue = lowPrecisionCastBytes(gpu, p);
     castFwd = memoryMs(gpu, perValue * rows * (h + ffn));
     castBwd = memoryMs(gpu, perValue * rows * (h + act));
   }

@@ -46,6 +46,15 @@ constexpr bool isLowPrecision(Precision p) {
 /// applied as each 128-deep block of k is accumulated), so it takes fp8's values.
 constexpr Precision gemmRateFallback(Precision p) { return p == Precision::Fp8Block ? Precision::Fp8 : p; }
 
+/// Copies of a low-precision tensor Transformer Engine writes when it feeds a GEMM and the
+/// transposed GEMM of the backward (a layer's input: fprop and wgrad; a weight: fprop and dgrad):
+/// the row-wise and the column-wise one, since block scales run along one axis and Hopper's FP8
+/// GEMMs take only TN operands; one for per-tensor FP8 where the GPU's FP8 GEMMs take any layout
+/// (`fp8AnyLayout`, Blackwell: TE's Float8 quantizers then keep no transpose, quantizer.cpp).
+constexpr double operandCopies(Precision p, bool fp8AnyLayout) {
+  return p == Precision::Fp8 && fp8AnyLayout ? 1.0 : 2.0;
+}
+
 /// Bytes per value of a GEMM operand held in `p`, block scales included (fp8-block: 1 + 4/128, an
 /// FP32 scale per 128 values of an activation; a weight's 128×128 blocks cost less, not counted
 /// apart; mxfp8: 1 + 1/32; nvfp4: 1/2 + 1/16).
