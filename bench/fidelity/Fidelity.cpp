@@ -19,6 +19,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -166,6 +167,7 @@ struct Row {
   std::string unit;
   std::string outOfScope;    // why the row is shown but not in the MAPE ("" = in it)
   bool checkMemory = false;  // a run whose memory must fit in ours (the recipes that ran)
+  bool calibration = false;  // the row an efficiency was calibrated on (not in the MAPE)
 };
 
 double pctError(double predicted, double measured) { return measured != 0 ? (predicted - measured) / measured : 0; }
@@ -174,6 +176,12 @@ struct Report {
   std::vector<Row> rows;
   std::map<std::string, double> efficiency;
   std::map<std::string, std::string> calibratedOn;
+  /// GPUs with no published BF16 run whose bf16 GEMMs (the output layer of a low-precision
+  /// recipe) take the efficiency of one low-precision calibration: GPU → that key ("GB300/fp8").
+  std::map<std::string, std::string> bf16From;
+  /// (table, row) of every calibration row: shown, marked, and left out of the MAPE (their error
+  /// is zero by construction).
+  std::set<std::pair<std::string, std::string>> calibrationRows;
 };
 
 // --- Megatron-LM SC21, Table 1 ---
@@ -354,6 +362,7 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
     par.cpCommType = cpCommTypeFromName(row["cp_comm_type"].get<std::string>()).value_or(CpCommType::P2p);
   }
   if (row.contains("overlap_grad_reduce")) par.overlapGradReduce = row["overlap_grad_reduce"].get<bool>();
+  if (row.contains("overlap_param_gather")) par.overlapParamGather = row["overlap_param_gather"].get<bool>();
   readAttentionBackend(row, par);
 }
 
@@ -382,7 +391,15 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     }
     r.model = std::move(*spec);
     const std::string gpu = table["gpu"].get<std::string>();
-    const double bf16 = report.efficiency.count(gpu) ? report.efficiency.at(gpu) : base.gpu.efficiency;
+    // The bf16 GEMMs: the GPU's bf16 calibration, or the low-precision one they follow (while that
+    // one is calibrated on this row, the value under trial).
+    const auto from = report.bf16From.find(gpu);
+    const bool bf16FollowsThisRow =
+        from != report.bf16From.end() &&
+        from->second == gpu + "/" + std::string(precisionName(gemmRateFallback(*precision)));
+    const double bf16 = bf16FollowsThisRow             ? efficiency
+                        : report.efficiency.count(gpu) ? report.efficiency.at(gpu)
+                                                       : base.gpu.efficiency;
     r.cluster = clusterFor(base, gpus, bf16);
     if (*precision != Precision::Bf16) {
       r.cluster.gpu.efficiencyByPrecision[static_cast<std::size_t>(*precision)] = efficiency;
@@ -618,6 +635,9 @@ struct Entry {
   double measuredMemoryGb = 0;  // peak memory the paper reports (GB = 10^9 bytes), when it does
   std::string outOfScope;
   bool checkMemory = false;
+  /// The efficiency a row of an uncalibrated (GPU, precision) runs at: the catalogue's (a GPU that
+  /// borrows another's calibration, calibration_from), else the bf16 default.
+  double fallbackEfficiency = 0.5;
 };
 
 // The clusters the tables name, by file name.
@@ -682,6 +702,7 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
         // A row whose run differs from the recipe in a way the cost model has no setting for.
         if (row.contains("out_of_scope")) e.outOfScope = row["out_of_scope"].get<std::string>();
         e.checkMemory = table.value("check_memory", false);
+        if (parsed) e.fallbackEfficiency = base.gpu.efficiencyFor(gemmRateFallback(*parsed));
         entries.push_back(std::move(e));
       }
     }
@@ -690,14 +711,25 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
 }
 
 // Calibrate one efficiency per GPU type on its named row.
+// A calibration marked "sets_bf16" also sets its GPU's bf16 value (calibration keys are visited in
+// order, so "GB300/fp8" comes before the "GB300/mxfp8" and "GB300/nvfp4" rows that read it).
 void calibrateAll(const Json& root, const std::vector<Entry>& entries, Report& report) {
-  for (const auto& [gpu, spec] : root["calibration"].items()) {
+  for (const auto& [key, spec] : root["calibration"].items()) {
+    if (spec.value("sets_bf16", false)) report.bf16From[key.substr(0, key.find('/'))] = key;
+  }
+  for (const auto& [key, spec] : root["calibration"].items()) {
     const std::string table = spec["table"].get<std::string>();
     const std::string rowName = spec["row"].get<std::string>();
     for (const Entry& e : entries) {
       if (e.table == table && e.name == rowName && e.method.empty()) {
-        report.efficiency[gpu] = calibrate(e.predict, e.measured);
-        report.calibratedOn[gpu] = std::string(table).append(" ").append(rowName);
+        report.efficiency[key] = calibrate(e.predict, e.measured);
+        report.calibratedOn[key] = std::string(table).append(" ").append(rowName);
+        report.calibrationRows.emplace(table, rowName);
+        if (spec.value("sets_bf16", false)) {
+          const std::string gpu = key.substr(0, key.find('/'));
+          report.efficiency[gpu] = report.efficiency[key];
+          report.calibratedOn[gpu] = "the " + key + " calibration (no published BF16 run on this GPU)";
+        }
       }
     }
   }
@@ -709,7 +741,7 @@ using Mape = std::map<std::string, std::pair<double, int>>;  // per table (metho
 bool predictAll(const std::vector<Entry>& entries, Report& report, Mape& mape, Mape& memoryMape) {
   bool ok = true;
   for (const Entry& e : entries) {
-    const double eff = report.efficiency.count(e.gpu) ? report.efficiency.at(e.gpu) : 0.5;
+    const double eff = report.efficiency.count(e.gpu) ? report.efficiency.at(e.gpu) : e.fallbackEfficiency;
     Row row;
     row.table = e.table;
     row.name = e.name;
@@ -718,6 +750,7 @@ bool predictAll(const std::vector<Entry>& entries, Report& report, Mape& mape, M
     row.measuredMemoryGb = e.measuredMemoryGb;
     row.outOfScope = e.outOfScope;
     row.checkMemory = e.checkMemory;
+    row.calibration = e.method.empty() && report.calibrationRows.count({e.table, e.name}) > 0;
     row.predicted = e.predict(eff);
     report.rows.push_back(row);
     const std::string key = e.table + (e.method.empty() ? "" : " " + e.method);
@@ -725,7 +758,7 @@ bool predictAll(const std::vector<Entry>& entries, Report& report, Mape& mape, M
       ok = false;
       continue;
     }
-    if (!row.outOfScope.empty()) continue;
+    if (!row.outOfScope.empty() || row.calibration) continue;
     auto& [sum, n] = mape[key];
     sum += std::abs(pctError(row.predicted.value, row.measured));
     ++n;
@@ -773,7 +806,9 @@ bool printRows(Report& report, bool markdown) {
                     r.predicted.fits ? "" : (missed ? " DOES NOT FIT" : " (over)"));
       if (missed) ok = false;
     }
-    const std::string name = r.outOfScope.empty() ? r.name : r.name + " (" + r.outOfScope + ": not in the MAPE)";
+    const std::string name = r.calibration          ? r.name + " (calibration)"
+                             : r.outOfScope.empty() ? r.name
+                                                    : r.name + " (" + r.outOfScope + ": not in the MAPE)";
     std::printf("%s %-14s %s %8.2f %s %8.2f %s %+6.1f%% %s %10.1f %s %s %s\n", bar, name.c_str(), bar, r.measured, bar,
                 r.predicted.value, bar, 100.0 * pctError(r.predicted.value, r.measured), bar, r.predicted.iterationMs,
                 bar, memory.data(), markdown ? "|" : "");
@@ -913,6 +948,12 @@ bool printCatalogue(const Report& report, bool markdown) {
     std::printf("%s %-24s %s %-6s %s efficiency %.3f %s\n", bar, entry ? entry->gpu.name.c_str() : gpu.c_str(), bar,
                 std::string(precisionName(precision)).c_str(), bar, stored,
                 same ? "(calibrated)" : "DIFFERS from the calibration");
+  }
+  // GPUs without a calibrating run of their own take another entry's values (the same silicon).
+  for (const CatalogGpu& g : gpuCatalog()) {
+    if (g.calibrationFrom.empty()) continue;
+    std::printf("%s %-24s %s all    %s efficiencies of %s (calibration_from) %s\n", bar, g.gpu.name.c_str(), bar, bar,
+                g.calibrationFrom.c_str(), markdown ? "|" : "");
   }
   return ok;
 }
