@@ -140,7 +140,7 @@ Prediction planAndMeasure(PlanRequest request, const std::function<double(const 
     const DeviceMetrics& dm = plan->metrics.devices[d];
     p.peakBytes = std::max(p.peakBytes, dm.peakMemoryBytes);
     const std::int64_t capacity = deviceGpu(plan->cluster, plan->config, static_cast<int>(d)).memoryBytes();
-    if (dm.peakMemoryBytes + dm.memory.marginBytes > capacity) p.fits = false;
+    if (dm.peakMemoryBytes + dm.memory.marginBytes() > capacity) p.fits = false;
   }
   return p;
 }

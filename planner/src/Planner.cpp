@@ -480,6 +480,22 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   return plan;
 }
 
+std::string describeMemory(const MemoryBreakdown& memory, bool withMargin) {
+  const auto gib = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
+  // Every part of the peak, so that the parts add up to it; zero parts are left out.
+  const auto parts = [&](bool keptBack) {
+    std::string out;
+    for (const MemoryPart& part : memoryParts()) {
+      if (part.keptBack != keptBack || memory.*part.bytes == 0) continue;
+      out += (out.empty() ? "" : " + ") + std::string(part.name) + " " + gib(memory.*part.bytes);
+    }
+    return out.empty() ? std::string("0 B") : out;
+  };
+  std::string out = "peak " + gib(memory.allocatedBytes()) + " = " + parts(false);
+  if (withMargin) out += "; kept back: " + parts(true);
+  return out;
+}
+
 Status checkMemory(const Plan& plan) {
   std::ostringstream msg;
   bool fits = true;
@@ -488,11 +504,11 @@ Status checkMemory(const Plan& plan) {
     const DeviceMetrics& dm = plan.metrics.devices[d];
     const bool explicitLimit = plan.config.memoryLimitBytes.has_value();
     // A --memory-limit is what the plan may allocate; a GPU's capacity first keeps back the
-    // margin (CUDA context, workspaces, fragmentation: memoryMarginBytes).
+    // margin (CUDA context, fragmentation: memoryMarginBytes).
     const std::int64_t capacity = explicitLimit
                                       ? *plan.config.memoryLimitBytes
                                       : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
-    const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes;
+    const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes();
     if (capacity <= 0 || dm.peakMemoryBytes + margin <= capacity) continue;
     if (fits) {
       msg << plan.config.schedule << " does not fit in memory (" << (explicitLimit ? "--memory-limit " : "GPU memory ")
@@ -500,22 +516,9 @@ Status checkMemory(const Plan& plan) {
           << (explicitLimit ? "" : ", of which " + gib(margin) + " is kept back as margin") << "):";
     }
     fits = false;
-    const MemoryBreakdown& mb = dm.memory;
-    // The largest part is what to attack first.
-    const std::array<std::pair<const char*, std::int64_t>, 5> parts = {{{"parameters", mb.parameterBytes},
-                                                                        {"gradients", mb.gradientBytes},
-                                                                        {"optimizer state", mb.optimizerBytes},
-                                                                        {"activations", dm.peakActivationBytes},
-                                                                        {"collective buffers", mb.communicationBytes}}};
-    const auto* largest = &parts[0];
-    for (const auto& p : parts) {
-      if (p.second > largest->second) largest = &p;
-    }
-    msg << "\n  device " << d << ": peak " << gib(dm.peakMemoryBytes) << " = parameters " << gib(mb.parameterBytes)
-        << " + gradients " << gib(mb.gradientBytes) << " + optimizer " << gib(mb.optimizerBytes) << " + activations "
-        << gib(dm.peakActivationBytes);
-    if (mb.communicationBytes > 0) msg << " + buffers " << gib(mb.communicationBytes);
-    msg << ", over by " << gib(dm.peakMemoryBytes + margin - capacity) << " (largest part: " << largest->first << ")";
+    msg << "\n  device " << d << ": " << describeMemory(dm.memory, !explicitLimit) << "; over by "
+        << gib(dm.peakMemoryBytes + margin - capacity) << " (largest part: " << largestMemoryPart(dm.memory).name
+        << ")";
   }
   if (fits) return {};
   msg << "\n  (use more devices, tensor parallelism, recomputation, ZeRO, fewer in-flight microbatches, or a schedule "

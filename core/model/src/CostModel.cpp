@@ -46,7 +46,9 @@ struct PassTimes {
     backwardInput += o.backwardInput;
     backwardWeight += o.backwardWeight;
     return *this;
+    gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
   }
+  return gatherBufferBytes;
 };
 
 // `wgradOutputBytes`: read and write of the main gradient the weight-gradient GEMM accumulates
@@ -698,6 +700,42 @@ void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const
   }
 }
 
+// The GEMM workspaces of a process. cuBLAS asks for 32 MiB on Hopper and later and 4 MiB before
+// (cuBLAS documentation, cublasSetWorkspace); Transformer Engine allocates one workspace of 32 MiB
+// + 1 KiB (4 MiB before Hopper) for its GEMMs, one three times that size for its userbuffer
+// GEMMs (_NUM_MAX_UB_STREAMS) and one per compute stream (4: common/util/multi_stream.cpp) for
+// grouped GEMMs (transformer_engine/pytorch/cpp_extensions/gemm.py, get_cublas_workspace at
+// d0067d0da6cb); PyTorch's own GEMMs (the output layer, the router) take one cuBLAS workspace.
+// A GPU with FP8 tensor cores is taken as Hopper or later.
+double cublasWorkspaceBytes(const GpuSpec& gpu) {
+  return gpu.peakTflopsFor(Precision::Fp8) > 0 ? 32.0 * 1024 * 1024 : 4.0 * 1024 * 1024;
+}
+double gemmWorkspaceBytes(const GpuSpec& gpu, bool transformerEngine, bool userbuffers, bool grouped) {
+  const double torchWorkspace = cublasWorkspaceBytes(gpu);
+  if (!transformerEngine) return torchWorkspace;
+  const double te = gpu.peakTflopsFor(Precision::Fp8) > 0 ? 32.0 * 1024 * 1024 + 1024 : 4.0 * 1024 * 1024;
+  constexpr double kUserbufferStreams = 3;
+  constexpr double kComputeStreams = 4;
+  return torchWorkspace + te * (1.0 + (userbuffers ? kUserbufferStreams : 0.0) + (grouped ? kComputeStreams : 0.0));
+}
+
+// Transformer Engine's userbuffers for the TP communication overlap. Megatron initialises them
+// with the shape [seq·mbs / CP, hidden] (megatron/training/initialize.py,
+// _initialize_tp_communicators) and TE allocates one buffer of that shape for each of the twelve
+// overlapped GEMMs (qkv, proj, fc1, fc2 × fprop, dgrad, wgrad; initialize_ub in
+// transformer_engine/pytorch/module/base.py): the eight that all-gather in one byte per value
+// under an FP8 recipe (fp8_buf; NVFP4 recipes run them in bf16), the four that reduce-scatter
+// in bf16. Only with --tp-comm-overlap (sequence parallel, T > 1).
+double teUserbufferBytes(const Block& k) {
+  const Parallelism& par = k.ctx.parallel;
+  if (!(k.T > 1 && par.sequenceParallel && par.tpCommOverlap)) return 0.0;
+  const bool fp8Buffers =
+      k.precision == Precision::Fp8 || k.precision == Precision::Fp8Block || k.precision == Precision::Mxfp8;
+  const double values = k.nc * k.h;  // one buffer: the microbatch's tokens of this context rank
+  constexpr double kAllGatherBuffers = 8, kReduceScatterBuffers = 4;
+  return values * (kAllGatherBuffers * (fp8Buffers ? 1.0 : kBf16) + kReduceScatterBuffers * kBf16);
+}
+
 // ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
 // layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
 // in bf16). ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
@@ -725,9 +763,7 @@ std::int64_t shardedDataParallel(const Block& k, const CostContext& ctx, double 
     s.backwardInputCommMs += bwd.exposedMs;
     c.forwardHiddenCommMs += fwd.hiddenMs;
     c.backwardInputHiddenCommMs += bwd.hiddenMs;
-    gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
   }
-  return gatherBufferBytes;
 }
 
 // A transformer block under hybrid parallelism and the recipe's precision, overlap and
@@ -771,6 +807,8 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   // the TP ranks and all-gathers on NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
   c.outputBytes = toBytes(kBf16 * k.nc * k.h / k.T);
   c.communicationBytes = std::max({toBytes(moe.bufferBytes), toBytes(p.cpBufferBytes), gatherBufferBytes});
+  c.userbufferBytes = toBytes(teUserbufferBytes(k));
+  c.workspaceBytes = toBytes(gemmWorkspaceBytes(gpu, true, c.userbufferBytes > 0, k.moe));
   return c;
 }
 
@@ -822,6 +860,7 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
     c.weightGradBytes = 0;
   }
   c.outputBytes = toBytes(kFp32 * nc);  // per-token loss
+  c.workspaceBytes = toBytes(gemmWorkspaceBytes(gpu, false, false, false));
   return c;
 }
 
@@ -894,6 +933,9 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
     c.weightGradBytes += toBytes(depth * static_cast<double>(part.weightGradBytes));
     c.recomputeBytes = std::max(c.recomputeBytes, part.recomputeBytes);
     c.communicationBytes = std::max(c.communicationBytes, part.communicationBytes);
+    c.workspaceBytes = std::max(c.workspaceBytes, part.workspaceBytes);
+    c.userbufferBytes = std::max(c.userbufferBytes, part.userbufferBytes);
+    c.cudaGraphBytes += toBytes(depth * static_cast<double>(part.cudaGraphBytes));
     c.modelFlopsForward += depth * part.modelFlopsForward;
   };
   add(blockCosts);

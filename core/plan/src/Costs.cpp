@@ -404,6 +404,9 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
     addSaturating(s.weightGradBytes, lc.weightGradBytes);
     s.outputBytes = lc.outputBytes;
     s.communicationBytes = std::max(s.communicationBytes, lc.communicationBytes);
+    s.workspaceBytes = std::max(s.workspaceBytes, lc.workspaceBytes);
+    s.userbufferBytes = std::max(s.userbufferBytes, lc.userbufferBytes);
+    addSaturating(s.cudaGraphBytes, lc.cudaGraphBytes);
     (trainable ? s.trainableParameters : s.frozenParameters) += lc.parameterCount();
     if (trainable) s.expertParameters += static_cast<double>(lc.expertParameterBytes) / 2.0;
     if (trainable && m_tiedHead[c][lu]) s.tiedParameters += lc.parameterCount();

@@ -44,6 +44,7 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, fp32Grads);
   std::vector<double> denseParams(devices, 0.0), expertParams(devices, 0.0), frozen(devices, 0.0);
   std::vector<std::int64_t> buffers(devices, 0), lowPrecision(devices, 0), recompute(devices, 0);
+  std::vector<std::int64_t> workspaces(devices, 0), userbuffers(devices, 0), graphs(devices, 0);
   // A tied LM head on the embedding's device shares its weight (one tensor, one gradient).
   std::vector<char> hasEmbedding(devices, 0);
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
@@ -66,6 +67,11 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     frozen[du] += c.frozenParameters;
     buffers[du] = std::max(buffers[du], c.communicationBytes);
     recompute[du] = std::max(recompute[du], c.recomputeBytes);
+    // One set of workspaces and userbuffers per process, sized for its largest layer; every
+    // captured graph keeps its own pool.
+    workspaces[du] = std::max(workspaces[du], c.workspaceBytes);
+    userbuffers[du] = std::max(userbuffers[du], c.userbufferBytes);
+    addSaturating(graphs[du], c.cudaGraphBytes);
     // Under ZeRO-3 a layer's low-precision copy lives only while it is gathered (in its buffers).
     if (zero < 3) addSaturating(lowPrecision[du], c.lowPrecisionWeightBytes);
   }
@@ -81,36 +87,40 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     m.communicationBytes = buffers[d];
     m.lowPrecisionWeightBytes = lowPrecision[d];
     m.recomputeBytes = recompute[d];
+    m.workspaceBytes = workspaces[d];
+    m.userbufferBytes = userbuffers[d];
+    m.cudaGraphBytes = graphs[d];
+    const GpuSpec& gpu = deviceGpu(plan.cluster, plan.config, static_cast<int>(d));
+    m.contextBytes = memoryContextBytes();
+    m.fragmentationBytes = memoryFragmentationBytes(gpu);
   }
   return out;
 }
 
 std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
   std::vector<std::int64_t> out;
-  for (const MemoryBreakdown& m : staticBreakdownPerDevice(plan, costs)) {
-    std::int64_t total = m.parameterBytes;
-    addSaturating(total, m.gradientBytes);
-    addSaturating(total, m.optimizerBytes);
-    addSaturating(total, m.lowPrecisionWeightBytes);
-    addSaturating(total, m.communicationBytes);
-    addSaturating(total, m.recomputeBytes);
-    out.push_back(total);
-  }
+  for (const MemoryBreakdown& m : staticBreakdownPerDevice(plan, costs)) out.push_back(m.allocatedBytes());
   return out;
 }
 
-std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
-  // The CUDA context, cuBLAS/cuDNN workspaces, NCCL's communicator buffers and Transformer
-  // Engine's userbuffers: 1 GiB.
-  constexpr std::int64_t kWorkspaceBytes = std::int64_t{1} << 30;
+std::int64_t memoryContextBytes() {
+  // The CUDA context (kernels of CUDA, cuBLAS, cuDNN, NCCL and Transformer Engine loaded on the
+  // device) and NCCL's communicator buffers, allocated outside PyTorch's caching allocator: a
+  // stated 1 GiB. The GEMM workspaces and TE's userbuffers are lines of their own.
+  return std::int64_t{1} << 30;
+}
+
+std::int64_t memoryFragmentationBytes(const GpuSpec& gpu) {
   // What PyTorch's caching allocator keeps but cannot hand out. The recipes run it with
   // expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment of
   // Megatron-Bridge's recipes, src/megatron/bridge/perf_recipes/*/h100/), which maps memory page
-  // by page as blocks grow instead of
-  // reserving fixed segments, so fragmentation stays a small share of the capacity: 2 %.
+  // by page as blocks grow instead of reserving fixed segments, so fragmentation stays a small
+  // share of the capacity: 2 %.
   constexpr double kFragmentation = 0.02;
-  return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
+  return static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
+
+std::int64_t memoryMarginBytes(const GpuSpec& gpu) { return memoryContextBytes() + memoryFragmentationBytes(gpu); }
 
 double offloadFraction(const PlanConfig& config, const VirtualStage& stage) {
   if (config.offloadRatio <= 0) return 0.0;
@@ -536,17 +546,10 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
   for (std::size_t d = 0; d < devices; ++d) {
     DeviceMetrics& dm = m.devices[d];
     dm.memory = statics[d];
+    dm.staticMemoryBytes = dm.memory.allocatedBytes();
     dm.memory.activationBytes = peakLive[d];
-    dm.memory.marginBytes = memoryMarginBytes(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)));
-    std::int64_t staticTotal = dm.memory.parameterBytes;
-    addSaturating(staticTotal, dm.memory.gradientBytes);
-    addSaturating(staticTotal, dm.memory.optimizerBytes);
-    addSaturating(staticTotal, dm.memory.lowPrecisionWeightBytes);
-    addSaturating(staticTotal, dm.memory.communicationBytes);
-    addSaturating(staticTotal, dm.memory.recomputeBytes);
-    dm.staticMemoryBytes = staticTotal;
     dm.peakActivationBytes = peakLive[d];
-    dm.peakMemoryBytes = sumSaturating(staticTotal, peakLive[d]);
+    dm.peakMemoryBytes = dm.memory.allocatedBytes();
   }
   addStepMetrics(plan, costed, costs, devFirst, devLast, first, m);
   return m;

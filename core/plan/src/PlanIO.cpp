@@ -594,6 +594,14 @@ std::string dumpCompact(const Json& j) { return j.dump(-1, ' ', false, Json::err
 
 }  // namespace
 
+Json memoryBreakdownJson(const MemoryBreakdown& memory) {
+  Json out = Json::object();
+  for (const MemoryPart& part : memoryParts()) out[std::string(part.jsonKey)] = memory.*part.bytes;
+  // The kept-back parts together, as plans before the context and fragmentation lines wrote it.
+  out["margin_bytes"] = memory.marginBytes();
+  return out;
+}
+
 Json planToJson(const Plan& plan) {
   const PlanConfig& c = plan.config;
   Json cfg{{"schedule", c.schedule},         {"devices", c.devices},
@@ -658,22 +666,13 @@ Json planToJson(const Plan& plan) {
   }
   Json devices = Json::array();
   for (const auto& d : plan.metrics.devices) {
-    const MemoryBreakdown& mb = d.memory;
     devices.push_back(Json{{"busy_ms", d.busyMs},
                            {"span_ms", d.spanMs},
                            {"exposed_comm_ms", d.exposedCommMs},
                            {"hidden_comm_ms", d.hiddenCommMs},
                            {"peak_memory_bytes", d.peakMemoryBytes},
                            {"peak_activation_bytes", d.peakActivationBytes},
-                           {"memory",
-                            {{"parameter_bytes", mb.parameterBytes},
-                             {"gradient_bytes", mb.gradientBytes},
-                             {"optimizer_bytes", mb.optimizerBytes},
-                             {"low_precision_weight_bytes", mb.lowPrecisionWeightBytes},
-                             {"activation_bytes", mb.activationBytes},
-                             {"communication_bytes", mb.communicationBytes},
-                             {"recompute_bytes", mb.recomputeBytes},
-                             {"margin_bytes", mb.marginBytes}}}});
+                           {"memory", memoryBreakdownJson(d.memory)}});
   }
   const Metrics& mt = plan.metrics;
   Json metrics{{"makespan_ms", mt.makespanMs},

@@ -441,7 +441,7 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
     const double growth = std::max(0.0, static_cast<double>(db.peakMemoryBytes - da.peakMemoryBytes)) / span;
     const double peak = static_cast<double>(db.peakMemoryBytes) + more * growth;
     const GpuSpec gpu = deviceGpu(m_cluster, cfg, static_cast<int>(d));
-    const auto capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
+    const auto capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes());
     if (growth > 0 && peak > capacity) {
       return Error{cfg.schedule + " does not fit in memory at " + std::to_string(m) + " microbatches: device " +
                    std::to_string(d) + " peaks near " + formatBytes(peak) + " of " + formatBytes(capacity) +

@@ -122,6 +122,14 @@ struct LayerCosts {
   /// Transient bytes while the backward runs that the held activations do not count: the
   /// recomputed activations of a layer (a group under uniform recomputation).
   std::int64_t recomputeBytes = 0;
+  /// Process-wide buffers this layer's kernels need (one set per process, sized for its largest
+  /// layer): the cuBLAS and Transformer Engine GEMM workspaces, and TE's userbuffers for the TP
+  /// communication overlap.
+  std::int64_t workspaceBytes = 0;
+  std::int64_t userbufferBytes = 0;
+  /// The private memory pools this layer's captured CUDA graphs keep (static inputs, outputs and
+  /// intermediates; summed over a device's layers). 0 unless the recipe captures graphs.
+  std::int64_t cudaGraphBytes = 0;
   /// Model FLOPs of one forward pass of the whole layer over the microbatch (all GPUs of the
   /// pipeline rank together; no recomputation; Korthikanti et al. 2022 Appendix A counting).
   double modelFlopsForward = 0;

@@ -83,8 +83,11 @@ struct StageCosts {
   /// Largest set of activations its backward rebuilds at once (a recomputed layer, or a group of
   /// them under uniform recomputation).
   std::int64_t recomputeBytes = 0;
-  double trainableParameters = 0;  ///< this GPU's shard
-  double expertParameters = 0;     ///< part of trainableParameters in routed experts
+  std::int64_t workspaceBytes = 0;   ///< largest GEMM workspaces of its layers (LayerCosts)
+  std::int64_t userbufferBytes = 0;  ///< largest userbuffers of its layers
+  std::int64_t cudaGraphBytes = 0;   ///< its layers' CUDA-graph pools
+  double trainableParameters = 0;    ///< this GPU's shard
+  double expertParameters = 0;       ///< part of trainableParameters in routed experts
   double frozenParameters = 0;
   double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
   double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
