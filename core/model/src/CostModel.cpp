@@ -46,9 +46,7 @@ struct PassTimes {
     backwardInput += o.backwardInput;
     backwardWeight += o.backwardWeight;
     return *this;
-    gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
   }
-  return gatherBufferBytes;
 };
 
 // `wgradOutputBytes`: read and write of the main gradient the weight-gradient GEMM accumulates
@@ -736,15 +734,30 @@ double teUserbufferBytes(const Block& k) {
   return values * (kAllGatherBuffers * (fp8Buffers ? 1.0 : kBf16) + kReduceScatterBuffers * kBf16);
 }
 
+// ZeRO-3's transient buffers of one FSDP unit (a layer: Megatron-FSDP's fsdp_unit_modules are the
+// transformer layers, torchtitan shards every block, the embedding and the output layer apart):
+// the weights a pass gathers — bf16, or the low-precision weights in their format (Megatron-FSDP
+// gathers fp8 parameters as they are) — and the gradient the backward produces unsharded, in the
+// reduce type, before its reduce-scatter (megatron/core/distributed/fsdp/src/megatron_fsdp/
+// param_and_grad_buffer.py, AllGatherPipeline and GradReducePipeline; PyTorch FSDP2's
+// all-gather output and reduce-scatter input).
+void fsdpUnitBuffers(const CostContext& ctx, LayerCosts& c) {
+  const Parallelism& par = ctx.parallel;
+  if (par.zeroStage < 3 || par.data <= 1 || !ctx.trainable || c.parameterBytes <= 0) return;
+  const double params = c.parameterCount();
+  const double quantized = std::min(params, c.quantizedParameters);
+  c.fsdpGatherBytes = toBytes(kBf16 * (params - quantized) + operandBytes(ctx.precision) * quantized);
+  c.fsdpGradientBytes = toBytes((par.gradReduceInFp32 ? kFp32 : kBf16) * params);
+}
+
 // ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
 // layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
 // in bf16). ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
 // produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
-// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). Returns the gather buffers' bytes.
-std::int64_t shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s,
-                                 LayerCosts& c) {
+// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). The gathered weights and the
+// unsharded gradients are fsdpUnitBuffers'.
+void shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s, LayerCosts& c) {
   const Parallelism& par = ctx.parallel;
-  std::int64_t gatherBufferBytes = 0;
   if (par.zeroStage >= 2 && k.D > 1 && ctx.trainable) {
     const double gradBytes = par.gradReduceInFp32 ? kFp32 : kBf16;
     const double scatter = allGatherMs(ctx.links.data, static_cast<int>(k.D), gradBytes * localParams);
@@ -784,8 +797,17 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   if (k.moe) c.expertParameterBytes = toBytes(kBf16 * moe.expertParams);
 
   const BlockParts p = blockParts(k, gpu, par, moe, wgradOut);
+  // Transformer Engine keeps each linear weight in the low-precision format in both layouts its
+  // GEMMs read (row-wise for fprop, column-wise for dgrad and wgrad): a cached copy beside the
+  // bf16 weight, or, with --fp8-param-gather, the weight itself (Megatron-Core's DDP then holds
+  // the row-wise data in its parameter buffer, megatron/core/distributed/param_and_grad_buffer.py,
+  // and no bf16 copy exists).
   if (isLowPrecision(k.precision))
     c.lowPrecisionWeightBytes = toBytes(2.0 * operandBytes(k.precision) * (p.g.linearParams + moe.linearParams));
+  if (par.lowPrecisionParamsFor(k.precision)) {
+    c.quantizedParameters = p.g.linearParams + moe.linearParams;
+    c.quantizedExpertParameters = moe.linearParams;
+  }
 
   const bool keepScores = !k.flash && par.recompute == Recompute::None;
   const ActivationBytes act = activationBytes(k, keepScores);
@@ -793,7 +815,7 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   c.forwardHiddenCommMs = p.tp.forward.hiddenMs + p.cp.forward.hiddenMs + p.ep.forward.hiddenMs;
   c.backwardInputHiddenCommMs = p.tp.backward.hiddenMs + p.cp.backward.hiddenMs + p.ep.backward.hiddenMs;
   recompute(k, gpu, par, p, moe, act, s, c);
-  const std::int64_t gatherBufferBytes = shardedDataParallel(k, ctx, localParams, s, c);
+  shardedDataParallel(k, ctx, localParams, s, c);
 
   c.forwardMs = s.forwardMs;
   c.backwardInputMs = s.backwardInputMs;
@@ -806,7 +828,7 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   // Megatron sends the sequence-sharded hidden states (sequence parallel) or splits them over
   // the TP ranks and all-gathers on NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
   c.outputBytes = toBytes(kBf16 * k.nc * k.h / k.T);
-  c.communicationBytes = std::max({toBytes(moe.bufferBytes), toBytes(p.cpBufferBytes), gatherBufferBytes});
+  c.communicationBytes = std::max(toBytes(moe.bufferBytes), toBytes(p.cpBufferBytes));
   c.userbufferBytes = toBytes(teUserbufferBytes(k));
   c.workspaceBytes = toBytes(gemmWorkspaceBytes(gpu, true, c.userbufferBytes > 0, k.moe));
   return c;
@@ -951,6 +973,8 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
       toBytes(depth * (static_cast<double>(blockCosts.parameterBytes) + kBf16 * projParams)) + lookup.parameterBytes;
   c.expertParameterBytes = toBytes(depth * static_cast<double>(blockCosts.expertParameterBytes));
   c.lowPrecisionWeightBytes = toBytes(depth * static_cast<double>(blockCosts.lowPrecisionWeightBytes));
+  c.quantizedParameters = depth * blockCosts.quantizedParameters;
+  c.quantizedExpertParameters = depth * blockCosts.quantizedExpertParameters;
   c.modelParameters = depth * (blockCosts.modelParameters + 2.0 * h * h + 2.0 * h);
   c.outputBytes = blockCosts.outputBytes;  // the main model's hidden states pass on to the head
   return c;
@@ -1091,6 +1115,11 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
     c.weightGradBytes = c.activationBytes / 2;
   }
   c.weightGradBytes = std::min(c.weightGradBytes, c.activationBytes);
+  c.quantizedParameters = std::min(c.quantizedParameters, c.parameterCount());
+  c.quantizedExpertParameters = std::min(c.quantizedExpertParameters, c.quantizedParameters);
+  // The layers whose ZeRO-3 gathers the cost model times (the transformer-shaped ones) hold
+  // their gather and reduce buffers.
+  if (layer.transformer) fsdpUnitBuffers(ctx, c);
 
   if (!ctx.trainable) {
     c.backwardInputMs = 0;

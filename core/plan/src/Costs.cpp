@@ -356,6 +356,8 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
   const std::vector<LayerCosts>* unrecomputed =
       m_recomputeNumLayers > 0 && unrecomputedTables != nullptr ? &(*unrecomputedTables)[gpu][c] : nullptr;
   std::int64_t chunkBuffers = 0;
+  // ZeRO-3: each FSDP unit's gathered weights and unsharded gradients, in layer order.
+  std::vector<std::int64_t> units;
   int blockIndex = 0;               // transformer blocks of this stage so far
   std::int64_t groupRecompute = 0;  // uniform recomputation: the group being summed
   for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(layers, l); ++l) {
@@ -387,7 +389,7 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
       s.zeroGatherBackwardMs += std::max(0.0, lc.backwardInputMs - r.backwardInputMs);
       s.zeroScatterWeightMs += std::max(0.0, lc.backwardWeightMs - r.backwardWeightMs);
       // The whole chunk stays gathered over a block, and the next chunk is prefetched.
-      addSaturating(chunkBuffers, lc.communicationBytes);
+      addSaturating(chunkBuffers, 2 * lc.fsdpGatherBytes);
     }
     s.forwardMs += lc.forwardMs;
     s.backwardInputMs += lc.backwardInputMs;
@@ -410,9 +412,24 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
     (trainable ? s.trainableParameters : s.frozenParameters) += lc.parameterCount();
     if (trainable) s.expertParameters += static_cast<double>(lc.expertParameterBytes) / 2.0;
     if (trainable && m_tiedHead[c][lu]) s.tiedParameters += lc.parameterCount();
+    if (trainable) {
+      s.quantizedParameters += lc.quantizedParameters;
+      s.quantizedExpertParameters += lc.quantizedExpertParameters;
+    }
+    if (lc.fsdpGatherBytes > 0 || lc.fsdpGradientBytes > 0) units.push_back(lc.fsdpGatherBytes + lc.fsdpGradientBytes);
     s.modelFlopsForward += lc.modelFlopsForward;
   }
   s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);
+  // Per pass one unit is gathered (or its gradient reduced) while its neighbour is prefetched
+  // (Megatron-FSDP's all-gather prefetch, FSDP2's next module) or still reducing: at most two
+  // units at a time (Megatron-FSDP's double buffer, fsdp_double_buffer). A stage of one unit
+  // counts it twice, its neighbour being on the next stage.
+  if (!resident) {
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const std::int64_t neighbour = std::max(i > 0 ? units[i - 1] : 0, i + 1 < units.size() ? units[i + 1] : 0);
+      s.communicationBytes = std::max(s.communicationBytes, units[i] + (units.size() > 1 ? neighbour : units[i]));
+    }
+  }
   return s;
 }
 

@@ -43,6 +43,7 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   const StaticBytesPerParameter dense = staticBytesPerParameter(zero, dp, fp32Grads);
   const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, fp32Grads);
   std::vector<double> denseParams(devices, 0.0), expertParams(devices, 0.0), frozen(devices, 0.0);
+  std::vector<double> denseQuantized(devices, 0.0), expertQuantized(devices, 0.0);
   std::vector<std::int64_t> buffers(devices, 0), lowPrecision(devices, 0), recompute(devices, 0);
   std::vector<std::int64_t> workspaces(devices, 0), userbuffers(devices, 0), graphs(devices, 0);
   // A tied LM head on the embedding's device shares its weight (one tensor, one gradient).
@@ -65,6 +66,8 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     denseParams[du] += trainable - c.expertParameters;
     expertParams[du] += c.expertParameters;
     frozen[du] += c.frozenParameters;
+    denseQuantized[du] += c.quantizedParameters - c.quantizedExpertParameters;
+    expertQuantized[du] += c.quantizedExpertParameters;
     buffers[du] = std::max(buffers[du], c.communicationBytes);
     recompute[du] = std::max(recompute[du], c.recomputeBytes);
     // One set of workspaces and userbuffers per process, sized for its largest layer; every
@@ -78,8 +81,17 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   std::vector<MemoryBreakdown> out(devices);
   for (std::size_t d = 0; d < devices; ++d) {
     MemoryBreakdown& m = out[d];
+    // Weights kept only in low precision have no bf16 copy: the low-precision line holds them
+    // (under ZeRO-3 their shard, in the format they are gathered in).
     m.parameterBytes = static_cast<std::int64_t>(
-        std::llround(denseParams[d] * dense.parameter + expertParams[d] * expert.parameter + frozen[d] * 2.0));
+        std::llround((denseParams[d] - denseQuantized[d]) * dense.parameter +
+                     (expertParams[d] - expertQuantized[d]) * expert.parameter + frozen[d] * 2.0));
+    if (zero >= 3) {
+      const double lowPrecisionBytes = operandBytes(plan.config.precision);
+      addSaturating(lowPrecision[d],
+                    static_cast<std::int64_t>(
+                        std::llround(lowPrecisionBytes * (denseQuantized[d] / dp + expertQuantized[d] / expertDp))));
+    }
     m.gradientBytes =
         static_cast<std::int64_t>(std::llround(denseParams[d] * dense.gradient + expertParams[d] * expert.gradient));
     m.optimizerBytes =

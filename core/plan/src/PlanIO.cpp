@@ -179,6 +179,7 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
     }
   }
   readMoeAndContext(r, cfg, par);
+  par.lowPrecisionParams = r.boolean(cfg, "low_precision_params", Presence::Optional);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -206,7 +207,7 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
        {"overlap_param_gather", "tp_comm_overlap", "grad_reduce_dtype", "precision", "recompute_num_layers",
         "recompute_method", "recompute_modules", "etp", "moe_capacity_factor", "moe_a2a_overlap",
         "moe_shared_expert_overlap", "moe_token_dispatcher", "moe_flex_backend", "moe_comm_sms", "attention_backend",
-        "cp_comm_type"}) {
+        "cp_comm_type", "low_precision_params"}) {
     keys.push_back(k);
   }
   return keys;
@@ -223,6 +224,8 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
     cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
   }
   if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
+  // Written as it applies to a low-precision recipe; absent: Megatron-Bridge's preset.
+  if (isLowPrecision(c.precision)) cfg["low_precision_params"] = par.lowPrecisionParamsFor(c.precision);
   // The expert and context layouts only where they differ from Megatron's defaults (plans written
   // before them read back and write out unchanged).
   if (par.expertTensor > 0) cfg["etp"] = par.expertTensor;

@@ -834,6 +834,10 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     return st.error();
   }
   addMegatronPrecisionFlags(c.precision, f);
+  // Low-precision weights only (Megatron asserts the distributed optimizer or FSDP for it).
+  if (c.parallel.lowPrecisionParamsFor(c.precision) && c.parallel.zeroStage >= 1) {
+    f.add(c.precision == Precision::Nvfp4 ? "--fp4-param-gather" : "--fp8-param-gather");
+  }
   if (c.parallel.recompute == Recompute::Selective) {
     f.add("--recompute-granularity", std::string("selective"));
     // Megatron's --recompute-modules takes the names as separate words (its default is core_attn).

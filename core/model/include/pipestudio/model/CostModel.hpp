@@ -117,6 +117,17 @@ struct LayerCosts {
   /// Low-precision copies of the linear weights that Transformer Engine caches across the
   /// microbatches of an iteration (fp8 on Hopper: the weight and its transpose).
   std::int64_t lowPrecisionWeightBytes = 0;
+  /// Of parameterCount(), the linear weights kept only in the recipe's low-precision format
+  /// (Parallelism::lowPrecisionParamsFor): they have no bf16 copy, lowPrecisionWeightBytes holds
+  /// them; and the part of those in routed experts.
+  double quantizedParameters = 0;
+  double quantizedExpertParameters = 0;
+  /// ZeRO-3 (an FSDP unit per layer): the weights one pass gathers (bf16, or the low-precision
+  /// weights in their format) and the unsharded gradient its backward produces before the
+  /// reduce-scatter (in the reduce type). The stage holds them for this layer and a neighbour
+  /// (StageCosts::communicationBytes). 0 without ZeRO-3.
+  std::int64_t fsdpGatherBytes = 0;
+  std::int64_t fsdpGradientBytes = 0;
   std::int64_t outputBytes = 0;         ///< what one GPU sends to the next virtual stage
   std::int64_t communicationBytes = 0;  ///< transient collective buffers while a pass runs
   /// Transient bytes while the backward runs that the held activations do not count: the

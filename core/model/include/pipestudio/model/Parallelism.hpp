@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "pipestudio/model/AttentionBackend.hpp"
+#include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
 
@@ -137,6 +138,11 @@ struct Parallelism {
   /// The attention kernels (Megatron --attention-backend): cuDNN's fused attention as Transformer
   /// Engine picks it on Hopper, FlashAttention-2, or unfused.
   AttentionBackend attentionBackend = AttentionBackend::Fused;
+  /// The linear layers' weights kept only in the recipe's low-precision format, with no bf16 copy
+  /// (Megatron --fp8-param-gather / --fp4-param-gather: Transformer Engine's quantized weights are
+  /// the model's parameters and the distributed optimizer's fp32 master copy is cast straight into
+  /// them). nullopt: as Megatron-Bridge's mixed-precision presets set it (lowPrecisionParamsFor).
+  std::optional<bool> lowPrecisionParams;
 
   /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default —
   /// Megatron-Core's moe_deepep_num_sms (20, TransformerConfig) for the flex dispatcher, and for
@@ -147,6 +153,15 @@ struct Parallelism {
     return moeFlexDispatcher ? 20 : 32;
   }
 
+  /// Whether the linear weights are kept only in `precision` (lowPrecisionParams, else
+  /// Megatron-Bridge's preset for it, src/megatron/bridge/training/mixed_precision.py: on for FP8
+  /// with current scaling, MXFP8 and NVFP4 — bf16_with_fp8_current_scaling_mixed and
+  /// bf16_with_mxfp8_mixed set fp8_param_gather, bf16_with_nvfp4_mixed fp4_param_gather — off for
+  /// FP8 block scaling, bf16_with_fp8_subchannel_scaling_mixed). Never in a 16-bit recipe.
+  bool lowPrecisionParamsFor(Precision precision) const {
+    if (!isLowPrecision(precision)) return false;
+    return lowPrecisionParams.value_or(precision != Precision::Fp8Block);
+  }
   /// ETP as it applies (expertTensor, or T when unset).
   int expertTensorOrTensor() const { return expertTensor > 0 ? expertTensor : tensor; }
   /// Expert data parallelism EDP = T·C·D / (ETP·E): the replicas of each expert's weights, over

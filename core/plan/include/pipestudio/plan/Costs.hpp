@@ -77,8 +77,11 @@ struct StageCosts {
   double backwardWeightHiddenCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
-  std::int64_t outputBytes = 0;              ///< of the stage's last layer: what is sent downstream
-  std::int64_t communicationBytes = 0;       ///< largest transient collective buffer of its layers
+  std::int64_t outputBytes = 0;  ///< of the stage's last layer: what is sent downstream
+  /// Largest transient collective buffer of its layers; under ZeRO-3 also a layer's FSDP unit
+  /// (gathered weights and unsharded gradients) together with a neighbour's, the one prefetched
+  /// or still reducing.
+  std::int64_t communicationBytes = 0;
   std::int64_t lowPrecisionWeightBytes = 0;  ///< low-precision weight copies of its layers
   /// Largest set of activations its backward rebuilds at once (a recomputed layer, or a group of
   /// them under uniform recomputation).
@@ -89,7 +92,11 @@ struct StageCosts {
   double trainableParameters = 0;    ///< this GPU's shard
   double expertParameters = 0;       ///< part of trainableParameters in routed experts
   double frozenParameters = 0;
-  double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
+  double tiedParameters = 0;  ///< part of trainableParameters in a tied LM head
+  /// Part of trainableParameters kept only in low precision (LayerCosts::quantizedParameters),
+  /// and the part of those in routed experts.
+  double quantizedParameters = 0;
+  double quantizedExpertParameters = 0;
   double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
   /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches) and plans with FSDP windows
   /// (PlanConfig::fsdpWindows): the parameter gathers not hidden under the pass (part of
