@@ -32,6 +32,14 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
     for (const Op& op : plan.ops) copies += isHostCopy(op.kind) ? 1 : 0;
     out << "offload: ratio " << c.offloadRatio << ", " << copies / 2 << " activations offloaded and reloaded\n";
   }
+  if (par.cpuOffloadingNumLayers > 0) {
+    out << "activation offload: the first " << par.cpuOffloadingNumLayers
+        << " transformer layers' activations to host memory (Megatron-Core CPU offloading)\n";
+  }
+  if (par.offloadModules != 0) {
+    out << "activation offload: " << offloadModulesName(par.offloadModules) << " (fine-grained, fraction "
+        << par.activationOffloadFraction << ")\n";
+  }
   if (!par.isPurePipeline() || par.data > 1) {
     out << "parallelism: pp " << c.devices << " × tp " << par.tensor << " × cp " << par.context << " × dp " << par.data
         << " = " << c.totalGpus() << " GPUs, ep " << par.expert << ", sequence parallel "

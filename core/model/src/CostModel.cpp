@@ -734,6 +734,47 @@ double teUserbufferBytes(const Block& k) {
   return values * (kAllGatherBuffers * (fp8Buffers ? 1.0 : kBf16) + kReduceScatterBuffers * kBf16);
 }
 
+// Fine-grained activation offloading's groups (Megatron-Core, --offload-modules): what each
+// module's group captures of the tensors the layer saves for its backward (the offload manager
+// hooks saved_tensors between group_start and group_offload: megatron/core/transformer/
+// attention.py, transformer_layer.py, moe/experts.py). Megatron-Core's Transformer Engine layer
+// fuses the attention's input norm into the QKV GEMM and the dense MLP's into FC1
+// (TELayerNormColumnParallelLinear), so attn_norm offloads only under multi-head latent attention
+// (a separate TENorm) and mlp_norm only before experts; qkv_linear then holds the fused norm's
+// input with its low-precision output. In a 16-bit recipe the attention output is the output
+// projection's saved input too, so it leaves the GPU with core_attn and attn_proj together (which
+// Megatron requires); a low-precision recipe's projection keeps its own copy. A recomputed region
+// saves nothing for its groups.
+void offloadGroups(const Block& k, const ActivationBytes& act, const costparts::MoeCosts& moe, LayerCosts& c) {
+  const Parallelism& par = k.ctx.parallel;
+  if (par.offloadModules == 0 || par.recompute == Recompute::Full) return;
+  const std::uint32_t recomputed = par.selectiveModules();
+  const bool lowPrecision = isLowPrecision(k.precision);
+  auto& g = c.offloadGroupBytes;
+  const double normInput = kBf16 * k.nc * k.h / k.sp;
+  if (k.t.mla) {
+    g[0] = toBytes(normInput);
+    g[1] = toBytes(k.nc * act.normOutputs / 2.0 / k.sp);
+  } else {
+    g[1] = toBytes(normInput + k.nc * act.normOutputs / 2.0 / k.sp);
+  }
+  if (!(recomputed & kRecomputeCoreAttn)) {
+    const double core = act.attention - (lowPrecision ? k.lp * k.ho : 0.0) - kBf16 * k.ho;
+    g[2] = toBytes(k.nc * (core + (lowPrecision ? kBf16 * k.ho : 0.0)) / k.T);
+  }
+  g[3] = toBytes(k.nc * (lowPrecision ? k.lp : kBf16) * k.ho / k.T);
+  if (k.moe) {
+    g[4] = toBytes(normInput);
+    if (!(recomputed & kRecomputeMoe)) {
+      g[5] = toBytes(moe.fc1InputBytes);
+      if (!(recomputed & kRecomputeMoeAct)) g[6] = toBytes(moe.actInputBytes);
+    }
+  }
+  for (int m = 0; m < kOffloadModuleCount; ++m) {
+    if (!(par.offloadModules & (1u << m))) g[static_cast<std::size_t>(m)] = 0;
+  }
+}
+
 // ZeRO-3's transient buffers of one FSDP unit (a layer: Megatron-FSDP's fsdp_unit_modules are the
 // transformer layers, torchtitan shards every block, the embedding and the output layer apart):
 // the weights a pass gathers — bf16, or the low-precision weights in their format (Megatron-FSDP
@@ -815,6 +856,7 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   c.forwardHiddenCommMs = p.tp.forward.hiddenMs + p.cp.forward.hiddenMs + p.ep.forward.hiddenMs;
   c.backwardInputHiddenCommMs = p.tp.backward.hiddenMs + p.cp.backward.hiddenMs + p.ep.backward.hiddenMs;
   recompute(k, gpu, par, p, moe, act, s, c);
+  offloadGroups(k, act, moe, c);
   shardedDataParallel(k, ctx, localParams, s, c);
 
   c.forwardMs = s.forwardMs;

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -159,16 +161,57 @@ struct OpEvents {
   }
 };
 
+// Megatron-Core's activation offloading (StageCosts::offloadBytes): the bytes of a (virtual stage,
+// microbatch) held on the host from its forward to its backward. Under
+// --delta-offload-bytes-across-pp-ranks pipeline rank r keeps r · delta of them on the GPU, taken
+// from its chunks in the order of their backward passes, each giving up its offload up to what is
+// left (post_warmup_callback walks _cached_chunks_backward and disables groups until that many
+// bytes stay; here continuous, where Megatron stops at a group boundary).
+class OffloadedBytes {
+ public:
+  OffloadedBytes(const Plan& plan, const std::vector<std::vector<StageCosts>>& units) {
+    const Parallelism& par = plan.config.parallel;
+    if (par.offloadModules == 0 || par.deltaOffloadBytesAcrossPpRanks <= 0) return;
+    std::vector<std::int64_t> left(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0);
+    for (std::size_t d = 0; d < left.size(); ++d) {
+      left[d] = static_cast<std::int64_t>(
+          std::min<double>(static_cast<double>(d) * static_cast<double>(par.deltaOffloadBytesAcrossPpRanks), 9.0e18));
+    }
+    for (const Op& op : plan.ops) {
+      if ((op.kind != OpKind::B && op.kind != OpKind::BW) || !inRange(left, op.device)) continue;
+      auto& l = left[static_cast<std::size_t>(op.device)];
+      if (l <= 0 || !inRange(units, op.virtualStage)) continue;
+      const auto& perChunk = units[static_cast<std::size_t>(op.virtualStage)];
+      if (perChunk.empty()) continue;
+      const std::int64_t kept = std::min(l, perChunk.front().offloadBytes);
+      if (kept <= 0) continue;
+      m_kept[{op.virtualStage, op.microbatch}] = kept;
+      l -= kept;
+    }
+  }
+  std::int64_t operator()(const Op& op, const StageCosts& c) const {
+    if (c.offloadBytes <= 0 || m_kept.empty()) return std::max<std::int64_t>(0, c.offloadBytes);
+    const auto it = m_kept.find({op.virtualStage, op.microbatch});
+    return it == m_kept.end() ? c.offloadBytes : std::max<std::int64_t>(0, c.offloadBytes - it->second);
+  }
+
+ private:
+  std::map<std::pair<int, int>, std::int64_t> m_kept;
+};
+
 // Bytes scale with a partial batch's share of the samples; an op of a sequence-split plan has
-// its chunk's costs (`c` is the unit's).
-OpEvents opMemoryEvents(const Plan& plan, const Op& op, const StageCosts& c, double samplesPerMb) {
+// its chunk's costs (`c` is the unit's). Activation offloading (`offloaded`, of the op's stage and
+// microbatch) keeps that share of the activations on the host from the end of the forward to the
+// start of the backward: the GPU holds the rest, and what W still reads.
+OpEvents opMemoryEvents(const Plan& plan, const Op& op, const StageCosts& c, double samplesPerMb,
+                        std::int64_t offloaded) {
   OpEvents e;
   const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
   const auto scaled = [&](std::int64_t bytes) {
     return op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * fraction)) : bytes;
   };
-  const std::int64_t act = scaled(c.activationBytes);
-  const std::int64_t wgrad = scaled(c.weightGradBytes);
+  const std::int64_t act = std::max<std::int64_t>(0, scaled(c.activationBytes) - scaled(offloaded));
+  const std::int64_t wgrad = std::min(scaled(c.weightGradBytes), act);
   switch (op.kind) {
     case OpKind::F:
     case OpKind::S:
@@ -239,11 +282,12 @@ MemoryTimeline timelineOf(const Plan& plan, const std::vector<StageCosts>& costs
     for (std::size_t d = 0; d < devices; ++d) events[d].reserve(perDevice[d] + perDevice[d] / 8);
   }
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+  const OffloadedBytes offloaded(plan, units);
   for (const Op& op : plan.ops) {
     const StageCosts* c = unitCostsOf(units, plan.config, op);
     if (!inRange(events, op.device) || c == nullptr) continue;
     auto& ev = events[static_cast<std::size_t>(op.device)];
-    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb);
+    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb, offloaded(op, *c));
     for (int i = 0; i < e.count; ++i) {
       ev.push_back({e.timeMs[static_cast<std::size_t>(i)], e.delta[static_cast<std::size_t>(i)]});
     }
@@ -509,6 +553,7 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
     std::int64_t peakLive = 0;
   };
   std::vector<Replay> replay(devices);
+  const OffloadedBytes offloaded(plan, units);
   bool inOrder = true;
   auto apply = [&](Replay& r, double timeMs, std::int64_t delta) {
     // memoryTimeline's order: by time, releases (smaller deltas) first at one instant.
@@ -534,7 +579,7 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
     if (c != nullptr) addOpComm(op, *c, samplesPerMb, m.devices[d]);
     if (!inOrder || c == nullptr) continue;
     // The events of memoryTimeline, in the same order per op.
-    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb);
+    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb, offloaded(op, *c));
     for (int i = 0; i < e.count; ++i) {
       apply(replay[d], e.timeMs[static_cast<std::size_t>(i)], e.delta[static_cast<std::size_t>(i)]);
     }

@@ -180,6 +180,21 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
   }
   readMoeAndContext(r, cfg, par);
   par.lowPrecisionParams = r.boolean(cfg, "low_precision_params", Presence::Optional);
+  par.cpuOffloadingNumLayers =
+      static_cast<int>(r.integer(cfg, "cpu_offloading_num_layers", Presence::Optional, 0, 100000).value_or(0));
+  if (auto modules = r.string(cfg, "offload_modules", Presence::Optional)) {
+    std::string unknown;
+    if (auto bits = offloadModulesFromNames(*modules, &unknown)) {
+      par.offloadModules = *bits;
+    } else {
+      r.error(cfg.child("offload_modules"),
+              "'" + unknown + "' is not an offload module (expected " + std::string(offloadModuleChoices()) + ")");
+    }
+  }
+  par.activationOffloadFraction =
+      r.number(cfg, "activation_offload_fraction", Presence::Optional, 0.0, 1.0).value_or(1.0);
+  par.deltaOffloadBytesAcrossPpRanks =
+      r.integer(cfg, "delta_offload_bytes_across_pp_ranks", Presence::Optional, 0, std::int64_t{1} << 60).value_or(0);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -203,11 +218,27 @@ void readSeqSplit(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
 
 std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::string_view> own) {
   std::vector<std::string_view> keys(own);
-  for (std::string_view k :
-       {"overlap_param_gather", "tp_comm_overlap", "grad_reduce_dtype", "precision", "recompute_num_layers",
-        "recompute_method", "recompute_modules", "etp", "moe_capacity_factor", "moe_a2a_overlap",
-        "moe_shared_expert_overlap", "moe_token_dispatcher", "moe_flex_backend", "moe_comm_sms", "attention_backend",
-        "cp_comm_type", "low_precision_params"}) {
+  for (std::string_view k : {"overlap_param_gather",
+                             "tp_comm_overlap",
+                             "grad_reduce_dtype",
+                             "precision",
+                             "recompute_num_layers",
+                             "recompute_method",
+                             "recompute_modules",
+                             "etp",
+                             "moe_capacity_factor",
+                             "moe_a2a_overlap",
+                             "moe_shared_expert_overlap",
+                             "moe_token_dispatcher",
+                             "moe_flex_backend",
+                             "moe_comm_sms",
+                             "attention_backend",
+                             "cp_comm_type",
+                             "low_precision_params",
+                             "cpu_offloading_num_layers",
+                             "offload_modules",
+                             "activation_offload_fraction",
+                             "delta_offload_bytes_across_pp_ranks"}) {
     keys.push_back(k);
   }
   return keys;
@@ -226,6 +257,13 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
   // Written as it applies to a low-precision recipe; absent: Megatron-Bridge's preset.
   if (isLowPrecision(c.precision)) cfg["low_precision_params"] = par.lowPrecisionParamsFor(c.precision);
+  // Activation offloading, where the recipe offloads.
+  if (par.cpuOffloadingNumLayers > 0) cfg["cpu_offloading_num_layers"] = par.cpuOffloadingNumLayers;
+  if (par.offloadModules != 0) {
+    cfg["offload_modules"] = offloadModulesName(par.offloadModules);
+    cfg["activation_offload_fraction"] = par.activationOffloadFraction;
+    cfg["delta_offload_bytes_across_pp_ranks"] = par.deltaOffloadBytesAcrossPpRanks;
+  }
   // The expert and context layouts only where they differ from Megatron's defaults (plans written
   // before them read back and write out unchanged).
   if (par.expertTensor > 0) cfg["etp"] = par.expertTensor;

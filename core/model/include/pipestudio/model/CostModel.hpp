@@ -13,6 +13,7 @@
 /// the pass that issues it (both are reported). Measured per-layer fields always win over
 /// shape formulas.
 
+#include <array>
 #include <cstdint>
 
 #include "pipestudio/model/Cluster.hpp"
@@ -126,6 +127,10 @@ struct LayerCosts {
   /// weights in their format) and the unsharded gradient its backward produces before the
   /// reduce-scatter (in the reduce type). The stage holds them for this layer and a neighbour
   /// (StageCosts::communicationBytes). 0 without ZeRO-3.
+  /// Fine-grained activation offloading: per OffloadModule (bit order), the bytes of this layer's
+  /// activations that module's offload group holds (what the module saves for its backward); 0
+  /// for a module the layer does not run or keeps in a recomputed region.
+  std::array<std::int64_t, kOffloadModuleCount> offloadGroupBytes{};
   std::int64_t fsdpGatherBytes = 0;
   std::int64_t fsdpGradientBytes = 0;
   std::int64_t outputBytes = 0;         ///< what one GPU sends to the next virtual stage
