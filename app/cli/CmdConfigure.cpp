@@ -13,6 +13,7 @@
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Vocab.hpp"
@@ -86,13 +87,9 @@ Json candidateJson(const ConfigCandidate& c) {
   const Metrics& m = c.metrics;
   Json devices = Json::array();
   for (const DeviceMetrics& dm : m.devices) {
-    devices.push_back({{"peak_memory_bytes", dm.peakMemoryBytes},
-                       {"parameter_bytes", dm.memory.parameterBytes},
-                       {"gradient_bytes", dm.memory.gradientBytes},
-                       {"optimizer_bytes", dm.memory.optimizerBytes},
-                       {"activation_bytes", dm.memory.activationBytes},
-                       {"communication_bytes", dm.memory.communicationBytes},
-                       {"margin_bytes", dm.memory.marginBytes}});
+    Json d = memoryBreakdownJson(dm.memory);
+    d["peak_memory_bytes"] = dm.peakMemoryBytes;
+    devices.push_back(std::move(d));
   }
   Json out{{"schedule", cfg.schedule},
            {"pipeline_devices", cfg.devices},

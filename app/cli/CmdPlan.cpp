@@ -38,6 +38,10 @@ struct PlanOptions {
   int seqSplits = 1;                   // seq1f1b: sequence chunks per microbatch
   std::string seqSplit = "balanced";   // where the chunk boundaries fall
   std::optional<double> offloadRatio;  // share of activations offloaded to host memory (PipeOffload)
+  // Megatron-Core's activation offloading (Parallelism::cpuOffloadingNumLayers, offloadModules).
+  int cpuOffloadingNumLayers = 0;
+  std::string offloadModules, offloadDelta;
+  double offloadFraction = 1.0;
   double exactTimeLimitS = 30;
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
@@ -132,6 +136,31 @@ int runPlan(const PlanOptions& o) {
     par.recompute = *r;
   } else {
     std::cerr << "plan: --recompute '" << o.recompute << "' is not a mode (expected none, selective or full)\n";
+    return kExitUsage;
+  }
+  par.cpuOffloadingNumLayers = o.cpuOffloadingNumLayers;
+  par.activationOffloadFraction = o.offloadFraction;
+  if (!o.offloadModules.empty()) {
+    std::string unknown;
+    const auto bits = offloadModulesFromNames(o.offloadModules, &unknown);
+    if (!bits) {
+      std::cerr << "plan: --offload-modules: '" << unknown << "' is not a module (expected " << offloadModuleChoices()
+                << ")\n";
+      return kExitUsage;
+    }
+    par.offloadModules = *bits;
+  }
+  if (!o.offloadDelta.empty()) {
+    auto bytes = parseBytes(o.offloadDelta);
+    if (!bytes) {
+      std::cerr << "plan: --delta-offload-bytes-across-pp-ranks: " << bytes.message() << '\n';
+      return kExitUsage;
+    }
+    par.deltaOffloadBytesAcrossPpRanks = *bytes;
+  }
+  if ((o.offloadFraction < 1.0 || !o.offloadDelta.empty()) && par.offloadModules == 0) {
+    std::cerr << "plan: --activation-offload-fraction and --delta-offload-bytes-across-pp-ranks apply to "
+                 "--offload-modules (fine-grained activation offloading)\n";
     return kExitUsage;
   }
   if (auto st = applyRecipeFlags(o.recipe, cfg); !st) {
@@ -283,6 +312,22 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
                   "Share of each device's activations offloaded to host memory between forward and backward, chunk "
                   "0 first (PipeOffload; pipeoffload default: one chunk)")
       ->check(numberIn(0, 1));
+  cmd->add_option("--cpu-offloading-num-layers,--cpu-offload-layers", o.cpuOffloadingNumLayers,
+                  "Offload the activations of the first N transformer layers to host memory over the GPU's host "
+                  "link (Megatron-Core CPU offloading, Transformer Engine's scheduling; one pipeline rank, no "
+                  "recomputation, N below the rank's layers)")
+      ->check(intIn(1, 100000));
+  cmd->add_option("--offload-modules,--activation-offload-modules", o.offloadModules,
+                  "Fine-grained activation offloading: comma-separated attn_norm,qkv_linear,core_attn,attn_proj,"
+                  "mlp_norm,expert_fc1,moe_act (Megatron-Core --fine-grained-activation-offloading "
+                  "--offload-modules)");
+  cmd->add_option("--activation-offload-fraction", o.offloadFraction,
+                  "--offload-modules: share of each microbatch's eligible groups offloaded, the first in forward "
+                  "order (default 1)")
+      ->check(numberIn(0, 1));
+  cmd->add_option("--delta-offload-bytes-across-pp-ranks", o.offloadDelta,
+                  "--offload-modules: pipeline rank r keeps r × BYTES (e.g. 1GiB) more on the GPU")
+      ->check(byteSize());
   cmd->add_flag("--exact", o.exact, "zb-auto: also solve exactly (ILP through CBC; p <= 4, m <= 8)");
   cmd->add_option("--exact-time-limit", o.exactTimeLimitS, "zb-auto --exact: seconds for the ILP (default 30)")
       ->check(numberIn(0.001, 86400));

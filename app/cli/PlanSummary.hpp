@@ -1,8 +1,11 @@
 #pragma once
 // Human summary and --json output shared by `plan` and `simulate`.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
@@ -29,6 +32,14 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
     for (const Op& op : plan.ops) copies += isHostCopy(op.kind) ? 1 : 0;
     out << "offload: ratio " << c.offloadRatio << ", " << copies / 2 << " activations offloaded and reloaded\n";
   }
+  if (par.cpuOffloadingNumLayers > 0) {
+    out << "activation offload: the first " << par.cpuOffloadingNumLayers
+        << " transformer layers' activations to host memory (Megatron-Core CPU offloading)\n";
+  }
+  if (par.offloadModules != 0) {
+    out << "activation offload: " << offloadModulesName(par.offloadModules) << " (fine-grained, fraction "
+        << par.activationOffloadFraction << ")\n";
+  }
   if (!par.isPurePipeline() || par.data > 1) {
     out << "parallelism: pp " << c.devices << " × tp " << par.tensor << " × cp " << par.context << " × dp " << par.data
         << " = " << c.totalGpus() << " GPUs, ep " << par.expert << ", sequence parallel "
@@ -50,19 +61,35 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
                 "throughput %.2f samples/s, %.0f tokens/s, %.1f model TFLOP/s per GPU, MFU %.1f%%\n",
                 m.throughputSamplesPerS, m.tokensPerS, m.modelTflopsPerGpu, 100.0 * m.mfu);
   out << line.data();
-  std::snprintf(line.data(), line.size(), "%6s  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", "device",
-                "busy", "span", "bubble", "peak memory", "params", "grads", "optimizer", "activation", "buffers",
-                "margin");
+  // Per device: times, the peak, and each part of the breakdown that some device holds (the
+  // parts add up to the peak), then the margin the GPU keeps back.
+  std::vector<const MemoryPart*> parts;
+  for (const MemoryPart& part : memoryParts()) {
+    const bool held = std::any_of(m.devices.begin(), m.devices.end(),
+                                  [&](const DeviceMetrics& dm) { return dm.memory.*part.bytes != 0; });
+    if (!part.keptBack && held) parts.push_back(&part);
+  }
+  auto bytes = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
+  std::snprintf(line.data(), line.size(), "%6s  %10s  %10s  %10s  %11s", "device", "busy", "span", "bubble",
+                "peak memory");
+  out << line.data();
+  for (const MemoryPart* part : parts) {
+    std::snprintf(line.data(), line.size(), " %11s", std::string(part->shortName).c_str());
+    out << line.data();
+  }
+  std::snprintf(line.data(), line.size(), "  %13s\n", "margin");
   out << line.data();
   for (std::size_t d = 0; d < m.devices.size(); ++d) {
     const DeviceMetrics& dm = m.devices[d];
-    const MemoryBreakdown& mb = dm.memory;
-    auto bytes = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
-    std::snprintf(line.data(), line.size(), "%6zu  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", d,
-                  formatMs(dm.busyMs).c_str(), formatMs(dm.spanMs).c_str(), formatMs(dm.spanMs - dm.busyMs).c_str(),
-                  bytes(dm.peakMemoryBytes).c_str(), bytes(mb.parameterBytes).c_str(), bytes(mb.gradientBytes).c_str(),
-                  bytes(mb.optimizerBytes).c_str(), bytes(mb.activationBytes).c_str(),
-                  bytes(mb.communicationBytes).c_str(), bytes(mb.marginBytes).c_str());
+    std::snprintf(line.data(), line.size(), "%6zu  %10s  %10s  %10s  %11s", d, formatMs(dm.busyMs).c_str(),
+                  formatMs(dm.spanMs).c_str(), formatMs(dm.spanMs - dm.busyMs).c_str(),
+                  bytes(dm.peakMemoryBytes).c_str());
+    out << line.data();
+    for (const MemoryPart* part : parts) {
+      std::snprintf(line.data(), line.size(), " %11s", bytes(dm.memory.*part->bytes).c_str());
+      out << line.data();
+    }
+    std::snprintf(line.data(), line.size(), "  %13s\n", bytes(dm.memory.marginBytes()).c_str());
     out << line.data();
   }
 }

@@ -72,6 +72,13 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
                   "(Megatron --moe-deepep-num-sms / --moe-hybridep-num-sms; default: 20 for flex, 32 for NCCL's "
                   "all-to-all)")
       ->check(intIn(1, 1024));
+  cmd->add_flag("--fp8-param-gather,--fp4-param-gather", o.yesLowPrecisionParams,
+                "Keep the linear weights only in the recipe's low-precision format, no bf16 copy (Megatron "
+                "--fp8-param-gather / --fp4-param-gather; the default for fp8, mxfp8 and nvfp4, as Megatron-Bridge's "
+                "presets set it)");
+  cmd->add_flag("--no-fp8-param-gather,--no-fp4-param-gather", o.noLowPrecisionParams,
+                "Keep bf16 weights beside Transformer Engine's cached low-precision copies (the default for "
+                "fp8-block)");
   cmd->add_flag("--moe-shared-expert-overlap", o.moeSharedExpertOverlap,
                 "Compute the shared experts while the routed tokens travel (Megatron --moe-shared-expert-overlap)");
 }
@@ -100,6 +107,17 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
   par.gradReduceInFp32 = o.gradReduceDtype == "fp32";
   par.recomputeNumLayers = o.recomputeNumLayers;
   par.recomputeMethod = recomputeMethodFromName(o.recomputeMethod).value_or(RecomputeMethod::Uniform);
+  if (o.yesLowPrecisionParams || o.noLowPrecisionParams) {
+    bool keep = false;
+    if (auto st = applyPair(o.yesLowPrecisionParams, o.noLowPrecisionParams, "fp8-param-gather", keep); !st) return st;
+    if (keep && !isLowPrecision(config.precision)) {
+      return Error{
+          "--fp8-param-gather needs a low-precision recipe (--precision fp8, fp8-block, mxfp8 or nvfp4), got "
+          "--precision " +
+          std::string(precisionName(config.precision))};
+    }
+    par.lowPrecisionParams = keep;
+  }
   if (auto st = applyPair(o.yesMoeA2aOverlap, o.noMoeA2aOverlap, "moe-a2a-overlap", par.moeA2aOverlap); !st) {
     return st;
   }
@@ -163,6 +181,7 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["moe_comm_sms"] = par.moeCommSmsOrDefault();
   out["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   out["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
+  out["low_precision_params"] = par.lowPrecisionParamsFor(config.precision);
 }
 
 }  // namespace pipestudio::cli

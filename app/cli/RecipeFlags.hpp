@@ -31,6 +31,7 @@ struct RecipeOptions {
   std::string moeFlexBackend;      ///< empty: deepep
   int moeCommSms = 0;              ///< 0: the dispatcher's default
   std::string attentionBackend;    ///< empty: fused
+  bool yesLowPrecisionParams = false, noLowPrecisionParams = false;
 };
 
 /// Adds the recipe flags to `cmd`.

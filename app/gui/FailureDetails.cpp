@@ -19,10 +19,13 @@ QString q(const std::string& s) { return QString::fromStdString(s); }
 QString bytes(std::int64_t b) { return q(formatBytes(static_cast<double>(b))); }
 
 QTableWidget* overageTable(const MemoryDiagnosis& d, QWidget* parent) {
-  const QStringList columns{QStringLiteral("GPU"),       QStringLiteral("needed"),       QStringLiteral("capacity"),
-                            QStringLiteral("over by"),   QStringLiteral("largest part"), QStringLiteral("parameters"),
-                            QStringLiteral("gradients"), QStringLiteral("optimizer"),    QStringLiteral("activations"),
-                            QStringLiteral("buffers"),   QStringLiteral("margin")};
+  // The fixed columns, then one per allocated part of the breakdown (memoryParts), then the margin.
+  QStringList columns{QStringLiteral("GPU"), QStringLiteral("needed"), QStringLiteral("capacity"),
+                      QStringLiteral("over by"), QStringLiteral("largest part")};
+  for (const MemoryPart& part : memoryParts()) {
+    if (!part.keptBack) columns << QString::fromLatin1(part.shortName.data(), static_cast<int>(part.shortName.size()));
+  }
+  columns << QStringLiteral("margin");
   auto* table = new QTableWidget(static_cast<int>(d.devices.size()), static_cast<int>(columns.size()), parent);
   table->setObjectName(QStringLiteral("FailureTable"));
   table->setHorizontalHeaderLabels(columns);
@@ -30,17 +33,12 @@ QTableWidget* overageTable(const MemoryDiagnosis& d, QWidget* parent) {
   table->setEditTriggers(QAbstractItemView::NoEditTriggers);
   for (std::size_t r = 0; r < d.devices.size(); ++r) {
     const DeviceOverage& o = d.devices[r];
-    const QString cells[] = {QString::number(o.device),
-                             bytes(o.neededBytes),
-                             bytes(o.capacityBytes),
-                             o.overBytes() > 0 ? bytes(o.overBytes()) : QStringLiteral("fits"),
-                             q(o.largestPart),
-                             bytes(o.memory.parameterBytes),
-                             bytes(o.memory.gradientBytes),
-                             bytes(o.memory.optimizerBytes),
-                             bytes(o.memory.activationBytes),
-                             bytes(o.memory.communicationBytes),
-                             bytes(d.explicitLimit ? 0 : o.memory.marginBytes)};
+    QStringList cells{QString::number(o.device), bytes(o.neededBytes), bytes(o.capacityBytes),
+                      o.overBytes() > 0 ? bytes(o.overBytes()) : QStringLiteral("fits"), q(o.largestPart)};
+    for (const MemoryPart& part : memoryParts()) {
+      if (!part.keptBack) cells << bytes(o.memory.*part.bytes);
+    }
+    cells << bytes(d.explicitLimit ? 0 : o.memory.marginBytes());
     for (int c = 0; c < static_cast<int>(columns.size()); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);
       if (c == 3 && o.overBytes() > 0) item->setForeground(QColor(0xd0, 0x3a, 0x3a));

@@ -49,15 +49,8 @@ std::optional<MemoryDiagnosis> diagnoseMemoryFailure(const PlanRequest& original
     row.peakBytes = dm.peakMemoryBytes;
     row.capacityBytes = out.explicitLimit ? *plan.config.memoryLimitBytes
                                           : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
-    row.neededBytes = dm.peakMemoryBytes + (out.explicitLimit ? 0 : dm.memory.marginBytes);
-    const std::pair<const char*, std::int64_t> parts[] = {{"parameters", dm.memory.parameterBytes},
-                                                          {"gradients", dm.memory.gradientBytes},
-                                                          {"optimizer state", dm.memory.optimizerBytes},
-                                                          {"activations", dm.memory.activationBytes},
-                                                          {"collective buffers", dm.memory.communicationBytes}};
-    const auto* largest = std::max_element(std::begin(parts), std::end(parts),
-                                           [](const auto& a, const auto& b) { return a.second < b.second; });
-    row.largestPart = largest->first;
+    row.neededBytes = dm.peakMemoryBytes + (out.explicitLimit ? 0 : dm.memory.marginBytes());
+    row.largestPart = std::string(largestMemoryPart(dm.memory).name);
     out.devices.push_back(row);
   }
 

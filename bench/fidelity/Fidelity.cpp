@@ -6,8 +6,9 @@
 // (bisection on the cluster's `efficiency` until that row's prediction equals its measurement);
 // every other row of that GPU type is a prediction. Nothing else is fitted.
 //
-//   pipestudio-fidelity [--data FILE] [--kernels FILE] [--markdown] [--check]
+//   pipestudio-fidelity [--data FILE] [--kernels FILE] [--peaks FILE] [--markdown] [--check]
 //     --kernels: the kernel timings the GEMM fill is refitted from (bench/fidelity/kernels-h100.jsonl)
+//     --peaks: published peak memory to predict (bench/fidelity/peaks.json; printed, not gated)
 //     --check: exit 1 when a target is missed (MAPE ≤ 10 % on throughput, bubble rates of
 //              1F1B, ZB-H1 and ZB-H2 within 0.005 of the paper's), as CTest runs it.
 #include <algorithm>
@@ -46,6 +47,7 @@ constexpr double kBubbleTarget = 0.005;
 struct Options {
   std::string data = std::string(PIPESTUDIO_SOURCE_DIR) + "/bench/fidelity/published.json";
   std::string kernels = std::string(PIPESTUDIO_SOURCE_DIR) + "/bench/fidelity/kernels-h100.jsonl";
+  std::string peaks = std::string(PIPESTUDIO_SOURCE_DIR) + "/bench/fidelity/peaks.json";
   bool markdown = false;
   bool check = false;
 };
@@ -119,6 +121,7 @@ struct Prediction {
   double iterationMs = 0;
   double bubble = 0;
   std::int64_t peakBytes = 0;
+  MemoryBreakdown peakMemory;  // the fullest GPU's parts
   bool fits = true;  // every GPU's peak plus the stated margin within its capacity
   std::string error;
 };
@@ -139,9 +142,10 @@ Prediction planAndMeasure(PlanRequest request, const std::function<double(const 
   p.bubble = plan->metrics.bubbleRatio;
   for (std::size_t d = 0; d < plan->metrics.devices.size(); ++d) {
     const DeviceMetrics& dm = plan->metrics.devices[d];
+    if (dm.peakMemoryBytes > p.peakBytes) p.peakMemory = dm.memory;
     p.peakBytes = std::max(p.peakBytes, dm.peakMemoryBytes);
     const std::int64_t capacity = deviceGpu(plan->cluster, plan->config, static_cast<int>(d)).memoryBytes();
-    if (dm.peakMemoryBytes + dm.memory.marginBytes > capacity) p.fits = false;
+    if (dm.peakMemoryBytes + dm.memory.marginBytes() > capacity) p.fits = false;
   }
   return p;
 }
@@ -422,6 +426,10 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
     readAttentionBackend(table, par);  // the table's kernel, unless the row names its own
     applyRecipeMoe(row, par);
+    // Memory settings the row states (issue 42): Megatron's layer-level activation offloading and
+    // whether the weights are kept only in low precision (else Megatron-Bridge's preset).
+    par.cpuOffloadingNumLayers = row.value("cpu_offloading_num_layers", 0);
+    if (row.contains("fp8_param_gather")) par.lowPrecisionParams = row["fp8_param_gather"].get<bool>();
     if (row.contains("recompute")) {
       const Json& rc = row["recompute"];
       par.recompute = recomputeFromName(rc.value("granularity", std::string("none"))).value_or(Recompute::None);
@@ -958,6 +966,78 @@ bool printCatalogue(const Report& report, bool markdown) {
   return ok;
 }
 
+// --- Peak memory against published measurements (bench/fidelity/peaks.json, issue 42) ---
+// What a run reports of its peak: PyTorch's caching allocator's allocated bytes (the plan's
+// parts less Transformer Engine's userbuffers, which TE allocates outside the allocator), or
+// its reserved bytes (with the allocator's fragmentation).
+double reportedPeakBytes(const MemoryBreakdown& m, const std::string& reported) {
+  const double allocated = static_cast<double>(m.allocatedBytes() - m.userbufferBytes);
+  return reported == "reserved" ? allocated + static_cast<double>(m.fragmentationBytes) : allocated;
+}
+
+// Prints each row's predicted against published peak with the fullest GPU's parts and the mean
+// error (target 5 %, printed); false when a row cannot be planned.
+bool printPeaks(const std::string& path, const Report& report, bool markdown) {
+  auto doc = loadJsonFile(path);
+  if (!doc) {
+    std::printf("\n%s\n", doc.message().c_str());
+    return false;
+  }
+  const char* bar = markdown ? "|" : " ";
+  std::printf("\n## Peak memory against published measurements (issue 42)\n\n");
+  if (markdown) {
+    std::printf("| run | reported | measured | predicted | error | fullest GPU's parts (GiB) |\n"
+                "|---|---|---:|---:|---:|---|\n");
+  }
+  bool ok = true;
+  double sumErr = 0;
+  int n = 0;
+  for (const Json& table : doc->root["tables"]) {
+    auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/" + table["cluster"].get<std::string>());
+    if (!cluster) {
+      std::printf("%s\n", cluster.message().c_str());
+      return false;
+    }
+    if (table.contains("gpu_memory_gib")) cluster->gpu.memoryGib = table["gpu_memory_gib"].get<double>();
+    for (const Json& row : table["rows"]) {
+      const Json& m = row["measured_peak"];
+      const std::string unit = m["unit"].get<std::string>();
+      const std::string reported = m["reported"].get<std::string>();
+      const double scale = unit == "GiB" ? 1024.0 * 1024.0 * 1024.0 : 1e9;
+      const double measured = m["value"].get<double>();
+      const Prediction p = recipePredictor(table, row, *cluster, report)(cluster->gpu.efficiency);
+      if (!p.error.empty()) {
+        std::printf("%s %s %s failed: %s\n", bar, row["name"].get<std::string>().c_str(), bar, p.error.c_str());
+        ok = false;
+        continue;
+      }
+      const double predicted = reportedPeakBytes(p.peakMemory, reported) / scale;
+      const double err = pctError(predicted, measured);
+      sumErr += std::abs(err);
+      ++n;
+      std::string parts;
+      for (const MemoryPart& part : memoryParts()) {
+        const std::int64_t b = p.peakMemory.*part.bytes;
+        if (b == 0 || part.keptBack) continue;
+        std::array<char, 64> item{};
+        std::snprintf(item.data(), item.size(), "%s%s %.1f", parts.empty() ? "" : ", ",
+                      std::string(part.shortName).c_str(), static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+        parts += item.data();
+      }
+      std::printf("%s %s%s %s %s %s %.1f %s %s %.1f %s %+6.1f%% %s %s %s\n", bar, row["name"].get<std::string>().c_str(),
+                  row.contains("not_modelled") ? (" (not modelled: " + row["not_modelled"].get<std::string>() + ")").c_str()
+                                               : "",
+                  bar, reported.c_str(), bar, measured, unit.c_str(), bar, predicted, bar, 100.0 * err, bar,
+                  parts.c_str(), markdown ? "|" : "");
+    }
+  }
+  if (n > 0) {
+    std::printf("\npeak memory: mean absolute error %.1f %% over %d rows (target 5 %%, printed, not enforced)\n",
+                100.0 * sumErr / n, n);
+  }
+  return ok;
+}
+
 int run(const Options& o) {
   auto doc = loadJsonFile(o.data);
   if (!doc) {
@@ -996,6 +1076,7 @@ int run(const Options& o) {
   ok = printVocabTable(root, *clusters, report, o.markdown) && ok;
   ok = printCatalogue(report, o.markdown) && ok;
   ok = fidelity::printKernelChecks(o.kernels, o.markdown) && ok;
+  ok = printPeaks(o.peaks, report, o.markdown) && ok;
   if (o.check && !ok) {
     std::fprintf(stderr, "fidelity: a target was missed (see above)\n");
     return 1;
@@ -1020,8 +1101,10 @@ int main(int argc, char** argv) {
         o.data = argv[++i];
       } else if (a == "--kernels" && i + 1 < argc) {
         o.kernels = argv[++i];
+      } else if (a == "--peaks" && i + 1 < argc) {
+        o.peaks = argv[++i];
       } else {
-        std::cerr << "usage: pipestudio-fidelity [--data FILE] [--kernels FILE] [--markdown] [--check]\n";
+        std::cerr << "usage: pipestudio-fidelity [--data FILE] [--kernels FILE] [--peaks FILE] [--markdown] [--check]\n";
         return 2;
       }
     }

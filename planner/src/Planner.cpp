@@ -267,6 +267,97 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
   return {};
 }
 
+// Megatron-Core's activation offloading (TransformerConfig.__post_init__ in
+// megatron/core/transformer/transformer_config.py, Transformer Engine's get_cpu_offload_context):
+// a host link to copy over; layer-level offloading on one pipeline rank without recomputation,
+// fewer layers than the rank holds (TE keeps at least one layer's activations on the GPU); the
+// fine-grained modules the model runs, attn_proj with core_attn, no expert module inside a
+// recomputed MoE; never both kinds.
+Status checkActivationOffload(const PlanRequest& request) {
+  const PlanConfig& cfg = request.config;
+  const Parallelism& par = cfg.parallel;
+  if (!par.offloadsActivations()) return {};
+  const std::string flag = par.cpuOffloadingNumLayers > 0
+                               ? "--cpu-offloading-num-layers " + str(par.cpuOffloadingNumLayers)
+                               : "--offload-modules " + offloadModulesName(par.offloadModules);
+  if (par.cpuOffloadingNumLayers > 0 && par.offloadModules != 0) {
+    return Error{flag + " and --offload-modules " + offloadModulesName(par.offloadModules) +
+                 " exclude each other (Megatron-Core: fine_grained_activation_offloading cannot be enabled with "
+                 "cpu_offloading)"};
+  }
+  for (int d = 0; d < cfg.devices; ++d) {
+    const GpuSpec& gpu = deviceGpu(request.cluster, cfg, d);
+    if (gpu.hostLinkGBps <= 0) {
+      return Error{flag + ": GPU '" + gpu.name + "' of pipeline rank " + str(d) +
+                   " names no host link to offload over (expected host_link_gbps on the cluster's gpu, or a "
+                   "catalogue GPU that has it: PCIe, or NVLink-C2C on Grace)"};
+    }
+  }
+  if (!(par.activationOffloadFraction >= 0.0 && par.activationOffloadFraction <= 1.0)) {
+    return Error{"--activation-offload-fraction must be in [0, 1], got " +
+                 std::to_string(par.activationOffloadFraction)};
+  }
+  if (par.deltaOffloadBytesAcrossPpRanks < 0) {
+    return Error{"--delta-offload-bytes-across-pp-ranks must be at least 0, got " +
+                 str(par.deltaOffloadBytesAcrossPpRanks)};
+  }
+  std::int64_t blocks = 0;
+  bool moe = false, mla = false;
+  for (const Component& comp : request.model.components) {
+    if (!comp.trainable) continue;
+    for (const Layer& layer : comp.layers) {
+      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
+      ++blocks;
+      moe = moe || layer.transformer->isMoe();
+      mla = mla || layer.transformer->mla.has_value();
+    }
+  }
+  if (par.cpuOffloadingNumLayers > 0) {
+    if (cfg.devices > 1 || cfg.chunksPerDevice > 1) {
+      return Error{flag + " needs one pipeline rank, got --devices " + str(cfg.devices) + " with " +
+                   str(cfg.chunksPerDevice) +
+                   " chunk(s) (Megatron-Core: no support for pipeline parallelism with CPU offloading; "
+                   "--offload-modules offloads inside pipelines)"};
+    }
+    if (par.recompute != Recompute::None) {
+      return Error{flag + " with --recompute " + std::string(recomputeName(par.recompute)) +
+                   ": Megatron-Core's CPU offloading does not work with activation recomputation (expected "
+                   "--recompute none)"};
+    }
+    if (par.cpuOffloadingNumLayers >= blocks) {
+      return Error{flag + " offloads more layers than pipeline rank 0 may: it holds " + str(blocks) +
+                   " transformer layers and Transformer Engine keeps at least one layer's activations on the GPU "
+                   "(expected at most " +
+                   str(std::max<std::int64_t>(0, blocks - 1)) + ")"};
+    }
+    return {};
+  }
+  const std::uint32_t modules = par.offloadModules;
+  if ((modules & kOffloadAttnProj) && !(modules & kOffloadCoreAttn)) {
+    return Error{flag +
+                 ": attn_proj needs core_attn (the projection's input is the attention core's output, "
+                 "which the core's backward needs; Megatron-Core refuses attn_proj alone)"};
+  }
+  const std::uint32_t expertModules = kOffloadMlpNorm | kOffloadExpertFc1 | kOffloadMoeAct;
+  if ((modules & expertModules) && !moe) {
+    return Error{"--offload-modules " + offloadModulesName(modules & expertModules) + ": model '" + request.model.name +
+                 "' has no mixture-of-experts layers (its MLP norm is fused into FC1; modules "
+                 "it runs: qkv_linear, core_attn, attn_proj" +
+                 (mla ? ", attn_norm" : "") + ")"};
+  }
+  if ((modules & kOffloadAttnNorm) && !mla) {
+    return Error{"--offload-modules attn_norm: model '" + request.model.name +
+                 "' fuses its attention's input norm into the QKV GEMM (Transformer Engine's "
+                 "LayerNormColumnParallelLinear): offload qkv_linear instead"};
+  }
+  if ((modules & (kOffloadExpertFc1 | kOffloadMoeAct)) && (par.selectiveModules() & kRecomputeMoe)) {
+    return Error{"--offload-modules " + offloadModulesName(modules & (kOffloadExpertFc1 | kOffloadMoeAct)) +
+                 " with --recompute-modules moe: the recomputed MoE block keeps nothing to offload (Megatron-Core "
+                 "refuses the pair)"};
+  }
+  return {};
+}
+
 // The expert layers' layout (Megatron-Core MoE parallel folding): ETP × EP laid over the T·C·D
 // GPUs of a pipeline rank, so E may exceed D but ETP·E must divide T·C·D; expert and
 // capacity settings need a model with experts.
@@ -310,6 +401,7 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
   if (par.tensor == 1) par.sequenceParallel = false;
   if (auto st = checkPrecision(request); !st) return st.error();
   if (auto st = checkRecompute(request); !st) return st.error();
+  if (auto st = checkActivationOffload(request); !st) return st.error();
   if (cfg.microBatchSize) {
     if (*cfg.microBatchSize < 1) return Error{"--micro-batch-size must be at least 1, got " + str(*cfg.microBatchSize)};
     request.model.samplesPerMicrobatch = *cfg.microBatchSize;
@@ -480,6 +572,22 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   return plan;
 }
 
+std::string describeMemory(const MemoryBreakdown& memory, bool withMargin) {
+  const auto gib = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
+  // Every part of the peak, so that the parts add up to it; zero parts are left out.
+  const auto parts = [&](bool keptBack) {
+    std::string out;
+    for (const MemoryPart& part : memoryParts()) {
+      if (part.keptBack != keptBack || memory.*part.bytes == 0) continue;
+      out += (out.empty() ? "" : " + ") + std::string(part.name) + " " + gib(memory.*part.bytes);
+    }
+    return out.empty() ? std::string("0 B") : out;
+  };
+  std::string out = "peak " + gib(memory.allocatedBytes()) + " = " + parts(false);
+  if (withMargin) out += "; kept back: " + parts(true);
+  return out;
+}
+
 Status checkMemory(const Plan& plan) {
   std::ostringstream msg;
   bool fits = true;
@@ -488,11 +596,11 @@ Status checkMemory(const Plan& plan) {
     const DeviceMetrics& dm = plan.metrics.devices[d];
     const bool explicitLimit = plan.config.memoryLimitBytes.has_value();
     // A --memory-limit is what the plan may allocate; a GPU's capacity first keeps back the
-    // margin (CUDA context, workspaces, fragmentation: memoryMarginBytes).
+    // margin (CUDA context, fragmentation: memoryMarginBytes).
     const std::int64_t capacity = explicitLimit
                                       ? *plan.config.memoryLimitBytes
                                       : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
-    const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes;
+    const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes();
     if (capacity <= 0 || dm.peakMemoryBytes + margin <= capacity) continue;
     if (fits) {
       msg << plan.config.schedule << " does not fit in memory (" << (explicitLimit ? "--memory-limit " : "GPU memory ")
@@ -500,26 +608,14 @@ Status checkMemory(const Plan& plan) {
           << (explicitLimit ? "" : ", of which " + gib(margin) + " is kept back as margin") << "):";
     }
     fits = false;
-    const MemoryBreakdown& mb = dm.memory;
-    // The largest part is what to attack first.
-    const std::array<std::pair<const char*, std::int64_t>, 5> parts = {{{"parameters", mb.parameterBytes},
-                                                                        {"gradients", mb.gradientBytes},
-                                                                        {"optimizer state", mb.optimizerBytes},
-                                                                        {"activations", dm.peakActivationBytes},
-                                                                        {"collective buffers", mb.communicationBytes}}};
-    const auto* largest = &parts[0];
-    for (const auto& p : parts) {
-      if (p.second > largest->second) largest = &p;
-    }
-    msg << "\n  device " << d << ": peak " << gib(dm.peakMemoryBytes) << " = parameters " << gib(mb.parameterBytes)
-        << " + gradients " << gib(mb.gradientBytes) << " + optimizer " << gib(mb.optimizerBytes) << " + activations "
-        << gib(dm.peakActivationBytes);
-    if (mb.communicationBytes > 0) msg << " + buffers " << gib(mb.communicationBytes);
-    msg << ", over by " << gib(dm.peakMemoryBytes + margin - capacity) << " (largest part: " << largest->first << ")";
+    msg << "\n  device " << d << ": " << describeMemory(dm.memory, !explicitLimit) << "; over by "
+        << gib(dm.peakMemoryBytes + margin - capacity) << " (largest part: " << largestMemoryPart(dm.memory).name
+        << ")";
   }
   if (fits) return {};
-  msg << "\n  (use more devices, tensor parallelism, recomputation, ZeRO, fewer in-flight microbatches, or a schedule "
-         "with less activation memory such as v-half or v-min)";
+  msg << "\n  (use more devices, tensor parallelism, recomputation, ZeRO, activation offloading "
+         "(--cpu-offloading-num-layers, --offload-modules), fewer in-flight microbatches, or a schedule with less "
+         "activation memory such as v-half or v-min)";
   return Error{msg.str()};
 }
 

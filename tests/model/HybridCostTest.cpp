@@ -221,7 +221,13 @@ TEST(HybridCost, ZeroThreeGathersParametersPerPass) {
   const LayerCosts z3 = layerCosts(block(1024, 512, 16), ctx);
   const double gatherMs = 3.0 / 4.0 * static_cast<double>(plain.parameterBytes) / 0.01e9 * 1000;
   EXPECT_NEAR(z3.forwardMs, gatherMs, 1e-6 * gatherMs);  // the gather dominates
-  EXPECT_GT(z3.communicationBytes, 0);
+  // The FSDP unit's buffers: the gathered bf16 weights and the unsharded gradient in the reduce
+  // type (bf16 here), one parameter's worth each.
+  EXPECT_EQ(z3.fsdpGatherBytes, plain.parameterBytes);
+  EXPECT_EQ(z3.fsdpGradientBytes, plain.parameterBytes);
+  ctx.parallel.gradReduceInFp32 = true;
+  EXPECT_EQ(layerCosts(block(1024, 512, 16), ctx).fsdpGradientBytes, 2 * plain.parameterBytes);
+  EXPECT_EQ(plain.fsdpGatherBytes, 0);  // no ZeRO-3, no unit buffers
 }
 
 // NCCL's choice between ring and tree all-reduce: the tree's log-depth latency wins for small

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -205,6 +206,57 @@ TEST_F(Cli, SequenceSplitsAndOffloadingExitWithTheReason) {
     EXPECT_EQ(megatron.status, 1) << megatron.out;
     EXPECT_NE(megatron.out.find("Megatron-LM cannot"), std::string::npos) << megatron.out;
     EXPECT_EQ(run("export " + plan + " --format chrome -o " + (dir / "out.json").string()).status, 0) << plan;
+  }
+  fs::remove_all(dir);
+}
+
+// Issue 42: Megatron-Core's activation offloading from the command line. Bad input exits 1
+// naming the flag and the numbers (a GPU without a host link, more layers than the rank holds,
+// a pipeline), unknown modules and fractions outside [0, 1] are usage errors (exit 2); a plan
+// that offloads records it and exports Megatron's flags.
+TEST_F(Cli, ActivationOffloadIsRecordedAndRefusedWithTheNumbers) {
+  const std::string base = "plan --model " + model + " --schedule 1f1b --microbatches 4 ";
+  CliRun r = run(base + "--cluster " + kResources +
+                 "/clusters/workstation-2gpu.json --devices 1 --cpu-offloading-num-layers 2");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--cpu-offloading-num-layers 2: GPU 'GeForce RTX 4090' of pipeline rank 0 names no host link"),
+            std::string::npos)
+      << r.out;
+  r = run(base + "--cluster " + cluster + " --devices 1 --cpu-offload-layers 24");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--cpu-offloading-num-layers 24 offloads more layers than pipeline rank 0 may: it holds 24"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("at most 23"), std::string::npos) << r.out;
+  r = run(base + "--cluster " + cluster + " --devices 2 --cpu-offloading-num-layers 4");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("needs one pipeline rank, got --devices 2"), std::string::npos) << r.out;
+  r = run(base + "--cluster " + cluster + " --devices 2 --offload-modules core_attn,kv_cache");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("'kv_cache' is not a module"), std::string::npos) << r.out;
+  r = run(base + "--cluster " + cluster + " --devices 2 --offload-modules core_attn --activation-offload-fraction 1.5");
+  EXPECT_EQ(r.status, 2) << r.out;
+
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-offload-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "offload.json").string();
+  r = run(base + "--cluster " + cluster +
+          " --devices 2 --offload-modules core_attn,attn_proj --activation-offload-fraction 0.5 -o " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("activation offload: core_attn,attn_proj (fine-grained, fraction 0.5)"), std::string::npos)
+      << r.out;
+  const CliRun sim = run("simulate " + out + " --json");
+  auto doc = jsonOutput(sim);
+  ASSERT_TRUE(doc.has_value());
+  EXPECT_EQ((*doc)["config"]["offload_modules"], "core_attn,attn_proj");
+  EXPECT_EQ((*doc)["config"]["activation_offload_fraction"], 0.5);
+  const CliRun megatron = run("export " + out + " --format megatron -o " + (dir / "run.sh").string());
+  EXPECT_EQ(megatron.status, 0) << megatron.out;
+  std::ifstream sh(dir / "run.sh");
+  const std::string text((std::istreambuf_iterator<char>(sh)), std::istreambuf_iterator<char>());
+  for (const char* flag : {"--fine-grained-activation-offloading \\\n", "--offload-modules core_attn attn_proj \\\n",
+                           "--activation-offload-fraction 0.5"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag << " in\n" << text;
   }
   fs::remove_all(dir);
 }

@@ -77,7 +77,7 @@ TEST(RecipePlan, NvidiasLlama70bRecipeFitsAndReportsItsCommunication) {
   auto fp8 = makePlan(r);
   ASSERT_TRUE(fp8.hasValue()) << fp8.message();
   for (const DeviceMetrics& d : fp8->metrics.devices) {
-    EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes, r.cluster.gpu.memoryBytes());
+    EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes(), r.cluster.gpu.memoryBytes());
     EXPECT_GT(d.memory.lowPrecisionWeightBytes, 0);
     EXPECT_GT(d.exposedCommMs, 0);
     EXPECT_GT(d.hiddenCommMs, 0);
@@ -104,7 +104,7 @@ TEST(RecipePlan, BalancedSplitThatDoesNotFitIsPlannedAgainWithinMemory) {
   auto plan = makePlan(r);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   for (const DeviceMetrics& d : plan->metrics.devices) {
-    EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes, r.cluster.gpu.memoryBytes());
+    EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes(), r.cluster.gpu.memoryBytes());
   }
   auto again = makePlan(r);
   ASSERT_TRUE(again.hasValue());

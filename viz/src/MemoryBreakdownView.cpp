@@ -13,25 +13,32 @@ namespace pipestudio::viz {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// One hue per part, apart for the common colour-vision deficiencies (Tableau 10 family).
-constexpr std::array<unsigned, MemoryBreakdownView::kParts> kColours{0x4e79a7, 0xf28e2b, 0xe15759,
-                                                                     0x59a14f, 0xb07aa1, 0xbab0ac};
+// One hue per part, apart for the common colour-vision deficiencies (Tableau 10), the two
+// kept-back parts in greys.
+constexpr std::array<unsigned, MemoryBreakdownView::kParts> kColours{0x4e79a7, 0xf28e2b, 0xe15759, 0x76b7b2,
+                                                                     0x59a14f, 0xedc948, 0xb07aa1, 0xff9da7,
+                                                                     0x9c755f, 0x86bcb6, 0xbab0ac, 0x79706e};
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
 }  // namespace
 
 const std::array<const char*, MemoryBreakdownView::kParts>& MemoryBreakdownView::partNames() {
-  static const std::array<const char*, kParts> names{"parameters",  "gradients",          "optimizer state",
-                                                     "activations", "collective buffers", "margin"};
+  static const std::array<const char*, kParts> names = [] {
+    std::array<const char*, kParts> out{};
+    for (int i = 0; i < kParts; ++i)
+      out[static_cast<std::size_t>(i)] = memoryParts()[static_cast<std::size_t>(i)].name.data();
+    return out;
+  }();
   return names;
 }
 
 std::array<double, MemoryBreakdownView::kParts> MemoryBreakdownView::partsOf(const DeviceMetrics& d) {
-  const MemoryBreakdown& m = d.memory;
-  return {static_cast<double>(m.parameterBytes),     static_cast<double>(m.gradientBytes),
-          static_cast<double>(m.optimizerBytes),     static_cast<double>(m.activationBytes),
-          static_cast<double>(m.communicationBytes), static_cast<double>(m.marginBytes)};
+  std::array<double, kParts> out{};
+  for (int i = 0; i < kParts; ++i) {
+    out[static_cast<std::size_t>(i)] = static_cast<double>(d.memory.*memoryParts()[static_cast<std::size_t>(i)].bytes);
+  }
+  return out;
 }
 
 MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
@@ -57,8 +64,8 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   for (int i = 0; i < kParts; ++i) {
     auto* bars = new QCPBars(m_plot->xAxis, m_plot->yAxis);
     // Short names in the legend (the dock is narrow); the tooltip spells them out.
-    static const char* const kShort[kParts] = {"params", "grads", "optimizer", "activations", "buffers", "margin"};
-    bars->setName(QString::fromLatin1(kShort[i]));
+    const std::string_view shortName = memoryParts()[static_cast<std::size_t>(i)].shortName;
+    bars->setName(QString::fromLatin1(shortName.data(), static_cast<int>(shortName.size())));
     const QColor colour = QColor::fromRgb(kColours[static_cast<std::size_t>(i)]);
     bars->setBrush(colour);
     bars->setPen(QPen(colour.darker(130)));
@@ -71,7 +78,7 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   m_capacity = new QCPItemStraightLine(m_plot);
   m_capacity->setPen(QPen(QColor(0xd0, 0x10, 0x30), 1.5, Qt::DashLine));
   m_capacity->setVisible(false);
-  // The legend above the bars (two rows of three), never over them.
+  // The legend above the bars (rows of three), never over them.
   QCPLegend* legend = m_plot->legend;
   legend->setVisible(true);
   legend->setFont(font());
@@ -81,9 +88,6 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   legend->setBorderPen(Qt::NoPen);
   legend->setBrush(Qt::NoBrush);
   legend->setTextColor(pal.color(QPalette::WindowText));
-  // An item is exactly one line high and clips to itself: the descenders of "grads" were cut
-  // ("qrads"). Room below the text keeps them.
-  for (int i = 0; i < legend->itemCount(); ++i) legend->item(i)->setMargins(QMargins(0, 1, 0, 3));
   m_plot->axisRect()->insetLayout()->take(legend);
   m_plot->plotLayout()->insertRow(0);
   m_plot->plotLayout()->addElement(0, 0, legend);
@@ -113,6 +117,19 @@ void MemoryBreakdownView::setPlan(std::shared_ptr<const Plan> plan) {
     }
     m_bars[static_cast<std::size_t>(i)]->setData(keys, values, true);
   }
+  // The legend names only the parts this plan has (a pure pipeline has no userbuffers), in
+  // stacking order.
+  QCPLegend* legend = m_plot->legend;
+  legend->clearItems();
+  for (int i = 0; i < kParts; ++i) {
+    const bool present = std::any_of(m_devices.begin(), m_devices.end(), [&](const DeviceMetrics& d) {
+      return partsOf(d)[static_cast<std::size_t>(i)] > 0;
+    });
+    if (present || m_devices.empty()) m_bars[static_cast<std::size_t>(i)]->addToLegend();
+  }
+  // An item is exactly one line high and clips to itself: the descenders of "grads" were cut
+  // ("qrads"). Room below the text keeps them.
+  for (int i = 0; i < legend->itemCount(); ++i) legend->item(i)->setMargins(QMargins(0, 1, 0, 3));
   for (const DeviceMetrics& d : m_devices) {
     double total = 0;
     for (double part : partsOf(d)) total += part;
@@ -140,6 +157,7 @@ QString MemoryBreakdownView::describe(int device) const {
   QString text = QStringLiteral("GPU %1 at its peak:").arg(device);
   for (int i = 0; i < kParts; ++i) {
     total += parts[static_cast<std::size_t>(i)];
+    if (parts[static_cast<std::size_t>(i)] <= 0) continue;
     text += QStringLiteral("\n  %1: %2")
                 .arg(QString::fromLatin1(partNames()[static_cast<std::size_t>(i)]),
                      q(formatBytes(parts[static_cast<std::size_t>(i)])));

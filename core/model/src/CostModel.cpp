@@ -716,15 +716,107 @@ void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const
   }
 }
 
+// The GEMM workspaces of a process. cuBLAS asks for 32 MiB on Hopper and later and 4 MiB before
+// (cuBLAS documentation, cublasSetWorkspace); Transformer Engine allocates one workspace of 32 MiB
+// + 1 KiB (4 MiB before Hopper) for its GEMMs, one three times that size for its userbuffer
+// GEMMs (_NUM_MAX_UB_STREAMS) and one per compute stream (4: common/util/multi_stream.cpp) for
+// grouped GEMMs (transformer_engine/pytorch/cpp_extensions/gemm.py, get_cublas_workspace at
+// d0067d0da6cb); PyTorch's own GEMMs (the output layer, the router) take one cuBLAS workspace.
+// A GPU with FP8 tensor cores is taken as Hopper or later.
+double cublasWorkspaceBytes(const GpuSpec& gpu) {
+  return gpu.peakTflopsFor(Precision::Fp8) > 0 ? 32.0 * 1024 * 1024 : 4.0 * 1024 * 1024;
+}
+double gemmWorkspaceBytes(const GpuSpec& gpu, bool transformerEngine, bool userbuffers, bool grouped) {
+  const double torchWorkspace = cublasWorkspaceBytes(gpu);
+  if (!transformerEngine) return torchWorkspace;
+  const double te = gpu.peakTflopsFor(Precision::Fp8) > 0 ? 32.0 * 1024 * 1024 + 1024 : 4.0 * 1024 * 1024;
+  constexpr double kUserbufferStreams = 3;
+  constexpr double kComputeStreams = 4;
+  return torchWorkspace + te * (1.0 + (userbuffers ? kUserbufferStreams : 0.0) + (grouped ? kComputeStreams : 0.0));
+}
+
+// Transformer Engine's userbuffers for the TP communication overlap. Megatron initialises them
+// with the shape [seq·mbs / CP, hidden] (megatron/training/initialize.py,
+// _initialize_tp_communicators) and TE allocates one buffer of that shape for each of the twelve
+// overlapped GEMMs (qkv, proj, fc1, fc2 × fprop, dgrad, wgrad; initialize_ub in
+// transformer_engine/pytorch/module/base.py): the eight that all-gather in one byte per value
+// under an FP8 recipe (fp8_buf; NVFP4 recipes run them in bf16), the four that reduce-scatter
+// in bf16. Only with --tp-comm-overlap (sequence parallel, T > 1).
+double teUserbufferBytes(const Block& k) {
+  const Parallelism& par = k.ctx.parallel;
+  if (!(k.T > 1 && par.sequenceParallel && par.tpCommOverlap)) return 0.0;
+  const bool fp8Buffers =
+      k.precision == Precision::Fp8 || k.precision == Precision::Fp8Block || k.precision == Precision::Mxfp8;
+  const double values = k.nc * k.h;  // one buffer: the microbatch's tokens of this context rank
+  constexpr double kAllGatherBuffers = 8, kReduceScatterBuffers = 4;
+  return values * (kAllGatherBuffers * (fp8Buffers ? 1.0 : kBf16) + kReduceScatterBuffers * kBf16);
+}
+
+// Fine-grained activation offloading's groups (Megatron-Core, --offload-modules): what each
+// module's group captures of the tensors the layer saves for its backward (the offload manager
+// hooks saved_tensors between group_start and group_offload: megatron/core/transformer/
+// attention.py, transformer_layer.py, moe/experts.py). Megatron-Core's Transformer Engine layer
+// fuses the attention's input norm into the QKV GEMM and the dense MLP's into FC1
+// (TELayerNormColumnParallelLinear), so attn_norm offloads only under multi-head latent attention
+// (a separate TENorm) and mlp_norm only before experts; qkv_linear then holds the fused norm's
+// input with its low-precision output. In a 16-bit recipe the attention output is the output
+// projection's saved input too, so it leaves the GPU with core_attn and attn_proj together (which
+// Megatron requires); a low-precision recipe's projection keeps its own copy. A recomputed region
+// saves nothing for its groups.
+void offloadGroups(const Block& k, const ActivationBytes& act, const costparts::MoeCosts& moe, LayerCosts& c) {
+  const Parallelism& par = k.ctx.parallel;
+  if (par.offloadModules == 0 || par.recompute == Recompute::Full) return;
+  const std::uint32_t recomputed = par.selectiveModules();
+  const bool lowPrecision = isLowPrecision(k.precision);
+  auto& g = c.offloadGroupBytes;
+  const double normInput = kBf16 * k.nc * k.h / k.sp;
+  if (k.t.mla) {
+    g[0] = toBytes(normInput);
+    g[1] = toBytes(k.nc * act.normOutputs / 2.0 / k.sp);
+  } else {
+    g[1] = toBytes(normInput + k.nc * act.normOutputs / 2.0 / k.sp);
+  }
+  if (!(recomputed & kRecomputeCoreAttn)) {
+    const double core = act.attention - (lowPrecision ? k.lp * k.ho : 0.0) - kBf16 * k.ho;
+    g[2] = toBytes(k.nc * (core + (lowPrecision ? kBf16 * k.ho : 0.0)) / k.T);
+  }
+  g[3] = toBytes(k.nc * (lowPrecision ? k.lp : kBf16) * k.ho / k.T);
+  if (k.moe) {
+    g[4] = toBytes(normInput);
+    if (!(recomputed & kRecomputeMoe)) {
+      g[5] = toBytes(moe.fc1InputBytes);
+      if (!(recomputed & kRecomputeMoeAct)) g[6] = toBytes(moe.actInputBytes);
+    }
+  }
+  for (int m = 0; m < kOffloadModuleCount; ++m) {
+    if (!(par.offloadModules & (1u << m))) g[static_cast<std::size_t>(m)] = 0;
+  }
+}
+
+// ZeRO-3's transient buffers of one FSDP unit (a layer: Megatron-FSDP's fsdp_unit_modules are the
+// transformer layers, torchtitan shards every block, the embedding and the output layer apart):
+// the weights a pass gathers — bf16, or the low-precision weights in their format (Megatron-FSDP
+// gathers fp8 parameters as they are) — and the gradient the backward produces unsharded, in the
+// reduce type, before its reduce-scatter (megatron/core/distributed/fsdp/src/megatron_fsdp/
+// param_and_grad_buffer.py, AllGatherPipeline and GradReducePipeline; PyTorch FSDP2's
+// all-gather output and reduce-scatter input).
+void fsdpUnitBuffers(const CostContext& ctx, LayerCosts& c) {
+  const Parallelism& par = ctx.parallel;
+  if (par.zeroStage < 3 || par.data <= 1 || !ctx.trainable || c.parameterBytes <= 0) return;
+  const double params = c.parameterCount();
+  const double quantized = std::min(params, c.quantizedParameters);
+  c.fsdpGatherBytes = toBytes(kBf16 * (params - quantized) + operandBytes(ctx.precision) * quantized);
+  c.fsdpGradientBytes = toBytes((par.gradReduceInFp32 ? kFp32 : kBf16) * params);
+}
+
 // ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
 // layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
 // in bf16). ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
 // produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
-// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). Returns the gather buffers' bytes.
-std::int64_t shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s,
-                                 LayerCosts& c) {
+// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). The gathered weights and the
+// unsharded gradients are fsdpUnitBuffers'.
+void shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s, LayerCosts& c) {
   const Parallelism& par = ctx.parallel;
-  std::int64_t gatherBufferBytes = 0;
   if (par.zeroStage >= 2 && k.D > 1 && ctx.trainable) {
     const double gradBytes = par.gradReduceInFp32 ? kFp32 : kBf16;
     const double scatter = allGatherMs(ctx.links.data, static_cast<int>(k.D), gradBytes * localParams);
@@ -743,9 +835,7 @@ std::int64_t shardedDataParallel(const Block& k, const CostContext& ctx, double 
     s.backwardInputCommMs += bwd.exposedMs;
     c.forwardHiddenCommMs += fwd.hiddenMs;
     c.backwardInputHiddenCommMs += bwd.hiddenMs;
-    gatherBufferBytes = toBytes(2.0 * kBf16 * localParams);  // this layer and the prefetched next
   }
-  return gatherBufferBytes;
 }
 
 // A transformer block under hybrid parallelism and the recipe's precision, overlap and
@@ -766,9 +856,19 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   if (k.moe) c.expertParameterBytes = toBytes(kBf16 * moe.expertParams);
 
   const BlockParts p = blockParts(k, gpu, par, moe, wgradOut);
-  if (isLowPrecision(k.precision))
+  // Transformer Engine keeps each linear weight in the low-precision format in both layouts its
+  // GEMMs read (row-wise for fprop, column-wise for dgrad and wgrad): a cached copy beside the
+  // bf16 weight, or, with --fp8-param-gather, the weight itself (Megatron-Core's DDP then holds
+  // the row-wise data in its parameter buffer, megatron/core/distributed/param_and_grad_buffer.py,
+  // and no bf16 copy exists).
+  if (isLowPrecision(k.precision)) {
     c.lowPrecisionWeightBytes = toBytes(operandCopies(k.precision, gpu.fp8GemmTakesAnyLayout()) *
                                         operandBytes(k.precision) * (p.g.linearParams + moe.linearParams));
+  }
+  if (par.lowPrecisionParamsFor(k.precision)) {
+    c.quantizedParameters = p.g.linearParams + moe.linearParams;
+    c.quantizedExpertParameters = moe.linearParams;
+  }
 
   const bool keepScores = !k.flash && par.recompute == Recompute::None;
   const ActivationBytes act = activationBytes(k, keepScores);
@@ -776,7 +876,8 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   c.forwardHiddenCommMs = p.tp.forward.hiddenMs + p.cp.forward.hiddenMs + p.ep.forward.hiddenMs;
   c.backwardInputHiddenCommMs = p.tp.backward.hiddenMs + p.cp.backward.hiddenMs + p.ep.backward.hiddenMs;
   recompute(k, gpu, par, p, moe, act, s, c);
-  const std::int64_t gatherBufferBytes = shardedDataParallel(k, ctx, localParams, s, c);
+  offloadGroups(k, act, moe, c);
+  shardedDataParallel(k, ctx, localParams, s, c);
 
   c.forwardMs = s.forwardMs;
   c.backwardInputMs = s.backwardInputMs;
@@ -789,7 +890,9 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   // Megatron sends the sequence-sharded hidden states (sequence parallel) or splits them over
   // the TP ranks and all-gathers on NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
   c.outputBytes = toBytes(kBf16 * k.nc * k.h / k.T);
-  c.communicationBytes = std::max({toBytes(moe.bufferBytes), toBytes(p.cpBufferBytes), gatherBufferBytes});
+  c.communicationBytes = std::max(toBytes(moe.bufferBytes), toBytes(p.cpBufferBytes));
+  c.userbufferBytes = toBytes(teUserbufferBytes(k));
+  c.workspaceBytes = toBytes(gemmWorkspaceBytes(gpu, true, c.userbufferBytes > 0, k.moe));
   return c;
 }
 
@@ -841,6 +944,7 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
     c.weightGradBytes = 0;
   }
   c.outputBytes = toBytes(kFp32 * nc);  // per-token loss
+  c.workspaceBytes = toBytes(gemmWorkspaceBytes(gpu, false, false, false));
   return c;
 }
 
@@ -913,6 +1017,9 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
     c.weightGradBytes += toBytes(depth * static_cast<double>(part.weightGradBytes));
     c.recomputeBytes = std::max(c.recomputeBytes, part.recomputeBytes);
     c.communicationBytes = std::max(c.communicationBytes, part.communicationBytes);
+    c.workspaceBytes = std::max(c.workspaceBytes, part.workspaceBytes);
+    c.userbufferBytes = std::max(c.userbufferBytes, part.userbufferBytes);
+    c.cudaGraphBytes += toBytes(depth * static_cast<double>(part.cudaGraphBytes));
     c.modelFlopsForward += depth * part.modelFlopsForward;
   };
   add(blockCosts);
@@ -928,6 +1035,8 @@ LayerCosts mtpCosts(const TransformerShape& t, const CostContext& ctx) {
       toBytes(depth * (static_cast<double>(blockCosts.parameterBytes) + kBf16 * projParams)) + lookup.parameterBytes;
   c.expertParameterBytes = toBytes(depth * static_cast<double>(blockCosts.expertParameterBytes));
   c.lowPrecisionWeightBytes = toBytes(depth * static_cast<double>(blockCosts.lowPrecisionWeightBytes));
+  c.quantizedParameters = depth * blockCosts.quantizedParameters;
+  c.quantizedExpertParameters = depth * blockCosts.quantizedExpertParameters;
   c.modelParameters = depth * (blockCosts.modelParameters + 2.0 * h * h + 2.0 * h);
   c.outputBytes = blockCosts.outputBytes;  // the main model's hidden states pass on to the head
   return c;
@@ -1066,6 +1175,11 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
     c.weightGradBytes = c.activationBytes / 2;
   }
   c.weightGradBytes = std::min(c.weightGradBytes, c.activationBytes);
+  c.quantizedParameters = std::min(c.quantizedParameters, c.parameterCount());
+  c.quantizedExpertParameters = std::min(c.quantizedExpertParameters, c.quantizedParameters);
+  // The layers whose ZeRO-3 gathers the cost model times (the transformer-shaped ones) hold
+  // their gather and reduce buffers.
+  if (layer.transformer) fsdpUnitBuffers(ctx, c);
 
   if (!ctx.trainable) {
     c.backwardInputMs = 0;

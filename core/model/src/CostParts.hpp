@@ -184,6 +184,8 @@ struct MoeCosts {
   double activationBytes = 0;        ///< held from F to B
   double weightGradBytes = 0;        ///< of those, the expert GEMMs' inputs W reads
   double actOutputBytes = 0;         ///< of those, FC2's inputs (what moe_act recomputation drops)
+  double fc1InputBytes = 0;          ///< of those, the experts' FC1 inputs (expert_fc1 offloading)
+  double actInputBytes = 0;          ///< of those, the activation's inputs (moe_act offloading)
   double bufferBytes = 0;            ///< all-to-all send and receive copies while a pass runs
   double routedTokensPerExpert = 0;  ///< rows of one local expert's GEMMs
   double localParams = 0;            ///< router (replicated) and this GPU's expert shards

@@ -223,6 +223,8 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   const double lp = isLowPrecision(p) ? operandBytes(p) : kBf16;
   const double fc1Input = rows * lp * h;
   c.actOutputBytes = rows * lp * ffn;
+  c.fc1InputBytes = fc1Input;
+  c.actInputBytes = rows * kBf16 * act;
   c.weightGradBytes = fc1Input + c.actOutputBytes;
   c.activationBytes =
       2.0 * kFp32 * x * s.experts + copies * (8.0 + kFp32) + fc1Input + rows * kBf16 * act + c.actOutputBytes;

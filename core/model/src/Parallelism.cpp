@@ -85,6 +85,64 @@ std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, s
   return bits;
 }
 
+namespace {
+
+// Megatron-Core's spelling of each offload module (--offload-modules), in bit order.
+constexpr std::array<std::pair<std::uint32_t, std::string_view>, kOffloadModuleCount> kOffloadModules{{
+    {kOffloadAttnNorm, "attn_norm"},
+    {kOffloadQkvLinear, "qkv_linear"},
+    {kOffloadCoreAttn, "core_attn"},
+    {kOffloadAttnProj, "attn_proj"},
+    {kOffloadMlpNorm, "mlp_norm"},
+    {kOffloadExpertFc1, "expert_fc1"},
+    {kOffloadMoeAct, "moe_act"},
+}};
+
+template <std::size_t N>
+std::string bitsName(const std::array<std::pair<std::uint32_t, std::string_view>, N>& table, std::uint32_t bits) {
+  std::string out;
+  for (const auto& [bit, name] : table) {
+    if (bits & bit) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out;
+}
+
+template <std::size_t N>
+std::optional<std::uint32_t> bitsFromNames(const std::array<std::pair<std::uint32_t, std::string_view>, N>& table,
+                                           std::string_view names, std::string* unknown) {
+  std::uint32_t bits = 0;
+  while (!names.empty()) {
+    const auto comma = names.find(',');
+    const std::string_view item = trim(names.substr(0, comma));
+    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
+    if (item.empty()) continue;
+    bool found = false;
+    for (const auto& [bit, name] : table) {
+      if (item == name) {
+        bits |= bit;
+        found = true;
+      }
+    }
+    if (!found) {
+      if (unknown) *unknown = std::string(item);
+      return std::nullopt;
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+std::string offloadModulesName(std::uint32_t bits) { return bitsName(kOffloadModules, bits); }
+
+std::optional<std::uint32_t> offloadModulesFromNames(std::string_view names, std::string* unknown) {
+  return bitsFromNames(kOffloadModules, names, unknown);
+}
+
+std::string_view offloadModuleChoices() {
+  return "attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act";
+}
+
 std::string_view recomputeModuleChoices() {
   return "core_attn, layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj";
 }

@@ -216,9 +216,66 @@ double stageSendMs(const ClusterSpec& cluster, const PlanConfig& config, int fro
   return cluster.latencyMs(deviceFirstGpu(config, from), deviceFirstGpu(config, to));
 }
 
+OffloadWaits offloadWaits(const std::vector<OffloadedLayer>& layers, int forwardLead, int backwardLead,
+                          bool preloadLast) {
+  OffloadWaits w;
+  const int n = static_cast<int>(layers.size());
+  const auto at = [&](int i) -> const OffloadedLayer& { return layers[static_cast<std::size_t>(i)]; };
+  // Forward: the compute clock t, the copy stream free from `stream`; copy i ends at done[i].
+  std::vector<double> done(layers.size(), 0.0);
+  double t = 0, stream = 0;
+  for (int i = 0; i < n; ++i) {
+    const int waitFor = i - forwardLead;  // the copy that must be over before layer i starts
+    if (forwardLead > 0 && waitFor >= 0 && at(waitFor).copyMs > 0) {
+      const double wait = std::max(0.0, done[static_cast<std::size_t>(waitFor)] - t);
+      w.forwardMs += wait;
+      t += wait;
+    }
+    t += at(i).forwardMs;
+    if (at(i).copyMs > 0) {
+      stream = std::max(stream, t) + at(i).copyMs;
+      done[static_cast<std::size_t>(i)] = stream;
+    }
+  }
+  // Backward, last layer first: layer j's copy back starts when the backward of layer
+  // j + backwardLead starts (at once for the last layers), after the copy before it.
+  int last = -1;
+  for (int i = n - 1; i >= 0 && last < 0; --i) {
+    if (at(i).copyMs > 0) last = i;
+  }
+  std::vector<double> back(layers.size(), 0.0);
+  std::vector<char> issued(layers.size(), 0);
+  t = 0;
+  stream = 0;
+  const auto issue = [&](int j) {
+    if (j < 0 || j >= n || issued[static_cast<std::size_t>(j)] || at(j).copyMs <= 0) return;
+    issued[static_cast<std::size_t>(j)] = 1;
+    if (preloadLast && j == last) return;  // brought back during the previous backward
+    stream = std::max(stream, t) + at(j).copyMs;
+    back[static_cast<std::size_t>(j)] = stream;
+  };
+  for (int j = n - 1; j >= 0; --j) {
+    if (j + backwardLead >= n) issue(j);
+  }
+  for (int i = n - 1; i >= 0; --i) {
+    issue(i - backwardLead);
+    issue(i);  // a copy not issued yet is needed now
+    if (at(i).copyMs > 0 && !(preloadLast && i == last)) {
+      const double wait = std::max(0.0, back[static_cast<std::size_t>(i)] - t);
+      w.backwardMs += wait;
+      t += wait;
+    }
+    t += at(i).backwardMs;
+  }
+  return w;
+}
+
 CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, const PlanConfig& config,
                          std::int64_t samplesPerMicrobatch)
     : m_blockwiseGathers((config.unitMicrobatches > 0 || config.fsdpWindows) && config.parallel.zeroStage >= 3),
+      m_cpuOffloadLayers(config.parallel.cpuOffloadingNumLayers),
+      m_offloadModules(config.parallel.offloadModules),
+      m_offloadFraction(config.parallel.activationOffloadFraction),
       m_recomputeMethod(config.parallel.recomputeMethod),
       m_recomputeNumLayers(config.parallel.recompute == Recompute::Full ? config.parallel.recomputeNumLayers : 0) {
   const std::int64_t samples = samplesPerMicrobatch > 0 ? samplesPerMicrobatch : model.samplesPerMicrobatch;
@@ -291,6 +348,9 @@ CostedModel::CostedModel(const ModelSpec& model, const ClusterSpec& cluster, con
   } else {
     m_seqBounds = {0, tokensPerSample(model)};
   }
+  if (config.parallel.offloadsActivations()) {
+    for (int d = 0; d < std::max(1, config.devices); ++d) m_hostGBps.push_back(hostCopyGBps(cluster, config, d, true));
+  }
   for (const Component& comp : model.components) {
     m_trainable.push_back(comp.trainable ? 1 : 0);
     auto& tied = m_tiedHead.emplace_back();
@@ -356,6 +416,9 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
   const std::vector<LayerCosts>* unrecomputed =
       m_recomputeNumLayers > 0 && unrecomputedTables != nullptr ? &(*unrecomputedTables)[gpu][c] : nullptr;
   std::int64_t chunkBuffers = 0;
+  // ZeRO-3: each FSDP unit's gathered weights and unsharded gradients, in layer order.
+  std::vector<std::int64_t> units;
+  std::vector<LayerCosts> blocks;   // the transformer layers, for activation offloading
   int blockIndex = 0;               // transformer blocks of this stage so far
   std::int64_t groupRecompute = 0;  // uniform recomputation: the group being summed
   for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(layers, l); ++l) {
@@ -387,7 +450,7 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
       s.zeroGatherBackwardMs += std::max(0.0, lc.backwardInputMs - r.backwardInputMs);
       s.zeroScatterWeightMs += std::max(0.0, lc.backwardWeightMs - r.backwardWeightMs);
       // The whole chunk stays gathered over a block, and the next chunk is prefetched.
-      addSaturating(chunkBuffers, lc.communicationBytes);
+      addSaturating(chunkBuffers, 2 * lc.fsdpGatherBytes);
     }
     s.forwardMs += lc.forwardMs;
     s.backwardInputMs += lc.backwardInputMs;
@@ -404,13 +467,77 @@ StageCosts CostedModel::sumStage(const VirtualStage& vs, const Tables& costs, co
     addSaturating(s.weightGradBytes, lc.weightGradBytes);
     s.outputBytes = lc.outputBytes;
     s.communicationBytes = std::max(s.communicationBytes, lc.communicationBytes);
+    s.workspaceBytes = std::max(s.workspaceBytes, lc.workspaceBytes);
+    s.userbufferBytes = std::max(s.userbufferBytes, lc.userbufferBytes);
+    addSaturating(s.cudaGraphBytes, lc.cudaGraphBytes);
     (trainable ? s.trainableParameters : s.frozenParameters) += lc.parameterCount();
     if (trainable) s.expertParameters += static_cast<double>(lc.expertParameterBytes) / 2.0;
     if (trainable && m_tiedHead[c][lu]) s.tiedParameters += lc.parameterCount();
+    if (trainable) {
+      s.quantizedParameters += lc.quantizedParameters;
+      s.quantizedExpertParameters += lc.quantizedExpertParameters;
+    }
+    if (lc.fsdpGatherBytes > 0 || lc.fsdpGradientBytes > 0) units.push_back(lc.fsdpGatherBytes + lc.fsdpGradientBytes);
+    if (!m_hostGBps.empty() && trainable && m_block[c][lu]) blocks.push_back(lc);
     s.modelFlopsForward += lc.modelFlopsForward;
   }
   s.communicationBytes = std::max(s.communicationBytes, chunkBuffers);
+  // Per pass one unit is gathered (or its gradient reduced) while its neighbour is prefetched
+  // (Megatron-FSDP's all-gather prefetch, FSDP2's next module) or still reducing: at most two
+  // units at a time (Megatron-FSDP's double buffer, fsdp_double_buffer). A stage of one unit
+  // counts it twice, its neighbour being on the next stage.
+  if (!blocks.empty()) addOffload(vs, blocks, s);
+  if (!resident) {
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const std::int64_t neighbour = std::max(i > 0 ? units[i - 1] : 0, i + 1 < units.size() ? units[i + 1] : 0);
+      s.communicationBytes = std::max(s.communicationBytes, units[i] + (units.size() > 1 ? neighbour : units[i]));
+    }
+  }
   return s;
+}
+
+void CostedModel::addOffload(const VirtualStage& vs, const std::vector<LayerCosts>& blocks, StageCosts& s) const {
+  const double gbps = inRange(m_hostGBps, vs.device) ? m_hostGBps[static_cast<std::size_t>(vs.device)] : 0.0;
+  if (!(gbps > 0)) return;  // no host link: nothing leaves the GPU (the planner refuses such requests)
+  const int n = static_cast<int>(blocks.size());
+  std::vector<std::int64_t> bytes(blocks.size(), 0);
+  if (m_cpuOffloadLayers > 0) {
+    // The first N layers, every activation they save.
+    for (int i = 0; i < std::min(n, m_cpuOffloadLayers); ++i) {
+      bytes[static_cast<std::size_t>(i)] = blocks[static_cast<std::size_t>(i)].activationBytes;
+    }
+  } else {
+    // One group per module and layer in forward order; the last floor(count · (1 − fraction)) of
+    // the non-empty ones stay on the GPU (post_warmup_callback).
+    std::vector<std::pair<int, std::int64_t>> groups;
+    for (int i = 0; i < n; ++i) {
+      for (const std::int64_t g : blocks[static_cast<std::size_t>(i)].offloadGroupBytes) {
+        if (g > 0) groups.emplace_back(i, g);
+      }
+    }
+    const auto kept = static_cast<std::size_t>(
+        std::floor(static_cast<double>(groups.size()) * (1.0 - std::clamp(m_offloadFraction, 0.0, 1.0))));
+    for (std::size_t k = 0; k + kept < groups.size(); ++k) {
+      addSaturating(bytes[static_cast<std::size_t>(groups[k].first)], groups[k].second);
+    }
+  }
+  std::vector<OffloadedLayer> seq;
+  seq.reserve(blocks.size());
+  for (int i = 0; i < n; ++i) {
+    const LayerCosts& lc = blocks[static_cast<std::size_t>(i)];
+    const std::int64_t b = std::min(bytes[static_cast<std::size_t>(i)], lc.activationBytes);
+    addSaturating(s.offloadBytes, b);
+    seq.push_back({lc.forwardMs, lc.backwardInputMs + lc.backwardWeightMs, static_cast<double>(b) / (gbps * 1e6)});
+  }
+  const bool layerLevel = m_cpuOffloadLayers > 0;
+  const int offloaded = std::min(n, m_cpuOffloadLayers);
+  const OffloadWaits w =
+      layerLevel ? offloadWaits(seq, n - offloaded, n - 1 - offloaded, false) : offloadWaits(seq, 0, 1, true);
+  s.offloadBytes = std::min(s.offloadBytes, s.activationBytes);
+  s.offloadWaitForwardMs = w.forwardMs;
+  s.offloadWaitBackwardMs = w.backwardMs;
+  s.forwardMs += w.forwardMs;
+  s.backwardInputMs += w.backwardMs;
 }
 
 std::vector<StageCosts> CostedModel::stages(const std::vector<VirtualStage>& stages) const {

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -43,7 +45,9 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
   const StaticBytesPerParameter dense = staticBytesPerParameter(zero, dp, fp32Grads);
   const StaticBytesPerParameter expert = staticBytesPerParameter(zero, expertDp, fp32Grads);
   std::vector<double> denseParams(devices, 0.0), expertParams(devices, 0.0), frozen(devices, 0.0);
+  std::vector<double> denseQuantized(devices, 0.0), expertQuantized(devices, 0.0);
   std::vector<std::int64_t> buffers(devices, 0), lowPrecision(devices, 0), recompute(devices, 0);
+  std::vector<std::int64_t> workspaces(devices, 0), userbuffers(devices, 0), graphs(devices, 0);
   // A tied LM head on the embedding's device shares its weight (one tensor, one gradient).
   std::vector<char> hasEmbedding(devices, 0);
   for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
@@ -64,16 +68,32 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     denseParams[du] += trainable - c.expertParameters;
     expertParams[du] += c.expertParameters;
     frozen[du] += c.frozenParameters;
+    denseQuantized[du] += c.quantizedParameters - c.quantizedExpertParameters;
+    expertQuantized[du] += c.quantizedExpertParameters;
     buffers[du] = std::max(buffers[du], c.communicationBytes);
     recompute[du] = std::max(recompute[du], c.recomputeBytes);
+    // One set of workspaces and userbuffers per process, sized for its largest layer; every
+    // captured graph keeps its own pool.
+    workspaces[du] = std::max(workspaces[du], c.workspaceBytes);
+    userbuffers[du] = std::max(userbuffers[du], c.userbufferBytes);
+    addSaturating(graphs[du], c.cudaGraphBytes);
     // Under ZeRO-3 a layer's low-precision copy lives only while it is gathered (in its buffers).
     if (zero < 3) addSaturating(lowPrecision[du], c.lowPrecisionWeightBytes);
   }
   std::vector<MemoryBreakdown> out(devices);
   for (std::size_t d = 0; d < devices; ++d) {
     MemoryBreakdown& m = out[d];
+    // Weights kept only in low precision have no bf16 copy: the low-precision line holds them
+    // (under ZeRO-3 their shard, in the format they are gathered in).
     m.parameterBytes = static_cast<std::int64_t>(
-        std::llround(denseParams[d] * dense.parameter + expertParams[d] * expert.parameter + frozen[d] * 2.0));
+        std::llround((denseParams[d] - denseQuantized[d]) * dense.parameter +
+                     (expertParams[d] - expertQuantized[d]) * expert.parameter + frozen[d] * 2.0));
+    if (zero >= 3) {
+      const double lowPrecisionBytes = operandBytes(plan.config.precision);
+      addSaturating(lowPrecision[d],
+                    static_cast<std::int64_t>(
+                        std::llround(lowPrecisionBytes * (denseQuantized[d] / dp + expertQuantized[d] / expertDp))));
+    }
     m.gradientBytes =
         static_cast<std::int64_t>(std::llround(denseParams[d] * dense.gradient + expertParams[d] * expert.gradient));
     m.optimizerBytes =
@@ -81,36 +101,40 @@ std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const st
     m.communicationBytes = buffers[d];
     m.lowPrecisionWeightBytes = lowPrecision[d];
     m.recomputeBytes = recompute[d];
+    m.workspaceBytes = workspaces[d];
+    m.userbufferBytes = userbuffers[d];
+    m.cudaGraphBytes = graphs[d];
+    const GpuSpec& gpu = deviceGpu(plan.cluster, plan.config, static_cast<int>(d));
+    m.contextBytes = memoryContextBytes();
+    m.fragmentationBytes = memoryFragmentationBytes(gpu);
   }
   return out;
 }
 
 std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
   std::vector<std::int64_t> out;
-  for (const MemoryBreakdown& m : staticBreakdownPerDevice(plan, costs)) {
-    std::int64_t total = m.parameterBytes;
-    addSaturating(total, m.gradientBytes);
-    addSaturating(total, m.optimizerBytes);
-    addSaturating(total, m.lowPrecisionWeightBytes);
-    addSaturating(total, m.communicationBytes);
-    addSaturating(total, m.recomputeBytes);
-    out.push_back(total);
-  }
+  for (const MemoryBreakdown& m : staticBreakdownPerDevice(plan, costs)) out.push_back(m.allocatedBytes());
   return out;
 }
 
-std::int64_t memoryMarginBytes(const GpuSpec& gpu) {
-  // The CUDA context, cuBLAS/cuDNN workspaces, NCCL's communicator buffers and Transformer
-  // Engine's userbuffers: 1 GiB.
-  constexpr std::int64_t kWorkspaceBytes = std::int64_t{1} << 30;
+std::int64_t memoryContextBytes() {
+  // The CUDA context (kernels of CUDA, cuBLAS, cuDNN, NCCL and Transformer Engine loaded on the
+  // device) and NCCL's communicator buffers, allocated outside PyTorch's caching allocator: a
+  // stated 1 GiB. The GEMM workspaces and TE's userbuffers are lines of their own.
+  return std::int64_t{1} << 30;
+}
+
+std::int64_t memoryFragmentationBytes(const GpuSpec& gpu) {
   // What PyTorch's caching allocator keeps but cannot hand out. The recipes run it with
   // expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment of
   // Megatron-Bridge's recipes, src/megatron/bridge/perf_recipes/*/h100/), which maps memory page
-  // by page as blocks grow instead of
-  // reserving fixed segments, so fragmentation stays a small share of the capacity: 2 %.
+  // by page as blocks grow instead of reserving fixed segments, so fragmentation stays a small
+  // share of the capacity: 2 %.
   constexpr double kFragmentation = 0.02;
-  return kWorkspaceBytes + static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
+  return static_cast<std::int64_t>(kFragmentation * static_cast<double>(gpu.memoryBytes()));
 }
+
+std::int64_t memoryMarginBytes(const GpuSpec& gpu) { return memoryContextBytes() + memoryFragmentationBytes(gpu); }
 
 double offloadFraction(const PlanConfig& config, const VirtualStage& stage) {
   if (config.offloadRatio <= 0) return 0.0;
@@ -137,16 +161,57 @@ struct OpEvents {
   }
 };
 
+// Megatron-Core's activation offloading (StageCosts::offloadBytes): the bytes of a (virtual stage,
+// microbatch) held on the host from its forward to its backward. Under
+// --delta-offload-bytes-across-pp-ranks pipeline rank r keeps r · delta of them on the GPU, taken
+// from its chunks in the order of their backward passes, each giving up its offload up to what is
+// left (post_warmup_callback walks _cached_chunks_backward and disables groups until that many
+// bytes stay; here continuous, where Megatron stops at a group boundary).
+class OffloadedBytes {
+ public:
+  OffloadedBytes(const Plan& plan, const std::vector<std::vector<StageCosts>>& units) {
+    const Parallelism& par = plan.config.parallel;
+    if (par.offloadModules == 0 || par.deltaOffloadBytesAcrossPpRanks <= 0) return;
+    std::vector<std::int64_t> left(static_cast<std::size_t>(std::max(0, plan.config.devices)), 0);
+    for (std::size_t d = 0; d < left.size(); ++d) {
+      left[d] = static_cast<std::int64_t>(
+          std::min<double>(static_cast<double>(d) * static_cast<double>(par.deltaOffloadBytesAcrossPpRanks), 9.0e18));
+    }
+    for (const Op& op : plan.ops) {
+      if ((op.kind != OpKind::B && op.kind != OpKind::BW) || !inRange(left, op.device)) continue;
+      auto& l = left[static_cast<std::size_t>(op.device)];
+      if (l <= 0 || !inRange(units, op.virtualStage)) continue;
+      const auto& perChunk = units[static_cast<std::size_t>(op.virtualStage)];
+      if (perChunk.empty()) continue;
+      const std::int64_t kept = std::min(l, perChunk.front().offloadBytes);
+      if (kept <= 0) continue;
+      m_kept[{op.virtualStage, op.microbatch}] = kept;
+      l -= kept;
+    }
+  }
+  std::int64_t operator()(const Op& op, const StageCosts& c) const {
+    if (c.offloadBytes <= 0 || m_kept.empty()) return std::max<std::int64_t>(0, c.offloadBytes);
+    const auto it = m_kept.find({op.virtualStage, op.microbatch});
+    return it == m_kept.end() ? c.offloadBytes : std::max<std::int64_t>(0, c.offloadBytes - it->second);
+  }
+
+ private:
+  std::map<std::pair<int, int>, std::int64_t> m_kept;
+};
+
 // Bytes scale with a partial batch's share of the samples; an op of a sequence-split plan has
-// its chunk's costs (`c` is the unit's).
-OpEvents opMemoryEvents(const Plan& plan, const Op& op, const StageCosts& c, double samplesPerMb) {
+// its chunk's costs (`c` is the unit's). Activation offloading (`offloaded`, of the op's stage and
+// microbatch) keeps that share of the activations on the host from the end of the forward to the
+// start of the backward: the GPU holds the rest, and what W still reads.
+OpEvents opMemoryEvents(const Plan& plan, const Op& op, const StageCosts& c, double samplesPerMb,
+                        std::int64_t offloaded) {
   OpEvents e;
   const double fraction = op.samples > 0 ? static_cast<double>(op.samples) / samplesPerMb : 1.0;
   const auto scaled = [&](std::int64_t bytes) {
     return op.samples > 0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) * fraction)) : bytes;
   };
-  const std::int64_t act = scaled(c.activationBytes);
-  const std::int64_t wgrad = scaled(c.weightGradBytes);
+  const std::int64_t act = std::max<std::int64_t>(0, scaled(c.activationBytes) - scaled(offloaded));
+  const std::int64_t wgrad = std::min(scaled(c.weightGradBytes), act);
   switch (op.kind) {
     case OpKind::F:
     case OpKind::S:
@@ -217,11 +282,12 @@ MemoryTimeline timelineOf(const Plan& plan, const std::vector<StageCosts>& costs
     for (std::size_t d = 0; d < devices; ++d) events[d].reserve(perDevice[d] + perDevice[d] / 8);
   }
   const double samplesPerMb = static_cast<double>(std::max<std::int64_t>(1, plan.model.samplesPerMicrobatch));
+  const OffloadedBytes offloaded(plan, units);
   for (const Op& op : plan.ops) {
     const StageCosts* c = unitCostsOf(units, plan.config, op);
     if (!inRange(events, op.device) || c == nullptr) continue;
     auto& ev = events[static_cast<std::size_t>(op.device)];
-    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb);
+    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb, offloaded(op, *c));
     for (int i = 0; i < e.count; ++i) {
       ev.push_back({e.timeMs[static_cast<std::size_t>(i)], e.delta[static_cast<std::size_t>(i)]});
     }
@@ -487,6 +553,7 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
     std::int64_t peakLive = 0;
   };
   std::vector<Replay> replay(devices);
+  const OffloadedBytes offloaded(plan, units);
   bool inOrder = true;
   auto apply = [&](Replay& r, double timeMs, std::int64_t delta) {
     // memoryTimeline's order: by time, releases (smaller deltas) first at one instant.
@@ -512,7 +579,7 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
     if (c != nullptr) addOpComm(op, *c, samplesPerMb, m.devices[d]);
     if (!inOrder || c == nullptr) continue;
     // The events of memoryTimeline, in the same order per op.
-    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb);
+    const OpEvents e = opMemoryEvents(plan, op, *c, samplesPerMb, offloaded(op, *c));
     for (int i = 0; i < e.count; ++i) {
       apply(replay[d], e.timeMs[static_cast<std::size_t>(i)], e.delta[static_cast<std::size_t>(i)]);
     }
@@ -536,17 +603,10 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
   for (std::size_t d = 0; d < devices; ++d) {
     DeviceMetrics& dm = m.devices[d];
     dm.memory = statics[d];
+    dm.staticMemoryBytes = dm.memory.allocatedBytes();
     dm.memory.activationBytes = peakLive[d];
-    dm.memory.marginBytes = memoryMarginBytes(deviceGpu(plan.cluster, plan.config, static_cast<int>(d)));
-    std::int64_t staticTotal = dm.memory.parameterBytes;
-    addSaturating(staticTotal, dm.memory.gradientBytes);
-    addSaturating(staticTotal, dm.memory.optimizerBytes);
-    addSaturating(staticTotal, dm.memory.lowPrecisionWeightBytes);
-    addSaturating(staticTotal, dm.memory.communicationBytes);
-    addSaturating(staticTotal, dm.memory.recomputeBytes);
-    dm.staticMemoryBytes = staticTotal;
     dm.peakActivationBytes = peakLive[d];
-    dm.peakMemoryBytes = sumSaturating(staticTotal, peakLive[d]);
+    dm.peakMemoryBytes = dm.memory.allocatedBytes();
   }
   addStepMetrics(plan, costed, costs, devFirst, devLast, first, m);
   return m;

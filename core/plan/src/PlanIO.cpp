@@ -179,6 +179,22 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
     }
   }
   readMoeAndContext(r, cfg, par);
+  par.lowPrecisionParams = r.boolean(cfg, "low_precision_params", Presence::Optional);
+  par.cpuOffloadingNumLayers =
+      static_cast<int>(r.integer(cfg, "cpu_offloading_num_layers", Presence::Optional, 0, 100000).value_or(0));
+  if (auto modules = r.string(cfg, "offload_modules", Presence::Optional)) {
+    std::string unknown;
+    if (auto bits = offloadModulesFromNames(*modules, &unknown)) {
+      par.offloadModules = *bits;
+    } else {
+      r.error(cfg.child("offload_modules"),
+              "'" + unknown + "' is not an offload module (expected " + std::string(offloadModuleChoices()) + ")");
+    }
+  }
+  par.activationOffloadFraction =
+      r.number(cfg, "activation_offload_fraction", Presence::Optional, 0.0, 1.0).value_or(1.0);
+  par.deltaOffloadBytesAcrossPpRanks =
+      r.integer(cfg, "delta_offload_bytes_across_pp_ranks", Presence::Optional, 0, std::int64_t{1} << 60).value_or(0);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -202,11 +218,27 @@ void readSeqSplit(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
 
 std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::string_view> own) {
   std::vector<std::string_view> keys(own);
-  for (std::string_view k :
-       {"overlap_param_gather", "tp_comm_overlap", "grad_reduce_dtype", "precision", "recompute_num_layers",
-        "recompute_method", "recompute_modules", "etp", "moe_capacity_factor", "moe_a2a_overlap",
-        "moe_shared_expert_overlap", "moe_token_dispatcher", "moe_flex_backend", "moe_comm_sms", "attention_backend",
-        "cp_comm_type"}) {
+  for (std::string_view k : {"overlap_param_gather",
+                             "tp_comm_overlap",
+                             "grad_reduce_dtype",
+                             "precision",
+                             "recompute_num_layers",
+                             "recompute_method",
+                             "recompute_modules",
+                             "etp",
+                             "moe_capacity_factor",
+                             "moe_a2a_overlap",
+                             "moe_shared_expert_overlap",
+                             "moe_token_dispatcher",
+                             "moe_flex_backend",
+                             "moe_comm_sms",
+                             "attention_backend",
+                             "cp_comm_type",
+                             "low_precision_params",
+                             "cpu_offloading_num_layers",
+                             "offload_modules",
+                             "activation_offload_fraction",
+                             "delta_offload_bytes_across_pp_ranks"}) {
     keys.push_back(k);
   }
   return keys;
@@ -223,6 +255,15 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
     cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
   }
   if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
+  // Written as it applies to a low-precision recipe; absent: Megatron-Bridge's preset.
+  if (isLowPrecision(c.precision)) cfg["low_precision_params"] = par.lowPrecisionParamsFor(c.precision);
+  // Activation offloading, where the recipe offloads.
+  if (par.cpuOffloadingNumLayers > 0) cfg["cpu_offloading_num_layers"] = par.cpuOffloadingNumLayers;
+  if (par.offloadModules != 0) {
+    cfg["offload_modules"] = offloadModulesName(par.offloadModules);
+    cfg["activation_offload_fraction"] = par.activationOffloadFraction;
+    cfg["delta_offload_bytes_across_pp_ranks"] = par.deltaOffloadBytesAcrossPpRanks;
+  }
   // The expert and context layouts only where they differ from Megatron's defaults (plans written
   // before them read back and write out unchanged).
   if (par.expertTensor > 0) cfg["etp"] = par.expertTensor;
@@ -594,6 +635,14 @@ std::string dumpCompact(const Json& j) { return j.dump(-1, ' ', false, Json::err
 
 }  // namespace
 
+Json memoryBreakdownJson(const MemoryBreakdown& memory) {
+  Json out = Json::object();
+  for (const MemoryPart& part : memoryParts()) out[std::string(part.jsonKey)] = memory.*part.bytes;
+  // The kept-back parts together, as plans before the context and fragmentation lines wrote it.
+  out["margin_bytes"] = memory.marginBytes();
+  return out;
+}
+
 Json planToJson(const Plan& plan) {
   const PlanConfig& c = plan.config;
   Json cfg{{"schedule", c.schedule},         {"devices", c.devices},
@@ -658,22 +707,13 @@ Json planToJson(const Plan& plan) {
   }
   Json devices = Json::array();
   for (const auto& d : plan.metrics.devices) {
-    const MemoryBreakdown& mb = d.memory;
     devices.push_back(Json{{"busy_ms", d.busyMs},
                            {"span_ms", d.spanMs},
                            {"exposed_comm_ms", d.exposedCommMs},
                            {"hidden_comm_ms", d.hiddenCommMs},
                            {"peak_memory_bytes", d.peakMemoryBytes},
                            {"peak_activation_bytes", d.peakActivationBytes},
-                           {"memory",
-                            {{"parameter_bytes", mb.parameterBytes},
-                             {"gradient_bytes", mb.gradientBytes},
-                             {"optimizer_bytes", mb.optimizerBytes},
-                             {"low_precision_weight_bytes", mb.lowPrecisionWeightBytes},
-                             {"activation_bytes", mb.activationBytes},
-                             {"communication_bytes", mb.communicationBytes},
-                             {"recompute_bytes", mb.recomputeBytes},
-                             {"margin_bytes", mb.marginBytes}}}});
+                           {"memory", memoryBreakdownJson(d.memory)}});
   }
   const Metrics& mt = plan.metrics;
   Json metrics{{"makespan_ms", mt.makespanMs},

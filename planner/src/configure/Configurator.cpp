@@ -62,6 +62,7 @@ void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
   to.moeFlexBackend = from.moeFlexBackend;
   to.moeCommSms = from.moeCommSms;
   to.attentionBackend = from.attentionBackend;
+  to.lowPrecisionParams = from.lowPrecisionParams;
 }
 
 std::vector<int> divisorsOf(std::int64_t n, std::int64_t limit) {
@@ -96,6 +97,8 @@ struct CostSummary {
   double denseParams = 0;      // per GPU (TP/EP shards), trainable
   double expertParams = 0;
   double frozenParams = 0;
+  double quantizedDense = 0;  // trainable weights kept only in low precision (no bf16 copy)
+  double quantizedExpert = 0;
   double activationBytes = 0;    // trainable layers, one microbatch, per GPU
   double lowPrecisionBytes = 0;  // cached low-precision weight copies, per GPU (all layers)
   double outputBytes = 0;        // the largest hidden state a trainable layer sends on (per GPU)
@@ -297,6 +300,8 @@ const CostSummary& Search::summary(const Parallelism& par, std::int64_t mbs) {
         s.backwardWeightMs += c.backwardWeightMs;
         s.denseParams += c.parameterCount() - static_cast<double>(c.expertParameterBytes) / 2.0;
         s.expertParams += static_cast<double>(c.expertParameterBytes) / 2.0;
+        s.quantizedDense += c.quantizedParameters - c.quantizedExpertParameters;
+        s.quantizedExpert += c.quantizedExpertParameters;
         s.activationBytes += static_cast<double>(c.activationBytes);
         s.lowPrecisionBytes += static_cast<double>(c.lowPrecisionWeightBytes);
         s.outputBytes = std::max(s.outputBytes, static_cast<double>(c.outputBytes));
@@ -441,7 +446,7 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
     const double growth = std::max(0.0, static_cast<double>(db.peakMemoryBytes - da.peakMemoryBytes)) / span;
     const double peak = static_cast<double>(db.peakMemoryBytes) + more * growth;
     const GpuSpec gpu = deviceGpu(m_cluster, cfg, static_cast<int>(d));
-    const auto capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes);
+    const auto capacity = static_cast<double>(gpu.memoryBytes() - db.memory.marginBytes());
     if (growth > 0 && peak > capacity) {
       return Error{cfg.schedule + " does not fit in memory at " + std::to_string(m) + " microbatches: device " +
                    std::to_string(d) + " peaks near " + formatBytes(peak) + " of " + formatBytes(capacity) +
@@ -637,8 +642,10 @@ double Search::staticLowerBound(const Candidate& cand, const CostSummary& s, con
   // Bidirectional schedules hold the model twice.
   const double copies = g ? g->pipelines() : 1;
   const double lowPrecision = zero >= 3 ? 0.0 : s.lowPrecisionBytes;  // ZeRO-3 holds them only while gathered
+  const double noBf16Copy = s.quantizedDense * dense.parameter + s.quantizedExpert * expert.parameter;
   return copies *
-         (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision) /
+         (s.denseParams * dense.total() + s.expertParams * expert.total() + 2.0 * s.frozenParams + lowPrecision -
+          noBf16Copy) /
          cand.config.devices;
 }
 

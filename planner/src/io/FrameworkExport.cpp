@@ -834,6 +834,28 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     return st.error();
   }
   addMegatronPrecisionFlags(c.precision, f);
+  // Low-precision weights only (Megatron asserts the distributed optimizer or FSDP for it).
+  if (c.parallel.lowPrecisionParamsFor(c.precision) && c.parallel.zeroStage >= 1) {
+    f.add(c.precision == Precision::Nvfp4 ? "--fp4-param-gather" : "--fp8-param-gather");
+  }
+  // Activation offloading as Megatron-Core spells it (TransformerConfig fields as flags).
+  if (c.parallel.cpuOffloadingNumLayers > 0) {
+    f.add("--cpu-offloading-num-layers", std::to_string(c.parallel.cpuOffloadingNumLayers));
+  }
+  if (c.parallel.offloadModules != 0) {
+    f.add("--fine-grained-activation-offloading");
+    f.add("--offload-modules");
+    std::stringstream modules(offloadModulesName(c.parallel.offloadModules));
+    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
+    if (c.parallel.activationOffloadFraction < 1.0) {
+      std::ostringstream fraction;
+      fraction << c.parallel.activationOffloadFraction;
+      f.add("--activation-offload-fraction", fraction.str());
+    }
+    if (c.parallel.deltaOffloadBytesAcrossPpRanks > 0) {
+      f.add("--delta-offload-bytes-across-pp-ranks", std::to_string(c.parallel.deltaOffloadBytesAcrossPpRanks));
+    }
+  }
   if (c.parallel.recompute == Recompute::Selective) {
     f.add("--recompute-granularity", std::string("selective"));
     // Megatron's --recompute-modules takes the names as separate words (its default is core_attn).
@@ -1171,6 +1193,12 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOp
     return Error{
         "the model has multi-token-prediction layers (mtp_layers), which torchtitan's models do not build; "
         "export it with --format megatron (--mtp-num-layers), or plan it without them"};
+  }
+  if (plan.config.parallel.offloadsActivations()) {
+    return Error{
+        "the plan offloads activations as Megatron-Core does (--cpu-offloading-num-layers / "
+        "--offload-modules), which torchtitan's configuration cannot say; export it with --format megatron, "
+        "or plan it without offloading"};
   }
   auto settings = titanSettings(plan, options.format);
   if (!settings) return settings.error();

@@ -316,7 +316,7 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
       const DeviceMetrics& dm = timed->metrics.devices[static_cast<std::size_t>(d)];
       j.peak = std::max(j.peak, dm.peakActivationBytes);
       const std::int64_t limit = deviceMemoryLimit(input, d);
-      if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes) > limit)
+      if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes()) > limit)
         j.fits = false;
     }
     j.ms = timed->metrics.makespanMs;

@@ -85,7 +85,13 @@ Expected<Plan> simulate(const PlanRequest& request, const ScheduleSkeleton& skel
 Expected<Plan> resimulate(const Plan& plan);
 
 /// Memory feasibility of a timed plan against the GPU memory (or config.memoryLimitBytes):
-/// Error with per-device numbers when a device's peak exceeds it.
+/// Error with per-device numbers when a device's peak exceeds it, each device's peak as the sum
+/// of its parts (describeMemory).
 Status checkMemory(const Plan& plan);
+
+/// "peak 84.54 GiB = parameters 10.75 GiB + …; kept back: CUDA context and NCCL 1 GiB + …": every
+/// non-zero allocated part of `memory` (they add up to the peak), then, `withMargin`, the parts
+/// the GPU keeps back.
+std::string describeMemory(const MemoryBreakdown& memory, bool withMargin);
 
 }  // namespace pipestudio

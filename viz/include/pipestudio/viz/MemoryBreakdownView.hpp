@@ -1,8 +1,9 @@
 #pragma once
-/// \file Per-device memory at its peak as a stacked bar (issue 13): parameters, gradients,
-/// optimizer state, activations, collective buffers and the margin a GPU keeps back (CUDA
-/// context, workspaces, fragmentation: core/plan memoryMarginBytes), against the GPU's
-/// capacity (or the plan's memory limit). Hovering a bar names every part.
+/// \file Per-device memory at its peak as a stacked bar (issue 13): one segment per line of the
+/// breakdown (core/plan memoryParts: parameters, gradients, optimizer state, low-precision
+/// weights, activations, buffers, workspaces, … and the margin a GPU keeps back), against the
+/// GPU's capacity (or the plan's memory limit). The legend names the parts the plan has; hovering
+/// a bar names every part.
 
 #include <QWidget>
 #include <array>
@@ -16,7 +17,7 @@ namespace pipestudio::viz {
 class MemoryBreakdownView : public QWidget {
   Q_OBJECT
  public:
-  static constexpr int kParts = 6;
+  static constexpr int kParts = static_cast<int>(kMemoryPartCount);
   /// Part names in stacking order (bottom first).
   static const std::array<const char*, kParts>& partNames();
   /// The parts of one device, bytes, in stacking order.

@@ -13,6 +13,7 @@
 /// the pass that issues it (both are reported). Measured per-layer fields always win over
 /// shape formulas.
 
+#include <array>
 #include <cstdint>
 
 #include "pipestudio/model/Cluster.hpp"
@@ -117,11 +118,34 @@ struct LayerCosts {
   /// Low-precision copies of the linear weights that Transformer Engine caches across the
   /// microbatches of an iteration (fp8 on Hopper: the weight and its transpose).
   std::int64_t lowPrecisionWeightBytes = 0;
+  /// Of parameterCount(), the linear weights kept only in the recipe's low-precision format
+  /// (Parallelism::lowPrecisionParamsFor): they have no bf16 copy, lowPrecisionWeightBytes holds
+  /// them; and the part of those in routed experts.
+  double quantizedParameters = 0;
+  double quantizedExpertParameters = 0;
+  /// ZeRO-3 (an FSDP unit per layer): the weights one pass gathers (bf16, or the low-precision
+  /// weights in their format) and the unsharded gradient its backward produces before the
+  /// reduce-scatter (in the reduce type). The stage holds them for this layer and a neighbour
+  /// (StageCosts::communicationBytes). 0 without ZeRO-3.
+  /// Fine-grained activation offloading: per OffloadModule (bit order), the bytes of this layer's
+  /// activations that module's offload group holds (what the module saves for its backward); 0
+  /// for a module the layer does not run or keeps in a recomputed region.
+  std::array<std::int64_t, kOffloadModuleCount> offloadGroupBytes{};
+  std::int64_t fsdpGatherBytes = 0;
+  std::int64_t fsdpGradientBytes = 0;
   std::int64_t outputBytes = 0;         ///< what one GPU sends to the next virtual stage
   std::int64_t communicationBytes = 0;  ///< transient collective buffers while a pass runs
   /// Transient bytes while the backward runs that the held activations do not count: the
   /// recomputed activations of a layer (a group under uniform recomputation).
   std::int64_t recomputeBytes = 0;
+  /// Process-wide buffers this layer's kernels need (one set per process, sized for its largest
+  /// layer): the cuBLAS and Transformer Engine GEMM workspaces, and TE's userbuffers for the TP
+  /// communication overlap.
+  std::int64_t workspaceBytes = 0;
+  std::int64_t userbufferBytes = 0;
+  /// The private memory pools this layer's captured CUDA graphs keep (static inputs, outputs and
+  /// intermediates; summed over a device's layers). 0 unless the recipe captures graphs.
+  std::int64_t cudaGraphBytes = 0;
   /// Model FLOPs of one forward pass of the whole layer over the microbatch (all GPUs of the
   /// pipeline rank together; no recomputation; Korthikanti et al. 2022 Appendix A counting).
   double modelFlopsForward = 0;

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "pipestudio/model/AttentionBackend.hpp"
+#include "pipestudio/model/Precision.hpp"
 
 namespace pipestudio {
 
@@ -54,6 +55,27 @@ std::string recomputeModulesName(std::uint32_t bits);
 std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, std::string* unknown = nullptr);
 /// The module names Megatron accepts, comma-separated.
 std::string_view recomputeModuleChoices();
+
+/// Megatron-Core's fine-grained activation offloading modules (--fine-grained-activation-offloading
+/// --offload-modules, megatron/core/transformer/transformer_config.py), as bits in a layer's
+/// execution order: each offloads what its module saves for the backward to host memory after its
+/// forward and reloads it before its backward.
+enum OffloadModule : std::uint32_t {
+  kOffloadAttnNorm = 1u << 0,   ///< the attention's input norm (when it is not fused into the QKV GEMM)
+  kOffloadQkvLinear = 1u << 1,  ///< the QKV projection (with Transformer Engine's fused input norm)
+  kOffloadCoreAttn = 1u << 2,   ///< the attention core: Q, K, V, its output, the softmax statistics
+  kOffloadAttnProj = 1u << 3,   ///< the output projection's input (needs core_attn)
+  kOffloadMlpNorm = 1u << 4,    ///< the MLP's input norm (when it is not fused into FC1)
+  kOffloadExpertFc1 = 1u << 5,  ///< the routed experts' FC1 input
+  kOffloadMoeAct = 1u << 6,     ///< the experts' activation input
+};
+inline constexpr int kOffloadModuleCount = 7;
+/// "core_attn,attn_proj": the modules of `bits` in Megatron's spelling.
+std::string offloadModulesName(std::uint32_t bits);
+/// Parses a comma-separated list; nullopt (the first unknown name in `unknown`) for a name that
+/// is not one of them.
+std::optional<std::uint32_t> offloadModulesFromNames(std::string_view names, std::string* unknown = nullptr);
+std::string_view offloadModuleChoices();
 
 /// How context parallelism exchanges keys and values (Transformer Engine's cp_comm_type,
 /// Megatron --cp-comm-type): `P2p` passes K/V chunks around a ring, overlapped step by step with
@@ -137,6 +159,27 @@ struct Parallelism {
   /// The attention kernels (Megatron --attention-backend): cuDNN's fused attention as Transformer
   /// Engine picks it on Hopper, FlashAttention-2, or unfused.
   AttentionBackend attentionBackend = AttentionBackend::Fused;
+  /// The linear layers' weights kept only in the recipe's low-precision format, with no bf16 copy
+  /// (Megatron --fp8-param-gather / --fp4-param-gather: Transformer Engine's quantized weights are
+  /// the model's parameters and the distributed optimizer's fp32 master copy is cast straight into
+  /// them). nullopt: as Megatron-Bridge's mixed-precision presets set it (lowPrecisionParamsFor).
+  std::optional<bool> lowPrecisionParams;
+  /// Activation offloading to host memory over the GPU's host link, as Megatron-Core runs it.
+  /// Layer level (--cpu-offloading-num-layers N, Transformer Engine's default offload scheduling in
+  /// transformer_engine/pytorch/cpu_offload.py): every activation the first N transformer layers of
+  /// a pipeline rank save is copied to the host during the forward and back during the backward,
+  /// so that at most the other layers' activations are on the GPU at a time; 0: off.
+  int cpuOffloadingNumLayers = 0;
+  /// Fine-grained (--fine-grained-activation-offloading --offload-modules): OffloadModule bits;
+  /// 0: off. Of the eligible groups (one per module and layer) of a (virtual stage, microbatch),
+  /// the last 1 − activationOffloadFraction in forward order stay on the GPU
+  /// (--activation-offload-fraction), and pipeline rank r keeps r · deltaOffloadBytesAcrossPpRanks
+  /// bytes on the GPU (--delta-offload-bytes-across-pp-ranks;
+  /// megatron/core/pipeline_parallel/fine_grained_activation_offload.py, post_warmup_callback).
+  std::uint32_t offloadModules = 0;
+  double activationOffloadFraction = 1.0;
+  std::int64_t deltaOffloadBytesAcrossPpRanks = 0;
+  bool offloadsActivations() const { return cpuOffloadingNumLayers > 0 || offloadModules != 0; }
 
   /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default —
   /// Megatron-Core's moe_deepep_num_sms (20, TransformerConfig) for the flex dispatcher, and for
@@ -147,6 +190,15 @@ struct Parallelism {
     return moeFlexDispatcher ? 20 : 32;
   }
 
+  /// Whether the linear weights are kept only in `precision` (lowPrecisionParams, else
+  /// Megatron-Bridge's preset for it, src/megatron/bridge/training/mixed_precision.py: on for FP8
+  /// with current scaling, MXFP8 and NVFP4 — bf16_with_fp8_current_scaling_mixed and
+  /// bf16_with_mxfp8_mixed set fp8_param_gather, bf16_with_nvfp4_mixed fp4_param_gather — off for
+  /// FP8 block scaling, bf16_with_fp8_subchannel_scaling_mixed). Never in a 16-bit recipe.
+  bool lowPrecisionParamsFor(Precision precision) const {
+    if (!isLowPrecision(precision)) return false;
+    return lowPrecisionParams.value_or(precision != Precision::Fp8Block);
+  }
   /// ETP as it applies (expertTensor, or T when unset).
   int expertTensorOrTensor() const { return expertTensor > 0 ? expertTensor : tensor; }
   /// Expert data parallelism EDP = T·C·D / (ETP·E): the replicas of each expert's weights, over

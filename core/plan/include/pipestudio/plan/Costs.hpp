@@ -62,6 +62,27 @@ inline int seqChunkOf(const PlanConfig& config, int microbatch) {
   return config.seqSplits > 1 && microbatch >= 0 ? microbatch % config.seqSplits : 0;
 }
 
+/// One transformer layer of a stage as its activation copies see it: its forward and backward
+/// times and the time its offloaded activations take over the host link each way.
+struct OffloadedLayer {
+  double forwardMs = 0, backwardMs = 0, copyMs = 0;
+};
+struct OffloadWaits {
+  double forwardMs = 0, backwardMs = 0;
+};
+/// How long a stage's passes wait for its activation copies, the copies running one at a time
+/// on a copy stream beside the compute, in layer order forward (each once its layer's forward
+/// has ended) and in reverse backward. `forwardLead` > 0: layer i's copy to the host must have
+/// ended before layer i + forwardLead starts (Transformer Engine's default offload scheduling
+/// keeps at most that many layers' activations on the GPU: lead L − N); 0: the forward never
+/// waits (Megatron-Core's fine-grained offloading frees memory as copies end). Layer i's copy back
+/// starts when the backward of layer i + backwardLead starts (TE: L − 1 − N; fine-grained: 1, the
+/// next group), the stage's last layers at the start of its backward, and its backward waits for
+/// it to end; `preloadLast`: the stage's last offloaded layer was brought back during the
+/// previous backward (Megatron-Core's pre_reload_last_layer) and never waits.
+OffloadWaits offloadWaits(const std::vector<OffloadedLayer>& layers, int forwardLead, int backwardLead,
+                          bool preloadLast);
+
 /// Resolved costs of one virtual stage (sum over its layers, on its device's GPU, under the
 /// plan's hybrid parallelism). Byte and parameter counts are per GPU.
 struct StageCosts {
@@ -77,16 +98,26 @@ struct StageCosts {
   double backwardWeightHiddenCommMs = 0;
   std::int64_t activationBytes = 0;
   std::int64_t weightGradBytes = 0;
-  std::int64_t outputBytes = 0;              ///< of the stage's last layer: what is sent downstream
-  std::int64_t communicationBytes = 0;       ///< largest transient collective buffer of its layers
+  std::int64_t outputBytes = 0;  ///< of the stage's last layer: what is sent downstream
+  /// Largest transient collective buffer of its layers; under ZeRO-3 also a layer's FSDP unit
+  /// (gathered weights and unsharded gradients) together with a neighbour's, the one prefetched
+  /// or still reducing.
+  std::int64_t communicationBytes = 0;
   std::int64_t lowPrecisionWeightBytes = 0;  ///< low-precision weight copies of its layers
   /// Largest set of activations its backward rebuilds at once (a recomputed layer, or a group of
   /// them under uniform recomputation).
   std::int64_t recomputeBytes = 0;
-  double trainableParameters = 0;  ///< this GPU's shard
-  double expertParameters = 0;     ///< part of trainableParameters in routed experts
+  std::int64_t workspaceBytes = 0;   ///< largest GEMM workspaces of its layers (LayerCosts)
+  std::int64_t userbufferBytes = 0;  ///< largest userbuffers of its layers
+  std::int64_t cudaGraphBytes = 0;   ///< its layers' CUDA-graph pools
+  double trainableParameters = 0;    ///< this GPU's shard
+  double expertParameters = 0;       ///< part of trainableParameters in routed experts
   double frozenParameters = 0;
-  double tiedParameters = 0;     ///< part of trainableParameters in a tied LM head
+  double tiedParameters = 0;  ///< part of trainableParameters in a tied LM head
+  /// Part of trainableParameters kept only in low precision (LayerCosts::quantizedParameters),
+  /// and the part of those in routed experts.
+  double quantizedParameters = 0;
+  double quantizedExpertParameters = 0;
   double modelFlopsForward = 0;  ///< one microbatch, whole pipeline rank (Korthikanti App. A)
   /// Blockwise plans under ZeRO-3 (PlanConfig::unitMicrobatches) and plans with FSDP windows
   /// (PlanConfig::fsdpWindows): the parameter gathers not hidden under the pass (part of
@@ -94,6 +125,13 @@ struct StageCosts {
   /// pass that continues a run of passes of its stage in the same direction on its device, or
   /// follows another pass of its stage in one UNSHARD…RESHARD window, pays none of it. Zero for
   /// other plans.
+  /// Activation offloading (Parallelism::offloadsActivations): the bytes of one microbatch's
+  /// activations held in host memory from its forward to its backward (part of activationBytes),
+  /// and the time the forward and the backward wait for their copies over the host link (part of
+  /// forwardMs / backwardInputMs; offloadStalls).
+  std::int64_t offloadBytes = 0;
+  double offloadWaitForwardMs = 0;
+  double offloadWaitBackwardMs = 0;
   double zeroGatherForwardMs = 0;
   double zeroGatherBackwardMs = 0;
   double zeroScatterWeightMs = 0;
@@ -146,7 +184,15 @@ class CostedModel {
   int gpuClass(int device) const;
   StageCosts sumStage(const VirtualStage& vs, const Tables& costs, const Tables* unrecomputed) const;
 
+  /// Activation offloading: the stage's transformer layers' costs for offloadWaits, and what they
+  /// offload (the first N whole layers, or the fine-grained groups after the fraction).
+  void addOffload(const VirtualStage& vs, const std::vector<LayerCosts>& blocks, StageCosts& s) const;
+
   bool m_blockwiseGathers = false;
+  int m_cpuOffloadLayers = 0;
+  std::uint32_t m_offloadModules = 0;
+  double m_offloadFraction = 1.0;
+  std::vector<double> m_hostGBps;  ///< per device: its host copies' rate (hostCopyGBps, every GPU copying)
   RecomputeMethod m_recomputeMethod = RecomputeMethod::Uniform;
   int m_recomputeNumLayers = 0;    ///< > 0 only with full recomputation
   std::vector<int> m_deviceClass;  ///< GPU class per device; empty: one GPU type for all

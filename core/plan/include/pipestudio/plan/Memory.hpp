@@ -18,15 +18,20 @@ std::vector<StageCosts> stageCosts(const Plan& plan);
 int effectiveZeroStage(const Plan& plan);
 
 /// Static memory per GPU of each device: parameters, gradients, optimizer state (ZeRO-sharded),
-/// plus the largest collective buffer of its stages. Activations and margin are left zero.
+/// low-precision weights, the largest collective buffer and recomputation of its stages, the
+/// GEMM workspaces, userbuffers and CUDA-graph pools, and the margin the GPU keeps back (context,
+/// fragmentation). Activations are left zero.
 std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const std::vector<StageCosts>& costs);
 
-/// Static memory (parameters, gradients, optimizer state, collective buffers) of each device.
+/// What each device allocates before any activation: staticBreakdownPerDevice's allocated parts.
 std::vector<std::int64_t> staticMemoryPerDevice(const Plan& plan, const std::vector<StageCosts>& costs);
 
-/// What a GPU's capacity keeps back from the plan: the CUDA context, cuBLAS/NCCL/userbuffers
-/// workspaces (1 GiB) and the caching allocator's fragmentation with expandable segments (2 % of
-/// the capacity). Stated in docs/fidelity.md.
+/// What a GPU's capacity keeps back from the plan (MemoryBreakdown's kept-back lines): the CUDA
+/// context with NCCL's communicators (memoryContextBytes, 1 GiB) and the caching allocator's
+/// fragmentation with expandable segments (memoryFragmentationBytes, 2 % of the capacity). Stated
+/// in docs/fidelity.md.
+std::int64_t memoryContextBytes();
+std::int64_t memoryFragmentationBytes(const GpuSpec& gpu);
 std::int64_t memoryMarginBytes(const GpuSpec& gpu);
 
 /// One step of a device's memory curve: from `timeMs` on, `bytes` are in use.

@@ -2,6 +2,7 @@
 /// \file Plan: `pipestudio.plan/1` (docs/formats.md) — what the solvers produce, the GUI draws
 /// and the executor runs.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -177,24 +178,52 @@ struct Comm {
   std::int64_t bytes = 0;
 };
 
-/// Where one GPU's memory goes at its peak (bytes per GPU of the pipeline rank).
+/// Where one GPU's memory goes at its peak (bytes per GPU of the pipeline rank). Every part is a
+/// line of its own (memoryParts lists them in one place for the plan document, the CLI, the GUI
+/// and the out-of-memory message): the plan's own allocations add up to its peak
+/// (allocatedBytes, DeviceMetrics::peakMemoryBytes); the margin a GPU keeps back from the plan
+/// (the CUDA context and the allocator's fragmentation) comes on top (totalBytes).
 struct MemoryBreakdown {
   std::int64_t parameterBytes = 0;  ///< weights as held (bf16; sharded by TP/EP, by D under ZeRO-3)
   /// gradient accumulation buffer (bf16, or fp32 when reduced in fp32; sharded by D under ZeRO-2/3)
   std::int64_t gradientBytes = 0;
   /// fp32 master weights, Adam moments: the distributed optimizer's shard (by D under ZeRO-1+)
   std::int64_t optimizerBytes = 0;
-  /// low-precision copies of the linear weights Transformer Engine caches (fp8: weight + transpose)
+  /// Transformer Engine's low-precision weights: the cached copies (fp8: weight + transpose), or
+  /// the weights themselves when the recipe keeps them only in low precision (--fp8-param-gather)
   std::int64_t lowPrecisionWeightBytes = 0;
   std::int64_t activationBytes = 0;     ///< live activations at the peak
   std::int64_t communicationBytes = 0;  ///< collective and transfer buffers (ZeRO-3 gathers, all-to-all)
   std::int64_t recomputeBytes = 0;      ///< activations a recomputing backward rebuilds while it runs
-  std::int64_t marginBytes = 0;         ///< allocator fragmentation and framework overhead (stated margin)
-  std::int64_t totalBytes() const {
-    return parameterBytes + gradientBytes + optimizerBytes + lowPrecisionWeightBytes + activationBytes +
-           communicationBytes + recomputeBytes + marginBytes;
-  }
+  std::int64_t workspaceBytes = 0;      ///< cuBLAS and Transformer Engine GEMM workspaces
+  std::int64_t userbufferBytes = 0;     ///< Transformer Engine's userbuffers (TP communication overlap)
+  /// CUDA-graph private memory pools (the plan's CUDA-graph setting; 0 when no graphs are captured)
+  std::int64_t cudaGraphBytes = 0;
+  std::int64_t contextBytes = 0;        ///< kept back: the CUDA context and NCCL's communicators
+  std::int64_t fragmentationBytes = 0;  ///< kept back: what the caching allocator holds but cannot hand out
+  /// What the plan allocates at its peak: every part but the kept-back margin.
+  std::int64_t allocatedBytes() const;
+  /// What a GPU keeps back from the plan (memoryMarginBytes): context and fragmentation.
+  std::int64_t marginBytes() const;
+  /// Everything the GPU must hold: allocatedBytes() + marginBytes().
+  std::int64_t totalBytes() const;
 };
+
+/// One line of a memory breakdown: its name in messages and the GUI, a short label, the plan
+/// document's key, the field, and whether it is kept back by the GPU (the margin) rather than
+/// allocated by the plan.
+struct MemoryPart {
+  std::string_view name;       ///< "optimizer state"
+  std::string_view shortName;  ///< "optimizer" (table columns, legends)
+  std::string_view jsonKey;    ///< "optimizer_bytes"
+  std::int64_t MemoryBreakdown::*bytes;
+  bool keptBack = false;
+};
+inline constexpr std::size_t kMemoryPartCount = 12;
+/// Every line of a MemoryBreakdown, allocated parts first, in stacking order.
+const std::array<MemoryPart, kMemoryPartCount>& memoryParts();
+/// The largest allocated part of `memory` (what to attack first when a plan does not fit).
+const MemoryPart& largestMemoryPart(const MemoryBreakdown& memory);
 
 struct DeviceMetrics {
   double busyMs = 0;
@@ -202,7 +231,7 @@ struct DeviceMetrics {
   std::int64_t peakMemoryBytes = 0;
   std::int64_t peakActivationBytes = 0;
   std::int64_t staticMemoryBytes = 0;
-  MemoryBreakdown memory;  ///< per GPU; peakMemoryBytes == memory.totalBytes()
+  MemoryBreakdown memory;  ///< per GPU; peakMemoryBytes == memory.allocatedBytes()
   /// Collective time on this device's critical path per iteration: the exposed part inside its
   /// ops (TP, CP, EP, ZeRO-3) plus its exposed gradient reduction and parameter all-gather.
   double exposedCommMs = 0;

@@ -18,6 +18,9 @@ namespace pipestudio {
 Expected<Plan> loadPlan(const std::string& path);
 std::optional<Plan> readPlan(JsonReader& reader, const JsonNode& at);
 Json planToJson(const Plan& plan);
+/// A device's memory breakdown as the plan document writes it: one `<part>_bytes` key per line
+/// of memoryParts() and `margin_bytes`, the kept-back lines together.
+Json memoryBreakdownJson(const MemoryBreakdown& memory);
 /// The training-recipe fields of a config object (issue 25: precision, overlap_param_gather,
 /// tp_comm_overlap, grad_reduce_dtype, recompute_num_layers/method/modules), shared by plan files
 /// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
