@@ -176,7 +176,7 @@ struct Block {
         T(std::max(1, c.parallel.tensor)),
         C(std::max(1, c.parallel.context)),
         E(std::max(1, c.parallel.expert)),
-        D(std::max(1, c.parallel.data)),
+        D(static_cast<double>(c.parallel.denseData())),  // D·C: the ranks sharing the dense weights
         sp(c.parallel.sequenceParallel ? T : 1.0),
         b(static_cast<double>(std::max<std::int64_t>(1, c.samplesPerMicrobatch))),
         s(static_cast<double>(shape.seq)),

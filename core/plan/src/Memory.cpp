@@ -37,7 +37,8 @@ int effectiveZeroStage(const Plan& plan) {
 std::vector<MemoryBreakdown> staticBreakdownPerDevice(const Plan& plan, const std::vector<StageCosts>& costs) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   const int zero = effectiveZeroStage(plan);
-  const int dp = std::max(1, plan.config.parallel.data);
+  // Dense weights are sharded over the data-parallel ranks with the context-parallel ones (D·C).
+  const int dp = static_cast<int>(std::min<std::int64_t>(plan.config.parallel.denseData(), 1 << 30));
   // Routed experts are replicated over the EDP = T·C·D / (ETP·EP) ranks of their
   // expert-data-parallel group (Megatron-Core MoE parallel folding).
   const int expertDp = static_cast<int>(std::min<std::int64_t>(plan.config.parallel.expertData(), 1 << 30));
@@ -368,7 +369,7 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
                     const std::vector<double>& devFirst, const std::vector<double>& devLast, double first, Metrics& m) {
   const auto devices = static_cast<std::size_t>(std::max(0, plan.config.devices));
   const Parallelism& par = plan.config.parallel;
-  const int dp = std::max(1, par.data);
+  const int dp = static_cast<int>(std::min<std::int64_t>(par.denseData(), 1 << 30));  // D·C
   const int expertDp = static_cast<int>(std::min<std::int64_t>(par.expertData(), 1 << 30));
   const int zero = effectiveZeroStage(plan);
   const CollectiveLinks links = collectiveLinks(plan.cluster, par);

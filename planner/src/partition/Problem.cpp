@@ -26,7 +26,8 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, const CostedM
   p.sendMs.assign(S, std::vector<double>(L, 0.0));
   p.activationBytes.assign(L, 0.0);
   p.staticBytes.assign(L, 0.0);
-  const int dataParallel = std::max(1, request.config.parallel.data);
+  // D·C ranks share the dense weights (Parallelism::denseData).
+  const int dataParallel = static_cast<int>(std::min<std::int64_t>(request.config.parallel.denseData(), 1 << 30));
   const StaticBytesPerParameter perParam = staticBytesPerParameter(
       std::max(request.config.parallel.zeroStage, request.model.optimizer.distributed ? 1 : 0), dataParallel);
   for (std::size_t s = 0; s < S; ++s) {

@@ -207,6 +207,13 @@ struct Parallelism {
     const std::int64_t grid = static_cast<std::int64_t>(expertTensorOrTensor()) * expert;
     return std::max<std::int64_t>(1, gpusPerPipelineRank() / std::max<std::int64_t>(1, grid));
   }
+  /// Ranks that hold the same dense weights, over which their gradients are reduced and the
+  /// distributed optimizer (or ZeRO-3) shards them: D·C. Context-parallel ranks compute partial
+  /// gradients of the same weights, so Megatron-Core's DDP and distributed optimizer use the
+  /// data-parallel group with the context-parallel ranks in it
+  /// (parallel_state.get_data_parallel_group(with_context_parallel=True),
+  /// megatron/core/distributed/distributed_data_parallel.py).
+  std::int64_t denseData() const { return static_cast<std::int64_t>(std::max(1, data)) * std::max(1, context); }
   /// GPUs of one pipeline rank: T·C·D.
   std::int64_t gpusPerPipelineRank() const { return static_cast<std::int64_t>(tensor) * context * data; }
   /// GPU index of the first GPU of pipeline rank `device` (its tensor/context/data rank 0).
