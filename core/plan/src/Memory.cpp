@@ -481,7 +481,8 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     m.iterationMs = (pipelineEnd - first) + worstOptimizer;
   }
   if (m.iterationMs <= 0) return;
-  const double microbatches = static_cast<double>(plan.config.trainingMicrobatches()) * dp;
+  // Every data-parallel rank trains its own microbatches; context-parallel ranks share theirs.
+  const double microbatches = static_cast<double>(plan.config.trainingMicrobatches()) * std::max(1, par.data);
   const double samples = microbatches * static_cast<double>(plan.model.samplesPerMicrobatch);
   const double seconds = m.iterationMs / 1000.0;
   m.throughputSamplesPerS = samples / seconds;
