@@ -274,6 +274,47 @@ TEST(RecipeCost, SelectiveModulesDropWhatTheyRecompute) {
 
 // The catalogue: every GPU has a source, a bf16 peak and memory; fp8 is twice bf16 on Hopper and
 // Blackwell, and Hopper has no nvfp4; names and aliases resolve case-insensitively.
+// CUDA graphs as Megatron-Core names and checks them (--cuda-graph-impl, --cuda-graph-modules;
+// TransformerConfig.__post_init__ at NVIDIA/Megatron-LM d98e8a64).
+TEST(RecipeCost, CudaGraphSettingsReadAndCheckedAsMegatronDoes) {
+  for (CudaGraphImpl impl :
+       {CudaGraphImpl::None, CudaGraphImpl::Local, CudaGraphImpl::TransformerEngine, CudaGraphImpl::FullIteration}) {
+    EXPECT_EQ(cudaGraphImplFromName(cudaGraphImplName(impl)), impl);
+  }
+  EXPECT_EQ(cudaGraphImplName(CudaGraphImpl::TransformerEngine), "transformer_engine");
+  EXPECT_FALSE(cudaGraphImplFromName("full").has_value());
+  std::string unknown;
+  EXPECT_EQ(cudaGraphModulesFromNames("attn, moe_router,moe_preprocess", &unknown),
+            kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess);
+  EXPECT_EQ(cudaGraphModulesName(kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess), "attn,moe_router,moe_preprocess");
+  EXPECT_FALSE(cudaGraphModulesFromNames("attn,router", &unknown).has_value());
+  EXPECT_EQ(unknown, "router");
+
+  Parallelism par;
+  EXPECT_FALSE(cudaGraphProblem(par).has_value());
+  EXPECT_FALSE(par.graphsModule(kGraphAttn));
+  par.cudaGraphImpl = CudaGraphImpl::TransformerEngine;
+  par.cudaGraphModules = kGraphAttn | kGraphMoeRouter;
+  EXPECT_FALSE(cudaGraphProblem(par).has_value());
+  EXPECT_TRUE(par.graphsModule(kGraphAttn));
+  EXPECT_FALSE(par.graphsModule(kGraphMoePreprocess));
+  par.cudaGraphModules = kGraphMoePreprocess;  // without moe_router
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());
+  par.cudaGraphModules = kGraphMoe | kGraphMoeRouter;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());
+  par.cudaGraphModules = kGraphMoeRouter;
+  par.recompute = Recompute::Selective;
+  par.recomputeModules = kRecomputeMoe;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());
+  par.recompute = Recompute::Full;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());  // full recomputation needs full-iteration graphs
+  par.cudaGraphImpl = CudaGraphImpl::FullIteration;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());  // which take no modules
+  par.cudaGraphModules = 0;
+  EXPECT_FALSE(cudaGraphProblem(par).has_value());
+  EXPECT_TRUE(par.graphsModule(kGraphMoePreprocess));
+}
+
 TEST(GpuCatalog, EntriesCarryTheirDatasheetFigures) {
   ASSERT_GE(gpuCatalog().size(), 9u);
   for (const CatalogGpu& g : gpuCatalog()) {

@@ -484,7 +484,12 @@ costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
   shape.wgradOutputBytes = wgradOutputBytes;
   shape.flexDispatcher = k.ctx.parallel.moeFlexDispatcher;
   shape.flexBackend = k.ctx.parallel.moeFlexBackend;
-  shape.commSms = k.ctx.parallel.moeCommSmsOrDefault();
+  const Parallelism& par = k.ctx.parallel;
+  shape.commSms = par.moeCommSmsOrDefault(k.ctx.links.expert.crossesNodes);
+  shape.permuteFusion = par.moePermuteFusion;
+  shape.permuteInDispatcher = par.moePermuteFusionIntoDispatcher;
+  shape.combineChunkTokens = par.moeCombineChunkTokensOrDefault();
+  shape.graphedPreprocess = par.graphsModule(kGraphMoePreprocess);
   shape.routerGroups = static_cast<double>(k.t.routerGroups);
   shape.routerGroupTopK = static_cast<double>(k.t.routerGroupTopK);
   return costparts::moeCosts(k.ctx.gpu, k.ctx.links, shape);
@@ -605,7 +610,7 @@ BlockParts blockParts(const Block& k, const GpuSpec& gpu, const Parallelism& par
     // half takes the element-wise kernels and casts; the MoE half the experts and the router.
     costparts::MoeOverlapWindows w;
     w.a2aMs = moe.dispatchMs;
-    w.commSmShare = moeCommSmShare(gpu, par);
+    w.commSmShare = moeCommSmShare(gpu, par, k.ctx.links.expert.crossesNodes);
     w.overlapEfficiency = epOverlapEfficiency(gpu);
     w.attentionForwardMs = p.attnGemm.forward + p.core.forwardMs + p.casts.forward + p.elementwiseFwdMs;
     w.attentionBackwardMs = p.attnGemm.backwardInput + p.attnGemm.backwardWeight + p.core.backwardMs +
@@ -638,9 +643,11 @@ BlockSums blockSums(const Block& k, const BlockParts& p, const costparts::MoeCos
   s.wgrad = k.nc * ((2.0 * k.lp * k.h) / k.sp + (k.lp * k.ho + k.lp * (k.moe ? k.shared * k.fe : k.f)) / k.T) +
             moe.weightGradBytes;
   const double gemmFwd = p.attnGemm.forward + p.mlpGemm.forward + p.sharedGemm.forward;
+  // The dispatcher's wait for its token counts on the host is idle time the pass shows, counted
+  // with the exposed communication.
   s.forwardMs = gemmFwd + p.casts.forward + p.core.forwardMs + p.elementwiseFwdMs + moe.forwardMs +
-                p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs;
-  s.forwardCommMs = p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs;
+                p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs + moe.hostSyncMs;
+  s.forwardCommMs = p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs + moe.hostSyncMs;
   s.backwardInputMs = p.attnGemm.backwardInput + p.mlpGemm.backwardInput + p.sharedGemm.backwardInput +
                       p.casts.backwardInput + p.core.backwardMs + p.elementwiseBwdMs + moe.backwardInputMs +
                       p.tp.backward.exposedMs + p.cp.backward.exposedMs + p.ep.backward.exposedMs;
@@ -683,8 +690,8 @@ void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t module
     // The whole MoE block is replayed in B (its all-to-alls too) from its kept input.
     s.activation -= k.nc * act.mlpInternal / k.T + moe.activationBytes;
     s.backwardInputMs += moe.forwardMs + p.sharedGemm.forward + p.sharedCasts.forward + memoryMs(gpu, p.ew.sharedAct) +
-                         p.ep.forward.exposedMs;
-    s.backwardInputCommMs += p.ep.forward.exposedMs;
+                         p.ep.forward.exposedMs + moe.hostSyncMs;
+    s.backwardInputCommMs += p.ep.forward.exposedMs + moe.hostSyncMs;
   } else {
     if (k.moe && (modules & kRecomputeMoeAct)) {
       s.activation -= moe.actOutputBytes;
@@ -807,6 +814,14 @@ void fsdpUnitBuffers(const CostContext& ctx, LayerCosts& c) {
   const double quantized = std::min(params, c.quantizedParameters);
   c.fsdpGatherBytes = toBytes(kBf16 * (params - quantized) + operandBytes(ctx.precision) * quantized);
   c.fsdpGradientBytes = toBytes((par.gradReduceInFp32 ? kFp32 : kBf16) * params);
+// The modules of a block whose inputs a per-layer CUDA graph copies into static buffers.
+double graphedModuleInputs(const Block& k, const Parallelism& par) {
+  if (par.cudaGraphImpl != CudaGraphImpl::Local && par.cudaGraphImpl != CudaGraphImpl::TransformerEngine) return 0.0;
+  if (par.cudaGraphModules == 0) return 1.0;
+  double inputs = (par.cudaGraphModules & kGraphAttn) ? 1.0 : 0.0;
+  const std::uint32_t mlp = k.moe ? (kGraphMoe | kGraphMoeRouter) : kGraphMlp;
+  if (par.cudaGraphModules & mlp) inputs += 1.0;
+  return inputs;
 }
 
 // ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
@@ -885,6 +900,14 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   c.forwardCommMs = s.forwardCommMs;
   c.backwardInputCommMs = s.backwardInputCommMs;
   c.backwardWeightCommMs = s.backwardWeightCommMs;
+  // CUDA graphs (Transformer Engine's make_graphed_callables, Megatron-Core's per-layer graphs)
+  // replay each graphed module on static buffers: its input is copied into a buffer of its own,
+  // held for the microbatch like the module's saved activations (one hidden-state copy per
+  // graphed module: the attention, the dense MLP or the MoE block up to its router; the whole
+  // layer when no module is named). Full-iteration graphs allocate from one pool as the eager step
+  // does (Megatron's paged stash for padded MoE buffers is not modelled).
+  const double graphedInputs = graphedModuleInputs(k, par);
+  s.activation += graphedInputs * kBf16 * k.nc / k.sp * k.h;
   c.activationBytes = toBytes(s.activation);
   c.weightGradBytes = toBytes(std::min(s.wgrad, s.activation));
   // Megatron sends the sequence-sharded hidden states (sequence parallel) or splits them over

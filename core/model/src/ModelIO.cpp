@@ -637,6 +637,21 @@ Expected<ModelSpec> loadModel(const std::string& path) { return loadWith<ModelSp
 Expected<ClusterSpec> loadCluster(const std::string& path) { return loadWith<ClusterSpec>(path, &readCluster); }
 Expected<HostsSpec> loadHosts(const std::string& path) { return loadWith<HostsSpec>(path, &readHosts); }
 
+Expected<std::vector<GpuSpec::ExpertGemmPoint>> loadExpertGemmCurve(const std::string& path) {
+  auto doc = loadJsonFile(path);
+  if (!doc) return doc.error();
+  JsonReader r(*doc);
+  const JsonNode root = r.root();
+  if (!r.isObject(root)) return r.toError();
+  r.checkSchema(root, kExpertGemmCurveSchema);
+  r.rejectUnknown(root, {"schema", "gpu", "expert_gemm_curve", "measurements"});
+  GpuSpec g;
+  if (r.array(root, "expert_gemm_curve", Presence::Required)) readExpertGemmCurve(r, root, g);
+  if (r.ok() && g.expertGemmCurve.empty()) r.error(root.child("expert_gemm_curve"), "has no points (expected some)");
+  if (!r.ok()) return r.toError();
+  return g.expertGemmCurve;
+}
+
 namespace {
 Json layerToJson(const Layer& l) {
   Json j;
@@ -725,6 +740,17 @@ Json gpuToJson(const GpuSpec& g) {
   if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;
   if (g.epOverlapEfficiency > 0) j["ep_overlap_efficiency"] = g.epOverlapEfficiency;
   if (g.computeCapability > 0) j["compute_capability"] = g.computeCapability;
+  if (!g.expertGemmCurve.empty()) {
+    Json curve = Json::array();
+    for (const GpuSpec::ExpertGemmPoint& p : g.expertGemmCurve) {
+      curve.push_back(Json{{"precision", std::string(precisionName(p.precision))},
+                           {"tokens", p.tokens},
+                           {"hidden", p.hidden},
+                           {"expert_ffn", p.expertFfn},
+                           {"efficiency", p.efficiency}});
+    }
+    j["expert_gemm_curve"] = std::move(curve);
+  }
   return j;
 }
 }  // namespace

@@ -57,6 +57,18 @@ struct GpuSpec {
   /// each other (SMs, memory, the dispatcher's synchronisations). 0:
   /// kMeasuredEpOverlapEfficiency (CostModel.hpp).
   double epOverlapEfficiency = 0;
+  /// Grouped expert GEMMs measured on this GPU (tests/gpu/expert_gemm_curve.py): at `tokens` rows
+  /// per expert of experts `hidden` wide with `expertFfn` intermediate values, the time of one
+  /// dense GEMM of the same FLOPs over the time of the expert GEMMs as the framework runs them
+  /// (forward, input and weight gradients of both expert GEMMs together). Empty: the kernel model
+  /// (GemmKernel.cpp).
+  struct ExpertGemmPoint {
+    Precision precision = Precision::Bf16;
+    double tokens = 0, hidden = 0, expertFfn = 0;
+    double efficiency = 0;
+    friend bool operator==(const ExpertGemmPoint&, const ExpertGemmPoint&) = default;
+  };
+  std::vector<ExpertGemmPoint> expertGemmCurve{};
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).

@@ -52,9 +52,10 @@ double allGatherMs(const CollectiveLink& link, int ranks, double bytes);
 double allToAllMs(const CollectiveLink& link, int ranks, double bytes);
 
 /// The fraction of `gpu`'s SMs the expert all-to-alls take while compute runs beside them
-/// (Parallelism::moeCommSmsOrDefault over the GPU's SM count, at most 1); 0 when the GPU's SM
-/// count is unknown. The layers' 1F1B A2A overlap and the simulator's F&B groups charge it.
-double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
+/// (Parallelism::moeCommSmsOrDefault over the GPU's SM count, at most 1; `acrossDomains`: the
+/// expert group spans NVLink domains); 0 when the GPU's SM count is unknown. The layers' 1F1B A2A
+/// overlap and the simulator's F&B groups charge it.
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel, bool acrossDomains = true);
 
 /// Of the time an expert all-to-all ran beside GEMM and attention kernels, the share that came
 /// off the step on H100 (Megatron-Core's EP overlap with HybridEP, BF16, Qwen3-30B-A3B on 16
