@@ -373,12 +373,16 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
   // A MoE layer's MLP half has TP collectives only for its shared experts: the routed experts
   // take this rank's sequence shard as it is (expert tensor parallelism gathers inside moeCosts).
   const bool mlpCollectives = !g.mlp.empty() || !g.shared.empty();
+  const double modules = mlpCollectives ? 2.0 : 1.0;
+  const double gather = allGatherMs(link, ranks, hiddenBytes);
   if (!overlap) {
-    c.forward.exposedMs = (mlpCollectives ? 2.0 : 1.0) * allReduceMs(link, ranks, hiddenBytes);
+    // Per module one all-reduce, or with sequence parallelism an all-gather and a
+    // reduce-scatter of the same volume (NCCL runs those as rings, never NVLS).
+    c.forward.exposedMs =
+        modules * (k.ctx.parallel.sequenceParallel ? 2.0 * gather : allReduceMs(link, ranks, hiddenBytes));
     c.backward.exposedMs = c.forward.exposedMs;
     return c;
   }
-  const double gather = allGatherMs(link, ranks, hiddenBytes);
   const double gatherCast = allGatherMs(link, ranks, operandBytes(k.precision) / kBf16 * hiddenBytes);
   const double scatter = gather;  // a reduce-scatter moves the same volume in the same steps
   // Each collective meets the GEMMs on its side of the attention block and of the MLP (the
@@ -699,10 +703,14 @@ void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const
 }
 
 // ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
-// layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
-// in bf16). ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
-// produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
-// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). Returns the gather buffers' bytes.
+// layer's compute: PyTorch FSDP2's implicit prefetch, Megatron-FSDP's per-module buckets) and W
+// reduce-scatters its gradients (fp32, or bf16 when the recipe reduces in bf16) on its own
+// stream, hidden under a weight-gradient pass (a schedule that splits B and W may run other
+// work between the W passes, so only W is counted). ZeRO-2 shards the gradients as well, so each
+// microbatch's W reduce-scatters what it produced instead of accumulating a full gradient
+// (DeepSpeed's stage 2 with gradient accumulation; PyTorch FSDP's SHARD_GRAD_OP outside
+// no_sync). The collectives run hierarchically where the group crosses NVLink domains
+// (allGatherMs). Returns the gather buffers' bytes.
 std::int64_t shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s,
                                  LayerCosts& c) {
   const Parallelism& par = ctx.parallel;
@@ -922,63 +930,161 @@ double lowPrecisionCastBytes(Precision precision, bool fusedWithNorm) {
 }
 }  // namespace costparts
 
+double nvlsAllReduceFactor(const GpuSpec& gpu) {
+  if (gpu.nvlsEfficiency <= 0 || gpu.nvlsChannels < 2) return 0.0;
+  const double channels = gpu.nvlsChannels;
+  return 2.0 * gpu.nvlsEfficiency * (channels - 1.0) / channels;
+}
+
 CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel) {
   const std::int64_t perNode = cluster.gpusPerNode();
   const std::int64_t domain = cluster.nvlinkDomainGpus();
-  // A group of ranks `stride` apart spanning `span` consecutive GPUs stays on NVLink when the
-  // span fits in one NVLink domain (a node, or an NVL72 rack of 18 nodes); beyond it every GPU
-  // of a node talks at once, so each gets its node's NIC bandwidth divided among them (one NIC
-  // per GPU: the NIC's bandwidth).
-  auto linkFor = [&](std::int64_t span) {
+  const bool oneDomain = cluster.nodes.size() <= 1;
+  const double nvls = cluster.nvls ? nvlsAllReduceFactor(cluster.gpu) : 0.0;
+  // A group of `ranks` ranks `stride` apart stays on NVLink when its span (ranks · stride
+  // consecutive GPUs) fits in one NVLink domain (a node, or an NVL72 rack of 18 nodes); beyond it
+  // every GPU of a node talks at once, so each gets its node's NIC bandwidth divided among them
+  // (one NIC per GPU: the NIC's bandwidth), and the group's ranks that share a domain
+  // (domain / stride of them) cross together, each over its own share (NCCL's rings leave a
+  // domain once per channel, one channel per such rank: allGatherMs).
+  auto linkFor = [&](std::int64_t ranks, std::int64_t stride) {
     CollectiveLink l;
-    if (span <= domain || cluster.nodes.size() <= 1) {
+    const std::int64_t span = ranks * stride;
+    l.nvlsFactor = nvls;
+    if (span <= domain || oneDomain) {
       l.bandwidthGBps = cluster.intraNode.bandwidthGBps;
       l.latencyUs = cluster.intraNode.latencyUs;
-    } else {
-      const double nics =
-          cluster.nicsPerNode > 0 ? static_cast<double>(cluster.nicsPerNode) : static_cast<double>(perNode);
-      l.bandwidthGBps = cluster.interNode.bandwidthGBps * std::min(1.0, nics / static_cast<double>(perNode));
-      l.latencyUs = cluster.interNode.latencyUs;
-      l.crossesNodes = true;
+      return l;
     }
+    const double nics =
+        cluster.nicsPerNode > 0 ? static_cast<double>(cluster.nicsPerNode) : static_cast<double>(perNode);
+    l.bandwidthGBps = cluster.interNode.bandwidthGBps * std::min(1.0, nics / static_cast<double>(perNode));
+    l.latencyUs = cluster.interNode.latencyUs;
+    l.crossesNodes = true;
+    l.ranksPerDomain = static_cast<int>(std::clamp<std::int64_t>(domain / std::max<std::int64_t>(1, stride), 1, ranks));
+    l.nvlinkGBps = cluster.intraNode.bandwidthGBps;
+    l.nvlinkLatencyUs = cluster.intraNode.latencyUs;
     return l;
   };
   const std::int64_t T = std::max(1, parallel.tensor);
   const std::int64_t C = std::max(1, parallel.context);
   const std::int64_t E = std::max(1, parallel.expert);
   const std::int64_t D = std::max(1, parallel.data);
+  const std::int64_t expertGrid = std::max(1, parallel.expertTensorOrTensor()) * E;
   CollectiveLinks out;
-  out.tensor = linkFor(T);
-  out.context = linkFor(T * C);
+  out.tensor = linkFor(T, 1);
+  out.context = linkFor(C, T);
   // MoE parallel folding: the expert layers' ETP × EP ranks are consecutive GPUs of the pipeline
-  // rank (Megatron-Core's expert rank order tp-ep-dp), whatever T and C are.
-  out.expert = linkFor(std::max(1, parallel.expertTensorOrTensor()) * E);
-  out.data = linkFor(T * C * D);
-  out.nvlink = linkFor(1);
-  out.network = linkFor(std::numeric_limits<std::int64_t>::max());
-  out.domainGpus = cluster.nodes.size() <= 1 ? std::numeric_limits<std::int64_t>::max() : domain;
+  // rank (Megatron-Core's expert rank order tp-ep-dp), whatever T and C are; their data-parallel
+  // replicas are ETP·EP apart.
+  out.expert = linkFor(expertGrid, 1);
+  out.data = linkFor(D, T * C);
+  out.expertData = linkFor(parallel.expertData(), expertGrid);
+  out.nvlink = linkFor(1, 1);
+  out.network = linkFor(std::numeric_limits<std::int64_t>::max() / 2, 1);
+  out.network.ranksPerDomain = 1;
+  out.domainGpus = oneDomain ? std::numeric_limits<std::int64_t>::max() : domain;
   return out;
 }
 
+namespace {
+
+// NCCL's channel limit (MAXCHANNELS, src/include/device.h): at most this many rings or trees
+// leave a domain, each through one NIC.
+constexpr int kMaxChannels = 64;
+
+// NCCL's ring over `ranks` GPUs on `link`, each GPU sending `volume` · (n−1)/n of the tensor
+// along it (volume 1: all-gather, reduce-scatter; 2: all-reduce, NCCL's nsteps = (n−1) or
+// 2(n−1), src/graph/tuning.cc). Inside one domain, or with one rank per domain, every step runs
+// on the link. A group with p > 1 ranks in each of N domains: NCCL builds one ring per channel,
+// each leaving a domain through another rank's NIC (its rail), so a GPU sends 1/p of its ring
+// traffic over its NIC and the rest over NVLink, both at once (tuning.cc: ring bus bandwidth =
+// nChannels × per-channel inter bandwidth); at most kMaxChannels of them leave a domain. Latency: (nsteps −
+// nInterSteps) NVLink steps and nInterSteps network steps, nInterSteps = N − 1 (all-reduce 2(N − 1)), as tuning.cc
+// counts them.
+double ringMs(const CollectiveLink& link, int ranks, double bytes, double volume) {
+  const double n = ranks;
+  const double sent = volume * (n - 1.0) / n * bytes;
+  const double steps = volume * (n - 1.0);
+  const int p = std::clamp(link.ranksPerDomain, 1, ranks);
+  if (!link.crossesNodes || p <= 1) {
+    const double bw = link.bandwidthGBps * 1e6;  // bytes per ms
+    return (bw > 0 ? sent / bw : 0.0) + steps * link.latencyUs / 1000.0;
+  }
+  const double domains = std::ceil(n / p);
+  const double exits = std::min(p, kMaxChannels);
+  const double nic = link.bandwidthGBps * 1e6 * exits;
+  const double nvlink = link.nvlinkGBps * 1e6;
+  const double nicMs = nic > 0 ? sent / nic : 0.0;
+  const double nvlinkMs = nvlink > 0 ? sent * (p - 1.0) / p / nvlink : 0.0;
+  const double interSteps = volume * (domains - 1.0);
+  return std::max(nicMs, nvlinkMs) + (steps - interSteps) * link.nvlinkLatencyUs / 1000.0 +
+         interSteps * link.latencyUs / 1000.0;
+}
+
+// NCCL's tree all-reduce (double binary tree over the domains, a chain inside each): 2·B through
+// every GPU, the log-depth latency (tuning.cc: tree latency 2·((p − 1)·intra + log2(N)·inter),
+// bus bandwidth × ratio 0.5). Across domains the chain runs on NVLink and each of the p chains'
+// tree on another rank's NIC.
+double treeMs(const CollectiveLink& link, int ranks, double bytes) {
+  const double n = ranks;
+  const int p = std::clamp(link.ranksPerDomain, 1, ranks);
+  if (!link.crossesNodes || p <= 1) {
+    const double bw = link.bandwidthGBps * 1e6;
+    return (bw > 0 ? 2.0 * bytes / bw : 0.0) + 2.0 * std::ceil(std::log2(n)) * link.latencyUs / 1000.0;
+  }
+  const double domains = std::ceil(n / p);
+  const double nic = link.bandwidthGBps * 1e6 * std::min(p, kMaxChannels);
+  const double nvlink = link.nvlinkGBps * 1e6;
+  const double bwMs = std::max(nic > 0 ? 2.0 * bytes / nic : 0.0, nvlink > 0 ? 2.0 * bytes / nvlink : 0.0);
+  return bwMs + 2.0 * ((p - 1.0) * link.nvlinkLatencyUs + std::ceil(std::log2(domains)) * link.latencyUs) / 1000.0;
+}
+
+// NCCL's NVLS all-reduce inside one domain (its ring's bus bandwidth × nvlsFactor), and NVLS
+// tree across domains: NVLS inside each domain, a tree of the domains over the p ranks' NICs,
+// pipelined (tuning.cc: busBw = nChannels × min(intra NVLS bw, inter bw), the inter bandwidth
+// doubled for two domains; latency: NVLS's 25 µs on NVLink, hwLatencies, plus
+// 2·log2(N) network steps). The NVLS figures are per GPU type (GpuSpec::nvlsEfficiency).
+double nvlsMs(const CollectiveLink& link, int ranks, double bytes) {
+  constexpr double kNvlsLatencyUs = 25.0;  // tuning.cc hwLatencies[NVLINK][NVLS][SIMPLE]
+  const double n = ranks;
+  const int p = std::clamp(link.ranksPerDomain, 1, ranks);
+  const double ringBusBytes = 2.0 * (n - 1.0) / n * bytes;
+  if (!link.crossesNodes) {
+    const double bw = link.bandwidthGBps * link.nvlsFactor * 1e6;
+    return (bw > 0 ? ringBusBytes / bw : 0.0) + kNvlsLatencyUs / 1000.0;
+  }
+  const double domains = std::ceil(n / p);
+  const double intra = link.nvlinkGBps * link.nvlsFactor * 1e6;
+  const double inter = link.bandwidthGBps * 1e6 * std::min(p, kMaxChannels) * (domains <= 2 ? 2.0 : 1.0);
+  const double bwMs = std::max(intra > 0 ? ringBusBytes / intra : 0.0, inter > 0 ? ringBusBytes / inter : 0.0);
+  return bwMs + kNvlsLatencyUs / 1000.0 + 2.0 * std::ceil(std::log2(domains)) * link.latencyUs / 1000.0;
+}
+
+}  // namespace
+
 double allReduceMs(const CollectiveLink& link, int ranks, double bytes) {
   if (ranks <= 1 || bytes <= 0) return 0.0;
-  const double n = ranks;
-  const double bw = link.bandwidthGBps * 1e6;  // bytes per ms
-  const double alpha = link.latencyUs / 1000.0;
-  const double transfer = bw > 0 ? bytes / bw : 0.0;
-  const double ring = 2.0 * (n - 1.0) / n * transfer + 2.0 * (n - 1.0) * alpha;
-  const double tree = 2.0 * transfer + 2.0 * std::ceil(std::log2(n)) * alpha;
-  return std::min(ring, tree);
+  double best = std::min(ringMs(link, ranks, bytes, 2.0), treeMs(link, ranks, bytes));
+  // NVLS needs a switch inside the domain: a group with one rank per domain has none to use.
+  const bool nvlsApplies = link.nvlsFactor > 0 && (!link.crossesNodes || link.ranksPerDomain > 1);
+  if (nvlsApplies) best = std::min(best, nvlsMs(link, ranks, bytes));
+  return best;
 }
 
 double allGatherMs(const CollectiveLink& link, int ranks, double bytes) {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  return ringMs(link, ranks, bytes, 1.0);
+}
+
+double allToAllMs(const CollectiveLink& link, int ranks, double bytes) {
+  // Every pair exchanges directly: no hierarchy to use (the expert all-to-alls split their NVLink
+  // and network peers themselves, MoeCosts.cpp).
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = ranks;
   const double bw = link.bandwidthGBps * 1e6;
   return (bw > 0 ? (n - 1.0) / n * bytes / bw : 0.0) + (n - 1.0) * link.latencyUs / 1000.0;
 }
-
-double allToAllMs(const CollectiveLink& link, int ranks, double bytes) { return allGatherMs(link, ranks, bytes); }
 
 double transformerForwardFlops(const TransformerShape& shape, std::int64_t batch) {
   CostContext ctx;
