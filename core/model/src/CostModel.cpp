@@ -336,11 +336,35 @@ struct ElementwiseBytes {
   double norms = 0, other = 0, mlpAct = 0, expertAct = 0, sharedAct = 0;
   double total() const { return norms + other + mlpAct + expertAct + sharedAct; }
 };
+// torchtitan's block (torchtitan/models/llama/model.py and models/norms.py at 9dec370): its
+// RMSNorm casts to fp32, squares, means, multiplies by the rsqrt, casts back and scales (eager:
+// read 2 write 4, read 4 write 4, read 4, read 4 write 4, read 4 write 2, read 2 write 2 = 36
+// bytes per value; compiled into one kernel: read 2 write 2); apply_rotary_emb casts Q and K to
+// fp32 complex pairs, multiplies them by the frequencies and casts back (eager 20 bytes per value,
+// compiled 4); repeat_kv copies K and V out to the query heads before SDPA (read the K/V width,
+// write the query width) and the attention output is transposed into a contiguous copy (4 bytes
+// per value) in either mode; SiLU then the gate multiply (eager 4 + 6 bytes per ffn value,
+// compiled 6). torch.compile fuses what sits between the extern kernels (matmuls, SDPA).
+void torchtitanElementwise(const Block& k, ElementwiseBytes& e) {
+  const bool eager = !k.ctx.parallel.torchCompile;
+  const double tokens = k.nc / k.sp;
+  e.norms = tokens * 2.0 * (eager ? 36.0 : 4.0) * k.h;
+  const double rope = (eager ? 20.0 : 4.0) * (k.hq + k.hk);
+  const double repeatKv = k.kvh < k.a ? 2.0 * kBf16 * (k.hk + k.hq) : 0.0;
+  const double transposeOut = 2.0 * kBf16 * k.ho;
+  e.other += k.nc * (rope + repeatKv + transposeOut) / k.T;
+  if (!k.moe) e.mlpAct = k.nc * (k.swiglu ? (eager ? 10.0 : 6.0) : 4.0) * k.f / k.T;
+}
+
 ElementwiseBytes elementwise(const Block& k) {
   ElementwiseBytes e;
   const double tokens = k.nc / k.sp;
   e.norms = tokens * 8.0 * k.h;
   e.other = tokens * 2.0 * (6.0 * k.h + k.dropout * k.h);
+  if (k.ctx.parallel.framework == Framework::Torchtitan) {
+    torchtitanElementwise(k, e);
+    return e;
+  }
   const double perValue = k.swiglu ? 6.0 : 4.0;
   if (k.moe) {
     // The routed experts' activation and permutation: moeCosts.
@@ -362,7 +386,69 @@ ElementwiseBytes elementwise(const Block& k) {
 // all-gather the already-cast inputs.
 struct TpComm {
   Exposure forward, backward;
+  double forwardGatherExposedMs = 0;  ///< the forward all-gathers' exposed part (a replay repeats them)
 };
+
+// The column- and row-parallel GEMM passes of one module (attention or MLP) of a layer.
+struct ModuleGemms {
+  PassTimes column, row;
+};
+ModuleGemms moduleGemms(const Block& k, const std::vector<Gemm>& module) {
+  ModuleGemms m;
+  for (const Gemm& gemm : module) {
+    if (gemm.side == TpSide::None) continue;
+    (gemm.side == TpSide::ColumnParallel ? m.column : m.row) += gemmPasses(k.ctx.gpu, k.precision, {gemm});
+  }
+  return m;
+}
+
+// torchtitan's AsyncTP: torch.compile's micro_pipeline_tp pass (torch/_inductor/fx_passes/
+// micro_pipeline_tp.py at 5f65158a) replaces an all-gather whose result feeds matmuls, and a
+// reduce-scatter whose input is one matmul's output, with PyTorch's symmetric-memory ops
+// (torch/distributed/_symmetric_memory/__init__.py at 006b161f):
+// - fused_all_gather_matmul copies this rank's shard into its symmetric buffer and waits at a
+//   barrier before its first chunk ("we are giving up the chance to overlap 'mv' and 'b' with the
+//   first shard_consumer"), then pulls the other T − 1 shards one at a time with the copy engine
+//   while the GEMM runs chunk by chunk: (T−1)/T of what the GEMM cannot cover shows, plus the
+//   copy (read and write the shard) and the barrier.
+// - fused_matmul_reduce_scatter computes the rows each peer needs chunk by chunk while the peers
+//   pull the previous chunk, then reduces the T partial chunks it received in one more kernel
+//   (reduce_partials: read them, write the shard), which nothing hides.
+// The forward's all-gathers into QKV and FC1 and reduce-scatters after the projection and FC2
+// match; backward the output-gradient all-gathers into the projection's and FC2's dgrad match,
+// but the input-gradient reduce-scatters follow the sum of the module's dgrads (Q, K and V are
+// separate linears in torchtitan's Llama, as are w1 and w3) and _find_producer_matmul finds no
+// single matmul: they stay NCCL reduce-scatters on the critical path. The gathered inputs the
+// fused op returns (return_A) serve the wgrad, so no re-gather. Copy engines hold no SMs.
+TpComm asyncTensorParallelComm(const Block& k, const LayerGemms& g, double gather, double gatherCast) {
+  TpComm c;
+  const GpuSpec& gpu = k.ctx.gpu;
+  const double hiddenBytes = kBf16 * k.nc * k.h;
+  const double castShard = operandBytes(k.precision) / kBf16 * hiddenBytes / k.T;
+  const double barrierMs = k.ctx.links.tensor.latencyUs / 1000.0;
+  const double localCopyMs = memoryMs(gpu, 2.0 * castShard) + barrierMs;
+  const double reduceMs = memoryMs(gpu, hiddenBytes + hiddenBytes / k.T) + barrierMs;
+  const double scatter = gather;
+  auto decomposed = [&](double comm, double gemm, double fixedMs) {
+    Exposure e = overlapped(comm, gemm, k.T, OverlapKind::GatherIntoGemm);
+    e.exposedMs += fixedMs;
+    return e;
+  };
+  std::vector<Gemm> mlp = g.mlp;
+  mlp.insert(mlp.end(), g.shared.begin(), g.shared.end());
+  for (const std::vector<Gemm>* module : std::array<const std::vector<Gemm>*, 2>{&g.attention, &mlp}) {
+    if (module->empty()) continue;
+    const ModuleGemms m = moduleGemms(k, *module);
+    const Exposure intoColumn = decomposed(gatherCast, m.column.forward, localCopyMs);
+    c.forward += intoColumn;
+    c.forwardGatherExposedMs += intoColumn.exposedMs;
+    c.forward += decomposed(scatter, m.row.forward, reduceMs);
+    c.backward += decomposed(gatherCast, m.row.backwardInput, localCopyMs);
+    c.backward.exposedMs += scatter;
+  }
+  return c;
+}
+
 TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
   TpComm c;
   if (k.T <= 1) return c;
@@ -381,26 +467,26 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
     c.forward.exposedMs =
         modules * (k.ctx.parallel.sequenceParallel ? 2.0 * gather : allReduceMs(link, ranks, hiddenBytes));
     c.backward.exposedMs = c.forward.exposedMs;
+    c.forwardGatherExposedMs = k.ctx.parallel.sequenceParallel ? modules * gather : 0.0;
     return c;
   }
   const double gatherCast = allGatherMs(link, ranks, operandBytes(k.precision) / kBf16 * hiddenBytes);
   const double scatter = gather;  // a reduce-scatter moves the same volume in the same steps
+  if (k.ctx.parallel.framework == Framework::Torchtitan) return asyncTensorParallelComm(k, g, gather, gatherCast);
   // Each collective meets the GEMMs on its side of the attention block and of the MLP (the
   // shared experts' GEMMs run beside the routed ones).
   std::vector<Gemm> mlp = g.mlp;
   mlp.insert(mlp.end(), g.shared.begin(), g.shared.end());
   for (const std::vector<Gemm>* module : std::array<const std::vector<Gemm>*, 2>{&g.attention, &mlp}) {
     if (module->empty()) continue;
-    PassTimes column, row;
-    for (const Gemm& gemm : *module) {
-      if (gemm.side == TpSide::None) continue;
-      (gemm.side == TpSide::ColumnParallel ? column : row) += gemmPasses(k.ctx.gpu, k.precision, {gemm});
-    }
-    c.forward += overlapped(gatherCast, column.forward, k.T, OverlapKind::GatherIntoGemm);
-    c.forward += overlapped(scatter, row.forward, k.T, OverlapKind::GemmIntoScatter);
-    c.backward += overlapped(gatherCast, row.backwardInput, k.T, OverlapKind::GatherIntoGemm);
-    c.backward += overlapped(scatter, column.backwardInput, k.T, OverlapKind::GemmIntoScatter);
-    c.backward += overlapped(gather, column.backwardInput, 1.0, OverlapKind::Bulk);
+    const ModuleGemms m = moduleGemms(k, *module);
+    const Exposure intoColumn = overlapped(gatherCast, m.column.forward, k.T, OverlapKind::GatherIntoGemm);
+    c.forward += intoColumn;
+    c.forwardGatherExposedMs += intoColumn.exposedMs;
+    c.forward += overlapped(scatter, m.row.forward, k.T, OverlapKind::GemmIntoScatter);
+    c.backward += overlapped(gatherCast, m.row.backwardInput, k.T, OverlapKind::GatherIntoGemm);
+    c.backward += overlapped(scatter, m.column.backwardInput, k.T, OverlapKind::GemmIntoScatter);
+    c.backward += overlapped(gather, m.column.backwardInput, 1.0, OverlapKind::Bulk);
   }
   return c;
 }
@@ -686,8 +772,48 @@ void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t module
 
 // Recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules); the
 // activations a full recomputation rebuilds are returned in c.recomputeBytes.
+// torchtitan's per-op selective checkpointing (torchtitan/parallelisms/parallelize_llama.py at
+// 9dec370: _save_list and _custom_policy; unchanged at 820504e): inside each checkpointed block
+// the outputs of aten.mm are saved except every second one, and those of SDPA (with its
+// log-sum-exp), reduce_scatter_tensor and abs/max; everything else is recomputed in the
+// backward. Llama's block issues its matmuls as wq, wk, wv, wo, w1, w3, w2, so wk, wo and w3 are
+// recomputed, with the norms, RoPE, SiLU and the gate multiply; torch.compile's partitioner
+// drops what the backward does not read (wo's output: the saved reduce-scatter follows it), an
+// eager replay runs it. Float8 linears run aten._scaled_mm, which is not on the list: every
+// linear of the block is recomputed, with its casts. Kept: the block's input, Q, V, the attention
+// output and its log-sum-exp, w1's and w2's outputs (w2's before its reduce-scatter: the whole
+// hidden size) and, with TP, the reduce-scatters' outputs. A replayed GEMM whose input was
+// all-gathered (sequence parallelism) gathers it again. Dense blocks with grouped-query or
+// multi-head attention (torchtitan's Llama); MoE and MLA layers keep Megatron's modules.
+void recomputeOpPolicy(const Block& k, const BlockParts& p, BlockSums& s, LayerCosts& c) {
+  const GpuSpec& gpu = k.ctx.gpu;
+  const bool eager = !k.ctx.parallel.torchCompile;
+  double kept = kBf16 * k.h / k.sp + kBf16 * k.ho / k.T + kFp32 * k.a / k.T;
+  if (k.T > 1) kept += 2.0 * kBf16 * k.h / k.T;
+  double replayMs = memoryMs(gpu, p.ew.total());
+  if (isLowPrecision(k.precision)) {
+    replayMs += p.attnGemm.forward + p.mlpGemm.forward + p.casts.forward;
+  } else {
+    kept += kBf16 * ((k.hq + k.hv + k.f) / k.T + k.h);
+    std::vector<Gemm> replayed{{k.nc, k.hk / k.T, k.h, 1, TpSide::ColumnParallel, true},
+                               {k.nc, k.f / k.T, k.h, 1, TpSide::ColumnParallel, true}};
+    if (eager) replayed.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});
+    replayMs += gemmPasses(gpu, k.precision, replayed).forward;
+  }
+  const double fullBytes = s.activation;
+  s.activation = std::min(fullBytes, k.nc * kept);
+  s.wgrad = std::min(s.wgrad, s.activation);
+  c.recomputeBytes = toBytes(fullBytes - s.activation);
+  s.backwardInputMs += replayMs + p.tp.forwardGatherExposedMs;
+  s.backwardInputCommMs += p.tp.forwardGatherExposedMs;
+}
+
 void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const BlockParts& p,
                const costparts::MoeCosts& moe, const ActivationBytes& act, BlockSums& s, LayerCosts& c) {
+  if (par.recompute == Recompute::Selective && par.framework == Framework::Torchtitan && !k.moe && !k.t.mla) {
+    recomputeOpPolicy(k, p, s, c);
+    return;
+  }
   if (par.recompute == Recompute::Full) {
     // Only the layer input survives the forward (sequence-parallel: this rank's shard); the
     // backward first replays the whole forward, collectives included. The replayed
@@ -803,8 +929,12 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
   const PassTimes gemm = gemmPasses(gpu, Precision::Bf16, {{nc, v / T, h}}, wgradOut);
   // Cross-entropy: read the bf16 logits, write fp32 softmax (forward); read it, write the
   // logits' gradient (backward).
-  const double ceFwdMs = memoryMs(gpu, 6.0 * nc * v / T);
-  const double ceBwdMs = memoryMs(gpu, 6.0 * nc * v / T);
+  // torchtitan's loss (train.py at 9dec370, never compiled): cross_entropy(pred.float()) — the cast
+  // (read 2 write 4), log-softmax (read 4 write 4); backward its gradient (read 4 + 4, write 4),
+  // the scatter of the target's gradient, the cast back (read 4 write 2): about 14 and 22 bytes.
+  const bool torchtitan = ctx.parallel.framework == Framework::Torchtitan;
+  const double ceFwdMs = memoryMs(gpu, (torchtitan ? 14.0 : 6.0) * nc * v / T);
+  const double ceBwdMs = memoryMs(gpu, (torchtitan ? 22.0 : 6.0) * nc * v / T);
   double tpFwdMs = 0, tpBwdMs = 0;
   if (T > 1) {
     // Sequence parallel: all-gather the input, reduce-scatter its gradient; otherwise the input
@@ -823,7 +953,8 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
   c.backwardWeightMs = gemm.backwardWeight;
   c.activationBytes = toBytes(kBf16 * nc * h / sp + kFp32 * nc * v / T);
   c.weightGradBytes = toBytes(kBf16 * nc * h / sp);
-  if (ctx.parallel.recompute == Recompute::Full) {
+  // torchtitan checkpoints the transformer blocks only (apply_ac over model.layers).
+  if (ctx.parallel.recompute == Recompute::Full && !torchtitan) {
     c.backwardInputMs += c.forwardMs;
     c.backwardInputCommMs += c.forwardCommMs;
     c.activationBytes = toBytes(kBf16 * nc * h / sp);

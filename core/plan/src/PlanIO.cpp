@@ -179,6 +179,15 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
     }
   }
   readMoeAndContext(r, cfg, par);
+  if (auto framework = r.string(cfg, "framework", Presence::Optional)) {
+    if (auto f = frameworkFromName(*framework)) {
+      par.framework = *f;
+    } else {
+      r.error(cfg.child("framework"),
+              "'" + excerpt(*framework) + "' is not a framework (expected " + std::string(frameworkChoices()) + ")");
+    }
+  }
+  par.torchCompile = r.boolean(cfg, "compile", Presence::Optional).value_or(true);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -206,7 +215,7 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
        {"overlap_param_gather", "tp_comm_overlap", "grad_reduce_dtype", "precision", "recompute_num_layers",
         "recompute_method", "recompute_modules", "etp", "moe_capacity_factor", "moe_a2a_overlap",
         "moe_shared_expert_overlap", "moe_token_dispatcher", "moe_flex_backend", "moe_comm_sms", "attention_backend",
-        "cp_comm_type"}) {
+        "cp_comm_type", "framework", "compile"}) {
     keys.push_back(k);
   }
   return keys;
@@ -237,6 +246,10 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   if (par.attentionBackend != AttentionBackend::Fused) {
     cfg["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
+  }
+  if (par.framework != Framework::Megatron) {
+    cfg["framework"] = std::string(frameworkName(par.framework));
+    cfg["compile"] = par.torchCompile;
   }
 }
 

@@ -72,6 +72,20 @@ enum class FlexBackend : std::uint8_t { DeepEp, HybridEp };
 std::string_view flexBackendName(FlexBackend backend);
 std::optional<FlexBackend> flexBackendFromName(std::string_view name);
 
+/// The framework whose kernels and policies carry out a recipe (docs/fidelity.md). `Megatron`:
+/// Megatron-Core with Transformer Engine — fused element-wise kernels, userbuffers for the TP
+/// overlap, Megatron's recompute modules. `Torchtitan`: PyTorch's FSDP2 and DTensor as
+/// torchtitan applies them (torchtitan/parallelisms/parallelize_llama.py): the TP overlap is
+/// AsyncTP (symmetric-memory micro-pipelining of the collectives torch.compile's micro_pipeline_tp
+/// pass matches), selective recomputation is torchtitan's per-op policy, and each transformer
+/// block is compiled or eager (Parallelism::torchCompile).
+enum class Framework : std::uint8_t { Megatron, Torchtitan };
+
+std::string_view frameworkName(Framework framework);
+std::optional<Framework> frameworkFromName(std::string_view name);
+/// "megatron|torchtitan": the choices, for messages and help texts.
+std::string_view frameworkChoices();
+
 std::string_view cpCommTypeName(CpCommType type);
 std::optional<CpCommType> cpCommTypeFromName(std::string_view name);
 /// "p2p|a2a|a2a+p2p": the choices, for messages and help texts.
@@ -137,6 +151,12 @@ struct Parallelism {
   /// The attention kernels (Megatron --attention-backend): cuDNN's fused attention as Transformer
   /// Engine picks it on Hopper, FlashAttention-2, or unfused.
   AttentionBackend attentionBackend = AttentionBackend::Fused;
+  /// The framework that runs the recipe (costs of its kernels, overlaps and recomputation).
+  Framework framework = Framework::Megatron;
+  /// torchtitan: every transformer block compiled with torch.compile, which fuses its element-wise
+  /// ops (torchtitan's apply_compile); false: eager, one kernel per PyTorch op. Megatron-Core's
+  /// kernels are fused either way.
+  bool torchCompile = true;
 
   /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default —
   /// Megatron-Core's moe_deepep_num_sms (20, TransformerConfig) for the flex dispatcher, and for
