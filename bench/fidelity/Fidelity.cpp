@@ -405,6 +405,10 @@ RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSp
     par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
     readAttentionBackend(table, par);  // the table's kernel, unless the row names its own
     applyRecipeMoe(row, par);
+    // The framework that ran it (torchtitan: AsyncTP for the TP overlap, per-op selective
+    // checkpointing, compiled or eager blocks); Megatron-Core unless the table says.
+    par.framework = frameworkFromName(table.value("framework", std::string("megatron"))).value_or(Framework::Megatron);
+    par.torchCompile = row.value("compile", true);
     if (row.contains("recompute")) {
       const Json& rc = row["recompute"];
       par.recompute = recomputeFromName(rc.value("granularity", std::string("none"))).value_or(Recompute::None);
@@ -682,6 +686,10 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
         // A row whose run differs from the recipe in a way the cost model has no setting for.
         if (row.contains("out_of_scope")) e.outOfScope = row["out_of_scope"].get<std::string>();
         e.checkMemory = table.value("check_memory", false);
+        // A peak the publisher reports, in GiB (torchtitan's tables).
+        if (row.contains("measured_memory_gib")) {
+          e.measuredMemoryGb = row["measured_memory_gib"].get<double>() * 1.073741824;
+        }
         entries.push_back(std::move(e));
       }
     }
@@ -764,8 +772,12 @@ bool printRows(Report& report, bool markdown) {
     }
     std::array<char, 64> memory{};
     if (r.measuredMemoryGb > 0) {
-      std::snprintf(memory.data(), memory.size(), "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9,
-                    r.measuredMemoryGb);
+      // A recipe that ran and states its peak: both the peak and whether it fits (a run the cost
+      // model does not describe is no check of its memory either).
+      const bool missed = r.checkMemory && r.outOfScope.empty() && !r.predicted.fits;
+      std::snprintf(memory.data(), memory.size(), "%6.1f (%.0f)%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
+                    r.measuredMemoryGb, missed ? " DOES NOT FIT" : "");
+      if (missed) ok = false;
     } else {
       // Recipes that ran: a peak that does not fit (with the stated margin) is a miss.
       const bool missed = r.checkMemory && !r.predicted.fits;
