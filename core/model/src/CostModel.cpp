@@ -770,8 +770,6 @@ void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t module
   s.activation = std::max(s.activation, kBf16 * k.nc * k.h / k.sp);
 }
 
-// Recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules); the
-// activations a full recomputation rebuilds are returned in c.recomputeBytes.
 // torchtitan's per-op selective checkpointing (torchtitan/parallelisms/parallelize_llama.py at
 // 9dec370: _save_list and _custom_policy; unchanged at 820504e): inside each checkpointed block
 // the outputs of aten.mm are saved except every second one, and those of SDPA (with its
@@ -782,14 +780,15 @@ void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t module
 // eager replay runs it. Float8 linears run aten._scaled_mm, which is not on the list: every
 // linear of the block is recomputed, with its casts. Kept: the block's input, Q, V, the attention
 // output and its log-sum-exp, w1's and w2's outputs (w2's before its reduce-scatter: the whole
-// hidden size) and, with TP, the reduce-scatters' outputs. A replayed GEMM whose input was
-// all-gathered (sequence parallelism) gathers it again. Dense blocks with grouped-query or
-// multi-head attention (torchtitan's Llama); MoE and MLA layers keep Megatron's modules.
+// hidden size) and, with sequence parallelism, the reduce-scatters' outputs. A replayed GEMM
+// whose input was all-gathered (sequence parallelism) gathers it again. Dense blocks with
+// grouped-query or multi-head attention (torchtitan's Llama); MoE and MLA layers keep Megatron's
+// modules.
 void recomputeOpPolicy(const Block& k, const BlockParts& p, BlockSums& s, LayerCosts& c) {
   const GpuSpec& gpu = k.ctx.gpu;
   const bool eager = !k.ctx.parallel.torchCompile;
   double kept = kBf16 * k.h / k.sp + kBf16 * k.ho / k.T + kFp32 * k.a / k.T;
-  if (k.T > 1) kept += 2.0 * kBf16 * k.h / k.T;
+  if (k.sp > 1) kept += 2.0 * kBf16 * k.h / k.sp;  // the two reduce-scatters' outputs
   double replayMs = memoryMs(gpu, p.ew.total());
   if (isLowPrecision(k.precision)) {
     replayMs += p.attnGemm.forward + p.mlpGemm.forward + p.casts.forward;
@@ -808,6 +807,9 @@ void recomputeOpPolicy(const Block& k, const BlockParts& p, BlockSums& s, LayerC
   s.backwardInputCommMs += p.tp.forwardGatherExposedMs;
 }
 
+// Recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules; torchtitan's
+// per-op policy above); the activations a full recomputation rebuilds are returned in
+// c.recomputeBytes.
 void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const BlockParts& p,
                const costparts::MoeCosts& moe, const ActivationBytes& act, BlockSums& s, LayerCosts& c) {
   if (par.recompute == Recompute::Selective && par.framework == Framework::Torchtitan && !k.moe && !k.t.mla) {
@@ -1130,9 +1132,9 @@ constexpr int kMaxChannels = 64;
 // on the link. A group with p > 1 ranks in each of N domains: NCCL builds one ring per channel,
 // each leaving a domain through another rank's NIC (its rail), so a GPU sends 1/p of its ring
 // traffic over its NIC and the rest over NVLink, both at once (tuning.cc: ring bus bandwidth =
-// nChannels × per-channel inter bandwidth); at most kMaxChannels of them leave a domain. Latency: (nsteps −
-// nInterSteps) NVLink steps and nInterSteps network steps, nInterSteps = N − 1 (all-reduce 2(N − 1)), as tuning.cc
-// counts them.
+// nChannels × per-channel inter bandwidth); at most kMaxChannels of them leave a domain.
+// Latency: nsteps − nInterSteps NVLink steps and nInterSteps network steps, nInterSteps = N − 1
+// (all-reduce 2(N − 1)), as tuning.cc counts them.
 double ringMs(const CollectiveLink& link, int ranks, double bytes, double volume) {
   const double n = ranks;
   const double sent = volume * (n - 1.0) / n * bytes;
