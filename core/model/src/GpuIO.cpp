@@ -43,10 +43,10 @@ bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, 
 
 // The fields readGpuFields reads besides `name`: a cluster's GPU object and a catalogue entry
 // both take them, each with its own fields around them (gpuFieldsWith).
-constexpr std::array<std::string_view, 11> kSharedGpuFields{
+constexpr std::array<std::string_view, 12> kSharedGpuFields{
     "peak_tflops",           "memory_gib", "efficiency",     "attention_efficiency",  "gemm_fill_k",
     "memory_bandwidth_gbps", "sm_count",   "host_link_gbps", "ep_overlap_efficiency", "compute_capability",
-    "expert_gemm_curve"};
+    "expert_gemm_curve",     "nvls"};
 
 // `before`, the shared GPU fields, then `after`: the known fields of one kind of GPU object.
 template <std::size_t Before, std::size_t After>
@@ -147,6 +147,15 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
                         limits::kComputeCapability.max))
     g.computeCapability = *v;
   readExpertGemmCurve(r, node, g);
+  // "nvls": {"efficiency": 0.85, "channels": 16} — NCCL's NVLS figures for this GPU's switches.
+  if (auto nvls = r.object(node, "nvls", Presence::Optional)) {
+    r.rejectUnknown(*nvls, {"efficiency", "channels"});
+    g.nvlsEfficiency =
+        r.number(*nvls, "efficiency", Presence::Required, limits::kEfficiency.min, limits::kEfficiency.max).value_or(0);
+    g.nvlsChannels = static_cast<int>(
+        r.integer(*nvls, "channels", Presence::Required, limits::kNvlsChannels.min, limits::kNvlsChannels.max)
+            .value_or(0));
+  }
 }
 
 // A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields (a field

@@ -476,7 +476,7 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   // The schema first: a file of another kind is named as such, not listed as unknown fields.
   if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain",
+  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls",
                        "bandwidth_matrix_gbps", "description"});
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
@@ -522,6 +522,16 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   // the file's own value, else the catalogue GPU's.
   c.nvlinkDomain =
       static_cast<int>(r.integer(at, "nvlink_domain", Presence::Optional, 1, limits::kMaxGpus).value_or(catalogDomain));
+  // NVLink SHARP: on where the GPU ships with NVLS switches (its catalogue figures), unless the
+  // file says its switches lack it. A file cannot turn on what its GPU has no figures for.
+  if (auto nvls = r.boolean(at, "nvls", Presence::Optional)) {
+    c.nvls = *nvls;
+    if (*nvls && c.gpu.nvlsEfficiency <= 0 && r.ok()) {
+      r.error(at.child("nvls"), "is true but GPU '" + excerpt(c.gpu.name) +
+                                    "' has no NVLS figures (expected false, or a gpu object with \"nvls\": "
+                                    "{\"efficiency\", \"channels\"})");
+    }
+  }
   if (r.ok() && c.totalGpus() > kMaxGpus)
     r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
@@ -751,6 +761,7 @@ Json gpuToJson(const GpuSpec& g) {
     }
     j["expert_gemm_curve"] = std::move(curve);
   }
+  if (g.nvlsEfficiency > 0) j["nvls"] = Json{{"efficiency", g.nvlsEfficiency}, {"channels", g.nvlsChannels}};
   return j;
 }
 }  // namespace
@@ -795,6 +806,7 @@ Json clusterToJson(const ClusterSpec& c) {
     j["links"]["host_switch"] = Json{{"gpus", c.hostSwitchGpus}, {"bandwidth_gbps", c.hostSwitchGBps}};
   }
   if (c.nvlinkDomain > c.gpusPerNode()) j["nvlink_domain"] = c.nvlinkDomain;
+  if (!c.nvls) j["nvls"] = false;
   if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
   return j;
 }

@@ -25,6 +25,19 @@ std::optional<Recompute> recomputeFromName(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view frameworkName(Framework framework) {
+  return framework == Framework::Torchtitan ? "torchtitan" : "megatron";
+}
+
+std::optional<Framework> frameworkFromName(std::string_view name) {
+  for (Framework f : {Framework::Megatron, Framework::Torchtitan}) {
+    if (frameworkName(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+std::string_view frameworkChoices() { return "megatron|torchtitan"; }
+
 namespace {
 
 // Megatron-Core's spelling of each module (--recompute-modules), in bit order.

@@ -217,6 +217,15 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
       r.number(cfg, "activation_offload_fraction", Presence::Optional, 0.0, 1.0).value_or(1.0);
   par.deltaOffloadBytesAcrossPpRanks =
       r.integer(cfg, "delta_offload_bytes_across_pp_ranks", Presence::Optional, 0, std::int64_t{1} << 60).value_or(0);
+  if (auto framework = r.string(cfg, "framework", Presence::Optional)) {
+    if (auto f = frameworkFromName(*framework)) {
+      par.framework = *f;
+    } else {
+      r.error(cfg.child("framework"),
+              "'" + excerpt(*framework) + "' is not a framework (expected " + std::string(frameworkChoices()) + ")");
+    }
+  }
+  par.torchCompile = r.boolean(cfg, "compile", Presence::Optional).value_or(true);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -265,7 +274,9 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
                              "moe_permute_fusion_into_hybridep",
                              "moe_combine_chunk_tokens",
                              "cuda_graph_impl",
-                             "cuda_graph_modules"}) {
+                             "cuda_graph_modules",
+                             "framework",
+                             "compile"}) {
     keys.push_back(k);
   }
   return keys;
@@ -312,6 +323,10 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   if (par.attentionBackend != AttentionBackend::Fused) {
     cfg["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
+  }
+  if (par.framework != Framework::Megatron) {
+    cfg["framework"] = std::string(frameworkName(par.framework));
+    cfg["compile"] = par.torchCompile;
   }
 }
 

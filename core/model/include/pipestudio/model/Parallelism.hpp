@@ -122,6 +122,19 @@ std::string cudaGraphModulesName(std::uint32_t bits);
 std::optional<std::uint32_t> cudaGraphModulesFromNames(std::string_view names, std::string* unknown = nullptr);
 /// The module names Megatron accepts, comma-separated.
 std::string_view cudaGraphModuleChoices();
+/// The framework whose kernels and policies carry out a recipe (docs/fidelity.md). `Megatron`:
+/// Megatron-Core with Transformer Engine — fused element-wise kernels, userbuffers for the TP
+/// overlap, Megatron's recompute modules. `Torchtitan`: PyTorch's FSDP2 and DTensor as
+/// torchtitan applies them (torchtitan/parallelisms/parallelize_llama.py): the TP overlap is
+/// AsyncTP (symmetric-memory micro-pipelining of the collectives torch.compile's micro_pipeline_tp
+/// pass matches), selective recomputation is torchtitan's per-op policy, and each transformer
+/// block is compiled or eager (Parallelism::torchCompile).
+enum class Framework : std::uint8_t { Megatron, Torchtitan };
+
+std::string_view frameworkName(Framework framework);
+std::optional<Framework> frameworkFromName(std::string_view name);
+/// "megatron|torchtitan": the choices, for messages and help texts.
+std::string_view frameworkChoices();
 
 std::string_view cpCommTypeName(CpCommType type);
 std::optional<CpCommType> cpCommTypeFromName(std::string_view name);
@@ -224,6 +237,12 @@ struct Parallelism {
   double activationOffloadFraction = 1.0;
   std::int64_t deltaOffloadBytesAcrossPpRanks = 0;
   bool offloadsActivations() const { return cpuOffloadingNumLayers > 0 || offloadModules != 0; }
+  /// The framework that runs the recipe (costs of its kernels, overlaps and recomputation).
+  Framework framework = Framework::Megatron;
+  /// torchtitan: every transformer block compiled with torch.compile, which fuses its element-wise
+  /// ops (torchtitan's apply_compile); false: eager, one kernel per PyTorch op. Megatron-Core's
+  /// kernels are fused either way.
+  bool torchCompile = true;
 
   /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default — DeepEP's
   /// Buffer.num_sms (20, deep_ep/buffer.py), HybridEP's 8 for a group across NVLink domains and 24
