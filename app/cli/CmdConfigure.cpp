@@ -148,6 +148,10 @@ std::string nothingRanked(const Configuration& r, const ClusterSpec& cluster) {
 int runConfigure(const ConfigureCliOptions& o) {
   auto inputs = loadModelAndCluster(o.model, o.cluster);
   if (!inputs) return kExitFailure;
+  if (auto st = applyExpertGemmCurve(o.recipe, inputs->second); !st) {
+    std::cerr << "configure: " << st.message() << '\n';
+    return kExitFailure;
+  }
   const auto& [model, cluster] = *inputs;
   if (o.vocabParallel) return runVocabComparison(model, cluster);
   ConfigureOptions options;

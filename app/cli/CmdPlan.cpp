@@ -102,6 +102,10 @@ int runPlan(const PlanOptions& o) {
   PlanRequest request;
   request.model = std::move(inputs->first);
   request.cluster = std::move(inputs->second);
+  if (auto st = applyExpertGemmCurve(o.recipe, request.cluster); !st) {
+    std::cerr << "plan: " << st.message() << '\n';
+    return kExitFailure;
+  }
   PlanConfig& cfg = request.config;
   cfg.schedule = o.schedule;
   if (auto ours = scheduleForAlias(o.schedule); ours && *ours != o.schedule) {

@@ -1,6 +1,7 @@
 #include "RecipeFlags.hpp"
 
 #include "Flags.hpp"
+#include "pipestudio/model/ModelIO.hpp"
 
 namespace pipestudio::cli {
 namespace {
@@ -69,8 +70,8 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
       ->check(CLI::IsMember({"deepep", "hybridep"}));
   cmd->add_option("--moe-comm-sms", o.moeCommSms,
                   "SMs the expert all-to-all kernels occupy, which compute overlapped with them cannot use "
-                  "(Megatron --moe-deepep-num-sms / --moe-hybridep-num-sms; default: 20 for flex, 32 for NCCL's "
-                  "all-to-all)")
+                  "(Megatron --moe-flex-dispatcher-num-sms; default: DeepEP 20, HybridEP 8 across NVLink domains "
+                  "and 24 inside one, 32 for NCCL's all-to-all)")
       ->check(intIn(1, 1024));
   cmd->add_flag("--fp8-param-gather,--fp4-param-gather", o.yesLowPrecisionParams,
                 "Keep the linear weights only in the recipe's low-precision format, no bf16 copy (Megatron "
@@ -81,6 +82,26 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
                 "fp8-block)");
   cmd->add_flag("--moe-shared-expert-overlap", o.moeSharedExpertOverlap,
                 "Compute the shared experts while the routed tokens travel (Megatron --moe-shared-expert-overlap)");
+  cmd->add_flag("--moe-permute-fusion", o.yesMoePermuteFusion,
+                "Permute the routed tokens with Transformer Engine's fused kernels (default, as the recipes run)");
+  cmd->add_flag("--no-moe-permute-fusion", o.noMoePermuteFusion,
+                "Permute with PyTorch's gather and atomic scatter-add (Megatron without --moe-permute-fusion)");
+  cmd->add_flag("--moe-permute-fusion-into-hybridep", o.moePermuteFusionIntoHybridEp,
+                "HybridEP writes and reads the tokens in expert order: no permutation kernels (needs "
+                "--moe-flex-backend hybridep)");
+  cmd->add_option("--moe-combine-chunk-tokens", o.moeCombineChunkTokens,
+                  "HybridEP's combine pipeline chunk in tokens (NUM_OF_TOKENS_PER_CHUNK_COMBINE_API; default 64)")
+      ->check(intIn(32, 65536));
+  cmd->add_option("--cuda-graph-impl", o.cudaGraphImpl,
+                  "CUDA graphs none (default) | local | transformer_engine | full_iteration (Megatron-Core "
+                  "--cuda-graph-impl)")
+      ->check(CLI::IsMember({"none", "local", "transformer_engine", "full_iteration"}));
+  cmd->add_option("--cuda-graph-modules", o.cudaGraphModules,
+                  "With a per-layer --cuda-graph-impl: comma-separated attn,mlp,moe,moe_router,moe_preprocess,mamba "
+                  "(default: the whole layer)");
+  cmd->add_option("--expert-gemm-curve", o.expertGemmCurve,
+                  "Grouped expert GEMM efficiencies measured on the cluster's GPU (the file "
+                  "tests/gpu/expert_gemm_curve.py writes) instead of the kernel model");
 }
 
 Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
@@ -133,6 +154,24 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
     par.moeFlexBackend = flexBackendFromName(o.moeFlexBackend).value_or(FlexBackend::DeepEp);
   }
   if (o.moeCommSms > 0) par.moeCommSms = o.moeCommSms;
+  if (auto st = applyPair(o.yesMoePermuteFusion, o.noMoePermuteFusion, "moe-permute-fusion", par.moePermuteFusion); !st)
+    return st;
+  par.moePermuteFusionIntoDispatcher = par.moePermuteFusionIntoDispatcher || o.moePermuteFusionIntoHybridEp;
+  if (o.moeCombineChunkTokens > 0) par.moeCombineChunkTokens = o.moeCombineChunkTokens;
+  if (!o.cudaGraphImpl.empty())
+    par.cudaGraphImpl = cudaGraphImplFromName(o.cudaGraphImpl).value_or(CudaGraphImpl::None);
+  if (!o.cudaGraphModules.empty()) {
+    if (par.cudaGraphImpl == CudaGraphImpl::None) {
+      return Error{"--cuda-graph-modules needs --cuda-graph-impl local or transformer_engine"};
+    }
+    std::string unknown;
+    const auto bits = cudaGraphModulesFromNames(o.cudaGraphModules, &unknown);
+    if (!bits) {
+      return Error{"--cuda-graph-modules: '" + unknown + "' is not a module (expected " +
+                   std::string(cudaGraphModuleChoices()) + ")"};
+    }
+    par.cudaGraphModules = *bits;
+  }
   if (!o.moeCapacityFactor.empty()) {
     if (o.moeCapacityFactor == "dropless" || o.moeCapacityFactor == "none") {
       par.moeCapacityFactor = 0.0;
@@ -154,6 +193,17 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
                    std::string(recomputeModuleChoices()) + ")"};
     }
     par.recomputeModules = *bits;
+  }
+  return {};
+}
+
+Status applyExpertGemmCurve(const RecipeOptions& o, ClusterSpec& cluster) {
+  if (o.expertGemmCurve.empty()) return {};
+  auto curve = loadExpertGemmCurve(o.expertGemmCurve);
+  if (!curve) return curve.error().withPrefix("--expert-gemm-curve: ");
+  cluster.gpu.expertGemmCurve = *curve;
+  for (NodeSpec& node : cluster.nodes) {
+    if (node.gpu) node.gpu->expertGemmCurve = *curve;
   }
   return {};
 }
@@ -182,6 +232,11 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   out["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
   out["low_precision_params"] = par.lowPrecisionParamsFor(config.precision);
+  out["moe_permute_fusion"] = par.moePermuteFusion;
+  out["moe_permute_fusion_into_hybridep"] = par.moePermuteFusionIntoDispatcher;
+  out["moe_combine_chunk_tokens"] = par.moeCombineChunkTokensOrDefault();
+  out["cuda_graph_impl"] = std::string(cudaGraphImplName(par.cudaGraphImpl));
+  out["cuda_graph_modules"] = cudaGraphModulesName(par.cudaGraphModules);
 }
 
 }  // namespace pipestudio::cli

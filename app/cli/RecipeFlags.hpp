@@ -32,6 +32,13 @@ struct RecipeOptions {
   int moeCommSms = 0;              ///< 0: the dispatcher's default
   std::string attentionBackend;    ///< empty: fused
   bool yesLowPrecisionParams = false, noLowPrecisionParams = false;
+  bool yesMoePermuteFusion = false, noMoePermuteFusion = false;
+  bool moePermuteFusionIntoHybridEp = false;
+  int moeCombineChunkTokens = 0;  ///< 0: HybridEP's default
+  std::string cudaGraphImpl;      ///< empty: none
+  std::string cudaGraphModules;   ///< empty: the whole layer (with a per-layer impl)
+  /// A file of grouped expert GEMM timings (tests/gpu/expert_gemm_curve.py) for the cluster's GPUs.
+  std::string expertGemmCurve;
 };
 
 /// Adds the recipe flags to `cmd`.
@@ -40,6 +47,10 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o);
 /// Applies them to `config` (after the degrees and --recompute are set). A contradiction or
 /// an unknown name is a usage error naming the flag.
 Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config);
+
+/// --expert-gemm-curve: the measured points onto every GPU of `cluster` (nothing when not given);
+/// an unreadable file is bad input naming it.
+Status applyExpertGemmCurve(const RecipeOptions& o, ClusterSpec& cluster);
 
 /// The recipe of `config` as the `config` object of `--json` output spells it.
 void recipeToJson(const PlanConfig& config, Json& out);

@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -362,6 +363,19 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
     par.moeFlexBackend = flexBackendFromName(row["moe_flex_backend"].get<std::string>()).value_or(FlexBackend::DeepEp);
   }
   if (row.contains("moe_comm_sms")) par.moeCommSms = row["moe_comm_sms"].get<int>();
+  if (row.contains("moe_permute_fusion")) par.moePermuteFusion = row["moe_permute_fusion"].get<bool>();
+  if (row.contains("moe_permute_fusion_into_hybridep")) {
+    par.moePermuteFusionIntoDispatcher = row["moe_permute_fusion_into_hybridep"].get<bool>();
+  }
+  if (row.contains("moe_combine_chunk_tokens")) par.moeCombineChunkTokens = row["moe_combine_chunk_tokens"].get<int>();
+  if (row.contains("cuda_graph_impl")) {
+    par.cudaGraphImpl = cudaGraphImplFromName(row["cuda_graph_impl"].get<std::string>()).value_or(CudaGraphImpl::None);
+  }
+  if (row.contains("cuda_graph_modules")) {
+    par.cudaGraphModules = cudaGraphModulesFromNames(row["cuda_graph_modules"].get<std::string>()).value_or(0);
+  }
+  if (row.contains("moe_shared_expert_overlap"))
+    par.moeSharedExpertOverlap = row["moe_shared_expert_overlap"].get<bool>();
   if (row.contains("cp_comm_type")) {
     par.cpCommType = cpCommTypeFromName(row["cp_comm_type"].get<std::string>()).value_or(CpCommType::P2p);
   }
@@ -370,79 +384,100 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
   readAttentionBackend(row, par);
 }
 
+// The GPU type of a recipe row: its own, or its table's.
+std::string rowGpu(const Json& table, const Json& row) {
+  return row.contains("gpu") ? row["gpu"].get<std::string>() : table["gpu"].get<std::string>();
+}
+
 // A recipe row as the recipe runs it: its degrees, micro and global batch, precision and the
 // recipe's recomputation and overlap settings (the row says where they differ from
 // Megatron-Bridge's defaults); tokens per second per GPU.
+Expected<PlanRequest> recipeRequest(const Json& table, const Json& row, const ClusterSpec& base, const Report& report,
+                                    double efficiency) {
+  const auto precision = precisionFromName(row["precision"].get<std::string>());
+  if (!precision) return Error{"unknown precision " + row["precision"].get<std::string>()};
+  const std::string model = row["model"].get<std::string>();
+  const int seq = row["seq"].get<int>();
+  const int gpus = row["gpus"].get<int>();
+  const int tp = row["tp"].get<int>(), pp = row["pp"].get<int>(), cp = row["cp"].get<int>();
+  const int vp = row["vp"].is_number() ? row["vp"].get<int>() : 1;
+  const int fsdp = row.value("fsdp", 0);
+  PlanRequest r;
+  auto spec = recipeModelFor(model, table["models"][model], seq);
+  if (!spec) return spec.error();
+  r.model = std::move(*spec);
+  // A row may name another GPU of the catalogue than the table's cluster has (B300 rows on the
+  // B200 cluster's links, GB300 on GB200's): the cluster with that GPU.
+  const std::string gpu = rowGpu(table, row);
+  ClusterSpec withGpu = base;
+  if (row.contains("gpu")) {
+    const CatalogGpu* entry = findCatalogGpu(gpu);
+    if (!entry) return Error{"GPU " + gpu + " is not in the catalogue"};
+    withGpu.gpu = entry->gpu;
+  }
+  // The bf16 GEMMs: the GPU's bf16 calibration, or the low-precision one they follow (while that
+  // one is calibrated on this row, the value under trial).
+  const auto from = report.bf16From.find(gpu);
+  const bool bf16FollowsThisRow = from != report.bf16From.end() &&
+                                  from->second == gpu + "/" + std::string(precisionName(gemmRateFallback(*precision)));
+  const double bf16 = bf16FollowsThisRow             ? efficiency
+                      : report.efficiency.count(gpu) ? report.efficiency.at(gpu)
+                                                     : withGpu.gpu.efficiency;
+  r.cluster = clusterFor(withGpu, gpus, bf16);
+  if (*precision != Precision::Bf16) {
+    r.cluster.gpu.efficiencyByPrecision[static_cast<std::size_t>(*precision)] = efficiency;
+  } else {
+    r.cluster.gpu.efficiency = efficiency;
+  }
+  PlanConfig& c = r.config;
+  c.schedule = vp > 1 ? "interleaved-1f1b" : "1f1b";
+  c.chunksPerDevice = vp;
+  c.devices = pp;
+  c.partition = "megatron";  // the split the recipes ran: blocks evenly, embedding and head at the ends
+  c.precision = *precision;
+  Parallelism& par = c.parallel;
+  par.tensor = tp;
+  par.context = cp;
+  par.data = gpus / (tp * pp * cp);
+  par.sequenceParallel = tp > 1;
+  par.zeroStage = fsdp > 0 ? 3 : 1;  // Megatron FSDP, else the distributed optimizer
+  par.tpCommOverlap = row.value("tp_comm_overlap", true);
+  par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
+  readAttentionBackend(table, par);  // the table's kernel, unless the row names its own
+  applyRecipeMoe(row, par);
+  // The framework that ran it (torchtitan: AsyncTP for the TP overlap, per-op selective
+  // checkpointing, compiled or eager blocks); Megatron-Core unless the table says.
+  par.framework = frameworkFromName(table.value("framework", std::string("megatron"))).value_or(Framework::Megatron);
+  par.torchCompile = row.value("compile", true);
+  // Memory settings the row states (issue 42): Megatron's layer-level activation offloading and
+  // whether the weights are kept only in low precision (else Megatron-Bridge's preset).
+  par.cpuOffloadingNumLayers = row.value("cpu_offloading_num_layers", 0);
+  if (row.contains("fp8_param_gather")) par.lowPrecisionParams = row["fp8_param_gather"].get<bool>();
+  if (row.contains("recompute")) {
+    const Json& rc = row["recompute"];
+    par.recompute = recomputeFromName(rc.value("granularity", std::string("none"))).value_or(Recompute::None);
+    par.recomputeNumLayers = rc.value("num_layers", 0);
+    par.recomputeMethod =
+        recomputeMethodFromName(rc.value("method", std::string("uniform"))).value_or(RecomputeMethod::Uniform);
+    if (rc.contains("modules")) {
+      par.recomputeModules = recomputeModulesFromNames(rc["modules"].get<std::string>()).value_or(0);
+    }
+  }
+  c.globalBatch = row["global_batch"].get<std::int64_t>();
+  c.microBatchSize = row["micro_batch"].get<std::int64_t>();
+  return r;
+}
+
 RowPredictor recipePredictor(const Json& table, const Json& row, const ClusterSpec& base, const Report& report) {
   return [&table, &row, &base, &report](double efficiency) {
-    Prediction failed;
-    const auto precision = precisionFromName(row["precision"].get<std::string>());
-    if (!precision) {
-      failed.error = "unknown precision " + row["precision"].get<std::string>();
+    auto r = recipeRequest(table, row, base, report, efficiency);
+    if (!r) {
+      Prediction failed;
+      failed.error = r.message();
       return failed;
     }
-    const std::string model = row["model"].get<std::string>();
-    const int seq = row["seq"].get<int>();
     const int gpus = row["gpus"].get<int>();
-    const int tp = row["tp"].get<int>(), pp = row["pp"].get<int>(), cp = row["cp"].get<int>();
-    const int vp = row["vp"].is_number() ? row["vp"].get<int>() : 1;
-    const int fsdp = row.value("fsdp", 0);
-    PlanRequest r;
-    auto spec = recipeModelFor(model, table["models"][model], seq);
-    if (!spec) {
-      failed.error = spec.message();
-      return failed;
-    }
-    r.model = std::move(*spec);
-    const std::string gpu = table["gpu"].get<std::string>();
-    // The bf16 GEMMs: the GPU's bf16 calibration, or the low-precision one they follow (while that
-    // one is calibrated on this row, the value under trial).
-    const auto from = report.bf16From.find(gpu);
-    const bool bf16FollowsThisRow =
-        from != report.bf16From.end() &&
-        from->second == gpu + "/" + std::string(precisionName(gemmRateFallback(*precision)));
-    const double bf16 = bf16FollowsThisRow             ? efficiency
-                        : report.efficiency.count(gpu) ? report.efficiency.at(gpu)
-                                                       : base.gpu.efficiency;
-    r.cluster = clusterFor(base, gpus, bf16);
-    if (*precision != Precision::Bf16) {
-      r.cluster.gpu.efficiencyByPrecision[static_cast<std::size_t>(*precision)] = efficiency;
-    } else {
-      r.cluster.gpu.efficiency = efficiency;
-    }
-    PlanConfig& c = r.config;
-    c.schedule = vp > 1 ? "interleaved-1f1b" : "1f1b";
-    c.chunksPerDevice = vp;
-    c.devices = pp;
-    c.partition = "megatron";  // the split the recipes ran: blocks evenly, embedding and head at the ends
-    c.precision = *precision;
-    Parallelism& par = c.parallel;
-    par.tensor = tp;
-    par.context = cp;
-    par.data = gpus / (tp * pp * cp);
-    par.sequenceParallel = tp > 1;
-    par.zeroStage = fsdp > 0 ? 3 : 1;  // Megatron FSDP, else the distributed optimizer
-    par.tpCommOverlap = row.value("tp_comm_overlap", true);
-    par.gradReduceInFp32 = row.value("grad_reduce_dtype", std::string("bf16")) == "fp32";
-    readAttentionBackend(table, par);  // the table's kernel, unless the row names its own
-    applyRecipeMoe(row, par);
-    // Memory settings the row states (issue 42): Megatron's layer-level activation offloading and
-    // whether the weights are kept only in low precision (else Megatron-Bridge's preset).
-    par.cpuOffloadingNumLayers = row.value("cpu_offloading_num_layers", 0);
-    if (row.contains("fp8_param_gather")) par.lowPrecisionParams = row["fp8_param_gather"].get<bool>();
-    if (row.contains("recompute")) {
-      const Json& rc = row["recompute"];
-      par.recompute = recomputeFromName(rc.value("granularity", std::string("none"))).value_or(Recompute::None);
-      par.recomputeNumLayers = rc.value("num_layers", 0);
-      par.recomputeMethod =
-          recomputeMethodFromName(rc.value("method", std::string("uniform"))).value_or(RecomputeMethod::Uniform);
-      if (rc.contains("modules")) {
-        par.recomputeModules = recomputeModulesFromNames(rc["modules"].get<std::string>()).value_or(0);
-      }
-    }
-    c.globalBatch = row["global_batch"].get<std::int64_t>();
-    c.microBatchSize = row["micro_batch"].get<std::int64_t>();
-    return planAndMeasure(r, [gpus](const Plan& plan) { return plan.metrics.tokensPerS / gpus; });
+    return planAndMeasure(std::move(*r), [gpus](const Plan& plan) { return plan.metrics.tokensPerS / gpus; });
   };
 }
 
@@ -469,7 +504,9 @@ RowPredictor dispatchPredictor(const Json& row, const ClusterSpec& base) {
     const auto perNode = static_cast<double>(std::max<std::int64_t>(1, links.domainGpus));
     const double pairs = tokens * costparts::domainsHit(routing, std::ceil(ranks / perNode));
     const FlexBackend backend = flexBackendFromName(row["backend"].get<std::string>()).value_or(FlexBackend::DeepEp);
-    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, routing, bytes, backend, row.value("sms", 0.0));
+    // HybridEP ran at its default chunk (64 tokens per API call, docs/README_Hybrid-EP.md).
+    p.iterationMs = costparts::flexAllToAllMs(links, ranks, 1, tokens, routing, bytes, backend, row.value("sms", 0.0),
+                                              row.value("chunk_tokens", 64.0));
     if (p.iterationMs <= 0) {
       p.error = "no time for the call";
       return p;
@@ -694,7 +731,9 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
         const std::string stated = row["precision"].get<std::string>();
         const auto parsed = precisionFromName(stated);
         const std::string precision = parsed ? std::string(precisionName(gemmRateFallback(*parsed))) : stated;
-        const std::string key = precision == "bf16" ? gpu : std::string(gpu).append("/").append(precision);
+        const std::string rowGpuName = rowGpu(table, row);
+        const std::string key =
+            precision == "bf16" ? rowGpuName : std::string(rowGpuName).append("/").append(precision);
         Entry e{id,
                 key,
                 name,
@@ -710,7 +749,18 @@ std::vector<Entry> collectEntries(const Json& root, const std::map<std::string, 
         // A row whose run differs from the recipe in a way the cost model has no setting for.
         if (row.contains("out_of_scope")) e.outOfScope = row["out_of_scope"].get<std::string>();
         e.checkMemory = table.value("check_memory", false);
-        if (parsed) e.fallbackEfficiency = base.gpu.efficiencyFor(gemmRateFallback(*parsed));
+        if (parsed) {
+          // The catalogue's value for the row's GPU (a row may name another than its table's).
+          const CatalogGpu* named = row.contains("gpu") ? findCatalogGpu(rowGpuName) : nullptr;
+          e.fallbackEfficiency = (named ? named->gpu : base.gpu).efficiencyFor(gemmRateFallback(*parsed));
+        }
+        // A peak the run reported (PyTorch's max allocated, GiB): compared, not only checked to fit.
+        if (row.contains("measured_peak_gib"))
+          e.measuredMemoryGb = row["measured_peak_gib"].get<double>() * 1.073741824;
+        // A peak the publisher reports, in GiB (torchtitan's tables).
+        if (row.contains("measured_memory_gib")) {
+          e.measuredMemoryGb = row["measured_memory_gib"].get<double>() * 1.073741824;
+        }
         entries.push_back(std::move(e));
       }
     }
@@ -805,8 +855,12 @@ bool printRows(Report& report, bool markdown) {
     }
     std::array<char, 64> memory{};
     if (r.measuredMemoryGb > 0) {
-      std::snprintf(memory.data(), memory.size(), "%6.1f (%.0f)", static_cast<double>(r.predicted.peakBytes) / 1e9,
-                    r.measuredMemoryGb);
+      // A recipe that ran and states its peak: both the peak and whether it fits (a run the cost
+      // model does not describe is no check of its memory either).
+      const bool missed = r.checkMemory && r.outOfScope.empty() && !r.predicted.fits;
+      std::snprintf(memory.data(), memory.size(), "%6.1f (%.0f)%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
+                    r.measuredMemoryGb, missed ? " DOES NOT FIT" : "");
+      if (missed) ok = false;
     } else {
       // Recipes that ran: a peak that does not fit (with the stated margin) is a miss.
       const bool missed = r.checkMemory && !r.predicted.fits;
@@ -894,6 +948,185 @@ void printSettingPairs(const Json& root, const Report& report, bool markdown) {
                   markdown ? "|" : "");
     }
     std::printf("\nright direction in %d of %d changes\n", right, counted);
+  }
+}
+
+// A table's "ladder": one configuration under a sequence of recipes, each a step from the one
+// before (Megatron-Bridge's dispatcher ladder on Qwen3-30B-A3B). Each step's speed-up, measured
+// and predicted, must agree within the ladder's tolerance: a planner choosing a recipe relies on
+// them. False when a step misses (or a row failed).
+bool printLadders(const Json& root, const Report& report, bool markdown) {
+  const char* bar = markdown ? "|" : " ";
+  bool ok = true;
+  for (const Json& table : root["tables"]) {
+    if (!table.contains("ladder")) continue;
+    const Json& ladder = table["ladder"];
+    const std::string id = table["id"].get<std::string>();
+    const double tolerance = ladder.value("tolerance", 0.10);
+    std::printf("\n## %s ladder: %s (tokens/s/GPU; each step against the one before)\n\n", id.c_str(),
+                ladder.value("title", std::string()).c_str());
+    if (markdown) {
+      std::printf(
+          "| rung | step time, measured (first = 1) | predicted | speed-up, measured | predicted | error |\n"
+          "|---|---:|---:|---:|---:|---:|\n");
+    }
+    const Row* first = nullptr;
+    const Row* previous = nullptr;
+    int missed = 0;
+    for (const Json& name : ladder["rows"]) {
+      const Row* row = nullptr;
+      for (const Row& r : report.rows) {
+        if (r.table == id && r.name == name.get<std::string>() && r.predicted.error.empty()) row = &r;
+      }
+      if (!row || row->measured <= 0 || row->predicted.value <= 0) {
+        std::printf("%s %s %s (failed or missing)\n", bar, name.get<std::string>().c_str(), bar);
+        ok = false;
+        continue;
+      }
+      // Step times relative to the first rung's, from the throughput (every rung runs the same
+      // tokens per step).
+      if (!first) first = row;
+      const double measuredS = first->measured / row->measured;
+      const double predictedS = first->predicted.value / row->predicted.value;
+      if (!previous) {
+        std::printf("%s %-60s %s %6.3f %s %6.3f %s %s %s %s %s\n", bar, row->name.c_str(), bar, measuredS, bar,
+                    predictedS, bar, "-", bar, "-", markdown ? "|" : "");
+      } else {
+        const double measuredUp = row->measured / previous->measured;
+        const double predictedUp = row->predicted.value / previous->predicted.value;
+        const double err = pctError(predictedUp, measuredUp);
+        const bool within = std::abs(err) <= tolerance;
+        missed += within ? 0 : 1;
+        std::printf("%s %-60s %s %6.3f %s %6.3f %s %6.3f %s %6.3f %s %+5.1f%%%s %s\n", bar, row->name.c_str(), bar,
+                    measuredS, bar, predictedS, bar, measuredUp, bar, predictedUp, bar, 100.0 * err,
+                    within ? "" : " MISSED", markdown ? "|" : "");
+      }
+      previous = row;
+    }
+    if (first && previous && first != previous) {
+      const double measuredAll = previous->measured / first->measured;
+      const double predictedAll = previous->predicted.value / first->predicted.value;
+      std::printf("\nfirst to last rung: measured %.3f, predicted %.3f (%+.1f%%); steps within %.0f %%: %s\n",
+                  measuredAll, predictedAll, 100.0 * pctError(predictedAll, measuredAll), 100.0 * tolerance,
+                  missed == 0 ? "all" : "MISSED");
+    }
+    ok = ok && missed == 0;
+  }
+  return ok;
+}
+
+// Where a MoE block's time goes in the cost model, for the rows the document names under
+// "breakdown": one microbatch's forward, input- and weight-gradient passes of each kind of block
+// (GPT-OSS: its sliding-window and full-attention layers), split into the attention core, the
+// attention's weight GEMMs, the expert GEMMs, the permutation, the experts' activation, the
+// all-to-alls and host waits the pass shows, and the rest (router, norms, residuals, casts).
+// The parts are the cost model's own kernel terms (CostParts.hpp) on the row's GPU and layout.
+struct MoeBlockSplit {
+  double total = 0, attentionCore = 0, attentionGemms = 0, expertGemms = 0, permutation = 0, activation = 0,
+         exposedComm = 0;
+};
+
+MoeBlockSplit moeBlockSplit(const Layer& layer, const CostContext& ctx) {
+  MoeBlockSplit b;
+  const TransformerShape& t = *layer.transformer;
+  const LayerCosts c = layerCosts(layer, ctx);
+  b.total = c.forwardMs + c.backwardInputMs + c.backwardWeightMs;
+  b.exposedComm = c.forwardCommMs + c.backwardInputCommMs + c.backwardWeightCommMs;
+  const Parallelism& par = ctx.parallel;
+  const double T = std::max(1, par.tensor), C = std::max(1, par.context);
+  const double tokens = static_cast<double>(ctx.samplesPerMicrobatch) * static_cast<double>(t.seq) / C;
+  const double h = static_cast<double>(t.hidden), a = static_cast<double>(t.heads);
+  const double d = static_cast<double>(t.headDimOrDefault()), kv = static_cast<double>(t.kvHeadsOrHeads());
+  const costparts::FlashTimes core =
+      costparts::flashAttention(ctx.gpu,
+                                {static_cast<double>(ctx.samplesPerMicrobatch) * a / T, static_cast<double>(t.seq),
+                                 static_cast<double>(t.seq), d, d, t.causal, static_cast<double>(t.window)},
+                                par.attentionBackend);
+  b.attentionCore = core.forwardMs + core.backwardMs;
+  const double wgradOut = 2.0 * (par.gradReduceInFp32 ? 4.0 : 2.0);
+  for (const auto& [n, k] : {std::pair{(a + 2 * kv) * d / T, h}, std::pair{h, a * d / T}}) {
+    b.attentionGemms += costparts::gemmMs(ctx.gpu, ctx.precision, tokens, n, k) +
+                        costparts::gemmMs(ctx.gpu, ctx.precision, tokens, k, n) +
+                        costparts::gemmMs(ctx.gpu, ctx.precision, k, n, tokens, wgradOut);
+  }
+  costparts::MoeShape m;
+  m.tensor = par.tensor;
+  m.tokens = tokens / (par.sequenceParallel ? T : 1.0);
+  m.hidden = h;
+  m.expertFfn = static_cast<double>(t.expertFfnOrDefault());
+  m.experts = static_cast<double>(t.experts);
+  m.topK = static_cast<double>(t.topK);
+  m.swiglu = t.mlp == MlpKind::SwiGlu;
+  m.ep = par.expert;
+  m.etp = par.expertTensorOrTensor();
+  m.precision = ctx.precision;
+  m.wgradOutputBytes = wgradOut;
+  m.flexDispatcher = par.moeFlexDispatcher;
+  m.flexBackend = par.moeFlexBackend;
+  m.permuteFusion = par.moePermuteFusion;
+  m.permuteInDispatcher = par.moePermuteFusionIntoDispatcher;
+  const costparts::MoeCosts moe = costparts::moeCosts(ctx.gpu, ctx.links, m);
+  b.permutation = 2.0 * moe.permuteMs;
+  b.activation = 3.0 * moe.expertActMs;
+  const double local = std::max(1.0, m.experts / m.ep), ffn = m.expertFfn / m.etp, act = (m.swiglu ? 2.0 : 1.0) * ffn;
+  const double rows = moe.routedTokensPerExpert;
+  for (const auto& [gm, gn, gk, wgrad, out] :
+       {std::tuple{rows, act, h, false, 2.0}, std::tuple{rows, h, ffn, false, 2.0},
+        std::tuple{rows, h, act, false, 2.0}, std::tuple{rows, ffn, h, false, 2.0},
+        std::tuple{h, act, rows, true, wgradOut}, std::tuple{ffn, h, rows, true, wgradOut}}) {
+    b.expertGemms += costparts::expertGemmMs(ctx.gpu, ctx.precision, {local, gm, gn, gk, wgrad, h, ffn}, out);
+  }
+  return b;
+}
+
+void printLayerBreakdowns(const Json& root, const std::map<std::string, ClusterSpec>& clusters, const Report& report,
+                          bool markdown) {
+  if (!root.contains("breakdown")) return;
+  const char* bar = markdown ? "|" : " ";
+  std::printf("\n## Where a MoE block's time goes (cost model; one microbatch, F + B + W, ms)\n\n");
+  if (markdown) {
+    std::printf(
+        "| row, block | total | attention core | attention GEMMs | expert GEMMs | permutation | expert "
+        "activation | exposed all-to-alls and waits | rest |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  }
+  for (const Json& item : root["breakdown"]) {
+    for (const Json& table : root["tables"]) {
+      if (table["id"] != item["table"]) continue;
+      for (const Json& row : table["rows"]) {
+        if (row["name"] != item["row"]) continue;
+        const std::string precision(precisionName(
+            gemmRateFallback(precisionFromName(row["precision"].get<std::string>()).value_or(Precision::Bf16))));
+        const std::string gpu = rowGpu(table, row);
+        const std::string key = precision == "bf16" ? gpu : gpu + "/" + precision;
+        const double efficiency = report.efficiency.count(key) ? report.efficiency.at(key) : 0.5;
+        auto request = recipeRequest(table, row, clusters.at(table["cluster"].get<std::string>()), report, efficiency);
+        auto resolved = request ? resolveRequest(*request) : Expected<PlanRequest>(request.error());
+        if (!resolved) {
+          std::printf("%s %s %s failed: %s\n", bar, row["name"].get<std::string>().c_str(), bar,
+                      resolved.message().c_str());
+          continue;
+        }
+        const CostContext ctx =
+            costContext(resolved->cluster, resolved->config, resolved->model.samplesPerMicrobatch, 0, true);
+        std::vector<std::int64_t> windows;  // one block of each kind
+        for (const Layer& layer : resolved->model.components.front().layers) {
+          if (layer.kind != "transformer" || !layer.transformer || !layer.transformer->isMoe()) continue;
+          if (layer.transformer->mtpLayers > 0) continue;
+          if (std::find(windows.begin(), windows.end(), layer.transformer->window) != windows.end()) continue;
+          windows.push_back(layer.transformer->window);
+          const MoeBlockSplit b = moeBlockSplit(layer, ctx);
+          const double rest = b.total - b.attentionCore - b.attentionGemms - b.expertGemms - b.permutation -
+                              b.activation - b.exposedComm;
+          const std::string name =
+              row["name"].get<std::string>() + (layer.transformer->window > 0
+                                                    ? ", window " + std::to_string(layer.transformer->window)
+                                                    : std::string(", full attention"));
+          std::printf("%s %-50s %s %7.2f %s %6.2f %s %6.2f %s %6.2f %s %6.2f %s %6.2f %s %6.2f %s %6.2f %s\n", bar,
+                      name.c_str(), bar, b.total, bar, b.attentionCore, bar, b.attentionGemms, bar, b.expertGemms, bar,
+                      b.permutation, bar, b.activation, bar, b.exposedComm, bar, rest, markdown ? "|" : "");
+        }
+      }
+    }
   }
 }
 
@@ -1072,6 +1305,8 @@ int run(const Options& o) {
   ok = printRows(report, o.markdown) && ok;
   ok = printMape(root, mape, memoryMape, o.markdown) && ok;
   printSettingPairs(root, report, o.markdown);
+  ok = printLadders(root, report, o.markdown) && ok;
+  printLayerBreakdowns(root, *clusters, report, o.markdown);
   ok = printZbBubbles(root, o.markdown) && ok;
   ok = printVocabTable(root, *clusters, report, o.markdown) && ok;
   ok = printCatalogue(report, o.markdown) && ok;

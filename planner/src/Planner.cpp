@@ -375,6 +375,11 @@ Status checkExpertLayout(const PlanRequest& request) {
   if (!anyExperts && par.moeCapacityFactor) {
     return Error{"--moe-capacity-factor needs a mixture-of-experts model; '" + request.model.name + "' has none"};
   }
+  if (par.moePermuteFusionIntoDispatcher && !(par.moeFlexDispatcher && par.moeFlexBackend == FlexBackend::HybridEp)) {
+    return Error{
+        "--moe-permute-fusion-into-hybridep needs the flex dispatcher with HybridEP (--moe-token-dispatcher flex "
+        "--moe-flex-backend hybridep)"};
+  }
   const std::int64_t grid = static_cast<std::int64_t>(par.expertTensorOrTensor()) * par.expert;
   const std::int64_t gpus = par.gpusPerPipelineRank();
   if (gpus % grid != 0) {
@@ -445,6 +450,14 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
                  request.model.name + "' has none"};
   }
   if (auto st = checkExpertLayout(request); !st) return st.error();
+  // CUDA graphs as Megatron-Core accepts them; CPU offloading runs outside any graph (Megatron-Core
+  // refuses the two together, transformer_config.py).
+  if (auto problem = cudaGraphProblem(par)) return Error{"--cuda-graph-impl: " + *problem};
+  if (par.cudaGraphImpl != CudaGraphImpl::None && cfg.offloadRatio > 0) {
+    return Error{
+        "--offload-ratio: activation offloading is incompatible with CUDA graphs (expected --cuda-graph-impl "
+        "none)"};
+  }
   const std::int64_t gpus = cfg.totalGpus();
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
     return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) +

@@ -18,7 +18,10 @@
 #      (target within 5 %) and against the same kernels back to back (--baseline, within 3 %);
 #   5. where the node's python3 has PyTorch: the kernel timings of the cost model's kernel check
 #      (tests/gpu/kernels.py: GEMMs, expert GEMMs, attention; $OUT/kernels.jsonl, the format of
-#      bench/fidelity/kernels-h100.jsonl, which `pipestudio-fidelity --kernels` reads).
+#      bench/fidelity/kernels-h100.jsonl, which `pipestudio-fidelity --kernels` reads), and the
+#      grouped expert GEMM curve (tests/gpu/expert_gemm_curve.py: $OUT/expert-gemm-curve.json, which
+#      `pipestudio-cli plan --expert-gemm-curve` reads), and a GPT-OSS-120B block part by part
+#      under Transformer Engine (tests/gpu/gpt_oss_layer.py: $OUT/gpt-oss-layer.json).
 # The CUPTI checks (kernels, memcpy, NCCL kernels, one clock, dropped records) are read from the
 # traces by tests/gpu/check-trace.py, here or on the node.
 set -uo pipefail
@@ -191,6 +194,11 @@ done
 
 if [ "$backend" != cpu ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   step "kernel timings" 200 env KERNELS_BUDGET_S=150 python3 "$here/tests/gpu/kernels.py" "$out/kernels.jsonl"
+  # Issue 43: grouped expert GEMMs against tokens per expert, the curve `plan --expert-gemm-curve` reads.
+  step "expert GEMM curve" 150 env CURVE_BUDGET_S=120 python3 "$here/tests/gpu/expert_gemm_curve.py" \
+    "$out/expert-gemm-curve.json"
+  # Issue 43: a GPT-OSS-120B block part by part under Transformer Engine (sinks, windows, biases).
+  step "gpt-oss layer" 180 env GPT_OSS_BUDGET_S=150 python3 "$here/tests/gpu/gpt_oss_layer.py" "$out/gpt-oss-layer.json"
 fi
 
 for s in "$out"/*.stream; do

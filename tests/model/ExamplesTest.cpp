@@ -170,6 +170,36 @@ TEST(Examples, ComputeCapabilityRoundTrips) {
   EXPECT_NE(r.toError().message.find("/gpu/compute_capability"), std::string::npos) << r.toError().message;
 }
 
+// A GPU's measured expert GEMM curve (tests/gpu/expert_gemm_curve.py) is read from its fields and
+// written back with the cluster; the script's file loads into the same points, and a file that is
+// not one says so.
+TEST(Examples, ExpertGemmCurveRoundTripsAndLoadsFromItsFile) {
+  auto c = clusterFromText(R"({"schema": "pipestudio.cluster/1", "name": "c",
+    "gpu": {"model": "H100", "expert_gemm_curve": [
+      {"precision": "fp8", "tokens": 512, "hidden": 4096, "expert_ffn": 1536, "efficiency": 0.7}]},
+    "nodes": [{"host": "localhost", "gpus": 1}], "links": {"intra_node": {"bandwidth_gbps": 300}}})");
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->gpu.expertGemmCurve.size(), 1U);
+  EXPECT_EQ(c->gpu.expertGemmCurve[0].precision, Precision::Fp8);
+  EXPECT_DOUBLE_EQ(c->gpu.expertGemmCurve[0].expertFfn, 1536);
+  auto again = clusterFromText(clusterToJson(*c).dump());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->gpu.expertGemmCurve, c->gpu.expertGemmCurve);
+
+  const std::string data = PIPESTUDIO_TEST_DATA;
+  auto curve = loadExpertGemmCurve(data + "/good/expert-gemm-curve.json");
+  ASSERT_TRUE(curve) << curve.message();
+  ASSERT_EQ(curve->size(), 3U);
+  EXPECT_DOUBLE_EQ((*curve)[1].tokens, 1024);
+  EXPECT_DOUBLE_EQ((*curve)[1].efficiency, 0.8);
+  auto notACurve = loadExpertGemmCurve(data + "/good/tiny-cluster.json");
+  ASSERT_FALSE(notACurve);
+  EXPECT_NE(notACurve.message().find("/schema"), std::string::npos) << notACurve.message();
+  auto missing = loadExpertGemmCurve(data + "/good/no-such-curve.json");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.message().find("no-such-curve.json"), std::string::npos) << missing.message();
+}
+
 double parameterCount(const ModelSpec& m, const GpuSpec& gpu, const std::string& component) {
   double params = 0;
   for (const auto& c : m.components) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "CostFixtures.hpp"
+#include "CostParts.hpp"
 #include "pipestudio/model/CostModel.hpp"
 
 using namespace pipestudio;
@@ -197,8 +198,41 @@ TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
   // Dispatch bytes: every token's hidden state to each of its top-2 experts (bf16); all-to-all
   // over 4 ranks moves 3/4 of them.
   const double a2aMs = 3.0 / 4.0 * (2 * n * 2 * h) / 100e9 * 1000;
-  EXPECT_NEAR(c.forwardCommMs, 2 * a2aMs, 1e-12);
+  // The forward also waits for the dispatcher's token counts on the host: the measured round trip
+  // less what the first permutation (read n rows, write 2n copies of 2h bytes) covers.
+  const double permutationMs = 2 * h * (n + 2 * n) / 1e12 * 1000;
+  EXPECT_NEAR(c.forwardCommMs, 2 * a2aMs + (costparts::kMeasuredD2hRoundTripMs - permutationMs), 1e-12);
   EXPECT_NEAR(c.backwardInputCommMs, 2 * a2aMs, 1e-12);
+}
+
+// CUDA graphs (issue 43). Time: the published A/Bs remove no launch time on H100 (docs/fidelity.md),
+// so only what graphs move changes it: with moe_preprocess graphed the all-to-all dispatcher's
+// token counts start for the host at the all-to-all, and the permutation that covered part of
+// the round trip no longer does. Memory: each graphed module's input is copied into a static
+// buffer for the microbatch (attention and the MoE block up to its router: two n × h bf16 copies;
+// the whole layer: one; one full-iteration graph: none).
+TEST(HybridCost, CudaGraphsMoveTheDispatchersHostWaitAndHoldTheirInputs) {
+  Layer l = block(1024, 512, 16);
+  l.transformer->mlp = MlpKind::SwiGlu;
+  l.transformer->experts = 8;
+  l.transformer->topK = 2;
+  l.transformer->expertFfn = 2048;
+  CostContext ctx = context(1, false, Recompute::None, 2);
+  ctx.parallel.expert = 4;
+  ctx.parallel.data = 4;
+  const LayerCosts eager = layerCosts(l, ctx);
+  ctx.parallel.cudaGraphImpl = CudaGraphImpl::TransformerEngine;
+  ctx.parallel.cudaGraphModules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
+  const LayerCosts graphed = layerCosts(l, ctx);
+  const double n = s * b;
+  const double permutationMs = 2 * h * (n + 2 * n) / 1e12 * 1000;
+  EXPECT_NEAR(graphed.forwardMs - eager.forwardMs, permutationMs, 1e-12);
+  EXPECT_DOUBLE_EQ(graphed.backwardInputMs, eager.backwardInputMs);
+  EXPECT_EQ(graphed.activationBytes - eager.activationBytes, std::llround(2 * 2 * n * h));
+  ctx.parallel.cudaGraphModules = 0;  // the whole layer
+  EXPECT_EQ(layerCosts(l, ctx).activationBytes - eager.activationBytes, std::llround(2 * n * h));
+  ctx.parallel.cudaGraphImpl = CudaGraphImpl::FullIteration;
+  EXPECT_EQ(layerCosts(l, ctx).activationBytes, eager.activationBytes);
 }
 
 // ZeRO (Rajbhandari et al. 2020) over d = 8 replicas: 18, 6 + 12/8, 2 + 16/8, 18/8 bytes per
@@ -259,6 +293,98 @@ TEST(HybridCost, CollectiveLinksFollowPlacement) {
   EXPECT_FALSE(links.tensor.crossesNodes);
   EXPECT_TRUE(links.data.crossesNodes);
   EXPECT_DOUBLE_EQ(links.data.bandwidthGBps, 50.0 * 4 / 8);  // 4 NICs for 8 GPUs
+  // One data-parallel rank per node: every step of its ring crosses, a flat ring at the share.
+  EXPECT_EQ(links.data.ranksPerDomain, 1);
+  EXPECT_DOUBLE_EQ(allGatherMs(links.data, 4, 1e9), 3.0 / 4 * 1e9 / 25e6 + 3 * 0.010);
+}
+
+// NCCL's ring over a data-parallel group of 512 GB200s (T 1): 72 of its ranks share each NVL72
+// rack, so its ring leaves a rack once per channel (at most 64), each through another rank's
+// NIC, and the rest of the ring stays on NVLink (src/graph/tuning.cc). Hand-computed for a
+// 16 GB reduce-scatter (Llama 3.1 8B's bf16 gradients): each GPU sends 511/512 · 16e9 bytes,
+// 71/72 of it on NVLink at 700 GB/s, 1/64 of it (64 exits) on each NIC at 45 GB/s, at once;
+// latency 504 NVLink steps of 4 µs and 7 network steps of 12 µs (8 domains).
+TEST(HybridCost, RackScaleDataParallelRingIsHierarchical) {
+  ClusterSpec cluster;
+  cluster.nodes.assign(128, NodeSpec{"tray", 4, std::nullopt, std::nullopt});
+  cluster.nvlinkDomain = 72;
+  cluster.intraNode = LinkSpec{700, 4};
+  cluster.interNode = LinkSpec{45, 12};
+  Parallelism par;
+  par.data = 512;
+  const CollectiveLinks links = collectiveLinks(cluster, par);
+  ASSERT_TRUE(links.data.crossesNodes);
+  EXPECT_EQ(links.data.ranksPerDomain, 72);
+  EXPECT_DOUBLE_EQ(links.data.nvlinkGBps, 700);
+  EXPECT_DOUBLE_EQ(links.data.bandwidthGBps, 45);
+  const double bytes = 16e9;
+  const double sent = 511.0 / 512.0 * bytes;
+  const double nvlinkMs = sent * 71.0 / 72.0 / 700e6;
+  const double nicMs = sent / (64 * 45e6);
+  ASSERT_GT(nvlinkMs, nicMs);  // NVLink-bound: the NICs carry 1/64 each
+  const double latencyMs = (504 * 4.0 + 7 * 12.0) / 1000.0;
+  EXPECT_NEAR(allGatherMs(links.data, 512, bytes), nvlinkMs + latencyMs, 1e-9);
+  // The flat ring at the NIC rate it replaces: 14 times slower.
+  const double flatMs = sent / 45e6 + 511 * 0.012;
+  EXPECT_GT(flatMs / allGatherMs(links.data, 512, bytes), 14.0);
+  // All-reduce: the ring sends twice as much on the same links over 1,022 steps (nInterSteps
+  // 2(N − 1)); NCCL's tree moves 2·B through each GPU's NVLink chain and over the 64 channels'
+  // NICs with a log-depth latency (2·(71 NVLink steps + ⌈log2 8⌉ network steps)), and wins here.
+  const double ringAllReduceMs = 2.0 * nvlinkMs + (2 * 511 - 14) * 0.004 + 14 * 0.012;
+  const double treeMs = 2.0 * bytes / 700e6 + 2.0 * (71 * 0.004 + 3 * 0.012);
+  ASSERT_LT(treeMs, ringAllReduceMs);
+  EXPECT_NEAR(allReduceMs(links.data, 512, bytes), treeMs, 1e-9);
+}
+
+// Two ranks per domain over few NICs: the NICs bound the ring. TP 4 × DP 8 on 8-GPU nodes with
+// 4 NICs each (a GPU's share 50 · 4 / 8 = 25 GB/s): 2 DP ranks per node, 4 nodes; each GPU
+// sends 7/8 · B, half over its NIC share (2 channels leave each node), half on NVLink.
+TEST(HybridCost, FewRanksPerDomainAreBoundByTheirNics) {
+  ClusterSpec cluster;
+  cluster.nodes.assign(4, NodeSpec{"n", 8, std::nullopt, std::nullopt});
+  cluster.intraNode = LinkSpec{300, 3};
+  cluster.interNode = LinkSpec{50, 10};
+  cluster.nicsPerNode = 4;
+  Parallelism par;
+  par.tensor = 4;
+  par.data = 8;
+  const CollectiveLinks links = collectiveLinks(cluster, par);
+  EXPECT_EQ(links.data.ranksPerDomain, 2);
+  const double bytes = 1e9;
+  const double sent = 7.0 / 8.0 * bytes;
+  const double nicMs = sent / (2 * 25e6);
+  const double latencyMs = (4 * 3.0 + 3 * 10.0) / 1000.0;  // 7 steps: 4 inside nodes, 3 between
+  EXPECT_NEAR(allGatherMs(links.data, 8, bytes), nicMs + latencyMs, 1e-9);
+}
+
+// NVLink SHARP (NCCL's NVLS): an all-reduce inside an H100 board runs at its ring's bus
+// bandwidth × 2 · 0.85 · 15/16 (tuning.cc: Hopper's nvlsEfficiency, 16 channels, both halves
+// pipelined through the switch) plus NVLS's 25 µs; reduce-scatter and all-gather keep the ring.
+// A group with one rank per domain has no switch to use.
+TEST(HybridCost, NvlsSpeedsUpAllReduceInsideADomain) {
+  GpuSpec gpu;
+  gpu.nvlsEfficiency = 0.85;
+  gpu.nvlsChannels = 16;
+  EXPECT_DOUBLE_EQ(nvlsAllReduceFactor(gpu), 2 * 0.85 * 15.0 / 16.0);
+  ClusterSpec cluster;
+  cluster.gpu = gpu;
+  cluster.nodes.assign(2, NodeSpec{"n", 8, std::nullopt, std::nullopt});
+  cluster.intraNode = LinkSpec{350, 4};
+  cluster.interNode = LinkSpec{45, 15};
+  Parallelism par;
+  par.tensor = 8;
+  par.data = 2;
+  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const double bytes = 1e9;
+  const double nvls = 2.0 * 7 / 8 * bytes / (350e6 * 2 * 0.85 * 15 / 16) + 0.025;
+  const double ring = 2.0 * 7 / 8 * bytes / 350e6 + 14 * 0.004;
+  ASSERT_LT(nvls, ring);
+  EXPECT_NEAR(allReduceMs(links.tensor, 8, bytes), nvls, 1e-9);
+  EXPECT_NEAR(allGatherMs(links.tensor, 8, bytes), 7.0 / 8 * bytes / 350e6 + 7 * 0.004, 1e-9);
+  EXPECT_EQ(links.data.ranksPerDomain, 1);
+  EXPECT_NEAR(allReduceMs(links.data, 2, bytes), bytes / 45e6 + 2 * 0.015, 1e-9);  // the flat ring
+  cluster.nvls = false;                                                            // switches without NVLS
+  EXPECT_NEAR(allReduceMs(collectiveLinks(cluster, par).tensor, 8, bytes), ring, 1e-9);
 }
 
 // The weight-gradient pass is the weight GEMMs only; the Zero Bubble paper profiled T_W at

@@ -207,7 +207,8 @@ TEST(MoeCost, GroupedGemmsOnBalancedExperts) {
   EXPECT_DOUBLE_EQ(c.routedTokensPerExpert, 512);
   const double fc1 = ms(2.0 * 4 * 512 * 1024 * 1024);
   const double fc2 = ms(2.0 * 4 * 512 * 1024 * 512);
-  EXPECT_NEAR(c.expertGemmForwardMs, fc1 + fc2, 1e-12);
+  // Each expert's GEMM a kernel of its own: 2.3 µs more for each of the 4 experts' FC1 and FC2.
+  EXPECT_NEAR(c.expertGemmForwardMs, fc1 + fc2 + 2 * 4 * 0.0023, 1e-12);
   // Parameters: the router (1024 × 8) and 4 experts of (1024 + 512) × 1024.
   EXPECT_DOUBLE_EQ(c.localParams, 1024.0 * 8 + 4 * 1536.0 * 1024);
   EXPECT_DOUBLE_EQ(c.expertParams, 4 * 1536.0 * 1024);
@@ -225,7 +226,8 @@ TEST(MoeCost, GroupedGemmEfficiencyFallsWithTokensPerExpert) {
   const double fc1Memory = 4.0 * (2 * (16.0 * 1024 + 1024.0 * 1024) + 2 * 16.0 * 1024) / 1e12 * 1000.0;
   const double fc2Compute = ms(2.0 * 4 * 16 * 1024 * 512, kRate * 16.0 / 128.0);
   const double fc2Memory = 4.0 * (2 * (16.0 * 512 + 512.0 * 1024) + 2 * 16.0 * 1024) / 1e12 * 1000.0;
-  EXPECT_NEAR(c.expertGemmForwardMs, std::max(fc1Compute, fc1Memory) + std::max(fc2Compute, fc2Memory), 1e-12);
+  EXPECT_NEAR(c.expertGemmForwardMs,
+              std::max(fc1Compute, fc1Memory) + std::max(fc2Compute, fc2Memory) + 2 * 4 * kExpertGemmLatencyMs, 1e-12);
   // Per routed token, more than 3 times slower than with 512 rows per expert.
   const MoeCosts big = moeCosts(testGpu(), links(), smallMoe());
   EXPECT_GT(c.expertGemmForwardMs / 64, 3 * big.expertGemmForwardMs / 2048);
@@ -236,7 +238,7 @@ TEST(MoeCost, GroupedGemmEfficiencyFallsWithTokensPerExpert) {
   const MoeCosts m = moeCosts(slowMemory, links(), s);
   const double fc1Bytes = 4.0 * (2 * (32.0 * 1024 + 1024.0 * 1024) + 2 * 32.0 * 1024);
   const double fc2Bytes = 4.0 * (2 * (32.0 * 512 + 512.0 * 1024) + 2 * 32.0 * 1024);
-  EXPECT_NEAR(m.expertGemmForwardMs, (fc1Bytes + fc2Bytes) / 10e9 * 1000.0, 1e-9);
+  EXPECT_NEAR(m.expertGemmForwardMs, (fc1Bytes + fc2Bytes) / 10e9 * 1000.0 + 2 * 4 * kExpertGemmLatencyMs, 1e-9);
 }
 
 // Token dropping pads every expert to capacity × its share; dropless with an imbalance of 1.5
@@ -282,7 +284,8 @@ TEST(MoeCost, ExpertTensorParallelismGathersTheRoutedRows) {
 // The flex dispatcher: EP 16 over two 8-GPU domains, top-2: a token reaches 2·(1 − (1/2)²) = 1.5
 // domains on average, the other one with probability 3/4. DeepEP sends it over the network once
 // per other domain; HybridEP's network stage passes it once per domain, its own included. Its
-// copies for other GPUs of a domain (7/8 of them) cross NVLink.
+// copies for other GPUs of a domain (7/8 of them) cross NVLink. HybridEP pipelines its stages in
+// chunks of 64 of the 1,024 tokens: the slowest stage plus 1/16 of the others.
 TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainReached) {
   MoeShape s = smallMoe();
   s.ep = 16;
@@ -295,7 +298,7 @@ TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainReached) {
   EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, std::max(deepEp, nvlink), 1e-12);
   s.flexBackend = FlexBackend::HybridEp;
   const double hybridEp = 1024 * 1.5 * 2048.0 / 10e9 * 1000.0;
-  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, std::max(hybridEp, nvlink), 1e-12);
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, hybridEp + nvlink / 16, 1e-12);
   // The all-to-all dispatcher sends both copies, 8/16 of them over the network.
   s.flexDispatcher = false;
   EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, 1024 * 2 * 2048.0 * 8 / 16 / 10e9 * 1000.0, 1e-12);
@@ -303,8 +306,8 @@ TEST(MoeCost, FlexDispatcherSendsOneCopyPerDomainReached) {
 
 // HybridEP's SMs copy the tokens bound for other GPUs of a domain at 34.9 GB/s each (its H100
 // table, MoeCosts.cpp): on fast links (1,000 GB/s network) one SM sets the dispatch time,
-// 1,024·2 copies·7/8 of 2,048 bytes over 34.9 GB/s; four SMs leave it to NVLink. DeepEP's SMs
-// are not modelled.
+// 1,024·2 copies·7/8 of 2,048 bytes over 34.9 GB/s; four SMs leave it to NVLink. Each adds
+// 64/1,024 of its other stages (the chunks' fill). DeepEP's SMs and chunks are not modelled.
 TEST(MoeCost, HybridEpOnFewSmsIsBoundByItsCopies) {
   MoeShape s = smallMoe();
   s.ep = 16;
@@ -315,15 +318,139 @@ TEST(MoeCost, HybridEpOnFewSmsIsBoundByItsCopies) {
   l.network = l.expert = CollectiveLink{1000, 0, true};
   const double copies = 1024 * 2 * 2048.0 * 7.0 / 8.0;
   const double nvlink = copies / 100e9 * 1000.0;
+  const double network = 1024 * 1.5 * 2048.0 / 1000e9 * 1000.0;
   s.commSms = 1;
-  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, copies / 34.9e9 * 1000.0, 1e-12);
+  const double oneSm = copies / 34.9e9 * 1000.0;
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, oneSm + (nvlink + network) / 16, 1e-12);
   s.commSms = 4;
-  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink, 1e-12);
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink + (oneSm / 4 + network) / 16, 1e-12);
   s.commSms = 0;  // no limit stated
-  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink, 1e-12);
+  EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink + network / 16, 1e-12);
   s.commSms = 1;
   s.flexBackend = FlexBackend::DeepEp;
   EXPECT_NEAR(moeCosts(testGpu(), l, s).dispatchMs, nvlink, 1e-12);
+}
+
+// --- Issue 43: the permutation as the libraries run it, the dispatcher's host wait ---
+
+// The all-to-all dispatcher's permutation per pass (smallMoe: 1,024 tokens of 1,024, top-2, EP 2:
+// 2,048 copies, 2,048 rows on this GPU's experts), rows of 2·1,024 bytes at 1 TB/s. Fused
+// (Transformer Engine): the token side gathers x into the copies and scatters them back, both
+// through HBM, and the expert side sorts the rows by expert and back (4 passes over the rows).
+// Unfused (PyTorch): the scatter zeroes x rows and adds the copies' 2,048·1,024 values one atomic
+// add each, at 0.933 G adds/s per SM on 132 SMs.
+TEST(MoeCost, UnfusedPermutationScattersWithOneAtomicAddPerValue) {
+  MoeShape s = smallMoe();
+  GpuSpec g = testGpu();
+  g.smCount = 132;
+  const double row = 2.0 * 1024;
+  const double toMs = 1000.0 / 1e12;  // per byte at 1 TB/s
+  const double expertSide = 4 * row * 2048 * toMs;
+  const double fused = row * (1024 + 2048) * toMs + row * (2048 + 1024) * toMs + expertSide;
+  const MoeCosts f = moeCosts(g, links(), s);
+  EXPECT_NEAR(f.permuteMs, fused, 1e-12);
+  s.permuteFusion = false;
+  const double atomics = 2048.0 * 1024 / (132 * 0.933e9) * 1000.0;
+  const double unfused = row * (1024 + 2048) * toMs + row * 1024 * toMs + atomics + expertSide;
+  const MoeCosts u = moeCosts(g, links(), s);
+  EXPECT_NEAR(u.permuteMs, unfused, 1e-12);
+  // Both passes carry it; nothing else changes.
+  EXPECT_NEAR(u.forwardMs - f.forwardMs, unfused - fused, 1e-12);
+  EXPECT_NEAR(u.backwardInputMs - f.backwardInputMs, unfused - fused, 1e-12);
+  EXPECT_DOUBLE_EQ(atomicAddsPerS(g), 132 * 0.933e9);
+}
+
+// The flex dispatcher delivers each token once per rank it reaches: over EP 2 with 4 experts per
+// rank and top-2, 2·(1 − (1/2)²) = 1.5 ranks, so this GPU receives 1,536 tokens to permute into
+// its 2,048 rows and back (no token side). HybridEP with its permute fusion writes and reads the
+// rows in expert order: no permutation kernels.
+TEST(MoeCost, FlexDispatcherPermutesOnlyWhatItReceives) {
+  MoeShape s = smallMoe();
+  s.flexDispatcher = true;
+  const double row = 2.0 * 1024;
+  EXPECT_NEAR(moeCosts(testGpu(), links(), s).permuteMs, 2 * row * (1536 + 2048) / 1e12 * 1000.0, 1e-12);
+  s.flexBackend = FlexBackend::HybridEp;
+  s.permuteInDispatcher = true;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).permuteMs, 0.0);
+  s.flexBackend = FlexBackend::DeepEp;  // only HybridEP fuses it
+  EXPECT_GT(moeCosts(testGpu(), links(), s).permuteMs, 0.0);
+}
+
+// The all-to-all dispatcher copies its token counts to the host before the permutation and waits
+// for them before the all-to-all: the GPU idles for the measured round trip (0.1996 ms) less the
+// permutation's gather (2·1,024 bytes × (1,024 + 2,048) rows at 1 TB/s). With moe_preprocess in a
+// CUDA graph the copy starts at the all-to-all: the whole round trip. The flex dispatcher and
+// EP 1 wait for nothing.
+TEST(MoeCost, AllToAllDispatcherWaitsForItsTokenCountsOnTheHost) {
+  MoeShape s = smallMoe();
+  const double gather = 2.0 * 1024 * (1024 + 2048) / 1e12 * 1000.0;
+  EXPECT_NEAR(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996 - gather, 1e-12);
+  s.graphedPreprocess = true;
+  EXPECT_NEAR(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996, 1e-12);
+  s.flexDispatcher = true;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
+  s.flexDispatcher = false;
+  s.ep = 1;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
+}
+
+// HybridEP's combine passes chunks of tokens through its stages: the slowest stage plus one
+// chunk's share of the others. 1,024 tokens over EP 16 (two domains): the network stage (1.5
+// pairs per token, 10 GB/s) is the slowest; NVLink adds 64/1,024 of its time at the default chunk,
+// 128/1,024 at 128; DeepEP is not chunked.
+TEST(MoeCost, HybridEpPipelinesItsStagesInChunks) {
+  CollectiveLinks l = links();
+  l.expert = l.network;
+  const TokenRouting routing{2, 0, 0};
+  const double network = 1024 * 1.5 * 2048.0 / 10e9 * 1000.0;
+  const double nvlink = 1024 * 2 * 2048.0 * 7.0 / 8.0 / 100e9 * 1000.0;
+  EXPECT_NEAR(flexAllToAllMs(l, 16, 1, 1024, routing, 2048, FlexBackend::HybridEp, 0, 64), network + nvlink / 16,
+              1e-12);
+  EXPECT_NEAR(flexAllToAllMs(l, 16, 1, 1024, routing, 2048, FlexBackend::HybridEp, 0, 128), network + nvlink / 8,
+              1e-12);
+  EXPECT_NEAR(flexAllToAllMs(l, 16, 1, 1024, routing, 2048, FlexBackend::HybridEp, 0, 0), network, 1e-12);
+  EXPECT_NEAR(flexAllToAllMs(l, 16, 1, 1024, routing, 2048, FlexBackend::DeepEp, 0, 64),
+              std::max(1024 * 0.75 * 2048.0 / 10e9 * 1000.0, nvlink), 1e-12);
+}
+
+// --- Expert GEMMs as measured: the GPU's curve (tests/gpu/expert_gemm_curve.py) ---
+
+namespace {
+GpuSpec curveGpu() {
+  GpuSpec g = testGpu();
+  // Qwen3-30B's experts measured at 256 and 1,024 tokens; a wider shape elsewhere.
+  g.expertGemmCurve = {{Precision::Bf16, 256, 2048, 768, 0.4},
+                       {Precision::Bf16, 1024, 2048, 768, 0.8},
+                       {Precision::Bf16, 512, 7168, 2048, 0.95}};
+  return g;
+}
+}  // namespace
+
+// Between two measured points the efficiency runs linearly in log(tokens) (512 is halfway between
+// 256 and 1,024: 0.6), flat beyond them; the nearest measured shape is used; a precision without
+// points (fp8 here) has none.
+TEST(GemmKernel, ExpertGemmCurveInterpolatesInLogTokens) {
+  const GpuSpec g = curveGpu();
+  EXPECT_NEAR(*measuredExpertGemmEfficiency(g, Precision::Bf16, 512, 2048, 768), 0.6, 1e-12);
+  EXPECT_NEAR(*measuredExpertGemmEfficiency(g, Precision::Bf16, 64, 2048, 768), 0.4, 1e-12);
+  EXPECT_NEAR(*measuredExpertGemmEfficiency(g, Precision::Bf16, 8192, 2048, 768), 0.8, 1e-12);
+  EXPECT_NEAR(*measuredExpertGemmEfficiency(g, Precision::Bf16, 512, 2880, 1000), 0.6, 1e-12);  // nearer Qwen3's
+  EXPECT_NEAR(*measuredExpertGemmEfficiency(g, Precision::Bf16, 100, 6144, 2048), 0.95, 1e-12);
+  EXPECT_FALSE(measuredExpertGemmEfficiency(g, Precision::Fp8, 512, 2048, 768).has_value());
+  EXPECT_FALSE(measuredExpertGemmEfficiency(testGpu(), Precision::Bf16, 512, 2048, 768).has_value());
+}
+
+// With a curve, 8 experts' FC1 at 512 tokens each (2,048 → 1,536) take the dense GEMM of the 4,096
+// stacked tokens over 0.6; a weight gradient stacks the tokens in its reduction dimension.
+// Without one: the grouped kernel model and 2.3 µs per expert.
+TEST(GemmKernel, ExpertGemmsTakeTheMeasuredEfficiency) {
+  const GpuSpec g = curveGpu();
+  const ExpertGemm fc1{8, 512, 1536, 2048, false, 2048, 768};
+  EXPECT_NEAR(expertGemmMs(g, Precision::Bf16, fc1, 2.0), ms(2.0 * 4096 * 1536 * 2048) / 0.6, 1e-12);
+  const ExpertGemm wgrad{8, 2048, 1536, 512, true, 2048, 768};
+  EXPECT_NEAR(expertGemmMs(g, Precision::Bf16, wgrad, 8.0), ms(2.0 * 2048 * 1536 * 4096) / 0.6, 1e-12);
+  EXPECT_NEAR(expertGemmMs(testGpu(), Precision::Bf16, fc1, 2.0),
+              groupedGemmMs(testGpu(), Precision::Bf16, 8, 512, 1536, 2048, 2.0) + 8 * 0.0023, 1e-12);
 }
 
 // Domains a token's experts lie in (the flex dispatcher's network pairs), by hand: without a
@@ -457,6 +584,11 @@ TEST(MoeCost, AllToAllOverlapLosesTheSmsTheCollectivesTake) {
   EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 32.0 / 132.0);
   par.moeFlexDispatcher = true;
   EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 20.0 / 132.0);
+  // HybridEP's own defaults: 8 SMs across NVLink domains, 24 inside one (config.cuh).
+  par.moeFlexBackend = FlexBackend::HybridEp;
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 8.0 / 132.0);
+  EXPECT_DOUBLE_EQ(moeCommSmShare(g, par, false), 24.0 / 132.0);
+  par.moeFlexBackend = FlexBackend::DeepEp;
   par.moeCommSms = 500;
   EXPECT_DOUBLE_EQ(moeCommSmShare(g, par), 1.0);
   g.smCount = 0;

@@ -274,6 +274,47 @@ TEST(RecipeCost, SelectiveModulesDropWhatTheyRecompute) {
 
 // The catalogue: every GPU has a source, a bf16 peak and memory; fp8 is twice bf16 on Hopper and
 // Blackwell, and Hopper has no nvfp4; names and aliases resolve case-insensitively.
+// CUDA graphs as Megatron-Core names and checks them (--cuda-graph-impl, --cuda-graph-modules;
+// TransformerConfig.__post_init__ at NVIDIA/Megatron-LM d98e8a64).
+TEST(RecipeCost, CudaGraphSettingsReadAndCheckedAsMegatronDoes) {
+  for (CudaGraphImpl impl :
+       {CudaGraphImpl::None, CudaGraphImpl::Local, CudaGraphImpl::TransformerEngine, CudaGraphImpl::FullIteration}) {
+    EXPECT_EQ(cudaGraphImplFromName(cudaGraphImplName(impl)), impl);
+  }
+  EXPECT_EQ(cudaGraphImplName(CudaGraphImpl::TransformerEngine), "transformer_engine");
+  EXPECT_FALSE(cudaGraphImplFromName("full").has_value());
+  std::string unknown;
+  EXPECT_EQ(cudaGraphModulesFromNames("attn, moe_router,moe_preprocess", &unknown),
+            kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess);
+  EXPECT_EQ(cudaGraphModulesName(kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess), "attn,moe_router,moe_preprocess");
+  EXPECT_FALSE(cudaGraphModulesFromNames("attn,router", &unknown).has_value());
+  EXPECT_EQ(unknown, "router");
+
+  Parallelism par;
+  EXPECT_FALSE(cudaGraphProblem(par).has_value());
+  EXPECT_FALSE(par.graphsModule(kGraphAttn));
+  par.cudaGraphImpl = CudaGraphImpl::TransformerEngine;
+  par.cudaGraphModules = kGraphAttn | kGraphMoeRouter;
+  EXPECT_FALSE(cudaGraphProblem(par).has_value());
+  EXPECT_TRUE(par.graphsModule(kGraphAttn));
+  EXPECT_FALSE(par.graphsModule(kGraphMoePreprocess));
+  par.cudaGraphModules = kGraphMoePreprocess;  // without moe_router
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());
+  par.cudaGraphModules = kGraphMoe | kGraphMoeRouter;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());
+  par.cudaGraphModules = kGraphMoeRouter;
+  par.recompute = Recompute::Selective;
+  par.recomputeModules = kRecomputeMoe;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());
+  par.recompute = Recompute::Full;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());  // full recomputation needs full-iteration graphs
+  par.cudaGraphImpl = CudaGraphImpl::FullIteration;
+  EXPECT_TRUE(cudaGraphProblem(par).has_value());  // which take no modules
+  par.cudaGraphModules = 0;
+  EXPECT_FALSE(cudaGraphProblem(par).has_value());
+  EXPECT_TRUE(par.graphsModule(kGraphMoePreprocess));
+}
+
 TEST(GpuCatalog, EntriesCarryTheirDatasheetFigures) {
   ASSERT_GE(gpuCatalog().size(), 9u);
   for (const CatalogGpu& g : gpuCatalog()) {
@@ -350,4 +391,111 @@ TEST(GpuCatalog, NvlinkDomainsSpanNodes) {
   EXPECT_TRUE(cluster.sameNvlinkDomain(0, 71));
   EXPECT_FALSE(cluster.sameNvlinkDomain(71, 72));
   EXPECT_DOUBLE_EQ(cluster.transferMs(3, 4, 700e6), 1.0 + 0.004);  // node 0 → node 1, same rack
+}
+
+// --- torchtitan's recipe (issue 42): its kernels, its per-op checkpointing, AsyncTP ---
+namespace {
+
+// Llama's block as torchtitan builds it, in round numbers: hidden 1024, 16 heads with 4
+// key/value heads (GQA: Q 1024 wide, K and V 256), SwiGLU of 2816, no dropout; 2 × 512 tokens.
+Layer llamaBlock() {
+  Layer l = block(1024, 512, 16);
+  l.transformer->kvHeads = 4;
+  l.transformer->ffn = 2816;
+  l.transformer->mlp = MlpKind::SwiGlu;
+  l.transformer->dropout = false;
+  return l;
+}
+
+CostContext torchtitan(Precision p = Precision::Bf16, Recompute rc = Recompute::None, bool compiled = true) {
+  CostContext c = context(p);
+  c.parallel.framework = Framework::Torchtitan;
+  c.parallel.recompute = rc;
+  c.parallel.torchCompile = compiled;
+  return c;
+}
+
+// The compiled block's element-wise bytes (torchtitanElementwise): two norms read and write
+// 2 bytes per value (4·2h per token), the two residual adds 6 bytes (12h), RoPE on Q and K 4
+// bytes (4·1280), repeat_kv reads K and V and writes them at the query width (2·2·(256 + 1024)),
+// the attention output's contiguous copy (2·2·1024), SwiGLU 6 bytes per ffn value (6·2816).
+constexpr double kCompiledBytesPerToken =
+    8.0 * 1024 + 12.0 * 1024 + 4.0 * 1280 + 4.0 * (256 + 1024) + 4.0 * 1024 + 6.0 * 2816;
+
+}  // namespace
+
+// torch.compile fuses the element-wise ops between the matmuls and SDPA; eager runs one kernel
+// per PyTorch op: RMSNorm 36 bytes per value instead of 4, RoPE 20 instead of 4, SiLU and the
+// gate multiply 10 instead of 6 (torchtitan's norms.py and model.py at 9dec370). Backward moves
+// twice the forward's element-wise bytes.
+TEST(TorchtitanCost, EagerBlocksMoveMoreBytesThanCompiledOnes) {
+  const Layer l = llamaBlock();
+  const LayerCosts compiled = layerCosts(l, torchtitan());
+  const LayerCosts eager = layerCosts(l, torchtitan(Precision::Bf16, Recompute::None, false));
+  const double extraBytes = n * (2.0 * (36 - 4) * h + (20 - 4) * 1280.0 + (10 - 6) * 2816.0);
+  EXPECT_NEAR(eager.forwardMs - compiled.forwardMs, ms(extraBytes, 1e12), 1e-12);
+  EXPECT_NEAR(eager.backwardInputMs - compiled.backwardInputMs, ms(2 * extraBytes, 1e12), 1e-12);
+  EXPECT_EQ(eager.activationBytes, compiled.activationBytes);
+}
+
+// Per-op selective checkpointing in bf16: of the matmuls wq, wk, wv, wo, w1, w3, w2 every second
+// output is recomputed (compiled: wk and w3; wo's output is not read by the backward), with
+// every element-wise op; kept per token are the block input (2h), the attention output (2·1024)
+// and its fp32 log-sum-exp (4·16), Q (2·1024), V (2·256), w1's (2·2816) and w2's (2h) outputs.
+TEST(TorchtitanCost, OpPolicyKeepsEveryOtherMatmulOutput) {
+  const Layer l = llamaBlock();
+  const LayerCosts none = layerCosts(l, torchtitan());
+  const LayerCosts sac = layerCosts(l, torchtitan(Precision::Bf16, Recompute::Selective));
+  const double keptPerToken = 2 * h + 2 * 1024.0 + 4 * a + 2 * (1024.0 + 256 + 2816) + 2 * h;
+  EXPECT_EQ(sac.activationBytes, std::llround(n * keptPerToken));
+  EXPECT_EQ(sac.recomputeBytes, none.activationBytes - sac.activationBytes);
+  const double replayFlops = 2 * n * 256 * h + 2 * n * 2816 * h;  // wk and w3, forward
+  EXPECT_NEAR(sac.backwardInputMs - none.backwardInputMs,
+              ms(replayFlops, 100e12 * 0.5) + ms(n * kCompiledBytesPerToken, 1e12), 1e-12);
+  EXPECT_DOUBLE_EQ(sac.forwardMs, none.forwardMs);
+  // Eager replays wo too (2·n·h·1024 FLOPs more).
+  const LayerCosts eager = layerCosts(l, torchtitan(Precision::Bf16, Recompute::Selective, false));
+  const LayerCosts eagerNone = layerCosts(l, torchtitan(Precision::Bf16, Recompute::None, false));
+  EXPECT_GT(eager.backwardInputMs - eagerNone.backwardInputMs - ms(2 * n * h * 1024, 100e12 * 0.5),
+            sac.backwardInputMs - none.backwardInputMs);
+}
+
+// With Float8 the linears run aten._scaled_mm, which the policy does not save: every linear's
+// forward is replayed with its casts (per-tensor scaling: 6 bytes per value of each GEMM input,
+// QKV and w1/w3 read h, wo 1024, w2 2816 per token), and only the block input and the attention
+// output with its log-sum-exp are kept.
+TEST(TorchtitanCost, Float8OpPolicyReplaysEveryLinear) {
+  const Layer l = llamaBlock();
+  const LayerCosts none = layerCosts(l, torchtitan(Precision::Fp8));
+  const LayerCosts sac = layerCosts(l, torchtitan(Precision::Fp8, Recompute::Selective));
+  EXPECT_EQ(sac.activationBytes, std::llround(n * (2 * h + 2 * 1024.0 + 4 * a)));
+  const double gemmFlops =
+      2 * n * h * (1024.0 + 256 + 256) + 2 * n * 1024 * h + 2 * n * h * 2 * 2816 + 2 * n * 2816 * h;
+  const double castBytes = 6.0 * n * (h + 1024 + h + 2816);
+  EXPECT_NEAR(sac.backwardInputMs - none.backwardInputMs,
+              ms(gemmFlops, 200e12 * 0.5) + ms(castBytes, 1e12) + ms(n * kCompiledBytesPerToken, 1e12), 1e-12);
+}
+
+// AsyncTP on a link fast enough that every decomposed collective hides under its GEMM: what
+// shows is what nothing hides. Forward per module: the all-gather's local shard copy into the
+// symmetric buffer (read and write hidden/T) and the reduce-scatter's reduction of its T partial
+// chunks (read hidden, write hidden/T). Backward per module: the output-gradient all-gather's
+// copy, and the input-gradient reduce-scatter, which follows a sum of dgrads and stays NCCL's.
+TEST(TorchtitanCost, AsyncTpShowsItsCopiesAndTheBackwardReduceScatters) {
+  CostContext ctx = torchtitan();
+  ctx.parallel.tensor = 8;
+  ctx.parallel.sequenceParallel = true;
+  ctx.parallel.tpCommOverlap = true;
+  ctx.links.tensor = CollectiveLink{1e6, 0, false};
+  const LayerCosts c = layerCosts(llamaBlock(), ctx);
+  const double hidden = 2.0 * n * h;
+  const double copyMs = ms(2.0 * hidden / 8, 1e12);
+  const double reduceMs = ms(hidden + hidden / 8, 1e12);
+  const double scatterMs = 7.0 / 8 * hidden / 1e12;  // 1e6 GB/s = 1e12 bytes per ms
+  EXPECT_NEAR(c.forwardCommMs, 2 * (copyMs + reduceMs), 1e-12);
+  EXPECT_NEAR(c.backwardInputCommMs, 2 * (copyMs + scatterMs), 1e-12);
+  // Megatron's userbuffers on the same link: the reduce-scatters' last chunk only.
+  ctx.parallel.framework = Framework::Megatron;
+  const LayerCosts te = layerCosts(llamaBlock(), ctx);
+  EXPECT_NEAR(te.forwardCommMs, 2 * scatterMs / 8, 1e-12);
 }

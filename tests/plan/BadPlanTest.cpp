@@ -63,6 +63,8 @@ const auto kCases = std::to_array<Case>({
     {"plan-moe-comm-sms-zero.json", "/config/moe_comm_sms", 10, 21, "is 0 (expected an integer in [1, 1024])"},
     {"plan-moe-flex-backend-unknown.json", "/config/moe_flex_backend", 11, 25,
      "'nccl' is not a flex dispatcher backend (expected deepep or hybridep)"},
+    {"plan-cuda-graph-impl-unknown.json", "/config/cuda_graph_impl", 10, 24,
+     "'eager' is not a CUDA graph implementation (expected none|local|transformer_engine|full_iteration)"},
 });
 
 template <typename T>

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "support/PlanBuilder.hpp"
@@ -57,4 +58,38 @@ TEST(Plan, JsonRoundTrip) {
   EXPECT_EQ(loaded->virtualStages.size(), 2u);
   EXPECT_DOUBLE_EQ(loaded->metrics.makespanMs, p.metrics.makespanMs);
   EXPECT_EQ(loaded->model.components[0].layers[1].name, "l1");
+}
+
+// The framework that runs a recipe (issue 42) is part of the config: torchtitan and its
+// compile setting round-trip, a Megatron config writes neither (plans written before stay the
+// same), and a framework PipeStudio does not know is refused with the choices.
+TEST(Plan, FrameworkRoundTripsAndUnknownOnesAreRefused) {
+  PlanConfig c;
+  Json cfg = Json::object();
+  writeRecipeFields(c, cfg);
+  EXPECT_FALSE(cfg.contains("framework"));
+  EXPECT_FALSE(cfg.contains("compile"));
+  c.parallel.framework = Framework::Torchtitan;
+  c.parallel.torchCompile = false;
+  cfg = Json::object();
+  writeRecipeFields(c, cfg);
+  EXPECT_EQ(cfg["framework"], "torchtitan");
+  EXPECT_EQ(cfg["compile"], false);
+  auto doc = parseJson(cfg.dump(), "config.json");
+  ASSERT_TRUE(doc) << doc.message();
+  JsonReader reader(*doc);
+  PlanConfig back;
+  readRecipeFields(reader, reader.root(), back);
+  EXPECT_TRUE(reader.ok());
+  EXPECT_EQ(back.parallel.framework, Framework::Torchtitan);
+  EXPECT_FALSE(back.parallel.torchCompile);
+
+  auto bad = parseJson(R"({"framework": "jax"})", "bad.json");
+  ASSERT_TRUE(bad) << bad.message();
+  JsonReader badReader(*bad);
+  readRecipeFields(badReader, badReader.root(), back);
+  ASSERT_EQ(badReader.errors().size(), 1u);
+  EXPECT_NE(badReader.errors()[0].find("/framework: 'jax' is not a framework (expected megatron|torchtitan)"),
+            std::string::npos)
+      << badReader.errors()[0];
 }

@@ -373,6 +373,61 @@ TEST_F(Cli, ExportMegatronNamesTheArgumentsAMeasuredModelLacks) {
 
 }  // namespace
 
+// Issue 43's MoE recipe settings: the permutation's fusion, HybridEP's own, its combine chunk and
+// CUDA graphs are recorded in `--json`, written by the Megatron export as Megatron takes them, and
+// refused where Megatron refuses them; a measured expert GEMM curve is read from its file (a
+// missing one is bad input naming it).
+TEST_F(Cli, MoeRecipeSettingsAreRecordedExportedAndChecked) {
+  const std::string qwen = kResources + "/models/qwen3-30b-a3b.json";
+  const std::string h100 = kResources + "/clusters/h100-4x8-ib.json";
+  const std::string base = "plan --model " + qwen + " --cluster " + h100 +
+                           " --schedule 1f1b --devices 1 --dp 16 --ep 16 --global-batch 64 --micro-batch-size 1 ";
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-moe-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string plan = (dir / "plan.json").string();
+  const CliRun ok = run(base +
+                        "--moe-token-dispatcher flex --moe-flex-backend hybridep --moe-permute-fusion-into-hybridep"
+                        " --moe-combine-chunk-tokens 64 --cuda-graph-impl transformer_engine"
+                        " --cuda-graph-modules moe_router,moe_preprocess --expert-gemm-curve " +
+                        std::string(PIPESTUDIO_TEST_DATA) + "/good/expert-gemm-curve.json --json -o " + plan);
+  const auto doc = jsonOutput(ok);
+  ASSERT_TRUE(doc);
+  const pipestudio::Json& config = (*doc)["config"];
+  EXPECT_FALSE(config.contains("moe_permute_fusion"));  // the default (fused), as plan files leave it out
+  EXPECT_EQ(config["moe_permute_fusion_into_hybridep"], true);
+  EXPECT_EQ(config["moe_combine_chunk_tokens"], 64);
+  EXPECT_EQ(config["cuda_graph_impl"], "transformer_engine");
+  EXPECT_EQ(config["cuda_graph_modules"], "moe_router,moe_preprocess");
+  EXPECT_EQ(run("simulate " + plan).status, 0);
+  const CliRun megatron = run("export " + plan + " --format megatron");
+  ASSERT_EQ(megatron.status, 0) << megatron.out;
+  for (const char* flag :
+       {"--moe-permute-fusion-into-hybridep", "--moe-permute-fusion ", "--cuda-graph-impl transformer_engine",
+        "--cuda-graph-modules moe_router moe_preprocess", "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API=64"}) {
+    EXPECT_NE(megatron.out.find(flag), std::string::npos) << flag << "\n" << megatron.out;
+  }
+
+  CliRun r = run(base + "--cuda-graph-impl transformer_engine --cuda-graph-modules moe_preprocess");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("moe_preprocess needs moe_router"), std::string::npos) << r.out;
+  r = run(base + "--cuda-graph-modules attn");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--cuda-graph-modules needs --cuda-graph-impl"), std::string::npos) << r.out;
+  r = run(base + "--cuda-graph-impl transformer_engine --cuda-graph-modules attn,everything");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("'everything' is not a module"), std::string::npos) << r.out;
+  r = run(base + "--moe-permute-fusion-into-hybridep");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("needs the flex dispatcher with HybridEP"), std::string::npos) << r.out;
+  r = run(base + "--moe-permute-fusion --no-moe-permute-fusion");
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = run(base + "--expert-gemm-curve " + (dir / "missing.json").string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--expert-gemm-curve: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("missing.json"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
 // Issue 25's recipe flags: recorded in `--json`'s config, exposed communication per device in
 // its metrics; a precision the GPU lacks, contradicting flags and unknown modules exit with the
 // flag named.

@@ -34,8 +34,8 @@ std::string readFixture(const std::string& name) {
   return s.str();
 }
 
-// Llama-3-8B, ZeRO-3 over 16 data-parallel ranks across H100 nodes: a pass does not hide its
-// gather (ZeroPpTest's setting).
+// Llama-3-8B, ZeRO-3 over 16 data-parallel ranks, each on an H100 node of its own (a flat ring
+// at the NIC's rate): a pass does not hide its gather (ZeroPpTest's setting).
 PlanRequest zeroRequest(const std::string& schedule, int zero = 3) {
   PlanRequest r;
   auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
@@ -44,6 +44,8 @@ PlanRequest zeroRequest(const std::string& schedule, int zero = 3) {
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-8x8-ib.json");
   EXPECT_TRUE(cluster.hasValue());
   if (cluster) r.cluster = *cluster;
+  r.cluster.nodes.assign(64, NodeSpec{"node", 1, std::nullopt, std::nullopt});
+  r.cluster.nvlinkDomain = 0;
   r.config.schedule = schedule;
   r.config.devices = 2;
   r.config.microbatches = 4;

@@ -131,6 +131,89 @@ TEST(HybridPlan, ExpertParallelNeedsADivisor) {
   EXPECT_NE(bad.message().find("8 experts"), std::string::npos) << bad.message();
 }
 
+// The MoE block of a bundled model (its first layer with experts).
+const Layer* firstMoeLayer(const ModelSpec& m) {
+  for (const Component& c : m.components) {
+    for (const Layer& l : c.layers) {
+      if (l.transformer && l.transformer->isMoe() && l.kind == "transformer") return &l;
+    }
+  }
+  return nullptr;
+}
+
+// Issue 43: expert layouts at scale on the bundled models. DeepSeek-V3 with EP 64 on GB200 NVL72
+// racks: the expert group stays inside a rack's NVLink domain (72 GPUs over 18 trays), so its
+// dispatch is an NVLink all-to-all; EP 128 spans two racks and takes the NICs, and the same layer
+// spends longer in its all-to-alls. The plan of the recipe (TP 1, PP 4 × VP 4, EP 64 over DP 64)
+// fits the GB200's memory.
+TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
+  PlanRequest r = request("deepseek-v3-moe.json", "gb200-nvl72-4racks.json");
+  r.config.parallel.data = 64;
+  r.config.parallel.expert = 64;
+  r.config.parallel.moeFlexDispatcher = true;
+  r.config.parallel.moeFlexBackend = FlexBackend::HybridEp;
+  const CollectiveLinks rack = collectiveLinks(r.cluster, r.config.parallel);
+  EXPECT_FALSE(rack.expert.crossesNodes);
+  EXPECT_DOUBLE_EQ(rack.expert.bandwidthGBps, r.cluster.intraNode.bandwidthGBps);
+  const Layer* moe = firstMoeLayer(r.model);
+  ASSERT_NE(moe, nullptr);
+  const double inRack = layerCosts(*moe, costContext(r.cluster, r.config, 1, 0, true)).forwardCommMs;
+  PlanConfig wider = r.config;
+  wider.parallel.data = 128;
+  wider.parallel.expert = 128;
+  EXPECT_TRUE(collectiveLinks(r.cluster, wider.parallel).expert.crossesNodes);
+  EXPECT_GT(layerCosts(*moe, costContext(r.cluster, wider, 1, 0, true)).forwardCommMs, 2 * inRack);
+
+  r.config.schedule = "interleaved-1f1b";
+  r.config.devices = 4;
+  r.config.chunksPerDevice = 4;
+  r.config.partition = "megatron";
+  r.config.precision = Precision::Mxfp8;
+  r.config.parallel.zeroStage = 1;
+  r.config.parallel.moeA2aOverlap = true;
+  r.config.globalBatch = 256;
+  r.config.microBatchSize = 1;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_EQ(plan->config.parallel.expertData(), 1);
+}
+
+// EP beyond DP (Qwen3-235B-A22B's H100 recipe: TP 2 × DP 16 GPUs per pipeline rank hold EP 32,
+// every expert once) and ETP apart from TP (GPT-OSS-120B with TP 2: ETP 1 keeps each expert whole
+// on its GPU, twice the expert weights of ETP 2, and needs no gather of the routed rows over ETP).
+TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
+  PlanRequest r = request("qwen3-235b-a22b.json", "h100-2048x8-ib.json");
+  r.config.schedule = "interleaved-1f1b";
+  r.config.devices = 8;
+  r.config.chunksPerDevice = 4;
+  r.config.partition = "megatron";
+  r.config.parallel.tensor = 2;
+  r.config.parallel.sequenceParallel = true;
+  r.config.parallel.data = 16;
+  r.config.parallel.expert = 32;
+  r.config.parallel.expertTensor = 1;
+  r.config.parallel.zeroStage = 1;
+  r.config.globalBatch = 128;
+  r.config.microBatchSize = 1;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_EQ(plan->config.parallel.expertData(), 1);
+
+  PlanRequest g = request("gpt-oss-120b.json", "h100-8x8-ib.json");
+  const Layer* moe = firstMoeLayer(g.model);
+  ASSERT_NE(moe, nullptr);
+  g.config.parallel.tensor = 2;
+  g.config.parallel.sequenceParallel = true;
+  g.config.parallel.data = 8;
+  g.config.parallel.expert = 8;
+  g.config.parallel.expertTensor = 1;
+  const LayerCosts whole = layerCosts(*moe, costContext(g.cluster, g.config, 1, 0, true));
+  g.config.parallel.expertTensor = 2;
+  const LayerCosts split = layerCosts(*moe, costContext(g.cluster, g.config, 1, 0, true));
+  EXPECT_EQ(whole.expertParameterBytes, 2 * split.expertParameterBytes);
+  EXPECT_LT(whole.forwardCommMs, split.forwardCommMs);
+}
+
 // A pure pipeline has no data-parallel synchronisation; with D replicas and no overlap the
 // reduction is exposed after the drain, and the step is pipeline + sync + optimizer.
 TEST(HybridPlan, TheTrainingStepAroundThePipeline) {

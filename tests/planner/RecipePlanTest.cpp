@@ -129,6 +129,35 @@ TEST(RecipePlan, ParameterGatherOverlapShortensTheStep) {
   EXPECT_LT(overlapped->metrics.iterationMs, exposed->metrics.iterationMs);
 }
 
+// Llama 3 8B on 512 GB200s (seven NVL72 racks and part of an eighth), T 1, D 512, one
+// microbatch per data-parallel rank (global batch 512): the distributed optimizer's gradient
+// reduce-scatter runs bucket by bucket under the backward and only the last bucket is exposed
+// (Megatron's overlap_grad_reduce), as NCCL's hierarchical ring (72 ranks per rack, on NVLink,
+// 64 channels' NICs between racks). Hand-computed: a bucket is max(40M, 1M · 512) = 512M
+// parameters, 1.024 GB of bf16 gradients; each GPU sends 511/512 of it, 71/72 on NVLink at
+// 700 GB/s; latency 504 NVLink steps of 4 µs and 7 network steps of 12 µs. The parameter
+// all-gather of the first bucket is exposed the same way before the next forward.
+TEST(RecipePlan, RackScaleDataParallelExposesOnlyTheLastBucket) {
+  PlanRequest r = bundledRequest("llama3-8b", "gb200-nvl72-4racks");
+  r.cluster.nodes.assign(128, NodeSpec{"tray", 4, std::nullopt, std::nullopt});
+  r.config.schedule = "1f1b";
+  r.config.devices = 1;
+  r.config.parallel.data = 512;
+  r.config.parallel.zeroStage = 1;
+  r.config.globalBatch = 512;
+  r.config.microBatchSize = 1;
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  const double bucketBytes = 2.0 * 512e6;
+  const double bucketMs = 511.0 / 512.0 * bucketBytes * 71.0 / 72.0 / 700e6 + (504 * 4.0 + 7 * 12.0) / 1000.0;
+  EXPECT_NEAR(plan->metrics.gradientSyncMs, bucketMs, 1e-6);
+  // The whole sync (16 GB) hid under the backward of the one microbatch: the step is the
+  // pipeline, the last bucket, the Adam step over a 1/512 shard and the first bucket's gather.
+  const DeviceMetrics& d = plan->metrics.devices[0];
+  EXPECT_NEAR(d.exposedCommMs, 2.0 * bucketMs, 1e-6);
+  EXPECT_GT(d.hiddenCommMs, 10 * bucketMs);
+}
+
 // Blocks per virtual stage of pipeline 0, and whether the first holds the embedding and the last
 // the output layer.
 struct SplitShape {

@@ -99,7 +99,7 @@ TEST(ZeroPp, RegisteredWithItsUnitAndBlocksOfThatSize) {
 }
 
 // The paper's comparison in shape: Llama-3-8B, 4 pipeline stages, ZeRO-3 over 16 data-parallel
-// ranks (across nodes, so a gather is not hidden under one pass). ZeroPP is faster than 1F1B,
+// ranks (each in a node of its own, so a gather is not hidden under one pass). ZeroPP is faster than 1F1B,
 // ZB-H1 and interleaved 1F1B, which gather for every pass; breadth-first gathers least but
 // holds every microbatch's activations and does not fit the GPUs; ZeroPP does. A larger unit
 // gathers less and holds more.
@@ -111,6 +111,11 @@ PlanRequest llamaRequest(const std::string& schedule, int chunks, int unit = 0) 
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-8x8-ib.json");
   EXPECT_TRUE(cluster.hasValue());
   if (cluster) r.cluster = *cluster;
+  // One GPU per node: each data-parallel rank crosses on its own NIC, a flat ring at the NIC's
+  // rate (as the ranks of a TP 8 layout do). With 8 ranks of a group in a node NCCL's rings
+  // would leave it through all eight NICs at once and a gather would hide under one pass.
+  r.cluster.nodes.assign(64, NodeSpec{"node", 1, std::nullopt, std::nullopt});
+  r.cluster.nvlinkDomain = 0;
   r.config.parallel.data = 16;
   r.config.memoryLimitBytes.reset();  // the GPUs' own memory
   return r;

@@ -339,11 +339,35 @@ struct ElementwiseBytes {
   double norms = 0, other = 0, mlpAct = 0, expertAct = 0, sharedAct = 0;
   double total() const { return norms + other + mlpAct + expertAct + sharedAct; }
 };
+// torchtitan's block (torchtitan/models/llama/model.py and models/norms.py at 9dec370): its
+// RMSNorm casts to fp32, squares, means, multiplies by the rsqrt, casts back and scales (eager:
+// read 2 write 4, read 4 write 4, read 4, read 4 write 4, read 4 write 2, read 2 write 2 = 36
+// bytes per value; compiled into one kernel: read 2 write 2); apply_rotary_emb casts Q and K to
+// fp32 complex pairs, multiplies them by the frequencies and casts back (eager 20 bytes per value,
+// compiled 4); repeat_kv copies K and V out to the query heads before SDPA (read the K/V width,
+// write the query width) and the attention output is transposed into a contiguous copy (4 bytes
+// per value) in either mode; SiLU then the gate multiply (eager 4 + 6 bytes per ffn value,
+// compiled 6). torch.compile fuses what sits between the extern kernels (matmuls, SDPA).
+void torchtitanElementwise(const Block& k, ElementwiseBytes& e) {
+  const bool eager = !k.ctx.parallel.torchCompile;
+  const double tokens = k.nc / k.sp;
+  e.norms = tokens * 2.0 * (eager ? 36.0 : 4.0) * k.h;
+  const double rope = (eager ? 20.0 : 4.0) * (k.hq + k.hk);
+  const double repeatKv = k.kvh < k.a ? 2.0 * kBf16 * (k.hk + k.hq) : 0.0;
+  const double transposeOut = 2.0 * kBf16 * k.ho;
+  e.other += k.nc * (rope + repeatKv + transposeOut) / k.T;
+  if (!k.moe) e.mlpAct = k.nc * (k.swiglu ? (eager ? 10.0 : 6.0) : 4.0) * k.f / k.T;
+}
+
 ElementwiseBytes elementwise(const Block& k) {
   ElementwiseBytes e;
   const double tokens = k.nc / k.sp;
   e.norms = tokens * 8.0 * k.h;
   e.other = tokens * 2.0 * (6.0 * k.h + k.dropout * k.h);
+  if (k.ctx.parallel.framework == Framework::Torchtitan) {
+    torchtitanElementwise(k, e);
+    return e;
+  }
   const double perValue = k.swiglu ? 6.0 : 4.0;
   if (k.moe) {
     // The routed experts' activation and permutation: moeCosts.
@@ -365,7 +389,69 @@ ElementwiseBytes elementwise(const Block& k) {
 // all-gather the already-cast inputs.
 struct TpComm {
   Exposure forward, backward;
+  double forwardGatherExposedMs = 0;  ///< the forward all-gathers' exposed part (a replay repeats them)
 };
+
+// The column- and row-parallel GEMM passes of one module (attention or MLP) of a layer.
+struct ModuleGemms {
+  PassTimes column, row;
+};
+ModuleGemms moduleGemms(const Block& k, const std::vector<Gemm>& module) {
+  ModuleGemms m;
+  for (const Gemm& gemm : module) {
+    if (gemm.side == TpSide::None) continue;
+    (gemm.side == TpSide::ColumnParallel ? m.column : m.row) += gemmPasses(k.ctx.gpu, k.precision, {gemm});
+  }
+  return m;
+}
+
+// torchtitan's AsyncTP: torch.compile's micro_pipeline_tp pass (torch/_inductor/fx_passes/
+// micro_pipeline_tp.py at 5f65158a) replaces an all-gather whose result feeds matmuls, and a
+// reduce-scatter whose input is one matmul's output, with PyTorch's symmetric-memory ops
+// (torch/distributed/_symmetric_memory/__init__.py at 006b161f):
+// - fused_all_gather_matmul copies this rank's shard into its symmetric buffer and waits at a
+//   barrier before its first chunk ("we are giving up the chance to overlap 'mv' and 'b' with the
+//   first shard_consumer"), then pulls the other T − 1 shards one at a time with the copy engine
+//   while the GEMM runs chunk by chunk: (T−1)/T of what the GEMM cannot cover shows, plus the
+//   copy (read and write the shard) and the barrier.
+// - fused_matmul_reduce_scatter computes the rows each peer needs chunk by chunk while the peers
+//   pull the previous chunk, then reduces the T partial chunks it received in one more kernel
+//   (reduce_partials: read them, write the shard), which nothing hides.
+// The forward's all-gathers into QKV and FC1 and reduce-scatters after the projection and FC2
+// match; backward the output-gradient all-gathers into the projection's and FC2's dgrad match,
+// but the input-gradient reduce-scatters follow the sum of the module's dgrads (Q, K and V are
+// separate linears in torchtitan's Llama, as are w1 and w3) and _find_producer_matmul finds no
+// single matmul: they stay NCCL reduce-scatters on the critical path. The gathered inputs the
+// fused op returns (return_A) serve the wgrad, so no re-gather. Copy engines hold no SMs.
+TpComm asyncTensorParallelComm(const Block& k, const LayerGemms& g, double gather, double gatherCast) {
+  TpComm c;
+  const GpuSpec& gpu = k.ctx.gpu;
+  const double hiddenBytes = kBf16 * k.nc * k.h;
+  const double castShard = operandBytes(k.precision) / kBf16 * hiddenBytes / k.T;
+  const double barrierMs = k.ctx.links.tensor.latencyUs / 1000.0;
+  const double localCopyMs = memoryMs(gpu, 2.0 * castShard) + barrierMs;
+  const double reduceMs = memoryMs(gpu, hiddenBytes + hiddenBytes / k.T) + barrierMs;
+  const double scatter = gather;
+  auto decomposed = [&](double comm, double gemm, double fixedMs) {
+    Exposure e = overlapped(comm, gemm, k.T, OverlapKind::GatherIntoGemm);
+    e.exposedMs += fixedMs;
+    return e;
+  };
+  std::vector<Gemm> mlp = g.mlp;
+  mlp.insert(mlp.end(), g.shared.begin(), g.shared.end());
+  for (const std::vector<Gemm>* module : std::array<const std::vector<Gemm>*, 2>{&g.attention, &mlp}) {
+    if (module->empty()) continue;
+    const ModuleGemms m = moduleGemms(k, *module);
+    const Exposure intoColumn = decomposed(gatherCast, m.column.forward, localCopyMs);
+    c.forward += intoColumn;
+    c.forwardGatherExposedMs += intoColumn.exposedMs;
+    c.forward += decomposed(scatter, m.row.forward, reduceMs);
+    c.backward += decomposed(gatherCast, m.row.backwardInput, localCopyMs);
+    c.backward.exposedMs += scatter;
+  }
+  return c;
+}
+
 TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
   TpComm c;
   if (k.T <= 1) return c;
@@ -385,17 +471,24 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
     c.backward.exposedMs = c.forward.exposedMs;
     return c;
   }
+  if (!overlap && k.ctx.parallel.framework == Framework::Torchtitan) {
+    // DTensor's sequence parallelism without AsyncTP: per module an all-gather and a
+    // reduce-scatter of the same volume, each waited for (NCCL runs those as rings, never NVLS).
+    c.forward.exposedMs = modules * 2.0 * gather;
+    c.backward.exposedMs = c.forward.exposedMs;
+    c.forwardGatherExposedMs = modules * gather;
+    return c;
+  }
+  if (overlap && k.ctx.parallel.framework == Framework::Torchtitan) {
+    return asyncTensorParallelComm(k, g, gather, gatherCast);
+  }
   // Each collective meets the GEMMs on its side of the attention block and of the MLP (the
   // shared experts' GEMMs run beside the routed ones).
   std::vector<Gemm> mlp = g.mlp;
   mlp.insert(mlp.end(), g.shared.begin(), g.shared.end());
   for (const std::vector<Gemm>* module : std::array<const std::vector<Gemm>*, 2>{&g.attention, &mlp}) {
     if (module->empty()) continue;
-    PassTimes column, row;
-    for (const Gemm& gemm : *module) {
-      if (gemm.side == TpSide::None) continue;
-      (gemm.side == TpSide::ColumnParallel ? column : row) += gemmPasses(k.ctx.gpu, k.precision, {gemm});
-    }
+    const ModuleGemms m = moduleGemms(k, *module);
     if (!overlap) {
       // Sequence parallelism without userbuffers (Transformer Engine's Linear, module/linear.py):
       // forward the column-parallel GEMM's input is all-gathered (cast first in a low-precision
@@ -405,16 +498,19 @@ TpComm tensorParallelComm(const Block& k, const LayerGemms& g) {
       // while its dgrad GEMM runs, and reduce-scatters the input gradient while its wgrad GEMM
       // runs (async_op=True, waited for at the end of the module's backward).
       c.forward.exposedMs += gatherCast + scatter;
+      c.forwardGatherExposedMs += gatherCast;
       c.backward.exposedMs += gatherCast;
-      c.backward += overlapped(gatherCast, column.backwardInput, 1.0, OverlapKind::Bulk);
-      c.backward += overlapped(scatter, column.backwardWeight, 1.0, OverlapKind::Bulk);
+      c.backward += overlapped(gatherCast, m.column.backwardInput, 1.0, OverlapKind::Bulk);
+      c.backward += overlapped(scatter, m.column.backwardWeight, 1.0, OverlapKind::Bulk);
       continue;
     }
-    c.forward += overlapped(gatherCast, column.forward, k.T, OverlapKind::GatherIntoGemm);
-    c.forward += overlapped(scatter, row.forward, k.T, OverlapKind::GemmIntoScatter);
-    c.backward += overlapped(gatherCast, row.backwardInput, k.T, OverlapKind::GatherIntoGemm);
-    c.backward += overlapped(scatter, column.backwardInput, k.T, OverlapKind::GemmIntoScatter);
-    c.backward += overlapped(gather, column.backwardInput, 1.0, OverlapKind::Bulk);
+    const Exposure intoColumn = overlapped(gatherCast, m.column.forward, k.T, OverlapKind::GatherIntoGemm);
+    c.forward += intoColumn;
+    c.forwardGatherExposedMs += intoColumn.exposedMs;
+    c.forward += overlapped(scatter, m.row.forward, k.T, OverlapKind::GemmIntoScatter);
+    c.backward += overlapped(gatherCast, m.row.backwardInput, k.T, OverlapKind::GatherIntoGemm);
+    c.backward += overlapped(scatter, m.column.backwardInput, k.T, OverlapKind::GemmIntoScatter);
+    c.backward += overlapped(gather, m.column.backwardInput, 1.0, OverlapKind::Bulk);
   }
   return c;
 }
@@ -484,7 +580,12 @@ costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
   shape.wgradOutputBytes = wgradOutputBytes;
   shape.flexDispatcher = k.ctx.parallel.moeFlexDispatcher;
   shape.flexBackend = k.ctx.parallel.moeFlexBackend;
-  shape.commSms = k.ctx.parallel.moeCommSmsOrDefault();
+  const Parallelism& par = k.ctx.parallel;
+  shape.commSms = par.moeCommSmsOrDefault(k.ctx.links.expert.crossesNodes);
+  shape.permuteFusion = par.moePermuteFusion;
+  shape.permuteInDispatcher = par.moePermuteFusionIntoDispatcher;
+  shape.combineChunkTokens = par.moeCombineChunkTokensOrDefault();
+  shape.graphedPreprocess = par.graphsModule(kGraphMoePreprocess);
   shape.routerGroups = static_cast<double>(k.t.routerGroups);
   shape.routerGroupTopK = static_cast<double>(k.t.routerGroupTopK);
   return costparts::moeCosts(k.ctx.gpu, k.ctx.links, shape);
@@ -605,7 +706,7 @@ BlockParts blockParts(const Block& k, const GpuSpec& gpu, const Parallelism& par
     // half takes the element-wise kernels and casts; the MoE half the experts and the router.
     costparts::MoeOverlapWindows w;
     w.a2aMs = moe.dispatchMs;
-    w.commSmShare = moeCommSmShare(gpu, par);
+    w.commSmShare = moeCommSmShare(gpu, par, k.ctx.links.expert.crossesNodes);
     w.overlapEfficiency = epOverlapEfficiency(gpu);
     w.attentionForwardMs = p.attnGemm.forward + p.core.forwardMs + p.casts.forward + p.elementwiseFwdMs;
     w.attentionBackwardMs = p.attnGemm.backwardInput + p.attnGemm.backwardWeight + p.core.backwardMs +
@@ -638,9 +739,11 @@ BlockSums blockSums(const Block& k, const BlockParts& p, const costparts::MoeCos
   s.wgrad = k.nc * ((2.0 * k.lp * k.h) / k.sp + (k.lp * k.ho + k.lp * (k.moe ? k.shared * k.fe : k.f)) / k.T) +
             moe.weightGradBytes;
   const double gemmFwd = p.attnGemm.forward + p.mlpGemm.forward + p.sharedGemm.forward;
+  // The dispatcher's wait for its token counts on the host is idle time the pass shows, counted
+  // with the exposed communication.
   s.forwardMs = gemmFwd + p.casts.forward + p.core.forwardMs + p.elementwiseFwdMs + moe.forwardMs +
-                p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs;
-  s.forwardCommMs = p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs;
+                p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs + moe.hostSyncMs;
+  s.forwardCommMs = p.tp.forward.exposedMs + p.cp.forward.exposedMs + p.ep.forward.exposedMs + moe.hostSyncMs;
   s.backwardInputMs = p.attnGemm.backwardInput + p.mlpGemm.backwardInput + p.sharedGemm.backwardInput +
                       p.casts.backwardInput + p.core.backwardMs + p.elementwiseBwdMs + moe.backwardInputMs +
                       p.tp.backward.exposedMs + p.cp.backward.exposedMs + p.ep.backward.exposedMs;
@@ -683,8 +786,8 @@ void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t module
     // The whole MoE block is replayed in B (its all-to-alls too) from its kept input.
     s.activation -= k.nc * act.mlpInternal / k.T + moe.activationBytes;
     s.backwardInputMs += moe.forwardMs + p.sharedGemm.forward + p.sharedCasts.forward + memoryMs(gpu, p.ew.sharedAct) +
-                         p.ep.forward.exposedMs;
-    s.backwardInputCommMs += p.ep.forward.exposedMs;
+                         p.ep.forward.exposedMs + moe.hostSyncMs;
+    s.backwardInputCommMs += p.ep.forward.exposedMs + moe.hostSyncMs;
   } else {
     if (k.moe && (modules & kRecomputeMoeAct)) {
       s.activation -= moe.actOutputBytes;
@@ -698,10 +801,52 @@ void recomputeSelective(const Block& k, const GpuSpec& gpu, std::uint32_t module
   s.activation = std::max(s.activation, kBf16 * k.nc * k.h / k.sp);
 }
 
-// Recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules); the
-// activations a full recomputation rebuilds are returned in c.recomputeBytes.
+// torchtitan's per-op selective checkpointing (torchtitan/parallelisms/parallelize_llama.py at
+// 9dec370: _save_list and _custom_policy; unchanged at 820504e): inside each checkpointed block
+// the outputs of aten.mm are saved except every second one, and those of SDPA (with its
+// log-sum-exp), reduce_scatter_tensor and abs/max; everything else is recomputed in the
+// backward. Llama's block issues its matmuls as wq, wk, wv, wo, w1, w3, w2, so wk, wo and w3 are
+// recomputed, with the norms, RoPE, SiLU and the gate multiply; torch.compile's partitioner
+// drops what the backward does not read (wo's output: the saved reduce-scatter follows it), an
+// eager replay runs it. Float8 linears run aten._scaled_mm, which is not on the list: every
+// linear of the block is recomputed, with its casts. Kept: the block's input, Q, V, the attention
+// output and its log-sum-exp, w1's and w2's outputs (w2's before its reduce-scatter: the whole
+// hidden size) and, with sequence parallelism, the reduce-scatters' outputs. A replayed GEMM
+// whose input was all-gathered (sequence parallelism) gathers it again. Dense blocks with
+// grouped-query or multi-head attention (torchtitan's Llama); MoE and MLA layers keep Megatron's
+// modules.
+void recomputeOpPolicy(const Block& k, const BlockParts& p, BlockSums& s, LayerCosts& c) {
+  const GpuSpec& gpu = k.ctx.gpu;
+  const bool eager = !k.ctx.parallel.torchCompile;
+  double kept = kBf16 * k.h / k.sp + kBf16 * k.ho / k.T + kFp32 * k.a / k.T;
+  if (k.sp > 1) kept += 2.0 * kBf16 * k.h / k.sp;  // the two reduce-scatters' outputs
+  double replayMs = memoryMs(gpu, p.ew.total());
+  if (isLowPrecision(k.precision)) {
+    replayMs += p.attnGemm.forward + p.mlpGemm.forward + p.casts.forward;
+  } else {
+    kept += kBf16 * ((k.hq + k.hv + k.f) / k.T + k.h);
+    std::vector<Gemm> replayed{{k.nc, k.hk / k.T, k.h, 1, TpSide::ColumnParallel, true},
+                               {k.nc, k.f / k.T, k.h, 1, TpSide::ColumnParallel, true}};
+    if (eager) replayed.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});
+    replayMs += gemmPasses(gpu, k.precision, replayed).forward;
+  }
+  const double fullBytes = s.activation;
+  s.activation = std::min(fullBytes, k.nc * kept);
+  s.wgrad = std::min(s.wgrad, s.activation);
+  c.recomputeBytes = toBytes(fullBytes - s.activation);
+  s.backwardInputMs += replayMs + p.tp.forwardGatherExposedMs;
+  s.backwardInputCommMs += p.tp.forwardGatherExposedMs;
+}
+
+// Recomputation (Korthikanti et al. 2022 §5; Megatron-Core's --recompute-modules; torchtitan's
+// per-op policy above); the activations a full recomputation rebuilds are returned in
+// c.recomputeBytes.
 void recompute(const Block& k, const GpuSpec& gpu, const Parallelism& par, const BlockParts& p,
                const costparts::MoeCosts& moe, const ActivationBytes& act, BlockSums& s, LayerCosts& c) {
+  if (par.recompute == Recompute::Selective && par.framework == Framework::Torchtitan && !k.moe && !k.t.mla) {
+    recomputeOpPolicy(k, p, s, c);
+    return;
+  }
   if (par.recompute == Recompute::Full) {
     // Only the layer input survives the forward (sequence-parallel: this rank's shard); the
     // backward first replays the whole forward, collectives included. The replayed
@@ -802,19 +947,32 @@ void offloadGroups(const Block& k, const ActivationBytes& act, const costparts::
 // all-gather output and reduce-scatter input).
 void fsdpUnitBuffers(const CostContext& ctx, LayerCosts& c) {
   const Parallelism& par = ctx.parallel;
-  if (par.zeroStage < 3 || par.data <= 1 || !ctx.trainable || c.parameterBytes <= 0) return;
+  if (par.zeroStage < 3 || par.denseData() <= 1 || !ctx.trainable || c.parameterBytes <= 0) return;
   const double params = c.parameterCount();
   const double quantized = std::min(params, c.quantizedParameters);
   c.fsdpGatherBytes = toBytes(kBf16 * (params - quantized) + operandBytes(ctx.precision) * quantized);
   c.fsdpGradientBytes = toBytes((par.gradReduceInFp32 ? kFp32 : kBf16) * params);
 }
 
+// The modules of a block whose inputs a per-layer CUDA graph copies into static buffers.
+double graphedModuleInputs(const Block& k, const Parallelism& par) {
+  if (par.cudaGraphImpl != CudaGraphImpl::Local && par.cudaGraphImpl != CudaGraphImpl::TransformerEngine) return 0.0;
+  if (par.cudaGraphModules == 0) return 1.0;
+  double inputs = (par.cudaGraphModules & kGraphAttn) ? 1.0 : 0.0;
+  const std::uint32_t mlp = k.moe ? (kGraphMoe | kGraphMoeRouter) : kGraphMlp;
+  if (par.cudaGraphModules & mlp) inputs += 1.0;
+  return inputs;
+}
+
 // ZeRO-3 (FSDP): each pass gathers this layer's parameters (prefetched under the previous
-// layer's compute) and W reduce-scatters its gradients (fp32, or bf16 when the recipe reduces
-// in bf16). ZeRO-2 shards the gradients as well, so each microbatch's W reduce-scatters what it
-// produced instead of accumulating a full gradient (DeepSpeed's stage 2 with gradient
-// accumulation; PyTorch FSDP's SHARD_GRAD_OP outside no_sync). The gathered weights and the
-// unsharded gradients are fsdpUnitBuffers'.
+// layer's compute: PyTorch FSDP2's implicit prefetch, Megatron-FSDP's per-module buckets) and W
+// reduce-scatters its gradients (fp32, or bf16 when the recipe reduces in bf16) on its own
+// stream, hidden under a weight-gradient pass (a schedule that splits B and W may run other
+// work between the W passes, so only W is counted). ZeRO-2 shards the gradients as well, so each
+// microbatch's W reduce-scatters what it produced instead of accumulating a full gradient
+// (DeepSpeed's stage 2 with gradient accumulation; PyTorch FSDP's SHARD_GRAD_OP outside
+// no_sync). The collectives run hierarchically where the group crosses NVLink domains
+// (allGatherMs). The buffers they fill are fsdpUnitBuffers'.
 void shardedDataParallel(const Block& k, const CostContext& ctx, double localParams, BlockSums& s, LayerCosts& c) {
   const Parallelism& par = ctx.parallel;
   if (par.zeroStage >= 2 && k.D > 1 && ctx.trainable) {
@@ -885,6 +1043,14 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   c.forwardCommMs = s.forwardCommMs;
   c.backwardInputCommMs = s.backwardInputCommMs;
   c.backwardWeightCommMs = s.backwardWeightCommMs;
+  // CUDA graphs (Transformer Engine's make_graphed_callables, Megatron-Core's per-layer graphs)
+  // replay each graphed module on static buffers: its input is copied into a buffer of its own,
+  // held for the microbatch like the module's saved activations (one hidden-state copy per
+  // graphed module: the attention, the dense MLP or the MoE block up to its router; the whole
+  // layer when no module is named). Full-iteration graphs allocate from one pool as the eager step
+  // does (Megatron's paged stash for padded MoE buffers is not modelled).
+  const double graphedInputs = graphedModuleInputs(k, par);
+  s.activation += graphedInputs * kBf16 * k.nc / k.sp * k.h;
   c.activationBytes = toBytes(s.activation);
   c.weightGradBytes = toBytes(std::min(s.wgrad, s.activation));
   // Megatron sends the sequence-sharded hidden states (sequence parallel) or splits them over
@@ -917,8 +1083,12 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
   const PassTimes gemm = gemmPasses(gpu, Precision::Bf16, {{nc, v / T, h}}, wgradOut);
   // Cross-entropy: read the bf16 logits, write fp32 softmax (forward); read it, write the
   // logits' gradient (backward).
-  const double ceFwdMs = memoryMs(gpu, 6.0 * nc * v / T);
-  const double ceBwdMs = memoryMs(gpu, 6.0 * nc * v / T);
+  // torchtitan's loss (train.py at 9dec370, never compiled): cross_entropy(pred.float()) — the cast
+  // (read 2 write 4), log-softmax (read 4 write 4); backward its gradient (read 4 + 4, write 4),
+  // the scatter of the target's gradient, the cast back (read 4 write 2): about 14 and 22 bytes.
+  const bool torchtitan = ctx.parallel.framework == Framework::Torchtitan;
+  const double ceFwdMs = memoryMs(gpu, (torchtitan ? 14.0 : 6.0) * nc * v / T);
+  const double ceBwdMs = memoryMs(gpu, (torchtitan ? 22.0 : 6.0) * nc * v / T);
   double tpFwdMs = 0, tpBwdMs = 0;
   if (T > 1) {
     // Sequence parallel: all-gather the input, reduce-scatter its gradient; otherwise the input
@@ -937,7 +1107,8 @@ LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& 
   c.backwardWeightMs = gemm.backwardWeight;
   c.activationBytes = toBytes(kBf16 * nc * h / sp + kFp32 * nc * v / T);
   c.weightGradBytes = toBytes(kBf16 * nc * h / sp);
-  if (ctx.parallel.recompute == Recompute::Full) {
+  // torchtitan checkpoints the transformer blocks only (apply_ac over model.layers).
+  if (ctx.parallel.recompute == Recompute::Full && !torchtitan) {
     c.backwardInputMs += c.forwardMs;
     c.backwardInputCommMs += c.forwardCommMs;
     c.activationBytes = toBytes(kBf16 * nc * h / sp);
@@ -1048,63 +1219,161 @@ namespace costparts {
 double lowPrecisionCastBytes(const GpuSpec& gpu, Precision precision) { return castBytesPerValue(gpu, precision); }
 }  // namespace costparts
 
+double nvlsAllReduceFactor(const GpuSpec& gpu) {
+  if (gpu.nvlsEfficiency <= 0 || gpu.nvlsChannels < 2) return 0.0;
+  const double channels = gpu.nvlsChannels;
+  return 2.0 * gpu.nvlsEfficiency * (channels - 1.0) / channels;
+}
+
 CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel) {
   const std::int64_t perNode = cluster.gpusPerNode();
   const std::int64_t domain = cluster.nvlinkDomainGpus();
-  // A group of ranks `stride` apart spanning `span` consecutive GPUs stays on NVLink when the
-  // span fits in one NVLink domain (a node, or an NVL72 rack of 18 nodes); beyond it every GPU
-  // of a node talks at once, so each gets its node's NIC bandwidth divided among them (one NIC
-  // per GPU: the NIC's bandwidth).
-  auto linkFor = [&](std::int64_t span) {
+  const bool oneDomain = cluster.nodes.size() <= 1;
+  const double nvls = cluster.nvls ? nvlsAllReduceFactor(cluster.gpu) : 0.0;
+  // A group of `ranks` ranks `stride` apart stays on NVLink when its span (ranks · stride
+  // consecutive GPUs) fits in one NVLink domain (a node, or an NVL72 rack of 18 nodes); beyond it
+  // every GPU of a node talks at once, so each gets its node's NIC bandwidth divided among them
+  // (one NIC per GPU: the NIC's bandwidth), and the group's ranks that share a domain
+  // (domain / stride of them) cross together, each over its own share (NCCL's rings leave a
+  // domain once per channel, one channel per such rank: allGatherMs).
+  auto linkFor = [&](std::int64_t ranks, std::int64_t stride) {
     CollectiveLink l;
-    if (span <= domain || cluster.nodes.size() <= 1) {
+    const std::int64_t span = ranks * stride;
+    l.nvlsFactor = nvls;
+    if (span <= domain || oneDomain) {
       l.bandwidthGBps = cluster.intraNode.bandwidthGBps;
       l.latencyUs = cluster.intraNode.latencyUs;
-    } else {
-      const double nics =
-          cluster.nicsPerNode > 0 ? static_cast<double>(cluster.nicsPerNode) : static_cast<double>(perNode);
-      l.bandwidthGBps = cluster.interNode.bandwidthGBps * std::min(1.0, nics / static_cast<double>(perNode));
-      l.latencyUs = cluster.interNode.latencyUs;
-      l.crossesNodes = true;
+      return l;
     }
+    const double nics =
+        cluster.nicsPerNode > 0 ? static_cast<double>(cluster.nicsPerNode) : static_cast<double>(perNode);
+    l.bandwidthGBps = cluster.interNode.bandwidthGBps * std::min(1.0, nics / static_cast<double>(perNode));
+    l.latencyUs = cluster.interNode.latencyUs;
+    l.crossesNodes = true;
+    l.ranksPerDomain = static_cast<int>(std::clamp<std::int64_t>(domain / std::max<std::int64_t>(1, stride), 1, ranks));
+    l.nvlinkGBps = cluster.intraNode.bandwidthGBps;
+    l.nvlinkLatencyUs = cluster.intraNode.latencyUs;
     return l;
   };
   const std::int64_t T = std::max(1, parallel.tensor);
   const std::int64_t C = std::max(1, parallel.context);
   const std::int64_t E = std::max(1, parallel.expert);
   const std::int64_t D = std::max(1, parallel.data);
+  const std::int64_t expertGrid = std::max(1, parallel.expertTensorOrTensor()) * E;
   CollectiveLinks out;
-  out.tensor = linkFor(T);
-  out.context = linkFor(T * C);
+  out.tensor = linkFor(T, 1);
+  out.context = linkFor(C, T);
   // MoE parallel folding: the expert layers' ETP × EP ranks are consecutive GPUs of the pipeline
-  // rank (Megatron-Core's expert rank order tp-ep-dp), whatever T and C are.
-  out.expert = linkFor(std::max(1, parallel.expertTensorOrTensor()) * E);
-  out.data = linkFor(T * C * D);
-  out.nvlink = linkFor(1);
-  out.network = linkFor(std::numeric_limits<std::int64_t>::max());
-  out.domainGpus = cluster.nodes.size() <= 1 ? std::numeric_limits<std::int64_t>::max() : domain;
+  // rank (Megatron-Core's expert rank order tp-ep-dp), whatever T and C are; their data-parallel
+  // replicas are ETP·EP apart.
+  out.expert = linkFor(expertGrid, 1);
+  out.data = linkFor(D, T * C);
+  out.expertData = linkFor(parallel.expertData(), expertGrid);
+  out.nvlink = linkFor(1, 1);
+  out.network = linkFor(std::numeric_limits<std::int64_t>::max() / 2, 1);
+  out.network.ranksPerDomain = 1;
+  out.domainGpus = oneDomain ? std::numeric_limits<std::int64_t>::max() : domain;
   return out;
 }
 
+namespace {
+
+// NCCL's channel limit (MAXCHANNELS, src/include/device.h): at most this many rings or trees
+// leave a domain, each through one NIC.
+constexpr int kMaxChannels = 64;
+
+// NCCL's ring over `ranks` GPUs on `link`, each GPU sending `volume` · (n−1)/n of the tensor
+// along it (volume 1: all-gather, reduce-scatter; 2: all-reduce, NCCL's nsteps = (n−1) or
+// 2(n−1), src/graph/tuning.cc). Inside one domain, or with one rank per domain, every step runs
+// on the link. A group with p > 1 ranks in each of N domains: NCCL builds one ring per channel,
+// each leaving a domain through another rank's NIC (its rail), so a GPU sends 1/p of its ring
+// traffic over its NIC and the rest over NVLink, both at once (tuning.cc: ring bus bandwidth =
+// nChannels × per-channel inter bandwidth); at most kMaxChannels of them leave a domain.
+// Latency: nsteps − nInterSteps NVLink steps and nInterSteps network steps, nInterSteps = N − 1
+// (all-reduce 2(N − 1)), as tuning.cc counts them.
+double ringMs(const CollectiveLink& link, int ranks, double bytes, double volume) {
+  const double n = ranks;
+  const double sent = volume * (n - 1.0) / n * bytes;
+  const double steps = volume * (n - 1.0);
+  const int p = std::clamp(link.ranksPerDomain, 1, ranks);
+  if (!link.crossesNodes || p <= 1) {
+    const double bw = link.bandwidthGBps * 1e6;  // bytes per ms
+    return (bw > 0 ? sent / bw : 0.0) + steps * link.latencyUs / 1000.0;
+  }
+  const double domains = std::ceil(n / p);
+  const double exits = std::min(p, kMaxChannels);
+  const double nic = link.bandwidthGBps * 1e6 * exits;
+  const double nvlink = link.nvlinkGBps * 1e6;
+  const double nicMs = nic > 0 ? sent / nic : 0.0;
+  const double nvlinkMs = nvlink > 0 ? sent * (p - 1.0) / p / nvlink : 0.0;
+  const double interSteps = volume * (domains - 1.0);
+  return std::max(nicMs, nvlinkMs) + (steps - interSteps) * link.nvlinkLatencyUs / 1000.0 +
+         interSteps * link.latencyUs / 1000.0;
+}
+
+// NCCL's tree all-reduce (double binary tree over the domains, a chain inside each): 2·B through
+// every GPU, the log-depth latency (tuning.cc: tree latency 2·((p − 1)·intra + log2(N)·inter),
+// bus bandwidth × ratio 0.5). Across domains the chain runs on NVLink and each of the p chains'
+// tree on another rank's NIC.
+double treeMs(const CollectiveLink& link, int ranks, double bytes) {
+  const double n = ranks;
+  const int p = std::clamp(link.ranksPerDomain, 1, ranks);
+  if (!link.crossesNodes || p <= 1) {
+    const double bw = link.bandwidthGBps * 1e6;
+    return (bw > 0 ? 2.0 * bytes / bw : 0.0) + 2.0 * std::ceil(std::log2(n)) * link.latencyUs / 1000.0;
+  }
+  const double domains = std::ceil(n / p);
+  const double nic = link.bandwidthGBps * 1e6 * std::min(p, kMaxChannels);
+  const double nvlink = link.nvlinkGBps * 1e6;
+  const double bwMs = std::max(nic > 0 ? 2.0 * bytes / nic : 0.0, nvlink > 0 ? 2.0 * bytes / nvlink : 0.0);
+  return bwMs + 2.0 * ((p - 1.0) * link.nvlinkLatencyUs + std::ceil(std::log2(domains)) * link.latencyUs) / 1000.0;
+}
+
+// NCCL's NVLS all-reduce inside one domain (its ring's bus bandwidth × nvlsFactor), and NVLS
+// tree across domains: NVLS inside each domain, a tree of the domains over the p ranks' NICs,
+// pipelined (tuning.cc: busBw = nChannels × min(intra NVLS bw, inter bw), the inter bandwidth
+// doubled for two domains; latency: NVLS's 25 µs on NVLink, hwLatencies, plus
+// 2·log2(N) network steps). The NVLS figures are per GPU type (GpuSpec::nvlsEfficiency).
+double nvlsMs(const CollectiveLink& link, int ranks, double bytes) {
+  constexpr double kNvlsLatencyUs = 25.0;  // tuning.cc hwLatencies[NVLINK][NVLS][SIMPLE]
+  const double n = ranks;
+  const int p = std::clamp(link.ranksPerDomain, 1, ranks);
+  const double ringBusBytes = 2.0 * (n - 1.0) / n * bytes;
+  if (!link.crossesNodes) {
+    const double bw = link.bandwidthGBps * link.nvlsFactor * 1e6;
+    return (bw > 0 ? ringBusBytes / bw : 0.0) + kNvlsLatencyUs / 1000.0;
+  }
+  const double domains = std::ceil(n / p);
+  const double intra = link.nvlinkGBps * link.nvlsFactor * 1e6;
+  const double inter = link.bandwidthGBps * 1e6 * std::min(p, kMaxChannels) * (domains <= 2 ? 2.0 : 1.0);
+  const double bwMs = std::max(intra > 0 ? ringBusBytes / intra : 0.0, inter > 0 ? ringBusBytes / inter : 0.0);
+  return bwMs + kNvlsLatencyUs / 1000.0 + 2.0 * std::ceil(std::log2(domains)) * link.latencyUs / 1000.0;
+}
+
+}  // namespace
+
 double allReduceMs(const CollectiveLink& link, int ranks, double bytes) {
   if (ranks <= 1 || bytes <= 0) return 0.0;
-  const double n = ranks;
-  const double bw = link.bandwidthGBps * 1e6;  // bytes per ms
-  const double alpha = link.latencyUs / 1000.0;
-  const double transfer = bw > 0 ? bytes / bw : 0.0;
-  const double ring = 2.0 * (n - 1.0) / n * transfer + 2.0 * (n - 1.0) * alpha;
-  const double tree = 2.0 * transfer + 2.0 * std::ceil(std::log2(n)) * alpha;
-  return std::min(ring, tree);
+  double best = std::min(ringMs(link, ranks, bytes, 2.0), treeMs(link, ranks, bytes));
+  // NVLS needs a switch inside the domain: a group with one rank per domain has none to use.
+  const bool nvlsApplies = link.nvlsFactor > 0 && (!link.crossesNodes || link.ranksPerDomain > 1);
+  if (nvlsApplies) best = std::min(best, nvlsMs(link, ranks, bytes));
+  return best;
 }
 
 double allGatherMs(const CollectiveLink& link, int ranks, double bytes) {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  return ringMs(link, ranks, bytes, 1.0);
+}
+
+double allToAllMs(const CollectiveLink& link, int ranks, double bytes) {
+  // Every pair exchanges directly: no hierarchy to use (the expert all-to-alls split their NVLink
+  // and network peers themselves, MoeCosts.cpp).
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = ranks;
   const double bw = link.bandwidthGBps * 1e6;
   return (bw > 0 ? (n - 1.0) / n * bytes / bw : 0.0) + (n - 1.0) * link.latencyUs / 1000.0;
 }
-
-double allToAllMs(const CollectiveLink& link, int ranks, double bytes) { return allGatherMs(link, ranks, bytes); }
 
 double transformerForwardFlops(const TransformerShape& shape, std::int64_t batch) {
   CostContext ctx;

@@ -5,6 +5,7 @@
 // source where it is defined (AttentionKernel.cpp, ContextParallel.cpp, MoeCosts.cpp).
 
 #include <cstdint>
+#include <optional>
 
 #include "pipestudio/model/CostModel.hpp"
 
@@ -58,8 +59,20 @@ double domainsHit(const TokenRouting& routing, double domains);
 /// time (MoeCosts.cpp cites the libraries' published bandwidths). HybridEP's SMs copy the tokens
 /// bound for other GPUs of a domain at kHybridEpCopyGBpsPerSm each: with `sms` of them (0: no
 /// limit) that can set the time instead.
+///
+/// HybridEP moves a call's tokens in chunks of `chunkTokens` through its stages (the SMs' copies,
+/// NVLink, the network), one chunk in each stage at a time: the slowest stage sets the time, and
+/// the others add their share of one chunk (pipeline fill and drain). 0: not chunked (DeepEP).
 double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens,
-                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend, double sms = 0);
+                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend, double sms = 0,
+                      double chunkTokens = 0);
+
+/// Atomic adds per second of a scatter-add of bf16 rows (PyTorch's index_add_ / scatter_add_, what
+/// the unfused permutation's inverse and the permutation's gradient run), on `gpu`.
+double atomicAddsPerS(const GpuSpec& gpu);
+
+/// The host waiting for a device-to-host copy and launching again (kMeasuredD2hRoundTripMs).
+inline constexpr double kMeasuredD2hRoundTripMs = 0.1996;
 
 // --- GEMM kernels (GemmKernel.cpp) ---
 
@@ -89,6 +102,35 @@ double gemmMs(const GpuSpec& gpu, Precision precision, double m, double n, doubl
 /// roofline turns memory-bound as the tokens per expert fall.
 double groupedGemmMs(const GpuSpec& gpu, Precision precision, double groups, double m, double n, double k,
                      double outputBytesPerValue);
+
+/// Each expert's GEMM is a kernel of its own as Transformer Engine's GroupedLinear runs them on
+/// Hopper (one cuBLAS GEMM per local expert, spread over several streams): beyond the tiles the
+/// grouped model counts together, each costs a fixed time on the GPU — its launch, ramp and tail on
+/// a stream. Fitted, as the GEMM fill is, to the expert GEMMs timed in CUDA graphs on an H100
+/// (bench/fidelity/kernels-h100.jsonl, section experts: 4 streams, 4–16 experts of 256–4,096
+/// tokens, the Qwen3, GPT-OSS and DeepSeek-V3 shapes, bf16 and fp8): 2.3 µs per expert GEMM takes
+/// the grouped model from 15.5 % to 9.2 % (bf16) and 18.6 % to 7.5 % (fp8) MAPE, 36 % to 10 % at
+/// 256 tokens per expert; `make fidelity` refits it (Kernels.cpp).
+inline constexpr double kExpertGemmLatencyMs = 0.0023;
+
+/// The experts' GEMMs of one kind on one GPU: `experts` local experts, each an (m × k)·(k × n)
+/// GEMM, the tokens per expert being m (forward, input gradient) or k (weight gradient), of
+/// experts `hidden` wide with `expertFfn` intermediate values (ETP's shard).
+struct ExpertGemm {
+  double experts = 0, m = 0, n = 0, k = 0;
+  bool weightGradient = false;
+  double hidden = 0, expertFfn = 0;
+};
+
+/// The GPU's measured efficiency of expert GEMMs (GpuSpec::expertGemmCurve) at `tokens` per expert
+/// for the measured expert shape nearest (hidden, expertFfn), interpolated in log(tokens); nullopt
+/// without measurements for `precision` (or the format it runs as).
+std::optional<double> measuredExpertGemmEfficiency(const GpuSpec& gpu, Precision precision, double tokens,
+                                                   double hidden, double expertFfn);
+
+/// Time of `g`: with a measured curve, the dense GEMM of the experts' tokens stacked over the
+/// measured efficiency; else groupedGemmMs plus kExpertGemmLatencyMs per expert.
+double expertGemmMs(const GpuSpec& gpu, Precision precision, const ExpertGemm& g, double outputBytesPerValue);
 
 // --- FlashAttention (AttentionKernel.cpp) ---
 
@@ -170,7 +212,11 @@ struct MoeShape {
   bool flexDispatcher = false;                   ///< DeepEP/HybridEP: one copy per NVLink domain a token reaches
   double routerGroups = 0, routerGroupTopK = 0;  ///< group-limited routing (0: none)
   FlexBackend flexBackend = FlexBackend::DeepEp;
-  double commSms = 0;  ///< SMs the flex dispatcher runs on (Parallelism::moeCommSmsOrDefault; 0: no limit)
+  double commSms = 0;         ///< SMs the flex dispatcher runs on (Parallelism::moeCommSmsOrDefault; 0: no limit)
+  bool permuteFusion = true;  ///< Parallelism::moePermuteFusion
+  bool permuteInDispatcher = false;  ///< Parallelism::moePermuteFusionIntoDispatcher (HybridEP)
+  double combineChunkTokens = 64;    ///< HybridEP's combine chunk (Parallelism::moeCombineChunkTokensOrDefault)
+  bool graphedPreprocess = false;    ///< CUDA graphs capture MoELayer.preprocess (moe_preprocess or more)
 };
 
 /// The routed part of a MoE layer on one GPU (router, permutation, grouped expert GEMMs, token
@@ -180,7 +226,10 @@ struct MoeCosts {
   double forwardMs = 0, backwardInputMs = 0, backwardWeightMs = 0;  ///< compute, no collectives
   double expertGemmForwardMs = 0;                                   ///< part of forwardMs: the grouped FC1 and FC2
   double expertActMs = 0;                                           ///< part of forwardMs: the activation function
-  double dispatchMs = 0;             ///< one all-to-all (dispatch or combine) with its ETP collective
+  double dispatchMs = 0;  ///< one all-to-all (dispatch or combine) with its ETP collective
+  double permuteMs = 0;   ///< part of each pass: the token permutation and its inverse
+  /// Forward only: the GPU idle while the host waits for the all-to-all dispatcher's token counts.
+  double hostSyncMs = 0;
   double activationBytes = 0;        ///< held from F to B
   double weightGradBytes = 0;        ///< of those, the expert GEMMs' inputs W reads
   double actOutputBytes = 0;         ///< of those, FC2's inputs (what moe_act recomputation drops)

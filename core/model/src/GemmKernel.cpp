@@ -16,6 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "CostParts.hpp"
 
@@ -76,6 +79,58 @@ double groupedGemmMs(const GpuSpec& gpu, Precision precision, double groups, dou
                          mainLoopFill(gpu, precision, k);
   const double bytes = groups * (operandBytes(precision) * (m * k + k * n) + outputBytesPerValue * m * n);
   return std::max(compute, memoryMs(gpu, bytes));
+}
+
+std::optional<double> measuredExpertGemmEfficiency(const GpuSpec& gpu, Precision precision, double tokens,
+                                                   double hidden, double expertFfn) {
+  if (gpu.expertGemmCurve.empty() || tokens <= 0 || hidden <= 0 || expertFfn <= 0) return std::nullopt;
+  // The points of this precision, or of the format whose tensor cores it runs on (fp8-block: fp8).
+  auto pointsOf = [&](Precision p) {
+    std::vector<const GpuSpec::ExpertGemmPoint*> out;
+    for (const GpuSpec::ExpertGemmPoint& point : gpu.expertGemmCurve) {
+      if (point.precision == p) out.push_back(&point);
+    }
+    return out;
+  };
+  std::vector<const GpuSpec::ExpertGemmPoint*> points = pointsOf(precision);
+  if (points.empty() && gemmRateFallback(precision) != precision) points = pointsOf(gemmRateFallback(precision));
+  if (points.empty()) return std::nullopt;
+  // The measured expert shape nearest this one (distance of the logs of hidden and expert_ffn),
+  // then linear in log(tokens) between its two points around `tokens`, flat beyond the ends.
+  auto shapeDistance = [&](const GpuSpec::ExpertGemmPoint& p) {
+    return std::abs(std::log(p.hidden / hidden)) + std::abs(std::log(p.expertFfn / expertFfn));
+  };
+  double nearest = std::numeric_limits<double>::infinity();
+  for (const auto* p : points) nearest = std::min(nearest, shapeDistance(*p));
+  std::vector<const GpuSpec::ExpertGemmPoint*> shape;
+  for (const auto* p : points) {
+    if (shapeDistance(*p) <= nearest + 1e-12) shape.push_back(p);
+  }
+  std::sort(shape.begin(), shape.end(), [](const auto* a, const auto* b) { return a->tokens < b->tokens; });
+  if (tokens <= shape.front()->tokens) return shape.front()->efficiency;
+  if (tokens >= shape.back()->tokens) return shape.back()->efficiency;
+  for (std::size_t i = 1; i < shape.size(); ++i) {
+    const auto* lo = shape[i - 1];
+    const auto* hi = shape[i];
+    if (tokens > hi->tokens) continue;
+    if (hi->tokens <= lo->tokens) return hi->efficiency;
+    const double t = std::log(tokens / lo->tokens) / std::log(hi->tokens / lo->tokens);
+    return lo->efficiency + t * (hi->efficiency - lo->efficiency);
+  }
+  return shape.back()->efficiency;
+}
+
+double expertGemmMs(const GpuSpec& gpu, Precision precision, const ExpertGemm& g, double outputBytesPerValue) {
+  if (g.experts <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0) return 0.0;
+  const double tokens = g.weightGradient ? g.k : g.m;
+  if (const auto efficiency = measuredExpertGemmEfficiency(gpu, precision, tokens, g.hidden, g.expertFfn)) {
+    // The dense GEMM of the experts' tokens stacked, over the efficiency measured against it.
+    const double stackedM = g.weightGradient ? g.m : g.experts * g.m;
+    const double stackedK = g.weightGradient ? g.experts * g.k : g.k;
+    return gemmMs(gpu, precision, stackedM, g.n, stackedK, outputBytesPerValue) / *efficiency;
+  }
+  return groupedGemmMs(gpu, precision, g.experts, g.m, g.n, g.k, outputBytesPerValue) +
+         g.experts * kExpertGemmLatencyMs;
 }
 
 }  // namespace pipestudio::costparts

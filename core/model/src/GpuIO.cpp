@@ -43,9 +43,10 @@ bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, 
 
 // The fields readGpuFields reads besides `name`: a cluster's GPU object and a catalogue entry
 // both take them, each with its own fields around them (gpuFieldsWith).
-constexpr std::array<std::string_view, 10> kSharedGpuFields{
+constexpr std::array<std::string_view, 12> kSharedGpuFields{
     "peak_tflops",           "memory_gib", "efficiency",     "attention_efficiency",  "gemm_fill_k",
-    "memory_bandwidth_gbps", "sm_count",   "host_link_gbps", "ep_overlap_efficiency", "compute_capability"};
+    "memory_bandwidth_gbps", "sm_count",   "host_link_gbps", "ep_overlap_efficiency", "compute_capability",
+    "expert_gemm_curve",     "nvls"};
 
 // `before`, the shared GPU fields, then `after`: the known fields of one kind of GPU object.
 template <std::size_t Before, std::size_t After>
@@ -63,6 +64,48 @@ constexpr auto kClusterGpuFields =
 constexpr auto kCatalogGpuFields =
     gpuFieldsWith(std::array<std::string_view, 2>{"name", "aliases"},
                   std::array<std::string_view, 4>{"nvlink_gbps", "nvlink_domain", "calibration_from", "source"});
+
+}  // namespace
+
+// "expert_gemm_curve": [{"precision", "tokens", "hidden", "expert_ffn", "efficiency"}, …], the
+// points tests/gpu/expert_gemm_curve.py measures (GpuSpec::ExpertGemmPoint).
+void readExpertGemmCurve(JsonReader& r, const JsonNode& node, GpuSpec& g) {
+  auto curve = r.array(node, "expert_gemm_curve", Presence::Optional);
+  if (!curve) return;
+  const std::size_t n = curve->value->size();
+  if (n > static_cast<std::size_t>(limits::kMaxExpertGemmPoints)) {
+    r.error(*curve, "has " + std::to_string(n) + " points (expected at most " +
+                        std::to_string(limits::kMaxExpertGemmPoints) + ")");
+    return;
+  }
+  g.expertGemmCurve.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    const JsonNode p = curve->child(i);
+    if (!r.isObject(p)) continue;
+    r.rejectUnknown(p, {"precision", "tokens", "hidden", "expert_ffn", "efficiency"});
+    GpuSpec::ExpertGemmPoint point;
+    if (auto name = r.string(p, "precision", Presence::Required)) {
+      if (auto precision = precisionFromName(*name)) {
+        point.precision = *precision;
+      } else {
+        r.error(p.child("precision"),
+                "'" + *name + "' is not a precision (expected " + std::string(precisionChoices()) + ")");
+      }
+    }
+    const auto dim = static_cast<double>(limits::kMaxDim);
+    point.tokens = r.number(p, "tokens", Presence::Required, 1, dim).value_or(0);
+    point.hidden = r.number(p, "hidden", Presence::Required, 1, dim).value_or(0);
+    point.expertFfn = r.number(p, "expert_ffn", Presence::Required, 1, dim).value_or(0);
+    point.efficiency = r.number(p, "efficiency", Presence::Required, limits::kExpertGemmEfficiency.min,
+                                limits::kExpertGemmEfficiency.max)
+                           .value_or(0);
+    if (point.tokens > 0 && point.hidden > 0 && point.expertFfn > 0 && point.efficiency > 0) {
+      g.expertGemmCurve.push_back(point);
+    }
+  }
+}
+
+namespace {
 
 // The fields a cluster's GPU object and a catalogue entry share, onto `g`.
 void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
@@ -103,6 +146,16 @@ void readGpuFields(JsonReader& r, const JsonNode& node, GpuSpec& g) {
   if (auto v = r.number(node, "compute_capability", Presence::Optional, limits::kComputeCapability.min,
                         limits::kComputeCapability.max))
     g.computeCapability = *v;
+  readExpertGemmCurve(r, node, g);
+  // "nvls": {"efficiency": 0.85, "channels": 16} — NCCL's NVLS figures for this GPU's switches.
+  if (auto nvls = r.object(node, "nvls", Presence::Optional)) {
+    r.rejectUnknown(*nvls, {"efficiency", "channels"});
+    g.nvlsEfficiency =
+        r.number(*nvls, "efficiency", Presence::Required, limits::kEfficiency.min, limits::kEfficiency.max).value_or(0);
+    g.nvlsChannels = static_cast<int>(
+        r.integer(*nvls, "channels", Presence::Required, limits::kNvlsChannels.min, limits::kNvlsChannels.max)
+            .value_or(0));
+  }
 }
 
 // A GPU must say its name, bf16 peak and memory, from the catalogue or its own fields (a field

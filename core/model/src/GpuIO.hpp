@@ -14,6 +14,9 @@ namespace pipestudio {
 /// catalogue entry's NVLink domain when the GPU came from the catalogue (else left as is).
 std::optional<GpuSpec> readGpu(JsonReader& r, const JsonNode& node, int* nvlinkDomain = nullptr);
 
+/// `node`'s "expert_gemm_curve" (an array of measured points) onto `g`, when present.
+void readExpertGemmCurve(JsonReader& r, const JsonNode& node, GpuSpec& g);
+
 /// One entry of resources/gpus/catalog.json.
 std::optional<CatalogGpu> readCatalogGpu(JsonReader& r, const JsonNode& node);
 

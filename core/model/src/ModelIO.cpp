@@ -476,7 +476,7 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   if (!r.isObject(at)) return std::nullopt;
   // The schema first: a file of another kind is named as such, not listed as unknown fields.
   if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain",
+  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls",
                        "bandwidth_matrix_gbps", "description"});
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
@@ -522,6 +522,16 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
   // the file's own value, else the catalogue GPU's.
   c.nvlinkDomain =
       static_cast<int>(r.integer(at, "nvlink_domain", Presence::Optional, 1, limits::kMaxGpus).value_or(catalogDomain));
+  // NVLink SHARP: on where the GPU ships with NVLS switches (its catalogue figures), unless the
+  // file says its switches lack it. A file cannot turn on what its GPU has no figures for.
+  if (auto nvls = r.boolean(at, "nvls", Presence::Optional)) {
+    c.nvls = *nvls;
+    if (*nvls && c.gpu.nvlsEfficiency <= 0 && r.ok()) {
+      r.error(at.child("nvls"), "is true but GPU '" + excerpt(c.gpu.name) +
+                                    "' has no NVLS figures (expected false, or a gpu object with \"nvls\": "
+                                    "{\"efficiency\", \"channels\"})");
+    }
+  }
   if (r.ok() && c.totalGpus() > kMaxGpus)
     r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
   if (auto links = r.object(at, "links", Presence::Required)) {
@@ -637,6 +647,21 @@ Expected<ModelSpec> loadModel(const std::string& path) { return loadWith<ModelSp
 Expected<ClusterSpec> loadCluster(const std::string& path) { return loadWith<ClusterSpec>(path, &readCluster); }
 Expected<HostsSpec> loadHosts(const std::string& path) { return loadWith<HostsSpec>(path, &readHosts); }
 
+Expected<std::vector<GpuSpec::ExpertGemmPoint>> loadExpertGemmCurve(const std::string& path) {
+  auto doc = loadJsonFile(path);
+  if (!doc) return doc.error();
+  JsonReader r(*doc);
+  const JsonNode root = r.root();
+  if (!r.isObject(root)) return r.toError();
+  r.checkSchema(root, kExpertGemmCurveSchema);
+  r.rejectUnknown(root, {"schema", "gpu", "expert_gemm_curve", "measurements"});
+  GpuSpec g;
+  if (r.array(root, "expert_gemm_curve", Presence::Required)) readExpertGemmCurve(r, root, g);
+  if (r.ok() && g.expertGemmCurve.empty()) r.error(root.child("expert_gemm_curve"), "has no points (expected some)");
+  if (!r.ok()) return r.toError();
+  return g.expertGemmCurve;
+}
+
 namespace {
 Json layerToJson(const Layer& l) {
   Json j;
@@ -725,6 +750,18 @@ Json gpuToJson(const GpuSpec& g) {
   if (g.hostLinkGBps > 0) j["host_link_gbps"] = g.hostLinkGBps;
   if (g.epOverlapEfficiency > 0) j["ep_overlap_efficiency"] = g.epOverlapEfficiency;
   if (g.computeCapability > 0) j["compute_capability"] = g.computeCapability;
+  if (!g.expertGemmCurve.empty()) {
+    Json curve = Json::array();
+    for (const GpuSpec::ExpertGemmPoint& p : g.expertGemmCurve) {
+      curve.push_back(Json{{"precision", std::string(precisionName(p.precision))},
+                           {"tokens", p.tokens},
+                           {"hidden", p.hidden},
+                           {"expert_ffn", p.expertFfn},
+                           {"efficiency", p.efficiency}});
+    }
+    j["expert_gemm_curve"] = std::move(curve);
+  }
+  if (g.nvlsEfficiency > 0) j["nvls"] = Json{{"efficiency", g.nvlsEfficiency}, {"channels", g.nvlsChannels}};
   return j;
 }
 }  // namespace
@@ -769,6 +806,7 @@ Json clusterToJson(const ClusterSpec& c) {
     j["links"]["host_switch"] = Json{{"gpus", c.hostSwitchGpus}, {"bandwidth_gbps", c.hostSwitchGBps}};
   }
   if (c.nvlinkDomain > c.gpusPerNode()) j["nvlink_domain"] = c.nvlinkDomain;
+  if (!c.nvls) j["nvls"] = false;
   if (!c.bandwidthMatrixGBps.empty()) j["bandwidth_matrix_gbps"] = c.bandwidthMatrixGBps;
   return j;
 }

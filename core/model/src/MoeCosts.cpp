@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "CostParts.hpp"
 
@@ -33,7 +34,58 @@ constexpr double kFp32 = 4.0;
 // this rate, as measured (table ep-dispatch). DeepEP's SM scaling has no published H100 sweep.
 constexpr double kHybridEpCopyGBpsPerSm = 34.9;
 
+// HybridEP's chunk of tokens per API call when none is set (docs/README_Hybrid-EP.md, "Chunk Size
+// Tuning": dispatch, combine and preprocessing all default to 64).
+constexpr double kHybridEpDefaultChunkTokens = 64;
+
+// A scatter-add of bf16 rows into a zeroed output (PyTorch's index_add_ and scatter_add_): one
+// atomic add per value. On an H100 (bench/fidelity/kernels-h100.jsonl, section layer, the MoE
+// half's kernels: indexFuncLargeIndex) two calls over 32,768 rows of 2,048 took 1.0735 ms and two
+// over 16,384 rows of 2,880 took 0.7777 ms: 125.0 and 121.3 G adds/s, 0.933 G per SM at their mean
+// (a twelfth of the copy rate the same file measures). Other GPUs: in proportion to their SMs.
+constexpr double kAtomicAddsPerSPerSm = 0.933e9;
+
+// The token permutation and its inverse around one pass's dispatch and combine, as Megatron-Core
+// runs them (megatron/core/transformer/moe/moe_utils.py permute / unpermute / sort_chunks_by_idxs;
+// token_dispatcher.py). Each pass has one gather-like kernel (forward: the permutation; backward:
+// the inverse's gradient) and one scatter-like kernel (the inverse; the permutation's gradient):
+// fused (Transformer Engine's moe_permute/moe_unpermute) both stream their rows through HBM;
+// unfused the scatter is a zeroed output and one atomic add per value.
+// - all-to-all dispatcher: the token side permutes this GPU's x tokens into x·top_k copies by
+//   destination and back; the expert side sorts the received rows by local expert after the
+//   dispatch and back before the combine (sort_chunks_by_idxs: a copy, fused or not).
+// - flex dispatcher: DeepEP and HybridEP take the tokens unpermuted and deliver each once per rank
+//   it reaches; the expert side permutes those into rows per local expert and back. With HybridEP's
+//   permute fusion its kernels write and read the rows in expert order: no permutation kernels.
+double permutationMs(const GpuSpec& gpu, const MoeShape& s, double x, double rows) {
+  const double row = kBf16 * s.hidden;
+  auto scatter = [&](double in, double out) {
+    // Fused: read the rows, write the output; unfused: zero the output, then the atomic adds.
+    return s.permuteFusion ? memoryMs(gpu, row * (in + out))
+                           : memoryMs(gpu, row * out) + msAt(in * s.hidden, atomicAddsPerS(gpu));
+  };
+  if (!s.flexDispatcher) {
+    const double copies = x * s.topK * s.load;
+    const double tokenSide = memoryMs(gpu, row * (x + copies)) + scatter(copies, x);
+    const double expertSide = memoryMs(gpu, 2.0 * 2.0 * row * rows);
+    return tokenSide + expertSide;
+  }
+  if (s.permuteInDispatcher && s.flexBackend == FlexBackend::HybridEp) return 0.0;
+  // Tokens this GPU receives: each of the EP ranks' tokens once per rank of this GPU's it reaches
+  // (ranks are domains of experts / EP consecutive experts for domainsHit).
+  const double ep = std::max(1.0, s.ep);
+  const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
+  const double received = std::max(1.0, s.etp) * x * s.load * domainsHit(routing, ep);
+  return memoryMs(gpu, row * (received + rows)) + scatter(rows, received);
+}
+
 }  // namespace
+
+double atomicAddsPerS(const GpuSpec& gpu) {
+  if (gpu.smCount > 0) return kAtomicAddsPerSPerSm * gpu.smCount;
+  // Without an SM count: the same twelfth of the HBM bandwidth as on the H100, in bf16 values.
+  return gpu.memoryBytesPerS() / 12.0 / kBf16;
+}
 
 CommShare hiddenBeside(double commMs, double computeMs, double smShare, double efficiency) {
   CommShare c;
@@ -118,7 +170,8 @@ double domainsHit(const TokenRouting& routing, double domains) {
 //   top 8, uniform routing, BF16, through the Torch API) 54.5 / 47.4 / 41.2 GB/s at 16 / 32 / 64
 //   ranks against 45 for all pairs (90 / 60 / 51 for remote pairs only).
 double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int64_t stride, double tokens,
-                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend, double sms) {
+                      const TokenRouting& routing, double bytesPerCopy, FlexBackend backend, double sms,
+                      double chunkTokens) {
   if (ranks <= 1 || tokens <= 0) return 0.0;
   const std::int64_t perDomain =
       std::clamp<std::int64_t>(links.domainGpus / std::max<std::int64_t>(1, stride), 1, ranks);
@@ -127,10 +180,20 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
   const double nvlinkBytes = tokens * routing.topK * bytesPerCopy * (1.0 - 1.0 / static_cast<double>(perDomain));
   const double smCopyMs =
       backend == FlexBackend::HybridEp && sms > 0 ? nvlinkBytes / (sms * kHybridEpCopyGBpsPerSm * 1e6) : 0.0;
+  // HybridEP's stages pass chunks of tokens on (hybrid_ep_backend.cuh: NUM_OF_CHUNKS_PER_RANK chunks of
+  // NUM_OF_TOKENS_PER_CHUNK, one per stage at a time): the slowest stage's time plus one chunk's worth
+  // of the others.
+  const double chunk = backend == FlexBackend::HybridEp && chunkTokens > 0 ? std::min(1.0, chunkTokens / tokens) : 0.0;
+  auto pipelined = [chunk](std::initializer_list<double> stages) {
+    const double slowest = std::max(stages);
+    double all = 0;
+    for (double t : stages) all += t;
+    return slowest + chunk * (all - slowest);
+  };
   // Inside one domain it is the all-to-all on the group's link.
   if (perDomain >= ranks) {
-    return std::max(allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * routing.topK * bytesPerCopy),
-                    smCopyMs);
+    return pipelined(
+        {allToAllOnLinksMs(links, links.expert, ranks, stride, tokens * routing.topK * bytesPerCopy), smCopyMs});
   }
   const double domains = std::ceil(static_cast<double>(ranks) / static_cast<double>(perDomain));
   const double hit = domainsHit(routing, domains);
@@ -143,7 +206,7 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
     const double perMs = link.bandwidthGBps * 1e6;
     return (perMs > 0 ? bytes / perMs : 0.0) + link.latencyUs / 1000.0;
   };
-  return std::max({part(links.expert, networkBytes), part(links.nvlink, nvlinkBytes), smCopyMs});
+  return pipelined({part(links.expert, networkBytes), part(links.nvlink, nvlinkBytes), smCopyMs});
 }
 
 MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s) {
@@ -170,19 +233,21 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
       groupedGemmMs(gpu, Precision::Bf16, 1, x, h, s.experts, kBf16) + memoryMs(gpu, 3.0 * kFp32 * x * s.experts);
   const double routerBwdWeight = groupedGemmMs(gpu, Precision::Bf16, 1, h, s.experts, x, s.wgradOutputBytes);
 
-  // --- permutation (fused permute/unpermute kernels): token side, copies out and back, and the
-  // expert side's sort by local expert and its inverse; bf16 rows of h ---
+  // --- permutation around the dispatch (permutationMs), each pass ---
   const double copies = x * s.topK;
-  const double permuteBytes = kBf16 * h * (2.0 * x + 2.0 * copies) + 2.0 * 2.0 * kBf16 * h * rows;
-  const double permuteMs = memoryMs(gpu, permuteBytes);
+  const double permuteMs = permutationMs(gpu, s, x, rows);
+  c.permuteMs = permuteMs;
 
-  // --- grouped expert GEMMs ---
-  const double fc1 = groupedGemmMs(gpu, p, local, m, act, h, kBf16);
-  const double fc2 = groupedGemmMs(gpu, p, local, m, h, ffn, kBf16);
-  const double fc1Dgrad = groupedGemmMs(gpu, p, local, m, h, act, kBf16);
-  const double fc2Dgrad = groupedGemmMs(gpu, p, local, m, ffn, h, kBf16);
-  const double fc1Wgrad = groupedGemmMs(gpu, p, local, h, act, m, s.wgradOutputBytes);
-  const double fc2Wgrad = groupedGemmMs(gpu, p, local, ffn, h, m, s.wgradOutputBytes);
+  // --- expert GEMMs (expertGemmMs: as measured on the GPU, or the grouped kernel model) ---
+  auto experts = [&](double gm, double gn, double gk, bool wgrad, double out) {
+    return expertGemmMs(gpu, p, ExpertGemm{local, gm, gn, gk, wgrad, h, ffn}, out);
+  };
+  const double fc1 = experts(m, act, h, false, kBf16);
+  const double fc2 = experts(m, h, ffn, false, kBf16);
+  const double fc1Dgrad = experts(m, h, act, false, kBf16);
+  const double fc2Dgrad = experts(m, ffn, h, false, kBf16);
+  const double fc1Wgrad = experts(h, act, m, true, s.wgradOutputBytes);
+  const double fc2Wgrad = experts(ffn, h, m, true, s.wgradOutputBytes);
   // Activation (SwiGLU reads gate and up, writes one; GELU reads and writes one), bf16.
   c.expertActMs = memoryMs(gpu, rows * (s.swiglu ? 6.0 : 4.0) * ffn);
   // Transformer Engine's casts of the expert GEMMs' inputs and output gradients (low precision).
@@ -202,11 +267,28 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   // (NCCL ring: (n−1)/n of the gathered bytes, (n−1) steps) ---
   const double sendBytes = kBf16 * h * copies * s.load;
   const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
-  const double a2a = s.flexDispatcher
-                         ? flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
-                                          x * s.load, routing, kBf16 * h, s.flexBackend, s.commSms)
-                         : allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep),
-                                             static_cast<std::int64_t>(etp), sendBytes);
+  double a2a = 0;
+  if (s.flexDispatcher) {
+    // Dispatch at HybridEP's default chunk, combine at the recipe's; one a2aMs for both (their mean).
+    auto flex = [&](double chunk) {
+      return flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp), x * s.load, routing,
+                            kBf16 * h, s.flexBackend, s.commSms, chunk);
+    };
+    a2a = 0.5 * (flex(kHybridEpDefaultChunkTokens) + flex(s.combineChunkTokens));
+  } else {
+    a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
+                            sendBytes);
+    // The all-to-all dispatcher needs its split sizes on the host: it copies the token counts to
+    // the host before the permutation and waits for them before the all-to-all (token_dispatcher.py:
+    // cuda_dtoh_point "before_permutation_1", cuda_sync_point "before_ep_alltoall"), so the GPU idles
+    // for whatever of the round trip the permutation does not cover. With moe_preprocess in a CUDA
+    // graph the copy moves to the all-to-all itself (cuda_dtoh_point "before_ep_alltoall") and the
+    // whole round trip shows. HybridEP needs no host synchronisation (docs/README_Hybrid-EP.md).
+    if (ep > 1) {
+      const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * h * (x + copies));
+      c.hostSyncMs = std::max(0.0, kMeasuredD2hRoundTripMs - covered);
+    }
+  }
   double etpMs = 0;
   if (etp > 1) {
     const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(etp), s.tensor);
@@ -289,9 +371,9 @@ double besideSpanMs(double commMs, double computeMs, double smShare, double effi
   return std::max({comm, onFreeSms, contended});
 }
 
-double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel) {
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel, bool acrossDomains) {
   if (gpu.smCount <= 0) return 0.0;
-  return std::min(1.0, static_cast<double>(parallel.moeCommSmsOrDefault()) / gpu.smCount);
+  return std::min(1.0, static_cast<double>(parallel.moeCommSmsOrDefault(acrossDomains)) / gpu.smCount);
 }
 
 }  // namespace pipestudio

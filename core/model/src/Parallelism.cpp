@@ -1,5 +1,6 @@
 #include "pipestudio/model/Parallelism.hpp"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -23,6 +24,19 @@ std::optional<Recompute> recomputeFromName(std::string_view name) {
   }
   return std::nullopt;
 }
+
+std::string_view frameworkName(Framework framework) {
+  return framework == Framework::Torchtitan ? "torchtitan" : "megatron";
+}
+
+std::optional<Framework> frameworkFromName(std::string_view name) {
+  for (Framework f : {Framework::Megatron, Framework::Torchtitan}) {
+    if (frameworkName(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+std::string_view frameworkChoices() { return "megatron|torchtitan"; }
 
 namespace {
 
@@ -145,6 +159,92 @@ std::string_view offloadModuleChoices() {
 
 std::string_view recomputeModuleChoices() {
   return "core_attn, layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj";
+}
+
+namespace {
+
+// Megatron-Core's spelling of each CUDA graph module (--cuda-graph-modules), in bit order.
+constexpr std::array<std::pair<std::uint32_t, std::string_view>, 6> kGraphModules{{
+    {kGraphAttn, "attn"},
+    {kGraphMlp, "mlp"},
+    {kGraphMoe, "moe"},
+    {kGraphMoeRouter, "moe_router"},
+    {kGraphMoePreprocess, "moe_preprocess"},
+    {kGraphMamba, "mamba"},
+}};
+
+constexpr std::array<std::pair<CudaGraphImpl, std::string_view>, 4> kGraphImpls{{
+    {CudaGraphImpl::None, "none"},
+    {CudaGraphImpl::Local, "local"},
+    {CudaGraphImpl::TransformerEngine, "transformer_engine"},
+    {CudaGraphImpl::FullIteration, "full_iteration"},
+}};
+
+}  // namespace
+
+std::string_view cudaGraphImplName(CudaGraphImpl impl) {
+  for (const auto& [value, name] : kGraphImpls) {
+    if (value == impl) return name;
+  }
+  return "none";
+}
+
+std::optional<CudaGraphImpl> cudaGraphImplFromName(std::string_view name) {
+  for (const auto& [value, spelled] : kGraphImpls) {
+    if (spelled == name) return value;
+  }
+  return std::nullopt;
+}
+
+std::string_view cudaGraphImplChoices() { return "none|local|transformer_engine|full_iteration"; }
+
+std::string cudaGraphModulesName(std::uint32_t bits) {
+  std::string out;
+  for (const auto& [bit, name] : kGraphModules) {
+    if (bits & bit) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out;
+}
+
+std::optional<std::uint32_t> cudaGraphModulesFromNames(std::string_view names, std::string* unknown) {
+  std::uint32_t bits = 0;
+  while (!names.empty()) {
+    const auto comma = names.find(',');
+    const std::string_view item = trim(names.substr(0, comma));
+    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
+    if (item.empty()) continue;
+    const auto* found = std::find_if(kGraphModules.begin(), kGraphModules.end(),
+                                     [&](const auto& module) { return module.second == item; });
+    if (found == kGraphModules.end()) {
+      if (unknown) *unknown = std::string(item);
+      return std::nullopt;
+    }
+    bits |= found->first;
+  }
+  return bits;
+}
+
+std::string_view cudaGraphModuleChoices() { return "attn, mlp, moe, moe_router, moe_preprocess, mamba"; }
+
+std::optional<std::string> cudaGraphProblem(const Parallelism& par) {
+  const std::uint32_t m = par.cudaGraphModules;
+  if (par.cudaGraphImpl == CudaGraphImpl::None) return std::nullopt;
+  if (par.cudaGraphImpl == CudaGraphImpl::FullIteration && m != 0) {
+    return "full_iteration graphs capture the whole forward-backward: name no --cuda-graph-modules with them";
+  }
+  if ((m & kGraphMoe) && (m & kGraphMoeRouter)) return "the CUDA graph modules moe and moe_router exclude each other";
+  if ((m & kGraphMoePreprocess) && !(m & kGraphMoeRouter)) {
+    return "the CUDA graph module moe_preprocess needs moe_router";
+  }
+  if (par.cudaGraphImpl != CudaGraphImpl::FullIteration && par.recompute == Recompute::Full) {
+    return "full recomputation runs only with full_iteration CUDA graphs (Megatron-Core refuses per-layer graphs "
+           "with it)";
+  }
+  if (par.cudaGraphImpl == CudaGraphImpl::TransformerEngine && (m & kGraphMoeRouter) &&
+      (par.selectiveModules() & kRecomputeMoe)) {
+    return "recomputing the moe module is not supported with a transformer_engine graph of moe_router";
+  }
+  return std::nullopt;
 }
 
 }  // namespace pipestudio

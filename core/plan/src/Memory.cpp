@@ -434,12 +434,12 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     double syncMs = 0, lastBucketMs = 0;
     // From ZeRO-2 on, every W reduce-scatters its gradients inside the pipeline (CostModel.cpp).
     if (zero <= 1) {
-      const auto reduce = [&](int ranks, double params) {
+      const auto reduce = [&](const CollectiveLink& link, int ranks, double params) {
         const double bytes = gradBytes * params;
-        return zero == 0 ? allReduceMs(links.data, ranks, bytes) : allGatherMs(links.data, ranks, bytes);
+        return zero == 0 ? allReduceMs(link, ranks, bytes) : allGatherMs(link, ranks, bytes);
       };
-      syncMs = reduce(dp, dense[d]) + reduce(expertDp, expert[d]);
-      lastBucketMs = reduce(dp, std::min(bucketParams, dense[d]));
+      syncMs = reduce(links.data, dp, dense[d]) + reduce(links.expertData, expertDp, expert[d]);
+      lastBucketMs = reduce(links.data, dp, std::min(bucketParams, dense[d]));
     }
     const double syncExposedMs =
         par.overlapGradReduce ? std::min(syncMs, std::max(lastBucketMs, syncMs - window[d])) : syncMs;
@@ -451,7 +451,7 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     double gatherExposedMs = 0;
     if (zero == 1 || zero == 2) {
       const double gatherMs =
-          allGatherMs(links.data, dp, 2.0 * dense[d]) + allGatherMs(links.data, expertDp, 2.0 * expert[d]);
+          allGatherMs(links.data, dp, 2.0 * dense[d]) + allGatherMs(links.expertData, expertDp, 2.0 * expert[d]);
       gatherExposedMs = gatherMs;
       if (par.overlapParamGather && devLast[d] >= devFirst[d]) {
         const double firstBucketMs = allGatherMs(links.data, dp, 2.0 * std::min(bucketParams, dense[d]));

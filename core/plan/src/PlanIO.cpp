@@ -128,6 +128,28 @@ void readMoeAndContext(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
     }
   }
   par.moeCommSms = static_cast<int>(r.integer(cfg, "moe_comm_sms", Presence::Optional, 1, 1024).value_or(0));
+  par.moePermuteFusion = r.boolean(cfg, "moe_permute_fusion", Presence::Optional).value_or(true);
+  par.moePermuteFusionIntoDispatcher =
+      r.boolean(cfg, "moe_permute_fusion_into_hybridep", Presence::Optional).value_or(false);
+  par.moeCombineChunkTokens =
+      static_cast<int>(r.integer(cfg, "moe_combine_chunk_tokens", Presence::Optional, 32, 65536).value_or(0));
+  if (auto impl = r.string(cfg, "cuda_graph_impl", Presence::Optional)) {
+    if (auto i = cudaGraphImplFromName(*impl)) {
+      par.cudaGraphImpl = *i;
+    } else {
+      r.error(cfg.child("cuda_graph_impl"), "'" + excerpt(*impl) + "' is not a CUDA graph implementation (expected " +
+                                                std::string(cudaGraphImplChoices()) + ")");
+    }
+  }
+  if (auto modules = r.string(cfg, "cuda_graph_modules", Presence::Optional)) {
+    std::string unknown;
+    if (auto bits = cudaGraphModulesFromNames(*modules, &unknown)) {
+      par.cudaGraphModules = *bits;
+    } else {
+      r.error(cfg.child("cuda_graph_modules"), "'" + excerpt(unknown) + "' is not a CUDA graph module (expected " +
+                                                   std::string(cudaGraphModuleChoices()) + ")");
+    }
+  }
   if (auto backend = r.string(cfg, "attention_backend", Presence::Optional)) {
     if (auto b = attentionBackendFromName(*backend)) {
       par.attentionBackend = *b;
@@ -195,6 +217,15 @@ void readRecipeFields(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
       r.number(cfg, "activation_offload_fraction", Presence::Optional, 0.0, 1.0).value_or(1.0);
   par.deltaOffloadBytesAcrossPpRanks =
       r.integer(cfg, "delta_offload_bytes_across_pp_ranks", Presence::Optional, 0, std::int64_t{1} << 60).value_or(0);
+  if (auto framework = r.string(cfg, "framework", Presence::Optional)) {
+    if (auto f = frameworkFromName(*framework)) {
+      par.framework = *f;
+    } else {
+      r.error(cfg.child("framework"),
+              "'" + excerpt(*framework) + "' is not a framework (expected " + std::string(frameworkChoices()) + ")");
+    }
+  }
+  par.torchCompile = r.boolean(cfg, "compile", Presence::Optional).value_or(true);
   if (auto modules = r.string(cfg, "recompute_modules", Presence::Optional)) {
     std::string unknown;
     if (auto bits = recomputeModulesFromNames(*modules, &unknown)) {
@@ -238,7 +269,14 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
                              "cpu_offloading_num_layers",
                              "offload_modules",
                              "activation_offload_fraction",
-                             "delta_offload_bytes_across_pp_ranks"}) {
+                             "delta_offload_bytes_across_pp_ranks",
+                             "moe_permute_fusion",
+                             "moe_permute_fusion_into_hybridep",
+                             "moe_combine_chunk_tokens",
+                             "cuda_graph_impl",
+                             "cuda_graph_modules",
+                             "framework",
+                             "compile"}) {
     keys.push_back(k);
   }
   return keys;
@@ -275,9 +313,20 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
     cfg["moe_flex_backend"] = std::string(flexBackendName(par.moeFlexBackend));
   }
   if (par.moeCommSms > 0) cfg["moe_comm_sms"] = par.moeCommSms;
+  if (!par.moePermuteFusion) cfg["moe_permute_fusion"] = false;
+  if (par.moePermuteFusionIntoDispatcher) cfg["moe_permute_fusion_into_hybridep"] = true;
+  if (par.moeCombineChunkTokens > 0) cfg["moe_combine_chunk_tokens"] = par.moeCombineChunkTokens;
+  if (par.cudaGraphImpl != CudaGraphImpl::None) {
+    cfg["cuda_graph_impl"] = std::string(cudaGraphImplName(par.cudaGraphImpl));
+    if (par.cudaGraphModules != 0) cfg["cuda_graph_modules"] = cudaGraphModulesName(par.cudaGraphModules);
+  }
   if (par.cpCommType != CpCommType::P2p) cfg["cp_comm_type"] = std::string(cpCommTypeName(par.cpCommType));
   if (par.attentionBackend != AttentionBackend::Fused) {
     cfg["attention_backend"] = std::string(attentionBackendName(par.attentionBackend));
+  }
+  if (par.framework != Framework::Megatron) {
+    cfg["framework"] = std::string(frameworkName(par.framework));
+    cfg["compile"] = par.torchCompile;
   }
 }
 

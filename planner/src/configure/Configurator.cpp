@@ -61,6 +61,11 @@ void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
   to.moeFlexDispatcher = from.moeFlexDispatcher;
   to.moeFlexBackend = from.moeFlexBackend;
   to.moeCommSms = from.moeCommSms;
+  to.moePermuteFusion = from.moePermuteFusion;
+  to.moePermuteFusionIntoDispatcher = from.moePermuteFusionIntoDispatcher;
+  to.moeCombineChunkTokens = from.moeCombineChunkTokens;
+  to.cudaGraphImpl = from.cudaGraphImpl;
+  to.cudaGraphModules = from.cudaGraphModules;
   to.attentionBackend = from.attentionBackend;
   to.lowPrecisionParams = from.lowPrecisionParams;
 }

@@ -492,7 +492,16 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
     f.add("--moe-flex-dispatcher-backend", std::string(flexBackendName(par.moeFlexBackend)));
     // The SMs the plan gave the dispatcher, where it names them (NCCL's all-to-all has no flag).
     if (par.moeCommSms > 0) f.add("--moe-flex-dispatcher-num-sms", std::to_string(par.moeCommSms));
+    if (par.moePermuteFusionIntoDispatcher) f.add("--moe-permute-fusion-into-hybridep");
+    if (par.moeCombineChunkTokens > 0 && par.moeFlexBackend == FlexBackend::HybridEp) {
+      f.notes.emplace_back(
+          "HybridEP's combine chunk is an environment variable, not an argument: set "
+          "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API=" +
+          std::to_string(par.moeCombineChunkTokens) + " for every rank");
+    }
   }
+  // Megatron's default is PyTorch's permutation; the recipes fuse it (Transformer Engine).
+  if (par.moePermuteFusion) f.add("--moe-permute-fusion");
   if (par.expertTensor > 0 && par.expertTensor != par.tensor) {
     f.add("--expert-tensor-parallel-size", std::to_string(par.expertTensor));
   }
@@ -510,6 +519,19 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
   }
   if (par.moeA2aOverlap) f.add("--overlap-moe-expert-parallel-comm");
   if (par.moeSharedExpertOverlap) f.add("--moe-shared-expert-overlap");
+}
+
+// CUDA graphs as Megatron-Core takes them (megatron/training/arguments.py at d98e8a64:
+// --cuda-graph-impl from TransformerConfig, --cuda-graph-modules with the names as separate
+// words; validate_args turns on Transformer Engine's RNG tracker that graphs need).
+void addMegatronCudaGraphFlags(const Parallelism& par, MegatronFlags& f) {
+  if (par.cudaGraphImpl == CudaGraphImpl::None) return;
+  f.add("--cuda-graph-impl", std::string(cudaGraphImplName(par.cudaGraphImpl)));
+  if (par.cudaGraphModules != 0 && par.cudaGraphImpl != CudaGraphImpl::FullIteration) {
+    f.add("--cuda-graph-modules");
+    std::stringstream modules(cudaGraphModulesName(par.cudaGraphModules));
+    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
+  }
 }
 
 // The plan's weight-GEMM format as Megatron-Bridge's precision recipes set it
@@ -868,6 +890,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     f.add("--recompute-method", std::string("uniform"));
     f.add("--recompute-num-layers", std::string("1"));
   }
+  addMegatronCudaGraphFlags(c.parallel, f);
   if (c.parallel.zeroStage >= 1) f.add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
   if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV)) f.add("--overlap-grad-reduce");
   // The recipe's other overlaps and the gradients' format (issue 25's settings).

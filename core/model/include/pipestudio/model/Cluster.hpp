@@ -57,6 +57,24 @@ struct GpuSpec {
   /// each other (SMs, memory, the dispatcher's synchronisations). 0:
   /// kMeasuredEpOverlapEfficiency (CostModel.hpp).
   double epOverlapEfficiency = 0;
+  /// Grouped expert GEMMs measured on this GPU (tests/gpu/expert_gemm_curve.py): at `tokens` rows
+  /// per expert of experts `hidden` wide with `expertFfn` intermediate values, the time of one
+  /// dense GEMM of the same FLOPs over the time of the expert GEMMs as the framework runs them
+  /// (forward, input and weight gradients of both expert GEMMs together). Empty: the kernel model
+  /// (GemmKernel.cpp).
+  struct ExpertGemmPoint {
+    Precision precision = Precision::Bf16;
+    double tokens = 0, hidden = 0, expertFfn = 0;
+    double efficiency = 0;
+    friend bool operator==(const ExpertGemmPoint&, const ExpertGemmPoint&) = default;
+  };
+  std::vector<ExpertGemmPoint> expertGemmCurve{};
+  /// NVLink SHARP (NVLS) of the NVSwitches this GPU ships with, as NCCL's tuner models it
+  /// (src/graph/tuning.cc nvlsEfficiency, src/transport/nvls.cc NVLS_NCHANNELS_*): the
+  /// efficiency of its multicast reductions and the channels NCCL gives them. 0: no NVLS (A100,
+  /// PCIe and NVL-bridge parts). ClusterSpec::nvls turns it off for a cluster whose switches lack it.
+  double nvlsEfficiency = 0;
+  int nvlsChannels = 0;
   /// Sustained FLOP/s this GPU delivers on large bf16 GEMMs: peak × efficiency.
   double effectiveFlopsPerS() const { return peakTflops * 1e12 * efficiency; }
   /// Dense peak in `precision` (0: no tensor-core path for it).
@@ -128,6 +146,9 @@ struct ClusterSpec {
   /// GPUs one NVLink fabric joins, consecutive in GPU order (GB200/GB300 NVL72: 72 GPUs over 18
   /// nodes of 4); 0: one node. Traffic inside a domain takes `intraNode`.
   int nvlinkDomain = 0;
+  /// Whether the NVLink switches run NVLink SHARP (NCCL's NVLS algorithms) where the GPU has the
+  /// figures for it (GpuSpec::nvlsEfficiency); false: NCCL's rings and trees only.
+  bool nvls = true;
   /// Host copies (activation offloading) through shared PCIe switches: `hostSwitchGpus`
   /// consecutive GPUs (in GPU order) hang off one switch whose uplink to the host carries
   /// `hostSwitchGBps` per direction. GPUs copying at once share it evenly, each at most its own

@@ -24,18 +24,36 @@
 namespace pipestudio {
 
 /// A collective's link, as seen by one GPU: bandwidth it gets while every GPU of its group
-/// communicates at once, and the per-hop latency.
+/// communicates at once, and the per-hop latency. A group that crosses NVLink domains
+/// (`crossesNodes`) gets its NIC share here; when several of its ranks share each domain
+/// (`ranksPerDomain` > 1) NCCL runs it hierarchically, those ranks over `nvlinkGBps` and the
+/// domains over their NICs together (allGatherMs, allReduceMs).
 struct CollectiveLink {
   double bandwidthGBps = 0;
   double latencyUs = 0;
   bool crossesNodes = false;
+  /// Ranks of the group inside one NVLink domain (1: each in a domain of its own, or the group
+  /// inside one domain).
+  int ranksPerDomain = 1;
+  double nvlinkGBps = 0;  ///< the domain's NVLink rate (crossing groups with ranksPerDomain > 1)
+  double nvlinkLatencyUs = 0;
+  /// NVLink SHARP in the domain's switches: NCCL's NVLS all-reduce bus bandwidth over its ring's
+  /// (nvlsAllReduceFactor); 0: no NVLS.
+  double nvlsFactor = 0;
 };
 
+/// NCCL's NVLS all-reduce bus bandwidth as a multiple of its ring's on the same NVLink, from
+/// NCCL's tuning model (src/graph/tuning.cc at 5067397c: per channel bwIntra · nvlsEfficiency ·
+/// (nChannels − 1) / nChannels, doubled for all-reduce because NVLS pipelines its reduce-scatter
+/// and all-gather through the switch): 2 · efficiency · (channels − 1) / channels. 0 without NVLS.
+double nvlsAllReduceFactor(const GpuSpec& gpu);
+
 /// The links the tensor-, context-, expert- and data-parallel groups of a placement cross
-/// (Megatron order: TP innermost, then CP, then DP; the expert group is ETP·E consecutive GPUs). A group stays on
-/// NVLink while it fits in one NVLink domain (a node, or a whole NVL72 rack).
+/// (Megatron order: TP innermost, then CP, then DP; the expert group is ETP·E consecutive GPUs,
+/// its data-parallel group every ETP·E-th GPU of the pipeline rank). A group stays on NVLink while
+/// it fits in one NVLink domain (a node, or a whole NVL72 rack).
 struct CollectiveLinks {
-  CollectiveLink tensor, context, expert, data;
+  CollectiveLink tensor, context, expert, data, expertData;
   /// The two kinds of link any group uses, and how many consecutive GPUs share an NVLink domain
   /// (groups whose size depends on the layer: hierarchical CP, the expert all-to-all's peers).
   CollectiveLink nvlink, network;
@@ -43,18 +61,23 @@ struct CollectiveLinks {
 };
 CollectiveLinks collectiveLinks(const ClusterSpec& cluster, const Parallelism& parallel);
 
-/// Collective times over `ranks` GPUs on `link` (bytes are the full tensor, per GPU):
-/// all-reduce as NCCL chooses between ring (2(n−1)/n·B/bw + 2(n−1)·α) and tree
-/// (2·B/bw + 2·⌈log2 n⌉·α); all-gather / reduce-scatter (n−1)/n·B/bw + (n−1)·α;
-/// all-to-all (n−1)/n·B/bw + (n−1)·α.
+/// Collective times over `ranks` GPUs on `link` (bytes are the full tensor, per GPU), as NCCL
+/// runs them (CostModel.cpp cites each): all-reduce the fastest of ring (2(n−1)/n·B/bw +
+/// 2(n−1)·α), tree (2·B/bw + 2·⌈log2 n⌉·α) and, where the link has NVLS, NVLink SHARP;
+/// all-gather / reduce-scatter a ring, (n−1)/n·B/bw + (n−1)·α; all-to-all (n−1)/n·B/bw +
+/// (n−1)·α. A group over N domains of p > 1 ranks each (link.ranksPerDomain) is a ring whose p
+/// channels each leave a domain through another rank's NIC: of what each GPU sends, 1/p crosses
+/// its NIC and the rest stays on NVLink, both at once; its latency is n − N NVLink steps and
+/// N − 1 network steps.
 double allReduceMs(const CollectiveLink& link, int ranks, double bytes);
 double allGatherMs(const CollectiveLink& link, int ranks, double bytes);
 double allToAllMs(const CollectiveLink& link, int ranks, double bytes);
 
 /// The fraction of `gpu`'s SMs the expert all-to-alls take while compute runs beside them
-/// (Parallelism::moeCommSmsOrDefault over the GPU's SM count, at most 1); 0 when the GPU's SM
-/// count is unknown. The layers' 1F1B A2A overlap and the simulator's F&B groups charge it.
-double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel);
+/// (Parallelism::moeCommSmsOrDefault over the GPU's SM count, at most 1; `acrossDomains`: the
+/// expert group spans NVLink domains); 0 when the GPU's SM count is unknown. The layers' 1F1B A2A
+/// overlap and the simulator's F&B groups charge it.
+double moeCommSmShare(const GpuSpec& gpu, const Parallelism& parallel, bool acrossDomains = true);
 
 /// Of the time an expert all-to-all ran beside GEMM and attention kernels, the share that came
 /// off the step on H100 (Megatron-Core's EP overlap with HybridEP, BF16, Qwen3-30B-A3B on 16

@@ -40,7 +40,14 @@ inline constexpr NumberRange kMemoryBandwidthGBps{1e-3, 1e6};  ///< gpu.memory_b
 inline constexpr IntegerRange kSmCount{1, 100000};             ///< gpu.sm_count
 inline constexpr NumberRange kComputeCapability{1.0, 99.9};    ///< gpu.compute_capability (CUDA major.minor)
 inline constexpr NumberRange kGemmFillK{0, 65536};             ///< gpu.gemm_fill_k (k steps per output tile)
-inline constexpr NumberRange kLinkBandwidthGBps{1e-6, 1e6};    ///< links.*.bandwidth_gbps
-inline constexpr NumberRange kLinkLatencyUs{0, 1e7};           ///< links.*.latency_us
+/// gpu.nvls.channels: NCCL runs NVLS on at least 2 channels and at most MAXCHANNELS (64,
+/// src/include/device.h; "NVLS/NVLStree needs at least 2 channels", src/graph/tuning.cc).
+inline constexpr IntegerRange kNvlsChannels{2, 64};
+inline constexpr NumberRange kLinkBandwidthGBps{1e-6, 1e6};  ///< links.*.bandwidth_gbps
+inline constexpr NumberRange kLinkLatencyUs{0, 1e7};         ///< links.*.latency_us
+/// gpu.expert_gemm_curve: points, and each point's efficiency (a grouped GEMM can beat the dense
+/// GEMM of its FLOPs a little: measured up to 1.16 on H100)
+inline constexpr std::int64_t kMaxExpertGemmPoints = 4096;
+inline constexpr NumberRange kExpertGemmEfficiency{1e-3, 4.0};
 
 }  // namespace pipestudio::limits

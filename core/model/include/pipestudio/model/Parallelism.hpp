@@ -94,6 +94,48 @@ enum class FlexBackend : std::uint8_t { DeepEp, HybridEp };
 std::string_view flexBackendName(FlexBackend backend);
 std::optional<FlexBackend> flexBackendFromName(std::string_view name);
 
+/// CUDA graph capture as Megatron-Core runs it (--cuda-graph-impl; TransformerConfig.cuda_graph_impl
+/// of NVIDIA/Megatron-LM at d98e8a64): `Local` (Megatron-Core's per-layer graphs) and
+/// `TransformerEngine` (TE's make_graphed_callables per layer) capture the modules named by
+/// --cuda-graph-modules; `FullIteration` one graph of the whole forward-backward path.
+enum class CudaGraphImpl : std::uint8_t { None, Local, TransformerEngine, FullIteration };
+
+std::string_view cudaGraphImplName(CudaGraphImpl impl);
+std::optional<CudaGraphImpl> cudaGraphImplFromName(std::string_view name);
+/// "none|local|transformer_engine|full_iteration".
+std::string_view cudaGraphImplChoices();
+
+/// Megatron-Core's --cuda-graph-modules (CudaGraphModule in megatron/core/transformer/enums.py), as
+/// bits; none named: the whole layer.
+enum CudaGraphModule : std::uint32_t {
+  kGraphAttn = 1u << 0,           ///< TransformerLayer._forward_attention
+  kGraphMlp = 1u << 1,            ///< a dense layer's MLP
+  kGraphMoe = 1u << 2,            ///< a MoE layer's MLP whole (drop-and-pad MoE only)
+  kGraphMoeRouter = 1u << 3,      ///< a MoE layer up to its router (and unoverlapped shared experts)
+  kGraphMoePreprocess = 1u << 4,  ///< MoELayer.preprocess (needs moe_router)
+  kGraphMamba = 1u << 5,          ///< a Mamba layer
+};
+/// "attn,moe_router": the modules of `bits` in Megatron's spelling.
+std::string cudaGraphModulesName(std::uint32_t bits);
+/// Parses a comma-separated list; nullopt (with the first unknown name in `unknown`) when a name
+/// is not one of Megatron's modules.
+std::optional<std::uint32_t> cudaGraphModulesFromNames(std::string_view names, std::string* unknown = nullptr);
+/// The module names Megatron accepts, comma-separated.
+std::string_view cudaGraphModuleChoices();
+/// The framework whose kernels and policies carry out a recipe (docs/fidelity.md). `Megatron`:
+/// Megatron-Core with Transformer Engine — fused element-wise kernels, userbuffers for the TP
+/// overlap, Megatron's recompute modules. `Torchtitan`: PyTorch's FSDP2 and DTensor as
+/// torchtitan applies them (torchtitan/parallelisms/parallelize_llama.py): the TP overlap is
+/// AsyncTP (symmetric-memory micro-pipelining of the collectives torch.compile's micro_pipeline_tp
+/// pass matches), selective recomputation is torchtitan's per-op policy, and each transformer
+/// block is compiled or eager (Parallelism::torchCompile).
+enum class Framework : std::uint8_t { Megatron, Torchtitan };
+
+std::string_view frameworkName(Framework framework);
+std::optional<Framework> frameworkFromName(std::string_view name);
+/// "megatron|torchtitan": the choices, for messages and help texts.
+std::string_view frameworkChoices();
+
 std::string_view cpCommTypeName(CpCommType type);
 std::optional<CpCommType> cpCommTypeFromName(std::string_view name);
 /// "p2p|a2a|a2a+p2p": the choices, for messages and help texts.
@@ -155,6 +197,21 @@ struct Parallelism {
   /// --moe-hybridep-num-sms; NCCL's p2p channels, one thread block each): the compute an
   /// overlap runs beside them gets the rest. 0: the dispatcher's default (moeCommSmsOrDefault).
   int moeCommSms = 0;
+  /// The token permutation in Transformer Engine's fused kernels (Megatron --moe-permute-fusion,
+  /// which Megatron-Bridge's recipes set). Off: PyTorch's gather and, for the inverse, a scatter-add
+  /// with one atomic add per value (megatron/core/transformer/moe/moe_utils.py permute/unpermute).
+  bool moePermuteFusion = true;
+  /// HybridEP writes the received tokens in expert order and combines from them, so the flex
+  /// dispatcher needs no permutation kernels of its own (Megatron --moe-permute-fusion-into-hybridep).
+  bool moePermuteFusionIntoDispatcher = false;
+  /// HybridEP's combine pipeline: tokens per chunk through its NVLink and network stages
+  /// (NUM_OF_TOKENS_PER_CHUNK_COMBINE_API); 0: the library's default, 64.
+  int moeCombineChunkTokens = 0;
+  /// CUDA graphs (Megatron --cuda-graph-impl, --cuda-graph-modules): what they change in the cost
+  /// model is where the all-to-all dispatcher's device-to-host copy sits and the graph pools'
+  /// memory (docs/fidelity.md: the published A/Bs found no launch time to remove on H100).
+  CudaGraphImpl cudaGraphImpl = CudaGraphImpl::None;
+  std::uint32_t cudaGraphModules = 0;  ///< CudaGraphModule bits; 0 with a per-layer impl: the whole layer
   CpCommType cpCommType = CpCommType::P2p;
   /// The attention kernels (Megatron --attention-backend): cuDNN's fused attention as Transformer
   /// Engine picks it on Hopper, FlashAttention-2, or unfused.
@@ -180,14 +237,34 @@ struct Parallelism {
   double activationOffloadFraction = 1.0;
   std::int64_t deltaOffloadBytesAcrossPpRanks = 0;
   bool offloadsActivations() const { return cpuOffloadingNumLayers > 0 || offloadModules != 0; }
+  /// The framework that runs the recipe (costs of its kernels, overlaps and recomputation).
+  Framework framework = Framework::Megatron;
+  /// torchtitan: every transformer block compiled with torch.compile, which fuses its element-wise
+  /// ops (torchtitan's apply_compile); false: eager, one kernel per PyTorch op. Megatron-Core's
+  /// kernels are fused either way.
+  bool torchCompile = true;
 
-  /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default —
-  /// Megatron-Core's moe_deepep_num_sms (20, TransformerConfig) for the flex dispatcher, and for
-  /// NCCL's all-to-all its p2p channel limit (MAXCHANNELS, 32: src/include/device.h; p2pnChannels
-  /// = min(nChannels, NCCL_MAX_P2P_NCHANNELS) in src/graph/paths.cc), one thread block per channel.
-  int moeCommSmsOrDefault() const {
+  /// The expert all-to-alls' SMs as they apply: moeCommSms, or the dispatcher's default — DeepEP's
+  /// Buffer.num_sms (20, deep_ep/buffer.py), HybridEP's 8 for a group across NVLink domains and 24
+  /// inside one (csrc/hybrid_ep/config.cuh at 94a9f8f, branch hybrid-ep of deepseek-ai/DeepEP), and
+  /// for NCCL's all-to-all its p2p channel limit (MAXCHANNELS, 32: src/include/device.h;
+  /// p2pnChannels = min(nChannels, NCCL_MAX_P2P_NCHANNELS) in src/graph/paths.cc), one thread block
+  /// per channel.
+  int moeCommSmsOrDefault(bool acrossDomains = true) const {
     if (moeCommSms > 0) return moeCommSms;
-    return moeFlexDispatcher ? 20 : 32;
+    if (!moeFlexDispatcher) return 32;
+    if (moeFlexBackend == FlexBackend::HybridEp) return acrossDomains ? 8 : 24;
+    return 20;
+  }
+  /// HybridEP's combine chunk as it applies (moeCombineChunkTokens, or the library's 64:
+  /// docs/README_Hybrid-EP.md, "Chunk Size Tuning").
+  int moeCombineChunkTokensOrDefault() const { return moeCombineChunkTokens > 0 ? moeCombineChunkTokens : 64; }
+  /// Whether CUDA graphs capture `module` (a CudaGraphModule bit) of every layer: all of it under
+  /// full-iteration graphs, the named modules (or, none named, the whole layer) under per-layer ones.
+  bool graphsModule(std::uint32_t module) const {
+    if (cudaGraphImpl == CudaGraphImpl::None) return false;
+    if (cudaGraphImpl == CudaGraphImpl::FullIteration || cudaGraphModules == 0) return true;
+    return (cudaGraphModules & module) != 0;
   }
 
   /// Whether the linear weights are kept only in `precision` (lowPrecisionParams, else
@@ -228,5 +305,11 @@ struct Parallelism {
   }
   friend bool operator==(const Parallelism&, const Parallelism&) = default;
 };
+
+/// Why Megatron-Core refuses this CUDA graph setting (TransformerConfig.__post_init__ at d98e8a64:
+/// modules with full-iteration graphs, moe with moe_router, moe_preprocess without moe_router,
+/// per-layer graphs under full recomputation, MoE recomputation inside a graphed router), or
+/// nullopt when it runs.
+std::optional<std::string> cudaGraphProblem(const Parallelism& parallel);
 
 }  // namespace pipestudio
