@@ -825,9 +825,9 @@ void recomputeOpPolicy(const Block& k, const BlockParts& p, BlockSums& s, LayerC
     replayMs += p.attnGemm.forward + p.mlpGemm.forward + p.casts.forward;
   } else {
     kept += kBf16 * ((k.hq + k.hv + k.f) / k.T + k.h);
-    std::vector<Gemm> replayed{{k.nc, k.hk / k.T, k.h, 1, TpSide::ColumnParallel, true},
-                               {k.nc, k.f / k.T, k.h, 1, TpSide::ColumnParallel, true}};
-    if (eager) replayed.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel, false});
+    std::vector<Gemm> replayed{{k.nc, k.hk / k.T, k.h, 1, TpSide::ColumnParallel},
+                               {k.nc, k.f / k.T, k.h, 1, TpSide::ColumnParallel}};
+    if (eager) replayed.push_back({k.nc, k.h, k.ho / k.T, 1, TpSide::RowParallel});
     replayMs += gemmPasses(gpu, k.precision, replayed).forward;
   }
   const double fullBytes = s.activation;
