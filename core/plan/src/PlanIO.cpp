@@ -594,8 +594,7 @@ std::string dumpCompact(const Json& j) { return j.dump(-1, ' ', false, Json::err
 
 }  // namespace
 
-Json planToJson(const Plan& plan) {
-  const PlanConfig& c = plan.config;
+Json configToJson(const PlanConfig& c) {
   Json cfg{{"schedule", c.schedule},         {"devices", c.devices},
            {"microbatches", c.microbatches}, {"chunks_per_device", c.chunksPerDevice},
            {"partition", c.partition},       {"fill", c.fill}};
@@ -614,11 +613,6 @@ Json planToJson(const Plan& plan) {
   if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;
   if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
   if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;
-  // Only vocabulary-parallel plans (S/T ops) say how their passes synchronise.
-  if (std::any_of(plan.ops.begin(), plan.ops.end(),
-                  [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
-    cfg["vocab_barriers"] = c.vocabBarriers;
-  }
   if (c.overlapForwardBackward) cfg["overlap_forward_backward"] = true;
   if (c.unitMicrobatches > 0) cfg["unit_microbatches"] = c.unitMicrobatches;
   if (c.seqSplits > 1) {
@@ -626,6 +620,17 @@ Json planToJson(const Plan& plan) {
     cfg["seq_split"] = c.seqSplit;
   }
   if (c.offloadRatio > 0) cfg["offload_ratio"] = c.offloadRatio;
+  return cfg;
+}
+
+Json planToJson(const Plan& plan) {
+  const PlanConfig& c = plan.config;
+  Json cfg = configToJson(c);
+  // Only vocabulary-parallel plans (S/T ops) say how their passes synchronise.
+  if (std::any_of(plan.ops.begin(), plan.ops.end(),
+                  [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
+    cfg["vocab_barriers"] = c.vocabBarriers;
+  }
   Json stages = Json::array();
   for (const auto& vs : plan.virtualStages) {
     Json s{{"id", vs.id},

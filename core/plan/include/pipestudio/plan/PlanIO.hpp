@@ -18,6 +18,9 @@ namespace pipestudio {
 Expected<Plan> loadPlan(const std::string& path);
 std::optional<Plan> readPlan(JsonReader& reader, const JsonNode& at);
 Json planToJson(const Plan& plan);
+/// A plan document's `config` object (every setting that makes two plans differ, but
+/// `vocab_barriers`, which planToJson adds for plans with vocabulary passes).
+Json configToJson(const PlanConfig& config);
 /// The training-recipe fields of a config object (issue 25: precision, overlap_param_gather,
 /// tp_comm_overlap, grad_reduce_dtype, recompute_num_layers/method/modules), shared by plan files
 /// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
