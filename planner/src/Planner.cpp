@@ -372,6 +372,7 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   // DiffusionPipe searches the schedule jointly with the partition; its candidates come back
   // through makeCandidatePlan.
   if (resolved->config.partition == "diffusionpipe") return partition::solveDiffusionPipe(*resolved, control);
+  if (resolved->config.partition == "dp") return partition::solveDp(*resolved, control, {});
   return partition::makeCandidatePlan(*resolved, control, {});
 }
 

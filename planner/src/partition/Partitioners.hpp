@@ -20,6 +20,9 @@ struct PartitionHints {
   bool keepBackboneShares = false;
   /// The request's costs, derived once by makeCandidatePlan (nullptr: derived here).
   const CostedModel* costs = nullptr;
+  /// false: `dp` splits without the stages' memory budgets (solveDp's second candidate; the
+  /// simulator's memory check has the last word either way).
+  bool dpMemoryBudgets = true;
   /// How `balanced` meets the memory budgets when its most even split did not fit the devices
   /// (makeCandidatePlan asks again with these); the default: as it does first.
   BalancedMemory balancedMemory;
@@ -45,6 +48,9 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
                                                   const SolveControl& control, const PartitionHints& hints = {});
 
+/// `dp`: the split with the shortest simulated iteration that fits, among dpPartition's (within
+/// the stages' memory budgets and without them), balanced's and uniform's (DpPlan.cpp).
+Expected<Plan> solveDp(const PlanRequest& request, const SolveControl& control, const PartitionHints& hints);
 /// `diffusionpipe`: dp jointly with the schedule choice; returns the fastest filled plan.
 Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control);
 /// The schedules (with chunks) the joint search tries for `request`.
