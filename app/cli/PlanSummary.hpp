@@ -1,14 +1,40 @@
 #pragma once
 // Human summary and --json output shared by `plan` and `simulate`.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <iostream>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::cli {
+
+// How much of what the offload ratio names went to host memory: activations (a stage's, one
+// microbatch's) whose copies the host link carried in the time between their forward and
+// backward, those it could not, and the saving at each device's peak.
+inline void printOffload(const Plan& plan, std::ostream& out) {
+  const PlanConfig& c = plan.config;
+  std::size_t eligible = 0, offloaded = 0;
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::D2H) ++offloaded;
+    if (op.kind != OpKind::F || op.samples > 0 || !inRange(plan.virtualStages, op.virtualStage)) continue;
+    if (offloadFraction(c, plan.stage(op.virtualStage)) > 0) ++eligible;
+  }
+  out << "offload: ratio " << c.offloadRatio << ", " << offloaded << " of " << eligible
+      << " activations offloaded and reloaded";
+  if (offloaded < eligible) {
+    out << "; " << eligible - offloaded << " stay on the GPU (the host link cannot carry their copies in time"
+        << (offloaded == 0 ? ": nothing is offloaded" : "") << ")";
+  }
+  std::int64_t saved = 0;
+  for (const DeviceMetrics& dm : plan.metrics.devices) saved = std::max(saved, dm.memory.offloadSavedBytes);
+  if (saved > 0) out << "; up to " << formatBytes(static_cast<double>(saved)) << " less at a device's peak";
+  out << '\n';
+}
 
 inline void printPlanSummary(const Plan& plan, std::ostream& out) {
   const Metrics& m = plan.metrics;
@@ -24,11 +50,7 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
   if (c.offloadRatio <= 0 && c.schedule == "pipeoffload") {
     out << "offload: none (the cluster's GPU names no host link: the group-interleaved order alone)\n";
   }
-  if (c.offloadRatio > 0) {
-    std::size_t copies = 0;
-    for (const Op& op : plan.ops) copies += isHostCopy(op.kind) ? 1 : 0;
-    out << "offload: ratio " << c.offloadRatio << ", " << copies / 2 << " activations offloaded and reloaded\n";
-  }
+  if (c.offloadRatio > 0) printOffload(plan, out);
   if (!par.isPurePipeline() || par.data > 1) {
     out << "parallelism: pp " << c.devices << " × tp " << par.tensor << " × cp " << par.context << " × dp " << par.data
         << " = " << c.totalGpus() << " GPUs, ep " << par.expert << ", sequence parallel "
@@ -50,20 +72,28 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
                 "throughput %.2f samples/s, %.0f tokens/s, %.1f model TFLOP/s per GPU, MFU %.1f%%\n",
                 m.throughputSamplesPerS, m.tokensPerS, m.modelTflopsPerGpu, 100.0 * m.mfu);
   out << line.data();
-  std::snprintf(line.data(), line.size(), "%6s  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", "device",
+  // With host copies, one more column: what they save at the device's peak (not a part of it).
+  const bool offloading = std::any_of(m.devices.begin(), m.devices.end(),
+                                      [](const DeviceMetrics& dm) { return dm.memory.offloadSavedBytes > 0; });
+  std::snprintf(line.data(), line.size(), "%6s  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s", "device",
                 "busy", "span", "bubble", "peak memory", "params", "grads", "optimizer", "activation", "buffers",
                 "margin");
-  out << line.data();
+  out << line.data() << (offloading ? "  offload saves" : "") << '\n';
   for (std::size_t d = 0; d < m.devices.size(); ++d) {
     const DeviceMetrics& dm = m.devices[d];
     const MemoryBreakdown& mb = dm.memory;
     auto bytes = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
-    std::snprintf(line.data(), line.size(), "%6zu  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s\n", d,
+    std::snprintf(line.data(), line.size(), "%6zu  %10s  %10s  %10s  %11s  %10s %10s %10s %10s %10s  %8s", d,
                   formatMs(dm.busyMs).c_str(), formatMs(dm.spanMs).c_str(), formatMs(dm.spanMs - dm.busyMs).c_str(),
                   bytes(dm.peakMemoryBytes).c_str(), bytes(mb.parameterBytes).c_str(), bytes(mb.gradientBytes).c_str(),
                   bytes(mb.optimizerBytes).c_str(), bytes(mb.activationBytes).c_str(),
                   bytes(mb.communicationBytes).c_str(), bytes(mb.marginBytes).c_str());
     out << line.data();
+    if (offloading) {
+      std::snprintf(line.data(), line.size(), "  %14s", bytes(mb.offloadSavedBytes).c_str());
+      out << line.data();
+    }
+    out << '\n';
   }
 }
 

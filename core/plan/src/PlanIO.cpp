@@ -679,6 +679,8 @@ Json planToJson(const Plan& plan) {
                              {"communication_bytes", mb.communicationBytes},
                              {"recompute_bytes", mb.recomputeBytes},
                              {"margin_bytes", mb.marginBytes}}}});
+    // Offloading plans: what the host copies save at the peak (not a part of it).
+    if (mb.offloadSavedBytes > 0) devices.back()["memory"]["offload_saved_bytes"] = mb.offloadSavedBytes;
   }
   const Metrics& mt = plan.metrics;
   Json metrics{{"makespan_ms", mt.makespanMs},

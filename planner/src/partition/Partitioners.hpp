@@ -2,6 +2,7 @@
 // Dispatch of the partitioners this folder implements (balanced, dp, diffusionpipe) from
 // makePlan's extension point. Private to the planner.
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct PartitionHints {
   /// false: `dp` splits without the stages' memory budgets (solveDp's second candidate; the
   /// simulator's memory check has the last word either way).
   bool dpMemoryBudgets = true;
+  /// The peak the schedule's order keeps every device under where it can (ScheduleInput::
+  /// peakCapBytes): for a memory-saving schedule, the peak of the one it saves against.
+  std::optional<std::int64_t> peakCapBytes = std::nullopt;
   /// How `balanced` meets the memory budgets when its most even split did not fit the devices
   /// (makeCandidatePlan asks again with these); the default: as it does first.
   BalancedMemory balancedMemory;

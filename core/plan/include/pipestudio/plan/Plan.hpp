@@ -190,6 +190,9 @@ struct MemoryBreakdown {
   std::int64_t communicationBytes = 0;  ///< collective and transfer buffers (ZeRO-3 gathers, all-to-all)
   std::int64_t recomputeBytes = 0;      ///< activations a recomputing backward rebuilds while it runs
   std::int64_t marginBytes = 0;         ///< allocator fragmentation and framework overhead (stated margin)
+  /// Not a part of the peak: how much higher the device's peak activations would be if the same
+  /// timed ops made no host copies (PipeOffload's D2H/H2D): the saving offloading buys.
+  std::int64_t offloadSavedBytes = 0;
   std::int64_t totalBytes() const {
     return parameterBytes + gradientBytes + optimizerBytes + lowPrecisionWeightBytes + activationBytes +
            communicationBytes + recomputeBytes + marginBytes;
