@@ -4,7 +4,11 @@
 #include <array>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "Commands.hpp"
 #include "Flags.hpp"
@@ -121,6 +125,104 @@ Json candidateJson(const ConfigCandidate& c) {
            {"devices", std::move(devices)}};
   recipeToJson(cfg, out);
   return out;
+}
+
+// The settings of a ranked row: its plan's config (configToJson) with every recipe field written
+// out (recipeToJson writes defaults too), the columns every row shows and the figures left out.
+std::map<std::string, std::string> rowSettings(const ConfigCandidate& c) {
+  Json all = configToJson(c.config);
+  recipeToJson(c.config, all);
+  all["micro_batch_size"] = c.samplesPerMicrobatch;
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : all.items()) out[key] = value.is_string() ? value.get<std::string>() : value.dump();
+  return out;
+}
+
+// The fixed columns of the table (rank, schedule, pp … zero) by their config keys.
+constexpr std::array<std::string_view, 11> kShownSettings = {
+    "schedule",     "devices",           "tp",        "cp",  "dp", "ep", "micro_batch_size",
+    "microbatches", "chunks_per_device", "recompute", "zero"};
+
+struct RankedRow {
+  int rank = 0;
+  const ConfigCandidate* candidate = nullptr;
+  std::map<std::string, std::string> settings;
+};
+
+// The rows `configure` prints: the first `top` ranked candidates, a row whose settings all equal
+// an earlier row's folded into it (the same plan), and, where two printed rows would look alike
+// in the fixed columns, columns for the settings that tell them apart (cp_comm_type, etp, …),
+// added until no two printed rows look alike.
+struct RankedTable {
+  std::vector<RankedRow> rows;
+  std::vector<std::pair<std::string, std::size_t>> extra;  // key, column width
+  int folded = 0;
+
+  std::string header() const {
+    std::string out;
+    for (const auto& [key, width] : extra) out += format(" %-*s", static_cast<int>(width), key.c_str());
+    return out;
+  }
+  std::string cells(const RankedRow& row) const {
+    std::string out;
+    for (const auto& [key, width] : extra) {
+      const auto it = row.settings.find(key);
+      out += format(" %-*s", static_cast<int>(width), it == row.settings.end() ? "-" : it->second.c_str());
+    }
+    return out;
+  }
+};
+
+RankedTable rankedTable(const std::vector<ConfigCandidate>& ranked, int top) {
+  RankedTable t;
+  int rank = 0;
+  for (const ConfigCandidate& c : ranked) {
+    if (++rank > top) break;
+    RankedRow row{rank, &c, rowSettings(c)};
+    const bool same = std::any_of(t.rows.begin(), t.rows.end(),
+                                  [&](const RankedRow& earlier) { return earlier.settings == row.settings; });
+    if (same) {
+      ++t.folded;
+      continue;
+    }
+    t.rows.push_back(std::move(row));
+  }
+  // Rows the columns shown so far print alike: add the setting that tells most such pairs
+  // apart, until none are left.
+  std::set<std::string> shown(kShownSettings.begin(), kShownSettings.end());
+  const auto valueOf = [](const RankedRow& row, const std::string& key) {
+    const auto it = row.settings.find(key);
+    return it == row.settings.end() ? std::string("-") : it->second;
+  };
+  for (;;) {
+    std::map<std::string, std::vector<const RankedRow*>> alike;
+    for (const RankedRow& row : t.rows) {
+      std::string printed;
+      for (const std::string& key : shown) printed += valueOf(row, key) + '\x1f';
+      alike[printed].push_back(&row);
+    }
+    std::map<std::string, int> separates;
+    for (const auto& [printed, group] : alike) {
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        for (std::size_t j = i + 1; j < group.size(); ++j) {
+          for (const auto& [key, value] : group[i]->settings) {
+            if (!shown.count(key) && valueOf(*group[j], key) != value) ++separates[key];
+          }
+          for (const auto& [key, value] : group[j]->settings) {
+            if (!shown.count(key) && !group[i]->settings.count(key)) ++separates[key];
+          }
+        }
+      }
+    }
+    if (separates.empty()) break;
+    const auto best = std::max_element(separates.begin(), separates.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    shown.insert(best->first);
+    std::size_t width = best->first.size();
+    for (const RankedRow& row : t.rows) width = std::max(width, valueOf(row, best->first).size());
+    t.extra.emplace_back(best->first, width);
+  }
+  return t;
 }
 
 // Why nothing was ranked, from what the search counted: nothing to enumerate (the batch does not
@@ -246,20 +348,26 @@ int runConfigure(const ConfigureCliOptions& o) {
             << " screened (short runs extended to the full batch), " << result->simulatedInFull
             << " of them simulated in full, " << result->boundedOut << " bounded out, " << result->feasible.size()
             << " ranked\n\n";
-  std::cout << format("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s %10s %9s %12s %7s %5s %10s\n", "rank",
-                      "schedule", "pp", "tp", "cp", "dp", "ep", "mbs", "m", "v", "recompute", "zero", "iter ms",
-                      "sync ms", "tokens/s", "bubble", "mfu", "peak mem");
-  int rank = 0;
-  for (const auto& c : result->feasible) {
-    if (++rank > o.top) break;
+  const RankedTable table = rankedTable(result->feasible, o.top);
+  std::cout << format("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s", "rank", "schedule", "pp", "tp", "cp", "dp",
+                      "ep", "mbs", "m", "v", "recompute", "zero")
+            << table.header()
+            << format(" %10s %9s %12s %7s %5s %10s\n", "iter ms", "sync ms", "tokens/s", "bubble", "mfu", "peak mem");
+  for (const RankedRow& row : table.rows) {
+    const ConfigCandidate& c = *row.candidate;
     const Parallelism& par = c.config.parallel;
-    std::cout << format(
-        "%4d %-16s %3d %3d %3d %4d %3d %3lld %4d %3d %-9s %4d %10.1f %9.2f %12.0f %6.1f%% %4.1f%% %10s\n", rank,
-        c.config.schedule.c_str(), c.config.devices, par.tensor, par.context, par.data, par.expert,
-        static_cast<long long>(c.samplesPerMicrobatch), c.config.microbatches, c.config.chunksPerDevice,
-        std::string(recomputeName(par.recompute)).c_str(), par.zeroStage, c.iterationMs, c.allReduceMs,
-        c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
-        formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
+    std::cout << format("%4d %-16s %3d %3d %3d %4d %3d %3lld %4d %3d %-9s %4d", row.rank, c.config.schedule.c_str(),
+                        c.config.devices, par.tensor, par.context, par.data, par.expert,
+                        static_cast<long long>(c.samplesPerMicrobatch), c.config.microbatches, c.config.chunksPerDevice,
+                        std::string(recomputeName(par.recompute)).c_str(), par.zeroStage)
+              << table.cells(row)
+              << format(" %10.1f %9.2f %12.0f %6.1f%% %4.1f%% %10s\n", c.iterationMs, c.allReduceMs,
+                        c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
+                        formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
+  }
+  if (table.folded > 0) {
+    std::cout << "(" << table.folded << " ranked row" << (table.folded == 1 ? " is" : "s are")
+              << " the same plan as a row above, with every setting equal, and not shown again)\n";
   }
   if (!result->rejected.empty()) {
     std::cout << "\nrejected families (pipeline degree × data parallel, schedule):\n";

@@ -7,11 +7,36 @@
 #include <string>
 #include <vector>
 
+#include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
 namespace pipestudio::cli {
+
+// How much of what the offload ratio names went to host memory: activations (a stage's, one
+// microbatch's) whose copies the host link carried in the time between their forward and
+// backward, those it could not, and the saving at each device's peak.
+inline void printOffload(const Plan& plan, std::ostream& out) {
+  const PlanConfig& c = plan.config;
+  std::size_t eligible = 0, offloaded = 0;
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::D2H) ++offloaded;
+    if (op.kind != OpKind::F || op.samples > 0 || !inRange(plan.virtualStages, op.virtualStage)) continue;
+    if (offloadFraction(c, plan.stage(op.virtualStage)) > 0) ++eligible;
+  }
+  out << "offload: ratio " << c.offloadRatio << ", " << offloaded << " of " << eligible
+      << " activations offloaded and reloaded";
+  if (offloaded < eligible) {
+    out << "; " << eligible - offloaded << " stay on the GPU (the host link cannot carry their copies in time"
+        << (offloaded == 0 ? ": nothing is offloaded" : "") << ")";
+  }
+  std::int64_t saved = 0;
+  for (const DeviceMetrics& dm : plan.metrics.devices) saved = std::max(saved, dm.memory.offloadSavedBytes);
+  if (saved > 0) out << "; up to " << formatBytes(static_cast<double>(saved)) << " less at a device's peak";
+  out << '\n';
+}
 
 inline void printPlanSummary(const Plan& plan, std::ostream& out) {
   const Metrics& m = plan.metrics;
@@ -27,11 +52,7 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
   if (c.offloadRatio <= 0 && c.schedule == "pipeoffload") {
     out << "offload: none (the cluster's GPU names no host link: the group-interleaved order alone)\n";
   }
-  if (c.offloadRatio > 0) {
-    std::size_t copies = 0;
-    for (const Op& op : plan.ops) copies += isHostCopy(op.kind) ? 1 : 0;
-    out << "offload: ratio " << c.offloadRatio << ", " << copies / 2 << " activations offloaded and reloaded\n";
-  }
+  if (c.offloadRatio > 0) printOffload(plan, out);
   if (par.cpuOffloadingNumLayers > 0) {
     out << "activation offload: the first " << par.cpuOffloadingNumLayers
         << " transformer layers' activations to host memory (Megatron-Core CPU offloading)\n";
@@ -77,8 +98,11 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
     std::snprintf(line.data(), line.size(), " %11s", std::string(part->shortName).c_str());
     out << line.data();
   }
-  std::snprintf(line.data(), line.size(), "  %13s\n", "margin");
-  out << line.data();
+  // With host copies, one more column: what they save at the device's peak (not a part of it).
+  const bool offloading = std::any_of(m.devices.begin(), m.devices.end(),
+                                      [](const DeviceMetrics& dm) { return dm.memory.offloadSavedBytes > 0; });
+  std::snprintf(line.data(), line.size(), "  %13s", "margin");
+  out << line.data() << (offloading ? "  offload saves" : "") << '\n';
   for (std::size_t d = 0; d < m.devices.size(); ++d) {
     const DeviceMetrics& dm = m.devices[d];
     std::snprintf(line.data(), line.size(), "%6zu  %10s  %10s  %10s  %11s", d, formatMs(dm.busyMs).c_str(),
@@ -89,8 +113,14 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
       std::snprintf(line.data(), line.size(), " %11s", bytes(dm.memory.*part->bytes).c_str());
       out << line.data();
     }
-    std::snprintf(line.data(), line.size(), "  %13s\n", bytes(dm.memory.marginBytes()).c_str());
+    const MemoryBreakdown& mb = dm.memory;
+    std::snprintf(line.data(), line.size(), "  %13s", bytes(mb.marginBytes()).c_str());
     out << line.data();
+    if (offloading) {
+      std::snprintf(line.data(), line.size(), "  %14s", bytes(mb.offloadSavedBytes).c_str());
+      out << line.data();
+    }
+    out << '\n';
   }
 }
 

@@ -471,13 +471,47 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
   return request;
 }
 
+namespace {
+
+// The peak (static included, the busiest device) of the schedule a memory-saving schedule saves
+// against (ScheduleGenerator::savesMemoryAgainst), planned on the same request with its own
+// chunks and no offloading; empty when there is none or it does not plan (then the memory limit
+// alone bounds the order).
+Expected<std::optional<std::int64_t>> referencePeak(const PlanRequest& request, const SolveControl& control) {
+  const ScheduleGenerator* generator = findScheduleGenerator(request.config.schedule);
+  if (!generator || generator->savesMemoryAgainst().empty()) return std::optional<std::int64_t>{};
+  const ScheduleGenerator* against = findScheduleGenerator(generator->savesMemoryAgainst());
+  if (!against) return std::optional<std::int64_t>{};
+  PlanRequest r = request;
+  r.config.schedule = std::string(against->name());
+  r.config.chunksPerDevice = against->defaultChunksPerDevice();
+  r.config.offloadRatio = 0;
+  SolveControl quiet;
+  quiet.cancel = control.cancel;
+  quiet.refine = control.refine;
+  quiet.repairMemory = control.repairMemory;
+  auto plan = makePlan(r, quiet);
+  if (plan.isCancelled()) return plan.error();
+  if (!plan) return std::optional<std::int64_t>{};
+  std::int64_t peak = 0;
+  for (const DeviceMetrics& dm : plan->metrics.devices) peak = std::max(peak, dm.peakMemoryBytes);
+  return std::optional<std::int64_t>{peak};
+}
+
+}  // namespace
+
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
   auto resolved = resolveRequest(original);
   if (!resolved) return resolved.error();
   // DiffusionPipe searches the schedule jointly with the partition; its candidates come back
   // through makeCandidatePlan.
   if (resolved->config.partition == "diffusionpipe") return partition::solveDiffusionPipe(*resolved, control);
-  return partition::makeCandidatePlan(*resolved, control, {});
+  partition::PartitionHints hints;
+  auto cap = referencePeak(*resolved, control);
+  if (!cap) return cap.error();
+  hints.peakCapBytes = *cap;
+  if (resolved->config.partition == "dp") return partition::solveDp(*resolved, control, hints);
+  return partition::makeCandidatePlan(*resolved, control, hints);
 }
 
 Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const SolveControl& control,
@@ -538,6 +572,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   input.request = &request;
   input.control = &control;
   input.costs = &costs;
+  input.peakCapBytes = hints.peakCapBytes;
   if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes); !st) return st.error();
 
   auto skeleton = generator->order(input);

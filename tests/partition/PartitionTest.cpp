@@ -6,6 +6,8 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <regex>
+#include <string>
 
 #include "pipestudio/planner/Partition.hpp"
 
@@ -103,6 +105,74 @@ TEST(DpPartition, OptimalAgainstBruteForce) {
   }
   EXPECT_GT(feasibleCases, 300);
   EXPECT_GT(infeasibleCases, 5);
+}
+
+// Issue 45: the refusal's numbers agree with each other and with brute force. "virtual stages
+// 0..k hold at most layers 0..a−1 within theirs" is the furthest any split of them reaches within
+// their budgets; the stage named then cannot hold what is left ("would have to hold layers
+// a..L−1") or any single layer it could start at ("cannot hold even one of the layers s..a").
+TEST(DpPartition, InfeasibleMessageNumbersAgree) {
+  std::mt19937 rng(45);
+  const std::regex holdAtMost("virtual stages 0\\.\\.(\\d+) hold at most layers 0\\.\\.(\\d+)");
+  const std::regex wouldHold("virtual stage (\\d+) on device \\d+ would have to hold layers (\\d+)\\.\\.(\\d+)");
+  const std::regex noneFits(
+      "virtual stage (\\d+) on device \\d+ cannot hold even one of the layers (\\d+)\\.\\.(\\d+)");
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int stages = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
+    PartitionProblem p = randomProblem(rng, layers, stages, true);
+    for (auto& st : p.stages) st.memoryBudgetBytes *= 0.6;
+    auto r = dpPartition(p);
+    if (r) continue;
+    ++checked;
+    const std::string msg = r.message();
+    // The furthest layer boundary stages 0..k reach within their budgets, by brute force.
+    auto reach = [&](int k) {
+      int best = -1;
+      for (int end = k + 1; end <= layers - (stages - k - 1); ++end) {
+        forEachPartition(end, k + 1, [&](const std::vector<int>& first) {
+          for (int s = 0; s <= k; ++s) {
+            const int e = s < k ? first[static_cast<std::size_t>(s) + 1] : end;
+            if (stageMemoryBytes(p, s, first[static_cast<std::size_t>(s)], e) >
+                p.stages[static_cast<std::size_t>(s)].memoryBudgetBytes) {
+              return;
+            }
+          }
+          best = std::max(best, end);
+        });
+      }
+      return best;
+    };
+    std::smatch m;
+    int stage = -1, from = 0;
+    if (std::regex_search(msg, m, wouldHold)) {
+      stage = std::stoi(m[1]);
+      from = std::stoi(m[2]);
+      EXPECT_EQ(stage, stages - 1) << msg;
+      EXPECT_EQ(std::stoi(m[3]), layers - 1) << msg;
+      EXPECT_GT(stageMemoryBytes(p, stage, from, layers), p.stages[static_cast<std::size_t>(stage)].memoryBudgetBytes)
+          << msg;
+    } else {
+      ASSERT_TRUE(std::regex_search(msg, m, noneFits)) << msg;
+      stage = std::stoi(m[1]);
+      from = std::stoi(m[3]);
+      EXPECT_EQ(std::stoi(m[2]), stage) << msg;
+      for (int l = stage; l <= from; ++l) {
+        EXPECT_GT(stageMemoryBytes(p, stage, l, l + 1), p.stages[static_cast<std::size_t>(stage)].memoryBudgetBytes)
+            << "layer " << l << ": " << msg;
+      }
+    }
+    if (stage > 0) {
+      ASSERT_TRUE(std::regex_search(msg, m, holdAtMost)) << msg;
+      EXPECT_EQ(std::stoi(m[1]), stage - 1) << msg;
+      EXPECT_EQ(std::stoi(m[2]), from - 1) << msg;
+      EXPECT_EQ(reach(stage - 1), from) << msg;
+    } else {
+      EXPECT_EQ(from, 0) << msg;
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 TEST(DpPartition, EqualDevicesNoCommIsMinMax) {

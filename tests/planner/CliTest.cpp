@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "pipestudio/common/Json.hpp"
 
@@ -59,6 +60,39 @@ class Cli : public ::testing::Test {
   std::string model = kResources + "/models/gpt3-1.3b.json";
   std::string cluster = kResources + "/clusters/a100-1x8-nvlink.json";
 };
+
+// Issue 45: `configure` shows every setting that tells two ranked rows apart (cp_comm_type, etp,
+// …) or folds rows that are the same plan: no two printed rows read alike in their settings
+// (everything but the rank and the six figures after them: iteration, sync, tokens/s, bubble,
+// MFU and the peak, printed as a number and a unit).
+TEST_F(Cli, ConfigureRowsNeverLookAlike) {
+  const CliRun r = run("configure --model " + kResources + "/models/llama3-8b.json --cluster " + kResources +
+                       "/clusters/h100-4x8-ib.json --top 20");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<std::string> settings;
+  bool table = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("rank ", 0) == 0) {
+      table = true;
+      continue;
+    }
+    if (!table || line.empty()) {
+      if (table) break;
+      continue;
+    }
+    std::istringstream cells(line);
+    std::vector<std::string> words;
+    for (std::string w; cells >> w;) words.push_back(w);
+    ASSERT_GT(words.size(), 8U) << line;
+    std::string row;
+    for (std::size_t i = 1; i + 7 < words.size(); ++i) row += words[i] + ' ';
+    for (const std::string& earlier : settings) EXPECT_NE(row, earlier) << "two rows read alike:\n" << r.out;
+    settings.push_back(row);
+  }
+  EXPECT_GE(settings.size(), 10U) << r.out;
+}
 
 TEST_F(Cli, SchedulesListsEveryName) {
   const CliRun r = run("schedules");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <utility>
@@ -528,6 +529,27 @@ void addOpComm(const Op& op, const StageCosts& c, double samplesPerMb, DeviceMet
   dm.hiddenCommMs += fraction * hidden;
 }
 
+// Per device: the peak activations of the plan's ops without their host copies (same times),
+// less `peakLive`, the peak with them; zeros when the plan makes no copies.
+std::vector<std::int64_t> offloadSavings(const Plan& plan, const std::vector<StageCosts>& costs,
+                                         const std::vector<std::vector<StageCosts>>& units,
+                                         const std::vector<std::int64_t>& peakLive) {
+  std::vector<std::int64_t> saved(peakLive.size(), 0);
+  if (std::none_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) { return isHostCopy(op.kind); })) return saved;
+  Plan kept;
+  kept.config = plan.config;
+  kept.model = plan.model;
+  kept.virtualStages = plan.virtualStages;
+  kept.ops.reserve(plan.ops.size());
+  std::copy_if(plan.ops.begin(), plan.ops.end(), std::back_inserter(kept.ops),
+               [](const Op& op) { return !isHostCopy(op.kind); });
+  const MemoryTimeline without = timelineOf(kept, costs, units);
+  for (std::size_t d = 0; d < saved.size() && d < without.peakActivationBytes.size(); ++d) {
+    saved[d] = std::max<std::int64_t>(0, without.peakActivationBytes[d] - peakLive[d]);
+  }
+  return saved;
+}
+
 }  // namespace
 
 Metrics computeMetrics(const Plan& plan) { return computeMetrics(plan, CostedModel(plan)); }
@@ -602,11 +624,13 @@ Metrics computeMetrics(const Plan& plan, const CostedModel& costed) {
     for (std::size_t d = 0; d < devices; ++d) peakLive[d] = replay[d].peakLive;
   }
   const std::vector<MemoryBreakdown> statics = staticBreakdownPerDevice(plan, costs);
+  const std::vector<std::int64_t> saved = offloadSavings(plan, costs, units, peakLive);
   for (std::size_t d = 0; d < devices; ++d) {
     DeviceMetrics& dm = m.devices[d];
     dm.memory = statics[d];
     dm.staticMemoryBytes = dm.memory.allocatedBytes();
     dm.memory.activationBytes = peakLive[d];
+    dm.memory.offloadSavedBytes = saved[d];
     dm.peakActivationBytes = peakLive[d];
     dm.peakMemoryBytes = dm.memory.allocatedBytes();
   }

@@ -692,8 +692,7 @@ Json memoryBreakdownJson(const MemoryBreakdown& memory) {
   return out;
 }
 
-Json planToJson(const Plan& plan) {
-  const PlanConfig& c = plan.config;
+Json configToJson(const PlanConfig& c) {
   Json cfg{{"schedule", c.schedule},         {"devices", c.devices},
            {"microbatches", c.microbatches}, {"chunks_per_device", c.chunksPerDevice},
            {"partition", c.partition},       {"fill", c.fill}};
@@ -712,11 +711,6 @@ Json planToJson(const Plan& plan) {
   if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;
   if (c.microBatchSize) cfg["micro_batch_size"] = *c.microBatchSize;
   if (c.optimizerSync != "global") cfg["optimizer_sync"] = c.optimizerSync;
-  // Only vocabulary-parallel plans (S/T ops) say how their passes synchronise.
-  if (std::any_of(plan.ops.begin(), plan.ops.end(),
-                  [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
-    cfg["vocab_barriers"] = c.vocabBarriers;
-  }
   if (c.overlapForwardBackward) cfg["overlap_forward_backward"] = true;
   if (c.unitMicrobatches > 0) cfg["unit_microbatches"] = c.unitMicrobatches;
   if (c.seqSplits > 1) {
@@ -724,6 +718,17 @@ Json planToJson(const Plan& plan) {
     cfg["seq_split"] = c.seqSplit;
   }
   if (c.offloadRatio > 0) cfg["offload_ratio"] = c.offloadRatio;
+  return cfg;
+}
+
+Json planToJson(const Plan& plan) {
+  const PlanConfig& c = plan.config;
+  Json cfg = configToJson(c);
+  // Only vocabulary-parallel plans (S/T ops) say how their passes synchronise.
+  if (std::any_of(plan.ops.begin(), plan.ops.end(),
+                  [](const Op& op) { return op.kind == OpKind::S || op.kind == OpKind::T; })) {
+    cfg["vocab_barriers"] = c.vocabBarriers;
+  }
   Json stages = Json::array();
   for (const auto& vs : plan.virtualStages) {
     Json s{{"id", vs.id},
@@ -763,6 +768,8 @@ Json planToJson(const Plan& plan) {
                            {"peak_memory_bytes", d.peakMemoryBytes},
                            {"peak_activation_bytes", d.peakActivationBytes},
                            {"memory", memoryBreakdownJson(d.memory)}});
+    // Offloading plans: what the host copies save at the peak (not a part of it).
+    if (d.memory.offloadSavedBytes > 0) devices.back()["memory"]["offload_saved_bytes"] = d.memory.offloadSavedBytes;
   }
   const Metrics& mt = plan.metrics;
   Json metrics{{"makespan_ms", mt.makespanMs},

@@ -103,14 +103,15 @@ void assignDiffusionLegs(const ModelSpec& model, std::vector<VirtualStage>& stag
 struct LayerSplitter {
   LayerSplitter(const PlanRequest& planRequest, const CostedModel& costed, const std::string& algorithmName,
                 const SolveControl& solveControl, const std::vector<int>& liveCounts,
-                const std::vector<VirtualStage>& stages, const BalancedMemory& memory)
+                const std::vector<VirtualStage>& stages, const BalancedMemory& memory, bool budgets)
       : request(planRequest),
         costs(costed),
         algorithm(algorithmName),
         control(solveControl),
         live(liveCounts),
         groups(dependentBackboneGroups(planRequest.model)),
-        balancedMemory(memory) {
+        balancedMemory(memory),
+        memoryBudgets(budgets) {
     for (const auto& vs : stages) ++stagesOnDevice[vs.device];
     for (std::size_t i = 0; i < stages.size(); ++i) {
       if (stages[i].pipeline == 0) pipeline0.push_back(i);
@@ -153,7 +154,7 @@ struct LayerSplitter {
       ps.push_back(st);
     }
     PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
-    setMemoryBudgets(request, stagesOnDevice, problem);
+    if (memoryBudgets) setMemoryBudgets(request, stagesOnDevice, problem);
     auto result = algorithm == "balanced" ? balancedPartition(problem, balancedMemory) : dpPartition(problem, control);
     if (result.isCancelled()) return result.error();
     if (!result) {
@@ -180,6 +181,7 @@ struct LayerSplitter {
   const std::vector<int>& live;
   const std::vector<std::vector<int>> groups;
   const BalancedMemory balancedMemory;
+  const bool memoryBudgets;
   std::map<int, int> stagesOnDevice;
   std::vector<std::size_t> pipeline0;
   std::map<int, std::size_t> groupOf;
@@ -254,7 +256,8 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   auto live = liveCounts(request, costs, generator, stages, control);
   if (!live) return live.error();
 
-  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages, hints.balancedMemory);
+  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages, hints.balancedMemory,
+                               algorithm != "dp" || hints.dpMemoryBudgets);
   auto first = splitter.split(stages);
   if (!first) return first.error();
   if (!hints.keepBackboneShares) {

@@ -144,16 +144,12 @@ class Solver {
     }
   }
 
-  // For messages: the stage where the memory-only DP first runs out of choices.
-  int lastFailedStage() const { return m_failedStage; }
-
   Solution solve(double boundMs) {
     const auto S = m_p.stages.size();
     const int L = m_p.layers;
     const double bound = std::isinf(boundMs) ? kInf : boundMs * (1.0 + 1e-12) + 1e-12;
     for (auto& row : m_dp) std::fill(row.begin(), row.end(), kInf);
     m_dp[0][0] = 0.0;
-    m_failedStage = -1;
     for (std::size_t s = 0; s < S; ++s) {
       const auto& C = m_x.cost[s];
       const auto& topRow = m_top[s];
@@ -179,15 +175,9 @@ class Solver {
         m_arg[s + 1][j] = i;
         any = true;
       }
-      if (!any) {
-        m_failedStage = static_cast<int>(s);
-        return {};
-      }
+      if (!any) return {};
     }
-    if (std::isinf(m_dp[S][L])) {
-      m_failedStage = static_cast<int>(S) - 1;
-      return {};
-    }
+    if (std::isinf(m_dp[S][L])) return {};
     Solution out;
     out.feasible = true;
     out.firstLayer.assign(S, 0);
@@ -213,32 +203,59 @@ class Solver {
   std::vector<IdVector<double>> m_top;
   std::vector<IdVector<int>> m_memLo;
   RangeMin m_rmq;
-  int m_failedStage = -1;
 };
 
-Error memoryError(const PartitionProblem& p, const Prefix& x, int stage) {
-  // The smallest need of the failing stage: its lightest single layer among those it could hold.
-  const auto s = static_cast<std::size_t>(std::max(0, stage));
-  const double live = std::max(0, p.stages[s].liveMicrobatches);
-  double best = kInf;
-  int bestLayer = 0;
-  for (int l = static_cast<int>(s); l < p.layers - static_cast<int>(p.stages.size() - s - 1); ++l) {
-    const double need = stageMemoryBytes(p, static_cast<int>(s), l, l + 1);
-    if (need < best) {
-      best = need;
-      bestLayer = l;
+// Why no split meets the stages' memory budgets, in numbers that agree with each other. The ends
+// stage s can reach form an interval [s + 1, reach]: a stage that ends earlier holds fewer layers.
+// Stage s reaches furthest by starting as late as it can (the same end needs less from a later
+// start); when even that one layer does not fit, only a lighter single layer it could start at
+// moves it on. The first stage that holds none of the layers it could start at, or the last
+// stage left with more than its budget, is the reason.
+Error memoryError(const PartitionProblem& p) {
+  const int S = static_cast<int>(p.stages.size());
+  const auto fits = [](double bytes, double budget) { return bytes <= budget * (1.0 + 1e-12); };
+  int latest = 0;  // the latest layer stage s can start at (it can start at any of s..latest)
+  for (int s = 0; s < S; ++s) {
+    const PartitionStage& st = p.stages[static_cast<std::size_t>(s)];
+    const double budget = st.memoryBudgetBytes;
+    std::ostringstream msg;
+    msg << "partition dp: memory infeasible: virtual stage " << s << " on device " << st.device;
+    const std::string need = " (static + " + std::to_string(st.liveMicrobatches) + " live microbatches × activations)";
+    const std::string before = s == 0 ? std::string()
+                                      : "; virtual stages 0.." + std::to_string(s - 1) + " hold at most layers 0.." +
+                                            std::to_string(latest - 1) + " within theirs";
+    if (s == S - 1) {
+      const double rest = stageMemoryBytes(p, s, latest, p.layers);
+      if (fits(rest, budget)) break;  // not a memory failure after all
+      msg << " would have to hold layers " << latest << ".." << p.layers - 1 << ", " << formatBytes(rest) << need
+          << ", within its budget of " << formatBytes(budget) << before
+          << " (a device's memory budget is shared among its virtual stages by the microbatches each holds at its "
+             "peak)";
+      return Error{msg.str()};
     }
+    const int lastEnd = p.layers - (S - 1 - s);  // a layer left for every later stage
+    const auto single = [&](int l) { return stageMemoryBytes(p, s, l, l + 1); };
+    int start = latest;  // the latest start whose one layer fits
+    while (start >= s && !fits(single(start), budget)) --start;
+    if (start < s) {
+      int lightest = s;
+      for (int l = s; l <= latest; ++l) {
+        if (single(l) < single(lightest)) lightest = l;
+      }
+      msg << " cannot hold even one of the layers " << s << ".." << latest << " it could start at within its budget of "
+          << formatBytes(budget) << ": the lightest, layer " << lightest << ", needs " << formatBytes(single(lightest))
+          << need << before;
+      return Error{msg.str()};
+    }
+    // From the latest start, as many layers as fit (from an earlier one, only that layer).
+    int end = start + 1;
+    if (start == latest) {
+      double held = single(start);
+      while (end < lastEnd && fits(held + single(end), budget)) held += single(end++);
+    }
+    latest = end;
   }
-  (void)x;
-  const double total = stageMemoryBytes(p, 0, 0, p.layers);
-  std::ostringstream msg;
-  msg << "partition dp: memory infeasible: virtual stage " << stage << " on device " << p.stages[s].device
-      << " cannot hold its layers within " << formatBytes(static_cast<std::int64_t>(p.stages[s].memoryBudgetBytes))
-      << " (" << static_cast<std::int64_t>(p.stages[s].memoryBudgetBytes) << " bytes); even its lightest layer "
-      << bestLayer << " needs " << static_cast<std::int64_t>(best) << " bytes (static + " << live
-      << " live microbatches × activations), and all layers together need about " << static_cast<std::int64_t>(total)
-      << " bytes";
-  return Error{msg.str()};
+  return Error{"partition dp: memory infeasible: no split meets the stages' memory budgets"};
 }
 
 }  // namespace
@@ -418,7 +435,7 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
   const double mMinus1 = static_cast<double>(std::max(0, p.microbatches - 1));
 
   Solution top = solver.solve(kInf);
-  if (!top.feasible) return memoryError(p, x, solver.lastFailedStage());
+  if (!top.feasible) return memoryError(p);
   if (control.cancelled()) return Error::cancelled();
 
   // Tmin: the smallest feasible bottleneck (every partition's max is ≥ it).

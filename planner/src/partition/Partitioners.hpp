@@ -2,6 +2,7 @@
 // Dispatch of the partitioners this folder implements (balanced, dp, diffusionpipe) from
 // makePlan's extension point. Private to the planner.
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -20,6 +21,12 @@ struct PartitionHints {
   bool keepBackboneShares = false;
   /// The request's costs, derived once by makeCandidatePlan (nullptr: derived here).
   const CostedModel* costs = nullptr;
+  /// false: `dp` splits without the stages' memory budgets (solveDp's second candidate; the
+  /// simulator's memory check has the last word either way).
+  bool dpMemoryBudgets = true;
+  /// The peak the schedule's order keeps every device under where it can (ScheduleInput::
+  /// peakCapBytes): for a memory-saving schedule, the peak of the one it saves against.
+  std::optional<std::int64_t> peakCapBytes = std::nullopt;
   /// How `balanced` meets the memory budgets when its most even split did not fit the devices
   /// (makeCandidatePlan asks again with these); the default: as it does first.
   BalancedMemory balancedMemory;
@@ -45,6 +52,9 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
                                                   const SolveControl& control, const PartitionHints& hints = {});
 
+/// `dp`: the split with the shortest simulated iteration that fits, among dpPartition's (within
+/// the stages' memory budgets and without them), balanced's and uniform's (DpPlan.cpp).
+Expected<Plan> solveDp(const PlanRequest& request, const SolveControl& control, const PartitionHints& hints);
 /// `diffusionpipe`: dp jointly with the schedule choice; returns the fastest filled plan.
 Expected<Plan> solveDiffusionPipe(const PlanRequest& request, const SolveControl& control);
 /// The schedules (with chunks) the joint search tries for `request`.

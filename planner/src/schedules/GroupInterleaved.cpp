@@ -22,6 +22,7 @@
 // each with the offload pass, timed by the simulator. The fastest wins (then the smaller peak);
 // under a memory limit (or the GPU's memory) the fastest that fits, else the smallest peak.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -235,6 +236,42 @@ std::optional<std::vector<std::vector<OrderedOp>>> groupInterleavedOrder(int p, 
 
 namespace {
 
+// Orders that never hold more than 1F1B does on the same stages, whatever the host link carries:
+// the greedy list construction on the stage estimates (Generators.hpp), a microbatch admitted on
+// device d only while its whole activation there (a of the device's chunks) fits the device's
+// budget, reserved until its last W. Budgets: 1F1B's warm-up, (p − d)·a (PipeDream-Flush holds
+// p − d microbatches on device d, Narayanan et al. 2021), and what the peak cap
+// (ScheduleInput::peakCapBytes) and the memory limit leave beside the device's static memory.
+// A microbatch always admits the oldest microbatch first, and a device that holds nothing
+// always admits, so the oldest unfinished microbatch can always go on: no order deadlocks.
+std::vector<std::vector<std::vector<OrderedOp>>> boundedOrders(const ScheduleInput& input) {
+  const int p = input.shape.devices;
+  const IdVector<std::int64_t> need = activationPerMicrobatch(input, 0);
+  IdVector<std::int64_t> warmup(p, 0), room(p, 0);
+  bool roomBounded = false;
+  for (int d = 0; d < p; ++d) {
+    const std::int64_t staticBytes = inRange(input.staticBytes, d) ? input.staticBytes[static_cast<std::size_t>(d)] : 0;
+    warmup[d] = need[d] * (p - d);
+    std::int64_t left = std::numeric_limits<std::int64_t>::max();
+    if (input.peakCapBytes) left = std::min(left, *input.peakCapBytes - staticBytes);
+    if (input.memoryLimitBytes) left = std::min(left, *input.memoryLimitBytes - staticBytes);
+    roomBounded = roomBounded || left != std::numeric_limits<std::int64_t>::max();
+    room[d] = std::max(need[d], std::min(left, need[d] * input.shape.microbatches));
+    warmup[d] = std::max(need[d], std::min(warmup[d], room[d]));
+  }
+  std::vector<std::vector<std::vector<OrderedOp>>> out;
+  for (const IdVector<std::int64_t>* budget : {&warmup, &room}) {
+    if (budget == &room && (!roomBounded || room == warmup)) continue;
+    GreedyOptions options;
+    options.splitBackward = true;
+    options.capBytes = *budget;
+    options.reserveWholeMicrobatch = true;
+    auto order = greedyOrder(input, options);
+    if (order) out.push_back(std::move(order->devices));
+  }
+  return out;
+}
+
 class PipeOffload final : public ScheduleGenerator {
  public:
   std::string_view name() const override { return "pipeoffload"; }
@@ -244,6 +281,9 @@ class PipeOffload final : public ScheduleGenerator {
   void configure(PlanConfig& config) const override {
     if (config.offloadRatio <= 0) config.offloadRatio = 1.0 / std::max(1, config.chunksPerDevice);
   }
+  // PipeOffload exists to hold less than 1F1B (Wan et al. 2025, §1: 1F1B's activation memory
+  // grows with the number of in-flight microbatches; offloading takes it back).
+  std::string_view savesMemoryAgainst() const override { return "1f1b"; }
   Status validate(const ScheduleShape& shape) const override {
     if (auto st = requireChunks(name(), shape, shape.chunksPerDevice >= 1, "at least one chunk per device"); !st) {
       return st;
@@ -284,6 +324,7 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
       orders.push_back(splitFusedBackward(interleavedOrder(input, g)));
     }
   }
+  for (auto& bounded : boundedOrders(input)) orders.push_back(std::move(bounded));
   if (orders.empty()) return Error{"pipeoffload: no group size builds an order for this shape"};
   // Every candidate with its offloading, timed by the simulator (what the plan will be).
   Plan shell;
@@ -297,7 +338,9 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     if (!costs) costs = &own.emplace(shell.model, shell.cluster, shell.config);
   }
   shell.virtualStages = input.virtualStages;
-  // Each candidate's fit, makespan and highest peak activations, timed by the simulator.
+  // Each candidate's fit, makespan and highest peak, timed by the simulator. It fits when every
+  // device is within the memory limit (or its GPU's memory) and within the peak of the schedule
+  // pipeoffload saves against (ScheduleInput::peakCapBytes).
   struct Judged {
     ScheduleSkeleton skeleton;
     bool fits = false;
@@ -314,10 +357,11 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     j.fits = true;
     for (int d = 0; d < static_cast<int>(timed->metrics.devices.size()); ++d) {
       const DeviceMetrics& dm = timed->metrics.devices[static_cast<std::size_t>(d)];
-      j.peak = std::max(j.peak, dm.peakActivationBytes);
+      j.peak = std::max(j.peak, dm.peakMemoryBytes);
       const std::int64_t limit = deviceMemoryLimit(input, d);
       if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes()) > limit)
         j.fits = false;
+      if (input.peakCapBytes && dm.peakMemoryBytes > *input.peakCapBytes) j.fits = false;
     }
     j.ms = timed->metrics.makespanMs;
     return true;

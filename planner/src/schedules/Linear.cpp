@@ -15,6 +15,8 @@ namespace {
 
 // Interleaved 1F1B times its two candidate orders in full up to this many ops.
 constexpr double kExactChoiceOps = 1 << 17;
+// zb-h2 grows ZB-H1 into its idle time with at most this much work (moves × timing steps).
+constexpr double kGrowWork = 2e7;
 
 OrderedOp op(int stage, OpKind kind, int microbatch) {
   OrderedOp o;
@@ -287,14 +289,149 @@ std::vector<std::vector<OrderedOp>> timedZbH2Order(const ScheduleInput& input) {
   return lanes;
 }
 
+// Per-op start and end of a one-chunk linear order on the stage estimates (transfers as
+// delays, links not serialised, as timedZbH2Order builds); ok false when the order waits for
+// itself.
+struct LinearTiming {
+  bool ok = false;
+  std::vector<std::vector<double>> startMs, endMs;  // per device, per position
+  Grid<double> endF, endB;                          // per device, per microbatch
+};
+
+LinearTiming timeLinear(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& lanes) {
+  const int p = input.shape.devices;
+  const int m = input.shape.microbatches;
+  constexpr double kUnknown = -1;
+  LinearTiming t;
+  t.endF = Grid<double>(p, m, kUnknown);
+  t.endB = Grid<double>(p, m, kUnknown);
+  t.startMs.resize(lanes.size());
+  t.endMs.resize(lanes.size());
+  std::vector<std::size_t> next(lanes.size(), 0);
+  std::vector<double> freeMs(lanes.size(), 0.0);
+  std::size_t left = 0;
+  for (const auto& lane : lanes) left += lane.size();
+  for (bool progress = true; progress && left > 0;) {
+    progress = false;
+    for (int d = 0; d < p; ++d) {
+      const auto du = static_cast<std::size_t>(d);
+      const StageEstimate& e = input.estimate(d);
+      for (; next[du] < lanes[du].size(); ++next[du], --left, progress = true) {
+        const OrderedOp& o = lanes[du][next[du]];
+        const int mb = o.microbatch;
+        double ready = 0, duration = 0;
+        if (o.kind == OpKind::F) {
+          if (d > 0 && t.endF(d - 1, mb) < 0) break;
+          ready = d > 0 ? t.endF(d - 1, mb) + input.estimate(d - 1).sendMs : 0.0;
+          duration = e.forwardMs;
+        } else if (o.kind == OpKind::B) {
+          if (t.endF(d, mb) < 0 || (d + 1 < p && t.endB(d + 1, mb) < 0)) break;
+          ready = std::max(t.endF(d, mb), d + 1 < p ? t.endB(d + 1, mb) + e.sendMs : 0.0);
+          duration = e.backwardInputMs;
+        } else {
+          if (t.endB(d, mb) < 0) break;
+          ready = t.endB(d, mb);
+          duration = e.backwardWeightMs;
+        }
+        const double start = std::max(freeMs[du], ready);
+        freeMs[du] = start + duration;
+        t.startMs[du].push_back(start);
+        t.endMs[du].push_back(freeMs[du]);
+        if (o.kind == OpKind::F) t.endF(d, mb) = freeMs[du];
+        if (o.kind == OpKind::B) t.endB(d, mb) = freeMs[du];
+      }
+    }
+  }
+  t.ok = left == 0;
+  return t;
+}
+
+// Moves into the idle gap of device d's `lane` before position `at` the first op after it that
+// fits the gap whole on `t`'s times: the device's next forward (its input there in time, and at
+// most `held` microbatches between a forward and its W at every position it passes) or its next
+// W (its B already run). Every other op then starts no later than on `t` (an op only moves into
+// time its device had idle, and nothing it feeds waits longer), so the step and every device's
+// span can only shrink. True when an op moved.
+bool fillGap(const ScheduleInput& input, const LinearTiming& t, int d, int held, std::vector<OrderedOp>& lane,
+             std::size_t at) {
+  const auto du = static_cast<std::size_t>(d);
+  const double gapStart = at == 0 ? 0.0 : t.endMs[du][at - 1];
+  const double gapEnd = t.startMs[du][at];
+  if (gapEnd - gapStart <= 1e-9 * std::max(1.0, gapEnd)) return false;
+  const StageEstimate& e = input.estimate(d);
+  const auto fits = [&](double ready, double duration) {
+    return std::max(gapStart, ready) + duration <= gapEnd + 1e-12 * std::max(1.0, gapEnd);
+  };
+  // Microbatches held (F run, W not yet) after each position, the highest from `at` on.
+  int live = 0;
+  for (std::size_t i = 0; i < at; ++i) live += lane[i].kind == OpKind::F ? 1 : lane[i].kind == OpKind::W ? -1 : 0;
+  int highest = live;
+  bool forwardSeen = false, weightSeen = false;
+  for (std::size_t j = at; j < lane.size(); ++j) {
+    const OrderedOp& o = lane[j];
+    if (j > at && o.kind == OpKind::F && !forwardSeen) {
+      forwardSeen = true;
+      const double ready = d > 0 ? t.endF(d - 1, o.microbatch) + input.estimate(d - 1).sendMs : 0.0;
+      if (highest + 1 <= held && fits(ready, e.forwardMs)) {
+        const OrderedOp moved = o;
+        lane.erase(lane.begin() + static_cast<std::ptrdiff_t>(j));
+        lane.insert(lane.begin() + static_cast<std::ptrdiff_t>(at), moved);
+        return true;
+      }
+    }
+    if (j > at && o.kind == OpKind::W && !weightSeen) {
+      weightSeen = true;
+      const double ready = t.endB(d, o.microbatch);
+      // Its B must come before the gap in the order (a B after it would wait for the W).
+      if (ready >= 0 && ready <= gapStart + 1e-12 * std::max(1.0, gapStart) && fits(ready, e.backwardWeightMs)) {
+        const OrderedOp moved = o;
+        lane.erase(lane.begin() + static_cast<std::ptrdiff_t>(j));
+        lane.insert(lane.begin() + static_cast<std::ptrdiff_t>(at), moved);
+        return true;
+      }
+    }
+    if (forwardSeen && weightSeen) break;
+    live += o.kind == OpKind::F ? 1 : o.kind == OpKind::W ? -1 : 0;
+    highest = std::max(highest, live);
+  }
+  return false;
+}
+
+// ZB-H2 grown from ZB-H1 (Qi et al. 2023 §2.2: ZB-H2 is ZB-H1 with more warm-up forwards and its
+// W moved into the drain): while a device has idle time that its next forward (within ZB-H2's
+// 2(p−d)−1 microbatches) or its next W fills whole, that op moves there. Nothing waits longer
+// for it (fillGap), so the order is never slower than ZB-H1's in its step or any device's span,
+// whatever the stages, and holds at most ZB-H2's microbatches. Bounded: at most `maxMoves`
+// moves, each a timing of the order. Timing ignores link contention (the simulator does not):
+// the caller checks the result against ZB-H1.
+std::vector<std::vector<OrderedOp>> zbH2FromZbH1(const ScheduleInput& input, std::vector<std::vector<OrderedOp>> lanes,
+                                                 int maxMoves) {
+  const int p = input.shape.devices;
+  for (int moves = 0; moves < maxMoves;) {
+    const LinearTiming t = timeLinear(input, lanes);
+    if (!t.ok) break;
+    bool moved = false;
+    for (int d = 0; d < p && !moved; ++d) {
+      auto& lane = lanes[static_cast<std::size_t>(d)];
+      const int held = zbH2Ahead(p, input.shape.microbatches, d);
+      for (std::size_t at = 0; at < lane.size() && !moved; ++at) moved = fillGap(input, t, d, held, lane, at);
+    }
+    if (!moved) break;
+    ++moves;
+  }
+  return lanes;
+}
+
 // ZB-H2 (Qi et al. 2023 §2.2): extra warm-up forwards fill the bubble before the first B
 // (device d runs 2(p−d)−1 forwards before its first B, about 2p activations on device 0) and
 // W are deferred by 2d backwards so the drain is filled too: zero device bubble when F=B=W.
 // The handcrafted order assumes equal stages; with uneven ones it can be slower than ZB-H1
-// (issue 28: 189 against 186), which holds fewer microbatches. There the order is the best of
-// three that fit ZB-H2's memory (per device at most 2p−1 microbatches held): the handcrafted
-// one, the one built on the estimates (timedZbH2Order) and ZB-H1's, taking only orders whose
-// makespan and longest device span are both within ZB-H1's.
+// (issue 28: 189 against 186), which holds fewer microbatches: its extra warm-up forwards sit
+// at fixed places and hold up the backward chain behind a forward a slower upstream device has
+// yet to send. There ZB-H2 is grown from ZB-H1 instead (zbH2FromZbH1: forwards and Ws moved only
+// into idle time, never making anything wait), which is within ZB-H1's step and every device's
+// span by construction; the handcrafted order and the one built on the estimates
+// (timedZbH2Order) replace it only where faster and within ZB-H1's step and longest span.
 class ZbH2 final : public ScheduleGenerator {
  public:
   std::string_view name() const override { return "zb-h2"; }
@@ -329,14 +466,24 @@ class ZbH2 final : public ScheduleGenerator {
       return t.ok && t.makespanMs <= h1Timing.makespanMs + tolerance &&
              t.maxDeviceSpanMs <= h1Timing.maxDeviceSpanMs + tolerance;
     };
-    // Ties go to the handcrafted order, then to ZB-H1's.
+    // ZB-H2 grown from ZB-H1 into its idle time: within ZB-H1's step and spans by construction
+    // (the check guards what its timing leaves out, link contention).
+    const double ops = 3.0 * p * input.shape.microbatches;
+    const int maxMoves = static_cast<int>(std::min(ops, kGrowWork / (ops * (p + 3.0 * input.shape.microbatches))));
+    ScheduleSkeleton grown = skeleton(input, Lanes(zbH2FromZbH1(input, h1.devices, maxMoves)));
+    const OrderTiming grownTiming = timeOrder(input, grown.devices);
+    const bool grownFits = within(grownTiming) && !fasterThan(h1Timing, grownTiming);
+    ScheduleSkeleton& base = grownFits ? grown : h1;
+    const OrderTiming& baseTiming = grownFits ? grownTiming : h1Timing;
+    // The handcrafted order and the one built on the estimates where they are faster still; ties
+    // go to the grown order.
     const OrderTiming handcraftedTiming = timeOrder(input, handcrafted.devices);
-    const bool handcraftedFits = within(handcraftedTiming) && !fasterThan(h1Timing, handcraftedTiming);
+    const bool handcraftedWins = within(handcraftedTiming) && fasterThan(handcraftedTiming, baseTiming);
     ScheduleSkeleton timed = skeleton(input, Lanes(timedZbH2Order(input)));
     const OrderTiming timedTiming = timeOrder(input, timed.devices);
-    const OrderTiming& incumbent = handcraftedFits ? handcraftedTiming : h1Timing;
+    const OrderTiming& incumbent = handcraftedWins ? handcraftedTiming : baseTiming;
     if (within(timedTiming) && fasterThan(timedTiming, incumbent)) return timed;
-    return handcraftedFits ? handcrafted : h1;
+    return handcraftedWins ? handcrafted : std::move(base);
   }
 };
 

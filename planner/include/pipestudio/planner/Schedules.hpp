@@ -52,6 +52,10 @@ struct ScheduleInput {
   /// The request's costs under the schedule's settings (makePlan sets it; may be null), for
   /// generators that time candidates with the simulator (pipeoffload).
   const CostedModel* costs = nullptr;
+  /// The peak memory (static included) a memory-saving schedule's order keeps every device
+  /// under where it can: the peak of the schedule it saves against on the same request
+  /// (ScheduleGenerator::savesMemoryAgainst; makePlan sets it). Empty: no such bound.
+  std::optional<std::int64_t> peakCapBytes = std::nullopt;
 
   /// Virtual stage `id` (its device, chunk and pipeline).
   const VirtualStage& stage(int id) const { return virtualStages[static_cast<std::size_t>(id)]; }
@@ -78,6 +82,9 @@ class ScheduleGenerator {
   /// is partitioned and timed: dualpipe overlaps F&B (overlapForwardBackward), zeropp and
   /// breadth-first gather ZeRO-3 parameters per unit of microbatches (unitMicrobatches).
   virtual void configure(PlanConfig& /*config*/) const {}
+  /// The schedule this one exists to hold less memory than (pipeoffload: 1f1b), planned on the
+  /// same request to bound its peak (ScheduleInput::peakCapBytes); empty for the others.
+  virtual std::string_view savesMemoryAgainst() const { return {}; }
   /// Whether `shape` is possible; the error says what the schedule needs
   /// ("dualpipe needs an even number of devices, got 3").
   virtual Status validate(const ScheduleShape& shape) const = 0;

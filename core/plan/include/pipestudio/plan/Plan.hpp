@@ -207,6 +207,9 @@ struct MemoryBreakdown {
   std::int64_t marginBytes() const;
   /// Everything the GPU must hold: allocatedBytes() + marginBytes().
   std::int64_t totalBytes() const;
+  /// Not a part of the peak: how much higher the device's peak activations would be if the same
+  /// timed ops made no host copies (PipeOffload's D2H/H2D): the saving offloading buys.
+  std::int64_t offloadSavedBytes = 0;
 };
 
 /// One line of a memory breakdown: its name in messages and the GUI, a short label, the plan

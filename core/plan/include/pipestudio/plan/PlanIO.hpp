@@ -21,6 +21,9 @@ Json planToJson(const Plan& plan);
 /// A device's memory breakdown as the plan document writes it: one `<part>_bytes` key per line
 /// of memoryParts() and `margin_bytes`, the kept-back lines together.
 Json memoryBreakdownJson(const MemoryBreakdown& memory);
+/// A plan document's `config` object (every setting that makes two plans differ, but
+/// `vocab_barriers`, which planToJson adds for plans with vocabulary passes).
+Json configToJson(const PlanConfig& config);
 /// The training-recipe fields of a config object (issue 25: precision, overlap_param_gather,
 /// tp_comm_overlap, grad_reduce_dtype, recompute_num_layers/method/modules), shared by plan files
 /// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
