@@ -41,6 +41,7 @@ struct ExportOptions {
   std::string torchtitanConfig;  // python | toml; empty: by the output's extension
   std::string torchtitanBase;
   std::string csvOutput;  // torchtitan: where the schedule CSV goes (default: beside -o)
+  std::string megatronModel = "hybrid";
   int iteration = -1;
 };
 
@@ -135,7 +136,9 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
     return emit(o, *text, "schedule CSV " + o.csvFormat + ", " + std::to_string(plan.ops.size()) + " ops");
   }
   if (o.format == "megatron") {
-    auto m = megatronExport(plan);
+    MegatronOptions megatron;
+    megatron.model = megatronModelFromName(o.megatronModel).value_or(MegatronModel::Hybrid);
+    auto m = megatronExport(plan, megatron);
     if (!m) return fail("Megatron-LM cannot express this plan: " + m.message());
     if (!m->missingArguments.empty()) {
       std::string flags;
@@ -143,7 +146,10 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
       std::cerr << "export: note: Megatron-LM also requires " << flags
                 << ", which a model of measured times does not give; add them to the arguments\n";
     }
-    return emit(o, m->text, "Megatron-LM arguments");
+    return emit(
+        o, m->text,
+        std::string("Megatron-LM arguments, ") +
+            (m->model == MegatronModel::Hybrid ? "HybridModel (pretrain_hybrid.py)" : "GPTModel (pretrain_gpt.py)"));
   }
   // torchtitan: the configuration names the CSV, written beside it. Python (torchtitan main)
   // unless asked for TOML, or writing a .toml file (what this export wrote before).
@@ -249,6 +255,11 @@ int exportRun(const ExportOptions& o) {
 #endif
 
 int runExport(const ExportOptions& o) {
+  if (o.megatronModel != "hybrid" && o.format != "megatron") {
+    std::cerr << "export: --megatron-model names the model of --format megatron (this is --format " << o.format
+              << ")\n";
+    return kExitUsage;
+  }
   if (!o.csvOutput.empty() && o.format != "torchtitan") {
     std::cerr << "export: --csv-output names the schedule CSV of --format torchtitan (this is --format " << o.format
               << "; -o names its output)\n";
@@ -297,6 +308,10 @@ void addExportCommand(CLI::App& root, int& exitCode) {
          "--csv-format", o.csvFormat,
          "csv: compute_only (F/I/W/B) or compute_comms (with SEND/RECV as _PipelineScheduleRuntime lowers them)")
       ->check(CLI::IsMember({"compute_only", "compute_comms"}));
+  cmd->add_option("--megatron-model", o.megatronModel,
+                  "megatron: hybrid (HybridModel, --hybrid-layer-pattern: Megatron-LM since July 2026; default) or gpt "
+                  "(GPTModel, --pipeline-model-parallel-layout: older Megatron-LM)")
+      ->check(CLI::IsMember({"hybrid", "gpt"}));
   cmd->add_option("--torchtitan-config", o.torchtitanConfig,
                   "torchtitan: python (a --module/--config configuration, torchtitan main; default) or toml (the job "
                   "config of torchtitan v0.2.2 and earlier; default for a .toml output)")

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <iostream>
@@ -31,6 +32,7 @@ struct PlanOptions {
   bool json = false;
   std::string csv;                     // custom: the schedule CSV ("auto" helper)
   std::string csvDialect = "current";  // legacy: PyTorch ≈2.5 / Zero Bubble fork letters (B = I, BW = B)
+  bool overlapFB = false;              // custom: OVERLAP_F_B pairs timed overlapped (a registered custom function)
   bool exact = false;                  // zb-auto: ILP through CBC ("auto" helper)
   bool vocabParallel = false;          // embedding/LM head split over all devices (Vocab.hpp)
   int vocabBarriers = 1;               // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
@@ -49,7 +51,52 @@ struct PlanOptions {
   bool sequenceParallel = false, noSequenceParallel = false;
   RecipeOptions recipe;  // precision, overlaps, recomputation details (RecipeFlags.hpp)
   std::int64_t globalBatch = 0, microBatchSize = 0;
+  std::string megatronLayout;  // a given Megatron-LM layout or hybrid pattern (partition "layout")
 };
+
+// Stages per layer split of a plan's virtual stages, in id order ("4,5,5,4").
+std::string stageLayerCounts(const Plan& plan) {
+  std::vector<const VirtualStage*> stages;
+  for (const VirtualStage& vs : plan.virtualStages) stages.push_back(&vs);
+  std::sort(stages.begin(), stages.end(), [](const VirtualStage* a, const VirtualStage* b) { return a->id < b->id; });
+  std::string out;
+  for (const VirtualStage* vs : stages)
+    out += (out.empty() ? "" : ",") + std::to_string(vs->lastLayer - vs->firstLayer + 1);
+  return out;
+}
+
+// `--megatron-layout`: the given split beside the planner's own choice for the same request.
+struct LayoutComparison {
+  std::string partition;
+  Expected<Plan> planner = Error{"not planned"};
+};
+
+Json layoutComparisonJson(const std::string& layout, const Plan& given, const LayoutComparison& c) {
+  Json j{{"layout", layout}, {"iteration_ms", given.metrics.iterationMs}, {"stage_layers", stageLayerCounts(given)}};
+  Json planner{{"partition", c.partition}};
+  if (c.planner) {
+    planner["iteration_ms"] = c.planner->metrics.iterationMs;
+    planner["stage_layers"] = stageLayerCounts(*c.planner);
+  } else {
+    planner["error"] = c.planner.message();
+  }
+  j["planner"] = std::move(planner);
+  return j;
+}
+
+void printLayoutComparison(const Plan& given, const LayoutComparison& c, std::ostream& out) {
+  out << "\nmegatron layout (this plan): iteration " << formatMs(given.metrics.iterationMs) << ", layers per stage "
+      << stageLayerCounts(given) << '\n';
+  if (!c.planner) {
+    out << "planner's " << c.partition << " partition: " << c.planner.message() << '\n';
+    return;
+  }
+  const double ratio = c.planner->metrics.iterationMs / std::max(1e-12, given.metrics.iterationMs) - 1.0;
+  std::array<char, 64> pct{};
+  std::snprintf(pct.data(), pct.size(), "%+.1f %%", 100.0 * ratio);
+  out << "planner's " << c.partition << " partition: iteration " << formatMs(c.planner->metrics.iterationMs) << " ("
+      << pct.data() << " against the layout), layers per stage " << stageLayerCounts(*c.planner) << '\n';
+}
 
 Json fillReportJson(const FillReport& r) {
   Json devices = Json::array();
@@ -199,6 +246,29 @@ int runPlan(const PlanOptions& o) {
   if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);
   cfg.chunksPerDevice = o.chunks > 0 ? o.chunks : (generator ? generator->defaultChunksPerDevice() : 1);
+  if (!o.megatronLayout.empty()) {
+    if (o.vocabParallel || o.schedule == "custom" || o.schedule == "zb-auto" ||
+        !request.model.frozenComponents().empty()) {
+      std::cerr << "plan: --megatron-layout splits one decoder under a generated schedule (not with --vocab-parallel, "
+                   "--schedule custom or zb-auto, or frozen components)\n";
+      return kExitUsage;
+    }
+    auto split = megatronLayoutSplit(request.model, o.megatronLayout);
+    if (!split) {
+      std::cerr << "plan: --megatron-layout: " << split.message() << '\n';
+      return kExitFailure;
+    }
+    const auto stages = static_cast<int>(split->size());
+    if (o.chunks == 0 && stages % cfg.devices == 0) cfg.chunksPerDevice = stages / cfg.devices;
+    if (stages != cfg.devices * cfg.chunksPerDevice) {
+      std::cerr << "plan: --megatron-layout has " << stages << " stages, --devices " << cfg.devices << " × chunks "
+                << cfg.chunksPerDevice << " virtual stages (expected the layout's stages to be devices × chunks, "
+                << "index = virtual rank · P + pipeline rank)\n";
+      return kExitFailure;
+    }
+    cfg.partition = "layout";
+    cfg.layout = o.megatronLayout;
+  }
   // Every schedule (zb-auto, custom, vocab-parallel too): refuse before anything is allocated.
   if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) {
     std::cerr << "plan: " << st.message() << '\n';
@@ -213,10 +283,12 @@ int runPlan(const PlanOptions& o) {
     cfg.memoryLimitBytes = *bytes;
   }
   // zb-auto and custom take extra inputs (AutoSchedule.hpp); every other schedule is makePlan.
-  if ((!o.csv.empty() && o.schedule != "custom") || (o.exact && o.schedule != "zb-auto")) {
-    std::cerr << "plan: --csv applies to --schedule custom, --exact to --schedule zb-auto\n";
+  if ((!o.csv.empty() && o.schedule != "custom") || (o.exact && o.schedule != "zb-auto") ||
+      (o.overlapFB && o.schedule != "custom")) {
+    std::cerr << "plan: --csv and --overlap-f-b apply to --schedule custom, --exact to --schedule zb-auto\n";
     return kExitUsage;
   }
+  if (o.overlapFB) cfg.overlapForwardBackward = true;
   AutoScheduleReport autoReport;
   std::optional<FillReport> fillReport;
   Expected<Plan> plan = Error{"no plan"};
@@ -253,6 +325,13 @@ int runPlan(const PlanOptions& o) {
     std::cerr << "plan: " << plan.message() << '\n';
     return kExitFailure;
   }
+  std::optional<LayoutComparison> comparison;
+  if (!o.megatronLayout.empty()) {
+    PlanRequest own = request;
+    own.config.partition = o.partition;
+    own.config.layout.clear();
+    comparison = LayoutComparison{o.partition, makePlan(own)};
+  }
   if (!o.output.empty()) {
     if (auto st = savePlan(o.output, *plan); !st) {
       std::cerr << "plan: " << st.message() << '\n';  // the message names the file
@@ -263,11 +342,13 @@ int runPlan(const PlanOptions& o) {
     Json summary = planSummaryJson(*plan);
     if (o.schedule == "zb-auto") summary["zb_auto"] = autoScheduleReportJson(autoReport);
     if (fillReport) summary["fill"] = fillReportJson(*fillReport);
+    if (comparison) summary["megatron_layout"] = layoutComparisonJson(o.megatronLayout, *plan, *comparison);
     std::cout << summary.dump(2) << '\n';
   } else {
     printPlanSummary(*plan, std::cout);
     if (o.schedule == "zb-auto") std::cout << formatAutoScheduleReport(autoReport);
     if (fillReport) printFillReport(*fillReport, std::cout);
+    if (comparison) printLayoutComparison(*plan, *comparison, std::cout);
     if (!o.output.empty()) std::cout << "plan written to " << o.output << '\n';
   }
   return kExitOk;
@@ -298,6 +379,10 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
          "custom: current (I input gradient, B full backward) or legacy (PyTorch 2.5 and the Zero Bubble fork: "
          "B input gradient, BW full backward)")
       ->check(CLI::IsMember({"current", "legacy"}));
+  cmd->add_flag("--overlap-f-b", o.overlapFB,
+                "custom: time each (F;B)OVERLAP_F_B cell as one overlapped pair, as a custom function registered for "
+                "OVERLAP_F_B runs it (default: F then B, each when its input is there, as torch.distributed."
+                "pipelining's runtime.py runs them)");
   cmd->add_flag("--vocab-parallel", o.vocabParallel,
                 "Split embedding and LM head over all devices (S/T passes; Yeung et al. 2024)");
   cmd->add_option("--vocab-barriers", o.vocabBarriers,
@@ -351,6 +436,13 @@ void addPlanCommand(CLI::App& root, int& exitCode) {
       ->check(intIn(1, std::int64_t{1} << 40));
   cmd->add_option("--micro-batch-size", o.microBatchSize, "Samples per microbatch B (default: the model's)")
       ->check(intIn(1, 1'000'000));
+  cmd->add_option("--megatron-layout", o.megatronLayout,
+                  "Plan exactly the split of a Megatron-LM --pipeline-model-parallel-layout (e.g. "
+                  "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL') or --hybrid-layer-pattern; chunks = its stages / --devices; "
+                  "prints it beside the planner's own --partition")
+      ->check(CLI::Validator(
+          [](std::string& text) { return text.empty() ? std::string("empty layout (expected e.g. 'Et*3|t*3L')") : ""; },
+          "LAYOUT", "megatronLayout"));
   cmd->add_option("--optimizer-sync", o.optimizerSync,
                   "global (default) | post-validation (Zero Bubble: iterations overlap, steady-state period)");
   cmd->callback([&exitCode] { exitCode = runPlan(o); });

@@ -39,6 +39,7 @@ Expected<std::vector<VirtualStage>> partitionStages(const PlanRequest& request, 
                                              request.config.schedule);
   }
   if (name == "megatron") return partition::partitionMegatron(request.model, std::move(placement));
+  if (name == "layout") return partition::partitionLayout(request.model, std::move(placement), request.config.layout);
   return partition::partitionNamed(request, std::move(placement), control, hints);  // part: balanced, dp, diffusionpipe
 }
 

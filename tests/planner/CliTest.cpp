@@ -531,3 +531,26 @@ TEST_F(Cli, RecipeFlagsAreRecordedAndRefusedWithTheFlagNamed) {
   EXPECT_EQ(precision.status, 2) << precision.out;
   EXPECT_NE(precision.out.find("--precision 'fp6'"), std::string::npos) << precision.out;
 }
+
+// Issue 46: a given Megatron-LM layout is planned as given and shown beside the planner's own
+// partition (the text summary's last lines; --json: megatron_layout).
+TEST_F(Cli, MegatronLayoutIsPlannedBesideThePlannersPartition) {
+  const std::string args = "plan --model " + model + " --cluster " + cluster +
+                           " --schedule 1f1b --devices 4 --microbatches 8 --megatron-layout 'Et*5|t*6|t*6|t*7L'";
+  auto doc = jsonOutput(run(args + " --json"));
+  ASSERT_TRUE(doc.has_value());
+  const pipestudio::Json& given = (*doc)["megatron_layout"];
+  EXPECT_EQ(given["layout"], "Et*5|t*6|t*6|t*7L");
+  EXPECT_EQ(given["stage_layers"], "6,6,6,8");  // the embedding and the lm_head are layers of the model
+  EXPECT_EQ(given["iteration_ms"], (*doc)["metrics"]["iteration_ms"]);
+  EXPECT_EQ(given["planner"]["partition"], "balanced");
+  EXPECT_TRUE(given["planner"]["iteration_ms"].is_number());
+  const CliRun text = run(args);
+  EXPECT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("megatron layout (this plan): iteration"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("planner's balanced partition: iteration"), std::string::npos) << text.out;
+  // A layout of another model is refused with the stage and the layer.
+  const CliRun wrong = run(args.substr(0, args.find("--megatron-layout")) + "--megatron-layout 'Et*4|t*4|t*4|t*4L'");
+  EXPECT_EQ(wrong.status, 1) << wrong.out;
+  EXPECT_NE(wrong.out.find("stage 3: 'L' where the model has layer 17"), std::string::npos) << wrong.out;
+}

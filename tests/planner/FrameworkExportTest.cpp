@@ -48,6 +48,8 @@ Plan planOf(const ModelSpec& model, const std::string& schedule, int p, int m, i
   return plan ? *plan : Plan{};
 }
 
+std::string argOf(const MegatronExport& m, const std::string& flag);
+
 std::string dataFile(const std::string& name) { return std::string(PIPESTUDIO_TEST_DATA) + "/export/" + name; }
 
 void expectGolden(const std::string& name, const std::string& actual) {
@@ -96,7 +98,7 @@ TEST(MegatronExport, TensorPipelineVirtualGolden) {
 
 TEST(MegatronExport, UnevenPartitionBecomesALayoutOfThePlansSplit) {
   const Plan plan = planOf(lm(18), "1f1b", 4, 8, 1, 1);
-  auto m = megatronExport(plan);
+  auto m = megatronExport(plan, {MegatronModel::Gpt});
   ASSERT_TRUE(m.hasValue()) << m.message();
   ASSERT_FALSE(m->layout.empty());
   expectGolden("megatron-uneven-pp4.txt", m->text);
@@ -113,6 +115,26 @@ TEST(MegatronExport, UnevenPartitionBecomesALayoutOfThePlansSplit) {
     }
     EXPECT_EQ((*stages)[static_cast<std::size_t>(vs.id)], expected) << "stage " << vs.id << " of " << m->layout;
   }
+  // HybridModel (the default): the same split as pattern segments, two layers per decoder layer,
+  // the embedding and loss implied on the first and last segment.
+  auto hybrid = megatronExport(plan);
+  ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+  EXPECT_EQ(hybrid->model, MegatronModel::Hybrid);
+  EXPECT_TRUE(hybrid->layout.empty());
+  auto pattern = parseHybridPattern(hybrid->hybridPattern);
+  ASSERT_TRUE(pattern.hasValue()) << pattern.message();
+  ASSERT_EQ(pattern->segments.size(), stages->size());
+  for (std::size_t i = 0; i < stages->size(); ++i) {
+    const auto decoders = std::count((*stages)[i].begin(), (*stages)[i].end(), 't');
+    std::string expected;
+    for (int k = 0; k < decoders; ++k) expected += "*-";
+    EXPECT_EQ(pattern->segments[i], expected) << hybrid->hybridPattern;
+  }
+  EXPECT_EQ(renderHybridPattern(*pattern), hybrid->hybridPattern);
+  EXPECT_EQ(argOf(*hybrid, "--num-layers"), "");
+  EXPECT_EQ(argOf(*hybrid, "--pipeline-model-parallel-layout"), "");
+  EXPECT_EQ(argOf(*hybrid, "--spec"), "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec");
+  EXPECT_NE(hybrid->text.find("HybridModel (pretrain_hybrid.py)"), std::string::npos) << hybrid->text;
 }
 
 namespace {
@@ -177,7 +199,7 @@ TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
   r.config.parallel.recomputeModules = kRecomputeMlaUpProj | kRecomputeMoeAct;
   auto plan = makePlan(r);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
-  auto m = megatronExport(*plan);
+  auto m = megatronExport(*plan, {MegatronModel::Gpt});
   ASSERT_TRUE(m.hasValue()) << m.message();
   const std::map<std::string, std::string> expected{
       {"--num-layers", "5"},
@@ -219,6 +241,20 @@ TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
   auto t = torchtitanExport(*plan, "pp.csv");
   ASSERT_FALSE(t.hasValue());
   EXPECT_NE(t.message().find("multi-token-prediction"), std::string::npos) << t.message();
+  // HybridModel: MLA blocks `+-` (dense) and `+E` (MoE), the MTP depth after `/` with the loss.
+  auto hybrid = megatronExport(*plan);
+  ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+  EXPECT_EQ(hybrid->hybridPattern, "+-+-+E|+E+E/+E");
+  EXPECT_EQ(argOf(*hybrid, "--moe-layer-freq"), "");               // the pattern says which layers are MoE
+  EXPECT_EQ(argOf(*hybrid, "--position-embedding-type"), "rope");  // MTP needs it (inferred from SwiGLU)
+  // Learned positions with MTP: Megatron refuses, so do we.
+  Plan learned = *plan;
+  for (Layer& l : learned.model.components.front().layers) {
+    if (l.transformer) l.transformer->architecture.position = PositionKind::Learned;
+  }
+  auto refused = megatronExport(learned);
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.message().find("rotary or no position embeddings"), std::string::npos) << refused.message();
 }
 
 // Each low-precision recipe as Megatron spells it (megatron/training/arguments.py, the recipes of
@@ -258,17 +294,21 @@ TEST(MegatronExport, HeadSizeAndSlidingWindowsAsMegatronTakesThem) {
     layers[i].transformer = t;
     layers[i].transformer->window = i % 2 == 1 ? 64 : 0;
   }
-  auto m = megatronExport(planOf(model, "1f1b", 2, 4, 1));
+  auto m = megatronExport(planOf(model, "1f1b", 2, 4, 1), {MegatronModel::Gpt});
   ASSERT_TRUE(m.hasValue()) << m.message();
   EXPECT_EQ(argOf(*m, "--kv-channels"), "64");
   EXPECT_EQ(argOf(*m, "--num-query-groups"), "2");
   EXPECT_EQ(argOf(*m, "--window-size"), "63,0");
   EXPECT_EQ(argOf(*m, "--window-attn-skip-freq"), "2");
   EXPECT_EQ(argOf(*m, "--num-experts"), "");
-  // Windows on layers 1 and 2, full attention on 3 and 4: no every-k-th pattern.
+  // HybridModel numbers attention and MLP layers apart: the windowed attention layers are listed.
+  auto hybrid = megatronExport(planOf(model, "1f1b", 2, 4, 1));
+  ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+  EXPECT_EQ(argOf(*hybrid, "--window-attn-skip-freq"), "([1,0,0,0]*2)");
+  // Windows on layers 1 and 2, full attention on 3 and 4: no every-k-th pattern in GPTModel's form.
   layers[2].transformer->window = 64;
   layers[3].transformer->window = 0;
-  auto odd = megatronExport(planOf(model, "1f1b", 2, 4, 1));
+  auto odd = megatronExport(planOf(model, "1f1b", 2, 4, 1), {MegatronModel::Gpt});
   ASSERT_TRUE(odd.hasValue()) << odd.message();
   EXPECT_EQ(argOf(*odd, "--window-size"), "");
   EXPECT_NE(odd->text.find("no every-k-th pattern"), std::string::npos) << odd->text;
@@ -336,7 +376,7 @@ TEST(FrameworkExport, AModelOfDecoderLayersOnlyGetsTheFrameworksOwnEmbeddingAndO
 
   ModelSpec seven = test::equalLayers(7, 1.0, 1.0, 0.5);
   for (Layer& l : seven.components.front().layers) l.kind = "transformer";
-  auto uneven = megatronExport(planOf(seven, "1f1b", 2, 4, 1, 1, "uniform"));
+  auto uneven = megatronExport(planOf(seven, "1f1b", 2, 4, 1, 1, "uniform"), {MegatronModel::Gpt});
   ASSERT_TRUE(uneven.hasValue()) << uneven.message();
   auto stages = parseMegatronLayout(uneven->layout);
   ASSERT_TRUE(stages.hasValue()) << uneven->layout;
@@ -367,6 +407,43 @@ TEST(MegatronExport, LayoutGrammarAsMegatronReadsIt) {
   EXPECT_NE(bad.message().find("'x'"), std::string::npos) << bad.message();
   EXPECT_FALSE(parseMegatronLayout("(tt|*2").hasValue());
   EXPECT_FALSE(parseMegatronLayout("t*999999999").hasValue());  // never expanded without bound
+}
+
+// Megatron-Core's hybrid layer pattern (hybrid_layer_allocation.py: parse_hybrid_pattern and its
+// docstring's examples): segments at `|`, one MTP depth per `/`, every depth the same; what it
+// refuses we refuse; what we write reads back to the same text.
+TEST(MegatronExport, HybridPatternGrammarAsMegatronReadsIt) {
+  auto fvpp = parseHybridPattern("M-M-|M-M*-/MM/MM");
+  ASSERT_TRUE(fvpp.hasValue()) << fvpp.message();
+  EXPECT_EQ(fvpp->segments, (std::vector<std::string>{"M-M-", "M-M*-"}));
+  EXPECT_EQ(fvpp->mtp, "MM");
+  EXPECT_EQ(fvpp->mtpDepths, 2);
+  auto plain = parseHybridPattern("M*M*");
+  ASSERT_TRUE(plain.hasValue());
+  EXPECT_EQ(plain->segments, (std::vector<std::string>{"M*M*"}));
+  EXPECT_EQ(plain->mtpDepths, 0);
+  auto emptyDepths = parseHybridPattern("M*M*//");  // a separator with nothing after it: no MTP
+  ASSERT_TRUE(emptyDepths.hasValue());
+  EXPECT_EQ(emptyDepths->mtpDepths, 0);
+  auto emptySegment = parseHybridPattern("|+E+E");  // an embedding-only first stage
+  ASSERT_TRUE(emptySegment.hasValue());
+  EXPECT_EQ(emptySegment->segments, (std::vector<std::string>{"", "+E+E"}));
+  for (const char* text : {"M-M-|M-M*-/MM/MM", "M*M*", "|+E+E", "*-*-|*-*E/*E", "+-+E/+E/+E/+E"}) {
+    auto parsed = parseHybridPattern(text);
+    ASSERT_TRUE(parsed.hasValue()) << text;
+    EXPECT_EQ(renderHybridPattern(*parsed), text);
+  }
+  const auto refusal = [](const char* text) {
+    auto parsed = parseHybridPattern(text);
+    EXPECT_FALSE(parsed.hasValue()) << text;
+    return parsed ? std::string() : parsed.message();
+  };
+  EXPECT_NE(refusal("*-x-").find("'x' at 2 is not a layer symbol"), std::string::npos);
+  EXPECT_NE(refusal("*-+-").find("beside MLA"), std::string::npos);
+  EXPECT_NE(refusal("*-/MM/M-").find("MTP depth 2 is 'M-'"), std::string::npos);
+  EXPECT_NE(refusal("*-/M|M").find("in the MTP pattern"), std::string::npos);
+  EXPECT_NE(refusal("*-\x1b[2J").find("\\e"), std::string::npos);  // control characters echoed escaped
+  EXPECT_FALSE(parseHybridPattern(std::string(2'000'000, '*')).hasValue());
 }
 
 TEST(MegatronExport, ZeroBubbleVGoldenAndMemorySetups) {
@@ -420,10 +497,11 @@ TEST(MegatronExport, RefusesWhatMegatronCannotExpressWithTheReason) {
   EXPECT_NE(refusal(planOf(lm(16), "dualpipe", 4, 8, 2)).find("holds the model twice"), std::string::npos);
   EXPECT_NE(refusal(planOf(lm(18), "zb-h1", 4, 8, 1)).find("splits the decoder layers evenly"), std::string::npos);
   EXPECT_NE(refusal(planOf(lm(16, true), "zb-h1", 4, 8, 1)).find("untied embeddings"), std::string::npos);
-  Plan zero3 = planOf(lm(16), "1f1b", 4, 8, 1);
+  // ZeRO-3 runs on Megatron-FSDP in mainline Megatron-LM; the fork has none.
+  Plan zero3 = planOf(lm(16), "zb-h1", 4, 8, 1);
   zero3.config.parallel.data = 2;
   zero3.config.parallel.zeroStage = 3;
-  EXPECT_NE(refusal(zero3).find("ZeRO-3 is not expressible in Megatron-LM"), std::string::npos);
+  EXPECT_NE(refusal(zero3).find("ZeRO-3 is not expressible in the Zero Bubble fork"), std::string::npos);
   // A frozen component and its fill (bubble filling) has no Megatron counterpart.
   ModelSpec two = lm(16);
   Component frozen = two.components.front();
@@ -659,6 +737,8 @@ TEST(TorchtitanExport, PythonConfigurationForTorchtitanMainByDefault) {
   EXPECT_NE(py->config.find("SCHEDULE_CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), \"pp4.csv\")"),
             std::string::npos);
   EXPECT_NE(py->config.find("parallelism.num_pp_microbatches = 8"), std::string::npos);
+  // torchtitan main refuses its default CUDA graphs under pipeline parallelism (f84224af0).
+  EXPECT_NE(py->config.find("training.disable_cuda_graphs = True"), std::string::npos);
   EXPECT_EQ(py->moduleFqnsPerModelPart.back().back(), "lm_head");  // torchtitan main's name
   // A model torchtitan ships no configuration for: the file asks for one, and the export says so.
   EXPECT_NE(py->config.find("BASE = os.environ.get(\"PIPESTUDIO_TORCHTITAN_BASE\", \"\")"), std::string::npos);

@@ -83,18 +83,39 @@ TEST(PyTorchSchedules, DualPipeVNeverLosesToPyTorchsAtUnitCosts) {
     const Plan theirs = timedOrder(ours, std::move(*torchOrder));
     EXPECT_NEAR(theirs.metrics.makespanMs, torchSteps, 1e-9) << "m=" << m;
     EXPECT_LE(worstPeak(ours), worstPeak(theirs)) << "m=" << m;
+    // PyTorch's order as a CSV, imported: its OVERLAP_F_B pairs run as runtime.py runs them, F
+    // then B each when its own input is there, in PyTorch's step count; timed as overlapped
+    // pairs (--overlap-f-b), a pair waits for both inputs and takes longer.
+    Plan paired = theirs;
+    paired.config.overlapForwardBackward = true;
+    auto csv = scheduleCsv(paired, CsvFormat::ComputeOnly);
+    ASSERT_TRUE(csv.hasValue()) << csv.message();
+    ASSERT_NE(csv->find("OVERLAP_F_B"), std::string::npos);
+    PlanRequest custom = unitRequest("custom", p, m, 2);
+    auto imported = makeCustomPlan(custom, *csv, "dualpipev.csv");
+    ASSERT_TRUE(imported.hasValue()) << imported.message();
+    EXPECT_NEAR(imported->metrics.makespanMs, torchSteps, 1e-9) << "m=" << m;
+    custom.config.overlapForwardBackward = true;
+    auto overlapped = makeCustomPlan(custom, *csv, "dualpipev.csv");
+    ASSERT_TRUE(overlapped.hasValue()) << overlapped.message();
+    EXPECT_GE(overlapped->metrics.makespanMs, torchSteps) << "m=" << m;
     // Slower than our own zb-v no more.
     EXPECT_LE(ours.metrics.makespanMs, mustPlan(unitRequest("zb-v", p, m, 2)).metrics.makespanMs + 1e-9);
   }
 }
 
 // Item 2: an order in PyTorch's compute-only format with an overlapped pair and stages that mix
-// full B with split I/W (our fixture) imports as one plan, overlapped where the pair is, and
-// exports to the same text.
+// full B with split I/W (our fixture) imports as one plan and exports to the same text. Its pair
+// runs as PyTorch's runtime runs OVERLAP_F_B (F, then B, each when its own input is there), or
+// overlapped when the plan asks (--overlap-f-b: a custom function registered for OVERLAP_F_B).
 TEST(PyTorchSchedules, OverlapPairsAndMixedBackwardsRoundTrip) {
   const std::string csv = readFixture("overlap_mixed_2rank_2mb.csv");
   ASSERT_FALSE(csv.empty());
-  const PlanRequest r = unitRequest("custom", 2, 2, 2);
+  PlanRequest r = unitRequest("custom", 2, 2, 2);
+  auto runtime = makeCustomPlan(r, csv, "overlap.csv");
+  ASSERT_TRUE(runtime.hasValue()) << runtime.message();
+  EXPECT_FALSE(runtime->config.overlapForwardBackward);
+  r.config.overlapForwardBackward = true;
   auto plan = makeCustomPlan(r, csv, "overlap.csv");
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   EXPECT_TRUE(plan->config.overlapForwardBackward);

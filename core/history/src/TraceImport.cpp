@@ -186,6 +186,7 @@ Expected<TraceFormat> detectTraceFormat(const std::string& file) {
   // JSON text: after an optional UTF-8 byte order mark and whitespace, an object or an array.
   std::size_t i = head.starts_with("\xEF\xBB\xBF") ? 3 : 0;
   while (i < head.size() && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r')) ++i;
+  if (i < head.size() && head[i] == '{' && detail::looksLikeOtel(head)) return TraceFormat::OtelJson;
   if (i < head.size() && (head[i] == '{' || head[i] == '[')) return TraceFormat::ChromeJson;
   if (i == head.size() && i > 0 && static_cast<std::size_t>(in.gcount()) == buffer.size()) {
     return TraceFormat::ChromeJson;  // 4 KiB of whitespace: let the reader say what follows
@@ -203,6 +204,8 @@ const char* formatName(TraceFormat f) {
       return "Chrome/Kineto JSON";
     case TraceFormat::NsysSqlite:
       return "Nsight Systems SQLite";
+    case TraceFormat::OtelJson:
+      return "OpenTelemetry JSON (Megatron-LM spans)";
   }
   return "?";
 }
@@ -374,8 +377,10 @@ Expected<TraceImportResult> ingestRun(HistoryStore& store, RunId run, const std:
     ctx.allowTruncated = scans[i].truncated.has_value();
     ctx.matcher = &matcher;
     ctx.stageDevice = options.plan ? &decision.stageDevice : nullptr;
-    auto counts = scans[i].format == TraceFormat::NsysSqlite
-                      ? detail::ingestNsysFile(store.impl(), run, **state, ctx)
+    ctx.plan = options.plan;
+    auto counts = scans[i].format == TraceFormat::NsysSqlite ? detail::ingestNsysFile(store.impl(), run, **state, ctx)
+                  : scans[i].format == TraceFormat::OtelJson
+                      ? detail::ingestOtelFile(store.impl(), run, **state, ctx)
                       : detail::ingestChromeFile(store.impl(), run, **state, ctx);
     if (!counts) return counts.error();
     // A file whose every event was refused is a failed import, not an empty "complete" run.
@@ -425,6 +430,7 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
       return importStream(store, file, options);
     }
     auto scan = *format == TraceFormat::NsysSqlite ? detail::scanNsysFile(file, **matcher)
+                : *format == TraceFormat::OtelJson ? detail::scanOtelFile(file)
                                                    : detail::scanChromeFile(file, **matcher);
     if (!scan) return scan.error();
     scans.push_back(std::move(*scan));
@@ -433,7 +439,10 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
   if (!decision) return decision.error();
 
   RunInfo info = options.info;
-  if (info.source.empty()) info.source = scans.front().format == TraceFormat::NsysSqlite ? "nsys" : "chrome";
+  if (info.source.empty()) {
+    const TraceFormat f = scans.front().format;
+    info.source = f == TraceFormat::NsysSqlite ? "nsys" : f == TraceFormat::OtelJson ? "otel" : "chrome";
+  }
   if (info.sourcePath.empty())
     info.sourcePath = files.front() + (files.size() > 1 ? " (+" + std::to_string(files.size() - 1) + ")" : "");
   if (info.gpu.empty()) info.gpu = scans.front().gpuName;

@@ -76,6 +76,7 @@ struct FileContext {
   bool allowTruncated = false;     ///< the scan found a plain JSON file cut short after its events
   const OpMatcher* matcher = nullptr;
   const std::vector<int>* stageDevice = nullptr;  ///< plan placement; null without a plan
+  const Plan* plan = nullptr;                     ///< the plan the run executed (OTel spans follow its order)
   /// Device of an annotated stage: the plan's placement, else this file's device.
   int opDevice(int stage) const {
     if (stageDevice && stage >= 0 && stage < static_cast<int>(stageDevice->size())) {
@@ -124,6 +125,12 @@ class ForeignDb {
   std::chrono::steady_clock::time_point m_deadline;
   bool m_timedOut = false;
 };
+
+/// Megatron-LM's OpenTelemetry spans (OtelImport.cpp): whether a JSON file's first bytes are
+/// OTLP/JSON or a Jaeger export, and its two reads.
+bool looksLikeOtel(std::string_view head);
+Expected<ScanResult> scanOtelFile(const std::string& path);
+Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx);
 
 Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matcher);
 Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx);

@@ -105,6 +105,27 @@ void readRouterGroups(JsonReader& r, const JsonNode& node, std::optional<std::in
   s.routerGroupTopK = *groupTopK;
 }
 
+// The block's architecture as frameworks build it (norm, position embedding, biases, query/key
+// norms, attention sinks); the cost model does not read it.
+void readArchitecture(JsonReader& r, const JsonNode& node, TransformerShape& s) {
+  BlockArchitecture& a = s.architecture;
+  a.norm = readChoice<NormKind>(r, node, "norm", {{"layernorm", NormKind::LayerNorm}, {"rmsnorm", NormKind::RmsNorm}});
+  a.position = readChoice<PositionKind>(r, node, "position_embedding",
+                                        {{"learned", PositionKind::Learned},
+                                         {"rope", PositionKind::Rope},
+                                         {"yarn", PositionKind::Yarn},
+                                         {"none", PositionKind::None}});
+  a.rotaryBase = r.integer(node, "rotary_base", Presence::Optional, 1, 1'000'000'000'000);
+  a.bias = r.boolean(node, "bias", Presence::Optional);
+  a.qkvBias = r.boolean(node, "qkv_bias", Presence::Optional).value_or(false);
+  a.qkNorm = r.boolean(node, "qk_norm", Presence::Optional).value_or(false);
+  a.attentionSinks = r.boolean(node, "attention_sinks", Presence::Optional).value_or(false);
+  if (a.rotaryBase && a.position && *a.position != PositionKind::Rope && *a.position != PositionKind::Yarn) {
+    r.error(node.child("rotary_base"),
+            R"(is only meaningful with rotary positions ("position_embedding": "rope" or "yarn"))");
+  }
+}
+
 std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, const std::string& kind) {
   if (!r.isObject(node)) return std::nullopt;
   r.rejectUnknown(node, {"hidden",
@@ -132,7 +153,14 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
                          "qk_rope_head_dim",
                          "v_head_dim",
                          "window",
-                         "mtp_layers"});
+                         "mtp_layers",
+                         "norm",
+                         "position_embedding",
+                         "rotary_base",
+                         "bias",
+                         "qkv_bias",
+                         "qk_norm",
+                         "attention_sinks"});
   TransformerShape s;
   const auto hidden = r.integer(node, "hidden", Presence::Required, 1, kMaxDim);
   const auto seq = r.integer(node, "seq", Presence::Required, 1, kMaxDim);
@@ -165,6 +193,7 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
   s.sharedExperts = shared.value_or(0);
   s.capacityFactor = capacity;
   readAttentionShape(r, node, attention == 2, s);
+  readArchitecture(r, node, s);
   if (experts) s.loadImbalance = r.number(node, "load_imbalance", Presence::Optional, 1.0, 1.0e4).value_or(1.0);
   const auto groups = r.integer(node, "router_groups", Presence::Optional, 1, 100000);
   const auto groupTopK = r.integer(node, "router_group_topk", Presence::Optional, 1, 100000);
@@ -695,6 +724,17 @@ Json layerToJson(const Layer& l) {
     if (ts.mtpLayers > 0) t["mtp_layers"] = ts.mtpLayers;
     if (!ts.causal) t["causal"] = false;
     if (!ts.dropout) t["dropout"] = false;
+    const BlockArchitecture& a = ts.architecture;
+    if (a.norm) t["norm"] = *a.norm == NormKind::RmsNorm ? "rmsnorm" : "layernorm";
+    if (a.position) {
+      static constexpr std::array<const char*, 4> kPositions{"learned", "rope", "yarn", "none"};
+      t["position_embedding"] = kPositions[static_cast<std::size_t>(*a.position)];
+    }
+    if (a.rotaryBase) t["rotary_base"] = *a.rotaryBase;
+    if (a.bias) t["bias"] = *a.bias;
+    if (a.qkvBias) t["qkv_bias"] = true;
+    if (a.qkNorm) t["qk_norm"] = true;
+    if (a.attentionSinks) t["attention_sinks"] = true;
     if (ts.experts > 0) {
       t["experts"] = ts.experts;
       t["top_k"] = ts.topK;

@@ -362,6 +362,7 @@ void readConfig(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
                                                                           "microbatches",
                                                                           "chunks_per_device",
                                                                           "partition",
+                                                                          "layout",
                                                                           "fill",
                                                                           "memory_limit_bytes",
                                                                           "data_parallel",
@@ -389,6 +390,7 @@ void readConfig(JsonReader& r, const JsonNode& cfg, PlanConfig& c) {
       static_cast<int>(r.integer(cfg, "microbatches", Presence::Required, 1, kMaxMicrobatches).value_or(1));
   c.chunksPerDevice = static_cast<int>(r.integer(cfg, "chunks_per_device", Presence::Optional, 1, 1024).value_or(1));
   c.partition = r.string(cfg, "partition", Presence::Optional).value_or("uniform");
+  c.layout = r.string(cfg, "layout", Presence::Optional).value_or("");
   c.fill = r.string(cfg, "fill", Presence::Optional).value_or("none");
   c.memoryLimitBytes = r.integer(cfg, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
   readParallelism(r, cfg, c.parallel);
@@ -697,6 +699,7 @@ Json configToJson(const PlanConfig& c) {
            {"microbatches", c.microbatches}, {"chunks_per_device", c.chunksPerDevice},
            {"partition", c.partition},       {"fill", c.fill}};
   if (c.memoryLimitBytes) cfg["memory_limit_bytes"] = *c.memoryLimitBytes;
+  if (!c.layout.empty()) cfg["layout"] = c.layout;
   const Parallelism& par = c.parallel;
   // Degrees are always written (scripts read them); the memory options only when set.
   cfg["tp"] = par.tensor;

@@ -70,10 +70,13 @@ class Custom final : public ScheduleGenerator {
   bool splitsSequence() const override { return true; }
   int defaultChunksPerDevice() const override { return 1; }
   bool splitsBackward() const override { return true; }
-  // PyTorch's OVERLAP_F_B pairs run overlapped, as DualPipe's F&B (PlanConfig::overlapForwardBackward).
-  // UNSHARD/RESHARD/REDUCE_GRAD cells are FSDP windows: the costs keep the ZeRO-3 gathers apart.
+  // PyTorch's runtime runs an OVERLAP_F_B pair as its F then its B, each when its own input is
+  // there (runtime.py _step_microbatches: one _perform_action per sub-action), which is how the
+  // simulator times two ops in order. The request's PlanConfig::overlapForwardBackward (plan
+  // --overlap-f-b) times them as one overlapped group instead, as a custom function registered for
+  // OVERLAP_F_B (DualPipe's F&B) runs them. UNSHARD/RESHARD/REDUCE_GRAD cells are FSDP windows: the
+  // costs keep the ZeRO-3 gathers apart.
   void configure(PlanConfig& config) const override {
-    if (tContext.csv && csvHasOverlappedPairs(*tContext.csv)) config.overlapForwardBackward = true;
     if (tContext.csv && csvHasFsdpActions(*tContext.csv)) config.fsdpWindows = true;
   }
   Status validate(const ScheduleShape& shape) const override {

@@ -391,10 +391,10 @@ Status megatronRuns(const PlanConfig& c, bool zbFork, bool zbV) {
                  " schedule: it runs 1F1B, interleaved 1F1B, and the Zero Bubble fork's ZB and ZB-V schedules "
                  "(use --format torchtitan to run this order through torch.distributed.pipelining)"};
   }
-  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1) {
+  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1 && (zbFork || zbV)) {
     return Error{"ZeRO-" + std::to_string(c.parallel.zeroStage) +
-                 " is not expressible in Megatron-LM: its distributed optimizer (--use-distributed-optimizer) "
-                 "shards the optimizer state only (ZeRO-1); re-plan with --zero 1 or 0"};
+                 " is not expressible in the Zero Bubble fork: it has no Megatron-FSDP, and its distributed optimizer "
+                 "(--use-distributed-optimizer) shards the optimizer state only (ZeRO-1); re-plan with --zero 1 or 0"};
   }
   return {};
 }
@@ -412,7 +412,33 @@ std::vector<const TransformerShape*> decoderShapes(const Plan& plan) {
 // but every k-th (--window-attn-skip-freq k: layer numbers divisible by k attend to the whole
 // sequence; GPT-OSS: W = 128 on odd layers, Megatron-Bridge's GPTOSSBridge writes
 // window_size (sliding_window − 1, 0) and window_attn_skip_freq 2). Another pattern is noted.
-void addMegatronWindowFlags(const Plan& plan, MegatronFlags& f) {
+// The Python list Megatron's --window-attn-skip-freq and --moe-layer-freq take (megatron/training/
+// arguments.py _eval_pattern: digits, commas, brackets, + and *): the shortest period repeated, or
+// runs of equal values.
+std::string pythonListPattern(const std::vector<int>& values) {
+  const std::size_t n = values.size();
+  for (std::size_t period = 1; period <= n / 2; ++period) {
+    if (n % period != 0) continue;
+    bool periodic = true;
+    for (std::size_t i = period; i < n && periodic; ++i) periodic = values[i] == values[i - period];
+    if (!periodic) continue;
+    std::string body;
+    for (std::size_t i = 0; i < period; ++i) body += (i ? "," : "") + std::to_string(values[i]);
+    if (period == 1) return "([" + body + "]*" + std::to_string(n) + ")";
+    return "([" + body + "]*" + std::to_string(n / period) + ")";
+  }
+  std::string out;
+  std::size_t i = 0;
+  while (i < n) {
+    std::size_t j = i;
+    while (j < n && values[j] == values[i]) ++j;
+    out += std::string(out.empty() ? "" : "+") + "[" + std::to_string(values[i]) + "]*" + std::to_string(j - i);
+    i = j;
+  }
+  return "(" + out + ")";
+}
+
+void addMegatronWindowFlags(const Plan& plan, MegatronFlags& f, bool hybrid) {
   const std::vector<const TransformerShape*> shapes = decoderShapes(plan);
   std::int64_t window = 0;
   for (const TransformerShape* t : shapes) {
@@ -425,6 +451,19 @@ void addMegatronWindowFlags(const Plan& plan, MegatronFlags& f) {
     if (t->window > 0) window = t->window;
   }
   if (window == 0) return;
+  if (hybrid) {
+    // HybridModel numbers its attention and MLP layers apart (a block is two layers), so the
+    // windowed layers are listed over the whole pattern: 1 sliding window, 0 full attention (and
+    // every MLP layer).
+    std::vector<int> perLayer;
+    for (const TransformerShape* t : shapes) {
+      perLayer.push_back(t->window > 0 ? 1 : 0);
+      perLayer.push_back(0);
+    }
+    f.add("--window-size", std::to_string(window - 1) + ",0");
+    f.add("--window-attn-skip-freq", pythonListPattern(perLayer));
+    return;
+  }
   const auto n = static_cast<int>(shapes.size());
   // The skip frequency k whose multiples (1-based) are exactly the full-attention layers.
   std::optional<int> skip;
@@ -453,22 +492,17 @@ void addMegatronWindowFlags(const Plan& plan, MegatronFlags& f) {
 // Which decoder layers are MoE, as Megatron's --moe-layer-freq takes a list: runs folded, e.g.
 // ([0]*3+[1]*58) for DeepSeek-V3's three dense layers first.
 std::string moeLayerPattern(const std::vector<const TransformerShape*>& shapes) {
-  std::string out;
-  std::size_t i = 0;
-  while (i < shapes.size()) {
-    std::size_t j = i;
-    while (j < shapes.size() && shapes[j]->isMoe() == shapes[i]->isMoe()) ++j;
-    out += std::string(out.empty() ? "" : "+") + "[" + (shapes[i]->isMoe() ? "1" : "0") + "]*" + std::to_string(j - i);
-    i = j;
-  }
-  return "(" + out + ")";
+  std::vector<int> moe;
+  moe.reserve(shapes.size());
+  for (const TransformerShape* t : shapes) moe.push_back(t->isMoe() ? 1 : 0);
+  return pythonListPattern(moe);
 }
 
 // The mixture of experts and the recipe's MoE settings, as Megatron-Core's arguments name them
 // (megatron/core/transformer/moe/README.md): experts and their size, the shared experts, dense
 // layers among them, the token dispatcher and its backend, expert tensor parallelism, token
 // dropping, group-limited routing, the all-to-all overlaps, and multi-token prediction.
-void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
+void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f, bool hybrid) {
   int mtp = 0;
   for (const Layer& l : plan.model.components.front().layers) {
     if (roleOf(l) == LayerRole::Mtp) mtp += static_cast<int>(l.transformer->mtpLayers);
@@ -484,8 +518,9 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f) {
   if (t.sharedExperts > 0) {
     f.add("--moe-shared-expert-intermediate-size", std::to_string(t.sharedExperts * t.expertFfnOrDefault()));
   }
-  // Not every decoder layer is MoE (DeepSeek-V3's first three are dense).
-  if (denseDecoderShape(plan)) f.add("--moe-layer-freq", moeLayerPattern(decoderShapes(plan)));
+  // Not every decoder layer is MoE (DeepSeek-V3's first three are dense); HybridModel reads that
+  // from its pattern (- or E).
+  if (denseDecoderShape(plan) && !hybrid) f.add("--moe-layer-freq", moeLayerPattern(decoderShapes(plan)));
   f.add("--moe-grouped-gemm");
   f.add("--moe-token-dispatcher-type", std::string(par.moeFlexDispatcher ? "flex" : "alltoall"));
   if (par.moeFlexDispatcher) {
@@ -572,7 +607,7 @@ void addMegatronPrecisionFlags(Precision precision, MegatronFlags& f) {
 }
 
 // Parallelism, batch and model shape.
-void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
+void addMegatronModelFlags(const Plan& plan, int decoders, bool hybrid, MegatronFlags& f) {
   const PlanConfig& c = plan.config;
   f.add("--tensor-model-parallel-size", std::to_string(c.parallel.tensor));
   f.add("--pipeline-model-parallel-size", std::to_string(c.devices));
@@ -591,7 +626,7 @@ void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
   if (c.parallel.sequenceParallel && c.parallel.tensor > 1) f.add("--sequence-parallel");
   f.add("--micro-batch-size", std::to_string(microBatchSize(plan)));
   f.add("--global-batch-size", std::to_string(globalBatch(plan)));
-  f.add("--num-layers", std::to_string(decoders));
+  if (!hybrid) f.add("--num-layers", std::to_string(decoders));  // HybridModel counts its pattern
   if (const TransformerShape* t = decoderShape(plan)) {
     f.add("--hidden-size", std::to_string(t->hidden));
     // --ffn-hidden-size sizes the dense MLPs (a MoE model's dense layers), --moe-ffn-hidden-size
@@ -620,8 +655,8 @@ void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
     f.add("--max-position-embeddings", std::to_string(t->seq));
     if (t->mlp == MlpKind::SwiGlu) f.add("--swiglu");
     f.add("--attention-backend", std::string(attentionBackendName(c.parallel.attentionBackend)));
-    addMegatronWindowFlags(plan, f);
-    addMegatronMoeFlags(plan, f);
+    addMegatronWindowFlags(plan, f, hybrid);
+    addMegatronMoeFlags(plan, f, hybrid);
   } else {
     // megatron/training/arguments.py (validate_args) requires the first three and asserts a
     // sequence length; a model of measured times does not know them.
@@ -631,6 +666,253 @@ void addMegatronModelFlags(const Plan& plan, int decoders, MegatronFlags& f) {
         "--num-attention-heads and --max-position-embeddings (required by Megatron's argument check) and "
         "--seq-length are not written: add them for the model you measured");
   }
+}
+
+// The block's architecture (BlockArchitecture) as Megatron's arguments build it: the norm, the
+// position embedding and RoPE's base, biases, query/key norms, attention sinks (GPT-OSS's learned
+// softmax offset), and no dropout where the model trains without (Llama). A field the model leaves
+// out is inferred from the MLP, as the families that use each MLP build it, and said so.
+Status addMegatronArchitectureFlags(const Plan& plan, MegatronFlags& f) {
+  const TransformerShape* t = decoderShape(plan);
+  if (!t) return {};
+  const BlockArchitecture& a = t->architecture;
+  const bool llamaLike = t->mlp == MlpKind::SwiGlu;
+  std::vector<std::string> inferred;
+  const NormKind norm = a.norm.value_or(llamaLike ? NormKind::RmsNorm : NormKind::LayerNorm);
+  if (!a.norm) inferred.emplace_back(norm == NormKind::RmsNorm ? "RMSNorm" : "LayerNorm");
+  const PositionKind position = a.position.value_or(llamaLike ? PositionKind::Rope : PositionKind::Learned);
+  if (!a.position) inferred.emplace_back(position == PositionKind::Rope ? "rotary positions" : "learned positions");
+  const bool bias = a.bias.value_or(!llamaLike);
+  if (!a.bias) inferred.emplace_back(bias ? "linear biases" : "no linear biases");
+  f.add("--normalization", std::string(norm == NormKind::RmsNorm ? "RMSNorm" : "LayerNorm"));
+  static constexpr std::array<const char*, 4> kPositions{"learned_absolute", "rope", "yarn", "none"};
+  f.add("--position-embedding-type", std::string(kPositions[static_cast<std::size_t>(position)]));
+  if (a.rotaryBase) f.add("--rotary-base", std::to_string(*a.rotaryBase));
+  if (!bias) f.add("--disable-bias-linear");
+  if (a.qkvBias) f.add("--add-qkv-bias");
+  if (a.qkNorm) f.add("--qk-layernorm");
+  if (a.attentionSinks) f.add("--softmax-type", std::string("learnable"));
+  if (!t->dropout) {
+    f.add("--attention-dropout", std::string("0.0"));
+    f.add("--hidden-dropout", std::string("0.0"));
+  }
+  if (!inferred.empty()) {
+    std::string list;
+    for (const std::string& i : inferred) list += (list.empty() ? "" : ", ") + i;
+    f.notes.push_back("the model does not name its norm, positions or biases: " + list + " inferred from its " +
+                      (llamaLike ? "SwiGLU MLP (Llama's)" : "GELU MLP (GPT's)") +
+                      " (set norm, position_embedding, bias in the model's transformer shape)");
+  }
+  // Megatron-Core builds biased expert MLPs only without expert tensor parallelism
+  // (transformer_config.py __post_init__: "Bias in Moe is only supported when ETP==1").
+  if (bias && moeShape(plan) && plan.config.parallel.expertTensorOrTensor() > 1) {
+    return Error{
+        "the model's linear layers have biases, which Megatron-Core builds in MoE layers only with expert "
+        "tensor parallelism 1; this plan splits each expert over ETP = " +
+        std::to_string(plan.config.parallel.expertTensorOrTensor()) + " (re-plan with --etp 1)"};
+  }
+  // Megatron's multi-token prediction needs rotary or no positions (arguments.py validate_args).
+  const bool mtp = std::any_of(plan.model.components.front().layers.begin(), plan.model.components.front().layers.end(),
+                               [](const Layer& l) { return roleOf(l) == LayerRole::Mtp; });
+  if (mtp && position != PositionKind::Rope && position != PositionKind::None) {
+    return Error{std::string("Megatron-LM runs multi-token prediction with rotary or no position embeddings only; the "
+                             "model's positions are ") +
+                 (position == PositionKind::Yarn ? "yarn" : "learned") +
+                 " (expected \"position_embedding\": \"rope\" or \"none\" in its transformer shape)"};
+  }
+  return {};
+}
+
+// Megatron's interleaved schedules' placement and microbatch groups (GPTModel and HybridModel).
+Status checkMegatronPlacement(const Plan& plan) {
+  const PlanConfig& c = plan.config;
+  const int p = c.devices;
+  const int v = static_cast<int>(plan.virtualStages.size()) / std::max(1, p);
+  if (!loopPlacement(plan)) {
+    return Error{
+        "Megatron-LM places virtual stage id on pipeline rank id mod P (index = virtual rank * P + "
+        "pipeline rank); this plan places its stages otherwise"};
+  }
+  if (v > 1 && (c.microbatches < p || c.microbatches % p != 0)) {
+    return Error{"Megatron-LM's interleaved schedule runs microbatches in groups of P = " + std::to_string(p) +
+                 " (microbatch_group_size_per_vp_stage); " + std::to_string(c.microbatches) +
+                 " microbatches leave a partial group (expected a multiple of " + std::to_string(p) + ")"};
+  }
+  return {};
+}
+
+// HybridModel's symbols of one transformer shape: attention (* or + for MLA), then MLP (- or E).
+std::string hybridBlockSymbols(const TransformerShape& t) {
+  return std::string(1, t.mla ? '+' : '*') + (t.isMoe() ? 'E' : '-');
+}
+
+// --hybrid-layer-pattern: one segment per virtual stage (by id: virtual rank · P + pipeline rank),
+// each decoder layer two symbols; the MTP depths after `/`. HybridModel builds the embedding on
+// the first segment's rank and the output layer, loss and MTP on the last one's
+// (hybrid_model.py: pre_process, post_process, mtp_on_this_rank).
+Expected<HybridPattern> hybridPatternOf(const Plan& plan) {
+  const auto& layers = plan.model.components.front().layers;
+  HybridPattern pattern;
+  pattern.segments.resize(plan.virtualStages.size());
+  const int lastStage = static_cast<int>(plan.virtualStages.size()) - 1;
+  for (const VirtualStage& vs : plan.virtualStages) {
+    for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
+      const Layer& layer = layers[static_cast<std::size_t>(l)];
+      const LayerRole role = roleOf(layer);
+      if (role == LayerRole::Decoder) {
+        // A layer of measured times is a dense attention + MLP block as far as Megatron knows.
+        pattern.segments[static_cast<std::size_t>(vs.id)] +=
+            layer.transformer ? hybridBlockSymbols(*layer.transformer) : std::string("*-");
+      } else if (role == LayerRole::Mtp) {
+        if (vs.id != lastStage) {
+          return Error{"layer " + std::to_string(l) + " '" + excerpt(layer.name) +
+                       "': HybridModel builds multi-token "
+                       "prediction on the last pipeline stage with the loss (mtp_on_this_rank); this plan runs it on "
+                       "stage " +
+                       std::to_string(vs.id) + " of " + std::to_string(lastStage + 1) +
+                       " (export --megatron-model gpt, whose layout places it, or plan it on the last stage)"};
+        }
+        const std::string depth = hybridBlockSymbols(*layer.transformer);
+        if (pattern.mtpDepths > 0 && depth != pattern.mtp) {
+          return Error{"layer " + std::to_string(l) + " '" + excerpt(layer.name) +
+                       "': HybridModel repeats one MTP "
+                       "pattern per depth ('" +
+                       pattern.mtp + "'); this MTP layer is '" + depth + "'"};
+        }
+        pattern.mtp = depth;
+        pattern.mtpDepths += static_cast<int>(layer.transformer->mtpLayers);
+      }
+    }
+  }
+  std::string all;
+  for (const std::string& segment : pattern.segments) all += segment;
+  if (all.find('*') != std::string::npos && all.find('+') != std::string::npos) {
+    return Error{
+        "the model mixes multi-head latent attention with standard attention, which HybridModel refuses "
+        "in one pattern (\"Not supported to have both Attention and MLA/DSA in one model\"); export "
+        "--megatron-model gpt"};
+  }
+  // What Megatron reads back must be what was written.
+  auto reread = parseHybridPattern(renderHybridPattern(pattern));
+  if (!reread) return reread.error();
+  return pattern;
+}
+
+Status addHybridLayoutFlags(const Plan& plan, MegatronFlags& f, std::string& patternText) {
+  if (auto st = checkMegatronPlacement(plan); !st) return st;
+  auto pattern = hybridPatternOf(plan);
+  if (!pattern) return pattern.error();
+  patternText = renderHybridPattern(*pattern);
+  f.add("--hybrid-layer-pattern", patternText);
+  f.add("--spec", std::string("megatron.core.models.hybrid.hybrid_layer_specs"));
+  f.args.emplace_back("hybrid_stack_spec");
+  return {};
+}
+
+// ZeRO-2/3 as Megatron runs them today: Megatron-FSDP (megatron/training/arguments.py validate_args:
+// the fsdp_dtensor checkpoint format is required, v1 runs beside the distributed optimizer, and
+// CUDA_DEVICE_MAX_CONNECTIONS must not be 1). ZeRO-2 shards optimizer and gradients
+// (optim_grads), ZeRO-3 the parameters too (optim_grads_params).
+void addMegatronFsdpFlags(const Plan& plan, MegatronFlags& f) {
+  const Parallelism& par = plan.config.parallel;
+  f.add("--use-megatron-fsdp");
+  f.add("--data-parallel-sharding-strategy", std::string(par.zeroStage >= 3 ? "optim_grads_params" : "optim_grads"));
+  f.add("--ckpt-format", std::string("fsdp_dtensor"));
+  f.add("--use-distributed-optimizer");
+}
+
+// The environment Megatron's argument check asks for: CUDA_DEVICE_MAX_CONNECTIONS=1 for tensor or
+// context parallelism on Hopper and before (megatron/training/arguments.py validate_args), which
+// Megatron-FSDP refuses (more than 1), as does the Zero Bubble fork's runtime with p2p overlap (at
+// least 8, zbpp_utils.py).
+std::string megatronEnvironment(const PlanConfig& c, bool fork) {
+  const Parallelism& par = c.parallel;
+  if (fork) return "CUDA_DEVICE_MAX_CONNECTIONS=8 (the Zero Bubble fork's runtime overlaps p2p: at least 8)";
+  if (par.zeroStage >= 2 && par.data > 1) return "CUDA_DEVICE_MAX_CONNECTIONS=8 (Megatron-FSDP refuses 1)";
+  if ((par.tensor > 1 || par.context > 1) && !par.moeA2aOverlap) {
+    return "CUDA_DEVICE_MAX_CONNECTIONS=1 (tensor or context parallelism, as Megatron's argument check requires)";
+  }
+  return {};
+}
+
+// Flags the Zero Bubble fork's arguments.py (sail-sg/zero-bubble-pipeline-parallelism 39f2c186a2,
+// an older Megatron-LM) does not have. A flag that only tunes how a setting runs is left out with a
+// note (the fork runs its own way); one whose setting the fork cannot build is refused.
+struct ForkMissingFlag {
+  std::string_view flag;
+  bool refuse;
+  std::string_view what;
+};
+constexpr std::array<ForkMissingFlag, 27> kForkMissingFlags{{
+    {"--attention-backend", false, "the fork picks its attention kernel itself"},
+    {"--grad-reduce-in-bf16", false, "the fork reduces gradients in fp32"},
+    {"--moe-shared-expert-overlap", false, "the fork does not overlap shared experts"},
+    {"--overlap-moe-expert-parallel-comm", false, "the fork does not overlap the expert all-to-all"},
+    {"--recompute-modules", false, "the fork's selective recomputation covers the attention core only"},
+    {"--fp8-recipe", false, "the fork's FP8 is Transformer Engine's delayed scaling"},
+    {"--cp-comm-type", true, "the fork's context parallelism is a p2p ring only"},
+    {"--hierarchical-context-parallel-sizes", true, "the fork's context parallelism is a p2p ring only"},
+    {"--fp4-format", true, "the fork has no FP4"},
+    {"--fp4-recipe", true, "the fork has no FP4"},
+    {"--expert-tensor-parallel-size", true, "the fork splits experts over TP like the dense layers"},
+    {"--moe-ffn-hidden-size", true, "the fork sizes experts with --ffn-hidden-size"},
+    {"--moe-layer-freq", true, "every layer of the fork's MoE models is MoE"},
+    {"--moe-shared-expert-intermediate-size", true, "the fork has no shared experts"},
+    {"--moe-router-num-groups", true, "the fork has no group-limited routing"},
+    {"--moe-router-group-topk", true, "the fork has no group-limited routing"},
+    {"--moe-flex-dispatcher-backend", true, "the fork has no flex token dispatcher"},
+    {"--moe-flex-dispatcher-num-sms", true, "the fork has no flex token dispatcher"},
+    {"--mtp-num-layers", true, "the fork has no multi-token prediction"},
+    {"--multi-latent-attention", true, "the fork has no multi-head latent attention"},
+    {"--window-size", true, "the fork has no sliding-window attention"},
+    {"--window-attn-skip-freq", true, "the fork has no sliding-window attention"},
+    {"--softmax-type", true, "the fork has no attention sinks"},
+    {"--num-virtual-stages-per-pipeline-rank", true, "the fork sizes virtual stages in layers"},
+    {"--pipeline-model-parallel-layout", true, "the fork splits layers evenly"},
+    {"--use-megatron-fsdp", true, "the fork has no Megatron-FSDP"},
+    {"--ckpt-format", true, "the fork has no Megatron-FSDP"},
+}};
+
+// The fork's form of the flags: what it lacks is left out (with a note) or refused; a MoE model
+// whose every layer is MoE sizes its experts with --ffn-hidden-size, as the fork does.
+Status keepForkFlags(const Plan& plan, MegatronFlags& f) {
+  const TransformerShape* moe = moeShape(plan);
+  std::vector<std::string> kept;
+  std::vector<std::string> omitted;
+  for (std::size_t i = 0; i < f.args.size(); ++i) {
+    const std::string& flag = f.args[i];
+    std::size_t end = i + 1;
+    while (end < f.args.size() && f.args[end].rfind("--", 0) != 0) ++end;
+    const auto* missing = std::find_if(kForkMissingFlags.begin(), kForkMissingFlags.end(),
+                                       [&](const ForkMissingFlag& m) { return m.flag == flag; });
+    if (flag == "--moe-ffn-hidden-size" && moe && !denseDecoderShape(plan)) {
+      // --ffn-hidden-size was the dense size; with no dense layers it is the experts'.
+      const auto ffn = std::find(kept.begin(), kept.end(), "--ffn-hidden-size");
+      if (ffn != kept.end() && ffn + 1 != kept.end()) *(ffn + 1) = std::to_string(moe->expertFfnOrDefault());
+      i = end - 1;
+      continue;
+    }
+    if (missing == kForkMissingFlags.end()) {
+      kept.insert(kept.end(), f.args.begin() + static_cast<std::ptrdiff_t>(i),
+                  f.args.begin() + static_cast<std::ptrdiff_t>(end));
+    } else if (missing->refuse) {
+      return Error{"the Zero Bubble fork (an older Megatron-LM) has no " + flag + ": " + std::string(missing->what) +
+                   ", and this plan needs it (plan 1f1b or interleaved-1f1b for mainline Megatron-LM, or export "
+                   "--format torchtitan)"};
+    } else {
+      omitted.push_back(flag + " (" + std::string(missing->what) + ")");
+    }
+    i = end - 1;
+  }
+  const auto dispatcher = std::find(kept.begin(), kept.end(), "--moe-token-dispatcher-type");
+  if (dispatcher != kept.end() && dispatcher + 1 != kept.end() && *(dispatcher + 1) == "flex") {
+    return Error{
+        "the Zero Bubble fork has no flex token dispatcher (its --moe-token-dispatcher-type takes allgather "
+        "or alltoall); re-plan without the flex dispatcher"};
+  }
+  f.args = std::move(kept);
+  for (const std::string& o : omitted) f.notes.push_back("left out for the fork: " + o);
+  return {};
 }
 
 // The Zero Bubble fork is an older Megatron-LM: no layout flag, decoder layers split evenly.
@@ -651,6 +933,9 @@ Status addZeroBubbleFlags(const Plan& plan, const std::vector<StageLayers>& stag
         "the Zero Bubble fork does not overlap gradient reduction with the distributed optimizer "
         "(zbpp_utils asserts not --overlap-grad-reduce); re-plan with --no-overlap-grad-reduce"};
   }
+  // The fork's runtime (its examples pass it; without it validate_args turns p2p overlap off and
+  // then refuses the pre-communication optimisation it defaults to).
+  f.add("--enable-zb-runtime");
   if (zbFork) {
     if (v != 1 || !loopPlacement(plan)) {
       return Error{"the Zero Bubble fork's ZB schedules place one stage per pipeline rank; this " + schedule +
@@ -704,19 +989,9 @@ Status addZeroBubbleFlags(const Plan& plan, const std::vector<StageLayers>& stag
 // Megatron-LM's own 1F1B and interleaved 1F1B: its placement, microbatch groups, and the
 // layout of an uneven partition.
 Status addInterleavingFlags(const Plan& plan, const std::vector<StageLayers>& stages, bool even, MegatronFlags& f) {
-  const PlanConfig& c = plan.config;
-  const int p = c.devices;
+  const int p = plan.config.devices;
   const int v = static_cast<int>(plan.virtualStages.size()) / std::max(1, p);
-  if (!loopPlacement(plan)) {
-    return Error{
-        "Megatron-LM places virtual stage id on pipeline rank id mod P (index = virtual rank * P + "
-        "pipeline rank); this plan places its stages otherwise"};
-  }
-  if (v > 1 && (c.microbatches < p || c.microbatches % p != 0)) {
-    return Error{"Megatron-LM's interleaved schedule runs microbatches in groups of P = " + std::to_string(p) +
-                 " (microbatch_group_size_per_vp_stage); " + std::to_string(c.microbatches) +
-                 " microbatches leave a partial group (expected a multiple of " + std::to_string(p) + ")"};
-  }
+  if (auto st = checkMegatronPlacement(plan); !st) return st;
   if (!even) {
     f.layout = layoutString(stages);
     f.add("--pipeline-model-parallel-layout", f.layout);
@@ -726,24 +1001,39 @@ Status addInterleavingFlags(const Plan& plan, const std::vector<StageLayers>& st
   return {};
 }
 
+// What each form of the arguments targets, named in the file's first lines (docs/frameworks.md).
+constexpr const char* kHybridTarget =
+    "# HybridModel (pretrain_hybrid.py): Megatron-LM since 10cd30c0b2 (2026-07-27), checked against d98e8a64dd; "
+    "--megatron-model gpt writes GPTModel's flags for older Megatron-LM";
+constexpr const char* kGptTarget =
+    "# GPTModel (pretrain_gpt.py): Megatron-LM before HybridModel replaced it (10cd30c0b2, 2026-07-27), checked "
+    "against d98e8a64dd, where GPTModel is deprecated";
+constexpr const char* kForkTarget =
+    "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism, checked "
+    "against 39f2c186a2; pretrain_gpt.py)";
+
 // The arguments file: what it is for, the notes, one flag (and its value) per line.
-std::string megatronText(const PlanConfig& c, const MegatronFlags& f, bool zeroBubble) {
+std::string megatronText(const PlanConfig& c, const MegatronFlags& f, bool zeroBubble, MegatronModel model) {
   const std::vector<std::string>& args = f.args;
   std::ostringstream text;
   text << "# Megatron-LM arguments for the " << c.schedule << " plan (pipestudio-cli export --format megatron)\n"
        << "# T=" << c.parallel.tensor << " C=" << c.parallel.context << " P=" << c.devices << " D=" << c.parallel.data
        << ": launch on " << c.totalGpus() << " GPUs (data parallelism is WORLD_SIZE / (T*C*P))\n";
+  text << (zeroBubble ? kForkTarget : model == MegatronModel::Hybrid ? kHybridTarget : kGptTarget) << '\n';
   if (!f.layout.empty())
     text << "# uneven partition: stage layer counts as the plan's, index = virtual rank * P + pipeline rank\n";
-  if (zeroBubble)
-    text << "# zero-bubble flags are those of the Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism)\n";
+  if (model == MegatronModel::Hybrid && !zeroBubble)
+    text << "# each decoder layer is two pattern layers (attention, then MLP or MoE); segment index = virtual rank * "
+            "P + pipeline rank\n";
+  if (const std::string env = megatronEnvironment(c, zeroBubble); !env.empty())
+    text << "# environment: " << env << '\n';
   for (const std::string& n : f.notes) text << "# " << n << '\n';
   for (std::size_t i = 0; i < args.size(); ++i) {
     text << args[i];
     // A flag's values: every word up to the next flag (--recompute-modules takes several).
     while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
       const std::string& val = args[++i];
-      const bool quote = val.find_first_of("|*()") != std::string::npos;
+      const bool quote = val.find_first_of("|*()+/") != std::string::npos;
       text << ' ' << (quote ? "\"" + val + "\"" : val);
     }
     text << (i + 1 < args.size() ? " \\\n" : "\n");
@@ -814,7 +1104,15 @@ Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout) 
   return stages;
 }
 
-Expected<MegatronExport> megatronExport(const Plan& plan) {
+std::optional<MegatronModel> megatronModelFromName(std::string_view name) {
+  if (name == "hybrid") return MegatronModel::Hybrid;
+  if (name == "gpt") return MegatronModel::Gpt;
+  return std::nullopt;
+}
+
+std::string_view megatronModelName(MegatronModel model) { return model == MegatronModel::Hybrid ? "hybrid" : "gpt"; }
+
+Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions& options) {
   const PlanConfig& c = plan.config;
   const std::string& schedule = c.schedule;
   const int p = c.devices;
@@ -848,10 +1146,16 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
                     std::all_of(stages->begin(), stages->end(),
                                 [&](const StageLayers& s) { return s.decoder == decoders / std::max(1, p * v); });
 
-  addMegatronModelFlags(plan, decoders, f);
-  if (!tiedEmbedding(plan) && (modelsEmbedding || zbFork || zbV)) f.add("--untie-embeddings-and-output-weights");
-  if (auto st = zbFork || zbV ? addZeroBubbleFlags(plan, *stages, decoders, even, zbFork, f)
-                              : addInterleavingFlags(plan, *stages, even, f);
+  const bool fork = zbFork || zbV;
+  const MegatronModel model = fork ? MegatronModel::Gpt : options.model;
+  const bool hybrid = model == MegatronModel::Hybrid;
+  addMegatronModelFlags(plan, decoders, hybrid, f);
+  if (auto st = addMegatronArchitectureFlags(plan, f); !st) return st.error();
+  if (!tiedEmbedding(plan) && (modelsEmbedding || fork)) f.add("--untie-embeddings-and-output-weights");
+  std::string pattern;
+  if (auto st = fork     ? addZeroBubbleFlags(plan, *stages, decoders, even, zbFork, f)
+                : hybrid ? addHybridLayoutFlags(plan, f, pattern)
+                         : addInterleavingFlags(plan, *stages, even, f);
       !st) {
     return st.error();
   }
@@ -891,17 +1195,33 @@ Expected<MegatronExport> megatronExport(const Plan& plan) {
     f.add("--recompute-num-layers", std::string("1"));
   }
   addMegatronCudaGraphFlags(c.parallel, f);
-  if (c.parallel.zeroStage >= 1) f.add("--use-distributed-optimizer");  // ZeRO-2/3 only reach here with D = 1
-  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !(zbFork || zbV)) f.add("--overlap-grad-reduce");
-  // The recipe's other overlaps and the gradients' format (issue 25's settings).
-  if (c.parallel.zeroStage >= 1 && c.parallel.overlapParamGather && c.parallel.data > 1 && !(zbFork || zbV)) {
+  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1) {
+    addMegatronFsdpFlags(plan, f);  // the fork refused this above
+  } else if (c.parallel.zeroStage >= 1) {
+    f.add("--use-distributed-optimizer");
+  }
+  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !fork) f.add("--overlap-grad-reduce");
+  // The recipe's other overlaps and the gradients' format (issue 25's settings). Megatron asserts
+  // --overlap-param-gather only beside --overlap-grad-reduce.
+  if (c.parallel.zeroStage >= 1 && c.parallel.overlapParamGather && c.parallel.overlapGradReduce &&
+      c.parallel.data > 1 && !fork) {
     f.add("--overlap-param-gather");
   }
   if (c.parallel.tpCommOverlap && c.parallel.tensor > 1 && c.parallel.sequenceParallel) f.add("--tp-comm-overlap");
   if (!c.parallel.gradReduceInFp32 && c.parallel.data > 1) f.add("--grad-reduce-in-bf16");
+  if (fork) {
+    if (auto st = keepForkFlags(plan, f); !st) return st.error();
+  }
 
-  std::string text = megatronText(c, f, zbFork || zbV);
-  return MegatronExport{std::move(f.args), std::move(f.layout), std::move(text), std::move(f.missing)};
+  std::string text = megatronText(c, f, fork, model);
+  MegatronExport out;
+  out.arguments = std::move(f.args);
+  out.layout = std::move(f.layout);
+  out.hybridPattern = std::move(pattern);
+  out.model = model;
+  out.text = std::move(text);
+  out.missingArguments = std::move(f.missing);
+  return out;
 }
 
 namespace {
@@ -1090,7 +1410,8 @@ std::string pyString(const std::string& s) {
   return out + "\"";
 }
 
-// Configuration functions torchtitan ships for the models we ship (torchtitan/models/*/config_registry.py).
+// Configuration functions torchtitan ships for the models we ship (torchtitan/models/*/config_registry.py
+// at pytorch/torchtitan b5bcd76c66, August 2026).
 std::string shippedBase(const ModelSpec& model) {
   std::string key;
   for (char ch : model.name) {
@@ -1101,6 +1422,12 @@ std::string shippedBase(const ModelSpec& model) {
       {"llama38b", "torchtitan.models.llama3.config_registry:llama3_8b"},
       {"llama370b", "torchtitan.models.llama3.config_registry:llama3_70b"},
       {"llama3405b", "torchtitan.models.llama3.config_registry:llama3_405b"},
+      {"qwen314b", "torchtitan.models.qwen3.config_registry:qwen3_14b"},
+      {"qwen332b", "torchtitan.models.qwen3.config_registry:qwen3_32b"},
+      {"qwen330ba3b", "torchtitan.models.qwen3.config_registry:qwen3_30b_a3b"},
+      {"gptoss20b", "torchtitan.models.gpt_oss.config_registry:gpt_oss_20b"},
+      {"gptoss120b", "torchtitan.models.gpt_oss.config_registry:gpt_oss_120b"},
+      {"deepseekv3", "torchtitan.models.deepseek_v3.config_registry:deepseek_v3_671b"},
   };
   const auto it = kShipped.find(key);
   return it == kShipped.end() ? std::string() : it->second;
@@ -1172,6 +1499,11 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
   const std::int64_t accumulation = std::max<std::int64_t>(
       1, globalBatch(plan) / std::max<std::int64_t>(1, s.microBatchSize * c.microbatches * par.data));
   t << "\n    training = config.training\n";
+  if (c.devices > 1) {
+    // torchtitan main captures CUDA graphs by default (since f84224af0, #3559) and refuses them
+    // under pipeline parallelism (Trainer.Config._validate_cuda_graphs).
+    t << "    training.disable_cuda_graphs = True  # torchtitan's CUDA graphs do not run pipeline parallelism\n";
+  }
   if (s.seq > 0) {
     t << "    training.max_context_length = " << s.seq << '\n'
       << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize * s.seq << "  # "
@@ -1261,7 +1593,8 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
 std::optional<FrameworkSpace> frameworkSpace(std::string_view framework) {
   // The same rules megatronExport and torchtitanExport check (the Zero Bubble fork's schedules
   // export to Megatron-LM too, but NVIDIA's recipes run upstream).
-  if (framework == "megatron") return FrameworkSpace{{"1f1b", "interleaved-1f1b"}, {0, 1}};
+  if (framework == "megatron")
+    return FrameworkSpace{{"1f1b", "interleaved-1f1b"}, {0, 1, 2, 3}};  // 2, 3: Megatron-FSDP
   if (framework == "torchtitan") {
     return FrameworkSpace{
         {"gpipe", "1f1b", "interleaved-1f1b", "breadth-first", "interleaved-zb", "zb-v", "dualpipe-v"}, {0, 2, 3}};

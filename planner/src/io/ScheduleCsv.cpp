@@ -788,7 +788,9 @@ Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const 
   if (!skeleton) return skeleton.error();
   PlanRequest request{base.model, base.cluster, base.config};
   request.config.schedule = "custom";
-  request.config.overlapForwardBackward = csvHasOverlappedPairs(text);
+  // OVERLAP_F_B pairs run overlapped only where the plan overlaps F and B (DualPipe); otherwise
+  // one after the other, as PyTorch's runtime runs them.
+  request.config.overlapForwardBackward = base.config.overlapForwardBackward && csvHasOverlappedPairs(text);
   auto plan = simulate(request, *skeleton);
   if (!plan) return Error{source + ": " + plan.message()};
   return plan;

@@ -37,4 +37,9 @@ Expected<std::vector<VirtualStage>> partitionUniformStrict(const ModelSpec& mode
 /// stages take one block more. One trainable component (a decoder) only.
 Expected<std::vector<VirtualStage>> partitionMegatron(const ModelSpec& model, std::vector<VirtualStage> placement);
 
+/// `--megatron-layout`: exactly the split `layout` names (megatronLayoutSplit in Partition.hpp),
+/// stage by stage in id order; refused when its stage count is not the placement's.
+Expected<std::vector<VirtualStage>> partitionLayout(const ModelSpec& model, std::vector<VirtualStage> placement,
+                                                    const std::string& layout);
+
 }  // namespace pipestudio::partition

@@ -55,6 +55,7 @@ def pipestudio_plan() -> Trainer.Config:
     parallelism.data_parallel_shard_degree = 1
 
     training = config.training
+    training.disable_cuda_graphs = True  # torchtitan's CUDA graphs do not run pipeline parallelism
     # the model has measured times: the sequence length is the base configuration's
     training.num_tokens_per_microbatch_per_dp_rank = 1 * training.max_context_length
     # global batch 8 sequences: 8 microbatches x 1 data-parallel rank(s)

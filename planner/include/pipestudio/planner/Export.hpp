@@ -75,26 +75,60 @@ Status writeScheduleCsv(const std::string& path, const Plan& plan, CsvFormat for
 /// B + I = microbatches.
 Status validateTorchSchedule(const Plan& plan);
 
-/// Megatron-LM's command line for the plan: parallel sizes, batch sizes, the virtual-pipeline
-/// or `--pipeline-model-parallel-layout` split, recomputation, the distributed optimizer, and
-/// the Zero Bubble fork's flags for zero-bubble schedules. `text` is a commented shell fragment
-/// (one flag per line); `arguments` the flags alone. Refuses, with the reason, what Megatron
-/// cannot express (GPipe, bidirectional schedules, custom orders, frozen-component fill, ZeRO-2/3,
-/// layers that are not embedding/transformer/lm_head).
+/// Which Megatron-LM model the arguments build. Megatron-LM deprecated GPTModel for HybridModel
+/// (NVIDIA/Megatron-LM 10cd30c0b2, #5911, 2026-07-27): `pretrain_hybrid.py` with
+/// `--hybrid-layer-pattern`, one symbol per attention or MLP layer and `|` between pipeline
+/// segments, replaces `--num-layers`, `--num-virtual-stages-per-pipeline-rank` and
+/// `--pipeline-model-parallel-layout`. `Gpt` writes GPTModel's flags (`pretrain_gpt.py`) for
+/// Megatron-LM before that commit, and the Zero Bubble fork always gets them.
+enum class MegatronModel { Hybrid, Gpt };
+std::optional<MegatronModel> megatronModelFromName(std::string_view name);  ///< hybrid | gpt
+std::string_view megatronModelName(MegatronModel model);
+
+struct MegatronOptions {
+  MegatronModel model = MegatronModel::Hybrid;
+};
+
+/// Megatron-LM's command line for the plan: parallel sizes, batch sizes, the layer split
+/// (`--hybrid-layer-pattern` segments for HybridModel; the virtual-pipeline size or
+/// `--pipeline-model-parallel-layout` for GPTModel), the model's architecture (norm, position
+/// embedding, biases, GQA, MLA, MoE, MTP, windows), recomputation, the distributed optimizer or
+/// Megatron-FSDP (ZeRO-2/3: `--use-megatron-fsdp`), and the Zero Bubble fork's flags for
+/// zero-bubble schedules (only flags the fork's arguments.py has). `text` is a commented shell
+/// fragment (one flag per line); `arguments` the flags alone. Refuses, with the reason, what
+/// Megatron cannot express (GPipe, bidirectional schedules, custom orders, frozen-component fill,
+/// layers that are not embedding/transformer/lm_head, what the fork lacks).
 struct MegatronExport {
   std::vector<std::string> arguments;
-  std::string layout;  ///< the layout string, empty when the even split is the plan's
+  std::string layout;         ///< GPTModel: the layout string, empty when the even split is the plan's
+  std::string hybridPattern;  ///< HybridModel: the --hybrid-layer-pattern value
+  MegatronModel model = MegatronModel::Hybrid;  ///< what `arguments` build (the fork: Gpt)
   std::string text;
   /// Flags Megatron's argument check requires that the plan cannot supply (a model of measured
   /// times has no hidden size, heads or sequence length); `text` names them in a comment.
   std::vector<std::string> missingArguments;
 };
-Expected<MegatronExport> megatronExport(const Plan& plan);
+Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions& options = {});
 
 /// Megatron-Core's layout grammar: stages split by `|`, `E` embedding, `t` decoder layer, `L`
 /// loss (with the output layer), `m` MTP layer, `x*n` and `(...)*n` repeats, commas ignored.
 /// Returns the stages' symbols in order (index = virtual rank · P + pipeline rank).
 Expected<std::vector<std::string>> parseMegatronLayout(std::string_view layout);
+
+/// Megatron-Core's hybrid layer pattern (megatron/core/models/hybrid/hybrid_layer_allocation.py):
+/// the main pattern, split at `|` into pipeline segments (index = virtual rank · P + pipeline
+/// rank), then `/` and the pattern of one multi-token-prediction depth, once per depth. Symbols:
+/// `*` attention, `+` multi-head latent attention, `D` DeepSeek sparse attention, `-` MLP, `E`
+/// mixture of experts, `M` Mamba, `G` gated delta net. Megatron's rules: every MTP depth the same
+/// pattern, no `|` in it, `*` never beside `+` or `D`.
+struct HybridPattern {
+  std::vector<std::string> segments;
+  std::string mtp;  ///< one MTP depth's layers; empty without MTP
+  int mtpDepths = 0;
+};
+Expected<HybridPattern> parseHybridPattern(std::string_view pattern);
+/// The pattern text: segments joined by `|`, then `/mtp` per depth. renderHybridPattern(parse(s)) == s.
+std::string renderHybridPattern(const HybridPattern& pattern);
 
 /// torchtitan's configuration formats. torchtitan main selects a run with `--module` /
 /// `--config`, a Python function returning `Trainer.Config` (pytorch/torchtitan 9810191b, Feb

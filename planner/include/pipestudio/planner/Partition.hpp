@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -89,6 +90,16 @@ PartitionProblem buildPartitionProblem(const PlanRequest& request, const CostedM
 /// Peak live microbatches per virtual stage of a skeleton (F/S start one, B/BW/T end one):
 /// the schedule's activation count that the memory constraint multiplies.
 std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton);
+
+/// The split a Megatron-LM layout names, as layer counts per virtual stage (index = virtual rank ·
+/// P + pipeline rank) of the model's one trainable component: GPTModel's
+/// --pipeline-model-parallel-layout (`Et*2|(t*2|)*34,t*3|(t*2|)*3,tL`; E and L take the model's
+/// embedding and lm_head where it has them, m one MTP depth) or HybridModel's --hybrid-layer-pattern
+/// (`*-*-|*-*E/*E`; each decoder layer is its attention and MLP symbol as the model has them, the
+/// embedding joins the first segment, MTP and the lm_head the last). A layout that leaves a layer
+/// out, names a layer the model does not have there, leaves a stage without a costed layer, or
+/// cuts a decoder layer between attention and MLP is an Error naming the stage.
+Expected<std::vector<int>> megatronLayoutSplit(const ModelSpec& model, std::string_view layout);
 
 /// Names of the partitioners (config.partition), `uniform` first: what the CLI and GUI offer.
 std::vector<std::string> partitionNames();

@@ -1,8 +1,9 @@
 #pragma once
 /// \file Importing profiles of real training runs into the history (issue 15): PyTorch
 /// profiler (Kineto) JSON, also gzipped, one file per rank; Nsight Systems SQLite exports
-/// (`nsys export --type sqlite`); our own trace stream. Several files make one run, one rank
-/// each, put on one time axis by their absolute clocks (Kineto `baseTimeNanoseconds`, nsys
+/// (`nsys export --type sqlite`); Megatron-LM's OpenTelemetry spans (OTLP/JSON or Jaeger JSON,
+/// issue 46: microbatch spans matched to the plan's ops in its order); our own trace stream. Several files make one
+/// run, one rank each, put on one time axis by their absolute clocks (Kineto `baseTimeNanoseconds`, nsys
 /// `TARGET_INFO_SESSION_START_TIME`). Ranges named like torch.distributed.pipelining's
 /// `PP:<action>` annotations (or a user pattern) become measured ops keyed by (virtual stage,
 /// kind, microbatch), so the run lines up op by op with a plan.
@@ -35,9 +36,10 @@ inline constexpr std::int64_t kMaxTraceClockBaseNs = std::int64_t{1} << 62;
 /// Each statement on a foreign SQLite file (an nsys export) runs for at most this long.
 inline constexpr int kForeignStatementBudgetS = 120;
 
-enum class TraceFormat { Stream, ChromeJson, NsysSqlite };
-/// By content: the stream magic, SQLite's header, gzip, or JSON text; anything else (UTF-16
-/// text, a text file named .sqlite, binary data) is refused saying what it is.
+enum class TraceFormat { Stream, ChromeJson, NsysSqlite, OtelJson };
+/// By content: the stream magic, SQLite's header, gzip, or JSON text (OpenTelemetry spans when it
+/// begins with OTLP/JSON's `resourceSpans` or a Jaeger export's `data` of `traceID`s: OtelImport.cpp);
+/// anything else (UTF-16 text, a text file named .sqlite, binary data) is refused saying what it is.
 Expected<TraceFormat> detectTraceFormat(const std::string& file);
 
 /// The default op pattern: torch.distributed.pipelining's profiler names, `PP:<stage><type>[<mb>]`.

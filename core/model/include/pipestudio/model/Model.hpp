@@ -14,6 +14,25 @@ inline constexpr const char* kModelSchema = "pipestudio.model/1";
 
 enum class MlpKind : std::uint8_t { Gelu, SwiGlu };
 enum class AttentionKind : std::uint8_t { Flash, Standard };
+enum class NormKind : std::uint8_t { LayerNorm, RmsNorm };
+enum class PositionKind : std::uint8_t { Learned, Rope, Yarn, None };
+
+/// What a framework needs to build a transformer block that the cost model does not read: the
+/// norm, the position embedding, the linear layers' biases, query/key norms, attention sinks.
+/// Exports write them (Megatron's --normalization, --position-embedding-type, --disable-bias-linear,
+/// --qk-layernorm, --softmax-type learnable); a field the model leaves out is inferred from the MLP
+/// by the export that needs it (SwiGLU: Llama's RMSNorm, RoPE, no biases; GELU: GPT's LayerNorm,
+/// learned positions, biases) and said to be inferred.
+struct BlockArchitecture {
+  std::optional<NormKind> norm;
+  std::optional<PositionKind> position;
+  std::optional<std::int64_t> rotaryBase;  ///< RoPE's base (theta); nullopt: the framework's default
+  std::optional<bool> bias;                ///< every linear layer has a bias
+  bool qkvBias = false;                    ///< biases on the query/key/value projections only (Qwen2)
+  bool qkNorm = false;                     ///< norms on queries and keys (Qwen3)
+  bool attentionSinks = false;             ///< a learned sink logit per head (GPT-OSS)
+  friend bool operator==(const BlockArchitecture&, const BlockArchitecture&) = default;
+};
 
 /// Shape of a transformer block (or of the embedding / LM head when `vocab` is set).
 /// Sources of each formula are cited in CostModel.cpp.
@@ -68,6 +87,7 @@ struct TransformerShape {
   /// each a projection of [hidden; next-token embedding], one block of this shape and the shared
   /// output head with its loss. 0: an ordinary block.
   std::int64_t mtpLayers = 0;
+  BlockArchitecture architecture;
 
   std::int64_t kvHeadsOrHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   std::int64_t ffnOrDefault() const { return ffn > 0 ? ffn : 4 * hidden; }

@@ -58,6 +58,9 @@ struct PlanConfig {
   int microbatches = 1;
   int chunksPerDevice = 1;
   std::string partition = "balanced";  // uniform refuses layer counts that do not divide (issue 3)
+  /// partition "layout": the Megatron-LM layout the split is taken from, as given
+  /// (--pipeline-model-parallel-layout or --hybrid-layer-pattern; `plan --megatron-layout`).
+  std::string layout;
   std::string fill = "none";
   std::optional<std::int64_t> memoryLimitBytes;
   /// Tensor/context/expert/data parallelism, recomputation and ZeRO around the pipeline

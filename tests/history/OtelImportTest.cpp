@@ -1,0 +1,158 @@
+// Megatron-LM's OpenTelemetry spans (issue 46). The fixtures in tests/data/otel were emitted by
+// Megatron-LM's own 1F1B schedule (forward_backward_pipelining_without_interleaving of
+// NVIDIA/Megatron-LM d98e8a64dd, with its forward_step / backward_step / P2PCommunicator spans)
+// run under stubs by bench/megatron/otel_spans.py --pp 2 --microbatches 4 --iterations 2: per
+// iteration, rank 0 emits a train_step, 4 forwards, 4 backwards and 6 p2p spans (15), rank 1 a
+// train_step, 4 forwards, 4 backwards and 2 p2p spans (11), so 30 and 22 spans in all;
+// rank*.otlp.json are OTLP/JSON (one file per rank), jaeger-pp2.json a Jaeger export of both.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "TestSupport.hpp"
+#include "pipestudio/history/Compare.hpp"
+#include "pipestudio/history/TraceImport.hpp"
+#include "pipestudio/planner/Planner.hpp"
+
+using namespace pipestudio;
+using namespace pipestudio::history;
+using namespace pipestudio::history::testing;
+
+namespace {
+
+const std::string kOtel = std::string(PIPESTUDIO_TEST_DATA) + "/otel/";
+
+HistoryStore openStore(const TempDir& dir) {
+  auto s = HistoryStore::open(dir.file("history.sqlite"));
+  EXPECT_TRUE(s.hasValue()) << (s ? "" : s.message());
+  return std::move(*s);
+}
+
+// The plan the spans' run follows: 1F1B over 2 devices, 4 microbatches, forward 4 ms and backward
+// 8 ms a stage (the generator's clock).
+Plan oneFOneB() {
+  PlanRequest r;
+  Component c;
+  c.name = "backbone";
+  for (int i = 0; i < 4; ++i) {
+    Layer l;
+    l.name = "l" + std::to_string(i);
+    l.kind = "transformer";
+    l.forwardMs = 2.0;
+    l.backwardInputMs = 2.0;
+    l.backwardWeightMs = 2.0;
+    l.activationBytes = 1000;
+    l.parameterBytes = 1000;
+    l.outputBytes = 1000;
+    c.layers.push_back(l);
+  }
+  r.model.name = "t";
+  r.model.components.push_back(c);
+  r.cluster.name = "c";
+  r.cluster.gpu.name = "test-gpu";
+  r.cluster.gpu.peakTflops = 100;
+  r.cluster.gpu.memoryGib = 80;
+  NodeSpec n;
+  n.host = "localhost";
+  n.gpus = 2;
+  r.cluster.nodes.push_back(n);
+  r.cluster.intraNode = {100, 5};
+  r.cluster.interNode = {100, 5};
+  r.config.schedule = "1f1b";
+  r.config.devices = 2;
+  r.config.microbatches = 4;
+  r.config.partition = "uniform";
+  auto plan = makePlan(r);
+  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
+  return plan ? *plan : Plan{};
+}
+
+}  // namespace
+
+TEST(OtelImport, MegatronSpansBecomeThePlansOpsRankByRank) {
+  TempDir dir;
+  const Plan plan = oneFOneB();
+  auto store = openStore(dir);
+  auto planId = store.addPlan(plan, "1f1b.json");
+  ASSERT_TRUE(planId.hasValue());
+  TraceImportOptions o;
+  o.plan = &plan;
+  o.info.planId = *planId;
+  auto r = importTraces(store, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, o);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->events, 30 + 22);
+  EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");
+  EXPECT_EQ(r->measuredOps, 2 * 2 * 8);  // iterations × ranks × (4 F + 4 backward)
+  EXPECT_EQ(r->matchedOps, r->measuredOps);
+  ASSERT_EQ(r->notes.size(), 2U);
+  EXPECT_NE(r->notes[1].find("OpenTelemetry JSON (Megatron-LM spans), device 1 (rank 1)"), std::string::npos)
+      << r->notes[1];
+  auto c = compareRunToPlan(store, r->runId);
+  ASSERT_TRUE(c.hasValue()) << c.message();
+  EXPECT_EQ(c->iterations, 2);
+  EXPECT_EQ(c->unmatchedPlanned, 0);
+  EXPECT_EQ(c->ops.size(), plan.ops.size());
+  ASSERT_EQ(c->devices.size(), 2U);
+  // Megatron's spans time a 4 ms forward and an 8 ms backward on each device.
+  for (const KindComparison& k : c->byKind) {
+    EXPECT_NEAR(k.measuredMs, std::string(opKindName(k.kind)) == "F" ? 4.0 : 8.0, 1e-6) << opKindName(k.kind);
+  }
+  // The p2p spans are the devices' communication.
+  auto comm = store.loadEvents(r->runId, EventCategory::Nccl);
+  ASSERT_TRUE(comm.hasValue());
+  EXPECT_EQ(comm->size(), 2U * (6 + 2));
+}
+
+TEST(OtelImport, AJaegerExportOfBothRanksAndARunWithoutAPlan) {
+  TempDir dir;
+  const Plan plan = oneFOneB();
+  auto store = openStore(dir);
+  TraceImportOptions o;
+  o.plan = &plan;
+  auto r = importTraces(store, {kOtel + "jaeger-pp2.json"}, o);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->events, 52);
+  EXPECT_EQ(r->measuredOps, 32);
+  EXPECT_EQ(r->matchedOps, 32);
+  // Without a plan: one model chunk per rank, microbatches in the order they ran.
+  auto bare = importTraces(store, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, {});
+  ASSERT_TRUE(bare.hasValue()) << bare.message();
+  EXPECT_EQ(bare->measuredOps, 32);
+  auto ops = store.loadEvents(bare->runId, EventCategory::Op);
+  ASSERT_TRUE(ops.hasValue());
+  for (const MeasuredEvent& e : *ops) {
+    EXPECT_EQ(e.virtualStage, e.device);
+    EXPECT_GE(e.microbatch, 0);
+    EXPECT_LT(e.microbatch, 4);
+  }
+}
+
+TEST(OtelImport, HostileSpanFilesAreRefusedAndLeaveNothingBehind) {
+  TempDir dir;
+  auto store = openStore(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir.file(name);
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string backwards = write(
+      "backwards.json",
+      R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"megatron.microbatch.forward",)"
+      R"("startTimeUnixNano":"2000","endTimeUnixNano":"1000"}]}]}]})");
+  auto r = importTraces(store, {backwards}, {});
+  ASSERT_FALSE(r.hasValue());
+  EXPECT_NE(r.message().find("/resourceSpans/0/scopeSpans/0/spans/0"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("end >= start"), std::string::npos) << r.message();
+  const std::string notArray = write("notarray.json", R"({"resourceSpans": 3})");
+  auto n = importTraces(store, {notArray}, {});
+  ASSERT_FALSE(n.hasValue());
+  EXPECT_NE(n.message().find("/resourceSpans is not an array"), std::string::npos) << n.message();
+  const std::string jaeger = write("jaeger.json", R"({"data":[{"traceID":"1","spans":[{"operationName":"x",)"
+                                                  R"("startTime":-5,"duration":1}]}]})");
+  auto j = importTraces(store, {jaeger}, {});
+  ASSERT_FALSE(j.hasValue());
+  EXPECT_NE(j.message().find("/data/0/spans/0"), std::string::npos) << j.message();
+  auto runs = store.listRuns();
+  ASSERT_TRUE(runs.hasValue());
+  EXPECT_TRUE(runs->empty());
+}
