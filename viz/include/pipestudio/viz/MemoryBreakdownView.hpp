@@ -24,6 +24,10 @@ class MemoryBreakdownView : public QWidget {
 
   explicit MemoryBreakdownView(QWidget* parent = nullptr);
   void setPlan(std::shared_ptr<const Plan> plan);
+  /// The bars are of a plan that does not match the settings (the Metrics dock's "last good
+  /// plan"): drawn faded and the axis says so, as the timeline dims its plan.
+  void setDimmed(bool dimmed);
+  bool dimmed() const { return m_dimmed; }
   QCustomPlot* plot() const { return m_plot; }
   /// Capacity each bar is drawn against (bytes; 0 when the plan has no GPU).
   std::int64_t capacityBytes() const { return m_capacityBytes; }
@@ -38,6 +42,7 @@ class MemoryBreakdownView : public QWidget {
   QCPItemStraightLine* m_capacity = nullptr;
   std::vector<DeviceMetrics> m_devices;
   std::int64_t m_capacityBytes = 0;
+  bool m_dimmed = false;
 };
 
 }  // namespace pipestudio::viz
