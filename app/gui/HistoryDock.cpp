@@ -182,13 +182,14 @@ history::OpenOptions readerOptions() {
 
 HistoryDock::~HistoryDock() = default;
 
-bool HistoryDock::openDatabase(const QString& path) {
+bool HistoryDock::openDatabase(const QString& path, QString* error) {
   m_listJob.invalidate();  // what the previous database said no longer matters
   m_readJob.invalidate();
   auto store = history::HistoryStore::open(path.toStdString());
   auto reader = store ? history::HistoryStore::open(path.toStdString(), readerOptions()) : store.error();
   if (!store || !reader) {
     m_status->setText(q(!store ? store.message() : reader.message()));
+    if (error) *error = m_status->text();
     m_store.reset();
     m_reader.reset();
     m_model->setRuns({});

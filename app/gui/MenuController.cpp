@@ -85,9 +85,14 @@ MenuController::MenuController(QMainWindow* window, MenuTargets targets)
   buildToolBar();
 }
 
-void MenuController::setPlanActionsEnabled(bool enabled) {
-  if (m_deployAction) m_deployAction->setEnabled(enabled);
-  if (m_runAction) m_runAction->setEnabled(enabled);
+void MenuController::setPlanActionsEnabled(bool enabled, const QString& why) {
+  for (QAction* action : {m_runAction, m_deployAction}) {
+    if (!action) continue;
+    action->setEnabled(enabled);
+    const QString name = action->text().remove(QLatin1Char('&')).remove(QStringLiteral("…"));
+    action->setToolTip(enabled ? name : name + QStringLiteral(": ") + why);
+    action->setStatusTip(enabled ? QString() : why);
+  }
 }
 
 void MenuController::buildFileMenu() {
@@ -109,22 +114,21 @@ void MenuController::buildFileMenu() {
   struct ExportEntry {
     const char* text;
     QKeySequence shortcut;
-    const char* filter;
-    const char* suffix;
+    std::vector<ExportFormat> formats;  ///< the dialog's filters, the first the default
   };
-  const ExportEntry exports[] = {{"Timeline as &PNG…", QKeySequence(Qt::CTRL | Qt::Key_E), "PNG image (*.png)", ".png"},
-                                 {"Timeline as &SVG…", QKeySequence(), "SVG image (*.svg)", ".svg"},
-                                 {"Timeline as P&DF…", QKeySequence(), "PDF document (*.pdf)", ".pdf"},
-                                 {"Plan &JSON…", QKeySequence(), "PipeStudio plan (*.plan.json)", ".plan.json"},
-                                 {"&Chrome Trace (Perfetto)…", QKeySequence(), "Chrome trace (*.json)", ".json"},
-                                 {"Schedule C&SV…", QKeySequence(), "Schedule CSV (*.csv)", ".csv"},
-                                 {"&Megatron-LM Arguments…", QKeySequence(), "Megatron-LM arguments (*.sh)", ".sh"},
-                                 {"&torchtitan Config…", QKeySequence(), "torchtitan TOML (*.toml)", ".toml"}};
+  const ExportEntry exports[] = {
+      {"Timeline as &PNG…", QKeySequence(Qt::CTRL | Qt::Key_E), {ExportFormat::Png}},
+      {"Timeline as &SVG…", QKeySequence(), {ExportFormat::Svg}},
+      {"Timeline as P&DF…", QKeySequence(), {ExportFormat::Pdf}},
+      {"Plan &JSON…", QKeySequence(), {ExportFormat::PlanJson}},
+      {"&Chrome Trace (Perfetto)…", QKeySequence(), {ExportFormat::ChromeTrace}},
+      {"Schedule C&SV…", QKeySequence(), {ExportFormat::ScheduleCsv}},
+      {"&Megatron-LM Arguments…", QKeySequence(), {ExportFormat::Megatron}},
+      // Python for torchtitan main (as pipestudio-cli export writes by default), TOML for v0.2.2.
+      {"&torchtitan Config…", QKeySequence(), {ExportFormat::TorchtitanPython, ExportFormat::TorchtitanToml}}};
   for (const ExportEntry& e : exports) {
     makeAction(exportMenu, QString::fromUtf8(e.text), e.shortcut, runs,
-               [runs, filter = QString::fromUtf8(e.filter), suffix = QString::fromUtf8(e.suffix)]() {
-                 runs->exportDialog(filter, suffix);
-               });
+               [runs, formats = e.formats]() { runs->exportDialog(formats); });
   }
 #ifdef PIPESTUDIO_HAVE_HISTORY
   makeAction(file, QStringLiteral("&Import Trace…"), QKeySequence(), runs, &RunController::importTraceDialog);
