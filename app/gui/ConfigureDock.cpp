@@ -17,6 +17,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -194,16 +195,19 @@ Qt::ItemFlags ConfigureModel::flags(const QModelIndex& index) const {
 
 QVariant ConfigureModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || section < 0 || section >= ColumnCount) return {};
-  static const char* const kNames[] = {"Pin", "#", "Iteration", "Tokens/s", "MFU", "Headroom", "Configuration"};
-  static const char* const kTips[] = {"Pin two rows to compare them side by side",
-                                      "Rank by simulated throughput",
-                                      "One training step (pipeline, gradient sync, optimizer)",
-                                      "Tokens per second of the whole job",
-                                      "Model FLOPs utilisation",
-                                      "GPU memory left on the fullest GPU (capacity − peak)",
-                                      "Schedule, parallel degrees, batch, chunks, recomputation, ZeRO"};
-  if (role == Qt::DisplayRole) return QString::fromLatin1(kNames[section]);
-  if (role == Qt::ToolTipRole) return QString::fromLatin1(kTips[section]);
+  static constexpr std::array<const char*, ColumnCount> kNames{"Pin", "#",        "Iteration",    "Tokens/s",
+                                                               "MFU", "Headroom", "Configuration"};
+  static constexpr std::array<const char*, ColumnCount> kTips{
+      "Pin two rows to compare them side by side",
+      "Rank by simulated throughput",
+      "One training step (pipeline, gradient sync, optimizer)",
+      "Tokens per second of the whole job",
+      "Model FLOPs utilisation",
+      "GPU memory left on the fullest GPU (capacity − peak)",
+      "Schedule, parallel degrees, batch, chunks, recomputation, ZeRO"};
+  const auto column = static_cast<std::size_t>(section);
+  if (role == Qt::DisplayRole) return QString::fromLatin1(kNames[column]);
+  if (role == Qt::ToolTipRole) return QString::fromLatin1(kTips[column]);
   return {};
 }
 
@@ -417,10 +421,10 @@ void ConfigureDock::showRejected(const pipestudio::Configuration& result) {
   for (std::size_t r = 0; r < result.rejected.size(); ++r) {
     const ConfigRejection& rej = result.rejected[r];
     const QString reason = q(rej.reason);
-    const QString cells[] = {QStringLiteral("PP %1 × DP %2").arg(rej.pipelineDegree).arg(rej.dataParallel),
-                             q(rej.schedule), summaryLine(reason)};
+    const std::array<QString, 3> cells{QStringLiteral("PP %1 × DP %2").arg(rej.pipelineDegree).arg(rej.dataParallel),
+                                       q(rej.schedule), summaryLine(reason)};
     for (int c = 0; c < 3; ++c) {
-      auto* item = new QTableWidgetItem(cells[c]);
+      auto* item = new QTableWidgetItem(cells[static_cast<std::size_t>(c)]);
       item->setToolTip(reason);
       m_rejected->setItem(static_cast<int>(r), c, item);
     }

@@ -12,6 +12,7 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <array>
 #include <functional>
 #include <initializer_list>
 
@@ -183,8 +184,9 @@ void Docks::setBundledNotes(const QString& model, const QString& cluster) {
     QString title;
     QString text;
   };
-  const Note notes[] = {{m_modelDock, m_modelNoteRow, m_modelNote, QStringLiteral("Model"), model},
-                        {m_clusterDock, m_clusterNoteRow, m_clusterNote, QStringLiteral("Cluster"), cluster}};
+  const std::array<Note, 2> notes{
+      {{m_modelDock, m_modelNoteRow, m_modelNote, QStringLiteral("Model"), model},
+       {m_clusterDock, m_clusterNoteRow, m_clusterNote, QStringLiteral("Cluster"), cluster}}};
   for (const Note& n : notes) {
     n.dock->setWindowTitle(n.text.isEmpty() ? n.title : n.title + QStringLiteral(" (not the bundled file)"));
     n.label->setText(QStringLiteral("This copy ") + n.text);
@@ -204,9 +206,9 @@ std::optional<QString> Docks::focusFirstInvalidCell() {
     QDockWidget* dock;
     QString table;
   };
-  const Candidate candidates[] = {{m_components, m_componentView, m_modelDock, QStringLiteral("Components")},
-                                  {m_layers, m_layerView, m_modelDock, QStringLiteral("Layers")},
-                                  {m_cluster, m_clusterView, m_clusterDock, QStringLiteral("Cluster")}};
+  const std::array<Candidate, 3> candidates{{{m_components, m_componentView, m_modelDock, QStringLiteral("Components")},
+                                             {m_layers, m_layerView, m_modelDock, QStringLiteral("Layers")},
+                                             {m_cluster, m_clusterView, m_clusterDock, QStringLiteral("Cluster")}}};
   for (const Candidate& c : candidates) {
     const auto problem = c.model->firstProblem();
     if (!problem) continue;

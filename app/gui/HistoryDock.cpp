@@ -15,6 +15,7 @@
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <array>
 #include <type_traits>
 #include <utility>
 
@@ -91,9 +92,11 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
 
 QVariant HistoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
-  static const char* const kNames[] = {"Id",      "Name",       "Status",   "Created", "Backend",
-                                       "Devices", "Iterations", "Duration", "Events",  "Notes"};
-  return section >= 0 && section < ColumnCount ? QVariant(QString::fromLatin1(kNames[section])) : QVariant();
+  static constexpr std::array<const char*, ColumnCount> kNames{
+      "Id", "Name", "Status", "Created", "Backend", "Devices", "Iterations", "Duration", "Events", "Notes"};
+  return section >= 0 && section < ColumnCount
+             ? QVariant(QString::fromLatin1(kNames[static_cast<std::size_t>(section)]))
+             : QVariant();
 }
 
 HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
@@ -302,7 +305,7 @@ void HistoryDock::compareWithPlan() {
         }
         return view;
       },
-      [this](MeasuredRunView view) { Q_EMIT runAgainstPlanRequested(view); });
+      [this](const MeasuredRunView& view) { Q_EMIT runAgainstPlanRequested(view); });
 }
 
 std::vector<history::RunId> HistoryDock::selectedRuns() const {
@@ -341,7 +344,7 @@ void HistoryDock::compareSelected() {
         if (!second) return second.error();
         return PlanPair{*first, *second};
       },
-      [this](PlanPair plans) { Q_EMIT compareRequested(plans.first, plans.second); });
+      [this](const PlanPair& plans) { Q_EMIT compareRequested(plans.first, plans.second); });
 }
 
 void HistoryDock::renameSelected() {

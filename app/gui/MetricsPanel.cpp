@@ -31,7 +31,7 @@ std::int64_t peakOf(const Metrics& m) {
 
 /// " (+3.1 %)" in green when better, red when worse; nothing without a baseline value.
 QString delta(double now, double before, bool lowerIsBetter, const QString& text) {
-  if (before == 0) return QString();
+  if (before == 0) return {};
   const double rel = (now - before) / std::abs(before);
   if (std::abs(rel) < 1e-9) return QStringLiteral(" <span style='color:gray'>(=)</span>");
   const bool better = lowerIsBetter ? rel < 0 : rel > 0;
@@ -102,7 +102,8 @@ MetricsPanel::MetricsPanel(QWidget* parent) : QWidget(parent) {
   split->setSizes({1000, 1000});
 }
 
-void MetricsPanel::setPlans(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> baseline, bool pinned) {
+void MetricsPanel::setPlans(const std::shared_ptr<const Plan>& plan, const std::shared_ptr<const Plan>& baseline,
+                            bool pinned) {
   m_model->setPlan(plan);
   m_breakdown->setPlan(plan);
   m_summary->setText(summaryHtml(plan.get(), baseline.get(), pinned));

@@ -23,7 +23,8 @@ class MetricsPanel : public QWidget {
   explicit MetricsPanel(QWidget* parent = nullptr);
   /// The plan on screen and what it is compared with (either may be null): the pinned baseline,
   /// or (`pinned` false) the plan of the current settings a measured run is compared with.
-  void setPlans(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> baseline, bool pinned = true);
+  void setPlans(const std::shared_ptr<const Plan>& plan, const std::shared_ptr<const Plan>& baseline,
+                bool pinned = true);
   /// The numbers are of a plan that does not match the settings (`label` says why, as the
   /// timeline's banner does): a banner over them; empty clears it.
   void setStale(const QString& label);

@@ -202,7 +202,7 @@ std::pair<QString, ExportFormat> RunController::resolveExportPath(const QString&
 }
 
 QString RunController::exportFolder() const {
-  const QString last = QSettings().value(QStringLiteral("export/lastFolder")).toString();
+  QString last = QSettings().value(QStringLiteral("export/lastFolder")).toString();
   if (!last.isEmpty() && QFileInfo(last).isDir()) return last;
   const QString workspace = m_workspacePath();
   if (!workspace.isEmpty() && QFileInfo(workspace).absoluteDir().exists()) return QFileInfo(workspace).absolutePath();
@@ -406,7 +406,7 @@ RunLocalDialog* RunController::openRunLocalDialog() {
                                !complete);
               // A finished run opens against the plan it ran (the compare view), read off the
               // GUI thread.
-              if (complete) showRunAgainst(run, ran);
+              if (complete) showRunAgainst(run, std::move(ran));
             });
     connect(m_runDialog, &RunLocalDialog::openRunRequested, this,
             [this](history::RunId run, std::shared_ptr<const Plan> ran) { showRunAgainst(run, std::move(ran)); });

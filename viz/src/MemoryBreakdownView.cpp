@@ -63,8 +63,9 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   for (int i = 0; i < kParts; ++i) {
     auto* bars = new QCPBars(m_plot->xAxis, m_plot->yAxis);
     // Short names in the legend (the dock is narrow); the tooltip spells them out.
-    static const char* const kShort[kParts] = {"params", "grads", "optimizer", "activations", "buffers", "margin"};
-    bars->setName(QString::fromLatin1(kShort[i]));
+    static constexpr std::array<const char*, kParts> kShort{"params",      "grads",   "optimizer",
+                                                            "activations", "buffers", "margin"};
+    bars->setName(QString::fromLatin1(kShort[static_cast<std::size_t>(i)]));
     const QColor colour = QColor::fromRgb(kColours[static_cast<std::size_t>(i)]);
     bars->setBrush(colour);
     bars->setPen(QPen(colour.darker(130)));
@@ -110,7 +111,7 @@ void MemoryBreakdownView::setDimmed(bool dimmed) {
   m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
-void MemoryBreakdownView::setPlan(std::shared_ptr<const Plan> plan) {
+void MemoryBreakdownView::setPlan(const std::shared_ptr<const Plan>& plan) {
   m_devices.clear();
   m_capacityBytes = 0;
   if (plan) {

@@ -31,7 +31,7 @@ Metrics metricsOf(const Plan& plan) {
 
 MetricsModel::MetricsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void MetricsModel::setPlan(std::shared_ptr<const Plan> plan) {
+void MetricsModel::setPlan(const std::shared_ptr<const Plan>& plan) {
   beginResetModel();
   m_metrics = plan ? metricsOf(*plan) : Metrics{};
   endResetModel();
@@ -111,7 +111,7 @@ QVariant MetricsModel::headerData(int section, Qt::Orientation orientation, int 
 
 CompareModel::CompareModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void CompareModel::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
+void CompareModel::setPlans(const std::shared_ptr<const Plan>& baseline, const std::shared_ptr<const Plan>& current,
                             const MeasuredRun* measured, bool currentMeasured) {
   beginResetModel();
   m_rows.clear();

@@ -23,7 +23,7 @@ class MemoryBreakdownView : public QWidget {
   static std::array<double, kParts> partsOf(const DeviceMetrics& device);
 
   explicit MemoryBreakdownView(QWidget* parent = nullptr);
-  void setPlan(std::shared_ptr<const Plan> plan);
+  void setPlan(const std::shared_ptr<const Plan>& plan);
   /// The bars are of a plan that does not match the settings (the Metrics dock's "last good
   /// plan"): drawn faded and the axis says so, as the timeline dims its plan.
   void setDimmed(bool dimmed);
