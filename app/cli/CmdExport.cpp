@@ -59,12 +59,6 @@ int emit(const ExportOptions& o, const std::string& text, const std::string& wha
   return kExitOk;
 }
 
-bool isPythonIdentifier(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
-
 std::string besideOutput(const std::string& output, const std::string& extension) {
   const std::filesystem::path p(output);
   return (p.parent_path() / (p.stem().string() + extension)).string();

@@ -17,6 +17,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -69,6 +70,15 @@ QString configurationText(const PlanConfig& c) {
   if (par.recompute != Recompute::None)
     parts << QStringLiteral("recompute %1").arg(q(std::string(recomputeName(par.recompute))));
   if (par.zeroStage > 0) parts << QStringLiteral("ZeRO %1").arg(par.zeroStage);
+  // What else tells two rows apart (rows that differ only there would read the same).
+  if (par.expertTensor > 0 && par.expert > 1) parts << QStringLiteral("ETP %1").arg(par.expertTensor);
+  if (par.tensor > 1 && !par.sequenceParallel) parts << QStringLiteral("no SP");
+  if (c.seqSplits > 1) parts << QStringLiteral("%1 sequence splits").arg(c.seqSplits);
+  if (c.offloadRatio > 0) parts << QStringLiteral("offload %1").arg(c.offloadRatio);
+  if (!par.overlapGradReduce) parts << QStringLiteral("grad reduce exposed");
+  if (!par.overlapParamGather && par.zeroStage > 0) parts << QStringLiteral("param gather exposed");
+  if (par.tensor > 1 && !par.tpCommOverlap) parts << QStringLiteral("TP comm exposed");
+  parts << hiddenSettings(c);
   return parts.join(QStringLiteral(" · "));
 }
 
@@ -185,16 +195,19 @@ Qt::ItemFlags ConfigureModel::flags(const QModelIndex& index) const {
 
 QVariant ConfigureModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || section < 0 || section >= ColumnCount) return {};
-  static const char* const kNames[] = {"Pin", "#", "Iteration", "Tokens/s", "MFU", "Headroom", "Configuration"};
-  static const char* const kTips[] = {"Pin two rows to compare them side by side",
-                                      "Rank by simulated throughput",
-                                      "One training step (pipeline, gradient sync, optimizer)",
-                                      "Tokens per second of the whole job",
-                                      "Model FLOPs utilisation",
-                                      "GPU memory left on the fullest GPU (capacity − peak)",
-                                      "Schedule, parallel degrees, batch, chunks, recomputation, ZeRO"};
-  if (role == Qt::DisplayRole) return QString::fromLatin1(kNames[section]);
-  if (role == Qt::ToolTipRole) return QString::fromLatin1(kTips[section]);
+  static constexpr std::array<const char*, ColumnCount> kNames{"Pin", "#",        "Iteration",    "Tokens/s",
+                                                               "MFU", "Headroom", "Configuration"};
+  static constexpr std::array<const char*, ColumnCount> kTips{
+      "Pin two rows to compare them side by side",
+      "Rank by simulated throughput",
+      "One training step (pipeline, gradient sync, optimizer)",
+      "Tokens per second of the whole job",
+      "Model FLOPs utilisation",
+      "GPU memory left on the fullest GPU (capacity − peak)",
+      "Schedule, parallel degrees, batch, chunks, recomputation, ZeRO"};
+  const auto column = static_cast<std::size_t>(section);
+  if (role == Qt::DisplayRole) return QString::fromLatin1(kNames[column]);
+  if (role == Qt::ToolTipRole) return QString::fromLatin1(kTips[column]);
   return {};
 }
 
@@ -265,11 +278,13 @@ void ConfigureDock::buildKnobs(QFormLayout* form) {
   // One entry per option of the search: add a knob here when the configurator gains one.
   auto* globalBatch = new QSpinBox(this);
   globalBatch->setRange(0, std::numeric_limits<int>::max());
-  globalBatch->setSpecialValueText(QStringLiteral("model's"));
+  globalBatch->setSpecialValueText(QStringLiteral("the panel's"));
   globalBatch->setToolTip(
-      QStringLiteral("Samples per training step, held fixed (the model's global_batch, else 4 per GPU)"));
-  m_knobs.push_back({QStringLiteral("Global batch"), globalBatch,
-                     [globalBatch](ConfigureOptions& o) { o.globalBatch = globalBatch->value(); }});
+      QStringLiteral("Samples per training step, held fixed (the panel's: its Global batch, else the model's "
+                     "global_batch, else 4 per GPU)"));
+  m_knobs.push_back({QStringLiteral("Global batch"), globalBatch, [globalBatch](ConfigureOptions& o) {
+                       if (globalBatch->value() > 0) o.globalBatch = globalBatch->value();
+                     }});
   auto* microBatchSizes = new QLineEdit(QStringLiteral("1, 2, 4, 8"), this);
   microBatchSizes->setToolTip(QStringLiteral("Micro-batch sizes to try, comma-separated"));
   m_knobs.push_back({QStringLiteral("Micro-batch sizes"), microBatchSizes, [microBatchSizes](ConfigureOptions& o) {
@@ -323,8 +338,11 @@ void ConfigureDock::search() {
   auto lastPercent = std::make_shared<std::atomic<int>>(-1);
   ConfigureOptions searchOptions = options();
   // The recipe every candidate shares (precision, overlap settings, recomputation details) is
-  // the solver panel's.
+  // the solver panel's, and so is the global batch unless the knob names one: a loaded row then
+  // keeps the batch the panel said.
   searchOptions.recipe = m_searched.config;
+  if (searchOptions.globalBatch == 0 && m_searched.config.globalBatch)
+    searchOptions.globalBatch = *m_searched.config.globalBatch;
   m_searchJob.start(
       [model = m_searched.model, cluster = m_searched.cluster, options = std::move(searchOptions), lastPercent,
        this](const JobTracker::Control& job) {
@@ -342,6 +360,22 @@ void ConfigureDock::search() {
 }
 
 void ConfigureDock::cancel() { m_searchJob.cancel(); }
+
+void ConfigureDock::inputsReplaced(const std::string& model, const std::string& cluster) {
+  const bool shown = m_model->result() != nullptr || m_searching;
+  if (!shown || (m_searched.model.name == model && m_searched.cluster.name == cluster)) return;
+  // Results of another model or cluster: loading one would set degrees this model may not take.
+  m_searchJob.cancel();
+  m_searchJob.invalidate();
+  m_planJob.invalidate();
+  m_searching = false;
+  m_progress->setVisible(false);
+  m_cancelButton->setEnabled(false);
+  m_model->setResult(nullptr, 0);
+  m_rejected->setRowCount(0);
+  m_summary->setText(QStringLiteral("The ranked configurations were of %1 on %2: press Search for %3 on %4.")
+                         .arg(q(m_searched.model.name), q(m_searched.cluster.name), q(model), q(cluster)));
+}
 
 bool ConfigureDock::waitForIdle(int timeoutMs) const {
   return m_searchJob.waitForIdle(timeoutMs) && m_planJob.waitForIdle(timeoutMs);
@@ -387,10 +421,10 @@ void ConfigureDock::showRejected(const pipestudio::Configuration& result) {
   for (std::size_t r = 0; r < result.rejected.size(); ++r) {
     const ConfigRejection& rej = result.rejected[r];
     const QString reason = q(rej.reason);
-    const QString cells[] = {QStringLiteral("PP %1 × DP %2").arg(rej.pipelineDegree).arg(rej.dataParallel),
-                             q(rej.schedule), firstLine(reason)};
+    const std::array<QString, 3> cells{QStringLiteral("PP %1 × DP %2").arg(rej.pipelineDegree).arg(rej.dataParallel),
+                                       q(rej.schedule), summaryLine(reason)};
     for (int c = 0; c < 3; ++c) {
-      auto* item = new QTableWidgetItem(cells[c]);
+      auto* item = new QTableWidgetItem(cells[static_cast<std::size_t>(c)]);
       item->setToolTip(reason);
       m_rejected->setItem(static_cast<int>(r), c, item);
     }
@@ -400,10 +434,18 @@ void ConfigureDock::showRejected(const pipestudio::Configuration& result) {
 
 void ConfigureDock::chooseRow(int row) {
   if (row < 0 || row >= m_model->rowCount()) return;
-  Q_EMIT configurationChosen(m_model->candidate(row).config);
-  Q_EMIT message(QStringLiteral("Loaded configuration #%1 into the solver panel: %2")
+  const PlanConfig& chosen = m_model->candidate(row).config;
+  // The panel takes the searched global batch with the configuration: say so when it changes.
+  const auto before = m_inputs().config.globalBatch;
+  QString batch;
+  if (chosen.globalBatch && before != chosen.globalBatch) {
+    batch = before ? QStringLiteral(" (Global batch %1 → %2, as searched)").arg(*before).arg(*chosen.globalBatch)
+                   : QStringLiteral(" (Global batch %1, as searched)").arg(*chosen.globalBatch);
+  }
+  Q_EMIT configurationChosen(chosen);
+  Q_EMIT message(QStringLiteral("Loaded configuration #%1 into the solver panel: %2%3")
                      .arg(row + 1)
-                     .arg(configurationText(m_model->candidate(row).config)),
+                     .arg(configurationText(chosen), batch),
                  false);
 }
 

@@ -74,6 +74,9 @@ class ConfigureDock : public QWidget {
   /// Starts a search (a running one is cancelled and its result dropped).
   void search();
   void cancel();
+  /// The editors now hold `model` on `cluster`: results of another model or cluster are
+  /// cleared (a running search for them is cancelled), the summary says so.
+  void inputsReplaced(const std::string& model, const std::string& cluster);
   bool isSearching() const { return m_searching; }
   /// Processes events until the search and any planning of pinned rows have finished (tests).
   bool waitForIdle(int timeoutMs) const;

@@ -3,11 +3,17 @@
 #include <QAction>
 #include <QDockWidget>
 #include <QFrame>
+#include <QHBoxLayout>
 #include <QHeaderView>
+#include <QLabel>
 #include <QMainWindow>
+#include <QPushButton>
 #include <QScrollArea>
 #include <QTabWidget>
 #include <QTableView>
+#include <QVBoxLayout>
+#include <array>
+#include <functional>
 #include <initializer_list>
 
 #include "ConfigureDock.hpp"
@@ -36,6 +42,39 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
   view->setEditTriggers(QAbstractItemView::DoubleClicked | QAbstractItemView::EditKeyPressed |
                         QAbstractItemView::AnyKeyPressed);
   return view;
+}
+
+/// A hidden row above an editor: a note (how the table differs from a bundled file) and a
+/// button that loads the file instead.
+QWidget* makeNoteRow(QWidget* parent, QLabel*& label, const std::function<void()>& useBundled) {
+  auto* row = new QWidget(parent);
+  auto* layout = new QHBoxLayout(row);
+  layout->setContentsMargins(4, 2, 4, 2);
+  label = new QLabel(row);
+  label->setWordWrap(true);
+  label->setTextFormat(Qt::PlainText);
+  label->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  label->setStyleSheet(QStringLiteral("QLabel { color: #8a5a00; }"));
+  auto* button = new QPushButton(QStringLiteral("Use the bundled file"), row);
+  button->setToolTip(QStringLiteral("Replace the workspace's copy with the file that comes with PipeStudio"));
+  QObject::connect(button, &QPushButton::clicked, row, useBundled);
+  layout->addWidget(label, 1);
+  layout->addWidget(button, 0, Qt::AlignTop);
+  row->setVisible(false);
+  return row;
+}
+
+/// `table` under `note` in one widget.
+QWidget* stacked(QWidget* parent, QWidget* note, QWidget* table) {
+  auto* box = new QWidget(parent);
+  auto* layout = new QVBoxLayout(box);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(0);
+  note->setParent(box);
+  table->setParent(box);
+  layout->addWidget(note);
+  layout->addWidget(table, 1);
+  return box;
 }
 
 QDockWidget* makeDock(QMainWindow* window, const QString& title, const QString& objectName, QWidget* content) {
@@ -109,10 +148,14 @@ void Docks::buildEditors(QMainWindow* window, QUndoStack* undo) {
   m_modelTabs->addTab(m_componentView, QStringLiteral("Components"));
   m_layerView = makeTable(m_layers, m_modelTabs);
   m_modelTabs->addTab(m_layerView, QStringLiteral("Layers"));
-  m_modelDock = makeDock(window, QStringLiteral("Model"), QStringLiteral("ModelDock"), m_modelTabs);
+  m_modelNoteRow = makeNoteRow(window, m_modelNote, [this]() { Q_EMIT bundledFileRequested(true); });
+  m_modelDock = makeDock(window, QStringLiteral("Model"), QStringLiteral("ModelDock"),
+                         stacked(window, m_modelNoteRow, m_modelTabs));
   m_clusterDock = makeDock(window, QStringLiteral("Cluster"), QStringLiteral("ClusterDock"), nullptr);
   m_clusterView = makeTable(m_cluster, m_clusterDock);
-  m_clusterDock->setWidget(m_clusterView);
+  m_clusterNoteRow = makeNoteRow(window, m_clusterNote, [this]() { Q_EMIT bundledFileRequested(false); });
+  m_clusterNote->setObjectName(QStringLiteral("ClusterBundledNote"));
+  m_clusterDock->setWidget(stacked(m_clusterDock, m_clusterNoteRow, m_clusterView));
 }
 
 ModelSpec Docks::modelSpec() const { return m_layers->modelSpec(); }
@@ -123,12 +166,33 @@ void Docks::setModelSpec(const ModelSpec& model) {
   m_components->setModelSpec(model);
   m_layers->setModelSpec(model);
   m_syncing = false;
+  if (m_configure) m_configure->inputsReplaced(model.name, clusterSpec().name);
 }
 
 void Docks::setClusterSpec(const ClusterSpec& cluster) {
   m_syncing = true;
   m_cluster->setClusterSpec(cluster);
   m_syncing = false;
+  if (m_configure) m_configure->inputsReplaced(modelSpec().name, cluster.name);
+}
+
+void Docks::setBundledNotes(const QString& model, const QString& cluster) {
+  struct Note {
+    QDockWidget* dock;
+    QWidget* row;
+    QLabel* label;
+    QString title;
+    QString text;
+  };
+  const std::array<Note, 2> notes{
+      {{m_modelDock, m_modelNoteRow, m_modelNote, QStringLiteral("Model"), model},
+       {m_clusterDock, m_clusterNoteRow, m_clusterNote, QStringLiteral("Cluster"), cluster}}};
+  for (const Note& n : notes) {
+    n.dock->setWindowTitle(n.text.isEmpty() ? n.title : n.title + QStringLiteral(" (not the bundled file)"));
+    n.label->setText(QStringLiteral("This copy ") + n.text);
+    n.label->setToolTip(n.label->text());
+    n.row->setVisible(!n.text.isEmpty());
+  }
 }
 
 bool Docks::hasInvalidCell() const {
@@ -142,9 +206,9 @@ std::optional<QString> Docks::focusFirstInvalidCell() {
     QDockWidget* dock;
     QString table;
   };
-  const Candidate candidates[] = {{m_components, m_componentView, m_modelDock, QStringLiteral("Components")},
-                                  {m_layers, m_layerView, m_modelDock, QStringLiteral("Layers")},
-                                  {m_cluster, m_clusterView, m_clusterDock, QStringLiteral("Cluster")}};
+  const std::array<Candidate, 3> candidates{{{m_components, m_componentView, m_modelDock, QStringLiteral("Components")},
+                                             {m_layers, m_layerView, m_modelDock, QStringLiteral("Layers")},
+                                             {m_cluster, m_clusterView, m_clusterDock, QStringLiteral("Cluster")}}};
   for (const Candidate& c : candidates) {
     const auto problem = c.model->firstProblem();
     if (!problem) continue;

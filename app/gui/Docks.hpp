@@ -13,6 +13,7 @@
 #include "pipestudio/model/Model.hpp"
 
 class QAction;
+class QLabel;
 class QDockWidget;
 class QMainWindow;
 class QTabWidget;
@@ -55,11 +56,18 @@ class Docks : public QObject {
   /// Show/hide actions of every dock, for the View menu.
   QList<QAction*> toggleActions() const;
 
-  /// The model and cluster in the editors; setting them is not an edit (no inputsEdited).
+  /// The model and cluster in the editors; setting them is not an edit (no inputsEdited). A
+  /// model or cluster other than the one searched clears the Configure dock's results.
   ModelSpec modelSpec() const;
   ClusterSpec clusterSpec() const;
   void setModelSpec(const ModelSpec& model);
   void setClusterSpec(const ClusterSpec& cluster);
+  /// How the editors' model and cluster differ from the bundled files of their names (empty:
+  /// they do not): the Model and Cluster docks' titles say so, a line above each table says how,
+  /// with a button that loads the bundled file instead (bundledFileRequested).
+  void setBundledNotes(const QString& model, const QString& cluster);
+  /// The line above the cluster table (nullptr-safe for tests: never null).
+  QLabel* clusterNote() const { return m_clusterNote; }
   /// Some editor cell blocks solving (a rejected edit or a cross-row problem).
   bool hasInvalidCell() const;
   /// Shows and focuses the first such cell; what is wrong there ("Layers row 3, Forward ms: …"),
@@ -71,6 +79,8 @@ class Docks : public QObject {
   void inputsEdited();
   /// An edit was rejected: an editor cell is invalid.
   void invalidCellEntered();
+  /// "Use the bundled file" above the model (`model`) or cluster table.
+  void bundledFileRequested(bool model);
 
  private:
   void buildEditors(QMainWindow* window, QUndoStack* undo);
@@ -90,6 +100,10 @@ class Docks : public QObject {
   QTabWidget* m_modelTabs = nullptr;
   QDockWidget* m_modelDock = nullptr;
   QDockWidget* m_clusterDock = nullptr;
+  QLabel* m_modelNote = nullptr;
+  QLabel* m_clusterNote = nullptr;
+  QWidget* m_modelNoteRow = nullptr;
+  QWidget* m_clusterNoteRow = nullptr;
   SolverPanel* m_panel = nullptr;
   MetricsPanel* m_metrics = nullptr;
   viz::SelectionPanel* m_selection = nullptr;

@@ -15,6 +15,7 @@
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <array>
 #include <type_traits>
 #include <utility>
 
@@ -91,9 +92,11 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
 
 QVariant HistoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
-  static const char* const kNames[] = {"Id",      "Name",       "Status",   "Created", "Backend",
-                                       "Devices", "Iterations", "Duration", "Events",  "Notes"};
-  return section >= 0 && section < ColumnCount ? QVariant(QString::fromLatin1(kNames[section])) : QVariant();
+  static constexpr std::array<const char*, ColumnCount> kNames{
+      "Id", "Name", "Status", "Created", "Backend", "Devices", "Iterations", "Duration", "Events", "Notes"};
+  return section >= 0 && section < ColumnCount
+             ? QVariant(QString::fromLatin1(kNames[static_cast<std::size_t>(section)]))
+             : QVariant();
 }
 
 HistoryDock::HistoryDock(QWidget* parent) : QWidget(parent) {
@@ -182,13 +185,14 @@ history::OpenOptions readerOptions() {
 
 HistoryDock::~HistoryDock() = default;
 
-bool HistoryDock::openDatabase(const QString& path) {
+bool HistoryDock::openDatabase(const QString& path, QString* error) {
   m_listJob.invalidate();  // what the previous database said no longer matters
   m_readJob.invalidate();
   auto store = history::HistoryStore::open(path.toStdString());
   auto reader = store ? history::HistoryStore::open(path.toStdString(), readerOptions()) : store.error();
   if (!store || !reader) {
     m_status->setText(q(!store ? store.message() : reader.message()));
+    if (error) *error = m_status->text();
     m_store.reset();
     m_reader.reset();
     m_model->setRuns({});
@@ -301,7 +305,7 @@ void HistoryDock::compareWithPlan() {
         }
         return view;
       },
-      [this](MeasuredRunView view) { Q_EMIT runAgainstPlanRequested(view); });
+      [this](const MeasuredRunView& view) { Q_EMIT runAgainstPlanRequested(view); });
 }
 
 std::vector<history::RunId> HistoryDock::selectedRuns() const {
@@ -340,7 +344,7 @@ void HistoryDock::compareSelected() {
         if (!second) return second.error();
         return PlanPair{*first, *second};
       },
-      [this](PlanPair plans) { Q_EMIT compareRequested(plans.first, plans.second); });
+      [this](const PlanPair& plans) { Q_EMIT compareRequested(plans.first, plans.second); });
 }
 
 void HistoryDock::renameSelected() {

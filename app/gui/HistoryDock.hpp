@@ -51,8 +51,9 @@ class HistoryDock : public QWidget {
   explicit HistoryDock(QWidget* parent = nullptr);
   ~HistoryDock() override;
 
-  /// Opens the database at `path` (created when missing). Errors are shown in the dock.
-  bool openDatabase(const QString& path);
+  /// Opens the database at `path` (created when missing). Errors are shown in the dock (and
+  /// written to `error`).
+  bool openDatabase(const QString& path, QString* error = nullptr);
   /// Re-reads the runs (keeps the selection); cheap when nothing changed.
   /// Re-lists the runs off the GUI thread; the table changes when the listing arrives.
   void refresh();

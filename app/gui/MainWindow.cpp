@@ -3,6 +3,7 @@
 #include <QCloseEvent>
 #include <QLabel>
 #include <QMimeData>
+#include <QPainter>
 #include <QProgressBar>
 #include <QScreen>
 #include <QSettings>
@@ -18,6 +19,7 @@
 #include "MenuController.hpp"
 #include "MetricsPanel.hpp"
 #include "RunController.hpp"
+#include "SettingsFit.hpp"
 #include "SolveController.hpp"
 #include "SolverPanel.hpp"
 #include "WorkspaceController.hpp"
@@ -37,6 +39,22 @@ namespace {
 QString q(const std::string& s) { return QString::fromStdString(s); }
 /// What a window manager's frame usually takes around a window (title bar and borders).
 constexpr int kFrameAllowancePx = 40;
+
+/// A status-bar label that ends a text too long for it in "…" (the whole text is its tooltip),
+/// rather than cutting it mid-word.
+class ElidedLabel : public QLabel {
+ public:
+  using QLabel::QLabel;
+
+ protected:
+  void paintEvent(QPaintEvent* /*event*/) override {
+    QPainter painter(this);
+    painter.setPen(palette().color(foregroundRole()));
+    const QRect area = contentsRect();
+    painter.drawText(area, Qt::AlignLeft | Qt::AlignVCenter,
+                     fontMetrics().elidedText(text().simplified(), Qt::ElideRight, area.width()));
+  }
+};
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -58,7 +76,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
   m_docks = new Docks(this, *this, m_undo, m_timeline);
   m_workspace = new WorkspaceController(this, *this, *m_docks, m_undo, m_tabs);
-  m_runs = new RunController(this, *this, m_timeline, [this]() { return m_workspace->name(); });
+  m_runs = new RunController(
+      this, *this, m_timeline, [this]() { return m_workspace->isNamedByUser() ? m_workspace->name() : QString(); },
+      [this]() { return m_workspace->path(); });
   buildStatusBar();
   connectSolver();
 
@@ -67,6 +87,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(panel, &SolverPanel::solveRequested, this, &MainWindow::solveNow);
   connect(panel, &SolverPanel::cancelRequested, m_solver, &SolveController::cancel);
   connect(panel, &SolverPanel::detailsRequested, this, [this]() { showFailureDetails(); });
+  connect(panel, &SolverPanel::settingAdjusted, this, &MainWindow::noteAdjustedSettings);
   connect(m_docks, &Docks::inputsEdited, this, &MainWindow::onParametersChanged);
   connect(m_docks, &Docks::invalidCellEntered, this,
           [this]() { markStale(QStringLiteral("an editor cell is invalid: fix the red cell to solve")); });
@@ -112,10 +133,10 @@ MainWindow::~MainWindow() {
 
 void MainWindow::buildStatusBar() {
   // What is happening, what is under the mouse, solve progress.
-  m_statusLabel = new QLabel(this);
+  m_statusLabel = new ElidedLabel(this);
   m_statusLabel->setMinimumWidth(10);
   m_statusLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  m_hoverLabel = new QLabel(this);
+  m_hoverLabel = new ElidedLabel(this);
   m_hoverLabel->setTextFormat(Qt::PlainText);
   m_hoverLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   m_statusProgress = new QProgressBar(this);
@@ -125,7 +146,10 @@ void MainWindow::buildStatusBar() {
   statusBar()->addWidget(m_statusLabel, 1);
   statusBar()->addWidget(m_hoverLabel, 1);
   statusBar()->addPermanentWidget(m_statusProgress);
-  connect(m_timeline, &viz::TimelineView::hovered, m_hoverLabel, &QLabel::setText);
+  connect(m_timeline, &viz::TimelineView::hovered, m_hoverLabel, [this](const QString& text) {
+    m_hoverLabel->setText(text);
+    m_hoverLabel->setToolTip(text);
+  });
 }
 
 void MainWindow::connectSolver() {
@@ -171,12 +195,16 @@ QString MainWindow::workspacePath() const { return m_workspace->path(); }
 QString MainWindow::workspaceName() const { return m_workspace->name(); }
 void MainWindow::renameWorkspace(const QString& name) { m_workspace->rename(name); }
 bool MainWindow::isModified() const { return m_workspace->isModified(); }
+QStringList MainWindow::bundledDifferences() const { return m_workspace->bundledDifferences(); }
 QString MainWindow::sessionFilePath() { return WorkspaceController::sessionFilePath(); }
 void MainWindow::setUnsavedChangesHandler(std::function<QMessageBox::StandardButton()> handler) {
   m_workspace->setUnsavedChangesHandler(std::move(handler));
 }
 bool MainWindow::exportTo(const QString& path, QString* error) { return m_runs->exportTo(path, error); }
 bool MainWindow::exportPlanJson(const QString& path, QString* error) { return m_runs->exportPlanJson(path, error); }
+bool MainWindow::exportAs(ExportFormat format, const QString& path, QString* error) {
+  return m_runs->exportAs(format, path, error);
+}
 #ifdef PIPESTUDIO_HAVE_HISTORY
 bool MainWindow::importTraces(const QStringList& files, QString* error) { return m_runs->importTraces(files, error); }
 #endif
@@ -198,10 +226,18 @@ const SolverPanel& MainWindow::solverPanel() const { return *m_docks->solverPane
 HistoryDock* MainWindow::historyDock() const { return m_docks->history(); }
 ConfigureDock* MainWindow::configureDock() const { return m_docks->configure(); }
 
-void MainWindow::ensureHistoryOpen() {
+bool MainWindow::ensureHistoryOpen(QString* error) {
 #ifdef PIPESTUDIO_HAVE_HISTORY
   HistoryDock* history = m_docks->history();
-  if (!history->store()) history->openDatabase(q(history::defaultHistoryPath()));
+  if (history->store()) return true;
+  const QString path = q(history::defaultHistoryPath());
+  QString why;
+  if (history->openDatabase(path, &why)) return true;
+  if (error) *error = QStringLiteral("The history database %1 cannot be opened: %2").arg(path, why);
+  return false;
+#else
+  if (error) *error = QStringLiteral("This build has no history (core/history)");
+  return false;
 #endif
 }
 
@@ -219,7 +255,7 @@ void MainWindow::updateDerivedFields() {
   // Fields the resolved request derives show it: the microbatch count from the global batch,
   // sequence parallelism only with TP; the layer table's "auto" cells under these degrees.
   PlanRequest request = currentRequest();
-  m_docks->solverPanel()->updateDerivedFields(request.model.samplesPerMicrobatch);
+  m_docks->solverPanel()->updateDerivedFields(request.model.samplesPerMicrobatch, hasExperts(request.model));
   request.config = m_docks->solverPanel()->config();
   if (auto resolved = resolveRequest(request)) {
     m_docks->layers()->setCostContext(resolved->cluster, resolved->config, resolved->model.samplesPerMicrobatch);
@@ -230,6 +266,7 @@ void MainWindow::updateDerivedFields() {
 
 void MainWindow::onParametersChanged() {
   m_workspace->markModified();
+  setSettled(nullptr);
   SolverPanel* panel = m_docks->solverPanel();
   if (const auto problem = panel->memoryLimitProblem()) {
     setStatus(QStringLiteral("Memory limit ") + *problem, true);
@@ -267,7 +304,14 @@ void MainWindow::solveNow() {
   m_solver->solve(currentRequest());
 }
 
+void MainWindow::noteAdjustedSettings(const QString& note) {
+  if (note.isEmpty()) return;
+  m_adjusted = m_adjusted.isEmpty() ? note : m_adjusted + QStringLiteral("; ") + note;
+  setStatus(QStringLiteral("Adjusted: ") + m_adjusted);
+}
+
 void MainWindow::solveChangedInputs(const QString& why) {
+  setSettled(nullptr);
   updateDerivedFields();
   markStale(why, false);
   solveNow();
@@ -285,10 +329,14 @@ void MainWindow::onSolved(std::shared_ptr<const Plan> plan, double elapsedMs) {
   const QString chosen = q(plan->config.schedule);
   const bool picked = plan->config.partition == "diffusionpipe";
   if (picked) panel->showChosenSchedule(chosen);
-  panel->setMessage(picked ? QStringLiteral("Solved in %1; DiffusionPipe chose %2").arg(q(formatMs(elapsedMs)), chosen)
-                           : QStringLiteral("Solved in %1").arg(q(formatMs(elapsedMs))),
-                    false, false);
+  QString solvedText = picked
+                           ? QStringLiteral("Solved in %1; DiffusionPipe chose %2").arg(q(formatMs(elapsedMs)), chosen)
+                           : QStringLiteral("Solved in %1").arg(q(formatMs(elapsedMs)));
+  if (!m_adjusted.isEmpty()) solvedText += QStringLiteral(" · ") + m_adjusted;
+  m_adjusted.clear();
+  panel->setMessage(solvedText, false, false);
   setStale(QString());
+  setSettled(plan);
   showPlan(std::move(plan));
   const Metrics& m = m_docks->metrics()->model()->metrics();
   // The solve's own time is named as such: "(995.4 µs)" after the bubble read as its size.
@@ -302,11 +350,13 @@ void MainWindow::onSolveFailed(const QString& message, std::shared_ptr<const Mem
   panel->setSolving(false);
   m_statusProgress->setVisible(false);
   m_failure = withFieldNames(message);
+  if (!m_adjusted.isEmpty()) m_failure += QStringLiteral("\n\nAdjusted before this solve: ") + m_adjusted;
+  m_adjusted.clear();
   m_diagnosis = std::move(diagnosis);
-  QString summary = firstLine(m_failure);
+  QString summary = summaryLine(m_failure);
   if (m_diagnosis && m_diagnosis->smallestFittingDevices)
     summary += QStringLiteral(" — fits with Devices %1").arg(*m_diagnosis->smallestFittingDevices);
-  panel->setMessage(summary, true, summary != m_failure.trimmed() || m_diagnosis != nullptr);
+  panel->setMessage(summary, true, summary != m_failure.simplified() || m_diagnosis != nullptr);
   panel->message->setToolTip(m_failure);
   setStatus(QStringLiteral("Solve failed: ") + summary, true);
   markStale(QStringLiteral("current settings failed: %1").arg(summary));
@@ -342,8 +392,22 @@ QDialog* MainWindow::showFailureDetails() {
   return gui::showFailureDetails(this, m_failure, m_diagnosis.get());
 }
 
-void MainWindow::showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const viz::ActivityTrace> activity) {
+void MainWindow::setSettled(std::shared_ptr<const Plan> plan) {
+  m_settled = std::move(plan);
+  // Run Locally and Deploy run the solve of the settings on screen, nothing else: a dimmed last
+  // good plan (another model, failed settings) or a measured run is never run or recorded.
+  const QString why = m_settled ? QString()
+                                : QStringLiteral(
+                                      "The current settings have no plan (solving, failed or edited): "
+                                      "solve them first");
+  if (m_menus) m_menus->setPlanActionsEnabled(m_settled != nullptr, why);
+  if (m_runs) m_runs->solvedPlanChanged();
+}
+
+void MainWindow::showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const viz::ActivityTrace> activity,
+                          bool measured) {
   m_plan = std::move(plan);
+  m_measuredOnScreen = measured && m_plan != nullptr;
   m_timeline->setPlan(m_plan, true, std::move(activity));
   m_timeline->selectOp(-1);
   std::int64_t limit = 0;
@@ -352,30 +416,37 @@ void MainWindow::showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<cons
     if (limit == 0 && m_plan->cluster.gpu.memoryGib > 0) limit = m_plan->cluster.gpu.memoryBytes();
   }
   m_timeline->setMemoryLimit(limit);
-  m_docks->metrics()->setPlans(m_plan, m_baseline);
-  m_compare->setPlans(m_baseline, m_plan);
-  m_menus->setPlanActionsEnabled(m_plan != nullptr);
+  showComparisons();
+}
+
+void MainWindow::showComparisons() {
+  // A measured run is compared with the pinned baseline or else the solve of the settings; the
+  // pinned baseline itself stays what the user pinned.
+  const auto against = m_measuredOnScreen && !m_baseline ? m_settled : m_baseline;
+  m_docks->metrics()->setPlans(m_plan, against, against == m_baseline);
+  m_compare->setPlans(against, m_plan, m_measuredOnScreen);
 }
 
 void MainWindow::showSettledPlan(std::shared_ptr<const Plan> plan) {
   m_solver->cancel();
   updateDerivedFields();
   setStale(QString());
+  setSettled(plan);
   showPlan(std::move(plan));
 }
 
 void MainWindow::showMeasuredInTimeline(std::shared_ptr<const Plan> measured, const QString& what,
                                         std::shared_ptr<const viz::ActivityTrace> activity) {
-  // Compared against the solve on screen (it becomes the baseline; a measured run shown before
-  // does not), and labelled so nobody takes it for a solve of the panel's settings.
-  if (planMatchesSettings()) m_baseline = m_plan;
+  // Compared against the solve of the settings (or the pinned baseline, which stays pinned), and
+  // labelled so nobody takes it for a solve of the panel's settings.
   m_solver->cancel();
-  showPlan(std::move(measured), std::move(activity));
+  showPlan(std::move(measured), std::move(activity), true);
   markStale(QStringLiteral("showing %1, not a solve of the current settings").arg(what), false);
   m_tabs->setCurrentIndex(0);
 }
 
 void MainWindow::clearPlan(const QString& why) {
+  setSettled(nullptr);
   showPlan(nullptr);
   setStale(QStringLiteral("no plan · %1").arg(why));
 }
@@ -399,16 +470,20 @@ void MainWindow::showRunAgainstPlan(const MeasuredRunView& run) {
 void MainWindow::pinBaseline() {
   if (!m_plan) return;
   m_baseline = m_plan;
-  m_compare->setPlans(m_baseline, m_plan);
-  m_docks->metrics()->setPlans(m_plan, m_baseline);
+  showComparisons();
   setStatus(
       QStringLiteral("Pinned %1 as baseline: later solves are compared against it").arg(q(m_plan->config.schedule)));
 }
 
 void MainWindow::clearBaseline() {
   m_baseline.reset();
-  m_compare->setPlans(nullptr, m_plan);
-  m_docks->metrics()->setPlans(m_plan, m_baseline);
+  showComparisons();
+}
+
+void MainWindow::unpinBaseline(const QString& why) {
+  if (!m_baseline) return;
+  clearBaseline();
+  if (!why.isEmpty()) setStatus(why);
 }
 
 QString MainWindow::statusText() const { return m_statusLabel->text(); }
@@ -416,7 +491,9 @@ QString MainWindow::statusText() const { return m_statusLabel->text(); }
 void MainWindow::setStatus(const QString& text, bool error) {
   m_statusLabel->setText(text);
   m_statusLabel->setToolTip(text);
-  m_statusLabel->setStyleSheet(error ? QStringLiteral("QLabel { color: #e53935; }") : QString());
+  QPalette palette = m_hoverLabel->palette();
+  if (error) palette.setColor(QPalette::WindowText, QColor(0xe5, 0x39, 0x35));
+  m_statusLabel->setPalette(palette);
 }
 
 // --- window events ----------------------------------------------------------------------------

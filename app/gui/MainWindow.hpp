@@ -53,6 +53,7 @@ class RunLocalDialog;
 class Docks;
 class WorkspaceController;
 class RunController;
+enum class ExportFormat;
 class MenuController;
 class ConfigureDock;
 
@@ -85,6 +86,9 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void renameWorkspace(const QString& name);
   /// Unsaved changes since the last open or save.
   bool isModified() const;
+  /// How the workspace's model and cluster differ from the bundled files of their names (empty:
+  /// they do not, or no bundled file has the name).
+  QStringList bundledDifferences() const;
   /// Where the last session is kept (a workspace document with its plan).
   static QString sessionFilePath();
   /// What closing asks when there are unsaved changes (tests answer without a dialog).
@@ -95,6 +99,8 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   /// .toml (torchtitan, with the schedule CSV beside it).
   bool exportTo(const QString& path, QString* error = nullptr);
   bool exportPlanJson(const QString& path, QString* error = nullptr);
+  /// Export as `format` whatever the path's suffix (what File > Export's dialogs do).
+  bool exportAs(ExportFormat format, const QString& path, QString* error = nullptr);
 #ifdef PIPESTUDIO_HAVE_HISTORY
   /// File > Import Trace: the files as one run (one rank each) into the history dock's database,
   /// aligned with the current plan when there is one; a run aligned op by op is drawn under the
@@ -115,6 +121,7 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void solveNow();
   void pinBaseline();
   std::shared_ptr<const Plan> currentPlan() const override { return m_plan; }
+  std::shared_ptr<const Plan> solvedPlan() const override { return m_settled; }
   std::shared_ptr<const Plan> baselinePlan() const { return m_baseline; }
   /// The last failed solve: its message (in the panel's field names) and, for plans that do
   /// not fit, the per-device diagnosis.
@@ -158,9 +165,11 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void forgetFailure() override;
   void clearPlan(const QString& why) override;
   void solveChangedInputs(const QString& why) override;
+  void noteAdjustedSettings(const QString& note) override;
   void showComparison(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) override;
+  void unpinBaseline(const QString& why) override;
   void showRunAgainstPlan(const MeasuredRunView& run) override;
-  void ensureHistoryOpen() override;
+  bool ensureHistoryOpen(QString* error = nullptr) override;
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -174,7 +183,15 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   void updateDerivedFields();
   void onSolved(std::shared_ptr<const Plan> plan, double elapsedMs);
   void onSolveFailed(const QString& message, std::shared_ptr<const MemoryDiagnosis> diagnosis);
-  void showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const viz::ActivityTrace> activity = nullptr);
+  /// `measured`: the plan is a measured run, not a solve (compared against the solve of the
+  /// settings unless a baseline is pinned).
+  void showPlan(std::shared_ptr<const Plan> plan, std::shared_ptr<const viz::ActivityTrace> activity = nullptr,
+                bool measured = false);
+  /// The Metrics dock's deltas and the compare view: the plan on screen against the pinned
+  /// baseline (a measured run: against the solve of the settings when none is pinned).
+  void showComparisons();
+  /// The settings changed (or were solved: `plan`): what Run Locally and Deploy may run.
+  void setSettled(std::shared_ptr<const Plan> plan);
   void markStale(const QString& why, bool dim = true);
   void setStale(const QString& label, bool dim = true);
   void clearBaseline();
@@ -191,10 +208,13 @@ class MainWindow : public QMainWindow, public MainWindowInterface {
   WorkspaceController* m_workspace = nullptr;
   RunController* m_runs = nullptr;
   MenuController* m_menus = nullptr;
+  QString m_adjusted;  ///< noteAdjustedSettings, said with the next solve's result
   QString m_failure;
   std::shared_ptr<const MemoryDiagnosis> m_diagnosis;
   std::shared_ptr<const Plan> m_plan;
+  std::shared_ptr<const Plan> m_settled;  ///< the solve of the current settings (solvedPlan)
   std::shared_ptr<const Plan> m_baseline;
+  bool m_measuredOnScreen = false;  ///< m_plan is a measured run
 };
 
 }  // namespace pipestudio::gui

@@ -15,6 +15,7 @@
 #include <QToolBar>
 #include <QUndoStack>
 #include <QVBoxLayout>
+#include <array>
 
 #include "RunController.hpp"
 #include "SolveController.hpp"
@@ -85,9 +86,14 @@ MenuController::MenuController(QMainWindow* window, MenuTargets targets)
   buildToolBar();
 }
 
-void MenuController::setPlanActionsEnabled(bool enabled) {
-  if (m_deployAction) m_deployAction->setEnabled(enabled);
-  if (m_runAction) m_runAction->setEnabled(enabled);
+void MenuController::setPlanActionsEnabled(bool enabled, const QString& why) {
+  for (QAction* action : {m_runAction, m_deployAction}) {
+    if (!action) continue;
+    action->setEnabled(enabled);
+    const QString name = action->text().remove(QLatin1Char('&')).remove(QStringLiteral("…"));
+    action->setToolTip(enabled ? name : name + QStringLiteral(": ") + why);
+    action->setStatusTip(enabled ? QString() : why);
+  }
 }
 
 void MenuController::buildFileMenu() {
@@ -109,22 +115,21 @@ void MenuController::buildFileMenu() {
   struct ExportEntry {
     const char* text;
     QKeySequence shortcut;
-    const char* filter;
-    const char* suffix;
+    std::vector<ExportFormat> formats;  ///< the dialog's filters, the first the default
   };
-  const ExportEntry exports[] = {{"Timeline as &PNG…", QKeySequence(Qt::CTRL | Qt::Key_E), "PNG image (*.png)", ".png"},
-                                 {"Timeline as &SVG…", QKeySequence(), "SVG image (*.svg)", ".svg"},
-                                 {"Timeline as P&DF…", QKeySequence(), "PDF document (*.pdf)", ".pdf"},
-                                 {"Plan &JSON…", QKeySequence(), "PipeStudio plan (*.plan.json)", ".plan.json"},
-                                 {"&Chrome Trace (Perfetto)…", QKeySequence(), "Chrome trace (*.json)", ".json"},
-                                 {"Schedule C&SV…", QKeySequence(), "Schedule CSV (*.csv)", ".csv"},
-                                 {"&Megatron-LM Arguments…", QKeySequence(), "Megatron-LM arguments (*.sh)", ".sh"},
-                                 {"&torchtitan Config…", QKeySequence(), "torchtitan TOML (*.toml)", ".toml"}};
+  const std::array<ExportEntry, 8> exports{
+      {{"Timeline as &PNG…", QKeySequence(Qt::CTRL | Qt::Key_E), {ExportFormat::Png}},
+       {"Timeline as &SVG…", QKeySequence(), {ExportFormat::Svg}},
+       {"Timeline as P&DF…", QKeySequence(), {ExportFormat::Pdf}},
+       {"Plan &JSON…", QKeySequence(), {ExportFormat::PlanJson}},
+       {"&Chrome Trace (Perfetto)…", QKeySequence(), {ExportFormat::ChromeTrace}},
+       {"Schedule C&SV…", QKeySequence(), {ExportFormat::ScheduleCsv}},
+       {"&Megatron-LM Arguments…", QKeySequence(), {ExportFormat::Megatron}},
+       // Python for torchtitan main (as pipestudio-cli export writes by default), TOML for v0.2.2.
+       {"&torchtitan Config…", QKeySequence(), {ExportFormat::TorchtitanPython, ExportFormat::TorchtitanToml}}}};
   for (const ExportEntry& e : exports) {
     makeAction(exportMenu, QString::fromUtf8(e.text), e.shortcut, runs,
-               [runs, filter = QString::fromUtf8(e.filter), suffix = QString::fromUtf8(e.suffix)]() {
-                 runs->exportDialog(filter, suffix);
-               });
+               [runs, formats = e.formats]() { runs->exportDialog(formats); });
   }
 #ifdef PIPESTUDIO_HAVE_HISTORY
   makeAction(file, QStringLiteral("&Import Trace…"), QKeySequence(), runs, &RunController::importTraceDialog);
@@ -245,51 +250,51 @@ void MenuController::buildToolBar() {
 
 QString MenuController::shortcutsHtml() {
   QString html = QStringLiteral("<h3>Timeline</h3><table cellspacing='3'>");
-  const std::pair<const char*, const char*> rows[] = {
-      {"Wheel", "zoom time about the cursor"},
-      {"Ctrl+Wheel", "zoom the lanes (taller or more devices)"},
-      {"Shift+Wheel, ↑ / ↓", "scroll the lanes"},
-      {"Shift+↑ / Shift+↓", "zoom the lanes"},
-      {"Drag", "pan"},
-      {"Shift+Drag", "zoom to the rubber band"},
-      {"Ctrl+Drag", "measure a range: duration and idle time per device (Selection dock)"},
-      {"Double-click, 0, Ctrl+0", "fit the whole plan"},
-      {"F", "fit the selection: the selected op and its neighbours, else the measured range, else all"},
-      {"W / S, + / -", "zoom in / out about the mouse"},
-      {"C", "collapse every device to one lane (pipes, streams, transfers) or expand again"},
-      {"A / D, ← / →", "pan left / right"},
-      {"Click", "select an op: dependency chain, arrows to its neighbours, fields in the Selection dock"},
-      {"Ctrl+F", "find ops: “mb 7”, “W”, “vs 12”, “gpu 3”, “F B mb 4-7”; Enter: next match"},
-      {"Esc", "clear selection, search and measurement"},
-      {"Ctrl+K / Ctrl+M", "critical path / memory plot on or off"},
-      {"Memory plot", "hover reads a curve out; click a legend entry to hide or show a GPU"}};
+  const std::array<std::pair<const char*, const char*>, 17> rows{
+      {{"Wheel", "zoom time about the cursor"},
+       {"Ctrl+Wheel", "zoom the lanes (taller or more devices)"},
+       {"Shift+Wheel, ↑ / ↓", "scroll the lanes"},
+       {"Shift+↑ / Shift+↓", "zoom the lanes"},
+       {"Drag", "pan"},
+       {"Shift+Drag", "zoom to the rubber band"},
+       {"Ctrl+Drag", "measure a range: duration and idle time per device (Selection dock)"},
+       {"Double-click, 0, Ctrl+0", "fit the whole plan"},
+       {"F", "fit the selection: the selected op and its neighbours, else the measured range, else all"},
+       {"W / S, + / -", "zoom in / out about the mouse"},
+       {"C", "collapse every device to one lane (pipes, streams, transfers) or expand again"},
+       {"A / D, ← / →", "pan left / right"},
+       {"Click", "select an op: dependency chain, arrows to its neighbours, fields in the Selection dock"},
+       {"Ctrl+F", "find ops: “mb 7”, “W”, “vs 12”, “gpu 3”, “F B mb 4-7”; Enter: next match"},
+       {"Esc", "clear selection, search and measurement"},
+       {"Ctrl+K / Ctrl+M", "critical path / memory plot on or off"},
+       {"Memory plot", "hover reads a curve out; click a legend entry to hide or show a GPU"}}};
   for (const auto& [key, what] : rows)
     html +=
         QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
   html += QStringLiteral("</table><h3>Window</h3><table cellspacing='3'>");
-  const std::pair<const char*, const char*> window[] = {{"F5", "solve"},
-                                                        {"Shift+Esc", "cancel the solve"},
-                                                        {"Ctrl+B", "pin the plan as baseline"},
-                                                        {"Ctrl+R", "run the plan locally"},
-                                                        {"Ctrl+D", "deploy"},
-                                                        {"Ctrl+1 / Ctrl+2", "timeline / compare"},
-                                                        {"Ctrl+S", "save the workspace"},
-                                                        {"Ctrl+E", "export the timeline as PNG"}};
+  const std::array<std::pair<const char*, const char*>, 8> window{{{"F5", "solve"},
+                                                                   {"Shift+Esc", "cancel the solve"},
+                                                                   {"Ctrl+B", "pin the plan as baseline"},
+                                                                   {"Ctrl+R", "run the plan locally"},
+                                                                   {"Ctrl+D", "deploy"},
+                                                                   {"Ctrl+1 / Ctrl+2", "timeline / compare"},
+                                                                   {"Ctrl+S", "save the workspace"},
+                                                                   {"Ctrl+E", "export the timeline as PNG"}}};
   for (const auto& [key, what] : window)
     html +=
         QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
   html += QStringLiteral("</table><h3>Legend</h3><p>");
   const viz::TimelinePalette palette = viz::TimelinePalette::light();
-  const std::pair<viz::ColourSlot, const char*> kinds[] = {
-      {viz::ColourSlot::F, "F forward"},
-      {viz::ColourSlot::B, "B input gradient"},
-      {viz::ColourSlot::W, "W weight gradient"},
-      {viz::ColourSlot::BW, "BW fused backward"},
-      {viz::ColourSlot::N, "N frozen component (“next iteration” when filled across iterations)"},
-      {viz::ColourSlot::S, "S / T vocabulary passes"},
-      {viz::ColourSlot::OPT, "OPT optimizer step"},
-      {viz::ColourSlot::CommForward, "activation transfer (sub-lane under the device)"},
-      {viz::ColourSlot::CommBackward, "gradient transfer"}};
+  const std::array<std::pair<viz::ColourSlot, const char*>, 9> kinds{
+      {{viz::ColourSlot::F, "F forward"},
+       {viz::ColourSlot::B, "B input gradient"},
+       {viz::ColourSlot::W, "W weight gradient"},
+       {viz::ColourSlot::BW, "BW fused backward"},
+       {viz::ColourSlot::N, "N frozen component (“next iteration” when filled across iterations)"},
+       {viz::ColourSlot::S, "S / T vocabulary passes"},
+       {viz::ColourSlot::OPT, "OPT optimizer step"},
+       {viz::ColourSlot::CommForward, "activation transfer (sub-lane under the device)"},
+       {viz::ColourSlot::CommBackward, "gradient transfer"}}};
   for (const auto& [slot, what] : kinds) {
     html += QStringLiteral("<span style='background:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span> %2<br>")
                 .arg(palette.colour(slot).name(), QString::fromUtf8(what));

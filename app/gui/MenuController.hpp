@@ -45,8 +45,9 @@ class MenuController : public QObject {
   /// Plan > Run Locally… and Plan > Deploy… (nullptr where the build lacks them).
   QAction* runLocallyAction() const { return m_runAction; }
   QAction* deployAction() const { return m_deployAction; }
-  /// Actions that need a plan on screen.
-  void setPlanActionsEnabled(bool enabled);
+  /// Actions that run the solve of the current settings (Run Locally, Deploy): disabled, with
+  /// `why` as their tooltip, while there is none.
+  void setPlanActionsEnabled(bool enabled, const QString& why = {});
 
   /// Help > Keyboard, Mouse and Legend: every shortcut and gesture, and the legend (HTML).
   static QString shortcutsHtml();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "GuiText.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -30,7 +31,7 @@ std::int64_t peakOf(const Metrics& m) {
 
 /// " (+3.1 %)" in green when better, red when worse; nothing without a baseline value.
 QString delta(double now, double before, bool lowerIsBetter, const QString& text) {
-  if (before == 0) return QString();
+  if (before == 0) return {};
   const double rel = (now - before) / std::abs(before);
   if (std::abs(rel) < 1e-9) return QStringLiteral(" <span style='color:gray'>(=)</span>");
   const bool better = lowerIsBetter ? rel < 0 : rel > 0;
@@ -50,7 +51,6 @@ QString layoutText(const PlanConfig& c) {
 
 QString extrasText(const Parallelism& par) {
   QStringList extras;
-  if (par.expert > 1) extras << QStringLiteral("EP %1").arg(par.expert);
   if (par.sequenceParallel) extras << QStringLiteral("SP");
   if (par.zeroStage > 0) extras << QStringLiteral("ZeRO %1").arg(par.zeroStage);
   if (par.recompute != Recompute::None)
@@ -102,19 +102,21 @@ MetricsPanel::MetricsPanel(QWidget* parent) : QWidget(parent) {
   split->setSizes({1000, 1000});
 }
 
-void MetricsPanel::setPlans(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> baseline) {
+void MetricsPanel::setPlans(const std::shared_ptr<const Plan>& plan, const std::shared_ptr<const Plan>& baseline,
+                            bool pinned) {
   m_model->setPlan(plan);
   m_breakdown->setPlan(plan);
-  m_summary->setText(summaryHtml(plan.get(), baseline.get()));
+  m_summary->setText(summaryHtml(plan.get(), baseline.get(), pinned));
 }
 
 void MetricsPanel::setStale(const QString& label) {
+  m_breakdown->setDimmed(!label.isEmpty());
   m_stale->setText(label);
   m_stale->setToolTip(label);
   m_stale->setVisible(!label.isEmpty());
 }
 
-QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline) {
+QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline, bool pinned) {
   if (!plan) return QStringLiteral("<i>No plan</i>");
   // A measured run without op ranges has no makespan or bubble of its own to compare (its
   // activity and per-iteration numbers are in the timeline and the Compare tab).
@@ -124,19 +126,35 @@ QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline) {
         "idle time per device and iteration in the Compare tab.</i>");
   const Metrics m = viz::metricsOf(*plan);
   const std::int64_t peak = peakOf(m);
-  const Metrics b = baseline ? viz::metricsOf(*baseline) : Metrics{};
+  // A baseline of another model compares unlike things (a percentage in the millions): named,
+  // no deltas. Measured runs carry no model name and compare with their plan.
+  const bool otherModel = baseline && !baseline->model.name.empty() && !plan->model.name.empty() &&
+                          baseline->model.name != plan->model.name;
+  const Metrics b = baseline && !otherModel ? viz::metricsOf(*baseline) : Metrics{};
   const std::int64_t basePeak = peakOf(b);
-  const bool base = baseline != nullptr;
+  const bool base = baseline != nullptr && !otherModel;
   QString html = QStringLiteral("<table cellspacing='2'>");
   auto row = [&](const QString& name, const QString& value, const QString& d) {
     // A value and its Δ never wrap apart in the narrow dock.
     html += QStringLiteral("<tr><td>%1</td><td align='right' style='white-space:nowrap'><b>%2</b>%3</td></tr>")
                 .arg(name, value, d);
   };
+  // Settings that may run long wrap across both columns (a nowrap cell would widen the table
+  // past the narrow dock and push every number out of sight).
+  auto wideRow = [&](const QString& name, const QString& value) {
+    html += QStringLiteral("<tr><td colspan='2'>%1: <b>%2</b></td></tr>").arg(name, value.toHtmlEscaped());
+  };
   const PlanConfig& c = plan->config;
   row(QStringLiteral("Schedule"), q(c.schedule), QString());
   row(QStringLiteral("Layout"), layoutText(c), QString());
   if (const QString extras = extrasText(c.parallel); !extras.isEmpty()) row(QString(), extras, QString());
+  // Every setting that changes the numbers is on screen: the experts' and the recipe's, and
+  // those the solver panel has no field for.
+  if (const QString moe = moeSettingsText(c); !moe.isEmpty()) wideRow(QStringLiteral("Experts"), moe);
+  if (c.precision != Precision::Bf16)
+    row(QStringLiteral("Precision"), q(std::string(precisionName(c.precision))), QString());
+  if (const QStringList other = hiddenSettings(c); !other.isEmpty())
+    wideRow(QStringLiteral("Also"), other.join(QStringLiteral(" · ")));
   row(QStringLiteral("Makespan"), q(formatMs(m.makespanMs)),
       base ? delta(m.makespanMs, b.makespanMs, true, {}) : QString());
   if (m.iterationMs > 0) {
@@ -165,8 +183,15 @@ QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline) {
       base ? delta(static_cast<double>(peak), static_cast<double>(basePeak), true, {}) : QString());
   row(QStringLiteral("Ops"), QString::number(plan->ops.size()), QString());
   html += QStringLiteral("</table>");
-  if (baseline)
-    html += QStringLiteral("<small>Δ against the pinned baseline (%1)</small>").arg(q(baseline->config.schedule));
+  if (otherModel) {
+    html += QStringLiteral("<small>The baseline is a plan of %1: no Δ against another model</small>")
+                .arg(q(baseline->model.name).toHtmlEscaped());
+  } else if (baseline) {
+    html +=
+        QStringLiteral("<small>Δ against %1 (%2)</small>")
+            .arg(pinned ? QStringLiteral("the pinned baseline") : QStringLiteral("the plan of the current settings"),
+                 q(baseline->config.schedule));
+  }
   return html;
 }
 

@@ -21,14 +21,16 @@ class MetricsPanel : public QWidget {
   Q_OBJECT
  public:
   explicit MetricsPanel(QWidget* parent = nullptr);
-  /// The plan on screen and the pinned baseline (either may be null).
-  void setPlans(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> baseline);
+  /// The plan on screen and what it is compared with (either may be null): the pinned baseline,
+  /// or (`pinned` false) the plan of the current settings a measured run is compared with.
+  void setPlans(const std::shared_ptr<const Plan>& plan, const std::shared_ptr<const Plan>& baseline,
+                bool pinned = true);
   /// The numbers are of a plan that does not match the settings (`label` says why, as the
   /// timeline's banner does): a banner over them; empty clears it.
   void setStale(const QString& label);
   QLabel* staleBanner() const { return m_stale; }
   /// Summary HTML of `plan` against `baseline`.
-  static QString summaryHtml(const Plan* plan, const Plan* baseline);
+  static QString summaryHtml(const Plan* plan, const Plan* baseline, bool pinned = true);
 
   QLabel* summary() const { return m_summary; }
   viz::MetricsModel* model() const { return m_model; }

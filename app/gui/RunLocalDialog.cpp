@@ -93,6 +93,14 @@ void RunLocalDialog::setPlan(std::shared_ptr<const Plan> plan, const QString& na
   m_run->setEnabled(m_plan != nullptr);
 }
 
+void RunLocalDialog::setNoPlan(const QString& why) {
+  if (m_busy) return;
+  m_plan.reset();
+  m_name.clear();
+  m_planLabel->setText(QStringLiteral("none: ") + why);
+  m_run->setEnabled(false);
+}
+
 void RunLocalDialog::start() {
   if (m_busy || !m_plan) return;
   if (m_worker.joinable()) m_worker.join();

@@ -30,6 +30,8 @@ class RunLocalDialog : public QDialog {
 
   /// The plan to run, its name in the history and the database it is recorded in.
   void setPlan(std::shared_ptr<const Plan> plan, const QString& name, const QString& historyPath);
+  /// Nothing to run (the window's settings are not solved): Run is disabled and `why` shown.
+  void setNoPlan(const QString& why);
   /// Starts the run (no-op while one runs or without a plan).
   void start();
   bool busy() const { return m_busy; }

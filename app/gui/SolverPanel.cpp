@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "GuiText.hpp"
+#include "SettingsFit.hpp"
 #include "WheelGuard.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/SequenceSplits.hpp"
@@ -45,6 +46,45 @@ QSpinBox* degreeSpin(QWidget* parent, int max, const QString& tip) {
 }
 
 QString memoryLimitTip() { return QStringLiteral("Per-device memory limit, e.g. 40GiB; empty = the GPU's memory"); }
+
+/// The capacity factor of every MoE layer (--moe-capacity-factor): "model's" (each layer's own,
+/// the value -1), "dropless" (0) or a factor; the arrows step from one to the next.
+class CapacitySpin : public QDoubleSpinBox {
+ public:
+  static constexpr double kModels = -1;
+  explicit CapacitySpin(QWidget* parent) : QDoubleSpinBox(parent) {
+    setRange(kModels, 1000.0);
+    setDecimals(2);
+    setSingleStep(0.25);
+    setSpecialValueText(QStringLiteral("model's"));
+    setValue(kModels);
+  }
+  void stepBy(int steps) override {
+    double v = value();
+    if (v < 0) {
+      if (steps <= 0) return;
+      v = 0;
+      --steps;
+    }
+    const double next = v + steps * singleStep();
+    setValue(next < 0 ? kModels : next);
+  }
+  QString textFromValue(double v) const override {
+    if (v == 0) return QStringLiteral("dropless");
+    return QDoubleSpinBox::textFromValue(v);
+  }
+  double valueFromText(const QString& text) const override {
+    if (QStringLiteral("dropless").startsWith(text.trimmed(), Qt::CaseInsensitive) && !text.trimmed().isEmpty())
+      return 0;
+    return QDoubleSpinBox::valueFromText(text);
+  }
+  QValidator::State validate(QString& text, int& pos) const override {
+    const QString t = text.trimmed();
+    if (t.compare(QStringLiteral("dropless"), Qt::CaseInsensitive) == 0) return QValidator::Acceptable;
+    if (!t.isEmpty() && QStringLiteral("dropless").startsWith(t, Qt::CaseInsensitive)) return QValidator::Intermediate;
+    return QDoubleSpinBox::validate(text, pos);
+  }
+};
 
 }  // namespace
 
@@ -88,6 +128,7 @@ SolverPanel::SolverPanel(QWidget* parent) : QWidget(parent) {
   buildPipelineGroup(this, outer);
   buildParallelGroup(this, outer);
   buildRecipeGroup(this, outer);
+  buildMoeGroup(this, outer);
   buildBatchGroup(this, outer);
   buildButtons(outer);
   outer->addStretch(1);
@@ -145,7 +186,6 @@ void SolverPanel::buildParallelGroup(QWidget* parent, QVBoxLayout* outer) {
   form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   tp = degreeSpin(group, 1024, QStringLiteral("Tensor parallelism T (Megatron): must divide the heads"));
   cp = degreeSpin(group, 1024, QStringLiteral("Context parallelism C (ring attention): the sequence splits over C"));
-  ep = degreeSpin(group, 4096, QStringLiteral("Expert parallelism E inside the data-parallel group (MoE models)"));
   dp = degreeSpin(group, 1 << 20, QStringLiteral("Data-parallel replicas D of the whole pipeline"));
   sequenceParallel = new QCheckBox(QStringLiteral("Sequence parallel"), group);
   sequenceParallel->setToolTip(QStringLiteral("Korthikanti et al. 2022 §4.2.2 (only with TP > 1)"));
@@ -159,7 +199,6 @@ void SolverPanel::buildParallelGroup(QWidget* parent, QVBoxLayout* outer) {
   zero->setToolTip(QStringLiteral("ZeRO stage: 1 = distributed optimizer, 2 = + gradients, 3 = + parameters (FSDP)"));
   form->addRow(QStringLiteral("TP"), tp);
   form->addRow(QStringLiteral("CP"), cp);
-  form->addRow(QStringLiteral("EP"), ep);
   form->addRow(QStringLiteral("DP"), dp);
   form->addRow(sequenceParallel);
   form->addRow(QStringLiteral("Recompute"), recompute);
@@ -191,7 +230,68 @@ void SolverPanel::buildRecipeGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(overlapGradReduce);
   form->addRow(overlapParamGather);
   form->addRow(tpCommOverlap);
+  otherSettings = new QLabel(group);
+  otherSettings->setObjectName(QStringLiteral("SolverOtherSettings"));
+  otherSettings->setWordWrap(true);
+  otherSettings->setTextFormat(Qt::PlainText);
+  otherSettings->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  otherSettings->setToolTip(
+      QStringLiteral("Settings without a field here, kept from the workspace, plan or configuration they came "
+                     "from (pipestudio-cli plan sets them with its flags)"));
+  otherSettings->setVisible(false);
+  form->addRow(otherSettings);
   outer->addWidget(group);
+}
+
+void SolverPanel::buildMoeGroup(QWidget* parent, QVBoxLayout* outer) {
+  // Megatron-Core's MoE knobs (docs/formats.md, the plan's expert settings): each changes the
+  // expert layers' time, so each is on screen (and in the Metrics dock) rather than kept
+  // invisibly from a workspace.
+  moeGroup = new QGroupBox(QStringLiteral("Experts (MoE)"), parent);
+  auto* form = new QFormLayout(moeGroup);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  ep = degreeSpin(moeGroup, 4096,
+                  QStringLiteral("Expert parallelism E (--ep): the experts split over E GPUs of the "
+                                 "pipeline rank's T·C·D (MoE parallel folding)"));
+  etp = new QSpinBox(moeGroup);
+  etp->setRange(0, 1024);
+  etp->setSpecialValueText(QStringLiteral("as TP"));
+  etp->setToolTip(
+      QStringLiteral("Tensor parallelism inside each expert (--etp, Megatron "
+                     "--expert-tensor-parallel-size); ETP·EP must divide T·C·D"));
+  dispatcher = new QComboBox(moeGroup);
+  dispatcher->addItem(QStringLiteral("alltoall"));
+  dispatcher->addItem(QStringLiteral("flex · DeepEP"));
+  dispatcher->addItem(QStringLiteral("flex · HybridEP"));
+  dispatcher->setToolTip(
+      QStringLiteral("Token dispatcher (--moe-token-dispatcher, --moe-flex-backend): alltoall sends every routed "
+                     "copy; flex sends a token once per NVLink domain holding its experts (DeepEP's or HybridEP's "
+                     "kernels)"));
+  capacityFactor = new CapacitySpin(moeGroup);
+  capacityFactor->setToolTip(
+      QStringLiteral("Capacity factor of every MoE layer (--moe-capacity-factor): model's = each layer's own, "
+                     "dropless = no token dropped"));
+  moeA2aOverlap = new QCheckBox(QStringLiteral("Overlap expert all-to-alls"), moeGroup);
+  moeA2aOverlap->setToolTip(
+      QStringLiteral("--moe-a2a-overlap (Megatron --overlap-moe-expert-parallel-comm): one microbatch's "
+                     "all-to-alls under another's compute"));
+  sharedExpertOverlap = new QCheckBox(QStringLiteral("Overlap shared experts"), moeGroup);
+  sharedExpertOverlap->setToolTip(
+      QStringLiteral("--moe-shared-expert-overlap: the shared experts computed while tokens are dispatched"));
+  moeCommSms = new QSpinBox(moeGroup);
+  moeCommSms->setRange(0, 1024);
+  moeCommSms->setSpecialValueText(QStringLiteral("default"));
+  moeCommSms->setToolTip(
+      QStringLiteral("SMs the expert all-to-all kernels occupy (--moe-comm-sms; default: 20 for flex, NCCL's 32 "
+                     "channels for alltoall)"));
+  form->addRow(QStringLiteral("EP"), ep);
+  form->addRow(QStringLiteral("ETP"), etp);
+  form->addRow(QStringLiteral("Dispatcher"), dispatcher);
+  form->addRow(QStringLiteral("Capacity factor"), capacityFactor);
+  form->addRow(moeA2aOverlap);
+  form->addRow(sharedExpertOverlap);
+  form->addRow(QStringLiteral("All-to-all SMs"), moeCommSms);
+  outer->addWidget(moeGroup);
 }
 
 void SolverPanel::buildBatchGroup(QWidget* parent, QVBoxLayout* outer) {
@@ -240,8 +340,8 @@ void SolverPanel::buildButtons(QVBoxLayout* outer) {
   message->setWordWrap(true);
   message->setTextFormat(Qt::PlainText);
   message->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  // One summary line (wrapped to at most three); the panel never grows with a long message.
-  message->setMaximumHeight(3 * message->fontMetrics().lineSpacing() + 4);
+  // One summary (wrapped to at most five lines); the whole message is behind Details….
+  message->setMaximumHeight(5 * message->fontMetrics().lineSpacing() + 4);
   message->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   details = new QPushButton(QStringLiteral("Details…"), this);
   details->setVisible(false);
@@ -262,17 +362,19 @@ void SolverPanel::connectFields() {
     if (!m_loading && schedule->currentData().toString() != QLatin1String(kAuto))
       m_explicitSchedule = schedule->currentData().toString();
   });
-  const std::array<std::pair<QComboBox*, const char*>, 6> combos{{{schedule, "Schedule"},
+  connect(schedule, &QComboBox::currentTextChanged, this, &SolverPanel::onScheduleEdited);
+  const std::array<std::pair<QComboBox*, const char*>, 7> combos{{{schedule, "Schedule"},
                                                                   {fill, "Fill"},
                                                                   {recompute, "Recompute"},
                                                                   {zero, "ZeRO"},
                                                                   {precision, "Precision"},
-                                                                  {optimizerSync, "Optimizer sync"}}};
+                                                                  {optimizerSync, "Optimizer sync"},
+                                                                  {dispatcher, "Dispatcher"}}};
   for (const auto& [combo, name] : combos) {
     connect(combo, &QComboBox::currentTextChanged, this,
             [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
-  const std::array<std::pair<QSpinBox*, const char*>, 10> spins{{{devices, "Devices"},
+  const std::array<std::pair<QSpinBox*, const char*>, 12> spins{{{devices, "Devices"},
                                                                  {microbatches, "Microbatches"},
                                                                  {chunks, "Chunks / device"},
                                                                  {seqSplits, "Sequence splits"},
@@ -281,19 +383,25 @@ void SolverPanel::connectFields() {
                                                                  {ep, "EP"},
                                                                  {dp, "DP"},
                                                                  {globalBatch, "Global batch"},
-                                                                 {microBatchSize, "Micro-batch size"}}};
+                                                                 {microBatchSize, "Micro-batch size"},
+                                                                 {etp, "ETP"},
+                                                                 {moeCommSms, "All-to-all SMs"}}};
   for (const auto& [spin, name] : spins) {
     connect(spin, &QSpinBox::valueChanged, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
-  const std::array<std::pair<QCheckBox*, const char*>, 4> boxes{{{sequenceParallel, "Sequence parallel"},
+  const std::array<std::pair<QCheckBox*, const char*>, 6> boxes{{{sequenceParallel, "Sequence parallel"},
                                                                  {overlapGradReduce, "Overlap gradient reduce"},
                                                                  {overlapParamGather, "Overlap parameter gather"},
-                                                                 {tpCommOverlap, "Overlap TP communication"}}};
+                                                                 {tpCommOverlap, "Overlap TP communication"},
+                                                                 {moeA2aOverlap, "Overlap expert all-to-alls"},
+                                                                 {sharedExpertOverlap, "Overlap shared experts"}}};
   for (const auto& [box, name] : boxes) {
     connect(box, &QCheckBox::toggled, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
   }
   connect(offloadRatio, &QDoubleSpinBox::valueChanged, this,
           [this]() { onFieldEdited(QStringLiteral("Offload ratio")); });
+  connect(capacityFactor, &QDoubleSpinBox::valueChanged, this,
+          [this]() { onFieldEdited(QStringLiteral("Capacity factor")); });
   connect(memoryLimit, &QLineEdit::editingFinished, this, [this]() {
     // editingFinished also fires on focus loss without a change: only a change is an edit.
     if (memoryLimit->text() != m_shown.memoryLimitText) onFieldEdited(QStringLiteral("Memory limit"));
@@ -334,6 +442,14 @@ PlanConfig SolverPanel::config() const {
   par.overlapGradReduce = overlapGradReduce->isChecked();
   par.overlapParamGather = overlapParamGather->isChecked();
   par.tpCommOverlap = tpCommOverlap->isChecked();
+  par.expertTensor = etp->value();
+  par.moeFlexDispatcher = dispatcher->currentIndex() > 0;
+  par.moeFlexBackend = dispatcher->currentIndex() == 2 ? FlexBackend::HybridEp : FlexBackend::DeepEp;
+  par.moeCapacityFactor.reset();
+  if (capacityFactor->value() >= 0) par.moeCapacityFactor = capacityFactor->value();
+  par.moeA2aOverlap = moeA2aOverlap->isChecked();
+  par.moeSharedExpertOverlap = sharedExpertOverlap->isChecked();
+  par.moeCommSms = moeCommSms->value();
   if (globalBatch->value() > 0) c.globalBatch = globalBatch->value();
   if (microBatchSize->value() > 0) c.microBatchSize = microBatchSize->value();
   c.optimizerSync = optimizerSync->currentText().toStdString();
@@ -387,6 +503,12 @@ void SolverPanel::setConfig(const PlanConfig& c) {
   overlapGradReduce->setChecked(par.overlapGradReduce);
   overlapParamGather->setChecked(par.overlapParamGather);
   tpCommOverlap->setChecked(par.tpCommOverlap);
+  etp->setValue(std::clamp(par.expertTensor, 0, etp->maximum()));
+  dispatcher->setCurrentIndex(!par.moeFlexDispatcher ? 0 : par.moeFlexBackend == FlexBackend::HybridEp ? 2 : 1);
+  capacityFactor->setValue(par.moeCapacityFactor ? std::max(0.0, *par.moeCapacityFactor) : CapacitySpin::kModels);
+  moeA2aOverlap->setChecked(par.moeA2aOverlap);
+  sharedExpertOverlap->setChecked(par.moeSharedExpertOverlap);
+  moeCommSms->setValue(std::clamp(par.moeCommSms, 0, moeCommSms->maximum()));
   globalBatch->setValue(c.globalBatch ? static_cast<int>(std::min<std::int64_t>(*c.globalBatch, kMaxGlobalBatch)) : 0);
   microBatchSize->setValue(
       c.microBatchSize ? static_cast<int>(std::min<std::int64_t>(*c.microBatchSize, kMaxMicroBatchSize)) : 0);
@@ -398,6 +520,26 @@ void SolverPanel::setConfig(const PlanConfig& c) {
   memoryLimit->setToolTip(memoryLimitTip());
   m_loading = wasLoading;
   m_shown = state();
+  updateOtherSettings();
+}
+
+void SolverPanel::updateOtherSettings() {
+  const QStringList other = hiddenSettings(m_base);
+  otherSettings->setText(QStringLiteral("Also set: ") + other.join(QStringLiteral(" · ")));
+  otherSettings->setVisible(!other.isEmpty());
+}
+
+void SolverPanel::onScheduleEdited() {
+  if (m_loading || schedule->currentData().toString() == QLatin1String(kAuto)) return;
+  PlanConfig c = config();
+  const QString note = fitChunksToSchedule(c, m_shown.config.schedule);
+  if (note.isEmpty()) return;
+  // The chunk count changes in the same undo step as the schedule (onFieldEdited follows).
+  const bool wasLoading = m_loading;
+  m_loading = true;
+  chunks->setValue(c.chunksPerDevice);
+  m_loading = wasLoading;
+  Q_EMIT settingAdjusted(note);
 }
 
 void SolverPanel::loadConfig(const PlanConfig& config, const QString& what) {
@@ -473,7 +615,17 @@ void SolverPanel::onFieldEdited(const QString& field) {
                                      QStringLiteral("Micro-batch size"),
                                      QStringLiteral("Optimizer sync"),
                                      QStringLiteral("Sequence splits"),
-                                     QStringLiteral("Offload ratio")};
+                                     QStringLiteral("Offload ratio"),
+                                     QStringLiteral("Precision"),
+                                     QStringLiteral("Overlap gradient reduce"),
+                                     QStringLiteral("Overlap parameter gather"),
+                                     QStringLiteral("Overlap TP communication"),
+                                     QStringLiteral("ETP"),
+                                     QStringLiteral("Dispatcher"),
+                                     QStringLiteral("Capacity factor"),
+                                     QStringLiteral("Overlap expert all-to-alls"),
+                                     QStringLiteral("Overlap shared experts"),
+                                     QStringLiteral("All-to-all SMs")};
     m_undo->push(new SolverPanelEdit(this, static_cast<int>(kFields.indexOf(field)),
                                      QStringLiteral("change %1").arg(field), m_shown, after));
   }
@@ -489,8 +641,12 @@ std::optional<QString> SolverPanel::memoryLimitProblem() const {
   return QStringLiteral("'%1' is not a size (expected e.g. 40GiB, 80GB or bytes)").arg(limit);
 }
 
-void SolverPanel::updateDerivedFields(std::int64_t samplesPerMicrobatch) {
+void SolverPanel::updateDerivedFields(std::int64_t samplesPerMicrobatch, bool modelHasExperts) {
   const bool fromBatch = globalBatch->value() > 0;
+  // A dense model has no expert layers: the group stays readable (what a workspace holds) but
+  // greyed, and the window resets it when such a model is opened.
+  moeGroup->setEnabled(modelHasExperts || ep->value() > 1);
+  moeGroup->setToolTip(modelHasExperts ? QString() : QStringLiteral("The model has no mixture-of-experts layers"));
   microbatches->setEnabled(!fromBatch);
   sequenceParallel->setEnabled(tp->value() > 1);
   tpCommOverlap->setEnabled(tp->value() > 1);
@@ -514,7 +670,7 @@ void SolverPanel::updateDerivedFields(std::int64_t samplesPerMicrobatch) {
 // --- state of a solve ----------------------------------------------------------------------
 
 void SolverPanel::setMessage(const QString& text, bool error, bool showDetails) {
-  message->setText(firstLine(text));
+  message->setText(summaryLine(text));
   message->setToolTip(text);
   message->setStyleSheet(error ? QStringLiteral("QLabel { color: #e53935; }") : QString());
   details->setVisible(showDetails);

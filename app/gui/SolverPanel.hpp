@@ -23,6 +23,7 @@ class QLabel;
 class QCheckBox;
 class QUndoStack;
 class QVBoxLayout;
+class QGroupBox;
 
 namespace pipestudio::gui {
 
@@ -46,8 +47,8 @@ class SolverPanel : public QWidget {
   std::optional<QString> memoryLimitProblem() const;
   /// Enables and fills the fields derived from others: Microbatches from Global batch /
   /// (Micro-batch size × DP) with `samplesPerMicrobatch` as the model's micro-batch size;
-  /// Sequence parallel only with TP > 1.
-  void updateDerivedFields(std::int64_t samplesPerMicrobatch);
+  /// Sequence parallel only with TP > 1; the expert settings only for a model with experts.
+  void updateDerivedFields(std::int64_t samplesPerMicrobatch, bool modelHasExperts = true);
   /// The DiffusionPipe partition chose `schedule`: the "auto" entry names it.
   void showChosenSchedule(const QString& schedule);
 
@@ -84,6 +85,16 @@ class SolverPanel : public QWidget {
   QCheckBox* overlapGradReduce = nullptr;
   QCheckBox* overlapParamGather = nullptr;
   QCheckBox* tpCommOverlap = nullptr;
+  // Mixture of experts (issue 47): the expert settings of Parallelism, enabled for MoE models.
+  QGroupBox* moeGroup = nullptr;
+  QSpinBox* etp = nullptr;                   ///< 0: as TP (Megatron's default)
+  QComboBox* dispatcher = nullptr;           ///< alltoall, flex (DeepEP), flex (HybridEP)
+  QDoubleSpinBox* capacityFactor = nullptr;  ///< kModelsCapacity: each layer's own; 0: dropless
+  QCheckBox* moeA2aOverlap = nullptr;
+  QCheckBox* sharedExpertOverlap = nullptr;
+  QSpinBox* moeCommSms = nullptr;  ///< 0: the dispatcher's default
+  /// Settings the panel has no field for, when a workspace or the Configure dock set them.
+  QLabel* otherSettings = nullptr;
   QSpinBox* globalBatch = nullptr;     ///< 0: off (the microbatch count is given directly)
   QSpinBox* microBatchSize = nullptr;  ///< 0: the model's samples per microbatch
   QComboBox* optimizerSync = nullptr;
@@ -100,6 +111,9 @@ class SolverPanel : public QWidget {
   void solveRequested();
   void cancelRequested();
   void detailsRequested();
+  /// The panel changed a setting along with the user's edit (the chunk count on a schedule
+  /// switch): what and why, for the window to say.
+  void settingAdjusted(const QString& note);
 
  private:
   /// What an undo step restores: the config and the Memory limit text as typed (which may not
@@ -114,9 +128,14 @@ class SolverPanel : public QWidget {
   void onPartitionChanged();
   /// A field changed: one undo step named after it, then configEdited.
   void onFieldEdited(const QString& field);
+  /// The user picked another schedule: the chunk count follows it where it was the old
+  /// schedule's default or the new one refuses it (noted through settingAdjusted).
+  void onScheduleEdited();
+  void updateOtherSettings();
   void buildPipelineGroup(QWidget* parent, QVBoxLayout* outer);
   void buildParallelGroup(QWidget* parent, QVBoxLayout* outer);
   void buildRecipeGroup(QWidget* parent, QVBoxLayout* outer);
+  void buildMoeGroup(QWidget* parent, QVBoxLayout* outer);
   void buildBatchGroup(QWidget* parent, QVBoxLayout* outer);
   void buildButtons(QVBoxLayout* outer);
   void connectFields();

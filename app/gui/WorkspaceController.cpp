@@ -14,10 +14,13 @@
 #include <QUndoStack>
 #include <algorithm>
 
+#include "BundledFiles.hpp"
 #include "Docks.hpp"
 #include "GuiText.hpp"
 #include "MainWindowInterface.hpp"
+#include "SettingsFit.hpp"
 #include "SolverPanel.hpp"
+#include "pipestudio/model/ModelIO.hpp"
 
 namespace pipestudio::gui {
 
@@ -31,7 +34,9 @@ QString q(const std::string& s) { return QString::fromStdString(s); }
 
 WorkspaceController::WorkspaceController(QMainWindow* window, MainWindowInterface& host, Docks& docks, QUndoStack* undo,
                                          QTabWidget* tabs)
-    : QObject(window), m_window(window), m_host(host), m_docks(docks), m_undo(undo), m_tabs(tabs) {}
+    : QObject(window), m_window(window), m_host(host), m_docks(docks), m_undo(undo), m_tabs(tabs) {
+  connect(&m_docks, &Docks::bundledFileRequested, this, &WorkspaceController::useBundledFile);
+}
 
 Workspace WorkspaceController::current() const {
   Workspace ws;
@@ -40,9 +45,9 @@ Workspace WorkspaceController::current() const {
   ws.model = m_docks.modelSpec();
   ws.cluster = m_docks.clusterSpec();
   ws.solver = m_docks.solverPanel()->config();
-  // A plan that no longer matches the settings is not saved with them (it would reopen as if
-  // it were their solve).
-  if (auto plan = m_host.currentPlan(); plan && m_host.planMatchesSettings()) ws.plan = *plan;
+  // Only the solve of these settings is saved with them (a dimmed last good plan or a measured
+  // run on screen would reopen as if it were their solve).
+  if (auto plan = m_host.solvedPlan()) ws.plan = *plan;
   return ws;
 }
 
@@ -55,7 +60,9 @@ void WorkspaceController::setWorkspace(const Workspace& ws, const QString& path)
   m_docks.setClusterSpec(ws.cluster);
   m_docks.solverPanel()->setConfig(ws.solver);
   m_host.forgetFailure();
+  m_host.unpinBaseline(QString());
   setClean();
+  checkAgainstBundledFiles(true);
   if (ws.plan) {
     m_host.showSettledPlan(std::make_shared<const Plan>(*ws.plan));
     m_host.setStatus(QStringLiteral("Opened %1").arg(path.isEmpty() ? QStringLiteral("the workspace") : path));
@@ -65,6 +72,7 @@ void WorkspaceController::setWorkspace(const Workspace& ws, const QString& path)
 }
 
 bool WorkspaceController::openDefaultWorkspace() {
+  if (!confirmReplace(QStringLiteral("opening the default workspace"))) return false;
   const QString path = QStringLiteral(":/workspaces/default.pipestudio");
   QFile file(path);
   if (!file.open(QIODevice::ReadOnly)) {
@@ -141,7 +149,7 @@ bool WorkspaceController::openFromCommandLine(const QString& path) {
       new QMessageBox(QMessageBox::Critical, QStringLiteral("Cannot open file"),
                       QStringLiteral("PipeStudio could not open %1.").arg(path), QMessageBox::Ok, m_window);
   m_openErrorBox->setObjectName(QStringLiteral("OpenErrorBox"));
-  m_openErrorBox->setInformativeText(firstLine(error));
+  m_openErrorBox->setInformativeText(summaryLine(error));
   m_openErrorBox->setDetailedText(error);
   m_openErrorBox->setAttribute(Qt::WA_DeleteOnClose);
   connect(m_openErrorBox, &QObject::destroyed, this, [this]() { m_openErrorBox = nullptr; });
@@ -154,23 +162,36 @@ bool WorkspaceController::openFile(const QString& path, QString* error, bool qui
   if (!doc) {
     const QString message = q(doc.message());
     if (error) *error = message;
-    m_host.setStatus(firstLine(message), true);
+    m_host.setStatus(summaryLine(message), true);
     if (!quiet) QMessageBox::warning(m_window, QStringLiteral("Cannot open file"), message);
     return false;
   }
+  // A workspace or plan replaces what the window holds: unsaved edits are asked about first. A
+  // model or cluster goes into the workspace (which stays modified), a trace beside it.
+  const bool replaces = doc->kind == DocumentKind::Workspace || doc->kind == DocumentKind::Plan;
+  if (replaces && !confirmReplace(QStringLiteral("opening %1").arg(QFileInfo(path).fileName()))) {
+    if (error) *error = QStringLiteral("Open cancelled: the unsaved changes are kept");
+    return false;
+  }
+  const ModelSpec previous = m_docks.modelSpec();
   switch (doc->kind) {
     case DocumentKind::Workspace:
       setWorkspace(*doc->workspace, path);
       QSettings().setValue(QStringLiteral("session/lastWorkspace"), QFileInfo(path).absoluteFilePath());
       break;
     case DocumentKind::Model:
+      // The undo steps so far are cell edits of the previous model (row, column): undone on
+      // this one they would write into the wrong layers.
+      m_undo->clear();
       m_docks.setModelSpec(*doc->model);
       followContent();
       markModified();
       m_host.setStatus(QStringLiteral("Model %1 loaded").arg(q(doc->model->name)));
+      modelReplaced(previous);
       m_host.solveChangedInputs(QStringLiteral("model %1 opened: solving…").arg(q(doc->model->name)));
       break;
     case DocumentKind::Cluster:
+      m_undo->clear();
       m_docks.setClusterSpec(*doc->cluster);
       followContent();
       markModified();
@@ -182,6 +203,8 @@ bool WorkspaceController::openFile(const QString& path, QString* error, bool qui
       m_docks.setClusterSpec(doc->plan->cluster);
       followContent();
       m_docks.solverPanel()->setConfig(doc->plan->config);
+      if (previous.name != doc->plan->model.name) m_host.unpinBaseline(QString());
+      checkAgainstBundledFiles(true);
       m_host.showSettledPlan(std::make_shared<const Plan>(*doc->plan));
       m_host.setStatus(QStringLiteral("Plan %1 opened").arg(path));
       break;
@@ -240,22 +263,101 @@ bool WorkspaceController::saveDialog(bool saveAs) {
   return true;
 }
 
+QMessageBox::StandardButton WorkspaceController::askUnsaved(const QString& what) {
+  if (m_askUnsaved) return m_askUnsaved();
+  return QMessageBox::question(m_window, QStringLiteral("Unsaved changes"),
+                               QStringLiteral("The workspace has unsaved changes. Save them before %1?").arg(what),
+                               QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+}
+
 bool WorkspaceController::confirmClose() {
   bool discard = false;
   if (m_dirty) {
-    const QMessageBox::StandardButton answer =
-        m_askUnsaved
-            ? m_askUnsaved()
-            : QMessageBox::question(m_window, QStringLiteral("Unsaved changes"),
-                                    QStringLiteral("The workspace has unsaved changes. Save them before "
-                                                   "quitting?"),
-                                    QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+    const QMessageBox::StandardButton answer = askUnsaved(QStringLiteral("quitting"));
     if (answer == QMessageBox::Cancel) return false;
     if (answer == QMessageBox::Save && !saveDialog(false)) return false;
     discard = answer == QMessageBox::Discard;
   }
   writeSession(discard);
   return true;
+}
+
+bool WorkspaceController::confirmReplace(const QString& what) {
+  if (!m_dirty) return true;
+  const QMessageBox::StandardButton answer = askUnsaved(what);
+  if (answer == QMessageBox::Save && saveDialog(false)) return true;
+  if (answer == QMessageBox::Discard) return true;
+  m_host.setStatus(QStringLiteral("Not %1: the unsaved changes are kept").arg(what));
+  return false;
+}
+
+void WorkspaceController::modelReplaced(const ModelSpec& previous) {
+  const ModelSpec model = m_docks.modelSpec();
+  if (previous.name != model.name) {
+    m_host.unpinBaseline(QStringLiteral("Baseline unpinned: it was a plan of %1").arg(q(previous.name)));
+  }
+  // The previous model's settings where they still apply; the others changed and named.
+  SolverPanel* panel = m_docks.solverPanel();
+  const FittedSettings fit = fitSettingsToModel(panel->config(), model, m_docks.clusterSpec());
+  if (!fit.changes.isEmpty()) {
+    panel->setConfig(fit.config);
+    m_host.noteAdjustedSettings(QStringLiteral("for %1: ").arg(q(model.name)) + fit.changes.join(QStringLiteral("; ")));
+  }
+  if (!fit.kept.isEmpty()) {
+    m_host.noteAdjustedSettings(
+        QStringLiteral("the settings of %1 were kept, but do not fit %2").arg(q(previous.name), q(model.name)));
+  }
+}
+
+void WorkspaceController::useBundledFile(bool model) {
+  QString what;
+  m_undo->clear();  // the steps so far edit the copy being replaced
+  if (model) {
+    const auto file = bundledModel(m_docks.modelSpec().name);
+    if (!file || !file->model) return;
+    m_docks.setModelSpec(*file->model);
+    what = file->fileName;
+  } else {
+    const auto file = bundledCluster(m_docks.clusterSpec().name);
+    if (!file || !file->cluster) return;
+    m_docks.setClusterSpec(*file->cluster);
+    what = file->fileName;
+  }
+  markModified();
+  m_host.setStatus(QStringLiteral("Replaced the workspace's copy with the bundled %1").arg(what));
+  m_host.solveChangedInputs(QStringLiteral("the bundled %1: solving…").arg(what));
+}
+
+void WorkspaceController::checkAgainstBundledFiles(bool announce) {
+  // A workspace embeds its model and cluster: a copy under a bundled file's name that differs
+  // from the file plans differently from `pipestudio-cli plan --cluster FILE`. Say so.
+  m_bundledDifferences.clear();
+  QString modelNote;
+  QString clusterNote;
+  const ModelSpec model = m_docks.modelSpec();
+  if (auto file = bundledModel(model.name)) {
+    const QStringList diff = jsonDifferences(file->json, modelToJson(model), 3);
+    if (!diff.isEmpty()) {
+      modelNote =
+          QStringLiteral("differs from the bundled %1: %2").arg(file->fileName, diff.join(QStringLiteral("; ")));
+      m_bundledDifferences << QStringLiteral("the model '%1' %2").arg(q(model.name), modelNote);
+    }
+  }
+  const ClusterSpec cluster = m_docks.clusterSpec();
+  if (auto file = bundledCluster(cluster.name)) {
+    const QStringList diff = jsonDifferences(file->json, clusterToJson(cluster), 3);
+    if (!diff.isEmpty()) {
+      clusterNote =
+          QStringLiteral("differs from the bundled %1: %2").arg(file->fileName, diff.join(QStringLiteral("; ")));
+      m_bundledDifferences << QStringLiteral("the cluster '%1' %2").arg(q(cluster.name), clusterNote);
+    }
+  }
+  m_docks.setBundledNotes(modelNote, clusterNote);
+  updateTitle();
+  if (announce && !m_bundledDifferences.isEmpty()) {
+    m_host.setStatus(QStringLiteral("Not the bundled files: ") + m_bundledDifferences.join(QStringLiteral(" · ")),
+                     true);
+  }
 }
 
 // --- name, title and recent files -------------------------------------------------------------
@@ -295,7 +397,8 @@ void WorkspaceController::renameDialog() {
 
 void WorkspaceController::markModified() {
   m_dirty = true;
-  updateTitle();
+  // An edited model or cluster is no longer the bundled file it may have been opened from.
+  checkAgainstBundledFiles(false);
 }
 
 void WorkspaceController::setClean() {
@@ -309,8 +412,15 @@ void WorkspaceController::updateTitle() {
                            ? QFileInfo(m_path).fileName()
                            : (m_name.isEmpty() ? QStringLiteral("untitled") : m_name + QStringLiteral(" (not saved)"));
   QStringList what;
-  if (const std::string model = m_docks.modelSpec().name; !model.empty()) what << q(model);
-  if (const std::string cluster = m_docks.clusterSpec().name; !cluster.empty()) what << q(cluster);
+  const bool modelCopy = std::any_of(m_bundledDifferences.begin(), m_bundledDifferences.end(),
+                                     [](const QString& d) { return d.startsWith(QStringLiteral("the model")); });
+  const bool clusterCopy = std::any_of(m_bundledDifferences.begin(), m_bundledDifferences.end(),
+                                       [](const QString& d) { return d.startsWith(QStringLiteral("the cluster")); });
+  const QString copy = QStringLiteral(" (not the bundled file)");
+  if (const std::string model = m_docks.modelSpec().name; !model.empty())
+    what << q(model) + (modelCopy ? copy : QString());
+  if (const std::string cluster = m_docks.clusterSpec().name; !cluster.empty())
+    what << q(cluster) + (clusterCopy ? copy : QString());
   const QString head = what.isEmpty() ? QString() : what.join(QStringLiteral(" · ")) + QStringLiteral(" — ");
   m_window->setWindowTitle(QStringLiteral("%1%2[*] — PipeStudio").arg(head, file));
   m_window->setWindowModified(m_dirty);

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "Workspace.hpp"
+#include "pipestudio/model/Model.hpp"
 
 class QMainWindow;
 class QMenu;
@@ -44,6 +45,15 @@ class WorkspaceController : public QObject {
   /// Asks about unsaved changes (Save / Discard / Cancel) and writes the session: false when
   /// the window must stay open.
   bool confirmClose();
+  /// Before the workspace is replaced (File > Open of a workspace or plan, Open Recent, Open
+  /// Default Workspace): asks about unsaved changes; false when the user cancelled (or the save
+  /// failed), and the edits stay. `what` names the action ("opening x.pipestudio").
+  bool confirmReplace(const QString& what);
+  /// What the window says about the workspace's model and cluster against the bundled files
+  /// of the same names: empty when they match or no bundled file has the name, else one line
+  /// per differing document ("the workspace's cluster '1x8 A100' differs from the bundled
+  /// a100-1x8-nvlink.json: gpu/efficiency 0.5 (bundled: 0.71)").
+  QStringList bundledDifferences() const { return m_bundledDifferences; }
 
   QString path() const { return m_path; }
   /// The workspace's name: what runs of its plans are recorded under, the title of an unsaved
@@ -72,6 +82,17 @@ class WorkspaceController : public QObject {
   void addRecentFile(const QString& path);
   void rebuildRecentMenu();
   void writeSession(bool discardEdits);
+  /// Asks Save / Discard / Cancel about unsaved changes before `what`.
+  QMessageBox::StandardButton askUnsaved(const QString& what);
+  /// Compares the editors' model and cluster with the bundled files of the same names and marks
+  /// a copy that differs (the title, the docks' titles; `announce`: the status line too).
+  void checkAgainstBundledFiles(bool announce);
+  /// A model replaced the previous one: settings fitted to it, the pinned baseline and the
+  /// Configure dock's results (of the previous model) let go.
+  void modelReplaced(const ModelSpec& previous);
+  /// "Use the bundled file": the bundled model (or cluster) of the editors' name replaces the
+  /// workspace's copy, and the settings are solved again.
+  void useBundledFile(bool model);
 
   QMainWindow* m_window;
   MainWindowInterface& m_host;
@@ -85,6 +106,7 @@ class WorkspaceController : public QObject {
   bool m_dirty = false;
   bool m_named = false;
   std::function<QMessageBox::StandardButton()> m_askUnsaved;
+  QStringList m_bundledDifferences;
 };
 
 }  // namespace pipestudio::gui

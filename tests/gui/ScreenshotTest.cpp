@@ -172,6 +172,42 @@ TEST(Screenshots, ConfigureDock) {
   EXPECT_GT(distinctColours(image), 20);
 }
 
+TEST(Screenshots, MixtureOfExpertsSettings) {
+  // Qwen3-30B-A3B on 32 H100s with the flex dispatcher and both overlaps: the solver panel's
+  // Experts group and the Metrics dock that names them.
+  auto window = freshWindow();
+  Workspace ws;
+  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/qwen3-30b-a3b.json");
+  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  ASSERT_TRUE(model && cluster);
+  ws.name = "Qwen3-30B-A3B on 4x8 H100";
+  ws.model = *model;
+  ws.cluster = *cluster;
+  ws.solver.schedule = "1f1b";
+  ws.solver.devices = 4;
+  ws.solver.globalBatch = 256;
+  ws.solver.parallel.data = 8;
+  ws.solver.parallel.expert = 8;
+  ws.solver.parallel.expertTensor = 1;
+  ws.solver.parallel.zeroStage = 1;
+  ws.solver.parallel.recompute = Recompute::Full;
+  ws.solver.parallel.moeFlexDispatcher = true;
+  ws.solver.parallel.moeA2aOverlap = true;
+  ws.solver.parallel.moeSharedExpertOverlap = true;
+  ws.solver.parallel.moeCapacityFactor = 1.25;
+  window->setWorkspace(ws, QString());
+  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  ASSERT_TRUE(window->solvedPlan()) << window->lastFailure().toStdString();
+  grabWindow(*window);
+  auto* panel = window->findChild<QWidget*>(QStringLiteral("SolverPanel"));
+  ASSERT_NE(panel, nullptr);
+  const QImage solver = panel->grab().toImage();
+  ASSERT_TRUE(solver.save(screenshotDir() + QStringLiteral("/solver-moe.png")));
+  const QImage image = grabWindow(*window);
+  ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/window-moe.png")));
+  EXPECT_GT(distinctColours(image), 20);
+}
+
 TEST(Screenshots, ProfilerTraceAgainstItsPlan) {
   // Two ranks of HolisticTraceAnalysis' sampled PyTorch profiler trace (no PP: annotations)
   // imported against a two-device plan: activity per stream, two ProfilerSteps, per-iteration

@@ -9,6 +9,7 @@
 #include <QSignalSpy>
 #include <QTest>
 #include <QWheelEvent>
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -416,7 +417,7 @@ TEST_F(TimelineViewTest, ManyLanesStayLegibleWithLaneZoomAndScrolling) {
 }
 
 TEST_F(TimelineViewTest, MemoryPlotReadsOutHighlightsAndTogglesCurves) {
-  view->setMemoryLimit(80LL << 30);  // far above the synthetic peaks: still drawn
+  view->setMemoryLimit(80LL << 30);  // far above the synthetic peaks: named, off the scale
   view->plot()->replot(QCustomPlot::rpImmediateRefresh);
   ASSERT_EQ(view->memoryGraphs().size(), 4u);
   const MemoryTimeline memory = memoryTimeline(*plan);
@@ -441,8 +442,19 @@ TEST_F(TimelineViewTest, MemoryPlotReadsOutHighlightsAndTogglesCurves) {
   EXPECT_FALSE(view->memoryGraphs()[2]->visible());
   EXPECT_FALSE(
       view->memoryReadout(QPointF(key->coordToPixel(t), value->coordToPixel(gib))).startsWith(QStringLiteral("GPU 2")));
-  // The limit line is drawn and on the scale even when far above the curves.
-  EXPECT_GE(value->range().upper, 80.0);
+  // A limit far above the curves does not flatten them: the scale fits the curves and the
+  // limit is named above it. Near the peak, the limit joins the scale.
+  double peakGiB = 0;
+  for (const auto& device : memory.devices) {
+    for (const MemoryPoint& p : device) peakGiB = std::max(peakGiB, static_cast<double>(p.bytes) / (1 << 30));
+  }
+  EXPECT_LT(value->range().upper, 2 * peakGiB);
+  EXPECT_TRUE(view->memoryLimitLabel().contains(QStringLiteral("above the scale")))
+      << view->memoryLimitLabel().toStdString();
+  view->setMemoryLimit(static_cast<std::int64_t>(1.2 * peakGiB * (1 << 30)));
+  EXPECT_GE(value->range().upper, 1.2 * peakGiB);
+  EXPECT_TRUE(view->memoryLimitLabel().startsWith(QStringLiteral("limit "))) << view->memoryLimitLabel().toStdString();
+  EXPECT_FALSE(view->memoryLimitLabel().contains(QStringLiteral("above")));
 }
 
 TEST_F(TimelineViewTest, AStalePlanIsDimmedAndLabelled) {

@@ -22,11 +22,24 @@ namespace {
 
 QString planTitle(const QString& role, const Plan* plan) {
   if (!plan) return role + QStringLiteral(": none (pin a plan as baseline)");
-  return QStringLiteral("%1: %2, %3 devices, %4 microbatches, %5 chunks")
-      .arg(role, QString::fromStdString(plan->config.schedule))
-      .arg(plan->config.devices)
-      .arg(plan->config.microbatches)
-      .arg(plan->config.chunksPerDevice);
+  // What tells two plans apart: schedule, the layout (TP / CP / EP / DP around the pipeline),
+  // recomputation and ZeRO, then the batch.
+  const PlanConfig& c = plan->config;
+  const Parallelism& par = c.parallel;
+  QString layout = QStringLiteral("PP %1").arg(c.devices);
+  if (par.tensor > 1) layout += QStringLiteral(" × TP %1").arg(par.tensor);
+  if (par.context > 1) layout += QStringLiteral(" × CP %1").arg(par.context);
+  if (par.data > 1) layout += QStringLiteral(" × DP %1").arg(par.data);
+  if (par.expert > 1) layout += QStringLiteral(" (EP %1)").arg(par.expert);
+  QStringList parts{QString::fromStdString(c.schedule), layout,
+                    QStringLiteral("%1 microbatches").arg(c.trainingMicrobatches())};
+  if (c.chunksPerDevice > 1) parts << QStringLiteral("%1 chunks").arg(c.chunksPerDevice);
+  if (par.recompute != Recompute::None)
+    parts << QStringLiteral("recompute %1")
+                 .arg(QString::fromUtf8(recomputeName(par.recompute).data(),
+                                        static_cast<int>(recomputeName(par.recompute).size())));
+  if (par.zeroStage > 0) parts << QStringLiteral("ZeRO %1").arg(par.zeroStage);
+  return role + QStringLiteral(": ") + parts.join(QStringLiteral(" · "));
 }
 
 QTableView* makeTableView(QAbstractItemModel* model, QWidget* parent) {
@@ -79,8 +92,11 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_tables->addTab(m_table, QStringLiteral("Summary"));
   splitter->addWidget(m_plot);
   splitter->addWidget(m_tables);
+  // The tables get two fifths: the summary's rows (and the run-vs-plan tables) read without
+  // scrolling three lines at a time.
   splitter->setStretchFactor(0, 3);
-  splitter->setStretchFactor(1, 1);
+  splitter->setStretchFactor(1, 2);
+  m_tables->setMinimumHeight(8 * fontMetrics().height());
   connect(m_scaleBox, &QCheckBox::toggled, this, &CompareView::setScaleMeasured);
 
   QCPLayoutGrid* grid = m_plot->plotLayout();
@@ -136,9 +152,11 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   setPlans(nullptr, nullptr);
 }
 
-void CompareView::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current) {
+void CompareView::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
+                           bool currentMeasured) {
   m_baseline = std::move(baseline);
   m_current = std::move(current);
+  m_currentMeasured = currentMeasured;
   m_measured.reset();
   m_scale = 1.0;
   rebuild();
@@ -148,6 +166,7 @@ void CompareView::setMeasured(std::shared_ptr<const Plan> plan, std::shared_ptr<
   m_baseline = std::move(plan);
   m_current = std::move(current);
   m_measured = std::move(run);
+  m_currentMeasured = true;
   const bool scale = m_measured->scaleByDefault;
   m_scale = 1.0;
   {
@@ -200,7 +219,8 @@ void CompareView::rebuild() {
   m_legend->setTimelineSource(m_currentTimeline->timeline() && !m_currentTimeline->timeline()->empty()
                                   ? m_currentTimeline
                                   : m_baselineTimeline);
-  m_topTitle->setText(planTitle(m_measured ? QStringLiteral("Plan") : QStringLiteral("Baseline"), m_baseline.get()));
+  m_topTitle->setText(
+      planTitle(m_currentMeasured ? QStringLiteral("Plan") : QStringLiteral("Baseline"), m_baseline.get()));
   if (m_measured) {
     QString title = QStringLiteral("Measured: ") + m_measured->label;
     if (m_scale != 1.0) title += QStringLiteral(" (drawn ×%1)").arg(m_scale, 0, 'g', 3);
@@ -218,11 +238,12 @@ void CompareView::rebuild() {
     if (m_measured->iterations > 0) note += QStringLiteral(" %1 iteration(s) measured.").arg(m_measured->iterations);
     m_note->setText(note);
   } else {
-    m_bottomTitle->setText(planTitle(QStringLiteral("Current"), m_current.get()));
+    m_bottomTitle->setText(
+        planTitle(m_currentMeasured ? QStringLiteral("Measured") : QStringLiteral("Current"), m_current.get()));
   }
   m_note->setVisible(m_measured.has_value());
   m_scaleBox->setVisible(m_measured.has_value());
-  m_model->setPlans(m_baseline, m_current, m_measured ? &*m_measured : nullptr);
+  m_model->setPlans(m_baseline, m_current, m_measured ? &*m_measured : nullptr, m_currentMeasured);
   rebuildTables();
   fitToView();
 }

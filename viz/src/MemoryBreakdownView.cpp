@@ -21,6 +21,12 @@ constexpr std::array<unsigned, MemoryBreakdownView::kParts> kColours{0x4e79a7, 0
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
+QString axisLabel(bool anyDevice, bool dimmed) {
+  if (!anyDevice) return QStringLiteral("no plan");
+  return dimmed ? QStringLiteral("GPU (pipeline rank) · last good plan, not of the current settings")
+                : QStringLiteral("GPU (pipeline rank)");
+}
+
 }  // namespace
 
 const std::array<const char*, MemoryBreakdownView::kParts>& MemoryBreakdownView::partNames() {
@@ -96,7 +102,19 @@ MemoryBreakdownView::MemoryBreakdownView(QWidget* parent) : QWidget(parent) {
   setPlan(nullptr);
 }
 
-void MemoryBreakdownView::setPlan(std::shared_ptr<const Plan> plan) {
+void MemoryBreakdownView::setDimmed(bool dimmed) {
+  if (dimmed == m_dimmed) return;
+  m_dimmed = dimmed;
+  for (int i = 0; i < kParts; ++i) {
+    QColor colour = QColor::fromRgb(kColours[static_cast<std::size_t>(i)]);
+    if (dimmed) colour.setAlpha(70);
+    m_bars[static_cast<std::size_t>(i)]->setBrush(colour);
+  }
+  m_plot->xAxis->setLabel(axisLabel(!m_devices.empty(), dimmed));
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void MemoryBreakdownView::setPlan(const std::shared_ptr<const Plan>& plan) {
   m_devices.clear();
   m_capacityBytes = 0;
   if (plan) {
@@ -143,7 +161,7 @@ void MemoryBreakdownView::setPlan(std::shared_ptr<const Plan> plan) {
   const int step = n <= 8 ? 1 : (n <= 16 ? 2 : (n <= 32 ? 4 : (n <= 64 ? 8 : 16)));
   for (int d = 0; d < n; d += step) ticker->addTick(d, QString::number(d));
   m_plot->xAxis->setTicker(ticker);
-  m_plot->xAxis->setLabel(n > 0 ? QStringLiteral("GPU (pipeline rank)") : QStringLiteral("no plan"));
+  m_plot->xAxis->setLabel(axisLabel(n > 0, m_dimmed));
   m_plot->xAxis->setRange(-0.6, std::max(1, n) - 0.4);
   m_plot->yAxis->setRange(0, std::max({top, capacityGiB, 1e-3}) * 1.06);
   m_plot->replot(QCustomPlot::rpQueuedReplot);

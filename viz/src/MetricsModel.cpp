@@ -31,7 +31,7 @@ Metrics metricsOf(const Plan& plan) {
 
 MetricsModel::MetricsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void MetricsModel::setPlan(std::shared_ptr<const Plan> plan) {
+void MetricsModel::setPlan(const std::shared_ptr<const Plan>& plan) {
   beginResetModel();
   m_metrics = plan ? metricsOf(*plan) : Metrics{};
   endResetModel();
@@ -111,10 +111,11 @@ QVariant MetricsModel::headerData(int section, Qt::Orientation orientation, int 
 
 CompareModel::CompareModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void CompareModel::setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
-                            const MeasuredRun* measured) {
+void CompareModel::setPlans(const std::shared_ptr<const Plan>& baseline, const std::shared_ptr<const Plan>& current,
+                            const MeasuredRun* measured, bool currentMeasured) {
   beginResetModel();
   m_rows.clear();
+  m_measured = currentMeasured || measured != nullptr;
   const Metrics a = baseline ? metricsOf(*baseline) : Metrics{};
   const Metrics b = current ? metricsOf(*current) : Metrics{};
   const bool hasA = baseline != nullptr;
@@ -265,9 +266,9 @@ QVariant CompareModel::headerData(int section, Qt::Orientation orientation, int 
     case Quantity:
       return QStringLiteral("Quantity");
     case Baseline:
-      return QStringLiteral("Baseline");
+      return m_measured ? QStringLiteral("Plan") : QStringLiteral("Baseline");
     case Current:
-      return QStringLiteral("Current");
+      return m_measured ? QStringLiteral("Measured") : QStringLiteral("Current");
     case Delta:
       return QStringLiteral("Δ");
     default:

@@ -235,7 +235,11 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<con
     Lane& lane = m_lanes[laneIndex];
     lane.startMs.push_back(op.startMs);
     lane.endMs.push_back(op.endMs);
-    lane.shade.push_back(shadeOf(slotOfOp(op.kind), m_shadesChunks ? chunk : op.microbatch & 1));
+    // Only the passes the legend lists per chunk (F, B, W, BW) take a chunk's shade; frozen work,
+    // vocabulary passes and the optimizer alternate by microbatch as their legend entries show.
+    const bool chunkShade = m_shadesChunks && (op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W ||
+                                               op.kind == OpKind::BW);
+    lane.shade.push_back(shadeOf(slotOfOp(op.kind), chunkShade ? chunk : op.microbatch & 1));
     lane.microbatch.push_back(op.microbatch);
     lane.items.push_back({ItemRef::Kind::Op, i});
     m_opLane[i] = laneIndex;

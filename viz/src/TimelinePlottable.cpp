@@ -534,12 +534,17 @@ void TimelineLegend::updateEntries() {
     if (!present[static_cast<std::size_t>(kind)]) continue;
     const auto slot = static_cast<ColourSlot>(static_cast<int>(kind));
     if (chunks && (kind == OpKind::F || kind == OpKind::B || kind == OpKind::W || kind == OpKind::BW)) {
-      // A shade per chunk: "F chunk 0", "F chunk 1", … as the lanes draw them.
-      const int shown = std::min(data->chunksPerDevice(), kShadesPerSlot);
+      // A shade per chunk as the lanes draw them: "F chunk 0", "F chunk 1", …; beyond
+      // kShadesPerSlot chunks the shades repeat, and the entry names every chunk it stands for
+      // ("F chunk 0, 4").
+      const int chunkCount = data->chunksPerDevice();
+      const int shown = std::min(chunkCount, kShadesPerSlot);
       for (int c = 0; c < shown; ++c) {
         const QColor colour = p.shade(slot, c);
-        m_entries.push_back({text.section(QLatin1Char(' '), 0, 0) + QStringLiteral(" chunk %1").arg(c) +
-                                 (c + 1 == shown && data->chunksPerDevice() > shown ? QStringLiteral("+") : QString()),
+        QStringList chunksOfShade;
+        for (int k = c; k < chunkCount; k += kShadesPerSlot) chunksOfShade << QString::number(k);
+        m_entries.push_back({text.section(QLatin1Char(' '), 0, 0) + QStringLiteral(" chunk ") +
+                                 chunksOfShade.join(QStringLiteral(", ")),
                              Swatch::Fill, colour, colour});
       }
       continue;
@@ -561,6 +566,15 @@ void TimelineLegend::updateEntries() {
     }
     if (!activity->iterations.empty())
       m_entries.push_back({QStringLiteral("iteration (ProfilerStep)"), Swatch::Dashed, p.hover, {}});
+  }
+  // Activation offloading's host copies: the third and fourth shade of activation transfers.
+  if (present[static_cast<std::size_t>(OpKind::D2H)]) {
+    const QColor c = p.shade(ColourSlot::CommForward, 2);
+    m_entries.push_back({QStringLiteral("offload (D2H)"), Swatch::Fill, c, c});
+  }
+  if (present[static_cast<std::size_t>(OpKind::H2D)]) {
+    const QColor c = p.shade(ColourSlot::CommForward, 3);
+    m_entries.push_back({QStringLiteral("reload (H2D)"), Swatch::Fill, c, c});
   }
   if (comms) {
     m_entries.push_back({QStringLiteral("activation transfer"), Swatch::Fill, p.colour(ColourSlot::CommForward, 0),

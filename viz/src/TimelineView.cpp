@@ -684,20 +684,34 @@ void TimelineView::rebuildMemory() {
   }
   m_memoryLegend->setVisible(m_memoryLegend->itemCount() > 0);
   const double limitGiB = static_cast<double>(m_memoryLimitBytes) / kGiB;
-  // The limit is always drawn: the curves' scale includes it (a curve far below its limit is
-  // a fact worth seeing, not something to zoom away).
+  // The curves set the scale, so small curves keep their shape; the limit joins the scale when
+  // the peak comes near it (within kLimitOnScale), and is named at the top of the plot, off the
+  // scale, when it is far above.
+  constexpr double kLimitOnScale = 1.6;
   const bool hasLimit = m_memoryLimitBytes > 0;
-  m_limitLine->setVisible(hasLimit);
+  const bool limitOnScale = hasLimit && (maxGiB <= 0 || limitGiB <= kLimitOnScale * maxGiB);
+  const double curvesTop = std::max(maxGiB, 1e-3) * 1.12;
+  const double top = limitOnScale ? std::max(curvesTop, limitGiB * 1.08) : curvesTop;
+  m_limitLine->setVisible(limitOnScale);
   m_limitLine->point1->setCoords(0, limitGiB);
   m_limitLine->point2->setCoords(1, limitGiB);
   m_limitLabel->setVisible(hasLimit);
-  m_limitLabel->position->setCoords(0.005, limitGiB);
-  m_limitLabel->setText(QStringLiteral("limit %1").arg(q(formatBytes(static_cast<double>(m_memoryLimitBytes)))));
+  const QString limit = q(formatBytes(static_cast<double>(m_memoryLimitBytes)));
+  if (limitOnScale) {
+    m_limitLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+    m_limitLabel->position->setCoords(0.005, limitGiB);
+    m_limitLabel->setText(QStringLiteral("limit %1").arg(limit));
+  } else {
+    m_limitLabel->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+    m_limitLabel->position->setCoords(0.5, top);
+    m_limitLabel->setText(QStringLiteral("limit %1 ↑ (above the scale)").arg(limit));
+  }
   QCPAxis* memoryAxis = m_memoryRect->axis(QCPAxis::atLeft);
   memoryAxis->setLabel(QStringLiteral("memory (GiB)"));
-  const double top = std::max({maxGiB, hasLimit ? limitGiB : 0.0, 1e-3}) * 1.12;
   memoryAxis->setRange(0, top);
 }
+
+QString TimelineView::memoryLimitLabel() const { return m_limitLabel->visible() ? m_limitLabel->text() : QString(); }
 
 void TimelineView::setMemoryLimit(std::int64_t bytes) {
   m_memoryLimitBytes = std::max<std::int64_t>(0, bytes);

@@ -1590,6 +1590,12 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string&
   return torchtitanExport(plan, options);
 }
 
+bool isPythonIdentifier(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
 std::optional<FrameworkSpace> frameworkSpace(std::string_view framework) {
   // The same rules megatronExport and torchtitanExport check (the Zero Bubble fork's schedules
   // export to Megatron-LM too, but NVIDIA's recipes run upstream).

@@ -169,6 +169,9 @@ struct TorchtitanExport {
 Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOptions& options);
 /// The TOML job config (torchtitan v0.2.2 and earlier) naming `csvPath`.
 Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const std::string& csvPath);
+/// Whether `name` can be the module torchtitan imports the Python configuration as (`--module
+/// NAME`, the file's stem): a Python identifier.
+bool isPythonIdentifier(std::string_view name);
 
 /// What a framework's runtime runs, for `configure --framework`: the schedules and ZeRO stages
 /// its export takes without a fork. megatron: upstream Megatron-LM / Megatron-Core (1F1B and

@@ -51,8 +51,11 @@ class CompareView : public QWidget {
  public:
   explicit CompareView(QWidget* parent = nullptr);
 
-  /// Two plans (either may be null).
-  void setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current);
+  /// Two plans (either may be null). `currentMeasured`: the current side is a measured run
+  /// without a MeasuredRun description (a trace file, a run opened from the history): the
+  /// sides read Plan / Measured.
+  void setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
+                bool currentMeasured = false);
   /// A plan and a measured run of it (`current` may hold no ops: `run.activity` is drawn).
   void setMeasured(std::shared_ptr<const Plan> plan, std::shared_ptr<const Plan> current, MeasuredRun run);
   std::shared_ptr<const Plan> baseline() const { return m_baseline; }
@@ -97,6 +100,7 @@ class CompareView : public QWidget {
   std::shared_ptr<const Plan> m_current;
   std::optional<MeasuredRun> m_measured;
   double m_scale = 1.0;
+  bool m_currentMeasured = false;
   bool m_syncing = false;
 };
 

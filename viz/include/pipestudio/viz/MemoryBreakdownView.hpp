@@ -24,7 +24,11 @@ class MemoryBreakdownView : public QWidget {
   static std::array<double, kParts> partsOf(const DeviceMetrics& device);
 
   explicit MemoryBreakdownView(QWidget* parent = nullptr);
-  void setPlan(std::shared_ptr<const Plan> plan);
+  void setPlan(const std::shared_ptr<const Plan>& plan);
+  /// The bars are of a plan that does not match the settings (the Metrics dock's "last good
+  /// plan"): drawn faded and the axis says so, as the timeline dims its plan.
+  void setDimmed(bool dimmed);
+  bool dimmed() const { return m_dimmed; }
   QCustomPlot* plot() const { return m_plot; }
   /// Capacity each bar is drawn against (bytes; 0 when the plan has no GPU).
   std::int64_t capacityBytes() const { return m_capacityBytes; }
@@ -39,6 +43,7 @@ class MemoryBreakdownView : public QWidget {
   QCPItemStraightLine* m_capacity = nullptr;
   std::vector<DeviceMetrics> m_devices;
   std::int64_t m_capacityBytes = 0;
+  bool m_dimmed = false;
 };
 
 }  // namespace pipestudio::viz

@@ -16,7 +16,7 @@ class MetricsModel : public QAbstractTableModel {
  public:
   enum Column { Device, BusyMs, IdleMs, BubblePercent, PeakMemory, PeakActivations, ColumnCount };
   explicit MetricsModel(QObject* parent = nullptr);
-  void setPlan(std::shared_ptr<const Plan> plan);
+  void setPlan(const std::shared_ptr<const Plan>& plan);
   const Metrics& metrics() const { return m_metrics; }
 
   int rowCount(const QModelIndex& parent = {}) const override;
@@ -40,8 +40,10 @@ class CompareModel : public QAbstractTableModel {
  public:
   enum Column { Quantity, Baseline, Current, Delta, ColumnCount };
   explicit CompareModel(QObject* parent = nullptr);
-  void setPlans(std::shared_ptr<const Plan> baseline, std::shared_ptr<const Plan> current,
-                const MeasuredRun* measured = nullptr);
+  /// `currentMeasured`: the current side is a measured run (the columns read Plan / Measured);
+  /// implied by `measured`.
+  void setPlans(const std::shared_ptr<const Plan>& baseline, const std::shared_ptr<const Plan>& current,
+                const MeasuredRun* measured = nullptr, bool currentMeasured = false);
   /// The percentage of `delta` against `baseline` ("+3.1 %"), or "n/a" when the baseline is
   /// (nearly) zero.
   static QString percentText(double delta, double baseline);
@@ -65,6 +67,7 @@ class CompareModel : public QAbstractTableModel {
 
  private:
   std::vector<Row> m_rows;
+  bool m_measured = false;
 };
 
 /// Metrics of a plan: stored ones when present, else computed (docs/formats.md definitions).

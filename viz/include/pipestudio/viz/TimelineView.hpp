@@ -149,6 +149,9 @@ class TimelineView : public QWidget {
   /// Read-out of the memory plot at a pixel ("GPU 2: 15.47 GiB at 131 ms …"), also shown in
   /// the plot; highlights that curve. Empty when no curve is near.
   QString memoryReadout(QPointF pixel);
+  /// What the memory plot says of the limit: "limit 80.00 GiB" on the scale, or "… ↑ (above the
+  /// scale)" when the curves are far below it; empty without a limit.
+  QString memoryLimitLabel() const;
   int highlightedMemoryCurve() const { return m_highlightedCurve; }
   void setShowCriticalPath(bool show);
   bool showCriticalPath() const { return m_showCritical; }
