@@ -88,8 +88,8 @@ bool RunController::exportTo(const QString& path, QString* error) {
         QString(info.path() + QLatin1Char('/') + info.completeBaseName() + QStringLiteral(".csv")).toStdString();
     auto t = torchtitanExport(*plan, csvPath);
     if (!t) return fail(q("torchtitan cannot express this plan: " + t.message()));
-    if (Status s = writeOutputFile(csvPath, t->csv); !s) return fail(q(s.message()));
-    if (Status s = writeOutputFile(path.toStdString(), t->toml); !s) return fail(q(s.message()));
+    if (Status s = writeOutputFiles({{csvPath, t->csv}, {path.toStdString(), t->toml}}); !s)
+      return fail(q(s.message()));
   } else if (lower.endsWith(QStringLiteral(".png")) || lower.endsWith(QStringLiteral(".svg")) ||
              lower.endsWith(QStringLiteral(".pdf"))) {
     if (!m_timeline->exportImage(path, 1600, 900, true)) return fail(QStringLiteral("Could not write %1").arg(path));
