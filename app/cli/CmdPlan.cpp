@@ -29,16 +29,16 @@ struct PlanOptions {
   std::string model, cluster, schedule, partition = "balanced", fill = "none", memoryLimit, output;
   int devices = 0, microbatches = 0, chunks = 0;
   bool json = false;
-  std::string csv;                     // custom: the schedule CSV ("auto" helper)
-  std::string csvDialect = "current";  // legacy: PyTorch ≈2.5 / Zero Bubble fork letters (B = I, BW = B)
-  bool exact = false;                  // zb-auto: ILP through CBC ("auto" helper)
-  bool vocabParallel = false;          // embedding/LM head split over all devices (Vocab.hpp)
-  int vocabBarriers = 1;               // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
-  int unit = 0;                        // zeropp: microbatches per scheduling unit (0: the schedule's default)
-  int seqSplits = 1;                   // seq1f1b: sequence chunks per microbatch
-  std::string seqSplit = "balanced";   // where the chunk boundaries fall
-  std::optional<double> offloadRatio;  // share of activations offloaded to host memory (PipeOffload)
-  double exactTimeLimitS = 30;
+  std::string csv;                        // custom: the schedule CSV ("auto" helper)
+  std::string csvDialect = "current";     // legacy: PyTorch ≈2.5 / Zero Bubble fork letters (B = I, BW = B)
+  bool exact = false;                     // zb-auto: ILP through CBC ("auto" helper)
+  bool vocabParallel = false;             // embedding/LM head split over all devices (Vocab.hpp)
+  int vocabBarriers = 1;                  // 1: Algorithm 2 (Vocab-1), 2: Algorithm 1 (Vocab-2)
+  int unit = 0;                           // zeropp: microbatches per scheduling unit (0: the schedule's default)
+  int seqSplits = 1;                      // seq1f1b: sequence chunks per microbatch
+  std::string seqSplit = "balanced";      // where the chunk boundaries fall
+  std::optional<double> offloadRatio;     // share of activations offloaded to host memory (PipeOffload)
+  std::optional<double> exactTimeLimitS;  // zb-auto --exact: the ILP's seconds (default 30)
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
   std::string recompute = "none", optimizerSync = "global";
@@ -184,6 +184,10 @@ int runPlan(const PlanOptions& o) {
     std::cerr << "plan: --csv applies to --schedule custom, --exact to --schedule zb-auto\n";
     return kExitUsage;
   }
+  if (o.exactTimeLimitS && !o.exact) {
+    std::cerr << "plan: --exact-time-limit is the time of the exact solve: it needs --exact (zb-auto)\n";
+    return kExitUsage;
+  }
   AutoScheduleReport autoReport;
   std::optional<FillReport> fillReport;
   Expected<Plan> plan = Error{"no plan"};
@@ -201,7 +205,7 @@ int runPlan(const PlanOptions& o) {
   } else if (o.schedule == "zb-auto") {
     AutoScheduleOptions autoOptions;
     autoOptions.exact = o.exact;
-    autoOptions.exactTimeLimitS = o.exactTimeLimitS;
+    autoOptions.exactTimeLimitS = o.exactTimeLimitS.value_or(autoOptions.exactTimeLimitS);
     plan = makeAutoPlan(request, autoOptions, &autoReport);
   } else if (!request.model.frozenComponents().empty()) {
     // Models with frozen components: solve through the filler so the report can say how
