@@ -85,6 +85,11 @@ bool storeExists() {
   return !path.empty() && std::filesystem::exists(path, ec);
 }
 
+// A read of a run in a database not yet made: the run is not there, and nothing is created.
+int noRunYet(RunId id) {
+  return fail(storePath() + ": no run with id " + std::to_string(id) + " (no history database there yet)");
+}
+
 // Names, notes and errors are user text: one line each, whatever they contain.
 std::string shown(const std::string& text) { return excerpt(text, 200); }
 
@@ -137,6 +142,7 @@ int runShow() {
   if (!id)
     return usage("run id '" + excerpt(options().idA) +
                  "' is not a positive integer (expected 1 to 9223372036854775807)");
+  if (!storePath().empty() && !storeExists()) return noRunYet(*id);
   auto store = openStore(false);
   if (!store) return fail(store.message());
   auto s = store->runSummary(*id);
@@ -165,6 +171,7 @@ int runCompare() {
   if (!a)
     return usage("run id '" + excerpt(options().idA) +
                  "' is not a positive integer (expected 1 to 9223372036854775807)");
+  if (!storePath().empty() && !storeExists()) return noRunYet(*a);
   auto store = openStore(false);
   if (!store) return fail(store.message());
   // B may be another run, "plan" (A's linked plan) or "plan:ID".
