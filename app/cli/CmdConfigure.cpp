@@ -15,6 +15,7 @@
 #include "Inputs.hpp"
 #include "RecipeFlags.hpp"
 #include "pipestudio/common/Json.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -49,7 +50,8 @@ std::string format(const char* pattern, Args... args) {
 // (Yeung et al. 2024), showing the per-device imbalance the vocabulary layers cause.
 int runVocabComparison(const ModelSpec& model, const ClusterSpec& cluster) {
   const int p = cluster.totalGpus();
-  std::cout << "vocabulary parallelism on '" << model.name << "', " << p << " devices, " << 2 * p << " microbatches\n";
+  std::cout << "vocabulary parallelism on '" << excerpt(model.name) << "', " << p << " devices, " << 2 * p
+            << " microbatches\n";
   std::cout << format("%-8s %-14s %11s %10s %10s %10s %12s\n", "schedule", "layout", "iter ms", "max busy", "min busy",
                       "imbalance", "peak mem");
   bool any = false;
@@ -227,6 +229,16 @@ RankedTable rankedTable(const std::vector<ConfigCandidate>& ranked, int top) {
 
 // Why nothing was ranked, from what the search counted: nothing to enumerate (the batch does not
 // split), everything over the memory bounds, or failures the rejected families list.
+// What stopping at the work budget means for the ranking.
+std::string budgetNote(const Configuration& r, const ModelSpec& model) {
+  std::size_t layers = 0;
+  for (int c : model.trainableComponents()) layers += model.component(c).layers.size();
+  return "the search stopped at its work budget (" + std::to_string(kConfigureWorkBudget) +
+         " stage·layer pairs and ops planned) after screening " + std::to_string(r.evaluated) +
+         " configurations: each plan of this model's " + std::to_string(layers) +
+         " trainable layers is large, so the ranking covers only the configurations screened";
+}
+
 std::string nothingRanked(const Configuration& r, const ClusterSpec& cluster) {
   const std::string gpus = std::to_string(cluster.totalGpus());
   if (r.enumerated == 0) {
@@ -310,6 +322,7 @@ int runConfigure(const ConfigureCliOptions& o) {
     std::cerr << "configure: " << result.message() << '\n';
     return kExitFailure;
   }
+  if (result->workBudgetSpent) std::cerr << "configure: note: " << budgetNote(*result, model) << '\n';
   if (o.json) {
     Json doc;
     doc["model"] = model.name;
@@ -320,6 +333,8 @@ int runConfigure(const ConfigureCliOptions& o) {
     doc["bounded_out"] = result->boundedOut;
     doc["evaluated"] = result->evaluated;
     doc["simulated_in_full"] = result->simulatedInFull;
+    doc["work"] = result->work;
+    doc["work_budget_spent"] = result->workBudgetSpent;
     Json feasible = Json::array();
     for (const auto& c : result->feasible) feasible.push_back(candidateJson(c));
     doc["feasible"] = feasible;
@@ -338,8 +353,8 @@ int runConfigure(const ConfigureCliOptions& o) {
     }
     return kExitOk;
   }
-  std::cout << "model '" << model.name << "' on cluster '" << cluster.name << "' (" << cluster.totalGpus()
-            << " GPUs), global batch " << result->globalBatch << " samples"
+  std::cout << "model '" << excerpt(model.name) << "' on cluster '" << excerpt(cluster.name) << "' ("
+            << cluster.totalGpus() << " GPUs), global batch " << result->globalBatch << " samples"
             << (o.globalBatch > 0
                     ? ""
                     : (model.globalBatch ? " (the model's)" : " (default: 4 per GPU; set --global-batch)"))
@@ -401,7 +416,8 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
                                   "global batch; rank feasible configurations by throughput");
   cmd->add_option("--model", o.model, "Model file (pipestudio.model/1)")->required();
   cmd->add_option("--cluster", o.cluster, "Cluster file (pipestudio.cluster/1)")->required();
-  cmd->add_option("--top", o.top, "Configurations to rank (and print)")->check(intIn(1, 1'000'000));
+  cmd->add_option("--top", o.top, "Configurations to rank (and print); each is simulated in full")
+      ->check(intIn(1, kMaxConfigureKeep));
   cmd->add_option("--global-batch", o.globalBatch,
                   "Global batch in samples, held fixed (default: the model's global_batch, else 4 per GPU)")
       ->check(intIn(1, std::int64_t{1} << 40));

@@ -159,7 +159,9 @@ int deploy(const DeployArgs& a) {
     return kExitFailure;
   }
   const std::string dbPath = a.history.empty() ? history::defaultHistoryPath() : a.history;
-  auto store = history::HistoryStore::open(dbPath);
+  history::OpenOptions open;
+  open.createDirectories = a.history.empty();  // a --history path's folder must exist
+  auto store = history::HistoryStore::open(dbPath, open);
   if (!store) {
     std::cerr << store.message() << '\n';
     return kExitFailure;

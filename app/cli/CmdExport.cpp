@@ -171,8 +171,9 @@ int writeExport(const Plan& plan, const ExportOptions& o, const ChromeTraceOptio
   }
   auto t = torchtitanExport(plan, titan);
   if (!t) return fail("torchtitan cannot express this plan: " + t.message());
-  if (auto st = writeTextFile(titan.csvPath, t->csv); !st) return fail(st.message());
-  if (auto st = writeTextFile(o.output, t->config); !st) return fail(st.message());
+  // Both files or neither: a configuration that names a CSV that is not there, or a CSV without
+  // its configuration, is worse than no export.
+  if (auto st = writeOutputFiles({{titan.csvPath, t->csv}, {o.output, t->config}}); !st) return fail(st.message());
   for (const std::string& note : t->notes) std::cerr << "export: note: " << note << '\n';
   std::cout << "wrote " << o.output
             << (titan.format == TorchtitanFormat::Python

@@ -1,8 +1,10 @@
 // pipestudio-cli history [--db DB] list|show ID|compare A B|import FILE [--json]  (docs/cli.md)
 // plus rename/note/delete for scripts. Reads and writes the run history (core/history).
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -39,14 +41,11 @@ HistoryOptions& options() {
   return o;
 }
 
+// A run or plan id: any positive int64 (the ids SQLite gives, up to 2^63 − 1), checked by the one
+// rule every integer argument follows (NumberArg.hpp).
 std::optional<RunId> parseId(const std::string& text) {
-  if (text.empty() || text.size() > 18) return std::nullopt;
-  RunId v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v > 0 ? std::optional<RunId>(v) : std::nullopt;
+  auto v = parseIntegerArg("", text, 1, std::numeric_limits<RunId>::max());
+  return v ? std::optional<RunId>(*v) : std::nullopt;
 }
 
 int fail(const std::string& message) {
@@ -59,20 +58,36 @@ int usage(const std::string& message) {
   return kExitUsage;
 }
 
-// Read commands open the database read-only: a read-only file or mount can still be listed.
+std::string storePath() { return options().db.empty() ? defaultHistoryPath() : options().db; }
+
+// Read commands open the database read-only (a read-only file or mount can still be listed) and
+// create nothing: not the database, not its folder. Write commands create the default location's
+// folders, never those of a --db path (a typo stays an error).
 Expected<HistoryStore> openStore(bool write = true) {
-  const std::string path = options().db.empty() ? defaultHistoryPath() : options().db;
+  const std::string path = storePath();
   OpenOptions open;
   open.readOnly = !write;
+  open.createDirectories = options().db.empty();
   auto store = HistoryStore::open(path, open);
-  // An older schema needs one read-write open to migrate; a database not yet created reads as
-  // empty once created (as before).
-  if (!store && !write &&
-      (store.message().find("needs a migration") != std::string::npos ||
-       store.message().find("no history database here") != std::string::npos)) {
-    return HistoryStore::open(path);
+  // An older schema needs one read-write open to migrate.
+  if (!store && !write && store.message().find("needs a migration") != std::string::npos) {
+    OpenOptions migrate;
+    migrate.createDirectories = false;
+    return HistoryStore::open(path, migrate);
   }
   return store;
+}
+
+// Whether the database exists yet (a read of a history nothing was recorded in lists no runs).
+bool storeExists() {
+  const std::string path = storePath();
+  std::error_code ec;
+  return !path.empty() && std::filesystem::exists(path, ec);
+}
+
+// A read of a run in a database not yet made: the run is not there, and nothing is created.
+int noRunYet(RunId id) {
+  return fail(storePath() + ": no run with id " + std::to_string(id) + " (no history database there yet)");
 }
 
 // Names, notes and errors are user text: one line each, whatever they contain.
@@ -92,6 +107,14 @@ void printSummaryText(const RunSummary& s) {
 }
 
 int runList() {
+  if (!storePath().empty() && !storeExists()) {
+    if (options().json) {
+      std::cout << "[]\n";
+    } else {
+      std::cout << "no runs in " << storePath() << " (no history database there yet)\n";
+    }
+    return kExitOk;
+  }
   auto store = openStore(false);
   if (!store) return fail(store.message());
   auto runs = store->listRuns();
@@ -116,7 +139,10 @@ int runList() {
 
 int runShow() {
   const auto id = parseId(options().idA);
-  if (!id) return usage("run id '" + options().idA + "' is not a positive integer");
+  if (!id)
+    return usage("run id '" + excerpt(options().idA) +
+                 "' is not a positive integer (expected 1 to 9223372036854775807)");
+  if (!storePath().empty() && !storeExists()) return noRunYet(*id);
   auto store = openStore(false);
   if (!store) return fail(store.message());
   auto s = store->runSummary(*id);
@@ -142,7 +168,10 @@ int runShow() {
 
 int runCompare() {
   const auto a = parseId(options().idA);
-  if (!a) return usage("run id '" + options().idA + "' is not a positive integer");
+  if (!a)
+    return usage("run id '" + excerpt(options().idA) +
+                 "' is not a positive integer (expected 1 to 9223372036854775807)");
+  if (!storePath().empty() && !storeExists()) return noRunYet(*a);
   auto store = openStore(false);
   if (!store) return fail(store.message());
   // B may be another run, "plan" (A's linked plan) or "plan:ID".
@@ -150,7 +179,9 @@ int runCompare() {
     std::optional<PlanId> plan;
     if (options().idB != "plan") {
       plan = parseId(options().idB.substr(5));
-      if (!plan) return usage("plan id in '" + options().idB + "' is not a positive integer");
+      if (!plan)
+        return usage("plan id in '" + excerpt(options().idB) +
+                     "' is not a positive integer (expected 1 to 9223372036854775807)");
     }
     auto c = compareRunToPlan(*store, *a, plan);
     if (!c) return fail(c.message());
@@ -164,7 +195,9 @@ int runCompare() {
     return kExitOk;
   }
   const auto b = parseId(options().idB);
-  if (!b) return usage("run id '" + options().idB + "' is not a positive integer (or 'plan', 'plan:ID')");
+  if (!b)
+    return usage("run id '" + excerpt(options().idB) +
+                 "' is not a positive integer (expected 1 to 9223372036854775807, or 'plan', 'plan:ID')");
   auto c = compareRuns(*store, *a, *b);
   if (!c) return fail(c.message());
   if (options().json) {
@@ -231,7 +264,9 @@ int runImport() {
 
 int runEdit(const char* what) {
   const auto id = parseId(options().idA);
-  if (!id) return usage("run id '" + options().idA + "' is not a positive integer");
+  if (!id)
+    return usage("run id '" + excerpt(options().idA) +
+                 "' is not a positive integer (expected 1 to 9223372036854775807)");
   auto store = openStore();
   if (!store) return fail(store.message());
   Status st;

@@ -44,7 +44,7 @@ struct PlanOptions {
   int cpuOffloadingNumLayers = 0;
   std::string offloadModules, offloadDelta;
   double offloadFraction = 1.0;
-  double exactTimeLimitS = 30;
+  std::optional<double> exactTimeLimitS;  // zb-auto --exact: the ILP's seconds (default 30)
   // Hybrid parallelism (issue 13); every flag optional, defaults are today's pure pipeline.
   int tp = 1, cp = 1, ep = 1, dp = 1, zero = 0;
   std::string recompute = "none", optimizerSync = "global";
@@ -289,6 +289,10 @@ int runPlan(const PlanOptions& o) {
     return kExitUsage;
   }
   if (o.overlapFB) cfg.overlapForwardBackward = true;
+  if (o.exactTimeLimitS && !o.exact) {
+    std::cerr << "plan: --exact-time-limit is the time of the exact solve: it needs --exact (zb-auto)\n";
+    return kExitUsage;
+  }
   AutoScheduleReport autoReport;
   std::optional<FillReport> fillReport;
   Expected<Plan> plan = Error{"no plan"};
@@ -306,7 +310,7 @@ int runPlan(const PlanOptions& o) {
   } else if (o.schedule == "zb-auto") {
     AutoScheduleOptions autoOptions;
     autoOptions.exact = o.exact;
-    autoOptions.exactTimeLimitS = o.exactTimeLimitS;
+    autoOptions.exactTimeLimitS = o.exactTimeLimitS.value_or(autoOptions.exactTimeLimitS);
     plan = makeAutoPlan(request, autoOptions, &autoReport);
   } else if (!request.model.frozenComponents().empty()) {
     // Models with frozen components: solve through the filler so the report can say how

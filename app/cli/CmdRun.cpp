@@ -21,6 +21,7 @@
 #include "Commands.hpp"
 #include "Flags.hpp"
 #include "Output.hpp"
+#include "Workspace.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
@@ -47,7 +48,9 @@ class RunRecorder {
  public:
   static Expected<RunRecorder> start(const RunArgs& args, const Plan& plan) {
     const std::string path = args.history.empty() ? history::defaultHistoryPath() : args.history;
-    auto store = history::HistoryStore::open(path);
+    history::OpenOptions open;
+    open.createDirectories = args.history.empty();  // a --history path's folder must exist
+    auto store = history::HistoryStore::open(path, open);
     if (!store) return Error{path + ": " + store.message()};
     RunRecorder r(std::make_unique<history::HistoryStore>(std::move(*store)));
     auto planId = r.m_store->addPlan(plan, args.plan);
@@ -120,24 +123,21 @@ class RunRecorder {
   history::RunStatus m_status = history::RunStatus::Running;
 };
 
-// The plan of a pipestudio.workspace/1 document (its "plan" member), or nullopt when `path` is
-// not a workspace (then it is read as a plan file).
+// The plan of a workspace document (its "plan" member, read by the format's one reader, so `run`
+// takes exactly what `validate` accepts), or nullopt when `path` is not a workspace (then it is
+// read as a plan file).
 std::optional<Expected<Plan>> workspacePlan(const std::string& path) {
   auto doc = loadJsonFile(path);
   if (!doc) return std::nullopt;
   auto kind = documentKind(*doc);
   if (!kind || *kind != "workspace") return std::nullopt;
-  JsonReader reader(*doc);
-  auto node = reader.object(reader.root(), "plan", Presence::Optional);
-  if (!node) {
-    if (!reader.ok()) return Expected<Plan>(reader.toError());
+  auto ws = gui::readWorkspace(*doc);
+  if (!ws) return Expected<Plan>(ws.error());
+  if (!ws->plan) {
     return Expected<Plan>(Error{path + ": the workspace has no plan (solve it in the GUI, then save it, or export "
                                        "the plan with File > Export > Plan JSON)"});
   }
-  auto plan = readPlan(reader, *node);
-  if (!reader.ok() || !plan) return Expected<Plan>(reader.toError());
-  if (Status s = validatePlanStructure(*plan); !s) return Expected<Plan>(Error{path + ": /plan: " + s.message()});
-  return Expected<Plan>(std::move(*plan));
+  return Expected<Plan>(std::move(*ws->plan));
 }
 
 /// The executor reads a plan file: a workspace's plan goes to a private temporary one.

@@ -6,39 +6,13 @@
 #include <vector>
 
 #include "Commands.hpp"
+#include "Workspace.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
-#include "pipestudio/planner/Fill.hpp"
-#include "pipestudio/planner/Partition.hpp"
 
 namespace pipestudio::cli {
 namespace {
-
-// The `solver` block of a workspace: the settings of `pipestudio-cli plan`.
-void checkSolver(JsonReader& r, const JsonNode& s, const std::optional<ClusterSpec>& cluster) {
-  r.rejectUnknown(s, {"schedule", "devices", "microbatches", "chunks", "partition", "fill", "memory_limit_bytes"});
-  (void)r.string(s, "schedule", Presence::Optional);
-  const auto devices = r.integer(s, "devices", Presence::Optional, 1, 1'000'000);
-  (void)r.integer(s, "microbatches", Presence::Optional, 1, 1'000'000);
-  (void)r.integer(s, "chunks", Presence::Optional, 1, 1024);
-  (void)r.integer(s, "memory_limit_bytes", Presence::Optional, 1, std::int64_t{1} << 60);
-  if (auto p = r.string(s, "partition", Presence::Optional)) {
-    if (const auto names = partitionNames(); std::find(names.begin(), names.end(), *p) == names.end()) {
-      r.error(s.child("partition"),
-              "'" + excerpt(*p) + "' is not a partitioner (expected " + choiceList(partitionNames()) + ")");
-    }
-  }
-  if (auto f = r.string(s, "fill", Presence::Optional)) {
-    if (const auto modes = fillModeNames(); std::find(modes.begin(), modes.end(), *f) == modes.end())
-      r.error(s.child("fill"),
-              "'" + excerpt(*f) + "' is not a fill mode (expected " + choiceList(fillModeNames()) + ")");
-  }
-  if (devices && cluster && *devices > cluster->totalGpus()) {
-    r.error(s.child("devices"), "is " + std::to_string(*devices) + " but the cluster has " +
-                                    std::to_string(cluster->totalGpus()) + " GPUs (expected at most that many)");
-  }
-}
 
 // Validates one file of any PipeStudio kind; prints a one-line summary or every problem.
 bool validateFile(const std::string& path) {
@@ -80,20 +54,15 @@ bool validateFile(const std::string& path) {
                 std::to_string(p->ops.size()) + " op(s)";
     }
   } else if (*kind == "workspace") {
-    // A workspace embeds a model and a cluster; both are checked with their own rules
-    // (resources/README.md describes the format).
-    const JsonNode root = reader.root();
-    reader.rejectUnknown(root, {"schema", "name", "description", "model", "cluster", "solver"});
-    if (reader.checkSchema(root, "pipestudio.workspace/1")) {
-      std::optional<ModelSpec> model;
-      std::optional<ClusterSpec> cluster;
-      if (auto m = reader.field(root, "model", Presence::Required)) model = readModel(reader, *m);
-      if (auto c = reader.field(root, "cluster", Presence::Required)) cluster = readCluster(reader, *c);
-      if (auto s = reader.object(root, "solver", Presence::Optional)) checkSolver(reader, *s, cluster);
-      summary = "workspace '" + excerpt(reader.string(root, "name", Presence::Optional).value_or("")) + "'";
-      if (model) summary += ", model '" + excerpt(model->name) + "'";
-      if (cluster) summary += ", cluster '" + excerpt(cluster->name) + "'";
+    // The format's one reader, the GUI's and `run`'s (resources/README.md describes it).
+    auto ws = gui::readWorkspace(*doc);
+    if (!ws) {
+      std::cerr << ws.message() << '\n';
+      return false;
     }
+    summary = "workspace '" + excerpt(ws->name) + "', model '" + excerpt(ws->model.name) + "', cluster '" +
+              excerpt(ws->cluster.name) + "'" +
+              (ws->plan ? ", plan of " + std::to_string(ws->plan->ops.size()) + " op(s)" : std::string());
   }
   if (!reader.ok()) {
     for (const auto& e : reader.errors()) std::cerr << e << '\n';

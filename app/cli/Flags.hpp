@@ -44,6 +44,16 @@ inline CLI::Validator byteSize() {
           "BYTES", "byteSize"};
 }
 
+/// A value that must be given when the flag is (`--recompute-modules ''` is a mistake, not the
+/// default the flag's absence means).
+inline CLI::Validator nonEmptyValue() {
+  return {[](std::string& text) {
+            return text.empty() ? std::string("empty value (expected one; leave the flag out for the default)")
+                                : std::string();
+          },
+          "TEXT", "nonEmptyValue"};
+}
+
 /// A file name (output, database): not empty (`-o ''` is a mistake, not "no output").
 inline CLI::Validator nonEmptyPath() {
   return {

@@ -41,14 +41,16 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
       ->check(CLI::IsMember({"uniform", "block"}));
   cmd->add_option("--recompute-modules", o.recomputeModules,
                   "--recompute selective: comma-separated core_attn,layernorm,mlp,moe_act,moe,shared_experts,"
-                  "mla_up_proj (default core_attn)");
+                  "mla_up_proj (default core_attn)")
+      ->check(nonEmptyValue());
   cmd->add_option("--etp", o.etp,
                   "Expert tensor parallelism: each expert split over ETP GPUs (default: = --tp); --ep × --etp must "
                   "divide --tp × --cp × --dp (MoE parallel folding)")
       ->check(intIn(1, 1024));
   cmd->add_option("--moe-capacity-factor", o.moeCapacityFactor,
                   "Token dropping: each expert processes at most F × its balanced share, padded to it (0 or "
-                  "'dropless': no dropping; default: each MoE layer's own setting)");
+                  "'dropless': no dropping; default: each MoE layer's own setting)")
+      ->check(nonEmptyValue());
   cmd->add_option("--cp-comm-type", o.cpCommType,
                   "Context parallelism's K/V exchange p2p|a2a|a2a+p2p (Transformer Engine; default p2p)")
       ->check(CLI::IsMember({"p2p", "a2a", "a2a+p2p"}));
@@ -191,6 +193,10 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
     if (!bits) {
       return Error{"--recompute-modules: '" + unknown + "' is not a module (expected " +
                    std::string(recomputeModuleChoices()) + ")"};
+    }
+    if (*bits == 0) {
+      return Error{"--recompute-modules '" + o.recomputeModules + "' names no module (expected " +
+                   std::string(recomputeModuleChoices()) + "; leave the flag out for the default, core_attn)"};
     }
     par.recomputeModules = *bits;
   }

@@ -167,8 +167,10 @@ bool RunController::exportAs(ExportFormat format, const QString& path, QString* 
       }
       auto t = torchtitanExport(*plan, titan);
       if (!t) return fail(q("torchtitan cannot express this plan: " + t.message()));
-      if (Status s = writeOutputFile(titan.csvPath, t->csv); !s) return fail(q(s.message()));
-      if (Status s = writeOutputFile(path.toStdString(), t->config); !s) return fail(q(s.message()));
+      // Both files or neither (writeOutputFiles).
+      if (Status s = writeOutputFiles({{titan.csvPath, t->csv}, {path.toStdString(), t->config}}); !s) {
+        return fail(q(s.message()));
+      }
       done = QStringLiteral("Exported %1 (%2) and %3")
                  .arg(path,
                       titan.format == TorchtitanFormat::Python

@@ -3,37 +3,61 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <string_view>
 #include <vector>
 
+#include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/JsonReader.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/plan/SequenceSplits.hpp"
+#include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/trace/Stream.hpp"
 
 namespace pipestudio::gui {
 
+namespace {
+
+// The largest trace stream the window opens whole (one run's op ranges; larger ones go through
+// the history's streaming import).
+constexpr std::size_t kMaxOpenedStreamBytes = std::size_t{1} << 30;
+
+// A name the planner knows (schedule, partitioner, fill mode), else an error at `key`.
+void checkName(JsonReader& reader, const JsonNode& solver, const char* key, const std::string& value,
+               const std::vector<std::string>& known, const char* what) {
+  if (std::find(known.begin(), known.end(), value) != known.end()) return;
+  reader.error(solver.child(key), "'" + excerpt(value) + "' is not " + what + " (expected " + choiceList(known) + ")");
+}
+
+}  // namespace
+
+// The one reader of the format (resources/README.md): the GUI opens, `pipestudio-cli validate`
+// checks and `pipestudio-cli run` runs what it accepts, and nothing else.
 Expected<Workspace> readWorkspace(const JsonDocument& doc) {
   JsonReader reader(doc);
   const JsonNode root = reader.root();
   Workspace ws;
   if (!reader.isObject(root)) return reader.toError();
-  reader.checkSchema(root, kWorkspaceSchema);
+  if (!reader.checkSchema(root, kWorkspaceSchema)) return reader.toError();
   reader.rejectUnknown(root, {"schema", "name", "named", "description", "model", "cluster", "solver", "plan"});
   if (auto name = reader.string(root, "name", Presence::Optional, true)) ws.name = *name;
+  if (auto description = reader.string(root, "description", Presence::Optional, true)) ws.description = *description;
   if (auto named = reader.boolean(root, "named", Presence::Optional)) ws.named = *named;
+  std::optional<ClusterSpec> cluster;
   if (auto node = reader.object(root, "model", Presence::Required)) {
     if (auto model = readModel(reader, *node)) ws.model = std::move(*model);
   }
   if (auto node = reader.object(root, "cluster", Presence::Required)) {
-    if (auto cluster = readCluster(reader, *node)) ws.cluster = std::move(*cluster);
+    cluster = readCluster(reader, *node);
+    if (cluster) ws.cluster = *cluster;
   }
-  if (auto solver = reader.object(root, "solver", Presence::Required)) {
+  if (auto solver = reader.object(root, "solver", Presence::Optional)) {
     // The recipe keys are the plan file's (readRecipeFields): a workspace keeps every setting a plan does.
     static const std::vector<std::string_view> kKeys = withRecipeFieldKeys({"schedule",
                                                                             "devices",
@@ -59,9 +83,19 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
                                                                             "offload_ratio"});
     reader.rejectUnknown(*solver, kKeys);
     PlanConfig& c = ws.solver;
-    if (auto v = reader.string(*solver, "schedule", Presence::Required)) c.schedule = *v;
-    if (auto v = reader.integer(*solver, "devices", Presence::Required, 1, 4096)) c.devices = static_cast<int>(*v);
-    if (auto v = reader.integer(*solver, "microbatches", Presence::Required, 1, 1 << 20))
+    if (auto v = reader.string(*solver, "schedule", Presence::Optional)) {
+      c.schedule = *v;
+      checkName(reader, *solver, "schedule", *v, scheduleNames(), "a schedule");
+    }
+    if (auto v = reader.integer(*solver, "devices", Presence::Optional, 1, 4096)) {
+      c.devices = static_cast<int>(*v);
+      if (cluster && *v > cluster->totalGpus()) {
+        reader.error(solver->child("devices"), "is " + std::to_string(*v) + " but the cluster has " +
+                                                   std::to_string(cluster->totalGpus()) +
+                                                   " GPUs (expected at most that many)");
+      }
+    }
+    if (auto v = reader.integer(*solver, "microbatches", Presence::Optional, 1, 1 << 20))
       c.microbatches = static_cast<int>(*v);
     if (auto v = reader.integer(*solver, "chunks", Presence::Optional, 1, 64)) c.chunksPerDevice = static_cast<int>(*v);
     // seq1f1b and PipeOffload (issue 31): microbatches counts sequence chunks, as in a plan.
@@ -70,8 +104,14 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     }
     readSeqSplit(reader, *solver, c);
     if (auto v = reader.number(*solver, "offload_ratio", Presence::Optional, 0.0, 1.0)) c.offloadRatio = *v;
-    if (auto v = reader.string(*solver, "partition", Presence::Optional)) c.partition = *v;
-    if (auto v = reader.string(*solver, "fill", Presence::Optional)) c.fill = *v;
+    if (auto v = reader.string(*solver, "partition", Presence::Optional)) {
+      c.partition = *v;
+      checkName(reader, *solver, "partition", *v, partitionNames(), "a partitioner");
+    }
+    if (auto v = reader.string(*solver, "fill", Presence::Optional)) {
+      c.fill = *v;
+      checkName(reader, *solver, "fill", *v, fillModeNames(), "a fill mode");
+    }
     if (auto v = reader.integer(*solver, "memory_limit_bytes", Presence::Optional, 1,
                                 std::numeric_limits<std::int64_t>::max()))
       c.memoryLimitBytes = *v;
@@ -118,6 +158,11 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (auto plan = readPlan(reader, *node)) ws.plan = std::move(*plan);
   }
   if (!reader.ok()) return reader.toError();
+  // The saved plan passes what every plan file passes (structure, and its settings against
+  // its own model and cluster), located in the workspace.
+  if (ws.plan) {
+    if (Status st = validatePlanStructure(*ws.plan); !st) return Error{locatePlanProblem(doc, "/plan" + st.message())};
+  }
   return ws;
 }
 
@@ -131,6 +176,7 @@ Json workspaceToJson(const Workspace& ws) {
   Json j;
   j["schema"] = kWorkspaceSchema;
   j["name"] = ws.name;
+  if (!ws.description.empty()) j["description"] = ws.description;
   if (ws.named) j["named"] = true;
   j["model"] = modelToJson(ws.model);
   j["cluster"] = clusterToJson(ws.cluster);
@@ -211,21 +257,26 @@ Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& 
 }
 
 Expected<OpenedDocument> openDocument(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open file"};
+  if (auto st = checkRegularFile(path); !st) return st.error();  // a FIFO would block the open
   std::array<char, 4> magic{};
-  in.read(magic.data(), magic.size());
-  if (in.gcount() == 4 && magic == trace::kStreamMagic) {
-    in.seekg(0);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto plan = planFromTraceStream(bytes, path);
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Error{path + ": cannot open file"};
+    in.read(magic.data(), magic.size());  // istream::read turns a read error into badbit
+    if (in.gcount() != 4) magic = {};
+  }
+  if (magic == trace::kStreamMagic) {
+    // The whole stream through readRegularFile: iostreams' read errors surface as exceptions
+    // where an iterator reads the buffer (istreambuf_iterator), a message here.
+    auto bytes = readRegularFile(path, kMaxOpenedStreamBytes);
+    if (!bytes) return bytes.error();
+    auto plan = planFromTraceStream(*bytes, path);
     if (!plan) return plan.error();
     OpenedDocument out;
     out.kind = DocumentKind::Trace;
     out.plan = std::move(*plan);
     return out;
   }
-  in.close();
   auto doc = loadJsonFile(path);
   if (!doc) return doc.error();
   auto kind = documentKind(*doc);

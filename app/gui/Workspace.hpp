@@ -18,6 +18,7 @@ inline constexpr const char* kWorkspaceSchema = "pipestudio.workspace/1";
 
 struct Workspace {
   std::string name;
+  std::string description;  ///< optional free text, kept as read
   /// The user named it (File > Rename Workspace…); otherwise the name follows the content:
   /// "model on cluster" whenever another model or cluster is opened.
   bool named = false;

@@ -10,7 +10,9 @@
 
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -75,133 +77,6 @@ Status checkLimitAgainstOneMicrobatch(const Plan& shell, const std::vector<Stage
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
-// Shape checks of one transformer layer against the degrees (Megatron-LM's own requirements:
-// heads and query groups split over TP, experts over EP, a sequence that context parallelism
-// can cut into 2·C load-balanced chunks).
-Status checkLayerAgainstDegrees(const Layer& layer, const std::string& where, const Parallelism& par) {
-  const TransformerShape& t = *layer.transformer;
-  const int T = par.tensor;
-  const int C = par.context;
-  const int E = par.expert;
-  if (layer.kind == "embedding" || layer.kind == "lm_head") return {};
-  if (t.heads % T != 0) {
-    return Error{"--tp " + str(T) + " does not divide the " + str(t.heads) + " attention heads of " + where +
-                 " (expected a divisor of the heads)"};
-  }
-  if (t.kvHeadsOrHeads() % T != 0) {
-    return Error{"--tp " + str(T) + " does not divide the " + str(t.kvHeadsOrHeads()) + " key/value heads of " + where +
-                 " (expected a divisor of kv_heads: grouped-query attention splits its query groups over TP)"};
-  }
-  if (t.ffnOrDefault() % T != 0 && !t.isMoe()) {
-    return Error{"--tp " + str(T) + " does not divide the MLP size " + str(t.ffnOrDefault()) + " of " + where};
-  }
-  if (t.isMoe() && t.experts % E != 0) {
-    return Error{"--ep " + str(E) + " does not divide the " + str(t.experts) + " experts of " + where +
-                 " (expected a divisor of the experts)"};
-  }
-  const int etp = par.expertTensorOrTensor();
-  if (t.isMoe() && t.expertFfnOrDefault() % etp != 0) {
-    return Error{std::string(par.expertTensor > 0 ? "--etp " : "--tp ") + str(etp) +
-                 " does not divide the expert MLP size " + str(t.expertFfnOrDefault()) + " of " + where +
-                 " (expert tensor parallelism splits each expert's MLP)"};
-  }
-  if (C > 1 && par.cpCommType == CpCommType::A2a) {
-    // All-to-all context parallelism scatters each tensor-parallel rank's heads over the C ranks.
-    const std::int64_t heads = t.heads / T;
-    const std::int64_t kv = (t.mla ? t.heads : t.kvHeadsOrHeads()) / T;
-    if (heads % C != 0 || kv % C != 0) {
-      return Error{"--cp " + str(C) + " with --cp-comm-type a2a does not divide the " + str(heads) +
-                   " query heads and " + str(kv) + " key/value heads per tensor-parallel rank of " + where +
-                   " (the all-to-all scatters heads over the context ranks; use p2p or a2a+p2p)"};
-    }
-  }
-  if (C > 1 && (t.seq % (2 * static_cast<std::int64_t>(C)) != 0)) {
-    return Error{"--cp " + str(C) + " needs the sequence length of " + where + " (" + str(t.seq) +
-                 ") to be a multiple of 2·C = " + str(2 * static_cast<std::int64_t>(C)) +
-                 " (ring attention's load-balanced chunks)"};
-  }
-  // Sequence parallelism splits each context-parallel rank's seq / C tokens over the T GPUs
-  // (Megatron-LM asserts seq_length % tensor_model_parallel_size == 0).
-  if (par.sequenceParallel && T > 1 && t.seq % (static_cast<std::int64_t>(T) * C) != 0) {
-    return Error{"--sequence-parallel splits the " + str(t.seq / C) + "-token sequence" +
-                 (C > 1 ? " of each context-parallel rank" : std::string()) + " of " + where + " over --tp " + str(T) +
-                 ", which does not divide it (expected a sequence length that is a multiple of " +
-                 (C > 1 ? "T·C = " + str(static_cast<std::int64_t>(T) * C) : "T = " + str(T)) +
-                 ", or --no-sequence-parallel)"};
-  }
-  return {};
-}
-
-// The recipe's precision needs a peak on every GPU type of the cluster.
-Status checkPrecision(const PlanRequest& request) {
-  const Precision p = request.config.precision;
-  std::vector<const GpuSpec*> gpus{&request.cluster.gpu};
-  for (const NodeSpec& n : request.cluster.nodes) {
-    if (n.gpu) gpus.push_back(&*n.gpu);
-  }
-  for (const GpuSpec* g : gpus) {
-    if (g->peakTflopsFor(p) > 0) continue;
-    std::string has;
-    for (Precision q : kPrecisions) {
-      if (g->peakTflopsFor(q) > 0) has += (has.empty() ? "" : ", ") + std::string(precisionName(q));
-    }
-    return Error{"--precision " + std::string(precisionName(p)) + ": GPU '" + g->name + "' of cluster '" +
-                 request.cluster.name + "' has no " + std::string(precisionName(p)) + " peak (it has " + has +
-                 "; name a catalogue GPU that has it, or give peak_tflops." + std::string(precisionName(p)) +
-                 " in the cluster file)"};
-  }
-  return {};
-}
-
-// Recomputation settings against the model: modules it has, and layers a virtual stage has.
-Status checkRecompute(const PlanRequest& request) {
-  const Parallelism& par = request.config.parallel;
-  if (par.recomputeNumLayers > 0 && par.recompute != Recompute::Full) {
-    return Error{"--recompute-num-layers " + str(par.recomputeNumLayers) +
-                 " needs --recompute full (it says how many layers full recomputation covers)"};
-  }
-  if (par.recomputeModules != 0 && par.recompute != Recompute::Selective) {
-    return Error{"--recompute-modules " + recomputeModulesName(par.recomputeModules) +
-                 " needs --recompute selective (full recomputation replays every module)"};
-  }
-  bool moe = false, shared = false, dense = false, mla = false;
-  std::int64_t blocks = 0;
-  for (const Component& comp : request.model.components) {
-    if (!comp.trainable) continue;
-    for (const Layer& layer : comp.layers) {
-      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
-      ++blocks;
-      moe = moe || layer.transformer->isMoe();
-      dense = dense || !layer.transformer->isMoe();
-      mla = mla || layer.transformer->mla.has_value();
-      shared = shared || layer.transformer->sharedExperts > 0;
-    }
-  }
-  const std::uint32_t modules = par.recomputeModules;
-  const auto missing = [&](std::uint32_t bit, const char* what) -> Status {
-    return Error{"--recompute-modules " + recomputeModulesName(bit) + ": model '" + request.model.name + "' has no " +
-                 what + " (its modules: core_attn, layernorm" + (dense ? ", mlp" : "") + (moe ? ", moe, moe_act" : "") +
-                 (shared ? ", shared_experts" : "") + (mla ? ", mla_up_proj" : "") + ")"};
-  };
-  if ((modules & (kRecomputeMoe | kRecomputeMoeAct)) && !moe) {
-    return missing(modules & (kRecomputeMoe | kRecomputeMoeAct), "mixture-of-experts layers");
-  }
-  if ((modules & kRecomputeMlp) && !dense) return missing(kRecomputeMlp, "dense MLP (its MLPs are experts)");
-  if ((modules & kRecomputeSharedExperts) && !shared) return missing(kRecomputeSharedExperts, "shared experts");
-  if ((modules & kRecomputeMlaUpProj) && !mla) return missing(kRecomputeMlaUpProj, "multi-head latent attention");
-  if (par.recomputeNumLayers > 0) {
-    const std::int64_t stages =
-        static_cast<std::int64_t>(std::max(1, request.config.devices)) * std::max(1, request.config.chunksPerDevice);
-    const std::int64_t perStage = (blocks + stages - 1) / stages;
-    if (par.recomputeNumLayers > perStage) {
-      return Error{"--recompute-num-layers " + str(par.recomputeNumLayers) + " exceeds the " + str(perStage) +
-                   " transformer layers of a virtual stage (" + str(blocks) + " layers over " + str(stages) +
-                   " virtual stages; expected at most " + str(perStage) + ")"};
-    }
-  }
-  return {};
-}
-
 // Sequence splits (Seq1F1B) and activation offloading (PipeOffload) against the schedule
 // and the request.
 Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerator& generator,
@@ -228,7 +103,7 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
     }
     for (const Component& comp : request.model.components) {
       if (!comp.trainable) {
-        return Error{"--seq-splits " + str(cfg.seqSplits) + ": component '" + comp.name +
+        return Error{"--seq-splits " + str(cfg.seqSplits) + ": component '" + excerpt(comp.name) +
                      "' is frozen (sequence chunks are scheduled for trainable models only)"};
       }
     }
@@ -237,7 +112,7 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
     if (tokens > 0 && tokens < cfg.seqSplits * grain) {
       return Error{"--seq-splits " + str(cfg.seqSplits) + " needs at least " + str(cfg.seqSplits * grain) +
                    " tokens per sample (chunks are multiples of --tp " + str(grain) + "); model '" +
-                   request.model.name + "' has " + str(tokens)};
+                   excerpt(request.model.name) + "' has " + str(tokens)};
     }
     const auto& bounds = costs.seqChunkBounds();
     for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
@@ -259,136 +134,11 @@ Status checkSequenceAndOffload(const PlanRequest& request, const ScheduleGenerat
     for (int d = 0; d < cfg.devices; ++d) {
       const GpuSpec& gpu = deviceGpu(request.cluster, cfg, d);
       if (gpu.hostLinkGBps <= 0) {
-        return Error{"--offload-ratio: GPU '" + gpu.name + "' of device " + str(d) +
+        return Error{"--offload-ratio: GPU '" + excerpt(gpu.name) + "' of device " + str(d) +
                      " names no host link bandwidth (expected host_link_gbps on the cluster's gpu, or a catalogue "
                      "GPU that has it)"};
       }
     }
-  }
-  return {};
-}
-
-// Megatron-Core's activation offloading (TransformerConfig.__post_init__ in
-// megatron/core/transformer/transformer_config.py, Transformer Engine's get_cpu_offload_context):
-// a host link to copy over; layer-level offloading on one pipeline rank without recomputation,
-// fewer layers than the rank holds (TE keeps at least one layer's activations on the GPU); the
-// fine-grained modules the model runs, attn_proj with core_attn, no expert module inside a
-// recomputed MoE; never both kinds.
-Status checkActivationOffload(const PlanRequest& request) {
-  const PlanConfig& cfg = request.config;
-  const Parallelism& par = cfg.parallel;
-  if (!par.offloadsActivations()) return {};
-  const std::string flag = par.cpuOffloadingNumLayers > 0
-                               ? "--cpu-offloading-num-layers " + str(par.cpuOffloadingNumLayers)
-                               : "--offload-modules " + offloadModulesName(par.offloadModules);
-  if (par.cpuOffloadingNumLayers > 0 && par.offloadModules != 0) {
-    return Error{flag + " and --offload-modules " + offloadModulesName(par.offloadModules) +
-                 " exclude each other (Megatron-Core: fine_grained_activation_offloading cannot be enabled with "
-                 "cpu_offloading)"};
-  }
-  for (int d = 0; d < cfg.devices; ++d) {
-    const GpuSpec& gpu = deviceGpu(request.cluster, cfg, d);
-    if (gpu.hostLinkGBps <= 0) {
-      return Error{flag + ": GPU '" + gpu.name + "' of pipeline rank " + str(d) +
-                   " names no host link to offload over (expected host_link_gbps on the cluster's gpu, or a "
-                   "catalogue GPU that has it: PCIe, or NVLink-C2C on Grace)"};
-    }
-  }
-  if (!(par.activationOffloadFraction >= 0.0 && par.activationOffloadFraction <= 1.0)) {
-    return Error{"--activation-offload-fraction must be in [0, 1], got " +
-                 std::to_string(par.activationOffloadFraction)};
-  }
-  if (par.deltaOffloadBytesAcrossPpRanks < 0) {
-    return Error{"--delta-offload-bytes-across-pp-ranks must be at least 0, got " +
-                 str(par.deltaOffloadBytesAcrossPpRanks)};
-  }
-  std::int64_t blocks = 0;
-  bool moe = false, mla = false;
-  for (const Component& comp : request.model.components) {
-    if (!comp.trainable) continue;
-    for (const Layer& layer : comp.layers) {
-      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
-      ++blocks;
-      moe = moe || layer.transformer->isMoe();
-      mla = mla || layer.transformer->mla.has_value();
-    }
-  }
-  if (par.cpuOffloadingNumLayers > 0) {
-    if (cfg.devices > 1 || cfg.chunksPerDevice > 1) {
-      return Error{flag + " needs one pipeline rank, got --devices " + str(cfg.devices) + " with " +
-                   str(cfg.chunksPerDevice) +
-                   " chunk(s) (Megatron-Core: no support for pipeline parallelism with CPU offloading; "
-                   "--offload-modules offloads inside pipelines)"};
-    }
-    if (par.recompute != Recompute::None) {
-      return Error{flag + " with --recompute " + std::string(recomputeName(par.recompute)) +
-                   ": Megatron-Core's CPU offloading does not work with activation recomputation (expected "
-                   "--recompute none)"};
-    }
-    if (par.cpuOffloadingNumLayers >= blocks) {
-      return Error{flag + " offloads more layers than pipeline rank 0 may: it holds " + str(blocks) +
-                   " transformer layers and Transformer Engine keeps at least one layer's activations on the GPU "
-                   "(expected at most " +
-                   str(std::max<std::int64_t>(0, blocks - 1)) + ")"};
-    }
-    return {};
-  }
-  const std::uint32_t modules = par.offloadModules;
-  if ((modules & kOffloadAttnProj) && !(modules & kOffloadCoreAttn)) {
-    return Error{flag +
-                 ": attn_proj needs core_attn (the projection's input is the attention core's output, "
-                 "which the core's backward needs; Megatron-Core refuses attn_proj alone)"};
-  }
-  const std::uint32_t expertModules = kOffloadMlpNorm | kOffloadExpertFc1 | kOffloadMoeAct;
-  if ((modules & expertModules) && !moe) {
-    return Error{"--offload-modules " + offloadModulesName(modules & expertModules) + ": model '" + request.model.name +
-                 "' has no mixture-of-experts layers (its MLP norm is fused into FC1; modules "
-                 "it runs: qkv_linear, core_attn, attn_proj" +
-                 (mla ? ", attn_norm" : "") + ")"};
-  }
-  if ((modules & kOffloadAttnNorm) && !mla) {
-    return Error{"--offload-modules attn_norm: model '" + request.model.name +
-                 "' fuses its attention's input norm into the QKV GEMM (Transformer Engine's "
-                 "LayerNormColumnParallelLinear): offload qkv_linear instead"};
-  }
-  if ((modules & (kOffloadExpertFc1 | kOffloadMoeAct)) && (par.selectiveModules() & kRecomputeMoe)) {
-    return Error{"--offload-modules " + offloadModulesName(modules & (kOffloadExpertFc1 | kOffloadMoeAct)) +
-                 " with --recompute-modules moe: the recomputed MoE block keeps nothing to offload (Megatron-Core "
-                 "refuses the pair)"};
-  }
-  return {};
-}
-
-// The expert layers' layout (Megatron-Core MoE parallel folding): ETP × EP laid over the T·C·D
-// GPUs of a pipeline rank, so E may exceed D but ETP·E must divide T·C·D; expert and
-// capacity settings need a model with experts.
-Status checkExpertLayout(const PlanRequest& request) {
-  const Parallelism& par = request.config.parallel;
-  bool anyExperts = false;
-  for (const Component& comp : request.model.components) {
-    for (const Layer& layer : comp.layers) anyExperts = anyExperts || (layer.transformer && layer.transformer->isMoe());
-  }
-  if (!anyExperts && par.expertTensor > 0) {
-    return Error{"--etp " + str(par.expertTensor) +
-                 " needs a mixture-of-experts model (experts in a transformer shape); '" + request.model.name +
-                 "' has none"};
-  }
-  if (!anyExperts && par.moeCapacityFactor) {
-    return Error{"--moe-capacity-factor needs a mixture-of-experts model; '" + request.model.name + "' has none"};
-  }
-  if (par.moePermuteFusionIntoDispatcher && !(par.moeFlexDispatcher && par.moeFlexBackend == FlexBackend::HybridEp)) {
-    return Error{
-        "--moe-permute-fusion-into-hybridep needs the flex dispatcher with HybridEP (--moe-token-dispatcher flex "
-        "--moe-flex-backend hybridep)"};
-  }
-  const std::int64_t grid = static_cast<std::int64_t>(par.expertTensorOrTensor()) * par.expert;
-  const std::int64_t gpus = par.gpusPerPipelineRank();
-  if (gpus % grid != 0) {
-    return Error{"--ep " + str(par.expert) + " × --etp " + str(par.expertTensorOrTensor()) + " = " + str(grid) +
-                 " does not divide the --tp " + str(par.tensor) + " × --cp " + str(par.context) + " × --dp " +
-                 str(par.data) + " = " + str(gpus) +
-                 " GPUs of a pipeline rank (MoE parallel folding lays the expert layers' ETP × EP × expert-DP grid "
-                 "over them)"};
   }
   return {};
 }
@@ -398,28 +148,10 @@ Status checkExpertLayout(const PlanRequest& request) {
 Expected<PlanRequest> resolveRequest(PlanRequest request) {
   PlanConfig& cfg = request.config;
   Parallelism& par = cfg.parallel;
-  const std::array<std::pair<const char*, int>, 4> degrees = {
-      {{"--tp", par.tensor}, {"--cp", par.context}, {"--ep", par.expert}, {"--dp", par.data}}};
-  for (const auto& [flag, value] : degrees) {
-    if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
-  }
-  if (par.zeroStage < 0 || par.zeroStage > 3) return Error{"--zero must be 0, 1, 2 or 3, got " + str(par.zeroStage)};
   if (par.tensor == 1) par.sequenceParallel = false;
-  if (auto st = checkPrecision(request); !st) return st.error();
-  if (auto st = checkRecompute(request); !st) return st.error();
-  if (auto st = checkActivationOffload(request); !st) return st.error();
-  if (cfg.microBatchSize) {
-    if (*cfg.microBatchSize < 1) return Error{"--micro-batch-size must be at least 1, got " + str(*cfg.microBatchSize)};
-    request.model.samplesPerMicrobatch = *cfg.microBatchSize;
-  }
-  if (cfg.globalBatch) {
-    const std::int64_t perMicrobatch = request.model.samplesPerMicrobatch * par.data;
-    if (*cfg.globalBatch < 1) return Error{"--global-batch must be at least 1, got " + str(*cfg.globalBatch)};
-    if (*cfg.globalBatch % perMicrobatch != 0) {
-      return Error{"--global-batch " + str(*cfg.globalBatch) + " is not a multiple of micro-batch size " +
-                   str(request.model.samplesPerMicrobatch) + " × --dp " + str(par.data) + " = " + str(perMicrobatch) +
-                   " samples (expected microbatches = G / (B·D) to be whole)"};
-    }
+  if (cfg.microBatchSize && *cfg.microBatchSize >= 1) request.model.samplesPerMicrobatch = *cfg.microBatchSize;
+  const std::int64_t perMicrobatch = request.model.samplesPerMicrobatch * par.data;
+  if (cfg.globalBatch && *cfg.globalBatch >= 1 && perMicrobatch >= 1 && *cfg.globalBatch % perMicrobatch == 0) {
     const std::int64_t m = *cfg.globalBatch / perMicrobatch;
     if (m > 1'000'000) {
       return Error{"--global-batch " + str(*cfg.globalBatch) + " gives " + str(m) +
@@ -434,40 +166,17 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
     cfg.microbatches = static_cast<int>(units);
     if (!cfg.microBatchSize) cfg.microBatchSize = request.model.samplesPerMicrobatch;
   }
-  bool anyExperts = false;
-  for (const Component& comp : request.model.components) {
-    for (const Layer& layer : comp.layers) {
-      if (!layer.transformer) continue;
-      anyExperts = anyExperts || layer.transformer->isMoe();
-      if (par.isPurePipeline() && par.data == 1) continue;
-      if (auto st = checkLayerAgainstDegrees(layer, "layer '" + layer.name + "' (component '" + comp.name + "')", par);
-          !st) {
-        return st.error();
-      }
-    }
-  }
-  if (par.expert > 1 && !anyExperts) {
-    return Error{"--ep " + str(par.expert) + " needs a mixture-of-experts model (experts in a transformer shape); '" +
-                 request.model.name + "' has none"};
-  }
-  if (auto st = checkExpertLayout(request); !st) return st.error();
-  // CUDA graphs as Megatron-Core accepts them; CPU offloading runs outside any graph (Megatron-Core
-  // refuses the two together, transformer_config.py).
-  if (auto problem = cudaGraphProblem(par)) return Error{"--cuda-graph-impl: " + *problem};
-  if (par.cudaGraphImpl != CudaGraphImpl::None && cfg.offloadRatio > 0) {
-    return Error{
-        "--offload-ratio: activation offloading is incompatible with CUDA graphs (expected --cuda-graph-impl "
-        "none)"};
-  }
+  // The settings against the model and cluster: the same check every saved plan passes.
+  if (auto st = checkPlanSettings(request.model, request.cluster, cfg); !st) return st.error();
   const std::int64_t gpus = cfg.totalGpus();
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
     return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) +
-                 " GPUs of cluster '" + request.cluster.name + "'"};
+                 " GPUs of cluster '" + excerpt(request.cluster.name) + "'"};
   }
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus()) {
     return Error{"--tp " + str(par.tensor) + " × --cp " + str(par.context) + " × --devices " + str(cfg.devices) +
-                 " × --dp " + str(par.data) + " = " + str(gpus) + " GPUs, but cluster '" + request.cluster.name +
-                 "' has " + str(request.cluster.totalGpus())};
+                 " × --dp " + str(par.data) + " = " + str(gpus) + " GPUs, but cluster '" +
+                 excerpt(request.cluster.name) + "' has " + str(request.cluster.totalGpus())};
   }
   return request;
 }

@@ -101,3 +101,14 @@ TEST(FdStream, KeepsTheReasonOfTheFirstFailedWrite) {
   EXPECT_FALSE(closed.flush());
   EXPECT_NE(closed.errorText().find("the descriptor is closed"), std::string::npos) << closed.errorText();
 }
+
+// Issue 44: a read that fails (a process's /proc file as it exits reads ESRCH; /proc/self/mem
+// at offset 0, EIO) is an error with its reason. Through an istreambuf_iterator the same failure
+// is an exception from std::filebuf::underflow, which once ended an import ("internal error:
+// basic_filebuf::underflow error reading the file: No such process"); readers use readRegularFile.
+TEST(Files, AFailedReadIsAnErrorNotAnException) {
+  Expected<std::string> text = Error{"not read"};
+  EXPECT_NO_THROW(text = readRegularFile("/proc/self/mem", 1 << 20));
+  ASSERT_FALSE(text);
+  EXPECT_NE(text.message().find("/proc/self/mem: read error: "), std::string::npos) << text.message();
+}

@@ -404,7 +404,8 @@ TEST(HostileInput, SequenceParallelismNeedsASequenceTheTensorDegreeDivides) {
   EXPECT_EQ(r.exitCode, 1) << r.out;
   EXPECT_NE(r.err.find("--sequence-parallel splits the 1-token sequence of layer 't.0'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("over --tp 8, which does not divide it"), std::string::npos) << r.err;
-  // Without sequence parallelism the plan is made; edited to turn it on, no export takes it.
+  // Without sequence parallelism the plan is made; edited to turn it on, no command takes it
+  // (issue 44: the plan file passes the check `plan` applies, for every command and export).
   const std::string plan = (tempDir() / "seq1-plan.json").string();
   ASSERT_EQ(cli(planOf(model, cluster, "1f1b", 1, 2) +
                 std::vector<std::string>{"--tp", "8", "--no-sequence-parallel", "-o", plan})
@@ -419,8 +420,11 @@ TEST(HostileInput, SequenceParallelismNeedsASequenceTheTensorDegreeDivides) {
   for (const char* format : {"megatron", "torchtitan"}) {
     const auto e = cli({"export", plan, "--format", format, "-o", (tempDir() / "seq1.out").string()});
     EXPECT_EQ(e.exitCode, 1) << format << ": " << e.err;
-    EXPECT_NE(e.err.find("would refuse the plan's parallel settings: --sequence-parallel"), std::string::npos) << e.err;
+    EXPECT_NE(e.err.find("/config: --sequence-parallel splits the 1-token sequence"), std::string::npos) << e.err;
   }
+  const auto v = cli({"validate", plan});
+  EXPECT_EQ(v.exitCode, 1);
+  EXPECT_NE(v.err.find("/config: --sequence-parallel splits the 1-token sequence"), std::string::npos) << v.err;
 }
 
 TEST(HostileInput, FrameworkExportsNameWhatThePlanHasThatTheyCannotRun) {

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
+#include <csignal>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "Spawn.hpp"
 
@@ -268,4 +272,61 @@ TEST(OutputFile, TorchtitanNeverWritesOverAFileNobodyNamedNorTwoOutputsToOnePath
   EXPECT_TRUE(isCharDevice("/dev/null"));
   // --csv-output belongs to torchtitan.
   EXPECT_EQ(cli({"export", plan, "--format", "csv", "--csv-output", csv}).exitCode, 2);
+}
+
+// Issue 44: `plan -o out.json` ended by SIGTERM while the file is written leaves neither the file
+// nor `out.json.tmp-PID`: the temporary file is removed before the signal ends the process.
+TEST(OutputFile, ASignalDuringTheWriteLeavesNoTemporaryFile) {
+  const fs::path dir = tempDir() / "sigterm";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string out = (dir / "out.json").string();
+  // Some hundred thousand ops: tens of MB, written for long enough to be interrupted.
+  const pid_t pid = start({kCli, "plan", "--model", kGood + "tiny-model.json", "--cluster", kGood + "tiny-cluster.json",
+                           "--schedule", "1f1b", "--devices", "2", "--microbatches", "150000", "-o", out},
+                          (dir.parent_path() / "sigterm.out").string(), (dir.parent_path() / "sigterm.err").string());
+  ASSERT_GT(pid, 0);
+  bool writing = false;
+  for (int i = 0; i < 60000 && !writing; ++i) {  // the guard against a hang: 60 s
+    for (const auto& e : fs::directory_iterator(dir)) {
+      writing = writing || e.path().filename().string().find(".tmp-") != std::string::npos;
+    }
+    if (!writing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(writing) << "the plan was never written";
+  ::kill(pid, SIGTERM);
+  const int status = waitFor(pid, 60);
+  EXPECT_EQ(status, 128 + SIGTERM) << "ended as the signal ends it";
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
+}
+
+// Issue 44: torchtitan's two files are written together or not at all: when the configuration
+// cannot be written (a read-only mount here; a disk with room for the CSV only in the campaign)
+// the schedule CSV is not left behind either.
+TEST(OutputFile, TorchtitanLeavesNeitherFileWhenOneCannotBeWritten) {
+  if (!haveMountNamespace()) GTEST_SKIP() << "unshare -rm (a private tmpfs) is not available here";
+  const std::string resources = PIPESTUDIO_RESOURCES;
+  const std::string plan = (tempDir() / "titan-pair.json").string();
+  ASSERT_EQ(cli({"plan", "--model", resources + "/models/gpt3-1.3b.json", "--cluster",
+                 resources + "/clusters/a100-1x8-nvlink.json", "--schedule", "1f1b", "--devices", "2", "--microbatches",
+                 "4", "-o", plan})
+                .exitCode,
+            0);
+  for (const char* config : {"python", "toml"}) {
+    const std::string file = std::string("/mnt/ro/titan.") + (std::string(config) == "python" ? "py" : "toml");
+    const std::string script =
+        "mount -t tmpfs tmpfs /mnt || exit 90; mkdir /mnt/rw /mnt/ro && mount -t tmpfs -o ro tmpfs /mnt/ro || exit "
+        "91; " +
+        kCli + " export " + plan + " --format torchtitan --torchtitan-config " + config + " -o " + file +
+        " --csv-output /mnt/rw/titan.csv; echo \"exit=$?\"; ls -A /mnt/rw /mnt/ro";
+    const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
+                       {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+    ASSERT_NE(r.exitCode, 90) << r.err;
+    ASSERT_NE(r.exitCode, 91) << r.err;
+    EXPECT_NE(r.out.find("exit=1"), std::string::npos) << config << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("Read-only file system"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("titan"), std::string::npos) << config << ": left behind: " << r.out;
+  }
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -300,6 +301,43 @@ TEST_F(DeployTest, KeepaliveNoticesASilentConnectionWithinTheInterval) {
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(gone) << "the remote rank outlived the connection";
+}
+
+// Issue 44: the host freezes as the executor's upload begins (its sshd stopped, the kernel still
+// acknowledging every segment). The deploy gives up after the keepalive's interval × count,
+// naming the upload, instead of waiting forever on SFTP. The 60 s wait is a hang guard.
+TEST_F(DeployTest, AHostThatFreezesDuringTheUploadIsNoticed) {
+  Sshd sshd;  // its own: its connections are frozen
+  ASSERT_TRUE(sshd.running()) << sshd.error();
+  DeployRequest req = request("frozen-upload");
+  req.hosts.hosts[0] = sshd.hostEntry(2);
+  req.hosts.hosts[0].remoteDir = m_dir + "/frozen-upload";
+  req.hosts.serverAliveIntervalS = 1;
+  req.hosts.serverAliveCountMax = 2;
+  HistoryTestSink sink(*m_store);
+  std::vector<pid_t> frozen;
+  DeployCallbacks cb;
+  cb.progress = [&](const RankProgress& p) {
+    if (p.state == RankState::Uploading && frozen.empty()) {
+      frozen = sshd.connectionProcesses();
+      for (const pid_t pid : frozen) ::kill(pid, SIGSTOP);
+    }
+  };
+  Deployment d(req, cb, sink);
+  auto pending = std::async(std::launch::async, [&] { return d.run(); });
+  const bool returned = pending.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  for (const pid_t pid : frozen) ::kill(pid, SIGCONT);
+  ASSERT_FALSE(frozen.empty()) << "the upload never began";
+  ASSERT_TRUE(returned) << "deploy still waits for a host that froze during the upload";
+  auto result = pending.get();
+  ASSERT_FALSE(result) << "a deploy whose upload never finished succeeded";
+  EXPECT_NE(result.message().find("connection lost: no answer for"), std::string::npos) << result.message();
+  // The SFTP phases of the upload: the remote folders, then the files.
+  const bool sftp = result.message().find("while creating " + m_dir + "/frozen-upload") != std::string::npos ||
+                    result.message().find("while uploading") != std::string::npos;
+  EXPECT_TRUE(sftp) << result.message();
+  EXPECT_NE(result.message().find("server_alive_interval_s 1 x server_alive_count_max 2"), std::string::npos)
+      << result.message();
 }
 
 TEST_F(DeployTest, CliDeployPrintsTheRunIdAndRecordsIt) {

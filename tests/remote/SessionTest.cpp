@@ -1,11 +1,16 @@
 // Real sshd on 127.0.0.1 (SshdFixture): host keys, authentication, commands, SFTP, quoting.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -310,6 +315,91 @@ TEST_F(SessionTest, WatchdogEndsTheRankWhenTheWorkstationDies) {
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(gone) << "the remote rank outlived its SSH session";
+}
+
+// Issue 44: a host that freezes (its sshd stopped: the kernel still acknowledges every segment)
+// is noticed in every phase that waits for it — SFTP, the checksum command, a new channel — not
+// only while ranks stream. Each call comes back with the keepalive's verdict and what it was
+// doing; the 30 s wait below is a guard against a hang, not a timing.
+TEST_F(SessionTest, AFrozenHostIsNoticedInEveryPhaseThatWaitsForIt) {
+  Sshd sshd;  // its own: its connections are frozen
+  ASSERT_TRUE(sshd.running()) << sshd.error();
+  const std::string local = sshd.dir() + "/payload.bin";
+  std::ofstream(local, std::ios::binary) << std::string(100000, 'x');
+  struct Phase {
+    const char* doing;
+    std::function<std::string(SshSession&)> call;
+  };
+  const std::string dir = sshd.dir();
+  const std::vector<Phase> phases = {
+      {"finding the remote home directory",
+       [](SshSession& s) {
+         auto r = s.resolvePath("~/x");
+         return r ? std::string("returned ") + *r : r.message();
+       }},
+      {"creating", [&](SshSession& s) { return s.makeDirectories(dir + "/frozen/a/b").message(); }},
+      {"uploading",
+       [&](SshSession& s) {
+         auto r = s.upload(local, dir + "/payload.remote", 0644);
+         return r ? std::string("uploaded") : r.message();
+       }},
+      {"running sha256sum",
+       [&](SshSession& s) {
+         auto r = s.run("sha256sum -- " + shellQuote(local));
+         return r ? "ran: " + r->out : r.message();
+       }},
+      {"starting a remote command",
+       [](SshSession& s) {
+         auto r = s.start("sleep 1");
+         return r ? std::string("started") : r.message();
+       }},
+  };
+  for (const Phase& phase : phases) {
+    auto s = SshSession::connect(sshd.hostEntry(), {});
+    ASSERT_TRUE(s) << s.message();
+    (*s)->setKeepalive(KeepaliveSettings{500, 2});
+    const auto frozen = sshd.connectionProcesses();
+    ASSERT_FALSE(frozen.empty());
+    for (const pid_t p : frozen) ::kill(p, SIGSTOP);
+    auto pending = std::async(std::launch::async, [&] { return phase.call(**s); });
+    const bool returned = pending.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    for (const pid_t p : frozen) ::kill(p, SIGCONT);
+    ASSERT_TRUE(returned) << phase.doing << ": still waiting for a frozen host";
+    const std::string message = pending.get();
+    EXPECT_NE(message.find("connection lost: no answer for"), std::string::npos) << phase.doing << ": " << message;
+    EXPECT_NE(message.find(std::string("while ") + phase.doing), std::string::npos) << message;
+    EXPECT_NE(message.find("server_alive_interval_s 0.5 x server_alive_count_max 2"), std::string::npos) << message;
+    // The session is given up: later calls fail at once with the same reason.
+    auto again = (*s)->run("true");
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.message(), message);
+  }
+}
+
+TEST(SessionConnect, AListenerThatNeverAnswersFailsWithinTheConnectTimeout) {
+  // Accepts (the kernel completes the handshake) and never sends a banner.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  HostEntry h;
+  h.host = "127.0.0.1";
+  h.port = ntohs(addr.sin_port);
+  // The thread hands back the outcome as text (a session that connected is closed there).
+  auto pending = std::async(std::launch::async, [&] {
+    auto s = SshSession::connect(h, {}, 2000);
+    return s ? std::string("connected") : s.message();
+  });
+  const bool returned = pending.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  ::close(fd);
+  ASSERT_TRUE(returned) << "connect waited for a silent listener";
+  const std::string message = pending.get();
+  EXPECT_NE(message.find("127.0.0.1:" + std::to_string(h.port) + ": cannot connect"), std::string::npos) << message;
 }
 
 }  // namespace

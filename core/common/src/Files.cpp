@@ -4,10 +4,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 
 #include "pipestudio/common/FdStream.hpp"
 #include "pipestudio/common/Text.hpp"
@@ -172,37 +178,182 @@ Expected<std::string> readTextFile(const std::string& path, std::size_t maxBytes
   return text;
 }
 
-Status writeOutputFile(const std::string& path, const std::function<bool(std::ostream&, std::string&)>& write) {
+namespace {
+
+// Where an output goes: written directly (a device, FIFO, socket, descriptor), or through a
+// temporary file beside the target that is renamed over it.
+struct OutputTarget {
+  std::string shown;   // the path as the user gave it
+  std::string target;  // symlinks followed
+  bool direct = false;
+  bool append = false;
+};
+
+Expected<OutputTarget> resolveOutput(const std::string& path) {
   if (path.empty()) return Error{"empty output file name (expected a path)"};
-  if (namesOpenDescriptor(path)) return writeDirect(path, path, true, write);
+  if (namesOpenDescriptor(path)) return OutputTarget{path, path, true, true};
   auto resolved = followLinks(path);
   if (!resolved) return resolved.error();
-  const std::string& target = *resolved;
+  OutputTarget out{path, *resolved, false, false};
   struct stat st {};
-  if (::stat(target.c_str(), &st) == 0) {
+  if (::stat(out.target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return Error{path + ": is a directory (expected a file name)"};
     // Device nodes, FIFOs and sockets are written to, never replaced (one run replaced a
     // machine's /dev/full with a regular file).
-    if (!S_ISREG(st.st_mode)) return writeDirect(path, target, false, write);
-  } else if (errno != ENOENT) {
-    return Error{path + ": " + errnoText(errno)};
+    out.direct = !S_ISREG(st.st_mode);
+    return out;
   }
-  const fs::path parent = fs::path(target).parent_path();
+  if (errno != ENOENT) return Error{path + ": " + errnoText(errno)};
+  const fs::path parent = fs::path(out.target).parent_path();
   std::error_code ec;
   if (!parent.empty() && !fs::is_directory(parent, ec)) {
     return Error{path + ": directory " + parent.string() + " does not exist"};
   }
-  // Beside the target (same file system, so the rename is atomic), unique to this process.
-  const std::string tmp = target + ".tmp-" + std::to_string(::getpid());
-  if (auto st2 = writeDirect(path, tmp, false, write); !st2) {
-    fs::remove(tmp, ec);
-    return st2;
+  return out;
+}
+
+// --- temporary files a signal must not leave behind ---
+// The temporary files being written now, in slots a signal handler can read: a fixed array,
+// each slot's path complete before its flag is set (release), read after the flag (acquire).
+constexpr std::size_t kTempSlots = 32;
+constexpr std::size_t kTempPathBytes = 4096;
+struct TempSlot {
+  std::atomic<bool> used{false};
+  std::array<char, kTempPathBytes> path{};
+};
+std::array<TempSlot, kTempSlots> g_tempSlots;
+constexpr std::array<int, 3> kCleanupSignals{SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void removeTempFilesAndDie(int sig) {
+  // Async-signal-safe only: unlink, sigaction, raise.
+  for (TempSlot& slot : g_tempSlots) {
+    if (slot.used.load(std::memory_order_acquire)) ::unlink(slot.path.data());
   }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    return Error{path + ": cannot replace file: " + ec.message()};
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  ::raise(sig);  // ends the process as the signal would have, now that nothing is left behind
+}
+
+// Installs removeTempFilesAndDie for the signals that end a process where nothing else handles
+// them (the default action): a program with its own handler (the CLI's `run`) keeps it.
+void armSignalCleanup() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const int sig : kCleanupSignals) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+      struct sigaction sa {};
+      sa.sa_handler = removeTempFilesAndDie;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+// A temporary file registered for removal on a fatal signal while it lives.
+class TempFile {
+ public:
+  explicit TempFile(std::string path) : m_path(std::move(path)) {
+    armSignalCleanup();
+    if (m_path.size() >= kTempPathBytes) return;  // not removable by the handler; still removed on return
+    for (TempSlot& slot : g_tempSlots) {
+      if (!slot.used.load(std::memory_order_relaxed) && claim(slot)) {
+        m_slot = &slot;
+        return;
+      }
+    }
+  }
+  ~TempFile() {
+    if (!m_kept) {
+      std::error_code ec;
+      fs::remove(m_path, ec);
+    }
+    release();
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return m_path; }
+  /// Renames it over `target`; from then on it is no longer ours to remove.
+  Status renameTo(const std::string& shown, const std::string& target) {
+    std::error_code ec;
+    fs::rename(m_path, target, ec);
+    if (ec) return Error{shown + ": cannot replace file: " + ec.message()};
+    m_kept = true;
+    release();
+    return {};
+  }
+
+ private:
+  bool claim(TempSlot& slot) {
+    // The path is written before the flag is published; a slot is claimed by one thread at once.
+    static std::mutex claiming;
+    const std::lock_guard lock(claiming);
+    if (slot.used.load(std::memory_order_relaxed)) return false;
+    std::copy(m_path.begin(), m_path.end(), slot.path.begin());
+    slot.path[m_path.size()] = '\0';
+    slot.used.store(true, std::memory_order_release);
+    return true;
+  }
+  void release() {
+    if (m_slot) m_slot->used.store(false, std::memory_order_release);
+    m_slot = nullptr;
+  }
+  std::string m_path;
+  TempSlot* m_slot = nullptr;
+  bool m_kept = false;
+};
+
+// Beside the target (same file system, so the rename is atomic), unique to this process and call.
+std::string tempPathFor(const std::string& target) {
+  static std::atomic<unsigned> counter{0};
+  const unsigned n = counter.fetch_add(1);
+  return target + ".tmp-" + std::to_string(::getpid()) + (n == 0 ? std::string() : "-" + std::to_string(n));
+}
+
+}  // namespace
+
+Status writeOutputFile(const std::string& path, const std::function<bool(std::ostream&, std::string&)>& write) {
+  auto out = resolveOutput(path);
+  if (!out) return out.error();
+  if (out->direct) return writeDirect(out->shown, out->target, out->append, write);
+  TempFile tmp(tempPathFor(out->target));
+  if (auto st = writeDirect(path, tmp.path(), false, write); !st) return st;
+  return tmp.renameTo(path, out->target);
+}
+
+Status writeOutputFiles(const std::vector<std::pair<std::string, std::string_view>>& files) {
+  std::vector<OutputTarget> targets;
+  for (const auto& [path, content] : files) {
+    auto out = resolveOutput(path);
+    if (!out) return out.error();
+    targets.push_back(std::move(*out));
+  }
+  const auto writeText = [](std::string_view content) {
+    return [content](std::ostream& out, std::string&) {
+      out.write(content.data(), static_cast<std::streamsize>(content.size()));
+      return static_cast<bool>(out);
+    };
+  };
+  // Every file is written before any replaces its target: a failure (a full disk) leaves none.
+  std::vector<std::unique_ptr<TempFile>> temps(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (targets[i].direct) continue;
+    temps[i] = std::make_unique<TempFile>(tempPathFor(targets[i].target));
+    if (auto st = writeDirect(targets[i].shown, temps[i]->path(), false, writeText(files[i].second)); !st) return st;
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (!targets[i].direct) continue;
+    if (auto st = writeDirect(targets[i].shown, targets[i].target, targets[i].append, writeText(files[i].second));
+        !st) {
+      return st;
+    }
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (temps[i]) {
+      if (auto st = temps[i]->renameTo(targets[i].shown, targets[i].target); !st) return st;
+    }
   }
   return {};
 }

@@ -65,8 +65,10 @@ std::optional<Problem> prescan(std::string_view text, const JsonLimits& limits) 
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (inString) {
-      // Checked on every byte, escapes included: a string of backslashes is still a string.
-      if (i - stringStart > limits.maxStringBytes) {
+      // Checked on every byte, escapes included: a string of backslashes is still a string. The
+      // bytes between the quotes so far (stringStart is the opening quote): a string of exactly
+      // the limit reaches its closing quote.
+      if (i - stringStart - 1 > limits.maxStringBytes) {
         return Problem{stringStart, "string longer than " + std::to_string(limits.maxStringBytes) +
                                         " bytes (expected names and short text only)"};
       }

@@ -2,8 +2,10 @@
 
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "pipestudio/common/Text.hpp"
@@ -43,10 +45,22 @@ Expected<std::int64_t> parseBytes(std::string_view text) {
   else
     return Error{"'" + excerpt(s) + "' has an unknown unit '" + excerpt(unit) +
                  "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"};
-  const double bytes = value * scale;
-  if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18) {
-    return Error{"'" + excerpt(s) + "' is out of range (expected 0 to 8 EiB)"};
+  const auto outOfRange = [&] {
+    return Error{"'" + excerpt(s) + "' is out of range (expected 0 to " +
+                 std::to_string(std::numeric_limits<std::int64_t>::max()) + " bytes, just under 8 EiB)"};
+  };
+  // A plain count of bytes is read exactly: every int64 is a size, up to 2^63 − 1 (a double
+  // would round it up past the largest).
+  const std::string_view digits = std::string_view(s).substr(0, s.find_first_not_of("0123456789"));
+  if (scale == 1 && !digits.empty() && s.find_first_of(".eE") == std::string::npos) {
+    std::int64_t exact = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), exact);
+    if (ec == std::errc::result_out_of_range) return outOfRange();
+    if (ec == std::errc() && end == digits.data() + digits.size()) return exact;
   }
+  const double bytes = value * scale;
+  // 2^63 is the first double past the int64 range.
+  if (!std::isfinite(bytes) || bytes < 0 || bytes >= 9223372036854775808.0) return outOfRange();
   return static_cast<std::int64_t>(std::llround(bytes));
 }
 

@@ -2,6 +2,7 @@
 // accessors. The rest of the store is split by concern: StoreOpen.cpp (open, migrate,
 // recover), EventWriter.cpp (batched event writes), Runs.cpp (run rows and their events),
 // RunAsPlan.cpp (stored plans, a run read back as a plan), ProcessProbe.cpp (is a writer alive).
+#include <pwd.h>
 #include <unistd.h>
 
 #include <array>
@@ -56,7 +57,12 @@ std::string defaultHistoryPath() {
     base = xdg;  // the XDG spec says relative values are to be ignored
   } else {
     const char* home = std::getenv("HOME");
-    base = fs::path(home && *home ? home : ".") / ".local" / "share";
+    std::string dir = home && *home ? home : "";
+    if (dir.empty()) {
+      if (const passwd* pw = getpwuid(geteuid()); pw != nullptr && pw->pw_dir != nullptr) dir = pw->pw_dir;
+    }
+    if (dir.empty() || !fs::path(dir).is_absolute()) return {};  // never ./.local in the working directory
+    base = fs::path(dir) / ".local" / "share";
   }
   return (base / "pipestudio" / "history.sqlite").string();
 }

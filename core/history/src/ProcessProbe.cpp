@@ -7,19 +7,22 @@
 #include <climits>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "Impl.hpp"
+#include "pipestudio/common/Files.hpp"
 
 namespace pipestudio::history {
 
 namespace {
 
+// A /proc file's text, empty when it cannot be read. Read with read(2), not an istreambuf_iterator:
+// a process that exits while its /proc/PID/stat is read fails the read with ESRCH, which
+// std::filebuf::underflow throws as an exception no iterator catches (an import that checked a
+// writer just as it ended died with "basic_filebuf::underflow error reading the file").
 std::string readProcFile(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  auto text = readRegularFile(path, std::size_t{1} << 16);
+  return text ? std::move(*text) : std::string();
 }
 
 // Field 3 of /proc/PID/stat: 'Z' for a zombie (killed but not yet reaped: it writes no more).

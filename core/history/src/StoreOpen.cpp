@@ -204,6 +204,9 @@ Expected<std::unique_ptr<HistoryStore::Impl>> Opener::attempt() {
   if (!exists && m_options.readOnly) return Error{withPath(m_path, "no history database here")};
   if (!exists) {
     const fs::path parent = fs::path(m_path).parent_path();
+    if (!m_options.createDirectories && !parent.empty() && !fs::is_directory(parent, ec)) {
+      return Error{withPath(m_path, "directory " + parent.string() + " does not exist (expected an existing folder)")};
+    }
     if (!parent.empty()) fs::create_directories(parent, ec);
     if (ec) return Error{withPath(m_path, "cannot create directory " + parent.string() + ": " + ec.message())};
     auto created = createComplete();
@@ -286,6 +289,11 @@ Expected<std::unique_ptr<HistoryStore::Impl>> Opener::attempt() {
 Expected<HistoryStore> HistoryStore::open(const std::string& path, const OpenOptions& options) {
   if (options.targetSchemaVersion < 1 || options.targetSchemaVersion > kSchemaVersion) {
     return Error{"schema version " + std::to_string(options.targetSchemaVersion) + " is not one this build can create"};
+  }
+  if (path.empty()) {
+    return Error{
+        "no history database path: HOME and XDG_DATA_HOME are unset and the user has no home directory "
+        "(expected --db FILE, or one of them set)"};
   }
   // Creation, migration and writes of other processes are waited for: statements wait through
   // SQLite's busy timeout, and the steps where SQLite answers "locked" at once rather than risk

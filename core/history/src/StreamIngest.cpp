@@ -257,13 +257,19 @@ Expected<ImportResult> HistoryStore::importStreamFile(const std::string& file, R
   StreamIngest ingest(*this, *run);
   std::string chunk(1 << 20, '\0');
   while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));  // a read error sets badbit
     const auto n = static_cast<std::size_t>(in.gcount());
     if (n == 0) break;
     if (auto st = ingest.feed(std::string_view(chunk.data(), n)); !st) {
       (void)finishRun(*run, RunStatus::Incomplete, st.message());
       return st.error();
     }
+  }
+  if (in.bad()) {
+    const std::string message = file + ": read error (the run keeps what was read before it)";
+    (void)ingest.flush();
+    (void)finishRun(*run, RunStatus::Incomplete, message);
+    return Error{message};
   }
   if (auto st = ingest.flush(); !st) {
     (void)finishRun(*run, RunStatus::Incomplete, st.message());

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/Limits.hpp"
 
 namespace pipestudio {
@@ -25,7 +26,8 @@ bool readPerPrecision(JsonReader& r, const JsonNode& obj, std::string_view key, 
     const std::string& name = it.key();
     const auto precision = precisionFromName(name);
     if (!precision) {
-      r.error(node.child(name), "'" + name + "' is not a precision (expected " + std::string(precisionChoices()) + ")");
+      r.error(node.child(name),
+              "'" + excerpt(name) + "' is not a precision (expected " + std::string(precisionChoices()) + ")");
       continue;
     }
     const auto v = r.numberValue(node.child(name), range.min, range.max);
@@ -170,6 +172,12 @@ bool complete(JsonReader& r, const JsonNode& node, const GpuSpec& g) {
             std::string("missing required field '") + field + R"(' (or name a GPU of the catalogue: "model": "H100"))");
   };
   need(!g.name.empty(), "name");
+  // A per-precision object without bf16 reads without a bad value, yet gives no base peak.
+  const auto peak = node.value->find("peak_tflops");
+  if (g.peakTflops <= 0 && peak != node.value->end() && peak->is_object() && !peak->contains("bf16")) {
+    r.error(node.child("peak_tflops"),
+            "has no bf16 peak (expected \"bf16\": the peak of the default precision, beside any other format's)");
+  }
   need(g.peakTflops > 0, "peak_tflops");
   need(g.memoryGib > 0, "memory_gib");
   return ok;

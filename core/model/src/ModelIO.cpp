@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "GpuIO.hpp"
@@ -273,6 +274,19 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
     r.error(node, "layer '" + excerpt(layer.name) +
                       "' has neither measured costs nor a shape (expected forward_ms, transformer or flops_forward)");
   }
+  // A layer's costs are measured or derived from its shape, never half and half (a measured
+  // forward beside a backward derived from the shape): a transformer shape gives every time and
+  // size; FLOPs give the times, sizes may be measured beside them.
+  if (v.contains("transformer") || v.contains("flops_forward")) {
+    const char* shape = v.contains("transformer") ? "transformer" : "flops_forward";
+    for (const char* key : {"forward_ms", "backward_input_ms", "backward_weight_ms", "activation_bytes",
+                            "weight_grad_bytes", "parameter_bytes", "output_bytes"}) {
+      const bool size = std::string_view(key).ends_with("_bytes");
+      if (!v.contains(key) || (size && !v.contains("transformer"))) continue;
+      r.error(node.child(key), std::string("is measured, but the layer's ") + (size ? "sizes" : "times") +
+                                   " come from its '" + shape + "' (expected measured costs or a shape, not both)");
+    }
+  }
   if (!trainable) {
     for (const char* key : {"backward_input_ms", "backward_weight_ms", "weight_grad_bytes"}) {
       if (node.value->contains(key)) {
@@ -326,7 +340,7 @@ std::optional<Component> readComponent(JsonReader& r, const JsonNode& node, bool
   auto layers = r.array(node, "layers", Presence::Required);
   if (!layers) return c;
   if (layers->value->empty()) {
-    r.error(*layers, "component '" + c.name + "' has no layers (expected at least one)");
+    r.error(*layers, "component '" + excerpt(c.name) + "' has no layers (expected at least one)");
   }
   const std::size_t entries = layers->value->size();
   if (layersLeft < 0) return c;  // an earlier component already passed the limit
@@ -366,7 +380,7 @@ void checkFeeds(JsonReader& r, const JsonNode& componentsNode, const ModelSpec& 
         for (const auto& other : m.components) known += (known.empty() ? "" : ", ") + other.name;
         r.error(ptr, "'" + excerpt(c.feeds[k]) + "' is not a component of this model (expected one of: " + known + ")");
       } else if (it->second == static_cast<int>(i)) {
-        r.error(ptr, "component '" + c.name + "' feeds itself (expected an acyclic data flow)");
+        r.error(ptr, "component '" + excerpt(c.name) + "' feeds itself (expected an acyclic data flow)");
       } else {
         edges[i].push_back(it->second);
       }

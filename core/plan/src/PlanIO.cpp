@@ -14,6 +14,7 @@
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/SequenceSplits.hpp"
@@ -935,6 +936,30 @@ Status checkStages(const Plan& plan) {
   return {};
 }
 
+// The ops run the microbatches the config names: every microbatch 0..m−1 has a forward (F, or
+// N on a frozen component), and every forward of a trainable stage its backward (B or BW), so
+// a config cannot claim more microbatches (or a larger batch) than the plan runs.
+Status checkCoverage(const Plan& plan, UniqueOps& unique) {
+  const int microbatches = plan.config.microbatches;
+  std::vector<char> covered(static_cast<std::size_t>(microbatches), 0);
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (op.kind != OpKind::F && op.kind != OpKind::N) continue;
+    covered[static_cast<std::size_t>(op.microbatch)] = 1;
+    if (op.kind == OpKind::F && plan.model.component(plan.stage(op.virtualStage).component).trainable &&
+        unique.slot(OpKind::B, op.virtualStage, op.microbatch) < 0) {
+      return Error{opPointer(i) + ": " + opLabel(op) +
+                   " has no backward (expected a B or BW op of the same stage and microbatch: the plan trains)"};
+    }
+  }
+  const auto missing = std::find(covered.begin(), covered.end(), 0);
+  if (missing == covered.end()) return {};
+  const auto first = missing - covered.begin();
+  return Error{"/config/microbatches: " + std::to_string(microbatches) + ", but no op runs microbatch " +
+               std::to_string(first) + " (expected the ops to run every microbatch 0.." +
+               std::to_string(microbatches - 1) + ": the config's count, and the batch it gives, are the plan's)"};
+}
+
 // An offload wait names an F op and a D2H op of the plan, on one device.
 Status checkOffloadWaits(const Plan& plan) {
   if (plan.offloadWaits.empty()) return {};
@@ -1075,7 +1100,9 @@ Status checkRanges(const Plan& plan) {
 // derives it) and derivedDependencies (frozen outputs, vocabulary passes), as the simulator and
 // the executor use them. What is left waits on itself or on another device in a cycle: a
 // deadlock `simulate` and `run` would meet (a need later on its own device is one too).
-Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std::int32_t>> needs) {
+// Needs [firstWait, firstWait + plan.offloadWaits.size()) are the plan's offload waits, named as such.
+Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std::int32_t>> needs,
+                      std::size_t firstWait) {
   const std::size_t n = plan.ops.size();
   const auto devices = static_cast<std::size_t>(plan.config.devices);
   // Per device, its ops in plan order (CSR: lane d is laneOps[laneFirst[d] .. laneFirst[d + 1])).
@@ -1151,13 +1178,14 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
     }
   }
   if (done == n) return {};
-  // Per device, the op it stopped at and the first need of it that never ran.
-  std::vector<std::int32_t> unmet(devices, -1);
-  for (const auto& [from, to] : needs) {
+  // Per device, the op it stopped at and the first need of it that never ran (its index in needs).
+  std::vector<std::int64_t> unmet(devices, -1);
+  for (std::size_t k = 0; k < needs.size(); ++k) {
+    const auto [from, to] = needs[k];
     const auto d = static_cast<std::size_t>(plan.ops[static_cast<std::size_t>(to)].device);
     if (ran[static_cast<std::size_t>(from)] == 0 && unmet[d] < 0 && next[d] < laneFirst[d + 1] &&
         laneOps[static_cast<std::size_t>(next[d])] == to) {
-      unmet[d] = from;
+      unmet[d] = static_cast<std::int64_t>(k);
     }
   }
   std::string stuck;
@@ -1169,9 +1197,13 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
       stuck += "; …";
       break;
     }
-    const auto p = static_cast<std::size_t>(unmet[d]);
+    const auto k = static_cast<std::size_t>(unmet[d]);
+    const auto p = static_cast<std::size_t>(needs[k].first);
     const std::string at = "device " + std::to_string(d) + " at " + opPointer(i) + " (" + opLabel(plan.ops[i]) + ")";
-    const std::string needed = opPointer(p) + " (" + opLabel(plan.ops[p]) + ")";
+    std::string needed = opPointer(p) + " (" + opLabel(plan.ops[p]) + ")";
+    if (k >= firstWait && k - firstWait < plan.offloadWaits.size()) {
+      needed += " (its offload wait /offload_waits/" + std::to_string(k - firstWait) + ")";
+    }
     if (!stuck.empty()) stuck += "; ";
     stuck += at;
     if (plan.ops[p].device == static_cast<int>(d)) {
@@ -1199,6 +1231,9 @@ Status validatePlanStructure(const Plan& plan) {
     return Error{"/config/microbatches: " + std::to_string(microbatches) + " (expected at least 1)"};
   if (auto st = checkDevicesFitCluster(plan.config, plan.cluster); !st)
     return Error{"/config/devices: " + st.message()};
+  // What the settings ask of the embedded model and cluster: the check `plan` applies.
+  if (auto st = checkPlanSettings(plan.model, plan.cluster, plan.config); !st)
+    return st.error().withPrefix("/config: ");
   if (plan.ops.size() > kMaxPlanOps) {
     return Error{"/ops: " + std::to_string(plan.ops.size()) + " ops, more than the limit of " +
                  std::to_string(kMaxPlanOps) + " per plan"};
@@ -1333,8 +1368,18 @@ Status validatePlanStructure(const Plan& plan) {
     }
   }
   if (auto st = frozenNeeds(plan, chain, needs); !st) return st;
+  // After the needs of each op, which name a missing op by what waits for it: what is left is a
+  // microbatch no op runs, or a backward that is missing where nothing else waits for it.
+  if (auto st = checkCoverage(plan, unique); !st) return st;
+  // A forward that waits for an offload (pipeoffload) runs after it, as simulator and executor
+  // order them: waits in a cycle deadlock like any other order.
+  const std::size_t firstWait = needs.size();
+  for (const OffloadWait& w : plan.offloadWaits) {
+    needs.emplace_back(unique.slot(OpKind::D2H, w.offloadStage, w.offloadMicrobatch),
+                       unique.slot(OpKind::F, w.forwardStage, w.forwardMicrobatch));
+  }
   if (auto st = checkRanges(plan); !st) return st;
-  return checkOrdersRun(plan, std::move(needs));
+  return checkOrdersRun(plan, std::move(needs), firstWait);
 }
 
 }  // namespace pipestudio

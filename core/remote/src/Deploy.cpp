@@ -301,6 +301,7 @@ Status Deployment::State::connectAndUpload(const std::vector<std::size_t>& usedH
       return session.error();
     }
     sessions.push_back(std::move(*session));
+    sessions.back()->setKeepalive(keepalive());  // every later phase notices a host that froze
     setSessionState(s, RankState::Connected, "host key " + sessions[s]->fingerprint());
   }
   for (std::size_t s = 0; s < usedHosts.size(); ++s) {

@@ -7,9 +7,11 @@
 #include <libssh/sftp.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "Liveness.hpp"
 #include "pipestudio/remote/SshSession.hpp"
 
 namespace pipestudio::remote {
@@ -24,16 +26,23 @@ struct SshSession::Impl {
   std::optional<std::string> passphrase;
   bool passphraseAsked = false;
   ssh_callbacks_struct sshCallbacks{};
-  // Keepalive (SshSession::keepAlive): when the last probe went out, and why the session was
-  // given up (empty while it is alive).
+  // Whether the server answers, in every phase (Liveness.hpp); made at connect, stopped before
+  // the socket is closed.
+  std::unique_ptr<SessionLiveness> liveness;
+  KeepaliveSettings keepalive;
+  // Keepalive probes (SshSession::keepAlive, and long commands): when the last went out, and
+  // since when probes have gone out without a pause.
   std::chrono::steady_clock::time_point lastProbe{};
-  std::string lostReason;
+  std::chrono::steady_clock::time_point probingSince{};
 
   ~Impl();
-  /// "host:port: what: libssh's reason"
+  /// "host:port: what: libssh's reason", or why the session was given up when it was.
   std::string error(const std::string& what) const;
   std::string sftpError(const std::string& what) const;
   Status openSftp();
+  /// Sends a keepalive request once the interval has passed since the last (never blocks): a
+  /// live server answers it, so a long silent command does not look like a frozen host.
+  void probe();
 };
 
 }  // namespace pipestudio::remote

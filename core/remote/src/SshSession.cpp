@@ -11,6 +11,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,14 @@ namespace pipestudio::remote {
 namespace {
 
 constexpr std::size_t kMaxCommandOutputBytes = std::size_t{16} << 20;
+
+// "server_alive_interval_s 5 x server_alive_count_max 3", as the hosts file names the settings.
+std::string keepaliveText(const KeepaliveSettings& k) {
+  std::array<char, 32> interval{};
+  std::snprintf(interval.data(), interval.size(), "%g", k.intervalMs / 1000.0);
+  return std::string("server_alive_interval_s ") + interval.data() + " x server_alive_count_max " +
+         std::to_string(k.countMax);
+}
 
 std::string localUserName() {
   if (const passwd* pw = getpwuid(geteuid()); pw != nullptr && pw->pw_name != nullptr) return pw->pw_name;
@@ -88,6 +97,7 @@ int authCallback(const char* /*prompt*/, char* buf, std::size_t len, int /*echo*
   if (!impl->passphraseAsked) {
     impl->passphraseAsked = true;
     if (impl->callbacks.passphrase) {
+      const SessionLiveness::Pause userTime(*impl->liveness);
       impl->passphrase = impl->callbacks.passphrase("Passphrase for the SSH key used to log in to " + impl->hostPort);
     }
   }
@@ -183,6 +193,7 @@ Status authenticate(SshSession::Impl& impl, const HostEntry& host, const std::st
 }  // namespace
 
 SshSession::Impl::~Impl() {
+  liveness.reset();  // the watcher stops before the socket it watches is closed
   if (sftp != nullptr) sftp_free(sftp);
   if (session != nullptr) {
     if (ssh_is_connected(session) != 0) ssh_disconnect(session);
@@ -192,7 +203,24 @@ SshSession::Impl::~Impl() {
 
 std::string SshSession::Impl::error(const std::string& what) const {
   const char* reason = session != nullptr ? ssh_get_error(session) : "";
-  return hostPort + ": " + what + (reason != nullptr && *reason != '\0' ? std::string(": ") + reason : "");
+  const std::string text =
+      hostPort + ": " + what + (reason != nullptr && *reason != '\0' ? std::string(": ") + reason : "");
+  return liveness ? liveness->explain(text) : text;
+}
+
+void SshSession::Impl::probe() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lastProbe < std::chrono::milliseconds(keepalive.intervalMs)) return;
+  // Probing (re)starts after a pause: silence before it is not the server's.
+  if (now - lastProbe > 2 * std::chrono::milliseconds(keepalive.intervalMs)) probingSince = now;
+  lastProbe = now;
+  // Non-blocking, so a silent server cannot stall the caller. libssh keeps one global request in
+  // flight: the first call collects the previous answer, the second sends the next probe once
+  // that answer is in.
+  ssh_set_blocking(session, 0);
+  ssh_send_keepalive(session);
+  ssh_send_keepalive(session);
+  ssh_set_blocking(session, 1);
 }
 
 std::string SshSession::Impl::sftpError(const std::string& what) const {
@@ -203,7 +231,7 @@ std::string SshSession::Impl::sftpError(const std::string& what) const {
   const std::string reason = code >= 0 && code < static_cast<int>(kNames.size())
                                  ? kNames[static_cast<std::size_t>(code)]
                                  : "SFTP error " + std::to_string(code);
-  return hostPort + ": " + what + ": " + reason;
+  return liveness->explain(hostPort + ": " + what + ": " + reason);
 }
 
 Status SshSession::Impl::openSftp() {
@@ -228,6 +256,7 @@ Expected<std::unique_ptr<SshSession>> SshSession::connect(const HostEntry& host,
                                                           int connectTimeoutMs) {
   auto impl = std::make_unique<Impl>();
   impl->hostPort = host.host + ":" + std::to_string(host.port);
+  impl->liveness = std::make_unique<SessionLiveness>(impl->hostPort);
   impl->callbacks = callbacks;
   if (host.host.empty()) return Error{"hosts: empty host name"};
   impl->session = ssh_new();
@@ -253,18 +282,36 @@ Expected<std::unique_ptr<SshSession>> SshSession::connect(const HostEntry& host,
   impl->sshCallbacks.auth_function = &authCallback;
   ssh_set_callbacks(s, &impl->sshCallbacks);
 
+  // ssh_connect bounds the TCP connect and the key exchange by SSH_OPTIONS_TIMEOUT; the
+  // watcher bounds authentication (whose libssh calls wait without a timeout) by the same.
   if (ssh_connect(s) != SSH_OK) return Error{impl->error("cannot connect")};
+  impl->liveness->watch(ssh_get_fd(s));
+  impl->liveness->setLimit(std::int64_t{timeoutSec} * 1000, "connect timeout " + std::to_string(timeoutSec) + " s");
   if (auto st = verifyHostKey(*impl, host, knownHosts, callbacks); !st) {
     return st.error();
   }
-  const Status auth = authenticate(*impl, host, user);
+  Status auth;
+  {
+    const SessionLiveness::Phase phase(*impl->liveness, "authenticating as user '" + user + "'");
+    auth = authenticate(*impl, host, user);
+  }
   impl->passphrase.reset();  // never kept beyond authentication
-  if (!auth) return auth.error();
-  return std::unique_ptr<SshSession>(new SshSession(std::move(impl)));
+  if (!auth) return Error{impl->liveness->explain(auth.message())};
+  auto session = std::unique_ptr<SshSession>(new SshSession(std::move(impl)));
+  session->setKeepalive(KeepaliveSettings{});
+  return session;
+}
+
+void SshSession::setKeepalive(const KeepaliveSettings& settings) {
+  m_impl->keepalive = settings;
+  m_impl->liveness->setLimit(std::int64_t{settings.intervalMs} * std::max(1, settings.countMax),
+                             keepaliveText(settings));
 }
 
 Expected<CommandResult> SshSession::run(const std::string& command, int timeoutMs) {
   Impl& im = *m_impl;
+  const std::string program = command.substr(0, command.find(' '));
+  const SessionLiveness::Phase phase(*im.liveness, "running " + program + " on the host");
   ssh_channel ch = ssh_channel_new(im.session);
   if (ch == nullptr) return Error{im.error("cannot open a channel")};
   struct Closer {
@@ -296,14 +343,17 @@ Expected<CommandResult> SshSession::run(const std::string& command, int timeoutM
     if (std::chrono::steady_clock::now() > deadline) {
       return Error{im.hostPort + ": remote command timed out after " + std::to_string(timeoutMs) + " ms"};
     }
+    im.probe();  // a command that prints nothing for a while (a checksum) is not a frozen host
     if (!gotAny) ssh_channel_poll_timeout(ch, 50, 0);
   }
   result.exitStatus = ssh_channel_get_exit_status(ch);
+  if (auto lost = im.liveness->lostReason(); !lost.empty()) return Error{lost};
   return result;
 }
 
 Expected<std::unique_ptr<RemoteProcess>> SshSession::start(const std::string& command) {
   Impl& im = *m_impl;
+  const SessionLiveness::Phase phase(*im.liveness, "starting a remote command");
   ssh_channel ch = ssh_channel_new(im.session);
   if (ch == nullptr) return Error{im.error("cannot open a channel")};
   if (ssh_channel_open_session(ch) != SSH_OK || ssh_channel_request_exec(ch, command.c_str()) != SSH_OK) {
@@ -311,43 +361,31 @@ Expected<std::unique_ptr<RemoteProcess>> SshSession::start(const std::string& co
     ssh_channel_free(ch);
     return e;
   }
-  return std::unique_ptr<RemoteProcess>(new RemoteProcess(ch, im.hostPort, &im.lostReason));
+  return std::unique_ptr<RemoteProcess>(new RemoteProcess(ch, im.hostPort, im.liveness.get()));
 }
 
-std::int64_t SshSession::silenceMs() const {
-  const socket_t fd = ssh_get_fd(m_impl->session);
-  tcp_info info{};
-  socklen_t len = sizeof(info);
-  if (fd == SSH_INVALID_SOCKET || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
-  return static_cast<std::int64_t>(info.tcpi_last_data_recv);
-}
+std::int64_t SshSession::silenceMs() const { return m_impl->liveness->silenceMs(); }
 
 Status SshSession::keepAlive(const KeepaliveSettings& settings) {
   Impl& im = *m_impl;
-  if (!im.lostReason.empty()) return Error{im.lostReason};
+  if (auto lost = im.liveness->lostReason(); !lost.empty()) return Error{lost};
   const socket_t fd = ssh_get_fd(im.session);
   if (fd == SSH_INVALID_SOCKET || ssh_is_connected(im.session) == 0) return Error{im.error("connection lost")};
-  const auto now = std::chrono::steady_clock::now();
-  if (now - im.lastProbe >= std::chrono::milliseconds(settings.intervalMs)) {
-    im.lastProbe = now;
-    // Non-blocking, so a silent server cannot stall the caller. libssh keeps one global
-    // request in flight: the first call collects the previous answer, the second sends the
-    // next probe once that answer is in.
-    ssh_set_blocking(im.session, 0);
-    ssh_send_keepalive(im.session);
-    ssh_send_keepalive(im.session);
-    ssh_set_blocking(im.session, 1);
+  if (settings.intervalMs != im.keepalive.intervalMs || settings.countMax != im.keepalive.countMax) {
+    setKeepalive(settings);
   }
-  const std::int64_t silent = silenceMs();  // 0 where the socket is not TCP: nothing to measure
+  im.probe();
+  // Nothing at all from the server since probing began (TCP_INFO; 0 where the socket is not
+  // TCP: nothing to measure).
+  const auto probingMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - im.probingSince).count();
+  const std::int64_t silent = std::min<std::int64_t>(silenceMs(), probingMs);
   const std::int64_t limitMs = std::int64_t{settings.intervalMs} * settings.countMax;
   if (silent > limitMs) {
-    im.lostReason = im.hostPort + ": connection lost: no answer to keepalive for " + std::to_string(silent / 1000) +
-                    " s (server_alive_interval_s " + std::to_string(settings.intervalMs / 1000) +
-                    " x server_alive_count_max " + std::to_string(settings.countMax) + ")";
-    // Every later libssh call on this connection now fails at once instead of waiting for
-    // a server that does not answer.
-    ::shutdown(fd, SHUT_RDWR);
-    return Error{im.lostReason};
+    const std::string reason = im.hostPort + ": connection lost: no answer to keepalive for " +
+                               std::to_string(silent / 1000) + " s (" + keepaliveText(settings) + ")";
+    im.liveness->giveUp(reason);
+    return Error{im.liveness->lostReason()};
   }
   return Status{};
 }
@@ -359,7 +397,7 @@ RemoteProcess::~RemoteProcess() {
 }
 
 Status RemoteProcess::poll(std::string& out, std::string& err) {
-  if (m_lostReason != nullptr && !m_lostReason->empty()) return Error{*m_lostReason};
+  if (auto lost = m_liveness->lostReason(); !lost.empty()) return Error{lost};
   auto ch = static_cast<ssh_channel>(m_channel);
   std::array<char, 65536> buf{};
   for (int isStderr = 0; isStderr < 2; ++isStderr) {
@@ -368,8 +406,8 @@ Status RemoteProcess::poll(std::string& out, std::string& err) {
       const int n = ssh_channel_read_nonblocking(ch, buf.data(), static_cast<std::uint32_t>(buf.size()), isStderr);
       if (n == SSH_ERROR) {
         const char* reason = ssh_get_error(ssh_channel_get_session(ch));
-        return Error{m_hostPort + ": connection lost" +
-                     (reason != nullptr && *reason ? std::string(": ") + reason : "")};
+        return Error{m_liveness->explain(m_hostPort + ": connection lost" +
+                                         (reason != nullptr && *reason ? std::string(": ") + reason : ""))};
       }
       if (n <= 0) break;
       dst.append(buf.data(), static_cast<std::size_t>(n));
@@ -378,7 +416,8 @@ Status RemoteProcess::poll(std::string& out, std::string& err) {
   // A dropped connection also makes the channel look closed: check the session first.
   if (ssh_is_connected(ssh_channel_get_session(ch)) == 0) {
     const char* reason = ssh_get_error(ssh_channel_get_session(ch));
-    return Error{m_hostPort + ": connection lost" + (reason != nullptr && *reason ? std::string(": ") + reason : "")};
+    return Error{m_liveness->explain(m_hostPort + ": connection lost" +
+                                     (reason != nullptr && *reason ? std::string(": ") + reason : ""))};
   }
   return Status{};
 }
@@ -391,19 +430,24 @@ bool RemoteProcess::ended() const {
 
 int RemoteProcess::exitStatus() {
   auto ch = static_cast<ssh_channel>(m_channel);
-  if (ssh_is_connected(ssh_channel_get_session(ch)) == 0) return -1;
-  return ssh_channel_get_exit_status(ch);
+  if (ssh_is_connected(ssh_channel_get_session(ch)) == 0 || !m_liveness->lostReason().empty()) return -1;
+  // libssh waits for the status without a timeout: the session's watch bounds the wait.
+  const SessionLiveness::Phase phase(*m_liveness, "waiting for a remote command's exit status");
+  const int status = ssh_channel_get_exit_status(ch);
+  return m_liveness->lostReason().empty() ? status : -1;
 }
 
 void RemoteProcess::closeStdin() {
   if (m_stdinClosed) return;
   m_stdinClosed = true;
   auto ch = static_cast<ssh_channel>(m_channel);
+  const SessionLiveness::Phase phase(*m_liveness, "closing a remote command's input");
   if (ssh_channel_is_open(ch) != 0) ssh_channel_send_eof(ch);
 }
 
 Expected<std::string> SshSession::resolvePath(const std::string& path) {
   if (!path.empty() && path[0] == '/') return path;
+  const SessionLiveness::Phase phase(*m_impl->liveness, "finding the remote home directory");
   if (auto st = m_impl->openSftp(); !st) return st.error();
   char* home = sftp_canonicalize_path(m_impl->sftp, ".");
   if (home == nullptr) return Error{m_impl->sftpError("cannot find the remote home directory")};
@@ -415,6 +459,7 @@ Expected<std::string> SshSession::resolvePath(const std::string& path) {
 }
 
 Status SshSession::makeDirectories(const std::string& absolutePath) {
+  const SessionLiveness::Phase phase(*m_impl->liveness, "creating " + absolutePath);
   if (auto st = m_impl->openSftp(); !st) return st;
   std::string prefix;
   std::size_t pos = 0;
@@ -452,6 +497,8 @@ Expected<UploadAction> SshSession::upload(const std::string& localPath, const st
   Impl& im = *m_impl;
   auto localSha = sha256File(localPath);
   if (!localSha) return localSha.error();
+  // Armed after the local checksum (the host has nothing to answer while it is computed).
+  const SessionLiveness::Phase phase(*im.liveness, "uploading " + localPath + " to " + remotePath);
   if (auto st = im.openSftp(); !st) return st.error();
   if (remoteSha256(remotePath) == *localSha) {
     if (sftp_chmod(im.sftp, remotePath.c_str(), static_cast<mode_t>(mode)) != SSH_OK) {
@@ -481,6 +528,11 @@ Expected<UploadAction> SshSession::upload(const std::string& localPath, const st
       off += static_cast<std::size_t>(w);
       sent += static_cast<std::uint64_t>(w);
     }
+  }
+  if (in.bad()) {  // istream::read turns a read error into badbit: never upload a short file
+    sftp_close(f);
+    sftp_unlink(im.sftp, tmp.c_str());
+    return Error{localPath + ": read error after " + std::to_string(sent) + " bytes"};
   }
   if (sftp_close(f) != SSH_OK) return Error{im.sftpError("upload of " + tmp + " did not complete")};
   if (sftp_chmod(im.sftp, tmp.c_str(), static_cast<mode_t>(mode)) != SSH_OK) {

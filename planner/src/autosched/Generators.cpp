@@ -123,7 +123,10 @@ Expected<Plan> makeAutoPlan(const PlanRequest& request, const AutoScheduleOption
 
 Expected<Plan> makeCustomPlan(const PlanRequest& request, const std::string& csvText, const std::string& source,
                               const SolveControl& control) {
-  PlanRequest r = request;
+  // The CSV is read against the request's microbatches, which a global batch gives (G / (B·D)).
+  auto resolved = resolveRequest(request);
+  if (!resolved) return resolved.error();
+  PlanRequest r = std::move(*resolved);
   r.config.schedule = "custom";
   // The CSV decides the placement; chunks per device is the most any device holds.
   auto parsed = parseScheduleCsv(csvText, {r.config.devices, r.config.microbatches, {}}, source);

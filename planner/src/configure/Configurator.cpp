@@ -29,9 +29,12 @@
 #include <tuple>
 
 #include "configure/LayoutChoices.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio {
@@ -150,6 +153,7 @@ class Search {
   Expected<Configuration> run();
 
  private:
+  Status checkRecipe() const;
   const CostSummary& summary(const Parallelism& par, std::int64_t mbs);
   struct Profile {
     double inflightMicrobatches = 0;  // on the fullest device
@@ -188,11 +192,17 @@ class Search {
   Expected<Screened> screen(const Candidate& cand);
   Expected<Plan> simulate(const PlanConfig& config, std::optional<int> microbatches = std::nullopt, bool refine = true);
   bool allFlash() const;
+  /// The work of planning `config` at `microbatches` (kConfigureWorkBudget's units): the pairs its
+  /// partitions split and the ops of its plan.
+  std::int64_t planWork(const PlanConfig& config, int microbatches) const;
+  /// Whether `work` more fits the budget; spends it when it does.
+  bool spend(std::int64_t work, Configuration& out);
 
   // What the enumeration needs of the model.
   struct ModelShape {
     int trainableLayers = 0;
-    int blocks = 0;  // transformer blocks (what Megatron's virtual pipeline stages divide)
+    std::int64_t largestComponentLayers = 0;  // the largest partition problem's layers
+    int blocks = 0;                           // transformer blocks (what Megatron's virtual pipeline stages divide)
     std::int64_t minHeads = 0, minKvHeads = 0, minSeq = 0;
     std::int64_t seqDivisor = 0;  // divides every sequence length
     bool anyTransformer = false;
@@ -233,7 +243,7 @@ class Search {
   Status settleUnprofiled(std::vector<Candidate>& viable, Configuration& out);
   double throughputEstimate(const Candidate& cand, const CostSummary& s, const Profile& profile,
                             std::int64_t globalBatch) const;
-  std::size_t keepCount() const { return static_cast<std::size_t>(std::max(1, m_options.keep)); }
+  std::size_t keepCount() const { return static_cast<std::size_t>(std::clamp(m_options.keep, 1, kMaxConfigureKeep)); }
   Expected<std::vector<Screened>> screenAll(std::vector<Candidate>& viable, Configuration& out);
   Status simulateInFull(const std::vector<Screened>& screened, Configuration& out);
 
@@ -248,6 +258,23 @@ class Search {
   std::size_t m_sequence = 0;             // enumeration places and note order
   std::vector<std::size_t> m_unprofiled;  // bounded out before they were profiled (screenAll)
 };
+
+std::int64_t Search::planWork(const PlanConfig& config, int microbatches) const {
+  const std::int64_t stages = static_cast<std::int64_t>(config.devices) * std::max(1, config.chunksPerDevice);
+  std::int64_t layers = 0;
+  for (int c : m_model.trainableComponents()) layers += static_cast<std::int64_t>(m_model.component(c).layers.size());
+  const std::int64_t cells = config.partition == "uniform" ? 0 : stages * layers;
+  return cells + 3 * stages * std::max(1, microbatches);
+}
+
+bool Search::spend(std::int64_t work, Configuration& out) {
+  if (out.work + work > m_options.workBudget) {
+    out.workBudgetSpent = true;
+    return false;
+  }
+  out.work += work;
+  return true;
+}
 
 bool Search::allFlash() const {
   for (const Component& c : m_model.components) {
@@ -477,6 +504,8 @@ void Search::note(int p, int d, const std::string& schedule, const std::string& 
 Search::ModelShape Search::modelShape() const {
   ModelShape shape;
   for (int c : m_model.trainableComponents()) {
+    shape.largestComponentLayers = std::max<std::int64_t>(
+        shape.largestComponentLayers, static_cast<std::int64_t>(m_model.component(c).layers.size()));
     for (const Layer& l : m_model.component(c).layers) {
       ++shape.trainableLayers;
       if (!l.transformer || l.kind == "embedding" || l.kind == "lm_head") continue;
@@ -586,7 +615,16 @@ void Search::enumerateSchedule(Sink& sink, const Point& pt, const std::string& s
       note(P, D, schedule, st.message());
       continue;
     }
+    // The partitioners' tables: what `plan` refuses, never enumerated (Partition.hpp).
+    const Status partitionable =
+        checkPartitionSize(static_cast<std::int64_t>(P) * chunks / g->pipelines(), shape.largestComponentLayers);
+    const bool tabled = std::any_of(m_options.partitions.begin(), m_options.partitions.end(),
+                                    [](const std::string& name) { return name != "uniform"; });
     for (const std::string& partition : m_options.partitions) {
+      if (tabled && !partitionable && partition != "uniform") {
+        noteLazily(P, D, schedule, [&] { return "partition " + partition + ": " + partitionable.message(); });
+        continue;
+      }
       if ((sink.enumerated & 255) == 0 && m_control.cancelled()) {
         sink.cancelled = true;
         return;
@@ -796,6 +834,15 @@ Expected<std::vector<Search::Screened>> Search::screenAll(std::vector<Candidate>
       }
       continue;
     }
+    // Two short runs (or the full one when the schedule is that short).
+    const int p = cand.config.devices;
+    const std::int64_t work = planWork(cand.config, std::min(cand.config.microbatches, 2 * p)) +
+                              planWork(cand.config, std::min(cand.config.microbatches, 4 * p));
+    if (!spend(work, out)) {
+      queue.push_back(i);  // not screened: bounded out below, with the rest
+      std::push_heap(queue.begin(), queue.end(), below);
+      break;
+    }
     ++taken;
     ++out.evaluated;
     auto sc = screen(cand);
@@ -843,6 +890,53 @@ Status Search::settleUnprofiled(std::vector<Candidate>& viable, Configuration& o
   return {};
 }
 
+// The recipe's fixed settings against the model and the cluster, before any search: a precision
+// the GPUs have no peak for, recomputed modules the model lacks, expert settings on a dense model,
+// or an ETP that no expert MLP or pipeline rank can take would fail every configuration alike
+// (and be reported as a family's layer counts or an unsplittable batch): said once, here. The
+// same check plan makes (checkPlanSettings), on a configuration of one GPU.
+Status Search::checkRecipe() const {
+  PlanConfig probe = m_options.recipe;
+  Parallelism& par = probe.parallel;
+  const int etp = par.expertTensor;
+  par.tensor = par.context = par.expert = par.data = 1;
+  par.expertTensor = 0;  // checked against the splits below
+  par.sequenceParallel = false;
+  par.recomputeNumLayers = 0;  // layers per stage depend on the split: each candidate's check
+  if (par.recomputeModules != 0) par.recompute = Recompute::Selective;
+  probe.devices = 1;
+  probe.chunksPerDevice = 1;
+  probe.microbatches = 1;
+  probe.globalBatch.reset();
+  probe.microBatchSize.reset();
+  probe.seqSplits = 1;
+  ModelSpec model = m_model;
+  model.samplesPerMicrobatch = std::max<std::int64_t>(1, model.samplesPerMicrobatch);
+  if (auto st = checkPlanSettings(model, m_cluster, probe); !st) return st;
+  if (etp <= 0) return {};
+  const searchspace::LayoutLimits limits = searchspace::layoutLimits(m_model);
+  if (limits.experts <= 0) {
+    return Error{"--etp " + std::to_string(etp) +
+                 " needs a mixture-of-experts model (experts in a transformer "
+                 "shape); '" +
+                 excerpt(m_model.name) + "' has none"};
+  }
+  if (limits.expertFfn % etp != 0) {
+    return Error{"--etp " + std::to_string(etp) + " does not divide the expert MLP size " +
+                 std::to_string(limits.expertFfn) +
+                 " of the model's MoE layers (expert tensor parallelism splits "
+                 "each expert's MLP; expected a divisor of it)"};
+  }
+  if (m_cluster.totalGpus() % etp != 0) {
+    return Error{"--etp " + std::to_string(etp) +
+                 " divides no pipeline rank's GPUs: a rank's tensor × context × "
+                 "data GPUs divide the cluster's " +
+                 std::to_string(m_cluster.totalGpus()) + ", and ETP × EP must divide them (expected a divisor of " +
+                 std::to_string(m_cluster.totalGpus()) + ")"};
+  }
+  return {};
+}
+
 ConfigCandidate rankedCandidate(const Plan& plan) {
   ConfigCandidate c;
   c.config = plan.config;
@@ -866,6 +960,8 @@ Status Search::simulateInFull(const std::vector<Screened>& screened, Configurati
     if (m_control.progress)
       m_control.progress(0.8 + 0.2 * static_cast<double>(out.feasible.size()) / static_cast<double>(keep));
     const Screened& sc = screened[next];
+    // The budget stops the full simulations too, once one has run.
+    if (!spend(planWork(sc.config, sc.config.microbatches), out) && out.simulatedInFull > 0) break;
     Expected<Plan> plan = simulate(sc.config);
     ++out.simulatedInFull;
     const int P = sc.config.devices;
@@ -893,9 +989,10 @@ Status Search::simulateInFull(const std::vector<Screened>& screened, Configurati
 Expected<Configuration> Search::run() {
   Configuration out;
   const int gpus = m_cluster.totalGpus();
-  if (gpus < 1) return Error{"configure: cluster '" + m_cluster.name + "' has no GPUs"};
+  if (gpus < 1) return Error{"configure: cluster '" + excerpt(m_cluster.name) + "' has no GPUs"};
   if (m_model.trainableComponents().empty())
-    return Error{"configure: model '" + m_model.name + "' has no trainable component"};
+    return Error{"configure: model '" + excerpt(m_model.name) + "' has no trainable component"};
+  if (auto st = checkRecipe(); !st) return st.error();
   std::int64_t globalBatch = m_options.globalBatch;
   if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
   out.globalBatch = globalBatch;

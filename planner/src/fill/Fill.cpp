@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -438,7 +439,7 @@ Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useG
       if (bestDevice < 0) {
         const Component& comp = timed.model.component(c);
         return Error{
-            "fill: frozen component '" + comp.name +
+            "fill: frozen component '" + excerpt(comp.name) +
             "' fits on no device: its weights and one sample's "
             "activations exceed the memory left next to the backbone on every device" +
             (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};

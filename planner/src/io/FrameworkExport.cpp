@@ -19,6 +19,7 @@
 
 #include "TorchSchedule.hpp"
 #include "partition/Uniform.hpp"
+#include "pipestudio/common/SourceText.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
@@ -104,23 +105,24 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerRole role = roleOf(layers[i]);
     if (role == LayerRole::Other) {
-      return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "' is of kind '" + layers[i].kind +
-                   "', which " + framework + " has no name for (expected embedding, transformer or lm_head layers)"};
+      return Error{"layer " + std::to_string(i) + " '" + excerpt(layers[i].name) + "' is of kind '" +
+                   excerpt(layers[i].kind) + "', which " + framework +
+                   " has no name for (expected embedding, transformer or lm_head layers)"};
     }
     if (role == LayerRole::Embedding && i != 0) {
-      return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "': " + framework +
+      return Error{"layer " + std::to_string(i) + " '" + excerpt(layers[i].name) + "': " + framework +
                    " puts the embedding first (expected it as layer 0)"};
     }
     if (role == LayerRole::Head && i + 1 != layers.size()) {
-      return Error{"layer " + std::to_string(i) + " '" + layers[i].name + "': " + framework +
+      return Error{"layer " + std::to_string(i) + " '" + excerpt(layers[i].name) + "': " + framework +
                    " puts the output layer last (expected the lm_head as the last layer)"};
     }
     if (role == LayerRole::Mtp && !firstMtp) firstMtp = i;
     if (role == LayerRole::Decoder && firstMtp) {
       const std::size_t k = *firstMtp;
-      return Error{"layer " + std::to_string(k) + " '" + layers[k].name + "': " + framework +
+      return Error{"layer " + std::to_string(k) + " '" + excerpt(layers[k].name) + "': " + framework +
                    " runs multi-token prediction after the last decoder layer (expected it after layer " +
-                   std::to_string(i) + " '" + layers[i].name + "')"};
+                   std::to_string(i) + " '" + excerpt(layers[i].name) + "')"};
     }
     if (role == LayerRole::Decoder) decoderIndex[i] = decoders++;
   }
@@ -356,14 +358,17 @@ bool tiedEmbedding(const Plan& plan) {
   return false;
 }
 
-std::string tomlString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
+// Text this export writes into source code goes through sourceText (SourceText.hpp), so no
+// name or path can end its literal or comment. `literal` is for text that cannot be refused
+// (every context but TOML and shell words holds any bytes; ASCII this file makes holds in all).
+std::string literal(SourceContext context, std::string_view text) {
+  auto out = sourceText(context, text);
+  return out ? std::move(*out) : std::string("\"\"");
 }
+std::string tomlString(std::string_view ascii) { return literal(SourceContext::TomlString, ascii); }
+std::string pyString(std::string_view text) { return literal(SourceContext::PythonString, text); }
+std::string comment(std::string_view text) { return literal(SourceContext::Comment, text); }
+std::string docstring(std::string_view text) { return literal(SourceContext::PythonDocstring, text); }
 
 // The flags of a Megatron-LM export, in order, with the notes written above them.
 struct MegatronFlags {
@@ -1016,7 +1021,8 @@ constexpr const char* kForkTarget =
 std::string megatronText(const PlanConfig& c, const MegatronFlags& f, bool zeroBubble, MegatronModel model) {
   const std::vector<std::string>& args = f.args;
   std::ostringstream text;
-  text << "# Megatron-LM arguments for the " << c.schedule << " plan (pipestudio-cli export --format megatron)\n"
+  text << "# Megatron-LM arguments for the " << comment(c.schedule)
+       << " plan (pipestudio-cli export --format megatron)\n"
        << "# T=" << c.parallel.tensor << " C=" << c.parallel.context << " P=" << c.devices << " D=" << c.parallel.data
        << ": launch on " << c.totalGpus() << " GPUs (data parallelism is WORLD_SIZE / (T*C*P))\n";
   text << (zeroBubble ? kForkTarget : model == MegatronModel::Hybrid ? kHybridTarget : kGptTarget) << '\n';
@@ -1026,15 +1032,14 @@ std::string megatronText(const PlanConfig& c, const MegatronFlags& f, bool zeroB
     text << "# each decoder layer is two pattern layers (attention, then MLP or MoE); segment index = virtual rank * "
             "P + pipeline rank\n";
   if (const std::string env = megatronEnvironment(c, zeroBubble); !env.empty())
-    text << "# environment: " << env << '\n';
-  for (const std::string& n : f.notes) text << "# " << n << '\n';
+    text << "# environment: " << comment(env) << '\n';
+  for (const std::string& n : f.notes) text << "# " << comment(n) << '\n';
+  // One shell command line: every word as the shell reads it back (a layout's `(`, `|`, `*`).
   for (std::size_t i = 0; i < args.size(); ++i) {
-    text << args[i];
+    text << literal(SourceContext::ShellWord, args[i]);
     // A flag's values: every word up to the next flag (--recompute-modules takes several).
     while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
-      const std::string& val = args[++i];
-      const bool quote = val.find_first_of("|*()+/") != std::string::npos;
-      text << ' ' << (quote ? "\"" + val + "\"" : val);
+      text << ' ' << literal(SourceContext::ShellWord, args[++i]);
     }
     text << (i + 1 < args.size() ? " \\\n" : "\n");
   }
@@ -1347,20 +1352,22 @@ std::vector<std::vector<std::string>> titanModuleNames(std::vector<StageLayers>&
   return out;
 }
 
-std::string renderToml(const Plan& plan, const TitanSettings& s, const TorchtitanExport& out,
-                       const std::string& csvPath) {
+Expected<std::string> renderToml(const Plan& plan, const TitanSettings& s, const TorchtitanExport& out,
+                                 const std::string& csvPath) {
   const PlanConfig& c = plan.config;
+  const auto csv = sourceText(SourceContext::TomlString, csvPath);
+  if (!csv) return csv.error().withPrefix("the schedule CSV's path ");
   std::ostringstream t;
-  t << "# torchtitan settings for the " << c.schedule << " plan (pipestudio-cli export --format torchtitan "
+  t << "# torchtitan settings for the " << comment(c.schedule) << " plan (pipestudio-cli export --format torchtitan "
     << "--torchtitan-config toml)\n"
     << "# TOML job config of torchtitan v0.2.2 and earlier (torchtitan main takes Python configurations)\n"
     << "# the schedule is the CSV beside this file; pipeline_parallel_schedule picks the stage placement ("
     << (s.vStyle ? "V" : "looped") << ")\n";
-  for (const std::string& n : s.notes) t << "# " << n << '\n';
+  for (const std::string& n : s.notes) t << "# " << comment(n) << '\n';
   t << "[parallelism]\n"
     << "pipeline_parallel_degree = " << c.devices << '\n'
     << "pipeline_parallel_schedule = " << tomlString(s.vStyle ? "ZBVZeroBubble" : "PipelineScheduleMulti") << '\n'
-    << "pipeline_parallel_schedule_csv = " << tomlString(csvPath) << '\n'
+    << "pipeline_parallel_schedule_csv = " << *csv << '\n'
     << "pipeline_parallel_microbatch_size = " << s.microBatchSize << '\n'
     << "module_fqns_per_model_part = [\n";
   for (std::size_t i = 0; i < out.moduleFqnsPerModelPart.size(); ++i) {
@@ -1397,19 +1404,6 @@ std::string renderToml(const Plan& plan, const TitanSettings& s, const Torchtita
   return t.str();
 }
 
-std::string pyString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (ch == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += ch;
-  }
-  return out + "\"";
-}
-
 // Configuration functions torchtitan ships for the models we ship (torchtitan/models/*/config_registry.py
 // at pytorch/torchtitan b5bcd76c66, August 2026).
 std::string shippedBase(const ModelSpec& model) {
@@ -1441,22 +1435,23 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
   const std::string csvName = std::filesystem::path(options.csvPath).filename().string();
   const std::string module = options.moduleName.empty() ? "plan" : options.moduleName;
   const std::int64_t gpus = c.totalGpus();
+  // The docstring: what the file is and how to run it (names and paths escaped as a whole).
+  std::ostringstream doc;
+  doc << "torchtitan configuration for the " << c.schedule << " plan of " << plan.model.name
+      << " (pipestudio-cli export --format torchtitan).\n\n"
+      << "torchtitan selects a run with --module and --config (Python configurations, since pytorch/torchtitan\n"
+      << "9810191b, Feb 2026). From the torchtitan repository root, with this file's folder on PYTHONPATH:\n\n"
+      << "    PYTHONPATH=/path/to/this/folder NGPU=" << gpus << " MODULE=" << module
+      << " CONFIG=pipestudio_plan ./run_train.sh\n\n"
+      << "(T=" << par.tensor << " x C=" << par.context << " x P=" << c.devices << " x D=" << par.data << " = " << gpus
+      << " GPUs; over several nodes,\ntorchrun -m torchtitan.train with the same --module and --config.)\n\n"
+      << "The plan starts from BASE, a configuration function (\"module:function\") that gives the model,\n"
+      << "tokenizer, data and optimizer; it sets the pipeline and its schedule (" << csvName
+      << " beside this\nfile), the parallel degrees, the batch and activation checkpointing.\n";
+  if (!s.notes.empty()) doc << '\n';
+  for (const std::string& n : s.notes) doc << n << ".\n";
   std::ostringstream t;
-  t << R"(""")"
-    << "torchtitan configuration for the " << c.schedule << " plan of " << plan.model.name
-    << " (pipestudio-cli export --format torchtitan).\n\n"
-    << "torchtitan selects a run with --module and --config (Python configurations, since pytorch/torchtitan\n"
-    << "9810191b, Feb 2026). From the torchtitan repository root, with this file's folder on PYTHONPATH:\n\n"
-    << "    PYTHONPATH=/path/to/this/folder NGPU=" << gpus << " MODULE=" << module
-    << " CONFIG=pipestudio_plan ./run_train.sh\n\n"
-    << "(T=" << par.tensor << " x C=" << par.context << " x P=" << c.devices << " x D=" << par.data << " = " << gpus
-    << " GPUs; over several nodes,\ntorchrun -m torchtitan.train with the same --module and --config.)\n\n"
-    << "The plan starts from BASE, a configuration function (\"module:function\") that gives the model,\n"
-    << "tokenizer, data and optimizer; it sets the pipeline and its schedule (" << csvName
-    << " beside this\nfile), the parallel degrees, the batch and activation checkpointing.\n";
-  if (!s.notes.empty()) t << '\n';
-  for (const std::string& n : s.notes) t << n << ".\n";
-  t << "\"\"\"\n"
+  t << R"(""")" << docstring(doc.str()) << R"(""")" << '\n'
     << "import importlib\n"
     << "import os\n\n"
     << "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC\n"
@@ -1467,8 +1462,9 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
     << "    module, _, function = BASE.partition(\":\")\n"
     << "    if not module or not function:\n"
     << "        raise ValueError(\n"
-    << "            \"set PIPESTUDIO_TORCHTITAN_BASE to the configuration of " << plan.model.name
-    << " as module:function \"\n"
+    << "            "
+    << pyString("set PIPESTUDIO_TORCHTITAN_BASE to the configuration of " + plan.model.name + " as module:function ")
+    << "\n"
     << "            \"(e.g. torchtitan.models.llama3.config_registry:llama3_8b); its layers must be the plan's\"\n"
     << "        )\n"
     << "    config = getattr(importlib.import_module(module), function)()\n\n"
@@ -1570,11 +1566,13 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOp
   out.moduleFqnsPerModelPart =
       titanModuleNames(*stages, options.format == TorchtitanFormat::Python ? "lm_head" : "output");
   if (options.format == TorchtitanFormat::Toml) {
-    out.config = renderToml(plan, *settings, out, options.csvPath);
+    auto toml = renderToml(plan, *settings, out, options.csvPath);
+    if (!toml) return toml.error();
+    out.config = std::move(*toml);
   } else {
     out.config = renderPython(plan, *settings, out, options);
     if (options.base.empty() && shippedBase(plan.model).empty()) {
-      out.notes.push_back("torchtitan ships no configuration for " + plan.model.name +
+      out.notes.push_back("torchtitan ships no configuration for " + excerpt(plan.model.name) +
                           ": name the one of your model with --torchtitan-base MODULE:FUNCTION or "
                           "$PIPESTUDIO_TORCHTITAN_BASE");
     }

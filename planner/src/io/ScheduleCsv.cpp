@@ -460,6 +460,7 @@ struct CsvReader {
       return;
     }
     if (stageDevice.size() <= a.stage) stageDevice.resize(a.stage + 1, -1);
+    if (static_cast<int>(a.stage) > highest.stage) highest = {static_cast<int>(a.stage), line, column, excerpt(action)};
     int& placed = stageDevice[a.stage];
     if (placed < 0) placed = device;
     if (placed != device) {
@@ -554,6 +555,29 @@ struct CsvReader {
     }
   }
 
+  // Stage numbers the rows skip (a cell edited to stage 99 of a four-stage schedule) are one
+  // problem, reported at the highest stage named, instead of every op the skipped stages lack.
+  bool reportStageGaps(int stages) {
+    if (!inferPlacement) return false;
+    int first = -1;
+    int last = -1;
+    int missing = 0;
+    for (int stage = 0; stage < stages; ++stage) {
+      if (stageDevice[stage] >= 0) continue;
+      if (first < 0) first = stage;
+      last = stage;
+      ++missing;
+    }
+    if (first < 0) return false;
+    fail(highest.line, highest.column,
+         "'" + highest.action + "': stage " + std::to_string(highest.stage) + " is named, but stage" +
+             (first == last ? " " + std::to_string(first) + " never appears"
+                            : "s " + std::to_string(first) + ".." + std::to_string(last) + " never appear") +
+             " (expected stages numbered 0.." + std::to_string(stages - 1 - missing) + " with none skipped: is stage " +
+             std::to_string(highest.stage) + " a typo?)");
+    return true;
+  }
+
   Expected<ScheduleSkeleton> run() {
     readRows();
     if (tooLarge) return std::move(*tooLarge);
@@ -574,7 +598,9 @@ struct CsvReader {
                "; expected one row per device)");
     }
     const int stages = stageDevice.size();
-    for (int stage = 0; stage < stages; ++stage) checkStage(stage, stages);
+    if (!reportStageGaps(stages)) {
+      for (int stage = 0; stage < stages; ++stage) checkStage(stage, stages);
+    }
     // A compute_comms file runs as written (no lowering adds UNSHARD/RESHARD): under ZeRO-3 its
     // FSDP actions must be ones PyTorch's runtime accepts. A compute_only file gets PyTorch's own.
     if (errors.empty() && shape.fsdp && (transferCells || !skeleton.fsdpActions.empty())) {
@@ -635,6 +661,11 @@ struct CsvReader {
   std::size_t actions = 0;  // non-empty cells
   int row = 0;
   int rows = 0;  // rows up to the last one with actions
+  struct Named {
+    int stage = -1;
+    std::size_t line = 0, column = 0;
+    std::string action;
+  } highest;  // where the highest stage number is first named
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
@@ -153,15 +154,20 @@ struct LayerSplitter {
       st.liveMicrobatches = live[i];
       ps.push_back(st);
     }
+    const auto layers = static_cast<std::int64_t>(request.model.component(comp).layers.size());
+    if (auto st = checkPartitionSize(static_cast<std::int64_t>(ps.size()), layers); !st) {
+      return st.error().withPrefix("partition " + algorithm + ": component '" +
+                                   excerpt(request.model.component(comp).name) + "': ");
+    }
     PartitionProblem problem = buildPartitionProblem(request, costs, comp, ps);
     if (memoryBudgets) setMemoryBudgets(request, stagesOnDevice, problem);
     auto result = algorithm == "balanced" ? balancedPartition(problem, balancedMemory) : dpPartition(problem, control);
     if (result.isCancelled()) return result.error();
     if (!result) {
       // Name the virtual stage by its id in the plan, not by its index within the component.
-      return Error{result.message() + " [component '" + request.model.component(comp).name + "', virtual stages " +
-                   std::to_string(assigned[mine.front()].id) + ".." + std::to_string(assigned[mine.back()].id) +
-                   " of the plan]"};
+      return Error{result.message() + " [component '" + excerpt(request.model.component(comp).name) +
+                   "', virtual stages " + std::to_string(assigned[mine.front()].id) + ".." +
+                   std::to_string(assigned[mine.back()].id) + " of the plan]"};
     }
     for (std::size_t k = 0; k < mine.size(); ++k) {
       VirtualStage& vs = assigned[mine[k]];
@@ -286,7 +292,8 @@ Expected<std::vector<VirtualStage>> partitionNamed(const PlanRequest& request, s
     return partitionWith(request, *generator, std::move(placement), name == "balanced" ? "balanced" : "dp", control,
                          hints);
   }
-  return Error{"partition '" + name + "' is not available (known: uniform, balanced, dp, diffusionpipe, megatron)"};
+  return Error{"partition '" + excerpt(name) +
+               "' is not available (known: uniform, balanced, dp, diffusionpipe, megatron)"};
 }
 
 }  // namespace pipestudio::partition

@@ -97,6 +97,10 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
     stagesA[uk].device = k;
     stagesB[uk].device = p - 1 - k;
   }
+  for (const int comp : {trainable[0], trainable[1]}) {
+    const auto layers = static_cast<std::int64_t>(request.model.component(comp).layers.size());
+    if (!checkPartitionSize(p, layers)) return std::nullopt;  // the per-leg split stands
+  }
   const PartitionProblem a = buildPartitionProblem(request, trainable[0], stagesA);
   const PartitionProblem b = buildPartitionProblem(request, trainable[1], stagesB);
   const int la = a.layers;

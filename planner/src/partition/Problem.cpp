@@ -8,6 +8,16 @@
 
 namespace pipestudio {
 
+Status checkPartitionSize(std::int64_t stages, std::int64_t layers) {
+  if (static_cast<double>(stages) * static_cast<double>(layers) <= static_cast<double>(kMaxPartitionCells)) return {};
+  const std::int64_t mostStages = std::max<std::int64_t>(1, kMaxPartitionCells / std::max<std::int64_t>(1, layers));
+  return Error{std::to_string(stages) + " virtual stages over " + std::to_string(layers) + " layers make " +
+               std::to_string(stages * layers) + " (stage, layer) pairs, more than the partitioner's limit of " +
+               std::to_string(kMaxPartitionCells) + " (expected at most " + std::to_string(mostStages) +
+               " virtual stages for this component, fewer chunks or devices, or --partition uniform, which keeps no "
+               "table)"};
+}
+
 PartitionProblem buildPartitionProblem(const PlanRequest& request, int component,
                                        const std::vector<PartitionStage>& stages) {
   return buildPartitionProblem(request, CostedModel(request.model, request.cluster, request.config), component, stages);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <string>
 
+#include "pipestudio/common/Text.hpp"
+
 namespace pipestudio::partition {
 
 Expected<std::vector<VirtualStage>> partitionUniform(const ModelSpec& model, std::vector<VirtualStage> placement) {
   const std::vector<int> trainable = model.trainableComponents();
-  if (trainable.empty()) return Error{"model '" + model.name + "' has no trainable component to schedule"};
+  if (trainable.empty()) return Error{"model '" + excerpt(model.name) + "' has no trainable component to schedule"};
   int pipelines = 1;
   for (const auto& vs : placement) pipelines = std::max(pipelines, vs.pipeline + 1);
   std::vector<std::vector<std::size_t>> chains(static_cast<std::size_t>(pipelines));
@@ -128,8 +130,8 @@ bool isTrailingExtra(const Layer& l) { return l.kind == "lm_head" || l.kind == "
 Expected<std::vector<VirtualStage>> partitionMegatron(const ModelSpec& model, std::vector<VirtualStage> placement) {
   const std::vector<int> trainable = model.trainableComponents();
   if (trainable.size() != 1) {
-    return Error{"partition 'megatron' splits one decoder as Megatron-LM does; model '" + model.name + "' has " +
-                 std::to_string(trainable.size()) +
+    return Error{"partition 'megatron' splits one decoder as Megatron-LM does; model '" + excerpt(model.name) +
+                 "' has " + std::to_string(trainable.size()) +
                  " trainable components (expected one; use --partition balanced or dp)"};
   }
   const int component = trainable.front();

@@ -24,6 +24,7 @@
 #include <numeric>
 #include <queue>
 
+#include "pipestudio/common/Text.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Fill.hpp"
@@ -347,7 +348,7 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
     c.layers = std::move(keep);
   }
   if (heads.empty() && embeddings.empty()) {
-    return Error{"vocabulary parallelism: model '" + request.model.name +
+    return Error{"vocabulary parallelism: model '" + excerpt(request.model.name) +
                  "' has no embedding or lm_head layer with a transformer shape and vocab"};
   }
   auto backbone = makePlan(base, control);

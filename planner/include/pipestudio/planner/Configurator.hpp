@@ -26,6 +26,17 @@ namespace pipestudio {
 /// splits past it are not enumerated.
 inline constexpr int kMaxConfigureMicrobatches = 100000;
 
+/// The most configurations a search ranks (`keep`, `configure --top`): each is simulated in
+/// full, and the screening budget grows with it, so the time of a search is bounded by this.
+inline constexpr int kMaxConfigureKeep = 1000;
+
+/// The work a search may spend planning candidates, in (virtual stage, layer) pairs its
+/// partitions split plus ops its plans hold (the partitioners' and the simulator's work, a few
+/// microseconds each): a model of thousands of layers makes every candidate's plan that large,
+/// and the search then stops early (Configuration::workBudgetSpent) instead of running for
+/// hours. The bundled searches use at most about a third of it (Llama-3-405B on 16,384 GPUs: 6.5 M).
+inline constexpr std::int64_t kConfigureWorkBudget = 20'000'000;
+
 struct ConfigureOptions {
   /// Samples per iteration, held fixed; 0: the model's `global_batch`, else 4 × GPUs ×
   /// samples_per_microbatch.
@@ -42,10 +53,13 @@ struct ConfigureOptions {
   /// The expert tensor parallelism (recipe.parallel.expertTensor) and the capacity factor
   /// (recipe.parallel.moeCapacityFactor) are searched likewise unless the recipe fixes them.
   std::optional<CpCommType> cpCommType;
-  /// Feasible configurations to rank (the rest are left out once no estimate can enter).
+  /// Feasible configurations to rank (the rest are left out once no estimate can enter); at
+  /// most kMaxConfigureKeep are.
   int keep = 25;
   /// At most this many plans are simulated (time budget by work, never by the clock).
   int maxSimulations = 200;
+  /// The search's work budget (kConfigureWorkBudget; tests lower it).
+  std::int64_t workBudget = kConfigureWorkBudget;
   /// Profile a candidate's schedule only when its estimate without the schedule's idle time
   /// reaches the top of the screening queue (true), or every candidate as it is enumerated
   /// (false: the same ranking and rejected families, slower; the pruned and bounded-out counts
@@ -88,6 +102,10 @@ struct Configuration {
   int boundedOut = 0;       ///< never simulated: their estimate cannot enter the top
   int evaluated = 0;        ///< configurations screened (simulated on short runs, or in full)
   int simulatedInFull = 0;  ///< screened ones simulated again at their full microbatch count
+  std::int64_t work = 0;    ///< planning work spent (kConfigureWorkBudget's units)
+  /// The work budget ran out before the screening settled: the ranking covers the configurations
+  /// screened (`evaluated`), not every one whose estimate could still have entered it.
+  bool workBudgetSpent = false;
 };
 
 /// Runs the search. Honors control.cancel and reports progress.

@@ -38,6 +38,17 @@ struct PartitionProblem {
   std::vector<double> staticBytes;      ///< per layer: parameters, gradients, optimizer state
 };
 
+/// The most (virtual stage, layer) pairs one partition problem may have. The problem and the
+/// `balanced` and `dp` partitioners keep tables of that size (times, sends, prefix sums, their
+/// DP's values and choices: some 60 bytes a pair, and a few microseconds of work), so a split
+/// past it is refused before any is allocated: 10,000 virtual stages over 10,000 layers would
+/// take 6 GB.
+inline constexpr std::int64_t kMaxPartitionCells = 4'000'000;
+
+/// Refuses a split of `layers` layers over `stages` virtual stages past kMaxPartitionCells,
+/// naming both numbers and what would fit.
+Status checkPartitionSize(std::int64_t stages, std::int64_t layers);
+
 /// A partition: stage s holds layers [firstLayer[s], firstLayer[s+1]) (the last up to `layers`).
 struct PartitionResult {
   std::vector<int> firstLayer;

@@ -9,6 +9,8 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "pipestudio/common/Expected.hpp"
 
@@ -46,5 +48,14 @@ Status writeOutputFile(const std::string& path, const std::function<bool(std::os
 
 /// writeOutputFile of a string.
 Status writeOutputFile(const std::string& path, std::string_view content);
+
+/// Several output files that belong together (a configuration and the schedule it names): each
+/// is written in full to its temporary file before any replaces its target, so a failure (a full
+/// disk) leaves none of them behind and every target as it was.
+Status writeOutputFiles(const std::vector<std::pair<std::string, std::string_view>>& files);
+
+// While a temporary file is written, SIGINT, SIGTERM and SIGHUP remove it before they end the
+// process (where the program left their default action in place): an interrupted write leaves
+// neither a half file nor a `FILE.tmp-PID` beside it.
 
 }  // namespace pipestudio

@@ -101,6 +101,9 @@ struct MeasuredEvent {
 
 struct OpenOptions {
   bool readOnly = false;
+  /// Creating a database: make its missing folders (the default location's), or refuse a path
+  /// whose folder does not exist (one the user typed: a typo must not become a new folder).
+  bool createDirectories = true;
   /// Tests only: migrate to this version instead of kSchemaVersion (must be ≤ it).
   int targetSchemaVersion = kSchemaVersion;
   /// Mark runs left `running` by a dead writer process `incomplete` (read-write opens only).
@@ -118,7 +121,9 @@ struct ImportResult {
   std::optional<std::string> firstError;  ///< "FILE: byte N: what" of the first problem
 };
 
-/// $XDG_DATA_HOME/pipestudio/history.sqlite, else ~/.local/share/pipestudio/history.sqlite.
+/// $XDG_DATA_HOME/pipestudio/history.sqlite, else ~/.local/share/pipestudio/history.sqlite ($HOME,
+/// else the user's home directory from the password database); empty when there is none (never
+/// a path relative to the working directory).
 std::string defaultHistoryPath();
 
 class StreamIngest;

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -129,6 +131,62 @@ struct NodeSpec {
   std::optional<GpuSpec> gpu;  ///< a node with other GPUs than the cluster default
 };
 
+/// The nodes of a cluster: read like a std::vector<NodeSpec>, copied in O(1). Copies share one list
+/// until one of them is changed (copy on write), and the GPU → node lookup runs on prefix sums
+/// built once per list: a request or a plan of a 16,384-node cluster is copied for every candidate
+/// the configurator simulates, and its transfers ask which node a GPU is on, so both must not
+/// grow with the node count.
+///
+///     c.nodes.push_back(NodeSpec{"node0", 8, std::nullopt, std::nullopt});
+///     const int node = c.nodes.nodeOfGpu(42);
+///
+/// A reference from a changing access (non-const operator[], front, begin…) stays valid until the
+/// next call on the list.
+class NodeList {
+ public:
+  using value_type = NodeSpec;
+  using size_type = std::size_t;
+  using iterator = std::vector<NodeSpec>::iterator;
+  using const_iterator = std::vector<NodeSpec>::const_iterator;
+
+  NodeList() = default;
+  NodeList(std::initializer_list<NodeSpec> nodes);
+
+  bool empty() const { return list().empty(); }
+  std::size_t size() const { return list().size(); }
+  const NodeSpec& operator[](std::size_t i) const { return list()[i]; }
+  const NodeSpec& front() const { return list().front(); }
+  const NodeSpec& back() const { return list().back(); }
+  const_iterator begin() const { return list().begin(); }
+  const_iterator end() const { return list().end(); }
+  const_iterator cbegin() const { return begin(); }
+  const_iterator cend() const { return end(); }
+
+  // Changing access: a shared list is copied first, and its index dropped.
+  NodeSpec& operator[](std::size_t i) { return edit()[i]; }
+  NodeSpec& front() { return edit().front(); }
+  NodeSpec& back() { return edit().back(); }
+  iterator begin() { return edit().begin(); }
+  iterator end() { return edit().end(); }
+  void push_back(NodeSpec node) { edit().push_back(std::move(node)); }
+  void assign(std::size_t count, NodeSpec node) { edit().assign(count, node); }  // node may be one of ours
+  void reserve(std::size_t count) { edit().reserve(count); }
+  void clear() { edit().clear(); }
+
+  /// Σ gpus over the nodes.
+  std::int64_t totalGpus() const;
+  /// The node of GPU `gpu` (GPUs numbered node by node, from 0); GPUs past the last node's are on
+  /// the last node, and an empty list has node 0.
+  int nodeOfGpu(std::int64_t gpu) const;
+
+ private:
+  struct Shared;
+  const std::vector<NodeSpec>& list() const;
+  std::vector<NodeSpec>& edit();
+  const Shared& indexed() const;
+  std::shared_ptr<Shared> m_shared;
+};
+
 struct LinkSpec {
   double bandwidthGBps = 0;  ///< gigabytes per second
   double latencyUs = 0;
@@ -137,7 +195,7 @@ struct LinkSpec {
 struct ClusterSpec {
   std::string name;
   GpuSpec gpu;
-  std::vector<NodeSpec> nodes;
+  NodeList nodes;
   LinkSpec intraNode;
   LinkSpec interNode;  ///< per NIC
   /// NICs per node for inter-node traffic; 0: one per GPU (DGX-style). When fewer, the GPUs of a

@@ -51,6 +51,8 @@ struct KeepaliveSettings {
   int countMax = 3;
 };
 
+class SessionLiveness;
+
 /// A command running on an exec channel, read without blocking. Owned by the thread that
 /// polls it; the SshSession it came from must outlive it and must not be used by another
 /// thread at the same time (libssh sessions are not thread-safe).
@@ -73,18 +75,21 @@ class RemoteProcess {
 
  private:
   friend class SshSession;
-  RemoteProcess(void* channel, std::string hostPort, const std::string* lostReason)
-      : m_channel(channel), m_hostPort(std::move(hostPort)), m_lostReason(lostReason) {}
+  RemoteProcess(void* channel, std::string hostPort, SessionLiveness* liveness)
+      : m_channel(channel), m_hostPort(std::move(hostPort)), m_liveness(liveness) {}
   void* m_channel;  // ssh_channel, kept opaque so libssh stays out of this header
   std::string m_hostPort;
-  const std::string* m_lostReason;  // the session's: set when keepAlive() gave up
+  SessionLiveness* m_liveness;  // the session's: why it was given up, and the watch over blocking calls
   bool m_stdinClosed = false;
 };
 
 class SshSession {
  public:
   /// Connects, verifies the host key and authenticates. `connectTimeoutMs` bounds the TCP
-  /// connect and each blocking protocol step.
+  /// connect, the key exchange and authentication (the user's answers to the callbacks apart).
+  /// From then on every call that waits for the server (commands, SFTP, channels, exit statuses)
+  /// gives up when nothing arrives for the keepalive's interval × count (setKeepalive; 5 s × 3
+  /// by default), naming what it was doing: a frozen host is noticed in every phase.
   static Expected<std::unique_ptr<SshSession>> connect(const HostEntry& host, const SessionCallbacks& callbacks,
                                                        int connectTimeoutMs = 10000);
   ~SshSession();
@@ -115,6 +120,9 @@ class SshSession {
   /// to a temporary name and renames (a running executor keeps its file), sets `mode`, and
   /// verifies the checksum afterwards where sha256sum exists.
   Expected<UploadAction> upload(const std::string& localPath, const std::string& remotePath, int mode);
+
+  /// OpenSSH's ServerAliveInterval / ServerAliveCountMax for every blocking call of the session.
+  void setKeepalive(const KeepaliveSettings& settings);
 
   /// Call every poll round while processes run: sends a keepalive@openssh.com request
   /// (which a live server must answer, RFC 4254 §4) once `intervalMs` passed since the last,
