@@ -123,7 +123,7 @@ struct Prediction {
   double bubble = 0;
   std::int64_t peakBytes = 0;
   MemoryBreakdown peakMemory;  // the fullest GPU's parts
-  bool fits = true;  // every GPU's peak plus the stated margin within its capacity
+  bool fits = true;            // every GPU's peak plus the stated margin within its capacity
   std::string error;
 };
 
@@ -1219,8 +1219,9 @@ bool printPeaks(const std::string& path, const Report& report, bool markdown) {
   const char* bar = markdown ? "|" : " ";
   std::printf("\n## Peak memory against published measurements (issue 42)\n\n");
   if (markdown) {
-    std::printf("| run | reported | measured | predicted | error | fullest GPU's parts (GiB) |\n"
-                "|---|---|---:|---:|---:|---|\n");
+    std::printf(
+        "| run | reported | measured | predicted | error | fullest GPU's parts (GiB) |\n"
+        "|---|---|---:|---:|---:|---|\n");
   }
   bool ok = true;
   double sumErr = 0;
@@ -1257,11 +1258,12 @@ bool printPeaks(const std::string& path, const Report& report, bool markdown) {
                       std::string(part.shortName).c_str(), static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
         parts += item.data();
       }
-      std::printf("%s %s%s %s %s %s %.1f %s %s %.1f %s %+6.1f%% %s %s %s\n", bar, row["name"].get<std::string>().c_str(),
-                  row.contains("not_modelled") ? (" (not modelled: " + row["not_modelled"].get<std::string>() + ")").c_str()
-                                               : "",
-                  bar, reported.c_str(), bar, measured, unit.c_str(), bar, predicted, bar, 100.0 * err, bar,
-                  parts.c_str(), markdown ? "|" : "");
+      std::printf(
+          "%s %s%s %s %s %s %.1f %s %s %.1f %s %+6.1f%% %s %s %s\n", bar, row["name"].get<std::string>().c_str(),
+          row.contains("not_modelled") ? (" (not modelled: " + row["not_modelled"].get<std::string>() + ")").c_str()
+                                       : "",
+          bar, reported.c_str(), bar, measured, unit.c_str(), bar, predicted, bar, 100.0 * err, bar, parts.c_str(),
+          markdown ? "|" : "");
     }
   }
   if (n > 0) {
@@ -1339,7 +1341,8 @@ int main(int argc, char** argv) {
       } else if (a == "--peaks" && i + 1 < argc) {
         o.peaks = argv[++i];
       } else {
-        std::cerr << "usage: pipestudio-fidelity [--data FILE] [--kernels FILE] [--peaks FILE] [--markdown] [--check]\n";
+        std::cerr
+            << "usage: pipestudio-fidelity [--data FILE] [--kernels FILE] [--peaks FILE] [--markdown] [--check]\n";
         return 2;
       }
     }

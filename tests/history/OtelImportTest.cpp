@@ -135,10 +135,9 @@ TEST(OtelImport, HostileSpanFilesAreRefusedAndLeaveNothingBehind) {
     std::ofstream(path) << text;
     return path;
   };
-  const std::string backwards = write(
-      "backwards.json",
-      R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"megatron.microbatch.forward",)"
-      R"("startTimeUnixNano":"2000","endTimeUnixNano":"1000"}]}]}]})");
+  const std::string backwards =
+      write("backwards.json", R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"megatron.microbatch.forward",)"
+                              R"("startTimeUnixNano":"2000","endTimeUnixNano":"1000"}]}]}]})");
   auto r = importTraces(store, {backwards}, {});
   ASSERT_FALSE(r.hasValue());
   EXPECT_NE(r.message().find("/resourceSpans/0/scopeSpans/0/spans/0"), std::string::npos) << r.message();

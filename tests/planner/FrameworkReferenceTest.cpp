@@ -9,7 +9,6 @@
 // torchtitan main: bench/torchtitan/check_main.py runs an exported configuration through
 // torchtitan's own Trainer.Config (pytorch/torchtitan b5bcd76c66 at reference/torchtitan-main).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,7 +96,8 @@ ModelSpec shapedModel(const std::vector<TransformerShape>& shapes) {
     layers[i + 1].kind = "transformer";
     layers[i + 1].transformer = shapes[i];
   }
-  for (Layer* end : {&layers.front(), &layers.back()}) end->forwardMs = end->backwardInputMs = end->backwardWeightMs = 0.01;
+  for (Layer* end : {&layers.front(), &layers.back()})
+    end->forwardMs = end->backwardInputMs = end->backwardWeightMs = 0.01;
   layers.front().kind = "embedding";
   layers.back().kind = "lm_head";
   return m;
@@ -296,7 +296,8 @@ TEST(MegatronReference, ZeroBubbleForkTakesItsExports) {
   layers.erase(layers.begin());
   layers.pop_back();
   std::vector<MegatronExport> exports;
-  for (const auto& [schedule, chunks] : std::vector<std::pair<std::string, int>>{{"zb-h1", 1}, {"zb-v", 2}, {"v-half", 2}}) {
+  for (const auto& [schedule, chunks] :
+       std::vector<std::pair<std::string, int>>{{"zb-h1", 1}, {"zb-v", 2}, {"v-half", 2}}) {
     PlanRequest r = test::request(decoders, test::freeCluster(8, 100, 1), schedule, 2, 4, chunks);
     auto plan = makePlan(r);
     ASSERT_TRUE(plan.hasValue()) << schedule << ": " << plan.message();
@@ -349,9 +350,9 @@ TEST(TorchtitanReference, PipelinePlansPassTrainerConfigAndStartFromTheShippedBa
   for (std::string line; std::getline(lines, line);) {
     if (line.find("disable_cuda_graphs") == std::string::npos) withoutFlag += line + "\n";
   }
-  auto v = verdicts("bench/torchtitan/check_main.py",
-                    {{"qwen3.py", t->config}, {"qwen3.csv", t->csv}, {"nographs.py", withoutFlag}, {"nographs.csv", t->csv}},
-                    "");
+  auto v = verdicts(
+      "bench/torchtitan/check_main.py",
+      {{"qwen3.py", t->config}, {"qwen3.csv", t->csv}, {"nographs.py", withoutFlag}, {"nographs.csv", t->csv}}, "");
   if (!v) GTEST_SKIP() << "no torchtitan copy at reference/torchtitan-main (bench/torchtitan/check_main.py)";
   ASSERT_EQ(v->size(), 2U);
   const Json& ok = (*v)[0];

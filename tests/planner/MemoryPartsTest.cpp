@@ -57,30 +57,31 @@ TEST(MemoryParts, DocumentAndMessageAddUpToThePeak) {
     const char* name;
     void (*apply)(PlanConfig&);
   };
-  const std::vector<Recipe> recipes{
-      {"plain", [](PlanConfig&) {}},
-      {"tp2 fp8 zero1",
-       [](PlanConfig& c) {
-         c.parallel.tensor = 2;
-         c.parallel.sequenceParallel = true;
-         c.parallel.zeroStage = 1;
-         c.parallel.data = 2;
-         c.precision = Precision::Fp8;
-       }},
-      {"zero3 selective", [](PlanConfig& c) {
-         c.parallel.data = 2;
-         c.parallel.zeroStage = 3;
-         c.parallel.recompute = Recompute::Selective;
-       }}};
+  const std::vector<Recipe> recipes{{"plain", [](PlanConfig&) {}},
+                                    {"tp2 fp8 zero1",
+                                     [](PlanConfig& c) {
+                                       c.parallel.tensor = 2;
+                                       c.parallel.sequenceParallel = true;
+                                       c.parallel.zeroStage = 1;
+                                       c.parallel.data = 2;
+                                       c.precision = Precision::Fp8;
+                                     }},
+                                    {"zero3 selective", [](PlanConfig& c) {
+                                       c.parallel.data = 2;
+                                       c.parallel.zeroStage = 3;
+                                       c.parallel.recompute = Recompute::Selective;
+                                     }}};
   int checked = 0;
-  for (const auto& [model, cluster] : {std::pair{"llama3-8b", "h100-4x8-ib"}, std::pair{"qwen3-30b-a3b", "h100-4x8-ib"},
-                                       std::pair{"gpt3-1.3b", "a100-4x8-ib"}, std::pair{"controlnet", "a100-1x8-nvlink"}}) {
+  for (const auto& [model, cluster] :
+       {std::pair{"llama3-8b", "h100-4x8-ib"}, std::pair{"qwen3-30b-a3b", "h100-4x8-ib"},
+        std::pair{"gpt3-1.3b", "a100-4x8-ib"}, std::pair{"controlnet", "a100-1x8-nvlink"}}) {
     for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}) {
       for (const Recipe& recipe : recipes) {
         PlanRequest r = bundledRequest(model, cluster);
         r.config.schedule = schedule;
         r.config.devices = 2;
-        r.config.chunksPerDevice = std::string(schedule) == "interleaved-1f1b" || std::string(schedule) == "zb-v" ? 2 : 1;
+        r.config.chunksPerDevice =
+            std::string(schedule) == "interleaved-1f1b" || std::string(schedule) == "zb-v" ? 2 : 1;
         r.config.microbatches = 4;
         r.config.memoryLimitBytes = std::int64_t{1} << 60;
         recipe.apply(r.config);
@@ -100,7 +101,8 @@ TEST(MemoryParts, DocumentAndMessageAddUpToThePeak) {
           }
           EXPECT_EQ(fromDocument, dm.peakMemoryBytes) << what << " device " << d;
           std::int64_t fromMessage = 0;
-          for (const std::string& name : listedParts(message, static_cast<int>(d))) fromMessage += bytesOf(dm.memory, name);
+          for (const std::string& name : listedParts(message, static_cast<int>(d)))
+            fromMessage += bytesOf(dm.memory, name);
           EXPECT_EQ(fromMessage, dm.peakMemoryBytes) << what << " device " << d << "\n" << message;
           ++checked;
         }
@@ -225,7 +227,7 @@ TEST(ActivationOffload, FineGrainedGroupsFractionAndDelta) {
   const Layer& block = plan->model.components[0].layers[1];
   ASSERT_TRUE(block.transformer.has_value());
   const TransformerShape& t = *block.transformer;
-  const double tokens = static_cast<double>(t.seq);  // one sample per microbatch
+  const double tokens = static_cast<double>(t.seq);           // one sample per microbatch
   const double hq = t.hidden, hk = 8.0 * t.hidden / t.heads;  // 8 key/value heads
   const double perLayer = tokens / 2 * (2.0 * (hq + hk + hk) + 4.0 * t.heads + 2.0 * t.hidden);
   const CostedModel costs(*plan);

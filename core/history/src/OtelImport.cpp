@@ -43,10 +43,14 @@ struct Process {
 std::optional<std::int64_t> integerValue(const Json& v) {
   const Json* x = &v;
   if (v.is_object()) {
-    if (v.contains("intValue")) x = &v["intValue"];
-    else if (v.contains("value")) x = &v["value"];
-    else if (v.contains("stringValue")) x = &v["stringValue"];
-    else return std::nullopt;
+    if (v.contains("intValue"))
+      x = &v["intValue"];
+    else if (v.contains("value"))
+      x = &v["value"];
+    else if (v.contains("stringValue"))
+      x = &v["stringValue"];
+    else
+      return std::nullopt;
   }
   if (x->is_number_unsigned()) {
     const auto u = x->get<std::uint64_t>();
@@ -103,8 +107,8 @@ Expected<std::vector<Process>> readOtlp(const std::string& path, const Json& roo
       const Json& spans = scopes[s].contains("spans") ? scopes[s]["spans"] : Json::array();
       for (std::size_t i = 0; i < spans.size(); ++i) {
         const Json& span = spans[i];
-        const std::string where = "/resourceSpans/" + std::to_string(r) + "/scopeSpans/" + std::to_string(s) +
-                                  "/spans/" + std::to_string(i);
+        const std::string where =
+            "/resourceSpans/" + std::to_string(r) + "/scopeSpans/" + std::to_string(s) + "/spans/" + std::to_string(i);
         if (!span.is_object() || !span.contains("name") || !span["name"].is_string()) {
           return badSpan(path, where, "a span without a name (expected name, startTimeUnixNano, endTimeUnixNano)");
         }
@@ -237,8 +241,8 @@ Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunStat
     const Process& process = (*processes)[p];
     // One process per file: the file's device; several (a Jaeger export): each its own rank.
     std::int64_t device = processes->size() == 1 && ctx.device ? *ctx.device
-                          : process.rank                         ? *process.rank
-                                                                 : static_cast<std::int64_t>(p);
+                          : process.rank                       ? *process.rank
+                                                               : static_cast<std::int64_t>(p);
     const auto order = orders.find(static_cast<int>(device));
     std::int64_t forwards = 0, backwards = 0;
     for (const Span& span : process.spans) {

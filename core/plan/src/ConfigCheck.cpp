@@ -262,7 +262,8 @@ Status checkActivationOffload(const ModelSpec& model, const ClusterSpec& cluster
   }
   const std::uint32_t expertModules = kOffloadMlpNorm | kOffloadExpertFc1 | kOffloadMoeAct;
   if ((modules & expertModules) && !moe) {
-    return Error{"--offload-modules " + offloadModulesName(modules & expertModules) + ": model '" + excerpt(model.name) +
+    return Error{"--offload-modules " + offloadModulesName(modules & expertModules) + ": model '" +
+                 excerpt(model.name) +
                  "' has no mixture-of-experts layers (its MLP norm is fused into FC1; modules "
                  "it runs: qkv_linear, core_attn, attn_proj" +
                  (mla ? ", attn_norm" : "") + ")"};

@@ -679,7 +679,8 @@ int Search::zeroStage(const Parallelism& par) const {
 double Search::staticLowerBound(const Candidate& cand, const CostSummary& s, const ScheduleGenerator* g) const {
   const Parallelism& par = cand.config.parallel;
   const int zero = zeroStage(par);
-  const StaticBytesPerParameter dense = staticBytesPerParameter(zero, static_cast<int>(par.denseData()), par.gradReduceInFp32);
+  const StaticBytesPerParameter dense =
+      staticBytesPerParameter(zero, static_cast<int>(par.denseData()), par.gradReduceInFp32);
   const StaticBytesPerParameter expert =
       staticBytesPerParameter(zero, static_cast<int>(par.expertData()), par.gradReduceInFp32);
   // Bidirectional schedules hold the model twice.

@@ -48,14 +48,16 @@ Expected<HybridPattern> parseHybridPattern(std::string_view pattern) {
   std::string main;
   for (const std::string& s : out.segments) main += s;
   if (mixesAttention(main)) {
-    return Error{quoted(pattern) +
-                 ": Megatron does not build standard attention (*) beside MLA (+) or sparse attention (D) in one model"};
+    return Error{
+        quoted(pattern) +
+        ": Megatron does not build standard attention (*) beside MLA (+) or sparse attention (D) in one model"};
   }
   // Each `/` starts one MTP depth; every depth must be the same pattern (empty depths are none).
   std::vector<std::string> depths;
   while (at < pattern.size()) {
     const std::size_t next = pattern.find('/', at + 1);
-    depths.emplace_back(pattern.substr(at + 1, next == std::string_view::npos ? std::string_view::npos : next - at - 1));
+    depths.emplace_back(
+        pattern.substr(at + 1, next == std::string_view::npos ? std::string_view::npos : next - at - 1));
     at = next == std::string_view::npos ? pattern.size() : next;
   }
   bool allEmpty = true;
@@ -74,7 +76,8 @@ Expected<HybridPattern> parseHybridPattern(std::string_view pattern) {
     }
   }
   if (mixesAttention(depths[0])) {
-    return Error{quoted(pattern) + ": the MTP pattern mixes standard attention (*) with MLA (+) or sparse attention (D)"};
+    return Error{quoted(pattern) +
+                 ": the MTP pattern mixes standard attention (*) with MLA (+) or sparse attention (D)"};
   }
   out.mtp = depths[0];
   out.mtpDepths = static_cast<int>(depths.size());

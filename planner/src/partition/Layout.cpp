@@ -82,13 +82,15 @@ Expected<std::vector<int>> layoutSplit(const std::vector<Layer>& layers, std::st
         continue;  // a model without that layer: Megatron's own, which the plan does not cost
       }
       if (symbol == 't') {
-        if (!cursor.atRole(Role::Decoder)) return Error{where + "a decoder layer 't' where the model has " + layerName(cursor)};
+        if (!cursor.atRole(Role::Decoder))
+          return Error{where + "a decoder layer 't' where the model has " + layerName(cursor)};
         cursor.take();
         continue;
       }
       // 'm': one depth of the model's MTP layer.
       if (mtpDepthsLeft == 0) {
-        if (!cursor.atRole(Role::Mtp)) return Error{where + "an MTP layer 'm' where the model has " + layerName(cursor)};
+        if (!cursor.atRole(Role::Mtp))
+          return Error{where + "an MTP layer 'm' where the model has " + layerName(cursor)};
         mtpDepthsLeft = static_cast<int>(cursor.current().transformer->mtpLayers);
         cursor.take();
       }
@@ -117,13 +119,16 @@ Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::st
   if (!pattern) return pattern.error();
   LayerCursor cursor(layers);
   std::vector<int> counts;
-  const auto where = [&](std::size_t s) { return "hybrid layer pattern '" + excerpt(text) + "', segment " + std::to_string(s) + ": "; };
+  const auto where = [&](std::size_t s) {
+    return "hybrid layer pattern '" + excerpt(text) + "', segment " + std::to_string(s) + ": ";
+  };
   for (std::size_t s = 0; s < pattern->segments.size(); ++s) {
     const std::string& segment = pattern->segments[s];
     const std::size_t first = cursor.next();
     if (s == 0 && cursor.atRole(Role::Embedding)) cursor.take();
     if (segment.size() % 2 != 0) {
-      return Error{where(s) + "'" + excerpt(segment) + "' ends between a decoder layer's attention and its MLP "
+      return Error{where(s) + "'" + excerpt(segment) +
+                   "' ends between a decoder layer's attention and its MLP "
                    "(the planner splits the model at whole decoder layers)"};
     }
     for (std::size_t k = 0; k < segment.size(); k += 2) {
@@ -131,9 +136,9 @@ Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::st
         return Error{where(s) + "'" + segment.substr(k, 2) + "' where the model has " + layerName(cursor)};
       }
       const Layer& layer = cursor.current();
-      const std::string expected =
-          layer.transformer ? std::string(1, layer.transformer->mla ? '+' : '*') + (layer.transformer->isMoe() ? 'E' : '-')
-                            : std::string("*-");
+      const std::string expected = layer.transformer ? std::string(1, layer.transformer->mla ? '+' : '*') +
+                                                           (layer.transformer->isMoe() ? 'E' : '-')
+                                                     : std::string("*-");
       if (segment.substr(k, 2) != expected) {
         return Error{where(s) + "'" + segment.substr(k, 2) + "' at " + std::to_string(k) + " is not " +
                      layerName(cursor) + ", which is '" + expected +
@@ -154,7 +159,8 @@ Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::st
       if (cursor.atRole(Role::Head)) cursor.take();
     }
     if (cursor.next() == first) {
-      return Error{where(s) + "holds no layer the model costs (the planner gives every virtual stage at least one layer)"};
+      return Error{where(s) +
+                   "holds no layer the model costs (the planner gives every virtual stage at least one layer)"};
     }
     counts.push_back(static_cast<int>(cursor.next() - first));
   }
@@ -196,9 +202,11 @@ Expected<std::vector<VirtualStage>> partitionLayout(const ModelSpec& model, std:
   }
   if (counts->size() != placement.size()) {
     return Error{"the layout has " + std::to_string(counts->size()) + " stages and the schedule " +
-                 std::to_string(placement.size()) + " virtual stages (expected devices × chunks = the layout's stages)"};
+                 std::to_string(placement.size()) +
+                 " virtual stages (expected devices × chunks = the layout's stages)"};
   }
-  std::sort(placement.begin(), placement.end(), [](const VirtualStage& a, const VirtualStage& b) { return a.id < b.id; });
+  std::sort(placement.begin(), placement.end(),
+            [](const VirtualStage& a, const VirtualStage& b) { return a.id < b.id; });
   const int component = model.trainableComponents().front();
   int first = 0;
   for (std::size_t s = 0; s < placement.size(); ++s) {
