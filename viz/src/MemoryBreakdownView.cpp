@@ -147,7 +147,10 @@ void MemoryBreakdownView::setPlan(const std::shared_ptr<const Plan>& plan) {
   }
   // An item is exactly one line high and clips to itself: the descenders of "grads" were cut
   // ("qrads"). Room below the text keeps them.
-  for (int i = 0; i < legend->itemCount(); ++i) legend->item(i)->setMargins(QMargins(0, 1, 0, 3));
+  // (A wrapped grid counts its empty cells as items too: item() is null there.)
+  for (int i = 0; i < legend->itemCount(); ++i) {
+    if (QCPAbstractLegendItem* item = legend->item(i)) item->setMargins(QMargins(0, 1, 0, 3));
+  }
   for (const DeviceMetrics& d : m_devices) {
     double total = 0;
     for (double part : partsOf(d)) total += part;
