@@ -8,6 +8,8 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QUndoStack>
+#include <algorithm>
+#include <cstdint>
 
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
@@ -78,20 +80,33 @@ TEST_F(MainWindowTest, EditingACellReSolves) {
   const int row = trainableRow();
   ASSERT_GE(row, 0);
   viz::LayerTableModel* layers = window->layerModel();
-  const QModelIndex cell = layers->index(row, viz::LayerTableModel::ForwardMs);
-  ASSERT_TRUE(layers->setData(cell, QStringLiteral("250")));
+  // The default workspace's layers are shaped (FLOPs): their times are the shape's and a measured
+  // time beside it is refused, as the loader refuses it; a size may be measured beside FLOPs.
+  const QModelIndex forward = layers->index(row, viz::LayerTableModel::ForwardMs);
+  EXPECT_FALSE(layers->setData(forward, QStringLiteral("250")));
+  ASSERT_TRUE(layers->setData(forward, QString()));  // back to the shape's time: the red mark goes
+  ASSERT_TRUE(window->solveController()->waitForIdle(60000));
+  const QModelIndex cell = layers->index(row, viz::LayerTableModel::ActivationBytes);
+  ASSERT_TRUE(layers->setData(cell, QStringLiteral("2GiB")));
   EXPECT_TRUE(window->solveController()->isPending() || window->solveController()->isRunning());
   ASSERT_TRUE(window->solveController()->waitForIdle(60000));
   const auto after = window->currentPlan();
   ASSERT_NE(after, before);
   const auto [component, layer] = layers->layerOfRow(row);
-  EXPECT_DOUBLE_EQ(*after->model.component(component).layers[static_cast<std::size_t>(layer)].forwardMs, 250.0);
-  EXPECT_GT(viz::metricsOf(*after).makespanMs, viz::metricsOf(*before).makespanMs);
+  EXPECT_EQ(*after->model.component(component).layers[static_cast<std::size_t>(layer)].activationBytes,
+            std::int64_t{2} << 30);
+  const auto peak = [](const Plan& p) {
+    std::int64_t most = 0;
+    for (const DeviceMetrics& d : viz::metricsOf(p).devices) most = std::max(most, d.peakMemoryBytes);
+    return most;
+  };
+  EXPECT_GT(peak(*after), peak(*before));
 
   // Undo re-solves back to the original costs.
   window->undoStack()->undo();
   ASSERT_TRUE(window->solveController()->waitForIdle(60000));
   EXPECT_NEAR(viz::metricsOf(*window->currentPlan()).makespanMs, viz::metricsOf(*before).makespanMs, 1e-6);
+  EXPECT_EQ(peak(*window->currentPlan()), peak(*before));
 
   // An invalid cell does not reach the solver.
   const auto current = window->currentPlan();

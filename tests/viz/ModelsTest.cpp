@@ -97,15 +97,24 @@ TEST(Models, LayerEditsValidateInPlaceAndUndo) {
   EXPECT_EQ(edited.count(), 0);
   EXPECT_FALSE(layers.setData(fwd, QStringLiteral("-1")));
 
-  // A good value replaces it, clears the mark, and is undoable.
-  EXPECT_TRUE(layers.setData(fwd, QStringLiteral("2.5")));
-  EXPECT_FALSE(layers.data(fwd, Qt::BackgroundRole).isValid());
-  EXPECT_DOUBLE_EQ(*layers.modelSpec().components[1].layers[0].forwardMs, 2.5);
+  // A shaped layer's times and sizes are its shape's: a measured value beside them is refused,
+  // as the loader refuses it (never half measured, half derived).
+  EXPECT_FALSE(layers.setData(fwd, QStringLiteral("2.5")));
+  EXPECT_TRUE(layers.data(fwd, Qt::ToolTipRole).toString().contains(QStringLiteral("transformer shape")));
+  EXPECT_FALSE(layers.modelSpec().components[1].layers[0].forwardMs.has_value());
+  EXPECT_FALSE(layers.setData(layers.index(1, LayerTableModel::ActivationBytes), QStringLiteral("1GiB")));
+
+  // On a measured layer a good value replaces it, clears the mark, and is undoable.
+  const QModelIndex measured = layers.index(0, LayerTableModel::ForwardMs);
+  EXPECT_FALSE(layers.setData(measured, QStringLiteral("fast")));
+  EXPECT_TRUE(layers.setData(measured, QStringLiteral("2.5")));
+  EXPECT_FALSE(layers.data(measured, Qt::BackgroundRole).isValid());
+  EXPECT_DOUBLE_EQ(*layers.modelSpec().components[0].layers[0].forwardMs, 2.5);
   EXPECT_EQ(edited.count(), 1);
   undo.undo();
-  EXPECT_FALSE(layers.modelSpec().components[1].layers[0].forwardMs.has_value());
+  EXPECT_DOUBLE_EQ(*layers.modelSpec().components[0].layers[0].forwardMs, 1.0);
   undo.redo();
-  EXPECT_DOUBLE_EQ(*layers.modelSpec().components[1].layers[0].forwardMs, 2.5);
+  EXPECT_DOUBLE_EQ(*layers.modelSpec().components[0].layers[0].forwardMs, 2.5);
 
   // Frozen components have no backward.
   const QModelIndex frozenBackward = layers.index(0, LayerTableModel::BackwardInputMs);
@@ -113,12 +122,12 @@ TEST(Models, LayerEditsValidateInPlaceAndUndo) {
   EXPECT_TRUE(layers.data(frozenBackward, Qt::ToolTipRole).toString().contains(QStringLiteral("frozen")));
 
   // Sizes accept units and round-trip exactly through undo.
-  const QModelIndex act = layers.index(2, LayerTableModel::ActivationBytes);
+  const QModelIndex act = layers.index(0, LayerTableModel::ActivationBytes);
   EXPECT_TRUE(layers.setData(act, QStringLiteral("1.5GiB")));
-  EXPECT_EQ(*layers.modelSpec().components[1].layers[1].activationBytes, 1536LL << 20);
+  EXPECT_EQ(*layers.modelSpec().components[0].layers[0].activationBytes, 1536LL << 20);
   EXPECT_TRUE(layers.setData(act, QStringLiteral("1000")));
   undo.undo();
-  EXPECT_EQ(*layers.modelSpec().components[1].layers[1].activationBytes, 1536LL << 20);
+  EXPECT_EQ(*layers.modelSpec().components[0].layers[0].activationBytes, 1536LL << 20);
   EXPECT_FALSE(layers.setData(act, QStringLiteral("12 parsecs")));
 
   // Duplicate layer names within a component are refused.
@@ -241,13 +250,14 @@ TEST(Models, EditorsAndLoaderAgreeAtEveryBound) {
     EXPECT_EQ(editor, loaderAccepts(doc)) << "gpus " << gpus;
     EXPECT_EQ(editor, limits::kGpusPerNode.contains(gpus)) << "gpus " << gpus;
   }
-  // A layer's measured time and its sizes (row 1: the first layer of the trainable component).
+  // A layer's measured time and its sizes (row 0: the measured layer of the frozen component; a
+  // shaped layer takes none, loader and editor alike).
   for (double ms : aroundBounds(limits::kLayerMs.min, limits::kLayerMs.max)) {
     LayerTableModel layers;
     layers.setModelSpec(twoComponentModel());
-    const bool editor = layers.setData(layers.index(1, LayerTableModel::ForwardMs), QString::number(ms, 'g', 17));
+    const bool editor = layers.setData(layers.index(0, LayerTableModel::ForwardMs), QString::number(ms, 'g', 17));
     Json doc = modelToJson(twoComponentModel());
-    doc["components"][1]["layers"][0]["forward_ms"] = ms;
+    doc["components"][0]["layers"][0]["forward_ms"] = ms;
     EXPECT_EQ(editor, loaderAccepts(doc)) << "forward_ms " << ms;
     EXPECT_EQ(editor, limits::kLayerMs.contains(ms)) << "forward_ms " << ms;
   }
@@ -255,10 +265,10 @@ TEST(Models, EditorsAndLoaderAgreeAtEveryBound) {
        {limits::kLayerBytes.min - 1, limits::kLayerBytes.min, limits::kLayerBytes.max, limits::kLayerBytes.max + 1}) {
     LayerTableModel layers;
     layers.setModelSpec(twoComponentModel());
-    const bool editor = layers.setData(layers.index(1, LayerTableModel::ActivationBytes),
+    const bool editor = layers.setData(layers.index(0, LayerTableModel::ActivationBytes),
                                        QString::number(static_cast<qlonglong>(bytes)));
     Json doc = modelToJson(twoComponentModel());
-    doc["components"][1]["layers"][0]["activation_bytes"] = bytes;
+    doc["components"][0]["layers"][0]["activation_bytes"] = bytes;
     EXPECT_EQ(editor, loaderAccepts(doc)) << "activation_bytes " << bytes;
     EXPECT_EQ(editor, limits::kLayerBytes.contains(bytes)) << "activation_bytes " << bytes;
   }

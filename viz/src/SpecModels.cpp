@@ -362,6 +362,13 @@ std::optional<QString> LayerTableModel::validate(int row, int column, const QVar
       if (isBlank(value)) return std::nullopt;  // back to the shape-derived (or zero) cost
       double ms = 0;
       if (auto e = checkNumber(value, limits::kLayerMs, QStringLiteral("milliseconds"), &ms)) return e;
+      // As the loader (ModelIO.cpp readLayer): a layer's times are measured or derived from its
+      // shape, never half and half.
+      if (l.transformer || l.flopsForward)
+        return QStringLiteral(
+                   "the layer's times come from its %1 (expected measured costs or a shape, not both: "
+                   "clear the shape in the model file to enter measured times)")
+            .arg(l.transformer ? QStringLiteral("transformer shape") : QStringLiteral("FLOPs"));
       if (column != ForwardMs && !comp.trainable && ms > 0)
         return QStringLiteral("component %1 is frozen: it has no backward (expected 0)")
             .arg(QString::fromStdString(comp.name));
@@ -371,7 +378,12 @@ std::optional<QString> LayerTableModel::validate(int row, int column, const QVar
     case ParameterBytes:
     case OutputBytes:
       if (isBlank(value)) return std::nullopt;
-      return checkBytes(value, nullptr);
+      if (auto e = checkBytes(value, nullptr)) return e;
+      if (l.transformer)
+        return QStringLiteral(
+            "the layer's sizes come from its transformer shape (expected measured costs or a "
+            "shape, not both)");
+      return std::nullopt;
     default:
       return QStringLiteral("read-only");
   }
