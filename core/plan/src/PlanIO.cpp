@@ -294,8 +294,8 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
     cfg["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
   }
   if (par.recomputeModules != 0) cfg["recompute_modules"] = recomputeModulesName(par.recomputeModules);
-  // Written as it applies to a low-precision recipe; absent: Megatron-Bridge's preset.
-  if (isLowPrecision(c.precision)) cfg["low_precision_params"] = par.lowPrecisionParamsFor(c.precision);
+  // Written where the plan states it (a file read back keeps "unset"); absent: Megatron-Bridge's preset.
+  if (par.lowPrecisionParams) cfg["low_precision_params"] = *par.lowPrecisionParams;
   // Activation offloading, where the recipe offloads.
   if (par.cpuOffloadingNumLayers > 0) cfg["cpu_offloading_num_layers"] = par.cpuOffloadingNumLayers;
   if (par.offloadModules != 0) {
