@@ -193,7 +193,6 @@ TEST(Screenshots, MixtureOfExpertsSettings) {
   ws.solver.parallel.recompute = Recompute::Full;
   ws.solver.parallel.moeFlexDispatcher = true;
   ws.solver.parallel.moeA2aOverlap = true;
-  ws.solver.parallel.moeSharedExpertOverlap = true;
   ws.solver.parallel.moeCapacityFactor = 1.25;
   window->setWorkspace(ws, QString());
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));

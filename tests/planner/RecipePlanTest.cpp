@@ -250,7 +250,11 @@ TEST(RecipePlan, ConfigureRanksNvidiasRecipeNearItsBest) {
   // stages that partition picks (docs/fidelity.md): at other tie-breaks the recipe's bubble has
   // come out 11 % instead of 8 % and the recipe 7 % behind. A failure here is worth a look at
   // the split before the cost model.
-  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.97 * best)
+  // Issue 42 moved the best: with the FP8 weights kept only in FP8 (--fp8-param-gather, as the
+  // recipes run), PP 4 × TP 4 × DP 4 with VP 4 fits (73.9 GiB of 77.4 usable) and is predicted
+  // 5 % faster than the recipe, for its smaller bubble. NVIDIA publishes no run of it, so whether
+  // it fits on a real H100 is open; the bound is 6 % until one does.
+  EXPECT_GE(plan->metrics.throughputSamplesPerS, 0.94 * best)
       << "recipe " << plan->metrics.throughputSamplesPerS << " samples/s, best " << best;
   bool triedVp5 = false;
   for (const ConfigCandidate& c : result->feasible) {

@@ -118,7 +118,11 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
       auto best = list.end();
       for (auto it = list.begin(); it != list.end(); ++it) {
         if (!ready(*it, round)) continue;
-        if (static_cast<OpKind>(std::get<0>(*it)) == OpKind::F && inFlight[static_cast<std::size_t>(d)] >= cap)
+        // The cap holds back new microbatches only: a V's second chunk (the way back) always
+        // runs, or a device that filled its cap with first-chunk forwards would wait forever.
+        const bool newMicrobatch = !v || std::get<1>(*it) < devices;
+        if (static_cast<OpKind>(std::get<0>(*it)) == OpKind::F && newMicrobatch &&
+            inFlight[static_cast<std::size_t>(d)] >= cap)
           continue;
         if (best == list.end() || priority(*it) < priority(*best)) best = it;
       }
