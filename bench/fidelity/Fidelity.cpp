@@ -1035,8 +1035,10 @@ MoeBlockSplit moeBlockSplit(const Layer& layer, const CostContext& ctx) {
   const Parallelism& par = ctx.parallel;
   const double T = std::max(1, par.tensor), C = std::max(1, par.context);
   const double tokens = static_cast<double>(ctx.samplesPerMicrobatch) * static_cast<double>(t.seq) / C;
-  const double h = static_cast<double>(t.hidden), a = static_cast<double>(t.heads);
-  const double d = static_cast<double>(t.headDimOrDefault()), kv = static_cast<double>(t.kvHeadsOrHeads());
+  const auto h = static_cast<double>(t.hidden);
+  const auto a = static_cast<double>(t.heads);
+  const auto d = static_cast<double>(t.headDimOrDefault());
+  const auto kv = static_cast<double>(t.kvHeadsOrHeads());
   const costparts::FlashTimes core =
       costparts::flashAttention(ctx.gpu,
                                 {static_cast<double>(ctx.samplesPerMicrobatch) * a / T, static_cast<double>(t.seq),
@@ -1097,7 +1099,7 @@ void printLayerBreakdowns(const Json& root, const std::map<std::string, ClusterS
         const std::string precision(precisionName(
             gemmRateFallback(precisionFromName(row["precision"].get<std::string>()).value_or(Precision::Bf16))));
         const std::string gpu = rowGpu(table, row);
-        const std::string key = precision == "bf16" ? gpu : gpu + "/" + precision;
+        const std::string key = precision == "bf16" ? gpu : std::string(gpu).append("/").append(precision);
         const double efficiency = report.efficiency.count(key) ? report.efficiency.at(key) : 0.5;
         auto request = recipeRequest(table, row, clusters.at(table["cluster"].get<std::string>()), report, efficiency);
         auto resolved = request ? resolveRequest(*request) : Expected<PlanRequest>(request.error());
@@ -1204,7 +1206,7 @@ bool printCatalogue(const Report& report, bool markdown) {
 // parts less Transformer Engine's userbuffers, which TE allocates outside the allocator), or
 // its reserved bytes (with the allocator's fragmentation).
 double reportedPeakBytes(const MemoryBreakdown& m, const std::string& reported) {
-  const double allocated = static_cast<double>(m.allocatedBytes() - m.userbufferBytes);
+  const auto allocated = static_cast<double>(m.allocatedBytes() - m.userbufferBytes);
   return reported == "reserved" ? allocated + static_cast<double>(m.fragmentationBytes) : allocated;
 }
 

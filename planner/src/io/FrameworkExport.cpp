@@ -723,7 +723,7 @@ Status addMegatronArchitectureFlags(const Plan& plan, MegatronFlags& f) {
     return Error{std::string("Megatron-LM runs multi-token prediction with rotary or no position embeddings only; the "
                              "model's positions are ") +
                  (position == PositionKind::Yarn ? "yarn" : "learned") +
-                 " (expected \"position_embedding\": \"rope\" or \"none\" in its transformer shape)"};
+                 R"( (expected "position_embedding": "rope" or "none" in its transformer shape))"};
   }
   return {};
 }
