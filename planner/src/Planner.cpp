@@ -393,10 +393,12 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
       plan = st.error();
     }
   }
+  SolveControl quiet = control;  // one solve's progress: the splits below report none of their own
+  quiet.progress = nullptr;
   for (const std::vector<VirtualStage>& split : smallerBudgetSplits) {
     partition::PartitionHints given = hints;
     given.stages = split;
-    auto other = makeCandidatePlan(request, control, given);
+    auto other = makeCandidatePlan(request, quiet, given);
     if (other.isCancelled()) return other;
     if (other && (!plan || fasterPipeline(*other, *plan))) plan = std::move(other);
   }
