@@ -208,6 +208,75 @@ Expected<std::optional<std::int64_t>> referencePeak(const PlanRequest& request, 
   return std::optional<std::int64_t>{peak};
 }
 
+// How many splits of smaller budgets makeCandidatePlan plans beside `balanced`'s own: each is a whole plan, and the
+// walk goes from the largest budgets down, so the splits of the limits nearest the request's are the ones tried.
+constexpr int kMaxSmallerBudgetSplits = 8;
+
+bool sameSplit(const std::vector<VirtualStage>& a, const std::vector<VirtualStage>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const VirtualStage& x, const VirtualStage& y) {
+    return x.component == y.component && x.firstLayer == y.firstLayer && x.lastLayer == y.lastLayer;
+  });
+}
+
+// `balanced` takes the most even split at its bottleneck within the stages' memory budgets, so
+// its split depends on the budgets (a --memory-limit, or the GPU) only through which splits meet
+// them: a larger limit can admit a more even split that plans slower than the one a smaller limit
+// gave. These are the distinct other splits it takes under smaller budgets than `first`'s:
+// budgets scaled just below the share the last split needed (`share`) give the next one, down to
+// none met (the most even split, which the smallest limits take). Planned beside `first`, they
+// make the candidates under a limit a superset of those under any smaller one (up to
+// kMaxSmallerBudgetSplits), so more memory does not give a slower plan.
+Expected<std::vector<std::vector<VirtualStage>>> splitsUnderSmallerBudgets(
+    const PlanRequest& request, const std::vector<VirtualStage>& placement, const SolveControl& control,
+    const partition::PartitionHints& hints, double share, const std::vector<VirtualStage>& first) {
+  std::vector<std::vector<VirtualStage>> out;
+  for (int i = 0; i < kMaxSmallerBudgetSplits && share > 0; ++i) {
+    partition::PartitionHints smaller = hints;
+    smaller.balancedMemory.budgetScale = share * (1 - 1e-9);
+    double next = 0;
+    smaller.budgetShare = &next;
+    auto split = partitionStages(request, placement, control, smaller);
+    if (!split) return split.error();
+    share = next;
+    const auto seen = [&](const std::vector<VirtualStage>& s) { return sameSplit(s, *split); };
+    if (!sameSplit(*split, first) && std::none_of(out.begin(), out.end(), seen)) out.push_back(std::move(*split));
+  }
+  return out;
+}
+
+// The faster pipeline: the makespan, which the schedule and the split shape (zb-auto's
+// objective); the iteration breaks ties.
+bool fasterPipeline(const Plan& a, const Plan& b) {
+  const double tie = 1e-9 * std::max(a.metrics.makespanMs, b.metrics.makespanMs);
+  if (std::abs(a.metrics.makespanMs - b.metrics.makespanMs) > tie) return a.metrics.makespanMs < b.metrics.makespanMs;
+  return a.metrics.iterationMs < b.metrics.iterationMs;
+}
+
+// `balanced` took its most even split although the stages' memory budgets (which add up peaks
+// the stages of a device reach at different moments) ruled every split out, and that split did
+// not fit (`failed`). Plan again with splits at the same bottleneck within the budgets scaled by
+// the least factor that admits one and by a little more (closer to the most even split), and
+// with the splits that meet the budgets (and 90 % and 80 % of them) at a larger bottleneck; keep
+// the fastest that fits.
+Expected<Plan> repairBalancedMemory(const PlanRequest& request, const SolveControl& control,
+                                    const partition::PartitionHints& hints, const Error& failed) {
+  std::vector<BalancedMemory> tries;
+  for (const double slack : {1.0, 1.02, 1.05, 1.1, 1.2}) tries.push_back({.overrunSlack = slack, .withinBudgets = 0});
+  for (const double scale : {1.0, 0.9, 0.8}) tries.push_back({.overrunSlack = 0, .withinBudgets = scale});
+  std::optional<Plan> fastest;
+  for (const BalancedMemory& how : tries) {
+    partition::PartitionHints retry = hints;
+    retry.balancedMemory = how;
+    retry.budgetShare = nullptr;
+    auto again = partition::makeCandidatePlan(request, control, retry);
+    if (again.isCancelled()) return again;
+    if (!again) continue;
+    if (!fastest || again->metrics.iterationMs < fastest->metrics.iterationMs) fastest = std::move(*again);
+  }
+  if (fastest) return std::move(*fastest);
+  return failed;
+}
+
 }  // namespace
 
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
@@ -265,8 +334,22 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (auto st = checkSequenceAndOffload(request, *generator, costs); !st) return st.error();
   partition::PartitionHints withCosts = hints;
   if (configured.unitMicrobatches == cfg.unitMicrobatches) withCosts.costs = &costs;
-  auto stages = partitionStages(request, generator->placement(shape), control, withCosts);
+  // `balanced` on its own budgets also plans the splits it takes under smaller ones (a split
+  // handed in, or one of a repair, is planned as it is).
+  const bool walkSmallerBudgets = cfg.partition == "balanced" && !hints.stages && !hints.repairingMemory() &&
+                                  hints.balancedMemory.budgetScale >= 1.0;
+  double share = 0;
+  if (walkSmallerBudgets) withCosts.budgetShare = &share;
+  auto stages = hints.stages ? Expected<std::vector<VirtualStage>>(*hints.stages)
+                             : partitionStages(request, generator->placement(shape), control, withCosts);
   if (!stages) return stages.error();
+  std::vector<std::vector<VirtualStage>> smallerBudgetSplits;
+  if (walkSmallerBudgets) {
+    withCosts.budgetShare = nullptr;
+    auto splits = splitsUnderSmallerBudgets(request, generator->placement(shape), control, withCosts, share, *stages);
+    if (!splits) return splits.error();
+    smallerBudgetSplits = std::move(*splits);
+  }
   Plan shell;
   shell.config = configured;
   shell.model = request.model;
@@ -303,30 +386,23 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   auto plan = simulateSkeleton(std::move(shell), *skeleton, timing);
   if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
   if (auto st = checkMemory(*plan); !st) {
-    // `balanced` took its most even split although the stages' memory budgets (which add up
-    // peaks the stages of a device reach at different moments) ruled every split out, and that
-    // split did not fit. Plan again with splits at the same bottleneck within the budgets scaled
-    // by the least factor that admits one and by a little more (closer to the most even split),
-    // and with the splits that meet the budgets (and 90 % and 80 % of them) at a larger
-    // bottleneck; keep the fastest that fits.
-    if (cfg.partition == "balanced" && control.repairMemory && !hints.repairingMemory()) {
-      std::vector<BalancedMemory> tries;
-      for (const double slack : {1.0, 1.02, 1.05, 1.1, 1.2}) tries.push_back({slack, 0.0});
-      for (const double scale : {1.0, 0.9, 0.8}) tries.push_back({0.0, scale});
-      std::optional<Plan> fastest;
-      for (const BalancedMemory& how : tries) {
-        partition::PartitionHints retry = hints;
-        retry.balancedMemory = how;
-        auto again = makeCandidatePlan(request, control, retry);
-        if (again.isCancelled()) return again;
-        if (!again) continue;
-        if (!fastest || again->metrics.iterationMs < fastest->metrics.iterationMs) fastest = std::move(*again);
-      }
-      if (fastest) return std::move(*fastest);
+    if (walkSmallerBudgets && control.repairMemory) {
+      plan = repairBalancedMemory(request, control, hints, st.error());
+      if (plan.isCancelled()) return plan;
+    } else {
+      plan = st.error();
     }
-    return st.error();
   }
-  if (control.progress) control.progress(1.0);
+  SolveControl quiet = control;  // one solve's progress: the splits below report none of their own
+  quiet.progress = nullptr;
+  for (const std::vector<VirtualStage>& split : smallerBudgetSplits) {
+    partition::PartitionHints given = hints;
+    given.stages = split;
+    auto other = makeCandidatePlan(request, quiet, given);
+    if (other.isCancelled()) return other;
+    if (other && (!plan || fasterPipeline(*other, *plan))) plan = std::move(other);
+  }
+  if (plan && control.progress) control.progress(1.0);
   return plan;
 }
 

@@ -127,13 +127,16 @@ struct LayerSplitter {
   // Returns the estimated iteration: one microbatch's latency through the longest chain (Σ
   // stage times of a group of dependent backbones) plus (m − 1) × the busiest device's time
   // per microbatch (the steady-state bottleneck; with one stage per device this is dp's own
-  // objective).
-  Expected<double> split(std::vector<VirtualStage>& assigned) const {
+  // objective). `fittingShare`, where given, receives the largest PartitionResult::budgetShare
+  // among the components whose `balanced` split meets their scaled budgets (0: none does).
+  Expected<double> split(std::vector<VirtualStage>& assigned, double* fittingShare = nullptr) const {
     std::vector<double> chainMs(groups.size() + 1, 0.0);
     std::map<int, double> deviceMs;
+    double share = 0;
     for (int comp : request.model.trainableComponents()) {
-      if (auto st = splitComponent(comp, assigned, chainMs, deviceMs); !st) return st.error();
+      if (auto st = splitComponent(comp, assigned, chainMs, deviceMs, share); !st) return st.error();
     }
+    if (fittingShare) *fittingShare = share;
     double maxDeviceMs = 0;
     for (const auto& [d, ms] : deviceMs) maxDeviceMs = std::max(maxDeviceMs, ms);
     const double sumMs = *std::max_element(chainMs.begin(), chainMs.end());
@@ -141,7 +144,7 @@ struct LayerSplitter {
   }
 
   Status splitComponent(int comp, std::vector<VirtualStage>& assigned, std::vector<double>& chainMs,
-                        std::map<int, double>& deviceMs) const {
+                        std::map<int, double>& deviceMs, double& fittingShare) const {
     std::vector<std::size_t> mine;
     for (std::size_t i : pipeline0) {
       if (assigned[i].component == comp) mine.push_back(i);
@@ -168,6 +171,9 @@ struct LayerSplitter {
       return Error{result.message() + " [component '" + excerpt(request.model.component(comp).name) +
                    "', virtual stages " + std::to_string(assigned[mine.front()].id) + ".." +
                    std::to_string(assigned[mine.back()].id) + " of the plan]"};
+    }
+    if (result->budgetShare <= balancedMemory.budgetScale * (1 + 1e-12)) {
+      fittingShare = std::max(fittingShare, result->budgetShare);
     }
     for (std::size_t k = 0; k < mine.size(); ++k) {
       VirtualStage& vs = assigned[mine[k]];
@@ -264,10 +270,19 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
 
   const LayerSplitter splitter(request, costs, algorithm, control, *live, stages, hints.balancedMemory,
                                algorithm != "dp" || hints.dpMemoryBudgets);
-  auto first = splitter.split(stages);
+  auto first = splitter.split(stages, hints.budgetShare);
   if (!first) return first.error();
   if (!hints.keepBackboneShares) {
+    const std::vector<VirtualStage> asFirst = stages;
     if (auto st = searchBackboneShares(splitter, *first, stages); !st) return st.error();
+    const auto sameComponents = [&] {
+      return std::equal(stages.begin(), stages.end(), asFirst.begin(), asFirst.end(),
+                        [](const VirtualStage& a, const VirtualStage& b) { return a.component == b.component; });
+    };
+    // The search re-assigned components: the share is the chosen split's.
+    if (hints.budgetShare && !sameComponents()) {
+      if (auto again = splitter.split(stages, hints.budgetShare); !again) return again.error();
+    }
   }
   // Bidirectional schedules hold the model twice: pipeline 1 mirrors pipeline 0's ranges.
   const std::vector<std::size_t>& pipeline0 = splitter.pipeline0;

@@ -274,6 +274,10 @@ PartitionResult evaluatePartition(const PartitionProblem& p, const std::vector<i
     r.stageMs[s] = t;
     r.sumMs += t;
     r.maxMs = std::max(r.maxMs, t);
+    const double budget = p.stages[s].memoryBudgetBytes;
+    if (budget > 0 && !std::isinf(budget)) {
+      r.budgetShare = std::max(r.budgetShare, stageMemoryBytes(p, static_cast<int>(s), a, b) / budget);
+    }
   }
   r.objectiveMs = r.sumMs + static_cast<double>(std::max(0, p.microbatches - 1)) * r.maxMs;
   return r;
@@ -418,7 +422,9 @@ Expected<PartitionResult> balancedPartition(const PartitionProblem& p, const Bal
   // stages that hold the most in flight; larger, closer to the most even one.
   const Prefix withMemory = makePrefix(p);
   const double bound = hi * (1 + kRelEps);
-  if (auto even = evenestUnderBound(p, withMemory, bound, true)) return evaluatePartition(p, *even);
+  if (auto even = evenestUnderBound(p, withMemory, bound, true, memory.budgetScale)) {
+    return evaluatePartition(p, *even);
+  }
   if (memory.overrunSlack >= 1.0) {
     if (auto split = leastOverrunUnderBound(p, withMemory, bound, memory.overrunSlack)) {
       return evaluatePartition(p, *split);

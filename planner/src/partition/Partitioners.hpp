@@ -30,6 +30,12 @@ struct PartitionHints {
   /// How `balanced` meets the memory budgets when its most even split did not fit the devices
   /// (makeCandidatePlan asks again with these); the default: as it does first.
   BalancedMemory balancedMemory;
+  /// Where set, `balanced` writes here the largest share of its scaled budget a stage of the
+  /// split needs, among the components whose split meets them (0: none does): just below it,
+  /// the split a smaller memory limit gives (makeCandidatePlan walks those).
+  double* budgetShare = nullptr;
+  /// The split to plan, already made (makeCandidatePlan's walk over smaller budgets).
+  std::optional<std::vector<VirtualStage>> stages = std::nullopt;
   bool repairingMemory() const { return balancedMemory.overrunSlack > 0 || balancedMemory.withinBudgets > 0; }
 };
 

@@ -56,6 +56,9 @@ struct PartitionResult {
   double sumMs = 0;
   double maxMs = 0;
   double objectiveMs = 0;  ///< sumMs + (microbatches − 1) · maxMs
+  /// The largest share of its memory budget a stage needs (stageMemoryBytes / memoryBudgetBytes);
+  /// 0 when no stage has a budget. The split meets budgets scaled by any factor ≥ this.
+  double budgetShare = 0;
 };
 
 /// Evaluates a partition (stage times, objective). Does not check memory.
@@ -73,12 +76,15 @@ struct BalancedMemory {
   /// > 0: the most even split at the smallest bottleneck that meets the budgets scaled by this
   /// (the bottleneck gives way to memory, as `dp`'s does); an error when no split meets them.
   double withinBudgets = 0;
+  /// The stages' budgets scaled by this before the most even split within them is sought (the
+  /// default path): below 1, the split `balanced` takes under a smaller memory limit.
+  double budgetScale = 1.0;
 };
 
 /// `balanced`: minimises the largest stage compute time (sends and memory ignored) by binary
 /// search on the bottleneck with a greedy fill per stage; exact for contiguous ranges. Among the
-/// splits at that bottleneck, the most even one within the stages' memory budgets, else (unless
-/// `memory` says otherwise) the most even one.
+/// splits at that bottleneck, the most even one within the stages' memory budgets (scaled by
+/// `memory.budgetScale`), else (unless `memory` says otherwise) the most even one.
 Expected<PartitionResult> balancedPartition(const PartitionProblem& problem, const BalancedMemory& memory = {});
 
 /// `dp`: the partition minimising Σ stage time + (m − 1) · max stage time (Alpa / AMP form,
