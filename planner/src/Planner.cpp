@@ -11,6 +11,7 @@
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -167,7 +168,7 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
     if (!cfg.microBatchSize) cfg.microBatchSize = request.model.samplesPerMicrobatch;
   }
   // The settings against the model and cluster: the same check every saved plan passes.
-  if (auto st = checkPlanSettings(request.model, request.cluster, cfg); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkPlanSettings(request.model, request.cluster, cfg));
   const std::int64_t gpus = cfg.totalGpus();
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
     return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) +
@@ -211,17 +212,15 @@ Expected<std::optional<std::int64_t>> referencePeak(const PlanRequest& request, 
 }  // namespace
 
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
-  auto resolved = resolveRequest(original);
-  if (!resolved) return resolved.error();
+  PS_ASSIGN_OR_RETURN(auto resolved, resolveRequest(original));
   // DiffusionPipe searches the schedule jointly with the partition; its candidates come back
   // through makeCandidatePlan.
-  if (resolved->config.partition == "diffusionpipe") return partition::solveDiffusionPipe(*resolved, control);
+  if (resolved.config.partition == "diffusionpipe") return partition::solveDiffusionPipe(resolved, control);
   partition::PartitionHints hints;
-  auto cap = referencePeak(*resolved, control);
-  if (!cap) return cap.error();
-  hints.peakCapBytes = *cap;
-  if (resolved->config.partition == "dp") return partition::solveDp(*resolved, control, hints);
-  return partition::makeCandidatePlan(*resolved, control, hints);
+  PS_ASSIGN_OR_RETURN(auto cap, referencePeak(resolved, control));
+  hints.peakCapBytes = cap;
+  if (resolved.config.partition == "dp") return partition::solveDp(resolved, control, hints);
+  return partition::makeCandidatePlan(resolved, control, hints);
 }
 
 Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const SolveControl& control,
@@ -233,9 +232,9 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (cfg.microbatches < 1) return Error{"--microbatches must be at least 1, got " + std::to_string(cfg.microbatches)};
   if (cfg.chunksPerDevice < 1) return Error{"--chunks must be at least 1, got " + std::to_string(cfg.chunksPerDevice)};
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
-  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches));
   const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice, std::max(1, cfg.seqSplits)};
-  if (auto st = generator->validate(shape); !st) return st.error();
+  PS_RETURN_IF_ERROR(generator->validate(shape));
   if (control.cancelled()) return Error::cancelled();
 
   // The request's costs under the schedule's own settings, derived once: every step below
@@ -262,16 +261,15 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
     }
   }
   const CostedModel costs(request.model, request.cluster, configured);
-  if (auto st = checkSequenceAndOffload(request, *generator, costs); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkSequenceAndOffload(request, *generator, costs));
   partition::PartitionHints withCosts = hints;
   if (configured.unitMicrobatches == cfg.unitMicrobatches) withCosts.costs = &costs;
-  auto stages = partitionStages(request, generator->placement(shape), control, withCosts);
-  if (!stages) return stages.error();
+  PS_ASSIGN_OR_RETURN(auto stages, partitionStages(request, generator->placement(shape), control, withCosts));
   Plan shell;
   shell.config = configured;
   shell.model = request.model;
   shell.cluster = request.cluster;
-  shell.virtualStages = std::move(*stages);
+  shell.virtualStages = std::move(stages);
 
   ScheduleInput input;
   input.shape = shape;
@@ -283,24 +281,23 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   input.control = &control;
   input.costs = &costs;
   input.peakCapBytes = hints.peakCapBytes;
-  if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes));
 
-  auto skeleton = generator->order(input);
-  if (!skeleton) return skeleton.error();
+  PS_ASSIGN_OR_RETURN(auto skeleton, generator->order(input));
   if (control.progress) control.progress(0.5);
-  if (auto st = fillBubbles(request, *skeleton, control); !st) return st.error();
+  PS_RETURN_IF_ERROR(fillBubbles(request, skeleton, control));
   if (control.cancelled()) return Error::cancelled();
   if (configured.seqSplits > 1) {
     // A chunk after the earlier chunks of its microbatch (their keys and values).
-    auto sequence = sequenceDependencies(shell, skeleton->devices);
-    skeleton->extraDependencies.insert(skeleton->extraDependencies.end(), sequence.begin(), sequence.end());
+    auto sequence = sequenceDependencies(shell, skeleton.devices);
+    skeleton.extraDependencies.insert(skeleton.extraDependencies.end(), sequence.begin(), sequence.end());
   }
   // Activation offloading on whatever order the schedule built (pipeoffload offloads its own).
-  if (auto st = schedules::addOffload(shell, costs, *skeleton); !st) return st.error().withPrefix(cfg.schedule + ": ");
+  if (auto st = schedules::addOffload(shell, costs, skeleton); !st) return st.error().withPrefix(cfg.schedule + ": ");
 
   SimulationOptions timing;
   timing.costs = &costs;
-  auto plan = simulateSkeleton(std::move(shell), *skeleton, timing);
+  auto plan = simulateSkeleton(std::move(shell), skeleton, timing);
   if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
   if (auto st = checkMemory(*plan); !st) {
     // `balanced` took its most even split although the stages' memory budgets (which add up

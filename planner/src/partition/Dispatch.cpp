@@ -8,6 +8,7 @@
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
@@ -37,9 +38,8 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedMo
   firstBuilt.refine = false;
   firstBuilt.orderOnly = true;
   input.control = &firstBuilt;
-  auto skeleton = generator.order(input);
-  if (!skeleton) return skeleton.error();
-  return liveMicrobatchesPerStage(*skeleton);
+  PS_ASSIGN_OR_RETURN(auto skeleton, generator.order(input));
+  return liveMicrobatchesPerStage(skeleton);
 }
 
 // The memory budget of every stage of `problem` (see partitionWith).
@@ -132,7 +132,7 @@ struct LayerSplitter {
     std::vector<double> chainMs(groups.size() + 1, 0.0);
     std::map<int, double> deviceMs;
     for (int comp : request.model.trainableComponents()) {
-      if (auto st = splitComponent(comp, assigned, chainMs, deviceMs); !st) return st.error();
+      PS_RETURN_IF_ERROR(splitComponent(comp, assigned, chainMs, deviceMs));
     }
     double maxDeviceMs = 0;
     for (const auto& [d, ms] : deviceMs) maxDeviceMs = std::max(maxDeviceMs, ms);
@@ -240,7 +240,7 @@ Status searchBackboneShares(const LayerSplitter& splitter, double firstMs, std::
     }
     for (int k = 1; k <= std::min(layersOf(i), left - (components - 1 - i)); ++k) {
       share[i] = k;
-      if (auto st = self(self, i + 1, left - k); !st) return st;
+      PS_RETURN_IF_ERROR(self(self, i + 1, left - k));
     }
     return {};
   };
@@ -259,15 +259,13 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   std::optional<CostedModel> derived;
   const CostedModel& costs =
       hints.costs ? *hints.costs : derived.emplace(request.model, request.cluster, request.config);
-  auto live = liveCounts(request, costs, generator, stages, control);
-  if (!live) return live.error();
+  PS_ASSIGN_OR_RETURN(auto live, liveCounts(request, costs, generator, stages, control));
 
-  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages, hints.balancedMemory,
+  const LayerSplitter splitter(request, costs, algorithm, control, live, stages, hints.balancedMemory,
                                algorithm != "dp" || hints.dpMemoryBudgets);
-  auto first = splitter.split(stages);
-  if (!first) return first.error();
+  PS_ASSIGN_OR_RETURN(auto first, splitter.split(stages));
   if (!hints.keepBackboneShares) {
-    if (auto st = searchBackboneShares(splitter, *first, stages); !st) return st.error();
+    PS_RETURN_IF_ERROR(searchBackboneShares(splitter, first, stages));
   }
   // Bidirectional schedules hold the model twice: pipeline 1 mirrors pipeline 0's ranges.
   const std::vector<std::size_t>& pipeline0 = splitter.pipeline0;
