@@ -13,6 +13,7 @@
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio {

@@ -36,6 +36,7 @@
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio {

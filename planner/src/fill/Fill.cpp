@@ -21,6 +21,7 @@
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {

@@ -24,6 +24,7 @@
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio {
 namespace {

@@ -23,6 +23,7 @@
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
 namespace {

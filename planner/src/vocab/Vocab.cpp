@@ -29,6 +29,7 @@
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
