@@ -26,6 +26,7 @@
 #include "GuiText.hpp"
 #include "WheelGuard.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio::gui {
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -87,6 +89,12 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   launch.extraArgs = {"--timeout-s", std::to_string(request.timeoutS)};
   if (request.maxOpMs > 0)
     launch.extraArgs.insert(launch.extraArgs.end(), {"--max-op-ms", std::to_string(request.maxOpMs)});
+  if (request.cancelled != nullptr) {
+    launch.stopRequested = [cancelled = request.cancelled]() -> std::optional<std::string> {
+      if (cancelled->load()) return std::string("cancelled (the Run Locally dialog was closed)");
+      return std::nullopt;
+    };
+  }
 
   // One ingest per rank, fed as bytes arrive; progress counts completed op ranges.
   std::vector<std::unique_ptr<history::StreamIngest>> ingest;
@@ -109,7 +117,8 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
   };
   auto outcome = exec::launchLocal(launch, onFrame, onBytes);
 
-  // Final status as pipestudio-cli run decides it: the launcher's verdict, then the streams'.
+  // Final status as pipestudio-cli run decides it: the launcher's verdict (a run stopped from
+  // outside is incomplete), then the streams'.
   LocalRunResult result;
   result.run = *run;
   result.status = history::RunStatus::Complete;
@@ -117,7 +126,7 @@ Expected<LocalRunResult> runLocally(const LocalRunRequest& request, const std::f
     result.status = history::RunStatus::Failed;
     result.message = outcome.message();
   } else if (!outcome->ok) {
-    result.status = history::RunStatus::Failed;
+    result.status = outcome->stopped ? history::RunStatus::Incomplete : history::RunStatus::Failed;
     result.message = outcome->failure;
   }
   for (auto& in : ingest) {

@@ -2,7 +2,7 @@
 // Plan > Run Locally (issue 16): the plan on screen executed on this machine by
 // pipestudio-exec (cpu, or cuda / cuda-single where a GPU exists), its rank streams ingested
 // into the history while they arrive — what `pipestudio-cli run` does, for the window. Qt-free;
-// the dialog runs it on a worker thread.
+// the dialog runs it as a JobTracker job, whose cancel flag stops the ranks.
 
 #include <atomic>
 #include <functional>
@@ -25,6 +25,9 @@ struct LocalRunRequest {
   int iterations = 1;
   double maxOpMs = 0;    ///< scale planned times so the longest op lasts this long (0: as planned)
   double timeoutS = 60;  ///< a rank without progress for this long fails the run
+  /// Polled while the ranks run (JobTracker::Control::cancelFlag()): once set, the ranks are
+  /// ended and the run is recorded incomplete, as `pipestudio-cli run` records an interrupt.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct LocalRunResult {

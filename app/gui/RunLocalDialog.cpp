@@ -1,6 +1,5 @@
 #include "RunLocalDialog.hpp"
 
-#include <QApplication>
 #include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
@@ -10,7 +9,6 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
-#include <QPointer>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
@@ -75,11 +73,7 @@ RunLocalDialog::RunLocalDialog(QWidget* parent) : QDialog(parent) {
   connect(m_open, &QPushButton::clicked, this, [this]() {
     if (m_lastRun != 0) Q_EMIT openRunRequested(m_lastRun, m_lastPlan);
   });
-  connect(close, &QPushButton::clicked, this, &QDialog::hide);
-}
-
-RunLocalDialog::~RunLocalDialog() {
-  if (m_worker.joinable()) m_worker.join();
+  connect(close, &QPushButton::clicked, this, &RunLocalDialog::reject);
 }
 
 void RunLocalDialog::setPlan(std::shared_ptr<const Plan> plan, const QString& name, const QString& historyPath) {
@@ -103,7 +97,6 @@ void RunLocalDialog::setNoPlan(const QString& why) {
 
 void RunLocalDialog::start() {
   if (m_busy || !m_plan) return;
-  if (m_worker.joinable()) m_worker.join();
   LocalRunRequest request;
   request.plan = *m_plan;
   request.name = QString(m_name + QStringLiteral(" on ") + m_backend->currentText()).toStdString();
@@ -119,45 +112,42 @@ void RunLocalDialog::start() {
   m_message->setStyleSheet(QString());
   m_message->setText(
       QStringLiteral("Running %1 iteration(s) on %2…").arg(request.iterations).arg(m_backend->currentText()));
-  QPointer<RunLocalDialog> self(this);
-  const auto plan = m_plan;
-  m_worker = std::thread([self, request = std::move(request), plan]() {
-    auto result = runLocally(request, [self](double fraction) {
-      QMetaObject::invokeMethod(
-          qApp,
-          [self, fraction]() {
-            if (self) self->m_progress->setValue(static_cast<int>(fraction * 100));
-          },
-          Qt::QueuedConnection);
-    });
-    QString message;
-    bool error = true;
-    history::RunId run = 0;
-    bool complete = false;
-    if (!result) {
-      message = QString::fromStdString(result.message());
-    } else {
-      run = result->run;
-      complete = result->status == history::RunStatus::Complete;
-      error = !complete;
-      message = complete ? QStringLiteral("Run %1 recorded in the history (complete)").arg(run)
-                         : QStringLiteral("Run %1 recorded %2: %3")
-                               .arg(run)
-                               .arg(QString::fromStdString(std::string(history::runStatusName(result->status))),
-                                    QString::fromStdString(result->message));
-    }
-    QMetaObject::invokeMethod(
-        qApp,
-        [self, message, error, run, complete, plan]() {
-          if (!self) return;
-          self->m_lastPlan = plan;
-          self->finish(message, error, run, complete);
-        },
-        Qt::QueuedConnection);
-  });
+  m_job.start(
+      [this, request = std::move(request)](const JobTracker::Control& control) mutable {
+        request.cancelled = control.cancelFlag();
+        // post() runs on the GUI thread only while the dialog (the tracker's context) lives.
+        return runLocally(request, [this, &control](double fraction) {
+          control.post([this, fraction]() { m_progress->setValue(static_cast<int>(fraction * 100)); });
+        });
+      },
+      [this, plan = m_plan](const Expected<LocalRunResult>& result) {
+        m_lastPlan = plan;
+        finish(result);
+      });
 }
 
-void RunLocalDialog::finish(const QString& message, bool error, history::RunId run, bool complete) {
+void RunLocalDialog::reject() {
+  m_job.cancel();
+  QDialog::reject();
+}
+
+void RunLocalDialog::finish(const Expected<LocalRunResult>& result) {
+  QString message;
+  bool error = true;
+  history::RunId run = 0;
+  bool complete = false;
+  if (!result) {
+    message = QString::fromStdString(result.message());
+  } else {
+    run = result->run;
+    complete = result->status == history::RunStatus::Complete;
+    error = !complete;
+    message = complete ? QStringLiteral("Run %1 recorded in the history (complete)").arg(run)
+                       : QStringLiteral("Run %1 recorded %2: %3")
+                             .arg(run)
+                             .arg(QString::fromStdString(std::string(history::runStatusName(result->status))),
+                                  QString::fromStdString(result->message));
+  }
   m_busy = false;
   m_run->setEnabled(m_plan != nullptr);
   if (complete) m_progress->setValue(100);

@@ -1,15 +1,15 @@
 #pragma once
 // Plan > Run Locally… (issue 16): backend, iterations and op scale, a Run button with progress,
-// the recorded run's status, and "Open against plan". The run (LocalRun.hpp) goes on one worker
-// thread; progress and the result come back as queued calls guarded by a QPointer, so a
-// report after the dialog is gone is dropped. Closing while a run is under way only hides the
-// dialog; its destructor waits for the run (bounded by the executor's own timeout).
+// the recorded run's status, and "Open against plan". The run (LocalRun.hpp) is a JobTracker
+// job, as all background work of the window is; progress and the result come back on the GUI
+// thread. Closing the dialog while a run is under way cancels it: the ranks are ended and the
+// run is recorded incomplete (the result still arrives, so the window hears of it). The
+// destructor cancels too and waits for the ranks to end.
 
 #include <QDialog>
-#include <atomic>
 #include <memory>
-#include <thread>
 
+#include "JobTracker.hpp"
 #include "LocalRun.hpp"
 
 class QComboBox;
@@ -26,7 +26,6 @@ class RunLocalDialog : public QDialog {
   Q_OBJECT
  public:
   RunLocalDialog(QWidget* parent = nullptr);
-  ~RunLocalDialog() override;
 
   /// The plan to run, its name in the history and the database it is recorded in.
   void setPlan(std::shared_ptr<const Plan> plan, const QString& name, const QString& historyPath);
@@ -34,6 +33,8 @@ class RunLocalDialog : public QDialog {
   void setNoPlan(const QString& why);
   /// Starts the run (no-op while one runs or without a plan).
   void start();
+  /// Close, Esc or the window's close button: hides the dialog and cancels a run under way.
+  void reject() override;
   bool busy() const { return m_busy; }
   /// Processes events until the run ends; false on timeout (tests).
   bool waitForFinished(int timeoutMs);
@@ -52,7 +53,7 @@ class RunLocalDialog : public QDialog {
   void openRunRequested(pipestudio::history::RunId run, std::shared_ptr<const pipestudio::Plan> plan);
 
  private:
-  void finish(const QString& message, bool error, history::RunId run, bool complete);
+  void finish(const Expected<LocalRunResult>& result);
 
   std::shared_ptr<const Plan> m_plan;
   QString m_name;
@@ -69,7 +70,7 @@ class RunLocalDialog : public QDialog {
   bool m_busy = false;
   history::RunId m_lastRun = 0;
   std::shared_ptr<const Plan> m_lastPlan;
-  std::thread m_worker;
+  JobTracker m_job{this, 1};  // last member: destroyed first, cancels and waits for the run
 };
 
 }  // namespace pipestudio::gui

@@ -6,6 +6,7 @@
 #include "partition/Partitioners.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 using namespace pipestudio;

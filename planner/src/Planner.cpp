@@ -11,6 +11,7 @@
 #include "partition/Partitioners.hpp"
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -167,7 +168,7 @@ Expected<PlanRequest> resolveRequest(PlanRequest request) {
     if (!cfg.microBatchSize) cfg.microBatchSize = request.model.samplesPerMicrobatch;
   }
   // The settings against the model and cluster: the same check every saved plan passes.
-  if (auto st = checkPlanSettings(request.model, request.cluster, cfg); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkPlanSettings(request.model, request.cluster, cfg));
   const std::int64_t gpus = cfg.totalGpus();
   if (request.cluster.totalGpus() > 0 && gpus > request.cluster.totalGpus() && gpus == cfg.devices) {
     return Error{"--devices " + str(cfg.devices) + " exceeds the " + str(request.cluster.totalGpus()) +
@@ -280,17 +281,15 @@ Expected<Plan> repairBalancedMemory(const PlanRequest& request, const SolveContr
 }  // namespace
 
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
-  auto resolved = resolveRequest(original);
-  if (!resolved) return resolved.error();
+  PS_ASSIGN_OR_RETURN(auto resolved, resolveRequest(original));
   // DiffusionPipe searches the schedule jointly with the partition; its candidates come back
   // through makeCandidatePlan.
-  if (resolved->config.partition == "diffusionpipe") return partition::solveDiffusionPipe(*resolved, control);
+  if (resolved.config.partition == "diffusionpipe") return partition::solveDiffusionPipe(resolved, control);
   partition::PartitionHints hints;
-  auto cap = referencePeak(*resolved, control);
-  if (!cap) return cap.error();
-  hints.peakCapBytes = *cap;
-  if (resolved->config.partition == "dp") return partition::solveDp(*resolved, control, hints);
-  return partition::makeCandidatePlan(*resolved, control, hints);
+  PS_ASSIGN_OR_RETURN(auto cap, referencePeak(resolved, control));
+  hints.peakCapBytes = cap;
+  if (resolved.config.partition == "dp") return partition::solveDp(resolved, control, hints);
+  return partition::makeCandidatePlan(resolved, control, hints);
 }
 
 Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const SolveControl& control,
@@ -302,9 +301,9 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (cfg.microbatches < 1) return Error{"--microbatches must be at least 1, got " + std::to_string(cfg.microbatches)};
   if (cfg.chunksPerDevice < 1) return Error{"--chunks must be at least 1, got " + std::to_string(cfg.chunksPerDevice)};
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
-  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches));
   const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice, std::max(1, cfg.seqSplits)};
-  if (auto st = generator->validate(shape); !st) return st.error();
+  PS_RETURN_IF_ERROR(generator->validate(shape));
   if (control.cancelled()) return Error::cancelled();
 
   // The request's costs under the schedule's own settings, derived once: every step below
@@ -331,7 +330,7 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
     }
   }
   const CostedModel costs(request.model, request.cluster, configured);
-  if (auto st = checkSequenceAndOffload(request, *generator, costs); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkSequenceAndOffload(request, *generator, costs));
   partition::PartitionHints withCosts = hints;
   if (configured.unitMicrobatches == cfg.unitMicrobatches) withCosts.costs = &costs;
   // `balanced` on its own budgets also plans the splits it takes under smaller ones (a split
@@ -340,21 +339,20 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
                                   hints.balancedMemory.budgetScale >= 1.0;
   double share = 0;
   if (walkSmallerBudgets) withCosts.budgetShare = &share;
-  auto stages = hints.stages ? Expected<std::vector<VirtualStage>>(*hints.stages)
-                             : partitionStages(request, generator->placement(shape), control, withCosts);
-  if (!stages) return stages.error();
+  PS_ASSIGN_OR_RETURN(auto stages, hints.stages
+                                       ? Expected<std::vector<VirtualStage>>(*hints.stages)
+                                       : partitionStages(request, generator->placement(shape), control, withCosts));
   std::vector<std::vector<VirtualStage>> smallerBudgetSplits;
   if (walkSmallerBudgets) {
     withCosts.budgetShare = nullptr;
-    auto splits = splitsUnderSmallerBudgets(request, generator->placement(shape), control, withCosts, share, *stages);
-    if (!splits) return splits.error();
-    smallerBudgetSplits = std::move(*splits);
+    PS_ASSIGN_OR_RETURN(smallerBudgetSplits, splitsUnderSmallerBudgets(request, generator->placement(shape), control,
+                                                                       withCosts, share, stages));
   }
   Plan shell;
   shell.config = configured;
   shell.model = request.model;
   shell.cluster = request.cluster;
-  shell.virtualStages = std::move(*stages);
+  shell.virtualStages = std::move(stages);
 
   ScheduleInput input;
   input.shape = shape;
@@ -366,24 +364,23 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   input.control = &control;
   input.costs = &costs;
   input.peakCapBytes = hints.peakCapBytes;
-  if (auto st = checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes));
 
-  auto skeleton = generator->order(input);
-  if (!skeleton) return skeleton.error();
+  PS_ASSIGN_OR_RETURN(auto skeleton, generator->order(input));
   if (control.progress) control.progress(0.5);
-  if (auto st = fillBubbles(request, *skeleton, control); !st) return st.error();
+  PS_RETURN_IF_ERROR(fillBubbles(request, skeleton, control));
   if (control.cancelled()) return Error::cancelled();
   if (configured.seqSplits > 1) {
     // A chunk after the earlier chunks of its microbatch (their keys and values).
-    auto sequence = sequenceDependencies(shell, skeleton->devices);
-    skeleton->extraDependencies.insert(skeleton->extraDependencies.end(), sequence.begin(), sequence.end());
+    auto sequence = sequenceDependencies(shell, skeleton.devices);
+    skeleton.extraDependencies.insert(skeleton.extraDependencies.end(), sequence.begin(), sequence.end());
   }
   // Activation offloading on whatever order the schedule built (pipeoffload offloads its own).
-  if (auto st = schedules::addOffload(shell, costs, *skeleton); !st) return st.error().withPrefix(cfg.schedule + ": ");
+  if (auto st = schedules::addOffload(shell, costs, skeleton); !st) return st.error().withPrefix(cfg.schedule + ": ");
 
   SimulationOptions timing;
   timing.costs = &costs;
-  auto plan = simulateSkeleton(std::move(shell), *skeleton, timing);
+  auto plan = simulateSkeleton(std::move(shell), skeleton, timing);
   if (!plan) return plan.error().withPrefix(cfg.schedule + ": ");
   if (auto st = checkMemory(*plan); !st) {
     if (walkSmallerBudgets && control.repairMemory) {
@@ -404,53 +401,6 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   }
   if (plan && control.progress) control.progress(1.0);
   return plan;
-}
-
-std::string describeMemory(const MemoryBreakdown& memory, bool withMargin) {
-  const auto gib = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
-  // Every part of the peak, so that the parts add up to it; zero parts are left out.
-  const auto parts = [&](bool keptBack) {
-    std::string out;
-    for (const MemoryPart& part : memoryParts()) {
-      if (part.keptBack != keptBack || memory.*part.bytes == 0) continue;
-      out += (out.empty() ? "" : " + ") + std::string(part.name) + " " + gib(memory.*part.bytes);
-    }
-    return out.empty() ? std::string("0 B") : out;
-  };
-  std::string out = "peak " + gib(memory.allocatedBytes()) + " = " + parts(false);
-  if (withMargin) out += "; kept back: " + parts(true);
-  return out;
-}
-
-Status checkMemory(const Plan& plan) {
-  std::ostringstream msg;
-  bool fits = true;
-  const auto gib = [](std::int64_t b) { return formatBytes(static_cast<double>(b)); };
-  for (std::size_t d = 0; d < plan.metrics.devices.size(); ++d) {
-    const DeviceMetrics& dm = plan.metrics.devices[d];
-    const bool explicitLimit = plan.config.memoryLimitBytes.has_value();
-    // A --memory-limit is what the plan may allocate; a GPU's capacity first keeps back the
-    // margin (CUDA context, fragmentation: memoryMarginBytes).
-    const std::int64_t capacity = explicitLimit
-                                      ? *plan.config.memoryLimitBytes
-                                      : deviceGpu(plan.cluster, plan.config, static_cast<int>(d)).memoryBytes();
-    const std::int64_t margin = explicitLimit ? 0 : dm.memory.marginBytes();
-    if (capacity <= 0 || dm.peakMemoryBytes + margin <= capacity) continue;
-    if (fits) {
-      msg << plan.config.schedule << " does not fit in memory (" << (explicitLimit ? "--memory-limit " : "GPU memory ")
-          << gib(capacity) << " per GPU"
-          << (explicitLimit ? "" : ", of which " + gib(margin) + " is kept back as margin") << "):";
-    }
-    fits = false;
-    msg << "\n  device " << d << ": " << describeMemory(dm.memory, !explicitLimit) << "; over by "
-        << gib(dm.peakMemoryBytes + margin - capacity) << " (largest part: " << largestMemoryPart(dm.memory).name
-        << ")";
-  }
-  if (fits) return {};
-  msg << "\n  (use more devices, tensor parallelism, recomputation, ZeRO, activation offloading "
-         "(--cpu-offloading-num-layers, --offload-modules), fewer in-flight microbatches, or a schedule with less "
-         "activation memory such as v-half or v-min)";
-  return Error{msg.str()};
 }
 
 }  // namespace pipestudio

@@ -656,6 +656,45 @@ TEST_F(WorkstationTest, RunLocallyRecordsARunAndOpensItAgainstItsPlan) {
   EXPECT_EQ(window->currentPlan(), plan);
 }
 
+// Closing the dialog cancels the run (a JobTracker job): the ranks are ended, and the run is in
+// the history as incomplete, with the reason, as `pipestudio-cli run` records an interrupt.
+TEST_F(WorkstationTest, ClosingRunLocallyCancelsTheRunAndRecordsItIncomplete) {
+  QTemporaryDir dir;
+  ASSERT_TRUE(dir.isValid());
+  ASSERT_TRUE(window->historyDock()->openDatabase(dir.filePath(QStringLiteral("history.sqlite"))));
+  ASSERT_TRUE(window->historyDock()->waitForIdle(30000));
+  RunLocalDialog* dialog = window->openRunLocalDialog();
+  ASSERT_NE(dialog, nullptr);
+  // Long enough that it is still running when the dialog closes.
+  dialog->iterationsSpin()->setValue(20);
+  dialog->maxOpSpin()->setValue(20.0);
+  dialog->start();
+  ASSERT_TRUE(dialog->busy());
+  // Close once the ranks stream (a run cancelled before any rank wrote is simply failed).
+  QElapsedTimer started;
+  started.start();
+  while (dialog->progressBar()->value() == 0 && dialog->busy() && started.elapsed() < 60000) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+  }
+  ASSERT_TRUE(dialog->busy()) << dialog->messageLabel()->text().toStdString();
+  ASSERT_GT(dialog->progressBar()->value(), 0);
+  dialog->close();
+  EXPECT_FALSE(dialog->isVisible());
+  ASSERT_TRUE(dialog->waitForFinished(60000));
+  ASSERT_GT(dialog->lastRun(), 0) << dialog->messageLabel()->text().toStdString();
+  EXPECT_LT(dialog->progressBar()->value(), 100);
+  EXPECT_TRUE(dialog->messageLabel()->text().contains(QStringLiteral("incomplete")))
+      << dialog->messageLabel()->text().toStdString();
+  EXPECT_TRUE(dialog->messageLabel()->text().contains(QStringLiteral("cancelled")))
+      << dialog->messageLabel()->text().toStdString();
+  HistoryDock* history = window->historyDock();
+  history->refresh();
+  ASSERT_TRUE(history->waitForIdle(30000));
+  ASSERT_EQ(history->model()->rowCount(), 1);
+  EXPECT_EQ(history->model()->run(0).id, dialog->lastRun());
+  EXPECT_EQ(history->model()->run(0).status, history::RunStatus::Incomplete);
+}
+
 TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
   QTemporaryDir dir;
   const QString db = dir.filePath(QStringLiteral("history.sqlite"));

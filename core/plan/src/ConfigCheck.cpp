@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio {
@@ -320,16 +321,16 @@ Status checkPlanSettings(const ModelSpec& model, const ClusterSpec& cluster, con
     if (value < 1) return Error{std::string(flag) + " must be at least 1, got " + str(value)};
   }
   if (par.zeroStage < 0 || par.zeroStage > 3) return Error{"--zero must be 0, 1, 2 or 3, got " + str(par.zeroStage)};
-  if (auto st = checkPrecision(cluster, config.precision); !st) return st;
-  if (auto st = checkRecompute(model, config); !st) return st;
+  PS_RETURN_IF_ERROR(checkPrecision(cluster, config.precision));
+  PS_RETURN_IF_ERROR(checkRecompute(model, config));
   for (const Component& comp : model.components) {
     for (const Layer& layer : comp.layers) {
       if (!layer.transformer || (par.isPurePipeline() && par.data == 1)) continue;
-      if (auto st = checkLayerAgainstDegrees(layer, comp, par); !st) return st;
+      PS_RETURN_IF_ERROR(checkLayerAgainstDegrees(layer, comp, par));
     }
   }
-  if (auto st = checkExpertLayout(model, par); !st) return st;
-  if (auto st = checkActivationOffload(model, cluster, config); !st) return st;
+  PS_RETURN_IF_ERROR(checkExpertLayout(model, par));
+  PS_RETURN_IF_ERROR(checkActivationOffload(model, cluster, config));
   // CUDA graphs as Megatron-Core accepts them; CPU offloading runs outside any graph (Megatron-Core
   // refuses the two together, transformer_config.py).
   if (auto problem = cudaGraphProblem(par)) return Error{"--cuda-graph-impl: " + *problem};

@@ -13,6 +13,7 @@
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
@@ -650,12 +651,11 @@ std::string locatePlanProblem(const JsonDocument& doc, const std::string& messag
 }
 
 Expected<Plan> loadPlan(const std::string& path) {
-  auto doc = loadJsonFile(path);
-  if (!doc) return doc.error();
-  JsonReader reader(*doc);
+  PS_ASSIGN_OR_RETURN(auto doc, loadJsonFile(path));
+  JsonReader reader(doc);
   auto plan = readPlan(reader, reader.root());
   if (!reader.ok() || !plan) return reader.ok() ? Error{path + ": invalid plan"} : reader.toError();
-  if (auto st = validatePlanStructure(*plan); !st) return Error{locatePlanProblem(*doc, st.message())};
+  if (auto st = validatePlanStructure(*plan); !st) return Error{locatePlanProblem(doc, st.message())};
   return std::move(*plan);
 }
 
@@ -1242,7 +1242,7 @@ Status validatePlanStructure(const Plan& plan) {
   if (auto st = checkStageTables(static_cast<std::int64_t>(plan.virtualStages.size()), microbatches); !st) {
     return st.error().withPrefix("/virtual_stages: ");
   }
-  if (auto st = checkStages(plan); !st) return st;
+  PS_RETURN_IF_ERROR(checkStages(plan));
 
   // Per op: references, kind, microbatch, times, frozen components; unique ops by key.
   const auto stages = plan.virtualStages.size();
@@ -1286,8 +1286,8 @@ Status validatePlanStructure(const Plan& plan) {
     slot = static_cast<std::int32_t>(i);
   }
 
-  if (auto st = checkFsdpActions(plan); !st) return st;
-  if (auto st = checkOffloadWaits(plan); !st) return st;
+  PS_RETURN_IF_ERROR(checkFsdpActions(plan));
+  PS_RETURN_IF_ERROR(checkOffloadWaits(plan));
 
   // What each op needs (the data flow of plan/Dependencies.hpp, as simulator and executor
   // derive it): F the previous stage's F; B/BW its own F and the next stage's backward; W its
@@ -1367,10 +1367,10 @@ Status validatePlanStructure(const Plan& plan) {
         break;
     }
   }
-  if (auto st = frozenNeeds(plan, chain, needs); !st) return st;
+  PS_RETURN_IF_ERROR(frozenNeeds(plan, chain, needs));
   // After the needs of each op, which name a missing op by what waits for it: what is left is a
   // microbatch no op runs, or a backward that is missing where nothing else waits for it.
-  if (auto st = checkCoverage(plan, unique); !st) return st;
+  PS_RETURN_IF_ERROR(checkCoverage(plan, unique));
   // A forward that waits for an offload (pipeoffload) runs after it, as simulator and executor
   // order them: waits in a cycle deadlock like any other order.
   const std::size_t firstWait = needs.size();
@@ -1378,7 +1378,7 @@ Status validatePlanStructure(const Plan& plan) {
     needs.emplace_back(unique.slot(OpKind::D2H, w.offloadStage, w.offloadMicrobatch),
                        unique.slot(OpKind::F, w.forwardStage, w.forwardMicrobatch));
   }
-  if (auto st = checkRanges(plan); !st) return st;
+  PS_RETURN_IF_ERROR(checkRanges(plan));
   return checkOrdersRun(plan, std::move(needs), firstWait);
 }
 

@@ -21,6 +21,7 @@
 #include "autosched/Instance.hpp"
 #include "autosched/PublishedGreedy.hpp"
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio {
 namespace autosched {
@@ -613,15 +614,12 @@ Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const Schedu
   ScheduleInput unlimited = input;
   unlimited.memoryLimitBytes.reset();
   unlimited.request = nullptr;
-  auto built = buildInstance(unlimited);
-  if (!built) return built.error();
-  Instance& inst = *built;
+  PS_ASSIGN_OR_RETURN(Instance inst, buildInstance(unlimited));
   if (capBytes.size() != static_cast<std::size_t>(inst.devices))
     return Error{"improveOrder: one cap per device expected"};
   inst.budgetBytes = capBytes;
-  auto orders = fromSkeleton(inst, start);
-  if (!orders) return orders.error();
-  const Timing t = timeOrders(inst, *orders);
+  PS_ASSIGN_OR_RETURN(auto orders, fromSkeleton(inst, start));
+  const Timing t = timeOrders(inst, orders);
   if (!t.ok) return Error{t.problem};
   if (!t.memoryOk) return Error{"improveOrder: the order exceeds its activation caps"};
   double objective = t.objectiveMs;
@@ -630,9 +628,9 @@ Expected<ScheduleSkeleton> improveOrder(const ScheduleInput& input, const Schedu
   options.workBudgetSteps = std::numeric_limits<std::int64_t>::max() / 2;
   AutoScheduleReport report;
   const SolveControl* control = input.control;
-  localSearch(inst, *orders, objective, options, report,
+  localSearch(inst, orders, objective, options, report,
               [control] { return control != nullptr && control->cancelled(); });
-  return toSkeleton(inst, *orders, input.virtualStages);
+  return toSkeleton(inst, orders, input.virtualStages);
 }
 
 Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSkeleton& skeleton) {
@@ -640,25 +638,21 @@ Expected<OrderTiming> timeAutoOrder(const ScheduleInput& input, const ScheduleSk
   ScheduleInput unlimited = input;
   unlimited.memoryLimitBytes.reset();
   unlimited.request = nullptr;  // timing only: no memory check here
-  auto inst = buildInstance(unlimited);
-  if (!inst) return inst.error();
-  auto orders = fromSkeleton(*inst, skeleton);
-  if (!orders) return orders.error();
-  const Timing t = timeOrders(*inst, *orders);
+  PS_ASSIGN_OR_RETURN(auto inst, buildInstance(unlimited));
+  PS_ASSIGN_OR_RETURN(auto orders, fromSkeleton(inst, skeleton));
+  const Timing t = timeOrders(inst, orders);
   if (!t.ok) return Error{t.problem};
   OrderTiming out;
   out.makespanMs = t.makespanMs;
-  for (std::size_t d = 0; d < inst->staticBytes.size(); ++d) {
-    out.peakBytes.push_back(inst->staticBytes[d] + t.peakActivationBytes[d]);
+  for (std::size_t d = 0; d < inst.staticBytes.size(); ++d) {
+    out.peakBytes.push_back(inst.staticBytes[d] + t.peakActivationBytes[d]);
   }
   return out;
 }
 
 Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const AutoScheduleOptions& options) {
   using namespace autosched;
-  auto built = buildInstance(input);
-  if (!built) return built.error();
-  const Instance& inst = *built;
+  PS_ASSIGN_OR_RETURN(const Instance inst, buildInstance(input));
   AutoScheduleResult result;
   AutoScheduleReport& report = result.report;
   double spanBound = 0;

@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio {
@@ -56,10 +58,9 @@ class ZbAuto final : public ScheduleGenerator {
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const AutoScheduleOptions defaults;
-    auto result = autoSchedule(input, tContext.options ? *tContext.options : defaults);
-    if (!result) return result.error();
-    if (tContext.report) *tContext.report = result->report;
-    return std::move(result->skeleton);
+    PS_ASSIGN_OR_RETURN(auto result, autoSchedule(input, tContext.options ? *tContext.options : defaults));
+    if (tContext.report) *tContext.report = result.report;
+    return std::move(result.skeleton);
   }
 };
 
@@ -83,8 +84,7 @@ class Custom final : public ScheduleGenerator {
     if (tContext.csv == nullptr) {
       return Error{"custom: the order comes from a schedule CSV (pipestudio-cli plan --schedule custom --csv FILE)"};
     }
-    auto parsed = parseInferred(shape);
-    if (!parsed) return parsed.error();
+    PS_RETURN_IF_ERROR(parseInferred(shape));
     return {};
   }
   std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
@@ -124,15 +124,12 @@ Expected<Plan> makeAutoPlan(const PlanRequest& request, const AutoScheduleOption
 Expected<Plan> makeCustomPlan(const PlanRequest& request, const std::string& csvText, const std::string& source,
                               const SolveControl& control) {
   // The CSV is read against the request's microbatches, which a global batch gives (G / (B·D)).
-  auto resolved = resolveRequest(request);
-  if (!resolved) return resolved.error();
-  PlanRequest r = std::move(*resolved);
+  PS_ASSIGN_OR_RETURN(PlanRequest r, resolveRequest(request));
   r.config.schedule = "custom";
   // The CSV decides the placement; chunks per device is the most any device holds.
-  auto parsed = parseScheduleCsv(csvText, {r.config.devices, r.config.microbatches, {}}, source);
-  if (!parsed) return parsed.error();
+  PS_ASSIGN_OR_RETURN(auto parsed, parseScheduleCsv(csvText, {r.config.devices, r.config.microbatches, {}}, source));
   std::vector<int> perDevice(static_cast<std::size_t>(std::max(1, r.config.devices)), 0);
-  for (const VirtualStage& vs : parsed->virtualStages) ++perDevice[static_cast<std::size_t>(vs.device)];
+  for (const VirtualStage& vs : parsed.virtualStages) ++perDevice[static_cast<std::size_t>(vs.device)];
   r.config.chunksPerDevice = std::max(1, *std::max_element(perDevice.begin(), perDevice.end()));
   autosched::ContextScope scope({nullptr, nullptr, &csvText, &source});
   return makePlan(r, control);

@@ -30,11 +30,13 @@
 
 #include "configure/LayoutChoices.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio {
@@ -458,23 +460,20 @@ Expected<Search::Screened> Search::screen(const Candidate& cand) {
   Screened out;
   out.config = cfg;
   if (!g || m2 >= m || m1 >= m2) {
-    auto plan = simulate(cfg, std::nullopt, false);
-    if (!plan) return plan.error();
-    out.throughput = plan->metrics.throughputSamplesPerS;
+    PS_ASSIGN_OR_RETURN(auto plan, simulate(cfg, std::nullopt, false));
+    out.throughput = plan.metrics.throughputSamplesPerS;
     return out;
   }
-  auto a = simulate(cfg, m1, false);
-  if (!a) return a.error();
-  auto b = simulate(cfg, m2, false);
-  if (!b) return b.error();
+  PS_ASSIGN_OR_RETURN(auto a, simulate(cfg, m1, false));
+  PS_ASSIGN_OR_RETURN(auto b, simulate(cfg, m2, false));
   const auto span = static_cast<double>(m2 - m1);
   const auto more = static_cast<double>(m - m2);
   const double iterationMs =
-      b->metrics.iterationMs + more * std::max(0.0, b->metrics.iterationMs - a->metrics.iterationMs) / span;
+      b.metrics.iterationMs + more * std::max(0.0, b.metrics.iterationMs - a.metrics.iterationMs) / span;
   // Each device's peak along its own line; over the GPU (less the margin) is out.
-  for (std::size_t d = 0; d < b->metrics.devices.size() && d < a->metrics.devices.size(); ++d) {
-    const DeviceMetrics& da = a->metrics.devices[d];
-    const DeviceMetrics& db = b->metrics.devices[d];
+  for (std::size_t d = 0; d < b.metrics.devices.size() && d < a.metrics.devices.size(); ++d) {
+    const DeviceMetrics& da = a.metrics.devices[d];
+    const DeviceMetrics& db = b.metrics.devices[d];
     const double growth = std::max(0.0, static_cast<double>(db.peakMemoryBytes - da.peakMemoryBytes)) / span;
     const double peak = static_cast<double>(db.peakMemoryBytes) + more * growth;
     const GpuSpec gpu = deviceGpu(m_cluster, cfg, static_cast<int>(d));
@@ -913,7 +912,7 @@ Status Search::checkRecipe() const {
   probe.seqSplits = 1;
   ModelSpec model = m_model;
   model.samplesPerMicrobatch = std::max<std::int64_t>(1, model.samplesPerMicrobatch);
-  if (auto st = checkPlanSettings(model, m_cluster, probe); !st) return st;
+  PS_RETURN_IF_ERROR(checkPlanSettings(model, m_cluster, probe));
   if (etp <= 0) return {};
   const searchspace::LayoutLimits limits = searchspace::layoutLimits(m_model);
   if (limits.experts <= 0) {
@@ -993,7 +992,7 @@ Expected<Configuration> Search::run() {
   if (gpus < 1) return Error{"configure: cluster '" + excerpt(m_cluster.name) + "' has no GPUs"};
   if (m_model.trainableComponents().empty())
     return Error{"configure: model '" + excerpt(m_model.name) + "' has no trainable component"};
-  if (auto st = checkRecipe(); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkRecipe());
   std::int64_t globalBatch = m_options.globalBatch;
   if (globalBatch <= 0) globalBatch = m_model.globalBatch.value_or(4LL * gpus * m_model.samplesPerMicrobatch);
   out.globalBatch = globalBatch;
@@ -1005,10 +1004,9 @@ Expected<Configuration> Search::run() {
   out.enumerated = static_cast<int>(sink.enumerated);
   std::vector<Candidate>& viable = sink.viable;
 
-  auto screened = screenAll(viable, out);
-  if (!screened) return screened.error();
-  if (auto st = simulateInFull(*screened, out); !st) return st.error();
-  if (auto st = settleUnprofiled(viable, out); !st) return st.error();
+  PS_ASSIGN_OR_RETURN(auto screened, screenAll(viable, out));
+  PS_RETURN_IF_ERROR(simulateInFull(screened, out));
+  PS_RETURN_IF_ERROR(settleUnprofiled(viable, out));
   for (auto& [key, f] : m_families) {
     if (!f.anyFeasible && !f.anyUndecided && !f.reason.empty())
       out.rejected.push_back({f.p, f.d, f.schedule, f.reason});

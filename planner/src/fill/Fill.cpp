@@ -16,10 +16,12 @@
 
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
@@ -491,25 +493,23 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
   const Frozen frozen = frozenGroups(*backbone);
   if (frozen.groups.empty()) return {};
 
-  auto noneLayout = greedyLayout(*backbone, frozen, false);
-  if (!noneLayout) return noneLayout.error();
+  PS_ASSIGN_OR_RETURN(auto noneLayout, greedyLayout(*backbone, frozen, false));
   // `--fill none`: frozen work first, its outputs sent to the consuming F in this iteration.
   PlanRequest noneRequest = request;
   noneRequest.config.fill = "none";
-  ScheduleSkeleton noneSkeleton = assemble(skeleton, *backbone, *noneLayout, true);
+  ScheduleSkeleton noneSkeleton = assemble(skeleton, *backbone, noneLayout, true);
   withFrozenDependencies(noneRequest, noneSkeleton);
   auto nonePlan = simulateSkeleton(shellOf(noneRequest, noneSkeleton), noneSkeleton, SimulationOptions{false, true});
   if (!nonePlan) return nonePlan.error().withPrefix("fill none: ");
   const double noneMs = nonePlan->metrics.makespanMs;
   ScheduleSkeleton chosen = noneSkeleton;
-  const Layout* chosenLayout = &*noneLayout;
+  const Layout* chosenLayout = &noneLayout;
   std::optional<Layout> greedy;
   bool usedNone = mode == "none";
   double iterationMs = noneMs;
   if (mode == "greedy") {
-    auto g = greedyLayout(*backbone, frozen, true);
-    if (!g) return g.error();
-    greedy = std::move(*g);
+    PS_ASSIGN_OR_RETURN(auto g, greedyLayout(*backbone, frozen, true));
+    greedy = std::move(g);
     // Two cross-iteration candidates: the greedy placement in the bubbles, and the `none`
     // layout (frozen work first) whose outputs also serve the next iteration. Each is timed
     // with its transfers; an output arriving after the next iteration needs it stretches the
@@ -521,11 +521,10 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
     };
     auto timeCandidate = [&](ScheduleSkeleton sk) -> Expected<Candidate> {
       withFrozenDependencies(request, sk);
-      auto plan = simulateSkeleton(shellOf(request, sk), sk, SimulationOptions{true, true});
-      if (!plan) return plan.error();
-      const FrozenTransfers t = frozenTransfers(*plan);
+      PS_ASSIGN_OR_RETURN(auto plan, simulateSkeleton(shellOf(request, sk), sk, SimulationOptions{true, true}));
+      const FrozenTransfers t = frozenTransfers(plan);
       Candidate c;
-      c.makespanMs = plan->metrics.makespanMs;
+      c.makespanMs = plan.metrics.makespanMs;
       c.periodMs = c.makespanMs + std::max(0.0, t.latenessMs);
       c.skeleton = std::move(sk);
       return c;
@@ -540,7 +539,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
         greedy = std::move(*modelOrder);
       }
     }
-    auto firstLayout = timeCandidate(assemble(skeleton, *backbone, *noneLayout, true));
+    auto firstLayout = timeCandidate(assemble(skeleton, *backbone, noneLayout, true));
     if (!firstLayout) return firstLayout.error().withPrefix("fill greedy: ");
     if (filled->periodMs <= firstLayout->periodMs + kEpsMs) {
       chosen = std::move(filled->skeleton);
@@ -661,10 +660,9 @@ Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSp
 Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveControl& control) {
   // makePlan runs fillSkeleton itself; this re-runs the fill on the same skeleton path to
   // obtain the report for the request's mode.
-  auto plan = makePlan(request, control);
-  if (!plan) return plan.error();
+  PS_ASSIGN_OR_RETURN(auto plan, makePlan(request, control));
   FilledPlan out;
-  out.plan = std::move(*plan);
+  out.plan = std::move(plan);
   // Backbone skeleton = the plan without its N ops and frozen virtual stages.
   ScheduleSkeleton skeleton;
   IdVector<int> keep(out.plan.virtualStages.size(), -1);  // per plan stage: its backbone id
@@ -694,7 +692,7 @@ Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveContr
   FillReport report;
   PlanRequest solved = request;
   solved.config = out.plan.config;  // diffusionpipe may have chosen another schedule
-  if (auto st = fillSkeleton(solved, skeleton, control, &report); !st) return st.error();
+  PS_RETURN_IF_ERROR(fillSkeleton(solved, skeleton, control, &report));
   if (report.mode.empty()) {
     // No frozen components: every figure is the backbone's own.
     report.mode = request.config.fill;

@@ -21,8 +21,10 @@
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/SourceText.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio {
 namespace {
@@ -798,16 +800,14 @@ Expected<HybridPattern> hybridPatternOf(const Plan& plan) {
         "--megatron-model gpt"};
   }
   // What Megatron reads back must be what was written.
-  auto reread = parseHybridPattern(renderHybridPattern(pattern));
-  if (!reread) return reread.error();
+  PS_RETURN_IF_ERROR(parseHybridPattern(renderHybridPattern(pattern)));
   return pattern;
 }
 
 Status addHybridLayoutFlags(const Plan& plan, MegatronFlags& f, std::string& patternText) {
-  if (auto st = checkMegatronPlacement(plan); !st) return st;
-  auto pattern = hybridPatternOf(plan);
-  if (!pattern) return pattern.error();
-  patternText = renderHybridPattern(*pattern);
+  PS_RETURN_IF_ERROR(checkMegatronPlacement(plan));
+  PS_ASSIGN_OR_RETURN(auto pattern, hybridPatternOf(plan));
+  patternText = renderHybridPattern(pattern);
   f.add("--hybrid-layer-pattern", patternText);
   f.add("--spec", std::string("megatron.core.models.hybrid.hybrid_layer_specs"));
   f.args.emplace_back("hybrid_stack_spec");
@@ -996,7 +996,7 @@ Status addZeroBubbleFlags(const Plan& plan, const std::vector<StageLayers>& stag
 Status addInterleavingFlags(const Plan& plan, const std::vector<StageLayers>& stages, bool even, MegatronFlags& f) {
   const int p = plan.config.devices;
   const int v = static_cast<int>(plan.virtualStages.size()) / std::max(1, p);
-  if (auto st = checkMegatronPlacement(plan); !st) return st;
+  PS_RETURN_IF_ERROR(checkMegatronPlacement(plan));
   if (!even) {
     f.layout = layoutString(stages);
     f.add("--pipeline-model-parallel-layout", f.layout);
@@ -1129,41 +1129,37 @@ Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions&
                  "--offload-chunk-num): that order is not this plan's, so no arguments are written (plan "
                  "interleaved-1f1b without --offload-ratio for mainline Megatron-LM)"};
   }
-  if (auto st = requireSingleBackbone(plan, "Megatron-LM"); !st) return st.error();
-  auto stages = stageLayers(plan, "Megatron-LM");
-  if (!stages) return stages.error();
+  PS_RETURN_IF_ERROR(requireSingleBackbone(plan, "Megatron-LM"));
+  PS_ASSIGN_OR_RETURN(auto stages, stageLayers(plan, "Megatron-LM"));
   const bool modelsEmbedding =
-      std::any_of(stages->begin(), stages->end(), [](const StageLayers& s) { return s.embedding > 0; });
+      std::any_of(stages.begin(), stages.end(), [](const StageLayers& s) { return s.embedding > 0; });
   MegatronFlags f;
-  f.notes = placeFrameworkEnds(*stages, "Megatron-LM");
+  f.notes = placeFrameworkEnds(stages, "Megatron-LM");
 
   // The Zero Bubble fork's schedules: one stage per rank (its ZB schedules, and Seq1F1B with
   // --num-seq-splits, its seq1f1b.py) or one V per rank (ZB-V, and V-1F1B with --enable-1f1b-v,
   // its v1f1b.py).
   const bool zbFork = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-auto" || schedule == "seq1f1b";
   const bool zbV = schedule == "zb-v" || schedule == "v-half" || schedule == "v-min" || schedule == "v-1f1b";
-  if (auto st = megatronRuns(c, zbFork, zbV); !st) return st.error();
-  const int decoders = decoderCount(*stages);
-  const auto& front = (*stages).front();
-  const auto& back = (*stages).back();
+  PS_RETURN_IF_ERROR(megatronRuns(c, zbFork, zbV));
+  const int decoders = decoderCount(stages);
+  const auto& front = stages.front();
+  const auto& back = stages.back();
   const bool endsRight = front.embedding > 0 && back.head > 0;
   const bool even = endsRight && decoders % std::max(1, p * v) == 0 &&
-                    std::all_of(stages->begin(), stages->end(),
+                    std::all_of(stages.begin(), stages.end(),
                                 [&](const StageLayers& s) { return s.decoder == decoders / std::max(1, p * v); });
 
   const bool fork = zbFork || zbV;
   const MegatronModel model = fork ? MegatronModel::Gpt : options.model;
   const bool hybrid = model == MegatronModel::Hybrid;
   addMegatronModelFlags(plan, decoders, hybrid, f);
-  if (auto st = addMegatronArchitectureFlags(plan, f); !st) return st.error();
+  PS_RETURN_IF_ERROR(addMegatronArchitectureFlags(plan, f));
   if (!tiedEmbedding(plan) && (modelsEmbedding || fork)) f.add("--untie-embeddings-and-output-weights");
   std::string pattern;
-  if (auto st = fork     ? addZeroBubbleFlags(plan, *stages, decoders, even, zbFork, f)
-                : hybrid ? addHybridLayoutFlags(plan, f, pattern)
-                         : addInterleavingFlags(plan, *stages, even, f);
-      !st) {
-    return st.error();
-  }
+  PS_RETURN_IF_ERROR(fork     ? addZeroBubbleFlags(plan, stages, decoders, even, zbFork, f)
+                     : hybrid ? addHybridLayoutFlags(plan, f, pattern)
+                              : addInterleavingFlags(plan, stages, even, f));
   addMegatronPrecisionFlags(c.precision, f);
   // Low-precision weights only (Megatron asserts the distributed optimizer or FSDP for it).
   if (c.parallel.lowPrecisionParamsFor(c.precision) && c.parallel.zeroStage >= 1) {
@@ -1215,7 +1211,7 @@ Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions&
   if (c.parallel.tpCommOverlap && c.parallel.tensor > 1 && c.parallel.sequenceParallel) f.add("--tp-comm-overlap");
   if (!c.parallel.gradReduceInFp32 && c.parallel.data > 1) f.add("--grad-reduce-in-bf16");
   if (fork) {
-    if (auto st = keepForkFlags(plan, f); !st) return st.error();
+    PS_RETURN_IF_ERROR(keepForkFlags(plan, f));
   }
 
   std::string text = megatronText(c, f, fork, model);
@@ -1292,7 +1288,7 @@ Status checkExperts(const Plan& plan, TorchtitanFormat format, TitanSettings& s)
 Expected<TitanSettings> titanSettings(const Plan& plan, TorchtitanFormat format) {
   const PlanConfig& c = plan.config;
   const int p = c.devices;
-  if (auto st = requireSingleBackbone(plan, "torchtitan"); !st) return st.error();
+  PS_RETURN_IF_ERROR(requireSingleBackbone(plan, "torchtitan"));
   TitanSettings s;
   s.vStyle = vPlacement(plan) && !loopPlacement(plan);
   if (!loopPlacement(plan) && !s.vStyle) {
@@ -1333,7 +1329,7 @@ Expected<TitanSettings> titanSettings(const Plan& plan, TorchtitanFormat format)
                               "that lowering of the compute order"
                             : "with reshard_after_forward every pass gathers, as this plan's ZeRO-3 costs do"));
   }
-  if (auto st = checkExperts(plan, format, s); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkExperts(plan, format, s));
   return s;
 }
 
@@ -1551,26 +1547,22 @@ Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOp
         "--offload-modules), which torchtitan's configuration cannot say; export it with --format megatron, "
         "or plan it without offloading"};
   }
-  auto settings = titanSettings(plan, options.format);
-  if (!settings) return settings.error();
-  auto stages = stageLayers(plan, "torchtitan");
-  if (!stages) return stages.error();
-  auto csv = scheduleCsv(plan, CsvFormat::ComputeOnly);
-  if (!csv) return csv.error();
-  for (std::string& n : placeFrameworkEnds(*stages, "torchtitan")) settings->notes.push_back(std::move(n));
+  PS_ASSIGN_OR_RETURN(auto settings, titanSettings(plan, options.format));
+  PS_ASSIGN_OR_RETURN(auto stages, stageLayers(plan, "torchtitan"));
+  PS_ASSIGN_OR_RETURN(auto csv, scheduleCsv(plan, CsvFormat::ComputeOnly));
+  for (std::string& n : placeFrameworkEnds(stages, "torchtitan")) settings.notes.push_back(std::move(n));
 
   TorchtitanExport out;
   out.format = options.format;
-  out.csv = std::move(*csv);
+  out.csv = std::move(csv);
   // torchtitan main names the output projection lm_head (since Apr 2026), v0.2.2 output.
   out.moduleFqnsPerModelPart =
-      titanModuleNames(*stages, options.format == TorchtitanFormat::Python ? "lm_head" : "output");
+      titanModuleNames(stages, options.format == TorchtitanFormat::Python ? "lm_head" : "output");
   if (options.format == TorchtitanFormat::Toml) {
-    auto toml = renderToml(plan, *settings, out, options.csvPath);
-    if (!toml) return toml.error();
-    out.config = std::move(*toml);
+    PS_ASSIGN_OR_RETURN(auto toml, renderToml(plan, settings, out, options.csvPath));
+    out.config = std::move(toml);
   } else {
-    out.config = renderPython(plan, *settings, out, options);
+    out.config = renderPython(plan, settings, out, options);
     if (options.base.empty() && shippedBase(plan.model).empty()) {
       out.notes.push_back("torchtitan ships no configuration for " + excerpt(plan.model.name) +
                           ": name the one of your model with --torchtitan-base MODULE:FUNCTION or "

@@ -21,7 +21,9 @@
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
 namespace {
@@ -683,9 +685,8 @@ std::optional<CsvDialect> csvDialectFromName(std::string_view name) {
 }
 
 Status validateTorchSchedule(const Plan& plan) {
-  auto order = torchpp::computeOrder(plan);
-  if (!order) return order.error();
-  if (auto st = torchpp::validate(*order, plan.config.devices, static_cast<int>(plan.virtualStages.size()),
+  PS_ASSIGN_OR_RETURN(auto order, torchpp::computeOrder(plan));
+  if (auto st = torchpp::validate(order, plan.config.devices, static_cast<int>(plan.virtualStages.size()),
                                   plan.config.microbatches);
       !st) {
     return Error{"torch.distributed.pipelining would refuse this order: " + st.message()};
@@ -694,13 +695,12 @@ Status validateTorchSchedule(const Plan& plan) {
 }
 
 Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format) {
-  auto order = torchpp::computeOrder(plan);
-  if (!order) return order.error();
+  PS_ASSIGN_OR_RETURN(auto order, torchpp::computeOrder(plan));
   const int stages = static_cast<int>(plan.virtualStages.size());
-  if (auto st = torchpp::validate(*order, plan.config.devices, stages, plan.config.microbatches); !st) {
+  if (auto st = torchpp::validate(order, plan.config.devices, stages, plan.config.microbatches); !st) {
     return Error{"torch.distributed.pipelining would refuse this order: " + st.message()};
   }
-  if (format == CsvFormat::ComputeOnly) return torchpp::csvText(*order);
+  if (format == CsvFormat::ComputeOnly) return torchpp::csvText(order);
   IdVector<int> stageDevice(stages, -1);
   for (const VirtualStage& vs : plan.virtualStages) {
     if (stageDevice.contains(vs.id)) stageDevice[vs.id] = vs.device;
@@ -709,15 +709,12 @@ Expected<std::string> scheduleCsv(const Plan& plan, CsvFormat format) {
   // costs follow their windows. Others get those of PyTorch's runtime lowering.
   const bool ownFsdp = !plan.fsdpActions.empty();
   if (ownFsdp) {
-    auto withFsdp = torchpp::computeOrderWithFsdp(plan);
-    if (!withFsdp) return withFsdp.error();
-    order = std::move(withFsdp);
+    PS_ASSIGN_OR_RETURN(order, torchpp::computeOrderWithFsdp(plan));
   }
-  auto lowered = torchpp::lowerWithComms(
-      *order, [&](int s) { return stageDevice.contains(s) ? stageDevice[s] : -1; }, stages, plan.config.microbatches,
-      !ownFsdp);
-  if (!lowered) return lowered.error();
-  return torchpp::csvText(*lowered);
+  PS_ASSIGN_OR_RETURN(auto lowered, torchpp::lowerWithComms(
+                                        order, [&](int s) { return stageDevice.contains(s) ? stageDevice[s] : -1; },
+                                        stages, plan.config.microbatches, !ownFsdp));
+  return torchpp::csvText(lowered);
 }
 
 Status writeScheduleCsv(const std::string& path, const Plan& plan, CsvFormat format) {
@@ -730,7 +727,7 @@ Expected<ScheduleSkeleton> parseScheduleCsv(std::string_view text, const CsvSche
                                             const std::string& source) {
   // UTF-16/32 is named as such; a UTF-8 byte order mark (spreadsheets write one) is skipped.
   std::string head(text.substr(0, 4));
-  if (auto st = requireUtf8(head, source); !st) return st.error();
+  PS_RETURN_IF_ERROR(requireUtf8(head, source));
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   if (shape.devices <= 0) return Error{source + ": the plan has no devices"};
   if (shape.microbatches <= 0) return Error{source + ": the plan has no microbatches"};
@@ -801,9 +798,8 @@ bool csvHasFsdpActions(std::string_view text) {
 }
 
 Expected<ScheduleSkeleton> loadScheduleCsv(const std::string& path, const CsvScheduleShape& shape) {
-  auto text = readRegularFile(path, kMaxCsvBytes);
-  if (!text) return text.error();
-  return parseScheduleCsv(*text, shape, path);
+  PS_ASSIGN_OR_RETURN(auto text, readRegularFile(path, kMaxCsvBytes));
+  return parseScheduleCsv(text, shape, path);
 }
 
 Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const std::string& source,
@@ -815,14 +811,13 @@ Expected<Plan> importScheduleCsv(const Plan& base, std::string_view text, const 
   shape.virtualStages = base.virtualStages;
   shape.fsdp = base.config.parallel.zeroStage >= 3;
   if (shape.virtualStages.empty()) return Error{source + ": the plan has no virtual stages to place the CSV on"};
-  auto skeleton = parseScheduleCsv(text, shape, source);
-  if (!skeleton) return skeleton.error();
+  PS_ASSIGN_OR_RETURN(auto skeleton, parseScheduleCsv(text, shape, source));
   PlanRequest request{base.model, base.cluster, base.config};
   request.config.schedule = "custom";
   // OVERLAP_F_B pairs run overlapped only where the plan overlaps F and B (DualPipe); otherwise
   // one after the other, as PyTorch's runtime runs them.
   request.config.overlapForwardBackward = base.config.overlapForwardBackward && csvHasOverlappedPairs(text);
-  auto plan = simulate(request, *skeleton);
+  auto plan = simulate(request, skeleton);
   if (!plan) return Error{source + ": " + plan.message()};
   return plan;
 }

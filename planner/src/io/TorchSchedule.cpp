@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 
 namespace pipestudio::torchpp {
@@ -438,15 +439,15 @@ Status validate(const RankOrder& order, int ranks, int stages, int microbatches)
           s.f.insert(a.microbatch);
           break;
         case ActionType::B:
-          if (auto st = need(s.f, ActionType::F); !st) return st;
+          PS_RETURN_IF_ERROR(need(s.f, ActionType::F));
           s.b.insert(a.microbatch);
           break;
         case ActionType::I:
-          if (auto st = need(s.f, ActionType::F); !st) return st;
+          PS_RETURN_IF_ERROR(need(s.f, ActionType::F));
           s.i.insert(a.microbatch);
           break;
         case ActionType::W:
-          if (auto st = need(s.i, ActionType::I); !st) return st;
+          PS_RETURN_IF_ERROR(need(s.i, ActionType::I));
           s.w.insert(a.microbatch);
           break;
         default:

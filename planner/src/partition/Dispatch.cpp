@@ -8,6 +8,7 @@
 #include "partition/Uniform.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Simulator.hpp"
@@ -37,9 +38,8 @@ Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedMo
   firstBuilt.refine = false;
   firstBuilt.orderOnly = true;
   input.control = &firstBuilt;
-  auto skeleton = generator.order(input);
-  if (!skeleton) return skeleton.error();
-  return liveMicrobatchesPerStage(*skeleton);
+  PS_ASSIGN_OR_RETURN(auto skeleton, generator.order(input));
+  return liveMicrobatchesPerStage(skeleton);
 }
 
 // The memory budget of every stage of `problem` (see partitionWith).
@@ -134,7 +134,7 @@ struct LayerSplitter {
     std::map<int, double> deviceMs;
     double share = 0;
     for (int comp : request.model.trainableComponents()) {
-      if (auto st = splitComponent(comp, assigned, chainMs, deviceMs, share); !st) return st.error();
+      PS_RETURN_IF_ERROR(splitComponent(comp, assigned, chainMs, deviceMs, share));
     }
     if (fittingShare) *fittingShare = share;
     double maxDeviceMs = 0;
@@ -246,7 +246,7 @@ Status searchBackboneShares(const LayerSplitter& splitter, double firstMs, std::
     }
     for (int k = 1; k <= std::min(layersOf(i), left - (components - 1 - i)); ++k) {
       share[i] = k;
-      if (auto st = self(self, i + 1, left - k); !st) return st;
+      PS_RETURN_IF_ERROR(self(self, i + 1, left - k));
     }
     return {};
   };
@@ -265,24 +265,20 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
   std::optional<CostedModel> derived;
   const CostedModel& costs =
       hints.costs ? *hints.costs : derived.emplace(request.model, request.cluster, request.config);
-  auto live = liveCounts(request, costs, generator, stages, control);
-  if (!live) return live.error();
+  PS_ASSIGN_OR_RETURN(auto live, liveCounts(request, costs, generator, stages, control));
 
-  const LayerSplitter splitter(request, costs, algorithm, control, *live, stages, hints.balancedMemory,
+  const LayerSplitter splitter(request, costs, algorithm, control, live, stages, hints.balancedMemory,
                                algorithm != "dp" || hints.dpMemoryBudgets);
-  auto first = splitter.split(stages, hints.budgetShare);
-  if (!first) return first.error();
+  PS_ASSIGN_OR_RETURN(auto first, splitter.split(stages, hints.budgetShare));
   if (!hints.keepBackboneShares) {
     const std::vector<VirtualStage> asFirst = stages;
-    if (auto st = searchBackboneShares(splitter, *first, stages); !st) return st.error();
+    PS_RETURN_IF_ERROR(searchBackboneShares(splitter, first, stages));
     const auto sameComponents = [&] {
       return std::equal(stages.begin(), stages.end(), asFirst.begin(), asFirst.end(),
                         [](const VirtualStage& a, const VirtualStage& b) { return a.component == b.component; });
     };
     // The search re-assigned components: the share is the chosen split's.
-    if (hints.budgetShare && !sameComponents()) {
-      if (auto again = splitter.split(stages, hints.budgetShare); !again) return again.error();
-    }
+    if (hints.budgetShare && !sameComponents()) PS_RETURN_IF_ERROR(splitter.split(stages, hints.budgetShare));
   }
   // Bidirectional schedules hold the model twice: pipeline 1 mirrors pipeline 0's ranges.
   const std::vector<std::size_t>& pipeline0 = splitter.pipeline0;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/planner/Partition.hpp"
 
@@ -392,7 +393,7 @@ Solution minMaxSplit(const PartitionProblem& q, const Prefix& x) {
 }
 
 Expected<PartitionResult> balancedPartition(const PartitionProblem& p, const BalancedMemory& memory) {
-  if (auto st = checkShape(p); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkShape(p));
   // Min-max of compute only: sends and memory are not part of `balanced`. A greedy "fill each
   // stage up to the bound" is not exact once stages must be non-empty and devices differ, so
   // the bound is searched with the DP's feasibility (reachability) instead.
@@ -435,7 +436,7 @@ Expected<PartitionResult> balancedPartition(const PartitionProblem& p, const Bal
 }
 
 Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveControl& control) {
-  if (auto st = checkShape(p); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkShape(p));
   const Prefix x = makePrefix(p);
   Solver solver(p, x);
   const double mMinus1 = static_cast<double>(std::max(0, p.microbatches - 1));

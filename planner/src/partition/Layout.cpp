@@ -9,6 +9,7 @@
 
 #include "Uniform.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Partition.hpp"
 
@@ -58,19 +59,18 @@ std::string layerName(const LayerCursor& cursor) {
 
 // GPTModel's layout: per stage, E, t, m, L in order.
 Expected<std::vector<int>> layoutSplit(const std::vector<Layer>& layers, std::string_view text) {
-  auto stages = parseMegatronLayout(text);
-  if (!stages) return stages.error();
+  PS_ASSIGN_OR_RETURN(auto stages, parseMegatronLayout(text));
   LayerCursor cursor(layers);
   std::vector<int> counts;
   int mtpDepthsLeft = 0;
-  for (std::size_t s = 0; s < stages->size(); ++s) {
+  for (std::size_t s = 0; s < stages.size(); ++s) {
     const std::size_t first = cursor.next();
     if (mtpDepthsLeft > 0) {
       return Error{"layout '" + excerpt(text) + "': stage " + std::to_string(s) + " continues the MTP layer " +
                    std::to_string(first - 1) + " of the previous stage (expected all its " +
                    std::to_string(layers[first - 1].transformer->mtpLayers) + " depths in one stage)"};
     }
-    for (char symbol : (*stages)[s]) {
+    for (char symbol : stages[s]) {
       const auto where = "layout '" + excerpt(text) + "', stage " + std::to_string(s) + ": ";
       if (symbol == 'E' || symbol == 'L') {
         const Role role = symbol == 'E' ? Role::Embedding : Role::Head;
@@ -115,15 +115,14 @@ Expected<std::vector<int>> layoutSplit(const std::vector<Layer>& layers, std::st
 // must be the model's (* or + for MLA; - or E for MoE; a layer of measured times is *-). The
 // embedding goes with the first segment, MTP and the output layer with the last.
 Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::string_view text) {
-  auto pattern = parseHybridPattern(text);
-  if (!pattern) return pattern.error();
+  PS_ASSIGN_OR_RETURN(auto pattern, parseHybridPattern(text));
   LayerCursor cursor(layers);
   std::vector<int> counts;
   const auto where = [&](std::size_t s) {
     return "hybrid layer pattern '" + excerpt(text) + "', segment " + std::to_string(s) + ": ";
   };
-  for (std::size_t s = 0; s < pattern->segments.size(); ++s) {
-    const std::string& segment = pattern->segments[s];
+  for (std::size_t s = 0; s < pattern.segments.size(); ++s) {
+    const std::string& segment = pattern.segments[s];
     const std::size_t first = cursor.next();
     if (s == 0 && cursor.atRole(Role::Embedding)) cursor.take();
     if (segment.size() % 2 != 0) {
@@ -146,14 +145,14 @@ Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::st
       }
       cursor.take();
     }
-    if (s + 1 == pattern->segments.size()) {
+    if (s + 1 == pattern.segments.size()) {
       int depths = 0;
       while (cursor.atRole(Role::Mtp)) {
         depths += static_cast<int>(cursor.current().transformer->mtpLayers);
         cursor.take();
       }
-      if (depths != pattern->mtpDepths) {
-        return Error{"hybrid layer pattern '" + excerpt(text) + "' has " + std::to_string(pattern->mtpDepths) +
+      if (depths != pattern.mtpDepths) {
+        return Error{"hybrid layer pattern '" + excerpt(text) + "' has " + std::to_string(pattern.mtpDepths) +
                      " MTP depths; the model has " + std::to_string(depths) + " after its last decoder layer"};
       }
       if (cursor.atRole(Role::Head)) cursor.take();
@@ -195,13 +194,12 @@ namespace partition {
 
 Expected<std::vector<VirtualStage>> partitionLayout(const ModelSpec& model, std::vector<VirtualStage> placement,
                                                     const std::string& layout) {
-  auto counts = megatronLayoutSplit(model, layout);
-  if (!counts) return counts.error();
+  PS_ASSIGN_OR_RETURN(auto counts, megatronLayoutSplit(model, layout));
   if (std::any_of(placement.begin(), placement.end(), [](const VirtualStage& vs) { return vs.pipeline != 0; })) {
     return Error{"a Megatron-LM layout places each stage once; this schedule holds the model twice"};
   }
-  if (counts->size() != placement.size()) {
-    return Error{"the layout has " + std::to_string(counts->size()) + " stages and the schedule " +
+  if (counts.size() != placement.size()) {
+    return Error{"the layout has " + std::to_string(counts.size()) + " stages and the schedule " +
                  std::to_string(placement.size()) +
                  " virtual stages (expected devices × chunks = the layout's stages)"};
   }
@@ -212,8 +210,8 @@ Expected<std::vector<VirtualStage>> partitionLayout(const ModelSpec& model, std:
   for (std::size_t s = 0; s < placement.size(); ++s) {
     placement[s].component = component;
     placement[s].firstLayer = first;
-    placement[s].lastLayer = first + (*counts)[s] - 1;
-    first += (*counts)[s];
+    placement[s].lastLayer = first + counts[s] - 1;
+    first += counts[s];
   }
   return placement;
 }

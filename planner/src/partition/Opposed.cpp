@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "partition/Partitioners.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Partition.hpp"
@@ -248,18 +249,17 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
   const int m = r.config.microbatches;
   const auto pu = static_cast<std::size_t>(p);
   const ScheduleShape shape{p, m, 2};
-  if (auto st = generator->validate(shape); !st) return st.error();
+  PS_RETURN_IF_ERROR(generator->validate(shape));
 
   // Partition: the V's legs (assignLegs), each backbone split over its leg by dp under zb-v's
   // live-activation counts; the shares stay the legs (keepBackboneShares).
-  auto stages = partitionWithLegs(r, *generator, generator->placement(shape), control);
-  if (!stages) return stages.error();
+  PS_ASSIGN_OR_RETURN(auto stages, partitionWithLegs(r, *generator, generator->placement(shape), control));
   const auto trainable = r.model.trainableComponents();
-  if (stages->size() != 2 * pu) {
+  if (stages.size() != 2 * pu) {
     return Error{"opposed backbones: the V placement did not split into one leg per backbone"};
   }
   for (int k = 0; k < 2 * p; ++k) {
-    const VirtualStage& vs = (*stages)[static_cast<std::size_t>(k)];
+    const VirtualStage& vs = stages[static_cast<std::size_t>(k)];
     const int expectedDevice = k < p ? k : 2 * p - 1 - k;
     if (vs.pipeline != 0 || vs.device != expectedDevice || vs.component != trainable[k < p ? 0 : 1]) {
       return Error{"opposed backbones: the V placement did not split into one leg per backbone"};
@@ -268,8 +268,8 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
 
   // Two candidates: each backbone split by dp on its own leg, and the joint split that
   // balances the devices (each holds one stage of each backbone); the faster feasible wins.
-  std::vector<std::vector<VirtualStage>> layouts{*stages};
-  if (auto joint = balanceOpposedLegs(r, *stages, control)) layouts.push_back(std::move(*joint));
+  std::vector<std::vector<VirtualStage>> layouts{stages};
+  if (auto joint = balanceOpposedLegs(r, stages, control)) layouts.push_back(std::move(*joint));
   auto finish = [&](const std::vector<VirtualStage>& layout) -> Expected<Plan> {
     Plan shell;
     shell.config = r.config;
@@ -305,10 +305,10 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
       for (OrderedOp& op : lane) op.microbatch /= 2;
     }
     if (control.cancelled()) return Error::cancelled();
-    if (auto st = fillSkeleton(r, *skeleton, control); !st) return st.error();
+    PS_RETURN_IF_ERROR(fillSkeleton(r, *skeleton, control));
     auto plan = simulateSkeleton(std::move(shell), *skeleton);
     if (!plan) return plan.error().withPrefix("opposed backbones: ");
-    if (auto st = checkMemory(*plan); !st) return st.error();
+    PS_RETURN_IF_ERROR(checkMemory(*plan));
     return plan;
   };
   std::optional<Plan> best;

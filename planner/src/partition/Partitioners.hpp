@@ -9,7 +9,7 @@
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio::partition {

@@ -40,6 +40,7 @@
 #include <limits>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "schedules/Generators.hpp"
 #include "schedules/OrderTiming.hpp"
@@ -421,9 +422,8 @@ class BlockGenerator final : public ScheduleGenerator {
     OrderEstimate bestEstimate;
     for (std::size_t c = 0; c < blocks.size(); ++c) {
       if (blocks.size() == 1) break;
-      auto trial = repeatBlock(blocks[c], evalMicrobatches, input.control);
-      if (!trial) return trial.error();
-      const OrderEstimate e = estimateOrder(input, chain, *trial, evalMicrobatches);
+      PS_ASSIGN_OR_RETURN(auto trial, repeatBlock(blocks[c], evalMicrobatches, input.control));
+      const OrderEstimate e = estimateOrder(input, chain, trial, evalMicrobatches);
       bool better = c == 0;
       if (!better && m_spec.goal == Goal::LeastMemory) {
         better = e.peakRatio < bestEstimate.peakRatio - 1e-9 ||
@@ -439,16 +439,15 @@ class BlockGenerator final : public ScheduleGenerator {
         bestEstimate = e;
       }
     }
-    auto devices = repeatBlock(blocks[best], m, input.control);
-    if (!devices) return devices.error();
+    PS_ASSIGN_OR_RETURN(auto devices, repeatBlock(blocks[best], m, input.control));
     // Reorder the warm-up on the short run, then carry its first ops over: both orders agree
     // up to where the short run's microbatches end, and the warm-up lies well before that.
-    auto trial = evalMicrobatches < m ? repeatBlock(blocks[best], evalMicrobatches, input.control) : devices;
-    if (!trial) return trial.error();
-    std::vector<std::size_t> common(devices->size(), 0);
+    PS_ASSIGN_OR_RETURN(auto trial,
+                        evalMicrobatches < m ? repeatBlock(blocks[best], evalMicrobatches, input.control) : devices);
+    std::vector<std::size_t> common(devices.size(), 0);
     for (std::size_t d = 0; d < common.size(); ++d) {
-      const auto& a = (*trial)[d];
-      const auto& b = (*devices)[d];
+      const auto& a = trial[d];
+      const auto& b = devices[d];
       std::size_t& c = common[d];
       while (c < a.size() && c < b.size() && a[c].virtualStage == b[c].virtualStage && a[c].kind == b[c].kind &&
              a[c].microbatch == b[c].microbatch) {
@@ -457,16 +456,15 @@ class BlockGenerator final : public ScheduleGenerator {
     }
     constexpr int kReorderRounds = 2;  // a third round moved nothing on p = 4…64
     for (int round = 0; round < kReorderRounds; ++round) {
-      const OrderEstimate e = estimateOrder(input, chain, *trial, evalMicrobatches, true);
-      if (!reorderWarmUp(input, chain, e, common, *trial)) break;
+      const OrderEstimate e = estimateOrder(input, chain, trial, evalMicrobatches, true);
+      if (!reorderWarmUp(input, chain, e, common, trial)) break;
     }
     for (std::size_t d = 0; d < common.size(); ++d) {
-      std::copy((*trial)[d].begin(), (*trial)[d].begin() + static_cast<std::ptrdiff_t>(common[d]),
-                (*devices)[d].begin());
+      std::copy(trial[d].begin(), trial[d].begin() + static_cast<std::ptrdiff_t>(common[d]), devices[d].begin());
     }
     ScheduleSkeleton out;
     out.virtualStages = input.virtualStages;
-    out.devices = std::move(*devices);
+    out.devices = std::move(devices);
     const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m;
     if (ops > kSearchMaxOps || (input.control && !input.control->refine)) return out;
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "schedules/Generators.hpp"
 #include "schedules/OrderTiming.hpp"
 
@@ -438,7 +439,7 @@ class ZbH2 final : public ScheduleGenerator {
   int defaultChunksPerDevice() const override { return 1; }
   bool splitsBackward() const override { return true; }
   Status validate(const ScheduleShape& shape) const override {
-    if (auto st = requireOneChunk(name(), shape); !st) return st;
+    PS_RETURN_IF_ERROR(requireOneChunk(name(), shape));
     return requireMicrobatchesAtLeast(name(), shape, shape.devices, "(one per device, to fill its warm-up)");
   }
   std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {

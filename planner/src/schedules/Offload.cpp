@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
@@ -329,18 +330,17 @@ Expected<Timed> timeSkeleton(const Plan& base, const CostedModel& costs, const S
   timing.recordComms = false;
   timing.computeMetrics = false;
   timing.costs = &costs;
-  auto plan = simulateSkeleton(base, skeleton, timing);
-  if (!plan) return plan.error();
+  PS_ASSIGN_OR_RETURN(auto plan, simulateSkeleton(base, skeleton, timing));
   Timed t;
   t.perDevice.resize(skeleton.devices.size());
-  for (std::size_t i = 0; i < plan->ops.size(); ++i) {
-    const Op& op = plan->ops[i];
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
     t.makespanMs = std::max(t.makespanMs, op.endMs);
     if (inRange(t.perDevice, op.device))
       t.perDevice[static_cast<std::size_t>(op.device)].push_back(static_cast<std::int32_t>(i));
   }
-  t.memory = memoryTimeline(*plan, costs);
-  t.plan = std::move(*plan);
+  t.memory = memoryTimeline(plan, costs);
+  t.plan = std::move(plan);
   return t;
 }
 
@@ -390,38 +390,37 @@ std::optional<OpDependency> gateAtPeak(const Timed& t, std::size_t d) {
 // is kept only if the step is not longer and no device's peak is higher, and the device's peak
 // is lower or comes later; in the end, the waits no peak needs are dropped again.
 Status gateForwards(const Plan& base, const CostedModel& costs, ScheduleSkeleton& skeleton) {
-  auto timed = timeSkeleton(base, costs, skeleton);
-  if (!timed) return timed.error();
+  PS_ASSIGN_OR_RETURN(auto timed, timeSkeleton(base, costs, skeleton));
   const std::size_t devices = skeleton.devices.size();
   // Bounded: each try is one simulation of the plan.
-  const std::size_t ops = std::max<std::size_t>(1, timed->plan.ops.size());
+  const std::size_t ops = std::max<std::size_t>(1, timed.plan.ops.size());
   int tries = static_cast<int>(std::min<std::size_t>(4 * devices + 8, std::max<std::size_t>(8, 1'000'000 / ops)));
   std::vector<bool> done(devices, false);
   while (tries-- > 0) {
     std::size_t d = devices;
     for (std::size_t i = 0; i < devices; ++i) {
-      if (!done[i] && (d == devices || timed->memory.peakBytes[i] > timed->memory.peakBytes[d])) d = i;
+      if (!done[i] && (d == devices || timed.memory.peakBytes[i] > timed.memory.peakBytes[d])) d = i;
     }
     if (d == devices) break;
-    const auto gate = gateAtPeak(*timed, d);
+    const auto gate = gateAtPeak(timed, d);
     if (!gate) {
       done[d] = true;
       continue;
     }
     skeleton.offloadWaits.push_back(*gate);
     auto next = timeSkeleton(base, costs, skeleton);
-    bool better = noWorse(next, *timed);
+    bool better = noWorse(next, timed);
     if (better) {
-      better = next->memory.peakBytes[d] < timed->memory.peakBytes[d] ||
+      better = next->memory.peakBytes[d] < timed.memory.peakBytes[d] ||
                firstPeakMs(next->memory.devices[d], next->memory.peakBytes[d]) >
-                   firstPeakMs(timed->memory.devices[d], timed->memory.peakBytes[d]);
+                   firstPeakMs(timed.memory.devices[d], timed.memory.peakBytes[d]);
     }
     if (!better) {
       skeleton.offloadWaits.pop_back();
       done[d] = true;
       continue;
     }
-    timed = std::move(next);
+    timed = std::move(*next);
   }
   // A wait that only moved a peak later, with no lower peak in the end, is not needed: each is
   // dropped where the plan without it is no longer and no device holds more.
@@ -429,8 +428,8 @@ Status gateForwards(const Plan& base, const CostedModel& costs, ScheduleSkeleton
     const OpDependency wait = skeleton.offloadWaits[i];
     skeleton.offloadWaits.erase(skeleton.offloadWaits.begin() + static_cast<std::ptrdiff_t>(i));
     auto without = timeSkeleton(base, costs, skeleton);
-    if (noWorse(without, *timed)) {
-      timed = std::move(without);
+    if (noWorse(without, timed)) {
+      timed = std::move(*without);
     } else {
       skeleton.offloadWaits.insert(skeleton.offloadWaits.begin() + static_cast<std::ptrdiff_t>(i), wait);
     }
@@ -465,8 +464,7 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
   }
   Plan base = shell;
   base.virtualStages = skeleton.virtualStages;
-  auto timed = timeSkeleton(base, costs, skeleton);
-  if (!timed) return timed.error();
+  PS_ASSIGN_OR_RETURN(auto timed, timeSkeleton(base, costs, skeleton));
   const int splits = std::max(1, shell.config.seqSplits);
   const auto units = costs.unitStages(skeleton.virtualStages);
   IdVector<double> copyMs(static_cast<int>(skeleton.virtualStages.size()) * splits, 0.0);
@@ -483,8 +481,8 @@ Status addOffload(const Plan& shell, const CostedModel& costs, ScheduleSkeleton&
   }
   std::vector<std::vector<std::int32_t>> moved(skeleton.devices.size());
   for (std::size_t d = 0; d < skeleton.devices.size(); ++d) {
-    skeleton.devices[d] = offloadDevice(timed->plan, timed->perDevice[d], copyMs, bytesByUnit, splits,
-                                        timed->memory.devices[d], moved[d]);
+    skeleton.devices[d] =
+        offloadDevice(timed.plan, timed.perDevice[d], copyMs, bytesByUnit, splits, timed.memory.devices[d], moved[d]);
   }
   // Dependencies name ops by their place in the device's order: the copies moved them.
   auto remap = [&](OpRef& r) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <string>
 
+#include "pipestudio/common/Try.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio::schedules {
@@ -25,7 +26,7 @@ class Seq1F1B final : public ScheduleGenerator {
   bool splitsBackward() const override { return false; }
   bool splitsSequence() const override { return true; }
   Status validate(const ScheduleShape& shape) const override {
-    if (auto st = requireChunks(name(), shape, shape.chunksPerDevice == 1, "one chunk per device"); !st) return st;
+    PS_RETURN_IF_ERROR(requireChunks(name(), shape, shape.chunksPerDevice == 1, "one chunk per device"));
     if (shape.seqSplits > 1 && shape.microbatches % shape.seqSplits != 0) {
       return Error{"seq1f1b: " + std::to_string(shape.microbatches) + " units are not whole microbatches of " +
                    std::to_string(shape.seqSplits) + " sequence chunks"};

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <optional>
 
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
@@ -152,20 +153,17 @@ class GreedyGenerator final : public ScheduleGenerator {
     const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m / m_spec.pipelines;
     Expected<ScheduleSkeleton> greedy = Error{""};
     if (ops <= kExactChoiceOps) {
-      auto chosen = choose(input, caps, units, nullptr);
-      if (!chosen) return chosen.error();
-      greedy = skeleton(input, std::move(chosen->second));
+      PS_ASSIGN_OR_RETURN(auto chosen, choose(input, caps, units, nullptr));
+      greedy = skeleton(input, std::move(chosen.second));
     } else {
       ScheduleInput shortRun = input;
       int evalMicrobatches = std::max(2 * p, 16);
       evalMicrobatches += evalMicrobatches % m_spec.pipelines;
       shortRun.shape.microbatches = std::min(m, evalMicrobatches);
-      auto chosen = choose(shortRun, caps, units, nullptr);
-      if (!chosen) return chosen.error();
-      const Recipe recipe = chosen->first;
-      auto full = choose(input, caps, units, &recipe);
-      if (!full) return full.error();
-      greedy = skeleton(input, std::move(full->second));
+      PS_ASSIGN_OR_RETURN(auto chosen, choose(shortRun, caps, units, nullptr));
+      const Recipe recipe = chosen.first;
+      PS_ASSIGN_OR_RETURN(auto full, choose(input, caps, units, &recipe));
+      greedy = skeleton(input, std::move(full.second));
     }
     if (m_spec.dualPipe) return withDualPipeOrder(input, std::move(*greedy));
     if (m_spec.improve && ops <= kImproveMaxOps && (!input.control || input.control->refine)) {
@@ -404,9 +402,8 @@ class GreedyGenerator final : public ScheduleGenerator {
     // The greedy list construction.
     for (bool withTransfers : {true, false}) {
       if (!wanted(Recipe::Kind::Greedy, withTransfers)) continue;
-      auto order = greedyOrder(source(withTransfers), greedyOptions(in, caps, false));
-      if (!order) return order.error();
-      consider({Recipe::Kind::Greedy, withTransfers, -1}, std::move(order->devices));
+      PS_ASSIGN_OR_RETURN(auto order, greedyOrder(source(withTransfers), greedyOptions(in, caps, false)));
+      consider({Recipe::Kind::Greedy, withTransfers, -1}, std::move(order.devices));
     }
     // Other schedulers' orders (Spec::fixed), timed like every candidate.
     if (!only || only->kind == Recipe::Kind::Fixed) {
@@ -417,9 +414,8 @@ class GreedyGenerator final : public ScheduleGenerator {
       }
     }
     if ((!best && m_spec.strictBudget && !only) || (only && only->kind == Recipe::Kind::GreedyReserved)) {
-      auto order = greedyOrder(in, greedyOptions(in, caps, true));
-      if (!order) return order.error();
-      consider({Recipe::Kind::GreedyReserved, true, -1}, std::move(order->devices));
+      PS_ASSIGN_OR_RETURN(auto order, greedyOrder(in, greedyOptions(in, caps, true)));
+      consider({Recipe::Kind::GreedyReserved, true, -1}, std::move(order.devices));
     }
     if (!best && only && only->kind != Recipe::Kind::GreedyReserved && m_spec.strictBudget) {
       // The winner of the short run does not keep the budget in full: the last resort.

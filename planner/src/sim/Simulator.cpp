@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -1217,7 +1218,7 @@ Expected<std::vector<OpDependency>> offloadWaitsOf(const Plan& plan, const std::
 Expected<Plan> resimulate(const Plan& plan) {
   // The checks validate, run and pipestudio-exec apply (core/plan): an edited plan that passes
   // them is one the simulator can time.
-  if (auto st = validatePlanStructure(plan); !st) return st.error();
+  PS_RETURN_IF_ERROR(validatePlanStructure(plan));
   ScheduleSkeleton skeleton;
   skeleton.virtualStages = plan.virtualStages;
   IdVector<std::vector<OrderedOp>> lanes(std::max(0, plan.config.devices));
@@ -1236,11 +1237,7 @@ Expected<Plan> resimulate(const Plan& plan) {
   // part: dependencies the plan implies but does not store (frozen outputs, vocabulary S/T).
   skeleton.extraDependencies = derivedDependencies(plan, skeleton.devices);
   skeleton.fsdpActions = plan.fsdpActions;
-  if (auto waits = offloadWaitsOf(plan, skeleton.devices); waits) {
-    skeleton.offloadWaits = std::move(*waits);
-  } else {
-    return waits.error();
-  }
+  PS_ASSIGN_OR_RETURN(skeleton.offloadWaits, offloadWaitsOf(plan, skeleton.devices));
   Plan shell;
   shell.config = plan.config;
   shell.model = plan.model;

@@ -25,9 +25,11 @@
 #include <queue>
 
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
@@ -351,11 +353,10 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
     return Error{"vocabulary parallelism: model '" + excerpt(request.model.name) +
                  "' has no embedding or lm_head layer with a transformer shape and vocab"};
   }
-  auto backbone = makePlan(base, control);
-  if (!backbone) return backbone.error();
+  PS_ASSIGN_OR_RETURN(auto backbone, makePlan(base, control));
   if (control.cancelled()) return Error::cancelled();
   // S and T of a microbatch follow the last stage's forward of it: one pipeline direction.
-  for (const VirtualStage& vs : backbone->virtualStages) {
+  for (const VirtualStage& vs : backbone.virtualStages) {
     if (vs.pipeline != 0) {
       return Error{"vocabulary parallelism: schedule '" + request.config.schedule +
                    "' runs two pipelines in opposite directions, and the vocabulary passes follow the forwards "
@@ -385,15 +386,15 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   }
   const int perShard = static_cast<int>(embeddings.size() + heads.size());
   Plan shell;
-  shell.config = backbone->config;  // the resolved request (global batch → microbatches)
-  shell.model = backbone->model;
+  shell.config = backbone.config;  // the resolved request (global batch → microbatches)
+  shell.model = backbone.model;
   shell.cluster = request.cluster;
   shell.model.components.push_back(vocab);
   const int vocabComponent = static_cast<int>(shell.model.components.size()) - 1;
 
   // 3. One vocabulary stage per device (its own chain, pipeline 1, so the backbone's data flow
   // is untouched; S/T carry their dependencies explicitly, Dependencies.hpp).
-  std::vector<VirtualStage> stages = backbone->virtualStages;
+  std::vector<VirtualStage> stages = backbone.virtualStages;
   const auto pu = static_cast<std::size_t>(p);
   std::vector<int> chunkCount(pu, 0);
   for (const auto& vs : stages) {
@@ -418,15 +419,15 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   // The last trainable stage of pipeline 0 (it feeds the output layer; frozen stages of a
   // filled backbone come after it in id order).
   int last = -1;
-  for (const auto& vs : backbone->virtualStages) {
-    if (vs.pipeline == 0 && backbone->model.component(vs.component).trainable) {
+  for (const auto& vs : backbone.virtualStages) {
+    if (vs.pipeline == 0 && backbone.model.component(vs.component).trainable) {
       last = std::max(last, vs.id);
     }
   }
   if (last < 0) return Error{"vocabulary parallelism: the backbone has no stage"};
 
   // 4. k = 0 … barriers extra warm-up forwards; S/T placed into each; the fastest within memory.
-  const Lanes baseLanes = planLanes(*backbone);
+  const Lanes baseLanes = planLanes(backbone);
   std::optional<Plan> best;
   std::string lastError;
   for (int k = 0; k <= barriers; ++k) {
@@ -461,15 +462,13 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
 }
 
 Expected<VocabComparison> compareVocabParallel(const PlanRequest& request, const SolveControl& control) {
-  auto baseline = makePlan(request, control);
-  if (!baseline) return baseline.error();
-  auto vocab = makeVocabParallelPlan(request, control);
-  if (!vocab) return vocab.error();
+  PS_ASSIGN_OR_RETURN(auto baseline, makePlan(request, control));
+  PS_ASSIGN_OR_RETURN(auto vocab, makeVocabParallelPlan(request, control));
   VocabComparison out;
-  out.baselineImbalance = imbalance(*baseline);
-  out.vocabImbalance = imbalance(*vocab);
-  out.baseline = std::move(*baseline);
-  out.vocabParallel = std::move(*vocab);
+  out.baselineImbalance = imbalance(baseline);
+  out.vocabImbalance = imbalance(vocab);
+  out.baseline = std::move(baseline);
+  out.vocabParallel = std::move(vocab);
   return out;
 }
 

@@ -11,7 +11,7 @@
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/common/Json.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 
 namespace pipestudio {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 

@@ -15,7 +15,7 @@
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/plan/Plan.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 

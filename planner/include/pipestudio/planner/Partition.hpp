@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/plan/Costs.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 

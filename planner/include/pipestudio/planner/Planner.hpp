@@ -1,61 +1,21 @@
 #pragma once
-/// \file The planner's public contract (shared by the schedule engine, the partitioners, the
-/// bubble filler, the configurator, the CLI and the GUI). Qt-free.
+/// \file The planner's entry point: makePlan, and resolveRequest as it applies first; with it come
+/// the headers the CLI and the GUI call around it (Schedules.hpp: scheduleNames; Simulator.hpp:
+/// simulate, resimulate, checkMemory). The types every solver shares (PlanRequest,
+/// ScheduleSkeleton, SolveControl) are in Request.hpp: a solver includes this header only where
+/// it calls makePlan or resolveRequest. Qt-free.
 ///
 /// Pipeline of a solve: partition (layer ranges per virtual stage) → schedule (placement of
 /// virtual stages on devices and the per-device op order) → fill (frozen-component N ops into
 /// bubbles) → simulate (times, comms, metrics) → Plan.
 
-#include <atomic>
-#include <functional>
-#include <string>
-#include <string_view>
-#include <vector>
-
 #include "pipestudio/common/Expected.hpp"
-#include "pipestudio/plan/Dependencies.hpp"
-#include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/Plan.hpp"
+#include "pipestudio/planner/Request.hpp"
+#include "pipestudio/planner/Schedules.hpp"
+#include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
-
-/// What a schedule generator produces: placement and per-device order, no times.
-struct ScheduleSkeleton {
-  std::vector<VirtualStage> virtualStages;      ///< in id order
-  std::vector<std::vector<OrderedOp>> devices;  ///< devices[d] = execution order on device d
-  std::vector<OpDependency> extraDependencies;  ///< beyond the data flow; usually empty
-  std::vector<FsdpAction> fsdpActions;          ///< Plan::fsdpActions of the order; usually empty
-  /// Forwards that wait for an offload (pipeoffload; Plan::offloadWaits): `to` an F, `from` a
-  /// D2H of the same device, in the devices' order; kept in the plan, unlike extraDependencies.
-  std::vector<OpDependency> offloadWaits;
-};
-
-/// Everything a solve needs. `config` names schedule, devices, microbatches, chunks,
-/// partition, fill and memory limit exactly as the plan document does.
-struct PlanRequest {
-  ModelSpec model;
-  ClusterSpec cluster;
-  PlanConfig config;
-};
-
-/// Cooperative cancellation and progress for long solves (GUI worker threads).
-struct SolveControl {
-  const std::atomic<bool>* cancel = nullptr;  ///< polled; true → return Error::cancelled()
-  std::function<void(double)> progress;       ///< 0..1, may be empty
-  /// false: schedules skip their optional refinement searches (v-half/v-min's building-block
-  /// search and critical-path moves) and return the plan as first built, a valid but possibly
-  /// slower order. The configurator screens its candidates so, then plans the best in full.
-  bool refine = true;
-  /// false: a `balanced` split that does not fit the devices is reported at once, instead of
-  /// planned again with splits that lean less on the memory budgets (makePlan). The
-  /// configurator screens so.
-  bool repairMemory = true;
-  /// true: the caller reads only the order (which passes each device runs, in which sequence),
-  /// not its timing, so a schedule may skip what only adds waits between the passes (pipeoffload's
-  /// forwards that wait for offloads). The partitioners count live microbatches so.
-  bool orderOnly = false;
-  bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
-};
 
 /// Resolves and checks the hybrid-parallel part of a request (issue 13), as makePlan does first:
 /// a global batch G with micro-batch size B gives microbatches = G / (B·D) and B samples per
@@ -66,32 +26,9 @@ struct SolveControl {
 /// T·C·P·D must fit the cluster. Errors name the flag and the numbers, never round silently.
 Expected<PlanRequest> resolveRequest(PlanRequest request);
 
-/// Names of every schedule the planner knows, in the order `pipestudio-cli schedules` prints.
-std::vector<std::string> scheduleNames();
-
 /// Full solve: partition, schedule, fill, simulate. Impossible requests (m < p where the
 /// schedule needs more, odd p for DualPipe, chunks that do not divide the layers, a memory
 /// limit below one microbatch, …) return an Error saying what the schedule needs.
 Expected<Plan> makePlan(const PlanRequest& request, const SolveControl& control = {});
-
-/// Times a skeleton: discrete-event, dependency-driven (F after the previous virtual stage's
-/// F plus transfer, B after the next stage's B, W after its B; compute ops on one device never
-/// overlap; transfers of one device pair serialise on their link). Returns a Plan with ops,
-/// comms and metrics; a deadlock comes back as an Error naming the waiting cycle.
-Expected<Plan> simulate(const PlanRequest& request, const ScheduleSkeleton& skeleton);
-
-/// Re-times an existing plan keeping each device's op order (e.g. after editing durations in
-/// the embedded model), as `pipestudio-cli simulate` does.
-Expected<Plan> resimulate(const Plan& plan);
-
-/// Memory feasibility of a timed plan against the GPU memory (or config.memoryLimitBytes):
-/// Error with per-device numbers when a device's peak exceeds it, each device's peak as the sum
-/// of its parts (describeMemory).
-Status checkMemory(const Plan& plan);
-
-/// "peak 84.54 GiB = parameters 10.75 GiB + …; kept back: CUDA context and NCCL 1 GiB + …": every
-/// non-zero allocated part of `memory` (they add up to the peak), then, `withMargin`, the parts
-/// the GPU keeps back.
-std::string describeMemory(const MemoryBreakdown& memory, bool withMargin);
 
 }  // namespace pipestudio

@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/plan/Costs.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 
@@ -105,5 +106,8 @@ const ScheduleGenerator* findScheduleGenerator(std::string_view name);
 /// LoopedBFS → breadth-first, InterleavedZeroBubble → interleaved-zb, ZBVZeroBubble → zb-v,
 /// DualPipeV → dualpipe-v; nullopt for any other name.
 std::optional<std::string_view> scheduleForAlias(std::string_view name);
+
+/// Names of every schedule the planner knows, in the order `pipestudio-cli schedules` prints.
+std::vector<std::string> scheduleNames();
 
 }  // namespace pipestudio

@@ -17,7 +17,7 @@
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 
