@@ -57,61 +57,8 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-}  // namespace
-
-std::string_view recomputeMethodName(RecomputeMethod method) {
-  return method == RecomputeMethod::Block ? "block" : "uniform";
-}
-
-std::optional<RecomputeMethod> recomputeMethodFromName(std::string_view name) {
-  if (name == "uniform") return RecomputeMethod::Uniform;
-  if (name == "block") return RecomputeMethod::Block;
-  return std::nullopt;
-}
-
-std::string recomputeModulesName(std::uint32_t bits) {
-  std::string out;
-  for (const auto& [bit, name] : kModules) {
-    if (bits & bit) out += (out.empty() ? "" : ",") + std::string(name);
-  }
-  return out;
-}
-
-std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, std::string* unknown) {
-  std::uint32_t bits = 0;
-  while (!names.empty()) {
-    const auto comma = names.find(',');
-    const std::string_view item = trim(names.substr(0, comma));
-    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
-    if (item.empty()) continue;
-    bool found = false;
-    for (const auto& [bit, name] : kModules) {
-      if (item == name) {
-        bits |= bit;
-        found = true;
-      }
-    }
-    if (!found) {
-      if (unknown) *unknown = std::string(item);
-      return std::nullopt;
-    }
-  }
-  return bits;
-}
-
-namespace {
-
-// Megatron-Core's spelling of each offload module (--offload-modules), in bit order.
-constexpr std::array<std::pair<std::uint32_t, std::string_view>, kOffloadModuleCount> kOffloadModules{{
-    {kOffloadAttnNorm, "attn_norm"},
-    {kOffloadQkvLinear, "qkv_linear"},
-    {kOffloadCoreAttn, "core_attn"},
-    {kOffloadAttnProj, "attn_proj"},
-    {kOffloadMlpNorm, "mlp_norm"},
-    {kOffloadExpertFc1, "expert_fc1"},
-    {kOffloadMoeAct, "moe_act"},
-}};
-
+// A list of named bits: the names of `bits` in table order, comma-separated; and a
+// comma-separated list read back (nullopt, with the first unknown name in `unknown`).
 template <std::size_t N>
 std::string bitsName(const std::array<std::pair<std::uint32_t, std::string_view>, N>& table, std::uint32_t bits) {
   std::string out;
@@ -144,6 +91,37 @@ std::optional<std::uint32_t> bitsFromNames(const std::array<std::pair<std::uint3
   }
   return bits;
 }
+
+}  // namespace
+
+std::string_view recomputeMethodName(RecomputeMethod method) {
+  return method == RecomputeMethod::Block ? "block" : "uniform";
+}
+
+std::optional<RecomputeMethod> recomputeMethodFromName(std::string_view name) {
+  if (name == "uniform") return RecomputeMethod::Uniform;
+  if (name == "block") return RecomputeMethod::Block;
+  return std::nullopt;
+}
+
+std::string recomputeModulesName(std::uint32_t bits) { return bitsName(kModules, bits); }
+
+std::optional<std::uint32_t> recomputeModulesFromNames(std::string_view names, std::string* unknown) {
+  return bitsFromNames(kModules, names, unknown);
+}
+
+namespace {
+
+// Megatron-Core's spelling of each offload module (--offload-modules), in bit order.
+constexpr std::array<std::pair<std::uint32_t, std::string_view>, kOffloadModuleCount> kOffloadModules{{
+    {kOffloadAttnNorm, "attn_norm"},
+    {kOffloadQkvLinear, "qkv_linear"},
+    {kOffloadCoreAttn, "core_attn"},
+    {kOffloadAttnProj, "attn_proj"},
+    {kOffloadMlpNorm, "mlp_norm"},
+    {kOffloadExpertFc1, "expert_fc1"},
+    {kOffloadMoeAct, "moe_act"},
+}};
 
 }  // namespace
 
@@ -198,30 +176,10 @@ std::optional<CudaGraphImpl> cudaGraphImplFromName(std::string_view name) {
 
 std::string_view cudaGraphImplChoices() { return "none|local|transformer_engine|full_iteration"; }
 
-std::string cudaGraphModulesName(std::uint32_t bits) {
-  std::string out;
-  for (const auto& [bit, name] : kGraphModules) {
-    if (bits & bit) out += (out.empty() ? "" : ",") + std::string(name);
-  }
-  return out;
-}
+std::string cudaGraphModulesName(std::uint32_t bits) { return bitsName(kGraphModules, bits); }
 
 std::optional<std::uint32_t> cudaGraphModulesFromNames(std::string_view names, std::string* unknown) {
-  std::uint32_t bits = 0;
-  while (!names.empty()) {
-    const auto comma = names.find(',');
-    const std::string_view item = trim(names.substr(0, comma));
-    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
-    if (item.empty()) continue;
-    const auto* found = std::find_if(kGraphModules.begin(), kGraphModules.end(),
-                                     [&](const auto& module) { return module.second == item; });
-    if (found == kGraphModules.end()) {
-      if (unknown) *unknown = std::string(item);
-      return std::nullopt;
-    }
-    bits |= found->first;
-  }
-  return bits;
+  return bitsFromNames(kGraphModules, names, unknown);
 }
 
 std::string_view cudaGraphModuleChoices() { return "attn, mlp, moe, moe_router, moe_preprocess, mamba"; }
