@@ -94,6 +94,16 @@ void addRecipeFlags(CLI::App* cmd, RecipeOptions& o) {
   cmd->add_option("--moe-combine-chunk-tokens", o.moeCombineChunkTokens,
                   "HybridEP's combine pipeline chunk in tokens (NUM_OF_TOKENS_PER_CHUNK_COMBINE_API; default 64)")
       ->check(intIn(32, 65536));
+  cmd->add_option("--moe-expert-rank-capacity-factor", o.moeRankCapacityFactor,
+                  "HybridEP's token budget per rank over a balanced router's (Megatron's sync-free MoE: no host "
+                  "wait in the dispatch, the experts' buffers at the budget; needs --moe-flex-backend hybridep)")
+      ->check(numberIn(1, 64));
+  cmd->add_flag("--moe-paged-stash", o.moePagedStash,
+                "Keep the routed experts' activations in paged buffers (Megatron --moe-paged-stash; needs "
+                "--moe-expert-rank-capacity-factor)");
+  cmd->add_option("--moe-paged-stash-buffer-size-factor-cuda", o.moePagedStashBufferFactor,
+                  "The paged stash's buffer over a balanced router's activations (default 1.10)")
+      ->check(numberIn(1, 64));
   cmd->add_option("--cuda-graph-impl", o.cudaGraphImpl,
                   "CUDA graphs none (default) | local | transformer_engine | full_iteration (Megatron-Core "
                   "--cuda-graph-impl)")
@@ -160,6 +170,9 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
     return st;
   par.moePermuteFusionIntoDispatcher = par.moePermuteFusionIntoDispatcher || o.moePermuteFusionIntoHybridEp;
   if (o.moeCombineChunkTokens > 0) par.moeCombineChunkTokens = o.moeCombineChunkTokens;
+  if (o.moeRankCapacityFactor > 0) par.moeRankCapacityFactor = o.moeRankCapacityFactor;
+  par.moePagedStash = par.moePagedStash || o.moePagedStash;
+  if (o.moePagedStashBufferFactor > 0) par.moePagedStashBufferFactor = o.moePagedStashBufferFactor;
   if (!o.cudaGraphImpl.empty())
     par.cudaGraphImpl = cudaGraphImplFromName(o.cudaGraphImpl).value_or(CudaGraphImpl::None);
   if (!o.cudaGraphModules.empty()) {
@@ -241,6 +254,13 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["moe_permute_fusion"] = par.moePermuteFusion;
   out["moe_permute_fusion_into_hybridep"] = par.moePermuteFusionIntoDispatcher;
   out["moe_combine_chunk_tokens"] = par.moeCombineChunkTokensOrDefault();
+  if (par.moeRankCapacityFactor) {
+    out["moe_expert_rank_capacity_factor"] = *par.moeRankCapacityFactor;
+  } else {
+    out["moe_expert_rank_capacity_factor"] = nullptr;
+  }
+  out["moe_paged_stash"] = par.moePagedStash;
+  if (par.moePagedStash) out["moe_paged_stash_buffer_size_factor_cuda"] = par.moePagedStashBufferFactorOrDefault();
   out["cuda_graph_impl"] = std::string(cudaGraphImplName(par.cudaGraphImpl));
   out["cuda_graph_modules"] = cudaGraphModulesName(par.cudaGraphModules);
 }

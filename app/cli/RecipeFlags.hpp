@@ -34,9 +34,12 @@ struct RecipeOptions {
   bool yesLowPrecisionParams = false, noLowPrecisionParams = false;
   bool yesMoePermuteFusion = false, noMoePermuteFusion = false;
   bool moePermuteFusionIntoHybridEp = false;
-  int moeCombineChunkTokens = 0;  ///< 0: HybridEP's default
-  std::string cudaGraphImpl;      ///< empty: none
-  std::string cudaGraphModules;   ///< empty: the whole layer (with a per-layer impl)
+  int moeCombineChunkTokens = 0;     ///< 0: HybridEP's default
+  double moeRankCapacityFactor = 0;  ///< 0: unset (HybridEP sizes its buffers on the host)
+  bool moePagedStash = false;
+  double moePagedStashBufferFactor = 0;  ///< 0: Megatron's default, 1.10
+  std::string cudaGraphImpl;             ///< empty: none
+  std::string cudaGraphModules;          ///< empty: the whole layer (with a per-layer impl)
   /// A file of grouped expert GEMM timings (tests/gpu/expert_gemm_curve.py) for the cluster's GPUs.
   std::string expertGemmCurve;
 };

@@ -368,6 +368,13 @@ void applyRecipeMoe(const Json& row, Parallelism& par) {
     par.moePermuteFusionIntoDispatcher = row["moe_permute_fusion_into_hybridep"].get<bool>();
   }
   if (row.contains("moe_combine_chunk_tokens")) par.moeCombineChunkTokens = row["moe_combine_chunk_tokens"].get<int>();
+  if (row.contains("moe_expert_rank_capacity_factor")) {
+    par.moeRankCapacityFactor = row["moe_expert_rank_capacity_factor"].get<double>();
+  }
+  if (row.contains("moe_paged_stash")) par.moePagedStash = row["moe_paged_stash"].get<bool>();
+  if (row.contains("moe_paged_stash_buffer_size_factor_cuda")) {
+    par.moePagedStashBufferFactor = row["moe_paged_stash_buffer_size_factor_cuda"].get<double>();
+  }
   if (row.contains("cuda_graph_impl")) {
     par.cudaGraphImpl = cudaGraphImplFromName(row["cuda_graph_impl"].get<std::string>()).value_or(CudaGraphImpl::None);
   }

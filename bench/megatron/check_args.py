@@ -104,6 +104,8 @@ FACTS = [
     "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy", "ckpt_format",
     "recompute_granularity", "sequence_parallel", "micro_batch_size", "global_batch_size", "seq_length",
     "enable_zero_bubble", "zero_bubble_v_schedule", "enable_zb_runtime", "enable_1f1b_v", "num_seq_splits",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_rank_capacity_factor",
+    "use_transformer_engine_op_fuser", "moe_paged_stash", "moe_paged_stash_buffer_size_factor_cuda",
 ]
 
 

@@ -379,19 +379,52 @@ TEST(MoeCost, FlexDispatcherPermutesOnlyWhatItReceives) {
 // The all-to-all dispatcher copies its token counts to the host before the permutation and waits
 // for them before the all-to-all: the GPU idles for the measured round trip (0.1996 ms) less the
 // permutation's gather (2·1,024 bytes × (1,024 + 2,048) rows at 1 TB/s). With moe_preprocess in a
-// CUDA graph the copy starts at the all-to-all: the whole round trip. The flex dispatcher and
-// EP 1 wait for nothing.
+// CUDA graph the copy starts at the all-to-all: the whole round trip. EP 1 waits for nothing.
 TEST(MoeCost, AllToAllDispatcherWaitsForItsTokenCountsOnTheHost) {
   MoeShape s = smallMoe();
   const double gather = 2.0 * 1024 * (1024 + 2048) / 1e12 * 1000.0;
   EXPECT_NEAR(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996 - gather, 1e-12);
   s.graphedPreprocess = true;
   EXPECT_NEAR(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996, 1e-12);
-  s.flexDispatcher = true;
-  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
-  s.flexDispatcher = false;
   s.ep = 1;
   EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
+}
+
+// The flex dispatcher's libraries learn what they receive on the host inside the dispatch, after
+// their counting kernel, so the whole round trip shows: DeepEP always, HybridEP without a rank
+// budget. With the budget (Megatron's sync-free MoE) HybridEP waits for nothing.
+TEST(MoeCost, FlexDispatcherWaitsOnTheHostUnlessHybridEpHasABudget) {
+  MoeShape s = smallMoe();
+  s.flexDispatcher = true;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996);
+  s.flexBackend = FlexBackend::HybridEp;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996);
+  s.rankCapacityFactor = 1.5;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
+  s.flexBackend = FlexBackend::DeepEp;  // the budget is HybridEP's
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996);
+}
+
+// A rank budget of 1.5 gives the experts' saved inputs (FC1's, the activation's, FC2's) the
+// budget's 3,072 rows instead of the balanced 2,048, and the receive buffer 3,072 rows of 1,024 bf16
+// values; the paged stash at 1.2 keeps 2,457.6 rows' worth instead. The router's terms do not change.
+TEST(MoeCost, RankBudgetAndPagedStashSizeTheExpertsActivations) {
+  MoeShape s = smallMoe();
+  s.flexDispatcher = true;
+  s.flexBackend = FlexBackend::HybridEp;
+  const MoeCosts eager = moeCosts(testGpu(), links(), s);
+  const double perRow = 2 * 1024 + 2 * 1024 + 2 * 512;  // FC1 input, activation input, FC2 input
+  s.rankCapacityFactor = 1.5;
+  const MoeCosts budget = moeCosts(testGpu(), links(), s);
+  EXPECT_DOUBLE_EQ(budget.activationBytes - eager.activationBytes, (3072 - 2048) * perRow);
+  EXPECT_DOUBLE_EQ(budget.fc1InputBytes, 3072 * 2 * 1024.0);
+  EXPECT_DOUBLE_EQ(budget.bufferBytes - eager.bufferBytes, (3072 - 2048) * 2 * 1024.0);
+  s.pagedStashFactor = 1.2;
+  const MoeCosts stash = moeCosts(testGpu(), links(), s);
+  EXPECT_NEAR(stash.activationBytes - eager.activationBytes, (2048 * 1.2 - 2048) * perRow, 1e-6);
+  EXPECT_DOUBLE_EQ(stash.bufferBytes, budget.bufferBytes);
+  // The compute is the routed rows', whatever the buffers.
+  EXPECT_DOUBLE_EQ(stash.forwardMs, eager.forwardMs);
 }
 
 // HybridEP's combine passes chunks of tokens through its stages: the slowest stage plus one

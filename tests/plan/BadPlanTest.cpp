@@ -61,6 +61,8 @@ const auto kCases = std::to_array<Case>({
     {"plan-stage-missing-id.json", "/virtual_stages/1", 65, 5, "missing required field 'id'"},
     {"plan-op-time-wrong-type.json", "/ops/0/start_ms", 80, 19, "is a string (expected a number)"},
     {"plan-moe-comm-sms-zero.json", "/config/moe_comm_sms", 10, 21, "is 0 (expected an integer in [1, 1024])"},
+    {"plan-moe-rank-capacity-below-one.json", "/config/moe_expert_rank_capacity_factor", 10, 40,
+     "is 0.5 (expected a number in [1, 64])"},
     {"plan-moe-flex-backend-unknown.json", "/config/moe_flex_backend", 11, 25,
      "'nccl' is not a flex dispatcher backend (expected deepep or hybridep)"},
     {"plan-cuda-graph-impl-unknown.json", "/config/cuda_graph_impl", 10, 24,

@@ -462,6 +462,53 @@ TEST_F(Cli, MoeRecipeSettingsAreRecordedExportedAndChecked) {
   fs::remove_all(dir);
 }
 
+// Megatron's sync-free MoE (issue 43): HybridEP's rank budget and the paged stash are recorded,
+// exported with the op fuser Megatron needs beside the budget, and refused where Megatron-Core
+// refuses them; a full-iteration graph needs a dispatch that does not wait on the host.
+TEST_F(Cli, SyncFreeMoeSettingsAreRecordedExportedAndChecked) {
+  const std::string base = "plan --model " + kResources + "/models/qwen3-30b-a3b.json --cluster " + kResources +
+                           "/clusters/h100-4x8-ib.json --schedule 1f1b --devices 1 --dp 16 --ep 16 --global-batch 64 "
+                           "--micro-batch-size 1 ";
+  const std::string hybridEp = base + "--moe-token-dispatcher flex --moe-flex-backend hybridep ";
+  const fs::path dir = fs::temp_directory_path() / ("ps-cli-syncfree-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string plan = (dir / "plan.json").string();
+  const CliRun ok = run(hybridEp +
+                        "--moe-expert-rank-capacity-factor 1.5 --moe-paged-stash "
+                        "--moe-paged-stash-buffer-size-factor-cuda 1.2 --cuda-graph-impl full_iteration --json -o " +
+                        plan);
+  const auto doc = jsonOutput(ok);
+  ASSERT_TRUE(doc) << ok.out;
+  const pipestudio::Json& config = (*doc)["config"];
+  EXPECT_EQ(config["moe_expert_rank_capacity_factor"], 1.5);
+  EXPECT_EQ(config["moe_paged_stash"], true);
+  EXPECT_EQ(config["moe_paged_stash_buffer_size_factor_cuda"], 1.2);
+  EXPECT_EQ(run("simulate " + plan).status, 0);
+  const CliRun megatron = run("export " + plan + " --format megatron");
+  ASSERT_EQ(megatron.status, 0) << megatron.out;
+  for (const char* flag : {"--moe-expert-rank-capacity-factor 1.5", "--use-transformer-engine-op-fuser",
+                           "--moe-paged-stash ", "--moe-paged-stash-buffer-size-factor-cuda 1.2"}) {
+    EXPECT_NE(megatron.out.find(flag), std::string::npos) << flag << "\n" << megatron.out;
+  }
+
+  const std::vector<std::pair<std::string, const char*>> refused = {
+      {base + "--moe-expert-rank-capacity-factor 1.5", "is HybridEP's token budget"},
+      {hybridEp + "--moe-paged-stash", "--moe-paged-stash needs --moe-expert-rank-capacity-factor"},
+      {hybridEp + "--moe-expert-rank-capacity-factor 1.5 --moe-paged-stash-buffer-size-factor-cuda 1.2",
+       "needs --moe-paged-stash"},
+      {hybridEp + "--cuda-graph-impl full_iteration", "hybridep dispatcher waits on the host"},
+      {base + "--cuda-graph-impl full_iteration", "dropless all-to-all dispatcher waits on the host"},
+  };
+  for (const auto& [command, message] : refused) {
+    const CliRun r = run(command);
+    EXPECT_EQ(r.status, 1) << command << "\n" << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
+  }
+  const CliRun below = run(hybridEp + "--moe-expert-rank-capacity-factor 0.5");
+  EXPECT_EQ(below.status, 2) << below.out;
+  fs::remove_all(dir);
+}
+
 // Issue 25's recipe flags: recorded in `--json`'s config, exposed communication per device in
 // its metrics; a precision the GPU lacks, contradicting flags and unknown modules exit with the
 // flag named.

@@ -228,6 +228,12 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   gptOss.config.parallel.expert = 2;
   gptOss.config.parallel.expertTensor = 1;
   gptOss.config.parallel.data = 2;
+  // Megatron's sync-free MoE (issue 43): HybridEP with a rank budget and the paged stash.
+  gptOss.config.parallel.moeFlexDispatcher = true;
+  gptOss.config.parallel.moeFlexBackend = FlexBackend::HybridEp;
+  gptOss.config.parallel.moeRankCapacityFactor = 1.5;
+  gptOss.config.parallel.moePagedStash = true;
+  gptOss.config.parallel.moePagedStashBufferFactor = 1.2;
   std::vector<MegatronExport> exports;
   for (const PlanRequest& r : {deepseek, gptOss}) {
     auto m = megatronExport(planned(r));
@@ -250,6 +256,11 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   EXPECT_EQ(o.at("add_bias_linear"), true);
   EXPECT_EQ(o.at("position_embedding_type"), "yarn");
   EXPECT_EQ(o.at("window_size"), (Json::array({127, 0})));
+  EXPECT_EQ(o.at("moe_flex_dispatcher_backend"), "hybridep");
+  EXPECT_EQ(o.at("moe_expert_rank_capacity_factor"), 1.5);
+  EXPECT_EQ(o.at("use_transformer_engine_op_fuser"), true);
+  EXPECT_EQ(o.at("moe_paged_stash"), true);
+  EXPECT_EQ(o.at("moe_paged_stash_buffer_size_factor_cuda"), 1.2);
   // Windowed attention on hybrid layers 0, 4, 8 and 12 (every other block's attention).
   const Json skip = o.at("window_attn_skip_freq");
   ASSERT_TRUE(skip.is_array()) << o.dump();

@@ -586,6 +586,8 @@ costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
   shape.permuteInDispatcher = par.moePermuteFusionIntoDispatcher;
   shape.combineChunkTokens = par.moeCombineChunkTokensOrDefault();
   shape.graphedPreprocess = par.graphsModule(kGraphMoePreprocess);
+  shape.rankCapacityFactor = par.moeRankCapacityFactor.value_or(0.0);
+  shape.pagedStashFactor = par.moePagedStash ? par.moePagedStashBufferFactorOrDefault() : 0.0;
   shape.routerGroups = static_cast<double>(k.t.routerGroups);
   shape.routerGroupTopK = static_cast<double>(k.t.routerGroupTopK);
   return costparts::moeCosts(k.ctx.gpu, k.ctx.links, shape);

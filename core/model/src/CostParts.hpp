@@ -217,6 +217,11 @@ struct MoeShape {
   bool permuteInDispatcher = false;  ///< Parallelism::moePermuteFusionIntoDispatcher (HybridEP)
   double combineChunkTokens = 64;    ///< HybridEP's combine chunk (Parallelism::moeCombineChunkTokensOrDefault)
   bool graphedPreprocess = false;    ///< CUDA graphs capture MoELayer.preprocess (moe_preprocess or more)
+  /// HybridEP's budget per rank over a balanced router's copies (Parallelism::moeRankCapacityFactor;
+  /// 0: unset, the dispatch waits on the host for its counts).
+  double rankCapacityFactor = 0;
+  /// The paged stash's buffer over a balanced router's copies (0: no paged stash).
+  double pagedStashFactor = 0;
 };
 
 /// The routed part of a MoE layer on one GPU (router, permutation, grouped expert GEMMs, token
@@ -228,7 +233,7 @@ struct MoeCosts {
   double expertActMs = 0;                                           ///< part of forwardMs: the activation function
   double dispatchMs = 0;  ///< one all-to-all (dispatch or combine) with its ETP collective
   double permuteMs = 0;   ///< part of each pass: the token permutation and its inverse
-  /// Forward only: the GPU idle while the host waits for the all-to-all dispatcher's token counts.
+  /// Forward only: the GPU idle while the host waits for the dispatcher's token counts.
   double hostSyncMs = 0;
   double activationBytes = 0;        ///< held from F to B
   double weightGradBytes = 0;        ///< of those, the expert GEMMs' inputs W reads

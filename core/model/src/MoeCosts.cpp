@@ -79,6 +79,11 @@ double permutationMs(const GpuSpec& gpu, const MoeShape& s, double x, double row
   return memoryMs(gpu, row * (received + rows)) + scatter(rows, received);
 }
 
+// Whether the flex dispatcher's library waits on the host for the received counts (below).
+bool flexDispatchWaitsOnHost(const MoeShape& s) {
+  return s.flexBackend == FlexBackend::DeepEp || s.rankCapacityFactor <= 0;
+}
+
 }  // namespace
 
 double atomicAddsPerS(const GpuSpec& gpu) {
@@ -275,6 +280,12 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
                             kBf16 * h, s.flexBackend, s.commSms, chunk);
     };
     a2a = 0.5 * (flex(kHybridEpDefaultChunkTokens) + flex(s.combineChunkTokens));
+    // The flex dispatcher's libraries size what they receive on the host inside the dispatch, after
+    // the kernel that counts it, so nothing covers the round trip: DeepEP's normal dispatch returns
+    // the received counts as a host list (Megatron-LM d98e8a64 fused_a2a.py, FusedDispatch), HybridEP
+    // without a rank budget waits for its counts in pinned memory (`non_blocking` only with
+    // num_permuted_tokens; token_dispatcher.py _HybridEPManager.setup_metadata).
+    if (ep > 1 && flexDispatchWaitsOnHost(s)) c.hostSyncMs = kMeasuredD2hRoundTripMs;
   } else {
     a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
                             sendBytes);
@@ -283,7 +294,7 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
     // cuda_dtoh_point "before_permutation_1", cuda_sync_point "before_ep_alltoall"), so the GPU idles
     // for whatever of the round trip the permutation does not cover. With moe_preprocess in a CUDA
     // graph the copy moves to the all-to-all itself (cuda_dtoh_point "before_ep_alltoall") and the
-    // whole round trip shows. HybridEP needs no host synchronisation (docs/README_Hybrid-EP.md).
+    // whole round trip shows.
     if (ep > 1) {
       const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * h * (x + copies));
       c.hostSyncMs = std::max(0.0, kMeasuredD2hRoundTripMs - covered);
@@ -302,16 +313,24 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   // weights, FC1's input (in the format wgrad reads), the activation's input (bf16) and FC2's
   // input. The router's probabilities are applied inside the experts' activation (Megatron-Core
   // TEGroupedMLP with permuted probs: weighted SwiGLU), so the unpermute keeps nothing ---
+  // A rank budget fixes the experts' shapes at the budget's rows; the paged stash keeps what the
+  // backward needs in pages sized at its factor of a balanced router's rows (Megatron-LM d98e8a64
+  // docs/user-guide/features/paged_stash.md: both factors are multiples of the balanced case).
+  const double balancedRows = etp * x * s.topK;
+  const double budgetRows = s.rankCapacityFactor > 0 ? std::max(rows, balancedRows * s.rankCapacityFactor) : rows;
+  const double savedRows = s.pagedStashFactor > 0 ? std::max(rows, balancedRows * s.pagedStashFactor) : budgetRows;
   const double lp = isLowPrecision(p) ? operandBytes(p) : kBf16;
-  const double fc1Input = rows * lp * h;
-  c.actOutputBytes = rows * lp * ffn;
+  const double fc1Input = savedRows * lp * h;
+  c.actOutputBytes = savedRows * lp * ffn;
   c.fc1InputBytes = fc1Input;
-  c.actInputBytes = rows * kBf16 * act;
+  c.actInputBytes = savedRows * kBf16 * act;
   c.weightGradBytes = fc1Input + c.actOutputBytes;
   c.activationBytes =
-      2.0 * kFp32 * x * s.experts + copies * (8.0 + kFp32) + fc1Input + rows * kBf16 * act + c.actOutputBytes;
-  // The all-to-all's send and receive copies and, with ETP, the gathered rows.
-  c.bufferBytes = 2.0 * sendBytes + (etp > 1 ? kBf16 * h * rows : 0.0);
+      2.0 * kFp32 * x * s.experts + copies * (8.0 + kFp32) + fc1Input + c.actInputBytes + c.actOutputBytes;
+  // The all-to-all's send and receive copies (the receive side at the budget) and, with ETP, the
+  // gathered rows.
+  const double receiveBytes = s.rankCapacityFactor > 0 ? std::max(sendBytes, kBf16 * h * budgetRows / etp) : sendBytes;
+  c.bufferBytes = sendBytes + receiveBytes + (etp > 1 ? kBf16 * h * rows : 0.0);
 
   // --- parameters: the router (replicated) and this GPU's shards of its experts ---
   c.expertParams = local * (act + ffn) * h;

@@ -146,6 +146,58 @@ Status checkRecompute(const ModelSpec& model, const PlanConfig& config) {
   return {};
 }
 
+// Megatron-Core's sync-free MoE (TransformerConfig.__post_init__ at d98e8a64 and
+// docs/user-guide/features/paged_stash.md): the rank budget is HybridEP's, the paged stash needs
+// it and keeps the expert modules on the GPU, and a full-iteration CUDA graph cannot hold a
+// dispatch that waits on the host for its counts (the all-to-all dispatcher's dropless split
+// sizes, DeepEP's received counts, HybridEP without a budget).
+Status checkSyncFreeMoe(const Parallelism& par, bool anyExperts, const ModelSpec& model) {
+  const bool hybridEp = par.moeFlexDispatcher && par.moeFlexBackend == FlexBackend::HybridEp;
+  if (par.moeRankCapacityFactor && !anyExperts) {
+    return Error{
+        "--moe-expert-rank-capacity-factor needs a mixture-of-experts model (experts in a transformer "
+        "shape); '" +
+        excerpt(model.name) + "' has none"};
+  }
+  if (par.moeRankCapacityFactor && !hybridEp) {
+    return Error{
+        "--moe-expert-rank-capacity-factor is HybridEP's token budget (expected --moe-token-dispatcher flex "
+        "--moe-flex-backend hybridep)"};
+  }
+  if (par.moePagedStash && !par.moeRankCapacityFactor) {
+    return Error{
+        "--moe-paged-stash needs --moe-expert-rank-capacity-factor (Megatron-Core: there is no need to use paged "
+        "stashing without it)"};
+  }
+  if (par.moePagedStashBufferFactor > 0 && !par.moePagedStash) {
+    return Error{"--moe-paged-stash-buffer-size-factor-cuda needs --moe-paged-stash"};
+  }
+  if (par.moePagedStash && par.cpuOffloadingNumLayers > 0) {
+    return Error{"--moe-paged-stash cannot be enabled with --cpu-offloading-num-layers (Megatron-Core refuses both)"};
+  }
+  if (par.moePagedStash && (par.offloadModules & (kOffloadExpertFc1 | kOffloadMoeAct)) != 0) {
+    return Error{
+        "--moe-paged-stash keeps the routed experts' activations itself: --offload-modules must not name "
+        "expert_fc1 or moe_act"};
+  }
+  bool layersDrop = false;  // a MoE layer's own capacity factor (token dropping, padded to capacity)
+  for (const Component& comp : model.components) {
+    for (const Layer& layer : comp.layers)
+      layersDrop = layersDrop || (layer.transformer && layer.transformer->capacityFactor);
+  }
+  const bool dropAndPad = par.moeCapacityFactor ? *par.moeCapacityFactor > 0 : layersDrop;
+  const bool waitsOnHost = par.moeFlexDispatcher ? (!hybridEp || !par.moeRankCapacityFactor) : !dropAndPad;
+  if (anyExperts && par.expert > 1 && par.cudaGraphImpl == CudaGraphImpl::FullIteration && waitsOnHost) {
+    return Error{"--cuda-graph-impl full_iteration captures the whole step, but the " +
+                 std::string(par.moeFlexDispatcher ? std::string(flexBackendName(par.moeFlexBackend)) + " dispatcher"
+                                                   : "dropless all-to-all dispatcher") +
+                 " waits on the host for its token counts in every MoE layer (expected HybridEP with "
+                 "--moe-expert-rank-capacity-factor, Megatron's sync-free MoE, or token dropping with "
+                 "--moe-capacity-factor)"};
+  }
+  return {};
+}
+
 // The expert layers' layout (Megatron-Core MoE parallel folding): ETP × EP laid over the T·C·D
 // GPUs of a pipeline rank, so E may exceed D but ETP·E must divide T·C·D; expert and
 // capacity, dispatcher and overlap settings need a model with experts (Megatron's
@@ -175,6 +227,7 @@ Status checkExpertLayout(const ModelSpec& model, const Parallelism& par) {
         "--moe-permute-fusion-into-hybridep needs the flex dispatcher with HybridEP (--moe-token-dispatcher flex "
         "--moe-flex-backend hybridep)"};
   }
+  PS_RETURN_IF_ERROR(checkSyncFreeMoe(par, anyExperts, model));
   if (!anyShared && par.moeSharedExpertOverlap) {
     return Error{"--moe-shared-expert-overlap needs shared experts (shared_experts in a MoE layer's shape); '" +
                  excerpt(model.name) + "' has none"};

@@ -135,6 +135,12 @@ void readMoeAndContext(JsonReader& r, const JsonNode& cfg, Parallelism& par) {
       r.boolean(cfg, "moe_permute_fusion_into_hybridep", Presence::Optional).value_or(false);
   par.moeCombineChunkTokens =
       static_cast<int>(r.integer(cfg, "moe_combine_chunk_tokens", Presence::Optional, 32, 65536).value_or(0));
+  // HybridEP's rank budget and the paged stash (Megatron's sync-free MoE): multiples of a balanced
+  // router's copies, at least 1 (below it HybridEP drops a balanced router's tokens).
+  par.moeRankCapacityFactor = r.number(cfg, "moe_expert_rank_capacity_factor", Presence::Optional, 1.0, 64.0);
+  par.moePagedStash = r.boolean(cfg, "moe_paged_stash", Presence::Optional).value_or(false);
+  par.moePagedStashBufferFactor =
+      r.number(cfg, "moe_paged_stash_buffer_size_factor_cuda", Presence::Optional, 1.0, 64.0).value_or(0.0);
   if (auto impl = r.string(cfg, "cuda_graph_impl", Presence::Optional)) {
     if (auto i = cudaGraphImplFromName(*impl)) {
       par.cudaGraphImpl = *i;
@@ -275,6 +281,9 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
                              "moe_permute_fusion",
                              "moe_permute_fusion_into_hybridep",
                              "moe_combine_chunk_tokens",
+                             "moe_expert_rank_capacity_factor",
+                             "moe_paged_stash",
+                             "moe_paged_stash_buffer_size_factor_cuda",
                              "cuda_graph_impl",
                              "cuda_graph_modules",
                              "framework",
@@ -318,6 +327,9 @@ void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   if (!par.moePermuteFusion) cfg["moe_permute_fusion"] = false;
   if (par.moePermuteFusionIntoDispatcher) cfg["moe_permute_fusion_into_hybridep"] = true;
   if (par.moeCombineChunkTokens > 0) cfg["moe_combine_chunk_tokens"] = par.moeCombineChunkTokens;
+  if (par.moeRankCapacityFactor) cfg["moe_expert_rank_capacity_factor"] = *par.moeRankCapacityFactor;
+  if (par.moePagedStash) cfg["moe_paged_stash"] = true;
+  if (par.moePagedStashBufferFactor > 0) cfg["moe_paged_stash_buffer_size_factor_cuda"] = par.moePagedStashBufferFactor;
   if (par.cudaGraphImpl != CudaGraphImpl::None) {
     cfg["cuda_graph_impl"] = std::string(cudaGraphImplName(par.cudaGraphImpl));
     if (par.cudaGraphModules != 0) cfg["cuda_graph_modules"] = cudaGraphModulesName(par.cudaGraphModules);

@@ -69,6 +69,9 @@ void applyRecipe(const PlanConfig& recipe, Recompute rc, PlanConfig& cfg) {
   to.moePermuteFusion = from.moePermuteFusion;
   to.moePermuteFusionIntoDispatcher = from.moePermuteFusionIntoDispatcher;
   to.moeCombineChunkTokens = from.moeCombineChunkTokens;
+  to.moeRankCapacityFactor = from.moeRankCapacityFactor;
+  to.moePagedStash = from.moePagedStash;
+  to.moePagedStashBufferFactor = from.moePagedStashBufferFactor;
   to.cudaGraphImpl = from.cudaGraphImpl;
   to.cudaGraphModules = from.cudaGraphModules;
   to.attentionBackend = from.attentionBackend;

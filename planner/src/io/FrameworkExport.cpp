@@ -29,6 +29,13 @@
 namespace pipestudio {
 namespace {
 
+// A factor as a flag's value: the shortest form printf's %g gives (1.5, 1.1, 7).
+std::string shortNumber(double value) {
+  std::array<char, 32> text{};
+  std::snprintf(text.data(), text.size(), "%g", value);
+  return text.data();
+}
+
 // What Megatron and torchtitan call the layers of a decoder-only language model; a transformer
 // layer of multi-token-prediction modules (DeepSeek-V3 §2.2) is Megatron's MTP block, built
 // after the decoder stack on the last stage (--mtp-num-layers).
@@ -535,6 +542,18 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f, bool hybrid) {
     // The SMs the plan gave the dispatcher, where it names them (NCCL's all-to-all has no flag).
     if (par.moeCommSms > 0) f.add("--moe-flex-dispatcher-num-sms", std::to_string(par.moeCommSms));
     if (par.moePermuteFusionIntoDispatcher) f.add("--moe-permute-fusion-into-hybridep");
+    if (par.moeRankCapacityFactor) {
+      // Megatron's sync-free MoE: the budget needs Transformer Engine's op fuser with HybridEP
+      // (TransformerConfig.__post_init__ at d98e8a64).
+      f.add("--moe-expert-rank-capacity-factor", shortNumber(*par.moeRankCapacityFactor));
+      f.add("--use-transformer-engine-op-fuser");
+    }
+    if (par.moePagedStash) {
+      f.add("--moe-paged-stash");
+      if (par.moePagedStashBufferFactor > 0) {
+        f.add("--moe-paged-stash-buffer-size-factor-cuda", shortNumber(par.moePagedStashBufferFactor));
+      }
+    }
     if (par.moeCombineChunkTokens > 0 && par.moeFlexBackend == FlexBackend::HybridEp) {
       f.notes.emplace_back(
           "HybridEP's combine chunk is an environment variable, not an argument: set "
@@ -550,9 +569,7 @@ void addMegatronMoeFlags(const Plan& plan, MegatronFlags& f, bool hybrid) {
   const std::optional<double> capacity =
       par.moeCapacityFactor ? (*par.moeCapacityFactor > 0 ? par.moeCapacityFactor : std::nullopt) : t.capacityFactor;
   if (capacity) {
-    std::array<char, 32> text{};
-    std::snprintf(text.data(), text.size(), "%g", *capacity);
-    f.add("--moe-expert-capacity-factor", std::string(text.data()));
+    f.add("--moe-expert-capacity-factor", shortNumber(*capacity));
     f.add("--moe-pad-expert-input-to-capacity");
   }
   if (t.routerGroups > 0) {

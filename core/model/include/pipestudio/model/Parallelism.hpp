@@ -207,6 +207,19 @@ struct Parallelism {
   /// HybridEP's combine pipeline: tokens per chunk through its NVLink and network stages
   /// (NUM_OF_TOKENS_PER_CHUNK_COMBINE_API); 0: the library's default, 64.
   int moeCombineChunkTokens = 0;
+  /// HybridEP's token budget per expert-parallel rank, as a multiple of a balanced router's
+  /// routed copies (Megatron --moe-expert-rank-capacity-factor; TransformerConfig at d98e8a64).
+  /// Set, the dispatch is sync-free: its buffers are sized before the step (budget = tokens ·
+  /// top_k · factor rows, rounded up) and the routed experts' activations take that shape.
+  /// Unset, HybridEP sizes them from the received counts and the host waits for those in every
+  /// dispatch (_HybridEPManager.setup_metadata, fused_a2a.py `non_blocking`).
+  std::optional<double> moeRankCapacityFactor;
+  /// Megatron's paged stash (--moe-paged-stash, needs the rank capacity factor): the routed
+  /// experts' activations for the backward are packed into pages sized at
+  /// moePagedStashBufferFactorOrDefault() of a balanced router's, not at the budget.
+  bool moePagedStash = false;
+  /// --moe-paged-stash-buffer-size-factor-cuda; 0: Megatron's default (1.10).
+  double moePagedStashBufferFactor = 0;
   /// CUDA graphs (Megatron --cuda-graph-impl, --cuda-graph-modules): what they change in the cost
   /// model is where the all-to-all dispatcher's device-to-host copy sits and the graph pools'
   /// memory (docs/fidelity.md: the published A/Bs found no launch time to remove on H100).
@@ -259,6 +272,11 @@ struct Parallelism {
   /// HybridEP's combine chunk as it applies (moeCombineChunkTokens, or the library's 64:
   /// docs/README_Hybrid-EP.md, "Chunk Size Tuning").
   int moeCombineChunkTokensOrDefault() const { return moeCombineChunkTokens > 0 ? moeCombineChunkTokens : 64; }
+  /// The paged stash's CUDA buffer over a balanced router's activations (Megatron's default 1.10,
+  /// TransformerConfig.moe_paged_stash_buffer_size_factor_cuda).
+  double moePagedStashBufferFactorOrDefault() const {
+    return moePagedStashBufferFactor > 0 ? moePagedStashBufferFactor : 1.10;
+  }
   /// Whether CUDA graphs capture `module` (a CudaGraphModule bit) of every layer: all of it under
   /// full-iteration graphs, the named modules (or, none named, the whole layer) under per-layer ones.
   bool graphsModule(std::uint32_t module) const {
