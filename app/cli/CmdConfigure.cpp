@@ -34,6 +34,7 @@ struct ConfigureCliOptions {
   bool vocabParallel = false;
   std::string recompute;  // fixes the recomputation mode (with the recipe's details)
   std::string framework = "any";
+  bool splitBlocks = false;  // also partition over the blocks' attention and MLP halves
   RecipeOptions recipe;
 };
 
@@ -279,6 +280,16 @@ int runConfigure(const ConfigureCliOptions& o) {
     options.schedules = space->schedules;
     options.zeroStages = space->zeroStages;
   }
+  if (o.splitBlocks) {
+    if (o.framework == "torchtitan") {
+      std::cerr << "configure: --split-blocks: torchtitan places whole blocks (layers.k); its plans cannot end a "
+                   "stage between attention and MLP\n";
+      return kExitUsage;
+    }
+    // balanced-split plans whole blocks too and keeps the halves only where they are faster or fit.
+    std::replace(options.partitions.begin(), options.partitions.end(), std::string("balanced"),
+                 std::string("balanced-split"));
+  }
   if (!o.recompute.empty()) {
     const auto rc = recomputeFromName(o.recompute);
     if (!rc) {
@@ -428,6 +439,9 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--framework", o.framework,
                   "any (default) | megatron (1F1B, interleaved; ZeRO 0/1) | torchtitan (torch.distributed.pipelining "
                   "schedules; DDP, FSDP): only what that framework runs");
+  cmd->add_flag("--split-blocks", o.splitBlocks,
+                "Partition with balanced-split: also stages that end between a block's attention and its MLP, "
+                "where faster or where whole blocks do not fit (Megatron-LM's HybridModel runs them)");
   addRecipeFlags(cmd, o.recipe);
   cmd->callback([&exitCode] { exitCode = runConfigure(o); });
 }
