@@ -258,6 +258,30 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   expectSegmentsAsMegatronBuildsThem(exports[1], o);
 }
 
+// A partition over the blocks' halves (--partition balanced-split) ends a stage between a block's
+// attention and its MLP: Megatron builds the odd segments as planned.
+TEST(MegatronReference, SegmentsThatEndBetweenAttentionAndMlp) {
+  ModelSpec model = shapedModel(std::vector<TransformerShape>(3, llamaShape(1024, 16, 4)));
+  for (Layer& l : model.components.front().layers) {
+    if (l.kind != "transformer") continue;  // the halves are costed from the shape
+    l.forwardMs = l.backwardInputMs = l.backwardWeightMs = std::nullopt;
+    l.activationBytes = l.weightGradBytes = l.parameterBytes = l.outputBytes = std::nullopt;
+  }
+  PlanRequest r = test::request(model, test::freeCluster(8, 100, 1), "1f1b", 2, 4, 1);
+  r.config.partition = "balanced-split";
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto m = megatronExport(*plan);
+  ASSERT_TRUE(m.hasValue()) << m.message();
+  const auto v = megatronVerdicts({m->text}, false);
+  if (!v) GTEST_SKIP() << "no Megatron-LM copy at reference/megatron-lm";
+  const Json& verdict = v->front();
+  ASSERT_TRUE(verdict.at("ok").get<bool>()) << verdict.dump() << "\n" << m->text;
+  EXPECT_EQ(verdict.at("num_layers"), 6);
+  expectSegmentsAsMegatronBuildsThem(*m, verdict);
+  EXPECT_EQ(verdict.at("segments")[0].at("layers").get<std::string>().size() % 2, 1U) << m->hybridPattern;
+}
+
 // ZeRO-2 and ZeRO-3 with data parallelism run on Megatron-FSDP: Megatron's checks accept the
 // flags (the fsdp_dtensor checkpoint format, the environment it needs) and keep the sharding.
 TEST(MegatronReference, ZeroThreePlansRunOnMegatronFsdp) {
