@@ -126,7 +126,8 @@ void expectSegmentsAsMegatronBuildsThem(const MegatronExport& m, const Json& ver
   const int p = verdict.at("pipeline_model_parallel_size").get<int>();
   // Megatron lists (virtual rank, pipeline rank) in virtual-rank-major order: index v · P + p.
   for (const Json& s : verdict.at("segments")) {
-    const auto index = static_cast<std::size_t>(s.at("virtual_rank").get<int>() * p + s.at("pipeline_rank").get<int>());
+    const auto index = static_cast<std::size_t>(s.at("virtual_rank").get<int>()) * static_cast<std::size_t>(p) +
+                       static_cast<std::size_t>(s.at("pipeline_rank").get<int>());
     ASSERT_LT(index, ours.size());
     EXPECT_EQ(s.at("layers").get<std::string>(), ours[index]) << "segment " << index << " of " << m.hybridPattern;
     EXPECT_EQ(s.at("offset").get<int>(), offset) << "segment " << index;
@@ -161,6 +162,7 @@ TEST(MegatronReference, HybridPatternsBuildThePlansSegments) {
     exports.push_back(*gpt);
   }
   std::vector<std::string> texts;
+  texts.reserve(exports.size());
   for (const MegatronExport& m : exports) texts.push_back(m.text);
   const auto verdicts = megatronVerdicts(texts, false);
   if (!verdicts) GTEST_SKIP() << "no Megatron-LM copy at reference/megatron-lm (bench/megatron/megatron_reference.py)";
