@@ -126,6 +126,7 @@ Json candidateJson(const ConfigCandidate& c) {
            {"bubble_ratio", c.bubbleRatio},
            {"peak_memory_bytes", c.peakMemoryBytes},
            {"devices", std::move(devices)}};
+  if (c.blockHalves) out["block_halves"] = true;  // a stage ends between a block's attention and its MLP
   recipeToJson(cfg, out);
   return out;
 }
@@ -390,6 +391,15 @@ int runConfigure(const ConfigureCliOptions& o) {
               << format(" %10.1f %9.2f %12.0f %6.1f%% %4.1f%% %10s\n", c.iterationMs, c.allReduceMs,
                         c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
                         formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
+  }
+  std::string halves;
+  for (const RankedRow& row : table.rows) {
+    if (row.candidate->blockHalves) halves += (halves.empty() ? "" : ", ") + std::to_string(row.rank);
+  }
+  if (!halves.empty()) {
+    std::cout << "rank " << halves
+              << ": a stage ends between a block's attention and its MLP (balanced-split over the blocks' halves; of "
+                 "the exports only Megatron-LM's HybridModel form takes it)\n";
   }
   if (table.folded > 0) {
     std::cout << "(" << table.folded << " ranked row" << (table.folded == 1 ? " is" : "s are")

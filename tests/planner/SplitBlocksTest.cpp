@@ -13,6 +13,7 @@
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -277,6 +278,41 @@ TEST(SplitBlocks, WholeBlocksStayWhereHalvesAreNotFaster) {
   Plan renamed = *whole;
   renamed.config.partition = "balanced-split";
   EXPECT_EQ(planToJson(*split).dump(), planToJson(renamed).dump());
+}
+
+// The configurator with balanced-split (configure --split-blocks) ranks the cut plan on two GPUs,
+// marks it, and the ranked configuration plans again to the same plan; without it the same
+// pipeline runs whole blocks, slower.
+TEST(SplitBlocks, TheConfiguratorRanksTheCutAndItReplaysExactly) {
+  ClusterSpec two = h100();
+  two.nodes = {NodeSpec{"n0", 2, std::nullopt, std::nullopt}};
+  ConfigureOptions options;
+  options.globalBatch = 8;
+  options.microBatchSizes = {1};
+  options.schedules = {"1f1b"};
+  options.recomputes = {Recompute::None};
+  options.zeroStages = {0};
+  const auto pipelined = [](const ConfigCandidate& c) { return c.config.devices == 2; };
+  auto whole = configure(blocksOf(3), two, options);
+  options.partitions = {"balanced-split"};
+  auto split = configure(blocksOf(3), two, options);
+  ASSERT_THAT(whole, test::HasValue());
+  ASSERT_THAT(split, test::HasValue());
+  const auto w = std::find_if(whole->feasible.begin(), whole->feasible.end(), pipelined);
+  const auto h = std::find_if(split->feasible.begin(), split->feasible.end(), pipelined);
+  ASSERT_NE(w, whole->feasible.end());
+  ASSERT_NE(h, split->feasible.end());
+  EXPECT_FALSE(w->blockHalves);
+  EXPECT_TRUE(h->blockHalves);
+  EXPECT_LT(h->iterationMs, w->iterationMs);
+  PlanRequest replay;
+  replay.model = blocksOf(3);
+  replay.cluster = two;
+  replay.config = h->config;
+  auto again = makePlan(replay);
+  ASSERT_THAT(again, test::HasValue());
+  EXPECT_EQ(again->metrics.iterationMs, h->iterationMs);
+  EXPECT_EQ(again->model.components.front().layers.size(), 6U);
 }
 
 // HybridModel's pattern gives each half its symbol, so the split exports; GPTModel and torchtitan,
