@@ -34,6 +34,7 @@ struct ConfigureCliOptions {
   bool vocabParallel = false;
   std::string recompute;  // fixes the recomputation mode (with the recipe's details)
   std::string framework = "any";
+  bool splitBlocks = false;  // also partition over the blocks' attention and MLP halves
   RecipeOptions recipe;
 };
 
@@ -125,6 +126,7 @@ Json candidateJson(const ConfigCandidate& c) {
            {"bubble_ratio", c.bubbleRatio},
            {"peak_memory_bytes", c.peakMemoryBytes},
            {"devices", std::move(devices)}};
+  if (c.blockHalves) out["block_halves"] = true;  // a stage ends between a block's attention and its MLP
   recipeToJson(cfg, out);
   return out;
 }
@@ -279,6 +281,16 @@ int runConfigure(const ConfigureCliOptions& o) {
     options.schedules = space->schedules;
     options.zeroStages = space->zeroStages;
   }
+  if (o.splitBlocks) {
+    if (o.framework == "torchtitan") {
+      std::cerr << "configure: --split-blocks: torchtitan places whole blocks (layers.k); its plans cannot end a "
+                   "stage between attention and MLP\n";
+      return kExitUsage;
+    }
+    // balanced-split plans whole blocks too and keeps the halves only where they are faster or fit.
+    std::replace(options.partitions.begin(), options.partitions.end(), std::string("balanced"),
+                 std::string("balanced-split"));
+  }
   if (!o.recompute.empty()) {
     const auto rc = recomputeFromName(o.recompute);
     if (!rc) {
@@ -380,6 +392,15 @@ int runConfigure(const ConfigureCliOptions& o) {
                         c.metrics.tokensPerS, 100.0 * c.bubbleRatio, 100.0 * c.metrics.mfu,
                         formatBytes(static_cast<double>(c.peakMemoryBytes)).c_str());
   }
+  std::string halves;
+  for (const RankedRow& row : table.rows) {
+    if (row.candidate->blockHalves) halves += (halves.empty() ? "" : ", ") + std::to_string(row.rank);
+  }
+  if (!halves.empty()) {
+    std::cout << "rank " << halves
+              << ": a stage ends between a block's attention and its MLP (balanced-split over the blocks' halves; of "
+                 "the exports only Megatron-LM's HybridModel form takes it)\n";
+  }
   if (table.folded > 0) {
     std::cout << "(" << table.folded << " ranked row" << (table.folded == 1 ? " is" : "s are")
               << " the same plan as a row above, with every setting equal, and not shown again)\n";
@@ -428,6 +449,9 @@ void addConfigureCommand(CLI::App& root, int& exitCode) {
   cmd->add_option("--framework", o.framework,
                   "any (default) | megatron (1F1B, interleaved; ZeRO 0/1) | torchtitan (torch.distributed.pipelining "
                   "schedules; DDP, FSDP): only what that framework runs");
+  cmd->add_flag("--split-blocks", o.splitBlocks,
+                "Partition with balanced-split: also stages that end between a block's attention and its MLP, "
+                "where faster or where whole blocks do not fit (Megatron-LM's HybridModel runs them)");
   addRecipeFlags(cmd, o.recipe);
   cmd->callback([&exitCode] { exitCode = runConfigure(o); });
 }

@@ -253,7 +253,10 @@ int runPlan(const PlanOptions& o) {
                    "--schedule custom or zb-auto, or frozen components)\n";
       return kExitUsage;
     }
-    auto split = megatronLayoutSplit(request.model, o.megatronLayout);
+    // A hybrid pattern that ends a segment between a block's attention and its MLP is planned over
+    // the blocks' halves (makePlan does the same).
+    const bool halves = layoutCutsBlocks(request.model, o.megatronLayout);
+    auto split = megatronLayoutSplit(halves ? splitTransformerBlocks(request.model) : request.model, o.megatronLayout);
     if (!split) {
       std::cerr << "plan: --megatron-layout: " << split.message() << '\n';
       return kExitFailure;

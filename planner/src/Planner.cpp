@@ -19,6 +19,7 @@
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/plan/SequenceSplits.hpp"
 #include "pipestudio/planner/Fill.hpp"
+#include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
@@ -281,6 +282,17 @@ Expected<Plan> repairBalancedMemory(const PlanRequest& request, const SolveContr
 }  // namespace
 
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
+  // `balanced-split` / `dp-split`: that partitioner over whole blocks and over the blocks'
+  // attention and MLP halves (issue 46); a given hybrid pattern that ends a segment inside a block
+  // is planned over the halves.
+  if (const auto base = splitPartitionBase(original.config.partition)) {
+    return partition::planOverBlockHalves(original, *base, control);
+  }
+  if (original.config.partition == "layout" && layoutCutsBlocks(original.model, original.config.layout)) {
+    PlanRequest halves = original;
+    halves.model = splitTransformerBlocks(original.model);
+    return makePlan(halves, control);
+  }
   PS_ASSIGN_OR_RETURN(auto resolved, resolveRequest(original));
   // DiffusionPipe searches the schedule jointly with the partition; its candidates come back
   // through makeCandidatePlan.

@@ -126,7 +126,8 @@ void expectSegmentsAsMegatronBuildsThem(const MegatronExport& m, const Json& ver
   const int p = verdict.at("pipeline_model_parallel_size").get<int>();
   // Megatron lists (virtual rank, pipeline rank) in virtual-rank-major order: index v · P + p.
   for (const Json& s : verdict.at("segments")) {
-    const auto index = static_cast<std::size_t>(s.at("virtual_rank").get<int>() * p + s.at("pipeline_rank").get<int>());
+    const auto index = static_cast<std::size_t>(s.at("virtual_rank").get<int>()) * static_cast<std::size_t>(p) +
+                       static_cast<std::size_t>(s.at("pipeline_rank").get<int>());
     ASSERT_LT(index, ours.size());
     EXPECT_EQ(s.at("layers").get<std::string>(), ours[index]) << "segment " << index << " of " << m.hybridPattern;
     EXPECT_EQ(s.at("offset").get<int>(), offset) << "segment " << index;
@@ -161,6 +162,7 @@ TEST(MegatronReference, HybridPatternsBuildThePlansSegments) {
     exports.push_back(*gpt);
   }
   std::vector<std::string> texts;
+  texts.reserve(exports.size());
   for (const MegatronExport& m : exports) texts.push_back(m.text);
   const auto verdicts = megatronVerdicts(texts, false);
   if (!verdicts) GTEST_SKIP() << "no Megatron-LM copy at reference/megatron-lm (bench/megatron/megatron_reference.py)";
@@ -267,6 +269,30 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   ASSERT_EQ(skip.size(), 16U);
   for (std::size_t i = 0; i < skip.size(); ++i) EXPECT_EQ(skip[i].get<int>(), i % 4 == 0 ? 1 : 0) << "layer " << i;
   expectSegmentsAsMegatronBuildsThem(exports[1], o);
+}
+
+// A partition over the blocks' halves (--partition balanced-split) ends a stage between a block's
+// attention and its MLP: Megatron builds the odd segments as planned.
+TEST(MegatronReference, SegmentsThatEndBetweenAttentionAndMlp) {
+  ModelSpec model = shapedModel(std::vector<TransformerShape>(3, llamaShape(1024, 16, 4)));
+  for (Layer& l : model.components.front().layers) {
+    if (l.kind != "transformer") continue;  // the halves are costed from the shape
+    l.forwardMs = l.backwardInputMs = l.backwardWeightMs = std::nullopt;
+    l.activationBytes = l.weightGradBytes = l.parameterBytes = l.outputBytes = std::nullopt;
+  }
+  PlanRequest r = test::request(model, test::freeCluster(8, 100, 1), "1f1b", 2, 4, 1);
+  r.config.partition = "balanced-split";
+  auto plan = makePlan(r);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto m = megatronExport(*plan);
+  ASSERT_TRUE(m.hasValue()) << m.message();
+  const auto v = megatronVerdicts({m->text}, false);
+  if (!v) GTEST_SKIP() << "no Megatron-LM copy at reference/megatron-lm";
+  const Json& verdict = v->front();
+  ASSERT_TRUE(verdict.at("ok").get<bool>()) << verdict.dump() << "\n" << m->text;
+  EXPECT_EQ(verdict.at("num_layers"), 6);
+  expectSegmentsAsMegatronBuildsThem(*m, verdict);
+  EXPECT_EQ(verdict.at("segments")[0].at("layers").get<std::string>().size() % 2, 1U) << m->hybridPattern;
 }
 
 // ZeRO-2 and ZeRO-3 with data parallelism run on Megatron-FSDP: Megatron's checks accept the

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
 
 #include "CostParts.hpp"
+#include "pipestudio/model/BlockHalves.hpp"
 
 namespace pipestudio {
 namespace {
@@ -1064,6 +1066,137 @@ LayerCosts transformerCosts(const TransformerShape& t, const CostContext& ctx) {
   return c;
 }
 
+// --- a block's attention and MLP halves (issue 46, BlockHalves.hpp) ---
+// Megatron-LM's HybridModel builds a block as two layers, its attention (`*`, `+`: the input norm,
+// the attention, the residual add) and its MLP or MoE (`-`, `E`: the same around the MLP), so a
+// pipeline stage may end between them. The attention half takes the block's own terms of its
+// attention (BlockParts): the projections with their casts, the core, the context-parallel
+// exchange, the attention's TP collectives (tensorParallelComm over its GEMMs alone), one of the
+// two norms and residual adds (half the norm and other element-wise bytes); of the kept bytes half
+// the replicated ones, the attention's and MLA's gathered latents; its parameters, FLOPs and
+// offload groups. What recomputation, ZeRO and CUDA graphs add to a pass or to the kept bytes it
+// shares in the proportion its terms are of the block's (a pass's exposed communication in the
+// pass's proportion, so neither half has more than its pass). The MLP half is the block less its
+// attention half: the two add up to the block exactly. A buffer a pass needs goes with the module
+// that needs it (the context-parallel exchange's with the attention, the experts' with the MLP);
+// the process-wide workspaces and the hidden state each half sends are the block's.
+namespace halves {
+
+double shareOf(double part, double whole, double otherwise) {
+  return whole > 0 ? std::clamp(part / whole, 0.0, 1.0) : otherwise;
+}
+std::int64_t shareOf(std::int64_t bytes, double share) {
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(bytes) * share));
+}
+
+// The block less its attention half, field by field; buffers stay the MLP's own.
+LayerCosts mlpHalf(const LayerCosts& whole, const LayerCosts& a, std::int64_t communicationBytes) {
+  LayerCosts m = whole;
+  m.forwardMs -= a.forwardMs;
+  m.backwardInputMs -= a.backwardInputMs;
+  m.backwardWeightMs -= a.backwardWeightMs;
+  m.forwardCommMs -= a.forwardCommMs;
+  m.backwardInputCommMs -= a.backwardInputCommMs;
+  m.backwardWeightCommMs -= a.backwardWeightCommMs;
+  m.forwardHiddenCommMs -= a.forwardHiddenCommMs;
+  m.backwardInputHiddenCommMs -= a.backwardInputHiddenCommMs;
+  m.backwardWeightHiddenCommMs -= a.backwardWeightHiddenCommMs;
+  m.activationBytes -= a.activationBytes;
+  m.weightGradBytes -= a.weightGradBytes;
+  m.parameterBytes -= a.parameterBytes;
+  m.lowPrecisionWeightBytes -= a.lowPrecisionWeightBytes;
+  m.quantizedParameters -= a.quantizedParameters;
+  for (std::size_t i = 0; i < m.offloadGroupBytes.size(); ++i) m.offloadGroupBytes[i] -= a.offloadGroupBytes[i];
+  m.recomputeBytes -= a.recomputeBytes;
+  m.cudaGraphBytes -= a.cudaGraphBytes;
+  m.modelFlopsForward -= a.modelFlopsForward;
+  m.modelParameters -= a.modelParameters;
+  m.communicationBytes = communicationBytes;
+  return m;
+}
+
+}  // namespace halves
+
+LayerCosts blockHalfCosts(const TransformerShape& t, const CostContext& ctx, BlockHalf half) {
+  const LayerCosts whole = transformerCosts(t, ctx);
+  const Block k(t, ctx);
+  const GpuSpec& gpu = ctx.gpu;
+  const Parallelism& par = ctx.parallel;
+  const double wgradOut = 2.0 * (par.gradReduceInFp32 ? kFp32 : kBf16);
+  const costparts::MoeCosts moe = k.moe ? routedExperts(k, wgradOut) : costparts::MoeCosts{};
+  const BlockParts p = blockParts(k, gpu, par, moe, wgradOut);
+  const ActivationBytes act = activationBytes(k, !k.flash && par.recompute == Recompute::None);
+  const BlockSums s = blockSums(k, p, moe, act);
+
+  // The attention's own terms, before recomputation and ZeRO.
+  LayerGemms own;
+  own.attention = p.g.attention;
+  const TpComm tp = tensorParallelComm(k, own);
+  const PassTimes casts = castPasses(gpu, k.precision, p.g.attention, k.sp);
+  const double normMs = memoryMs(gpu, (p.ew.norms + p.ew.other) / 2.0);
+  const double forwardMs =
+      p.attnGemm.forward + casts.forward + p.core.forwardMs + normMs + tp.forward.exposedMs + p.cp.forward.exposedMs;
+  const double backwardMs = p.attnGemm.backwardInput + casts.backwardInput + p.core.backwardMs + 2.0 * normMs +
+                            tp.backward.exposedMs + p.cp.backward.exposedMs;
+  const double keptBytes = k.nc * (act.replicated / 2.0 / k.sp + act.attention / k.T + act.unsharded);
+  const double keptForWBytes = k.nc * (k.lp * k.h / k.sp + k.lp * k.ho / k.T);
+  double linearParams = 0;
+  for (const Gemm& g : p.g.attention) linearParams += g.count * g.n * g.k;
+  double localParams = attentionProjectionParams(k) / k.T + k.h;
+  if (k.t.mla) {
+    const TransformerShape::Mla& m = *k.t.mla;
+    localParams += static_cast<double>(m.qLoraRank + m.kvLoraRank);  // the latent norms
+    localParams += k.h * static_cast<double>(m.qLoraRank + m.kvLoraRank + m.qkRopeHeadDim) * (1.0 - 1.0 / k.T);
+  }
+  const double keysPerQuery = k.t.window > 0 ? std::min(k.s, static_cast<double>(k.t.window)) : k.s;
+
+  const double forward = halves::shareOf(forwardMs, s.forwardMs, 0.5);
+  const double backward = halves::shareOf(backwardMs, s.backwardInputMs, forward);
+  const double weight = halves::shareOf(p.attnGemm.backwardWeight, s.backwardWeightMs, forward);
+  const double kept = halves::shareOf(keptBytes, s.activation, forward);
+  const double keptForW = halves::shareOf(keptForWBytes, s.wgrad, kept);
+  LayerCosts a;
+  a.forwardMs = forward * whole.forwardMs;
+  a.backwardInputMs = backward * whole.backwardInputMs;
+  a.backwardWeightMs = weight * whole.backwardWeightMs;
+  a.forwardCommMs = forward * whole.forwardCommMs;
+  a.backwardInputCommMs = backward * whole.backwardInputCommMs;
+  a.backwardWeightCommMs = weight * whole.backwardWeightCommMs;
+  const double hiddenFwd = p.tp.forward.hiddenMs + p.cp.forward.hiddenMs + p.ep.forward.hiddenMs;
+  const double hiddenBwd = p.tp.backward.hiddenMs + p.cp.backward.hiddenMs + p.ep.backward.hiddenMs;
+  a.forwardHiddenCommMs =
+      halves::shareOf(tp.forward.hiddenMs + p.cp.forward.hiddenMs, hiddenFwd, forward) * whole.forwardHiddenCommMs;
+  a.backwardInputHiddenCommMs = halves::shareOf(tp.backward.hiddenMs + p.cp.backward.hiddenMs, hiddenBwd, backward) *
+                                whole.backwardInputHiddenCommMs;
+  a.backwardWeightHiddenCommMs = weight * whole.backwardWeightHiddenCommMs;
+  // Kept bytes: the MLP half's share of those kept for W may not exceed its share of the kept.
+  a.activationBytes = halves::shareOf(whole.activationBytes, kept);
+  a.weightGradBytes = std::min(halves::shareOf(whole.weightGradBytes, keptForW), a.activationBytes);
+  const std::int64_t mlpOverrun =
+      (whole.weightGradBytes - a.weightGradBytes) - (whole.activationBytes - a.activationBytes);
+  if (mlpOverrun > 0) a.weightGradBytes += mlpOverrun;
+  a.parameterBytes = std::min(whole.parameterBytes, toBytes(kBf16 * localParams));
+  const double allLinear = p.g.linearParams + moe.linearParams;
+  a.lowPrecisionWeightBytes =
+      halves::shareOf(whole.lowPrecisionWeightBytes, halves::shareOf(linearParams, allLinear, 0));
+  if (whole.quantizedParameters > 0) a.quantizedParameters = std::min(whole.quantizedParameters, linearParams);
+  for (const OffloadModule module : {kOffloadAttnNorm, kOffloadQkvLinear, kOffloadCoreAttn, kOffloadAttnProj}) {
+    const auto bit = static_cast<std::size_t>(std::countr_zero(static_cast<std::uint32_t>(module)));
+    a.offloadGroupBytes[bit] = whole.offloadGroupBytes[bit];
+  }
+  a.recomputeBytes = halves::shareOf(whole.recomputeBytes, kept);
+  a.cudaGraphBytes = halves::shareOf(whole.cudaGraphBytes, forward);
+  a.outputBytes = whole.outputBytes;
+  a.workspaceBytes = whole.workspaceBytes;
+  a.userbufferBytes = whole.userbufferBytes;
+  a.communicationBytes = toBytes(p.cpBufferBytes);
+  a.modelFlopsForward = 2.0 * k.n * attentionProjectionParams(k) + 2.0 * k.n * keysPerQuery * (k.hq + k.ho);
+  a.modelParameters = attentionProjectionParams(k) + k.h;
+  if (k.t.mla) a.modelParameters += static_cast<double>(k.t.mla->qLoraRank + k.t.mla->kvLoraRank);
+  if (half == BlockHalf::Attention) return a;
+  return halves::mlpHalf(whole, a, toBytes(moe.bufferBytes));
+}
+
 // Vocabulary-parallel LM head (Megatron: logits split over TP): the logits GEMM 2·b·s·h·V
 // (Narayanan et al. 2021 §5.1), its input and the fp32 logits kept for the cross-entropy backward.
 LayerCosts lmHeadCosts(const TransformerShape& t, bool tied, const CostContext& ctx) {
@@ -1398,6 +1531,8 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
       c = embeddingCosts(t, ctx);
     } else if (t.mtpLayers > 0 && t.vocab) {
       c = mtpCosts(t, ctx);
+    } else if (const auto half = blockHalfOf(layer)) {
+      c = blockHalfCosts(t, ctx, *half);
     } else {
       c = transformerCosts(t, ctx);
     }
@@ -1465,8 +1600,9 @@ LayerCosts layerCosts(const Layer& layer, const CostContext& ctx) {
 namespace {
 
 // A transformer-shaped layer costed as a block (not the embedding or the LM head).
+// A block's MLP half has no attention core.
 bool isTransformerBlock(const Layer& layer) {
-  if (!layer.transformer) return false;
+  if (!layer.transformer || blockHalfOf(layer) == BlockHalf::Mlp) return false;
   const bool vocab = layer.transformer->vocab.has_value();
   return !((layer.kind == "lm_head" || layer.kind == "embedding") && vocab);
 }

@@ -32,6 +32,7 @@
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/BlockHalves.hpp"
 #include "pipestudio/plan/ConfigCheck.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -951,6 +952,10 @@ ConfigCandidate rankedCandidate(const Plan& plan) {
   c.throughputSamplesPerS = plan.metrics.throughputSamplesPerS;
   c.bubbleRatio = plan.metrics.bubbleRatio;
   for (const auto& dm : plan.metrics.devices) c.peakMemoryBytes = std::max(c.peakMemoryBytes, dm.peakMemoryBytes);
+  c.blockHalves = std::any_of(plan.model.components.begin(), plan.model.components.end(), [](const Component& comp) {
+    return std::any_of(comp.layers.begin(), comp.layers.end(),
+                       [](const Layer& l) { return blockHalfOf(l).has_value(); });
+  });
   return c;
 }
 

@@ -22,6 +22,7 @@
 #include "pipestudio/common/SourceText.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Try.hpp"
+#include "pipestudio/model/BlockHalves.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -39,10 +40,13 @@ std::string shortNumber(double value) {
 // What Megatron and torchtitan call the layers of a decoder-only language model; a transformer
 // layer of multi-token-prediction modules (DeepSeek-V3 §2.2) is Megatron's MTP block, built
 // after the decoder stack on the last stage (--mtp-num-layers).
-enum class LayerRole { Embedding, Decoder, Mtp, Head, Other };
+enum class LayerRole { Embedding, Decoder, AttentionHalf, MlpHalf, Mtp, Head, Other };
 
 LayerRole roleOf(const Layer& layer) {
   if (layer.kind == "embedding") return LayerRole::Embedding;
+  if (const auto half = blockHalfOf(layer)) {
+    return *half == BlockHalf::Attention ? LayerRole::AttentionHalf : LayerRole::MlpHalf;
+  }
   if (layer.kind == "transformer" && layer.transformer && layer.transformer->mtpLayers > 0) return LayerRole::Mtp;
   if (layer.kind == "transformer") return LayerRole::Decoder;
   if (layer.kind == "lm_head") return LayerRole::Head;
@@ -127,13 +131,13 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
                    " puts the output layer last (expected the lm_head as the last layer)"};
     }
     if (role == LayerRole::Mtp && !firstMtp) firstMtp = i;
-    if (role == LayerRole::Decoder && firstMtp) {
+    if ((role == LayerRole::Decoder || role == LayerRole::AttentionHalf || role == LayerRole::MlpHalf) && firstMtp) {
       const std::size_t k = *firstMtp;
       return Error{"layer " + std::to_string(k) + " '" + excerpt(layers[k].name) + "': " + framework +
                    " runs multi-token prediction after the last decoder layer (expected it after layer " +
                    std::to_string(i) + " '" + excerpt(layers[i].name) + "')"};
     }
-    if (role == LayerRole::Decoder) decoderIndex[i] = decoders++;
+    if (role == LayerRole::Decoder || role == LayerRole::AttentionHalf) decoderIndex[i] = decoders++;
   }
   std::vector<StageLayers> out(plan.virtualStages.size());
   for (const VirtualStage& vs : plan.virtualStages) {
@@ -154,9 +158,11 @@ Expected<std::vector<StageLayers>> stageLayers(const Plan& plan, const char* fra
           s.mtp += static_cast<int>(layers[static_cast<std::size_t>(l)].transformer->mtpLayers);
           break;
         case LayerRole::Decoder:
+        case LayerRole::AttentionHalf:  // a split block counts where its attention is
           ++s.decoder;
           s.decoderIndex.push_back(decoderIndex[static_cast<std::size_t>(l)]);
           break;
+        case LayerRole::MlpHalf:
         case LayerRole::Other:
           break;
       }
@@ -342,12 +348,23 @@ std::int64_t globalBatch(const Plan& plan) {
 }
 
 // The first decoder layer's shape that `pick` accepts (MTP blocks apart); null when none does.
+bool isDecoderPart(LayerRole role) {
+  return role == LayerRole::Decoder || role == LayerRole::AttentionHalf || role == LayerRole::MlpHalf;
+}
+
 template <typename Pick>
 const TransformerShape* firstDecoderShape(const Plan& plan, Pick pick) {
   for (const Layer& l : plan.model.components.front().layers) {
-    if (roleOf(l) == LayerRole::Decoder && l.transformer && pick(*l.transformer)) return &*l.transformer;
+    if (isDecoderPart(roleOf(l)) && l.transformer && pick(*l.transformer)) return &*l.transformer;
   }
   return nullptr;
+}
+
+// Whether the plan's model has blocks split into attention and MLP halves (BlockHalves.hpp).
+bool hasBlockHalves(const Plan& plan) {
+  const auto& layers = plan.model.components.front().layers;
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const Layer& l) { return roleOf(l) == LayerRole::AttentionHalf; });
 }
 
 const TransformerShape* decoderShape(const Plan& plan) {
@@ -413,11 +430,14 @@ Status megatronRuns(const PlanConfig& c, bool zbFork, bool zbV) {
   return {};
 }
 
-// The decoder layers of the backbone, in order (MTP blocks apart).
+// The decoder layers of the backbone, in order (MTP blocks apart; a split block once).
 std::vector<const TransformerShape*> decoderShapes(const Plan& plan) {
   std::vector<const TransformerShape*> out;
   for (const Layer& l : plan.model.components.front().layers) {
-    if (roleOf(l) == LayerRole::Decoder && l.transformer) out.push_back(&*l.transformer);
+    const LayerRole role = roleOf(l);
+    if ((role == LayerRole::Decoder || role == LayerRole::AttentionHalf) && l.transformer) {
+      out.push_back(&*l.transformer);
+    }
   }
   return out;
 }
@@ -783,10 +803,14 @@ Expected<HybridPattern> hybridPatternOf(const Plan& plan) {
     for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && l < static_cast<int>(layers.size()); ++l) {
       const Layer& layer = layers[static_cast<std::size_t>(l)];
       const LayerRole role = roleOf(layer);
+      std::string& segment = pattern.segments[static_cast<std::size_t>(vs.id)];
       if (role == LayerRole::Decoder) {
         // A layer of measured times is a dense attention + MLP block as far as Megatron knows.
-        pattern.segments[static_cast<std::size_t>(vs.id)] +=
-            layer.transformer ? hybridBlockSymbols(*layer.transformer) : std::string("*-");
+        segment += layer.transformer ? hybridBlockSymbols(*layer.transformer) : std::string("*-");
+      } else if (role == LayerRole::AttentionHalf) {
+        segment += hybridBlockSymbols(*layer.transformer).front();
+      } else if (role == LayerRole::MlpHalf) {
+        segment += hybridBlockSymbols(*layer.transformer).back();
       } else if (role == LayerRole::Mtp) {
         if (vs.id != lastStage) {
           return Error{"layer " + std::to_string(l) + " '" + excerpt(layer.name) +
@@ -1170,6 +1194,13 @@ Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions&
   const bool fork = zbFork || zbV;
   const MegatronModel model = fork ? MegatronModel::Gpt : options.model;
   const bool hybrid = model == MegatronModel::Hybrid;
+  if (!hybrid && hasBlockHalves(plan)) {
+    return Error{"the plan splits its blocks into their attention and MLP halves (partition " + excerpt(c.partition) +
+                 "), which only HybridModel's --hybrid-layer-pattern can place; GPTModel builds whole blocks " +
+                 (fork ? std::string("(the Zero Bubble fork's too: plan a whole-block partition such as balanced)")
+                       : std::string("(export with --megatron-model hybrid, or plan a whole-block partition such as "
+                                     "balanced)"))};
+  }
   addMegatronModelFlags(plan, decoders, hybrid, f);
   PS_RETURN_IF_ERROR(addMegatronArchitectureFlags(plan, f));
   if (!tiedEmbedding(plan) && (modelsEmbedding || fork)) f.add("--untie-embeddings-and-output-weights");
@@ -1551,6 +1582,12 @@ std::optional<TorchtitanFormat> torchtitanFormatFromName(std::string_view name) 
 }
 
 Expected<TorchtitanExport> torchtitanExport(const Plan& plan, const TorchtitanOptions& options) {
+  if (hasBlockHalves(plan)) {
+    return Error{"the plan splits its blocks into their attention and MLP halves (partition " +
+                 excerpt(plan.config.partition) +
+                 "), which torchtitan cannot place (a model part names whole layers.k); plan a whole-block partition "
+                 "such as balanced, or export --format megatron (HybridModel)"};
+  }
   // The model before its layout: torchtitan's models build no multi-token-prediction module.
   const auto& backbone = plan.model.components.front().layers;
   if (std::any_of(backbone.begin(), backbone.end(), [](const Layer& l) { return roleOf(l) == LayerRole::Mtp; })) {

@@ -10,6 +10,7 @@
 #include "Uniform.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Try.hpp"
+#include "pipestudio/model/BlockHalves.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Partition.hpp"
 
@@ -17,10 +18,11 @@ namespace pipestudio {
 namespace {
 
 // What a model layer is to Megatron.
-enum class Role { Embedding, Decoder, Mtp, Head, Other };
+enum class Role { Embedding, Decoder, AttentionHalf, MlpHalf, Mtp, Head, Other };
 
 Role roleOf(const Layer& l) {
   if (l.kind == "embedding") return Role::Embedding;
+  if (const auto half = blockHalfOf(l)) return *half == BlockHalf::Attention ? Role::AttentionHalf : Role::MlpHalf;
   if (l.kind == "lm_head") return Role::Head;
   if (l.kind == "transformer" && l.transformer && l.transformer->mtpLayers > 0) return Role::Mtp;
   if (l.kind == "transformer") return Role::Decoder;
@@ -111,9 +113,17 @@ Expected<std::vector<int>> layoutSplit(const std::vector<Layer>& layers, std::st
   return counts;
 }
 
+// A decoder layer's two symbols as HybridModel names them: its attention (* or + for MLA) and its
+// MLP (- or E for MoE); a layer of measured times is a dense block, *-.
+std::string blockSymbols(const Layer& layer) {
+  if (!layer.transformer) return "*-";
+  return std::string(1, layer.transformer->mla ? '+' : '*') + (layer.transformer->isMoe() ? 'E' : '-');
+}
+
 // HybridModel's pattern: a decoder layer is its attention symbol then its MLP symbol, and they
-// must be the model's (* or + for MLA; - or E for MoE; a layer of measured times is *-). The
-// embedding goes with the first segment, MTP and the output layer with the last.
+// must be the model's (* or + for MLA; - or E for MoE; a layer of measured times is *-); a block
+// split into halves (BlockHalves.hpp) takes one symbol per half, so a segment may end between
+// them. The embedding goes with the first segment, MTP and the output layer with the last.
 Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::string_view text) {
   PS_ASSIGN_OR_RETURN(auto pattern, parseHybridPattern(text));
   LayerCursor cursor(layers);
@@ -125,25 +135,34 @@ Expected<std::vector<int>> hybridSplit(const std::vector<Layer>& layers, std::st
     const std::string& segment = pattern.segments[s];
     const std::size_t first = cursor.next();
     if (s == 0 && cursor.atRole(Role::Embedding)) cursor.take();
-    if (segment.size() % 2 != 0) {
-      return Error{where(s) + "'" + excerpt(segment) +
-                   "' ends between a decoder layer's attention and its MLP "
-                   "(the planner splits the model at whole decoder layers)"};
-    }
-    for (std::size_t k = 0; k < segment.size(); k += 2) {
+    for (std::size_t k = 0; k < segment.size();) {
+      if (cursor.atRole(Role::AttentionHalf) || cursor.atRole(Role::MlpHalf)) {
+        const std::string both = blockSymbols(cursor.current());
+        const char expected = cursor.atRole(Role::AttentionHalf) ? both.front() : both.back();
+        if (segment[k] != expected) {
+          return Error{where(s) + "'" + segment.substr(k, 1) + "' at " + std::to_string(k) + " is not " +
+                       layerName(cursor) + ", which is '" + std::string(1, expected) + "'"};
+        }
+        cursor.take();
+        ++k;
+        continue;
+      }
       if (!cursor.atRole(Role::Decoder)) {
         return Error{where(s) + "'" + segment.substr(k, 2) + "' where the model has " + layerName(cursor)};
       }
-      const Layer& layer = cursor.current();
-      const std::string expected = layer.transformer ? std::string(1, layer.transformer->mla ? '+' : '*') +
-                                                           (layer.transformer->isMoe() ? 'E' : '-')
-                                                     : std::string("*-");
+      if (k + 1 == segment.size()) {
+        return Error{where(s) + "'" + excerpt(segment) + "' ends between " + layerName(cursor) +
+                     "'s attention and its MLP (plan --megatron-layout plans such a pattern over the blocks' "
+                     "halves; a block of measured costs cannot be halved)"};
+      }
+      const std::string expected = blockSymbols(cursor.current());
       if (segment.substr(k, 2) != expected) {
         return Error{where(s) + "'" + segment.substr(k, 2) + "' at " + std::to_string(k) + " is not " +
                      layerName(cursor) + ", which is '" + expected +
                      "' (expected * or + for its attention, - or E for its MLP)"};
       }
       cursor.take();
+      k += 2;
     }
     if (s + 1 == pattern.segments.size()) {
       int depths = 0;

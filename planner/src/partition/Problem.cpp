@@ -91,6 +91,8 @@ std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton) {
   return peak;
 }
 
-std::vector<std::string> partitionNames() { return {"uniform", "balanced", "dp", "diffusionpipe", "megatron"}; }
+std::vector<std::string> partitionNames() {
+  return {"uniform", "balanced", "dp", "diffusionpipe", "megatron", "balanced-split", "dp-split"};
+}
 
 }  // namespace pipestudio

@@ -82,6 +82,9 @@ struct ConfigCandidate {
   double throughputSamplesPerS = 0;
   double bubbleRatio = 0;
   std::int64_t peakMemoryBytes = 0;  ///< the fullest GPU
+  /// A stage ends between a block's attention and its MLP (partition balanced-split chose the
+  /// blocks' halves, BlockHalves.hpp): only Megatron-LM's HybridModel runs it.
+  bool blockHalves = false;
 };
 
 /// A family (pipeline degree, data parallel, schedule) none of whose configurations could be

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,6 +119,22 @@ std::vector<int> liveMicrobatchesPerStage(const ScheduleSkeleton& skeleton);
 /// out, names a layer the model does not have there, leaves a stage without a costed layer, or
 /// cuts a decoder layer between attention and MLP is an Error naming the stage.
 Expected<std::vector<int>> megatronLayoutSplit(const ModelSpec& model, std::string_view layout);
+
+/// `model` with every splittable decoder block of its trainable components replaced by its two
+/// halves, the attention then the MLP (layers of kinds kAttentionHalfKind / kMlpHalfKind,
+/// BlockHalves.hpp, named `<block>.attention` and `<block>.mlp`), so a partition may end a stage
+/// between them. Blocks of measured costs, the embedding, the head and MTP modules stay whole;
+/// halves are left as they are (splitting twice changes nothing).
+ModelSpec splitTransformerBlocks(const ModelSpec& model);
+
+/// For `balanced-split` and `dp-split` (partitions over the halves of the blocks): `balanced` or
+/// `dp`; nullopt for any other name.
+std::optional<std::string> splitPartitionBase(std::string_view partition);
+
+/// Whether `layout` (a hybrid layer pattern) ends a segment between a block's attention and its
+/// MLP: it does not fit `model`'s whole blocks and fits their halves (splitTransformerBlocks),
+/// which `--partition layout` then plans.
+bool layoutCutsBlocks(const ModelSpec& model, std::string_view layout);
 
 /// Names of the partitioners (config.partition), `uniform` first: what the CLI and GUI offer.
 std::vector<std::string> partitionNames();
