@@ -24,7 +24,7 @@
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 namespace {
