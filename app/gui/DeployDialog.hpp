@@ -24,6 +24,7 @@
 #include "pipestudio/remote/Deploy.hpp"
 
 class QComboBox;
+class QGroupBox;
 class QSpinBox;
 class QLineEdit;
 class QPushButton;
@@ -86,6 +87,9 @@ class DeployDialog : public QDialog {
 
  private:
   struct Job;
+  void snapshotPlan();
+  QGroupBox* buildSetup();
+  QWidget* buildRunView();
   void browseHosts();
   void setBusy(bool busy);
   void showMessage(const QString& text, bool error);
