@@ -186,10 +186,10 @@ void OpLanes::collect(const Lane& lane, const Frame& frame, Rows rows, Canvas& c
   canvas.background(frame, rows);
   if (lane.hatchGapsOnly) {
     // Two pipes on one GPU: idle only where it computes on neither (the device's gaps).
-    auto gap =
-        std::lower_bound(lane.idleGaps.begin(), lane.idleGaps.end(), std::make_pair(frame.visLo, frame.visLo),
-                         [](const auto& g, const auto& v) { return g.second < v.first; });
-    for (; gap != lane.idleGaps.end() && gap->first <= frame.visHi; ++gap) canvas.hatch(frame, rows, gap->first, gap->second);
+    auto gap = std::lower_bound(lane.idleGaps.begin(), lane.idleGaps.end(), std::make_pair(frame.visLo, frame.visLo),
+                                [](const auto& g, const auto& v) { return g.second < v.first; });
+    for (; gap != lane.idleGaps.end() && gap->first <= frame.visHi; ++gap)
+      canvas.hatch(frame, rows, gap->first, gap->second);
   } else if (lane.size() > 0) {
     // Idle time inside the device's span is bubble: hatch the whole span, ops cover the rest.
     canvas.hatch(frame, rows, lane.firstStartMs, lane.lastEndMs);
