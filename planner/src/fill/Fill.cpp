@@ -478,6 +478,52 @@ void withFrozenDependencies(const PlanRequest& request, ScheduleSkeleton& sk) {
 
 std::vector<std::string> fillModeNames() { return {"none", "greedy"}; }
 
+namespace {
+
+// What the fill did (FillReport): per device, the frozen work inside the backbone's bubbles and
+// past its end, and the speedups over --fill none and data parallelism.
+FillReport fillReport(const PlanRequest& request, const Plan& backbone, const Layout& layout, bool usedNone,
+                      double noneMs, double iterationMs) {
+  FillReport r;
+  r.mode = request.config.fill;
+  r.backboneOnlyMs = backbone.metrics.makespanMs;
+  r.noFillMs = noneMs;
+  r.iterationMs = iterationMs;
+  r.usedNoFillLayout = usedNone && request.config.fill == "greedy";
+  const int devices = request.config.devices;
+  const double t0 = backbone.metrics.makespanMs;
+  IdVector<DeviceFill> perDevice;  // the backbone's devices are the request's
+  for (const DeviceMetrics& dm : backbone.metrics.devices) perDevice.emplace_back().bubbleMs = t0 - dm.busyMs;
+  for (const Piece& pc : layout.pieces) {
+    auto& df = perDevice[pc.device];
+    const double dur = pc.endMs - pc.startMs;
+    r.frozenWorkMs += dur;
+    if (usedNone) {
+      df.overflowMs += dur;
+      continue;
+    }
+    const double inside = std::clamp(t0 - pc.startMs, 0.0, dur);
+    df.filledMs += inside;
+    df.overflowMs += dur - inside;
+  }
+  r.devices = std::move(perDevice.values());
+  for (const Piece& pc : layout.pieces) {
+    const Group& g = layout.groups[pc.group];
+    if (g.firstLayer == 0) r.frozenSamples += pc.samples;
+  }
+  r.speedupOverNoFill = iterationMs > 0 ? noneMs / iterationMs : 1.0;
+  auto dp = dataParallelIterationMs(request.model, request.cluster, devices, request.config.microbatches);
+  if (dp) {
+    r.dataParallelMs = *dp;
+    r.speedupOverDataParallel = iterationMs > 0 ? *dp / iterationMs : 0.0;
+  } else {
+    r.dataParallelNote = dp.message();
+  }
+  return r;
+}
+
+}  // namespace
+
 Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control,
                     FillReport* report) {
   const std::string& mode = request.config.fill;
@@ -551,44 +597,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
       iterationMs = firstLayout->periodMs;
     }
   }
-  if (report) {
-    FillReport r;
-    r.mode = mode;
-    r.backboneOnlyMs = backbone->metrics.makespanMs;
-    r.noFillMs = noneMs;
-    r.iterationMs = iterationMs;
-    r.usedNoFillLayout = usedNone && mode == "greedy";
-    const int devices = request.config.devices;
-    const double t0 = backbone->metrics.makespanMs;
-    IdVector<DeviceFill> perDevice;  // the backbone's devices are the request's
-    for (const DeviceMetrics& dm : backbone->metrics.devices) perDevice.emplace_back().bubbleMs = t0 - dm.busyMs;
-    for (const Piece& pc : chosenLayout->pieces) {
-      auto& df = perDevice[pc.device];
-      const double dur = pc.endMs - pc.startMs;
-      r.frozenWorkMs += dur;
-      if (usedNone) {
-        df.overflowMs += dur;
-        continue;
-      }
-      const double inside = std::clamp(t0 - pc.startMs, 0.0, dur);
-      df.filledMs += inside;
-      df.overflowMs += dur - inside;
-    }
-    r.devices = std::move(perDevice.values());
-    for (const Piece& pc : chosenLayout->pieces) {
-      const Group& g = chosenLayout->groups[pc.group];
-      if (g.firstLayer == 0) r.frozenSamples += pc.samples;
-    }
-    r.speedupOverNoFill = iterationMs > 0 ? noneMs / iterationMs : 1.0;
-    auto dp = dataParallelIterationMs(request.model, request.cluster, devices, request.config.microbatches);
-    if (dp) {
-      r.dataParallelMs = *dp;
-      r.speedupOverDataParallel = iterationMs > 0 ? *dp / iterationMs : 0.0;
-    } else {
-      r.dataParallelNote = dp.message();
-    }
-    *report = std::move(r);
-  }
+  if (report) *report = fillReport(request, *backbone, *chosenLayout, usedNone, noneMs, iterationMs);
   skeleton = std::move(chosen);
   return {};
 }
