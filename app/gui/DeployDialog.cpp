@@ -76,9 +76,8 @@ struct DeployDialog::Job {
   bool cancelRequested = false;              ///< guarded by mutex
 };
 
-DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& planName, const QString& historyPath,
-                           QWidget* parent)
-    : QDialog(parent), m_plan(std::move(plan)), m_planName(planName), m_historyPath(historyPath) {
+DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, QString planName, QString historyPath, QWidget* parent)
+    : QDialog(parent), m_plan(std::move(plan)), m_planName(std::move(planName)), m_historyPath(std::move(historyPath)) {
   setWindowTitle(QStringLiteral("Deploy plan"));
   setObjectName(QStringLiteral("DeployDialog"));
   m_job = std::make_shared<Job>();
