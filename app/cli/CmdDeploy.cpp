@@ -14,17 +14,18 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "Commands.hpp"
 #include "Flags.hpp"
 #include "Output.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
-#include "pipestudio/history/RunRecorder.hpp"
 #include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/remote/Deploy.hpp"
+#include "pipestudio/remote/HistorySink.hpp"
 
 namespace pipestudio::cli {
 namespace {
@@ -77,51 +78,29 @@ std::optional<std::string> askPassphrase(const std::string& prompt) {
   return line;
 }
 
-// Records the ranks' streams into one history run (history::RunRecorder, shared with the
-// GUI's deploy dialog); executor and launcher logs go to stderr.
-class HistorySink final : public remote::TraceSink {
+// Where the deployment's logs go: each rank's executor log to stderr, prefixed by the rank, one
+// line at a time; the launcher's own messages ("srun: job 12 queued and waiting for resources")
+// as they come.
+class LogPrinter {
  public:
-  HistorySink(history::HistoryStore& store, history::RunInfo info) : m_recorder(store, std::move(info)) {}
-
-  Status onStart(int ranks) override { return m_recorder.start(ranks); }
-  Status onStreamBytes(int rank, std::string_view bytes) override { return m_recorder.feed(rank, bytes); }
-  void onLog(int rank, std::string_view text) override {
-    if (m_echoLogs) {
-      // Executor logs go to our stderr, prefixed by the rank, one line at a time.
-      std::string& pending = m_logLines[rank];
-      pending.append(text);
-      std::size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        std::cerr << "[rank " << rank << "] " << pending.substr(0, nl) << '\n';
-        pending.erase(0, nl + 1);
-      }
+  explicit LogPrinter(std::string launcher) : m_launcher(std::move(launcher)) {}
+  void operator()(int rank, std::string_view text) {
+    if (rank == remote::HistorySink::kLauncherRank) {
+      std::cerr << '[' << m_launcher << "] " << text << std::flush;
+      return;
+    }
+    std::string& pending = m_lines[rank];
+    pending.append(text);
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::cerr << "[rank " << rank << "] " << pending.substr(0, nl) << '\n';
+      pending.erase(0, nl + 1);
     }
   }
 
-  void onLauncherLog(std::string_view text) override {
-    // srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
-    std::cerr << '[' << m_launcher << "] " << text << std::flush;
-  }
-
-  bool started() const { return m_recorder.started(); }
-  history::RunId runId() const { return m_recorder.runId(); }
-  void setEchoLogs(bool echo) { m_echoLogs = echo; }
-  void setLauncher(std::string launcher) { m_launcher = std::move(launcher); }
-
-  /// The deployment's verdict, made stricter by what the streams say.
-  Status finish(const remote::DeployResult& result) {
-    using remote::DeployOutcome;
-    const history::RunStatus status = result.outcome == DeployOutcome::Complete     ? history::RunStatus::Complete
-                                      : result.outcome == DeployOutcome::Incomplete ? history::RunStatus::Incomplete
-                                                                                    : history::RunStatus::Failed;
-    return m_recorder.finish(status, result.message);
-  }
-
  private:
-  history::RunRecorder m_recorder;
-  std::map<int, std::string> m_logLines;
-  bool m_echoLogs = true;
-  std::string m_launcher = "launcher";
+  std::string m_launcher;
+  std::map<int, std::string> m_lines;
 };
 
 std::atomic<remote::Deployment*> g_active{nullptr};
@@ -141,6 +120,71 @@ struct DeployArgs {
   bool acceptNewHostKeys = false;
   bool json = false;
   std::vector<std::string> execArgs;
+};
+
+remote::DeployRequest deployRequest(const DeployArgs& a, int devices, const HostsSpec& hosts) {
+  remote::DeployRequest request;
+  request.planPath = a.plan;
+  request.devices = devices;
+  request.hosts = hosts;
+  request.backend = parseBackend(a.backend).value_or(Backend::Cuda);  // checked by the option
+  request.iterations = a.iterations;
+  request.executorPath = findExecutor(a.executor);
+  request.runId = "deploy-" +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count()) +
+                  "-" + std::to_string(::getpid());
+  request.executorArgs = a.execArgs;
+  return request;
+}
+
+// What the terminal shows while the ranks run: one line per rank state change, plus iteration
+// progress (the GUI shows the same reports), and the scheduler's view of the job. A new host key
+// is accepted only with --accept-new-host-keys. Lives as long as the deployment.
+class TerminalProgress {
+ public:
+  explicit TerminalProgress(bool acceptNewHostKeys) : m_accept(acceptNewHostKeys) {}
+
+  remote::DeployCallbacks callbacks() {
+    remote::DeployCallbacks callbacks;
+    callbacks.session.unknownHostKey = [accept = m_accept](const remote::HostKeyPrompt& p) {
+      if (!accept) return remote::HostKeyDecision::Reject;
+      std::cerr << p.hostPort << ": adding host key " << p.keyType << ' ' << p.fingerprintSha256 << " to "
+                << p.knownHostsFile << '\n';
+      return remote::HostKeyDecision::AcceptAndSave;
+    };
+    callbacks.session.passphrase = &askPassphrase;
+    callbacks.progress = [this](const remote::RankProgress& p) { rank(p); };
+    callbacks.job = [this](const remote::JobProgress& j) {
+      // The scheduler's view of the job: "slurm job 12: PENDING (Resources)", then RUNNING.
+      std::lock_guard lock(m_mutex);
+      std::cerr << j.text() << '\n';
+    };
+    return callbacks;
+  }
+
+ private:
+  void rank(const remote::RankProgress& p) {
+    std::lock_guard lock(m_mutex);
+    std::string line = std::string(remote::rankStateName(p.state));
+    if (p.state == remote::RankState::Running && p.events > 0) {
+      line += " iteration " + std::to_string(p.iteration) +
+              (p.iterations > 0 ? "/" + std::to_string(p.iterations) : std::string()) + ", " +
+              std::to_string(p.events) + " events";
+    }
+    if (p.state != remote::RankState::Running && !p.message.empty() && p.message != remote::rankStateName(p.state)) {
+      line += " (" + p.message + ")";
+    }
+    if (m_lastState[p.rank] == line) return;
+    m_lastState[p.rank] = line;
+    // Under Slurm the node is known once the rank runs.
+    std::cerr << "rank " << p.rank << (p.hostPort.empty() ? "" : " " + p.hostPort) << ": " << line << '\n';
+  }
+
+  std::mutex m_mutex;
+  std::map<int, std::string> m_lastState;
+  bool m_accept;
 };
 
 int deploy(const DeployArgs& a) {
@@ -172,19 +216,7 @@ int deploy(const DeployArgs& a) {
     return kExitFailure;
   }
 
-  remote::DeployRequest request;
-  request.planPath = a.plan;
-  request.devices = plan->config.devices;
-  request.hosts = *hosts;
-  request.backend = parseBackend(a.backend).value_or(Backend::Cuda);  // checked by the option
-  request.iterations = a.iterations;
-  request.executorPath = findExecutor(a.executor);
-  request.runId = "deploy-" +
-                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count()) +
-                  "-" + std::to_string(::getpid());
-  request.executorArgs = a.execArgs;
+  const remote::DeployRequest request = deployRequest(a, plan->config.devices, *hosts);
 
   history::RunInfo info;
   info.name = fs::path(a.plan).stem().string() + " on " + hosts->hosts.front().host;
@@ -193,42 +225,11 @@ int deploy(const DeployArgs& a) {
   info.planId = *planId;
   info.host = hosts->hosts.front().host;
   info.backend = a.backend;
-  HistorySink sink(*store, info);
-  sink.setLauncher(std::string(name(hosts->launcher)));
+  // Records the ranks' streams into one history run, as the GUI's deploy dialog does.
+  remote::HistorySink sink(*store, info, LogPrinter(std::string(name(hosts->launcher))));
 
-  remote::DeployCallbacks callbacks;
-  const bool accept = a.acceptNewHostKeys;
-  callbacks.session.unknownHostKey = [accept](const remote::HostKeyPrompt& p) {
-    if (!accept) return remote::HostKeyDecision::Reject;
-    std::cerr << p.hostPort << ": adding host key " << p.keyType << ' ' << p.fingerprintSha256 << " to "
-              << p.knownHostsFile << '\n';
-    return remote::HostKeyDecision::AcceptAndSave;
-  };
-  callbacks.session.passphrase = &askPassphrase;
-  std::mutex progressMutex;
-  std::map<int, std::string> lastState;
-  callbacks.progress = [&](const remote::RankProgress& p) {
-    // One line per state change, plus iteration progress; the GUI shows the same reports.
-    std::lock_guard lock(progressMutex);
-    std::string line = std::string(remote::rankStateName(p.state));
-    if (p.state == remote::RankState::Running && p.events > 0) {
-      line += " iteration " + std::to_string(p.iteration) +
-              (p.iterations > 0 ? "/" + std::to_string(p.iterations) : std::string()) + ", " +
-              std::to_string(p.events) + " events";
-    }
-    if (p.state != remote::RankState::Running && !p.message.empty() && p.message != remote::rankStateName(p.state)) {
-      line += " (" + p.message + ")";
-    }
-    if (lastState[p.rank] == line) return;
-    lastState[p.rank] = line;
-    // Under Slurm the node is known once the rank runs.
-    std::cerr << "rank " << p.rank << (p.hostPort.empty() ? "" : " " + p.hostPort) << ": " << line << '\n';
-  };
-  callbacks.job = [&](const remote::JobProgress& j) {
-    // The scheduler's view of the job: "slurm job 12: PENDING (Resources)", then RUNNING.
-    std::lock_guard lock(progressMutex);
-    std::cerr << j.text() << '\n';
-  };
+  TerminalProgress progress(a.acceptNewHostKeys);
+  const remote::DeployCallbacks callbacks = progress.callbacks();
 
   remote::Deployment deployment(request, callbacks, sink);
   g_active = &deployment;

@@ -31,10 +31,10 @@
 #include <mutex>
 
 #include "ExecutorPath.hpp"
-#include "pipestudio/history/RunRecorder.hpp"
 #include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/remote/HistorySink.hpp"
 
 namespace pipestudio::gui {
 
@@ -44,38 +44,7 @@ QString q(const std::string& s) { return QString::fromStdString(s); }
 QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 
 // Log lines of the launcher itself (launcher slurm|mpirun), shown under "All ranks".
-constexpr int kLauncherLog = -2;
-
-// Records the ranks' streams into one history run (history::RunRecorder, shared with
-// pipestudio-cli deploy); logs go to the dialog. The Deployment serialises the calls, so one
-// store connection (used only by the worker) is enough.
-class GuiHistorySink final : public remote::TraceSink {
- public:
-  GuiHistorySink(history::HistoryStore& store, history::RunInfo info, std::function<void(int, std::string)> log)
-      : m_recorder(store, std::move(info)), m_log(std::move(log)) {}
-
-  Status onStart(int ranks) override { return m_recorder.start(ranks); }
-  Status onStreamBytes(int rank, std::string_view bytes) override { return m_recorder.feed(rank, bytes); }
-  void onLog(int rank, std::string_view text) override { m_log(rank, std::string(text)); }
-  /// srun's and mpirun's own messages ("srun: job 12 queued and waiting for resources").
-  void onLauncherLog(std::string_view text) override { m_log(kLauncherLog, std::string(text)); }
-
-  bool started() const { return m_recorder.started(); }
-  history::RunId runId() const { return m_recorder.runId(); }
-
-  /// The deployment's verdict, made stricter by what the streams say.
-  Status finish(const remote::DeployResult& result) {
-    using remote::DeployOutcome;
-    const history::RunStatus status = result.outcome == DeployOutcome::Complete     ? history::RunStatus::Complete
-                                      : result.outcome == DeployOutcome::Incomplete ? history::RunStatus::Incomplete
-                                                                                    : history::RunStatus::Failed;
-    return m_recorder.finish(status, result.message);
-  }
-
- private:
-  history::RunRecorder m_recorder;
-  std::function<void(int, std::string)> m_log;
-};
+constexpr int kLauncherLog = remote::HistorySink::kLauncherRank;
 
 // What the log shows before a line: the rank, or the launcher's own words.
 QString logPrefix(int rank) {
@@ -107,13 +76,60 @@ struct DeployDialog::Job {
   bool cancelRequested = false;              ///< guarded by mutex
 };
 
-DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& planName, const QString& historyPath,
-                           QWidget* parent)
-    : QDialog(parent), m_plan(std::move(plan)), m_planName(planName), m_historyPath(historyPath) {
+DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, QString planName, QString historyPath, QWidget* parent)
+    : QDialog(parent), m_plan(std::move(plan)), m_planName(std::move(planName)), m_historyPath(std::move(historyPath)) {
   setWindowTitle(QStringLiteral("Deploy plan"));
   setObjectName(QStringLiteral("DeployDialog"));
   m_job = std::make_shared<Job>();
 
+  snapshotPlan();
+
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(buildSetup());
+
+  auto* buttons = new QHBoxLayout;
+  m_testButton = new QPushButton(QStringLiteral("Test connection"), this);
+  m_deployButton = new QPushButton(QStringLiteral("Deploy"), this);
+  m_deployButton->setDefault(true);
+  m_cancelButton = new QPushButton(QStringLiteral("Cancel run"), this);
+  m_openRunButton = new QPushButton(QStringLiteral("Open run"), this);
+  m_openRunButton->setToolTip(QStringLiteral("Open the recorded run in the compare view against this plan"));
+  auto* close = new QPushButton(QStringLiteral("Close"), this);
+  for (QPushButton* b : {m_testButton, m_deployButton, m_cancelButton, m_openRunButton}) buttons->addWidget(b);
+  buttons->addStretch(1);
+  buttons->addWidget(close);
+  layout->addLayout(buttons);
+
+  m_jobState = new QLabel(this);
+  m_jobState->setObjectName(QStringLiteral("DeployJobState"));
+  m_jobState->setTextFormat(Qt::PlainText);
+  m_jobState->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_jobState->setVisible(false);
+  layout->addWidget(m_jobState);
+
+  m_message = new QLabel(this);
+  m_message->setObjectName(QStringLiteral("DeployMessage"));
+  m_message->setWordWrap(true);
+  m_message->setTextFormat(Qt::PlainText);
+  m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(m_message);
+
+  layout->addWidget(buildRunView(), 1);
+  resize(820, 640);
+
+  connect(m_testButton, &QPushButton::clicked, this, &DeployDialog::testConnection);
+  connect(m_deployButton, &QPushButton::clicked, this, &DeployDialog::deploy);
+  connect(m_cancelButton, &QPushButton::clicked, this, &DeployDialog::cancelDeploy);
+  connect(m_openRunButton, &QPushButton::clicked, this, [this]() {
+    if (m_lastRun != 0) Q_EMIT openRunRequested(m_lastRun);
+  });
+  connect(close, &QPushButton::clicked, this, &DeployDialog::reject);
+  connect(m_logFilter, &QComboBox::currentIndexChanged, this, &DeployDialog::rebuildLog);
+  setBusy(false);
+  if (!m_planError.isEmpty()) showMessage(m_planError, true);
+}
+
+void DeployDialog::snapshotPlan() {
   // The uploaded plan is this snapshot of the plan on screen (later solves do not change it).
   if (!m_plan) {
     m_planError = QStringLiteral("no plan to deploy (solve first)");
@@ -126,8 +142,10 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
       m_planPath.clear();
     }
   }
+}
 
-  auto* layout = new QVBoxLayout(this);
+// The hosts file and its hosts, backend, iterations, executor and the plan.
+QGroupBox* DeployDialog::buildSetup() {
   auto* setup = new QGroupBox(QStringLiteral("Hosts and run"), this);
   auto* form = new QFormLayout(setup);
   auto* hostsRow = new QHBoxLayout;
@@ -166,35 +184,12 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
     form->addRow(QStringLiteral("Plan"),
                  new QLabel(QStringLiteral("%1 (%2 devices)").arg(m_planName).arg(m_plan->config.devices), setup));
   }
-  layout->addWidget(setup);
+  connect(browse, &QPushButton::clicked, this, &DeployDialog::browseHosts);
+  return setup;
+}
 
-  auto* buttons = new QHBoxLayout;
-  m_testButton = new QPushButton(QStringLiteral("Test connection"), this);
-  m_deployButton = new QPushButton(QStringLiteral("Deploy"), this);
-  m_deployButton->setDefault(true);
-  m_cancelButton = new QPushButton(QStringLiteral("Cancel run"), this);
-  m_openRunButton = new QPushButton(QStringLiteral("Open run"), this);
-  m_openRunButton->setToolTip(QStringLiteral("Open the recorded run in the compare view against this plan"));
-  auto* close = new QPushButton(QStringLiteral("Close"), this);
-  for (QPushButton* b : {m_testButton, m_deployButton, m_cancelButton, m_openRunButton}) buttons->addWidget(b);
-  buttons->addStretch(1);
-  buttons->addWidget(close);
-  layout->addLayout(buttons);
-
-  m_jobState = new QLabel(this);
-  m_jobState->setObjectName(QStringLiteral("DeployJobState"));
-  m_jobState->setTextFormat(Qt::PlainText);
-  m_jobState->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  m_jobState->setVisible(false);
-  layout->addWidget(m_jobState);
-
-  m_message = new QLabel(this);
-  m_message->setObjectName(QStringLiteral("DeployMessage"));
-  m_message->setWordWrap(true);
-  m_message->setTextFormat(Qt::PlainText);
-  m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  layout->addWidget(m_message);
-
+// Each rank's progress above the log of the ranks (filtered by rank).
+QWidget* DeployDialog::buildRunView() {
   auto* split = new QSplitter(Qt::Vertical, this);
   m_progress = new QStandardItemModel(0, RankColumnCount, this);
   m_progress->setHorizontalHeaderLabels({QStringLiteral("Rank"), QStringLiteral("Host"), QStringLiteral("State"),
@@ -221,20 +216,7 @@ DeployDialog::DeployDialog(std::shared_ptr<const Plan> plan, const QString& plan
   logLayout->addWidget(m_log);
   split->addWidget(progressView);
   split->addWidget(logBox);
-  layout->addWidget(split, 1);
-  resize(820, 640);
-
-  connect(browse, &QPushButton::clicked, this, &DeployDialog::browseHosts);
-  connect(m_testButton, &QPushButton::clicked, this, &DeployDialog::testConnection);
-  connect(m_deployButton, &QPushButton::clicked, this, &DeployDialog::deploy);
-  connect(m_cancelButton, &QPushButton::clicked, this, &DeployDialog::cancelDeploy);
-  connect(m_openRunButton, &QPushButton::clicked, this, [this]() {
-    if (m_lastRun != 0) Q_EMIT openRunRequested(m_lastRun);
-  });
-  connect(close, &QPushButton::clicked, this, &DeployDialog::reject);
-  connect(m_logFilter, &QComboBox::currentIndexChanged, this, &DeployDialog::rebuildLog);
-  setBusy(false);
-  if (!m_planError.isEmpty()) showMessage(m_planError, true);
+  return split;
 }
 
 DeployDialog::~DeployDialog() {
@@ -440,7 +422,9 @@ void DeployDialog::deploy() {
       [this, job = m_job, store, req = std::move(request), runInfo = std::move(info),
        session = sessionCallbacks()](const JobTracker::Control& control) {
         auto post = [this, &control](auto f) { control.post([this, f]() mutable { f(*this); }); };
-        GuiHistorySink sink(*store, runInfo, [post](int rank, std::string text) {
+        // Records the ranks' streams into one history run, as pipestudio-cli deploy does; the logs
+        // go to the dialog.
+        remote::HistorySink sink(*store, runInfo, [post](int rank, std::string_view text) {
           post([rank, text = q(text)](DeployDialog& d) { d.appendLog(rank, text); });
         });
         remote::DeployCallbacks callbacks;

@@ -24,6 +24,7 @@
 #include "pipestudio/remote/Deploy.hpp"
 
 class QComboBox;
+class QGroupBox;
 class QSpinBox;
 class QLineEdit;
 class QPushButton;
@@ -42,8 +43,7 @@ class DeployDialog : public QDialog {
 
   /// `plan` is written to a temporary file (the uploaded plan); `historyPath` is the database
   /// the run is recorded in (the history dock's).
-  DeployDialog(std::shared_ptr<const Plan> plan, const QString& planName, const QString& historyPath,
-               QWidget* parent = nullptr);
+  DeployDialog(std::shared_ptr<const Plan> plan, QString planName, QString historyPath, QWidget* parent = nullptr);
   ~DeployDialog() override;
 
   /// Loads a pipestudio.hosts/1 file into the hosts table; errors are shown in the dialog.
@@ -86,6 +86,9 @@ class DeployDialog : public QDialog {
 
  private:
   struct Job;
+  void snapshotPlan();
+  QGroupBox* buildSetup();
+  QWidget* buildRunView();
   void browseHosts();
   void setBusy(bool busy);
   void showMessage(const QString& text, bool error);

@@ -1,59 +1,64 @@
 #pragma once
-// The sink the CLI uses, in small: one StreamIngest per rank into a real history file, plus
-// what the deploy tests look at (when the first bytes arrived, every rank's frames, the log).
+// The sink the CLI and the GUI use (remote::HistorySink: one run, one stream ingest per rank, the
+// verdict made stricter by the streams), plus what the deploy tests look at: when the first bytes
+// arrived, every rank's frames, the logs.
 
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pipestudio/history/HistoryStore.hpp"
-#include "pipestudio/remote/Deploy.hpp"
+#include "pipestudio/remote/HistorySink.hpp"
 
 namespace pipestudio::remote::test {
 
 class HistoryTestSink : public TraceSink {
  public:
   /// `store` null: frames are only counted and kept (streams that match no plan).
-  HistoryTestSink(history::HistoryStore* store, std::string planPath) : m_store(store), m_plan(std::move(planPath)) {}
+  HistoryTestSink(history::HistoryStore* store, const std::string& planPath) {
+    if (store == nullptr) return;
+    m_sink.emplace(*store, history::RunInfo{"test", "deploy", planPath, {}, "", "", "cpu", "", ""},
+                   [this](int rank, std::string_view text) {
+                     (rank == HistorySink::kLauncherRank ? launcherLog : log).append(text);
+                   });
+  }
 
   Status onStart(int ranks) override {
-    if (m_store == nullptr) return Status{};
-    auto run = m_store->beginRun(history::RunInfo{"test", "deploy", m_plan, {}, "", "", "cpu", "", ""});
-    if (!run) return run.error();
-    runId = *run;
-    for (int r = 0; r < ranks; ++r) ingest.push_back(std::make_unique<history::StreamIngest>(*m_store, runId));
-    return Status{};
+    if (!m_sink) return Status{};
+    auto st = m_sink->onStart(ranks);
+    runId = m_sink->runId();
+    return st;
   }
   Status onStreamBytes(int rank, std::string_view bytes) override {
     if (!firstBytes) firstBytes = std::chrono::system_clock::now();
     bytesReceived += bytes.size();
-    if (m_store == nullptr) return Status{};
-    return ingest.at(static_cast<std::size_t>(rank))->feed(bytes);
+    return m_sink ? m_sink->onStreamBytes(rank, bytes) : Status{};
   }
   void onFrame(int rank, const trace::Frame& frame) override {
     ++frames;
     framesOf[rank].push_back(frame);
   }
-  void onLog(int, std::string_view text) override { log.append(text); }
-  void onLauncherLog(std::string_view text) override { launcherLog.append(text); }
-
-  Status finish(const DeployResult& r) {
-    if (m_store == nullptr) return Status{};
-    for (auto& i : ingest) {
-      if (auto st = i->flush(); !st) return st;
+  void onLog(int rank, std::string_view text) override {
+    if (m_sink) {
+      m_sink->onLog(rank, text);
+    } else {
+      log.append(text);
     }
-    const auto status = r.outcome == DeployOutcome::Complete ? history::RunStatus::Complete
-                        : r.outcome == DeployOutcome::Failed ? history::RunStatus::Failed
-                                                             : history::RunStatus::Incomplete;
-    return m_store->finishRun(runId, status, r.message);
+  }
+  void onLauncherLog(std::string_view text) override {
+    if (m_sink) {
+      m_sink->onLauncherLog(text);
+    } else {
+      launcherLog.append(text);
+    }
   }
 
+  Status finish(const DeployResult& r) { return m_sink ? m_sink->finish(r) : Status{}; }
+
   history::RunId runId = 0;
-  std::vector<std::unique_ptr<history::StreamIngest>> ingest;
   std::atomic<std::uint64_t> bytesReceived{0};
   std::atomic<int> frames{0};
   std::optional<std::chrono::system_clock::time_point> firstBytes;
@@ -62,8 +67,7 @@ class HistoryTestSink : public TraceSink {
   std::string launcherLog;
 
  private:
-  history::HistoryStore* m_store;
-  std::string m_plan;
+  std::optional<HistorySink> m_sink;
 };
 
 }  // namespace pipestudio::remote::test

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "TimelineTracks.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
@@ -21,20 +22,6 @@
 namespace pipestudio::viz {
 
 namespace {
-
-// Host copies (D2H/H2D, activation offloading) are activation transfers to and from host memory.
-ColourSlot slotOfOp(OpKind kind) {
-  return isHostCopy(kind) ? ColourSlot::CommForward : static_cast<ColourSlot>(static_cast<int>(kind));
-}
-
-ColourSlot slotOfActivity(ActivityKind kind) {
-  return static_cast<ColourSlot>(static_cast<int>(ColourSlot::Kernel) + static_cast<int>(kind));
-}
-
-/// Shade of an interval: its slot's variant `variant` (microbatch parity, or the chunk).
-std::uint8_t shadeOf(ColourSlot slot, int variant) {
-  return static_cast<std::uint8_t>(static_cast<int>(slot) * kShadesPerSlot + (variant & (kShadesPerSlot - 1)));
-}
 
 void finishLane(Lane& lane) {
   // Sort by start (ops are in execution order per device already; comms need it). A stable
@@ -134,152 +121,82 @@ std::size_t Lane::firstVisible(double fromMs) const {
   return static_cast<std::size_t>(it - startMs.begin());
 }
 
+namespace {
+
+/// Devices the timeline shows: the plan's, and any an op, transfer or activity stream names.
+int devicesShown(const Plan& p, const ActivityTrace* activity) {
+  int devices = std::max(0, p.config.devices);
+  for (const Op& op : p.ops) devices = std::max(devices, op.device + 1);
+  for (const Comm& c : p.comms) devices = std::max({devices, c.fromDevice + 1, c.toDevice + 1});
+  if (activity) {
+    for (const ActivityStream& s : activity->streams) devices = std::max(devices, s.device + 1);
+  }
+  return devices;
+}
+
+}  // namespace
+
 TimelineData::TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<const ActivityTrace> activity,
                            bool collapsed)
     : m_plan(std::move(plan)), m_activity(std::move(activity)), m_collapsed(collapsed) {
   if (!m_plan) return;
   const Plan& p = *m_plan;
-  int devices = std::max(0, p.config.devices);
-  for (const Op& op : p.ops) devices = std::max(devices, op.device + 1);
-  for (const Comm& c : p.comms) devices = std::max({devices, c.fromDevice + 1, c.toDevice + 1});
-  // Streams of GPU activity per device, in (device, stream) order.
-  std::vector<std::vector<int>> streamsOfDevice;
-  if (m_activity) {
-    for (const ActivityStream& s : m_activity->streams) devices = std::max(devices, s.device + 1);
-    streamsOfDevice.resize(static_cast<std::size_t>(std::max(0, devices)));
-    for (std::size_t i = 0; i < m_activity->streams.size(); ++i) {
-      const int d = m_activity->streams[i].device;
-      if (d >= 0) streamsOfDevice[static_cast<std::size_t>(d)].push_back(static_cast<int>(i));
-    }
-  }
-  m_devices = devices;
-
+  m_devices = devicesShown(p, m_activity.get());
   bool bidirectional = false;
   for (const VirtualStage& vs : p.virtualStages) bidirectional = bidirectional || vs.pipeline != 0;
-  // Host copies (activation offloading) run on the device's host link beside its compute: they
-  // go on the transfer strip, in the third (offload) and fourth (reload) shade of activations.
-  const bool hasCopies = std::any_of(p.ops.begin(), p.ops.end(), [](const Op& op) { return isHostCopy(op.kind); });
-  const bool hasComms = (!p.comms.empty() || hasCopies) && !collapsed;
-  // A measured run without op ranges shows its activity only.
-  const bool hasCompute = !m_activity || !p.ops.empty();
   m_chunks = std::max(1, p.config.chunksPerDevice);
   for (const VirtualStage& vs : p.virtualStages) m_chunks = std::max(m_chunks, vs.chunk + 1);
   m_shadesChunks = m_chunks > 1 && !bidirectional;
 
-  // Vertical layout inside [d, d + 1): compute lane(s) on top, the transfer strip under them,
-  // then one lane per stream of GPU activity.
-  const int computeLanes = hasCompute ? (bidirectional && !collapsed ? 2 : 1) : 0;
-  m_laneOfDevice.assign(devices, 0);
-  IdVector<int> commLaneOfDevice(devices, -1);
-  for (int d = 0; d < devices; ++d) {
-    m_laneOfDevice[d] = m_lanes.size();
-    const bool streams = !streamsOfDevice.empty() && !streamsOfDevice[static_cast<std::size_t>(d)].empty();
-    const double computeLo = 0.06;
-    const double computeHi = streams ? (computeLanes > 0 ? 0.44 : computeLo) : (hasComms ? 0.74 : 0.94);
-    const double h = computeLanes > 0 ? (computeHi - computeLo) / computeLanes : 0.0;
-    for (int k = 0; k < computeLanes; ++k) {
-      Lane lane;
-      lane.device = d;
-      lane.pipeline = k;
-      lane.hatchGapsOnly = computeLanes > 1;
-      lane.valueLo = d + computeLo + k * h + (k > 0 ? 0.02 : 0.0);
-      lane.valueHi = d + computeLo + (k + 1) * h;
-      m_lanes.push_back(std::move(lane));
-    }
-    if (hasComms) {
-      Lane lane;
-      lane.device = d;
-      lane.comm = true;
-      lane.valueLo = d + 0.78;
-      lane.valueHi = d + 0.94;
-      commLaneOfDevice[d] = m_lanes.size();
-      m_lanes.push_back(std::move(lane));
-    }
-    if (streams) addActivityLanes(streamsOfDevice, d, computeLanes > 0 ? d + 0.48 : d + 0.06, d + 0.94);
-  }
+  // The tracks: compute ops (none when a measured run without op ranges shows its activity
+  // only), the transfer strip (transfers and host copies; not when collapsed), GPU activity.
+  const bool hasCopies = std::any_of(p.ops.begin(), p.ops.end(), [](const Op& op) { return isHostCopy(op.kind); });
+  const bool hasCompute = !m_activity || !p.ops.empty();
+  std::optional<tracks::OpTrack> ops;
+  std::optional<tracks::TransferTrack> transfers;
+  std::optional<tracks::KernelTrack> kernels;
+  if (hasCompute) ops.emplace(p, bidirectional && !collapsed ? 2 : 1, m_shadesChunks);
+  if ((!p.comms.empty() || hasCopies) && !collapsed) transfers.emplace(p);
+  if (m_activity) kernels.emplace(*m_activity, m_devices, collapsed);
 
-  const auto stageCount = static_cast<int>(p.virtualStages.size());
-  m_opLane.assign(p.ops.size(), -1);
-  m_opSlot.assign(p.ops.size(), -1);
-  m_prevOnDevice.assign(p.ops.size(), -1);
-  const int opCount = m_opLane.size();
-  IdVector<int> lastOnDevice(devices, -1);
-  m_beginMs = std::numeric_limits<double>::infinity();
-  m_endMs = -std::numeric_limits<double>::infinity();
-  for (int i = 0; i < opCount && computeLanes > 0; ++i) {
-    const Op& op = p.op(i);
-    if (op.device < 0) continue;
-    int pipeline = 0;
-    int chunk = 0;
-    if (op.virtualStage >= 0 && op.virtualStage < stageCount) {
-      pipeline = p.stage(op.virtualStage).pipeline;
-      chunk = p.stage(op.virtualStage).chunk;
-    }
-    pipeline = std::clamp(pipeline, 0, computeLanes - 1);
-    if (isHostCopy(op.kind)) {
-      // Not in the device's compute order (m_prevOnDevice); hidden when transfers are collapsed.
-      if (!commLaneOfDevice.contains(op.device) || commLaneOfDevice[op.device] < 0) continue;
-      const int copyLane = commLaneOfDevice[op.device];
-      Lane& lane = m_lanes[copyLane];
-      lane.startMs.push_back(op.startMs);
-      lane.endMs.push_back(op.endMs);
-      lane.shade.push_back(shadeOf(ColourSlot::CommForward, op.kind == OpKind::D2H ? 2 : 3));
-      lane.microbatch.push_back(op.microbatch);
-      lane.items.push_back({ItemRef::Kind::Op, i});
-      m_opLane[i] = copyLane;
-      m_beginMs = std::min(m_beginMs, op.startMs);
-      m_endMs = std::max(m_endMs, op.endMs);
-      continue;
-    }
-    const int laneIndex = m_laneOfDevice[op.device] + pipeline;
-    Lane& lane = m_lanes[laneIndex];
-    lane.startMs.push_back(op.startMs);
-    lane.endMs.push_back(op.endMs);
-    // Only the passes the legend lists per chunk (F, B, W, BW) take a chunk's shade; frozen work,
-    // vocabulary passes and the optimizer alternate by microbatch as their legend entries show.
-    const bool chunkShade = m_shadesChunks && (op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W ||
-                                               op.kind == OpKind::BW);
-    lane.shade.push_back(shadeOf(slotOfOp(op.kind), chunkShade ? chunk : op.microbatch & 1));
-    lane.microbatch.push_back(op.microbatch);
-    lane.items.push_back({ItemRef::Kind::Op, i});
-    m_opLane[i] = laneIndex;
-    m_prevOnDevice[i] = lastOnDevice[op.device];
-    lastOnDevice[op.device] = i;
-    m_beginMs = std::min(m_beginMs, op.startMs);
-    m_endMs = std::max(m_endMs, op.endMs);
-    m_maxMicrobatch = std::max(m_maxMicrobatch, op.microbatch);
+  tracks::LaneBuild build(p.ops.size(), p.comms.size());
+  m_laneOfDevice.assign(m_devices, 0);
+  for (int d = 0; d < m_devices; ++d) {
+    m_laneOfDevice[d] = build.lanes.size();
+    const bool streams = kernels && kernels->hasStreams(d);
+    const tracks::RowBands bands = tracks::rowBands(ops.has_value(), transfers.has_value(), streams);
+    if (ops) ops->layOut(d, bands.compute, build);
+    if (transfers) transfers->layOut(d, bands.transfers, build);
+    if (streams) kernels->layOut(d, bands.kernels, build);
   }
-  m_commLane.assign(p.comms.size(), -1);
-  m_commSlot.assign(p.comms.size(), -1);
-  if (hasComms) {
-    std::int32_t nextComm = 0;
-    for (const Comm& c : p.comms) {
-      const std::int32_t i = nextComm++;
-      if (c.fromDevice < 0) continue;
-      const int laneIndex = commLaneOfDevice[c.fromDevice];
-      Lane& lane = m_lanes[laneIndex];
-      const ColourSlot slot = c.kind == OpKind::F ? ColourSlot::CommForward : ColourSlot::CommBackward;
-      lane.startMs.push_back(c.startMs);
-      lane.endMs.push_back(c.endMs);
-      lane.shade.push_back(shadeOf(slot, c.microbatch & 1));
-      lane.microbatch.push_back(c.microbatch);
-      lane.items.push_back({ItemRef::Kind::Comm, i});
-      m_commLane[i] = laneIndex;
-      m_beginMs = std::min(m_beginMs, c.startMs);
-      m_endMs = std::max(m_endMs, c.endMs);
-      m_maxMicrobatch = std::max(m_maxMicrobatch, c.microbatch);
-    }
-  }
-  if (m_activity) {
-    for (const ActivityStream& s : m_activity->streams) {
-      for (const ActivityEvent& e : s.events) {
-        m_beginMs = std::min(m_beginMs, e.startMs);
-        m_endMs = std::max(m_endMs, e.endMs);
-      }
-    }
-  }
-  if (!std::isfinite(m_beginMs)) m_beginMs = m_endMs = 0;
+  if (ops) ops->fill(build);
+  if (transfers) transfers->fill(build);
+  if (kernels) kernels->fill(build);
+  takeLanes(std::move(build));
+  if (ops && bidirectional && !collapsed) computeIdleGaps();
 
+  // Data flow between virtual stages: the one definition the simulator and executor use.
+  StageNeighbours neighbours = stageNeighbours(p);
+  m_prevStage = IdVector<int>(std::move(neighbours.previous));
+  m_nextStage = IdVector<int>(std::move(neighbours.next));
+  m_nextOnDevice.assign(m_prevOnDevice.size(), -1);
+  for (int i = 0; i < m_prevOnDevice.size(); ++i) {
+    if (m_prevOnDevice[i] >= 0) m_nextOnDevice[m_prevOnDevice[i]] = i;
+  }
+}
+
+void TimelineData::takeLanes(tracks::LaneBuild build) {
+  m_lanes = std::move(build.lanes);
+  m_opLane = std::move(build.opLane);
+  m_prevOnDevice = std::move(build.prevOnDevice);
+  m_commLane = std::move(build.commLane);
+  m_activityRefs = std::move(build.activityRefs);
+  m_maxMicrobatch = build.maxMicrobatch;
+  m_beginMs = std::isfinite(build.beginMs) ? build.beginMs : 0;
+  m_endMs = std::isfinite(build.beginMs) ? build.endMs : 0;
+  // Sorted lanes, and each item's position in its lane.
+  m_opSlot.assign(m_opLane.size(), -1);
+  m_commSlot.assign(m_commLane.size(), -1);
   m_activityLane.assign(static_cast<int>(m_activityRefs.size()), -1);
   m_activitySlot.assign(static_cast<int>(m_activityRefs.size()), -1);
   for (int l = 0; l < m_lanes.size(); ++l) {
@@ -295,45 +212,6 @@ TimelineData::TimelineData(std::shared_ptr<const Plan> plan, std::shared_ptr<con
       auto& slots = ref.kind == ItemRef::Kind::Op ? m_opSlot : m_commSlot;
       slots[ref.index] = static_cast<std::int32_t>(k);
     }
-  }
-  if (computeLanes > 1) computeIdleGaps();
-
-  // Data flow between virtual stages: the one definition the simulator and executor use.
-  StageNeighbours neighbours = stageNeighbours(p);
-  m_prevStage = IdVector<int>(std::move(neighbours.previous));
-  m_nextStage = IdVector<int>(std::move(neighbours.next));
-  m_nextOnDevice.assign(opCount, -1);
-  for (int i = 0; i < opCount; ++i) {
-    if (m_prevOnDevice[i] >= 0) m_nextOnDevice[m_prevOnDevice[i]] = i;
-  }
-}
-
-void TimelineData::addActivityLanes(const std::vector<std::vector<int>>& streamsOfDevice, int device, double lo,
-                                    double hi) {
-  const auto& streams = streamsOfDevice[static_cast<std::size_t>(device)];
-  // Collapsed: every stream of the device on one lane.
-  const std::size_t laneCount = m_collapsed ? 1 : streams.size();
-  const double h = (hi - lo) / static_cast<double>(laneCount);
-  for (std::size_t k = 0; k < laneCount; ++k) {
-    Lane lane;
-    lane.device = device;
-    lane.activity = true;
-    lane.stream = m_activity->streams[static_cast<std::size_t>(streams[k])].stream;
-    lane.valueLo = lo + static_cast<double>(k) * h + (k > 0 ? 0.01 : 0.0);
-    lane.valueHi = lo + static_cast<double>(k + 1) * h;
-    for (std::size_t j = k; j < (m_collapsed ? streams.size() : k + 1); ++j) {
-      const ActivityStream& s = m_activity->streams[static_cast<std::size_t>(streams[j])];
-      for (std::size_t e = 0; e < s.events.size(); ++e) {
-        const ActivityEvent& ev = s.events[e];
-        lane.startMs.push_back(ev.startMs);
-        lane.endMs.push_back(ev.endMs);
-        lane.shade.push_back(shadeOf(slotOfActivity(ev.kind), static_cast<int>(e & 1)));
-        lane.microbatch.push_back(-1);
-        lane.items.push_back({ItemRef::Kind::Activity, static_cast<std::int32_t>(m_activityRefs.size())});
-        m_activityRefs.emplace_back(streams[j], static_cast<std::int32_t>(e));
-      }
-    }
-    m_lanes.push_back(std::move(lane));
   }
 }
 

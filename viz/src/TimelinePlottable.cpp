@@ -2,10 +2,10 @@
 
 #include <QPalette>
 #include <algorithm>
-#include <climits>
 #include <cmath>
-#include <functional>
 #include <limits>
+
+#include "TimelinePainters.hpp"
 
 namespace pipestudio::viz {
 
@@ -81,12 +81,18 @@ TimelinePalette TimelinePalette::dark() {
   return p;
 }
 
+QColor TimelinePalette::textOn(const QColor& background) const {
+  return luminance(background) < 150 ? textOnDark : textOnLight;
+}
+
 TimelinePalette TimelinePalette::forPalette(const QPalette& palette) {
   return luminance(palette.color(QPalette::Window)) < 128 ? dark() : light();
 }
 
 TimelinePlottable::TimelinePlottable(QCPAxis* keyAxis, QCPAxis* valueAxis)
-    : QCPAbstractPlottable(keyAxis, valueAxis), m_palette(TimelinePalette::light()) {
+    : QCPAbstractPlottable(keyAxis, valueAxis),
+      m_palette(TimelinePalette::light()),
+      m_canvas(std::make_unique<tracks::Canvas>()) {
   setAntialiased(false);
   setAntialiasedFill(false);
   setSelectable(QCP::stNone);
@@ -94,22 +100,14 @@ TimelinePlottable::TimelinePlottable(QCPAxis* keyAxis, QCPAxis* valueAxis)
 
 void TimelinePlottable::setTimeline(std::shared_ptr<const TimelineData> data) {
   m_data = std::move(data);
-  m_labelCache.clear();
+  m_canvas->clearLabelCache();
 }
 
 void TimelinePlottable::setTimelinePalette(const TimelinePalette& palette) { m_palette = palette; }
 
 void TimelinePlottable::setOpMask(IdVector<char> mask) { m_mask = std::move(mask); }
 
-const QStaticText& TimelinePlottable::labelText(std::int32_t microbatch) {
-  auto it = m_labelCache.find(microbatch);
-  if (it == m_labelCache.end()) {
-    QStaticText text(QString::number(microbatch));
-    text.setTextFormat(Qt::PlainText);
-    it = m_labelCache.insert(microbatch, text);
-  }
-  return it.value();
-}
+TimelinePlottable::~TimelinePlottable() = default;
 
 void TimelinePlottable::draw(QCPPainter* painter) {
   m_stats = {};
@@ -117,187 +115,21 @@ void TimelinePlottable::draw(QCPPainter* painter) {
   QCPAxis* keyAxis = mKeyAxis.data();
   QCPAxis* valueAxis = mValueAxis.data();
   if (!keyAxis || !valueAxis) return;
-
-  const QRect clip = clipRect();
-  const QCPRange range = keyAxis->range();
-  // Linear key axis: pixel = x0 + (t - lower) * scale, computed once instead of per item.
-  const double x0 = keyAxis->coordToPixel(range.lower);
-  const double x1 = keyAxis->coordToPixel(range.upper);
-  const double scale = (x1 - x0) / std::max(1e-300, range.size());
-  const double pxLeft = clip.left() - 2.0;
-  const double pxRight = clip.right() + 2.0;
-  auto toPx = [&](double t) { return std::clamp(x0 + (t - range.lower) * scale, pxLeft, pxRight); };
-  const double visLo = std::min(range.lower, range.upper);
-  const double visHi = std::max(range.lower, range.upper);
-
-  for (auto& bucket : m_buckets) bucket.clear();
-  m_hatch.clear();
-  m_labels.clear();
-
-  const QFontMetrics metrics(painter->font());
-  const int textHeight = metrics.height();
-  const int digitWidth = metrics.horizontalAdvance(QLatin1Char('0'));
-  const int maxDigits = static_cast<int>(
-      std::to_string(std::max(0, m_data->plan() ? static_cast<int>(m_data->plan()->config.microbatches) : 0)).size());
-  const bool scaleLeftToRight = scale >= 0;
-
-  const bool fadeAll = m_dimmed;
-  const bool masking = !m_mask.empty();
-  std::vector<QRect> backgrounds;
-  backgrounds.reserve(m_data->lanes().size());
-
+  const tracks::Frame frame = tracks::Frame::of(*keyAxis, clipRect());
+  m_canvas->begin(painter->font(), m_data->plan() ? static_cast<int>(m_data->plan()->config.microbatches) : 0,
+                  {m_dimmed, &m_mask});
+  // Each lane draws as its track's kind does (TimelinePainters.hpp); lanes off screen not at all.
   for (const Lane& lane : m_data->lanes()) {
     const double yA = valueAxis->coordToPixel(lane.valueLo);
     const double yB = valueAxis->coordToPixel(lane.valueHi);
-    const int top = static_cast<int>(std::lround(std::min(yA, yB)));
-    const int height = std::max(1, static_cast<int>(std::lround(std::abs(yB - yA))));
-    if (top > clip.bottom() || top + height < clip.top()) continue;
-    if (!lane.comm) backgrounds.emplace_back(clip.left(), top, clip.width(), height);
-    auto hatch = [&](double fromMs, double toMs) {
-      const double a = toPx(fromMs);
-      const double b = toPx(toMs);
-      if (std::abs(b - a) < 1.0) return;
-      const int l = static_cast<int>(std::lround(std::min(a, b)));
-      m_hatch.emplace_back(l, top, static_cast<int>(std::lround(std::max(a, b))) - l, height);
-    };
-    if (lane.hatchGapsOnly) {
-      // Two pipes on one GPU: idle only where it computes on neither (the device's gaps).
-      auto gap = std::lower_bound(lane.idleGaps.begin(), lane.idleGaps.end(), std::make_pair(visLo, visLo),
-                                  [](const auto& g, const auto& v) { return g.second < v.first; });
-      for (; gap != lane.idleGaps.end() && gap->first <= visHi; ++gap) hatch(gap->first, gap->second);
-    } else if (!lane.comm && !lane.activity && lane.size() > 0) {
-      // Idle time inside the device's span is bubble: hatch the whole span, ops cover the rest.
-      hatch(lane.firstStartMs, lane.lastEndMs);
-    }
-    if (lane.size() == 0) continue;
-    const bool labelsFit = height >= textHeight;
-
-    // The visible window: binary search stepping back by the longest duration; blocks that end
-    // before the window are skipped whole.
-    std::size_t k = lane.firstVisible(visLo);
-    int pendingColumn = INT_MIN;
-    std::uint8_t pendingShade = 0;
-    double pendingDurationMs = -1;
-    std::uint8_t lastShade = 0;
-    int lastRight = INT_MIN;
-    std::size_t lastIndex = 0;
-    auto emitRect = [&](std::uint8_t shade, int left, int right) {
-      if (right <= left) right = left + 1;
-      auto& bucket = m_buckets[shade];
-      if (shade == lastShade && lastRight == left && !bucket.empty() && lastIndex < bucket.size()) {
-        bucket[lastIndex].setRight(right - 1);  // run-length: extend the previous column
-      } else {
-        bucket.emplace_back(left, top, right - left, height);
-        lastIndex = bucket.size() - 1;
-        ++m_stats.rects;
-      }
-      lastShade = shade;
-      lastRight = right;
-    };
-    auto flushPending = [&]() {
-      if (pendingColumn != INT_MIN) emitRect(pendingShade, pendingColumn, pendingColumn + 1);
-      pendingColumn = INT_MIN;
-      pendingDurationMs = -1;
-    };
-    const std::size_t n = lane.size();
-    while (k < n) {
-      const std::size_t block = k / TimelineData::kBlockSize;
-      if (k % TimelineData::kBlockSize == 0 && lane.blocks[block].maxEndMs < visLo) {
-        k += TimelineData::kBlockSize;
-        continue;
-      }
-      const double s = lane.startMs[k];
-      if (s > visHi) break;
-      const double e = lane.endMs[k];
-      if (e < visLo) {
-        ++k;
-        continue;
-      }
-      ++m_stats.visibleItems;
-      double pa = toPx(s);
-      double pb = toPx(e);
-      if (!scaleLeftToRight) std::swap(pa, pb);
-      std::uint8_t shade = lane.shade[k];
-      if (fadeAll) {
-        shade = static_cast<std::uint8_t>(shade + kShadeCount);
-      } else if (masking) {
-        const ItemRef ref = lane.items[k];
-        const bool keep = ref.kind == ItemRef::Kind::Op && m_mask.contains(ref.index) && m_mask[ref.index] != 0;
-        if (!keep) shade = static_cast<std::uint8_t>(shade + kShadeCount);
-      }
-      if (pb - pa < 1.0) {
-        // Sub-pixel: one column per pixel, coloured by the longest interval that falls in it.
-        const int column = static_cast<int>(std::floor(pa));
-        if (column != pendingColumn) {
-          flushPending();
-          pendingColumn = column;
-        }
-        if (e - s > pendingDurationMs) {
-          pendingDurationMs = e - s;
-          pendingShade = shade;
-        }
-      } else {
-        flushPending();
-        const int left = static_cast<int>(std::lround(pa));
-        int right = static_cast<int>(std::lround(pb));
-        if (right - left >= 4) --right;  // a one-pixel gap keeps neighbouring ops apart
-        emitRect(shade, left, right);
-        lastRight = INT_MIN;  // never run-length-merge whole ops
-        if (labelsFit && lane.microbatch[k] >= 0 && right - left >= digitWidth * maxDigits + 4) {
-          m_labels.push_back({QRect(left, top, right - left, height), lane.microbatch[k], shade});
-        }
-      }
-      ++k;
-    }
-    flushPending();
+    const tracks::Rows rows{static_cast<int>(std::lround(std::min(yA, yB))),
+                            std::max(1, static_cast<int>(std::lround(std::abs(yB - yA))))};
+    if (rows.top > frame.clip.bottom() || rows.top + rows.height < frame.clip.top()) continue;
+    tracks::painterFor(lane).collect(lane, frame, rows, *m_canvas);
   }
-
-  painter->setAntialiasing(false);
-  painter->setPen(Qt::NoPen);
-  painter->setBrush(m_palette.laneBackground);
-  painter->drawRects(backgrounds.data(), static_cast<int>(backgrounds.size()));
-  painter->setBrush(QBrush(m_palette.bubbleHatch, Qt::BDiagPattern));
-  painter->drawRects(m_hatch.data(), static_cast<int>(m_hatch.size()));
-  for (const QRect& r : m_hatch) m_stats.hatchedPixels += r.width();
-  m_stats.drawCalls = 2;
-  for (std::size_t shade = 0; shade < m_buckets.size(); ++shade) {
-    const auto& bucket = m_buckets[shade];
-    if (bucket.empty()) continue;
-    painter->setBrush(shade < m_palette.shades.size() ? m_palette.shades[shade] : m_palette.faded(shade));
-    painter->drawRects(bucket.data(), static_cast<int>(bucket.size()));
-    ++m_stats.drawCalls;
-  }
-  if (!m_labels.empty()) {
-    for (const Label& label : m_labels) {
-      const bool faded = label.shade >= kShadeCount;
-      const QColor bg = faded ? m_palette.faded(label.shade) : m_palette.shades[label.shade];
-      painter->setPen(luminance(bg) < 150 ? m_palette.textOnDark : m_palette.textOnLight);
-      const QStaticText& text = labelText(label.microbatch);
-      const QSizeF size = text.size();
-      painter->drawStaticText(QPointF(label.rect.center().x() - size.width() / 2.0 + 0.5,
-                                      label.rect.center().y() - size.height() / 2.0 + 0.5),
-                              text);
-    }
-    m_stats.labels = m_labels.size();
-  }
-  drawIterations(painter, clip, toPx, visLo, visHi);
-}
-
-void TimelinePlottable::drawIterations(QCPPainter* painter, const QRect& clip,
-                                       const std::function<double(double)>& toPx, double visLo, double visHi) {
-  // Measured runs: where each iteration (ProfilerStep#N) begins, a dashed line and its name.
-  const ActivityTrace* activity = m_data->activity();
-  if (!activity || activity->iterations.empty()) return;
-  painter->setPen(QPen(m_palette.hover, 1.0, Qt::DashLine));
-  const QFontMetrics metrics(painter->font());
-  for (const ActivityIteration& it : activity->iterations) {
-    if (it.endMs < visLo || it.startMs > visHi) continue;
-    const double x = toPx(it.startMs);
-    painter->drawLine(QLineF(x, clip.top(), x, clip.bottom()));
-    const QString name = QString::fromStdString(it.name);
-    if (toPx(it.endMs) - x > metrics.horizontalAdvance(name) + 6)
-      painter->drawText(QPointF(x + 3, clip.top() + metrics.ascent() + 1), name);
-  }
+  m_canvas->paint(painter, m_palette);
+  m_stats = m_canvas->stats();
+  tracks::IterationMarkers::draw(painter, frame, m_data->activity(), m_palette);
 }
 
 void TimelinePlottable::drawLegendIcon(QCPPainter* painter, const QRectF& rect) const {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "MemoryTrack.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
@@ -22,13 +23,10 @@ namespace pipestudio::viz {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// A device lane is legible from this height on (labels fit; ops tell apart).
 constexpr double kMinDevicePx = 16.0;
 /// Wheel zoom per notch (120 units), as QCustomPlot's default range zoom factor.
 constexpr double kWheelZoomPerNotch = 0.85;
-/// Memory curves get a clickable legend up to this many devices (beyond, hover reads them).
-constexpr int kMaxMemoryLegendDevices = 16;
 
 void styleAxis(QCPAxis* axis, const QPalette& palette) {
   const QColor text = palette.color(QPalette::WindowText);
@@ -41,10 +39,6 @@ void styleAxis(QCPAxis* axis, const QPalette& palette) {
   axis->setLabelColor(text);
   axis->grid()->setPen(QPen(grid, 0, Qt::DotLine));
   axis->grid()->setSubGridVisible(false);
-}
-
-QColor memoryColour(std::size_t device) {
-  return QColor::fromHsvF(static_cast<float>(std::fmod(0.58 + 0.62 * static_cast<double>(device), 1.0)), 0.65f, 0.85f);
 }
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
@@ -186,7 +180,40 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->setSpacing(0);
+  layout->addWidget(buildSearchBar());
+  auto* row = new QHBoxLayout;
+  row->setContentsMargins(0, 0, 0, 0);
+  row->setSpacing(0);
+  m_plot = new TimelinePlot(this);
+  m_plot->setWheelHandledByOwner(true);
+  row->addWidget(m_plot, 1);
+  m_laneScroll = new QScrollBar(Qt::Vertical, this);
+  m_laneScroll->setVisible(false);
+  row->addWidget(m_laneScroll);
+  layout->addLayout(row, 1);
+  setFocusPolicy(Qt::StrongFocus);
 
+  buildPlotLayout();
+  setupAxes();
+  m_plot->addLayer(QStringLiteral("highlights"), m_plot->layer(QStringLiteral("main")), QCustomPlot::limAbove);
+  m_plot->layer(QStringLiteral("highlights"))->setMode(QCPLayer::lmBuffered);
+  m_overlay = new TimelineOverlay(m_timeline);
+  m_overlay->setLayer(QStringLiteral("highlights"));
+  m_memory = std::make_unique<MemoryTrack>(m_plot, m_memoryRect, [this]() { requestReplot(); });
+  m_staleItem = new QCPItemText(m_plot);
+  m_staleItem->setClipAxisRect(m_timelineRect);
+  m_staleItem->setLayer(QStringLiteral("highlights"));
+  m_staleItem->position->setAxisRect(m_timelineRect);
+  m_staleItem->position->setType(QCPItemPosition::ptAxisRectRatio);
+  m_staleItem->position->setCoords(0.5, 0.02);
+  m_staleItem->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+  m_staleItem->setPadding(QMargins(8, 4, 8, 4));
+  m_staleItem->setVisible(false);
+  connectPlot();
+  applyPalette();
+}
+
+QWidget* TimelineView::buildSearchBar() {
   // Search bar (Ctrl+F), hidden until asked for.
   m_searchBar = new QWidget(this);
   auto* searchLayout = new QHBoxLayout(m_searchBar);
@@ -204,7 +231,6 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   close->setAutoRaise(true);
   searchLayout->addWidget(close);
   m_searchBar->setVisible(false);
-  layout->addWidget(m_searchBar);
   connect(m_search, &QLineEdit::textChanged, this, [this](const QString& text) { setSearch(text); });
   connect(m_search, &QLineEdit::returnPressed, this, [this]() { nextMatch(); });
   connect(close, &QToolButton::clicked, this, [this]() {
@@ -212,19 +238,11 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
     m_searchBar->setVisible(false);
     setFocus();
   });
+  return m_searchBar;
+}
 
-  auto* row = new QHBoxLayout;
-  row->setContentsMargins(0, 0, 0, 0);
-  row->setSpacing(0);
-  m_plot = new TimelinePlot(this);
-  m_plot->setWheelHandledByOwner(true);
-  row->addWidget(m_plot, 1);
-  m_laneScroll = new QScrollBar(Qt::Vertical, this);
-  m_laneScroll->setVisible(false);
-  row->addWidget(m_laneScroll);
-  layout->addLayout(row, 1);
-  setFocusPolicy(Qt::StrongFocus);
-
+void TimelineView::buildPlotLayout() {
+  // Rows: title (hidden unless exported with it), legend, lanes, memory.
   m_plot->plotLayout()->clear();
   m_title = new QCPTextElement(m_plot, QString(), QFont(font().family(), font().pointSize(), QFont::Bold));
   m_timelineRect = new QCPAxisRect(m_plot);
@@ -246,7 +264,9 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   m_memoryRect->setMarginGroup(QCP::msLeft | QCP::msRight, group);
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->setAutoAddPlottableToLegend(false);  // memory curves join the memory legend only when few
+}
 
+void TimelineView::setupAxes() {
   setupTimelineAxes(m_timelineRect, 1);
   m_laneTicker = QSharedPointer<QCPAxisTickerText>::create();
   m_timelineRect->axis(QCPAxis::atLeft)->setTicker(m_laneTicker);
@@ -263,65 +283,13 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   auto numberTicker = QSharedPointer<QCPAxisTicker>::create();
   numberTicker->setTickCount(3);
   m_memoryRect->axis(QCPAxis::atLeft)->setTicker(numberTicker);
+}
 
-  m_plot->addLayer(QStringLiteral("highlights"), m_plot->layer(QStringLiteral("main")), QCustomPlot::limAbove);
-  m_plot->layer(QStringLiteral("highlights"))->setMode(QCPLayer::lmBuffered);
-  m_overlay = new TimelineOverlay(m_timeline);
-  m_overlay->setLayer(QStringLiteral("highlights"));
-
-  m_peaks = m_plot->addGraph(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
-  m_peaks->setLineStyle(QCPGraph::lsNone);
-  m_peaks->setName(QStringLiteral("peaks"));
-  m_limitLine = new QCPItemStraightLine(m_plot);
-  m_limitLine->setClipAxisRect(m_memoryRect);
-  m_limitLine->point1->setAxes(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
-  m_limitLine->point2->setAxes(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
-  m_limitLine->setVisible(false);
-  m_limitLabel = new QCPItemText(m_plot);
-  m_limitLabel->setClipAxisRect(m_memoryRect);
-  m_limitLabel->position->setAxisRect(m_memoryRect);
-  m_limitLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-  m_limitLabel->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  m_limitLabel->position->setAxes(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
-  m_limitLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
-  m_limitLabel->setVisible(false);
-  m_memoryReadout = new QCPItemText(m_plot);
-  m_memoryReadout->setClipAxisRect(m_memoryRect);
-  m_memoryReadout->setLayer(QStringLiteral("highlights"));
-  m_memoryReadout->position->setAxisRect(m_memoryRect);
-  m_memoryReadout->position->setType(QCPItemPosition::ptAxisRectRatio);
-  m_memoryReadout->position->setCoords(0.005, 0.02);
-  m_memoryReadout->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
-  m_memoryReadout->setPadding(QMargins(4, 2, 4, 2));
-  m_memoryReadout->setVisible(false);
-  m_staleItem = new QCPItemText(m_plot);
-  m_staleItem->setClipAxisRect(m_timelineRect);
-  m_staleItem->setLayer(QStringLiteral("highlights"));
-  m_staleItem->position->setAxisRect(m_timelineRect);
-  m_staleItem->position->setType(QCPItemPosition::ptAxisRectRatio);
-  m_staleItem->position->setCoords(0.5, 0.02);
-  m_staleItem->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
-  m_staleItem->setPadding(QMargins(8, 4, 8, 4));
-  m_staleItem->setVisible(false);
-
-  // Memory legend: inside the memory plot, one clickable entry per device (few devices only).
-  m_memoryLegend = new QCPLegend;
-  m_memoryRect->insetLayout()->addElement(m_memoryLegend, Qt::AlignRight | Qt::AlignTop);
-  m_memoryLegend->setLayer(QStringLiteral("legend"));
-  m_memoryLegend->setFillOrder(QCPLegend::foRowsFirst);
-  m_memoryLegend->setRowSpacing(0);
-  m_memoryLegend->setColumnSpacing(6);
-  m_memoryLegend->setIconSize(12, 8);
-  m_memoryLegend->setVisible(false);
+void TimelineView::connectPlot() {
   connect(m_plot, &QCustomPlot::legendClick, this, [this](QCPLegend*, QCPAbstractLegendItem* item, QMouseEvent*) {
-    auto* entry = qobject_cast<QCPPlottableLegendItem*>(item);
-    if (!entry) return;
-    for (std::size_t d = 0; d < m_memoryGraphs.size(); ++d) {
-      if (m_memoryGraphs[d] == entry->plottable())
-        setMemoryCurveVisible(static_cast<int>(d), !m_memoryGraphs[d]->visible());
-    }
+    const int device = m_memory->deviceOfLegendItem(item);
+    if (device >= 0) setMemoryCurveVisible(device, !m_memory->graphs()[static_cast<std::size_t>(device)]->visible());
   });
-
   connect(m_timelineRect->axis(QCPAxis::atBottom), qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
           &TimelineView::onKeyRangeChanged);
   connect(m_memoryRect->axis(QCPAxis::atBottom), qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
@@ -360,7 +328,6 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
     updateLaneTicks();
     if (laneLabels() != before) requestReplot();
   });
-  applyPalette();
 }
 
 TimelineView::~TimelineView() = default;
@@ -391,7 +358,7 @@ void TimelineView::setPlan(std::shared_ptr<const Plan> plan, bool keepRange,
   const int devices = m_data ? m_data->deviceCount() : 1;
   setupTimelineAxes(m_timelineRect, devices);
   m_timelineRect->axis(QCPAxis::atLeft)->setTicker(m_laneTicker);
-  rebuildMemory();
+  m_memory->rebuild(m_data.get());
   updateTitle();
   const double span = m_data ? m_data->endMs() - m_data->beginMs() : 0.0;
   // A re-solve keeps the window only when the user chose it (zoomed or panned since the last
@@ -631,93 +598,17 @@ void TimelineView::resizeEvent(QResizeEvent* event) {
 
 // --- memory -------------------------------------------------------------------------------
 
-void TimelineView::rebuildMemory() {
-  for (QCPGraph* graph : m_memoryGraphs) m_plot->removeGraph(graph);
-  m_memoryGraphs.clear();
-  m_memoryPens.clear();
-  m_memoryLegend->clearItems();
-  m_peaks->data()->clear();
-  m_highlightedCurve = -1;
-  m_memoryReadout->setVisible(false);
-  const Plan* p = m_data ? m_data->plan() : nullptr;
-  double maxGiB = 0;
-  m_memory = {};
-  if (p && !p->ops.empty()) {
-    m_memory = memoryTimeline(*p);
-    const auto devices = m_memory.devices.size();
-    QVector<double> peakKeys;
-    QVector<double> peakValues;
-    for (std::size_t d = 0; d < devices; ++d) {
-      const auto& points = m_memory.devices[d];
-      QCPGraph* graph = m_plot->addGraph(m_memoryRect->axis(QCPAxis::atBottom), m_memoryRect->axis(QCPAxis::atLeft));
-      graph->setLineStyle(QCPGraph::lsStepLeft);
-      graph->setAdaptiveSampling(true);
-      const QPen pen(memoryColour(d), 1.2);
-      graph->setPen(pen);
-      m_memoryPens.push_back(pen);
-      graph->setName(QStringLiteral("GPU %1").arg(d));
-      QVector<QCPGraphData> data;
-      data.reserve(static_cast<qsizetype>(points.size()) + 1);
-      double peakTime = 0;
-      std::int64_t peak = -1;
-      for (const MemoryPoint& point : points) {
-        data.push_back({point.timeMs, static_cast<double>(point.bytes) / kGiB});
-        if (point.bytes > peak) {
-          peak = point.bytes;
-          peakTime = point.timeMs;
-        }
-      }
-      if (!points.empty()) data.push_back({m_data->endMs(), static_cast<double>(points.back().bytes) / kGiB});
-      graph->data()->set(data, true);
-      if (peak >= 0) {
-        peakKeys.push_back(peakTime);
-        peakValues.push_back(static_cast<double>(peak) / kGiB);
-        maxGiB = std::max(maxGiB, static_cast<double>(peak) / kGiB);
-      }
-      m_memoryGraphs.push_back(graph);
-      if (static_cast<int>(devices) <= kMaxMemoryLegendDevices) graph->addToLegend(m_memoryLegend);
-    }
-    m_peaks->setData(peakKeys, peakValues);
-    if (!m_memoryGraphs.empty()) {
-      m_memoryLegend->setWrap(static_cast<int>(std::min<std::size_t>(2, m_memoryGraphs.size())));
-    }
-  }
-  m_memoryLegend->setVisible(m_memoryLegend->itemCount() > 0);
-  const double limitGiB = static_cast<double>(m_memoryLimitBytes) / kGiB;
-  // The curves set the scale, so small curves keep their shape; the limit joins the scale when
-  // the peak comes near it (within kLimitOnScale), and is named at the top of the plot, off the
-  // scale, when it is far above.
-  constexpr double kLimitOnScale = 1.6;
-  const bool hasLimit = m_memoryLimitBytes > 0;
-  const bool limitOnScale = hasLimit && (maxGiB <= 0 || limitGiB <= kLimitOnScale * maxGiB);
-  const double curvesTop = std::max(maxGiB, 1e-3) * 1.12;
-  const double top = limitOnScale ? std::max(curvesTop, limitGiB * 1.08) : curvesTop;
-  m_limitLine->setVisible(limitOnScale);
-  m_limitLine->point1->setCoords(0, limitGiB);
-  m_limitLine->point2->setCoords(1, limitGiB);
-  m_limitLabel->setVisible(hasLimit);
-  const QString limit = q(formatBytes(static_cast<double>(m_memoryLimitBytes)));
-  if (limitOnScale) {
-    m_limitLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
-    m_limitLabel->position->setCoords(0.005, limitGiB);
-    m_limitLabel->setText(QStringLiteral("limit %1").arg(limit));
-  } else {
-    m_limitLabel->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
-    m_limitLabel->position->setCoords(0.5, top);
-    m_limitLabel->setText(QStringLiteral("limit %1 ↑ (above the scale)").arg(limit));
-  }
-  QCPAxis* memoryAxis = m_memoryRect->axis(QCPAxis::atLeft);
-  memoryAxis->setLabel(QStringLiteral("memory (GiB)"));
-  memoryAxis->setRange(0, top);
-}
-
-QString TimelineView::memoryLimitLabel() const { return m_limitLabel->visible() ? m_limitLabel->text() : QString(); }
+QString TimelineView::memoryLimitLabel() const { return m_memory->limitLabel(); }
 
 void TimelineView::setMemoryLimit(std::int64_t bytes) {
-  m_memoryLimitBytes = std::max<std::int64_t>(0, bytes);
-  rebuildMemory();
+  m_memory->setLimit(bytes);
+  m_memory->rebuild(m_data.get());
   requestReplot();
 }
+
+const std::vector<QCPGraph*>& TimelineView::memoryGraphs() const { return m_memory->graphs(); }
+
+int TimelineView::highlightedMemoryCurve() const { return m_memory->highlighted(); }
 
 void TimelineView::setMemoryVisible(bool visible) {
   m_memoryRect->setVisible(visible);
@@ -729,84 +620,10 @@ void TimelineView::setMemoryVisible(bool visible) {
 }
 
 void TimelineView::setMemoryCurveVisible(int device, bool visible) {
-  if (!inRange(m_memoryGraphs, device)) return;
-  QCPGraph* graph = m_memoryGraphs[static_cast<std::size_t>(device)];
-  graph->setVisible(visible);
-  if (auto* item = m_memoryLegend->itemWithPlottable(graph)) {
-    QColor text = palette().color(QPalette::WindowText);
-    if (!visible) text.setAlpha(90);
-    item->setTextColor(text);
-  }
-  requestReplot();
+  m_memory->setCurveVisible(device, visible, palette().color(QPalette::WindowText));
 }
 
-void TimelineView::highlightMemoryCurve(int device) {
-  if (device == m_highlightedCurve) return;
-  m_highlightedCurve = device;
-  for (std::size_t d = 0; d < m_memoryGraphs.size(); ++d) {
-    QPen pen = m_memoryPens[d];
-    if (device >= 0 && static_cast<int>(d) == device) {
-      pen.setWidthF(2.6);
-    } else if (device >= 0) {
-      QColor c = pen.color();
-      c.setAlpha(70);
-      pen.setColor(c);
-    }
-    m_memoryGraphs[d]->setPen(pen);
-  }
-  if (inRange(m_memoryGraphs, device))
-    m_memoryGraphs[static_cast<std::size_t>(device)]->setLayer(QStringLiteral("main"));
-  requestReplot();
-}
-
-QString TimelineView::memoryReadout(QPointF pixel) {
-  if (!m_data || m_memory.devices.empty() || !m_memoryRect->visible() ||
-      !m_memoryRect->rect().contains(pixel.toPoint())) {
-    if (m_memoryReadout->visible()) {
-      m_memoryReadout->setVisible(false);
-      highlightMemoryCurve(-1);
-    }
-    return {};
-  }
-  QCPAxis* key = m_memoryRect->axis(QCPAxis::atBottom);
-  QCPAxis* value = m_memoryRect->axis(QCPAxis::atLeft);
-  const double t = key->pixelToCoord(pixel.x());
-  const double y = value->pixelToCoord(pixel.y());
-  int best = -1;
-  double bestDistance = std::numeric_limits<double>::infinity();
-  std::int64_t bestBytes = 0;
-  for (std::size_t d = 0; d < m_memory.devices.size(); ++d) {
-    if (d < m_memoryGraphs.size() && !m_memoryGraphs[d]->visible()) continue;
-    const auto& points = m_memory.devices[d];
-    if (points.empty()) continue;
-    // The step function's value at t: the last point at or before t.
-    auto it = std::upper_bound(points.begin(), points.end(), t,
-                               [](double time, const MemoryPoint& p) { return time < p.timeMs; });
-    const std::int64_t bytes = it == points.begin() ? points.front().bytes : std::prev(it)->bytes;
-    const double distance = std::abs(static_cast<double>(bytes) / kGiB - y);
-    if (distance < bestDistance) {
-      bestDistance = distance;
-      best = static_cast<int>(d);
-      bestBytes = bytes;
-    }
-  }
-  if (best < 0) return {};
-  QString text = QStringLiteral("GPU %1: %2 GiB at %3")
-                     .arg(best)
-                     .arg(static_cast<double>(bestBytes) / kGiB, 0, 'f', 2)
-                     .arg(q(formatMs(t)));
-  const auto staticBytes =
-      inRange(m_memory.staticBytes, best) ? m_memory.staticBytes[static_cast<std::size_t>(best)] : 0;
-  if (staticBytes > 0) {
-    text += QStringLiteral(" (static %1 + activations %2)")
-                .arg(q(formatBytes(static_cast<double>(staticBytes))),
-                     q(formatBytes(static_cast<double>(std::max<std::int64_t>(0, bestBytes - staticBytes)))));
-  }
-  m_memoryReadout->setText(text);
-  m_memoryReadout->setVisible(true);
-  highlightMemoryCurve(best);
-  return text;
-}
+QString TimelineView::memoryReadout(QPointF pixel) { return m_memory->readout(pixel); }
 
 // --- title, stale marker ------------------------------------------------------------------
 
@@ -989,9 +806,9 @@ void TimelineView::onHover(QPointF pixel) {
   const QString readout = pixel.x() < 0 ? QString() : memoryReadout(pixel);
   if (readout.isEmpty() && pixel.x() >= 0 && m_timelineRect->rect().contains(pixel.toPoint()) && m_data) {
     const int lane = m_data->laneAt(m_timelineRect->axis(QCPAxis::atLeft)->pixelToCoord(pixel.y()));
-    highlightMemoryCurve(lane >= 0 ? m_data->lane(lane).device : -1);
+    m_memory->highlight(lane >= 0 ? m_data->lane(lane).device : -1);
   } else if (pixel.x() < 0) {
-    highlightMemoryCurve(-1);
+    m_memory->highlight(-1);
   }
   if (!readout.isEmpty()) Q_EMIT hovered(readout);
   if (ref == m_overlay->hover()) return;
@@ -1036,24 +853,11 @@ void TimelineView::applyPalette() {
     for (QCPAxis* axis : rect->axes()) styleAxis(axis, pal);
   }
   m_timelineRect->axis(QCPAxis::atLeft)->grid()->setVisible(false);
-  const TimelinePalette& tp = m_timeline->timelinePalette();
-  m_limitLine->setPen(QPen(tp.critical, 1.5, Qt::DashLine));
-  m_limitLabel->setColor(tp.critical);
-  m_peaks->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, tp.critical, tp.critical, 7));
+  m_memory->applyPalette(pal, m_timeline->timelinePalette());
   m_title->setTextColor(pal.color(QPalette::WindowText));
-  QColor readoutBg = pal.color(QPalette::ToolTipBase);
-  readoutBg.setAlpha(230);
-  m_memoryReadout->setBrush(readoutBg);
-  m_memoryReadout->setColor(pal.color(QPalette::ToolTipText));
-  m_memoryReadout->setPen(QPen(pal.color(QPalette::Mid)));
   m_staleItem->setBrush(QColor(0xff, 0xf3, 0xcd, 235));
   m_staleItem->setColor(QColor(0x5c, 0x40, 0x00));
   m_staleItem->setPen(QPen(QColor(0xd9, 0xa4, 0x06)));
-  QColor legendBg = pal.color(QPalette::Base);
-  legendBg.setAlpha(200);
-  m_memoryLegend->setBrush(legendBg);
-  m_memoryLegend->setBorderPen(QPen(pal.color(QPalette::Mid)));
-  m_memoryLegend->setTextColor(pal.color(QPalette::WindowText));
   m_legend->updateEntries();
   requestReplot();
 }

@@ -1,7 +1,8 @@
 // Generators for `zb-auto` and `custom`. Both need more than a ScheduleShape (zb-auto: its
 // options and a place for its report; custom: the CSV text), which makeAutoPlan and
-// makeCustomPlan hand over through a per-thread context around makePlan — so the partition,
-// fill, simulation and memory checks stay makePlan's, and solver threads do not interfere.
+// makeCustomPlan (AutoPlan.cpp) hand over through a per-thread context (ContextScope) around
+// makePlan — so the partition, fill, simulation and memory checks stay makePlan's, solver threads
+// do not interfere, and the generators that makePlan calls do not depend on it.
 #include "autosched/Generators.hpp"
 
 #include <algorithm>
@@ -13,31 +14,13 @@
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
-#include "pipestudio/planner/Planner.hpp"
 #include "schedules/Generators.hpp"
 
 namespace pipestudio {
 namespace autosched {
 namespace {
 
-struct Context {
-  const AutoScheduleOptions* options = nullptr;
-  AutoScheduleReport* report = nullptr;
-  const std::string* csv = nullptr;
-  const std::string* source = nullptr;
-};
 thread_local Context tContext;
-
-class ContextScope {
- public:
-  explicit ContextScope(const Context& c) : m_saved(tContext) { tContext = c; }
-  ~ContextScope() { tContext = m_saved; }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-
- private:
-  Context m_saved;
-};
 
 class ZbAuto final : public ScheduleGenerator {
  public:
@@ -111,29 +94,10 @@ class Custom final : public ScheduleGenerator {
 std::unique_ptr<ScheduleGenerator> makeZbAutoGenerator() { return std::make_unique<ZbAuto>(); }
 std::unique_ptr<ScheduleGenerator> makeCustomGenerator() { return std::make_unique<Custom>(); }
 
+ContextScope::ContextScope(const Context& context) : m_saved(tContext) { tContext = context; }
+ContextScope::~ContextScope() { tContext = m_saved; }
+
 }  // namespace autosched
-
-Expected<Plan> makeAutoPlan(const PlanRequest& request, const AutoScheduleOptions& options, AutoScheduleReport* report,
-                            const SolveControl& control) {
-  PlanRequest r = request;
-  r.config.schedule = "zb-auto";
-  autosched::ContextScope scope({&options, report, nullptr, nullptr});
-  return makePlan(r, control);
-}
-
-Expected<Plan> makeCustomPlan(const PlanRequest& request, const std::string& csvText, const std::string& source,
-                              const SolveControl& control) {
-  // The CSV is read against the request's microbatches, which a global batch gives (G / (B·D)).
-  PS_ASSIGN_OR_RETURN(PlanRequest r, resolveRequest(request));
-  r.config.schedule = "custom";
-  // The CSV decides the placement; chunks per device is the most any device holds.
-  PS_ASSIGN_OR_RETURN(auto parsed, parseScheduleCsv(csvText, {r.config.devices, r.config.microbatches, {}}, source));
-  std::vector<int> perDevice(static_cast<std::size_t>(std::max(1, r.config.devices)), 0);
-  for (const VirtualStage& vs : parsed.virtualStages) ++perDevice[static_cast<std::size_t>(vs.device)];
-  r.config.chunksPerDevice = std::max(1, *std::max_element(perDevice.begin(), perDevice.end()));
-  autosched::ContextScope scope({nullptr, nullptr, &csvText, &source});
-  return makePlan(r, control);
-}
 
 Expected<std::string> readScheduleCsvFile(const std::string& path) {
   // Regular files only (a FIFO must not hang), 256 MiB at most; parseScheduleCsv judges the text.

@@ -21,7 +21,6 @@
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/planner/Partition.hpp"
-#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 
 namespace pipestudio {
@@ -479,6 +478,52 @@ void withFrozenDependencies(const PlanRequest& request, ScheduleSkeleton& sk) {
 
 std::vector<std::string> fillModeNames() { return {"none", "greedy"}; }
 
+namespace {
+
+// What the fill did (FillReport): per device, the frozen work inside the backbone's bubbles and
+// past its end, and the speedups over --fill none and data parallelism.
+FillReport fillReport(const PlanRequest& request, const Plan& backbone, const Layout& layout, bool usedNone,
+                      double noneMs, double iterationMs) {
+  FillReport r;
+  r.mode = request.config.fill;
+  r.backboneOnlyMs = backbone.metrics.makespanMs;
+  r.noFillMs = noneMs;
+  r.iterationMs = iterationMs;
+  r.usedNoFillLayout = usedNone && request.config.fill == "greedy";
+  const int devices = request.config.devices;
+  const double t0 = backbone.metrics.makespanMs;
+  IdVector<DeviceFill> perDevice;  // the backbone's devices are the request's
+  for (const DeviceMetrics& dm : backbone.metrics.devices) perDevice.emplace_back().bubbleMs = t0 - dm.busyMs;
+  for (const Piece& pc : layout.pieces) {
+    auto& df = perDevice[pc.device];
+    const double dur = pc.endMs - pc.startMs;
+    r.frozenWorkMs += dur;
+    if (usedNone) {
+      df.overflowMs += dur;
+      continue;
+    }
+    const double inside = std::clamp(t0 - pc.startMs, 0.0, dur);
+    df.filledMs += inside;
+    df.overflowMs += dur - inside;
+  }
+  r.devices = std::move(perDevice.values());
+  for (const Piece& pc : layout.pieces) {
+    const Group& g = layout.groups[pc.group];
+    if (g.firstLayer == 0) r.frozenSamples += pc.samples;
+  }
+  r.speedupOverNoFill = iterationMs > 0 ? noneMs / iterationMs : 1.0;
+  auto dp = dataParallelIterationMs(request.model, request.cluster, devices, request.config.microbatches);
+  if (dp) {
+    r.dataParallelMs = *dp;
+    r.speedupOverDataParallel = iterationMs > 0 ? *dp / iterationMs : 0.0;
+  } else {
+    r.dataParallelNote = dp.message();
+  }
+  return r;
+}
+
+}  // namespace
+
 Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, const SolveControl& control,
                     FillReport* report) {
   const std::string& mode = request.config.fill;
@@ -552,44 +597,7 @@ Status fillSkeleton(const PlanRequest& request, ScheduleSkeleton& skeleton, cons
       iterationMs = firstLayout->periodMs;
     }
   }
-  if (report) {
-    FillReport r;
-    r.mode = mode;
-    r.backboneOnlyMs = backbone->metrics.makespanMs;
-    r.noFillMs = noneMs;
-    r.iterationMs = iterationMs;
-    r.usedNoFillLayout = usedNone && mode == "greedy";
-    const int devices = request.config.devices;
-    const double t0 = backbone->metrics.makespanMs;
-    IdVector<DeviceFill> perDevice;  // the backbone's devices are the request's
-    for (const DeviceMetrics& dm : backbone->metrics.devices) perDevice.emplace_back().bubbleMs = t0 - dm.busyMs;
-    for (const Piece& pc : chosenLayout->pieces) {
-      auto& df = perDevice[pc.device];
-      const double dur = pc.endMs - pc.startMs;
-      r.frozenWorkMs += dur;
-      if (usedNone) {
-        df.overflowMs += dur;
-        continue;
-      }
-      const double inside = std::clamp(t0 - pc.startMs, 0.0, dur);
-      df.filledMs += inside;
-      df.overflowMs += dur - inside;
-    }
-    r.devices = std::move(perDevice.values());
-    for (const Piece& pc : chosenLayout->pieces) {
-      const Group& g = chosenLayout->groups[pc.group];
-      if (g.firstLayer == 0) r.frozenSamples += pc.samples;
-    }
-    r.speedupOverNoFill = iterationMs > 0 ? noneMs / iterationMs : 1.0;
-    auto dp = dataParallelIterationMs(request.model, request.cluster, devices, request.config.microbatches);
-    if (dp) {
-      r.dataParallelMs = *dp;
-      r.speedupOverDataParallel = iterationMs > 0 ? *dp / iterationMs : 0.0;
-    } else {
-      r.dataParallelNote = dp.message();
-    }
-    *report = std::move(r);
-  }
+  if (report) *report = fillReport(request, *backbone, *chosenLayout, usedNone, noneMs, iterationMs);
   skeleton = std::move(chosen);
   return {};
 }
@@ -655,68 +663,6 @@ Expected<double> dataParallelIterationMs(const ModelSpec& model, const ClusterSp
     allReduceMs = 2.0 * (p - 1.0) / p * gradBytes / (bw * 1e6) + 2.0 * (p - 1.0) * link.latencyUs / 1000.0;
   }
   return computeMs + allReduceMs;
-}
-
-Expected<FilledPlan> makeFilledPlan(const PlanRequest& request, const SolveControl& control) {
-  // makePlan runs fillSkeleton itself; this re-runs the fill on the same skeleton path to
-  // obtain the report for the request's mode.
-  PS_ASSIGN_OR_RETURN(auto plan, makePlan(request, control));
-  FilledPlan out;
-  out.plan = std::move(plan);
-  // Backbone skeleton = the plan without its N ops and frozen virtual stages.
-  ScheduleSkeleton skeleton;
-  IdVector<int> keep(out.plan.virtualStages.size(), -1);  // per plan stage: its backbone id
-  for (const VirtualStage& vs : out.plan.virtualStages) {
-    if (vs.component >= 0 && out.plan.model.component(vs.component).trainable) {
-      keep[vs.id] = static_cast<int>(skeleton.virtualStages.size());
-      VirtualStage copy = vs;
-      copy.id = keep[vs.id];
-      skeleton.virtualStages.push_back(copy);
-    }
-  }
-  IdVector<std::vector<OrderedOp>> lanes(out.plan.config.devices);
-  bool hasExtra = false;
-  for (const Op& op : out.plan.ops) {
-    if (op.kind == OpKind::N) continue;
-    if (op.kind == OpKind::S || op.kind == OpKind::T) hasExtra = true;
-    lanes[op.device].push_back(OrderedOp{keep[op.virtualStage], op.kind, op.microbatch, op.samples});
-  }
-  skeleton.devices = std::move(lanes.values());
-  if (hasExtra) {
-    // Vocabulary passes carry extra dependencies the plan does not store: report without
-    // re-deriving (the plan itself is complete).
-    out.report.mode = request.config.fill;
-    out.report.iterationMs = out.plan.metrics.makespanMs;
-    return out;
-  }
-  FillReport report;
-  PlanRequest solved = request;
-  solved.config = out.plan.config;  // diffusionpipe may have chosen another schedule
-  PS_RETURN_IF_ERROR(fillSkeleton(solved, skeleton, control, &report));
-  if (report.mode.empty()) {
-    // No frozen components: every figure is the backbone's own.
-    report.mode = request.config.fill;
-    report.backboneOnlyMs = report.noFillMs = report.iterationMs = out.plan.metrics.makespanMs;
-    report.devices.assign(static_cast<std::size_t>(out.plan.config.devices), {});
-    auto dp =
-        dataParallelIterationMs(request.model, request.cluster, request.config.devices, request.config.microbatches);
-    if (dp) {
-      report.dataParallelMs = *dp;
-      report.speedupOverDataParallel = report.iterationMs > 0 ? *dp / report.iterationMs : 0;
-    } else {
-      report.dataParallelNote = dp.message();
-    }
-  }
-  report.iterationMs = out.plan.metrics.makespanMs;
-  for (const Comm& c : out.plan.comms) {
-    if (c.kind != OpKind::N) continue;
-    ++report.frozenTransfers;
-    report.frozenTransferBytes += c.bytes;
-  }
-  report.speedupOverNoFill = report.iterationMs > 0 ? report.noFillMs / report.iterationMs : 1.0;
-  if (report.dataParallelMs) report.speedupOverDataParallel = *report.dataParallelMs / report.iterationMs;
-  out.report = std::move(report);
-  return out;
 }
 
 }  // namespace pipestudio

@@ -25,7 +25,7 @@
 #include "pipestudio/model/BlockHalves.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/planner/Export.hpp"
-#include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/Request.hpp"
 
 namespace pipestudio {
 namespace {

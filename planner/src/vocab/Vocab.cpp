@@ -321,52 +321,42 @@ class VocabPlacer {
   std::vector<std::vector<int>> m_sNode, m_tNode;  // [device][microbatch]
 };
 
-}  // namespace
-
-Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveControl& control) {
-  const int p = request.config.devices;
-  if (p < 1) return Error{"vocabulary parallelism: needs at least one device"};
-  const int barriers = request.config.vocabBarriers;
-  if (barriers != 1 && barriers != 2) {
-    return Error{"vocabulary parallelism: --vocab-barriers must be 1 or 2, got " + std::to_string(barriers)};
-  }
-  // 1. The backbone without its vocabulary layers; the shards form their own component.
-  PlanRequest base = request;
-  Component vocab;
-  vocab.name = "vocabulary";
-  vocab.trainable = true;
-  std::vector<Layer> heads;
+// The request's backbone without its vocabulary layers, and those layers (embeddings, heads).
+struct VocabSplit {
+  PlanRequest backbone;
   std::vector<Layer> embeddings;
-  for (Component& c : base.model.components) {
+  std::vector<Layer> heads;
+};
+
+Expected<VocabSplit> splitVocabLayers(const PlanRequest& request) {
+  VocabSplit split{request, {}, {}};
+  for (Component& c : split.backbone.model.components) {
     if (!c.trainable) continue;
     std::vector<Layer> keep;
     for (Layer& l : c.layers) {
       if (!isVocabLayer(l)) {
         keep.push_back(l);
       } else {
-        (l.kind == "lm_head" ? heads : embeddings).push_back(l);
+        (l.kind == "lm_head" ? split.heads : split.embeddings).push_back(l);
       }
     }
     c.layers = std::move(keep);
   }
-  if (heads.empty() && embeddings.empty()) {
+  if (split.heads.empty() && split.embeddings.empty()) {
     return Error{"vocabulary parallelism: model '" + excerpt(request.model.name) +
                  "' has no embedding or lm_head layer with a transformer shape and vocab"};
   }
-  PS_ASSIGN_OR_RETURN(auto backbone, makePlan(base, control));
-  if (control.cancelled()) return Error::cancelled();
-  // S and T of a microbatch follow the last stage's forward of it: one pipeline direction.
-  for (const VirtualStage& vs : backbone.virtualStages) {
-    if (vs.pipeline != 0) {
-      return Error{"vocabulary parallelism: schedule '" + request.config.schedule +
-                   "' runs two pipelines in opposite directions, and the vocabulary passes follow the forwards "
-                   "of one last stage: use a schedule with one direction"};
-    }
-  }
+  return split;
+}
 
-  // 2. Shard k: every vocabulary layer with ⌈V/p⌉ or ⌊V/p⌋ rows (measured costs scale by 1/p).
+// The shards as one component: shard k holds every vocabulary layer with ⌈V/p⌉ or ⌊V/p⌋ rows
+// (measured costs scale by 1/p).
+Component vocabShards(const VocabSplit& split, int p) {
+  Component vocab;
+  vocab.name = "vocabulary";
+  vocab.trainable = true;
   for (int k = 0; k < p; ++k) {
-    for (const auto* group : {&embeddings, &heads}) {
+    for (const auto* group : {&split.embeddings, &split.heads}) {
       for (const Layer& l : *group) {
         Layer s = l;
         s.name = l.name + ".shard" + std::to_string(k);
@@ -384,16 +374,14 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
       }
     }
   }
-  const int perShard = static_cast<int>(embeddings.size() + heads.size());
-  Plan shell;
-  shell.config = backbone.config;  // the resolved request (global batch → microbatches)
-  shell.model = backbone.model;
-  shell.cluster = request.cluster;
-  shell.model.components.push_back(vocab);
-  const int vocabComponent = static_cast<int>(shell.model.components.size()) - 1;
+  return vocab;
+}
 
-  // 3. One vocabulary stage per device (its own chain, pipeline 1, so the backbone's data flow
-  // is untouched; S/T carry their dependencies explicitly, Dependencies.hpp).
+// One vocabulary stage per device (its own chain, pipeline 1, so the backbone's data flow is
+// untouched; S/T carry their dependencies explicitly, Dependencies.hpp), after the backbone's
+// stages; returns each device's vocabulary stage.
+std::vector<int> addVocabStages(Plan& shell, const Plan& backbone, int p, int perShard) {
+  const int vocabComponent = static_cast<int>(shell.model.components.size()) - 1;
   std::vector<VirtualStage> stages = backbone.virtualStages;
   const auto pu = static_cast<std::size_t>(p);
   std::vector<int> chunkCount(pu, 0);
@@ -416,17 +404,12 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
     stages.push_back(vs);
   }
   shell.virtualStages = stages;
-  // The last trainable stage of pipeline 0 (it feeds the output layer; frozen stages of a
-  // filled backbone come after it in id order).
-  int last = -1;
-  for (const auto& vs : backbone.virtualStages) {
-    if (vs.pipeline == 0 && backbone.model.component(vs.component).trainable) {
-      last = std::max(last, vs.id);
-    }
-  }
-  if (last < 0) return Error{"vocabulary parallelism: the backbone has no stage"};
+  return vocabStage;
+}
 
-  // 4. k = 0 … barriers extra warm-up forwards; S/T placed into each; the fastest within memory.
+// k = 0 … barriers extra warm-up forwards; S/T placed into each; the fastest plan within memory.
+Expected<Plan> placeVocabPasses(const Plan& shell, const Plan& backbone, const std::vector<int>& vocabStage, int last,
+                                int barriers, const SolveControl& control) {
   const Lanes baseLanes = planLanes(backbone);
   std::optional<Plan> best;
   std::string lastError;
@@ -459,6 +442,46 @@ Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveCont
   }
   if (!best) return Error{"vocabulary parallelism: " + lastError};
   return std::move(*best);
+}
+
+}  // namespace
+
+Expected<Plan> makeVocabParallelPlan(const PlanRequest& request, const SolveControl& control) {
+  const int p = request.config.devices;
+  if (p < 1) return Error{"vocabulary parallelism: needs at least one device"};
+  const int barriers = request.config.vocabBarriers;
+  if (barriers != 1 && barriers != 2) {
+    return Error{"vocabulary parallelism: --vocab-barriers must be 1 or 2, got " + std::to_string(barriers)};
+  }
+  // 1. The backbone without its vocabulary layers; the shards form their own component.
+  PS_ASSIGN_OR_RETURN(const VocabSplit split, splitVocabLayers(request));
+  PS_ASSIGN_OR_RETURN(auto backbone, makePlan(split.backbone, control));
+  if (control.cancelled()) return Error::cancelled();
+  // S and T of a microbatch follow the last stage's forward of it: one pipeline direction.
+  for (const VirtualStage& vs : backbone.virtualStages) {
+    if (vs.pipeline != 0) {
+      return Error{"vocabulary parallelism: schedule '" + request.config.schedule +
+                   "' runs two pipelines in opposite directions, and the vocabulary passes follow the forwards "
+                   "of one last stage: use a schedule with one direction"};
+    }
+  }
+  // 2. The shards; 3. one vocabulary stage per device.
+  Plan shell;
+  shell.config = backbone.config;  // the resolved request (global batch → microbatches)
+  shell.model = backbone.model;
+  shell.cluster = request.cluster;
+  shell.model.components.push_back(vocabShards(split, p));
+  const auto perShard = static_cast<int>(split.embeddings.size() + split.heads.size());
+  const std::vector<int> vocabStage = addVocabStages(shell, backbone, p, perShard);
+  // The last trainable stage of pipeline 0 (it feeds the output layer; frozen stages of a
+  // filled backbone come after it in id order).
+  int last = -1;
+  for (const auto& vs : backbone.virtualStages) {
+    if (vs.pipeline == 0 && backbone.model.component(vs.component).trainable) last = std::max(last, vs.id);
+  }
+  if (last < 0) return Error{"vocabulary parallelism: the backbone has no stage"};
+  // 4. The vocabulary passes placed into the backbone's order.
+  return placeVocabPasses(shell, backbone, vocabStage, last, barriers, control);
 }
 
 Expected<VocabComparison> compareVocabParallel(const PlanRequest& request, const SolveControl& control) {

@@ -1,14 +1,16 @@
 #pragma once
 /// \file What every solver of the planner shares: the request (PlanRequest), the order a
 /// schedule generator produces (ScheduleSkeleton) and the cancel and progress of a solve
-/// (SolveControl). The solvers (partitioners, schedules, fill, simulator, configurator) include
-/// this header; Planner.hpp, the planner's entry point (makePlan), includes it too, so the
-/// solvers never depend on the entry point. Qt-free.
+/// (SolveControl), and resolveRequest, the check of a request before anything is solved. The
+/// solvers (partitioners, schedules, fill, simulator, exports) include this header; Planner.hpp,
+/// the planner's entry point (makePlan), includes it too, so the solvers never depend on the
+/// entry point. Qt-free.
 
 #include <atomic>
 #include <functional>
 #include <vector>
 
+#include "pipestudio/common/Expected.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
@@ -51,5 +53,14 @@ struct SolveControl {
   bool orderOnly = false;
   bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
+
+/// Resolves and checks the hybrid-parallel part of a request (issue 13), as makePlan does first:
+/// a global batch G with micro-batch size B gives microbatches = G / (B·D) and B samples per
+/// microbatch (the model's samples_per_microbatch otherwise); sequence parallelism is off at
+/// T = 1. Degrees must divide every transformer layer's heads and KV heads (T), the sequence
+/// (2·C, Megatron's load-balanced ring; T·C with sequence parallelism), the experts (E), the
+/// data-parallel degree (E), and
+/// T·C·P·D must fit the cluster. Errors name the flag and the numbers, never round silently.
+Expected<PlanRequest> resolveRequest(PlanRequest request);
 
 }  // namespace pipestudio

@@ -19,6 +19,10 @@
 
 namespace pipestudio::viz {
 
+namespace tracks {
+struct LaneBuild;
+}
+
 /// Pass times of a virtual stage and their collective parts (from core/plan's StageCosts).
 struct StageCostsLite {
   std::array<double, 3> passMs{};  ///< F, B, W
@@ -274,7 +278,8 @@ class TimelineData {
   double transferMs(int from, int to) const;
 
   const ActivityEvent& activityEvent(int index) const;
-  void addActivityLanes(const std::vector<std::vector<int>>& streamsOfDevice, int device, double lo, double hi);
+  /// Takes the lanes the tracks built (TimelineTracks.hpp), sorted, with each item's slot.
+  void takeLanes(tracks::LaneBuild build);
   void computeIdleGaps();
 
   std::shared_ptr<const Plan> m_plan;

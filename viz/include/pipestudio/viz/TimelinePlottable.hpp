@@ -6,10 +6,7 @@
 /// (hover, dependency chain, critical path) on a buffered layer of its own.
 
 #include <QColor>
-#include <QHash>
-#include <QStaticText>
 #include <array>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,6 +14,10 @@
 #include "pipestudio/viz/TimelineData.hpp"
 
 namespace pipestudio::viz {
+
+namespace tracks {
+class Canvas;
+}
 
 /// Colours of the timeline; light and dark variants follow the application palette.
 struct TimelinePalette {
@@ -33,6 +34,8 @@ struct TimelinePalette {
   QColor faded(std::size_t shade) const;
   static TimelinePalette light();
   static TimelinePalette dark();
+  /// The label colour on `background` (light text on dark shades).
+  QColor textOn(const QColor& background) const;
   /// Dark when the window colour is dark (follows the system palette).
   static TimelinePalette forPalette(const QPalette& palette);
   QColor colour(ColourSlot slot, int microbatch = 0) const {
@@ -59,6 +62,7 @@ class TimelinePlottable : public QCPAbstractPlottable {
   Q_OBJECT
  public:
   TimelinePlottable(QCPAxis* keyAxis, QCPAxis* valueAxis);
+  ~TimelinePlottable() override;
 
   void setTimeline(std::shared_ptr<const TimelineData> data);
   const TimelineData* timeline() const { return m_data.get(); }
@@ -89,24 +93,11 @@ class TimelinePlottable : public QCPAbstractPlottable {
   void drawLegendIcon(QCPPainter* painter, const QRectF& rect) const override;
 
  private:
-  struct Label {
-    QRect rect;
-    std::int32_t microbatch;
-    std::uint8_t shade;
-  };
-  const QStaticText& labelText(std::int32_t microbatch);
-  void drawIterations(QCPPainter* painter, const QRect& clip, const std::function<double(double)>& toPx, double visLo,
-                      double visHi);
-
   std::shared_ptr<const TimelineData> m_data;
   TimelinePalette m_palette;
-  /// Full shades first, then their faded variants (kShadeCount + shade); reused between draws.
-  std::array<std::vector<QRect>, std::size_t{2} * kShadeCount> m_buckets;
   IdVector<char> m_mask;  ///< by op
   bool m_dimmed = false;
-  std::vector<QRect> m_hatch;
-  std::vector<Label> m_labels;
-  QHash<std::int32_t, QStaticText> m_labelCache;
+  std::unique_ptr<tracks::Canvas> m_canvas;  ///< what a frame draws; reused between frames
   TimelineDrawStats m_stats;
 };
 

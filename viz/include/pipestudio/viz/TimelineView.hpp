@@ -33,6 +33,7 @@ namespace pipestudio::viz {
 class TimelinePlottable;
 class TimelineOverlay;
 class TimelineLegend;
+class MemoryTrack;
 
 /// QCustomPlot with the mouse handling of the timeline (drag pans, Shift+drag rubber band,
 /// Ctrl+drag measures, wheel zoom by the event's whole delta).
@@ -115,7 +116,7 @@ class TimelineView : public QWidget {
   QCPAxisRect* memoryRect() const { return m_memoryRect; }
   QScrollBar* laneScrollBar() const { return m_laneScroll; }
   QLineEdit* searchField() const { return m_search; }
-  const std::vector<QCPGraph*>& memoryGraphs() const { return m_memoryGraphs; }
+  const std::vector<QCPGraph*>& memoryGraphs() const;
 
   /// Visible time window in ms (the key range of both plots).
   QCPRange visibleRange() const;
@@ -152,7 +153,7 @@ class TimelineView : public QWidget {
   /// What the memory plot says of the limit: "limit 80.00 GiB" on the scale, or "… ↑ (above the
   /// scale)" when the curves are far below it; empty without a limit.
   QString memoryLimitLabel() const;
-  int highlightedMemoryCurve() const { return m_highlightedCurve; }
+  int highlightedMemoryCurve() const;
   void setShowCriticalPath(bool show);
   bool showCriticalPath() const { return m_showCritical; }
 
@@ -223,9 +224,11 @@ class TimelineView : public QWidget {
   void updateLaneScrollBar();
   void updateTitle();
   void layoutStaleBanner();
-  void rebuildMemory();
-  void highlightMemoryCurve(int device);
   void requestReplot();
+  QWidget* buildSearchBar();
+  void buildPlotLayout();
+  void setupAxes();
+  void connectPlot();
 
   TimelinePlot* m_plot = nullptr;
   QScrollBar* m_laneScroll = nullptr;
@@ -241,22 +244,13 @@ class TimelineView : public QWidget {
   QSharedPointer<TimeAxisTicker> m_timeTicker;
   QSharedPointer<TimeAxisTicker> m_memoryTimeTicker;
   QSharedPointer<QCPAxisTickerText> m_laneTicker;
-  QCPItemStraightLine* m_limitLine = nullptr;
-  QCPItemText* m_limitLabel = nullptr;
-  QCPItemText* m_memoryReadout = nullptr;
   QCPItemText* m_staleItem = nullptr;
-  QCPGraph* m_peaks = nullptr;
-  QCPLegend* m_memoryLegend = nullptr;
-  std::vector<QCPGraph*> m_memoryGraphs;
-  std::vector<QPen> m_memoryPens;
-  MemoryTimeline m_memory;
+  std::unique_ptr<MemoryTrack> m_memory;  ///< the memory curves under the lanes
   std::shared_ptr<const TimelineData> m_data;
   std::vector<int> m_matches;
   std::size_t m_nextMatch = 0;
   std::optional<RangeMeasurement> m_measurement;
   QString m_staleText;
-  std::int64_t m_memoryLimitBytes = 0;
-  int m_highlightedCurve = -1;
   bool m_showCritical = true;
   bool m_syncing = false;
   bool m_fitting = false;

@@ -1,8 +1,8 @@
 #pragma once
 /// \file Recording one deployment into the history: what `pipestudio-cli deploy` and the GUI's
 /// deploy dialog both do with the ranks' trace streams. Qt-free and independent of
-/// core/remote: each front end adapts its remote::TraceSink to it and keeps only its own log
-/// handling.
+/// core/remote: remote::HistorySink (core/remote) gives it to a deployment as its trace sink, and
+/// each front end keeps only its own log handling.
 
 #include <cstdint>
 #include <memory>
