@@ -7,7 +7,10 @@
 
 #include "RunHelpers.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -42,9 +45,9 @@ TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {
   const auto id = idOf(r.out);
   ASSERT_GT(id, 0) << r.out;
   auto store = history::HistoryStore::open(db);
-  ASSERT_TRUE(store.hasValue()) << store.message();
+  ASSERT_THAT(store, HasValue());
   auto summary = store->runSummary(id);
-  ASSERT_TRUE(summary.hasValue()) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Complete);
   EXPECT_EQ(summary->backend, "cpu");
   EXPECT_EQ(summary->devices, 3);

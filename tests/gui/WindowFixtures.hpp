@@ -12,6 +12,7 @@
 #include "MainWindow.hpp"
 #include "Workspace.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::testing {
 
@@ -22,8 +23,8 @@ inline gui::Workspace bundledWorkspace(const std::string& model, const std::stri
   gui::Workspace ws;
   auto m = loadModel(resources + "/models/" + model);
   auto c = loadCluster(resources + "/clusters/" + cluster);
-  EXPECT_TRUE(m) << (m ? "" : m.message());
-  EXPECT_TRUE(c) << (c ? "" : c.message());
+  EXPECT_THAT(m, test::HasValue());
+  EXPECT_THAT(c, test::HasValue());
   if (m) ws.model = *m;
   if (c) ws.cluster = *c;
   ws.name = model + " on " + cluster;

@@ -45,6 +45,9 @@
 #include "pipestudio/viz/SpecModels.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::gui {
 namespace {
@@ -333,7 +336,7 @@ TEST_F(LoopTest, AMeasuredRunIsLabelledScaledColouredAndTabulatedAgainstItsPlan)
   {
     // A CPU run of the plan, every op three times as long, GPU 0 starting 5 ms late.
     auto store = history::HistoryStore::open(db.toStdString());
-    ASSERT_TRUE(store) << store.message();
+    ASSERT_THAT(store, HasValue());
     auto planId = store->addPlan(*plan, "planned");
     ASSERT_TRUE(planId);
     std::vector<trace::Frame> frames;
@@ -609,7 +612,7 @@ TEST_F(LoopTest, TheChromeExportHasFlowArrowsBetweenDependentOps) {
   QString error;
   ASSERT_TRUE(window->exportTo(path, &error)) << error.toStdString();
   auto doc = loadJsonFile(path.toStdString());
-  ASSERT_TRUE(doc) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   std::map<std::int64_t, std::pair<int, int>> flows;  // id → (starts, finishes)
   for (const Json& e : doc->root["traceEvents"]) {
     if (e.value("cat", "") != "dependency") continue;

@@ -12,6 +12,9 @@
 #include <filesystem>
 
 #include "TestSupport.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -104,10 +107,10 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   ASSERT_TRUE(WIFSIGNALED(status));
 
   auto store = HistoryStore::open(path);
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   EXPECT_EQ(*store->integrityCheck(), "ok");
   auto s = store->runSummary(killed);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(s->status, RunStatus::Incomplete);
   EXPECT_NE(s->error.find("ingest interrupted"), std::string::npos) << s->error;
   EXPECT_FALSE(std::filesystem::exists(reserve)) << "recovery leaves the gone writer's reserve behind";
@@ -122,7 +125,7 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   EXPECT_EQ(e->events, earlierEvents);
   // The store is usable for new runs afterwards.
   auto again = store->ingestStream(trace::encodeStream(executorFrames(smallPlan())));
-  EXPECT_TRUE(again) << again.message();
+  EXPECT_THAT(again, HasValue());
 }
 
 TEST(Crash, LiveWriterIsNotMarkedIncomplete) {
@@ -162,7 +165,7 @@ TEST(Crash, ARunKeepsRoomForItsFinalStatusUntilItIsMarked) {
   const std::string link = (dir.path() / "links" / "h.sqlite").string();
   std::filesystem::create_symlink(path, link);
   auto linked = HistoryStore::open(link);
-  ASSERT_TRUE(linked) << linked.message();
+  ASSERT_THAT(linked, HasValue());
   auto second = linked->beginRun({});
   ASSERT_TRUE(second);
   const std::string suffix = reserveSuffix(getpid(), *second);

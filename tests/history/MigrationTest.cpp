@@ -5,6 +5,10 @@
 #include <sqlite3.h>
 
 #include "TestSupport.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -51,7 +55,7 @@ TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
   TempDir dir;
   const std::string path = dir.file("h.sqlite");
   auto s = openAt(path, 1);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 1);
   EXPECT_EQ(queryInt(*s, "PRAGMA application_id"), 0x50535448);
   for (const char* table :
@@ -65,7 +69,7 @@ TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
   // An empty SQLite file (zero bytes, e.g. touched by a script) is adopted too.
   writeFile(dir.file("empty.sqlite"), "");
   auto e = HistoryStore::open(dir.file("empty.sqlite"));
-  ASSERT_TRUE(e) << e.message();
+  ASSERT_THAT(e, HasValue());
   EXPECT_EQ(e->schemaVersion(), kSchemaVersion);
 }
 
@@ -78,7 +82,7 @@ TEST(Migration, To2AddsRunNamesAndNotes) {
     insertV1Run(*s);
   }
   auto s = openAt(path, 2);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 2);
   EXPECT_TRUE(hasColumn(*s, "runs", "name"));
   EXPECT_TRUE(hasColumn(*s, "runs", "notes"));
@@ -100,7 +104,7 @@ TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {
     execSql(*s, "UPDATE runs SET notes = 'kept' WHERE id = 7");
   }
   auto s = HistoryStore::open(path);  // the current build: 2 → 3
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(s->schemaVersion(), 3);
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 3);
   for (const char* index : {"runs_by_created", "runs_by_plan", "runs_running"}) {
@@ -114,14 +118,14 @@ TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {
   EXPECT_EQ(queryInt(*s, "SELECT value FROM run_metrics WHERE run_id = 7 AND device = 0 AND key = 'op_busy_ns'"),
             2000000);
   auto summary = s->runSummary(7);
-  ASSERT_TRUE(summary) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->notes, "kept");
   EXPECT_EQ(summary->devices, 2);
   EXPECT_DOUBLE_EQ(summary->durationMs, 6.0);  // 1 ms … 7 ms
   EXPECT_EQ(*s->integrityCheck(), "ok");
   // New ingests continue after the migrated rows.
   auto run = s->ingestStream(trace::encodeStream(executorFrames(smallPlan())));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   EXPECT_EQ(s->listRuns()->size(), 2u);
 }
 
@@ -135,7 +139,7 @@ TEST(Migration, FromEveryOlderVersionStraightToCurrent) {
       insertV1Run(*s);
     }
     auto s = HistoryStore::open(path);
-    ASSERT_TRUE(s) << "from " << from << ": " << s.message();
+    ASSERT_THAT(s, HasValue()) << "from " << from;
     EXPECT_EQ(s->schemaVersion(), kSchemaVersion);
     EXPECT_EQ(s->runSummary(7)->events, 3);
     EXPECT_EQ(*s->integrityCheck(), "ok");
@@ -148,5 +152,5 @@ TEST(Migration, OpeningAnOlderFileReadOnlyAsksForAMigration) {
   { ASSERT_TRUE(openAt(path, 1)); }
   auto ro = HistoryStore::open(path, {.readOnly = true});
   ASSERT_FALSE(ro);
-  EXPECT_NE(ro.message().find("needs a migration"), std::string::npos) << ro.message();
+  EXPECT_THAT(ro, HasError("needs a migration"));
 }

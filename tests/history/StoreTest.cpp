@@ -6,6 +6,10 @@
 
 #include "TestSupport.hpp"
 #include "pipestudio/history/Compare.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -34,7 +38,7 @@ TEST(Store, CreatesDirectoriesWalAndCurrentSchema) {
   TempDir dir;
   const std::string path = dir.file("a/b/history.sqlite");
   auto store = HistoryStore::open(path);
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   EXPECT_TRUE(std::filesystem::exists(path));
   EXPECT_EQ(store->schemaVersion(), kSchemaVersion);
   EXPECT_EQ(pragma(*store, "PRAGMA user_version"), kSchemaVersion);
@@ -61,12 +65,12 @@ TEST(Store, DefaultPathFollowsXdg) {
 TEST(Store, PlansRoundTripWithOps) {
   TempDir dir;
   auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   const Plan plan = smallPlan();
   auto id = store->addPlan(plan, "my plan");
-  ASSERT_TRUE(id) << id.message();
+  ASSERT_THAT(id, HasValue());
   auto loaded = store->loadPlan(*id);
-  ASSERT_TRUE(loaded) << loaded.message();
+  ASSERT_THAT(loaded, HasValue());
   EXPECT_EQ(loaded->ops.size(), plan.ops.size());
   EXPECT_EQ(loaded->config.schedule, "1f1b");
   EXPECT_EQ(pragma(*store, "SELECT COUNT(*) FROM planned_ops"), static_cast<std::int64_t>(plan.ops.size()));
@@ -84,7 +88,7 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   info.planId = *planId;
   info.source = "run";
   auto run = store->ingestStream(trace::encodeStream(executorFrames(plan)), info);
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   auto s = store->runSummary(*run);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->status, RunStatus::Complete);
@@ -133,7 +137,7 @@ TEST(Store, RunAsPlanGivesADrawableTimeline) {
   auto run = store->ingestStream(trace::encodeStream(executorFrames(plan, {.iterations = 3})), info);
   ASSERT_TRUE(run);
   auto all = store->runAsPlan(*run);
-  ASSERT_TRUE(all) << all.message();
+  ASSERT_THAT(all, HasValue());
   EXPECT_EQ(all->ops.size(), plan.ops.size() * 3);
   auto one = store->runAsPlan(*run, 1);
   ASSERT_TRUE(one);
@@ -172,9 +176,9 @@ TEST(Store, NewerSchemaIsRefusedAndNotModified) {
   const auto mtime = std::filesystem::last_write_time(path);
   auto store = HistoryStore::open(path);
   ASSERT_FALSE(store);
-  EXPECT_NE(store.message().find("schema version 99"), std::string::npos) << store.message();
-  EXPECT_NE(store.message().find("newer"), std::string::npos) << store.message();
-  EXPECT_NE(store.message().find(path), std::string::npos) << store.message();
+  EXPECT_THAT(store, HasError("schema version 99"));
+  EXPECT_THAT(store, HasError("newer"));
+  EXPECT_THAT(store, HasError(path));
   EXPECT_EQ(readFile(path), before[path]);
   EXPECT_EQ(std::filesystem::last_write_time(path), mtime);
   auto ro = HistoryStore::open(path, {.readOnly = true});
@@ -188,7 +192,7 @@ TEST(Store, ForeignFilesAreRefused) {
   writeFile(text, "this is not a database, just text that is long enough to look like something\n");
   auto a = HistoryStore::open(text);
   ASSERT_FALSE(a);
-  EXPECT_NE(a.message().find("not a PipeStudio history database"), std::string::npos) << a.message();
+  EXPECT_THAT(a, HasError("not a PipeStudio history database"));
   EXPECT_EQ(readFile(text), "this is not a database, just text that is long enough to look like something\n");
 
   const std::string other = dir.file("other.sqlite");
@@ -198,7 +202,7 @@ TEST(Store, ForeignFilesAreRefused) {
   sqlite3_close(db);
   auto b = HistoryStore::open(other);
   ASSERT_FALSE(b);
-  EXPECT_NE(b.message().find("other tables"), std::string::npos) << b.message();
+  EXPECT_THAT(b, HasError("other tables"));
 
   auto c = HistoryStore::open(dir.file("missing.sqlite"), {.readOnly = true});
   EXPECT_FALSE(c);
@@ -211,7 +215,7 @@ TEST(Store, ReadersSeeCommittedBatchesWhileAnIngestWrites) {
   ASSERT_TRUE(writer);
   writer->setBatchRows(100);
   auto reader = HistoryStore::open(path, {.readOnly = true});
-  ASSERT_TRUE(reader) << reader.message();
+  ASSERT_THAT(reader, HasValue());
 
   auto run = writer->beginRun({});
   ASSERT_TRUE(run);
@@ -220,7 +224,7 @@ TEST(Store, ReadersSeeCommittedBatchesWhileAnIngestWrites) {
   // Feed half: with 100-row batches, at least 400 events are committed and visible.
   ASSERT_TRUE(ingest.feed(std::string_view(bytes).substr(0, bytes.size() / 2)));
   auto live = reader->runSummary(*run);
-  ASSERT_TRUE(live) << live.message();
+  ASSERT_THAT(live, HasValue());
   EXPECT_EQ(live->status, RunStatus::Running);
   EXPECT_GE(live->events, 400);
   EXPECT_LT(live->events, 1000);

@@ -4,6 +4,9 @@
 #include <memory>
 
 #include "TestSupport.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -36,7 +39,7 @@ TEST(StreamIngest, CompleteStreamStoresEveryRecord) {
   ASSERT_TRUE(store);
   const auto frames = executorFrames(smallPlan(), {.iterations = 3});
   auto run = store->ingestStream(trace::encodeStream(frames));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   auto s = store->runSummary(*run);
   EXPECT_EQ(s->status, RunStatus::Complete);
   EXPECT_EQ(s->events, storedEvents(frames));
@@ -70,7 +73,7 @@ TEST(StreamIngest, TruncatedStreamsKeepEveryCompleteFrameAndAreIncomplete) {
   for (std::size_t cut = 0; cut < bytes.size(); cut += 7) {
     const auto decoded = trace::decodeAll(std::string_view(bytes).substr(0, cut));
     auto run = store->ingestStream(std::string_view(bytes).substr(0, cut));
-    ASSERT_TRUE(run) << run.message();
+    ASSERT_THAT(run, HasValue());
     auto s = store->runSummary(*run);
     EXPECT_EQ(s->status, RunStatus::Incomplete) << "cut " << cut;
     EXPECT_EQ(s->events, storedEvents(decoded.frames)) << "cut " << cut;
@@ -91,7 +94,7 @@ TEST(StreamIngest, CorruptStreamReportsTheByteOffset) {
   const std::string file = dir.file("corrupt.pstrace");
   writeFile(file, bytes);
   auto result = store->importStreamFile(file);
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   ASSERT_TRUE(result->firstError);
   EXPECT_NE(result->firstError->find("byte " + std::to_string(prefix.size())), std::string::npos)
       << *result->firstError;
@@ -151,7 +154,7 @@ TEST(StreamIngest, SeveralRanksFeedOneRunOnAlignedClocks) {
   EXPECT_EQ(a.suggestedStatus(), RunStatus::Complete);
   EXPECT_EQ(b.suggestedStatus(), RunStatus::Complete);
   auto finished = store->finishRun(*run, RunStatus::Complete);
-  ASSERT_TRUE(finished) << finished.message();
+  ASSERT_THAT(finished, HasValue());
   EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE run_id = " + std::to_string(*run)), 2);
   auto events = store->loadEvents(*run, EventCategory::Op);
   ASSERT_TRUE(events);
@@ -172,7 +175,7 @@ TEST(StreamIngest, LargeStreamInSmallBatches) {
   ASSERT_TRUE(store);
   store->setBatchRows(997);
   auto run = store->ingestStream(largeStream(20000, 4));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   auto s = store->runSummary(*run);
   EXPECT_EQ(s->events, 20000);
   EXPECT_EQ(s->devices, 4);
@@ -197,7 +200,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   std::vector<std::size_t> pos(3, 0);
   for (const char* name : {"a", "b", "c"}) {
     auto run = store->beginRun({.name = name, .source = "stream"});
-    ASSERT_TRUE(run) << run.message();
+    ASSERT_THAT(run, HasValue());
     runs.push_back(*run);
     ingests.push_back(std::make_unique<StreamIngest>(*store, *run));
   }
@@ -206,7 +209,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   // order (a block's last row is not always its largest id; the largest may belong to a run
   // not in it) and each run gets stretches long enough to fill whole blocks alone.
   const Status head = ingests[0]->feed(std::string_view(stream).substr(0, 50'000));
-  ASSERT_TRUE(head) << head.message();
+  ASSERT_THAT(head, HasValue());
   pos[0] = 50'000;
   std::uint64_t lcg = 12345;
   const auto next = [&lcg](std::uint64_t bound) {
@@ -217,7 +220,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
     const std::size_t r = next(3);
     const std::string_view chunk = std::string_view(stream).substr(std::min(pos[r], stream.size()), 1 + next(40000));
     const Status fed = ingests[r]->feed(chunk);
-    ASSERT_TRUE(fed) << fed.message();
+    ASSERT_THAT(fed, HasValue());
     pos[r] += chunk.size();
   }
   for (std::size_t r = 0; r < runs.size(); ++r) {

@@ -15,6 +15,9 @@
 #include "Spawn.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 namespace fs = std::filesystem;
@@ -49,7 +52,7 @@ const std::string& basePlan() {
 // The plan with its embedded model renamed.
 std::string planNamed(const fs::path& dir, const std::string& name) {
   auto doc = pipestudio::loadJsonFile(basePlan());
-  EXPECT_TRUE(doc) << doc.message();
+  EXPECT_THAT(doc, HasValue());
   pipestudio::Json plan = doc->root;
   plan["model"]["name"] = name;
   const std::string path = (dir / "plan.json").string();

@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "pipestudio/model/ModelIO.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasErrorThat;
+using ::testing::StartsWith;
 
 namespace pipestudio {
 namespace {
@@ -222,10 +227,10 @@ TEST(BadInput, MissingFileAndDirectoryAreNamed) {
   const std::string missing = kBad + "does-not-exist.json";
   auto m = loadModel(missing);
   ASSERT_FALSE(m);
-  EXPECT_EQ(m.message().rfind(missing + ": cannot open", 0), 0U) << m.message();
+  EXPECT_THAT(m, HasErrorThat(StartsWith(missing + ": cannot open")));
   auto d = loadModel(kBad);
   ASSERT_FALSE(d);
-  EXPECT_NE(d.message().find("is a directory"), std::string::npos) << d.message();
+  EXPECT_THAT(d, HasError("is a directory"));
 }
 
 TEST(BadInput, ManyProblemsAreAllReportedButBounded) {

@@ -13,6 +13,9 @@
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -55,7 +58,7 @@ ModelSpec cascaded(int layersPerBackbone = 12) {
 PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::string& schedule,
                     const std::string& partition, const std::string& fill) {
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  EXPECT_TRUE(cluster.hasValue()) << cluster.message();
+  EXPECT_THAT(cluster, HasValue());
   PlanRequest r;
   r.model = model;
   if (cluster) r.cluster = *cluster;
@@ -93,7 +96,7 @@ TEST(Cascaded, IndependentBackbonesAreDetectedThroughFeedsPaths) {
   EXPECT_FALSE(refused.hasValue());
   // The bundled ControlNet: controlnet feeds unet, one group, no opposed candidate.
   auto controlnet = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/controlnet.json");
-  ASSERT_TRUE(controlnet.hasValue()) << controlnet.message();
+  ASSERT_THAT(controlnet, HasValue());
   EXPECT_EQ(partition::dependentBackboneGroups(*controlnet).size(), 1U);
   EXPECT_FALSE(partition::independentBackbonePair(*controlnet));
 }
@@ -123,7 +126,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
       const int mbs = 2 * devices;
       auto plan =
           partition::solveOpposedBackbones(request(cascaded(), devices, mbs, "zb-v", "diffusionpipe", fill), {});
-      ASSERT_TRUE(plan.hasValue()) << plan.message();
+      ASSERT_THAT(plan, HasValue());
       // Base down the V (devices 0 → p−1), sr up it (p−1 → 0), each over all devices.
       std::map<int, std::vector<int>> devicesOf;
       std::map<int, int> nextLayer;
@@ -165,7 +168,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
       expectFrozenConserved(*plan);
       // The plan re-times to itself (executor and `simulate` see the same iteration).
       auto again = resimulate(*plan);
-      ASSERT_TRUE(again.hasValue()) << again.message();
+      ASSERT_THAT(again, HasValue());
       EXPECT_NEAR(again->metrics.makespanMs, plan->metrics.makespanMs, 1e-6);
     }
   }
@@ -176,7 +179,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
 TEST(Cascaded, SecondBackboneStartsWithoutWaitingForTheFirst) {
   const int devices = 4;
   auto plan = partition::solveOpposedBackbones(request(cascaded(), devices, 8, "zb-v", "diffusionpipe", "none"), {});
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   double baseLastF0End = -1;
   double srFirstF0Start = -1;
   for (const Op& op : plan->ops) {
@@ -291,9 +294,9 @@ TEST(Cascaded, DiffusionPipeIsNoSlowerThanChainOrOpposedLayouts) {
     SCOPED_TRACE(fill);
     const PlanRequest r = request(cascaded(), 4, 8, "1f1b", "diffusionpipe", fill);
     auto best = makePlan(r);
-    ASSERT_TRUE(best.hasValue()) << best.message();
+    ASSERT_THAT(best, HasValue());
     auto opposed = partition::solveOpposedBackbones(r, {});
-    ASSERT_TRUE(opposed.hasValue()) << opposed.message();
+    ASSERT_THAT(opposed, HasValue());
     EXPECT_LE(best->metrics.makespanMs, opposed->metrics.makespanMs + 1e-9);
     double bestChain = 1e300;
     for (const PlanConfig& c : partition::diffusionPipeCandidates(r)) {
@@ -312,7 +315,7 @@ TEST(Cascaded, DiffusionPipeIsNoSlowerThanChainOrOpposedLayouts) {
     zbv.config.chunksPerDevice = 2;
     zbv.config.partition = "dp";
     auto chainV = makePlan(zbv);
-    ASSERT_TRUE(chainV.hasValue()) << chainV.message();
+    ASSERT_THAT(chainV, HasValue());
     EXPECT_LE(opposed->metrics.makespanMs, chainV->metrics.makespanMs + 1e-9);
   }
 }

@@ -10,6 +10,11 @@
 #include <string>
 
 #include "pipestudio/planner/Partition.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
+using pipestudio::test::IsCancelled;
 
 namespace pipestudio {
 namespace {
@@ -92,12 +97,12 @@ TEST(DpPartition, OptimalAgainstBruteForce) {
     if (std::isinf(best)) {
       ++infeasibleCases;
       ASSERT_FALSE(r.hasValue()) << "trial " << trial;
-      EXPECT_NE(r.message().find("memory infeasible"), std::string::npos) << r.message();
-      EXPECT_NE(r.message().find("virtual stage"), std::string::npos) << r.message();
+      EXPECT_THAT(r, HasError("memory infeasible"));
+      EXPECT_THAT(r, HasError("virtual stage"));
       continue;
     }
     ++feasibleCases;
-    ASSERT_TRUE(r.hasValue()) << "trial " << trial << ": " << r.message();
+    ASSERT_THAT(r, HasValue()) << "trial " << trial;
     EXPECT_TRUE(fits(p, r->firstLayer)) << "trial " << trial;
     EXPECT_NEAR(r->objectiveMs, best, 1e-6 * best) << "trial " << trial;
     const PartitionResult again = evaluatePartition(p, r->firstLayer);
@@ -224,11 +229,11 @@ TEST(BalancedPartition, MemoryRepairsLeanOnTheStageThatHoldsLess) {
   p.activationBytes.assign(5, 1.0);
   p.staticBytes.assign(5, 0.0);
   auto least = balancedPartition(p, {.overrunSlack = 1.0, .withinBudgets = 0});
-  ASSERT_TRUE(least.hasValue()) << least.message();
+  ASSERT_THAT(least, HasValue());
   EXPECT_EQ(least->firstLayer, (std::vector<int>{0, 2}));
   EXPECT_DOUBLE_EQ(least->maxMs, 3.0);
   auto within = balancedPartition(p, {.overrunSlack = 0, .withinBudgets = 1.0});
-  ASSERT_TRUE(within.hasValue()) << within.message();
+  ASSERT_THAT(within, HasValue());
   EXPECT_EQ(within->firstLayer, (std::vector<int>{0, 1}));
   EXPECT_DOUBLE_EQ(within->maxMs, 4.0);
   p.stages[0].memoryBudgetBytes = 3.0;
@@ -245,7 +250,7 @@ TEST(Partition, TooFewLayersIsAnError) {
   p.layers = 3;
   auto r = dpPartition(p);
   ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("at least one layer"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("at least one layer"));
   EXPECT_FALSE(balancedPartition(p).hasValue());
 }
 
@@ -257,7 +262,7 @@ TEST(Partition, CancelIsHonoured) {
   control.cancel = &cancel;
   auto r = dpPartition(p, control);
   ASSERT_FALSE(r.hasValue());
-  EXPECT_TRUE(r.isCancelled()) << r.message();
+  EXPECT_THAT(r, IsCancelled());
 }
 
 }  // namespace

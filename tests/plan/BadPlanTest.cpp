@@ -12,6 +12,9 @@
 
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -80,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Corpus, BadPlan, ::testing::ValuesIn(kCases), caseName<
 
 TEST(BadPlan, TheUnbrokenOriginalLoads) {
   auto plan = loadPlan(kData + "good/tiny-plan.json");
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->virtualStages.size(), 2U);
   EXPECT_EQ(plan->ops.size(), 4U);
   EXPECT_DOUBLE_EQ(plan->metrics.makespanMs, 6.0);

@@ -10,6 +10,9 @@
 
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -21,10 +24,10 @@ namespace {
 PlanRequest gpt3OnEightH100s(std::optional<std::int64_t> limitBytes) {
   PlanRequest r;
   auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  EXPECT_TRUE(model.hasValue()) << model.message();
+  EXPECT_THAT(model, HasValue());
   if (model) r.model = *model;
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue()) << cluster.message();
+  EXPECT_THAT(cluster, HasValue());
   if (cluster) r.cluster = *cluster;
   r.config.schedule = "zb-auto";
   r.config.devices = 8;
@@ -39,9 +42,9 @@ TEST(BalancedMemoryLimit, MoreMemoryNeverGivesASlowerZbAutoPlan) {
   const auto smaller = makePlan(gpt3OnEightH100s(23'250'000'000));
   const auto larger = makePlan(gpt3OnEightH100s(27'360'000'000));
   const auto unlimited = makePlan(gpt3OnEightH100s(std::nullopt));
-  ASSERT_TRUE(smaller) << smaller.message();
-  ASSERT_TRUE(larger) << larger.message();
-  ASSERT_TRUE(unlimited) << unlimited.message();
+  ASSERT_THAT(smaller, HasValue());
+  ASSERT_THAT(larger, HasValue());
+  ASSERT_THAT(unlimited, HasValue());
   EXPECT_LE(larger->metrics.makespanMs, smaller->metrics.makespanMs * (1 + 1e-9));
   EXPECT_LE(unlimited->metrics.makespanMs, larger->metrics.makespanMs * (1 + 1e-9));
   for (const DeviceMetrics& dm : larger->metrics.devices) EXPECT_LE(dm.peakMemoryBytes, 27'360'000'000);

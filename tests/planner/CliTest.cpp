@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "pipestudio/common/Json.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace {
 
@@ -115,13 +118,13 @@ TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
       run("plan --model " + model + " --cluster " + cluster + " --schedule zb-v --devices 4 --microbatches 8 --json");
   ASSERT_EQ(json.status, 0) << json.out;
   auto doc = pipestudio::parseJson(json.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   EXPECT_EQ(doc->root["config"]["schedule"], "zb-v");
   EXPECT_GT(doc->root["metrics"]["makespan_ms"].get<double>(), 0.0);
   const CliRun sim = run("simulate " + out + " --json");
   ASSERT_EQ(sim.status, 0) << sim.out;
   auto simDoc = pipestudio::parseJson(sim.out, "<stdout>");
-  ASSERT_TRUE(simDoc.hasValue()) << simDoc.message();
+  ASSERT_THAT(simDoc, HasValue());
   auto saved = pipestudio::loadJsonFile(out);
   ASSERT_TRUE(saved.hasValue());
   EXPECT_NEAR(simDoc->root["metrics"]["makespan_ms"].get<double>(), saved->root["metrics"]["makespan_ms"].get<double>(),
@@ -135,7 +138,7 @@ TEST_F(Cli, FrozenComponentsReportTheFillAndVocabParallelSplitsTheHead) {
                             " --schedule 1f1b --devices 8 --microbatches 16 --partition dp --fill greedy --json");
   ASSERT_EQ(filled.status, 0) << filled.out;
   auto doc = pipestudio::parseJson(filled.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   const auto& fill = doc->root["fill"];
   ASSERT_TRUE(fill.is_object()) << filled.out;
   EXPECT_EQ(fill["mode"], "greedy");
@@ -151,7 +154,7 @@ TEST_F(Cli, FrozenComponentsReportTheFillAndVocabParallelSplitsTheHead) {
                            " --schedule 1f1b --devices 4 --microbatches 8 --vocab-parallel -o " + out);
   ASSERT_EQ(vocab.status, 0) << vocab.out;
   auto saved = pipestudio::loadJsonFile(out);
-  ASSERT_TRUE(saved.hasValue()) << saved.message();
+  ASSERT_THAT(saved, HasValue());
   int s = 0;
   int t = 0;
   for (const auto& op : saved->root["ops"]) {
@@ -310,7 +313,7 @@ TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
   r = run(base + " --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto doc = pipestudio::parseJson(r.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   EXPECT_EQ(doc->root["config"]["partition"], "balanced");
   r = run("plan --model " + model + " --cluster " + cluster +
           " --schedule 1f1b --devices 4 --microbatches 8 --partition uniform");

@@ -23,6 +23,9 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -108,14 +111,14 @@ ModelSpec shapedModel(const std::vector<TransformerShape>& shapes) {
 Plan planned(PlanRequest r) {
   if (r.config.partition == "uniform") r.config.partition = "balanced";
   auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
+  EXPECT_THAT(plan, HasValue());
   return plan ? *plan : Plan{};
 }
 
 // Our segment of each virtual stage, in Megatron's order (index = virtual rank · P + pipeline rank).
 std::vector<std::string> ourSegments(const MegatronExport& m) {
   auto pattern = parseHybridPattern(m.hybridPattern);
-  EXPECT_TRUE(pattern.hasValue()) << pattern.message();
+  EXPECT_THAT(pattern, HasValue());
   return pattern ? pattern->segments : std::vector<std::string>{};
 }
 
@@ -126,7 +129,8 @@ void expectSegmentsAsMegatronBuildsThem(const MegatronExport& m, const Json& ver
   const int p = verdict.at("pipeline_model_parallel_size").get<int>();
   // Megatron lists (virtual rank, pipeline rank) in virtual-rank-major order: index v · P + p.
   for (const Json& s : verdict.at("segments")) {
-    const auto index = static_cast<std::size_t>(s.at("virtual_rank").get<int>() * p + s.at("pipeline_rank").get<int>());
+    const std::size_t index = static_cast<std::size_t>(s.at("virtual_rank").get<int>()) * static_cast<std::size_t>(p) +
+                              static_cast<std::size_t>(s.at("pipeline_rank").get<int>());
     ASSERT_LT(index, ours.size());
     EXPECT_EQ(s.at("layers").get<std::string>(), ours[index]) << "segment " << index << " of " << m.hybridPattern;
     EXPECT_EQ(s.at("offset").get<int>(), offset) << "segment " << index;
@@ -154,13 +158,14 @@ TEST(MegatronReference, HybridPatternsBuildThePlansSegments) {
   for (const PlanRequest& r : {uneven, interleaved}) {
     const Plan plan = planned(r);
     auto hybrid = megatronExport(plan);
-    ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+    ASSERT_THAT(hybrid, HasValue());
     exports.push_back(*hybrid);
     auto gpt = megatronExport(plan, {MegatronModel::Gpt});
-    ASSERT_TRUE(gpt.hasValue()) << gpt.message();
+    ASSERT_THAT(gpt, HasValue());
     exports.push_back(*gpt);
   }
   std::vector<std::string> texts;
+  texts.reserve(exports.size());
   for (const MegatronExport& m : exports) texts.push_back(m.text);
   const auto verdicts = megatronVerdicts(texts, false);
   if (!verdicts) GTEST_SKIP() << "no Megatron-LM copy at reference/megatron-lm (bench/megatron/megatron_reference.py)";
@@ -231,7 +236,7 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   std::vector<MegatronExport> exports;
   for (const PlanRequest& r : {deepseek, gptOss}) {
     auto m = megatronExport(planned(r));
-    ASSERT_TRUE(m.hasValue()) << m.message();
+    ASSERT_THAT(m, HasValue());
     exports.push_back(*m);
   }
   EXPECT_EQ(exports[0].hybridPattern.substr(exports[0].hybridPattern.find('/')), "/+E");
@@ -270,7 +275,7 @@ TEST(MegatronReference, ZeroThreePlansRunOnMegatronFsdp) {
     r.config.parallel.data = 2;
     r.config.parallel.zeroStage = zero;
     auto m = megatronExport(planned(r));
-    ASSERT_TRUE(m.hasValue()) << m.message();
+    ASSERT_THAT(m, HasValue());
     exports.push_back(*m);
   }
   const auto verdicts = megatronVerdicts({exports[0].text, exports[1].text}, false);
@@ -300,9 +305,9 @@ TEST(MegatronReference, ZeroBubbleForkTakesItsExports) {
        std::vector<std::pair<std::string, int>>{{"zb-h1", 1}, {"zb-v", 2}, {"v-half", 2}}) {
     PlanRequest r = test::request(decoders, test::freeCluster(8, 100, 1), schedule, 2, 4, chunks);
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << schedule << ": " << plan.message();
+    ASSERT_THAT(plan, HasValue()) << schedule;
     auto m = megatronExport(*plan);
-    ASSERT_TRUE(m.hasValue()) << schedule << ": " << m.message();
+    ASSERT_THAT(m, HasValue()) << schedule;
     EXPECT_EQ(m->model, MegatronModel::Gpt);
     exports.push_back(*m);
   }
@@ -338,12 +343,12 @@ TEST(TorchtitanReference, PipelinePlansPassTrainerConfigAndStartFromTheShippedBa
   r.config.parallel.zeroStage = 3;
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   TorchtitanOptions options;
   options.csvPath = "qwen3.csv";
   options.moduleName = "qwen3";
   auto t = torchtitanExport(*plan, options);
-  ASSERT_TRUE(t.hasValue()) << t.message();
+  ASSERT_THAT(t, HasValue());
   EXPECT_TRUE(t->notes.empty());  // torchtitan ships a configuration for the model
   std::string withoutFlag;
   std::istringstream lines(t->config);

@@ -13,6 +13,10 @@
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -22,8 +26,8 @@ std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCE
 PlanRequest request(const std::string& model, const std::string& cluster) {
   auto m = loadModel(res("models/" + model));
   auto c = loadCluster(res("clusters/" + cluster));
-  EXPECT_TRUE(m.hasValue()) << m.message();
-  EXPECT_TRUE(c.hasValue()) << c.message();
+  EXPECT_THAT(m, HasValue());
+  EXPECT_THAT(c, HasValue());
   PlanRequest r;
   if (m) r.model = *m;
   if (c) r.cluster = *c;
@@ -43,7 +47,7 @@ TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
   r.config.globalBatch = 128;
   r.config.microBatchSize = 1;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.microbatches, 128);
   EXPECT_EQ(plan->config.totalGpus(), 32);
   const Metrics& m = plan->metrics;
@@ -71,8 +75,8 @@ TEST(HybridPlan, OutOfMemorySaysWhichPartIsOver) {
   r.config.microbatches = 8;
   auto plan = makePlan(r);
   ASSERT_FALSE(plan.hasValue());
-  EXPECT_NE(plan.message().find("over by"), std::string::npos) << plan.message();
-  EXPECT_NE(plan.message().find("largest part"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("over by"));
+  EXPECT_THAT(plan, HasError("largest part"));
 }
 
 TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
@@ -83,32 +87,32 @@ TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
   r.config.parallel.tensor = 3;
   auto bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--tp 3"), std::string::npos) << bad.message();
-  EXPECT_NE(bad.message().find("64 attention heads"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--tp 3"));
+  EXPECT_THAT(bad, HasError("64 attention heads"));
 
   r.config.parallel.tensor = 16;  // divides 64 heads, not 8 key/value heads
   bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("key/value heads"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("key/value heads"));
 
   r.config.parallel.tensor = 1;
   r.config.parallel.expert = 2;
   r.config.parallel.data = 2;
   bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--ep 2 needs a mixture-of-experts model"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--ep 2 needs a mixture-of-experts model"));
 
   r.config.parallel.expert = 1;
   r.config.parallel.context = 3;
   bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--cp 3"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--cp 3"));
 
   r.config.parallel.context = 1;
   r.config.globalBatch = 7;  // not a multiple of B·D = 2
   bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--global-batch 7"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--global-batch 7"));
 
   r.config.globalBatch.reset();
   r.config.parallel.tensor = 8;
@@ -116,7 +120,7 @@ TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
   r.config.parallel.data = 2;  // 64 GPUs on a 32-GPU cluster
   bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("= 64 GPUs"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("= 64 GPUs"));
 }
 
 TEST(HybridPlan, ExpertParallelNeedsADivisor) {
@@ -128,7 +132,7 @@ TEST(HybridPlan, ExpertParallelNeedsADivisor) {
   r.config.parallel.expert = 3;  // divides D, not the 8 experts
   auto bad = resolveRequest(r);
   ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("8 experts"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("8 experts"));
 }
 
 // The MoE block of a bundled model (its first layer with experts).
@@ -174,7 +178,7 @@ TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
   r.config.globalBatch = 256;
   r.config.microBatchSize = 1;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.parallel.expertData(), 1);
 }
 
@@ -196,7 +200,7 @@ TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
   r.config.globalBatch = 128;
   r.config.microBatchSize = 1;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.parallel.expertData(), 1);
 
   PlanRequest g = request("gpt-oss-120b.json", "h100-8x8-ib.json");
@@ -222,7 +226,7 @@ TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
   r.config.devices = 4;
   r.config.microbatches = 8;
   auto pure = makePlan(r);
-  ASSERT_TRUE(pure.hasValue()) << pure.message();
+  ASSERT_THAT(pure, HasValue());
   EXPECT_EQ(pure->metrics.gradientSyncMs, 0);
   EXPECT_GT(pure->metrics.optimizerMs, 0);
   EXPECT_NEAR(pure->metrics.iterationMs, pure->metrics.makespanMs + pure->metrics.optimizerMs, 1e-9);
@@ -230,7 +234,7 @@ TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
   r.config.parallel.data = 2;
   r.config.parallel.overlapGradReduce = false;
   auto replicated = makePlan(r);
-  ASSERT_TRUE(replicated.hasValue()) << replicated.message();
+  ASSERT_THAT(replicated, HasValue());
   const Metrics& m = replicated->metrics;
   EXPECT_GT(m.gradientSyncMs, 0);
   EXPECT_NEAR(m.iterationMs, m.makespanMs + m.gradientSyncMs + m.optimizerMs, 1e-9);
@@ -264,7 +268,7 @@ TEST(HybridPlan, ZeroStagesShrinkTheStaticMemory) {
   for (int zero = 0; zero <= 3; ++zero) {
     r.config.parallel.zeroStage = zero;
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     const MemoryBreakdown& b = plan->metrics.devices[0].memory;
     const std::int64_t statics = b.parameterBytes + b.gradientBytes + b.optimizerBytes;
     if (previous >= 0) {
@@ -289,7 +293,7 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
   r.config.globalBatch = 32;
   r.config.microBatchSize = 2;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const Json doc = planToJson(*plan);
   EXPECT_EQ(doc["config"]["tp"], 4);
   EXPECT_EQ(doc["config"]["cp"], 2);
@@ -301,7 +305,7 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
   EXPECT_TRUE(doc["metrics"].contains("mfu"));
   EXPECT_TRUE(doc["metrics"]["devices"][0].contains("memory"));
   auto again = resimulate(*plan);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_DOUBLE_EQ(again->metrics.iterationMs, plan->metrics.iterationMs);
 }
 
@@ -318,7 +322,7 @@ TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
     options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1"};
     options.keep = 5;
     auto result = configure(r.model, r.cluster, options);
-    ASSERT_TRUE(result.hasValue()) << modelFile << ": " << result.message();
+    ASSERT_THAT(result, HasValue()) << modelFile;
     EXPECT_FALSE(result->feasible.empty()) << modelFile << " on " << clusterFile;
     for (const auto& c : result->feasible) EXPECT_GT(c.metrics.mfu, 0.05) << modelFile;
   }
@@ -358,8 +362,8 @@ TEST(HybridPlan, LazyProfilesRankAndRejectAsProfilingEveryCandidate) {
     auto lazy = configure(r.model, r.cluster, options);
     options.lazyProfiles = false;
     auto eager = configure(r.model, r.cluster, options);
-    ASSERT_TRUE(lazy.hasValue()) << lazy.message();
-    ASSERT_TRUE(eager.hasValue()) << eager.message();
+    ASSERT_THAT(lazy, HasValue());
+    ASSERT_THAT(eager, HasValue());
     EXPECT_EQ(lazy->evaluated, eager->evaluated) << modelFile;
     EXPECT_EQ(lazy->simulatedInFull, eager->simulatedInFull) << modelFile;
     EXPECT_EQ(lazy->enumerated, eager->enumerated) << modelFile;

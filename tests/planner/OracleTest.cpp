@@ -7,6 +7,9 @@
 
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -22,7 +25,7 @@ double deviceBubble(const Plan& plan, int d) {
 
 Plan mustPlan(const PlanRequest& r) {
   auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
+  EXPECT_THAT(plan, HasValue());
   return plan ? *plan : Plan{};
 }
 

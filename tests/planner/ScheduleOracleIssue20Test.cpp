@@ -12,6 +12,9 @@
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -22,7 +25,7 @@ using test::request;
 
 Plan mustPlan(const PlanRequest& r) {
   auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << r.config.schedule << ": " << (plan ? "" : plan.message());
+  EXPECT_THAT(plan, HasValue()) << r.config.schedule;
   return plan ? *plan : Plan{};
 }
 
@@ -205,7 +208,7 @@ TEST(Issue20Oracle, InterleavedNeverSlowerThanMegatronsOrder) {
     const PlanRequest r = request(model, freeCluster(p, 0, 100.0 * (trial % 4)), "interleaved-1f1b", p, m, v);
     const Plan ours = mustPlan(r);
     auto megatron = makeCustomPlan(r, megatronCsv(p, v, m), "megatron");
-    ASSERT_TRUE(megatron) << megatron.message();
+    ASSERT_THAT(megatron, HasValue());
     EXPECT_LE(ours.metrics.makespanMs, megatron->metrics.makespanMs + 1e-9) << "trial " << trial;
   }
 }

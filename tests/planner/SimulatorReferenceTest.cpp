@@ -21,6 +21,9 @@
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -224,7 +227,7 @@ TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
       }
       if (!g->validate({p, m, chunks})) continue;
       auto plan = makePlan(test::request(model, cluster, name, p, m, chunks));
-      ASSERT_TRUE(plan.hasValue()) << name << ": " << plan.message();
+      ASSERT_THAT(plan, HasValue()) << name;
       const std::string what = name + " p=" + std::to_string(p) + " m=" + std::to_string(m);
       const RefTimes ref = referenceSimulate(*plan);
       ASSERT_EQ(ref.startMs.size(), plan->ops.size());
@@ -250,7 +253,7 @@ TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
 // then B+W, c, B+W (1F1B fuses B and W) is 2 + 5 + 4 + 5 = 16 ms; a stated size adds its bytes.
 Plan mustPlan(const PlanRequest& r) {
   auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_THAT(plan, HasValue());
   return plan.hasValue() ? std::move(*plan) : Plan{};
 }
 

@@ -9,6 +9,7 @@
 
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::test {
 
@@ -18,8 +19,8 @@ inline PlanRequest bundledRequest(const std::string& model, const std::string& c
   PlanRequest r;
   auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + model + ".json");
   auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/" + cluster + ".json");
-  EXPECT_TRUE(m.hasValue()) << m.message();
-  EXPECT_TRUE(c.hasValue()) << c.message();
+  EXPECT_THAT(m, HasValue());
+  EXPECT_THAT(c, HasValue());
   if (m) r.model = *m;
   if (c) r.cluster = *c;
   return r;
@@ -35,7 +36,7 @@ inline Plan diffusionPlan(const std::string& model, const std::string& fill, int
   r.config.partition = "diffusionpipe";
   r.config.fill = fill;
   auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << plan.message();
+  EXPECT_THAT(plan, HasValue());
   return plan ? *plan : Plan{};
 }
 
