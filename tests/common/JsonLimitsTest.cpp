@@ -59,7 +59,6 @@ TEST(JsonLimits, MultiMegabyteStringIsRejectedWhereItStarts) {
       "{\n  \"schema\": \"pipestudio.model/1\",\n  \"name\": \"" + std::string(5 << 20, 'x') + "\"\n}\n";
   TempFile file("bigstring.json", text);
   auto doc = loadJsonFile(file.path());
-  ASSERT_FALSE(doc);
   EXPECT_THAT(doc, HasErrorThat(StartsWith(file.path() + ":3:11: string longer than 1048576 bytes")));
   EXPECT_THAT(doc, HasError("(expected"));
 }
@@ -67,7 +66,6 @@ TEST(JsonLimits, MultiMegabyteStringIsRejectedWhereItStarts) {
 TEST(JsonLimits, EscapedQuotesDoNotEndAString) {
   const std::string text = R"({"a": ")" + std::string(2 << 20, '\\') + R"("})";  // even count: all escapes pair up
   auto doc = parseJson(text, "esc.json");
-  ASSERT_FALSE(doc);
   EXPECT_THAT(doc, HasError("string longer"));
 }
 

@@ -20,28 +20,24 @@ TEST(Json, LocatesPointerLineAndColumn) {
 
 TEST(Json, SyntaxErrorNamesFileLineColumn) {
   auto doc = parseJson("{\n  \"a\": tru\n}", "bad.json");
-  ASSERT_FALSE(doc);
   EXPECT_THAT(doc, HasError("bad.json:2:"));
 }
 
 TEST(Json, EmptyAndTruncatedFilesAreRejected) {
   EXPECT_THAT(parseJson("   \n", "e.json"), HasError("empty"));
   auto t = parseJson("{\"a\": [1, 2", "t.json");
-  ASSERT_FALSE(t);
   EXPECT_THAT(t, HasError("truncated"));
 }
 
 TEST(Json, DeepNestingIsRejectedWithoutRecursion) {
   std::string deep(100000, '[');
   auto doc = parseJson(deep, "deep.json");
-  ASSERT_FALSE(doc);
   EXPECT_THAT(doc, HasError("nesting deeper"));
 }
 
 TEST(Json, HugeStringsAreRejected) {
   std::string text = R"({"name": ")" + std::string(3 << 20, 'x') + R"("})";
   auto doc = parseJson(text, "big.json");
-  ASSERT_FALSE(doc);
   EXPECT_THAT(doc, HasError("string longer"));
 }
 

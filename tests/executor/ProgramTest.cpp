@@ -61,7 +61,6 @@ TEST(Program, RefusesBackwardBeforeForward) {
   }
   std::swap(plan.ops[f], plan.ops[b]);
   auto program = compileProgram(plan);
-  ASSERT_FALSE(program.hasValue());
   EXPECT_THAT(program, HasError("/ops/"));
   EXPECT_THAT(program, HasError("runs before"));
 }
@@ -77,7 +76,6 @@ TEST(Program, RefusesOrdersThatDeadlock) {
   plan.ops = {find(0, OpKind::F, 0), find(0, OpKind::BW, 0), find(0, OpKind::F, 1),  find(0, OpKind::BW, 1),
               find(1, OpKind::F, 0), find(1, OpKind::F, 1),  find(1, OpKind::BW, 1), find(1, OpKind::BW, 0)};
   auto program = compileProgram(plan);
-  ASSERT_FALSE(program.hasValue());
   EXPECT_THAT(program, HasError("cycle"));
   EXPECT_THAT(program, HasError("device 0"));
 }
@@ -89,7 +87,6 @@ TEST(Program, RefusesMissingProducersAndFrozenBackward) {
     return op.device == 0 && op.kind == OpKind::F && op.microbatch == 1;
   }));
   auto missing = compileProgram(plan);
-  ASSERT_FALSE(missing.hasValue());
   EXPECT_THAT(missing, HasError("microbatch 1"));
 
   Plan fill = test::makeTestPlan("fill", 2, 2);
@@ -100,7 +97,6 @@ TEST(Program, RefusesMissingProducersAndFrozenBackward) {
     }
   }
   auto frozen = compileProgram(fill);
-  ASSERT_FALSE(frozen.hasValue());
   EXPECT_THAT(frozen, HasError("frozen"));
 }
 
@@ -108,13 +104,11 @@ TEST(Program, RefusesInconsistentStages) {
   Plan plan = test::makeTestPlan("1f1b", 2, 2);
   plan.virtualStages[1].device = 0;  // ops of stage 1 still say device 1
   auto program = compileProgram(plan);
-  ASSERT_FALSE(program.hasValue());
   EXPECT_THAT(program, HasError("/ops/"));
 
   Plan range = test::makeTestPlan("1f1b", 2, 2);
   range.virtualStages[1].lastLayer = 99;
   auto bad = compileProgram(range);
-  ASSERT_FALSE(bad.hasValue());
   EXPECT_THAT(bad, HasError("/virtual_stages/1"));
 
   Plan empty = test::makeTestPlan("1f1b", 2, 2);

@@ -100,7 +100,6 @@ TEST(Rendezvous, CheckerFindsACrossedSendDeadlock) {
   d1[2].receives = {zeroToOne};
   d1[2].rendezvous.receives = {zeroToOne};
   const Status st = checkRendezvous(program);
-  ASSERT_FALSE(st.isOk());
   EXPECT_THAT(st, HasError("device 0"));
   EXPECT_THAT(st, HasError("device 1"));
 

@@ -95,7 +95,6 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   json["solver"]["cp_comm"] = "a2a";
   writeText(path, json.dump());
   auto bad = loadWorkspace(path);
-  ASSERT_FALSE(bad);
   EXPECT_THAT(bad, HasError("cp_comm"));
 }
 
@@ -103,7 +102,6 @@ TEST(Workspace, BadInputSaysWhereAndWhat) {
   const std::string path = tempPath("bad.pipestudio");
   writeText(path, R"({"schema": "pipestudio.workspace/1", "model": {}, "solver": {"schedule": "1f1b", "devices": 0}})");
   auto ws = loadWorkspace(path);
-  ASSERT_FALSE(ws);
   EXPECT_THAT(ws, HasError(path));
   EXPECT_THAT(ws, HasError("cluster"));
   EXPECT_THAT(ws, HasError("/solver/devices"));
@@ -112,7 +110,6 @@ TEST(Workspace, BadInputSaysWhereAndWhat) {
   EXPECT_FALSE(openDocument(path));
   writeText(path, R"({"schema": "pipestudio.hosts/1", "hosts": []})");
   auto hosts = openDocument(path);
-  ASSERT_FALSE(hosts);
   EXPECT_THAT(hosts, HasError("cannot be opened"));
   EXPECT_FALSE(openDocument(tempPath("does-not-exist.json")));
   writeText(path, std::string("PSTR\x01\x00\x00\x00garbage", 15));

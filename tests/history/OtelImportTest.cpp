@@ -143,17 +143,14 @@ TEST(OtelImport, HostileSpanFilesAreRefusedAndLeaveNothingBehind) {
       write("backwards.json", R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"megatron.microbatch.forward",)"
                               R"("startTimeUnixNano":"2000","endTimeUnixNano":"1000"}]}]}]})");
   auto r = importTraces(store, {backwards}, {});
-  ASSERT_FALSE(r.hasValue());
   EXPECT_THAT(r, HasError("/resourceSpans/0/scopeSpans/0/spans/0"));
   EXPECT_THAT(r, HasError("end >= start"));
   const std::string notArray = write("notarray.json", R"({"resourceSpans": 3})");
   auto n = importTraces(store, {notArray}, {});
-  ASSERT_FALSE(n.hasValue());
   EXPECT_THAT(n, HasError("/resourceSpans is not an array"));
   const std::string jaeger = write("jaeger.json", R"({"data":[{"traceID":"1","spans":[{"operationName":"x",)"
                                                   R"("startTime":-5,"duration":1}]}]})");
   auto j = importTraces(store, {jaeger}, {});
-  ASSERT_FALSE(j.hasValue());
   EXPECT_THAT(j, HasError("/data/0/spans/0"));
   auto runs = store.listRuns();
   ASSERT_TRUE(runs.hasValue());

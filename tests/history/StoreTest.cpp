@@ -175,7 +175,6 @@ TEST(Store, NewerSchemaIsRefusedAndNotModified) {
     before[e.path().string()] = readFile(e.path().string());
   const auto mtime = std::filesystem::last_write_time(path);
   auto store = HistoryStore::open(path);
-  ASSERT_FALSE(store);
   EXPECT_THAT(store, HasError("schema version 99"));
   EXPECT_THAT(store, HasError("newer"));
   EXPECT_THAT(store, HasError(path));
@@ -201,7 +200,6 @@ TEST(Store, ForeignFilesAreRefused) {
   sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES(1);", nullptr, nullptr, nullptr);
   sqlite3_close(db);
   auto b = HistoryStore::open(other);
-  ASSERT_FALSE(b);
   EXPECT_THAT(b, HasError("other tables"));
 
   auto c = HistoryStore::open(dir.file("missing.sqlite"), {.readOnly = true});

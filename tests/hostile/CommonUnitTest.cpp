@@ -66,7 +66,6 @@ TEST(Utf8, SkipsABomAndNamesUtf16) {
   EXPECT_EQ(bom, "{}");
   std::string le("\xFF\xFE{\0}\0", 6);
   auto st = requireUtf8(le, "f");
-  ASSERT_FALSE(st);
   EXPECT_THAT(st, HasError("UTF-16 (little-endian)"));
   std::string noBom("{\0\"\0", 4);
   EXPECT_THAT(requireUtf8(noBom, "f"), HasError("UTF-16"));
@@ -74,7 +73,6 @@ TEST(Utf8, SkipsABomAndNamesUtf16) {
 
 TEST(Json, DuplicateKeysAreRefusedWithBothPlaces) {
   auto doc = parseJson("{\n  \"a\": 1,\n  \"b\": {\"a\": 2},\n  \"a\": 3\n}", "dup.json");
-  ASSERT_FALSE(doc);
   EXPECT_THAT(doc, HasErrorThat(StartsWith("dup.json:4:3: duplicate key 'a' (first at line 2, column 3")));
   // Escapes decode before comparing; equal keys in different objects are fine.
   EXPECT_FALSE(parseJson(R"({"name": 1, "n\u0061me": 2})", "m"));
@@ -114,6 +112,5 @@ TEST(FdStream, KeepsTheReasonOfTheFirstFailedWrite) {
 TEST(Files, AFailedReadIsAnErrorNotAnException) {
   Expected<std::string> text = Error{"not read"};
   EXPECT_NO_THROW(text = readRegularFile("/proc/self/mem", 1 << 20));
-  ASSERT_FALSE(text);
   EXPECT_THAT(text, HasError("/proc/self/mem: read error: "));
 }

@@ -226,10 +226,8 @@ TEST(BadInput, BinaryGarbageIsNotEchoedToTheTerminal) {
 TEST(BadInput, MissingFileAndDirectoryAreNamed) {
   const std::string missing = kBad + "does-not-exist.json";
   auto m = loadModel(missing);
-  ASSERT_FALSE(m);
   EXPECT_THAT(m, HasErrorThat(StartsWith(missing + ": cannot open")));
   auto d = loadModel(kBad);
-  ASSERT_FALSE(d);
   EXPECT_THAT(d, HasError("is a directory"));
 }
 

@@ -80,7 +80,6 @@ TEST(Configure, CancelStopsTheSearch) {
   SolveControl control;
   control.cancel = &cancel;
   auto result = configure(*model, *cluster, {}, control);
-  ASSERT_FALSE(result.hasValue());
   EXPECT_THAT(result, IsCancelled());
 }
 
@@ -213,7 +212,6 @@ TEST(Vocab, ModelWithoutVocabularyIsAnError) {
   r.config.devices = 4;
   r.config.microbatches = 8;
   auto plan = makeVocabParallelPlan(r);
-  ASSERT_FALSE(plan.hasValue());
   EXPECT_THAT(plan, HasError("no embedding or lm_head"));
 }
 

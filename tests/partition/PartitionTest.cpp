@@ -249,7 +249,6 @@ TEST(Partition, TooFewLayersIsAnError) {
   PartitionProblem p = randomProblem(rng, 4, 4, false);
   p.layers = 3;
   auto r = dpPartition(p);
-  ASSERT_FALSE(r.hasValue());
   EXPECT_THAT(r, HasError("at least one layer"));
   EXPECT_FALSE(balancedPartition(p).hasValue());
 }
@@ -261,7 +260,6 @@ TEST(Partition, CancelIsHonoured) {
   SolveControl control;
   control.cancel = &cancel;
   auto r = dpPartition(p, control);
-  ASSERT_FALSE(r.hasValue());
   EXPECT_THAT(r, IsCancelled());
 }
 

@@ -263,7 +263,6 @@ TEST(Transfers, EditedPlanThatReadsBeforeComputingIsADeadlock) {
   }
   plan->ops = reordered;
   auto again = resimulate(*plan);
-  ASSERT_FALSE(again.hasValue());
   EXPECT_THAT(again, HasError("deadlock"));
 }
 
@@ -408,7 +407,6 @@ TEST(Transfers, EditedVocabularyPlansAreReportedNotCrashed) {
     }
     ASSERT_TRUE(moved);
     auto again = resimulate(edited);
-    ASSERT_FALSE(again.hasValue());
     EXPECT_THAT(again, HasError("deadlock"));
   }
   for (int field = 0; field < 3; ++field) {

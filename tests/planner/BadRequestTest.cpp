@@ -157,17 +157,14 @@ TEST(Deadlock, PlantedCycleIsReported) {
   auto broken = s;
   broken.devices[1].pop_back();
   auto missing = simulate(r, broken);
-  ASSERT_FALSE(missing.hasValue());
   EXPECT_THAT(missing, HasError("needs BW(stage 1, microbatch 1), which no device runs"));
   broken = s;
   broken.devices[0].push_back(op(0, OpKind::F, 1));
   auto dup = simulate(r, broken);
-  ASSERT_FALSE(dup.hasValue());
   EXPECT_THAT(dup, HasError("appears twice"));
   broken = s;
   broken.devices[0][0] = op(1, OpKind::F, 0);
   auto wrong = simulate(r, broken);
-  ASSERT_FALSE(wrong.hasValue());
   EXPECT_THAT(wrong, HasError("belongs to device 1"));
 }
 

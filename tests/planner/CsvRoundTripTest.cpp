@@ -116,7 +116,6 @@ TEST(CsvImport, DeadlockingOrderIsAnError) {
   ASSERT_THAT(plan, HasValue());
   // Device 0 waits for B0's gradient before it has sent F1... and device 1 runs F1 first.
   auto bad = importScheduleCsv(*plan, "0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", "dl.csv");
-  ASSERT_FALSE(bad);
   EXPECT_THAT(bad, HasError("dl.csv"));
 }
 
@@ -125,16 +124,13 @@ TEST(CsvImport, BadCsvNamesLineAndColumn) {
   auto plan = makePlan(request);
   ASSERT_TRUE(plan);
   auto bad = importScheduleCsv(*plan, "0F0,0F1,0B0,0B1\n1F0,1Q0,1F1,1B1\n", "e.csv");
-  ASSERT_FALSE(bad);
   EXPECT_THAT(bad, HasError("e.csv:2:5:"));
   auto custom = makeCustomPlan(request, "0F0,0F1,0B0,0B1,0B1\n1F0,1B0,1F1,1B1\n", "c.csv");
-  ASSERT_FALSE(custom);
   EXPECT_THAT(custom, HasError("c.csv:1:17: '0B1': duplicated op"));
 }
 
 TEST(CsvImport, CustomWithoutCsvExplainsItself) {
   auto plan = makePlan(test::request(unevenModel(), test::freeCluster(2), "custom", 2, 2, 1));
-  ASSERT_FALSE(plan);
   EXPECT_THAT(plan, HasError("--csv"));
 }
 

@@ -171,13 +171,11 @@ TEST(ScheduleCsvHostile, ExportRefusesOpsTorchCannotExpress) {
   Plan plan = smallPlan();
   plan.ops.push_back({0, 0, OpKind::N, 0, 10, 11, 0});
   auto csv = scheduleCsv(plan);
-  ASSERT_FALSE(csv);
   EXPECT_THAT(csv, HasError("/ops/12"));
 }
 
 TEST(ScheduleCsvHostile, MissingFileIsAnError) {
   auto r = loadScheduleCsv("/nonexistent/dir/s.csv", shapeOf(smallPlan()));
-  ASSERT_FALSE(r);
   EXPECT_THAT(r, HasError("/nonexistent/dir/s.csv"));
 }
 

@@ -163,7 +163,6 @@ TEST(PyTorchSchedules, ComputeCommsCellsImport) {
   ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->ops.size(), 4U);
   auto bad = makeCustomPlan(r, "(0F0;0B0;0F1)OVERLAP_F_B\n1F0,1B0\n", "bad.csv");
-  ASSERT_FALSE(bad.hasValue());
   EXPECT_THAT(bad, HasError("bad.csv:1:1"));
   EXPECT_THAT(bad, HasError("exactly two"));
 }
@@ -172,7 +171,6 @@ TEST(PyTorchSchedules, ComputeCommsCellsImport) {
 TEST(PyTorchSchedules, RowCountOtherThanDevicesIsRefused) {
   const PlanRequest r = unitRequest("custom", 4, 2, 1);
   auto plan = makeCustomPlan(r, "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", "two.csv");
-  ASSERT_FALSE(plan.hasValue());
   EXPECT_THAT(plan, HasError("2 rank row(s)"));
   EXPECT_THAT(plan, HasError("4 devices"));
 }
@@ -181,10 +179,8 @@ TEST(PyTorchSchedules, RowCountOtherThanDevicesIsRefused) {
 TEST(PyTorchSchedules, LegacyFileReadAsCurrentNamesTheFlag) {
   const PlanRequest r = unitRequest("custom", 2, 2, 1);
   auto plan = makeCustomPlan(r, "0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1B0,1F1,1W0,1B1,1W1\n", "legacy.csv");
-  ASSERT_FALSE(plan.hasValue());
   EXPECT_THAT(plan, HasError("--csv-dialect legacy"));
   auto bw = makeCustomPlan(r, "0F0,0F1,0BW0,0BW1\n1F0,1BW0,1F1,1BW1\n", "bw.csv");
-  ASSERT_FALSE(bw.hasValue());
   EXPECT_THAT(bw, HasError("--csv-dialect legacy"));
 }
 

@@ -183,13 +183,11 @@ TEST(VocabParallel, BarrierCountRoundTripsAndOldPlansReadAsTwo) {
   std::string bad = text;
   bad.replace(bad.find("\"vocab_barriers\": 1"), std::string("\"vocab_barriers\": 1").size(), "\"vocab_barriers\": 3");
   auto refused = loadText(bad, "bad.plan.json");
-  ASSERT_FALSE(refused.hasValue());
   EXPECT_THAT(refused, HasError("bad.plan.json"));
   EXPECT_THAT(refused, HasError("vocab_barriers"));
 
   PlanRequest wrong = artifactRequest(2048, 64000, 4, 8, 3);
   auto rejected = makeVocabParallelPlan(wrong);
-  ASSERT_FALSE(rejected.hasValue());
   EXPECT_THAT(rejected, HasError("1 or 2"));
 }
 
@@ -200,7 +198,6 @@ TEST(VocabParallel, BidirectionalSchedulesAreRefusedWithTheReason) {
   r.config.schedule = "dualpipe";
   r.config.chunksPerDevice = 2;  // one per direction
   auto refused = makeVocabParallelPlan(r);
-  ASSERT_FALSE(refused.hasValue());
   EXPECT_THAT(refused, HasError("'dualpipe' runs two pipelines"));
   EXPECT_THAT(refused, Not(HasError("vocabulary parallelism: vocabulary parallelism")));
 }

@@ -98,7 +98,6 @@ TEST(ZeroPp, RegisteredWithItsUnitAndBlocksOfThatSize) {
   EXPECT_EQ(plan->config.unitMicrobatches, p);
   // A unit beyond the microbatches is refused with the numbers.
   auto refused = makePlan(zeroRequest("zeropp", p, m, v, m + 1));
-  ASSERT_FALSE(refused.hasValue());
   EXPECT_THAT(refused, HasError("--unit 17"));
 }
 
@@ -135,7 +134,6 @@ TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
     EXPECT_LT(zeropp->metrics.makespanMs, 0.9 * other->metrics.makespanMs) << schedule;
   }
   auto bfs = makePlan(llamaRequest("breadth-first", 2));
-  ASSERT_FALSE(bfs.hasValue());
   EXPECT_THAT(bfs, HasError("does not fit in memory"));
   PlanRequest unlimited = llamaRequest("breadth-first", 2);
   unlimited.config.memoryLimitBytes = std::int64_t{1} << 50;

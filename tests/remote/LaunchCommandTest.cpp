@@ -44,7 +44,6 @@ TEST(Sha256, MatchesFips180Vectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(sha256Hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   auto missing = sha256File("/nonexistent/file");
-  ASSERT_FALSE(missing);
   EXPECT_THAT(missing, HasError("/nonexistent/file"));
 }
 
@@ -67,7 +66,6 @@ TEST(PlaceRanks, FillsHostsInOrder) {
   EXPECT_EQ((*p)[3].rank, 3);
   EXPECT_EQ((*p)[3].localDevice, 1);
   auto tooMany = placeRanks(twoHosts(), 6);
-  ASSERT_FALSE(tooMany);
   EXPECT_THAT(tooMany, HasError("5 GPU(s)"));
   EXPECT_FALSE(placeRanks(twoHosts(), 0));
   EXPECT_EQ(ranksFor(Backend::Cuda, 4), 4);
