@@ -215,11 +215,6 @@ TEST(AutoSchedule, PostValidationMinimisesTheLongestSpan) {
   }
   PlanRequest request = test::request(model, test::freeCluster(8, 20.0, 3.0), "zb-auto", 8, 24, 1);
   request.config.memoryLimitBytes = 16 * (std::int64_t{1} << 20) + 400000;  // about 2p in flight
-  auto longestSpan = [](const Plan& plan) {
-    double span = 0;
-    for (const auto& d : plan.metrics.devices) span = std::max(span, d.spanMs);
-    return span;
-  };
   AutoScheduleReport globalReport, spanReport;
   auto global = makeAutoPlan(request, {}, &globalReport);
   request.config.optimizerSync = "post-validation";
@@ -228,9 +223,9 @@ TEST(AutoSchedule, PostValidationMinimisesTheLongestSpan) {
   ASSERT_THAT(overlapped, HasValue());
   EXPECT_EQ(globalReport.objective, "makespan");
   EXPECT_EQ(spanReport.objective, "longest device span");
-  EXPECT_NEAR(spanReport.objectiveMs, longestSpan(*overlapped), 1e-9);
+  EXPECT_NEAR(spanReport.objectiveMs, test::longestSpan(*overlapped), 1e-9);
   EXPECT_NEAR(globalReport.objectiveMs, global->metrics.makespanMs, 1e-9);
-  EXPECT_LE(longestSpan(*overlapped), longestSpan(*global) + 1e-9);
+  EXPECT_LE(test::longestSpan(*overlapped), test::longestSpan(*global) + 1e-9);
   EXPECT_LE(global->metrics.makespanMs, overlapped->metrics.makespanMs + 1e-9);
   EXPECT_NE(formatAutoScheduleReport(spanReport).find("longest device span"), std::string::npos);
 }

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasValue;
@@ -22,16 +22,7 @@ namespace {
 // layers 0..2 on device 0 and planned 414.96 ms; under 23.25 GB no split at the bottleneck met
 // the budgets, the most even one (layers 0..3 on device 0) fitted the limit and planned 408.94 ms.
 PlanRequest gpt3OnEightH100s(std::optional<std::int64_t> limitBytes) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  EXPECT_THAT(model, HasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  EXPECT_THAT(cluster, HasValue());
-  if (cluster) r.cluster = *cluster;
-  r.config.schedule = "zb-auto";
-  r.config.devices = 8;
-  r.config.microbatches = 16;
+  PlanRequest r = test::bundledRequest("gpt3-1.3b", "h100-4x8-ib", "zb-auto", 8, 16);
   r.config.chunksPerDevice = 1;
   r.config.partition = "balanced";
   r.config.memoryLimitBytes = limitBytes;

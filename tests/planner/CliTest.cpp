@@ -1,8 +1,6 @@
 // Runs the built pipestudio-cli: schedules, plan, simulate and their bad-input exits.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +12,7 @@
 
 #include "pipestudio/common/Json.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/RunCommand.hpp"
 
 using pipestudio::test::HasValue;
 
@@ -21,25 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
+using CliRun = pipestudio::test::CommandResult;
 
 const std::string kCli = std::string(PIPESTUDIO_BINARY_DIR) + "/app/pipestudio-cli";
 const std::string kResources = PIPESTUDIO_RESOURCES;
 
-CliRun run(const std::string& args) {
-  CliRun r;
-  FILE* pipe = popen((kCli + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(pipe);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+CliRun run(const std::string& args) { return pipestudio::test::runCommand(kCli + " " + args + " 2>&1"); }
 
 // The --json document of a command that must succeed; nullopt (the failure recorded) otherwise.
 std::optional<pipestudio::Json> jsonOutput(const CliRun& r) {

@@ -22,6 +22,8 @@ using pipestudio::test::HasValue;
 namespace pipestudio {
 namespace {
 
+using test::worstBubble;
+
 // Identical DeepSeek-MoE-style blocks (64 routed experts, top-6, 2 shared).
 ModelSpec moeModel(int layers) {
   ModelSpec m;
@@ -40,13 +42,7 @@ ModelSpec moeModel(int layers) {
   t.topK = 6;
   t.expertFfn = 1408;
   t.sharedExperts = 2;
-  for (int l = 0; l < layers; ++l) {
-    Layer layer;
-    layer.name = "block." + std::to_string(l);
-    layer.kind = "transformer";
-    layer.transformer = t;
-    c.layers.push_back(layer);
-  }
+  test::addBlocks(c, layers, t);
   m.components.push_back(std::move(c));
   return m;
 }
@@ -71,12 +67,6 @@ PlanRequest moeRequest(const std::string& schedule, int p, int m) {
   r.config.parallel.expert = 8;
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   return r;
-}
-
-double worstBubble(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs - d.busyMs);
-  return worst;
 }
 
 // The schedule's own order (DualPipeOrder.cpp) timed alone on `plan`'s placement and costs.

@@ -14,6 +14,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasError;
@@ -751,16 +752,7 @@ TEST(TorchtitanExport, PythonConfigurationForTorchtitanMainByDefault) {
 // Mixtral-8x7B, PP 2 × TP 2 × EP 4 × DP 4: our costs run EP inside data parallelism and split each
 // expert over TP, as Megatron-LM does.
 PlanRequest mixtralRequest(int tp, int zero) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/mixtral-8x7b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 8;
+  PlanRequest r = test::bundledRequest("mixtral-8x7b", "h100-4x8-ib", "1f1b", 2, 8);
   r.config.partition = "uniform";
   r.config.parallel.tensor = tp;
   r.config.parallel.sequenceParallel = tp > 1;

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +23,7 @@
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/RunCommand.hpp"
 
 using pipestudio::test::HasValue;
 
@@ -46,11 +46,7 @@ std::optional<std::vector<Json>> verdicts(const std::string& script,
   }
   // The frameworks' warnings go to stderr (the test's log); stdout is one JSON line per file.
   const std::string command = "python3 '" + kSourceRoot + "/" + script + "'" + paths + flags;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buffer{};
-  while (pipe && std::fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
-  if (pipe) ::pclose(pipe);
+  const std::string out = test::runCommand(command).out;
   std::filesystem::remove_all(dir);
   std::vector<Json> found;
   std::istringstream lines(out);

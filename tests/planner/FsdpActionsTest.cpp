@@ -16,19 +16,22 @@
 #include <map>
 #include <sstream>
 
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
 using pipestudio::test::HasError;
 using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
+
+using test::mustPlan;
 
 std::string readFixture(const std::string& name) {
   std::ifstream in(std::string(PIPESTUDIO_TEST_DATA) + "/pytorch/" + name, std::ios::binary);
@@ -41,13 +44,7 @@ std::string readFixture(const std::string& name) {
 // Llama-3-8B, ZeRO-3 over 16 data-parallel ranks, each on an H100 node of its own (a flat ring
 // at the NIC's rate): a pass does not hide its gather (ZeroPpTest's setting).
 PlanRequest zeroRequest(const std::string& schedule, int zero = 3) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-8x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
+  PlanRequest r = test::bundledRequest("llama3-8b", "h100-8x8-ib");
   r.cluster.nodes.assign(64, NodeSpec{"node", 1, std::nullopt, std::nullopt});
   r.cluster.nvlinkDomain = 0;
   r.config.schedule = schedule;
@@ -62,11 +59,6 @@ PlanRequest zeroRequest(const std::string& schedule, int zero = 3) {
   r.config.parallel.zeroStage = zero;
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   return r;
-}
-
-Plan mustPlan(Expected<Plan> plan) {
-  EXPECT_THAT(plan, HasValue());
-  return plan ? std::move(*plan) : Plan{};
 }
 
 Plan importedWindows(const std::string& csv, int zero = 3) {

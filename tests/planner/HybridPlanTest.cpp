@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasError;
@@ -21,23 +21,12 @@ using pipestudio::test::HasValue;
 namespace pipestudio {
 namespace {
 
-std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
-
-PlanRequest request(const std::string& model, const std::string& cluster) {
-  auto m = loadModel(res("models/" + model));
-  auto c = loadCluster(res("clusters/" + cluster));
-  EXPECT_THAT(m, HasValue());
-  EXPECT_THAT(c, HasValue());
-  PlanRequest r;
-  if (m) r.model = *m;
-  if (c) r.cluster = *c;
-  return r;
-}
+using test::bundledRequest;
 
 // Issue 13: Llama-2-70B must plan on the bundled 4×8 H100 cluster as NVIDIA trains it (TP 8 ×
 // PP 4, FlashAttention, the distributed optimizer, recomputation).
 TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
-  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama2-70b", "h100-4x8-ib");
   r.config.schedule = "1f1b";
   r.config.devices = 4;
   r.config.parallel.tensor = 8;
@@ -69,20 +58,14 @@ TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
 // Without tensor parallelism the same model cannot fit 4 pipeline ranks: the message says what
 // is over and by how much.
 TEST(HybridPlan, OutOfMemorySaysWhichPartIsOver) {
-  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("llama2-70b", "h100-4x8-ib", "1f1b", 4, 8);
   auto plan = makePlan(r);
   EXPECT_THAT(plan, HasError("over by"));
   EXPECT_THAT(plan, HasError("largest part"));
 }
 
 TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
-  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("llama2-70b", "h100-4x8-ib", "1f1b", 2, 4);
   r.config.parallel.tensor = 3;
   auto bad = resolveRequest(r);
   EXPECT_THAT(bad, HasError("--tp 3"));
@@ -117,10 +100,7 @@ TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
 }
 
 TEST(HybridPlan, ExpertParallelNeedsADivisor) {
-  PlanRequest r = request("mixtral-8x7b.json", "h100-8x8-ib.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("mixtral-8x7b", "h100-8x8-ib", "1f1b", 2, 4);
   r.config.parallel.data = 6;
   r.config.parallel.expert = 3;  // divides D, not the 8 experts
   auto bad = resolveRequest(r);
@@ -143,7 +123,7 @@ const Layer* firstMoeLayer(const ModelSpec& m) {
 // spends longer in its all-to-alls. The plan of the recipe (TP 1, PP 4 × VP 4, EP 64 over DP 64)
 // fits the GB200's memory.
 TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
-  PlanRequest r = request("deepseek-v3-moe.json", "gb200-nvl72-4racks.json");
+  PlanRequest r = bundledRequest("deepseek-v3-moe", "gb200-nvl72-4racks");
   r.config.parallel.data = 64;
   r.config.parallel.expert = 64;
   r.config.parallel.moeFlexDispatcher = true;
@@ -178,7 +158,7 @@ TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
 // every expert once) and ETP apart from TP (GPT-OSS-120B with TP 2: ETP 1 keeps each expert whole
 // on its GPU, twice the expert weights of ETP 2, and needs no gather of the routed rows over ETP).
 TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
-  PlanRequest r = request("qwen3-235b-a22b.json", "h100-2048x8-ib.json");
+  PlanRequest r = bundledRequest("qwen3-235b-a22b", "h100-2048x8-ib");
   r.config.schedule = "interleaved-1f1b";
   r.config.devices = 8;
   r.config.chunksPerDevice = 4;
@@ -195,7 +175,7 @@ TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
   ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.parallel.expertData(), 1);
 
-  PlanRequest g = request("gpt-oss-120b.json", "h100-8x8-ib.json");
+  PlanRequest g = bundledRequest("gpt-oss-120b", "h100-8x8-ib");
   const Layer* moe = firstMoeLayer(g.model);
   ASSERT_NE(moe, nullptr);
   g.config.parallel.tensor = 2;
@@ -213,10 +193,7 @@ TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
 // A pure pipeline has no data-parallel synchronisation; with D replicas and no overlap the
 // reduction is exposed after the drain, and the step is pipeline + sync + optimizer.
 TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
-  PlanRequest r = request("gpt3-1.3b.json", "a100-1x8-nvlink.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("gpt3-1.3b", "a100-1x8-nvlink", "1f1b", 4, 8);
   auto pure = makePlan(r);
   ASSERT_THAT(pure, HasValue());
   EXPECT_EQ(pure->metrics.gradientSyncMs, 0);
@@ -251,10 +228,7 @@ TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
 
 // ZeRO shards the static memory over the data-parallel replicas, stage by stage.
 TEST(HybridPlan, ZeroStagesShrinkTheStaticMemory) {
-  PlanRequest r = request("gpt3-1.3b.json", "a100-1x8-nvlink.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("gpt3-1.3b", "a100-1x8-nvlink", "1f1b", 2, 4);
   r.config.parallel.data = 4;
   std::int64_t previous = -1;
   for (int zero = 0; zero <= 3; ++zero) {
@@ -272,7 +246,7 @@ TEST(HybridPlan, ZeroStagesShrinkTheStaticMemory) {
 
 // The plan document carries the parallelism and reloads to the same metrics.
 TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
-  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
   r.config.schedule = "interleaved-1f1b";
   r.config.chunksPerDevice = 2;
   r.config.devices = 2;
@@ -305,11 +279,10 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
 // cluster large enough to hold it, and the same request ranks the same way every time.
 TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
   const std::vector<std::pair<const char*, const char*>> cases = {
-      {"llama2-70b.json", "h100-4x8-ib.json"},        {"llama3-8b.json", "h100-8x8-ib.json"},
-      {"llama3-70b.json", "h100-8x8-ib.json"},        {"mixtral-8x7b.json", "h100-8x8-ib.json"},
-      {"deepseek-v3-moe.json", "h100-128x8-ib.json"}, {"gpt3-175b.json", "h100-8x8-ib.json"}};
+      {"llama2-70b", "h100-4x8-ib"},   {"llama3-8b", "h100-8x8-ib"},         {"llama3-70b", "h100-8x8-ib"},
+      {"mixtral-8x7b", "h100-8x8-ib"}, {"deepseek-v3-moe", "h100-128x8-ib"}, {"gpt3-175b", "h100-8x8-ib"}};
   for (const auto& [modelFile, clusterFile] : cases) {
-    PlanRequest r = request(modelFile, clusterFile);
+    PlanRequest r = bundledRequest(modelFile, clusterFile);
     ConfigureOptions options;
     options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1"};
     options.keep = 5;
@@ -321,7 +294,7 @@ TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
 }
 
 TEST(HybridPlan, ConfigureIsDeterministic) {
-  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
   ConfigureOptions options;
   options.schedules = {"1f1b", "zb-h1"};
   options.keep = 8;
@@ -342,12 +315,11 @@ TEST(HybridPlan, ConfigureIsDeterministic) {
 // enumerated (the greedy bidirectional schedules included, and a cluster where families fail on
 // their activations, so the rejections' memory reasons are exercised).
 TEST(HybridPlan, LazyProfilesRankAndRejectAsProfilingEveryCandidate) {
-  const std::vector<std::pair<const char*, const char*>> cases = {{"llama3-8b.json", "h100-4x8-ib.json"},
-                                                                  {"cascaded-sd.json", "workstation-2gpu.json"},
-                                                                  {"mixtral-8x7b.json", "h100-8x8-ib.json"}};
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"llama3-8b", "h100-4x8-ib"}, {"cascaded-sd", "workstation-2gpu"}, {"mixtral-8x7b", "h100-8x8-ib"}};
   bool anyMemoryRejection = false;
   for (const auto& [modelFile, clusterFile] : cases) {
-    PlanRequest r = request(modelFile, clusterFile);
+    PlanRequest r = bundledRequest(modelFile, clusterFile);
     ConfigureOptions options;
     options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v", "v-half"};
     options.keep = 8;

@@ -217,10 +217,7 @@ TEST(LowPrecisionParams, BridgeMxfp8RecipesOnGb300Fit) {
 // whole term of the activations; --activation-offload-fraction 0.5 keeps the later half of the
 // groups on the GPU, and --delta-offload-bytes-across-pp-ranks keeps that many more on rank 1.
 TEST(ActivationOffload, FineGrainedGroupsFractionAndDelta) {
-  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 2, 4);
   r.config.partition = "megatron";
   r.config.parallel.tensor = 2;
   r.config.parallel.sequenceParallel = true;
@@ -271,10 +268,7 @@ TEST(ActivationOffload, RefusedWithTheFlagAndTheNumbers) {
   EXPECT_NE(m.find("--cpu-offloading-num-layers 20"), std::string::npos) << m;
   EXPECT_NE(m.find("no host link"), std::string::npos) << m;
 
-  PlanRequest pipeline = bundledRequest("llama3-8b", "h100-4x8-ib");
-  pipeline.config.schedule = "1f1b";
-  pipeline.config.devices = 2;
-  pipeline.config.microbatches = 4;
+  PlanRequest pipeline = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 2, 4);
   pipeline.config.parallel.cpuOffloadingNumLayers = 4;
   m = refusal(pipeline);
   EXPECT_NE(m.find("needs one pipeline rank, got --devices 2"), std::string::npos) << m;

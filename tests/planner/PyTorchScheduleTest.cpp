@@ -17,33 +17,15 @@
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
-
-namespace pipestudio {
+namespace pipestudio::test {
 namespace {
-
-using test::equalLayers;
-using test::freeCluster;
-using test::request;
 
 // Unit costs: every virtual stage one layer, F = I = W = 1 ms (full backward 2), free transfers,
 // each activation held until its W (1000 bytes a chunk).
 PlanRequest unitRequest(const std::string& schedule, int p, int m, int chunks) {
   return request(equalLayers(p * chunks, 1, 1, 1, 1000, 1000), freeCluster(p), schedule, p, m, chunks);
-}
-
-Plan mustPlan(const PlanRequest& r) {
-  auto plan = makePlan(r);
-  EXPECT_THAT(plan, HasValue()) << r.config.schedule;
-  return plan ? *plan : Plan{};
-}
-
-std::int64_t worstPeak(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
 }
 
 std::string readFixture(const std::string& name) {
@@ -229,4 +211,4 @@ TEST(PyTorchSchedules, InterleavedZeroBubbleMatchesPyTorchsWithinOneFOneBIMemory
 }
 
 }  // namespace
-}  // namespace pipestudio
+}  // namespace pipestudio::test

@@ -37,10 +37,7 @@ PlanRequest llama70bRecipe() {
 }
 
 TEST(RecipePlan, APrecisionTheGpuLacksIsRefusedWithWhatItHas) {
-  PlanRequest r = bundledRequest("llama3-8b", "a100-4x8-ib");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("llama3-8b", "a100-4x8-ib", "1f1b", 4, 8);
   r.config.precision = Precision::Fp8;
   auto plan = makePlan(r);
   EXPECT_THAT(plan, HasError("--precision fp8"));
@@ -49,10 +46,7 @@ TEST(RecipePlan, APrecisionTheGpuLacksIsRefusedWithWhatItHas) {
 }
 
 TEST(RecipePlan, RecomputeModulesTheModelLacksAreRefused) {
-  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 4, 8);
   r.config.parallel.recompute = Recompute::Selective;
   r.config.parallel.recomputeModules = kRecomputeMoeAct;
   auto plan = makePlan(r);
@@ -61,10 +55,7 @@ TEST(RecipePlan, RecomputeModulesTheModelLacksAreRefused) {
 }
 
 TEST(RecipePlan, RecomputeLayersBeyondAVirtualStageAreRefusedWithTheNumbers) {
-  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 4, 8);
   r.config.parallel.recompute = Recompute::Full;
   r.config.parallel.recomputeNumLayers = 9;  // 32 blocks over 4 stages: 8 each
   auto plan = makePlan(r);
@@ -98,10 +89,7 @@ TEST(RecipePlan, NvidiasLlama70bRecipeFitsAndReportsItsCommunication) {
 // so the planner plans again with splits that lean less on the budgets and keeps the fastest
 // that fits. The configurator's screening (repairMemory off) takes the first split as it is.
 TEST(RecipePlan, BalancedSplitThatDoesNotFitIsPlannedAgainWithinMemory) {
-  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
-  r.config.schedule = "1f1b";
-  r.config.devices = 3;
-  r.config.microbatches = 6;
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 3, 6);
   auto plan = makePlan(r);
   ASSERT_THAT(plan, HasValue());
   for (const DeviceMetrics& d : plan->metrics.devices) {

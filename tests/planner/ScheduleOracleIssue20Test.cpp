@@ -13,33 +13,10 @@
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
-using pipestudio::test::HasValue;
-
-namespace pipestudio {
+namespace pipestudio::test {
 namespace {
-
-using test::equalLayers;
-using test::freeCluster;
-using test::request;
-
-Plan mustPlan(const PlanRequest& r) {
-  auto plan = makePlan(r);
-  EXPECT_THAT(plan, HasValue()) << r.config.schedule;
-  return plan ? *plan : Plan{};
-}
-
-double worstBubble(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs - d.busyMs);
-  return worst;
-}
-
-std::int64_t worstPeak(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
-}
 
 // Qi et al. 2023 §6 / zbv.py: p = 8, m = 32, F = B = W = 100 ms, two chunks per device, every
 // activation held until its W: makespan 6m·100 + (p−1)·100 = 19,900 ms (the busiest device's
@@ -214,4 +191,4 @@ TEST(Issue20Oracle, InterleavedNeverSlowerThanMegatronsOrder) {
 }
 
 }  // namespace
-}  // namespace pipestudio
+}  // namespace pipestudio::test

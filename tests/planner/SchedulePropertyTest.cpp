@@ -125,15 +125,7 @@ TEST(ScheduleProperties, RandomConfigurationsEverySchedule) {
       if (g->pipelines() == 2 || name == "dualpipe") m += m % 2;
       const int layers = p * chunks * std::uniform_int_distribution<int>(1, 2)(rng) + (trial % 3);
       // Some trials on two nodes with slow links, so transfers and link contention matter.
-      ClusterSpec cluster = test::freeCluster(p, 2.0, 20);
-      if (trial % 2 == 1 && p > 1) {
-        cluster.nodes[0].gpus = p / 2 + p % 2;
-        NodeSpec second = cluster.nodes[0];
-        second.host = "node2";
-        second.gpus = p / 2;
-        cluster.nodes.push_back(second);
-        cluster.interNode = {0.5, 50};
-      }
+      const ClusterSpec cluster = test::slowCluster(p, trial % 2 == 1);
       PlanRequest r = test::request(randomModel(rng, layers), cluster, name, p, m, chunks);
       const std::string what =
           name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(chunks);

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "PlannerFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -48,13 +49,7 @@ ModelSpec artifactModel(int seq, int vocab) {
   block.seq = seq;
   block.heads = 24;
   block.ffn = 12288;
-  for (int l = 0; l < 32; ++l) {
-    Layer layer;
-    layer.name = "block." + std::to_string(l);
-    layer.kind = "transformer";
-    layer.transformer = block;
-    c.layers.push_back(layer);
-  }
+  test::addBlocks(c, 32, block);
   Layer head;
   head.name = "lm_head";
   head.kind = "lm_head";

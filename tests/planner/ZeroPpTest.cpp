@@ -11,11 +11,11 @@
 #include <utility>
 
 #include "PlannerFixtures.hpp"
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasError;
@@ -52,13 +52,7 @@ int forwardRuns(const Plan& plan) {
 // A GPT-style model on H100 nodes with a slow data-parallel link, trained with ZeRO-3 (data
 // parallel 8 per pipeline rank): the regime ZeroPP was built for.
 PlanRequest zeroRequest(const std::string& schedule, int p, int m, int chunks, int unit = 0) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
+  PlanRequest r = test::bundledRequest("gpt3-1.3b", "h100-4x8-ib");
   r.config.schedule = schedule;
   r.config.devices = p;
   r.config.microbatches = m;
@@ -108,12 +102,9 @@ TEST(ZeroPp, RegisteredWithItsUnitAndBlocksOfThatSize) {
 // gathers less and holds more.
 PlanRequest llamaRequest(const std::string& schedule, int chunks, int unit = 0) {
   PlanRequest r = zeroRequest(schedule, 4, 32, chunks, unit);
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-8x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
+  const PlanRequest llama = test::bundledRequest("llama3-8b", "h100-8x8-ib");
+  r.model = llama.model;
+  r.cluster = llama.cluster;
   // One GPU per node: each data-parallel rank crosses on its own NIC, a flat ring at the NIC's
   // rate (as the ranks of a TP 8 layout do). With 8 ranks of a group in a node NCCL's rings
   // would leave it through all eight NICs at once and a gather would hide under one pass.

@@ -10,6 +10,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
 namespace pipestudio::test {
 
@@ -26,6 +27,16 @@ inline PlanRequest bundledRequest(const std::string& model, const std::string& c
   return r;
 }
 
+/// The same, pipelined: `schedule` over `devices` pipeline ranks with `microbatches` microbatches.
+inline PlanRequest bundledRequest(const std::string& model, const std::string& cluster, const std::string& schedule,
+                                  int devices, int microbatches) {
+  PlanRequest r = bundledRequest(model, cluster);
+  r.config.schedule = schedule;
+  r.config.devices = devices;
+  r.config.microbatches = microbatches;
+  return r;
+}
+
 /// A bundled diffusion model under 1F1B with DiffusionPipe's partition and bubble fill `fill`
 /// (none | greedy), on one A100 node; a plan that does not solve fails the test (empty plan).
 inline Plan diffusionPlan(const std::string& model, const std::string& fill, int devices = 4, int microbatches = 8) {
@@ -35,9 +46,7 @@ inline Plan diffusionPlan(const std::string& model, const std::string& fill, int
   r.config.microbatches = microbatches;
   r.config.partition = "diffusionpipe";
   r.config.fill = fill;
-  auto plan = makePlan(r);
-  EXPECT_THAT(plan, HasValue());
-  return plan ? *plan : Plan{};
+  return mustPlan(r);
 }
 
 /// (model, fill) pairs whose data flow the history and viz suites check against the simulator:
