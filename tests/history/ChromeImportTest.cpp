@@ -2,10 +2,6 @@
 
 #include "TestSupport.hpp"
 #include "pipestudio/common/Json.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;

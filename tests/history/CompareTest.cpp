@@ -3,10 +3,6 @@
 #include "TestSupport.hpp"
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/history/TraceImport.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;

@@ -12,24 +12,12 @@
 #include <filesystem>
 
 #include "TestSupport.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
 using namespace pipestudio::history::testing;
 
 namespace {
-
-std::int64_t queryInt(HistoryStore& s, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr);
-  std::int64_t v = -1;
-  if (st && sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
 
 // The name a writer's reserve for its run's final status has beside the database file:
 // "<db>-reserve-PID-RUN".

@@ -6,9 +6,6 @@
 
 #include "TestSupport.hpp"
 #include "TraceImportImpl.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;

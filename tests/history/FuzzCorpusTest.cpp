@@ -8,9 +8,6 @@
 
 #include "TestSupport.hpp"
 #include "fuzz/TraceFuzzBody.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;

@@ -5,10 +5,6 @@
 #include <sqlite3.h>
 
 #include "TestSupport.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -19,15 +15,6 @@ namespace {
 void execSql(HistoryStore& s, const std::string& sql) {
   char* err = nullptr;
   ASSERT_EQ(sqlite3_exec(s.connection(), sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
-}
-
-std::int64_t queryInt(HistoryStore& s, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
-  std::int64_t v = -1;
-  if (st && sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
 }
 
 bool hasColumn(HistoryStore& s, const std::string& table, const std::string& column) {

@@ -13,10 +13,6 @@
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/history/TraceImport.hpp"
 #include "pipestudio/planner/Planner.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -26,18 +22,10 @@ namespace {
 
 const std::string kOtel = std::string(PIPESTUDIO_TEST_DATA) + "/otel/";
 
-HistoryStore openStore(const TempDir& dir) {
-  auto s = HistoryStore::open(dir.file("history.sqlite"));
-  EXPECT_THAT(s, HasValue());
-  return std::move(*s);
-}
-
 // The plan the spans' run follows: 1F1B over 2 devices, 4 microbatches, forward 4 ms and backward
 // 8 ms a stage (the generator's clock).
 Plan oneFOneB() {
-  PlanRequest r;
-  Component c;
-  c.name = "backbone";
+  std::vector<Layer> layers;
   for (int i = 0; i < 4; ++i) {
     Layer l;
     l.name = "l" + std::to_string(i);
@@ -48,27 +36,9 @@ Plan oneFOneB() {
     l.activationBytes = 1000;
     l.parameterBytes = 1000;
     l.outputBytes = 1000;
-    c.layers.push_back(l);
+    layers.push_back(l);
   }
-  r.model.name = "t";
-  r.model.components.push_back(c);
-  r.cluster.name = "c";
-  r.cluster.gpu.name = "test-gpu";
-  r.cluster.gpu.peakTflops = 100;
-  r.cluster.gpu.memoryGib = 80;
-  NodeSpec n;
-  n.host = "localhost";
-  n.gpus = 2;
-  r.cluster.nodes.push_back(n);
-  r.cluster.intraNode = {100, 5};
-  r.cluster.interNode = {100, 5};
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
-  r.config.partition = "uniform";
-  auto plan = makePlan(r);
-  EXPECT_THAT(plan, HasValue());
-  return plan ? *plan : Plan{};
+  return plannedPlan(std::move(layers), "1f1b", 2, 4);
 }
 
 }  // namespace
@@ -77,12 +47,7 @@ TEST(OtelImport, MegatronSpansBecomeThePlansOpsRankByRank) {
   TempDir dir;
   const Plan plan = oneFOneB();
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan, "1f1b.json");
-  ASSERT_TRUE(planId.hasValue());
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, o);
+  auto r = importAgainstPlan(store, plan, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, "1f1b.json");
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 30 + 22);
   EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");

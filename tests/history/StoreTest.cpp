@@ -6,24 +6,12 @@
 
 #include "TestSupport.hpp"
 #include "pipestudio/history/Compare.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
 using namespace pipestudio::history::testing;
 
 namespace {
-std::int64_t pragma(HistoryStore& s, const char* sql) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(s.connection(), sql, -1, &st, nullptr);
-  std::int64_t v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
 std::string pragmaText(HistoryStore& s, const char* sql) {
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(s.connection(), sql, -1, &st, nullptr);
@@ -41,7 +29,7 @@ TEST(Store, CreatesDirectoriesWalAndCurrentSchema) {
   ASSERT_THAT(store, HasValue());
   EXPECT_TRUE(std::filesystem::exists(path));
   EXPECT_EQ(store->schemaVersion(), kSchemaVersion);
-  EXPECT_EQ(pragma(*store, "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(queryInt(*store, "PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(pragmaText(*store, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(*store->integrityCheck(), "ok");
   auto runs = store->listRuns();
@@ -73,7 +61,7 @@ TEST(Store, PlansRoundTripWithOps) {
   ASSERT_THAT(loaded, HasValue());
   EXPECT_EQ(loaded->ops.size(), plan.ops.size());
   EXPECT_EQ(loaded->config.schedule, "1f1b");
-  EXPECT_EQ(pragma(*store, "SELECT COUNT(*) FROM planned_ops"), static_cast<std::int64_t>(plan.ops.size()));
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM planned_ops"), static_cast<std::int64_t>(plan.ops.size()));
   EXPECT_FALSE(store->loadPlan(*id + 100));
 }
 
@@ -118,8 +106,8 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   ASSERT_TRUE(other);
   ASSERT_TRUE(store->deleteRun(*run));
   EXPECT_FALSE(store->runSummary(*run));
-  EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)).c_str()), 0);
-  EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)).c_str()), 0);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)), 0);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)), 0);
   EXPECT_TRUE(store->runSummary(*other));
   EXPECT_FALSE(store->deleteRun(*run));
   EXPECT_FALSE(store->renameRun(*run, "x"));

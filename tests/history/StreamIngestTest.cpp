@@ -4,23 +4,12 @@
 #include <memory>
 
 #include "TestSupport.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
 using namespace pipestudio::history::testing;
 
 namespace {
-std::int64_t count(HistoryStore& s, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr);
-  std::int64_t v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
 
 // Events a stream of `frames` stores: op end frames and activities.
 std::int64_t storedEvents(const std::vector<trace::Frame>& frames) {
@@ -44,9 +33,9 @@ TEST(StreamIngest, CompleteStreamStoresEveryRecord) {
   EXPECT_EQ(s->status, RunStatus::Complete);
   EXPECT_EQ(s->events, storedEvents(frames));
   EXPECT_EQ(s->error, "");
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM memory_samples"), 3);
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM steps"), 3);
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE host = 'testhost' AND device_name = 'cpu'"), 1);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM memory_samples"), 3);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM steps"), 3);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM ranks WHERE host = 'testhost' AND device_name = 'cpu'"), 1);
   auto ops = store->loadEvents(*run, EventCategory::Op);
   ASSERT_TRUE(ops);
   EXPECT_EQ(ops->size(), smallPlan().ops.size() * 3);
@@ -120,7 +109,7 @@ TEST(StreamIngest, FailedRunsAndErrorFrames) {
   auto s = store->runSummary(*crashed);
   EXPECT_EQ(s->status, RunStatus::Failed);
   EXPECT_NE(s->error.find("rank 1: CUDA error"), std::string::npos) << s->error;
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM run_errors WHERE run_id = " + std::to_string(*crashed)), 1);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_errors WHERE run_id = " + std::to_string(*crashed)), 1);
 
   auto stopped = store->ingestStream(trace::encodeStream(executorFrames(smallPlan(), {.withSummary = false})));
   ASSERT_TRUE(stopped);
@@ -155,7 +144,7 @@ TEST(StreamIngest, SeveralRanksFeedOneRunOnAlignedClocks) {
   EXPECT_EQ(b.suggestedStatus(), RunStatus::Complete);
   auto finished = store->finishRun(*run, RunStatus::Complete);
   ASSERT_THAT(finished, HasValue());
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE run_id = " + std::to_string(*run)), 2);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM ranks WHERE run_id = " + std::to_string(*run)), 2);
   auto events = store->loadEvents(*run, EventCategory::Op);
   ASSERT_TRUE(events);
   EXPECT_EQ(events->size(), 2 * smallPlan().ops.size());

@@ -3,7 +3,6 @@
 // built here with the documented schema; their hostile variants; the CLI contract.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <sys/wait.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -17,10 +16,6 @@
 #include "pipestudio/history/TraceImport.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
-#include "support/ExpectedMatchers.hpp"
-
-using pipestudio::test::HasError;
-using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -31,9 +26,7 @@ namespace {
 // A plan with split backward and real transfers: zb-h1, 4 devices, 6 microbatches.
 // `lateForwardMs` replaces the forward cost of the second half of the layers (a slower stage).
 Plan zbPlan(const std::string& schedule = "zb-h1", int devices = 4, int microbatches = 6, double lateForwardMs = 1.0) {
-  PlanRequest r;
-  Component c;
-  c.name = "backbone";
+  std::vector<Layer> layers;
   for (int i = 0; i < 8; ++i) {
     Layer l;
     l.name = "l" + std::to_string(i);
@@ -45,27 +38,9 @@ Plan zbPlan(const std::string& schedule = "zb-h1", int devices = 4, int microbat
     l.weightGradBytes = 400;
     l.parameterBytes = 1000;
     l.outputBytes = 4'000'000;
-    c.layers.push_back(l);
+    layers.push_back(l);
   }
-  r.model.name = "t";
-  r.model.components.push_back(c);
-  r.cluster.name = "c";
-  r.cluster.gpu.name = "test-gpu";
-  r.cluster.gpu.peakTflops = 100;
-  r.cluster.gpu.memoryGib = 80;
-  NodeSpec n;
-  n.host = "localhost";
-  n.gpus = devices;
-  r.cluster.nodes.push_back(n);
-  r.cluster.intraNode = {100, 5};
-  r.cluster.interNode = {100, 5};
-  r.config.schedule = schedule;
-  r.config.devices = devices;
-  r.config.microbatches = microbatches;
-  r.config.partition = "uniform";
-  auto plan = makePlan(r);
-  EXPECT_THAT(plan, HasValue());
-  return *plan;
+  return plannedPlan(std::move(layers), schedule, devices, microbatches);
 }
 
 const char* letter(OpKind k) {
@@ -172,12 +147,6 @@ std::vector<std::string> writeRanks(const TempDir& dir, const Plan& plan, const 
   return files;
 }
 
-HistoryStore openStore(const TempDir& dir) {
-  auto s = HistoryStore::open(dir.file("history.sqlite"));
-  EXPECT_THAT(s, HasValue());
-  return std::move(*s);
-}
-
 std::size_t runCount(HistoryStore& store) {
   auto runs = store.listRuns();
   return runs ? runs->size() : 999;
@@ -190,12 +159,7 @@ TEST(KinetoImport, GzippedRanksWithAnnotationsAlignOpByOpWithThePlan) {
   const Plan plan = zbPlan();
   const auto files = writeRanks(dir, plan);
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan, "zb.json");
-  ASSERT_TRUE(planId.hasValue());
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, files, o);
+  auto r = importAgainstPlan(store, plan, files, "zb.json");
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");
   EXPECT_EQ(r->measuredOps, 2 * static_cast<std::int64_t>(plan.ops.size()));
@@ -240,11 +204,7 @@ TEST(KinetoImport, WithoutOpAnnotationsTheGpuActivityComparesAndNcclWaitsAreBubb
     writeGzip(files.back(), text);
   }
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan);
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, files, o);
+  auto r = importAgainstPlan(store, plan, files);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->measuredOps, 0);
   auto c = compareRunToPlan(store, r->runId);
@@ -439,11 +399,7 @@ TEST(NsysImport, RanksOnOneAxisAndNvtxOpsProjectedOntoTheirKernels) {
     makeNsys(files.back(), plan, d, o);
   }
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan);
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, files, o);
+  auto r = importAgainstPlan(store, plan, files);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");
   EXPECT_EQ(r->matchedOps, static_cast<std::int64_t>(plan.ops.size()));
@@ -566,31 +522,6 @@ TEST(OpPattern, UserPatternsNameTheirGroupsAndBadOnesAreRefused) {
 }
 
 namespace {
-
-struct CliResult {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-CliResult cli(const TempDir& dir, const std::string& args) {
-  CliResult r;
-#ifdef PIPESTUDIO_CLI
-  const std::string errFile = dir.file("stderr.txt");
-  FILE* p = popen((std::string(PIPESTUDIO_CLI) + " " + args + " 2>" + errFile).c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = readFile(errFile);
-#else
-  (void)dir;
-  (void)args;
-#endif
-  return r;
-}
 
 std::string dataFile(const std::string& name) { return std::string(PIPESTUDIO_TEST_DATA) + "/trace/" + name; }
 
