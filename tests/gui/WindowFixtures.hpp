@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <QFile>
+#include <QMessageBox>
 #include <QSettings>
 #include <QString>
+#include <memory>
 #include <string>
 
 #include "MainWindow.hpp"
+#include "QtTestApp.hpp"
+#include "SolveController.hpp"
 #include "Workspace.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "support/ExpectedMatchers.hpp"
@@ -39,5 +43,26 @@ inline void forgetSession() {
   settings.remove(QStringLiteral("window"));
   QFile::remove(gui::MainWindow::sessionFilePath());
 }
+
+/// A test of a fresh MainWindow: no session of an earlier test (before and after), unsaved
+/// changes discarded when the window asks, solves 20 ms after an edit.
+class FreshWindowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    qtApp();
+    forgetSession();
+    window = std::make_unique<gui::MainWindow>();
+    window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
+    window->solveController()->setDebounceMs(20);
+  }
+  void TearDown() override { forgetSession(); }
+  /// Opens the default workspace and waits for its plan.
+  void openDefault() {
+    ASSERT_TRUE(window->openDefaultWorkspace());
+    ASSERT_TRUE(window->solveController()->waitForIdle(60000));
+    ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
+  }
+  std::unique_ptr<gui::MainWindow> window;
+};
 
 }  // namespace pipestudio::testing

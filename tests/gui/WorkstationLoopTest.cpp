@@ -55,28 +55,13 @@ namespace {
 const std::string kLoopResources = PIPESTUDIO_RESOURCES;
 
 using pipestudio::testing::bundledWorkspace;
-using pipestudio::testing::forgetSession;
 
-class LoopTest : public ::testing::Test {
+class LoopTest : public pipestudio::testing::FreshWindowTest {
  protected:
-  void SetUp() override {
-    pipestudio::testing::qtApp();
-    forgetSession();
-    window = std::make_unique<MainWindow>();
-    window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
-    window->solveController()->setDebounceMs(20);
-  }
-  void TearDown() override { forgetSession(); }
-  void openDefault() {
-    ASSERT_TRUE(window->openDefaultWorkspace());
-    ASSERT_TRUE(window->solveController()->waitForIdle(60000));
-    ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
-  }
   void openBundled(const std::string& model, const std::string& cluster, const PlanConfig& config) {
     window->setWorkspace(bundledWorkspace(model, cluster, config), QString());
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   }
-  std::unique_ptr<MainWindow> window;
 };
 
 /// A wheel notch over `widget`'s centre.

@@ -45,6 +45,7 @@
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/RunCommand.hpp"
 
 using pipestudio::test::HasError;
 using pipestudio::test::HasValue;
@@ -74,26 +75,17 @@ bool waitFor(Predicate done, int timeoutMs) {
 }
 
 using pipestudio::testing::bundledWorkspace;
-using pipestudio::testing::forgetSession;
 
-class WorkstationTest : public ::testing::Test {
+class WorkstationTest : public pipestudio::testing::FreshWindowTest {
  protected:
   void SetUp() override {
-    pipestudio::testing::qtApp();
-    forgetSession();
-    window = std::make_unique<MainWindow>();
-    window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
-    window->solveController()->setDebounceMs(20);
-    ASSERT_TRUE(window->openDefaultWorkspace());
-    ASSERT_TRUE(window->solveController()->waitForIdle(60000));
-    ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
+    FreshWindowTest::SetUp();
+    openDefault();
   }
-  void TearDown() override { forgetSession(); }
   void solve() {
     window->solveNow();
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   }
-  std::unique_ptr<MainWindow> window;
 };
 
 // --- the state on screen is true ------------------------------------------------------------
@@ -767,11 +759,9 @@ TEST(WorkstationCli, RunAcceptsAWorkspaceSavedWithItsPlan) {
   auto run = [&](const std::string& file, std::string* out) {
     const std::string cmd = std::string(PIPESTUDIO_CLI_BINARY) + " run " + file +
                             " --backend cpu --max-op-ms 1 --history " + db + " --json 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    for (std::size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
-    const int status = p ? ::pclose(p) : -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const test::CommandResult r = test::runCommand(cmd);
+    out->append(r.out);
+    return r.status;
   };
   std::string out;
   EXPECT_EQ(run(withPlan, &out), 0) << out;

@@ -39,13 +39,8 @@ class HistoryTestSink : public test::HistoryTestSink {
   explicit HistoryTestSink(history::HistoryStore& store) : test::HistoryTestSink(&store, kPlan) {}
 };
 
-class DeployTest : public ::testing::Test {
+class DeployTest : public test::SshdSuite {
  protected:
-  static void SetUpTestSuite() { s_sshd = new Sshd(); }
-  static void TearDownTestSuite() {
-    delete s_sshd;
-    s_sshd = nullptr;
-  }
   void SetUp() override {
     if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
     ASSERT_EQ(::access(kExecutor.c_str(), X_OK), 0) << kExecutor << " not built";
@@ -71,11 +66,9 @@ class DeployTest : public ::testing::Test {
     return r;
   }
 
-  static Sshd* s_sshd;
   std::string m_dir;
   std::unique_ptr<history::HistoryStore> m_store;
 };
-Sshd* DeployTest::s_sshd = nullptr;
 
 TEST_F(DeployTest, CpuPlanLandsInTheHistoryComplete) {
   // A hostile remote directory: quoting must carry it through sh, the watchdog and exec.

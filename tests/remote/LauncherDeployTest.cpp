@@ -428,13 +428,8 @@ TEST_F(SlurmDeployTest, CliDeploysABatchJobAndShowsItsState) {
 
 // --- mpirun ---------------------------------------------------------------------------------
 
-class MpirunDeployTest : public ::testing::Test {
+class MpirunDeployTest : public test::SshdSuite {
  protected:
-  static void SetUpTestSuite() { s_sshd = new Sshd(); }
-  static void TearDownTestSuite() {
-    delete s_sshd;
-    s_sshd = nullptr;
-  }
   void SetUp() override {
     if (::access("/usr/bin/mpirun", X_OK) != 0) {
       GTEST_SKIP() << "mpirun is not installed (packaging/install-deps.sh installs openmpi-bin)";
@@ -448,11 +443,9 @@ class MpirunDeployTest : public ::testing::Test {
     if (::geteuid() == 0) r.hosts.mpirun.extraArgs = {"--allow-run-as-root"};
     return r;
   }
-  static Sshd* s_sshd;
   std::string m_dir;
   std::unique_ptr<history::HistoryStore> m_store;
 };
-Sshd* MpirunDeployTest::s_sshd = nullptr;
 
 TEST_F(MpirunDeployTest, CpuPlanCompletesAndItsEventsArriveWhileItRuns) {
   DeployRequest req = request("m1");

@@ -36,21 +36,12 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// One sshd for the whole suite: starting one costs ~100 ms, but keys and the fixture dir
-// are shared state the tests only read (each test uses its own subdirectory).
-class SessionTest : public ::testing::Test {
+class SessionTest : public test::SshdSuite {
  protected:
-  static void SetUpTestSuite() { s_sshd = new Sshd(); }
-  static void TearDownTestSuite() {
-    delete s_sshd;
-    s_sshd = nullptr;
-  }
   void SetUp() override {
     if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
   }
-  static Sshd* s_sshd;
 };
-Sshd* SessionTest::s_sshd = nullptr;
 
 TEST_F(SessionTest, ConnectsWithTrustedHostKeyAndRunsCommand) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
