@@ -26,16 +26,6 @@ namespace {
 
 const std::string kResources = PIPESTUDIO_RESOURCES;
 
-std::string hexOf(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (const unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
 // A GPT-3 1.3B plan torchtitan can run (1F1B, two stages), made once.
 const std::string& basePlan() {
   static const std::string path = [] {

@@ -73,16 +73,6 @@ std::vector<std::string> hostileStrings() {
 
 bool validUtf8(const std::string& s) { return pipestudio::isValidUtf8(s); }
 
-std::string hexOf(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (const unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
 fs::path freshDir(const std::string& name) {
   const fs::path dir = tempDir() / name;
   fs::remove_all(dir);

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "PartitionFixtures.hpp"
 #include "partition/Partitioners.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
@@ -20,19 +21,8 @@ using pipestudio::test::HasValue;
 namespace pipestudio {
 namespace {
 
-Layer layer(const std::string& name, const std::string& kind, double f, double b, double w, std::int64_t act,
-            std::int64_t out) {
-  Layer l;
-  l.name = name;
-  l.kind = kind;
-  l.forwardMs = f;
-  if (b > 0) l.backwardInputMs = b;
-  if (w > 0) l.backwardWeightMs = w;
-  l.activationBytes = act;
-  l.parameterBytes = 1 << 20;
-  l.outputBytes = out;
-  return l;
-}
+using test::forEachSplit;
+using test::layer;
 
 // A frozen encoder feeding two trainable backbones with no `feeds` between them (a base UNet
 // and a super-resolution UNet trained together); the second is costlier per layer and has
@@ -59,17 +49,7 @@ PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::str
                     const std::string& partition, const std::string& fill) {
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
   EXPECT_THAT(cluster, HasValue());
-  PlanRequest r;
-  r.model = model;
-  if (cluster) r.cluster = *cluster;
-  r.config.schedule = schedule;
-  r.config.devices = devices;
-  r.config.microbatches = mbs;
-  r.config.partition = partition;
-  r.config.fill = fill;
-  if (const auto* g = findScheduleGenerator(schedule)) r.config.chunksPerDevice = g->defaultChunksPerDevice();
-  if (schedule == "interleaved-1f1b") r.config.chunksPerDevice = 2;
-  return r;
+  return test::partitionRequest(model, cluster ? *cluster : ClusterSpec{}, devices, mbs, schedule, partition, fill);
 }
 
 TEST(Cascaded, IndependentBackbonesAreDetectedThroughFeedsPaths) {
@@ -190,20 +170,6 @@ TEST(Cascaded, SecondBackboneStartsWithoutWaitingForTheFirst) {
   ASSERT_GE(baseLastF0End, 0);
   ASSERT_GE(srFirstF0Start, 0);
   EXPECT_LT(srFirstF0Start, baseLastF0End);
-}
-
-// Every composition of `layers` into `stages` non-empty contiguous parts (first layers).
-void forEachSplit(int layers, int stages, const std::function<void(const std::vector<int>&)>& f) {
-  std::vector<int> first(static_cast<std::size_t>(stages), 0);
-  std::function<void(int, int)> rec = [&](int s, int start) {
-    first[static_cast<std::size_t>(s)] = start;
-    if (s + 1 == stages) {
-      f(first);
-      return;
-    }
-    for (int next = start + 1; next <= layers - (stages - s - 1); ++next) rec(s + 1, next);
-  };
-  rec(0, 0);
 }
 
 // The joint split of the opposed legs minimises the busiest device (A's stage d plus B's

@@ -4,6 +4,7 @@
 #include <map>
 #include <random>
 
+#include "PartitionFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -70,17 +71,7 @@ ModelSpec backboneOnly(ModelSpec m) {
 
 PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::string& schedule, const std::string& fill,
                     const std::string& partition = "uniform") {
-  PlanRequest r;
-  r.model = model;
-  r.cluster = testCluster(devices);
-  r.config.schedule = schedule;
-  r.config.devices = devices;
-  r.config.microbatches = mbs;
-  r.config.partition = partition;
-  r.config.fill = fill;
-  if (const auto* g = findScheduleGenerator(schedule)) r.config.chunksPerDevice = g->defaultChunksPerDevice();
-  if (schedule == "interleaved-1f1b") r.config.chunksPerDevice = 2;
-  return r;
+  return test::partitionRequest(model, testCluster(devices), devices, mbs, schedule, partition, fill);
 }
 
 // Σ samples of N ops per (component, first layer of its stage, microbatch).
@@ -126,7 +117,7 @@ TEST(Fill, ConservesFrozenWorkAndRespectsBounds) {
   const std::vector<std::string> schedules = {"1f1b", "gpipe", "zb-h1", "interleaved-1f1b", "zb-v"};
   int trials = 0;
   for (int trial = 0; trial < 24; ++trial) {
-    const std::string schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
+    const std::string& schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
     const int devices = std::uniform_int_distribution<int>(2, 4)(rng);
     const int mbs = devices * std::uniform_int_distribution<int>(1, 3)(rng);
     const int samples = std::uniform_int_distribution<int>(1, 6)(rng);

@@ -9,6 +9,7 @@
 #include <regex>
 #include <string>
 
+#include "PartitionFixtures.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "support/ExpectedMatchers.hpp"
 
@@ -57,19 +58,7 @@ PartitionProblem randomProblem(std::mt19937& rng, int layers, int stages, bool m
   return p;
 }
 
-// Every composition of `layers` into `stages` non-empty contiguous parts.
-void forEachPartition(int layers, int stages, const std::function<void(const std::vector<int>&)>& f) {
-  std::vector<int> first(static_cast<std::size_t>(stages), 0);
-  std::function<void(int, int)> rec = [&](int s, int start) {
-    first[static_cast<std::size_t>(s)] = start;
-    if (s + 1 == stages) {
-      f(first);
-      return;
-    }
-    for (int next = start + 1; next <= layers - (stages - s - 1); ++next) rec(s + 1, next);
-  };
-  rec(0, 0);
-}
+using test::forEachSplit;
 
 bool fits(const PartitionProblem& p, const std::vector<int>& first) {
   const auto S = first.size();
@@ -89,7 +78,7 @@ TEST(DpPartition, OptimalAgainstBruteForce) {
     const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
     const PartitionProblem p = randomProblem(rng, layers, stages, trial % 2 == 1);
     double best = std::numeric_limits<double>::infinity();
-    forEachPartition(layers, stages, [&](const std::vector<int>& first) {
+    forEachSplit(layers, stages, [&](const std::vector<int>& first) {
       if (!fits(p, first)) return;
       best = std::min(best, evaluatePartition(p, first).objectiveMs);
     });
@@ -136,7 +125,7 @@ TEST(DpPartition, InfeasibleMessageNumbersAgree) {
     auto reach = [&](int k) {
       int best = -1;
       for (int end = k + 1; end <= layers - (stages - k - 1); ++end) {
-        forEachPartition(end, k + 1, [&](const std::vector<int>& first) {
+        forEachSplit(end, k + 1, [&](const std::vector<int>& first) {
           for (int s = 0; s <= k; ++s) {
             const int e = s < k ? first[static_cast<std::size_t>(s) + 1] : end;
             if (stageMemoryBytes(p, s, first[static_cast<std::size_t>(s)], e) >
@@ -206,8 +195,8 @@ TEST(BalancedPartition, MinMaxAgainstBruteForce) {
     PartitionProblem p = randomProblem(rng, layers, stages, false);
     for (auto& row : p.sendMs) std::fill(row.begin(), row.end(), 0.0);
     double best = std::numeric_limits<double>::infinity();
-    forEachPartition(layers, stages,
-                     [&](const std::vector<int>& first) { best = std::min(best, evaluatePartition(p, first).maxMs); });
+    forEachSplit(layers, stages,
+                 [&](const std::vector<int>& first) { best = std::min(best, evaluatePartition(p, first).maxMs); });
     auto r = balancedPartition(p);
     ASSERT_TRUE(r.hasValue());
     EXPECT_NEAR(r->maxMs, best, 1e-6 * best) << "trial " << trial;

@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "PartitionFixtures.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -38,19 +39,7 @@ ClusterSpec slowCluster(int gpus) {
   return c;
 }
 
-Layer layer(const std::string& name, const std::string& kind, double f, double b, double w, std::int64_t act,
-            std::int64_t out) {
-  Layer l;
-  l.name = name;
-  l.kind = kind;
-  l.forwardMs = f;
-  if (b > 0) l.backwardInputMs = b;  // frozen layers have no backward (the loader refuses one)
-  if (w > 0) l.backwardWeightMs = w;
-  l.activationBytes = act;
-  l.parameterBytes = 1 << 20;
-  l.outputBytes = out;
-  return l;
-}
+using test::layer;
 
 // A text encoder (token sequence: read by the backbone's attention stages) and a VAE
 // (latents: read by the backbone's first stage); attention layers only in the first half of
