@@ -7,26 +7,17 @@
 
 #include "RunHelpers.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
+#include "support/RunCommand.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
 
-struct CliResult {
-  int status = -1;
-  std::string out;
-};
-
-CliResult cli(const std::string& args) {
-  CliResult r;
-  const std::string cmd = std::string(PIPESTUDIO_CLI_BINARY) + " " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+test::CommandResult cli(const std::string& args) {
+  return test::runCommand(std::string(PIPESTUDIO_CLI_BINARY) + " " + args + " 2>/dev/null");
 }
 
 std::int64_t idOf(const std::string& json) {
@@ -42,9 +33,9 @@ TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {
   const auto id = idOf(r.out);
   ASSERT_GT(id, 0) << r.out;
   auto store = history::HistoryStore::open(db);
-  ASSERT_TRUE(store.hasValue()) << store.message();
+  ASSERT_THAT(store, HasValue());
   auto summary = store->runSummary(id);
-  ASSERT_TRUE(summary.hasValue()) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Complete);
   EXPECT_EQ(summary->backend, "cpu");
   EXPECT_EQ(summary->devices, 3);

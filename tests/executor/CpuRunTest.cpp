@@ -7,12 +7,15 @@
 #include "RunHelpers.hpp"
 #include "pipestudio/executor/Program.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
 #if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Vocab.hpp"
 #endif
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -43,7 +46,7 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
   EXPECT_EQ(summary.iterationMs.size(), static_cast<std::size_t>(iterations));
 
   auto program = exec::compileProgram(plan);
-  ASSERT_TRUE(program.hasValue()) << program.message();
+  ASSERT_THAT(program, HasValue());
   // (iteration, device) → measured op ranges in stream order.
   std::map<std::pair<int, int>, std::vector<trace::OpRange>> ends;
   std::map<int, std::int64_t> peakMemory;
@@ -223,7 +226,7 @@ TEST(CpuRunPlanner, RunsPlannerPlans) {
 TEST(CpuRunPlanner, RunsVocabularyParallelAndFrozenOutputPlans) {
   const std::string resources = PIPESTUDIO_RESOURCES;
   auto cluster = loadCluster(resources + "/clusters/a100-1x8-nvlink.json");
-  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  ASSERT_THAT(cluster, HasValue());
   struct Case {
     std::string model;
     std::string fill;
@@ -232,7 +235,7 @@ TEST(CpuRunPlanner, RunsVocabularyParallelAndFrozenOutputPlans) {
   for (const Case& c : {Case{"gpt3-1.3b.json", "none", true}, Case{"stable-diffusion-2.1.json", "none", false},
                         Case{"stable-diffusion-2.1.json", "greedy", false}}) {
     auto model = loadModel(resources + "/models/" + c.model);
-    ASSERT_TRUE(model.hasValue()) << model.message();
+    ASSERT_THAT(model, HasValue());
     PlanRequest req;
     req.model = *model;
     req.cluster = *cluster;
@@ -242,7 +245,7 @@ TEST(CpuRunPlanner, RunsVocabularyParallelAndFrozenOutputPlans) {
     req.config.partition = "balanced";
     req.config.fill = c.fill;
     auto plan = c.vocab ? makeVocabParallelPlan(req) : makePlan(req);
-    ASSERT_TRUE(plan.hasValue()) << c.model << ": " << plan.message();
+    ASSERT_THAT(plan, HasValue()) << c.model;
     const auto lanes = planLanes(*plan);
     if (c.vocab) {
       EXPECT_FALSE(vocabDependencies(*plan, lanes).empty()) << "a vocabulary-parallel plan has S/T dependencies";
@@ -252,9 +255,9 @@ TEST(CpuRunPlanner, RunsVocabularyParallelAndFrozenOutputPlans) {
       EXPECT_FALSE(crossIterationFrozenOutputs(*plan, lanes).empty()) << "frozen outputs cross devices";
     }
     auto program = exec::compileProgram(*plan);
-    ASSERT_TRUE(program.hasValue()) << program.message();
+    ASSERT_THAT(program, HasValue());
     const Status rendezvous = exec::checkRendezvous(*program);
-    EXPECT_TRUE(rendezvous.isOk()) << rendezvous.message();
+    EXPECT_THAT(rendezvous, HasValue());
     const std::string path = test::writePlan(*plan, c.model + "-" + c.fill + ".plan.json");
     const auto r = test::runExec(path, "cpu", 2, {"--max-op-ms", "1"});
     checkRun(*plan, r, 2);

@@ -4,7 +4,11 @@
 
 #include "pipestudio/executor/Executor.hpp"
 #include "pipestudio/executor/Program.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -15,7 +19,7 @@ TEST(Program, CompilesEverySchedule) {
   for (const std::string s : {"1f1b", "zb-h1", "zb-v", "fill"}) {
     const Plan plan = test::makeTestPlan(s, 4, 8);
     auto program = compileProgram(plan);
-    ASSERT_TRUE(program.hasValue()) << s << ": " << program.message();
+    ASSERT_THAT(program, HasValue()) << s;
     EXPECT_EQ(program->devices, 4);
     EXPECT_EQ(program->stepCount, static_cast<std::int64_t>(plan.ops.size()));
     EXPECT_GT(program->transferCount, 0);
@@ -57,9 +61,8 @@ TEST(Program, RefusesBackwardBeforeForward) {
   }
   std::swap(plan.ops[f], plan.ops[b]);
   auto program = compileProgram(plan);
-  ASSERT_FALSE(program.hasValue());
-  EXPECT_NE(program.message().find("/ops/"), std::string::npos) << program.message();
-  EXPECT_NE(program.message().find("runs before"), std::string::npos) << program.message();
+  EXPECT_THAT(program, HasError("/ops/"));
+  EXPECT_THAT(program, HasError("runs before"));
 }
 
 TEST(Program, RefusesOrdersThatDeadlock) {
@@ -73,9 +76,8 @@ TEST(Program, RefusesOrdersThatDeadlock) {
   plan.ops = {find(0, OpKind::F, 0), find(0, OpKind::BW, 0), find(0, OpKind::F, 1),  find(0, OpKind::BW, 1),
               find(1, OpKind::F, 0), find(1, OpKind::F, 1),  find(1, OpKind::BW, 1), find(1, OpKind::BW, 0)};
   auto program = compileProgram(plan);
-  ASSERT_FALSE(program.hasValue());
-  EXPECT_NE(program.message().find("cycle"), std::string::npos) << program.message();
-  EXPECT_NE(program.message().find("device 0"), std::string::npos) << program.message();
+  EXPECT_THAT(program, HasError("cycle"));
+  EXPECT_THAT(program, HasError("device 0"));
 }
 
 TEST(Program, RefusesMissingProducersAndFrozenBackward) {
@@ -85,8 +87,7 @@ TEST(Program, RefusesMissingProducersAndFrozenBackward) {
     return op.device == 0 && op.kind == OpKind::F && op.microbatch == 1;
   }));
   auto missing = compileProgram(plan);
-  ASSERT_FALSE(missing.hasValue());
-  EXPECT_NE(missing.message().find("microbatch 1"), std::string::npos) << missing.message();
+  EXPECT_THAT(missing, HasError("microbatch 1"));
 
   Plan fill = test::makeTestPlan("fill", 2, 2);
   for (Op& op : fill.ops) {
@@ -96,22 +97,19 @@ TEST(Program, RefusesMissingProducersAndFrozenBackward) {
     }
   }
   auto frozen = compileProgram(fill);
-  ASSERT_FALSE(frozen.hasValue());
-  EXPECT_NE(frozen.message().find("frozen"), std::string::npos) << frozen.message();
+  EXPECT_THAT(frozen, HasError("frozen"));
 }
 
 TEST(Program, RefusesInconsistentStages) {
   Plan plan = test::makeTestPlan("1f1b", 2, 2);
   plan.virtualStages[1].device = 0;  // ops of stage 1 still say device 1
   auto program = compileProgram(plan);
-  ASSERT_FALSE(program.hasValue());
-  EXPECT_NE(program.message().find("/ops/"), std::string::npos) << program.message();
+  EXPECT_THAT(program, HasError("/ops/"));
 
   Plan range = test::makeTestPlan("1f1b", 2, 2);
   range.virtualStages[1].lastLayer = 99;
   auto bad = compileProgram(range);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("/virtual_stages/1"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("/virtual_stages/1"));
 
   Plan empty = test::makeTestPlan("1f1b", 2, 2);
   empty.ops.clear();
@@ -121,7 +119,7 @@ TEST(Program, RefusesInconsistentStages) {
 TEST(ExecArgs, ParsesOptionsAndRefusesBadOnes) {
   auto ok = exec::parseExecArgs({"--plan", "p.json", "--backend", "cuda", "--rank", "1", "--world", "4", "--iterations",
                                  "3", "--max-op-ms", "2", "--device-memory", "8GiB"});
-  ASSERT_TRUE(ok.hasValue()) << ok.message();
+  ASSERT_THAT(ok, HasValue());
   EXPECT_EQ(ok->rank, 1);
   EXPECT_EQ(ok->world, 4);
   EXPECT_EQ(ok->iterations, 3);
@@ -146,7 +144,7 @@ TEST(ExecArgs, TakesRankAndWorldFromLaunchers) {
   auto o = exec::parseExecArgs({"--plan", "p.json", "--backend", "cuda"});
   ::unsetenv("SLURM_PROCID");
   ::unsetenv("SLURM_NTASKS");
-  ASSERT_TRUE(o.hasValue()) << o.message();
+  ASSERT_THAT(o, HasValue());
   EXPECT_EQ(o->rank, 2);
   EXPECT_EQ(o->world, 4);
 }

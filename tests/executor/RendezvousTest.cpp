@@ -11,11 +11,15 @@
 #include <vector>
 
 #include "pipestudio/executor/Program.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
 #if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #endif
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -63,10 +67,10 @@ TEST(Rendezvous, TestPlansPostInADeadlockFreeOrder) {
     for (int devices : {2, 4, 8}) {
       const Plan plan = test::makeTestPlan(s, devices, 2 * devices);
       auto program = compileProgram(plan);
-      ASSERT_TRUE(program.hasValue()) << s << ": " << program.message();
+      ASSERT_THAT(program, HasValue()) << s;
       expectEachTransferPostedOnce(*program, s);
       const Status st = checkRendezvous(*program);
-      EXPECT_TRUE(st.isOk()) << s << " p=" << devices << ": " << st.message();
+      EXPECT_THAT(st, HasValue()) << s << " p=" << devices;
     }
   }
 }
@@ -96,9 +100,8 @@ TEST(Rendezvous, CheckerFindsACrossedSendDeadlock) {
   d1[2].receives = {zeroToOne};
   d1[2].rendezvous.receives = {zeroToOne};
   const Status st = checkRendezvous(program);
-  ASSERT_FALSE(st.isOk());
-  EXPECT_NE(st.message().find("device 0"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("device 1"), std::string::npos) << st.message();
+  EXPECT_THAT(st, HasError("device 0"));
+  EXPECT_THAT(st, HasError("device 1"));
 
   // The same exchange posted as one send/recv pair per device (NCCL's Sendrecv) completes.
   d0[1].rendezvous = {{zeroToOne}, {}};
@@ -106,7 +109,7 @@ TEST(Rendezvous, CheckerFindsACrossedSendDeadlock) {
   d0[1].rendezvous.receives = {oneToZero};
   d1[1].rendezvous = {{oneToZero}, {zeroToOne}};
   d1[2].rendezvous = {};
-  EXPECT_TRUE(checkRendezvous(program).isOk()) << checkRendezvous(program).message();
+  EXPECT_THAT(checkRendezvous(program), HasValue());
 }
 
 #if defined(PIPESTUDIO_TEST_HAVE_PLANNER)
@@ -136,10 +139,10 @@ TEST(Rendezvous, EveryPlannerSchedulePostsInADeadlockFreeOrder) {
       if (!plan) continue;  // a shape this schedule refuses (e.g. odd p for DualPipe)
       checked.insert(schedule);
       auto program = compileProgram(*plan);
-      ASSERT_TRUE(program.hasValue()) << schedule << ": " << program.message();
+      ASSERT_THAT(program, HasValue()) << schedule;
       expectEachTransferPostedOnce(*program, schedule);
       const Status st = checkRendezvous(*program);
-      EXPECT_TRUE(st.isOk()) << schedule << " p=" << devices << ": " << st.message();
+      EXPECT_THAT(st, HasValue()) << schedule << " p=" << devices;
       if (!checkRendezvous(withPairwiseGroups(*program)).isOk()) {
         pairwiseWhich += " " + schedule + "/p=" + std::to_string(devices);
       }

@@ -13,6 +13,7 @@
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::test {
 
@@ -36,7 +37,7 @@ inline std::string tempPath(const std::string& name) {
 }
 
 inline std::string writePlan(const Plan& plan, const std::string& name) {
-  const std::string path = tempPath(name);
+  std::string path = tempPath(name);
   EXPECT_TRUE(savePlan(path, plan).isOk());
   return path;
 }
@@ -60,7 +61,7 @@ inline RunResult runExec(const std::string& planPath, const std::string& backend
   req.peerExitTimeoutS = 10;
   RunResult r;
   auto out = exec::launchLocal(req, [&](int rank, const trace::Frame& f) { r.frames[rank].push_back(f); });
-  EXPECT_TRUE(out.hasValue()) << (out ? "" : out.message());
+  EXPECT_THAT(out, HasValue());
   if (out) r.outcome = *out;
   return r;
 }

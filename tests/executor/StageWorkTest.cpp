@@ -6,13 +6,14 @@
 #if defined(PIPESTUDIO_EXECUTOR_CUDA)
 #include "cuda/Cuda.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::exec::cuda {
 namespace {
 
 Plan gptPlan(Precision precision) {
   auto plan = loadPlan(std::string(PIPESTUDIO_TEST_DATA) + "/../gpu/gpt-small-1dev.plan.json");
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.error().message);
+  EXPECT_THAT(plan, ::pipestudio::test::HasValue());
   Plan p = plan ? *plan : Plan{};
   p.config.precision = precision;
   return p;

@@ -17,7 +17,10 @@
 #include "RunHelpers.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/trace/TaskLines.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
+
+using pipestudio::test::HasError;
 
 extern char** environ;
 
@@ -128,20 +131,16 @@ TEST_F(TaskRelay, MissingOrWrongLauncherVariablesAreNamed) {
   setenv("SLURM_PROCID", "3", 1);
   setenv("SLURM_NTASKS", "2", 1);
   auto place = exec::taskPlaceFromEnvironment(Launcher::Slurm);
-  ASSERT_FALSE(place);
-  EXPECT_NE(place.message().find("rank 3 is not below the world size 2"), std::string::npos) << place.message();
+  EXPECT_THAT(place, HasError("rank 3 is not below the world size 2"));
   setenv("SLURM_PROCID", "x", 1);
   place = exec::taskPlaceFromEnvironment(Launcher::Slurm);
-  ASSERT_FALSE(place);
-  EXPECT_NE(place.message().find("SLURM_PROCID='x'"), std::string::npos) << place.message();
+  EXPECT_THAT(place, HasError("SLURM_PROCID='x'"));
   unsetenv("SLURM_PROCID");
   place = exec::taskPlaceFromEnvironment(Launcher::Slurm);
-  ASSERT_FALSE(place);
-  EXPECT_NE(place.message().find("SLURM_PROCID is not set (expected to be started by srun)"), std::string::npos);
+  EXPECT_THAT(place, HasError("SLURM_PROCID is not set (expected to be started by srun)"));
   unsetenv("SLURM_NTASKS");
   place = exec::taskPlaceFromEnvironment(Launcher::Mpirun);
-  ASSERT_FALSE(place);
-  EXPECT_NE(place.message().find("OMPI_COMM_WORLD_RANK nor PMI_RANK"), std::string::npos) << place.message();
+  EXPECT_THAT(place, HasError("OMPI_COMM_WORLD_RANK nor PMI_RANK"));
   // Without the variables the relay says so on stderr and exits 2 (usage).
   const TaskRun r = runTask({}, {"--task", "slurm", "--", "--plan", m_plan});
   EXPECT_EQ(r.status, 2);

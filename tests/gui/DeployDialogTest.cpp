@@ -2,9 +2,6 @@
 
 #ifdef PIPESTUDIO_HAVE_REMOTE
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <QAction>
@@ -26,23 +23,6 @@
 
 namespace pipestudio::gui {
 namespace {
-
-// A port on 127.0.0.1 that nothing listens on: bound once by the kernel's choice, then closed.
-int deployClosedPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 bool deployWaitUntil(const std::function<bool()>& done, int timeoutMs) {
   QElapsedTimer timer;
@@ -131,7 +111,7 @@ TEST_F(DeployDialogTest, LoadsAHostsFileIntoTheTable) {
 }
 
 TEST_F(DeployDialogTest, DeployToARefusingHostEndsWithAnErrorNotAHang) {
-  const int port = deployClosedPort();
+  const int port = remote::test::freeTcpPort();
   ASSERT_GT(port, 0);
   DeployDialog dialog(window->currentPlan(), QStringLiteral("test"), historyPath());
   ASSERT_TRUE(dialog.loadHostsFile(hostsFile(port))) << dialog.messageLabel()->text().toStdString();
@@ -158,7 +138,7 @@ TEST_F(DeployDialogTest, DeployToARefusingHostEndsWithAnErrorNotAHang) {
 }
 
 TEST_F(DeployDialogTest, ClosingDuringADeployDropsLateReports) {
-  const int port = deployClosedPort();
+  const int port = remote::test::freeTcpPort();
   ASSERT_GT(port, 0);
   const QString hosts = hostsFile(port);
   {

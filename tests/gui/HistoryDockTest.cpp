@@ -13,6 +13,9 @@
 #include "HistoryDock.hpp"
 #include "QtTestApp.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::gui {
 namespace {
@@ -53,8 +56,8 @@ TEST(HistoryDock, ListsFiltersOpensAndComparesRuns) {
   b.name = "faster run";
   auto ra = dock.store()->ingestStream(runStream(2, 4, 2.0), a);
   auto rb = dock.store()->ingestStream(runStream(2, 4, 1.0), b);
-  ASSERT_TRUE(ra) << ra.message();
-  ASSERT_TRUE(rb) << rb.message();
+  ASSERT_THAT(ra, HasValue());
+  ASSERT_THAT(rb, HasValue());
   dock.refresh();
   // The listing runs on a worker: nothing has changed until its result is delivered.
   EXPECT_EQ(dock.model()->rowCount(), 0) << "refresh() read the database on the GUI thread";

@@ -5,13 +5,16 @@
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
 #include "Workspace.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::gui {
 namespace {
 
 PlanRequest defaultRequest() {
   auto ws = loadWorkspace(std::string(PIPESTUDIO_RESOURCES) + "/workspaces/default.pipestudio");
-  EXPECT_TRUE(ws) << ws.message();
+  EXPECT_THAT(ws, HasValue());
   return PlanRequest{ws->model, ws->cluster, ws->solver};
 }
 

@@ -5,13 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <QFile>
+#include <QMessageBox>
 #include <QSettings>
 #include <QString>
+#include <memory>
 #include <string>
 
 #include "MainWindow.hpp"
+#include "QtTestApp.hpp"
+#include "SolveController.hpp"
 #include "Workspace.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::testing {
 
@@ -22,8 +27,8 @@ inline gui::Workspace bundledWorkspace(const std::string& model, const std::stri
   gui::Workspace ws;
   auto m = loadModel(resources + "/models/" + model);
   auto c = loadCluster(resources + "/clusters/" + cluster);
-  EXPECT_TRUE(m) << (m ? "" : m.message());
-  EXPECT_TRUE(c) << (c ? "" : c.message());
+  EXPECT_THAT(m, test::HasValue());
+  EXPECT_THAT(c, test::HasValue());
   if (m) ws.model = *m;
   if (c) ws.cluster = *c;
   ws.name = model + " on " + cluster;
@@ -38,5 +43,26 @@ inline void forgetSession() {
   settings.remove(QStringLiteral("window"));
   QFile::remove(gui::MainWindow::sessionFilePath());
 }
+
+/// A test of a fresh MainWindow: no session of an earlier test (before and after), unsaved
+/// changes discarded when the window asks, solves 20 ms after an edit.
+class FreshWindowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    qtApp();
+    forgetSession();
+    window = std::make_unique<gui::MainWindow>();
+    window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
+    window->solveController()->setDebounceMs(20);
+  }
+  void TearDown() override { forgetSession(); }
+  /// Opens the default workspace and waits for its plan.
+  void openDefault() {
+    ASSERT_TRUE(window->openDefaultWorkspace());
+    ASSERT_TRUE(window->solveController()->waitForIdle(60000));
+    ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
+  }
+  std::unique_ptr<gui::MainWindow> window;
+};
 
 }  // namespace pipestudio::testing

@@ -45,6 +45,9 @@
 #include "pipestudio/viz/SpecModels.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::gui {
 namespace {
@@ -52,28 +55,13 @@ namespace {
 const std::string kLoopResources = PIPESTUDIO_RESOURCES;
 
 using pipestudio::testing::bundledWorkspace;
-using pipestudio::testing::forgetSession;
 
-class LoopTest : public ::testing::Test {
+class LoopTest : public pipestudio::testing::FreshWindowTest {
  protected:
-  void SetUp() override {
-    pipestudio::testing::qtApp();
-    forgetSession();
-    window = std::make_unique<MainWindow>();
-    window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
-    window->solveController()->setDebounceMs(20);
-  }
-  void TearDown() override { forgetSession(); }
-  void openDefault() {
-    ASSERT_TRUE(window->openDefaultWorkspace());
-    ASSERT_TRUE(window->solveController()->waitForIdle(60000));
-    ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
-  }
   void openBundled(const std::string& model, const std::string& cluster, const PlanConfig& config) {
     window->setWorkspace(bundledWorkspace(model, cluster, config), QString());
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   }
-  std::unique_ptr<MainWindow> window;
 };
 
 /// A wheel notch over `widget`'s centre.
@@ -333,7 +321,7 @@ TEST_F(LoopTest, AMeasuredRunIsLabelledScaledColouredAndTabulatedAgainstItsPlan)
   {
     // A CPU run of the plan, every op three times as long, GPU 0 starting 5 ms late.
     auto store = history::HistoryStore::open(db.toStdString());
-    ASSERT_TRUE(store) << store.message();
+    ASSERT_THAT(store, HasValue());
     auto planId = store->addPlan(*plan, "planned");
     ASSERT_TRUE(planId);
     std::vector<trace::Frame> frames;
@@ -609,7 +597,7 @@ TEST_F(LoopTest, TheChromeExportHasFlowArrowsBetweenDependentOps) {
   QString error;
   ASSERT_TRUE(window->exportTo(path, &error)) << error.toStdString();
   auto doc = loadJsonFile(path.toStdString());
-  ASSERT_TRUE(doc) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   std::map<std::int64_t, std::pair<int, int>> flows;  // id → (starts, finishes)
   for (const Json& e : doc->root["traceEvents"]) {
     if (e.value("cat", "") != "dependency") continue;

@@ -44,6 +44,11 @@
 #include "pipestudio/viz/SpecModels.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/RunCommand.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio::gui {
 namespace {
@@ -70,26 +75,17 @@ bool waitFor(Predicate done, int timeoutMs) {
 }
 
 using pipestudio::testing::bundledWorkspace;
-using pipestudio::testing::forgetSession;
 
-class WorkstationTest : public ::testing::Test {
+class WorkstationTest : public pipestudio::testing::FreshWindowTest {
  protected:
   void SetUp() override {
-    pipestudio::testing::qtApp();
-    forgetSession();
-    window = std::make_unique<MainWindow>();
-    window->setUnsavedChangesHandler([] { return QMessageBox::Discard; });
-    window->solveController()->setDebounceMs(20);
-    ASSERT_TRUE(window->openDefaultWorkspace());
-    ASSERT_TRUE(window->solveController()->waitForIdle(60000));
-    ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
+    FreshWindowTest::SetUp();
+    openDefault();
   }
-  void TearDown() override { forgetSession(); }
   void solve() {
     window->solveNow();
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   }
-  std::unique_ptr<MainWindow> window;
 };
 
 // --- the state on screen is true ------------------------------------------------------------
@@ -517,7 +513,7 @@ TEST_F(WorkstationTest, RecipeControlsSetPrecisionAndOverlapsAndSurviveTheWorksp
 
 TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
   auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio");
-  ASSERT_TRUE(ws) << ws.message();
+  ASSERT_THAT(ws, HasValue());
   EXPECT_TRUE(ws->solver.parallel.isPurePipeline());
   EXPECT_EQ(ws->solver.parallel.data, 1);
   EXPECT_FALSE(ws->solver.globalBatch);
@@ -527,9 +523,8 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
   j["solver"]["tp"] = 0;
   ASSERT_TRUE(saveJsonFile(bad, j));
   auto broken = loadWorkspace(bad);
-  ASSERT_FALSE(broken);
-  EXPECT_NE(broken.message().find("/solver/recompute"), std::string::npos) << broken.message();
-  EXPECT_NE(broken.message().find("/solver/tp"), std::string::npos) << broken.message();
+  EXPECT_THAT(broken, HasError("/solver/recompute"));
+  EXPECT_THAT(broken, HasError("/solver/tp"));
   // Each out-of-range field is named with what was expected.
   const std::pair<const char*, Json> hostile[] = {{"zero", Json(7)},
                                                   {"optimizer_sync", Json("later")},
@@ -543,7 +538,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
     ASSERT_TRUE(saveJsonFile(bad, h));
     auto refused = loadWorkspace(bad);
     ASSERT_FALSE(refused) << field;
-    EXPECT_NE(refused.message().find(std::string("/solver/") + field), std::string::npos) << refused.message();
+    EXPECT_THAT(refused, HasError(std::string("/solver/") + field));
   }
 }
 
@@ -612,7 +607,7 @@ TEST_F(WorkstationTest, ExportsThePlanAsJson) {
   QString error;
   ASSERT_TRUE(window->exportTo(path, &error)) << error.toStdString();
   auto plan = loadPlan(path.toStdString());
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->ops.size(), window->currentPlan()->ops.size());
   EXPECT_EQ(plan->config.schedule, window->currentPlan()->config.schedule);
 }
@@ -708,7 +703,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
   // Another writer (as pipestudio-cli run would be) records a run with its plan.
   {
     auto store = history::HistoryStore::open(db.toStdString());
-    ASSERT_TRUE(store) << store.message();
+    ASSERT_THAT(store, HasValue());
     auto planId = store->addPlan(*window->currentPlan(), "planned");
     ASSERT_TRUE(planId);
     std::vector<trace::Frame> frames;
@@ -746,7 +741,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
 TEST(WorkstationCli, RunAcceptsAWorkspaceSavedWithItsPlan) {
   pipestudio::testing::qtApp();
   auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio");
-  ASSERT_TRUE(ws) << ws.message();
+  ASSERT_THAT(ws, HasValue());
   ws->solver.partition = "uniform";
   ws->solver.fill = "none";
   ws->solver.devices = 2;
@@ -755,7 +750,7 @@ TEST(WorkstationCli, RunAcceptsAWorkspaceSavedWithItsPlan) {
   const std::string withoutPlan = dir + "/no-plan.pipestudio";
   ASSERT_TRUE(saveWorkspace(withoutPlan, *ws));
   auto plan = makePlan(PlanRequest{ws->model, ws->cluster, ws->solver});
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   ws->plan = *plan;
   const std::string withPlan = dir + "/with-plan.pipestudio";
   ASSERT_TRUE(saveWorkspace(withPlan, *ws));
@@ -764,11 +759,9 @@ TEST(WorkstationCli, RunAcceptsAWorkspaceSavedWithItsPlan) {
   auto run = [&](const std::string& file, std::string* out) {
     const std::string cmd = std::string(PIPESTUDIO_CLI_BINARY) + " run " + file +
                             " --backend cpu --max-op-ms 1 --history " + db + " --json 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    for (std::size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
-    const int status = p ? ::pclose(p) : -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const test::CommandResult r = test::runCommand(cmd);
+    out->append(r.out);
+    return r.status;
   };
   std::string out;
   EXPECT_EQ(run(withPlan, &out), 0) << out;

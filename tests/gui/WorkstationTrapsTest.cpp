@@ -43,6 +43,9 @@
 #include "pipestudio/viz/SpecModels.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::gui {
 namespace {
@@ -145,9 +148,9 @@ TEST_F(TrapsTest, AFreshSessionImportsATraceWithoutTheHistoryDockEverShown) {
   EXPECT_EQ(QFileInfo(QString::fromStdString(window->historyDock()->store()->path())).canonicalFilePath(),
             QFileInfo(home.database()).canonicalFilePath());
   auto store = history::HistoryStore::open(home.database().toStdString());
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   auto runs = store->listRuns();
-  ASSERT_TRUE(runs) << runs.message();
+  ASSERT_THAT(runs, HasValue());
   ASSERT_EQ(runs->size(), 1u);
   EXPECT_TRUE(runs->front().planId.has_value());
   EXPECT_EQ(window->compareView()->baseline(), plan);
@@ -192,14 +195,14 @@ TEST_F(TrapsTest, ASecondImportIsComparedWithThePlanAndLeavesThePinnedBaseline) 
   EXPECT_EQ(window->baselinePlan(), plan);
   // No 0-op pseudo-plan went into the history: both runs link to plans of the real one's ops.
   auto store = history::HistoryStore::open(db.toStdString());
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   auto runs = store->listRuns();
   ASSERT_TRUE(runs);
   ASSERT_EQ(runs->size(), 2u);
   for (const history::RunSummary& run : *runs) {
     ASSERT_TRUE(run.planId) << run.id;
     auto stored = store->loadPlan(*run.planId);
-    ASSERT_TRUE(stored) << stored.message();
+    ASSERT_THAT(stored, HasValue());
     EXPECT_EQ(stored->ops.size(), plan->ops.size()) << run.id;
   }
   // The compare view names its sides as what they are.
@@ -309,7 +312,7 @@ TEST_F(TrapsTest, TheDefaultWorkspaceIsTheBundledFilesAndACopyThatDiffersIsMarke
   cli.cluster = *cluster;
   cli.config = window->currentRequest().config;
   auto plan = makePlan(cli);
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_DOUBLE_EQ(window->currentPlan()->metrics.makespanMs, plan->metrics.makespanMs);
 
   // A workspace carrying an old copy of the cluster under the file's name: the window says so.
@@ -428,7 +431,7 @@ TEST_F(TrapsTest, OpeningAnotherWorkspaceAsksAboutUnsavedChangesFirst) {
   waitForSolve();
   EXPECT_EQ(window->workspacePath(), other);
   auto saved = loadWorkspace(mine.toStdString());
-  ASSERT_TRUE(saved) << saved.message();
+  ASSERT_THAT(saved, HasValue());
   EXPECT_EQ(saved->solver.microbatches, edited);
   // Opening a model into the workspace replaces nothing unsaved: not asked.
   panel.microbatches->setValue(edited + 2);
@@ -486,7 +489,7 @@ TEST_F(TrapsTest, TheWindowExportsTorchtitansPythonConfigurationAndTheLegacyToml
   ASSERT_TRUE(window->exportAs(ExportFormat::PlanJson, dir.filePath(QStringLiteral("test_plan.json")), &error))
       << error.toStdString();
   auto written = loadPlan(dir.filePath(QStringLiteral("test_plan.json")).toStdString());
-  ASSERT_TRUE(written) << written.message();
+  ASSERT_THAT(written, HasValue());
   EXPECT_EQ(written->ops.size(), window->currentPlan()->ops.size());
 }
 

@@ -14,7 +14,7 @@ RunId ingest(HistoryStore& store, const StreamOptions& o, std::optional<PlanId> 
   RunInfo info;
   info.planId = plan;
   auto run = store.ingestStream(trace::encodeStream(executorFrames(smallPlan(), o)), info);
-  EXPECT_TRUE(run) << run.message();
+  EXPECT_THAT(run, HasValue());
   return *run;
 }
 
@@ -31,7 +31,7 @@ class CompareTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto s = HistoryStore::open(m_dir.file("h.sqlite"));
-    ASSERT_TRUE(s) << s.message();
+    ASSERT_THAT(s, HasValue());
     m_store.emplace(std::move(*s));
     auto p = m_store->addPlan(smallPlan());
     ASSERT_TRUE(p);
@@ -47,7 +47,7 @@ TEST_F(CompareTest, RunVersusRunByNameDeviceAndStep) {
   const RunId a = ingest(store(), {.iterations = 2}, m_plan);
   const RunId b = ingest(store(), {.iterations = 2, .slowdown = 1.5}, m_plan);
   auto c = compareRuns(store(), a, b);
-  ASSERT_TRUE(c) << c.message();
+  ASSERT_THAT(c, HasValue());
   const auto* f = row(*c, "F");
   ASSERT_NE(f, nullptr);
   EXPECT_NEAR(f->aMs, 8.0, 1e-9);  // 4 F ops × 2 iterations × 1 ms
@@ -92,7 +92,7 @@ TEST_F(CompareTest, RunVersusRunByNameDeviceAndStep) {
 TEST_F(CompareTest, RunVersusItsPlan) {
   const RunId exact = ingest(store(), {.iterations = 2}, m_plan);
   auto c = compareRunToPlan(store(), exact);
-  ASSERT_TRUE(c) << c.message();
+  ASSERT_THAT(c, HasValue());
   EXPECT_EQ(c->iterations, 2);
   EXPECT_EQ(c->ops.size(), smallPlan().ops.size());
   EXPECT_EQ(c->unmatchedPlanned, 0);
@@ -121,15 +121,14 @@ TEST_F(CompareTest, RunVersusItsPlan) {
 
   const RunId unlinked = ingest(store(), {}, std::nullopt);
   auto none = compareRunToPlan(store(), unlinked);
-  ASSERT_FALSE(none);
-  EXPECT_NE(none.message().find("not linked"), std::string::npos);
+  EXPECT_THAT(none, HasError("not linked"));
   EXPECT_TRUE(compareRunToPlan(store(), unlinked, m_plan));
 }
 
 TEST_F(CompareTest, IdleBreakdownWithPlan) {
   const RunId run = ingest(store(), {.iterations = 1}, m_plan);
   auto idle = idleBreakdown(store(), run);
-  ASSERT_TRUE(idle) << idle.message();
+  ASSERT_THAT(idle, HasValue());
   ASSERT_EQ(idle->size(), 2u);
   const auto& d0 = (*idle)[0];
   // Device 0 waits 2..3 and 5..6 for device 1's B; 0.1 ms of each is NCCL; the plan has the
@@ -207,10 +206,10 @@ TEST_F(CompareTest, PlainProfilerTracesHaveAnIterationPerProfilerStep) {
   o.plan = &plan;
   o.info.planId = m_plan;
   auto r = importTraces(store(), {dir + "rank0.json.gz", dir + "rank1.json.gz"}, o);
-  ASSERT_TRUE(r) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->measuredOps, 0);
   auto c = compareRunToPlan(store(), r->runId);
-  ASSERT_TRUE(c) << c.message();
+  ASSERT_THAT(c, HasValue());
   EXPECT_EQ(c->iterations, 2);
   ASSERT_GE(c->devices.size(), 2u);
   // Each rank's GPU was busy for hundreds of ms per step (HTA: 548 and 580 ms over both steps).

@@ -19,15 +19,6 @@ using namespace pipestudio::history::testing;
 
 namespace {
 
-std::int64_t queryInt(HistoryStore& s, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr);
-  std::int64_t v = -1;
-  if (st && sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
-
 // The name a writer's reserve for its run's final status has beside the database file:
 // "<db>-reserve-PID-RUN".
 std::string reserveSuffix(std::int64_t pid, RunId run) {
@@ -104,10 +95,10 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   ASSERT_TRUE(WIFSIGNALED(status));
 
   auto store = HistoryStore::open(path);
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   EXPECT_EQ(*store->integrityCheck(), "ok");
   auto s = store->runSummary(killed);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(s->status, RunStatus::Incomplete);
   EXPECT_NE(s->error.find("ingest interrupted"), std::string::npos) << s->error;
   EXPECT_FALSE(std::filesystem::exists(reserve)) << "recovery leaves the gone writer's reserve behind";
@@ -122,7 +113,7 @@ TEST(Crash, KilledIngestLeavesAConsistentDatabase) {
   EXPECT_EQ(e->events, earlierEvents);
   // The store is usable for new runs afterwards.
   auto again = store->ingestStream(trace::encodeStream(executorFrames(smallPlan())));
-  EXPECT_TRUE(again) << again.message();
+  EXPECT_THAT(again, HasValue());
 }
 
 TEST(Crash, LiveWriterIsNotMarkedIncomplete) {
@@ -162,7 +153,7 @@ TEST(Crash, ARunKeepsRoomForItsFinalStatusUntilItIsMarked) {
   const std::string link = (dir.path() / "links" / "h.sqlite").string();
   std::filesystem::create_symlink(path, link);
   auto linked = HistoryStore::open(link);
-  ASSERT_TRUE(linked) << linked.message();
+  ASSERT_THAT(linked, HasValue());
   auto second = linked->beginRun({});
   ASSERT_TRUE(second);
   const std::string suffix = reserveSuffix(getpid(), *second);

@@ -16,6 +16,9 @@
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/trace/Stream.hpp"
 #include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::history {
 namespace {
@@ -57,14 +60,14 @@ TEST_P(DataFlow, IdleBreakdownWaitsForTheSimulatorsProducers) {
   ASSERT_FALSE(plan.comms.empty());
   testing::TempDir dir;
   auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   auto planId = store->addPlan(plan);
-  ASSERT_TRUE(planId) << planId.message();
+  ASSERT_THAT(planId, HasValue());
   auto run = store->ingestStream(recordedStream(plan));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   ASSERT_TRUE(store->linkRunToPlan(*run, *planId));
   auto idle = idleBreakdown(*store, *run);
-  ASSERT_TRUE(idle) << idle.message();
+  ASSERT_THAT(idle, HasValue());
   ASSERT_EQ(idle->size(), static_cast<std::size_t>(plan.config.devices));
   double bubble = 0;
   for (const IdleBreakdown& row : *idle) {

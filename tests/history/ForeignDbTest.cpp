@@ -39,7 +39,7 @@ int run(ForeignDb& d, const std::string& sql) {
 TEST(ForeignDb, AStatementPastItsBudgetIsStoppedAndSaysSo) {
   TempDir dir;
   auto d = ForeignDb::open(makeDb(dir, "CREATE TABLE t(x)"), std::chrono::milliseconds(20));
-  ASSERT_TRUE(d) << d.message();
+  ASSERT_THAT(d, HasValue());
   // Endless: only the budget ends it.
   const int rc = run(**d, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c");
   EXPECT_EQ(rc & 0xff, SQLITE_INTERRUPT);
@@ -51,7 +51,7 @@ TEST(ForeignDb, AStatementPastItsBudgetIsStoppedAndSaysSo) {
 TEST(ForeignDb, AValuePastTheLengthLimitIsRefusedBeforeItIsBuilt) {
   TempDir dir;
   auto d = ForeignDb::open(makeDb(dir, "CREATE TABLE t(x)"));
-  ASSERT_TRUE(d) << d.message();
+  ASSERT_THAT(d, HasValue());
   const int rc = run(**d, "SELECT hex(zeroblob(300000000))");
   EXPECT_EQ(rc & 0xff, SQLITE_TOOBIG);
   EXPECT_NE((*d)->error().find("longer than 1048576 bytes"), std::string::npos) << (*d)->error();
@@ -62,7 +62,7 @@ TEST(ForeignDb, ViewsAndTriggersOfTheFileDoNotRun) {
   auto d = ForeignDb::open(makeDb(dir,
                                   "CREATE TABLE t(x); CREATE VIEW v AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
                                   "SELECT x + 1 FROM c) SELECT x FROM c;"));
-  ASSERT_TRUE(d) << d.message();
+  ASSERT_THAT(d, HasValue());
   EXPECT_NE(run(**d, "SELECT COUNT(*) FROM v"), SQLITE_DONE);
   EXPECT_EQ(run(**d, "SELECT COUNT(*) FROM t"), SQLITE_DONE) << (*d)->error();
 }

@@ -19,7 +19,7 @@ TEST(FuzzCorpus, EveryTraceInputImportsOrIsRefusedWithoutCrashing) {
   ASSERT_TRUE(std::filesystem::is_directory(corpus)) << corpus;
   TempDir dir;
   auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   int inputs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
     if (!entry.is_regular_file()) continue;
@@ -33,6 +33,6 @@ TEST(FuzzCorpus, EveryTraceInputImportsOrIsRefusedWithoutCrashing) {
   EXPECT_GT(inputs, 10);
   // Every input's run was deleted again: none left "running" or half written.
   auto runs = store->listRuns();
-  ASSERT_TRUE(runs) << runs.message();
+  ASSERT_THAT(runs, HasValue());
   EXPECT_TRUE(runs->empty());
 }

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 
@@ -15,35 +14,6 @@ using namespace pipestudio::history;
 using namespace pipestudio::history::testing;
 
 namespace {
-
-struct CliResult {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-CliResult cli(const TempDir& dir, const std::string& args, const std::string& env = {}) {
-#ifdef PIPESTUDIO_CLI
-  const std::string errFile = dir.file("stderr.txt");
-  const std::string command =
-      (env.empty() ? "" : "env " + env + " ") + std::string(PIPESTUDIO_CLI) + " " + args + " 2>" + errFile;
-  CliResult r;
-  FILE* p = popen(command.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = readFile(errFile);
-  return r;
-#else
-  (void)dir;
-  (void)args;
-  (void)env;
-  return {};
-#endif
-}
 
 class HistoryCli : public ::testing::Test {
  protected:

@@ -17,15 +17,6 @@ void execSql(HistoryStore& s, const std::string& sql) {
   ASSERT_EQ(sqlite3_exec(s.connection(), sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
 }
 
-std::int64_t queryInt(HistoryStore& s, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
-  std::int64_t v = -1;
-  if (st && sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
-
 bool hasColumn(HistoryStore& s, const std::string& table, const std::string& column) {
   return queryInt(s, "SELECT COUNT(*) FROM pragma_table_info('" + table + "') WHERE name = '" + column + "'") == 1;
 }
@@ -51,7 +42,7 @@ TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
   TempDir dir;
   const std::string path = dir.file("h.sqlite");
   auto s = openAt(path, 1);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 1);
   EXPECT_EQ(queryInt(*s, "PRAGMA application_id"), 0x50535448);
   for (const char* table :
@@ -65,7 +56,7 @@ TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
   // An empty SQLite file (zero bytes, e.g. touched by a script) is adopted too.
   writeFile(dir.file("empty.sqlite"), "");
   auto e = HistoryStore::open(dir.file("empty.sqlite"));
-  ASSERT_TRUE(e) << e.message();
+  ASSERT_THAT(e, HasValue());
   EXPECT_EQ(e->schemaVersion(), kSchemaVersion);
 }
 
@@ -78,7 +69,7 @@ TEST(Migration, To2AddsRunNamesAndNotes) {
     insertV1Run(*s);
   }
   auto s = openAt(path, 2);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 2);
   EXPECT_TRUE(hasColumn(*s, "runs", "name"));
   EXPECT_TRUE(hasColumn(*s, "runs", "notes"));
@@ -100,7 +91,7 @@ TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {
     execSql(*s, "UPDATE runs SET notes = 'kept' WHERE id = 7");
   }
   auto s = HistoryStore::open(path);  // the current build: 2 → 3
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(s->schemaVersion(), 3);
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 3);
   for (const char* index : {"runs_by_created", "runs_by_plan", "runs_running"}) {
@@ -114,14 +105,14 @@ TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {
   EXPECT_EQ(queryInt(*s, "SELECT value FROM run_metrics WHERE run_id = 7 AND device = 0 AND key = 'op_busy_ns'"),
             2000000);
   auto summary = s->runSummary(7);
-  ASSERT_TRUE(summary) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->notes, "kept");
   EXPECT_EQ(summary->devices, 2);
   EXPECT_DOUBLE_EQ(summary->durationMs, 6.0);  // 1 ms … 7 ms
   EXPECT_EQ(*s->integrityCheck(), "ok");
   // New ingests continue after the migrated rows.
   auto run = s->ingestStream(trace::encodeStream(executorFrames(smallPlan())));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   EXPECT_EQ(s->listRuns()->size(), 2u);
 }
 
@@ -135,7 +126,7 @@ TEST(Migration, FromEveryOlderVersionStraightToCurrent) {
       insertV1Run(*s);
     }
     auto s = HistoryStore::open(path);
-    ASSERT_TRUE(s) << "from " << from << ": " << s.message();
+    ASSERT_THAT(s, HasValue()) << "from " << from;
     EXPECT_EQ(s->schemaVersion(), kSchemaVersion);
     EXPECT_EQ(s->runSummary(7)->events, 3);
     EXPECT_EQ(*s->integrityCheck(), "ok");
@@ -147,6 +138,5 @@ TEST(Migration, OpeningAnOlderFileReadOnlyAsksForAMigration) {
   const std::string path = dir.file("h.sqlite");
   { ASSERT_TRUE(openAt(path, 1)); }
   auto ro = HistoryStore::open(path, {.readOnly = true});
-  ASSERT_FALSE(ro);
-  EXPECT_NE(ro.message().find("needs a migration"), std::string::npos) << ro.message();
+  EXPECT_THAT(ro, HasError("needs a migration"));
 }

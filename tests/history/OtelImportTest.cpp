@@ -22,18 +22,10 @@ namespace {
 
 const std::string kOtel = std::string(PIPESTUDIO_TEST_DATA) + "/otel/";
 
-HistoryStore openStore(const TempDir& dir) {
-  auto s = HistoryStore::open(dir.file("history.sqlite"));
-  EXPECT_TRUE(s.hasValue()) << (s ? "" : s.message());
-  return std::move(*s);
-}
-
 // The plan the spans' run follows: 1F1B over 2 devices, 4 microbatches, forward 4 ms and backward
 // 8 ms a stage (the generator's clock).
 Plan oneFOneB() {
-  PlanRequest r;
-  Component c;
-  c.name = "backbone";
+  std::vector<Layer> layers;
   for (int i = 0; i < 4; ++i) {
     Layer l;
     l.name = "l" + std::to_string(i);
@@ -44,27 +36,9 @@ Plan oneFOneB() {
     l.activationBytes = 1000;
     l.parameterBytes = 1000;
     l.outputBytes = 1000;
-    c.layers.push_back(l);
+    layers.push_back(l);
   }
-  r.model.name = "t";
-  r.model.components.push_back(c);
-  r.cluster.name = "c";
-  r.cluster.gpu.name = "test-gpu";
-  r.cluster.gpu.peakTflops = 100;
-  r.cluster.gpu.memoryGib = 80;
-  NodeSpec n;
-  n.host = "localhost";
-  n.gpus = 2;
-  r.cluster.nodes.push_back(n);
-  r.cluster.intraNode = {100, 5};
-  r.cluster.interNode = {100, 5};
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
-  r.config.partition = "uniform";
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
-  return plan ? *plan : Plan{};
+  return plannedPlan(std::move(layers), "1f1b", 2, 4);
 }
 
 }  // namespace
@@ -73,13 +47,8 @@ TEST(OtelImport, MegatronSpansBecomeThePlansOpsRankByRank) {
   TempDir dir;
   const Plan plan = oneFOneB();
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan, "1f1b.json");
-  ASSERT_TRUE(planId.hasValue());
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  auto r = importAgainstPlan(store, plan, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, "1f1b.json");
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 30 + 22);
   EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");
   EXPECT_EQ(r->measuredOps, 2 * 2 * 8);  // iterations × ranks × (4 F + 4 backward)
@@ -88,7 +57,7 @@ TEST(OtelImport, MegatronSpansBecomeThePlansOpsRankByRank) {
   EXPECT_NE(r->notes[1].find("OpenTelemetry JSON (Megatron-LM spans), device 1 (rank 1)"), std::string::npos)
       << r->notes[1];
   auto c = compareRunToPlan(store, r->runId);
-  ASSERT_TRUE(c.hasValue()) << c.message();
+  ASSERT_THAT(c, HasValue());
   EXPECT_EQ(c->iterations, 2);
   EXPECT_EQ(c->unmatchedPlanned, 0);
   EXPECT_EQ(c->ops.size(), plan.ops.size());
@@ -110,13 +79,13 @@ TEST(OtelImport, AJaegerExportOfBothRanksAndARunWithoutAPlan) {
   TraceImportOptions o;
   o.plan = &plan;
   auto r = importTraces(store, {kOtel + "jaeger-pp2.json"}, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 52);
   EXPECT_EQ(r->measuredOps, 32);
   EXPECT_EQ(r->matchedOps, 32);
   // Without a plan: one model chunk per rank, microbatches in the order they ran.
   auto bare = importTraces(store, {kOtel + "rank0.otlp.json", kOtel + "rank1.otlp.json"}, {});
-  ASSERT_TRUE(bare.hasValue()) << bare.message();
+  ASSERT_THAT(bare, HasValue());
   EXPECT_EQ(bare->measuredOps, 32);
   auto ops = store.loadEvents(bare->runId, EventCategory::Op);
   ASSERT_TRUE(ops.hasValue());
@@ -139,18 +108,15 @@ TEST(OtelImport, HostileSpanFilesAreRefusedAndLeaveNothingBehind) {
       write("backwards.json", R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"megatron.microbatch.forward",)"
                               R"("startTimeUnixNano":"2000","endTimeUnixNano":"1000"}]}]}]})");
   auto r = importTraces(store, {backwards}, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("/resourceSpans/0/scopeSpans/0/spans/0"), std::string::npos) << r.message();
-  EXPECT_NE(r.message().find("end >= start"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("/resourceSpans/0/scopeSpans/0/spans/0"));
+  EXPECT_THAT(r, HasError("end >= start"));
   const std::string notArray = write("notarray.json", R"({"resourceSpans": 3})");
   auto n = importTraces(store, {notArray}, {});
-  ASSERT_FALSE(n.hasValue());
-  EXPECT_NE(n.message().find("/resourceSpans is not an array"), std::string::npos) << n.message();
+  EXPECT_THAT(n, HasError("/resourceSpans is not an array"));
   const std::string jaeger = write("jaeger.json", R"({"data":[{"traceID":"1","spans":[{"operationName":"x",)"
                                                   R"("startTime":-5,"duration":1}]}]})");
   auto j = importTraces(store, {jaeger}, {});
-  ASSERT_FALSE(j.hasValue());
-  EXPECT_NE(j.message().find("/data/0/spans/0"), std::string::npos) << j.message();
+  EXPECT_THAT(j, HasError("/data/0/spans/0"));
   auto runs = store.listRuns();
   ASSERT_TRUE(runs.hasValue());
   EXPECT_TRUE(runs->empty());

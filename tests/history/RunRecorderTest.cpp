@@ -3,6 +3,10 @@
 
 #include "TestSupport.hpp"
 #include "pipestudio/history/RunRecorder.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio::history {
 namespace {
@@ -11,7 +15,7 @@ class RunRecorderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto s = HistoryStore::open(m_dir.file("h.sqlite"));
-    ASSERT_TRUE(s) << s.message();
+    ASSERT_THAT(s, HasValue());
     m_store = std::make_unique<HistoryStore>(std::move(*s));
   }
   std::string rankStream(int rank, bool withSummary = true) {
@@ -40,7 +44,7 @@ TEST_F(RunRecorderTest, RecordsEveryRankIntoOneRun) {
   }
   ASSERT_TRUE(recorder.finish(RunStatus::Complete, "all ranks exited 0"));
   auto summary = m_store->runSummary(recorder.runId());
-  ASSERT_TRUE(summary) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->name, "deployed");
   EXPECT_EQ(summary->status, RunStatus::Complete);
   EXPECT_EQ(summary->error, "");
@@ -83,8 +87,7 @@ TEST_F(RunRecorderTest, MisuseIsAnErrorNotACrash) {
   ASSERT_TRUE(recorder.start(2));
   EXPECT_FALSE(recorder.start(2));  // once only
   auto bad = recorder.feed(2, "x");
-  ASSERT_FALSE(bad);
-  EXPECT_NE(bad.message().find("rank 2"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("rank 2"));
   EXPECT_FALSE(recorder.feed(-1, "x"));
   ASSERT_TRUE(recorder.finish(RunStatus::Incomplete, "cancelled"));
   auto s = m_store->runSummary(recorder.runId());

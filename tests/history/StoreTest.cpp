@@ -12,14 +12,6 @@ using namespace pipestudio::history;
 using namespace pipestudio::history::testing;
 
 namespace {
-std::int64_t pragma(HistoryStore& s, const char* sql) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(s.connection(), sql, -1, &st, nullptr);
-  std::int64_t v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
 std::string pragmaText(HistoryStore& s, const char* sql) {
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(s.connection(), sql, -1, &st, nullptr);
@@ -34,10 +26,10 @@ TEST(Store, CreatesDirectoriesWalAndCurrentSchema) {
   TempDir dir;
   const std::string path = dir.file("a/b/history.sqlite");
   auto store = HistoryStore::open(path);
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   EXPECT_TRUE(std::filesystem::exists(path));
   EXPECT_EQ(store->schemaVersion(), kSchemaVersion);
-  EXPECT_EQ(pragma(*store, "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(queryInt(*store, "PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(pragmaText(*store, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(*store->integrityCheck(), "ok");
   auto runs = store->listRuns();
@@ -61,15 +53,15 @@ TEST(Store, DefaultPathFollowsXdg) {
 TEST(Store, PlansRoundTripWithOps) {
   TempDir dir;
   auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   const Plan plan = smallPlan();
   auto id = store->addPlan(plan, "my plan");
-  ASSERT_TRUE(id) << id.message();
+  ASSERT_THAT(id, HasValue());
   auto loaded = store->loadPlan(*id);
-  ASSERT_TRUE(loaded) << loaded.message();
+  ASSERT_THAT(loaded, HasValue());
   EXPECT_EQ(loaded->ops.size(), plan.ops.size());
   EXPECT_EQ(loaded->config.schedule, "1f1b");
-  EXPECT_EQ(pragma(*store, "SELECT COUNT(*) FROM planned_ops"), static_cast<std::int64_t>(plan.ops.size()));
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM planned_ops"), static_cast<std::int64_t>(plan.ops.size()));
   EXPECT_FALSE(store->loadPlan(*id + 100));
 }
 
@@ -84,7 +76,7 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   info.planId = *planId;
   info.source = "run";
   auto run = store->ingestStream(trace::encodeStream(executorFrames(plan)), info);
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   auto s = store->runSummary(*run);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->status, RunStatus::Complete);
@@ -114,8 +106,8 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   ASSERT_TRUE(other);
   ASSERT_TRUE(store->deleteRun(*run));
   EXPECT_FALSE(store->runSummary(*run));
-  EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)).c_str()), 0);
-  EXPECT_EQ(pragma(*store, ("SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)).c_str()), 0);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)), 0);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)), 0);
   EXPECT_TRUE(store->runSummary(*other));
   EXPECT_FALSE(store->deleteRun(*run));
   EXPECT_FALSE(store->renameRun(*run, "x"));
@@ -133,7 +125,7 @@ TEST(Store, RunAsPlanGivesADrawableTimeline) {
   auto run = store->ingestStream(trace::encodeStream(executorFrames(plan, {.iterations = 3})), info);
   ASSERT_TRUE(run);
   auto all = store->runAsPlan(*run);
-  ASSERT_TRUE(all) << all.message();
+  ASSERT_THAT(all, HasValue());
   EXPECT_EQ(all->ops.size(), plan.ops.size() * 3);
   auto one = store->runAsPlan(*run, 1);
   ASSERT_TRUE(one);
@@ -171,10 +163,9 @@ TEST(Store, NewerSchemaIsRefusedAndNotModified) {
     before[e.path().string()] = readFile(e.path().string());
   const auto mtime = std::filesystem::last_write_time(path);
   auto store = HistoryStore::open(path);
-  ASSERT_FALSE(store);
-  EXPECT_NE(store.message().find("schema version 99"), std::string::npos) << store.message();
-  EXPECT_NE(store.message().find("newer"), std::string::npos) << store.message();
-  EXPECT_NE(store.message().find(path), std::string::npos) << store.message();
+  EXPECT_THAT(store, HasError("schema version 99"));
+  EXPECT_THAT(store, HasError("newer"));
+  EXPECT_THAT(store, HasError(path));
   EXPECT_EQ(readFile(path), before[path]);
   EXPECT_EQ(std::filesystem::last_write_time(path), mtime);
   auto ro = HistoryStore::open(path, {.readOnly = true});
@@ -188,7 +179,7 @@ TEST(Store, ForeignFilesAreRefused) {
   writeFile(text, "this is not a database, just text that is long enough to look like something\n");
   auto a = HistoryStore::open(text);
   ASSERT_FALSE(a);
-  EXPECT_NE(a.message().find("not a PipeStudio history database"), std::string::npos) << a.message();
+  EXPECT_THAT(a, HasError("not a PipeStudio history database"));
   EXPECT_EQ(readFile(text), "this is not a database, just text that is long enough to look like something\n");
 
   const std::string other = dir.file("other.sqlite");
@@ -197,8 +188,7 @@ TEST(Store, ForeignFilesAreRefused) {
   sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES(1);", nullptr, nullptr, nullptr);
   sqlite3_close(db);
   auto b = HistoryStore::open(other);
-  ASSERT_FALSE(b);
-  EXPECT_NE(b.message().find("other tables"), std::string::npos) << b.message();
+  EXPECT_THAT(b, HasError("other tables"));
 
   auto c = HistoryStore::open(dir.file("missing.sqlite"), {.readOnly = true});
   EXPECT_FALSE(c);
@@ -211,7 +201,7 @@ TEST(Store, ReadersSeeCommittedBatchesWhileAnIngestWrites) {
   ASSERT_TRUE(writer);
   writer->setBatchRows(100);
   auto reader = HistoryStore::open(path, {.readOnly = true});
-  ASSERT_TRUE(reader) << reader.message();
+  ASSERT_THAT(reader, HasValue());
 
   auto run = writer->beginRun({});
   ASSERT_TRUE(run);
@@ -220,7 +210,7 @@ TEST(Store, ReadersSeeCommittedBatchesWhileAnIngestWrites) {
   // Feed half: with 100-row batches, at least 400 events are committed and visible.
   ASSERT_TRUE(ingest.feed(std::string_view(bytes).substr(0, bytes.size() / 2)));
   auto live = reader->runSummary(*run);
-  ASSERT_TRUE(live) << live.message();
+  ASSERT_THAT(live, HasValue());
   EXPECT_EQ(live->status, RunStatus::Running);
   EXPECT_GE(live->events, 400);
   EXPECT_LT(live->events, 1000);

@@ -10,14 +10,6 @@ using namespace pipestudio::history;
 using namespace pipestudio::history::testing;
 
 namespace {
-std::int64_t count(HistoryStore& s, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(s.connection(), sql.c_str(), -1, &st, nullptr);
-  std::int64_t v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
 
 // Events a stream of `frames` stores: op end frames and activities.
 std::int64_t storedEvents(const std::vector<trace::Frame>& frames) {
@@ -36,14 +28,14 @@ TEST(StreamIngest, CompleteStreamStoresEveryRecord) {
   ASSERT_TRUE(store);
   const auto frames = executorFrames(smallPlan(), {.iterations = 3});
   auto run = store->ingestStream(trace::encodeStream(frames));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   auto s = store->runSummary(*run);
   EXPECT_EQ(s->status, RunStatus::Complete);
   EXPECT_EQ(s->events, storedEvents(frames));
   EXPECT_EQ(s->error, "");
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM memory_samples"), 3);
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM steps"), 3);
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE host = 'testhost' AND device_name = 'cpu'"), 1);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM memory_samples"), 3);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM steps"), 3);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM ranks WHERE host = 'testhost' AND device_name = 'cpu'"), 1);
   auto ops = store->loadEvents(*run, EventCategory::Op);
   ASSERT_TRUE(ops);
   EXPECT_EQ(ops->size(), smallPlan().ops.size() * 3);
@@ -70,7 +62,7 @@ TEST(StreamIngest, TruncatedStreamsKeepEveryCompleteFrameAndAreIncomplete) {
   for (std::size_t cut = 0; cut < bytes.size(); cut += 7) {
     const auto decoded = trace::decodeAll(std::string_view(bytes).substr(0, cut));
     auto run = store->ingestStream(std::string_view(bytes).substr(0, cut));
-    ASSERT_TRUE(run) << run.message();
+    ASSERT_THAT(run, HasValue());
     auto s = store->runSummary(*run);
     EXPECT_EQ(s->status, RunStatus::Incomplete) << "cut " << cut;
     EXPECT_EQ(s->events, storedEvents(decoded.frames)) << "cut " << cut;
@@ -91,7 +83,7 @@ TEST(StreamIngest, CorruptStreamReportsTheByteOffset) {
   const std::string file = dir.file("corrupt.pstrace");
   writeFile(file, bytes);
   auto result = store->importStreamFile(file);
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   ASSERT_TRUE(result->firstError);
   EXPECT_NE(result->firstError->find("byte " + std::to_string(prefix.size())), std::string::npos)
       << *result->firstError;
@@ -117,7 +109,7 @@ TEST(StreamIngest, FailedRunsAndErrorFrames) {
   auto s = store->runSummary(*crashed);
   EXPECT_EQ(s->status, RunStatus::Failed);
   EXPECT_NE(s->error.find("rank 1: CUDA error"), std::string::npos) << s->error;
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM run_errors WHERE run_id = " + std::to_string(*crashed)), 1);
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_errors WHERE run_id = " + std::to_string(*crashed)), 1);
 
   auto stopped = store->ingestStream(trace::encodeStream(executorFrames(smallPlan(), {.withSummary = false})));
   ASSERT_TRUE(stopped);
@@ -151,8 +143,8 @@ TEST(StreamIngest, SeveralRanksFeedOneRunOnAlignedClocks) {
   EXPECT_EQ(a.suggestedStatus(), RunStatus::Complete);
   EXPECT_EQ(b.suggestedStatus(), RunStatus::Complete);
   auto finished = store->finishRun(*run, RunStatus::Complete);
-  ASSERT_TRUE(finished) << finished.message();
-  EXPECT_EQ(count(*store, "SELECT COUNT(*) FROM ranks WHERE run_id = " + std::to_string(*run)), 2);
+  ASSERT_THAT(finished, HasValue());
+  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM ranks WHERE run_id = " + std::to_string(*run)), 2);
   auto events = store->loadEvents(*run, EventCategory::Op);
   ASSERT_TRUE(events);
   EXPECT_EQ(events->size(), 2 * smallPlan().ops.size());
@@ -172,7 +164,7 @@ TEST(StreamIngest, LargeStreamInSmallBatches) {
   ASSERT_TRUE(store);
   store->setBatchRows(997);
   auto run = store->ingestStream(largeStream(20000, 4));
-  ASSERT_TRUE(run) << run.message();
+  ASSERT_THAT(run, HasValue());
   auto s = store->runSummary(*run);
   EXPECT_EQ(s->events, 20000);
   EXPECT_EQ(s->devices, 4);
@@ -197,7 +189,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   std::vector<std::size_t> pos(3, 0);
   for (const char* name : {"a", "b", "c"}) {
     auto run = store->beginRun({.name = name, .source = "stream"});
-    ASSERT_TRUE(run) << run.message();
+    ASSERT_THAT(run, HasValue());
     runs.push_back(*run);
     ingests.push_back(std::make_unique<StreamIngest>(*store, *run));
   }
@@ -206,7 +198,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
   // order (a block's last row is not always its largest id; the largest may belong to a run
   // not in it) and each run gets stretches long enough to fill whole blocks alone.
   const Status head = ingests[0]->feed(std::string_view(stream).substr(0, 50'000));
-  ASSERT_TRUE(head) << head.message();
+  ASSERT_THAT(head, HasValue());
   pos[0] = 50'000;
   std::uint64_t lcg = 12345;
   const auto next = [&lcg](std::uint64_t bound) {
@@ -217,7 +209,7 @@ TEST(StreamIngest, InterleavedRunsKeepTheirOwnEventsInOrder) {
     const std::size_t r = next(3);
     const std::string_view chunk = std::string_view(stream).substr(std::min(pos[r], stream.size()), 1 + next(40000));
     const Status fed = ingests[r]->feed(chunk);
-    ASSERT_TRUE(fed) << fed.message();
+    ASSERT_THAT(fed, HasValue());
     pos[r] += chunk.size();
   }
   for (std::size_t r = 0; r < runs.size(); ++r) {

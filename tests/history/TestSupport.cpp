@@ -1,5 +1,7 @@
 #include "TestSupport.hpp"
 
+#include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -8,7 +10,9 @@
 #include <sstream>
 
 #include "pipestudio/plan/Memory.hpp"
+#include "support/MustPlan.hpp"
 #include "support/PlanBuilder.hpp"
+#include "support/RunCommand.hpp"
 
 namespace pipestudio::history::testing {
 
@@ -139,6 +143,72 @@ std::string readFile(const std::string& path) {
 void writeFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
+}
+
+Plan plannedPlan(std::vector<Layer> layers, const std::string& schedule, int devices, int microbatches) {
+  PlanRequest r;
+  Component c;
+  c.name = "backbone";
+  c.layers = std::move(layers);
+  r.model.name = "t";
+  r.model.components.push_back(std::move(c));
+  r.cluster.name = "c";
+  r.cluster.gpu.name = "test-gpu";
+  r.cluster.gpu.peakTflops = 100;
+  r.cluster.gpu.memoryGib = 80;
+  NodeSpec n;
+  n.host = "localhost";
+  n.gpus = devices;
+  r.cluster.nodes.push_back(n);
+  r.cluster.intraNode = {100, 5};
+  r.cluster.interNode = {100, 5};
+  r.config.schedule = schedule;
+  r.config.devices = devices;
+  r.config.microbatches = microbatches;
+  r.config.partition = "uniform";
+  return ::pipestudio::test::mustPlan(r);
+}
+
+CliResult cli(const TempDir& dir, const std::string& args, const std::string& env) {
+  CliResult r;
+#ifdef PIPESTUDIO_CLI
+  const std::string errFile = dir.file("stderr.txt");
+  const test::CommandResult run = test::runCommand((env.empty() ? "" : "env " + env + " ") +
+                                                   std::string(PIPESTUDIO_CLI) + " " + args + " 2>" + errFile);
+  r.exitCode = run.status;
+  r.out = run.out;
+  r.err = readFile(errFile);
+#else
+  (void)dir;
+  (void)args;
+  (void)env;
+#endif
+  return r;
+}
+
+std::int64_t queryInt(HistoryStore& store, const std::string& sql) {
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(store.connection(), sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+  std::int64_t v = -1;
+  if (st && sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+Expected<TraceImportResult> importAgainstPlan(HistoryStore& store, const Plan& plan,
+                                              const std::vector<std::string>& files, const std::string& name) {
+  auto planId = store.addPlan(plan, name);
+  if (!planId) return planId.error();
+  TraceImportOptions o;
+  o.plan = &plan;
+  o.info.planId = *planId;
+  return importTraces(store, files, o);
+}
+
+HistoryStore openStore(const TempDir& dir) {
+  auto s = HistoryStore::open(dir.file("history.sqlite"));
+  EXPECT_THAT(s, HasValue());
+  return std::move(*s);
 }
 
 }  // namespace pipestudio::history::testing

@@ -7,10 +7,16 @@
 #include <vector>
 
 #include "pipestudio/history/HistoryStore.hpp"
+#include "pipestudio/history/TraceImport.hpp"
+#include "pipestudio/model/Model.hpp"
 #include "pipestudio/plan/Plan.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::history::testing {
+
+using ::pipestudio::test::HasError;
+using ::pipestudio::test::HasValue;
 
 /// A fresh directory under the system temp dir, removed on destruction.
 class TempDir {
@@ -28,6 +34,32 @@ class TempDir {
 
 /// 2 devices, 2 virtual stages, 2 microbatches, F/B/W ops of 1 ms each in a 1F1B-like order.
 Plan smallPlan();
+
+/// The planner's plan of `layers` (model "t", one component "backbone") on `devices` GPUs of
+/// one node linked at 100 GB/s and 5 µs, partitioned uniformly; a refusal fails the test.
+Plan plannedPlan(std::vector<Layer> layers, const std::string& schedule, int devices, int microbatches);
+
+/// The first column of the first row `sql` returns on the store's connection, -1 without a row; a
+/// statement that does not prepare fails the test.
+std::int64_t queryInt(HistoryStore& store, const std::string& sql);
+
+/// Stores `plan` (named `name`) and imports `files` as a run of it, timed against it.
+Expected<TraceImportResult> importAgainstPlan(HistoryStore& store, const Plan& plan,
+                                              const std::vector<std::string>& files, const std::string& name = {});
+
+/// history.sqlite in `dir`, opened; a failure fails the test.
+HistoryStore openStore(const TempDir& dir);
+
+/// What the built pipestudio-cli printed and how it exited.
+struct CliResult {
+  int exitCode = -1;  ///< -1 where it could not run (or the build has no CLI)
+  std::string out;
+  std::string err;
+};
+
+/// Runs pipestudio-cli with `args` (and `env`, "NAME=value …", in its environment); its stderr
+/// passes through a file in `dir`.
+CliResult cli(const TempDir& dir, const std::string& args, const std::string& env = {});
 
 struct StreamOptions {
   int iterations = 2;

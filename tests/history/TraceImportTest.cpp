@@ -3,7 +3,6 @@
 // built here with the documented schema; their hostile variants; the CLI contract.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <sys/wait.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -27,9 +26,7 @@ namespace {
 // A plan with split backward and real transfers: zb-h1, 4 devices, 6 microbatches.
 // `lateForwardMs` replaces the forward cost of the second half of the layers (a slower stage).
 Plan zbPlan(const std::string& schedule = "zb-h1", int devices = 4, int microbatches = 6, double lateForwardMs = 1.0) {
-  PlanRequest r;
-  Component c;
-  c.name = "backbone";
+  std::vector<Layer> layers;
   for (int i = 0; i < 8; ++i) {
     Layer l;
     l.name = "l" + std::to_string(i);
@@ -41,27 +38,9 @@ Plan zbPlan(const std::string& schedule = "zb-h1", int devices = 4, int microbat
     l.weightGradBytes = 400;
     l.parameterBytes = 1000;
     l.outputBytes = 4'000'000;
-    c.layers.push_back(l);
+    layers.push_back(l);
   }
-  r.model.name = "t";
-  r.model.components.push_back(c);
-  r.cluster.name = "c";
-  r.cluster.gpu.name = "test-gpu";
-  r.cluster.gpu.peakTflops = 100;
-  r.cluster.gpu.memoryGib = 80;
-  NodeSpec n;
-  n.host = "localhost";
-  n.gpus = devices;
-  r.cluster.nodes.push_back(n);
-  r.cluster.intraNode = {100, 5};
-  r.cluster.interNode = {100, 5};
-  r.config.schedule = schedule;
-  r.config.devices = devices;
-  r.config.microbatches = microbatches;
-  r.config.partition = "uniform";
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
-  return *plan;
+  return plannedPlan(std::move(layers), schedule, devices, microbatches);
 }
 
 const char* letter(OpKind k) {
@@ -168,12 +147,6 @@ std::vector<std::string> writeRanks(const TempDir& dir, const Plan& plan, const 
   return files;
 }
 
-HistoryStore openStore(const TempDir& dir) {
-  auto s = HistoryStore::open(dir.file("history.sqlite"));
-  EXPECT_TRUE(s.hasValue()) << (s ? "" : s.message());
-  return std::move(*s);
-}
-
 std::size_t runCount(HistoryStore& store) {
   auto runs = store.listRuns();
   return runs ? runs->size() : 999;
@@ -186,13 +159,8 @@ TEST(KinetoImport, GzippedRanksWithAnnotationsAlignOpByOpWithThePlan) {
   const Plan plan = zbPlan();
   const auto files = writeRanks(dir, plan);
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan, "zb.json");
-  ASSERT_TRUE(planId.hasValue());
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, files, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  auto r = importAgainstPlan(store, plan, files, "zb.json");
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");
   EXPECT_EQ(r->measuredOps, 2 * static_cast<std::int64_t>(plan.ops.size()));
   EXPECT_EQ(r->matchedOps, r->measuredOps);
@@ -200,7 +168,7 @@ TEST(KinetoImport, GzippedRanksWithAnnotationsAlignOpByOpWithThePlan) {
   EXPECT_NE(r->notes[0].find("device 3 (from its annotated stages)"), std::string::npos) << r->notes[0];
 
   auto c = compareRunToPlan(store, r->runId);
-  ASSERT_TRUE(c.hasValue()) << c.message();
+  ASSERT_THAT(c, HasValue());
   EXPECT_EQ(c->iterations, 2);
   EXPECT_EQ(c->unmatchedPlanned, 0);
   EXPECT_EQ(c->ops.size(), plan.ops.size());
@@ -236,15 +204,11 @@ TEST(KinetoImport, WithoutOpAnnotationsTheGpuActivityComparesAndNcclWaitsAreBubb
     writeGzip(files.back(), text);
   }
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan);
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, files, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  auto r = importAgainstPlan(store, plan, files);
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->measuredOps, 0);
   auto c = compareRunToPlan(store, r->runId);
-  ASSERT_TRUE(c.hasValue()) << c.message();
+  ASSERT_THAT(c, HasValue());
   EXPECT_TRUE(c->ops.empty());
   EXPECT_EQ(c->iterations, 2);  // the devices' ProfilerStep ranges
   ASSERT_EQ(c->devices.size(), 4u);
@@ -271,12 +235,12 @@ TEST(KinetoImport, LegacyAnnotationsAndARunWithoutAPlan) {
   TraceImportOptions o;
   o.plan = &plan;
   auto r = importTraces(store, {dir.file("legacy.json.gz")}, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_GT(r->matchedOps, 0);
   EXPECT_EQ(r->matchedOps, r->measuredOps);  // B read as the input gradient, W after it
   // Without a plan: ops are measured but nothing is matched; device from distributedInfo.rank.
   auto bare = importTraces(store, {dir.file("legacy.json.gz")}, {});
-  ASSERT_TRUE(bare.hasValue()) << bare.message();
+  ASSERT_THAT(bare, HasValue());
   EXPECT_EQ(bare->matchedOps, 0);
   EXPECT_GT(bare->measuredOps, 0);
   EXPECT_NE(bare->notes[0].find("device 1 (rank 1)"), std::string::npos) << bare->notes[0];
@@ -293,30 +257,25 @@ TEST(KinetoImport, HostileFilesAreRefusedAndLeaveNothingBehind) {
   std::vector<std::string> withCut = files;
   withCut.back() = dir.file("cut.json.gz");
   auto r = importTraces(store, withCut, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("cut.json.gz"), std::string::npos) << r.message();
-  EXPECT_NE(r.message().find("truncated"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("cut.json.gz"));
+  EXPECT_THAT(r, HasError("truncated"));
   EXPECT_EQ(runCount(store), 0u);
   // Garbage inside a valid gzip; a JSON file without events; two files of one rank.
   writeGzip(dir.file("garbage.json.gz"), "\x01\x02 not json at all");
   r = importTraces(store, {dir.file("garbage.json.gz")}, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("garbage.json.gz: byte"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("garbage.json.gz: byte"));
   writeFile(dir.file("empty.json"), "{\"schemaVersion\": 1}");
   r = importTraces(store, {dir.file("empty.json")}, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("no trace events"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("no trace events"));
   r = importTraces(store, {files[0], files[0]}, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("are both device"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("are both device"));
   EXPECT_EQ(runCount(store), 0u);
   // A plan that is not the run's: annotations name stages the plan does not have.
   const Plan small = zbPlan("1f1b", 2, 2);
   TraceImportOptions o;
   o.plan = &small;
   r = importTraces(store, files, o);
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("is this the plan the run executed?"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("is this the plan the run executed?"));
   EXPECT_EQ(runCount(store), 0u);
 }
 
@@ -341,7 +300,7 @@ TEST(KinetoImport, AMillionEventsOnOneTimestamp) {
   }
   auto store = openStore(dir);
   auto r = importTraces(store, {path}, {});
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 1'000'001);
   EXPECT_EQ(r->measuredOps, 1);
   auto summary = store.runSummary(r->runId);
@@ -440,18 +399,14 @@ TEST(NsysImport, RanksOnOneAxisAndNvtxOpsProjectedOntoTheirKernels) {
     makeNsys(files.back(), plan, d, o);
   }
   auto store = openStore(dir);
-  auto planId = store.addPlan(plan);
-  TraceImportOptions o;
-  o.plan = &plan;
-  o.info.planId = *planId;
-  auto r = importTraces(store, files, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  auto r = importAgainstPlan(store, plan, files);
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->skipped, 0) << r->firstError.value_or("");
   EXPECT_EQ(r->matchedOps, static_cast<std::int64_t>(plan.ops.size()));
   auto summary = store.runSummary(r->runId);
   EXPECT_EQ(summary->gpu, "NVIDIA H100 80GB HBM3");
   auto c = compareRunToPlan(store, r->runId);
-  ASSERT_TRUE(c.hasValue()) << c.message();
+  ASSERT_THAT(c, HasValue());
   // Ops take their kernels' GPU times, not the NVTX host ranges 0.3 ms earlier.
   for (const OpDrift& d : c->ops) {
     EXPECT_NEAR(d.startDriftMs, 0.0, 1e-6) << "device " << d.device;
@@ -472,7 +427,7 @@ TEST(NsysImport, WithoutTheCudaApiTableOpsKeepTheirHostTimes) {
   TraceImportOptions opts;
   opts.plan = &plan;
   auto r = importTraces(store, {dir.file("r0.sqlite")}, opts);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   auto ops = store.loadEvents(r->runId, EventCategory::Op);
   ASSERT_TRUE(ops.hasValue());
   ASSERT_FALSE(ops->empty());
@@ -491,20 +446,18 @@ TEST(NsysImport, HostileExports) {
     sqlite3_close(db);
   }
   auto r = importTraces(store, {dir.file("other.sqlite")}, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("not an Nsight Systems export"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("not an Nsight Systems export"));
   // A corrupt file that starts like SQLite.
   writeFile(dir.file("corrupt.sqlite"), std::string("SQLite format 3\0", 16) + std::string(3000, '\x7f'));
   r = importTraces(store, {dir.file("corrupt.sqlite")}, {});
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("corrupt.sqlite"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("corrupt.sqlite"));
   EXPECT_EQ(runCount(store), 0u);
   // NULL ends are skipped, counted and named.
   NsysOptions o;
   o.nullEnd = true;
   makeNsys(dir.file("nullend.sqlite"), plan, 0, o);
   r = importTraces(store, {dir.file("nullend.sqlite")}, {});
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->skipped, 1);
   EXPECT_NE(r->firstError.value_or("").find("NVTX_EVENTS row"), std::string::npos) << r->firstError.value_or("");
   // 10^5 NVTX op ranges and CUDA API calls on one timestamp: projection stays O(n log n).
@@ -530,7 +483,7 @@ TEST(NsysImport, HostileExports) {
     sqlite3_close(db);
   }
   r = importTraces(store, {dir.file("flat.sqlite")}, {});
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 200'000);
   EXPECT_EQ(r->measuredOps, 100'000);
 }
@@ -539,11 +492,9 @@ TEST(OpPattern, UserPatternsNameTheirGroupsAndBadOnesAreRefused) {
   EXPECT_TRUE(checkOpPattern(""));
   EXPECT_TRUE(checkOpPattern("stage=(?<stage>\\d+) op=(?<kind>[FIWB]) mb=(?<microbatch>\\d+)"));
   auto bad = checkOpPattern("stage=(?<stage>\\d+");
-  ASSERT_FALSE(bad);
-  EXPECT_NE(bad.message().find("at offset"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("at offset"));
   auto missing = checkOpPattern("(?<stage>\\d+)(?<kind>F)");
-  ASSERT_FALSE(missing);
-  EXPECT_NE(missing.message().find("(?<microbatch>"), std::string::npos) << missing.message();
+  EXPECT_THAT(missing, HasError("(?<microbatch>"));
 
   TempDir dir;
   const Plan plan = zbPlan("1f1b", 2, 2);
@@ -565,37 +516,12 @@ TEST(OpPattern, UserPatternsNameTheirGroupsAndBadOnesAreRefused) {
   o.plan = &plan;
   o.opPattern = "stage=(?<stage>\\d+) op=(?<kind>[FIWB]) mb=(?<microbatch>\\d+)";
   auto r = importTraces(store, {dir.file("custom.json")}, o);
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_GT(r->matchedOps, 0);
   EXPECT_EQ(r->matchedOps, r->measuredOps);
 }
 
 namespace {
-
-struct CliResult {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-CliResult cli(const TempDir& dir, const std::string& args) {
-  CliResult r;
-#ifdef PIPESTUDIO_CLI
-  const std::string errFile = dir.file("stderr.txt");
-  FILE* p = popen((std::string(PIPESTUDIO_CLI) + " " + args + " 2>" + errFile).c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = readFile(errFile);
-#else
-  (void)dir;
-  (void)args;
-#endif
-  return r;
-}
 
 std::string dataFile(const std::string& name) { return std::string(PIPESTUDIO_TEST_DATA) + "/trace/" + name; }
 

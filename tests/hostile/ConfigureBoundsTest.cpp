@@ -9,6 +9,9 @@
 
 #include "Spawn.hpp"
 #include "pipestudio/common/Json.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 
@@ -34,7 +37,7 @@ TEST(ConfigureBounds, TenThousandIdenticalBlocksAnswerWithinBoundedMemory) {
   EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
   if (r.exitCode == 0) {
     auto doc = pipestudio::parseJson(r.out, "<stdout>");
-    ASSERT_TRUE(doc) << doc.message();
+    ASSERT_THAT(doc, HasValue());
     EXPECT_FALSE(doc->root["feasible"].empty());
   } else {
     EXPECT_NE(r.err.find("configure: "), std::string::npos) << r.err;

@@ -15,6 +15,9 @@
 #include "Spawn.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 namespace fs = std::filesystem;
@@ -22,16 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kResources = PIPESTUDIO_RESOURCES;
-
-std::string hexOf(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (const unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
 
 // A GPT-3 1.3B plan torchtitan can run (1F1B, two stages), made once.
 const std::string& basePlan() {
@@ -49,7 +42,7 @@ const std::string& basePlan() {
 // The plan with its embedded model renamed.
 std::string planNamed(const fs::path& dir, const std::string& name) {
   auto doc = pipestudio::loadJsonFile(basePlan());
-  EXPECT_TRUE(doc) << doc.message();
+  EXPECT_THAT(doc, HasValue());
   pipestudio::Json plan = doc->root;
   plan["model"]["name"] = name;
   const std::string path = (dir / "plan.json").string();

@@ -6,6 +6,9 @@
 
 #include "Spawn.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 namespace fs = std::filesystem;
@@ -26,11 +29,11 @@ TEST(HistoryFaults, ChromeDurationsPastInt64NanosecondsAreRefusedNotStoredNegati
   EXPECT_NE(r.out.find("\"skipped\":3"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("\"dur\" 1e+308 µs is out of range"), std::string::npos) << r.err;
   auto store = pipestudio::history::HistoryStore::open(db);
-  ASSERT_TRUE(store) << store.message();
+  ASSERT_THAT(store, HasValue());
   auto runs = store->listRuns();
   ASSERT_TRUE(runs && runs->size() == 1);
   auto events = store->loadEvents(runs->front().id);
-  ASSERT_TRUE(events) << events.message();
+  ASSERT_THAT(events, HasValue());
   for (const auto& e : *events) {
     EXPECT_GE(e.durationNs, 0) << e.name;
     EXPECT_GE(e.startNs, 0) << e.name;

@@ -10,6 +10,9 @@
 
 #include "Spawn.hpp"
 #include "pipestudio/common/Json.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 namespace fs = std::filesystem;
@@ -21,7 +24,7 @@ const std::string kResources = PIPESTUDIO_RESOURCES;
 
 Json readJson(const std::string& path) {
   auto doc = pipestudio::loadJsonFile(path);
-  EXPECT_TRUE(doc) << doc.message();
+  EXPECT_THAT(doc, HasValue());
   return doc ? doc->root : Json();
 }
 

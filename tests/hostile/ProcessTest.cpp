@@ -11,6 +11,9 @@
 
 #include "Spawn.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 namespace fs = std::filesystem;
@@ -84,7 +87,7 @@ bool goneWithin(pid_t pid, double seconds) {
 
 pipestudio::history::RunStatus onlyRunStatus(const std::string& db, std::string* error = nullptr) {
   auto store = pipestudio::history::HistoryStore::open(db);  // read-write: recovers dead writers' runs
-  EXPECT_TRUE(store) << store.message();
+  EXPECT_THAT(store, HasValue());
   auto runs = store->listRuns();
   EXPECT_TRUE(runs && runs->size() == 1);
   if (error) *error = runs->front().error;

@@ -13,6 +13,10 @@
 #include "Spawn.hpp"
 #include "pipestudio/common/SourceText.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 using pipestudio::SourceContext;
@@ -69,16 +73,6 @@ std::vector<std::string> hostileStrings() {
 
 bool validUtf8(const std::string& s) { return pipestudio::isValidUtf8(s); }
 
-std::string hexOf(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (const unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
 fs::path freshDir(const std::string& name) {
   const fs::path dir = tempDir() / name;
   fs::remove_all(dir);
@@ -103,7 +97,7 @@ TEST(SourceText, PythonStringsReadBackExactlyAndRunNothing) {
   std::string expected;
   for (const std::string& s : hostileStrings()) {
     auto literal = sourceText(SourceContext::PythonString, s);
-    ASSERT_TRUE(literal) << literal.message();
+    ASSERT_THAT(literal, HasValue());
     program += "    " + *literal + ",\n";
     expected += hexOf(s) + "\n";
   }
@@ -124,7 +118,7 @@ TEST(SourceText, PythonDocstringsReadBackExactly) {
   std::string expected;
   for (const std::string& s : hostileStrings()) {
     auto body = sourceText(SourceContext::PythonDocstring, s);
-    ASSERT_TRUE(body) << body.message();
+    ASSERT_THAT(body, HasValue());
     program += "    \"\"\"" + *body + "\"\"\",\n";
     expected += hexOf(s) + "\n";
   }
@@ -149,11 +143,11 @@ TEST(SourceText, TomlStringsParseBackExactlyOrAreRefused) {
     if (!validUtf8(s)) {
       EXPECT_FALSE(literal) << "TOML cannot hold bytes that are not UTF-8: " << hexOf(s);
       if (!literal) {
-        EXPECT_NE(literal.message().find("not UTF-8"), std::string::npos) << literal.message();
+        EXPECT_THAT(literal, HasError("not UTF-8"));
       }
       continue;
     }
-    ASSERT_TRUE(literal) << literal.message();
+    ASSERT_THAT(literal, HasValue());
     document += "v" + std::to_string(n++) + " = " + *literal + "\n";
     expected += hexOf(s) + "\n";
   }
@@ -178,7 +172,7 @@ TEST(SourceText, ShellWordsReadBackExactlyAndRunNothing) {
       EXPECT_FALSE(word) << "no shell word carries NUL";
       continue;
     }
-    ASSERT_TRUE(word) << word.message();
+    ASSERT_THAT(word, HasValue());
     script += "printf '%s' " + *word + " | od -An -v -tx1 | tr -d ' \\n'; echo\n";
     expected += hexOf(s) + "\n";
   }

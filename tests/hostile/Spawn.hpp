@@ -36,6 +36,17 @@ inline void spit(const std::string& path, const std::string& text) {
   out << text;
 }
 
+/// `bytes` as lowercase hex, two digits a byte.
+inline std::string hexOf(const std::string& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
 /// A fresh directory per test process.
 inline std::filesystem::path tempDir() {
   static const std::filesystem::path dir = [] {

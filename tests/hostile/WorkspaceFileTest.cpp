@@ -9,6 +9,9 @@
 
 #include "Spawn.hpp"
 #include "pipestudio/common/Json.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace hostile;
 using pipestudio::Json;
@@ -17,7 +20,7 @@ namespace {
 
 Json readJson(const std::string& path) {
   auto doc = pipestudio::loadJsonFile(path);
-  EXPECT_TRUE(doc) << doc.message();
+  EXPECT_THAT(doc, HasValue());
   return doc ? doc->root : Json();
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "pipestudio/model/Cluster.hpp"
+#include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/Model.hpp"
 
 namespace pipestudio::test {
@@ -20,18 +21,32 @@ inline GpuSpec roundGpu() {
   return g;
 }
 
+/// Hidden, sequence and heads; every other field as TransformerShape defaults it.
+inline TransformerShape shapeOf(std::int64_t hidden, std::int64_t seq, std::int64_t heads) {
+  TransformerShape t;
+  t.hidden = hidden;
+  t.seq = seq;
+  t.heads = heads;
+  return t;
+}
+
 /// A GPT block of hidden h, sequence s, heads a: GELU MLP of 4h, multi-head attention,
 /// FlashAttention, dropout.
 inline Layer gptBlock(std::int64_t h, std::int64_t s, std::int64_t a) {
   Layer l;
   l.name = "block";
   l.kind = "transformer";
-  TransformerShape t;
-  t.hidden = h;
-  t.seq = s;
-  t.heads = a;
-  l.transformer = t;
+  l.transformer = shapeOf(h, s, a);
   return l;
+}
+
+/// Tensor, context and expert parallelism on NVLink-like 100 GB/s links, data parallelism on a
+/// 10 GB/s network; no latency.
+inline void setRoundLinks(CollectiveLinks& links) {
+  links.tensor = CollectiveLink{100, 0, false};
+  links.context = CollectiveLink{100, 0, false};
+  links.expert = CollectiveLink{100, 0, false};
+  links.data = CollectiveLink{10, 0, true};
 }
 
 }  // namespace pipestudio::test

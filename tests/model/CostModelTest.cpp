@@ -1,19 +1,11 @@
 #include <gtest/gtest.h>
 
+#include "CostFixtures.hpp"
 #include "pipestudio/model/CostModel.hpp"
 
 using namespace pipestudio;
 
-namespace {
-// hidden, sequence and heads; every other field as TransformerShape defaults it.
-pipestudio::TransformerShape shapeOf(std::int64_t hidden, std::int64_t seq, std::int64_t heads) {
-  pipestudio::TransformerShape t;
-  t.hidden = hidden;
-  t.seq = seq;
-  t.heads = heads;
-  return t;
-}
-}  // namespace
+using pipestudio::test::shapeOf;
 
 TEST(CostModel, TransformerFlopsFollowNarayanan) {
   TransformerShape t = shapeOf(2048, 2048, 16);

@@ -12,6 +12,11 @@
 
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
+using ::testing::HasSubstr;
 
 namespace pipestudio {
 namespace {
@@ -48,24 +53,24 @@ TEST(Examples, EveryResourceFileValidates) {
   std::size_t checked = 0;
   for (const auto& path : filesIn("models")) {
     auto m = loadModel(path);
-    EXPECT_TRUE(m) << m.message();
+    EXPECT_THAT(m, HasValue());
     ++checked;
   }
   for (const auto& path : filesIn("clusters")) {
     auto c = loadCluster(path);
-    EXPECT_TRUE(c) << c.message();
+    EXPECT_THAT(c, HasValue());
     ++checked;
   }
   for (const auto& path : filesIn("hosts")) {
     auto h = loadHosts(path);
-    EXPECT_TRUE(h) << h.message();
+    EXPECT_THAT(h, HasValue());
     ++checked;
   }
   for (const auto& path : filesIn("workspaces")) {
     auto doc = loadJsonFile(path);
-    ASSERT_TRUE(doc) << doc.message();
+    ASSERT_THAT(doc, HasValue());
     auto kind = documentKind(*doc);
-    ASSERT_TRUE(kind) << kind.message();
+    ASSERT_THAT(kind, HasValue());
     EXPECT_EQ(*kind, "workspace");
     JsonReader r(*doc);
     auto model = r.field(r.root(), "model", Presence::Required);
@@ -82,7 +87,7 @@ TEST(Examples, EveryResourceFileValidates) {
 TEST(Examples, SavedCopiesLoadBackUnchanged) {
   for (const auto& path : filesIn("models")) {
     auto m = loadModel(path);
-    ASSERT_TRUE(m) << m.message();
+    ASSERT_THAT(m, HasValue());
     auto doc = parseJson(modelToJson(*m).dump(), "<copy>");
     ASSERT_TRUE(doc);
     JsonReader r(*doc);
@@ -95,7 +100,7 @@ TEST(Examples, SavedCopiesLoadBackUnchanged) {
 // A cluster's shared PCIe switches (links.host_switch) are written and read back.
 TEST(Examples, HostSwitchesRoundTrip) {
   auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  ASSERT_TRUE(c) << c.message();
+  ASSERT_THAT(c, HasValue());
   c->hostSwitchGpus = 2;
   c->hostSwitchGBps = 55.5;
   auto again = clusterFromText(clusterToJson(*c).dump());
@@ -109,7 +114,7 @@ TEST(Examples, HostSwitchesRoundTrip) {
 // may state it, per precision or as bf16's number.
 TEST(Examples, GemmFillRoundTrips) {
   auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  ASSERT_TRUE(c) << c.message();
+  ASSERT_THAT(c, HasValue());
   c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Bf16)] = 71;
   c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Fp8)] = 341;
   auto again = clusterFromText(clusterToJson(*c).dump());
@@ -140,7 +145,7 @@ TEST(Examples, EpOverlapEfficiencyRoundTrips) {
   EXPECT_DOUBLE_EQ(again->gpu.epOverlapEfficiency, 0.75);
 
   auto catalogue = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  ASSERT_TRUE(catalogue) << catalogue.message();
+  ASSERT_THAT(catalogue, HasValue());
   EXPECT_DOUBLE_EQ(epOverlapEfficiency(catalogue->gpu), kMeasuredEpOverlapEfficiency);
 }
 
@@ -167,7 +172,7 @@ TEST(Examples, ComputeCapabilityRoundTrips) {
   JsonReader r(*bad);
   (void)readCluster(r, r.root());
   EXPECT_FALSE(r.ok());
-  EXPECT_NE(r.toError().message.find("/gpu/compute_capability"), std::string::npos) << r.toError().message;
+  EXPECT_THAT(r.toError().message, HasSubstr("/gpu/compute_capability"));
 }
 
 // A GPU's measured expert GEMM curve (tests/gpu/expert_gemm_curve.py) is read from its fields and
@@ -188,16 +193,14 @@ TEST(Examples, ExpertGemmCurveRoundTripsAndLoadsFromItsFile) {
 
   const std::string data = PIPESTUDIO_TEST_DATA;
   auto curve = loadExpertGemmCurve(data + "/good/expert-gemm-curve.json");
-  ASSERT_TRUE(curve) << curve.message();
+  ASSERT_THAT(curve, HasValue());
   ASSERT_EQ(curve->size(), 3U);
   EXPECT_DOUBLE_EQ((*curve)[1].tokens, 1024);
   EXPECT_DOUBLE_EQ((*curve)[1].efficiency, 0.8);
   auto notACurve = loadExpertGemmCurve(data + "/good/tiny-cluster.json");
-  ASSERT_FALSE(notACurve);
-  EXPECT_NE(notACurve.message().find("/schema"), std::string::npos) << notACurve.message();
+  EXPECT_THAT(notACurve, HasError("/schema"));
   auto missing = loadExpertGemmCurve(data + "/good/no-such-curve.json");
-  ASSERT_FALSE(missing);
-  EXPECT_NE(missing.message().find("no-such-curve.json"), std::string::npos) << missing.message();
+  EXPECT_THAT(missing, HasError("no-such-curve.json"));
 }
 
 double parameterCount(const ModelSpec& m, const GpuSpec& gpu, const std::string& component) {
@@ -244,7 +247,7 @@ TEST(Examples, ParameterCountsMatchThePublishedModels) {
   ;
   for (const auto& e : expects) {
     auto m = loadModel((kResources / "models" / e.file).string());
-    ASSERT_TRUE(m) << m.message();
+    ASSERT_THAT(m, HasValue());
     const double p = parameterCount(*m, gpu, e.component);
     EXPECT_GE(p, e.low) << e.file << " " << e.component;
     EXPECT_LE(p, e.high) << e.file << " " << e.component;
@@ -254,10 +257,10 @@ TEST(Examples, ParameterCountsMatchThePublishedModels) {
 TEST(Examples, PerLayerCostsAreBelievableOnEveryCluster) {
   for (const auto& clusterPath : filesIn("clusters")) {
     auto cluster = loadCluster(clusterPath);
-    ASSERT_TRUE(cluster) << cluster.message();
+    ASSERT_THAT(cluster, HasValue());
     for (const auto& modelPath : filesIn("models")) {
       auto m = loadModel(modelPath);
-      ASSERT_TRUE(m) << m.message();
+      ASSERT_THAT(m, HasValue());
       double trainableForwardMs = 0;
       for (const auto& c : m->components) {
         for (const auto& l : c.layers) {
@@ -285,7 +288,7 @@ TEST(Examples, PerLayerCostsAreBelievableOnEveryCluster) {
 
 TEST(Examples, DiffusionModelsHaveFrozenEncodersFeedingTheBackbones) {
   auto sd = loadModel((kResources / "models" / "stable-diffusion-2.1.json").string());
-  ASSERT_TRUE(sd) << sd.message();
+  ASSERT_THAT(sd, HasValue());
   ASSERT_EQ(sd->components.size(), 3U);
   EXPECT_EQ(sd->frozenComponents().size(), 2U);
   ASSERT_EQ(sd->trainableComponents().size(), 1U);
@@ -295,12 +298,12 @@ TEST(Examples, DiffusionModelsHaveFrozenEncodersFeedingTheBackbones) {
   EXPECT_EQ(sd->components[0].layers.size(), 24U);  // token embedding + 23 transformer layers
 
   auto cn = loadModel((kResources / "models" / "controlnet.json").string());
-  ASSERT_TRUE(cn) << cn.message();
+  ASSERT_THAT(cn, HasValue());
   EXPECT_EQ(cn->trainableComponents().size(), 2U);
   EXPECT_EQ(cn->frozenComponents().size(), 2U);
 
   auto syn = loadModel((kResources / "models" / "synthetic-measured.json").string());
-  ASSERT_TRUE(syn) << syn.message();
+  ASSERT_THAT(syn, HasValue());
   ASSERT_EQ(syn->components.size(), 1U);
   const auto& layers = syn->components[0].layers;
   EXPECT_EQ(layers.size(), 12U);

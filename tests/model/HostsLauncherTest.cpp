@@ -7,6 +7,9 @@
 
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -31,7 +34,7 @@ TEST(HostsLauncher, SlurmSectionIsReadAndRoundTrips) {
       "time": "1-12:00:00", "qos": "high", "nodes": 4, "gpus_per_task": 1, "gres": "gpu:8",
       "extra_args": ["--exclusive", "--constraint=a100&ib"]},
     "server_alive_interval_s": 2, "server_alive_count_max": 4)"));
-  ASSERT_TRUE(h) << h.message();
+  ASSERT_THAT(h, HasValue());
   EXPECT_EQ(h->launcher, Launcher::Slurm);
   EXPECT_EQ(h->slurm.submit, "sbatch");
   EXPECT_EQ(h->slurm.partition, "gpu");
@@ -44,19 +47,19 @@ TEST(HostsLauncher, SlurmSectionIsReadAndRoundTrips) {
   EXPECT_EQ(h->serverAliveIntervalS, 2);
   EXPECT_EQ(h->serverAliveCountMax, 4);
   auto again = parseHosts(hostsToJson(*h).dump());
-  ASSERT_TRUE(again) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_EQ(hostsToJson(*again), hostsToJson(*h));
 }
 
 TEST(HostsLauncher, DefaultsWithoutTheSections) {
   auto h = parseHosts(withLauncher("slurm", ""));
-  ASSERT_TRUE(h) << h.message();
+  ASSERT_THAT(h, HasValue());
   EXPECT_EQ(h->slurm.submit, "srun");
   EXPECT_EQ(h->slurm.gpusPerTask, 1);
   EXPECT_EQ(h->serverAliveIntervalS, 5);
   EXPECT_EQ(h->serverAliveCountMax, 3);
   auto m = parseHosts(withLauncher("mpirun", R"("mpirun": {"extra_args": ["--mca", "btl", "^openib"]})"));
-  ASSERT_TRUE(m) << m.message();
+  ASSERT_THAT(m, HasValue());
   EXPECT_EQ(m->mpirun.extraArgs.size(), 3U);
 }
 
@@ -113,7 +116,7 @@ TEST(HostsLauncher, MistakesAreNamedWithTheirPointer) {
 TEST(HostsLauncher, SlurmTimesAsSbatchTakesThem) {
   for (const char* t : {"30", "30:00", "01:30:00", "2-0", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"}) {
     auto h = parseHosts(withLauncher("slurm", std::string(R"("slurm": {"time": ")") + t + "\"}"));
-    EXPECT_TRUE(h) << t << ": " << (h ? "" : h.message());
+    EXPECT_THAT(h, HasValue()) << t;
   }
   for (const char* t : {"", "1h", "-5", "1:", ":30", "1-", "a-1", "1:2:3:4", "99999999999"}) {
     auto h = parseHosts(withLauncher("slurm", std::string(R"("slurm": {"time": ")") + t + "\"}"));
@@ -132,7 +135,7 @@ TEST(LaunchNames, RoundTripAndRefuseEverythingElse) {
   for (const char* bad : {"", "SSH", "srun", "cpu", " slurm"}) EXPECT_FALSE(parseLauncher(bad)) << bad;
   for (Launcher l : kLaunchers) {
     auto h = parseHosts(withLauncher(std::string(name(l)), ""));
-    ASSERT_TRUE(h) << h.message();
+    ASSERT_THAT(h, HasValue());
     EXPECT_EQ(h->launcher, l);
   }
 }

@@ -26,11 +26,7 @@ CostContext context(int tp = 1, bool sp = false, Recompute rc = Recompute::None,
   c.parallel.sequenceParallel = sp;
   c.parallel.recompute = rc;
   c.samplesPerMicrobatch = b;
-  // NVLink-like TP link: 100 GB/s, no latency.
-  c.links.tensor = CollectiveLink{100, 0, false};
-  c.links.context = CollectiveLink{100, 0, false};
-  c.links.expert = CollectiveLink{100, 0, false};
-  c.links.data = CollectiveLink{10, 0, true};
+  test::setRoundLinks(c.links);
   return c;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "CostFixtures.hpp"
 #include "CostParts.hpp"
 #include "pipestudio/model/CostModel.hpp"
 
@@ -17,15 +18,7 @@ namespace {
 
 // Round numbers, no shape effects (no SM count): 100 TFLOP/s bf16 at 50 %, 1 TB/s of HBM, no
 // published attention figures (attention runs at the bf16 efficiency with the kernel's terms).
-GpuSpec testGpu() {
-  GpuSpec g;
-  g.name = "test";
-  g.peakTflops = 100;
-  g.memoryGib = 80;
-  g.efficiency = 0.5;
-  g.memoryBandwidthGBps = 1000;
-  return g;
-}
+GpuSpec testGpu() { return test::roundGpu(); }
 
 constexpr double kRate = 100e12 * 0.5;  // FLOP/s
 constexpr double kScoresPerTile = 128.0 * 128.0;

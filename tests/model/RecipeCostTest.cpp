@@ -35,10 +35,7 @@ CostContext context(Precision p = Precision::Bf16, int tp = 1, std::int64_t b = 
   c.parallel.tensor = tp;
   c.parallel.sequenceParallel = tp > 1;
   c.samplesPerMicrobatch = b;
-  c.links.tensor = CollectiveLink{100, 0, false};
-  c.links.context = CollectiveLink{100, 0, false};
-  c.links.expert = CollectiveLink{100, 0, false};
-  c.links.data = CollectiveLink{10, 0, true};
+  test::setRoundLinks(c.links);
   return c;
 }
 

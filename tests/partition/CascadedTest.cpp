@@ -7,29 +7,22 @@
 #include <random>
 #include <string>
 
+#include "PartitionFixtures.hpp"
 #include "partition/Partitioners.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
 
-Layer layer(const std::string& name, const std::string& kind, double f, double b, double w, std::int64_t act,
-            std::int64_t out) {
-  Layer l;
-  l.name = name;
-  l.kind = kind;
-  l.forwardMs = f;
-  if (b > 0) l.backwardInputMs = b;
-  if (w > 0) l.backwardWeightMs = w;
-  l.activationBytes = act;
-  l.parameterBytes = 1 << 20;
-  l.outputBytes = out;
-  return l;
-}
+using test::forEachSplit;
+using test::layer;
 
 // A frozen encoder feeding two trainable backbones with no `feeds` between them (a base UNet
 // and a super-resolution UNet trained together); the second is costlier per layer and has
@@ -55,18 +48,8 @@ ModelSpec cascaded(int layersPerBackbone = 12) {
 PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::string& schedule,
                     const std::string& partition, const std::string& fill) {
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  EXPECT_TRUE(cluster.hasValue()) << cluster.message();
-  PlanRequest r;
-  r.model = model;
-  if (cluster) r.cluster = *cluster;
-  r.config.schedule = schedule;
-  r.config.devices = devices;
-  r.config.microbatches = mbs;
-  r.config.partition = partition;
-  r.config.fill = fill;
-  if (const auto* g = findScheduleGenerator(schedule)) r.config.chunksPerDevice = g->defaultChunksPerDevice();
-  if (schedule == "interleaved-1f1b") r.config.chunksPerDevice = 2;
-  return r;
+  EXPECT_THAT(cluster, HasValue());
+  return test::partitionRequest(model, cluster ? *cluster : ClusterSpec{}, devices, mbs, schedule, partition, fill);
 }
 
 TEST(Cascaded, IndependentBackbonesAreDetectedThroughFeedsPaths) {
@@ -93,7 +76,7 @@ TEST(Cascaded, IndependentBackbonesAreDetectedThroughFeedsPaths) {
   EXPECT_FALSE(refused.hasValue());
   // The bundled ControlNet: controlnet feeds unet, one group, no opposed candidate.
   auto controlnet = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/controlnet.json");
-  ASSERT_TRUE(controlnet.hasValue()) << controlnet.message();
+  ASSERT_THAT(controlnet, HasValue());
   EXPECT_EQ(partition::dependentBackboneGroups(*controlnet).size(), 1U);
   EXPECT_FALSE(partition::independentBackbonePair(*controlnet));
 }
@@ -123,7 +106,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
       const int mbs = 2 * devices;
       auto plan =
           partition::solveOpposedBackbones(request(cascaded(), devices, mbs, "zb-v", "diffusionpipe", fill), {});
-      ASSERT_TRUE(plan.hasValue()) << plan.message();
+      ASSERT_THAT(plan, HasValue());
       // Base down the V (devices 0 → p−1), sr up it (p−1 → 0), each over all devices.
       std::map<int, std::vector<int>> devicesOf;
       std::map<int, int> nextLayer;
@@ -165,7 +148,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
       expectFrozenConserved(*plan);
       // The plan re-times to itself (executor and `simulate` see the same iteration).
       auto again = resimulate(*plan);
-      ASSERT_TRUE(again.hasValue()) << again.message();
+      ASSERT_THAT(again, HasValue());
       EXPECT_NEAR(again->metrics.makespanMs, plan->metrics.makespanMs, 1e-6);
     }
   }
@@ -176,7 +159,7 @@ TEST(Cascaded, OpposedLayoutRunsBothBackbonesOverAllDevicesIndependently) {
 TEST(Cascaded, SecondBackboneStartsWithoutWaitingForTheFirst) {
   const int devices = 4;
   auto plan = partition::solveOpposedBackbones(request(cascaded(), devices, 8, "zb-v", "diffusionpipe", "none"), {});
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   double baseLastF0End = -1;
   double srFirstF0Start = -1;
   for (const Op& op : plan->ops) {
@@ -187,20 +170,6 @@ TEST(Cascaded, SecondBackboneStartsWithoutWaitingForTheFirst) {
   ASSERT_GE(baseLastF0End, 0);
   ASSERT_GE(srFirstF0Start, 0);
   EXPECT_LT(srFirstF0Start, baseLastF0End);
-}
-
-// Every composition of `layers` into `stages` non-empty contiguous parts (first layers).
-void forEachSplit(int layers, int stages, const std::function<void(const std::vector<int>&)>& f) {
-  std::vector<int> first(static_cast<std::size_t>(stages), 0);
-  std::function<void(int, int)> rec = [&](int s, int start) {
-    first[static_cast<std::size_t>(s)] = start;
-    if (s + 1 == stages) {
-      f(first);
-      return;
-    }
-    for (int next = start + 1; next <= layers - (stages - s - 1); ++next) rec(s + 1, next);
-  };
-  rec(0, 0);
 }
 
 // The joint split of the opposed legs minimises the busiest device (A's stage d plus B's
@@ -291,9 +260,9 @@ TEST(Cascaded, DiffusionPipeIsNoSlowerThanChainOrOpposedLayouts) {
     SCOPED_TRACE(fill);
     const PlanRequest r = request(cascaded(), 4, 8, "1f1b", "diffusionpipe", fill);
     auto best = makePlan(r);
-    ASSERT_TRUE(best.hasValue()) << best.message();
+    ASSERT_THAT(best, HasValue());
     auto opposed = partition::solveOpposedBackbones(r, {});
-    ASSERT_TRUE(opposed.hasValue()) << opposed.message();
+    ASSERT_THAT(opposed, HasValue());
     EXPECT_LE(best->metrics.makespanMs, opposed->metrics.makespanMs + 1e-9);
     double bestChain = 1e300;
     for (const PlanConfig& c : partition::diffusionPipeCandidates(r)) {
@@ -312,7 +281,7 @@ TEST(Cascaded, DiffusionPipeIsNoSlowerThanChainOrOpposedLayouts) {
     zbv.config.chunksPerDevice = 2;
     zbv.config.partition = "dp";
     auto chainV = makePlan(zbv);
-    ASSERT_TRUE(chainV.hasValue()) << chainV.message();
+    ASSERT_THAT(chainV, HasValue());
     EXPECT_LE(opposed->metrics.makespanMs, chainV->metrics.makespanMs + 1e-9);
   }
 }

@@ -9,6 +9,11 @@
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Vocab.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
+using pipestudio::test::IsCancelled;
 
 namespace pipestudio {
 namespace {
@@ -17,14 +22,14 @@ std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCE
 
 TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
   auto model = loadModel(res("models/gpt3-1.3b.json"));
-  ASSERT_TRUE(model.hasValue()) << model.message();
+  ASSERT_THAT(model, HasValue());
   auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
-  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  ASSERT_THAT(cluster, HasValue());
   ConfigureOptions options;
   options.schedules = {"1f1b", "zb-v", "dualpipe", "interleaved-1f1b", "bitpipe"};
   options.globalBatch = 64;
   auto result = configure(*model, *cluster, options);
-  ASSERT_TRUE(result.hasValue()) << result.message();
+  ASSERT_THAT(result, HasValue());
   ASSERT_FALSE(result->feasible.empty());
   EXPECT_EQ(result->globalBatch, 64);
   for (std::size_t i = 1; i < result->feasible.size(); ++i) {
@@ -54,14 +59,14 @@ TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
 
 TEST(Configure, MemoryInfeasibleFamiliesAreRejectedWithNumbers) {
   auto model = loadModel(res("models/gpt3-175b.json"));
-  ASSERT_TRUE(model.hasValue()) << model.message();
+  ASSERT_THAT(model, HasValue());
   auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
   ASSERT_TRUE(cluster.hasValue());
   ConfigureOptions options;
   options.schedules = {"1f1b"};
   options.globalBatch = 8;
   auto result = configure(*model, *cluster, options);
-  ASSERT_TRUE(result.hasValue()) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_TRUE(result->feasible.empty());  // 175B does not fit on 8 × 80 GB, whatever the split
   ASSERT_FALSE(result->rejected.empty());
   for (const auto& r : result->rejected) EXPECT_NE(r.reason.find("memory"), std::string::npos) << r.reason;
@@ -75,22 +80,21 @@ TEST(Configure, CancelStopsTheSearch) {
   SolveControl control;
   control.cancel = &cancel;
   auto result = configure(*model, *cluster, {}, control);
-  ASSERT_FALSE(result.hasValue());
-  EXPECT_TRUE(result.isCancelled()) << result.message();
+  EXPECT_THAT(result, IsCancelled());
 }
 
 // The list is screened on short runs extended to the full microbatch count, but every
 // configuration returned was simulated in full: planning it again gives the same numbers.
 TEST(Configure, EveryRankedConfigurationReplaysExactly) {
   auto model = loadModel(res("models/llama3-8b.json"));
-  ASSERT_TRUE(model.hasValue()) << model.message();
+  ASSERT_THAT(model, HasValue());
   auto cluster = loadCluster(res("clusters/h100-8x8-ib.json"));
-  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  ASSERT_THAT(cluster, HasValue());
   ConfigureOptions options;
   options.keep = 5;
   options.schedules = {"1f1b", "zb-h1", "gpipe", "interleaved-1f1b"};
   auto result = configure(*model, *cluster, options);
-  ASSERT_TRUE(result.hasValue()) << result.message();
+  ASSERT_THAT(result, HasValue());
   ASSERT_FALSE(result->feasible.empty());
   for (const auto& c : result->feasible) {
     PlanRequest r;
@@ -98,7 +102,7 @@ TEST(Configure, EveryRankedConfigurationReplaysExactly) {
     r.cluster = *cluster;
     r.config = c.config;
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     EXPECT_DOUBLE_EQ(plan->metrics.iterationMs, c.iterationMs) << c.config.schedule;
     EXPECT_DOUBLE_EQ(plan->metrics.throughputSamplesPerS, c.throughputSamplesPerS);
   }
@@ -136,7 +140,7 @@ TEST(Cancel, KindSurvivesEveryLayer) {
       };
       auto plan = makePlan(r, control);
       ASSERT_FALSE(plan.hasValue()) << model << " " << partition;
-      EXPECT_TRUE(plan.isCancelled()) << model << " " << partition << ": " << plan.message();
+      EXPECT_THAT(plan, IsCancelled()) << model << " " << partition;
     }
   }
 }
@@ -156,7 +160,7 @@ TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {
     // V schedules want chunks of equal cost; uniform cannot split every layer count evenly.
     if (r.config.chunksPerDevice > 1) r.config.partition = "balanced";
     auto cmp = compareVocabParallel(r);
-    ASSERT_TRUE(cmp.hasValue()) << schedule << ": " << cmp.message();
+    ASSERT_THAT(cmp, HasValue()) << schedule;
     EXPECT_LT(cmp->vocabImbalance, cmp->baselineImbalance) << schedule;
     // Every device runs one S and one T per microbatch.
     std::vector<int> s(4, 0), t(4, 0);
@@ -208,8 +212,7 @@ TEST(Vocab, ModelWithoutVocabularyIsAnError) {
   r.config.devices = 4;
   r.config.microbatches = 8;
   auto plan = makeVocabParallelPlan(r);
-  ASSERT_FALSE(plan.hasValue());
-  EXPECT_NE(plan.message().find("no embedding or lm_head"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("no embedding or lm_head"));
 }
 
 }  // namespace

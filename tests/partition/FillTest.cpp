@@ -4,10 +4,15 @@
 #include <map>
 #include <random>
 
+#include "PartitionFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -66,17 +71,7 @@ ModelSpec backboneOnly(ModelSpec m) {
 
 PlanRequest request(const ModelSpec& model, int devices, int mbs, const std::string& schedule, const std::string& fill,
                     const std::string& partition = "uniform") {
-  PlanRequest r;
-  r.model = model;
-  r.cluster = testCluster(devices);
-  r.config.schedule = schedule;
-  r.config.devices = devices;
-  r.config.microbatches = mbs;
-  r.config.partition = partition;
-  r.config.fill = fill;
-  if (const auto* g = findScheduleGenerator(schedule)) r.config.chunksPerDevice = g->defaultChunksPerDevice();
-  if (schedule == "interleaved-1f1b") r.config.chunksPerDevice = 2;
-  return r;
+  return test::partitionRequest(model, testCluster(devices), devices, mbs, schedule, partition, fill);
 }
 
 // Σ samples of N ops per (component, first layer of its stage, microbatch).
@@ -122,18 +117,18 @@ TEST(Fill, ConservesFrozenWorkAndRespectsBounds) {
   const std::vector<std::string> schedules = {"1f1b", "gpipe", "zb-h1", "interleaved-1f1b", "zb-v"};
   int trials = 0;
   for (int trial = 0; trial < 24; ++trial) {
-    const std::string schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
+    const std::string& schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
     const int devices = std::uniform_int_distribution<int>(2, 4)(rng);
     const int mbs = devices * std::uniform_int_distribution<int>(1, 3)(rng);
     const int samples = std::uniform_int_distribution<int>(1, 6)(rng);
     const double frozenMs = std::uniform_real_distribution<double>(0.5, 12.0)(rng);
     const ModelSpec model = diffusionLike(4 * devices, frozenMs, samples, &rng);
     auto greedy = makePlan(request(model, devices, mbs, schedule, "greedy"));
-    ASSERT_TRUE(greedy.hasValue()) << schedule << ": " << greedy.message();
+    ASSERT_THAT(greedy, HasValue()) << schedule;
     auto none = makePlan(request(model, devices, mbs, schedule, "none"));
-    ASSERT_TRUE(none.hasValue()) << none.message();
+    ASSERT_THAT(none, HasValue());
     auto bare = makePlan(request(backboneOnly(model), devices, mbs, schedule, "greedy"));
-    ASSERT_TRUE(bare.hasValue()) << bare.message();
+    ASSERT_THAT(bare, HasValue());
     expectConserved(*greedy);
     expectConserved(*none);
     const double eps = 1e-6;
@@ -141,7 +136,7 @@ TEST(Fill, ConservesFrozenWorkAndRespectsBounds) {
     EXPECT_LE(greedy->metrics.makespanMs, none->metrics.makespanMs + eps) << schedule << " trial " << trial;
     // The plan re-times to itself (the executor and `simulate` see the same iteration).
     auto again = resimulate(*greedy);
-    ASSERT_TRUE(again.hasValue()) << again.message();
+    ASSERT_THAT(again, HasValue());
     EXPECT_NEAR(again->metrics.makespanMs, greedy->metrics.makespanMs, 1e-6);
     ++trials;
   }
@@ -153,7 +148,7 @@ TEST(Fill, SmallFrozenWorkHidesInBubbles) {
   // frozen work (8 microbatches × 2 × 0.6 ms) is far below that.
   const ModelSpec model = diffusionLike(16, 0.6, 4);
   auto greedy = makePlan(request(model, 4, 8, "1f1b", "greedy"));
-  ASSERT_TRUE(greedy.hasValue()) << greedy.message();
+  ASSERT_THAT(greedy, HasValue());
   auto bare = makePlan(request(backboneOnly(model), 4, 8, "1f1b", "none"));
   ASSERT_TRUE(bare.hasValue());
   EXPECT_LE(greedy->metrics.makespanMs, 1.02 * bare->metrics.makespanMs);
@@ -166,7 +161,7 @@ TEST(Fill, SmallFrozenWorkHidesInBubbles) {
 TEST(Fill, LargeFrozenWorkOverflowsButIsNeverDropped) {
   const ModelSpec model = diffusionLike(8, 40.0, 3);
   auto filled = makeFilledPlan(request(model, 2, 4, "1f1b", "greedy"));
-  ASSERT_TRUE(filled.hasValue()) << filled.message();
+  ASSERT_THAT(filled, HasValue());
   expectConserved(filled->plan);
   const FillReport& r = filled->report;
   EXPECT_GT(r.iterationMs, r.backboneOnlyMs);
@@ -180,7 +175,7 @@ TEST(Fill, LargeFrozenWorkOverflowsButIsNeverDropped) {
 TEST(Fill, ReportHasPerDeviceNumbers) {
   const ModelSpec model = diffusionLike(16, 2.0, 4);
   auto filled = makeFilledPlan(request(model, 4, 8, "1f1b", "greedy"));
-  ASSERT_TRUE(filled.hasValue()) << filled.message();
+  ASSERT_THAT(filled, HasValue());
   const FillReport& r = filled->report;
   ASSERT_EQ(r.devices.size(), 4u);
   double filledMs = 0;
@@ -197,25 +192,23 @@ TEST(Fill, ReportHasPerDeviceNumbers) {
 
 TEST(Fill, UnknownModeIsAnError) {
   auto r = makePlan(request(diffusionLike(8, 1.0, 2), 2, 4, "1f1b", "magic"));
-  ASSERT_FALSE(r.hasValue());
-  EXPECT_NE(r.message().find("greedy"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("greedy"));
 }
 
 TEST(Fill, DataParallelRefusesWhatDoesNotFit) {
   ModelSpec model = diffusionLike(8, 1.0, 2);
   for (auto& l : model.components.back().layers) l.parameterBytes = std::int64_t{20} << 30;  // 10G params/layer
   auto dp = dataParallelIterationMs(model, testCluster(4), 4, 8);
-  ASSERT_FALSE(dp.hasValue());
-  EXPECT_NE(dp.message().find("replica needs"), std::string::npos) << dp.message();
+  EXPECT_THAT(dp, HasError("replica needs"));
 }
 
 class Examples : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Examples, DiffusionExamplesSolve) {
   auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + GetParam() + ".json");
-  ASSERT_TRUE(model.hasValue()) << model.message();
+  ASSERT_THAT(model, HasValue());
   auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  ASSERT_TRUE(cluster.hasValue()) << cluster.message();
+  ASSERT_THAT(cluster, HasValue());
   for (const std::string partition : {"dp", "diffusionpipe"}) {
     PlanRequest r;
     r.model = *model;
@@ -226,7 +219,7 @@ TEST_P(Examples, DiffusionExamplesSolve) {
     r.config.partition = partition;
     r.config.fill = "greedy";
     auto filled = makeFilledPlan(r);
-    ASSERT_TRUE(filled.hasValue()) << partition << ": " << filled.message();
+    ASSERT_THAT(filled, HasValue()) << partition;
     expectConserved(filled->plan);
     EXPECT_GE(filled->report.speedupOverNoFill, 1.0);
     EXPECT_GE(filled->plan.metrics.makespanMs, filled->report.backboneOnlyMs - 1e-6);

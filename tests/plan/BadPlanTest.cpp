@@ -12,6 +12,10 @@
 
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/FileCaseName.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -69,20 +73,11 @@ const auto kCases = std::to_array<Case>({
      "'eager' is not a CUDA graph implementation (expected none|local|transformer_engine|full_iteration)"},
 });
 
-template <typename T>
-std::string caseName(const ::testing::TestParamInfo<T>& testInfo) {
-  std::string name = testInfo.param.file;
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(Corpus, BadPlan, ::testing::ValuesIn(kCases), caseName<Case>);
+INSTANTIATE_TEST_SUITE_P(Corpus, BadPlan, ::testing::ValuesIn(kCases), test::fileCaseName<Case>);
 
 TEST(BadPlan, TheUnbrokenOriginalLoads) {
   auto plan = loadPlan(kData + "good/tiny-plan.json");
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->virtualStages.size(), 2U);
   EXPECT_EQ(plan->ops.size(), 4U);
   EXPECT_DOUBLE_EQ(plan->metrics.makespanMs, 6.0);

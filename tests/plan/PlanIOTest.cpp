@@ -3,7 +3,10 @@
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/PlanBuilder.hpp"
+
+using pipestudio::test::HasValue;
 
 using namespace pipestudio;
 
@@ -53,7 +56,7 @@ TEST(Plan, JsonRoundTrip) {
   const std::string path = testing::TempDir() + "/tiny.plan.json";
   ASSERT_TRUE(savePlan(path, p));
   auto loaded = loadPlan(path);
-  ASSERT_TRUE(loaded) << loaded.message();
+  ASSERT_THAT(loaded, HasValue());
   EXPECT_EQ(loaded->ops.size(), p.ops.size());
   EXPECT_EQ(loaded->virtualStages.size(), 2u);
   EXPECT_DOUBLE_EQ(loaded->metrics.makespanMs, p.metrics.makespanMs);
@@ -76,7 +79,7 @@ TEST(Plan, FrameworkRoundTripsAndUnknownOnesAreRefused) {
   EXPECT_EQ(cfg["framework"], "torchtitan");
   EXPECT_EQ(cfg["compile"], false);
   auto doc = parseJson(cfg.dump(), "config.json");
-  ASSERT_TRUE(doc) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   JsonReader reader(*doc);
   PlanConfig back;
   readRecipeFields(reader, reader.root(), back);
@@ -85,7 +88,7 @@ TEST(Plan, FrameworkRoundTripsAndUnknownOnesAreRefused) {
   EXPECT_FALSE(back.parallel.torchCompile);
 
   auto bad = parseJson(R"({"framework": "jax"})", "bad.json");
-  ASSERT_TRUE(bad) << bad.message();
+  ASSERT_THAT(bad, HasValue());
   JsonReader badReader(*bad);
   readRecipeFields(badReader, badReader.root(), back);
   ASSERT_EQ(badReader.errors().size(), 1u);

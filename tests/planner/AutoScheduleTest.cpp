@@ -10,6 +10,10 @@
 #include "PlannerFixtures.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -85,7 +89,7 @@ void expectValid(const ScheduleInput& in, const ScheduleSkeleton& sk) {
     }
   }
   auto timing = timeAutoOrder(in, sk);
-  ASSERT_TRUE(timing) << timing.message();
+  ASSERT_THAT(timing, HasValue());
 }
 
 TEST(AutoSchedule, RandomInstancesAreValidAndRespectTheMemoryLimit) {
@@ -97,7 +101,7 @@ TEST(AutoSchedule, RandomInstancesAreValidAndRespectTheMemoryLimit) {
     const std::int64_t perMb = in.shape.chunksPerDevice * 8 * kMiBytes;
     in.memoryLimitBytes = 100 * kMiBytes + perMb * (2 + seed % 3);
     auto r = autoSchedule(in);
-    ASSERT_TRUE(r) << r.message();
+    ASSERT_THAT(r, HasValue());
     expectValid(in, r->skeleton);
     for (std::int64_t peak : r->report.peakBytes) EXPECT_LE(peak, *in.memoryLimitBytes) << "seed " << seed;
     auto timing = timeAutoOrder(in, r->skeleton);
@@ -119,7 +123,7 @@ TEST(AutoSchedule, TightestLimitRunsOneMicrobatchAtATime) {
   ScheduleInput in = randomInput(3, 4, 5);
   in.memoryLimitBytes = 100 * kMiBytes + 8 * kMiBytes;
   auto r = autoSchedule(in);
-  ASSERT_TRUE(r) << r.message();
+  ASSERT_THAT(r, HasValue());
   expectValid(in, r->skeleton);
   for (std::int64_t peak : r->report.peakBytes) EXPECT_LE(peak, *in.memoryLimitBytes);
 }
@@ -131,7 +135,7 @@ TEST(AutoSchedule, EqualStagesWithEnoughMemoryReachZeroBubble) {
   ScheduleInput in = equalInput(p, m);
   in.memoryLimitBytes = 100 * kMiBytes + 2 * p * 8 * kMiBytes;
   auto r = autoSchedule(in);
-  ASSERT_TRUE(r) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_DOUBLE_EQ(r->report.busiestDeviceWorkMs, 3.0 * m);
   EXPECT_LE(r->report.makespanMs, 3.0 * m + (p - 1) * 1.0 + 1e-9);
 }
@@ -140,10 +144,9 @@ TEST(AutoSchedule, MemoryLimitBelowOneMicrobatchSaysTheMinimum) {
   ScheduleInput in = randomInput(4, 8, 3);
   in.memoryLimitBytes = 100 * kMiBytes + 4 * kMiBytes;
   auto r = autoSchedule(in);
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.message().find("below one microbatch"), std::string::npos) << r.message();
-  EXPECT_NE(r.message().find("needs at least"), std::string::npos) << r.message();
-  EXPECT_NE(r.message().find(std::to_string(108 * kMiBytes) + " bytes"), std::string::npos) << r.message();
+  EXPECT_THAT(r, HasError("below one microbatch"));
+  EXPECT_THAT(r, HasError("needs at least"));
+  EXPECT_THAT(r, HasError(std::to_string(108 * kMiBytes) + " bytes"));
 }
 
 TEST(AutoSchedule, BadInputIsAnError) {
@@ -197,7 +200,8 @@ TEST(AutoSchedule, SameRequestSamePlanJson) {
     request.config.memoryLimitBytes = 6 * (std::int64_t{1} << 20) + 400000;
     auto a = makeAutoPlan(request, {});
     auto b = makeAutoPlan(request, {});
-    ASSERT_TRUE(a && b) << (a ? b.message() : a.message());
+    ASSERT_THAT(a, HasValue());
+    ASSERT_THAT(b, HasValue());
     EXPECT_EQ(planToJson(*a).dump(), planToJson(*b).dump()) << "chunks " << chunks;
   }
 }
@@ -211,21 +215,17 @@ TEST(AutoSchedule, PostValidationMinimisesTheLongestSpan) {
   }
   PlanRequest request = test::request(model, test::freeCluster(8, 20.0, 3.0), "zb-auto", 8, 24, 1);
   request.config.memoryLimitBytes = 16 * (std::int64_t{1} << 20) + 400000;  // about 2p in flight
-  auto longestSpan = [](const Plan& plan) {
-    double span = 0;
-    for (const auto& d : plan.metrics.devices) span = std::max(span, d.spanMs);
-    return span;
-  };
   AutoScheduleReport globalReport, spanReport;
   auto global = makeAutoPlan(request, {}, &globalReport);
   request.config.optimizerSync = "post-validation";
   auto overlapped = makeAutoPlan(request, {}, &spanReport);
-  ASSERT_TRUE(global && overlapped) << (global ? overlapped.message() : global.message());
+  ASSERT_THAT(global, HasValue());
+  ASSERT_THAT(overlapped, HasValue());
   EXPECT_EQ(globalReport.objective, "makespan");
   EXPECT_EQ(spanReport.objective, "longest device span");
-  EXPECT_NEAR(spanReport.objectiveMs, longestSpan(*overlapped), 1e-9);
+  EXPECT_NEAR(spanReport.objectiveMs, test::longestSpan(*overlapped), 1e-9);
   EXPECT_NEAR(globalReport.objectiveMs, global->metrics.makespanMs, 1e-9);
-  EXPECT_LE(longestSpan(*overlapped), longestSpan(*global) + 1e-9);
+  EXPECT_LE(test::longestSpan(*overlapped), test::longestSpan(*global) + 1e-9);
   EXPECT_LE(global->metrics.makespanMs, overlapped->metrics.makespanMs + 1e-9);
   EXPECT_NE(formatAutoScheduleReport(spanReport).find("longest device span"), std::string::npos);
 }
@@ -238,7 +238,7 @@ TEST(AutoSchedule, WorkBudgetBoundsTheSearch) {
   AutoScheduleOptions small;
   small.workBudgetSteps = 1;
   auto first = autoSchedule(in, small);
-  ASSERT_TRUE(first) << first.message();
+  ASSERT_THAT(first, HasValue());
   EXPECT_EQ(first->report.bestPolicy.rfind("zb.py", 0), 0U) << first->report.bestPolicy;
   EXPECT_LE(first->report.makespanMs, first->report.paperGreedyMakespanMs + 1e-9);
   auto full = autoSchedule(in);
@@ -266,7 +266,7 @@ TEST(AutoSchedule, CancelKeepsTheBestSoFarWhenAskedTo) {
   AutoScheduleOptions keep;
   keep.keepBestOnCancel = true;
   auto r = autoSchedule(in, keep);
-  ASSERT_TRUE(r) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_TRUE(r->report.stoppedEarly);
   expectValid(in, r->skeleton);
   for (std::int64_t peak : r->report.peakBytes) EXPECT_LE(peak, *in.memoryLimitBytes);
@@ -282,8 +282,7 @@ TEST(AutoSchedule, TimingRejectsBrokenOrders) {
   ScheduleSkeleton deadlock = r->skeleton;
   std::reverse(deadlock.devices[1].begin(), deadlock.devices[1].end());
   auto t = timeAutoOrder(in, deadlock);
-  ASSERT_FALSE(t);
-  EXPECT_NE(t.message().find("deadlock"), std::string::npos);
+  EXPECT_THAT(t, HasError("deadlock"));
 }
 
 TEST(AutoScheduleExact, TooLargeOrUnavailableIsReported) {
@@ -314,12 +313,12 @@ TEST(AutoScheduleExact, HeuristicIsCloseToTheIlpOptimum) {
     ScheduleInput in = randomInput(c.p, c.m, c.seed);
     in.memoryLimitBytes = 100 * kMiBytes + c.mbsOfMemory * 8 * kMiBytes;
     auto heuristic = autoSchedule(in);
-    ASSERT_TRUE(heuristic) << heuristic.message();
+    ASSERT_THAT(heuristic, HasValue());
     AutoScheduleOptions options;
     options.exact = true;
     options.exactTimeLimitS = 60;  // these prove in ≤ 2 s; the limit only guards a loaded machine
     auto exact = autoSchedule(in, options);
-    ASSERT_TRUE(exact) << exact.message();
+    ASSERT_THAT(exact, HasValue());
     const AutoScheduleReport& rep = exact->report;
     ASSERT_TRUE(rep.exactStatus == ExactStatus::Optimal || rep.exactStatus == ExactStatus::TimeLimit)
         << exactStatusName(rep.exactStatus) << ": " << rep.exactMessage;
@@ -360,7 +359,7 @@ TEST(AutoSchedulePlan, SimulatorAgreesWithTheAutoSchedulerTiming) {
     request.config.memoryLimitBytes = 12 * (std::int64_t{1} << 20) + 200000;
     AutoScheduleReport report;
     auto plan = makeAutoPlan(request, {}, &report);
-    ASSERT_TRUE(plan) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     EXPECT_EQ(plan->config.schedule, "zb-auto");
     EXPECT_NEAR(plan->metrics.makespanMs, report.makespanMs, 1e-9);
     EXPECT_NEAR(busiestDeviceWorkMs(*plan), report.busiestDeviceWorkMs, 1e-9);
@@ -377,8 +376,7 @@ TEST(AutoSchedulePlan, RegisteredAndLimitBelowOneMicrobatchIsRefused) {
   PlanRequest request = test::request(test::equalLayers(4, 1, 1, 1, 1 << 20), test::freeCluster(4), "zb-auto", 4, 8, 1);
   request.config.memoryLimitBytes = 1000;
   auto plan = makePlan(request);
-  ASSERT_FALSE(plan);
-  EXPECT_NE(plan.message().find("one microbatch"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("one microbatch"));
 }
 
 }  // namespace

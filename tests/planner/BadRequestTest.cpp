@@ -8,6 +8,10 @@
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -75,12 +79,12 @@ TEST(BadRequest, UniformRefusesChunksThatDoNotDivideTheLayers) {
                                                  {"interleaved-1f1b", 16, 2},
                                                  {"bitpipe", 32, 4}}) {
     auto plan = makePlan(test::request(test::equalLayers(layers, 1, 1, 1), cluster, schedule, 4, 8, chunks));
-    EXPECT_TRUE(plan.hasValue()) << schedule << ": " << (plan ? "" : plan.message());
+    EXPECT_THAT(plan, HasValue()) << schedule;
   }
   auto balanced = test::request(gptLike, cluster, "zb-v", 4, 8, 2);
   balanced.config.partition = "balanced";
   auto plan = makePlan(balanced);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->virtualStages.size(), 8u);
 }
 
@@ -106,7 +110,7 @@ TEST(BadRequest, MemoryLimitBelowOneMicrobatchAndInfeasiblePlans) {
   r.config.schedule = "1f1b";
   r.config.memoryLimitBytes = 9'000'000'000;
   auto ok = makePlan(r);
-  EXPECT_TRUE(ok.hasValue()) << (ok ? "" : ok.message());
+  EXPECT_THAT(ok, HasValue());
 }
 
 TEST(Deadlock, PlantedCycleIsReported) {
@@ -153,19 +157,15 @@ TEST(Deadlock, PlantedCycleIsReported) {
   auto broken = s;
   broken.devices[1].pop_back();
   auto missing = simulate(r, broken);
-  ASSERT_FALSE(missing.hasValue());
-  EXPECT_NE(missing.message().find("needs BW(stage 1, microbatch 1), which no device runs"), std::string::npos)
-      << missing.message();
+  EXPECT_THAT(missing, HasError("needs BW(stage 1, microbatch 1), which no device runs"));
   broken = s;
   broken.devices[0].push_back(op(0, OpKind::F, 1));
   auto dup = simulate(r, broken);
-  ASSERT_FALSE(dup.hasValue());
-  EXPECT_NE(dup.message().find("appears twice"), std::string::npos) << dup.message();
+  EXPECT_THAT(dup, HasError("appears twice"));
   broken = s;
   broken.devices[0][0] = op(1, OpKind::F, 0);
   auto wrong = simulate(r, broken);
-  ASSERT_FALSE(wrong.hasValue());
-  EXPECT_NE(wrong.message().find("belongs to device 1"), std::string::npos) << wrong.message();
+  EXPECT_THAT(wrong, HasError("belongs to device 1"));
 }
 
 }  // namespace

@@ -8,8 +8,11 @@
 #include <optional>
 #include <string>
 
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -19,16 +22,7 @@ namespace {
 // layers 0..2 on device 0 and planned 414.96 ms; under 23.25 GB no split at the bottleneck met
 // the budgets, the most even one (layers 0..3 on device 0) fitted the limit and planned 408.94 ms.
 PlanRequest gpt3OnEightH100s(std::optional<std::int64_t> limitBytes) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  EXPECT_TRUE(model.hasValue()) << model.message();
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue()) << cluster.message();
-  if (cluster) r.cluster = *cluster;
-  r.config.schedule = "zb-auto";
-  r.config.devices = 8;
-  r.config.microbatches = 16;
+  PlanRequest r = test::bundledRequest("gpt3-1.3b", "h100-4x8-ib", "zb-auto", 8, 16);
   r.config.chunksPerDevice = 1;
   r.config.partition = "balanced";
   r.config.memoryLimitBytes = limitBytes;
@@ -39,9 +33,9 @@ TEST(BalancedMemoryLimit, MoreMemoryNeverGivesASlowerZbAutoPlan) {
   const auto smaller = makePlan(gpt3OnEightH100s(23'250'000'000));
   const auto larger = makePlan(gpt3OnEightH100s(27'360'000'000));
   const auto unlimited = makePlan(gpt3OnEightH100s(std::nullopt));
-  ASSERT_TRUE(smaller) << smaller.message();
-  ASSERT_TRUE(larger) << larger.message();
-  ASSERT_TRUE(unlimited) << unlimited.message();
+  ASSERT_THAT(smaller, HasValue());
+  ASSERT_THAT(larger, HasValue());
+  ASSERT_THAT(unlimited, HasValue());
   EXPECT_LE(larger->metrics.makespanMs, smaller->metrics.makespanMs * (1 + 1e-9));
   EXPECT_LE(unlimited->metrics.makespanMs, larger->metrics.makespanMs * (1 + 1e-9));
   for (const DeviceMetrics& dm : larger->metrics.devices) EXPECT_LE(dm.peakMemoryBytes, 27'360'000'000);

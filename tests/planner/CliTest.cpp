@@ -1,8 +1,6 @@
 // Runs the built pipestudio-cli: schedules, plan, simulate and their bad-input exits.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,30 +11,21 @@
 #include <vector>
 
 #include "pipestudio/common/Json.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/RunCommand.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
+using CliRun = pipestudio::test::CommandResult;
 
 const std::string kCli = std::string(PIPESTUDIO_BINARY_DIR) + "/app/pipestudio-cli";
 const std::string kResources = PIPESTUDIO_RESOURCES;
 
-CliRun run(const std::string& args) {
-  CliRun r;
-  FILE* pipe = popen((kCli + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(pipe);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+CliRun run(const std::string& args) { return pipestudio::test::runCommand(kCli + " " + args + " 2>&1"); }
 
 // The --json document of a command that must succeed; nullopt (the failure recorded) otherwise.
 std::optional<pipestudio::Json> jsonOutput(const CliRun& r) {
@@ -115,13 +104,13 @@ TEST_F(Cli, PlanWritesAPlanThatSimulateReproduces) {
       run("plan --model " + model + " --cluster " + cluster + " --schedule zb-v --devices 4 --microbatches 8 --json");
   ASSERT_EQ(json.status, 0) << json.out;
   auto doc = pipestudio::parseJson(json.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   EXPECT_EQ(doc->root["config"]["schedule"], "zb-v");
   EXPECT_GT(doc->root["metrics"]["makespan_ms"].get<double>(), 0.0);
   const CliRun sim = run("simulate " + out + " --json");
   ASSERT_EQ(sim.status, 0) << sim.out;
   auto simDoc = pipestudio::parseJson(sim.out, "<stdout>");
-  ASSERT_TRUE(simDoc.hasValue()) << simDoc.message();
+  ASSERT_THAT(simDoc, HasValue());
   auto saved = pipestudio::loadJsonFile(out);
   ASSERT_TRUE(saved.hasValue());
   EXPECT_NEAR(simDoc->root["metrics"]["makespan_ms"].get<double>(), saved->root["metrics"]["makespan_ms"].get<double>(),
@@ -135,7 +124,7 @@ TEST_F(Cli, FrozenComponentsReportTheFillAndVocabParallelSplitsTheHead) {
                             " --schedule 1f1b --devices 8 --microbatches 16 --partition dp --fill greedy --json");
   ASSERT_EQ(filled.status, 0) << filled.out;
   auto doc = pipestudio::parseJson(filled.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   const auto& fill = doc->root["fill"];
   ASSERT_TRUE(fill.is_object()) << filled.out;
   EXPECT_EQ(fill["mode"], "greedy");
@@ -151,7 +140,7 @@ TEST_F(Cli, FrozenComponentsReportTheFillAndVocabParallelSplitsTheHead) {
                            " --schedule 1f1b --devices 4 --microbatches 8 --vocab-parallel -o " + out);
   ASSERT_EQ(vocab.status, 0) << vocab.out;
   auto saved = pipestudio::loadJsonFile(out);
-  ASSERT_TRUE(saved.hasValue()) << saved.message();
+  ASSERT_THAT(saved, HasValue());
   int s = 0;
   int t = 0;
   for (const auto& op : saved->root["ops"]) {
@@ -310,7 +299,7 @@ TEST_F(Cli, UniformChunksThatDoNotDivideTheLayersExitOne) {
   r = run(base + " --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto doc = pipestudio::parseJson(r.out, "<stdout>");
-  ASSERT_TRUE(doc.hasValue()) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   EXPECT_EQ(doc->root["config"]["partition"], "balanced");
   r = run("plan --model " + model + " --cluster " + cluster +
           " --schedule 1f1b --devices 4 --microbatches 8 --partition uniform");

@@ -5,6 +5,10 @@
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -63,19 +67,19 @@ TEST_P(CsvRoundTrip, ExportImportKeepsOrderAndMetrics) {
   const PlanRequest request =
       test::request(unevenModel(), test::freeCluster(4, 25.0, 5.0), c.schedule, c.devices, c.microbatches, c.chunks);
   auto plan = makePlan(request);
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   auto csv = scheduleCsv(*plan);
-  ASSERT_TRUE(csv) << csv.message();
+  ASSERT_THAT(csv, HasValue());
 
   auto imported = importScheduleCsv(*plan, *csv, "rt.csv");
-  ASSERT_TRUE(imported) << imported.message();
+  ASSERT_THAT(imported, HasValue());
   EXPECT_EQ(imported->config.schedule, "custom");
   expectSameOrder(*plan, *imported);
   expectSameMetrics(*plan, *imported);
 
   // The same CSV as a `custom` plan from scratch: placement inferred from the rows.
   auto custom = makeCustomPlan(request, *csv, "rt.csv");
-  ASSERT_TRUE(custom) << custom.message();
+  ASSERT_THAT(custom, HasValue());
   expectSameOrder(*plan, *custom);
   expectSameMetrics(*plan, *custom);
   auto again = scheduleCsv(*custom);
@@ -98,10 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Schedules, CsvRoundTrip,
 TEST(CsvImport, HandEditedOrderIsResimulated) {
   const PlanRequest request = test::request(unevenModel(), test::freeCluster(2), "1f1b", 2, 2, 1);
   auto plan = makePlan(request);
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   // GPipe order instead of 1F1B: both forwards first.
   auto edited = importScheduleCsv(*plan, "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n");
-  ASSERT_TRUE(edited) << edited.message();
+  ASSERT_THAT(edited, HasValue());
   EXPECT_GE(edited->metrics.makespanMs, plan->metrics.makespanMs);
   EXPECT_GT(edited->metrics.devices[1].peakActivationBytes, plan->metrics.devices[1].peakActivationBytes);
 }
@@ -109,11 +113,10 @@ TEST(CsvImport, HandEditedOrderIsResimulated) {
 TEST(CsvImport, DeadlockingOrderIsAnError) {
   const PlanRequest request = test::request(unevenModel(), test::freeCluster(2), "1f1b", 2, 2, 1);
   auto plan = makePlan(request);
-  ASSERT_TRUE(plan) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   // Device 0 waits for B0's gradient before it has sent F1... and device 1 runs F1 first.
   auto bad = importScheduleCsv(*plan, "0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", "dl.csv");
-  ASSERT_FALSE(bad);
-  EXPECT_NE(bad.message().find("dl.csv"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("dl.csv"));
 }
 
 TEST(CsvImport, BadCsvNamesLineAndColumn) {
@@ -121,17 +124,14 @@ TEST(CsvImport, BadCsvNamesLineAndColumn) {
   auto plan = makePlan(request);
   ASSERT_TRUE(plan);
   auto bad = importScheduleCsv(*plan, "0F0,0F1,0B0,0B1\n1F0,1Q0,1F1,1B1\n", "e.csv");
-  ASSERT_FALSE(bad);
-  EXPECT_NE(bad.message().find("e.csv:2:5:"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("e.csv:2:5:"));
   auto custom = makeCustomPlan(request, "0F0,0F1,0B0,0B1,0B1\n1F0,1B0,1F1,1B1\n", "c.csv");
-  ASSERT_FALSE(custom);
-  EXPECT_NE(custom.message().find("c.csv:1:17: '0B1': duplicated op"), std::string::npos) << custom.message();
+  EXPECT_THAT(custom, HasError("c.csv:1:17: '0B1': duplicated op"));
 }
 
 TEST(CsvImport, CustomWithoutCsvExplainsItself) {
   auto plan = makePlan(test::request(unevenModel(), test::freeCluster(2), "custom", 2, 2, 1));
-  ASSERT_FALSE(plan);
-  EXPECT_NE(plan.message().find("--csv"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("--csv"));
 }
 
 }  // namespace

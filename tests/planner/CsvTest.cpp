@@ -7,7 +7,11 @@
 #include <string>
 
 #include "pipestudio/planner/Export.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/PlanBuilder.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -34,7 +38,7 @@ std::string errorOf(std::string_view csv, const CsvScheduleShape& shape) {
 
 TEST(ScheduleCsv, ExportsOneRowPerDeviceInTorchActionSyntax) {
   auto csv = scheduleCsv(smallPlan());
-  ASSERT_TRUE(csv) << csv.message();
+  ASSERT_THAT(csv, HasValue());
   EXPECT_EQ(*csv, "0F0,0F1,0I0,0W0,0I1,0W1\r\n1F0,1I0,1F1,1I1,1W0,1W1\r\n");
 }
 
@@ -48,7 +52,7 @@ TEST(ScheduleCsv, FusedBackwardIsTorchB) {
   ASSERT_TRUE(csv);
   EXPECT_EQ(*csv, "0F0,0F1,0B0,0B1\r\n1F0,1B0,1F1,1B1\r\n");
   auto parsed = parseScheduleCsv(*csv, shapeOf(plan));
-  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   EXPECT_EQ(parsed->devices[1][1].kind, OpKind::BW);
 }
 
@@ -57,7 +61,7 @@ TEST(ScheduleCsv, ParseGivesBackTheSameOrder) {
   auto csv = scheduleCsv(plan);
   ASSERT_TRUE(csv);
   auto parsed = parseScheduleCsv(*csv, shapeOf(plan));
-  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   ASSERT_EQ(parsed->devices.size(), 2u);
   std::size_t i = 0;
   for (int d = 0; d < 2; ++d) {
@@ -76,7 +80,7 @@ TEST(ScheduleCsv, ToleratesIdleStepsQuotesSpacesAndLf) {
   const Plan plan = smallPlan();
   const std::string csv = "0F0,,0F1, 0I0 ,\"0W0\",0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n\n";
   auto parsed = parseScheduleCsv(csv, shapeOf(plan));
-  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   EXPECT_EQ(parsed->devices[0].size(), 6u);
   EXPECT_EQ(parsed->devices[0][3].kind, OpKind::W);
 }
@@ -84,7 +88,7 @@ TEST(ScheduleCsv, ToleratesIdleStepsQuotesSpacesAndLf) {
 TEST(ScheduleCsv, InfersPlacementWithoutAPlan) {
   CsvScheduleShape shape{2, 1, {}};
   auto parsed = parseScheduleCsv("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n", shape);
-  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   ASSERT_EQ(parsed->virtualStages.size(), 4u);
   EXPECT_EQ(parsed->virtualStages[3].device, 0);
   EXPECT_EQ(parsed->virtualStages[3].chunk, 1);
@@ -101,7 +105,7 @@ TEST(ScheduleCsvHostile, UnknownActionNamesLineAndColumn) {
 // compute_comms cells are checked and give no op (issue 28); a malformed one names its cell.
 TEST(ScheduleCsvHostile, CommunicationActionsGiveNoOp) {
   auto parsed = parseScheduleCsv("0UNSHARD,0F0,0SEND_F0,0B0,0REDUCE_GRAD,0RESHARD\n", {1, 1, {}}, "s.csv");
-  ASSERT_TRUE(parsed.hasValue()) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   EXPECT_EQ(parsed->devices.front().size(), 2U);
   const std::string e = errorOf("0F0,0UNSHARD3,0B0\n", {1, 1, {}});
   EXPECT_NE(e.find("s.csv:1:5:"), std::string::npos) << e;
@@ -167,14 +171,12 @@ TEST(ScheduleCsvHostile, ExportRefusesOpsTorchCannotExpress) {
   Plan plan = smallPlan();
   plan.ops.push_back({0, 0, OpKind::N, 0, 10, 11, 0});
   auto csv = scheduleCsv(plan);
-  ASSERT_FALSE(csv);
-  EXPECT_NE(csv.message().find("/ops/12"), std::string::npos) << csv.message();
+  EXPECT_THAT(csv, HasError("/ops/12"));
 }
 
 TEST(ScheduleCsvHostile, MissingFileIsAnError) {
   auto r = loadScheduleCsv("/nonexistent/dir/s.csv", shapeOf(smallPlan()));
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.message().find("/nonexistent/dir/s.csv"), std::string::npos);
+  EXPECT_THAT(r, HasError("/nonexistent/dir/s.csv"));
 }
 
 TEST(ScheduleCsv, WriteAndLoadFile) {
@@ -182,7 +184,7 @@ TEST(ScheduleCsv, WriteAndLoadFile) {
   const auto path = std::filesystem::temp_directory_path() / "pipestudio-csv-test.csv";
   ASSERT_TRUE(writeScheduleCsv(path.string(), plan));
   auto parsed = loadScheduleCsv(path.string(), shapeOf(plan));
-  ASSERT_TRUE(parsed) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   EXPECT_EQ(parsed->devices[0].size(), 6u);
   std::filesystem::remove(path);
 }

@@ -15,9 +15,14 @@
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
+
+using test::worstBubble;
 
 // Identical DeepSeek-MoE-style blocks (64 routed experts, top-6, 2 shared).
 ModelSpec moeModel(int layers) {
@@ -37,13 +42,7 @@ ModelSpec moeModel(int layers) {
   t.topK = 6;
   t.expertFfn = 1408;
   t.sharedExperts = 2;
-  for (int l = 0; l < layers; ++l) {
-    Layer layer;
-    layer.name = "block." + std::to_string(l);
-    layer.kind = "transformer";
-    layer.transformer = t;
-    c.layers.push_back(layer);
-  }
+  test::addBlocks(c, layers, t);
   m.components.push_back(std::move(c));
   return m;
 }
@@ -70,12 +69,6 @@ PlanRequest moeRequest(const std::string& schedule, int p, int m) {
   return r;
 }
 
-double worstBubble(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs - d.busyMs);
-  return worst;
-}
-
 // The schedule's own order (DualPipeOrder.cpp) timed alone on `plan`'s placement and costs.
 Plan dualPipeAlone(const Plan& plan) {
   Plan shell = plan;
@@ -92,7 +85,7 @@ Plan dualPipeAlone(const Plan& plan) {
   sk.virtualStages = shell.virtualStages;
   sk.devices = *own;
   auto timed = simulateSkeleton(shell, sk);
-  EXPECT_TRUE(timed.hasValue()) << timed.message();
+  EXPECT_THAT(timed, HasValue());
   return timed ? *timed : Plan{};
 }
 
@@ -117,7 +110,7 @@ TEST(DualPipeOverlap, OwnOrderHasTheReportsBubbleWithoutCollectives) {
         r.config.chunksPerDevice = 2;
         r.config.partition = "uniform";
         auto plan = makePlan(r);
-        ASSERT_TRUE(plan.hasValue()) << plan.message();
+        ASSERT_THAT(plan, HasValue());
         const double full = b + w;  // the report's B: a whole backward chunk
         const double perPair = (f + full) + full - 3.0 * w;
         const double expected = (p / 2.0 - 1.0) * perPair;
@@ -147,7 +140,7 @@ TEST(DualPipeOverlap, AllToAllHidesUnderTheOtherPass) {
   for (int p : {4, 8}) {
     for (int m : {2 * p, 4 * p}) {
       auto plan = makePlan(moeRequest("dualpipe", p, m));
-      ASSERT_TRUE(plan.hasValue()) << plan.message();
+      ASSERT_THAT(plan, HasValue());
       ASSERT_TRUE(plan->config.overlapForwardBackward);
       const auto costs = stageCosts(*plan);
       const StageCosts& c = costs.front();
@@ -172,7 +165,7 @@ TEST(DualPipeOverlap, AllToAllHidesUnderTheOtherPass) {
       Plan serial = *plan;
       serial.config.overlapForwardBackward = false;
       auto slower = resimulate(serial);
-      ASSERT_TRUE(slower.hasValue()) << slower.message();
+      ASSERT_THAT(slower, HasValue());
       EXPECT_LT(plan->metrics.makespanMs, slower->metrics.makespanMs - 0.25 * (F + B - fAndB) * m / 2);
       const Plan own = dualPipeAlone(*plan);
       EXPECT_LE(worstBubble(own), expected + 1e-9) << "p=" << p << " m=" << m;

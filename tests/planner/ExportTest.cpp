@@ -8,6 +8,10 @@
 
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/planner/Export.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -93,15 +97,14 @@ TEST(ChromeTrace, WrittenFileIsValidJson) {
   const auto path = std::filesystem::temp_directory_path() / "pipestudio-trace-test.json";
   ASSERT_TRUE(writeChromeTrace(path.string(), tracedPlan()));
   auto doc = loadJsonFile(path.string());
-  ASSERT_TRUE(doc) << doc.message();
+  ASSERT_THAT(doc, HasValue());
   EXPECT_EQ(doc->root["displayTimeUnit"], "ms");
   std::filesystem::remove(path);
 }
 
 TEST(ChromeTrace, UnwritablePathIsAnError) {
   const Status st = writeChromeTrace("/nonexistent/dir/trace.json", tracedPlan());
-  ASSERT_FALSE(st);
-  EXPECT_NE(st.message().find("/nonexistent/dir/trace.json"), std::string::npos);
+  EXPECT_THAT(st, HasError("/nonexistent/dir/trace.json"));
 }
 
 }  // namespace

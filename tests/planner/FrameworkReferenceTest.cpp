@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,10 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/RunCommand.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -43,11 +46,7 @@ std::optional<std::vector<Json>> verdicts(const std::string& script,
   }
   // The frameworks' warnings go to stderr (the test's log); stdout is one JSON line per file.
   const std::string command = "python3 '" + kSourceRoot + "/" + script + "'" + paths + flags;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buffer{};
-  while (pipe && std::fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
-  if (pipe) ::pclose(pipe);
+  const std::string out = test::runCommand(command).out;
   std::filesystem::remove_all(dir);
   std::vector<Json> found;
   std::istringstream lines(out);
@@ -108,14 +107,14 @@ ModelSpec shapedModel(const std::vector<TransformerShape>& shapes) {
 Plan planned(PlanRequest r) {
   if (r.config.partition == "uniform") r.config.partition = "balanced";
   auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
+  EXPECT_THAT(plan, HasValue());
   return plan ? *plan : Plan{};
 }
 
 // Our segment of each virtual stage, in Megatron's order (index = virtual rank · P + pipeline rank).
 std::vector<std::string> ourSegments(const MegatronExport& m) {
   auto pattern = parseHybridPattern(m.hybridPattern);
-  EXPECT_TRUE(pattern.hasValue()) << pattern.message();
+  EXPECT_THAT(pattern, HasValue());
   return pattern ? pattern->segments : std::vector<std::string>{};
 }
 
@@ -155,10 +154,10 @@ TEST(MegatronReference, HybridPatternsBuildThePlansSegments) {
   for (const PlanRequest& r : {uneven, interleaved}) {
     const Plan plan = planned(r);
     auto hybrid = megatronExport(plan);
-    ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+    ASSERT_THAT(hybrid, HasValue());
     exports.push_back(*hybrid);
     auto gpt = megatronExport(plan, {MegatronModel::Gpt});
-    ASSERT_TRUE(gpt.hasValue()) << gpt.message();
+    ASSERT_THAT(gpt, HasValue());
     exports.push_back(*gpt);
   }
   std::vector<std::string> texts;
@@ -239,7 +238,7 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   std::vector<MegatronExport> exports;
   for (const PlanRequest& r : {deepseek, gptOss}) {
     auto m = megatronExport(planned(r));
-    ASSERT_TRUE(m.hasValue()) << m.message();
+    ASSERT_THAT(m, HasValue());
     exports.push_back(*m);
   }
   EXPECT_EQ(exports[0].hybridPattern.substr(exports[0].hybridPattern.find('/')), "/+E");
@@ -307,7 +306,7 @@ TEST(MegatronReference, ZeroThreePlansRunOnMegatronFsdp) {
     r.config.parallel.data = 2;
     r.config.parallel.zeroStage = zero;
     auto m = megatronExport(planned(r));
-    ASSERT_TRUE(m.hasValue()) << m.message();
+    ASSERT_THAT(m, HasValue());
     exports.push_back(*m);
   }
   const auto verdicts = megatronVerdicts({exports[0].text, exports[1].text}, false);
@@ -337,9 +336,9 @@ TEST(MegatronReference, ZeroBubbleForkTakesItsExports) {
        std::vector<std::pair<std::string, int>>{{"zb-h1", 1}, {"zb-v", 2}, {"v-half", 2}}) {
     PlanRequest r = test::request(decoders, test::freeCluster(8, 100, 1), schedule, 2, 4, chunks);
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << schedule << ": " << plan.message();
+    ASSERT_THAT(plan, HasValue()) << schedule;
     auto m = megatronExport(*plan);
-    ASSERT_TRUE(m.hasValue()) << schedule << ": " << m.message();
+    ASSERT_THAT(m, HasValue()) << schedule;
     EXPECT_EQ(m->model, MegatronModel::Gpt);
     exports.push_back(*m);
   }
@@ -375,12 +374,12 @@ TEST(TorchtitanReference, PipelinePlansPassTrainerConfigAndStartFromTheShippedBa
   r.config.parallel.zeroStage = 3;
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   TorchtitanOptions options;
   options.csvPath = "qwen3.csv";
   options.moduleName = "qwen3";
   auto t = torchtitanExport(*plan, options);
-  ASSERT_TRUE(t.hasValue()) << t.message();
+  ASSERT_THAT(t, HasValue());
   EXPECT_TRUE(t->notes.empty());  // torchtitan ships a configuration for the model
   std::string withoutFlag;
   std::istringstream lines(t->config);

@@ -16,15 +16,22 @@
 #include <map>
 #include <sstream>
 
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
+
+using test::mustPlan;
 
 std::string readFixture(const std::string& name) {
   std::ifstream in(std::string(PIPESTUDIO_TEST_DATA) + "/pytorch/" + name, std::ios::binary);
@@ -37,13 +44,7 @@ std::string readFixture(const std::string& name) {
 // Llama-3-8B, ZeRO-3 over 16 data-parallel ranks, each on an H100 node of its own (a flat ring
 // at the NIC's rate): a pass does not hide its gather (ZeroPpTest's setting).
 PlanRequest zeroRequest(const std::string& schedule, int zero = 3) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-8x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
+  PlanRequest r = test::bundledRequest("llama3-8b", "h100-8x8-ib");
   r.cluster.nodes.assign(64, NodeSpec{"node", 1, std::nullopt, std::nullopt});
   r.cluster.nvlinkDomain = 0;
   r.config.schedule = schedule;
@@ -60,11 +61,6 @@ PlanRequest zeroRequest(const std::string& schedule, int zero = 3) {
   return r;
 }
 
-Plan mustPlan(Expected<Plan> plan) {
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
-  return plan ? std::move(*plan) : Plan{};
-}
-
 Plan importedWindows(const std::string& csv, int zero = 3) {
   return mustPlan(makeCustomPlan(zeroRequest("custom", zero), csv, "fsdp_comms.csv"));
 }
@@ -78,10 +74,10 @@ int count(const std::string& text, const std::string& what) {
 TEST(FsdpActions, ComputeCommsExportPlacesThemWherePyTorchsRuntimeDoes) {
   const Plan plan = mustPlan(makePlan(zeroRequest("interleaved-1f1b")));
   auto computeOnly = scheduleCsv(plan, CsvFormat::ComputeOnly);
-  ASSERT_TRUE(computeOnly.hasValue()) << computeOnly.message();
+  ASSERT_THAT(computeOnly, HasValue());
   EXPECT_EQ(*computeOnly, readFixture("fsdp_interleaved_2rank_4mb.csv"));
   auto comms = scheduleCsv(plan, CsvFormat::ComputeComms);
-  ASSERT_TRUE(comms.hasValue()) << comms.message();
+  ASSERT_THAT(comms, HasValue());
   EXPECT_EQ(*comms, readFixture("fsdp_interleaved_2rank_4mb_comms.csv"));
 }
 
@@ -143,7 +139,7 @@ TEST(FsdpActions, ImportedWindowsGatherOncePerWindowAndReduceOncePerStage) {
 
   // The same order without its FSDP cells gathers for every pass (and is slower).
   auto computeOnly = makeCustomPlan(zeroRequest("custom"), readFixture("fsdp_interleaved_2rank_4mb.csv"), "c.csv");
-  ASSERT_TRUE(computeOnly.hasValue()) << computeOnly.message();
+  ASSERT_THAT(computeOnly, HasValue());
   EXPECT_TRUE(computeOnly->fsdpActions.empty());
   EXPECT_GT(computeOnly->metrics.makespanMs, plan.metrics.makespanMs);
 }
@@ -152,30 +148,30 @@ TEST(FsdpActions, RoundTripThroughThePlanDocumentAndTheExport) {
   const std::string csv = readFixture("fsdp_interleaved_2rank_4mb_comms.csv");
   const Plan plan = importedWindows(csv);
   auto again = scheduleCsv(plan, CsvFormat::ComputeComms);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_EQ(*again, csv);
 
   std::stringstream doc;
   ASSERT_TRUE(writePlanJson(doc, plan));
   EXPECT_NE(doc.str().find("\"fsdp_actions\""), std::string::npos);
   auto parsed = parseJson(doc.str(), "plan.json");
-  ASSERT_TRUE(parsed.hasValue()) << parsed.message();
+  ASSERT_THAT(parsed, HasValue());
   JsonReader reader(*parsed);
   auto loaded = readPlan(reader, reader.root());
   ASSERT_TRUE(reader.ok() && loaded) << reader.toError().message;
   EXPECT_EQ(loaded->fsdpActions, plan.fsdpActions);
   EXPECT_TRUE(loaded->config.fsdpWindows);
   auto timed = resimulate(*loaded);
-  ASSERT_TRUE(timed.hasValue()) << timed.message();
+  ASSERT_THAT(timed, HasValue());
   EXPECT_NEAR(timed->metrics.makespanMs, plan.metrics.makespanMs, 1e-9 * plan.metrics.makespanMs);
 
   // An action on a stage of another device, or past the device's passes, is refused.
   Plan bad = plan;
   bad.fsdpActions.front().device = 1 - bad.fsdpActions.front().device;
-  EXPECT_NE(validatePlanStructure(bad).message().find("/fsdp_actions/0/virtual_stage"), std::string::npos);
+  EXPECT_THAT(validatePlanStructure(bad), HasError("/fsdp_actions/0/virtual_stage"));
   bad = plan;
   bad.fsdpActions.back().beforePass = 1000;
-  EXPECT_NE(validatePlanStructure(bad).message().find("before_pass"), std::string::npos);
+  EXPECT_THAT(validatePlanStructure(bad), HasError("before_pass"));
 }
 
 // The fixture with one cell edited: `from` (the first match on `row`) replaced by `to`.

@@ -7,33 +7,26 @@
 #include <utility>
 #include <vector>
 
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
 
-std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
-
-PlanRequest request(const std::string& model, const std::string& cluster) {
-  auto m = loadModel(res("models/" + model));
-  auto c = loadCluster(res("clusters/" + cluster));
-  EXPECT_TRUE(m.hasValue()) << m.message();
-  EXPECT_TRUE(c.hasValue()) << c.message();
-  PlanRequest r;
-  if (m) r.model = *m;
-  if (c) r.cluster = *c;
-  return r;
-}
+using test::bundledRequest;
 
 // Issue 13: Llama-2-70B must plan on the bundled 4×8 H100 cluster as NVIDIA trains it (TP 8 ×
 // PP 4, FlashAttention, the distributed optimizer, recomputation).
 TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
-  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama2-70b", "h100-4x8-ib");
   r.config.schedule = "1f1b";
   r.config.devices = 4;
   r.config.parallel.tensor = 8;
@@ -43,7 +36,7 @@ TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
   r.config.globalBatch = 128;
   r.config.microBatchSize = 1;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.microbatches, 128);
   EXPECT_EQ(plan->config.totalGpus(), 32);
   const Metrics& m = plan->metrics;
@@ -65,70 +58,53 @@ TEST(HybridPlan, Llama2SeventyBPlansOnFourH100Nodes) {
 // Without tensor parallelism the same model cannot fit 4 pipeline ranks: the message says what
 // is over and by how much.
 TEST(HybridPlan, OutOfMemorySaysWhichPartIsOver) {
-  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("llama2-70b", "h100-4x8-ib", "1f1b", 4, 8);
   auto plan = makePlan(r);
-  ASSERT_FALSE(plan.hasValue());
-  EXPECT_NE(plan.message().find("over by"), std::string::npos) << plan.message();
-  EXPECT_NE(plan.message().find("largest part"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("over by"));
+  EXPECT_THAT(plan, HasError("largest part"));
 }
 
 TEST(HybridPlan, DegreesThatDoNotDivideAreRefusedWithTheFlag) {
-  PlanRequest r = request("llama2-70b.json", "h100-4x8-ib.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("llama2-70b", "h100-4x8-ib", "1f1b", 2, 4);
   r.config.parallel.tensor = 3;
   auto bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--tp 3"), std::string::npos) << bad.message();
-  EXPECT_NE(bad.message().find("64 attention heads"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--tp 3"));
+  EXPECT_THAT(bad, HasError("64 attention heads"));
 
   r.config.parallel.tensor = 16;  // divides 64 heads, not 8 key/value heads
   bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("key/value heads"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("key/value heads"));
 
   r.config.parallel.tensor = 1;
   r.config.parallel.expert = 2;
   r.config.parallel.data = 2;
   bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--ep 2 needs a mixture-of-experts model"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--ep 2 needs a mixture-of-experts model"));
 
   r.config.parallel.expert = 1;
   r.config.parallel.context = 3;
   bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--cp 3"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--cp 3"));
 
   r.config.parallel.context = 1;
   r.config.globalBatch = 7;  // not a multiple of B·D = 2
   bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("--global-batch 7"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("--global-batch 7"));
 
   r.config.globalBatch.reset();
   r.config.parallel.tensor = 8;
   r.config.devices = 4;
   r.config.parallel.data = 2;  // 64 GPUs on a 32-GPU cluster
   bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("= 64 GPUs"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("= 64 GPUs"));
 }
 
 TEST(HybridPlan, ExpertParallelNeedsADivisor) {
-  PlanRequest r = request("mixtral-8x7b.json", "h100-8x8-ib.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("mixtral-8x7b", "h100-8x8-ib", "1f1b", 2, 4);
   r.config.parallel.data = 6;
   r.config.parallel.expert = 3;  // divides D, not the 8 experts
   auto bad = resolveRequest(r);
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("8 experts"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("8 experts"));
 }
 
 // The MoE block of a bundled model (its first layer with experts).
@@ -147,7 +123,7 @@ const Layer* firstMoeLayer(const ModelSpec& m) {
 // spends longer in its all-to-alls. The plan of the recipe (TP 1, PP 4 × VP 4, EP 64 over DP 64)
 // fits the GB200's memory.
 TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
-  PlanRequest r = request("deepseek-v3-moe.json", "gb200-nvl72-4racks.json");
+  PlanRequest r = bundledRequest("deepseek-v3-moe", "gb200-nvl72-4racks");
   r.config.parallel.data = 64;
   r.config.parallel.expert = 64;
   r.config.parallel.moeFlexDispatcher = true;
@@ -174,7 +150,7 @@ TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
   r.config.globalBatch = 256;
   r.config.microBatchSize = 1;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.parallel.expertData(), 1);
 }
 
@@ -182,7 +158,7 @@ TEST(HybridPlan, ExpertParallelismOverAnNvl72Rack) {
 // every expert once) and ETP apart from TP (GPT-OSS-120B with TP 2: ETP 1 keeps each expert whole
 // on its GPU, twice the expert weights of ETP 2, and needs no gather of the routed rows over ETP).
 TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
-  PlanRequest r = request("qwen3-235b-a22b.json", "h100-2048x8-ib.json");
+  PlanRequest r = bundledRequest("qwen3-235b-a22b", "h100-2048x8-ib");
   r.config.schedule = "interleaved-1f1b";
   r.config.devices = 8;
   r.config.chunksPerDevice = 4;
@@ -196,10 +172,10 @@ TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
   r.config.globalBatch = 128;
   r.config.microBatchSize = 1;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.parallel.expertData(), 1);
 
-  PlanRequest g = request("gpt-oss-120b.json", "h100-8x8-ib.json");
+  PlanRequest g = bundledRequest("gpt-oss-120b", "h100-8x8-ib");
   const Layer* moe = firstMoeLayer(g.model);
   ASSERT_NE(moe, nullptr);
   g.config.parallel.tensor = 2;
@@ -217,12 +193,9 @@ TEST(HybridPlan, ExpertParallelismBeyondDataAndExpertTensorApartFromTensor) {
 // A pure pipeline has no data-parallel synchronisation; with D replicas and no overlap the
 // reduction is exposed after the drain, and the step is pipeline + sync + optimizer.
 TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
-  PlanRequest r = request("gpt3-1.3b.json", "a100-1x8-nvlink.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
+  PlanRequest r = bundledRequest("gpt3-1.3b", "a100-1x8-nvlink", "1f1b", 4, 8);
   auto pure = makePlan(r);
-  ASSERT_TRUE(pure.hasValue()) << pure.message();
+  ASSERT_THAT(pure, HasValue());
   EXPECT_EQ(pure->metrics.gradientSyncMs, 0);
   EXPECT_GT(pure->metrics.optimizerMs, 0);
   EXPECT_NEAR(pure->metrics.iterationMs, pure->metrics.makespanMs + pure->metrics.optimizerMs, 1e-9);
@@ -230,7 +203,7 @@ TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
   r.config.parallel.data = 2;
   r.config.parallel.overlapGradReduce = false;
   auto replicated = makePlan(r);
-  ASSERT_TRUE(replicated.hasValue()) << replicated.message();
+  ASSERT_THAT(replicated, HasValue());
   const Metrics& m = replicated->metrics;
   EXPECT_GT(m.gradientSyncMs, 0);
   EXPECT_NEAR(m.iterationMs, m.makespanMs + m.gradientSyncMs + m.optimizerMs, 1e-9);
@@ -255,16 +228,13 @@ TEST(HybridPlan, TheTrainingStepAroundThePipeline) {
 
 // ZeRO shards the static memory over the data-parallel replicas, stage by stage.
 TEST(HybridPlan, ZeroStagesShrinkTheStaticMemory) {
-  PlanRequest r = request("gpt3-1.3b.json", "a100-1x8-nvlink.json");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("gpt3-1.3b", "a100-1x8-nvlink", "1f1b", 2, 4);
   r.config.parallel.data = 4;
   std::int64_t previous = -1;
   for (int zero = 0; zero <= 3; ++zero) {
     r.config.parallel.zeroStage = zero;
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     const MemoryBreakdown& b = plan->metrics.devices[0].memory;
     const std::int64_t statics = b.parameterBytes + b.gradientBytes + b.optimizerBytes;
     if (previous >= 0) {
@@ -276,7 +246,7 @@ TEST(HybridPlan, ZeroStagesShrinkTheStaticMemory) {
 
 // The plan document carries the parallelism and reloads to the same metrics.
 TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
-  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
   r.config.schedule = "interleaved-1f1b";
   r.config.chunksPerDevice = 2;
   r.config.devices = 2;
@@ -289,7 +259,7 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
   r.config.globalBatch = 32;
   r.config.microBatchSize = 2;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const Json doc = planToJson(*plan);
   EXPECT_EQ(doc["config"]["tp"], 4);
   EXPECT_EQ(doc["config"]["cp"], 2);
@@ -301,7 +271,7 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
   EXPECT_TRUE(doc["metrics"].contains("mfu"));
   EXPECT_TRUE(doc["metrics"]["devices"][0].contains("memory"));
   auto again = resimulate(*plan);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_DOUBLE_EQ(again->metrics.iterationMs, plan->metrics.iterationMs);
 }
 
@@ -309,23 +279,22 @@ TEST(HybridPlan, PlanDocumentRoundTripsTheParallelism) {
 // cluster large enough to hold it, and the same request ranks the same way every time.
 TEST(HybridPlan, ConfigureFindsFeasibleConfigurationsForTheBundledModels) {
   const std::vector<std::pair<const char*, const char*>> cases = {
-      {"llama2-70b.json", "h100-4x8-ib.json"},        {"llama3-8b.json", "h100-8x8-ib.json"},
-      {"llama3-70b.json", "h100-8x8-ib.json"},        {"mixtral-8x7b.json", "h100-8x8-ib.json"},
-      {"deepseek-v3-moe.json", "h100-128x8-ib.json"}, {"gpt3-175b.json", "h100-8x8-ib.json"}};
+      {"llama2-70b", "h100-4x8-ib"},   {"llama3-8b", "h100-8x8-ib"},         {"llama3-70b", "h100-8x8-ib"},
+      {"mixtral-8x7b", "h100-8x8-ib"}, {"deepseek-v3-moe", "h100-128x8-ib"}, {"gpt3-175b", "h100-8x8-ib"}};
   for (const auto& [modelFile, clusterFile] : cases) {
-    PlanRequest r = request(modelFile, clusterFile);
+    PlanRequest r = bundledRequest(modelFile, clusterFile);
     ConfigureOptions options;
     options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1"};
     options.keep = 5;
     auto result = configure(r.model, r.cluster, options);
-    ASSERT_TRUE(result.hasValue()) << modelFile << ": " << result.message();
+    ASSERT_THAT(result, HasValue()) << modelFile;
     EXPECT_FALSE(result->feasible.empty()) << modelFile << " on " << clusterFile;
     for (const auto& c : result->feasible) EXPECT_GT(c.metrics.mfu, 0.05) << modelFile;
   }
 }
 
 TEST(HybridPlan, ConfigureIsDeterministic) {
-  PlanRequest r = request("llama3-8b.json", "h100-4x8-ib.json");
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
   ConfigureOptions options;
   options.schedules = {"1f1b", "zb-h1"};
   options.keep = 8;
@@ -346,20 +315,19 @@ TEST(HybridPlan, ConfigureIsDeterministic) {
 // enumerated (the greedy bidirectional schedules included, and a cluster where families fail on
 // their activations, so the rejections' memory reasons are exercised).
 TEST(HybridPlan, LazyProfilesRankAndRejectAsProfilingEveryCandidate) {
-  const std::vector<std::pair<const char*, const char*>> cases = {{"llama3-8b.json", "h100-4x8-ib.json"},
-                                                                  {"cascaded-sd.json", "workstation-2gpu.json"},
-                                                                  {"mixtral-8x7b.json", "h100-8x8-ib.json"}};
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"llama3-8b", "h100-4x8-ib"}, {"cascaded-sd", "workstation-2gpu"}, {"mixtral-8x7b", "h100-8x8-ib"}};
   bool anyMemoryRejection = false;
   for (const auto& [modelFile, clusterFile] : cases) {
-    PlanRequest r = request(modelFile, clusterFile);
+    PlanRequest r = bundledRequest(modelFile, clusterFile);
     ConfigureOptions options;
     options.schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v", "v-half"};
     options.keep = 8;
     auto lazy = configure(r.model, r.cluster, options);
     options.lazyProfiles = false;
     auto eager = configure(r.model, r.cluster, options);
-    ASSERT_TRUE(lazy.hasValue()) << lazy.message();
-    ASSERT_TRUE(eager.hasValue()) << eager.message();
+    ASSERT_THAT(lazy, HasValue());
+    ASSERT_THAT(eager, HasValue());
     EXPECT_EQ(lazy->evaluated, eager->evaluated) << modelFile;
     EXPECT_EQ(lazy->simulatedInFull, eager->simulatedInFull) << modelFile;
     EXPECT_EQ(lazy->enumerated, eager->enumerated) << modelFile;

@@ -11,13 +11,17 @@
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
 
 ModelSpec bundled(const std::string& name) {
   auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + name + ".json");
-  EXPECT_TRUE(model.hasValue()) << (model ? "" : model.message());
+  EXPECT_THAT(model, HasValue());
   return model ? *model : ModelSpec{};
 }
 
@@ -35,7 +39,7 @@ TEST(MegatronLayout, TheRecipesUnevenLayoutIsPlannedExactlyAndExportsBack) {
   const ModelSpec model = bundled("llama3-70b");
   const std::string layout = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL";
   auto split = megatronLayoutSplit(model, layout);
-  ASSERT_TRUE(split.hasValue()) << split.message();
+  ASSERT_THAT(split, HasValue());
   ASSERT_EQ(split->size(), 40U);  // PP 8 × VP 5
   // Stage 0 holds the embedding and two layers, stage 35 three, stage 39 one and the head.
   EXPECT_EQ((*split)[0], 3);
@@ -50,23 +54,23 @@ TEST(MegatronLayout, TheRecipesUnevenLayoutIsPlannedExactlyAndExportsBack) {
   r.config.parallel.recompute = Recompute::Full;
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(layersPerStage(*plan), *split);
   // GPTModel's export writes the plan's split as a layout Megatron reads to the same stages.
   auto gpt = megatronExport(*plan, {MegatronModel::Gpt});
-  ASSERT_TRUE(gpt.hasValue()) << gpt.message();
+  ASSERT_THAT(gpt, HasValue());
   auto back = megatronLayoutSplit(model, gpt->layout);
-  ASSERT_TRUE(back.hasValue()) << back.message();
+  ASSERT_THAT(back, HasValue());
   EXPECT_EQ(*back, *split) << gpt->layout;
   // HybridModel's pattern too, and planning the pattern gives the same plan.
   auto hybrid = megatronExport(*plan);
-  ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+  ASSERT_THAT(hybrid, HasValue());
   auto fromPattern = megatronLayoutSplit(model, hybrid->hybridPattern);
-  ASSERT_TRUE(fromPattern.hasValue()) << fromPattern.message();
+  ASSERT_THAT(fromPattern, HasValue());
   EXPECT_EQ(*fromPattern, *split);
   r.config.layout = hybrid->hybridPattern;
   auto again = makePlan(r);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_EQ(again->metrics.iterationMs, plan->metrics.iterationMs);
 }
 
@@ -75,7 +79,7 @@ TEST(MegatronLayout, DeepSeekMtpAndMoeSymbolsMustBeTheModels) {
   // DeepSeek-V3's 1,024-GPU recipe layout: the embedding and a layer, 30 stages of two, then MTP
   // and the loss.
   auto split = megatronLayoutSplit(model, "Et|(t*2|)*30mL");
-  ASSERT_TRUE(split.hasValue()) << split.message();
+  ASSERT_THAT(split, HasValue());
   EXPECT_EQ(split->size(), 32U);
   EXPECT_EQ(split->back(), 2);  // the MTP layer and the head
   // As a hybrid pattern: three dense MLA blocks (+-) then MoE ones (+E); a dense symbol where the
@@ -83,14 +87,12 @@ TEST(MegatronLayout, DeepSeekMtpAndMoeSymbolsMustBeTheModels) {
   std::string pattern = "+-+-+-";
   for (int i = 3; i < 61; ++i) pattern += i == 31 ? "|+E" : "+E";
   auto hybrid = megatronLayoutSplit(model, pattern + "/+E");
-  ASSERT_TRUE(hybrid.hasValue()) << hybrid.message();
+  ASSERT_THAT(hybrid, HasValue());
   EXPECT_EQ(hybrid->size(), 2U);
   auto wrong = megatronLayoutSplit(model, "+-+-+-+-" + pattern.substr(8) + "/+E");
-  ASSERT_FALSE(wrong.hasValue());
-  EXPECT_NE(wrong.message().find("which is '+E'"), std::string::npos) << wrong.message();
+  EXPECT_THAT(wrong, HasError("which is '+E'"));
   auto noMtp = megatronLayoutSplit(model, pattern);
-  ASSERT_FALSE(noMtp.hasValue());
-  EXPECT_NE(noMtp.message().find("0 MTP depths; the model has 1"), std::string::npos) << noMtp.message();
+  EXPECT_THAT(noMtp, HasError("0 MTP depths; the model has 1"));
 }
 
 TEST(MegatronLayout, LayoutsThatDoNotFitTheModelOrThePipelineAreRefused) {
@@ -115,9 +117,7 @@ TEST(MegatronLayout, LayoutsThatDoNotFitTheModelOrThePipelineAreRefused) {
   r.config.layout = "Et*8|t*8|t*8|t*8L";
   r.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto plan = makePlan(r);
-  ASSERT_FALSE(plan.hasValue());
-  EXPECT_NE(plan.message().find("the layout has 4 stages and the schedule 2 virtual stages"), std::string::npos)
-      << plan.message();
+  EXPECT_THAT(plan, HasError("the layout has 4 stages and the schedule 2 virtual stages"));
 }
 
 }  // namespace pipestudio

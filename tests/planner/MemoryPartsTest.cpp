@@ -14,6 +14,9 @@
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -138,8 +141,8 @@ TEST(ActivationOffload, LayersLeaveTheirActivationsOnTheHost) {
   offload.config.parallel.cpuOffloadingNumLayers = 40;
   auto a = makePlan(none);
   auto b = makePlan(offload);
-  ASSERT_TRUE(a.hasValue()) << a.message();
-  ASSERT_TRUE(b.hasValue()) << b.message();
+  ASSERT_THAT(a, HasValue());
+  ASSERT_THAT(b, HasValue());
   const CostedModel costs(*a);
   const std::int64_t layer = costs.layer(0, 1).activationBytes;  // layer 1: the first block
   ASSERT_GT(layer, 0);
@@ -152,7 +155,7 @@ TEST(ActivationOffload, LayersLeaveTheirActivationsOnTheHost) {
   slow.cluster.gpu.hostLinkGBps = 8;
   slow.config.parallel.cpuOffloadingNumLayers = 70;
   auto c = makePlan(slow);
-  ASSERT_TRUE(c.hasValue()) << c.message();
+  ASSERT_THAT(c, HasValue());
   const StageCosts sc = CostedModel(*c).stage(c->stage(0));
   EXPECT_GT(sc.offloadWaitForwardMs, 0.0);
   EXPECT_GT(c->metrics.iterationMs, a->metrics.iterationMs);
@@ -166,7 +169,7 @@ TEST(ActivationOffload, BridgeFsdpRecipesOnGraceFit) {
   gb300.config.parallel.cpuOffloadingNumLayers = 20;
   for (const PlanRequest& r : {gb200, gb300}) {
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << r.cluster.gpu.name << ": " << plan.message();
+    ASSERT_THAT(plan, HasValue()) << r.cluster.gpu.name;
     const DeviceMetrics& d = plan->metrics.devices[0];
     EXPECT_LE(d.peakMemoryBytes + d.memory.marginBytes(), r.cluster.gpu.memoryBytes()) << r.cluster.gpu.name;
   }
@@ -201,7 +204,7 @@ TEST(LowPrecisionParams, BridgeMxfp8RecipesOnGb300Fit) {
   r70.config.globalBatch = 256;
   for (const PlanRequest& r : {r405, r70}) {
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << r.model.name << ": " << plan.message();
+    ASSERT_THAT(plan, HasValue()) << r.model.name;
     for (const DeviceMetrics& d : plan->metrics.devices) {
       // The weights are MXFP8 only (Megatron-Bridge's bf16_with_mxfp8_mixed: fp8_param_gather).
       EXPECT_GT(d.memory.lowPrecisionWeightBytes, 4 * d.memory.parameterBytes) << r.model.name;
@@ -214,20 +217,17 @@ TEST(LowPrecisionParams, BridgeMxfp8RecipesOnGb300Fit) {
 // whole term of the activations; --activation-offload-fraction 0.5 keeps the later half of the
 // groups on the GPU, and --delta-offload-bytes-across-pp-ranks keeps that many more on rank 1.
 TEST(ActivationOffload, FineGrainedGroupsFractionAndDelta) {
-  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib");
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 4;
+  PlanRequest r = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 2, 4);
   r.config.partition = "megatron";
   r.config.parallel.tensor = 2;
   r.config.parallel.sequenceParallel = true;
   r.config.parallel.offloadModules = kOffloadCoreAttn | kOffloadAttnProj;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const Layer& block = plan->model.components[0].layers[1];
   ASSERT_TRUE(block.transformer.has_value());
   const TransformerShape& t = *block.transformer;
-  const double tokens = static_cast<double>(t.seq);           // one sample per microbatch
+  const auto tokens = static_cast<double>(t.seq);             // one sample per microbatch
   const double hq = t.hidden, hk = 8.0 * t.hidden / t.heads;  // 8 key/value heads
   const double perLayer = tokens / 2 * (2.0 * (hq + hk + hk) + 4.0 * t.heads + 2.0 * t.hidden);
   const CostedModel costs(*plan);
@@ -235,13 +235,13 @@ TEST(ActivationOffload, FineGrainedGroupsFractionAndDelta) {
   EXPECT_NEAR(static_cast<double>(s0.offloadBytes), 16 * perLayer, 16.0);  // 16 of the 32 blocks
   r.config.parallel.activationOffloadFraction = 0.5;
   auto half = makePlan(r);
-  ASSERT_TRUE(half.hasValue()) << half.message();
+  ASSERT_THAT(half, HasValue());
   EXPECT_NEAR(static_cast<double>(CostedModel(*half).stage(half->stage(0)).offloadBytes), 8 * perLayer, 8.0);
   // Rank 1 keeps one microbatch's offload on the GPU: its peak rises by at most that much.
   r.config.parallel.activationOffloadFraction = 1.0;
   r.config.parallel.deltaOffloadBytesAcrossPpRanks = s0.offloadBytes;
   auto delta = makePlan(r);
-  ASSERT_TRUE(delta.hasValue()) << delta.message();
+  ASSERT_THAT(delta, HasValue());
   EXPECT_EQ(delta->metrics.devices[0].peakActivationBytes, plan->metrics.devices[0].peakActivationBytes);
   EXPECT_GT(delta->metrics.devices[1].peakActivationBytes, plan->metrics.devices[1].peakActivationBytes);
   EXPECT_LE(delta->metrics.devices[1].peakActivationBytes - plan->metrics.devices[1].peakActivationBytes,
@@ -250,7 +250,7 @@ TEST(ActivationOffload, FineGrainedGroupsFractionAndDelta) {
 
 // Bad input: each a message naming the flag and the numbers.
 TEST(ActivationOffload, RefusedWithTheFlagAndTheNumbers) {
-  const auto refusal = [](PlanRequest r) {
+  const auto refusal = [](const PlanRequest& r) {
     auto plan = makePlan(r);
     EXPECT_FALSE(plan.hasValue());
     return plan ? std::string() : plan.message();
@@ -268,10 +268,7 @@ TEST(ActivationOffload, RefusedWithTheFlagAndTheNumbers) {
   EXPECT_NE(m.find("--cpu-offloading-num-layers 20"), std::string::npos) << m;
   EXPECT_NE(m.find("no host link"), std::string::npos) << m;
 
-  PlanRequest pipeline = bundledRequest("llama3-8b", "h100-4x8-ib");
-  pipeline.config.schedule = "1f1b";
-  pipeline.config.devices = 2;
-  pipeline.config.microbatches = 4;
+  PlanRequest pipeline = bundledRequest("llama3-8b", "h100-4x8-ib", "1f1b", 2, 4);
   pipeline.config.parallel.cpuOffloadingNumLayers = 4;
   m = refusal(pipeline);
   EXPECT_NE(m.find("needs one pipeline rank, got --devices 2"), std::string::npos) << m;

@@ -7,23 +7,15 @@
 
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
-namespace pipestudio {
+namespace pipestudio::test {
 namespace {
-
-using test::equalLayers;
-using test::freeCluster;
-using test::request;
 
 double deviceBubble(const Plan& plan, int d) {
   const auto& dm = plan.metrics.devices[static_cast<std::size_t>(d)];
   return dm.spanMs - dm.busyMs;
-}
-
-Plan mustPlan(const PlanRequest& r) {
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << (plan ? "" : plan.message());
-  return plan ? *plan : Plan{};
 }
 
 TEST(Oracle, GpipeAndOneFOneBMakespan) {
@@ -156,18 +148,6 @@ ModelSpec layersOf(const std::vector<std::tuple<double, double, double>>& fbw) {
   return m;
 }
 
-double longestSpan(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs);
-  return worst;
-}
-
-std::int64_t worstPeak(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
-}
-
 TEST(Oracle, ZbH2NeverLosesToZbH1OnUnevenStages) {
   const int p = 6, m = 12;
   const ModelSpec model = layersOf({{1, 6, 5}, {4, 1, 3}, {2, 4, 6}, {6, 4, 4}, {2, 5, 3}, {2, 3, 1}});
@@ -197,4 +177,4 @@ TEST(Oracle, ZbH2NeverLosesToZbH1OnUnevenStages) {
 }
 
 }  // namespace
-}  // namespace pipestudio
+}  // namespace pipestudio::test

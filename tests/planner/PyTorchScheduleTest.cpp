@@ -16,30 +16,16 @@
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
-namespace pipestudio {
+namespace pipestudio::test {
 namespace {
-
-using test::equalLayers;
-using test::freeCluster;
-using test::request;
 
 // Unit costs: every virtual stage one layer, F = I = W = 1 ms (full backward 2), free transfers,
 // each activation held until its W (1000 bytes a chunk).
 PlanRequest unitRequest(const std::string& schedule, int p, int m, int chunks) {
   return request(equalLayers(p * chunks, 1, 1, 1, 1000, 1000), freeCluster(p), schedule, p, m, chunks);
-}
-
-Plan mustPlan(const PlanRequest& r) {
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << r.config.schedule << ": " << (plan ? "" : plan.message());
-  return plan ? *plan : Plan{};
-}
-
-std::int64_t worstPeak(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
 }
 
 std::string readFixture(const std::string& name) {
@@ -58,7 +44,7 @@ Plan timedOrder(const Plan& plan, std::vector<std::vector<OrderedOp>> order) {
   shell.ops.clear();
   shell.comms.clear();
   auto timed = simulateSkeleton(shell, skeleton);
-  EXPECT_TRUE(timed.hasValue()) << (timed ? "" : timed.message());
+  EXPECT_THAT(timed, HasValue());
   return timed ? *timed : Plan{};
 }
 
@@ -89,15 +75,15 @@ TEST(PyTorchSchedules, DualPipeVNeverLosesToPyTorchsAtUnitCosts) {
     Plan paired = theirs;
     paired.config.overlapForwardBackward = true;
     auto csv = scheduleCsv(paired, CsvFormat::ComputeOnly);
-    ASSERT_TRUE(csv.hasValue()) << csv.message();
+    ASSERT_THAT(csv, HasValue());
     ASSERT_NE(csv->find("OVERLAP_F_B"), std::string::npos);
     PlanRequest custom = unitRequest("custom", p, m, 2);
     auto imported = makeCustomPlan(custom, *csv, "dualpipev.csv");
-    ASSERT_TRUE(imported.hasValue()) << imported.message();
+    ASSERT_THAT(imported, HasValue());
     EXPECT_NEAR(imported->metrics.makespanMs, torchSteps, 1e-9) << "m=" << m;
     custom.config.overlapForwardBackward = true;
     auto overlapped = makeCustomPlan(custom, *csv, "dualpipev.csv");
-    ASSERT_TRUE(overlapped.hasValue()) << overlapped.message();
+    ASSERT_THAT(overlapped, HasValue());
     EXPECT_GE(overlapped->metrics.makespanMs, torchSteps) << "m=" << m;
     // Slower than our own zb-v no more.
     EXPECT_LE(ours.metrics.makespanMs, mustPlan(unitRequest("zb-v", p, m, 2)).metrics.makespanMs + 1e-9);
@@ -113,11 +99,11 @@ TEST(PyTorchSchedules, OverlapPairsAndMixedBackwardsRoundTrip) {
   ASSERT_FALSE(csv.empty());
   PlanRequest r = unitRequest("custom", 2, 2, 2);
   auto runtime = makeCustomPlan(r, csv, "overlap.csv");
-  ASSERT_TRUE(runtime.hasValue()) << runtime.message();
+  ASSERT_THAT(runtime, HasValue());
   EXPECT_FALSE(runtime->config.overlapForwardBackward);
   r.config.overlapForwardBackward = true;
   auto plan = makeCustomPlan(r, csv, "overlap.csv");
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_TRUE(plan->config.overlapForwardBackward);
   // Stage 3 (device 0): a full backward for microbatch 0, split for microbatch 1.
   int fused = 0, split = 0;
@@ -138,11 +124,11 @@ TEST(PyTorchSchedules, OverlapPairsAndMixedBackwardsRoundTrip) {
   ASSERT_TRUE(f && b);
   EXPECT_NEAR(f->endMs, b->startMs, 1e-9);
   auto back = scheduleCsv(*plan, CsvFormat::ComputeOnly);
-  ASSERT_TRUE(back.hasValue()) << back.message();
+  ASSERT_THAT(back, HasValue());
   EXPECT_EQ(*back, csv);
   // compute_comms: the pair stays one action, its members' sends follow it.
   auto comms = scheduleCsv(*plan, CsvFormat::ComputeComms);
-  ASSERT_TRUE(comms.hasValue()) << comms.message();
+  ASSERT_THAT(comms, HasValue());
   EXPECT_NE(comms->find("(3F1;0B0)OVERLAP_F_B"), std::string::npos);
   EXPECT_NE(comms->find("UNSHARD"), std::string::npos);
   EXPECT_NE(comms->find("0REDUCE_GRAD"), std::string::npos);
@@ -156,32 +142,28 @@ TEST(PyTorchSchedules, ComputeCommsCellsImport) {
       "0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\n"
       "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\n";
   auto plan = makeCustomPlan(r, csv, "comms.csv");
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->ops.size(), 4U);
   auto bad = makeCustomPlan(r, "(0F0;0B0;0F1)OVERLAP_F_B\n1F0,1B0\n", "bad.csv");
-  ASSERT_FALSE(bad.hasValue());
-  EXPECT_NE(bad.message().find("bad.csv:1:1"), std::string::npos) << bad.message();
-  EXPECT_NE(bad.message().find("exactly two"), std::string::npos) << bad.message();
+  EXPECT_THAT(bad, HasError("bad.csv:1:1"));
+  EXPECT_THAT(bad, HasError("exactly two"));
 }
 
 // Item 6: a CSV with a row per rank of another pipeline size is refused with both numbers.
 TEST(PyTorchSchedules, RowCountOtherThanDevicesIsRefused) {
   const PlanRequest r = unitRequest("custom", 4, 2, 1);
   auto plan = makeCustomPlan(r, "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", "two.csv");
-  ASSERT_FALSE(plan.hasValue());
-  EXPECT_NE(plan.message().find("2 rank row(s)"), std::string::npos) << plan.message();
-  EXPECT_NE(plan.message().find("4 devices"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("2 rank row(s)"));
+  EXPECT_THAT(plan, HasError("4 devices"));
 }
 
 // Item 7: a legacy-dialect file read as current says so and names the flag.
 TEST(PyTorchSchedules, LegacyFileReadAsCurrentNamesTheFlag) {
   const PlanRequest r = unitRequest("custom", 2, 2, 1);
   auto plan = makeCustomPlan(r, "0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1B0,1F1,1W0,1B1,1W1\n", "legacy.csv");
-  ASSERT_FALSE(plan.hasValue());
-  EXPECT_NE(plan.message().find("--csv-dialect legacy"), std::string::npos) << plan.message();
+  EXPECT_THAT(plan, HasError("--csv-dialect legacy"));
   auto bw = makeCustomPlan(r, "0F0,0F1,0BW0,0BW1\n1F0,1BW0,1F1,1BW1\n", "bw.csv");
-  ASSERT_FALSE(bw.hasValue());
-  EXPECT_NE(bw.message().find("--csv-dialect legacy"), std::string::npos) << bw.message();
+  EXPECT_THAT(bw, HasError("--csv-dialect legacy"));
 }
 
 // Item 5: Megatron-LM's interleaved 1F1B for every m ≥ p: with equal stages its makespan is the
@@ -229,4 +211,4 @@ TEST(PyTorchSchedules, InterleavedZeroBubbleMatchesPyTorchsWithinOneFOneBIMemory
 }
 
 }  // namespace
-}  // namespace pipestudio
+}  // namespace pipestudio::test

@@ -12,31 +12,11 @@
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/AutoSchedule.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
-namespace pipestudio {
+namespace pipestudio::test {
 namespace {
-
-using test::equalLayers;
-using test::freeCluster;
-using test::request;
-
-Plan mustPlan(const PlanRequest& r) {
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << r.config.schedule << ": " << (plan ? "" : plan.message());
-  return plan ? *plan : Plan{};
-}
-
-double worstBubble(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs - d.busyMs);
-  return worst;
-}
-
-std::int64_t worstPeak(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
-}
 
 // Qi et al. 2023 §6 / zbv.py: p = 8, m = 32, F = B = W = 100 ms, two chunks per device, every
 // activation held until its W: makespan 6m·100 + (p−1)·100 = 19,900 ms (the busiest device's
@@ -205,10 +185,10 @@ TEST(Issue20Oracle, InterleavedNeverSlowerThanMegatronsOrder) {
     const PlanRequest r = request(model, freeCluster(p, 0, 100.0 * (trial % 4)), "interleaved-1f1b", p, m, v);
     const Plan ours = mustPlan(r);
     auto megatron = makeCustomPlan(r, megatronCsv(p, v, m), "megatron");
-    ASSERT_TRUE(megatron) << megatron.message();
+    ASSERT_THAT(megatron, HasValue());
     EXPECT_LE(ours.metrics.makespanMs, megatron->metrics.makespanMs + 1e-9) << "trial " << trial;
   }
 }
 
 }  // namespace
-}  // namespace pipestudio
+}  // namespace pipestudio::test

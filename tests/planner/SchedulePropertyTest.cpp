@@ -10,6 +10,10 @@
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -121,15 +125,7 @@ TEST(ScheduleProperties, RandomConfigurationsEverySchedule) {
       if (g->pipelines() == 2 || name == "dualpipe") m += m % 2;
       const int layers = p * chunks * std::uniform_int_distribution<int>(1, 2)(rng) + (trial % 3);
       // Some trials on two nodes with slow links, so transfers and link contention matter.
-      ClusterSpec cluster = test::freeCluster(p, 2.0, 20);
-      if (trial % 2 == 1 && p > 1) {
-        cluster.nodes[0].gpus = p / 2 + p % 2;
-        NodeSpec second = cluster.nodes[0];
-        second.host = "node2";
-        second.gpus = p / 2;
-        cluster.nodes.push_back(second);
-        cluster.interNode = {0.5, 50};
-      }
+      const ClusterSpec cluster = test::slowCluster(p, trial % 2 == 1);
       PlanRequest r = test::request(randomModel(rng, layers), cluster, name, p, m, chunks);
       const std::string what =
           name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(chunks);
@@ -140,12 +136,11 @@ TEST(ScheduleProperties, RandomConfigurationsEverySchedule) {
       if (chunksPerPipeline > 1 && layers % (p * chunksPerPipeline) != 0) {
         auto refused = makePlan(r);
         ASSERT_FALSE(refused.hasValue()) << what;
-        EXPECT_NE(refused.message().find("needs chunks of equal size"), std::string::npos)
-            << what << ": " << refused.message();
+        EXPECT_THAT(refused, HasError("needs chunks of equal size")) << what;
         r.config.partition = "balanced";
       }
       auto plan = makePlan(r);
-      ASSERT_TRUE(plan.hasValue()) << what << ": " << plan.message();
+      ASSERT_THAT(plan, HasValue()) << what;
       checkPlan(*plan, *g, what);
       ++planned;
     }
@@ -158,9 +153,9 @@ TEST(ScheduleProperties, ResimulateReproducesThePlan) {
     const auto r = test::request(test::equalLayers(8, 1, 1.5, 0.5), test::freeCluster(4, 10, 5), name, 4, 8,
                                  findScheduleGenerator(name)->defaultChunksPerDevice());
     auto plan = makePlan(r);
-    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     auto again = resimulate(*plan);
-    ASSERT_TRUE(again.hasValue()) << again.message();
+    ASSERT_THAT(again, HasValue());
     ASSERT_EQ(again->ops.size(), plan->ops.size());
     for (std::size_t i = 0; i < plan->ops.size(); ++i) EXPECT_DOUBLE_EQ(again->ops[i].startMs, plan->ops[i].startMs);
     EXPECT_DOUBLE_EQ(again->metrics.makespanMs, plan->metrics.makespanMs);
@@ -172,7 +167,7 @@ TEST(ScheduleProperties, LinkTransfersSerialise) {
   const auto r = test::request(test::equalLayers(2, 0.1, 0.1, 0.1, 1000, 400, 100'000'000),
                                test::freeCluster(2, 1.0, 0), "gpipe", 2, 6, 1);
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   std::vector<const Comm*> forward;
   for (const Comm& c : plan->comms) {
     if (c.fromDevice == 0) forward.push_back(&c);

@@ -23,6 +23,10 @@
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -52,7 +56,7 @@ TEST(Seq1F1B, ChunkOrderForFourDevicesAndTwoSplitsIsThePapers) {
   // p − d − 2 + K chunk forwards, then one forward and one backward; a microbatch's chunks run
   // forward in order and backward in reverse order (the later chunk's backward first).
   auto plan = makePlan(seqRequest(4, 4, 2));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(sequenceOrder(*plan, 0), "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1 B0.0 F3.0 B1.1 F3.1 B1.0 B2.1 B2.0 B3.1 B3.0");
   EXPECT_EQ(sequenceOrder(*plan, 1), "F0.0 F0.1 F1.0 F1.1 B0.1 F2.0 B0.0 F2.1 B1.1 F3.0 B1.0 F3.1 B2.1 B2.0 B3.1 B3.0");
   EXPECT_EQ(sequenceOrder(*plan, 2), "F0.0 F0.1 F1.0 B0.1 F1.1 B0.0 F2.0 B1.1 F2.1 B1.0 F3.0 B2.1 F3.1 B2.0 B3.1 B3.0");
@@ -61,7 +65,7 @@ TEST(Seq1F1B, ChunkOrderForFourDevicesAndTwoSplitsIsThePapers) {
 
 TEST(Seq1F1B, ChunksWaitForTheirCausalPredecessors) {
   auto plan = makePlan(seqRequest(4, 6, 3));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   std::map<std::tuple<int, OpKind, int>, const Op*> at;
   for (const Op& op : plan->ops) at[{op.virtualStage, op.kind, op.microbatch}] = &op;
   int checked = 0;
@@ -90,7 +94,7 @@ TEST(Seq1F1B, EvenSplitsMakeLaterChunksSlowerBalancedSplitsDoNot) {
   r.config.seqSplits = 4;
   r.config.seqSplit = "even";
   auto even = makePlan(r);
-  ASSERT_TRUE(even.hasValue()) << even.message();
+  ASSERT_THAT(even, HasValue());
   std::vector<double> forwardMs(4, 0.0);
   for (const Op& op : even->ops) {
     if (op.kind == OpKind::F && op.virtualStage == 1 && op.microbatch < 4) forwardMs[op.microbatch] = op.durationMs();
@@ -99,7 +103,7 @@ TEST(Seq1F1B, EvenSplitsMakeLaterChunksSlowerBalancedSplitsDoNot) {
 
   r.config.seqSplit = "balanced";
   auto balanced = makePlan(r);
-  ASSERT_TRUE(balanced.hasValue()) << balanced.message();
+  ASSERT_THAT(balanced, HasValue());
   std::vector<double> unitMs(4, 0.0);
   for (const Op& op : balanced->ops) {
     if (op.virtualStage == 1 && op.microbatch < 4 && (op.kind == OpKind::F || op.kind == OpKind::BW)) {
@@ -116,7 +120,7 @@ TEST(Seq1F1B, EvenSplitsMakeLaterChunksSlowerBalancedSplitsDoNot) {
   r.config.seqSplits = 1;
   r.config.microbatches = 4;
   auto whole = makePlan(r);
-  ASSERT_TRUE(whole.hasValue()) << whole.message();
+  ASSERT_THAT(whole, HasValue());
   EXPECT_LT(balanced->metrics.devices[0].peakActivationBytes, whole->metrics.devices[0].peakActivationBytes);
 }
 
@@ -124,39 +128,32 @@ TEST(Seq1F1B, BadSplitsAreRefusedWithTheReason) {
   PlanRequest r = seqRequest(4, 4, 2);
   r.config.schedule = "1f1b";
   auto wrongSchedule = makePlan(r);
-  ASSERT_FALSE(wrongSchedule.hasValue());
-  EXPECT_NE(wrongSchedule.message().find("--seq-splits 2"), std::string::npos) << wrongSchedule.message();
+  EXPECT_THAT(wrongSchedule, HasError("--seq-splits 2"));
 
   r = seqRequest(4, 4, 2);
   r.config.microbatches = 7;
   auto partial = makePlan(r);
-  ASSERT_FALSE(partial.hasValue());
-  EXPECT_NE(partial.message().find("not whole microbatches of 2 sequence chunks"), std::string::npos)
-      << partial.message();
+  EXPECT_THAT(partial, HasError("not whole microbatches of 2 sequence chunks"));
 
   r = seqRequest(4, 4, 2);
   r.config.seqSplits = 0;
   auto zero = makePlan(r);
-  ASSERT_FALSE(zero.hasValue());
-  EXPECT_NE(zero.message().find("--seq-splits must be at least 1"), std::string::npos) << zero.message();
+  EXPECT_THAT(zero, HasError("--seq-splits must be at least 1"));
 
   // Each layer is costed once per chunk: too many chunks, or chunks times layers, are refused
   // before anything is costed.
   r = seqRequest(4, 2, 65);
   auto many = makePlan(r);
-  ASSERT_FALSE(many.hasValue());
-  EXPECT_NE(many.message().find("expected at most 64 chunks"), std::string::npos) << many.message();
+  EXPECT_THAT(many, HasError("expected at most 64 chunks"));
   r = test::request(test::equalLayers(4000, 1.0, 1.0, 1.0), test::freeCluster(4), "seq1f1b", 4, 4 * 32, 1);
   r.config.seqSplits = 32;
   auto deep = makePlan(r);
-  ASSERT_FALSE(deep.hasValue());
-  EXPECT_NE(deep.message().find("chunk-layers"), std::string::npos) << deep.message();
+  EXPECT_THAT(deep, HasError("chunk-layers"));
 
   r = seqRequest(4, 4, 2);
   r.config.seqSplit = "random";
   auto split = makePlan(r);
-  ASSERT_FALSE(split.hasValue());
-  EXPECT_NE(split.message().find("balanced or even"), std::string::npos) << split.message();
+  EXPECT_THAT(split, HasError("balanced or even"));
 }
 
 // --- offloading ---
@@ -215,9 +212,9 @@ std::int64_t highest(const std::vector<MemoryPoint>& curve) {
 
 TEST(PipeOffload, ActivationsComeBackBeforeTheirBackwardAndMemoryDrops) {
   auto plain = makePlan(offloadRequest("interleaved-1f1b", 2));
-  ASSERT_TRUE(plain.hasValue()) << plain.message();
+  ASSERT_THAT(plain, HasValue());
   auto offload = makePlan(offloadRequest("pipeoffload", 2));
-  ASSERT_TRUE(offload.hasValue()) << offload.message();
+  ASSERT_THAT(offload, HasValue());
   EXPECT_GT(offload->config.offloadRatio, 0.0);
   EXPECT_GT(checkCopies(*offload), 0);
   // The memory curve shows the activations leaving and coming back; the highest device is lower
@@ -237,11 +234,11 @@ TEST(PipeOffload, OffloadingAnOrderKeepsItsTimingAndNeverRaisesMemory) {
   for (const auto& [schedule, chunks] :
        std::vector<std::pair<std::string, int>>{{"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"v-1f1b", 2}}) {
     auto plain = makePlan(offloadRequest(schedule, chunks, 450));
-    ASSERT_TRUE(plain.hasValue()) << schedule << ": " << plain.message();
+    ASSERT_THAT(plain, HasValue()) << schedule;
     PlanRequest r = offloadRequest(schedule, chunks, 450);
     r.config.offloadRatio = 1.0;
     auto offload = makePlan(r);
-    ASSERT_TRUE(offload.hasValue()) << schedule << ": " << offload.message();
+    ASSERT_THAT(offload, HasValue()) << schedule;
     EXPECT_GT(checkCopies(*offload), 0) << schedule;
     EXPECT_NEAR(offload->metrics.makespanMs, plain->metrics.makespanMs, 1e-6 * plain->metrics.makespanMs) << schedule;
     for (std::size_t d = 0; d < plain->metrics.devices.size(); ++d) {
@@ -254,9 +251,9 @@ TEST(PipeOffload, OffloadingAnOrderKeepsItsTimingAndNeverRaisesMemory) {
 
 TEST(PipeOffload, APlanUnderAMemoryLimitStaysUnderItWhereverItOffloads) {
   auto plain = makePlan(offloadRequest("interleaved-1f1b", 2));
-  ASSERT_TRUE(plain.hasValue()) << plain.message();
+  ASSERT_THAT(plain, HasValue());
   auto free = makePlan(offloadRequest("pipeoffload", 2));
-  ASSERT_TRUE(free.hasValue()) << free.message();
+  ASSERT_THAT(free, HasValue());
   std::int64_t plainPeak = 0, offloadPeak = 0;
   for (std::size_t d = 0; d < plain->metrics.devices.size(); ++d) {
     plainPeak = std::max(plainPeak, plain->metrics.devices[d].peakMemoryBytes);
@@ -267,7 +264,7 @@ TEST(PipeOffload, APlanUnderAMemoryLimitStaysUnderItWhereverItOffloads) {
   PlanRequest r = offloadRequest("pipeoffload", 2);
   r.config.memoryLimitBytes = offloadPeak + (plainPeak - offloadPeak) / 4;
   auto limited = makePlan(r);
-  ASSERT_TRUE(limited.hasValue()) << limited.message();
+  ASSERT_THAT(limited, HasValue());
   checkCopies(*limited);
   const MemoryTimeline memory = memoryTimeline(*limited);
   for (const auto& curve : memory.devices) {
@@ -286,11 +283,11 @@ TEST(PipeOffload, ScreeningTriesTheAuthorsGroupSizesOnly) {
   SolveControl quick;
   quick.refine = false;
   auto screened = makePlan(r, quick);
-  ASSERT_TRUE(full.hasValue()) << full.message();
-  ASSERT_TRUE(screened.hasValue()) << screened.message();
+  ASSERT_THAT(full, HasValue());
+  ASSERT_THAT(screened, HasValue());
   EXPECT_GE(screened->metrics.makespanMs, full->metrics.makespanMs * (1 - 1e-9));
   auto again = resimulate(*screened);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_DOUBLE_EQ(again->metrics.makespanMs, screened->metrics.makespanMs);
 }
 
@@ -305,7 +302,7 @@ TEST(PipeOffload, IsDeterministicAndSurvivesResimulation) {
     EXPECT_DOUBLE_EQ(a->ops[i].startMs, b->ops[i].startMs);
   }
   auto again = resimulate(*a);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_DOUBLE_EQ(again->metrics.makespanMs, a->metrics.makespanMs);
 }
 
@@ -313,20 +310,17 @@ TEST(PipeOffload, BadRatiosAndLinklessGpusAreRefused) {
   PlanRequest r = offloadRequest("pipeoffload", 2);
   r.config.offloadRatio = 1.5;
   auto high = makePlan(r);
-  ASSERT_FALSE(high.hasValue());
-  EXPECT_NE(high.message().find("--offload-ratio must be in [0, 1]"), std::string::npos) << high.message();
+  EXPECT_THAT(high, HasError("--offload-ratio must be in [0, 1]"));
 
   r = offloadRequest("dualpipe", 2);
   r.config.offloadRatio = 0.5;
   auto twice = makePlan(r);
-  ASSERT_FALSE(twice.hasValue());
-  EXPECT_NE(twice.message().find("--offload-ratio"), std::string::npos) << twice.message();
+  EXPECT_THAT(twice, HasError("--offload-ratio"));
 
   PlanRequest linkless = test::request(test::equalLayers(8, 1, 1, 1), test::freeCluster(4), "1f1b", 4, 8, 1);
   linkless.config.offloadRatio = 0.5;
   auto noLink = makePlan(linkless);
-  ASSERT_FALSE(noLink.hasValue());
-  EXPECT_NE(noLink.message().find("host link"), std::string::npos) << noLink.message();
+  EXPECT_THAT(noLink, HasError("host link"));
 }
 
 // `plan` written to a plan file (a temporary one, removed again) and loaded back.
@@ -341,9 +335,9 @@ Expected<Plan> savedAndLoaded(const Plan& plan, const std::string& name) {
 
 TEST(PipeOffload, PlanFilesKeepTheSettingsAndRefuseCopiesThatDoNotComeBack) {
   auto plan = makePlan(offloadRequest("pipeoffload", 2));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   auto loaded = savedAndLoaded(*plan, "ps-offload");
-  ASSERT_TRUE(loaded.hasValue()) << loaded.message();
+  ASSERT_THAT(loaded, HasValue());
   EXPECT_DOUBLE_EQ(loaded->config.offloadRatio, plan->config.offloadRatio);
   ASSERT_EQ(loaded->ops.size(), plan->ops.size());
   EXPECT_EQ(checkCopies(*loaded), checkCopies(*plan));
@@ -355,8 +349,7 @@ TEST(PipeOffload, PlanFilesKeepTheSettingsAndRefuseCopiesThatDoNotComeBack) {
   ASSERT_NE(reload, noReload.ops.end());
   noReload.ops.erase(reload);
   const Status missing = validatePlanStructure(noReload);
-  ASSERT_FALSE(missing);
-  EXPECT_NE(missing.message().find("needs H2D"), std::string::npos) << missing.message();
+  EXPECT_THAT(missing, HasError("needs H2D"));
 
   Plan late = *plan;
   for (std::size_t i = 0; i < late.ops.size(); ++i) {
@@ -391,7 +384,7 @@ TEST(PipeOffload, TheFastestOrderHoldsNoMoreThanTheAuthorsPassesDo) {
   PlanRequest r = referenceCase();
   r.config.memoryLimitBytes = 4 * 1000;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_NEAR(plan->metrics.makespanMs, 4143.0, 1e-6);
   for (const auto& d : plan->metrics.devices) EXPECT_LE(d.peakActivationBytes, 4 * 1000);
   EXPECT_FALSE(plan->offloadWaits.empty());
@@ -419,7 +412,7 @@ PlanRequest pairedCase(double f, double b, double w, double c) {
 TEST(PipeOffload, CopiesThroughASharedSwitchShareItsUplink) {
   const PlanRequest r = pairedCase(61, 128, 70, 12);
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const double link = r.cluster.gpu.hostLinkGBps;
   const double solo = 1000.0 / (link * 1e6);  // ms for one chunk's activations alone
   std::map<int, std::vector<const Op*>> onSwitch;
@@ -463,7 +456,7 @@ TEST(PipeOffload, PairedGpusReachTheAuthorsPeakAtTheirStep) {
   PlanRequest r = pairedCase(61, 128, 70, 12);
   r.config.memoryLimitBytes = 4 * 1000;
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_LE(plan->metrics.makespanMs, 4831.0 + 1e-6);
   for (const auto& d : plan->metrics.devices) EXPECT_LE(d.peakActivationBytes, 4 * 1000);
   checkCopies(*plan);
@@ -475,7 +468,7 @@ TEST(PipeOffload, PairedGpusReachTheAuthorsPeakAtTheirStep) {
 TEST(PipeOffload, AnOrderOnlyCallerGetsTheSamePassesWithoutTheWaits) {
   const PlanRequest r = referenceCase();
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const CostedModel costs(r.model, r.cluster, r.config);
   ScheduleInput in;
   in.shape = {r.config.devices, r.config.microbatches, r.config.chunksPerDevice};
@@ -492,8 +485,8 @@ TEST(PipeOffload, AnOrderOnlyCallerGetsTheSamePassesWithoutTheWaits) {
   orderOnly.orderOnly = true;
   in.control = &orderOnly;
   auto order = g->order(in);
-  ASSERT_TRUE(timed.hasValue()) << timed.message();
-  ASSERT_TRUE(order.hasValue()) << order.message();
+  ASSERT_THAT(timed, HasValue());
+  ASSERT_THAT(order, HasValue());
   EXPECT_FALSE(timed->offloadWaits.empty());
   EXPECT_TRUE(order->offloadWaits.empty());
   ASSERT_EQ(order->devices.size(), timed->devices.size());
@@ -512,7 +505,7 @@ TEST(PipeOffload, AnOrderOnlyCallerGetsTheSamePassesWithoutTheWaits) {
 
 TEST(PipeOffload, ForwardsWaitForOffloadsOnlyWhereTheStepGetsNoLongerAndThePlanKeepsTheWaits) {
   auto plan = makePlan(referenceCase());
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   ASSERT_FALSE(plan->offloadWaits.empty());
   checkCopies(*plan);
   for (const OffloadWait& w : plan->offloadWaits) {
@@ -531,7 +524,7 @@ TEST(PipeOffload, ForwardsWaitForOffloadsOnlyWhereTheStepGetsNoLongerAndThePlanK
   Plan loose = *plan;
   loose.offloadWaits.clear();
   auto free = resimulate(loose);
-  ASSERT_TRUE(free.hasValue()) << free.message();
+  ASSERT_THAT(free, HasValue());
   EXPECT_NEAR(free->metrics.makespanMs, plan->metrics.makespanMs, 1e-9 * plan->metrics.makespanMs);
   bool higher = false;
   for (std::size_t d = 0; d < plan->metrics.devices.size(); ++d) {
@@ -541,10 +534,10 @@ TEST(PipeOffload, ForwardsWaitForOffloadsOnlyWhereTheStepGetsNoLongerAndThePlanK
   EXPECT_TRUE(higher);
   // Saved and loaded, re-timed: the same waits, times and peaks.
   auto loaded = savedAndLoaded(*plan, "ps-waits");
-  ASSERT_TRUE(loaded.hasValue()) << loaded.message();
+  ASSERT_THAT(loaded, HasValue());
   EXPECT_EQ(loaded->offloadWaits, plan->offloadWaits);
   auto again = resimulate(*loaded);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_EQ(again->offloadWaits, plan->offloadWaits);
   ASSERT_EQ(again->ops.size(), plan->ops.size());
   for (std::size_t i = 0; i < plan->ops.size(); ++i) EXPECT_DOUBLE_EQ(again->ops[i].startMs, plan->ops[i].startMs) << i;
@@ -552,15 +545,13 @@ TEST(PipeOffload, ForwardsWaitForOffloadsOnlyWhereTheStepGetsNoLongerAndThePlanK
 
 TEST(PipeOffload, AnOffloadWaitNamingAMissingOpOrTwoDevicesIsRefused) {
   auto plan = makePlan(referenceCase());
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   ASSERT_FALSE(plan->offloadWaits.empty());
   Plan missing = *plan;
   missing.offloadWaits.front().offloadMicrobatch = 0;
   missing.offloadWaits.front().offloadStage = static_cast<std::int32_t>(missing.virtualStages.size()) - 1;
   const Status noOp = validatePlanStructure(missing);
-  ASSERT_FALSE(noOp);
-  EXPECT_NE(noOp.message().find("/offload_waits/0/after_offload: the plan has no D2H op"), std::string::npos)
-      << noOp.message();
+  EXPECT_THAT(noOp, HasError("/offload_waits/0/after_offload: the plan has no D2H op"));
   EXPECT_FALSE(resimulate(missing).hasValue());
 
   Plan apart = *plan;
@@ -575,18 +566,17 @@ TEST(PipeOffload, AnOffloadWaitNamingAMissingOpOrTwoDevicesIsRefused) {
   apart.offloadWaits.front().offloadStage = other->virtualStage;
   apart.offloadWaits.front().offloadMicrobatch = other->microbatch;
   const Status twoDevices = validatePlanStructure(apart);
-  ASSERT_FALSE(twoDevices);
-  EXPECT_NE(twoDevices.message().find("(expected one device)"), std::string::npos) << twoDevices.message();
+  EXPECT_THAT(twoDevices, HasError("(expected one device)"));
 }
 
 TEST(Seq1F1B, PlanFilesKeepTheSplitAndResimulateToTheSamePlan) {
   auto plan = makePlan(seqRequest(4, 4, 2));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   std::ostringstream text;
   ASSERT_TRUE(writePlanJson(text, *plan));
   EXPECT_NE(text.str().find("\"seq_splits\""), std::string::npos);
   auto again = resimulate(*plan);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_DOUBLE_EQ(again->metrics.makespanMs, plan->metrics.makespanMs);
   EXPECT_EQ(sequenceOrder(*again, 0), sequenceOrder(*plan, 0));
 }
@@ -596,9 +586,9 @@ TEST(Seq1F1B, PlanFilesKeepTheSplitAndResimulateToTheSamePlan) {
 TEST(VOneFOneB, OneVPerDeviceFusedBackwardsWithinOneF1BMemory) {
   const auto r = test::request(test::equalLayers(8, 1.0, 1.0, 1.0), test::freeCluster(4), "v-1f1b", 4, 8, 2);
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const auto one = makePlan(test::request(test::equalLayers(8, 1.0, 1.0, 1.0), test::freeCluster(4), "1f1b", 4, 8, 1));
-  ASSERT_TRUE(one.hasValue()) << one.message();
+  ASSERT_THAT(one, HasValue());
   for (const Op& op : plan->ops) EXPECT_NE(op.kind, OpKind::B);
   // Same compute, fewer bubbles than 1F1B, and no more activation memory on any device.
   EXPECT_LT(plan->metrics.makespanMs, one->metrics.makespanMs);

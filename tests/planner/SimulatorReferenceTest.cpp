@@ -21,6 +21,10 @@
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
 #include "pipestudio/planner/Simulator.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -213,18 +217,10 @@ TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
         l.outputBytes = std::uniform_int_distribution<std::int64_t>(0, 4)(rng) * 1'000'000;
       }
       // Two nodes with slow links on odd trials: transfers queue on links.
-      ClusterSpec cluster = test::freeCluster(p, 2.0, 20);
-      if (trial % 2 == 1 && p > 1) {
-        cluster.nodes[0].gpus = p / 2 + p % 2;
-        NodeSpec second = cluster.nodes[0];
-        second.host = "node2";
-        second.gpus = p / 2;
-        cluster.nodes.push_back(second);
-        cluster.interNode = {0.5, 50};
-      }
+      const ClusterSpec cluster = test::slowCluster(p, trial % 2 == 1);
       if (!g->validate({p, m, chunks})) continue;
       auto plan = makePlan(test::request(model, cluster, name, p, m, chunks));
-      ASSERT_TRUE(plan.hasValue()) << name << ": " << plan.message();
+      ASSERT_THAT(plan, HasValue()) << name;
       const std::string what = name + " p=" + std::to_string(p) + " m=" + std::to_string(m);
       const RefTimes ref = referenceSimulate(*plan);
       ASSERT_EQ(ref.startMs.size(), plan->ops.size());
@@ -248,24 +244,18 @@ TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
 // A stage boundary always sends (the next stage needs its input): a measured layer that states
 // no output size pays the link's latency. p = 2, m = 1, F = B = W = 1 ms, latency 5 ms: F, c, F,
 // then B+W, c, B+W (1F1B fuses B and W) is 2 + 5 + 4 + 5 = 16 ms; a stated size adds its bytes.
-Plan mustPlan(const PlanRequest& r) {
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << plan.message();
-  return plan.hasValue() ? std::move(*plan) : Plan{};
-}
-
 TEST(SimulatorReference, AStageWithoutAnOutputSizeStillPaysTheLatency) {
   const ClusterSpec latencyOnly = test::freeCluster(2, 0, 5000);
   const Plan unsized =
-      mustPlan(test::request(test::equalLayers(2, 1, 1, 1, 1000, 400, 0), latencyOnly, "1f1b", 2, 1, 1));
+      test::mustPlan(test::request(test::equalLayers(2, 1, 1, 1, 1000, 400, 0), latencyOnly, "1f1b", 2, 1, 1));
   EXPECT_DOUBLE_EQ(unsized.metrics.makespanMs, 16.0);
   ASSERT_EQ(unsized.comms.size(), 2U);
   for (const Comm& c : unsized.comms) EXPECT_DOUBLE_EQ(c.endMs - c.startMs, 5.0);
   EXPECT_DOUBLE_EQ(stageSendMs(latencyOnly, unsized.config, 0, 1, 0), 5.0);
   EXPECT_DOUBLE_EQ(stageSendMs(latencyOnly, unsized.config, 1, 1, 0), 0.0);
   // 1 MB over 1 GB/s is 1 ms more per hop.
-  const Plan sized = mustPlan(test::request(test::equalLayers(2, 1, 1, 1, 1000, 400, 1'000'000),
-                                            test::freeCluster(2, 1, 5000), "1f1b", 2, 1, 1));
+  const Plan sized = test::mustPlan(test::request(test::equalLayers(2, 1, 1, 1, 1000, 400, 1'000'000),
+                                                  test::freeCluster(2, 1, 5000), "1f1b", 2, 1, 1));
   EXPECT_DOUBLE_EQ(sized.metrics.makespanMs, 18.0);
 }
 

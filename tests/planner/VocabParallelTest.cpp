@@ -11,11 +11,17 @@
 #include <map>
 #include <string>
 
+#include "PlannerFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Vocab.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
+using ::testing::Not;
 
 namespace pipestudio {
 namespace {
@@ -43,13 +49,7 @@ ModelSpec artifactModel(int seq, int vocab) {
   block.seq = seq;
   block.heads = 24;
   block.ffn = 12288;
-  for (int l = 0; l < 32; ++l) {
-    Layer layer;
-    layer.name = "block." + std::to_string(l);
-    layer.kind = "transformer";
-    layer.transformer = block;
-    c.layers.push_back(layer);
-  }
+  test::addBlocks(c, 32, block);
   Layer head;
   head.name = "lm_head";
   head.kind = "lm_head";
@@ -111,7 +111,7 @@ TEST(VocabParallel, BubbleBelowEightPercentAtPEightMOneTwentyEight) {
   for (int vocab : {32000, 256000}) {
     for (int barriers : {1, 2}) {
       auto plan = makeVocabParallelPlan(artifactRequest(2048, vocab, p, m, barriers));
-      ASSERT_TRUE(plan.hasValue()) << plan.message();
+      ASSERT_THAT(plan, HasValue());
       EXPECT_LT(plan->metrics.bubbleRatio, 0.08) << "vocab " << vocab << ", " << barriers << " barrier(s)";
       EXPECT_EQ(plan->config.vocabBarriers, barriers);
       std::vector<int> backbone;
@@ -133,7 +133,7 @@ TEST(VocabParallel, BarriersFollowAlgorithmsOneAndTwo) {
   const int p = 4, m = 16;
   for (int barriers : {1, 2}) {
     auto plan = makeVocabParallelPlan(artifactRequest(2048, 128000, p, m, barriers));
-    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     const auto lanes = planLanes(*plan);
     const auto deps = vocabDependencies(*plan, lanes);
     ASSERT_FALSE(deps.empty());
@@ -164,28 +164,26 @@ TEST(VocabParallel, BarriersFollowAlgorithmsOneAndTwo) {
 // count through the file; a count other than 1 or 2 is refused with where and what.
 TEST(VocabParallel, BarrierCountRoundTripsAndOldPlansReadAsTwo) {
   auto plan = makeVocabParallelPlan(artifactRequest(2048, 64000, 4, 8, 1));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const std::string text = planToJson(*plan).dump(1);
   ASSERT_NE(text.find("\"vocab_barriers\": 1"), std::string::npos);
   auto back = loadText(text, "one.plan.json");
-  ASSERT_TRUE(back.hasValue()) << back.message();
+  ASSERT_THAT(back, HasValue());
   EXPECT_EQ(back->config.vocabBarriers, 1);
   std::string old = text;
   old.erase(old.find("\"vocab_barriers\": 1"), std::string("\"vocab_barriers\": 1,").size());
   auto legacy = loadText(old, "old.plan.json");
-  ASSERT_TRUE(legacy.hasValue()) << legacy.message();
+  ASSERT_THAT(legacy, HasValue());
   EXPECT_EQ(legacy->config.vocabBarriers, 2);
   std::string bad = text;
   bad.replace(bad.find("\"vocab_barriers\": 1"), std::string("\"vocab_barriers\": 1").size(), "\"vocab_barriers\": 3");
   auto refused = loadText(bad, "bad.plan.json");
-  ASSERT_FALSE(refused.hasValue());
-  EXPECT_NE(refused.message().find("bad.plan.json"), std::string::npos) << refused.message();
-  EXPECT_NE(refused.message().find("vocab_barriers"), std::string::npos) << refused.message();
+  EXPECT_THAT(refused, HasError("bad.plan.json"));
+  EXPECT_THAT(refused, HasError("vocab_barriers"));
 
   PlanRequest wrong = artifactRequest(2048, 64000, 4, 8, 3);
   auto rejected = makeVocabParallelPlan(wrong);
-  ASSERT_FALSE(rejected.hasValue());
-  EXPECT_NE(rejected.message().find("1 or 2"), std::string::npos) << rejected.message();
+  EXPECT_THAT(rejected, HasError("1 or 2"));
 }
 
 // A bidirectional schedule is refused with the reason (it said "vocabulary parallelism:
@@ -195,10 +193,8 @@ TEST(VocabParallel, BidirectionalSchedulesAreRefusedWithTheReason) {
   r.config.schedule = "dualpipe";
   r.config.chunksPerDevice = 2;  // one per direction
   auto refused = makeVocabParallelPlan(r);
-  ASSERT_FALSE(refused.hasValue());
-  EXPECT_NE(refused.message().find("'dualpipe' runs two pipelines"), std::string::npos) << refused.message();
-  EXPECT_EQ(refused.message().find("vocabulary parallelism: vocabulary parallelism"), std::string::npos)
-      << refused.message();
+  EXPECT_THAT(refused, HasError("'dualpipe' runs two pipelines"));
+  EXPECT_THAT(refused, Not(HasError("vocabulary parallelism: vocabulary parallelism")));
 }
 
 }  // namespace

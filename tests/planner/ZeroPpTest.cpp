@@ -11,11 +11,15 @@
 #include <utility>
 
 #include "PlannerFixtures.hpp"
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/BundledPlans.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio {
 namespace {
@@ -48,13 +52,7 @@ int forwardRuns(const Plan& plan) {
 // A GPT-style model on H100 nodes with a slow data-parallel link, trained with ZeRO-3 (data
 // parallel 8 per pipeline rank): the regime ZeroPP was built for.
 PlanRequest zeroRequest(const std::string& schedule, int p, int m, int chunks, int unit = 0) {
-  PlanRequest r;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
+  PlanRequest r = test::bundledRequest("gpt3-1.3b", "h100-4x8-ib");
   r.config.schedule = schedule;
   r.config.devices = p;
   r.config.microbatches = m;
@@ -74,7 +72,7 @@ TEST(ZeroPp, RegisteredWithItsUnitAndBlocksOfThatSize) {
   const int p = 4, m = 16, v = 2;
   for (int unit : {1, 2, 4, 8}) {
     auto plan = makePlan(zeroRequest("zeropp", p, m, v, unit));
-    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    ASSERT_THAT(plan, HasValue());
     EXPECT_EQ(plan->config.unitMicrobatches, unit);
     // Every device runs its forwards in runs of `unit` of one chunk, at most (block structure).
     EXPECT_GE(forwardRuns(*plan), p * v * m / unit) << unit;
@@ -90,12 +88,11 @@ TEST(ZeroPp, RegisteredWithItsUnitAndBlocksOfThatSize) {
   }
   // The default unit is the device count.
   auto plan = makePlan(zeroRequest("zeropp", p, m, v));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   EXPECT_EQ(plan->config.unitMicrobatches, p);
   // A unit beyond the microbatches is refused with the numbers.
   auto refused = makePlan(zeroRequest("zeropp", p, m, v, m + 1));
-  ASSERT_FALSE(refused.hasValue());
-  EXPECT_NE(refused.message().find("--unit 17"), std::string::npos) << refused.message();
+  EXPECT_THAT(refused, HasError("--unit 17"));
 }
 
 // The paper's comparison in shape: Llama-3-8B, 4 pipeline stages, ZeRO-3 over 16 data-parallel
@@ -105,12 +102,9 @@ TEST(ZeroPp, RegisteredWithItsUnitAndBlocksOfThatSize) {
 // gathers less and holds more.
 PlanRequest llamaRequest(const std::string& schedule, int chunks, int unit = 0) {
   PlanRequest r = zeroRequest(schedule, 4, 32, chunks, unit);
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
-  EXPECT_TRUE(model.hasValue());
-  if (model) r.model = *model;
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-8x8-ib.json");
-  EXPECT_TRUE(cluster.hasValue());
-  if (cluster) r.cluster = *cluster;
+  const PlanRequest llama = test::bundledRequest("llama3-8b", "h100-8x8-ib");
+  r.model = llama.model;
+  r.cluster = llama.cluster;
   // One GPU per node: each data-parallel rank crosses on its own NIC, a flat ring at the NIC's
   // rate (as the ranks of a TP 8 layout do). With 8 ranks of a group in a node NCCL's rings
   // would leave it through all eight NICs at once and a gather would hide under one pass.
@@ -123,20 +117,19 @@ PlanRequest llamaRequest(const std::string& schedule, int chunks, int unit = 0) 
 
 TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
   auto zeropp = makePlan(llamaRequest("zeropp", 2));
-  ASSERT_TRUE(zeropp.hasValue()) << zeropp.message();
+  ASSERT_THAT(zeropp, HasValue());
   for (const auto& [schedule, chunks] :
        {std::pair{"1f1b", 1}, std::pair{"zb-h1", 1}, std::pair{"interleaved-1f1b", 2}}) {
     auto other = makePlan(llamaRequest(schedule, chunks));
-    ASSERT_TRUE(other.hasValue()) << other.message();
+    ASSERT_THAT(other, HasValue());
     EXPECT_LT(zeropp->metrics.makespanMs, 0.9 * other->metrics.makespanMs) << schedule;
   }
   auto bfs = makePlan(llamaRequest("breadth-first", 2));
-  ASSERT_FALSE(bfs.hasValue());
-  EXPECT_NE(bfs.message().find("does not fit in memory"), std::string::npos) << bfs.message();
+  EXPECT_THAT(bfs, HasError("does not fit in memory"));
   PlanRequest unlimited = llamaRequest("breadth-first", 2);
   unlimited.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto bfsAnyway = makePlan(unlimited);
-  ASSERT_TRUE(bfsAnyway.hasValue()) << bfsAnyway.message();
+  ASSERT_THAT(bfsAnyway, HasValue());
   EXPECT_GT(worstActivation(*bfsAnyway), 2 * worstActivation(*zeropp));
   // The unit trades gathers for memory.
   PlanRequest small = llamaRequest("zeropp", 2, 2);
@@ -145,8 +138,8 @@ TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
   large.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto u2 = makePlan(small);
   auto u8 = makePlan(large);
-  ASSERT_TRUE(u2.hasValue()) << u2.message();
-  ASSERT_TRUE(u8.hasValue()) << u8.message();
+  ASSERT_THAT(u2, HasValue());
+  ASSERT_THAT(u8, HasValue());
   EXPECT_LT(worstActivation(*u2), worstActivation(*zeropp));
   EXPECT_LT(worstActivation(*zeropp), worstActivation(*u8));
   EXPECT_GT(u2->metrics.makespanMs, zeropp->metrics.makespanMs);
@@ -156,7 +149,7 @@ TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
   noZero.config.parallel.zeroStage = 1;
   noZero.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto plain = makePlan(noZero);
-  ASSERT_TRUE(plain.hasValue()) << plain.message();
+  ASSERT_THAT(plain, HasValue());
   for (const StageCosts& c : stageCosts(*plain)) {
     EXPECT_EQ(c.zeroGatherForwardMs, 0);
     EXPECT_EQ(c.zeroScatterWeightMs, 0);
@@ -166,17 +159,17 @@ TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
 // The unit travels in the plan file and re-simulates to the same times.
 TEST(ZeroPp, UnitRoundTripsThroughThePlanFile) {
   auto plan = makePlan(zeroRequest("zeropp", 4, 16, 2, 2));
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   const auto dir = std::filesystem::temp_directory_path() / ("ps-zeropp-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "zeropp.plan.json").string();
   ASSERT_TRUE(savePlan(path, *plan));
   auto back = loadPlan(path);
   std::filesystem::remove_all(dir);
-  ASSERT_TRUE(back.hasValue()) << back.message();
+  ASSERT_THAT(back, HasValue());
   EXPECT_EQ(back->config.unitMicrobatches, 2);
   auto again = resimulate(*back);
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_NEAR(again->metrics.makespanMs, plan->metrics.makespanMs, 1e-6 * plan->metrics.makespanMs);
 }
 

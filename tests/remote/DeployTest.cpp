@@ -1,11 +1,11 @@
 // End to end against a real sshd on 127.0.0.1: the real pipestudio-exec (CPU backend) is
 // uploaded, run under the watchdog and streams into a real history file.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -18,6 +18,11 @@
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/remote/Deploy.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
+using ::testing::AnyOf;
 
 namespace pipestudio::remote {
 namespace {
@@ -34,13 +39,8 @@ class HistoryTestSink : public test::HistoryTestSink {
   explicit HistoryTestSink(history::HistoryStore& store) : test::HistoryTestSink(&store, kPlan) {}
 };
 
-class DeployTest : public ::testing::Test {
+class DeployTest : public test::SshdSuite {
  protected:
-  static void SetUpTestSuite() { s_sshd = new Sshd(); }
-  static void TearDownTestSuite() {
-    delete s_sshd;
-    s_sshd = nullptr;
-  }
   void SetUp() override {
     if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
     ASSERT_EQ(::access(kExecutor.c_str(), X_OK), 0) << kExecutor << " not built";
@@ -48,7 +48,7 @@ class DeployTest : public ::testing::Test {
     m_dir = s_sshd->dir() + "/" + info->name();
     fs::create_directories(m_dir);
     auto store = history::HistoryStore::open(m_dir + "/history.sqlite");
-    ASSERT_TRUE(store) << store.message();
+    ASSERT_THAT(store, HasValue());
     m_store = std::make_unique<history::HistoryStore>(std::move(*store));
   }
 
@@ -66,11 +66,9 @@ class DeployTest : public ::testing::Test {
     return r;
   }
 
-  static Sshd* s_sshd;
   std::string m_dir;
   std::unique_ptr<history::HistoryStore> m_store;
 };
-Sshd* DeployTest::s_sshd = nullptr;
 
 TEST_F(DeployTest, CpuPlanLandsInTheHistoryComplete) {
   // A hostile remote directory: quoting must carry it through sh, the watchdog and exec.
@@ -85,7 +83,7 @@ TEST_F(DeployTest, CpuPlanLandsInTheHistoryComplete) {
   };
   Deployment d(req, cb, sink);
   auto result = d.run();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\nlog:\n" << sink.log;
   ASSERT_EQ(result->ranks.size(), 1U);  // the CPU backend runs every device in one process
   EXPECT_EQ(result->ranks[0].exitStatus, 0);
@@ -95,13 +93,13 @@ TEST_F(DeployTest, CpuPlanLandsInTheHistoryComplete) {
   EXPECT_TRUE(fs::exists(m_dir + "/remote dir/it's $(touch pwned) `id`;x/pipestudio-exec"));
 
   auto summary = m_store->runSummary(sink.runId);
-  ASSERT_TRUE(summary) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Complete) << summary->error;
   // Every planned op of every measured iteration arrived as an op range.
   auto plan = loadPlan(kPlan);
   ASSERT_TRUE(plan);
   auto ops = m_store->loadEvents(sink.runId, history::EventCategory::Op);
-  ASSERT_TRUE(ops) << ops.message();
+  ASSERT_THAT(ops, HasValue());
   // (The executor adds an optimizer step per device and iteration where the plan lists none.)
   const auto planned = std::count_if(ops->begin(), ops->end(), [](const history::MeasuredEvent& e) {
     return e.kind != static_cast<int>(OpKind::OPT);
@@ -135,7 +133,7 @@ TEST_F(DeployTest, CpuPlanLandsInTheHistoryComplete) {
   cb.progress = [&](const RankProgress& p) { messages.push_back(p.message); };
   Deployment again(req, cb, sink2);
   auto result2 = again.run();
-  ASSERT_TRUE(result2) << result2.message();
+  ASSERT_THAT(result2, HasValue());
   EXPECT_EQ(result2->outcome, DeployOutcome::Complete) << result2->message;
   EXPECT_TRUE(std::find(messages.begin(), messages.end(), "executor up to date, plan up to date") != messages.end());
 }
@@ -151,8 +149,7 @@ TEST_F(DeployTest, ChangedHostKeyRefusesBeforeAnythingIsUploadedOrRun) {
   HistoryTestSink sink(*m_store);
   Deployment d(req, {}, sink);
   auto result = d.run();
-  ASSERT_FALSE(result);
-  EXPECT_NE(result.message().find("CHANGED"), std::string::npos) << result.message();
+  EXPECT_THAT(result, HasError("CHANGED"));
   EXPECT_EQ(sink.runId, 0) << "no run recorded";
   EXPECT_FALSE(fs::exists(m_dir + "/remote")) << "nothing uploaded";
   auto runs = m_store->listRuns();
@@ -166,7 +163,7 @@ TEST_F(DeployTest, CrashingExecutorFailsTheRunWithItsStderr) {
   HistoryTestSink sink(*m_store);
   Deployment d(req, {}, sink);
   auto result = d.run();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Failed) << result->message;
   ASSERT_EQ(result->ranks.size(), 1U);
   EXPECT_EQ(result->ranks[0].exitStatus, 128 + 9) << "SIGKILL through the watchdog shell";
@@ -183,7 +180,7 @@ TEST_F(DeployTest, CrashingExecutorFailsTheRunWithItsStderr) {
   HistoryTestSink sink2(*m_store);
   Deployment d2(req, {}, sink2);
   auto result2 = d2.run();
-  ASSERT_TRUE(result2) << result2.message();
+  ASSERT_THAT(result2, HasValue());
   EXPECT_EQ(result2->outcome, DeployOutcome::Failed) << result2->message;
   EXPECT_FALSE(result2->ranks[0].stderrTail.empty());
   EXPECT_NE(result2->message.find("stderr:"), std::string::npos) << result2->message;
@@ -206,7 +203,7 @@ TEST_F(DeployTest, CancelStopsAllRanks) {
   EXPECT_FALSE(test::processesMatching(marker).empty());
   d.cancel();
   t.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_TRUE(result->cancelled);
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_EQ(result->ranks[0].state, RankState::Cancelled);
@@ -230,7 +227,7 @@ TEST_F(DeployTest, SshdKilledMidRunKeepsEventsAndTheRanksDie) {
   ASSERT_FALSE(test::processesMatching(marker).empty()) << "the rank never ran";
   s_sshd->killAll();
   t.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_EQ(result->ranks[0].state, RankState::Lost);
   EXPECT_NE(result->message.find("connection lost"), std::string::npos) << result->message;
@@ -280,7 +277,7 @@ TEST_F(DeployTest, KeepaliveNoticesASilentConnectionWithinTheInterval) {
   const double noticedAfterS = std::chrono::duration<double>(std::chrono::steady_clock::now() - stoppedAt).count();
   for (const pid_t p : frozen) ::kill(p, SIGCONT);
   t.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_TRUE(result->connectionLost);
   EXPECT_EQ(result->ranks[0].state, RankState::Lost);
@@ -331,13 +328,10 @@ TEST_F(DeployTest, AHostThatFreezesDuringTheUploadIsNoticed) {
   ASSERT_TRUE(returned) << "deploy still waits for a host that froze during the upload";
   auto result = pending.get();
   ASSERT_FALSE(result) << "a deploy whose upload never finished succeeded";
-  EXPECT_NE(result.message().find("connection lost: no answer for"), std::string::npos) << result.message();
+  EXPECT_THAT(result, HasError("connection lost: no answer for"));
   // The SFTP phases of the upload: the remote folders, then the files.
-  const bool sftp = result.message().find("while creating " + m_dir + "/frozen-upload") != std::string::npos ||
-                    result.message().find("while uploading") != std::string::npos;
-  EXPECT_TRUE(sftp) << result.message();
-  EXPECT_NE(result.message().find("server_alive_interval_s 1 x server_alive_count_max 2"), std::string::npos)
-      << result.message();
+  EXPECT_THAT(result, AnyOf(HasError("while creating " + m_dir + "/frozen-upload"), HasError("while uploading")));
+  EXPECT_THAT(result, HasError("server_alive_interval_s 1 x server_alive_count_max 2"));
 }
 
 TEST_F(DeployTest, CliDeployPrintsTheRunIdAndRecordsIt) {
@@ -362,7 +356,7 @@ TEST_F(DeployTest, CliDeployPrintsTheRunIdAndRecordsIt) {
   auto store = history::HistoryStore::open(db);
   ASSERT_TRUE(store);
   auto summary = store->runSummary(id);
-  ASSERT_TRUE(summary) << summary.message();
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Complete) << summary->error;
   EXPECT_EQ(summary->source, "deploy");
   EXPECT_TRUE(summary->planId.has_value());

@@ -9,6 +9,10 @@
 #include "pipestudio/remote/LaunchCommand.hpp"
 #include "pipestudio/remote/Sha256.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio::remote {
 namespace {
@@ -40,8 +44,7 @@ TEST(Sha256, MatchesFips180Vectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(sha256Hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   auto missing = sha256File("/nonexistent/file");
-  ASSERT_FALSE(missing);
-  EXPECT_NE(missing.message().find("/nonexistent/file"), std::string::npos);
+  EXPECT_THAT(missing, HasError("/nonexistent/file"));
 }
 
 HostsSpec twoHosts() {
@@ -53,7 +56,7 @@ HostsSpec twoHosts() {
 
 TEST(PlaceRanks, FillsHostsInOrder) {
   auto p = placeRanks(twoHosts(), 4);
-  ASSERT_TRUE(p) << p.message();
+  ASSERT_THAT(p, HasValue());
   ASSERT_EQ(p->size(), 4U);
   EXPECT_EQ((*p)[0].hostIndex, 0U);
   EXPECT_EQ((*p)[1].hostIndex, 0U);
@@ -63,8 +66,7 @@ TEST(PlaceRanks, FillsHostsInOrder) {
   EXPECT_EQ((*p)[3].rank, 3);
   EXPECT_EQ((*p)[3].localDevice, 1);
   auto tooMany = placeRanks(twoHosts(), 6);
-  ASSERT_FALSE(tooMany);
-  EXPECT_NE(tooMany.message().find("5 GPU(s)"), std::string::npos) << tooMany.message();
+  EXPECT_THAT(tooMany, HasError("5 GPU(s)"));
   EXPECT_FALSE(placeRanks(twoHosts(), 0));
   EXPECT_EQ(ranksFor(Backend::Cuda, 4), 4);
   EXPECT_EQ(ranksFor(Backend::CudaSingle, 4), 1);
@@ -94,8 +96,8 @@ TEST(ExecutorArgv, CarriesEveryArgument) {
 // Runs `cmd` with a stdin that stays open (a FIFO held by a background writer) until the
 // command ends, as an SSH channel's stdin does.
 int runWithOpenStdin(const std::string& cmd, std::string* out = nullptr) {
-  return test::runLocal("d=$(mktemp -d) && mkfifo \"$d/f\" && { sleep 30 3>\"$d/f\" >/dev/null 2>&1 & w=$!; } && " +
-                            cmd + " <\"$d/f\"; s=$?; kill $w; rm -rf \"$d\"; exit $s",
+  return test::runLocal(R"(d=$(mktemp -d) && mkfifo "$d/f" && { sleep 30 3>"$d/f" >/dev/null 2>&1 & w=$!; } && )" +
+                            cmd + R"( <"$d/f"; s=$?; kill $w; rm -rf "$d"; exit $s)",
                         out);
 }
 
@@ -204,7 +206,7 @@ TEST(LauncherCommands, SbatchWaitsAndRunsSrunInsideTheAllocation) {
   EXPECT_NE(std::find(line.begin(), line.end(), "--job-name=pipestudio-r1"), line.end());
   EXPECT_NE(std::find(line.begin(), line.end(), "--partition=gpu"), line.end());
   EXPECT_NE(std::find(line.begin(), line.end(), "--mem=0"), line.end());
-  const std::string wrap = line.back();
+  const std::string& wrap = line.back();
   ASSERT_EQ(wrap.rfind("--wrap='srun' '--kill-on-bad-exit=1' '--ntasks=4' '--gpus-per-task=1' 'env'", 0), 0U) << wrap;
   // The wrapped line is shell-quoted: run through sh it gives back the task's argv.
   std::string out;
@@ -232,8 +234,8 @@ TEST(LauncherCommands, MpirunTagsTheOutputAndPassesTheHostList) {
 class LauncherWrapper : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ps-launcher-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    std::string tmpl = "/tmp/ps-launcher-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     m_dir = tmpl;
     std::ofstream(m_dir + "/mpirun") << "#!/bin/sh\necho \"ran $# words in $(pwd)\"\nexec sleep \"${FAKE_SLEEP:-0}\"\n";
     std::filesystem::permissions(m_dir + "/mpirun", std::filesystem::perms::owner_all);

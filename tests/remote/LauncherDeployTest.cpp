@@ -20,6 +20,9 @@
 #include "SlurmFixture.hpp"
 #include "SshdFixture.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasValue;
 
 namespace pipestudio::remote {
 namespace {
@@ -40,7 +43,7 @@ void expectEveryPlannedOp(history::HistoryStore& store, history::RunId run, int 
   auto plan = loadPlan(kPlan);
   ASSERT_TRUE(plan);
   auto ops = store.loadEvents(run, history::EventCategory::Op);
-  ASSERT_TRUE(ops) << ops.message();
+  ASSERT_THAT(ops, HasValue());
   const auto planned = std::count_if(ops->begin(), ops->end(), [](const history::MeasuredEvent& e) {
     return e.kind != static_cast<int>(OpKind::OPT);
   });
@@ -131,7 +134,7 @@ void openTestDir(const Sshd& sshd, std::string& dir, std::unique_ptr<history::Hi
   dir = sshd.dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   fs::create_directories(dir);
   auto opened = history::HistoryStore::open(dir + "/history.sqlite");
-  ASSERT_TRUE(opened) << opened.message();
+  ASSERT_THAT(opened, HasValue());
   store = std::make_unique<history::HistoryStore>(std::move(*opened));
 }
 
@@ -206,7 +209,7 @@ TEST_F(SlurmDeployTest, CpuPlanCompletesAndItsEventsArriveWhileTheJobRuns) {
   Deployment d(req, reports.callbacks(), sink);
   auto result = d.run();
   const auto returnedAt = SysClock::now();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\nlog:\n" << sink.log << sink.launcherLog;
   ASSERT_EQ(result->ranks.size(), 1U);
   EXPECT_EQ(result->ranks[0].exitStatus, 0);
@@ -243,7 +246,7 @@ TEST_F(SlurmDeployTest, CrashingRankFailsWithItsStderrAndLeavesNoJob) {
   HistoryTestSink sink(m_store.get(), kPlan);
   Deployment d(req, {}, sink);
   auto result = d.run();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Failed) << result->message;
   ASSERT_EQ(result->ranks.size(), 1U);
   EXPECT_EQ(result->ranks[0].exitStatus, 128 + 9);
@@ -275,7 +278,7 @@ TEST_F(SlurmDeployTest, CancelScancelsTheJob) {
   EXPECT_FALSE(s_slurm->queued("pipestudio-s3").empty());
   running.deployment.cancel();
   auto& result = running.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_TRUE(result->cancelled);
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_EQ(result->ranks[0].state, RankState::Cancelled);
@@ -294,7 +297,7 @@ TEST_F(SlurmDeployTest, UnschedulableJobFailsWithSlurmsReasonAndDoesNotWait) {
   Deployment d(req, reports.callbacks(), sink);
   auto result = d.run();
   const double tookS = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Failed) << result->message;
   EXPECT_NE(result->message.find("cannot be scheduled: PENDING (PartitionConfig)"), std::string::npos)
       << result->message;
@@ -333,7 +336,7 @@ TEST_F(SlurmDeployTest, PendingJobShowsSlurmsReasonUntilTheNodeIsFree) {
   auto result = d.run();
   done = true;
   watcher.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message;
   EXPECT_TRUE(reports.sawJob("PENDING", "Resources"));
   EXPECT_TRUE(reports.sawRank(RankState::Queued, "PENDING (Resources)"));
@@ -353,7 +356,7 @@ TEST_F(SlurmDeployTest, FourRanksGetRank0sNcclIdThroughTheJobDirectory) {
   HistoryTestSink sink(nullptr, kPlan);
   Deployment d(req, {}, sink);
   auto result = d.run();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\n" << sink.log << sink.launcherLog;
   ASSERT_EQ(result->ranks.size(), 4U);
   std::map<int, std::string> ids;
@@ -383,7 +386,7 @@ TEST_F(SlurmDeployTest, LostSessionEndsTheJob) {
   ASSERT_GE(reports.iteration.load(), 2) << "the job never ran";
   s_sshd->killAll();
   auto& result = running.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_TRUE(result->connectionLost);
   EXPECT_EQ(result->ranks[0].state, RankState::Lost);
@@ -425,13 +428,8 @@ TEST_F(SlurmDeployTest, CliDeploysABatchJobAndShowsItsState) {
 
 // --- mpirun ---------------------------------------------------------------------------------
 
-class MpirunDeployTest : public ::testing::Test {
+class MpirunDeployTest : public test::SshdSuite {
  protected:
-  static void SetUpTestSuite() { s_sshd = new Sshd(); }
-  static void TearDownTestSuite() {
-    delete s_sshd;
-    s_sshd = nullptr;
-  }
   void SetUp() override {
     if (::access("/usr/bin/mpirun", X_OK) != 0) {
       GTEST_SKIP() << "mpirun is not installed (packaging/install-deps.sh installs openmpi-bin)";
@@ -445,11 +443,9 @@ class MpirunDeployTest : public ::testing::Test {
     if (::geteuid() == 0) r.hosts.mpirun.extraArgs = {"--allow-run-as-root"};
     return r;
   }
-  static Sshd* s_sshd;
   std::string m_dir;
   std::unique_ptr<history::HistoryStore> m_store;
 };
-Sshd* MpirunDeployTest::s_sshd = nullptr;
 
 TEST_F(MpirunDeployTest, CpuPlanCompletesAndItsEventsArriveWhileItRuns) {
   DeployRequest req = request("m1");
@@ -459,7 +455,7 @@ TEST_F(MpirunDeployTest, CpuPlanCompletesAndItsEventsArriveWhileItRuns) {
   Deployment d(req, {}, sink);
   auto result = d.run();
   const auto endedAt = SysClock::now();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\n" << sink.log << sink.launcherLog;
   ASSERT_TRUE(sink.finish(*result));
   auto summary = m_store->runSummary(sink.runId);
@@ -477,7 +473,7 @@ TEST_F(MpirunDeployTest, CrashingRankFailsWithItsStderr) {
   HistoryTestSink sink(m_store.get(), kPlan);
   Deployment d(req, {}, sink);
   auto result = d.run();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Failed) << result->message;
   EXPECT_EQ(result->ranks[0].exitStatus, 128 + 9);
   EXPECT_NE(result->message.find("exit status 137"), std::string::npos) << result->message;
@@ -496,7 +492,7 @@ TEST_F(MpirunDeployTest, CancelStopsEveryRank) {
   ASSERT_GE(reports.iteration.load(), 2) << "the job never ran";
   running.deployment.cancel();
   auto& result = running.join();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_TRUE(result->cancelled);
   EXPECT_EQ(result->outcome, DeployOutcome::Incomplete) << result->message;
   EXPECT_GT(result->ranks[0].events, 0U);
@@ -513,7 +509,7 @@ TEST_F(MpirunDeployTest, FourRanksGetRank0sNcclId) {
   HistoryTestSink sink(nullptr, kPlan);
   Deployment d(req, {}, sink);
   auto result = d.run();
-  ASSERT_TRUE(result) << result.message();
+  ASSERT_THAT(result, HasValue());
   EXPECT_EQ(result->outcome, DeployOutcome::Complete) << result->message << "\n" << sink.log << sink.launcherLog;
   std::map<int, std::string> ids;
   for (int r = 0; r < 4; ++r) {

@@ -2,12 +2,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -19,6 +19,10 @@
 #include "pipestudio/remote/Sha256.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
 #include "pipestudio/remote/SshSession.hpp"
+#include "support/ExpectedMatchers.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio::remote {
 namespace {
@@ -32,29 +36,20 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// One sshd for the whole suite: starting one costs ~100 ms, but keys and the fixture dir
-// are shared state the tests only read (each test uses its own subdirectory).
-class SessionTest : public ::testing::Test {
+class SessionTest : public test::SshdSuite {
  protected:
-  static void SetUpTestSuite() { s_sshd = new Sshd(); }
-  static void TearDownTestSuite() {
-    delete s_sshd;
-    s_sshd = nullptr;
-  }
   void SetUp() override {
     if (!s_sshd->running()) GTEST_SKIP() << "sshd cannot start here: " << s_sshd->error();
   }
-  static Sshd* s_sshd;
 };
-Sshd* SessionTest::s_sshd = nullptr;
 
 TEST_F(SessionTest, ConnectsWithTrustedHostKeyAndRunsCommand) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ((*s)->hostPort(), "127.0.0.1:" + std::to_string(s_sshd->port()));
   EXPECT_EQ((*s)->fingerprint().rfind("SHA256:", 0), 0U);
   auto r = (*s)->run("echo out; echo err >&2; exit 3");
-  ASSERT_TRUE(r) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->out, "out\n");
   EXPECT_EQ(r->err, "err\n");
   EXPECT_EQ(r->exitStatus, 3);
@@ -87,10 +82,10 @@ TEST_F(SessionTest, ChangedHostKeyIsRefusedShowingBothFingerprints) {
   auto s = SshSession::connect(h, cb);
   ASSERT_FALSE(s);
   EXPECT_FALSE(asked) << "a changed key must never be offered for acceptance";
-  EXPECT_NE(s.message().find("CHANGED"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(s_sshd->port())), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find(otherFp), std::string::npos) << s.message() << "\nexpected " << otherFp;
-  EXPECT_NE(s.message().find(serverFp), std::string::npos) << s.message() << "\nexpected " << serverFp;
+  EXPECT_THAT(s, HasError("CHANGED"));
+  EXPECT_THAT(s, HasError("127.0.0.1:" + std::to_string(s_sshd->port())));
+  EXPECT_THAT(s, HasError(otherFp)) << "\nexpected " << otherFp;
+  EXPECT_THAT(s, HasError(serverFp)) << "\nexpected " << serverFp;
 }
 
 TEST_F(SessionTest, UnknownHostAsksAndRefusesOrSaves) {
@@ -100,8 +95,7 @@ TEST_F(SessionTest, UnknownHostAsksAndRefusesOrSaves) {
   h.knownHostsFile = dir + "/known_hosts";  // does not exist yet
 
   auto refused = SshSession::connect(h, {});  // no callback: refuse
-  ASSERT_FALSE(refused);
-  EXPECT_NE(refused.message().find("unknown host key"), std::string::npos) << refused.message();
+  EXPECT_THAT(refused, HasError("unknown host key"));
 
   HostKeyPrompt seen;
   SessionCallbacks cb;
@@ -126,7 +120,7 @@ TEST_F(SessionTest, UnknownHostAsksAndRefusesOrSaves) {
   ASSERT_TRUE(SshSession::connect(h, cb));
   // Saved: the next connection needs no decision.
   auto again = SshSession::connect(h, {});
-  EXPECT_TRUE(again) << again.message();
+  EXPECT_THAT(again, HasValue());
 }
 
 TEST_F(SessionTest, WrongUserKeyFailsNamingTheHost) {
@@ -136,20 +130,17 @@ TEST_F(SessionTest, WrongUserKeyFailsNamingTheHost) {
   HostEntry h = s_sshd->hostEntry();
   h.identityFile = dir + "/key";
   auto s = SshSession::connect(h, {});
-  ASSERT_FALSE(s);
-  EXPECT_NE(s.message().find("authentication failed"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(s_sshd->port())), std::string::npos) << s.message();
+  EXPECT_THAT(s, HasError("authentication failed"));
+  EXPECT_THAT(s, HasError("127.0.0.1:" + std::to_string(s_sshd->port())));
 
   // Without the .pub next to it the private key itself is offered and refused.
   ASSERT_EQ(::unlink((dir + "/key.pub").c_str()), 0);
   auto s2 = SshSession::connect(h, {});
-  ASSERT_FALSE(s2);
-  EXPECT_NE(s2.message().find("authentication failed"), std::string::npos) << s2.message();
+  EXPECT_THAT(s2, HasError("authentication failed"));
 
   h.identityFile = dir + "/missing";
   auto s3 = SshSession::connect(h, {});
-  ASSERT_FALSE(s3);
-  EXPECT_NE(s3.message().find(dir + "/missing"), std::string::npos) << s3.message();
+  EXPECT_THAT(s3, HasError(dir + "/missing"));
 }
 
 TEST_F(SessionTest, EncryptedKeyAsksForThePassphraseOncePerSession) {
@@ -167,7 +158,7 @@ TEST_F(SessionTest, EncryptedKeyAsksForThePassphraseOncePerSession) {
     return std::string("open sesame");
   };
   auto s = SshSession::connect(h, cb);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   EXPECT_EQ(asked, 1);
 
   cb.passphrase = [&](const std::string&) -> std::optional<std::string> {
@@ -177,7 +168,7 @@ TEST_F(SessionTest, EncryptedKeyAsksForThePassphraseOncePerSession) {
   auto wrong = SshSession::connect(h, cb);
   ASSERT_FALSE(wrong);
   EXPECT_EQ(asked, 2) << "asked once for the new session, not again after a wrong answer";
-  EXPECT_NE(wrong.message().find("passphrase"), std::string::npos) << wrong.message();
+  EXPECT_THAT(wrong, HasError("passphrase"));
 
   auto declined = SshSession::connect(h, {});
   ASSERT_FALSE(declined);
@@ -185,40 +176,39 @@ TEST_F(SessionTest, EncryptedKeyAsksForThePassphraseOncePerSession) {
 
 TEST_F(SessionTest, SftpUploadSkipsWhenChecksumMatches) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   const std::string local = s_sshd->dir() + "/payload.bin";
   std::string payload;
   for (int i = 0; i < 200000; ++i) payload.push_back(static_cast<char>((i * 7919) & 0xff));
   std::ofstream(local, std::ios::binary) << payload;
 
   auto remoteDir = (*s)->resolvePath(s_sshd->dir() + "/up load/nested dir");
-  ASSERT_TRUE(remoteDir) << remoteDir.message();
+  ASSERT_THAT(remoteDir, HasValue());
   ASSERT_TRUE((*s)->makeDirectories(*remoteDir));
   ASSERT_TRUE((*s)->makeDirectories(*remoteDir)) << "mkdir -p is idempotent";
   const std::string remote = *remoteDir + "/payload.bin";
 
   auto first = (*s)->upload(local, remote, 0755);
-  ASSERT_TRUE(first) << first.message();
+  ASSERT_THAT(first, HasValue());
   EXPECT_EQ(*first, UploadAction::Uploaded);
   EXPECT_EQ(slurp(remote), payload);
   EXPECT_EQ((*s)->remoteSha256(remote), sha256Hex(payload));
   EXPECT_EQ(::access(remote.c_str(), X_OK), 0);
 
   auto second = (*s)->upload(local, remote, 0755);
-  ASSERT_TRUE(second) << second.message();
+  ASSERT_THAT(second, HasValue());
   EXPECT_EQ(*second, UploadAction::Skipped);
 
   payload[100] ^= 1;
   std::ofstream(local, std::ios::binary) << payload;
   auto third = (*s)->upload(local, remote, 0644);
-  ASSERT_TRUE(third) << third.message();
+  ASSERT_THAT(third, HasValue());
   EXPECT_EQ(*third, UploadAction::Uploaded);
   EXPECT_EQ(slurp(remote), payload);
 
   // A file in the way of a directory is an error that names it.
   auto st = (*s)->makeDirectories(remote + "/sub");
-  ASSERT_FALSE(st);
-  EXPECT_NE(st.message().find("not a directory"), std::string::npos) << st.message();
+  EXPECT_THAT(st, HasError("not a directory"));
   // Home-relative paths resolve against the remote home.
   auto home = (*s)->resolvePath("~/x");
   ASSERT_TRUE(home);
@@ -227,14 +217,14 @@ TEST_F(SessionTest, SftpUploadSkipsWhenChecksumMatches) {
 
 TEST_F(SessionTest, QuotingSurvivesARealRemoteShell) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   const std::vector<std::string> words = {
       "plain",    "with space",  "it's",        "\"double\"", "$HOME", "`id`", "$(touch /tmp/pwned)",
       "a;b&&c|d", "line\nbreak", "back\\slash", "*",          "",      "'",    "--opt=x y",
       "~"};
   // printf prints each word between markers; any expansion or word splitting shows.
   auto r = (*s)->run("printf '<%s>' " + joinShellWords(words));
-  ASSERT_TRUE(r) << r.message();
+  ASSERT_THAT(r, HasValue());
   std::string expected;
   for (const auto& w : words) expected += "<" + w + ">";
   EXPECT_EQ(r->out, expected);
@@ -243,9 +233,9 @@ TEST_F(SessionTest, QuotingSurvivesARealRemoteShell) {
 
 TEST_F(SessionTest, StartedProcessStreamsAndReportsItsExitStatus) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   auto p = (*s)->start(watchdogCommand(s_sshd->dir(), {"sh", "-c", "pwd; echo oops >&2; exit 7"}));
-  ASSERT_TRUE(p) << p.message();
+  ASSERT_THAT(p, HasValue());
   std::string out;
   std::string err;
   for (int i = 0; i < 500 && !(*p)->ended(); ++i) {
@@ -260,10 +250,10 @@ TEST_F(SessionTest, StartedProcessStreamsAndReportsItsExitStatus) {
 
 TEST_F(SessionTest, ClosingStdinStopsAWatchdoggedRank) {
   auto s = SshSession::connect(s_sshd->hostEntry(), {});
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_THAT(s, HasValue());
   const std::string marker = "301." + std::to_string(::getpid());
   auto p = (*s)->start(watchdogCommand("/", {"sleep", marker}, 1));
-  ASSERT_TRUE(p) << p.message();
+  ASSERT_THAT(p, HasValue());
   std::string out;
   std::string err;
   bool started = false;
@@ -330,7 +320,7 @@ TEST_F(SessionTest, AFrozenHostIsNoticedInEveryPhaseThatWaitsForIt) {
     const char* doing;
     std::function<std::string(SshSession&)> call;
   };
-  const std::string dir = sshd.dir();
+  const std::string& dir = sshd.dir();
   const std::vector<Phase> phases = {
       {"finding the remote home directory",
        [](SshSession& s) {
@@ -356,7 +346,7 @@ TEST_F(SessionTest, AFrozenHostIsNoticedInEveryPhaseThatWaitsForIt) {
   };
   for (const Phase& phase : phases) {
     auto s = SshSession::connect(sshd.hostEntry(), {});
-    ASSERT_TRUE(s) << s.message();
+    ASSERT_THAT(s, HasValue());
     (*s)->setKeepalive(KeepaliveSettings{500, 2});
     const auto frozen = sshd.connectionProcesses();
     ASSERT_FALSE(frozen.empty());

@@ -3,20 +3,21 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
+
+#include "support/RunCommand.hpp"
 
 namespace pipestudio::remote::test {
 
@@ -67,7 +68,7 @@ std::vector<pid_t> descendants(pid_t root) {
   std::vector<std::pair<pid_t, pid_t>> all;  // pid, ppid
   if (DIR* d = ::opendir("/proc")) {
     while (dirent* e = ::readdir(d)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      const auto pid = static_cast<pid_t>(std::atoi(e->d_name));
       if (pid <= 0) continue;
       const std::string stat = readFile("/proc/" + std::string(e->d_name) + "/stat");
       const auto close = stat.rfind(')');
@@ -91,21 +92,16 @@ std::vector<pid_t> descendants(pid_t root) {
 }
 
 int runLocal(const std::string& command, std::string* out) {
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return -1;
-  std::array<char, 4096> buf{};
-  std::string text;
-  while (const std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) text.append(buf.data(), n);
-  const int status = ::pclose(p);
-  if (out != nullptr) *out = text;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const pipestudio::test::CommandResult r = pipestudio::test::runCommand(command);
+  if (out != nullptr) *out = r.out;
+  return r.status;
 }
 
 std::vector<pid_t> processesMatching(const std::string& needle) {
   std::vector<pid_t> out;
   if (DIR* d = ::opendir("/proc")) {
     while (dirent* e = ::readdir(d)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      const auto pid = static_cast<pid_t>(std::atoi(e->d_name));
       if (pid <= 0 || pid == ::getpid()) continue;
       std::string cmd = readFile("/proc/" + std::string(e->d_name) + "/cmdline");
       for (char& c : cmd) {
@@ -119,7 +115,7 @@ std::vector<pid_t> processesMatching(const std::string& needle) {
   return out;
 }
 
-Sshd::Sshd(std::vector<std::string> environment) {
+Sshd::Sshd(const std::vector<std::string>& environment) {
   const char* sshd = "/usr/sbin/sshd";
   if (::access(sshd, X_OK) != 0) {
     m_error = "sshd not installed at /usr/sbin/sshd (packaging/install-deps.sh installs openssh-server)";

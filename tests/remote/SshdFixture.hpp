@@ -3,6 +3,7 @@
 // host and user keys, a private sshd_config in a temp dir. Tests skip (with the reason)
 // only when sshd cannot start here.
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <string>
@@ -16,7 +17,7 @@ class Sshd {
  public:
   /// Starts sshd; on failure `error()` says why and `running()` is false. `environment`
   /// (NAME=value) is set in every session, as a login node's profile would (SLURM_CONF).
-  explicit Sshd(std::vector<std::string> environment = {});
+  explicit Sshd(const std::vector<std::string>& environment = {});
   ~Sshd();
   Sshd(const Sshd&) = delete;
   Sshd& operator=(const Sshd&) = delete;
@@ -47,6 +48,18 @@ class Sshd {
   std::string m_error;
   int m_port = 0;
   pid_t m_pid = -1;
+};
+
+/// A suite whose tests share one sshd: starting one costs ~100 ms, but keys and the fixture dir
+/// are shared state the tests only read (each test uses its own subdirectory).
+class SshdSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { s_sshd = new Sshd(); }
+  static void TearDownTestSuite() {
+    delete s_sshd;
+    s_sshd = nullptr;
+  }
+  static inline Sshd* s_sshd = nullptr;
 };
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.

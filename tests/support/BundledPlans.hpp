@@ -9,6 +9,8 @@
 
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
 namespace pipestudio::test {
 
@@ -18,10 +20,20 @@ inline PlanRequest bundledRequest(const std::string& model, const std::string& c
   PlanRequest r;
   auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + model + ".json");
   auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/" + cluster + ".json");
-  EXPECT_TRUE(m.hasValue()) << m.message();
-  EXPECT_TRUE(c.hasValue()) << c.message();
+  EXPECT_THAT(m, HasValue());
+  EXPECT_THAT(c, HasValue());
   if (m) r.model = *m;
   if (c) r.cluster = *c;
+  return r;
+}
+
+/// The same, pipelined: `schedule` over `devices` pipeline ranks with `microbatches` microbatches.
+inline PlanRequest bundledRequest(const std::string& model, const std::string& cluster, const std::string& schedule,
+                                  int devices, int microbatches) {
+  PlanRequest r = bundledRequest(model, cluster);
+  r.config.schedule = schedule;
+  r.config.devices = devices;
+  r.config.microbatches = microbatches;
   return r;
 }
 
@@ -34,9 +46,7 @@ inline Plan diffusionPlan(const std::string& model, const std::string& fill, int
   r.config.microbatches = microbatches;
   r.config.partition = "diffusionpipe";
   r.config.fill = fill;
-  auto plan = makePlan(r);
-  EXPECT_TRUE(plan.hasValue()) << plan.message();
-  return plan ? *plan : Plan{};
+  return mustPlan(r);
 }
 
 /// (model, fill) pairs whose data flow the history and viz suites check against the simulator:

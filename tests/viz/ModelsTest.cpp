@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "QtTestApp.hpp"
+#include "model/CostFixtures.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/model/Limits.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -15,16 +16,7 @@
 #include "pipestudio/viz/SpecModels.hpp"
 #include "support/SyntheticPlan.hpp"
 
-namespace {
-// hidden, sequence and heads; every other field as TransformerShape defaults it.
-pipestudio::TransformerShape shapeOf(std::int64_t hidden, std::int64_t seq, std::int64_t heads) {
-  pipestudio::TransformerShape t;
-  t.hidden = hidden;
-  t.seq = seq;
-  t.heads = heads;
-  return t;
-}
-}  // namespace
+using pipestudio::test::shapeOf;
 
 namespace pipestudio::viz {
 namespace {

@@ -4,7 +4,11 @@
 #include <memory>
 
 #include "pipestudio/viz/TimelineData.hpp"
+#include "support/ExpectedMatchers.hpp"
 #include "support/SyntheticPlan.hpp"
+
+using pipestudio::test::HasError;
+using pipestudio::test::HasValue;
 
 namespace pipestudio::viz {
 namespace {
@@ -203,7 +207,7 @@ TEST(TimelineData, QueriesFindOpsByKindMicrobatchStageAndDevice) {
   TimelineData data(plan);
   auto run = [&](const char* text) {
     auto query = parseOpQuery(text);
-    EXPECT_TRUE(query) << text << ": " << (query ? "" : query.message());
+    EXPECT_THAT(query, HasValue()) << text;
     return query ? data.findOps(*query) : std::vector<int>{};
   };
   EXPECT_EQ(run("mb 7").size(), 4u * 3u);  // F, B, W on each of 4 devices
@@ -220,7 +224,7 @@ TEST(TimelineData, QueriesFindOpsByKindMicrobatchStageAndDevice) {
   for (const char* bad : {"xyz", "mb", "mb x", "mb 7-3", "gpu -1", "devices 3"}) {
     auto query = parseOpQuery(bad);
     ASSERT_FALSE(query) << bad;
-    EXPECT_NE(query.message().find("expected"), std::string::npos) << query.message();
+    EXPECT_THAT(query, HasError("expected"));
   }
 }
 
