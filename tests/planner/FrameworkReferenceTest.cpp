@@ -282,9 +282,9 @@ TEST(MegatronReference, SegmentsThatEndBetweenAttentionAndMlp) {
   PlanRequest r = test::request(model, test::freeCluster(8, 100, 1), "1f1b", 2, 4, 1);
   r.config.partition = "balanced-split";
   auto plan = makePlan(r);
-  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  ASSERT_THAT(plan, HasValue());
   auto m = megatronExport(*plan);
-  ASSERT_TRUE(m.hasValue()) << m.message();
+  ASSERT_THAT(m, HasValue());
   const auto v = megatronVerdicts({m->text}, false);
   if (!v) GTEST_SKIP() << "no Megatron-LM copy at reference/megatron-lm";
   const Json& verdict = v->front();
