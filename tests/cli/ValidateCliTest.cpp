@@ -193,4 +193,20 @@ TEST_F(Cli, HelpWorksForEverySubCommand) {
   }
 }
 
+// The first line of a command's help names every format it reads or writes (issue 46).
+TEST_F(Cli, HelpNamesEveryFormat) {
+  const Result exportHelp = run({"export", "--help"});
+  ASSERT_EQ(exportHelp.exitCode, 0) << exportHelp.err;
+  const std::string exportLine = exportHelp.out.substr(0, exportHelp.out.find('\n'));
+  for (const char* format : {"Chrome trace JSON", "schedule CSV", "Megatron-LM", "torchtitan"}) {
+    EXPECT_NE(exportLine.find(format), std::string::npos) << format << ": " << exportLine;
+  }
+  const Result importHelp = run({"history", "import", "--help"});
+  ASSERT_EQ(importHelp.exitCode, 0) << importHelp.err;
+  const std::string importLine = importHelp.out.substr(0, importHelp.out.find('\n'));
+  for (const char* format : {"Kineto", "Nsight Systems", "OpenTelemetry", "OTLP/JSON", "Jaeger", "trace stream"}) {
+    EXPECT_NE(importLine.find(format), std::string::npos) << format << ": " << importLine;
+  }
+}
+
 }  // namespace
