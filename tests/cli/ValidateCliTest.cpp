@@ -55,6 +55,7 @@ Result run(const std::vector<std::string>& args) {
   std::vector<std::string> argvStrings{kCli};
   argvStrings.insert(argvStrings.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argvStrings.size() + 1);
   for (auto& a : argvStrings) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;

@@ -164,7 +164,7 @@ TEST(OtelImport, HostileSpanFilesAreRefusedAndLeaveNothingBehind) {
   TempDir dir;
   auto store = openStore(dir);
   const auto write = [&](const std::string& name, const std::string& text) {
-    const std::string path = dir.file(name);
+    std::string path = dir.file(name);
     std::ofstream(path) << text;
     return path;
   };

@@ -68,7 +68,7 @@ std::optional<std::int64_t> integerValue(const Json& v) {
   if (x->is_number_integer()) return x->get<std::int64_t>();
   if (x->is_string()) {
     // OTLP/JSON writes 64-bit integers as strings (Unix nanoseconds: 19 digits today).
-    const std::string& s = x->get_ref<const std::string&>();
+    const auto& s = x->get_ref<const std::string&>();
     std::int64_t n = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
     if (s.empty() || ec != std::errc() || end != s.data() + s.size() || n < 0 || n > kMaxTraceClockBaseNs) {
@@ -174,6 +174,7 @@ Expected<std::vector<Process>> readJaeger(const std::string& path, const Json& r
     }
   }
   std::vector<Process> out;
+  out.reserve(order.size());
   for (const std::string& id : order) out.push_back(std::move(byId[id]));
   return out;
 }
