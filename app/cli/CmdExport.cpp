@@ -288,7 +288,9 @@ int runExport(const ExportOptions& o) {
 
 void addExportCommand(CLI::App& root, int& exitCode) {
   static ExportOptions o;
-  auto* cmd = root.add_subcommand("export", "Export a plan or a measured run as Chrome trace JSON or schedule CSV");
+  auto* cmd = root.add_subcommand("export",
+                                  "Export a plan or a measured run: Chrome trace JSON, schedule CSV, Megatron-LM "
+                                  "arguments or a torchtitan configuration");
   cmd->add_option("plan", o.plan, "Plan file (pipestudio.plan/1)");
   cmd->add_option("--run", o.run, "Measured run id in the history database")->check(intIn(1, INT64_MAX));
   cmd->add_option("--db", o.db, "History database (default: the GUI's)")->check(nonEmptyPath());

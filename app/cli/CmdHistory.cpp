@@ -313,8 +313,10 @@ void addHistoryCommand(CLI::App& root, int& exitCode) {
   auto* import = cmd->add_subcommand(
       "import",
       "Import traces as one run: PyTorch profiler (Kineto) JSON or .json.gz and Nsight Systems SQLite "
-      "exports, one file per rank; or a PipeStudio trace stream");
-  import->add_option("files", options().files, "Trace files (one per rank)")->required();
+      "exports, one file per rank; Megatron-LM's OpenTelemetry spans, OTLP/JSON one file per rank or one "
+      "Jaeger JSON export of all ranks; or a PipeStudio trace stream");
+  import->add_option("files", options().files, "Trace files (one per rank; a Jaeger export holds all ranks)")
+      ->required();
   import->add_option("--plan", options().planFile,
                      "Plan file the run executed (stored and linked; places annotated stages)");
   import->add_option("--op-pattern", options().opPattern,

@@ -4,15 +4,17 @@
 Megatron-LM instruments its pipeline with nemo-lens (megatron/core/pipeline_parallel/schedules.py:
 `megatron.microbatch.forward` on forward_step, `megatron.microbatch.backward` on backward_step;
 p2p_communication.py: `megatron.p2p.{send,recv}_{forward,backward}`; training.py:
-`megatron.train_step`). This runs the real forward_backward_pipelining_without_interleaving (1F1B)
-of a local Megatron-LM copy (reference/megatron-lm, see megatron_reference.py) once per pipeline
-rank, with torch and the process groups stubbed and nemo-lens's trace_fn replaced by a recorder
-on a simulated clock: a forward takes --forward-ms, a backward --backward-ms, a p2p call
---p2p-ms, and a receive also waits, on that clock, for the send it pairs with on the neighbour
-rank (ranks are run in the order their inputs become available). The spans of each rank are
-written as one OTLP/JSON file (what an OpenTelemetry collector's file exporter writes:
-resourceSpans → scopeSpans → spans, times in Unix nanoseconds as strings) or, with --jaeger, one
-Jaeger JSON export for all ranks (data[].spans, processes; times in microseconds).
+`megatron.train.iteration` around each train_step, group `step`, attribute `megatron.iteration`: the
+iterations done before it, 0 first in a fresh run). This runs the real
+forward_backward_pipelining_without_interleaving (1F1B) of a local Megatron-LM copy
+(reference/megatron-lm, see megatron_reference.py) once per pipeline rank, with torch and the
+process groups stubbed and nemo-lens's trace_fn replaced by a recorder on a simulated clock: a
+forward takes --forward-ms, a backward --backward-ms, a p2p call --p2p-ms, and a receive also waits,
+on that clock, for the send it pairs with on the neighbour rank (ranks are run in the order their
+inputs become available). The spans of each rank are written as one OTLP/JSON file (what an
+OpenTelemetry collector's file exporter writes: resourceSpans → scopeSpans → spans, times in Unix
+nanoseconds as strings) or, with --jaeger, one Jaeger JSON export for all ranks (data[].spans,
+processes; times in microseconds).
 
     python3 bench/megatron/otel_spans.py --pp 4 --microbatches 8 --iterations 2 OUT_DIR [--jaeger]
 
@@ -283,11 +285,11 @@ def main():
                 {
                     "traceId": trace_id,
                     "spanId": step_id,
-                    "name": "megatron.train_step",
+                    "name": "megatron.train.iteration",
                     "kind": 1,
                     "startTimeUnixNano": str(offset),
                     "endTimeUnixNano": str(offset + step_ns),
-                    "attributes": [{"key": "megatron.iteration", "value": {"intValue": str(iteration + 1)}}],
+                    "attributes": [{"key": "megatron.iteration", "value": {"intValue": str(iteration)}}],
                 }
             )
             for index, (name, start, end) in enumerate(timed[rank]):

@@ -55,6 +55,7 @@ Result run(const std::vector<std::string>& args) {
   std::vector<std::string> argvStrings{kCli};
   argvStrings.insert(argvStrings.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argvStrings.size() + 1);
   for (auto& a : argvStrings) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
@@ -190,6 +191,22 @@ TEST_F(Cli, HelpWorksForEverySubCommand) {
     EXPECT_EQ(r.exitCode, 0) << sub << ": " << r.err;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << ": " << r.out;
+  }
+}
+
+// The first line of a command's help names every format it reads or writes (issue 46).
+TEST_F(Cli, HelpNamesEveryFormat) {
+  const Result exportHelp = run({"export", "--help"});
+  ASSERT_EQ(exportHelp.exitCode, 0) << exportHelp.err;
+  const std::string exportLine = exportHelp.out.substr(0, exportHelp.out.find('\n'));
+  for (const char* format : {"Chrome trace JSON", "schedule CSV", "Megatron-LM", "torchtitan"}) {
+    EXPECT_NE(exportLine.find(format), std::string::npos) << format << ": " << exportLine;
+  }
+  const Result importHelp = run({"history", "import", "--help"});
+  ASSERT_EQ(importHelp.exitCode, 0) << importHelp.err;
+  const std::string importLine = importHelp.out.substr(0, importHelp.out.find('\n'));
+  for (const char* format : {"Kineto", "Nsight Systems", "OpenTelemetry", "OTLP/JSON", "Jaeger", "trace stream"}) {
+    EXPECT_NE(importLine.find(format), std::string::npos) << format << ": " << importLine;
   }
 }
 

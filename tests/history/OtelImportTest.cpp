@@ -2,8 +2,8 @@
 // Megatron-LM's own 1F1B schedule (forward_backward_pipelining_without_interleaving of
 // NVIDIA/Megatron-LM d98e8a64dd, with its forward_step / backward_step / P2PCommunicator spans)
 // run under stubs by bench/megatron/otel_spans.py --pp 2 --microbatches 4 --iterations 2: per
-// iteration, rank 0 emits a train_step, 4 forwards, 4 backwards and 6 p2p spans (15), rank 1 a
-// train_step, 4 forwards, 4 backwards and 2 p2p spans (11), so 30 and 22 spans in all;
+// iteration, rank 0 emits a megatron.train.iteration, 4 forwards, 4 backwards and 6 p2p spans (15),
+// rank 1 a megatron.train.iteration, 4 forwards, 4 backwards and 2 p2p spans (11), so 30 and 22 spans in all;
 // rank*.otlp.json are OTLP/JSON (one file per rank), jaeger-pp2.json a Jaeger export of both.
 #include <gtest/gtest.h>
 
@@ -70,6 +70,39 @@ TEST(OtelImport, MegatronSpansBecomeThePlansOpsRankByRank) {
   auto comm = store.loadEvents(r->runId, EventCategory::Nccl);
   ASSERT_TRUE(comm.hasValue());
   EXPECT_EQ(comm->size(), 2U * (6 + 2));
+  // Rank 0's megatron.train.iteration spans are the run's steps (62.6 ms on the generator's clock).
+  auto steps = store.stepTimesMs(r->runId);
+  ASSERT_TRUE(steps.hasValue()) << steps.message();
+  ASSERT_EQ(steps->size(), 2U);
+  EXPECT_NEAR((*steps)[0], 62.6, 1e-6);
+  EXPECT_NEAR((*steps)[1], 62.6, 1e-6);
+}
+
+// Megatron's observability guide names the step span `megatron.train_step`, but no Megatron code
+// emits it: such a span is a host range, neither a step nor the start of an iteration.
+TEST(OtelImport, OnlyMegatronsEmittedIterationSpanIsAStep) {
+  TempDir dir;
+  auto store = openStore(dir);
+  const std::string path = dir.file("guide-name.json");
+  std::ofstream(path)
+      << R"({"resourceSpans":[{"scopeSpans":[{"spans":[)"
+         R"({"name":"megatron.train_step","startTimeUnixNano":"1000","endTimeUnixNano":"9000"},)"
+         R"({"name":"megatron.microbatch.forward","startTimeUnixNano":"2000","endTimeUnixNano":"3000"},)"
+         R"({"name":"megatron.train_step","startTimeUnixNano":"10000","endTimeUnixNano":"19000"},)"
+         R"({"name":"megatron.microbatch.forward","startTimeUnixNano":"11000","endTimeUnixNano":"12000"})"
+         R"(]}]}]})";
+  auto r = importTraces(store, {path}, {});
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->events, 4);
+  auto steps = store.stepTimesMs(r->runId);
+  ASSERT_TRUE(steps.hasValue()) << steps.message();
+  EXPECT_TRUE(steps->empty());
+  // Without a plan the count runs on across the guide-named spans: microbatches 0 and 1.
+  auto ops = store.loadEvents(r->runId, EventCategory::Op);
+  ASSERT_TRUE(ops.hasValue());
+  ASSERT_EQ(ops->size(), 2U);
+  EXPECT_EQ((*ops)[0].microbatch, 0);
+  EXPECT_EQ((*ops)[1].microbatch, 1);
 }
 
 TEST(OtelImport, AJaegerExportOfBothRanksAndARunWithoutAPlan) {
@@ -100,7 +133,7 @@ TEST(OtelImport, HostileSpanFilesAreRefusedAndLeaveNothingBehind) {
   TempDir dir;
   auto store = openStore(dir);
   const auto write = [&](const std::string& name, const std::string& text) {
-    const std::string path = dir.file(name);
+    std::string path = dir.file(name);
     std::ofstream(path) << text;
     return path;
   };

@@ -5,7 +5,9 @@
 // docs/user-guide/observability/span-groups.md): `megatron.microbatch.forward` and
 // `megatron.microbatch.backward` (forward_step and backward_step of
 // megatron/core/pipeline_parallel/schedules.py), `megatron.p2p.{send,recv}_{forward,backward}`
-// (p2p_communication.py), `megatron.train_step` (one per iteration, `megatron.iteration`). A
+// (p2p_communication.py), `megatron.train.iteration` (training.py's span around each train_step,
+// group `step`, attribute `megatron.iteration`; Megatron's observability guide calls it
+// `megatron.train_step`, a name no Megatron code emits, so only the emitted name is taken). A
 // microbatch span names neither its microbatch nor its model chunk, so the k-th forward (backward)
 // of a rank's iteration is the k-th forward (backward) op of that device in the plan's order,
 // which is the order Megatron's schedule runs them; without a plan, stage = the rank's device and
@@ -17,6 +19,7 @@
 #include <charconv>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "Sqlite.hpp"
@@ -26,6 +29,11 @@
 
 namespace pipestudio::history::detail {
 namespace {
+
+// Megatron's per-iteration span (NVIDIA/Megatron-LM d98e8a64dd, megatron/training/training.py:
+// `_otel_managed_span('step', 'megatron.train.iteration', ...)`); its children
+// `megatron.train.iteration.forward_backward` and `.optimizer` are host ranges.
+constexpr std::string_view kIterationSpan = "megatron.train.iteration";
 
 struct Span {
   std::string name;
@@ -60,7 +68,7 @@ std::optional<std::int64_t> integerValue(const Json& v) {
   if (x->is_number_integer()) return x->get<std::int64_t>();
   if (x->is_string()) {
     // OTLP/JSON writes 64-bit integers as strings (Unix nanoseconds: 19 digits today).
-    const std::string& s = x->get_ref<const std::string&>();
+    const auto& s = x->get_ref<const std::string&>();
     std::int64_t n = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
     if (s.empty() || ec != std::errc() || end != s.data() + s.size() || n < 0 || n > kMaxTraceClockBaseNs) {
@@ -166,6 +174,7 @@ Expected<std::vector<Process>> readJaeger(const std::string& path, const Json& r
     }
   }
   std::vector<Process> out;
+  out.reserve(order.size());
   for (const std::string& id : order) out.push_back(std::move(byId[id]));
   return out;
 }
@@ -250,7 +259,7 @@ Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunStat
       row.name = span.name;
       row.durationNs = span.endNs - span.startNs;
       row.device = device;
-      if (span.name == "megatron.train_step") {
+      if (span.name == kIterationSpan) {
         forwards = backwards = 0;  // a new iteration: the plan's order starts again
         row.category = EventCategory::Cpu;
         row.device = -1;
@@ -262,7 +271,7 @@ Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunStat
           const auto& ops = forward ? order->second.forwards : order->second.backwards;
           if (k >= static_cast<std::int64_t>(ops.size())) {
             // More microbatch spans than the plan has ops: the plan's count starts again (a
-            // trace without train_step spans), the k-th op of the next iteration.
+            // trace without iteration spans), the k-th op of the next iteration.
             k = 0;
           }
           if (ops.empty()) {
@@ -299,8 +308,8 @@ Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunStat
       }
       if (auto st = im.insert(run, state, row); !st) return st.error();
       ++counts.stored;
-      // Each megatron.train_step of the first process of the first file is a step of the run.
-      if (span.name == "megatron.train_step" && ctx.recordSteps && p == 0) {
+      // Each iteration span of the first process of the first file is a step of the run.
+      if (span.name == kIterationSpan && ctx.recordSteps && p == 0) {
         Statement& s = im.insertStep;
         s.bind(1, run);
         s.bind(2, ++steps);
