@@ -72,7 +72,7 @@ TEST(OtelImport, MegatronSpansBecomeThePlansOpsRankByRank) {
   EXPECT_EQ(comm->size(), 2U * (6 + 2));
   // Rank 0's megatron.train.iteration spans are the run's steps (62.6 ms on the generator's clock).
   auto steps = store.stepTimesMs(r->runId);
-  ASSERT_TRUE(steps.hasValue()) << steps.message();
+  ASSERT_THAT(steps, HasValue());
   ASSERT_EQ(steps->size(), 2U);
   EXPECT_NEAR((*steps)[0], 62.6, 1e-6);
   EXPECT_NEAR((*steps)[1], 62.6, 1e-6);
@@ -92,10 +92,10 @@ TEST(OtelImport, OnlyMegatronsEmittedIterationSpanIsAStep) {
          R"({"name":"megatron.microbatch.forward","startTimeUnixNano":"11000","endTimeUnixNano":"12000"})"
          R"(]}]}]})";
   auto r = importTraces(store, {path}, {});
-  ASSERT_TRUE(r.hasValue()) << r.message();
+  ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 4);
   auto steps = store.stepTimesMs(r->runId);
-  ASSERT_TRUE(steps.hasValue()) << steps.message();
+  ASSERT_THAT(steps, HasValue());
   EXPECT_TRUE(steps->empty());
   // Without a plan the count runs on across the guide-named spans: microbatches 0 and 1.
   auto ops = store.loadEvents(r->runId, EventCategory::Op);

@@ -621,29 +621,26 @@ TEST(ScheduleCsvDialect, LegacyRoundTripAndMessagesNameBothDialects) {
 TEST(ScheduleCsvDialect, LegacyComputeCommsFileIsTakenAndItsBatchedCellsNamed) {
   const Plan plan = planOf(lm(16), "zb-h1", 4, 8, 1);
   auto comms = scheduleCsv(plan, CsvFormat::ComputeComms);
-  ASSERT_TRUE(comms.hasValue()) << comms.message();
+  ASSERT_THAT(comms, HasValue());
   ASSERT_NE(comms->find("UNSHARD"), std::string::npos);  // runtime.py's lowering always adds them
   auto legacy = convertScheduleCsv(*comms, CsvDialect::Current, CsvDialect::Legacy, "comms.csv");
-  ASSERT_TRUE(legacy.hasValue()) << legacy.message();
+  ASSERT_THAT(legacy, HasValue());
   EXPECT_NE(legacy->find("0SEND_F0"), std::string::npos);
   EXPECT_NE(legacy->find("0UNSHARD"), std::string::npos);
   auto again = convertScheduleCsv(*legacy, CsvDialect::Legacy, CsvDialect::Current, "legacy.csv");
-  ASSERT_TRUE(again.hasValue()) << again.message();
+  ASSERT_THAT(again, HasValue());
   EXPECT_EQ(*again, *comms);
   auto back = importScheduleCsv(plan, *legacy, "legacy.csv", CsvDialect::Legacy);
-  ASSERT_TRUE(back.hasValue()) << back.message();
+  ASSERT_THAT(back, HasValue());
   auto direct = importScheduleCsv(plan, *comms, "comms.csv");
-  ASSERT_TRUE(direct.hasValue()) << direct.message();
+  ASSERT_THAT(direct, HasValue());
   EXPECT_NEAR(back->metrics.makespanMs, direct->metrics.makespanMs, 1e-9);
   // PyTorch 2.5's batched cell, in either dialect and through the conversion.
   const std::string batched = "0F0,0SEND_F0_1RECV_B0\n";
   for (CsvDialect dialect : {CsvDialect::Legacy, CsvDialect::Current}) {
     auto refused = importScheduleCsv(plan, batched, "batched.csv", dialect);
-    ASSERT_FALSE(refused.hasValue());
-    EXPECT_NE(refused.message().find("batched.csv:1:5: '0SEND_F0_1RECV_B0': a batched send and receive"),
-              std::string::npos)
-        << refused.message();
-    EXPECT_NE(refused.message().find("'0SEND_F0' then '1RECV_B0'"), std::string::npos) << refused.message();
+    EXPECT_THAT(refused, HasError("batched.csv:1:5: '0SEND_F0_1RECV_B0': a batched send and receive"));
+    EXPECT_THAT(refused, HasError("'0SEND_F0' then '1RECV_B0'"));
   }
   auto converted = convertScheduleCsv(batched, CsvDialect::Legacy, CsvDialect::Current, "batched.csv");
   ASSERT_FALSE(converted.hasValue());
