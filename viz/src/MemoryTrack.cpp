@@ -11,6 +11,20 @@
 
 namespace pipestudio::viz {
 
+QCPItemText* hiddenRectText(QCustomPlot* plot, QCPAxisRect* rect, QPointF at, Qt::Alignment alignment,
+                            const QMargins& padding) {
+  auto* text = new QCPItemText(plot);
+  text->setClipAxisRect(rect);
+  text->setLayer(QStringLiteral("highlights"));
+  text->position->setAxisRect(rect);
+  text->position->setType(QCPItemPosition::ptAxisRectRatio);
+  text->position->setCoords(at.x(), at.y());
+  text->setPositionAlignment(alignment);
+  text->setPadding(padding);
+  text->setVisible(false);
+  return text;
+}
+
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -45,15 +59,7 @@ MemoryTrack::MemoryTrack(QCustomPlot* plot, QCPAxisRect* rect, std::function<voi
   m_limitLabel->position->setAxes(keys, values);
   m_limitLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
   m_limitLabel->setVisible(false);
-  m_readout = new QCPItemText(plot);
-  m_readout->setClipAxisRect(rect);
-  m_readout->setLayer(QStringLiteral("highlights"));
-  m_readout->position->setAxisRect(rect);
-  m_readout->position->setType(QCPItemPosition::ptAxisRectRatio);
-  m_readout->position->setCoords(0.005, 0.02);
-  m_readout->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
-  m_readout->setPadding(QMargins(4, 2, 4, 2));
-  m_readout->setVisible(false);
+  m_readout = hiddenRectText(plot, rect, QPointF(0.005, 0.02), Qt::AlignLeft | Qt::AlignTop, QMargins(4, 2, 4, 2));
   // The legend: inside the memory plot, one clickable entry per device (few devices only).
   m_legend = new QCPLegend;
   rect->insetLayout()->addElement(m_legend, Qt::AlignRight | Qt::AlignTop);

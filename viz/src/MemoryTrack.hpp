@@ -17,6 +17,11 @@ namespace pipestudio::viz {
 
 struct TimelinePalette;
 
+/// A hidden text item on the "highlights" layer of `plot`, clipped to `rect` and placed at `at` in
+/// the rect's ratio coordinates: the memory read-out and the timeline's stale-plan banner.
+QCPItemText* hiddenRectText(QCustomPlot* plot, QCPAxisRect* rect, QPointF at, Qt::Alignment alignment,
+                            const QMargins& padding);
+
 class MemoryTrack {
  public:
   /// Adds its items to `plot` in `rect`; `replot` is called when a change needs drawing.

@@ -200,15 +200,8 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   m_overlay = new TimelineOverlay(m_timeline);
   m_overlay->setLayer(QStringLiteral("highlights"));
   m_memory = std::make_unique<MemoryTrack>(m_plot, m_memoryRect, [this]() { requestReplot(); });
-  m_staleItem = new QCPItemText(m_plot);
-  m_staleItem->setClipAxisRect(m_timelineRect);
-  m_staleItem->setLayer(QStringLiteral("highlights"));
-  m_staleItem->position->setAxisRect(m_timelineRect);
-  m_staleItem->position->setType(QCPItemPosition::ptAxisRectRatio);
-  m_staleItem->position->setCoords(0.5, 0.02);
-  m_staleItem->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
-  m_staleItem->setPadding(QMargins(8, 4, 8, 4));
-  m_staleItem->setVisible(false);
+  m_staleItem =
+      hiddenRectText(m_plot, m_timelineRect, QPointF(0.5, 0.02), Qt::AlignHCenter | Qt::AlignTop, QMargins(8, 4, 8, 4));
   connectPlot();
   applyPalette();
 }
