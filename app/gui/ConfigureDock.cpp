@@ -25,6 +25,7 @@
 
 #include "GuiText.hpp"
 #include "WheelGuard.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/planner/Planner.hpp"
 
@@ -467,11 +468,9 @@ void ConfigureDock::comparePinned() {
       [first, second](const JobTracker::Control& job) -> Expected<Pair> {
         SolveControl control;
         control.cancel = job.cancelFlag();
-        auto a = makePlan(first, control);
-        if (!a) return a.error();
-        auto b = makePlan(second, control);
-        if (!b) return b.error();
-        return Pair{std::make_shared<const Plan>(std::move(*a)), std::make_shared<const Plan>(std::move(*b))};
+        PS_ASSIGN_OR_RETURN(auto a, makePlan(first, control));
+        PS_ASSIGN_OR_RETURN(auto b, makePlan(second, control));
+        return Pair{std::make_shared<const Plan>(std::move(a)), std::make_shared<const Plan>(std::move(b))};
       },
       [this](Expected<Pair> plans) {
         if (!plans) {

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 
 namespace pipestudio::gui {
@@ -283,9 +284,8 @@ namespace {
 using PlanPair = std::pair<std::shared_ptr<const Plan>, std::shared_ptr<const Plan>>;
 
 Expected<std::shared_ptr<const Plan>> sharedRunPlan(history::HistoryStore& store, history::RunId id) {
-  auto plan = store.runAsPlan(id, 0);
-  if (!plan) return plan.error();
-  return std::make_shared<const Plan>(std::move(*plan));
+  PS_ASSIGN_OR_RETURN(auto plan, store.runAsPlan(id, 0));
+  return std::make_shared<const Plan>(std::move(plan));
 }
 }  // namespace
 
@@ -338,11 +338,9 @@ void HistoryDock::compareSelected() {
   }
   readRunsInBackground(
       [a = ids[0], b = ids[1]](history::HistoryStore& store) -> Expected<PlanPair> {
-        auto first = sharedRunPlan(store, a);
-        if (!first) return first.error();
-        auto second = sharedRunPlan(store, b);
-        if (!second) return second.error();
-        return PlanPair{*first, *second};
+        PS_ASSIGN_OR_RETURN(auto first, sharedRunPlan(store, a));
+        PS_ASSIGN_OR_RETURN(auto second, sharedRunPlan(store, b));
+        return PlanPair{first, second};
       },
       [this](const PlanPair& plans) { Q_EMIT compareRequested(plans.first, plans.second); });
 }

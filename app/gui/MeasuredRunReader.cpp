@@ -7,6 +7,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -162,12 +163,11 @@ viz::ActivityTrace activityOf(const std::vector<history::MeasuredEvent>& events)
 }
 
 Expected<MeasuredRunView> readMeasuredRun(history::HistoryStore& store, history::RunId id) {
-  auto summary = store.runSummary(id);
-  if (!summary) return summary.error();
+  PS_ASSIGN_OR_RETURN(auto summary, store.runSummary(id));
   MeasuredRunView view;
   view.id = id;
-  if (summary->planId) {
-    auto plan = store.loadPlan(*summary->planId);
+  if (summary.planId) {
+    auto plan = store.loadPlan(*summary.planId);
     if (!plan) return plan.error();
     view.plan = std::make_shared<const Plan>(std::move(*plan));
   }
@@ -175,12 +175,11 @@ Expected<MeasuredRunView> readMeasuredRun(history::HistoryStore& store, history:
   if (!measured) return measured.error();
   view.measured = std::make_shared<const Plan>(std::move(*measured));
   viz::MeasuredRun& run = view.run;
-  run.label = runLabel(*summary);
+  run.label = runLabel(summary);
   if (view.measured->ops.empty()) {
     // No op ranges (a plain profiler trace): its GPU activity is what there is to see.
-    auto events = store.loadEvents(id);
-    if (!events) return events.error();
-    auto activity = std::make_shared<viz::ActivityTrace>(activityOf(*events));
+    PS_ASSIGN_OR_RETURN(auto events, store.loadEvents(id));
+    auto activity = std::make_shared<viz::ActivityTrace>(activityOf(events));
     run.iterations = static_cast<int>(activity->iterations.size());
     if (!activity->iterations.empty()) {
       run.lengthMs = activity->iterations.front().endMs - activity->iterations.front().startMs;
@@ -198,7 +197,7 @@ Expected<MeasuredRunView> readMeasuredRun(history::HistoryStore& store, history:
     // drawn scaled by default; the view says so.
     const double planMs = viz::metricsOf(*view.plan).makespanMs;
     const double ratio = planMs > 0 ? run.lengthMs / planMs : 1.0;
-    run.scaleByDefault = summary->backend == "cpu" || ratio < 0.5 || ratio > 2.0;
+    run.scaleByDefault = summary.backend == "cpu" || ratio < 0.5 || ratio > 2.0;
     if (auto c = history::compareRunToPlan(store, id)) {
       run.iterations = std::max(run.iterations, c->iterations);
       for (const history::DeviceBubble& d : c->devices)

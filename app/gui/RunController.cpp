@@ -23,6 +23,7 @@
 #include "RunLocalDialog.hpp"
 #endif
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
 #include "pipestudio/viz/TimelineView.hpp"
@@ -266,13 +267,12 @@ Expected<TraceImportOutcome> importTraceFiles(history::HistoryStore& store, cons
   for (const QString& f : files) paths.push_back(f.toStdString());
   history::TraceImportOptions options;
   if (plan) options.plan = plan.get();
-  auto result = history::importTraces(store, paths, options);
-  if (!result) return result.error();
-  TraceImportOutcome out{*result, std::nullopt, plan != nullptr};
+  PS_ASSIGN_OR_RETURN(auto result, history::importTraces(store, paths, options));
+  TraceImportOutcome out{result, std::nullopt, plan != nullptr};
   if (plan) {
-    if (auto id = store.addPlan(*plan, "workspace plan")) (void)store.linkRunToPlan(result->runId, *id);
+    if (auto id = store.addPlan(*plan, "workspace plan")) (void)store.linkRunToPlan(result.runId, *id);
   }
-  if (auto run = readMeasuredRun(store, result->runId)) {
+  if (auto run = readMeasuredRun(store, result.runId)) {
     out.run = std::move(*run);
     if (plan) out.run->plan = plan;  // the window's plan itself
   }
@@ -352,9 +352,8 @@ void RunController::importTraceDialog() {
   m_importJob.start(
       [path = history->store()->path(), files,
        plan = m_host.solvedPlan()](const JobTracker::Control&) -> Expected<TraceImportOutcome> {
-        auto store = history::HistoryStore::open(path);
-        if (!store) return store.error();
-        return importTraceFiles(*store, files, plan);
+        PS_ASSIGN_OR_RETURN(auto store, history::HistoryStore::open(path));
+        return importTraceFiles(store, files, plan);
       },
       [this](const Expected<TraceImportOutcome>& outcome) {
         if (!outcome) {

@@ -20,6 +20,7 @@
 #include <iostream>
 #include <thread>
 
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/trace/TaskLines.hpp"
 
 extern char** environ;
@@ -109,11 +110,11 @@ class LocalLaunch {
   }
 
   Status start() {
-    if (auto st = spawnRank(m_children[0], args(0, "")); !st) return st;
+    PS_RETURN_IF_ERROR(spawnRank(m_children[0], args(0, "")));
     // Ranks > 0 of the cuda backend need rank 0's NCCL id: they start when it arrives.
     if (!m_needId) {
       for (std::size_t r = 1; r < m_children.size(); ++r) {
-        if (auto st = spawnRank(m_children[r], args(static_cast<int>(r), "")); !st) return st;
+        PS_RETURN_IF_ERROR(spawnRank(m_children[r], args(static_cast<int>(r), "")));
       }
     }
     return {};
@@ -345,7 +346,7 @@ std::optional<std::string> findExecutor(const std::string& selfPath) {
 Expected<LaunchOutcome> launchLocal(const LaunchRequest& request, const FrameCallback& onFrame,
                                     const BytesCallback& onBytes) {
   LocalLaunch launch(request, onFrame, onBytes);
-  if (auto st = launch.start(); !st) return st.error();
+  PS_RETURN_IF_ERROR(launch.start());
   launch.serve();
   return launch.finish();
 }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -166,7 +167,7 @@ Status checkCompilable(const Plan& plan) {
   if (plan.config.devices < 1)
     return Error{"/config/devices: " + std::to_string(plan.config.devices) + " devices (expected at least 1)"};
   if (plan.ops.empty()) return Error{"/ops: the plan has no ops to execute"};
-  if (auto st = validatePlanStructure(plan); !st) return st.error();
+  PS_RETURN_IF_ERROR(validatePlanStructure(plan));
   for (std::size_t i = 0; i < plan.virtualStages.size(); ++i) {
     const VirtualStage& vs = plan.virtualStages[i];
     if (vs.id != static_cast<int>(i)) {
@@ -368,7 +369,7 @@ Status ProgramCompiler::addBackward(std::int32_t idx, Step& s, int next, std::in
   const Op& op = m_plan.op(idx);
   const std::int32_t forward = find(OpKind::F, op.virtualStage, op.microbatch);
   if (forward < 0) return Error{opWhere(idx) + ": " + opName(op) + " has no F in the plan"};
-  if (auto st = depend(idx, forward, 0); !st) return st.error();
+  PS_RETURN_IF_ERROR(depend(idx, forward, 0));
   if (next >= 0) {
     const std::int32_t producer = find(OpKind::B, next, op.microbatch);
     if (producer < 0) {
@@ -390,7 +391,7 @@ Status ProgramCompiler::addWeight(std::int32_t idx, Step& s, std::int64_t wgrad)
   if (b < 0 || m_plan.op(b).kind != OpKind::B) {
     return Error{opWhere(idx) + ": " + opName(op) + " has no B in the plan (a W follows a split B)"};
   }
-  if (auto st = depend(idx, b, 0); !st) return st.error();
+  PS_RETURN_IF_ERROR(depend(idx, b, 0));
   s.release.push_back({m_bufferOf.at({op.virtualStage, op.microbatch, 1}), wgrad});
   return {};
 }
@@ -449,7 +450,7 @@ Status ProgramCompiler::addDerivedDependencies() {
     const std::int32_t producer = planIndex(dep.from);
     const std::int32_t consumer = planIndex(dep.to);
     if (producer < 0 || consumer < 0) continue;
-    if (auto st = depend(consumer, producer, dep.bytes); !st) return st.error();
+    PS_RETURN_IF_ERROR(depend(consumer, producer, dep.bytes));
   }
   for (const FrozenHandoff& h : crossIterationFrozenOutputs(m_plan, lanes)) {
     const std::int32_t producer = planIndex(h.producer);
@@ -535,17 +536,17 @@ Status ProgramCompiler::abstractRun(IdVector<std::int64_t>& pass) const {
 }
 
 Expected<Program> ProgramCompiler::compile() {
-  if (auto st = indexOps(); !st) return st.error();
+  PS_RETURN_IF_ERROR(indexOps());
   m_program.devices = m_devices;
   m_program.perDevice.assign(m_devices, {});
   m_steps.resize(m_plan.ops.size());
   for (std::int32_t idx = 0; idx < m_steps.size(); ++idx) {
-    if (auto st = addStep(idx); !st) return st.error();
+    PS_RETURN_IF_ERROR(addStep(idx));
   }
-  if (auto st = addDerivedDependencies(); !st) return st.error();
+  PS_RETURN_IF_ERROR(addDerivedDependencies());
   assembleDevices();
   IdVector<std::int64_t> pass;
-  if (auto st = abstractRun(pass); !st) return st.error();
+  PS_RETURN_IF_ERROR(abstractRun(pass));
   buildRendezvousGroups(m_program, pass);
   return std::move(m_program);
 }
@@ -553,7 +554,7 @@ Expected<Program> ProgramCompiler::compile() {
 }  // namespace
 
 Expected<Program> compileProgram(const Plan& plan) {
-  if (auto st = checkCompilable(plan); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkCompilable(plan));
   return ProgramCompiler(plan).compile();
 }
 

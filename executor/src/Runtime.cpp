@@ -9,6 +9,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "pipestudio/common/Try.hpp"
+
 namespace pipestudio::exec {
 
 Clock::Clock() : m_originNs(steadyNs()) {
@@ -300,7 +302,7 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
   for (int it = 0; it < options.warmup + options.iterations; ++it) {
     const bool record = it >= options.warmup;
     const int iteration = it - options.warmup;  // warm-up iterations are negative, never streamed
-    if (auto st = lane.beginIteration(iteration, record); !st) return st.error();
+    PS_RETURN_IF_ERROR(lane.beginIteration(iteration, record));
     std::span<const Transfer> pendingSends;
     const bool rendezvous = lane.rendezvous();
     for (const Step& step : program.steps) {
@@ -311,11 +313,11 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
       if (control.aborted()) return Error{"aborted"};
       control.progress(device, LaneState::Computing);
       for (const BufferRef& b : step.allocate) {
-        if (auto st = lane.allocate(b); !st) return st.error();
+        PS_RETURN_IF_ERROR(lane.allocate(b));
       }
-      if (auto st = lane.compute(step, iteration, record); !st) return st.error();
+      PS_RETURN_IF_ERROR(lane.compute(step, iteration, record));
       for (const BufferRef& b : step.release) {
-        if (auto st = lane.release(b); !st) return st.error();
+        PS_RETURN_IF_ERROR(lane.release(b));
       }
       pendingSends = step.sends;
       control.progress(device, LaneState::Computing);
@@ -346,9 +348,9 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
                                       : lane.exchange(pendingSends, program.endReceives, iteration);
     if (!flushed) return flushed.error();
     if (!program.hasOptimizerStep) {
-      if (auto st = lane.optimizerStep(iteration, record); !st) return st.error();
+      PS_RETURN_IF_ERROR(lane.optimizerStep(iteration, record));
     }
-    if (auto st = lane.endIteration(iteration, record); !st) return st.error();
+    PS_RETURN_IF_ERROR(lane.endIteration(iteration, record));
     if (record) spans.push_back(lane.iterationSpanNs());
   }
   control.progress(device, LaneState::Done);

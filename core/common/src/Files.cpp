@@ -17,6 +17,7 @@
 
 #include "pipestudio/common/FdStream.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio {
 namespace {
@@ -174,7 +175,7 @@ Status requireUtf8(std::string& text, const std::string& path) {
 Expected<std::string> readTextFile(const std::string& path, std::size_t maxBytes) {
   auto text = readRegularFile(path, maxBytes);
   if (!text) return text;
-  if (auto st = requireUtf8(*text, path); !st) return st.error();
+  PS_RETURN_IF_ERROR(requireUtf8(*text, path));
   return text;
 }
 
@@ -192,9 +193,8 @@ struct OutputTarget {
 Expected<OutputTarget> resolveOutput(const std::string& path) {
   if (path.empty()) return Error{"empty output file name (expected a path)"};
   if (namesOpenDescriptor(path)) return OutputTarget{path, path, true, true};
-  auto resolved = followLinks(path);
-  if (!resolved) return resolved.error();
-  OutputTarget out{path, *resolved, false, false};
+  PS_ASSIGN_OR_RETURN(auto resolved, followLinks(path));
+  OutputTarget out{path, resolved, false, false};
   struct stat st {};
   if (::stat(out.target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return Error{path + ": is a directory (expected a file name)"};
@@ -315,20 +315,18 @@ std::string tempPathFor(const std::string& target) {
 }  // namespace
 
 Status writeOutputFile(const std::string& path, const std::function<bool(std::ostream&, std::string&)>& write) {
-  auto out = resolveOutput(path);
-  if (!out) return out.error();
-  if (out->direct) return writeDirect(out->shown, out->target, out->append, write);
-  TempFile tmp(tempPathFor(out->target));
-  if (auto st = writeDirect(path, tmp.path(), false, write); !st) return st;
-  return tmp.renameTo(path, out->target);
+  PS_ASSIGN_OR_RETURN(auto out, resolveOutput(path));
+  if (out.direct) return writeDirect(out.shown, out.target, out.append, write);
+  TempFile tmp(tempPathFor(out.target));
+  PS_RETURN_IF_ERROR(writeDirect(path, tmp.path(), false, write));
+  return tmp.renameTo(path, out.target);
 }
 
 Status writeOutputFiles(const std::vector<std::pair<std::string, std::string_view>>& files) {
   std::vector<OutputTarget> targets;
   for (const auto& [path, content] : files) {
-    auto out = resolveOutput(path);
-    if (!out) return out.error();
-    targets.push_back(std::move(*out));
+    PS_ASSIGN_OR_RETURN(auto out, resolveOutput(path));
+    targets.push_back(std::move(out));
   }
   const auto writeText = [](std::string_view content) {
     return [content](std::ostream& out, std::string&) {
@@ -341,7 +339,7 @@ Status writeOutputFiles(const std::vector<std::pair<std::string, std::string_vie
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (targets[i].direct) continue;
     temps[i] = std::make_unique<TempFile>(tempPathFor(targets[i].target));
-    if (auto st = writeDirect(targets[i].shown, temps[i]->path(), false, writeText(files[i].second)); !st) return st;
+    PS_RETURN_IF_ERROR(writeDirect(targets[i].shown, temps[i]->path(), false, writeText(files[i].second)));
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (!targets[i].direct) continue;
@@ -352,7 +350,7 @@ Status writeOutputFiles(const std::vector<std::pair<std::string, std::string_vie
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (temps[i]) {
-      if (auto st = temps[i]->renameTo(targets[i].shown, targets[i].target); !st) return st;
+      PS_RETURN_IF_ERROR(temps[i]->renameTo(targets[i].shown, targets[i].target));
     }
   }
   return {};

@@ -10,6 +10,7 @@
 
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio {
 namespace {
@@ -339,9 +340,8 @@ Expected<JsonDocument> parseJson(std::string text, std::string path, const JsonL
 
 Expected<JsonDocument> loadJsonFile(const std::string& path, const JsonLimits& limits) {
   // Regular files only (a FIFO would hang the read), UTF-8 only (UTF-16 is named as such).
-  auto text = readTextFile(path, limits.maxFileBytes);
-  if (!text) return text.error();
-  return parseJson(std::move(*text), path, limits);
+  PS_ASSIGN_OR_RETURN(auto text, readTextFile(path, limits.maxFileBytes));
+  return parseJson(std::move(text), path, limits);
 }
 
 Status saveJsonFile(const std::string& path, const Json& value, int indent) {

@@ -17,6 +17,7 @@
 #include "TraceImportImpl.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history {
 
@@ -685,27 +686,25 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
   } closer{f};
   if (info.source.empty()) info.source = "chrome";
   if (info.sourcePath.empty()) info.sourcePath = file;
-  auto run = beginRun(info);
-  if (!run) return run.error();
-  auto state = m_impl->runState(*run);
-  if (!state) return state.error();
+  PS_ASSIGN_OR_RETURN(auto run, beginRun(info));
+  PS_ASSIGN_OR_RETURN(auto state, m_impl->runState(run));
   detail::JsonFileReader input(f);
-  ChromeHandler handler(*m_impl, *run, **state, input, file);
+  ChromeHandler handler(*m_impl, run, *state, input, file);
   detail::JsonSaxParser<ChromeHandler> parser(input, handler);
   // After the document only whitespace may follow: anything else marks the file as cut or
   // damaged (what was read before it is kept, the run incomplete).
   const bool ok = parser.parse() && parser.expectEnd();
   if (!handler.dbStatus()) {
-    (void)finishRun(*run, RunStatus::Incomplete, handler.dbStatus().message());
+    (void)finishRun(run, RunStatus::Incomplete, handler.dbStatus().message());
     return handler.dbStatus().error();
   }
   if (parser.refused()) {
-    (void)deleteRun(*run);
+    (void)deleteRun(run);
     return Error{handler.parseError().value_or(file + ": refused")};
   }
   handler.finishOpenRanges();
   ImportResult result;
-  result.runId = *run;
+  result.runId = run;
   result.events = handler.stored();
   result.skipped = handler.skipped();
   // Skips are noted while parsing, so any of them lies before the parse error (which ends it).
@@ -714,7 +713,7 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
     // Nothing stored from a file that is not a trace, is cut before its first event, or whose
     // every event was refused: a failed import, no empty run left behind. (A complete trace
     // with an empty event list is a valid, empty run.)
-    (void)deleteRun(*run);
+    (void)deleteRun(run);
     if (handler.skipped() > 0) {
       return Error{file + ": no event could be stored: " + std::to_string(handler.skipped()) +
                    " event(s) skipped, first: " + handler.firstError().value_or("")};
@@ -730,7 +729,7 @@ Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, 
     if (!note.empty()) note += "; ";
     note += std::to_string(result.skipped) + " event(s) skipped, first: " + handler.firstError().value_or("");
   }
-  if (auto st = finishRun(*run, ok ? RunStatus::Complete : RunStatus::Incomplete, note); !st) return st.error();
+  PS_RETURN_IF_ERROR(finishRun(run, ok ? RunStatus::Complete : RunStatus::Incomplete, note));
   return result;
 }
 
@@ -915,9 +914,8 @@ long GzipSource::read(char* out, std::size_t size) {
 std::string GzipSource::error() const { return m_error; }
 
 Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& matcher) {
-  auto source = GzipSource::open(path);
-  if (!source) return source.error();
-  GzipSource* src = source->get();
+  PS_ASSIGN_OR_RETURN(auto source, GzipSource::open(path));
+  GzipSource* src = source.get();
   JsonFileReader input([src](char* out, std::size_t n) { return src->read(out, n); });
   ScanHandler handler(matcher, path);
   JsonSaxParser<ScanHandler> parser(input, handler);
@@ -943,9 +941,8 @@ Expected<ScanResult> scanChromeFile(const std::string& path, const OpMatcher& ma
 }
 
 Expected<IngestCounts> ingestChromeFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
-  auto source = GzipSource::open(ctx.path);
-  if (!source) return source.error();
-  GzipSource* src = source->get();
+  PS_ASSIGN_OR_RETURN(auto source, GzipSource::open(ctx.path));
+  GzipSource* src = source.get();
   JsonFileReader input([src](char* out, std::size_t n) { return src->read(out, n); });
   ChromeHandler handler(im, run, state, input, ctx.path, &ctx);
   JsonSaxParser<ChromeHandler> parser(input, handler);

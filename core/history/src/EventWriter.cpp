@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "Impl.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/history/TraceImport.hpp"
 
 namespace pipestudio::history {
@@ -346,15 +347,14 @@ Status HistoryStore::Impl::flushEvents() {
 
 Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& row) {
   if (auto problem = eventRowProblem(row)) return Error{withPath(path, "event not stored: " + *problem)};
-  if (auto st = begin(); !st) return st;
-  auto name = nameId(row.name);
-  if (!name) return name.error();
+  PS_RETURN_IF_ERROR(begin());
+  PS_ASSIGN_OR_RETURN(auto name, nameId(row.name));
   if (state.nextSeq > 0xffffffffLL || run < 0 || run > 0x7fffffffLL) {
     return Error{withPath(path, "run " + std::to_string(run) + " cannot hold more events (limit 2^32 per run)")};
   }
   BufferedEvent& e = bufferedEvents.emplace_back();
   e.id = eventId(run, state.nextSeq);
-  e.nameId = *name;
+  e.nameId = name;
   e.stream = row.stream;
   e.startNs = row.startNs;
   e.durationNs = row.durationNs;
@@ -377,7 +377,7 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
     bufferedArgs.append(row.argsJson);
   }
   if (bufferedEvents.size() >= static_cast<std::size_t>(eventBlockRows)) {
-    if (auto st = flushEvents(); !st) return st;
+    PS_RETURN_IF_ERROR(flushEvents());
   }
   ++state.nextSeq;
   ++state.pendingEvents;

@@ -19,6 +19,7 @@
 #include "Sqlite.hpp"
 #include "TraceImportImpl.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history::detail {
 namespace {
@@ -170,9 +171,8 @@ std::string_view columnText(sqlite3_stmt* s, int col) {
 // The session's UTC start, bounded like a Kineto base time: every time of the file is added to it.
 Expected<std::int64_t> sessionStartNs(ForeignDb& d, const std::set<std::string>& tables) {
   if (!tables.count("TARGET_INFO_SESSION_START_TIME")) return std::int64_t{0};
-  auto cols = columnsOf(d, "TARGET_INFO_SESSION_START_TIME");
-  if (!cols) return cols.error();
-  if (!cols->count("utcEpochNs")) return std::int64_t{0};
+  PS_ASSIGN_OR_RETURN(auto cols, columnsOf(d, "TARGET_INFO_SESSION_START_TIME"));
+  if (!cols.count("utcEpochNs")) return std::int64_t{0};
   Statement st(d.get(), "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1", nullptr);
   if (!st) return Error{d.path() + ": TARGET_INFO_SESSION_START_TIME: " + d.error()};
   const int rc = d.step(st.get());
@@ -199,9 +199,7 @@ struct NvtxQuery {
 Expected<NvtxQuery> nvtxQuery(ForeignDb& d, const std::set<std::string>& tables) {
   NvtxQuery q;
   if (!tables.count("NVTX_EVENTS")) return q;
-  auto colsOr = columnsOf(d, "NVTX_EVENTS");
-  if (!colsOr) return colsOr.error();
-  const auto& cols = *colsOr;
+  PS_ASSIGN_OR_RETURN(const auto cols, columnsOf(d, "NVTX_EVENTS"));
   if (!cols.count("start")) return q;
   std::string join;
   const std::string text = textExpr(cols, {"text"}, false, join);
@@ -229,12 +227,9 @@ bool timeInRange(std::int64_t ns) { return ns >= -kMaxTraceTimeNs && ns <= kMaxT
 }  // namespace
 
 Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matcher) {
-  auto opened = ForeignDb::open(path);
-  if (!opened) return opened.error();
-  ForeignDb& d = **opened;
-  auto tablesOr = tablesOf(d);
-  if (!tablesOr) return tablesOr.error();
-  const auto& tables = *tablesOr;
+  PS_ASSIGN_OR_RETURN(auto opened, ForeignDb::open(path));
+  ForeignDb& d = *opened;
+  PS_ASSIGN_OR_RETURN(const auto tables, tablesOf(d));
   bool any = tables.count("NVTX_EVENTS") > 0;
   for (const char* t : kGpuTables) any = any || tables.count(t);
   if (!any) {
@@ -245,14 +240,12 @@ Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matc
   }
   ScanResult r;
   r.format = TraceFormat::NsysSqlite;
-  auto base = sessionStartNs(d, tables);
-  if (!base) return base.error();
-  r.baseNs = *base;
+  PS_ASSIGN_OR_RETURN(auto base, sessionStartNs(d, tables));
+  r.baseNs = base;
   std::optional<std::int64_t> first;
   const auto consider = [&](const char* table) -> Status {
-    auto cols = columnsOf(d, table);
-    if (!cols) return cols.error();
-    if (!cols->count("start")) return {};
+    PS_ASSIGN_OR_RETURN(auto cols, columnsOf(d, table));
+    if (!cols.count("start")) return {};
     Statement st(d.get(),
                  std::string("SELECT MIN(start), COUNT(*) FROM ") + table + " WHERE start BETWEEN " +
                      std::to_string(-kMaxTraceTimeNs) + " AND " + std::to_string(kMaxTraceTimeNs),
@@ -269,12 +262,11 @@ Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matc
   };
   for (const char* t : kGpuTables) {
     if (!tables.count(t)) continue;
-    if (auto st = consider(t); !st) return st.error();
+    PS_RETURN_IF_ERROR(consider(t));
   }
-  auto nvtx = nvtxQuery(d, tables);
-  if (!nvtx) return nvtx.error();
-  if (nvtx->ok) {
-    Statement st(d.get(), nvtx->sql, nullptr);
+  PS_ASSIGN_OR_RETURN(auto nvtx, nvtxQuery(d, tables));
+  if (nvtx.ok) {
+    Statement st(d.get(), nvtx.sql, nullptr);
     if (!st) return Error{path + ": NVTX_EVENTS: " + d.error()};
     int rc = 0;
     while ((rc = d.step(st.get())) == SQLITE_ROW) {
@@ -292,9 +284,8 @@ Expected<ScanResult> scanNsysFile(const std::string& path, const OpMatcher& matc
     if (rc != SQLITE_DONE) return Error{path + ": NVTX_EVENTS: " + d.error()};
   }
   if (tables.count("TARGET_INFO_GPU")) {
-    auto cols = columnsOf(d, "TARGET_INFO_GPU");
-    if (!cols) return cols.error();
-    if (cols->count("name")) {
+    PS_ASSIGN_OR_RETURN(auto cols, columnsOf(d, "TARGET_INFO_GPU"));
+    if (cols.count("name")) {
       Statement st(d.get(), "SELECT name FROM TARGET_INFO_GPU LIMIT 1", nullptr);
       if (!st) return Error{path + ": TARGET_INFO_GPU: " + d.error()};
       const int rc = d.step(st.get());
@@ -421,7 +412,7 @@ struct NsysIngest {
       note.skip(where + ": " + *problem);
       return {};
     }
-    if (auto st = im.insert(run, state, row); !st) return st;
+    PS_RETURN_IF_ERROR(im.insert(run, state, row));
     ++counts.stored;
     return {};
   }
@@ -430,15 +421,13 @@ struct NsysIngest {
   Status gpuActivity() {
     for (const char* table : kGpuTables) {
       if (!tables.count(table)) continue;
-      if (auto st = gpuTable(table); !st) return st;
+      PS_RETURN_IF_ERROR(gpuTable(table));
     }
     return {};
   }
 
   Status gpuTable(const char* table) {
-    const auto colsOr = columnsOf(d, table);
-    if (!colsOr) return colsOr.error();
-    const auto& cols = *colsOr;
+    PS_ASSIGN_OR_RETURN(const auto cols, columnsOf(d, table));
     if (!cols.count("start") || !cols.count("end")) {
       note.skip(std::string(table) + ": no start/end columns (table skipped)");
       return {};
@@ -452,7 +441,7 @@ struct NsysIngest {
     int rc = 0;
     std::string text;
     while ((rc = d.step(st.get())) == SQLITE_ROW) {
-      if (auto stt = gpuRow(st.get(), table, category, text); !stt) return stt;
+      PS_RETURN_IF_ERROR(gpuRow(st.get(), table, category, text));
     }
     if (rc != SQLITE_DONE) return Error{ctx.path + ": " + table + ": " + d.error()};
     return {};
@@ -490,7 +479,7 @@ struct NsysIngest {
     row.name = text;
     row.durationNs = end - start;
     const std::int64_t storedBefore = counts.stored;
-    if (auto st = store(row, start, std::string(table) + " row " + std::to_string(rowid)); !st) return st;
+    PS_RETURN_IF_ERROR(store(row, start, std::string(table) + " row " + std::to_string(rowid)));
     if (project && counts.stored > storedBefore) {
       launches.push_back({sqlite3_column_int64(s, 8), row.correlationId, start, end, row.device});
     }
@@ -500,9 +489,7 @@ struct NsysIngest {
   // --- CUDA API calls: per thread, in time order, each with its GPU span ---
   Status indexCalls() {
     if (!project) return {};
-    const auto colsOr = columnsOf(d, "CUPTI_ACTIVITY_KIND_RUNTIME");
-    if (!colsOr) return colsOr.error();
-    const auto& cols = *colsOr;
+    PS_ASSIGN_OR_RETURN(const auto cols, columnsOf(d, "CUPTI_ACTIVITY_KIND_RUNTIME"));
     if (!cols.count("globalTid") || !cols.count("start") || !cols.count("correlationId")) return {};
     const bool launchesHavePid =
         std::any_of(launches.begin(), launches.end(), [](const Launch& l) { return l.pid != 0; });
@@ -544,15 +531,14 @@ struct NsysIngest {
 
   // --- NVTX ranges ---
   Status nvtxRanges() {
-    auto nvtx = nvtxQuery(d, tables);
-    if (!nvtx) return nvtx.error();
-    if (!nvtx->ok) return {};
-    Statement st(d.get(), nvtx->sql, nullptr);
+    PS_ASSIGN_OR_RETURN(auto nvtx, nvtxQuery(d, tables));
+    if (!nvtx.ok) return {};
+    Statement st(d.get(), nvtx.sql, nullptr);
     if (!st) return Error{ctx.path + ": NVTX_EVENTS: " + d.error()};
     int rc = 0;
     std::string text;
     while ((rc = d.step(st.get())) == SQLITE_ROW) {
-      if (auto stt = nvtxRow(st.get(), text); !stt) return stt;
+      PS_RETURN_IF_ERROR(nvtxRow(st.get(), text));
     }
     if (rc != SQLITE_DONE) return Error{ctx.path + ": NVTX_EVENTS: " + d.error()};
     return {};
@@ -581,7 +567,7 @@ struct NsysIngest {
     row.durationNs = end - start;
     nameRange(row, op, text, projectedDevice);
     const std::int64_t storedBefore = counts.stored;
-    if (auto st = store(row, start, "NVTX_EVENTS row " + std::to_string(rowid)); !st) return st;
+    PS_RETURN_IF_ERROR(store(row, start, "NVTX_EVENTS row " + std::to_string(rowid)));
     if (counts.stored == storedBefore) return {};
     if (!op && ctx.recordSteps && text.rfind("ProfilerStep#", 0) == 0) return recordStep(text, end - start);
     return {};
@@ -665,14 +651,12 @@ struct NsysIngest {
 }  // namespace
 
 Expected<IngestCounts> ingestNsysFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
-  auto opened = ForeignDb::open(ctx.path);
-  if (!opened) return opened.error();
-  auto tables = tablesOf(**opened);
-  if (!tables) return tables.error();
-  NsysIngest in(im, run, state, ctx, **opened, *tables);
-  if (auto st = in.gpuActivity(); !st) return st.error();
-  if (auto st = in.indexCalls(); !st) return st.error();
-  if (auto st = in.nvtxRanges(); !st) return st.error();
+  PS_ASSIGN_OR_RETURN(auto opened, ForeignDb::open(ctx.path));
+  PS_ASSIGN_OR_RETURN(auto tables, tablesOf(*opened));
+  NsysIngest in(im, run, state, ctx, *opened, tables);
+  PS_RETURN_IF_ERROR(in.gpuActivity());
+  PS_RETURN_IF_ERROR(in.indexCalls());
+  PS_RETURN_IF_ERROR(in.nvtxRanges());
   return in.counts;
 }
 

@@ -26,6 +26,7 @@
 #include "TraceImportImpl.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history::detail {
 namespace {
@@ -182,13 +183,11 @@ Expected<std::vector<Process>> readJaeger(const std::string& path, const Json& r
 Expected<std::vector<Process>> readOtelFile(const std::string& path) {
   JsonLimits limits;
   limits.maxDepth = 32;
-  auto doc = loadJsonFile(path, limits);
-  if (!doc) return doc.error();
-  const Json& root = doc->root;
+  PS_ASSIGN_OR_RETURN(auto doc, loadJsonFile(path, limits));
+  const Json& root = doc.root;
   if (!root.is_object()) return Error{path + ": expected an OTLP/JSON or Jaeger JSON object"};
-  auto processes = root.contains("resourceSpans") ? readOtlp(path, root) : readJaeger(path, root);
-  if (!processes) return processes.error();
-  for (Process& p : *processes) {
+  PS_ASSIGN_OR_RETURN(auto processes, root.contains("resourceSpans") ? readOtlp(path, root) : readJaeger(path, root));
+  for (Process& p : processes) {
     std::stable_sort(p.spans.begin(), p.spans.end(),
                      [](const Span& a, const Span& b) { return a.startNs < b.startNs; });
   }
@@ -222,12 +221,11 @@ bool looksLikeOtel(std::string_view head) {
 }
 
 Expected<ScanResult> scanOtelFile(const std::string& path) {
-  auto processes = readOtelFile(path);
-  if (!processes) return processes.error();
+  PS_ASSIGN_OR_RETURN(auto processes, readOtelFile(path));
   ScanResult s;
   s.format = TraceFormat::OtelJson;
-  if (processes->size() == 1) s.rank = processes->front().rank;
-  for (const Process& p : *processes) {
+  if (processes.size() == 1) s.rank = processes.front().rank;
+  for (const Process& p : processes) {
     s.events += static_cast<std::int64_t>(p.spans.size());
     for (const Span& span : p.spans) {
       if (!s.firstAbsNs || span.startNs < *s.firstAbsNs) s.firstAbsNs = span.startNs;
@@ -237,8 +235,7 @@ Expected<ScanResult> scanOtelFile(const std::string& path) {
 }
 
 Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunState& state, const FileContext& ctx) {
-  auto processes = readOtelFile(ctx.path);
-  if (!processes) return processes.error();
+  PS_ASSIGN_OR_RETURN(auto processes, readOtelFile(ctx.path));
   const auto orders = planOrders(ctx.plan);
   IngestCounts counts;
   std::int64_t steps = 0;
@@ -246,12 +243,12 @@ Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunStat
     ++counts.skipped;
     if (!counts.firstError) counts.firstError = ctx.path + ": " + span.where + ": " + why;
   };
-  for (std::size_t p = 0; p < processes->size(); ++p) {
-    const Process& process = (*processes)[p];
+  for (std::size_t p = 0; p < processes.size(); ++p) {
+    const Process& process = processes[p];
     // One process per file: the file's device; several (a Jaeger export): each its own rank.
-    std::int64_t device = processes->size() == 1 && ctx.device ? *ctx.device
-                          : process.rank                       ? *process.rank
-                                                               : static_cast<std::int64_t>(p);
+    std::int64_t device = processes.size() == 1 && ctx.device ? *ctx.device
+                          : process.rank                      ? *process.rank
+                                                              : static_cast<std::int64_t>(p);
     const auto order = orders.find(static_cast<int>(device));
     std::int64_t forwards = 0, backwards = 0;
     for (const Span& span : process.spans) {
@@ -306,7 +303,7 @@ Expected<IngestCounts> ingestOtelFile(HistoryStore::Impl& im, RunId run, RunStat
         skip(span, *problem);
         continue;
       }
-      if (auto st = im.insert(run, state, row); !st) return st.error();
+      PS_RETURN_IF_ERROR(im.insert(run, state, row));
       ++counts.stored;
       // Each iteration span of the first process of the first file is a step of the run.
       if (span.name == kIterationSpan && ctx.recordSteps && p == 0) {

@@ -6,6 +6,7 @@
 #include "Impl.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/JsonReader.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -18,7 +19,7 @@ using detail::Statement;
 
 Expected<PlanId> HistoryStore::addPlan(const Plan& plan, std::string_view name) {
   Impl& im = *m_impl;
-  if (auto st = im.begin(); !st) return st.error();
+  PS_RETURN_IF_ERROR(im.begin());
   const std::string document = planToJson(plan).dump();
   Statement ins(im.db,
                 "INSERT INTO plans(created_ms, name, schedule, devices, microbatches, makespan_ms, bubble_ratio, "
@@ -53,7 +54,7 @@ Expected<PlanId> HistoryStore::addPlan(const Plan& plan, std::string_view name) 
     if (op.step() != SQLITE_DONE) return Error{withPath(im.path, detail::lastError(im.db))};
     op.reset();
   }
-  if (auto st = im.commit(); !st) return st.error();
+  PS_RETURN_IF_ERROR(im.commit());
   return id;
 }
 
@@ -66,16 +67,15 @@ Expected<Plan> HistoryStore::loadPlan(PlanId id) {
     return Error{withPath(m_impl->path, "no plan with id " + std::to_string(id))};
   }
   const std::string where = m_impl->path + ":plan " + std::to_string(id);
-  auto doc = parseJson(st.text(0), where);
-  if (!doc) return doc.error();
-  JsonReader reader(*doc);
+  PS_ASSIGN_OR_RETURN(auto doc, parseJson(st.text(0), where));
+  JsonReader reader(doc);
   auto plan = readPlan(reader, reader.root());
   if (!reader.ok() || !plan) return reader.ok() ? Error{where + ": invalid plan"} : reader.toError();
   return std::move(*plan);
 }
 
 Status HistoryStore::linkRunToPlan(RunId run, PlanId plan) {
-  if (auto st = flush(); !st) return st;
+  PS_RETURN_IF_ERROR(flush());
   Statement st(m_impl->db, "UPDATE runs SET plan_id = ?2 WHERE id = ?1 AND EXISTS(SELECT 1 FROM plans WHERE id = ?2)",
                nullptr);
   st.bind(1, run);
@@ -89,13 +89,11 @@ Status HistoryStore::linkRunToPlan(RunId run, PlanId plan) {
 }
 
 Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
-  auto summary = runSummary(id);
-  if (!summary) return summary.error();
-  auto events = loadEvents(id, EventCategory::Op);
-  if (!events) return events.error();
+  PS_ASSIGN_OR_RETURN(auto summary, runSummary(id));
+  PS_ASSIGN_OR_RETURN(auto events, loadEvents(id, EventCategory::Op));
   Plan plan;
-  if (summary->planId) {
-    if (auto linked = loadPlan(*summary->planId)) {
+  if (summary.planId) {
+    if (auto linked = loadPlan(*summary.planId)) {
       plan = std::move(*linked);
       plan.ops.clear();
       plan.comms.clear();
@@ -106,7 +104,7 @@ Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
   int maxDevice = -1;
   int maxStage = -1;
   int maxMicrobatch = -1;
-  for (const auto& e : *events) {
+  for (const auto& e : events) {
     if (iteration >= 0 && e.iteration != iteration) continue;
     if (e.device >= kMaxPlanDevices) {
       return Error{withPath(m_impl->path, "run " + std::to_string(id) + ": an op range names device " +
@@ -118,7 +116,7 @@ Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
     maxStage = std::max(maxStage, e.virtualStage);
     maxMicrobatch = std::max(maxMicrobatch, e.microbatch);
   }
-  for (const auto& e : *events) {
+  for (const auto& e : events) {
     if (iteration >= 0 && e.iteration != iteration) continue;
     if (e.device < 0 || e.kind < 0 || e.kind >= kOpKindCount) continue;
     Op op;
@@ -132,7 +130,7 @@ Expected<Plan> HistoryStore::runAsPlan(RunId id, int iteration) {
   }
   // loadEvents orders by (device, start): per device in execution order, as Plan requires.
   plan.config.devices = std::max(plan.config.devices, maxDevice + 1);
-  if (!summary->planId) {
+  if (!summary.planId) {
     plan.config.microbatches = std::max(1, maxMicrobatch + 1);
     // Without a linked plan, one virtual stage per measured stage index, placed where it first
     // ran. Sized from the run's ids only after estimating what they cost: imports bound them,

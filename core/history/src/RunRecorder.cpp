@@ -3,6 +3,7 @@
 #include <string>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history {
 
@@ -14,9 +15,8 @@ Status RunRecorder::start(int ranks) {
   if (started()) return Error{"the run " + std::to_string(m_run) + " is already being recorded"};
   if (ranks < 1)
     return Error{"a deployment of " + std::to_string(ranks) + " ranks has nothing to record (expected 1 or more)"};
-  auto run = m_store.beginRun(m_info);
-  if (!run) return run.error();
-  m_run = *run;
+  PS_ASSIGN_OR_RETURN(auto run, m_store.beginRun(m_info));
+  m_run = run;
   for (int r = 0; r < ranks; ++r) m_ingest.push_back(std::make_unique<StreamIngest>(m_store, m_run));
   return {};
 }

@@ -6,6 +6,7 @@
 
 #include "Impl.hpp"
 #include "ProcessProbe.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history {
 
@@ -84,7 +85,7 @@ Expected<RunSummary> HistoryStore::runSummary(RunId id) {
 
 namespace {
 Status updateRunText(HistoryStore::Impl& im, RunId id, const char* column, std::string_view value) {
-  if (auto st = im.commit(); !st) return st;
+  PS_RETURN_IF_ERROR(im.commit());
   Statement st(im.db, std::string("UPDATE runs SET ") + column + " = ?2 WHERE id = ?1", nullptr);
   st.bind(1, id);
   st.bind(2, value);
@@ -101,7 +102,7 @@ Status HistoryStore::annotateRun(RunId id, std::string_view notes) {
 
 Status HistoryStore::deleteRun(RunId id) {
   Impl& im = *m_impl;
-  if (auto st = im.commit(); !st) return st;
+  PS_RETURN_IF_ERROR(im.commit());
   auto tx = detail::Transaction::begin(im.db);
   if (!tx) return Error{withPath(im.path, "cannot start a write: " + tx.message())};
   bool found = false;
@@ -122,7 +123,7 @@ Status HistoryStore::deleteRun(RunId id) {
 }
 
 Expected<std::vector<MeasuredEvent>> HistoryStore::loadEvents(RunId id, std::optional<EventCategory> category) {
-  if (auto st = flush(); !st) return st.error();
+  PS_RETURN_IF_ERROR(flush());
   std::string sql =
       "SELECT e.category, e.device, e.stream, n.name, e.start_ns, e.dur_ns, e.virtual_stage, e.microbatch, "
       "e.iteration, e.kind, e.bytes, e.correlation, e.args FROM events e JOIN names n ON n.id = e.name_id "
@@ -159,7 +160,7 @@ Expected<std::vector<MeasuredEvent>> HistoryStore::loadEvents(RunId id, std::opt
 }
 
 Expected<std::vector<double>> HistoryStore::stepTimesMs(RunId id) {
-  if (auto st = flush(); !st) return st.error();
+  PS_RETURN_IF_ERROR(flush());
   Statement st(m_impl->db, "SELECT duration_ms FROM steps WHERE run_id = ?1 ORDER BY iteration", nullptr);
   if (!st) return Error{withPath(m_impl->path, detail::lastError(m_impl->db))};
   st.bind(1, id);
@@ -175,7 +176,7 @@ Expected<std::vector<double>> HistoryStore::stepTimesMs(RunId id) {
 
 Expected<RunId> HistoryStore::beginRun(const RunInfo& info) {
   Impl& im = *m_impl;
-  if (auto st = im.commit(); !st) return st.error();
+  PS_RETURN_IF_ERROR(im.commit());
   Statement st(im.db,
                "INSERT INTO runs(created_ms, status, plan_id, source, source_path, user, host, backend, gpu, "
                "executor_version, name, writer_host, writer_pid, writer_start) "

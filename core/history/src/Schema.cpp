@@ -4,6 +4,7 @@
 #include <string>
 
 #include "Sqlite.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 
 namespace pipestudio::history::detail {
@@ -163,7 +164,7 @@ Status migrate(sqlite3* db, int from, int to) {
     }
   }
   if (from == 0 && to > 0) {
-    if (auto st = exec(db, "PRAGMA application_id = " + std::to_string(kApplicationId)); !st) return st;
+    PS_RETURN_IF_ERROR(exec(db, "PRAGMA application_id = " + std::to_string(kApplicationId)));
   }
   return exec(db, "PRAGMA user_version = " + std::to_string(to));
 }

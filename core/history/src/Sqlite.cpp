@@ -1,5 +1,7 @@
 #include "Sqlite.hpp"
 
+#include "pipestudio/common/Try.hpp"
+
 namespace pipestudio::history::detail {
 
 Statement::Statement(sqlite3* db, std::string_view sql, std::string* error) {
@@ -52,13 +54,13 @@ Status exec(sqlite3* db, std::string_view sql) {
 }
 
 Expected<Transaction> Transaction::begin(sqlite3* db) {
-  if (auto st = exec(db, "BEGIN IMMEDIATE"); !st) return st.error();
+  PS_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
   return Transaction(db);
 }
 
 Status Transaction::commit() {
   if (m_db == nullptr) return Error{"no open transaction to commit"};
-  if (auto st = exec(m_db, "COMMIT"); !st) return st;
+  PS_RETURN_IF_ERROR(exec(m_db, "COMMIT"));
   m_db = nullptr;
   return {};
 }

@@ -15,6 +15,7 @@
 #include "ProcessProbe.hpp"
 #include "Schema.hpp"
 #include "pipestudio/common/Files.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history {
 
@@ -200,7 +201,7 @@ Expected<std::unique_ptr<HistoryStore::Impl>> Opener::attempt() {
   namespace fs = std::filesystem;
   std::error_code ec;
   bool exists = fs::exists(m_path, ec);
-  if (auto st = checkDatabaseFiles(m_path, exists); !st) return st.error();
+  PS_RETURN_IF_ERROR(checkDatabaseFiles(m_path, exists));
   if (!exists && m_options.readOnly) return Error{withPath(m_path, "no history database here")};
   if (!exists) {
     const fs::path parent = fs::path(m_path).parent_path();
@@ -209,12 +210,11 @@ Expected<std::unique_ptr<HistoryStore::Impl>> Opener::attempt() {
     }
     if (!parent.empty()) fs::create_directories(parent, ec);
     if (ec) return Error{withPath(m_path, "cannot create directory " + parent.string() + ": " + ec.message())};
-    auto created = createComplete();
-    if (!created) return created.error();
-    exists = *created;
+    PS_ASSIGN_OR_RETURN(auto created, createComplete());
+    exists = created;
   }
   if (exists) {
-    if (auto st = inspectExisting(); !st) return st.error();
+    PS_RETURN_IF_ERROR(inspectExisting());
   }
 
   auto impl = std::make_unique<HistoryStore::Impl>();
@@ -355,7 +355,7 @@ Expected<int> HistoryStore::recoverInterruptedRuns() {
     if (rc != SQLITE_DONE) return Error{withPath(m_impl->path, detail::lastError(db))};
   }
   if (dead.empty()) return 0;
-  if (auto st = m_impl->commit(); !st) return st.error();
+  PS_RETURN_IF_ERROR(m_impl->commit());
   auto tx = detail::Transaction::begin(db);
   if (!tx) return Error{withPath(m_impl->path, tx.message())};
   Statement upd(db,

@@ -17,6 +17,7 @@
 #include "TraceImportImpl.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::history {
 
@@ -117,8 +118,7 @@ bool isCommAction(std::string_view kind) {
 }  // namespace detail
 
 Status checkOpPattern(const std::string& pattern) {
-  auto m = detail::OpMatcher::compile(pattern);
-  if (!m) return m.error();
+  PS_ASSIGN_OR_RETURN(auto m, detail::OpMatcher::compile(pattern));
   return {};
 }
 
@@ -241,14 +241,13 @@ void countOps(const std::vector<MeasuredEvent>& ops, const Plan* plan, TraceImpo
 // A PipeStudio trace stream holds every rank of its run: it is stored as it is.
 Expected<TraceImportResult> importStream(HistoryStore& store, const std::string& file,
                                          const TraceImportOptions& options) {
-  auto r = store.importStreamFile(file, options.info);
-  if (!r) return r.error();
+  PS_ASSIGN_OR_RETURN(auto r, store.importStreamFile(file, options.info));
   TraceImportResult out;
-  out.runId = r->runId;
-  out.events = r->events;
-  out.skipped = r->skipped;
-  out.firstError = r->firstError;
-  auto ops = store.loadEvents(r->runId, EventCategory::Op);
+  out.runId = r.runId;
+  out.events = r.events;
+  out.skipped = r.skipped;
+  out.firstError = r.firstError;
+  auto ops = store.loadEvents(r.runId, EventCategory::Op);
   if (ops) countOps(*ops, options.plan, out);
   return out;
 }
@@ -354,12 +353,11 @@ Expected<Decision> decide(const std::vector<std::string>& files, const std::vect
 Expected<TraceImportResult> ingestRun(HistoryStore& store, RunId run, const std::vector<std::string>& files,
                                       const std::vector<detail::ScanResult>& scans, const Decision& decision,
                                       const detail::OpMatcher& matcher, const TraceImportOptions& options) {
-  auto state = store.impl().runState(run);
-  if (!state) return state.error();
+  PS_ASSIGN_OR_RETURN(auto state, store.impl().runState(run));
   if (decision.originNs) {
-    (*state)->originKnown = true;
-    (*state)->originNs = *decision.originNs;
-    (*state)->dirty = true;
+    state->originKnown = true;
+    state->originNs = *decision.originNs;
+    state->dirty = true;
   }
   TraceImportResult result;
   std::optional<std::string> incomplete;
@@ -378,35 +376,34 @@ Expected<TraceImportResult> ingestRun(HistoryStore& store, RunId run, const std:
     ctx.matcher = &matcher;
     ctx.stageDevice = options.plan ? &decision.stageDevice : nullptr;
     ctx.plan = options.plan;
-    auto counts = scans[i].format == TraceFormat::NsysSqlite ? detail::ingestNsysFile(store.impl(), run, **state, ctx)
-                  : scans[i].format == TraceFormat::OtelJson
-                      ? detail::ingestOtelFile(store.impl(), run, **state, ctx)
-                      : detail::ingestChromeFile(store.impl(), run, **state, ctx);
-    if (!counts) return counts.error();
+    PS_ASSIGN_OR_RETURN(auto counts, scans[i].format == TraceFormat::NsysSqlite
+                                         ? detail::ingestNsysFile(store.impl(), run, *state, ctx)
+                                     : scans[i].format == TraceFormat::OtelJson
+                                         ? detail::ingestOtelFile(store.impl(), run, *state, ctx)
+                                         : detail::ingestChromeFile(store.impl(), run, *state, ctx));
     // A file whose every event was refused is a failed import, not an empty "complete" run.
     // (A trace with no events at all is a valid, empty one.)
-    if (counts->stored == 0 && counts->skipped > 0) {
-      return Error{files[i] + ": no event could be stored: " + std::to_string(counts->skipped) +
-                   " event(s) skipped, first: " + counts->firstError.value_or("") + "; nothing imported"};
+    if (counts.stored == 0 && counts.skipped > 0) {
+      return Error{files[i] + ": no event could be stored: " + std::to_string(counts.skipped) +
+                   " event(s) skipped, first: " + counts.firstError.value_or("") + "; nothing imported"};
     }
-    result.events += counts->stored;
-    result.skipped += counts->skipped;
-    if (!result.firstError && counts->firstError) result.firstError = counts->firstError;
-    if (counts->incomplete) incomplete = counts->incomplete;
+    result.events += counts.stored;
+    result.skipped += counts.skipped;
+    if (!result.firstError && counts.firstError) result.firstError = counts.firstError;
+    if (counts.incomplete) incomplete = counts.incomplete;
   }
-  if (auto st = store.flush(); !st) return st.error();
-  if (auto st = numberIterations(store, run); !st) return st.error();
+  PS_RETURN_IF_ERROR(store.flush());
+  PS_RETURN_IF_ERROR(numberIterations(store, run));
 
-  auto ops = store.loadEvents(run, EventCategory::Op);
-  if (!ops) return ops.error();
-  countOps(*ops, options.plan, result);
+  PS_ASSIGN_OR_RETURN(auto ops, store.loadEvents(run, EventCategory::Op));
+  countOps(ops, options.plan, result);
   std::string note = incomplete.value_or("");
   if (result.skipped > 0) {
     note += (note.empty() ? "" : "; ") + std::to_string(result.skipped) +
             " event(s) skipped, first: " + result.firstError.value_or("");
   }
   const RunStatus status = incomplete ? RunStatus::Incomplete : RunStatus::Complete;
-  if (auto st = store.finishRun(run, status, note); !st) return st.error();
+  PS_RETURN_IF_ERROR(store.finishRun(run, status, note));
   return result;
 }
 
@@ -415,28 +412,24 @@ Expected<TraceImportResult> ingestRun(HistoryStore& store, RunId run, const std:
 Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<std::string>& files,
                                          const TraceImportOptions& options) {
   if (files.empty()) return Error{"no trace files given"};
-  auto matcher = detail::OpMatcher::compile(options.opPattern);
-  if (!matcher) return matcher.error();
+  PS_ASSIGN_OR_RETURN(auto matcher, detail::OpMatcher::compile(options.opPattern));
 
   // --- scan: every file read once before anything is written ---
   std::vector<detail::ScanResult> scans;
   for (const std::string& file : files) {
-    auto format = detectTraceFormat(file);
-    if (!format) return format.error();
-    if (*format == TraceFormat::Stream) {
+    PS_ASSIGN_OR_RETURN(auto format, detectTraceFormat(file));
+    if (format == TraceFormat::Stream) {
       if (files.size() > 1) {
         return Error{file + ": a PipeStudio trace stream holds every rank of its run; import it on its own"};
       }
       return importStream(store, file, options);
     }
-    auto scan = *format == TraceFormat::NsysSqlite ? detail::scanNsysFile(file, **matcher)
-                : *format == TraceFormat::OtelJson ? detail::scanOtelFile(file)
-                                                   : detail::scanChromeFile(file, **matcher);
-    if (!scan) return scan.error();
-    scans.push_back(std::move(*scan));
+    PS_ASSIGN_OR_RETURN(auto scan, format == TraceFormat::NsysSqlite ? detail::scanNsysFile(file, *matcher)
+                                   : format == TraceFormat::OtelJson ? detail::scanOtelFile(file)
+                                                                     : detail::scanChromeFile(file, *matcher));
+    scans.push_back(std::move(scan));
   }
-  auto decision = decide(files, scans, options);
-  if (!decision) return decision.error();
+  PS_ASSIGN_OR_RETURN(auto decision, decide(files, scans, options));
 
   RunInfo info = options.info;
   if (info.source.empty()) {
@@ -446,10 +439,9 @@ Expected<TraceImportResult> importTraces(HistoryStore& store, const std::vector<
   if (info.sourcePath.empty())
     info.sourcePath = files.front() + (files.size() > 1 ? " (+" + std::to_string(files.size() - 1) + ")" : "");
   if (info.gpu.empty()) info.gpu = scans.front().gpuName;
-  auto run = store.beginRun(info);
-  if (!run) return run.error();
-  auto result = ingestRun(store, *run, files, scans, *decision, **matcher, options);
-  if (!result) (void)store.deleteRun(*run);  // nothing of a failed import stays
+  PS_ASSIGN_OR_RETURN(auto run, store.beginRun(info));
+  auto result = ingestRun(store, run, files, scans, decision, *matcher, options);
+  if (!result) (void)store.deleteRun(run);  // nothing of a failed import stays
   return result;
 }
 

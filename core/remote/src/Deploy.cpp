@@ -9,6 +9,7 @@
 
 #include "DeployState.hpp"
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/remote/LaunchCommand.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
 
@@ -309,19 +310,16 @@ Status Deployment::State::connectAndUpload(const std::vector<std::size_t>& usedH
     SshSession& session = *sessions[s];
     const HostEntry& host = request().hosts.hosts[usedHosts[s]];
     setSessionState(s, RankState::Uploading, "uploading to " + host.remoteDir);
-    auto dir = session.resolvePath(host.remoteDir);
-    if (!dir) return dir.error();
-    remote.dir[s] = *dir;
-    if (auto mk = session.makeDirectories(*dir + "/plans"); !mk) return mk.error();
-    remote.executor[s] = *dir + "/pipestudio-exec";
-    remote.plan[s] = *dir + "/plans/" + baseName(request().planPath);
-    auto upExec = session.upload(request().executorPath, remote.executor[s], 0755);
-    if (!upExec) return upExec.error();
-    auto upPlan = session.upload(request().planPath, remote.plan[s], 0644);
-    if (!upPlan) return upPlan.error();
+    PS_ASSIGN_OR_RETURN(auto dir, session.resolvePath(host.remoteDir));
+    remote.dir[s] = dir;
+    PS_RETURN_IF_ERROR(session.makeDirectories(dir + "/plans"));
+    remote.executor[s] = dir + "/pipestudio-exec";
+    remote.plan[s] = dir + "/plans/" + baseName(request().planPath);
+    PS_ASSIGN_OR_RETURN(auto upExec, session.upload(request().executorPath, remote.executor[s], 0755));
+    PS_ASSIGN_OR_RETURN(auto upPlan, session.upload(request().planPath, remote.plan[s], 0644));
     setSessionState(s, RankState::Uploading,
-                    std::string("executor ") + (*upExec == UploadAction::Skipped ? "up to date" : "uploaded") +
-                        ", plan " + (*upPlan == UploadAction::Skipped ? "up to date" : "uploaded"));
+                    std::string("executor ") + (upExec == UploadAction::Skipped ? "up to date" : "uploaded") +
+                        ", plan " + (upPlan == UploadAction::Skipped ? "up to date" : "uploaded"));
   }
   if (cancelled()) return Error{"deploy cancelled before any rank started"};
   return {};
@@ -500,9 +498,8 @@ Expected<DeployResult> Deployment::run() {
     // Slurm places the ranks; the hosts file names only the login node.
     for (int r = 0; r < world; ++r) placements.push_back(RankPlacement{r, 0, -1});
   } else {
-    auto placed = placeRanks(req.hosts, world);
-    if (!placed) return placed.error();
-    placements = std::move(*placed);
+    PS_ASSIGN_OR_RETURN(auto placed, placeRanks(req.hosts, world));
+    placements = std::move(placed);
   }
 
   State st(*this);
@@ -530,11 +527,11 @@ Expected<DeployResult> Deployment::run() {
     r.progress.iterations = req.iterations;
   }
   RemotePaths remote;
-  if (auto up = st.connectAndUpload(usedHosts, remote); !up) return up.error();
+  PS_RETURN_IF_ERROR(st.connectAndUpload(usedHosts, remote));
   if (m_cancel) return Error{"deploy cancelled before any rank started"};
 
   // --- launch --------------------------------------------------------------------------
-  if (auto started = m_sink.onStart(static_cast<int>(st.ranks.size())); !started) return started.error();
+  PS_RETURN_IF_ERROR(m_sink.onStart(static_cast<int>(st.ranks.size())));
   const std::string launchError =
       launcher ? st.runLauncher(remote.dir[0], remote.executor[0], remote.plan[0]) : st.launchDirect(remote, world);
   return st.outcome(launchError);
@@ -542,10 +539,9 @@ Expected<DeployResult> Deployment::run() {
 
 Expected<ConnectionReport> testConnection(const HostEntry& host, const SessionCallbacks& callbacks,
                                           int connectTimeoutMs) {
-  auto session = SshSession::connect(host, callbacks, connectTimeoutMs);
-  if (!session) return session.error();
-  ConnectionReport report{(*session)->hostPort(), (*session)->fingerprint(), ""};
-  if (auto r = (*session)->run("uname -sm", 15000); r && r->exitStatus == 0) {
+  PS_ASSIGN_OR_RETURN(auto session, SshSession::connect(host, callbacks, connectTimeoutMs));
+  ConnectionReport report{session->hostPort(), session->fingerprint(), ""};
+  if (auto r = session->run("uname -sm", 15000); r && r->exitStatus == 0) {
     report.system = r->out;
     while (!report.system.empty() && (report.system.back() == '\n' || report.system.back() == '\r'))
       report.system.pop_back();

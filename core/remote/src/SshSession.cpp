@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "SessionImpl.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/remote/Sha256.hpp"
 #include "pipestudio/remote/ShellQuote.hpp"
 
@@ -448,7 +449,7 @@ void RemoteProcess::closeStdin() {
 Expected<std::string> SshSession::resolvePath(const std::string& path) {
   if (!path.empty() && path[0] == '/') return path;
   const SessionLiveness::Phase phase(*m_impl->liveness, "finding the remote home directory");
-  if (auto st = m_impl->openSftp(); !st) return st.error();
+  PS_RETURN_IF_ERROR(m_impl->openSftp());
   char* home = sftp_canonicalize_path(m_impl->sftp, ".");
   if (home == nullptr) return Error{m_impl->sftpError("cannot find the remote home directory")};
   std::string h = home;
@@ -460,7 +461,7 @@ Expected<std::string> SshSession::resolvePath(const std::string& path) {
 
 Status SshSession::makeDirectories(const std::string& absolutePath) {
   const SessionLiveness::Phase phase(*m_impl->liveness, "creating " + absolutePath);
-  if (auto st = m_impl->openSftp(); !st) return st;
+  PS_RETURN_IF_ERROR(m_impl->openSftp());
   std::string prefix;
   std::size_t pos = 0;
   while (pos < absolutePath.size()) {
@@ -495,12 +496,11 @@ std::optional<std::string> SshSession::remoteSha256(const std::string& absoluteP
 
 Expected<UploadAction> SshSession::upload(const std::string& localPath, const std::string& remotePath, int mode) {
   Impl& im = *m_impl;
-  auto localSha = sha256File(localPath);
-  if (!localSha) return localSha.error();
+  PS_ASSIGN_OR_RETURN(auto localSha, sha256File(localPath));
   // Armed after the local checksum (the host has nothing to answer while it is computed).
   const SessionLiveness::Phase phase(*im.liveness, "uploading " + localPath + " to " + remotePath);
-  if (auto st = im.openSftp(); !st) return st.error();
-  if (remoteSha256(remotePath) == *localSha) {
+  PS_RETURN_IF_ERROR(im.openSftp());
+  if (remoteSha256(remotePath) == localSha) {
     if (sftp_chmod(im.sftp, remotePath.c_str(), static_cast<mode_t>(mode)) != SSH_OK) {
       return Error{im.sftpError("cannot set the mode of " + remotePath)};
     }
@@ -545,9 +545,9 @@ Expected<UploadAction> SshSession::upload(const std::string& localPath, const st
   }
   // Verify: the checksum where sha256sum exists, the size otherwise.
   if (auto remoteSha = remoteSha256(remotePath)) {
-    if (*remoteSha != *localSha) {
+    if (*remoteSha != localSha) {
       return Error{im.hostPort + ": " + remotePath + " has SHA-256 " + *remoteSha + " after upload (expected " +
-                   *localSha + ")"};
+                   localSha + ")"};
     }
   } else {
     sftp_attributes a = sftp_stat(im.sftp, remotePath.c_str());

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "../Backend.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio::exec {
@@ -251,7 +252,7 @@ class CpuBackend final : public Backend {
               << unitMs * 1000.0 << " us, memory scale " << scale << ", time scale " << m_ctx.timeScale << '\n';
     for (int d = 0; d < m_ctx.program.devices; ++d) {
       auto lane = std::make_unique<CpuLane>(m_ctx, m_mailbox, d, unitMs, scale);
-      if (auto st = lane->prepare(); !st) return st;
+      PS_RETURN_IF_ERROR(lane->prepare());
       m_lanes.push_back(std::move(lane));
     }
     return {};
@@ -274,7 +275,7 @@ class CpuBackend final : public Backend {
 
 Expected<std::unique_ptr<Backend>> makeCpuBackend(const BackendContext& ctx) {
   auto backend = std::make_unique<CpuBackend>(ctx);
-  if (auto st = backend->prepare(); !st) return st.error();
+  PS_RETURN_IF_ERROR(backend->prepare());
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

@@ -15,6 +15,7 @@
 
 #include "../Backend.hpp"
 #include "Cuda.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/CostModel.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -120,16 +121,16 @@ Status Workload::init(cudaStream_t stream, const std::vector<StageWork>& work) {
   }
   m_scratchBytes = static_cast<std::size_t>(elements * kBf16);
   for (void*& s : m_scratch) {
-    if (auto st = check(cudaMalloc(&s, m_scratchBytes), "allocating GEMM scratch"); !st) return st;
-    if (auto st = check(cudaMemsetAsync(s, 0, m_scratchBytes, stream), "clearing GEMM scratch"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaMalloc(&s, m_scratchBytes), "allocating GEMM scratch"));
+    PS_RETURN_IF_ERROR(check(cudaMemsetAsync(s, 0, m_scratchBytes, stream), "clearing GEMM scratch"));
   }
-  if (auto st = check(cublasCreate(&m_cublas), "create"); !st) return st;
-  if (auto st = check(cublasSetStream(m_cublas, stream), "set stream"); !st) return st;
+  PS_RETURN_IF_ERROR(check(cublasCreate(&m_cublas), "create"));
+  PS_RETURN_IF_ERROR(check(cublasSetStream(m_cublas, stream), "set stream"));
   const bool anyFp8 = std::any_of(work.begin(), work.end(), [](const StageWork& w) {
     return std::any_of(w.forward.gemms.begin(), w.forward.gemms.end(), [](const Gemm& g) { return g.fp8; });
   });
   if (!anyFp8) return {};
-  if (auto st = check(cublasLtCreate(&m_lt), "cuBLASLt create"); !st) return st;
+  PS_RETURN_IF_ERROR(check(cublasLtCreate(&m_lt), "cuBLASLt create"));
   return check(cudaMalloc(&m_ltWorkspace, kLtWorkspaceBytes), "allocating the cuBLASLt workspace");
 }
 
@@ -226,30 +227,29 @@ Status Workload::gemmFp8(const Gemm& g, int variant) {
     rows = g.k;
     reduction = g.m;
   }
-  auto lt = ltGemm(static_cast<int>(roundUp(rows, kFp8Align)), static_cast<int>(roundUp(cols, kFp8Align)),
-                   static_cast<int>(roundUp(reduction, kFp8Align)));
-  if (!lt) return lt.error();
+  PS_ASSIGN_OR_RETURN(auto lt,
+                      ltGemm(static_cast<int>(roundUp(rows, kFp8Align)), static_cast<int>(roundUp(cols, kFp8Align)),
+                             static_cast<int>(roundUp(reduction, kFp8Align))));
   const float alpha = 1.0F, beta = 0.0F;
-  return check(
-      cublasLtMatmul(m_lt, (*lt)->desc, &alpha, m_scratch[0], (*lt)->a, m_scratch[1], (*lt)->b, &beta, m_scratch[2],
-                     (*lt)->d, m_scratch[2], (*lt)->d, &(*lt)->algo, m_ltWorkspace, kLtWorkspaceBytes, m_stream),
-      "FP8 matmul");
+  return check(cublasLtMatmul(m_lt, lt->desc, &alpha, m_scratch[0], lt->a, m_scratch[1], lt->b, &beta, m_scratch[2],
+                              lt->d, m_scratch[2], lt->d, &lt->algo, m_ltWorkspace, kLtWorkspaceBytes, m_stream),
+               "FP8 matmul");
 }
 
 Expected<double> Workload::calibrate() {
   cudaEvent_t start = nullptr, stop = nullptr;
-  if (auto st = check(cudaEventCreate(&start), "event"); !st) return st.error();
-  if (auto st = check(cudaEventCreate(&stop), "event"); !st) return st.error();
+  PS_RETURN_IF_ERROR(check(cudaEventCreate(&start), "event"));
+  PS_RETURN_IF_ERROR(check(cudaEventCreate(&stop), "event"));
   constexpr int kWarm = 5, kReps = 50;
   for (int i = 0; i < kWarm; ++i) {
-    if (auto st = gemm(kReference, 0); !st) return st.error();
+    PS_RETURN_IF_ERROR(gemm(kReference, 0));
   }
   cudaEventRecord(start, m_stream);
   for (int i = 0; i < kReps; ++i) {
-    if (auto st = gemm(kReference, 0); !st) return st.error();
+    PS_RETURN_IF_ERROR(gemm(kReference, 0));
   }
   cudaEventRecord(stop, m_stream);
-  if (auto st = check(cudaEventSynchronize(stop), "calibration"); !st) return st.error();
+  PS_RETURN_IF_ERROR(check(cudaEventSynchronize(stop), "calibration"));
   float ms = 0;
   cudaEventElapsedTime(&ms, start, stop);
   cudaEventDestroy(start);
@@ -262,7 +262,7 @@ Status Workload::run(const PassWork& pass, int variant, double fraction, double 
   for (const Gemm& g : pass.gemms) {
     Gemm scaled = g;
     scaled.m = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(static_cast<double>(g.m) * fraction)));
-    if (auto st = gemm(scaled, variant); !st) return st;
+    PS_RETURN_IF_ERROR(gemm(scaled, variant));
   }
   const auto elements =
       std::min<std::int64_t>(static_cast<std::int64_t>(m_scratchBytes / kBf16),
@@ -273,7 +273,7 @@ Status Workload::run(const PassWork& pass, int variant, double fraction, double 
   }
   const auto count = static_cast<std::int64_t>(std::llround(pass.calibratedMs * fraction * timeScale / m_referenceMs));
   for (std::int64_t i = 0; i < count; ++i) {
-    if (auto st = gemm(kReference, variant); !st) return st;
+    PS_RETURN_IF_ERROR(gemm(kReference, variant));
   }
   return {};
 }
@@ -292,7 +292,7 @@ Status runOp(Workload& w, const StageWork& stage, OpKind kind, double fraction, 
     case OpKind::W:
       return w.run(stage.backwardWeight, 2, fraction, timeScale);
     case OpKind::BW:
-      if (auto st = w.run(stage.backwardInput, 1, fraction, timeScale); !st) return st;
+      PS_RETURN_IF_ERROR(w.run(stage.backwardInput, 1, fraction, timeScale));
       return w.run(stage.backwardWeight, 2, fraction, timeScale);
     case OpKind::D2H:
     case OpKind::H2D:  // refused by the program compiler
@@ -361,14 +361,14 @@ class CudaLane final : public Lane {
 
   Status prepare(const std::vector<StageWork>& work, double referenceMs) {
     m_stageWork = &work;
-    if (auto st = check(cudaSetDevice(m_gpu), "set device"); !st) return st;
-    if (auto st = check(cudaStreamCreateWithFlags(&m_compute, cudaStreamNonBlocking), "stream"); !st) return st;
-    if (auto st = check(cudaStreamCreateWithFlags(&m_commStream, cudaStreamNonBlocking), "stream"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaSetDevice(m_gpu), "set device"));
+    PS_RETURN_IF_ERROR(check(cudaStreamCreateWithFlags(&m_compute, cudaStreamNonBlocking), "stream"));
+    PS_RETURN_IF_ERROR(check(cudaStreamCreateWithFlags(&m_commStream, cudaStreamNonBlocking), "stream"));
     if (m_mailbox != nullptr) {
       Cupti::mapStream(m_compute, m_device);
       Cupti::mapStream(m_commStream, m_device);
     }
-    if (auto st = m_work.init(m_compute, work); !st) return st;
+    PS_RETURN_IF_ERROR(m_work.init(m_compute, work));
     if (referenceMs > 0) {
       m_work.setReferenceMs(referenceMs);
     } else if (auto ms = m_work.calibrate(); !ms) {
@@ -378,7 +378,7 @@ class CudaLane final : public Lane {
     // Events: begin/end per step, the optimizer step, the iteration reference and done.
     m_events.resize(2 * dp.steps.size() + 4);
     for (cudaEvent_t& e : m_events) {
-      if (auto st = check(cudaEventCreate(&e), "event"); !st) return st;
+      PS_RETURN_IF_ERROR(check(cudaEventCreate(&e), "event"));
     }
     std::size_t maxSend = 1, maxRecv = 1, groups = 1;
     auto account = [&](std::span<const Transfer> sends, std::span<const Transfer> receives) {
@@ -396,12 +396,12 @@ class CudaLane final : public Lane {
     if (rendezvous()) {
       m_groupEvents.resize(groups);
       for (cudaEvent_t& e : m_groupEvents) {
-        if (auto st = check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event"); !st) return st;
+        PS_RETURN_IF_ERROR(check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event"));
       }
     }
-    if (auto st = check(cudaMalloc(&m_sendBuf, maxSend), "allocating send buffer"); !st) return st;
-    if (auto st = check(cudaMalloc(&m_recvBuf, maxRecv), "allocating receive buffer"); !st) return st;
-    if (auto st = m_optimizer.allocate(dp.staticBytes, m_compute); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaMalloc(&m_sendBuf, maxSend), "allocating send buffer"));
+    PS_RETURN_IF_ERROR(check(cudaMalloc(&m_recvBuf, maxRecv), "allocating receive buffer"));
+    PS_RETURN_IF_ERROR(m_optimizer.allocate(dp.staticBytes, m_compute));
     return check(cudaStreamSynchronize(m_compute), "prepare");
   }
 
@@ -457,7 +457,7 @@ class CudaLane final : public Lane {
       }
       if (waited >= 0) cudaStreamWaitEvent(m_compute, m_groupEvents[static_cast<std::size_t>(waited)], 0);
     }
-    if (auto st = markClock(m_events[2 * i]); !st) return st;
+    PS_RETURN_IF_ERROR(markClock(m_events[2 * i]));
     cudaEventRecord(m_events[2 * i], m_compute);
     const StageWork& work = (*m_stageWork)[static_cast<std::size_t>(step.virtualStage)];
     if (auto st = runOp(m_work, work, step.kind, fractionOf(m_ctx.plan, step.samples), step.plannedMs, m_ctx.timeScale);
@@ -465,7 +465,7 @@ class CudaLane final : public Lane {
       return st;
     }
     if (step.kind == OpKind::OPT) {
-      if (auto st = m_optimizer.step(m_compute); !st) return st;
+      PS_RETURN_IF_ERROR(m_optimizer.step(m_compute));
     }
     cudaEventRecord(m_events[2 * i + 1], m_compute);
     m_lastEnd = m_events[2 * i + 1];
@@ -474,9 +474,9 @@ class CudaLane final : public Lane {
   }
 
   Status optimizerStep(int /*iteration*/, bool /*record*/) override {
-    if (auto st = markClock(optBegin()); !st) return st;
+    PS_RETURN_IF_ERROR(markClock(optBegin()));
     cudaEventRecord(optBegin(), m_compute);
-    if (auto st = m_optimizer.step(m_compute); !st) return st;
+    PS_RETURN_IF_ERROR(m_optimizer.step(m_compute));
     cudaEventRecord(optEnd(), m_compute);
     m_lastEnd = optEnd();
     m_ranOptimizer = true;
@@ -484,11 +484,11 @@ class CudaLane final : public Lane {
   }
 
   Status beginIteration(int /*iteration*/, bool /*record*/) override {
-    if (auto st = check(cudaSetDevice(m_gpu), "set device"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaSetDevice(m_gpu), "set device"));
     m_markedEvents.clear();
-    if (auto st = markClock(reference()); !st) return st;
+    PS_RETURN_IF_ERROR(markClock(reference()));
     cudaEventRecord(reference(), m_compute);
-    if (auto st = check(cudaEventSynchronize(reference()), "iteration start"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaEventSynchronize(reference()), "iteration start"));
     m_referenceHostNs = m_ctx.clock.nowNs();
     m_stepIndex = 0;
     m_groupIndex = 0;
@@ -506,7 +506,7 @@ class CudaLane final : public Lane {
     m_buffers.clear();
     m_inUse = 0;
     cudaEventRecord(done(), m_compute);
-    if (auto st = waitFor(done()); !st) return st;
+    PS_RETURN_IF_ERROR(waitFor(done()));
     auto at = [&](cudaEvent_t e) {
       float ms = 0;
       cudaEventElapsedTime(&ms, reference(), e);
@@ -587,7 +587,7 @@ class CudaLane final : public Lane {
       const cudaError_t rc = cudaEventQuery(event);
       if (rc == cudaSuccess) return {};
       if (rc != cudaErrorNotReady) return check(rc, "waiting for the GPU");
-      if (auto st = pollComm(); !st) return st;
+      PS_RETURN_IF_ERROR(pollComm());
       m_ctx.control.setState(m_device, LaneState::Waiting, m_lastPeer);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -635,11 +635,11 @@ class CudaLane final : public Lane {
     ncclResult_t rc = ncclGroupEnd();
     // Non-blocking communicator: the group may still be in progress.
     while (rc == ncclInProgress) {
-      if (auto st = pollComm(); !st) return st;
+      PS_RETURN_IF_ERROR(pollComm());
       ncclCommGetAsyncError(*m_comm, &rc);
       if (rc == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    if (auto st = checkNccl(rc, "send/recv group"); !st) return st;
+    PS_RETURN_IF_ERROR(checkNccl(rc, "send/recv group"));
     const auto group = static_cast<int>(m_groupIndex);
     for (const Transfer& t : receives) m_receivedIn[transferKey(t)] = group;
     cudaEventRecord(m_groupEvents[m_groupIndex++], m_commStream);
@@ -742,8 +742,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   Status prepare() {
-    auto gpus = usableGpus();
-    if (!gpus) return gpus.error();
+    PS_ASSIGN_OR_RETURN(auto gpus, usableGpus());
     const ExecOptions& o = m_ctx.options;
     int gpu = 0;
     if (!m_single) {
@@ -755,27 +754,26 @@ class CudaBackend final : public Backend {
           break;
         }
       }
-      gpu = local % *gpus;
+      gpu = local % gpus;
       if (o.rank > 0 && envOf("NCCL_COMM_ID") == nullptr) {
         if (o.ncclIdHex.empty()) {
           return Error{"rank " + std::to_string(o.rank) +
                        " needs rank 0's NCCL id: pass --nccl-id HEX (from rank 0's stream) or set NCCL_COMM_ID"};
         }
-        auto id = parseNcclIdHex(o.ncclIdHex);
-        if (!id) return id.error();
-        m_ncclId = *id;
+        PS_ASSIGN_OR_RETURN(auto id, parseNcclIdHex(o.ncclIdHex));
+        m_ncclId = id;
       }
     }
-    if (auto st = check(cudaSetDevice(gpu), "set device"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaSetDevice(gpu), "set device"));
     cudaDeviceProp prop{};
-    if (auto st = check(cudaGetDeviceProperties(&prop, gpu), "device properties"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaGetDeviceProperties(&prop, gpu), "device properties"));
     m_deviceName = prop.name;
     m_stageWork = buildStageWork(m_ctx.plan);
 
     // Refuse what cannot fit before the first kernel: static + peak activations + buffers of
     // every device this process runs, against the GPU's free memory.
     std::size_t freeBytes = 0, totalBytes = 0;
-    if (auto st = check(cudaMemGetInfo(&freeBytes, &totalBytes), "memory info"); !st) return st;
+    PS_RETURN_IF_ERROR(check(cudaMemGetInfo(&freeBytes, &totalBytes), "memory info"));
     std::vector<int> devices;
     if (m_single) {
       for (int d = 0; d < m_ctx.program.devices; ++d) devices.push_back(d);
@@ -801,7 +799,7 @@ class CudaBackend final : public Backend {
     for (int d : devices) {
       auto lane =
           std::make_unique<CudaLane>(m_ctx, d, gpu, m_single ? &m_mailbox : nullptr, m_single ? nullptr : &m_comm);
-      if (auto st = lane->prepare(m_stageWork, referenceMs); !st) return st;
+      PS_RETURN_IF_ERROR(lane->prepare(m_stageWork, referenceMs));
       referenceMs = lane->referenceMs();
       m_lanes.push_back(std::move(lane));
     }
@@ -822,14 +820,14 @@ class CudaBackend final : public Backend {
     ncclUniqueId id{};
     if (envOf("NCCL_COMM_ID") != nullptr || o.rank == 0) {
       // With NCCL_COMM_ID every rank derives the same id from the address it names.
-      if (auto st = checkNccl(ncclGetUniqueId(&id), "get unique id"); !st) return st;
+      PS_RETURN_IF_ERROR(checkNccl(ncclGetUniqueId(&id), "get unique id"));
       if (o.rank == 0) m_ctx.sink.write(trace::NcclId{std::string(id.internal, NCCL_UNIQUE_ID_BYTES)});
     } else {
       std::copy(m_ncclId.begin(), m_ncclId.end(), id.internal);
     }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns; a dead peer is then noticed and aborted
-    if (auto st = checkNccl(ncclCommInitRankConfig(&m_comm, o.world, id, o.rank, &config), "init"); !st) return st;
+    PS_RETURN_IF_ERROR(checkNccl(ncclCommInitRankConfig(&m_comm, o.world, id, o.rank, &config), "init"));
     const auto deadline = Clock::steadyNs() + static_cast<std::int64_t>(o.watchdogTimeoutS * 1e9);
     ncclResult_t state = ncclInProgress;
     while (state == ncclInProgress) {
@@ -874,14 +872,14 @@ class CudaBackend final : public Backend {
 
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const BackendContext& ctx, bool single) {
   auto backend = std::make_unique<cuda::CudaBackend>(ctx, single);
-  if (auto st = backend->prepare(); !st) return st.error();
+  PS_RETURN_IF_ERROR(backend->prepare());
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
 Status profileModel(const Plan& plan, const ExecOptions& options) {
   using namespace cuda;
-  if (auto gpus = usableGpus(); !gpus) return gpus.error();
-  if (auto st = check(cudaSetDevice(0), "set device"); !st) return st;
+  PS_RETURN_IF_ERROR(usableGpus());
+  PS_RETURN_IF_ERROR(check(cudaSetDevice(0), "set device"));
   // One virtual stage per layer, so that every layer is measured on its own.
   Plan perLayer = plan;
   perLayer.virtualStages.clear();
@@ -893,10 +891,10 @@ Status profileModel(const Plan& plan, const ExecOptions& options) {
   }
   const auto work = buildStageWork(perLayer);
   cudaStream_t stream = nullptr;
-  if (auto st = check(cudaStreamCreate(&stream), "stream"); !st) return st;
+  PS_RETURN_IF_ERROR(check(cudaStreamCreate(&stream), "stream"));
   Workload w;
-  if (auto st = w.init(stream, work); !st) return st;
-  if (auto ms = w.calibrate(); !ms) return ms.error();
+  PS_RETURN_IF_ERROR(w.init(stream, work));
+  PS_RETURN_IF_ERROR(w.calibrate());
   cudaEvent_t start = nullptr, stop = nullptr;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -905,9 +903,9 @@ Status profileModel(const Plan& plan, const ExecOptions& options) {
     std::vector<double> samples;
     for (int r = 0; r < 9; ++r) {
       cudaEventRecord(start, stream);
-      if (auto st = runOp(w, sw, kind, 1.0, 0.0, 1.0); !st) return st.error();
+      PS_RETURN_IF_ERROR(runOp(w, sw, kind, 1.0, 0.0, 1.0));
       cudaEventRecord(stop, stream);
-      if (auto st = check(cudaEventSynchronize(stop), "profile"); !st) return st.error();
+      PS_RETURN_IF_ERROR(check(cudaEventSynchronize(stop), "profile"));
       float ms = 0;
       cudaEventElapsedTime(&ms, start, stop);
       if (r >= 2) samples.push_back(ms);
@@ -925,16 +923,13 @@ Status profileModel(const Plan& plan, const ExecOptions& options) {
       Layer& layer = comp.layer(l);
       const StageWork& sw = work[index++];
       const LayerCosts& costs = unsplit.layer(c, l, 0);
-      auto f = timeOf(OpKind::F, sw);
-      if (!f) return f.error();
-      layer.forwardMs = *f;
+      PS_ASSIGN_OR_RETURN(auto f, timeOf(OpKind::F, sw));
+      layer.forwardMs = f;
       if (comp.trainable) {
-        auto b = timeOf(OpKind::B, sw);
-        if (!b) return b.error();
-        auto wt = timeOf(OpKind::W, sw);
-        if (!wt) return wt.error();
-        layer.backwardInputMs = *b;
-        layer.backwardWeightMs = *wt;
+        PS_ASSIGN_OR_RETURN(auto b, timeOf(OpKind::B, sw));
+        PS_ASSIGN_OR_RETURN(auto wt, timeOf(OpKind::W, sw));
+        layer.backwardInputMs = b;
+        layer.backwardWeightMs = wt;
         layer.weightGradBytes = costs.weightGradBytes;
       }
       // Memory: the executor holds exactly the activation convention's bytes per layer.
@@ -955,36 +950,35 @@ Status profileModel(const Plan& plan, const ExecOptions& options) {
 
 Expected<double> runBaseline(const Plan& plan, const ExecOptions& /*options*/, double timeScale) {
   using namespace cuda;
-  if (auto gpus = usableGpus(); !gpus) return gpus.error();
-  if (auto st = check(cudaSetDevice(0), "set device"); !st) return st.error();
-  auto program = compileProgram(plan);
-  if (!program) return program.error();
+  PS_RETURN_IF_ERROR(usableGpus());
+  PS_RETURN_IF_ERROR(check(cudaSetDevice(0), "set device"));
+  PS_ASSIGN_OR_RETURN(auto program, compileProgram(plan));
   const auto work = buildStageWork(plan);
   cudaStream_t stream = nullptr;
-  if (auto st = check(cudaStreamCreate(&stream), "stream"); !st) return st.error();
+  PS_RETURN_IF_ERROR(check(cudaStreamCreate(&stream), "stream"));
   Workload w;
-  if (auto st = w.init(stream, work); !st) return st.error();
-  if (auto ms = w.calibrate(); !ms) return ms.error();
+  PS_RETURN_IF_ERROR(w.init(stream, work));
+  PS_RETURN_IF_ERROR(w.calibrate());
   IdVector<std::unique_ptr<OptimizerState>> optimizers;  // by device
-  for (const DeviceProgram& dp : program->perDevice) {
+  for (const DeviceProgram& dp : program.perDevice) {
     optimizers.push_back(std::make_unique<OptimizerState>());
-    if (auto st = optimizers.back()->allocate(dp.staticBytes, stream); !st) return st.error();
+    PS_RETURN_IF_ERROR(optimizers.back()->allocate(dp.staticBytes, stream));
   }
   // Every op's kernels back to back, no events, transfers or allocations between them.
   auto pass = [&]() -> Status {
-    for (int d = 0; d < program->perDevice.size(); ++d) {
-      for (const Step& s : program->perDevice[d].steps) {
+    for (int d = 0; d < program.perDevice.size(); ++d) {
+      for (const Step& s : program.perDevice[d].steps) {
         if (auto st = runOp(w, work[static_cast<std::size_t>(s.virtualStage)], s.kind, fractionOf(plan, s.samples),
                             s.plannedMs, timeScale);
             !st) {
           return st;
         }
         if (s.kind == OpKind::OPT) {
-          if (auto st = optimizers[d]->step(stream); !st) return st;
+          PS_RETURN_IF_ERROR(optimizers[d]->step(stream));
         }
       }
-      if (!program->perDevice[d].hasOptimizerStep) {
-        if (auto st = optimizers[d]->step(stream); !st) return st;
+      if (!program.perDevice[d].hasOptimizerStep) {
+        PS_RETURN_IF_ERROR(optimizers[d]->step(stream));
       }
     }
     return {};
@@ -994,7 +988,7 @@ Expected<double> runBaseline(const Plan& plan, const ExecOptions& /*options*/, d
   // slower than the run it is the reference of, on an H200).
   constexpr int kWarmup = 2, kTimed = 5;
   for (int i = 0; i < kWarmup; ++i) {
-    if (auto st = pass(); !st) return st.error();
+    PS_RETURN_IF_ERROR(pass());
   }
   cudaEvent_t start = nullptr, stop = nullptr;
   cudaEventCreate(&start);
@@ -1002,9 +996,9 @@ Expected<double> runBaseline(const Plan& plan, const ExecOptions& /*options*/, d
   std::vector<double> times;
   for (int i = 0; i < kTimed; ++i) {
     cudaEventRecord(start, stream);
-    if (auto st = pass(); !st) return st.error();
+    PS_RETURN_IF_ERROR(pass());
     cudaEventRecord(stop, stream);
-    if (auto st = check(cudaEventSynchronize(stop), "baseline"); !st) return st.error();
+    PS_RETURN_IF_ERROR(check(cudaEventSynchronize(stop), "baseline"));
     float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);
     times.push_back(static_cast<double>(ms));

@@ -13,6 +13,7 @@
 #include "ClockAnchors.hpp"
 #include "Cuda.hpp"
 #include "Kernels.hpp"
+#include "pipestudio/common/Try.hpp"
 
 namespace pipestudio::exec::cuda {
 namespace {
@@ -193,7 +194,7 @@ Status Cupti::start(const Clock& clock, FrameSink& sink, int rankDevice) {
     return st;
   }
   for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
-    if (auto st = checkCupti(cuptiActivityEnable(kind), "enable activity"); !st) return st;
+    PS_RETURN_IF_ERROR(checkCupti(cuptiActivityEnable(kind), "enable activity"));
   }
   g_state.started = true;
   return {};
