@@ -137,6 +137,7 @@ viz::ActivityTrace activityOf(const std::vector<history::MeasuredEvent>& events)
   }
   const auto& steps = deviceSteps.empty() ? hostSteps : deviceSteps;
   std::vector<std::pair<std::pair<std::int64_t, std::int64_t>, std::string>> ordered;
+  ordered.reserve(steps.size());
   for (const auto& [name, w] : steps) ordered.emplace_back(w, name);
   std::sort(ordered.begin(), ordered.end());
   const std::int64_t origin = !ordered.empty() ? ordered.front().first.first : (first == INT64_MAX ? 0 : first);
@@ -167,13 +168,11 @@ Expected<MeasuredRunView> readMeasuredRun(history::HistoryStore& store, history:
   MeasuredRunView view;
   view.id = id;
   if (summary.planId) {
-    auto plan = store.loadPlan(*summary.planId);
-    if (!plan) return plan.error();
-    view.plan = std::make_shared<const Plan>(std::move(*plan));
+    PS_ASSIGN_OR_RETURN(auto plan, store.loadPlan(*summary.planId));
+    view.plan = std::make_shared<const Plan>(std::move(plan));
   }
-  auto measured = store.runAsPlan(id, 0);
-  if (!measured) return measured.error();
-  view.measured = std::make_shared<const Plan>(std::move(*measured));
+  PS_ASSIGN_OR_RETURN(auto measured, store.runAsPlan(id, 0));
+  view.measured = std::make_shared<const Plan>(std::move(measured));
   viz::MeasuredRun& run = view.run;
   run.label = runLabel(summary);
   if (view.measured->ops.empty()) {

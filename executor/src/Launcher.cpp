@@ -478,21 +478,16 @@ Expected<TaskPlace> taskPlaceFromEnvironment(pipestudio::Launcher launcher) {
   TaskPlace p;
   if (launcher == pipestudio::Launcher::Slurm) {
     const std::string by = "to be started by srun";
-    auto rank = envInt("SLURM_PROCID", 0, by);
-    if (!rank) return rank.error();
-    auto world = envValue("SLURM_NTASKS") != nullptr ? envInt("SLURM_NTASKS", 1, by) : envInt("SLURM_NPROCS", 1, by);
-    if (!world) return world.error();
-    p.rank = *rank;
-    p.world = *world;
+    PS_ASSIGN_OR_RETURN(p.rank, envInt("SLURM_PROCID", 0, by));
+    PS_ASSIGN_OR_RETURN(
+        p.world, envValue("SLURM_NTASKS") != nullptr ? envInt("SLURM_NTASKS", 1, by) : envInt("SLURM_NPROCS", 1, by));
   } else {
     const bool ompi = envValue("OMPI_COMM_WORLD_RANK") != nullptr;
     const std::string by = "to be started by mpirun";
     auto rank = envInt(ompi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK", 0, by);
     if (!rank) return Error{rank.message() + "; neither OMPI_COMM_WORLD_RANK nor PMI_RANK is set"};
-    auto world = envInt(ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE", 1, by);
-    if (!world) return world.error();
     p.rank = *rank;
-    p.world = *world;
+    PS_ASSIGN_OR_RETURN(p.world, envInt(ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE", 1, by));
   }
   if (p.rank >= p.world) {
     return Error{"rank " + std::to_string(p.rank) + " is not below the world size " + std::to_string(p.world)};

@@ -329,19 +329,18 @@ Expected<Decision> decide(const std::vector<std::string>& files, const std::vect
   std::map<int, std::size_t> deviceFile;
   for (std::size_t i = 0; i < files.size(); ++i) {
     std::string why;
-    auto device = fileDevice(files, i, scans[i], options, out.stageDevice, why);
-    if (!device) return device.error();
-    if (*device && multi) {
-      auto [it, inserted] = deviceFile.try_emplace(**device, i);
+    PS_ASSIGN_OR_RETURN(const auto device, fileDevice(files, i, scans[i], options, out.stageDevice, why));
+    if (device && multi) {
+      auto [it, inserted] = deviceFile.try_emplace(*device, i);
       if (!inserted) {
-        return Error{files[i] + " and " + files[it->second] + " are both device " + std::to_string(**device) +
+        return Error{files[i] + " and " + files[it->second] + " are both device " + std::to_string(*device) +
                      " (expected one file per pipeline rank)"};
       }
     }
-    out.devices[i] = *device;
+    out.devices[i] = device;
     out.notes.push_back(
         files[i] + ": " + formatName(scans[i].format) +
-        (*device ? ", device " + std::to_string(**device) + " (" + why + ")" : std::string(", devices as recorded")));
+        (device ? ", device " + std::to_string(*device) + " (" + why + ")" : std::string(", devices as recorded")));
   }
   for (const auto& s : scans) {
     if (s.firstAbsNs && (!out.originNs || *s.firstAbsNs < *out.originNs)) out.originNs = *s.firstAbsNs;

@@ -24,7 +24,7 @@ std::string baseName(const std::string& path) {
 }
 
 std::string toHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
+  static constexpr std::string_view kDigits = "0123456789abcdef";
   std::string out;
   out.reserve(bytes.size() * 2);
   for (const char c : bytes) {

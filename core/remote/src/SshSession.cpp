@@ -267,7 +267,7 @@ Expected<std::unique_ptr<SshSession>> SshSession::connect(const HostEntry& host,
   const std::string user = host.user.empty() ? localUserName() : host.user;
   const std::string knownHosts =
       expandLocalTilde(host.knownHostsFile.empty() ? "~/.ssh/known_hosts" : host.knownHostsFile);
-  const unsigned int port = static_cast<unsigned int>(host.port);
+  const auto port = static_cast<unsigned int>(host.port);
   const long timeoutSec = std::max(1, connectTimeoutMs / 1000);
   bool processConfig = false;  // ~/.ssh/config must not silently override the hosts file
   if (ssh_options_set(s, SSH_OPTIONS_HOST, host.host.c_str()) != SSH_OK ||
@@ -522,8 +522,10 @@ Expected<UploadAction> SshSession::upload(const std::string& localPath, const st
       const ssize_t w = sftp_write(f, buf.data() + off, got - off);
       if (w <= 0) {
         sftp_close(f);
-        return Error{
-            im.sftpError("upload of " + localPath + " to " + tmp + " failed after " + std::to_string(sent) + " bytes")};
+        std::string what = "upload of ";
+        what.append(localPath).append(" to ").append(tmp).append(" failed after ");
+        what.append(std::to_string(sent)).append(" bytes");
+        return Error{im.sftpError(what)};
       }
       off += static_cast<std::size_t>(w);
       sent += static_cast<std::uint64_t>(w);
