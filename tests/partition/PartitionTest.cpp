@@ -114,10 +114,9 @@ TEST(DpPartition, OptimalAgainstBruteForce) {
 // a..L−1") or any single layer it could start at ("cannot hold even one of the layers s..a").
 TEST(DpPartition, InfeasibleMessageNumbersAgree) {
   std::mt19937 rng(45);
-  const std::regex holdAtMost("virtual stages 0\\.\\.(\\d+) hold at most layers 0\\.\\.(\\d+)");
-  const std::regex wouldHold("virtual stage (\\d+) on device \\d+ would have to hold layers (\\d+)\\.\\.(\\d+)");
-  const std::regex noneFits(
-      "virtual stage (\\d+) on device \\d+ cannot hold even one of the layers (\\d+)\\.\\.(\\d+)");
+  const std::regex holdAtMost(R"(virtual stages 0\.\.(\d+) hold at most layers 0\.\.(\d+))");
+  const std::regex wouldHold(R"(virtual stage (\d+) on device \d+ would have to hold layers (\d+)\.\.(\d+))");
+  const std::regex noneFits(R"(virtual stage (\d+) on device \d+ cannot hold even one of the layers (\d+)\.\.(\d+))");
   int checked = 0;
   for (int trial = 0; trial < 400; ++trial) {
     PartitionProblem p = randomSizedProblem(rng, 4, 9, true);
@@ -127,7 +126,7 @@ TEST(DpPartition, InfeasibleMessageNumbersAgree) {
     auto r = dpPartition(p);
     if (r) continue;
     ++checked;
-    const std::string msg = r.message();
+    const std::string& msg = r.message();
     // The furthest layer boundary stages 0..k reach within their budgets, by brute force.
     auto reach = [&](int k) {
       int best = -1;

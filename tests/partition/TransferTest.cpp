@@ -109,7 +109,7 @@ void expectSameTiming(const Plan& a, const Plan& b) {
 // next one (cross-iteration overlap).
 void expectTransfers(const Plan& plan) {
   const bool sameIteration = plan.config.fill == "none";
-  const double samplesPerMb = static_cast<double>(plan.model.samplesPerMicrobatch);
+  const auto samplesPerMb = static_cast<double>(plan.model.samplesPerMicrobatch);
   std::map<std::tuple<int, int, int>, double> produced;  // (component, microbatch, device) → samples
   std::map<std::tuple<int, int, int>, double> producedEnd;
   std::map<std::pair<int, int>, double> fStart;  // (stage, microbatch)
@@ -175,7 +175,7 @@ TEST(Transfers, FrozenOutputsReachTheirConsumers) {
   std::mt19937 rng(7);
   const std::vector<std::string> schedules = {"1f1b", "zb-h1", "gpipe", "zb-v", "dualpipe"};
   for (int trial = 0; trial < 20; ++trial) {
-    const std::string schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
+    const std::string& schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
     int devices = std::uniform_int_distribution<int>(2, 4)(rng);
     if (schedule == "dualpipe" && devices % 2 != 0) ++devices;  // pairs devices d and p−1−d
     const int mbs = devices * std::uniform_int_distribution<int>(1, 3)(rng);

@@ -38,7 +38,7 @@ CliRun expectExit(const std::string& args, int status, std::initializer_list<std
 
 // A fresh folder for one test's files, named after it and this process (the caller removes it).
 fs::path scratchDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("ps-cli-" + name + "-" + std::to_string(::getpid()));
+  fs::path dir = fs::temp_directory_path() / ("ps-cli-" + name + "-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }
