@@ -263,9 +263,10 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   return partition::makeCandidatePlan(resolved, control, hints);
 }
 
-Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const SolveControl& control,
-                                            const PartitionHints& hints) {
-  const PlanConfig& cfg = request.config;
+namespace {
+
+// The request's schedule, with the shape it asks for checked.
+Expected<const ScheduleGenerator*> candidateGenerator(const PlanConfig& cfg) {
   const ScheduleGenerator* generator = findScheduleGenerator(cfg.schedule);
   if (!generator) return Error{"unknown schedule '" + cfg.schedule + "' (known: " + knownSchedules() + ")"};
   if (cfg.devices < 1) return Error{"--devices must be at least 1, got " + std::to_string(cfg.devices)};
@@ -273,16 +274,15 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
   if (cfg.chunksPerDevice < 1) return Error{"--chunks must be at least 1, got " + std::to_string(cfg.chunksPerDevice)};
   if (cfg.memoryLimitBytes && *cfg.memoryLimitBytes <= 0) return Error{"--memory-limit must be positive"};
   PS_RETURN_IF_ERROR(checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches));
-  const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice, std::max(1, cfg.seqSplits)};
-  PS_RETURN_IF_ERROR(generator->validate(shape));
-  if (control.cancelled()) return Error::cancelled();
+  return generator;
+}
 
-  // The request's costs under the schedule's own settings, derived once: every step below
-  // reads them. The partitioners see the request's config, whose costs are the same unless
-  // the schedule's settings change them (blockwise ZeRO-3 gathers one chunk per block).
+// The request's config under the schedule's own settings.
+Expected<PlanConfig> scheduleConfig(const PlanRequest& request, const ScheduleGenerator& generator) {
+  const PlanConfig& cfg = request.config;
   PlanConfig configured = cfg;
-  configured.schedule = std::string(generator->name());  // PyTorch's name → ours
-  generator->configure(configured);
+  configured.schedule = std::string(generator.name());  // PyTorch's name → ours
+  generator.configure(configured);
   if (cfg.offloadRatio <= 0 && configured.offloadRatio > 0) {
     // A schedule's default offloading (pipeoffload's) needs a host link on every device; without
     // one the plan is its order alone and says so (offload ratio 0), not a ratio nothing honours.
@@ -300,6 +300,40 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
                    " chunk-layers in all"};
     }
   }
+  return configured;
+}
+
+// What the schedule's order() sees of a partitioned plan.
+ScheduleInput scheduleInputOf(const Plan& shell, const ScheduleShape& shape, const CostedModel& costs,
+                              const PlanRequest& request, const SolveControl& control,
+                              const partition::PartitionHints& hints) {
+  ScheduleInput input;
+  input.shape = shape;
+  input.virtualStages = shell.virtualStages;
+  input.stages = stageEstimates(shell, costs);
+  input.staticBytes = staticMemoryPerDevice(shell, costs.stages(shell.virtualStages));
+  input.memoryLimitBytes = request.config.memoryLimitBytes;
+  input.request = &request;
+  input.control = &control;
+  input.costs = &costs;
+  input.peakCapBytes = hints.peakCapBytes;
+  return input;
+}
+
+}  // namespace
+
+Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const SolveControl& control,
+                                            const PartitionHints& hints) {
+  const PlanConfig& cfg = request.config;
+  PS_ASSIGN_OR_RETURN(const ScheduleGenerator* generator, candidateGenerator(cfg));
+  const ScheduleShape shape{cfg.devices, cfg.microbatches, cfg.chunksPerDevice, std::max(1, cfg.seqSplits)};
+  PS_RETURN_IF_ERROR(generator->validate(shape));
+  if (control.cancelled()) return Error::cancelled();
+
+  // The request's costs under the schedule's own settings, derived once: every step below
+  // reads them. The partitioners see the request's config, whose costs are the same unless
+  // the schedule's settings change them (blockwise ZeRO-3 gathers one chunk per block).
+  PS_ASSIGN_OR_RETURN(const PlanConfig configured, scheduleConfig(request, *generator));
   const CostedModel costs(request.model, request.cluster, configured);
   PS_RETURN_IF_ERROR(checkSequenceAndOffload(request, *generator, costs));
   partition::PartitionHints withCosts = hints;
@@ -319,22 +353,10 @@ Expected<Plan> partition::makeCandidatePlan(const PlanRequest& request, const So
     PS_ASSIGN_OR_RETURN(smallerBudgetSplits, splitsUnderSmallerBudgets(request, generator->placement(shape), control,
                                                                        withCosts, share, stages));
   }
-  Plan shell;
+  Plan shell = planShell(request, std::move(stages));
   shell.config = configured;
-  shell.model = request.model;
-  shell.cluster = request.cluster;
-  shell.virtualStages = std::move(stages);
 
-  ScheduleInput input;
-  input.shape = shape;
-  input.virtualStages = shell.virtualStages;
-  input.stages = stageEstimates(shell, costs);
-  input.staticBytes = staticMemoryPerDevice(shell, costs.stages(shell.virtualStages));
-  input.memoryLimitBytes = cfg.memoryLimitBytes;
-  input.request = &request;
-  input.control = &control;
-  input.costs = &costs;
-  input.peakCapBytes = hints.peakCapBytes;
+  const ScheduleInput input = scheduleInputOf(shell, shape, costs, request, control, hints);
   PS_RETURN_IF_ERROR(checkLimitAgainstOneMicrobatch(shell, input.stages, input.staticBytes));
 
   PS_ASSIGN_OR_RETURN(auto skeleton, generator->order(input));

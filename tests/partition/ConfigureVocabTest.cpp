@@ -9,6 +9,7 @@
 #include "pipestudio/planner/Configurator.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Vocab.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasError;
@@ -21,14 +22,11 @@ namespace {
 std::string res(const std::string& rel) { return std::string(PIPESTUDIO_RESOURCES) + "/" + rel; }
 
 TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
-  auto model = loadModel(res("models/gpt3-1.3b.json"));
-  ASSERT_THAT(model, HasValue());
-  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
-  ASSERT_THAT(cluster, HasValue());
+  const PlanRequest request = test::bundledRequest("gpt3-1.3b", "a100-1x8-nvlink");
   ConfigureOptions options;
   options.schedules = {"1f1b", "zb-v", "dualpipe", "interleaved-1f1b", "bitpipe"};
   options.globalBatch = 64;
-  auto result = configure(*model, *cluster, options);
+  auto result = configure(request.model, request.cluster, options);
   ASSERT_THAT(result, HasValue());
   ASSERT_FALSE(result->feasible.empty());
   EXPECT_EQ(result->globalBatch, 64);
@@ -39,7 +37,7 @@ TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
     EXPECT_EQ(c.config.totalGpus(), 8);
     // The recipe is held fixed: every configuration trains the same global batch.
     EXPECT_EQ(static_cast<std::int64_t>(c.config.microbatches) * c.samplesPerMicrobatch * c.config.parallel.data, 64);
-    EXPECT_LE(c.peakMemoryBytes + memoryMarginBytes(cluster->gpu), cluster->gpu.memoryBytes());
+    EXPECT_LE(c.peakMemoryBytes + memoryMarginBytes(request.cluster.gpu), request.cluster.gpu.memoryBytes());
     EXPECT_GE(c.iterationMs, c.makespanMs);
     // At P = 1 every schedule is the same plan: only one name survives.
     if (c.config.devices == 1) {
@@ -58,14 +56,11 @@ TEST(Configure, RanksFeasibleConfigurationsAndExplainsRejections) {
 }
 
 TEST(Configure, MemoryInfeasibleFamiliesAreRejectedWithNumbers) {
-  auto model = loadModel(res("models/gpt3-175b.json"));
-  ASSERT_THAT(model, HasValue());
-  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
-  ASSERT_TRUE(cluster.hasValue());
+  const PlanRequest request = test::bundledRequest("gpt3-175b", "a100-1x8-nvlink");
   ConfigureOptions options;
   options.schedules = {"1f1b"};
   options.globalBatch = 8;
-  auto result = configure(*model, *cluster, options);
+  auto result = configure(request.model, request.cluster, options);
   ASSERT_THAT(result, HasValue());
   EXPECT_TRUE(result->feasible.empty());  // 175B does not fit on 8 × 80 GB, whatever the split
   ASSERT_FALSE(result->rejected.empty());
@@ -73,33 +68,26 @@ TEST(Configure, MemoryInfeasibleFamiliesAreRejectedWithNumbers) {
 }
 
 TEST(Configure, CancelStopsTheSearch) {
-  auto model = loadModel(res("models/gpt3-1.3b.json"));
-  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
-  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
+  const PlanRequest request = test::bundledRequest("gpt3-1.3b", "a100-1x8-nvlink");
   std::atomic<bool> cancel{true};
   SolveControl control;
   control.cancel = &cancel;
-  auto result = configure(*model, *cluster, {}, control);
+  auto result = configure(request.model, request.cluster, {}, control);
   EXPECT_THAT(result, IsCancelled());
 }
 
 // The list is screened on short runs extended to the full microbatch count, but every
 // configuration returned was simulated in full: planning it again gives the same numbers.
 TEST(Configure, EveryRankedConfigurationReplaysExactly) {
-  auto model = loadModel(res("models/llama3-8b.json"));
-  ASSERT_THAT(model, HasValue());
-  auto cluster = loadCluster(res("clusters/h100-8x8-ib.json"));
-  ASSERT_THAT(cluster, HasValue());
+  const PlanRequest request = test::bundledRequest("llama3-8b", "h100-8x8-ib");
   ConfigureOptions options;
   options.keep = 5;
   options.schedules = {"1f1b", "zb-h1", "gpipe", "interleaved-1f1b"};
-  auto result = configure(*model, *cluster, options);
+  auto result = configure(request.model, request.cluster, options);
   ASSERT_THAT(result, HasValue());
   ASSERT_FALSE(result->feasible.empty());
   for (const auto& c : result->feasible) {
-    PlanRequest r;
-    r.model = *model;
-    r.cluster = *cluster;
+    PlanRequest r = request;
     r.config = c.config;
     auto plan = makePlan(r);
     ASSERT_THAT(plan, HasValue());
@@ -146,13 +134,9 @@ TEST(Cancel, KindSurvivesEveryLayer) {
 }
 
 TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {
-  auto model = loadModel(res("models/gpt3-1.3b.json"));
-  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
-  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
+  const PlanRequest request = test::bundledRequest("gpt3-1.3b", "a100-1x8-nvlink");
   for (const char* schedule : {"1f1b", "v-half"}) {
-    PlanRequest r;
-    r.model = *model;
-    r.cluster = *cluster;
+    PlanRequest r = request;
     r.config.schedule = schedule;
     r.config.devices = 4;
     r.config.microbatches = 8;
@@ -202,17 +186,8 @@ TEST(Vocab, SplitsVocabularyLayersAndReducesImbalance) {
 }
 
 TEST(Vocab, ModelWithoutVocabularyIsAnError) {
-  auto model = loadModel(res("models/synthetic-measured.json"));
-  auto cluster = loadCluster(res("clusters/a100-1x8-nvlink.json"));
-  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
-  PlanRequest r;
-  r.model = *model;
-  r.cluster = *cluster;
-  r.config.schedule = "1f1b";
-  r.config.devices = 4;
-  r.config.microbatches = 8;
-  auto plan = makeVocabParallelPlan(r);
-  EXPECT_THAT(plan, HasError("no embedding or lm_head"));
+  const PlanRequest r = test::bundledRequest("synthetic-measured", "a100-1x8-nvlink", "1f1b", 4, 8);
+  EXPECT_THAT(makeVocabParallelPlan(r), HasError("no embedding or lm_head"));
 }
 
 }  // namespace

@@ -5,10 +5,10 @@
 #include <random>
 
 #include "PartitionFixtures.hpp"
-#include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/planner/Fill.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/Schedules.hpp"
+#include "support/BundledPlans.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasError;
@@ -205,17 +205,8 @@ TEST(Fill, DataParallelRefusesWhatDoesNotFit) {
 class Examples : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Examples, DiffusionExamplesSolve) {
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + GetParam() + ".json");
-  ASSERT_THAT(model, HasValue());
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  ASSERT_THAT(cluster, HasValue());
   for (const std::string partition : {"dp", "diffusionpipe"}) {
-    PlanRequest r;
-    r.model = *model;
-    r.cluster = *cluster;
-    r.config.schedule = "1f1b";
-    r.config.devices = 8;
-    r.config.microbatches = 16;
+    PlanRequest r = test::bundledRequest(GetParam(), "a100-1x8-nvlink", "1f1b", 8, 16);
     r.config.partition = partition;
     r.config.fill = "greedy";
     auto filled = makeFilledPlan(r);

@@ -58,6 +58,13 @@ PartitionProblem randomProblem(std::mt19937& rng, int layers, int stages, bool m
   return p;
 }
 
+// A random problem of 1..maxStages stages over stages..maxLayers layers.
+PartitionProblem randomSizedProblem(std::mt19937& rng, int maxStages, int maxLayers, bool memory) {
+  const int stages = std::uniform_int_distribution<int>(1, maxStages)(rng);
+  const int layers = std::uniform_int_distribution<int>(stages, maxLayers)(rng);
+  return randomProblem(rng, layers, stages, memory);
+}
+
 using test::forEachSplit;
 
 bool fits(const PartitionProblem& p, const std::vector<int>& first) {
@@ -74,9 +81,9 @@ TEST(DpPartition, OptimalAgainstBruteForce) {
   int feasibleCases = 0;
   int infeasibleCases = 0;
   for (int trial = 0; trial < 600; ++trial) {
-    const int stages = std::uniform_int_distribution<int>(1, 4)(rng);
-    const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
-    const PartitionProblem p = randomProblem(rng, layers, stages, trial % 2 == 1);
+    const PartitionProblem p = randomSizedProblem(rng, 4, 9, trial % 2 == 1);
+    const int stages = static_cast<int>(p.stages.size());
+    const int layers = p.layers;
     double best = std::numeric_limits<double>::infinity();
     forEachSplit(layers, stages, [&](const std::vector<int>& first) {
       if (!fits(p, first)) return;
@@ -107,20 +114,19 @@ TEST(DpPartition, OptimalAgainstBruteForce) {
 // a..L−1") or any single layer it could start at ("cannot hold even one of the layers s..a").
 TEST(DpPartition, InfeasibleMessageNumbersAgree) {
   std::mt19937 rng(45);
-  const std::regex holdAtMost("virtual stages 0\\.\\.(\\d+) hold at most layers 0\\.\\.(\\d+)");
-  const std::regex wouldHold("virtual stage (\\d+) on device \\d+ would have to hold layers (\\d+)\\.\\.(\\d+)");
-  const std::regex noneFits(
-      "virtual stage (\\d+) on device \\d+ cannot hold even one of the layers (\\d+)\\.\\.(\\d+)");
+  const std::regex holdAtMost(R"(virtual stages 0\.\.(\d+) hold at most layers 0\.\.(\d+))");
+  const std::regex wouldHold(R"(virtual stage (\d+) on device \d+ would have to hold layers (\d+)\.\.(\d+))");
+  const std::regex noneFits(R"(virtual stage (\d+) on device \d+ cannot hold even one of the layers (\d+)\.\.(\d+))");
   int checked = 0;
   for (int trial = 0; trial < 400; ++trial) {
-    const int stages = std::uniform_int_distribution<int>(1, 4)(rng);
-    const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
-    PartitionProblem p = randomProblem(rng, layers, stages, true);
+    PartitionProblem p = randomSizedProblem(rng, 4, 9, true);
+    const int stages = static_cast<int>(p.stages.size());
+    const int layers = p.layers;
     for (auto& st : p.stages) st.memoryBudgetBytes *= 0.6;
     auto r = dpPartition(p);
     if (r) continue;
     ++checked;
-    const std::string msg = r.message();
+    const std::string& msg = r.message();
     // The furthest layer boundary stages 0..k reach within their budgets, by brute force.
     auto reach = [&](int k) {
       int best = -1;
@@ -173,9 +179,8 @@ TEST(DpPartition, EqualDevicesNoCommIsMinMax) {
   // With equal devices and free transfers Σ is constant, so the objective reduces to min-max.
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
-    const int stages = std::uniform_int_distribution<int>(1, 5)(rng);
-    const int layers = std::uniform_int_distribution<int>(stages, 10)(rng);
-    PartitionProblem p = randomProblem(rng, layers, stages, false);
+    PartitionProblem p = randomSizedProblem(rng, 5, 10, false);
+    const int stages = static_cast<int>(p.stages.size());
     p.microbatches = 8;  // m = 1 minimises Σ only
     for (int s = 1; s < stages; ++s) p.computeMs[static_cast<std::size_t>(s)] = p.computeMs[0];
     for (auto& row : p.sendMs) std::fill(row.begin(), row.end(), 0.0);
@@ -190,9 +195,9 @@ TEST(DpPartition, EqualDevicesNoCommIsMinMax) {
 TEST(BalancedPartition, MinMaxAgainstBruteForce) {
   std::mt19937 rng(99);
   for (int trial = 0; trial < 400; ++trial) {
-    const int stages = std::uniform_int_distribution<int>(1, 4)(rng);
-    const int layers = std::uniform_int_distribution<int>(stages, 9)(rng);
-    PartitionProblem p = randomProblem(rng, layers, stages, false);
+    PartitionProblem p = randomSizedProblem(rng, 4, 9, false);
+    const int stages = static_cast<int>(p.stages.size());
+    const int layers = p.layers;
     for (auto& row : p.sendMs) std::fill(row.begin(), row.end(), 0.0);
     double best = std::numeric_limits<double>::infinity();
     forEachSplit(layers, stages,

@@ -109,7 +109,7 @@ void expectSameTiming(const Plan& a, const Plan& b) {
 // next one (cross-iteration overlap).
 void expectTransfers(const Plan& plan) {
   const bool sameIteration = plan.config.fill == "none";
-  const double samplesPerMb = static_cast<double>(plan.model.samplesPerMicrobatch);
+  const auto samplesPerMb = static_cast<double>(plan.model.samplesPerMicrobatch);
   std::map<std::tuple<int, int, int>, double> produced;  // (component, microbatch, device) → samples
   std::map<std::tuple<int, int, int>, double> producedEnd;
   std::map<std::pair<int, int>, double> fStart;  // (stage, microbatch)
@@ -175,7 +175,7 @@ TEST(Transfers, FrozenOutputsReachTheirConsumers) {
   std::mt19937 rng(7);
   const std::vector<std::string> schedules = {"1f1b", "zb-h1", "gpipe", "zb-v", "dualpipe"};
   for (int trial = 0; trial < 20; ++trial) {
-    const std::string schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
+    const std::string& schedule = schedules[static_cast<std::size_t>(trial) % schedules.size()];
     int devices = std::uniform_int_distribution<int>(2, 4)(rng);
     if (schedule == "dualpipe" && devices % 2 != 0) ++devices;  // pairs devices d and p−1−d
     const int mbs = devices * std::uniform_int_distribution<int>(1, 3)(rng);
@@ -256,16 +256,8 @@ TEST(Transfers, EditedPlanThatReadsBeforeComputingIsADeadlock) {
 }
 
 TEST(Transfers, VocabularyPlanResimulatesToItself) {
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
   for (const char* schedule : {"1f1b", "v-half", "zb-h1"}) {
-    PlanRequest r;
-    r.model = *model;
-    r.cluster = *cluster;
-    r.config.schedule = schedule;
-    r.config.devices = 4;
-    r.config.microbatches = 8;
+    PlanRequest r = test::bundledRequest("gpt3-1.3b", "a100-1x8-nvlink", schedule, 4, 8);
     if (const auto* g = findScheduleGenerator(schedule)) r.config.chunksPerDevice = g->defaultChunksPerDevice();
     if (r.config.chunksPerDevice > 1) r.config.partition = "balanced";  // uniform may not split evenly
     auto plan = makeVocabParallelPlan(r);
@@ -365,15 +357,7 @@ TEST(Transfers, DiffusionExamples) {
 // before the S it needs deadlocks with a message, and a pass on an unknown stage or
 // microbatch is reported by the simulator.
 TEST(Transfers, EditedVocabularyPlansAreReportedNotCrashed) {
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/gpt3-1.3b.json");
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/a100-1x8-nvlink.json");
-  ASSERT_TRUE(model.hasValue() && cluster.hasValue());
-  PlanRequest r;
-  r.model = *model;
-  r.cluster = *cluster;
-  r.config.schedule = "1f1b";
-  r.config.devices = 2;
-  r.config.microbatches = 2;
+  const PlanRequest r = test::bundledRequest("gpt3-1.3b", "a100-1x8-nvlink", "1f1b", 2, 2);
   auto plan = makeVocabParallelPlan(r);
   ASSERT_THAT(plan, HasValue());
   {

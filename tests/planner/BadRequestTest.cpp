@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "PlannerFixtures.hpp"
 #include "pipestudio/planner/Planner.hpp"
@@ -25,28 +26,29 @@ std::string errorOf(const PlanRequest& r) {
 TEST(BadRequest, MessagesSayWhatTheScheduleNeeds) {
   const auto model = test::equalLayers(8, 1, 1, 1);
   const auto cluster = test::freeCluster(8);
-  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 3, 6, 2)).find("even number of devices"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "dualpipe", 4, 2, 2)).find("at least 4 microbatches"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "zb-h2", 4, 3, 1)).find("at least 4 microbatches"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 3, 2)).find("at least 4 microbatches"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "zb-v", 4, 8, 3)).find("even number of chunks"), std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "v-half", 4, 8, 1)).find("v-half needs an even number of chunks"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "v-min", 4, 8, 3)).find("v-min needs an even number of chunks"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "bitpipe", 4, 8, 2)).find("multiple of four chunks"),
-            std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 4, 8, 2)).find("one chunk per device"), std::string::npos);
-  // 8 layers cannot be divided over 4 devices × 3 chunks.
-  EXPECT_NE(
-      errorOf(test::request(model, cluster, "interleaved-1f1b", 4, 8, 3)).find("cannot divide 8 trainable layers"),
-      std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "nope", 4, 8, 1)).find("unknown schedule 'nope'"), std::string::npos);
-  EXPECT_NE(errorOf(test::request(model, cluster, "1f1b", 16, 8, 1)).find("exceeds the 8 GPUs"), std::string::npos);
+  struct Case {
+    const char* schedule;
+    int devices, microbatches, chunks;
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"dualpipe", 3, 6, 2, "even number of devices"},
+           {"dualpipe", 4, 2, 2, "at least 4 microbatches"},
+           {"zb-h2", 4, 3, 1, "at least 4 microbatches"},
+           {"interleaved-1f1b", 4, 3, 2, "at least 4 microbatches"},
+           {"zb-v", 4, 8, 3, "even number of chunks"},
+           {"v-half", 4, 8, 1, "v-half needs an even number of chunks"},
+           {"v-min", 4, 8, 3, "v-min needs an even number of chunks"},
+           {"bitpipe", 4, 8, 2, "multiple of four chunks"},
+           {"1f1b", 4, 8, 2, "one chunk per device"},
+           {"interleaved-1f1b", 4, 8, 3, "cannot divide 8 trainable layers"},  // over 4 devices × 3 chunks
+           {"nope", 4, 8, 1, "unknown schedule 'nope'"},
+           {"1f1b", 16, 8, 1, "exceeds the 8 GPUs"},
+       }) {
+    EXPECT_NE(errorOf(test::request(model, cluster, c.schedule, c.devices, c.microbatches, c.chunks)).find(c.says),
+              std::string::npos)
+        << c.schedule << " p=" << c.devices << " m=" << c.microbatches << " v=" << c.chunks;
+  }
   auto part = test::request(model, cluster, "1f1b", 4, 8, 1);
   part.config.partition = "bogus";
   EXPECT_NE(errorOf(part).find("partition 'bogus' is not available"), std::string::npos);

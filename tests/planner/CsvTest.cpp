@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "pipestudio/planner/Export.hpp"
 #include "support/ExpectedMatchers.hpp"
@@ -112,22 +113,24 @@ TEST(ScheduleCsvHostile, CommunicationActionsGiveNoOp) {
   EXPECT_NE(e.find("no microbatch"), std::string::npos) << e;
 }
 
-TEST(ScheduleCsvHostile, MissingOp) {
-  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1\n1F0,1I0,1F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
-  EXPECT_NE(e.find("s.csv:1:"), std::string::npos) << e;
-  EXPECT_NE(e.find("missing op 0W1"), std::string::npos) << e;
-}
-
-TEST(ScheduleCsvHostile, DuplicatedOp) {
-  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1,0W1,0F1\n1F0,1I0,1F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
-  EXPECT_NE(e.find("s.csv:1:25:"), std::string::npos) << e;
-  EXPECT_NE(e.find("duplicated op (first at line 1, column 5)"), std::string::npos) << e;
-}
-
-TEST(ScheduleCsvHostile, StageOnTheWrongDevice) {
-  const std::string e = errorOf("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,0F1,1I1,1W0,1W1\n", shapeOf(smallPlan()));
-  EXPECT_NE(e.find("s.csv:2:9:"), std::string::npos) << e;
-  EXPECT_NE(e.find("stage 0 is placed on device 0, not on device 1"), std::string::npos) << e;
+// A missing op, an op twice, a stage on another device: the message names the cell and what is wrong.
+TEST(ScheduleCsvHostile, BadOrdersNameTheCell) {
+  struct Case {
+    const char* csv;
+    const char* where;
+    const char* what;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"0F0,0F1,0I0,0W0,0I1\n1F0,1I0,1F1,1I1,1W0,1W1\n", "s.csv:1:", "missing op 0W1"},
+           {"0F0,0F1,0I0,0W0,0I1,0W1,0F1\n1F0,1I0,1F1,1I1,1W0,1W1\n",
+            "s.csv:1:25:", "duplicated op (first at line 1, column 5)"},
+           {"0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,0F1,1I1,1W0,1W1\n",
+            "s.csv:2:9:", "stage 0 is placed on device 0, not on device 1"},
+       }) {
+    const std::string e = errorOf(c.csv, shapeOf(smallPlan()));
+    EXPECT_NE(e.find(c.where), std::string::npos) << e;
+    EXPECT_NE(e.find(c.what), std::string::npos) << e;
+  }
 }
 
 TEST(ScheduleCsvHostile, StageAndMicrobatchOutOfRange) {

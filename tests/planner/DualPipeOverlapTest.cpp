@@ -26,24 +26,9 @@ using test::worstBubble;
 
 // Identical DeepSeek-MoE-style blocks (64 routed experts, top-6, 2 shared).
 ModelSpec moeModel(int layers) {
-  ModelSpec m;
-  m.name = "moe";
-  m.samplesPerMicrobatch = 1;
-  Component c;
-  c.name = "backbone";
-  TransformerShape t;
-  t.hidden = 2048;
-  t.seq = 4096;
-  t.heads = 16;
-  t.ffn = 10944;
-  t.mlp = MlpKind::SwiGlu;
-  t.dropout = false;
-  t.experts = 64;
-  t.topK = 6;
-  t.expertFfn = 1408;
-  t.sharedExperts = 2;
-  test::addBlocks(c, layers, t);
-  m.components.push_back(std::move(c));
+  const TransformerShape t = test::withExperts(test::swiGluShape(2048, 4096, 16, 10944), 64, 6, 1408, 2);
+  ModelSpec m = test::backboneModel("moe");
+  test::addBlocks(m.components.front(), layers, t);
   return m;
 }
 

@@ -9,6 +9,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "PlannerFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
@@ -54,6 +56,7 @@ Plan planOf(const ModelSpec& model, const std::string& schedule, int p, int m, i
 }
 
 std::string argOf(const MegatronExport& m, const std::string& flag);
+void expectArgs(const MegatronExport& m, std::initializer_list<std::pair<std::string, std::string>> expected);
 
 std::string dataFile(const std::string& name) { return std::string(PIPESTUDIO_TEST_DATA) + "/export/" + name; }
 
@@ -136,9 +139,9 @@ TEST(MegatronExport, UnevenPartitionBecomesALayoutOfThePlansSplit) {
     EXPECT_EQ(pattern->segments[i], expected) << hybrid->hybridPattern;
   }
   EXPECT_EQ(renderHybridPattern(*pattern), hybrid->hybridPattern);
-  EXPECT_EQ(argOf(*hybrid, "--num-layers"), "");
-  EXPECT_EQ(argOf(*hybrid, "--pipeline-model-parallel-layout"), "");
-  EXPECT_EQ(argOf(*hybrid, "--spec"), "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec");
+  expectArgs(*hybrid, {{"--num-layers", ""},
+                       {"--pipeline-model-parallel-layout", ""},
+                       {"--spec", "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec"}});
   EXPECT_NE(hybrid->text.find("HybridModel (pretrain_hybrid.py)"), std::string::npos) << hybrid->text;
 }
 
@@ -167,6 +170,11 @@ std::string argOf(const MegatronExport& m, const std::string& flag) {
   return "";
 }
 
+// Each flag's values in the export's arguments, as argOf gives them.
+void expectArgs(const MegatronExport& m, std::initializer_list<std::pair<std::string, std::string>> expected) {
+  for (const auto& [flag, values] : expected) EXPECT_EQ(argOf(m, flag), values) << flag;
+}
+
 }  // namespace
 
 // DeepSeek-V3's features in small: multi-head latent attention, dense layers before the MoE
@@ -179,11 +187,7 @@ TEST(MegatronExport, MoeMlaAndMtpAsMegatronNamesThem) {
   TransformerShape dense = shapeOf(256, 4);
   dense.ffn = 1024;
   dense.mla = TransformerShape::Mla{96, 64, 32, 16, 32};
-  TransformerShape moe = dense;
-  moe.experts = 16;
-  moe.topK = 4;
-  moe.expertFfn = 128;
-  moe.sharedExperts = 1;
+  TransformerShape moe = test::withExperts(dense, 16, 4, 128, 1);
   moe.routerGroups = 4;
   moe.routerGroupTopK = 2;
   TransformerShape mtp = moe;
@@ -299,11 +303,11 @@ TEST(MegatronExport, HeadSizeAndSlidingWindowsAsMegatronTakesThem) {
   }
   auto m = megatronExport(planOf(model, "1f1b", 2, 4, 1), {MegatronModel::Gpt});
   ASSERT_THAT(m, HasValue());
-  EXPECT_EQ(argOf(*m, "--kv-channels"), "64");
-  EXPECT_EQ(argOf(*m, "--num-query-groups"), "2");
-  EXPECT_EQ(argOf(*m, "--window-size"), "63,0");
-  EXPECT_EQ(argOf(*m, "--window-attn-skip-freq"), "2");
-  EXPECT_EQ(argOf(*m, "--num-experts"), "");
+  expectArgs(*m, {{"--kv-channels", "64"},
+                  {"--num-query-groups", "2"},
+                  {"--window-size", "63,0"},
+                  {"--window-attn-skip-freq", "2"},
+                  {"--num-experts", ""}});
   // HybridModel numbers attention and MLP layers apart: the windowed attention layers are listed.
   auto hybrid = megatronExport(planOf(model, "1f1b", 2, 4, 1));
   ASSERT_THAT(hybrid, HasValue());
@@ -334,13 +338,12 @@ TEST(MegatronExport, RecipeCommunicationSettings) {
   ASSERT_THAT(plan, HasValue());
   auto m = megatronExport(*plan);
   ASSERT_THAT(m, HasValue());
-  EXPECT_EQ(argOf(*m, "--context-parallel-size"), "2");
-  EXPECT_EQ(argOf(*m, "--cp-comm-type"), "a2a+p2p");
+  expectArgs(*m, {{"--context-parallel-size", "2"}, {"--cp-comm-type", "a2a+p2p"}});
   // Both CP ranks share the 8-GPU NVLink domain and split the 4 heads: one all-to-all group of 2.
-  EXPECT_EQ(argOf(*m, "--hierarchical-context-parallel-sizes"), "2 1");
-  EXPECT_EQ(argOf(*m, "--attention-backend"), "flash");
-  EXPECT_EQ(argOf(*m, "--overlap-param-gather"), "-");
-  EXPECT_EQ(argOf(*m, "--grad-reduce-in-bf16"), "-");
+  expectArgs(*m, {{"--hierarchical-context-parallel-sizes", "2 1"},
+                  {"--attention-backend", "flash"},
+                  {"--overlap-param-gather", "-"},
+                  {"--grad-reduce-in-bf16", "-"}});
   EXPECT_EQ(argOf(*m, "--tp-comm-overlap"), "");  // no tensor parallelism
   EXPECT_NE(m->text.find("--hierarchical-context-parallel-sizes 2 1 \\\n"), std::string::npos) << m->text;
   par.gradReduceInFp32 = true;
@@ -349,8 +352,7 @@ TEST(MegatronExport, RecipeCommunicationSettings) {
   ASSERT_THAT(fp32, HasValue());
   auto m32 = megatronExport(*fp32);
   ASSERT_THAT(m32, HasValue());
-  EXPECT_EQ(argOf(*m32, "--grad-reduce-in-bf16"), "");
-  EXPECT_EQ(argOf(*m32, "--overlap-param-gather"), "");
+  expectArgs(*m32, {{"--grad-reduce-in-bf16", ""}, {"--overlap-param-gather", ""}});
 }
 
 // An MTP layer before a decoder layer is not what Megatron builds: refused with both named.

@@ -200,11 +200,7 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   dense.kvHeads = 0;
   dense.mla = TransformerShape::Mla{128, 64, 64, 32, 64};
   dense.architecture.rotaryBase = 10000;
-  TransformerShape moe = dense;
-  moe.experts = 8;
-  moe.topK = 2;
-  moe.expertFfn = 256;
-  moe.sharedExperts = 1;
+  const TransformerShape moe = test::withExperts(dense, 8, 2, 256, 1);
   TransformerShape mtp = moe;
   mtp.mtpLayers = 1;
   mtp.vocab = 1000;
@@ -215,9 +211,7 @@ TEST(MegatronReference, MoeMlaMtpAndWindowsAsMegatronChecksThem) {
   deepseek.config.parallel.zeroStage = 1;
   TransformerShape oss = llamaShape(512, 8, 2);
   oss.headDim = 64;
-  oss.experts = 8;
-  oss.topK = 2;
-  oss.expertFfn = 512;
+  oss = test::withExperts(oss, 8, 2, 512);
   oss.architecture.bias = true;
   oss.architecture.attentionSinks = true;
   oss.architecture.position = PositionKind::Yarn;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "pipestudio/model/Cluster.hpp"
 #include "pipestudio/model/Model.hpp"
@@ -49,6 +50,39 @@ inline ClusterSpec freeCluster(int gpus, double bandwidthGBps = 0, double latenc
   return c;
 }
 
+/// A model named `name` with one trainable component "backbone", no layers yet.
+inline ModelSpec backboneModel(const std::string& name) {
+  ModelSpec m;
+  m.name = name;
+  Component c;
+  c.name = "backbone";
+  m.components.push_back(std::move(c));
+  return m;
+}
+
+/// A Llama-style block shape: SwiGLU MLP, no dropout.
+inline TransformerShape swiGluShape(int hidden, int seq, int heads, int ffn) {
+  TransformerShape t;
+  t.hidden = hidden;
+  t.seq = seq;
+  t.heads = heads;
+  t.ffn = ffn;
+  t.mlp = MlpKind::SwiGlu;
+  t.dropout = false;
+  return t;
+}
+
+/// `shape` with a routed-expert MLP: `experts` experts of FFN width `expertFfn`, `topK` per token,
+/// and `shared` shared experts.
+inline TransformerShape withExperts(TransformerShape shape, std::int64_t experts, std::int64_t topK,
+                                    std::int64_t expertFfn, std::int64_t shared = 0) {
+  shape.experts = experts;
+  shape.topK = topK;
+  shape.expertFfn = expertFfn;
+  shape.sharedExperts = shared;
+  return shape;
+}
+
 /// `count` transformer layers "block.0", "block.1", … of shape `shape`, appended to `component`.
 inline void addBlocks(Component& component, int count, const TransformerShape& shape) {
   for (int l = 0; l < count; ++l) {
@@ -88,25 +122,28 @@ inline PlanRequest request(const ModelSpec& model, const ClusterSpec& cluster, c
   return r;
 }
 
+/// The largest of a per-device figure over the devices (0 without devices), e.g.
+/// worstOf(plan, [](const DeviceMetrics& d) { return d.busyMs; }).
+template <class Figure>
+auto worstOf(const Plan& plan, const Figure& figure) {
+  decltype(figure(DeviceMetrics{})) worst{};
+  for (const DeviceMetrics& d : plan.metrics.devices) worst = std::max(worst, figure(d));
+  return worst;
+}
+
 /// The largest peak of activation bytes over the devices.
 inline std::int64_t worstPeak(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
+  return worstOf(plan, [](const DeviceMetrics& d) { return d.peakActivationBytes; });
 }
 
 /// The largest bubble over the devices (span − busy).
 inline double worstBubble(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs - d.busyMs);
-  return worst;
+  return worstOf(plan, [](const DeviceMetrics& d) { return d.spanMs - d.busyMs; });
 }
 
 /// The longest device span.
 inline double longestSpan(const Plan& plan) {
-  double worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.spanMs);
-  return worst;
+  return worstOf(plan, [](const DeviceMetrics& d) { return d.spanMs; });
 }
 
 }  // namespace pipestudio::test

@@ -34,10 +34,40 @@ struct RefTimes {
   std::vector<std::tuple<int, int, int, int, double, double>> comms;  // from, to, microbatch, stage, start, end
 };
 
-// Quadratic and map-based on purpose: small plans only.
-RefTimes referenceSimulate(const Plan& plan) {
-  const auto costs = stageCosts(plan);
-  const auto n = plan.ops.size();
+// The passes an op runs, as weights of its stage's forward, input-gradient and weight-gradient
+// parts (BW fuses the last two): its duration and its collective share both follow from them.
+struct Passes {
+  double forward = 0, backwardInput = 0, backwardWeight = 0;
+};
+
+Passes passesOf(OpKind kind) {
+  switch (kind) {
+    case OpKind::B:
+      return {0, 1, 0};
+    case OpKind::W:
+      return {0, 0, 1};
+    case OpKind::BW:
+      return {0, 1, 1};
+    default:
+      return {1, 0, 0};
+  }
+}
+
+double durationOf(const Op& op, const std::vector<StageCosts>& costs) {
+  const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
+  const Passes p = passesOf(op.kind);
+  return p.forward * c.forwardMs + p.backwardInput * c.backwardInputMs + p.backwardWeight * c.backwardWeightMs;
+}
+
+double collectiveOf(const Op& op, const std::vector<StageCosts>& costs) {
+  const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
+  const Passes p = passesOf(op.kind);
+  return p.forward * c.forwardCommMs + p.backwardInput * c.backwardInputCommMs +
+         p.backwardWeight * c.backwardWeightCommMs;
+}
+
+// Producers of each op, in the simulator's documented order.
+std::vector<std::vector<std::size_t>> referenceProducers(const Plan& plan) {
   // Chain neighbours: stages of one pipeline in id order (single trainable component here).
   std::map<int, int> prev, next;
   std::map<int, int> lastOfPipeline;
@@ -49,13 +79,13 @@ RefTimes referenceSimulate(const Plan& plan) {
     }
     lastOfPipeline[vs.pipeline] = vs.id;
   }
+  const auto n = plan.ops.size();
   std::map<std::tuple<int, OpKind, int>, std::size_t> index;
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = plan.ops[i];
     const OpKind k = op.kind == OpKind::BW ? OpKind::B : op.kind;
     index[{op.virtualStage, k, op.microbatch}] = i;
   }
-  // Producers of each op, in the simulator's documented order.
   std::vector<std::vector<std::size_t>> producers(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = plan.ops[i];
@@ -77,123 +107,124 @@ RefTimes referenceSimulate(const Plan& plan) {
         break;
     }
   }
-  auto duration = [&](const Op& op) {
-    const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
-    switch (op.kind) {
-      case OpKind::B:
-        return c.backwardInputMs;
-      case OpKind::W:
-        return c.backwardWeightMs;
-      case OpKind::BW:
-        return c.backwardInputMs + c.backwardWeightMs;
-      default:
-        return c.forwardMs;
-    }
-  };
-  auto collective = [&](const Op& op) {
-    const StageCosts& c = costs[static_cast<std::size_t>(op.virtualStage)];
-    switch (op.kind) {
-      case OpKind::F:
-        return c.forwardCommMs;
-      case OpKind::B:
-        return c.backwardInputCommMs;
-      case OpKind::W:
-        return c.backwardWeightCommMs;
-      case OpKind::BW:
-        return c.backwardInputCommMs + c.backwardWeightCommMs;
-      default:
-        return 0.0;
-    }
-  };
-  // Overlapped F&B groups (DualPipe): the ops of a group start together once every member's
-  // inputs are there and last max(Σ computation, Σ collectives), shown back to back in
-  // proportion to their own durations; their outputs leave when the group ends.
-  std::vector<int> groupOf(n, 1);  // size of the group an op leads; 0: a later member
-  {
-    std::vector<std::vector<std::int32_t>> opIndex;
-    const auto lanes = planLanes(plan, &opIndex);
-    for (const OverlapGroup& g : overlappedGroups(plan, lanes)) {
-      const auto& idx = opIndex[static_cast<std::size_t>(g.device)];
-      groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first)])] = g.size;
-      for (int k = 1; k < g.size; ++k)
-        groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first) + static_cast<std::size_t>(k)])] = 0;
-    }
+  return producers;
+}
+
+// Overlapped F&B groups (DualPipe): per op, the size of the group it leads; 0 for a later member.
+std::vector<int> overlapGroupSizes(const Plan& plan) {
+  std::vector<int> groupOf(plan.ops.size(), 1);
+  std::vector<std::vector<std::int32_t>> opIndex;
+  const auto lanes = planLanes(plan, &opIndex);
+  for (const OverlapGroup& g : overlappedGroups(plan, lanes)) {
+    const auto& idx = opIndex[static_cast<std::size_t>(g.device)];
+    groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first)])] = g.size;
+    for (int k = 1; k < g.size; ++k)
+      groupOf[static_cast<std::size_t>(idx[static_cast<std::size_t>(g.first) + static_cast<std::size_t>(k)])] = 0;
   }
-  RefTimes t;
-  t.startMs.assign(n, -1);
-  t.endMs.assign(n, -1);
-  std::vector<double> arrival(n * n, -1);  // arrival[consumer * n + producer]
-  std::map<std::pair<int, int>, double> linkFree;
-  std::vector<std::vector<std::size_t>> lanes(static_cast<std::size_t>(plan.config.devices));
-  for (std::size_t i = 0; i < n; ++i) lanes[static_cast<std::size_t>(plan.ops[i].device)].push_back(i);
-  std::vector<std::size_t> pos(lanes.size(), 0);
-  std::vector<double> free(lanes.size(), 0.0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (std::size_t d = 0; d < lanes.size(); ++d) {
-      while (pos[d] < lanes[d].size()) {
-        const std::size_t lead = lanes[d][pos[d]];
-        const auto members = static_cast<std::size_t>(std::max(1, groupOf[lead]));
-        double start = free[d];
-        bool ready = true;
-        double own = 0, compute = 0, comm = 0;
-        for (std::size_t k = 0; k < members; ++k) {
-          const std::size_t i = lanes[d][pos[d] + k];
-          for (std::size_t pr : producers[i]) {
-            const auto first = lanes[d].begin() + static_cast<std::ptrdiff_t>(pos[d]);
-            if (std::find(first, first + static_cast<std::ptrdiff_t>(members), pr) !=
-                first + static_cast<std::ptrdiff_t>(members)) {
-              continue;  // inside the group
-            }
-            if (t.endMs[pr] < 0)
-              ready = false;
-            else
-              start = std::max(start, arrival[i * n + pr] >= 0 ? arrival[i * n + pr] : t.endMs[pr]);
-          }
-          const double dur = duration(plan.ops[i]);
-          const double c = std::min(dur, collective(plan.ops[i]));
-          own += dur;
-          compute += dur - c;
-          comm += c;
-        }
-        if (!ready) break;
-        const double span = members > 1 ? std::max(compute, comm) : own;
-        double at = start;
-        for (std::size_t k = 0; k < members; ++k) {
-          const std::size_t i = lanes[d][pos[d] + k];
-          t.startMs[i] = at;
-          at += own > 0 ? span * duration(plan.ops[i]) / own : 0.0;
-          t.endMs[i] = k + 1 == members ? start + span : at;
-        }
-        free[d] = start + span;
-        pos[d] += members;
-        progress = true;
-        for (std::size_t k = 0; k < members; ++k) {
-          const std::size_t i = lanes[d][pos[d] - members + k];
-          const Op& op = plan.ops[i];
-          const double leaves = start + span;
-          // Outgoing transfers, consumers by op index.
-          for (std::size_t c = 0; c < n; ++c) {
-            if (std::find(producers[c].begin(), producers[c].end(), i) == producers[c].end()) continue;
-            const Op& to = plan.ops[c];
-            if (to.device == op.device) continue;
-            const int lower = std::min(op.virtualStage, to.virtualStage);
-            const auto bytes = static_cast<double>(costs[static_cast<std::size_t>(lower)].outputBytes);
-            double& link = linkFree[{op.device, to.device}];
-            const double s = std::max(leaves, link);
-            const double e = s + (bytes > 0 ? plan.cluster.transferMs(op.device, to.device, bytes)
-                                            : plan.cluster.latencyMs(op.device, to.device));
-            link = e;
-            arrival[c * n + i] = e;
-            t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
-          }
-        }
+  return groupOf;
+}
+
+// Quadratic and map-based on purpose: small plans only. Sweeps the devices until none can start
+// its next op (or group).
+class ReferenceRun {
+ public:
+  explicit ReferenceRun(const Plan& plan)
+      : m_plan(plan),
+        m_costs(stageCosts(plan)),
+        m_n(plan.ops.size()),
+        m_producers(referenceProducers(plan)),
+        m_groupOf(overlapGroupSizes(plan)),
+        m_arrival(m_n * m_n, -1),
+        m_lanes(static_cast<std::size_t>(plan.config.devices)),
+        m_pos(m_lanes.size(), 0),
+        m_free(m_lanes.size(), 0.0) {
+    m_t.startMs.assign(m_n, -1);
+    m_t.endMs.assign(m_n, -1);
+    for (std::size_t i = 0; i < m_n; ++i) m_lanes[static_cast<std::size_t>(plan.ops[i].device)].push_back(i);
+  }
+
+  RefTimes run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (std::size_t d = 0; d < m_lanes.size(); ++d) {
+        while (m_pos[d] < m_lanes[d].size() && startGroup(d)) progress = true;
       }
     }
+    std::sort(m_t.comms.begin(), m_t.comms.end());
+    return m_t;
   }
-  std::sort(t.comms.begin(), t.comms.end());
-  return t;
-}
+
+ private:
+  // The ops of a group start together once every member's inputs are there and last
+  // max(Σ computation, Σ collectives), shown back to back in proportion to their own durations;
+  // their outputs leave when the group ends. False when an input is missing.
+  bool startGroup(std::size_t d) {
+    const std::size_t lead = m_lanes[d][m_pos[d]];
+    const auto members = static_cast<std::size_t>(std::max(1, m_groupOf[lead]));
+    const auto first = m_lanes[d].begin() + static_cast<std::ptrdiff_t>(m_pos[d]);
+    const auto last = first + static_cast<std::ptrdiff_t>(members);
+    double start = m_free[d];
+    double own = 0, compute = 0, comm = 0;
+    for (auto it = first; it != last; ++it) {
+      const std::size_t i = *it;
+      for (std::size_t pr : m_producers[i]) {
+        if (std::find(first, last, pr) != last) continue;  // inside the group
+        if (m_t.endMs[pr] < 0) return false;
+        start = std::max(start, m_arrival[i * m_n + pr] >= 0 ? m_arrival[i * m_n + pr] : m_t.endMs[pr]);
+      }
+      const double dur = durationOf(m_plan.ops[i], m_costs);
+      const double c = std::min(dur, collectiveOf(m_plan.ops[i], m_costs));
+      own += dur;
+      compute += dur - c;
+      comm += c;
+    }
+    const double span = members > 1 ? std::max(compute, comm) : own;
+    double at = start;
+    for (std::size_t k = 0; k < members; ++k) {
+      const std::size_t i = m_lanes[d][m_pos[d] + k];
+      m_t.startMs[i] = at;
+      at += own > 0 ? span * durationOf(m_plan.ops[i], m_costs) / own : 0.0;
+      m_t.endMs[i] = k + 1 == members ? start + span : at;
+    }
+    m_free[d] = start + span;
+    m_pos[d] += members;
+    for (std::size_t k = 0; k < members; ++k) sendOutputs(m_lanes[d][m_pos[d] - members + k], start + span);
+    return true;
+  }
+
+  // Outgoing transfers of op i, consumers by op index, each queued on its directed link.
+  void sendOutputs(std::size_t i, double leaves) {
+    const Op& op = m_plan.ops[i];
+    for (std::size_t c = 0; c < m_n; ++c) {
+      if (std::find(m_producers[c].begin(), m_producers[c].end(), i) == m_producers[c].end()) continue;
+      const Op& to = m_plan.ops[c];
+      if (to.device == op.device) continue;
+      const int lower = std::min(op.virtualStage, to.virtualStage);
+      const auto bytes = static_cast<double>(m_costs[static_cast<std::size_t>(lower)].outputBytes);
+      double& link = m_linkFree[{op.device, to.device}];
+      const double s = std::max(leaves, link);
+      const double e = s + (bytes > 0 ? m_plan.cluster.transferMs(op.device, to.device, bytes)
+                                      : m_plan.cluster.latencyMs(op.device, to.device));
+      link = e;
+      m_arrival[c * m_n + i] = e;
+      m_t.comms.emplace_back(op.device, to.device, op.microbatch, op.virtualStage, s, e);
+    }
+  }
+
+  const Plan& m_plan;
+  const std::vector<StageCosts> m_costs;
+  const std::size_t m_n;
+  const std::vector<std::vector<std::size_t>> m_producers;
+  const std::vector<int> m_groupOf;
+  RefTimes m_t;
+  std::vector<double> m_arrival;  // arrival[consumer * n + producer]
+  std::map<std::pair<int, int>, double> m_linkFree;
+  std::vector<std::vector<std::size_t>> m_lanes;
+  std::vector<std::size_t> m_pos;
+  std::vector<double> m_free;
+};
+
+RefTimes referenceSimulate(const Plan& plan) { return ReferenceRun(plan).run(); }
 
 TEST(SimulatorReference, RandomPlansMatchTheStraightforwardSimulator) {
   std::mt19937 rng(2024);

@@ -18,6 +18,7 @@
 #include "pipestudio/planner/Partition.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/MustPlan.hpp"
 
 namespace pipestudio {
 namespace {
@@ -29,23 +30,13 @@ ClusterSpec h100() {
 }
 
 TransformerShape denseShape() {
-  TransformerShape t;
-  t.hidden = 4096;
-  t.seq = 4096;
-  t.heads = 32;
+  TransformerShape t = test::swiGluShape(4096, 4096, 32, 14336);
   t.kvHeads = 8;
-  t.ffn = 14336;
-  t.mlp = MlpKind::SwiGlu;
-  t.dropout = false;
   return t;
 }
 
 TransformerShape moeMlaShape() {
-  TransformerShape t = denseShape();
-  t.experts = 64;
-  t.topK = 4;
-  t.expertFfn = 1536;
-  t.sharedExperts = 1;
+  TransformerShape t = test::withExperts(denseShape(), 64, 4, 1536, 1);
   t.mla = TransformerShape::Mla{1536, 512, 128, 64, 128};
   t.kvHeads = 0;
   return t;
@@ -126,16 +117,21 @@ PlanRequest onTwoDevices(const ModelSpec& model, const std::string& partition) {
   return r;
 }
 
+// `model` on two devices planned both ways: over whole blocks (balanced) and with its blocks'
+// halves free to split (balanced-split).
+struct BothWays {
+  Plan whole, halves;
+};
+BothWays planBothWays(const ModelSpec& model) {
+  return {test::mustPlan(onTwoDevices(model, "balanced")), test::mustPlan(onTwoDevices(model, "balanced-split"))};
+}
+
 std::int64_t peakOf(const Plan& plan) {
-  std::int64_t peak = 0;
-  for (const auto& d : plan.metrics.devices) peak = std::max(peak, d.peakMemoryBytes);
-  return peak;
+  return test::worstOf(plan, [](const DeviceMetrics& d) { return d.peakMemoryBytes; });
 }
 
 double busiestOf(const Plan& plan) {
-  double busy = 0;
-  for (const auto& d : plan.metrics.devices) busy = std::max(busy, d.busyMs);
-  return busy;
+  return test::worstOf(plan, [](const DeviceMetrics& d) { return d.busyMs; });
 }
 
 }  // namespace
@@ -207,15 +203,12 @@ TEST(SplitBlocks, BlocksOfMeasuredCostsAndTheModelsEndsStayWhole) {
 // busiest device computes 1.5 blocks' worth where whole blocks make it compute 2. Its busy time is
 // m · (its halves' F + B + W), from the halves' own costs.
 TEST(SplitBlocks, AStageEndsInsideABlockWhereThatIsFaster) {
-  auto whole = makePlan(onTwoDevices(blocksOf(3), "balanced"));
-  auto halves = makePlan(onTwoDevices(blocksOf(3), "balanced-split"));
-  ASSERT_THAT(whole, test::HasValue());
-  ASSERT_THAT(halves, test::HasValue());
-  EXPECT_EQ(halves->config.partition, "balanced-split");
-  ASSERT_EQ(halves->model.components.front().layers.size(), 6U);
-  ASSERT_EQ(halves->virtualStages.size(), 2U);
-  EXPECT_EQ(halves->virtualStages[0].lastLayer, 2) << "attention, MLP, attention | MLP, attention, MLP";
-  EXPECT_LT(halves->metrics.iterationMs, whole->metrics.iterationMs);
+  const auto [whole, halves] = planBothWays(blocksOf(3));
+  EXPECT_EQ(halves.config.partition, "balanced-split");
+  ASSERT_EQ(halves.model.components.front().layers.size(), 6U);
+  ASSERT_EQ(halves.virtualStages.size(), 2U);
+  EXPECT_EQ(halves.virtualStages[0].lastLayer, 2) << "attention, MLP, attention | MLP, attention, MLP";
+  EXPECT_LT(halves.metrics.iterationMs, whole.metrics.iterationMs);
 
   CostContext ctx;
   ctx.gpu = h100().gpu;
@@ -224,14 +217,14 @@ TEST(SplitBlocks, AStageEndsInsideABlockWhereThatIsFaster) {
   const LayerCosts m = layerCosts(layerOf(denseShape(), kMlpHalfKind), ctx);
   const LayerCosts block = layerCosts(layerOf(denseShape(), "transformer"), ctx);
   const auto pass = [](const LayerCosts& c) { return c.forwardMs + c.backwardInputMs + c.backwardWeightMs; };
-  const double mb = halves->config.microbatches;
+  const double mb = halves.config.microbatches;
   const double busiestHalves = mb * std::max(2 * pass(a) + pass(m), pass(a) + 2 * pass(m));
-  EXPECT_NEAR(busiestOf(*halves), busiestHalves, 1e-6 * busiestHalves);
-  EXPECT_NEAR(busiestOf(*whole), mb * 2 * pass(block), 1e-6 * busiestHalves);
+  EXPECT_NEAR(busiestOf(halves), busiestHalves, 1e-6 * busiestHalves);
+  EXPECT_NEAR(busiestOf(whole), mb * 2 * pass(block), 1e-6 * busiestHalves);
   // Same input, same plan.
   auto again = makePlan(onTwoDevices(blocksOf(3), "balanced-split"));
   ASSERT_THAT(again, test::HasValue());
-  EXPECT_EQ(planToJson(*again).dump(), planToJson(*halves).dump());
+  EXPECT_EQ(planToJson(*again).dump(), planToJson(halves).dump());
 }
 
 // Where two whole blocks on one device exceed the memory limit and one and a half do not, only the
@@ -240,12 +233,9 @@ TEST(SplitBlocks, HalvesFitWhereWholeBlocksDoNot) {
   TransformerShape wide = denseShape();
   wide.seq = 256;
   const ModelSpec model = blocksOf(3, wide);
-  auto whole = makePlan(onTwoDevices(model, "balanced"));
-  auto halves = makePlan(onTwoDevices(model, "balanced-split"));
-  ASSERT_THAT(whole, test::HasValue());
-  ASSERT_THAT(halves, test::HasValue());
-  const std::int64_t wholePeak = peakOf(*whole);
-  const std::int64_t halvesPeak = peakOf(*halves);
+  const auto [whole, halves] = planBothWays(model);
+  const std::int64_t wholePeak = peakOf(whole);
+  const std::int64_t halvesPeak = peakOf(halves);
   ASSERT_LT(halvesPeak, wholePeak);
   const std::int64_t limit = (halvesPeak + wholePeak) / 2;
   PlanRequest limited = onTwoDevices(model, "balanced");
@@ -267,17 +257,14 @@ TEST(SplitBlocks, HalvesFitWhereWholeBlocksDoNot) {
 // Four blocks on two devices split evenly as whole blocks (2 | 2): no split of the halves is
 // faster, so the plan is balanced's, over whole blocks.
 TEST(SplitBlocks, WholeBlocksStayWhereHalvesAreNotFaster) {
-  auto whole = makePlan(onTwoDevices(blocksOf(4), "balanced"));
-  auto split = makePlan(onTwoDevices(blocksOf(4), "balanced-split"));
-  ASSERT_THAT(whole, test::HasValue());
-  ASSERT_THAT(split, test::HasValue());
-  EXPECT_EQ(split->config.partition, "balanced-split");
-  ASSERT_EQ(split->model.components.front().layers.size(), 4U);
-  EXPECT_EQ(split->virtualStages[0].lastLayer, 1);
-  EXPECT_EQ(split->metrics.iterationMs, whole->metrics.iterationMs);
-  Plan renamed = *whole;
+  const auto [whole, split] = planBothWays(blocksOf(4));
+  EXPECT_EQ(split.config.partition, "balanced-split");
+  ASSERT_EQ(split.model.components.front().layers.size(), 4U);
+  EXPECT_EQ(split.virtualStages[0].lastLayer, 1);
+  EXPECT_EQ(split.metrics.iterationMs, whole.metrics.iterationMs);
+  Plan renamed = whole;
   renamed.config.partition = "balanced-split";
-  EXPECT_EQ(planToJson(*split).dump(), planToJson(renamed).dump());
+  EXPECT_EQ(planToJson(split).dump(), planToJson(renamed).dump());
 }
 
 // The configurator with balanced-split (configure --split-blocks) ranks the cut plan on two GPUs,

@@ -29,33 +29,29 @@ namespace {
 // The authors' artifact model (artifact/README.md of sail-sg/VocabularyParallelism): 32
 // layers, hidden 3072, 24 heads, FFN 12288, microbatch 1, untied embedding and LM head.
 ModelSpec artifactModel(int seq, int vocab) {
-  ModelSpec m;
-  m.name = "vocab-4b";
-  m.samplesPerMicrobatch = 1;
-  Component c;
-  c.name = "backbone";
+  ModelSpec m = test::backboneModel("vocab-4b");
+  Component& c = m.components.front();
   TransformerShape v;
   v.hidden = 3072;
   v.seq = seq;
   v.heads = 24;
   v.vocab = vocab;
-  Layer emb;
-  emb.name = "embedding";
-  emb.kind = "embedding";
-  emb.transformer = v;
-  c.layers.push_back(emb);
+  // The embedding and the LM head: a layer of their own kind and name, of the vocabulary's shape.
+  const auto addVocabLayer = [&](const char* kind) {
+    Layer l;
+    l.name = kind;
+    l.kind = kind;
+    l.transformer = v;
+    c.layers.push_back(l);
+  };
+  addVocabLayer("embedding");
   TransformerShape block;
   block.hidden = 3072;
   block.seq = seq;
   block.heads = 24;
   block.ffn = 12288;
   test::addBlocks(c, 32, block);
-  Layer head;
-  head.name = "lm_head";
-  head.kind = "lm_head";
-  head.transformer = v;
-  c.layers.push_back(head);
-  m.components.push_back(std::move(c));
+  addVocabLayer("lm_head");
   return m;
 }
 

@@ -24,12 +24,6 @@ using pipestudio::test::HasValue;
 namespace pipestudio {
 namespace {
 
-std::int64_t worstActivation(const Plan& plan) {
-  std::int64_t worst = 0;
-  for (const auto& d : plan.metrics.devices) worst = std::max(worst, d.peakActivationBytes);
-  return worst;
-}
-
 // Runs of forwards of one stage in a device's order (a run is what one gather serves).
 int forwardRuns(const Plan& plan) {
   int runs = 0;
@@ -130,7 +124,7 @@ TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
   unlimited.config.memoryLimitBytes = std::int64_t{1} << 50;
   auto bfsAnyway = makePlan(unlimited);
   ASSERT_THAT(bfsAnyway, HasValue());
-  EXPECT_GT(worstActivation(*bfsAnyway), 2 * worstActivation(*zeropp));
+  EXPECT_GT(test::worstPeak(*bfsAnyway), 2 * test::worstPeak(*zeropp));
   // The unit trades gathers for memory.
   PlanRequest small = llamaRequest("zeropp", 2, 2);
   small.config.memoryLimitBytes = std::int64_t{1} << 50;
@@ -140,8 +134,8 @@ TEST(ZeroPp, BeatsOneFOneBAndFitsWhereBreadthFirstDoesNot) {
   auto u8 = makePlan(large);
   ASSERT_THAT(u2, HasValue());
   ASSERT_THAT(u8, HasValue());
-  EXPECT_LT(worstActivation(*u2), worstActivation(*zeropp));
-  EXPECT_LT(worstActivation(*zeropp), worstActivation(*u8));
+  EXPECT_LT(test::worstPeak(*u2), test::worstPeak(*zeropp));
+  EXPECT_LT(test::worstPeak(*zeropp), test::worstPeak(*u8));
   EXPECT_GT(u2->metrics.makespanMs, zeropp->metrics.makespanMs);
   EXPECT_GT(zeropp->metrics.makespanMs, u8->metrics.makespanMs);
   // Without ZeRO-3 the blocks gather nothing: no saving is modelled.

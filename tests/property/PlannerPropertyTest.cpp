@@ -94,27 +94,25 @@ struct Case {
   }
 };
 
-// The bundled documents, loaded once.
-const ModelSpec& bundledModel(const std::string& name) {
-  static std::map<std::string, ModelSpec> loaded;
+// The bundled documents (resources/<folder>/<name>.json), each loaded once.
+template <class Spec, class Load>
+const Spec& loadedOnce(const std::string& folder, const std::string& name, const Load& load) {
+  static std::map<std::string, Spec> loaded;
   auto it = loaded.find(name);
   if (it == loaded.end()) {
-    auto m = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/" + name + ".json");
-    EXPECT_THAT(m, HasValue());
-    it = loaded.emplace(name, m ? *m : ModelSpec{}).first;
+    auto doc = load(std::string(PIPESTUDIO_RESOURCES) + "/" + folder + "/" + name + ".json");
+    EXPECT_THAT(doc, HasValue());
+    it = loaded.emplace(name, doc ? *doc : Spec{}).first;
   }
   return it->second;
 }
 
+const ModelSpec& bundledModel(const std::string& name) {
+  return loadedOnce<ModelSpec>("models", name, [](const std::string& path) { return loadModel(path); });
+}
+
 const ClusterSpec& bundledCluster(const std::string& name) {
-  static std::map<std::string, ClusterSpec> loaded;
-  auto it = loaded.find(name);
-  if (it == loaded.end()) {
-    auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/" + name + ".json");
-    EXPECT_THAT(c, HasValue());
-    it = loaded.emplace(name, c ? *c : ClusterSpec{}).first;
-  }
-  return it->second;
+  return loadedOnce<ClusterSpec>("clusters", name, [](const std::string& path) { return loadCluster(path); });
 }
 
 PlanRequest Case::request() const {
@@ -174,6 +172,12 @@ bool noSlower(double a, double b) { return a <= b * (1 + 1e-9) + 1e-9; }
 struct Coverage {
   int tried = 0;
   int checked = 0;
+  // Counts a case tried, and checked where it planned; whether it planned (is to be checked).
+  bool count(bool planned) {
+    ++tried;
+    if (planned) ++checked;
+    return planned;
+  }
   void expectMost(const char* property) const {
     EXPECT_GT(checked, 0) << property << ": no case checked";
     EXPECT_GE(2 * checked, tried) << property << ": only " << checked << " of " << tried
@@ -232,9 +236,7 @@ TEST(PlannerProperty, PipeoffloadHoldsNoMoreThanOneFOneB) {
           // `uniform` refuses layer counts that pipeoffload's chunks do not divide (its shape, not
           // its memory): no case.
           if (::testing::Value(offload, HasError("cannot divide"))) continue;
-          ++coverage.tried;
-          if (!one) continue;  // 1F1B does not fit: nothing to hold pipeoffload to
-          ++coverage.checked;
+          if (!coverage.count(one.hasValue())) continue;  // 1F1B does not fit: nothing to hold pipeoffload to
           ASSERT_THAT(offload, HasValue()) << rerun(saving);
           EXPECT_LE(peakBytes(*offload), peakBytes(*one))
               << "pipeoffload peaks above 1f1b (" << formatBytes(static_cast<double>(peakBytes(*offload))) << " > "
@@ -254,9 +256,7 @@ TEST(PlannerProperty, VHalfAndVMinHoldNoMoreThanZbV) {
       for (const std::string& partition : partitions()) {
         const Case zbv = caseOf(recipe, "zb-v", recipe.devices * factor, partition);
         const auto& full = planOf(zbv);
-        ++coverage.tried;
-        if (!full) continue;
-        ++coverage.checked;
+        if (!coverage.count(full.hasValue())) continue;
         for (const char* name : {"v-half", "v-min"}) {
           Case saving = zbv;
           saving.schedule = name;
@@ -333,9 +333,7 @@ TEST(PlannerProperty, DpIsNeverSlowerThanBalancedOrUniform) {
         Case other = dp;
         other.partition = heuristic;
         const auto& plan = planOf(other);
-        ++coverage.tried;
-        if (!plan) continue;
-        ++coverage.checked;
+        if (!coverage.count(plan.hasValue())) continue;
         ASSERT_THAT(optimal, HasValue()) << "dp refuses where " << heuristic << " plans" << rerun(dp) << rerun(other);
         EXPECT_TRUE(noSlower(optimal->metrics.iterationMs, plan->metrics.iterationMs))
             << "dp " << optimal->metrics.iterationMs << " ms, " << heuristic << " " << plan->metrics.iterationMs
@@ -374,9 +372,7 @@ TEST(PlannerProperty, MemoryPartsAddUpToThePeak) {
     for (const std::string& schedule : schedules) {
       const Case c = caseOf(recipe, schedule, recipe.devices * 4);
       const auto& plan = planOf(c);
-      ++coverage.tried;
-      if (!plan) continue;  // another property says whether it should have planned
-      ++coverage.checked;
+      if (!coverage.count(plan.hasValue())) continue;  // another property says whether it should have planned
       expectMemoryAddsUp(c, *plan);
     }
   }
@@ -395,9 +391,7 @@ TEST(PlannerProperty, MoreMicrobatchesNeverRaiseOneFOneBsBubble) {
     for (const int factor : fullGrid() ? std::vector<int>{1, 2, 3, 4, 8, 16} : std::vector<int>{1, 2, 4, 8}) {
       const Case c = caseOf(recipe, "1f1b", recipe.devices * factor);
       const auto& plan = planOf(c);
-      ++coverage.tried;
-      if (!plan) continue;
-      ++coverage.checked;
+      if (!coverage.count(plan.hasValue())) continue;
       if (before) {
         EXPECT_LE(plan->metrics.bubbleRatio, *before + 1e-12) << "1f1b's bubble ratio rose from " << *before << " to "
                                                               << plan->metrics.bubbleRatio << rerun(c) << previous;
@@ -448,9 +442,7 @@ TEST(PlannerProperty, SimulateOfASavedPlanIsThePlan) {
   Coverage coverage;
   for (const Case& c : roundTripCases()) {
     const auto& plan = planOf(c);
-    ++coverage.tried;
-    if (!plan) continue;
-    ++coverage.checked;
+    if (!coverage.count(plan.hasValue())) continue;
     const std::string path = (dir / "plan.json").string();
     ASSERT_TRUE(savePlan(path, *plan)) << rerun(c);
     auto loaded = loadPlan(path);
@@ -468,9 +460,7 @@ TEST(PlannerProperty, ScheduleCsvRoundTripIsExact) {
   Coverage coverage;
   for (const Case& c : roundTripCases()) {
     const auto& plan = planOf(c);
-    ++coverage.tried;
-    if (!plan) continue;
-    ++coverage.checked;
+    if (!coverage.count(plan.hasValue())) continue;
     if (std::any_of(plan->ops.begin(), plan->ops.end(), [](const Op& op) { return isHostCopy(op.kind); })) {
       continue;  // schedule CSV has no host copies (docs/formats.md)
     }

@@ -24,9 +24,10 @@ inline Layer testLayer(const std::string& name, double ms) {
   return trainableLayer(name, ms, ms, ms, testLayerBytes());
 }
 
-inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatches) {
+/// The plan before its ops: the stages of `schedule` (a V of two chunks per device for zb-v),
+/// with the frozen encoder's two stages for "fill".
+inline Plan testPlanShell(const std::string& schedule, int devices, int microbatches) {
   const bool v = schedule == "zb-v";
-  const bool split = schedule != "1f1b" && schedule != "fill";
   const bool fill = schedule == "fill";
   const int stages = v ? 2 * devices : devices;
   PlanBuilder builder(schedule, devices, microbatches);
@@ -50,35 +51,67 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
   Plan plan = builder.plan();
   plan.config.chunksPerDevice = v ? 2 : 1;
   plan.config.fill = fill ? "greedy" : "none";
+  return plan;
+}
 
-  // Pending ops: (kind, stage, microbatch, part). Done set with the round they finished in.
-  using Key = std::tuple<int, int, int, int>;
-  std::map<Key, int> doneRound;
-  auto done = [&](OpKind k, int s, int mb, int part, int round) {
-    auto it = doneRound.find({static_cast<int>(k), s, mb, part});
-    return it != doneRound.end() && it->second < round;
-  };
-  std::vector<std::vector<Key>> todo(static_cast<std::size_t>(devices));
-  for (const auto& vs : plan.virtualStages) {
-    auto& list = todo[static_cast<std::size_t>(vs.device)];
-    for (int mb = 0; mb < microbatches; ++mb) {
-      if (vs.component == backbone) {
-        list.push_back({static_cast<int>(OpKind::F), vs.id, mb, 0});
-        list.push_back({static_cast<int>(split ? OpKind::B : OpKind::BW), vs.id, mb, 0});
-        if (split) list.push_back({static_cast<int>(OpKind::W), vs.id, mb, 0});
-      } else {
-        list.push_back({static_cast<int>(OpKind::N), vs.id, mb, 0});
-        list.push_back({static_cast<int>(OpKind::N), vs.id, mb, 1});
+/// The greedy list scheduler of makeTestPlan: unit-time rounds, in each every device runs its
+/// highest-priority ready op (pick) within its in-flight cap.
+class TestListScheduler {
+ public:
+  TestListScheduler(Plan& plan, const std::string& schedule)
+      : m_plan(plan),
+        m_devices(plan.config.devices),
+        m_v(schedule == "zb-v"),
+        m_split(schedule != "1f1b" && schedule != "fill"),
+        m_backbone(schedule == "fill" ? 1 : 0),
+        m_stages(m_v ? 2 * m_devices : m_devices),
+        m_todo(static_cast<std::size_t>(m_devices)),
+        m_inFlight(static_cast<std::size_t>(m_devices), 0) {
+    for (const auto& vs : plan.virtualStages) {
+      auto& list = m_todo[static_cast<std::size_t>(vs.device)];
+      for (int mb = 0; mb < plan.config.microbatches; ++mb) {
+        if (vs.component == m_backbone) {
+          list.push_back({static_cast<int>(OpKind::F), vs.id, mb, 0});
+          list.push_back({static_cast<int>(m_split ? OpKind::B : OpKind::BW), vs.id, mb, 0});
+          if (m_split) list.push_back({static_cast<int>(OpKind::W), vs.id, mb, 0});
+        } else {
+          list.push_back({static_cast<int>(OpKind::N), vs.id, mb, 0});
+          list.push_back({static_cast<int>(OpKind::N), vs.id, mb, 1});
+        }
       }
     }
   }
-  auto ready = [&](const Key& k, int round) {
+
+  void run() {
+    for (int round = 0; round < 100000; ++round) {
+      bool any = false;
+      for (int d = 0; d < m_devices; ++d) {
+        auto& list = m_todo[static_cast<std::size_t>(d)];
+        if (list.empty()) continue;
+        any = true;
+        const auto best = pick(d, round);
+        if (best == list.end()) continue;
+        runOp(d, *best, round);
+        list.erase(best);
+      }
+      if (!any) break;
+    }
+  }
+
+ private:
+  // Pending ops: (kind, stage, microbatch, part).
+  using Key = std::tuple<int, int, int, int>;
+
+  bool done(OpKind k, int s, int mb, int part, int round) const {
+    auto it = m_doneRound.find({static_cast<int>(k), s, mb, part});
+    return it != m_doneRound.end() && it->second < round;
+  }
+  bool ready(const Key& k, int round) const {
     const auto [kind, s, mb, part] = k;
-    const auto ok = static_cast<OpKind>(kind);
-    const VirtualStage& vs = plan.stage(s);
-    const bool first = vs.component == backbone ? s == 0 : s == stages;
-    const bool last = vs.component == backbone ? s == stages - 1 : s == stages + 1;
-    switch (ok) {
+    const VirtualStage& vs = m_plan.stage(s);
+    const bool first = vs.component == m_backbone ? s == 0 : s == m_stages;
+    const bool last = vs.component == m_backbone ? s == m_stages - 1 : s == m_stages + 1;
+    switch (static_cast<OpKind>(kind)) {
       case OpKind::F:
         return first || done(OpKind::F, s - 1, mb, 0, round);
       case OpKind::N:
@@ -92,8 +125,8 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
       default:
         return false;
     }
-  };
-  auto priority = [&](const Key& k) {
+  }
+  static int priority(const Key& k) {
     switch (static_cast<OpKind>(std::get<0>(k))) {
       case OpKind::B:
       case OpKind::BW:
@@ -105,46 +138,56 @@ inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatc
       default:
         return 3;
     }
-  };
-  std::vector<int> inFlight(static_cast<std::size_t>(devices), 0);
-  const double slotMs = 1.0;
-  for (int round = 0; round < 100000; ++round) {
-    bool any = false;
-    for (int d = 0; d < devices; ++d) {
-      auto& list = todo[static_cast<std::size_t>(d)];
-      if (list.empty()) continue;
-      any = true;
-      const int cap = v ? 2 * (devices - d) : devices - d;
-      auto best = list.end();
-      for (auto it = list.begin(); it != list.end(); ++it) {
-        if (!ready(*it, round)) continue;
-        // The cap holds back new microbatches only: a V's second chunk (the way back) always
-        // runs, or a device that filled its cap with first-chunk forwards would wait forever.
-        const bool newMicrobatch = !v || std::get<1>(*it) < devices;
-        if (static_cast<OpKind>(std::get<0>(*it)) == OpKind::F && newMicrobatch &&
-            inFlight[static_cast<std::size_t>(d)] >= cap)
-          continue;
-        if (best == list.end() || priority(*it) < priority(*best)) best = it;
-      }
-      if (best == list.end()) continue;
-      const auto [kind, s, mb, part] = *best;
-      const auto ok = static_cast<OpKind>(kind);
-      if (ok == OpKind::F) ++inFlight[static_cast<std::size_t>(d)];
-      if (ok == OpKind::B || ok == OpKind::BW) --inFlight[static_cast<std::size_t>(d)];
-      doneRound[*best] = round;
-      Op op;
-      op.device = d;
-      op.virtualStage = s;
-      op.kind = ok;
-      op.microbatch = mb;
-      op.samples = ok == OpKind::N ? 1 : 0;
-      op.startMs = round * slotMs;
-      op.endMs = op.startMs + (ok == OpKind::N ? 0.5 : (ok == OpKind::BW ? 0.9 : 0.6)) * slotMs;
-      plan.ops.push_back(op);
-      list.erase(best);
-    }
-    if (!any) break;
   }
+  // Device d's highest-priority ready op this round (end: none).
+  std::vector<Key>::iterator pick(int d, int round) {
+    auto& list = m_todo[static_cast<std::size_t>(d)];
+    const int cap = m_v ? 2 * (m_devices - d) : m_devices - d;
+    auto best = list.end();
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      if (!ready(*it, round)) continue;
+      // The cap holds back new microbatches only: a V's second chunk (the way back) always
+      // runs, or a device that filled its cap with first-chunk forwards would wait forever.
+      const bool newMicrobatch = !m_v || std::get<1>(*it) < m_devices;
+      if (static_cast<OpKind>(std::get<0>(*it)) == OpKind::F && newMicrobatch &&
+          m_inFlight[static_cast<std::size_t>(d)] >= cap)
+        continue;
+      if (best == list.end() || priority(*it) < priority(*best)) best = it;
+    }
+    return best;
+  }
+  void runOp(int d, const Key& key, int round) {
+    constexpr double kSlotMs = 1.0;
+    const auto [kind, s, mb, part] = key;
+    const auto ok = static_cast<OpKind>(kind);
+    if (ok == OpKind::F) ++m_inFlight[static_cast<std::size_t>(d)];
+    if (ok == OpKind::B || ok == OpKind::BW) --m_inFlight[static_cast<std::size_t>(d)];
+    m_doneRound[key] = round;
+    Op op;
+    op.device = d;
+    op.virtualStage = s;
+    op.kind = ok;
+    op.microbatch = mb;
+    op.samples = ok == OpKind::N ? 1 : 0;
+    op.startMs = round * kSlotMs;
+    op.endMs = op.startMs + (ok == OpKind::N ? 0.5 : (ok == OpKind::BW ? 0.9 : 0.6)) * kSlotMs;
+    m_plan.ops.push_back(op);
+  }
+
+  Plan& m_plan;
+  const int m_devices;
+  const bool m_v;
+  const bool m_split;
+  const int m_backbone;
+  const int m_stages;
+  std::map<Key, int> m_doneRound;  // with the round each op finished in
+  std::vector<std::vector<Key>> m_todo;
+  std::vector<int> m_inFlight;
+};
+
+inline Plan makeTestPlan(const std::string& schedule, int devices, int microbatches) {
+  Plan plan = testPlanShell(schedule, devices, microbatches);
+  TestListScheduler(plan, schedule).run();
   // Plan order is per device in execution order; a stable sort by device keeps each order.
   std::stable_sort(plan.ops.begin(), plan.ops.end(), [](const Op& a, const Op& b) { return a.device < b.device; });
   plan.metrics = computeMetrics(plan);

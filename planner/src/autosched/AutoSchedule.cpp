@@ -508,6 +508,181 @@ Expected<Orders> fromSkeleton(const Instance& inst, const ScheduleSkeleton& skel
   return orders;
 }
 
+// One zb-auto search (autoSchedule): the published heuristic gives the first answer
+// (publishedFirst), the policy portfolio and local search improve it while the budget lasts
+// (portfolioSearch, run), the exact solver last (exactSearch); offer() keeps the best order timed
+// so far.
+class AutoSearch {
+ public:
+  AutoSearch(const Instance& inst, const ScheduleInput& input, const AutoScheduleOptions& options,
+             AutoScheduleReport& report)
+      : m_inst(inst),
+        m_input(input),
+        m_options(options),
+        m_report(report),
+        m_opSteps(inst.opCount()),
+        m_canCancel(input.control != nullptr && input.control->cancel != nullptr) {
+    double spanBound = 0;
+    report.lowerBoundMs = lowerBound(inst, report.busiestDeviceWorkMs, spanBound);
+    report.objective = inst.spanObjective ? "longest device span" : "makespan";
+    m_objectiveBound = inst.spanObjective ? spanBound : report.lowerBoundMs;
+  }
+
+  // Every phase in turn; an error when cancelled (see stop) or when no order was found.
+  Status run() {
+    publishedFirst();
+    PS_RETURN_IF_ERROR(portfolioSearch());
+    if (m_best.empty()) {
+      return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};
+    }
+    m_report.bestPolicyMakespanMs = m_bestMakespan;
+    if (m_options.localSearch && !atBound() && !m_report.stoppedEarly) {
+      localSearch(m_inst, m_best, m_bestMakespan, m_options, m_report, [this] { return stop(); });
+    }
+    if (m_report.stoppedEarly && !m_options.keepBestOnCancel) return Error::cancelled();
+    if (m_options.exact) exactSearch();
+    return {};
+  }
+
+  const Orders& best() const { return m_best; }
+
+ private:
+  bool cancelled() const { return m_canCancel && m_input.control->cancelled(); }
+  // Cancel before a first answer, or without keepBestOnCancel, is an error; after one it
+  // stops the search with the best order so far.
+  bool stop() {
+    if (!cancelled()) return false;
+    m_report.stoppedEarly = true;
+    return true;
+  }
+  void progress() const {
+    if (m_input.control != nullptr && m_input.control->progress) {
+      const double used = static_cast<double>(m_report.workSteps) /
+                          static_cast<double>(std::max<std::int64_t>(1, m_options.workBudgetSteps));
+      m_input.control->progress(std::min(0.99, used));
+    }
+  }
+  // Times an order and keeps it when it beats the best so far.
+  double offer(const Orders& orders, const std::string& name) {
+    const Timing t = timeOrders(m_inst, orders);
+    m_report.workSteps += m_opSteps;
+    if (!t.ok || !t.memoryOk) return std::numeric_limits<double>::infinity();
+    if (t.objectiveMs < m_bestMakespan - 1e-9) {
+      m_bestMakespan = t.objectiveMs;
+      m_best = orders;
+      m_report.bestPolicy = name;
+    }
+    return t.objectiveMs;
+  }
+  // Nothing beats an objective at its lower bound (to rounding).
+  bool atBound() const { return m_bestMakespan <= m_objectiveBound * (1 + kOptimalTolerance); }
+
+  void publishedFirst();
+  Status portfolioSearch();
+  void exactSearch();
+
+  const Instance& m_inst;
+  const ScheduleInput& m_input;
+  const AutoScheduleOptions& m_options;
+  AutoScheduleReport& m_report;
+  const std::int64_t m_opSteps;
+  const bool m_canCancel;
+  double m_objectiveBound = 0;
+  Orders m_best;
+  double m_bestMakespan = std::numeric_limits<double>::infinity();
+};
+
+// The published heuristic: the first answer. Every variant is timed as soon as it is built, so
+// the first one is an answer at once.
+void AutoSearch::publishedFirst() {
+  m_report.paperGreedyMakespanMs = 0;
+  int variant = 0;
+  IdVector<double> variantMs;  // per published variant
+  std::string publishedName = "zb.py";
+  auto each = [&](const PublishedRun& run) {
+    const int index = variant++;
+    m_report.workSteps += m_opSteps;
+    variantMs.push_back(run.ok
+                            ? offer(run.orders, publishedName + (index == 0 ? "" : " variant " + std::to_string(index)))
+                            : std::numeric_limits<double>::infinity());
+    if (index == 0 && m_best.size() > 0) progress();
+  };
+  std::vector<PublishedRun> published = zbGreedyRuns(m_inst, each);
+  if (published.empty()) {
+    publishedName = "zbv.py";
+    // The construction's first order is an answer before its refinements run.
+    published = zbvRuns(m_inst, m_input, each, [&](const PublishedRun& run) {
+      m_report.workSteps += m_opSteps;
+      offer(run.orders, "zbv.py (unrefined)");
+      progress();
+    });
+  }
+  if (published.empty()) return;
+  m_report.publishedHeuristic = publishedName;
+  ++m_report.policiesTried;
+  const int choice = publishedChoice(published);
+  if (variantMs.contains(choice)) {
+    const double ms = variantMs[choice];
+    if (std::isfinite(ms)) m_report.paperGreedyMakespanMs = ms;
+  }
+}
+
+// The policy portfolio, while the budget lasts.
+Status AutoSearch::portfolioSearch() {
+  const auto policies = portfolio();
+  for (std::size_t i = 0; i < policies.size() && !atBound(); ++i) {
+    if (cancelled()) {
+      if (m_best.empty() || !m_options.keepBestOnCancel) return Error::cancelled();
+      m_report.stoppedEarly = true;
+      break;
+    }
+    // A policy places every op once, looking at every device for the next decision (about
+    // 1 + p/8 steps per op, measured), and is timed once.
+    const std::int64_t policySteps = m_opSteps * (1 + m_inst.devices / 8);
+    if (!m_best.empty() && m_report.workSteps + policySteps + m_opSteps > m_options.workBudgetSteps) break;
+    const ListResult r = runPolicy(m_inst, policies[i]);
+    m_report.workSteps += policySteps;
+    ++m_report.policiesTried;
+    if (r.ok) offer(r.orders, policies[i].name);
+    progress();
+  }
+  return {};
+}
+
+// The exact solver (CBC) from the best order, on instances small enough for it.
+void AutoSearch::exactSearch() {
+  AutoScheduleReport& report = m_report;
+  if (!exactSchedulingAvailable()) {
+    report.exactStatus = ExactStatus::Unavailable;
+    report.exactMessage = "exact mode needs CBC (coinor-libcbc-dev); this build has none";
+    return;
+  }
+  if (m_inst.devices > kExactMaxDevices || m_inst.microbatches > kExactMaxMicrobatches ||
+      m_inst.stages > 2 * kExactMaxDevices) {
+    report.exactStatus = ExactStatus::TooLarge;
+    report.exactMessage = "exact mode is offered for at most " + std::to_string(kExactMaxDevices) + " devices and " +
+                          std::to_string(kExactMaxMicrobatches) + " microbatches";
+    return;
+  }
+  const ExactResult exact = solveExact(m_inst, m_best, m_bestMakespan, m_options.exactTimeLimitS);
+  report.exactSeconds = exact.seconds;
+  report.exactMessage = exact.message;
+  report.exactMakespanMs = exact.objectiveMs;
+  report.exactBoundMs = exact.boundMs;
+  report.exactGap =
+      exact.objectiveMs > 0 ? std::max(0.0, (exact.objectiveMs - exact.boundMs) / exact.objectiveMs) : 0.0;
+  report.exactStatus = !exact.solved   ? ExactStatus::Failed
+                       : exact.optimal ? ExactStatus::Optimal
+                                       : ExactStatus::TimeLimit;
+  if (!exact.solved) return;
+  const Timing t = timeOrders(m_inst, exact.orders);
+  if (t.ok && t.memoryOk && t.objectiveMs < m_bestMakespan - 1e-9) {
+    m_best = exact.orders;
+    m_bestMakespan = t.objectiveMs;
+    report.bestPolicy += " + ILP";
+  }
+}
+
 }  // namespace
 }  // namespace autosched
 
@@ -655,137 +830,9 @@ Expected<AutoScheduleResult> autoSchedule(const ScheduleInput& input, const Auto
   PS_ASSIGN_OR_RETURN(const Instance inst, buildInstance(input));
   AutoScheduleResult result;
   AutoScheduleReport& report = result.report;
-  double spanBound = 0;
-  report.lowerBoundMs = lowerBound(inst, report.busiestDeviceWorkMs, spanBound);
-  report.objective = inst.spanObjective ? "longest device span" : "makespan";
-
-  Orders best;
-  double bestMakespan = std::numeric_limits<double>::infinity();
-  const std::int64_t opSteps = inst.opCount();
-  const bool canCancel = input.control != nullptr && input.control->cancel != nullptr;
-  auto cancelled = [&] { return canCancel && input.control->cancelled(); };
-  // Cancel before a first answer, or without keepBestOnCancel, is an error; after one it
-  // stops the search with the best order so far.
-  auto stop = [&] {
-    if (!cancelled()) return false;
-    report.stoppedEarly = true;
-    return true;
-  };
-  auto progress = [&] {
-    if (input.control != nullptr && input.control->progress) {
-      const double used = static_cast<double>(report.workSteps) /
-                          static_cast<double>(std::max<std::int64_t>(1, options.workBudgetSteps));
-      input.control->progress(std::min(0.99, used));
-    }
-  };
-  // Times an order and keeps it when it beats the best so far.
-  auto offer = [&](const Orders& orders, const std::string& name) {
-    const Timing t = timeOrders(inst, orders);
-    report.workSteps += opSteps;
-    if (!t.ok || !t.memoryOk) return std::numeric_limits<double>::infinity();
-    if (t.objectiveMs < bestMakespan - 1e-9) {
-      bestMakespan = t.objectiveMs;
-      best = orders;
-      report.bestPolicy = name;
-    }
-    return t.objectiveMs;
-  };
-  // Nothing beats an objective at its lower bound (to rounding).
-  const double objectiveBound = inst.spanObjective ? spanBound : report.lowerBoundMs;
-  auto atBound = [&] { return bestMakespan <= objectiveBound * (1 + kOptimalTolerance); };
-
-  // --- the published heuristic: the first answer ---
-  // Every variant is timed as soon as it is built, so the first one is an answer at once.
-  report.paperGreedyMakespanMs = 0;
-  int variant = 0;
-  IdVector<double> variantMs;  // per published variant
-  std::string publishedName = "zb.py";
-  auto each = [&](const PublishedRun& run) {
-    const int index = variant++;
-    report.workSteps += opSteps;
-    variantMs.push_back(run.ok
-                            ? offer(run.orders, publishedName + (index == 0 ? "" : " variant " + std::to_string(index)))
-                            : std::numeric_limits<double>::infinity());
-    if (index == 0 && best.size() > 0) progress();
-  };
-  std::vector<PublishedRun> published = zbGreedyRuns(inst, each);
-  if (published.empty()) {
-    publishedName = "zbv.py";
-    // The construction's first order is an answer before its refinements run.
-    published = zbvRuns(inst, input, each, [&](const PublishedRun& run) {
-      report.workSteps += opSteps;
-      offer(run.orders, "zbv.py (unrefined)");
-      progress();
-    });
-  }
-  if (!published.empty()) {
-    report.publishedHeuristic = publishedName;
-    ++report.policiesTried;
-    const int choice = publishedChoice(published);
-    if (variantMs.contains(choice)) {
-      const double ms = variantMs[choice];
-      if (std::isfinite(ms)) report.paperGreedyMakespanMs = ms;
-    }
-  }
-
-  // --- the policy portfolio, while the budget lasts ---
-  const auto policies = portfolio();
-  for (std::size_t i = 0; i < policies.size() && !atBound(); ++i) {
-    if (cancelled()) {
-      if (best.empty() || !options.keepBestOnCancel) return Error::cancelled();
-      report.stoppedEarly = true;
-      break;
-    }
-    // A policy places every op once, looking at every device for the next decision (about
-    // 1 + p/8 steps per op, measured), and is timed once.
-    const std::int64_t policySteps = opSteps * (1 + inst.devices / 8);
-    if (!best.empty() && report.workSteps + policySteps + opSteps > options.workBudgetSteps) break;
-    const ListResult r = runPolicy(inst, policies[i]);
-    report.workSteps += policySteps;
-    ++report.policiesTried;
-    if (r.ok) offer(r.orders, policies[i].name);
-    progress();
-  }
-  if (best.empty()) {
-    return Error{"zb-auto: no policy found a schedule within the memory limit (every greedy order deadlocked)"};
-  }
-  report.bestPolicyMakespanMs = bestMakespan;
-  if (options.localSearch && !atBound() && !report.stoppedEarly) {
-    localSearch(inst, best, bestMakespan, options, report, stop);
-  }
-  if (report.stoppedEarly && !options.keepBestOnCancel) return Error::cancelled();
-
-  if (options.exact) {
-    if (!exactSchedulingAvailable()) {
-      report.exactStatus = ExactStatus::Unavailable;
-      report.exactMessage = "exact mode needs CBC (coinor-libcbc-dev); this build has none";
-    } else if (inst.devices > kExactMaxDevices || inst.microbatches > kExactMaxMicrobatches ||
-               inst.stages > 2 * kExactMaxDevices) {
-      report.exactStatus = ExactStatus::TooLarge;
-      report.exactMessage = "exact mode is offered for at most " + std::to_string(kExactMaxDevices) + " devices and " +
-                            std::to_string(kExactMaxMicrobatches) + " microbatches";
-    } else {
-      const ExactResult exact = solveExact(inst, best, bestMakespan, options.exactTimeLimitS);
-      report.exactSeconds = exact.seconds;
-      report.exactMessage = exact.message;
-      report.exactMakespanMs = exact.objectiveMs;
-      report.exactBoundMs = exact.boundMs;
-      report.exactGap =
-          exact.objectiveMs > 0 ? std::max(0.0, (exact.objectiveMs - exact.boundMs) / exact.objectiveMs) : 0.0;
-      report.exactStatus = !exact.solved   ? ExactStatus::Failed
-                           : exact.optimal ? ExactStatus::Optimal
-                                           : ExactStatus::TimeLimit;
-      if (exact.solved) {
-        const Timing t = timeOrders(inst, exact.orders);
-        if (t.ok && t.memoryOk && t.objectiveMs < bestMakespan - 1e-9) {
-          best = exact.orders;
-          bestMakespan = t.objectiveMs;
-          report.bestPolicy += " + ILP";
-        }
-      }
-    }
-  }
-
+  AutoSearch search(inst, input, options, report);
+  PS_RETURN_IF_ERROR(search.run());
+  const Orders& best = search.best();
   const Timing final = timeOrders(inst, best);
   report.makespanMs = final.makespanMs;
   report.objectiveMs = final.objectiveMs;

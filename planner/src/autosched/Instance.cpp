@@ -101,123 +101,174 @@ std::vector<std::int64_t> peakActivations(const Instance& inst, const Orders& or
   return peak;
 }
 
-Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
-  Timing t;
-  const auto n = static_cast<std::size_t>(inst.opCount());
-  const int m = inst.microbatches;
-  const auto p = static_cast<std::size_t>(inst.devices);
-  t.start.assign(n, 0.0);
-  t.end.assign(n, -1.0);
-  if (withCauses) t.cause.assign(n, -1);
-  std::vector<double> ready(n, -1.0);
-  std::vector<int> producer;
-  if (withCauses) producer.assign(n, -1);
-  for (int mb = 0; mb < m; ++mb) ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
-  std::vector<double> linkFree(p * p, 0.0);
-  std::vector<std::size_t> pos(p, 0);
-  std::vector<double> free(p, 0.0);
-  std::vector<int> previous(p, -1);
-  std::vector<std::size_t> work;
-  std::vector<char> queued(p, 1);
-  for (std::size_t d = p; d > 0; --d) work.push_back(d - 1);
-  auto transfer = [&](std::size_t from, int to, double at, double ms) {
-    const auto toDevice = static_cast<std::size_t>(to);
-    if (from == toDevice || ms <= 0) return at;
-    double& link = linkFree[from * p + toDevice];
-    const double begin = std::max(at, link);
-    link = begin + ms;
-    return link;
-  };
-  auto deliver = [&](int op, double at, int from) {
-    const auto o = static_cast<std::size_t>(op);
-    ready[o] = at;
-    if (withCauses) producer[o] = from;
-    const auto d = static_cast<std::size_t>(inst.deviceOf(op));
-    if (!queued[d]) {
-      queued[d] = 1;
-      work.push_back(d);
-    }
-  };
-  std::size_t done = 0;
-  while (!work.empty()) {
-    const std::size_t d = work.back();
-    work.pop_back();
-    queued[d] = 0;
-    const auto& order = orders[d];
-    std::size_t& i = pos[d];
-    while (i < order.size()) {
-      const int op = order[i];
-      const auto o = static_cast<std::size_t>(op);
-      const double r = ready[o];
-      if (r < 0) break;
-      const double begin = std::max(free[d], r);
-      const double finish = begin + inst.duration(op);
-      t.start[o] = begin;
-      t.end[o] = finish;
-      if (withCauses) t.cause[o] = r >= free[d] ? producer[o] : previous[d];
-      free[d] = finish;
-      previous[d] = op;
-      ++i;
-      ++done;
-      const int s = inst.stageOf(op);
-      const auto S = static_cast<std::size_t>(s);
-      const int mb = inst.mbOf(op);
-      switch (inst.kindOf(op)) {
-        case kF:
-          if (s + 1 < inst.stages) {
-            deliver(inst.opId(s + 1, kF, mb), transfer(d, inst.device[S + 1], finish, inst.sendMs[S]), op);
-          } else {
-            deliver(inst.opId(s, kB, mb), finish, op);
-          }
-          break;
-        case kB:
-          deliver(inst.opId(s, kW, mb), finish, op);
-          if (s > 0) deliver(inst.opId(s - 1, kB, mb), transfer(d, inst.device[S - 1], finish, inst.sendMs[S - 1]), op);
-          break;
-        default:
-          break;
-      }
-    }
+namespace {
+
+// One timing of fixed orders (timeOrders): a work list of devices that may run their next op;
+// a device runs ops in its order while their inputs are there (runDevice), each delivering
+// its outputs to its consumers (deliver) over the serialised links (transfer).
+class OrdersRun {
+ public:
+  OrdersRun(const Instance& inst, const Orders& orders, bool withCauses, Timing& t)
+      : m_inst(inst),
+        m_orders(orders),
+        m_withCauses(withCauses),
+        m_t(t),
+        m_p(static_cast<std::size_t>(inst.devices)),
+        m_ready(static_cast<std::size_t>(inst.opCount()), -1.0),
+        m_linkFree(m_p * m_p, 0.0),
+        m_pos(m_p, 0),
+        m_free(m_p, 0.0),
+        m_previous(m_p, -1),
+        m_queued(m_p, 1) {
+    if (withCauses) m_producer.assign(static_cast<std::size_t>(inst.opCount()), -1);
+    for (int mb = 0; mb < inst.microbatches; ++mb) m_ready[static_cast<std::size_t>(inst.opId(0, kF, mb))] = 0.0;
+    for (std::size_t d = m_p; d > 0; --d) m_work.push_back(d - 1);
   }
-  if (done != n) {
+
+  // Runs until no device can go on; the number of ops run.
+  std::size_t run() {
+    std::size_t done = 0;
+    while (!m_work.empty()) {
+      const std::size_t d = m_work.back();
+      m_work.pop_back();
+      m_queued[d] = 0;
+      done += runDevice(d);
+    }
+    return done;
+  }
+
+  // Where each device waits (after run() stopped short of every op).
+  std::string deadlock() const {
     std::ostringstream why;
     why << "deadlock: ";
     bool first = true;
-    for (std::size_t d = 0; d < p; ++d) {
-      const auto& order = orders[d];
-      const std::size_t i = pos[d];
+    for (std::size_t d = 0; d < m_p; ++d) {
+      const auto& order = m_orders[d];
+      const std::size_t i = m_pos[d];
       if (i >= order.size()) continue;
       const int op = order[i];
       if (!first) why << "; ";
       first = false;
       why << "device " << d << " waits at "
-          << "FBW"[inst.kindOf(op)] << inst.mbOf(op) << " of stage " << inst.stageOf(op);
+          << "FBW"[m_inst.kindOf(op)] << m_inst.mbOf(op) << " of stage " << m_inst.stageOf(op);
     }
-    t.problem = why.str();
-    return t;
+    return why.str();
   }
-  t.ok = true;
-  for (std::size_t o = 0; o < n; ++o) {
+
+ private:
+  double transfer(std::size_t from, int to, double at, double ms) {
+    const auto toDevice = static_cast<std::size_t>(to);
+    if (from == toDevice || ms <= 0) return at;
+    double& link = m_linkFree[from * m_p + toDevice];
+    const double begin = std::max(at, link);
+    link = begin + ms;
+    return link;
+  }
+  void deliver(int op, double at, int from) {
+    const auto o = static_cast<std::size_t>(op);
+    m_ready[o] = at;
+    if (m_withCauses) m_producer[o] = from;
+    const auto d = static_cast<std::size_t>(m_inst.deviceOf(op));
+    if (!m_queued[d]) {
+      m_queued[d] = 1;
+      m_work.push_back(d);
+    }
+  }
+  std::size_t runDevice(std::size_t d) {
+    const auto& order = m_orders[d];
+    std::size_t& i = m_pos[d];
+    std::size_t done = 0;
+    while (i < order.size()) {
+      const int op = order[i];
+      const auto o = static_cast<std::size_t>(op);
+      const double r = m_ready[o];
+      if (r < 0) break;
+      const double begin = std::max(m_free[d], r);
+      const double finish = begin + m_inst.duration(op);
+      m_t.start[o] = begin;
+      m_t.end[o] = finish;
+      if (m_withCauses) m_t.cause[o] = r >= m_free[d] ? m_producer[o] : m_previous[d];
+      m_free[d] = finish;
+      m_previous[d] = op;
+      ++i;
+      ++done;
+      const int s = m_inst.stageOf(op);
+      const auto S = static_cast<std::size_t>(s);
+      const int mb = m_inst.mbOf(op);
+      switch (m_inst.kindOf(op)) {
+        case kF:
+          if (s + 1 < m_inst.stages) {
+            deliver(m_inst.opId(s + 1, kF, mb), transfer(d, m_inst.device[S + 1], finish, m_inst.sendMs[S]), op);
+          } else {
+            deliver(m_inst.opId(s, kB, mb), finish, op);
+          }
+          break;
+        case kB:
+          deliver(m_inst.opId(s, kW, mb), finish, op);
+          if (s > 0)
+            deliver(m_inst.opId(s - 1, kB, mb), transfer(d, m_inst.device[S - 1], finish, m_inst.sendMs[S - 1]), op);
+          break;
+        default:
+          break;
+      }
+    }
+    return done;
+  }
+
+  const Instance& m_inst;
+  const Orders& m_orders;
+  const bool m_withCauses;
+  Timing& m_t;
+  const std::size_t m_p;
+  std::vector<double> m_ready;
+  std::vector<int> m_producer;
+  std::vector<double> m_linkFree;
+  std::vector<std::size_t> m_pos;
+  std::vector<double> m_free;
+  std::vector<int> m_previous;
+  std::vector<std::size_t> m_work;
+  std::vector<char> m_queued;
+};
+
+// The makespan and the objective (makespan or longest device span), with the op that sets it.
+void setObjective(const Instance& inst, const Orders& orders, Timing& t) {
+  for (std::size_t o = 0; o < t.end.size(); ++o) {
     if (t.end[o] > t.makespanMs || t.objectiveOp < 0) {
       t.makespanMs = t.end[o];
       t.objectiveOp = static_cast<int>(o);
     }
   }
   t.objectiveMs = t.makespanMs;
-  if (inst.spanObjective) {
-    t.objectiveMs = 0;
-    for (const auto& order : orders) {
-      if (order.empty()) continue;
-      const double span =
-          t.end[static_cast<std::size_t>(order.back())] - t.start[static_cast<std::size_t>(order.front())];
-      if (span > t.objectiveMs) {
-        t.objectiveMs = span;
-        t.objectiveOp = order.back();
-      }
+  if (!inst.spanObjective) return;
+  t.objectiveMs = 0;
+  for (const auto& order : orders) {
+    if (order.empty()) continue;
+    const double span =
+        t.end[static_cast<std::size_t>(order.back())] - t.start[static_cast<std::size_t>(order.front())];
+    if (span > t.objectiveMs) {
+      t.objectiveMs = span;
+      t.objectiveOp = order.back();
     }
   }
+}
+
+}  // namespace
+
+Timing timeOrders(const Instance& inst, const Orders& orders, bool withCauses) {
+  Timing t;
+  const auto n = static_cast<std::size_t>(inst.opCount());
+  t.start.assign(n, 0.0);
+  t.end.assign(n, -1.0);
+  if (withCauses) t.cause.assign(n, -1);
+  OrdersRun run(inst, orders, withCauses, t);
+  if (run.run() != n) {
+    t.problem = run.deadlock();
+    return t;
+  }
+  t.ok = true;
+  setObjective(inst, orders, t);
   t.peakActivationBytes = peakActivations(inst, orders);
-  for (std::size_t d = 0; d < p; ++d) {
+  for (std::size_t d = 0; d < static_cast<std::size_t>(inst.devices); ++d) {
     if (t.peakActivationBytes[d] > inst.budgetBytes[d]) t.memoryOk = false;
   }
   return t;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "pipestudio/common/Index.hpp"
@@ -319,153 +320,204 @@ Frozen frozenGroups(const Plan& shell) {
 
 // Greedy: each (component, microbatch) in topological order goes to the device where all its
 // groups finish earliest, filling that device's gaps first (partial batches) and running past
-// the backbone's end only when the gaps are full.
-Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useGaps, bool largestFirst = true) {
-  const int devices = timed.config.devices;
-  const int m = timed.config.microbatches;
-  const int samples = static_cast<int>(std::max<std::int64_t>(1, timed.model.samplesPerMicrobatch));
-  Layout layout;
-  layout.groups = frozen.groups;
-  layout.extraStaticBytes.assign(devices, 0.0);
-  IdVector<std::vector<Idle>> gaps;
+// the backbone's end only when the gaps are full. The state (constructor), the order of the
+// components (placementOrder), one (component, microbatch) placed (placeUnit) after trying it
+// on each device (tryDevice).
+class GreedyFill {
+ public:
+  GreedyFill(const Plan& timed, const Frozen& frozen, bool useGaps);
+  Expected<Layout> run(bool largestFirst);
+
+ private:
+  // One (component, microbatch) placed on one device: where it ends, when its output reaches
+  // every consumer, whether it misses the next iteration's deadline, and the device's gaps after.
+  struct Trial {
+    double endMs = kInf;
+    double arrivalMs = kInf;
+    bool late = true;
+    std::vector<Piece> pieces;
+    std::vector<Idle> gaps;
+  };
+  std::vector<int> placementOrder(bool largestFirst) const;
+  std::map<int, double> consumersOf(const std::vector<int>& consumerStages, int mb) const;
+  std::optional<Trial> tryDevice(int d, const std::vector<std::size_t>& gs, int mb, double ready,
+                                 const std::map<int, double>& consumers, double outputBytes) const;
+  Status placeUnit(int c, int mb, const std::vector<int>& consumerStages, double outputBytes);
+
+  const Plan& m_timed;
+  const Frozen& m_frozen;
+  const bool m_useGaps;
+  const int m_devices;
+  const int m_samples;
+  const double m_periodMs;
+  Layout m_layout;
+  IdVector<std::vector<Idle>> m_gaps;
+  IdVector<double> m_peak;  // per device, as are the memory timeline's and the metrics' lists
+  IdVector<std::vector<char>> m_hasGroup;
+  // Where each frozen output goes: per microbatch the consumer's first F start (the
+  // cross-iteration deadline is that start plus the iteration period).
+  Grid<double> m_fStart;  // per (stage, microbatch)
+  // device and completion per (component, microbatch)
+  std::map<std::pair<int, int>, std::pair<int, double>> m_done;
+};
+
+GreedyFill::GreedyFill(const Plan& timed, const Frozen& frozen, bool useGaps)
+    : m_timed(timed),
+      m_frozen(frozen),
+      m_useGaps(useGaps),
+      m_devices(timed.config.devices),
+      m_samples(static_cast<int>(std::max<std::int64_t>(1, timed.model.samplesPerMicrobatch))),
+      m_periodMs(timed.metrics.makespanMs),
+      m_hasGroup(m_devices, std::vector<char>(frozen.groups.size(), 0)),
+      m_fStart(static_cast<int>(timed.virtualStages.size()), timed.config.microbatches, kInf) {
+  m_layout.groups = frozen.groups;
+  m_layout.extraStaticBytes.assign(m_devices, 0.0);
   if (useGaps) {
-    gaps = idleGaps(timed);
+    m_gaps = idleGaps(timed);
   } else {
     // `none`: a prologue before the pipeline; each device is free from 0 on, at static memory.
     const MemoryTimeline mem = memoryTimeline(timed);
-    for (const std::int64_t bytes : mem.staticBytes) gaps.push_back({Idle{0, kInf, static_cast<double>(bytes)}});
+    for (const std::int64_t bytes : mem.staticBytes) m_gaps.push_back({Idle{0, kInf, static_cast<double>(bytes)}});
   }
-  IdVector<double> peak;  // per device, as are the memory timeline's and the metrics' lists
-  for (const DeviceMetrics& dm : timed.metrics.devices) peak.push_back(static_cast<double>(dm.peakMemoryBytes));
-  IdVector<std::vector<char>> hasGroup(devices, std::vector<char>(frozen.groups.size(), 0));
-  // Where each frozen output goes: consumer devices, and per microbatch the consumer's first
-  // F start (the cross-iteration deadline is that start plus the iteration period).
-  const double periodMs = timed.metrics.makespanMs;
-  Grid<double> fStart(static_cast<int>(timed.virtualStages.size()), m, kInf);  // per (stage, microbatch)
+  for (const DeviceMetrics& dm : timed.metrics.devices) m_peak.push_back(static_cast<double>(dm.peakMemoryBytes));
   for (const Op& op : timed.ops) {
-    if (op.kind == OpKind::F) fStart(op.virtualStage, op.microbatch) = op.startMs;
+    if (op.kind == OpKind::F) m_fStart(op.virtualStage, op.microbatch) = op.startMs;
   }
-  // device and completion per (component, microbatch)
-  std::map<std::pair<int, int>, std::pair<int, double>> done;
-  // Largest units first (LPT, Graham 1969): a (component, microbatch) is indivisible across
-  // devices, so placing the big ones (VAE) while many gaps are free and the small ones (text
-  // encoder) last packs the bubbles and balances the overflow better than model order. Only
-  // when no frozen component feeds another (otherwise the topological order stays).
-  std::vector<int> order = frozen.order;
+}
+
+// Largest units first (LPT, Graham 1969): a (component, microbatch) is indivisible across
+// devices, so placing the big ones (VAE) while many gaps are free and the small ones (text
+// encoder) last packs the bubbles and balances the overflow better than model order. Only
+// when no frozen component feeds another (otherwise the topological order stays).
+std::vector<int> GreedyFill::placementOrder(bool largestFirst) const {
+  std::vector<int> order = m_frozen.order;
   bool independent = true;
-  for (int c : order) independent = independent && feederOf(timed.model, c) < 0;
+  for (int c : order) independent = independent && feederOf(m_timed.model, c) < 0;
   if (independent && largestFirst) {
     auto workOf = [&](int c) {
       double ms = 0;
-      for (std::size_t g : frozen.groupsOf[c]) ms += frozen.groups[g].forwardMs[0];
+      for (std::size_t g : m_frozen.groupsOf[c]) ms += m_frozen.groups[g].forwardMs[0];
       return ms;
     };
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return workOf(a) > workOf(b); });
   }
-  for (int c : order) {
-    const auto& gs = frozen.groupsOf[c];
-    if (gs.empty()) continue;
-    const int feeder = feederOf(timed.model, c);
-    const std::vector<int> consumerStages = frozenConsumerStagesOf(timed, c);
-    const auto outputBytes = static_cast<double>(frozenOutputBytes(timed.model, timed.cluster, c));
-    for (int mb = 0; mb < m; ++mb) {
-      // (consumer device, deadline) for this microbatch; the deadline only binds
-      // cross-iteration fill (useGaps), `none` minimises the arrival itself.
-      std::map<int, double> consumers;
-      for (int s : consumerStages) {
-        const int dc = timed.stage(s).device;
-        const double f = fStart(s, mb);
-        if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
-        auto it = consumers.find(dc);
-        if (it == consumers.end())
-          consumers.emplace(dc, f);
-        else
-          it->second = std::min(it->second, f);
-      }
-      int forced = -1;
-      double ready = 0;
-      if (feeder >= 0) {
-        auto it = done.find({feeder, mb});
-        if (it != done.end()) {
-          forced = it->second.first;
-          ready = it->second.second;
-        }
-      }
-      double bestEnd = kInf;
-      double bestArrival = kInf;
-      bool bestLate = true;
-      int bestDevice = -1;
-      std::vector<Piece> bestPieces;
-      std::vector<Idle> bestGaps;
-      for (int d = 0; d < devices; ++d) {
-        if (forced >= 0 && d != forced) continue;
-        const double limit = limitOf(timed, d);
-        // Weights of groups this device does not hold yet raise its static memory for the
-        // whole iteration.
-        double newWeights = 0;
-        for (std::size_t g : gs) {
-          if (!hasGroup[d][g]) newWeights += frozen.groups[g].weightBytes;
-        }
-        if (peak[d] + layout.extraStaticBytes[d] + newWeights > limit) continue;
-        std::vector<Idle> trial = gaps[d];
-        std::vector<Piece> pieces;
-        double t = ready;
-        for (std::size_t g : gs) {
-          const Group& grp = frozen.groups[g];
-          const double perSampleMs = grp.forwardMs[d] / samples;
-          const double perSampleBytes = grp.activationBytes / samples;
-          t = placeGroup(trial, t, samples, perSampleMs, perSampleBytes,
-                         limit - layout.extraStaticBytes[d] - newWeights, d, g, mb, pieces);
-          if (std::isinf(t)) break;
-        }
-        if (std::isinf(t)) continue;
-        // Prefer the device whose output reaches every consumer first (computing next to the
-        // consumer saves the transfer), and one that meets the next iteration's deadline.
-        double arrival = t;
-        bool late = false;
-        for (const auto& [dc, firstF] : consumers) {
-          const double at = dc == d ? t : t + deviceTransferMs(timed.cluster, timed.config, d, dc, outputBytes);
-          arrival = std::max(arrival, at);
-          late = late || (useGaps && at > periodMs + firstF + kEpsMs);
-        }
-        if ((!late && bestLate) || (late == bestLate && arrival < bestArrival - kEpsMs)) {
-          bestLate = late;
-          bestArrival = arrival;
-          bestEnd = t;
-          bestDevice = d;
-          bestPieces = std::move(pieces);
-          bestGaps = std::move(trial);
-        }
-      }
-      if (bestDevice < 0) {
-        const Component& comp = timed.model.component(c);
-        return Error{
-            "fill: frozen component '" + excerpt(comp.name) +
-            "' fits on no device: its weights and one sample's "
-            "activations exceed the memory left next to the backbone on every device" +
-            (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
-      }
-      for (std::size_t g : gs) {
-        if (!hasGroup[bestDevice][g]) {
-          hasGroup[bestDevice][g] = 1;
-          layout.extraStaticBytes[bestDevice] += frozen.groups[g].weightBytes;
-        }
-      }
-      gaps[bestDevice] = std::move(bestGaps);
-      done[{c, mb}] = {bestDevice, bestEnd};
-      layout.pieces.insert(layout.pieces.end(), bestPieces.begin(), bestPieces.end());
+  return order;
+}
+
+// (consumer device, deadline) for microbatch mb; the deadline only binds cross-iteration fill
+// (useGaps), `none` minimises the arrival itself.
+std::map<int, double> GreedyFill::consumersOf(const std::vector<int>& consumerStages, int mb) const {
+  std::map<int, double> consumers;
+  for (int s : consumerStages) {
+    const int dc = m_timed.stage(s).device;
+    const double f = m_fStart(s, mb);
+    if (std::isinf(f)) continue;  // this microbatch does not pass through s (the other pipeline)
+    auto it = consumers.find(dc);
+    if (it == consumers.end())
+      consumers.emplace(dc, f);
+    else
+      it->second = std::min(it->second, f);
+  }
+  return consumers;
+}
+
+std::optional<GreedyFill::Trial> GreedyFill::tryDevice(int d, const std::vector<std::size_t>& gs, int mb, double ready,
+                                                       const std::map<int, double>& consumers,
+                                                       double outputBytes) const {
+  const double limit = limitOf(m_timed, d);
+  // Weights of groups this device does not hold yet raise its static memory for the
+  // whole iteration.
+  double newWeights = 0;
+  for (std::size_t g : gs) {
+    if (!m_hasGroup[d][g]) newWeights += m_frozen.groups[g].weightBytes;
+  }
+  if (m_peak[d] + m_layout.extraStaticBytes[d] + newWeights > limit) return std::nullopt;
+  Trial trial;
+  trial.gaps = m_gaps[d];
+  double t = ready;
+  for (std::size_t g : gs) {
+    const Group& grp = m_frozen.groups[g];
+    const double perSampleMs = grp.forwardMs[d] / m_samples;
+    const double perSampleBytes = grp.activationBytes / m_samples;
+    t = placeGroup(trial.gaps, t, m_samples, perSampleMs, perSampleBytes,
+                   limit - m_layout.extraStaticBytes[d] - newWeights, d, g, mb, trial.pieces);
+    if (std::isinf(t)) break;
+  }
+  if (std::isinf(t)) return std::nullopt;
+  // Prefer the device whose output reaches every consumer first (computing next to the
+  // consumer saves the transfer), and one that meets the next iteration's deadline.
+  trial.endMs = t;
+  trial.arrivalMs = t;
+  trial.late = false;
+  for (const auto& [dc, firstF] : consumers) {
+    const double at = dc == d ? t : t + deviceTransferMs(m_timed.cluster, m_timed.config, d, dc, outputBytes);
+    trial.arrivalMs = std::max(trial.arrivalMs, at);
+    trial.late = trial.late || (m_useGaps && at > m_periodMs + firstF + kEpsMs);
+  }
+  return trial;
+}
+
+Status GreedyFill::placeUnit(int c, int mb, const std::vector<int>& consumerStages, double outputBytes) {
+  const auto& gs = m_frozen.groupsOf[c];
+  const std::map<int, double> consumers = consumersOf(consumerStages, mb);
+  const int feeder = feederOf(m_timed.model, c);
+  int forced = -1;
+  double ready = 0;
+  if (feeder >= 0) {
+    auto it = m_done.find({feeder, mb});
+    if (it != m_done.end()) {
+      forced = it->second.first;
+      ready = it->second.second;
     }
   }
-  return layout;
+  Trial best;
+  int bestDevice = -1;
+  for (int d = 0; d < m_devices; ++d) {
+    if (forced >= 0 && d != forced) continue;
+    std::optional<Trial> trial = tryDevice(d, gs, mb, ready, consumers, outputBytes);
+    if (!trial) continue;
+    if ((!trial->late && best.late) || (trial->late == best.late && trial->arrivalMs < best.arrivalMs - kEpsMs)) {
+      best = std::move(*trial);
+      bestDevice = d;
+    }
+  }
+  if (bestDevice < 0) {
+    const Component& comp = m_timed.model.component(c);
+    return Error{
+        "fill: frozen component '" + excerpt(comp.name) +
+        "' fits on no device: its weights and one sample's "
+        "activations exceed the memory left next to the backbone on every device" +
+        (forced >= 0 ? " (it must share a device with its feeder, device " + std::to_string(forced) + ")" : "")};
+  }
+  for (std::size_t g : gs) {
+    if (!m_hasGroup[bestDevice][g]) {
+      m_hasGroup[bestDevice][g] = 1;
+      m_layout.extraStaticBytes[bestDevice] += m_frozen.groups[g].weightBytes;
+    }
+  }
+  m_gaps[bestDevice] = std::move(best.gaps);
+  m_done[{c, mb}] = {bestDevice, best.endMs};
+  m_layout.pieces.insert(m_layout.pieces.end(), best.pieces.begin(), best.pieces.end());
+  return {};
+}
+
+Expected<Layout> GreedyFill::run(bool largestFirst) {
+  for (int c : placementOrder(largestFirst)) {
+    if (m_frozen.groupsOf[c].empty()) continue;
+    const std::vector<int> consumerStages = frozenConsumerStagesOf(m_timed, c);
+    const auto outputBytes = static_cast<double>(frozenOutputBytes(m_timed.model, m_timed.cluster, c));
+    for (int mb = 0; mb < m_timed.config.microbatches; ++mb)
+      PS_RETURN_IF_ERROR(placeUnit(c, mb, consumerStages, outputBytes));
+  }
+  return std::move(m_layout);
+}
+
+Expected<Layout> greedyLayout(const Plan& timed, const Frozen& frozen, bool useGaps, bool largestFirst = true) {
+  return GreedyFill(timed, frozen, useGaps).run(largestFirst);
 }
 
 Plan shellOf(const PlanRequest& request, const ScheduleSkeleton& skeleton) {
-  Plan shell;
-  shell.config = request.config;
-  shell.model = request.model;
-  shell.cluster = request.cluster;
-  shell.virtualStages = skeleton.virtualStages;
-  return shell;
+  return planShell(request, skeleton.virtualStages);
 }
 
 // Appends the dependencies the filled plan implies (the same ones resimulate derives).

@@ -620,32 +620,27 @@ void addMegatronCudaGraphFlags(const Parallelism& par, MegatronFlags& f) {
 // (bf16_with_fp8_subchannel_scaling_mixed: hybrid, recipe blockwise); MXFP8 (E4M3, recipe
 // mxfp8); NVFP4 (E2M1, recipe nvfp4).
 void addMegatronPrecisionFlags(Precision precision, MegatronFlags& f) {
+  f.add(precision == Precision::Fp16 ? "--fp16" : "--bf16");
+  // Transformer Engine's low-precision formats: --fp8-format/--fp8-recipe, --fp4-format/--fp4-recipe.
+  auto lowPrecision = [&f](const std::string& bits, const char* format, const char* recipe) {
+    f.add("--" + bits + "-format", std::string(format));
+    f.add("--" + bits + "-recipe", std::string(recipe));
+  };
   switch (precision) {
     case Precision::Fp16:
-      f.add("--fp16");
-      return;
     case Precision::Bf16:
-      f.add("--bf16");
       return;
     case Precision::Fp8:
-      f.add("--bf16");
-      f.add("--fp8-format", std::string("hybrid"));
-      f.add("--fp8-recipe", std::string("tensorwise"));
+      lowPrecision("fp8", "hybrid", "tensorwise");
       return;
     case Precision::Fp8Block:
-      f.add("--bf16");
-      f.add("--fp8-format", std::string("hybrid"));
-      f.add("--fp8-recipe", std::string("blockwise"));
+      lowPrecision("fp8", "hybrid", "blockwise");
       return;
     case Precision::Mxfp8:
-      f.add("--bf16");
-      f.add("--fp8-format", std::string("e4m3"));
-      f.add("--fp8-recipe", std::string("mxfp8"));
+      lowPrecision("fp8", "e4m3", "mxfp8");
       return;
     case Precision::Nvfp4:
-      f.add("--bf16");
-      f.add("--fp4-format", std::string("e2m1"));
-      f.add("--fp4-recipe", std::string("nvfp4"));
+      lowPrecision("fp4", "e2m1", "nvfp4");
       return;
   }
 }
@@ -1158,6 +1153,63 @@ std::optional<MegatronModel> megatronModelFromName(std::string_view name) {
 
 std::string_view megatronModelName(MegatronModel model) { return model == MegatronModel::Hybrid ? "hybrid" : "gpt"; }
 
+namespace {
+
+// Activation offloading and recomputation.
+void addMegatronMemoryFlags(const Parallelism& par, MegatronFlags& f) {
+  // Activation offloading as Megatron-Core spells it (TransformerConfig fields as flags).
+  if (par.cpuOffloadingNumLayers > 0) {
+    f.add("--cpu-offloading-num-layers", std::to_string(par.cpuOffloadingNumLayers));
+  }
+  if (par.offloadModules != 0) {
+    f.add("--fine-grained-activation-offloading");
+    f.add("--offload-modules");
+    std::stringstream modules(offloadModulesName(par.offloadModules));
+    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
+    if (par.activationOffloadFraction < 1.0) {
+      std::ostringstream fraction;
+      fraction << par.activationOffloadFraction;
+      f.add("--activation-offload-fraction", fraction.str());
+    }
+    if (par.deltaOffloadBytesAcrossPpRanks > 0) {
+      f.add("--delta-offload-bytes-across-pp-ranks", std::to_string(par.deltaOffloadBytesAcrossPpRanks));
+    }
+  }
+  if (par.recompute == Recompute::Selective) {
+    f.add("--recompute-granularity", std::string("selective"));
+    // Megatron's --recompute-modules takes the names as separate words (its default is core_attn).
+    f.add("--recompute-modules");
+    std::stringstream modules(recomputeModulesName(par.selectiveModules()));
+    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
+  }
+  if (par.recompute == Recompute::Full) {
+    f.add("--recompute-granularity", std::string("full"));
+    f.add("--recompute-method", std::string("uniform"));
+    f.add("--recompute-num-layers", std::string("1"));
+  }
+}
+
+// The data-parallel side: the distributed optimizer or Megatron-FSDP, the overlaps and the
+// gradients' format.
+void addMegatronDataParallelFlags(const Plan& plan, bool fork, MegatronFlags& f) {
+  const Parallelism& par = plan.config.parallel;
+  if (par.zeroStage >= 2 && par.data > 1) {
+    addMegatronFsdpFlags(plan, f);  // never the fork: megatronRuns refused it
+  } else if (par.zeroStage >= 1) {
+    f.add("--use-distributed-optimizer");
+  }
+  if (par.overlapGradReduce && par.data > 1 && !fork) f.add("--overlap-grad-reduce");
+  // The recipe's other overlaps and the gradients' format (issue 25's settings). Megatron asserts
+  // --overlap-param-gather only beside --overlap-grad-reduce.
+  if (par.zeroStage >= 1 && par.overlapParamGather && par.overlapGradReduce && par.data > 1 && !fork) {
+    f.add("--overlap-param-gather");
+  }
+  if (par.tpCommOverlap && par.tensor > 1 && par.sequenceParallel) f.add("--tp-comm-overlap");
+  if (!par.gradReduceInFp32 && par.data > 1) f.add("--grad-reduce-in-bf16");
+}
+
+}  // namespace
+
 Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions& options) {
   const PlanConfig& c = plan.config;
   const std::string& schedule = c.schedule;
@@ -1213,51 +1265,9 @@ Expected<MegatronExport> megatronExport(const Plan& plan, const MegatronOptions&
   if (c.parallel.lowPrecisionParamsFor(c.precision) && c.parallel.zeroStage >= 1) {
     f.add(c.precision == Precision::Nvfp4 ? "--fp4-param-gather" : "--fp8-param-gather");
   }
-  // Activation offloading as Megatron-Core spells it (TransformerConfig fields as flags).
-  if (c.parallel.cpuOffloadingNumLayers > 0) {
-    f.add("--cpu-offloading-num-layers", std::to_string(c.parallel.cpuOffloadingNumLayers));
-  }
-  if (c.parallel.offloadModules != 0) {
-    f.add("--fine-grained-activation-offloading");
-    f.add("--offload-modules");
-    std::stringstream modules(offloadModulesName(c.parallel.offloadModules));
-    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
-    if (c.parallel.activationOffloadFraction < 1.0) {
-      std::ostringstream fraction;
-      fraction << c.parallel.activationOffloadFraction;
-      f.add("--activation-offload-fraction", fraction.str());
-    }
-    if (c.parallel.deltaOffloadBytesAcrossPpRanks > 0) {
-      f.add("--delta-offload-bytes-across-pp-ranks", std::to_string(c.parallel.deltaOffloadBytesAcrossPpRanks));
-    }
-  }
-  if (c.parallel.recompute == Recompute::Selective) {
-    f.add("--recompute-granularity", std::string("selective"));
-    // Megatron's --recompute-modules takes the names as separate words (its default is core_attn).
-    f.add("--recompute-modules");
-    std::stringstream modules(recomputeModulesName(c.parallel.selectiveModules()));
-    for (std::string name; std::getline(modules, name, ',');) f.args.push_back(name);
-  }
-  if (c.parallel.recompute == Recompute::Full) {
-    f.add("--recompute-granularity", std::string("full"));
-    f.add("--recompute-method", std::string("uniform"));
-    f.add("--recompute-num-layers", std::string("1"));
-  }
+  addMegatronMemoryFlags(c.parallel, f);
   addMegatronCudaGraphFlags(c.parallel, f);
-  if (c.parallel.zeroStage >= 2 && c.parallel.data > 1) {
-    addMegatronFsdpFlags(plan, f);  // the fork refused this above
-  } else if (c.parallel.zeroStage >= 1) {
-    f.add("--use-distributed-optimizer");
-  }
-  if (c.parallel.overlapGradReduce && c.parallel.data > 1 && !fork) f.add("--overlap-grad-reduce");
-  // The recipe's other overlaps and the gradients' format (issue 25's settings). Megatron asserts
-  // --overlap-param-gather only beside --overlap-grad-reduce.
-  if (c.parallel.zeroStage >= 1 && c.parallel.overlapParamGather && c.parallel.overlapGradReduce &&
-      c.parallel.data > 1 && !fork) {
-    f.add("--overlap-param-gather");
-  }
-  if (c.parallel.tpCommOverlap && c.parallel.tensor > 1 && c.parallel.sequenceParallel) f.add("--tp-comm-overlap");
-  if (!c.parallel.gradReduceInFp32 && c.parallel.data > 1) f.add("--grad-reduce-in-bf16");
+  addMegatronDataParallelFlags(plan, fork, f);
   if (fork) {
     PS_RETURN_IF_ERROR(keepForkFlags(plan, f));
   }
@@ -1471,15 +1481,13 @@ std::string shippedBase(const ModelSpec& model) {
   return it == kShipped.end() ? std::string() : it->second;
 }
 
-std::string renderPython(const Plan& plan, const TitanSettings& s, const TorchtitanExport& out,
-                         const TorchtitanOptions& options) {
+// The Python file's docstring: what the file is and how to run it (names and paths escaped as a
+// whole by the caller).
+std::string pythonDocText(const Plan& plan, const TitanSettings& s, const std::string& module,
+                          const std::string& csvName) {
   const PlanConfig& c = plan.config;
   const Parallelism& par = c.parallel;
-  const std::string base = options.base.empty() ? shippedBase(plan.model) : options.base;
-  const std::string csvName = std::filesystem::path(options.csvPath).filename().string();
-  const std::string module = options.moduleName.empty() ? "plan" : options.moduleName;
   const std::int64_t gpus = c.totalGpus();
-  // The docstring: what the file is and how to run it (names and paths escaped as a whole).
   std::ostringstream doc;
   doc << "torchtitan configuration for the " << c.schedule << " plan of " << plan.model.name
       << " (pipestudio-cli export --format torchtitan).\n\n"
@@ -1494,8 +1502,58 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
       << " beside this\nfile), the parallel degrees, the batch and activation checkpointing.\n";
   if (!s.notes.empty()) doc << '\n';
   for (const std::string& n : s.notes) doc << n << ".\n";
+  return doc.str();
+}
+
+// The configuration function's training section (context length, tokens per step) and its
+// activation checkpointing.
+void writePythonTraining(std::ostream& t, const Plan& plan, const TitanSettings& s) {
+  const PlanConfig& c = plan.config;
+  const Parallelism& par = c.parallel;
+  const std::int64_t accumulation = std::max<std::int64_t>(
+      1, globalBatch(plan) / std::max<std::int64_t>(1, s.microBatchSize * c.microbatches * par.data));
+  t << "\n    training = config.training\n";
+  if (c.devices > 1) {
+    // torchtitan main captures CUDA graphs by default (since f84224af0, #3559) and refuses them
+    // under pipeline parallelism (Trainer.Config._validate_cuda_graphs).
+    t << "    training.disable_cuda_graphs = True  # torchtitan's CUDA graphs do not run pipeline parallelism\n";
+  }
+  if (s.seq > 0) {
+    t << "    training.max_context_length = " << s.seq << '\n'
+      << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize * s.seq << "  # "
+      << s.microBatchSize << " sequence(s) of " << s.seq << " tokens\n";
+  } else {
+    t << "    # the model has measured times: the sequence length is the base configuration's\n"
+      << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize
+      << " * training.max_context_length\n";
+  }
+  t << "    # global batch " << globalBatch(plan) << " sequences: " << c.microbatches << " microbatches x " << par.data
+    << " data-parallel rank(s)"
+    << (accumulation > 1 ? " x " + std::to_string(accumulation) + " accumulation steps" : "") << '\n'
+    << "    training.num_tokens_per_train_step = training.num_tokens_per_microbatch_per_dp_rank * "
+    << static_cast<std::int64_t>(c.microbatches) * par.data * accumulation << "\n\n";
+  switch (par.recompute) {
+    case Recompute::None:
+      t << "    config.activation_checkpoint = None\n";
+      break;
+    case Recompute::Selective:
+      t << "    config.activation_checkpoint = SelectiveAC.Config()\n";
+      break;
+    case Recompute::Full:
+      t << "    config.activation_checkpoint = FullAC.Config()\n";
+      break;
+  }
+}
+
+std::string renderPython(const Plan& plan, const TitanSettings& s, const TorchtitanExport& out,
+                         const TorchtitanOptions& options) {
+  const PlanConfig& c = plan.config;
+  const Parallelism& par = c.parallel;
+  const std::string base = options.base.empty() ? shippedBase(plan.model) : options.base;
+  const std::string csvName = std::filesystem::path(options.csvPath).filename().string();
+  const std::string module = options.moduleName.empty() ? "plan" : options.moduleName;
   std::ostringstream t;
-  t << R"(""")" << docstring(doc.str()) << R"(""")" << '\n'
+  t << R"(""")" << docstring(pythonDocText(plan, s, module, csvName)) << R"(""")" << '\n'
     << "import importlib\n"
     << "import os\n\n"
     << "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC\n"
@@ -1536,39 +1594,7 @@ std::string renderPython(const Plan& plan, const TitanSettings& s, const Torchti
   if (!s.reshardAfterForward.empty()) {
     t << "    parallelism.fsdp_reshard_after_forward = " << pyString(s.reshardAfterForward) << '\n';
   }
-  const std::int64_t accumulation = std::max<std::int64_t>(
-      1, globalBatch(plan) / std::max<std::int64_t>(1, s.microBatchSize * c.microbatches * par.data));
-  t << "\n    training = config.training\n";
-  if (c.devices > 1) {
-    // torchtitan main captures CUDA graphs by default (since f84224af0, #3559) and refuses them
-    // under pipeline parallelism (Trainer.Config._validate_cuda_graphs).
-    t << "    training.disable_cuda_graphs = True  # torchtitan's CUDA graphs do not run pipeline parallelism\n";
-  }
-  if (s.seq > 0) {
-    t << "    training.max_context_length = " << s.seq << '\n'
-      << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize * s.seq << "  # "
-      << s.microBatchSize << " sequence(s) of " << s.seq << " tokens\n";
-  } else {
-    t << "    # the model has measured times: the sequence length is the base configuration's\n"
-      << "    training.num_tokens_per_microbatch_per_dp_rank = " << s.microBatchSize
-      << " * training.max_context_length\n";
-  }
-  t << "    # global batch " << globalBatch(plan) << " sequences: " << c.microbatches << " microbatches x " << par.data
-    << " data-parallel rank(s)"
-    << (accumulation > 1 ? " x " + std::to_string(accumulation) + " accumulation steps" : "") << '\n'
-    << "    training.num_tokens_per_train_step = training.num_tokens_per_microbatch_per_dp_rank * "
-    << static_cast<std::int64_t>(c.microbatches) * par.data * accumulation << "\n\n";
-  switch (par.recompute) {
-    case Recompute::None:
-      t << "    config.activation_checkpoint = None\n";
-      break;
-    case Recompute::Selective:
-      t << "    config.activation_checkpoint = SelectiveAC.Config()\n";
-      break;
-    case Recompute::Full:
-      t << "    config.activation_checkpoint = FullAC.Config()\n";
-      break;
-  }
+  writePythonTraining(t, plan, s);
   t << "    return config\n";
   return t.str();
 }

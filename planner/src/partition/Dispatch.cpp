@@ -21,11 +21,7 @@ namespace {
 Expected<std::vector<int>> liveCounts(const PlanRequest& request, const CostedModel& costs,
                                       const ScheduleGenerator& generator, const std::vector<VirtualStage>& uniform,
                                       const SolveControl& control) {
-  Plan shell;
-  shell.config = request.config;
-  shell.model = request.model;
-  shell.cluster = request.cluster;
-  shell.virtualStages = uniform;
+  const Plan shell = planShell(request, uniform);
   ScheduleInput input;
   input.shape = {request.config.devices, request.config.microbatches, request.config.chunksPerDevice};
   input.virtualStages = uniform;

@@ -371,24 +371,35 @@ std::optional<std::vector<int>> leastOverrunUnderBound(const PartitionProblem& p
   return found;
 }
 
+// Bisects the bottleneck bound between `lo` and best.max for at most `iterations` halvings,
+// keeping in `best` the split of the smallest bound whose split `accepted` takes: the final
+// lower end (a bound not accepted), or nullopt when `stop` (asked after each halving) ended it.
+template <class Accept, class Stop>
+std::optional<double> lowerBottleneck(Solver& solver, Solution& best, double lo, int iterations, const Accept& accepted,
+                                      const Stop& stop) {
+  double hi = best.max;
+  for (int it = 0; it < iterations && hi - lo > kRelEps * std::max(hi, 1e-300); ++it) {
+    const double mid = 0.5 * (lo + hi);
+    Solution s = solver.solve(mid);
+    if (accepted(s)) {
+      hi = s.max;
+      best = std::move(s);
+    } else {
+      lo = mid;
+    }
+    if (stop()) return std::nullopt;
+  }
+  return lo;
+}
+
 // The smallest largest-stage time of `q`'s splits (its memory budgets and sends as they are),
 // bisected with the DP's feasibility (reachability); infeasible when no split meets the budgets.
 Solution minMaxSplit(const PartitionProblem& q, const Prefix& x) {
   Solver solver(q, x);
   Solution best = solver.solve(kInf);
   if (!best.feasible) return best;
-  double lo = 0;
-  double hi = best.max;
-  for (int it = 0; it < 200 && hi - lo > kRelEps * std::max(hi, 1e-300); ++it) {
-    const double mid = 0.5 * (lo + hi);
-    Solution s = solver.solve(mid);
-    if (s.feasible) {
-      hi = s.max;
-      best = std::move(s);
-    } else {
-      lo = mid;
-    }
-  }
+  (void)lowerBottleneck(
+      solver, best, 0, 200, [](const Solution& s) { return s.feasible; }, [] { return false; });
   return best;
 }
 
@@ -446,22 +457,12 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
   if (control.cancelled()) return Error::cancelled();
 
   // Tmin: the smallest feasible bottleneck (every partition's max is ≥ it).
-  double lo = 0;
-  double hi = top.max;
+  auto cancelled = [&] { return control.cancelled(); };
   Solution tminSol = top;
-  for (int it = 0; it < 100 && hi - lo > kRelEps * std::max(hi, 1e-300); ++it) {
-    const double mid = 0.5 * (lo + hi);
-    Solution s = solver.solve(mid);
-    if (s.feasible) {
-      hi = s.max;
-      tminSol = std::move(s);
-    } else {
-      lo = mid;
-    }
-    if (control.cancelled()) return Error::cancelled();
-  }
-  const double tMin = hi;
-  const double tMinLo = lo;
+  const std::optional<double> tMinLo = lowerBottleneck(
+      solver, tminSol, 0, 100, [](const Solution& s) { return s.feasible; }, cancelled);
+  if (!tMinLo) return Error::cancelled();
+  const double tMin = tminSol.max;
 
   // Walk the levels of f(T) = min Σ under bottleneck T. A level's best objective is at the
   // smallest T with the same minimum sum; below it the sum grows. Only T with
@@ -492,20 +493,10 @@ Expected<PartitionResult> dpPartition(const PartitionProblem& p, const SolveCont
       cur = std::move(probe);
       continue;
     }
-    double h = probe.max;
-    double l = tMinLo;
     Solution atLevel = std::move(probe);
-    for (int it = 0; it < 100 && h - l > kRelEps * std::max(h, 1e-300); ++it) {
-      const double mid = 0.5 * (l + h);
-      Solution s = solver.solve(mid);
-      if (s.feasible && s.sum <= levelSum + tol) {
-        h = s.max;
-        atLevel = std::move(s);
-      } else {
-        l = mid;
-      }
-      if (control.cancelled()) return Error::cancelled();
-    }
+    auto onLevel = [&](const Solution& s) { return s.feasible && s.sum <= levelSum + tol; };
+    if (!lowerBottleneck(solver, atLevel, *tMinLo, 100, onLevel, cancelled)) return Error::cancelled();
+    const double h = atLevel.max;
     const double obj = atLevel.sum + mMinus1 * atLevel.max;
     if (obj < bestObj) {
       bestObj = obj;

@@ -77,6 +77,159 @@ std::vector<std::vector<int>> dependentBackboneGroups(const ModelSpec& model) {
   return groups;
 }
 
+namespace {
+
+// Per stage of q, the prefix sums of its layers' compute times (c[s][l]: layers [0, l)).
+std::vector<std::vector<double>> computePrefix(const PartitionProblem& q) {
+  const auto layers = static_cast<std::size_t>(q.layers);
+  std::vector<std::vector<double>> c(q.stages.size(), std::vector<double>(layers + 1, 0.0));
+  for (std::size_t s = 0; s < q.stages.size(); ++s) {
+    for (std::size_t l = 0; l < layers; ++l) c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
+  }
+  return c;
+}
+
+// Stage s of q ends with layer end−1: its send to the next stage (none for the last one).
+double legSendMs(const PartitionProblem& q, std::size_t s, std::size_t end) {
+  return s + 1 < q.stages.size() ? std::max(0.0, q.sendMs[s][end - 1]) : 0.0;
+}
+
+// The feasibility DP of balanceOpposedLegs over the (A prefix placed, B suffix placed) states,
+// and the walk back that turns its last feasible bound into stages.
+class OpposedLegSplit {
+ public:
+  OpposedLegSplit(const PartitionProblem& a, const PartitionProblem& b, std::size_t devices)
+      : m_a(a),
+        m_b(b),
+        m_ca(computePrefix(a)),
+        m_cb(computePrefix(b)),
+        m_pu(devices),
+        m_na(static_cast<std::size_t>(a.layers)),
+        m_nb(static_cast<std::size_t>(b.layers)),
+        m_ub(m_nb + 1),
+        m_reach(devices, std::vector<char>((m_na + 1) * m_ub, 0)) {}
+
+  // Upper bound: the per-leg dp split's busiest device.
+  double perLegBound(const std::vector<VirtualStage>& legs) const {
+    std::vector<double> device(m_pu, 0.0);
+    for (std::size_t k = 0; k < legs.size(); ++k) {
+      const VirtualStage& vs = legs[k];
+      const bool isA = k < m_pu;
+      const PartitionProblem& q = isA ? m_a : m_b;
+      const auto& c = isA ? m_ca : m_cb;
+      const std::size_t s = isA ? k : k - m_pu;
+      const auto first = static_cast<std::size_t>(vs.firstLayer);
+      const auto end = static_cast<std::size_t>(vs.lastLayer) + 1;
+      device[static_cast<std::size_t>(vs.device)] += c[s][end] - c[s][first] + legSendMs(q, s, end);
+    }
+    return *std::max_element(device.begin(), device.end()) * (1 + 1e-9) + 1e-12;
+  }
+
+  bool feasible(double bound);
+  std::optional<std::vector<VirtualStage>> layout(const std::vector<VirtualStage>& legs, double bound) const;
+
+ private:
+  double timeA(std::size_t d, std::size_t i, std::size_t i2) const {
+    return m_ca[d][i2] - m_ca[d][i] + legSendMs(m_a, d, i2);
+  }
+  double timeB(std::size_t k, std::size_t j2, std::size_t j) const {
+    return m_cb[k][j] - m_cb[k][j2] + legSendMs(m_b, k, j);
+  }
+
+  const PartitionProblem& m_a;
+  const PartitionProblem& m_b;
+  const std::vector<std::vector<double>> m_ca, m_cb;
+  const std::size_t m_pu;
+  const std::size_t m_na, m_nb;  // layer counts (la, lb >= p >= 0 here)
+  const std::size_t m_ub;        // the state dimension of B's end
+  // m_reach[d][i·ub + j]: after devices 0..d, A's first i layers and B's layers from j on are
+  // placed (of the last feasible() call).
+  std::vector<std::vector<char>> m_reach;
+};
+
+// Given A's stage d = [i, i2) and B's end j, B's stage k = [j2, j) fits the bound for every j2
+// from the smallest allowed one up to j − 1 (its send depends on j only), so the new states form
+// an interval per i2, marked with a difference array.
+bool OpposedLegSplit::feasible(double bound) {
+  std::vector<char> cur((m_na + 1) * m_ub, 0);
+  cur[m_nb] = 1;  // i = 0, j = lb
+  std::vector<int> diff(m_ub + 1);
+  for (std::size_t d = 0; d < m_pu; ++d) {
+    const std::size_t k = m_pu - 1 - d;  // B's stage on device d
+    const auto& row = m_cb[k];
+    auto& next = m_reach[d];
+    std::fill(next.begin(), next.end(), 0);
+    const std::size_t iHi = m_na - k;  // A's later stages keep a layer each
+    for (std::size_t i2 = d + 1; i2 <= iHi; ++i2) {
+      std::fill(diff.begin(), diff.end(), 0);
+      bool any = false;
+      for (std::size_t i = i2; i-- > d;) {  // i = i2 − 1 down to d
+        const double ta = timeA(d, i, i2);
+        if (ta > bound) break;  // A's stage only grows as it starts earlier
+        for (std::size_t j = k + 1; j <= m_nb; ++j) {
+          if (!cur[i * m_ub + j]) continue;
+          // Smallest j2 ≥ k (B's earlier stages keep a layer; stage 0 starts at 0).
+          const double need = row[j] + legSendMs(m_b, k, j) - (bound - ta);
+          auto lo = static_cast<std::size_t>(std::lower_bound(row.data() + k, row.data() + j, need) - row.data());
+          if (k == 0) lo = lo == 0 ? 0 : j;
+          const std::size_t hi = k == 0 ? std::min<std::size_t>(j, 1) : j;  // stage 0 must start at layer 0
+          if (lo >= hi) continue;
+          ++diff[lo];
+          --diff[hi];
+          any = true;
+        }
+      }
+      if (!any) continue;
+      int run = 0;
+      for (std::size_t j2 = 0; j2 < m_ub; ++j2) {
+        run += diff[j2];
+        if (run > 0) next[i2 * m_ub + j2] = 1;
+      }
+    }
+    cur = next;
+  }
+  return cur[m_na * m_ub] != 0;
+}
+
+// Walk back from (la, 0) after the last device: any reachable predecessor whose two stages fit
+// the bound of the last feasible() call.
+std::optional<std::vector<VirtualStage>> OpposedLegSplit::layout(const std::vector<VirtualStage>& legs,
+                                                                 double bound) const {
+  std::vector<VirtualStage> out = legs;
+  std::vector<int> firstA(m_pu), firstB(m_pu);
+  std::size_t i2 = m_na;
+  std::size_t j2 = 0;
+  for (std::size_t d = m_pu; d-- > 0;) {  // d = p − 1 down to 0
+    const std::size_t k = m_pu - 1 - d;
+    firstB[k] = static_cast<int>(j2);
+    bool found = false;
+    for (std::size_t i = d; i < i2 && !found; ++i) {
+      for (std::size_t j = j2 + 1; j <= m_nb && !found; ++j) {
+        const bool reachable = d == 0 ? (i == 0 && j == m_nb) : m_reach[d - 1][i * m_ub + j] != 0;
+        if (!reachable || timeA(d, i, i2) + timeB(k, j2, j) > bound * (1 + 1e-9)) continue;
+        firstA[d] = static_cast<int>(i);
+        i2 = i;
+        j2 = j;
+        found = true;
+      }
+    }
+    if (!found) return std::nullopt;  // cannot happen after feasible(bound)
+  }
+  const auto la = static_cast<int>(m_na);
+  const auto lb = static_cast<int>(m_nb);
+  for (std::size_t k = 0; k < m_pu; ++k) {
+    VirtualStage& va = out[k];
+    va.firstLayer = firstA[k];
+    va.lastLayer = (k + 1 < m_pu ? firstA[k + 1] : la) - 1;
+    VirtualStage& vb = out[m_pu + k];
+    vb.firstLayer = firstB[k];
+    vb.lastLayer = (k + 1 < m_pu ? firstB[k + 1] : lb) - 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 // Joint split of the two legs that minimises the busiest device's time per microbatch. Device
 // d holds backbone A's stage d and backbone B's stage p−1−d, so splitting each backbone alone
 // balances its own stages but not their sums per device. Bisection on the bound T with an
@@ -109,127 +262,17 @@ std::optional<std::vector<VirtualStage>> balanceOpposedLegs(const PlanRequest& r
   if (la < p || lb < p || legs.size() != 2 * pu) return std::nullopt;
   constexpr double kMaxWork = 2e7;  // transitions per bound; beyond it keep the per-leg split
   if (static_cast<double>(p) * la * la * lb > kMaxWork) return std::nullopt;
-  auto prefix = [](const PartitionProblem& q) {
-    const auto layers = static_cast<std::size_t>(q.layers);
-    std::vector<std::vector<double>> c(q.stages.size(), std::vector<double>(layers + 1, 0.0));
-    for (std::size_t s = 0; s < q.stages.size(); ++s) {
-      for (std::size_t l = 0; l < layers; ++l) c[s][l + 1] = c[s][l] + std::max(0.0, q.computeMs[s][l]);
-    }
-    return c;
-  };
-  const auto ca = prefix(a);
-  const auto cb = prefix(b);
-  // Stage s of q ends with layer end−1: its send to the next stage (none for the last one).
-  auto send = [](const PartitionProblem& q, std::size_t s, std::size_t end) {
-    return s + 1 < q.stages.size() ? std::max(0.0, q.sendMs[s][end - 1]) : 0.0;
-  };
-  // Layer counts (la, lb >= p >= 0 here) and the state dimensions.
-  const auto na = static_cast<std::size_t>(la);
-  const auto nb = static_cast<std::size_t>(lb);
-  const std::size_t ua = na + 1;
-  const std::size_t ub = nb + 1;
-  auto timeA = [&](std::size_t d, std::size_t i, std::size_t i2) { return ca[d][i2] - ca[d][i] + send(a, d, i2); };
-  auto timeB = [&](std::size_t k, std::size_t j2, std::size_t j) { return cb[k][j] - cb[k][j2] + send(b, k, j); };
-  // reach[d][i·ub + j]: after devices 0..d, A's first i layers and B's layers from j on are
-  // placed. Given A's stage d = [i, i2) and B's end j, B's stage k = [j2, j) fits the bound for
-  // every j2 from the smallest allowed one up to j − 1 (its send depends on j only), so the
-  // new states form an interval per i2, marked with a difference array.
-  std::vector<std::vector<char>> reach(pu, std::vector<char>(ua * ub, 0));
-  auto feasible = [&](double bound) {
-    std::vector<char> cur(ua * ub, 0);
-    cur[nb] = 1;  // i = 0, j = lb
-    std::vector<int> diff(ub + 1);
-    for (std::size_t d = 0; d < pu; ++d) {
-      const std::size_t k = pu - 1 - d;  // B's stage on device d
-      const auto& row = cb[k];
-      auto& next = reach[d];
-      std::fill(next.begin(), next.end(), 0);
-      const std::size_t iHi = na - k;  // A's later stages keep a layer each
-      for (std::size_t i2 = d + 1; i2 <= iHi; ++i2) {
-        std::fill(diff.begin(), diff.end(), 0);
-        bool any = false;
-        for (std::size_t i = i2; i-- > d;) {  // i = i2 − 1 down to d
-          const double ta = timeA(d, i, i2);
-          if (ta > bound) break;  // A's stage only grows as it starts earlier
-          for (std::size_t j = k + 1; j <= nb; ++j) {
-            if (!cur[i * ub + j]) continue;
-            // Smallest j2 ≥ k (B's earlier stages keep a layer; stage 0 starts at 0).
-            const double need = row[j] + send(b, k, j) - (bound - ta);
-            auto lo = static_cast<std::size_t>(std::lower_bound(row.data() + k, row.data() + j, need) - row.data());
-            if (k == 0) lo = lo == 0 ? 0 : j;
-            const std::size_t hi = k == 0 ? std::min<std::size_t>(j, 1) : j;  // stage 0 must start at layer 0
-            if (lo >= hi) continue;
-            ++diff[lo];
-            --diff[hi];
-            any = true;
-          }
-        }
-        if (!any) continue;
-        int run = 0;
-        for (std::size_t j2 = 0; j2 < ub; ++j2) {
-          run += diff[j2];
-          if (run > 0) next[i2 * ub + j2] = 1;
-        }
-      }
-      cur = next;
-    }
-    return cur[na * ub] != 0;
-  };
-  // Upper bound: the per-leg dp split's busiest device.
-  double hi = 0;
-  {
-    std::vector<double> device(pu, 0.0);
-    for (std::size_t k = 0; k < legs.size(); ++k) {
-      const VirtualStage& vs = legs[k];
-      const bool isA = k < pu;
-      const PartitionProblem& q = isA ? a : b;
-      const auto& c = isA ? ca : cb;
-      const std::size_t s = isA ? k : k - pu;
-      const auto first = static_cast<std::size_t>(vs.firstLayer);
-      const auto end = static_cast<std::size_t>(vs.lastLayer) + 1;
-      device[static_cast<std::size_t>(vs.device)] += c[s][end] - c[s][first] + send(q, s, end);
-    }
-    hi = *std::max_element(device.begin(), device.end()) * (1 + 1e-9) + 1e-12;
-  }
-  if (!feasible(hi)) return std::nullopt;
+  OpposedLegSplit split(a, b, pu);
+  double hi = split.perLegBound(legs);
+  if (!split.feasible(hi)) return std::nullopt;
   double lo = 0;
   for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
     if (control.cancelled()) return std::nullopt;
     const double mid = 0.5 * (lo + hi);
-    (feasible(mid) ? hi : lo) = mid;
+    (split.feasible(mid) ? hi : lo) = mid;
   }
-  if (!feasible(hi)) return std::nullopt;
-  // Walk back from (la, 0) after the last device: any reachable predecessor whose two stages
-  // fit the bound.
-  std::vector<VirtualStage> out = legs;
-  std::vector<int> firstA(pu), firstB(pu);
-  std::size_t i2 = na;
-  std::size_t j2 = 0;
-  for (std::size_t d = pu; d-- > 0;) {  // d = p − 1 down to 0
-    const std::size_t k = pu - 1 - d;
-    firstB[k] = static_cast<int>(j2);
-    bool found = false;
-    for (std::size_t i = d; i < i2 && !found; ++i) {
-      for (std::size_t j = j2 + 1; j <= nb && !found; ++j) {
-        const bool reachable = d == 0 ? (i == 0 && j == nb) : reach[d - 1][i * ub + j] != 0;
-        if (!reachable || timeA(d, i, i2) + timeB(k, j2, j) > hi * (1 + 1e-9)) continue;
-        firstA[d] = static_cast<int>(i);
-        i2 = i;
-        j2 = j;
-        found = true;
-      }
-    }
-    if (!found) return std::nullopt;  // cannot happen after feasible(hi)
-  }
-  for (std::size_t k = 0; k < pu; ++k) {
-    VirtualStage& va = out[k];
-    va.firstLayer = firstA[k];
-    va.lastLayer = (k + 1 < pu ? firstA[k + 1] : la) - 1;
-    VirtualStage& vb = out[pu + k];
-    vb.firstLayer = firstB[k];
-    vb.lastLayer = (k + 1 < pu ? firstB[k + 1] : lb) - 1;
-  }
-  return out;
+  if (!split.feasible(hi)) return std::nullopt;
+  return split.layout(legs, hi);
 }
 
 bool independentBackbonePair(const ModelSpec& model) {
@@ -271,11 +314,7 @@ Expected<Plan> solveOpposedBackbones(const PlanRequest& request, const SolveCont
   std::vector<std::vector<VirtualStage>> layouts{stages};
   if (auto joint = balanceOpposedLegs(r, stages, control)) layouts.push_back(std::move(*joint));
   auto finish = [&](const std::vector<VirtualStage>& layout) -> Expected<Plan> {
-    Plan shell;
-    shell.config = r.config;
-    shell.model = r.model;
-    shell.cluster = r.cluster;
-    shell.virtualStages = layout;
+    Plan shell = planShell(r, layout);
 
     // The construction's view: two pipelines, one per leg, and 2m pseudo-microbatches.
     ScheduleInput input;

@@ -76,108 +76,139 @@ struct Block {
 
 double workOf(const StageEstimate& e) { return e.forwardMs + e.backwardInputMs + e.backwardWeightMs; }
 
-Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, const BlockShape& shape) {
+// The state of one block under construction (buildBlock): its period and unit, the passes'
+// durations in that unit, and the occupied intervals modulo the period per device, where
+// place() puts each pass.
+class BlockBuilder {
+ public:
+  BlockBuilder(const ScheduleInput& input, const BlockShape& shape);
+
+  double fwd(int stage) const { return m_shape.timed ? m_input.estimate(stage).forwardMs : 1.0; }
+  double bwd(int stage) const { return m_shape.timed ? m_input.estimate(stage).backwardInputMs : 1.0; }
+  double wgt(int stage) const { return m_shape.timed ? m_input.estimate(stage).backwardWeightMs : 1.0; }
+  double send(int stage) const {
+    const double ms = m_input.estimate(stage).sendMs;
+    if (m_shape.timed) return ms;
+    return m_slotMs > 0 ? std::floor(ms / m_slotMs + 0.5) : 0.0;  // a transfer under half a slot hides
+  }
+  double unit() const { return m_shape.timed ? m_slotMs : 1.0; }  // one slot in the block's time unit
+  double place(int stage, OpKind kind, double duration, double earliest);
+  Block take() { return std::move(m_block); }
+
+ private:
+  using Intervals = std::vector<std::pair<double, double>>;
+  double conflictEnd(const Intervals& busy, double t, double d) const;
+  double widestGapStart(const Intervals& busy, double earliest, double t) const;
+
+  const ScheduleInput& m_input;
+  const BlockShape& m_shape;
+  double m_slotMs = 0;
+  Block m_block;
+  double m_eps = 0;
+  // Occupied intervals modulo the period, per device: [a, b) with 0 ≤ a < period.
+  IdVector<Intervals> m_taken;
+};
+
+BlockBuilder::BlockBuilder(const ScheduleInput& input, const BlockShape& shape) : m_input(input), m_shape(shape) {
   const int p = input.shape.devices;
-  const auto n = chain.size();
   double total = 0;
   IdVector<double> deviceWork(p, 0.0);
   for (std::size_t s = 0; s < input.stages.size(); ++s) {
     total += workOf(input.stages[s]);
     deviceWork[input.virtualStages[s].device] += workOf(input.stages[s]);
   }
-  const double slotMs = total / (3.0 * static_cast<double>(std::max<std::size_t>(1, input.stages.size())));
+  m_slotMs = total / (3.0 * static_cast<double>(std::max<std::size_t>(1, input.stages.size())));
   IdVector<int> perDevice(p, 0);
   for (const auto& vs : input.virtualStages) ++perDevice[vs.device];
+  m_block.period = shape.timed ? std::max(1e-9, *std::max_element(deviceWork.begin(), deviceWork.end()))
+                               : 3.0 * *std::max_element(perDevice.begin(), perDevice.end());
+  m_block.devices.resize(p);
+  m_eps = 1e-9 * std::max(1.0, m_block.period);
+  m_taken.resize(p);
+}
 
-  Block block;
-  block.period = shape.timed ? std::max(1e-9, *std::max_element(deviceWork.begin(), deviceWork.end()))
-                             : 3.0 * *std::max_element(perDevice.begin(), perDevice.end());
-  block.devices.resize(p);
-  const double period = block.period;
-  const double unit = shape.timed ? slotMs : 1.0;  // one slot in the block's time unit
-  const double eps = 1e-9 * std::max(1.0, period);
-  auto est = [&](int stage) -> const StageEstimate& { return input.estimate(stage); };
-  auto fwd = [&](int stage) { return shape.timed ? est(stage).forwardMs : 1.0; };
-  auto bwd = [&](int stage) { return shape.timed ? est(stage).backwardInputMs : 1.0; };
-  auto wgt = [&](int stage) { return shape.timed ? est(stage).backwardWeightMs : 1.0; };
-  auto send = [&](int stage) {
-    const double ms = est(stage).sendMs;
-    if (shape.timed) return ms;
-    return slotMs > 0 ? std::floor(ms / slotMs + 0.5) : 0.0;  // a transfer under half a slot hides
-  };
+// The end (unwrapped near t) of the first taken interval that [t, t + d) meets, or t.
+double BlockBuilder::conflictEnd(const Intervals& busy, double t, double d) const {
+  const double period = m_block.period;
+  const double base = std::floor(t / period) * period;
+  for (const auto& [a, b] : busy) {
+    for (double shift : {base - period, base, base + period}) {
+      if (a + shift < t + d - m_eps && t < b + shift - m_eps) return b + shift;
+    }
+  }
+  return t;
+}
 
-  // Occupied intervals modulo the period, per device: [a, b) with 0 ≤ a < period.
-  IdVector<std::vector<std::pair<double, double>>> taken(p);
-  // The end (unwrapped near t) of the first taken interval that [t, t + d) meets, or t.
-  auto conflictEnd = [&](const std::vector<std::pair<double, double>>& busy, double t, double d) {
-    const double base = std::floor(t / period) * period;
-    for (const auto& [a, b] : busy) {
-      for (double shift : {base - period, base, base + period}) {
-        if (a + shift < t + d - eps && t < b + shift - eps) return b + shift;
-      }
+// No gap is wide enough (timed blocks only: slots always fit): the start of the widest gap at
+// or after `earliest` (t when there is none); the simulator serialises the overlap.
+double BlockBuilder::widestGapStart(const Intervals& busy, double earliest, double t) const {
+  const double period = m_block.period;
+  auto sorted = busy;
+  std::sort(sorted.begin(), sorted.end());
+  double bestWidth = -1;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const double gapStart = sorted[i].second;
+    const double gapEnd = i + 1 < sorted.size() ? sorted[i + 1].first : sorted.front().first + period;
+    const double shift = std::ceil((earliest - gapEnd) / period) * period;  // first copy ending after earliest
+    const double begin = std::max(gapStart + shift, earliest);
+    if (gapEnd + shift - begin > bestWidth + m_eps) {
+      bestWidth = gapEnd + shift - begin;
+      t = begin;
     }
-    return t;
-  };
-  auto place = [&](int stage, OpKind kind, double duration, double earliest) {
-    const int d = input.stage(stage).device;
-    auto& busy = taken[d];
-    double t = earliest;
-    bool placed = false;
-    for (std::size_t tries = 0; tries <= 2 * busy.size() + 2; ++tries) {
-      const double next = conflictEnd(busy, t, duration);
-      if (next == t) {
-        placed = true;
-        break;
-      }
-      t = next;
-    }
-    if (!placed) {
-      // No gap is wide enough (timed blocks only: slots always fit): take the widest gap
-      // at or after `earliest`; the simulator serialises the overlap.
-      auto sorted = busy;
-      std::sort(sorted.begin(), sorted.end());
-      double bestWidth = -1;
-      for (std::size_t i = 0; i < sorted.size(); ++i) {
-        const double gapStart = sorted[i].second;
-        const double gapEnd = i + 1 < sorted.size() ? sorted[i + 1].first : sorted.front().first + period;
-        const double shift = std::ceil((earliest - gapEnd) / period) * period;  // first copy ending after earliest
-        const double begin = std::max(gapStart + shift, earliest);
-        if (gapEnd + shift - begin > bestWidth + eps) {
-          bestWidth = gapEnd + shift - begin;
-          t = begin;
-        }
-      }
-    }
-    const double a = t - std::floor(t / period) * period;
-    busy.emplace_back(a, a + duration);
-    block.devices[d].push_back({t, kind, stage});
-    block.lastWindow = std::max(block.lastWindow, static_cast<int>(std::floor(t / period)));
-    return t;
-  };
+  }
+  return t;
+}
 
+double BlockBuilder::place(int stage, OpKind kind, double duration, double earliest) {
+  const double period = m_block.period;
+  const int d = m_input.stage(stage).device;
+  auto& busy = m_taken[d];
+  double t = earliest;
+  bool placed = false;
+  for (std::size_t tries = 0; tries <= 2 * busy.size() + 2; ++tries) {
+    const double next = conflictEnd(busy, t, duration);
+    if (next == t) {
+      placed = true;
+      break;
+    }
+    t = next;
+  }
+  if (!placed) t = widestGapStart(busy, earliest, t);
+  const double a = t - std::floor(t / period) * period;
+  busy.emplace_back(a, a + duration);
+  m_block.devices[d].push_back({t, kind, stage});
+  m_block.lastWindow = std::max(m_block.lastWindow, static_cast<int>(std::floor(t / period)));
+  return t;
+}
+
+Block buildBlock(const ScheduleInput& input, const std::vector<int>& chain, const BlockShape& shape) {
+  const auto n = chain.size();
+  BlockBuilder builder(input, shape);
   std::vector<double> f(n), b(n);
   double target = 0;  // the ideal line
   for (std::size_t i = 0; i < n; ++i) {
     double earliest = 0;
     if (i > 0) {
-      const double ready = fwd(chain[i - 1]) + send(chain[i - 1]);
-      target += std::max(ready, shape.forwardOffset * unit);
+      const double ready = builder.fwd(chain[i - 1]) + builder.send(chain[i - 1]);
+      target += std::max(ready, shape.forwardOffset * builder.unit());
       earliest = std::max(f[i - 1] + ready, target);
     }
-    f[i] = place(chain[i], OpKind::F, fwd(chain[i]), earliest);
+    f[i] = builder.place(chain[i], OpKind::F, builder.fwd(chain[i]), earliest);
   }
-  target += fwd(chain[n - 1]);
+  target += builder.fwd(chain[n - 1]);
   for (std::size_t k = n; k-- > 0;) {
-    double earliest = f[k] + fwd(chain[k]);
+    double earliest = f[k] + builder.fwd(chain[k]);
     if (k + 1 < n) {
-      const double ready = bwd(chain[k + 1]) + send(chain[k]);
-      target += std::max(ready, shape.backwardOffset * unit);
+      const double ready = builder.bwd(chain[k + 1]) + builder.send(chain[k]);
+      target += std::max(ready, shape.backwardOffset * builder.unit());
       earliest = std::max(b[k + 1] + ready, target);
     }
-    b[k] = place(chain[k], OpKind::B, bwd(chain[k]), earliest);
+    b[k] = builder.place(chain[k], OpKind::B, builder.bwd(chain[k]), earliest);
   }
-  for (std::size_t k = n; k-- > 0;) place(chain[k], OpKind::W, wgt(chain[k]), b[k] + bwd(chain[k]));
-  return block;
+  for (std::size_t k = n; k-- > 0;) {
+    builder.place(chain[k], OpKind::W, builder.wgt(chain[k]), b[k] + builder.bwd(chain[k]));
+  }
+  return builder.take();
 }
 
 // Repetition: per device, the block's passes by start modulo the period, once per period.
@@ -384,6 +415,143 @@ struct BlockSpec {
   std::vector<BlockShape> candidates;
 };
 
+// Compare candidate blocks on evalMicrobatches (enough to reach their steady state, where the
+// memory peak is, plus a few periods): v-min keeps the least memory (then the fastest), v-half
+// the fastest within the paper's V-Half budget, (p+2)/2 microbatches (its table), in units of
+// one microbatch's activation on a device (a whole number of microbatches: ⌊(p+2)/2⌋).
+Expected<std::size_t> chooseBlock(const ScheduleInput& input, const std::vector<int>& chain,
+                                  const std::vector<Block>& blocks, int evalMicrobatches, Goal goal) {
+  const int halfBudgetMicrobatches = (input.shape.devices + 2) / 2;
+  const double halfBudget = halfBudgetMicrobatches + 1e-9;
+  std::size_t best = 0;
+  OrderEstimate bestEstimate;
+  for (std::size_t c = 0; c < blocks.size(); ++c) {
+    if (blocks.size() == 1) break;
+    PS_ASSIGN_OR_RETURN(auto trial, repeatBlock(blocks[c], evalMicrobatches, input.control));
+    const OrderEstimate e = estimateOrder(input, chain, trial, evalMicrobatches);
+    bool better = c == 0;
+    if (!better && goal == Goal::LeastMemory) {
+      better = e.peakRatio < bestEstimate.peakRatio - 1e-9 ||
+               (e.peakRatio <= bestEstimate.peakRatio + 1e-9 && e.makespanMs < bestEstimate.makespanMs);
+    } else if (!better) {
+      const bool fits = e.peakRatio <= halfBudget;
+      const bool bestFits = bestEstimate.peakRatio <= halfBudget;
+      better = fits ? (!bestFits || e.makespanMs < bestEstimate.makespanMs)
+                    : (!bestFits && e.peakRatio < bestEstimate.peakRatio);
+    }
+    if (better) {
+      best = c;
+      bestEstimate = e;
+    }
+  }
+  return best;
+}
+
+// Reorder the warm-up on the short run, then carry its first ops over to `devices` (the block
+// repeated m times): both orders agree up to where the short run's microbatches end, and the
+// warm-up lies well before that.
+Status reorderWarmUpOf(const ScheduleInput& input, const std::vector<int>& chain, const Block& block,
+                       int evalMicrobatches, std::vector<std::vector<OrderedOp>>& devices) {
+  const int m = input.shape.microbatches;
+  PS_ASSIGN_OR_RETURN(auto trial, evalMicrobatches < m ? repeatBlock(block, evalMicrobatches, input.control) : devices);
+  std::vector<std::size_t> common(devices.size(), 0);
+  for (std::size_t d = 0; d < common.size(); ++d) {
+    const auto& a = trial[d];
+    const auto& b = devices[d];
+    std::size_t& c = common[d];
+    while (c < a.size() && c < b.size() && a[c].virtualStage == b[c].virtualStage && a[c].kind == b[c].kind &&
+           a[c].microbatch == b[c].microbatch) {
+      ++c;
+    }
+  }
+  constexpr int kReorderRounds = 2;  // a third round moved nothing on p = 4…64
+  for (int round = 0; round < kReorderRounds; ++round) {
+    const OrderEstimate e = estimateOrder(input, chain, trial, evalMicrobatches, true);
+    if (!reorderWarmUp(input, chain, e, common, trial)) break;
+  }
+  for (std::size_t d = 0; d < common.size(); ++d) {
+    std::copy(trial[d].begin(), trial[d].begin() + static_cast<std::ptrdiff_t>(common[d]), devices[d].begin());
+  }
+  return {};
+}
+
+// On instances small enough, more candidates within the schedule's budget (the paper's table:
+// v-half (p+2)/2 microbatches, v-min (p+4)/3, of each device's activation), every one timed as
+// the simulator times it, the fastest kept: the authors' building-block search
+// (BlockSearch.cpp, blockSearch); then zb-auto's critical-path moves within the budget (run).
+class BudgetSearch {
+ public:
+  BudgetSearch(const ScheduleInput& input, Goal goal, ScheduleSkeleton& out)
+      : m_input(input),
+        m_out(out),
+        m_budgetMicrobatches(
+            std::max(1, goal == Goal::LeastMemory ? (input.shape.devices + 4) / 3 : (input.shape.devices + 2) / 2)) {
+    for (const std::int64_t bytes : activationPerMicrobatch(input, 0)) m_caps.push_back(m_budgetMicrobatches * bytes);
+    m_bestTiming = timeOrder(input, out.devices);
+    m_bestFits = fits(out.devices);
+  }
+
+  Status run(double ops) {
+    if (isSingleV(m_input)) blockSearch();
+    if (m_input.control && m_input.control->cancelled()) return Error::cancelled();
+    if (!m_bestFits) return {};  // no candidate keeps the budget: the block as built
+    const int evaluations = static_cast<int>(std::min(2000.0, kSearchSteps / ops));
+    auto improved = improveOrder(m_input, m_out, m_caps, evaluations);
+    if (improved) m_out = std::move(*improved);
+    return {};
+  }
+
+ private:
+  bool fits(const std::vector<std::vector<OrderedOp>>& order) const {
+    const auto peaks = orderPeakBytes(m_input, order);
+    for (std::size_t d = 0; d < m_caps.size(); ++d) {
+      if (peaks[d] > m_caps[d]) return false;
+    }
+    return true;
+  }
+  void consider(std::vector<std::vector<OrderedOp>>&& order) {
+    if (!fits(order)) return;
+    OrderTiming t = timeOrder(m_input, order);
+    if (!m_bestFits || fasterThan(t, m_bestTiming)) {
+      m_out.devices = std::move(order);
+      m_bestTiming = std::move(t);
+      m_bestFits = true;
+    }
+  }
+  // The search on at most 2p microbatches (as many as the reference's own search builds its
+  // blocks with); with more, its kSearchFinalists fastest blocks are built in full.
+  void blockSearch() {
+    const int p = m_input.shape.devices;
+    const int m = m_input.shape.microbatches;
+    const int units = 2 * m_budgetMicrobatches;
+    const int searchMicrobatches = std::min(m, 2 * p);
+    auto found = vBlockSearch(p, searchMicrobatches, units, kSearchCells, m_input.control);
+    if (searchMicrobatches == m) {
+      for (auto& c : found) consider(std::move(c.order));
+      return;
+    }
+    ScheduleInput shortRun = m_input;
+    shortRun.shape.microbatches = searchMicrobatches;
+    std::vector<std::pair<OrderTiming, std::size_t>> ranked;
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      OrderTiming t = timeOrder(shortRun, found[i].order);
+      if (t.ok) ranked.emplace_back(std::move(t), i);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return fasterThan(a.first, b.first); });
+    for (std::size_t r = 0; r < ranked.size() && r < kSearchFinalists; ++r) {
+      if (auto full = vBlockBuild(p, m, units, found[ranked[r].second].key)) consider(std::move(*full));
+    }
+  }
+
+  const ScheduleInput& m_input;
+  ScheduleSkeleton& m_out;
+  const int m_budgetMicrobatches;
+  std::vector<std::int64_t> m_caps;  // per device
+  OrderTiming m_bestTiming;
+  bool m_bestFits = false;
+};
+
 class BlockGenerator final : public ScheduleGenerator {
  public:
   explicit BlockGenerator(BlockSpec spec) : m_spec(std::move(spec)) {}
@@ -401,126 +569,25 @@ class BlockGenerator final : public ScheduleGenerator {
   }
 
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
-    const int p = input.shape.devices;
     const int m = input.shape.microbatches;
     const auto chain = pipelineChains(input.virtualStages).front();
-    // The paper's V-Half budget, (p+2)/2 microbatches (its table), in units of one
-    // microbatch's activation on a device (a whole number of microbatches: ⌊(p+2)/2⌋).
-    const int halfBudgetMicrobatches = (p + 2) / 2;
-    const double halfBudget = halfBudgetMicrobatches + 1e-9;
-
     std::vector<Block> blocks;
     int horizon = 0;
     for (const BlockShape& shape : m_spec.candidates) {
       blocks.push_back(buildBlock(input, chain, shape));
       horizon = std::max(horizon, blocks.back().lastWindow);
     }
-    // Compare candidates on enough microbatches to reach their steady state (where the
-    // memory peak is) plus a few periods; the choice does not depend on m beyond that.
+    // The choice does not depend on m beyond the blocks' steady state plus a few periods.
     const int evalMicrobatches = std::min(m, horizon + 4);
-    std::size_t best = 0;
-    OrderEstimate bestEstimate;
-    for (std::size_t c = 0; c < blocks.size(); ++c) {
-      if (blocks.size() == 1) break;
-      PS_ASSIGN_OR_RETURN(auto trial, repeatBlock(blocks[c], evalMicrobatches, input.control));
-      const OrderEstimate e = estimateOrder(input, chain, trial, evalMicrobatches);
-      bool better = c == 0;
-      if (!better && m_spec.goal == Goal::LeastMemory) {
-        better = e.peakRatio < bestEstimate.peakRatio - 1e-9 ||
-                 (e.peakRatio <= bestEstimate.peakRatio + 1e-9 && e.makespanMs < bestEstimate.makespanMs);
-      } else if (!better) {
-        const bool fits = e.peakRatio <= halfBudget;
-        const bool bestFits = bestEstimate.peakRatio <= halfBudget;
-        better = fits ? (!bestFits || e.makespanMs < bestEstimate.makespanMs)
-                      : (!bestFits && e.peakRatio < bestEstimate.peakRatio);
-      }
-      if (better) {
-        best = c;
-        bestEstimate = e;
-      }
-    }
+    PS_ASSIGN_OR_RETURN(const std::size_t best, chooseBlock(input, chain, blocks, evalMicrobatches, m_spec.goal));
     PS_ASSIGN_OR_RETURN(auto devices, repeatBlock(blocks[best], m, input.control));
-    // Reorder the warm-up on the short run, then carry its first ops over: both orders agree
-    // up to where the short run's microbatches end, and the warm-up lies well before that.
-    PS_ASSIGN_OR_RETURN(auto trial,
-                        evalMicrobatches < m ? repeatBlock(blocks[best], evalMicrobatches, input.control) : devices);
-    std::vector<std::size_t> common(devices.size(), 0);
-    for (std::size_t d = 0; d < common.size(); ++d) {
-      const auto& a = trial[d];
-      const auto& b = devices[d];
-      std::size_t& c = common[d];
-      while (c < a.size() && c < b.size() && a[c].virtualStage == b[c].virtualStage && a[c].kind == b[c].kind &&
-             a[c].microbatch == b[c].microbatch) {
-        ++c;
-      }
-    }
-    constexpr int kReorderRounds = 2;  // a third round moved nothing on p = 4…64
-    for (int round = 0; round < kReorderRounds; ++round) {
-      const OrderEstimate e = estimateOrder(input, chain, trial, evalMicrobatches, true);
-      if (!reorderWarmUp(input, chain, e, common, trial)) break;
-    }
-    for (std::size_t d = 0; d < common.size(); ++d) {
-      std::copy(trial[d].begin(), trial[d].begin() + static_cast<std::ptrdiff_t>(common[d]), devices[d].begin());
-    }
+    PS_RETURN_IF_ERROR(reorderWarmUpOf(input, chain, blocks[best], evalMicrobatches, devices));
     ScheduleSkeleton out;
     out.virtualStages = input.virtualStages;
     out.devices = std::move(devices);
     const double ops = 3.0 * static_cast<double>(input.virtualStages.size()) * m;
     if (ops > kSearchMaxOps || (input.control && !input.control->refine)) return out;
-
-    // On instances small enough, more candidates within the schedule's budget (the paper's
-    // table: v-half (p+2)/2 microbatches, v-min (p+4)/3, of each device's activation), every
-    // one timed as the simulator times it, the fastest kept: the authors' building-block
-    // search (BlockSearch.cpp); then zb-auto's critical-path moves within the budget.
-    const int budgetMicrobatches = std::max(1, m_spec.goal == Goal::LeastMemory ? (p + 4) / 3 : (p + 2) / 2);
-    std::vector<std::int64_t> caps;  // per device
-    for (const std::int64_t bytes : activationPerMicrobatch(input, 0)) caps.push_back(budgetMicrobatches * bytes);
-    auto fits = [&](const std::vector<std::vector<OrderedOp>>& order) {
-      const auto peaks = orderPeakBytes(input, order);
-      for (std::size_t d = 0; d < caps.size(); ++d) {
-        if (peaks[d] > caps[d]) return false;
-      }
-      return true;
-    };
-    OrderTiming bestTiming = timeOrder(input, out.devices);
-    bool bestFits = fits(out.devices);
-    auto consider = [&](std::vector<std::vector<OrderedOp>>&& order) {
-      if (!fits(order)) return;
-      OrderTiming t = timeOrder(input, order);
-      if (!bestFits || fasterThan(t, bestTiming)) {
-        out.devices = std::move(order);
-        bestTiming = std::move(t);
-        bestFits = true;
-      }
-    };
-    if (isSingleV(input)) {
-      // The search on at most 2p microbatches (as many as the reference's own search builds
-      // its blocks with); with more, its kSearchFinalists fastest blocks are built in full.
-      const int units = 2 * budgetMicrobatches;
-      const int searchMicrobatches = std::min(m, 2 * p);
-      auto found = vBlockSearch(p, searchMicrobatches, units, kSearchCells, input.control);
-      if (searchMicrobatches == m) {
-        for (auto& c : found) consider(std::move(c.order));
-      } else {
-        ScheduleInput shortRun = input;
-        shortRun.shape.microbatches = searchMicrobatches;
-        std::vector<std::pair<OrderTiming, std::size_t>> ranked;
-        for (std::size_t i = 0; i < found.size(); ++i) {
-          OrderTiming t = timeOrder(shortRun, found[i].order);
-          if (t.ok) ranked.emplace_back(std::move(t), i);
-        }
-        std::stable_sort(ranked.begin(), ranked.end(),
-                         [](const auto& a, const auto& b) { return fasterThan(a.first, b.first); });
-        for (std::size_t r = 0; r < ranked.size() && r < kSearchFinalists; ++r) {
-          if (auto full = vBlockBuild(p, m, units, found[ranked[r].second].key)) consider(std::move(*full));
-        }
-      }
-    }
-    if (input.control && input.control->cancelled()) return Error::cancelled();
-    if (!bestFits) return out;  // no candidate keeps the budget: the block as built
-    const int evaluations = static_cast<int>(std::min(2000.0, kSearchSteps / ops));
-    auto improved = improveOrder(input, out, caps, evaluations);
-    if (improved) out = std::move(*improved);
+    PS_RETURN_IF_ERROR(BudgetSearch(input, m_spec.goal, out).run(ops));
     return out;
   }
 

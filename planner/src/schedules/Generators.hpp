@@ -36,6 +36,15 @@ std::unique_ptr<ScheduleGenerator> makePipeOffload();
 std::unique_ptr<ScheduleGenerator> makeSeq1F1B();
 std::unique_ptr<ScheduleGenerator> makeVOneFOneB();
 
+/// An op of an order: the pass `kind` of `stage` for the whole of `microbatch`.
+inline OrderedOp orderedOp(int stage, OpKind kind, int microbatch) {
+  OrderedOp o;
+  o.virtualStage = stage;
+  o.kind = kind;
+  o.microbatch = microbatch;
+  return o;
+}
+
 // Placements. Stage ids are dense; pipeline 1 (if any) follows pipeline 0.
 /// Megatron-LM interleaving: stage s on device s % p, chunk s / p.
 std::vector<VirtualStage> linearPlacement(int devices, int chunks, int pipeline = 0, int firstId = 0,

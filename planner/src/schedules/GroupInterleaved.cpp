@@ -30,6 +30,7 @@
 #include <tuple>
 
 #include "pipestudio/common/Index.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/planner/Simulator.hpp"
 #include "schedules/Generators.hpp"
@@ -296,7 +297,9 @@ class PipeOffload final : public ScheduleGenerator {
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override;
 };
 
-Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const {
+// The candidate orders: the authors' group-interleaved order and Megatron's interleaved one
+// for every group size tried, and the memory-bounded orders.
+std::vector<std::vector<std::vector<OrderedOp>>> candidateOrders(const ScheduleInput& input) {
   const int p = input.shape.devices;
   const int m = input.shape.microbatches;
   const int v = input.shape.chunksPerDevice;
@@ -325,6 +328,75 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     }
   }
   for (auto& bounded : boundedOrders(input)) orders.push_back(std::move(bounded));
+  return orders;
+}
+
+// A candidate with its offloading, and its fit, makespan and highest peak as the simulator
+// times it (what the plan will be).
+struct Judged {
+  ScheduleSkeleton skeleton;
+  bool fits = false;
+  double ms = 0;
+  std::int64_t peak = 0;
+};
+
+// It fits when every device is within the memory limit (or its GPU's memory) and within the
+// peak of the schedule pipeoffload saves against (ScheduleInput::peakCapBytes).
+bool judge(const Plan& shell, const CostedModel* costs, const ScheduleInput& input, Judged& j) {
+  SimulationOptions timing;
+  timing.recordComms = false;
+  timing.costs = costs;
+  auto timed = simulateSkeleton(shell, j.skeleton, timing);
+  if (!timed) return false;
+  j.peak = 0;
+  j.fits = true;
+  for (int d = 0; d < static_cast<int>(timed->metrics.devices.size()); ++d) {
+    const DeviceMetrics& dm = timed->metrics.devices[static_cast<std::size_t>(d)];
+    j.peak = std::max(j.peak, dm.peakMemoryBytes);
+    const std::int64_t limit = deviceMemoryLimit(input, d);
+    if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes()) > limit)
+      j.fits = false;
+    if (input.peakCapBytes && dm.peakMemoryBytes > *input.peakCapBytes) j.fits = false;
+  }
+  j.ms = timed->metrics.makespanMs;
+  return true;
+}
+
+// The fastest that fits (with its waits), its peak breaking ties; when none fits, the lowest peak.
+Expected<std::size_t> chooseCandidate(const Plan& shell, const CostedModel& costs, const ScheduleInput& input,
+                                      std::vector<Judged>& judged) {
+  std::vector<std::size_t> byTime(judged.size());
+  for (std::size_t i = 0; i < byTime.size(); ++i) byTime[i] = i;
+  std::stable_sort(byTime.begin(), byTime.end(), [&](std::size_t x, std::size_t y) {
+    const double tolerance = 1e-9 * std::max(1.0, judged[x].ms);
+    if (judged[x].ms < judged[y].ms - tolerance) return true;
+    if (judged[y].ms < judged[x].ms - tolerance) return false;
+    return judged[x].peak < judged[y].peak;
+  });
+  std::optional<std::size_t> chosen;
+  for (const std::size_t i : byTime) {
+    if (input.control && input.control->cancelled()) return Error::cancelled();
+    Judged& j = judged[i];
+    if (chosen && judged[*chosen].ms < j.ms - 1e-9 * std::max(1.0, j.ms)) break;  // slower than a fitting one
+    // Waits change when passes start, not their order: a caller that reads only the order
+    // (SolveControl::orderOnly) takes each candidate as judged without them.
+    const bool orderOnly = input.control && input.control->orderOnly;
+    if (!orderOnly && (!addOffloadWaits(shell, costs, j.skeleton) || !judge(shell, &costs, input, j))) continue;
+    if (j.fits && (!chosen || j.peak < judged[*chosen].peak)) chosen = i;
+  }
+  if (chosen) return *chosen;
+  std::size_t lowest = 0;
+  for (std::size_t i = 1; i < judged.size(); ++i) {
+    if (judged[i].peak < judged[lowest].peak ||
+        (judged[i].peak == judged[lowest].peak && judged[i].ms < judged[lowest].ms)) {
+      lowest = i;
+    }
+  }
+  return lowest;
+}
+
+Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const {
+  std::vector<std::vector<std::vector<OrderedOp>>> orders = candidateOrders(input);
   if (orders.empty()) return Error{"pipeoffload: no group size builds an order for this shape"};
   // Every candidate with its offloading, timed by the simulator (what the plan will be).
   Plan shell;
@@ -338,34 +410,6 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
     if (!costs) costs = &own.emplace(shell.model, shell.cluster, shell.config);
   }
   shell.virtualStages = input.virtualStages;
-  // Each candidate's fit, makespan and highest peak, timed by the simulator. It fits when every
-  // device is within the memory limit (or its GPU's memory) and within the peak of the schedule
-  // pipeoffload saves against (ScheduleInput::peakCapBytes).
-  struct Judged {
-    ScheduleSkeleton skeleton;
-    bool fits = false;
-    double ms = 0;
-    std::int64_t peak = 0;
-  };
-  auto judge = [&](Judged& j) {
-    SimulationOptions timing;
-    timing.recordComms = false;
-    timing.costs = costs;
-    auto timed = simulateSkeleton(shell, j.skeleton, timing);
-    if (!timed) return false;
-    j.peak = 0;
-    j.fits = true;
-    for (int d = 0; d < static_cast<int>(timed->metrics.devices.size()); ++d) {
-      const DeviceMetrics& dm = timed->metrics.devices[static_cast<std::size_t>(d)];
-      j.peak = std::max(j.peak, dm.peakMemoryBytes);
-      const std::int64_t limit = deviceMemoryLimit(input, d);
-      if (limit > 0 && dm.peakMemoryBytes + (input.memoryLimitBytes ? 0 : dm.memory.marginBytes()) > limit)
-        j.fits = false;
-      if (input.peakCapBytes && dm.peakMemoryBytes > *input.peakCapBytes) j.fits = false;
-    }
-    j.ms = timed->metrics.makespanMs;
-    return true;
-  };
   std::vector<Judged> judged;
   // GPUs sharing a PCIe switch: each order also with its copies placed at the solo rate (fast
   // while the neighbour does not copy, late where it does), beside the rate they can count on.
@@ -386,41 +430,12 @@ Expected<ScheduleSkeleton> PipeOffload::order(const ScheduleInput& input) const 
       Judged placed;
       placed.skeleton = j.skeleton;
       if (!addOffload(shell, *costs, placed.skeleton, false, solo)) continue;
-      if (judge(placed)) judged.push_back(std::move(placed));
+      if (judge(shell, costs, input, placed)) judged.push_back(std::move(placed));
     }
   }
   if (judged.empty()) return Error{"pipeoffload: no candidate order could be timed"};
-  // The fastest that fits (with its waits), its peak breaking ties; when none fits, the lowest peak.
-  std::vector<std::size_t> byTime(judged.size());
-  for (std::size_t i = 0; i < byTime.size(); ++i) byTime[i] = i;
-  std::stable_sort(byTime.begin(), byTime.end(), [&](std::size_t x, std::size_t y) {
-    const double tolerance = 1e-9 * std::max(1.0, judged[x].ms);
-    if (judged[x].ms < judged[y].ms - tolerance) return true;
-    if (judged[y].ms < judged[x].ms - tolerance) return false;
-    return judged[x].peak < judged[y].peak;
-  });
-  std::optional<std::size_t> chosen;
-  for (const std::size_t i : byTime) {
-    if (input.control && input.control->cancelled()) return Error::cancelled();
-    Judged& j = judged[i];
-    if (chosen && judged[*chosen].ms < j.ms - 1e-9 * std::max(1.0, j.ms)) break;  // slower than a fitting one
-    // Waits change when passes start, not their order: a caller that reads only the order
-    // (SolveControl::orderOnly) takes each candidate as judged without them.
-    const bool orderOnly = input.control && input.control->orderOnly;
-    if (!orderOnly && (!addOffloadWaits(shell, *costs, j.skeleton) || !judge(j))) continue;
-    if (j.fits && (!chosen || j.peak < judged[*chosen].peak)) chosen = i;
-  }
-  if (!chosen) {
-    std::size_t lowest = 0;
-    for (std::size_t i = 1; i < judged.size(); ++i) {
-      if (judged[i].peak < judged[lowest].peak ||
-          (judged[i].peak == judged[lowest].peak && judged[i].ms < judged[lowest].ms)) {
-        lowest = i;
-      }
-    }
-    chosen = lowest;
-  }
-  return std::move(judged[*chosen].skeleton);
+  PS_ASSIGN_OR_RETURN(const std::size_t chosen, chooseCandidate(shell, *costs, input, judged));
+  return std::move(judged[chosen].skeleton);
 }
 
 }  // namespace

@@ -19,14 +19,6 @@ constexpr double kExactChoiceOps = 1 << 17;
 // zb-h2 grows ZB-H1 into its idle time with at most this much work (moves × timing steps).
 constexpr double kGrowWork = 2e7;
 
-OrderedOp op(int stage, OpKind kind, int microbatch) {
-  OrderedOp o;
-  o.virtualStage = stage;
-  o.kind = kind;
-  o.microbatch = microbatch;
-  return o;
-}
-
 // Per device, its op order.
 using Lanes = IdVector<std::vector<OrderedOp>>;
 
@@ -41,15 +33,27 @@ Status requireOneChunk(std::string_view name, const ScheduleShape& shape) {
   return requireChunks(name, shape, shape.chunksPerDevice == 1, "one chunk per device");
 }
 
-class Gpipe final : public ScheduleGenerator {
+// The schedules of one stage per device in Megatron's linear placement (gpipe, 1f1b, zb-h1,
+// zb-h2): their shape check and placement.
+class OneStagePerDevice : public ScheduleGenerator {
  public:
-  std::string_view name() const override { return "gpipe"; }
+  OneStagePerDevice(std::string_view name, bool splitsBackward) : m_name(name), m_splitsBackward(splitsBackward) {}
+  std::string_view name() const override { return m_name; }
+  bool splitsBackward() const override { return m_splitsBackward; }
   int defaultChunksPerDevice() const override { return 1; }
-  bool splitsBackward() const override { return false; }
   Status validate(const ScheduleShape& shape) const override { return requireOneChunk(name(), shape); }
   std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
     return linearPlacement(shape.devices, 1);
   }
+
+ private:
+  std::string_view m_name;
+  bool m_splitsBackward;
+};
+
+class Gpipe final : public OneStagePerDevice {
+ public:
+  Gpipe() : OneStagePerDevice("gpipe", false) {}
   // Huang et al. 2019: all forwards, then all backwards (fused BW).
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const int m = input.shape.microbatches;
@@ -57,8 +61,8 @@ class Gpipe final : public ScheduleGenerator {
     for (int d = 0; d < input.shape.devices; ++d) {
       auto& ops = lanes[d];
       ops.reserve(2 * static_cast<std::size_t>(m));
-      for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::F, mb));
-      for (int mb = 0; mb < m; ++mb) ops.push_back(op(d, OpKind::BW, mb));
+      for (int mb = 0; mb < m; ++mb) ops.push_back(orderedOp(d, OpKind::F, mb));
+      for (int mb = 0; mb < m; ++mb) ops.push_back(orderedOp(d, OpKind::BW, mb));
     }
     return skeleton(input, std::move(lanes));
   }
@@ -79,31 +83,30 @@ ScheduleSkeleton oneFOneB(const ScheduleInput& input, const IdVector<int>& warmu
     const int wlag = split ? lag[d] : 0;
     int nextF = 0;
     int nextW = 0;
-    for (; nextF < w; ++nextF) ops.push_back(op(d, OpKind::F, nextF));
+    for (; nextF < w; ++nextF) ops.push_back(orderedOp(d, OpKind::F, nextF));
     for (int b = 0; b < m; ++b) {
-      if (nextF < m) ops.push_back(op(d, OpKind::F, nextF++));
-      ops.push_back(op(d, split ? OpKind::B : OpKind::BW, b));
-      if (split && b - nextW >= wlag) ops.push_back(op(d, OpKind::W, nextW++));
+      if (nextF < m) ops.push_back(orderedOp(d, OpKind::F, nextF++));
+      ops.push_back(orderedOp(d, split ? OpKind::B : OpKind::BW, b));
+      if (split && b - nextW >= wlag) ops.push_back(orderedOp(d, OpKind::W, nextW++));
     }
-    for (; split && nextW < m; ++nextW) ops.push_back(op(d, OpKind::W, nextW));
+    for (; split && nextW < m; ++nextW) ops.push_back(orderedOp(d, OpKind::W, nextW));
   }
   return skeleton(input, std::move(lanes));
 }
 
-class OneFOneB final : public ScheduleGenerator {
+// PipeDream-Flush's warm-up: device d runs p−d−1 forwards before its first backward.
+IdVector<int> flushWarmup(int p) {
+  IdVector<int> warmup(p);
+  for (int d = 0; d < p; ++d) warmup[d] = p - d - 1;
+  return warmup;
+}
+
+class OneFOneB final : public OneStagePerDevice {
  public:
-  std::string_view name() const override { return "1f1b"; }
-  int defaultChunksPerDevice() const override { return 1; }
-  bool splitsBackward() const override { return false; }
-  Status validate(const ScheduleShape& shape) const override { return requireOneChunk(name(), shape); }
-  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
-    return linearPlacement(shape.devices, 1);
-  }
+  OneFOneB() : OneStagePerDevice("1f1b", false) {}
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const int p = input.shape.devices;
-    IdVector<int> warmup(p);
-    for (int d = 0; d < p; ++d) warmup[d] = p - d - 1;
-    return oneFOneB(input, warmup, false, IdVector<int>(p, 0));
+    return oneFOneB(input, flushWarmup(p), false, IdVector<int>(p, 0));
   }
 };
 
@@ -174,24 +177,14 @@ class Interleaved final : public ScheduleGenerator {
 // ZB-H1 (Qi et al. 2023 §2.1): 1F1B's warm-up and in-flight count, backward split; device d
 // defers its W passes by d backwards, so B passes run back-to-back along the critical path
 // and the deferred W fill the drain. Device bubble (p−1)(F+B−W) with equal stages.
-class ZbH1 final : public ScheduleGenerator {
+class ZbH1 final : public OneStagePerDevice {
  public:
-  std::string_view name() const override { return "zb-h1"; }
-  int defaultChunksPerDevice() const override { return 1; }
-  bool splitsBackward() const override { return true; }
-  Status validate(const ScheduleShape& shape) const override { return requireOneChunk(name(), shape); }
-  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
-    return linearPlacement(shape.devices, 1);
-  }
+  ZbH1() : OneStagePerDevice("zb-h1", true) {}
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const int p = input.shape.devices;
-    IdVector<int> warmup(p);
     IdVector<int> lag(p);
-    for (int d = 0; d < p; ++d) {
-      warmup[d] = p - d - 1;
-      lag[d] = d;
-    }
-    return oneFOneB(input, warmup, true, lag);
+    for (int d = 0; d < p; ++d) lag[d] = d;
+    return oneFOneB(input, flushWarmup(p), true, lag);
   }
 };
 
@@ -269,7 +262,7 @@ std::vector<std::vector<OrderedOp>> timedZbH2Order(const ScheduleInput& input) {
     if (best < 0) break;  // cannot happen: some device's next input is always known
     Device& s = dev[static_cast<std::size_t>(best)];
     const StageEstimate& e = input.estimate(best);
-    lanes[static_cast<std::size_t>(best)].push_back(op(best, bestKind, bestMb));
+    lanes[static_cast<std::size_t>(best)].push_back(orderedOp(best, bestKind, bestMb));
     if (bestKind == OpKind::F) {
       s.freeMs = bestStart + e.forwardMs;
       endF(best, bestMb) = s.freeMs;
@@ -433,17 +426,12 @@ std::vector<std::vector<OrderedOp>> zbH2FromZbH1(const ScheduleInput& input, std
 // into idle time, never making anything wait), which is within ZB-H1's step and every device's
 // span by construction; the handcrafted order and the one built on the estimates
 // (timedZbH2Order) replace it only where faster and within ZB-H1's step and longest span.
-class ZbH2 final : public ScheduleGenerator {
+class ZbH2 final : public OneStagePerDevice {
  public:
-  std::string_view name() const override { return "zb-h2"; }
-  int defaultChunksPerDevice() const override { return 1; }
-  bool splitsBackward() const override { return true; }
+  ZbH2() : OneStagePerDevice("zb-h2", true) {}
   Status validate(const ScheduleShape& shape) const override {
-    PS_RETURN_IF_ERROR(requireOneChunk(name(), shape));
+    PS_RETURN_IF_ERROR(OneStagePerDevice::validate(shape));
     return requireMicrobatchesAtLeast(name(), shape, shape.devices, "(one per device, to fill its warm-up)");
-  }
-  std::vector<VirtualStage> placement(const ScheduleShape& shape) const override {
-    return linearPlacement(shape.devices, 1);
   }
   Expected<ScheduleSkeleton> order(const ScheduleInput& input) const override {
     const int p = input.shape.devices;
@@ -556,11 +544,11 @@ std::vector<std::vector<OrderedOp>> interleavedOrder(const ScheduleInput& input,
     ops.reserve(2 * static_cast<std::size_t>(total));
     auto forward = [&](int k) {
       const auto [chunk, mb] = forwards[k];
-      ops.push_back(op(chunk * p + d, OpKind::F, mb));
+      ops.push_back(orderedOp(chunk * p + d, OpKind::F, mb));
     };
     auto backward = [&](int k) {
       const auto [chunk, mb] = backwards[k];
-      ops.push_back(op(chunk * p + d, OpKind::BW, mb));
+      ops.push_back(orderedOp(chunk * p + d, OpKind::BW, mb));
     };
     const int warmup = std::min(2 * (p - d - 1) + (v - 1) * firstGroup + ahead, total);
     for (int k = 0; k < warmup; ++k) forward(k);

@@ -67,23 +67,18 @@ bool fasterThan(const OrderTiming& a, const OrderTiming& b) {
   return a.maxDeviceBubbleMs < b.maxDeviceBubbleMs - tolerance;
 }
 
-OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& order,
-                      bool withTransfers) {
-  OrderTiming result;
-  const auto p = order.size();
-  const int devices = static_cast<int>(p);
-  const int stages = static_cast<int>(input.virtualStages.size());
-  const int m = input.shape.microbatches;
-  IdVector<std::int32_t> prev(stages, kNone), next(stages, kNone);
-  for (const auto& chain : pipelineChains(input.virtualStages)) {
-    for (std::size_t i = 0; i < chain.size(); ++i) {
-      if (i > 0) prev[chain[i]] = chain[i - 1];
-      if (i + 1 < chain.size()) next[chain[i]] = chain[i + 1];
-    }
-  }
-  // Global op index = offset[d] + position in d's order.
-  std::vector<std::int32_t> offset(p + 1, 0);
-  for (std::size_t d = 0; d < p; ++d) offset[d + 1] = offset[d] + static_cast<std::int32_t>(order[d].size());
+namespace {
+
+// The ops of an order as flat arrays (global op index = offset[d] + position in d's order),
+// their dependencies (indexOps, linkProducers) and the event loop that times them (run).
+class OrderRun {
+ public:
+  OrderRun(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& order);
+  bool indexOps();
+  bool linkProducers();
+  OrderTiming run(bool withTransfers);
+
+ private:
   // Per op what the event loop needs: its duration, the one consumer on another device (a
   // forward's next stage, a backward's previous stage; consumers on the op's own device are
   // either implied by the order or wait forever, a deadlock) and that transfer's time.
@@ -94,83 +89,134 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
     std::int32_t pending = 0;
     std::int32_t consumer = kNone;
   };
-  IdVector<OpState> state(offset[p]);
-  Grid<std::int32_t> fIdx(stages, m, kNone), bIdx(stages, m, kNone), wIdx(stages, m, kNone);
-  for (std::size_t d = 0; d < p; ++d) {
-    for (std::size_t i = 0; i < order[d].size(); ++i) {
-      const OrderedOp& o = order[d][i];
-      if (!fIdx.contains(o.virtualStage, o.microbatch) || input.stage(o.virtualStage).device != static_cast<int>(d)) {
-        return result;
-      }
-      Grid<std::int32_t>& slots = o.kind == OpKind::F ? fIdx : o.kind == OpKind::W ? wIdx : bIdx;
-      std::int32_t& slot = slots(o.virtualStage, o.microbatch);
-      if (slot != kNone) return result;  // an op twice
-      slot = offset[d] + static_cast<std::int32_t>(i);
-      state[slot].durationMs = durationOf(o.kind, input.estimate(o.virtualStage));
+  // The event loop's state per device.
+  struct Devices {
+    IdVector<std::int32_t> cursor, stop;  // the global index of its next op, and the one past its last
+    IdVector<double> freeMs, firstMs, busyMs;
+  };
+  int deviceOfIndex(std::int32_t idx) const {
+    return static_cast<int>(std::upper_bound(m_offset.begin(), m_offset.end(), idx) - m_offset.begin()) - 1;
+  }
+  bool tryStart(Devices& dev, DeviceWinnerTree& running, int d);
+  OrderTiming summary(const Devices& dev, std::int32_t completed, double lastMs) const;
+
+  const ScheduleInput& m_input;
+  const std::vector<std::vector<OrderedOp>>& m_order;
+  const std::size_t m_p;
+  const int m_stages;
+  IdVector<std::int32_t> m_prev, m_next;
+  std::vector<std::int32_t> m_offset;
+  IdVector<OpState> m_state;
+  Grid<std::int32_t> m_fIdx, m_bIdx, m_wIdx;
+};
+
+OrderRun::OrderRun(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& order)
+    : m_input(input),
+      m_order(order),
+      m_p(order.size()),
+      m_stages(static_cast<int>(input.virtualStages.size())),
+      m_prev(m_stages, kNone),
+      m_next(m_stages, kNone),
+      m_offset(m_p + 1, 0),
+      m_fIdx(m_stages, input.shape.microbatches, kNone),
+      m_bIdx(m_stages, input.shape.microbatches, kNone),
+      m_wIdx(m_stages, input.shape.microbatches, kNone) {
+  for (const auto& chain : pipelineChains(input.virtualStages)) {
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      if (i > 0) m_prev[chain[i]] = chain[i - 1];
+      if (i + 1 < chain.size()) m_next[chain[i]] = chain[i + 1];
     }
   }
-  auto deviceOfIndex = [&](std::int32_t idx) {
-    return static_cast<int>(std::upper_bound(offset.begin(), offset.end(), idx) - offset.begin()) - 1;
-  };
-  // Producers not already implied by the device's own order (same device, earlier position);
-  // false when one that must exist is missing.
-  for (std::size_t d = 0; d < p; ++d) {
-    for (std::size_t i = 0; i < order[d].size(); ++i) {
-      const OrderedOp& o = order[d][i];
-      const std::int32_t idx = offset[d] + static_cast<std::int32_t>(i);
+  for (std::size_t d = 0; d < m_p; ++d) {
+    m_offset[d + 1] = m_offset[d] + static_cast<std::int32_t>(order[d].size());
+  }
+  m_state.resize(m_offset[m_p]);
+}
+
+// Each op's slot and duration; false when an op is out of range, on a device not its stage's,
+// or there twice.
+bool OrderRun::indexOps() {
+  for (std::size_t d = 0; d < m_p; ++d) {
+    for (std::size_t i = 0; i < m_order[d].size(); ++i) {
+      const OrderedOp& o = m_order[d][i];
+      if (!m_fIdx.contains(o.virtualStage, o.microbatch) ||
+          m_input.stage(o.virtualStage).device != static_cast<int>(d)) {
+        return false;
+      }
+      Grid<std::int32_t>& slots = o.kind == OpKind::F ? m_fIdx : o.kind == OpKind::W ? m_wIdx : m_bIdx;
+      std::int32_t& slot = slots(o.virtualStage, o.microbatch);
+      if (slot != kNone) return false;  // an op twice
+      slot = m_offset[d] + static_cast<std::int32_t>(i);
+      m_state[slot].durationMs = durationOf(o.kind, m_input.estimate(o.virtualStage));
+    }
+  }
+  return true;
+}
+
+// Producers not already implied by the device's own order (same device, earlier position);
+// false when one that must exist is missing.
+bool OrderRun::linkProducers() {
+  for (std::size_t d = 0; d < m_p; ++d) {
+    for (std::size_t i = 0; i < m_order[d].size(); ++i) {
+      const OrderedOp& o = m_order[d][i];
+      const std::int32_t idx = m_offset[d] + static_cast<std::int32_t>(i);
       const int s = o.virtualStage;
       const int mb = o.microbatch;
       auto depend = [&](std::int32_t producer, bool maybeCross, double sendMs) {
         if (producer == kNone) return false;
-        const bool sameDevice = producer >= offset[d] && producer < offset[d + 1];
-        if (!sameDevice || producer > idx) ++state[idx].pending;
+        const bool sameDevice = producer >= m_offset[d] && producer < m_offset[d + 1];
+        if (!sameDevice || producer > idx) ++m_state[idx].pending;
         if (!sameDevice && maybeCross) {
-          state[producer].consumer = idx;
-          state[producer].sendMs = sendMs;
+          m_state[producer].consumer = idx;
+          m_state[producer].sendMs = sendMs;
         }
         return true;
       };
       bool ok = true;
       if (o.kind == OpKind::F) {
-        if (prev[s] != kNone) ok = depend(fIdx(prev[s], mb), true, input.estimate(prev[s]).sendMs);
+        if (m_prev[s] != kNone) ok = depend(m_fIdx(m_prev[s], mb), true, m_input.estimate(m_prev[s]).sendMs);
       } else if (o.kind == OpKind::W) {
-        ok = depend(bIdx(s, mb), false, 0);
+        ok = depend(m_bIdx(s, mb), false, 0);
       } else {
-        ok = depend(fIdx(s, mb), false, 0);
-        if (ok && next[s] != kNone) ok = depend(bIdx(next[s], mb), true, input.estimate(s).sendMs);
+        ok = depend(m_fIdx(s, mb), false, 0);
+        if (ok && m_next[s] != kNone) ok = depend(m_bIdx(m_next[s], mb), true, m_input.estimate(s).sendMs);
       }
-      if (!ok) return result;  // a producer no device runs
+      if (!ok) return false;  // a producer no device runs
     }
   }
+  return true;
+}
 
-  // Per device from here on: the global index of its next op, and the one past its last.
-  IdVector<std::int32_t> cursor(std::vector<std::int32_t>(offset.begin(), offset.end() - 1));
-  IdVector<std::int32_t> stop(std::vector<std::int32_t>(offset.begin() + 1, offset.end()));
-  IdVector<double> freeMs(devices, 0.0), firstMs(devices, -1.0), busyMs(devices, 0.0);
+// Starts device d's next op when its inputs are there.
+bool OrderRun::tryStart(Devices& dev, DeviceWinnerTree& running, int d) {
+  if (dev.cursor[d] == dev.stop[d]) return false;
+  OpState& op = m_state[dev.cursor[d]];
+  if (op.pending != 0) return false;
+  const double start = std::max(dev.freeMs[d], op.readyMs);
+  if (dev.firstMs[d] < 0) dev.firstMs[d] = start;
+  dev.busyMs[d] += op.durationMs;
+  running.set(d, start + op.durationMs);
+  return true;
+}
+
+OrderTiming OrderRun::run(bool withTransfers) {
+  const int devices = static_cast<int>(m_p);
+  Devices dev{IdVector<std::int32_t>(std::vector<std::int32_t>(m_offset.begin(), m_offset.end() - 1)),
+              IdVector<std::int32_t>(std::vector<std::int32_t>(m_offset.begin() + 1, m_offset.end())),
+              IdVector<double>(devices, 0.0), IdVector<double>(devices, -1.0), IdVector<double>(devices, 0.0)};
   Grid<double> linkFreeMs(withTransfers ? devices : 0, withTransfers ? devices : 0, 0.0);
   DeviceWinnerTree running(devices);
-  // Starts device d's next op when its inputs are there.
-  auto tryStart = [&](int d) {
-    if (cursor[d] == stop[d]) return false;
-    OpState& op = state[cursor[d]];
-    if (op.pending != 0) return false;
-    const double start = std::max(freeMs[d], op.readyMs);
-    if (firstMs[d] < 0) firstMs[d] = start;
-    busyMs[d] += op.durationMs;
-    running.set(d, start + op.durationMs);
-    return true;
-  };
   IdVector<char> busy(devices, 0);
-  for (int d = 0; d < devices; ++d) busy[d] = tryStart(d) ? 1 : 0;
+  for (int d = 0; d < devices; ++d) busy[d] = tryStart(dev, running, d) ? 1 : 0;
   std::int32_t completed = 0;
   double lastMs = 0;
   for (int d = running.top(); d >= 0; d = running.top()) {
     const double endMs = running.keyMs(d);
-    const OpState& op = state[cursor[d]];
+    const OpState& op = m_state[dev.cursor[d]];
     ++completed;
     lastMs = std::max(lastMs, endMs);
-    freeMs[d] = endMs;
-    ++cursor[d];
+    dev.freeMs[d] = endMs;
+    ++dev.cursor[d];
     if (op.consumer != kNone) {
       const int to = deviceOfIndex(op.consumer);
       double arrival = endMs;
@@ -179,25 +225,39 @@ OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<
         arrival = std::max(endMs, link) + op.sendMs;
         link = arrival;
       }
-      OpState& c = state[op.consumer];
+      OpState& c = m_state[op.consumer];
       c.readyMs = std::max(c.readyMs, arrival);
-      if (--c.pending == 0 && !busy[to]) busy[to] = tryStart(to) ? 1 : 0;
+      if (--c.pending == 0 && !busy[to]) busy[to] = tryStart(dev, running, to) ? 1 : 0;
     }
-    busy[d] = tryStart(d) ? 1 : 0;
+    busy[d] = tryStart(dev, running, d) ? 1 : 0;
     if (!busy[d]) running.clear(d);
   }
-  if (completed != offset[p]) return result;
+  return summary(dev, completed, lastMs);
+}
+
+OrderTiming OrderRun::summary(const Devices& dev, std::int32_t completed, double lastMs) const {
+  OrderTiming result;
+  if (completed != m_offset[m_p]) return result;
   result.ok = true;
   double firstAll = std::numeric_limits<double>::infinity();
-  for (int d = 0; d < devices; ++d) {
-    if (firstMs[d] < 0) continue;
-    firstAll = std::min(firstAll, firstMs[d]);
-    result.maxDeviceBubbleMs = std::max(result.maxDeviceBubbleMs, freeMs[d] - firstMs[d] - busyMs[d]);
-    result.maxDeviceSpanMs = std::max(result.maxDeviceSpanMs, freeMs[d] - firstMs[d]);
+  for (int d = 0; d < static_cast<int>(m_p); ++d) {
+    if (dev.firstMs[d] < 0) continue;
+    firstAll = std::min(firstAll, dev.firstMs[d]);
+    result.maxDeviceBubbleMs = std::max(result.maxDeviceBubbleMs, dev.freeMs[d] - dev.firstMs[d] - dev.busyMs[d]);
+    result.maxDeviceSpanMs = std::max(result.maxDeviceSpanMs, dev.freeMs[d] - dev.firstMs[d]);
   }
   result.makespanMs = std::isfinite(firstAll) ? lastMs - firstAll : 0.0;
-  result.peakBytes = orderPeakBytes(input, order);
+  result.peakBytes = orderPeakBytes(m_input, m_order);
   return result;
+}
+
+}  // namespace
+
+OrderTiming timeOrder(const ScheduleInput& input, const std::vector<std::vector<OrderedOp>>& order,
+                      bool withTransfers) {
+  OrderRun run(input, order);
+  if (!run.indexOps() || !run.linkProducers()) return {};
+  return run.run(withTransfers);
 }
 
 }  // namespace pipestudio::schedules

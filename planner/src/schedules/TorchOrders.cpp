@@ -25,14 +25,6 @@
 namespace pipestudio::schedules {
 namespace {
 
-OrderedOp op(int stage, OpKind kind, int microbatch) {
-  OrderedOp o;
-  o.virtualStage = stage;
-  o.kind = kind;
-  o.microbatch = microbatch;
-  return o;
-}
-
 // Per device: the stage of each chunk (−1: none), from the placement.
 IdVector<std::vector<int>> stagesByChunk(const ScheduleInput& input, int chunks) {
   IdVector<std::vector<int>> out(input.shape.devices, std::vector<int>(static_cast<std::size_t>(chunks), -1));
@@ -47,16 +39,16 @@ IdVector<std::vector<int>> stagesByChunk(const ScheduleInput& input, int chunks)
 class Lane {
  public:
   Lane(std::vector<OrderedOp>& ops, int stages) : m_ops(ops), m_nextF(stages, 0), m_nextB(stages, 0) {}
-  void forward(int s) { m_ops.push_back(op(s, OpKind::F, m_nextF[s]++)); }
+  void forward(int s) { m_ops.push_back(orderedOp(s, OpKind::F, m_nextF[s]++)); }
   void fullBackward(int s) {
     const int mb = m_nextB[s]++;
-    m_ops.push_back(op(s, OpKind::B, mb));
-    m_ops.push_back(op(s, OpKind::W, mb));
+    m_ops.push_back(orderedOp(s, OpKind::B, mb));
+    m_ops.push_back(orderedOp(s, OpKind::W, mb));
   }
   void inputBackward(int s) {
     const int mb = m_nextB[s]++;
-    m_ops.push_back(op(s, OpKind::B, mb));
-    m_deferred.push_back(op(s, OpKind::W, mb));
+    m_ops.push_back(orderedOp(s, OpKind::B, mb));
+    m_deferred.push_back(orderedOp(s, OpKind::W, mb));
   }
   void pendingWeight() {
     if (m_deferred.empty()) return;
@@ -171,16 +163,16 @@ std::optional<std::vector<std::vector<OrderedOp>>> torchInterleavedZeroBubbleOrd
     std::size_t weights = 0;
     const auto weight = [&] {
       const int s = backwardStage(backwardSteps[weights++]);
-      ops.push_back(op(s, OpKind::W, nextW[s]++));
+      ops.push_back(orderedOp(s, OpKind::W, nextW[s]++));
     };
     for (int step = 0; step < total; ++step) {
       if (step < m * v) {
         const int s = forwardStage(step);
-        ops.push_back(op(s, OpKind::F, nextF[s]++));
+        ops.push_back(orderedOp(s, OpKind::F, nextF[s]++));
       }
       if (step < warmup) continue;
       const int s = backwardStage(step);
-      ops.push_back(op(s, OpKind::B, nextB[s]++));
+      ops.push_back(orderedOp(s, OpKind::B, nextB[s]++));
       backwardSteps.push_back(step);
       if (step - warmup >= r) weight();
     }

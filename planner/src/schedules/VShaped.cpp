@@ -318,22 +318,37 @@ class GreedyGenerator final : public ScheduleGenerator {
     return options;
   }
 
-  // Builds the candidates of `in` (only `only` when given) and returns the best with its
-  // recipe; an Error when none keeps the budget.
-  Expected<std::pair<Recipe, Orders>> choose(const ScheduleInput& in, const std::vector<std::int64_t>& caps,
-                                             std::int64_t units, const Recipe* only) const {
-    const bool anyTransfer =
-        std::any_of(in.stages.begin(), in.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
-    ScheduleInput withoutTransfers = in;
-    for (StageEstimate& e : withoutTransfers.stages) e.sendMs = 0;
-    auto source = [&](bool withTransfers) -> const ScheduleInput& { return withTransfers ? in : withoutTransfers; };
-    auto wanted = [&](Recipe::Kind kind, bool withTransfers) {
-      if (only) return only->kind == kind && only->withTransfers == withTransfers;
-      return withTransfers || anyTransfer;
-    };
+  // The candidates of one choose(): each timed with the transfers (consider) and the best kept.
+  // `only`: the one recipe to build (the short run's winner built in full).
+  struct Candidates {
+    const ScheduleInput& in;
+    const std::vector<std::int64_t>& caps;
+    const Recipe* only;
+    bool strictBudget;
+    bool smallerPeakOnTie;  // schedules that match another scheduler's orders
+    ScheduleInput withoutTransfers;
+    bool anyTransfer = false;
     std::optional<std::pair<Recipe, Orders>> best;
     OrderTiming bestTiming;
-    auto consider = [&](const Recipe& recipe, Orders&& order) {
+
+    Candidates(const ScheduleInput& input, const std::vector<std::int64_t>& budget, const Recipe* onlyRecipe,
+               const Spec& spec)
+        : in(input),
+          caps(budget),
+          only(onlyRecipe),
+          strictBudget(spec.strictBudget),
+          smallerPeakOnTie(spec.fixed != Spec::Fixed::None),
+          withoutTransfers(input) {
+      anyTransfer =
+          std::any_of(input.stages.begin(), input.stages.end(), [](const StageEstimate& e) { return e.sendMs > 0; });
+      for (StageEstimate& e : withoutTransfers.stages) e.sendMs = 0;
+    }
+    const ScheduleInput& source(bool withTransfers) const { return withTransfers ? in : withoutTransfers; }
+    bool wanted(Recipe::Kind kind, bool withTransfers) const {
+      if (only) return only->kind == kind && only->withTransfers == withTransfers;
+      return withTransfers || anyTransfer;
+    }
+    void consider(const Recipe& recipe, Orders&& order) {
       // Always timed with the transfers: a pattern built without them is shifted by them. A
       // single candidate (the short run's winner built in full) needs no timing, only its
       // memory check.
@@ -345,77 +360,89 @@ class GreedyGenerator final : public ScheduleGenerator {
         t = timeOrder(in, order);
       }
       if (!t.ok) return;
-      if (m_spec.strictBudget) {
+      if (strictBudget) {
         for (std::size_t d = 0; d < caps.size(); ++d) {
           if (t.peakBytes[d] > caps[d]) return;
         }
       }
-      // Schedules that match another scheduler's orders take the smaller peak on a tie.
       const auto peakOf = [](const OrderTiming& x) {
         return x.peakBytes.empty() ? 0 : *std::max_element(x.peakBytes.begin(), x.peakBytes.end());
       };
       const bool smallerOnTie =
-          m_spec.fixed != Spec::Fixed::None && best && !fasterThan(bestTiming, t) && peakOf(t) < peakOf(bestTiming);
+          smallerPeakOnTie && best && !fasterThan(bestTiming, t) && peakOf(t) < peakOf(bestTiming);
       if (!best || fasterThan(t, bestTiming) || smallerOnTie) {
         best.emplace(recipe, std::move(order));
         bestTiming = std::move(t);
       }
-    };
-    if (in.control && in.control->cancelled()) return Error::cancelled();
-    // The authors' ZB-V construction where the placement is one V per device (its
-    // reference's pick, the least worst-device bubble, first).
-    if (m_spec.vConstruction && isSingleV(in)) {
-      for (bool withTransfers : {true, false}) {
-        if (!wanted(Recipe::Kind::V, withTransfers) || (only && only->representative >= 0)) continue;
-        VConstructionOptions v;
-        v.budgetBytes = IdVector<std::int64_t>(caps);
-        v.withTransfers = withTransfers;
-        if (only) {
-          // The short run's winner built in full: its bubble refined only while it is more
-          // than kFullRefineShare of the makespan (each refinement is a full construction).
-          v.onlyPolicy = only->vPolicy;
-          v.refineAboveShare = kFullRefineShare;
-        }
-        auto built = vShapeConstructions(source(withTransfers), v);
-        std::stable_sort(built.begin(), built.end(),
-                         [](const VConstruction& a, const VConstruction& b) { return a.maxBubbleMs < b.maxBubbleMs; });
-        for (auto& c : built) consider({Recipe::Kind::V, withTransfers, c.policy}, std::move(c.order));
-        if (in.control && in.control->cancelled()) return Error::cancelled();
-      }
-      // With unequal stages, the construction on one representative F/B/W time (what the
-      // authors' runtime feeds zbv.py), timed with the stages' own costs.
-      const auto uniform = uniformInputs(in);
-      for (std::size_t r = 0; r < uniform.size(); ++r) {
-        if (only && (only->kind != Recipe::Kind::V || only->representative != static_cast<int>(r))) continue;
-        VConstructionOptions v;
-        v.budgetBytes = IdVector<std::int64_t>(caps);
-        if (only) {
-          v.onlyPolicy = only->vPolicy;
-          v.refineAboveShare = kFullRefineShare;
-        }
-        for (auto& c : vShapeConstructions(uniform[r], v)) {
-          consider({Recipe::Kind::V, true, c.policy, static_cast<int>(r)}, std::move(c.order));
-        }
-        if (in.control && in.control->cancelled()) return Error::cancelled();
-      }
     }
+  };
+
+  // The authors' ZB-V construction where the placement is one V per device (its reference's
+  // pick, the least worst-device bubble, first).
+  static Status considerVConstructions(Candidates& c) {
+    const ScheduleInput& in = c.in;
+    const Recipe* only = c.only;
+    for (bool withTransfers : {true, false}) {
+      if (!c.wanted(Recipe::Kind::V, withTransfers) || (only && only->representative >= 0)) continue;
+      VConstructionOptions v;
+      v.budgetBytes = IdVector<std::int64_t>(c.caps);
+      v.withTransfers = withTransfers;
+      if (only) {
+        // The short run's winner built in full: its bubble refined only while it is more
+        // than kFullRefineShare of the makespan (each refinement is a full construction).
+        v.onlyPolicy = only->vPolicy;
+        v.refineAboveShare = kFullRefineShare;
+      }
+      auto built = vShapeConstructions(c.source(withTransfers), v);
+      std::stable_sort(built.begin(), built.end(),
+                       [](const VConstruction& a, const VConstruction& b) { return a.maxBubbleMs < b.maxBubbleMs; });
+      for (auto& b : built) c.consider({Recipe::Kind::V, withTransfers, b.policy}, std::move(b.order));
+      if (in.control && in.control->cancelled()) return Error::cancelled();
+    }
+    // With unequal stages, the construction on one representative F/B/W time (what the
+    // authors' runtime feeds zbv.py), timed with the stages' own costs.
+    const auto uniform = uniformInputs(in);
+    for (std::size_t r = 0; r < uniform.size(); ++r) {
+      if (only && (only->kind != Recipe::Kind::V || only->representative != static_cast<int>(r))) continue;
+      VConstructionOptions v;
+      v.budgetBytes = IdVector<std::int64_t>(c.caps);
+      if (only) {
+        v.onlyPolicy = only->vPolicy;
+        v.refineAboveShare = kFullRefineShare;
+      }
+      for (auto& b : vShapeConstructions(uniform[r], v)) {
+        c.consider({Recipe::Kind::V, true, b.policy, static_cast<int>(r)}, std::move(b.order));
+      }
+      if (in.control && in.control->cancelled()) return Error::cancelled();
+    }
+    return {};
+  }
+
+  // Builds the candidates of `in` (only `only` when given) and returns the best with its
+  // recipe; an Error when none keeps the budget.
+  Expected<std::pair<Recipe, Orders>> choose(const ScheduleInput& in, const std::vector<std::int64_t>& caps,
+                                             std::int64_t units, const Recipe* only) const {
+    Candidates c(in, caps, only, m_spec);
+    auto& best = c.best;
+    if (in.control && in.control->cancelled()) return Error::cancelled();
+    if (m_spec.vConstruction && isSingleV(in)) PS_RETURN_IF_ERROR(considerVConstructions(c));
     // The greedy list construction.
     for (bool withTransfers : {true, false}) {
-      if (!wanted(Recipe::Kind::Greedy, withTransfers)) continue;
-      PS_ASSIGN_OR_RETURN(auto order, greedyOrder(source(withTransfers), greedyOptions(in, caps, false)));
-      consider({Recipe::Kind::Greedy, withTransfers, -1}, std::move(order.devices));
+      if (!c.wanted(Recipe::Kind::Greedy, withTransfers)) continue;
+      PS_ASSIGN_OR_RETURN(auto order, greedyOrder(c.source(withTransfers), greedyOptions(in, caps, false)));
+      c.consider({Recipe::Kind::Greedy, withTransfers, -1}, std::move(order.devices));
     }
     // Other schedulers' orders (Spec::fixed), timed like every candidate.
     if (!only || only->kind == Recipe::Kind::Fixed) {
       auto fixed = fixedOrders(in);
       for (std::size_t i = 0; i < fixed.size(); ++i) {
         if (only && static_cast<int>(i) != only->vPolicy) continue;
-        consider({Recipe::Kind::Fixed, true, static_cast<int>(i)}, std::move(fixed[i]));
+        c.consider({Recipe::Kind::Fixed, true, static_cast<int>(i)}, std::move(fixed[i]));
       }
     }
     if ((!best && m_spec.strictBudget && !only) || (only && only->kind == Recipe::Kind::GreedyReserved)) {
       PS_ASSIGN_OR_RETURN(auto order, greedyOrder(in, greedyOptions(in, caps, true)));
-      consider({Recipe::Kind::GreedyReserved, true, -1}, std::move(order.devices));
+      c.consider({Recipe::Kind::GreedyReserved, true, -1}, std::move(order.devices));
     }
     if (!best && only && only->kind != Recipe::Kind::GreedyReserved && m_spec.strictBudget) {
       // The winner of the short run does not keep the budget in full: the last resort.

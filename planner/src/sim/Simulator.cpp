@@ -266,6 +266,10 @@ class Simulation {
 
   std::optional<Error> validateShape() const;
   std::optional<Error> flatten();
+  void loadCosts();
+  void sizeTables(std::size_t totalOps);
+  std::optional<Error> flattenOp(int d, std::size_t i, std::int32_t idx, std::int32_t& lastCompute);
+  std::optional<Error> indexOp(int d, std::size_t i, std::int32_t idx);
   std::optional<Error> buildConsumerGraph();
   void prepareTiming();
   void run();
@@ -426,21 +430,7 @@ double copyMs(const Plan& shell, const Op& op, const StageCosts& unit) {
 // the device's order. Without copies this is the plan's order; with them restorePlanOrder
 // puts the ops back in the skeleton's order at the end.
 std::optional<Error> Simulation::flatten() {
-  std::optional<CostedModel> own;
-  const CostedModel* costed = m_options.costs;
-  if (costed == nullptr) costed = &own.emplace(m_shell);
-  m_costs = IdVector<StageCosts>(costed->stages(m_shell.virtualStages));
-  {
-    const auto units = costed->unitStages(m_shell.virtualStages);
-    m_unitCosts.assign(m_nStages * m_splits, StageCosts{});
-    for (std::int32_t st = 0; st < m_nStages; ++st) {
-      const auto& perChunk = units[static_cast<std::size_t>(st)];
-      for (int k = 0; k < m_splits && !perChunk.empty(); ++k) {
-        m_unitCosts[st * m_splits + k] =
-            perChunk[std::min<std::size_t>(static_cast<std::size_t>(k), perChunk.size() - 1)];
-      }
-    }
-  }
+  loadCosts();
   // Chains of data flow: plan/Dependencies.hpp's stageNeighbours, shared with the executor.
   StageNeighbours chains = stageNeighbours(m_shell);
   m_prevStage = IdVector<std::int32_t>(std::move(chains.previous));
@@ -450,6 +440,41 @@ std::optional<Error> Simulation::flatten() {
   // Op indices are int32.
   if (totalOps > (std::size_t{1} << 30))
     return Error{"schedule has " + std::to_string(totalOps) + " ops, more than the simulator handles"};
+  sizeTables(totalOps);
+  IdVector<std::int32_t> cursor(m_lanes, 0);
+  for (int d = 0; const auto& lane : m_skeleton.devices) {
+    std::int32_t lastCompute = kNone;
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+      const int l = laneOf(d, isHostCopy(lane[i].kind));
+      const std::int32_t idx = m_offset[l] + cursor[l]++;
+      if (m_copies) m_skeletonOrder.push_back(idx);
+      if (auto error = flattenOp(d, i, idx, lastCompute)) return error;
+      if (auto error = indexOp(d, i, idx)) return error;
+    }
+    ++d;
+  }
+  return std::nullopt;
+}
+
+// Per stage its costs, and per (stage, sequence chunk) its unit costs (unitRow).
+void Simulation::loadCosts() {
+  std::optional<CostedModel> own;
+  const CostedModel* costed = m_options.costs;
+  if (costed == nullptr) costed = &own.emplace(m_shell);
+  m_costs = IdVector<StageCosts>(costed->stages(m_shell.virtualStages));
+  const auto units = costed->unitStages(m_shell.virtualStages);
+  m_unitCosts.assign(m_nStages * m_splits, StageCosts{});
+  for (std::int32_t st = 0; st < m_nStages; ++st) {
+    const auto& perChunk = units[static_cast<std::size_t>(st)];
+    for (int k = 0; k < m_splits && !perChunk.empty(); ++k) {
+      m_unitCosts[st * m_splits + k] =
+          perChunk[std::min<std::size_t>(static_cast<std::size_t>(k), perChunk.size() - 1)];
+    }
+  }
+}
+
+// The lanes' offsets and the per-op and per-(stage, microbatch) tables flatten fills.
+void Simulation::sizeTables(std::size_t totalOps) {
   // validateShape: one skeleton lane per device.
   m_offset.assign(m_lanes + 1, 0);
   for (int d = 0; const auto& lane : m_skeleton.devices) {
@@ -475,84 +500,85 @@ std::optional<Error> Simulation::flatten() {
     m_issueAfter.assign(m_nOps, kNone);
     m_skeletonOrder.reserve(totalOps);
   }
-  IdVector<std::int32_t> cursor(m_lanes, 0);
-  for (int d = 0; const auto& lane : m_skeleton.devices) {
-    std::int32_t lastCompute = kNone;
-    for (std::size_t i = 0; i < lane.size(); ++i) {
-      const OrderedOp& o = lane[i];
-      const bool copy = isHostCopy(o.kind);
-      const int l = laneOf(d, copy);
-      const std::int32_t idx = m_offset[l] + cursor[l]++;
-      if (m_copies) m_skeletonOrder.push_back(idx);
-      if (o.virtualStage < 0 || o.virtualStage >= m_nStages) {
-        return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
-      }
-      if (o.microbatch < 0 || o.microbatch >= m_m) {
-        return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." +
-                     std::to_string(m_m - 1)};
-      }
-      if (stageDevice(o.virtualStage) != d) {
-        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
-                     std::to_string(stageDevice(o.virtualStage))};
-      }
-      Op& op = m_shell.op(idx);
-      op.device = d;
-      op.virtualStage = o.virtualStage;
-      op.kind = o.kind;
-      op.microbatch = o.microbatch;
-      op.samples = o.samples;
-      const StageCosts& unit = unitCosts(op);
-      double dur = copy ? copyMs(m_shell, op, unit) : baseDurationMs(o.kind, unit, m_shell.config.vocabBarriers);
-      if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
-      if (!std::isfinite(dur)) {
-        const std::string why =
-            copy ? " has no finite duration (its GPU names no host_link_gbps: give it in the cluster file)"
-                 : " has no finite duration";
-        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + why};
-      }
-      if (copy) {
-        m_issueAfter[idx] = lastCompute;
-      } else {
-        lastCompute = idx;
-      }
-      const int st = o.virtualStage;
-      const int mb = o.microbatch;
-      std::int32_t* slot = nullptr;
-      switch (o.kind) {
-        case OpKind::F:
-          slot = &m_fIdx(st, mb);
-          break;
-        case OpKind::B:
-          slot = &m_bIdx(st, mb);
-          break;
-        case OpKind::BW:
-          slot = &m_bIdx(st, mb);
-          m_bIsFused(st, mb) = 1;
-          break;
-        case OpKind::W:
-          slot = &m_wIdx(st, mb);
-          break;
-        case OpKind::N:
-          m_nIdx(st, mb) = idx;
-          break;  // partial batches: several N per key
-        case OpKind::D2H:
-          slot = &m_offIdx(st, mb);
-          break;
-        case OpKind::H2D:
-          slot = &m_reloadIdx(st, mb);
-          break;
-        default:
-          break;
-      }
-      if (!slot) continue;
-      if (*slot != kNone) {
-        return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
-                     std::to_string(*slot - m_offset[laneOfOp(*slot)]) + " of device " + std::to_string(d) + ")"};
-      }
-      *slot = idx;
-    }
-    ++d;
+}
+
+// Op i of device d's order, checked and written to its flat index idx with its duration; a
+// host copy is issued after the device's last compute op before it.
+std::optional<Error> Simulation::flattenOp(int d, std::size_t i, std::int32_t idx, std::int32_t& lastCompute) {
+  const OrderedOp& o = m_skeleton.devices[static_cast<std::size_t>(d)][i];
+  const bool copy = isHostCopy(o.kind);
+  if (o.virtualStage < 0 || o.virtualStage >= m_nStages) {
+    return Error{where(d, i) + ": virtual stage " + std::to_string(o.virtualStage) + " does not exist"};
   }
+  if (o.microbatch < 0 || o.microbatch >= m_m) {
+    return Error{where(d, i) + ": microbatch " + std::to_string(o.microbatch) + " is outside 0.." +
+                 std::to_string(m_m - 1)};
+  }
+  if (stageDevice(o.virtualStage) != d) {
+    return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " belongs to device " +
+                 std::to_string(stageDevice(o.virtualStage))};
+  }
+  Op& op = m_shell.op(idx);
+  op.device = d;
+  op.virtualStage = o.virtualStage;
+  op.kind = o.kind;
+  op.microbatch = o.microbatch;
+  op.samples = o.samples;
+  const StageCosts& unit = unitCosts(op);
+  double dur = copy ? copyMs(m_shell, op, unit) : baseDurationMs(o.kind, unit, m_shell.config.vocabBarriers);
+  if (o.samples > 0) dur *= static_cast<double>(o.samples) / m_samplesPerMb;
+  if (!std::isfinite(dur)) {
+    const std::string why =
+        copy ? " has no finite duration (its GPU names no host_link_gbps: give it in the cluster file)"
+             : " has no finite duration";
+    return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + why};
+  }
+  if (copy) {
+    m_issueAfter[idx] = lastCompute;
+  } else {
+    lastCompute = idx;
+  }
+  return std::nullopt;
+}
+
+// The (stage, microbatch) table of op idx's kind names it; an op there twice is an error.
+std::optional<Error> Simulation::indexOp(int d, std::size_t i, std::int32_t idx) {
+  const OrderedOp& o = m_skeleton.devices[static_cast<std::size_t>(d)][i];
+  const int st = o.virtualStage;
+  const int mb = o.microbatch;
+  std::int32_t* slot = nullptr;
+  switch (o.kind) {
+    case OpKind::F:
+      slot = &m_fIdx(st, mb);
+      break;
+    case OpKind::B:
+      slot = &m_bIdx(st, mb);
+      break;
+    case OpKind::BW:
+      slot = &m_bIdx(st, mb);
+      m_bIsFused(st, mb) = 1;
+      break;
+    case OpKind::W:
+      slot = &m_wIdx(st, mb);
+      break;
+    case OpKind::N:
+      m_nIdx(st, mb) = idx;
+      break;  // partial batches: several N per key
+    case OpKind::D2H:
+      slot = &m_offIdx(st, mb);
+      break;
+    case OpKind::H2D:
+      slot = &m_reloadIdx(st, mb);
+      break;
+    default:
+      break;
+  }
+  if (!slot) return std::nullopt;
+  if (*slot != kNone) {
+    return Error{where(d, i) + ": " + opName(o.kind, o.virtualStage, o.microbatch) + " appears twice (also op " +
+                 std::to_string(*slot - m_offset[laneOfOp(*slot)]) + " of device " + std::to_string(d) + ")"};
+  }
+  *slot = idx;
   return std::nullopt;
 }
 
@@ -1179,11 +1205,7 @@ Expected<Plan> simulateSkeleton(Plan shell, const ScheduleSkeleton& skeleton, co
 }
 
 Expected<Plan> simulate(const PlanRequest& request, const ScheduleSkeleton& skeleton) {
-  Plan shell;
-  shell.config = request.config;
-  shell.model = request.model;
-  shell.cluster = request.cluster;
-  return simulateSkeleton(std::move(shell), skeleton);
+  return simulateSkeleton(planShell(request), skeleton);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -34,6 +35,17 @@ struct PlanRequest {
   ClusterSpec cluster;
   PlanConfig config;
 };
+
+/// The plan of `request` before it is ordered and timed: its config, model and cluster, and the
+/// given virtual stages; no ops.
+inline Plan planShell(const PlanRequest& request, std::vector<VirtualStage> virtualStages = {}) {
+  Plan shell;
+  shell.config = request.config;
+  shell.model = request.model;
+  shell.cluster = request.cluster;
+  shell.virtualStages = std::move(virtualStages);
+  return shell;
+}
 
 /// Cooperative cancellation and progress for long solves (GUI worker threads).
 struct SolveControl {
