@@ -21,6 +21,7 @@
 #include "SettingsFit.hpp"
 #include "SolverPanel.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 
 namespace pipestudio::gui {
 
@@ -84,7 +85,7 @@ bool WorkspaceController::openDefaultWorkspace() {
     m_host.setStatus(q(doc.message()), true);
     return false;
   }
-  auto ws = readWorkspace(*doc);
+  auto ws = readWorkspace(*doc, solverNames());
   if (!ws) {
     m_host.setStatus(q(ws.message()), true);
     return false;
@@ -101,7 +102,7 @@ void WorkspaceController::openStartupWorkspace() {
   QSettings settings;
   const QString session = sessionFilePath();
   if (QFileInfo::exists(session)) {
-    auto ws = loadWorkspace(session.toStdString());
+    auto ws = loadWorkspace(session.toStdString(), solverNames());
     if (ws) {
       QString path = settings.value(QStringLiteral("session/workspacePath")).toString();
       if (!path.isEmpty() && !QFileInfo::exists(path)) path.clear();
@@ -158,7 +159,7 @@ bool WorkspaceController::openFromCommandLine(const QString& path) {
 }
 
 bool WorkspaceController::openFile(const QString& path, QString* error, bool quiet) {
-  auto doc = openDocument(path.toStdString());
+  auto doc = openDocument(path.toStdString(), solverNames());
   if (!doc) {
     const QString message = q(doc.message());
     if (error) *error = message;

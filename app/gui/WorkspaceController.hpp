@@ -9,8 +9,8 @@
 #include <QString>
 #include <functional>
 
-#include "Workspace.hpp"
 #include "pipestudio/model/Model.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 
 class QMainWindow;
 class QMenu;

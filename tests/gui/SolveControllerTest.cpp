@@ -4,7 +4,8 @@
 
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
-#include "Workspace.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasValue;
@@ -13,7 +14,7 @@ namespace pipestudio::gui {
 namespace {
 
 PlanRequest defaultRequest() {
-  auto ws = loadWorkspace(std::string(PIPESTUDIO_RESOURCES) + "/workspaces/default.pipestudio");
+  auto ws = loadWorkspace(std::string(PIPESTUDIO_RESOURCES) + "/workspaces/default.pipestudio", solverNames());
   EXPECT_THAT(ws, HasValue());
   return PlanRequest{ws->model, ws->cluster, ws->solver};
 }

@@ -14,17 +14,17 @@
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
-#include "Workspace.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::testing {
 
 /// A workspace of resources/models/`model` and resources/clusters/`cluster` with the given
 /// solver settings; a file that does not load fails the test.
-inline gui::Workspace bundledWorkspace(const std::string& model, const std::string& cluster, const PlanConfig& config) {
+inline Workspace bundledWorkspace(const std::string& model, const std::string& cluster, const PlanConfig& config) {
   const std::string resources = PIPESTUDIO_RESOURCES;
-  gui::Workspace ws;
+  Workspace ws;
   auto m = loadModel(resources + "/models/" + model);
   auto c = loadCluster(resources + "/clusters/" + cluster);
   EXPECT_THAT(m, test::HasValue());

@@ -36,6 +36,7 @@
 #include "WindowFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 #include "pipestudio/trace/Stream.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
@@ -512,7 +513,7 @@ TEST_F(WorkstationTest, RecipeControlsSetPrecisionAndOverlapsAndSurviveTheWorksp
 }
 
 TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
-  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio");
+  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio", solverNames());
   ASSERT_THAT(ws, HasValue());
   EXPECT_TRUE(ws->solver.parallel.isPurePipeline());
   EXPECT_EQ(ws->solver.parallel.data, 1);
@@ -522,7 +523,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
   j["solver"]["recompute"] = "sometimes";
   j["solver"]["tp"] = 0;
   ASSERT_TRUE(saveJsonFile(bad, j));
-  auto broken = loadWorkspace(bad);
+  auto broken = loadWorkspace(bad, solverNames());
   EXPECT_THAT(broken, HasError("/solver/recompute"));
   EXPECT_THAT(broken, HasError("/solver/tp"));
   // Each out-of-range field is named with what was expected.
@@ -536,7 +537,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
     Json h = workspaceToJson(*ws);
     h["solver"][field] = value;
     ASSERT_TRUE(saveJsonFile(bad, h));
-    auto refused = loadWorkspace(bad);
+    auto refused = loadWorkspace(bad, solverNames());
     ASSERT_FALSE(refused) << field;
     EXPECT_THAT(refused, HasError(std::string("/solver/") + field));
   }
@@ -740,7 +741,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
 
 TEST(WorkstationCli, RunAcceptsAWorkspaceSavedWithItsPlan) {
   pipestudio::testing::qtApp();
-  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio");
+  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio", solverNames());
   ASSERT_THAT(ws, HasValue());
   ws->solver.partition = "uniform";
   ws->solver.fill = "none";

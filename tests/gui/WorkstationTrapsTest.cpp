@@ -37,6 +37,7 @@
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -430,7 +431,7 @@ TEST_F(TrapsTest, OpeningAnotherWorkspaceAsksAboutUnsavedChangesFirst) {
   ASSERT_TRUE(window->openFile(other, &error, true)) << error.toStdString();
   waitForSolve();
   EXPECT_EQ(window->workspacePath(), other);
-  auto saved = loadWorkspace(mine.toStdString());
+  auto saved = loadWorkspace(mine.toStdString(), solverNames());
   ASSERT_THAT(saved, HasValue());
   EXPECT_EQ(saved->solver.microbatches, edited);
   // Opening a model into the workspace replaces nothing unsaved: not asked.
