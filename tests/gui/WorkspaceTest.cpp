@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "WindowFixtures.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/planner/SolverNames.hpp"
@@ -118,12 +119,7 @@ TEST(Workspace, BadInputSaysWhereAndWhat) {
 }
 
 TEST(Workspace, TraceStreamOpensAsMeasuredPlan) {
-  std::vector<trace::Frame> frames;
-  trace::Header header;
-  header.runId = "r1";
-  header.world = 2;
-  header.backend = "cpu";
-  frames.emplace_back(header);
+  std::vector<trace::Frame> frames = pipestudio::testing::cpuRunFrames("r1", 2);
   for (int d = 0; d < 2; ++d) {
     for (int mb = 0; mb < 3; ++mb) {
       trace::OpRange r;

@@ -55,6 +55,8 @@ namespace {
 const std::string kLoopResources = PIPESTUDIO_RESOURCES;
 
 using pipestudio::testing::bundledWorkspace;
+using pipestudio::testing::pipelineConfig;
+using pipestudio::testing::recomputedPipelineConfig;
 
 class LoopTest : public pipestudio::testing::FreshWindowTest {
  protected:
@@ -75,10 +77,7 @@ void wheelOver(QWidget* widget, int notches = 1) {
 // --- 1: the Configure dock ------------------------------------------------------------------
 
 TEST_F(LoopTest, TheConfigureDockRanksConfigurationsAndLoadsOneIntoThePanel) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4);
   c.globalBatch = 64;
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ConfigureDock* dock = window->configureDock();
@@ -153,10 +152,7 @@ TEST_F(LoopTest, TheConfigureDockRanksConfigurationsAndLoadsOneIntoThePanel) {
 }
 
 TEST_F(LoopTest, AConfigureSearchCanBeCancelled) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 8;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 8);
   openBundled("llama3-70b.json", "h100-8x8-ib.json", c);
   ConfigureDock* dock = window->configureDock();
   dock->search();
@@ -408,14 +404,7 @@ TEST_F(LoopTest, AMeasuredRunIsLabelledScaledColouredAndTabulatedAgainstItsPlan)
 // --- 4: two pipes and chunks ---------------------------------------------------------------
 
 TEST_F(LoopTest, TwoPipeSchedulesHatchOnlyWhereTheGpuIsIdle) {
-  PlanConfig c;
-  c.schedule = "dualpipe";
-  c.devices = 4;
-  c.microbatches = 16;
-  c.chunksPerDevice = 2;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("dualpipe", 4, 16, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
   const auto plan = window->currentPlan();
@@ -450,14 +439,7 @@ TEST_F(LoopTest, TwoPipeSchedulesHatchOnlyWhereTheGpuIsIdle) {
 }
 
 TEST_F(LoopTest, InterleavedChunksGetAShadeEachInLanesAndLegend) {
-  PlanConfig c;
-  c.schedule = "interleaved-1f1b";
-  c.devices = 4;
-  c.microbatches = 8;
-  c.chunksPerDevice = 2;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("interleaved-1f1b", 4, 8, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
   const auto plan = window->currentPlan();
@@ -535,14 +517,7 @@ TEST_F(LoopTest, AFirstStartLeavesRoomForTheWindowFrame) {
 }
 
 TEST_F(LoopTest, KeysZoomAboutTheMouseFitTheSelectionAndCollapseLanes) {
-  PlanConfig c;
-  c.schedule = "dualpipe";
-  c.devices = 4;
-  c.microbatches = 16;
-  c.chunksPerDevice = 2;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("dualpipe", 4, 16, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->currentPlan());
   window->resize(1400, 900);
@@ -686,10 +661,7 @@ TEST_F(LoopTest, TheMemoryLegendKeepsItsDescenders) {
 TEST_F(LoopTest, PanelEditsKeepTheSettingsThePanelDoesNotShow) {
   // A workspace trained in fp8 with DualPipe's overlap: editing TP keeps both (the panel has no
   // field for them), and the configurator searches with the same recipe.
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4);
   c.globalBatch = 64;
   c.precision = Precision::Fp8;
   c.overlapForwardBackward = true;

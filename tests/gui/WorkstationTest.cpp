@@ -76,6 +76,8 @@ bool waitFor(Predicate done, int timeoutMs) {
 }
 
 using pipestudio::testing::bundledWorkspace;
+using pipestudio::testing::pipelineConfig;
+using pipestudio::testing::recomputedPipelineConfig;
 
 class WorkstationTest : public pipestudio::testing::FreshWindowTest {
  protected:
@@ -220,13 +222,8 @@ TEST_F(WorkstationTest, AFailedSolveLeavesTheLastGoodPlanDimmedAndLabelled) {
 
 TEST_F(WorkstationTest, TheSmallestFittingPipelineIsFound) {
   // Llama-2-70B on 4 devices without TP cannot fit an 80 GB GPU; a deeper pipeline can.
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.microbatches = 16;
+  PlanConfig c = recomputedPipelineConfig("1f1b", 4, 16);
   c.partition = "uniform";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
   window->setWorkspace(bundledWorkspace("llama2-70b.json", "h100-4x8-ib.json", c), QString());
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   ASSERT_TRUE(window->lastDiagnosis()) << window->lastFailure().toStdString();
@@ -545,10 +542,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
 
 TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
   // Llama-2-70B as NVIDIA trains it: TP 8 × PP 4, distributed optimizer, selective recompute.
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4);
   c.parallel.tensor = 8;
   c.parallel.sequenceParallel = true;
   c.parallel.zeroStage = 1;
@@ -707,12 +701,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
     ASSERT_THAT(store, HasValue());
     auto planId = store->addPlan(*window->currentPlan(), "planned");
     ASSERT_TRUE(planId);
-    std::vector<trace::Frame> frames;
-    trace::Header header;
-    header.runId = "elsewhere";
-    header.world = 1;
-    header.backend = "cpu";
-    frames.emplace_back(header);
+    std::vector<trace::Frame> frames = pipestudio::testing::cpuRunFrames("elsewhere", 1);
     for (int mb = 0; mb < 3; ++mb) {
       trace::OpRange r;
       r.device = 0;
