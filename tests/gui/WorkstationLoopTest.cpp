@@ -64,6 +64,16 @@ class LoopTest : public pipestudio::testing::FreshWindowTest {
     window->setWorkspace(bundledWorkspace(model, cluster, config), QString());
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   }
+  /// The window on screen at 1400×900 with the whole plan in its timeline, drawn.
+  viz::TimelineView* showFittedTimeline() {
+    window->resize(1400, 900);
+    window->show();
+    viz::TimelineView* view = window->timelineView();
+    view->fitToView();
+    QApplication::processEvents();
+    view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+    return view;
+  }
 };
 
 /// A wheel notch over `widget`'s centre.
@@ -409,12 +419,7 @@ TEST_F(LoopTest, TwoPipeSchedulesHatchOnlyWhereTheGpuIsIdle) {
   ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
   const auto plan = window->currentPlan();
   ASSERT_TRUE(plan);
-  window->resize(1400, 900);
-  window->show();
-  viz::TimelineView* view = window->timelineView();
-  view->fitToView();
-  QApplication::processEvents();
-  view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  viz::TimelineView* view = showFittedTimeline();
   const viz::TimelineData* data = view->timeline();
   const Metrics m = computeMetrics(*plan);
   // Both pipes of a device share its gaps: where the GPU computes on neither.
@@ -520,12 +525,7 @@ TEST_F(LoopTest, KeysZoomAboutTheMouseFitTheSelectionAndCollapseLanes) {
   PlanConfig c = recomputedPipelineConfig("dualpipe", 4, 16, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->currentPlan());
-  window->resize(1400, 900);
-  window->show();
-  viz::TimelineView* view = window->timelineView();
-  view->fitToView();
-  QApplication::processEvents();
-  view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  viz::TimelineView* view = showFittedTimeline();
   // W zooms about the time under the mouse: it stays under the mouse.
   QCPAxis* time = view->timelineRect()->axis(QCPAxis::atBottom);
   const QRect lanes = view->timelineRect()->rect();
