@@ -261,16 +261,9 @@ std::string nothingRanked(const Configuration& r, const ClusterSpec& cluster) {
          "failed)";
 }
 
-int runConfigure(const ConfigureCliOptions& o) {
-  auto inputs = loadModelAndCluster(o.model, o.cluster);
-  if (!inputs) return kExitFailure;
-  if (auto st = applyExpertGemmCurve(o.recipe, inputs->second); !st) {
-    std::cerr << "configure: " << st.message() << '\n';
-    return kExitFailure;
-  }
-  const auto& [model, cluster] = *inputs;
-  if (o.vocabParallel) return runVocabComparison(model, cluster);
-  ConfigureOptions options;
+// The search space the flags fix (framework, block halves, recomputation, recipe); a refusal is
+// printed and its exit status returned (kExitOk: go on).
+int readSearchOptions(const ConfigureCliOptions& o, ConfigureOptions& options) {
   options.globalBatch = o.globalBatch;
   if (o.framework != "any") {
     const auto space = frameworkSpace(o.framework);
@@ -315,11 +308,16 @@ int runConfigure(const ConfigureCliOptions& o) {
     return kExitUsage;
   }
   options.keep = std::max(o.top, 1);
+  return kExitOk;
+}
+
+// The search, with progress on stderr for the long ones (a terminal only, so scripts stay quiet).
+Expected<Configuration> search(const ModelSpec& model, const ClusterSpec& cluster, const ConfigureOptions& options,
+                               bool json) {
   SolveControl control;
-  // Progress on stderr for the long searches (a terminal only, so scripts stay quiet).
   const bool tty = isatty(2) != 0;
   int lastPercent = -1;
-  if (tty && !o.json) {
+  if (tty && !json) {
     control.progress = [&lastPercent](double f) {
       const int percent = static_cast<int>(f * 100.0);
       if (percent / 10 != lastPercent / 10) {
@@ -329,53 +327,54 @@ int runConfigure(const ConfigureCliOptions& o) {
     };
   }
   auto result = configure(model, cluster, options, control);
-  if (tty && !o.json) std::cerr << "\r              \r";
-  if (!result) {
-    std::cerr << "configure: " << result.message() << '\n';
-    return kExitFailure;
+  if (tty && !json) std::cerr << "\r              \r";
+  return result;
+}
+
+// `--json`: the search's counts, every ranked candidate and every rejected family.
+Json configurationJson(const Configuration& result, const ModelSpec& model, const ClusterSpec& cluster) {
+  Json doc;
+  doc["model"] = model.name;
+  doc["cluster"] = cluster.name;
+  doc["global_batch"] = result.globalBatch;
+  doc["enumerated"] = result.enumerated;
+  doc["pruned_by_memory"] = result.prunedByMemory;
+  doc["bounded_out"] = result.boundedOut;
+  doc["evaluated"] = result.evaluated;
+  doc["simulated_in_full"] = result.simulatedInFull;
+  doc["work"] = result.work;
+  doc["work_budget_spent"] = result.workBudgetSpent;
+  Json feasible = Json::array();
+  for (const auto& c : result.feasible) feasible.push_back(candidateJson(c));
+  doc["feasible"] = feasible;
+  Json rejected = Json::array();
+  for (const auto& r : result.rejected) {
+    rejected.push_back({{"schedule", r.schedule},
+                        {"pipeline_devices", r.pipelineDegree},
+                        {"data_parallel", r.dataParallel},
+                        {"reason", r.reason}});
   }
-  if (result->workBudgetSpent) std::cerr << "configure: note: " << budgetNote(*result, model) << '\n';
-  if (o.json) {
-    Json doc;
-    doc["model"] = model.name;
-    doc["cluster"] = cluster.name;
-    doc["global_batch"] = result->globalBatch;
-    doc["enumerated"] = result->enumerated;
-    doc["pruned_by_memory"] = result->prunedByMemory;
-    doc["bounded_out"] = result->boundedOut;
-    doc["evaluated"] = result->evaluated;
-    doc["simulated_in_full"] = result->simulatedInFull;
-    doc["work"] = result->work;
-    doc["work_budget_spent"] = result->workBudgetSpent;
-    Json feasible = Json::array();
-    for (const auto& c : result->feasible) feasible.push_back(candidateJson(c));
-    doc["feasible"] = feasible;
-    Json rejected = Json::array();
-    for (const auto& r : result->rejected) {
-      rejected.push_back({{"schedule", r.schedule},
-                          {"pipeline_devices", r.pipelineDegree},
-                          {"data_parallel", r.dataParallel},
-                          {"reason", r.reason}});
-    }
-    doc["rejected"] = rejected;
-    std::cout << doc.dump(2) << '\n';
-    if (result->feasible.empty()) {
-      std::cerr << "configure: " << nothingRanked(*result, cluster) << '\n';
-      return kExitFailure;
-    }
-    return kExitOk;
-  }
+  doc["rejected"] = rejected;
+  return doc;
+}
+
+// The text form's opening lines: what was searched and what the search counted.
+void printSearchCounts(const Configuration& result, const ConfigureCliOptions& o, const ModelSpec& model,
+                       const ClusterSpec& cluster) {
   std::cout << "model '" << excerpt(model.name) << "' on cluster '" << excerpt(cluster.name) << "' ("
-            << cluster.totalGpus() << " GPUs), global batch " << result->globalBatch << " samples"
+            << cluster.totalGpus() << " GPUs), global batch " << result.globalBatch << " samples"
             << (o.globalBatch > 0
                     ? ""
                     : (model.globalBatch ? " (the model's)" : " (default: 4 per GPU; set --global-batch)"))
-            << ":\n  " << result->enumerated << " configurations, " << result->prunedByMemory
-            << " ruled out by memory bounds, " << result->evaluated
-            << " screened (short runs extended to the full batch), " << result->simulatedInFull
-            << " of them simulated in full, " << result->boundedOut << " bounded out, " << result->feasible.size()
+            << ":\n  " << result.enumerated << " configurations, " << result.prunedByMemory
+            << " ruled out by memory bounds, " << result.evaluated
+            << " screened (short runs extended to the full batch), " << result.simulatedInFull
+            << " of them simulated in full, " << result.boundedOut << " bounded out, " << result.feasible.size()
             << " ranked\n\n";
-  const RankedTable table = rankedTable(result->feasible, o.top);
+}
+
+// The ranked rows, then notes on block halves and folded rows.
+void printRankedTable(const RankedTable& table) {
   std::cout << format("%4s %-16s %3s %3s %3s %4s %3s %3s %4s %3s %-9s %4s", "rank", "schedule", "pp", "tp", "cp", "dp",
                       "ep", "mbs", "m", "v", "recompute", "zero")
             << table.header()
@@ -405,20 +404,49 @@ int runConfigure(const ConfigureCliOptions& o) {
     std::cout << "(" << table.folded << " ranked row" << (table.folded == 1 ? " is" : "s are")
               << " the same plan as a row above, with every setting equal, and not shown again)\n";
   }
-  if (!result->rejected.empty()) {
-    std::cout << "\nrejected families (pipeline degree × data parallel, schedule):\n";
-    int shown = 0;
-    for (const auto& r : result->rejected) {
-      if (++shown > 20) {
-        std::cout << "  … and " << (result->rejected.size() - 20) << " more (--json lists all)\n";
-        break;
-      }
-      std::string reason = r.reason;
-      const auto nl = reason.find('\n');
-      if (nl != std::string::npos) reason = reason.substr(0, nl) + " …";
-      std::cout << "  pp " << r.pipelineDegree << " × dp " << r.dataParallel << ", " << r.schedule << ": " << reason
-                << '\n';
+}
+
+// The first 20 rejected families, each with the first line of its reason.
+void printRejected(const std::vector<ConfigRejection>& rejected) {
+  if (rejected.empty()) return;
+  std::cout << "\nrejected families (pipeline degree × data parallel, schedule):\n";
+  int shown = 0;
+  for (const auto& r : rejected) {
+    if (++shown > 20) {
+      std::cout << "  … and " << (rejected.size() - 20) << " more (--json lists all)\n";
+      break;
     }
+    std::string reason = r.reason;
+    const auto nl = reason.find('\n');
+    if (nl != std::string::npos) reason = reason.substr(0, nl) + " …";
+    std::cout << "  pp " << r.pipelineDegree << " × dp " << r.dataParallel << ", " << r.schedule << ": " << reason
+              << '\n';
+  }
+}
+
+int runConfigure(const ConfigureCliOptions& o) {
+  auto inputs = loadModelAndCluster(o.model, o.cluster);
+  if (!inputs) return kExitFailure;
+  if (auto st = applyExpertGemmCurve(o.recipe, inputs->second); !st) {
+    std::cerr << "configure: " << st.message() << '\n';
+    return kExitFailure;
+  }
+  const auto& [model, cluster] = *inputs;
+  if (o.vocabParallel) return runVocabComparison(model, cluster);
+  ConfigureOptions options;
+  if (int rc = readSearchOptions(o, options); rc != kExitOk) return rc;
+  auto result = search(model, cluster, options, o.json);
+  if (!result) {
+    std::cerr << "configure: " << result.message() << '\n';
+    return kExitFailure;
+  }
+  if (result->workBudgetSpent) std::cerr << "configure: note: " << budgetNote(*result, model) << '\n';
+  if (o.json) {
+    std::cout << configurationJson(*result, model, cluster).dump(2) << '\n';
+  } else {
+    printSearchCounts(*result, o, model, cluster);
+    printRankedTable(rankedTable(result->feasible, o.top));
+    printRejected(result->rejected);
   }
   if (result->feasible.empty()) {
     std::cerr << "configure: " << nothingRanked(*result, cluster) << '\n';

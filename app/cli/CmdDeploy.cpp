@@ -19,6 +19,7 @@
 
 #include "Commands.hpp"
 #include "Flags.hpp"
+#include "Inputs.hpp"
 #include "Output.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/Launch.hpp"
@@ -188,15 +189,8 @@ class TerminalProgress {
 };
 
 int deploy(const DeployArgs& a) {
-  auto plan = loadPlan(a.plan);
-  if (!plan) {
-    std::cerr << plan.message() << '\n';
-    return kExitFailure;
-  }
-  if (auto st = validatePlanStructure(*plan); !st) {
-    std::cerr << a.plan << ": " << st.message() << '\n';
-    return kExitFailure;
-  }
+  auto plan = loadValidPlan(a.plan);
+  if (!plan) return kExitFailure;
   auto hosts = loadHosts(a.hosts);
   if (!hosts) {
     std::cerr << hosts.message() << '\n';

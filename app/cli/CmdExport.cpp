@@ -16,6 +16,7 @@
 
 #include "Commands.hpp"
 #include "Flags.hpp"
+#include "Inputs.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Export.hpp"
@@ -272,15 +273,8 @@ int runExport(const ExportOptions& o) {
     return kExitFailure;
 #endif
   }
-  auto plan = loadPlan(o.plan);
-  if (!plan) {
-    std::cerr << plan.message() << '\n';
-    return kExitFailure;
-  }
-  if (auto st = validatePlanStructure(*plan); !st) {
-    std::cerr << o.plan << ": " << st.message() << '\n';
-    return kExitFailure;
-  }
+  auto plan = loadValidPlan(o.plan);
+  if (!plan) return kExitFailure;
   return writeExport(*plan, o, {"plan " + plan->config.schedule, {}});
 }
 

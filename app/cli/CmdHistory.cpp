@@ -137,17 +137,38 @@ int runList() {
   return kExitOk;
 }
 
-int runShow() {
+// What a read of one run starts from: the run the command names first (`idA`) and the store,
+// opened read-only; where either is missing, `store` is empty and `exitCode` says why (a usage
+// error, no database yet, a store that does not open).
+struct RunRead {
+  RunId id = 0;
+  std::optional<HistoryStore> store;
+  int exitCode = kExitOk;
+};
+
+RunRead openRunRead() {
+  RunRead r;
   const auto id = parseId(options().idA);
-  if (!id)
-    return usage("run id '" + excerpt(options().idA) +
-                 "' is not a positive integer (expected 1 to 9223372036854775807)");
-  if (!storePath().empty() && !storeExists()) return noRunYet(*id);
-  auto store = openStore(false);
-  if (!store) return fail(store.message());
-  auto s = store->runSummary(*id);
+  if (!id) {
+    r.exitCode =
+        usage("run id '" + excerpt(options().idA) + "' is not a positive integer (expected 1 to 9223372036854775807)");
+  } else if (!storePath().empty() && !storeExists()) {
+    r.exitCode = noRunYet(*id);
+  } else if (auto store = openStore(false); !store) {
+    r.exitCode = fail(store.message());
+  } else {
+    r.id = *id;
+    r.store = std::move(*store);
+  }
+  return r;
+}
+
+int runShow() {
+  RunRead run = openRunRead();
+  if (!run.store) return run.exitCode;
+  auto s = run.store->runSummary(run.id);
   if (!s) return fail(s.message());
-  auto idle = idleBreakdown(*store, *id);
+  auto idle = idleBreakdown(*run.store, run.id);
   if (!idle) return fail(idle.message());
   if (options().json) {
     Json out = runSummaryToJson(*s);
@@ -167,13 +188,8 @@ int runShow() {
 }
 
 int runCompare() {
-  const auto a = parseId(options().idA);
-  if (!a)
-    return usage("run id '" + excerpt(options().idA) +
-                 "' is not a positive integer (expected 1 to 9223372036854775807)");
-  if (!storePath().empty() && !storeExists()) return noRunYet(*a);
-  auto store = openStore(false);
-  if (!store) return fail(store.message());
+  RunRead run = openRunRead();
+  if (!run.store) return run.exitCode;
   // B may be another run, "plan" (A's linked plan) or "plan:ID".
   if (options().idB == "plan" || options().idB.rfind("plan:", 0) == 0) {
     std::optional<PlanId> plan;
@@ -183,11 +199,11 @@ int runCompare() {
         return usage("plan id in '" + excerpt(options().idB) +
                      "' is not a positive integer (expected 1 to 9223372036854775807)");
     }
-    auto c = compareRunToPlan(*store, *a, plan);
+    auto c = compareRunToPlan(*run.store, run.id, plan);
     if (!c) return fail(c.message());
     if (options().json) {
       Json out = planComparisonToJson(*c);
-      if (auto idle = idleBreakdown(*store, *a)) out["idle"] = idleBreakdownToJson(*idle);
+      if (auto idle = idleBreakdown(*run.store, run.id)) out["idle"] = idleBreakdownToJson(*idle);
       std::cout << out.dump(2) << '\n';
     } else {
       std::cout << planComparisonTable(*c);
@@ -198,7 +214,7 @@ int runCompare() {
   if (!b)
     return usage("run id '" + excerpt(options().idB) +
                  "' is not a positive integer (expected 1 to 9223372036854775807, or 'plan', 'plan:ID')");
-  auto c = compareRuns(*store, *a, *b);
+  auto c = compareRuns(*run.store, run.id, *b);
   if (!c) return fail(c.message());
   if (options().json) {
     std::cout << comparisonToJson(*c).dump(2) << '\n';

@@ -143,17 +143,15 @@ void printFillReport(const FillReport& r, std::ostream& out) {
   }
 }
 
-int runPlan(const PlanOptions& o) {
-  auto inputs = loadModelAndCluster(o.model, o.cluster);
-  if (!inputs) return kExitFailure;
-  PlanRequest request;
-  request.model = std::move(inputs->first);
-  request.cluster = std::move(inputs->second);
-  if (auto st = applyExpertGemmCurve(o.recipe, request.cluster); !st) {
-    std::cerr << "plan: " << st.message() << '\n';
-    return kExitFailure;
-  }
-  PlanConfig& cfg = request.config;
+// Each step below reads some of the flags into the request; a step that refuses them prints why
+// on stderr and returns the exit status (kExitOk: go on).
+int refuse(int exitCode, const std::string& message) {
+  std::cerr << "plan: " << message << '\n';
+  return exitCode;
+}
+
+// The schedule (PyTorch's aliases taken), devices and the microbatch count or global batch.
+int readScheduleFlags(const PlanOptions& o, PlanConfig& cfg) {
   cfg.schedule = o.schedule;
   if (auto ours = scheduleForAlias(o.schedule); ours && *ours != o.schedule) {
     std::cerr << "plan: " << o.schedule << " is PyTorch's name for our " << *ours << '\n';
@@ -163,15 +161,42 @@ int runPlan(const PlanOptions& o) {
   cfg.microbatches = o.microbatches;
   cfg.partition = o.partition;
   cfg.fill = o.fill;
-  if (o.microbatches <= 0 && o.globalBatch <= 0) {
-    std::cerr << "plan: give --microbatches M, or --global-batch G (with --micro-batch-size B: M = G / (B·D))\n";
-    return kExitUsage;
-  }
+  if (o.microbatches <= 0 && o.globalBatch <= 0)
+    return refuse(kExitUsage, "give --microbatches M, or --global-batch G (with --micro-batch-size B: M = G / (B·D))");
   if (o.microbatches > 0 && o.globalBatch > 0) {
-    std::cerr << "plan: --microbatches and --global-batch both set the microbatch count (expected one of them)\n";
-    return kExitUsage;
+    return refuse(kExitUsage, "--microbatches and --global-batch both set the microbatch count (expected one of them)");
   }
-  Parallelism& par = cfg.parallel;
+  return kExitOk;
+}
+
+// Megatron-Core's activation offloading: whole layers, or named modules of every layer.
+int readActivationOffload(const PlanOptions& o, Parallelism& par) {
+  par.cpuOffloadingNumLayers = o.cpuOffloadingNumLayers;
+  par.activationOffloadFraction = o.offloadFraction;
+  if (!o.offloadModules.empty()) {
+    std::string unknown;
+    const auto bits = offloadModulesFromNames(o.offloadModules, &unknown);
+    if (!bits) {
+      return refuse(kExitUsage, "--offload-modules: '" + unknown + "' is not a module (expected " +
+                                    std::string(offloadModuleChoices()) + ")");
+    }
+    par.offloadModules = *bits;
+  }
+  if (!o.offloadDelta.empty()) {
+    auto bytes = parseBytes(o.offloadDelta);
+    if (!bytes) return refuse(kExitUsage, "--delta-offload-bytes-across-pp-ranks: " + bytes.message());
+    par.deltaOffloadBytesAcrossPpRanks = *bytes;
+  }
+  if ((o.offloadFraction < 1.0 || !o.offloadDelta.empty()) && par.offloadModules == 0) {
+    return refuse(kExitUsage,
+                  "--activation-offload-fraction and --delta-offload-bytes-across-pp-ranks apply to "
+                  "--offload-modules (fine-grained activation offloading)");
+  }
+  return kExitOk;
+}
+
+// Hybrid parallelism (issue 13): degrees, ZeRO, sequence parallelism, recomputation, offloading.
+int readParallelismFlags(const PlanOptions& o, Parallelism& par) {
   par.tensor = o.tp;
   par.context = o.cp;
   par.expert = o.ep;
@@ -179,104 +204,80 @@ int runPlan(const PlanOptions& o) {
   par.zeroStage = o.zero;
   // Sequence parallelism is on by default whenever T > 1 (Megatron-LM's recommendation).
   par.sequenceParallel = o.tp > 1 && !o.noSequenceParallel;
-  if (o.sequenceParallel && o.noSequenceParallel) {
-    std::cerr << "plan: --sequence-parallel and --no-sequence-parallel contradict each other\n";
-    return kExitUsage;
-  }
+  if (o.sequenceParallel && o.noSequenceParallel)
+    return refuse(kExitUsage, "--sequence-parallel and --no-sequence-parallel contradict each other");
   if (auto r = recomputeFromName(o.recompute)) {
     par.recompute = *r;
   } else {
-    std::cerr << "plan: --recompute '" << o.recompute << "' is not a mode (expected none, selective or full)\n";
-    return kExitUsage;
+    return refuse(kExitUsage, "--recompute '" + o.recompute + "' is not a mode (expected none, selective or full)");
   }
-  par.cpuOffloadingNumLayers = o.cpuOffloadingNumLayers;
-  par.activationOffloadFraction = o.offloadFraction;
-  if (!o.offloadModules.empty()) {
-    std::string unknown;
-    const auto bits = offloadModulesFromNames(o.offloadModules, &unknown);
-    if (!bits) {
-      std::cerr << "plan: --offload-modules: '" << unknown << "' is not a module (expected " << offloadModuleChoices()
-                << ")\n";
-      return kExitUsage;
-    }
-    par.offloadModules = *bits;
-  }
-  if (!o.offloadDelta.empty()) {
-    auto bytes = parseBytes(o.offloadDelta);
-    if (!bytes) {
-      std::cerr << "plan: --delta-offload-bytes-across-pp-ranks: " << bytes.message() << '\n';
-      return kExitUsage;
-    }
-    par.deltaOffloadBytesAcrossPpRanks = *bytes;
-  }
-  if ((o.offloadFraction < 1.0 || !o.offloadDelta.empty()) && par.offloadModules == 0) {
-    std::cerr << "plan: --activation-offload-fraction and --delta-offload-bytes-across-pp-ranks apply to "
-                 "--offload-modules (fine-grained activation offloading)\n";
-    return kExitUsage;
-  }
-  if (auto st = applyRecipeFlags(o.recipe, cfg); !st) {
-    std::cerr << "plan: " << st.message() << '\n';
-    return kExitUsage;
-  }
+  return readActivationOffload(o, par);
+}
+
+// The recipe, the optimizer sync, and what sets the microbatch count and the chunks per device:
+// sequence splits (the plan's microbatches count chunks, K per training microbatch), PipeOffload.
+int readRecipeAndBatchFlags(const PlanOptions& o, PlanConfig& cfg) {
+  if (auto st = applyRecipeFlags(o.recipe, cfg); !st) return refuse(kExitUsage, st.message());
   if (o.optimizerSync != "global" && o.optimizerSync != "post-validation") {
-    std::cerr << "plan: --optimizer-sync '" << o.optimizerSync
-              << "' is not a mode (expected global or post-validation)\n";
-    return kExitUsage;
+    return refuse(kExitUsage,
+                  "--optimizer-sync '" + o.optimizerSync + "' is not a mode (expected global or post-validation)");
   }
   cfg.optimizerSync = o.optimizerSync;
   cfg.vocabBarriers = o.vocabBarriers;
   cfg.unitMicrobatches = o.unit;
-  // Sequence splits: the plan's microbatches count chunks (K per training microbatch).
   cfg.seqSplits = o.seqSplits;
   cfg.seqSplit = o.seqSplit;
   if (o.microbatches > 0 && static_cast<std::int64_t>(o.microbatches) * o.seqSplits > 1'000'000) {
-    std::cerr << "plan: --microbatches " << o.microbatches << " × --seq-splits " << o.seqSplits
-              << " exceeds 1000000 sequence chunks\n";
-    return kExitUsage;
+    return refuse(kExitUsage, "--microbatches " + std::to_string(o.microbatches) + " × --seq-splits " +
+                                  std::to_string(o.seqSplits) + " exceeds 1000000 sequence chunks");
   }
   if (o.microbatches > 0) cfg.microbatches = o.microbatches * o.seqSplits;
   if (o.offloadRatio && *o.offloadRatio == 0 && o.schedule == "pipeoffload") {
     // PlanConfig's 0 is "the schedule's default" for pipeoffload (one chunk per device).
-    std::cerr << "plan: --offload-ratio 0: pipeoffload always offloads (expected a ratio in (0, 1]; without "
-                 "offloading plan interleaved-1f1b or another one-pipeline schedule)\n";
-    return kExitUsage;
+    return refuse(kExitUsage,
+                  "--offload-ratio 0: pipeoffload always offloads (expected a ratio in (0, 1]; without "
+                  "offloading plan interleaved-1f1b or another one-pipeline schedule)");
   }
   cfg.offloadRatio = o.offloadRatio.value_or(0.0);
   if (o.globalBatch > 0) cfg.globalBatch = o.globalBatch;
   if (o.microBatchSize > 0) cfg.microBatchSize = o.microBatchSize;
   const ScheduleGenerator* generator = findScheduleGenerator(o.schedule);
   cfg.chunksPerDevice = o.chunks > 0 ? o.chunks : (generator ? generator->defaultChunksPerDevice() : 1);
-  if (!o.megatronLayout.empty()) {
-    if (o.vocabParallel || o.schedule == "custom" || o.schedule == "zb-auto" ||
-        !request.model.frozenComponents().empty()) {
-      std::cerr << "plan: --megatron-layout splits one decoder under a generated schedule (not with --vocab-parallel, "
-                   "--schedule custom or zb-auto, or frozen components)\n";
-      return kExitUsage;
-    }
-    // A hybrid pattern that ends a segment between a block's attention and its MLP is planned over
-    // the blocks' halves (makePlan does the same).
-    const bool halves = layoutCutsBlocks(request.model, o.megatronLayout);
-    auto split = megatronLayoutSplit(halves ? splitTransformerBlocks(request.model) : request.model, o.megatronLayout);
-    if (!split) {
-      std::cerr << "plan: --megatron-layout: " << split.message() << '\n';
-      return kExitFailure;
-    }
-    const auto stages = static_cast<int>(split->size());
-    if (o.chunks == 0 && stages % cfg.devices == 0) cfg.chunksPerDevice = stages / cfg.devices;
-    if (stages != cfg.devices * cfg.chunksPerDevice) {
-      std::cerr << "plan: --megatron-layout has " << stages << " stages, --devices " << cfg.devices << " × chunks "
-                << cfg.chunksPerDevice << " virtual stages (expected the layout's stages to be devices × chunks, "
-                << "index = virtual rank · P + pipeline rank)\n";
-      return kExitFailure;
-    }
-    cfg.partition = "layout";
-    cfg.layout = o.megatronLayout;
+  return kExitOk;
+}
+
+// `--megatron-layout`: the given split replaces the partitioner and sets the chunks per device.
+int readMegatronLayout(const PlanOptions& o, PlanRequest& request) {
+  PlanConfig& cfg = request.config;
+  if (o.vocabParallel || o.schedule == "custom" || o.schedule == "zb-auto" ||
+      !request.model.frozenComponents().empty()) {
+    return refuse(kExitUsage,
+                  "--megatron-layout splits one decoder under a generated schedule (not with --vocab-parallel, "
+                  "--schedule custom or zb-auto, or frozen components)");
   }
+  // A hybrid pattern that ends a segment between a block's attention and its MLP is planned over
+  // the blocks' halves (makePlan does the same).
+  const bool halves = layoutCutsBlocks(request.model, o.megatronLayout);
+  auto split = megatronLayoutSplit(halves ? splitTransformerBlocks(request.model) : request.model, o.megatronLayout);
+  if (!split) return refuse(kExitFailure, "--megatron-layout: " + split.message());
+  const auto stages = static_cast<int>(split->size());
+  if (o.chunks == 0 && stages % cfg.devices == 0) cfg.chunksPerDevice = stages / cfg.devices;
+  if (stages != cfg.devices * cfg.chunksPerDevice) {
+    return refuse(kExitFailure, "--megatron-layout has " + std::to_string(stages) + " stages, --devices " +
+                                    std::to_string(cfg.devices) + " × chunks " + std::to_string(cfg.chunksPerDevice) +
+                                    " virtual stages (expected the layout's stages to be devices × chunks, "
+                                    "index = virtual rank · P + pipeline rank)");
+  }
+  cfg.partition = "layout";
+  cfg.layout = o.megatronLayout;
+  return kExitOk;
+}
+
+// The plan's size and memory limit, and the flags only some schedules take.
+int readLimitsAndSolverFlags(const PlanOptions& o, PlanConfig& cfg) {
   // Every schedule (zb-auto, custom, vocab-parallel too): refuse before anything is allocated.
-  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st) {
-    std::cerr << "plan: " << st.message() << '\n';
-    return kExitFailure;
-  }
+  if (auto st = checkPlanSize(cfg.devices, cfg.chunksPerDevice, cfg.microbatches); !st)
+    return refuse(kExitFailure, st.message());
   if (!o.memoryLimit.empty()) {
     auto bytes = parseBytes(o.memoryLimit);
     if (!bytes) {
@@ -287,78 +288,106 @@ int runPlan(const PlanOptions& o) {
   }
   // zb-auto and custom take extra inputs (AutoSchedule.hpp); every other schedule is makePlan.
   if ((!o.csv.empty() && o.schedule != "custom") || (o.exact && o.schedule != "zb-auto") ||
-      (o.overlapFB && o.schedule != "custom")) {
-    std::cerr << "plan: --csv and --overlap-f-b apply to --schedule custom, --exact to --schedule zb-auto\n";
-    return kExitUsage;
-  }
+      (o.overlapFB && o.schedule != "custom"))
+    return refuse(kExitUsage, "--csv and --overlap-f-b apply to --schedule custom, --exact to --schedule zb-auto");
   if (o.overlapFB) cfg.overlapForwardBackward = true;
-  if (o.exactTimeLimitS && !o.exact) {
-    std::cerr << "plan: --exact-time-limit is the time of the exact solve: it needs --exact (zb-auto)\n";
-    return kExitUsage;
+  if (o.exactTimeLimitS && !o.exact)
+    return refuse(kExitUsage, "--exact-time-limit is the time of the exact solve: it needs --exact (zb-auto)");
+  return kExitOk;
+}
+
+// The request the flags describe, on the model and cluster they name.
+int buildRequest(const PlanOptions& o, PlanRequest& request) {
+  auto inputs = loadModelAndCluster(o.model, o.cluster);
+  if (!inputs) return kExitFailure;
+  request.model = std::move(inputs->first);
+  request.cluster = std::move(inputs->second);
+  if (auto st = applyExpertGemmCurve(o.recipe, request.cluster); !st) return refuse(kExitFailure, st.message());
+  PlanConfig& cfg = request.config;
+  if (int rc = readScheduleFlags(o, cfg); rc != kExitOk) return rc;
+  if (int rc = readParallelismFlags(o, cfg.parallel); rc != kExitOk) return rc;
+  if (int rc = readRecipeAndBatchFlags(o, cfg); rc != kExitOk) return rc;
+  if (!o.megatronLayout.empty()) {
+    if (int rc = readMegatronLayout(o, request); rc != kExitOk) return rc;
   }
+  return readLimitsAndSolverFlags(o, cfg);
+}
+
+// What solving gave: the plan, and the reports of the solvers that write one.
+struct PlanOutcome {
+  Expected<Plan> plan = Error{"no plan"};
   AutoScheduleReport autoReport;
   std::optional<FillReport> fillReport;
-  Expected<Plan> plan = Error{"no plan"};
+  std::optional<LayoutComparison> comparison;
+};
+
+// The solver the flags pick: vocabulary parallelism, a custom CSV, zb-auto, the filler for
+// models with frozen components, else makePlan.
+int solve(const PlanOptions& o, const PlanRequest& request, PlanOutcome& out) {
   if (o.vocabParallel) {
-    plan = makeVocabParallelPlan(request);
+    out.plan = makeVocabParallelPlan(request);
   } else if (o.schedule == "custom" && !o.csv.empty()) {
     auto text = readScheduleCsvFile(o.csv);
     if (text && o.csvDialect == "legacy")
       text = convertScheduleCsv(*text, CsvDialect::Legacy, CsvDialect::Current, o.csv);
-    if (!text) {
-      std::cerr << "plan: " << text.message() << '\n';
-      return kExitFailure;
-    }
-    plan = makeCustomPlan(request, *text, o.csv);
+    if (!text) return refuse(kExitFailure, text.message());
+    out.plan = makeCustomPlan(request, *text, o.csv);
   } else if (o.schedule == "zb-auto") {
     AutoScheduleOptions autoOptions;
     autoOptions.exact = o.exact;
     autoOptions.exactTimeLimitS = o.exactTimeLimitS.value_or(autoOptions.exactTimeLimitS);
-    plan = makeAutoPlan(request, autoOptions, &autoReport);
+    out.plan = makeAutoPlan(request, autoOptions, &out.autoReport);
   } else if (!request.model.frozenComponents().empty()) {
     // Models with frozen components: solve through the filler so the report can say how
     // much bubble was filled and what it gains over --fill none and data parallelism.
     auto filled = makeFilledPlan(request);
     if (filled) {
-      fillReport = filled->report;
-      plan = std::move(filled->plan);
+      out.fillReport = filled->report;
+      out.plan = std::move(filled->plan);
     } else {
-      plan = filled.error();
+      out.plan = filled.error();
     }
   } else {
-    plan = makePlan(request);
+    out.plan = makePlan(request);
   }
-  if (!plan) {
-    std::cerr << "plan: " << plan.message() << '\n';
-    return kExitFailure;
-  }
-  std::optional<LayoutComparison> comparison;
+  if (!out.plan) return refuse(kExitFailure, out.plan.message());
   if (!o.megatronLayout.empty()) {
     PlanRequest own = request;
     own.config.partition = o.partition;
     own.config.layout.clear();
-    comparison = LayoutComparison{o.partition, makePlan(own)};
+    out.comparison = LayoutComparison{o.partition, makePlan(own)};
   }
+  return kExitOk;
+}
+
+// The plan file (-o), then the summary with the solvers' reports, as JSON or text.
+int writeOutcome(const PlanOptions& o, const PlanOutcome& out) {
+  const Plan& plan = *out.plan;
   if (!o.output.empty()) {
-    if (auto st = savePlan(o.output, *plan); !st) {
-      std::cerr << "plan: " << st.message() << '\n';  // the message names the file
-      return kExitFailure;
-    }
+    if (auto st = savePlan(o.output, plan); !st) return refuse(kExitFailure, st.message());  // it names the file
   }
   if (o.json) {
-    Json summary = planSummaryJson(*plan);
-    if (o.schedule == "zb-auto") summary["zb_auto"] = autoScheduleReportJson(autoReport);
-    if (fillReport) summary["fill"] = fillReportJson(*fillReport);
-    if (comparison) summary["megatron_layout"] = layoutComparisonJson(o.megatronLayout, *plan, *comparison);
+    Json summary = planSummaryJson(plan);
+    if (o.schedule == "zb-auto") summary["zb_auto"] = autoScheduleReportJson(out.autoReport);
+    if (out.fillReport) summary["fill"] = fillReportJson(*out.fillReport);
+    if (out.comparison) summary["megatron_layout"] = layoutComparisonJson(o.megatronLayout, plan, *out.comparison);
     std::cout << summary.dump(2) << '\n';
   } else {
-    printPlanSummary(*plan, std::cout);
-    if (o.schedule == "zb-auto") std::cout << formatAutoScheduleReport(autoReport);
-    if (fillReport) printFillReport(*fillReport, std::cout);
-    if (comparison) printLayoutComparison(*plan, *comparison, std::cout);
+    printPlanSummary(plan, std::cout);
+    if (o.schedule == "zb-auto") std::cout << formatAutoScheduleReport(out.autoReport);
+    if (out.fillReport) printFillReport(*out.fillReport, std::cout);
+    if (out.comparison) printLayoutComparison(plan, *out.comparison, std::cout);
     if (!o.output.empty()) std::cout << "plan written to " << o.output << '\n';
   }
   return kExitOk;
+}
+
+int runPlan(const PlanOptions& o) {
+  PlanRequest request;
+  if (int rc = buildRequest(o, request); rc != kExitOk) return rc;
+  PlanOutcome outcome;
+  if (int rc = solve(o, request, outcome); rc != kExitOk) return rc;
+  return writeOutcome(o, outcome);
 }
 
 }  // namespace

@@ -21,13 +21,14 @@
 #include "Commands.hpp"
 #include "Flags.hpp"
 #include "Output.hpp"
-#include "Workspace.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/Launch.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 
 namespace pipestudio::cli {
 namespace {
@@ -131,7 +132,7 @@ std::optional<Expected<Plan>> workspacePlan(const std::string& path) {
   if (!doc) return std::nullopt;
   auto kind = documentKind(*doc);
   if (!kind || *kind != "workspace") return std::nullopt;
-  auto ws = gui::readWorkspace(*doc);
+  auto ws = readWorkspace(*doc, solverNames());
   if (!ws) return Expected<Plan>(ws.error());
   if (!ws->plan) {
     return Expected<Plan>(Error{path + ": the workspace has no plan (solve it in the GUI, then save it, or export "

@@ -6,10 +6,11 @@
 #include <vector>
 
 #include "Commands.hpp"
-#include "Workspace.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 
 namespace pipestudio::cli {
 namespace {
@@ -55,7 +56,7 @@ bool validateFile(const std::string& path) {
     }
   } else if (*kind == "workspace") {
     // The format's one reader, the GUI's and `run`'s (resources/README.md describes it).
-    auto ws = gui::readWorkspace(*doc);
+    auto ws = readWorkspace(*doc, solverNames());
     if (!ws) {
       std::cerr << ws.message() << '\n';
       return false;

@@ -1,5 +1,7 @@
 #include "RecipeFlags.hpp"
 
+#include <optional>
+
 #include "Flags.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 
@@ -12,6 +14,12 @@ Status applyPair(bool yes, bool no, const char* flag, bool& value) {
   if (yes) value = true;
   if (no) value = false;
   return {};
+}
+
+// An optional setting as JSON: its value, or null where it is unset (the framework's default).
+template <typename T>
+Json valueOrNull(const std::optional<T>& value) {
+  return value ? Json(*value) : Json(nullptr);
 }
 
 }  // namespace
@@ -238,11 +246,7 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["recompute_method"] = std::string(recomputeMethodName(par.recomputeMethod));
   out["recompute_modules"] = recomputeModulesName(par.selectiveModules());
   out["etp"] = par.expertTensorOrTensor();
-  if (par.moeCapacityFactor) {
-    out["moe_capacity_factor"] = *par.moeCapacityFactor;
-  } else {
-    out["moe_capacity_factor"] = nullptr;
-  }
+  out["moe_capacity_factor"] = valueOrNull(par.moeCapacityFactor);
   out["moe_a2a_overlap"] = par.moeA2aOverlap;
   out["moe_shared_expert_overlap"] = par.moeSharedExpertOverlap;
   out["moe_token_dispatcher"] = par.moeFlexDispatcher ? "flex" : "alltoall";
@@ -254,11 +258,7 @@ void recipeToJson(const PlanConfig& config, Json& out) {
   out["moe_permute_fusion"] = par.moePermuteFusion;
   out["moe_permute_fusion_into_hybridep"] = par.moePermuteFusionIntoDispatcher;
   out["moe_combine_chunk_tokens"] = par.moeCombineChunkTokensOrDefault();
-  if (par.moeRankCapacityFactor) {
-    out["moe_expert_rank_capacity_factor"] = *par.moeRankCapacityFactor;
-  } else {
-    out["moe_expert_rank_capacity_factor"] = nullptr;
-  }
+  out["moe_expert_rank_capacity_factor"] = valueOrNull(par.moeRankCapacityFactor);
   out["moe_paged_stash"] = par.moePagedStash;
   if (par.moePagedStash) out["moe_paged_stash_buffer_size_factor_cuda"] = par.moePagedStashBufferFactorOrDefault();
   out["cuda_graph_impl"] = std::string(cudaGraphImplName(par.cudaGraphImpl));

@@ -28,6 +28,7 @@
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/viz/MetricsModel.hpp"
 
 namespace pipestudio::gui {
 
@@ -59,12 +60,7 @@ constexpr double kTightHeadroom = 0.05;
 
 QString configurationText(const PlanConfig& c) {
   const Parallelism& par = c.parallel;
-  QString layout = QStringLiteral("PP %1").arg(c.devices);
-  if (par.tensor > 1) layout += QStringLiteral(" × TP %1").arg(par.tensor);
-  if (par.context > 1) layout += QStringLiteral(" × CP %1").arg(par.context);
-  if (par.data > 1) layout += QStringLiteral(" × DP %1").arg(par.data);
-  if (par.expert > 1) layout += QStringLiteral(" (EP %1)").arg(par.expert);
-  QStringList parts{q(c.schedule), layout};
+  QStringList parts{q(c.schedule), viz::layoutWithExpertsText(c)};
   QString batch = QStringLiteral("%1 microbatches").arg(c.microbatches);
   if (c.microBatchSize) batch = QStringLiteral("mbs %1, ").arg(*c.microBatchSize) + batch;
   parts << batch;

@@ -23,8 +23,8 @@
 #include "MainWindowInterface.hpp"
 #include "SolveDiagnosis.hpp"
 #include "SolverPanel.hpp"
-#include "Workspace.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 
 class QLabel;
 class QProgressBar;

@@ -16,6 +16,7 @@
 #include <QUndoStack>
 #include <QVBoxLayout>
 #include <array>
+#include <initializer_list>
 
 #include "RunController.hpp"
 #include "SolveController.hpp"
@@ -44,6 +45,15 @@ QAction* makeToggle(QMenu* menu, const QString& text, bool checked, const QKeySe
   action->setChecked(checked);
   if (!shortcut.isEmpty()) action->setShortcut(shortcut);
   return action;
+}
+
+// A titled table of shortcuts: the key in bold, then what it does.
+QString shortcutTable(const char* title, std::initializer_list<std::pair<const char*, const char*>> rows) {
+  QString html = QStringLiteral("<h3>%1</h3><table cellspacing='3'>").arg(QString::fromUtf8(title));
+  for (const auto& [key, what] : rows)
+    html +=
+        QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
+  return html + QStringLiteral("</table>");
 }
 
 }  // namespace
@@ -249,41 +259,33 @@ void MenuController::buildToolBar() {
 // --- help ---------------------------------------------------------------------------------
 
 QString MenuController::shortcutsHtml() {
-  QString html = QStringLiteral("<h3>Timeline</h3><table cellspacing='3'>");
-  const std::array<std::pair<const char*, const char*>, 17> rows{
-      {{"Wheel", "zoom time about the cursor"},
-       {"Ctrl+Wheel", "zoom the lanes (taller or more devices)"},
-       {"Shift+Wheel, ↑ / ↓", "scroll the lanes"},
-       {"Shift+↑ / Shift+↓", "zoom the lanes"},
-       {"Drag", "pan"},
-       {"Shift+Drag", "zoom to the rubber band"},
-       {"Ctrl+Drag", "measure a range: duration and idle time per device (Selection dock)"},
-       {"Double-click, 0, Ctrl+0", "fit the whole plan"},
-       {"F", "fit the selection: the selected op and its neighbours, else the measured range, else all"},
-       {"W / S, + / -", "zoom in / out about the mouse"},
-       {"C", "collapse every device to one lane (pipes, streams, transfers) or expand again"},
-       {"A / D, ← / →", "pan left / right"},
-       {"Click", "select an op: dependency chain, arrows to its neighbours, fields in the Selection dock"},
-       {"Ctrl+F", "find ops: “mb 7”, “W”, “vs 12”, “gpu 3”, “F B mb 4-7”; Enter: next match"},
-       {"Esc", "clear selection, search and measurement"},
-       {"Ctrl+K / Ctrl+M", "critical path / memory plot on or off"},
-       {"Memory plot", "hover reads a curve out; click a legend entry to hide or show a GPU"}}};
-  for (const auto& [key, what] : rows)
-    html +=
-        QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
-  html += QStringLiteral("</table><h3>Window</h3><table cellspacing='3'>");
-  const std::array<std::pair<const char*, const char*>, 8> window{{{"F5", "solve"},
-                                                                   {"Shift+Esc", "cancel the solve"},
-                                                                   {"Ctrl+B", "pin the plan as baseline"},
-                                                                   {"Ctrl+R", "run the plan locally"},
-                                                                   {"Ctrl+D", "deploy"},
-                                                                   {"Ctrl+1 / Ctrl+2", "timeline / compare"},
-                                                                   {"Ctrl+S", "save the workspace"},
-                                                                   {"Ctrl+E", "export the timeline as PNG"}}};
-  for (const auto& [key, what] : window)
-    html +=
-        QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromUtf8(key), QString::fromUtf8(what));
-  html += QStringLiteral("</table><h3>Legend</h3><p>");
+  QString html = shortcutTable(
+      "Timeline", {{"Wheel", "zoom time about the cursor"},
+                   {"Ctrl+Wheel", "zoom the lanes (taller or more devices)"},
+                   {"Shift+Wheel, ↑ / ↓", "scroll the lanes"},
+                   {"Shift+↑ / Shift+↓", "zoom the lanes"},
+                   {"Drag", "pan"},
+                   {"Shift+Drag", "zoom to the rubber band"},
+                   {"Ctrl+Drag", "measure a range: duration and idle time per device (Selection dock)"},
+                   {"Double-click, 0, Ctrl+0", "fit the whole plan"},
+                   {"F", "fit the selection: the selected op and its neighbours, else the measured range, else all"},
+                   {"W / S, + / -", "zoom in / out about the mouse"},
+                   {"C", "collapse every device to one lane (pipes, streams, transfers) or expand again"},
+                   {"A / D, ← / →", "pan left / right"},
+                   {"Click", "select an op: dependency chain, arrows to its neighbours, fields in the Selection dock"},
+                   {"Ctrl+F", "find ops: “mb 7”, “W”, “vs 12”, “gpu 3”, “F B mb 4-7”; Enter: next match"},
+                   {"Esc", "clear selection, search and measurement"},
+                   {"Ctrl+K / Ctrl+M", "critical path / memory plot on or off"},
+                   {"Memory plot", "hover reads a curve out; click a legend entry to hide or show a GPU"}});
+  html += shortcutTable("Window", {{"F5", "solve"},
+                                   {"Shift+Esc", "cancel the solve"},
+                                   {"Ctrl+B", "pin the plan as baseline"},
+                                   {"Ctrl+R", "run the plan locally"},
+                                   {"Ctrl+D", "deploy"},
+                                   {"Ctrl+1 / Ctrl+2", "timeline / compare"},
+                                   {"Ctrl+S", "save the workspace"},
+                                   {"Ctrl+E", "export the timeline as PNG"}});
+  html += QStringLiteral("<h3>Legend</h3><p>");
   const viz::TimelinePalette palette = viz::TimelinePalette::light();
   const std::array<std::pair<viz::ColourSlot, const char*>, 9> kinds{
       {{viz::ColourSlot::F, "F forward"},

@@ -40,14 +40,7 @@ QString delta(double now, double before, bool lowerIsBetter, const QString& text
            text.isEmpty() ? QStringLiteral("%1 %").arg(rel * 100, 0, 'f', 1) : text);
 }
 
-QString layoutText(const PlanConfig& c) {
-  const Parallelism& par = c.parallel;
-  QString layout = QStringLiteral("PP %1").arg(c.devices);
-  if (par.tensor > 1) layout += QStringLiteral(" × TP %1").arg(par.tensor);
-  if (par.context > 1) layout += QStringLiteral(" × CP %1").arg(par.context);
-  if (par.data > 1) layout += QStringLiteral(" × DP %1").arg(par.data);
-  return layout + QStringLiteral(" = %1 GPUs").arg(c.totalGpus());
-}
+QString layoutText(const PlanConfig& c) { return viz::layoutText(c) + QStringLiteral(" = %1 GPUs").arg(c.totalGpus()); }
 
 QString extrasText(const Parallelism& par) {
   QStringList extras;

@@ -86,6 +86,20 @@ class CapacitySpin : public QDoubleSpinBox {
   }
 };
 
+// A titled group of the panel, added to `outer`, and the form its fields go in.
+struct FormGroup {
+  QGroupBox* group;
+  QFormLayout* form;
+};
+
+FormGroup addFormGroup(const QString& title, QWidget* parent, QVBoxLayout* outer) {
+  auto* group = new QGroupBox(title, parent);
+  auto* form = new QFormLayout(group);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  outer->addWidget(group);
+  return {group, form};
+}
+
 }  // namespace
 
 /// One edit of the panel: redo and undo show the state after and before it (the first redo,
@@ -139,9 +153,7 @@ SolverPanel::SolverPanel(QWidget* parent) : QWidget(parent) {
 }
 
 void SolverPanel::buildPipelineGroup(QWidget* parent, QVBoxLayout* outer) {
-  auto* group = new QGroupBox(QStringLiteral("Pipeline"), parent);
-  auto* form = new QFormLayout(group);
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  const auto [group, form] = addFormGroup(QStringLiteral("Pipeline"), parent, outer);
   schedule = new QComboBox(group);
   for (const std::string& name : scheduleNames()) schedule->addItem(q(name), q(name));
   devices = degreeSpin(group, 4096, QStringLiteral("Pipeline size P: one lane per pipeline rank"));
@@ -177,13 +189,10 @@ void SolverPanel::buildPipelineGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(QStringLiteral("Partition"), partition);
   form->addRow(QStringLiteral("Fill"), fill);
   form->addRow(QStringLiteral("Memory limit"), memoryLimit);
-  outer->addWidget(group);
 }
 
 void SolverPanel::buildParallelGroup(QWidget* parent, QVBoxLayout* outer) {
-  auto* group = new QGroupBox(QStringLiteral("Parallelism"), parent);
-  auto* form = new QFormLayout(group);
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  const auto [group, form] = addFormGroup(QStringLiteral("Parallelism"), parent, outer);
   tp = degreeSpin(group, 1024, QStringLiteral("Tensor parallelism T (Megatron): must divide the heads"));
   cp = degreeSpin(group, 1024, QStringLiteral("Context parallelism C (ring attention): the sequence splits over C"));
   dp = degreeSpin(group, 1 << 20, QStringLiteral("Data-parallel replicas D of the whole pipeline"));
@@ -203,13 +212,10 @@ void SolverPanel::buildParallelGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(sequenceParallel);
   form->addRow(QStringLiteral("Recompute"), recompute);
   form->addRow(QStringLiteral("ZeRO"), zero);
-  outer->addWidget(group);
 }
 
 void SolverPanel::buildRecipeGroup(QWidget* parent, QVBoxLayout* outer) {
-  auto* group = new QGroupBox(QStringLiteral("Recipe"), parent);
-  auto* form = new QFormLayout(group);
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  const auto [group, form] = addFormGroup(QStringLiteral("Recipe"), parent, outer);
   precision = new QComboBox(group);
   for (const Precision p : kPrecisions) precision->addItem(q(std::string(precisionName(p))));
   precision->setToolTip(
@@ -240,16 +246,15 @@ void SolverPanel::buildRecipeGroup(QWidget* parent, QVBoxLayout* outer) {
                      "from (pipestudio-cli plan sets them with its flags)"));
   otherSettings->setVisible(false);
   form->addRow(otherSettings);
-  outer->addWidget(group);
 }
 
 void SolverPanel::buildMoeGroup(QWidget* parent, QVBoxLayout* outer) {
   // Megatron-Core's MoE knobs (docs/formats.md, the plan's expert settings): each changes the
   // expert layers' time, so each is on screen (and in the Metrics dock) rather than kept
   // invisibly from a workspace.
-  moeGroup = new QGroupBox(QStringLiteral("Experts (MoE)"), parent);
-  auto* form = new QFormLayout(moeGroup);
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  const FormGroup moe = addFormGroup(QStringLiteral("Experts (MoE)"), parent, outer);
+  moeGroup = moe.group;
+  QFormLayout* form = moe.form;
   ep = degreeSpin(moeGroup, 4096,
                   QStringLiteral("Expert parallelism E (--ep): the experts split over E GPUs of the "
                                  "pipeline rank's T·C·D (MoE parallel folding)"));
@@ -291,13 +296,10 @@ void SolverPanel::buildMoeGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(moeA2aOverlap);
   form->addRow(sharedExpertOverlap);
   form->addRow(QStringLiteral("All-to-all SMs"), moeCommSms);
-  outer->addWidget(moeGroup);
 }
 
 void SolverPanel::buildBatchGroup(QWidget* parent, QVBoxLayout* outer) {
-  auto* group = new QGroupBox(QStringLiteral("Batch"), parent);
-  auto* form = new QFormLayout(group);
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  const auto [group, form] = addFormGroup(QStringLiteral("Batch"), parent, outer);
   globalBatch = new QSpinBox(group);
   globalBatch->setRange(0, kMaxGlobalBatch);
   globalBatch->setSpecialValueText(QStringLiteral("off"));
@@ -314,7 +316,6 @@ void SolverPanel::buildBatchGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(QStringLiteral("Global batch"), globalBatch);
   form->addRow(QStringLiteral("Micro-batch size"), microBatchSize);
   form->addRow(QStringLiteral("Optimizer sync"), optimizerSync);
-  outer->addWidget(group);
 }
 
 void SolverPanel::buildButtons(QVBoxLayout* outer) {
@@ -363,6 +364,10 @@ void SolverPanel::connectFields() {
       m_explicitSchedule = schedule->currentData().toString();
   });
   connect(schedule, &QComboBox::currentTextChanged, this, &SolverPanel::onScheduleEdited);
+  // Each field's edit is one undo step, named after the field.
+  const auto reportEdits = [this](auto* field, auto signal, const char* name) {
+    connect(field, signal, this, [this, step = QString::fromUtf8(name)]() { onFieldEdited(step); });
+  };
   const std::array<std::pair<QComboBox*, const char*>, 7> combos{{{schedule, "Schedule"},
                                                                   {fill, "Fill"},
                                                                   {recompute, "Recompute"},
@@ -370,10 +375,7 @@ void SolverPanel::connectFields() {
                                                                   {precision, "Precision"},
                                                                   {optimizerSync, "Optimizer sync"},
                                                                   {dispatcher, "Dispatcher"}}};
-  for (const auto& [combo, name] : combos) {
-    connect(combo, &QComboBox::currentTextChanged, this,
-            [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
-  }
+  for (const auto& [combo, name] : combos) reportEdits(combo, &QComboBox::currentTextChanged, name);
   const std::array<std::pair<QSpinBox*, const char*>, 12> spins{{{devices, "Devices"},
                                                                  {microbatches, "Microbatches"},
                                                                  {chunks, "Chunks / device"},
@@ -386,22 +388,16 @@ void SolverPanel::connectFields() {
                                                                  {microBatchSize, "Micro-batch size"},
                                                                  {etp, "ETP"},
                                                                  {moeCommSms, "All-to-all SMs"}}};
-  for (const auto& [spin, name] : spins) {
-    connect(spin, &QSpinBox::valueChanged, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
-  }
+  for (const auto& [spin, name] : spins) reportEdits(spin, &QSpinBox::valueChanged, name);
   const std::array<std::pair<QCheckBox*, const char*>, 6> boxes{{{sequenceParallel, "Sequence parallel"},
                                                                  {overlapGradReduce, "Overlap gradient reduce"},
                                                                  {overlapParamGather, "Overlap parameter gather"},
                                                                  {tpCommOverlap, "Overlap TP communication"},
                                                                  {moeA2aOverlap, "Overlap expert all-to-alls"},
                                                                  {sharedExpertOverlap, "Overlap shared experts"}}};
-  for (const auto& [box, name] : boxes) {
-    connect(box, &QCheckBox::toggled, this, [this, field = QString::fromUtf8(name)]() { onFieldEdited(field); });
-  }
-  connect(offloadRatio, &QDoubleSpinBox::valueChanged, this,
-          [this]() { onFieldEdited(QStringLiteral("Offload ratio")); });
-  connect(capacityFactor, &QDoubleSpinBox::valueChanged, this,
-          [this]() { onFieldEdited(QStringLiteral("Capacity factor")); });
+  for (const auto& [box, name] : boxes) reportEdits(box, &QCheckBox::toggled, name);
+  reportEdits(offloadRatio, &QDoubleSpinBox::valueChanged, "Offload ratio");
+  reportEdits(capacityFactor, &QDoubleSpinBox::valueChanged, "Capacity factor");
   connect(memoryLimit, &QLineEdit::editingFinished, this, [this]() {
     // editingFinished also fires on focus loss without a change: only a change is an edit.
     if (memoryLimit->text() != m_shown.memoryLimitText) onFieldEdited(QStringLiteral("Memory limit"));

@@ -21,6 +21,7 @@
 #include "SettingsFit.hpp"
 #include "SolverPanel.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 
 namespace pipestudio::gui {
 
@@ -29,6 +30,15 @@ namespace {
 constexpr int kMaxRecentFiles = 8;
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
+
+// How a workspace's copy differs from the bundled file of its name ("differs from the bundled
+// llama3-8b.json: …"), or nothing where no file has the name or the copy is the file.
+QString bundledDifference(const std::optional<BundledDocument>& file, const Json& copy) {
+  if (!file) return {};
+  const QStringList diff = jsonDifferences(file->json, copy, 3);
+  if (diff.isEmpty()) return {};
+  return QStringLiteral("differs from the bundled %1: %2").arg(file->fileName, diff.join(QStringLiteral("; ")));
+}
 
 }  // namespace
 
@@ -84,7 +94,7 @@ bool WorkspaceController::openDefaultWorkspace() {
     m_host.setStatus(q(doc.message()), true);
     return false;
   }
-  auto ws = readWorkspace(*doc);
+  auto ws = readWorkspace(*doc, solverNames());
   if (!ws) {
     m_host.setStatus(q(ws.message()), true);
     return false;
@@ -101,7 +111,7 @@ void WorkspaceController::openStartupWorkspace() {
   QSettings settings;
   const QString session = sessionFilePath();
   if (QFileInfo::exists(session)) {
-    auto ws = loadWorkspace(session.toStdString());
+    auto ws = loadWorkspace(session.toStdString(), solverNames());
     if (ws) {
       QString path = settings.value(QStringLiteral("session/workspacePath")).toString();
       if (!path.isEmpty() && !QFileInfo::exists(path)) path.clear();
@@ -158,7 +168,7 @@ bool WorkspaceController::openFromCommandLine(const QString& path) {
 }
 
 bool WorkspaceController::openFile(const QString& path, QString* error, bool quiet) {
-  auto doc = openDocument(path.toStdString());
+  auto doc = openDocument(path.toStdString(), solverNames());
   if (!doc) {
     const QString message = q(doc.message());
     if (error) *error = message;
@@ -184,18 +194,14 @@ bool WorkspaceController::openFile(const QString& path, QString* error, bool qui
       // this one they would write into the wrong layers.
       m_undo->clear();
       m_docks.setModelSpec(*doc->model);
-      followContent();
-      markModified();
-      m_host.setStatus(QStringLiteral("Model %1 loaded").arg(q(doc->model->name)));
+      inputOpened(QStringLiteral("Model %1 loaded").arg(q(doc->model->name)));
       modelReplaced(previous);
       m_host.solveChangedInputs(QStringLiteral("model %1 opened: solving…").arg(q(doc->model->name)));
       break;
     case DocumentKind::Cluster:
       m_undo->clear();
       m_docks.setClusterSpec(*doc->cluster);
-      followContent();
-      markModified();
-      m_host.setStatus(QStringLiteral("Cluster %1 loaded").arg(q(doc->cluster->name)));
+      inputOpened(QStringLiteral("Cluster %1 loaded").arg(q(doc->cluster->name)));
       m_host.solveChangedInputs(QStringLiteral("cluster %1 opened: solving…").arg(q(doc->cluster->name)));
       break;
     case DocumentKind::Plan:
@@ -332,26 +338,13 @@ void WorkspaceController::checkAgainstBundledFiles(bool announce) {
   // A workspace embeds its model and cluster: a copy under a bundled file's name that differs
   // from the file plans differently from `pipestudio-cli plan --cluster FILE`. Say so.
   m_bundledDifferences.clear();
-  QString modelNote;
-  QString clusterNote;
   const ModelSpec model = m_docks.modelSpec();
-  if (auto file = bundledModel(model.name)) {
-    const QStringList diff = jsonDifferences(file->json, modelToJson(model), 3);
-    if (!diff.isEmpty()) {
-      modelNote =
-          QStringLiteral("differs from the bundled %1: %2").arg(file->fileName, diff.join(QStringLiteral("; ")));
-      m_bundledDifferences << QStringLiteral("the model '%1' %2").arg(q(model.name), modelNote);
-    }
-  }
+  const QString modelNote = bundledDifference(bundledModel(model.name), modelToJson(model));
+  if (!modelNote.isEmpty()) m_bundledDifferences << QStringLiteral("the model '%1' %2").arg(q(model.name), modelNote);
   const ClusterSpec cluster = m_docks.clusterSpec();
-  if (auto file = bundledCluster(cluster.name)) {
-    const QStringList diff = jsonDifferences(file->json, clusterToJson(cluster), 3);
-    if (!diff.isEmpty()) {
-      clusterNote =
-          QStringLiteral("differs from the bundled %1: %2").arg(file->fileName, diff.join(QStringLiteral("; ")));
-      m_bundledDifferences << QStringLiteral("the cluster '%1' %2").arg(q(cluster.name), clusterNote);
-    }
-  }
+  const QString clusterNote = bundledDifference(bundledCluster(cluster.name), clusterToJson(cluster));
+  if (!clusterNote.isEmpty())
+    m_bundledDifferences << QStringLiteral("the cluster '%1' %2").arg(q(cluster.name), clusterNote);
   m_docks.setBundledNotes(modelNote, clusterNote);
   updateTitle();
   if (announce && !m_bundledDifferences.isEmpty()) {
@@ -369,6 +362,12 @@ void WorkspaceController::followContent() {
   if (model.empty() && cluster.empty()) return;
   m_name = cluster.empty() ? q(model) : model.empty() ? q(cluster) : q(model) + QStringLiteral(" on ") + q(cluster);
   updateTitle();
+}
+
+void WorkspaceController::inputOpened(const QString& loaded) {
+  followContent();
+  markModified();
+  m_host.setStatus(loaded);
 }
 
 void WorkspaceController::rename(const QString& name) {

@@ -9,8 +9,8 @@
 #include <QString>
 #include <functional>
 
-#include "Workspace.hpp"
 #include "pipestudio/model/Model.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 
 class QMainWindow;
 class QMenu;
@@ -79,6 +79,9 @@ class WorkspaceController : public QObject {
   void setClean();
   /// An automatic name follows the model and cluster in the editors.
   void followContent();
+  /// A model or cluster document replaced the editors' (`loaded` says which on the status line):
+  /// the name follows it and the workspace is modified.
+  void inputOpened(const QString& loaded);
   void addRecentFile(const QString& path);
   void rebuildRecentMenu();
   void writeSession(bool discardEdits);

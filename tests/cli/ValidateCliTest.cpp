@@ -1,9 +1,6 @@
 // `pipestudio-cli validate` and `--help` through the real binary (docs/cli.md): exit 0 when
 // every file is valid, 1 with one message per problem naming the file, 2 on wrong usage.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,9 +8,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-extern char** environ;
+#include "support/SpawnToFiles.hpp"
 
 namespace {
 
@@ -21,18 +19,7 @@ const std::string kCli = std::string(PIPESTUDIO_BINARY_DIR) + "/app/pipestudio-c
 const std::filesystem::path kResources(PIPESTUDIO_RESOURCES);
 const std::string kBad = std::string(PIPESTUDIO_TEST_DATA) + "/bad/";
 
-struct Result {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using Result = pipestudio::test::SpawnResult;
 
 std::filesystem::path tempDir() {
   static const std::filesystem::path dir = [] {
@@ -43,35 +30,14 @@ std::filesystem::path tempDir() {
   return dir;
 }
 
-// posix_spawn with stdout/stderr redirected to files: no shell, so no quoting issues.
+// The CLI with `args`, stdout and stderr in files of their own.
 Result run(const std::vector<std::string>& args) {
   static int counter = 0;
   const std::string outPath = (tempDir() / ("out" + std::to_string(counter))).string();
   const std::string errPath = (tempDir() / ("err" + std::to_string(counter++))).string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::vector<std::string> argvStrings{kCli};
-  argvStrings.insert(argvStrings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  argv.reserve(argvStrings.size() + 1);
-  for (auto& a : argvStrings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  Result r;
-  const int rc = posix_spawn(&pid, kCli.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    r.err = "posix_spawn failed: " + std::to_string(rc);
-    return r;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(outPath);
-  r.err = slurp(errPath);
-  return r;
+  std::vector<std::string> argv{kCli};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return pipestudio::test::spawnToFiles(std::move(argv), {}, outPath, errPath);
 }
 
 std::vector<std::string> nonEmptyLines(const std::string& text) {

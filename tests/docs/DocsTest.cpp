@@ -5,10 +5,7 @@
 //   ```sh                      run; the blocks of a page run in order in one bash
 //   ```sh not-run: REASON      shown, not run (REASON required)
 //   ```output                  right after a run block: its stdout, line by line; `...` = any lines
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +20,7 @@
 #include <vector>
 
 #include "pipestudio/common/Text.hpp"
+#include "support/SpawnToFiles.hpp"
 
 namespace fs = std::filesystem;
 
@@ -317,29 +315,10 @@ ScriptRun runScript(const Sandbox& box, const std::string& script) {
                                "LANG=C.UTF-8",
                                "LC_ALL=C.UTF-8"};
   std::vector<std::string> args{"timeout", "-k", "5", std::to_string(kPageTimeoutS), "bash", scriptPath.string()};
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = 0;
-  ScriptRun r;
-  const int rc = posix_spawnp(&pid, "timeout", &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    r.err = "posix_spawn failed: " + std::to_string(rc);
-    return r;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(outPath);
-  r.err = slurp(errPath);
+  const pipestudio::test::SpawnResult spawned =
+      pipestudio::test::spawnToFiles(std::move(args), std::move(env), outPath, errPath);
+  ScriptRun r{spawned.exitCode, spawned.out, spawned.err, {}};
+  if (r.exitCode == -1) return r;
   r.trace = slurp(box.dir / ".docs-trace");
   return r;
 }

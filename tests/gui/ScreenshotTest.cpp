@@ -22,6 +22,7 @@
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
+#include "WindowFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/TimelinePlottable.hpp"
@@ -64,25 +65,36 @@ QImage grabWindow(MainWindow& window) {
   return window.grab().toImage();
 }
 
+/// Writes `image` to the screenshot folder as `file` and checks it is a picture, not a blank.
+void saveScreenshot(const QImage& image, const QString& file, int minColours = 20) {
+  EXPECT_TRUE(image.save(screenshotDir() + QLatin1Char('/') + file)) << file.toStdString();
+  EXPECT_GT(distinctColours(image), minColours) << file.toStdString();
+}
+
+/// Shows resources/models/`model` on resources/clusters/`cluster` with `config` as the workspace
+/// `name`; whether its solve ended.
+bool showWorkspace(MainWindow& window, const std::string& name, const std::string& model, const std::string& cluster,
+                   const PlanConfig& config) {
+  Workspace ws = pipestudio::testing::bundledWorkspace(model, cluster, config);
+  ws.name = name;
+  window.setWorkspace(ws, QString());
+  return window.solveController()->waitForIdle(120000);
+}
+
 TEST(Screenshots, DefaultWorkspace) {
   auto window = freshWindow();
   ASSERT_TRUE(window->openDefaultWorkspace());
   ASSERT_TRUE(window->solveController()->waitForIdle(60000));
   ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
-  const QString dir = screenshotDir();
 
-  const QImage full = grabWindow(*window);
-  ASSERT_TRUE(full.save(dir + QStringLiteral("/window.png")));
-  EXPECT_GT(distinctColours(full), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("window.png"));
   EXPECT_FALSE(window->timelineView()->legend()->entryNames().isEmpty());
 
   viz::TimelineView* timeline = window->timelineView();
   const QCPRange range = timeline->visibleRange();
   timeline->setVisibleRange(range.lower, range.lower + range.size() * 0.22);
   timeline->plot()->replot(QCustomPlot::rpImmediateRefresh);
-  const QImage zoomed = timeline->grab().toImage();
-  ASSERT_TRUE(zoomed.save(dir + QStringLiteral("/timeline-zoomed.png")));
-  EXPECT_GT(distinctColours(zoomed), 10);
+  saveScreenshot(timeline->grab().toImage(), QStringLiteral("timeline-zoomed.png"), 10);
 
   // The selection dock: an op of the critical path selected, a range measured.
   timeline->fitToView();
@@ -93,9 +105,7 @@ TEST(Screenshots, DefaultWorkspace) {
   const Op& o = window->currentPlan()->ops[static_cast<std::size_t>(op)];
   timeline->measureRange(o.startMs - 40.0, o.endMs + 40.0);
   timeline->selectOp(op);  // the selection dock in front
-  const QImage selection = grabWindow(*window);
-  ASSERT_TRUE(selection.save(dir + QStringLiteral("/selection.png")));
-  EXPECT_GT(distinctColours(selection), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("selection.png"));
 
   window->pinBaseline();
   // Compare against the same workspace with half the microbatches per iteration.
@@ -105,52 +115,32 @@ TEST(Screenshots, DefaultWorkspace) {
   ASSERT_TRUE(window->solveController()->waitForIdle(60000));
   window->centralTabs()->setCurrentIndex(1);
   if (auto* metrics = window->findChild<QDockWidget*>(QStringLiteral("MetricsDock"))) metrics->raise();
-  const QImage compare = grabWindow(*window);
-  ASSERT_TRUE(compare.save(dir + QStringLiteral("/compare.png")));
-  EXPECT_GT(distinctColours(compare), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("compare.png"));
 }
 
 TEST(Screenshots, ThirtyTwoDevicePlan) {
   // Llama-2-70B over all 32 GPUs of the bundled 4×8 H100 cluster as one 32-deep pipeline.
   auto window = freshWindow();
-  Workspace ws;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama2-70b.json");
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  ASSERT_TRUE(model && cluster);
-  ws.name = "Llama-2-70B, 32-stage pipeline";
-  ws.model = *model;
-  ws.cluster = *cluster;
-  ws.solver.schedule = "zb-h1";
-  ws.solver.devices = 32;
-  ws.solver.partition = "uniform";
-  ws.solver.parallel.recompute = Recompute::Full;
-  ws.solver.parallel.zeroStage = 1;
-  ws.solver.globalBatch = 64;
-  ws.solver.microBatchSize = 1;
-  window->setWorkspace(ws, QString());
-  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  PlanConfig c;
+  c.schedule = "zb-h1";
+  c.devices = 32;
+  c.partition = "uniform";
+  c.parallel.recompute = Recompute::Full;
+  c.parallel.zeroStage = 1;
+  c.globalBatch = 64;
+  c.microBatchSize = 1;
+  ASSERT_TRUE(showWorkspace(*window, "Llama-2-70B, 32-stage pipeline", "llama2-70b.json", "h100-4x8-ib.json", c));
   ASSERT_TRUE(window->currentPlan()) << window->statusText().toStdString();
   ASSERT_EQ(window->currentPlan()->config.devices, 32);
-  const QImage image = grabWindow(*window);
-  ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/plan-32-devices.png")));
-  EXPECT_GT(distinctColours(image), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("plan-32-devices.png"));
 }
 
 TEST(Screenshots, ConfigureDock) {
   // Llama-3-8B on the 4×8 H100 cluster: the configurator's ranked configurations.
   auto window = freshWindow();
-  Workspace ws;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/llama3-8b.json");
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  ASSERT_TRUE(model && cluster);
-  ws.name = "Llama-3-8B on 4x8 H100";
-  ws.model = *model;
-  ws.cluster = *cluster;
-  ws.solver.schedule = "1f1b";
-  ws.solver.devices = 4;
-  ws.solver.globalBatch = 128;
-  window->setWorkspace(ws, QString());
-  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  PlanConfig c = pipestudio::testing::pipelineConfig("1f1b", 4);
+  c.globalBatch = 128;
+  ASSERT_TRUE(showWorkspace(*window, "Llama-3-8B on 4x8 H100", "llama3-8b.json", "h100-4x8-ib.json", c));
   ConfigureDock* dock = window->configureDock();
   qobject_cast<QLineEdit*>(dock->knob(QStringLiteral("Schedules")))
       ->setText(QStringLiteral("1f1b, interleaved-1f1b, zb-h1, zb-v"));
@@ -167,44 +157,31 @@ TEST(Screenshots, ConfigureDock) {
   dock->table()->selectRow(row);
   dock->chooseRow(row);
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));
-  const QImage image = grabWindow(*window);
-  ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/configure.png")));
-  EXPECT_GT(distinctColours(image), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("configure.png"));
 }
 
 TEST(Screenshots, MixtureOfExpertsSettings) {
   // Qwen3-30B-A3B on 32 H100s with the flex dispatcher and both overlaps: the solver panel's
   // Experts group and the Metrics dock that names them.
   auto window = freshWindow();
-  Workspace ws;
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES) + "/models/qwen3-30b-a3b.json");
-  auto cluster = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
-  ASSERT_TRUE(model && cluster);
-  ws.name = "Qwen3-30B-A3B on 4x8 H100";
-  ws.model = *model;
-  ws.cluster = *cluster;
-  ws.solver.schedule = "1f1b";
-  ws.solver.devices = 4;
-  ws.solver.globalBatch = 256;
-  ws.solver.parallel.data = 8;
-  ws.solver.parallel.expert = 8;
-  ws.solver.parallel.expertTensor = 1;
-  ws.solver.parallel.zeroStage = 1;
-  ws.solver.parallel.recompute = Recompute::Full;
-  ws.solver.parallel.moeFlexDispatcher = true;
-  ws.solver.parallel.moeA2aOverlap = true;
-  ws.solver.parallel.moeCapacityFactor = 1.25;
-  window->setWorkspace(ws, QString());
-  ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  PlanConfig c = pipestudio::testing::pipelineConfig("1f1b", 4);
+  c.globalBatch = 256;
+  c.parallel.data = 8;
+  c.parallel.expert = 8;
+  c.parallel.expertTensor = 1;
+  c.parallel.zeroStage = 1;
+  c.parallel.recompute = Recompute::Full;
+  c.parallel.moeFlexDispatcher = true;
+  c.parallel.moeA2aOverlap = true;
+  c.parallel.moeCapacityFactor = 1.25;
+  ASSERT_TRUE(showWorkspace(*window, "Qwen3-30B-A3B on 4x8 H100", "qwen3-30b-a3b.json", "h100-4x8-ib.json", c));
   ASSERT_TRUE(window->solvedPlan()) << window->lastFailure().toStdString();
   grabWindow(*window);
   auto* panel = window->findChild<QWidget*>(QStringLiteral("SolverPanel"));
   ASSERT_NE(panel, nullptr);
   const QImage solver = panel->grab().toImage();
   ASSERT_TRUE(solver.save(screenshotDir() + QStringLiteral("/solver-moe.png")));
-  const QImage image = grabWindow(*window);
-  ASSERT_TRUE(image.save(screenshotDir() + QStringLiteral("/window-moe.png")));
-  EXPECT_GT(distinctColours(image), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("window-moe.png"));
 }
 
 TEST(Screenshots, ProfilerTraceAgainstItsPlan) {
@@ -221,13 +198,9 @@ TEST(Screenshots, ProfilerTraceAgainstItsPlan) {
       window->importTraces({hta + QStringLiteral("rank0.json.gz"), hta + QStringLiteral("rank1.json.gz")}, &error))
       << error.toStdString();
   window->centralTabs()->setCurrentIndex(0);
-  const QImage timeline = grabWindow(*window);
-  ASSERT_TRUE(timeline.save(screenshotDir() + QStringLiteral("/trace-timeline.png")));
-  EXPECT_GT(distinctColours(timeline), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("trace-timeline.png"));
   window->centralTabs()->setCurrentIndex(1);
-  const QImage compare = grabWindow(*window);
-  ASSERT_TRUE(compare.save(screenshotDir() + QStringLiteral("/trace-vs-plan.png")));
-  EXPECT_GT(distinctColours(compare), 20);
+  saveScreenshot(grabWindow(*window), QStringLiteral("trace-vs-plan.png"));
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
-#include "Workspace.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasValue;
@@ -13,7 +14,7 @@ namespace pipestudio::gui {
 namespace {
 
 PlanRequest defaultRequest() {
-  auto ws = loadWorkspace(std::string(PIPESTUDIO_RESOURCES) + "/workspaces/default.pipestudio");
+  auto ws = loadWorkspace(std::string(PIPESTUDIO_RESOURCES) + "/workspaces/default.pipestudio", solverNames());
   EXPECT_THAT(ws, HasValue());
   return PlanRequest{ws->model, ws->cluster, ws->solver};
 }
@@ -29,11 +30,17 @@ PlanRequest largeRequest() {
   return r;
 }
 
-TEST(SolveController, SolvesOffTheGuiThread) {
-  pipestudio::testing::qtApp();
+/// A solve controller and spies on what it says; the Qt application comes first.
+class SolveControllerTest : public ::testing::Test {
+ protected:
+  QApplication* app = pipestudio::testing::qtApp();
   SolveController solver;
-  QSignalSpy solved(&solver, &SolveController::solved);
-  QSignalSpy failed(&solver, &SolveController::failed);
+  QSignalSpy solved{&solver, &SolveController::solved};
+  QSignalSpy failed{&solver, &SolveController::failed};
+  QSignalSpy cancelled{&solver, &SolveController::cancelled};
+};
+
+TEST_F(SolveControllerTest, SolvesOffTheGuiThread) {
   solver.solve(defaultRequest());
   ASSERT_TRUE(solver.waitForIdle(60000));
   ASSERT_EQ(failed.count(), 0) << failed.value(0).value(0).toString().toStdString();
@@ -44,11 +51,7 @@ TEST(SolveController, SolvesOffTheGuiThread) {
   EXPECT_FALSE(solver.isRunning());
 }
 
-TEST(SolveController, CancelStopsTheSolveAndDropsItsResult) {
-  pipestudio::testing::qtApp();
-  SolveController solver;
-  QSignalSpy solved(&solver, &SolveController::solved);
-  QSignalSpy cancelled(&solver, &SolveController::cancelled);
+TEST_F(SolveControllerTest, CancelStopsTheSolveAndDropsItsResult) {
   solver.solve(largeRequest());
   EXPECT_TRUE(solver.isRunning());
   solver.cancel();
@@ -58,11 +61,7 @@ TEST(SolveController, CancelStopsTheSolveAndDropsItsResult) {
   EXPECT_FALSE(solver.isRunning());
 }
 
-TEST(SolveController, StaleResultsAreDropped) {
-  pipestudio::testing::qtApp();
-  SolveController solver;
-  QSignalSpy solved(&solver, &SolveController::solved);
-  QSignalSpy failed(&solver, &SolveController::failed);
+TEST_F(SolveControllerTest, StaleResultsAreDropped) {
   PlanRequest first = defaultRequest();
   first.config.microbatches = 8;
   PlanRequest second = defaultRequest();
@@ -76,12 +75,9 @@ TEST(SolveController, StaleResultsAreDropped) {
   EXPECT_EQ(solved.value(0).value(0).value<std::shared_ptr<const Plan>>()->config.microbatches, 24);
 }
 
-TEST(SolveController, ScheduledSolvesCoalesce) {
-  pipestudio::testing::qtApp();
-  SolveController solver;
+TEST_F(SolveControllerTest, ScheduledSolvesCoalesce) {
   solver.setDebounceMs(50);
   QSignalSpy started(&solver, &SolveController::started);
-  QSignalSpy solved(&solver, &SolveController::solved);
   for (int m = 8; m <= 12; ++m) {
     PlanRequest r = defaultRequest();
     r.config.microbatches = m;
@@ -94,10 +90,7 @@ TEST(SolveController, ScheduledSolvesCoalesce) {
   EXPECT_EQ(solved.value(0).value(0).value<std::shared_ptr<const Plan>>()->config.microbatches, 12);
 }
 
-TEST(SolveController, ImpossibleRequestsFailWithAMessage) {
-  pipestudio::testing::qtApp();
-  SolveController solver;
-  QSignalSpy failed(&solver, &SolveController::failed);
+TEST_F(SolveControllerTest, ImpossibleRequestsFailWithAMessage) {
   PlanRequest r = defaultRequest();
   r.config.schedule = "no-such-schedule";
   r.config.partition = "uniform";  // diffusionpipe plans its own schedule

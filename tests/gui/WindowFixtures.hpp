@@ -10,21 +10,23 @@
 #include <QString>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "MainWindow.hpp"
 #include "QtTestApp.hpp"
 #include "SolveController.hpp"
-#include "Workspace.hpp"
 #include "pipestudio/model/ModelIO.hpp"
+#include "pipestudio/trace/Stream.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 namespace pipestudio::testing {
 
 /// A workspace of resources/models/`model` and resources/clusters/`cluster` with the given
 /// solver settings; a file that does not load fails the test.
-inline gui::Workspace bundledWorkspace(const std::string& model, const std::string& cluster, const PlanConfig& config) {
+inline Workspace bundledWorkspace(const std::string& model, const std::string& cluster, const PlanConfig& config) {
   const std::string resources = PIPESTUDIO_RESOURCES;
-  gui::Workspace ws;
+  Workspace ws;
   auto m = loadModel(resources + "/models/" + model);
   auto c = loadCluster(resources + "/clusters/" + cluster);
   EXPECT_THAT(m, test::HasValue());
@@ -34,6 +36,37 @@ inline gui::Workspace bundledWorkspace(const std::string& model, const std::stri
   ws.name = model + " on " + cluster;
   ws.solver = config;
   return ws;
+}
+
+/// Solver settings the window tests start from: `schedule` over `devices` pipeline devices with
+/// `microbatches` microbatches and `chunks` chunks per device, balanced partition.
+inline PlanConfig pipelineConfig(const std::string& schedule, int devices, int microbatches = 1, int chunks = 1) {
+  PlanConfig c;
+  c.schedule = schedule;
+  c.devices = devices;
+  c.microbatches = microbatches;
+  c.chunksPerDevice = chunks;
+  c.partition = "balanced";
+  return c;
+}
+
+/// pipelineConfig with full recomputation and ZeRO-1: what fits Llama-3-8B (and Llama-2-70B
+/// deep enough) in a GPU's memory on few devices.
+inline PlanConfig recomputedPipelineConfig(const std::string& schedule, int devices, int microbatches, int chunks = 1) {
+  PlanConfig c = pipelineConfig(schedule, devices, microbatches, chunks);
+  c.parallel.recompute = Recompute::Full;
+  c.parallel.zeroStage = 1;
+  return c;
+}
+
+/// A trace stream's first frame, the header of a CPU-backend run `runId` over `world` ranks, to
+/// which a test appends its op ranges.
+inline std::vector<trace::Frame> cpuRunFrames(const std::string& runId, int world) {
+  trace::Header header;
+  header.runId = runId;
+  header.world = world;
+  header.backend = "cpu";
+  return {trace::Frame(header)};
 }
 
 /// Forgets what earlier tests left in the (test-mode) settings and session.

@@ -3,10 +3,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "Workspace.hpp"
+#include "WindowFixtures.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Planner.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 #include "support/ExpectedMatchers.hpp"
 
 using pipestudio::test::HasError;
@@ -29,26 +31,26 @@ void writeText(const std::string& path, const std::string& text) {
 }
 
 TEST(Workspace, BundledDefaultLoadsAndRoundTrips) {
-  auto ws = loadWorkspace(kDefault);
+  auto ws = loadWorkspace(kDefault, solverNames());
   ASSERT_THAT(ws, HasValue());
   EXPECT_FALSE(ws->model.components.empty());
   EXPECT_GE(ws->solver.devices, 1);
   const std::string path = tempPath("roundtrip.pipestudio");
   ASSERT_TRUE(saveWorkspace(path, *ws));
-  auto again = loadWorkspace(path);
+  auto again = loadWorkspace(path, solverNames());
   ASSERT_THAT(again, HasValue());
   EXPECT_EQ(workspaceToJson(*again), workspaceToJson(*ws));
 }
 
 TEST(Workspace, WorkspaceWithPlanRoundTrips) {
-  auto ws = loadWorkspace(kDefault);
+  auto ws = loadWorkspace(kDefault, solverNames());
   ASSERT_THAT(ws, HasValue());
   auto plan = makePlan(PlanRequest{ws->model, ws->cluster, ws->solver});
   ASSERT_THAT(plan, HasValue());
   ws->plan = *plan;
   const std::string path = tempPath("with-plan.pipestudio");
   ASSERT_TRUE(saveWorkspace(path, *ws));
-  auto doc = openDocument(path);
+  auto doc = openDocument(path, solverNames());
   ASSERT_THAT(doc, HasValue());
   ASSERT_EQ(doc->kind, DocumentKind::Workspace);
   ASSERT_TRUE(doc->workspace->plan.has_value());
@@ -59,7 +61,7 @@ TEST(Workspace, WorkspaceWithPlanRoundTrips) {
 // back (it used to refuse them as unknown fields, so a saved MoE workspace did not open); so is
 // Seq1F1B's split (it used to be dropped).
 TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
-  auto ws = loadWorkspace(kDefault);
+  auto ws = loadWorkspace(kDefault, solverNames());
   ASSERT_THAT(ws, HasValue());
   Parallelism& par = ws->solver.parallel;
   par.expertTensor = 1;
@@ -75,7 +77,7 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   ws->solver.seqSplit = "even";
   const std::string path = tempPath("moe-settings.pipestudio");
   ASSERT_TRUE(saveWorkspace(path, *ws));
-  auto again = loadWorkspace(path);
+  auto again = loadWorkspace(path, solverNames());
   ASSERT_THAT(again, HasValue());
   const Parallelism& back = again->solver.parallel;
   EXPECT_EQ(back.expertTensor, 1);
@@ -94,35 +96,30 @@ TEST(Workspace, ExpertAndContextSettingsSurviveSaveAndLoad) {
   auto json = workspaceToJson(*ws);
   json["solver"]["cp_comm"] = "a2a";
   writeText(path, json.dump());
-  auto bad = loadWorkspace(path);
+  auto bad = loadWorkspace(path, solverNames());
   EXPECT_THAT(bad, HasError("cp_comm"));
 }
 
 TEST(Workspace, BadInputSaysWhereAndWhat) {
   const std::string path = tempPath("bad.pipestudio");
   writeText(path, R"({"schema": "pipestudio.workspace/1", "model": {}, "solver": {"schedule": "1f1b", "devices": 0}})");
-  auto ws = loadWorkspace(path);
+  auto ws = loadWorkspace(path, solverNames());
   EXPECT_THAT(ws, HasError(path));
   EXPECT_THAT(ws, HasError("cluster"));
   EXPECT_THAT(ws, HasError("/solver/devices"));
 
   writeText(path, "{ not json");
-  EXPECT_FALSE(openDocument(path));
+  EXPECT_FALSE(openDocument(path, solverNames()));
   writeText(path, R"({"schema": "pipestudio.hosts/1", "hosts": []})");
-  auto hosts = openDocument(path);
+  auto hosts = openDocument(path, solverNames());
   EXPECT_THAT(hosts, HasError("cannot be opened"));
-  EXPECT_FALSE(openDocument(tempPath("does-not-exist.json")));
+  EXPECT_FALSE(openDocument(tempPath("does-not-exist.json"), solverNames()));
   writeText(path, std::string("PSTR\x01\x00\x00\x00garbage", 15));
-  EXPECT_FALSE(openDocument(path));
+  EXPECT_FALSE(openDocument(path, solverNames()));
 }
 
 TEST(Workspace, TraceStreamOpensAsMeasuredPlan) {
-  std::vector<trace::Frame> frames;
-  trace::Header header;
-  header.runId = "r1";
-  header.world = 2;
-  header.backend = "cpu";
-  frames.emplace_back(header);
+  std::vector<trace::Frame> frames = pipestudio::testing::cpuRunFrames("r1", 2);
   for (int d = 0; d < 2; ++d) {
     for (int mb = 0; mb < 3; ++mb) {
       trace::OpRange r;
@@ -137,7 +134,7 @@ TEST(Workspace, TraceStreamOpensAsMeasuredPlan) {
   }
   const std::string path = tempPath("run.pstrace");
   writeText(path, trace::encodeStream(frames));
-  auto doc = openDocument(path);
+  auto doc = openDocument(path, solverNames());
   ASSERT_THAT(doc, HasValue());
   EXPECT_EQ(doc->kind, DocumentKind::Trace);
   ASSERT_EQ(doc->plan->ops.size(), 6u);

@@ -55,12 +55,24 @@ namespace {
 const std::string kLoopResources = PIPESTUDIO_RESOURCES;
 
 using pipestudio::testing::bundledWorkspace;
+using pipestudio::testing::pipelineConfig;
+using pipestudio::testing::recomputedPipelineConfig;
 
 class LoopTest : public pipestudio::testing::FreshWindowTest {
  protected:
   void openBundled(const std::string& model, const std::string& cluster, const PlanConfig& config) {
     window->setWorkspace(bundledWorkspace(model, cluster, config), QString());
     ASSERT_TRUE(window->solveController()->waitForIdle(120000));
+  }
+  /// The window on screen at 1400×900 with the whole plan in its timeline, drawn.
+  viz::TimelineView* showFittedTimeline() {
+    window->resize(1400, 900);
+    window->show();
+    viz::TimelineView* view = window->timelineView();
+    view->fitToView();
+    QApplication::processEvents();
+    view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+    return view;
   }
 };
 
@@ -75,10 +87,7 @@ void wheelOver(QWidget* widget, int notches = 1) {
 // --- 1: the Configure dock ------------------------------------------------------------------
 
 TEST_F(LoopTest, TheConfigureDockRanksConfigurationsAndLoadsOneIntoThePanel) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4);
   c.globalBatch = 64;
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ConfigureDock* dock = window->configureDock();
@@ -153,10 +162,7 @@ TEST_F(LoopTest, TheConfigureDockRanksConfigurationsAndLoadsOneIntoThePanel) {
 }
 
 TEST_F(LoopTest, AConfigureSearchCanBeCancelled) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 8;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 8);
   openBundled("llama3-70b.json", "h100-8x8-ib.json", c);
   ConfigureDock* dock = window->configureDock();
   dock->search();
@@ -408,24 +414,12 @@ TEST_F(LoopTest, AMeasuredRunIsLabelledScaledColouredAndTabulatedAgainstItsPlan)
 // --- 4: two pipes and chunks ---------------------------------------------------------------
 
 TEST_F(LoopTest, TwoPipeSchedulesHatchOnlyWhereTheGpuIsIdle) {
-  PlanConfig c;
-  c.schedule = "dualpipe";
-  c.devices = 4;
-  c.microbatches = 16;
-  c.chunksPerDevice = 2;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("dualpipe", 4, 16, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
   const auto plan = window->currentPlan();
   ASSERT_TRUE(plan);
-  window->resize(1400, 900);
-  window->show();
-  viz::TimelineView* view = window->timelineView();
-  view->fitToView();
-  QApplication::processEvents();
-  view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  viz::TimelineView* view = showFittedTimeline();
   const viz::TimelineData* data = view->timeline();
   const Metrics m = computeMetrics(*plan);
   // Both pipes of a device share its gaps: where the GPU computes on neither.
@@ -450,14 +444,7 @@ TEST_F(LoopTest, TwoPipeSchedulesHatchOnlyWhereTheGpuIsIdle) {
 }
 
 TEST_F(LoopTest, InterleavedChunksGetAShadeEachInLanesAndLegend) {
-  PlanConfig c;
-  c.schedule = "interleaved-1f1b";
-  c.devices = 4;
-  c.microbatches = 8;
-  c.chunksPerDevice = 2;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("interleaved-1f1b", 4, 8, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->lastFailure().isEmpty()) << window->lastFailure().toStdString();
   const auto plan = window->currentPlan();
@@ -535,22 +522,10 @@ TEST_F(LoopTest, AFirstStartLeavesRoomForTheWindowFrame) {
 }
 
 TEST_F(LoopTest, KeysZoomAboutTheMouseFitTheSelectionAndCollapseLanes) {
-  PlanConfig c;
-  c.schedule = "dualpipe";
-  c.devices = 4;
-  c.microbatches = 16;
-  c.chunksPerDevice = 2;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("dualpipe", 4, 16, 2);
   openBundled("llama3-8b.json", "h100-4x8-ib.json", c);
   ASSERT_TRUE(window->currentPlan());
-  window->resize(1400, 900);
-  window->show();
-  viz::TimelineView* view = window->timelineView();
-  view->fitToView();
-  QApplication::processEvents();
-  view->plot()->replot(QCustomPlot::rpImmediateRefresh);
+  viz::TimelineView* view = showFittedTimeline();
   // W zooms about the time under the mouse: it stays under the mouse.
   QCPAxis* time = view->timelineRect()->axis(QCPAxis::atBottom);
   const QRect lanes = view->timelineRect()->rect();
@@ -686,10 +661,7 @@ TEST_F(LoopTest, TheMemoryLegendKeepsItsDescenders) {
 TEST_F(LoopTest, PanelEditsKeepTheSettingsThePanelDoesNotShow) {
   // A workspace trained in fp8 with DualPipe's overlap: editing TP keeps both (the panel has no
   // field for them), and the configurator searches with the same recipe.
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4);
   c.globalBatch = 64;
   c.precision = Precision::Fp8;
   c.overlapForwardBackward = true;

@@ -36,6 +36,7 @@
 #include "WindowFixtures.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 #include "pipestudio/trace/Stream.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
@@ -75,6 +76,8 @@ bool waitFor(Predicate done, int timeoutMs) {
 }
 
 using pipestudio::testing::bundledWorkspace;
+using pipestudio::testing::pipelineConfig;
+using pipestudio::testing::recomputedPipelineConfig;
 
 class WorkstationTest : public pipestudio::testing::FreshWindowTest {
  protected:
@@ -219,13 +222,8 @@ TEST_F(WorkstationTest, AFailedSolveLeavesTheLastGoodPlanDimmedAndLabelled) {
 
 TEST_F(WorkstationTest, TheSmallestFittingPipelineIsFound) {
   // Llama-2-70B on 4 devices without TP cannot fit an 80 GB GPU; a deeper pipeline can.
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.microbatches = 16;
+  PlanConfig c = recomputedPipelineConfig("1f1b", 4, 16);
   c.partition = "uniform";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
   window->setWorkspace(bundledWorkspace("llama2-70b.json", "h100-4x8-ib.json", c), QString());
   ASSERT_TRUE(window->solveController()->waitForIdle(120000));
   ASSERT_TRUE(window->lastDiagnosis()) << window->lastFailure().toStdString();
@@ -512,7 +510,7 @@ TEST_F(WorkstationTest, RecipeControlsSetPrecisionAndOverlapsAndSurviveTheWorksp
 }
 
 TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
-  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio");
+  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio", solverNames());
   ASSERT_THAT(ws, HasValue());
   EXPECT_TRUE(ws->solver.parallel.isPurePipeline());
   EXPECT_EQ(ws->solver.parallel.data, 1);
@@ -522,7 +520,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
   j["solver"]["recompute"] = "sometimes";
   j["solver"]["tp"] = 0;
   ASSERT_TRUE(saveJsonFile(bad, j));
-  auto broken = loadWorkspace(bad);
+  auto broken = loadWorkspace(bad, solverNames());
   EXPECT_THAT(broken, HasError("/solver/recompute"));
   EXPECT_THAT(broken, HasError("/solver/tp"));
   // Each out-of-range field is named with what was expected.
@@ -536,7 +534,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
     Json h = workspaceToJson(*ws);
     h["solver"][field] = value;
     ASSERT_TRUE(saveJsonFile(bad, h));
-    auto refused = loadWorkspace(bad);
+    auto refused = loadWorkspace(bad, solverNames());
     ASSERT_FALSE(refused) << field;
     EXPECT_THAT(refused, HasError(std::string("/solver/") + field));
   }
@@ -544,10 +542,7 @@ TEST_F(WorkstationTest, OldWorkspacesWithoutTheNewFieldsStillLoad) {
 
 TEST_F(WorkstationTest, MetricsShowMfuTokensIterationAndTheMemoryBreakdown) {
   // Llama-2-70B as NVIDIA trains it: TP 8 × PP 4, distributed optimizer, selective recompute.
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4);
   c.parallel.tensor = 8;
   c.parallel.sequenceParallel = true;
   c.parallel.zeroStage = 1;
@@ -706,12 +701,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
     ASSERT_THAT(store, HasValue());
     auto planId = store->addPlan(*window->currentPlan(), "planned");
     ASSERT_TRUE(planId);
-    std::vector<trace::Frame> frames;
-    trace::Header header;
-    header.runId = "elsewhere";
-    header.world = 1;
-    header.backend = "cpu";
-    frames.emplace_back(header);
+    std::vector<trace::Frame> frames = pipestudio::testing::cpuRunFrames("elsewhere", 1);
     for (int mb = 0; mb < 3; ++mb) {
       trace::OpRange r;
       r.device = 0;
@@ -740,7 +730,7 @@ TEST_F(WorkstationTest, TheHistoryDockFollowsRunsRecordedElsewhere) {
 
 TEST(WorkstationCli, RunAcceptsAWorkspaceSavedWithItsPlan) {
   pipestudio::testing::qtApp();
-  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio");
+  auto ws = loadWorkspace(kResources + "/workspaces/default.pipestudio", solverNames());
   ASSERT_THAT(ws, HasValue());
   ws->solver.partition = "uniform";
   ws->solver.fill = "none";

@@ -37,6 +37,7 @@
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
+#include "pipestudio/planner/SolverNames.hpp"
 #include "pipestudio/viz/CompareView.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
@@ -55,6 +56,8 @@ const QString kHta = QStringLiteral(PIPESTUDIO_TEST_DATA "/trace/hta/");
 
 using pipestudio::testing::bundledWorkspace;
 using pipestudio::testing::forgetSession;
+using pipestudio::testing::pipelineConfig;
+using pipestudio::testing::recomputedPipelineConfig;
 
 QString resource(const std::string& path) { return QString::fromStdString(kTrapResources + "/" + path); }
 
@@ -115,10 +118,7 @@ class TrapsTest : public ::testing::Test {
   }
   /// A Qwen3-30B-A3B plan on 32 H100s: PP 4 × DP 8 with EP 8.
   static PlanConfig qwenConfig() {
-    PlanConfig c;
-    c.schedule = "1f1b";
-    c.devices = 4;
-    c.partition = "balanced";
+    PlanConfig c = pipelineConfig("1f1b", 4);
     c.globalBatch = 256;
     c.parallel.data = 8;
     c.parallel.expert = 8;
@@ -430,7 +430,7 @@ TEST_F(TrapsTest, OpeningAnotherWorkspaceAsksAboutUnsavedChangesFirst) {
   ASSERT_TRUE(window->openFile(other, &error, true)) << error.toStdString();
   waitForSolve();
   EXPECT_EQ(window->workspacePath(), other);
-  auto saved = loadWorkspace(mine.toStdString());
+  auto saved = loadWorkspace(mine.toStdString(), solverNames());
   ASSERT_THAT(saved, HasValue());
   EXPECT_EQ(saved->solver.microbatches, edited);
   // Opening a model into the workspace replaces nothing unsaved: not asked.
@@ -443,11 +443,7 @@ TEST_F(TrapsTest, OpeningAnotherWorkspaceAsksAboutUnsavedChangesFirst) {
 // --- 7: torchtitan from the window ---------------------------------------------------------------
 
 TEST_F(TrapsTest, TheWindowExportsTorchtitansPythonConfigurationAndTheLegacyToml) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.microbatches = 8;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4, 8);
   c.parallel.data = 2;
   openBundled("llama3-8b.json", "a100-1x8-nvlink.json", c);
   ASSERT_TRUE(window->solvedPlan()) << window->lastFailure().toStdString();
@@ -521,13 +517,7 @@ TEST_F(TrapsTest, OpeningAModelFitsTheSettingsToItAndSaysWhatChanged) {
 }
 
 TEST_F(TrapsTest, TheChunkCountFollowsAScheduleSwitchInOneUndoStep) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.microbatches = 8;
-  c.partition = "balanced";
-  c.parallel.recompute = Recompute::Full;
-  c.parallel.zeroStage = 1;
+  PlanConfig c = recomputedPipelineConfig("1f1b", 4, 8);
   openBundled("llama3-8b.json", "a100-1x8-nvlink.json", c);
   const SolverPanel& panel = window->solverPanel();
   ASSERT_EQ(panel.chunks->value(), 1);
@@ -576,11 +566,7 @@ TEST_F(TrapsTest, AModelSwitchLeavesNoStateOfThePreviousModel) {
 }
 
 TEST_F(TrapsTest, CompareHeadersNameLayoutRecomputationAndZero) {
-  PlanConfig c;
-  c.schedule = "1f1b";
-  c.devices = 4;
-  c.microbatches = 8;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("1f1b", 4, 8);
   c.parallel.tensor = 2;
   c.parallel.recompute = Recompute::Selective;
   openBundled("llama3-8b.json", "a100-1x8-nvlink.json", c);
@@ -601,12 +587,7 @@ TEST_F(TrapsTest, CompareHeadersNameLayoutRecomputationAndZero) {
 }
 
 TEST_F(TrapsTest, ChunkShadesBeyondFourNameEveryChunkTheyStandFor) {
-  PlanConfig c;
-  c.schedule = "interleaved-1f1b";
-  c.devices = 4;
-  c.microbatches = 8;
-  c.chunksPerDevice = 6;
-  c.partition = "balanced";
+  PlanConfig c = pipelineConfig("interleaved-1f1b", 4, 8, 6);
   openBundled("llama3-8b.json", "a100-1x8-nvlink.json", c);
   ASSERT_TRUE(window->solvedPlan()) << window->lastFailure().toStdString();
   const QStringList legend = window->timelineView()->legend()->entryNames();

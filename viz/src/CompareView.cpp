@@ -26,12 +26,7 @@ QString planTitle(const QString& role, const Plan* plan) {
   // recomputation and ZeRO, then the batch.
   const PlanConfig& c = plan->config;
   const Parallelism& par = c.parallel;
-  QString layout = QStringLiteral("PP %1").arg(c.devices);
-  if (par.tensor > 1) layout += QStringLiteral(" × TP %1").arg(par.tensor);
-  if (par.context > 1) layout += QStringLiteral(" × CP %1").arg(par.context);
-  if (par.data > 1) layout += QStringLiteral(" × DP %1").arg(par.data);
-  if (par.expert > 1) layout += QStringLiteral(" (EP %1)").arg(par.expert);
-  QStringList parts{QString::fromStdString(c.schedule), layout,
+  QStringList parts{QString::fromStdString(c.schedule), layoutWithExpertsText(c),
                     QStringLiteral("%1 microbatches").arg(c.trainingMicrobatches())};
   if (c.chunksPerDevice > 1) parts << QStringLiteral("%1 chunks").arg(c.chunksPerDevice);
   if (par.recompute != Recompute::None)
@@ -55,14 +50,8 @@ QTableView* makeTableView(QAbstractItemModel* model, QWidget* parent) {
 
 Plan scaledPlan(const Plan& plan, double factor) {
   Plan out = plan;
-  for (Op& op : out.ops) {
-    op.startMs *= factor;
-    op.endMs *= factor;
-  }
-  for (Comm& c : out.comms) {
-    c.startMs *= factor;
-    c.endMs *= factor;
-  }
+  scaleSpans(out.ops, factor);
+  scaleSpans(out.comms, factor);
   return out;
 }
 

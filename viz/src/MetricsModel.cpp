@@ -276,4 +276,18 @@ QVariant CompareModel::headerData(int section, Qt::Orientation orientation, int 
   }
 }
 
+QString layoutText(const PlanConfig& c) {
+  const Parallelism& par = c.parallel;
+  QString layout = QStringLiteral("PP %1").arg(c.devices);
+  if (par.tensor > 1) layout += QStringLiteral(" × TP %1").arg(par.tensor);
+  if (par.context > 1) layout += QStringLiteral(" × CP %1").arg(par.context);
+  if (par.data > 1) layout += QStringLiteral(" × DP %1").arg(par.data);
+  return layout;
+}
+
+QString layoutWithExpertsText(const PlanConfig& c) {
+  if (c.parallel.expert <= 1) return layoutText(c);
+  return layoutText(c) + QStringLiteral(" (EP %1)").arg(c.parallel.expert);
+}
+
 }  // namespace pipestudio::viz

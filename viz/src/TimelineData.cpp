@@ -89,16 +89,8 @@ std::string_view activityKindName(ActivityKind kind) {
 
 ActivityTrace ActivityTrace::scaled(double factor) const {
   ActivityTrace out = *this;
-  for (ActivityStream& s : out.streams) {
-    for (ActivityEvent& e : s.events) {
-      e.startMs *= factor;
-      e.endMs *= factor;
-    }
-  }
-  for (ActivityIteration& i : out.iterations) {
-    i.startMs *= factor;
-    i.endMs *= factor;
-  }
+  for (ActivityStream& s : out.streams) scaleSpans(s.events, factor);
+  scaleSpans(out.iterations, factor);
   return out;
 }
 
@@ -288,27 +280,21 @@ ItemRef TimelineData::hitTest(double timeMs, double value, double slackMs) const
   return best;
 }
 
-double TimelineData::itemStartMs(ItemRef ref) const {
-  if (!ref.valid()) return 0;
+std::pair<double, double> TimelineData::itemSpanMs(ItemRef ref) const {
+  if (!ref.valid()) return {0.0, 0.0};
   switch (ref.kind) {
-    case ItemRef::Kind::Op:
-      return m_plan->op(ref.index).startMs;
-    case ItemRef::Kind::Comm:
-      return m_plan->comms[static_cast<std::size_t>(ref.index)].startMs;
-    default:
-      return activityEvent(ref.index).startMs;
-  }
-}
-
-double TimelineData::itemEndMs(ItemRef ref) const {
-  if (!ref.valid()) return 0;
-  switch (ref.kind) {
-    case ItemRef::Kind::Op:
-      return m_plan->op(ref.index).endMs;
-    case ItemRef::Kind::Comm:
-      return m_plan->comms[static_cast<std::size_t>(ref.index)].endMs;
-    default:
-      return activityEvent(ref.index).endMs;
+    case ItemRef::Kind::Op: {
+      const Op& op = m_plan->op(ref.index);
+      return {op.startMs, op.endMs};
+    }
+    case ItemRef::Kind::Comm: {
+      const Comm& comm = m_plan->comms[static_cast<std::size_t>(ref.index)];
+      return {comm.startMs, comm.endMs};
+    }
+    default: {
+      const ActivityEvent& event = activityEvent(ref.index);
+      return {event.startMs, event.endMs};
+    }
   }
 }
 

@@ -73,4 +73,10 @@ class CompareModel : public QAbstractTableModel {
 /// Metrics of a plan: stored ones when present, else computed (docs/formats.md definitions).
 Metrics metricsOf(const Plan& plan);
 
+/// A plan's parallel layout as the views name it, "PP 4 × TP 2 × CP 2 × DP 8" (degrees of 1 left
+/// out): the Metrics dock, the compare view's titles and the Configure dock's rows.
+QString layoutText(const PlanConfig& config);
+/// layoutText with " (EP 8)" where experts are split (their group lies inside the data-parallel one).
+QString layoutWithExpertsText(const PlanConfig& config);
+
 }  // namespace pipestudio::viz

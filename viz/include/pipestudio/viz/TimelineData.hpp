@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "pipestudio/common/Expected.hpp"
@@ -76,6 +77,16 @@ struct ActivityIteration {
   double startMs = 0;
   double endMs = 0;
 };
+/// Multiplies the start and end of every span in `spans` (ops, transfers, events: anything with
+/// startMs and endMs) by `factor`, as a run drawn to a plan's scale is.
+template <typename Spans>
+void scaleSpans(Spans& spans, double factor) {
+  for (auto& span : spans) {
+    span.startMs *= factor;
+    span.endMs *= factor;
+  }
+}
+
 struct ActivityTrace {
   std::vector<std::string> names;
   std::vector<ActivityStream> streams;        ///< by (device, stream)
@@ -222,9 +233,10 @@ class TimelineData {
   ItemRef hitTest(double timeMs, double value, double slackMs = 0) const;
   /// Lane index at `value`, or -1.
   int laneAt(double value) const;
-  /// Start/end of any item.
-  double itemStartMs(ItemRef ref) const;
-  double itemEndMs(ItemRef ref) const;
+  /// Start/end of any item ({0, 0} for an invalid one).
+  std::pair<double, double> itemSpanMs(ItemRef ref) const;
+  double itemStartMs(ItemRef ref) const { return itemSpanMs(ref).first; }
+  double itemEndMs(ItemRef ref) const { return itemSpanMs(ref).second; }
   /// Lane and position of an item, for drawing overlays.
   int laneOf(ItemRef ref) const;
 

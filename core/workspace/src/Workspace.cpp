@@ -1,4 +1,4 @@
-#include "Workspace.hpp"
+#include "pipestudio/workspace/Workspace.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,12 +15,9 @@
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/plan/SequenceSplits.hpp"
-#include "pipestudio/planner/Fill.hpp"
-#include "pipestudio/planner/Partition.hpp"
-#include "pipestudio/planner/Planner.hpp"
 #include "pipestudio/trace/Stream.hpp"
 
-namespace pipestudio::gui {
+namespace pipestudio {
 
 namespace {
 
@@ -35,11 +32,119 @@ void checkName(JsonReader& reader, const JsonNode& solver, const char* key, cons
   reader.error(solver.child(key), "'" + excerpt(value) + "' is not " + what + " (expected " + choiceList(known) + ")");
 }
 
+// The solver keys a workspace takes; the recipe keys are the plan file's (readRecipeFields): a
+// workspace keeps every setting a plan does.
+const std::vector<std::string_view>& solverKeys() {
+  static const std::vector<std::string_view> kKeys = withRecipeFieldKeys({"schedule",
+                                                                          "devices",
+                                                                          "microbatches",
+                                                                          "chunks",
+                                                                          "partition",
+                                                                          "fill",
+                                                                          "memory_limit_bytes",
+                                                                          "memory_limit",
+                                                                          "tp",
+                                                                          "cp",
+                                                                          "ep",
+                                                                          "dp",
+                                                                          "sequence_parallel",
+                                                                          "recompute",
+                                                                          "zero",
+                                                                          "global_batch",
+                                                                          "micro_batch_size",
+                                                                          "optimizer_sync",
+                                                                          "overlap_grad_reduce",
+                                                                          "seq_splits",
+                                                                          "seq_split",
+                                                                          "offload_ratio"});
+  return kKeys;
+}
+
+// What to solve: schedule, devices (at most the cluster's GPUs), microbatches, chunks, sequence
+// splits, offloading, partitioner, fill mode and memory limit.
+void readSolverSchedule(JsonReader& reader, const JsonNode& solver, const std::optional<ClusterSpec>& cluster,
+                        const SolverNames& names, PlanConfig& c) {
+  if (auto v = reader.string(solver, "schedule", Presence::Optional)) {
+    c.schedule = *v;
+    checkName(reader, solver, "schedule", *v, names.schedules, "a schedule");
+  }
+  if (auto v = reader.integer(solver, "devices", Presence::Optional, 1, 4096)) {
+    c.devices = static_cast<int>(*v);
+    if (cluster && *v > cluster->totalGpus()) {
+      reader.error(solver.child("devices"), "is " + std::to_string(*v) + " but the cluster has " +
+                                                std::to_string(cluster->totalGpus()) +
+                                                " GPUs (expected at most that many)");
+    }
+  }
+  if (auto v = reader.integer(solver, "microbatches", Presence::Optional, 1, 1 << 20))
+    c.microbatches = static_cast<int>(*v);
+  if (auto v = reader.integer(solver, "chunks", Presence::Optional, 1, 64)) c.chunksPerDevice = static_cast<int>(*v);
+  // seq1f1b and PipeOffload (issue 31): microbatches counts sequence chunks, as in a plan.
+  if (auto v = reader.integer(solver, "seq_splits", Presence::Optional, 1, kMaxSeqSplits)) {
+    c.seqSplits = static_cast<int>(*v);
+  }
+  readSeqSplit(reader, solver, c);
+  if (auto v = reader.number(solver, "offload_ratio", Presence::Optional, 0.0, 1.0)) c.offloadRatio = *v;
+  if (auto v = reader.string(solver, "partition", Presence::Optional)) {
+    c.partition = *v;
+    checkName(reader, solver, "partition", *v, names.partitions, "a partitioner");
+  }
+  if (auto v = reader.string(solver, "fill", Presence::Optional)) {
+    c.fill = *v;
+    checkName(reader, solver, "fill", *v, names.fillModes, "a fill mode");
+  }
+  if (auto v =
+          reader.integer(solver, "memory_limit_bytes", Presence::Optional, 1, std::numeric_limits<std::int64_t>::max()))
+    c.memoryLimitBytes = *v;
+  if (auto v = reader.string(solver, "memory_limit", Presence::Optional)) {
+    const auto bytes = parseBytes(*v);
+    if (bytes && *bytes > 0)
+      c.memoryLimitBytes = *bytes;
+    else
+      reader.error(solver.child("memory_limit"), "'" + *v + "' is not a size (expected e.g. 40GiB)");
+  }
+}
+
+// Hybrid parallelism (issue 13), all optional: workspaces written before it stay pure pipelines.
+void readSolverParallelism(JsonReader& reader, const JsonNode& solver, Parallelism& par) {
+  if (auto v = reader.integer(solver, "tp", Presence::Optional, 1, 1 << 16)) par.tensor = static_cast<int>(*v);
+  if (auto v = reader.integer(solver, "cp", Presence::Optional, 1, 1 << 16)) par.context = static_cast<int>(*v);
+  if (auto v = reader.integer(solver, "ep", Presence::Optional, 1, 1 << 16)) par.expert = static_cast<int>(*v);
+  if (auto v = reader.integer(solver, "dp", Presence::Optional, 1, 1 << 24)) par.data = static_cast<int>(*v);
+  if (auto v = reader.integer(solver, "zero", Presence::Optional, 0, 3)) par.zeroStage = static_cast<int>(*v);
+  if (auto v = reader.boolean(solver, "overlap_grad_reduce", Presence::Optional)) par.overlapGradReduce = *v;
+  if (auto v = reader.boolean(solver, "sequence_parallel", Presence::Optional))
+    par.sequenceParallel = *v;
+  else
+    par.sequenceParallel = par.tensor > 1;  // as the command line: on when T > 1
+  if (auto v = reader.string(solver, "recompute", Presence::Optional)) {
+    if (auto r = recomputeFromName(*v))
+      par.recompute = *r;
+    else
+      reader.error(solver.child("recompute"), "'" + *v + "' is not a recomputation (expected none, selective or full)");
+  }
+}
+
+// The recipe (issue 25, as plan files spell it), the batch and the optimizer sync.
+void readSolverRecipe(JsonReader& reader, const JsonNode& solver, PlanConfig& c) {
+  readRecipeFields(reader, solver, c);
+  if (auto v = reader.integer(solver, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40)) c.globalBatch = *v;
+  if (auto v = reader.integer(solver, "micro_batch_size", Presence::Optional, 1, std::int64_t{1} << 30))
+    c.microBatchSize = *v;
+  if (auto v = reader.string(solver, "optimizer_sync", Presence::Optional)) {
+    if (*v == "global" || *v == "post-validation")
+      c.optimizerSync = *v;
+    else
+      reader.error(solver.child("optimizer_sync"),
+                   "'" + *v + "' is not an optimizer sync (expected global or post-validation)");
+  }
+}
+
 }  // namespace
 
 // The one reader of the format (resources/README.md): the GUI opens, `pipestudio-cli validate`
 // checks and `pipestudio-cli run` runs what it accepts, and nothing else.
-Expected<Workspace> readWorkspace(const JsonDocument& doc) {
+Expected<Workspace> readWorkspace(const JsonDocument& doc, const SolverNames& names) {
   JsonReader reader(doc);
   const JsonNode root = reader.root();
   Workspace ws;
@@ -58,101 +163,10 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
     if (cluster) ws.cluster = *cluster;
   }
   if (auto solver = reader.object(root, "solver", Presence::Optional)) {
-    // The recipe keys are the plan file's (readRecipeFields): a workspace keeps every setting a plan does.
-    static const std::vector<std::string_view> kKeys = withRecipeFieldKeys({"schedule",
-                                                                            "devices",
-                                                                            "microbatches",
-                                                                            "chunks",
-                                                                            "partition",
-                                                                            "fill",
-                                                                            "memory_limit_bytes",
-                                                                            "memory_limit",
-                                                                            "tp",
-                                                                            "cp",
-                                                                            "ep",
-                                                                            "dp",
-                                                                            "sequence_parallel",
-                                                                            "recompute",
-                                                                            "zero",
-                                                                            "global_batch",
-                                                                            "micro_batch_size",
-                                                                            "optimizer_sync",
-                                                                            "overlap_grad_reduce",
-                                                                            "seq_splits",
-                                                                            "seq_split",
-                                                                            "offload_ratio"});
-    reader.rejectUnknown(*solver, kKeys);
-    PlanConfig& c = ws.solver;
-    if (auto v = reader.string(*solver, "schedule", Presence::Optional)) {
-      c.schedule = *v;
-      checkName(reader, *solver, "schedule", *v, scheduleNames(), "a schedule");
-    }
-    if (auto v = reader.integer(*solver, "devices", Presence::Optional, 1, 4096)) {
-      c.devices = static_cast<int>(*v);
-      if (cluster && *v > cluster->totalGpus()) {
-        reader.error(solver->child("devices"), "is " + std::to_string(*v) + " but the cluster has " +
-                                                   std::to_string(cluster->totalGpus()) +
-                                                   " GPUs (expected at most that many)");
-      }
-    }
-    if (auto v = reader.integer(*solver, "microbatches", Presence::Optional, 1, 1 << 20))
-      c.microbatches = static_cast<int>(*v);
-    if (auto v = reader.integer(*solver, "chunks", Presence::Optional, 1, 64)) c.chunksPerDevice = static_cast<int>(*v);
-    // seq1f1b and PipeOffload (issue 31): microbatches counts sequence chunks, as in a plan.
-    if (auto v = reader.integer(*solver, "seq_splits", Presence::Optional, 1, kMaxSeqSplits)) {
-      c.seqSplits = static_cast<int>(*v);
-    }
-    readSeqSplit(reader, *solver, c);
-    if (auto v = reader.number(*solver, "offload_ratio", Presence::Optional, 0.0, 1.0)) c.offloadRatio = *v;
-    if (auto v = reader.string(*solver, "partition", Presence::Optional)) {
-      c.partition = *v;
-      checkName(reader, *solver, "partition", *v, partitionNames(), "a partitioner");
-    }
-    if (auto v = reader.string(*solver, "fill", Presence::Optional)) {
-      c.fill = *v;
-      checkName(reader, *solver, "fill", *v, fillModeNames(), "a fill mode");
-    }
-    if (auto v = reader.integer(*solver, "memory_limit_bytes", Presence::Optional, 1,
-                                std::numeric_limits<std::int64_t>::max()))
-      c.memoryLimitBytes = *v;
-    if (auto v = reader.string(*solver, "memory_limit", Presence::Optional)) {
-      const auto bytes = parseBytes(*v);
-      if (bytes && *bytes > 0)
-        c.memoryLimitBytes = *bytes;
-      else
-        reader.error(solver->child("memory_limit"), "'" + *v + "' is not a size (expected e.g. 40GiB)");
-    }
-    // Hybrid parallelism (issue 13), all optional: workspaces written before it stay pure pipelines.
-    Parallelism& par = c.parallel;
-    if (auto v = reader.integer(*solver, "tp", Presence::Optional, 1, 1 << 16)) par.tensor = static_cast<int>(*v);
-    if (auto v = reader.integer(*solver, "cp", Presence::Optional, 1, 1 << 16)) par.context = static_cast<int>(*v);
-    if (auto v = reader.integer(*solver, "ep", Presence::Optional, 1, 1 << 16)) par.expert = static_cast<int>(*v);
-    if (auto v = reader.integer(*solver, "dp", Presence::Optional, 1, 1 << 24)) par.data = static_cast<int>(*v);
-    if (auto v = reader.integer(*solver, "zero", Presence::Optional, 0, 3)) par.zeroStage = static_cast<int>(*v);
-    if (auto v = reader.boolean(*solver, "overlap_grad_reduce", Presence::Optional)) par.overlapGradReduce = *v;
-    if (auto v = reader.boolean(*solver, "sequence_parallel", Presence::Optional))
-      par.sequenceParallel = *v;
-    else
-      par.sequenceParallel = par.tensor > 1;  // as the command line: on when T > 1
-    if (auto v = reader.string(*solver, "recompute", Presence::Optional)) {
-      if (auto r = recomputeFromName(*v))
-        par.recompute = *r;
-      else
-        reader.error(solver->child("recompute"),
-                     "'" + *v + "' is not a recomputation (expected none, selective or full)");
-    }
-    readRecipeFields(reader, *solver, c);  // issue 25's recipe, as plan files spell it
-    if (auto v = reader.integer(*solver, "global_batch", Presence::Optional, 1, std::int64_t{1} << 40))
-      c.globalBatch = *v;
-    if (auto v = reader.integer(*solver, "micro_batch_size", Presence::Optional, 1, std::int64_t{1} << 30))
-      c.microBatchSize = *v;
-    if (auto v = reader.string(*solver, "optimizer_sync", Presence::Optional)) {
-      if (*v == "global" || *v == "post-validation")
-        c.optimizerSync = *v;
-      else
-        reader.error(solver->child("optimizer_sync"),
-                     "'" + *v + "' is not an optimizer sync (expected global or post-validation)");
-    }
+    reader.rejectUnknown(*solver, solverKeys());
+    readSolverSchedule(reader, *solver, cluster, names, ws.solver);
+    readSolverParallelism(reader, *solver, ws.solver.parallel);
+    readSolverRecipe(reader, *solver, ws.solver);
   }
   if (auto node = reader.object(root, "plan", Presence::Optional)) {
     if (auto plan = readPlan(reader, *node)) ws.plan = std::move(*plan);
@@ -166,10 +180,10 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc) {
   return ws;
 }
 
-Expected<Workspace> loadWorkspace(const std::string& path) {
+Expected<Workspace> loadWorkspace(const std::string& path, const SolverNames& names) {
   auto doc = loadJsonFile(path);
   if (!doc) return doc.error();
-  return readWorkspace(*doc);
+  return readWorkspace(*doc, names);
 }
 
 Json workspaceToJson(const Workspace& ws) {
@@ -256,7 +270,7 @@ Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& 
   return plan;
 }
 
-Expected<OpenedDocument> openDocument(const std::string& path) {
+Expected<OpenedDocument> openDocument(const std::string& path, const SolverNames& names) {
   if (auto st = checkRegularFile(path); !st) return st.error();  // a FIFO would block the open
   std::array<char, 4> magic{};
   {
@@ -284,7 +298,7 @@ Expected<OpenedDocument> openDocument(const std::string& path) {
   OpenedDocument out;
   JsonReader reader(*doc);
   if (*kind == "workspace") {
-    auto ws = readWorkspace(*doc);
+    auto ws = readWorkspace(*doc, names);
     if (!ws) return ws.error();
     out.kind = DocumentKind::Workspace;
     out.workspace = std::move(*ws);
@@ -309,4 +323,4 @@ Expected<OpenedDocument> openDocument(const std::string& path) {
   return out;
 }
 
-}  // namespace pipestudio::gui
+}  // namespace pipestudio

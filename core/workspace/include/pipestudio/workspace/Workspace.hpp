@@ -1,10 +1,15 @@
 #pragma once
-// Workspace documents (`pipestudio.workspace/1`): model, cluster, solver settings and the last
-// plan in one file, plus opening any document the window accepts (workspace, model, cluster,
-// plan, trace stream).
+/// \file Workspace documents (`pipestudio.workspace/1`): model, cluster, solver settings and the
+/// last plan in one file, plus opening any document the workstation accepts (workspace, model,
+/// cluster, plan, trace stream). The one reader and writer of the format: the GUI opens and
+/// saves, `pipestudio-cli validate` checks and `pipestudio-cli run` runs what it accepts.
+///
+///     auto ws = loadWorkspace(path, solverNames());  // solverNames(): planner/SolverNames.hpp
+///     if (!ws) return ws.error();                     // file, JSON pointer, what was expected
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/common/Json.hpp"
@@ -12,7 +17,7 @@
 #include "pipestudio/model/Model.hpp"
 #include "pipestudio/plan/Plan.hpp"
 
-namespace pipestudio::gui {
+namespace pipestudio {
 
 inline constexpr const char* kWorkspaceSchema = "pipestudio.workspace/1";
 
@@ -28,8 +33,16 @@ struct Workspace {
   std::optional<Plan> plan;  ///< the last solved plan, if saved with one
 };
 
-Expected<Workspace> readWorkspace(const JsonDocument& doc);
-Expected<Workspace> loadWorkspace(const std::string& path);
+/// The names a workspace's solver settings may take: the planner's schedules, partitioners and
+/// fill modes. Core does not know them; the planner gives them (solverNames()).
+struct SolverNames {
+  std::vector<std::string> schedules;
+  std::vector<std::string> partitions;
+  std::vector<std::string> fillModes;
+};
+
+Expected<Workspace> readWorkspace(const JsonDocument& doc, const SolverNames& names);
+Expected<Workspace> loadWorkspace(const std::string& path, const SolverNames& names);
 Json workspaceToJson(const Workspace& workspace);
 Status saveWorkspace(const std::string& path, const Workspace& workspace);
 
@@ -44,10 +57,10 @@ struct OpenedDocument {
 };
 
 /// Opens a workspace, model, cluster, plan (JSON by `schema`) or trace stream (binary, by magic).
-Expected<OpenedDocument> openDocument(const std::string& path);
+Expected<OpenedDocument> openDocument(const std::string& path, const SolverNames& names);
 
 /// A trace stream's op ranges as a timed plan (one iteration: the first), so the timeline can
 /// draw measured runs like plans.
 Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& path);
 
-}  // namespace pipestudio::gui
+}  // namespace pipestudio
