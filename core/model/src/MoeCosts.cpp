@@ -251,18 +251,13 @@ MoeDims moeDims(const MoeShape& s) {
 // ring: (n−1)/n of the gathered bytes, (n−1) steps), and the dispatcher's wait on the host.
 void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s, const MoeDims& d,
                        MoeCosts& c) {
-  const double x = d.x;
-  const double h = d.h;
-  const double ep = d.ep;
-  const double etp = d.etp;
-  const double copies = d.copies;
   const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
   double a2a = 0;
   if (s.flexDispatcher) {
     // Dispatch at HybridEP's default chunk, combine at the recipe's; one a2aMs for both (their mean).
     auto flex = [&](double chunk) {
-      return flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp), x * s.load, routing,
-                            kBf16 * h, s.flexBackend, s.commSms, chunk);
+      return flexAllToAllMs(links, static_cast<std::int64_t>(d.ep), static_cast<std::int64_t>(d.etp), d.x * s.load,
+                            routing, kBf16 * d.h, s.flexBackend, s.commSms, chunk);
     };
     a2a = 0.5 * (flex(kHybridEpDefaultChunkTokens) + flex(s.combineChunkTokens));
     // The flex dispatcher's libraries size what they receive on the host inside the dispatch, after
@@ -270,9 +265,9 @@ void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const M
     // the received counts as a host list (Megatron-LM d98e8a64 fused_a2a.py, FusedDispatch), HybridEP
     // without a rank budget waits for its counts in pinned memory (`non_blocking` only with
     // num_permuted_tokens; token_dispatcher.py _HybridEPManager.setup_metadata).
-    if (ep > 1 && flexDispatchWaitsOnHost(s)) c.hostSyncMs = kMeasuredD2hRoundTripMs;
+    if (d.ep > 1 && flexDispatchWaitsOnHost(s)) c.hostSyncMs = kMeasuredD2hRoundTripMs;
   } else {
-    a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
+    a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(d.ep), static_cast<std::int64_t>(d.etp),
                             d.sendBytes);
     // The all-to-all dispatcher needs its split sizes on the host: it copies the token counts to
     // the host before the permutation and waits for them before the all-to-all (token_dispatcher.py:
@@ -280,17 +275,17 @@ void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const M
     // for whatever of the round trip the permutation does not cover. With moe_preprocess in a CUDA
     // graph the copy moves to the all-to-all itself (cuda_dtoh_point "before_ep_alltoall") and the
     // whole round trip shows.
-    if (ep > 1) {
-      const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * h * (x + copies));
+    if (d.ep > 1) {
+      const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * d.h * (d.x + d.copies));
       c.hostSyncMs = std::max(0.0, kMeasuredD2hRoundTripMs - covered);
     }
   }
   double etpMs = 0;
-  if (etp > 1) {
-    const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(etp), s.tensor);
-    const double gathered = kBf16 * h * d.rows;
-    etpMs = (link.bandwidthGBps > 0 ? (etp - 1.0) / etp * gathered / (link.bandwidthGBps * 1e6) : 0.0) +
-            (etp - 1.0) * link.latencyUs / 1000.0;
+  if (d.etp > 1) {
+    const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(d.etp), s.tensor);
+    const double gathered = kBf16 * d.h * d.rows;
+    etpMs = (link.bandwidthGBps > 0 ? (d.etp - 1.0) / d.etp * gathered / (link.bandwidthGBps * 1e6) : 0.0) +
+            (d.etp - 1.0) * link.latencyUs / 1000.0;
   }
   c.dispatchMs = a2a + etpMs;
 }
@@ -300,33 +295,26 @@ void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const M
 // router's probabilities are applied inside the experts' activation (Megatron-Core TEGroupedMLP
 // with permuted probs: weighted SwiGLU), so the unpermute keeps nothing.
 void addMoeMemory(const MoeShape& s, const MoeDims& d, MoeCosts& c) {
-  const double x = d.x;
-  const double h = d.h;
-  const double etp = d.etp;
-  const double rows = d.rows;
-  const double act = d.act;
-  const double ffn = d.ffn;
-  const double copies = d.copies;
-  const double sendBytes = d.sendBytes;
   const Precision p = s.precision;
   // A rank budget fixes the experts' shapes at the budget's rows; the paged stash keeps what the
   // backward needs in pages sized at its factor of a balanced router's rows (Megatron-LM d98e8a64
   // docs/user-guide/features/paged_stash.md: both factors are multiples of the balanced case).
-  const double balancedRows = etp * x * s.topK;
-  const double budgetRows = s.rankCapacityFactor > 0 ? std::max(rows, balancedRows * s.rankCapacityFactor) : rows;
-  const double savedRows = s.pagedStashFactor > 0 ? std::max(rows, balancedRows * s.pagedStashFactor) : budgetRows;
+  const double balancedRows = d.etp * d.x * s.topK;
+  const double budgetRows = s.rankCapacityFactor > 0 ? std::max(d.rows, balancedRows * s.rankCapacityFactor) : d.rows;
+  const double savedRows = s.pagedStashFactor > 0 ? std::max(d.rows, balancedRows * s.pagedStashFactor) : budgetRows;
   const double lp = isLowPrecision(p) ? operandBytes(p) : kBf16;
-  const double fc1Input = savedRows * lp * h;
-  c.actOutputBytes = savedRows * lp * ffn;
+  const double fc1Input = savedRows * lp * d.h;
+  c.actOutputBytes = savedRows * lp * d.ffn;
   c.fc1InputBytes = fc1Input;
-  c.actInputBytes = savedRows * kBf16 * act;
+  c.actInputBytes = savedRows * kBf16 * d.act;
   c.weightGradBytes = fc1Input + c.actOutputBytes;
   c.activationBytes =
-      2.0 * kFp32 * x * s.experts + copies * (8.0 + kFp32) + fc1Input + c.actInputBytes + c.actOutputBytes;
+      2.0 * kFp32 * d.x * s.experts + d.copies * (8.0 + kFp32) + fc1Input + c.actInputBytes + c.actOutputBytes;
   // The all-to-all's send and receive copies (the receive side at the budget) and, with ETP, the
   // gathered rows.
-  const double receiveBytes = s.rankCapacityFactor > 0 ? std::max(sendBytes, kBf16 * h * budgetRows / etp) : sendBytes;
-  c.bufferBytes = sendBytes + receiveBytes + (etp > 1 ? kBf16 * h * rows : 0.0);
+  const double receiveBytes =
+      s.rankCapacityFactor > 0 ? std::max(d.sendBytes, kBf16 * d.h * budgetRows / d.etp) : d.sendBytes;
+  c.bufferBytes = d.sendBytes + receiveBytes + (d.etp > 1 ? kBf16 * d.h * d.rows : 0.0);
 }
 
 MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s) {
