@@ -25,6 +25,13 @@ std::int64_t idOf(const std::string& json) {
   return at == std::string::npos ? -1 : std::stoll(json.substr(at + 5));
 }
 
+// The history's summary of run `id` in the database at `db`.
+Expected<history::RunSummary> recordedRun(const std::string& db, std::int64_t id) {
+  auto store = history::HistoryStore::open(db);
+  if (!store) return store.error();
+  return store->runSummary(id);
+}
+
 TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {
   const std::string plan = test::writePlan(test::makeTestPlan("zb-h1", 3, 4), "cli.plan.json");
   const std::string db = test::tempPath("cli-history.sqlite");
@@ -58,10 +65,8 @@ TEST(CliRun, KilledRankIsRecordedFailed) {
   EXPECT_EQ(r.status, 1);
   const auto id = idOf(r.out);
   ASSERT_GT(id, 0) << r.out;
-  auto store = history::HistoryStore::open(db);
-  ASSERT_TRUE(store.hasValue());
-  auto summary = store->runSummary(id);
-  ASSERT_TRUE(summary.hasValue());
+  auto summary = recordedRun(db, id);
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Failed);
   EXPECT_NE(summary->error.find("signal 9"), std::string::npos) << summary->error;
   EXPECT_GT(summary->events, 0) << "events received before the kill are kept";
@@ -73,10 +78,8 @@ TEST(CliRun, HungDeviceIsRecordedFailedNamingIt) {
   test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "hang:rank=3:after_ops=2");
   const auto r = cli("run " + plan + " --backend cpu --max-op-ms 1 --timeout-s 1 --history " + db + " --json");
   EXPECT_EQ(r.status, 1);
-  auto store = history::HistoryStore::open(db);
-  ASSERT_TRUE(store.hasValue());
-  auto summary = store->runSummary(idOf(r.out));
-  ASSERT_TRUE(summary.hasValue());
+  auto summary = recordedRun(db, idOf(r.out));
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Failed);
   EXPECT_NE(summary->error.find("device 3"), std::string::npos) << summary->error;
 }
