@@ -30,6 +30,16 @@ void removeDb(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
 
+// An empty store at `path`, made outside the timed region.
+Expected<HistoryStore> freshStore(benchmark::State& state, const std::string& path) {
+  state.PauseTiming();
+  removeDb(path);
+  auto store = HistoryStore::open(path);
+  if (!store) state.SkipWithError(store.message().c_str());
+  state.ResumeTiming();
+  return store;
+}
+
 // An executor-like stream: 1 op range per 10 records, the rest kernels/NCCL/memcpy with the
 // long names real CUDA kernels have, 4 devices.
 std::string makeStream(std::int64_t events) {
@@ -114,11 +124,7 @@ void BM_IngestBinaryStream(benchmark::State& state) {
   const std::string& bytes = stream1M();
   const std::string path = (scratch() / "ingest.sqlite").string();
   for (auto _ : state) {
-    state.PauseTiming();
-    removeDb(path);
-    auto store = HistoryStore::open(path);
-    if (!store) state.SkipWithError(store.message().c_str());
-    state.ResumeTiming();
+    auto store = freshStore(state, path);
     auto run = store->ingestStream(bytes);
     if (!run) state.SkipWithError(run.message().c_str());
   }
@@ -160,11 +166,7 @@ void BM_ImportChromeJson(benchmark::State& state) {
   const std::string file = makeChromeFile(events);
   const std::string path = (scratch() / "chrome.sqlite").string();
   for (auto _ : state) {
-    state.PauseTiming();
-    removeDb(path);
-    auto store = HistoryStore::open(path);
-    if (!store) state.SkipWithError(store.message().c_str());
-    state.ResumeTiming();
+    auto store = freshStore(state, path);
     auto r = store->importChromeTrace(file);
     if (!r || r->events != events) {
       const std::string why = !r ? r.message()
