@@ -274,13 +274,23 @@ TEST(HybridCost, AllReducePicksRingOrTree) {
   EXPECT_DOUBLE_EQ(allGatherMs(link, 4, large), 3.0 / 4 * large / 10e6 + 3 * 0.01);
 }
 
-// Placement (Megatron order): TP inside a node, DP across nodes sharing the node's NICs.
-TEST(HybridCost, CollectiveLinksFollowPlacement) {
+namespace {
+
+// Four 8-GPU nodes, NVLink at 300 GB/s (3 µs) inside, 4 NICs of 50 GB/s (10 µs) each between.
+ClusterSpec fourNodesOfEightWithFourNics() {
   ClusterSpec cluster;
   cluster.nodes.assign(4, NodeSpec{"n", 8, std::nullopt, std::nullopt});
   cluster.intraNode = LinkSpec{300, 3};
   cluster.interNode = LinkSpec{50, 10};
   cluster.nicsPerNode = 4;
+  return cluster;
+}
+
+}  // namespace
+
+// Placement (Megatron order): TP inside a node, DP across nodes sharing the node's NICs.
+TEST(HybridCost, CollectiveLinksFollowPlacement) {
+  const ClusterSpec cluster = fourNodesOfEightWithFourNics();
   Parallelism par;
   par.tensor = 8;
   par.data = 4;
@@ -336,11 +346,7 @@ TEST(HybridCost, RackScaleDataParallelRingIsHierarchical) {
 // 4 NICs each (a GPU's share 50 · 4 / 8 = 25 GB/s): 2 DP ranks per node, 4 nodes; each GPU
 // sends 7/8 · B, half over its NIC share (2 channels leave each node), half on NVLink.
 TEST(HybridCost, FewRanksPerDomainAreBoundByTheirNics) {
-  ClusterSpec cluster;
-  cluster.nodes.assign(4, NodeSpec{"n", 8, std::nullopt, std::nullopt});
-  cluster.intraNode = LinkSpec{300, 3};
-  cluster.interNode = LinkSpec{50, 10};
-  cluster.nicsPerNode = 4;
+  const ClusterSpec cluster = fourNodesOfEightWithFourNics();
   Parallelism par;
   par.tensor = 4;
   par.data = 8;
