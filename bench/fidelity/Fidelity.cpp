@@ -53,6 +53,16 @@ struct Options {
   bool check = false;
 };
 
+// The embedding or the output layer (`kind`, also its name) over the vocabulary of `shape`.
+Layer vocabLayer(const std::string& kind, const TransformerShape& shape, bool tied) {
+  Layer layer;
+  layer.name = kind;
+  layer.kind = kind;
+  layer.transformer = shape;
+  layer.tied = tied;
+  return layer;
+}
+
 // A decoder: an embedding, `layers` copies of `block` and an output layer over `vocab` tokens,
 // the embedding and the output layer sharing their weight when `tied`.
 ModelSpec decoderModel(const std::string& name, int layers, const TransformerShape& block, std::int64_t vocab,
@@ -66,12 +76,7 @@ ModelSpec decoderModel(const std::string& name, int layers, const TransformerSha
   vocabShape.seq = block.seq;
   vocabShape.heads = block.heads;
   vocabShape.vocab = vocab;
-  Layer embedding;
-  embedding.name = "embedding";
-  embedding.kind = "embedding";
-  embedding.transformer = vocabShape;
-  embedding.tied = tied;
-  c.layers.push_back(embedding);
+  c.layers.push_back(vocabLayer("embedding", vocabShape, tied));
   for (int l = 0; l < layers; ++l) {
     Layer layer;
     layer.name = "block." + std::to_string(l);
@@ -79,12 +84,7 @@ ModelSpec decoderModel(const std::string& name, int layers, const TransformerSha
     layer.transformer = block;
     c.layers.push_back(layer);
   }
-  Layer head;
-  head.name = "lm_head";
-  head.kind = "lm_head";
-  head.transformer = vocabShape;
-  head.tied = tied;
-  c.layers.push_back(head);
+  c.layers.push_back(vocabLayer("lm_head", vocabShape, tied));
   m.components.push_back(std::move(c));
   return m;
 }

@@ -171,18 +171,33 @@ TEST(HybridCost, GroupedQueryAttentionAndSwiGlu) {
   EXPECT_DOUBLE_EQ(c.modelFlopsForward, 2 * n * h * (h + 2 * hkv) + 2 * n * h * h + 6 * n * h * f + 4 * b * s * s * h);
 }
 
-// Mixture of experts (Mixtral §2.1): each token to top_k of the experts; expert parallelism E
-// holds experts/E of them per GPU and moves tokens with an all-to-all to dispatch and one to
-// combine, per pass.
-TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
+namespace {
+
+// A SwiGLU block of 8 experts of FFN 2048, top-2, and its context: EP 4 within DP 4.
+Layer moeBlock() {
   Layer l = block(1024, 512, 16);
   l.transformer->mlp = MlpKind::SwiGlu;
   l.transformer->experts = 8;
   l.transformer->topK = 2;
   l.transformer->expertFfn = 2048;
+  return l;
+}
+
+CostContext moeContext() {
   CostContext ctx = context(1, false, Recompute::None, 2);
   ctx.parallel.expert = 4;
   ctx.parallel.data = 4;
+  return ctx;
+}
+
+}  // namespace
+
+// Mixture of experts (Mixtral §2.1): each token to top_k of the experts; expert parallelism E
+// holds experts/E of them per GPU and moves tokens with an all-to-all to dispatch and one to
+// combine, per pass.
+TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
+  const Layer l = moeBlock();
+  CostContext ctx = moeContext();
   const LayerCosts c = layerCosts(l, ctx);
   const double fe = 2048;
   EXPECT_EQ(c.expertParameterBytes, std::llround(2 * (8.0 / 4) * 3 * h * fe));
@@ -208,14 +223,8 @@ TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
 // buffer for the microbatch (attention and the MoE block up to its router: two n × h bf16 copies;
 // the whole layer: one; one full-iteration graph: none).
 TEST(HybridCost, CudaGraphsMoveTheDispatchersHostWaitAndHoldTheirInputs) {
-  Layer l = block(1024, 512, 16);
-  l.transformer->mlp = MlpKind::SwiGlu;
-  l.transformer->experts = 8;
-  l.transformer->topK = 2;
-  l.transformer->expertFfn = 2048;
-  CostContext ctx = context(1, false, Recompute::None, 2);
-  ctx.parallel.expert = 4;
-  ctx.parallel.data = 4;
+  const Layer l = moeBlock();
+  CostContext ctx = moeContext();
   const LayerCosts eager = layerCosts(l, ctx);
   ctx.parallel.cudaGraphImpl = CudaGraphImpl::TransformerEngine;
   ctx.parallel.cudaGraphModules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
