@@ -12,6 +12,7 @@
 #include "pipestudio/plan/Memory.hpp"
 #include "support/MustPlan.hpp"
 #include "support/PlanBuilder.hpp"
+#include "support/ProcFs.hpp"
 #include "support/RunCommand.hpp"
 
 namespace pipestudio::history::testing {
@@ -133,12 +134,7 @@ std::string largeStream(std::int64_t events, int devices) {
   return out;
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string readFile(const std::string& path) { return test::wholeFile(path); }
 
 void writeFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

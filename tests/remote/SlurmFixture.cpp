@@ -55,13 +55,11 @@ Slurm::Slurm(int cpus) {
       return;
     }
   }
-  std::string tmpl = "/tmp/ps-slurm-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) {
+  m_dir = makeDaemonDir("ps-slurm-test");
+  if (m_dir.empty()) {
     m_error = "cannot create a temp dir";
     return;
   }
-  m_dir = tmpl;
-  ::chmod(m_dir.c_str(), 0755);
   for (const char* sub : {"/munge", "/state", "/spool", "/log"}) ::mkdir((m_dir + sub).c_str(), 0755);
   ::mkdir((m_dir + "/munge-key").c_str(), 0700);
 
@@ -200,18 +198,10 @@ void Slurm::stop() {
   // Job steps (slurmstepd daemonizes away from slurmd) and their tasks carry this cluster's
   // SLURM_CONF in their environment: whatever is left of them goes too.
   const std::string marker = "SLURM_CONF=" + conf();
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-      if (pid <= 0 || pid == ::getpid()) continue;
-      std::string env = readWholeFile("/proc/" + std::string(e->d_name) + "/environ");
-      for (char& c : env) {
-        if (c == '\0') c = '\n';
-      }
-      if (("\n" + env).find("\n" + marker + "\n") != std::string::npos) ::kill(pid, SIGKILL);
-    }
-    ::closedir(d);
-  }
+  const auto carriesMarker = [&](const std::string& env) {
+    return ("\n" + env).find("\n" + marker + "\n") != std::string::npos;
+  };
+  for (const pid_t pid : processesWhose("environ", '\n', carriesMarker)) ::kill(pid, SIGKILL);
 }
 
 std::string Slurm::logs() const {
