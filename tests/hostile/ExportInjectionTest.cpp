@@ -40,6 +40,14 @@ const std::string& basePlan() {
 }
 
 // The plan with its embedded model renamed.
+// An empty directory `name` under the test's temp dir.
+fs::path freshDir(const std::string& name) {
+  const fs::path dir = tempDir() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 std::string planNamed(const fs::path& dir, const std::string& name) {
   auto doc = pipestudio::loadJsonFile(basePlan());
   EXPECT_THAT(doc, HasValue());
@@ -137,9 +145,7 @@ bool onlyFiles(const fs::path& dir, std::vector<std::string> names) {
 TEST(ExportInjection, HostileNamesCompileImportAndReadBackExactlyInPython) {
   int index = 0;
   for (const Case& c : cases()) {
-    const fs::path dir = tempDir() / ("titan-py-" + std::to_string(index++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const fs::path dir = freshDir("titan-py-" + std::to_string(index++));
     const std::string plan = planNamed(dir, c.name);
     const auto r = cli({"export", plan, "--format", "torchtitan", "-o", (dir / "titan_plan.py").string(),
                         "--csv-output", (dir / c.csv).string(), "--torchtitan-base", c.base});
@@ -158,9 +164,7 @@ TEST(ExportInjection, HostileNamesCompileImportAndReadBackExactlyInPython) {
 TEST(ExportInjection, HostileCsvPathsParseBackExactlyInTomlOrAreRefused) {
   int index = 0;
   for (const Case& c : cases()) {
-    const fs::path dir = tempDir() / ("titan-toml-" + std::to_string(index++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const fs::path dir = freshDir("titan-toml-" + std::to_string(index++));
     const std::string plan = planNamed(dir, c.name);
     const std::string csv = (dir / c.csv).string();
     const auto r = cli({"export", plan, "--format", "torchtitan", "--torchtitan-config", "toml", "-o",
@@ -172,9 +176,7 @@ TEST(ExportInjection, HostileCsvPathsParseBackExactlyInTomlOrAreRefused) {
     EXPECT_TRUE(onlyFiles(dir, {"plan.json", "titan.toml", c.csv, "expect.json"}));
   }
   // A path that is not UTF-8 cannot be a TOML string: refused, and neither file is written.
-  const fs::path dir = tempDir() / "titan-toml-bytes";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = freshDir("titan-toml-bytes");
   const std::string plan = planNamed(dir, "gpt");
   const auto r = cli({"export", plan, "--format", "torchtitan", "--torchtitan-config", "toml", "-o",
                       (dir / "titan.toml").string(), "--csv-output", (dir / "bad\xff.csv").string()});
