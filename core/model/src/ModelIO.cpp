@@ -464,14 +464,24 @@ Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReade
   return std::move(*value);
 }
 
+// The start of reading a document: an object of the `schema` kind, checked first (a file of
+// another kind is named as such, not listed as unknown fields), with no fields but `known`.
+// False when there is nothing more to read.
+bool startDocument(JsonReader& r, const JsonNode& at, std::string_view schema,
+                   std::initializer_list<std::string_view> known) {
+  if (!r.isObject(at)) return false;
+  if (!r.checkSchema(at, schema)) return false;
+  r.rejectUnknown(at, known);
+  return true;
+}
+
 }  // namespace
 
 std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
-  if (!r.isObject(at)) return std::nullopt;
-  // The schema first: a file of another kind is named as such, not listed as unknown fields.
-  if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
-                       "description"});
+  if (!startDocument(r, at, kModelSchema,
+                     {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
+                      "description"}))
+    return std::nullopt;
   ModelSpec m;
   m.name = r.string(at, "name", Presence::Required).value_or("");
   m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
@@ -615,11 +625,10 @@ void readBandwidthMatrix(JsonReader& r, const JsonNode& at, ClusterSpec& c) {
 }  // namespace
 
 std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
-  if (!r.isObject(at)) return std::nullopt;
-  // The schema first: a file of another kind is named as such, not listed as unknown fields.
-  if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls",
-                       "bandwidth_matrix_gbps", "description"});
+  if (!startDocument(r, at, kClusterSchema,
+                     {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls",
+                      "bandwidth_matrix_gbps", "description"}))
+    return std::nullopt;
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
   int catalogDomain = 0;  // the NVLink domain of a GPU named from the catalogue
@@ -671,11 +680,10 @@ void checkSshName(JsonReader& r, const JsonNode& at, const std::string& value, c
 }  // namespace
 
 std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
-  if (!r.isObject(at)) return std::nullopt;
-  // The schema first: a file of another kind is named as such, not listed as unknown fields.
-  if (!r.checkSchema(at, kHostsSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description", "slurm", "mpirun", "server_alive_interval_s",
-                       "server_alive_count_max"});
+  if (!startDocument(r, at, kHostsSchema,
+                     {"schema", "hosts", "launcher", "description", "slurm", "mpirun", "server_alive_interval_s",
+                      "server_alive_count_max"}))
+    return std::nullopt;
   HostsSpec h;
   if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
     if (auto parsed = parseLauncher(*launcher)) {
