@@ -300,10 +300,7 @@ ClusterSpec fourNodesOfEightWithFourNics() {
 // Placement (Megatron order): TP inside a node, DP across nodes sharing the node's NICs.
 TEST(HybridCost, CollectiveLinksFollowPlacement) {
   const ClusterSpec cluster = fourNodesOfEightWithFourNics();
-  Parallelism par;
-  par.tensor = 8;
-  par.data = 4;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const CollectiveLinks links = test::tpDpLinks(cluster, 8, 4);
   EXPECT_EQ(links.tensor.bandwidthGBps, 300);
   EXPECT_FALSE(links.tensor.crossesNodes);
   EXPECT_TRUE(links.data.crossesNodes);
@@ -356,10 +353,7 @@ TEST(HybridCost, RackScaleDataParallelRingIsHierarchical) {
 // sends 7/8 · B, half over its NIC share (2 channels leave each node), half on NVLink.
 TEST(HybridCost, FewRanksPerDomainAreBoundByTheirNics) {
   const ClusterSpec cluster = fourNodesOfEightWithFourNics();
-  Parallelism par;
-  par.tensor = 4;
-  par.data = 8;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const CollectiveLinks links = test::tpDpLinks(cluster, 4, 8);
   EXPECT_EQ(links.data.ranksPerDomain, 2);
   const double bytes = 1e9;
   const double sent = 7.0 / 8.0 * bytes;
@@ -382,10 +376,7 @@ TEST(HybridCost, NvlsSpeedsUpAllReduceInsideADomain) {
   cluster.nodes.assign(2, NodeSpec{"n", 8, std::nullopt, std::nullopt});
   cluster.intraNode = LinkSpec{350, 4};
   cluster.interNode = LinkSpec{45, 15};
-  Parallelism par;
-  par.tensor = 8;
-  par.data = 2;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const CollectiveLinks links = test::tpDpLinks(cluster, 8, 2);
   const double bytes = 1e9;
   const double nvls = 2.0 * 7 / 8 * bytes / (350e6 * 2 * 0.85 * 15 / 16) + 0.025;
   const double ring = 2.0 * 7 / 8 * bytes / 350e6 + 14 * 0.004;
@@ -395,7 +386,7 @@ TEST(HybridCost, NvlsSpeedsUpAllReduceInsideADomain) {
   EXPECT_EQ(links.data.ranksPerDomain, 1);
   EXPECT_NEAR(allReduceMs(links.data, 2, bytes), bytes / 45e6 + 2 * 0.015, 1e-9);  // the flat ring
   cluster.nvls = false;                                                            // switches without NVLS
-  EXPECT_NEAR(allReduceMs(collectiveLinks(cluster, par).tensor, 8, bytes), ring, 1e-9);
+  EXPECT_NEAR(allReduceMs(test::tpDpLinks(cluster, 8, 2).tensor, 8, bytes), ring, 1e-9);
 }
 
 // The weight-gradient pass is the weight GEMMs only; the Zero Bubble paper profiled T_W at
