@@ -11,6 +11,7 @@
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "support/SyntheticStream.hpp"
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -40,53 +41,8 @@ Expected<HistoryStore> freshStore(benchmark::State& state, const std::string& pa
   return store;
 }
 
-// An executor-like stream: 1 op range per 10 records, the rest kernels/NCCL/memcpy with the
-// long names real CUDA kernels have, 4 devices.
-std::string makeStream(std::int64_t events) {
-  std::string out;
-  trace::encodeStreamStart(out);
-  trace::Header h;
-  h.world = 4;
-  h.backend = "cuda";
-  h.deviceName = "NVIDIA H100 80GB HBM3";
-  trace::encodeFrame(h, out);
-  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
-                                 "flash_fwd_kernel",
-                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
-                                 "elementwise_kernel",
-                                 "ncclDevKernel_SendRecv",
-                                 "Memcpy DtoD (Device -> Device)",
-                                 "vectorized_layer_norm_kernel",
-                                 "reduce_kernel"};
-  std::int64_t t[4] = {0, 0, 0, 0};
-  for (std::int64_t i = 0; i < events; ++i) {
-    const int device = static_cast<int>(i % 4);
-    const std::int64_t dur = 1000 + (i * 7919) % 50000;
-    if (i % 10 == 0) {
-      trace::encodeFrame(trace::OpRange{false, device, device, static_cast<OpKind>((i / 10) % 3),
-                                        static_cast<std::int32_t>((i / 40) % 16), static_cast<std::int32_t>(i / 100000),
-                                        t[device], t[device] + dur},
-                         out);
-    } else {
-      const int n = static_cast<int>(i % 8);
-      const auto kind = n == 4   ? trace::Activity::Kind::Nccl
-                        : n == 5 ? trace::Activity::Kind::Memcpy
-                                 : trace::Activity::Kind::Kernel;
-      trace::encodeFrame(trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t[device], t[device] + dur,
-                                         n == 5 ? 1u << 20 : 0u, static_cast<std::uint64_t>(i), kNames[n]},
-                         out);
-    }
-    t[device] += dur + 500;
-  }
-  trace::Summary s;
-  s.iterations = 10;
-  s.iterationMs = {100, 101, 99, 100.5, 100, 102, 98, 100, 100, 101};
-  trace::encodeFrame(s, out);
-  return out;
-}
-
 const std::string& stream1M() {
-  static const std::string s = makeStream(1'000'000);
+  static const std::string s = test::syntheticStream(1'000'000, 4);
   return s;
 }
 
