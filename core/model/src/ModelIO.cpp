@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -464,11 +465,26 @@ Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReade
   return std::move(*value);
 }
 
+// The fields each document may have.
+constexpr std::array<std::string_view, 8> kModelKeys{
+    "schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer", "description"};
+constexpr std::array<std::string_view, 10> kClusterKeys{
+    "schema",     "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls", "bandwidth_matrix_gbps",
+    "description"};
+constexpr std::array<std::string_view, 8> kHostsKeys{"schema",
+                                                     "hosts",
+                                                     "launcher",
+                                                     "description",
+                                                     "slurm",
+                                                     "mpirun",
+                                                     "server_alive_interval_s",
+                                                     "server_alive_count_max"};
+
 // The start of reading a document: an object of the `schema` kind, checked first (a file of
 // another kind is named as such, not listed as unknown fields), with no fields but `known`.
 // False when there is nothing more to read.
 bool startDocument(JsonReader& r, const JsonNode& at, std::string_view schema,
-                   std::initializer_list<std::string_view> known) {
+                   std::span<const std::string_view> known) {
   if (!r.isObject(at)) return false;
   if (!r.checkSchema(at, schema)) return false;
   r.rejectUnknown(at, known);
@@ -478,10 +494,7 @@ bool startDocument(JsonReader& r, const JsonNode& at, std::string_view schema,
 }  // namespace
 
 std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
-  if (!startDocument(r, at, kModelSchema,
-                     {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
-                      "description"}))
-    return std::nullopt;
+  if (!startDocument(r, at, kModelSchema, kModelKeys)) return std::nullopt;
   ModelSpec m;
   m.name = r.string(at, "name", Presence::Required).value_or("");
   m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
@@ -625,10 +638,7 @@ void readBandwidthMatrix(JsonReader& r, const JsonNode& at, ClusterSpec& c) {
 }  // namespace
 
 std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
-  if (!startDocument(r, at, kClusterSchema,
-                     {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls",
-                      "bandwidth_matrix_gbps", "description"}))
-    return std::nullopt;
+  if (!startDocument(r, at, kClusterSchema, kClusterKeys)) return std::nullopt;
   ClusterSpec c;
   c.name = r.string(at, "name", Presence::Required).value_or("");
   int catalogDomain = 0;  // the NVLink domain of a GPU named from the catalogue
@@ -680,10 +690,7 @@ void checkSshName(JsonReader& r, const JsonNode& at, const std::string& value, c
 }  // namespace
 
 std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
-  if (!startDocument(r, at, kHostsSchema,
-                     {"schema", "hosts", "launcher", "description", "slurm", "mpirun", "server_alive_interval_s",
-                      "server_alive_count_max"}))
-    return std::nullopt;
+  if (!startDocument(r, at, kHostsSchema, kHostsKeys)) return std::nullopt;
   HostsSpec h;
   if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
     if (auto parsed = parseLauncher(*launcher)) {
