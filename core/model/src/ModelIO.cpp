@@ -253,19 +253,20 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   const auto name = r.string(node, "name", Presence::Required);
   layer.name = name.value_or("");
   layer.kind = r.string(node, "kind", Presence::Optional).value_or("generic");
-  layer.forwardMs = r.number(node, "forward_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.backwardInputMs =
-      r.number(node, "backward_input_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.backwardWeightMs =
-      r.number(node, "backward_weight_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.activationBytes =
-      r.integer(node, "activation_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.weightGradBytes =
-      r.integer(node, "weight_grad_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.parameterBytes =
-      r.integer(node, "parameter_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.outputBytes =
-      r.integer(node, "output_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  // Measured costs: times and byte counts within the limits of one layer.
+  const auto measuredMs = [&](const char* key) {
+    return r.number(node, key, Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  };
+  const auto measuredBytes = [&](const char* key) {
+    return r.integer(node, key, Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  };
+  layer.forwardMs = measuredMs("forward_ms");
+  layer.backwardInputMs = measuredMs("backward_input_ms");
+  layer.backwardWeightMs = measuredMs("backward_weight_ms");
+  layer.activationBytes = measuredBytes("activation_bytes");
+  layer.weightGradBytes = measuredBytes("weight_grad_bytes");
+  layer.parameterBytes = measuredBytes("parameter_bytes");
+  layer.outputBytes = measuredBytes("output_bytes");
   layer.flopsForward = r.number(node, "flops_forward", Presence::Optional, 0, 1.0e21);
   layer.params = r.integer(node, "params", Presence::Optional, 0, kMaxBytes);
   layer.tied = r.boolean(node, "tied", Presence::Optional).value_or(false);
