@@ -48,7 +48,7 @@ const std::string& stream1M() {
 
 // A Kineto-shaped trace: kernels with their usual args, CPU ops and runtime calls.
 std::string makeChromeFile(std::int64_t events) {
-  const std::string path = (scratch() / ("chrome-" + std::to_string(events) + ".json")).string();
+  std::string path = (scratch() / ("chrome-" + std::to_string(events) + ".json")).string();
   if (std::filesystem::exists(path)) return path;
   std::ofstream out(path);
   out << R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": [)"
@@ -76,6 +76,7 @@ std::string makeChromeFile(std::int64_t events) {
   return path;
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_IngestBinaryStream(benchmark::State& state) {
   const std::string& bytes = stream1M();
   const std::string path = (scratch() / "ingest.sqlite").string();
@@ -89,6 +90,7 @@ void BM_IngestBinaryStream(benchmark::State& state) {
 }
 BENCHMARK(BM_IngestBinaryStream)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_DecodeStreamOnly(benchmark::State& state) {
   const std::string& bytes = stream1M();
   for (auto _ : state) {
@@ -103,6 +105,7 @@ void BM_DecodeStreamOnly(benchmark::State& state) {
 BENCHMARK(BM_DecodeStreamOnly)->Unit(benchmark::kMillisecond);
 
 // What the ingest does: decode into one reused frame (no allocation per kernel name).
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_DecodeStreamReusedFrame(benchmark::State& state) {
   const std::string& bytes = stream1M();
   for (auto _ : state) {
@@ -117,6 +120,7 @@ void BM_DecodeStreamReusedFrame(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeStreamReusedFrame)->Unit(benchmark::kMillisecond);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_ImportChromeJson(benchmark::State& state) {
   const std::int64_t events = state.range(0);
   const std::string file = makeChromeFile(events);
@@ -137,6 +141,7 @@ void BM_ImportChromeJson(benchmark::State& state) {
 }
 BENCHMARK(BM_ImportChromeJson)->Arg(300'000)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_CompareTwo1MRuns(benchmark::State& state) {
   const std::string path = (scratch() / "compare.sqlite").string();
   removeDb(path);
@@ -160,6 +165,7 @@ void BM_CompareTwo1MRuns(benchmark::State& state) {
 }
 BENCHMARK(BM_CompareTwo1MRuns)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_IdleBreakdown1M(benchmark::State& state) {
   const std::string path = (scratch() / "idle.sqlite").string();
   removeDb(path);

@@ -186,7 +186,7 @@ TEST_F(ChromeImport, MalformedEventsAreSkippedAndCounted) {
   EXPECT_EQ(r->events, 2);
   EXPECT_EQ(r->skipped, 6);  // bad ts, no dur, negative, 42, lone E, unclosed B
   ASSERT_TRUE(r->firstError);
-  const std::size_t at = text.find("{\"name\": \"bad ts\"");
+  const std::size_t at = text.find(R"({"name": "bad ts")");
   EXPECT_NE(r->firstError->find("byte " + std::to_string(at)), std::string::npos) << *r->firstError;
   EXPECT_NE(r->firstError->find("\"ts\""), std::string::npos) << *r->firstError;
   auto s = store.runSummary(r->runId);

@@ -315,11 +315,12 @@ TEST(OutputFile, TorchtitanLeavesNeitherFileWhenOneCannotBeWritten) {
             0);
   for (const char* config : {"python", "toml"}) {
     const std::string file = std::string("/mnt/ro/titan.") + (std::string(config) == "python" ? "py" : "toml");
-    const std::string script =
+    std::string script =
         "mount -t tmpfs tmpfs /mnt || exit 90; mkdir /mnt/rw /mnt/ro && mount -t tmpfs -o ro tmpfs /mnt/ro || exit "
-        "91; " +
-        kCli + " export " + plan + " --format torchtitan --torchtitan-config " + config + " -o " + file +
-        " --csv-output /mnt/rw/titan.csv; echo \"exit=$?\"; ls -A /mnt/rw /mnt/ro";
+        "91; ";
+    script.append(kCli).append(" export ").append(plan).append(" --format torchtitan --torchtitan-config ");
+    script.append(config).append(" -o ").append(file);
+    script.append(" --csv-output /mnt/rw/titan.csv; echo \"exit=$?\"; ls -A /mnt/rw /mnt/ro");
     const auto r = runUnshared(script, 60);
     ASSERT_NE(r.exitCode, 90) << r.err;
     ASSERT_NE(r.exitCode, 91) << r.err;

@@ -30,7 +30,7 @@ CostContext context(int tp = 1, bool sp = false, Recompute rc = Recompute::None,
   return c;
 }
 
-constexpr double h = 1024, s = 512, a = 16, b = 2;
+constexpr double h = 1024, s = 512, a = 16, b = 2;  // NOLINT(readability-identifier-naming): the paper's symbols
 
 }  // namespace
 

@@ -3,13 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -156,6 +156,7 @@ pid_t Slurm::spawn(const std::vector<std::string>& argv, const std::string& log)
   env.push_back(const_cast<char*>(confEnv.c_str()));
   env.push_back(nullptr);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t parent = ::getpid();
@@ -185,7 +186,7 @@ void Slurm::stop() {
       return client("squeue -h 2>/dev/null", &out) != 0 || out.empty();
     });
   }
-  for (auto it = m_daemons.rbegin(); it != m_daemons.rend(); ++it) ::kill(*it, SIGTERM);
+  for (std::size_t i = m_daemons.size(); i-- > 0;) ::kill(m_daemons[i], SIGTERM);  // newest first
   for (const pid_t pid : m_daemons) {
     bool gone = waitFor(5000, [&] { return ::waitpid(pid, nullptr, WNOHANG) == pid; });
     if (!gone) {

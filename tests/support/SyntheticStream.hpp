@@ -5,6 +5,7 @@
 //
 //     auto run = store.ingestStream(test::syntheticStream(1'000'000, 4));
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,14 +24,14 @@ inline std::string syntheticStream(std::int64_t events, int devices) {
   h.backend = "cuda";
   h.deviceName = "NVIDIA H100 80GB HBM3";
   trace::encodeFrame(h, out);
-  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
-                                 "flash_fwd_kernel",
-                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
-                                 "elementwise_kernel",
-                                 "ncclDevKernel_SendRecv",
-                                 "Memcpy DtoD (Device -> Device)",
-                                 "vectorized_layer_norm_kernel",
-                                 "reduce_kernel"};
+  static const std::array<const char*, 8> kNames = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                                                    "flash_fwd_kernel",
+                                                    "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
+                                                    "elementwise_kernel",
+                                                    "ncclDevKernel_SendRecv",
+                                                    "Memcpy DtoD (Device -> Device)",
+                                                    "vectorized_layer_norm_kernel",
+                                                    "reduce_kernel"};
   std::vector<std::int64_t> clock(static_cast<std::size_t>(devices), 0);
   for (std::int64_t i = 0; i < events; ++i) {
     const int device = static_cast<int>(i % devices);
@@ -46,9 +47,10 @@ inline std::string syntheticStream(std::int64_t events, int devices) {
       const auto kind = n == 4   ? trace::Activity::Kind::Nccl
                         : n == 5 ? trace::Activity::Kind::Memcpy
                                  : trace::Activity::Kind::Kernel;
-      trace::encodeFrame(trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t, t + dur,
-                                         n == 5 ? 1u << 20 : 0u, static_cast<std::uint64_t>(i), kNames[n]},
-                         out);
+      trace::encodeFrame(
+          trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t, t + dur, n == 5 ? 1u << 20 : 0u,
+                          static_cast<std::uint64_t>(i), kNames[static_cast<std::size_t>(n)]},
+          out);
     }
     t += dur + 500;
   }
