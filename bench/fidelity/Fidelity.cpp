@@ -53,6 +53,16 @@ struct Options {
   bool check = false;
 };
 
+// The embedding or the output layer (`kind`, also its name) over the vocabulary of `shape`.
+Layer vocabLayer(const std::string& kind, const TransformerShape& shape, bool tied) {
+  Layer layer;
+  layer.name = kind;
+  layer.kind = kind;
+  layer.transformer = shape;
+  layer.tied = tied;
+  return layer;
+}
+
 // A decoder: an embedding, `layers` copies of `block` and an output layer over `vocab` tokens,
 // the embedding and the output layer sharing their weight when `tied`.
 ModelSpec decoderModel(const std::string& name, int layers, const TransformerShape& block, std::int64_t vocab,
@@ -66,12 +76,7 @@ ModelSpec decoderModel(const std::string& name, int layers, const TransformerSha
   vocabShape.seq = block.seq;
   vocabShape.heads = block.heads;
   vocabShape.vocab = vocab;
-  Layer embedding;
-  embedding.name = "embedding";
-  embedding.kind = "embedding";
-  embedding.transformer = vocabShape;
-  embedding.tied = tied;
-  c.layers.push_back(embedding);
+  c.layers.push_back(vocabLayer("embedding", vocabShape, tied));
   for (int l = 0; l < layers; ++l) {
     Layer layer;
     layer.name = "block." + std::to_string(l);
@@ -79,12 +84,7 @@ ModelSpec decoderModel(const std::string& name, int layers, const TransformerSha
     layer.transformer = block;
     c.layers.push_back(layer);
   }
-  Layer head;
-  head.name = "lm_head";
-  head.kind = "lm_head";
-  head.transformer = vocabShape;
-  head.tied = tied;
-  c.layers.push_back(head);
+  c.layers.push_back(vocabLayer("lm_head", vocabShape, tied));
   m.components.push_back(std::move(c));
   return m;
 }
@@ -885,13 +885,20 @@ bool printRows(Report& report, bool markdown) {
   return ok;
 }
 
+// Starts a section of the report: its title and, in Markdown, its table's header (`header`,
+// printed as is). Returns the column separator of its rows.
+const char* beginTable(bool markdown, const char* title, const char* header) {
+  std::printf("\n## %s\n\n", title);
+  if (markdown) std::fputs(header, stdout);
+  return markdown ? "|" : " ";
+}
+
 // Throughput MAPE per table against its target, then peak-memory MAPE; false when a gated
 // table misses the target.
 bool printMape(const Json& root, const Mape& mape, const Mape& memoryMape, bool markdown) {
-  const char* bar = markdown ? "|" : " ";
+  const char* bar =
+      beginTable(markdown, "MAPE (throughput)", "| table | MAPE | rows | target 10 % |\n|---|---:|---:|---|\n");
   bool ok = true;
-  std::printf("\n## MAPE (throughput)\n\n");
-  if (markdown) std::printf("| table | MAPE | rows | target 10 %% |\n|---|---:|---:|---|\n");
   // Tables the document marks "gated": false are checks held back from the calibration whose
   // recipes are not confirmed: their MAPE is printed, the target not enforced.
   std::map<std::string, bool> tableGated;
@@ -1091,13 +1098,10 @@ MoeBlockSplit moeBlockSplit(const Layer& layer, const CostContext& ctx) {
 void printLayerBreakdowns(const Json& root, const std::map<std::string, ClusterSpec>& clusters, const Report& report,
                           bool markdown) {
   if (!root.contains("breakdown")) return;
-  const char* bar = markdown ? "|" : " ";
-  std::printf("\n## Where a MoE block's time goes (cost model; one microbatch, F + B + W, ms)\n\n");
-  if (markdown) {
-    std::printf(
-        "| row, block | total | attention core | attention GEMMs | expert GEMMs | permutation | expert "
-        "activation | exposed all-to-alls and waits | rest |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  }
+  const char* bar = beginTable(markdown, "Where a MoE block's time goes (cost model; one microbatch, F + B + W, ms)",
+                               "| row, block | total | attention core | attention GEMMs | expert GEMMs | permutation | "
+                               "expert activation | exposed all-to-alls and waits | rest "
+                               "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Json& item : root["breakdown"]) {
     for (const Json& table : root["tables"]) {
       if (table["id"] != item["table"]) continue;
@@ -1141,10 +1145,10 @@ void printLayerBreakdowns(const Json& root, const std::map<std::string, ClusterS
 
 // --- Zero Bubble Table 5: bubble rates from profiled times ---
 bool printZbBubbles(const Json& root, bool markdown) {
-  const char* bar = markdown ? "|" : " ";
+  const char* bar =
+      beginTable(markdown, "Zero Bubble Table 5: bubble rate from the profiled times (paper / ours)",
+                 "| model | m | 1F1B | ZB-H1 | ZB-H2 | ZB-1p | ZB-2p |\n|---|---:|---|---|---|---|---|\n");
   bool ok = true;
-  std::printf("\n## Zero Bubble Table 5: bubble rate from the profiled times (paper / ours)\n\n");
-  if (markdown) std::printf("| model | m | 1F1B | ZB-H1 | ZB-H2 | ZB-1p | ZB-2p |\n|---|---:|---|---|---|---|---|\n");
   double worst = 0;
   for (const Json& table : root["tables"]) {
     if (table["id"] != "zb") continue;
@@ -1225,13 +1229,9 @@ bool printPeaks(const std::string& path, const Report& report, bool markdown) {
     std::printf("\n%s\n", doc.message().c_str());
     return false;
   }
-  const char* bar = markdown ? "|" : " ";
-  std::printf("\n## Peak memory against published measurements (issue 42)\n\n");
-  if (markdown) {
-    std::printf(
-        "| run | reported | measured | predicted | error | fullest GPU's parts (GiB) |\n"
-        "|---|---|---:|---:|---:|---|\n");
-  }
+  const char* bar = beginTable(markdown, "Peak memory against published measurements (issue 42)",
+                               "| run | reported | measured | predicted | error | fullest GPU's parts (GiB) |\n"
+                               "|---|---|---:|---:|---:|---|\n");
   bool ok = true;
   double sumErr = 0;
   int n = 0;

@@ -11,6 +11,7 @@
 #include "pipestudio/history/Compare.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "pipestudio/trace/Stream.hpp"
+#include "support/SyntheticStream.hpp"
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -30,59 +31,24 @@ void removeDb(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
 
-// An executor-like stream: 1 op range per 10 records, the rest kernels/NCCL/memcpy with the
-// long names real CUDA kernels have, 4 devices.
-std::string makeStream(std::int64_t events) {
-  std::string out;
-  trace::encodeStreamStart(out);
-  trace::Header h;
-  h.world = 4;
-  h.backend = "cuda";
-  h.deviceName = "NVIDIA H100 80GB HBM3";
-  trace::encodeFrame(h, out);
-  static const char* kNames[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
-                                 "flash_fwd_kernel",
-                                 "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
-                                 "elementwise_kernel",
-                                 "ncclDevKernel_SendRecv",
-                                 "Memcpy DtoD (Device -> Device)",
-                                 "vectorized_layer_norm_kernel",
-                                 "reduce_kernel"};
-  std::int64_t t[4] = {0, 0, 0, 0};
-  for (std::int64_t i = 0; i < events; ++i) {
-    const int device = static_cast<int>(i % 4);
-    const std::int64_t dur = 1000 + (i * 7919) % 50000;
-    if (i % 10 == 0) {
-      trace::encodeFrame(trace::OpRange{false, device, device, static_cast<OpKind>((i / 10) % 3),
-                                        static_cast<std::int32_t>((i / 40) % 16), static_cast<std::int32_t>(i / 100000),
-                                        t[device], t[device] + dur},
-                         out);
-    } else {
-      const int n = static_cast<int>(i % 8);
-      const auto kind = n == 4   ? trace::Activity::Kind::Nccl
-                        : n == 5 ? trace::Activity::Kind::Memcpy
-                                 : trace::Activity::Kind::Kernel;
-      trace::encodeFrame(trace::Activity{kind, device, static_cast<std::uint32_t>(n % 3), t[device], t[device] + dur,
-                                         n == 5 ? 1u << 20 : 0u, static_cast<std::uint64_t>(i), kNames[n]},
-                         out);
-    }
-    t[device] += dur + 500;
-  }
-  trace::Summary s;
-  s.iterations = 10;
-  s.iterationMs = {100, 101, 99, 100.5, 100, 102, 98, 100, 100, 101};
-  trace::encodeFrame(s, out);
-  return out;
+// An empty store at `path`, made outside the timed region.
+Expected<HistoryStore> freshStore(benchmark::State& state, const std::string& path) {
+  state.PauseTiming();
+  removeDb(path);
+  auto store = HistoryStore::open(path);
+  if (!store) state.SkipWithError(store.message().c_str());
+  state.ResumeTiming();
+  return store;
 }
 
 const std::string& stream1M() {
-  static const std::string s = makeStream(1'000'000);
+  static const std::string s = test::syntheticStream(1'000'000, 4);
   return s;
 }
 
 // A Kineto-shaped trace: kernels with their usual args, CPU ops and runtime calls.
 std::string makeChromeFile(std::int64_t events) {
-  const std::string path = (scratch() / ("chrome-" + std::to_string(events) + ".json")).string();
+  std::string path = (scratch() / ("chrome-" + std::to_string(events) + ".json")).string();
   if (std::filesystem::exists(path)) return path;
   std::ofstream out(path);
   out << R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": [)"
@@ -110,15 +76,12 @@ std::string makeChromeFile(std::int64_t events) {
   return path;
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_IngestBinaryStream(benchmark::State& state) {
   const std::string& bytes = stream1M();
   const std::string path = (scratch() / "ingest.sqlite").string();
   for (auto _ : state) {
-    state.PauseTiming();
-    removeDb(path);
-    auto store = HistoryStore::open(path);
-    if (!store) state.SkipWithError(store.message().c_str());
-    state.ResumeTiming();
+    auto store = freshStore(state, path);
     auto run = store->ingestStream(bytes);
     if (!run) state.SkipWithError(run.message().c_str());
   }
@@ -127,6 +90,7 @@ void BM_IngestBinaryStream(benchmark::State& state) {
 }
 BENCHMARK(BM_IngestBinaryStream)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_DecodeStreamOnly(benchmark::State& state) {
   const std::string& bytes = stream1M();
   for (auto _ : state) {
@@ -141,6 +105,7 @@ void BM_DecodeStreamOnly(benchmark::State& state) {
 BENCHMARK(BM_DecodeStreamOnly)->Unit(benchmark::kMillisecond);
 
 // What the ingest does: decode into one reused frame (no allocation per kernel name).
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_DecodeStreamReusedFrame(benchmark::State& state) {
   const std::string& bytes = stream1M();
   for (auto _ : state) {
@@ -155,16 +120,13 @@ void BM_DecodeStreamReusedFrame(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeStreamReusedFrame)->Unit(benchmark::kMillisecond);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_ImportChromeJson(benchmark::State& state) {
   const std::int64_t events = state.range(0);
   const std::string file = makeChromeFile(events);
   const std::string path = (scratch() / "chrome.sqlite").string();
   for (auto _ : state) {
-    state.PauseTiming();
-    removeDb(path);
-    auto store = HistoryStore::open(path);
-    if (!store) state.SkipWithError(store.message().c_str());
-    state.ResumeTiming();
+    auto store = freshStore(state, path);
     auto r = store->importChromeTrace(file);
     if (!r || r->events != events) {
       const std::string why = !r ? r.message()
@@ -179,6 +141,7 @@ void BM_ImportChromeJson(benchmark::State& state) {
 }
 BENCHMARK(BM_ImportChromeJson)->Arg(300'000)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_CompareTwo1MRuns(benchmark::State& state) {
   const std::string path = (scratch() / "compare.sqlite").string();
   removeDb(path);
@@ -202,6 +165,7 @@ void BM_CompareTwo1MRuns(benchmark::State& state) {
 }
 BENCHMARK(BM_CompareTwo1MRuns)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark names
 void BM_IdleBreakdown1M(benchmark::State& state) {
   const std::string path = (scratch() / "idle.sqlite").string();
   removeDb(path);

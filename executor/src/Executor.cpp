@@ -209,51 +209,33 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
   return o;
 }
 
-int runExecutor(const ExecOptions& options, int outFd) {
-  auto fail = [&](const std::string& message) {
-    std::cerr << "pipestudio-exec: rank " << options.rank << ": " << message << '\n';
-    return 1;
-  };
-  auto plan = loadPlan(options.planPath);
-  if (!plan) return fail("plan refused: " + plan.message());
-  auto program = compileProgram(*plan);
-  if (!program) return fail("plan refused: " + options.planPath + ": " + program.message());
-  if (options.backend == pipestudio::Backend::Cuda && options.world != program->devices) {
-    return fail("plan refused: the plan has " + std::to_string(program->devices) + " devices but --world is " +
-                std::to_string(options.world) + " (cuda runs one process per device)");
-  }
+namespace {
+
+// Says why this rank failed, on stderr, and gives the exit code.
+int failRank(const ExecOptions& options, const std::string& message) {
+  std::cerr << "pipestudio-exec: rank " << options.rank << ": " << message << '\n';
+  return 1;
+}
+
+// Tells the reader of the trace that the run failed: the failure, then the summary.
+void writeFailure(FrameSink& sink, int rank, const std::string& why, const trace::Summary& summary) {
+  sink.write(trace::ErrorReport{rank, why});
+  sink.write(summary);
+}
+
+// --max-op-ms: the scale that makes the plan's longest op last that long; else --time-scale.
+double runTimeScale(const ExecOptions& options, const Plan& plan) {
   double timeScale = options.timeScale;
   if (options.maxOpMs) {
     double longest = 0;
-    for (const Op& op : plan->ops) longest = std::max(longest, op.durationMs());
+    for (const Op& op : plan.ops) longest = std::max(longest, op.durationMs());
     if (longest > 0) timeScale = *options.maxOpMs / longest;
   }
-  if ((options.profileOut || options.baseline) && options.backend == pipestudio::Backend::Cpu) {
-    return fail("--profile and --baseline measure GPU kernels: use --backend cuda-single or cuda");
-  }
-  if (options.profileOut) {
-    if (auto st = profileModel(*plan, options); !st) return fail("profile failed: " + st.message());
-    return 0;
-  }
-  if (options.baseline) {
-    auto ms = runBaseline(*plan, options, timeScale);
-    if (!ms) return fail("baseline failed: " + ms.message());
-    std::cout << "{\"baseline_ms\": " << *ms << "}\n";
-    return 0;
-  }
+  return timeScale;
+}
 
-  Clock clock;
-  FrameSink sink(outFd);
-  RunControl control(program->devices);
-  // Nobody receives the trace any more (reader gone, disk full): stop the run, it failed.
-  sink.setOnBroken([&control, rank = options.rank](const std::string& why) { control.fail(rank, why); });
-  BackendContext ctx{*plan, *program, options, clock, sink, control, timeScale};
-  auto backend = options.backend == pipestudio::Backend::Cpu
-                     ? makeCpuBackend(ctx)
-                     : makeCudaBackend(ctx, options.backend == pipestudio::Backend::CudaSingle);
-  if (!backend) return fail("plan refused: " + backend.message());
-  Backend& be = **backend;
-
+// The first frame of this process's trace: who runs, where, on what, and its clocks.
+trace::Header traceHeader(const ExecOptions& options, const Clock& clock, const Backend& be) {
   std::array<char, 256> host{};
   ::gethostname(host.data(), host.size() - 1);
   trace::Header header;
@@ -265,35 +247,20 @@ int runExecutor(const ExecOptions& options, int outFd) {
   header.deviceName = be.deviceName();
   header.clockOriginNs = clock.originNs();
   header.wallClockNs = clock.wallNs();
-  sink.start();
-  sink.write(header);
-  // Beats while the run goes on (NCCL set-up, silent warm-up and long iterations included).
-  Heartbeat heartbeat(sink, control, std::clamp(options.watchdogTimeoutS / 4, 0.05, 1.0));
-  if (auto st = be.afterHeader(); !st) {
-    heartbeat.stop();
-    sink.write(trace::ErrorReport{header.rank, st.message()});
-    trace::Summary failed;
-    failed.ok = false;
-    sink.write(failed);
-    return fail(st.message());
-  }
+  return header;
+}
 
-  std::vector<Lane*> lanes = be.lanes();
-  std::vector<int> local;
-  local.reserve(lanes.size());
-  for (Lane* l : lanes) local.push_back(l->device());
-  WalkOptions walk{options.iterations, options.warmup, options.fault, -1};
-  if (options.fault.mode != FaultSpec::Mode::None) walk.faultTarget = options.fault.rank;
-  Watchdog watchdog(control, options.watchdogTimeoutS, local, [&be] { be.abortTransport(); });
+using IterationSpans = std::vector<std::pair<std::int64_t, std::int64_t>>;  // per iteration: [start, end] ns
 
-  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> spans(lanes.size());
+// Starts a thread per lane that walks its device program into spans[i]; `done` counts the
+// threads that returned.
+std::vector<std::thread> startLanes(const Program& program, const std::vector<Lane*>& lanes, RunControl& control,
+                                    const WalkOptions& walk, std::vector<IterationSpans>& spans, LanesDone& done) {
   std::vector<std::thread> threads;
-  LanesDone done;
-  const std::int64_t startNs = clock.nowNs();
   for (std::size_t i = 0; i < lanes.size(); ++i) {
-    threads.emplace_back([&, i] {
+    threads.emplace_back([&program, &lanes, &control, &walk, &spans, &done, i] {
       Lane& lane = *lanes[i];
-      auto r = walkDevice((*program).perDevice[lane.device()], lane, control, walk);
+      auto r = walkDevice(program.perDevice[lane.device()], lane, control, walk);
       if (r) {
         spans[i] = std::move(*r);
       } else {
@@ -304,19 +271,76 @@ int runExecutor(const ExecOptions& options, int outFd) {
       done.finish();
     });
   }
+  return threads;
+}
+
+// Each iteration's step time over this process's lanes: its first start to its last end.
+std::vector<double> iterationTimesMs(const std::vector<IterationSpans>& spans, int iterations) {
+  std::vector<double> out;
+  for (int it = 0; it < iterations; ++it) {
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const auto& s : spans) {
+      if (static_cast<std::size_t>(it) >= s.size()) continue;
+      lo = std::min(lo, s[static_cast<std::size_t>(it)].first);
+      hi = std::max(hi, s[static_cast<std::size_t>(it)].second);
+    }
+    if (hi >= lo) out.push_back(static_cast<double>(hi - lo) / 1e6);
+  }
+  return out;
+}
+
+// The run itself: the backend's lanes walk the program while heartbeat and watchdog watch,
+// and the trace gets its header, the lanes' records and the summary.
+int runPipeline(const Plan& plan, const Program& program, const ExecOptions& options, double timeScale, int outFd) {
+  Clock clock;
+  FrameSink sink(outFd);
+  RunControl control(program.devices);
+  // Nobody receives the trace any more (reader gone, disk full): stop the run, it failed.
+  sink.setOnBroken([&control, rank = options.rank](const std::string& why) { control.fail(rank, why); });
+  BackendContext ctx{plan, program, options, clock, sink, control, timeScale};
+  auto backend = options.backend == pipestudio::Backend::Cpu
+                     ? makeCpuBackend(ctx)
+                     : makeCudaBackend(ctx, options.backend == pipestudio::Backend::CudaSingle);
+  if (!backend) return failRank(options, "plan refused: " + backend.message());
+  Backend& be = **backend;
+
+  const trace::Header header = traceHeader(options, clock, be);
+  sink.start();
+  sink.write(header);
+  // Beats while the run goes on (NCCL set-up, silent warm-up and long iterations included).
+  Heartbeat heartbeat(sink, control, std::clamp(options.watchdogTimeoutS / 4, 0.05, 1.0));
+  if (auto st = be.afterHeader(); !st) {
+    heartbeat.stop();
+    trace::Summary failed;
+    failed.ok = false;
+    writeFailure(sink, header.rank, st.message(), failed);
+    return failRank(options, st.message());
+  }
+
+  std::vector<Lane*> lanes = be.lanes();
+  std::vector<int> local;
+  local.reserve(lanes.size());
+  for (Lane* l : lanes) local.push_back(l->device());
+  WalkOptions walk{options.iterations, options.warmup, options.fault, -1};
+  if (options.fault.mode != FaultSpec::Mode::None) walk.faultTarget = options.fault.rank;
+  Watchdog watchdog(control, options.watchdogTimeoutS, local, [&be] { be.abortTransport(); });
+
+  std::vector<IterationSpans> spans(lanes.size());
+  LanesDone done;
+  const std::int64_t startNs = clock.nowNs();
+  std::vector<std::thread> threads = startLanes(program, lanes, control, walk, spans, done);
   // A failed run whose lanes stay inside an op (a 10¹² ms op, a hung kernel) ends anyway: its
   // failure is reported and the process leaves without waiting for them.
   if (!done.waitAll(threads.size(), control, kStuckLaneGraceS)) {
     heartbeat.stop();
     const int rank = control.failedRank();
     const std::string why = control.failure();
-    sink.write(trace::ErrorReport{rank, why});
     trace::Summary failed;
     failed.ok = false;
     failed.elapsedNs = clock.nowNs() - startNs;
-    sink.write(failed);
-    const int code = fail("run failed: rank " + std::to_string(rank) + " failed: " + why +
-                          " (a device is still inside an op; leaving without it)");
+    writeFailure(sink, rank, why, failed);
+    const int code = failRank(options, "run failed: rank " + std::to_string(rank) + " failed: " + why +
+                                           " (a device is still inside an op; leaving without it)");
     std::cerr.flush();
     std::_Exit(code);
   }
@@ -329,35 +353,54 @@ int runExecutor(const ExecOptions& options, int outFd) {
   summary.droppedRecords = dropped;
   summary.elapsedNs = clock.nowNs() - startNs;
   summary.ok = !control.aborted();
-  if (summary.ok) {
-    summary.iterations = options.iterations;
-    for (int it = 0; it < options.iterations; ++it) {
-      std::int64_t lo = INT64_MAX, hi = INT64_MIN;
-      for (const auto& s : spans) {
-        if (static_cast<std::size_t>(it) >= s.size()) continue;
-        lo = std::min(lo, s[static_cast<std::size_t>(it)].first);
-        hi = std::max(hi, s[static_cast<std::size_t>(it)].second);
-      }
-      if (hi >= lo) summary.iterationMs.push_back(static_cast<double>(hi - lo) / 1e6);
-    }
-  } else {
+  if (!summary.ok) {
     const int rank = control.failedRank();
     const std::string why = control.failure();
-    sink.write(trace::ErrorReport{rank, why});
-    sink.write(summary);
-    const int code = fail("run failed: rank " + std::to_string(rank) + " failed: " + why);
+    writeFailure(sink, rank, why, summary);
+    const int code = failRank(options, "run failed: rank " + std::to_string(rank) + " failed: " + why);
     // A GPU whose communicator was aborted may never finish its streams: leave without the
     // CUDA runtime's teardown, which would wait for them.
     if (options.backend != pipestudio::Backend::Cpu) std::_Exit(code);
     return code;
   }
+  summary.iterations = options.iterations;
+  summary.iterationMs = iterationTimesMs(spans, options.iterations);
   sink.write(summary);
-  if (sink.broken()) return fail("run failed: " + sink.brokenReason());
+  if (sink.broken()) return failRank(options, "run failed: " + sink.brokenReason());
   double total = 0;
   for (double ms : summary.iterationMs) total += ms;
   std::cerr << "pipestudio-exec: " << options.iterations << " iteration(s), mean step "
             << (summary.iterationMs.empty() ? 0.0 : total / static_cast<double>(summary.iterationMs.size())) << " ms\n";
   return 0;
+}
+
+}  // namespace
+
+int runExecutor(const ExecOptions& options, int outFd) {
+  auto plan = loadPlan(options.planPath);
+  if (!plan) return failRank(options, "plan refused: " + plan.message());
+  auto program = compileProgram(*plan);
+  if (!program) return failRank(options, "plan refused: " + options.planPath + ": " + program.message());
+  if (options.backend == pipestudio::Backend::Cuda && options.world != program->devices) {
+    return failRank(options, "plan refused: the plan has " + std::to_string(program->devices) +
+                                 " devices but --world is " + std::to_string(options.world) +
+                                 " (cuda runs one process per device)");
+  }
+  const double timeScale = runTimeScale(options, *plan);
+  if ((options.profileOut || options.baseline) && options.backend == pipestudio::Backend::Cpu) {
+    return failRank(options, "--profile and --baseline measure GPU kernels: use --backend cuda-single or cuda");
+  }
+  if (options.profileOut) {
+    if (auto st = profileModel(*plan, options); !st) return failRank(options, "profile failed: " + st.message());
+    return 0;
+  }
+  if (options.baseline) {
+    auto ms = runBaseline(*plan, options, timeScale);
+    if (!ms) return failRank(options, "baseline failed: " + ms.message());
+    std::cout << "{\"baseline_ms\": " << *ms << "}\n";
+    return 0;
+  }
+  return runPipeline(*plan, *program, options, timeScale, outFd);
 }
 
 int execMain(int argc, char** argv) {

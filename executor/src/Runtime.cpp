@@ -27,37 +27,31 @@ std::int64_t Clock::nowNs() const { return steadyNs() - m_originNs; }
 
 FrameSink::FrameSink(int fd) : m_fd(fd) {}
 
-void FrameSink::start() {
-  std::string bytes;
-  trace::encodeStreamStart(bytes);
+void FrameSink::send(const std::string& bytes) {
   bool brokeNow = false;
   {
     std::lock_guard lock(m_mutex);
     brokeNow = writeBytes(bytes);
   }
   if (brokeNow) reportBroken();
+}
+
+void FrameSink::start() {
+  std::string bytes;
+  trace::encodeStreamStart(bytes);
+  send(bytes);
 }
 
 void FrameSink::write(const trace::Frame& frame) {
   std::string bytes;
   trace::encodeFrame(frame, bytes);
-  bool brokeNow = false;
-  {
-    std::lock_guard lock(m_mutex);
-    brokeNow = writeBytes(bytes);
-  }
-  if (brokeNow) reportBroken();
+  send(bytes);
 }
 
 void FrameSink::writeHeartbeat() {
   std::string bytes;
   trace::encodeHeartbeat(bytes);
-  bool brokeNow = false;
-  {
-    std::lock_guard lock(m_mutex);
-    brokeNow = writeBytes(bytes);
-  }
-  if (brokeNow) reportBroken();
+  send(bytes);
 }
 
 Heartbeat::Heartbeat(FrameSink& sink, const RunControl& control, double intervalS) : m_sink(sink), m_control(control) {

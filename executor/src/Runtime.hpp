@@ -58,6 +58,8 @@ class FrameSink {
   std::string brokenReason() const;
 
  private:
+  /// Writes encoded frames under the lock; reports a stream this call broke.
+  void send(const std::string& bytes);
   bool writeBytes(const std::string& bytes);  ///< false when this call broke the stream
   void reportBroken();
   int m_fd;

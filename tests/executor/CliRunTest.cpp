@@ -25,6 +25,13 @@ std::int64_t idOf(const std::string& json) {
   return at == std::string::npos ? -1 : std::stoll(json.substr(at + 5));
 }
 
+// The history's summary of run `id` in the database at `db`.
+Expected<history::RunSummary> recordedRun(const std::string& db, std::int64_t id) {
+  auto store = history::HistoryStore::open(db);
+  if (!store) return store.error();
+  return store->runSummary(id);
+}
+
 TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {
   const std::string plan = test::writePlan(test::makeTestPlan("zb-h1", 3, 4), "cli.plan.json");
   const std::string db = test::tempPath("cli-history.sqlite");
@@ -50,33 +57,30 @@ TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {
   EXPECT_EQ(steps->size(), 2U);
 }
 
-TEST(CliRun, KilledRankIsRecordedFailed) {
-  const std::string plan = test::writePlan(test::makeTestPlan("1f1b", 4, 8), "cli-crash.plan.json");
-  const std::string db = test::tempPath("cli-crash.sqlite");
-  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "crash:rank=2:after_ops=4");
-  const auto r = cli("run " + plan + " --backend cpu --max-op-ms 1 --history " + db + " --json");
+// Runs a 4-device 1F1B plan through `pipestudio-cli run --history` with `fault` injected
+// (PIPESTUDIO_EXEC_FAULT), its files named after `name`: the run fails (exit 1) and is recorded.
+Expected<history::RunSummary> faultedRun(const std::string& name, const char* fault, const std::string& options) {
+  const std::string plan = test::writePlan(test::makeTestPlan("1f1b", 4, 8), name + ".plan.json");
+  const std::string db = test::tempPath(name + ".sqlite");
+  test::ScopedEnv env("PIPESTUDIO_EXEC_FAULT", fault);
+  const auto r = cli("run " + plan + " --backend cpu --max-op-ms 1 " + options + "--history " + db + " --json");
   EXPECT_EQ(r.status, 1);
   const auto id = idOf(r.out);
-  ASSERT_GT(id, 0) << r.out;
-  auto store = history::HistoryStore::open(db);
-  ASSERT_TRUE(store.hasValue());
-  auto summary = store->runSummary(id);
-  ASSERT_TRUE(summary.hasValue());
+  EXPECT_GT(id, 0) << r.out;
+  return recordedRun(db, id);
+}
+
+TEST(CliRun, KilledRankIsRecordedFailed) {
+  auto summary = faultedRun("cli-crash", "crash:rank=2:after_ops=4", "");
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Failed);
   EXPECT_NE(summary->error.find("signal 9"), std::string::npos) << summary->error;
   EXPECT_GT(summary->events, 0) << "events received before the kill are kept";
 }
 
 TEST(CliRun, HungDeviceIsRecordedFailedNamingIt) {
-  const std::string plan = test::writePlan(test::makeTestPlan("1f1b", 4, 8), "cli-hang.plan.json");
-  const std::string db = test::tempPath("cli-hang.sqlite");
-  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "hang:rank=3:after_ops=2");
-  const auto r = cli("run " + plan + " --backend cpu --max-op-ms 1 --timeout-s 1 --history " + db + " --json");
-  EXPECT_EQ(r.status, 1);
-  auto store = history::HistoryStore::open(db);
-  ASSERT_TRUE(store.hasValue());
-  auto summary = store->runSummary(idOf(r.out));
-  ASSERT_TRUE(summary.hasValue());
+  auto summary = faultedRun("cli-hang", "hang:rank=3:after_ops=2", "--timeout-s 1 ");
+  ASSERT_THAT(summary, HasValue());
   EXPECT_EQ(summary->status, history::RunStatus::Failed);
   EXPECT_NE(summary->error.find("device 3"), std::string::npos) << summary->error;
 }

@@ -25,10 +25,34 @@ struct Measured {
   std::size_t frameIndex;
 };
 
-// Checks everything the issue asks of a run: header first, each plan op exactly once per
-// iteration (plus one optimizer step per device), per-device plan order, every op after the
-// ops it depends on, memory samples reaching the program's peak, an ok summary.
-void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
+// The op frames of a run's stream: the end frames per (iteration, device) in stream order, how
+// many begin frames came, and the peak memory sampled per device.
+struct StreamOps {
+  std::map<std::pair<int, int>, std::vector<trace::OpRange>> ends;
+  std::map<int, std::int64_t> peakMemory;
+  int begins = 0;
+};
+
+StreamOps streamOps(const std::vector<trace::Frame>& frames) {
+  StreamOps s;
+  for (const auto& f : frames) {
+    if (const auto* op = std::get_if<trace::OpRange>(&f)) {
+      if (op->begin) {
+        ++s.begins;
+        continue;
+      }
+      EXPECT_LE(op->startNs, op->endNs);
+      s.ends[{op->iteration, op->device}].push_back(*op);
+    } else if (const auto* m = std::get_if<trace::MemorySample>(&f)) {
+      s.peakMemory[m->device] = std::max(s.peakMemory[m->device], m->bytesInUse);
+    }
+  }
+  return s;
+}
+
+// The run ended well and its stream starts with the CPU backend's header and ends with an ok
+// summary of `iterations` steps.
+void checkOutcomeAndFrames(const test::RunResult& r, int iterations) {
   ASSERT_TRUE(r.outcome.ok) << r.outcome.failure;
   ASSERT_EQ(r.outcome.ranks.size(), 1U);
   EXPECT_EQ(r.outcome.ranks[0].exitStatus, 0);
@@ -44,88 +68,79 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
   EXPECT_TRUE(summary.ok);
   EXPECT_EQ(summary.iterations, iterations);
   EXPECT_EQ(summary.iterationMs.size(), static_cast<std::size_t>(iterations));
+}
 
-  auto program = exec::compileProgram(plan);
-  ASSERT_THAT(program, HasValue());
-  // (iteration, device) → measured op ranges in stream order.
-  std::map<std::pair<int, int>, std::vector<trace::OpRange>> ends;
-  std::map<int, std::int64_t> peakMemory;
-  int begins = 0;
-  for (const auto& f : frames) {
-    if (const auto* op = std::get_if<trace::OpRange>(&f)) {
-      if (op->begin) {
-        ++begins;
-        continue;
+// An iteration's ops by (kind, stage, microbatch, occurrence).
+using OpsByKey = std::map<std::tuple<int, int, int, int>, trace::OpRange>;
+
+// Each device ran its program's steps of the iteration in order, one after another, and then
+// the optimizer step; their ranges go into byKey.
+void checkDeviceOrders(const exec::Program& program, int devices, int it, StreamOps& s, int& endsTotal,
+                       OpsByKey& byKey) {
+  for (int d = 0; d < devices; ++d) {
+    const auto& got = s.ends[{it, d}];
+    const auto& steps = program.perDevice[d].steps;
+    ASSERT_EQ(got.size(), steps.size() + 1) << "iteration " << it << " device " << d;
+    endsTotal += static_cast<int>(got.size());
+    std::map<std::tuple<int, int, int>, int> seen;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_EQ(got[i].kind, steps[i].kind) << "device " << d << " op " << i;
+      EXPECT_EQ(got[i].virtualStage, steps[i].virtualStage);
+      EXPECT_EQ(got[i].microbatch, steps[i].microbatch);
+      if (i > 0) {
+        EXPECT_GE(got[i].startNs, got[i - 1].endNs) << "ops of one device overlap";
       }
-      EXPECT_LE(op->startNs, op->endNs);
-      ends[{op->iteration, op->device}].push_back(*op);
-    } else if (const auto* m = std::get_if<trace::MemorySample>(&f)) {
-      peakMemory[m->device] = std::max(peakMemory[m->device], m->bytesInUse);
+      const auto k = std::make_tuple(static_cast<int>(got[i].kind), got[i].virtualStage, got[i].microbatch);
+      byKey[{std::get<0>(k), std::get<1>(k), std::get<2>(k), seen[k]++}] = got[i];
+    }
+    EXPECT_EQ(got.back().kind, OpKind::OPT) << "the optimizer step comes after the flush";
+  }
+}
+
+// Dependencies, checked from the plan's data flow rather than from the program.
+void checkDataFlow(const Plan& plan, const OpsByKey& byKey) {
+  for (const auto& [key, op] : byKey) {
+    const auto [kind, stage, mb, occurrence] = key;
+    const auto ok = static_cast<OpKind>(kind);
+    const auto& vs = plan.stage(stage);
+    int prev = -1, next = -1;
+    for (const auto& other : plan.virtualStages) {
+      if (other.component != vs.component || other.pipeline != vs.pipeline) continue;
+      if (other.id < stage) prev = other.id;
+      if (other.id > stage && next < 0) next = other.id;
+    }
+    auto endOf = [&, mb = mb](OpKind k, int s) -> std::int64_t {
+      auto found = byKey.find({static_cast<int>(k), s, mb, 0});
+      return found == byKey.end() ? -1 : found->second.endNs;
+    };
+    if (ok == OpKind::F && prev >= 0) {
+      EXPECT_GE(op.startNs, endOf(OpKind::F, prev)) << "F after upstream F";
+    }
+    if (ok == OpKind::B || ok == OpKind::BW) {
+      EXPECT_GE(op.startNs, endOf(OpKind::F, stage));
+      if (next >= 0) {
+        const std::int64_t b = std::max(endOf(OpKind::B, next), endOf(OpKind::BW, next));
+        EXPECT_GE(op.startNs, b) << "B after downstream B";
+      }
+    }
+    if (ok == OpKind::W) {
+      EXPECT_GE(op.startNs, endOf(OpKind::B, stage));
+    }
+    if (ok == OpKind::N && prev >= 0 && occurrence == 0) {
+      EXPECT_GE(op.startNs, endOf(OpKind::N, prev)) << "N after the upstream N of its samples";
     }
   }
-  const int devices = plan.config.devices;
-  int endsTotal = 0;
-  for (int it = 0; it < iterations; ++it) {
-    std::map<std::tuple<int, int, int, int>, trace::OpRange> byKey;  // (kind, stage, mb, occurrence)
-    for (int d = 0; d < devices; ++d) {
-      const auto& got = ends[{it, d}];
-      const auto& steps = program->perDevice[d].steps;
-      ASSERT_EQ(got.size(), steps.size() + 1) << "iteration " << it << " device " << d;
-      endsTotal += static_cast<int>(got.size());
-      std::map<std::tuple<int, int, int>, int> seen;
-      for (std::size_t i = 0; i < steps.size(); ++i) {
-        EXPECT_EQ(got[i].kind, steps[i].kind) << "device " << d << " op " << i;
-        EXPECT_EQ(got[i].virtualStage, steps[i].virtualStage);
-        EXPECT_EQ(got[i].microbatch, steps[i].microbatch);
-        if (i > 0) {
-          EXPECT_GE(got[i].startNs, got[i - 1].endNs) << "ops of one device overlap";
-        }
-        const auto k = std::make_tuple(static_cast<int>(got[i].kind), got[i].virtualStage, got[i].microbatch);
-        byKey[{std::get<0>(k), std::get<1>(k), std::get<2>(k), seen[k]++}] = got[i];
-      }
-      EXPECT_EQ(got.back().kind, OpKind::OPT) << "the optimizer step comes after the flush";
-    }
-    // Dependencies, checked from the plan's data flow rather than from the program.
-    for (const auto& [key, op] : byKey) {
-      const auto [kind, stage, mb, occurrence] = key;
-      const auto ok = static_cast<OpKind>(kind);
-      const auto& vs = plan.stage(stage);
-      int prev = -1, next = -1;
-      for (const auto& other : plan.virtualStages) {
-        if (other.component != vs.component || other.pipeline != vs.pipeline) continue;
-        if (other.id < stage) prev = other.id;
-        if (other.id > stage && next < 0) next = other.id;
-      }
-      auto endOf = [&, mb = mb](OpKind k, int s) -> std::int64_t {
-        auto found = byKey.find({static_cast<int>(k), s, mb, 0});
-        return found == byKey.end() ? -1 : found->second.endNs;
-      };
-      if (ok == OpKind::F && prev >= 0) {
-        EXPECT_GE(op.startNs, endOf(OpKind::F, prev)) << "F after upstream F";
-      }
-      if (ok == OpKind::B || ok == OpKind::BW) {
-        EXPECT_GE(op.startNs, endOf(OpKind::F, stage));
-        if (next >= 0) {
-          const std::int64_t b = std::max(endOf(OpKind::B, next), endOf(OpKind::BW, next));
-          EXPECT_GE(op.startNs, b) << "B after downstream B";
-        }
-      }
-      if (ok == OpKind::W) {
-        EXPECT_GE(op.startNs, endOf(OpKind::B, stage));
-      }
-      if (ok == OpKind::N && prev >= 0 && occurrence == 0) {
-        EXPECT_GE(op.startNs, endOf(OpKind::N, prev)) << "N after the upstream N of its samples";
-      }
-    }
-  }
-  // Dependencies beyond the data flow (frozen outputs to their consumers, vocabulary S/T),
-  // derived from the plan as the planner derives them.
+}
+
+// Dependencies beyond the data flow (frozen outputs to their consumers, vocabulary S/T),
+// derived from the plan as the planner derives them.
+void checkDerivedDependencies(const Plan& plan, StreamOps& s, int iterations) {
   const auto lanes = planLanes(plan);
   const auto derived = derivedDependencies(plan, lanes);
   for (int it = 0; it < iterations; ++it) {
     for (const OpDependency& dep : derived) {
-      const auto& from = ends[{it, dep.from.device}];
-      const auto& to = ends[{it, dep.to.device}];
+      const auto& from = s.ends[{it, dep.from.device}];
+      const auto& to = s.ends[{it, dep.to.device}];
       ASSERT_LT(static_cast<std::size_t>(dep.from.index), from.size());
       ASSERT_LT(static_cast<std::size_t>(dep.to.index), to.size());
       EXPECT_GE(to[static_cast<std::size_t>(dep.to.index)].startNs,
@@ -135,10 +150,31 @@ void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
           << dep.from.device << " it depends on";
     }
   }
-  EXPECT_EQ(begins, endsTotal) << "one begin frame per end frame";
+}
+
+// Checks everything the issue asks of a run: header first, each plan op exactly once per
+// iteration (plus one optimizer step per device), per-device plan order, every op after the
+// ops it depends on, memory samples reaching the program's peak, an ok summary.
+void checkRun(const Plan& plan, const test::RunResult& r, int iterations) {
+  checkOutcomeAndFrames(r, iterations);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto program = exec::compileProgram(plan);
+  ASSERT_THAT(program, HasValue());
+  StreamOps s = streamOps(r.frames.at(0));
+  const int devices = plan.config.devices;
+  int endsTotal = 0;
+  for (int it = 0; it < iterations; ++it) {
+    OpsByKey byKey;
+    checkDeviceOrders(*program, devices, it, s, endsTotal, byKey);
+    if (::testing::Test::HasFatalFailure()) return;
+    checkDataFlow(plan, byKey);
+  }
+  checkDerivedDependencies(plan, s, iterations);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(s.begins, endsTotal) << "one begin frame per end frame";
   for (int d = 0; d < devices; ++d) {
     const auto& dp = program->perDevice[d];
-    EXPECT_EQ(peakMemory[d], dp.staticBytes + dp.peakActivationBytes) << "device " << d;
+    EXPECT_EQ(s.peakMemory[d], dp.staticBytes + dp.peakActivationBytes) << "device " << d;
   }
 }
 

@@ -23,6 +23,25 @@ const trace::ErrorReport* errorFrame(const test::RunResult& r) {
 
 std::string planFor(const std::string& name) { return test::writePlan(test::makeTestPlan("1f1b", 4, 8), name); }
 
+// Runs a plan with `fault` injected (PIPESTUDIO_EXEC_FAULT) under the given watchdog timeout and
+// checks that the run failed within `withinS` seconds.
+test::RunResult runFaulted(const char* fault, const std::string& plan, const char* timeoutS, double withinS) {
+  test::ScopedEnv env("PIPESTUDIO_EXEC_FAULT", fault);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = test::runExec(planFor(plan), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", timeoutS});
+  EXPECT_LT(secondsSince(t0), withinS);
+  EXPECT_FALSE(r.outcome.ok);
+  return r;
+}
+
+// The run's error frame names the failed rank and says `what` happened to it.
+void expectErrorFrom(const test::RunResult& r, int rank, const std::string& what) {
+  const auto* e = errorFrame(r);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->rank, rank);
+  EXPECT_NE(e->message.find(what), std::string::npos) << e->message;
+}
+
 TEST(Fault, KilledProcessIsAFailureNotAHang) {
   test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "crash:rank=1:after_ops=3");
   const auto t0 = std::chrono::steady_clock::now();
@@ -38,43 +57,23 @@ TEST(Fault, KilledProcessIsAFailureNotAHang) {
 }
 
 TEST(Fault, SilentlyDeadDeviceIsNamedByTheWatchdog) {
-  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "die:rank=2:after_ops=2");
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = test::runExec(planFor("die.plan.json"), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", "1"});
-  EXPECT_LT(secondsSince(t0), 30.0);
-  EXPECT_FALSE(r.outcome.ok);
+  const auto r = runFaulted("die:rank=2:after_ops=2", "die.plan.json", "1", 30.0);
   EXPECT_EQ(r.outcome.ranks[0].exitStatus, 1);
-  const auto* e = errorFrame(r);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->rank, 2);
-  EXPECT_NE(e->message.find("died"), std::string::npos) << e->message;
+  expectErrorFrom(r, 2, "died");
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
   EXPECT_NE(r.outcome.failure.find("rank 2 failed"), std::string::npos) << r.outcome.failure;
   EXPECT_FALSE(std::get<trace::Summary>(r.frames.at(0).back()).ok);
 }
 
 TEST(Fault, HungDeviceIsNamedByTheWatchdog) {
-  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "hang:rank=1:after_ops=4");
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = test::runExec(planFor("hang.plan.json"), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", "1"});
-  EXPECT_LT(secondsSince(t0), 30.0);
-  EXPECT_FALSE(r.outcome.ok);
-  const auto* e = errorFrame(r);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->rank, 1);
-  EXPECT_NE(e->message.find("hung"), std::string::npos) << e->message;
+  const auto r = runFaulted("hang:rank=1:after_ops=4", "hang.plan.json", "1", 30.0);
+  expectErrorFrom(r, 1, "hung");
 }
 
 TEST(Fault, ReportedErrorStopsEveryDevice) {
-  test::ScopedEnv fault("PIPESTUDIO_EXEC_FAULT", "error:rank=3:after_ops=1");
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = test::runExec(planFor("error.plan.json"), "cpu", 1, {"--max-op-ms", "1", "--timeout-s", "20"});
   // The error path does not wait for the watchdog.
-  EXPECT_LT(secondsSince(t0), 15.0);
-  EXPECT_FALSE(r.outcome.ok);
-  const auto* e = errorFrame(r);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->rank, 3);
-  EXPECT_NE(e->message.find("fault injection"), std::string::npos) << e->message;
+  const auto r = runFaulted("error:rank=3:after_ops=1", "error.plan.json", "20", 15.0);
+  expectErrorFrom(r, 3, "fault injection");
 }
 
 TEST(Fault, MalformedHookIsAUsageError) {

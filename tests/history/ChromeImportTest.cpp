@@ -58,28 +58,32 @@ const char* kPerfetto = R"json([
   {"ph": "i", "name": "mark", "pid": 1, "tid": 2, "ts": 21}
 ])json";
 
-Expected<ImportResult> importText(HistoryStore& store, const TempDir& dir, const std::string& name,
-                                  const std::string& text) {
-  const std::string path = dir.file(name);
-  writeFile(path, text);
-  return store.importChromeTrace(path);
-}
-
 }  // namespace
 
-TEST(ChromeImport, OurOwnExport) {
+// Each test imports into a fresh store in a directory of its own.
+class ChromeImport : public ::testing::Test {
+ protected:
+  // Writes `text` to file `name` and imports it.
+  Expected<ImportResult> importTrace(const std::string& name, const std::string& text) {
+    const std::string path = dir.file(name);
+    writeFile(path, text);
+    return store.importChromeTrace(path);
+  }
+
   TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
-  auto r = importText(*store, dir, "ours.json", kOurs);
+  HistoryStore store = openStore(dir);
+};
+
+TEST_F(ChromeImport, OurOwnExport) {
+  auto r = importTrace("ours.json", kOurs);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 3);
   EXPECT_EQ(r->skipped, 0);
   EXPECT_FALSE(r->firstError);
-  auto s = store->runSummary(r->runId);
+  auto s = store.runSummary(r->runId);
   EXPECT_EQ(s->status, RunStatus::Complete);
   EXPECT_EQ(s->source, "chrome");
-  auto ops = store->loadEvents(r->runId, EventCategory::Op);
+  auto ops = store.loadEvents(r->runId, EventCategory::Op);
   ASSERT_TRUE(ops);
   ASSERT_EQ(ops->size(), 3u);
   EXPECT_EQ((*ops)[0].name, "F");
@@ -88,20 +92,17 @@ TEST(ChromeImport, OurOwnExport) {
   EXPECT_EQ((*ops)[2].virtualStage, 1);
   EXPECT_EQ((*ops)[2].kind, static_cast<int>(OpKind::B));
   EXPECT_EQ((*ops)[2].durationNs, 1'500'500);
-  auto plan = store->runAsPlan(r->runId);
+  auto plan = store.runAsPlan(r->runId);
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->ops.size(), 3u);
 }
 
-TEST(ChromeImport, PyTorchProfilerKinetoTrace) {
-  TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
-  auto r = importText(*store, dir, "rank0.pt.trace.json", kKineto);
+TEST_F(ChromeImport, PyTorchProfilerKinetoTrace) {
+  auto r = importTrace("rank0.pt.trace.json", kKineto);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 7);  // X events only; flows, metadata and instants are not ranges
   EXPECT_EQ(r->skipped, 0);
-  auto events = store->loadEvents(r->runId);
+  auto events = store.loadEvents(r->runId);
   ASSERT_TRUE(events);
   std::map<std::string, MeasuredEvent> byName;
   for (const auto& e : *events) byName[e.name] = e;
@@ -123,20 +124,17 @@ TEST(ChromeImport, PyTorchProfilerKinetoTrace) {
   EXPECT_EQ(byName["cudaLaunchKernel"].device, -1);
   EXPECT_EQ(byName["aten::mm"].category, EventCategory::Cpu);
   EXPECT_EQ(Json::parse(byName["aten::mm"].argsJson)["Input Dims"], Json::parse("[[64,1024],[1024,1024]]"));
-  auto steps = store->stepTimesMs(r->runId);
+  auto steps = store.stepTimesMs(r->runId);
   ASSERT_TRUE(steps);
   ASSERT_EQ(steps->size(), 1u);
   EXPECT_DOUBLE_EQ(steps->front(), 5.0);
 }
 
-TEST(ChromeImport, PerfettoBeginEndPairs) {
-  TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
-  auto r = importText(*store, dir, "perfetto.json", kPerfetto);
+TEST_F(ChromeImport, PerfettoBeginEndPairs) {
+  auto r = importTrace("perfetto.json", kPerfetto);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 2);
-  auto events = store->loadEvents(r->runId);
+  auto events = store.loadEvents(r->runId);
   ASSERT_EQ(events->size(), 2u);
   std::map<std::string, MeasuredEvent> byName;
   for (const auto& e : *events) byName[e.name] = e;
@@ -146,26 +144,23 @@ TEST(ChromeImport, PerfettoBeginEndPairs) {
   EXPECT_EQ(Json::parse(byName["inner"].argsJson)["note"], "nested \"quoted\" \xc3\xa9 back\\slash\n\x01");
 }
 
-TEST(ChromeImport, TruncatedTraceKeepsWhatWasWellFormed) {
-  TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
+TEST_F(ChromeImport, TruncatedTraceKeepsWhatWasWellFormed) {
   const std::string text = kOurs;
   // Cut inside the third event: the first two are stored, the cut one is counted as skipped.
   const std::size_t cut = text.find("\"B mb0\"") + 3;
-  auto r = importText(*store, dir, "cut.json", text.substr(0, cut));
+  auto r = importTrace("cut.json", text.substr(0, cut));
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 2);
   EXPECT_EQ(r->skipped, 1);
   ASSERT_TRUE(r->firstError);
   EXPECT_NE(r->firstError->find("cut.json: byte " + std::to_string(cut)), std::string::npos) << *r->firstError;
-  auto s = store->runSummary(r->runId);
+  auto s = store.runSummary(r->runId);
   EXPECT_EQ(s->status, RunStatus::Incomplete);
   EXPECT_FALSE(s->error.empty());
   // Every cut point: never a crash, never more events than complete objects before the cut.
   for (std::size_t at = 0; at < text.size(); at += 17) {
     writeFile(dir.file("c.json"), text.substr(0, at));
-    auto x = store->importChromeTrace(dir.file("c.json"));
+    auto x = store.importChromeTrace(dir.file("c.json"));
     if (x) {
       EXPECT_LE(x->events, 3);
       EXPECT_TRUE(x->firstError) << "cut " << at;
@@ -175,10 +170,7 @@ TEST(ChromeImport, TruncatedTraceKeepsWhatWasWellFormed) {
   }
 }
 
-TEST(ChromeImport, MalformedEventsAreSkippedAndCounted) {
-  TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
+TEST_F(ChromeImport, MalformedEventsAreSkippedAndCounted) {
   const std::string text = R"({"traceEvents": [
     {"name": "ok1", "ph": "X", "ts": 1, "dur": 2, "pid": 0, "tid": 0},
     {"name": "bad ts", "ph": "X", "ts": "soon", "dur": 2},
@@ -189,42 +181,36 @@ TEST(ChromeImport, MalformedEventsAreSkippedAndCounted) {
     {"name": "open", "ph": "B", "pid": 3, "tid": 3, "ts": 3},
     {"name": "ok2", "ph": "X", "ts": 7, "dur": 1, "pid": 0, "tid": 0, "args": {"deep": [[[[{"a": [1, 2, {"b": null}]}]]]]}}
   ]})";
-  auto r = importText(*store, dir, "bad.json", text);
+  auto r = importTrace("bad.json", text);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 2);
   EXPECT_EQ(r->skipped, 6);  // bad ts, no dur, negative, 42, lone E, unclosed B
   ASSERT_TRUE(r->firstError);
-  const std::size_t at = text.find("{\"name\": \"bad ts\"");
+  const std::size_t at = text.find(R"({"name": "bad ts")");
   EXPECT_NE(r->firstError->find("byte " + std::to_string(at)), std::string::npos) << *r->firstError;
   EXPECT_NE(r->firstError->find("\"ts\""), std::string::npos) << *r->firstError;
-  auto s = store->runSummary(r->runId);
+  auto s = store.runSummary(r->runId);
   EXPECT_EQ(s->status, RunStatus::Complete);  // the file parsed; the skips are reported
   EXPECT_NE(s->error.find("6 event(s) skipped"), std::string::npos) << s->error;
-  auto events = store->loadEvents(r->runId);
+  auto events = store.loadEvents(r->runId);
   EXPECT_EQ(Json::parse(events->back().argsJson)["deep"][0][0][0][0]["a"][2]["b"], nullptr);
 }
 
-TEST(ChromeImport, NotATraceIsAnErrorAndLeavesNoRun) {
-  TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
-  auto a = importText(*store, dir, "garbage.json", "\x01\x02 not json");
+TEST_F(ChromeImport, NotATraceIsAnErrorAndLeavesNoRun) {
+  auto a = importTrace("garbage.json", "\x01\x02 not json");
   EXPECT_THAT(a, HasError("garbage.json: byte 1"));
-  auto b = importText(*store, dir, "plan.json", R"({"schema": "pipestudio.plan/1", "ops": []})");
+  auto b = importTrace("plan.json", R"({"schema": "pipestudio.plan/1", "ops": []})");
   EXPECT_THAT(b, HasError("no trace events"));
-  auto c = store->importChromeTrace(dir.file("missing.json"));
+  auto c = store.importChromeTrace(dir.file("missing.json"));
   EXPECT_THAT(c, HasError("cannot open"));
-  EXPECT_TRUE(store->listRuns()->empty());
+  EXPECT_TRUE(store.listRuns()->empty());
   // An empty traceEvents array is a valid, empty trace.
-  auto d = importText(*store, dir, "empty.json", R"({"traceEvents": []})");
+  auto d = importTrace("empty.json", R"({"traceEvents": []})");
   ASSERT_THAT(d, HasValue());
   EXPECT_EQ(d->events, 0);
 }
 
-TEST(ChromeImport, ManyEventsStreamThrough) {
-  TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
+TEST_F(ChromeImport, ManyEventsStreamThrough) {
   std::string text = "{\"traceEvents\": [";
   for (int i = 0; i < 30000; ++i) {
     if (i) text += ',';
@@ -232,8 +218,8 @@ TEST(ChromeImport, ManyEventsStreamThrough) {
             std::to_string(i * 10) + R"(,"dur":5,"args":{"device":)" + std::to_string(i % 4) + "}}";
   }
   text += "]}";
-  auto r = importText(*store, dir, "many.json", text);
+  auto r = importTrace("many.json", text);
   ASSERT_THAT(r, HasValue());
   EXPECT_EQ(r->events, 30000);
-  EXPECT_EQ(store->runSummary(r->runId)->devices, 4);
+  EXPECT_EQ(store.runSummary(r->runId)->devices, 4);
 }

@@ -120,12 +120,10 @@ TEST(Crash, LiveWriterIsNotMarkedIncomplete) {
   // A second connection (the GUI) opening while this process is still ingesting must not
   // take the run away from it.
   TempDir dir;
-  const std::string path = dir.file("history.sqlite");
-  auto writer = HistoryStore::open(path);
-  ASSERT_TRUE(writer);
-  auto run = writer->beginRun({});
+  HistoryStore writer = openStore(dir);
+  auto run = writer.beginRun({});
   ASSERT_TRUE(run);
-  auto other = HistoryStore::open(path);
+  auto other = HistoryStore::open(dir.file("history.sqlite"));
   ASSERT_TRUE(other);
   EXPECT_EQ(other->runSummary(*run)->status, RunStatus::Running);
   EXPECT_EQ(*other->recoverInterruptedRuns(), 0);

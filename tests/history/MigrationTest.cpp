@@ -36,6 +36,14 @@ void insertV1Run(HistoryStore& s) {
           "((7 << 32) | 2, 0, 1, 0, 1, 4000000, 3000000, 0);");
 }
 
+// A database at `path` created at schema `version`, holding insertV1Run's run.
+Status createWithV1Run(const std::string& path, int version) {
+  auto s = openAt(path, version);
+  if (!s) return s.error();
+  insertV1Run(*s);
+  return {};
+}
+
 }  // namespace
 
 TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
@@ -63,11 +71,7 @@ TEST(Migration, To1CreatesTheSchemaInAnEmptyFile) {
 TEST(Migration, To2AddsRunNamesAndNotes) {
   TempDir dir;
   const std::string path = dir.file("h.sqlite");
-  {
-    auto s = openAt(path, 1);
-    ASSERT_TRUE(s);
-    insertV1Run(*s);
-  }
+  ASSERT_THAT(createWithV1Run(path, 1), HasValue());
   auto s = openAt(path, 2);
   ASSERT_THAT(s, HasValue());
   EXPECT_EQ(queryInt(*s, "PRAGMA user_version"), 2);
@@ -80,11 +84,7 @@ TEST(Migration, To2AddsRunNamesAndNotes) {
 TEST(Migration, To3BackfillsRunMetricsAndAddsIndices) {
   TempDir dir;
   const std::string path = dir.file("h.sqlite");
-  {
-    auto s = openAt(path, 1);
-    ASSERT_TRUE(s);
-    insertV1Run(*s);
-  }
+  ASSERT_THAT(createWithV1Run(path, 1), HasValue());
   {
     auto s = openAt(path, 2);
     ASSERT_TRUE(s);
@@ -120,11 +120,7 @@ TEST(Migration, FromEveryOlderVersionStraightToCurrent) {
   for (int from = 1; from < kSchemaVersion; ++from) {
     TempDir dir;
     const std::string path = dir.file("h.sqlite");
-    {
-      auto s = openAt(path, from);
-      ASSERT_TRUE(s);
-      insertV1Run(*s);
-    }
+    ASSERT_THAT(createWithV1Run(path, from), HasValue());
     auto s = HistoryStore::open(path);
     ASSERT_THAT(s, HasValue()) << "from " << from;
     EXPECT_EQ(s->schemaVersion(), kSchemaVersion);

@@ -67,17 +67,16 @@ TEST(Store, PlansRoundTripWithOps) {
 
 TEST(Store, RunLifecycleRenameAnnotateDelete) {
   TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
+  HistoryStore store = openStore(dir);
   const Plan plan = smallPlan();
-  auto planId = store->addPlan(plan);
+  auto planId = store.addPlan(plan);
   ASSERT_TRUE(planId);
   RunInfo info;
   info.planId = *planId;
   info.source = "run";
-  auto run = store->ingestStream(trace::encodeStream(executorFrames(plan)), info);
+  auto run = store.ingestStream(trace::encodeStream(executorFrames(plan)), info);
   ASSERT_THAT(run, HasValue());
-  auto s = store->runSummary(*run);
+  auto s = store.runSummary(*run);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->status, RunStatus::Complete);
   EXPECT_EQ(s->planId, *planId);
@@ -88,9 +87,9 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   EXPECT_EQ(s->host, "testhost");
   EXPECT_GT(s->durationMs, 0);
 
-  ASSERT_TRUE(store->renameRun(*run, "baseline"));
-  ASSERT_TRUE(store->annotateRun(*run, "first try"));
-  s = store->runSummary(*run);
+  ASSERT_TRUE(store.renameRun(*run, "baseline"));
+  ASSERT_TRUE(store.annotateRun(*run, "first try"));
+  s = store.runSummary(*run);
   EXPECT_EQ(s->name, "baseline");
   EXPECT_EQ(s->notes, "first try");
   const Json j = runSummaryToJson(*s);
@@ -98,36 +97,35 @@ TEST(Store, RunLifecycleRenameAnnotateDelete) {
   EXPECT_EQ(j["status"], "complete");
   EXPECT_EQ(j["plan"], *planId);
 
-  auto steps = store->stepTimesMs(*run);
+  auto steps = store.stepTimesMs(*run);
   ASSERT_TRUE(steps);
   EXPECT_EQ(steps->size(), 2u);
 
-  auto other = store->ingestStream(trace::encodeStream(executorFrames(plan)));
+  auto other = store.ingestStream(trace::encodeStream(executorFrames(plan)));
   ASSERT_TRUE(other);
-  ASSERT_TRUE(store->deleteRun(*run));
-  EXPECT_FALSE(store->runSummary(*run));
-  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)), 0);
-  EXPECT_EQ(queryInt(*store, "SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)), 0);
-  EXPECT_TRUE(store->runSummary(*other));
-  EXPECT_FALSE(store->deleteRun(*run));
-  EXPECT_FALSE(store->renameRun(*run, "x"));
-  EXPECT_EQ(store->listRuns()->size(), 1u);
+  ASSERT_TRUE(store.deleteRun(*run));
+  EXPECT_FALSE(store.runSummary(*run));
+  EXPECT_EQ(queryInt(store, "SELECT COUNT(*) FROM run_events WHERE run_id = " + std::to_string(*run)), 0);
+  EXPECT_EQ(queryInt(store, "SELECT COUNT(*) FROM run_metrics WHERE run_id = " + std::to_string(*run)), 0);
+  EXPECT_TRUE(store.runSummary(*other));
+  EXPECT_FALSE(store.deleteRun(*run));
+  EXPECT_FALSE(store.renameRun(*run, "x"));
+  EXPECT_EQ(store.listRuns()->size(), 1u);
 }
 
 TEST(Store, RunAsPlanGivesADrawableTimeline) {
   TempDir dir;
-  auto store = HistoryStore::open(dir.file("h.sqlite"));
-  ASSERT_TRUE(store);
+  HistoryStore store = openStore(dir);
   const Plan plan = smallPlan();
-  auto planId = store->addPlan(plan);
+  auto planId = store.addPlan(plan);
   RunInfo info;
   info.planId = *planId;
-  auto run = store->ingestStream(trace::encodeStream(executorFrames(plan, {.iterations = 3})), info);
+  auto run = store.ingestStream(trace::encodeStream(executorFrames(plan, {.iterations = 3})), info);
   ASSERT_TRUE(run);
-  auto all = store->runAsPlan(*run);
+  auto all = store.runAsPlan(*run);
   ASSERT_THAT(all, HasValue());
   EXPECT_EQ(all->ops.size(), plan.ops.size() * 3);
-  auto one = store->runAsPlan(*run, 1);
+  auto one = store.runAsPlan(*run, 1);
   ASSERT_TRUE(one);
   ASSERT_EQ(one->ops.size(), plan.ops.size());
   EXPECT_EQ(one->virtualStages.size(), 2u);  // from the linked plan
@@ -140,8 +138,8 @@ TEST(Store, RunAsPlanGivesADrawableTimeline) {
     }
   }
   // Without a plan: stages inferred from the events.
-  auto bare = store->ingestStream(trace::encodeStream(executorFrames(plan)));
-  auto p = store->runAsPlan(*bare, 0);
+  auto bare = store.ingestStream(trace::encodeStream(executorFrames(plan)));
+  auto p = store.runAsPlan(*bare, 0);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->config.devices, 2);
   EXPECT_EQ(p->virtualStages.size(), 2u);

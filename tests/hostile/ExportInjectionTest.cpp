@@ -29,7 +29,7 @@ const std::string kResources = PIPESTUDIO_RESOURCES;
 // A GPT-3 1.3B plan torchtitan can run (1F1B, two stages), made once.
 const std::string& basePlan() {
   static const std::string path = [] {
-    const std::string out = (tempDir() / "injection-base.json").string();
+    std::string out = (tempDir() / "injection-base.json").string();
     const auto r = cli({"plan", "--model", kResources + "/models/gpt3-1.3b.json", "--cluster",
                         kResources + "/clusters/a100-1x8-nvlink.json", "--schedule", "1f1b", "--devices", "2",
                         "--microbatches", "4", "-o", out});
@@ -40,12 +40,20 @@ const std::string& basePlan() {
 }
 
 // The plan with its embedded model renamed.
+// An empty directory `name` under the test's temp dir.
+fs::path freshDir(const std::string& name) {
+  fs::path dir = tempDir() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 std::string planNamed(const fs::path& dir, const std::string& name) {
   auto doc = pipestudio::loadJsonFile(basePlan());
   EXPECT_THAT(doc, HasValue());
   pipestudio::Json plan = doc->root;
   plan["model"]["name"] = name;
-  const std::string path = (dir / "plan.json").string();
+  std::string path = (dir / "plan.json").string();
   spit(path, plan.dump(-1, ' ', false, pipestudio::Json::error_handler_t::strict));
   return path;
 }
@@ -54,7 +62,7 @@ std::string planNamed(const fs::path& dir, const std::string& name) {
 // configuration uses them.
 fs::path stubs() {
   static const fs::path dir = [] {
-    const fs::path d = tempDir() / "torchtitan-stubs";
+    fs::path d = tempDir() / "torchtitan-stubs";
     fs::create_directories(d / "torchtitan" / "distributed");
     spit((d / "torchtitan" / "__init__.py").string(), "");
     spit((d / "torchtitan" / "distributed" / "__init__.py").string(), "");
@@ -114,9 +122,9 @@ std::vector<Case> cases() {
   const std::string pwnBase = R"(m:f""" + __import__("os").system("touch PWNED3") + """)";
   return {
       {pwnModel, pwnCsv, pwnBase},
-      {"\"\"\"", "q\"uote.csv", "m:f\r"},
+      {R"(""")", "q\"uote.csv", "m:f\r"},
       {"line\nbreak", "new\nline.csv", "m:f\n"},
-      {"carriage\rreturn", "cr\r.csv", "m:f\"\"\""},
+      {"carriage\rreturn", "cr\r.csv", R"(m:f""")"},
       {"quote\"", "back\\slash.csv", "m:f\\"},
       {std::string("nul\0name", 8), "tab\t.csv", "m:f\x1b[31m"},
       {"unicod\xc3\xa9 \xe2\x80\xae bidi \xe2\x80\xa8 sep", "\xc3\xbcn\xc3\xaf.csv", "m\xc3\xa9:f"},
@@ -137,17 +145,15 @@ bool onlyFiles(const fs::path& dir, std::vector<std::string> names) {
 TEST(ExportInjection, HostileNamesCompileImportAndReadBackExactlyInPython) {
   int index = 0;
   for (const Case& c : cases()) {
-    const fs::path dir = tempDir() / ("titan-py-" + std::to_string(index++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const fs::path dir = freshDir("titan-py-" + std::to_string(index++));
     const std::string plan = planNamed(dir, c.name);
     const auto r = cli({"export", plan, "--format", "torchtitan", "-o", (dir / "titan_plan.py").string(),
                         "--csv-output", (dir / c.csv).string(), "--torchtitan-base", c.base});
     ASSERT_EQ(r.exitCode, 0) << pipestudio::excerpt(c.name) << ": " << r.err;
     spit((dir / "expect.json").string(),
          pipestudio::Json{{"name", hexOf(c.name)}, {"csv", hexOf(c.csv)}, {"base", hexOf(c.base)}}.dump());
-    const auto check = run({"/bin/sh", "-c", "cd \"$0\" && python3 -c \"$1\" \"$0\" \"$2\"", dir.string(), kCheckPython,
-                            stubs().string()});
+    const auto check =
+        run({"/bin/sh", "-c", R"(cd "$0" && python3 -c "$1" "$0" "$2")", dir.string(), kCheckPython, stubs().string()});
     EXPECT_EQ(check.exitCode, 0) << pipestudio::excerpt(c.name) << ": " << check.err;
     fs::remove_all(dir / "__pycache__");
     EXPECT_TRUE(onlyFiles(dir, {"plan.json", "titan_plan.py", c.csv, "expect.json"}))
@@ -158,23 +164,19 @@ TEST(ExportInjection, HostileNamesCompileImportAndReadBackExactlyInPython) {
 TEST(ExportInjection, HostileCsvPathsParseBackExactlyInTomlOrAreRefused) {
   int index = 0;
   for (const Case& c : cases()) {
-    const fs::path dir = tempDir() / ("titan-toml-" + std::to_string(index++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const fs::path dir = freshDir("titan-toml-" + std::to_string(index++));
     const std::string plan = planNamed(dir, c.name);
     const std::string csv = (dir / c.csv).string();
     const auto r = cli({"export", plan, "--format", "torchtitan", "--torchtitan-config", "toml", "-o",
                         (dir / "titan.toml").string(), "--csv-output", csv});
     ASSERT_EQ(r.exitCode, 0) << pipestudio::excerpt(c.csv) << ": " << r.err;
     spit((dir / "expect.json").string(), pipestudio::Json{{"csv_path", hexOf(csv)}}.dump());
-    const auto check = run({"/bin/sh", "-c", "cd \"$0\" && python3 -c \"$1\" \"$0\"", dir.string(), kCheckToml});
+    const auto check = run({"/bin/sh", "-c", R"(cd "$0" && python3 -c "$1" "$0")", dir.string(), kCheckToml});
     EXPECT_EQ(check.exitCode, 0) << pipestudio::excerpt(c.csv) << ": " << check.err;
     EXPECT_TRUE(onlyFiles(dir, {"plan.json", "titan.toml", c.csv, "expect.json"}));
   }
   // A path that is not UTF-8 cannot be a TOML string: refused, and neither file is written.
-  const fs::path dir = tempDir() / "titan-toml-bytes";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = freshDir("titan-toml-bytes");
   const std::string plan = planNamed(dir, "gpt");
   const auto r = cli({"export", plan, "--format", "torchtitan", "--torchtitan-config", "toml", "-o",
                       (dir / "titan.toml").string(), "--csv-output", (dir / "bad\xff.csv").string()});
@@ -187,8 +189,8 @@ TEST(ExportInjection, HostileCsvPathsParseBackExactlyInTomlOrAreRefused) {
   EXPECT_EQ(py.exitCode, 0) << py.err;
   spit((dir / "expect.json").string(),
        pipestudio::Json{{"name", hexOf("gpt")}, {"csv", hexOf("bad\xff.csv")}, {"base", hexOf("m:f")}}.dump());
-  const auto check = run(
-      {"/bin/sh", "-c", "cd \"$0\" && python3 -c \"$1\" \"$0\" \"$2\"", dir.string(), kCheckPython, stubs().string()});
+  const auto check =
+      run({"/bin/sh", "-c", R"(cd "$0" && python3 -c "$1" "$0" "$2")", dir.string(), kCheckPython, stubs().string()});
   EXPECT_EQ(check.exitCode, 0) << check.err;
 }
 

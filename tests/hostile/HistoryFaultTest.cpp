@@ -62,8 +62,7 @@ TEST(HistoryFaults, DiskFullMidRunStopsTheRanksAndKeepsWhatWasCommitted) {
       " --history /mnt/h.sqlite --iterations 20000 --max-op-ms 0.05 --json > /mnt/out 2> /mnt/err; code=$?; "
       "cat /mnt/err >&2; echo \"exit=$code\"; " +
       kCli + " history --db /mnt/h.sqlite show 1 --json";
-  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
-                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 200});
+  const auto r = runUnshared(script, 200);
   ASSERT_NE(r.exitCode, 90) << r.err;
   EXPECT_NE(r.out.find("exit=1"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find("disk is full"), std::string::npos) << r.err;
@@ -83,8 +82,7 @@ TEST(HistoryFaults, AReadOnlyHistoryIsListedAndRefusesWritesByName) {
                              " list; echo \"list=$?\"; " + kCli + " history --db " + db +
                              " show 1 --json >/dev/null; echo \"show=$?\"; " + kCli + " history --db " + db +
                              " rename 1 other; echo \"rename=$?\"";
-  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
-                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  const auto r = runUnshared(script, 60);
   ASSERT_NE(r.exitCode, 90) << r.err;
   EXPECT_NE(r.out.find("kept"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.out.find("list=0"), std::string::npos) << r.out << r.err;

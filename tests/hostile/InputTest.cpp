@@ -38,6 +38,13 @@ bool hasControl(const std::string& s) {
   return false;
 }
 
+// `validate` refuses the data file `file` (exit 1) with a message that holds `fragment`.
+void expectValidateRefuses(const std::string& file, const std::string& fragment) {
+  const auto r = cli({"validate", kData + file});
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+}
+
 }  // namespace
 
 // --- Data silently lost or changed ---------------------------------------------------------
@@ -58,11 +65,8 @@ TEST(HostileInput, MoreThanTheLayerLimitIsRefusedWithTheNumberNeverTruncated) {
 }
 
 TEST(HostileInput, DuplicateKeysAreRefusedWithBothPlaces) {
-  const auto r = cli({"validate", kData + "model-duplicate-key.json"});
-  EXPECT_EQ(r.exitCode, 1);
-  EXPECT_NE(r.err.find("model-duplicate-key.json:5:39: duplicate key 'forward_ms' (first at line 5, column 20"),
-            std::string::npos)
-      << r.err;
+  expectValidateRefuses("model-duplicate-key.json",
+                        "model-duplicate-key.json:5:39: duplicate key 'forward_ms' (first at line 5, column 20");
   EXPECT_EQ(cli({"validate", kData + "model-duplicate-escaped-key.json"}).exitCode, 1);
 }
 
@@ -192,18 +196,10 @@ TEST(HostileInput, EchoedNamesAndCellsAreEscapedAndCut) {
 }
 
 TEST(HostileInput, HostsThatWouldInjectSshOptionsAreRefused) {
-  const auto nl = cli({"validate", kData + "hosts-newline-host.json"});
-  EXPECT_EQ(nl.exitCode, 1);
-  EXPECT_NE(nl.err.find("/hosts/0/host: 'node1\\nProxyCommand evil' contains whitespace or a control character"),
-            std::string::npos)
-      << nl.err;
-  const auto user = cli({"validate", kData + "hosts-dash-user.json"});
-  EXPECT_EQ(user.exitCode, 1);
-  EXPECT_NE(user.err.find("/hosts/0/user: '-oProxyCommand=touch /tmp/pwned' begins with '-'"), std::string::npos)
-      << user.err;
-  const auto host = cli({"validate", kData + "hosts-dash-host.json"});
-  EXPECT_EQ(host.exitCode, 1);
-  EXPECT_NE(host.err.find("begins with '-'"), std::string::npos) << host.err;
+  expectValidateRefuses("hosts-newline-host.json",
+                        "/hosts/0/host: 'node1\\nProxyCommand evil' contains whitespace or a control character");
+  expectValidateRefuses("hosts-dash-user.json", "/hosts/0/user: '-oProxyCommand=touch /tmp/pwned' begins with '-'");
+  expectValidateRefuses("hosts-dash-host.json", "begins with '-'");
 }
 
 TEST(HostileInput, AFifoNobodyWritesToIsRefusedNotWaitedOn) {

@@ -214,8 +214,7 @@ TEST(OutputFile, AFullDiskIsNamedOnceWithItsReason) {
   const std::string script = "mount -t tmpfs -o size=64k tmpfs /mnt || exit 90; cd /mnt && " + kCli + " plan --model " +
                              kModel + " --cluster " + kCluster +
                              " --schedule 1f1b --devices 2 --microbatches 2000 -o plan.json; echo \"exit=$?\"; ls /mnt";
-  const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
-                     {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+  const auto r = runUnshared(script, 60);
   ASSERT_NE(r.exitCode, 90) << r.err;
   EXPECT_NE(r.out.find("exit=1"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find("plan.json: write error: No space left on device"), std::string::npos) << r.err;
@@ -316,13 +315,13 @@ TEST(OutputFile, TorchtitanLeavesNeitherFileWhenOneCannotBeWritten) {
             0);
   for (const char* config : {"python", "toml"}) {
     const std::string file = std::string("/mnt/ro/titan.") + (std::string(config) == "python" ? "py" : "toml");
-    const std::string script =
+    std::string script =
         "mount -t tmpfs tmpfs /mnt || exit 90; mkdir /mnt/rw /mnt/ro && mount -t tmpfs -o ro tmpfs /mnt/ro || exit "
-        "91; " +
-        kCli + " export " + plan + " --format torchtitan --torchtitan-config " + config + " -o " + file +
-        " --csv-output /mnt/rw/titan.csv; echo \"exit=$?\"; ls -A /mnt/rw /mnt/ro";
-    const auto r = run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
-                       {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = 60});
+        "91; ";
+    script.append(kCli).append(" export ").append(plan).append(" --format torchtitan --torchtitan-config ");
+    script.append(config).append(" -o ").append(file);
+    script.append(" --csv-output /mnt/rw/titan.csv; echo \"exit=$?\"; ls -A /mnt/rw /mnt/ro");
+    const auto r = runUnshared(script, 60);
     ASSERT_NE(r.exitCode, 90) << r.err;
     ASSERT_NE(r.exitCode, 91) << r.err;
     EXPECT_NE(r.out.find("exit=1"), std::string::npos) << config << ": " << r.out << r.err;

@@ -12,6 +12,7 @@
 #include "Spawn.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "support/ExpectedMatchers.hpp"
+#include "support/ProcFs.hpp"
 
 using pipestudio::test::HasValue;
 
@@ -22,26 +23,12 @@ namespace {
 
 const std::string kPlan = kGood + "tiny-plan.json";
 
-// Direct children of `pid` (from /proc/*/stat).
+// Direct children of `pid` that have not exited.
 std::vector<pid_t> childrenOf(pid_t pid) {
   std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    const auto p = static_cast<pid_t>(std::atoi(e->d_name));
-    if (p <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == pid && state != 'Z') out.push_back(p);
+  for (const pipestudio::test::ProcessEntry& p : pipestudio::test::processTable()) {
+    if (p.ppid == pid && p.state != 'Z') out.push_back(p.pid);
   }
-  ::closedir(d);
   return out;
 }
 

@@ -132,6 +132,13 @@ inline Result cli(const std::vector<std::string>& args, const SpawnOptions& opti
   return run(all, options);
 }
 
+/// Runs the shell `script` as root of a private mount namespace (unshare -rm), where it may
+/// mount what it needs (a small tmpfs on /mnt, a read-only bind) without touching the machine.
+inline Result runUnshared(const std::string& script, double deadlineS) {
+  return run({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script},
+             {.stdinPath = "/dev/null", .stdoutPath = "", .deadlineS = deadlineS});
+}
+
 /// Whether `unshare -rm` (a private mount namespace as an unprivileged root) works here: the
 /// disk-full and read-only-mount tests need it.
 inline bool haveMountNamespace() {

@@ -12,6 +12,7 @@
 #include "pipestudio/model/ModelIO.hpp"
 #include "support/ExpectedMatchers.hpp"
 #include "support/FileCaseName.hpp"
+#include "support/PointedMessage.hpp"
 
 using pipestudio::test::HasError;
 using pipestudio::test::HasErrorThat;
@@ -51,18 +52,6 @@ std::string load(Kind kind, const std::string& path) {
   return {};
 }
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const auto end = text.find('\n', start);
-    out.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
 class BadInput : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BadInput, NamesFileLinePointerAndExpectation) {
@@ -70,17 +59,7 @@ TEST_P(BadInput, NamesFileLinePointerAndExpectation) {
   const std::string path = kBad + c.file;
   const std::string message = load(c.kind, path);
   ASSERT_FALSE(message.empty()) << c.file << " was accepted";
-  // Exactly one message per problem: every line has the full shape.
-  const std::regex shape("^(.+):([0-9]+):([0-9]+): (/[^: ]*): (.+) \\(expected .+\\)$");
-  const auto all = lines(message);
-  for (const auto& line : all) {
-    EXPECT_TRUE(std::regex_match(line, shape)) << "bad shape: " << line;
-  }
-  const std::string expectedPrefix =
-      path + ":" + std::to_string(c.line) + ":" + std::to_string(c.column) + ": " + c.pointer + ": ";
-  EXPECT_EQ(all.front().rfind(expectedPrefix, 0), 0U) << all.front() << "\nexpected prefix " << expectedPrefix;
-  EXPECT_NE(all.front().find(c.what), std::string::npos) << all.front();
-  EXPECT_EQ(all.size(), 1U) << "one problem, one message:\n" << message;
+  test::expectPointedMessage(message, path, c.line, c.column, c.pointer, c.what);
 }
 
 // Lines and columns point at the offending value (or, for a missing field, the object).

@@ -49,4 +49,12 @@ inline void setRoundLinks(CollectiveLinks& links) {
   links.data = CollectiveLink{10, 0, true};
 }
 
+/// The links a TP × DP layout gets on `cluster` (Megatron order: TP inside a node).
+inline CollectiveLinks tpDpLinks(const ClusterSpec& cluster, int tensor, int data) {
+  Parallelism par;
+  par.tensor = tensor;
+  par.data = data;
+  return collectiveLinks(cluster, par);
+}
+
 }  // namespace pipestudio::test

@@ -32,6 +32,20 @@ std::vector<std::string> filesIn(const std::string& dir) {
   return out;
 }
 
+// Each file in resources/<dir> loads with `load`; returns how many there are.
+template <typename Load>
+std::size_t expectEachLoads(const std::string& dir, Load load) {
+  std::size_t n = 0;
+  for (const auto& path : filesIn(dir)) {
+    EXPECT_THAT(load(path), HasValue()) << path;
+    ++n;
+  }
+  return n;
+}
+
+// The bundled 4×8 H100 cluster that the round trips edit.
+Expected<ClusterSpec> bundledH100Cluster() { return loadCluster((kResources / "clusters/h100-4x8-ib.json").string()); }
+
 // The cluster a JSON text describes, read as a cluster file is; a text that does not parse or
 // read fails the test with the reader's message.
 std::optional<ClusterSpec> clusterFromText(const std::string& text) {
@@ -51,21 +65,9 @@ std::optional<ClusterSpec> clusterFromText(const std::string& text) {
 
 TEST(Examples, EveryResourceFileValidates) {
   std::size_t checked = 0;
-  for (const auto& path : filesIn("models")) {
-    auto m = loadModel(path);
-    EXPECT_THAT(m, HasValue());
-    ++checked;
-  }
-  for (const auto& path : filesIn("clusters")) {
-    auto c = loadCluster(path);
-    EXPECT_THAT(c, HasValue());
-    ++checked;
-  }
-  for (const auto& path : filesIn("hosts")) {
-    auto h = loadHosts(path);
-    EXPECT_THAT(h, HasValue());
-    ++checked;
-  }
+  checked += expectEachLoads("models", [](const std::string& path) { return loadModel(path); });
+  checked += expectEachLoads("clusters", [](const std::string& path) { return loadCluster(path); });
+  checked += expectEachLoads("hosts", [](const std::string& path) { return loadHosts(path); });
   for (const auto& path : filesIn("workspaces")) {
     auto doc = loadJsonFile(path);
     ASSERT_THAT(doc, HasValue());
@@ -99,7 +101,7 @@ TEST(Examples, SavedCopiesLoadBackUnchanged) {
 
 // A cluster's shared PCIe switches (links.host_switch) are written and read back.
 TEST(Examples, HostSwitchesRoundTrip) {
-  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  auto c = bundledH100Cluster();
   ASSERT_THAT(c, HasValue());
   c->hostSwitchGpus = 2;
   c->hostSwitchGBps = 55.5;
@@ -113,7 +115,7 @@ TEST(Examples, HostSwitchesRoundTrip) {
 // A GPU's GEMM fill (gemm_fill_k) is written with the cluster and read back; a cluster's own GPU
 // may state it, per precision or as bf16's number.
 TEST(Examples, GemmFillRoundTrips) {
-  auto c = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  auto c = bundledH100Cluster();
   ASSERT_THAT(c, HasValue());
   c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Bf16)] = 71;
   c->gpu.gemmFillK[static_cast<std::size_t>(Precision::Fp8)] = 341;
@@ -144,7 +146,7 @@ TEST(Examples, EpOverlapEfficiencyRoundTrips) {
   ASSERT_TRUE(again);
   EXPECT_DOUBLE_EQ(again->gpu.epOverlapEfficiency, 0.75);
 
-  auto catalogue = loadCluster(std::string(PIPESTUDIO_RESOURCES) + "/clusters/h100-4x8-ib.json");
+  auto catalogue = bundledH100Cluster();
   ASSERT_THAT(catalogue, HasValue());
   EXPECT_DOUBLE_EQ(epOverlapEfficiency(catalogue->gpu), kMeasuredEpOverlapEfficiency);
 }

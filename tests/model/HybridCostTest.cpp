@@ -30,7 +30,7 @@ CostContext context(int tp = 1, bool sp = false, Recompute rc = Recompute::None,
   return c;
 }
 
-constexpr double h = 1024, s = 512, a = 16, b = 2;
+constexpr double h = 1024, s = 512, a = 16, b = 2;  // NOLINT(readability-identifier-naming): the paper's symbols
 
 }  // namespace
 
@@ -171,18 +171,33 @@ TEST(HybridCost, GroupedQueryAttentionAndSwiGlu) {
   EXPECT_DOUBLE_EQ(c.modelFlopsForward, 2 * n * h * (h + 2 * hkv) + 2 * n * h * h + 6 * n * h * f + 4 * b * s * s * h);
 }
 
-// Mixture of experts (Mixtral §2.1): each token to top_k of the experts; expert parallelism E
-// holds experts/E of them per GPU and moves tokens with an all-to-all to dispatch and one to
-// combine, per pass.
-TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
+namespace {
+
+// A SwiGLU block of 8 experts of FFN 2048, top-2, and its context: EP 4 within DP 4.
+Layer moeBlock() {
   Layer l = block(1024, 512, 16);
   l.transformer->mlp = MlpKind::SwiGlu;
   l.transformer->experts = 8;
   l.transformer->topK = 2;
   l.transformer->expertFfn = 2048;
+  return l;
+}
+
+CostContext moeContext() {
   CostContext ctx = context(1, false, Recompute::None, 2);
   ctx.parallel.expert = 4;
   ctx.parallel.data = 4;
+  return ctx;
+}
+
+}  // namespace
+
+// Mixture of experts (Mixtral §2.1): each token to top_k of the experts; expert parallelism E
+// holds experts/E of them per GPU and moves tokens with an all-to-all to dispatch and one to
+// combine, per pass.
+TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
+  const Layer l = moeBlock();
+  CostContext ctx = moeContext();
   const LayerCosts c = layerCosts(l, ctx);
   const double fe = 2048;
   EXPECT_EQ(c.expertParameterBytes, std::llround(2 * (8.0 / 4) * 3 * h * fe));
@@ -208,14 +223,8 @@ TEST(HybridCost, MixtureOfExpertsWithExpertParallelism) {
 // buffer for the microbatch (attention and the MoE block up to its router: two n × h bf16 copies;
 // the whole layer: one; one full-iteration graph: none).
 TEST(HybridCost, CudaGraphsMoveTheDispatchersHostWaitAndHoldTheirInputs) {
-  Layer l = block(1024, 512, 16);
-  l.transformer->mlp = MlpKind::SwiGlu;
-  l.transformer->experts = 8;
-  l.transformer->topK = 2;
-  l.transformer->expertFfn = 2048;
-  CostContext ctx = context(1, false, Recompute::None, 2);
-  ctx.parallel.expert = 4;
-  ctx.parallel.data = 4;
+  const Layer l = moeBlock();
+  CostContext ctx = moeContext();
   const LayerCosts eager = layerCosts(l, ctx);
   ctx.parallel.cudaGraphImpl = CudaGraphImpl::TransformerEngine;
   ctx.parallel.cudaGraphModules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
@@ -274,17 +283,24 @@ TEST(HybridCost, AllReducePicksRingOrTree) {
   EXPECT_DOUBLE_EQ(allGatherMs(link, 4, large), 3.0 / 4 * large / 10e6 + 3 * 0.01);
 }
 
-// Placement (Megatron order): TP inside a node, DP across nodes sharing the node's NICs.
-TEST(HybridCost, CollectiveLinksFollowPlacement) {
+namespace {
+
+// Four 8-GPU nodes, NVLink at 300 GB/s (3 µs) inside, 4 NICs of 50 GB/s (10 µs) each between.
+ClusterSpec fourNodesOfEightWithFourNics() {
   ClusterSpec cluster;
   cluster.nodes.assign(4, NodeSpec{"n", 8, std::nullopt, std::nullopt});
   cluster.intraNode = LinkSpec{300, 3};
   cluster.interNode = LinkSpec{50, 10};
   cluster.nicsPerNode = 4;
-  Parallelism par;
-  par.tensor = 8;
-  par.data = 4;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  return cluster;
+}
+
+}  // namespace
+
+// Placement (Megatron order): TP inside a node, DP across nodes sharing the node's NICs.
+TEST(HybridCost, CollectiveLinksFollowPlacement) {
+  const ClusterSpec cluster = fourNodesOfEightWithFourNics();
+  const CollectiveLinks links = test::tpDpLinks(cluster, 8, 4);
   EXPECT_EQ(links.tensor.bandwidthGBps, 300);
   EXPECT_FALSE(links.tensor.crossesNodes);
   EXPECT_TRUE(links.data.crossesNodes);
@@ -336,15 +352,8 @@ TEST(HybridCost, RackScaleDataParallelRingIsHierarchical) {
 // 4 NICs each (a GPU's share 50 · 4 / 8 = 25 GB/s): 2 DP ranks per node, 4 nodes; each GPU
 // sends 7/8 · B, half over its NIC share (2 channels leave each node), half on NVLink.
 TEST(HybridCost, FewRanksPerDomainAreBoundByTheirNics) {
-  ClusterSpec cluster;
-  cluster.nodes.assign(4, NodeSpec{"n", 8, std::nullopt, std::nullopt});
-  cluster.intraNode = LinkSpec{300, 3};
-  cluster.interNode = LinkSpec{50, 10};
-  cluster.nicsPerNode = 4;
-  Parallelism par;
-  par.tensor = 4;
-  par.data = 8;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const ClusterSpec cluster = fourNodesOfEightWithFourNics();
+  const CollectiveLinks links = test::tpDpLinks(cluster, 4, 8);
   EXPECT_EQ(links.data.ranksPerDomain, 2);
   const double bytes = 1e9;
   const double sent = 7.0 / 8.0 * bytes;
@@ -367,10 +376,7 @@ TEST(HybridCost, NvlsSpeedsUpAllReduceInsideADomain) {
   cluster.nodes.assign(2, NodeSpec{"n", 8, std::nullopt, std::nullopt});
   cluster.intraNode = LinkSpec{350, 4};
   cluster.interNode = LinkSpec{45, 15};
-  Parallelism par;
-  par.tensor = 8;
-  par.data = 2;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const CollectiveLinks links = test::tpDpLinks(cluster, 8, 2);
   const double bytes = 1e9;
   const double nvls = 2.0 * 7 / 8 * bytes / (350e6 * 2 * 0.85 * 15 / 16) + 0.025;
   const double ring = 2.0 * 7 / 8 * bytes / 350e6 + 14 * 0.004;
@@ -380,7 +386,7 @@ TEST(HybridCost, NvlsSpeedsUpAllReduceInsideADomain) {
   EXPECT_EQ(links.data.ranksPerDomain, 1);
   EXPECT_NEAR(allReduceMs(links.data, 2, bytes), bytes / 45e6 + 2 * 0.015, 1e-9);  // the flat ring
   cluster.nvls = false;                                                            // switches without NVLS
-  EXPECT_NEAR(allReduceMs(collectiveLinks(cluster, par).tensor, 8, bytes), ring, 1e-9);
+  EXPECT_NEAR(allReduceMs(test::tpDpLinks(cluster, 8, 2).tensor, 8, bytes), ring, 1e-9);
 }
 
 // The weight-gradient pass is the weight GEMMs only; the Zero Bubble paper profiled T_W at

@@ -378,10 +378,7 @@ TEST(GpuCatalog, NvlinkDomainsSpanNodes) {
   cluster.nvlinkDomain = 72;
   cluster.intraNode = LinkSpec{700, 4};
   cluster.interNode = LinkSpec{45, 12};
-  Parallelism par;
-  par.tensor = 8;
-  par.data = 16;
-  const CollectiveLinks links = collectiveLinks(cluster, par);
+  const CollectiveLinks links = test::tpDpLinks(cluster, 8, 16);
   EXPECT_FALSE(links.tensor.crossesNodes);
   EXPECT_DOUBLE_EQ(links.tensor.bandwidthGBps, 700);
   EXPECT_TRUE(links.data.crossesNodes);

@@ -7,13 +7,13 @@
 #include <cctype>
 #include <cstdint>
 #include <limits>
-#include <regex>
 #include <string>
 
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "support/ExpectedMatchers.hpp"
 #include "support/FileCaseName.hpp"
+#include "support/PointedMessage.hpp"
 
 using pipestudio::test::HasValue;
 
@@ -37,14 +37,7 @@ TEST_P(BadPlan, NamesFileLinePointerAndExpectation) {
   const std::string path = kData + "bad/" + c.file;
   auto plan = loadPlan(path);
   ASSERT_FALSE(plan) << c.file << " was accepted";
-  const std::string& message = plan.message();
-  EXPECT_EQ(message.find('\n'), std::string::npos) << "one problem, one message:\n" << message;
-  EXPECT_TRUE(std::regex_match(message, std::regex("^(.+):([0-9]+):([0-9]+): (/[^: ]*): (.+) \\(expected .+\\)$")))
-      << message;
-  const std::string prefix =
-      path + ":" + std::to_string(c.line) + ":" + std::to_string(c.column) + ": " + c.pointer + ": ";
-  EXPECT_EQ(message.rfind(prefix, 0), 0U) << message << "\nexpected prefix " << prefix;
-  EXPECT_NE(message.find(c.what), std::string::npos) << message;
+  test::expectPointedMessage(plan.message(), path, c.line, c.column, c.pointer, c.what);
 }
 
 const auto kCases = std::to_array<Case>({

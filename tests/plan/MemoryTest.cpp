@@ -52,33 +52,32 @@ TEST(MemoryParts, MarginIsContextAndFragmentation) {
   EXPECT_EQ(memoryMarginBytes(gpu), memoryContextBytes() + memoryFragmentationBytes(gpu));
 }
 
+// The waits offloadWaits gives a stage's layers under the given leads, against the hand-worked ones.
+void expectWaits(const std::vector<OffloadedLayer>& layers, int forwardLead, int backwardLead, bool preloadLast,
+                 double forwardMs, double backwardMs) {
+  const OffloadWaits w = offloadWaits(layers, forwardLead, backwardLead, preloadLast);
+  EXPECT_DOUBLE_EQ(w.forwardMs, forwardMs);
+  EXPECT_DOUBLE_EQ(w.backwardMs, backwardMs);
+}
+
 // Transformer Engine's default offload scheduling, 4 layers of 10 ms forward and 20 ms backward,
 // the first N = 2 offloaded, each copy 15 ms: layer 0's copy (10 → 25) must end before layer 2
 // starts (at 20: waits 5), layer 1's (25 → 40) before layer 3 (at 35: waits 5). Backward: layer
 // 1 comes back when layer 2's backward starts (20 → 35, needed at 40), layer 0 when layer 1's
 // starts (40 → 55, needed at 60): no wait.
 TEST(OffloadWaits, TransformerEngineLayersHiddenAndExposed) {
-  const std::vector<OffloadedLayer> layers{{10, 20, 15}, {10, 20, 15}, {10, 20, 0}, {10, 20, 0}};
-  const OffloadWaits w = offloadWaits(layers, 2, 1, false);
-  EXPECT_DOUBLE_EQ(w.forwardMs, 10.0);
-  EXPECT_DOUBLE_EQ(w.backwardMs, 0.0);
+  expectWaits({{10, 20, 15}, {10, 20, 15}, {10, 20, 0}, {10, 20, 0}}, 2, 1, false, 10.0, 0.0);
   // Copies of 30 ms: forward copies end at 40 and 70, layers 2 and 3 wait 20 each (start 40, 70);
   // backward: layer 1 back at 50 (needed at 40: waits 10), layer 0 starts at 50 after it (ends 80,
   // needed at 70: waits 10).
-  const std::vector<OffloadedLayer> slow{{10, 20, 30}, {10, 20, 30}, {10, 20, 0}, {10, 20, 0}};
-  const OffloadWaits s = offloadWaits(slow, 2, 1, false);
-  EXPECT_DOUBLE_EQ(s.forwardMs, 40.0);
-  EXPECT_DOUBLE_EQ(s.backwardMs, 20.0);
+  expectWaits({{10, 20, 30}, {10, 20, 30}, {10, 20, 0}, {10, 20, 0}}, 2, 1, false, 40.0, 20.0);
 }
 
 // Megatron-Core's fine-grained offloading: the forward never waits; each layer comes back while
 // the layer after it runs its backward, the last one already during the previous backward.
 // Copies of 30 ms against 20 ms backwards: layers 2, 1, 0 each wait 10.
 TEST(OffloadWaits, FineGrainedReloadsOneLayerAhead) {
-  const std::vector<OffloadedLayer> layers{{10, 20, 30}, {10, 20, 30}, {10, 20, 30}, {10, 20, 30}};
-  const OffloadWaits w = offloadWaits(layers, 0, 1, true);
-  EXPECT_DOUBLE_EQ(w.forwardMs, 0.0);
-  EXPECT_DOUBLE_EQ(w.backwardMs, 30.0);
+  expectWaits({{10, 20, 30}, {10, 20, 30}, {10, 20, 30}, {10, 20, 30}}, 0, 1, true, 0.0, 30.0);
   const std::vector<OffloadedLayer> fast{{10, 20, 15}, {10, 20, 15}, {10, 20, 15}, {10, 20, 15}};
   EXPECT_DOUBLE_EQ(offloadWaits(fast, 0, 1, true).backwardMs, 0.0);
 }

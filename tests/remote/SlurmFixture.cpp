@@ -3,13 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -55,13 +55,11 @@ Slurm::Slurm(int cpus) {
       return;
     }
   }
-  std::string tmpl = "/tmp/ps-slurm-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) {
+  m_dir = makeDaemonDir("ps-slurm-test");
+  if (m_dir.empty()) {
     m_error = "cannot create a temp dir";
     return;
   }
-  m_dir = tmpl;
-  ::chmod(m_dir.c_str(), 0755);
   for (const char* sub : {"/munge", "/state", "/spool", "/log"}) ::mkdir((m_dir + sub).c_str(), 0755);
   ::mkdir((m_dir + "/munge-key").c_str(), 0700);
 
@@ -158,6 +156,7 @@ pid_t Slurm::spawn(const std::vector<std::string>& argv, const std::string& log)
   env.push_back(const_cast<char*>(confEnv.c_str()));
   env.push_back(nullptr);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t parent = ::getpid();
@@ -187,7 +186,7 @@ void Slurm::stop() {
       return client("squeue -h 2>/dev/null", &out) != 0 || out.empty();
     });
   }
-  for (auto it = m_daemons.rbegin(); it != m_daemons.rend(); ++it) ::kill(*it, SIGTERM);
+  for (std::size_t i = m_daemons.size(); i-- > 0;) ::kill(m_daemons[i], SIGTERM);  // newest first
   for (const pid_t pid : m_daemons) {
     bool gone = waitFor(5000, [&] { return ::waitpid(pid, nullptr, WNOHANG) == pid; });
     if (!gone) {
@@ -200,18 +199,10 @@ void Slurm::stop() {
   // Job steps (slurmstepd daemonizes away from slurmd) and their tasks carry this cluster's
   // SLURM_CONF in their environment: whatever is left of them goes too.
   const std::string marker = "SLURM_CONF=" + conf();
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-      if (pid <= 0 || pid == ::getpid()) continue;
-      std::string env = readWholeFile("/proc/" + std::string(e->d_name) + "/environ");
-      for (char& c : env) {
-        if (c == '\0') c = '\n';
-      }
-      if (("\n" + env).find("\n" + marker + "\n") != std::string::npos) ::kill(pid, SIGKILL);
-    }
-    ::closedir(d);
-  }
+  const auto carriesMarker = [&](const std::string& env) {
+    return ("\n" + env).find("\n" + marker + "\n") != std::string::npos;
+  };
+  for (const pid_t pid : processesWhose("environ", '\n', carriesMarker)) ::kill(pid, SIGKILL);
 }
 
 std::string Slurm::logs() const {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/ProcFs.hpp"
 #include "support/RunCommand.hpp"
 
 namespace pipestudio::remote::test {
@@ -52,39 +53,26 @@ bool canConnect(int port) {
   return ok;
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string readFile(const std::string& path) { return pipestudio::test::wholeFile(path); }
 
 }  // namespace
 
 std::string readWholeFile(const std::string& path) { return readFile(path); }
 
-// From /proc/<pid>/stat (field 4 is the parent).
+std::string makeDaemonDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return {};
+  ::chmod(tmpl.c_str(), 0755);
+  return tmpl;
+}
+
+// The processes below `root`, from their parents in /proc.
 std::vector<pid_t> descendants(pid_t root) {
-  std::vector<std::pair<pid_t, pid_t>> all;  // pid, ppid
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      const auto pid = static_cast<pid_t>(std::atoi(e->d_name));
-      if (pid <= 0) continue;
-      const std::string stat = readFile("/proc/" + std::string(e->d_name) + "/stat");
-      const auto close = stat.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(stat.substr(close + 2));
-      char state = 0;
-      pid_t ppid = 0;
-      rest >> state >> ppid;
-      all.emplace_back(pid, ppid);
-    }
-    ::closedir(d);
-  }
+  const std::vector<pipestudio::test::ProcessEntry> all = pipestudio::test::processTable();
   std::vector<pid_t> out{root};
   for (std::size_t i = 0; i < out.size(); ++i) {
-    for (const auto& [pid, ppid] : all) {
-      if (ppid == out[i]) out.push_back(pid);
+    for (const auto& p : all) {
+      if (p.ppid == out[i]) out.push_back(p.pid);
     }
   }
   out.erase(out.begin());
@@ -97,22 +85,27 @@ int runLocal(const std::string& command, std::string* out) {
   return r.status;
 }
 
-std::vector<pid_t> processesMatching(const std::string& needle) {
+std::vector<pid_t> processesWhose(const std::string& file, char separator,
+                                  const std::function<bool(const std::string&)>& match) {
   std::vector<pid_t> out;
   if (DIR* d = ::opendir("/proc")) {
     while (dirent* e = ::readdir(d)) {
       const auto pid = static_cast<pid_t>(std::atoi(e->d_name));
       if (pid <= 0 || pid == ::getpid()) continue;
-      std::string cmd = readFile("/proc/" + std::string(e->d_name) + "/cmdline");
-      for (char& c : cmd) {
-        if (c == '\0') c = ' ';
+      std::string text = readFile("/proc/" + std::string(e->d_name) + "/" + file);
+      for (char& c : text) {
+        if (c == '\0') c = separator;
       }
-      // A zombie has an empty cmdline: it is gone for our purposes.
-      if (cmd.find(needle) != std::string::npos) out.push_back(pid);
+      if (match(text)) out.push_back(pid);
     }
     ::closedir(d);
   }
   return out;
+}
+
+std::vector<pid_t> processesMatching(const std::string& needle) {
+  // A zombie has an empty cmdline: it is gone for our purposes.
+  return processesWhose("cmdline", ' ', [&](const std::string& cmd) { return cmd.find(needle) != std::string::npos; });
 }
 
 Sshd::Sshd(const std::vector<std::string>& environment) {
@@ -121,13 +114,11 @@ Sshd::Sshd(const std::vector<std::string>& environment) {
     m_error = "sshd not installed at /usr/sbin/sshd (packaging/install-deps.sh installs openssh-server)";
     return;
   }
-  std::string tmpl = "/tmp/ps-remote-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) {
+  m_dir = makeDaemonDir("ps-remote-test");
+  if (m_dir.empty()) {
     m_error = "cannot create a temp dir";
     return;
   }
-  m_dir = tmpl;
-  ::chmod(m_dir.c_str(), 0755);
   if (runLocal("ssh-keygen -q -t ed25519 -N '' -C pipestudio-test-host -f '" + m_dir + "/host_key' </dev/null") != 0 ||
       runLocal("ssh-keygen -q -t ed25519 -N '' -C pipestudio-test-user -f '" + m_dir + "/user_key' </dev/null") != 0) {
     m_error = "ssh-keygen failed";

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,9 +69,15 @@ int freeTcpPort();
 std::vector<pid_t> descendants(pid_t root);
 /// The whole file (empty when it cannot be read).
 std::string readWholeFile(const std::string& path);
+/// A new directory /tmp/<prefix>-XXXXXX readable by the daemons' users (0755); "" when it
+/// cannot be made.
+std::string makeDaemonDir(const std::string& prefix);
 /// Runs a local command, returns its exit status and stdout.
 int runLocal(const std::string& command, std::string* out = nullptr);
 /// Process ids whose command line contains `needle` (scans /proc).
 std::vector<pid_t> processesMatching(const std::string& needle);
+/// Other processes whose /proc/<pid>/<file> (NULs read as `separator`) satisfies `match`.
+std::vector<pid_t> processesWhose(const std::string& file, char separator,
+                                  const std::function<bool(const std::string&)>& match);
 
 }  // namespace pipestudio::remote::test

@@ -622,22 +622,12 @@ class ChromeHandler {
     if (m_stored == storedBefore) return true;  // skipped: no step either
     // Kineto marks each training step with a "ProfilerStep#N" range (host lane; one rank's).
     if (startsWith(e.name, "ProfilerStep#") && (!m_ctx || (m_ctx->recordSteps && e.cat != "gpu_user_annotation"))) {
-      const std::string digits = e.name.substr(13);
-      char* end = nullptr;
-      const long long step = std::strtoll(digits.c_str(), &end, 10);
-      if (end != digits.c_str()) {
-        Statement& s = m_im.insertStep;
-        s.bind(1, m_run);
-        s.bind(2, static_cast<std::int64_t>(step));
-        s.bind(3, static_cast<double>(durNs) / 1e6);
-        const int rc = s.step();
-        s.reset();
-        if (rc != SQLITE_DONE) {
-          m_db = Error{m_im.path + ": " + detail::lastError(m_im.db)};
-          return false;
-        }
-        ++m_steps;
+      auto stored = storeProfilerStep(m_im, m_run, e.name, durNs);
+      if (!stored) {
+        m_db = stored.error();
+        return false;
       }
+      if (*stored) ++m_steps;
     }
     return true;
   }

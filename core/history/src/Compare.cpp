@@ -882,6 +882,136 @@ std::vector<OpProducers::StageOp> OpProducers::of(int virtualStage, OpKind kind,
 
 // ---- idle breakdown -----------------------------------------------------------------------
 
+namespace {
+
+// The measured ops of a run (highest virtual stage among them) and, per device, the merged
+// intervals its NCCL kernels cover.
+struct RunOps {
+  std::vector<const MeasuredEvent*> ops;
+  std::map<int, std::vector<Interval>> comm;
+  int maxStage = 0;
+};
+
+RunOps runOps(const std::vector<MeasuredEvent>& events) {
+  RunOps m;
+  for (const auto& e : events) {
+    if (e.category == EventCategory::Op && e.device >= 0) {
+      m.ops.push_back(&e);
+      m.maxStage = std::max(m.maxStage, e.virtualStage);
+    } else if (e.category == EventCategory::Nccl && e.device >= 0) {
+      m.comm[e.device].push_back({e.startNs, e.startNs + e.durationNs});
+    }
+  }
+  for (auto& [d, v] : m.comm) unionInPlace(v);
+  return m;
+}
+
+// Planned idle before each op (its start − the previous op's end on its device), by
+// (device, stage, kind, microbatch).
+using PlannedIdle = std::map<std::tuple<int, int, int, int>, double>;
+
+PlannedIdle plannedIdle(const Plan& plan) {
+  PlannedIdle idle;
+  std::map<int, double> lastEnd;
+  for (const Op& op : plan.ops) {
+    auto it = lastEnd.find(op.device);
+    if (it != lastEnd.end()) {
+      idle[{op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch}] =
+          std::max(0.0, op.startMs - it->second);
+    }
+    lastEnd[op.device] = std::max(it == lastEnd.end() ? op.endMs : it->second, op.endMs);
+  }
+  return idle;
+}
+
+// The measured ops by (iteration, stage, kind, microbatch), each iteration's window, and the
+// producers of each op, to tell when an op's inputs were ready.
+class MeasuredIndex {
+ public:
+  MeasuredIndex(const std::vector<const MeasuredEvent*>& ops, const OpProducers& producers) : m_producers(producers) {
+    for (const auto* e : ops) {
+      m_byKey.emplace(OpKey{e->iteration, e->virtualStage, e->kind, e->microbatch}, e);
+      auto [it, inserted] = m_window.try_emplace(e->iteration, e->startNs, e->startNs + e->durationNs);
+      if (!inserted) {
+        it->second.first = std::min(it->second.first, e->startNs);
+        it->second.second = std::max(it->second.second, e->startNs + e->durationNs);
+      }
+    }
+  }
+
+  /// The iteration's [first start, last end] over all devices.
+  std::pair<std::int64_t, std::int64_t> window(int iteration) { return m_window[iteration]; }
+
+  /// When the op's inputs from other devices were ready: the latest end of its producers
+  /// there (partial-batch N ops share a key: the latest of them).
+  std::optional<std::int64_t> producerEnd(const MeasuredEvent& e) const {
+    const auto kind = static_cast<OpKind>(std::clamp(e.kind, 0, kOpKindCount - 1));
+    std::optional<std::int64_t> ready;
+    for (const OpProducers::StageOp& producer : m_producers.of(e.virtualStage, kind, e.microbatch)) {
+      const OpKey key{e.iteration, producer.virtualStage, static_cast<int>(producer.kind), producer.microbatch};
+      for (auto it = m_byKey.lower_bound(key); it != m_byKey.end() && !(key < it->first); ++it) {
+        const MeasuredEvent& p = *it->second;
+        if (p.device != e.device) ready = std::max(ready.value_or(p.startNs + p.durationNs), p.startNs + p.durationNs);
+      }
+    }
+    return ready;
+  }
+
+ private:
+  const OpProducers& m_producers;
+  std::multimap<OpKey, const MeasuredEvent*> m_byKey;
+  std::map<int, std::pair<std::int64_t, std::int64_t>> m_window;  // iteration → [first start, last end]
+};
+
+// Adds one device's iteration to its row: its ops (in start order) busy, the gaps between them
+// split into bubble (as planned), dependency wait, communication and host wait, and the fill and
+// drain at the window's edges into communication and bubble.
+void addLaneIdle(IdleBreakdown& row, const std::vector<const MeasuredEvent*>& lane,
+                 std::pair<std::int64_t, std::int64_t> window, const std::vector<Interval>& c,
+                 const MeasuredIndex& index, const PlannedIdle& plannedIdleMs) {
+  const auto [winStart, winEnd] = window;
+  row.windowMs += static_cast<double>(winEnd - winStart) / kNsPerMs;
+  // Fill and drain: before the first and after the last op of the device in the window.
+  auto edgeGap = [&](std::int64_t a, std::int64_t b) {
+    if (b <= a) return;
+    const std::int64_t cm = covered(c, a, b);
+    row.communicationMs += static_cast<double>(cm) / kNsPerMs;
+    row.bubbleMs += static_cast<double>(b - a - cm) / kNsPerMs;
+  };
+  std::int64_t cursor = winStart;
+  for (std::size_t i = 0; i < lane.size(); ++i) {
+    const MeasuredEvent& e = *lane[i];
+    const std::int64_t end = e.startNs + e.durationNs;
+    if (e.startNs > cursor) {
+      if (i == 0) {
+        edgeGap(cursor, e.startNs);
+      } else {
+        const std::int64_t a = cursor, b = e.startNs;
+        const std::int64_t ready = std::clamp(index.producerEnd(e).value_or(a), a, b);
+        const std::int64_t commWait = covered(c, a, ready);
+        const std::int64_t commHost = covered(c, ready, b);
+        const double waitMs = static_cast<double>(ready - a - commWait) / kNsPerMs;
+        double plannedMs = 0;
+        if (auto p = plannedIdleMs.find({e.device, e.virtualStage, e.kind, e.microbatch}); p != plannedIdleMs.end()) {
+          plannedMs = p->second;
+        }
+        const double bubble = std::min(waitMs, plannedMs);
+        row.bubbleMs += bubble;
+        row.dependencyWaitMs += waitMs - bubble;
+        row.communicationMs += static_cast<double>(commWait + commHost) / kNsPerMs;
+        row.hostWaitMs += static_cast<double>(b - ready - commHost) / kNsPerMs;
+      }
+    }
+    if (end > cursor) {
+      row.busyMs += static_cast<double>(end - std::max(cursor, e.startNs)) / kNsPerMs;
+      cursor = end;
+    }
+  }
+  edgeGap(cursor, winEnd);
+}
+
+}  // namespace
+
 Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId run) {
   auto summary = store.runSummary(run);
   if (!summary) return summary.error();
@@ -892,117 +1022,31 @@ Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId ru
   auto events = store.loadEvents(run);
   if (!events) return events.error();
 
-  std::vector<const MeasuredEvent*> ops;
-  std::map<int, std::vector<Interval>> comm;
-  int maxStage = 0;
-  for (const auto& e : *events) {
-    if (e.category == EventCategory::Op && e.device >= 0) {
-      ops.push_back(&e);
-      maxStage = std::max(maxStage, e.virtualStage);
-    } else if (e.category == EventCategory::Nccl && e.device >= 0) {
-      comm[e.device].push_back({e.startNs, e.startNs + e.durationNs});
-    }
-  }
-  for (auto& [d, v] : comm) unionInPlace(v);
+  const RunOps measured = runOps(*events);
   // OpProducers keeps a table per stage: sized from a bounded number only (imports bound
   // stages; a database of an older build may not have).
-  if (maxStage >= kMaxPlanVirtualStages) {
+  if (measured.maxStage >= kMaxPlanVirtualStages) {
     return Error{store.path() + ": run " + std::to_string(run) + ": an op range names virtual stage " +
-                 std::to_string(maxStage) + ", more than a plan can have (" + std::to_string(kMaxPlanVirtualStages) +
-                 ")"};
+                 std::to_string(measured.maxStage) + ", more than a plan can have (" +
+                 std::to_string(kMaxPlanVirtualStages) + ")"};
   }
-  const OpProducers producers(plan ? &*plan : nullptr, maxStage);
-
-  // Producer lookup: the end time and device of each (iteration, stage, kind, microbatch).
-  std::multimap<OpKey, const MeasuredEvent*> byKey;
-  std::map<int, std::pair<std::int64_t, std::int64_t>> window;  // iteration → [first start, last end]
-  for (const auto* e : ops) {
-    byKey.emplace(OpKey{e->iteration, e->virtualStage, e->kind, e->microbatch}, e);
-    auto [it, inserted] = window.try_emplace(e->iteration, e->startNs, e->startNs + e->durationNs);
-    if (!inserted) {
-      it->second.first = std::min(it->second.first, e->startNs);
-      it->second.second = std::max(it->second.second, e->startNs + e->durationNs);
-    }
-  }
-  // Planned idle before each op (its start − the previous op's end on its device).
-  std::map<std::tuple<int, int, int, int>, double> plannedIdleMs;  // (device, stage, kind, microbatch)
-  if (plan) {
-    std::map<int, double> lastEnd;
-    for (const Op& op : plan->ops) {
-      auto it = lastEnd.find(op.device);
-      if (it != lastEnd.end()) {
-        plannedIdleMs[{op.device, op.virtualStage, static_cast<int>(op.kind), op.microbatch}] =
-            std::max(0.0, op.startMs - it->second);
-      }
-      lastEnd[op.device] = std::max(it == lastEnd.end() ? op.endMs : it->second, op.endMs);
-    }
-  }
-  // When the op's inputs from other devices were ready: the latest end of its producers
-  // there (partial-batch N ops share a key: the latest of them).
-  auto producerEnd = [&](const MeasuredEvent& e) -> std::optional<std::int64_t> {
-    const auto kind = static_cast<OpKind>(std::clamp(e.kind, 0, kOpKindCount - 1));
-    std::optional<std::int64_t> ready;
-    for (const OpProducers::StageOp& producer : producers.of(e.virtualStage, kind, e.microbatch)) {
-      const OpKey key{e.iteration, producer.virtualStage, static_cast<int>(producer.kind), producer.microbatch};
-      for (auto it = byKey.lower_bound(key); it != byKey.end() && !(key < it->first); ++it) {
-        const MeasuredEvent& p = *it->second;
-        if (p.device != e.device) ready = std::max(ready.value_or(p.startNs + p.durationNs), p.startNs + p.durationNs);
-      }
-    }
-    return ready;
-  };
+  const OpProducers producers(plan ? &*plan : nullptr, measured.maxStage);
+  MeasuredIndex index(measured.ops, producers);
+  const PlannedIdle plannedIdleMs = plan ? plannedIdle(*plan) : PlannedIdle{};
 
   // Ops per (device, iteration) in start order.
   std::map<std::pair<int, int>, std::vector<const MeasuredEvent*>> lanes;
-  for (const auto* e : ops) lanes[{e->device, e->iteration}].push_back(e);
+  for (const auto* e : measured.ops) lanes[{e->device, e->iteration}].push_back(e);
   std::map<int, IdleBreakdown> rows;
   for (auto& [key, lane] : lanes) {
     std::sort(lane.begin(), lane.end(), [](const auto* x, const auto* y) { return x->startNs < y->startNs; });
     const auto [device, iteration] = key;
-    const auto [winStart, winEnd] = window[iteration];
     IdleBreakdown& row = rows[device];
     row.device = device;
-    row.windowMs += static_cast<double>(winEnd - winStart) / kNsPerMs;
     static const std::vector<Interval> kNoComm;
-    const auto commIt = comm.find(device);
-    const std::vector<Interval>& c = commIt == comm.end() ? kNoComm : commIt->second;
-    // Fill and drain: before the first and after the last op of the device in the window.
-    auto edgeGap = [&](std::int64_t a, std::int64_t b) {
-      if (b <= a) return;
-      const std::int64_t cm = covered(c, a, b);
-      row.communicationMs += static_cast<double>(cm) / kNsPerMs;
-      row.bubbleMs += static_cast<double>(b - a - cm) / kNsPerMs;
-    };
-    std::int64_t cursor = winStart;
-    for (std::size_t i = 0; i < lane.size(); ++i) {
-      const MeasuredEvent& e = *lane[i];
-      const std::int64_t end = e.startNs + e.durationNs;
-      if (e.startNs > cursor) {
-        if (i == 0) {
-          edgeGap(cursor, e.startNs);
-        } else {
-          const std::int64_t a = cursor, b = e.startNs;
-          const std::int64_t ready = std::clamp(producerEnd(e).value_or(a), a, b);
-          const std::int64_t commWait = covered(c, a, ready);
-          const std::int64_t commHost = covered(c, ready, b);
-          const double waitMs = static_cast<double>(ready - a - commWait) / kNsPerMs;
-          double plannedMs = 0;
-          if (auto p = plannedIdleMs.find({e.device, e.virtualStage, e.kind, e.microbatch}); p != plannedIdleMs.end()) {
-            plannedMs = p->second;
-          }
-          const double bubble = std::min(waitMs, plannedMs);
-          row.bubbleMs += bubble;
-          row.dependencyWaitMs += waitMs - bubble;
-          row.communicationMs += static_cast<double>(commWait + commHost) / kNsPerMs;
-          row.hostWaitMs += static_cast<double>(b - ready - commHost) / kNsPerMs;
-        }
-      }
-      if (end > cursor) {
-        row.busyMs += static_cast<double>(end - std::max(cursor, e.startNs)) / kNsPerMs;
-        cursor = end;
-      }
-    }
-    edgeGap(cursor, winEnd);
+    const auto commIt = measured.comm.find(device);
+    const std::vector<Interval>& c = commIt == measured.comm.end() ? kNoComm : commIt->second;
+    addLaneIdle(row, lane, index.window(iteration), c, index, plannedIdleMs);
   }
   std::vector<IdleBreakdown> out;
   for (auto& [d, row] : rows) {

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 
 #include "Impl.hpp"
 #include "pipestudio/common/Try.hpp"
@@ -393,6 +394,22 @@ Status HistoryStore::Impl::insert(RunId run, RunState& state, const EventRow& ro
   }
   ++pendingRows;
   return maybeCommit();
+}
+
+Expected<bool> storeProfilerStep(HistoryStore::Impl& im, RunId run, const std::string& rangeName,
+                                 std::int64_t durationNs) {
+  const std::string digits = rangeName.substr(13);  // after "ProfilerStep#"
+  char* end = nullptr;
+  const long long step = std::strtoll(digits.c_str(), &end, 10);
+  if (end == digits.c_str()) return false;
+  Statement& s = im.insertStep;
+  s.bind(1, run);
+  s.bind(2, static_cast<std::int64_t>(step));
+  s.bind(3, static_cast<double>(durationNs) / 1e6);
+  const int rc = s.step();
+  s.reset();
+  if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
+  return true;
 }
 
 }  // namespace pipestudio::history

@@ -179,4 +179,9 @@ struct HistoryStore::Impl {
 std::string hostName();
 std::int64_t nowUnixMs();
 
+/// Stores a Kineto "ProfilerStep#N" range (`rangeName`) of `durationNs` as step N of `run`, in
+/// the open transaction; false when the name carries no step number (nothing is stored).
+Expected<bool> storeProfilerStep(HistoryStore::Impl& im, RunId run, const std::string& rangeName,
+                                 std::int64_t durationNs);
+
 }  // namespace pipestudio::history

@@ -186,27 +186,19 @@ class JsonSaxParser {
       for (;;) {
         if (open.empty()) return true;
         c = skipWhitespaceGet();
-        if (open.back() == '{') {
-          if (c == ',') {
-            if (!readKey(skipWhitespaceGet())) return false;
-            break;
-          }
-          if (c == '}') {
-            open.pop_back();
-            if (!m_h.end_object()) return false;
-            continue;
-          }
-          return fail(c < 0 ? "unexpected end of input (expected ',' or '}')"
-                            : "unexpected " + describe(c) + " (expected ',' or '}')");
+        const bool object = open.back() == '{';
+        if (c == ',') {
+          if (object && !readKey(skipWhitespaceGet())) return false;
+          break;
         }
-        if (c == ',') break;
-        if (c == ']') {
+        const char close = object ? '}' : ']';
+        if (c == close) {
           open.pop_back();
-          if (!m_h.end_array()) return false;
+          if (!(object ? m_h.end_object() : m_h.end_array())) return false;
           continue;
         }
-        return fail(c < 0 ? "unexpected end of input (expected ',' or ']')"
-                          : "unexpected " + describe(c) + " (expected ',' or ']')");
+        const std::string expected = std::string(" (expected ',' or '") + close + "')";
+        return fail(c < 0 ? "unexpected end of input" + expected : "unexpected " + describe(c) + expected);
       }
     }
   }

@@ -618,17 +618,8 @@ struct NsysIngest {
 
   // A "ProfilerStep#N" range into the steps table.
   Status recordStep(const std::string& text, std::int64_t durationNs) {
-    const std::string digits = text.substr(13);
-    char* stop = nullptr;
-    const long long step = std::strtoll(digits.c_str(), &stop, 10);
-    if (stop == digits.c_str()) return {};
-    Statement& ins = im.insertStep;
-    ins.bind(1, run);
-    ins.bind(2, static_cast<std::int64_t>(step));
-    ins.bind(3, static_cast<double>(durationNs) / 1e6);
-    const int r = ins.step();
-    ins.reset();
-    if (r != SQLITE_DONE) return Error{im.path + ": " + lastError(im.db)};
+    auto stored = storeProfilerStep(im, run, text, durationNs);
+    if (!stored) return stored.error();
     return {};
   }
 

@@ -31,6 +31,79 @@ Status execBound(HistoryStore::Impl& im, Statement& st) {
   return {};
 }
 
+// Prepares `sql`, binds `values` to ?1, ?2, … in order and runs it.
+template <typename... Values>
+Status execWith(HistoryStore::Impl& im, std::string_view sql, const Values&... values) {
+  Statement st(im.db, sql, nullptr);
+  int i = 0;
+  (st.bind(++i, values), ...);
+  return execBound(im, st);
+}
+
+// Runs one of the store's kept statements, bound by the caller, and resets it for the next row.
+Status stepKept(HistoryStore::Impl& im, Statement& st) {
+  const int rc = st.step();
+  st.reset();
+  if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
+  return {};
+}
+
+// The rank's header in `ranks`; the run's host, backend and GPU from the first rank that names them.
+Status storeHeader(HistoryStore::Impl& im, RunId run, const trace::Header& h) {
+  if (auto st = im.begin(); !st) return st;
+  if (auto st = execWith(im,
+                         "INSERT OR REPLACE INTO ranks(run_id, rank, world, host, backend, device_name, "
+                         "clock_origin_ns, wall_clock_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                         run, h.rank, h.world, h.host, h.backend, h.deviceName, h.clockOriginNs, h.wallClockNs);
+      !st) {
+    return st;
+  }
+  return execWith(im,
+                  "UPDATE runs SET host = CASE WHEN host = '' THEN ?2 ELSE host END, "
+                  "backend = CASE WHEN backend = '' THEN ?3 ELSE backend END, "
+                  "gpu = CASE WHEN gpu = '' THEN ?4 ELSE gpu END WHERE id = ?1",
+                  run, h.host, h.backend, h.deviceName);
+}
+
+Status storeMemorySample(HistoryStore::Impl& im, RunId run, RunState& state, std::int64_t timeNs,
+                         const trace::MemorySample& m) {
+  if (auto st = im.begin(); !st) return st;
+  Statement& s = im.insertMemory;
+  s.bind(1, run);
+  s.bind(2, state.nextMemorySeq++);
+  s.bind(3, m.device);
+  s.bind(4, timeNs);
+  s.bind(5, m.bytesInUse);
+  s.bind(6, m.bytesReserved);
+  if (auto st = stepKept(im, s); !st) return st;
+  ++im.pendingRows;
+  return im.maybeCommit();
+}
+
+Status storeError(HistoryStore::Impl& im, RunId run, const trace::ErrorReport& e) {
+  if (auto st = im.begin(); !st) return st;
+  return execWith(im,
+                  "INSERT INTO run_errors(run_id, seq, rank, message) VALUES(?1, "
+                  "(SELECT IFNULL(MAX(seq) + 1, 0) FROM run_errors WHERE run_id = ?1), ?2, ?3)",
+                  run, e.rank, e.message);
+}
+
+// The measured step times and the run's iterations and dropped records.
+Status storeSummary(HistoryStore::Impl& im, RunId run, const trace::Summary& summary) {
+  if (auto st = im.begin(); !st) return st;
+  for (std::size_t i = 0; i < summary.iterationMs.size(); ++i) {
+    Statement& step = im.insertStep;
+    step.bind(1, run);
+    step.bind(2, static_cast<std::int64_t>(i));
+    step.bind(3, summary.iterationMs[i]);
+    if (auto st = stepKept(im, step); !st) return st;
+  }
+  return execWith(im,
+                  "UPDATE runs SET iterations = MAX(iterations, ?2), "
+                  "dropped_records = dropped_records + ?3 WHERE id = ?1",
+                  run, summary.iterations, static_cast<std::int64_t>(summary.droppedRecords));
+}
+
 }  // namespace
 
 StreamIngest::StreamIngest(HistoryStore& store, RunId run) : m_store(&store), m_run(run) {}
@@ -129,30 +202,7 @@ Status StreamIngest::store(trace::Frame& frame) {
       state.originNs = rankBaseNs();
       state.dirty = true;
     }
-    if (auto st = im.begin(); !st) return st;
-    Statement rank(im.db,
-                   "INSERT OR REPLACE INTO ranks(run_id, rank, world, host, backend, device_name, clock_origin_ns, "
-                   "wall_clock_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                   nullptr);
-    rank.bind(1, m_run);
-    rank.bind(2, m_header->rank);
-    rank.bind(3, m_header->world);
-    rank.bind(4, m_header->host);
-    rank.bind(5, m_header->backend);
-    rank.bind(6, m_header->deviceName);
-    rank.bind(7, m_header->clockOriginNs);
-    rank.bind(8, m_header->wallClockNs);
-    if (auto st = execBound(im, rank); !st) return st;
-    Statement run(im.db,
-                  "UPDATE runs SET host = CASE WHEN host = '' THEN ?2 ELSE host END, "
-                  "backend = CASE WHEN backend = '' THEN ?3 ELSE backend END, "
-                  "gpu = CASE WHEN gpu = '' THEN ?4 ELSE gpu END WHERE id = ?1",
-                  nullptr);
-    run.bind(1, m_run);
-    run.bind(2, m_header->host);
-    run.bind(3, m_header->backend);
-    run.bind(4, m_header->deviceName);
-    return execBound(im, run);
+    return storeHeader(im, m_run, *m_header);
   }
   if (auto* o = std::get_if<trace::OpRange>(&frame)) {
     if (o->begin) return {};  // live progress only; the end frame carries both times
@@ -184,51 +234,15 @@ Status StreamIngest::store(trace::Frame& frame) {
            " ns is out of range");
       return {};
     }
-    if (auto st = im.begin(); !st) return st;
-    Statement& s = im.insertMemory;
-    s.bind(1, m_run);
-    s.bind(2, state.nextMemorySeq++);
-    s.bind(3, m->device);
-    s.bind(4, *timeNs);
-    s.bind(5, m->bytesInUse);
-    s.bind(6, m->bytesReserved);
-    const int rc = s.step();
-    s.reset();
-    if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
-    ++im.pendingRows;
-    return im.maybeCommit();
+    return storeMemorySample(im, m_run, state, *timeNs, *m);
   }
   if (auto* e = std::get_if<trace::ErrorReport>(&frame)) {
     m_errors.push_back("rank " + std::to_string(e->rank) + ": " + e->message);
-    if (auto st = im.begin(); !st) return st;
-    Statement err(im.db,
-                  "INSERT INTO run_errors(run_id, seq, rank, message) VALUES(?1, "
-                  "(SELECT IFNULL(MAX(seq) + 1, 0) FROM run_errors WHERE run_id = ?1), ?2, ?3)",
-                  nullptr);
-    err.bind(1, m_run);
-    err.bind(2, e->rank);
-    err.bind(3, e->message);
-    return execBound(im, err);
+    return storeError(im, m_run, *e);
   }
   if (auto* s = std::get_if<trace::Summary>(&frame)) {
     m_summary = std::move(*s);
-    if (auto st = im.begin(); !st) return st;
-    for (std::size_t i = 0; i < m_summary->iterationMs.size(); ++i) {
-      Statement& step = im.insertStep;
-      step.bind(1, m_run);
-      step.bind(2, static_cast<std::int64_t>(i));
-      step.bind(3, m_summary->iterationMs[i]);
-      const int rc = step.step();
-      step.reset();
-      if (rc != SQLITE_DONE) return Error{im.path + ": " + detail::lastError(im.db)};
-    }
-    Statement run(
-        im.db, "UPDATE runs SET iterations = MAX(iterations, ?2), dropped_records = dropped_records + ?3 WHERE id = ?1",
-        nullptr);
-    run.bind(1, m_run);
-    run.bind(2, m_summary->iterations);
-    run.bind(3, static_cast<std::int64_t>(m_summary->droppedRecords));
-    return execBound(im, run);
+    return storeSummary(im, m_run, *m_summary);
   }
   return {};  // NcclId: bootstrap only, nothing to keep
 }

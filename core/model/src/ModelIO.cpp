@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -127,41 +128,62 @@ void readArchitecture(JsonReader& r, const JsonNode& node, TransformerShape& s) 
   }
 }
 
+// The fields of a transformer shape.
+constexpr std::array<std::string_view, 33> kShapeKeys{"hidden",
+                                                      "seq",
+                                                      "heads",
+                                                      "ffn",
+                                                      "vocab",
+                                                      "kv_heads",
+                                                      "mlp",
+                                                      "attention",
+                                                      "causal",
+                                                      "dropout",
+                                                      "experts",
+                                                      "top_k",
+                                                      "expert_ffn",
+                                                      "shared_experts",
+                                                      "capacity_factor",
+                                                      "load_imbalance",
+                                                      "router_groups",
+                                                      "router_group_topk",
+                                                      "head_dim",
+                                                      "q_lora_rank",
+                                                      "kv_lora_rank",
+                                                      "qk_nope_head_dim",
+                                                      "qk_rope_head_dim",
+                                                      "v_head_dim",
+                                                      "window",
+                                                      "mtp_layers",
+                                                      "norm",
+                                                      "position_embedding",
+                                                      "rotary_base",
+                                                      "bias",
+                                                      "qkv_bias",
+                                                      "qk_norm",
+                                                      "attention_sinks"};
+
+// A mixture of experts names its experts and top_k (at most that many); the other expert
+// fields come only with experts.
+void checkExperts(JsonReader& r, const JsonNode& node, std::optional<std::int64_t> experts,
+                  std::optional<std::int64_t> topK) {
+  if (experts && !topK) {
+    r.error(node.child("experts"), "a mixture of experts needs 'top_k' (expected the experts each token is routed to)");
+  }
+  if (topK && !experts) r.error(node.child("top_k"), "is only meaningful with 'experts'");
+  if (topK && experts && *topK > *experts) {
+    r.error(node.child("top_k"), "top_k " + std::to_string(*topK) + " exceeds experts " + std::to_string(*experts) +
+                                     " (expected at most the number of experts)");
+  }
+  for (const char* key :
+       {"expert_ffn", "shared_experts", "capacity_factor", "load_imbalance", "router_groups", "router_group_topk"}) {
+    if (node.value->contains(key) && !experts) r.error(node.child(key), "is only meaningful with 'experts'");
+  }
+}
+
 std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, const std::string& kind) {
   if (!r.isObject(node)) return std::nullopt;
-  r.rejectUnknown(node, {"hidden",
-                         "seq",
-                         "heads",
-                         "ffn",
-                         "vocab",
-                         "kv_heads",
-                         "mlp",
-                         "attention",
-                         "causal",
-                         "dropout",
-                         "experts",
-                         "top_k",
-                         "expert_ffn",
-                         "shared_experts",
-                         "capacity_factor",
-                         "load_imbalance",
-                         "router_groups",
-                         "router_group_topk",
-                         "head_dim",
-                         "q_lora_rank",
-                         "kv_lora_rank",
-                         "qk_nope_head_dim",
-                         "qk_rope_head_dim",
-                         "v_head_dim",
-                         "window",
-                         "mtp_layers",
-                         "norm",
-                         "position_embedding",
-                         "rotary_base",
-                         "bias",
-                         "qkv_bias",
-                         "qk_norm",
-                         "attention_sinks"});
+  r.rejectUnknown(node, kShapeKeys);
   TransformerShape s;
   const auto hidden = r.integer(node, "hidden", Presence::Required, 1, kMaxDim);
   const auto seq = r.integer(node, "seq", Presence::Required, 1, kMaxDim);
@@ -207,18 +229,7 @@ std::optional<TransformerShape> readShape(JsonReader& r, const JsonNode& node, c
     r.error(node.child("kv_heads"), "kv_heads " + std::to_string(*kvHeads) + " does not divide heads " +
                                         std::to_string(s.heads) + " (expected a divisor: grouped-query attention)");
   }
-  if (experts && !topK) {
-    r.error(node.child("experts"), "a mixture of experts needs 'top_k' (expected the experts each token is routed to)");
-  }
-  if (topK && !experts) r.error(node.child("top_k"), "is only meaningful with 'experts'");
-  if (topK && experts && *topK > *experts) {
-    r.error(node.child("top_k"), "top_k " + std::to_string(*topK) + " exceeds experts " + std::to_string(*experts) +
-                                     " (expected at most the number of experts)");
-  }
-  for (const char* key :
-       {"expert_ffn", "shared_experts", "capacity_factor", "load_imbalance", "router_groups", "router_group_topk"}) {
-    if (node.value->contains(key) && !experts) r.error(node.child(key), "is only meaningful with 'experts'");
-  }
+  checkExperts(r, node, experts, topK);
   if (experts && topK) readRouterGroups(r, node, groups, groupTopK, s);
   if (s.mtpLayers > 0 && !s.vocab) {
     r.error(node.child("mtp_layers"),
@@ -242,19 +253,20 @@ void readLayer(JsonReader& r, const JsonNode& node, bool trainable, std::vector<
   const auto name = r.string(node, "name", Presence::Required);
   layer.name = name.value_or("");
   layer.kind = r.string(node, "kind", Presence::Optional).value_or("generic");
-  layer.forwardMs = r.number(node, "forward_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.backwardInputMs =
-      r.number(node, "backward_input_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.backwardWeightMs =
-      r.number(node, "backward_weight_ms", Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
-  layer.activationBytes =
-      r.integer(node, "activation_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.weightGradBytes =
-      r.integer(node, "weight_grad_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.parameterBytes =
-      r.integer(node, "parameter_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
-  layer.outputBytes =
-      r.integer(node, "output_bytes", Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  // Measured costs: times and byte counts within the limits of one layer.
+  const auto measuredMs = [&](const char* key) {
+    return r.number(node, key, Presence::Optional, limits::kLayerMs.min, limits::kLayerMs.max);
+  };
+  const auto measuredBytes = [&](const char* key) {
+    return r.integer(node, key, Presence::Optional, limits::kLayerBytes.min, limits::kLayerBytes.max);
+  };
+  layer.forwardMs = measuredMs("forward_ms");
+  layer.backwardInputMs = measuredMs("backward_input_ms");
+  layer.backwardWeightMs = measuredMs("backward_weight_ms");
+  layer.activationBytes = measuredBytes("activation_bytes");
+  layer.weightGradBytes = measuredBytes("weight_grad_bytes");
+  layer.parameterBytes = measuredBytes("parameter_bytes");
+  layer.outputBytes = measuredBytes("output_bytes");
   layer.flopsForward = r.number(node, "flops_forward", Presence::Optional, 0, 1.0e21);
   layer.params = r.integer(node, "params", Presence::Optional, 0, kMaxBytes);
   layer.tied = r.boolean(node, "tied", Presence::Optional).value_or(false);
@@ -454,14 +466,36 @@ Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReade
   return std::move(*value);
 }
 
+// The fields each document may have.
+constexpr std::array<std::string_view, 8> kModelKeys{
+    "schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer", "description"};
+constexpr std::array<std::string_view, 10> kClusterKeys{
+    "schema",     "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls", "bandwidth_matrix_gbps",
+    "description"};
+constexpr std::array<std::string_view, 8> kHostsKeys{"schema",
+                                                     "hosts",
+                                                     "launcher",
+                                                     "description",
+                                                     "slurm",
+                                                     "mpirun",
+                                                     "server_alive_interval_s",
+                                                     "server_alive_count_max"};
+
+// The start of reading a document: an object of the `schema` kind, checked first (a file of
+// another kind is named as such, not listed as unknown fields), with no fields but `known`.
+// False when there is nothing more to read.
+bool startDocument(JsonReader& r, const JsonNode& at, std::string_view schema,
+                   std::span<const std::string_view> known) {
+  if (!r.isObject(at)) return false;
+  if (!r.checkSchema(at, schema)) return false;
+  r.rejectUnknown(at, known);
+  return true;
+}
+
 }  // namespace
 
 std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
-  if (!r.isObject(at)) return std::nullopt;
-  // The schema first: a file of another kind is named as such, not listed as unknown fields.
-  if (!r.checkSchema(at, kModelSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "samples_per_microbatch", "global_batch", "components", "layers", "optimizer",
-                       "description"});
+  if (!startDocument(r, at, kModelSchema, kModelKeys)) return std::nullopt;
   ModelSpec m;
   m.name = r.string(at, "name", Presence::Required).value_or("");
   m.samplesPerMicrobatch = r.integer(at, "samples_per_microbatch", Presence::Optional, 1, 1'000'000).value_or(1);
@@ -515,18 +549,11 @@ std::optional<ModelSpec> readModel(JsonReader& r, const JsonNode& at) {
   return m;
 }
 
-std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
-  if (!r.isObject(at)) return std::nullopt;
-  // The schema first: a file of another kind is named as such, not listed as unknown fields.
-  if (!r.checkSchema(at, kClusterSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "name", "gpu", "nodes", "gpus_per_node", "links", "nvlink_domain", "nvls",
-                       "bandwidth_matrix_gbps", "description"});
-  ClusterSpec c;
-  c.name = r.string(at, "name", Presence::Required).value_or("");
-  int catalogDomain = 0;  // the NVLink domain of a GPU named from the catalogue
-  if (auto g = r.field(at, "gpu", Presence::Required)) {
-    if (auto gpu = readGpu(r, *g, &catalogDomain)) c.gpu = *gpu;
-  }
+namespace {
+
+// The cluster's nodes: an array of node objects, or a count with gpus_per_node. False when
+// there are too many to read.
+bool readNodes(JsonReader& r, const JsonNode& at, ClusterSpec& c) {
   auto nodesNode = r.field(at, "nodes", Presence::Required);
   if (nodesNode && nodesNode->value->is_array()) {
     if (at.value->contains("gpus_per_node")) {
@@ -536,7 +563,7 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
     if (nodesNode->value->empty()) r.error(*nodesNode, "no nodes (expected at least one)");
     if (nodesNode->value->size() > 100000) {
       r.error(*nodesNode, "has " + std::to_string(nodesNode->value->size()) + " nodes (expected at most 100000)");
-      return std::nullopt;
+      return false;
     }
     for (std::size_t i = 0; i < nodesNode->value->size(); ++i) {
       const JsonNode n = nodesNode->child(i);
@@ -560,43 +587,34 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
       }
     }
   }
-  if (r.ok() && c.totalGpus() == 0) r.error(at, "zero GPUs (expected at least one)");
-  // An NVLink domain wider than a node (GB200/GB300 NVL72: 18 trays of 4 GPUs on one fabric):
-  // the file's own value, else the catalogue GPU's.
-  c.nvlinkDomain =
-      static_cast<int>(r.integer(at, "nvlink_domain", Presence::Optional, 1, limits::kMaxGpus).value_or(catalogDomain));
-  // NVLink SHARP: on where the GPU ships with NVLS switches (its catalogue figures), unless the
-  // file says its switches lack it. A file cannot turn on what its GPU has no figures for.
-  if (auto nvls = r.boolean(at, "nvls", Presence::Optional)) {
-    c.nvls = *nvls;
-    if (*nvls && c.gpu.nvlsEfficiency <= 0 && r.ok()) {
-      r.error(at.child("nvls"), "is true but GPU '" + excerpt(c.gpu.name) +
-                                    "' has no NVLS figures (expected false, or a gpu object with \"nvls\": "
-                                    "{\"efficiency\", \"channels\"})");
-    }
+  return true;
+}
+
+// The links between the cluster's GPUs: NVLink inside a node, the network between nodes, the
+// NICs and a host switch.
+void readLinks(JsonReader& r, const JsonNode& links, ClusterSpec& c) {
+  r.rejectUnknown(links, {"intra_node", "inter_node", "nics_per_node", "host_switch"});
+  c.nicsPerNode = static_cast<int>(r.integer(links, "nics_per_node", Presence::Optional, 1, 1024).value_or(0));
+  if (auto sw = r.object(links, "host_switch", Presence::Optional)) {
+    r.rejectUnknown(*sw, {"gpus", "bandwidth_gbps"});
+    c.hostSwitchGpus = static_cast<int>(r.integer(*sw, "gpus", Presence::Required, 1, 1024).value_or(0));
+    c.hostSwitchGBps = r.number(*sw, "bandwidth_gbps", Presence::Required, limits::kLinkBandwidthGBps.min,
+                                limits::kLinkBandwidthGBps.max)
+                           .value_or(0);
   }
-  if (r.ok() && c.totalGpus() > kMaxGpus)
-    r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
-  if (auto links = r.object(at, "links", Presence::Required)) {
-    r.rejectUnknown(*links, {"intra_node", "inter_node", "nics_per_node", "host_switch"});
-    c.nicsPerNode = static_cast<int>(r.integer(*links, "nics_per_node", Presence::Optional, 1, 1024).value_or(0));
-    if (auto sw = r.object(*links, "host_switch", Presence::Optional)) {
-      r.rejectUnknown(*sw, {"gpus", "bandwidth_gbps"});
-      c.hostSwitchGpus = static_cast<int>(r.integer(*sw, "gpus", Presence::Required, 1, 1024).value_or(0));
-      c.hostSwitchGBps = r.number(*sw, "bandwidth_gbps", Presence::Required, limits::kLinkBandwidthGBps.min,
-                                  limits::kLinkBandwidthGBps.max)
-                             .value_or(0);
-    }
-    if (auto intra = r.field(*links, "intra_node", Presence::Required)) {
-      if (auto l = readLink(r, *intra)) c.intraNode = *l;
-    }
-    const bool multiNode = c.nodes.size() > 1;
-    if (auto inter = r.field(*links, "inter_node", multiNode ? Presence::Required : Presence::Optional)) {
-      if (auto l = readLink(r, *inter)) c.interNode = *l;
-    } else {
-      c.interNode = c.intraNode;
-    }
+  if (auto intra = r.field(links, "intra_node", Presence::Required)) {
+    if (auto l = readLink(r, *intra)) c.intraNode = *l;
   }
+  const bool multiNode = c.nodes.size() > 1;
+  if (auto inter = r.field(links, "inter_node", multiNode ? Presence::Required : Presence::Optional)) {
+    if (auto l = readLink(r, *inter)) c.interNode = *l;
+  } else {
+    c.interNode = c.intraNode;
+  }
+}
+
+// A measured GPU-to-GPU bandwidth matrix, one row per GPU, when the file has one.
+void readBandwidthMatrix(JsonReader& r, const JsonNode& at, ClusterSpec& c) {
   if (auto matrix = r.array(at, "bandwidth_matrix_gbps", Presence::Optional)) {
     const auto n = static_cast<std::size_t>(c.totalGpus());
     if (matrix->value->size() != n) {
@@ -616,6 +634,38 @@ std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
       }
     }
   }
+}
+
+}  // namespace
+
+std::optional<ClusterSpec> readCluster(JsonReader& r, const JsonNode& at) {
+  if (!startDocument(r, at, kClusterSchema, kClusterKeys)) return std::nullopt;
+  ClusterSpec c;
+  c.name = r.string(at, "name", Presence::Required).value_or("");
+  int catalogDomain = 0;  // the NVLink domain of a GPU named from the catalogue
+  if (auto g = r.field(at, "gpu", Presence::Required)) {
+    if (auto gpu = readGpu(r, *g, &catalogDomain)) c.gpu = *gpu;
+  }
+  if (!readNodes(r, at, c)) return std::nullopt;
+  if (r.ok() && c.totalGpus() == 0) r.error(at, "zero GPUs (expected at least one)");
+  // An NVLink domain wider than a node (GB200/GB300 NVL72: 18 trays of 4 GPUs on one fabric):
+  // the file's own value, else the catalogue GPU's.
+  c.nvlinkDomain =
+      static_cast<int>(r.integer(at, "nvlink_domain", Presence::Optional, 1, limits::kMaxGpus).value_or(catalogDomain));
+  // NVLink SHARP: on where the GPU ships with NVLS switches (its catalogue figures), unless the
+  // file says its switches lack it. A file cannot turn on what its GPU has no figures for.
+  if (auto nvls = r.boolean(at, "nvls", Presence::Optional)) {
+    c.nvls = *nvls;
+    if (*nvls && c.gpu.nvlsEfficiency <= 0 && r.ok()) {
+      r.error(at.child("nvls"), "is true but GPU '" + excerpt(c.gpu.name) +
+                                    "' has no NVLS figures (expected false, or a gpu object with \"nvls\": "
+                                    "{\"efficiency\", \"channels\"})");
+    }
+  }
+  if (r.ok() && c.totalGpus() > kMaxGpus)
+    r.error(at, "has " + std::to_string(c.totalGpus()) + " GPUs (expected at most " + std::to_string(kMaxGpus) + ")");
+  if (auto links = r.object(at, "links", Presence::Required)) readLinks(r, *links, c);
+  readBandwidthMatrix(r, at, c);
   return c;
 }
 
@@ -641,11 +691,7 @@ void checkSshName(JsonReader& r, const JsonNode& at, const std::string& value, c
 }  // namespace
 
 std::optional<HostsSpec> readHosts(JsonReader& r, const JsonNode& at) {
-  if (!r.isObject(at)) return std::nullopt;
-  // The schema first: a file of another kind is named as such, not listed as unknown fields.
-  if (!r.checkSchema(at, kHostsSchema)) return std::nullopt;
-  r.rejectUnknown(at, {"schema", "hosts", "launcher", "description", "slurm", "mpirun", "server_alive_interval_s",
-                       "server_alive_count_max"});
+  if (!startDocument(r, at, kHostsSchema, kHostsKeys)) return std::nullopt;
   HostsSpec h;
   if (auto launcher = r.string(at, "launcher", Presence::Optional)) {
     if (auto parsed = parseLauncher(*launcher)) {

@@ -214,20 +214,119 @@ double flexAllToAllMs(const CollectiveLinks& links, std::int64_t ranks, std::int
   return pipelined({part(links.expert, networkBytes), part(links.nvlink, nvlinkBytes), smCopyMs});
 }
 
-MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s) {
-  MoeCosts c;
-  const Precision p = s.precision;
-  const double x = s.tokens;
-  const double h = s.hidden;
-  const double ep = std::max(1.0, s.ep);
-  const double etp = std::max(1.0, s.etp);
-  const double local = std::max(1.0, s.experts / ep);             // experts of this GPU
-  const double act = (s.swiglu ? 2.0 : 1.0) * s.expertFfn / etp;  // FC1 outputs per row (gate and up)
-  const double ffn = s.expertFfn / etp;                           // FC2 inputs per row
+// The per-GPU dimensions of an MoE layer that its compute, collectives and memory share.
+struct MoeDims {
+  double x = 0;       // tokens of this GPU
+  double h = 0;       // hidden size
+  double ep = 1;      // expert-parallel ranks
+  double etp = 1;     // expert tensor-parallel ranks
+  double local = 1;   // experts of this GPU
+  double act = 0;     // FC1 outputs per row (gate and up)
+  double ffn = 0;     // FC2 inputs per row
+  double rows = 0;    // routed copies this GPU's experts process
+  double copies = 0;  // routed copies of this GPU's tokens
+  double sendBytes = 0;
+};
+
+MoeDims moeDims(const MoeShape& s) {
+  MoeDims d;
+  d.x = s.tokens;
+  d.h = s.hidden;
+  d.ep = std::max(1.0, s.ep);
+  d.etp = std::max(1.0, s.etp);
+  d.local = std::max(1.0, s.experts / d.ep);
+  d.act = (s.swiglu ? 2.0 : 1.0) * s.expertFfn / d.etp;
+  d.ffn = s.expertFfn / d.etp;
   // Routed copies this GPU's experts process: its ETP group gathers the copies routed to its
   // experts from all EP ranks, x·top_k per GPU on average, `load` times that on the busiest rank
   // (or the capacity every expert is padded to).
-  const double rows = etp * x * s.topK * s.load;
+  d.rows = d.etp * d.x * s.topK * s.load;
+  d.copies = d.x * s.topK;
+  d.sendBytes = kBf16 * d.h * d.copies * s.load;
+  return d;
+}
+
+// Collectives: dispatch and combine all-to-alls over the EP ranks (ETP·EP consecutive GPUs, ETP
+// apart), the ETP all-gather after the dispatch and reduce-scatter before the combine (NCCL
+// ring: (n−1)/n of the gathered bytes, (n−1) steps), and the dispatcher's wait on the host.
+void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s, const MoeDims& d,
+                       MoeCosts& c) {
+  const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
+  double a2a = 0;
+  if (s.flexDispatcher) {
+    // Dispatch at HybridEP's default chunk, combine at the recipe's; one a2aMs for both (their mean).
+    auto flex = [&](double chunk) {
+      return flexAllToAllMs(links, static_cast<std::int64_t>(d.ep), static_cast<std::int64_t>(d.etp), d.x * s.load,
+                            routing, kBf16 * d.h, s.flexBackend, s.commSms, chunk);
+    };
+    a2a = 0.5 * (flex(kHybridEpDefaultChunkTokens) + flex(s.combineChunkTokens));
+    // The flex dispatcher's libraries size what they receive on the host inside the dispatch, after
+    // the kernel that counts it, so nothing covers the round trip: DeepEP's normal dispatch returns
+    // the received counts as a host list (Megatron-LM d98e8a64 fused_a2a.py, FusedDispatch), HybridEP
+    // without a rank budget waits for its counts in pinned memory (`non_blocking` only with
+    // num_permuted_tokens; token_dispatcher.py _HybridEPManager.setup_metadata).
+    if (d.ep > 1 && flexDispatchWaitsOnHost(s)) c.hostSyncMs = kMeasuredD2hRoundTripMs;
+  } else {
+    a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(d.ep), static_cast<std::int64_t>(d.etp),
+                            d.sendBytes);
+    // The all-to-all dispatcher needs its split sizes on the host: it copies the token counts to
+    // the host before the permutation and waits for them before the all-to-all (token_dispatcher.py:
+    // cuda_dtoh_point "before_permutation_1", cuda_sync_point "before_ep_alltoall"), so the GPU idles
+    // for whatever of the round trip the permutation does not cover. With moe_preprocess in a CUDA
+    // graph the copy moves to the all-to-all itself (cuda_dtoh_point "before_ep_alltoall") and the
+    // whole round trip shows.
+    if (d.ep > 1) {
+      const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * d.h * (d.x + d.copies));
+      c.hostSyncMs = std::max(0.0, kMeasuredD2hRoundTripMs - covered);
+    }
+  }
+  double etpMs = 0;
+  if (d.etp > 1) {
+    const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(d.etp), s.tensor);
+    const double gathered = kBf16 * d.h * d.rows;
+    etpMs = (link.bandwidthGBps > 0 ? (d.etp - 1.0) / d.etp * gathered / (link.bandwidthGBps * 1e6) : 0.0) +
+            (d.etp - 1.0) * link.latencyUs / 1000.0;
+  }
+  c.dispatchMs = a2a + etpMs;
+}
+
+// Memory held from F to B: router logits and probabilities (fp32), routing indices and weights,
+// FC1's input (in the format wgrad reads), the activation's input (bf16) and FC2's input. The
+// router's probabilities are applied inside the experts' activation (Megatron-Core TEGroupedMLP
+// with permuted probs: weighted SwiGLU), so the unpermute keeps nothing.
+void addMoeMemory(const MoeShape& s, const MoeDims& d, MoeCosts& c) {
+  const Precision p = s.precision;
+  // A rank budget fixes the experts' shapes at the budget's rows; the paged stash keeps what the
+  // backward needs in pages sized at its factor of a balanced router's rows (Megatron-LM d98e8a64
+  // docs/user-guide/features/paged_stash.md: both factors are multiples of the balanced case).
+  const double balancedRows = d.etp * d.x * s.topK;
+  const double budgetRows = s.rankCapacityFactor > 0 ? std::max(d.rows, balancedRows * s.rankCapacityFactor) : d.rows;
+  const double savedRows = s.pagedStashFactor > 0 ? std::max(d.rows, balancedRows * s.pagedStashFactor) : budgetRows;
+  const double lp = isLowPrecision(p) ? operandBytes(p) : kBf16;
+  const double fc1Input = savedRows * lp * d.h;
+  c.actOutputBytes = savedRows * lp * d.ffn;
+  c.fc1InputBytes = fc1Input;
+  c.actInputBytes = savedRows * kBf16 * d.act;
+  c.weightGradBytes = fc1Input + c.actOutputBytes;
+  c.activationBytes =
+      2.0 * kFp32 * d.x * s.experts + d.copies * (8.0 + kFp32) + fc1Input + c.actInputBytes + c.actOutputBytes;
+  // The all-to-all's send and receive copies (the receive side at the budget) and, with ETP, the
+  // gathered rows.
+  const double receiveBytes =
+      s.rankCapacityFactor > 0 ? std::max(d.sendBytes, kBf16 * d.h * budgetRows / d.etp) : d.sendBytes;
+  c.bufferBytes = d.sendBytes + receiveBytes + (d.etp > 1 ? kBf16 * d.h * d.rows : 0.0);
+}
+
+MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeShape& s) {
+  MoeCosts c;
+  const Precision p = s.precision;
+  const MoeDims d = moeDims(s);
+  const double x = d.x;
+  const double h = d.h;
+  const double local = d.local;
+  const double act = d.act;
+  const double ffn = d.ffn;
+  const double rows = d.rows;
   const double m = rows / local;
   c.routedTokensPerExpert = m;
 
@@ -239,7 +338,6 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   const double routerBwdWeight = groupedGemmMs(gpu, Precision::Bf16, 1, h, s.experts, x, s.wgradOutputBytes);
 
   // --- permutation around the dispatch (permutationMs), each pass ---
-  const double copies = x * s.topK;
   const double permuteMs = permutationMs(gpu, s, x, rows);
   c.permuteMs = permuteMs;
 
@@ -267,70 +365,8 @@ MoeCosts moeCosts(const GpuSpec& gpu, const CollectiveLinks& links, const MoeSha
   c.backwardInputMs = routerBwdInput + permuteMs + fc1Dgrad + fc2Dgrad + 2.0 * c.expertActMs + castBwd;
   c.backwardWeightMs = routerBwdWeight + fc1Wgrad + fc2Wgrad;
 
-  // --- collectives: dispatch and combine all-to-alls over the EP ranks (ETP·EP consecutive
-  // GPUs, ETP apart), the ETP all-gather after the dispatch and reduce-scatter before the combine
-  // (NCCL ring: (n−1)/n of the gathered bytes, (n−1) steps) ---
-  const double sendBytes = kBf16 * h * copies * s.load;
-  const TokenRouting routing{s.topK, s.routerGroups, s.routerGroupTopK};
-  double a2a = 0;
-  if (s.flexDispatcher) {
-    // Dispatch at HybridEP's default chunk, combine at the recipe's; one a2aMs for both (their mean).
-    auto flex = [&](double chunk) {
-      return flexAllToAllMs(links, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp), x * s.load, routing,
-                            kBf16 * h, s.flexBackend, s.commSms, chunk);
-    };
-    a2a = 0.5 * (flex(kHybridEpDefaultChunkTokens) + flex(s.combineChunkTokens));
-    // The flex dispatcher's libraries size what they receive on the host inside the dispatch, after
-    // the kernel that counts it, so nothing covers the round trip: DeepEP's normal dispatch returns
-    // the received counts as a host list (Megatron-LM d98e8a64 fused_a2a.py, FusedDispatch), HybridEP
-    // without a rank budget waits for its counts in pinned memory (`non_blocking` only with
-    // num_permuted_tokens; token_dispatcher.py _HybridEPManager.setup_metadata).
-    if (ep > 1 && flexDispatchWaitsOnHost(s)) c.hostSyncMs = kMeasuredD2hRoundTripMs;
-  } else {
-    a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(ep), static_cast<std::int64_t>(etp),
-                            sendBytes);
-    // The all-to-all dispatcher needs its split sizes on the host: it copies the token counts to
-    // the host before the permutation and waits for them before the all-to-all (token_dispatcher.py:
-    // cuda_dtoh_point "before_permutation_1", cuda_sync_point "before_ep_alltoall"), so the GPU idles
-    // for whatever of the round trip the permutation does not cover. With moe_preprocess in a CUDA
-    // graph the copy moves to the all-to-all itself (cuda_dtoh_point "before_ep_alltoall") and the
-    // whole round trip shows.
-    if (ep > 1) {
-      const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * h * (x + copies));
-      c.hostSyncMs = std::max(0.0, kMeasuredD2hRoundTripMs - covered);
-    }
-  }
-  double etpMs = 0;
-  if (etp > 1) {
-    const CollectiveLink link = linkForSpan(links, static_cast<std::int64_t>(etp), s.tensor);
-    const double gathered = kBf16 * h * rows;
-    etpMs = (link.bandwidthGBps > 0 ? (etp - 1.0) / etp * gathered / (link.bandwidthGBps * 1e6) : 0.0) +
-            (etp - 1.0) * link.latencyUs / 1000.0;
-  }
-  c.dispatchMs = a2a + etpMs;
-
-  // --- memory held from F to B: router logits and probabilities (fp32), routing indices and
-  // weights, FC1's input (in the format wgrad reads), the activation's input (bf16) and FC2's
-  // input. The router's probabilities are applied inside the experts' activation (Megatron-Core
-  // TEGroupedMLP with permuted probs: weighted SwiGLU), so the unpermute keeps nothing ---
-  // A rank budget fixes the experts' shapes at the budget's rows; the paged stash keeps what the
-  // backward needs in pages sized at its factor of a balanced router's rows (Megatron-LM d98e8a64
-  // docs/user-guide/features/paged_stash.md: both factors are multiples of the balanced case).
-  const double balancedRows = etp * x * s.topK;
-  const double budgetRows = s.rankCapacityFactor > 0 ? std::max(rows, balancedRows * s.rankCapacityFactor) : rows;
-  const double savedRows = s.pagedStashFactor > 0 ? std::max(rows, balancedRows * s.pagedStashFactor) : budgetRows;
-  const double lp = isLowPrecision(p) ? operandBytes(p) : kBf16;
-  const double fc1Input = savedRows * lp * h;
-  c.actOutputBytes = savedRows * lp * ffn;
-  c.fc1InputBytes = fc1Input;
-  c.actInputBytes = savedRows * kBf16 * act;
-  c.weightGradBytes = fc1Input + c.actOutputBytes;
-  c.activationBytes =
-      2.0 * kFp32 * x * s.experts + copies * (8.0 + kFp32) + fc1Input + c.actInputBytes + c.actOutputBytes;
-  // The all-to-all's send and receive copies (the receive side at the budget) and, with ETP, the
-  // gathered rows.
-  const double receiveBytes = s.rankCapacityFactor > 0 ? std::max(sendBytes, kBf16 * h * budgetRows / etp) : sendBytes;
-  c.bufferBytes = sendBytes + receiveBytes + (etp > 1 ? kBf16 * h * rows : 0.0);
+  addMoeCollectives(gpu, links, s, d, c);
+  addMoeMemory(s, d, c);
 
   // --- parameters: the router (replicated) and this GPU's shards of its experts ---
   c.expertParams = local * (act + ffn) * h;

@@ -97,6 +97,29 @@ Status checkPrecision(const ClusterSpec& cluster, Precision p) {
   return {};
 }
 
+// The transformer blocks of the model's trainable components (embedding and head aside): how
+// many, and which modules they have among them.
+struct TransformerBlocks {
+  std::int64_t count = 0;
+  bool moe = false, dense = false, mla = false, shared = false;
+};
+
+TransformerBlocks transformerBlocks(const ModelSpec& model) {
+  TransformerBlocks b;
+  for (const Component& comp : model.components) {
+    if (!comp.trainable) continue;
+    for (const Layer& layer : comp.layers) {
+      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
+      ++b.count;
+      b.moe = b.moe || layer.transformer->isMoe();
+      b.dense = b.dense || !layer.transformer->isMoe();
+      b.mla = b.mla || layer.transformer->mla.has_value();
+      b.shared = b.shared || layer.transformer->sharedExperts > 0;
+    }
+  }
+  return b;
+}
+
 // Recomputation settings against the model: modules it has, and layers a virtual stage has.
 Status checkRecompute(const ModelSpec& model, const PlanConfig& config) {
   const Parallelism& par = config.parallel;
@@ -108,19 +131,9 @@ Status checkRecompute(const ModelSpec& model, const PlanConfig& config) {
     return Error{"--recompute-modules " + recomputeModulesName(par.recomputeModules) +
                  " needs --recompute selective (full recomputation replays every module)"};
   }
-  bool moe = false, shared = false, dense = false, mla = false;
-  std::int64_t blocks = 0;
-  for (const Component& comp : model.components) {
-    if (!comp.trainable) continue;
-    for (const Layer& layer : comp.layers) {
-      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
-      ++blocks;
-      moe = moe || layer.transformer->isMoe();
-      dense = dense || !layer.transformer->isMoe();
-      mla = mla || layer.transformer->mla.has_value();
-      shared = shared || layer.transformer->sharedExperts > 0;
-    }
-  }
+  const TransformerBlocks tb = transformerBlocks(model);
+  const bool moe = tb.moe, shared = tb.shared, dense = tb.dense, mla = tb.mla;
+  const std::int64_t blocks = tb.count;
   const std::uint32_t modules = par.recomputeModules;
   const auto missing = [&](std::uint32_t bit, const char* what) -> Status {
     return Error{"--recompute-modules " + recomputeModulesName(bit) + ": model '" + excerpt(model.name) + "' has no " +
@@ -277,17 +290,9 @@ Status checkActivationOffload(const ModelSpec& model, const ClusterSpec& cluster
     return Error{"--delta-offload-bytes-across-pp-ranks must be at least 0, got " +
                  str(par.deltaOffloadBytesAcrossPpRanks)};
   }
-  std::int64_t blocks = 0;
-  bool moe = false, mla = false;
-  for (const Component& comp : model.components) {
-    if (!comp.trainable) continue;
-    for (const Layer& layer : comp.layers) {
-      if (!layer.transformer || layer.kind == "embedding" || layer.kind == "lm_head") continue;
-      ++blocks;
-      moe = moe || layer.transformer->isMoe();
-      mla = mla || layer.transformer->mla.has_value();
-    }
-  }
+  const TransformerBlocks tb = transformerBlocks(model);
+  const std::int64_t blocks = tb.count;
+  const bool moe = tb.moe, mla = tb.mla;
   if (par.cpuOffloadingNumLayers > 0) {
     if (cfg.devices > 1 || cfg.chunksPerDevice > 1) {
       return Error{flag + " needs one pipeline rank, got --devices " + str(cfg.devices) + " with " +

@@ -353,6 +353,104 @@ double modelFlopsPerMicrobatch(const Plan& plan, const CostedModel& costs) {
   return flops;
 }
 
+// What each device holds of the model, for its gradient sync: its dense and expert parameters,
+// whether it holds the embedding or a tied head, and the tied weight's fp32 bytes.
+struct DeviceParameters {
+  std::vector<double> dense, expert;
+  std::vector<char> embedding, tiedHead;
+  double tiedBytes = 0;
+};
+
+DeviceParameters deviceParameters(const Plan& plan, const std::vector<StageCosts>& costs, std::size_t devices) {
+  DeviceParameters p{std::vector<double>(devices, 0.0), std::vector<double>(devices, 0.0),
+                     std::vector<char>(devices, 0), std::vector<char>(devices, 0)};
+  for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
+    const VirtualStage& vs = plan.virtualStages[i];
+    if (!inRange(p.dense, vs.device)) continue;
+    const auto d = static_cast<std::size_t>(vs.device);
+    p.dense[d] += costs[i].trainableParameters - costs[i].expertParameters;
+    p.expert[d] += costs[i].expertParameters;
+    if (costs[i].tiedParameters > 0) {
+      p.tiedHead[d] = 1;
+      p.tiedBytes = std::max(p.tiedBytes, 4.0 * costs[i].tiedParameters);
+    }
+    if (inRange(plan.model.components, vs.component)) {
+      const Component& comp = plan.model.component(vs.component);
+      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(comp.layers, l); ++l) {
+        if (comp.layer(l).kind == "embedding") p.embedding[d] = 1;
+      }
+    }
+  }
+  return p;
+}
+
+// Per device, the pipeline time its sync can hide under: the last training microbatch's
+// backward passes (the gradient reduction) and the first one's forward passes (the parameter
+// gather). Sequence-split plans: the units of that microbatch.
+struct SyncWindows {
+  std::vector<double> reduce, gather;
+};
+
+SyncWindows syncWindows(const Plan& plan, std::size_t devices) {
+  const int splits = std::max(1, plan.config.seqSplits);
+  const int lastMb = plan.config.trainingMicrobatches() - 1;
+  SyncWindows w{std::vector<double>(devices, 0.0), std::vector<double>(devices, 0.0)};
+  for (const Op& op : plan.ops) {
+    if (!inRange(w.reduce, op.device) || op.microbatch < 0) continue;
+    const auto d = static_cast<std::size_t>(op.device);
+    const int trainingMb = op.microbatch / splits;
+    if (trainingMb == lastMb && (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW)) {
+      w.reduce[d] += op.durationMs();
+    }
+    if (trainingMb == 0 && op.kind == OpKind::F) w.gather[d] += op.durationMs();
+  }
+  return w;
+}
+
+// The tied embedding's gradient all-reduce between the ranks of its two copies.
+struct TiedSync {
+  bool split = false;  // the copies live on different ranks
+  double ms = 0;
+};
+
+TiedSync tiedSync(const Plan& plan, const DeviceParameters& p) {
+  // The tied weight's two copies live on different ranks only when no device has both halves.
+  TiedSync tied;
+  int firstEmbeddingDevice = -1, firstHeadDevice = -1;
+  for (std::size_t d = 0; d < p.dense.size(); ++d) {
+    if (p.embedding[d] && firstEmbeddingDevice < 0) firstEmbeddingDevice = static_cast<int>(d);
+    if (p.tiedHead[d] && firstHeadDevice < 0) firstHeadDevice = static_cast<int>(d);
+  }
+  if (firstEmbeddingDevice >= 0 && firstHeadDevice >= 0 && !p.embedding[static_cast<std::size_t>(firstHeadDevice)]) {
+    tied.split = true;
+  }
+  if (tied.split && p.tiedBytes > 0) {
+    const bool sameNode = plan.cluster.sameNvlinkDomain(deviceFirstGpu(plan.config, firstEmbeddingDevice),
+                                                        deviceFirstGpu(plan.config, firstHeadDevice));
+    const LinkSpec& l = sameNode ? plan.cluster.intraNode : plan.cluster.interNode;
+    tied.ms = allReduceMs(CollectiveLink{l.bandwidthGBps, l.latencyUs, !sameNode}, 2, p.tiedBytes);
+  }
+  return tied;
+}
+
+// Throughput, model TFLOPs per GPU and MFU of a step of m.iterationMs.
+void addThroughput(const Plan& plan, const CostedModel& costed, Metrics& m) {
+  const Parallelism& par = plan.config.parallel;
+  if (m.iterationMs <= 0) return;
+  // Every data-parallel rank trains its own microbatches; context-parallel ranks share theirs.
+  const double microbatches = static_cast<double>(plan.config.trainingMicrobatches()) * std::max(1, par.data);
+  const double samples = microbatches * static_cast<double>(plan.model.samplesPerMicrobatch);
+  const double seconds = m.iterationMs / 1000.0;
+  m.throughputSamplesPerS = samples / seconds;
+  m.tokensPerS = m.throughputSamplesPerS * static_cast<double>(tokensPerSample(plan.model));
+  const double gpus = static_cast<double>(std::max<std::int64_t>(1, plan.config.totalGpus()));
+  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan, costed) * microbatches / seconds / gpus / 1e12;
+  // MFU against the dense peak of the recipe's precision (FP8 recipes against the FP8 peak, so
+  // 100 % stays the ceiling).
+  const double peak = plan.cluster.gpu.peakTflopsFor(plan.config.precision);
+  if (peak > 0) m.mfu = m.modelTflopsPerGpu / peak;
+}
+
 // The training step around the pipeline: each device's gradients are reduced over its data-
 // parallel group (Megatron-LM / PyTorch DDP overlap that with the last backward passes; ZeRO-3
 // reduce-scatters inside its W passes instead), a tied embedding's gradient is all-reduced
@@ -374,56 +472,11 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
   const int expertDp = static_cast<int>(std::min<std::int64_t>(par.expertData(), 1 << 30));
   const int zero = effectiveZeroStage(plan);
   const CollectiveLinks links = collectiveLinks(plan.cluster, par);
-  // Sequence-split plans: the units of the last (first) training microbatch.
-  const int splits = std::max(1, plan.config.seqSplits);
-  const int lastMb = plan.config.trainingMicrobatches() - 1;
-
-  std::vector<double> dense(devices, 0.0), expert(devices, 0.0), window(devices, 0.0), gatherWindow(devices, 0.0);
-  std::vector<char> embedding(devices, 0), tiedHead(devices, 0);
-  double tiedBytes = 0;
-  for (std::size_t i = 0; i < plan.virtualStages.size() && i < costs.size(); ++i) {
-    const VirtualStage& vs = plan.virtualStages[i];
-    if (!inRange(dense, vs.device)) continue;
-    const auto d = static_cast<std::size_t>(vs.device);
-    dense[d] += costs[i].trainableParameters - costs[i].expertParameters;
-    expert[d] += costs[i].expertParameters;
-    if (costs[i].tiedParameters > 0) {
-      tiedHead[d] = 1;
-      tiedBytes = std::max(tiedBytes, 4.0 * costs[i].tiedParameters);
-    }
-    if (inRange(plan.model.components, vs.component)) {
-      const Component& comp = plan.model.component(vs.component);
-      for (int l = std::max(0, vs.firstLayer); l <= vs.lastLayer && inRange(comp.layers, l); ++l) {
-        if (comp.layer(l).kind == "embedding") embedding[d] = 1;
-      }
-    }
-  }
-  for (const Op& op : plan.ops) {
-    if (!inRange(window, op.device) || op.microbatch < 0) continue;
-    const auto d = static_cast<std::size_t>(op.device);
-    const int trainingMb = op.microbatch / splits;
-    if (trainingMb == lastMb && (op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW)) {
-      window[d] += op.durationMs();
-    }
-    if (trainingMb == 0 && op.kind == OpKind::F) gatherWindow[d] += op.durationMs();
-  }
-  // The tied weight's two copies live on different ranks only when no device has both halves.
-  bool tiedSplit = false;
-  int firstEmbeddingDevice = -1, firstHeadDevice = -1;
-  for (std::size_t d = 0; d < devices; ++d) {
-    if (embedding[d] && firstEmbeddingDevice < 0) firstEmbeddingDevice = static_cast<int>(d);
-    if (tiedHead[d] && firstHeadDevice < 0) firstHeadDevice = static_cast<int>(d);
-  }
-  if (firstEmbeddingDevice >= 0 && firstHeadDevice >= 0 && !embedding[static_cast<std::size_t>(firstHeadDevice)]) {
-    tiedSplit = true;
-  }
-  double tiedSyncMs = 0;
-  if (tiedSplit && tiedBytes > 0) {
-    const bool sameNode = plan.cluster.sameNvlinkDomain(deviceFirstGpu(plan.config, firstEmbeddingDevice),
-                                                        deviceFirstGpu(plan.config, firstHeadDevice));
-    const LinkSpec& l = sameNode ? plan.cluster.intraNode : plan.cluster.interNode;
-    tiedSyncMs = allReduceMs(CollectiveLink{l.bandwidthGBps, l.latencyUs, !sameNode}, 2, tiedBytes);
-  }
+  const DeviceParameters params = deviceParameters(plan, costs, devices);
+  const std::vector<double>& dense = params.dense;
+  const std::vector<double>& expert = params.expert;
+  const SyncWindows windows = syncWindows(plan, devices);
+  const TiedSync tied = tiedSync(plan, params);
 
   double pipelineEnd = first;
   double period = 0;
@@ -435,16 +488,16 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     double syncMs = 0, lastBucketMs = 0;
     // From ZeRO-2 on, every W reduce-scatters its gradients inside the pipeline (CostModel.cpp).
     if (zero <= 1) {
-      const auto reduce = [&](const CollectiveLink& link, int ranks, double params) {
-        const double bytes = gradBytes * params;
+      const auto reduce = [&](const CollectiveLink& link, int ranks, double parameters) {
+        const double bytes = gradBytes * parameters;
         return zero == 0 ? allReduceMs(link, ranks, bytes) : allGatherMs(link, ranks, bytes);
       };
       syncMs = reduce(links.data, dp, dense[d]) + reduce(links.expertData, expertDp, expert[d]);
       lastBucketMs = reduce(links.data, dp, std::min(bucketParams, dense[d]));
     }
     const double syncExposedMs =
-        par.overlapGradReduce ? std::min(syncMs, std::max(lastBucketMs, syncMs - window[d])) : syncMs;
-    const double exposed = syncExposedMs + (tiedSplit && (embedding[d] || tiedHead[d]) ? tiedSyncMs : 0.0);
+        par.overlapGradReduce ? std::min(syncMs, std::max(lastBucketMs, syncMs - windows.reduce[d])) : syncMs;
+    const double exposed = syncExposedMs + (tied.split && (params.embedding[d] || params.tiedHead[d]) ? tied.ms : 0.0);
     const double shardDense = zero >= 1 ? dense[d] / dp : dense[d];
     const double shardExpert = zero >= 1 ? expert[d] / expertDp : expert[d];
     double optimizerMs =
@@ -457,7 +510,7 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
       if (par.overlapParamGather && devLast[d] >= devFirst[d]) {
         const double firstBucketMs = allGatherMs(links.data, dp, 2.0 * std::min(bucketParams, dense[d]));
         const double idleStartMs = devFirst[d] - first;
-        gatherExposedMs = std::min(gatherMs, std::max(firstBucketMs, gatherMs - idleStartMs - gatherWindow[d]));
+        gatherExposedMs = std::min(gatherMs, std::max(firstBucketMs, gatherMs - idleStartMs - windows.gather[d]));
       }
       optimizerMs += gatherExposedMs;
       m.devices[d].hiddenCommMs += gatherMs - gatherExposedMs;
@@ -481,19 +534,7 @@ void addStepMetrics(const Plan& plan, const CostedModel& costed, const std::vect
     m.gradientSyncMs = std::max(0.0, pipelineEnd - first - m.makespanMs);
     m.iterationMs = (pipelineEnd - first) + worstOptimizer;
   }
-  if (m.iterationMs <= 0) return;
-  // Every data-parallel rank trains its own microbatches; context-parallel ranks share theirs.
-  const double microbatches = static_cast<double>(plan.config.trainingMicrobatches()) * std::max(1, par.data);
-  const double samples = microbatches * static_cast<double>(plan.model.samplesPerMicrobatch);
-  const double seconds = m.iterationMs / 1000.0;
-  m.throughputSamplesPerS = samples / seconds;
-  m.tokensPerS = m.throughputSamplesPerS * static_cast<double>(tokensPerSample(plan.model));
-  const double gpus = static_cast<double>(std::max<std::int64_t>(1, plan.config.totalGpus()));
-  m.modelTflopsPerGpu = modelFlopsPerMicrobatch(plan, costed) * microbatches / seconds / gpus / 1e12;
-  // MFU against the dense peak of the recipe's precision (FP8 recipes against the FP8 peak, so
-  // 100 % stays the ceiling).
-  const double peak = plan.cluster.gpu.peakTflopsFor(plan.config.precision);
-  if (peak > 0) m.mfu = m.modelTflopsPerGpu / peak;
+  addThroughput(plan, costed, m);
 }
 
 // The collective time inside an op's duration (exposed) and beside it (hidden), by its pass.

@@ -1107,45 +1107,60 @@ Status checkRanges(const Plan& plan) {
   return {};
 }
 
-// Whether the per-device orders can run: an abstract run in which a device starts its next op
-// once every op that op needs has run — the data flow (`needs`, as validatePlanStructure
-// derives it) and derivedDependencies (frozen outputs, vocabulary passes), as the simulator and
-// the executor use them. What is left waits on itself or on another device in a cycle: a
-// deadlock `simulate` and `run` would meet (a need later on its own device is one too).
-// Needs [firstWait, firstWait + plan.offloadWaits.size()) are the plan's offload waits, named as such.
-Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std::int32_t>> needs,
-                      std::size_t firstWait) {
+// (producer, consumer) op indices: what each op needs to have run before it.
+using Needs = std::vector<std::pair<std::int32_t, std::int32_t>>;
+
+// Per device, its ops in plan order (CSR: lane d is ops[first[d] .. first[d + 1])).
+struct LaneOrder {
+  std::vector<std::int32_t> first;
+  std::vector<std::int32_t> ops;
+};
+
+LaneOrder laneOrder(const Plan& plan) {
   const std::size_t n = plan.ops.size();
   const auto devices = static_cast<std::size_t>(plan.config.devices);
-  // Per device, its ops in plan order (CSR: lane d is laneOps[laneFirst[d] .. laneFirst[d + 1])).
-  std::vector<std::int32_t> laneFirst(devices + 1, 0);
-  for (const Op& op : plan.ops) ++laneFirst[static_cast<std::size_t>(op.device) + 1];
-  for (std::size_t d = 0; d < devices; ++d) laneFirst[d + 1] += laneFirst[d];
-  std::vector<std::int32_t> laneOps(n);
-  {
-    std::vector<std::int32_t> fill(laneFirst.begin(), laneFirst.end() - 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      laneOps[static_cast<std::size_t>(fill[static_cast<std::size_t>(plan.ops[i].device)]++)] =
-          static_cast<std::int32_t>(i);
-    }
+  LaneOrder lanes{std::vector<std::int32_t>(devices + 1, 0), std::vector<std::int32_t>(n)};
+  for (const Op& op : plan.ops) ++lanes.first[static_cast<std::size_t>(op.device) + 1];
+  for (std::size_t d = 0; d < devices; ++d) lanes.first[d + 1] += lanes.first[d];
+  std::vector<std::int32_t> fill(lanes.first.begin(), lanes.first.end() - 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    lanes.ops[static_cast<std::size_t>(fill[static_cast<std::size_t>(plan.ops[i].device)]++)] =
+        static_cast<std::int32_t>(i);
   }
+  return lanes;
+}
+
+// Adds derivedDependencies (frozen outputs, vocabulary passes, sequence chunks) to the needs.
+void addDerivedNeeds(const Plan& plan, Needs& needs) {
   // Dependencies beyond the data flow exist only with frozen (N) or vocabulary (S/T) ops, or
   // sequence chunks (their causal order).
   const bool derived = plan.config.seqSplits > 1 || std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& op) {
                          return op.kind == OpKind::N || op.kind == OpKind::S || op.kind == OpKind::T;
                        });
-  if (derived) {
-    std::vector<std::vector<std::int32_t>> laneOp;
-    const auto lanes = planLanes(plan, &laneOp);
-    for (const OpDependency& dep : derivedDependencies(plan, lanes)) {
-      if (!inRange(laneOp, dep.from.device) || !inRange(laneOp, dep.to.device)) continue;
-      const auto& from = laneOp[static_cast<std::size_t>(dep.from.device)];
-      const auto& to = laneOp[static_cast<std::size_t>(dep.to.device)];
-      if (inRange(from, dep.from.index) && inRange(to, dep.to.index)) {
-        needs.emplace_back(from[static_cast<std::size_t>(dep.from.index)], to[static_cast<std::size_t>(dep.to.index)]);
-      }
+  if (!derived) return;
+  std::vector<std::vector<std::int32_t>> laneOp;
+  const auto lanes = planLanes(plan, &laneOp);
+  for (const OpDependency& dep : derivedDependencies(plan, lanes)) {
+    if (!inRange(laneOp, dep.from.device) || !inRange(laneOp, dep.to.device)) continue;
+    const auto& from = laneOp[static_cast<std::size_t>(dep.from.device)];
+    const auto& to = laneOp[static_cast<std::size_t>(dep.to.device)];
+    if (inRange(from, dep.from.index) && inRange(to, dep.to.index)) {
+      needs.emplace_back(from[static_cast<std::size_t>(dep.from.index)], to[static_cast<std::size_t>(dep.to.index)]);
     }
   }
+}
+
+// Where the abstract run of the orders ended: the ops that ran and, per device, its next lane
+// slot (the op it stopped at, or the lane's end).
+struct OrderRun {
+  std::vector<char> ran;
+  std::vector<std::int32_t> next;
+  std::size_t done = 0;
+};
+
+OrderRun runOrders(const Plan& plan, const LaneOrder& lanes, const Needs& needs) {
+  const std::size_t n = plan.ops.size();
+  const std::size_t devices = lanes.first.size() - 1;
   // Consumers of each op (CSR) and, per op, how many of its needs have not run.
   std::vector<std::int32_t> waits(n, 0);
   std::vector<std::int32_t> first(n + 1, 0);
@@ -1161,22 +1176,21 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
       consumers[static_cast<std::size_t>(fill[static_cast<std::size_t>(from)]++)] = to;
   }
   // An op runs when its needs have and it is next on its device.
-  std::vector<std::int32_t> next(laneFirst.begin(), laneFirst.end() - 1);  // per device: next lane slot
-  std::vector<char> ran(n, 0);
+  OrderRun run{std::vector<char>(n, 0), std::vector<std::int32_t>(lanes.first.begin(), lanes.first.end() - 1)};
+  std::vector<std::int32_t>& next = run.next;
   std::vector<std::int32_t> ready;
   auto offerHead = [&](std::size_t d) {
-    if (next[d] < laneFirst[d + 1]) {
-      const auto head = laneOps[static_cast<std::size_t>(next[d])];
+    if (next[d] < lanes.first[d + 1]) {
+      const auto head = lanes.ops[static_cast<std::size_t>(next[d])];
       if (waits[static_cast<std::size_t>(head)] == 0) ready.push_back(head);
     }
   };
   for (std::size_t d = 0; d < devices; ++d) offerHead(d);
-  std::size_t done = 0;
   while (!ready.empty()) {
     const auto op = static_cast<std::size_t>(ready.back());
     ready.pop_back();
-    ran[op] = 1;
-    ++done;
+    run.ran[op] = 1;
+    ++run.done;
     const auto d = static_cast<std::size_t>(plan.ops[op].device);
     ++next[d];
     offerHead(d);
@@ -1186,17 +1200,25 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
       const auto c = consumers[static_cast<std::size_t>(e)];
       if (--waits[static_cast<std::size_t>(c)] != 0) continue;
       const auto cd = static_cast<std::size_t>(plan.ops[static_cast<std::size_t>(c)].device);
-      if (next[cd] < laneFirst[cd + 1] && laneOps[static_cast<std::size_t>(next[cd])] == c) ready.push_back(c);
+      if (next[cd] < lanes.first[cd + 1] && lanes.ops[static_cast<std::size_t>(next[cd])] == c) ready.push_back(c);
     }
   }
-  if (done == n) return {};
+  return run;
+}
+
+// The stuck devices of a run that deadlocked (at most eight): where each stopped and the first
+// of its needs there that never ran.
+std::string describeDeadlock(const Plan& plan, const LaneOrder& lanes, const OrderRun& run, const Needs& needs,
+                             std::size_t firstWait) {
+  const std::size_t devices = lanes.first.size() - 1;
+  const std::vector<std::int32_t>& next = run.next;
   // Per device, the op it stopped at and the first need of it that never ran (its index in needs).
   std::vector<std::int64_t> unmet(devices, -1);
   for (std::size_t k = 0; k < needs.size(); ++k) {
     const auto [from, to] = needs[k];
     const auto d = static_cast<std::size_t>(plan.ops[static_cast<std::size_t>(to)].device);
-    if (ran[static_cast<std::size_t>(from)] == 0 && unmet[d] < 0 && next[d] < laneFirst[d + 1] &&
-        laneOps[static_cast<std::size_t>(next[d])] == to) {
+    if (run.ran[static_cast<std::size_t>(from)] == 0 && unmet[d] < 0 && next[d] < lanes.first[d + 1] &&
+        lanes.ops[static_cast<std::size_t>(next[d])] == to) {
       unmet[d] = static_cast<std::int64_t>(k);
     }
   }
@@ -1204,7 +1226,7 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
   int shown = 0;
   for (std::size_t d = 0; d < devices; ++d) {
     if (unmet[d] < 0) continue;
-    const auto i = static_cast<std::size_t>(laneOps[static_cast<std::size_t>(next[d])]);
+    const auto i = static_cast<std::size_t>(lanes.ops[static_cast<std::size_t>(next[d])]);
     if (++shown > 8) {
       stuck += "; …";
       break;
@@ -1229,13 +1251,28 @@ Status checkOrdersRun(const Plan& plan, std::vector<std::pair<std::int32_t, std:
       stuck += std::to_string(plan.ops[p].device);
     }
   }
-  return Error{"/ops: the per-device orders deadlock (each device runs its ops in plan order; they wait in a cycle): " +
-               stuck + " (expected an order in which every op comes after the ops it needs)"};
+  return stuck;
 }
 
-}  // namespace
+// Whether the per-device orders can run: an abstract run in which a device starts its next op
+// once every op that op needs has run — the data flow (`needs`, as validatePlanStructure
+// derives it) and derivedDependencies (frozen outputs, vocabulary passes), as the simulator and
+// the executor use them. What is left waits on itself or on another device in a cycle: a
+// deadlock `simulate` and `run` would meet (a need later on its own device is one too).
+// Needs [firstWait, firstWait + plan.offloadWaits.size()) are the plan's offload waits, named as such.
+Status checkOrdersRun(const Plan& plan, Needs needs, std::size_t firstWait) {
+  const LaneOrder lanes = laneOrder(plan);
+  addDerivedNeeds(plan, needs);
+  const OrderRun run = runOrders(plan, lanes, needs);
+  if (run.done == plan.ops.size()) return {};
+  return Error{"/ops: the per-device orders deadlock (each device runs its ops in plan order; they wait in a cycle): " +
+               describeDeadlock(plan, lanes, run, needs, firstWait) +
+               " (expected an order in which every op comes after the ops it needs)"};
+}
 
-Status validatePlanStructure(const Plan& plan) {
+// The plan's size and settings before its ops: the config against the embedded model and
+// cluster, the op count, the stage tables, the virtual stages.
+Status checkPlanShape(const Plan& plan) {
   const int devices = plan.config.devices;
   const int microbatches = plan.config.microbatches;
   if (devices < 1) return Error{"/config/devices: " + std::to_string(devices) + " (expected at least 1)"};
@@ -1254,40 +1291,50 @@ Status validatePlanStructure(const Plan& plan) {
   if (auto st = checkStageTables(static_cast<std::int64_t>(plan.virtualStages.size()), microbatches); !st) {
     return st.error().withPrefix("/virtual_stages: ");
   }
-  PS_RETURN_IF_ERROR(checkStages(plan));
+  return checkStages(plan);
+}
 
-  // Per op: references, kind, microbatch, times, frozen components; unique ops by key.
+// Op i on its own: its virtual stage and device, kind, microbatch, times, and no backward on a
+// frozen component.
+Status checkOp(const Plan& plan, std::size_t i) {
+  const Op& op = plan.ops[i];
   const auto stages = plan.virtualStages.size();
-  UniqueOps unique(stages, microbatches);
+  const int microbatches = plan.config.microbatches;
+  if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= stages) {
+    return Error{opPointer(i, "virtual_stage") + ": " + std::to_string(op.virtualStage) +
+                 " is not a virtual stage of the plan (expected 0.." +
+                 std::to_string(static_cast<long long>(stages) - 1) + ")"};
+  }
+  const VirtualStage& vs = plan.stage(op.virtualStage);
+  if (vs.device != op.device) {
+    return Error{opPointer(i, "device") + ": op runs on device " + std::to_string(op.device) + " but virtual stage " +
+                 std::to_string(vs.id) + " is on device " + std::to_string(vs.device) +
+                 " (expected the virtual stage's device)"};
+  }
+  if (static_cast<int>(op.kind) >= kOpKindCount) {
+    return Error{opPointer(i, "kind") + ": unknown op kind " + std::to_string(static_cast<int>(op.kind))};
+  }
+  const int lowest = op.kind == OpKind::OPT ? -1 : 0;
+  if (op.microbatch < lowest || op.microbatch >= microbatches) {
+    return Error{opPointer(i, "microbatch") + ": " + std::to_string(op.microbatch) +
+                 " is not a microbatch of the plan (expected 0.." + std::to_string(microbatches - 1) + ")"};
+  }
+  if (!std::isfinite(op.startMs) || !std::isfinite(op.endMs) || op.endMs < op.startMs) {
+    return Error{opPointer(i, "end_ms") + ": is before start_ms (expected end_ms ≥ start_ms, both finite)"};
+  }
+  const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW || isHostCopy(op.kind);
+  if (backward && !plan.model.component(vs.component).trainable) {
+    return Error{opPointer(i, "kind") + ": " + opLabel(op) +
+                 " is a backward op or an activation copy on a frozen component (expected N ops only)"};
+  }
+  return {};
+}
+
+// Per op: checkOp, then its slot among the unique ops by key (N, OPT and T ops repeat).
+Status indexOps(const Plan& plan, UniqueOps& unique) {
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    PS_RETURN_IF_ERROR(checkOp(plan, i));
     const Op& op = plan.ops[i];
-    if (op.virtualStage < 0 || static_cast<std::size_t>(op.virtualStage) >= stages) {
-      return Error{opPointer(i, "virtual_stage") + ": " + std::to_string(op.virtualStage) +
-                   " is not a virtual stage of the plan (expected 0.." +
-                   std::to_string(static_cast<long long>(stages) - 1) + ")"};
-    }
-    const VirtualStage& vs = plan.stage(op.virtualStage);
-    if (vs.device != op.device) {
-      return Error{opPointer(i, "device") + ": op runs on device " + std::to_string(op.device) + " but virtual stage " +
-                   std::to_string(vs.id) + " is on device " + std::to_string(vs.device) +
-                   " (expected the virtual stage's device)"};
-    }
-    if (static_cast<int>(op.kind) >= kOpKindCount) {
-      return Error{opPointer(i, "kind") + ": unknown op kind " + std::to_string(static_cast<int>(op.kind))};
-    }
-    const int lowest = op.kind == OpKind::OPT ? -1 : 0;
-    if (op.microbatch < lowest || op.microbatch >= microbatches) {
-      return Error{opPointer(i, "microbatch") + ": " + std::to_string(op.microbatch) +
-                   " is not a microbatch of the plan (expected 0.." + std::to_string(microbatches - 1) + ")"};
-    }
-    if (!std::isfinite(op.startMs) || !std::isfinite(op.endMs) || op.endMs < op.startMs) {
-      return Error{opPointer(i, "end_ms") + ": is before start_ms (expected end_ms ≥ start_ms, both finite)"};
-    }
-    const bool backward = op.kind == OpKind::B || op.kind == OpKind::W || op.kind == OpKind::BW || isHostCopy(op.kind);
-    if (backward && !plan.model.component(vs.component).trainable) {
-      return Error{opPointer(i, "kind") + ": " + opLabel(op) +
-                   " is a backward op or an activation copy on a frozen component (expected N ops only)"};
-    }
     if (op.kind == OpKind::N || op.kind == OpKind::OPT || op.kind == OpKind::T) continue;
     // B and BW share a key: a stage's microbatch has one backward, split or fused.
     std::int32_t& slot = unique.slot(op.kind, op.virtualStage, op.microbatch);
@@ -1297,32 +1344,25 @@ Status validatePlanStructure(const Plan& plan) {
     }
     slot = static_cast<std::int32_t>(i);
   }
+  return {};
+}
 
-  PS_RETURN_IF_ERROR(checkFsdpActions(plan));
-  PS_RETURN_IF_ERROR(checkOffloadWaits(plan));
+// What each op needs (the data flow of plan/Dependencies.hpp, as simulator and executor
+// derive it): F the previous stage's F; B/BW its own F and the next stage's backward; W its
+// split B; the activation copies their F, and the backward the reload.
+class DataFlow {
+ public:
+  DataFlow(const Plan& plan, UniqueOps& unique, Needs& needs)
+      : m_plan(plan), m_chain(stageNeighbours(plan)), m_unique(unique), m_needs(needs) {}
 
-  // What each op needs (the data flow of plan/Dependencies.hpp, as simulator and executor
-  // derive it): F the previous stage's F; B/BW its own F and the next stage's backward; W its
-  // split B.
-  const StageNeighbours chain = stageNeighbours(plan);
-  auto find = [&](OpKind kind, int stage, int microbatch) -> const Op* {
-    if (stage < 0 || static_cast<std::size_t>(stage) >= stages || microbatch < 0 || microbatch >= microbatches) {
-      return nullptr;
-    }
-    const std::int32_t at = unique.slot(kind, stage, microbatch);
-    return at < 0 ? nullptr : &plan.ops[static_cast<std::size_t>(at)];
-  };
-  // (producer, consumer) op indices of the data flow, for the orders check below.
-  std::vector<std::pair<std::int32_t, std::int32_t>> needs;
-  needs.reserve(plan.ops.size() * 2);
-  auto need = [&](const Op* producer, std::size_t consumer) {
-    needs.emplace_back(static_cast<std::int32_t>(producer - plan.ops.data()), static_cast<std::int32_t>(consumer));
-  };
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const Op& op = plan.ops[i];
+  const StageNeighbours& chain() const { return m_chain; }
+
+  // Adds op i's needs, or names the op it needs that the plan does not contain.
+  Status add(std::size_t i) {
+    const Op& op = m_plan.ops[i];
     const auto s = static_cast<std::size_t>(op.virtualStage);
-    const int prev = chain.previous[s];
-    const int next = chain.next[s];
+    const int prev = m_chain.previous[s];
+    const int next = m_chain.next[s];
     auto missing = [&](OpKind kind, int stage) {
       return Error{opPointer(i) + ": " + opLabel(op) + " needs " + std::string(opKindName(kind)) + "(stage " +
                    std::to_string(stage) + ", microbatch " + std::to_string(op.microbatch) +
@@ -1366,7 +1406,7 @@ Status validatePlanStructure(const Plan& plan) {
         const Op* b = find(OpKind::B, op.virtualStage, op.microbatch);
         if (!b) return missing(OpKind::B, op.virtualStage);
         need(f, i);
-        need(reload, static_cast<std::size_t>(b - plan.ops.data()));
+        need(reload, static_cast<std::size_t>(b - m_plan.ops.data()));
         break;
       }
       case OpKind::H2D: {
@@ -1378,8 +1418,44 @@ Status validatePlanStructure(const Plan& plan) {
       default:
         break;
     }
+    return {};
   }
-  PS_RETURN_IF_ERROR(frozenNeeds(plan, chain, needs));
+
+ private:
+  const Op* find(OpKind kind, int stage, int microbatch) const {
+    if (stage < 0 || static_cast<std::size_t>(stage) >= m_plan.virtualStages.size() || microbatch < 0 ||
+        microbatch >= m_plan.config.microbatches) {
+      return nullptr;
+    }
+    const std::int32_t at = m_unique.slot(kind, stage, microbatch);
+    return at < 0 ? nullptr : &m_plan.ops[static_cast<std::size_t>(at)];
+  }
+  void need(const Op* producer, std::size_t consumer) {
+    m_needs.emplace_back(static_cast<std::int32_t>(producer - m_plan.ops.data()), static_cast<std::int32_t>(consumer));
+  }
+
+  const Plan& m_plan;
+  StageNeighbours m_chain;
+  UniqueOps& m_unique;
+  Needs& m_needs;
+};
+
+}  // namespace
+
+Status validatePlanStructure(const Plan& plan) {
+  PS_RETURN_IF_ERROR(checkPlanShape(plan));
+  // Per op: references, kind, microbatch, times, frozen components; unique ops by key.
+  UniqueOps unique(plan.virtualStages.size(), plan.config.microbatches);
+  PS_RETURN_IF_ERROR(indexOps(plan, unique));
+  PS_RETURN_IF_ERROR(checkFsdpActions(plan));
+  PS_RETURN_IF_ERROR(checkOffloadWaits(plan));
+
+  // (producer, consumer) op indices of the data flow, for the orders check below.
+  Needs needs;
+  needs.reserve(plan.ops.size() * 2);
+  DataFlow flow(plan, unique, needs);
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) PS_RETURN_IF_ERROR(flow.add(i));
+  PS_RETURN_IF_ERROR(frozenNeeds(plan, flow.chain(), needs));
   // After the needs of each op, which name a missing op by what waits for it: what is left is a
   // microbatch no op runs, or a backward that is missing where nothing else waits for it.
   PS_RETURN_IF_ERROR(checkCoverage(plan, unique));
