@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "Flags.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 
 namespace pipestudio::cli {
@@ -139,7 +140,7 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
           applyPair(o.yesOverlapParamGather, o.noOverlapParamGather, "overlap-param-gather", par.overlapParamGather);
       !st)
     return st;
-  if (auto st = applyPair(o.yesTpCommOverlap, o.noTpCommOverlap, "tp-comm-overlap", par.tpCommOverlap); !st) return st;
+  PS_RETURN_IF_ERROR(applyPair(o.yesTpCommOverlap, o.noTpCommOverlap, "tp-comm-overlap", par.tpCommOverlap));
   if (o.yesTpCommOverlap && !par.sequenceParallel) {
     return Error{
         "--tp-comm-overlap needs sequence parallelism (Transformer Engine overlaps the sequence-parallel "
@@ -150,7 +151,7 @@ Status applyRecipeFlags(const RecipeOptions& o, PlanConfig& config) {
   par.recomputeMethod = recomputeMethodFromName(o.recomputeMethod).value_or(RecomputeMethod::Uniform);
   if (o.yesLowPrecisionParams || o.noLowPrecisionParams) {
     bool keep = false;
-    if (auto st = applyPair(o.yesLowPrecisionParams, o.noLowPrecisionParams, "fp8-param-gather", keep); !st) return st;
+    PS_RETURN_IF_ERROR(applyPair(o.yesLowPrecisionParams, o.noLowPrecisionParams, "fp8-param-gather", keep));
     if (keep && !isLowPrecision(config.precision)) {
       return Error{
           "--fp8-param-gather needs a low-precision recipe (--precision fp8, fp8-block, mxfp8 or nvfp4), got "

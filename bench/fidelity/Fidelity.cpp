@@ -29,6 +29,7 @@
 #include "CostParts.hpp"
 #include "Kernels.hpp"
 #include "pipestudio/common/Json.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/GpuCatalog.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Costs.hpp"
@@ -332,9 +333,10 @@ ModelSpec recipeModel(const std::string& name, const Json& arch, int seq) {
 // to the row's; else a decoder from the table's shape.
 Expected<ModelSpec> recipeModelFor(const std::string& name, const Json& arch, int seq) {
   if (!arch.contains("file")) return recipeModel(name, arch, seq);
-  auto model = loadModel(std::string(PIPESTUDIO_RESOURCES).append("/models/").append(arch["file"].get<std::string>()));
-  if (!model) return model.error();
-  for (Component& c : model->components) {
+  PS_ASSIGN_OR_RETURN(
+      auto model,
+      loadModel(std::string(PIPESTUDIO_RESOURCES).append("/models/").append(arch["file"].get<std::string>())));
+  for (Component& c : model.components) {
     for (Layer& l : c.layers) {
       if (l.transformer) l.transformer->seq = seq;
     }
@@ -410,9 +412,8 @@ Expected<PlanRequest> recipeRequest(const Json& table, const Json& row, const Cl
   const int vp = row["vp"].is_number() ? row["vp"].get<int>() : 1;
   const int fsdp = row.value("fsdp", 0);
   PlanRequest r;
-  auto spec = recipeModelFor(model, table["models"][model], seq);
-  if (!spec) return spec.error();
-  r.model = std::move(*spec);
+  PS_ASSIGN_OR_RETURN(auto spec, recipeModelFor(model, table["models"][model], seq));
+  r.model = std::move(spec);
   // A row may name another GPU of the catalogue than the table's cluster has (B300 rows on the
   // B200 cluster's links, GB300 on GB200's): the cluster with that GPU.
   const std::string gpu = rowGpu(table, row);
@@ -609,9 +610,8 @@ Expected<Plan> megatronVocabBaseline(const PlanRequest& r) {
   in.virtualStages = shell.virtualStages;
   in.stages = stageEstimates(shell);
   in.request = &r;
-  auto skeleton = g->order(in);
-  if (!skeleton) return skeleton.error();
-  return simulateSkeleton(std::move(shell), *skeleton);
+  PS_ASSIGN_OR_RETURN(auto skeleton, g->order(in));
+  return simulateSkeleton(std::move(shell), skeleton);
 }
 
 // Prints measured against predicted MFU gain of Vocab-1 / Vocab-2 over the baseline per row;
@@ -698,9 +698,8 @@ Expected<std::map<std::string, ClusterSpec>> loadClusters(const Json& root, cons
   for (const Json& table : root["tables"]) {
     const std::string file = table["cluster"].get<std::string>();
     if (clusters.count(file)) continue;
-    auto c = loadCluster(std::string(resources).append("/clusters/").append(file));
-    if (!c) return c.error();
-    clusters.emplace(file, *c);
+    PS_ASSIGN_OR_RETURN(auto c, loadCluster(std::string(resources).append("/clusters/").append(file)));
+    clusters.emplace(file, c);
   }
   return clusters;
 }

@@ -15,6 +15,7 @@
 
 #include "Backend.hpp"
 #include "pipestudio/common/NumberArg.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/executor/Launcher.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -97,13 +98,11 @@ Expected<FaultSpec> parseFault(const std::string& text) {
     const std::string key = parts[i].substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
     if (key == "rank") {
-      auto v = parseInt(where + " rank", value, 0, 1 << 20);
-      if (!v) return v.error();
-      f.rank = static_cast<int>(*v);
+      PS_ASSIGN_OR_RETURN(auto v, parseInt(where + " rank", value, 0, 1 << 20));
+      f.rank = static_cast<int>(v);
     } else if (key == "after_ops") {
-      auto v = parseInt(where + " after_ops", value, 1, std::int64_t{1} << 40);
-      if (!v) return v.error();
-      f.afterOps = *v;
+      PS_ASSIGN_OR_RETURN(auto v, parseInt(where + " after_ops", value, 1, std::int64_t{1} << 40));
+      f.afterOps = v;
     } else {
       std::string message = where;
       message += ": unknown field '" + key + "' (expected rank=R and after_ops=N)";
@@ -140,36 +139,33 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
       o.baseline = true;
       continue;
     }
-    auto v = value();
-    if (!v) return v.error();
+    PS_ASSIGN_OR_RETURN(auto v, value());
     if (a == "--plan") {
-      o.planPath = *v;
+      o.planPath = v;
     } else if (a == "--backend") {
-      auto backend = parseBackend(*v);
-      if (!backend) return Error{"--backend: '" + *v + "' (expected " + backendChoices() + ")"};
+      auto backend = parseBackend(v);
+      if (!backend) return Error{"--backend: '" + v + "' (expected " + backendChoices() + ")"};
       o.backend = *backend;
     } else if (a == "--iterations" || a == "--warmup" || a == "--rank" || a == "--world") {
-      auto n = parseInt(a, *v, a == "--iterations" || a == "--world" ? 1 : 0, 1 << 20);
-      if (!n) return n.error();
-      if (a == "--iterations") o.iterations = static_cast<int>(*n);
-      if (a == "--warmup") o.warmup = static_cast<int>(*n);
-      if (a == "--rank") o.rank = static_cast<int>(*n), rankGiven = true;
-      if (a == "--world") o.world = static_cast<int>(*n), worldGiven = true;
+      PS_ASSIGN_OR_RETURN(auto n, parseInt(a, v, a == "--iterations" || a == "--world" ? 1 : 0, 1 << 20));
+      if (a == "--iterations") o.iterations = static_cast<int>(n);
+      if (a == "--warmup") o.warmup = static_cast<int>(n);
+      if (a == "--rank") o.rank = static_cast<int>(n), rankGiven = true;
+      if (a == "--world") o.world = static_cast<int>(n), worldGiven = true;
     } else if (a == "--nccl-id") {
-      o.ncclIdHex = *v;
+      o.ncclIdHex = v;
     } else if (a == "--run-id") {
-      o.runId = *v;
+      o.runId = v;
     } else if (a == "--time-scale" || a == "--max-op-ms" || a == "--timeout-s") {
-      auto d = parseDouble(a, *v, 1e-6, 1e6);
-      if (!d) return d.error();
-      if (a == "--time-scale") o.timeScale = *d;
-      if (a == "--max-op-ms") o.maxOpMs = *d;
-      if (a == "--timeout-s") o.watchdogTimeoutS = *d;
+      PS_ASSIGN_OR_RETURN(auto d, parseDouble(a, v, 1e-6, 1e6));
+      if (a == "--time-scale") o.timeScale = d;
+      if (a == "--max-op-ms") o.maxOpMs = d;
+      if (a == "--timeout-s") o.watchdogTimeoutS = d;
     } else if (a == "--profile") {
-      o.profileOut = *v;
+      o.profileOut = v;
     } else if (a == "--cpu-memory-budget" || a == "--device-memory") {
-      auto b = parseBytes(*v);
-      if (!b || *b <= 0) return Error{a + ": '" + *v + "' (expected a size such as 64MiB)"};
+      auto b = parseBytes(v);
+      if (!b || *b <= 0) return Error{a + ": '" + v + "' (expected a size such as 64MiB)"};
       if (a == "--cpu-memory-budget")
         o.cpuMemoryBudgetBytes = *b;
       else
@@ -187,14 +183,12 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
     const char* s = envOf(sizeVar);
     if (r == nullptr || s == nullptr) continue;
     if (!rankGiven) {
-      auto n = parseInt(rankVar, r, 0, 1 << 20);
-      if (!n) return n.error();
-      o.rank = static_cast<int>(*n);
+      PS_ASSIGN_OR_RETURN(auto n, parseInt(rankVar, r, 0, 1 << 20));
+      o.rank = static_cast<int>(n);
     }
     if (!worldGiven) {
-      auto n = parseInt(sizeVar, s, 1, 1 << 20);
-      if (!n) return n.error();
-      o.world = static_cast<int>(*n);
+      PS_ASSIGN_OR_RETURN(auto n, parseInt(sizeVar, s, 1, 1 << 20));
+      o.world = static_cast<int>(n);
     }
     break;
   }
@@ -202,9 +196,8 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
     return Error{"--rank " + std::to_string(o.rank) + " is not below --world " + std::to_string(o.world)};
   }
   if (const char* fault = envOf("PIPESTUDIO_EXEC_FAULT")) {
-    auto f = parseFault(fault);
-    if (!f) return f.error();
-    o.fault = *f;
+    PS_ASSIGN_OR_RETURN(auto f, parseFault(fault));
+    o.fault = f;
   }
   return o;
 }

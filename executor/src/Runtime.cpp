@@ -301,9 +301,8 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
     const bool rendezvous = lane.rendezvous();
     for (const Step& step : program.steps) {
       control.progress(device, LaneState::Waiting, step.receives.empty() ? -1 : step.receives.front().fromDevice);
-      const Status exchanged = rendezvous ? lane.exchange(step.rendezvous.sends, step.rendezvous.receives, iteration)
-                                          : lane.exchange(pendingSends, step.receives, iteration);
-      if (!exchanged) return exchanged.error();
+      PS_RETURN_IF_ERROR(rendezvous ? lane.exchange(step.rendezvous.sends, step.rendezvous.receives, iteration)
+                                    : lane.exchange(pendingSends, step.receives, iteration));
       if (control.aborted()) return Error{"aborted"};
       control.progress(device, LaneState::Computing);
       for (const BufferRef& b : step.allocate) {
@@ -338,9 +337,8 @@ Expected<std::vector<std::pair<std::int64_t, std::int64_t>>> walkDevice(const De
       }
       if (control.aborted()) return Error{"aborted"};
     }
-    const Status flushed = rendezvous ? lane.exchange(program.trailing.sends, program.trailing.receives, iteration)
-                                      : lane.exchange(pendingSends, program.endReceives, iteration);
-    if (!flushed) return flushed.error();
+    PS_RETURN_IF_ERROR(rendezvous ? lane.exchange(program.trailing.sends, program.trailing.receives, iteration)
+                                  : lane.exchange(pendingSends, program.endReceives, iteration));
     if (!program.hasOptimizerStep) {
       PS_RETURN_IF_ERROR(lane.optimizerStep(iteration, record));
     }

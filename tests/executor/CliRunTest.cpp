@@ -6,6 +6,7 @@
 #include <string>
 
 #include "RunHelpers.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/history/HistoryStore.hpp"
 #include "support/ExpectedMatchers.hpp"
 #include "support/ListScheduledPlan.hpp"
@@ -27,9 +28,8 @@ std::int64_t idOf(const std::string& json) {
 
 // The history's summary of run `id` in the database at `db`.
 Expected<history::RunSummary> recordedRun(const std::string& db, std::int64_t id) {
-  auto store = history::HistoryStore::open(db);
-  if (!store) return store.error();
-  return store->runSummary(id);
+  PS_ASSIGN_OR_RETURN(auto store, history::HistoryStore::open(db));
+  return store.runSummary(id);
 }
 
 TEST(CliRun, RecordsACompleteRunAndPrintsItsId) {

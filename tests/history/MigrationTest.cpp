@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include "TestSupport.hpp"
+#include "pipestudio/common/Try.hpp"
 
 using namespace pipestudio;
 using namespace pipestudio::history;
@@ -38,9 +39,8 @@ void insertV1Run(HistoryStore& s) {
 
 // A database at `path` created at schema `version`, holding insertV1Run's run.
 Status createWithV1Run(const std::string& path, int version) {
-  auto s = openAt(path, version);
-  if (!s) return s.error();
-  insertV1Run(*s);
+  PS_ASSIGN_OR_RETURN(auto s, openAt(path, version));
+  insertV1Run(s);
   return {};
 }
 

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "support/MustPlan.hpp"
 #include "support/PlanBuilder.hpp"
@@ -150,11 +151,9 @@ std::int64_t queryInt(HistoryStore& store, const std::string& sql) {
 
 Expected<TraceImportResult> importAgainstPlan(HistoryStore& store, const Plan& plan,
                                               const std::vector<std::string>& files, const std::string& name) {
-  auto planId = store.addPlan(plan, name);
-  if (!planId) return planId.error();
   TraceImportOptions o;
   o.plan = &plan;
-  o.info.planId = *planId;
+  PS_ASSIGN_OR_RETURN(o.info.planId, store.addPlan(plan, name));
   return importTraces(store, files, o);
 }
 

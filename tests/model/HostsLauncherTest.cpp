@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "pipestudio/common/JsonReader.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "support/ExpectedMatchers.hpp"
 
@@ -15,9 +16,8 @@ namespace pipestudio {
 namespace {
 
 Expected<HostsSpec> parseHosts(const std::string& text) {
-  auto doc = parseJson(text, "hosts.json");
-  if (!doc) return doc.error();
-  JsonReader reader(*doc);
+  PS_ASSIGN_OR_RETURN(auto doc, parseJson(text, "hosts.json"));
+  JsonReader reader(doc);
   auto hosts = readHosts(reader, reader.root());
   if (!reader.ok() || !hosts) return reader.toError();
   return *hosts;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "PlannerFixtures.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -327,7 +328,7 @@ TEST(PipeOffload, BadRatiosAndLinklessGpusAreRefused) {
 Expected<Plan> savedAndLoaded(const Plan& plan, const std::string& name) {
   const std::string path =
       (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json")).string();
-  if (auto saved = savePlan(path, plan); !saved) return saved.error();
+  PS_RETURN_IF_ERROR(savePlan(path, plan));
   auto loaded = loadPlan(path);
   std::filesystem::remove(path);
   return loaded;

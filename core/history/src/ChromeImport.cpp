@@ -667,7 +667,7 @@ class ChromeHandler {
 }  // namespace
 
 Expected<ImportResult> HistoryStore::importChromeTrace(const std::string& file, RunInfo info) {
-  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
+  PS_RETURN_IF_ERROR(checkRegularFile(file));  // a FIFO would block the open
   std::FILE* f = std::fopen(file.c_str(), "rb");
   if (!f) return Error{file + ": cannot open"};
   struct Closer {

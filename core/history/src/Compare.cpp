@@ -16,6 +16,7 @@
 #include "Sqlite.hpp"
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/plan/Dependencies.hpp"
 #include "pipestudio/plan/Memory.hpp"
 
@@ -146,15 +147,14 @@ Expected<std::unordered_map<std::int64_t, std::string>> namesOf(HistoryStore& st
 }
 
 Expected<StepStats> runSteps(HistoryStore& store, RunId run, const RunAggregate& agg) {
-  auto steps = store.stepTimesMs(run);
-  if (!steps) return steps.error();
-  if (steps->empty()) {
+  PS_ASSIGN_OR_RETURN(auto steps, store.stepTimesMs(run));
+  if (steps.empty()) {
     // No recorded step times: each iteration's op window is its step.
     for (const auto& [iteration, w] : agg.iterationWindow) {
-      if (iteration >= 0) steps->push_back(static_cast<double>(w.second - w.first) / kNsPerMs);
+      if (iteration >= 0) steps.push_back(static_cast<double>(w.second - w.first) / kNsPerMs);
     }
   }
-  return stepStats(std::move(*steps));
+  return stepStats(std::move(steps));
 }
 
 Json stepJson(const StepStats& s) {
@@ -240,29 +240,24 @@ Json runSummaryToJson(const RunSummary& s) {
 }
 
 Expected<RunComparison> compareRuns(HistoryStore& store, RunId a, RunId b) {
-  if (auto st = store.flush(); !st) return st.error();
+  PS_RETURN_IF_ERROR(store.flush());
   RunComparison c;
-  auto sa = store.runSummary(a);
-  if (!sa) return sa.error();
-  auto sb = store.runSummary(b);
-  if (!sb) return sb.error();
-  c.a = std::move(*sa);
-  c.b = std::move(*sb);
-  auto aggA = aggregateRun(store, a);
-  if (!aggA) return aggA.error();
-  auto aggB = aggregateRun(store, b);
-  if (!aggB) return aggB.error();
-  auto names = namesOf(store, *aggA, *aggB);
-  if (!names) return names.error();
+  PS_ASSIGN_OR_RETURN(auto sa, store.runSummary(a));
+  PS_ASSIGN_OR_RETURN(auto sb, store.runSummary(b));
+  c.a = std::move(sa);
+  c.b = std::move(sb);
+  PS_ASSIGN_OR_RETURN(auto aggA, aggregateRun(store, a));
+  PS_ASSIGN_OR_RETURN(auto aggB, aggregateRun(store, b));
+  PS_ASSIGN_OR_RETURN(auto names, namesOf(store, aggA, aggB));
 
   std::map<std::string, NameComparison> byName;
-  for (const auto& [id, v] : aggA->byNameId) {
-    auto& row = byName[(*names)[id]];
+  for (const auto& [id, v] : aggA.byNameId) {
+    auto& row = byName[names[id]];
     row.aMs += static_cast<double>(v.first) / kNsPerMs;
     row.aCount += v.second;
   }
-  for (const auto& [id, v] : aggB->byNameId) {
-    auto& row = byName[(*names)[id]];
+  for (const auto& [id, v] : aggB.byNameId) {
+    auto& row = byName[names[id]];
     row.bMs += static_cast<double>(v.first) / kNsPerMs;
     row.bCount += v.second;
   }
@@ -276,15 +271,11 @@ Expected<RunComparison> compareRuns(HistoryStore& store, RunId a, RunId b) {
     return mx != my ? mx > my : x.name < y.name;
   });
 
-  auto stepA = runSteps(store, a, *aggA);
-  if (!stepA) return stepA.error();
-  auto stepB = runSteps(store, b, *aggB);
-  if (!stepB) return stepB.error();
-  c.stepA = *stepA;
-  c.stepB = *stepB;
+  PS_ASSIGN_OR_RETURN(c.stepA, runSteps(store, a, aggA));
+  PS_ASSIGN_OR_RETURN(c.stepB, runSteps(store, b, aggB));
 
-  const auto da = busyIdle(*aggA);
-  const auto dbi = busyIdle(*aggB);
+  const auto da = busyIdle(aggA);
+  const auto dbi = busyIdle(aggB);
   std::map<int, DeviceComparison> devices;
   for (const auto& [d, v] : da) {
     devices[d].aBusyMs = v.busyMs;
@@ -656,9 +647,8 @@ void measureDevice(DeviceBubble& row, const std::vector<Interval>& busy, const s
 // iterations are counted from the windows found.
 Status measureBubbles(HistoryStore& store, RunId run, const std::vector<MeasuredEvent>& events, const MeasuredOps& m,
                       std::map<int, DeviceBubble>& devices, int& iterations) {
-  auto nccl = ncclParts(store, run);
-  if (!nccl) return nccl.error();
-  for (auto* parts : {&nccl->transfer, &nccl->wait}) {
+  PS_ASSIGN_OR_RETURN(auto nccl, ncclParts(store, run));
+  for (auto* parts : {&nccl.transfer, &nccl.wait}) {
     for (auto& [d, v] : *parts) {
       std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start < b.start; });
     }
@@ -677,7 +667,7 @@ Status measureBubbles(HistoryStore& store, RunId run, const std::vector<Measured
     // Without op ranges the GPU's own activity is the busy time, NCCL kernels only for their
     // transfer part. With op ranges, busy is compute as in the plan (where exposed transfers
     // are bubble too).
-    if (const auto t = nccl->transfer.find(d); events.empty() && t != nccl->transfer.end()) {
+    if (const auto t = nccl.transfer.find(d); events.empty() && t != nccl.transfer.end()) {
       v.insert(v.end(), t->second.begin(), t->second.end());
     }
     unionInPlace(v);
@@ -685,7 +675,7 @@ Status measureBubbles(HistoryStore& store, RunId run, const std::vector<Measured
   // A kernel waiting for its peer while the device computes on another stream costs nothing:
   // only the wait in the device's idle time is bubble.
   DeviceIntervals waits;
-  for (const auto& [d, v] : nccl->wait) {
+  for (const auto& [d, v] : nccl.wait) {
     auto& merged = waits[d] = v;
     unionInPlace(merged);
   }
@@ -693,9 +683,8 @@ Status measureBubbles(HistoryStore& store, RunId run, const std::vector<Measured
     auto& row = devices[d];
     const auto& b = busy[d];
     const auto w = waits.find(d);
-    const auto t = nccl->transfer.find(d);
-    measureDevice(row, b, w != waits.end() ? &w->second : nullptr, t != nccl->transfer.end() ? &t->second : nullptr,
-                  ws);
+    const auto t = nccl.transfer.find(d);
+    measureDevice(row, b, w != waits.end() ? &w->second : nullptr, t != nccl.transfer.end() ? &t->second : nullptr, ws);
   }
   return {};
 }
@@ -704,33 +693,30 @@ Status measureBubbles(HistoryStore& store, RunId run, const std::vector<Measured
 
 Expected<PlanComparison> compareRunToPlan(HistoryStore& store, RunId run, std::optional<PlanId> planId,
                                           int mostDriftedCount) {
-  auto summary = store.runSummary(run);
-  if (!summary) return summary.error();
-  if (!planId) planId = summary->planId;
+  PS_ASSIGN_OR_RETURN(auto summary, store.runSummary(run));
+  if (!planId) planId = summary.planId;
   if (!planId) {
     return Error{store.path() + ": run " + std::to_string(run) + " is not linked to a plan (nothing to compare with)"};
   }
-  auto plan = store.loadPlan(*planId);
-  if (!plan) return plan.error();
-  auto events = store.loadEvents(run, EventCategory::Op);
-  if (!events) return events.error();
+  PS_ASSIGN_OR_RETURN(auto plan, store.loadPlan(*planId));
+  PS_ASSIGN_OR_RETURN(auto events, store.loadEvents(run, EventCategory::Op));
 
   PlanComparison c;
-  c.run = std::move(*summary);
+  c.run = std::move(summary);
   c.planId = *planId;
-  MeasuredOps measured = measureOps(*events);
+  MeasuredOps measured = measureOps(events);
   c.iterations = measured.iterations;
-  matchOps(*plan, measured, c);
+  matchOps(plan, measured, c);
   rankDrifts(c, mostDriftedCount);
 
-  const Metrics planned = computeMetrics(*plan);
+  const Metrics planned = computeMetrics(plan);
   std::map<int, DeviceBubble> devices;
   for (std::size_t d = 0; d < planned.devices.size(); ++d) {
     auto& row = devices[static_cast<int>(d)];
     row.plannedBusyMs = planned.devices[d].busyMs;
     row.plannedBubbleMs = planned.devices[d].spanMs - planned.devices[d].busyMs;
   }
-  if (auto st = measureBubbles(store, run, *events, measured, devices, c.iterations); !st) return st.error();
+  PS_RETURN_IF_ERROR(measureBubbles(store, run, events, measured, devices, c.iterations));
   for (auto& [d, row] : devices) {
     row.device = d;
     c.devices.push_back(row);
@@ -1013,16 +999,14 @@ void addLaneIdle(IdleBreakdown& row, const std::vector<const MeasuredEvent*>& la
 }  // namespace
 
 Expected<std::vector<IdleBreakdown>> idleBreakdown(HistoryStore& store, RunId run) {
-  auto summary = store.runSummary(run);
-  if (!summary) return summary.error();
+  PS_ASSIGN_OR_RETURN(auto summary, store.runSummary(run));
   std::optional<Plan> plan;
-  if (summary->planId) {
-    if (auto p = store.loadPlan(*summary->planId)) plan = std::move(*p);
+  if (summary.planId) {
+    if (auto p = store.loadPlan(*summary.planId)) plan = std::move(*p);
   }
-  auto events = store.loadEvents(run);
-  if (!events) return events.error();
+  PS_ASSIGN_OR_RETURN(auto events, store.loadEvents(run));
 
-  const RunOps measured = runOps(*events);
+  const RunOps measured = runOps(events);
   // OpProducers keeps a table per stage: sized from a bounded number only (imports bound
   // stages; a database of an older build may not have).
   if (measured.maxStage >= kMaxPlanVirtualStages) {

@@ -618,8 +618,7 @@ struct NsysIngest {
 
   // A "ProfilerStep#N" range into the steps table.
   Status recordStep(const std::string& text, std::int64_t durationNs) {
-    auto stored = storeProfilerStep(im, run, text, durationNs);
-    if (!stored) return stored.error();
+    PS_ASSIGN_OR_RETURN(auto stored, storeProfilerStep(im, run, text, durationNs));
     return {};
   }
 

@@ -3,6 +3,7 @@
 #include "Impl.hpp"
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/history/TraceImport.hpp"
 
 namespace pipestudio::history {
@@ -50,7 +51,7 @@ Status stepKept(HistoryStore::Impl& im, Statement& st) {
 
 // The rank's header in `ranks`; the run's host, backend and GPU from the first rank that names them.
 Status storeHeader(HistoryStore::Impl& im, RunId run, const trace::Header& h) {
-  if (auto st = im.begin(); !st) return st;
+  PS_RETURN_IF_ERROR(im.begin());
   if (auto st = execWith(im,
                          "INSERT OR REPLACE INTO ranks(run_id, rank, world, host, backend, device_name, "
                          "clock_origin_ns, wall_clock_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -67,7 +68,7 @@ Status storeHeader(HistoryStore::Impl& im, RunId run, const trace::Header& h) {
 
 Status storeMemorySample(HistoryStore::Impl& im, RunId run, RunState& state, std::int64_t timeNs,
                          const trace::MemorySample& m) {
-  if (auto st = im.begin(); !st) return st;
+  PS_RETURN_IF_ERROR(im.begin());
   Statement& s = im.insertMemory;
   s.bind(1, run);
   s.bind(2, state.nextMemorySeq++);
@@ -75,13 +76,13 @@ Status storeMemorySample(HistoryStore::Impl& im, RunId run, RunState& state, std
   s.bind(4, timeNs);
   s.bind(5, m.bytesInUse);
   s.bind(6, m.bytesReserved);
-  if (auto st = stepKept(im, s); !st) return st;
+  PS_RETURN_IF_ERROR(stepKept(im, s));
   ++im.pendingRows;
   return im.maybeCommit();
 }
 
 Status storeError(HistoryStore::Impl& im, RunId run, const trace::ErrorReport& e) {
-  if (auto st = im.begin(); !st) return st;
+  PS_RETURN_IF_ERROR(im.begin());
   return execWith(im,
                   "INSERT INTO run_errors(run_id, seq, rank, message) VALUES(?1, "
                   "(SELECT IFNULL(MAX(seq) + 1, 0) FROM run_errors WHERE run_id = ?1), ?2, ?3)",
@@ -90,13 +91,13 @@ Status storeError(HistoryStore::Impl& im, RunId run, const trace::ErrorReport& e
 
 // The measured step times and the run's iterations and dropped records.
 Status storeSummary(HistoryStore::Impl& im, RunId run, const trace::Summary& summary) {
-  if (auto st = im.begin(); !st) return st;
+  PS_RETURN_IF_ERROR(im.begin());
   for (std::size_t i = 0; i < summary.iterationMs.size(); ++i) {
     Statement& step = im.insertStep;
     step.bind(1, run);
     step.bind(2, static_cast<std::int64_t>(i));
     step.bind(3, summary.iterationMs[i]);
-    if (auto st = stepKept(im, step); !st) return st;
+    PS_RETURN_IF_ERROR(stepKept(im, step));
   }
   return execWith(im,
                   "UPDATE runs SET iterations = MAX(iterations, ?2), "
@@ -118,7 +119,7 @@ Status StreamIngest::feed(std::string_view bytes) {
     bytes.remove_prefix(slice.size());
     m_decoder.feed(slice);
     while (m_decoder.next(m_frame)) {
-      if (auto st = store(m_frame); !st) return st;
+      PS_RETURN_IF_ERROR(store(m_frame));
     }
   } while (!bytes.empty() && !m_decoder.error());
   return m_store->m_impl->commitIfStale();
@@ -184,16 +185,15 @@ Status StreamIngest::storeEvent(RunState& state, EventRow& row, std::int64_t sta
     return {};
   }
   auto& im = *m_store->m_impl;
-  if (auto st = im.insert(m_run, state, row); !st) return st;
+  PS_RETURN_IF_ERROR(im.insert(m_run, state, row));
   ++m_events;
   return {};
 }
 
 Status StreamIngest::store(trace::Frame& frame) {
   HistoryStore::Impl& im = *m_store->m_impl;
-  auto stateOr = im.runState(m_run);
-  if (!stateOr) return stateOr.error();
-  RunState& state = **stateOr;
+  PS_ASSIGN_OR_RETURN(auto stateOr, im.runState(m_run));
+  RunState& state = *stateOr;
 
   if (auto* h = std::get_if<trace::Header>(&frame)) {
     m_header = std::move(*h);
@@ -249,44 +249,42 @@ Status StreamIngest::store(trace::Frame& frame) {
 
 Expected<RunId> HistoryStore::ingestStream(std::string_view bytes, RunInfo info) {
   if (info.source.empty()) info.source = "stream";
-  auto run = beginRun(info);
-  if (!run) return run.error();
-  StreamIngest ingest(*this, *run);
+  PS_ASSIGN_OR_RETURN(auto run, beginRun(info));
+  StreamIngest ingest(*this, run);
   if (auto st = ingest.feed(bytes); !st) {
-    (void)finishRun(*run, RunStatus::Incomplete, st.message());
+    (void)finishRun(run, RunStatus::Incomplete, st.message());
     return st.error();
   }
-  if (auto st = finishRun(*run, ingest.suggestedStatus(), ingest.problem()); !st) return st.error();
-  return *run;
+  PS_RETURN_IF_ERROR(finishRun(run, ingest.suggestedStatus(), ingest.problem()));
+  return run;
 }
 
 Expected<ImportResult> HistoryStore::importStreamFile(const std::string& file, RunInfo info) {
-  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
+  PS_RETURN_IF_ERROR(checkRegularFile(file));  // a FIFO would block the open
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error{file + ": cannot open"};
   if (info.source.empty()) info.source = "stream";
   if (info.sourcePath.empty()) info.sourcePath = file;
-  auto run = beginRun(info);
-  if (!run) return run.error();
-  StreamIngest ingest(*this, *run);
+  PS_ASSIGN_OR_RETURN(auto run, beginRun(info));
+  StreamIngest ingest(*this, run);
   std::string chunk(1 << 20, '\0');
   while (in) {
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));  // a read error sets badbit
     const auto n = static_cast<std::size_t>(in.gcount());
     if (n == 0) break;
     if (auto st = ingest.feed(std::string_view(chunk.data(), n)); !st) {
-      (void)finishRun(*run, RunStatus::Incomplete, st.message());
+      (void)finishRun(run, RunStatus::Incomplete, st.message());
       return st.error();
     }
   }
   if (in.bad()) {
     const std::string message = file + ": read error (the run keeps what was read before it)";
     (void)ingest.flush();
-    (void)finishRun(*run, RunStatus::Incomplete, message);
+    (void)finishRun(run, RunStatus::Incomplete, message);
     return Error{message};
   }
   if (auto st = ingest.flush(); !st) {
-    (void)finishRun(*run, RunStatus::Incomplete, st.message());
+    (void)finishRun(run, RunStatus::Incomplete, st.message());
     return st.error();
   }
   std::string problem = ingest.problem();
@@ -295,14 +293,14 @@ Expected<ImportResult> HistoryStore::importStreamFile(const std::string& file, R
   // header), or whose broken stream gave no event, holds no run: the import fails and leaves
   // nothing behind. A live run (StreamIngest) keeps such a run, marked incomplete.
   if (!ingest.header() || (ingest.eventsStored() == 0 && !ingest.endedCleanly())) {
-    (void)deleteRun(*run);
+    (void)deleteRun(run);
     const std::string why = problem.empty() ? file + ": trace stream: no header frame" : problem;
     return Error{why + (ingest.header() ? " (no event could be read; nothing imported)"
                                         : " (the stream has no complete header; nothing imported)")};
   }
-  if (auto st = finishRun(*run, ingest.suggestedStatus(), problem); !st) return st.error();
+  PS_RETURN_IF_ERROR(finishRun(run, ingest.suggestedStatus(), problem));
   ImportResult result;
-  result.runId = *run;
+  result.runId = run;
   result.events = ingest.eventsStored();
   result.skipped = ingest.skipped();
   if (!problem.empty()) result.firstError = problem;

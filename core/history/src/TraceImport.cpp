@@ -170,7 +170,7 @@ std::string describeNonTrace(const std::string& file, std::string_view head) {
 }  // namespace
 
 Expected<TraceFormat> detectTraceFormat(const std::string& file) {
-  if (auto st = checkRegularFile(file); !st) return st.error();  // a FIFO would block the open
+  PS_RETURN_IF_ERROR(checkRegularFile(file));  // a FIFO would block the open
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error{file + ": cannot open"};
   std::array<char, 4096> buffer{};

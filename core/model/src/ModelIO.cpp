@@ -13,6 +13,7 @@
 #include "GpuIO.hpp"
 #include "HostsIO.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/Limits.hpp"
 
 namespace pipestudio {
@@ -455,9 +456,8 @@ std::optional<SshSpec> readSsh(JsonReader& r, const JsonNode& node) {
 
 template <typename T>
 Expected<T> loadWith(const std::string& path, std::optional<T> (*read)(JsonReader&, const JsonNode&)) {
-  auto doc = loadJsonFile(path);
-  if (!doc) return doc.error();
-  JsonReader reader(*doc);
+  PS_ASSIGN_OR_RETURN(auto doc, loadJsonFile(path));
+  JsonReader reader(doc);
   auto value = read(reader, reader.root());
   if (!reader.ok() || !value) {
     if (reader.ok()) return Error{path + ": invalid document"};
@@ -737,9 +737,8 @@ Expected<ClusterSpec> loadCluster(const std::string& path) { return loadWith<Clu
 Expected<HostsSpec> loadHosts(const std::string& path) { return loadWith<HostsSpec>(path, &readHosts); }
 
 Expected<std::vector<GpuSpec::ExpertGemmPoint>> loadExpertGemmCurve(const std::string& path) {
-  auto doc = loadJsonFile(path);
-  if (!doc) return doc.error();
-  JsonReader r(*doc);
+  PS_ASSIGN_OR_RETURN(auto doc, loadJsonFile(path));
+  JsonReader r(doc);
   const JsonNode root = r.root();
   if (!r.isObject(root)) return r.toError();
   r.checkSchema(root, kExpertGemmCurveSchema);

@@ -10,6 +10,7 @@
 #include "pipestudio/common/Files.hpp"
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/common/Text.hpp"
+#include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/Memory.hpp"
@@ -181,9 +182,8 @@ Expected<Workspace> readWorkspace(const JsonDocument& doc, const SolverNames& na
 }
 
 Expected<Workspace> loadWorkspace(const std::string& path, const SolverNames& names) {
-  auto doc = loadJsonFile(path);
-  if (!doc) return doc.error();
-  return readWorkspace(*doc, names);
+  PS_ASSIGN_OR_RETURN(auto doc, loadJsonFile(path));
+  return readWorkspace(doc, names);
 }
 
 Json workspaceToJson(const Workspace& ws) {
@@ -271,7 +271,7 @@ Expected<Plan> planFromTraceStream(const std::string& bytes, const std::string& 
 }
 
 Expected<OpenedDocument> openDocument(const std::string& path, const SolverNames& names) {
-  if (auto st = checkRegularFile(path); !st) return st.error();  // a FIFO would block the open
+  PS_RETURN_IF_ERROR(checkRegularFile(path));  // a FIFO would block the open
   std::array<char, 4> magic{};
   {
     std::ifstream in(path, std::ios::binary);
@@ -282,40 +282,34 @@ Expected<OpenedDocument> openDocument(const std::string& path, const SolverNames
   if (magic == trace::kStreamMagic) {
     // The whole stream through readRegularFile: iostreams' read errors surface as exceptions
     // where an iterator reads the buffer (istreambuf_iterator), a message here.
-    auto bytes = readRegularFile(path, kMaxOpenedStreamBytes);
-    if (!bytes) return bytes.error();
-    auto plan = planFromTraceStream(*bytes, path);
-    if (!plan) return plan.error();
+    PS_ASSIGN_OR_RETURN(auto bytes, readRegularFile(path, kMaxOpenedStreamBytes));
     OpenedDocument out;
     out.kind = DocumentKind::Trace;
-    out.plan = std::move(*plan);
+    PS_ASSIGN_OR_RETURN(out.plan, planFromTraceStream(bytes, path));
     return out;
   }
-  auto doc = loadJsonFile(path);
-  if (!doc) return doc.error();
-  auto kind = documentKind(*doc);
-  if (!kind) return kind.error();
+  PS_ASSIGN_OR_RETURN(auto doc, loadJsonFile(path));
+  PS_ASSIGN_OR_RETURN(const auto kind, documentKind(doc));
   OpenedDocument out;
-  JsonReader reader(*doc);
-  if (*kind == "workspace") {
-    auto ws = readWorkspace(*doc, names);
-    if (!ws) return ws.error();
+  JsonReader reader(doc);
+  if (kind == "workspace") {
+    PS_ASSIGN_OR_RETURN(auto ws, readWorkspace(doc, names));
     out.kind = DocumentKind::Workspace;
-    out.workspace = std::move(*ws);
-  } else if (*kind == "model") {
+    out.workspace = std::move(ws);
+  } else if (kind == "model") {
     out.kind = DocumentKind::Model;
     out.model = readModel(reader, reader.root());
-  } else if (*kind == "cluster") {
+  } else if (kind == "cluster") {
     out.kind = DocumentKind::Cluster;
     out.cluster = readCluster(reader, reader.root());
-  } else if (*kind == "plan") {
+  } else if (kind == "plan") {
     out.kind = DocumentKind::Plan;
     out.plan = readPlan(reader, reader.root());
     if (out.plan) {
       if (Status s = validatePlanStructure(*out.plan); !s) return Error{path + ": " + s.message()};
     }
   } else {
-    return Error{path + ": a " + *kind +
+    return Error{path + ": a " + kind +
                  " document cannot be opened in the workstation (expected a workspace, "
                  "model, cluster, plan or trace)"};
   }

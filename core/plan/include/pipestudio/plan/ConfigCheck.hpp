@@ -4,7 +4,7 @@
 /// (validatePlanStructure, so `validate`, `simulate`, `run`, `export`, the GUI and pipestudio-exec
 /// refuse exactly what `plan` refuses). Messages name the setting by its flag (`--tp 3 …`).
 ///
-///     if (auto st = checkPlanSettings(model, cluster, config); !st) return st.error();
+///     PS_RETURN_IF_ERROR(checkPlanSettings(model, cluster, config));
 
 #include "pipestudio/common/Expected.hpp"
 #include "pipestudio/model/Cluster.hpp"

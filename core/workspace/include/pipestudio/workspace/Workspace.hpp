@@ -4,8 +4,8 @@
 /// cluster, plan, trace stream). The one reader and writer of the format: the GUI opens and
 /// saves, `pipestudio-cli validate` checks and `pipestudio-cli run` runs what it accepts.
 ///
-///     auto ws = loadWorkspace(path, solverNames());  // solverNames(): planner/SolverNames.hpp
-///     if (!ws) return ws.error();                     // file, JSON pointer, what was expected
+///     // solverNames(): planner/SolverNames.hpp; an error names the file, JSON pointer, expectation
+///     PS_ASSIGN_OR_RETURN(const Workspace ws, loadWorkspace(path, solverNames()));
 
 #include <optional>
 #include <string>
