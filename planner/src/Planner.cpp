@@ -13,6 +13,7 @@
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/BlockHalves.hpp"
 #include "pipestudio/plan/Costs.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
@@ -196,11 +197,10 @@ Expected<std::vector<std::vector<VirtualStage>>> splitsUnderSmallerBudgets(
     smaller.balancedMemory.budgetScale = share * (1 - 1e-9);
     double next = 0;
     smaller.budgetShare = &next;
-    auto split = partitionStages(request, placement, control, smaller);
-    if (!split) return split.error();
+    PS_ASSIGN_OR_RETURN(auto split, partitionStages(request, placement, control, smaller));
     share = next;
-    const auto seen = [&](const std::vector<VirtualStage>& s) { return sameSplit(s, *split); };
-    if (!sameSplit(*split, first) && std::none_of(out.begin(), out.end(), seen)) out.push_back(std::move(*split));
+    const auto seen = [&](const std::vector<VirtualStage>& s) { return sameSplit(s, split); };
+    if (!sameSplit(split, first) && std::none_of(out.begin(), out.end(), seen)) out.push_back(std::move(split));
   }
   return out;
 }
@@ -238,6 +238,56 @@ Expected<Plan> repairBalancedMemory(const PlanRequest& request, const SolveContr
   return failed;
 }
 
+// Whether a virtual stage of the plan ends between a block's attention and its MLP.
+bool endsInsideABlock(const Plan& plan) {
+  return std::any_of(plan.virtualStages.begin(), plan.virtualStages.end(), [&](const VirtualStage& vs) {
+    const auto& layers = plan.model.component(vs.component).layers;
+    const auto first = static_cast<std::size_t>(vs.firstLayer);
+    return vs.firstLayer <= vs.lastLayer && first < layers.size() && blockHalfOf(layers[first]) == BlockHalf::Mlp;
+  });
+}
+
+// Strictly shorter iteration (a tie keeps whole blocks).
+bool shorterIteration(const Plan& a, const Plan& b) {
+  return a.metrics.iterationMs < b.metrics.iterationMs * (1 - 1e-9);
+}
+
+// `balanced-split` / `dp-split` (issue 46): `base` (balanced or dp) over the model's whole blocks
+// and over their attention and MLP halves (splitTransformerBlocks); the plan over the halves where
+// a stage of it ends inside a block and it runs a shorter iteration than the whole blocks' plan,
+// or fits where that one does not; the whole blocks' plan otherwise. The plan names the partition
+// asked for; its model is the one it was planned over. It calls makePlan twice, so it lives
+// beside it (the partitioners below it never include the entry point).
+Expected<Plan> planOverBlockHalves(const PlanRequest& request, const std::string& base, const SolveControl& control) {
+  PlanRequest whole = request;
+  whole.config.partition = base;
+  auto wholePlan = makePlan(whole, control);
+  if (wholePlan.isCancelled()) return wholePlan;
+  // Megatron counts --recompute-num-layers in its pattern's layers: halves would change the
+  // groups, so such a recipe keeps whole blocks.
+  const bool groups =
+      request.config.parallel.recompute == Recompute::Full && request.config.parallel.recomputeNumLayers > 0;
+  PlanRequest halves = whole;
+  halves.model = splitTransformerBlocks(request.model);
+  const bool anySplit = [&] {
+    for (std::size_t c = 0; c < halves.model.components.size(); ++c) {
+      if (halves.model.components[c].layers.size() != request.model.components[c].layers.size()) return true;
+    }
+    return false;
+  }();
+  if (anySplit && !groups) {
+    SolveControl quiet = control;
+    quiet.progress = nullptr;
+    auto halvesPlan = makePlan(halves, quiet);
+    if (halvesPlan.isCancelled()) return halvesPlan;
+    if (halvesPlan && endsInsideABlock(*halvesPlan) && (!wholePlan || shorterIteration(*halvesPlan, *wholePlan))) {
+      wholePlan = std::move(halvesPlan);
+    }
+  }
+  if (wholePlan) wholePlan->config.partition = request.config.partition;
+  return wholePlan;
+}
+
 }  // namespace
 
 Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control) {
@@ -245,7 +295,7 @@ Expected<Plan> makePlan(const PlanRequest& original, const SolveControl& control
   // attention and MLP halves (issue 46); a given hybrid pattern that ends a segment inside a block
   // is planned over the halves.
   if (const auto base = splitPartitionBase(original.config.partition)) {
-    return partition::planOverBlockHalves(original, *base, control);
+    return planOverBlockHalves(original, *base, control);
   }
   if (original.config.partition == "layout" && layoutCutsBlocks(original.model, original.config.layout)) {
     PlanRequest halves = original;

@@ -58,13 +58,6 @@ Expected<std::vector<VirtualStage>> partitionWith(const PlanRequest& request, co
                                                   std::vector<VirtualStage> placement, const std::string& algorithm,
                                                   const SolveControl& control, const PartitionHints& hints = {});
 
-/// `balanced-split` / `dp-split` (issue 46): `base` (balanced or dp) over the model's whole blocks
-/// and over their attention and MLP halves (splitTransformerBlocks); the plan over the halves
-/// where a stage of it ends inside a block and it runs a shorter iteration than the whole blocks'
-/// plan, or fits where that one does not; the whole blocks' plan otherwise. The plan names the
-/// partition asked for; its model is the one it was planned over.
-Expected<Plan> planOverBlockHalves(const PlanRequest& request, const std::string& base, const SolveControl& control);
-
 /// `dp`: the split with the shortest simulated iteration that fits, among dpPartition's (within
 /// the stages' memory budgets and without them), balanced's and uniform's (DpPlan.cpp).
 Expected<Plan> solveDp(const PlanRequest& request, const SolveControl& control, const PartitionHints& hints);

@@ -11,7 +11,6 @@
 #include "pipestudio/common/Try.hpp"
 #include "pipestudio/model/BlockHalves.hpp"
 #include "pipestudio/planner/Partition.hpp"
-#include "pipestudio/planner/Planner.hpp"
 
 namespace pipestudio {
 
@@ -24,20 +23,6 @@ bool splittable(const Layer& l) {
   if (l.kind != "transformer" || !l.transformer || l.transformer->vocab || l.transformer->mtpLayers > 0) return false;
   return !l.forwardMs && !l.backwardInputMs && !l.backwardWeightMs && !l.activationBytes && !l.weightGradBytes &&
          !l.parameterBytes && !l.outputBytes;
-}
-
-// Whether a virtual stage of the plan ends between a block's attention and its MLP.
-bool endsInsideABlock(const Plan& plan) {
-  return std::any_of(plan.virtualStages.begin(), plan.virtualStages.end(), [&](const VirtualStage& vs) {
-    const auto& layers = plan.model.component(vs.component).layers;
-    const auto first = static_cast<std::size_t>(vs.firstLayer);
-    return vs.firstLayer <= vs.lastLayer && first < layers.size() && blockHalfOf(layers[first]) == BlockHalf::Mlp;
-  });
-}
-
-// Strictly shorter iteration (a tie keeps whole blocks).
-bool shorterIteration(const Plan& a, const Plan& b) {
-  return a.metrics.iterationMs < b.metrics.iterationMs * (1 - 1e-9);
 }
 
 }  // namespace
@@ -76,37 +61,6 @@ std::optional<std::string> splitPartitionBase(std::string_view partition) {
 bool layoutCutsBlocks(const ModelSpec& model, std::string_view layout) {
   if (megatronLayoutSplit(model, layout)) return false;
   return megatronLayoutSplit(splitTransformerBlocks(model), layout).hasValue();
-}
-
-Expected<Plan> partition::planOverBlockHalves(const PlanRequest& request, const std::string& base,
-                                              const SolveControl& control) {
-  PlanRequest whole = request;
-  whole.config.partition = base;
-  auto wholePlan = makePlan(whole, control);
-  if (wholePlan.isCancelled()) return wholePlan;
-  // Megatron counts --recompute-num-layers in its pattern's layers: halves would change the
-  // groups, so such a recipe keeps whole blocks.
-  const bool groups =
-      request.config.parallel.recompute == Recompute::Full && request.config.parallel.recomputeNumLayers > 0;
-  PlanRequest halves = whole;
-  halves.model = splitTransformerBlocks(request.model);
-  const bool anySplit = [&] {
-    for (std::size_t c = 0; c < halves.model.components.size(); ++c) {
-      if (halves.model.components[c].layers.size() != request.model.components[c].layers.size()) return true;
-    }
-    return false;
-  }();
-  if (anySplit && !groups) {
-    SolveControl quiet = control;
-    quiet.progress = nullptr;
-    auto halvesPlan = makePlan(halves, quiet);
-    if (halvesPlan.isCancelled()) return halvesPlan;
-    if (halvesPlan && endsInsideABlock(*halvesPlan) && (!wholePlan || shorterIteration(*halvesPlan, *wholePlan))) {
-      wholePlan = std::move(halvesPlan);
-    }
-  }
-  if (wholePlan) wholePlan->config.partition = request.config.partition;
-  return wholePlan;
 }
 
 }  // namespace pipestudio
