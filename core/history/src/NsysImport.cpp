@@ -618,7 +618,7 @@ struct NsysIngest {
 
   // A "ProfilerStep#N" range into the steps table.
   Status recordStep(const std::string& text, std::int64_t durationNs) {
-    PS_ASSIGN_OR_RETURN(auto stored, storeProfilerStep(im, run, text, durationNs));
+    PS_RETURN_IF_ERROR(storeProfilerStep(im, run, text, durationNs));
     return {};
   }
 

@@ -118,7 +118,7 @@ bool isCommAction(std::string_view kind) {
 }  // namespace detail
 
 Status checkOpPattern(const std::string& pattern) {
-  PS_ASSIGN_OR_RETURN(auto m, detail::OpMatcher::compile(pattern));
+  PS_RETURN_IF_ERROR(detail::OpMatcher::compile(pattern));
   return {};
 }
 
