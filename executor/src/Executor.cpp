@@ -165,7 +165,11 @@ Expected<ExecOptions> parseExecArgs(const std::vector<std::string>& args) {
       o.profileOut = v;
     } else if (a == "--cpu-memory-budget" || a == "--device-memory") {
       auto b = parseBytes(v);
-      if (!b || *b <= 0) return Error{a + ": '" + v + "' (expected a size such as 64MiB)"};
+      if (!b || *b <= 0) {
+        std::string why = a;
+        why.append(": '").append(v).append("' (expected a size such as 64MiB)");
+        return Error{why};
+      }
       if (a == "--cpu-memory-budget")
         o.cpuMemoryBudgetBytes = *b;
       else

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <vector>
 
 #include "pipestudio/common/JsonReader.hpp"
 #include "pipestudio/common/Try.hpp"
@@ -71,9 +72,9 @@ struct BadCase {
 };
 
 TEST(HostsLauncher, MistakesAreNamedWithTheirPointer) {
-  const BadCase cases[] = {
+  const std::vector<BadCase> cases = {
       {"slurm section with ssh", withLauncher("ssh", R"("slurm": {})"), "/slurm", "the launcher is 'ssh'"},
-      {"mpirun section with slurm", withLauncher("slurm", R"("mpirun": {})"), "/mpirun", "\"launcher\": \"mpirun\""},
+      {"mpirun section with slurm", withLauncher("slurm", R"("mpirun": {})"), "/mpirun", R"("launcher": "mpirun")"},
       {"submit", withLauncher("slurm", R"("slurm": {"submit": "qsub"})"), "/slurm/submit", "expected srun or sbatch"},
       {"time", withLauncher("slurm", R"("slurm": {"time": "1h"})"), "/slurm/time", "not a Slurm time"},
       {"time too many fields", withLauncher("slurm", R"("slurm": {"time": "1:2:3:4"})"), "/slurm/time", "HH:MM:SS"},
