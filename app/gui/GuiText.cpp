@@ -118,6 +118,10 @@ QString moeSettingsText(const PlanConfig& config) {
   if (par.moeA2aOverlap) parts << QStringLiteral("A2A overlap");
   if (par.moeSharedExpertOverlap) parts << QStringLiteral("shared-expert overlap");
   if (par.moeCommSms != defaults.moeCommSms) parts << QStringLiteral("%1 comm SMs").arg(par.moeCommSms);
+  if (par.moePermuteFusionIntoDispatcher) parts << QStringLiteral("permute in HybridEP");
+  if (par.moeCombineChunkTokens > 0) parts << QStringLiteral("combine chunk %1").arg(par.moeCombineChunkTokens);
+  if (par.moeRankCapacityFactor) parts << QStringLiteral("rank budget %1").arg(*par.moeRankCapacityFactor);
+  if (par.moePagedStash) parts << QStringLiteral("paged stash %1").arg(par.moePagedStashBufferFactorOrDefault());
   return parts.join(QStringLiteral(" · "));
 }
 

@@ -98,6 +98,11 @@ void resetMoeSettings(PlanConfig& config) {
   par.moeFlexDispatcher = defaults.moeFlexDispatcher;
   par.moeFlexBackend = defaults.moeFlexBackend;
   par.moeCommSms = defaults.moeCommSms;
+  par.moePermuteFusionIntoDispatcher = defaults.moePermuteFusionIntoDispatcher;
+  par.moeCombineChunkTokens = defaults.moeCombineChunkTokens;
+  par.moeRankCapacityFactor = defaults.moeRankCapacityFactor;
+  par.moePagedStash = defaults.moePagedStash;
+  par.moePagedStashBufferFactor = defaults.moePagedStashBufferFactor;
 }
 
 FittedSettings fitSettingsToModel(const PlanConfig& config, const ModelSpec& model, const ClusterSpec& cluster) {

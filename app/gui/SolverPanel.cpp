@@ -35,6 +35,8 @@ namespace {
 constexpr const char* kAuto = "auto";
 constexpr int kMaxGlobalBatch = std::numeric_limits<int>::max();
 constexpr int kMaxMicroBatchSize = 1 << 20;
+// Below the smallest factor Megatron takes (1.0): a factor spin box's "unset" (its special text).
+constexpr double kUnsetFactor = 0.95;
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
@@ -296,6 +298,51 @@ void SolverPanel::buildMoeGroup(QWidget* parent, QVBoxLayout* outer) {
   form->addRow(moeA2aOverlap);
   form->addRow(sharedExpertOverlap);
   form->addRow(QStringLiteral("All-to-all SMs"), moeCommSms);
+  buildSyncFreeMoeRows(moeGroup, form);
+}
+
+// HybridEP's own settings and Megatron's sync-free MoE (a rank budget, the paged stash): what the
+// CLI's --moe-permute-fusion-into-hybridep, --moe-combine-chunk-tokens,
+// --moe-expert-rank-capacity-factor, --moe-paged-stash and
+// --moe-paged-stash-buffer-size-factor-cuda set. The factors' spin boxes show their unset state at
+// a minimum below the smallest factor (1.0) Megatron takes.
+void SolverPanel::buildSyncFreeMoeRows(QWidget* parent, QFormLayout* form) {
+  permuteIntoDispatcher = new QCheckBox(QStringLiteral("Permute inside HybridEP"), parent);
+  permuteIntoDispatcher->setToolTip(
+      QStringLiteral("--moe-permute-fusion-into-hybridep: HybridEP writes and reads the tokens in expert order, "
+                     "no permutation kernels (flex · HybridEP only)"));
+  combineChunk = new QSpinBox(parent);
+  combineChunk->setRange(0, 65536);
+  combineChunk->setSingleStep(32);
+  combineChunk->setSpecialValueText(QStringLiteral("default"));
+  combineChunk->setToolTip(
+      QStringLiteral("HybridEP's combine chunk in tokens (--moe-combine-chunk-tokens, "
+                     "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API; default 64; 32 to 65536)"));
+  const auto factorSpin = [parent](const QString& unset, const QString& tip) {
+    auto* spin = new QDoubleSpinBox(parent);
+    spin->setRange(kUnsetFactor, 64.0);
+    spin->setDecimals(2);
+    spin->setSingleStep(0.05);
+    spin->setSpecialValueText(unset);
+    spin->setToolTip(tip);
+    return spin;
+  };
+  rankBudget = factorSpin(QStringLiteral("none"),
+                          QStringLiteral("HybridEP's token budget per rank over a balanced router's "
+                                         "(--moe-expert-rank-capacity-factor): the dispatch needs no host wait "
+                                         "and the experts' buffers take the budget's rows (flex · HybridEP only)"));
+  pagedStash = new QCheckBox(QStringLiteral("Paged stash"), parent);
+  pagedStash->setToolTip(
+      QStringLiteral("--moe-paged-stash: the routed experts' saved activations in pages sized at the stash "
+                     "factor of a balanced router's (needs a rank budget)"));
+  stashFactor = factorSpin(QStringLiteral("default"),
+                           QStringLiteral("--moe-paged-stash-buffer-size-factor-cuda: the stash's pages over a "
+                                          "balanced router's rows (default 1.10)"));
+  form->addRow(permuteIntoDispatcher);
+  form->addRow(QStringLiteral("Combine chunk"), combineChunk);
+  form->addRow(QStringLiteral("Rank budget"), rankBudget);
+  form->addRow(pagedStash);
+  form->addRow(QStringLiteral("Stash factor"), stashFactor);
 }
 
 void SolverPanel::buildBatchGroup(QWidget* parent, QVBoxLayout* outer) {
@@ -376,7 +423,7 @@ void SolverPanel::connectFields() {
                                                                   {optimizerSync, "Optimizer sync"},
                                                                   {dispatcher, "Dispatcher"}}};
   for (const auto& [combo, name] : combos) reportEdits(combo, &QComboBox::currentTextChanged, name);
-  const std::array<std::pair<QSpinBox*, const char*>, 12> spins{{{devices, "Devices"},
+  const std::array<std::pair<QSpinBox*, const char*>, 13> spins{{{devices, "Devices"},
                                                                  {microbatches, "Microbatches"},
                                                                  {chunks, "Chunks / device"},
                                                                  {seqSplits, "Sequence splits"},
@@ -387,17 +434,22 @@ void SolverPanel::connectFields() {
                                                                  {globalBatch, "Global batch"},
                                                                  {microBatchSize, "Micro-batch size"},
                                                                  {etp, "ETP"},
-                                                                 {moeCommSms, "All-to-all SMs"}}};
+                                                                 {moeCommSms, "All-to-all SMs"},
+                                                                 {combineChunk, "Combine chunk"}}};
   for (const auto& [spin, name] : spins) reportEdits(spin, &QSpinBox::valueChanged, name);
-  const std::array<std::pair<QCheckBox*, const char*>, 6> boxes{{{sequenceParallel, "Sequence parallel"},
+  const std::array<std::pair<QCheckBox*, const char*>, 8> boxes{{{sequenceParallel, "Sequence parallel"},
                                                                  {overlapGradReduce, "Overlap gradient reduce"},
                                                                  {overlapParamGather, "Overlap parameter gather"},
                                                                  {tpCommOverlap, "Overlap TP communication"},
                                                                  {moeA2aOverlap, "Overlap expert all-to-alls"},
-                                                                 {sharedExpertOverlap, "Overlap shared experts"}}};
+                                                                 {sharedExpertOverlap, "Overlap shared experts"},
+                                                                 {permuteIntoDispatcher, "Permute inside HybridEP"},
+                                                                 {pagedStash, "Paged stash"}}};
   for (const auto& [box, name] : boxes) reportEdits(box, &QCheckBox::toggled, name);
   reportEdits(offloadRatio, &QDoubleSpinBox::valueChanged, "Offload ratio");
   reportEdits(capacityFactor, &QDoubleSpinBox::valueChanged, "Capacity factor");
+  reportEdits(rankBudget, &QDoubleSpinBox::valueChanged, "Rank budget");
+  reportEdits(stashFactor, &QDoubleSpinBox::valueChanged, "Stash factor");
   connect(memoryLimit, &QLineEdit::editingFinished, this, [this]() {
     // editingFinished also fires on focus loss without a change: only a change is an edit.
     if (memoryLimit->text() != m_shown.memoryLimitText) onFieldEdited(QStringLiteral("Memory limit"));
@@ -446,6 +498,12 @@ PlanConfig SolverPanel::config() const {
   par.moeA2aOverlap = moeA2aOverlap->isChecked();
   par.moeSharedExpertOverlap = sharedExpertOverlap->isChecked();
   par.moeCommSms = moeCommSms->value();
+  par.moePermuteFusionIntoDispatcher = permuteIntoDispatcher->isChecked();
+  par.moeCombineChunkTokens = combineChunk->value();
+  par.moeRankCapacityFactor.reset();
+  if (rankBudget->value() > kUnsetFactor) par.moeRankCapacityFactor = rankBudget->value();
+  par.moePagedStash = pagedStash->isChecked();
+  par.moePagedStashBufferFactor = stashFactor->value() > kUnsetFactor ? stashFactor->value() : 0.0;
   if (globalBatch->value() > 0) c.globalBatch = globalBatch->value();
   if (microBatchSize->value() > 0) c.microBatchSize = microBatchSize->value();
   c.optimizerSync = optimizerSync->currentText().toStdString();
@@ -505,6 +563,11 @@ void SolverPanel::setConfig(const PlanConfig& c) {
   moeA2aOverlap->setChecked(par.moeA2aOverlap);
   sharedExpertOverlap->setChecked(par.moeSharedExpertOverlap);
   moeCommSms->setValue(std::clamp(par.moeCommSms, 0, moeCommSms->maximum()));
+  permuteIntoDispatcher->setChecked(par.moePermuteFusionIntoDispatcher);
+  combineChunk->setValue(std::clamp(par.moeCombineChunkTokens, 0, combineChunk->maximum()));
+  rankBudget->setValue(par.moeRankCapacityFactor ? *par.moeRankCapacityFactor : kUnsetFactor);
+  pagedStash->setChecked(par.moePagedStash);
+  stashFactor->setValue(par.moePagedStashBufferFactor > 0 ? par.moePagedStashBufferFactor : kUnsetFactor);
   globalBatch->setValue(c.globalBatch ? static_cast<int>(std::min<std::int64_t>(*c.globalBatch, kMaxGlobalBatch)) : 0);
   microBatchSize->setValue(
       c.microBatchSize ? static_cast<int>(std::min<std::int64_t>(*c.microBatchSize, kMaxMicroBatchSize)) : 0);

@@ -22,6 +22,7 @@ class QProgressBar;
 class QLabel;
 class QCheckBox;
 class QUndoStack;
+class QFormLayout;
 class QVBoxLayout;
 class QGroupBox;
 
@@ -87,9 +88,14 @@ class SolverPanel : public QWidget {
   QCheckBox* tpCommOverlap = nullptr;
   // Mixture of experts (issue 47): the expert settings of Parallelism, enabled for MoE models.
   QGroupBox* moeGroup = nullptr;
-  QSpinBox* etp = nullptr;                   ///< 0: as TP (Megatron's default)
-  QComboBox* dispatcher = nullptr;           ///< alltoall, flex (DeepEP), flex (HybridEP)
-  QDoubleSpinBox* capacityFactor = nullptr;  ///< kModelsCapacity: each layer's own; 0: dropless
+  QSpinBox* etp = nullptr;                     ///< 0: as TP (Megatron's default)
+  QComboBox* dispatcher = nullptr;             ///< alltoall, flex (DeepEP), flex (HybridEP)
+  QDoubleSpinBox* capacityFactor = nullptr;    ///< kModelsCapacity: each layer's own; 0: dropless
+  QCheckBox* permuteIntoDispatcher = nullptr;  ///< Parallelism::moePermuteFusionIntoDispatcher
+  QSpinBox* combineChunk = nullptr;            ///< Parallelism::moeCombineChunkTokens; 0: the library's
+  QDoubleSpinBox* rankBudget = nullptr;        ///< Parallelism::moeRankCapacityFactor; its minimum: none
+  QCheckBox* pagedStash = nullptr;             ///< Parallelism::moePagedStash
+  QDoubleSpinBox* stashFactor = nullptr;       ///< moePagedStashBufferFactor; its minimum: Megatron's default
   QCheckBox* moeA2aOverlap = nullptr;
   QCheckBox* sharedExpertOverlap = nullptr;
   QSpinBox* moeCommSms = nullptr;  ///< 0: the dispatcher's default
@@ -136,6 +142,7 @@ class SolverPanel : public QWidget {
   void buildParallelGroup(QWidget* parent, QVBoxLayout* outer);
   void buildRecipeGroup(QWidget* parent, QVBoxLayout* outer);
   void buildMoeGroup(QWidget* parent, QVBoxLayout* outer);
+  void buildSyncFreeMoeRows(QWidget* parent, QFormLayout* form);
   void buildBatchGroup(QWidget* parent, QVBoxLayout* outer);
   void buildButtons(QVBoxLayout* outer);
   void connectFields();

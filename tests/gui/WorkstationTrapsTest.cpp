@@ -273,11 +273,36 @@ TEST_F(TrapsTest, MoeSettingsAreEditableShownAndNotCarriedToADenseModel) {
   EXPECT_TRUE(window->lastFailure().contains(QStringLiteral("needs shared experts")))
       << window->lastFailure().toStdString();
   panel.sharedExpertOverlap->setChecked(false);
-  waitForSolve();
+  // Megatron's sync-free MoE and HybridEP's own settings: each box sets its field, each factor's
+  // lowest step is "unset".
+  EXPECT_EQ(panel.rankBudget->text(), QStringLiteral("none"));
+  EXPECT_EQ(panel.stashFactor->text(), QStringLiteral("default"));
+  panel.permuteIntoDispatcher->setChecked(true);
+  panel.combineChunk->setValue(128);
+  panel.rankBudget->setValue(1.5);
+  panel.pagedStash->setChecked(true);
+  panel.stashFactor->setValue(1.2);
+  Parallelism syncFree = window->currentRequest().config.parallel;
+  EXPECT_TRUE(syncFree.moePermuteFusionIntoDispatcher);
+  EXPECT_EQ(syncFree.moeCombineChunkTokens, 128);
+  ASSERT_TRUE(syncFree.moeRankCapacityFactor);
+  EXPECT_DOUBLE_EQ(*syncFree.moeRankCapacityFactor, 1.5);
+  EXPECT_TRUE(syncFree.moePagedStash);
+  EXPECT_DOUBLE_EQ(syncFree.moePagedStashBufferFactor, 1.2);
+  EXPECT_EQ(window->undoStack()->undoText(), QStringLiteral("change Stash factor"));
+  // A plan or workspace that sets them shows them (the panel keeps nothing it does not show).
+  PlanConfig loaded = window->currentRequest().config;
+  loaded.parallel.moeRankCapacityFactor = 2.0;
+  loaded.parallel.moePagedStashBufferFactor = 0;
+  openBundled("qwen3-30b-a3b.json", "h100-4x8-ib.json", loaded);
+  EXPECT_DOUBLE_EQ(panel.rankBudget->value(), 2.0);
+  EXPECT_EQ(panel.stashFactor->text(), QStringLiteral("default"));
+  EXPECT_EQ(window->currentRequest().config.parallel.moePagedStashBufferFactor, 0.0);
   ASSERT_TRUE(window->solvedPlan()) << window->lastFailure().toStdString();
   // The Metrics dock shows them: two plans that differ only there no longer look alike.
   const QString summary = window->metricsSummary()->text();
-  for (const char* part : {"EP 8", "ETP 1", "flex (hybridep)", "capacity 1.25", "A2A overlap"})
+  for (const char* part : {"EP 8", "ETP 1", "flex (hybridep)", "capacity 1.25", "A2A overlap", "rank budget 2",
+                           "paged stash 1.1", "combine chunk 128", "permute in HybridEP"})
     EXPECT_TRUE(summary.contains(QString::fromLatin1(part), Qt::CaseInsensitive)) << part << summary.toStdString();
 
   // A dense model opened next: EP and every MoE setting back to their defaults, and said so.
@@ -291,6 +316,10 @@ TEST_F(TrapsTest, MoeSettingsAreEditableShownAndNotCarriedToADenseModel) {
   EXPECT_FALSE(dense.parallel.moeA2aOverlap);
   EXPECT_FALSE(dense.parallel.moeSharedExpertOverlap);
   EXPECT_EQ(dense.parallel.moeCommSms, 0);
+  EXPECT_FALSE(dense.parallel.moeRankCapacityFactor);
+  EXPECT_FALSE(dense.parallel.moePagedStash);
+  EXPECT_FALSE(dense.parallel.moePermuteFusionIntoDispatcher);
+  EXPECT_EQ(dense.parallel.moeCombineChunkTokens, 0);
   EXPECT_EQ(panel.dispatcher->currentIndex(), 0);
   EXPECT_FALSE(panel.moeGroup->isEnabled());
   EXPECT_TRUE(panel.messageText().contains(QStringLiteral("EP 8 → 1"))) << panel.messageText().toStdString();
