@@ -97,7 +97,8 @@ class OrderRun {
   int deviceOfIndex(std::int32_t idx) const {
     return static_cast<int>(std::upper_bound(m_offset.begin(), m_offset.end(), idx) - m_offset.begin()) - 1;
   }
-  bool tryStart(Devices& dev, DeviceWinnerTree& running, int d);
+  // Called for every op started (the timing's inner loop): inline, as the lambda it was.
+  inline bool tryStart(Devices& dev, DeviceWinnerTree& running, int d);
   OrderTiming summary(const Devices& dev, std::int32_t completed, double lastMs) const;
 
   const ScheduleInput& m_input;
