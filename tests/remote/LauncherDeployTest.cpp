@@ -320,7 +320,10 @@ TEST_F(SlurmDeployTest, PendingJobShowsSlurmsReasonUntilTheNodeIsFree) {
   }
   ASSERT_NE(s_slurm->queued("blocker").find("RUNNING"), std::string::npos) << s_slurm->queued("blocker");
   DeployRequest req = request("s5");
-  req.iterations = 30;  // runs longer than squeue's polling interval: RUNNING is seen too
+  // About 3.6 s of ops (four 10 ms ops in a chain per iteration), several of squeue's polling
+  // intervals (1 s until RUNNING is seen): RUNNING is seen even when a loaded machine makes each
+  // squeue over SSH take a second or two (at 30 iterations it once was not).
+  req.iterations = 90;
   req.executorArgs = {"--max-op-ms", "10", "--timeout-s", "60"};
   HistoryTestSink sink(m_store.get(), kPlan);
   Reports reports;
@@ -410,10 +413,12 @@ TEST_F(SlurmDeployTest, CliDeploysABatchJobAndShowsItsState) {
   std::string out;
   const int status =
       test::runLocal("'" + kCli + "' deploy '" + kPlan + "' --hosts '" + hosts + "' --backend cpu --history '" + db +
-                         "' --iterations 60 --executor '" + kExecutor + "' --exec-arg=--max-op-ms --exec-arg=10 2>&1",
+                         "' --iterations 150 --executor '" + kExecutor + "' --exec-arg=--max-op-ms --exec-arg=10 2>&1",
                      &out);
   ASSERT_EQ(status, 0) << out;
-  // The job runs for seconds, longer than squeue's polling interval: RUNNING is seen.
+  // About 6 s of ops (four 10 ms ops in a chain per iteration), several of squeue's polling
+  // intervals (1 s until RUNNING is seen): RUNNING is seen even under load (at 60 iterations, 2.4 s,
+  // it once was not).
   EXPECT_NE(out.find(": RUNNING on "), std::string::npos) << out;
   EXPECT_NE(out.find(": COMPLETED"), std::string::npos) << out;
   EXPECT_NE(out.find("complete"), std::string::npos) << out;
