@@ -293,6 +293,16 @@ std::vector<std::string_view> withRecipeFieldKeys(std::initializer_list<std::str
   return keys;
 }
 
+void writeParallelDegrees(const Parallelism& par, Json& cfg) {
+  cfg["tp"] = par.tensor;
+  cfg["cp"] = par.context;
+  cfg["ep"] = par.expert;
+  cfg["dp"] = par.data;
+  cfg["sequence_parallel"] = par.sequenceParallel;
+  cfg["recompute"] = std::string(recomputeName(par.recompute));
+  cfg["zero"] = par.zeroStage;
+}
+
 void writeRecipeFields(const PlanConfig& c, Json& cfg) {
   const Parallelism& par = c.parallel;
   cfg["overlap_param_gather"] = par.overlapParamGather;
@@ -715,13 +725,7 @@ Json configToJson(const PlanConfig& c) {
   if (!c.layout.empty()) cfg["layout"] = c.layout;
   const Parallelism& par = c.parallel;
   // Degrees are always written (scripts read them); the memory options only when set.
-  cfg["tp"] = par.tensor;
-  cfg["cp"] = par.context;
-  cfg["ep"] = par.expert;
-  cfg["dp"] = par.data;
-  cfg["sequence_parallel"] = par.sequenceParallel;
-  cfg["recompute"] = std::string(recomputeName(par.recompute));
-  cfg["zero"] = par.zeroStage;
+  writeParallelDegrees(par, cfg);
   if (!par.overlapGradReduce) cfg["overlap_grad_reduce"] = false;
   writeRecipeFields(c, cfg);
   if (c.globalBatch) cfg["global_batch"] = *c.globalBatch;

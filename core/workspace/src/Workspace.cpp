@@ -208,13 +208,7 @@ Json workspaceToJson(const Workspace& ws) {
   solver["fill"] = ws.solver.fill;
   if (ws.solver.memoryLimitBytes) solver["memory_limit_bytes"] = *ws.solver.memoryLimitBytes;
   const Parallelism& par = ws.solver.parallel;
-  solver["tp"] = par.tensor;
-  solver["cp"] = par.context;
-  solver["ep"] = par.expert;
-  solver["dp"] = par.data;
-  solver["sequence_parallel"] = par.sequenceParallel;
-  solver["recompute"] = std::string(recomputeName(par.recompute));
-  solver["zero"] = par.zeroStage;
+  writeParallelDegrees(par, solver);
   solver["overlap_grad_reduce"] = par.overlapGradReduce;
   writeRecipeFields(ws.solver, solver);
   if (ws.solver.globalBatch) solver["global_batch"] = *ws.solver.globalBatch;

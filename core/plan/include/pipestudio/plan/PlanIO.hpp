@@ -29,6 +29,9 @@ Json configToJson(const PlanConfig& config);
 /// and workspaces; absent keys keep PlanConfig's defaults (Megatron-Bridge's).
 void readRecipeFields(JsonReader& reader, const JsonNode& config, PlanConfig& out);
 void writeRecipeFields(const PlanConfig& config, Json& out);
+/// The parallel degrees (tp, cp, ep, dp), sequence_parallel, recompute and zero, always written:
+/// the keys plan files and workspaces share, in their order.
+void writeParallelDegrees(const Parallelism& parallel, Json& out);
 /// `seq_split` (balanced or even) of a config object into PlanConfig::seqSplit, when present.
 void readSeqSplit(JsonReader& reader, const JsonNode& config, PlanConfig& out);
 /// `own` followed by every key readRecipeFields reads: the known keys of a config object that
