@@ -851,7 +851,7 @@ bool printRows(Report& report, bool markdown) {
       std::printf("\n## %s\n\n", key.c_str());
       if (markdown) {
         std::printf(
-            "| run | measured | predicted | error | iteration ms | peak memory GB (measured) |\n"
+            "| run | measured | predicted | error | iteration ms | peak memory GB, predicted (measured) |\n"
             "|---|---:|---:|---:|---:|---:|\n");
       }
     }
