@@ -860,20 +860,19 @@ bool printRows(Report& report, bool markdown) {
       continue;
     }
     std::array<char, 64> memory{};
+    // A recipe that ran must fit; a run the cost model does not describe (out of scope) is no
+    // check of its memory either.
+    const bool missed = r.checkMemory && r.outOfScope.empty() && !r.predicted.fits;
     if (r.measuredMemoryGb > 0) {
-      // A recipe that ran and states its peak: both the peak and whether it fits (a run the cost
-      // model does not describe is no check of its memory either).
-      const bool missed = r.checkMemory && r.outOfScope.empty() && !r.predicted.fits;
+      // It states its peak: both the peak and whether it fits.
       std::snprintf(memory.data(), memory.size(), "%6.1f (%.0f)%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
                     r.measuredMemoryGb, missed ? " DOES NOT FIT" : "");
-      if (missed) ok = false;
     } else {
-      // Recipes that ran: a peak that does not fit (with the stated margin) is a miss.
-      const bool missed = r.checkMemory && !r.predicted.fits;
+      // A peak that does not fit (with the stated margin) is a miss.
       std::snprintf(memory.data(), memory.size(), "%6.1f%s", static_cast<double>(r.predicted.peakBytes) / 1e9,
                     r.predicted.fits ? "" : (missed ? " DOES NOT FIT" : " (over)"));
-      if (missed) ok = false;
     }
+    if (missed) ok = false;
     const std::string name = r.calibration          ? r.name + " (calibration)"
                              : r.outOfScope.empty() ? r.name
                                                     : r.name + " (" + r.outOfScope + ": not in the MAPE)";
