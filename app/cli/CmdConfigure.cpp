@@ -17,6 +17,7 @@
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/Caveats.hpp"
 #include "pipestudio/model/ModelIO.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 #include "pipestudio/planner/Configurator.hpp"
@@ -355,6 +356,11 @@ Json configurationJson(const Configuration& result, const ModelSpec& model, cons
                         {"reason", r.reason}});
   }
   doc["rejected"] = rejected;
+  // What the predictions leave out: the recipe's MoE settings are every candidate's.
+  if (!result.feasible.empty()) {
+    if (auto caveats = costModelCaveats(model, result.feasible.front().config.parallel); !caveats.empty())
+      doc["notes"] = caveats;
+  }
   return doc;
 }
 
@@ -446,6 +452,11 @@ int runConfigure(const ConfigureCliOptions& o) {
   } else {
     printSearchCounts(*result, o, model, cluster);
     printRankedTable(rankedTable(result->feasible, o.top));
+    // What the predictions leave out: the recipe's MoE settings are every candidate's.
+    if (!result->feasible.empty()) {
+      for (const std::string& caveat : costModelCaveats(model, result->feasible.front().config.parallel))
+        std::cout << "note: " << caveat << '\n';
+    }
     printRejected(result->rejected);
   }
   if (result->feasible.empty()) {

@@ -10,6 +10,7 @@
 #include "pipestudio/common/Index.hpp"
 #include "pipestudio/common/Json.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/Caveats.hpp"
 #include "pipestudio/plan/Memory.hpp"
 #include "pipestudio/plan/PlanIO.hpp"
 
@@ -72,6 +73,8 @@ inline void printPlanSummary(const Plan& plan, std::ostream& out) {
     out << "note: the plan uses " << c.totalGpus() << " of the cluster's " << clusterGpus << " GPUs"
         << (clusterGpus % c.totalGpus() != 0 ? " (T·C·P·D does not divide the cluster)" : "") << '\n';
   }
+  // What the prediction leaves out for this model and recipe, with the published runs' size.
+  for (const std::string& caveat : costModelCaveats(plan.model, par)) out << "note: " << caveat << '\n';
   std::array<char, 320> line{};
   std::snprintf(line.data(), line.size(),
                 "makespan %s   bubble ratio %.2f%%   iteration %s (gradient sync %s, optimizer %s)\n",
@@ -131,6 +134,7 @@ inline Json planSummaryJson(const Plan& plan) {
   out["ops"] = plan.ops.size();
   out["comms"] = plan.comms.size();
   out["gpus"] = Json{{"used", plan.config.totalGpus()}, {"cluster", plan.cluster.totalGpus()}};
+  if (auto caveats = costModelCaveats(plan.model, plan.config.parallel); !caveats.empty()) out["notes"] = caveats;
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include "GuiText.hpp"
 #include "pipestudio/common/Units.hpp"
+#include "pipestudio/model/Caveats.hpp"
 #include "pipestudio/viz/MemoryBreakdownView.hpp"
 #include "pipestudio/viz/MetricsModel.hpp"
 
@@ -176,6 +177,9 @@ QString MetricsPanel::summaryHtml(const Plan* plan, const Plan* baseline, bool p
       base ? delta(static_cast<double>(peak), static_cast<double>(basePeak), true, {}) : QString());
   row(QStringLiteral("Ops"), QString::number(plan->ops.size()), QString());
   html += QStringLiteral("</table>");
+  // What the prediction leaves out for this model and recipe (the CLI's "note:" lines).
+  for (const std::string& caveat : costModelCaveats(plan->model, c.parallel))
+    html += QStringLiteral("<p><small>Note: %1</small></p>").arg(q(caveat).toHtmlEscaped());
   if (otherModel) {
     html += QStringLiteral("<small>The baseline is a plan of %1: no Δ against another model</small>")
                 .arg(q(baseline->model.name).toHtmlEscaped());

@@ -304,6 +304,17 @@ TEST_F(TrapsTest, MoeSettingsAreEditableShownAndNotCarriedToADenseModel) {
   for (const char* part : {"EP 8", "ETP 1", "flex (hybridep)", "capacity 1.25", "A2A overlap", "rank budget 2",
                            "paged stash 1.1", "combine chunk 128", "permute in HybridEP"})
     EXPECT_TRUE(summary.contains(QString::fromLatin1(part), Qt::CaseInsensitive)) << part << summary.toStdString();
+  // It drops tokens (capacity 1.25) and its HybridEP has a rank budget: nothing waits on the host,
+  // so no note. Dropless and without the budget it waits every layer, and the dock says what that
+  // leaves out.
+  EXPECT_FALSE(summary.contains(QStringLiteral("Note: host time"))) << summary.toStdString();
+  loaded.parallel.moeCapacityFactor.reset();
+  loaded.parallel.moeRankCapacityFactor.reset();
+  loaded.parallel.moePagedStash = false;  // it needs the budget
+  openBundled("qwen3-30b-a3b.json", "h100-4x8-ib.json", loaded);
+  ASSERT_TRUE(window->solvedPlan()) << window->lastFailure().toStdString();
+  EXPECT_TRUE(window->metricsSummary()->text().contains(QStringLiteral("Note: host time is not in this prediction")))
+      << window->metricsSummary()->text().toStdString();
 
   // A dense model opened next: EP and every MoE setting back to their defaults, and said so.
   openModel("llama3-8b.json");

@@ -565,3 +565,37 @@ TEST_F(Cli, MegatronLayoutIsPlannedBesideThePlannersPartition) {
   expectExit(args.substr(0, args.find("--megatron-layout")) + "--megatron-layout 'Et*4|t*4|t*4|t*4L'", 1,
              {"stage 3: 'L' where the model has layer 17"});
 }
+
+// Issue 43: beside its prediction, plan says what it leaves out for this model and recipe, with
+// the published runs' size (Caveats.hpp): the text summary's note lines, --json's "notes".
+TEST_F(Cli, PlanNotesWhatItsPredictionLeavesOut) {
+  const std::string h100 = kResources + "/clusters/h100-8x8-ib.json";
+  const std::string qwen = "plan --model " + kResources + "/models/qwen3-30b-a3b.json --cluster " + h100 +
+                           " --schedule 1f1b --devices 2 --microbatches 8 --ep 8 --dp 32";
+  expectExit(qwen, 0, {"note: host time is not in this prediction", "docs/fidelity.md"});
+  // The sync-free recipe whose published runs the model matches: no note.
+  const CliRun syncFree = expectExit(qwen +
+                                         " --moe-token-dispatcher flex --moe-flex-backend hybridep"
+                                         " --moe-expert-rank-capacity-factor 1.5 --cuda-graph-impl full_iteration",
+                                     0);
+  EXPECT_EQ(syncFree.out.find("note: host time"), std::string::npos) << syncFree.out;
+  const auto oss = jsonOutput(run("plan --model " + kResources + "/models/gpt-oss-120b.json --cluster " + h100 +
+                                  " --schedule 1f1b --devices 4 --microbatches 8 --ep 8 --dp 16 --zero 1 --json"));
+  ASSERT_TRUE(oss);
+  ASSERT_TRUE(oss->contains("notes"));
+  ASSERT_EQ((*oss)["notes"].size(), 2U);
+  EXPECT_NE((*oss)["notes"][1].get<std::string>().find("attention sinks (GPT-OSS)"), std::string::npos);
+  // A dense plan has nothing to say: no key.
+  const auto dense = jsonOutput(
+      run("plan --model " + model + " --cluster " + cluster + " --schedule 1f1b --devices 4 --microbatches 8 --json"));
+  ASSERT_TRUE(dense);
+  EXPECT_FALSE(dense->contains("notes"));
+  // configure says it once under its ranked rows (the recipe's MoE settings are every row's).
+  const std::string configure =
+      "configure --model " + kResources + "/models/qwen3-30b-a3b.json --cluster " + h100 + " --global-batch 64 --top 1";
+  expectExit(configure, 0, {"note: host time is not in this prediction"});
+  const auto ranked = jsonOutput(run(configure + " --json"));
+  ASSERT_TRUE(ranked);
+  ASSERT_TRUE(ranked->contains("notes"));
+  EXPECT_EQ((*ranked)["notes"].size(), 1U);
+}

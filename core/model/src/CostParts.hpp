@@ -218,8 +218,9 @@ struct MoeShape {
   double combineChunkTokens = 64;    ///< HybridEP's combine chunk (Parallelism::moeCombineChunkTokensOrDefault)
   bool graphedPreprocess = false;    ///< CUDA graphs capture MoELayer.preprocess (moe_preprocess or more)
   /// HybridEP's budget per rank over a balanced router's copies (Parallelism::moeRankCapacityFactor;
-  /// 0: unset, the dispatch waits on the host for its counts).
+  /// 0: unset).
   double rankCapacityFactor = 0;
+  bool dispatchWaitsOnHost = true;  ///< moeDispatchWaitsOnHost (Caveats.hpp): for its token counts
   /// The paged stash's buffer over a balanced router's copies (0: no paged stash).
   double pagedStashFactor = 0;
 };

@@ -79,11 +79,6 @@ double permutationMs(const GpuSpec& gpu, const MoeShape& s, double x, double row
   return memoryMs(gpu, row * (received + rows)) + scatter(rows, received);
 }
 
-// Whether the flex dispatcher's library waits on the host for the received counts (below).
-bool flexDispatchWaitsOnHost(const MoeShape& s) {
-  return s.flexBackend == FlexBackend::DeepEp || s.rankCapacityFactor <= 0;
-}
-
 }  // namespace
 
 double atomicAddsPerS(const GpuSpec& gpu) {
@@ -265,7 +260,7 @@ void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const M
     // the received counts as a host list (Megatron-LM d98e8a64 fused_a2a.py, FusedDispatch), HybridEP
     // without a rank budget waits for its counts in pinned memory (`non_blocking` only with
     // num_permuted_tokens; token_dispatcher.py _HybridEPManager.setup_metadata).
-    if (d.ep > 1 && flexDispatchWaitsOnHost(s)) c.hostSyncMs = kMeasuredD2hRoundTripMs;
+    if (d.ep > 1 && s.dispatchWaitsOnHost) c.hostSyncMs = kMeasuredD2hRoundTripMs;
   } else {
     a2a = allToAllOnLinksMs(links, links.expert, static_cast<std::int64_t>(d.ep), static_cast<std::int64_t>(d.etp),
                             d.sendBytes);

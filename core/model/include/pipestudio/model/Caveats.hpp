@@ -1,0 +1,30 @@
+#pragma once
+/// \file What the cost model leaves out that published runs show to matter, for one model and
+/// recipe. The planner prints each one as a note beside its prediction (`plan`'s summary, the
+/// `notes` of `--json`, the Metrics dock); docs/fidelity.md has the runs behind every figure.
+///
+///     for (const std::string& note : costModelCaveats(plan.model, plan.config.parallel)) …
+
+#include <string>
+#include <vector>
+
+#include "pipestudio/model/Model.hpp"
+#include "pipestudio/model/Parallelism.hpp"
+
+namespace pipestudio {
+
+/// Whether a dropless MoE layer's dispatch waits on the host for its token counts (Megatron-LM
+/// d98e8a64): the all-to-all dispatcher always (token_dispatcher.py: its split sizes, copied at
+/// `cuda_dtoh_point` and waited for at `cuda_sync_point`), DeepEP (fused_a2a.py: the received
+/// counts come back as a host list) and HybridEP without a rank budget
+/// (`--moe-expert-rank-capacity-factor`; `_HybridEPManager.setup_metadata`).
+bool moeDispatchWaitsOnHost(const Parallelism& parallel);
+
+/// One sentence per effect the cost model does not time and published runs of this kind of
+/// model and recipe show (none for most plans), each with its measured size:
+/// - dropless MoE layers whose dispatch waits on the host, in a step that is not one CUDA graph:
+///   Megatron-Core's host work;
+/// - attention sinks (GPT-OSS): every published GPT-OSS-120B run is slower than predicted.
+std::vector<std::string> costModelCaveats(const ModelSpec& model, const Parallelism& parallel);
+
+}  // namespace pipestudio

@@ -1,0 +1,52 @@
+#include "pipestudio/model/Caveats.hpp"
+
+#include <algorithm>
+
+namespace pipestudio {
+
+namespace {
+
+// Whether any trainable transformer layer satisfies `pred`.
+template <typename Pred>
+bool anyTrainableBlock(const ModelSpec& model, Pred pred) {
+  return std::any_of(model.components.begin(), model.components.end(), [&](const Component& c) {
+    return c.trainable && std::any_of(c.layers.begin(), c.layers.end(), [&](const Layer& l) {
+             return l.transformer.has_value() && pred(*l.transformer);
+           });
+  });
+}
+
+}  // namespace
+
+bool moeDispatchWaitsOnHost(const Parallelism& parallel) {
+  if (!parallel.moeFlexDispatcher) return true;
+  return parallel.moeFlexBackend == FlexBackend::DeepEp || !parallel.moeRankCapacityFactor.has_value();
+}
+
+std::vector<std::string> costModelCaveats(const ModelSpec& model, const Parallelism& parallel) {
+  std::vector<std::string> notes;
+  // The figures are the bridge-moe-archive tables of `make fidelity` (docs/fidelity.md, "Every
+  // release"): Megatron-Bridge's published MoE runs, 25.11 to 26.08, each planned as its release's
+  // presets ran it. Token dropping (a capacity factor: the recipe's for every layer, 0 there meaning
+  // dropless, else the layer's own) pads every expert to its capacity: static shapes, no wait.
+  const auto dropless = [&](const TransformerShape& t) {
+    return parallel.moeCapacityFactor ? *parallel.moeCapacityFactor <= 0 : !t.capacityFactor.has_value();
+  };
+  const bool droplessMoe = anyTrainableBlock(model, [&](const TransformerShape& t) { return t.isMoe() && dropless(t); });
+  if (droplessMoe && moeDispatchWaitsOnHost(parallel) && parallel.cudaGraphImpl != CudaGraphImpl::FullIteration) {
+    notes.emplace_back(
+        "host time is not in this prediction: the MoE dispatch waits on the host every layer and the step is not one "
+        "CUDA graph; 58 published Megatron-Bridge runs of such recipes took a median 1.13× (eager) to 1.22× "
+        "(TE-scoped graphs) the predicted time, up to 3.1× at micro-batch 1 (20 runs with full-iteration graphs and "
+        "a rank budget came within 11 %; docs/fidelity.md)");
+  }
+  if (anyTrainableBlock(model, [](const TransformerShape& t) { return t.architecture.attentionSinks; })) {
+    notes.emplace_back(
+        "attention sinks (GPT-OSS) are not timed, and every published GPT-OSS-120B run (27, Megatron-Bridge "
+        "25.11 to 26.08, every GPU and recipe) took 1.24× to 2.3× the predicted time, for a cause the model does not "
+        "have (docs/fidelity.md)");
+  }
+  return notes;
+}
+
+}  // namespace pipestudio
