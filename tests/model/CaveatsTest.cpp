@@ -44,23 +44,36 @@ bool mentions(const std::vector<std::string>& notes, const std::string& text) {
   return false;
 }
 
-TEST(Caveats, TheDispatchWaitsOnTheHostUnlessHybridEpHasARankBudget) {
+TEST(Caveats, TheDispatchWaitsOnTheHostUnlessItsShapesAreStatic) {
   Parallelism p;
-  EXPECT_TRUE(moeDispatchWaitsOnHost(p));  // the all-to-all dispatcher: its split sizes
+  EXPECT_TRUE(moeDispatchWaitsOnHost(p, false));  // the all-to-all dispatcher: its split sizes
+  EXPECT_FALSE(moeDispatchWaitsOnHost(p, true));  // dropping and padding to capacity: "no_sync"
   p.moeRankCapacityFactor = 1.5;
-  EXPECT_TRUE(moeDispatchWaitsOnHost(p));  // a budget is HybridEP's; alltoall still copies its counts
+  EXPECT_TRUE(moeDispatchWaitsOnHost(p, false));  // a budget is HybridEP's; alltoall still copies its counts
   p.moeFlexDispatcher = true;
   p.moeFlexBackend = FlexBackend::DeepEp;
-  EXPECT_TRUE(moeDispatchWaitsOnHost(p));  // DeepEP returns its received counts as a host list
+  EXPECT_TRUE(moeDispatchWaitsOnHost(p, true));  // DeepEP returns its received counts as a host list
   p.moeFlexBackend = FlexBackend::HybridEp;
-  EXPECT_FALSE(moeDispatchWaitsOnHost(p));
+  EXPECT_FALSE(moeDispatchWaitsOnHost(p, false));
   p.moeRankCapacityFactor.reset();
-  EXPECT_TRUE(moeDispatchWaitsOnHost(p));
+  EXPECT_TRUE(moeDispatchWaitsOnHost(p, false));
 }
 
-TEST(Caveats, ADenseModelHasNone) {
-  EXPECT_TRUE(costModelCaveats(blocksModel(false), Parallelism{}).empty());
+TEST(Caveats, TheRecipesCapacityFactorOverridesTheLayers) {
+  TransformerShape layer;
+  layer.experts = 8;
+  Parallelism p;
+  EXPECT_FALSE(moeDropsAndPads(layer, p));
+  layer.capacityFactor = 1.0;
+  EXPECT_TRUE(moeDropsAndPads(layer, p));
+  p.moeCapacityFactor = 0.0;  // dropless for every layer
+  EXPECT_FALSE(moeDropsAndPads(layer, p));
+  layer.capacityFactor.reset();
+  p.moeCapacityFactor = 1.25;
+  EXPECT_TRUE(moeDropsAndPads(layer, p));
 }
+
+TEST(Caveats, ADenseModelHasNone) { EXPECT_TRUE(costModelCaveats(blocksModel(false), Parallelism{}).empty()); }
 
 TEST(Caveats, DroplessMoeThatWaitsOnTheHostOutsideAFullIterationGraphIsNoted) {
   const ModelSpec moe = blocksModel(true);
@@ -96,6 +109,9 @@ TEST(Caveats, TokenDroppingHasStaticShapesAndNoWait) {
   EXPECT_EQ(costModelCaveats(dropping, recipe).size(), 1U);
   recipe.moeCapacityFactor = 1.25;
   EXPECT_TRUE(costModelCaveats(blocksModel(true), recipe).empty());
+  // DeepEP learns its received counts on the host whatever the shapes.
+  recipe.moeFlexDispatcher = true;
+  EXPECT_EQ(costModelCaveats(blocksModel(true), recipe).size(), 1U);
 }
 
 TEST(Caveats, FrozenExpertsAreNotTrainedAndNotNoted) {

@@ -372,30 +372,33 @@ TEST(MoeCost, FlexDispatcherPermutesOnlyWhatItReceives) {
 // The all-to-all dispatcher copies its token counts to the host before the permutation and waits
 // for them before the all-to-all: the GPU idles for the measured round trip (0.1996 ms) less the
 // permutation's gather (2·1,024 bytes × (1,024 + 2,048) rows at 1 TB/s). With moe_preprocess in a
-// CUDA graph the copy starts at the all-to-all: the whole round trip. EP 1 waits for nothing.
+// CUDA graph the copy starts at the all-to-all: the whole round trip. EP 1 waits for nothing, nor
+// does a dispatch whose shapes are static (dropping and padding to capacity: "no_sync"; which
+// dispatches wait is moeDispatchWaitsOnHost's, CaveatsTest).
 TEST(MoeCost, AllToAllDispatcherWaitsForItsTokenCountsOnTheHost) {
   MoeShape s = smallMoe();
   const double gather = 2.0 * 1024 * (1024 + 2048) / 1e12 * 1000.0;
   EXPECT_NEAR(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996 - gather, 1e-12);
   s.graphedPreprocess = true;
   EXPECT_NEAR(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996, 1e-12);
+  s.dispatchWaitsOnHost = false;
+  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
+  s.dispatchWaitsOnHost = true;
   s.ep = 1;
   EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
 }
 
 // The flex dispatcher's libraries learn what they receive on the host inside the dispatch, after
-// their counting kernel, so the whole round trip shows: DeepEP always, HybridEP without a rank
-// budget. With the budget (Megatron's sync-free MoE) HybridEP waits for nothing.
+// their counting kernel, so the whole round trip shows (DeepEP always, HybridEP without a rank
+// budget); with Megatron's sync-free MoE (HybridEP with a budget) nothing waits.
 TEST(MoeCost, FlexDispatcherWaitsOnTheHostUnlessHybridEpHasABudget) {
   MoeShape s = smallMoe();
   s.flexDispatcher = true;
   EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996);
   s.flexBackend = FlexBackend::HybridEp;
-  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996);
   s.rankCapacityFactor = 1.5;
+  s.dispatchWaitsOnHost = false;
   EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.0);
-  s.flexBackend = FlexBackend::DeepEp;  // the budget is HybridEP's
-  EXPECT_DOUBLE_EQ(moeCosts(testGpu(), links(), s).hostSyncMs, 0.1996);
 }
 
 // A rank budget of 1.5 gives the experts' saved inputs (FC1's, the activation's, FC2's) the

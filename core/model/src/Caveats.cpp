@@ -18,8 +18,12 @@ bool anyTrainableBlock(const ModelSpec& model, Pred pred) {
 
 }  // namespace
 
-bool moeDispatchWaitsOnHost(const Parallelism& parallel) {
-  if (!parallel.moeFlexDispatcher) return true;
+bool moeDropsAndPads(const TransformerShape& block, const Parallelism& parallel) {
+  return parallel.moeCapacityFactor ? *parallel.moeCapacityFactor > 0 : block.capacityFactor.has_value();
+}
+
+bool moeDispatchWaitsOnHost(const Parallelism& parallel, bool dropsAndPads) {
+  if (!parallel.moeFlexDispatcher) return !dropsAndPads;
   return parallel.moeFlexBackend == FlexBackend::DeepEp || !parallel.moeRankCapacityFactor.has_value();
 }
 
@@ -27,13 +31,11 @@ std::vector<std::string> costModelCaveats(const ModelSpec& model, const Parallel
   std::vector<std::string> notes;
   // The figures are the bridge-moe-archive tables of `make fidelity` (docs/fidelity.md, "Every
   // release"): Megatron-Bridge's published MoE runs, 25.11 to 26.08, each planned as its release's
-  // presets ran it. Token dropping (a capacity factor: the recipe's for every layer, 0 there meaning
-  // dropless, else the layer's own) pads every expert to its capacity: static shapes, no wait.
-  const auto dropless = [&](const TransformerShape& t) {
-    return parallel.moeCapacityFactor ? *parallel.moeCapacityFactor <= 0 : !t.capacityFactor.has_value();
-  };
-  const bool droplessMoe = anyTrainableBlock(model, [&](const TransformerShape& t) { return t.isMoe() && dropless(t); });
-  if (droplessMoe && moeDispatchWaitsOnHost(parallel) && parallel.cudaGraphImpl != CudaGraphImpl::FullIteration) {
+  // presets ran it, every one dropless.
+  const bool waits = anyTrainableBlock(model, [&](const TransformerShape& t) {
+    return t.isMoe() && moeDispatchWaitsOnHost(parallel, moeDropsAndPads(t, parallel));
+  });
+  if (waits && parallel.cudaGraphImpl != CudaGraphImpl::FullIteration) {
     notes.emplace_back(
         "host time is not in this prediction: the MoE dispatch waits on the host every layer and the step is not one "
         "CUDA graph; 58 published Megatron-Bridge runs of such recipes took a median 1.13× (eager) to 1.22× "

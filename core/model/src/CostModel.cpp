@@ -590,7 +590,7 @@ costparts::MoeCosts routedExperts(const Block& k, double wgradOutputBytes) {
   shape.combineChunkTokens = par.moeCombineChunkTokensOrDefault();
   shape.graphedPreprocess = par.graphsModule(kGraphMoePreprocess);
   shape.rankCapacityFactor = par.moeRankCapacityFactor.value_or(0.0);
-  shape.dispatchWaitsOnHost = moeDispatchWaitsOnHost(par);
+  shape.dispatchWaitsOnHost = moeDispatchWaitsOnHost(par, moeDropsAndPads(k.t, par));
   shape.pagedStashFactor = par.moePagedStash ? par.moePagedStashBufferFactorOrDefault() : 0.0;
   shape.routerGroups = static_cast<double>(k.t.routerGroups);
   shape.routerGroupTopK = static_cast<double>(k.t.routerGroupTopK);

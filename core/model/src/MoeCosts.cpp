@@ -269,8 +269,9 @@ void addMoeCollectives(const GpuSpec& gpu, const CollectiveLinks& links, const M
     // cuda_dtoh_point "before_permutation_1", cuda_sync_point "before_ep_alltoall"), so the GPU idles
     // for whatever of the round trip the permutation does not cover. With moe_preprocess in a CUDA
     // graph the copy moves to the all-to-all itself (cuda_dtoh_point "before_ep_alltoall") and the
-    // whole round trip shows.
-    if (d.ep > 1) {
+    // whole round trip shows. Dropping and padding to capacity sizes everything statically: no wait
+    // ("no_sync").
+    if (d.ep > 1 && s.dispatchWaitsOnHost) {
       const double covered = s.graphedPreprocess ? 0.0 : memoryMs(gpu, kBf16 * d.h * (d.x + d.copies));
       c.hostSyncMs = std::max(0.0, kMeasuredD2hRoundTripMs - covered);
     }

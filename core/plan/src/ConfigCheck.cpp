@@ -10,6 +10,7 @@
 
 #include "pipestudio/common/Text.hpp"
 #include "pipestudio/common/Try.hpp"
+#include "pipestudio/model/Caveats.hpp"
 #include "pipestudio/plan/Costs.hpp"
 
 namespace pipestudio {
@@ -193,13 +194,13 @@ Status checkSyncFreeMoe(const Parallelism& par, bool anyExperts, const ModelSpec
         "--moe-paged-stash keeps the routed experts' activations itself: --offload-modules must not name "
         "expert_fc1 or moe_act"};
   }
-  bool layersDrop = false;  // a MoE layer's own capacity factor (token dropping, padded to capacity)
+  bool waitsOnHost = false;  // some MoE layer's dispatch waits on the host for its token counts
   for (const Component& comp : model.components) {
-    for (const Layer& layer : comp.layers)
-      layersDrop = layersDrop || (layer.transformer && layer.transformer->capacityFactor);
+    for (const Layer& layer : comp.layers) {
+      const auto& t = layer.transformer;
+      waitsOnHost = waitsOnHost || (t && t->isMoe() && moeDispatchWaitsOnHost(par, moeDropsAndPads(*t, par)));
+    }
   }
-  const bool dropAndPad = par.moeCapacityFactor ? *par.moeCapacityFactor > 0 : layersDrop;
-  const bool waitsOnHost = par.moeFlexDispatcher ? (!hybridEp || !par.moeRankCapacityFactor) : !dropAndPad;
   if (anyExperts && par.expert > 1 && par.cudaGraphImpl == CudaGraphImpl::FullIteration && waitsOnHost) {
     return Error{"--cuda-graph-impl full_iteration captures the whole step, but the " +
                  std::string(par.moeFlexDispatcher ? std::string(flexBackendName(par.moeFlexBackend)) + " dispatcher"
