@@ -45,8 +45,8 @@ std::vector<std::string> costModelCaveats(const ModelSpec& model, const Parallel
   if (anyTrainableBlock(model, [](const TransformerShape& t) { return t.architecture.attentionSinks; })) {
     notes.emplace_back(
         "attention sinks (GPT-OSS) are not timed, and every published GPT-OSS-120B run (27, Megatron-Bridge "
-        "25.11 to 26.08, every GPU and recipe) took 1.24× to 2.3× the predicted time, for a cause the model does not "
-        "have (docs/fidelity.md)");
+        "25.11 to 26.08, every GPU and recipe) took 1.24× to 1.81× the predicted time (2.3× in 26.06.01, with a "
+        "known kernel regression), for a cause the model does not have (docs/fidelity.md)");
   }
   return notes;
 }
